@@ -1,0 +1,291 @@
+"""The question bank: read questions/<group>/<id>.yaml, validate each against the schema.
+
+An invalid file yields one problem line naming the file, the field and the line; the
+rest of the bank still loads. Loading imports neither sympy nor any solver module, so
+listing the bank stays fast.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from solvers.grade import AnswerSpec
+from solvers.paths import questions_dir
+from solvers.units import UnitError, parse_unit
+from solvers.yamlload import LineDict, load_with_lines
+
+DISTRIBUTIONS = ("choice", "int", "uniform", "loguniform", "fixed", "generate")
+DATA_COLLECTIONS = ("gpus", "models", "nics")
+PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)(?:\.([a-z_][a-z0-9_]*))?\}")
+_ID = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*$")
+
+
+class QuestionError(ValueError):
+    """A question file that breaks the schema: file, field and line in the message."""
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    name: str
+    kind: str  # one of DISTRIBUTIONS
+    default: Any
+    label: str = ""
+    unit: str = ""
+    choices: tuple[Any, ...] = ()
+    weights: tuple[float, ...] = ()
+    source: str = ""  # a data collection the choices name (gpus, models, nics)
+    low: float = 0.0
+    high: float = 0.0
+    sig: int | None = None  # round to this many significant figures,
+    step: float | None = None  # then to a multiple of step
+    generator: str = ""
+    args: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    title: str
+    group: str
+    topic: str
+    difficulty: int
+    solver: str
+    prompt: str
+    parameters: tuple[ParamSpec, ...]
+    answers: tuple[AnswerSpec, ...]
+    hints: tuple[str, ...]
+    references: tuple[str, ...]
+    regime_sides: tuple[str, ...]  # sides the random draws must each reach
+    seeds: tuple[str, ...] = ()
+    path: str = ""
+
+    def parameter(self, name: str) -> ParamSpec:
+        for spec in self.parameters:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def answer(self, key: str) -> AnswerSpec:
+        for spec in self.answers:
+            if spec.key == key:
+                return spec
+        raise KeyError(key)
+
+
+@dataclass
+class Bank:
+    questions: dict[str, Question] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def get(self, question_id: str) -> Question:
+        if question_id not in self.questions:
+            raise KeyError(f"unknown question '{question_id}' (see `infradrill list`)")
+        return self.questions[question_id]
+
+
+class _Reader:
+    """Reads fields out of a LineDict, raising QuestionError with file:line context."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, where: str, line: int, message: str) -> QuestionError:
+        return QuestionError(f"{self.path}:{line}: {where}: {message}")
+
+    def field(self, mapping: LineDict, name: str, kind: type | tuple[type, ...], where: str = "",
+              required: bool = True, default: Any = None) -> Any:
+        label = f"{where}.{name}" if where else name
+        if name not in mapping:
+            if required:
+                raise self.fail(label, mapping.line, "missing")
+            return default
+        value = mapping[name]
+        if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+            raise self.fail(label, mapping.line_of(name), f"expected {_kind_name(kind)}, got {value!r}")
+        if not isinstance(value, kind):
+            raise self.fail(label, mapping.line_of(name), f"expected {_kind_name(kind)}, got {value!r}")
+        return value
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {str: "text", int: "an integer", float: "a number", list: "a list", dict: "a mapping", bool: "true/false"}
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+_NUM = (int, float)
+_TOP_FIELDS = {"id", "title", "group", "topic", "difficulty", "solver", "seeds", "prompt", "parameters",
+               "answers", "hints", "references", "regime_sides"}
+_PARAM_FIELDS = {*DISTRIBUTIONS, "default", "label", "unit", "weights", "from", "round", "args"}
+_ANSWER_FIELDS = {"key", "label", "unit", "rel", "log", "choice"}
+
+
+def _unit(reader: _Reader, mapping: LineDict, where: str) -> str:
+    unit = reader.field(mapping, "unit", str, where, required=False, default="")
+    try:
+        parse_unit(unit)
+    except UnitError as error:
+        raise reader.fail(f"{where}.unit", mapping.line_of("unit"), str(error)) from None
+    return unit
+
+
+def _parse_param(reader: _Reader, name: str, spec: Any, line: int) -> ParamSpec:
+    where = f"parameters.{name}"
+    if not isinstance(spec, LineDict):
+        raise reader.fail(where, line, "expected a mapping such as {choice: [...], default: ...}")
+    for key in spec:
+        if key not in _PARAM_FIELDS:
+            raise reader.fail(f"{where}.{key}", spec.line_of(key), "unknown field")
+    kinds = [k for k in DISTRIBUTIONS if k in spec]
+    if len(kinds) != 1:
+        raise reader.fail(where, spec.line, f"needs exactly one of {', '.join(DISTRIBUTIONS)}")
+    kind = kinds[0]
+    common = dict(name=name, kind=kind, label=reader.field(spec, "label", str, where, required=False, default=""),
+                  unit=_unit(reader, spec, where))
+    if kind == "fixed":
+        value = spec["fixed"]
+        return ParamSpec(default=spec.get("default", value), **common, choices=(value,))
+    if "default" not in spec:
+        raise reader.fail(f"{where}.default", spec.line, "missing (every parameter needs a default)")
+    default = spec["default"]
+    if kind == "choice":
+        choices = reader.field(spec, "choice", list, where)
+        if not choices:
+            raise reader.fail(f"{where}.choice", spec.line_of("choice"), "empty list")
+        weights = tuple(reader.field(spec, "weights", list, where, required=False, default=[]))
+        if weights and (len(weights) != len(choices) or any(not isinstance(w, _NUM) or w <= 0 for w in weights)):
+            raise reader.fail(f"{where}.weights", spec.line_of("weights"), "one positive weight per choice")
+        source = reader.field(spec, "from", str, where, required=False, default="")
+        if source and source not in DATA_COLLECTIONS:
+            raise reader.fail(f"{where}.from", spec.line_of("from"), f"expected one of {', '.join(DATA_COLLECTIONS)}")
+        if default not in choices:
+            raise reader.fail(f"{where}.default", spec.line_of("default"), f"{default!r} is not one of the choices")
+        return ParamSpec(default=default, choices=tuple(choices), weights=weights, source=source, **common)
+    if kind == "generate":
+        generator = reader.field(spec, "generate", str, where)
+        args = reader.field(spec, "args", dict, where, required=False, default={})
+        return ParamSpec(default=default, generator=generator, args=tuple(args.items()), **common)
+    bounds = reader.field(spec, kind, list, where)
+    if len(bounds) != 2 or not all(isinstance(b, _NUM) and not isinstance(b, bool) for b in bounds):
+        raise reader.fail(f"{where}.{kind}", spec.line_of(kind), "expected [low, high]")
+    low, high = bounds
+    if not low < high or (kind == "loguniform" and low <= 0) or (kind == "int" and not all(isinstance(b, int) for b in bounds)):
+        raise reader.fail(f"{where}.{kind}", spec.line_of(kind), "expected low < high (integers for int, positive for loguniform)")
+    step = sig = None
+    rounding = reader.field(spec, "round", (dict, int, float), where, required=False, default=None)
+    if isinstance(rounding, dict):
+        step, sig = rounding.get("step"), rounding.get("sig")
+        if (step is None and sig is None) or (step is not None and step <= 0) or (sig is not None and (not isinstance(sig, int) or sig < 1)):
+            raise reader.fail(f"{where}.round", spec.line_of("round"), "expected {step: positive}, {sig: integer >= 1} or both")
+    elif rounding is not None:
+        step = rounding
+    if kind in ("uniform", "loguniform") and step is None and sig is None:
+        raise reader.fail(f"{where}.round", spec.line, "continuous parameters must be rounded (round: {step: ..} or {sig: ..})")
+    if not isinstance(default, _NUM) or isinstance(default, bool) or not low <= default <= high:
+        raise reader.fail(f"{where}.default", spec.line_of("default"), f"{default!r} is outside [{low}, {high}]")
+    return ParamSpec(default=default, low=float(low), high=float(high), step=step, sig=sig, **common)
+
+
+def _parse_answer(reader: _Reader, index: int, spec: Any, line: int) -> AnswerSpec:
+    where = f"answers[{index}]"
+    if not isinstance(spec, LineDict):
+        raise reader.fail(where, line, "expected a mapping with key, label and a comparison")
+    for key in spec:
+        if key not in _ANSWER_FIELDS:
+            raise reader.fail(f"{where}.{key}", spec.line_of(key), "unknown field")
+    key = reader.field(spec, "key", str, where)
+    label = reader.field(spec, "label", str, where)
+    unit = _unit(reader, spec, where)
+    choice = tuple(reader.field(spec, "choice", list, where, required=False, default=[]))
+    rel = reader.field(spec, "rel", _NUM, where, required=False)
+    log = reader.field(spec, "log", _NUM, where, required=False)
+    if sum(x is not None and x != () for x in (choice, rel, log)) > 1:
+        raise reader.fail(where, spec.line, "give one comparison: rel, log or choice")
+    for name, tol in (("rel", rel), ("log", log)):
+        if tol is not None and not 0 < tol < 1:
+            raise reader.fail(f"{where}.{name}", spec.line_of(name), "tolerance must lie in (0, 1)")
+    if choice and (len(choice) < 2 or not all(isinstance(c, str) for c in choice)):
+        raise reader.fail(f"{where}.choice", spec.line_of("choice"), "at least two text options")
+    return AnswerSpec(key=key, label=label, unit=unit, rel=rel, log=log, choice=choice)
+
+
+def parse_question(path: Path, text: str) -> Question:
+    reader = _Reader(path)
+    try:
+        document = load_with_lines(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = mark.line + 1 if mark else 1
+        raise QuestionError(f"{path}:{line}: not valid YAML: {getattr(error, 'problem', error)}") from None
+    if not isinstance(document, LineDict):
+        raise QuestionError(f"{path}:1: expected a mapping at the top level")
+    for key in document:
+        if key not in _TOP_FIELDS:
+            raise reader.fail(str(key), document.line_of(key), "unknown field")
+    qid = reader.field(document, "id", str)
+    if not _ID.match(qid):
+        raise reader.fail("id", document.line_of("id"), "lower-case words joined by '-'")
+    if path.stem != qid:
+        raise reader.fail("id", document.line_of("id"), f"must match the file name ({path.stem})")
+    raw_params = reader.field(document, "parameters", dict)
+    parameters = tuple(_parse_param(reader, str(n), s, raw_params.line_of(n)) for n, s in raw_params.items())
+    names = {p.name for p in parameters}
+    raw_answers = reader.field(document, "answers", list)
+    if not raw_answers:
+        raise reader.fail("answers", document.line_of("answers"), "at least one answer")
+    answers = tuple(_parse_answer(reader, i, a, document.line_of("answers")) for i, a in enumerate(raw_answers))
+    keys = [a.key for a in answers]
+    if len(set(keys)) != len(keys):
+        raise reader.fail("answers", document.line_of("answers"), "duplicate answer keys")
+    prompt = reader.field(document, "prompt", str)
+    for match in PLACEHOLDER.finditer(prompt):
+        if match.group(1) not in names:
+            raise reader.fail("prompt", document.line_of("prompt"), f"placeholder {{{match.group(0)[1:-1]}}} names no parameter")
+    for spec in parameters:
+        for arg_name, arg in spec.args:
+            if isinstance(arg, str) and arg.startswith("$") and arg[1:] not in names:
+                raise reader.fail(f"parameters.{spec.name}.args.{arg_name}", raw_params.line_of(spec.name), f"{arg} names no parameter")
+    regime_choices = next((a.choice for a in answers if a.key == "regime"), ())
+    sides = tuple(reader.field(document, "regime_sides", list, required=False, default=list(regime_choices)))
+    if any(side not in regime_choices for side in sides):
+        raise reader.fail("regime_sides", document.line_of("regime_sides"), "every side must be a choice of the regime answer")
+    difficulty = reader.field(document, "difficulty", int, required=False, default=1)
+    return Question(
+        id=qid,
+        title=reader.field(document, "title", str),
+        group=reader.field(document, "group", str),
+        topic=reader.field(document, "topic", str),
+        difficulty=difficulty,
+        solver=reader.field(document, "solver", str),
+        prompt=prompt,
+        parameters=parameters,
+        answers=answers,
+        hints=tuple(reader.field(document, "hints", list, required=False, default=[])),
+        references=tuple(reader.field(document, "references", list, required=False, default=[])),
+        regime_sides=sides,
+        seeds=tuple(str(s) for s in reader.field(document, "seeds", list, required=False, default=[])),
+        path=str(path),
+    )
+
+
+def load_bank(root: Path | None = None) -> Bank:
+    bank = Bank()
+    root = questions_dir() if root is None else root
+    for path in sorted(root.glob("**/*.yaml")):
+        try:
+            question = parse_question(path, path.read_text(encoding="utf-8"))
+        except QuestionError as error:
+            bank.problems.append(str(error))
+            continue
+        except (OSError, UnicodeDecodeError) as error:
+            bank.problems.append(f"{path}: cannot read: {error}")
+            continue
+        if question.id in bank.questions:
+            bank.problems.append(f"{path}: id: '{question.id}' already defined in {bank.questions[question.id].path}")
+            continue
+        bank.questions[question.id] = question
+    return bank

@@ -1,0 +1,121 @@
+"""hardware.yaml and models.yaml: load, validate, merge the user's own entries.
+
+Every figure must carry a source (the entry's `source`, or `sources.<field>`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from solvers.paths import data_file, user_config_dir
+
+_NUMBER = (int, float)
+# collection -> field -> (type, required)
+SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
+    "gpus": {
+        "name": (str, True), "vendor": (str, True),
+        "bf16_dense_tflops": (_NUMBER, True), "fp8_dense_tflops": (_NUMBER, False),
+        "fp4_dense_tflops": (_NUMBER, False), "hbm_gb": (_NUMBER, True), "hbm_tb_s": (_NUMBER, True),
+        "nvlink_gb_s": (_NUMBER, False), "tdp_w": (_NUMBER, False), "sms": (int, False),
+    },
+    "nics": {"name": (str, True), "gbit_s": (_NUMBER, True)},
+    "models": {
+        "name": (str, True), "params_b": (_NUMBER, True), "active_params_b": (_NUMBER, False),
+        "layers": (int, True), "hidden": (int, True), "heads": (int, True), "kv_heads": (int, False),
+        "head_dim": (int, True), "ffn": (int, True), "vocab": (int, True), "experts": (int, False),
+        "experts_per_token": (int, False), "attention": (str, True), "kv_lora_rank": (int, False),
+        "qk_rope_head_dim": (int, False),
+    },
+}
+FILES = {"hardware.yaml": ("gpus", "nics"), "models.yaml": ("models",)}
+
+
+class Record(dict):
+    """One data entry; fields readable as attributes (gpu.hbm_gb)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+@dataclass
+class Catalog:
+    collections: dict[str, dict[str, Record]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def get(self, collection: str, key: str) -> Record:
+        return self.collections[collection][key]
+
+
+def _check_entry(where: str, collection: str, key: str, entry: Any) -> list[str]:
+    if not isinstance(entry, dict):
+        return [f"{where}: {collection}.{key}: expected a mapping"]
+    problems = []
+    schema = SCHEMA[collection]
+    sources = entry.get("sources") or {}
+    if not isinstance(sources, dict):
+        problems.append(f"{where}: {collection}.{key}.sources: expected a mapping of field -> source")
+        sources = {}
+    for name, (kind, required) in schema.items():
+        if name not in entry:
+            if required:
+                problems.append(f"{where}: {collection}.{key}.{name}: missing")
+            continue
+        value = entry[name]
+        if isinstance(value, bool) or not isinstance(value, kind):
+            problems.append(f"{where}: {collection}.{key}.{name}: expected {_type_name(kind)}, got {value!r}")
+        elif isinstance(value, _NUMBER) and value <= 0:
+            problems.append(f"{where}: {collection}.{key}.{name}: must be positive")
+        elif isinstance(value, _NUMBER) and not (entry.get("source") or sources.get(name)):
+            problems.append(f"{where}: {collection}.{key}.{name}: figure has no source")
+    for name in entry:
+        if name not in schema and name not in ("source", "sources"):
+            problems.append(f"{where}: {collection}.{key}.{name}: unknown field")
+    return problems
+
+
+def _type_name(kind: type | tuple[type, ...]) -> str:
+    return "a number" if kind == _NUMBER else "an integer" if kind is int else "text"
+
+
+def _load_file(path: Path, collections: tuple[str, ...], into: Catalog) -> None:
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as error:
+        into.problems.append(f"{path}: cannot read: {error}")
+        return
+    if not isinstance(document, dict):
+        into.problems.append(f"{path}: expected a mapping at the top level")
+        return
+    for name in document:
+        if name not in collections:
+            into.problems.append(f"{path}: {name}: unknown section (expected {', '.join(collections)})")
+    for collection in collections:
+        entries = document.get(collection) or {}
+        if not isinstance(entries, dict):
+            into.problems.append(f"{path}: {collection}: expected a mapping of id -> entry")
+            continue
+        for key, entry in entries.items():
+            problems = _check_entry(str(path), collection, str(key), entry)
+            if problems:
+                into.problems.extend(problems)
+                continue
+            into.collections.setdefault(collection, {})[str(key)] = Record(entry)
+
+
+def load_catalog(user_dir: Path | None = None) -> Catalog:
+    """The shipped data, then the user's files (which may add or replace entries)."""
+    catalog = Catalog({name: {} for name in SCHEMA})
+    for filename, collections in FILES.items():
+        _load_file(data_file(filename), collections, catalog)
+    user_dir = user_config_dir() if user_dir is None else user_dir
+    for filename, collections in FILES.items():
+        path = user_dir / filename
+        if path.is_file():
+            _load_file(path, collections, catalog)
+    return catalog

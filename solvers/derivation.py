@@ -1,0 +1,171 @@
+"""Derivation sheets: every number a solution shows is a sympy expression evaluated here.
+
+A solver declares the givens (values from the variant), then steps (symbolic formula,
+the same formula with the numbers put in, the result with its unit, one line of why),
+then the regime analysis. Values are held in base units (bytes, FLOP, seconds); the
+unit of a given or a step only says how to show it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import sympy
+from sympy.printing.str import StrPrinter
+
+from solvers.units import format_number, format_quantity
+
+_FUNCTION_NAMES = (("Max(", "max("), ("Min(", "min("), ("ceiling(", "ceil("), ("sqrt(", "√("))
+
+
+class Reject(Exception):
+    """Raised by a solver for a draw that makes no sense (the sampler redraws)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    key: str
+    title: str
+    symbol: str
+    formula: str
+    substituted: str
+    value: float
+    unit: str
+    why: str
+
+    @property
+    def result(self) -> str:
+        return format_quantity(self.value, self.unit)
+
+
+@dataclass(frozen=True)
+class Given:
+    symbol: str
+    label: str
+    value: float
+    unit: str
+
+    @property
+    def shown(self) -> str:
+        return format_quantity(self.value, self.unit)
+
+
+@dataclass(frozen=True)
+class Regime:
+    name: str  # the binding side; the expected choice where the question asks for it
+    summary: str  # why this side binds for this variant
+    boundary: Step  # the boundary as an expression and its value for this variant
+    position: Step  # where the variant sits, in the boundary's unit
+    other_side: str  # what changes across the boundary
+
+    @property
+    def margin(self) -> float:
+        """position / boundary: above 1 the variant sits above the boundary."""
+        if self.boundary.value == 0:
+            return math.inf
+        return self.position.value / self.boundary.value
+
+    @property
+    def margin_text(self) -> str:
+        ratio = self.margin
+        if not math.isfinite(ratio) or ratio <= 0:
+            return "at the boundary" if ratio == 0 else "no finite boundary"
+        if ratio >= 1:
+            return f"{format_number(ratio, 3)}× above the boundary"
+        return f"{format_number(1 / ratio, 3)}× below the boundary"
+
+
+class _ValuePrinter(StrPrinter):
+    """Prints known symbols as their values (with units) so the substituted form keeps
+    exactly the structure and order of the symbolic one."""
+
+    def __init__(self, shown: dict[sympy.Symbol, str]):
+        super().__init__()
+        self._shown = shown
+
+    def _print_Symbol(self, expr):
+        return self._shown.get(expr, expr.name)
+
+
+def _tidy(text: str) -> str:
+    text = text.replace("**", "^").replace("*", "·")
+    for old, new in _FUNCTION_NAMES:
+        text = text.replace(old, new)
+    return text
+
+
+def _to_sympy(value: float) -> sympy.Basic:
+    if isinstance(value, bool) or (isinstance(value, (int,)) or float(value).is_integer()) and abs(value) < 2**62:
+        return sympy.Integer(int(value))
+    return sympy.Float(value, 17)
+
+
+@dataclass
+class Sheet:
+    givens: list[Given] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    regime: Regime | None = None
+    assumptions: list[str] = field(default_factory=list)
+    results: dict[str, float | str] = field(default_factory=dict)
+    slips: list[tuple[str, float]] = field(default_factory=list)
+    _values: dict[sympy.Symbol, sympy.Basic] = field(default_factory=dict)
+    _shown: dict[sympy.Symbol, str] = field(default_factory=dict)
+
+    def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> sympy.Symbol:
+        """A number the variant supplies (parameter, datasheet figure, assumption)."""
+        sym = sympy.Symbol(symbol, positive=True)
+        if sym in self._values:
+            raise ValueError(f"symbol {symbol} declared twice")
+        self._remember(sym, value, unit)
+        self.givens.append(Given(symbol, label or symbol, float(value), unit))
+        return sym
+
+    def step(self, key: str, title: str, symbol: str, expr: sympy.Expr, unit: str = "", why: str = "") -> sympy.Symbol:
+        """Evaluate `expr` on the values known so far and record it as a step."""
+        sym = sympy.Symbol(symbol, positive=True)
+        if sym in self._values:
+            raise ValueError(f"symbol {symbol} declared twice")
+        value = self.evaluate(expr)
+        formula = _tidy(sympy.sstr(expr))
+        substituted = _tidy(_ValuePrinter(self._shown).doprint(expr))
+        self._remember(sym, value, unit)
+        self.steps.append(Step(key, title, symbol, formula, substituted, value, unit, why))
+        if key:
+            self.results[key] = value
+        return sym
+
+    def evaluate(self, expr: sympy.Expr) -> float:
+        value = float(sympy.sympify(expr).xreplace(self._values).evalf(17))
+        if not math.isfinite(value):
+            raise Reject(f"non-finite result in {expr}")
+        return value
+
+    def value(self, sym: sympy.Symbol) -> float:
+        return float(self._values[sym])
+
+    def choose(self, key: str, choice: str) -> None:
+        """A non-numeric answer (a choice) the solver decided."""
+        self.results[key] = choice
+
+    def assume(self, text: str) -> None:
+        self.assumptions.append(text)
+
+    def slip(self, label: str, factor: float) -> None:
+        """A question-specific slip: a ratio that betrays a known mistake."""
+        if factor not in (0, 1):
+            self.slips.append((label, float(factor)))
+
+    def set_regime(self, name: str, summary: str, boundary: sympy.Symbol, position: sympy.Symbol,
+                   other_side: str, key: str = "regime") -> None:
+        """The regime analysis. `boundary` and `position` are step symbols in one unit."""
+        by_symbol = {s.symbol: s for s in self.steps} | {
+            g.symbol: Step("", g.label, g.symbol, g.symbol, g.shown, g.value, g.unit, "") for g in self.givens}
+        self.regime = Regime(name, summary, by_symbol[boundary.name], by_symbol[position.name], other_side)
+        self.results[key] = name
+
+    def _remember(self, sym: sympy.Symbol, value: float, unit: str) -> None:
+        self._values[sym] = _to_sympy(value)
+        shown = format_quantity(float(value), unit)
+        if "/" in unit or " " in shown and "×" in shown:
+            shown = f"({shown})"
+        self._shown[sym] = shown

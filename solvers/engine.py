@@ -1,0 +1,141 @@
+"""From a question and a seed (or the defaults) to a solved variant, and grading.
+
+A variant code names a variant exactly: 'kv-bytes-per-token@4821',
+'kv-bytes-per-token@default', optionally with overrides '...@4821+context=4096'.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from solvers.bank import PLACEHOLDER, Bank, Question
+from solvers.data import Catalog
+from solvers.derivation import Reject, Sheet
+from solvers.grade import Grade, Slip, grade_answer
+from solvers.sampling import Param, ParameterError, default_values, draw_values, parse_override, resolve
+
+MAX_SEED = 2**31 - 1
+MAX_REDRAWS = 64
+_CODE = re.compile(r"^(?P<id>[a-z0-9.-]+)@(?P<seed>default|\d+)(?P<sets>(?:\+[a-z0-9_]+=[^+\s]+)*)$")
+
+
+class VariantError(ValueError):
+    """A variant that cannot be made: unknown id, bad seed or code, rejected override."""
+
+
+@dataclass(frozen=True)
+class VariantCode:
+    question_id: str
+    seed: int | None  # None: the default variant
+    overrides: tuple[tuple[str, str], ...] = ()
+
+    def __str__(self) -> str:
+        text = f"{self.question_id}@{'default' if self.seed is None else self.seed}"
+        return text + "".join(f"+{k}={v}" for k, v in self.overrides)
+
+    @classmethod
+    def parse(cls, text: str) -> "VariantCode":
+        match = _CODE.match(text.strip())
+        if match is None:
+            raise VariantError(f"'{text.strip()}' is not a variant code (like kv-bytes-per-token@4821)")
+        seed = None if match["seed"] == "default" else int(match["seed"])
+        if seed is not None and seed > MAX_SEED:
+            raise VariantError(f"seed must be between 0 and {MAX_SEED}")
+        sets = tuple(tuple(item.split("=", 1)) for item in match["sets"].split("+")[1:])
+        return cls(match["id"], seed, sets)  # type: ignore[arg-type]
+
+
+@dataclass
+class Solution:
+    question: Question
+    code: VariantCode
+    params: list[Param]
+    prompt: str
+    sheet: Sheet
+    expected: dict[str, float | str] = field(default_factory=dict)
+
+    def param(self, name: str) -> Param:
+        return next(p for p in self.params if p.name == name)
+
+    def grade(self, answers: dict[str, str]) -> list[Grade]:
+        slips = [Slip(label, factor) for label, factor in self.sheet.slips]
+        return [grade_answer(spec, answers.get(spec.key, ""), self.expected[spec.key], slips)
+                for spec in self.question.answers]
+
+
+class _Values(dict):
+    """Parameter values for a solver: p.model.layers, p.context, p['dtype']."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def solver_function(question: Question) -> Callable[[_Values, Sheet], None]:
+    module_name, _, function_name = question.solver.rpartition(".")
+    module = importlib.import_module(f"solvers.topics.{module_name}")
+    return getattr(module, function_name)
+
+
+def render_prompt(question: Question, params: list[Param]) -> str:
+    by_name = {p.name: p for p in params}
+
+    def substitute(match: re.Match) -> str:
+        param = by_name[match.group(1)]
+        if match.group(2):
+            return str(param.value[match.group(2)])
+        return param.shown
+
+    return PLACEHOLDER.sub(substitute, question.prompt).strip()
+
+
+def _solve(question: Question, raw: dict[str, Any], catalog: Catalog) -> tuple[list[Param], Sheet]:
+    params = resolve(question, raw, catalog)
+    sheet = Sheet()
+    solver_function(question)(_Values({p.name: p.value for p in params}), sheet)
+    missing = [a.key for a in question.answers if a.key not in sheet.results]
+    if missing:
+        raise RuntimeError(f"{question.id}: solver produced no value for {', '.join(missing)}")
+    return params, sheet
+
+
+def make_variant(bank: Bank, catalog: Catalog, code: VariantCode) -> Solution:
+    """Draw (or take the defaults), round, solve. Raises VariantError on bad input."""
+    try:
+        question = bank.get(code.question_id)
+    except KeyError as error:
+        raise VariantError(error.args[0]) from None
+    if code.seed is not None and not 0 <= code.seed <= MAX_SEED:
+        raise VariantError(f"seed must be between 0 and {MAX_SEED}")
+    overrides = {}
+    for name, text in code.overrides:
+        try:
+            spec = question.parameter(name)
+        except KeyError:
+            names = ", ".join(p.name for p in question.parameters)
+            raise VariantError(f"{question.id} has no parameter '{name}' (it has: {names})") from None
+        try:
+            overrides[name] = parse_override(spec, text, catalog)
+        except ParameterError as error:
+            raise VariantError(str(error)) from None
+    rng = np.random.default_rng(code.seed) if code.seed is not None else None
+    last_reason = ""
+    for _ in range(MAX_REDRAWS if rng is not None else 1):
+        raw = draw_values(question, rng) if rng is not None else default_values(question)
+        raw.update(overrides)
+        try:
+            params, sheet = _solve(question, raw, catalog)
+        except Reject as reason:
+            last_reason = str(reason)
+            continue
+        except ParameterError as error:
+            raise VariantError(str(error)) from None
+        expected = {a.key: sheet.results[a.key] for a in question.answers}
+        return Solution(question, code, params, render_prompt(question, params), sheet, expected)
+    raise VariantError(f"{code}: no valid variant ({last_reason})")

@@ -1,0 +1,138 @@
+"""Grade one answer against its key: correct / close / wrong, relative error, slip.
+
+A slip is a classic mistake recognised from the ratio of the given value to the
+expected one (x2 for FLOPs per MAC or K and V, x8 for bits vs bytes, 1.024^k for GB vs
+GiB, 10^3 for a prefix, plus factors the solver names, such as the layer count).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from solvers.parse import ParseError, parse_quantity
+from solvers.units import dim_name, format_quantity, parse_unit
+
+CORRECT, CLOSE, WRONG, UNPARSED, MISMATCH = "correct", "close", "wrong", "unparsed", "unit mismatch"
+
+
+@dataclass(frozen=True)
+class AnswerSpec:
+    """How one answer is asked and compared (from the question file)."""
+
+    key: str
+    label: str
+    unit: str = ""
+    rel: float | None = None  # relative tolerance
+    log: float | None = None  # tolerance in decades (0.3 ~ a factor of 2)
+    choice: tuple[str, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return "choice" if self.choice else "log" if self.log is not None else "rel"
+
+    @property
+    def tolerance(self) -> float:
+        if self.kind == "log":
+            return self.log  # type: ignore[return-value]
+        return self.rel if self.rel is not None else 0.02
+
+
+@dataclass(frozen=True)
+class Grade:
+    key: str
+    verdict: str
+    given: str
+    expected: str
+    error: float | None = None  # relative error (or decades, for log answers)
+    slip: str | None = None
+    message: str | None = None
+
+    @property
+    def correct(self) -> bool:
+        return self.verdict == CORRECT
+
+
+@dataclass(frozen=True)
+class Slip:
+    label: str
+    factor: float
+
+
+GENERIC_SLIPS: tuple[Slip, ...] = (
+    Slip("x2: counted a multiply-add as 1 FLOP, or K and V once", 0.5),
+    Slip("x2: one factor of 2 too many (FLOPs per MAC, K and V)", 2.0),
+    Slip("x8: bits and bytes mixed up", 8.0),
+    Slip("/8: bits and bytes mixed up", 1 / 8),
+    *(Slip(f"GB vs GiB (1.024^{k})", 1.024**k) for k in range(1, 5)),
+    *(Slip(f"GiB vs GB (1.024^-{k})", 1.024**-k) for k in range(1, 5)),
+    Slip("x1000: a prefix off by one step (k/M/G/T)", 1e3),
+    Slip("/1000: a prefix off by one step (k/M/G/T)", 1e-3),
+    Slip("x10^6: a prefix off by two steps", 1e6),
+    Slip("/10^6: a prefix off by two steps", 1e-6),
+)
+
+
+def diagnose(ratio: float, slips: tuple[Slip, ...] | list[Slip], tol: float = 0.005) -> str | None:
+    """Name the slip whose factor is closest to `ratio`, within `tol` relative."""
+    if ratio <= 0 or not math.isfinite(ratio):
+        return None
+    best = min(slips, key=lambda s: abs(math.log(ratio / s.factor)), default=None)
+    if best is not None and abs(ratio / best.factor - 1) <= tol:
+        return best.label
+    return None
+
+
+def _match_choice(text: str, choices: tuple[str, ...]) -> str | None:
+    wanted = text.strip().lower()
+    if not wanted:
+        return None
+    exact = [c for c in choices if c.lower() == wanted]
+    if exact:
+        return exact[0]
+    prefixed = [c for c in choices if c.lower().startswith(wanted)]
+    return prefixed[0] if len(prefixed) == 1 else None
+
+
+def grade_answer(spec: AnswerSpec, text: str, expected: float | str, slips: list[Slip] | None = None) -> Grade:
+    if spec.kind == "choice":
+        return _grade_choice(spec, text, str(expected))
+    return _grade_number(spec, text, float(expected), slips or [])
+
+
+def _grade_choice(spec: AnswerSpec, text: str, expected: str) -> Grade:
+    picked = _match_choice(text, spec.choice)
+    if picked is None:
+        options = ", ".join(spec.choice)
+        return Grade(spec.key, UNPARSED, text, expected, message=f"pick one of: {options}")
+    verdict = CORRECT if picked == expected else WRONG
+    return Grade(spec.key, verdict, picked, expected)
+
+
+def _grade_number(spec: AnswerSpec, text: str, expected: float, slips: list[Slip]) -> Grade:
+    shown_expected = format_quantity(expected, spec.unit)
+    try:
+        quantity = parse_quantity(text)
+    except ParseError as error:
+        return Grade(spec.key, UNPARSED, text, shown_expected, message=str(error))
+    unit = parse_unit(spec.unit)
+    if quantity.unit is None:
+        given = unit.to_base(quantity.value)
+    elif quantity.unit.dim != unit.dim:
+        message = f"'{quantity.unit.text}' is {dim_name(quantity.unit.dim)}; this answer is {dim_name(unit.dim)}"
+        return Grade(spec.key, MISMATCH, text.strip(), shown_expected, message=message)
+    else:
+        given = quantity.value
+    given_text = format_quantity(given, spec.unit)
+    if expected == 0:
+        verdict = CORRECT if given == 0 else WRONG
+        return Grade(spec.key, verdict, given_text, shown_expected)
+    ratio = given / expected
+    if spec.kind == "log":
+        error = abs(math.log10(ratio)) if ratio > 0 else math.inf
+        verdict = CORRECT if error <= spec.tolerance else CLOSE if error <= 2 * spec.tolerance else WRONG
+    else:
+        error = abs(ratio - 1)
+        verdict = CORRECT if error <= spec.tolerance else CLOSE if error <= 3 * spec.tolerance else WRONG
+    near = max(0.01, min(spec.tolerance, 0.05))
+    slip = None if verdict == CORRECT else diagnose(ratio, [*GENERIC_SLIPS, *slips], near)
+    return Grade(spec.key, verdict, given_text, shown_expected, error=error, slip=slip)

@@ -1,0 +1,28 @@
+"""Where the shipped data lives: inside the wheel (solvers/data/) or in the source tree."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PACKAGE = Path(__file__).resolve().parent
+# A wheel carries hardware.yaml, models.yaml and questions/ under solvers/data/;
+# a source checkout (editable install, tests) keeps them at the repository root.
+DATA_ROOT = _PACKAGE / "data" if (_PACKAGE / "data").is_dir() else _PACKAGE.parent
+
+
+def data_file(name: str) -> Path:
+    return DATA_ROOT / name
+
+
+def questions_dir() -> Path:
+    return DATA_ROOT / "questions"
+
+
+def user_config_dir() -> Path:
+    """The user's own hardware.yaml / models.yaml live here (INFRADRILL_CONFIG_DIR overrides)."""
+    override = os.environ.get("INFRADRILL_CONFIG_DIR")
+    if override:
+        return Path(override)
+    from platformdirs import user_config_dir as platform_config_dir
+
+    return Path(platform_config_dir("infradrill"))

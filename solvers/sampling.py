@@ -1,0 +1,130 @@
+"""Draw parameter values: one seeded numpy Generator, rounded before anything is solved."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from solvers.bank import ParamSpec, Question
+from solvers.data import Catalog, Record
+from solvers.generators import GENERATORS
+from solvers.parse import ParseError, parse_quantity
+from solvers.units import format_number, parse_unit
+
+
+class ParameterError(ValueError):
+    """An override or a data reference that cannot be used (one clear line)."""
+
+
+def round_value(spec: ParamSpec, value: float) -> float | int:
+    if spec.sig is not None:
+        value = float(f"{value:.{spec.sig - 1}e}")
+    if spec.step is not None:
+        value = round(value / spec.step) * spec.step
+        # Rounding must not leave the range: fall back to the nearest multiple inside it.
+        if value < spec.low:
+            value += spec.step
+        if value > spec.high:
+            value -= spec.step
+    if spec.kind == "int" or (spec.step is not None and float(spec.step).is_integer()) or float(value).is_integer():
+        return int(round(value))
+    return round(value, 12)
+
+
+def _draw_one(spec: ParamSpec, rng: np.random.Generator, drawn: dict[str, Any]) -> Any:
+    if spec.kind == "fixed":
+        return spec.default
+    if spec.kind == "choice":
+        p = np.asarray(spec.weights, dtype=float) / sum(spec.weights) if spec.weights else None
+        return spec.choices[int(rng.choice(len(spec.choices), p=p))]
+    if spec.kind == "generate":
+        args = {k: drawn[v[1:]] if isinstance(v, str) and v.startswith("$") else v for k, v in spec.args}
+        return GENERATORS[spec.generator](rng, **args)
+    if spec.kind == "int":
+        value = float(rng.integers(int(spec.low), int(spec.high) + 1))
+    elif spec.kind == "uniform":
+        value = rng.uniform(spec.low, spec.high)
+    else:
+        value = math.exp(rng.uniform(math.log(spec.low), math.log(spec.high)))
+    return round_value(spec, value)
+
+
+def draw_values(question: Question, rng: np.random.Generator) -> dict[str, Any]:
+    drawn: dict[str, Any] = {}
+    for spec in question.parameters:
+        drawn[spec.name] = _draw_one(spec, rng, drawn)
+    return drawn
+
+
+def default_values(question: Question) -> dict[str, Any]:
+    return {spec.name: spec.default for spec in question.parameters}
+
+
+def parse_override(spec: ParamSpec, text: str, catalog: Catalog) -> Any:
+    """The value of `--set name=text` for this parameter, or ParameterError."""
+    if spec.kind == "choice":
+        if spec.source:
+            if text in catalog.collections.get(spec.source, {}):
+                return text
+            known = ", ".join(catalog.collections.get(spec.source, {}))
+            raise ParameterError(f"{spec.name}: unknown {spec.source[:-1]} '{text}' (known: {known})")
+        for choice in spec.choices:
+            if str(choice) == text:
+                return choice
+        raise ParameterError(f"{spec.name}: expected one of {', '.join(map(str, spec.choices))}")
+    if spec.kind in ("fixed", "generate") and not isinstance(spec.default, (int, float)):
+        raise ParameterError(f"{spec.name}: this parameter cannot be set")
+    try:
+        quantity = parse_quantity(text)
+    except ParseError as error:
+        raise ParameterError(f"{spec.name}: {error}") from None
+    unit = parse_unit(spec.unit)
+    if quantity.unit is None:
+        value = quantity.value
+    elif quantity.unit.dim != unit.dim:
+        raise ParameterError(f"{spec.name}: '{quantity.unit.text}' does not fit this parameter's unit '{spec.unit}'")
+    else:
+        value = unit.from_base(quantity.value)
+    if not math.isfinite(value) or value <= 0:
+        raise ParameterError(f"{spec.name}: must be a positive number")
+    return int(value) if spec.kind == "int" or float(value).is_integer() else value
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a variant, as shown and as the solver sees it."""
+
+    name: str
+    label: str
+    raw: Any  # the drawn value (a data key, a number in its display unit, a list)
+    shown: str  # what the prompt and parameter table show
+    value: Any  # what the solver gets: a Record, a number in base units, a list
+
+
+def resolve(question: Question, raw: dict[str, Any], catalog: Catalog) -> list[Param]:
+    params = []
+    for spec in question.parameters:
+        value = raw[spec.name]
+        if spec.source:
+            try:
+                record = catalog.get(spec.source, value)
+            except KeyError:
+                raise ParameterError(f"{spec.name}: '{value}' is not in {spec.source}") from None
+            params.append(Param(spec.name, spec.label or spec.name, value, record.name, Record(record, id=value)))
+            continue
+        if isinstance(value, list):
+            shown = ", ".join(format_number(v) for v in value)
+            params.append(Param(spec.name, spec.label or spec.name, value, shown, list(value)))
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if spec.unit == "%":
+                shown, base = f"{format_number(value)}%", value / 100
+            else:
+                shown = f"{format_number(value)} {spec.unit}".rstrip()
+                base = parse_unit(spec.unit).to_base(value) if spec.unit else value
+            params.append(Param(spec.name, spec.label or spec.name, value, shown, base))
+            continue
+        params.append(Param(spec.name, spec.label or spec.name, value, str(value), value))
+    return params

@@ -1,0 +1,162 @@
+"""Units: parse a unit string into (scale to base units, dimension) and format values.
+
+Base units are bytes, FLOP, seconds, watts and dollars. Counts (tokens, GPUs,
+requests...) are dimensionless, so "6,200 GPUs" and "6200" mean the same thing.
+Nothing here evaluates text: units are looked up in fixed tables.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+# Exponents over (byte, flop, second, watt, dollar).
+Dim = tuple[int, int, int, int, int]
+DIMENSIONLESS: Dim = (0, 0, 0, 0, 0)
+_BYTE: Dim = (1, 0, 0, 0, 0)
+_FLOP: Dim = (0, 1, 0, 0, 0)
+_SECOND: Dim = (0, 0, 1, 0, 0)
+_WATT: Dim = (0, 0, 0, 1, 0)
+_DOLLAR: Dim = (0, 0, 0, 0, 1)
+
+_ATOMS: dict[str, tuple[float, Dim]] = {}
+
+
+def _atom(names: str, scale: float, dim: Dim) -> None:
+    for name in names.split():
+        _ATOMS[name] = (scale, dim)
+
+
+_atom("B byte bytes", 1.0, _BYTE)
+_atom("b bit bits", 1 / 8, _BYTE)
+_atom("FLOP FLOPs flop flops", 1.0, _FLOP)
+_atom("s sec secs second seconds", 1.0, _SECOND)
+_atom("min mins minute minutes", 60.0, _SECOND)
+_atom("h hr hrs hour hours", 3600.0, _SECOND)
+_atom("day days", 86400.0, _SECOND)
+_atom("W watt watts", 1.0, _WATT)
+_atom("$ USD usd", 1.0, _DOLLAR)
+_atom("% percent", 0.01, DIMENSIONLESS)
+_atom("x ×", 1.0, DIMENSIONLESS)
+# Count nouns: dimensionless, accepted so that people can type what they count.
+_atom(
+    "token tokens tok request requests req user users seq seqs sequence sequences "
+    "GPU GPUs gpu gpus node nodes param params parameter parameters block blocks "
+    "step steps expert experts switch switches pod pods interruption interruptions "
+    "slot slots layer layers restart restarts",
+    1.0,
+    DIMENSIONLESS,
+)
+# Rates people write as one word: "TFLOPS", "Gbps", "GBps".
+_atom("FLOPS", 1.0, (0, 1, -1, 0, 0))
+_atom("bps", 1 / 8, (1, 0, -1, 0, 0))
+_atom("Bps", 1.0, (1, 0, -1, 0, 0))
+
+_SI = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+       "m": 1e-3, "u": 1e-6, "µ": 1e-6, "μ": 1e-6, "n": 1e-9}
+_IEC = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
+# Prefixes may stand alone on a number: "6.2k", "1.5M tokens", "3 bn".
+_BARE = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "bn": 1e9}
+# Prefixes that only make sense before these atoms (avoid reading "min" as milli-"in").
+_PREFIXABLE = {"B", "b", "FLOP", "FLOPs", "flop", "flops", "FLOPS", "bps", "Bps", "s", "W",
+               "bit", "bits", "byte", "bytes"}
+
+
+class UnitError(ValueError):
+    """A unit string that is not in the tables."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    text: str
+    scale: float  # multiply a value in this unit by scale to get base units
+    dim: Dim
+
+    def to_base(self, value: float) -> float:
+        return value * self.scale
+
+    def from_base(self, value: float) -> float:
+        return value / self.scale
+
+
+def _parse_atom(token: str) -> tuple[float, Dim]:
+    if token in _ATOMS:
+        return _ATOMS[token]
+    if token in _BARE:
+        return _BARE[token], DIMENSIONLESS
+    for prefixes in (_IEC, _SI):
+        for prefix, factor in prefixes.items():
+            rest = token[len(prefix):]
+            if token.startswith(prefix) and rest in _PREFIXABLE:
+                scale, dim = _ATOMS[rest]
+                return factor * scale, dim
+    raise UnitError(f"unknown unit '{token}'")
+
+
+def _combine(dim_a: Dim, dim_b: Dim, sign: int) -> Dim:
+    return tuple(a + sign * b for a, b in zip(dim_a, dim_b))  # type: ignore[return-value]
+
+
+_SEPARATORS = re.compile(r"\s*(?:/|\bper\b)\s*")
+_PRODUCT = re.compile(r"\s*[·*\-]\s*|\s+")
+
+
+def parse_unit(text: str) -> Unit:
+    """Parse 'GiB', 'TFLOP/s', 'FLOP/B', 'tokens/s', 'GPU-days', 'Gb/s', '%' ..."""
+    raw = text.strip()
+    if raw == "":
+        return Unit("", 1.0, DIMENSIONLESS)
+    parts = _SEPARATORS.split(raw)
+    scale, dim = 1.0, DIMENSIONLESS
+    for index, part in enumerate(parts):
+        tokens = [t for t in _PRODUCT.split(part) if t]
+        if not tokens:
+            raise UnitError(f"malformed unit '{raw}'")
+        for token in tokens:
+            s, d = _parse_atom(token)
+            if index == 0:
+                scale, dim = scale * s, _combine(dim, d, +1)
+            else:
+                scale, dim = scale / s, _combine(dim, d, -1)
+    return Unit(raw, scale, dim)
+
+
+def dim_name(dim: Dim) -> str:
+    names = ("bytes", "FLOP", "time", "power", "money")
+    num = [n if e == 1 else f"{n}^{e}" for n, e in zip(names, dim) if e > 0]
+    den = [n if e == -1 else f"{n}^{-e}" for n, e in zip(names, dim) if e < 0]
+    if not num and not den:
+        return "a plain number"
+    text = "·".join(num) or "1"
+    return text + ("/" + "·".join(den) if den else "")
+
+
+def format_number(value: float, sig: int = 4) -> str:
+    """A number as a person reads it: '327,680', '42.12', '0.0421', '2.4×10^25'.
+
+    The text always parses back (parse.parse_quantity) to the value within `sig` figures.
+    """
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
+    magnitude = abs(value)
+    if 1e-3 <= magnitude < 1e7:
+        exponent = math.floor(math.log10(magnitude))
+        decimals = max(sig - 1 - exponent, 0)
+        rounded = round(value, decimals)
+        if abs(rounded) >= 10 ** (exponent + 1) and decimals > 0:
+            decimals -= 1
+        text = f"{rounded:,.{decimals}f}"
+        if "." in text:
+            text = text.rstrip("0").rstrip(".")
+        return text
+    mantissa, exponent = f"{value:.{sig - 1}e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}×10^{int(exponent)}"
+
+
+def format_quantity(value_base: float, unit: str, sig: int = 4) -> str:
+    """Format a value held in base units in the display unit `unit`."""
+    if unit == "%":
+        return f"{format_number(value_base * 100, sig)}%"
+    shown = parse_unit(unit).from_base(value_base)
+    return f"{format_number(shown, sig)} {unit}".rstrip()

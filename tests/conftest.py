@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import pytest
+
+from solvers.bank import load_bank
+from solvers.data import load_catalog
+from solvers.engine import VariantCode, make_variant
+
+
+@pytest.fixture(scope="session")
+def bank():
+    return load_bank()
+
+
+@pytest.fixture(scope="session")
+def catalog(tmp_path_factory):
+    # An empty user config dir: the tests see the shipped data only.
+    return load_catalog(user_dir=tmp_path_factory.mktemp("config"))
+
+
+@pytest.fixture(scope="session")
+def variant(bank, catalog):
+    def make(code: str):
+        return make_variant(bank, catalog, VariantCode.parse(code))
+
+    return make

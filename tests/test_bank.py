@@ -1,0 +1,78 @@
+"""Bank-wide checks: every question x 50 seeds, graded through the same parser as users."""
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+
+from solvers.bank import load_bank
+from solvers.engine import VariantCode, make_variant, solver_function
+from solvers.grade import CORRECT
+from solvers.units import format_quantity
+
+SEEDS = range(50)
+BANK = load_bank()
+IDS = sorted(BANK.questions)
+
+
+def test_bank_loads_cleanly(bank):
+    assert bank.problems == []
+    assert len(bank.questions) >= 8
+
+
+@pytest.mark.parametrize("qid", IDS)
+def test_solver_resolves_and_default_variant_solves(bank, catalog, qid):
+    question = bank.get(qid)
+    assert callable(solver_function(question))
+    solution = make_variant(bank, catalog, VariantCode(qid, None))
+    assert solution.sheet.regime is not None, "every solution ends with a regime analysis"
+    assert solution.sheet.assumptions, "every solution states its assumptions"
+    assert question.hints and question.references
+    assert sum(1 for a in question.answers if not a.choice) >= 2, "at least two numeric answers"
+    assert "{" not in solution.prompt
+
+
+def _typed(spec, value):
+    """The expected answer as a person would type it, in the answer's unit."""
+    if spec.choice:
+        return value
+    return format_quantity(value, spec.unit, sig=6)
+
+
+@pytest.mark.parametrize("qid", IDS)
+def test_fifty_seeds(bank, catalog, qid):
+    question = bank.get(qid)
+    regimes = Counter()
+    for seed in SEEDS:
+        solution = make_variant(bank, catalog, VariantCode(qid, seed))
+        assert set(solution.expected) == {a.key for a in question.answers}
+        for spec in question.answers:
+            expected = solution.expected[spec.key]
+            if spec.choice:
+                assert expected in spec.choice, f"{qid}@{seed}: {spec.key}={expected!r} is not a choice"
+                continue
+            assert math.isfinite(expected), f"{qid}@{seed}: {spec.key} is not finite"
+        for step in solution.sheet.steps:
+            assert math.isfinite(step.value)
+        typed = {a.key: _typed(a, solution.expected[a.key]) for a in question.answers}
+        grades = solution.grade(typed)
+        assert all(g.verdict == CORRECT for g in grades), (qid, seed, [(g.key, g.given, g.expected, g.verdict) for g in grades])
+        doubled = {a.key: format_quantity(2 * solution.expected[a.key], a.unit, 6) for a in question.answers
+                   if not a.choice and a.kind == "rel" and solution.expected[a.key] != 0}
+        for grade in solution.grade(doubled):
+            if grade.key in doubled:
+                assert grade.verdict != CORRECT, f"{qid}@{seed}: x2 graded correct for {grade.key}"
+        regimes[solution.sheet.regime.name] += 1
+    for side in question.regime_sides:
+        assert regimes[side] >= 0.1 * len(SEEDS), f"{qid}: side '{side}' reached {regimes[side]}/{len(SEEDS)}"
+
+
+@pytest.mark.parametrize("qid", IDS)
+def test_variant_code_reproduces(bank, catalog, qid):
+    first = make_variant(bank, catalog, VariantCode.parse(f"{qid}@1234"))
+    again = make_variant(bank, catalog, VariantCode.parse(str(first.code)))
+    assert [p.raw for p in first.params] == [p.raw for p in again.params]
+    assert first.expected == again.expected
+    other = make_variant(bank, catalog, VariantCode(qid, 4321))
+    assert [p.raw for p in other.params] != [p.raw for p in first.params]
