@@ -92,7 +92,20 @@ def render_prompt(question: Question, params: list[Param]) -> str:
             return str(param.value[match.group(2)])
         return param.shown
 
-    return PLACEHOLDER.sub(substitute, question.prompt).strip()
+    return _reflow(PLACEHOLDER.sub(substitute, question.prompt).strip())
+
+
+def _reflow(text: str) -> str:
+    """Join the hard-wrapped lines of each paragraph so the terminal can wrap them;
+    list items and indented lines keep their own line."""
+    out: list[str] = []
+    for line in text.splitlines():
+        joinable = out and out[-1] and line.strip() and not line.startswith((" ", "-", "*", "|"))
+        if joinable:
+            out[-1] = f"{out[-1]} {line.strip()}"
+        else:
+            out.append(line.rstrip())
+    return "\n".join(out)
 
 
 def _solve(question: Question, raw: dict[str, Any], catalog: Catalog) -> tuple[list[Param], Sheet]:

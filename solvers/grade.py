@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from solvers.parse import ParseError, parse_quantity
-from solvers.units import dim_name, format_quantity, parse_unit
+from solvers.units import dim_name, format_quantity, is_multiplier, parse_unit
 
 CORRECT, CLOSE, WRONG, UNPARSED, MISMATCH = "correct", "close", "wrong", "unparsed", "unit mismatch"
 
@@ -63,8 +63,8 @@ GENERIC_SLIPS: tuple[Slip, ...] = (
     Slip("x2: one factor of 2 too many (FLOPs per MAC, K and V)", 2.0),
     Slip("x8: bits and bytes mixed up", 8.0),
     Slip("/8: bits and bytes mixed up", 1 / 8),
-    *(Slip(f"GB vs GiB (1.024^{k})", 1.024**k) for k in range(1, 5)),
-    *(Slip(f"GiB vs GB (1.024^-{k})", 1.024**-k) for k in range(1, 5)),
+    *(Slip(f"GB and GiB mixed up (1.024^{k})", 1.024**k) for k in range(1, 5)),
+    *(Slip(f"GB and GiB mixed up (1.024^-{k})", 1.024**-k) for k in range(1, 5)),
     Slip("x1000: a prefix off by one step (k/M/G/T)", 1e3),
     Slip("/1000: a prefix off by one step (k/M/G/T)", 1e-3),
     Slip("x10^6: a prefix off by two steps", 1e6),
@@ -82,7 +82,7 @@ def diagnose(ratio: float, slips: tuple[Slip, ...] | list[Slip], tol: float = 0.
     return None
 
 
-def _match_choice(text: str, choices: tuple[str, ...]) -> str | None:
+def match_choice(text: str, choices: tuple[str, ...]) -> str | None:
     wanted = text.strip().lower()
     if not wanted:
         return None
@@ -93,6 +93,12 @@ def _match_choice(text: str, choices: tuple[str, ...]) -> str | None:
     return prefixed[0] if len(prefixed) == 1 else None
 
 
+def _log_distance(value: float, expected: float) -> float:
+    if value > 0 and expected > 0:
+        return abs(math.log(value / expected))
+    return 0.0 if value == expected else math.inf
+
+
 def grade_answer(spec: AnswerSpec, text: str, expected: float | str, slips: list[Slip] | None = None) -> Grade:
     if spec.kind == "choice":
         return _grade_choice(spec, text, str(expected))
@@ -100,7 +106,7 @@ def grade_answer(spec: AnswerSpec, text: str, expected: float | str, slips: list
 
 
 def _grade_choice(spec: AnswerSpec, text: str, expected: str) -> Grade:
-    picked = _match_choice(text, spec.choice)
+    picked = match_choice(text, spec.choice)
     if picked is None:
         options = ", ".join(spec.choice)
         return Grade(spec.key, UNPARSED, text, expected, message=f"pick one of: {options}")
@@ -108,20 +114,40 @@ def _grade_choice(spec: AnswerSpec, text: str, expected: str) -> Grade:
     return Grade(spec.key, verdict, picked, expected)
 
 
+class UnitMismatch(ValueError):
+    """A value whose unit measures something else (seconds typed for bytes)."""
+
+
+def read_number(spec: AnswerSpec, text: str, expected: float | None = None) -> float:
+    """What the user typed for a numeric answer, in base units.
+
+    A bare number is read in the answer's unit, unless it only makes sense in base units
+    (4.5e12 typed for "TFLOP", 0.4 for "%"): given the key, the nearer reading wins.
+    A bare multiplier ("4.5T") scales the answer's base unit.
+    Raises ParseError or UnitMismatch.
+    """
+    quantity = parse_quantity(text)
+    unit = parse_unit(spec.unit)
+    if quantity.unit is None:
+        readings = [unit.to_base(quantity.value), quantity.value]
+        if expected is None:
+            return readings[0]
+        return min(readings, key=lambda v: _log_distance(v, expected))
+    if is_multiplier(quantity.unit.text):
+        return quantity.value
+    if quantity.unit.dim != unit.dim:
+        raise UnitMismatch(f"'{quantity.unit.text}' is {dim_name(quantity.unit.dim)}; this answer is {dim_name(unit.dim)}")
+    return quantity.value
+
+
 def _grade_number(spec: AnswerSpec, text: str, expected: float, slips: list[Slip]) -> Grade:
     shown_expected = format_quantity(expected, spec.unit)
     try:
-        quantity = parse_quantity(text)
+        given = read_number(spec, text, expected)
     except ParseError as error:
         return Grade(spec.key, UNPARSED, text, shown_expected, message=str(error))
-    unit = parse_unit(spec.unit)
-    if quantity.unit is None:
-        given = unit.to_base(quantity.value)
-    elif quantity.unit.dim != unit.dim:
-        message = f"'{quantity.unit.text}' is {dim_name(quantity.unit.dim)}; this answer is {dim_name(unit.dim)}"
-        return Grade(spec.key, MISMATCH, text.strip(), shown_expected, message=message)
-    else:
-        given = quantity.value
+    except UnitMismatch as error:
+        return Grade(spec.key, MISMATCH, text.strip(), shown_expected, message=str(error))
     given_text = format_quantity(given, spec.unit)
     if expected == 0:
         verdict = CORRECT if given == 0 else WRONG

@@ -62,6 +62,11 @@ _PREFIXABLE = {"B", "b", "FLOP", "FLOPs", "flop", "flops", "FLOPS", "bps", "Bps"
                "bit", "bits", "byte", "bytes"}
 
 
+def is_multiplier(text: str) -> bool:
+    """'k', 'M', 'bn'...: a magnitude on a number, not a unit ("4.5T" FLOP, "6.2k" GPUs)."""
+    return text.strip() in _BARE
+
+
 class UnitError(ValueError):
     """A unit string that is not in the tables."""
 

@@ -1,0 +1,137 @@
+"""The infradrill Textual application: screens, commands and the workers that call the engine.
+
+Nothing here computes an answer: variants are made by solvers.engine in thread workers
+(sympy is imported there, after first paint) and the screens only render them.
+"""
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+from textual.command import Hit, Hits, Provider
+
+from tui.screens.browse import BrowseScreen
+from tui.screens.dialogs import CodeScreen, HelpScreen
+from tui.screens.home import HomeScreen
+from tui.screens.question import QuestionScreen
+from tui.screens.solution import SolutionScreen
+from tui.service import Drill, warm_up
+
+if TYPE_CHECKING:
+    from solvers.engine import Solution
+
+
+class QuestionCommands(Provider):
+    """Command palette: find a question by id, title, group or topic."""
+
+    async def search(self, query: str) -> Hits:
+        app = self.app
+        if not isinstance(app, InfradrillApp) or app.drill is None:
+            return
+        matcher = self.matcher(query)
+        for question in app.drill.questions():
+            text = f"{question.id} — {question.title} ({question.group}, {question.topic})"
+            score = matcher.match(text)
+            if score > 0:
+                yield Hit(score, matcher.highlight(text), partial(app.open_question, question.id),
+                          help="open a fresh variant")
+
+
+class InfradrillApp(App):
+    TITLE = "infradrill"
+    CSS_PATH = Path(__file__).with_name("app.tcss")
+    COMMANDS = App.COMMANDS | {QuestionCommands}
+    BINDINGS = [
+        Binding("f1", "help", "Help"),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drill: Drill | None = None
+
+    def on_mount(self) -> None:
+        self.push_screen(HomeScreen())
+        self._load()
+
+    @work(thread=True, exclusive=True, group="load")
+    def _load(self) -> None:
+        drill = Drill.load()
+        self.call_from_thread(self._loaded, drill)
+        warm_up()
+
+    def _loaded(self, drill: Drill) -> None:
+        self.drill = drill
+        if isinstance(self.screen, HomeScreen):
+            self.screen.show_bank(len(drill.bank.questions), drill.problems)
+        for problem in drill.problems:
+            self.notify(problem, title="Not loaded", severity="warning", timeout=15)
+
+    def _bank_ready(self) -> Drill | None:
+        if self.drill is None:
+            self.notify("Still loading the bank…")
+        return self.drill
+
+    # Actions bound on the screens ------------------------------------------------------
+    def action_browse(self) -> None:
+        if (drill := self._bank_ready()) is not None:
+            self.push_screen(BrowseScreen(drill.questions()))
+
+    def action_random_question(self) -> None:
+        if (drill := self._bank_ready()) is not None and drill.bank.questions:
+            self.open_question(drill.rng.choice(sorted(drill.bank.questions)))
+
+    def action_enter_code(self) -> None:
+        def opened(code: str | None) -> None:
+            if code:
+                self._make_variant(lambda drill: drill.variant_from_code(code), replace=False)
+
+        self.push_screen(CodeScreen(), opened)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    # Flow between screens ----------------------------------------------------------------
+    def open_question(self, question_id: str, default: bool = False, replace: bool = False) -> None:
+        if self._bank_ready() is None:
+            return
+        self._make_variant(lambda drill: drill.variant(question_id, None if default else drill.new_seed()),
+                           replace=replace)
+
+    @work(thread=True, exclusive=True, group="variant")
+    def _make_variant(self, make, replace: bool) -> None:
+        from solvers.engine import VariantError
+
+        try:
+            solution = make(self.drill)
+        except VariantError as error:
+            self.call_from_thread(self.notify, str(error), title="Cannot open", severity="error")
+            return
+        except Exception as error:  # a solver bug must not take the app down
+            self.call_from_thread(self.notify, f"{type(error).__name__}: {error}", title="Solver failed",
+                                  severity="error", timeout=15)
+            return
+        self.call_from_thread(self._show_question, solution, replace)
+
+    def _show_question(self, solution: "Solution", replace: bool) -> None:
+        screen = QuestionScreen(solution)
+        if replace:
+            self.switch_screen(screen)
+        else:
+            self.push_screen(screen)
+
+    def show_solution(self, solution: "Solution", answers: dict[str, str], elapsed: float, hints_used: int) -> None:
+        grades = solution.grade(answers)
+        self.switch_screen(SolutionScreen(solution, answers, grades, elapsed, hints_used))
+
+    def reopen(self, solution: "Solution") -> None:
+        self.switch_screen(QuestionScreen(solution))
+
+
+def run() -> int:
+    InfradrillApp().run()
+    return 0

@@ -1,0 +1,66 @@
+"""Rich renderables for a solved variant: grade table, derivation steps, regime panel."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from solvers.grade import CLOSE, CORRECT, Grade
+from solvers.report import grade_rows
+
+if TYPE_CHECKING:
+    from solvers.derivation import Step
+    from solvers.engine import Solution
+
+VERDICT_STYLE = {CORRECT: "bold green", CLOSE: "bold yellow"}
+
+
+def grade_table(solution: Solution, grades: list[Grade]) -> Table:
+    table = Table(expand=True, show_edge=False, pad_edge=False)
+    for column, kwargs in (("answer", {"ratio": 3}), ("yours", {"ratio": 2}), ("expected", {"ratio": 2}),
+                           ("err", {"no_wrap": True}), ("verdict", {"no_wrap": True})):
+        table.add_column(column, **kwargs)
+    for label, yours, expected, error, verdict, note in grade_rows(solution, grades):
+        style = VERDICT_STYLE.get(verdict, "bold red")
+        table.add_row(label, yours, expected, error, Text(verdict, style=style))
+        if note:
+            table.add_row("", Text(f"↳ {note}", style="italic"), "", "", "")
+    return table
+
+
+def step_renderable(number: int, step: Step) -> Group:
+    lines = [
+        Text.assemble((f"{number}. {step.title}", "bold")),
+        Text.assemble("   ", (f"{step.symbol} = {step.formula}", "cyan")),
+        Text(f"     = {step.substituted}"),
+        Text.assemble("     = ", (step.result, "bold green")),
+    ]
+    if step.why:
+        lines.append(Text(f"   {step.why}", style="dim italic"))
+    return Group(*lines)
+
+
+def regime_panel(solution: Solution) -> Panel:
+    regime = solution.sheet.regime
+    body = Group(
+        Text(regime.summary),
+        Text(""),
+        Text.assemble(("Boundary  ", "bold"), (f"{regime.boundary.symbol} = {regime.boundary.formula}", "cyan"),
+                      f" = {regime.boundary.result}"),
+        Text.assemble(("Variant   ", "bold"), f"{regime.position.symbol} = {regime.position.result}  ",
+                      (regime.margin_text, "bold")),
+        Text(""),
+        Text.assemble(("Other side  ", "bold"), regime.other_side),
+    )
+    return Panel(body, title=f"Regime: {regime.name}", title_align="left", border_style="magenta")
+
+
+def notes(solution: Solution) -> Group:
+    lines = [Text("Assumptions", style="bold")]
+    lines += [Text(f" • {a}") for a in solution.sheet.assumptions]
+    lines += [Text(""), Text("References", style="bold")]
+    lines += [Text(f" • {r}") for r in solution.question.references]
+    return Group(*lines)

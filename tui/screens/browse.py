@@ -1,0 +1,44 @@
+"""Browse the bank: a table of questions; Enter opens a fresh variant, d the default one."""
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header
+
+from solvers.bank import Question
+
+
+class BrowseScreen(Screen):
+    BINDINGS = [
+        Binding("enter", "open", "Open (new variant)", priority=True),
+        Binding("d", "open_default", "Default variant"),
+        Binding("escape", "app.pop_screen", "Back"),
+    ]
+
+    def __init__(self, questions: list[Question]) -> None:
+        super().__init__()
+        self.questions = questions
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        table = DataTable(cursor_type="row", zebra_stripes=True, id="bank")
+        table.add_columns("group", "id", "topic", "title")
+        for q in self.questions:
+            table.add_row(q.group, q.id, q.topic, q.title, key=q.id)
+        yield table
+        yield Footer()
+
+    def _selected(self) -> str | None:
+        table = self.query_one(DataTable)
+        if table.row_count == 0:
+            return None
+        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+
+    def action_open(self) -> None:
+        if (qid := self._selected()) is not None:
+            self.app.open_question(qid)
+
+    def action_open_default(self) -> None:
+        if (qid := self._selected()) is not None:
+            self.app.open_question(qid, default=True)

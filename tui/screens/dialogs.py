@@ -1,0 +1,56 @@
+"""Small modal screens: enter a variant code, the help page."""
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, Static
+
+HELP = """\
+[b]Everywhere[/b]
+  ctrl+p   command palette: find a question by id, title or topic
+  F1       this help          ctrl+q  quit
+
+[b]Home[/b]
+  b  browse the bank   r  random question   v  enter a variant code   q  quit
+
+[b]Browse[/b]
+  ↑/↓  move   enter  open a fresh variant   d  open the default variant   esc  back
+
+[b]Question[/b] (printable keys go to the answer boxes)
+  tab / enter   next answer (enter on the last one submits)
+  ctrl+s  submit        ctrl+t  show a hint      ctrl+n  new variant
+  esc     back
+
+[b]Solution[/b]
+  ↑/↓ pgup/pgdn  scroll   n  new variant   a  answer the same variant again   esc  back
+
+[b]Answers[/b]
+  Numbers with units, as you would write them: 320 GiB, 343.6GB, 3.4e11, 40%,
+  1.2 ms, 6,200, 2.4×10^25 (or 2.4e25). A bare number is read in the unit shown
+  beside the answer. Choices: type the start of an option, e.g. "mem".
+  A variant code (like kv-bytes-per-token@4821) reproduces a variant exactly.
+"""
+
+
+class HelpScreen(ModalScreen):
+    BINDINGS = [Binding("escape,f1,q", "dismiss", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box"):
+            yield Static(HELP)
+
+
+class CodeScreen(ModalScreen[str | None]):
+    """Asks for a variant code; dismisses with the text, or None."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="code-box"):
+            yield Label("Variant code (e.g. kv-bytes-per-token@4821), enter to open, esc to cancel:")
+            yield Input(placeholder="question-id@seed", id="code")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)

@@ -1,0 +1,48 @@
+"""Home: what the app offers, one key each."""
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Header, OptionList, Static
+from textual.widgets.option_list import Option
+
+INTRO = (
+    "[b]infradrill[/b] — drill the arithmetic of LLM inference and AI infrastructure.\n"
+    "Each question draws a fresh variant; answer with units, then read the worked solution."
+)
+
+
+class HomeScreen(Screen):
+    BINDINGS = [
+        Binding("b", "app.browse", "Browse"),
+        Binding("r", "app.random_question", "Random"),
+        Binding("v", "app.enter_code", "Variant code"),
+        Binding("f1", "app.help", "Help"),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical(id="home"):
+            yield Static(INTRO, id="intro")
+            yield OptionList(
+                Option("Browse the bank            b", id="browse"),
+                Option("Random question            r", id="random_question"),
+                Option("Enter a variant code       v", id="enter_code"),
+                Option("Help and key bindings      F1", id="help"),
+                Option("Quit                       q", id="quit"),
+                id="menu",
+            )
+            yield Static("Loading the bank…", id="bank-status")
+        yield Footer()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.app.run_action(event.option.id)
+
+    def show_bank(self, count: int, problems: list[str]) -> None:
+        text = f"{count} questions in the bank."
+        if problems:
+            text += f"  [b $warning]{len(problems)} file(s) could not be loaded[/] — see the notice."
+        self.query_one("#bank-status", Static).update(text)

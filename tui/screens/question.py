@@ -1,0 +1,104 @@
+"""Ask one variant: prompt, parameters, one input per answer, a timer, hints on demand."""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from rich.table import Table
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Static
+
+from tui.widgets.answer_field import AnswerField, understood
+
+if TYPE_CHECKING:
+    from solvers.engine import Solution
+
+
+def _params_table(solution: "Solution") -> Table:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for param in solution.params:
+        table.add_row(param.label, param.shown)
+    return table
+
+
+class QuestionScreen(Screen):
+    BINDINGS = [
+        Binding("ctrl+s", "submit", "Submit", priority=True),
+        Binding("ctrl+t", "hint", "Hint", priority=True),
+        Binding("ctrl+n", "new_variant", "New variant", priority=True),
+        Binding("f1", "app.help", "Help"),
+        Binding("escape", "app.pop_screen", "Back"),
+    ]
+
+    def __init__(self, solution: "Solution") -> None:
+        super().__init__()
+        self.solution = solution
+        self.started = time.monotonic()
+        self.hints_shown = 0
+
+    def compose(self) -> ComposeResult:
+        q = self.solution.question
+        yield Header()
+        with Horizontal(id="question-bar"):
+            yield Static(f"[b]{q.title}[/b]  [dim]{q.group} · {q.topic}[/dim]  variant [b]{self.solution.code}[/b]",
+                         id="question-title")
+            yield Static("0:00", id="timer")
+        with VerticalScroll(id="question-body"):
+            yield Static(self.solution.prompt, id="prompt")
+            yield Static(_params_table(self.solution), id="params")
+            for number, spec in enumerate(q.answers, 1):
+                yield AnswerField(spec, number)
+            yield Static("", id="hints")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(1, self._tick)
+        self.query(Input).first().focus(scroll_visible=False)
+
+    def _tick(self) -> None:
+        minutes, seconds = divmod(int(self.elapsed), 60)
+        self.query_one("#timer", Static).update(f"{minutes}:{seconds:02d}")
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        inputs = list(self.query(Input))
+        index = inputs.index(event.input)
+        if index + 1 < len(inputs):
+            inputs[index + 1].focus()
+        else:
+            self.action_submit()
+
+    def answers(self) -> dict[str, str]:
+        return {field.spec.key: field.value for field in self.query(AnswerField)}
+
+    def action_submit(self) -> None:
+        fields = list(self.query(AnswerField))
+        unreadable = [f for f in fields if not understood(f.spec, f.value)[0]]
+        if unreadable:
+            # Nothing is graded until every answer can be read; say which one to fix.
+            unreadable[0].query_one(Input).focus()
+            self.notify(f"Answer {unreadable[0].number} cannot be read: fix it or clear it.", severity="warning")
+            return
+        self.app.show_solution(self.solution, self.answers(), self.elapsed, self.hints_shown)
+
+    def action_hint(self) -> None:
+        hints = self.solution.question.hints
+        if self.hints_shown >= len(hints):
+            self.notify("No more hints for this question.")
+            return
+        self.hints_shown += 1
+        text = "\n".join(f"[b]Hint {i}.[/b] {h}" for i, h in enumerate(hints[: self.hints_shown], 1))
+        hint_box = self.query_one("#hints", Static)
+        hint_box.update(text)
+        hint_box.scroll_visible()
+
+    def action_new_variant(self) -> None:
+        self.app.open_question(self.solution.question.id, replace=True)

@@ -1,0 +1,60 @@
+"""Reveal: the grade table, the derivation step by step, the regime, assumptions, sources."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from solvers.grade import CORRECT, Grade
+from tui.render import grade_table, notes, regime_panel, step_renderable
+
+if TYPE_CHECKING:
+    from solvers.engine import Solution
+
+
+class SolutionScreen(Screen):
+    BINDINGS = [
+        Binding("n", "new_variant", "New variant"),
+        Binding("a", "again", "Answer again"),
+        Binding("f1", "app.help", "Help"),
+        Binding("escape", "app.pop_screen", "Back"),
+    ]
+
+    def __init__(self, solution: "Solution", answers: dict[str, str], grades: list[Grade], elapsed: float,
+                 hints_used: int) -> None:
+        super().__init__()
+        self.solution = solution
+        self.answers = answers
+        self.grades = grades
+        self.elapsed = elapsed
+        self.hints_used = hints_used
+
+    def compose(self) -> ComposeResult:
+        q = self.solution.question
+        right = sum(g.verdict == CORRECT for g in self.grades)
+        minutes, seconds = divmod(int(self.elapsed), 60)
+        yield Header()
+        yield Static(f"[b]{q.title}[/b]   variant [b]{self.solution.code}[/b]   "
+                     f"{right}/{len(self.grades)} correct in {minutes}:{seconds:02d}, hints used {self.hints_used}",
+                     id="solution-title")
+        with VerticalScroll(id="solution-body"):
+            yield Static(grade_table(self.solution, self.grades), id="grades")
+            yield Static("[b]Derivation[/b]", classes="section")
+            for number, step in enumerate(self.solution.sheet.steps, 1):
+                yield Static(step_renderable(number, step), classes="step")
+            yield Static(regime_panel(self.solution), id="regime")
+            yield Static(notes(self.solution), id="notes")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#solution-body").focus()
+
+    def action_new_variant(self) -> None:
+        self.app.open_question(self.solution.question.id, replace=True)
+
+    def action_again(self) -> None:
+        self.app.reopen(self.solution)

@@ -1,0 +1,56 @@
+"""The application's access to the engine: loads the bank once, makes and grades variants.
+
+Imports of solvers.engine (and so sympy) happen inside the methods, off the start-up path.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from solvers.bank import Bank, Question, load_bank
+from solvers.data import Catalog, load_catalog
+
+if TYPE_CHECKING:
+    from solvers.engine import Solution
+
+
+@dataclass
+class Drill:
+    bank: Bank
+    catalog: Catalog
+    rng: random.Random = field(default_factory=random.Random)
+
+    @classmethod
+    def load(cls) -> "Drill":
+        return cls(load_bank(), load_catalog())
+
+    @property
+    def problems(self) -> list[str]:
+        return self.bank.problems + self.catalog.problems
+
+    def questions(self) -> list[Question]:
+        return sorted(self.bank.questions.values(), key=lambda q: (q.group, q.id))
+
+    def new_seed(self) -> int:
+        return self.rng.randint(1, 99_999)
+
+    def variant(self, question_id: str, seed: int | None) -> "Solution":
+        from solvers.engine import VariantCode, make_variant
+
+        return make_variant(self.bank, self.catalog, VariantCode(question_id, seed))
+
+    def variant_from_code(self, text: str) -> "Solution":
+        """Raises VariantError with a readable message for a bad code."""
+        from solvers.engine import VariantCode, make_variant
+
+        return make_variant(self.bank, self.catalog, VariantCode.parse(text))
+
+
+def warm_up() -> None:
+    """Import the engine (sympy) and render one expression, so the first variant is quick."""
+    import sympy
+
+    from solvers import engine  # noqa: F401
+
+    sympy.sstr(sympy.Symbol("x") * 2)
