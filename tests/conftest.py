@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
+
+# The tests never read the developer's own hardware.yaml / models.yaml additions.
+os.environ["INFRADRILL_CONFIG_DIR"] = tempfile.mkdtemp(prefix="infradrill-config-")
 
 from solvers.bank import load_bank
 from solvers.data import load_catalog

@@ -1,0 +1,73 @@
+"""The command line: list, solve, check; bad input gives one line on stderr and exit 2."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tui.cli import main
+
+
+def run_cli(capsys, *argv):
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_list(capsys):
+    code, out, _ = run_cli(capsys, "list", "--json")
+    rows = json.loads(out)
+    assert code == 0 and {"weight-read-intensity", "kv-bytes-per-token"} <= {r["id"] for r in rows}
+
+
+def test_solve_json_shape(capsys):
+    code, out, _ = run_cli(capsys, "solve", "kv-bytes-per-token", "--default", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert data["code"] == "kv-bytes-per-token@default" and data["seed"] is None
+    assert data["parameters"]["context"]["value"] == 8192
+    answers = {a["key"]: a for a in data["answers"]}
+    assert answers["kv_per_token"] == {"key": "kv_per_token", "label": "KV bytes per token", "value": 320.0, "unit": "KiB"}
+    assert data["steps"] and data["regime"]["name"] == "capacity-limited"
+
+
+def test_solve_markdown_and_set(capsys):
+    code, out, _ = run_cli(capsys, "solve", "kv-bytes-per-token", "--seed", "3", "--set", "context=4096", "--markdown")
+    assert code == 0 and out.startswith("# ") and "## Regime" in out and "4,096 tokens" in out
+
+
+def test_check_exit_codes(capsys):
+    right = ["kv_per_token=320 KiB", "kv_per_request=2.5 GiB", "users=162", "regime=capacity"]
+    code, out, _ = run_cli(capsys, "check", "kv-bytes-per-token", "--default", *right)
+    assert code == 0 and out.count("correct") == 4
+    code, out, _ = run_cli(capsys, "check", "kv-bytes-per-token", "--default", "kv_per_token=640 KiB")
+    assert code == 1 and "x2" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("solve", "no-such-id", "--seed", "1"), "unknown question"),
+    (("solve", "kv-bytes-per-token", "--seed", "-4"), "seed must be"),
+    (("solve", "kv-bytes-per-token", "--seed", "x"), "invalid int"),
+    (("solve", "kv-bytes-per-token", "--set", "context"), "NAME=VALUE"),
+    (("solve", "kv-bytes-per-token", "--set", "context=fast"), "context"),
+    (("check", "kv-bytes-per-token", "--default", "nope=1"), "no answer 'nope'"),
+    (("check", "kv-bytes-per-token"), "needs --seed"),
+    (("solve", "kv-bytes-per-token@zz"), "not a variant code"),
+])
+def test_bad_input_one_line_exit_2(capsys, argv, message):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2 and out == ""
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_console_script_runs_from_another_directory(tmp_path):
+    env = dict(os.environ, INFRADRILL_CONFIG_DIR=str(tmp_path))
+    result = subprocess.run([sys.executable, "-m", "tui.cli", "list"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0 and "weight-read-intensity" in result.stdout

@@ -1,0 +1,71 @@
+"""Question-file validation: each broken file names its file, field and line; the rest loads."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from solvers.bank import QuestionError, load_bank, parse_question
+
+GOOD = """\
+id: toy
+title: Toy
+group: F
+topic: memory
+solver: memory.kv_bytes_per_token_question
+prompt: "{n} items"
+parameters:
+  n: {int: [1, 10], default: 3}
+answers:
+  - {key: a, label: A, unit: GB, rel: 0.02}
+"""
+
+
+def parse(text: str):
+    return parse_question(Path("toy.yaml"), text)
+
+
+def test_good_file_parses():
+    question = parse(GOOD)
+    assert question.parameter("n").default == 3
+    assert question.answer("a").unit == "GB"
+
+
+@pytest.mark.parametrize("change, field, line", [
+    (("title: Toy\n", ""), "title", 1),
+    (("n: {int: [1, 10], default: 3}", "n: {int: [1, 10]}"), "parameters.n.default", 8),
+    (("n: {int: [1, 10], default: 3}", "n: {int: [10, 1], default: 3}"), "parameters.n.int", 8),
+    (("n: {int: [1, 10], default: 3}", "n: {int: [1, 10], default: 30}"), "parameters.n.default", 8),
+    (("n: {int: [1, 10], default: 3}", "n: {uniform: [1, 10], default: 3}"), "parameters.n.round", 8),
+    (("n: {int: [1, 10], default: 3}", "n: {spline: [1, 2], default: 1}"), "parameters.n.spline", 8),
+    (("unit: GB", "unit: furlongs"), "answers[0].unit", 10),
+    (("rel: 0.02", "rel: 2"), "answers[0].rel", 10),
+    (('"{n} items"', '"{m} items"'), "prompt", 6),
+    (("id: toy", "id: other"), "id", 1),
+    (("group: F\n", "group: F\ncolour: blue\n"), "colour", 4),
+])
+def test_broken_files_name_field_and_line(change, field, line):
+    old, new = change
+    with pytest.raises(QuestionError) as error:
+        parse(GOOD.replace(old, new))
+    message = str(error.value)
+    assert message.startswith(f"toy.yaml:{line}: {field}:"), message
+
+
+def test_invalid_yaml_names_the_line():
+    with pytest.raises(QuestionError, match=r"toy.yaml:\d+: not valid YAML"):
+        parse(GOOD + "  - {key: b, label: what?, rel: 0.1}\n")
+
+
+def test_yaml_is_loaded_safely():
+    with pytest.raises(QuestionError):
+        parse("!!python/object/apply:os.system ['true']\n")
+
+
+def test_a_broken_file_does_not_stop_the_bank(tmp_path):
+    (tmp_path / "F").mkdir()
+    (tmp_path / "F" / "toy.yaml").write_text(GOOD)
+    (tmp_path / "F" / "broken.yaml").write_text("id: broken\ntitle: [unclosed\n")
+    bank = load_bank(tmp_path)
+    assert list(bank.questions) == ["toy"]
+    assert len(bank.problems) == 1 and "broken.yaml" in bank.problems[0]

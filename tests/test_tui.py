@@ -1,0 +1,111 @@
+"""Functional tests of the app through Textual's Pilot, at 80x24."""
+from __future__ import annotations
+
+import asyncio
+
+from textual.widgets import DataTable, Input
+
+from solvers.report import answer_value
+from solvers.units import format_quantity
+from tui.app import InfradrillApp
+from tui.screens.browse import BrowseScreen
+from tui.screens.question import QuestionScreen
+from tui.screens.solution import SolutionScreen
+
+SIZE = (80, 24)
+
+
+async def wait_for(pilot, predicate, timeout: float = 10.0) -> None:
+    """Workers run in threads: poll until the UI reflects their result."""
+    for _ in range(int(timeout / 0.05)):
+        if predicate():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError("condition not reached")
+
+
+def typed(solution, spec) -> str:
+    if spec.choice:
+        return solution.expected[spec.key]
+    return format_quantity(solution.expected[spec.key], spec.unit, sig=6)
+
+
+async def _answer_default_variant(answers) -> InfradrillApp:
+    app = InfradrillApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.drill is not None)
+        await pilot.press("b")
+        assert isinstance(app.screen, BrowseScreen)
+        table = app.screen.query_one(DataTable)
+        row = [table.get_row_at(i)[1] for i in range(table.row_count)].index("kv-bytes-per-token")
+        table.move_cursor(row=row)
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        solution = app.screen.solution
+        assert str(solution.code) == "kv-bytes-per-token@default"
+        for spec in solution.question.answers:
+            field = app.screen.query_one(f"#answer-{spec.key}", Input)
+            field.focus()
+            await pilot.press(*answers(solution, spec))
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
+        screen = app.screen
+        return screen.grades, len(screen.query(".step")), screen.query_one("#regime").content.title
+
+
+def test_expected_answers_grade_correct_and_steps_show():
+    grades, steps, regime = asyncio.run(_answer_default_variant(lambda s, spec: list(typed(s, spec))))
+    assert [g.verdict for g in grades] == ["correct"] * len(grades)
+    assert steps >= 4
+    assert regime == "Regime: capacity-limited"
+
+
+def test_wrong_answer_is_graded_wrong_with_a_slip():
+    def answers(solution, spec):
+        if spec.key == "kv_per_token":
+            return list(f"{answer_value(solution, spec.key) * 2} KiB")
+        return list(typed(solution, spec))
+
+    grades, _, _ = asyncio.run(_answer_default_variant(answers))
+    by_key = {g.key: g for g in grades}
+    assert by_key["kv_per_token"].verdict == "wrong" and by_key["kv_per_token"].slip.startswith("x2")
+    assert by_key["users"].verdict == "correct"
+
+
+async def _unreadable_answer_is_not_submitted():
+    app = InfradrillApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.drill is not None)
+        app.open_question("weight-read-intensity", default=True)
+        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        await pilot.press(*"12 parsecs")
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, QuestionScreen)
+        note = app.screen.query_one("#field-flops .note")
+        assert "unknown unit" in str(note.render())
+        await pilot.press("ctrl+t")
+        assert app.screen.hints_shown == 1
+
+
+def test_unreadable_answer_is_not_submitted():
+    asyncio.run(_unreadable_answer_is_not_submitted())
+
+
+async def _variant_code_and_palette():
+    app = InfradrillApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.drill is not None)
+        await pilot.press("v")
+        await pilot.press(*"weight-read-intensity@42", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        assert str(app.screen.solution.code) == "weight-read-intensity@42"
+        await pilot.press("escape")
+        await pilot.press("v")
+        await pilot.press(*"nonsense", "enter")
+        await pilot.pause(0.3)
+        assert not isinstance(app.screen, QuestionScreen)
+
+
+def test_variant_code_opens_exactly_that_variant():
+    asyncio.run(_variant_code_and_palette())
