@@ -6,7 +6,6 @@ Nothing here computes an answer: variants are made by solvers.engine in thread w
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual import work
@@ -14,15 +13,13 @@ from textual.app import App
 from textual.binding import Binding
 from textual.command import Hit, Hits, Provider
 
-from tui.screens.browse import BrowseScreen
-from tui.screens.dialogs import CodeScreen, HelpScreen
 from tui.screens.home import HomeScreen
-from tui.screens.question import QuestionScreen
-from tui.screens.solution import SolutionScreen
-from tui.service import Drill, warm_up
 
+# Everything not needed for the first paint (other screens, the bank, the engine) is
+# imported where it is first used, so that start-up costs little more than Textual itself.
 if TYPE_CHECKING:
     from solvers.engine import Solution
+    from tui.service import Drill
 
 
 class QuestionCommands(Provider):
@@ -43,7 +40,6 @@ class QuestionCommands(Provider):
 
 class InfradrillApp(App):
     TITLE = "infradrill"
-    CSS_PATH = Path(__file__).with_name("app.tcss")
     COMMANDS = App.COMMANDS | {QuestionCommands}
     BINDINGS = [
         Binding("f1", "help", "Help"),
@@ -56,28 +52,32 @@ class InfradrillApp(App):
 
     def on_mount(self) -> None:
         self.push_screen(HomeScreen())
-        self._load()
+        self.call_after_refresh(self._load)
 
     @work(thread=True, exclusive=True, group="load")
     def _load(self) -> None:
+        from tui.service import Drill, warm_up
+
         drill = Drill.load()
         self.call_from_thread(self._loaded, drill)
         warm_up()
 
-    def _loaded(self, drill: Drill) -> None:
+    def _loaded(self, drill: "Drill") -> None:
         self.drill = drill
         if isinstance(self.screen, HomeScreen):
             self.screen.show_bank(len(drill.bank.questions), drill.problems)
         for problem in drill.problems:
             self.notify(problem, title="Not loaded", severity="warning", timeout=15)
 
-    def _bank_ready(self) -> Drill | None:
+    def _bank_ready(self) -> "Drill | None":
         if self.drill is None:
             self.notify("Still loading the bank…")
         return self.drill
 
     # Actions bound on the screens ------------------------------------------------------
     def action_browse(self) -> None:
+        from tui.screens.browse import BrowseScreen
+
         if (drill := self._bank_ready()) is not None:
             self.push_screen(BrowseScreen(drill.questions()))
 
@@ -86,6 +86,8 @@ class InfradrillApp(App):
             self.open_question(drill.rng.choice(sorted(drill.bank.questions)))
 
     def action_enter_code(self) -> None:
+        from tui.screens.dialogs import CodeScreen
+
         def opened(code: str | None) -> None:
             if code:
                 self._make_variant(lambda drill: drill.variant_from_code(code), replace=False)
@@ -93,6 +95,8 @@ class InfradrillApp(App):
         self.push_screen(CodeScreen(), opened)
 
     def action_help(self) -> None:
+        from tui.screens.dialogs import HelpScreen
+
         self.push_screen(HelpScreen())
 
     # Flow between screens ----------------------------------------------------------------
@@ -118,6 +122,8 @@ class InfradrillApp(App):
         self.call_from_thread(self._show_question, solution, replace)
 
     def _show_question(self, solution: "Solution", replace: bool) -> None:
+        from tui.screens.question import QuestionScreen
+
         screen = QuestionScreen(solution)
         if replace:
             self.switch_screen(screen)
@@ -125,10 +131,14 @@ class InfradrillApp(App):
             self.push_screen(screen)
 
     def show_solution(self, solution: "Solution", answers: dict[str, str], elapsed: float, hints_used: int) -> None:
+        from tui.screens.solution import SolutionScreen
+
         grades = solution.grade(answers)
         self.switch_screen(SolutionScreen(solution, answers, grades, elapsed, hints_used))
 
     def reopen(self, solution: "Solution") -> None:
+        from tui.screens.question import QuestionScreen
+
         self.switch_screen(QuestionScreen(solution))
 
 

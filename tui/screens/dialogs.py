@@ -35,6 +35,12 @@ HELP = """\
 
 
 class HelpScreen(ModalScreen):
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    #help-box { width: 84; max-width: 100%; height: auto; max-height: 90%; border: round $accent;
+                padding: 0 1; background: $surface; }
+    """
+
     BINDINGS = [Binding("escape,f1,q", "dismiss", "Close")]
 
     def compose(self) -> ComposeResult:
@@ -43,6 +49,12 @@ class HelpScreen(ModalScreen):
 
 
 class CodeScreen(ModalScreen[str | None]):
+    DEFAULT_CSS = """
+    CodeScreen { align: center middle; }
+    #code-box { width: 70; max-width: 100%; height: auto; border: round $accent; padding: 0 1;
+                background: $surface; }
+    """
+
     """Asks for a variant code; dismisses with the text, or None."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]

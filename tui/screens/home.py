@@ -15,6 +15,13 @@ INTRO = (
 
 
 class HomeScreen(Screen):
+    DEFAULT_CSS = """
+    #home { padding: 1 2; }
+    #intro { margin-bottom: 1; }
+    #menu { height: auto; max-height: 8; margin-bottom: 1; }
+    #bank-status { color: $text-muted; }
+    """
+
     BINDINGS = [
         Binding("b", "app.browse", "Browse"),
         Binding("r", "app.random_question", "Random"),

@@ -27,6 +27,16 @@ def _params_table(solution: "Solution") -> Table:
 
 
 class QuestionScreen(Screen):
+    DEFAULT_CSS = """
+    #question-bar { height: auto; background: $boost; }
+    #question-title { width: 1fr; padding: 0 1; }
+    #timer { width: 7; padding-right: 1; text-align: right; color: $accent; }
+    #question-body { padding: 0 1; }
+    #prompt { margin: 1 0; }
+    #params { margin-bottom: 1; padding: 0 1; border-left: thick $accent; }
+    #hints { color: $warning; margin-bottom: 1; }
+    """
+
     BINDINGS = [
         Binding("ctrl+s", "submit", "Submit", priority=True),
         Binding("ctrl+t", "hint", "Hint", priority=True),

@@ -17,6 +17,14 @@ if TYPE_CHECKING:
 
 
 class SolutionScreen(Screen):
+    DEFAULT_CSS = """
+    #solution-title { padding: 0 1; background: $boost; height: auto; }
+    #solution-body { padding: 0 1; }
+    #grades { margin: 1 0; }
+    .section, .step, #regime { margin-top: 1; }
+    #notes { margin: 1 0; color: $text-muted; }
+    """
+
     BINDINGS = [
         Binding("n", "new_variant", "New variant"),
         Binding("a", "again", "Answer again"),
