@@ -61,6 +61,7 @@ class Question:
     references: tuple[str, ...]
     regime_sides: tuple[str, ...]  # sides the random draws must each reach
     seeds: tuple[str, ...] = ()
+    chart: tuple[str, str] | None = None  # (parameter to sweep, answer to plot) for the regime chart
     path: str = ""
 
     def parameter(self, name: str) -> ParamSpec:
@@ -119,7 +120,7 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 
 _NUM = (int, float)
 _TOP_FIELDS = {"id", "title", "group", "topic", "difficulty", "solver", "seeds", "prompt", "parameters",
-               "answers", "hints", "references", "regime_sides"}
+               "answers", "hints", "references", "regime_sides", "chart"}
 _PARAM_FIELDS = {*DISTRIBUTIONS, "default", "label", "unit", "weights", "from", "round", "args"}
 _ANSWER_FIELDS = {"key", "label", "unit", "rel", "log", "choice"}
 
@@ -213,6 +214,20 @@ def _parse_answer(reader: _Reader, index: int, spec: Any, line: int) -> AnswerSp
     return AnswerSpec(key=key, label=label, unit=unit, rel=rel, log=log, choice=choice)
 
 
+def _parse_chart(reader: _Reader, document: LineDict, parameters: tuple[ParamSpec, ...],
+                 answers: tuple[AnswerSpec, ...]) -> tuple[str, str] | None:
+    chart = reader.field(document, "chart", dict, required=False)
+    if chart is None:
+        return None
+    line = document.line_of("chart")
+    x, y = chart.get("x"), chart.get("y")
+    if not any(p.name == x and p.kind in ("int", "uniform", "loguniform") for p in parameters):
+        raise reader.fail("chart.x", line, f"{x!r} is not a numeric range parameter")
+    if not any(a.key == y and not a.choice for a in answers):
+        raise reader.fail("chart.y", line, f"{y!r} is not a numeric answer")
+    return x, y
+
+
 def parse_question(path: Path, text: str) -> Question:
     reader = _Reader(path)
     try:
@@ -254,6 +269,7 @@ def parse_question(path: Path, text: str) -> Question:
     if any(side not in regime_choices for side in sides):
         raise reader.fail("regime_sides", document.line_of("regime_sides"), "every side must be a choice of the regime answer")
     difficulty = reader.field(document, "difficulty", int, required=False, default=1)
+    chart = _parse_chart(reader, document, parameters, answers)
     return Question(
         id=qid,
         title=reader.field(document, "title", str),
@@ -268,6 +284,7 @@ def parse_question(path: Path, text: str) -> Question:
         references=tuple(reader.field(document, "references", list, required=False, default=[])),
         regime_sides=sides,
         seeds=tuple(str(s) for s in reader.field(document, "seeds", list, required=False, default=[])),
+        chart=chart,
         path=str(path),
     )
 

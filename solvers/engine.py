@@ -10,13 +10,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import math
+
 import numpy as np
 
 from solvers.bank import PLACEHOLDER, Bank, Question
 from solvers.data import Catalog
 from solvers.derivation import Reject, Sheet
 from solvers.grade import Grade, Slip, grade_answer
-from solvers.sampling import Param, ParameterError, default_values, draw_values, parse_override, resolve
+from solvers.sampling import Param, ParameterError, default_values, draw_values, parse_override, resolve, round_value
+from solvers.units import parse_unit
 
 MAX_SEED = 2**31 - 1
 MAX_REDRAWS = 64
@@ -108,7 +111,8 @@ def _reflow(text: str) -> str:
     return "\n".join(out)
 
 
-def _solve(question: Question, raw: dict[str, Any], catalog: Catalog) -> tuple[list[Param], Sheet]:
+def solve_values(question: Question, raw: dict[str, Any], catalog: Catalog) -> tuple[list[Param], Sheet]:
+    """Solve for exactly these parameter values (raises Reject for an impossible set)."""
     params = resolve(question, raw, catalog)
     sheet = Sheet()
     solver_function(question)(_Values({p.name: p.value for p in params}), sheet)
@@ -143,7 +147,7 @@ def make_variant(bank: Bank, catalog: Catalog, code: VariantCode) -> Solution:
         raw = draw_values(question, rng) if rng is not None else default_values(question)
         raw.update(overrides)
         try:
-            params, sheet = _solve(question, raw, catalog)
+            params, sheet = solve_values(question, raw, catalog)
         except Reject as reason:
             last_reason = str(reason)
             continue
@@ -152,3 +156,33 @@ def make_variant(bank: Bank, catalog: Catalog, code: VariantCode) -> Solution:
         expected = {a.key: sheet.results[a.key] for a in question.answers}
         return Solution(question, code, params, render_prompt(question, params), sheet, expected)
     raise VariantError(f"{code}: no valid variant ({last_reason})")
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    x: float  # the swept parameter, in its display unit
+    y: float  # the answer, in its own unit
+    regime: str
+
+
+def sweep(solution: Solution, catalog: Catalog, parameter: str, answer: str, points: int = 40) -> list[SweepPoint]:
+    """Re-solve the variant with one parameter stepped across its range (all else fixed)."""
+    spec = solution.question.parameter(parameter)
+    if spec.kind not in ("int", "uniform", "loguniform"):
+        raise ValueError(f"{parameter} is not a numeric range")
+    spaced = np.geomspace if spec.kind == "loguniform" else np.linspace
+    xs = {round_value(spec, float(x)) for x in spaced(spec.low, spec.high, points)}
+    xs.add(solution.param(parameter).raw)
+    raw = {p.name: p.raw for p in solution.params}
+    unit = parse_unit(solution.question.answer(answer).unit)
+    curve = []
+    for x in sorted(xs):
+        raw[parameter] = x
+        try:
+            _, sheet = solve_values(solution.question, raw, catalog)
+        except Reject:
+            continue
+        y = unit.from_base(float(sheet.results[answer]))
+        if math.isfinite(y):
+            curve.append(SweepPoint(float(x), y, sheet.regime.name if sheet.regime else ""))
+    return curve

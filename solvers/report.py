@@ -17,8 +17,6 @@ def answer_value(solution: Solution, key: str) -> float | str:
     expected = solution.expected[key]
     if spec.choice:
         return expected
-    if spec.unit == "%":
-        return float(expected) * 100
     return parse_unit(spec.unit).from_base(float(expected))
 
 

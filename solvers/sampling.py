@@ -20,7 +20,7 @@ class ParameterError(ValueError):
 
 def round_value(spec: ParamSpec, value: float) -> float | int:
     if spec.sig is not None:
-        value = float(f"{value:.{spec.sig - 1}e}")
+        value = min(max(float(f"{value:.{spec.sig - 1}e}"), spec.low), spec.high)
     if spec.step is not None:
         value = round(value / spec.step) * spec.step
         # Rounding must not leave the range: fall back to the nearest multiple inside it.

@@ -163,5 +163,7 @@ def format_quantity(value_base: float, unit: str, sig: int = 4) -> str:
     """Format a value held in base units in the display unit `unit`."""
     if unit == "%":
         return f"{format_number(value_base * 100, sig)}%"
+    if unit in ("x", "×"):
+        return f"{format_number(value_base, sig)}×"
     shown = parse_unit(unit).from_base(value_base)
     return f"{format_number(shown, sig)} {unit}".rstrip()

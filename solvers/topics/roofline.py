@@ -1,10 +1,11 @@
-"""Roofline questions: arithmetic intensity against the ridge point of a GPU."""
+"""Roofline questions: arithmetic intensity against the ridge point, and what a new GPU speeds up."""
 from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Sheet
-from solvers.topics.common import dtype_bytes, hbm_bandwidth, model_params, peak_flops
+from solvers.derivation import Reject, Sheet
+from solvers.topics.common import dtype_bytes, hbm_bandwidth, hbm_bytes, kv_bytes_per_token, model_params, peak_flops
+from solvers.topics.memory import GPU_MEMORY_UTILIZATION
 from solvers.units import format_number
 
 
@@ -56,3 +57,124 @@ def weight_read_intensity(p, s: Sheet) -> None:
             "Below the crossover the pass is limited by reading the weights: time stays flat as tokens are "
             "removed, so a small decode batch wastes most of the GPU's compute.",
         )
+
+
+_REGIMES = ("compute", "bandwidth", "capacity")  # tie order: the simpler explanation first
+
+
+def _gpu_givens(s: Sheet, gpu, tag: str) -> tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol]:
+    P = s.given(f"P_{tag}", peak_flops(gpu, "bf16"), "TFLOP/s", f"{gpu.name} dense bf16 peak")
+    BW = s.given(f"BW_{tag}", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
+    M = s.given(f"M_{tag}", hbm_bytes(gpu), "GB", f"{gpu.name} HBM capacity")
+    return P, BW, M
+
+
+def _pass_time(s: Sheet, key: str, title: str, symbol: str, moved, flops, n, BW, P, why: str) -> sympy.Symbol:
+    """Roofline time of one pass split over n GPUs: the slower of moving the bytes and doing the math."""
+    return s.step(key, title, symbol, sympy.Max(moved / (n * BW), flops / (n * P)), "ms", why)
+
+
+def datasheet_speedup_regimes(p, s: Sheet) -> None:
+    old, new = p.old_gpu, p.new_gpu
+    if old.id == new.id:
+        raise Reject("same GPU twice")
+    if peak_flops(new, "bf16") < peak_flops(old, "bf16") or hbm_bandwidth(new) < hbm_bandwidth(old):
+        raise Reject("not an upgrade: the new GPU is slower in peak or bandwidth")
+
+    N = s.given("N", model_params(p.model), "", f"{p.model.name} parameters")
+    b = s.given("b", dtype_bytes("bf16"), "B", "bytes per value (bf16 weights and KV cache)")
+    n = s.given("n", p.gpus, "", "GPUs per replica (tensor parallel)")
+    u = s.given("u", GPU_MEMORY_UTILIZATION, "", "usable fraction of HBM")
+    C = s.given("C", p.context, "tokens", "context per request")
+    B_s = s.given("B_s", p.small_batch, "requests", "fixed small decode batch")
+    P_o, BW_o, M_o = _gpu_givens(s, old, "old")
+    P_n, BW_n, M_n = _gpu_givens(s, new, "new")
+
+    W = s.step("weights", "Weight bytes", "W", N * b, "GB", "one copy of the weights, split across the replica's GPUs")
+    kv_tok = kv_bytes_per_token(s, p.model, b)
+    kv_req = s.step("kv_per_request", "KV cache per request", "KV_req", kv_tok * C, "GB",
+                    "every token of the context keeps its keys and values")
+
+    # Compute-bound workload: a prompt's tokens all share one read of the weights.
+    pre_o = _pass_time(s, "prefill_old", f"Prefill time on {old.name}", "t_pre_old", W, 2 * N * C, n, BW_o, P_o,
+                       "thousands of tokens per weight read: the math term dominates")
+    pre_n = _pass_time(s, "prefill_new", f"Prefill time on {new.name}", "t_pre_new", W, 2 * N * C, n, BW_n, P_n,
+                       "same bytes and FLOPs on the new GPU")
+    S_c = s.step("speedup_compute", "Speedup, compute-bound (prefill)", "S_compute", pre_o / pre_n, "x",
+                 "both passes are compute-bound, so this is the ratio of peak FLOP/s")
+
+    # Bandwidth-bound workload: a small batch cannot amortise the weight read.
+    small_bytes = W + B_s * kv_req
+    dec_o = _pass_time(s, "small_decode_old", f"Decode step at the small batch on {old.name}", "t_bw_old",
+                       small_bytes, 2 * N * B_s, n, BW_o, P_o,
+                       "weights plus the batch's KV read every step; a few tokens per weight read sit far "
+                       "below the ridge")
+    dec_n = _pass_time(s, "small_decode_new", f"Decode step at the small batch on {new.name}", "t_bw_new",
+                       small_bytes, 2 * N * B_s, n, BW_n, P_n, "the same bytes, read faster")
+    S_b = s.step("speedup_bandwidth", "Speedup, bandwidth-bound (small-batch decode)", "S_bandwidth",
+                 dec_o / dec_n, "x", "both steps read the same bytes, so this is the ratio of HBM bandwidths")
+
+    # Capacity-bound workload: the batch is whatever fits next to the weights.
+    batch_o = s.step("batch_old", f"Largest batch on {old.name}", "B_old", sympy.floor((n * M_o * u - W) / kv_req),
+                     "requests", "usable HBM of the replica minus the weights, in whole requests' KV caches")
+    batch_n = s.step("batch_new", f"Largest batch on {new.name}", "B_new", sympy.floor((n * M_n * u - W) / kv_req),
+                     "requests", "the weights cost the same, so every extra byte of HBM goes to KV cache")
+    if min(s.value(batch_o), s.value(batch_n)) < p.small_batch:
+        raise Reject("the small batch does not fit on one of the GPU types")
+    ratio = s.step("batch_ratio", "Batch ratio", "R_B", batch_n / batch_o, "x",
+                   "grows faster than the memory ratio, because the weights are a fixed cost")
+    cap_o = _pass_time(s, "capacity_decode_old", f"Decode step at the largest batch on {old.name}", "t_cap_old",
+                       W + batch_o * kv_req, 2 * N * batch_o, n, BW_o, P_o, "the step reads nearly all of usable HBM")
+    cap_n = _pass_time(s, "capacity_decode_new", f"Decode step at the largest batch on {new.name}", "t_cap_new",
+                       W + batch_n * kv_req, 2 * N * batch_n, n, BW_n, P_n, "more bytes per step, read faster")
+    X_o = s.step("throughput_old", f"Decode throughput on {old.name}", "X_old", batch_o / cap_o, "tokens/s",
+                 "one token per request per step")
+    X_n = s.step("throughput_new", f"Decode throughput on {new.name}", "X_new", batch_n / cap_n, "tokens/s",
+                 "one token per request per step")
+    S_k = s.step("speedup_capacity", "Speedup, capacity-bound (decode at the largest batch)", "S_capacity",
+                 X_n / X_o, "x", "with both steps memory-bound: batch ratio × bandwidth ratio ÷ ratio of bytes per step")
+
+    s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM holds weights plus KV cache (vLLM's default "
+             "gpu_memory_utilization); activations and CUDA graphs are ignored.")
+    s.assume("Datasheet dense bf16 peaks and HBM bandwidths with no efficiency factor: an equal efficiency "
+             "on both GPUs cancels in the ratios.")
+    s.assume("FLOPs from the weight matmuls only (2 per parameter per token); attention FLOPs over the context "
+             "would add to prefill and leave decode just as memory-bound.")
+    s.assume("Tensor parallelism splits weights, KV heads and FLOPs evenly over the replica's GPUs; "
+             "communication is ignored. In the capacity case every request holds its full context.")
+    s.slip("memory ratio taken as the capacity speedup", (hbm_bytes(new) / hbm_bytes(old)) / s.value(S_k))
+    s.slip("batch ratio taken as the capacity speedup (the longer step forgotten)", s.value(ratio) / s.value(S_k))
+
+    new_compute_bound = s.evaluate(2 * N * batch_n / (n * P_n)) > s.evaluate((W + batch_n * kv_req) / (n * BW_n))
+    _speedup_regime(s, {"compute": S_c, "bandwidth": S_b, "capacity": S_k}, batch_o, batch_n, ratio, new_compute_bound)
+
+
+def _speedup_regime(s: Sheet, speedups: dict[str, sympy.Symbol], batch_o, batch_n, ratio,
+                    new_compute_bound: bool) -> None:
+    value = {name: s.value(sym) for name, sym in speedups.items()}
+    best = max(value.values())
+    # Equal memory makes the capacity and bandwidth speedups identical: name the bandwidth.
+    winner = next(name for name in _REGIMES if value[name] >= best * (1 - 1e-9))
+    runner_up = max((name for name in _REGIMES if name != winner), key=value.get)
+    shown = {name: format_number(v, 3) for name, v in value.items()}
+    fit = f"{format_number(s.value(batch_n))} requests fit instead of {format_number(s.value(batch_o))}"
+    capacity_stalls = ("the new GPU's largest batch is compute-bound, so FLOP/s, not memory, caps its tokens/s"
+                       if new_compute_bound else f"{fit}, so capacity adds nothing")
+    summary = {
+        "capacity": f"Decode at the largest batch gains most ({shown['capacity']}x): {fit} "
+                    f"({format_number(s.value(ratio), 3)}x, the weights being a fixed cost). Small-batch decode "
+                    f"gains {shown['bandwidth']}x and prefill {shown['compute']}x.",
+        "compute": f"Prefill gains most ({shown['compute']}x, the peak ratio): decode gains {shown['bandwidth']}x "
+                   f"at a small batch and {shown['capacity']}x at the largest batch ({fit}).",
+        "bandwidth": f"Small-batch decode gains most ({shown['bandwidth']}x, the bandwidth ratio), prefill "
+                     f"{shown['compute']}x, the largest batch only {shown['capacity']}x: {capacity_stalls}.",
+    }[winner]
+    other_side = (
+        "When both largest-batch steps are memory-bound and memory is full, the capacity speedup is the batch "
+        "ratio × the bandwidth ratio ÷ the memory ratio. The batch grows faster than the memory (the weights take "
+        "a fixed bite), so capacity beats bandwidth whenever the new GPU has more memory; bandwidth wins only if "
+        "the new GPU has less memory, or if at short contexts the larger batch turns compute-bound and tokens/s "
+        "stop at n·peak/(2N). Compute wins when the peak ratio is the largest, as for A100 to H100: equal memory, "
+        "so no larger batch, and far more FLOP/s. One 'x faster' figure for all workloads is wrong both ways."
+    )
+    s.set_regime(winner, summary, speedups[runner_up], speedups[winner], other_side)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -10,6 +11,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from solvers.grade import CORRECT, Grade
+from tui.chart import sweep_chart
 from tui.render import grade_table, notes, regime_panel, step_renderable
 
 if TYPE_CHECKING:
@@ -21,7 +23,7 @@ class SolutionScreen(Screen):
     #solution-title { padding: 0 1; background: $boost; height: auto; }
     #solution-body { padding: 0 1; }
     #grades { margin: 1 0; }
-    .section, .step, #regime { margin-top: 1; }
+    .section, .step, #regime, #chart { margin-top: 1; }
     #notes { margin: 1 0; color: $text-muted; }
     """
 
@@ -55,11 +57,27 @@ class SolutionScreen(Screen):
             for number, step in enumerate(self.solution.sheet.steps, 1):
                 yield Static(step_renderable(number, step), classes="step")
             yield Static(regime_panel(self.solution), id="regime")
+            if self.solution.question.chart:
+                yield Static("[dim]Sweeping the variant for the chart…[/dim]", id="chart")
             yield Static(notes(self.solution), id="notes")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#solution-body").focus()
+        if self.solution.question.chart:
+            self._sweep()
+
+    @work(thread=True, exclusive=True)
+    def _sweep(self) -> None:
+        """Re-solve across the chart's parameter through the engine (dozens of solves)."""
+        from solvers.engine import sweep
+
+        x, y = self.solution.question.chart
+        points = sweep(self.solution, self.app.drill.catalog, x, y)
+        if points:
+            chart = sweep_chart(points, self.solution.param(x).raw, self.solution.param(x).label,
+                                self.solution.question.answer(y).label)
+            self.app.call_from_thread(self.query_one("#chart", Static).update, chart)
 
     def action_new_variant(self) -> None:
         self.app.open_question(self.solution.question.id, replace=True)

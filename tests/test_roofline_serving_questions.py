@@ -1,0 +1,139 @@
+"""Golden checks for weight-read-intensity, datasheet-speedup-regimes and continuous-batching-padding."""
+from __future__ import annotations
+
+import heapq
+import math
+
+import pytest
+
+from solvers.data import Record
+from solvers.topics.memory import GPU_MEMORY_UTILIZATION
+
+
+def test_weight_read_intensity_default_matches_catalogue(variant):
+    solution = variant("weight-read-intensity@default")
+    results = solution.sheet.results
+    assert results["ridge"] == pytest.approx(295.3, rel=1e-3)  # 989.4 TFLOP/s / 3.35 TB/s
+    assert results["intensity"] == pytest.approx(32)  # 2 x 32 tokens / 2 B
+    assert results["step_time"] == pytest.approx(42.1e-3, rel=1e-3)  # 141.1 GB / 3.35 TB/s
+    assert results["throughput"] == pytest.approx(760, rel=2e-3)
+    assert results["regime"] == "memory-bound"
+
+
+# --- datasheet-speedup-regimes -------------------------------------------------------------
+
+
+def test_speedup_default_matches_catalogue(variant):
+    solution = variant("datasheet-speedup-regimes@default")
+    expected = solution.expected
+    assert expected["speedup_compute"] == pytest.approx(1.0)  # H100 and H200 share the die
+    assert expected["speedup_bandwidth"] == pytest.approx(1.433, rel=1e-3)
+    assert expected["batch_old"] == 162
+    assert expected["batch_new"] == 325
+    assert expected["speedup_capacity"] == pytest.approx(1.634, rel=1e-3)
+    assert expected["regime"] == "capacity"
+
+
+def test_speedup_against_nvidia_h200_figures(variant):
+    """NVIDIA's H200 page: 1.4X the H100's memory bandwidth, and up to 1.9X its Llama 2 70B
+    inference throughput (TensorRT-LLM, tuned batches). The bandwidth-bound speedup is the
+    first figure; the capacity-bound one falls between the two."""
+    expected = variant("datasheet-speedup-regimes@default").expected
+    assert expected["speedup_bandwidth"] == pytest.approx(1.4, abs=0.05)
+    assert 1.43 < expected["speedup_capacity"] < 1.9
+
+
+def _roofline_by_hand(old: Record, new: Record, model: Record, gpus: int, context: int, small: int) -> dict:
+    """The three speedups recomputed in plain Python from the catalogue records."""
+    weights = model.params_b * 1e9 * 2
+    kv_request = 2 * model.layers * model.kv_heads * model.head_dim * 2 * context
+
+    def step(gpu: Record, moved: float, tokens: float) -> float:
+        return max(moved / (gpus * gpu.hbm_tb_s * 1e12),
+                   2 * model.params_b * 1e9 * tokens / (gpus * gpu.bf16_dense_tflops * 1e12))
+
+    def batch(gpu: Record) -> int:
+        return math.floor((gpus * gpu.hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION - weights) / kv_request)
+
+    def throughput(gpu: Record) -> float:
+        return batch(gpu) / step(gpu, weights + batch(gpu) * kv_request, batch(gpu))
+
+    small_bytes = weights + small * kv_request
+    return {
+        "speedup_compute": step(old, weights, context) / step(new, weights, context),
+        "speedup_bandwidth": step(old, small_bytes, small) / step(new, small_bytes, small),
+        "batch_old": batch(old),
+        "batch_new": batch(new),
+        "speedup_capacity": throughput(new) / throughput(old),
+    }
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_speedup_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"datasheet-speedup-regimes@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    by_hand = _roofline_by_hand(p["old_gpu"], p["new_gpu"], p["model"], p["gpus"], p["context"], p["small_batch"])
+    for key, value in by_hand.items():
+        assert solution.expected[key] == pytest.approx(value, rel=1e-9), key
+    names = ("compute", "bandwidth", "capacity")
+    best = max(by_hand[f"speedup_{name}"] for name in names)
+    assert by_hand[f"speedup_{solution.expected['regime']}"] == pytest.approx(best, rel=1e-9)
+
+
+def test_capacity_equals_bandwidth_when_memory_is_equal(variant):
+    # A100 80GB to H100: the same 80 GB, so the same batch, and the bandwidth ratio twice over.
+    expected = variant("datasheet-speedup-regimes@default+old_gpu=a100-sxm-80gb+new_gpu=h100-sxm").expected
+    assert expected["batch_old"] == expected["batch_new"]
+    assert expected["speedup_capacity"] == pytest.approx(expected["speedup_bandwidth"], rel=1e-9)
+    assert expected["speedup_compute"] == pytest.approx(989.4 / 312)
+    assert expected["regime"] == "compute"
+
+
+def test_speedup_pinned_seed(variant):
+    solution = variant("datasheet-speedup-regimes@0")
+    assert [p.raw for p in solution.params] == ["h100-sxm", "b200", "llama-3-70b", 8, 16896, 16]
+    assert solution.expected["batch_new"] == 208
+    assert solution.expected["speedup_capacity"] == pytest.approx(2.8225, rel=1e-4)
+    assert solution.expected["regime"] == "capacity"
+
+
+# --- continuous-batching-padding -----------------------------------------------------------
+
+
+def test_padding_default_matches_catalogue(variant):
+    solution = variant("continuous-batching-padding@default")
+    assert solution.param("lengths").value == [120, 95, 140, 110, 800, 130, 105, 90]
+    expected = solution.expected
+    assert expected["waste"] == 8 * 800 - 1590
+    assert expected["utilisation"] == pytest.approx(1590 / 6400)
+    assert expected["gain"] == pytest.approx(6400 / 1590)  # about 4x
+    assert expected["padding_slots"] == 7  # one long request, seven slots on padding
+    assert expected["regime"] == "large-gain"
+
+
+def _steps_with_refill(lengths: list[int], slots: int) -> int:
+    """Steps to finish `lengths` (in queue order) when a freed slot takes the next request at once."""
+    finish = [0] * slots
+    for length in lengths:
+        heapq.heappush(finish, heapq.heappop(finish) + length)
+    return max(finish)
+
+
+@pytest.mark.parametrize("code", ["continuous-batching-padding@default", "continuous-batching-padding@2",
+                                  "continuous-batching-padding@5"])
+def test_gain_matches_a_scheduling_simulation(variant, code):
+    """Serve the batch's requests over and over from a queue that never empties: static batches
+    take max(L) steps each, refilled slots finish the same work in about sum(L)/B steps."""
+    solution = variant(code)
+    lengths = solution.param("lengths").value
+    repeats = 2000
+    static_steps = repeats * max(lengths)
+    refill_steps = _steps_with_refill(lengths * repeats, len(lengths))
+    assert static_steps / refill_steps == pytest.approx(solution.expected["gain"], rel=0.01)
+
+
+def test_padding_pinned_seed(variant):
+    solution = variant("continuous-batching-padding@0")
+    assert [p.raw for p in solution.params] == [8, 110, 0.1, [111, 104, 114, 125, 121, 103, 97, 103]]
+    assert solution.expected["waste"] == 122
+    assert solution.expected["regime"] == "small-gain"
