@@ -109,3 +109,22 @@ async def _variant_code_and_palette():
 
 def test_variant_code_opens_exactly_that_variant():
     asyncio.run(_variant_code_and_palette())
+
+
+async def _giving_up_needs_a_second_submit():
+    app = InfradrillApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.drill is not None)
+        app.open_question("kv-bytes-per-token", default=True)
+        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, QuestionScreen)
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
+        assert {g.verdict for g in app.screen.grades} == {"unparsed"}
+        await wait_for(pilot, lambda: "context" in str(app.screen.query_one("#chart").content))
+
+
+def test_giving_up_needs_a_second_submit_and_the_chart_appears():
+    asyncio.run(_giving_up_needs_a_second_submit())

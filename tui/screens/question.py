@@ -50,6 +50,7 @@ class QuestionScreen(Screen):
         self.solution = solution
         self.started = time.monotonic()
         self.hints_shown = 0
+        self.confirm_empty = False
 
     def compose(self) -> ComposeResult:
         q = self.solution.question
@@ -96,6 +97,12 @@ class QuestionScreen(Screen):
             # Nothing is graded until every answer can be read; say which one to fix.
             unreadable[0].query_one(Input).focus()
             self.notify(f"Answer {unreadable[0].number} cannot be read: fix it or clear it.", severity="warning")
+            return
+        empty = [f for f in fields if not f.value.strip()]
+        if empty and not self.confirm_empty:
+            # Revealing with blanks is allowed (to give up), but not by accident.
+            self.confirm_empty = True
+            self.notify(f"{len(empty)} answer(s) empty: press ctrl+s again to reveal the solution anyway.")
             return
         self.app.show_solution(self.solution, self.answers(), self.elapsed, self.hints_shown)
 
