@@ -18,6 +18,12 @@ from solvers.units import format_number, format_quantity
 _FUNCTION_NAMES = (("Max(", "max("), ("Min(", "min("), ("ceiling(", "ceil("), ("sqrt(", "√("))
 
 
+def max_of(*args: sympy.Expr) -> sympy.Expr:
+    """max(...) left unevaluated: sympy's own simplification of Max over positive symbols
+    costs milliseconds per call, and the sheet evaluates it numerically anyway."""
+    return sympy.Max(*args, evaluate=False)
+
+
 class Reject(Exception):
     """Raised by a solver for a draw that makes no sense (the sampler redraws)."""
 
@@ -113,7 +119,7 @@ class Sheet:
 
     def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> sympy.Symbol:
         """A number the variant supplies (parameter, datasheet figure, assumption)."""
-        sym = sympy.Symbol(symbol, positive=True)
+        sym = sympy.Symbol(symbol)
         if sym in self._values:
             raise ValueError(f"symbol {symbol} declared twice")
         self._remember(sym, value, unit)
@@ -122,7 +128,7 @@ class Sheet:
 
     def step(self, key: str, title: str, symbol: str, expr: sympy.Expr, unit: str = "", why: str = "") -> sympy.Symbol:
         """Evaluate `expr` on the values known so far and record it as a step."""
-        sym = sympy.Symbol(symbol, positive=True)
+        sym = sympy.Symbol(symbol)
         if sym in self._values:
             raise ValueError(f"symbol {symbol} declared twice")
         value = self.evaluate(expr)

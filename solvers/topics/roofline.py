@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet
+from solvers.derivation import Reject, Sheet, max_of
 from solvers.topics.common import dtype_bytes, hbm_bandwidth, hbm_bytes, kv_bytes_per_token, model_params, peak_flops
 from solvers.topics.memory import GPU_MEMORY_UTILIZATION
 from solvers.units import format_number
@@ -27,7 +27,7 @@ def weight_read_intensity(p, s: Sheet) -> None:
                "below this intensity HBM cannot feed the tensor cores fast enough")
     Tc = s.step("crossover", "Crossover tokens per pass", "T_star", b * P / (2 * BW), "tokens",
                 "solve 2T/b = P/BW for T: the batch at which the pass turns compute-bound")
-    t = s.step("step_time", "Time per forward pass", "t", sympy.Max(W / BW, F / P), "ms",
+    t = s.step("step_time", "Time per forward pass", "t", max_of(W / BW, F / P), "ms",
                "the slower of streaming the weights and doing the math")
     s.step("throughput", "Tokens per second", "X", T / t, "tokens/s", "tokens in the pass over its time")
 
@@ -71,7 +71,7 @@ def _gpu_givens(s: Sheet, gpu, tag: str) -> tuple[sympy.Symbol, sympy.Symbol, sy
 
 def _pass_time(s: Sheet, key: str, title: str, symbol: str, moved, flops, n, BW, P, why: str) -> sympy.Symbol:
     """Roofline time of one pass split over n GPUs: the slower of moving the bytes and doing the math."""
-    return s.step(key, title, symbol, sympy.Max(moved / (n * BW), flops / (n * P)), "ms", why)
+    return s.step(key, title, symbol, max_of(moved / (n * BW), flops / (n * P)), "ms", why)
 
 
 def datasheet_speedup_regimes(p, s: Sheet) -> None:

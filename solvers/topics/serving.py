@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Sheet
+from solvers.derivation import Sheet, max_of
 from solvers.units import format_number
 
 GAIN_BOUNDARY = 2  # a 2x gain: the longest request runs twice the mean, static utilisation 50%
@@ -22,7 +22,7 @@ def continuous_batching_padding(p, s: Sheet) -> None:
     L = _length_symbols(s, lengths)
     S = s.step("useful", "Useful slot-steps (tokens generated)", "S", sympy.Add(*L), "slot-steps",
                "each request occupies its slot for one step per output token")
-    L_max = s.step("longest", "Steps the static batch runs", "L_max", sympy.Max(*L), "steps",
+    L_max = s.step("longest", "Steps the static batch runs", "L_max", max_of(*L), "steps",
                    "the batch releases its slots only when its longest request finishes")
     O = s.step("occupied", "Slot-steps the static batch holds", "O", B * L_max, "slot-steps",
                "every slot stays assigned until the last step")

@@ -27,7 +27,7 @@ class HomeScreen(Screen):
         Binding("r", "app.random_question", "Random"),
         Binding("v", "app.enter_code", "Variant code"),
         Binding("f1", "app.help", "Help"),
-        Binding("q", "app.quit", "Quit"),
+        Binding("q", "app.quit", "Quit", show=False),
     ]
 
     def compose(self) -> ComposeResult:
