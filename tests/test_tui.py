@@ -128,3 +128,35 @@ async def _giving_up_needs_a_second_submit():
 
 def test_giving_up_needs_a_second_submit_and_the_chart_appears():
     asyncio.run(_giving_up_needs_a_second_submit())
+
+
+async def _broken_file_notice(root):
+    from solvers.bank import load_bank
+
+    import tui.service
+
+    original = tui.service.load_bank
+    tui.service.load_bank = lambda: load_bank(root)
+    try:
+        app = InfradrillApp()
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.drill is not None)
+            await pilot.pause(0.1)
+            notices = [n.message for n in app._notifications]
+            status = str(app.screen.query_one("#bank-status").content)
+            return notices, status, sorted(app.drill.bank.questions)
+    finally:
+        tui.service.load_bank = original
+
+
+def test_a_broken_question_file_gives_a_notice_and_the_rest_loads(tmp_path):
+    from pathlib import Path
+
+    source = Path("questions/F/weight-read-intensity.yaml").read_text()
+    (tmp_path / "weight-read-intensity.yaml").write_text(source)
+    (tmp_path / "kv-bytes-per-token.yaml").write_text(source.replace("id: weight-read-intensity", "id: kv-bytes-per-token")
+                                                       .replace("  tokens:\n", "  tokens:\n    fixed: [oops\n"))
+    notices, status, loaded = asyncio.run(_broken_file_notice(tmp_path))
+    assert loaded == ["weight-read-intensity"]
+    assert any("kv-bytes-per-token.yaml" in n for n in notices)
+    assert "could not be loaded" in status
