@@ -1,11 +1,13 @@
 """Memory questions: KV-cache sizing and what it does to concurrency."""
 from __future__ import annotations
 
+import math
+
 import sympy
 
-from solvers.derivation import Reject, Sheet
+from solvers.derivation import Reject, Sheet, max_of
 from solvers.topics.common import dtype_bytes, hbm_bandwidth, hbm_bytes, kv_bytes_per_token, model_params, peak_flops
-from solvers.units import format_number
+from solvers.units import format_number, format_quantity
 
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization
 
@@ -61,3 +63,180 @@ def kv_bytes_per_token_question(p, s: Sheet) -> None:
             B_star, users,
             "At longer contexts (or bf16 KV) fewer requests fit and memory becomes the cap, "
             "the usual case for long-context serving.")
+
+
+def _usable_memory(p, s: Sheet) -> tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol]:
+    """HBM each GPU may use after the utilisation cap and the named reserve; also n and N."""
+    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
+    u = s.given("u", GPU_MEMORY_UTILIZATION, "", "usable fraction of HBM")
+    R = s.given("R", p.reserve, "GiB", "reserve per GPU: activations, CUDA graphs, NCCL buffers")
+    n = s.given("n", p.tp, "", "GPUs in the tensor-parallel group")
+    N = s.given("N", model_params(p.model), "", "parameters")
+    usable = s.step("usable", "Usable memory per GPU", "M_use", M * u - R, "GB",
+                    "the utilisation cap, less what the engine keeps for everything that is not weights or KV")
+    return usable, n, N
+
+
+def _users(s: Sheet, tag: str, label: str, usable, n, N, b, kv_request) -> tuple[sympy.Symbol, ...]:
+    """Weights per GPU in one dtype, the KV room they leave, and the full-context requests it holds."""
+    w = s.step(f"weights_{tag}_per_gpu", f"{label} weights per GPU", f"w_{tag}", N * b / n, "GB",
+               "tensor parallelism shards every weight matrix evenly over the group")
+    room = s.step(f"room_{tag}", f"KV room per GPU ({label})", f"F_{tag}", max_of(0, usable - w), "GB",
+                  "what the weights leave of the usable memory; nothing if they do not fit")
+    users = s.step(f"users_{tag}", f"Concurrent full-context requests ({label})", f"B_{tag}",
+                   sympy.floor(room / kv_request), "requests",
+                   "each GPU holds its 1/n share of every request, so the group fits as many requests as one GPU does")
+    return w, room, users
+
+
+def users_per_gpu_question(p, s: Sheet) -> None:
+    if p.tp > p.model.kv_heads:
+        raise Reject("TP past the KV heads replicates them (tp-past-kv-heads)")
+    usable, n, N = _usable_memory(p, s)
+    b16 = s.given("b_16", dtype_bytes("bf16"), "B", "bytes per bf16 element")
+    b8 = s.given("b_8", dtype_bytes("fp8"), "B", "bytes per fp8 element")
+    kv_tok = kv_bytes_per_token(s, p.model, b16)
+    C = s.given("C", p.context, "tokens", "context per request")
+    kv16 = s.step("kv_per_request_gpu", "bf16 KV per request per GPU", "KV_16", kv_tok * C / n, "GiB",
+                  "the full context's keys and values; each GPU keeps H_kv/n of the KV heads")
+    kv8 = s.step("kv_fp8_per_request_gpu", "fp8 KV per request per GPU", "KV_8", kv16 * b8 / b16, "GiB",
+                 "one byte per element instead of two")
+    w16, room16, users16 = _users(s, "16", "bf16", usable, n, N, b16, kv16)
+    w8, _, _ = _users(s, "8", "fp8", usable, n, N, b8, kv8)
+    if s.value(w8) >= s.value(usable):
+        # A group that holds the model in neither dtype is no deployment: nothing to compare.
+        raise Reject("weights do not fit even in fp8")
+    n_fit = s.step("tp_fit", "TP at which bf16 weights just fit", "n_fit", N * b16 / usable, "",
+                   "weights per GPU N·b/n reach the usable memory")
+    n_half = s.step("tp_half", "TP at which bf16 weights fill half the usable memory", "n_half",
+                    2 * N * b16 / usable, "", "weights per GPU equal the KV room they leave")
+
+    s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable (vLLM's default gpu_memory_utilization), "
+             f"less a reserve of {format_number(p.reserve / 2**30)} GiB per GPU for activations, CUDA graphs and "
+             "NCCL buffers: an assumption, to be measured on the real engine.")
+    s.assume("Weights (embeddings and LM head included) and KV heads split evenly over the TP group; "
+             "TP stays within the KV head count, so no KV head is replicated.")
+    s.assume("Every request holds its full context. Weights and KV change dtype together; fp8 scale "
+             "factors are ignored. Counts are per TP group (one model replica): divide by n for per GPU.")
+    s.slip("x n: the whole request's KV, not one GPU's 1/n share", p.tp)
+    s.slip("/n: requests per GPU, not per TP group", 1 / p.tp)
+    s.slip("x layers: one layer's KV instead of all of them", 1 / p.model.layers)
+
+    if s.value(w16) >= s.value(usable):
+        _weights_do_not_fit(s, n, n_fit, w16, usable)
+    else:
+        _fits_regime(s, n, n_half, w16, room16, users16)
+
+
+def _weights_do_not_fit(s: Sheet, n, n_fit, w16, usable) -> None:
+    s.set_regime(
+        "weights-do-not-fit",
+        f"The bf16 weights need {format_quantity(s.value(w16), 'GB')} per GPU, more than the "
+        f"{format_quantity(s.value(usable), 'GB')} usable: the bf16 deployment serves no one, whatever the context.",
+        n_fit, n,
+        f"From TP {format_number(2 ** math.ceil(math.log2(s.value(n_fit))))} up (TP sizes are powers of two) the "
+        "bf16 weights fit; fp8 halves them, which is "
+        "often what makes a model fit at all. Just past the boundary the KV room is a sliver: each doubling of "
+        "TP then multiplies the users many times over.")
+
+
+def _fits_regime(s: Sheet, n, n_half, w16, room16, users16) -> None:
+    gain = s.step("doubling_gain", "Users gained by doubling TP (bf16)", "G", 2 + w16 / room16, "x",
+                  "users ∝ n·(M_use − w) = n·M_use − N·b: doubling n doubles the first term, not the weights")
+    g, users = format_number(s.value(gain), 3), format_number(s.value(users16))
+    if s.value(n) < s.value(n_half):
+        s.set_regime(
+            "weight-dominated",
+            f"The bf16 weights take more than half of each GPU's usable memory, leaving room for {users} requests; "
+            f"doubling TP frees weight memory on every GPU and multiplies the users {g}x, more than threefold.",
+            n_half, n,
+            "Past the boundary the weights take less than half: doubling TP then gains between 2x and 3x "
+            "users, little more than the GPUs added, and fp8 KV or shorter contexts are the cheaper lever.")
+    else:
+        s.set_regime(
+            "kv-dominated",
+            f"The bf16 weights take less than half of each GPU's usable memory; the KV cache sets the {users} "
+            f"requests, and doubling TP gains only {g}x: less than threefold for twice the GPUs.",
+            n_half, n,
+            "Below the boundary TP (fewer GPUs, or a bigger model) the weights take most of each GPU: every "
+            "doubling of TP then frees weight memory on each GPU too, and more than triples the users.")
+
+
+def kv_cache_block_count_question(p, s: Sheet) -> None:
+    if p.tp > p.model.kv_heads:
+        raise Reject("TP past the KV heads replicates them (tp-past-kv-heads)")
+    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} total memory (datasheet)")
+    u = s.given("u", GPU_MEMORY_UTILIZATION, "", "gpu_memory_utilization")
+    n = s.given("n", p.tp, "", "tensor-parallel GPUs")
+    N = s.given("N", model_params(p.model), "", "parameters")
+    b_w = s.given("b_w", dtype_bytes(p.weight_dtype), "B", f"bytes per weight ({p.weight_dtype})")
+    A = s.given("A", p.activation_peak, "GiB", "activation peak of the profile run")
+    T = s.given("T", p.non_torch, "GiB", "non-torch memory (NCCL buffers, cuBLAS workspace)")
+    w = s.step("weights_per_gpu", "Weights per GPU", "w", N * b_w / n, "GiB",
+               "tensor parallelism shards every weight matrix evenly over the group")
+    other = s.step("other_non_kv", "Activation peak plus non-torch memory", "O", A + T, "GiB",
+                   "what the profile run measured besides the weights")
+    avail = s.step("available", "Memory left for the KV cache per GPU", "M_KV", M * u - (w + other), "GiB",
+                   "vLLM: total × gpu_memory_utilization − (weights + activation peak + non-torch)")
+    if s.value(avail) <= 0:
+        raise Reject("no memory for cache blocks: vLLM refuses to start")
+
+    L = s.given("L", p.model.layers, "", "layers")
+    H = s.given("H_kv", p.model.kv_heads, "", "KV heads")
+    d = s.given("d_h", p.model.head_dim, "", "head dim")
+    b_kv = s.given("b_kv", dtype_bytes(p.kv_dtype), "B", f"bytes per KV element ({p.kv_dtype})")
+    bs = s.given("S_b", p.block_size, "tokens", "block size")
+    heads = s.step("kv_heads_per_gpu", "KV heads per GPU", "h", H / n, "",
+                   "TP splits the KV heads; with n ≤ H_kv none is replicated")
+    page = s.step("page_bytes", "Page per layer (one block)", "P", 2 * bs * heads * d * b_kv, "KiB",
+                  "vLLM's page_size_bytes: a key and a value per token, head and dim")
+    block = s.step("block_bytes", "Bytes per block, all layers, per GPU", "B_blk", page * L, "MiB",
+                   "a block id covers the same token slots in every layer")
+    blocks = s.step("num_blocks", "KV cache blocks", "N_blk", sympy.floor(avail / block), "blocks",
+                    "vLLM: available // page_size // num_layers (two floors give the same as one)")
+    C = s.given("C", p.context, "tokens", "context per sequence")
+    per_seq = s.step("blocks_per_sequence", "Blocks per full-context sequence", "k", sympy.ceiling(C / bs),
+                     "blocks", "a sequence's last block is allocated whole, however few tokens it holds")
+    seqs = s.step("max_sequences", "Sequences in flight at full context (ceiling)", "B_max",
+                  sympy.floor(blocks / per_seq), "sequences", "whole sequences: the blocks over one sequence's blocks")
+    if s.value(seqs) < 1:
+        raise Reject("not one sequence fits at this context: vLLM refuses to start")
+
+    s.assume("total_memory is the datasheet capacity in GB; the driver reports about that figure in GiB (an "
+             "80 GB H100 shows close to 80 GiB, some 85 GB), so a real vLLM log shows several percent more "
+             f"blocks. gpu_memory_utilization = {format_number(GPU_MEMORY_UTILIZATION)} (vLLM's default) caps "
+             "everything vLLM allocates.")
+    s.assume("Activation peak and non-torch memory are what the profile run measured on each GPU; the weights "
+             "split evenly over the TP group (vocab-parallel embeddings and LM head included).")
+    s.assume("The count is a ceiling: CUDA graphs are captured after the cache is sized (unless the engine is "
+             "told to estimate them in the profile) and come out of the remaining "
+             f"{format_number((1 - GPU_MEMORY_UTILIZATION) * 100)}%, allocator fragmentation eats more, "
+             "every sequence rounds up to whole blocks as it grows, and max_num_seqs (256 by default) may cap "
+             "the batch first.")
+    s.slip("x layers: one layer's page, not the whole block", 1 / p.model.layers)
+    s.slip("blocks counted per layer", p.model.layers)
+    s.slip(f"x{p.tp}: KV heads not split over TP", p.tp)
+    s.slip(f"/{p.tp}: KV heads not split over TP", 1 / p.tp)
+    _deduction_regime(s, w, other, seqs)
+
+
+def _deduction_regime(s: Sheet, w, other, seqs) -> None:
+    weights, rest = format_quantity(s.value(w), "GiB"), format_quantity(s.value(other), "GiB")
+    count = format_number(s.value(seqs))
+    if s.value(w) > s.value(other):
+        s.set_regime(
+            "weight-limited",
+            f"The weights ({weights} per GPU) are the larger deduction, ahead of the {rest} of activations and "
+            f"non-torch memory: more GPUs or fp8 weights buy KV room; {count} full-context sequences is a ceiling.",
+            other, w,
+            "Once weights per GPU fall below the activation peak plus non-torch memory (small models, wide TP, "
+            "fp8), the profile run's peak is what to cut: a smaller max_num_batched_tokens lowers the peak "
+            "and returns that memory to the cache.")
+    else:
+        s.set_regime(
+            "activation-limited",
+            f"Activations and non-torch memory ({rest} per GPU) take more than the weights ({weights}): the "
+            f"profile run's peak sets the cache; {count} full-context sequences is a ceiling.",
+            other, w,
+            "With a larger model, narrower TP or bf16 weights the weights become the larger deduction; then "
+            "more GPUs or quantised weights buy KV room, while trimming the activation peak gains little.")
