@@ -15,6 +15,7 @@ run: $(STAMP)
 	$(BIN)/infradrill
 
 test: $(STAMP)
+	$(BIN)/ruff check solvers tui tests
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

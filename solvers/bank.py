@@ -174,18 +174,24 @@ def _parse_param(reader: _Reader, name: str, spec: Any, line: int) -> ParamSpec:
     if len(bounds) != 2 or not all(isinstance(b, _NUM) and not isinstance(b, bool) for b in bounds):
         raise reader.fail(f"{where}.{kind}", spec.line_of(kind), "expected [low, high]")
     low, high = bounds
-    if not low < high or (kind == "loguniform" and low <= 0) or (kind == "int" and not all(isinstance(b, int) for b in bounds)):
-        raise reader.fail(f"{where}.{kind}", spec.line_of(kind), "expected low < high (integers for int, positive for loguniform)")
+    ints = all(isinstance(b, int) for b in bounds)
+    if not low < high or (kind == "loguniform" and low <= 0) or (kind == "int" and not ints):
+        raise reader.fail(f"{where}.{kind}", spec.line_of(kind),
+                          "expected low < high (integers for int, positive for loguniform)")
     step = sig = None
     rounding = reader.field(spec, "round", (dict, int, float), where, required=False, default=None)
     if isinstance(rounding, dict):
         step, sig = rounding.get("step"), rounding.get("sig")
-        if (step is None and sig is None) or (step is not None and step <= 0) or (sig is not None and (not isinstance(sig, int) or sig < 1)):
-            raise reader.fail(f"{where}.round", spec.line_of("round"), "expected {step: positive}, {sig: integer >= 1} or both")
+        bad_step = step is not None and (not isinstance(step, _NUM) or step <= 0)
+        bad_sig = sig is not None and (not isinstance(sig, int) or sig < 1)
+        if (step is None and sig is None) or bad_step or bad_sig:
+            raise reader.fail(f"{where}.round", spec.line_of("round"),
+                              "expected {step: positive}, {sig: integer >= 1} or both")
     elif rounding is not None:
         step = rounding
     if kind in ("uniform", "loguniform") and step is None and sig is None:
-        raise reader.fail(f"{where}.round", spec.line, "continuous parameters must be rounded (round: {step: ..} or {sig: ..})")
+        raise reader.fail(f"{where}.round", spec.line,
+                          "continuous parameters must be rounded (round: {step: ..} or {sig: ..})")
     if not isinstance(default, _NUM) or isinstance(default, bool) or not low <= default <= high:
         raise reader.fail(f"{where}.default", spec.line_of("default"), f"{default!r} is outside [{low}, {high}]")
     return ParamSpec(default=default, low=float(low), high=float(high), step=step, sig=sig, **common)
@@ -259,15 +265,18 @@ def parse_question(path: Path, text: str) -> Question:
     prompt = reader.field(document, "prompt", str)
     for match in PLACEHOLDER.finditer(prompt):
         if match.group(1) not in names:
-            raise reader.fail("prompt", document.line_of("prompt"), f"placeholder {{{match.group(0)[1:-1]}}} names no parameter")
+            raise reader.fail("prompt", document.line_of("prompt"),
+                              f"placeholder {{{match.group(0)[1:-1]}}} names no parameter")
     for spec in parameters:
         for arg_name, arg in spec.args:
             if isinstance(arg, str) and arg.startswith("$") and arg[1:] not in names:
-                raise reader.fail(f"parameters.{spec.name}.args.{arg_name}", raw_params.line_of(spec.name), f"{arg} names no parameter")
+                raise reader.fail(f"parameters.{spec.name}.args.{arg_name}", raw_params.line_of(spec.name),
+                                  f"{arg} names no parameter")
     regime_choices = next((a.choice for a in answers if a.key == "regime"), ())
     sides = tuple(reader.field(document, "regime_sides", list, required=False, default=list(regime_choices)))
     if any(side not in regime_choices for side in sides):
-        raise reader.fail("regime_sides", document.line_of("regime_sides"), "every side must be a choice of the regime answer")
+        raise reader.fail("regime_sides", document.line_of("regime_sides"),
+                          "every side must be a choice of the regime answer")
     difficulty = reader.field(document, "difficulty", int, required=False, default=1)
     chart = _parse_chart(reader, document, parameters, answers)
     return Question(

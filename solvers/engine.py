@@ -6,11 +6,11 @@ A variant code names a variant exactly: 'kv-bytes-per-token@4821',
 from __future__ import annotations
 
 import importlib
-import re
-from dataclasses import dataclass, field
-from typing import Any, Callable
-
 import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +41,7 @@ class VariantCode:
         return text + "".join(f"+{k}={v}" for k, v in self.overrides)
 
     @classmethod
-    def parse(cls, text: str) -> "VariantCode":
+    def parse(cls, text: str) -> VariantCode:
         match = _CODE.match(text.strip())
         if match is None:
             raise VariantError(f"'{text.strip()}' is not a variant code (like kv-bytes-per-token@4821)")

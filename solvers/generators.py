@@ -5,7 +5,7 @@ gives, and returns rounded values, so the prompt shows exactly what the solver u
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -21,7 +21,8 @@ def generator(name: str):
 
 
 @generator("lognormal_ints")
-def lognormal_ints(rng: np.random.Generator, n: int, median: float, sigma: float, low: int = 1, high: int = 10**7) -> list[int]:
+def lognormal_ints(rng: np.random.Generator, n: int, median: float, sigma: float,
+                   low: int = 1, high: int = 10**7) -> list[int]:
     """n integers, log-normal around `median`; sigma 0 gives identical values, 1.5 a heavy tail."""
     draws = rng.lognormal(mean=np.log(median), sigma=sigma, size=int(n))
     return [int(v) for v in np.clip(np.rint(draws), low, high)]

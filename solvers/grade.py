@@ -7,7 +7,7 @@ GiB, 10^3 for a prefix, plus factors the solver names, such as the layer count).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from solvers.parse import ParseError, parse_quantity
 from solvers.units import dim_name, format_quantity, is_multiplier, parse_unit
@@ -136,7 +136,8 @@ def read_number(spec: AnswerSpec, text: str, expected: float | None = None) -> f
     if is_multiplier(quantity.unit.text):
         return quantity.value
     if quantity.unit.dim != unit.dim:
-        raise UnitMismatch(f"'{quantity.unit.text}' is {dim_name(quantity.unit.dim)}; this answer is {dim_name(unit.dim)}")
+        given, wanted = dim_name(quantity.unit.dim), dim_name(unit.dim)
+        raise UnitMismatch(f"'{quantity.unit.text}' is {given}; this answer is {wanted}")
     return quantity.value
 
 

@@ -57,7 +57,8 @@ def test_fifty_seeds(bank, catalog, qid):
             assert math.isfinite(step.value)
         typed = {a.key: _typed(a, solution.expected[a.key]) for a in question.answers}
         grades = solution.grade(typed)
-        assert all(g.verdict == CORRECT for g in grades), (qid, seed, [(g.key, g.given, g.expected, g.verdict) for g in grades])
+        wrong = [(g.key, g.given, g.expected, g.verdict) for g in grades if g.verdict != CORRECT]
+        assert not wrong, (qid, seed, wrong)
         doubled = {a.key: format_quantity(2 * solution.expected[a.key], a.unit, 6) for a in question.answers
                    if not a.choice and a.kind == "rel" and solution.expected[a.key] != 0}
         for grade in solution.grade(doubled):

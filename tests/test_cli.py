@@ -33,7 +33,8 @@ def test_solve_json_shape(capsys):
     assert data["code"] == "kv-bytes-per-token@default" and data["seed"] is None
     assert data["parameters"]["context"]["value"] == 8192
     answers = {a["key"]: a for a in data["answers"]}
-    assert answers["kv_per_token"] == {"key": "kv_per_token", "label": "KV bytes per token", "value": 320.0, "unit": "KiB"}
+    expected = {"key": "kv_per_token", "label": "KV bytes per token", "value": 320.0, "unit": "KiB"}
+    assert answers["kv_per_token"] == expected
     assert data["steps"] and data["regime"]["name"] == "capacity-limited"
 
 

@@ -131,9 +131,8 @@ def test_giving_up_needs_a_second_submit_and_the_chart_appears():
 
 
 async def _broken_file_notice(root):
-    from solvers.bank import load_bank
-
     import tui.service
+    from solvers.bank import load_bank
 
     original = tui.service.load_bank
     tui.service.load_bank = lambda: load_bank(root)
@@ -154,8 +153,8 @@ def test_a_broken_question_file_gives_a_notice_and_the_rest_loads(tmp_path):
 
     source = Path("questions/F/weight-read-intensity.yaml").read_text()
     (tmp_path / "weight-read-intensity.yaml").write_text(source)
-    (tmp_path / "kv-bytes-per-token.yaml").write_text(source.replace("id: weight-read-intensity", "id: kv-bytes-per-token")
-                                                       .replace("  tokens:\n", "  tokens:\n    fixed: [oops\n"))
+    broken = source.replace("id: weight-read-intensity", "id: kv-bytes-per-token")
+    (tmp_path / "kv-bytes-per-token.yaml").write_text(broken.replace("  tokens:\n", "  tokens:\n    fixed: [oops\n"))
     notices, status, loaded = asyncio.run(_broken_file_notice(tmp_path))
     assert loaded == ["weight-read-intensity"]
     assert any("kv-bytes-per-token.yaml" in n for n in notices)

@@ -62,14 +62,14 @@ class InfradrillApp(App):
         self.call_from_thread(self._loaded, drill)
         warm_up()
 
-    def _loaded(self, drill: "Drill") -> None:
+    def _loaded(self, drill: Drill) -> None:
         self.drill = drill
         if isinstance(self.screen, HomeScreen):
             self.screen.show_bank(len(drill.bank.questions), drill.problems)
         for problem in drill.problems:
             self.notify(problem, title="Not loaded", severity="warning", timeout=15)
 
-    def _bank_ready(self) -> "Drill | None":
+    def _bank_ready(self) -> Drill | None:
         if self.drill is None:
             self.notify("Still loading the bank…")
         return self.drill
@@ -121,7 +121,7 @@ class InfradrillApp(App):
             return
         self.call_from_thread(self._show_question, solution, replace)
 
-    def _show_question(self, solution: "Solution", replace: bool) -> None:
+    def _show_question(self, solution: Solution, replace: bool) -> None:
         from tui.screens.question import QuestionScreen
 
         screen = QuestionScreen(solution)
@@ -130,13 +130,13 @@ class InfradrillApp(App):
         else:
             self.push_screen(screen)
 
-    def show_solution(self, solution: "Solution", answers: dict[str, str], elapsed: float, hints_used: int) -> None:
+    def show_solution(self, solution: Solution, answers: dict[str, str], elapsed: float, hints_used: int) -> None:
         from tui.screens.solution import SolutionScreen
 
         grades = solution.grade(answers)
         self.switch_screen(SolutionScreen(solution, answers, grades, elapsed, hints_used))
 
-    def reopen(self, solution: "Solution") -> None:
+    def reopen(self, solution: Solution) -> None:
         from tui.screens.question import QuestionScreen
 
         self.switch_screen(QuestionScreen(solution))

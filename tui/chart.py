@@ -23,7 +23,7 @@ def _scale(value: float, low: float, high: float, size: int, log: bool) -> int:
     return min(size - 1, max(0, round((value - low) / (high - low) * (size - 1))))
 
 
-def sweep_chart(points: list["SweepPoint"], variant_x: float, x_label: str, y_label: str,
+def sweep_chart(points: list[SweepPoint], variant_x: float, x_label: str, y_label: str,
                 width: int = 56, height: int = 8) -> Text:
     xs, ys = [p.x for p in points], [p.y for p in points]
     log_x = min(xs) > 0 and max(xs) / min(xs) > 50

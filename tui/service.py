@@ -22,7 +22,7 @@ class Drill:
     rng: random.Random = field(default_factory=random.Random)
 
     @classmethod
-    def load(cls) -> "Drill":
+    def load(cls) -> Drill:
         return cls(load_bank(), load_catalog())
 
     @property
@@ -35,12 +35,12 @@ class Drill:
     def new_seed(self) -> int:
         return self.rng.randint(1, 99_999)
 
-    def variant(self, question_id: str, seed: int | None) -> "Solution":
+    def variant(self, question_id: str, seed: int | None) -> Solution:
         from solvers.engine import VariantCode, make_variant
 
         return make_variant(self.bank, self.catalog, VariantCode(question_id, seed))
 
-    def variant_from_code(self, text: str) -> "Solution":
+    def variant_from_code(self, text: str) -> Solution:
         """Raises VariantError with a readable message for a bad code."""
         from solvers.engine import VariantCode, make_variant
 

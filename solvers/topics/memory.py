@@ -6,10 +6,16 @@ import math
 import sympy
 
 from solvers.derivation import Reject, Sheet, max_of
-from solvers.topics.common import dtype_bytes, hbm_bandwidth, hbm_bytes, kv_bytes_per_token, model_params, peak_flops
+from solvers.topics.common import (
+    GPU_MEMORY_UTILIZATION,
+    dtype_bytes,
+    hbm_bandwidth,
+    hbm_bytes,
+    kv_bytes_per_token,
+    model_params,
+    peak_flops,
+)
 from solvers.units import format_number, format_quantity
-
-GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization
 
 
 def kv_bytes_per_token_question(p, s: Sheet) -> None:

@@ -4,8 +4,15 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, max_of
-from solvers.topics.common import dtype_bytes, hbm_bandwidth, hbm_bytes, kv_bytes_per_token, model_params, peak_flops
-from solvers.topics.memory import GPU_MEMORY_UTILIZATION
+from solvers.topics.common import (
+    GPU_MEMORY_UTILIZATION,
+    dtype_bytes,
+    hbm_bandwidth,
+    hbm_bytes,
+    kv_bytes_per_token,
+    model_params,
+    peak_flops,
+)
 from solvers.units import format_number
 
 
@@ -21,9 +28,9 @@ def weight_read_intensity(p, s: Sheet) -> None:
                "each weight does one multiply-add (2 FLOPs) per token in the pass")
     W = s.step("bytes", "Bytes read per forward pass", "W", N * b, "GB",
                "every weight is read from HBM once per pass, shared by all its tokens")
-    I = s.step("intensity", "Arithmetic intensity", "I", F / W, "FLOP/B",
+    s.step("intensity", "Arithmetic intensity", "I", F / W, "FLOP/B",
                "FLOPs per byte moved: 2T/b, so it grows with the tokens riding on one weight read")
-    R = s.step("ridge", "Ridge point of the GPU", "I_ridge", P / BW, "FLOP/B",
+    s.step("ridge", "Ridge point of the GPU", "I_ridge", P / BW, "FLOP/B",
                "below this intensity HBM cannot feed the tensor cores fast enough")
     Tc = s.step("crossover", "Crossover tokens per pass", "T_star", b * P / (2 * BW), "tokens",
                 "solve 2T/b = P/BW for T: the batch at which the pass turns compute-bound")
@@ -132,7 +139,8 @@ def datasheet_speedup_regimes(p, s: Sheet) -> None:
     X_n = s.step("throughput_new", f"Decode throughput on {new.name}", "X_new", batch_n / cap_n, "tokens/s",
                  "one token per request per step")
     S_k = s.step("speedup_capacity", "Speedup, capacity-bound (decode at the largest batch)", "S_capacity",
-                 X_n / X_o, "x", "with both steps memory-bound: batch ratio × bandwidth ratio ÷ ratio of bytes per step")
+                 X_n / X_o, "x",
+                 "with both steps memory-bound: batch ratio × bandwidth ratio ÷ ratio of bytes per step")
 
     s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM holds weights plus KV cache (vLLM's default "
              "gpu_memory_utilization); activations and CUDA graphs are ignored.")

@@ -24,12 +24,12 @@ def continuous_batching_padding(p, s: Sheet) -> None:
                "each request occupies its slot for one step per output token")
     L_max = s.step("longest", "Steps the static batch runs", "L_max", max_of(*L), "steps",
                    "the batch releases its slots only when its longest request finishes")
-    O = s.step("occupied", "Slot-steps the static batch holds", "O", B * L_max, "slot-steps",
+    held = s.step("occupied", "Slot-steps the static batch holds", "O", B * L_max, "slot-steps",
                "every slot stays assigned until the last step")
-    waste = s.step("waste", "Padding slot-steps", "P", O - S, "slot-steps",
+    waste = s.step("waste", "Padding slot-steps", "P", held - S, "slot-steps",
                    "slots whose request has finished keep stepping on padding")
-    s.step("utilisation", "Static utilisation", "U", S / O, "%", "useful share of the slot-steps held")
-    gain = s.step("gain", "Throughput gain of iteration-level scheduling", "G", O / S, "x",
+    s.step("utilisation", "Static utilisation", "U", S / held, "%", "useful share of the slot-steps held")
+    gain = s.step("gain", "Throughput gain of iteration-level scheduling", "G", held / S, "x",
                   "refilled slots do useful work every step: B tokens per step instead of S/L_max")
     k = s.given("k", lengths.count(max(lengths)), "slots", "slots holding a request of the longest length")
     s.step("padding_slots", "Slots on padding in the final step", "B_pad", B - k, "slots",
@@ -44,7 +44,7 @@ def continuous_batching_padding(p, s: Sheet) -> None:
     s.assume("Prefill of the incoming requests is ignored, and this batch's lengths stand for the mix.")
     s.slip("/B: the padding of one average slot, not of the batch", 1 / len(lengths))
     if s.value(waste) > 0:
-        s.slip("every occupied slot-step counted as padding", s.value(O) / s.value(waste))
+        s.slip("every occupied slot-step counted as padding", s.value(held) / s.value(waste))
 
     _gain_regime(s, gain, L_max, L_star)
 

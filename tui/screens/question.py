@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from solvers.engine import Solution
 
 
-def _params_table(solution: "Solution") -> Table:
+def _params_table(solution: Solution) -> Table:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
@@ -45,7 +45,7 @@ class QuestionScreen(Screen):
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
-    def __init__(self, solution: "Solution") -> None:
+    def __init__(self, solution: Solution) -> None:
         super().__init__()
         self.solution = solution
         self.started = time.monotonic()

@@ -34,7 +34,7 @@ class SolutionScreen(Screen):
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
-    def __init__(self, solution: "Solution", answers: dict[str, str], grades: list[Grade], elapsed: float,
+    def __init__(self, solution: Solution, answers: dict[str, str], grades: list[Grade], elapsed: float,
                  hints_used: int) -> None:
         super().__init__()
         self.solution = solution
