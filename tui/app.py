@@ -52,7 +52,10 @@ class InfradrillApp(App):
 
     def on_mount(self) -> None:
         self.push_screen(HomeScreen())
-        self.call_after_refresh(self._load)
+
+    def after_first_paint(self) -> None:
+        """Called by the home screen once it is on screen: only now load bank and engine."""
+        self._load()
 
     @work(thread=True, exclusive=True, group="load")
     def _load(self) -> None:

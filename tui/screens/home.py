@@ -45,6 +45,9 @@ class HomeScreen(Screen):
             yield Static("Loading the bank…", id="bank-status")
         yield Footer()
 
+    def on_mount(self) -> None:
+        self.call_after_refresh(self.app.after_first_paint)
+
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.app.run_action(event.option.id)
 
