@@ -161,5 +161,6 @@ def _grade_number(spec: AnswerSpec, text: str, expected: float, slips: list[Slip
         error = abs(ratio - 1)
         verdict = CORRECT if error <= spec.tolerance else CLOSE if error <= 3 * spec.tolerance else WRONG
     near = max(0.01, min(spec.tolerance, 0.05))
-    slip = None if verdict == CORRECT else diagnose(ratio, [*GENERIC_SLIPS, *slips], near)
+    # The question's own slips first: on a tie (1/8 is also bits vs bytes) they say more.
+    slip = None if verdict == CORRECT else diagnose(ratio, [*slips, *GENERIC_SLIPS], near)
     return Grade(spec.key, verdict, given_text, shown_expected, error=error, slip=slip)

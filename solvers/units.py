@@ -39,14 +39,14 @@ _atom("$ USD usd", 1.0, _DOLLAR)
 _atom("% percent", 0.01, DIMENSIONLESS)
 _atom("x ×", 1.0, DIMENSIONLESS)
 # Count nouns: dimensionless, accepted so that people can type what they count.
-_atom(
+_COUNT_NOUNS = (
     "token tokens tok request requests req user users seq seqs sequence sequences "
     "GPU GPUs gpu gpus node nodes param params parameter parameters block blocks "
     "step steps expert experts switch switches pod pods interruption interruptions "
-    "slot slots layer layers restart restarts",
-    1.0,
-    DIMENSIONLESS,
+    "slot slots layer layers restart restarts"
 )
+_atom(_COUNT_NOUNS, 1.0, DIMENSIONLESS)
+_SINGULAR = {noun: noun[:-1] for noun in _COUNT_NOUNS.split() if noun.endswith("s") and noun[:-1] in _ATOMS}
 # Rates people write as one word: "TFLOPS", "Gbps", "GBps".
 _atom("FLOPS", 1.0, (0, 1, -1, 0, 0))
 _atom("bps", 1 / 8, (1, 0, -1, 0, 0))
@@ -56,7 +56,8 @@ _SI = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
        "m": 1e-3, "u": 1e-6, "µ": 1e-6, "μ": 1e-6, "n": 1e-9}
 _IEC = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
 # Prefixes may stand alone on a number: "6.2k", "1.5M tokens", "3 bn".
-_BARE = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "bn": 1e9}
+_BARE = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "bn": 1e9,
+         "thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12}
 # Prefixes that only make sense before these atoms (avoid reading "min" as milli-"in").
 _PREFIXABLE = {"B", "b", "FLOP", "FLOPs", "flop", "flops", "FLOPS", "bps", "Bps", "s", "W",
                "bit", "bits", "byte", "bytes"}
@@ -165,5 +166,7 @@ def format_quantity(value_base: float, unit: str, sig: int = 4) -> str:
         return f"{format_number(value_base * 100, sig)}%"
     if unit in ("x", "×"):
         return f"{format_number(value_base, sig)}×"
-    shown = parse_unit(unit).from_base(value_base)
-    return f"{format_number(shown, sig)} {unit}".rstrip()
+    number = format_number(parse_unit(unit).from_base(value_base), sig)
+    if number == "1" and unit in _SINGULAR:
+        unit = _SINGULAR[unit]
+    return f"{number} {unit}".rstrip()

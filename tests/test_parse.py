@@ -31,6 +31,7 @@ from solvers.units import DIMENSIONLESS, UnitError, format_number, format_quanti
     ("43 days", 43 * 86400, "days"),
     ("14 MW", 14e6, "MW"),
     ("1,234,567.5 tokens/s", 1234567.5, "tokens/s"),
+    ("400 billion params", 400e9, "billion params"),
     ("−3", -3, None),
     (".5", 0.5, None),
 ])
@@ -102,3 +103,6 @@ def test_format_number_is_readable():
     assert format_number(2.4e25) == "2.4×10^25"
     assert format_number(0.0421) == "0.0421"
     assert not math.isnan(parse_quantity(format_number(1e-5)).value)
+    assert format_quantity(1, "slots") == "1 slot"
+    assert format_quantity(2, "slots") == "2 slots"
+    assert format_quantity(1.5, "x") == "1.5×"
