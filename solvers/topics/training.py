@@ -16,8 +16,8 @@ ZERO3_VOLUME = 3  # ZeRO-3 moves 3Ψ elements per step per GPU: two weight all-g
 
 
 def training_compute_budget(p, s: Sheet) -> None:
-    N = s.given("N", p.params, "bn params", "parameters (dense)")
-    D = s.given("D", p.tokens, "T tokens", "training tokens")
+    N = s.given("N", p.params, "billion params", "parameters (dense)")
+    D = s.given("D", p.tokens, "trillion tokens", "training tokens")
     G = s.given("G", p.gpus, "GPUs", "GPUs in the job")
     P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
     u = s.given("MFU", p.mfu, "%", "model FLOPs utilisation")
@@ -85,7 +85,7 @@ def _schedule_regime(s: Sheet, T, T_dl, G_need) -> None:
 
 
 def training_state_bytes(p, s: Sheet) -> None:
-    N = s.given("N", p.params, "bn params", "parameters")
+    N = s.given("N", p.params, "billion params", "parameters")
     b_w = s.given("b_w", dtype_bytes("bf16"), "B", "bytes per bf16 weight")
     b_g = s.given("b_g", dtype_bytes("bf16"), "B", "bytes per bf16 gradient")
     b_32 = s.given("b_32", dtype_bytes("fp32"), "B", "bytes per fp32 value")
@@ -111,7 +111,7 @@ def training_state_bytes(p, s: Sheet) -> None:
     s.step("state_per_gpu", "State per GPU, sharded over those nodes", "S_gpu", S / (nodes * g), "GB",
            "ZeRO-3 / FSDP gives every GPU an equal slice of weights, gradients and optimizer state")
     N_star = s.step("max_params_one_node", "Largest model whose state fits one node", "N_star", room / b,
-                    "bn params", "one node's room over the bytes per parameter")
+                    "billion params", "one node's room over the bytes per parameter")
     traffic = s.step("zero3_traffic", "Bytes each GPU moves per step under full sharding", "V",
                      ZERO3_VOLUME * N * b_w, "GB",
                      "all-gather the bf16 weights for forward and again for backward, reduce-scatter the "
@@ -133,7 +133,7 @@ def training_state_bytes(p, s: Sheet) -> None:
 
 def _state_regime(s: Sheet, N, N_star, S, room, nodes, traffic) -> None:
     state, fits = format_quantity(s.value(S), "TB"), format_quantity(s.value(room), "GB")
-    limit = format_quantity(s.value(N_star), "bn params")
+    limit = format_quantity(s.value(N_star), "billion params")
     moved = format_quantity(s.value(traffic), "GB")
     if s.value(nodes) <= 1:
         s.set_regime(
