@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import asynccontextmanager
+from pathlib import Path
 
 from textual.widgets import DataTable, Input
 
+import tui.service
+from solvers.bank import load_bank
 from solvers.report import answer_value
 from solvers.units import format_quantity
 from tui.app import InfradrillApp
@@ -24,16 +28,28 @@ async def wait_for(pilot, predicate, timeout: float = 10.0) -> None:
     raise AssertionError("condition not reached")
 
 
+@asynccontextmanager
+async def running_app():
+    """The app at 80x24, once its bank has loaded."""
+    app = InfradrillApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.drill is not None)
+        yield app, pilot
+
+
+async def open_default(app, pilot, question_id: str) -> None:
+    app.open_question(question_id, default=True)
+    await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+
+
 def typed(solution, spec) -> str:
     if spec.choice:
         return solution.expected[spec.key]
     return format_quantity(solution.expected[spec.key], spec.unit, sig=6)
 
 
-async def _answer_default_variant(answers) -> InfradrillApp:
-    app = InfradrillApp()
-    async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.drill is not None)
+async def _answer_default_variant(answers):
+    async with running_app() as (app, pilot):
         await pilot.press("b")
         assert isinstance(app.screen, BrowseScreen)
         table = app.screen.query_one(DataTable)
@@ -44,8 +60,7 @@ async def _answer_default_variant(answers) -> InfradrillApp:
         solution = app.screen.solution
         assert str(solution.code) == "kv-bytes-per-token@default"
         for spec in solution.question.answers:
-            field = app.screen.query_one(f"#answer-{spec.key}", Input)
-            field.focus()
+            app.screen.query_one(f"#answer-{spec.key}", Input).focus()
             await pilot.press(*answers(solution, spec))
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
@@ -73,11 +88,8 @@ def test_wrong_answer_is_graded_wrong_with_a_slip():
 
 
 async def _unreadable_answer_is_not_submitted():
-    app = InfradrillApp()
-    async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.drill is not None)
-        app.open_question("weight-read-intensity", default=True)
-        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+    async with running_app() as (app, pilot):
+        await open_default(app, pilot, "weight-read-intensity")
         await pilot.press(*"12 parsecs")
         await pilot.press("ctrl+s")
         await pilot.pause(0.2)
@@ -92,10 +104,8 @@ def test_unreadable_answer_is_not_submitted():
     asyncio.run(_unreadable_answer_is_not_submitted())
 
 
-async def _variant_code_and_palette():
-    app = InfradrillApp()
-    async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.drill is not None)
+async def _variant_code():
+    async with running_app() as (app, pilot):
         await pilot.press("v")
         await pilot.press(*"weight-read-intensity@42", "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
@@ -108,15 +118,26 @@ async def _variant_code_and_palette():
 
 
 def test_variant_code_opens_exactly_that_variant():
-    asyncio.run(_variant_code_and_palette())
+    asyncio.run(_variant_code())
+
+
+async def _palette():
+    async with running_app() as (app, pilot):
+        await pilot.press("ctrl+p")
+        await pilot.press(*"block-count")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        return app.screen.solution.question.id
+
+
+def test_command_palette_finds_a_question():
+    assert asyncio.run(_palette()) == "kv-cache-block-count"
 
 
 async def _giving_up_needs_a_second_submit():
-    app = InfradrillApp()
-    async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.drill is not None)
-        app.open_question("kv-bytes-per-token", default=True)
-        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+    async with running_app() as (app, pilot):
+        await open_default(app, pilot, "kv-bytes-per-token")
         await pilot.press("ctrl+s")
         await pilot.pause(0.1)
         assert isinstance(app.screen, QuestionScreen)
@@ -131,15 +152,10 @@ def test_giving_up_needs_a_second_submit_and_the_chart_appears():
 
 
 async def _broken_file_notice(root):
-    import tui.service
-    from solvers.bank import load_bank
-
     original = tui.service.load_bank
     tui.service.load_bank = lambda: load_bank(root)
     try:
-        app = InfradrillApp()
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.drill is not None)
+        async with running_app() as (app, pilot):
             await pilot.pause(0.1)
             notices = [n.message for n in app._notifications]
             status = str(app.screen.query_one("#bank-status").content)
@@ -149,8 +165,6 @@ async def _broken_file_notice(root):
 
 
 def test_a_broken_question_file_gives_a_notice_and_the_rest_loads(tmp_path):
-    from pathlib import Path
-
     source = Path("questions/F/weight-read-intensity.yaml").read_text()
     (tmp_path / "weight-read-intensity.yaml").write_text(source)
     broken = source.replace("id: weight-read-intensity", "id: kv-bytes-per-token")
