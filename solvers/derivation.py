@@ -118,10 +118,14 @@ class Sheet:
     _shown: dict[sympy.Symbol, str] = field(default_factory=dict)
 
     def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> sympy.Symbol:
-        """A number the variant supplies (parameter, datasheet figure, assumption)."""
+        """A number the variant supplies (parameter, datasheet figure, assumption).
+
+        Shared helpers may state the same fact again: the same value returns the same symbol."""
         sym = sympy.Symbol(symbol)
         if sym in self._values:
-            raise ValueError(f"symbol {symbol} declared twice")
+            if float(self._values[sym]) == float(value):
+                return sym
+            raise ValueError(f"symbol {symbol} declared twice with different values")
         self._remember(sym, value, unit)
         self.givens.append(Given(symbol, label or symbol, float(value), unit))
         return sym

@@ -11,10 +11,10 @@ from solvers.topics.common import (
     dtype_bytes,
     hbm_bandwidth,
     hbm_bytes,
-    kv_bytes_per_token,
     model_params,
     peak_flops,
 )
+from solvers.topics.kvcache import kv_bytes_per_token
 from solvers.units import format_number, format_quantity
 
 

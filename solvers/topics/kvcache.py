@@ -1,0 +1,60 @@
+"""KV-cache sizing shared by every question that needs it: bytes per token (MHA, GQA, MQA,
+MLA), the share one GPU holds under tensor parallelism, and blocks for a sequence.
+
+Each helper adds its steps to the sheet, so the solution shows the formula it used.
+Conventions follow vLLM: KV heads per GPU = max(1, H_kv // TP) (heads are replicated once
+TP exceeds them); an MLA latent has no heads to split and sits whole on every rank; a
+sequence occupies ceil(tokens / block_size) blocks.
+"""
+from __future__ import annotations
+
+import sympy
+
+from solvers.data import Record
+from solvers.derivation import Sheet, max_of
+
+
+def kv_bytes_per_token(sheet: Sheet, model: Record, kv_bytes: sympy.Symbol, key: str = "kv_per_token",
+                       unit: str = "KiB") -> sympy.Symbol:
+    """Per-token KV cache bytes across all layers: GQA/MHA/MQA, or MLA's shared latent."""
+    layers = sheet.given("L", model.layers, "", "layers")
+    if model.attention == "mla":
+        latent = sheet.given("d_c", model.kv_lora_rank, "", "KV latent rank (kv_lora_rank)")
+        rope = sheet.given("d_r", model.qk_rope_head_dim, "", "decoupled RoPE key dim")
+        return sheet.step(key, "KV cache bytes per token (MLA: one latent per layer)", "KV_tok",
+                          layers * (latent + rope) * kv_bytes, unit,
+                          "MLA caches one compressed latent plus the RoPE key per layer, shared by all heads")
+    kv_heads = sheet.given("H_kv", model.kv_heads, "", "KV heads")
+    head_dim = sheet.given("d_h", model.head_dim, "", "head dim")
+    return sheet.step(key, "KV cache bytes per token", "KV_tok", 2 * layers * kv_heads * head_dim * kv_bytes, unit,
+                      "a key and a value vector per KV head in every layer")
+
+
+def kv_heads_per_gpu(sheet: Sheet, model: Record, tp: sympy.Symbol, key: str = "kv_heads_per_gpu") -> sympy.Symbol:
+    """KV heads one GPU stores under TP: H_kv // TP, but never fewer than one (replication)."""
+    kv_heads = sheet.given("H_kv", model.kv_heads, "", "KV heads")
+    return sheet.step(key, "KV heads per GPU", "H_gpu", max_of(1, sympy.floor(kv_heads / tp)), "",
+                      "heads split across the TP ranks; past H_kv ranks each one keeps a replicated head")
+
+
+def kv_bytes_per_token_per_gpu(sheet: Sheet, model: Record, kv_bytes: sympy.Symbol, tp: sympy.Symbol,
+                               key: str = "kv_per_token_gpu", unit: str = "KiB") -> sympy.Symbol:
+    """The KV bytes of one token that one GPU holds under tensor parallelism."""
+    layers = sheet.given("L", model.layers, "", "layers")
+    if model.attention == "mla":
+        latent = sheet.given("d_c", model.kv_lora_rank, "", "KV latent rank (kv_lora_rank)")
+        rope = sheet.given("d_r", model.qk_rope_head_dim, "", "decoupled RoPE key dim")
+        return sheet.step(key, "KV bytes per token on each GPU (MLA)", "KV_gpu",
+                          layers * (latent + rope) * kv_bytes, unit,
+                          "the latent has no heads to split: every TP rank keeps all of it")
+    heads = kv_heads_per_gpu(sheet, model, tp)
+    head_dim = sheet.given("d_h", model.head_dim, "", "head dim")
+    return sheet.step(key, "KV bytes per token on each GPU", "KV_gpu", 2 * layers * heads * head_dim * kv_bytes,
+                      unit, "a key and a value per layer for each KV head this GPU holds")
+
+
+def blocks_for_tokens(sheet: Sheet, tokens: sympy.Symbol, block_size: sympy.Symbol,
+                      key: str = "blocks_per_sequence") -> sympy.Symbol:
+    """Blocks a sequence of `tokens` occupies: the last one may be partly empty."""
+    return sheet.step(key, "Blocks for one sequence", "n_blk", sympy.ceiling(tokens / block_size), "blocks",
+                      "whole blocks only: the last block holds the remainder")
