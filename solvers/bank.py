@@ -122,7 +122,7 @@ _NUM = (int, float)
 _TOP_FIELDS = {"id", "title", "group", "topic", "difficulty", "solver", "seeds", "prompt", "parameters",
                "answers", "hints", "references", "regime_sides", "chart"}
 _PARAM_FIELDS = {*DISTRIBUTIONS, "default", "label", "unit", "weights", "from", "round", "args"}
-_ANSWER_FIELDS = {"key", "label", "unit", "rel", "log", "choice"}
+_ANSWER_FIELDS = {"key", "label", "unit", "rel", "log", "choice", "order", "checklist"}
 
 
 def _unit(reader: _Reader, mapping: LineDict, where: str) -> str:
@@ -207,17 +207,19 @@ def _parse_answer(reader: _Reader, index: int, spec: Any, line: int) -> AnswerSp
     key = reader.field(spec, "key", str, where)
     label = reader.field(spec, "label", str, where)
     unit = _unit(reader, spec, where)
-    choice = tuple(reader.field(spec, "choice", list, where, required=False, default=[]))
+    lists = {name: tuple(reader.field(spec, name, list, where, required=False, default=[]))
+             for name in ("choice", "order", "checklist")}
     rel = reader.field(spec, "rel", _NUM, where, required=False)
     log = reader.field(spec, "log", _NUM, where, required=False)
-    if sum(x is not None and x != () for x in (choice, rel, log)) > 1:
-        raise reader.fail(where, spec.line, "give one comparison: rel, log or choice")
+    if sum(x is not None and x != () for x in (*lists.values(), rel, log)) > 1:
+        raise reader.fail(where, spec.line, "give one comparison: rel, log, choice, order or checklist")
+    for name, items in lists.items():
+        if items and (len(items) < 2 or not all(isinstance(c, str) for c in items) or len(set(items)) < len(items)):
+            raise reader.fail(f"{where}.{name}", spec.line_of(name), "at least two distinct text items")
     for name, tol in (("rel", rel), ("log", log)):
         if tol is not None and not 0 < tol < 1:
             raise reader.fail(f"{where}.{name}", spec.line_of(name), "tolerance must lie in (0, 1)")
-    if choice and (len(choice) < 2 or not all(isinstance(c, str) for c in choice)):
-        raise reader.fail(f"{where}.choice", spec.line_of("choice"), "at least two text options")
-    return AnswerSpec(key=key, label=label, unit=unit, rel=rel, log=log, choice=choice)
+    return AnswerSpec(key=key, label=label, unit=unit, rel=rel, log=log, **lists)
 
 
 def _parse_chart(reader: _Reader, document: LineDict, parameters: tuple[ParamSpec, ...],
@@ -229,7 +231,7 @@ def _parse_chart(reader: _Reader, document: LineDict, parameters: tuple[ParamSpe
     x, y = chart.get("x"), chart.get("y")
     if not any(p.name == x and p.kind in ("int", "uniform", "loguniform") for p in parameters):
         raise reader.fail("chart.x", line, f"{x!r} is not a numeric range parameter")
-    if not any(a.key == y and not a.choice for a in answers):
+    if not any(a.key == y and a.numeric for a in answers):
         raise reader.fail("chart.y", line, f"{y!r} is not a numeric answer")
     return x, y
 

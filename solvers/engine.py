@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,15 +60,18 @@ class Solution:
     params: list[Param]
     prompt: str
     sheet: Sheet
-    expected: dict[str, float | str] = field(default_factory=dict)
+    expected: dict[str, float | str | list[str]] = field(default_factory=dict)
+    shown_orders: dict[str, list[str]] = field(default_factory=dict)  # ordering items as listed, A, B, C...
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
 
-    def grade(self, answers: dict[str, str]) -> list[Grade]:
+    def grade_one(self, key: str, text: str) -> Grade:
         slips = [Slip(label, factor) for label, factor in self.sheet.slips]
-        return [grade_answer(spec, answers.get(spec.key, ""), self.expected[spec.key], slips)
-                for spec in self.question.answers]
+        return grade_answer(self.question.answer(key), text, self.expected[key], slips, self.shown_orders.get(key))
+
+    def grade(self, answers: dict[str, str]) -> list[Grade]:
+        return [self.grade_one(spec.key, answers.get(spec.key, "")) for spec in self.question.answers]
 
 
 class _Values(dict):
@@ -116,10 +120,41 @@ def solve_values(question: Question, raw: dict[str, Any], catalog: Catalog) -> t
     params = resolve(question, raw, catalog)
     sheet = Sheet()
     solver_function(question)(_Values({p.name: p.value for p in params}), sheet)
-    missing = [a.key for a in question.answers if a.key not in sheet.results]
+    # A checklist's key is the list itself; every other answer comes from the solver.
+    missing = [a.key for a in question.answers if a.key not in sheet.results and a.kind != "checklist"]
     if missing:
         raise RuntimeError(f"{question.id}: solver produced no value for {', '.join(missing)}")
+    for spec in question.answers:
+        if spec.kind == "order" and sorted(sheet.results[spec.key]) != sorted(spec.order):
+            raise RuntimeError(f"{question.id}: the order for {spec.key} is not a permutation of its items")
     return params, sheet
+
+
+def _expected(question: Question, sheet: Sheet) -> dict[str, float | str | list[str]]:
+    return {a.key: list(a.checklist) if a.kind == "checklist" else sheet.results[a.key] for a in question.answers}
+
+
+def _shown_orders(question: Question, code: VariantCode, expected: dict) -> dict[str, list[str]]:
+    """Ordering items in a per-variant shuffle that never gives the answer away."""
+    shown = {}
+    for spec in question.answers:
+        if spec.kind != "order":
+            continue
+        items = list(spec.order)
+        random.Random(f"{question.id}@{code.seed}:{spec.key}").shuffle(items)
+        if items == list(expected[spec.key]):
+            items = items[1:] + items[:1]
+        shown[spec.key] = items
+    return shown
+
+
+def _ordering_lists(question: Question, shown: dict[str, list[str]]) -> str:
+    parts = []
+    for spec in question.answers:
+        if spec.key in shown:
+            lines = [f"  {chr(ord('A') + i)}. {item}" for i, item in enumerate(shown[spec.key])]
+            parts.append(f"{spec.label} (give the letters in order):\n" + "\n".join(lines))
+    return "".join(f"\n\n{part}" for part in parts)
 
 
 def make_variant(bank: Bank, catalog: Catalog, code: VariantCode) -> Solution:
@@ -153,8 +188,10 @@ def make_variant(bank: Bank, catalog: Catalog, code: VariantCode) -> Solution:
             continue
         except ParameterError as error:
             raise VariantError(str(error)) from None
-        expected = {a.key: sheet.results[a.key] for a in question.answers}
-        return Solution(question, code, params, render_prompt(question, params), sheet, expected)
+        expected = _expected(question, sheet)
+        shown = _shown_orders(question, code, expected)
+        prompt = render_prompt(question, params) + _ordering_lists(question, shown)
+        return Solution(question, code, params, prompt, sheet, expected, shown)
     raise VariantError(f"{code}: no valid variant ({last_reason})")
 
 

@@ -7,6 +7,7 @@ GiB, 10^3 for a prefix, plus factors the solver names, such as the layer count).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from solvers.parse import ParseError, parse_quantity
@@ -25,10 +26,22 @@ class AnswerSpec:
     rel: float | None = None  # relative tolerance
     log: float | None = None  # tolerance in decades (0.3 ~ a factor of 2)
     choice: tuple[str, ...] = ()
+    order: tuple[str, ...] = ()  # items to put in order; the solver says which order is right
+    checklist: tuple[str, ...] = ()  # points the candidate ticks after the reveal (self-graded)
 
     @property
     def kind(self) -> str:
-        return "choice" if self.choice else "log" if self.log is not None else "rel"
+        if self.choice:
+            return "choice"
+        if self.order:
+            return "order"
+        if self.checklist:
+            return "checklist"
+        return "log" if self.log is not None else "rel"
+
+    @property
+    def numeric(self) -> bool:
+        return self.kind in ("rel", "log")
 
     @property
     def tolerance(self) -> float:
@@ -99,10 +112,75 @@ def _log_distance(value: float, expected: float) -> float:
     return 0.0 if value == expected else math.inf
 
 
-def grade_answer(spec: AnswerSpec, text: str, expected: float | str, slips: list[Slip] | None = None) -> Grade:
+def grade_answer(spec: AnswerSpec, text: str, expected: float | str | list[str], slips: list[Slip] | None = None,
+                 shown: list[str] | None = None) -> Grade:
+    """Grade `text` against the key. `shown` is the order in which ordering items were
+    listed (lettered A, B, C...) to the candidate."""
     if spec.kind == "choice":
         return _grade_choice(spec, text, str(expected))
+    if spec.kind == "order":
+        return _grade_order(spec, text, list(expected), shown or list(spec.order))
+    if spec.kind == "checklist":
+        return _grade_checklist(spec, text)
     return _grade_number(spec, text, float(expected), slips or [])
+
+
+def letters(items: list[str], shown: list[str]) -> str:
+    """Items as the letters they were listed under: ['c', 'a'] with shown [a, b, c] -> 'C A'."""
+    return " ".join(chr(ord("A") + shown.index(item)) for item in items)
+
+
+def read_order(text: str, shown: list[str]) -> list[str]:
+    """'BADC', 'b a d c', 'B > A > D > C' or '2 1 4 3' as a full ordering of `shown`."""
+    tokens = re.findall(r"[A-Za-z]|\d+", text) if re.fullmatch(r"[\sA-Za-z0-9,;>\-]*", text) else None
+    if tokens is None or not tokens:
+        raise ParseError("type the letters in order, e.g. " + "".join(chr(65 + i) for i in range(len(shown)))[::-1])
+    positions = [ord(t.upper()) - ord("A") if t.isalpha() else int(t) - 1 for t in tokens]
+    if sorted(positions) != list(range(len(shown))):
+        raise ParseError(f"use each of the {len(shown)} letters exactly once")
+    return [shown[p] for p in positions]
+
+
+def _grade_order(spec: AnswerSpec, text: str, expected: list[str], shown: list[str]) -> Grade:
+    key_text = letters(expected, shown)
+    try:
+        given = read_order(text, shown)
+    except ParseError as error:
+        return Grade(spec.key, UNPARSED, text, key_text, message=str(error))
+    rank = {item: i for i, item in enumerate(expected)}
+    pairs = [(a, b) for i, a in enumerate(given) for b in given[i + 1:]]
+    discordant = sum(rank[a] > rank[b] for a, b in pairs)
+    verdict = CORRECT if discordant == 0 else CLOSE if discordant == 1 else WRONG
+    message = None if discordant == 0 else f"{discordant} pair(s) out of order"
+    return Grade(spec.key, verdict, letters(given, shown), key_text, error=discordant / len(pairs), message=message)
+
+
+def read_checklist(text: str, count: int) -> set[int]:
+    """Points ticked as '1,3,4', 'all' or 'none' (1-based)."""
+    cleaned = text.strip().lower()
+    if cleaned == "all":
+        return set(range(count))
+    if cleaned == "none":
+        return set()
+    if not re.fullmatch(r"\d+(?:[\s,;]+\d+)*", cleaned):
+        raise ParseError("tick the points you covered: e.g. 1,3,4, all or none")
+    ticked = {int(n) - 1 for n in re.findall(r"\d+", cleaned)}
+    if not ticked <= set(range(count)):
+        raise ParseError(f"points are numbered 1 to {count}")
+    return ticked
+
+
+def _grade_checklist(spec: AnswerSpec, text: str) -> Grade:
+    count = len(spec.checklist)
+    key_text = f"{count}/{count} points"
+    try:
+        ticked = read_checklist(text, count)
+    except ParseError as error:
+        return Grade(spec.key, UNPARSED, text, key_text, message=str(error))
+    share = len(ticked) / count
+    verdict = CORRECT if share == 1 else CLOSE if share >= 0.5 else WRONG
+    return Grade(spec.key, verdict, f"{len(ticked)}/{count} points", key_text, error=1 - share,
+                 message="self-graded")
 
 
 def _grade_choice(spec: AnswerSpec, text: str, expected: str) -> Grade:

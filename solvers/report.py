@@ -4,26 +4,48 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-from solvers.grade import Grade
+from solvers.grade import Grade, letters
 from solvers.units import format_number, format_quantity, parse_unit
 
 if TYPE_CHECKING:  # the engine imports sympy; this module is used on the TUI's start-up path
     from solvers.engine import Solution
 
 
-def answer_value(solution: Solution, key: str) -> float | str:
-    """The expected answer in the answer's own unit (320 for 327,680 B asked in KiB)."""
+def answer_value(solution: Solution, key: str) -> float | str | list[str]:
+    """The expected answer in the answer's own unit (320 for 327,680 B asked in KiB);
+    a choice's name; the items of an ordering or a checklist, in the right order."""
     spec = solution.question.answer(key)
     expected = solution.expected[key]
-    if spec.choice:
+    if not spec.numeric:
         return expected
     return parse_unit(spec.unit).from_base(float(expected))
 
 
 def expected_text(solution: Solution, key: str) -> str:
+    """The key as the grade table shows it."""
     spec = solution.question.answer(key)
     expected = solution.expected[key]
-    return str(expected) if spec.choice else format_quantity(float(expected), spec.unit)
+    if spec.kind == "choice":
+        return str(expected)
+    if spec.kind == "order":
+        return " › ".join(expected)
+    if spec.kind == "checklist":
+        return "; ".join(expected)
+    return format_quantity(float(expected), spec.unit)
+
+
+def typed_key(solution: Solution, key: str) -> str:
+    """The key as a person would type it into the answer box (letters for an ordering,
+    'all' for a checklist); grading it must give 'correct'."""
+    spec = solution.question.answer(key)
+    expected = solution.expected[key]
+    if spec.kind == "order":
+        return letters(list(expected), solution.shown_orders[key])
+    if spec.kind == "checklist":
+        return "all"
+    if spec.kind == "choice":
+        return str(expected)
+    return format_quantity(float(expected), spec.unit, sig=6)
 
 
 def to_dict(solution: Solution) -> dict[str, Any]:

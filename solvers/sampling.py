@@ -92,6 +92,25 @@ def parse_override(spec: ParamSpec, text: str, catalog: Catalog) -> Any:
     return int(value) if spec.kind == "int" or float(value).is_integer() else value
 
 
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """A generated table (e.g. per-port counters) as aligned text the prompt can show."""
+    columns = list(rows[0])
+
+    def cell(value: Any) -> str:
+        return format_number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+    cells = [[cell(row.get(c, "")) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    numeric = [all(isinstance(row.get(c), (int, float)) for row in rows) for c in columns]
+
+    def line(values: list[str]) -> str:
+        padded = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(columns), rule, *(line(r) for r in cells)])
+
+
 @dataclass(frozen=True)
 class Param:
     """One parameter of a variant, as shown and as the solver sees it."""
@@ -113,6 +132,9 @@ def resolve(question: Question, raw: dict[str, Any], catalog: Catalog) -> list[P
             except KeyError:
                 raise ParameterError(f"{spec.name}: '{value}' is not in {spec.source}") from None
             params.append(Param(spec.name, spec.label or spec.name, value, record.name, Record(record, id=value)))
+            continue
+        if isinstance(value, list) and value and all(isinstance(row, dict) for row in value):
+            params.append(Param(spec.name, spec.label or spec.name, value, format_table(value), list(value)))
             continue
         if isinstance(value, list):
             shown = ", ".join(format_number(v) for v in value)

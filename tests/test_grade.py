@@ -73,3 +73,34 @@ def test_choices_by_prefix():
     assert grade_answer(spec, "mem", "memory-bound").verdict == CORRECT
     assert grade_answer(spec, "Compute-Bound", "memory-bound").verdict == WRONG
     assert grade_answer(spec, "bandwidth", "memory-bound").verdict == UNPARSED
+
+
+ORDER = AnswerSpec("checks", "Order the checks", order=("step counter", "learning rate", "data", "loss scale"))
+
+
+def test_ordering_by_letters_of_the_listed_order():
+    shown = ["data", "step counter", "loss scale", "learning rate"]  # listed as A, B, C, D
+    expected = ["step counter", "learning rate", "data", "loss scale"]
+    for text in ["BDAC", "b d a c", "B > D > A > C", "2 4 1 3"]:
+        grade = grade_answer(ORDER, text, expected, shown=shown)
+        assert grade.verdict == CORRECT and grade.expected == "B D A C", text
+    assert grade_answer(ORDER, "DBAC", expected, shown=shown).verdict == CLOSE  # one adjacent swap
+    wrong = grade_answer(ORDER, "CADB", expected, shown=shown)
+    assert wrong.verdict == WRONG and wrong.error > 0.5
+
+
+@pytest.mark.parametrize("text", ["BDA", "BDAA", "BDAE", "1 2 3 9", "print(1)", ""])
+def test_ordering_must_be_a_full_permutation(text):
+    grade = grade_answer(ORDER, text, list(ORDER.order), shown=list(ORDER.order))
+    assert grade.verdict == UNPARSED and grade.message
+
+
+def test_checklist_is_self_graded_by_share_ticked():
+    spec = AnswerSpec("why", "Conditions", checklist=("a", "b", "c", "d"))
+    assert grade_answer(spec, "all", list(spec.checklist)).verdict == CORRECT
+    assert grade_answer(spec, "1,2,3,4", list(spec.checklist)).verdict == CORRECT
+    half = grade_answer(spec, "1 3", list(spec.checklist))
+    assert half.verdict == CLOSE and half.given == "2/4 points"
+    assert grade_answer(spec, "none", list(spec.checklist)).verdict == WRONG
+    assert grade_answer(spec, "5", list(spec.checklist)).verdict == UNPARSED
+    assert grade_answer(spec, "", list(spec.checklist)).verdict == UNPARSED

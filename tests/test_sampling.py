@@ -85,3 +85,13 @@ def test_prompt_shows_the_rounded_values_the_solver_used(variant):
     tokens = solution.param("tokens")
     assert tokens.shown in solution.prompt
     assert next(g for g in solution.sheet.givens if g.symbol == "T").value == tokens.raw
+
+
+def test_generated_tables_render_aligned_in_the_prompt():
+    from solvers.sampling import format_table
+
+    table = format_table([{"port": "leaf1/p3", "pauses sent": 120000, "pauses received": 0},
+                          {"port": "spine2/p7", "pauses sent": 5, "pauses received": 98000}])
+    lines = table.splitlines()
+    assert lines[0].startswith("| port") and len({len(line) for line in lines}) == 1
+    assert "120,000" in table and lines[2].endswith("0 |")

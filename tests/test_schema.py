@@ -69,3 +69,16 @@ def test_a_broken_file_does_not_stop_the_bank(tmp_path):
     bank = load_bank(tmp_path)
     assert list(bank.questions) == ["toy"]
     assert len(bank.problems) == 1 and "broken.yaml" in bank.problems[0]
+
+
+def test_order_and_checklist_answers_parse_and_are_validated():
+    text = GOOD.replace("  - {key: a, label: A, unit: GB, rel: 0.02}\n",
+                        "  - {key: a, label: A, unit: GB, rel: 0.02}\n"
+                        "  - {key: o, label: O, order: [x, y, z]}\n"
+                        "  - {key: c, label: C, checklist: [p, q]}\n")
+    question = parse(text)
+    assert question.answer("o").kind == "order" and question.answer("c").kind == "checklist"
+    with pytest.raises(QuestionError, match="answers\\[1\\].order"):
+        parse(text.replace("order: [x, y, z]", "order: [x, x, z]"))
+    with pytest.raises(QuestionError, match="one comparison"):
+        parse(text.replace("order: [x, y, z]", "order: [x, y], rel: 0.1"))

@@ -9,8 +9,7 @@ from textual.widgets import DataTable, Input
 
 import tui.service
 from solvers.bank import load_bank
-from solvers.report import answer_value
-from solvers.units import format_quantity
+from solvers.report import answer_value, typed_key
 from tui.app import InfradrillApp
 from tui.screens.browse import BrowseScreen
 from tui.screens.question import QuestionScreen
@@ -42,12 +41,6 @@ async def open_default(app, pilot, question_id: str) -> None:
     await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
 
 
-def typed(solution, spec) -> str:
-    if spec.choice:
-        return solution.expected[spec.key]
-    return format_quantity(solution.expected[spec.key], spec.unit, sig=6)
-
-
 async def _answer_default_variant(answers):
     async with running_app() as (app, pilot):
         await pilot.press("b")
@@ -69,7 +62,7 @@ async def _answer_default_variant(answers):
 
 
 def test_expected_answers_grade_correct_and_steps_show():
-    grades, steps, regime = asyncio.run(_answer_default_variant(lambda s, spec: list(typed(s, spec))))
+    grades, steps, regime = asyncio.run(_answer_default_variant(lambda s, spec: list(typed_key(s, spec.key))))
     assert [g.verdict for g in grades] == ["correct"] * len(grades)
     assert steps >= 4
     assert regime == "Regime: capacity-limited"
@@ -79,7 +72,7 @@ def test_wrong_answer_is_graded_wrong_with_a_slip():
     def answers(solution, spec):
         if spec.key == "kv_per_token":
             return list(f"{answer_value(solution, spec.key) * 2} KiB")
-        return list(typed(solution, spec))
+        return list(typed_key(solution, spec.key))
 
     grades, _, _ = asyncio.run(_answer_default_variant(answers))
     by_key = {g.key: g for g in grades}

@@ -136,7 +136,9 @@ class InfradrillApp(App):
     def show_solution(self, solution: Solution, answers: dict[str, str], elapsed: float, hints_used: int) -> None:
         from tui.screens.solution import SolutionScreen
 
-        grades = solution.grade(answers)
+        # A checklist is ticked on the solution screen; what was typed were notes.
+        checklists = {a.key for a in solution.question.answers if a.kind == "checklist"}
+        grades = solution.grade({k: ("" if k in checklists else v) for k, v in answers.items()})
         self.switch_screen(SolutionScreen(solution, answers, grades, elapsed, hints_used))
 
     def reopen(self, solution: Solution) -> None:

@@ -22,7 +22,8 @@ def _params_table(solution: Solution) -> Table:
     table.add_column(style="bold")
     table.add_column()
     for param in solution.params:
-        table.add_row(param.label, param.shown)
+        if "\n" not in param.shown:  # tables are in the prompt already
+            table.add_row(param.label, param.shown)
     return table
 
 
@@ -63,7 +64,7 @@ class QuestionScreen(Screen):
             yield Static(self.solution.prompt, id="prompt")
             yield Static(_params_table(self.solution), id="params")
             for number, spec in enumerate(q.answers, 1):
-                yield AnswerField(spec, number)
+                yield AnswerField(spec, number, self.solution.shown_orders.get(spec.key))
             yield Static("", id="hints")
         yield Footer()
 
@@ -92,7 +93,7 @@ class QuestionScreen(Screen):
 
     def action_submit(self) -> None:
         fields = list(self.query(AnswerField))
-        unreadable = [f for f in fields if not understood(f.spec, f.value)[0]]
+        unreadable = [f for f in fields if not understood(f.spec, f.value, f.shown)[0]]
         if unreadable:
             # Nothing is graded until every answer can be read; say which one to fix.
             unreadable[0].query_one(Input).focus()

@@ -7,8 +7,9 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.markup import escape
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Header, SelectionList, Static
 
 from solvers.grade import CORRECT, Grade
 from tui.chart import sweep_chart
@@ -25,6 +26,7 @@ class SolutionScreen(Screen):
     #grades { margin: 1 0; }
     .section, .step, #regime, #chart { margin-top: 1; }
     #notes { margin: 1 0; color: $text-muted; }
+    .checklist { height: auto; max-height: 12; }
     """
 
     BINDINGS = [
@@ -53,10 +55,19 @@ class SolutionScreen(Screen):
                      id="solution-title")
         with VerticalScroll(id="solution-body"):
             yield Static(grade_table(self.solution, self.grades), id="grades")
+            for spec in self.solution.question.answers:
+                if spec.kind == "checklist":
+                    yield Static(f"[b]{spec.label}[/b]: tick the points your answer covered (space)",
+                                 classes="section")
+                    if self.answers.get(spec.key, "").strip():
+                        yield Static(f"[dim]Your notes: {escape(self.answers[spec.key])}[/dim]")
+                    yield SelectionList(*[(item, i) for i, item in enumerate(spec.checklist)], id=f"tick-{spec.key}",
+                                        classes="checklist")
             yield Static("[b]Derivation[/b]", classes="section")
             for number, step in enumerate(self.solution.sheet.steps, 1):
                 yield Static(step_renderable(number, step), classes="step")
-            yield Static(regime_panel(self.solution), id="regime")
+            if self.solution.sheet.regime is not None:
+                yield Static(regime_panel(self.solution), id="regime")
             if self.solution.question.chart:
                 yield Static("[dim]Sweeping the variant for the chart…[/dim]", id="chart")
             yield Static(notes(self.solution), id="notes")
@@ -78,6 +89,13 @@ class SolutionScreen(Screen):
             chart = sweep_chart(points, self.solution.param(x).raw, self.solution.param(x).label,
                                 self.solution.question.answer(y).label)
             self.app.call_from_thread(self.query_one("#chart", Static).update, chart)
+
+    def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:
+        key = event.selection_list.id.removeprefix("tick-")
+        ticked = sorted(event.selection_list.selected)
+        grade = self.solution.grade_one(key, ",".join(str(i + 1) for i in ticked) if ticked else "none")
+        self.grades = [grade if g.key == key else g for g in self.grades]
+        self.query_one("#grades", Static).update(grade_table(self.solution, self.grades))
 
     def action_new_variant(self) -> None:
         self.app.open_question(self.solution.question.id, replace=True)

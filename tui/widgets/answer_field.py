@@ -6,15 +6,20 @@ from textual.containers import Horizontal, Vertical
 from textual.suggester import SuggestFromList
 from textual.widgets import Input, Label, Static
 
-from solvers.grade import AnswerSpec, UnitMismatch, match_choice, read_number
+from solvers.grade import AnswerSpec, UnitMismatch, match_choice, read_number, read_order
 from solvers.parse import ParseError
 from solvers.units import format_quantity
 
 
-def understood(spec: AnswerSpec, text: str) -> tuple[bool, str]:
+def understood(spec: AnswerSpec, text: str, shown: list[str] | None = None) -> tuple[bool, str]:
     """(ok, note) for what the user typed so far, without grading it."""
-    if not text.strip():
+    if not text.strip() or spec.kind == "checklist":
         return True, ""
+    if spec.kind == "order":
+        try:
+            return True, "→ " + " › ".join(read_order(text, shown or list(spec.order)))
+        except ParseError as error:
+            return False, str(error)
     if spec.choice:
         picked = match_choice(text, spec.choice)
         return (True, f"→ {picked}") if picked else (False, f"pick one of: {', '.join(spec.choice)}")
@@ -36,18 +41,26 @@ class AnswerField(Vertical):
     AnswerField > .note.-bad { color: $error; }
     """
 
-    def __init__(self, spec: AnswerSpec, number: int) -> None:
+    def __init__(self, spec: AnswerSpec, number: int, shown: list[str] | None = None) -> None:
         super().__init__(id=f"field-{spec.key}")
         self.spec = spec
         self.number = number
+        self.shown = shown  # ordering items as listed in the prompt
 
     def compose(self) -> ComposeResult:
         spec = self.spec
         with Horizontal():
-            if spec.choice:
+            if spec.kind == "choice":
                 yield Label(f"{self.number}. {spec.label}")
                 yield Input(placeholder=" / ".join(spec.choice), id=f"answer-{spec.key}",
                             suggester=SuggestFromList(spec.choice, case_sensitive=False))
+            elif spec.kind == "order":
+                yield Label(f"{self.number}. {spec.label}")
+                example = "".join(chr(ord("A") + i) for i in range(len(spec.order)))
+                yield Input(placeholder=f"letters in order, e.g. {example}", id=f"answer-{spec.key}")
+            elif spec.kind == "checklist":
+                yield Label(f"{self.number}. {spec.label}")
+                yield Input(placeholder="your points (tick them after the reveal)", id=f"answer-{spec.key}")
             else:
                 unit = f" \\[{spec.unit}]" if spec.unit else ""
                 yield Label(f"{self.number}. {spec.label}{unit}")
@@ -59,7 +72,7 @@ class AnswerField(Vertical):
         return self.query_one(Input).value
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        ok, note = understood(self.spec, event.value)
+        ok, note = understood(self.spec, event.value, self.shown)
         status = self.query_one(".note", Static)
         status.update(note)
         status.set_class(not ok, "-bad")

@@ -1,0 +1,92 @@
+"""Ordering and checklist answers end to end: shuffled listing, grading, ticking in the app."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import sympy
+from textual.widgets import SelectionList
+
+import solvers.engine
+import tui.service
+from solvers.bank import Bank, parse_question
+from solvers.engine import VariantCode, make_variant
+from solvers.report import typed_key
+from tests.test_tui import wait_for
+
+TOY = parse_question(Path("toy.yaml"), """\
+id: toy
+title: Toy triage
+group: T
+topic: training
+solver: none.toy
+prompt: "Loss is flat after {steps} steps."
+parameters:
+  steps: {int: [100, 1000], default: 500}
+answers:
+  - {key: lr, label: LR at the plateau, unit: "", rel: 0.02}
+  - {key: epochs, label: Epochs seen, unit: "", rel: 0.02}
+  - {key: checks, label: Order the checks, order: [step counter, learning rate, data repetition, loss scale]}
+  - {key: why, label: Conditions, checklist: [a receiver stops draining, PFC is on, no watchdog]}
+""")
+
+
+def toy_solver(p, s):
+    steps = s.given("S", p.steps, "steps")
+    s.step("lr", "LR", "eta", 3e-4 * 100 / steps)
+    s.step("epochs", "Epochs", "E", steps / sympy.Integer(100))
+    s.choose("checks", ["step counter", "learning rate", "data repetition", "loss scale"])
+
+
+@pytest.fixture
+def toy_bank(monkeypatch):
+    monkeypatch.setattr(solvers.engine, "solver_function", lambda question: toy_solver)
+    return Bank({"toy": TOY})
+
+
+def test_ordering_items_are_listed_shuffled_and_stable(toy_bank, catalog):
+    first = make_variant(toy_bank, catalog, VariantCode("toy", 3))
+    again = make_variant(toy_bank, catalog, VariantCode("toy", 3))
+    shown = first.shown_orders["checks"]
+    assert shown == again.shown_orders["checks"]
+    assert shown != first.expected["checks"] and sorted(shown) == sorted(TOY.answer("checks").order)
+    for letter, item in zip("ABCD", shown):
+        assert f"  {letter}. {item}" in first.prompt
+    assert first.expected["why"] == list(TOY.answer("why").checklist)
+    grades = first.grade({key.key: typed_key(first, key.key) for key in TOY.answers})
+    assert [g.verdict for g in grades] == ["correct"] * 4
+
+
+async def _tick_the_checklist():
+    app = tui.app.InfradrillApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.drill is not None)
+        app.open_question("toy")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "QuestionScreen")
+        solution = app.screen.solution
+        for spec in TOY.answers[:3]:  # "×10^" cannot be pressed through Pilot: insert the text
+            app.screen.query_one(f"#answer-{spec.key}").insert_text_at_cursor(typed_key(solution, spec.key))
+        app.screen.query_one("#answer-why").focus()
+        await pilot.press(*"watchdog")
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "SolutionScreen")
+        before = {g.key: g.verdict for g in app.screen.grades}
+        ticks = app.screen.query_one("#tick-why", SelectionList)
+        ticks.select(0)
+        ticks.select(2)
+        await pilot.pause(0.1)
+        partly = {g.key: (g.verdict, g.given) for g in app.screen.grades}
+        ticks.select(1)
+        await pilot.pause(0.1)
+        return before, partly, {g.key: g.verdict for g in app.screen.grades}
+
+
+def test_checklist_is_ticked_after_the_reveal(toy_bank, catalog, monkeypatch):
+    import tui.app
+
+    monkeypatch.setattr(tui.service, "load_bank", lambda: toy_bank)
+    before, partly, after = asyncio.run(_tick_the_checklist())
+    assert before == {"lr": "correct", "epochs": "correct", "checks": "correct", "why": "unparsed"}
+    assert partly["why"] == ("close", "2/3 points")
+    assert after["why"] == "correct"
