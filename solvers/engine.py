@@ -20,7 +20,7 @@ from solvers.data import Catalog
 from solvers.derivation import Reject, Sheet
 from solvers.grade import Grade, Slip, grade_answer
 from solvers.sampling import Param, ParameterError, default_values, draw_values, parse_override, resolve, round_value
-from solvers.units import parse_unit
+from solvers.units import format_number, parse_unit
 
 MAX_SEED = 2**31 - 1
 MAX_REDRAWS = 64
@@ -95,8 +95,9 @@ def render_prompt(question: Question, params: list[Param]) -> str:
 
     def substitute(match: re.Match) -> str:
         param = by_name[match.group(1)]
-        if match.group(2):
-            return str(param.value[match.group(2)])
+        if match.group(2):  # a field of a data record; a GPU without fp8 shows "n/a"
+            value = param.value.get(match.group(2))
+            return "n/a" if value is None else format_number(value) if isinstance(value, float) else str(value)
         return param.shown
 
     return _reflow(PLACEHOLDER.sub(substitute, question.prompt).strip())

@@ -38,16 +38,16 @@ def test_kv_bytes_per_token_default_matches_catalogue(variant):
 
 
 def test_users_per_gpu_default(variant):
-    """Llama-3-70B on 4 x H100, 8K context, 4 GiB reserve: 72 - 4.29 = 67.7 GB usable per GPU."""
+    """Llama-3-70B on 8 x H100, 8K context, 4 GiB reserve: 72 - 4.29 = 67.7 GB usable per GPU."""
     solution = variant("users-per-gpu@default")
     results = solution.sheet.results
-    assert results["weights_16_per_gpu"] == pytest.approx(35.275e9)  # 141.1 GB / 4
-    assert results["kv_per_request_gpu"] == 0.625 * GiB  # 320 KiB x 8192 / 4
-    assert results["users_16"] == 48  # 32.4 GB / 0.625 GiB
-    assert results["users_8"] == 149  # 50.1 GB / 0.3125 GiB
+    assert results["weights_16_per_gpu"] == pytest.approx(17.6375e9)  # 141.1 GB / 8
+    assert results["kv_per_request_gpu"] == 0.3125 * GiB  # 320 KiB x 8192 / 8
+    assert results["users_16"] == 149  # 50.07 GB / 0.3125 GiB
+    assert results["users_8"] == 350  # 58.89 GB / 0.15625 GiB
     assert results["tp_half"] == pytest.approx(4.168, rel=1e-3)  # 282.2 GB / 67.7 GB
-    assert results["doubling_gain"] == pytest.approx(3.088, rel=1e-3)  # TP 8 would more than triple it
-    assert results["regime"] == "weight-dominated"
+    assert results["doubling_gain"] == pytest.approx(2.352, rel=1e-3)  # 2 + 17.64 / 50.07
+    assert results["regime"] == "kv-dominated"
 
 
 def _users_by_hand(model, gpu, tp: int, context: int, reserve: float, weight_bytes: float) -> float:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import NoReturn
 
@@ -149,7 +150,14 @@ def main(argv: list[str] | None = None) -> int:
 
         return run()
     handlers = {"list": cmd_list, "solve": cmd_solve, "check": cmd_check}
-    return handlers[args.command](args)
+    try:
+        return handlers[args.command](args)
+    except Exception as error:  # a bug, not bad input: one line, the traceback on request
+        if os.environ.get("INFRADRILL_DEBUG"):
+            raise
+        print(f"infradrill: internal error: {type(error).__name__}: {error} "
+              "(set INFRADRILL_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

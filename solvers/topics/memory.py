@@ -41,13 +41,25 @@ def kv_bytes_per_token_question(p, s: Sheet) -> None:
         raise Reject("weights do not fit")
     users = s.step("users", "Requests that fit at this context", "U", sympy.floor(free / kv_req), "requests",
                    "whole requests: the KV memory over one request's cache")
+    if s.value(users) < 1:
+        raise Reject("not one request fits: nothing to compare")
     P = s.given("P", peak_flops(p.gpu, p.weight_dtype), "TFLOP/s", f"dense {p.weight_dtype} peak")
     BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", "HBM bandwidth")
-    B_star = s.step("compute_batch", "Batch where decode turns compute-bound", "B_star", b_w * P / (2 * BW),
-                    "requests", "weight GEMMs reach the ridge point when 2B/b_w = P/BW (per GPU, any n)")
+    moe = p.model.get("active_params_b") is not None
+    N_act = s.given("N_act", model_params(p.model) if not moe else p.model.active_params_b * 1e9, "",
+                    "parameters each token computes with" + (" (active)" if moe else " (dense: all of them)"))
+    B_star = s.step("compute_batch", "Batch where decode turns compute-bound", "B_star",
+                    b_w * P * N / (2 * BW * N_act), "requests",
+                    "a step reads N·b_w bytes of weights and does 2·N_act FLOPs per token: "
+                    "it reaches the ridge point P/BW at this batch (per GPU, any n)")
+    if moe:
+        s.assume("MoE: at a batch this large every expert is touched, so a step reads all N weights while "
+                 "each token computes with only the active ones; that raises the compute-bound batch by N/N_act.")
 
     s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable (vLLM's default); activations, "
              "CUDA graphs and fragmentation are ignored here.")
+    s.assume("Tensor parallelism over the n GPUs: weights split evenly; GQA's KV heads split across the GPUs, "
+             "while an MLA latent has no heads to split and is kept whole on every GPU.")
     s.assume("Every request holds its full context; K and V are stored in the KV dtype, weights in theirs.")
     s.assume("Compute limit from weight GEMMs only, at datasheet peak; attention reads make decode "
              "even more memory-bound, so the real compute limit is higher still.")
@@ -131,7 +143,7 @@ def users_per_gpu_question(p, s: Sheet) -> None:
     if s.value(w16) >= s.value(usable):
         _weights_do_not_fit(s, n, n_fit, w16, usable)
     else:
-        _fits_regime(s, n, n_half, w16, room16, users16)
+        _fits_regime(s, n, n_half, w16, room16, users16, replicates=2 * p.tp > p.model.kv_heads)
 
 
 def _weights_do_not_fit(s: Sheet, n, n_fit, w16, usable) -> None:
@@ -146,15 +158,17 @@ def _weights_do_not_fit(s: Sheet, n, n_fit, w16, usable) -> None:
         "TP then multiplies the users many times over.")
 
 
-def _fits_regime(s: Sheet, n, n_half, w16, room16, users16) -> None:
+def _fits_regime(s: Sheet, n, n_half, w16, room16, users16, replicates: bool) -> None:
     gain = s.step("doubling_gain", "Users gained by doubling TP (bf16)", "G", 2 + w16 / room16, "x",
                   "users ∝ n·(M_use − w) = n·M_use − N·b: doubling n doubles the first term, not the weights")
-    g, users = format_number(s.value(gain), 3), format_number(s.value(users16))
+    g, users = format_number(s.value(gain), 3) + "×", format_number(s.value(users16))
+    if replicates:
+        g += " (in principle: twice this TP exceeds the KV heads, which would then be replicated)"
     if s.value(n) < s.value(n_half):
         s.set_regime(
             "weight-dominated",
             f"The bf16 weights take more than half of each GPU's usable memory, leaving room for {users} requests; "
-            f"doubling TP frees weight memory on every GPU and multiplies the users {g}x, more than threefold.",
+            f"doubling TP frees weight memory on every GPU and multiplies the users {g}, more than threefold.",
             n_half, n,
             "Past the boundary the weights take less than half: doubling TP then gains between 2x and 3x "
             "users, little more than the GPUs added, and fp8 KV or shorter contexts are the cheaper lever.")
@@ -162,7 +176,7 @@ def _fits_regime(s: Sheet, n, n_half, w16, room16, users16) -> None:
         s.set_regime(
             "kv-dominated",
             f"The bf16 weights take less than half of each GPU's usable memory; the KV cache sets the {users} "
-            f"requests, and doubling TP gains only {g}x: less than threefold for twice the GPUs.",
+            f"requests, and doubling TP gains only {g}: less than threefold for twice the GPUs.",
             n_half, n,
             "Below the boundary TP (fewer GPUs, or a bigger model) the weights take most of each GPU: every "
             "doubling of TP then frees weight memory on each GPU too, and more than triples the users.")
@@ -217,8 +231,8 @@ def kv_cache_block_count_question(p, s: Sheet) -> None:
     s.assume("The count is a ceiling: CUDA graphs are captured after the cache is sized (unless the engine is "
              "told to estimate them in the profile) and come out of the remaining "
              f"{format_number((1 - GPU_MEMORY_UTILIZATION) * 100)}%, allocator fragmentation eats more, "
-             "every sequence rounds up to whole blocks as it grows, and max_num_seqs (256 by default) may cap "
-             "the batch first.")
+             "every sequence rounds up to whole blocks as it grows, and max_num_seqs (256 or 1024 by default, "
+             "depending on the GPU and the vLLM version) may cap the batch first.")
     s.slip("x layers: one layer's page, not the whole block", 1 / p.model.layers)
     s.slip("blocks counted per layer", p.model.layers)
     s.slip(f"x{p.tp}: KV heads not split over TP", p.tp)
@@ -246,3 +260,176 @@ def _deduction_regime(s: Sheet, w, other, seqs) -> None:
             other, w,
             "With a larger model, narrower TP or bf16 weights the weights become the larger deduction; then "
             "more GPUs or quantised weights buy KV room, while trimming the activation peak gains little.")
+
+
+# --- hidden-memory-budget ------------------------------------------------------------------
+
+# How vLLM's start-up accounts for each consumer of GPU memory: measured and subtracted before
+# the KV cache is sized, or left to fit in the (1 - gpu_memory_utilization) share it never touches.
+MEMORY_ACCOUNTING = {
+    "the model weights": "measured",
+    "the activation peak of the profile run": "measured",
+    "non-torch memory added during the profile run (NCCL and cuBLAS buffers)": "measured",
+    "the CUDA context and NCCL communicators set up before the start-up snapshot": "left-to-headroom",
+    "the CUDA graphs captured after the KV cache is allocated": "left-to-headroom",
+    "allocator fragmentation (memory PyTorch has reserved but not allocated)": "left-to-headroom",
+}
+
+
+def _kv_budget(p, s: Sheet) -> tuple[sympy.Symbol, ...]:
+    """vLLM's own accounting: the requested share of memory less what the profile run measured."""
+    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} total memory (datasheet)")
+    u = s.given("u", p.util, "", "gpu_memory_utilization")
+    n = s.given("n", p.tp, "", "tensor-parallel GPUs")
+    N = s.given("N", model_params(p.model), "", "parameters")
+    b_w = s.given("b_w", dtype_bytes(p.weight_dtype), "B", f"bytes per weight ({p.weight_dtype})")
+    A = s.given("A", p.activation_peak, "GiB", "activation peak of the profile run")
+    T = s.given("T", p.non_torch, "GiB", "non-torch memory added during the profile run")
+    w = s.step("weights_per_gpu", "Weights per GPU", "w", N * b_w / n, "GiB",
+               "tensor parallelism shards every weight matrix evenly over the group")
+    requested = s.step("requested", "Memory vLLM lets itself use", "M_req", M * u, "GiB",
+                       "total memory × gpu_memory_utilization")
+    measured = s.step("measured", "Non-KV memory start-up measured", "M_meas", w + A + T, "GiB",
+                      "weights while loading, then the profile run's activation peak and non-torch increase")
+    kv = s.step("kv_memory", "KV cache vLLM allocates per GPU", "M_KV", requested - measured, "GiB",
+                "whatever of the requested memory the measured consumers leave")
+    if s.value(kv) <= 0:
+        raise Reject("no memory left for the KV cache: vLLM refuses to start")
+    s.step("paper_share", "Weights plus KV cache, share of the GPU", "S_paper", (w + kv) / M, "%",
+           "the two numbers everyone checks: on paper they fit with room to spare")
+    return M, u, requested, measured
+
+
+def hidden_memory_budget(p, s: Sheet) -> None:
+    M, u, requested, measured = _kv_budget(p, s)
+    headroom = s.step("headroom", "Memory outside vLLM's budget", "H", M - requested, "GiB",
+                      "the (1 − u) share vLLM never plans for; whatever it did not measure must fit here")
+    C = s.given("C", p.cuda_context, "GiB", "CUDA context and NCCL communicators (before the snapshot)")
+    if s.value(C) >= s.value(headroom):
+        raise Reject("the context alone exceeds the headroom: vLLM refuses to start")
+    G = s.given("G", p.cuda_graphs, "GiB", "CUDA graph memory (captured after the KV cache)")
+    F = s.given("F", p.fragmentation, "GiB", "allocator fragmentation")
+    unbudgeted = s.step("unbudgeted", "Memory vLLM did not budget for", "U", C + G + F, "GiB",
+                        "in the start-up snapshot's baseline, captured after the KV cache is sized, or never "
+                        "seen by the profile's allocated-bytes peak")
+    s.step("peak_share", "Peak use, share of the GPU", "S_peak", (requested + unbudgeted) / M, "%",
+           "the full budget in use (KV cache allocated up front) plus everything outside it")
+    s.step("max_util", "Highest gpu_memory_utilization that fits", "u_max", 1 - unbudgeted / M, "%",
+           "leave exactly the unbudgeted memory outside the budget")
+    s.choose("accounting", MEMORY_ACCOUNTING[p.item])
+
+    s.assume("Total memory is the datasheet capacity in GB; vLLM reads the device's total from the driver, "
+             "which for most GPUs is a few percent more. One GPU of the TP group stands for all of them.")
+    s.assume("vLLM v1 start-up: a memory snapshot after the CUDA context and NCCL are set up, weights measured "
+             "while loading, a profile run at max_num_batched_tokens for the activation peak (allocated bytes, "
+             "so fragmentation is unseen) and the non-torch increase, then the KV cache; CUDA graphs are "
+             "captured last, unless the engine is asked to estimate them in the profile.")
+    s.assume("The KV cache is allocated whole at start-up, so the budget is fully in use from the first "
+             "request; the graph and fragmentation figures are what such a deployment typically shows.")
+    s.slip("only the CUDA graphs counted as unbudgeted", s.value(G) / s.value(unbudgeted))
+    kv_room = s.evaluate(requested - measured)
+    s.slip("the activation peak and non-torch memory not subtracted",
+           (kv_room + p.activation_peak + p.non_torch) / kv_room)
+    _budget_regime(s, headroom, unbudgeted, u)
+
+
+def _budget_regime(s: Sheet, headroom, unbudgeted, u) -> None:
+    room, need = format_quantity(s.value(headroom), "GiB"), format_quantity(s.value(unbudgeted), "GiB")
+    util = format_number(s.value(u))
+    if s.value(unbudgeted) <= s.value(headroom):
+        s.set_regime(
+            "fits",
+            f"The {need} vLLM never measured fit in the {room} that gpu_memory_utilization = {util} leaves "
+            "outside its budget: the deployment runs.",
+            headroom, unbudgeted,
+            "Raising gpu_memory_utilization for more KV blocks, capturing more CUDA graph sizes or a "
+            "fragmenting workload eats that headroom; past it the process OOMs although weights plus KV "
+            "cache still fit on paper.")
+    else:
+        s.set_regime(
+            "oom",
+            f"The {need} vLLM never measured overflow the {room} that gpu_memory_utilization = {util} leaves "
+            "outside its budget: the process OOMs (at graph capture or under load) although weights plus KV "
+            "cache fit.",
+            headroom, unbudgeted,
+            "Lower gpu_memory_utilization to the highest value that fits, capture fewer CUDA graph sizes, or "
+            "set the KV cache size explicitly (kv_cache_memory_bytes) from a measured run.")
+
+
+# --- paged-reservation-waste ---------------------------------------------------------------
+
+
+def _reservation(p, s: Sheet) -> dict[str, sympy.Symbol]:
+    """One request's slots under max-context reservation, averaged over its decode."""
+    M = s.given("M", p.max_context, "tokens", "maximum context, reserved per request")
+    L_p = s.given("L_p", p.prompt_mean, "tokens", "mean prompt length")
+    L_o = s.given("L_o", p.output_mean, "tokens", "mean output length")
+    used = s.step("used", "Slots holding tokens, averaged over a request's decode", "U", L_p + L_o / 2, "tokens",
+                  "the prompt is there from the start; the output grows from nothing to L_o")
+    reserved = s.step("reserved", "Slots reserved for tokens not yet generated", "R", L_o / 2, "tokens",
+                      "they will be used, but later: on average half the output is still to come")
+    frag = s.step("fragmentation", "Slots never used (internal fragmentation)", "F", M - L_p - L_o, "tokens",
+                  "the request stops well short of the maximum it reserved")
+    s.step("waste_share", "Share of the reservation wasted", "W_res", (reserved + frag) / M, "%",
+           "reserved-but-not-yet-used plus never-used, over the reservation")
+    boundary = s.step("boundary_output", "Output length where reservation equals fragmentation", "L_o_star",
+                      2 * (M - L_p) / 3, "tokens", "solve L_o/2 = M − L_p − L_o for L_o")
+    return {"M": M, "prompt": L_p, "output": L_o, "used": used, "reserved": reserved, "frag": frag,
+            "boundary": boundary}
+
+
+def paged_reservation_waste(p, s: Sheet) -> None:
+    if p.prompt_mean + p.output_mean > p.max_context:
+        raise Reject("the mean request does not fit in the maximum context")
+    res = _reservation(p, s)
+    b_kv = s.given("b_kv", dtype_bytes("bf16"), "B", "bytes per KV element (bf16)")
+    kv_tok = kv_bytes_per_token(s, p.model, b_kv)
+    pool = s.given("K", p.kv_pool, "GiB", "KV cache pool")
+    slots = s.step("pool_tokens", "Token slots in the pool", "K_tok", sympy.floor(pool / kv_tok), "tokens",
+                   "the pool over the bytes of one token's keys and values")
+    before = s.step("requests_before", "Requests that fit with max-context reservation", "N_res",
+                    sympy.floor(slots / res["M"]), "requests", "every request holds the maximum from admission on")
+    if s.value(before) < 1:
+        raise Reject("the pool cannot hold one max-context reservation")
+    bs = s.given("S_b", p.block_size, "tokens", "block size")
+    tail = s.step("", "Empty slots in the last block, on average", "E", (bs - 1) / 2, "tokens",
+                  "a sequence's length is as likely to end anywhere within its last block")
+    paged = s.step("paged_allocation", "Slots a paged request holds, on average", "A_pg", res["used"] + tail,
+                   "tokens", "blocks are allocated as tokens arrive: only the last one is partly empty")
+    s.step("paged_waste", "Share wasted with paging", "W_pg", tail / paged, "%",
+           "the partly filled last block is all that is left of the waste")
+    after = s.step("requests_after", "Requests that fit with paging", "N_pg", sympy.floor(slots / paged),
+                   "requests", "the pool over what a request holds on average")
+    s.step("capacity_gain", "Capacity paging returns", "G", after / before, "x",
+           "requests in flight with paging over requests with reservation")
+
+    s.assume("Every request is the mean one: its prompt and output lengths are the means, and averages over "
+             "its decode stand for a pool of requests at all stages (long requests staying longer is ignored).")
+    s.assume("Reservation: each request holds the maximum context from admission to completion, contiguous; "
+             "external fragmentation between reservations is left out, which flatters reservation.")
+    s.assume("Paging: blocks are allocated on demand; the last block's fill is uniform, so it is (block − 1)/2 "
+             "slots short on average. KV cache in bf16; no prefix sharing.")
+    s.slip("the final lengths counted as used, not the average over the decode",
+           s.evaluate(res["M"] - res["prompt"] - res["output"]) / s.evaluate(res["M"] - res["used"]))
+    s.slip("reserved-for-later slots counted as used", s.value(res["frag"]) / s.evaluate(res["reserved"] + res["frag"]))
+    _waste_regime(s, res)
+
+
+def _waste_regime(s: Sheet, res: dict[str, sympy.Symbol]) -> None:
+    reserved, frag = (format_quantity(s.value(res[k]), "tokens") for k in ("reserved", "frag"))
+    if s.value(res["output"]) > s.value(res["boundary"]):
+        s.set_regime(
+            "reservation-dominated",
+            f"Outputs run long enough to fill most of the maximum: the slots held for tokens still to come "
+            f"({reserved} on average) outweigh the slots never used ({frag}).",
+            res["boundary"], res["output"],
+            "With shorter outputs, or a generous maximum context, most of each reservation is never touched: "
+            "the waste is fragmentation, and paging returns many times the capacity.")
+    else:
+        s.set_regime(
+            "fragmentation-dominated",
+            f"Requests stop far short of the maximum they reserve: the slots never used ({frag}) outweigh "
+            f"those held for tokens still to come ({reserved} on average).",
+            res["boundary"], res["output"],
+            "When outputs fill most of the maximum context, the bigger waste is slots reserved for tokens that "
+            "arrive later; paging still removes it, but there is less to win.")

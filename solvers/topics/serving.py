@@ -1,10 +1,14 @@
-"""Serving questions: how a scheduler turns request lengths into slot use and throughput."""
+"""Serving questions: how a scheduler turns request lengths into slot use and throughput, and how
+latency percentiles and SLOs turn throughput into goodput."""
 from __future__ import annotations
+
+import math
 
 import sympy
 
-from solvers.derivation import Sheet, max_of
-from solvers.units import format_number
+from solvers.derivation import Reject, Sheet, max_of
+from solvers.simulate import Run, count_both_within, exponential, mm1_wait, quantile, shifted_exponential
+from solvers.units import format_number, format_quantity
 
 GAIN_BOUNDARY = 2  # a 2x gain: the longest request runs twice the mean, static utilisation 50%
 
@@ -51,7 +55,7 @@ def continuous_batching_padding(p, s: Sheet) -> None:
 
 def _gain_regime(s: Sheet, gain: sympy.Symbol, L_max: sympy.Symbol, L_star: sympy.Symbol) -> None:
     g, longest, limit = (format_number(s.value(x), 3) for x in (gain, L_max, L_star))
-    if s.value(L_max) > s.value(L_star):
+    if s.value(L_max) >= s.value(L_star):  # the prompt calls a gain of 2x or more large
         s.set_regime(
             "large-gain",
             f"The longest request ({longest} steps) runs past {limit}, twice the mean length: most slot-steps "
@@ -68,3 +72,105 @@ def _gain_regime(s: Sheet, gain: sympy.Symbol, L_max: sympy.Symbol, L_star: symp
             L_star, L_max,
             "A heavy tail (one reply much longer than the rest) or a larger batch lets the longest request pass "
             "twice the mean: the other slots then step on padding most of the time, and the gain passes 2x.")
+
+
+# --- slo-goodput ---------------------------------------------------------------------------
+
+
+def _latency_model(p, s: Sheet) -> dict[str, sympy.Symbol]:
+    """The prefill queue (M/M/1) and the decode pool's TPOT, as the model predicts them."""
+    S = s.given("S", p.prefill_mean, "ms", "mean prefill time per prompt (exponential)")
+    rho = s.given("rho", p.load, "%", "prefill utilisation")
+    T = s.given("T_SLO", p.ttft_slo, "s", "TTFT SLO")
+    t0 = s.given("t_0", p.tpot_floor, "ms", "TPOT floor (a decode step with no interference)")
+    theta = s.given("theta", p.tpot_tail, "ms", "mean TPOT excess over the floor (exponential)")
+    P = s.given("P_SLO", p.tpot_slo, "ms", "TPOT SLO")
+    mu = s.step("capacity", "Prefill capacity", "mu", 1 / S, "requests/s",
+                "one prompt at a time: a busy server finishes 1/S prompts per second")
+    lam = s.step("arrival_rate", "Arrival rate (= throughput served)", "lambda", rho * mu, "requests/s",
+                 "the server is busy ρ of the time; below capacity it serves every arrival, so this is "
+                 "also the throughput a dashboard shows")
+    s.step("ttft_p50", "Median TTFT", "TTFT_50", sympy.log(2) / (mu - lam), "s",
+           "in an M/M/1 queue, wait plus own service is exponential with rate μ − λ: median = ln 2 / (μ − λ)")
+    ttft99 = s.step("ttft_p99", "p99 TTFT", "TTFT_99", sympy.log(100) / (mu - lam), "s",
+                    "the exponential's 99th percentile: ln 100 ≈ 4.6 mean times")
+    s.step("tpot_p50", "Median TPOT", "TPOT_50", t0 + theta * sympy.log(2), "ms",
+           "the floor plus the median of the exponential excess")
+    s.step("tpot_p99", "p99 TPOT", "TPOT_99", t0 + theta * sympy.log(100), "ms",
+           "the floor plus the excess's 99th percentile")
+    a_ttft = s.step("ttft_attainment", "Share meeting the TTFT SLO", "A_TTFT", 1 - sympy.exp(-(mu - lam) * T),
+                    "%", "the exponential's CDF at the SLO")
+    a_tpot = s.step("tpot_attainment", "Share meeting the TPOT SLO", "A_TPOT", 1 - sympy.exp(-(P - t0) / theta),
+                    "%", "the excess must stay within the SLO minus the floor")
+    return {"S": S, "T": T, "mu": mu, "lam": lam, "ttft99": ttft99, "a_ttft": a_ttft, "a_tpot": a_tpot}
+
+
+def _simulate_requests(p, s: Sheet, model: dict[str, sympy.Symbol]) -> dict[str, sympy.Symbol]:
+    """The dashboard: per-request TTFT and TPOT drawn from the same model, seeded by the variant."""
+    run = Run(p.sim_seed, p.requests)
+    rng = run.rng()
+    mu, lam = s.value(model["mu"]), s.value(model["lam"])
+    ttft = mm1_wait(rng, run.requests, lam, mu) + exponential(rng, run.requests, p.prefill_mean)
+    tpot = shifted_exponential(rng, run.requests, p.tpot_floor, p.tpot_tail)
+    N = s.given("N", run.requests, "requests", "requests on the dashboard")
+    both = run.measured(s, "n_both", count_both_within(ttft, p.ttft_slo, tpot, p.tpot_slo), "requests",
+                        "requests meeting both SLOs")
+    ttft99_sim = run.measured(s, "TTFT_99_sim", quantile(ttft, 0.99), "s", "p99 TTFT")
+    s.step("ttft_p99_check", "Simulated p99 TTFT over the model's", "C_99", ttft99_sim / model["ttft99"], "x",
+           "near 1: the simulated queue matches the closed form; the rest is sampling noise")
+    goodput = s.step("goodput", "Goodput: share of the requests meeting both SLOs", "G", both / N, "%",
+                     "counted per request on the dashboard: a request that misses either SLO does not count")
+    return {"goodput": goodput}
+
+
+def slo_goodput(p, s: Sheet) -> None:
+    model = _latency_model(p, s)
+    a_ttft, a_tpot, mu, lam, T = (model[k] for k in ("a_ttft", "a_tpot", "mu", "lam", "T"))
+    target = s.given("g_star", p.target, "%", "goodput target")
+    if s.value(a_tpot) <= s.value(target):
+        raise Reject("TPOT alone misses the target: no arrival rate meets it")
+    both = s.step("goodput_model", "Share meeting both SLOs (model)", "G_model", a_ttft * a_tpot, "%",
+                  "prefill and decode run on separate GPUs, so a request's TTFT and TPOT are independent")
+    sim = _simulate_requests(p, s, model)
+    lam_star = s.step("max_rate", "Highest arrival rate that meets the target", "lambda_star",
+                      mu + sympy.log(1 - target / a_tpot) / T, "requests/s",
+                      "solve (1 − e^(−(μ−λ)·T_SLO))·A_TPOT = g* for λ")
+    if s.value(lam_star) <= 0:
+        raise Reject("even an idle server misses the goal: prefill is too slow for the TTFT SLO")
+
+    s.assume("Prefill runs on its own GPUs as one first-come-first-served server with Poisson arrivals and "
+             "exponential prefill times (prompt lengths roughly exponential): an M/M/1 queue. TTFT ends with "
+             "the prefill; the KV transfer and the first decode step are left out.")
+    s.assume("Decode runs on other GPUs, so the prefill queue does not slow it: a request's TPOT is independent "
+             "of its TTFT, a fixed floor plus an exponential excess from interference.")
+    s.assume("The dashboard's requests are drawn independently from the queue's steady state (a long trace has "
+             "the same distribution, with correlated neighbours); its figures differ from the model's by "
+             "sampling noise only.")
+    s.slip("the mean, not the median (an exponential's mean is its median / ln 2)", 1 / math.log(2))
+    s.slip("the queue ignored: the prefill time alone", 1 - p.load)
+    s.slip("the floor left out of TPOT", p.tpot_tail / (p.tpot_floor + p.tpot_tail * math.log(100)))
+    s.slip("the worse single SLO taken for both together", min(s.value(a_ttft), s.value(a_tpot)) / s.value(both))
+    _goodput_regime(s, lam, lam_star, sim["goodput"], target)
+
+
+def _goodput_regime(s: Sheet, lam, lam_star, goodput, target) -> None:
+    shown = {name: format_quantity(s.value(sym), unit) for name, sym, unit in (
+        ("rate", lam, "requests/s"), ("limit", lam_star, "requests/s"), ("goodput", goodput, "%"),
+        ("target", target, "%"))}
+    if s.value(lam) <= s.value(lam_star):
+        s.set_regime(
+            "healthy",
+            f"Arrivals of {shown['rate']} stay within the {shown['limit']} the SLOs allow: the dashboard shows "
+            f"{shown['goodput']} of requests meeting both, against a target of {shown['target']}.",
+            lam_star, lam,
+            "Past that rate the server still serves every request, so throughput keeps rising, but the "
+            "queue's TTFT tail grows as 1/(μ − λ) and goodput falls through the target long before capacity.")
+    else:
+        s.set_regime(
+            "throughput-high-goodput-low",
+            f"The server keeps up with {shown['rate']}, so throughput looks fine, but the queue puts so many TTFTs "
+            f"past the SLO that only {shown['goodput']} of requests meet both, short of {shown['target']}: the "
+            f"SLOs allow at most {shown['limit']}.",
+            lam_star, lam,
+            "Below that rate (admission control, more prefill GPUs, or faster prefill) the queue shortens and "
+            "goodput clears the target; the throughput given up is the price of the tail.")
