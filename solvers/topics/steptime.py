@@ -1,0 +1,162 @@
+"""The step-time model shared by the serving questions.
+
+One engine step of a tensor-parallel group runs every scheduled token through the model
+once: one decode token per running stream and, in the same step, the prefill tokens of a
+prompt or of a chunk of one. The model times it as
+
+    t = max(bytes per GPU / achievable bandwidth, FLOPs / achievable compute of the group) + overhead
+
+    bytes per GPU = W / TP + KV_gpu × (cached tokens the decode streams attend to)
+    FLOPs         = 2·N × (tokens through the weights) + A × (query-key pairs of attention)
+
+where A = 4·L·H·d_h: QKᵀ and PV each take a multiply-add per head dimension, per query
+head, per layer. Every GPU of the group reads its share of the weights and of the KV heads
+(kvcache.kv_bytes_per_token_per_gpu, replication included) and does 1/TP of the FLOPs;
+communication between the GPUs is left out (roofline-model-breaks adds it as a correction).
+
+Its three constants are named assumptions with defaults (StepConstants): the achievable
+fraction of peak compute, the achievable fraction of HBM bandwidth and a fixed per-step
+overhead (scheduling, sampling, kernel-launch gaps). A question may draw its own values and
+pass them in, or model the overhead itself (overhead=None); the sheet states what it used.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from solvers.data import Record
+from solvers.derivation import Reject, Sheet, max_of
+from solvers.topics.common import (
+    GPU_MEMORY_UTILIZATION,
+    dtype_bytes,
+    hbm_bandwidth,
+    hbm_bytes,
+    model_params,
+    peak_flops,
+)
+from solvers.topics.kvcache import kv_bytes_per_token_per_gpu
+from solvers.units import format_quantity
+
+
+@dataclass(frozen=True)
+class StepConstants:
+    """The model's named assumptions. Defaults: dense GEMMs reach about 60% of datasheet peak
+    end to end, decode's streaming reads about 80% of HBM bandwidth, and a Python engine
+    spends about 2 ms per step outside the GPU's kernels (scheduling, input preparation,
+    sampling, launch gaps)."""
+
+    compute: float = 0.6  # achievable fraction of dense peak FLOP/s
+    bandwidth: float = 0.8  # achievable fraction of HBM bandwidth
+    overhead: float | None = 2e-3  # seconds per step outside the kernels; None: the question models it
+
+
+DEFAULT_CONSTANTS = StepConstants()
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The symbols of one TP group on a sheet, from which step times are built."""
+
+    N: sympy.Symbol  # parameters
+    W: sympy.Symbol  # weight bytes of the whole model
+    KV: sympy.Symbol  # KV bytes per cached token held by one GPU
+    A: sympy.Symbol  # attention FLOPs per query-key pair, all layers and heads
+    TP: sympy.Symbol  # GPUs in the group
+    P: sympy.Symbol  # dense peak FLOP/s per GPU
+    BW: sympy.Symbol  # HBM bandwidth per GPU
+    eta_c: sympy.Symbol  # achievable fraction of peak compute
+    eta_bw: sympy.Symbol  # achievable fraction of HBM bandwidth
+    t_oh: sympy.Symbol | None  # fixed overhead per step (None: not part of this sheet's model)
+
+    @property
+    def flop_rate(self) -> sympy.Expr:
+        """Achievable FLOP/s of the whole group."""
+        return self.TP * self.eta_c * self.P
+
+    @property
+    def byte_rate(self) -> sympy.Expr:
+        """Achievable HBM bytes/s of one GPU (each GPU reads its own share)."""
+        return self.eta_bw * self.BW
+
+    def _room(self, budget: sympy.Expr) -> sympy.Expr:
+        return budget if self.t_oh is None else budget - self.t_oh
+
+    def flops_within(self, budget: sympy.Expr) -> sympy.Expr:
+        """FLOPs the group can do in a step that must finish within `budget`, overhead paid."""
+        return self._room(budget) * self.flop_rate
+
+    def bytes_within(self, budget: sympy.Expr) -> sympy.Expr:
+        """Bytes one GPU can read in a step that must finish within `budget`, overhead paid."""
+        return self._room(budget) * self.byte_rate
+
+
+@dataclass(frozen=True)
+class StepWork:
+    flops: sympy.Symbol  # FLOPs of the step, whole group
+    bytes: sympy.Symbol  # bytes one GPU reads in the step
+
+
+def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstants = DEFAULT_CONSTANTS,
+           dtype: str = "bf16", kv_dtype: str = "bf16") -> Engine:
+    """Declare a TP group of `gpu` serving `model`: datasheet figures, the model's constants,
+    weight bytes, KV bytes per token per GPU and attention FLOPs per query-key pair."""
+    N = s.given("N", model_params(model), "", f"{model.name} parameters")
+    b_w = s.given("b_w", dtype_bytes(dtype), "B", f"bytes per weight ({dtype})")
+    b_kv = s.given("b_kv", dtype_bytes(kv_dtype), "B", f"bytes per KV value ({kv_dtype})")
+    TP = s.given("TP", tp, "GPUs", "GPUs in the tensor-parallel group")
+    P = s.given("P", peak_flops(gpu, dtype), "TFLOP/s", f"{gpu.name} dense {dtype} peak")
+    BW = s.given("BW", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
+    eta_c = s.given("η_c", constants.compute, "%", "achievable fraction of peak compute")
+    eta_bw = s.given("η_bw", constants.bandwidth, "%", "achievable fraction of HBM bandwidth")
+    t_oh = None
+    if constants.overhead is not None:
+        t_oh = s.given("t_oh", constants.overhead, "ms", "fixed overhead per step")
+    L = s.given("L", model.layers, "", "layers")
+    H = s.given("H_q", model.heads, "", "query heads")
+    d_h = s.given("d_h", model.head_dim, "", "head dim")
+
+    W = s.step("weights", "Weight bytes", "W", N * b_w, "GB", "every parameter once; each GPU holds 1/TP of them")
+    KV = kv_bytes_per_token_per_gpu(s, model, b_kv, TP)
+    A = s.step("attention_pair_flops", "Attention FLOPs per query-key pair", "A", 4 * L * H * d_h, "FLOP",
+               "QKᵀ and PV: a multiply-add per head dimension each, for every query head in every layer")
+
+    overhead = ("the CPU's time per step is modelled separately" if t_oh is None
+                else f"t_oh = {format_quantity(constants.overhead, 'ms')} per step")
+    s.assume(
+        "Step-time model: t = max(bytes each GPU reads / (η_bw·BW), FLOPs / (TP·η_c·peak)) + overhead, with "
+        f"η_c = {format_quantity(constants.compute, '%')} and η_bw = {format_quantity(constants.bandwidth, '%')}; "
+        f"{overhead}. Reads and math overlap perfectly inside a step (a roofline); TP communication is left out.")
+    s.assume("FLOPs: 2 per parameter per token through the weights, plus 4·d_h per query head per layer for "
+             "every query-key pair of attention; embeddings and norms are ignored.")
+    return Engine(N, W, KV, A, TP, P, BW, eta_c, eta_bw, t_oh)
+
+
+def step_work(s: Sheet, e: Engine, tag: str, label: str, tokens: sympy.Expr, attended: sympy.Expr,
+              cached: sympy.Expr) -> StepWork:
+    """FLOPs and per-GPU bytes of one step.
+
+    tokens:   tokens through the weights (decode streams + prefill tokens);
+    attended: query-key pairs of attention (a decode token at context S adds S; a prompt of P
+              tokens prefilled from scratch adds P²/2 under the causal mask);
+    cached:   cached tokens whose KV the step reads (the decode streams' contexts)."""
+    flops = s.step(f"flops_{tag}", f"FLOPs of the {label}", f"F_{tag}", 2 * e.N * tokens + e.A * attended,
+                   "TFLOP", "2 per weight per token, plus the attention's query-key pairs")
+    moved = s.step(f"bytes_{tag}", f"Bytes each GPU reads in the {label}", f"M_{tag}", e.W / e.TP + e.KV * cached,
+                   "GB", "its share of the weights, read once for all tokens, plus the cached KV attended to")
+    return StepWork(flops, moved)
+
+
+def step_time(s: Sheet, e: Engine, tag: str, label: str, work: StepWork, key: str = "", why: str = "") -> sympy.Symbol:
+    """Time of one step: the slower of reading and computing, plus the fixed overhead if modelled."""
+    expr = max_of(work.bytes / e.byte_rate, work.flops / e.flop_rate)
+    if e.t_oh is not None:
+        expr = expr + e.t_oh
+    default_why = "the slower of streaming the bytes and doing the math" + ("" if e.t_oh is None else ", plus overhead")
+    return s.step(key or f"t_{tag}", f"Time of the {label}", f"t_{tag}", expr, "ms", why or default_why)
+
+
+def require_fit(s: Sheet, e: Engine, gpu: Record, cached: sympy.Expr) -> None:
+    """Reject a draw whose weights plus `cached` tokens of KV overflow a GPU's usable HBM."""
+    if s.evaluate(e.W / e.TP + e.KV * cached) > hbm_bytes(gpu) * GPU_MEMORY_UTILIZATION:
+        raise Reject(f"weights and KV cache do not fit on {gpu.name}")
