@@ -43,6 +43,11 @@ class Step:
     def result(self) -> str:
         return format_quantity(self.value, self.unit)
 
+    @property
+    def equation(self) -> str:
+        """'I = F/W'; just the symbol for a given, which has no formula of its own."""
+        return self.symbol if self.formula == self.symbol else f"{self.symbol} = {self.formula}"
+
 
 @dataclass(frozen=True)
 class Given:

@@ -88,7 +88,7 @@ def to_markdown(solution: Solution) -> str:
     regime = sheet.regime
     if regime is not None:
         lines += ["", f"## Regime: {regime.name}", "", regime.summary, "",
-                  f"Boundary `{regime.boundary.symbol} = {regime.boundary.formula}` = {regime.boundary.result}; "
+                  f"Boundary `{regime.boundary.equation}` = {regime.boundary.result}; "
                   f"this variant: {regime.position.result} ({regime.margin_text}).", "",
                   f"Other side: {regime.other_side}"]
     lines += ["", "## Assumptions", ""] + [f"- {a}" for a in sheet.assumptions]
@@ -111,7 +111,7 @@ def to_text(solution: Solution) -> str:
     regime = sheet.regime
     if regime is not None:
         out += ["", f"Regime: {regime.name}", f"  {regime.summary}",
-                f"  boundary {regime.boundary.symbol} = {regime.boundary.formula} = {regime.boundary.result}",
+                f"  boundary {regime.boundary.equation} = {regime.boundary.result}",
                 f"  this variant: {regime.position.result} ({regime.margin_text})",
                 f"  other side: {regime.other_side}"]
     out += ["", "Assumptions:"] + [f"  - {a}" for a in sheet.assumptions]

@@ -87,8 +87,9 @@ def parse_override(spec: ParamSpec, text: str, catalog: Catalog) -> Any:
         raise ParameterError(f"{spec.name}: '{quantity.unit.text}' does not fit this parameter's unit '{spec.unit}'")
     else:
         value = unit.from_base(quantity.value)
-    if not math.isfinite(value) or value <= 0:
-        raise ParameterError(f"{spec.name}: must be a positive number")
+    # Counts may be zero (no requests queued); sizes, rates and lengths must be positive.
+    if not math.isfinite(value) or value < 0 or (value == 0 and spec.kind != "int"):
+        raise ParameterError(f"{spec.name}: must be a positive number" + (" or zero" if spec.kind == "int" else ""))
     return int(value) if spec.kind == "int" or float(value).is_integer() else value
 
 

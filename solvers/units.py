@@ -43,7 +43,7 @@ _COUNT_NOUNS = (
     "token tokens tok request requests req user users seq seqs sequence sequences "
     "GPU GPUs gpu gpus node nodes param params parameter parameters block blocks "
     "step steps expert experts switch switches pod pods interruption interruptions "
-    "slot slots layer layers restart restarts"
+    "slot slots layer layers restart restarts stream streams"
 )
 _atom(_COUNT_NOUNS, 1.0, DIMENSIONLESS)
 _SINGULAR = {noun: noun[:-1] for noun in _COUNT_NOUNS.split() if noun.endswith("s") and noun[:-1] in _ATOMS}

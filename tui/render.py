@@ -48,7 +48,7 @@ def regime_panel(solution: Solution) -> Panel:
     body = Group(
         Text(regime.summary),
         Text(""),
-        Text.assemble(("Boundary  ", "bold"), (f"{regime.boundary.symbol} = {regime.boundary.formula}", "cyan"),
+        Text.assemble(("Boundary  ", "bold"), (regime.boundary.equation, "cyan"),
                       f" = {regime.boundary.result}"),
         Text.assemble(("Variant   ", "bold"), f"{regime.position.symbol} = {regime.position.result}  ",
                       (regime.margin_text, "bold")),
