@@ -1,0 +1,93 @@
+"""Authoring checks for question files: everything a question must satisfy before it ships.
+
+Schema and units (bank.parse_question), the solver importable, the default variant solving,
+every answer key produced and finite over many seeds, the expected answers grading correct
+when typed back, each regime side reached by at least 10% of draws, and unique ids.
+Each problem is one line naming the file (and the field or seed where it applies).
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+from solvers.bank import Bank, Question, QuestionError, parse_question
+from solvers.data import Catalog
+from solvers.derivation import Reject
+from solvers.engine import VariantCode, VariantError, make_variant, solver_function
+from solvers.grade import CORRECT
+
+MIN_SIDE_SHARE = 0.1
+
+
+def question_files(paths: list[Path]) -> list[Path]:
+    files = []
+    for path in paths:
+        files.extend(sorted(path.rglob("*.yaml")) if path.is_dir() else [path])
+    return files
+
+
+def _check_variants(question: Question, bank: Bank, catalog: Catalog, seeds: int) -> list[str]:
+    from solvers.report import typed_key
+
+    where = question.path
+    problems = []
+    regimes: Counter[str] = Counter()
+    for seed in [None, *range(seeds)]:
+        label = "default variant" if seed is None else f"seed {seed}"
+        try:
+            solution = make_variant(bank, catalog, VariantCode(question.id, seed))
+        except (VariantError, Reject) as error:
+            problems.append(f"{where}: {label}: no variant ({error})")
+            continue
+        except Exception as error:  # a solver bug: report it with the variant that shows it
+            problems.append(f"{where}: {label}: solver failed: {type(error).__name__}: {error}")
+            continue
+        for spec in question.answers:
+            value = solution.expected[spec.key]
+            if spec.numeric and not math.isfinite(float(value)):
+                problems.append(f"{where}: answers.{spec.key}: {label}: not finite ({value})")
+            if spec.kind == "choice" and value not in spec.choice:
+                problems.append(f"{where}: answers.{spec.key}: {label}: {value!r} is not one of the choices")
+        grades = solution.grade({a.key: typed_key(solution, a.key) for a in question.answers})
+        for grade in grades:
+            if grade.verdict != CORRECT:
+                problems.append(f"{where}: answers.{grade.key}: {label}: the key typed back grades {grade.verdict}")
+        if question.regime_sides and solution.sheet.regime is None:
+            problems.append(f"{where}: {label}: no regime analysis")
+        elif seed is not None and solution.sheet.regime is not None:
+            regimes[solution.sheet.regime.name] += 1
+        if seed is None and problems:
+            break  # the default variant is broken: the seeds would only repeat it
+    for side in question.regime_sides:
+        if seeds and regimes[side] < MIN_SIDE_SHARE * seeds:
+            problems.append(f"{where}: regime_sides: '{side}' reached by {regimes[side]} of {seeds} draws "
+                            f"(needs {MIN_SIDE_SHARE:.0%})")
+    return problems
+
+
+def validate(paths: list[Path], catalog: Catalog, seeds: int = 50) -> list[str]:
+    """Every problem found in the question files under `paths`, one line each."""
+    problems: list[str] = []
+    bank = Bank()
+    for path in question_files(paths):
+        try:
+            question = parse_question(path, path.read_text(encoding="utf-8"))
+        except QuestionError as error:
+            problems.append(str(error))
+            continue
+        except (OSError, UnicodeDecodeError) as error:
+            problems.append(f"{path}: cannot read: {error}")
+            continue
+        if question.id in bank.questions:
+            problems.append(f"{path}: id: '{question.id}' already used by {bank.questions[question.id].path}")
+            continue
+        try:
+            solver_function(question)
+        except (ImportError, AttributeError, ValueError):
+            problems.append(f"{path}: solver: '{question.solver}' not found in solvers/topics")
+            continue
+        bank.questions[question.id] = question
+    for question in bank.questions.values():
+        problems.extend(_check_variants(question, bank, catalog, seeds))
+    return problems

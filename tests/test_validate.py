@@ -1,0 +1,37 @@
+"""`validate`: the bank is clean; each kind of broken question file is reported."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from solvers.paths import questions_dir
+from solvers.validate import validate
+
+SOURCE = Path("questions/F/weight-read-intensity.yaml").read_text()
+
+
+def write(root: Path, name: str, text: str) -> None:
+    (root / f"{name}.yaml").write_text(text.replace("id: weight-read-intensity", f"id: {name}"))
+
+
+def test_the_bank_is_clean(catalog):
+    assert validate([questions_dir()], catalog, seeds=10) == []
+
+
+def test_each_problem_is_reported(tmp_path, catalog):
+    write(tmp_path, "fine", SOURCE)
+    write(tmp_path, "bad-unit", SOURCE.replace("unit: GB, rel", "unit: furlongs, rel"))
+    write(tmp_path, "no-solver", SOURCE.replace("roofline.weight_read_intensity", "roofline.nothing_here"))
+    write(tmp_path, "unbound", SOURCE.replace("{tokens} in flight", "{batch} in flight"))
+    extra_key = "  - {key: bogus, label: B, rel: 0.1}\n  - {key: flops,"
+    write(tmp_path, "no-key", SOURCE.replace("  - {key: flops,", extra_key))
+    narrow = SOURCE.replace("loguniform: [1, 8192]", "loguniform: [1, 4]").replace("default: 32", "default: 2")
+    write(tmp_path, "one-sided", narrow)
+    (tmp_path / "zz-copy").mkdir()  # sorts after fine.yaml: this one is the duplicate
+    write(tmp_path / "zz-copy", "fine", SOURCE)
+    problems = validate([tmp_path], catalog, seeds=10)
+    joined = "\n".join(problems)
+    expected = [("bad-unit", "unit"), ("no-solver", "solver"), ("unbound", "prompt"), ("no-key", "solver failed"),
+                ("one-sided", "regime_sides"), ("zz-copy/fine", "already used")]
+    for name, field in expected:
+        assert any(f"{name}.yaml" in p and field in p for p in problems), (name, joined)
+    assert not any(p.startswith(str(tmp_path / "fine.yaml")) for p in problems), joined
