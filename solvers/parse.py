@@ -26,6 +26,7 @@ _SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺", "0123456789-+
 _NUMBER = re.compile(
     r"""^\s*(?:~|≈|about\s+)?\s*
     (?P<sign>[-+−]?)\s*
+    (?P<dollar>\$?)\s*
     (?P<mantissa>(?:\d{1,3}(?:[,_ ]\d{3})+|\d+)(?:\.\d*)?|\.\d+)
     (?:
         [eE](?P<exp>[-+−]?\d+)
@@ -58,6 +59,17 @@ def parse_quantity(text: str) -> Quantity:
     if match["sign"] in ("-", "−"):
         value = -value
     unit_text = match["unit"]
+    if match["dollar"]:  # "$8,738", "$1.2M", "$8,738/GPU": dollars, maybe a magnitude or a per-unit
+        magnitudes = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "bn": 1e9, "B": 1e9}
+        if unit_text in magnitudes:
+            return Quantity(value * magnitudes[unit_text], parse_unit("$"))
+        if not unit_text.startswith(("/", "per ")):
+            raise ParseError("after a $ amount only k, M, bn or a per-unit (/GPU) may follow")
+        try:
+            unit = parse_unit("$" + unit_text)
+        except UnitError as error:
+            raise ParseError(str(error)) from None
+        return Quantity(unit.to_base(value), unit)
     if unit_text.startswith(","):
         raise ParseError("use a point for decimals; commas only between groups of three digits")
     if not unit_text:

@@ -78,7 +78,7 @@ def to_markdown(solution: Solution) -> str:
     q, sheet = solution.question, solution.sheet
     lines = [f"# {q.title}", "", f"Variant `{solution.code}` · group {q.group} · {q.topic}", "", solution.prompt, "",
              "## Parameters", "", "| parameter | value |", "|---|---|"]
-    lines += [f"| {p.label} | {p.shown} |" for p in solution.params]
+    lines += [f"| {p.label} | {p.shown} |" for p in solution.params if "\n" not in p.shown]
     lines += ["", "## Answers", "", "| answer | expected |", "|---|---|"]
     lines += [f"| {a.label} | {expected_text(solution, a.key)} |" for a in q.answers]
     lines += ["", "## Derivation", ""]
@@ -100,7 +100,7 @@ def to_text(solution: Solution) -> str:
     q, sheet = solution.question, solution.sheet
     prompt = "\n".join(textwrap.fill(par, 88) if par else "" for par in solution.prompt.splitlines())
     out = [f"{q.title}  [{solution.code}]", "", prompt, "", "Parameters:"]
-    out += [f"  {p.label}: {p.shown}" for p in solution.params]
+    out += [f"  {p.label}: {p.shown}" for p in solution.params if "\n" not in p.shown]  # tables: in the prompt
     out += ["", "Answers:"] + [f"  {a.label}: {expected_text(solution, a.key)}" for a in q.answers]
     out += ["", "Derivation:"]
     for number, step in enumerate(sheet.steps, 1):

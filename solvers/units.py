@@ -43,7 +43,8 @@ _COUNT_NOUNS = (
     "token tokens tok request requests req user users seq seqs sequence sequences "
     "GPU GPUs gpu gpus node nodes param params parameter parameters block blocks "
     "step steps expert experts switch switches pod pods interruption interruptions "
-    "slot slots layer layers restart restarts stream streams"
+    "slot slots layer layers restart restarts stream streams epoch epochs sender senders port ports "
+    "frame frames overflow overflows postmortem postmortems link links rank ranks"
 )
 _atom(_COUNT_NOUNS, 1.0, DIMENSIONLESS)
 _SINGULAR = {noun: noun[:-1] for noun in _COUNT_NOUNS.split() if noun.endswith("s") and noun[:-1] in _ATOMS}
@@ -166,6 +167,9 @@ def format_quantity(value_base: float, unit: str, sig: int = 4) -> str:
         return f"{format_number(value_base * 100, sig)}%"
     if unit in ("x", "×"):
         return f"{format_number(value_base, sig)}×"
+    if unit in ("$", "USD"):
+        number = format_number(value_base, sig)
+        return f"-${number[1:]}" if number.startswith("-") else f"${number}"
     number = format_number(parse_unit(unit).from_base(value_base), sig)
     if number == "1" and unit in _SINGULAR:
         unit = _SINGULAR[unit]

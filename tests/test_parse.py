@@ -32,6 +32,9 @@ from solvers.units import DIMENSIONLESS, UnitError, format_number, format_quanti
     ("14 MW", 14e6, "MW"),
     ("1,234,567.5 tokens/s", 1234567.5, "tokens/s"),
     ("400 billion params", 400e9, "billion params"),
+    ("$8,738", 8738, "$"),
+    ("$1.2M", 1.2e6, "$"),
+    ("$8,738/GPU", 8738, "$/GPU"),
     ("−3", -3, None),
     (".5", 0.5, None),
 ])
@@ -74,7 +77,8 @@ finite = st.floats(min_value=1e-12, max_value=1e30, allow_nan=False, allow_infin
 
 
 @settings(max_examples=500)
-@given(finite, st.sampled_from(["", "GiB", "GB", "KiB", "ms", "s", "days", "TFLOP", "FLOP/B", "tokens/s", "%", "TB/s"]))
+@given(finite, st.sampled_from(["", "GiB", "GB", "KiB", "ms", "s", "days", "TFLOP", "FLOP/B", "tokens/s", "%", "TB/s",
+                                "$", "$/GPU", "x", "epochs"]))
 def test_formatted_values_parse_back(value, unit):
     text = format_quantity(value, unit)
     quantity = parse_quantity(text)
