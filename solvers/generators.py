@@ -26,3 +26,112 @@ def lognormal_ints(rng: np.random.Generator, n: int, median: float, sigma: float
     """n integers, log-normal around `median`; sigma 0 gives identical values, 1.5 a heavy tail."""
     draws = rng.lognormal(mean=np.log(median), sigma=sigma, size=int(n))
     return [int(v) for v in np.clip(np.rint(draws), low, high)]
+
+
+# --- pause-storm-origin: a small leaf-spine fabric's pause counters -------------------------
+
+_LEAVES = {"leaf1": ("node1", "node2"), "leaf2": ("node3", "node4")}
+
+
+@generator("pause_fabric")
+def pause_fabric(rng: np.random.Generator, gbit_s: float, quanta: int, window_s: float) -> list[dict]:
+    """Per-port PFC counters after one node stopped draining: it pauses its leaf, the leaf pauses
+    the ports its traffic arrives on (local senders, the spine), the spine pauses the other leaf,
+    and that leaf pauses its senders. Rows are shuffled and labelled P1..P12; drops stay zero."""
+    leaf_of = {node: leaf for leaf, nodes in _LEAVES.items() for node in nodes}
+    nodes = list(leaf_of)
+    origin = nodes[int(rng.integers(len(nodes)))]
+    home = leaf_of[origin]
+    away = next(leaf for leaf in _LEAVES if leaf != home)
+    # Each other node sends to the origin with probability 3/4; at least one on the far leaf,
+    # so the storm crosses the spine ("many jobs degrade together").
+    local = [n for n in _LEAVES[home] if n != origin and rng.random() < 0.75]
+    remote = [n for n in _LEAVES[away] if rng.random() < 0.75] or [_LEAVES[away][int(rng.integers(2))]]
+    full_window = window_s * gbit_s * 1e9 / (quanta * 512)  # frames that would pause a link for the whole window
+
+    def frames() -> int:
+        return int(round(rng.uniform(0.3, 0.95) * full_window))
+
+    pauses = {(origin, home): frames()}  # (sender of the pause frames, receiver) -> frames
+    pauses.update({(home, node): frames() for node in local})
+    pauses[(home, "spine")] = frames()
+    pauses[("spine", away)] = frames()
+    pauses.update({(away, node): frames() for node in remote})
+    links = [(node, leaf_of[node]) for node in nodes] + [(leaf, "spine") for leaf in _LEAVES]
+    ends = [end for a, b in links for end in ((a, b), (b, a))]
+    rows = [{"device": d, "link to": e, "pause tx": pauses.get((d, e), 0), "pause rx": pauses.get((e, d), 0),
+             "drops": 0} for d, e in (ends[i] for i in rng.permutation(len(ends)))]
+    return [{"port": f"P{i}", **row} for i, row in enumerate(rows, start=1)]
+
+
+# --- loss-plateau-triage: two log readings, two hours apart, that point to one cause --------
+
+PLATEAU_CAUSES = ("job-not-stepping", "lr-or-grad-zero", "data-repeating", "loss-scale-collapsed",
+                  "rank-sending-zeros")
+_LOG_HOURS = 2
+
+
+def _sig(value: float, digits: int = 3) -> float:
+    return float(f"{value:.{digits - 1}e}")
+
+
+@generator("plateau_incident")
+def plateau_incident(rng: np.random.Generator, warmup: int, decay_steps: int, batch: int, seq_len: int,
+                     dataset_t: float, ranks: int = 4, floor: int = 1) -> list[dict]:
+    """Readings at 09:00 and 11:00 of a run whose loss went flat, with one cause planted.
+
+    `dataset_t` is in trillions of tokens. The LR reaches its floor only if the schedule ends
+    before the data does, and the data repeat only if they run out before the schedule does:
+    where the configuration does not allow the drawn cause, the readings point to none or to
+    two, and the solver rejects the draw."""
+    data_steps = dataset_t * 1e12 / (batch * seq_len)
+    advance = int(round(_LOG_HOURS * 3600 / rng.uniform(4, 20)))  # steps in two hours at 4-20 s per step
+    healthy = (2 * warmup, min(0.7 * decay_steps, 0.9 * data_steps) - advance)
+    at_floor = (1.05 * decay_steps, 0.95 * data_steps - advance)
+    repeating = (1.1 * data_steps, 0.7 * decay_steps - advance)
+    # Data repetition needs a dataset shorter than the schedule, which fewer draws allow: drawn
+    # twice as often, it comes out about as often as the others once rejected draws are redrawn.
+    cause = PLATEAU_CAUSES[int(rng.choice(len(PLATEAU_CAUSES), p=[1 / 6, 1 / 6, 1 / 3, 1 / 6, 1 / 6]))]
+    lr_floor = cause == "lr-or-grad-zero" and at_floor[0] < at_floor[1] and rng.random() < 0.5
+    window = repeating if cause == "data-repeating" else at_floor if lr_floor else healthy
+    first = int(round(rng.uniform(window[0], max(window)), -1))
+    last = first if cause == "job-not-stepping" else first + advance
+
+    def norm() -> float:
+        if cause == "loss-scale-collapsed":
+            return float("inf")  # every step overflows in fp16
+        if cause == "lr-or-grad-zero" and not lr_floor:
+            return _sig(10 ** rng.uniform(-8, -6))
+        return _sig(rng.uniform(0.15, 1.2))
+
+    zero_rank = int(rng.integers(ranks)) if cause == "rank-sending-zeros" else None
+
+    def rank_norms(total: float) -> dict:
+        # Each rank holds a slice of the layers: the squares of the rank norms add up to the global one.
+        weights = rng.uniform(0.5, 1.5, ranks)
+        if zero_rank is not None:
+            weights[zero_rank] = 0
+        shares = np.sqrt(weights / weights.sum())
+        return {f"grad norm, rank {r}": total if np.isinf(total) else _sig(total * share)
+                for r, share in enumerate(shares)}
+
+    def reading(step: int, loss: float, scale: int, skipped: int) -> dict:
+        total = norm()
+        return {"step": step, "loss": loss, "grad norm": total, "loss scale": scale, "skipped steps": skipped,
+                **rank_norms(total)}
+
+    loss, skipped = round(rng.uniform(1.9, 2.8), 3), int(rng.integers(5, 60))
+    scale = floor if cause == "loss-scale-collapsed" else 2 ** int(rng.integers(10, 17))
+    at_nine = reading(first, loss, scale, skipped)
+    if cause == "job-not-stepping":
+        at_eleven = dict(at_nine)  # nothing new was logged: every value is the 09:00 one
+    else:
+        if cause == "loss-scale-collapsed":
+            overflowed = advance  # every step overflows and is skipped; the scale stays at the floor
+        else:
+            # A healthy scaler moves a notch at most: halved by an overflow or doubled after a clean stretch.
+            change = int(rng.integers(-1, 2))
+            overflowed = int(rng.integers(1, 3)) if change < 0 else int(rng.integers(0, 2))
+            scale = int(scale * 2.0**change)
+        at_eleven = reading(last, round(loss - rng.uniform(0, 0.004), 3), scale, skipped + overflowed)
+    return [{"signal": name, "09:00": at_nine[name], "11:00": at_eleven[name]} for name in at_nine]

@@ -1,0 +1,278 @@
+"""Fleet questions: what restarts cost a training job, how many GPUs a run needs, what network
+bandwidth each GPU needs, and the bill of materials of a training cluster."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Reject, Sheet
+from solvers.topics.common import dtype_bytes, hbm_bytes, model_params, peak_flops
+from solvers.units import format_number, format_quantity
+
+FLOPS_PER_PARAM_TOKEN = 6  # 2 forward + 4 backward (gradients of the input and of the weight)
+BACKWARD_SHARE = sympy.Rational(2, 3)  # the backward pass's 4 of those 6 FLOPs
+ADAM_STATE_BYTES = 16  # bf16 weights and grads, fp32 master weights and two moments (ZeRO)
+MIN_FLEET_GPUS = 64  # below eight nodes the question is not about a fleet
+MAX_FLEET_GPUS = 100_000  # about the largest single training clusters built so far
+
+
+# --- restart-goodput -------------------------------------------------------------------------
+
+
+def restart_goodput(p, s: Sheet) -> None:
+    R = s.given("R", p.restarts, "restarts/day", "job restarts per day")
+    t_det = s.given("t_det", p.detect, "min", "time to detect a failure")
+    t_sch = s.given("t_sch", p.reschedule, "min", "time to get healthy nodes and relaunch")
+    t_rel = s.given("t_rel", p.reload, "min", "time to load the checkpoint and re-form communicators")
+    tau = s.given("tau", p.interval, "min", "checkpoint interval today")
+    C_s = s.given("C_s", p.ckpt_storage, "s", "training stall per checkpoint to shared storage")
+    C_m = s.given("C_m", p.ckpt_memory, "s", "training stall per in-memory checkpoint")
+
+    M = s.step("mtbf", "Mean time between failures of the job", "M", 1 / R, "h",
+               "failures arrive at random at the job's rate, so the mean gap is its inverse")
+    F = s.step("fixed_recovery", "Fixed recovery per restart", "F", t_det + t_sch + t_rel, "min",
+               "detect, reschedule and reload cost the same whenever the failure strikes")
+    W = s.step("rewound", "Rewound work per restart (average)", "W", tau / 2, "min",
+               "a failure lands anywhere in the interval, on average halfway: that work since the last "
+               "checkpoint is redone")
+    L = s.step("lost_per_restart", "Time lost per restart", "L", F + W, "min", "fixed recovery plus rewound work")
+    s.step("restart_loss", "Share of training time lost to restarts", "f_restart", R * L, "%",
+           "restarts per day times the minutes each costs, over the minutes of a day")
+    s.step("ckpt_overhead", "Share lost to checkpoint stalls today", "f_ckpt", C_s / tau, "%",
+           "one stall per interval: the price of the interval that bounds the rewound work")
+    tau_s = s.step("young_storage", "Optimal interval, storage checkpoints (Young)", "tau_s", sympy.sqrt(2 * C_s * M),
+                   "min", "minimises C/τ + τ/(2M): stalls fall as 1/τ, rewound work grows with τ, and they "
+                   "balance at √(2·C·M)")
+    tau_m = s.step("young_memory", "Optimal interval, in-memory checkpoints (Young)", "tau_m",
+                   sympy.sqrt(2 * C_m * M), "min",
+                   "the same balance with the smaller stall: the interval shrinks as √C")
+    s.step("residual", "Share still lost with in-memory checkpoints at their optimum", "f_residual",
+           C_m / tau_m + R * (F + tau_m / 2), "%",
+           "stalls plus restarts at the new interval: the rewound work nearly vanishes, the fixed recovery stays")
+    s.step("failure_floor", "Share no checkpoint setting removes", "f_floor", R * F, "%",
+           "the fixed recovery alone, paid once per failure")
+    tau_b = s.step("boundary_interval", "Interval where rewound work equals fixed recovery", "tau_b", 2 * F, "min",
+                   "τ/2 = F: above it the rewound work is the larger part of each restart")
+
+    s.assume("Failures are independent and memoryless (a Poisson process at the stated rate), so a failure "
+             "falls on average halfway through a checkpoint interval.")
+    s.assume("Young's first-order optimum τ = √(2·C·M) (Young 1974), valid while the stall C is far shorter than "
+             "the MTBF M; Daly's higher-order correction changes little at these ratios.")
+    s.assume("In-memory checkpointing (snapshot to host memory, copied to peer nodes in the background, as in "
+             "Gemini or NVIDIA's resiliency extension) cuts only the stall; detection, rescheduling and reload are "
+             "kept as stated, although restoring from a peer's memory also shortens the reload in practice.")
+    s.slip("the whole interval rewound, not half of it", s.evaluate(F + tau) / s.value(L))
+    s.slip("Young's interval without the factor 2", 1 / 2**0.5)
+
+    _restart_regime(s, tau, tau_b, F, W, tau_s, tau_m)
+
+
+def _restart_regime(s: Sheet, tau, tau_b, F, W, tau_s, tau_m) -> None:
+    fixed, rewound = format_quantity(s.value(F), "min"), format_quantity(s.value(W), "min")
+    boundary, storage, short = (format_quantity(s.value(x), "min") for x in (tau_b, tau_s, tau_m))
+    if s.value(tau) > s.value(tau_b):
+        s.set_regime(
+            "interval-bound",
+            f"Each restart rewinds {rewound} of work, more than its {fixed} of fixed recovery: the checkpoint "
+            f"interval sets most of the loss. Young's optimum is {storage} with storage checkpoints but {short} in "
+            "memory: a cheaper checkpoint is what lets the interval, and the rewound work, shrink.",
+            tau_b, tau,
+            f"Below an interval of {boundary} (twice the fixed recovery) the loss is failure-bound: checkpointing "
+            "more often buys little, and only faster detection, hot spares, faster reload or fewer failures help.")
+    else:
+        s.set_regime(
+            "failure-bound",
+            f"Each restart's {fixed} of fixed recovery outweighs the {rewound} of rewound work: checkpointing more "
+            "often barely moves the loss. It is paid per failure, so the levers are faster detection, hot spares, "
+            "faster reload, and above all fewer failures.",
+            tau_b, tau,
+            f"Above an interval of {boundary} (twice the fixed recovery) the rewound work dominates and the "
+            "checkpoint interval becomes the lever: a cheaper checkpoint lets it shrink toward Young's optimum.")
+
+
+# --- fleet-gpu-count -------------------------------------------------------------------------
+
+
+def fleet_gpu_count(p, s: Sheet) -> None:
+    N = s.given("N", model_params(p.model), "billion params", f"{p.model.name} parameters")
+    D = s.given("D", p.tokens, "trillion tokens", "training tokens")
+    T = s.given("T", p.days, "days", "schedule for the compute")
+    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    u = s.given("MFU", p.mfu, "%", "model FLOPs utilisation")
+    m = s.given("m", p.margin, "%", "fleet margin over the job")
+    g = s.given("g", p.gpus_per_node, "GPUs", "GPUs per node")
+
+    F = s.step("flops", "Training FLOPs", "F", FLOPS_PER_PARAM_TOKEN * N * D, "FLOP",
+               "a multiply-add per weight per token forward, two backward")
+    X = s.step("per_gpu_rate", "Sustained FLOP/s per GPU", "X", P * u, "TFLOP/s", "dense peak times MFU")
+    need = s.step("gpus_needed", "GPUs the arithmetic calls for", "G", F / (T * X), "GPUs",
+                  "the fleet equation F = G·T·P·MFU solved for G")
+    if not MIN_FLEET_GPUS <= s.value(need) <= MAX_FLEET_GPUS:
+        raise Reject("a few nodes, or more GPUs than any single cluster holds")
+    job = s.step("job_gpus", "Job size: next power of two", "G_job", 2 ** sympy.ceiling(sympy.log(need, 2)), "GPUs",
+                 "TP × PP × DP degrees that divide heads, layers and the global batch evenly multiply to 2^k, "
+                 "and fabric pods and collectives are built for 2^k ranks")
+    s.step("job_days", "Compute days on the power-of-two job", "T_job", F / (job * X), "days",
+           "the extra GPUs finish early: slack for restarts and an MFU below plan")
+    s.step("fleet_gpus", "GPUs to buy, margin included, in whole nodes", "G_fleet",
+           g * sympy.ceiling(job * (1 + m) / g), "GPUs",
+           "hot spares to swap in after failures, nodes in repair and burn-in, and room for evals and debugging "
+           "beside the main job")
+
+    s.assume("Model FLOPs are 6·N·D (Kaplan et al. 2020): attention over the context and embeddings left out; "
+             "MFU as stated for the whole run, against the dense bf16 datasheet peak (Llama 3 405B: 38-43%).")
+    s.assume("The schedule is pure compute time; restarts and checkpoint stalls come out of the slack the "
+             "power-of-two round-up leaves.")
+    s.assume("The margin sits on top of the job: spare nodes to swap in within minutes after a failure, nodes in "
+             "repair or burn-in, and capacity for evaluation and debugging runs that must not preempt training.")
+    s.slip("x1/3: 2·N·D counts the forward pass only", 1 / 3)
+    s.slip("MFU left out: the GPUs at datasheet peak", p.mfu)
+    s.slip("margin added to the need instead of the job", s.value(need) / s.value(job))
+
+
+# --- nic-bandwidth-per-gpu -------------------------------------------------------------------
+
+
+def nic_bandwidth_per_gpu(p, s: Sheet) -> None:
+    shard = model_params(p.model) / (p.tp * p.pp)
+    if shard * ADAM_STATE_BYTES > hbm_bytes(p.gpu):
+        raise Reject("the training state of one GPU's shard does not fit its HBM")
+    N = s.given("N", model_params(p.model), "billion params", f"{p.model.name} parameters")
+    tp = s.given("TP", p.tp, "", "tensor-parallel degree (inside the node)")
+    pp = s.given("PP", p.pp, "", "pipeline stages")
+    d = s.given("d", p.dp, "", "data-parallel replicas")
+    T = s.given("T", p.tokens, "tokens", "tokens per replica per step")
+    b = s.given("b", dtype_bytes("bf16"), "B", "bytes per bf16 gradient")
+    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    u = s.given("MFU", p.mfu, "%", "model FLOPs utilisation")
+    B_nic = s.given("B_nic", p.nic.gbit_s * 1e9 / 8, "Gb/s", f"{p.nic.name} line rate")
+
+    N_s = s.step("params_per_gpu", "Parameters per GPU", "N_s", N / (tp * pp), "billion params",
+                 "each GPU holds one tensor-parallel slice of one pipeline stage")
+    G = s.step("grad_bytes", "Gradient bytes per GPU", "G", N_s * b, "GB",
+               "the shard the data-parallel group must sum across replicas")
+    V = s.step("bytes_per_step", "Bytes each GPU sends per step", "V", 2 * (d - 1) / d * G, "GB",
+               "ring all-reduce: a reduce-scatter and an all-gather, each sending (d−1)/d of the buffer")
+    t_step = s.step("step_compute", "Compute time per step", "t_step", FLOPS_PER_PARAM_TOKEN * N_s * T / (P * u), "ms",
+                    "6 FLOPs per local parameter per token the replica processes, at peak × MFU")
+    t_bwd = s.step("backward_time", "Backward pass time", "t_bwd", BACKWARD_SHARE * t_step, "ms",
+                   "4 of the 6 FLOPs per parameter per token are backward: the window the reduction can hide in")
+    need = s.step("bandwidth", "Bandwidth per GPU to hide the reduction", "B_need", V / t_bwd, "Gb/s",
+                  "the bytes over the window; the shard cancels: (d−1)·b·P·MFU / (2·d·T)")
+    t_comm = s.step("comm_time", "Reduction time on the NIC", "t_comm", V / B_nic, "ms", "the bytes at line rate")
+    s.step("crossover_tokens", "Tokens per replica at which the NIC just keeps up", "T_star",
+           (d - 1) * b * P * u / (2 * d * B_nic), "tokens", "solve B_need = NIC line rate for T")
+
+    s.assume("Plain data parallelism across replicas with a bucketed ring all-reduce overlapping the backward "
+             "pass (PyTorch DDP); a distributed optimizer's reduce-scatter plus all-gather moves the same bytes.")
+    s.assume("One NIC per GPU on its own rail; tensor-parallel traffic stays on NVLink and the pipeline's "
+             "activation transfers are small beside the gradients and left out.")
+    s.assume("No gradient accumulation: the whole step's backward pass is the window. The NIC is taken at line "
+             "rate (large messages reach close to it), with no in-network reduction (SHARP).")
+    s.slip("all-reduce counted as one pass of the buffer, not two", 0.5)
+    s.slip("whole step as the window, not just the backward pass", 2 / 3)
+
+    _overlap_regime(s, need, B_nic, t_comm, t_bwd)
+
+
+def _overlap_regime(s: Sheet, need, B_nic, t_comm, t_bwd) -> None:
+    needed, line = format_quantity(s.value(need), "Gb/s"), format_quantity(s.value(B_nic), "Gb/s")
+    comm, window = format_quantity(s.value(t_comm), "ms"), format_quantity(s.value(t_bwd), "ms")
+    if s.value(need) <= s.value(B_nic):
+        s.set_regime(
+            "comms-hidden",
+            f"The reduction needs {needed} and the NIC gives {line}: it takes {comm} inside a {window} backward "
+            "pass, so the network costs no step time.",
+            B_nic, need,
+            "Fewer tokens per replica (a smaller global batch spread over more replicas) or a faster GPU shrink "
+            "the window without shrinking the bytes: past the line rate the remainder of the reduction is "
+            "exposed and every step waits for it.")
+    else:
+        s.set_regime(
+            "comms-exposed",
+            f"The reduction needs {needed} but the NIC gives {line}: it takes {comm} against a {window} backward "
+            "pass, and the step waits for the rest.",
+            B_nic, need,
+            "More tokens per replica (a larger global batch), a faster NIC, or fewer bytes inside the window (a "
+            "distributed optimizer's reduce-scatter sends half and leaves the all-gather to the next forward "
+            "pass; in-network reduction) bring the need under the line rate and hide the reduction again.")
+
+
+# --- cluster-bill-of-materials ---------------------------------------------------------------
+
+
+def cluster_bill_of_materials(p, s: Sheet) -> None:
+    E = s.given("E", p.gpus, "GPUs", "GPUs (one 400 Gb/s NIC each)")
+    g = s.given("g", p.gpus_per_node, "GPUs", "GPUs per node")
+    k = s.given("k", p.radix, "", "switch radix (400 Gb/s ports)")
+    r = s.given("r", p.oversub, "x", "oversubscription from pods to the core")
+    S_ck = s.given("S_ck", p.ckpt, "TB", "checkpoint size")
+    T_w = s.given("T_w", p.window, "s", "time allowed to write a checkpoint")
+    P_n = s.given("P_node", p.node_kw, "kW", "node power (DGX H100, maximum)")
+    P_gpu = s.given("P_gpu", p.gpu.tdp_w, "W", f"{p.gpu.name} TDP")
+    P_port = s.given("P_port", p.port_w, "W", "power per switch port, optics included")
+    pue = s.given("PUE", p.pue, "", "power usage effectiveness of the site")
+
+    nodes = s.step("nodes", "Nodes", "n", sympy.ceiling(E / g), "nodes", "eight GPUs to a node")
+    E2 = s.step("two_tier_max", "Most GPUs a two-tier fat tree reaches", "E_2", k**2 / 2, "GPUs",
+                "k leaves' worth of spine ports, each leaf with k/2 GPUs below: k·k/2")
+    three_tier = s.value(E) > s.value(E2)
+    L = s.step("leaves", "Leaf switches", "L", sympy.ceiling(E / (k / 2)), "switches",
+               "half of each leaf's ports face GPUs, half face up: non-blocking at the first hop")
+    pod = None  # pods of (k/2)² GPUs exist only under a core tier
+    if three_tier:
+        pod = s.step("pod_gpus", "GPUs per pod", "E_pod", (k / 2) ** 2, "GPUs",
+                     "k/2 leaves of k/2 GPUs under k/2 spines, whose other half of ports faces the core")
+        s.step("pods", "Pods", "pods", sympy.ceiling(E / pod), "pods",
+               "the GPUs in pods, the last one possibly part-full")
+        S = s.step("spines", "Spine switches", "S", L, "switches",
+                   "each spine takes one uplink from each of k/2 leaves: one spine per leaf, full bandwidth in the pod")
+        core = s.step("core", "Core switches", "C", sympy.ceiling(S * (k / 2) / (r * k)), "switches",
+                      "the spines' k/2 uplinks each, thinned by the oversubscription, over k ports per core switch")
+        total = s.step("switches", "Switches in the compute fabric", "N_sw", L + S + core, "switches",
+                       "three tiers: leaves, spines and core")
+    else:
+        s.step("pods", "Pods", "pods", sympy.ceiling(E / E2), "pods", "the whole fabric is one two-tier pod")
+        S = s.step("spines", "Spine switches", "S", sympy.ceiling(L * (k / 2) / k), "switches",
+                   "with no tier above, every spine port faces a leaf uplink")
+        total = s.step("switches", "Switches in the compute fabric", "N_sw", L + S, "switches",
+                       "two tiers: leaves and spines")
+    s.step("storage_rate", "Storage write bandwidth for the checkpoint", "B_st", S_ck / T_w, "GB/s",
+           "the whole checkpoint inside the window the training stall allows")
+    s.step("gpu_power", "GPU power alone", "P_gpus", E * P_gpu, "MW", "for scale: the GPUs are about half of a node")
+    IT = s.step("it_power", "IT power: nodes and fabric", "P_IT", nodes * P_n + total * k * P_port, "MW",
+                "nodes at their maximum system power, plus every switch port with its optics")
+    s.step("facility_power", "Facility power", "P_site", IT * pue, "MW", "cooling and power conversion on top")
+
+    s.assume("Rail-optimised compute fabric (NIC i of every node on rail i, as in DGX SuperPOD): the rails decide "
+             "which leaf each NIC reaches, not how many switches there are, so the count is that of a fat tree.")
+    s.assume("Fat tree of one switch model: leaves and spines split their ports half down, half up (non-blocking "
+             "inside a pod); above the pods the core may be oversubscribed, as large clusters do (Llama 3's "
+             "24K-GPU cluster: 1:7 between pods). Storage, front-end and management networks are not counted.")
+    s.assume(f"Node power {format_quantity(p.node_kw, 'kW')} (DGX H100 datasheet maximum); each switch port "
+             f"{format_quantity(p.port_w, 'W')} with its optics, an estimate (32 twin-port OSFP cages rated at "
+             "17 W per transceiver in a 64-port QM9700, plus the switch itself). Storage power left out.")
+    s.slip("GPUs per node forgotten: one node per GPU", p.gpus_per_node)
+    s.slip("PUE left out", 1 / p.pue)
+
+    _tier_regime(s, E, E2, k, pod)
+
+
+def _tier_regime(s: Sheet, E, E2, k, pod) -> None:
+    gpus, limit, radix = (format_number(s.value(x)) for x in (E, E2, k))
+    if pod is not None:
+        s.set_regime(
+            "three-tier",
+            f"{gpus} GPUs exceed the {limit} that leaves and spines of {radix}-port switches can join: a core "
+            f"tier joins pods of {format_number(s.value(pod))} GPUs, and its switches and optics are the price "
+            "of the size.",
+            E2, E,
+            f"At or below {limit} GPUs (k²/2) two tiers suffice: no core switches and one hop fewer. A higher "
+            "radix moves the boundary with its square.")
+    else:
+        s.set_regime(
+            "two-tier",
+            f"{gpus} GPUs fit the {limit} that leaves and spines of {radix}-port switches can join (k²/2): no "
+            "core tier is needed.",
+            E2, E,
+            f"Past {limit} GPUs a third tier appears: spines give half their ports to uplinks, pods of (k/2)² "
+            "GPUs form, and core switches join them, adding switches, optics and a hop for cross-pod traffic.")

@@ -1,0 +1,213 @@
+"""Network questions: InfiniBand against RoCE in dollars, incast against the buffer, and a PFC
+pause storm read back to its origin."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Reject, Sheet
+from solvers.units import format_number, format_quantity
+
+BITS_PER_PAUSE_QUANTUM = 512  # IEEE 802.1Qbb / 802.3x: one pause quantum is 512 bit times
+
+
+# --- ib-vs-roce ------------------------------------------------------------------------------
+
+
+def _fat_tree_tiers(gpus: int, radix: int) -> int:
+    """The fewest tiers of a non-blocking fat tree of `radix`-port switches that hold `gpus`
+    endpoints: t tiers hold 2·(k/2)^t (integer arithmetic, so 2,048 on 64 ports is exactly 2)."""
+    tiers = 1
+    while 2 * (radix // 2) ** tiers < gpus:
+        tiers += 1
+    return tiers
+
+
+def ib_vs_roce(p, s: Sheet) -> None:
+    G = s.given("G", p.gpus, "GPUs", "GPUs in the fleet, one 400G NIC each")
+    k = s.given("k", p.radix, "", "ports per switch")
+    S_ib = s.given("S_ib", p.ib_switch, "$", "price of a 64-port NDR InfiniBand switch")
+    S_eth = s.given("S_eth", p.eth_switch, "$", "price of a 64-port 400GbE switch")
+    c_nic = s.given("c_nic", p.nic, "$", "price of a 400G NIC (same card for both)")
+    c_link = s.given("c_link", p.link, "$", "price of one link: two transceivers and the fibre")
+    n_ib = s.given("n_ib", p.ib_staff, "", "network engineers for InfiniBand")
+    n_extra = s.given("n_extra", p.roce_extra, "", "extra engineers RoCE's lossless setup needs")
+    w = s.given("w", p.staff_cost, "$", "loaded cost per engineer-year")
+    Y = s.given("Y", p.years, "", "years of service life")
+    t = s.given("t", _fat_tree_tiers(p.gpus, p.radix), "", "fat-tree tiers (the fewest that hold the fleet)")
+
+    s.step("tree_capacity", "GPUs the tree can hold", "C", 2 * (k / 2) ** t, "GPUs",
+           "a non-blocking tree of k-port switches holds 2·(k/2)^t endpoints; fewer tiers would not hold the fleet")
+    P = s.step("ports_per_gpu", "Switch ports per GPU", "P", 2 * t - 1, "",
+               "one leaf down-port, then an up-port and the matching down-port at every tier above; the top "
+               "tier has no up-ports")
+    s.step("switches", "Switches in the fleet", "N_sw", P * G / k, "switches",
+           "every switch contributes k ports; non-blocking, so each tier carries the full GPU bandwidth")
+    hw_ib = s.step("ib_hardware", "InfiniBand hardware per GPU", "h_ib", c_nic + P * S_ib / k + t * c_link, "$",
+                   "the NIC, the GPU's share of switch ports, and one link per tier")
+    hw_eth = s.step("roce_hardware", "RoCE hardware per GPU", "h_roce", c_nic + P * S_eth / k + t * c_link, "$",
+                    "same NIC, same tree and links; only the switch price differs")
+    F_ib = s.step("ib_staff_cost", "InfiniBand operations over the life", "F_ib", n_ib * w * Y, "$",
+                  "the engineers who run the fabric, for as long as it is in service")
+    F_roce = s.step("roce_staff_cost", "RoCE operations over the life", "F_roce", (n_ib + n_extra) * w * Y, "$",
+                    "the same team plus the engineers who keep PFC, ECN and DCQCN right on every port")
+    ib = s.step("ib_per_gpu", "InfiniBand cost per GPU", "c_ib", hw_ib + F_ib / G, "$",
+                "hardware per GPU plus the operations cost shared by every GPU")
+    roce = s.step("roce_per_gpu", "RoCE cost per GPU", "c_roce", hw_eth + F_roce / G, "$",
+                  "cheaper per port, with a larger fixed cost shared by every GPU")
+    flip = s.step("flip_fleet", "Fleet size where the two cost the same", "G_star",
+                  (F_roce - F_ib) / (hw_ib - hw_eth), "GPUs",
+                  "the extra fixed cost over the per-GPU saving; NIC and link prices cancel")
+
+    s.assume("Both fabrics are non-blocking fat trees of 64-port 400G switches with one 400G NIC per GPU; the "
+             "tree has the fewest tiers that hold the fleet. Switches are counted by the ports each GPU uses, "
+             "so a partly filled top tier is prorated.")
+    s.assume("Prices are the ones stated (street prices vary by deal). The same ConnectX-7 card runs either "
+             "protocol, and 400G optics cost the same on both, so only the switch price differs per port.")
+    s.assume("Operations staff are a fixed cost over the service life, whatever the fleet size; RoCE's extra "
+             "engineers own the lossless configuration (PFC priorities, ECN thresholds, DCQCN, watchdogs) on "
+             "every port. Power, space and performance differences are left out.")
+    s.slip("staff cost for one year, not the service life", 1 / p.years)
+    s.slip("one switch port per GPU instead of 2t−1", s.value(P))
+
+    _fleet_regime(s, G, flip, ib, roce, _depth_caveat(s.value(flip), p.radix, s.value(t)))
+
+
+def _depth_caveat(flip: float, radix: int, tiers: float) -> str:
+    """Whether the flip point lies in the range of fleets this tree depth serves."""
+    low, high = (2 * (radix // 2) ** (tiers - 1) if tiers > 1 else 0), 2 * (radix // 2) ** tiers
+    if low < flip <= high:
+        return ""
+    served = f"{format_number(low)}-{format_number(high)} GPUs a {int(tiers)}-tier tree serves"
+    return (f" That point lies outside the {served}, so at these prices every fleet that needs this depth "
+            "lands on the same side.")
+
+
+def _fleet_regime(s: Sheet, G, flip, ib, roce, caveat: str) -> None:
+    fleet, boundary = format_number(s.value(G)), format_number(s.value(flip), 3)
+    per_gpu = f"{format_quantity(s.value(ib), '$')} on InfiniBand against {format_quantity(s.value(roce), '$')}"
+    if s.value(G) < s.value(flip):
+        s.set_regime(
+            "small-fleet-infiniband",
+            f"At {fleet} GPUs the switch saving per GPU does not pay for RoCE's extra engineers: {per_gpu} on "
+            "RoCE. InfiniBand arrives lossless by design, so the small team buys it.",
+            flip, G,
+            f"Above about {boundary} GPUs (at this tree depth) the per-port saving outgrows the fixed cost of "
+            "running lossless Ethernet, and RoCE is cheaper; a deeper tree multiplies the saving per GPU and "
+            "brings the flip closer." + caveat)
+    else:
+        s.set_regime(
+            "large-fleet-roce",
+            f"At {fleet} GPUs the per-port saving, summed over the fleet, outgrows the engineers who keep RoCE "
+            f"lossless: {per_gpu} on RoCE.",
+            flip, G,
+            f"Below about {boundary} GPUs (at this tree depth) the fixed cost of configuring and watching "
+            "PFC/ECN on every port is spread over too few GPUs, and InfiniBand is cheaper." + caveat)
+
+
+# --- incast-buffer ---------------------------------------------------------------------------
+
+
+def incast_buffer(p, s: Sheet) -> None:
+    if p.xoff_threshold <= p.ecn_threshold:
+        raise Reject("PFC would fire at or below the ECN threshold")
+    N = s.given("N", p.senders, "", "senders at line rate")
+    R = s.given("R", p.nic.gbit_s * 1e9 / 8, "Gb/s", f"line rate ({p.nic.name})")
+    K = s.given("K", p.ecn_threshold, "KB", "ECN marking threshold")
+    X = s.given("X", p.xoff_threshold, "MB", "PFC XOFF threshold")
+    RTT = s.given("RTT", p.rtt, "us", "round trip: mark, CNP back to the senders, rate cut")
+
+    E = s.step("excess", "Rate the queue grows", "E", (N - 1) * R, "Tb/s",
+               "N senders arrive at line rate and the port drains one line rate")
+    s.step("t_ecn", "Time to the ECN threshold", "t_ecn", K / E, "us",
+           "the queue crosses the marking threshold; the senders hear of it a round trip later")
+    s.step("t_xoff", "Time to the PFC XOFF threshold", "t_xoff", X / E, "us",
+           "at this depth the switch pauses its upstream ports, whatever ECN is doing")
+    window = s.step("window", "Time ECN has before PFC fires", "t_w", (X - K) / E, "us",
+                    "from the first mark to XOFF, the queue still grows at the excess rate")
+    s.step("queue_at_reaction", "Queue ECN alone would let build", "Q_r", K + E * RTT, "MB",
+           "the queue keeps growing for one round trip after the first mark; past XOFF, PFC steps in first")
+    s.step("n_star", "Sender count where PFC starts to win", "N_star", 1 + (X - K) / (R * RTT), "",
+           "solve (N−1)·R·RTT = X − K: below it the growth over one round trip fits between the thresholds")
+
+    s.assume("Both thresholds are read against the one congested egress queue, as the switch is configured "
+             "here. Real switches count PFC per ingress port and priority, and dynamic thresholds shrink as the "
+             "shared buffer fills, so this is the simplest picture of which fires first.")
+    s.assume("DCQCN reacts one round trip after the first mark (switch marks, receiver NIC sends a CNP, sender "
+             "cuts its rate), and the cut is assumed to end the growth: a best case, since one CNP cuts a rate "
+             "only partly.")
+    s.assume("All senders start at once at line rate and the egress drains at line rate; no other traffic.")
+    s.slip("N senders instead of N−1 (the port drains one line rate)", (p.senders - 1) / p.senders)
+    s.slip("one sender's rate instead of the excess of all of them", p.senders - 1)
+
+    _incast_regime(s, window, RTT)
+
+
+def _incast_regime(s: Sheet, window, RTT) -> None:
+    gap, rtt = format_quantity(s.value(window), "us"), format_quantity(s.value(RTT), "us")
+    if s.value(RTT) <= s.value(window):
+        s.set_regime(
+            "ecn-first",
+            f"The senders slow down after one round trip ({rtt}), before the queue climbs from the ECN mark to "
+            f"XOFF ({gap}): ECN's end-to-end rate cut absorbs the incast and no pause is sent.",
+            window, RTT,
+            "With more senders, a faster line or a longer round trip the queue reaches XOFF before DCQCN "
+            "reacts: PFC pauses the upstream ports, which stops innocent flows sharing them (head-of-line "
+            "blocking) and can spread hop by hop. Watch the pause counters rising against ECN-marked "
+            "packets and CNPs.")
+    else:
+        s.set_regime(
+            "pfc-first",
+            f"The queue climbs from the ECN mark to XOFF in {gap}, faster than the {rtt} round trip DCQCN "
+            "needs: PFC pauses fire before the senders slow. PFC is fast because it is hop by hop, and that "
+            "is the danger: it stops every flow on the paused link, not just the incast.",
+            window, RTT,
+            "With fewer senders, a lower ECN threshold, more room before XOFF or a shorter round trip, ECN's "
+            "marks reach the senders in time: the slow end-to-end loop does the work and PFC stays a "
+            "backstop that never fires.")
+
+
+# --- pause-storm-origin ----------------------------------------------------------------------
+
+
+def _origin_row(rows: list[dict]) -> dict:
+    """Read the counters backward: a device pauses its upstream ports because something pauses it,
+    except the origin, which sends pauses and receives none."""
+    receiving = {row["device"] for row in rows if row["pause rx"] > 0}
+    origins = [row for row in rows if row["pause tx"] > 0 and row["device"] not in receiving]
+    if len(origins) != 1:
+        raise ValueError(f"the fabric has {len(origins)} pause origins, expected one")
+    return origins[0]
+
+
+def pause_storm_origin(p, s: Sheet) -> None:
+    rows = list(p.fabric)
+    origin = _origin_row(rows)
+    s.choose("origin", origin["port"])
+    victims = [row for row in rows if row["device"].startswith("node") and row["pause rx"] > 0]
+
+    Q = s.given("Q", p.quanta, "", "pause quanta per frame")
+    b = s.given("b_q", BITS_PER_PAUSE_QUANTUM / 8, "b", "one quantum: 512 bit times")
+    T = s.given("T", p.window, "s", "counter window")
+    R = s.given("R", p.line_rate, "Gb/s", "line rate of every port")
+    frames = [s.given(f"f_{row['device']}", row["pause rx"], "", f"pause frames received by {row['device']}")
+              for row in victims]
+    n_v = s.given("n_v", len(victims), "", "nodes that receive pauses (their jobs stall)")
+
+    F = s.step("victim_frames", "Pause frames the stalled nodes received", "F", sympy.Add(*frames), "",
+               "only NIC ports count: inner links carry the same stall, counted once where a job feels it")
+    pause_time = s.step("paused_time", "Node-seconds spent paused", "T_p", F * Q * b / R, "s",
+                        "each frame stops the link for Q quanta of 512 bit times")
+    lost = s.step("lost_bandwidth", "Bandwidth lost by the stalled jobs", "B_lost", pause_time * R / T, "Gb/s",
+                  "paused time at line rate over the window (a quantum is bit times, so the rate cancels)")
+    s.step("lost_share", "Share of the stalled nodes' line rate lost", "u_lost", lost / (n_v * R), "%",
+           "what the paused nodes could have sent in the window")
+
+    s.assume(f"The table is the fabric's full pause counters over the window; every port runs at "
+             f"{format_quantity(s.value(R), 'Gb/s')} and every pause frame asks for {format_number(p.quanta)} "
+             "quanta and runs its full length (no early resume, no overlap).")
+    s.assume("The origin is read from the counters: a switch sends pauses upstream because one of its ports "
+             "is paused, so following the pauses back leads to the one device that sends pauses and "
+             "receives none, a receiver that stopped draining (Guo et al., SIGCOMM 2016).")
+    s.assume("Lost bandwidth is counted at the NICs of the nodes whose sends were paused; the origin's own "
+             "traffic is not counted, since it is the node that stopped.")
+    s.slip("x8: a quantum taken as 512 bytes, not bits", 8)

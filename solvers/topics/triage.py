@@ -1,0 +1,162 @@
+"""Triage and planning questions: a loss that went flat, and a first month on an infra team."""
+from __future__ import annotations
+
+import math
+
+import sympy
+
+from solvers.derivation import Reject, Sheet
+from solvers.units import format_number, format_quantity
+
+# --- loss-plateau-triage ---------------------------------------------------------------------
+
+# The checks in the order a strong answer runs them: cheapest and most decisive first. A frozen
+# step counter voids every other reading; the LR and grad norm are one log line; data repetition
+# needs the config; the loss scale needs fp16's scaler log; per-rank norms need per-rank logging.
+CHECKS = ("is the step counter moving", "learning rate and grad norm", "data repetition (epochs seen)",
+          "loss scale history", "per-rank gradient norms")
+CAUSE_OF_CHECK = dict(zip(CHECKS, ("job-not-stepping", "lr-or-grad-zero", "data-repeating", "loss-scale-collapsed",
+                                   "rank-sending-zeros")))
+VANISHED_GRAD_NORM = 1e-4  # healthy global grad norms in LLM pretraining sit around 0.1-1
+
+
+def _readings(rows: list[dict]) -> tuple[dict, dict]:
+    return ({row["signal"]: row["09:00"] for row in rows}, {row["signal"]: row["11:00"] for row in rows})
+
+
+def _lr_at(s: Sheet, k: sympy.Symbol, eta, W, T, rho) -> sympy.Symbol:
+    """The schedule's LR at step k: linear warmup, cosine decay to rho·peak at T, then flat."""
+    step = s.value(k)
+    if step < s.value(W):
+        expr, why = eta * k / W, "still in the linear warmup"
+    elif step <= s.value(T):
+        expr = rho * eta + (1 - rho) * eta * (1 + sympy.cos(sympy.pi * (k - W) / (T - W))) / 2
+        why = "cosine from the peak at the end of warmup to the floor at the decay step"
+    else:
+        expr, why = rho * eta, "past the configured decay steps the schedule holds its floor"
+    return s.step("lr_plateau", "LR at the plateau step", "eta_1", expr, "", why)
+
+
+def loss_plateau_triage(p, s: Sheet) -> None:
+    nine, eleven = _readings(p.incident)
+    eta = s.given("eta", p.peak_lr, "", "peak learning rate")
+    W = s.given("W", p.warmup, "steps", "warmup steps")
+    T = s.given("T", p.decay_steps, "steps", "step where the cosine reaches its floor")
+    rho = s.given("rho", p.lr_floor, "%", "LR floor as a share of the peak")
+    B = s.given("B", p.batch, "", "sequences per step")
+    L = s.given("L", p.seq_len, "tokens", "tokens per sequence")
+    D = s.given("D", p.dataset, "trillion tokens", "unique tokens in the dataset")
+    S0 = s.given("S_0", 2 ** p.scale_power, "", "initial loss scale")
+    S_min = s.given("S_min", p.min_scale, "", "loss scale floor")
+    s1 = s.given("s_1", nine["step"], "steps", "step at 09:00, where the plateau began")
+    s2 = s.given("s_2", eleven["step"], "steps", "step at 11:00")
+
+    s.step("advance", "Steps taken between the two readings", "ds", s2 - s1, "steps",
+           "a healthy run advances hundreds of steps in two hours")
+    lr = _lr_at(s, s1, eta, W, T, rho)
+    s.step("lr_share", "LR at the plateau against the peak", "r_lr", lr / eta, "%",
+           "near the floor the updates are too small to move the loss")
+    epochs = s.step("epochs", "Epochs of data seen by 11:00", "E", s2 * B * L / D, "",
+                    "tokens consumed over unique tokens; above 1 the run is re-reading its data")
+    s.step("halvings", "Overflows that take the scale from its start to the floor", "n_h",
+           sympy.log(S0 / S_min, 2), "", "every overflowing step halves the scale and skips the update")
+
+    fired = [check for check, firing in zip(CHECKS, (
+        eleven["step"] == nine["step"],
+        s.value(lr) <= p.lr_floor * p.peak_lr * (1 + 1e-9) or eleven["grad norm"] < VANISHED_GRAD_NORM,
+        s.value(epochs) > 1,
+        eleven["loss scale"] <= p.min_scale,
+        min(value for name, value in eleven.items() if name.startswith("grad norm, rank")) == 0,
+    )) if firing]
+    if len(fired) != 1:
+        raise Reject(f"the incident points to {len(fired)} causes, expected one")
+    s.choose("checks", list(CHECKS))
+    s.choose("cause", CAUSE_OF_CHECK[fired[0]])
+
+    s.assume("The schedule is Megatron-style: linear warmup to the peak, cosine decay to the floor at the "
+             "configured decay step (warmup included), then flat at the floor. The floor of 1% of the peak is "
+             "Llama 3 405B's (8e-5 decaying to 8e-7).")
+    s.assume("The run was planned as a single pass over its data, so more than one epoch means the loader "
+             "re-reads data it has seen. Every step consumes the full global batch.")
+    s.assume("fp16 dynamic loss scaling halves the scale on each overflowing step (no hysteresis) and skips "
+             "that step's update; at the floor it can fall no further and every step is wasted.")
+    s.assume("Each rank's gradient norm covers its own slice of the layers, so a rank at exactly zero is a "
+             "slice that receives no gradient.")
+    s.slip("epochs from sequences, not tokens", 1 / p.seq_len)
+    _lr_slips(p, s, nine["step"], s.value(lr))
+
+
+def _lr_slips(p, s: Sheet, step: int, lr: float) -> None:
+    """Two classic ways to misread the cosine part of the schedule."""
+    if not p.warmup <= step <= p.decay_steps:
+        return
+    peak, floor = p.peak_lr, p.lr_floor * p.peak_lr
+    linear = floor + (peak - floor) * (1 - (step - p.warmup) / (p.decay_steps - p.warmup))
+    no_warmup = floor + (peak - floor) * (1 + math.cos(math.pi * step / p.decay_steps)) / 2
+    s.slip("linear decay instead of cosine", linear / lr)
+    s.slip("cosine counted from step 0, ignoring the warmup", no_warmup / lr)
+
+
+# --- first-month-plan ------------------------------------------------------------------------
+
+# Learn how the system fails before changing it: read, map, ship one small thing, then ask.
+PLAN = ("read the team's postmortems", "map one training job's path end to end",
+        "ship one small fix through the normal process", "write down the questions nobody could answer",
+        "propose larger changes")
+
+
+def first_month_plan(p, s: Sheet) -> None:
+    weeks = s.given("w", p.weeks, "", "working weeks in the month")
+    H = s.given("H", p.hours_per_week, "h", "working hours per week")
+    m = s.given("m", p.meetings, "%", "share of the week in meetings and onboarding")
+    o = s.given("o", p.shadow_hours, "h", "hours per week shadowing on-call")
+    n = s.given("n", p.postmortems, "", "postmortems from the last year")
+    r = s.given("r", p.hours_per_postmortem, "h", "hours to read one with its graphs and fix")
+    M = s.given("M", p.map_hours, "h", "hours to map one job's path end to end")
+    X = s.given("X", p.fix_hours, "h", "hours to ship one small fix through review and deploy")
+
+    F = s.step("focus_hours", "Focus hours in the month", "F", weeks * (H * (1 - m) - o), "h",
+               "what is left of each week after meetings and the on-call shadow")
+    reading = s.step("reading_hours", "Hours to read every postmortem", "R", n * r, "h",
+                     "the record of how this system actually fails")
+    planned = s.step("planned_hours", "Hours the plan needs", "P", reading + M + X, "h",
+                     "reading, the map and the fix; the list of open questions is written along the way")
+    s.step("reading_share", "Share of focus time spent reading postmortems", "u_r", reading / F, "%",
+           "the largest line of a good first month")
+    s.step("fix_share", "Share of focus time spent shipping the fix", "u_x", X / F, "%",
+           "small on purpose: the fix is for learning the path to production")
+    readable = s.step("readable", "Postmortems that fit after the map and the fix", "n_max",
+                      sympy.floor((F - M - X) / r), "", "whole postmortems in the hours the other two leave")
+    if s.value(readable) < 3:
+        raise Reject("the month leaves almost no time to read")
+    s.choose("plan", list(PLAN))
+
+    s.assume("A month is four working weeks; meetings, onboarding sessions and the on-call shadow come off "
+             "the top, and the rest is focus time for the plan.")
+    s.assume("Reading times include the dashboards, logs and fix pull requests each postmortem links; the map "
+             "follows one real training job from submission to checkpoint (scheduler, nodes, network, storage).")
+    no_meetings = p.weeks * (p.hours_per_week - p.shadow_hours) / s.value(F)
+    s.slip("meetings not taken off the focus hours", no_meetings)
+    s.slip("meetings not taken off the focus hours", 1 / no_meetings)
+    _month_regime(s, planned, F, readable, n)
+
+
+def _month_regime(s: Sheet, planned, F, readable, n) -> None:
+    need, have = format_quantity(s.value(planned), "h"), format_quantity(s.value(F), "h")
+    if s.value(planned) <= s.value(F):
+        s.set_regime(
+            "fits-the-month",
+            f"The plan needs {need} of the {have} of focus time: read every postmortem, draw the map and ship "
+            "the fix, with slack left for the questions list.",
+            F, planned,
+            "With more postmortems, slower reading or a heavier meeting load the plan overruns: read the most "
+            "recent and the most severe first rather than cutting the map or the fix.")
+    else:
+        s.set_regime(
+            "overbooked",
+            f"The plan needs {need} but the month has {have} of focus time: reading all "
+            f"{format_number(s.value(n))} postmortems does not fit beside the map and the fix.",
+            F, planned,
+            f"Read about {format_number(s.value(readable))} of them, the most recent and the most severe "
+            "first, and keep the map and the fix: they are what the month is for. With fewer meetings or "
+            "postmortems the whole plan fits.")

@@ -1,0 +1,214 @@
+"""Golden checks for the fleet questions: restart-goodput, fleet-gpu-count, nic-bandwidth-per-gpu,
+cluster-bill-of-materials."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+MIN, HOUR, DAY = 60, 3_600, 86_400
+
+# --- restart-goodput -------------------------------------------------------------------------
+
+
+def test_restart_default_matches_catalogue(variant):
+    """2 restarts a day at 15 minutes each (2 + 2 + 1 min fixed, half of a 20-minute interval) ≈ 2%."""
+    solution = variant("restart-goodput@default")
+    results = solution.sheet.results
+    assert results["mtbf"] == pytest.approx(12 * HOUR)
+    assert results["lost_per_restart"] == pytest.approx(15 * MIN)
+    assert results["restart_loss"] == pytest.approx(2 * 15 / 1440)  # 2.08%
+    assert results["restart_loss"] == pytest.approx(0.02, rel=0.05)
+    # Young: √(2 × 20 s × 12 h) = 21.9 min for storage, √(2 × 0.5 s × 12 h) = 3.46 min in memory.
+    assert results["young_storage"] == pytest.approx(math.sqrt(2 * 20 * 12 * HOUR))
+    assert results["young_memory"] == pytest.approx(math.sqrt(2 * 0.5 * 12 * HOUR))
+    tau = math.sqrt(2 * 0.5 * 12 * HOUR)
+    assert results["residual"] == pytest.approx(0.5 / tau + (5 * MIN + tau / 2) / (12 * HOUR))  # 1.18%
+    assert results["boundary_interval"] == pytest.approx(10 * MIN)
+    assert solution.expected["regime"] == "interval-bound"  # 10 min rewound against 5 min fixed
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_restart_young_interval_minimises_the_loss(variant, seed):
+    """Young's closed form against a brute-force minimum of stalls + rewound work, C/τ + τ/(2M)."""
+    solution = variant(f"restart-goodput@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    mtbf = 1 / p["restarts"]
+    taus = np.geomspace(1, 100 * HOUR, 400_001)
+    for stall, key in ((p["ckpt_storage"], "young_storage"), (p["ckpt_memory"], "young_memory")):
+        best = taus[np.argmin(stall / taus + taus / (2 * mtbf))]
+        assert solution.expected[key] == pytest.approx(best, rel=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_restart_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"restart-goodput@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    fixed = p["detect"] + p["reschedule"] + p["reload"]
+    lost = fixed + p["interval"] / 2
+    assert solution.expected["lost_per_restart"] == pytest.approx(lost, rel=1e-12)
+    assert solution.expected["restart_loss"] == pytest.approx(lost * p["restarts"], rel=1e-12)
+    interval_bound = p["interval"] / 2 > fixed
+    assert solution.expected["regime"] == ("interval-bound" if interval_bound else "failure-bound")
+
+
+def test_restart_pinned_seed(variant):
+    solution = variant("restart-goodput@7")
+    raw = {param.name: param.raw for param in solution.params}
+    assert raw == {"restarts": 4, "detect": 7, "reschedule": 16, "reload": 2.5, "interval": 15,
+                   "ckpt_storage": 80, "ckpt_memory": 0.1}
+    # 25.5 min fixed + 7.5 min rewound = 33 min, four times a day: 9.17% of the day.
+    assert solution.expected["lost_per_restart"] == pytest.approx(33 * MIN)
+    assert solution.expected["restart_loss"] == pytest.approx(4 * 33 / 1440)
+    assert solution.expected["regime"] == "failure-bound"
+
+
+# --- fleet-gpu-count -------------------------------------------------------------------------
+
+
+def test_fleet_default_matches_catalogue(variant):
+    """Llama-3-70B (70.55B) on 15T tokens in 30 days on H100 at 40% MFU: about 6,200 GPUs."""
+    expected = variant("fleet-gpu-count@default").expected
+    flops = 6 * 70.55e9 * 15e12
+    need = flops / (30 * DAY * 989.4e12 * 0.40)
+    assert expected["gpus_needed"] == pytest.approx(need) == pytest.approx(6_190, abs=1)
+    assert expected["gpus_needed"] == pytest.approx(6_200, rel=0.01)
+    assert expected["job_gpus"] == 8_192
+    assert expected["job_days"] / DAY == pytest.approx(30 * need / 8_192)  # 22.7 days
+    assert expected["fleet_gpus"] == 9_424  # 8,192 x 1.15 = 9,420.8, up to whole nodes: 1,178 x 8
+
+
+def test_fleet_matches_llama3_405b_flops(variant):
+    """Llama 3 405B: 15.6T tokens, published as 3.8e25 FLOPs; 6·N·D with models.yaml's 405.85B agrees."""
+    solution = variant("fleet-gpu-count@default+model=llama-3.1-405b+tokens=15.6")
+    assert solution.sheet.results["flops"] == pytest.approx(3.8e25, rel=0.01)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_fleet_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"fleet-gpu-count@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    rate = p["gpu"].bf16_dense_tflops * 1e12 * p["mfu"]
+    need = 6 * p["model"].params_b * 1e9 * p["tokens"] / (p["days"] * rate)
+    job = 1 << math.ceil(math.log2(need))
+    assert solution.expected["gpus_needed"] == pytest.approx(need, rel=1e-12)
+    assert solution.expected["job_gpus"] == job
+    assert solution.expected["fleet_gpus"] == 8 * math.ceil(job * (1 + p["margin"]) / 8)
+
+
+def test_fleet_pinned_seed(variant):
+    solution = variant("fleet-gpu-count@7")
+    raw = {param.name: param.raw for param in solution.params}
+    assert raw == {"model": "qwen2.5-72b", "tokens": 29, "days": 74, "gpu": "h100-sxm", "mfu": 38, "margin": 20,
+                   "gpus_per_node": 8}
+    # 6 x 72.71e9 x 29e12 = 1.265e25 FLOP over 74 days at 376 TFLOP/s per GPU: 5,263 GPUs -> 8,192 -> 9,832.
+    assert solution.expected["gpus_needed"] == pytest.approx(5_263.1, rel=1e-4)
+    assert solution.expected["fleet_gpus"] == 9_832
+
+
+# --- nic-bandwidth-per-gpu -------------------------------------------------------------------
+
+
+def test_nic_default_lands_near_connectx7(variant):
+    """Llama-3-70B, TP 8 x PP 4, 128 replicas of 8,192 tokens on H100 at 40% MFU: ≈380 Gb/s, under the
+    400 Gb/s of a ConnectX-7."""
+    solution = variant("nic-bandwidth-per-gpu@default")
+    results = solution.sheet.results
+    grads = 70.55e9 / 32 * 2
+    assert results["bytes_per_step"] == pytest.approx(2 * 127 / 128 * grads)  # 8.75 GB
+    assert results["backward_time"] == pytest.approx(4 * 70.55e9 / 32 * 8192 / (989.4e12 * 0.4))  # 182.5 ms
+    gbit_s = results["bandwidth"] * 8 / 1e9
+    assert gbit_s == pytest.approx(383.5, abs=0.1)
+    assert gbit_s == pytest.approx(400, rel=0.05)
+    assert solution.expected["regime"] == "comms-hidden"
+
+
+def test_nic_need_does_not_depend_on_the_shard(variant):
+    """The shard cancels: bandwidth = (d−1)·b·P·MFU / (2·d·T), whatever the model, TP or PP."""
+    base = variant("nic-bandwidth-per-gpu@default").expected["bandwidth"]
+    for override in ("+model=llama-3.1-405b+pp=16", "+model=llama-3-8b+pp=1", "+pp=8"):
+        assert variant(f"nic-bandwidth-per-gpu@default{override}").expected["bandwidth"] == pytest.approx(base)
+    assert base == pytest.approx(127 * 2 * 989.4e12 * 0.4 / (2 * 128 * 8192))
+
+
+def test_nic_ring_volume_matches_nccl_bus_bandwidth(variant):
+    """nccl-tests PERFORMANCE.md: an all-reduce's bus bandwidth is algbw × 2(n−1)/n, i.e. each rank sends
+    2(n−1)/n of the buffer. With 16 replicas that is 1.875 x the gradient bytes."""
+    results = variant("nic-bandwidth-per-gpu@default+dp=16").sheet.results
+    assert results["bytes_per_step"] / results["grad_bytes"] == pytest.approx(2 * 15 / 16)
+
+
+def test_nic_halving_the_tokens_exposes_the_reduction(variant):
+    expected = variant("nic-bandwidth-per-gpu@default+tokens=4096").expected
+    assert expected["bandwidth"] * 8 / 1e9 == pytest.approx(767, abs=1)
+    assert expected["regime"] == "comms-exposed"
+
+
+def test_nic_pinned_seed(variant):
+    solution = variant("nic-bandwidth-per-gpu@7")
+    raw = {param.name: param.raw for param in solution.params}
+    assert raw == {"model": "qwen2.5-72b", "gpu": "b200", "nic": "connectx-8", "tp": 8, "pp": 16, "dp": 32,
+                   "tokens": 6144, "mfu": 52}
+    # 31 x 2 x 2,250 TFLOP/s x 52% / (2 x 32 x 6,144) = 184.5 GB/s = 1,476 Gb/s against 800: exposed.
+    assert solution.expected["bandwidth"] == pytest.approx(31 * 2 * 2250e12 * 0.52 / (2 * 32 * 6144))
+    assert solution.expected["regime"] == "comms-exposed"
+
+
+# --- cluster-bill-of-materials ---------------------------------------------------------------
+
+
+def test_bom_default_matches_catalogue(variant):
+    """10,240 H100: 1,280 nodes, 10 pods, ≈700 switches, 5 TB in under a minute, ≈14 MW."""
+    solution = variant("cluster-bill-of-materials@default")
+    results = solution.sheet.results
+    assert results["nodes"] == 1_280
+    assert results["pods"] == 10  # pods of (64/2)² = 1,024 GPUs
+    # 320 leaves (32 GPUs down, 32 up) + 320 spines + 10,240 uplinks / 2 (2:1) / 64 ports = 80 core.
+    assert (results["leaves"], results["spines"], results["core"]) == (320, 320, 80)
+    assert results["switches"] == 720
+    assert results["switches"] == pytest.approx(700, rel=0.05)
+    assert results["storage_rate"] == pytest.approx(5e12 / 60)  # 83 GB/s
+    assert results["it_power"] == pytest.approx(1_280 * 10_200 + 720 * 64 * 20)  # 13.98 MW
+    assert results["it_power"] == pytest.approx(14e6, rel=0.01)
+    assert results["facility_power"] == pytest.approx(1.2 * results["it_power"])
+    assert solution.expected["regime"] == "three-tier"
+
+
+@pytest.mark.parametrize("radix", [64, 128])
+def test_bom_matches_full_k_ary_fat_tree(variant, radix):
+    """Al-Fares et al. (SIGCOMM 2008): a full fat tree of k-port switches has k pods, k³/4 hosts and
+    5k²/4 switches; two tiers reach k²/2 hosts with 3k/2 switches."""
+    full = variant(f"cluster-bill-of-materials@default+radix={radix}+oversub=1+gpus={radix**3 // 4}").sheet.results
+    assert (full["pods"], full["switches"]) == (radix, 5 * radix**2 // 4)
+    two = variant(f"cluster-bill-of-materials@default+radix={radix}+gpus={radix**2 // 2}")
+    assert two.sheet.results["switches"] == 3 * radix // 2
+    assert two.expected["regime"] == "two-tier"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_bom_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"cluster-bill-of-materials@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    gpus, k = p["gpus"], p["radix"]
+    leaves = math.ceil(gpus / (k // 2))
+    if gpus > k * k // 2:
+        switches = 2 * leaves + math.ceil(gpus / (p["oversub"] * k))
+        pods = math.ceil(gpus / (k // 2) ** 2)
+    else:
+        switches, pods = leaves + math.ceil(leaves / 2), 1
+    assert solution.expected["switches"] == switches
+    assert solution.expected["pods"] == pods
+    it_power = gpus / 8 * p["node_kw"] + switches * k * p["port_w"]
+    assert solution.expected["it_power"] == pytest.approx(it_power, rel=1e-12)
+
+
+def test_bom_pinned_seed(variant):
+    solution = variant("cluster-bill-of-materials@7")
+    raw = {param.name: param.raw for param in solution.params}
+    assert raw == {"gpus": 11264, "gpu": "h100-sxm", "gpus_per_node": 8, "radix": 128, "oversub": 4, "ckpt": 2,
+                   "window": 110, "node_kw": 10.2, "port_w": 20, "pue": 1.45}
+    # 176 leaves + 176 spines + 11,264 / 4 / 128 = 22 core; 3 pods of up to 4,096 GPUs.
+    assert solution.expected["switches"] == 374
+    assert solution.expected["pods"] == 3
+    assert solution.expected["regime"] == "three-tier"

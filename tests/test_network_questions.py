@@ -1,0 +1,182 @@
+"""Golden checks for the network questions: ib-vs-roce, incast-buffer, pause-storm-origin."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+US = 1e-6
+
+# --- ib-vs-roce ------------------------------------------------------------------------------
+
+
+def test_ib_vs_roce_default(variant):
+    """4,096 GPUs need a 3-tier tree of 64-port switches: 5 switch ports and 3 links per GPU."""
+    results = variant("ib-vs-roce@default").sheet.results
+    assert results["ports_per_gpu"] == 5
+    assert results["switches"] == pytest.approx(320)
+    hardware_ib = 1500 + 5 * 36_000 / 64 + 3 * 1280
+    hardware_roce = 1500 + 5 * 20_000 / 64 + 3 * 1280
+    assert results["ib_per_gpu"] == pytest.approx(hardware_ib + 2 * 300_000 * 4 / 4096)  # $8,738
+    assert results["roce_per_gpu"] == pytest.approx(hardware_roce + 4 * 300_000 * 4 / 4096)  # $8,074
+    assert results["flip_fleet"] == pytest.approx(2 * 300_000 * 4 / (hardware_ib - hardware_roce)) == 1920
+    assert results["regime"] == "large-fleet-roce"
+
+
+@pytest.mark.parametrize("gpus, tiers, switches, switch_cost, cable_cost", [
+    (1024, 2, 48, 1_728_000, 2_621_440),  # 128 nodes
+    (32_768, 3, 2560, 92_160_000, None),  # 4,096 nodes
+])
+def test_ib_vs_roce_matches_cluster_cost_spreadsheet(variant, gpus, tiers, switches, switch_cost, cable_cost):
+    """The "H100 Freakonomics" spreadsheet (Aug 2024) prices 64-port NDR switches at $36,000: 48 of them
+    ($1.728M) and $2.62M of cables for 1,024 GPUs, 2,560 of them ($92.16M) for 32,768."""
+    results = variant(f"ib-vs-roce@default+gpus={gpus}").sheet.results
+    assert results["ports_per_gpu"] == 2 * tiers - 1
+    assert results["switches"] == pytest.approx(switches)
+    assert results["switches"] * 36_000 == pytest.approx(switch_cost)
+    if cable_cost:
+        assert tiers * 1280 * gpus == pytest.approx(cable_cost)  # one $1,280 link per tier per GPU
+
+
+def test_ib_vs_roce_three_tier_capacity_is_k_cubed_over_four(variant):
+    """Al-Fares et al. (2008): a 3-tier fat tree of k-port switches holds k³/4 hosts."""
+    assert variant("ib-vs-roce@default").sheet.results["tree_capacity"] == 64**3 / 4
+
+
+def test_ib_vs_roce_small_fleet_keeps_infiniband(variant):
+    """1,024 GPUs fit two tiers: the $750 per-GPU saving needs 3,200 GPUs to pay for two engineers."""
+    expected = variant("ib-vs-roce@default+gpus=1024").expected
+    assert expected["flip_fleet"] == pytest.approx(2_400_000 / (3 * 16_000 / 64))
+    assert expected["regime"] == "small-fleet-infiniband"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_ib_vs_roce_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"ib-vs-roce@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    tiers = next(t for t in range(1, 5) if 2 * 32**t >= p["gpus"])
+    ports = 2 * tiers - 1
+    ib = p["nic"] + ports * p["ib_switch"] / 64 + tiers * p["link"]
+    roce = p["nic"] + ports * p["eth_switch"] / 64 + tiers * p["link"]
+    staff = p["staff_cost"] * p["years"]
+    assert solution.expected["ib_per_gpu"] == pytest.approx(ib + p["ib_staff"] * staff / p["gpus"], rel=1e-12)
+    roce_total = roce + (p["ib_staff"] + p["roce_extra"]) * staff / p["gpus"]
+    assert solution.expected["roce_per_gpu"] == pytest.approx(roce_total, rel=1e-12)
+    assert solution.expected["flip_fleet"] == pytest.approx(p["roce_extra"] * staff / (ib - roce), rel=1e-12)
+    cheaper_roce = roce_total <= solution.expected["ib_per_gpu"]
+    assert (solution.expected["regime"] == "large-fleet-roce") == cheaper_roce
+
+
+def test_ib_vs_roce_pinned_seed(variant):
+    solution = variant("ib-vs-roce@1")
+    raw = {param.name: param.raw for param in solution.params}
+    assert raw == {"gpus": 3100, "radix": 64, "ib_switch": 49_000, "eth_switch": 14_000, "nic": 2400, "link": 1170,
+                   "ib_staff": 3, "roce_extra": 2, "staff_cost": 370_000, "years": 3}
+    # 3 tiers: 5 × $35,000 / 64 per GPU saved against 2 × $370,000 × 3 years.
+    assert solution.expected["flip_fleet"] == pytest.approx(2 * 370_000 * 3 / (5 * 35_000 / 64))
+    assert solution.expected["regime"] == "large-fleet-roce"
+
+
+# --- incast-buffer ---------------------------------------------------------------------------
+
+
+def test_incast_default_fills_in_microseconds(variant):
+    """32 senders at 400 Gb/s: the queue grows at 31 × 50 GB/s = 1.55 TB/s."""
+    solution = variant("incast-buffer@default")
+    expected = solution.expected
+    assert solution.sheet.results["excess"] == pytest.approx(31 * 50e9)
+    assert expected["t_ecn"] == pytest.approx(400e3 / 1.55e12)  # 0.26 µs
+    assert expected["t_xoff"] == pytest.approx(4e6 / 1.55e12)  # 2.6 µs
+    assert 1 * US < expected["t_xoff"] < 10 * US
+    assert expected["n_star"] == pytest.approx(1 + 3.6e6 / (50e9 * 10e-6))  # 8.2 senders
+    assert expected["regime"] == "pfc-first"
+
+
+def test_incast_few_senders_leave_ecn_in_time(variant):
+    """Eight senders fit under the 8.2-sender boundary: the round trip ends before XOFF."""
+    expected = variant("incast-buffer@default+senders=8").expected
+    assert expected["regime"] == "ecn-first"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_incast_matches_closed_form(variant, seed):
+    solution = variant(f"incast-buffer@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    rate = p["nic"].gbit_s * 1e9 / 8
+    excess = (p["senders"] - 1) * rate
+    assert solution.expected["t_ecn"] == pytest.approx(p["ecn_threshold"] / excess, rel=1e-12)
+    assert solution.expected["t_xoff"] == pytest.approx(p["xoff_threshold"] / excess, rel=1e-12)
+    headroom = p["xoff_threshold"] - p["ecn_threshold"]
+    assert solution.expected["n_star"] == pytest.approx(1 + headroom / (rate * p["rtt"]), rel=1e-12)
+    # ECN wins when the queue one round trip after the first mark is still below XOFF.
+    ecn_first = p["ecn_threshold"] + excess * p["rtt"] <= p["xoff_threshold"] * (1 + 1e-12)
+    assert (solution.expected["regime"] == "ecn-first") == ecn_first
+
+
+def test_incast_pinned_seed(variant):
+    solution = variant("incast-buffer@1")
+    raw = {param.name: param.raw for param in solution.params}
+    assert raw == {"senders": 12, "nic": "connectx-8", "ecn_threshold": 140, "xoff_threshold": 14, "rtt": 7.5}
+    assert solution.expected["t_xoff"] == pytest.approx(14e6 / (11 * 100e9))  # 12.7 µs
+    assert solution.expected["regime"] == "ecn-first"
+
+
+# --- pause-storm-origin ----------------------------------------------------------------------
+
+
+def test_pause_storm_default(variant):
+    """node4 (row P5) stopped draining; node3 and node2 were paused, node1 was idle."""
+    solution = variant("pause-storm-origin@default")
+    assert solution.expected["origin"] == "P5"
+    frames = 69_325 + 92_684
+    lost = frames * 65_535 * 512 / 10  # bits per second
+    assert solution.expected["lost_bandwidth"] == pytest.approx(lost / 8)  # 543.6 Gb/s, held in B/s
+    assert solution.expected["lost_share"] == pytest.approx(lost / (2 * 400e9))  # 68%
+    assert all(row["drops"] == 0 for row in solution.param("fabric").value)
+
+
+def test_pause_frame_of_max_quanta_lasts_84_us_at_400g(variant):
+    """802.1Qbb: 65,535 quanta × 512 bit times = 83.9 µs at 400 Gb/s (335.5 µs at 100 Gb/s)."""
+    results = variant("pause-storm-origin@default").sheet.results
+    assert results["paused_time"] / (69_325 + 92_684) == pytest.approx(83.886e-6, rel=1e-4)
+
+
+def _links_agree(rows):
+    by_end = {(row["device"], row["link to"]): row for row in rows}
+    return all(row["pause tx"] == by_end[(row["link to"], row["device"])]["pause rx"] for row in rows)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_pause_storm_reads_back_to_a_node(variant, seed):
+    solution = variant(f"pause-storm-origin@{seed}")
+    rows = solution.param("fabric").value
+    assert [row["port"] for row in rows] == [f"P{i}" for i in range(1, 13)]
+    assert all(row["drops"] == 0 for row in rows)
+    assert _links_agree(rows), "every frame one end sends, the other end receives"
+    origin = next(row for row in rows if row["port"] == solution.expected["origin"])
+    # The origin: a node that sends pauses and receives none, on any of its ports.
+    assert origin["device"].startswith("node") and origin["pause tx"] > 0
+    assert all(row["pause rx"] == 0 for row in rows if row["device"] == origin["device"])
+    p = {param.name: param.value for param in solution.params}
+    paused = [row["pause rx"] for row in rows if row["device"].startswith("node") and row["pause rx"] > 0]
+    lost_bits = sum(paused) * 65_535 * 512 / p["window"]
+    assert solution.expected["lost_bandwidth"] == pytest.approx(lost_bits / 8, rel=1e-12)
+    share = lost_bits / (len(paused) * p["line_rate"] * 8)
+    assert solution.expected["lost_share"] == pytest.approx(share, rel=1e-12)
+    assert 0.3 - 0.01 < share < 0.95 + 0.01  # every paused link is paused for 30-95% of the window
+
+
+def test_pause_storm_origin_lands_on_many_rows(variant):
+    """The generator shuffles the rows, so the answer is not a fixed letter."""
+    origins = {variant(f"pause-storm-origin@{seed}").expected["origin"] for seed in range(50)}
+    assert len(origins) >= 8
+
+
+def test_pause_storm_pinned_seed(variant):
+    solution = variant("pause-storm-origin@1")
+    raw = {param.name: param.raw for param in solution.params if param.name != "fabric"}
+    assert raw == {"line_rate": 400, "window": 60, "quanta": 65_535}
+    assert solution.expected["origin"] == "P6"  # node4
+    paused = 227_393 + 599_398  # node2 and node3 (P3's 411,394 is received by leaf2, not by a node)
+    assert solution.expected["lost_bandwidth"] * 8 == pytest.approx(paused * 65_535 * 512 / 60)
+    assert math.isclose(solution.expected["lost_share"], 0.57796, rel_tol=1e-4)

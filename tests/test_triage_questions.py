@@ -1,0 +1,137 @@
+"""Golden checks for the triage questions: loss-plateau-triage, first-month-plan."""
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+
+from solvers.derivation import Sheet
+from solvers.topics.triage import CHECKS, PLAN, _lr_at
+
+HOUR = 3600
+
+# --- loss-plateau-triage ---------------------------------------------------------------------
+
+
+def _cosine_lr(step, peak, warmup, decay, floor_share):
+    floor = floor_share * peak
+    if step < warmup:
+        return peak * step / warmup
+    if step > decay:
+        return floor
+    return floor + (peak - floor) * (1 + math.cos(math.pi * (step - warmup) / (decay - warmup))) / 2
+
+
+def test_plateau_default_is_not_a_training_problem(variant):
+    """The default log's step counter did not move in two hours: the job is not stepping."""
+    solution = variant("loss-plateau-triage@default")
+    expected = solution.expected
+    assert expected["cause"] == "job-not-stepping"
+    assert expected["checks"] == list(CHECKS)
+    assert expected["lr_plateau"] == pytest.approx(_cosine_lr(683_640, 8e-5, 8000, 1_200_000, 0.01))  # 3.2e-5
+    assert expected["epochs"] == pytest.approx(683_640 * 2048 * 8192 / 15.6e12)  # 0.735
+    assert expected["halvings"] == 16
+
+
+@pytest.mark.parametrize("step, lr", [
+    (4000, 4e-5),  # halfway through the warmup
+    (8000, 8e-5),  # the peak
+    (604_000, (8e-5 + 8e-7) / 2),  # the cosine's midpoint
+    (1_200_000, 8e-7),  # the floor
+    (1_500_000, 8e-7),  # held there
+])
+def test_plateau_lr_follows_llama3_schedule(step, lr):
+    """Llama 3 405B: peak 8e-5, 8,000 warmup steps, cosine to 8e-7 over 1.2M steps."""
+    s = Sheet()
+    eta, W = s.given("eta", 8e-5), s.given("W", 8000)
+    T, rho = s.given("T", 1_200_000), s.given("rho", 0.01)
+    assert s.value(_lr_at(s, s.given("s_1", step), eta, W, T, rho)) == pytest.approx(lr, rel=1e-9)
+
+
+def _diagnose(nine, eleven, p):
+    """The checks in order, from the readings alone; the first that fails names the cause."""
+    lr = _cosine_lr(nine["step"], p["peak_lr"], p["warmup"], p["decay_steps"], p["lr_floor"])
+    epochs = eleven["step"] * p["batch"] * p["seq_len"] / p["dataset"]
+    ranks = [value for name, value in eleven.items() if name.startswith("grad norm, rank")]
+    failing = {
+        "job-not-stepping": eleven["step"] == nine["step"],
+        "lr-or-grad-zero": lr <= 1.0001 * p["lr_floor"] * p["peak_lr"] or eleven["grad norm"] < 1e-4,
+        "data-repeating": epochs > 1,
+        "loss-scale-collapsed": eleven["loss scale"] == 1,
+        "rank-sending-zeros": min(ranks) == 0,
+    }
+    return [cause for cause, fails in failing.items() if fails]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_plateau_readings_point_to_one_cause(variant, seed):
+    solution = variant(f"loss-plateau-triage@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    rows = p["incident"]
+    nine = {row["signal"]: row["09:00"] for row in rows}
+    eleven = {row["signal"]: row["11:00"] for row in rows}
+    assert _diagnose(nine, eleven, p) == [solution.expected["cause"]]
+    lr = _cosine_lr(nine["step"], p["peak_lr"], p["warmup"], p["decay_steps"], p["lr_floor"])
+    assert solution.expected["lr_plateau"] == pytest.approx(lr, rel=1e-12)
+    epochs = eleven["step"] * p["batch"] * p["seq_len"] / p["dataset"]
+    assert solution.expected["epochs"] == pytest.approx(epochs, rel=1e-12)
+    assert solution.expected["halvings"] == pytest.approx(p["scale_power"])
+
+
+def test_plateau_every_cause_is_drawn(variant):
+    causes = Counter(variant(f"loss-plateau-triage@{seed}").expected["cause"] for seed in range(100))
+    assert set(causes) == {"job-not-stepping", "lr-or-grad-zero", "data-repeating", "loss-scale-collapsed",
+                           "rank-sending-zeros"}
+    assert min(causes.values()) >= 10
+
+
+def test_plateau_pinned_seed(variant):
+    solution = variant("loss-plateau-triage@1")
+    raw = {param.name: param.raw for param in solution.params if param.name != "incident"}
+    assert raw == {"peak_lr": 0.00014, "warmup": 8000, "decay_steps": 150_000, "lr_floor": 1, "batch": 4096,
+                   "seq_len": 8192, "dataset": 1, "scale_power": 32, "min_scale": 1}
+    readings = {row["signal"]: (row["09:00"], row["11:00"]) for row in solution.param("incident").value}
+    assert readings["step"] == (20_160, 20_828)
+    assert readings["loss scale"] == (1, 1)
+    assert solution.expected["cause"] == "loss-scale-collapsed"
+    assert solution.expected["halvings"] == 32  # Megatron's 2^32 down to 1
+
+
+# --- first-month-plan ------------------------------------------------------------------------
+
+
+def test_first_month_default(variant):
+    """4 weeks × (40 h × 75% − 4 h) = 104 focus hours; 24 postmortems × 2 h = 48 h of them (46%)."""
+    solution = variant("first-month-plan@default")
+    expected = solution.expected
+    assert expected["focus_hours"] == pytest.approx(104 * HOUR)
+    assert expected["reading_share"] == pytest.approx(48 / 104)
+    assert expected["readable"] == 32  # (104 − 24 − 16) / 2
+    assert solution.sheet.results["planned_hours"] == pytest.approx(88 * HOUR)
+    assert expected["regime"] == "fits-the-month"
+    assert expected["plan"] == list(PLAN)
+    assert expected["plan"][-1] == "propose larger changes"  # never in week one
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_first_month_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"first-month-plan@{seed}")
+    raw = {param.name: param.raw for param in solution.params}
+    focus = raw["weeks"] * (raw["hours_per_week"] * (1 - raw["meetings"] / 100) - raw["shadow_hours"])
+    reading = raw["postmortems"] * raw["hours_per_postmortem"]
+    assert solution.expected["focus_hours"] / HOUR == pytest.approx(focus, rel=1e-12)
+    assert solution.expected["reading_share"] == pytest.approx(reading / focus, rel=1e-12)
+    left = focus - raw["map_hours"] - raw["fix_hours"]
+    assert solution.expected["readable"] == math.floor(left / raw["hours_per_postmortem"] + 1e-9)
+    fits = reading + raw["map_hours"] + raw["fix_hours"] <= focus
+    assert (solution.expected["regime"] == "fits-the-month") == fits
+
+
+def test_first_month_pinned_seed(variant):
+    solution = variant("first-month-plan@1")
+    raw = {param.name: param.raw for param in solution.params}
+    assert raw == {"weeks": 4, "hours_per_week": 45, "meetings": 40, "shadow_hours": 4, "postmortems": 11,
+                   "hours_per_postmortem": 4, "map_hours": 16, "fix_hours": 16}
+    assert solution.expected["focus_hours"] == pytest.approx(92 * HOUR)  # 4 × (27 − 4)
+    assert solution.expected["readable"] == 15  # (92 − 32) / 4
