@@ -28,6 +28,8 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
         "head_dim": (int, True), "ffn": (int, True), "vocab": (int, True), "experts": (int, False),
         "experts_per_token": (int, False), "attention": (str, True), "kv_lora_rank": (int, False),
         "qk_rope_head_dim": (int, False),
+        # Local/global models: the window in tokens, how many layers use it, the longest context served.
+        "sliding_window": (int, False), "sliding_window_layers": (int, False), "max_context": (int, False),
     },
 }
 FILES = {"hardware.yaml": ("gpus", "nics"), "models.yaml": ("models",)}

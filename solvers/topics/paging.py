@@ -1,0 +1,288 @@
+"""KV-cache paging questions: block size, TP past the KV heads, sliding windows, shared blocks.
+
+All four size the cache with the shared helper in kvcache.py and count whole blocks, the way a
+paged allocator (vLLM's block manager) does.
+"""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Reject, Sheet
+from solvers.topics.common import dtype_bytes, model_params
+from solvers.topics.kvcache import blocks_for_tokens, kv_bytes_per_token, kv_bytes_per_token_per_gpu
+from solvers.units import format_number, format_quantity
+
+# PagedAttention (Kwon et al., SOSP 2023) reports vLLM wasting under 4% of the KV cache: the bar
+# below which fragmentation is called negligible here.
+WASTE_TOLERANCE = 0.04
+
+
+def _kv_dtype(p, s: Sheet) -> sympy.Symbol:
+    return s.given("b_kv", dtype_bytes(p.kv_dtype), "B", f"bytes per KV element ({p.kv_dtype})")
+
+
+# --- paged-block-size --------------------------------------------------------------------------
+
+
+def paged_block_size_question(p, s: Sheet) -> None:
+    b_kv = _kv_dtype(p, s)
+    kv_tok = kv_bytes_per_token(s, p.model, b_kv)
+    B = s.given("B", p.block_size, "tokens", "block size")
+    n = s.given("n", p.batch, "sequences", "sequences in flight")
+    L_avg = s.given("L_avg", p.mean_length, "tokens", "mean sequence length")
+    P = s.given("P", p.prefix, "tokens", "shared system prompt")
+
+    w_max = s.step("worst_waste", "Worst-case empty slots per sequence", "w_max", B - 1, "tokens",
+                   "only the last block can be partly full, and it holds at least one token")
+    w = s.step("expected_waste", "Expected empty slots per sequence", "w", w_max / 2, "tokens",
+               "a length ending anywhere in its last block leaves 0 to B−1 slots empty, each equally likely")
+    waste = s.step("batch_waste", "Expected empty KV across the batch", "W", n * w * kv_tok, "GiB",
+                   "every sequence in flight pays its own partial last block, in every layer")
+    share = s.step("waste_share", "Share of the allocated KV left empty", "f_w", w / (L_avg + w), "%",
+                   "empty slots over slots allocated (tokens stored plus empty ones)")
+    layers = s.given("L", p.model.layers, "", "layers")
+    s.step("page_bytes", "One block in one layer (vLLM's page)", "P_pg", B * kv_tok / layers, "KiB",
+           "the unit the attention kernel gathers: a block's keys and values for one layer")
+    blocks = blocks_for_tokens(s, L_avg, B)
+    hit = s.step("prefix_hit", "System-prompt tokens in full blocks (cache hits)", "P_hit", B * sympy.floor(P / B),
+                 "tokens", "only full blocks are hashed, and the block where the shared prompt ends also holds "
+                 "each request's own text")
+    s.step("prefix_recompute", "System-prompt tokens each new request prefills again", "P_miss", P - hit, "tokens",
+           "the tail of the prompt past its last full block misses the cache")
+    tau = s.given("tau", WASTE_TOLERANCE, "%", "waste counted as negligible (PagedAttention: under 4%)")
+    L_star = s.step("boundary_length", "Mean length at which the waste reaches the bar", "L_star",
+                    w * (1 - tau) / tau, "tokens", "solve w / (L + w) = τ for L")
+
+    s.assume("Lengths are spread widely enough that each sequence ends at a uniformly random slot of its "
+             "last block, so the expected waste is (B − 1)/2 slots; the worst case is B − 1.")
+    s.assume("KV bytes are those of one model replica across all layers; under tensor parallelism each GPU "
+             "holds its share of the same blocks, so the shares and counts are unchanged.")
+    s.assume("The system prompt is followed by text that differs per request, so its last, mixed block never "
+             "matches in a prefix cache that hashes whole blocks (vLLM's rule).")
+    s.slip("/n: one sequence's waste, not the batch's", 1 / p.batch)
+    s.slip("x2: the worst case B − 1 instead of the expected (B − 1)/2", 2.0)
+    s.slip("x layers: KV of one layer counted for the whole model", p.model.layers)
+
+    _block_regime(s, share, tau, L_star, L_avg, blocks, waste)
+
+
+def _block_regime(s: Sheet, share, tau, L_star, L_avg, blocks, waste) -> None:
+    pct, bar = format_quantity(s.value(share), "%"), format_quantity(s.value(tau), "%")
+    count, empty = format_number(s.value(blocks)), format_quantity(s.value(waste), "GiB")
+    if s.value(L_avg) > s.value(L_star):
+        s.set_regime(
+            "waste-negligible",
+            f"Sequences are long next to the block: {pct} of the cache ({empty}) sits empty, under the {bar} "
+            f"bar. A bigger block would cut the {count} blocks per sequence the kernel walks and feed it larger "
+            "contiguous reads; what it costs is coarser prefix matching more than memory.",
+            L_star, L_avg,
+            "With shorter sequences (or a bigger block) the partial last block becomes a visible share of the "
+            "cache and costs concurrency: smaller blocks win back memory at the price of more, smaller gathers.")
+    else:
+        s.set_regime(
+            "waste-material",
+            f"Sequences are short next to the block: {pct} of the cache ({empty}) sits empty, above the {bar} "
+            "bar. A smaller block returns that memory as extra concurrency and matches prefixes more finely, "
+            f"at the price of more than the {count} blocks per sequence the kernel walks now.",
+            L_star, L_avg,
+            "With longer sequences (or a smaller block) the partial last block is a rounding error, and the "
+            "block size is chosen for kernel efficiency: fewer page-table entries and longer contiguous reads.")
+
+
+# --- tp-past-kv-heads --------------------------------------------------------------------------
+
+
+def tp_past_kv_heads_question(p, s: Sheet) -> None:
+    if p.model.attention == "mla":
+        raise Reject("an MLA latent has no heads to split (mla-tp-duplication)")
+    b = s.given("b", dtype_bytes(p.dtype), "B", f"bytes per weight and KV element ({p.dtype})")
+    N = s.given("N", model_params(p.model), "", "parameters")
+    n = s.given("n", p.tp, "GPUs", "tensor-parallel GPUs")
+    C = s.given("C", p.context, "tokens", "context per request")
+    R = s.given("R", p.batch, "requests", "requests in flight")
+
+    s.step("weights_per_gpu", "Weights per GPU", "w", N * b / n, "GB",
+           "every weight matrix is sharded over the TP group: each doubling halves it")
+    kv_tok = kv_bytes_per_token(s, p.model, b)
+    total = s.step("kv_total", "KV of the batch, one copy", "KV", kv_tok * C * R, "GiB",
+                   "every request keeps its full context")
+    kv_tok_gpu = kv_bytes_per_token_per_gpu(s, p.model, b, n)
+    per_gpu = s.step("kv_per_gpu", "KV per GPU under TP", "KV_n", kv_tok_gpu * C * R, "GiB",
+                     "each GPU stores its KV heads for every token of every request")
+    H = s.given("H_kv", p.model.kv_heads, "", "KV heads")
+    copies = s.step("copies", "Copies of each KV head", "r", n * per_gpu / total, "x",
+                    "KV stored across the group over one copy")
+    dup = s.step("duplicate", "Duplicated KV across the group", "D", total * (copies - 1), "GiB",
+                 "every copy beyond the first")
+    s.step("kv_per_gpu_pp", "KV per GPU with TP capped at the KV heads, the rest as pipeline stages",
+           "KV_pp", total / n, "GiB",
+           "TP up to H_kv splits the heads, pipeline stages split the layers: every byte is stored once")
+
+    s.assume(f"Weights and KV cache both in {p.dtype}; weights (embeddings included) shard evenly over TP.")
+    s.assume("vLLM's rule: each GPU holds max(1, H_kv ÷ TP) KV heads, so past H_kv GPUs each head is copied "
+             "onto TP ÷ H_kv GPUs (TP a multiple of H_kv). Activations and buffers are left out.")
+    s.assume("The alternative keeps TP at H_kv and spends the other GPUs on pipeline stages (layers split "
+             "evenly) or on data-parallel attention (each rank holds whole heads for its own requests): "
+             "both store each byte once; pipeline bubbles and DP load balance are not priced here.")
+    r = s.value(copies)
+    s.slip("KV divided by TP as if heads kept splitting", 1 / r)
+    s.slip("all stored KV counted as duplicate", r / (r - 1) if r > 1 else 1)
+    s.slip("x layers: one layer's KV counted for the model", p.model.layers)
+    _tp_regime(s, n, H, per_gpu, dup)
+
+
+def _tp_regime(s: Sheet, n, H, per_gpu, dup) -> None:
+    kv, extra = format_quantity(s.value(per_gpu), "GiB"), format_quantity(s.value(dup), "GiB")
+    heads = format_number(s.value(H))
+    if s.value(n) > s.value(H):
+        s.set_regime(
+            "kv-replicated",
+            f"TP {format_number(s.value(n))} is past the {heads} KV heads: each GPU still holds one whole head, so "
+            f"KV per GPU stays at {kv} (its value at TP {heads}) while the weights keep halving; {extra} of "
+            "copies fill the group, and every GPU still reads its full share of KV each decode step.",
+            H, n,
+            f"At TP ≤ {heads} every doubling halves both weights and KV per GPU. To go wider without copies, "
+            "keep TP at the KV head count and add pipeline stages or data-parallel attention.")
+    else:
+        s.set_regime(
+            "kv-split",
+            f"TP {format_number(s.value(n))} is within the {heads} KV heads: each GPU holds a distinct subset, "
+            f"no byte is copied, and KV per GPU ({kv}) falls with every doubling, like the weights.",
+            H, n,
+            f"Past TP {heads} a GPU cannot hold less than one head: KV per GPU stops falling and the extra "
+            "GPUs hold copies. Pipeline stages or data-parallel attention scale past that without copies.")
+
+
+# --- sliding-window-savings --------------------------------------------------------------------
+
+
+def sliding_window_savings_question(p, s: Sheet) -> None:
+    model = p.model
+    if p.context > model.max_context:
+        raise Reject(f"{model.name} serves at most {model.max_context} tokens")
+    b_kv = _kv_dtype(p, s)
+    kv_tok = kv_bytes_per_token(s, model, b_kv)
+    L = s.given("L", model.layers, "", "layers")
+    L_w = s.given("L_w", model.sliding_window_layers, "", "layers with a sliding window")
+    W = s.given("W", model.sliding_window, "tokens", "sliding window")
+    C = s.given("C", p.context, "tokens", "context per request")
+    B = s.given("B", p.block_size, "tokens", "block size")
+
+    full = s.step("kv_full", "KV per request, every layer at full context", "KV_full", kv_tok * C, "GiB",
+                  "what the request would hold if no layer were windowed")
+    f = s.step("windowed_share", "Share of layers windowed", "f", L_w / L, "%", "windowed layers over all layers")
+    W_eff = s.step("window_tokens", "Tokens a windowed layer keeps", "W_eff", sympy.Min(W, C, evaluate=False), "tokens",
+                   "the last W tokens, or the whole context if it is shorter")
+    saving = s.step("saving", "KV saved by the windows", "S", f * (1 - W_eff / C), "%",
+                    "the windowed share of layers, times the part of the context they drop")
+    s.step("kv_windowed", "KV per request with windowed layers freed", "KV_win", full * (1 - saving), "GiB",
+           "full layers keep the whole context, windowed layers only their window")
+    full_blocks = blocks_for_tokens(s, C, B, key="full_layer_blocks")
+    s.step("window_blocks", "Blocks a windowed layer holds per request", "n_win",
+           sympy.Min(sympy.ceiling(W_eff / B) + 1, full_blocks, evaluate=False), "blocks",
+           "vLLM's bound: the window may start mid-block, so one block more than W/B; blocks that slide "
+           "out are freed")
+    kept_full = s.step("full_layers_keep", "Share of the full cache the full-context layers keep", "K_f", 1 - f, "%",
+                       "they hold every token of the context")
+    kept_win = s.step("windowed_layers_keep", "Share of the full cache the windowed layers keep", "K_w",
+                      f * W_eff / C, "%", "their window out of the whole context")
+    C_star = s.step("boundary_context", "Context at which both kinds of layer keep equal KV", "C_star",
+                    f * W / (1 - f), "tokens", "solve (1 − f) = f·W/C for C")
+
+    s.assume("All layers cache the same KV heads and head dim, windowed or not (true of gpt-oss and Gemma 2/3), "
+             "so the saving depends on layer counts alone; KV dtype and block size do not change it.")
+    s.assume("The saving needs an allocator that frees the blocks that slide out of the window, or sizes "
+             "windowed layers separately (vLLM's hybrid KV cache manager). One block table for all layers "
+             "keeps the full context in every layer: a saving of zero.")
+    s.assume("Per request at its full context; the saving in tokens ignores the up-to-one extra block "
+             "each windowed layer holds.")
+    s.slip("saving counted as if every layer were windowed", 1 / s.value(f))
+    _window_regime(s, f, saving, kept_full, kept_win, C_star, C)
+
+
+def _window_regime(s: Sheet, f, saving, kept_full, kept_win, C_star, C) -> None:
+    cap, got = format_quantity(s.value(f), "%"), format_quantity(s.value(saving), "%")
+    full, win = format_quantity(s.value(kept_full), "%"), format_quantity(s.value(kept_win), "%")
+    if s.value(C) > s.value(C_star):
+        s.set_regime(
+            "layer-ratio",
+            f"The full-context layers keep {full} of the full cache, the windowed ones only {win}: the saving "
+            f"({got}) is capped by the windowed share of layers ({cap}), and even a zero-length window would add "
+            f"no more than {win}. More windowed layers, not a shorter window, is the bigger lever.",
+            C_star, C,
+            "Below the boundary context the windowed layers keep more KV than the full ones: the window length, "
+            "not the layer ratio, decides the saving, and at or below the window it is zero.")
+    else:
+        detail = (f"the window covers the whole context, so the saving is zero of a possible {cap}"
+                  if s.value(saving) == 0 else
+                  f"the window length decides the saving, {got} of a possible {cap}, and a shorter window "
+                  "could win back at least half of what is left")
+        s.set_regime(
+            "window",
+            f"The windowed layers keep {win} of the full cache, at least the {full} the full-context layers keep: "
+            f"{detail}.",
+            C_star, C,
+            "At longer contexts the windows drop most of the context and the saving approaches the windowed "
+            "share of layers: then the layer ratio, not the window, sets it.")
+
+
+# --- cow-block-sharing -------------------------------------------------------------------------
+
+
+def cow_block_sharing_question(p, s: Sheet) -> None:
+    b_kv = _kv_dtype(p, s)
+    kv_tok = kv_bytes_per_token(s, p.model, b_kv)
+    k = s.given("k", p.samples, "", "samples of the prompt")
+    P = s.given("P", p.prompt, "tokens", "prompt")
+    G = s.given("G", p.output, "tokens", "output tokens per sample")
+    B = s.given("B", p.block_size, "tokens", "block size")
+
+    T = s.step("sample_tokens", "Tokens per sample", "T", P + G, "tokens", "the prompt plus its own output")
+    per_sample = blocks_for_tokens(s, T, B)
+    alone = s.step("blocks_without", "Blocks without sharing", "N_0", k * per_sample, "blocks",
+                   "every sample holds its own copy of the prompt")
+    shared = s.step("shared_blocks", "Full prompt blocks shared by all samples", "n_s", sympy.floor(P / B),
+                    "blocks", "full blocks of prompt are never written again: one copy, reference-counted")
+    own = s.step("own_blocks", "Blocks each sample holds alone", "n_own", per_sample - shared, "blocks",
+                 "the block the prompt ends in (once written) and the output's blocks")
+    together = s.step("blocks_with", "Blocks with sharing", "N_1", shared + k * own, "blocks",
+                      "the shared blocks once, plus every sample's own")
+    saving = s.step("saving", "Blocks saved", "S", 1 - together / alone, "%", "blocks with sharing over blocks without")
+    ceiling = s.step("saving_ceiling", "Saving if the samples held only the prompt", "S_max", (k - 1) / k, "%",
+                     "one prompt copy instead of k; outputs pull the saving down as P/(P + G)")
+    s.step("saved_bytes", "KV memory saved", "M_S", (alone - together) * B * kv_tok, "GiB",
+           "each block holds B tokens in every layer")
+    misaligned = s.step("partial_prompt_block", "Prompt ends inside a block", "m",
+                        sympy.ceiling(P / B) - sympy.floor(P / B), "", "1 if P is not a multiple of B")
+    s.step("copies", "Copy-on-write copies", "N_cow", (k - 1) * misaligned, "blocks",
+           "each sample's first token lands in the shared partial block: all but the last writer copy it")
+    s.choose("copy_when", "first-decode-step" if s.value(misaligned) else "never")
+
+    s.assume("Parallel sampling: the prompt is prefilled once, and after prefill all samples point at its "
+             "blocks; a block is copied when a sample writes into it while another still holds it "
+             "(vLLM v0's copy-on-write). vLLM v1 has no copy-on-write: it shares full blocks through the "
+             "prefix cache and gives each sample its own partial block, recomputing its tokens.")
+    s.assume("Every sample runs to the same output length; KV bytes are those of one model replica, all layers.")
+    s.slip("/k: blocks of one sample", 1 / p.samples)
+    _cow_regime(s, G, P, saving, ceiling)
+
+
+def _cow_regime(s: Sheet, G, P, saving, ceiling) -> None:
+    out, prompt = format_number(s.value(G)), format_number(s.value(P))
+    got, cap = format_quantity(s.value(saving), "%"), format_quantity(s.value(ceiling), "%")
+    if s.value(G) < s.value(P):
+        s.set_regime(
+            "large-saving",
+            f"Outputs ({out} tokens) are shorter than the prompt ({prompt}): the shared prompt blocks are most of "
+            f"what each sample holds, and the saving ({got}) keeps more than about half of its {cap} ceiling.",
+            P, G,
+            "Once outputs outgrow the prompt the private output blocks dominate and the saving falls as "
+            "P/(P + G): long reasoning traces or RL rollouts keep little of it.")
+    else:
+        s.set_regime(
+            "vanishing-saving",
+            f"Outputs ({out} tokens) outgrow the prompt ({prompt}): private output blocks dominate, the saving "
+            f"({got}) is under about half of its {cap} ceiling, and it keeps falling as P/(P + G).",
+            P, G,
+            "With outputs shorter than the prompt (short answers to long contexts, best-of-n on a long "
+            "document) the shared blocks dominate and the saving nears its ceiling.")

@@ -1,0 +1,269 @@
+"""Golden checks for the KV paging questions: paged-block-size, tp-past-kv-heads,
+sliding-window-savings, cow-block-sharing."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+GiB = 2**30
+KIB = 1024
+
+
+def _params(solution) -> dict:
+    return {param.name: param.value for param in solution.params}
+
+
+# --- paged-block-size ----------------------------------------------------------------------
+
+
+def test_paged_block_size_default(variant):
+    """Llama-3-70B bf16 (320 KiB/token), blocks of 16, 256 sequences of 2,048 tokens, a 1,000-token prefix."""
+    results = variant("paged-block-size@default").sheet.results
+    assert results["worst_waste"] == 15
+    assert results["expected_waste"] == 7.5
+    assert results["batch_waste"] == 256 * 7.5 * 327_680  # 600 MiB
+    assert results["waste_share"] == pytest.approx(7.5 / 2055.5)  # 0.36%
+    assert results["page_bytes"] == 64 * KIB  # vLLM's page: 2 x 16 x 8 x 128 x 2 B
+    assert results["blocks_per_sequence"] == 128
+    assert results["prefix_recompute"] == 8  # 1,000 = 62 x 16 + 8
+    assert results["boundary_length"] == pytest.approx(180)  # 7.5 x 0.96 / 0.04
+    assert results["regime"] == "waste-negligible"
+
+
+def test_paged_page_size_matches_vllm_formula(variant):
+    """vLLM's page_size_bytes for Llama-3-8B in bf16: 2 x block_size x 8 KV heads x 128 x 2 B."""
+    for block_size in (8, 16, 32, 64, 128, 256):
+        results = variant(f"paged-block-size@default+model=llama-3-8b+block_size={block_size}").sheet.results
+        assert results["page_bytes"] == 2 * block_size * 8 * 128 * 2
+
+
+@pytest.mark.parametrize("block_size", [8, 16, 128])
+def test_expected_waste_is_the_mean_over_all_endings(variant, block_size):
+    """Enumerate every length over many blocks: the mean empty slots equal the solver's (B - 1)/2."""
+    empty = [-length % block_size for length in range(1, 100 * block_size + 1)]
+    expected = variant(f"paged-block-size@default+block_size={block_size}").sheet.results["expected_waste"]
+    assert sum(empty) / len(empty) == pytest.approx(expected)
+    assert max(empty) == block_size - 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_paged_block_size_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"paged-block-size@{seed}")
+    p, expected = _params(solution), solution.expected
+    model, block = p["model"], p["block_size"]
+    per_token = 2 * model.layers * model.kv_heads * model.head_dim * {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    waste = (block - 1) / 2
+    assert expected["batch_waste"] == pytest.approx(p["batch"] * waste * per_token)
+    assert expected["blocks_per_sequence"] == math.ceil(p["mean_length"] / block)
+    assert expected["prefix_recompute"] == p["prefix"] % block
+    share = waste / (p["mean_length"] + waste)
+    assert expected["waste_share"] == pytest.approx(share)
+    assert (expected["regime"] == "waste-negligible") == (share < 0.04)
+
+
+def test_paged_block_size_pinned_seed(variant):
+    solution = variant("paged-block-size@3")
+    assert [p.raw for p in solution.params] == ["llama-3-8b", "bf16", 128, 120, 220, 667]
+    assert solution.expected["waste_share"] == pytest.approx(63.5 / 283.5)
+    assert solution.expected["regime"] == "waste-material"
+
+
+# --- tp-past-kv-heads ----------------------------------------------------------------------
+
+
+def test_tp_past_kv_heads_default(variant):
+    """Llama-3-70B bf16 on TP 16, 64 requests of 8K: 160 GiB of KV, each of the 8 heads held twice."""
+    results = variant("tp-past-kv-heads@default").sheet.results
+    assert results["weights_per_gpu"] == pytest.approx(141.1e9 / 16)
+    assert results["kv_total"] == 160 * GiB
+    assert results["kv_heads_per_gpu"] == 1
+    assert results["kv_per_gpu"] == 20 * GiB
+    assert results["copies"] == 2
+    assert results["duplicate"] == 160 * GiB
+    assert results["kv_per_gpu_pp"] == 10 * GiB
+    assert results["regime"] == "kv-replicated"
+
+
+def test_kv_per_gpu_stops_at_the_kv_heads_while_weights_keep_halving(variant):
+    by_tp = {tp: variant(f"tp-past-kv-heads@default+tp={tp}").sheet.results for tp in (4, 8, 16, 32)}
+    assert by_tp[4]["kv_per_gpu"] == 2 * by_tp[8]["kv_per_gpu"]
+    assert by_tp[8]["kv_per_gpu"] == by_tp[16]["kv_per_gpu"] == by_tp[32]["kv_per_gpu"]
+    for tp in (4, 8, 16):
+        assert by_tp[tp]["weights_per_gpu"] == pytest.approx(2 * by_tp[2 * tp]["weights_per_gpu"])
+    assert by_tp[8]["duplicate"] == 0
+    assert by_tp[32]["duplicate"] == 3 * by_tp[32]["kv_total"]  # four copies of every head
+    assert by_tp[8]["regime"] == "kv-split"  # TP equal to the KV heads still splits them
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_tp_past_kv_heads_follows_vllm_head_rule(variant, seed):
+    """vLLM's get_num_kv_heads: max(1, H_kv // TP), recomputed in plain Python."""
+    solution = variant(f"tp-past-kv-heads@{seed}")
+    p, expected = _params(solution), solution.expected
+    model, tp = p["model"], p["tp"]
+    element = {"bf16": 2, "fp8": 1}[p["dtype"]]
+    tokens = p["context"] * p["batch"]
+    heads = max(1, model.kv_heads // tp)
+    per_gpu = 2 * model.layers * heads * model.head_dim * element * tokens
+    total = 2 * model.layers * model.kv_heads * model.head_dim * element * tokens
+    assert expected["kv_per_gpu"] == pytest.approx(per_gpu)
+    assert expected["duplicate"] == pytest.approx(tp * per_gpu - total)
+    assert expected["kv_per_gpu_pp"] == pytest.approx(total / tp)
+    assert expected["weights_per_gpu"] == pytest.approx(model.params_b * 1e9 * element / tp)
+    assert (expected["regime"] == "kv-replicated") == (tp > model.kv_heads)
+
+
+def test_tp_past_kv_heads_pinned_seed(variant):
+    solution = variant("tp-past-kv-heads@1")
+    assert [p.raw for p in solution.params] == ["qwen2.5-72b", 32, "bf16", 210, 7424]
+    assert solution.expected["duplicate"] == 3 * 327_680 * 7424 * 210
+    assert solution.expected["regime"] == "kv-replicated"
+
+
+# --- sliding-window-savings ----------------------------------------------------------------
+
+
+def test_sliding_window_default_is_about_half(variant):
+    """gpt-oss-120b: half of 36 layers at a 128-token window, 128K context: saving ≈ 50%."""
+    results = variant("sliding-window-savings@default").sheet.results
+    assert results["kv_full"] == 72 * KIB * 131_072  # 2 x 36 x 8 x 64 x 2 B = 72 KiB per token: 9 GiB
+    assert results["saving"] == pytest.approx(0.5 * (1 - 128 / 131_072))  # 49.95%
+    assert results["kv_windowed"] == pytest.approx(72 * KIB * (18 * 131_072 + 18 * 128) / 36)
+    assert results["window_blocks"] == 9  # 128 / 16 + 1: the window may start mid-block
+    assert results["boundary_context"] == 128
+    assert results["regime"] == "layer-ratio"
+
+
+def _layer_kinds(model_id: str, layers: int) -> list[bool]:
+    """True for a sliding-window layer, from each model's published layer pattern (HF modelling code)."""
+    if model_id.startswith("gemma-3"):
+        return [(i + 1) % 6 != 0 for i in range(layers)]  # every sixth layer global
+    return [i % 2 == 0 for i in range(layers)]  # Gemma 2 and gpt-oss alternate, windowed first
+
+
+@pytest.mark.parametrize("model_id, layers, windowed, window", [
+    ("gemma-3-27b", 62, 52, 1024), ("gemma-2-9b", 42, 21, 4096), ("gemma-2-27b", 46, 23, 4096),
+    ("gpt-oss-120b", 36, 18, 128), ("gpt-oss-20b", 24, 12, 128),
+])
+def test_sliding_window_configs_match_published_patterns(catalog, model_id, layers, windowed, window):
+    """Reference data: Gemma-3 27B has 62 layers, 10 global, window 1024; Gemma-2 is 1:1 at 4096."""
+    model = catalog.get("models", model_id)
+    assert (model.layers, model.sliding_window_layers, model.sliding_window) == (layers, windowed, window)
+    assert sum(_layer_kinds(model_id, layers)) == windowed
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_sliding_window_saving_matches_a_per_layer_sum(variant, seed):
+    """Sum each layer's KV over the published layer pattern, and vLLM's sliding-window block bound."""
+    solution = variant(f"sliding-window-savings@{seed}")
+    p, expected = _params(solution), solution.expected
+    model, context, block = p["model"], p["context"], p["block_size"]
+    per_layer_token = 2 * model.kv_heads * model.head_dim * {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    kinds = _layer_kinds(p["model"].id, model.layers)
+    kept = sum(min(model.sliding_window, context) if sliding else context for sliding in kinds) * per_layer_token
+    full = model.layers * context * per_layer_token
+    assert expected["kv_full"] == pytest.approx(full)
+    assert expected["kv_windowed"] == pytest.approx(kept)
+    assert expected["saving"] == pytest.approx(1 - kept / full, abs=1e-12)
+    if context > model.sliding_window:
+        # vLLM SlidingWindowSpec.max_memory_usage_bytes, one decode token per step: cdiv(W - 1 + 1, B) + 1 pages.
+        assert expected["window_blocks"] == -(-model.sliding_window // block) + 1
+    else:
+        assert expected["window_blocks"] == -(-context // block)  # nothing has slid out yet
+    windowed_keep = sum(kinds) * min(model.sliding_window, context)
+    full_keep = (model.layers - sum(kinds)) * context
+    assert (expected["regime"] == "layer-ratio") == (full_keep > windowed_keep)
+
+
+def test_gemma_configurations_at_their_longest_context(variant):
+    """Gemma-2 at 8K: half the layers drop half the context, 25%. Gemma-3 27B at 128K: 52/62 of layers, ~83%."""
+    gemma2 = variant("sliding-window-savings@default+model=gemma-2-9b+context=8192").expected
+    assert gemma2["saving"] == pytest.approx(0.25)
+    gemma3 = variant("sliding-window-savings@default+model=gemma-3-27b").expected
+    assert gemma3["saving"] == pytest.approx(52 / 62 * (1 - 1024 / 131_072))
+    assert gemma3["regime"] == "layer-ratio"
+    short = variant("sliding-window-savings@default+model=gemma-3-27b+context=4096").expected
+    assert short["regime"] == "window"  # 52 x 1024 windowed tokens outweigh 10 x 4096
+
+
+def test_sliding_window_pinned_seed(variant):
+    solution = variant("sliding-window-savings@1")
+    assert [p.raw for p in solution.params] == ["gemma-2-9b", 8000, "fp8", 16]
+    assert solution.expected["saving"] == pytest.approx(0.5 * (1 - 4096 / 8000))
+    assert solution.expected["window_blocks"] == 257
+
+
+# --- cow-block-sharing ---------------------------------------------------------------------
+
+
+def test_cow_block_sharing_default(variant):
+    """8 samples of a 1,000-token prompt, 200 output tokens each, blocks of 16."""
+    expected = variant("cow-block-sharing@default").expected
+    assert expected["blocks_without"] == 8 * 75  # ceil(1,200 / 16) each
+    assert expected["blocks_with"] == 62 + 8 * 13  # 62 full prompt blocks shared
+    assert expected["saving"] == pytest.approx(1 - 166 / 600)
+    assert expected["saved_bytes"] == 434 * 16 * 327_680
+    assert expected["copies"] == 7
+    assert expected["copy_when"] == "first-decode-step"
+    assert expected["regime"] == "large-saving"
+
+
+def _simulate_block_manager(prompt: int, output: int, samples: int, block: int) -> tuple[int, int, int | None]:
+    """A reference-counted block manager with copy-on-write (vLLM v0's rule), token by token.
+
+    Returns (blocks held at the end, copies made, decode step of the first copy)."""
+    refs: dict[int, int] = {}
+
+    def allocate() -> int:
+        refs[len(refs)] = 1
+        return len(refs) - 1
+
+    prompt_blocks = [allocate() for _ in range(-(-prompt // block))]
+    for block_id in prompt_blocks:
+        refs[block_id] = samples
+    tables = [list(prompt_blocks) for _ in range(samples)]
+    copies, first_copy = 0, None
+    for step in range(1, output + 1):
+        length = prompt + step - 1  # tokens each sample holds before writing this one
+        for table in tables:
+            if length % block == 0:
+                table.append(allocate())
+            elif refs[table[-1]] > 1:
+                refs[table[-1]] -= 1
+                table[-1] = allocate()
+                copies += 1
+                first_copy = first_copy or step
+    held = {block_id for table in tables for block_id in table}
+    return len(held), copies, first_copy
+
+
+@pytest.mark.parametrize("overrides", [
+    "", "+prompt=992", "+prompt=1001+output=5000", "+samples=2+output=20", "+block_size=32+prompt=4097+output=3",
+    "+samples=16+prompt=100+output=16000",
+])
+def test_cow_matches_a_simulated_block_manager(variant, overrides):
+    solution = variant(f"cow-block-sharing@default{overrides}")
+    p, expected = _params(solution), solution.expected
+    held, copies, first_copy = _simulate_block_manager(*(int(p[k]) for k in ("prompt", "output", "samples",
+                                                                             "block_size")))
+    assert expected["blocks_with"] == held
+    assert expected["copies"] == copies
+    assert expected["copy_when"] == ("first-decode-step" if first_copy == 1 else "never")
+    assert expected["blocks_without"] == p["samples"] * -(-(p["prompt"] + p["output"]) // p["block_size"])
+
+
+def test_cow_saving_vanishes_with_long_outputs(variant):
+    """The saving tends to (k - 1)/k · P/(P + G): near 7/8 for short outputs, near zero for long ones."""
+    short = variant("cow-block-sharing@default+output=20").expected["saving"]
+    long = variant("cow-block-sharing@default+output=16000").expected["saving"]
+    assert short == pytest.approx(7 / 8 * 1000 / 1020, abs=0.02)
+    assert long == pytest.approx(7 / 8 * 1000 / 17_000, abs=0.01)
+    assert variant("cow-block-sharing@default+output=16000").expected["regime"] == "vanishing-saving"
+
+
+def test_cow_pinned_seed(variant):
+    solution = variant("cow-block-sharing@1")
+    assert [p.raw for p in solution.params] == ["llama-3-70b", "fp8", 16, 16, 392, 339]
+    assert solution.expected["blocks_with"] == 376
+    assert solution.expected["regime"] == "large-saving"
