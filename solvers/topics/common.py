@@ -32,3 +32,10 @@ def hbm_bandwidth(gpu: Record) -> float:
 
 def model_params(model: Record) -> float:
     return model.params_b * 1e9
+
+
+def require_context(model: Record, tokens: int) -> None:
+    """Reject a draw that asks a model for a longer context than it serves."""
+    limit = model.get("max_context")
+    if limit is not None and tokens > limit:
+        raise Reject(f"{model.name} serves at most {limit} tokens")

@@ -13,12 +13,14 @@ from solvers.topics.common import (
     hbm_bytes,
     model_params,
     peak_flops,
+    require_context,
 )
 from solvers.topics.kvcache import kv_bytes_per_token
 from solvers.units import format_number, format_quantity
 
 
 def kv_bytes_per_token_question(p, s: Sheet) -> None:
+    require_context(p.model, p.context)
     mla = p.model.attention == "mla"
     b_kv = s.given("b_kv", dtype_bytes(p.kv_dtype), "B", f"bytes per KV element ({p.kv_dtype})")
     kv_tok = kv_bytes_per_token(s, p.model, b_kv)
@@ -108,6 +110,7 @@ def _users(s: Sheet, tag: str, label: str, usable, n, N, b, kv_request) -> tuple
 
 
 def users_per_gpu_question(p, s: Sheet) -> None:
+    require_context(p.model, p.context)
     if p.tp > p.model.kv_heads:
         raise Reject("TP past the KV heads replicates them (tp-past-kv-heads)")
     usable, n, N = _usable_memory(p, s)
@@ -183,6 +186,7 @@ def _fits_regime(s: Sheet, n, n_half, w16, room16, users16, replicates: bool) ->
 
 
 def kv_cache_block_count_question(p, s: Sheet) -> None:
+    require_context(p.model, p.context)
     if p.tp > p.model.kv_heads:
         raise Reject("TP past the KV heads replicates them (tp-past-kv-heads)")
     M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} total memory (datasheet)")

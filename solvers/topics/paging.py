@@ -8,7 +8,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet
-from solvers.topics.common import dtype_bytes, model_params
+from solvers.topics.common import dtype_bytes, model_params, require_context
 from solvers.topics.kvcache import blocks_for_tokens, kv_bytes_per_token, kv_bytes_per_token_per_gpu
 from solvers.units import format_number, format_quantity
 
@@ -158,8 +158,7 @@ def _tp_regime(s: Sheet, n, H, per_gpu, dup) -> None:
 
 def sliding_window_savings_question(p, s: Sheet) -> None:
     model = p.model
-    if p.context > model.max_context:
-        raise Reject(f"{model.name} serves at most {model.max_context} tokens")
+    require_context(model, p.context)
     b_kv = _kv_dtype(p, s)
     kv_tok = kv_bytes_per_token(s, model, b_kv)
     L = s.given("L", model.layers, "", "layers")

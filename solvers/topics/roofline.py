@@ -12,6 +12,7 @@ from solvers.topics.common import (
     hbm_bytes,
     model_params,
     peak_flops,
+    require_context,
 )
 from solvers.topics.kvcache import kv_bytes_per_token
 from solvers.units import format_number
@@ -84,6 +85,7 @@ def _pass_time(s: Sheet, key: str, title: str, symbol: str, moved, flops, n, BW,
 
 def datasheet_speedup_regimes(p, s: Sheet) -> None:
     old, new = p.old_gpu, p.new_gpu
+    require_context(p.model, p.context)
     if old.id == new.id:
         raise Reject("same GPU twice")
     if peak_flops(new, "bf16") < peak_flops(old, "bf16") or hbm_bandwidth(new) < hbm_bandwidth(old):

@@ -80,14 +80,14 @@ def _gain_regime(s: Sheet, gain: sympy.Symbol, L_max: sympy.Symbol, L_star: symp
 def _latency_model(p, s: Sheet) -> dict[str, sympy.Symbol]:
     """The prefill queue (M/M/1) and the decode pool's TPOT, as the model predicts them."""
     S = s.given("S", p.prefill_mean, "ms", "mean prefill time per prompt (exponential)")
-    rho = s.given("rho", p.load, "%", "prefill utilisation")
+    rho = s.given("ρ", p.load, "%", "prefill utilisation")
     T = s.given("T_SLO", p.ttft_slo, "s", "TTFT SLO")
     t0 = s.given("t_0", p.tpot_floor, "ms", "TPOT floor (a decode step with no interference)")
-    theta = s.given("theta", p.tpot_tail, "ms", "mean TPOT excess over the floor (exponential)")
+    theta = s.given("θ", p.tpot_tail, "ms", "mean TPOT excess over the floor (exponential)")
     P = s.given("P_SLO", p.tpot_slo, "ms", "TPOT SLO")
-    mu = s.step("capacity", "Prefill capacity", "mu", 1 / S, "requests/s",
+    mu = s.step("capacity", "Prefill capacity", "μ", 1 / S, "requests/s",
                 "one prompt at a time: a busy server finishes 1/S prompts per second")
-    lam = s.step("arrival_rate", "Arrival rate (= throughput served)", "lambda", rho * mu, "requests/s",
+    lam = s.step("arrival_rate", "Arrival rate (= throughput served)", "λ", rho * mu, "requests/s",
                  "the server is busy ρ of the time; below capacity it serves every arrival, so this is "
                  "also the throughput a dashboard shows")
     s.step("ttft_p50", "Median TTFT", "TTFT_50", sympy.log(2) / (mu - lam), "s",
@@ -102,7 +102,7 @@ def _latency_model(p, s: Sheet) -> dict[str, sympy.Symbol]:
                     "%", "the exponential's CDF at the SLO")
     a_tpot = s.step("tpot_attainment", "Share meeting the TPOT SLO", "A_TPOT", 1 - sympy.exp(-(P - t0) / theta),
                     "%", "the excess must stay within the SLO minus the floor")
-    return {"S": S, "T": T, "mu": mu, "lam": lam, "ttft99": ttft99, "a_ttft": a_ttft, "a_tpot": a_tpot}
+    return {"T": T, "mu": mu, "lam": lam, "ttft99": ttft99, "a_ttft": a_ttft, "a_tpot": a_tpot}
 
 
 def _simulate_requests(p, s: Sheet, model: dict[str, sympy.Symbol]) -> dict[str, sympy.Symbol]:
@@ -126,17 +126,17 @@ def _simulate_requests(p, s: Sheet, model: dict[str, sympy.Symbol]) -> dict[str,
 def slo_goodput(p, s: Sheet) -> None:
     model = _latency_model(p, s)
     a_ttft, a_tpot, mu, lam, T = (model[k] for k in ("a_ttft", "a_tpot", "mu", "lam", "T"))
-    target = s.given("g_star", p.target, "%", "goodput target")
+    target = s.given("g_goal", p.target, "%", "goodput target")
     if s.value(a_tpot) <= s.value(target):
         raise Reject("TPOT alone misses the target: no arrival rate meets it")
     both = s.step("goodput_model", "Share meeting both SLOs (model)", "G_model", a_ttft * a_tpot, "%",
                   "prefill and decode run on separate GPUs, so a request's TTFT and TPOT are independent")
-    sim = _simulate_requests(p, s, model)
-    lam_star = s.step("max_rate", "Highest arrival rate that meets the target", "lambda_star",
+    lam_star = s.step("max_rate", "Highest arrival rate that meets the target", "λ_max",
                       mu + sympy.log(1 - target / a_tpot) / T, "requests/s",
-                      "solve (1 − e^(−(μ−λ)·T_SLO))·A_TPOT = g* for λ")
+                      "solve (1 − e^(−(μ−λ)·T_SLO))·A_TPOT = g_goal for λ")
     if s.value(lam_star) <= 0:
         raise Reject("even an idle server misses the goal: prefill is too slow for the TTFT SLO")
+    sim = _simulate_requests(p, s, model)
 
     s.assume("Prefill runs on its own GPUs as one first-come-first-served server with Poisson arrivals and "
              "exponential prefill times (prompt lengths roughly exponential): an M/M/1 queue. TTFT ends with "
@@ -148,7 +148,8 @@ def slo_goodput(p, s: Sheet) -> None:
              "sampling noise only.")
     s.slip("the mean, not the median (an exponential's mean is its median / ln 2)", 1 / math.log(2))
     s.slip("the queue ignored: the prefill time alone", 1 - p.load)
-    s.slip("the floor left out of TPOT", p.tpot_tail / (p.tpot_floor + p.tpot_tail * math.log(100)))
+    tail99 = p.tpot_tail * math.log(100)
+    s.slip("the floor left out of the p99 TPOT", tail99 / (p.tpot_floor + tail99))
     s.slip("the worse single SLO taken for both together", min(s.value(a_ttft), s.value(a_tpot)) / s.value(both))
     _goodput_regime(s, lam, lam_star, sim["goodput"], target)
 

@@ -1,0 +1,378 @@
+"""KV-cache layout questions: what evicting a request costs, where MLA and GQA caches land on
+GPUs under tensor parallelism, and the per-request state of hybrid recurrent/attention models.
+
+KV sizes come from the shared helper in kvcache.py; a sheet that sizes two models at once sees
+the helper through `_Tagged`, which suffixes its symbols so the two do not clash.
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+
+from solvers.data import Record
+from solvers.derivation import Reject, Sheet
+from solvers.topics.common import GPU_MEMORY_UTILIZATION, dtype_bytes, hbm_bytes, model_params, peak_flops
+from solvers.topics.kvcache import kv_bytes_per_token, kv_bytes_per_token_per_gpu
+from solvers.units import format_number, format_quantity
+
+GPUS_PER_NODE = 8  # an HGX/DGX or MI300X platform board
+
+
+class _Tagged:
+    """One model's view of a sheet for the shared KV helper: its symbols (L, H_kv, KV_tok...)
+    get a suffix and its labels the model's name, so two models can share one sheet."""
+
+    def __init__(self, sheet: Sheet, tag: str, name: str):
+        self._sheet, self._tag, self._name = sheet, tag, name
+
+    def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> sympy.Symbol:
+        return self._sheet.given(f"{symbol}_{self._tag}", value, unit, f"{label or symbol}, {self._name}")
+
+    def step(self, key: str, title: str, symbol: str, expr: sympy.Expr, unit: str = "", why: str = "") -> sympy.Symbol:
+        return self._sheet.step(key, f"{title}, {self._name}", f"{symbol}_{self._tag}", expr, unit, why)
+
+
+class lcm(sympy.Function):  # lower case: it prints as the familiar lcm(a, b)
+    """Least common multiple, left symbolic until both arguments are integers (sympy's own lcm
+    treats symbols as polynomials and returns their product)."""
+
+    @classmethod
+    def eval(cls, a, b):
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(math.lcm(int(a), int(b)))
+        return None
+
+
+def _kv_dtype(p, s: Sheet) -> sympy.Symbol:
+    return s.given("b_kv", dtype_bytes(p.kv_dtype), "B", f"bytes per KV element ({p.kv_dtype})")
+
+
+def _usable(s: Sheet, gpu: Record) -> sympy.Symbol:
+    M = s.given("M", hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
+    u = s.given("u", GPU_MEMORY_UTILIZATION, "", "usable fraction of HBM")
+    return s.step("usable", "Usable memory per GPU", "M_use", M * u, "GB",
+                  "the engine's memory cap (vLLM's gpu_memory_utilization)")
+
+
+# --- preemption-policies ---------------------------------------------------------------------
+
+
+def preemption_policies(p, s: Sheet) -> None:
+    model, n_gpus = p.model, p.tp
+    active = model.get("active_params_b", model.params_b) * 1e9
+    if model_params(model) * dtype_bytes(p.weight_dtype) / n_gpus >= hbm_bytes(p.gpu) * GPU_MEMORY_UTILIZATION:
+        raise Reject("weights do not fit the TP group")
+    peak = peak_flops(p.gpu, p.weight_dtype)
+
+    n = s.given("n", n_gpus, "", "GPUs in the tensor-parallel group")
+    C = s.given("C", p.victim_tokens, "tokens", "victim's context (prompt plus tokens generated)")
+    N = s.given("N_a", active, "", "parameters active per token")
+    L = s.given("L", model.layers, "", "layers")
+    H = s.given("H_q", model.heads, "", "query heads")
+    d = s.given("d_h", model.head_dim, "", "head dim")
+    F_w = s.step("flops_weights", "Weight FLOPs of the re-prefill", "F_w", 2 * N * C, "TFLOP",
+                 "a multiply-add per active weight per token")
+    F_a = s.step("flops_attention", "Attention FLOPs of the re-prefill", "F_a", 2 * L * H * d * C**2, "TFLOP",
+                 "QKᵀ and AV cost 4·C²·H·d per layer; the causal mask halves it")
+    F = s.step("flops", "FLOPs recompute redoes", "F", F_w + F_a, "TFLOP",
+               "the victim's whole prefill, done again")
+    P = s.given("P", peak, "TFLOP/s", f"{p.gpu.name} dense {p.weight_dtype} peak")
+    eta = s.given("eta", p.mfu, "%", "prefill MFU")
+    t_rec = s.step("t_recompute", "Recompute time", "t_rec", F / (n * P * eta), "ms",
+                   "the TP group shares the prefill at its achievable compute")
+
+    b_kv = _kv_dtype(p, s)
+    kv_bytes_per_token(s, model, b_kv)  # the whole model's figure, shown before one GPU's share
+    kv_gpu = kv_bytes_per_token_per_gpu(s, model, b_kv, n)
+    V = s.step("swap_bytes", "Victim's KV on each GPU", "V", kv_gpu * C, "GB",
+               "each GPU holds its KV heads' share of the victim's context")
+    W = s.given("W", p.pcie, "GB/s", "effective PCIe bandwidth per GPU")
+    t_swap = s.step("t_swap", "Swap time (out and back in)", "t_swap", 2 * V / W, "ms",
+                    "each GPU copies its share to host memory and later back, over its own link")
+    W_star = s.step("breakeven_bw", "PCIe bandwidth at which swap and recompute cost the same", "W_star",
+                    2 * V / t_rec, "GB/s", "set 2V/W equal to the recompute time and solve for W")
+
+    R = s.given("R", p.remaining, "tokens", "tokens left in the running request closest to finishing")
+    T = s.given("T", p.tpot, "ms", "time per output token of the running batch")
+    s.step("t_wait", "Wait for a running request to free its blocks", "t_wait", R * T, "s",
+           "nothing is evicted: the blocked request stalls until that request finishes")
+
+    s.assume(f"Recompute at {format_number(p.mfu * 100)}% of the dense {p.weight_dtype} peak across the TP group "
+             "(prefill is compute-bound); all weights and the causal attention over the context counted, "
+             "nothing of the victim left in a prefix cache.")
+    s.assume(f"Swap at an effective {format_quantity(p.pcie, 'GB/s')} per GPU, each GPU over its own PCIe link: "
+             "PCIe Gen5 x16 carries about 64 GB/s each way, but block-by-block copies of small pages and "
+             "links shared behind a PCIe switch deliver a fraction of it (an assumption; measure it).")
+    s.assume("The victim also waits for free blocks before it resumes, under either policy; that wait is "
+             "common to both and left out of the comparison.")
+    s.assume(f"KV stored in {p.kv_dtype}; {model.name} has {model.kv_heads} KV heads, so TP up to "
+             f"{model.kv_heads} splits them without replication.")
+    s.slip(f"x{n_gpus}: one GPU doing the whole recompute or copy, not its 1/{n_gpus} share", n_gpus)
+    s.slip("x2: the copy counted one way only", 0.5)
+    s.slip("attention FLOPs left out", s.value(F_w) / s.value(F))
+    _preemption_regime(s, t_rec, t_swap, W_star, W)
+
+
+def _preemption_regime(s: Sheet, t_rec, t_swap, W_star, W) -> None:
+    rec, swap = format_quantity(s.value(t_rec), "ms"), format_quantity(s.value(t_swap), "ms")
+    breakeven = format_quantity(s.value(W_star), "GB/s")
+    if s.value(W) > s.value(W_star):
+        ratio = format_number(s.value(t_rec) / s.value(t_swap), 3)
+        s.set_regime(
+            "swap-cheaper",
+            f"Copying the victim's KV out and back takes {swap}, against {rec} to recompute it: swap is "
+            f"{ratio}x cheaper. Only the victim waits for the copy (the whole batch too, if the copy blocks "
+            "the step) and nobody redoes work; the hit is one long gap in one stream, a tail (p99) "
+            "inter-token latency event.",
+            W_star, W,
+            f"Below {breakeven} of effective PCIe bandwidth recompute wins, and the break-even rises for a "
+            "model that redoes fewer FLOPs per KV byte it would move (a small dense model, bf16 KV) or for "
+            "faster compute (fp8, a newer GPU): the victim then redoes its prefill and every running stream "
+            "loses that time to it. Engines that only recompute (vLLM V1) lean on the prefix cache to make "
+            "part of it free.")
+    else:
+        ratio = format_number(s.value(t_swap) / s.value(t_rec), 3)
+        s.set_regime(
+            "recompute-cheaper",
+            f"Re-prefilling the victim takes {rec} of the group's compute, less than the {swap} the PCIe copy "
+            f"out and back would take: recompute is {ratio}x cheaper. The victim waits and redoes its prefill, "
+            "and the running streams lose that step time to it: a tail (p99) latency event, not a median one.",
+            W_star, W,
+            f"Above {breakeven} of effective PCIe bandwidth swap wins, and the break-even falls for a model "
+            "that redoes more FLOPs per KV byte (a larger model, fp8 KV, a longer context) or for slower "
+            "compute: nobody then redoes work and only the victim waits for the copy. Waiting instead of "
+            "preempting moves the whole cost onto the blocked request.")
+
+
+# --- mla-vs-gqa-under-tp ---------------------------------------------------------------------
+
+
+def mla_vs_gqa_under_tp(p, s: Sheet) -> None:
+    gqa, mla = p.gqa_model, p.mla_model
+    if model_params(gqa) * dtype_bytes(p.weight_dtype) / p.tp >= hbm_bytes(p.gpu) * GPU_MEMORY_UTILIZATION:
+        raise Reject("the GQA model's weights do not fit its TP group")
+    b_kv = _kv_dtype(p, s)
+    g, m = _Tagged(s, "GQA", gqa.name), _Tagged(s, "MLA", mla.name)
+    kv_g = kv_bytes_per_token(g, gqa, b_kv, key="kv_tok_gqa")
+    kv_m = kv_bytes_per_token(m, mla, b_kv, key="kv_tok_mla")
+    n = s.given("n", p.tp, "", f"TP degree of {gqa.name}")
+    G = s.given("G", GPUS_PER_NODE, "", f"GPUs in the node ({mla.name}'s TP degree)")
+    gpu_g = kv_bytes_per_token_per_gpu(g, gqa, b_kv, n, key="kv_gpu_gqa")
+    gpu_m = kv_bytes_per_token_per_gpu(m, mla, b_kv, G, key="kv_gpu_mla")
+    n_star = s.step("tp_crossover", "TP degree at which the per-GPU shares are equal", "n_star",
+                    kv_g / kv_m, "", "KV_tok_GQA / n = KV_tok_MLA (valid while n stays within the KV heads)")
+
+    usable = _usable(s, p.gpu)
+    N_g = s.given("N_GQA", model_params(gqa), "", f"{gqa.name} parameters")
+    b_g = s.given("b_GQA", dtype_bytes(p.weight_dtype), "B", f"bytes per weight, {gqa.name} ({p.weight_dtype})")
+    N_m = s.given("N_MLA", model_params(mla), "", f"{mla.name} parameters")
+    b_m = s.given("b_MLA", dtype_bytes("fp8"), "B", f"bytes per weight, {mla.name} (fp8 as served)")
+    room_g = s.step("room_gqa", f"KV room per GPU, {gqa.name}", "F_GQA", usable - N_g * b_g / n, "GB",
+                    "usable memory less this GPU's 1/n of the weights")
+    room_m = s.step("room_mla", f"KV room per GPU, {mla.name}", "F_MLA", usable - N_m * b_m / G, "GB",
+                    "usable memory less this GPU's 1/8 of the weights")
+    C = s.given("C", p.context, "tokens", "context per request")
+    s.step("requests_gqa", f"Requests the node holds, {gqa.name}", "U_GQA",
+           G / n * sympy.floor(room_g / (gpu_g * C)), "requests",
+           "G/n replicas, each holding what one of its GPUs fits (every GPU holds a share of every request)")
+    s.step("requests_mla", f"Requests the node holds, {mla.name}", "U_MLA",
+           sympy.floor(room_m / (gpu_m * C)), "requests", "one replica; each GPU holds every request's whole latent")
+    tok_g = s.step("tokens_gqa", f"KV tokens the node holds, {gqa.name}", "T_GQA", G / n * room_g / gpu_g,
+                   "tokens", "capacity without rounding to whole requests")
+    tok_m = s.step("tokens_mla", f"KV tokens the node holds, {mla.name}", "T_MLA", room_m / gpu_m, "tokens",
+                   "the node's unique tokens: one GPU's worth, since all eight hold the same ones")
+
+    s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable; activations, CUDA graphs and "
+             "communication buffers are ignored (they cut both deployments alike).")
+    s.assume(f"{mla.name} serves fp8 weights (its released checkpoint; block scales and the multi-token-"
+             "prediction module ignored) with TP across the whole node, as its size requires; attention is "
+             "tensor-parallel too (the data-parallel alternative is another question).")
+    s.assume(f"{gqa.name}: weights and KV heads split evenly over its TP group; TP {p.tp} stays within its "
+             f"{gqa.kv_heads} KV heads, so no head is replicated. Both caches in {p.kv_dtype}.")
+    s.slip("the MLA latent split over TP like KV heads", 1 / GPUS_PER_NODE)
+    s.slip(f"x{p.tp}: the whole GQA request per GPU, not its share", p.tp)
+    s.slip("MLA counted with K and V separately", 2.0)
+    _layout_regime(s, gqa.name, mla.name, n_star, n, tok_g, tok_m)
+
+
+def _layout_regime(s: Sheet, gqa: str, mla: str, n_star, n, tok_g, tok_m) -> None:
+    share = "a smaller" if s.value(n) > s.value(n_star) else "a larger"
+    crossover, tp = format_number(s.value(n_star), 3), format_number(s.value(n))
+    held = (f"the node holds {format_number(s.value(tok_g), 3)} tokens of {gqa} against "
+            f"{format_number(s.value(tok_m), 3)} of {mla}")
+    layout = (f"{mla} caches {crossover}x less per token, but every GPU holds its whole latent, while {gqa} at "
+              f"TP {tp} keeps {share} share per GPU (TP {crossover} is the crossover)")
+    if s.value(tok_g) >= s.value(tok_m):
+        s.set_regime(
+            "gqa-holds-more", f"{layout}; with the room its weights leave, {held}.",
+            tok_g, tok_m,
+            f"Heavier weights per GPU (a large GQA model in bf16) or a TP below the crossover let {mla}'s compact "
+            "latent win the node back; data-parallel attention, where each GPU holds only its own requests' "
+            "latents, multiplies its capacity by up to the TP degree.")
+    else:
+        s.set_regime(
+            "mla-holds-more", f"{layout}; with the room the weights leave, {held}.",
+            tok_g, tok_m,
+            f"Lighter weights per GPU (fp8, wider TP) or a TP past the crossover let {gqa}'s split KV heads win: "
+            f"each of its GPUs holds 1/n of every request while {mla} keeps the whole latent on all eight.")
+
+
+# --- mla-tp-duplication ----------------------------------------------------------------------
+
+
+def mla_tp_duplication(p, s: Sheet) -> None:
+    if p.tp < 2:
+        raise Reject("one rank holds one copy: nothing is duplicated")
+    model = p.model
+    b_kv = _kv_dtype(p, s)
+    n = s.given("n", p.tp, "", "TP degree (GPUs in the node)")
+    kv_tok = kv_bytes_per_token(s, model, b_kv)
+    kv_gpu = kv_bytes_per_token_per_gpu(s, model, b_kv, n)
+    usable = _usable(s, p.gpu)
+    N = s.given("N", model_params(model), "", "parameters")
+    b_w = s.given("b_w", dtype_bytes("fp8"), "B", "bytes per weight (fp8 as served)")
+    room = s.step("room_tp", "KV memory per GPU (TP attention)", "F", usable - N * b_w / n, "GB",
+                  "usable memory less this GPU's 1/n of the weights")
+    if s.value(room) <= 0:
+        raise Reject("the weights do not fit the node")
+    s.step("duplicate_bytes", "Duplicate KV bytes on the node", "D", (n - 1) * room, "GB",
+           "all n GPUs hold the same latents: one copy is useful, n − 1 are copies")
+    C = s.given("C", p.context, "tokens", "context per request")
+    req_tp = s.step("requests_tp", "Requests the node holds (TP attention)", "U_TP",
+                    sympy.floor(room / (kv_gpu * C)), "requests", "what one GPU fits is what the node fits")
+
+    h = s.given("h", model.hidden, "", "hidden size")
+    q_r = s.given("q_r", p.q_lora_rank, "", "query latent rank (q_lora_rank)")
+    H = s.given("H", model.heads, "", "attention heads")
+    d_n = s.given("d_n", p.qk_nope_head_dim, "", "non-RoPE query/key head dim")
+    d_r = s.given("d_r", model.qk_rope_head_dim, "", "decoupled RoPE key dim")
+    d_c = s.given("d_c", model.kv_lora_rank, "", "KV latent rank (kv_lora_rank)")
+    d_v = s.given("d_v", p.v_head_dim, "", "value head dim")
+    L = s.given("L", model.layers, "", "layers")
+    A_l = s.step("attn_params_layer", "Attention weights per layer", "A_l",
+                 h * q_r + q_r * H * (d_n + d_r) + h * (d_c + d_r) + d_c * H * (d_n + d_v) + H * d_v * h, "",
+                 "q_a, q_b, kv_a (latent plus RoPE key), kv_b (up-projection to keys and values), o")
+    A = s.step("attn_weights", "Attention weights, all layers", "A", L * A_l * b_w, "GB",
+               "the part data-parallel attention copies onto every GPU")
+    extra = s.step("dp_extra_weights", "Extra weight bytes per GPU (DP attention)", "dW", A * (1 - 1 / n), "GB",
+                   "each GPU holds all of the attention weights instead of 1/n")
+    room_dp = s.step("room_dp", "KV memory per GPU (DP attention)", "F_DP", room - extra, "GB",
+                     "the replicated attention weights come out of the KV room")
+    req_dp = s.step("requests_dp", "Requests the node holds (DP attention)", "U_DP",
+                    n * sympy.floor(room_dp / (kv_tok * C)), "requests",
+                    "each GPU holds only its own requests' latents: n independent pools")
+    s.step("capacity_gain", "KV capacity gained by DP attention", "g", n * room_dp / room, "x",
+           "n pools of unique tokens, each a little smaller, against one duplicated pool")
+    demand = s.given("U_d", p.demand, "requests", "concurrent requests to hold")
+
+    s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable; activations, CUDA graphs and "
+             "communication buffers are ignored.")
+    s.assume("Weights in fp8 at one byte per parameter (the released checkpoint; block scales, norms and the "
+             "multi-token-prediction module ignored). Under DP attention the MoE and dense MLP weights, "
+             "embeddings and LM head stay sharded; only the attention projections are copied.")
+    s.assume("DP attention (SGLang --enable-dp-attention) also costs an all-gather of hidden states before "
+             "and a scatter after each MoE block, and a step waits for its busiest rank; those are time, "
+             "not memory, and are not priced here.")
+    s.slip("all n shares counted, not the n − 1 that are extra (copies, or replicated weights)",
+           p.tp / (p.tp - 1))
+    s.slip("/n: DP capacity of one GPU, not the node", 1 / p.tp)
+    _attention_regime(s, req_tp, req_dp, demand)
+
+
+def _attention_regime(s: Sheet, req_tp, req_dp, demand) -> None:
+    tp, dp, want = (format_number(s.value(x)) for x in (req_tp, req_dp, demand))
+    if s.value(demand) > s.value(req_tp):
+        s.set_regime(
+            "dp-attention",
+            f"TP attention holds {tp} requests, fewer than the {want} you must hold: the copies of the "
+            f"latents are the binding waste, and DP attention raises the node to {dp} for the price of "
+            "the replicated attention weights.",
+            req_tp, demand,
+            "With fewer concurrent requests (or shorter contexts) TP attention already holds them all; DP "
+            "attention would then buy memory no one needs and pay for it in replicated weights, "
+            "all-gathers and idle ranks at low load.")
+    else:
+        s.set_regime(
+            "tp-attention",
+            f"TP attention already holds {tp} requests, enough for the {want} you must hold: the duplicated "
+            "latents waste memory, but no request waits for it.",
+            req_tp, demand,
+            f"Once you must hold more than {tp} requests at this context, the copies bind: DP attention, "
+            f"with each GPU keeping only its own requests' latents, holds {dp}.")
+
+
+# --- recurrent-state-inventory ---------------------------------------------------------------
+
+
+def recurrent_state_inventory(p, s: Sheet) -> None:
+    M_l = s.given("L_M", p.mamba_layers, "", "Mamba-2 layers")
+    n_h = s.given("n_h", p.ssm_heads, "", "SSM heads")
+    d_p = s.given("d_p", p.ssm_head_dim, "", "SSM head dim")
+    d_s = s.given("d_s", p.state_size, "", "SSM state size")
+    g = s.given("n_g", p.n_groups, "", "B/C groups")
+    K = s.given("K", p.conv_kernel, "", "conv kernel width")
+    b_s = s.given("b_ssm", dtype_bytes(p.ssm_dtype), "B", f"bytes per SSM state element ({p.ssm_dtype})")
+    b_c = s.given("b_conv", dtype_bytes("bf16"), "B", "bytes per conv buffer element (bf16)")
+    ssm = s.step("ssm_layer", "SSM state per layer", "S_ssm", n_h * d_p * d_s * b_s, "MiB",
+                 "one head_dim × state_size matrix per head")
+    conv = s.step("conv_layer", "Conv buffer per layer", "S_conv", (K - 1) * (n_h * d_p + 2 * g * d_s) * b_c,
+                  "KiB", "the last K − 1 inputs of the x, B and C channels the causal conv reads")
+    state = s.step("state_per_request", "Recurrent state per request", "S", M_l * (ssm + conv), "MiB",
+                   "every Mamba layer keeps its own state, whatever the context length")
+
+    b_kv = _kv_dtype(p, s)
+    attention = Record(name="attention layers", layers=p.attn_layers, kv_heads=p.kv_heads, head_dim=p.head_dim,
+                       attention="gqa")
+    kv_tok = kv_bytes_per_token(_Tagged(s, "A", "attention only"), attention, b_kv)
+    C = s.given("C", p.context, "tokens", "context of the request")
+    kv = s.step("kv_per_request", "KV cache per request", "KV_req", kv_tok * C, "MiB",
+                "the attention layers' keys and values for every token of the context")
+    C_star = s.step("crossover", "Context at which KV equals the state", "C_star", state / kv_tok, "tokens",
+                    "KV grows with the context, the state does not")
+
+    k = s.given("k", p.interval, "tokens", "state snapshot interval")
+    B = s.given("B", p.block_size, "tokens", "attention block size")
+    s.step("snapshot_bytes", "Saved snapshots for this request", "S_snap", sympy.floor(C / k) * state, "GiB",
+           "one full copy of the recurrent state every k tokens of the context")
+    R = s.step("restart_boundary", "Positions every layer can restore", "R", lcm(k, B), "tokens",
+               "attention restores at whole blocks, the Mamba layers only at snapshots: both at lcm(k, B)")
+    s.step("reusable", "Tokens the next turn restores from cache", "C_hit", R * sympy.floor(C / R), "tokens",
+           "the last restart point within the context; everything after it is recomputed")
+
+    s.assume("Layer counts and shapes from Nemotron-H-8B's config.json (the 128K reasoning release keeps them); "
+             "its MLP layers hold no state.")
+    s.assume("State shapes as vLLM allocates them (MambaStateShapeCalculator.mamba2_state_shape): SSM state "
+             "heads × head_dim × state_size, conv buffer (kernel − 1) × (heads·head_dim + 2·groups·state_size); "
+             "one GPU, no TP split.")
+    s.assume("A snapshot copies the whole recurrent state (SSM and conv) of every Mamba layer; the attention "
+             "KV is cached in whole blocks, so a prefix is restorable only where both line up.")
+    s.slip("x Mamba layers: one layer's state, not the model's", 1 / p.mamba_layers)
+    s.slip("conv buffer left out", s.value(ssm) / (s.value(ssm) + s.value(conv)))
+    s.slip("KV counted over every layer, not the attention layers", (p.mamba_layers + 2 * p.attn_layers)
+           / p.attn_layers)
+    _state_regime(s, state, kv, C_star, C)
+
+
+def _state_regime(s: Sheet, state, kv, C_star, C) -> None:
+    live, cache = format_quantity(s.value(state), "MiB"), format_quantity(s.value(kv), "MiB")
+    crossover = format_number(s.value(C_star))
+    if s.value(C) < s.value(C_star):
+        s.set_regime(
+            "state-dominated",
+            f"The recurrent state ({live}) outweighs the attention KV ({cache}): below {crossover} tokens "
+            "the fixed state is most of what a request holds, so short requests cost far more than their "
+            "token count suggests.",
+            C_star, C,
+            f"Past {crossover} tokens the KV of the few attention layers grows beyond the state, and "
+            "memory per request scales with context as in a transformer, only more slowly. Snapshots grow "
+            "with context too: one per interval, each as large as the whole state.")
+    else:
+        s.set_regime(
+            "kv-dominated",
+            f"The attention KV ({cache}) outweighs the recurrent state ({live}): past {crossover} tokens the "
+            "few attention layers set the memory per request.",
+            C_star, C,
+            f"Below {crossover} tokens the fixed recurrent state dominates: a short request pays the full "
+            "state however few tokens it has. Snapshots for prefix reuse cost a whole state each, whatever "
+            "the context.")

@@ -1,0 +1,216 @@
+"""Golden checks for the KV-layout questions: preemption-policies, mla-vs-gqa-under-tp,
+mla-tp-duplication, recurrent-state-inventory."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from solvers.topics.common import GPU_MEMORY_UTILIZATION
+
+GiB, MiB, KiB = 2**30, 2**20, 2**10
+DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
+
+
+def _params(solution) -> dict:
+    return {param.name: param.value for param in solution.params}
+
+
+# --- preemption-policies ---------------------------------------------------------------------
+
+
+def test_preemption_default_six_k_victim(variant):
+    """Llama-3-70B on 4 x H100 (bf16), a 6,144-token victim, 50% MFU, 25 GB/s PCIe, 500 tokens x 30 ms."""
+    results = variant("preemption-policies@default").sheet.results
+    flops = 2 * 70.55e9 * 6144 + 2 * 80 * 64 * 128 * 6144**2  # 866.9 + 49.5 TFLOP
+    assert results["flops"] == pytest.approx(flops)
+    assert results["t_recompute"] == pytest.approx(flops / (4 * 989.4e12 * 0.5))  # 463 ms
+    assert results["t_recompute"] == pytest.approx(0.4631, rel=1e-3)
+    assert results["swap_bytes"] == 327_680 / 4 * 6144  # 80 KiB per token per GPU: 503 MB
+    assert results["t_swap"] == pytest.approx(2 * 327_680 / 4 * 6144 / 25e9)  # 40.3 ms
+    assert results["t_wait"] == pytest.approx(15.0)
+    assert results["breakeven_bw"] == pytest.approx(2.174e9, rel=1e-3)
+    assert results["regime"] == "swap-cheaper"
+
+
+def test_preemption_attention_flops_follow_flash_attention_convention(variant):
+    """FlashAttention's benchmarks count 4·seqlen²·heads·head_dim per layer, halved when causal."""
+    results = variant("preemption-policies@default+model=llama-3-8b+tp=1").sheet.results
+    assert results["flops_attention"] == 4 * 6144**2 * 32 * 128 // 2 * 32
+    assert results["flops_weights"] == pytest.approx(2 * 8.03e9 * 6144)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_preemption_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"preemption-policies@{seed}")
+    p = _params(solution)
+    model, tp, context = p["model"], p["tp"], p["victim_tokens"]
+    active = model.get("active_params_b", model.params_b) * 1e9
+    flops = 2 * active * context + 2 * model.layers * model.heads * model.head_dim * context**2
+    peak = p["gpu"][{"bf16": "bf16_dense_tflops", "fp8": "fp8_dense_tflops"}[p["weight_dtype"]]] * 1e12
+    t_rec = flops / (tp * peak * p["mfu"])
+    kv_per_gpu = 2 * model.layers * (model.kv_heads // tp) * model.head_dim * DTYPE_BYTES[p["kv_dtype"]] * context
+    t_swap = 2 * kv_per_gpu / p["pcie"]
+    expected = solution.expected
+    assert expected["t_recompute"] == pytest.approx(t_rec, rel=1e-9)
+    assert expected["t_swap"] == pytest.approx(t_swap, rel=1e-9)
+    assert expected["t_wait"] == pytest.approx(p["remaining"] * p["tpot"], rel=1e-9)
+    # The break-even bandwidth is where the two times meet: t_swap(W*) = t_rec.
+    assert 2 * kv_per_gpu / expected["breakeven_bw"] == pytest.approx(t_rec, rel=1e-9)
+    assert expected["regime"] == ("swap-cheaper" if t_swap < t_rec else "recompute-cheaper")
+
+
+def test_preemption_pinned_seed(variant):
+    solution = variant("preemption-policies@2")
+    assert [p.raw for p in solution.params] == ["llama-3-8b", "h100-sxm", 8, "bf16", "bf16", 13000, 35, 2.4, 71, 45]
+    assert solution.expected["t_swap"] == pytest.approx(0.1775, rel=1e-3)
+    assert solution.expected["regime"] == "recompute-cheaper"
+
+
+# --- mla-vs-gqa-under-tp ---------------------------------------------------------------------
+
+
+def test_mla_vs_gqa_default(variant):
+    """Llama-3-70B bf16 at TP 8 vs DeepSeek-V3 fp8 at TP 8 on an H200 node, 32K-token requests."""
+    results = variant("mla-vs-gqa-under-tp@default").sheet.results
+    assert results["kv_tok_gqa"] == 327_680  # the scary figure: 320 KiB per token
+    assert results["kv_tok_mla"] == 70_272  # the reassuring one: 61 x 576 x 2 B
+    assert results["kv_gpu_gqa"] == 40 * KiB  # one KV head per GPU
+    assert results["kv_gpu_mla"] == 70_272  # the whole latent on every rank
+    assert results["tp_crossover"] == pytest.approx(327_680 / 70_272)  # 4.66
+    assert results["room_gqa"] == pytest.approx(126.9e9 - 141.1e9 / 8)  # 109.3 GB
+    assert results["room_mla"] == pytest.approx(126.9e9 - 671e9 / 8)  # 43.0 GB
+    assert results["requests_gqa"] == 81
+    assert results["requests_mla"] == 18
+    assert results["regime"] == "gqa-holds-more"
+
+
+def test_mla_page_matches_vllm(variant):
+    """vLLM's MLAAttentionSpec: one 'head' of kv_lora_rank + rope dim per layer, no factor 2."""
+    results = variant("mla-vs-gqa-under-tp@default+kv_dtype=fp8").sheet.results
+    assert results["kv_gpu_mla"] == 61 * (512 + 64) * 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_mla_vs_gqa_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"mla-vs-gqa-under-tp@{seed}")
+    p = _params(solution)
+    gqa, mla, tp, context = p["gqa_model"], p["mla_model"], p["tp"], p["context"]
+    kv_bytes = DTYPE_BYTES[p["kv_dtype"]]
+    usable = p["gpu"].hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION
+    gqa_per_gpu = 2 * gqa.layers * (gqa.kv_heads // tp) * gqa.head_dim * kv_bytes
+    mla_per_gpu = mla.layers * (mla.kv_lora_rank + mla.qk_rope_head_dim) * kv_bytes
+    gqa_room = usable - gqa.params_b * 1e9 * DTYPE_BYTES[p["weight_dtype"]] / tp
+    mla_room = usable - mla.params_b * 1e9 / 8
+    expected = solution.expected
+    assert expected["requests_gqa"] == 8 // tp * math.floor(gqa_room / (gqa_per_gpu * context))
+    assert expected["requests_mla"] == math.floor(mla_room / (mla_per_gpu * context))
+    more = "gqa-holds-more" if 8 / tp * gqa_room / gqa_per_gpu >= mla_room / mla_per_gpu else "mla-holds-more"
+    assert expected["regime"] == more
+    assert expected["tp_crossover"] <= gqa.kv_heads  # the crossover lies where TP still splits heads
+
+
+def test_mla_vs_gqa_pinned_seed(variant):
+    solution = variant("mla-vs-gqa-under-tp@0")
+    assert [p.raw for p in solution.params] == ["llama-3.1-405b", "deepseek-v3", "b200", "bf16", 8, "fp8", 69120]
+    assert solution.expected["requests_gqa"] == 27
+    assert solution.expected["requests_mla"] == 32
+    assert solution.expected["regime"] == "mla-holds-more"
+
+
+# --- mla-tp-duplication ----------------------------------------------------------------------
+
+
+def test_mla_duplication_default_h200_node(variant):
+    """DeepSeek-V3, fp8 weights, TP 8 on 8 x H200, bf16 latents, 32K-token requests, 64 to hold."""
+    results = variant("mla-tp-duplication@default").sheet.results
+    room = 141e9 * 0.9 - 671e9 / 8  # 43.0 GB per GPU
+    assert results["room_tp"] == pytest.approx(room)
+    assert results["duplicate_bytes"] == pytest.approx(7 * room)  # 301 GB of copies on the node
+    assert results["requests_tp"] == 18
+    assert results["dp_extra_weights"] == pytest.approx(9.987e9, rel=1e-3)
+    assert results["requests_dp"] == 112
+    assert results["capacity_gain"] == pytest.approx(8 * (room - 9.987e9) / room, rel=1e-3)
+    assert results["regime"] == "dp-attention"
+
+
+def test_mla_attention_weights_match_checkpoint_shapes(variant):
+    """The five attention projections of a DeepSeek-V3 layer, as shaped in its safetensors."""
+    shapes = [(1536, 7168), (128 * (128 + 64), 1536), (512 + 64, 7168), (128 * (128 + 128), 512), (7168, 128 * 128)]
+    results = variant("mla-tp-duplication@default").sheet.results
+    assert results["attn_params_layer"] == sum(rows * cols for rows, cols in shapes) == 187_105_280
+    assert results["attn_weights"] == 61 * 187_105_280  # 11.4 GB in fp8, about 1.7% of the model
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_mla_duplication_regime_follows_demand(variant, seed):
+    solution = variant(f"mla-tp-duplication@{seed}")
+    p = _params(solution)
+    per_token = 61 * 576 * DTYPE_BYTES[p["kv_dtype"]]
+    room = p["gpu"].hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION - 671e9 / 8
+    room_dp = room - 61 * 187_105_280 * 7 / 8
+    held = math.floor(room / (per_token * p["context"]))
+    assert solution.expected["requests_tp"] == held
+    assert solution.expected["requests_dp"] == 8 * math.floor(room_dp / (per_token * p["context"]))
+    assert solution.expected["regime"] == ("dp-attention" if p["demand"] > held else "tp-attention")
+
+
+def test_mla_duplication_pinned_seed(variant):
+    solution = variant("mla-tp-duplication@1")
+    assert [p.raw for p in solution.params] == ["deepseek-v3", "h200-sxm", 8, 1536, 128, 128, "fp8", 6912, 410]
+    assert solution.expected["requests_tp"] == 177
+    assert solution.expected["regime"] == "dp-attention"
+
+
+# --- recurrent-state-inventory ---------------------------------------------------------------
+
+
+def test_recurrent_state_default(variant):
+    """Nemotron-H-8B layout, fp32 SSM state, bf16 KV, a 4,096-token request, snapshots every 512, blocks of 768."""
+    results = variant("recurrent-state-inventory@default").sheet.results
+    state = 24 * (128 * 64 * 128 * 4 + 3 * 10_240 * 2)
+    assert results["state_per_request"] == state  # 97.4 MiB
+    assert results["kv_per_request"] == 4096 * 16 * KiB  # 2 x 4 layers x 8 heads x 128 x 2 B per token
+    assert results["crossover"] == pytest.approx(state / (16 * KiB))  # 6,234 tokens
+    assert results["snapshot_bytes"] == 8 * state
+    assert results["restart_boundary"] == 1536
+    assert results["reusable"] == 3072
+    assert results["regime"] == "state-dominated"
+
+
+def test_mamba2_state_shapes_match_published_figures(variant):
+    """128 heads x 64 x 128 in fp32 is 4 MiB per layer; the conv reads 128·64 + 2·8·128 = 10,240 channels."""
+    results = variant("recurrent-state-inventory@default").sheet.results
+    assert results["ssm_layer"] == 4 * MiB
+    assert results["conv_layer"] == 3 * 10_240 * 2
+
+
+def test_vllm_pads_the_attention_block_to_one_layer_state(variant):
+    """vLLM (HybridAttentionMambaModelConfig, no prefix caching) picks the smallest multiple of 16
+    tokens whose attention page holds one layer's Mamba state: 528 tokens for this layout in bf16."""
+    results = variant("recurrent-state-inventory@default+ssm_dtype=bf16").sheet.results
+    mamba_page = results["ssm_layer"] + results["conv_layer"]
+    attention_page_one_token = 2 * 8 * 128 * 2
+    assert 16 * math.ceil(mamba_page / (16 * attention_page_one_token)) == 528
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_restart_points_by_enumeration(variant, seed):
+    """The positions both a snapshot and a block boundary land on, counted one by one."""
+    solution = variant(f"recurrent-state-inventory@{seed}")
+    p = _params(solution)
+    interval, block, context = (int(p[name]) for name in ("interval", "block_size", "context"))
+    common = [t for t in range(interval, 200_000, interval) if t % block == 0]
+    assert solution.expected["restart_boundary"] == common[0]
+    assert solution.expected["reusable"] == max([0] + [t for t in common if t <= context])
+    kv = 2 * 4 * 8 * 128 * DTYPE_BYTES[p["kv_dtype"]] * context
+    state = solution.expected["state_per_request"]
+    assert solution.expected["regime"] == ("state-dominated" if state > kv else "kv-dominated")
+
+
+def test_recurrent_state_pinned_seed(variant):
+    solution = variant("recurrent-state-inventory@2")
+    assert [p.raw for p in solution.params][9:] == ["fp32", "bf16", 52992, 512, 528]
+    assert solution.expected["restart_boundary"] == 16_896
+    assert solution.expected["reusable"] == 50_688
+    assert solution.expected["regime"] == "kv-dominated"

@@ -1,0 +1,261 @@
+"""Golden checks for slo-goodput, decode-op-ranking, hidden-memory-budget and paged-reservation-waste."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from solvers.engine import VariantError
+from solvers.topics.memory import MEMORY_ACCOUNTING
+from solvers.topics.roofline import DECODE_LEVERS
+
+GiB = 2**30
+
+# --- slo-goodput ---------------------------------------------------------------------------
+
+
+def test_slo_goodput_default(variant):
+    """200 ms prefills at 85% load: mu = 5/s, lambda = 4.25/s, so TTFT is exponential with rate 0.75/s."""
+    results = variant("slo-goodput@default").sheet.results
+    assert results["capacity"] == pytest.approx(5.0)
+    assert results["arrival_rate"] == pytest.approx(4.25)
+    assert results["ttft_p50"] == pytest.approx(math.log(2) / 0.75)  # 0.924 s
+    assert results["ttft_p99"] == pytest.approx(math.log(100) / 0.75)  # 6.14 s
+    assert results["tpot_p50"] == pytest.approx(0.025 + 0.005 * math.log(2))  # 28.5 ms
+    assert results["tpot_p99"] == pytest.approx(0.025 + 0.005 * math.log(100))  # 48.0 ms
+    model = (1 - math.exp(-0.75 * 2)) * (1 - math.exp(-5))  # 77.7% x 99.3%
+    assert results["goodput_model"] == pytest.approx(model)
+    assert results["goodput"] == 0.77346  # 77,346 of the 100,000 simulated requests (seed 7)
+    assert results["max_rate"] == pytest.approx(5 + math.log(1 - 0.9 / (1 - math.exp(-5))) / 2)  # 3.82/s
+    assert results["regime"] == "throughput-high-goodput-low"
+
+
+def _model_by_hand(p: dict) -> dict:
+    """The closed forms in plain Python: exponential TTFT with rate mu - lambda, shifted-exponential TPOT."""
+    mu = 1 / p["prefill_mean"]
+    rate = mu - p["load"] * mu
+    ttft_ok = 1 - math.exp(-rate * p["ttft_slo"])
+    tpot_ok = 1 - math.exp(-(p["tpot_slo"] - p["tpot_floor"]) / p["tpot_tail"])
+    return {
+        "ttft_p50": math.log(2) / rate,
+        "ttft_p99": math.log(100) / rate,
+        "tpot_p50": p["tpot_floor"] + p["tpot_tail"] * math.log(2),
+        "tpot_p99": p["tpot_floor"] + p["tpot_tail"] * math.log(100),
+        "goodput": ttft_ok * tpot_ok,
+        "max_rate": mu + math.log(1 - p["target"] / tpot_ok) / p["ttft_slo"],
+    }
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_slo_goodput_simulation_matches_closed_forms(variant, seed):
+    """The simulated goodput of 100,000 requests sits within sampling noise of P(TTFT ok) x P(TPOT ok):
+    a candidate who answers from the distributions is graded correct."""
+    solution = variant(f"slo-goodput@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    by_hand = _model_by_hand(p)
+    for key in ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "max_rate"):
+        assert solution.expected[key] == pytest.approx(by_hand[key], rel=1e-9), key
+    assert solution.expected["goodput"] == pytest.approx(by_hand["goodput"], rel=0.015)
+    assert solution.sheet.results["ttft_p99_check"] == pytest.approx(1, abs=0.03)
+    healthy = p["load"] / p["prefill_mean"] <= by_hand["max_rate"]
+    assert solution.expected["regime"] == ("healthy" if healthy else "throughput-high-goodput-low")
+    typed = {"goodput": f"{100 * by_hand['goodput']:.4f}%"}
+    assert next(g for g in solution.grade(typed) if g.key == "goodput").correct
+
+
+def test_slo_goodput_flips_at_the_highest_rate(variant):
+    """The default's limit is 3.82 requests/s, 76.3% of the 5/s capacity: 76% is healthy, 77% is not."""
+    below = variant("slo-goodput@default+load=76")
+    above = variant("slo-goodput@default+load=77")
+    assert below.expected["regime"] == "healthy"
+    assert below.expected["goodput"] > 0.9
+    assert above.expected["regime"] == "throughput-high-goodput-low"
+    assert above.expected["goodput"] < 0.9
+
+
+def test_slo_goodput_pinned_seed(variant):
+    solution = variant("slo-goodput@0")
+    assert [p.raw for p in solution.params] == [150, 91, 3.3, 15, 6.6, 50, 95, 100000, 729496]
+    assert solution.expected["goodput"] == 0.85718
+    assert solution.expected["regime"] == "throughput-high-goodput-low"
+
+
+# --- decode-op-ranking ---------------------------------------------------------------------
+
+
+def test_decode_op_ranking_default(variant):
+    """Llama-3-70B in bf16 at batch 32: every GEMM at 2B/2 = 32 FLOP/B, attention at 2 x 8 / 2 = 8."""
+    solution = variant("decode-op-ranking@default")
+    results = solution.sheet.results
+    for op in ("qkv", "out", "up_gate", "down"):
+        assert results[f"{op}_intensity"] == pytest.approx(32)
+    assert results["gemm_intensity"] == 32
+    assert results["attention_intensity"] == 8
+    assert results["flip_batch"] == 8  # the catalogue's figure: 8 query heads per KV head
+    assert results["attention_gap"] == pytest.approx(989.4 / 3.35 / 8)  # 36.9x below the H100's ridge
+    assert results["regime"] == "attention-below"
+    assert results["lever"] == "architecture"
+
+
+def test_decode_op_ranking_flips_at_batch_8(variant):
+    assert variant("decode-op-ranking@default+batch=7").expected["regime"] == "attention-above"
+    assert variant("decode-op-ranking@default+batch=9").expected["regime"] == "attention-below"
+    with pytest.raises(VariantError):  # at 8 the ops tie: no ranking to ask about
+        variant("decode-op-ranking@default+batch=8")
+
+
+@pytest.mark.parametrize("overrides, flip", [
+    ("+model=llama-3-8b", 4),  # 32 query heads over 8 KV heads
+    ("+model=llama-3.1-405b", 16),  # 128 over 8
+    ("+kv_dtype=fp8", 16),  # one-byte KV doubles attention's intensity to 16 FLOP/B: bf16 GEMMs reach it at 16
+    ("+weight_dtype=fp8", 4),  # one-byte weights double every GEMM's: 2B FLOP/B
+])
+def test_decode_op_ranking_flip_batch_from_config(variant, overrides, flip):
+    assert variant(f"decode-op-ranking@default+batch=33{overrides}").expected["flip_batch"] == flip
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_decode_op_ranking_matches_plain_arithmetic(variant, seed):
+    """FLOPs and bytes of each op recomputed from the model config, shapes included."""
+    solution = variant(f"decode-op-ranking@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    m, B, T = p["model"], p["batch"], p["context"]
+    b_w = {"bf16": 2, "fp8": 1}[p["weight_dtype"]]
+    b_kv = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    shapes = {"qkv": (m.hidden, (m.heads + 2 * m.kv_heads) * m.head_dim), "out": (m.heads * m.head_dim, m.hidden),
+              "up_gate": (m.hidden, 2 * m.ffn), "down": (m.ffn, m.hidden)}
+    for op, (d_in, d_out) in shapes.items():
+        assert solution.sheet.results[f"{op}_intensity"] == pytest.approx(2 * B * d_in * d_out / (d_in * d_out * b_w))
+    attention = (4 * B * T * m.heads * m.head_dim) / (2 * B * T * m.kv_heads * m.head_dim * b_kv)
+    assert solution.expected["attention_intensity"] == pytest.approx(attention)
+    gemm = solution.expected["gemm_intensity"]
+    assert solution.expected["regime"] == ("attention-above" if attention > gemm else "attention-below")
+    assert solution.expected["lever"] == DECODE_LEVERS[p["symptom"]]
+
+
+def test_every_symptom_has_a_lever(bank):
+    symptoms = bank.get("decode-op-ranking").parameter("symptom").choices
+    assert set(symptoms) == set(DECODE_LEVERS)
+    assert set(DECODE_LEVERS.values()) == set(bank.get("decode-op-ranking").answer("lever").choice)
+
+
+def test_decode_op_ranking_pinned_seed(variant):
+    solution = variant("decode-op-ranking@0")
+    assert [p.raw for p in solution.params] == [
+        "qwen2.5-72b", "h100-sxm", "bf16", "bf16", 91, 43000,
+        "the attention scores written to HBM and read back for the softmax"]
+    assert solution.expected["gemm_intensity"] == 91
+    assert solution.expected["lever"] == "kernel-fusion"
+
+
+# --- hidden-memory-budget ------------------------------------------------------------------
+
+
+def test_hidden_memory_default(variant):
+    """Llama-3-70B on 4 x H100 at gpu_memory_utilization 0.95: 4 GB outside the budget, 4 GiB needed there."""
+    results = variant("hidden-memory-budget@default").sheet.results
+    assert results["weights_per_gpu"] == pytest.approx(35.275e9)  # 141.1 GB / 4
+    assert results["kv_memory"] == pytest.approx(76e9 - 35.275e9 - 2.6 * GiB)  # 35.3 GiB
+    assert results["headroom"] == pytest.approx(4e9)  # 3.73 GiB
+    assert results["unbudgeted"] == pytest.approx(4 * GiB)  # 0.5 context + 2.5 graphs + 1 fragmentation
+    assert results["paper_share"] < 0.92  # weights plus KV fit with room to spare...
+    assert results["peak_share"] > 1  # ...but the process needs more than the GPU has
+    assert results["max_util"] == pytest.approx(1 - 4 * GiB / 80e9)  # 0.946
+    assert results["regime"] == "oom"
+    assert results["accounting"] == "left-to-headroom"
+
+
+def test_hidden_memory_fits_at_vllms_default_utilisation(variant):
+    expected = variant("hidden-memory-budget@default+util=0.9").expected
+    assert expected["headroom"] == pytest.approx(8e9)
+    assert expected["regime"] == "fits"
+
+
+def _vllm_start_up(p: dict) -> tuple[float, bool]:
+    """vLLM v1's accounting (gpu_worker.init_device and determine_available_memory, memory_profiling)
+    in plain Python: the KV cache it allocates, and whether every later allocation fits the device."""
+    total = p["gpu"].hbm_gb * 1e9
+    weights = p["model"].params_b * 1e9 * {"bf16": 2, "fp8": 1}[p["weight_dtype"]] / p["tp"]
+    requested_memory = total * p["util"]
+    non_kv_cache_memory = weights + p["activation_peak"] + p["non_torch"]
+    available_kv_cache_memory = requested_memory - non_kv_cache_memory
+    in_use = p["cuda_context"] + requested_memory + p["cuda_graphs"] + p["fragmentation"]
+    return available_kv_cache_memory, in_use <= total
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_hidden_memory_matches_vllm_accounting(variant, seed):
+    solution = variant(f"hidden-memory-budget@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    kv, fits = _vllm_start_up(p)
+    assert solution.expected["kv_memory"] == pytest.approx(kv, rel=1e-9)
+    assert solution.expected["regime"] == ("fits" if fits else "oom")
+    assert solution.expected["accounting"] == MEMORY_ACCOUNTING[p["item"]]
+
+
+def test_every_memory_consumer_has_an_accounting(bank):
+    question = bank.get("hidden-memory-budget")
+    assert set(question.parameter("item").choices) == set(MEMORY_ACCOUNTING)
+    assert set(MEMORY_ACCOUNTING.values()) == set(question.answer("accounting").choice)
+
+
+def test_hidden_memory_pinned_seed(variant):
+    solution = variant("hidden-memory-budget@0")
+    assert [p.raw for p in solution.params] == [
+        "llama-3-8b", "b200", 1, "fp8", 0.9, 5.5, 1.2, 0.5, 1.1, 0.22,
+        "the CUDA graphs captured after the KV cache is allocated"]
+    assert solution.expected["headroom"] == pytest.approx(18e9)
+    assert solution.expected["regime"] == "fits"
+
+
+# --- paged-reservation-waste ---------------------------------------------------------------
+
+
+def test_paged_waste_default(variant):
+    """Llama-3-70B, 100 GiB pool (327,680 token slots), 600 + 400 tokens against a 4,096 maximum."""
+    results = variant("paged-reservation-waste@default").sheet.results
+    assert results["pool_tokens"] == 327_680  # 100 GiB / 320 KiB
+    assert results["used"] == 800  # prompt + half the output
+    assert results["reserved"] == 200
+    assert results["fragmentation"] == 3096
+    assert results["waste_share"] == pytest.approx(1 - 800 / 4096)  # 80.5%
+    assert results["requests_before"] == 80
+    assert results["paged_waste"] == pytest.approx(7.5 / 807.5)  # 0.93%
+    assert results["requests_after"] == 405
+    assert results["capacity_gain"] == pytest.approx(405 / 80)
+    assert results["regime"] == "fragmentation-dominated"
+
+
+def _paged_slots_by_brute_force(prompt: int, output: int, block: int) -> float:
+    """Slots a paged request holds, averaged over its decode steps, block by block."""
+    return sum(math.ceil((prompt + t) / block) * block for t in range(1, output + 1)) / output
+
+
+def test_last_block_waste_averages_half_a_block():
+    """Over many requests of varied lengths, the partly filled last block costs (block - 1)/2 slots."""
+    block = 16
+    pairs = [(prompt, output) for prompt in range(100, 164, 7) for output in range(200, 264, 5)]
+    extra = [_paged_slots_by_brute_force(p, o, block) - (p + (o + 1) / 2) for p, o in pairs]
+    assert sum(extra) / len(extra) == pytest.approx((block - 1) / 2, abs=0.1)
+
+
+def test_paged_waste_under_four_percent_for_chat_lengths(variant):
+    """PagedAttention paper: paging leaves under 4% of the KV cache wasted (chat-sized requests, blocks of 16),
+    where contiguous reservation left most of it unused."""
+    expected = variant("paged-reservation-waste@default+max_context=2048+prompt_mean=160+output_mean=340").expected
+    assert expected["paged_waste"] < 0.04
+    assert expected["waste_share"] > 0.6
+
+
+def test_paged_waste_regime_flips_at_two_thirds_of_the_room(variant):
+    """Reservation O/2 equals fragmentation M - P - O at O = 2(M - P)/3: 2,331 tokens for the default."""
+    assert variant("paged-reservation-waste@default+output_mean=2300").expected["regime"] == "fragmentation-dominated"
+    assert variant("paged-reservation-waste@default+output_mean=2400").expected["regime"] == "reservation-dominated"
+
+
+def test_paged_waste_pinned_seed(variant):
+    solution = variant("paged-reservation-waste@0")
+    assert [p.raw for p in solution.params] == ["llama-3-70b", 63, 8192, 1800, 4100, 16]
+    assert solution.expected["requests_before"] == 25
+    assert solution.expected["requests_after"] == 53
+    assert solution.expected["regime"] == "fragmentation-dominated"
