@@ -6,7 +6,7 @@ The simulation's own generator is seeded from that parameter alone: it never sha
 with the generator that drew the variant's other parameters.
 
 The helpers draw per-request values from named distributions (vectorised numpy, no loops
-over requests), summarise a sample (quantiles, the share within a limit), and enter a
+over requests), summarise a sample (quantiles, requests meeting a pair of limits), and enter a
 measured figure on a derivation sheet as a given whose label says it was simulated.
 Nothing here does I/O or keeps state.
 """
