@@ -59,6 +59,8 @@ def to_dict(solution: Solution) -> dict[str, Any]:
         "parameters": {p.name: {"label": p.label, "value": p.raw, "shown": p.shown} for p in solution.params},
         "answers": [{"key": a.key, "label": a.label, "value": answer_value(solution, a.key), "unit": a.unit}
                     for a in solution.question.answers],
+        "givens": [{"symbol": g.symbol, "label": g.label, "value": g.value, "unit": g.unit, "shown": g.shown}
+                   for g in solution.sheet.givens],
         "steps": [{"key": s.key, "title": s.title, "symbol": s.symbol, "formula": s.formula,
                    "substituted": s.substituted, "value": s.value, "unit": s.unit, "result": s.result, "why": s.why}
                   for s in solution.sheet.steps],
@@ -81,6 +83,8 @@ def to_markdown(solution: Solution) -> str:
     lines += [f"| {p.label} | {p.shown} |" for p in solution.params if "\n" not in p.shown]
     lines += ["", "## Answers", "", "| answer | expected |", "|---|---|"]
     lines += [f"| {a.label} | {expected_text(solution, a.key)} |" for a in q.answers]
+    lines += ["", "## Given", "", "| symbol | what | value |", "|---|---|---|"]
+    lines += [f"| `{g.symbol}` | {g.label} | {g.shown} |" for g in sheet.givens]
     lines += ["", "## Derivation", ""]
     for number, step in enumerate(sheet.steps, 1):
         lines += [f"{number}. **{step.title}**: `{step.symbol} = {step.formula}`",
@@ -102,6 +106,7 @@ def to_text(solution: Solution) -> str:
     out = [f"{q.title}  [{solution.code}]", "", prompt, "", "Parameters:"]
     out += [f"  {p.label}: {p.shown}" for p in solution.params if "\n" not in p.shown]  # tables: in the prompt
     out += ["", "Answers:"] + [f"  {a.label}: {expected_text(solution, a.key)}" for a in q.answers]
+    out += ["", "Given:"] + [f"  {g.symbol} = {g.shown}  ({g.label})" for g in sheet.givens]
     out += ["", "Derivation:"]
     for number, step in enumerate(sheet.steps, 1):
         out += [f"  {number}. {step.title}", f"     {step.symbol} = {step.formula}",

@@ -20,7 +20,9 @@ VERDICT_STYLE = {CORRECT: "bold green", CLOSE: "bold yellow"}
 
 def grade_table(solution: Solution, grades: list[Grade]) -> Table:
     table = Table(expand=True, show_edge=False, pad_edge=False)
-    for column, kwargs in (("answer", {"ratio": 3}), ("yours", {"ratio": 2}), ("expected", {"ratio": 2}),
+    # Long choice names and orderings fold onto more lines rather than being cut off.
+    for column, kwargs in (("answer", {"ratio": 3}), ("yours", {"ratio": 2, "overflow": "fold"}),
+                           ("expected", {"ratio": 2, "overflow": "fold"}),
                            ("err", {"no_wrap": True}), ("verdict", {"no_wrap": True})):
         table.add_column(column, **kwargs)
     for label, yours, expected, error, verdict, note in grade_rows(solution, grades):
@@ -28,6 +30,17 @@ def grade_table(solution: Solution, grades: list[Grade]) -> Table:
         table.add_row(label, yours, expected, error, Text(verdict, style=style))
         if note:
             table.add_row("", Text(f"↳ {note}", style="italic"), "", "", "")
+    return table
+
+
+def givens_table(solution: Solution) -> Table:
+    """What the derivation starts from: parameters, datasheet figures, assumptions, measurements."""
+    table = Table(show_header=False, box=None, pad_edge=False, expand=True)
+    table.add_column(style="cyan", no_wrap=True)
+    table.add_column(ratio=1)
+    table.add_column(no_wrap=True, justify="right")
+    for given in solution.sheet.givens:
+        table.add_row(given.symbol, given.label, given.shown)
     return table
 
 

@@ -13,7 +13,7 @@ from textual.widgets import Footer, Header, SelectionList, Static
 
 from solvers.grade import CORRECT, Grade
 from tui.chart import sweep_chart
-from tui.render import grade_table, notes, regime_panel, step_renderable
+from tui.render import givens_table, grade_table, notes, regime_panel, step_renderable
 
 if TYPE_CHECKING:
     from solvers.engine import Solution
@@ -63,6 +63,8 @@ class SolutionScreen(Screen):
                         yield Static(f"[dim]Your notes: {escape(self.answers[spec.key])}[/dim]")
                     yield SelectionList(*[(item, i) for i, item in enumerate(spec.checklist)], id=f"tick-{spec.key}",
                                         classes="checklist")
+            yield Static("[b]Given[/b]", classes="section")
+            yield Static(givens_table(self.solution), id="givens")
             yield Static("[b]Derivation[/b]", classes="section")
             for number, step in enumerate(self.solution.sheet.steps, 1):
                 yield Static(step_renderable(number, step), classes="step")
