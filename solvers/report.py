@@ -128,10 +128,12 @@ def grade_rows(solution: Solution, grades: list[Grade]) -> list[tuple[str, str, 
     rows = []
     for grade in grades:
         spec = solution.question.answer(grade.key)
-        if grade.error is None:
-            error = ""
+        if grade.error is None or spec.kind in ("order", "checklist"):
+            error = ""  # their notes say how far off they are
         elif spec.kind == "log":
             error = f"{format_number(grade.error, 2)} dec"
+        elif 0 < grade.error < 1e-4:
+            error = "<0.01%"
         else:
             error = f"{format_number(grade.error * 100, 2)}%"
         note = grade.slip or grade.message or ""

@@ -26,7 +26,7 @@ class SolutionScreen(Screen):
     #grades { margin: 1 0; }
     .section, .step, #regime, #chart { margin-top: 1; }
     #notes { margin: 1 0; color: $text-muted; }
-    .checklist { height: auto; max-height: 12; }
+    .checklist { height: auto; max-height: 16; text-wrap: wrap; }
     """
 
     BINDINGS = [
