@@ -7,6 +7,8 @@ import pytest
 
 # The tests never read the developer's own hardware.yaml / models.yaml additions.
 os.environ["INFRADRILL_CONFIG_DIR"] = tempfile.mkdtemp(prefix="infradrill-config-")
+# ...nor the developer's own progress store.
+os.environ["INFRADRILL_DATA_DIR"] = tempfile.mkdtemp(prefix="infradrill-data-")
 
 from solvers.bank import load_bank
 from solvers.data import load_catalog

@@ -73,13 +73,18 @@ async def _tick_the_checklist():
         await wait_for(pilot, lambda: type(app.screen).__name__ == "SolutionScreen")
         before = {g.key: g.verdict for g in app.screen.grades}
         ticks = app.screen.query_one("#tick-why", SelectionList)
+        screen = app.screen
+
+        def why():
+            return next(g for g in screen.grades if g.key == "why")
+
         ticks.select(0)
         ticks.select(2)
-        await pilot.pause(0.1)
-        partly = {g.key: (g.verdict, g.given) for g in app.screen.grades}
+        await wait_for(pilot, lambda: why().given == "2/3 points")
+        partly = {g.key: (g.verdict, g.given) for g in screen.grades}
         ticks.select(1)
-        await pilot.pause(0.1)
-        return before, partly, {g.key: g.verdict for g in app.screen.grades}
+        await wait_for(pilot, lambda: why().given == "3/3 points")
+        return before, partly, {g.key: g.verdict for g in screen.grades}
 
 
 def test_checklist_is_ticked_after_the_reveal(toy_bank, catalog, monkeypatch):

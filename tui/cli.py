@@ -1,4 +1,6 @@
-"""Command line: `infradrill` (the TUI), list, solve, check. Bad input: one line, exit 2."""
+"""Command line: `infradrill` (the TUI), list, solve, check, stats, progress export/import.
+
+Bad input: one line, exit 2."""
 from __future__ import annotations
 
 import argparse
@@ -17,11 +19,13 @@ def _fail(message: str) -> NoReturn:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line instead of usage + traceback-like noise
-        _fail(f"{message} (see `infradrill {self.prog.split()[-1]} --help`)" if " " in self.prog else message)
+        _fail(f"{message} (see `{self.prog} --help`)" if " " in self.prog else message)
 
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="infradrill", description="Drill LLM inference and AI infrastructure interview questions.")
+    parser.add_argument("--data-dir", metavar="DIR",
+                        help="where progress is kept (default: $INFRADRILL_DATA_DIR, else the user data directory)")
     commands = parser.add_subparsers(dest="command", parser_class=_Parser)
     listing = commands.add_parser("list", help="list the question bank")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
@@ -39,6 +43,15 @@ def _build_parser() -> argparse.ArgumentParser:
             form.add_argument("--markdown", action="store_true")
         else:
             sub.add_argument("answers", nargs="*", metavar="KEY=ANSWER", help="e.g. kv_per_token='320 KiB'")
+    stats = commands.add_parser("stats", help="a summary of your progress")
+    stats.add_argument("--json", action="store_true", help="machine-readable output")
+    progress = commands.add_parser("progress", help="move progress between machines (JSON)")
+    moves = progress.add_subparsers(dest="action", metavar="{export,import}", parser_class=_Parser, required=True)
+    export = moves.add_parser("export", help="write all progress to FILE ('-': standard output)")
+    export.add_argument("file", metavar="FILE")
+    export.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    merge = moves.add_parser("import", help="merge progress from FILE ('-': standard input); never duplicates")
+    merge.add_argument("file", metavar="FILE")
     return parser
 
 
@@ -138,6 +151,95 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if all(g.correct for g in grades) else 1
 
 
+def _store(args: argparse.Namespace):
+    from tui.store import StoreError, open_store
+
+    try:
+        store, notices = open_store(args.data_dir)
+    except StoreError as error:
+        _fail(str(error))
+    for notice in notices:
+        print(f"infradrill: warning: {notice}", file=sys.stderr)
+    return store
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from solvers.bank import load_bank
+    from tui.review import Reviewer, ReviewSettings
+    from tui.stats import format_summary, summarize, summary_dict
+    from tui.store import now_utc
+
+    bank = load_bank()
+    for problem in bank.problems:
+        print(f"infradrill: warning: {problem}", file=sys.stderr)
+    with _store(args) as store:
+        reviewer = Reviewer(store, bank.questions.values(), ReviewSettings.load(store))
+        now = now_utc()
+        summary = summarize(store.attempts(), bank.questions, reviewer.retrievability(now), now, reviewer.tz,
+                            reviewer.summary(now), mocks=len(store.mocks()))
+        if args.json:
+            print(json.dumps(summary_dict(summary), indent=2))
+        else:
+            print(f"Progress in {store.path}")
+            print(format_summary(summary), end="")
+    return 0
+
+
+def cmd_progress(args: argparse.Namespace) -> int:
+    return _export(args) if args.action == "export" else _import(args)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    target = None if args.file == "-" else Path(args.file)
+    if target is not None and target.exists() and not args.force:
+        _fail(f"{target} exists; use --force to overwrite it")
+    if target is not None and not target.parent.is_dir():
+        _fail(f"cannot write {target}: no directory {target.parent}")
+    with _store(args) as store:
+        data = store.export_json()
+    text = json.dumps(data, indent=1) + "\n"
+    if target is None:
+        sys.stdout.write(text)
+        return 0
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, target)  # never a half-written export under the real name
+    except OSError as error:
+        partial.unlink(missing_ok=True)
+        _fail(f"cannot write {target}: {error.strerror}")
+    print(f"exported {len(data['attempts'])} attempt(s), {len(data['reviews'])} review(s), "
+          f"{len(data['cards'])} card(s) and {len(data['mocks'])} mock interview(s) to {target}")
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tui.review import Reviewer, ReviewSettings
+    from tui.store import ProgressFormatError
+
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+    except OSError as error:
+        _fail(f"cannot read {args.file}: {error.strerror}")
+    except UnicodeDecodeError:
+        _fail(f"{args.file} is not an infradrill progress export (not text)")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        _fail(f"{args.file} is not an infradrill progress export (not JSON: {error})")
+    with _store(args) as store:
+        try:
+            result = Reviewer(store, settings=ReviewSettings.load(store)).import_json(data)
+        except ProgressFormatError as error:
+            _fail(f"cannot import {args.file}: {error}")
+    print(f"imported {args.file}: {result.summary()}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args, extra = _build_parser().parse_known_args(argv)
     # Answers may follow --seed/--default; argparse leaves them unclaimed.
@@ -148,8 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         from tui.app import run
 
+        if args.data_dir:  # the app finds its store through tui.store.data_dir()
+            os.environ["INFRADRILL_DATA_DIR"] = args.data_dir
         return run()
-    handlers = {"list": cmd_list, "solve": cmd_solve, "check": cmd_check}
+    handlers = {"list": cmd_list, "solve": cmd_solve, "check": cmd_check, "stats": cmd_stats,
+                "progress": cmd_progress}
     try:
         return handlers[args.command](args)
     except Exception as error:  # a bug, not bad input: one line, the traceback on request

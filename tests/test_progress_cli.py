@@ -1,0 +1,190 @@
+"""`infradrill stats`, `progress export/import` and the global --data-dir."""
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from solvers.grade import CORRECT, WRONG, Grade
+from tui.cli import main
+from tui.review import Reviewer
+from tui.store import EXPORT_SCHEMA, FILE_NAME, open_store, replay
+
+T0 = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def no_real_data_dir(monkeypatch, tmp_path):
+    """Nothing here may touch the developer's own progress."""
+    monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path / "env-default"))
+
+
+def run_cli(capsys, *argv):
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def fill(directory: Path, question_id="kv-bytes-per-token", start=T0, count=3, mock=False) -> list[str]:
+    """Some drill attempts (and a mock interview) in the store at `directory`; their uids."""
+    store, _ = open_store(directory)
+    with store:
+        reviewer = Reviewer(store)
+        uids = []
+        mock_id = store.start_mock(1, 300.0, started=start) if mock else None
+        for i in range(count):
+            at = start + timedelta(days=i)
+            wrong = i % 2 == 1
+            grades = [Grade("kv_per_token", CORRECT, "320 KiB", "320 KiB", 0.0),
+                      Grade("users", WRONG if wrong else CORRECT, "324", "162", 1.0 if wrong else 0.0,
+                            "x2: one factor of 2 too many" if wrong else None)]
+            done = reviewer.submit(question_id=question_id, variant=f"{question_id}@{i}",
+                                   mode="mock" if mock else "drill", grades=grades,
+                                   typed={"kv_per_token": "320 KiB", "users": "324"},
+                                   started=at - timedelta(seconds=45), submitted=at, mock_id=mock_id)
+            uids.append(done.attempt.uid)
+        if mock_id:
+            store.finish_mock(mock_id, start + timedelta(minutes=5))
+    return uids
+
+
+def snapshot(directory: Path) -> dict:
+    store, _ = open_store(directory)
+    with store:
+        data = store.export_json()
+    data.pop("exported")
+    return data
+
+
+# --data-dir and stats ------------------------------------------------------------------------------
+def test_stats_on_a_fresh_store(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "--data-dir", str(tmp_path / "d"), "stats")
+    assert code == 0 and err == ""
+    assert f"Progress in {tmp_path / 'd' / FILE_NAME}" in out and "No attempts yet" in out
+    assert (tmp_path / "d" / FILE_NAME).exists()
+
+
+def test_data_dir_defaults_to_the_environment(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "stats")
+    assert code == 0 and str(tmp_path / "env-default" / FILE_NAME) in out
+
+
+def test_stats_summary(capsys, tmp_path):
+    fill(tmp_path)
+    code, out, _ = run_cli(capsys, "--data-dir", str(tmp_path), "stats")
+    assert code == 0
+    assert "3 attempt(s) on 3 day(s) since 2025-03-03" in out
+    assert "Accuracy by group" in out and "  F " in out and "memory" in out
+    assert "1×  x2: one factor of 2 too many" in out
+    assert "kv-bytes-per-token" in out  # among the lowest retrievability
+    code, out, _ = run_cli(capsys, "--data-dir", str(tmp_path), "stats", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["attempts"] == 3 and data["by_topic"]["memory"]["answers"] == 6
+
+
+def test_stats_reports_a_file_moved_aside(capsys, tmp_path):
+    (tmp_path / FILE_NAME).write_bytes(b"\x00garbage" * 40)
+    code, out, err = run_cli(capsys, "--data-dir", str(tmp_path), "stats")
+    assert code == 0 and "No attempts yet" in out
+    assert err.startswith("infradrill: warning: The progress file") and "moved aside" in err
+    assert len(list(tmp_path.glob(f"{FILE_NAME}.corrupt-*"))) == 1
+
+
+def test_unusable_data_dir(capsys, tmp_path):
+    (tmp_path / "file").write_text("x")
+    code, _, err = run_cli(capsys, "--data-dir", str(tmp_path / "file" / "sub"), "stats")
+    assert code == 2 and err.count("\n") == 1 and "cannot create the data directory" in err
+
+
+# Export and import -----------------------------------------------------------------------------------
+def test_export_import_round_trip(capsys, tmp_path):
+    source, target, exported = tmp_path / "a", tmp_path / "b", tmp_path / "progress.json"
+    uids = fill(source, mock=True)
+    code, out, _ = run_cli(capsys, "--data-dir", str(source), "progress", "export", str(exported))
+    assert code == 0 and out.startswith("exported 3 attempt(s), 3 review(s), 1 card(s) and 1 mock interview(s)")
+    data = json.loads(exported.read_text())
+    assert data["format"] == "infradrill-progress" and data["schema"] == EXPORT_SCHEMA
+    assert sorted(a["uid"] for a in data["attempts"]) == sorted(uids)
+
+    code, out, _ = run_cli(capsys, "--data-dir", str(target), "progress", "import", str(exported))
+    assert code == 0 and "3 attempt(s) added, 0 already present" in out
+    assert snapshot(target) == snapshot(source)  # everything arrived, cards included
+
+    code, out, _ = run_cli(capsys, "--data-dir", str(target), "progress", "import", str(exported))
+    assert code == 0 and "0 attempt(s) added, 3 already present; 0 review(s) and 0 mock interview(s) added" in out
+    assert snapshot(target) == snapshot(source)  # importing twice adds nothing
+
+
+def test_import_merges_two_machines(capsys, tmp_path):
+    laptop, desktop, exported = tmp_path / "laptop", tmp_path / "desktop", tmp_path / "laptop.json"
+    fill(laptop, start=T0, count=2)
+    fill(desktop, start=T0 + timedelta(hours=12), count=2)  # the same question, interleaved in time
+    fill(desktop, question_id="users-per-gpu", count=1)
+    assert run_cli(capsys, "--data-dir", str(laptop), "progress", "export", str(exported))[0] == 0
+    code, out, _ = run_cli(capsys, "--data-dir", str(desktop), "progress", "import", str(exported))
+    assert code == 0 and "2 attempt(s) added" in out and "1 card(s) updated" in out
+    store, _ = open_store(desktop)
+    with store:
+        assert len(store.attempts()) == 5
+        log = store.reviews(question_id="kv-bytes-per-token")
+        assert [r.reviewed for r in log] == sorted(r.reviewed for r in log) and len(log) == 4
+        # the card is the merged log replayed in time order, and the log is one chain again
+        assert store.card("kv-bytes-per-token") == replay(Reviewer(store).scheduler, "kv-bytes-per-token",
+                                                          log)[-1].card_after
+        assert all(b.card_before == a.card_after for a, b in zip(log, log[1:]))
+        assert store.card("users-per-gpu") is not None  # untouched
+
+
+def test_export_never_overwrites_without_force(capsys, tmp_path):
+    exported = tmp_path / "progress.json"
+    exported.write_text("precious")
+    code, _, err = run_cli(capsys, "--data-dir", str(tmp_path), "progress", "export", str(exported))
+    assert code == 2 and "exists; use --force" in err and exported.read_text() == "precious"
+    code, _, _ = run_cli(capsys, "--data-dir", str(tmp_path), "progress", "export", str(exported), "--force")
+    assert code == 0 and json.loads(exported.read_text())["format"] == "infradrill-progress"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no partial file left
+
+
+def test_export_to_standard_output(capsys, tmp_path):
+    fill(tmp_path, count=1)
+    code, out, _ = run_cli(capsys, "--data-dir", str(tmp_path), "progress", "export", "-")
+    assert code == 0 and len(json.loads(out)["attempts"]) == 1
+
+
+def test_export_into_a_missing_directory(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "--data-dir", str(tmp_path), "progress", "export", str(tmp_path / "no" / "x.json"))
+    assert code == 2 and "no directory" in err
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"format": "infradrill-progress", "schema": 99, "attempts": []}', "progress schema 99"),
+    ('{"format": "something-else", "schema": 1}', "not an infradrill progress export"),
+    ("[1, 2, 3]", "not an infradrill progress export"),
+    ("this is not json", "not JSON"),
+    ('{"format": "infradrill-progress", "schema": 1, "attempts": [{"uid": "x"}]}', "attempts[0]"),
+    ('{"format": "infradrill-progress", "schema": 1, "attempts": [], "reviews": [{"uid": "r", "question_id": "q",'
+     ' "rating": 7, "reviewed": "2025-03-03T09:00:00+00:00"}]}', "'rating' must be 1 (Again) to 4 (Easy)"),
+])
+def test_import_refuses_other_files(capsys, tmp_path, content, message):
+    fill(tmp_path / "store", count=1)
+    before = snapshot(tmp_path / "store")
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    code, out, err = run_cli(capsys, "--data-dir", str(tmp_path / "store"), "progress", "import", str(bad))
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+    assert snapshot(tmp_path / "store") == before  # nothing written
+
+
+def test_import_a_file_that_is_not_there(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "--data-dir", str(tmp_path), "progress", "import", str(tmp_path / "none.json"))
+    assert code == 2 and "cannot read" in err
+
+
+def test_progress_needs_an_action(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "--data-dir", str(tmp_path), "progress")
+    assert code == 2 and "infradrill progress --help" in err

@@ -1,0 +1,117 @@
+"""Statistics: reviews per day (heatmap), retention per week, accuracy, slips, weakest questions."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta, timezone
+
+from tui.review import DueSummary
+from tui.stats import (
+    accuracy_by_group,
+    accuracy_by_topic,
+    format_summary,
+    heatmap_text,
+    heatmap_weeks,
+    lowest_retrievability,
+    retention_by_week,
+    reviews_per_day,
+    summarize,
+    summary_dict,
+    top_slips,
+)
+from tui.store import AnswerRecord, Attempt
+
+T0 = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)  # a Monday
+X2, X8 = "x2: one factor of 2 too many", "x8: bits and bytes mixed up"
+
+
+@dataclass(frozen=True)
+class Q:
+    id: str
+    group: str
+    topic: str
+
+
+QUESTIONS = {"kv": Q("kv", "F", "memory"), "roof": Q("roof", "F", "roofline"), "batch": Q("batch", "S", "serving")}
+
+
+def attempt(question_id: str, at: datetime, *answers: tuple[str, str | None]) -> Attempt:
+    return Attempt(question_id=question_id, variant=f"{question_id}@1", mode="drill", started=at, submitted=at,
+                   seconds=30.0, answers=tuple(AnswerRecord(f"k{i}", "1", v, None, slip)
+                                               for i, (v, slip) in enumerate(answers)))
+
+
+RIGHT, WRONG_X2, WRONG_X8 = ("correct", None), ("wrong", X2), ("wrong", X8)
+ATTEMPTS = [
+    attempt("kv", T0, RIGHT, RIGHT),
+    attempt("kv", T0 + timedelta(hours=2), RIGHT, WRONG_X2),
+    attempt("roof", T0 + timedelta(days=1), WRONG_X2, WRONG_X8),
+    attempt("batch", T0 + timedelta(days=15), RIGHT),  # two weeks later
+    attempt("gone", T0 + timedelta(days=15), WRONG_X2),  # no longer in the bank
+]
+
+
+def test_reviews_per_day_in_local_days():
+    assert reviews_per_day(ATTEMPTS, UTC) == {date(2025, 3, 3): 2, date(2025, 3, 4): 1, date(2025, 3, 18): 2}
+    east = timezone(timedelta(hours=14))  # 09:00 UTC is 23:00 there; 11:00 UTC is the next day
+    assert reviews_per_day(ATTEMPTS[:2], east) == {date(2025, 3, 3): 1, date(2025, 3, 4): 1}
+
+
+def test_heatmap_weeks():
+    per_day = reviews_per_day(ATTEMPTS, UTC)
+    today = date(2025, 3, 19)  # a Wednesday
+    columns = heatmap_weeks(per_day, today, weeks=3)
+    assert len(columns) == 3 and all(len(c) == 7 for c in columns)
+    assert columns[0][0] == (date(2025, 3, 3), 2)  # the first Monday
+    assert columns[0][1] == (date(2025, 3, 4), 1)
+    assert columns[2][1] == (date(2025, 3, 18), 2) and columns[2][2] == (date(2025, 3, 19), 0)
+    assert columns[2][3:] == [None] * 4  # after today
+    rows = heatmap_text(per_day, today, weeks=3).splitlines()
+    assert len(rows) == 7 and rows[0] == "Mon █··" and rows[1] == "Tue ░·█" and rows[6] == "Sun ·· "
+
+
+def test_retention_by_week_fills_gaps():
+    weeks = retention_by_week(ATTEMPTS, UTC)
+    assert [(w.week, w.attempts, w.all_correct) for w in weeks] == [
+        (date(2025, 3, 3), 3, 1), (date(2025, 3, 10), 0, 0), (date(2025, 3, 17), 2, 1)]
+    assert weeks[0].share == 1 / 3 and weeks[1].share is None and weeks[2].share == 0.5
+    assert retention_by_week([], UTC) == []
+
+
+def test_accuracy_by_group_and_topic():
+    groups = accuracy_by_group(ATTEMPTS, QUESTIONS)
+    assert list(groups) == ["F", "S", "?"]  # catalogue order, the unknown last
+    f = groups["F"]
+    assert (f.attempts, f.all_correct, f.answers, f.correct) == (3, 1, 6, 3)
+    assert f.answer_share == 0.5 and f.attempt_share == 1 / 3
+    topics = accuracy_by_topic(ATTEMPTS, QUESTIONS)
+    assert list(topics) == ["?", "memory", "roofline", "serving"]
+    assert (topics["memory"].answers, topics["memory"].correct) == (4, 3)
+    assert topics["serving"].attempt_share == 1.0
+
+
+def test_top_slips_and_weakest():
+    assert top_slips(ATTEMPTS) == [(X2, 3), (X8, 1)]
+    assert top_slips(ATTEMPTS, limit=1) == [(X2, 3)]
+    assert lowest_retrievability({"a": 0.9, "b": 0.4, "c": 0.4, "d": 0.7}, limit=3) == [
+        ("b", 0.4), ("c", 0.4), ("d", 0.7)]
+
+
+def test_summary_text_and_json():
+    now = T0 + timedelta(days=16)
+    summary = summarize(ATTEMPTS, QUESTIONS, {"kv": 0.8, "roof": 0.3}, now, UTC, DueSummary(2, 3, 4, 1), mocks=1)
+    assert (summary.attempts, summary.days, summary.first) == (5, 3, date(2025, 3, 3))
+    text = format_summary(summary)
+    for expected in ("5 attempt(s) on 3 day(s) since 2025-03-03; 1 mock interview(s)", "Due now 2, today 3",
+                     "week of 2025-03-17", "Accuracy by group", "Accuracy by topic", f"3×  {X2}",
+                     "roof   30%", "Reviews per day"):
+        assert expected in text, expected
+    data = json.loads(json.dumps(summary_dict(summary)))
+    assert data["attempts"] == 5 and data["due"] == {"now": 2, "today": 3, "new_today": 4}
+    assert data["by_group"]["F"] == {"attempts": 3, "all_correct": 1, "answers": 6, "correct": 3}
+    assert data["weakest"][0] == {"question_id": "roof", "retrievability": 0.3}
+
+
+def test_empty_summary():
+    summary = summarize([], QUESTIONS, {}, T0, UTC, DueSummary(0, 0, 5, 0))
+    assert format_summary(summary).startswith("No attempts yet") and summary_dict(summary)["attempts"] == 0

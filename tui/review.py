@@ -1,0 +1,300 @@
+"""Spaced repetition over questions with FSRS (the `fsrs` package): one card per question.
+
+Each review draws a fresh variant of a due question; its grade suggests the rating
+(suggest_rating), which the user accepts or overrides (Reviewer.rate). The card is
+scheduled at once with the suggestion, in the same transaction as the attempt, so a crash
+right after submitting loses nothing; a different rating chosen later replaces that review.
+
+New users meet the bank in a sensible order (group F first, then the catalogue's group
+order) with a daily cap on new questions, counted from questions first reviewed today.
+No Textual here: the screens call this module from their workers.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, time, timedelta, tzinfo
+from typing import Any, Protocol
+
+from fsrs import Card, Rating, Scheduler
+
+from tui.store import (
+    AnswerRecord,
+    Attempt,
+    ImportResult,
+    ProgressStore,
+    Review,
+    card_id_for,
+    now_utc,
+    replay,
+    utc,
+)
+
+GROUP_ORDER = ("F", "S", "K1", "K2", "M", "T", "N", "D", "P")
+QUICK_SECONDS_PER_ANSWER = 30.0  # "quick": at most this many seconds per graded answer
+NEW_PER_DAY = 5
+DESIRED_RETENTION = 0.9
+_CORRECT, _CLOSE = "correct", "close"  # solvers.grade's verdicts; anything else counts as wrong
+
+
+class QuestionLike(Protocol):
+    id: str
+    group: str
+    topic: str
+    difficulty: int
+
+
+# Rating suggestion ------------------------------------------------------------------------------
+def suggest_rating(grades: Sequence[Any], seconds: float, hints_used: int = 0, answer_count: int | None = None,
+                   quick_seconds_per_answer: float = QUICK_SECONDS_PER_ANSWER) -> Rating:
+    """The rating a grade suggests.
+
+    all correct and quick (at most `quick_seconds_per_answer` per graded answer) -> Easy;
+    all correct -> Good; some correct or close -> Hard; all wrong (or unparsed) -> Again.
+    Hints used lower it one step, never below Again. `grades` are solvers.grade.Grade
+    objects or their verdict strings; `answer_count` defaults to their number.
+    """
+    verdicts = [getattr(g, "verdict", g) for g in grades]
+    if not verdicts:
+        raise ValueError("no grades to suggest a rating from")
+    count = len(verdicts) if answer_count is None else answer_count
+    if all(v == _CORRECT for v in verdicts):
+        rating = Rating.Easy if seconds <= quick_seconds_per_answer * max(count, 1) else Rating.Good
+    elif any(v in (_CORRECT, _CLOSE) for v in verdicts):
+        rating = Rating.Hard
+    else:
+        rating = Rating.Again
+    if hints_used > 0 and rating > Rating.Again:
+        rating = Rating(rating - 1)
+    return rating
+
+
+def answers_from_grades(grades: Sequence[Any], typed: Mapping[str, str]) -> tuple[AnswerRecord, ...]:
+    """Store records from solvers.grade.Grade objects and the text typed for each key."""
+    return tuple(AnswerRecord(g.key, typed.get(g.key, ""), g.verdict, g.error, g.slip) for g in grades)
+
+
+# Settings ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ReviewSettings:
+    desired_retention: float = DESIRED_RETENTION
+    new_per_day: int = NEW_PER_DAY
+    quick_seconds_per_answer: float = QUICK_SECONDS_PER_ANSWER
+    enable_fuzzing: bool = False
+    learning_steps: tuple[timedelta, ...] = (timedelta(minutes=1), timedelta(minutes=10))
+    relearning_steps: tuple[timedelta, ...] = (timedelta(minutes=10),)
+
+    def scheduler(self) -> Scheduler:
+        return Scheduler(desired_retention=self.desired_retention, learning_steps=self.learning_steps,
+                         relearning_steps=self.relearning_steps, enable_fuzzing=self.enable_fuzzing)
+
+    @classmethod
+    def load(cls, store: ProgressStore) -> ReviewSettings:
+        """Settings saved in the store; a missing or unreadable value keeps its default."""
+        settings = cls()
+        for name, kind, low, high in (("desired_retention", float, 0.7, 0.99), ("new_per_day", int, 0, 1000),
+                                      ("quick_seconds_per_answer", float, 1.0, 3600.0)):
+            text = store.setting(name)
+            try:
+                value = kind(text) if text is not None else None
+            except ValueError:
+                value = None
+            if value is not None and low <= value <= high:
+                settings = replace(settings, **{name: value})
+        return settings
+
+    def save(self, store: ProgressStore) -> None:
+        for name in ("desired_retention", "new_per_day", "quick_seconds_per_answer"):
+            store.set_setting(name, str(getattr(self, name)))
+
+
+# Results -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Submitted:
+    attempt: Attempt
+    suggested: Rating
+    card: Card | None  # the card as scheduled with the suggestion (None: not scheduled)
+
+
+@dataclass(frozen=True)
+class DueSummary:
+    due_now: int  # cards due at this moment
+    due_today: int  # cards due before the end of the local day (includes due_now)
+    new_today: int  # new questions still allowed today (under the daily cap)
+    introduced_today: int  # questions first reviewed today
+
+
+def local_tz() -> tzinfo:
+    return datetime.now().astimezone().tzinfo  # type: ignore[return-value]
+
+
+def day_bounds(now: datetime, tz: tzinfo) -> tuple[datetime, datetime]:
+    """Start and end (UTC) of the local day that contains `now`."""
+    day = now.astimezone(tz).date()
+    start = datetime.combine(day, time(0), tzinfo=tz)
+    end = datetime.combine(day + timedelta(days=1), time(0), tzinfo=tz)
+    return utc(start), utc(end)
+
+
+def introduction_key(question: QuestionLike) -> tuple[int, int, str]:
+    """Group F first, then the catalogue's group order; easier first within a group."""
+    rank = GROUP_ORDER.index(question.group) if question.group in GROUP_ORDER else len(GROUP_ORDER)
+    return rank, question.difficulty, question.id
+
+
+def pick_mock(questions: Iterable[QuestionLike], count: int = 5, rng: random.Random | None = None) -> list[str]:
+    """`count` question ids across topics: one topic after another, a random question from each."""
+    rng = rng or random.Random()
+    by_topic: dict[str, list[str]] = {}
+    for q in sorted(questions, key=lambda q: q.id):
+        by_topic.setdefault(q.topic, []).append(q.id)
+    for ids in by_topic.values():
+        rng.shuffle(ids)
+    topics = sorted(by_topic)
+    rng.shuffle(topics)
+    picked: list[str] = []
+    while len(picked) < count and any(by_topic.values()):
+        for topic in topics:
+            if by_topic[topic] and len(picked) < count:
+                picked.append(by_topic[topic].pop())
+    return picked
+
+
+# The reviewer -------------------------------------------------------------------------------------
+class Reviewer:
+    """FSRS over the store. `questions` (the bank) fixes the introduction order and which
+    cards count as due (a card of a question no longer in the bank is kept, not shown)."""
+
+    def __init__(self, store: ProgressStore, questions: Iterable[QuestionLike] = (),
+                 settings: ReviewSettings | None = None, tz: tzinfo | None = None) -> None:
+        self.store = store
+        self.questions = {q.id: q for q in questions}
+        self.settings = settings or ReviewSettings()
+        self.scheduler = self.settings.scheduler()
+        self.tz = tz or local_tz()
+
+    # Reviewing --------------------------------------------------------------------------------
+    def _review_from(self, question_id: str, rating: Rating, when: datetime, duration_ms: int | None,
+                     attempt_uid: str | None = None):
+        def review(current: Card | None) -> Review:
+            before = current if current is not None else Card(card_id=card_id_for(question_id), due=when)
+            after, _ = self.scheduler.review_card(before, rating, when, duration_ms)
+            return Review(question_id, int(rating), when, after, before, attempt_uid, duration_ms)
+
+        return review
+
+    def submit(self, *, question_id: str, variant: str, mode: str, grades: Sequence[Any], typed: Mapping[str, str],
+               started: datetime, submitted: datetime | None = None, seconds: float | None = None,
+               hints_used: int = 0, mock_id: str | None = None, schedule: bool = True) -> Submitted:
+        """Record a submitted attempt and (with `schedule`) review its card with the suggested
+        rating, all in one transaction. Returns the attempt, the suggestion and the new card."""
+        submitted = utc(submitted or now_utc())
+        started = utc(started)
+        if seconds is None:
+            seconds = max(0.0, (submitted - started).total_seconds())
+        suggested = suggest_rating(grades, seconds, hints_used,
+                                   quick_seconds_per_answer=self.settings.quick_seconds_per_answer)
+        attempt = Attempt(question_id=question_id, variant=variant, mode=mode, started=started, submitted=submitted,
+                          seconds=seconds, hints_used=hints_used, answers=answers_from_grades(grades, typed),
+                          mock_id=mock_id, suggested=int(suggested))
+        review = self._review_from(question_id, suggested, submitted, int(seconds * 1000)) if schedule else None
+        self.store.record_attempt(attempt, review)
+        card = self.store.card(question_id) if schedule else None
+        return Submitted(attempt, suggested, card)
+
+    def rate(self, uid: str, rating: Rating | int) -> Card | None:
+        """The user's rating for an attempt: the attempt's review is redone with it."""
+        rating = Rating(int(rating))
+        review = self.store.review_of(uid)
+        if review is None:
+            self.store.set_rating(uid, rating)
+            return None
+        self.store.set_rating(uid, rating, self._rescheduled(review, rating))
+        return self.store.card(review.question_id)
+
+    def regrade(self, uid: str, grades: Sequence[Any], typed: Mapping[str, str]) -> Rating:
+        """New grades for an attempt (a checklist ticked after the reveal): the answers and
+        the suggestion are updated and, unless the user has rated it, so is the card."""
+        attempt = self.store.attempt(uid)
+        if attempt is None:
+            raise KeyError(f"no attempt {uid}")
+        suggested = suggest_rating(grades, attempt.seconds, attempt.hints_used,
+                                   quick_seconds_per_answer=self.settings.quick_seconds_per_answer)
+        review = self.store.review_of(uid)
+        reviews = self._rescheduled(review, suggested) if review is not None and attempt.rating is None else []
+        self.store.update_answers(uid, answers_from_grades(grades, typed), int(suggested), reviews)
+        return suggested
+
+    def _rescheduled(self, review: Review, rating: Rating) -> list[Review]:
+        """The reviews to rewrite when `review` takes another rating."""
+        if self.store.latest_review_uid(review.question_id) == review.uid and review.card_before is not None:
+            after, _ = self.scheduler.review_card(review.card_before, rating, review.reviewed, review.duration_ms)
+            return [replace(review, rating=int(rating), card_after=after)]
+        log = [replace(r, rating=int(rating)) if r.uid == review.uid else r
+               for r in self.store.reviews(question_id=review.question_id)]
+        return replay(self.scheduler, review.question_id, log)
+
+    def review(self, question_id: str, rating: Rating | int, when: datetime | None = None,
+               duration_ms: int | None = None) -> Card:
+        """Review a question's card without an attempt (and log it)."""
+        when = utc(when or now_utc())
+        made = self.store.log_review(self._review_from(question_id, Rating(int(rating)), when, duration_ms),
+                                     question_id=question_id)
+        return made.card_after
+
+    def card(self, question_id: str) -> Card | None:
+        return self.store.card(question_id)
+
+    # Queues -------------------------------------------------------------------------------------
+    def _known(self, question_id: str) -> bool:
+        return not self.questions or question_id in self.questions
+
+    def due_now(self, now: datetime | None = None) -> list[str]:
+        """Question ids due at `now`, most overdue first."""
+        return [qid for qid, _ in self.store.due_cards(utc(now or now_utc())) if self._known(qid)]
+
+    def due_today(self, now: datetime | None = None) -> list[str]:
+        """Question ids due before the end of the local day (those due now included)."""
+        _, end = day_bounds(utc(now or now_utc()), self.tz)
+        return [qid for qid, _ in self.store.due_cards(end - timedelta(microseconds=1)) if self._known(qid)]
+
+    def introduced_today(self, now: datetime | None = None) -> int:
+        start, end = day_bounds(utc(now or now_utc()), self.tz)
+        return sum(start <= first < end for qid, first in self.store.first_reviews().items() if self._known(qid))
+
+    def introduction_order(self) -> list[str]:
+        """Every question of the bank never reviewed, in the order new users meet them."""
+        seen = set(self.store.first_reviews())
+        return [q.id for q in sorted(self.questions.values(), key=introduction_key) if q.id not in seen]
+
+    def new_questions(self, now: datetime | None = None) -> list[str]:
+        """New questions still allowed today, under the daily cap, in introduction order."""
+        left = max(0, self.settings.new_per_day - self.introduced_today(now))
+        return self.introduction_order()[:left]
+
+    def next_question(self, now: datetime | None = None) -> str | None:
+        """What a drill session asks next: the most overdue card, else a new question, else None."""
+        due = self.due_now(now)
+        if due:
+            return due[0]
+        new = self.new_questions(now)
+        return new[0] if new else None
+
+    def summary(self, now: datetime | None = None) -> DueSummary:
+        now = utc(now or now_utc())
+        introduced = self.introduced_today(now)
+        return DueSummary(len(self.due_now(now)), len(self.due_today(now)),
+                          min(max(0, self.settings.new_per_day - introduced), len(self.introduction_order())),
+                          introduced)
+
+    def retrievability(self, now: datetime | None = None) -> dict[str, float]:
+        """The probability of recall now, per reviewed question (FSRS)."""
+        now = utc(now or now_utc())
+        return {qid: self.scheduler.get_card_retrievability(card, now)
+                for qid, card in self.store.cards().items() if card.last_review is not None and self._known(qid)}
+
+    # Moving progress ----------------------------------------------------------------------------
+    def import_json(self, data: Any) -> ImportResult:
+        """Merge an export; cards of questions reviewed on both sides are replayed from the merged log."""
+        return self.store.import_json(data, self.scheduler)

@@ -1,0 +1,212 @@
+"""Statistics over the progress store, for the statistics screen and `infradrill stats`.
+
+Pure functions of attempts (and of the retrievability the reviewer computes): reviews per
+day for a calendar heatmap, retention per week (share of attempts with every answer
+correct), accuracy by group and topic, the most frequent slips, the weakest questions.
+Days and weeks are local (a `tz` argument); no Textual here.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, tzinfo
+from typing import Any
+
+from tui.review import GROUP_ORDER
+from tui.store import Attempt
+
+HEAT = " ░▒▓█"
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    attempts: int = 0
+    all_correct: int = 0  # attempts with every answer correct
+    answers: int = 0
+    correct: int = 0  # answers correct
+
+    @property
+    def attempt_share(self) -> float | None:
+        return self.all_correct / self.attempts if self.attempts else None
+
+    @property
+    def answer_share(self) -> float | None:
+        return self.correct / self.answers if self.answers else None
+
+    def add(self, attempt: Attempt) -> Accuracy:
+        return Accuracy(self.attempts + 1, self.all_correct + attempt.all_correct, self.answers + len(attempt.answers),
+                        self.correct + sum(a.verdict == "correct" for a in attempt.answers))
+
+
+@dataclass(frozen=True)
+class WeekRetention:
+    week: date  # the Monday that starts it (local)
+    attempts: int
+    all_correct: int
+
+    @property
+    def share(self) -> float | None:
+        return self.all_correct / self.attempts if self.attempts else None
+
+
+def local_day(moment: datetime, tz: tzinfo) -> date:
+    return moment.astimezone(tz).date()
+
+
+def reviews_per_day(attempts: Iterable[Attempt], tz: tzinfo) -> dict[date, int]:
+    """Attempts submitted per local day (each one is a review of its question)."""
+    return dict(sorted(Counter(local_day(a.submitted, tz) for a in attempts).items()))
+
+
+def heatmap_weeks(per_day: Mapping[date, int], today: date, weeks: int = 26) -> list[list[tuple[date, int] | None]]:
+    """Columns of a calendar heatmap: `weeks` weeks (Monday first) ending with this week;
+    each column has 7 cells (day, count), None for days after `today`."""
+    first = today - timedelta(days=today.weekday()) - timedelta(weeks=weeks - 1)
+    columns = []
+    for w in range(weeks):
+        column: list[tuple[date, int] | None] = []
+        for d in range(7):
+            day = first + timedelta(weeks=w, days=d)
+            column.append(None if day > today else (day, per_day.get(day, 0)))
+        columns.append(column)
+    return columns
+
+
+def heatmap_text(per_day: Mapping[date, int], today: date, weeks: int = 26) -> str:
+    """The heatmap as 7 text rows (Mon..Sun), one character per day, darker = more."""
+    columns = heatmap_weeks(per_day, today, weeks)
+    top = max((cell[1] for column in columns for cell in column if cell), default=0)
+
+    def shade(cell: tuple[date, int] | None) -> str:
+        if cell is None:
+            return " "
+        if cell[1] == 0:
+            return "·"
+        return HEAT[1 + (cell[1] - 1) * (len(HEAT) - 2) // max(top - 1, 1)]  # 1 -> lightest, top -> darkest
+
+    names = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+    return "\n".join(f"{names[d]} " + "".join(shade(column[d]) for column in columns) for d in range(7))
+
+
+def retention_by_week(attempts: Iterable[Attempt], tz: tzinfo) -> list[WeekRetention]:
+    """Share of attempts graded all-correct per local week, gaps filled with empty weeks."""
+    counts: dict[date, list[int]] = {}
+    for a in attempts:
+        day = local_day(a.submitted, tz)
+        week = counts.setdefault(day - timedelta(days=day.weekday()), [0, 0])
+        week[0] += 1
+        week[1] += a.all_correct
+    if not counts:
+        return []
+    out, week, last = [], min(counts), max(counts)
+    while week <= last:
+        total, right = counts.get(week, (0, 0))
+        out.append(WeekRetention(week, total, right))
+        week += timedelta(weeks=1)
+    return out
+
+
+def accuracy_by(attempts: Iterable[Attempt], key: Callable[[Attempt], str]) -> dict[str, Accuracy]:
+    table: dict[str, Accuracy] = {}
+    for a in attempts:
+        k = key(a)
+        table[k] = table.get(k, Accuracy()).add(a)
+    return dict(sorted(table.items()))
+
+
+def accuracy_by_group(attempts: Iterable[Attempt], questions: Mapping[str, Any]) -> dict[str, Accuracy]:
+    """By the question's group ('?' for a question no longer in the bank), in the catalogue's order."""
+    table = accuracy_by(attempts, lambda a: getattr(questions.get(a.question_id), "group", "?"))
+    rank = {g: i for i, g in enumerate(GROUP_ORDER)}
+    return dict(sorted(table.items(), key=lambda item: (rank.get(item[0], len(rank)), item[0])))
+
+
+def accuracy_by_topic(attempts: Iterable[Attempt], questions: Mapping[str, Any]) -> dict[str, Accuracy]:
+    return accuracy_by(attempts, lambda a: getattr(questions.get(a.question_id), "topic", "?"))
+
+
+def top_slips(attempts: Iterable[Attempt], limit: int = 5) -> list[tuple[str, int]]:
+    """The slips diagnosed most often, with their counts."""
+    return Counter(x.slip for a in attempts for x in a.answers if x.slip).most_common(limit)
+
+
+def lowest_retrievability(retrievability: Mapping[str, float], limit: int = 5) -> list[tuple[str, float]]:
+    """The questions most likely forgotten now (from Reviewer.retrievability)."""
+    return sorted(retrievability.items(), key=lambda item: (item[1], item[0]))[:limit]
+
+
+# The summary (CLI and the top of the statistics screen) -----------------------------------------
+@dataclass(frozen=True)
+class Summary:
+    today: date
+    attempts: int
+    days: int  # distinct days with an attempt
+    first: date | None
+    per_day: dict[date, int]
+    retention: list[WeekRetention]
+    by_group: dict[str, Accuracy]
+    by_topic: dict[str, Accuracy]
+    slips: list[tuple[str, int]]
+    weakest: list[tuple[str, float]]
+    due_now: int = 0
+    due_today: int = 0
+    new_today: int = 0
+    mocks: int = 0
+
+
+def summarize(attempts: Sequence[Attempt], questions: Mapping[str, Any], retrievability: Mapping[str, float],
+              now: datetime, tz: tzinfo, due: Any = None, mocks: int = 0) -> Summary:
+    """Everything the statistics screen shows. `due` is a review.DueSummary (or None)."""
+    per_day = reviews_per_day(attempts, tz)
+    return Summary(
+        today=local_day(now, tz), attempts=len(attempts), days=len(per_day), first=min(per_day, default=None),
+        per_day=per_day, retention=retention_by_week(attempts, tz), by_group=accuracy_by_group(attempts, questions),
+        by_topic=accuracy_by_topic(attempts, questions), slips=top_slips(attempts),
+        weakest=lowest_retrievability(retrievability), due_now=getattr(due, "due_now", 0),
+        due_today=getattr(due, "due_today", 0), new_today=getattr(due, "new_today", 0), mocks=mocks)
+
+
+def _pct(share: float | None) -> str:
+    return "  –" if share is None else f"{share:4.0%}"
+
+
+def format_summary(s: Summary, weeks: int = 8) -> str:
+    if not s.attempts:
+        return (f"No attempts yet. Due now {s.due_now}, today {s.due_today}; "
+                f"{s.new_today} new question(s) to meet today.\n")
+    lines = [f"{s.attempts} attempt(s) on {s.days} day(s) since {s.first}; {s.mocks} mock interview(s)",
+             f"Due now {s.due_now}, today {s.due_today}; {s.new_today} new question(s) left today", "",
+             "Retention (attempts with every answer correct), by week:"]
+    for w in s.retention[-weeks:]:
+        bar = "█" * round(10 * (w.share or 0))
+        lines.append(f"  week of {w.week}  {_pct(w.share)} of {w.attempts:<3} {bar}")
+    for title, table in (("group", s.by_group), ("topic", s.by_topic)):
+        lines += ["", f"Accuracy by {title} (answers correct; attempts all correct):"]
+        width = max(len(k) for k in table)
+        lines += [f"  {k:<{width}}  {_pct(a.answer_share)} of {a.answers:<4} {_pct(a.attempt_share)} of {a.attempts}"
+                  for k, a in table.items()]
+    if s.slips:
+        lines += ["", "Most frequent slips:"] + [f"  {n:>3}×  {slip}" for slip, n in s.slips]
+    if s.weakest:
+        width = max(len(q) for q, _ in s.weakest)
+        lines += ["", "Lowest retrievability now:"] + [f"  {q:<{width}}  {r:4.0%}" for q, r in s.weakest]
+    lines += ["", "Reviews per day, last 26 weeks:", heatmap_text(s.per_day, s.today)]
+    return "\n".join(lines) + "\n"
+
+
+def summary_dict(s: Summary) -> dict[str, Any]:
+    """The summary as JSON data (`infradrill stats --json`)."""
+    def accuracy(table: Mapping[str, Accuracy]) -> dict[str, Any]:
+        return {k: {"attempts": a.attempts, "all_correct": a.all_correct, "answers": a.answers, "correct": a.correct}
+                for k, a in table.items()}
+
+    return {"today": s.today.isoformat(), "attempts": s.attempts, "days": s.days,
+            "first": s.first.isoformat() if s.first else None, "mocks": s.mocks,
+            "due": {"now": s.due_now, "today": s.due_today, "new_today": s.new_today},
+            "per_day": {d.isoformat(): n for d, n in s.per_day.items()},
+            "retention": [{"week": w.week.isoformat(), "attempts": w.attempts, "all_correct": w.all_correct}
+                          for w in s.retention],
+            "by_group": accuracy(s.by_group), "by_topic": accuracy(s.by_topic),
+            "slips": [{"slip": slip, "count": n} for slip, n in s.slips],
+            "weakest": [{"question_id": q, "retrievability": r} for q, r in s.weakest]}
