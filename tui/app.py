@@ -5,6 +5,7 @@ Nothing here computes an answer: variants are made by solvers.engine in thread w
 """
 from __future__ import annotations
 
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -68,9 +69,11 @@ class InfradrillApp(App):
     def _loaded(self, drill: Drill) -> None:
         self.drill = drill
         if isinstance(self.screen, HomeScreen):
-            self.screen.show_bank(len(drill.bank.questions), drill.problems)
+            self.screen.refresh_status()
         for problem in drill.problems:
             self.notify(problem, title="Not loaded", severity="warning", timeout=15)
+        for notice in drill.notices:
+            self.notify(notice, title="Progress", severity="warning", timeout=20)
 
     def _bank_ready(self) -> Drill | None:
         if self.drill is None:
@@ -97,20 +100,43 @@ class InfradrillApp(App):
 
         self.push_screen(CodeScreen(), opened)
 
+    def action_drill(self, replace: bool = False) -> None:
+        """The next question the schedule wants: due reviews first, then new ones."""
+        if (drill := self._bank_ready()) is None:
+            return
+        if drill.reviewer is None:
+            self.notify("Drilling needs the progress store, which could not be opened.", severity="error")
+            return
+        question_id = drill.reviewer.next_question()
+        if question_id is None:
+            summary = drill.reviewer.summary()
+            self.notify(f"Nothing due now ({summary.due_today} more later today). Browse or practise at random.")
+            if replace:
+                self.pop_screen()
+            return
+        self.open_question(question_id, replace=replace, mode="drill")
+
+    def action_stats(self) -> None:
+        from tui.screens.stats import StatsScreen
+
+        if (drill := self._bank_ready()) is not None and drill.reviewer is not None:
+            self.push_screen(StatsScreen(drill))
+
     def action_help(self) -> None:
         from tui.screens.dialogs import HelpScreen
 
         self.push_screen(HelpScreen())
 
     # Flow between screens ----------------------------------------------------------------
-    def open_question(self, question_id: str, default: bool = False, replace: bool = False) -> None:
+    def open_question(self, question_id: str, default: bool = False, replace: bool = False,
+                      mode: str = "practice") -> None:
         if self._bank_ready() is None:
             return
         self._make_variant(lambda drill: drill.variant(question_id, None if default else drill.new_seed()),
-                           replace=replace)
+                           replace=replace, mode=mode)
 
     @work(thread=True, exclusive=True, group="variant")
-    def _make_variant(self, make, replace: bool) -> None:
+    def _make_variant(self, make, replace: bool, mode: str = "practice") -> None:
         from solvers.engine import VariantError
 
         try:
@@ -122,29 +148,44 @@ class InfradrillApp(App):
             self.call_from_thread(self.notify, f"{type(error).__name__}: {error}", title="Solver failed",
                                   severity="error", timeout=15)
             return
-        self.call_from_thread(self._show_question, solution, replace)
+        self.call_from_thread(self._show_question, solution, replace, mode)
 
-    def _show_question(self, solution: Solution, replace: bool) -> None:
+    def _show_question(self, solution: Solution, replace: bool, mode: str) -> None:
         from tui.screens.question import QuestionScreen
 
-        screen = QuestionScreen(solution)
+        screen = QuestionScreen(solution, mode)
         if replace:
             self.switch_screen(screen)
         else:
             self.push_screen(screen)
 
-    def show_solution(self, solution: Solution, answers: dict[str, str], elapsed: float, hints_used: int) -> None:
+    def show_solution(self, solution: Solution, answers: dict[str, str], elapsed: float, hints_used: int,
+                      started: datetime, mode: str) -> None:
         from tui.screens.solution import SolutionScreen
 
         # A checklist is ticked on the solution screen; what was typed were notes.
         checklists = {a.key for a in solution.question.answers if a.kind == "checklist"}
         grades = solution.grade({k: ("" if k in checklists else v) for k, v in answers.items()})
-        self.switch_screen(SolutionScreen(solution, answers, grades, elapsed, hints_used))
+        submitted = self._record(solution, answers, grades, elapsed, hints_used, started, mode)
+        self.switch_screen(SolutionScreen(solution, answers, grades, elapsed, hints_used, submitted, mode))
 
-    def reopen(self, solution: Solution) -> None:
+    def _record(self, solution: Solution, answers, grades, elapsed, hints_used, started, mode):
+        """Write the attempt (and its review) before the solution shows: a crash now loses nothing."""
+        reviewer = self.drill.reviewer if self.drill else None
+        if reviewer is None:
+            return None
+        try:
+            return reviewer.submit(question_id=solution.question.id, variant=str(solution.code), mode=mode,
+                                   grades=grades, typed=answers, started=started, seconds=elapsed,
+                                   hints_used=hints_used)
+        except Exception as error:  # the store failing must not cost the user the solution
+            self.notify(f"This attempt was not saved: {error}", title="Progress", severity="error", timeout=15)
+            return None
+
+    def reopen(self, solution: Solution, mode: str) -> None:
         from tui.screens.question import QuestionScreen
 
-        self.switch_screen(QuestionScreen(solution))
+        self.switch_screen(QuestionScreen(solution, mode))
 
 
 def run() -> int:

@@ -1,6 +1,8 @@
-"""The application's access to the engine: loads the bank once, makes and grades variants.
+"""The application's access to the engine and the progress store: loads the bank and the
+store once, makes variants, records attempts.
 
-Imports of solvers.engine (and so sympy) happen inside the methods, off the start-up path.
+Imports of solvers.engine (and so sympy) and of the scheduler happen inside the methods,
+off the start-up path.
 """
 from __future__ import annotations
 
@@ -13,17 +15,29 @@ from solvers.data import Catalog, load_catalog
 
 if TYPE_CHECKING:
     from solvers.engine import Solution
+    from tui.review import Reviewer
 
 
 @dataclass
 class Drill:
     bank: Bank
     catalog: Catalog
+    reviewer: Reviewer | None = None  # None: progress cannot be saved this session
+    notices: list[str] = field(default_factory=list)  # about the progress store
     rng: random.Random = field(default_factory=random.Random)
 
     @classmethod
     def load(cls) -> Drill:
-        return cls(load_bank(), load_catalog())
+        from tui.review import Reviewer, ReviewSettings
+        from tui.store import StoreError, open_store
+
+        bank = load_bank()
+        try:
+            store, notices = open_store()
+            reviewer = Reviewer(store, bank.questions.values(), ReviewSettings.load(store))
+        except StoreError as error:
+            return cls(bank, load_catalog(), None, [f"Progress will not be saved this session: {error}"])
+        return cls(bank, load_catalog(), reviewer, notices)
 
     @property
     def problems(self) -> list[str]:

@@ -18,14 +18,16 @@ class HomeScreen(Screen):
     DEFAULT_CSS = """
     #home { padding: 1 2; }
     #intro { margin-bottom: 1; }
-    #menu { height: auto; max-height: 8; margin-bottom: 1; }
+    #menu { height: auto; max-height: 10; margin-bottom: 1; }
     #bank-status { color: $text-muted; }
     """
 
     BINDINGS = [
+        Binding("d", "app.drill", "Drill"),
         Binding("b", "app.browse", "Browse"),
         Binding("r", "app.random_question", "Random"),
         Binding("v", "app.enter_code", "Variant code"),
+        Binding("s", "app.stats", "Stats"),
         Binding("f1", "app.help", "Help"),
         Binding("q", "app.quit", "Quit", show=False),
     ]
@@ -35,9 +37,11 @@ class HomeScreen(Screen):
         with Vertical(id="home"):
             yield Static(INTRO, id="intro")
             yield OptionList(
+                Option("Drill what is due          d", id="drill"),
                 Option("Browse the bank            b", id="browse"),
                 Option("Random question            r", id="random_question"),
                 Option("Enter a variant code       v", id="enter_code"),
+                Option("Statistics                 s", id="stats"),
                 Option("Help and key bindings      F1", id="help"),
                 Option("Quit                       q", id="quit"),
                 id="menu",
@@ -51,8 +55,19 @@ class HomeScreen(Screen):
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.app.run_action(event.option.id)
 
-    def show_bank(self, count: int, problems: list[str]) -> None:
-        text = f"{count} questions in the bank."
-        if problems:
-            text += f"  [b $warning]{len(problems)} file(s) could not be loaded[/] — see the notice."
+    def on_screen_resume(self) -> None:
+        self.refresh_status()
+
+    def refresh_status(self) -> None:
+        """Bank size, load problems and what the schedule has due."""
+        drill = self.app.drill
+        if drill is None:
+            return
+        text = f"{len(drill.bank.questions)} questions in the bank."
+        if drill.problems:
+            text += f"  [b $warning]{len(drill.problems)} file(s) could not be loaded[/] — see the notice."
+        if drill.reviewer is not None:
+            due = drill.reviewer.summary()
+            text += (f"\nDue now [b]{due.due_now}[/b], later today {due.due_today - due.due_now}; "
+                     f"new questions left today {due.new_today}.")
         self.query_one("#bank-status", Static).update(text)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from rich.table import Table
@@ -46,9 +47,11 @@ class QuestionScreen(Screen):
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
-    def __init__(self, solution: Solution) -> None:
+    def __init__(self, solution: Solution, mode: str = "practice") -> None:
         super().__init__()
         self.solution = solution
+        self.mode = mode  # practice, drill or mock: recorded with the attempt
+        self.started_at = datetime.now(UTC)
         self.started = time.monotonic()
         self.hints_shown = 0
         self.confirm_empty = False
@@ -105,7 +108,8 @@ class QuestionScreen(Screen):
             self.confirm_empty = True
             self.notify(f"{len(empty)} answer(s) empty: press ctrl+s again to reveal the solution anyway.")
             return
-        self.app.show_solution(self.solution, self.answers(), self.elapsed, self.hints_shown)
+        self.app.show_solution(self.solution, self.answers(), self.elapsed, self.hints_shown, self.started_at,
+                               self.mode)
 
     def action_hint(self) -> None:
         hints = self.solution.question.hints
@@ -119,4 +123,4 @@ class QuestionScreen(Screen):
         hint_box.scroll_visible()
 
     def action_new_variant(self) -> None:
-        self.app.open_question(self.solution.question.id, replace=True)
+        self.app.open_question(self.solution.question.id, replace=True, mode=self.mode)

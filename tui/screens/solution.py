@@ -1,6 +1,7 @@
 """Reveal: the grade table, the derivation step by step, the regime, assumptions, sources."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from textual import work
@@ -17,11 +18,13 @@ from tui.render import givens_table, grade_table, notes, regime_panel, step_rend
 
 if TYPE_CHECKING:
     from solvers.engine import Solution
+    from tui.review import Submitted
 
 
 class SolutionScreen(Screen):
     DEFAULT_CSS = """
     #solution-title { padding: 0 1; background: $boost; height: auto; }
+    #rating { padding: 0 1; background: $boost; height: auto; color: $text-muted; }
     #solution-body { padding: 0 1; }
     #grades { margin: 1 0; }
     .section, .step, #regime, #chart { margin-top: 1; }
@@ -30,20 +33,28 @@ class SolutionScreen(Screen):
     """
 
     BINDINGS = [
-        Binding("n", "new_variant", "New variant"),
+        Binding("1", "rate(1)", "Again", show=False),
+        Binding("2", "rate(2)", "Hard", show=False),
+        Binding("3", "rate(3)", "Good", show=False),
+        Binding("4", "rate(4)", "Easy", show=False),
+        Binding("n", "new_variant", "Next"),
         Binding("a", "again", "Answer again"),
         Binding("f1", "app.help", "Help"),
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
     def __init__(self, solution: Solution, answers: dict[str, str], grades: list[Grade], elapsed: float,
-                 hints_used: int) -> None:
+                 hints_used: int, submitted: Submitted | None = None, mode: str = "practice") -> None:
         super().__init__()
         self.solution = solution
         self.answers = answers
         self.grades = grades
         self.elapsed = elapsed
         self.hints_used = hints_used
+        self.submitted = submitted  # the saved attempt and its suggested rating (None: not saved)
+        self.mode = mode
+        self.rating = int(submitted.suggested) if submitted else None
+        self.rated = False  # the user picked a rating (else the suggestion stands)
 
     def compose(self) -> ComposeResult:
         q = self.solution.question
@@ -53,6 +64,7 @@ class SolutionScreen(Screen):
         yield Static(f"[b]{q.title}[/b]   variant [b]{self.solution.code}[/b]   "
                      f"{right}/{len(self.grades)} correct in {minutes}:{seconds:02d}, hints used {self.hints_used}",
                      id="solution-title")
+        yield Static(self._rating_text(), id="rating")
         with VerticalScroll(id="solution-body"):
             yield Static(grade_table(self.solution, self.grades), id="grades")
             for spec in self.solution.question.answers:
@@ -95,12 +107,42 @@ class SolutionScreen(Screen):
     def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:
         key = event.selection_list.id.removeprefix("tick-")
         ticked = sorted(event.selection_list.selected)
-        grade = self.solution.grade_one(key, ",".join(str(i + 1) for i in ticked) if ticked else "none")
+        ticks = ",".join(str(i + 1) for i in ticked) if ticked else "none"
+        grade = self.solution.grade_one(key, ticks)
         self.grades = [grade if g.key == key else g for g in self.grades]
         self.query_one("#grades", Static).update(grade_table(self.solution, self.grades))
+        reviewer = self.app.drill.reviewer if self.app.drill else None
+        if self.submitted and reviewer is not None:
+            suggested = reviewer.regrade(self.submitted.attempt.uid, self.grades, {**self.answers, key: ticks})
+            if not self.rated:
+                self.rating = int(suggested)
+            self.submitted = replace(self.submitted, suggested=suggested)
+            self.query_one("#rating", Static).update(self._rating_text())
+
+    def _rating_text(self) -> str:
+        if self.submitted is None:
+            return "Not saved: progress is unavailable this session."
+        names = {1: "Again", 2: "Hard", 3: "Good", 4: "Easy"}
+        choices = "  ".join(f"[reverse] {n} {name} [/reverse]" if n == self.rating else f"{n} {name}"
+                            for n, name in names.items())
+        card = self.app.drill.reviewer.card(self.solution.question.id) if self.app.drill else None
+        due = f" · next review {card.due.astimezone():%a %d %b %H:%M}" if card is not None else ""
+        state = "your rating" if self.rated else f"suggested {names[int(self.submitted.suggested)]}"
+        return f"Saved. Rate it: {choices}  ({state}{due})"
+
+    def action_rate(self, rating: int) -> None:
+        reviewer = self.app.drill.reviewer if self.app.drill else None
+        if self.submitted is None or reviewer is None:
+            return
+        reviewer.rate(self.submitted.attempt.uid, rating)
+        self.rating, self.rated = rating, True
+        self.query_one("#rating", Static).update(self._rating_text())
 
     def action_new_variant(self) -> None:
-        self.app.open_question(self.solution.question.id, replace=True)
+        if self.mode == "drill":
+            self.app.action_drill(replace=True)
+        else:
+            self.app.open_question(self.solution.question.id, replace=True, mode=self.mode)
 
     def action_again(self) -> None:
-        self.app.reopen(self.solution)
+        self.app.reopen(self.solution, self.mode)

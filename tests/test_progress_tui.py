@@ -1,0 +1,71 @@
+"""Progress through the app: a drill review is saved and rated; a SIGKILL right after
+submitting loses nothing."""
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+
+from tests.test_tui import running_app, wait_for
+from tui.screens.question import QuestionScreen
+from tui.screens.solution import SolutionScreen
+from tui.store import open_store
+
+
+async def _drill_and_rate():
+    async with running_app() as (app, pilot):
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        question = app.screen.solution.question
+        assert app.screen.mode == "drill" and question.group == "F"  # new users start with group F
+        await pilot.press("ctrl+s", "ctrl+s")  # give up: reveal with empty answers
+        await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
+        suggested = int(app.screen.submitted.suggested)
+        await pilot.press("3")
+        return question.id, suggested, app.screen.submitted.attempt.uid
+
+
+def test_a_drill_review_is_saved_rated_and_scheduled(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path))
+    question_id, suggested, uid = asyncio.run(_drill_and_rate())
+    store, notices = open_store(tmp_path)
+    assert notices == []
+    attempt = store.attempt(uid)
+    assert attempt.question_id == question_id and attempt.mode == "drill"
+    assert suggested == 1 and attempt.rating == 3  # all unanswered suggests Again; the user chose Good
+    assert store.card(question_id) is not None
+
+
+KILLED_AFTER_SUBMIT = textwrap.dedent("""
+    import asyncio, os, signal
+    from tests.test_tui import running_app, wait_for
+    from tui.screens.question import QuestionScreen
+    from tui.screens.solution import SolutionScreen
+
+    async def main():
+        async with running_app() as (app, pilot):
+            app.open_question("kv-bytes-per-token", default=True)
+            await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+            app.screen.query_one("#answer-kv_per_token").insert_text_at_cursor("320 KiB")
+            await pilot.press("ctrl+s", "ctrl+s")
+            await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
+            print(app.screen.submitted.attempt.uid, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    asyncio.run(main())
+""")
+
+
+def test_sigkill_right_after_submitting_loses_nothing(tmp_path):
+    env = dict(os.environ, INFRADRILL_DATA_DIR=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", KILLED_AFTER_SUBMIT], env=env, capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == -9, result.stderr[-2000:]
+    uid = result.stdout.split()[-1]
+    store, _ = open_store(tmp_path)
+    attempt = store.attempt(uid)
+    assert attempt is not None and attempt.question_id == "kv-bytes-per-token"
+    assert {a.key: a.verdict for a in attempt.answers}["kv_per_token"] == "correct"
+    assert store.card("kv-bytes-per-token") is not None
