@@ -62,10 +62,40 @@ def test_sigkill_right_after_submitting_loses_nothing(tmp_path):
     env = dict(os.environ, INFRADRILL_DATA_DIR=str(tmp_path))
     result = subprocess.run([sys.executable, "-c", KILLED_AFTER_SUBMIT], env=env, capture_output=True, text=True,
                             timeout=120, check=False)
-    assert result.returncode == -9, result.stderr[-2000:]
+    assert result.returncode == -9, result.stderr[-4000:]
     uid = result.stdout.split()[-1]
     store, _ = open_store(tmp_path)
     attempt = store.attempt(uid)
     assert attempt is not None and attempt.question_id == "kv-bytes-per-token"
     assert {a.key: a.verdict for a in attempt.answers}["kv_per_token"] == "correct"
     assert store.card("kv-bytes-per-token") is not None
+
+
+async def _two_question_mock():
+    async with running_app() as (app, pilot):
+        app.mock_questions = 2
+        await pilot.press("m")
+        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        first = app.screen.solution.question.id
+        assert app.screen.mode == "mock"
+        await pilot.press("ctrl+t")  # no hints in a mock
+        assert app.screen.hints_shown == 0
+        await pilot.press("ctrl+s", "ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen)
+                       and app.screen.solution.question.id != first)
+        second = app.screen.solution.question.id
+        await pilot.press("ctrl+s", "ctrl+s")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "MockSheetScreen")
+        rows = app.screen.query_one("#sheet").row_count
+        return first, second, rows, app.screen.sheet
+
+
+def test_a_two_question_mock_ends_on_a_saved_score_sheet(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path))
+    first, second, rows, sheet = asyncio.run(_two_question_mock())
+    assert rows == 2 and [a.question_id for a in sheet.attempts] == [first, second]
+    store, _ = open_store(tmp_path)
+    (mock,) = store.mocks()
+    assert mock.finished is not None and mock.planned == 2
+    assert all(a.mode == "mock" and a.mock_id == mock.id for a in store.attempts())
+    assert store.card(first) is not None and store.card(second) is not None  # mocks feed the cards too

@@ -18,7 +18,7 @@ from tui.screens.solution import SolutionScreen
 SIZE = (80, 24)
 
 
-async def wait_for(pilot, predicate, timeout: float = 10.0) -> None:
+async def wait_for(pilot, predicate, timeout: float = 30.0) -> None:
     """Workers run in threads: poll until the UI reflects their result."""
     for _ in range(int(timeout / 0.05)):
         if predicate():

@@ -5,6 +5,7 @@ Nothing here computes an answer: variants are made by solvers.engine in thread w
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING
@@ -39,6 +40,16 @@ class QuestionCommands(Provider):
                           help="open a fresh variant")
 
 
+@dataclass
+class MockRun:
+    """A mock interview under way: its questions, where we are, the per-question budget."""
+
+    id: str
+    questions: list[str]
+    budget_seconds: float
+    index: int = 0
+
+
 class InfradrillApp(App):
     TITLE = "infradrill"
     COMMANDS = App.COMMANDS | {QuestionCommands}
@@ -47,9 +58,13 @@ class InfradrillApp(App):
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 
+    mock_questions = 5
+    mock_budget_seconds = 5 * 60
+
     def __init__(self) -> None:
         super().__init__()
         self.drill: Drill | None = None
+        self.mock: MockRun | None = None  # the mock interview in progress
 
     def on_mount(self) -> None:
         self.push_screen(HomeScreen())
@@ -96,9 +111,14 @@ class InfradrillApp(App):
 
         def opened(code: str | None) -> None:
             if code:
-                self._make_variant(lambda drill: drill.variant_from_code(code), replace=False)
+                self.open_code(code)
 
         self.push_screen(CodeScreen(), opened)
+
+    def open_code(self, code: str) -> None:
+        """Open exactly the variant a code names (practice mode)."""
+        if self._bank_ready() is not None:
+            self._make_variant(lambda drill: drill.variant_from_code(code), replace=False)
 
     def action_drill(self, replace: bool = False) -> None:
         """The next question the schedule wants: due reviews first, then new ones."""
@@ -115,6 +135,37 @@ class InfradrillApp(App):
                 self.pop_screen()
             return
         self.open_question(question_id, replace=replace, mode="drill")
+
+    def action_mock(self) -> None:
+        """A mock interview: questions across topics, a clock per question, no hints, a score sheet."""
+        from tui.review import pick_mock
+
+        if (drill := self._bank_ready()) is None or drill.reviewer is None:
+            return
+        questions = pick_mock(drill.bank.questions.values(), self.mock_questions, drill.rng)
+        mock_id = drill.reviewer.store.start_mock(len(questions), self.mock_budget_seconds)
+        self.mock = MockRun(mock_id, questions, self.mock_budget_seconds)
+        self.notify(f"Mock interview: {len(questions)} questions, {self.mock_budget_seconds // 60} minutes each, "
+                    "no hints; the solutions wait for the score sheet.")
+        self.open_question(questions[0], mode="mock")
+
+    def action_past_mocks(self) -> None:
+        from tui.screens.mock import PastMocksScreen
+
+        if (drill := self._bank_ready()) is not None and drill.reviewer is not None:
+            self.push_screen(PastMocksScreen(drill))
+
+    def _next_mock_question(self) -> None:
+        from tui.screens.mock import MockSheetScreen
+
+        mock = self.mock
+        mock.index += 1
+        if mock.index < len(mock.questions):
+            self.open_question(mock.questions[mock.index], replace=True, mode="mock")
+            return
+        self.drill.reviewer.store.finish_mock(mock.id)
+        self.mock = None
+        self.switch_screen(MockSheetScreen(self.drill, mock.id))
 
     def action_stats(self) -> None:
         from tui.screens.stats import StatsScreen
@@ -167,6 +218,9 @@ class InfradrillApp(App):
         checklists = {a.key for a in solution.question.answers if a.kind == "checklist"}
         grades = solution.grade({k: ("" if k in checklists else v) for k, v in answers.items()})
         submitted = self._record(solution, answers, grades, elapsed, hints_used, started, mode)
+        if mode == "mock" and self.mock is not None:
+            self._next_mock_question()  # solutions wait for the score sheet
+            return
         self.switch_screen(SolutionScreen(solution, answers, grades, elapsed, hints_used, submitted, mode))
 
     def _record(self, solution: Solution, answers, grades, elapsed, hints_used, started, mode):
@@ -175,9 +229,10 @@ class InfradrillApp(App):
         if reviewer is None:
             return None
         try:
+            mock_id = self.mock.id if mode == "mock" and self.mock is not None else None
             return reviewer.submit(question_id=solution.question.id, variant=str(solution.code), mode=mode,
                                    grades=grades, typed=answers, started=started, seconds=elapsed,
-                                   hints_used=hints_used)
+                                   hints_used=hints_used, mock_id=mock_id)
         except Exception as error:  # the store failing must not cost the user the solution
             self.notify(f"This attempt was not saved: {error}", title="Progress", severity="error", timeout=15)
             return None

@@ -18,7 +18,7 @@ class HomeScreen(Screen):
     DEFAULT_CSS = """
     #home { padding: 1 2; }
     #intro { margin-bottom: 1; }
-    #menu { height: auto; max-height: 10; margin-bottom: 1; }
+    #menu { height: auto; max-height: 12; margin-bottom: 1; }
     #bank-status { color: $text-muted; }
     """
 
@@ -27,6 +27,8 @@ class HomeScreen(Screen):
         Binding("b", "app.browse", "Browse"),
         Binding("r", "app.random_question", "Random"),
         Binding("v", "app.enter_code", "Variant code"),
+        Binding("m", "app.mock", "Mock interview"),
+        Binding("p", "app.past_mocks", "Past mocks", show=False),
         Binding("s", "app.stats", "Stats"),
         Binding("f1", "app.help", "Help"),
         Binding("q", "app.quit", "Quit", show=False),
@@ -41,6 +43,8 @@ class HomeScreen(Screen):
                 Option("Browse the bank            b", id="browse"),
                 Option("Random question            r", id="random_question"),
                 Option("Enter a variant code       v", id="enter_code"),
+                Option("Mock interview             m", id="mock"),
+                Option("Past mock interviews       p", id="past_mocks"),
                 Option("Statistics                 s", id="stats"),
                 Option("Help and key bindings      F1", id="help"),
                 Option("Quit                       q", id="quit"),

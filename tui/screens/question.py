@@ -32,7 +32,8 @@ class QuestionScreen(Screen):
     DEFAULT_CSS = """
     #question-bar { height: auto; background: $boost; }
     #question-title { width: 1fr; padding: 0 1; }
-    #timer { width: 7; padding-right: 1; text-align: right; color: $accent; }
+    #timer { width: auto; padding-right: 1; text-align: right; color: $accent; }
+    #timer.-over { color: $error; text-style: bold; }
     #question-body { padding: 0 1; }
     #prompt { margin: 1 0; }
     #params { margin-bottom: 1; padding: 0 1; border-left: thick $accent; }
@@ -76,8 +77,16 @@ class QuestionScreen(Screen):
         self.query(Input).first().focus(scroll_visible=False)
 
     def _tick(self) -> None:
-        minutes, seconds = divmod(int(self.elapsed), 60)
-        self.query_one("#timer", Static).update(f"{minutes}:{seconds:02d}")
+        timer = self.query_one("#timer", Static)
+        budget = self.app.mock.budget_seconds if self.mode == "mock" and self.app.mock else None
+        if budget is None:
+            minutes, seconds = divmod(int(self.elapsed), 60)
+            timer.update(f"{minutes}:{seconds:02d}")
+            return
+        left = budget - self.elapsed
+        minutes, seconds = divmod(int(abs(left)), 60)
+        timer.update(f"{'-' if left < 0 else ''}{minutes}:{seconds:02d} left")
+        timer.set_class(left < 0, "-over")
 
     @property
     def elapsed(self) -> float:
@@ -112,6 +121,9 @@ class QuestionScreen(Screen):
                                self.mode)
 
     def action_hint(self) -> None:
+        if self.mode == "mock":
+            self.notify("No hints in a mock interview.")
+            return
         hints = self.solution.question.hints
         if self.hints_shown >= len(hints):
             self.notify("No more hints for this question.")
@@ -123,4 +135,7 @@ class QuestionScreen(Screen):
         hint_box.scroll_visible()
 
     def action_new_variant(self) -> None:
+        if self.mode == "mock":
+            self.notify("A mock interview keeps its questions.")
+            return
         self.app.open_question(self.solution.question.id, replace=True, mode=self.mode)

@@ -1,0 +1,92 @@
+"""Mock interviews after the fact: the score sheet of one, and the list of past ones."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+if TYPE_CHECKING:
+    from tui.service import Drill
+
+
+def _clock(seconds: float) -> str:
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}:{rest:02d}"
+
+
+class MockSheetScreen(Screen):
+    """Per question: answers correct, time against the budget, slips. Enter reopens a variant."""
+
+    DEFAULT_CSS = """
+    #sheet-title { padding: 0 1; background: $boost; height: auto; }
+    """
+    BINDINGS = [
+        Binding("enter", "reopen", "Practise this variant", priority=True),
+        Binding("escape", "app.pop_screen", "Back"),
+    ]
+
+    def __init__(self, drill: Drill, mock_id: str) -> None:
+        super().__init__()
+        self.drill = drill
+        self.sheet = drill.reviewer.store.mock_sheet(mock_id)
+
+    def compose(self) -> ComposeResult:
+        sheet, mock = self.sheet, self.sheet.mock
+        budget = f", budget {_clock(mock.budget_seconds)} each" if mock.budget_seconds else ""
+        yield Header()
+        yield Static(f"[b]Mock interview[/b] of {mock.started.astimezone():%a %d %b %H:%M}: "
+                     f"{sheet.correct}/{mock.planned} questions all correct in {_clock(sheet.seconds)}{budget}",
+                     id="sheet-title")
+        table = DataTable(cursor_type="row", zebra_stripes=True, id="sheet")
+        table.add_columns("question", "correct", "time", "slips")
+        questions = self.drill.bank.questions
+        for attempt in sheet.attempts:
+            title = questions[attempt.question_id].title if attempt.question_id in questions else attempt.question_id
+            right = sum(a.verdict == "correct" for a in attempt.answers)
+            over = mock.budget_seconds is not None and attempt.seconds > mock.budget_seconds
+            slips = "; ".join(sorted({a.slip for a in attempt.answers if a.slip})) or "—"
+            table.add_row(title, f"{right}/{len(attempt.answers)}", _clock(attempt.seconds) + (" over" if over else ""),
+                          slips, key=attempt.uid)
+        yield table
+        yield Footer()
+
+    def action_reopen(self) -> None:
+        table = self.query_one(DataTable)
+        if table.row_count:
+            uid = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+            attempt = next(a for a in self.sheet.attempts if a.uid == uid)
+            self.app.open_code(attempt.variant)
+
+
+class PastMocksScreen(Screen):
+    BINDINGS = [
+        Binding("enter", "open", "Open score sheet", priority=True),
+        Binding("escape", "app.pop_screen", "Back"),
+    ]
+
+    def __init__(self, drill: Drill) -> None:
+        super().__init__()
+        self.drill = drill
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        table = DataTable(cursor_type="row", zebra_stripes=True, id="mocks")
+        table.add_columns("started", "questions", "all correct", "time", "finished")
+        store = self.drill.reviewer.store
+        for mock in store.mocks():
+            sheet = store.mock_sheet(mock.id)
+            table.add_row(f"{mock.started.astimezone():%Y-%m-%d %H:%M}", f"{len(sheet.attempts)}/{mock.planned}",
+                          str(sheet.correct), _clock(sheet.seconds), "yes" if mock.finished else "no", key=mock.id)
+        yield table
+        if not table.row_count:
+            yield Static("No mock interviews yet: press m on the home screen to start one.")
+        yield Footer()
+
+    def action_open(self) -> None:
+        table = self.query_one(DataTable)
+        if table.row_count:
+            mock_id = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+            self.app.push_screen(MockSheetScreen(self.drill, mock_id))
