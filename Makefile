@@ -17,6 +17,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check solvers tui tests
 	$(BIN)/python -m pytest
+	$(BIN)/infradrill validate
 
 bench: $(STAMP)
 	$(BIN)/python tests/benchmark.py

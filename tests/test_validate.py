@@ -35,3 +35,14 @@ def test_each_problem_is_reported(tmp_path, catalog):
     for name, field in expected:
         assert any(f"{name}.yaml" in p and field in p for p in problems), (name, joined)
     assert not any(p.startswith(str(tmp_path / "fine.yaml")) for p in problems), joined
+
+
+def test_validate_command_exit_codes(tmp_path, capsys):
+    from tui.cli import main
+
+    write(tmp_path, "fine", SOURCE)
+    assert main(["validate", str(tmp_path), "--seeds", "5"]) == 0
+    write(tmp_path, "bad-unit", SOURCE.replace("unit: GB, rel", "unit: furlongs, rel"))
+    assert main(["validate", str(tmp_path), "--seeds", "5"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "bad-unit.yaml" in out and "furlongs" in out

@@ -52,6 +52,9 @@ def _build_parser() -> argparse.ArgumentParser:
     export.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     merge = moves.add_parser("import", help="merge progress from FILE ('-': standard input); never duplicates")
     merge.add_argument("file", metavar="FILE")
+    check = commands.add_parser("validate", help="check question files (default: the whole bank)")
+    check.add_argument("paths", nargs="*", metavar="PATH", help="question files or folders")
+    check.add_argument("--seeds", type=int, default=50, help="random variants solved per question (default 50)")
     return parser
 
 
@@ -240,6 +243,29 @@ def _import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_validate(args: argparse.Namespace) -> int:
+    """One line per problem (file, field, what); exit 1 if there are any."""
+    from pathlib import Path
+
+    from solvers.data import load_catalog
+    from solvers.paths import questions_dir
+    from solvers.validate import question_files, validate
+
+    if args.seeds < 0:
+        _fail("--seeds must be zero or more")
+    paths = [Path(p) for p in args.paths] or [questions_dir()]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        _fail(f"no such file or folder: {', '.join(missing)}")
+    catalog = load_catalog()
+    problems = catalog.problems + validate(paths, catalog, seeds=args.seeds)
+    for problem in problems:
+        print(problem)
+    count = len(question_files(paths))
+    print(f"{count} question file(s), {len(problems)} problem(s)", file=sys.stderr)
+    return 1 if problems else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args, extra = _build_parser().parse_known_args(argv)
     # Answers may follow --seed/--default; argparse leaves them unclaimed.
@@ -254,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["INFRADRILL_DATA_DIR"] = args.data_dir
         return run()
     handlers = {"list": cmd_list, "solve": cmd_solve, "check": cmd_check, "stats": cmd_stats,
-                "progress": cmd_progress}
+                "progress": cmd_progress, "validate": cmd_validate}
     try:
         return handlers[args.command](args)
     except Exception as error:  # a bug, not bad input: one line, the traceback on request
