@@ -49,14 +49,16 @@ def pause_fabric(rng: np.random.Generator, gbit_s: float, quanta: int, window_s:
     remote = [n for n in _LEAVES[away] if rng.random() < 0.75] or [_LEAVES[away][int(rng.integers(2))]]
     full_window = window_s * gbit_s * 1e9 / (quanta * 512)  # frames that would pause a link for the whole window
 
-    def frames() -> int:
-        return int(round(rng.uniform(0.3, 0.95) * full_window))
+    def upstream(paused: int) -> int:
+        # A switch holds an ingress port paused only while its egress is paused, so each hop back
+        # sends at most the pauses it received.
+        return int(round(rng.uniform(0.85, 1.0) * paused))
 
-    pauses = {(origin, home): frames()}  # (sender of the pause frames, receiver) -> frames
-    pauses.update({(home, node): frames() for node in local})
-    pauses[(home, "spine")] = frames()
-    pauses[("spine", away)] = frames()
-    pauses.update({(away, node): frames() for node in remote})
+    pauses = {(origin, home): int(round(rng.uniform(0.6, 0.95) * full_window))}  # (sender, receiver) -> frames
+    pauses.update({(home, node): upstream(pauses[(origin, home)]) for node in local})
+    pauses[(home, "spine")] = upstream(pauses[(origin, home)])
+    pauses[("spine", away)] = upstream(pauses[(home, "spine")])
+    pauses.update({(away, node): upstream(pauses[("spine", away)]) for node in remote})
     links = [(node, leaf_of[node]) for node in nodes] + [(leaf, "spine") for leaf in _LEAVES]
     ends = [end for a, b in links for end in ((a, b), (b, a))]
     rows = [{"device": d, "link to": e, "pause tx": pauses.get((d, e), 0), "pause rx": pauses.get((e, d), 0),
@@ -108,6 +110,7 @@ def plateau_incident(rng: np.random.Generator, warmup: int, decay_steps: int, ba
 
     def rank_norms(total: float) -> dict:
         # Each rank holds a slice of the layers: the squares of the rank norms add up to the global one.
+        # A zero rank's weights get no gradient but it still passes gradients back, so the others stay healthy.
         weights = rng.uniform(0.5, 1.5, ranks)
         if zero_rank is not None:
             weights[zero_rank] = 0

@@ -79,6 +79,19 @@ def test_plateau_readings_point_to_one_cause(variant, seed):
     assert solution.expected["halvings"] == pytest.approx(p["scale_power"])
 
 
+def test_plateau_prompt_settles_the_order(variant):
+    """Loss scale and data repetition are each one look at this table, so "cheapest first" alone leaves their
+    order open; the prompt asks for the run's general causes before those of its setup, which puts
+    fp16's scaler after the data and the single rank last."""
+    solution = variant("loss-plateau-triage@default")
+    assert "particular to this setup (fp16 loss scaling, the split over ranks)" in solution.prompt
+    order = solution.expected["checks"]
+    assert order.index("data repetition (epochs seen)") < order.index("loss scale history")
+    assert order[-1] == "per-rank gradient norms"
+    # A zero rank among healthy stages before it: the prompt says the norms are of each rank's own weights.
+    assert "its own layers' weight gradients" in solution.prompt
+
+
 def test_plateau_every_cause_is_drawn(variant):
     causes = Counter(variant(f"loss-plateau-triage@{seed}").expected["cause"] for seed in range(100))
     assert set(causes) == {"job-not-stepping", "lr-or-grad-zero", "data-repeating", "loss-scale-collapsed",
@@ -107,7 +120,7 @@ def test_first_month_default(variant):
     expected = solution.expected
     assert expected["focus_hours"] == pytest.approx(104 * HOUR)
     assert expected["reading_share"] == pytest.approx(48 / 104)
-    assert expected["readable"] == 32  # (104 − 24 − 16) / 2
+    assert expected["readable"] == 24  # all 24: the 64 h left after the map and the fix would hold 32
     assert solution.sheet.results["planned_hours"] == pytest.approx(88 * HOUR)
     assert expected["regime"] == "fits-the-month"
     assert expected["plan"] == list(PLAN)
@@ -123,9 +136,21 @@ def test_first_month_matches_plain_arithmetic(variant, seed):
     assert solution.expected["focus_hours"] / HOUR == pytest.approx(focus, rel=1e-12)
     assert solution.expected["reading_share"] == pytest.approx(reading / focus, rel=1e-12)
     left = focus - raw["map_hours"] - raw["fix_hours"]
-    assert solution.expected["readable"] == math.floor(left / raw["hours_per_postmortem"] + 1e-9)
+    fitting = math.floor(left / raw["hours_per_postmortem"] + 1e-9)
+    assert solution.expected["readable"] == min(raw["postmortems"], fitting)
     fits = reading + raw["map_hours"] + raw["fix_hours"] <= focus
     assert (solution.expected["regime"] == "fits-the-month") == fits
+
+
+def test_first_month_never_reads_more_postmortems_than_exist(variant):
+    """Over 301 seeds the count is capped by the postmortems the team has (the first version keyed 32 of
+    24 at the default), and all of them are read exactly when the plan fits the month."""
+    for seed in range(301):
+        solution = variant(f"first-month-plan@{seed}")
+        written = solution.param("postmortems").raw
+        assert solution.expected["readable"] <= written, seed
+        fits = solution.expected["regime"] == "fits-the-month"
+        assert (solution.expected["readable"] == written) == fits, seed
 
 
 def test_first_month_pinned_seed(variant):
@@ -134,4 +159,5 @@ def test_first_month_pinned_seed(variant):
     assert raw == {"weeks": 4, "hours_per_week": 45, "meetings": 40, "shadow_hours": 4, "postmortems": 11,
                    "hours_per_postmortem": 4, "map_hours": 16, "fix_hours": 16}
     assert solution.expected["focus_hours"] == pytest.approx(92 * HOUR)  # 4 × (27 − 4)
-    assert solution.expected["readable"] == 15  # (92 − 32) / 4
+    assert solution.expected["readable"] == 11  # all 11: the 60 h left would hold 15
+    assert solution.expected["regime"] == "fits-the-month"

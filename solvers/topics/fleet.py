@@ -13,12 +13,16 @@ BACKWARD_SHARE = sympy.Rational(2, 3)  # the backward pass's 4 of those 6 FLOPs
 ADAM_STATE_BYTES = 16  # bf16 weights and grads, fp32 master weights and two moments (ZeRO)
 MIN_FLEET_GPUS = 64  # below eight nodes the question is not about a fleet
 MAX_FLEET_GPUS = 100_000  # about the largest single training clusters built so far
+MAX_STALL_SHARE = 0.05  # a save that stalls more than 5% of training is a setup no team keeps
+NEAR_OPTIMUM = 1.1  # within 10% of Young's minimum, retuning the interval gains little
 
 
 # --- restart-goodput -------------------------------------------------------------------------
 
 
 def restart_goodput(p, s: Sheet) -> None:
+    if p.ckpt_storage / p.interval > MAX_STALL_SHARE:
+        raise Reject("the checkpoint stalls take more than 5% of training time")
     R = s.given("R", p.restarts, "restarts/day", "job restarts per day")
     t_det = s.given("t_det", p.detect, "min", "time to detect a failure")
     t_sch = s.given("t_sch", p.reschedule, "min", "time to get healthy nodes and relaunch")
@@ -35,23 +39,30 @@ def restart_goodput(p, s: Sheet) -> None:
                "a failure lands anywhere in the interval, on average halfway: that work since the last "
                "checkpoint is redone")
     L = s.step("lost_per_restart", "Time lost per restart", "L", F + W, "min", "fixed recovery plus rewound work")
-    s.step("restart_loss", "Share of training time lost to restarts", "f_restart", R * L, "%",
-           "restarts per day times the minutes each costs, over the minutes of a day")
-    s.step("ckpt_overhead", "Share lost to checkpoint stalls today", "f_ckpt", C_s / tau, "%",
-           "one stall per interval: the price of the interval that bounds the rewound work")
+    f_restart = s.step("restart_loss", "Share of training time lost to restarts", "f_restart", R * L, "%",
+                       "restarts per day times the minutes each costs, over the minutes of a day")
+    f_ckpt = s.step("ckpt_overhead", "Share lost to checkpoint stalls today", "f_ckpt", C_s / tau, "%",
+                    "one stall per interval: the price of the interval that bounds the rewound work")
+    s.step("today_loss", "Share lost today to stalls and restarts together", "f_today", f_ckpt + f_restart, "%",
+           "the two losses add: stalls on every save, restarts on every failure")
+    f_redo = s.step("redo_loss", "Share lost to redone work today", "f_redo", R * W, "%",
+                    "the part of the restart loss the interval sets")
+    f_int = s.step("interval_loss", "Share the checkpoint interval sets today", "f_int", f_ckpt + f_redo, "%",
+                   "stalls plus redone work: the two losses the interval trades against each other")
+    f_fix = s.step("failure_floor", "Share paid per failure whatever the interval", "f_fix", R * F, "%",
+                   "the fixed recovery alone: no checkpoint setting removes it")
     tau_s = s.step("young_storage", "Optimal interval, storage checkpoints (Young)", "tau_s", sympy.sqrt(2 * C_s * M),
                    "min", "minimises C/τ + τ/(2M): stalls fall as 1/τ, rewound work grows with τ, and they "
                    "balance at √(2·C·M)")
+    f_best = s.step("interval_loss_best", "Interval's share at the storage optimum", "f_best",
+                    C_s / tau_s + tau_s / (2 * M), "%",
+                    "the least the interval can cost with storage checkpoints: √(2·C/M), stalls and redone work equal")
     tau_m = s.step("young_memory", "Optimal interval, in-memory checkpoints (Young)", "tau_m",
                    sympy.sqrt(2 * C_m * M), "min",
                    "the same balance with the smaller stall: the interval shrinks as √C")
     s.step("residual", "Share still lost with in-memory checkpoints at their optimum", "f_residual",
            C_m / tau_m + R * (F + tau_m / 2), "%",
-           "stalls plus restarts at the new interval: the rewound work nearly vanishes, the fixed recovery stays")
-    s.step("failure_floor", "Share no checkpoint setting removes", "f_floor", R * F, "%",
-           "the fixed recovery alone, paid once per failure")
-    tau_b = s.step("boundary_interval", "Interval where rewound work equals fixed recovery", "tau_b", 2 * F, "min",
-                   "τ/2 = F: above it the rewound work is the larger part of each restart")
+           "stalls plus restarts at the new interval: the interval's part nearly vanishes, the fixed recovery stays")
 
     s.assume("Failures are independent and memoryless (a Poisson process at the stated rate), so a failure "
              "falls on average halfway through a checkpoint interval.")
@@ -63,30 +74,43 @@ def restart_goodput(p, s: Sheet) -> None:
     s.slip("the whole interval rewound, not half of it", s.evaluate(F + tau) / s.value(L))
     s.slip("Young's interval without the factor 2", 1 / 2**0.5)
 
-    _restart_regime(s, tau, tau_b, F, W, tau_s, tau_m)
+    _restart_regime(s, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, tau_m)
 
 
-def _restart_regime(s: Sheet, tau, tau_b, F, W, tau_s, tau_m) -> None:
-    fixed, rewound = format_quantity(s.value(F), "min"), format_quantity(s.value(W), "min")
-    boundary, storage, short = (format_quantity(s.value(x), "min") for x in (tau_b, tau_s, tau_m))
-    if s.value(tau) > s.value(tau_b):
+def _restart_regime(s: Sheet, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, tau_m) -> None:
+    """Interval-bound when the interval's two losses (stalls and redone work) outweigh the fixed
+    recovery paid per failure; which way to move the interval follows from the larger of the two."""
+    interval, fixed, stalls, redone, best = (format_quantity(s.value(x), "%", 3)
+                                             for x in (f_int, f_fix, f_ckpt, f_redo, f_best))
+    storage, short = (format_quantity(s.value(x), "min") for x in (tau_s, tau_m))
+    parts = f"{interval} of training time ({stalls} in save stalls, {redone} in redone work)"
+    if s.value(f_int) > s.value(f_fix):
+        if s.value(f_int) <= NEAR_OPTIMUM * s.value(f_best):
+            move = (f"Today's interval is already near Young's {storage}, where this part bottoms out at {best}: "
+                    f"retuning it gains little, and only a cheaper save (in memory, best every {short}) cuts it.")
+        elif s.value(tau) < s.value(tau_s):
+            move = (f"The stalls are the larger part: checkpoint less often, toward Young's {storage}, or make each "
+                    "save cheaper.")
+        else:
+            move = (f"The redone work is the larger part: checkpoint more often, toward Young's {storage}; a "
+                    f"cheaper in-memory save lets the interval shrink to {short}.")
         s.set_regime(
             "interval-bound",
-            f"Each restart rewinds {rewound} of work, more than its {fixed} of fixed recovery: the checkpoint "
-            f"interval sets most of the loss. Young's optimum is {storage} with storage checkpoints but {short} in "
-            "memory: a cheaper checkpoint is what lets the interval, and the rewound work, shrink.",
-            tau_b, tau,
-            f"Below an interval of {boundary} (twice the fixed recovery) the loss is failure-bound: checkpointing "
-            "more often buys little, and only faster detection, hot spares, faster reload or fewer failures help.")
+            f"Today the checkpoint interval costs {parts}, more than the {fixed} that fixed recovery costs, "
+            f"paid per failure: the interval sets most of the loss. {move}",
+            f_fix, f_int,
+            f"With the interval's part below {fixed} the loss would be failure-bound. With storage checkpoints "
+            f"that part falls at best to {best} (at Young's interval), and only a cheaper save takes it lower; "
+            "past that, faster detection, hot spares, faster reload and fewer failures are the levers.")
     else:
         s.set_regime(
             "failure-bound",
-            f"Each restart's {fixed} of fixed recovery outweighs the {rewound} of rewound work: checkpointing more "
-            "often barely moves the loss. It is paid per failure, so the levers are faster detection, hot spares, "
-            "faster reload, and above all fewer failures.",
-            tau_b, tau,
-            f"Above an interval of {boundary} (twice the fixed recovery) the rewound work dominates and the "
-            "checkpoint interval becomes the lever: a cheaper checkpoint lets it shrink toward Young's optimum.")
+            f"Today the checkpoint interval costs {parts}, less than the {fixed} that fixed recovery costs, paid "
+            "per failure: the failures set the loss. Retuning the interval moves only the smaller part; the "
+            "levers are faster detection, hot spares, faster reload, and above all fewer failures.",
+            f_fix, f_int,
+            f"An interval far from Young's {storage} (much shorter: stalls; much longer: redone work) would push "
+            f"the interval's part above {fixed}, and the interval would become the lever.")
 
 
 # --- fleet-gpu-count -------------------------------------------------------------------------
@@ -106,17 +130,19 @@ def fleet_gpu_count(p, s: Sheet) -> None:
     X = s.step("per_gpu_rate", "Sustained FLOP/s per GPU", "X", P * u, "TFLOP/s", "dense peak times MFU")
     need = s.step("gpus_needed", "GPUs the arithmetic calls for", "G", F / (T * X), "GPUs",
                   "the fleet equation F = G·T·P·MFU solved for G")
-    if not MIN_FLEET_GPUS <= s.value(need) <= MAX_FLEET_GPUS:
-        raise Reject("a few nodes, or more GPUs than any single cluster holds")
+    if s.value(need) < MIN_FLEET_GPUS:
+        raise Reject("a few nodes, not a fleet")
     job = s.step("job_gpus", "Job size: next power of two", "G_job", 2 ** sympy.ceiling(sympy.log(need, 2)), "GPUs",
                  "TP × PP × DP degrees that divide heads, layers and the global batch evenly multiply to 2^k, "
                  "and fabric pods and collectives are built for 2^k ranks")
     s.step("job_days", "Compute days on the power-of-two job", "T_job", F / (job * X), "days",
            "the extra GPUs finish early: slack for restarts and an MFU below plan")
-    s.step("fleet_gpus", "GPUs to buy, margin included, in whole nodes", "G_fleet",
-           g * sympy.ceiling(job * (1 + m) / g), "GPUs",
-           "hot spares to swap in after failures, nodes in repair and burn-in, and room for evals and debugging "
-           "beside the main job")
+    fleet = s.step("fleet_gpus", "GPUs to buy, margin included, in whole nodes", "G_fleet",
+                   g * sympy.ceiling(job * (1 + m) / g), "GPUs",
+                   "hot spares to swap in after failures, nodes in repair and burn-in, and room for evals and "
+                   "debugging beside the main job")
+    if s.value(fleet) > MAX_FLEET_GPUS:
+        raise Reject("a fleet larger than any single cluster built so far")
 
     s.assume("Model FLOPs are 6·N·D (Kaplan et al. 2020): attention over the context and embeddings left out; "
              "MFU as stated for the whole run, against the dense bf16 datasheet peak (Llama 3 405B: 38-43%).")
@@ -166,22 +192,28 @@ def nic_bandwidth_per_gpu(p, s: Sheet) -> None:
              "pass (PyTorch DDP); a distributed optimizer's reduce-scatter plus all-gather moves the same bytes.")
     s.assume("One NIC per GPU on its own rail; tensor-parallel traffic stays on NVLink and the pipeline's "
              "activation transfers are small beside the gradients and left out.")
-    s.assume("No gradient accumulation: the whole step's backward pass is the window. The NIC is taken at line "
-             "rate (large messages reach close to it), with no in-network reduction (SHARP).")
+    s.assume("The whole step's backward pass is the window, as the question sets it: close to exact without "
+             "pipelining, a best case with it. A pipeline runs the step as micro-batches and a stage's gradients "
+             "are final only in its last micro-batch's backward (Megatron-LM's overlapped gradient reduction "
+             "starts there), so with several stages the real window is shorter and the need higher. The NIC is "
+             "taken at line rate (large messages reach close to it), with no in-network reduction (SHARP).")
     s.slip("all-reduce counted as one pass of the buffer, not two", 0.5)
     s.slip("whole step as the window, not just the backward pass", 2 / 3)
 
-    _overlap_regime(s, need, B_nic, t_comm, t_bwd)
+    _overlap_regime(s, need, B_nic, t_comm, t_bwd, pipelined=p.pp > 1)
 
 
-def _overlap_regime(s: Sheet, need, B_nic, t_comm, t_bwd) -> None:
+def _overlap_regime(s: Sheet, need, B_nic, t_comm, t_bwd, pipelined: bool) -> None:
     needed, line = format_quantity(s.value(need), "Gb/s"), format_quantity(s.value(B_nic), "Gb/s")
     comm, window = format_quantity(s.value(t_comm), "ms"), format_quantity(s.value(t_bwd), "ms")
+    best_case = (" That is the best case the whole-backward window allows: with pipeline micro-batches a stage's "
+                 "gradients are final only in its last micro-batch's backward, so less of the reduction overlaps "
+                 "in practice.") if pipelined else ""
     if s.value(need) <= s.value(B_nic):
         s.set_regime(
             "comms-hidden",
             f"The reduction needs {needed} and the NIC gives {line}: it takes {comm} inside a {window} backward "
-            "pass, so the network costs no step time.",
+            "pass, so the network costs no step time." + best_case,
             B_nic, need,
             "Fewer tokens per replica (a smaller global batch spread over more replicas) or a faster GPU shrink "
             "the window without shrinking the bytes: past the line rate the remainder of the reduction is "
@@ -240,8 +272,10 @@ def cluster_bill_of_materials(p, s: Sheet) -> None:
            "the whole checkpoint inside the window the training stall allows")
     s.step("gpu_power", "GPU power alone", "P_gpus", E * P_gpu, "MW", "for scale: the GPUs are about half of a node")
     IT = s.step("it_power", "IT power: nodes and fabric", "P_IT", nodes * P_n + total * k * P_port, "MW",
-                "nodes at their maximum system power, plus every switch port with its optics")
-    s.step("facility_power", "Facility power", "P_site", IT * pue, "MW", "cooling and power conversion on top")
+                "nodes at their maximum system power, plus every switch port with its optics: the IT load, "
+                "before cooling")
+    s.step("facility_power", "Site power: the feed the site must supply", "P_site", IT * pue, "MW",
+           "the IT load times PUE: cooling and power conversion on top")
 
     s.assume("Rail-optimised compute fabric (NIC i of every node on rail i, as in DGX SuperPOD): the rails decide "
              "which leaf each NIC reaches, not how many switches there are, so the count is that of a fat tree.")

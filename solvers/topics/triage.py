@@ -10,9 +10,10 @@ from solvers.units import format_number, format_quantity
 
 # --- loss-plateau-triage ---------------------------------------------------------------------
 
-# The checks in the order a strong answer runs them: cheapest and most decisive first. A frozen
-# step counter voids every other reading; the LR and grad norm are one log line; data repetition
-# needs the config; the loss scale needs fp16's scaler log; per-rank norms need per-rank logging.
+# The checks in the order a strong answer runs them, the order the prompt asks for: from whether the
+# run does anything at all to the causes particular to its setup. A frozen step counter voids every
+# other reading; then whether the updates have any size (LR, grad norm); then whether the data are
+# new; then fp16's loss scaler; last one rank of the split.
 CHECKS = ("is the step counter moving", "learning rate and grad norm", "data repetition (epochs seen)",
           "loss scale history", "per-rank gradient norms")
 CAUSE_OF_CHECK = dict(zip(CHECKS, ("job-not-stepping", "lr-or-grad-zero", "data-repeating", "loss-scale-collapsed",
@@ -80,8 +81,10 @@ def loss_plateau_triage(p, s: Sheet) -> None:
              "re-reads data it has seen. Every step consumes the full global batch.")
     s.assume("fp16 dynamic loss scaling halves the scale on each overflowing step (no hysteresis) and skips "
              "that step's update; at the floor it can fall no further and every step is wasted.")
-    s.assume("Each rank's gradient norm covers its own slice of the layers, so a rank at exactly zero is a "
-             "slice that receives no gradient.")
+    s.assume("Each rank's gradient norm covers the weight gradients of its own slice of the layers, so a rank "
+             "at exactly zero is a slice whose weights get no gradient (left frozen after a reload, or its "
+             "gradient buffers zeroed before the step) while it still passes gradients back to the stages "
+             "before it, which stay healthy.")
     s.slip("epochs from sequences, not tokens", 1 / p.seq_len)
     _lr_slips(p, s, nine["step"], s.value(lr))
 
@@ -125,8 +128,9 @@ def first_month_plan(p, s: Sheet) -> None:
            "the largest line of a good first month")
     s.step("fix_share", "Share of focus time spent shipping the fix", "u_x", X / F, "%",
            "small on purpose: the fix is for learning the path to production")
-    readable = s.step("readable", "Postmortems that fit after the map and the fix", "n_max",
-                      sympy.floor((F - M - X) / r), "", "whole postmortems in the hours the other two leave")
+    readable = s.step("readable", "Postmortems you can read after the map and the fix", "n_max",
+                      sympy.Min(n, sympy.floor((F - M - X) / r), evaluate=False), "",
+                      "whole postmortems in the hours the other two leave, and no more than the team has written")
     if s.value(readable) < 3:
         raise Reject("the month leaves almost no time to read")
     s.choose("plan", list(PLAN))
@@ -137,7 +141,7 @@ def first_month_plan(p, s: Sheet) -> None:
              "follows one real training job from submission to checkpoint (scheduler, nodes, network, storage).")
     no_meetings = p.weeks * (p.hours_per_week - p.shadow_hours) / s.value(F)
     s.slip("meetings not taken off the focus hours", no_meetings)
-    s.slip("meetings not taken off the focus hours", 1 / no_meetings)
+    s.slip("reading share taken of the hours before meetings, not of the focus hours", 1 / no_meetings)
     _month_regime(s, planned, F, readable, n)
 
 
