@@ -97,7 +97,10 @@ def render_prompt(question: Question, params: list[Param]) -> str:
         param = by_name[match.group(1)]
         if match.group(2):  # a field of a data record; a GPU without fp8 shows "n/a"
             value = param.value.get(match.group(2))
-            return "n/a" if value is None else format_number(value) if isinstance(value, float) else str(value)
+            if value is None:
+                return "n/a"
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            return format_number(value) if numeric else str(value)
         return param.shown
 
     return _reflow(PLACEHOLDER.sub(substitute, question.prompt).strip())

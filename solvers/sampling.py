@@ -11,7 +11,7 @@ from solvers.bank import ParamSpec, Question
 from solvers.data import Catalog, Record
 from solvers.generators import GENERATORS
 from solvers.parse import ParseError, parse_quantity
-from solvers.units import format_number, parse_unit
+from solvers.units import format_number, format_quantity, parse_unit
 
 
 class ParameterError(ValueError):
@@ -142,11 +142,8 @@ def resolve(question: Question, raw: dict[str, Any], catalog: Catalog) -> list[P
             params.append(Param(spec.name, spec.label or spec.name, value, shown, list(value)))
             continue
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if spec.unit == "%":
-                shown, base = f"{format_number(value)}%", value / 100
-            else:
-                shown = f"{format_number(value)} {spec.unit}".rstrip()
-                base = parse_unit(spec.unit).to_base(value) if spec.unit else value
+            base = parse_unit(spec.unit).to_base(value) if spec.unit else value  # counts stay integers
+            shown = format_quantity(base, spec.unit)  # "40%", "1 request", "8,192 tokens"
             params.append(Param(spec.name, spec.label or spec.name, value, shown, base))
             continue
         params.append(Param(spec.name, spec.label or spec.name, value, str(value), value))

@@ -67,6 +67,11 @@ def quantile(values: np.ndarray, q: float) -> float:
     return float(np.quantile(values, q))
 
 
+def share_sigma(share: float, requests: int) -> float:
+    """Standard error of a share counted over `requests` independent requests (binomial): sqrt(p(1 - p)/n)."""
+    return float(np.sqrt(share * (1 - share) / requests))
+
+
 def count_both_within(first: np.ndarray, first_limit: float, second: np.ndarray, second_limit: float) -> int:
     """Requests whose two measurements both meet their limits (a joint SLO)."""
     return int(np.count_nonzero((first <= first_limit) & (second <= second_limit)))

@@ -6,7 +6,9 @@ import math
 
 import pytest
 
+from solvers.grade import CORRECT
 from solvers.topics.common import GPU_MEMORY_UTILIZATION
+from solvers.units import format_number
 
 GiB, MiB, KiB = 2**30, 2**20, 2**10
 DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
@@ -45,8 +47,7 @@ def test_preemption_matches_plain_arithmetic(variant, seed):
     solution = variant(f"preemption-policies@{seed}")
     p = _params(solution)
     model, tp, context = p["model"], p["tp"], p["victim_tokens"]
-    active = model.get("active_params_b", model.params_b) * 1e9
-    flops = 2 * active * context + 2 * model.layers * model.heads * model.head_dim * context**2
+    flops = 2 * model.params_b * 1e9 * context + 2 * model.layers * model.heads * model.head_dim * context**2
     peak = p["gpu"][{"bf16": "bf16_dense_tflops", "fp8": "fp8_dense_tflops"}[p["weight_dtype"]]] * 1e12
     t_rec = flops / (tp * peak * p["mfu"])
     kv_per_gpu = 2 * model.layers * (model.kv_heads // tp) * model.head_dim * DTYPE_BYTES[p["kv_dtype"]] * context
@@ -58,6 +59,16 @@ def test_preemption_matches_plain_arithmetic(variant, seed):
     # The break-even bandwidth is where the two times meet: t_swap(W*) = t_rec.
     assert 2 * kv_per_gpu / expected["breakeven_bw"] == pytest.approx(t_rec, rel=1e-9)
     assert expected["regime"] == ("swap-cheaper" if t_swap < t_rec else "recompute-cheaper")
+
+
+def test_preemption_prompt_states_what_the_recompute_needs(variant):
+    """The FLOPs convention and the GPU's dense peak are in the prompt, not only in a hint."""
+    for seed in range(20):
+        solution = variant(f"preemption-policies@{seed}")
+        gpu = solution.param("gpu").value
+        assert "2 FLOPs per parameter per token" in solution.prompt
+        assert f"bf16 {format_number(gpu.bf16_dense_tflops)}" in solution.prompt  # record fields print formatted
+        assert "active_params_b" not in solution.param("model").value  # a dense model: every parameter works
 
 
 def test_preemption_pinned_seed(variant):
@@ -82,6 +93,7 @@ def test_mla_vs_gqa_default(variant):
     assert results["room_mla"] == pytest.approx(126.9e9 - 671e9 / 8)  # 43.0 GB
     assert results["requests_gqa"] == 81
     assert results["requests_mla"] == 18
+    assert results["room_breakeven"] == pytest.approx((126.9e9 - 671e9 / 8) * 327_680 / (8 * 70_272))  # 25.1 GB
     assert results["regime"] == "gqa-holds-more"
 
 
@@ -110,6 +122,44 @@ def test_mla_vs_gqa_matches_plain_arithmetic(variant, seed):
     assert expected["tp_crossover"] <= gqa.kv_heads  # the crossover lies where TP still splits heads
 
 
+def _gqa_room_breakeven(p) -> tuple[float, float]:
+    """(KV room per GPU the GQA model has, the room at which it holds as many tokens as the MLA model)."""
+    gqa, mla, kv_bytes = p["gqa_model"], p["mla_model"], DTYPE_BYTES[p["kv_dtype"]]
+    usable = p["gpu"].hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION
+    gqa_room = usable - gqa.params_b * 1e9 * DTYPE_BYTES[p["weight_dtype"]] / p["tp"]
+    mla_room = usable - mla.params_b * 1e9 / 8
+    gqa_token = 2 * gqa.layers * gqa.kv_heads * gqa.head_dim * kv_bytes
+    mla_token = mla.layers * (mla.kv_lora_rank + mla.qk_rope_head_dim) * kv_bytes
+    # Node tokens: GQA 8/n replicas x room / (KV per token / n) = 8 x room / KV per token, at any TP <= H_kv.
+    return gqa_room, mla_room * gqa_token / (8 * mla_token)
+
+
+def test_mla_vs_gqa_regime_follows_the_room_boundary(variant):
+    """The side follows the GQA model's KV room per GPU against F* = F_MLA·KV_GQA/(8·KV_MLA), not the per-GPU
+    crossover TP: @1 (405B bf16, TP 8, past its 7.34 crossover) still loses to MLA; @2 (TP 2, below 4.66) wins."""
+    sides = set()
+    for seed in range(100):
+        solution = variant(f"mla-vs-gqa-under-tp@{seed}")
+        room, breakeven = _gqa_room_breakeven(_params(solution))
+        regime = solution.sheet.regime
+        assert regime.boundary.value == pytest.approx(breakeven)
+        assert regime.position.value == pytest.approx(room)
+        assert regime.name == ("gqa-holds-more" if room >= breakeven else "mla-holds-more")
+        sides.add(regime.name)
+    assert sides == {"gqa-holds-more", "mla-holds-more"}
+    assert variant("mla-vs-gqa-under-tp@1").expected["regime"] == "mla-holds-more"
+    assert variant("mla-vs-gqa-under-tp@2").expected["regime"] == "gqa-holds-more"
+
+
+def test_mla_vs_gqa_node_tokens_do_not_depend_on_tp_but_through_weights(variant):
+    """With the weights' share held fixed (fp8 vs bf16 at double the TP), the GQA node holds the same tokens."""
+    narrow = variant("mla-vs-gqa-under-tp@default+weight_dtype=fp8+tp=2").sheet.results
+    wide = variant("mla-vs-gqa-under-tp@default+weight_dtype=bf16+tp=4").sheet.results
+    assert narrow["room_gqa"] == pytest.approx(wide["room_gqa"])
+    assert narrow["kv_gpu_gqa"] == 2 * wide["kv_gpu_gqa"]
+    assert narrow["tokens_gqa"] == pytest.approx(wide["tokens_gqa"])
+
+
 def test_mla_vs_gqa_pinned_seed(variant):
     solution = variant("mla-vs-gqa-under-tp@0")
     assert [p.raw for p in solution.params] == ["llama-3.1-405b", "deepseek-v3", "b200", "bf16", 8, "fp8", 69120]
@@ -121,16 +171,22 @@ def test_mla_vs_gqa_pinned_seed(variant):
 # --- mla-tp-duplication ----------------------------------------------------------------------
 
 
+EMBEDDING = 129_280 * 7168  # DeepSeek-V3 vocabulary x hidden: 0.93B parameters, bf16 in the checkpoint
+ATTENTION = 61 * 187_105_280  # the five attention projections of all 61 layers
+
+
 def test_mla_duplication_default_h200_node(variant):
-    """DeepSeek-V3, fp8 weights, TP 8 on 8 x H200, bf16 latents, 32K-token requests, 64 to hold."""
+    """DeepSeek-V3, fp8 weights (bf16 embedding and LM head), TP 8 on 8 x H200, bf16 latents, 32K-token
+    requests, 64 to hold."""
     results = variant("mla-tp-duplication@default").sheet.results
-    room = 141e9 * 0.9 - 671e9 / 8  # 43.0 GB per GPU
+    room = 141e9 * 0.9 - (671e9 + 2 * EMBEDDING) / 8  # 42.8 GB per GPU
     assert results["room_tp"] == pytest.approx(room)
-    assert results["duplicate_bytes"] == pytest.approx(7 * room)  # 301 GB of copies on the node
+    assert results["duplicate_bytes"] == pytest.approx(7 * room)  # 300 GB beyond one copy on the node
     assert results["requests_tp"] == 18
-    assert results["dp_extra_weights"] == pytest.approx(9.987e9, rel=1e-3)
-    assert results["requests_dp"] == 112
-    assert results["capacity_gain"] == pytest.approx(8 * (room - 9.987e9) / room, rel=1e-3)
+    extra = (ATTENTION + 2 * EMBEDDING) * 7 / 8  # 9.99 GB of projections + 1.62 GB of embedding
+    assert results["dp_extra_weights"] == pytest.approx(extra)
+    assert results["requests_dp"] == 104  # 13 per GPU: 13.5 fit, not the 14 an unreplicated embedding allows
+    assert results["capacity_gain"] == pytest.approx(8 * (room - extra) / room)
     assert results["regime"] == "dp-attention"
 
 
@@ -142,23 +198,41 @@ def test_mla_attention_weights_match_checkpoint_shapes(variant):
     assert results["attn_weights"] == 61 * 187_105_280  # 11.4 GB in fp8, about 1.7% of the model
 
 
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", range(40))
 def test_mla_duplication_regime_follows_demand(variant, seed):
+    """Plain arithmetic; and the demand never exceeds what DP attention holds, so one of the two choices
+    always suffices (a draw that neither layout holds is redrawn)."""
     solution = variant(f"mla-tp-duplication@{seed}")
     p = _params(solution)
     per_token = 61 * 576 * DTYPE_BYTES[p["kv_dtype"]]
-    room = p["gpu"].hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION - 671e9 / 8
-    room_dp = room - 61 * 187_105_280 * 7 / 8
+    room = p["gpu"].hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION - (671e9 + 2 * EMBEDDING) / 8
+    room_dp = room - (ATTENTION + 2 * EMBEDDING) * 7 / 8
     held = math.floor(room / (per_token * p["context"]))
+    held_dp = 8 * math.floor(room_dp / (per_token * p["context"]))
     assert solution.expected["requests_tp"] == held
-    assert solution.expected["requests_dp"] == 8 * math.floor(room_dp / (per_token * p["context"]))
+    assert solution.expected["requests_dp"] == held_dp
+    assert p["demand"] <= held_dp
     assert solution.expected["regime"] == ("dp-attention" if p["demand"] > held else "tp-attention")
+
+
+def test_mla_duplication_rejects_a_demand_neither_layout_holds(variant):
+    from solvers.engine import VariantError
+
+    with pytest.raises(VariantError, match="neither layout"):
+        variant("mla-tp-duplication@default+demand=500")
+
+
+def test_mla_duplication_asks_for_bytes_beyond_one_copy(variant):
+    solution = variant("mla-tp-duplication@default")
+    assert "beyond one copy" in solution.prompt  # all n·F bytes are copies of something another GPU holds
+    assert solution.grade_one("duplicate_bytes", "342 GB").verdict != CORRECT  # n·F, not (n − 1)·F
 
 
 def test_mla_duplication_pinned_seed(variant):
     solution = variant("mla-tp-duplication@1")
     assert [p.raw for p in solution.params] == ["deepseek-v3", "h200-sxm", 8, 1536, 128, 128, "fp8", 6912, 410]
-    assert solution.expected["requests_tp"] == 177
+    assert solution.expected["requests_tp"] == 176
+    assert solution.expected["requests_dp"] == 1024
     assert solution.expected["regime"] == "dp-attention"
 
 
@@ -185,13 +259,24 @@ def test_mamba2_state_shapes_match_published_figures(variant):
     assert results["conv_layer"] == 3 * 10_240 * 2
 
 
-def test_vllm_pads_the_attention_block_to_one_layer_state(variant):
+@pytest.mark.parametrize("ssm_dtype, block", [("bf16", 528), ("fp32", 1040)])
+def test_vllm_pads_the_attention_block_to_one_layer_state(variant, ssm_dtype, block):
     """vLLM (HybridAttentionMambaModelConfig, no prefix caching) picks the smallest multiple of 16
-    tokens whose attention page holds one layer's Mamba state: 528 tokens for this layout in bf16."""
-    results = variant("recurrent-state-inventory@default+ssm_dtype=bf16").sheet.results
-    mamba_page = results["ssm_layer"] + results["conv_layer"]
+    tokens whose attention page holds one layer's Mamba state: 528 tokens for this layout with a bf16
+    SSM state, 1,040 with fp32 (the solution says its drawn block sizes are illustrative)."""
+    solution = variant(f"recurrent-state-inventory@default+ssm_dtype={ssm_dtype}")
+    mamba_page = solution.sheet.results["ssm_layer"] + solution.sheet.results["conv_layer"]
     attention_page_one_token = 2 * 8 * 128 * 2
-    assert 16 * math.ceil(mamba_page / (16 * attention_page_one_token)) == 528
+    assert 16 * math.ceil(mamba_page / (16 * attention_page_one_token)) == block
+    assert any("illustrative" in text and format(block, ",") in text for text in solution.sheet.assumptions)
+
+
+def test_kv_over_every_mixer_layer_is_diagnosed(variant):
+    """Counting KV over all 28 Mamba and attention layers instead of the 4 attention ones is x7."""
+    solution = variant("recurrent-state-inventory@default")
+    kv = solution.expected["kv_per_request"]
+    grade = solution.grade_one("kv_per_request", f"{7 * kv / MiB} MiB")
+    assert grade.slip == "KV counted over every Mamba and attention layer, not the attention layers alone"
 
 
 @pytest.mark.parametrize("seed", range(20))

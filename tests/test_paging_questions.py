@@ -6,8 +6,17 @@ import math
 
 import pytest
 
+from solvers.grade import CORRECT, WRONG
+
 GiB = 2**30
 KIB = 1024
+
+# Answers that are whole-number counts: a neighbouring whole number must never grade correct.
+EXACT_COUNTS = {
+    "paged-block-size": ("worst_waste", "blocks_per_sequence", "prefix_recompute"),
+    "sliding-window-savings": ("window_blocks",),
+    "cow-block-sharing": ("blocks_with", "blocks_without", "copies"),
+}
 
 
 def _params(solution) -> dict:
@@ -69,13 +78,36 @@ def test_paged_block_size_pinned_seed(variant):
     assert solution.expected["regime"] == "waste-material"
 
 
+@pytest.mark.parametrize("block_size", [128, 256])
+def test_worst_waste_of_b_instead_of_b_minus_one_is_wrong(variant, block_size):
+    """The point of the question is B − 1: typing B must not pass, even for the largest blocks."""
+    solution = variant(f"paged-block-size@default+block_size={block_size}")
+    assert solution.grade_one("worst_waste", str(block_size - 1)).verdict == CORRECT
+    assert solution.grade_one("worst_waste", str(block_size)).verdict == WRONG
+
+
+@pytest.mark.parametrize("qid", sorted(EXACT_COUNTS))
+def test_whole_number_counts_reject_their_neighbours(variant, qid):
+    for seed in range(20):
+        solution = variant(f"{qid}@{seed}")
+        for key in EXACT_COUNTS[qid]:
+            count = int(solution.expected[key])
+            assert solution.grade_one(key, str(count)).verdict == CORRECT
+            for neighbour in (count - 1, count + 1):
+                if neighbour >= 0:
+                    assert solution.grade_one(key, str(neighbour)).verdict != CORRECT, (qid, seed, key, neighbour)
+
+
 # --- tp-past-kv-heads ----------------------------------------------------------------------
 
 
 def test_tp_past_kv_heads_default(variant):
     """Llama-3-70B bf16 on TP 16, 64 requests of 8K: 160 GiB of KV, each of the 8 heads held twice."""
     results = variant("tp-past-kv-heads@default").sheet.results
-    assert results["weights_per_gpu"] == pytest.approx(141.1e9 / 16)
+    kv_proj = 2 * 80 * 8192 * 8 * 128 * 2  # k_proj and v_proj of all 80 layers: 2.68 GB
+    assert results["kv_proj_weights"] == kv_proj
+    # Everything sharded 16 ways, except that each GPU holds a whole KV head's projections (1/8, not 1/16).
+    assert results["weights_per_gpu"] == pytest.approx(141.1e9 / 16 + kv_proj * (1 / 8 - 1 / 16))
     assert results["kv_total"] == 160 * GiB
     assert results["kv_heads_per_gpu"] == 1
     assert results["kv_per_gpu"] == 20 * GiB
@@ -85,12 +117,13 @@ def test_tp_past_kv_heads_default(variant):
     assert results["regime"] == "kv-replicated"
 
 
-def test_kv_per_gpu_stops_at_the_kv_heads_while_weights_keep_halving(variant):
+def test_kv_per_gpu_stops_at_the_kv_heads_while_weights_keep_falling(variant):
     by_tp = {tp: variant(f"tp-past-kv-heads@default+tp={tp}").sheet.results for tp in (4, 8, 16, 32)}
     assert by_tp[4]["kv_per_gpu"] == 2 * by_tp[8]["kv_per_gpu"]
     assert by_tp[8]["kv_per_gpu"] == by_tp[16]["kv_per_gpu"] == by_tp[32]["kv_per_gpu"]
-    for tp in (4, 8, 16):
-        assert by_tp[tp]["weights_per_gpu"] == pytest.approx(2 * by_tp[2 * tp]["weights_per_gpu"])
+    assert by_tp[4]["weights_per_gpu"] == pytest.approx(2 * by_tp[8]["weights_per_gpu"])  # within the heads
+    for tp in (8, 16):  # past them the replicated K and V projections stop the weights halving
+        assert by_tp[2 * tp]["weights_per_gpu"] < by_tp[tp]["weights_per_gpu"] < 2 * by_tp[2 * tp]["weights_per_gpu"]
     assert by_tp[8]["duplicate"] == 0
     assert by_tp[32]["duplicate"] == 3 * by_tp[32]["kv_total"]  # four copies of every head
     assert by_tp[8]["regime"] == "kv-split"  # TP equal to the KV heads still splits them
@@ -98,7 +131,8 @@ def test_kv_per_gpu_stops_at_the_kv_heads_while_weights_keep_halving(variant):
 
 @pytest.mark.parametrize("seed", range(20))
 def test_tp_past_kv_heads_follows_vllm_head_rule(variant, seed):
-    """vLLM's get_num_kv_heads: max(1, H_kv // TP), recomputed in plain Python."""
+    """vLLM's get_num_kv_heads and QKVParallelLinear: max(1, H_kv // TP) heads per GPU, with their K and V
+    projections; pipeline stages of whole layers (the busiest holds ceil(L / stages)). Plain Python."""
     solution = variant(f"tp-past-kv-heads@{seed}")
     p, expected = _params(solution), solution.expected
     model, tp = p["model"], p["tp"]
@@ -109,9 +143,28 @@ def test_tp_past_kv_heads_follows_vllm_head_rule(variant, seed):
     total = 2 * model.layers * model.kv_heads * model.head_dim * element * tokens
     assert expected["kv_per_gpu"] == pytest.approx(per_gpu)
     assert expected["duplicate"] == pytest.approx(tp * per_gpu - total)
-    assert expected["kv_per_gpu_pp"] == pytest.approx(total / tp)
-    assert expected["weights_per_gpu"] == pytest.approx(model.params_b * 1e9 * element / tp)
+    tp_capped = min(tp, model.kv_heads)
+    stage_layers = math.ceil(model.layers / (tp // tp_capped))
+    assert expected["kv_per_gpu_pp"] == pytest.approx(total / tp_capped * stage_layers / model.layers)
+    kv_proj_one_head = 2 * model.layers * model.hidden * model.head_dim * element  # k_proj + v_proj, one head
+    others = model.params_b * 1e9 * element - kv_proj_one_head * model.kv_heads
+    assert expected["weights_per_gpu"] == pytest.approx(others / tp + kv_proj_one_head * heads)
     assert (expected["regime"] == "kv-replicated") == (tp > model.kv_heads)
+
+
+def test_replicated_kv_projections_match_the_review_figures(variant):
+    """Llama-3.1-70B in bf16: copying k_proj/v_proj adds 1.9% to the weights per GPU at TP 16, 5.7% at TP 32."""
+    for tp, extra in ((16, 0.019), (32, 0.057)):
+        weights = variant(f"tp-past-kv-heads@default+tp={tp}").expected["weights_per_gpu"]
+        assert weights / (141.1e9 / tp) - 1 == pytest.approx(extra, abs=0.001)
+
+
+def test_pipeline_stages_take_whole_layers(variant):
+    """Llama-3.1-405B at TP 32: TP 8 x 4 stages, and 126 layers give the busiest stage 32, not 31.5."""
+    results = variant("tp-past-kv-heads@default+model=llama-3.1-405b+tp=32").sheet.results
+    assert results["pp_stages"] == 4
+    assert results["stage_layers"] == 32
+    assert results["kv_per_gpu_pp"] == pytest.approx(results["kv_total"] / 8 * 32 / 126)
 
 
 def test_tp_past_kv_heads_pinned_seed(variant):
@@ -119,6 +172,7 @@ def test_tp_past_kv_heads_pinned_seed(variant):
     assert [p.raw for p in solution.params] == ["qwen2.5-72b", 32, "bf16", 210, 7424]
     assert solution.expected["duplicate"] == 3 * 327_680 * 7424 * 210
     assert solution.expected["regime"] == "kv-replicated"
+    assert "beyond one copy" in solution.prompt  # not "copies another GPU holds": every copy is held twice
 
 
 # --- sliding-window-savings ----------------------------------------------------------------
@@ -192,6 +246,14 @@ def test_sliding_window_pinned_seed(variant):
     assert [p.raw for p in solution.params] == ["gemma-2-9b", 8000, "fp8", 16]
     assert solution.expected["saving"] == pytest.approx(0.5 * (1 - 4096 / 8000))
     assert solution.expected["window_blocks"] == 257
+    assert solution.grade_one("window_blocks", "256").verdict == WRONG  # W/B without the mid-block extra
+
+
+def test_sliding_window_asks_for_the_allocator_condition(variant):
+    solution = variant("sliding-window-savings@default")
+    assert solution.question.answer("allocator").kind == "checklist"
+    assert any("saving is zero" in point for point in solution.expected["allocator"])
+    assert "one token per step" in solution.prompt  # the decode-time bound, not a prefill chunk's
 
 
 # --- cow-block-sharing ---------------------------------------------------------------------

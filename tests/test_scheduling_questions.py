@@ -9,9 +9,11 @@ import math
 
 import pytest
 
+from solvers.engine import VariantError, sweep
 from solvers.topics.common import GPU_MEMORY_UTILIZATION
 
 ETA_C, ETA_BW, OVERHEAD = 0.6, 0.8, 2e-3
+SEEDS = range(120)  # for the properties every draw must have
 
 
 class Group:
@@ -39,6 +41,36 @@ def _group(solution, eta_bw=ETA_BW):
 
 def _value(solution, name):
     return solution.param(name).value
+
+
+def _draws(variant, qid):
+    return [variant(f"{qid}@{seed}") for seed in SEEDS]
+
+
+def _fits(g, cached_tokens):
+    return g.weights + g.kv * cached_tokens <= g.gpu.hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION
+
+
+@pytest.mark.parametrize("qid", ["chunked-prefill-budget", "coupled-slo-admission", "decode-loop-overlap",
+                                 "long-reply-batching"])
+def test_small_models_are_not_split_many_ways(variant, qid):
+    """An 8B model on TP 4 or 8 gave 0.3 ms steps (decode-loop-overlap) and 90K-token chunks."""
+    for solution in _draws(variant, qid):
+        if _value(solution, "model").params_b < 20:
+            assert _value(solution, "tp") <= 2
+    with pytest.raises(VariantError, match="not served over 8 GPUs"):
+        variant(f"{qid}@default+model=llama-3-8b+tp=8")
+
+
+@pytest.mark.parametrize("qid", ["chunked-prefill-budget", "coupled-slo-admission", "decode-loop-overlap",
+                                 "long-reply-batching", "roofline-model-breaks"])
+def test_default_chart_crosses_the_regime_boundary(variant, catalog, qid):
+    """A chart that stays on one side, or plots a flat line, teaches nothing (long-reply-batching's first
+    chart, per-user speed against reply length, was flat at ~35 tokens/s)."""
+    solution = variant(f"{qid}@default")
+    curve = sweep(solution, catalog, *solution.question.chart)
+    assert len({point.regime for point in curve}) >= 2
+    assert len({round(point.y, 9) for point in curve}) >= 3
 
 
 # --- chunked-prefill-budget ----------------------------------------------------------------
@@ -84,6 +116,30 @@ def test_chunked_matches_plain_arithmetic(variant, seed):
         assert solution.expected[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
 
 
+def test_chunked_draws_are_not_degenerate(variant):
+    """Every draw needs chunking (one unchunked step breaks the TPOT target, the chunk is smaller than the
+    prompt), stays within the model's context, and keeps a budget a server would configure."""
+    for solution in _draws(variant, "chunked-prefill-budget"):
+        expected, prompt = solution.expected, _value(solution, "prompt")
+        assert expected["stall"] > _value(solution, "tpot")
+        assert solution.sheet.results["chunk"] < prompt
+        assert prompt <= _value(solution, "model").max_context
+        assert expected["token_budget"] <= 16_384  # vLLM's largest usual max_num_batched_tokens
+    with pytest.raises(VariantError, match="serves at most"):
+        variant("chunked-prefill-budget@default+model=qwen2.5-72b+prompt=40000")
+    with pytest.raises(VariantError, match="already steps within the TPOT"):
+        variant("chunked-prefill-budget@default+prompt=4000+tpot=150")
+
+
+def test_chunked_ttft_is_not_n_tpot_steps(variant):
+    """Earlier chunks attend to less of the prompt than the last: TTFT is below n x TPOT (0.9 s at the
+    default), and the prompt says so."""
+    solution = variant("chunked-prefill-budget@default")
+    assert solution.expected["ttft"] < solution.sheet.results["chunks"] * _value(solution, "tpot") * 0.9
+    assert "earlier chunks attend to less" in solution.prompt
+    assert not any("20K" in hint for hint in solution.question.hints)
+
+
 def test_chunked_pinned_seed(variant):
     solution = variant("chunked-prefill-budget@7")
     assert [p.raw for p in solution.params] == ["llama-3-70b", "mi300x", 8, 9, 1400, 83000, 30, 3.3, 60, 80, 2]
@@ -95,32 +151,73 @@ def test_chunked_pinned_seed(variant):
 
 
 def admission_by_hand(solution):
+    """The chunk priced at the last chunk (every token attending to its whole prompt); throughput and
+    TTFT at the mean step, in whole steps."""
     g = _group(solution)
     B, S, L, q = (_value(solution, n) for n in ("batch", "context", "prompt", "queued"))
     tpot, ttft_target = _value(solution, "tpot"), _value(solution, "ttft")
     f_dec = g.flops(B, B * S)
-    chunk = math.floor(((tpot - OVERHEAD) * g.rate - f_dec) / (2 * g.N + g.A * L / 2))
-    rate = chunk / g.time(B + chunk, B * S + chunk * L / 2, B * S)
-    limit = rate * ttft_target
+    chunk = math.floor(((tpot - OVERHEAD) * g.rate - f_dec) / (2 * g.N + g.A * L))
+    step = g.time(B + chunk, B * S + chunk * L / 2, B * S)
+    limit = math.floor(ttft_target / step) * chunk
     backlog = (q + 1) * L
     verdict = "reject" if L > limit else "queue" if backlog > limit else "admit"
-    return {"chunk": chunk, "prefill_rate": rate, "backlog_limit": limit, "ttft": backlog / rate, "regime": verdict}
+    return {"chunk": chunk, "prefill_rate": chunk / step, "backlog_limit": limit,
+            "ttft": math.ceil(backlog / chunk) * step, "regime": verdict}
 
 
 def test_admission_default(variant):
-    """70B on 8 x H100, 64 streams at 4K: a 1,491-token chunk per 50 ms step, ~30K prompt tokens/s;
-    13 prompts of 4K (52K tokens) exceed the 44.7K a 1.5 s TTFT absorbs: queue."""
+    """70B on 8 x H100, 64 streams at 4K: a 1,439-token chunk (priced at the last chunk) per 48.4 ms mean
+    step, ~29.7K prompt tokens/s; 13 prompts of 4K (52K tokens, 37 steps) exceed the 31 steps x 1,439
+    tokens a 1.5 s TTFT absorbs: queue."""
     expected = variant("coupled-slo-admission@default").expected
-    assert expected["chunk"] == 1491
-    assert expected["prefill_rate"] == pytest.approx(29_827, rel=1e-4)
-    assert expected["backlog_limit"] == pytest.approx(44_741, rel=1e-4)
-    assert expected["ttft"] == pytest.approx(1.743, rel=1e-3)
+    assert expected["chunk"] == 1439
+    assert expected["prefill_rate"] == pytest.approx(29_740, rel=1e-4)
+    assert expected["backlog_limit"] == 31 * 1439
+    assert expected["ttft"] == pytest.approx(37 * 0.048386, rel=1e-4)
     assert expected["regime"] == "queue"
+
+
+def test_admission_no_step_breaks_the_tpot_target(variant):
+    """Sized for the mean token, the step carrying a prompt's last chunk overshot TPOT (median 1.12x):
+    recompute that step by hand, every chunk token attending to the whole prompt."""
+    for solution in _draws(variant, "coupled-slo-admission"):
+        g = _group(solution)
+        B, S, L = (_value(solution, n) for n in ("batch", "context", "prompt"))
+        chunk = solution.expected["chunk"]
+        assert g.time(B + chunk, B * S + chunk * L, B * S) <= _value(solution, "tpot") * (1 + 1e-12)
+
+
+def test_admission_ttft_counts_whole_steps(variant):
+    """Backlog / rate gave a TTFT of a fraction of a step when the backlog fit one chunk (1.8 ms against a
+    4.3 ms decode-only step): the key is a whole number of steps, never less than one."""
+    for solution in _draws(variant, "coupled-slo-admission"):
+        ttft, step = solution.expected["ttft"], solution.sheet.results["step_time"]
+        assert ttft >= step
+        assert ttft / step == pytest.approx(round(ttft / step), abs=1e-9)
+
+
+def test_admission_draws_fit_and_stay_in_context(variant):
+    """The new prompt's KV must fit beside the running batch, and within the model's context."""
+    for solution in _draws(variant, "coupled-slo-admission"):
+        B, S, L = (_value(solution, n) for n in ("batch", "context", "prompt"))
+        assert _fits(_group(solution), B * S + L)
+        assert L <= _value(solution, "model").max_context
+    # 100 x 13,000 tokens of KV fit 8 x H100 beside the weights (1.33M tokens); 30,000 more do not.
+    variant("coupled-slo-admission@default+batch=100+context=13000+prompt=20000+queued=0")
+    with pytest.raises(VariantError, match="do not fit"):
+        variant("coupled-slo-admission@default+batch=100+context=13000+prompt=30000+queued=0")
+
+
+def test_admission_prompt_reads_well_at_zero_and_one(variant):
+    for queued in (0, 1):
+        prompt = variant(f"coupled-slo-admission@default+queued={queued}").prompt
+        assert f"arrival order: {queued}." in prompt and "1 requests" not in prompt
 
 
 @pytest.mark.parametrize("queued, verdict", [(10, "admit"), (11, "queue")])
 def test_admission_rule_flips_at_the_backlog_limit(variant, queued, verdict):
-    # 11 x 4,000 = 44,000 ≤ 44,741 < 48,000 = 12 x 4,000
+    # 11 x 4,000 = 44,000 ≤ 44,609 = 31 x 1,439 < 48,000 = 12 x 4,000
     assert variant(f"coupled-slo-admission@default+queued={queued}").expected["regime"] == verdict
 
 
@@ -140,7 +237,7 @@ def test_admission_matches_plain_arithmetic(variant, seed):
 def test_admission_pinned_seed(variant):
     solution = variant("coupled-slo-admission@7")
     assert [p.raw for p in solution.params] == ["llama-3-70b", "mi300x", 8, 9, 1400, 120, 0.25, 39000, 4, 60, 80, 2]
-    assert solution.expected["chunk"] == 3845
+    assert solution.expected["chunk"] == 3037
     assert solution.expected["regime"] == "reject"
 
 
@@ -193,6 +290,11 @@ def test_overlap_matches_plain_arithmetic(variant, seed):
         assert solution.expected[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
 
 
+def test_overlap_waste_is_for_replies_that_stop_on_their_own(variant):
+    """vLLM skips the extra step for a reply cut at max_tokens: the prompt says replies end at EOS or a stop."""
+    assert "EOS token or a stop string" in variant("decode-loop-overlap@default").prompt
+
+
 def test_overlap_pinned_seed(variant):
     solution = variant("decode-loop-overlap@7")
     assert [p.raw for p in solution.params] == ["llama-3-70b", "mi300x", 8, 17, 720, 5.6, 5.1, 1000, 60, 80]
@@ -212,24 +314,105 @@ def long_reply_by_hand(solution):
     budget = 1 / speed - OVERHEAD
     by_memory = (budget * g.bw - g.weights) / (g.kv * mean)
     by_compute = budget * g.rate / (2 * g.N + g.A * mean)
+    allowed = math.floor(min(by_memory, by_compute))
     return {
         "pool_batch": batch,
         "per_user_speed": 1 / g.time(batch, batch * mean, batch * mean),
+        "batch": min(batch, allowed),
         "recompute_time": g.time(mean, mean**2 / 2, 0),
         "swap_time": 2 * mean * g.kv / _value(solution, "host_link"),
-        "regime": "pool-limited" if batch <= math.floor(min(by_memory, by_compute)) else "SLO-limited",
+        "regime": "pool-limited" if batch <= allowed else "SLO-limited",
     }
+
+
+def full_read_speed(solution):
+    """Per-user speed of a step that reads all of a GPU's usable HBM: the pool's batch fills the pool,
+    so each step reads the weights plus the whole pool, whatever the model, TP or reply length."""
+    gpu = _value(solution, "gpu")
+    return 1 / (GPU_MEMORY_UTILIZATION * gpu.hbm_gb * 1e9 / (ETA_BW * gpu.hbm_tb_s * 1e12) + OVERHEAD)
 
 
 def test_long_reply_default(variant):
     """70B on 4 x H100: 36.7 GB of pool per GPU holds 448K tokens; at a mean footprint of
-    500 + 8,000/2 = 4,500 tokens that is 99 requests, each streaming at ~35 tokens/s."""
+    500 + 8,000/2 = 4,500 tokens that is 99 requests, each streaming at ~35 tokens/s: a step reads
+    72 GB (99.7% of usable HBM), 26.8 ms at 2.68 TB/s plus 2 ms."""
     expected = variant("long-reply-batching@default").expected
     assert expected["pool_batch"] == 99
     assert expected["per_user_speed"] == pytest.approx(34.75, rel=1e-3)
+    assert expected["batch"] == 99
     assert expected["recompute_time"] == pytest.approx(0.2806, rel=1e-3)
     assert expected["swap_time"] == pytest.approx(2 * 4500 * 81_920 / 50e9)
     assert expected["regime"] == "pool-limited"
+
+
+@pytest.mark.parametrize("reply", [2000, 8000, 32000])
+@pytest.mark.parametrize("tp", [4, 8])
+def test_long_reply_speed_at_a_full_pool_ignores_model_and_reply(variant, reply, tp):
+    """The invariant the first version missed: at the pool's batch each step reads ~all usable HBM, so
+    every H100 variant gives ~34.6-35 tokens/s (0.9 x 80 GB / (0.8 x 3.35 TB/s) + 2 ms = 28.9 ms)."""
+    solution = variant(f"long-reply-batching@default+tp={tp}+reply={reply}")
+    assert solution.expected["per_user_speed"] == pytest.approx(34.64, rel=0.01)
+    assert solution.sheet.results["full_read_speed"] == pytest.approx(34.64, rel=1e-3)
+
+
+def test_long_reply_regime_follows_the_speed_target_not_the_reply(variant):
+    """Longer replies do not make it pool-limited: any target above the full-pool speed is SLO-limited."""
+    assert variant("long-reply-batching@default+speed=40+reply=32000").expected["regime"] == "SLO-limited"
+    assert variant("long-reply-batching@default+speed=34+reply=32000").expected["regime"] == "pool-limited"
+    assert variant("long-reply-batching@default+speed=36+reply=2000").expected["regime"] == "SLO-limited"
+
+
+def test_long_reply_regime_agrees_with_the_full_pool_criterion(variant):
+    """Across many draws: pool-limited exactly when the target is at most the speed at the pool's batch;
+    when that step is memory-bound its speed is the full-read closed form (within the pool's rounding),
+    and away from that line the closed form alone calls the regime."""
+    sides = set()
+    for solution in _draws(variant, "long-reply-batching"):
+        expected, target = solution.expected, _value(solution, "speed")
+        speed, closed = expected["per_user_speed"], full_read_speed(solution)
+        assert (expected["regime"] == "pool-limited") == (target <= speed)
+        sides.add(expected["regime"])
+        results = solution.sheet.results
+        memory_bound = results["bytes_batch"] / (ETA_BW * _value(solution, "gpu").hbm_tb_s * 1e12) >= (
+            results["flops_batch"] / (_value(solution, "tp") * ETA_C * _value(solution, "gpu").bf16_dense_tflops
+                                      * 1e12))
+        if memory_bound:
+            assert closed <= speed <= closed / (1 - 1.01 / expected["pool_batch"])
+            if abs(target / closed - 1) > 1 / expected["pool_batch"] + 0.01:
+                assert (expected["regime"] == "pool-limited") == (target <= closed)
+        else:
+            assert speed < closed
+    assert sides == {"pool-limited", "SLO-limited"}
+
+
+def test_long_reply_chart_shows_the_regime_flip(variant, catalog):
+    """The chart sweeps the speed target: flat at the pool's batch while the pool limits, then falling
+    as the target tightens (the first chart, against reply length, was flat at ~35 tokens/s)."""
+    solution = variant("long-reply-batching@default")
+    assert solution.question.chart == ("speed", "batch")
+    curve = sweep(solution, catalog, "speed", "batch")
+    ys = [point.y for point in curve]
+    assert len(set(ys)) > 5
+    assert ys[0] == 99 and ys[-1] < 99
+    assert all(later <= earlier for earlier, later in zip(ys, ys[1:]))
+    assert {point.regime for point in curve} == {"pool-limited", "SLO-limited"}
+
+
+def test_long_reply_draws_are_not_degenerate(variant):
+    """No pool of a handful of requests (70B on 2 x H100 left ~3 GB), no reply past the model's context."""
+    for solution in _draws(variant, "long-reply-batching"):
+        assert solution.expected["pool_batch"] >= 8
+        assert _value(solution, "prompt") + _value(solution, "reply") <= _value(solution, "model").max_context
+    with pytest.raises(VariantError, match="too few requests"):
+        variant("long-reply-batching@default+tp=2")
+
+
+def test_long_reply_texts_name_the_real_levers(variant):
+    regime = variant("long-reply-batching@default").sheet.regime
+    assert "34.75 tokens/s" in regime.other_side and "fp8 KV" in regime.other_side
+    assert "shorter replies" not in regime.other_side.lower()
+    assumptions = " ".join(variant("long-reply-batching@default").sheet.assumptions)
+    assert "V1" in assumptions and "max_num_seqs" in assumptions
 
 
 def test_swap_beats_recompute_by_the_fetch_ratio(variant):
@@ -254,6 +437,7 @@ def test_long_reply_pinned_seed(variant):
     solution = variant("long-reply-batching@7")
     assert [p.raw for p in solution.params] == ["llama-3-70b", "mi300x", 8, 200, 4600, 62, 50, 60, 80, 2]
     assert solution.expected["pool_batch"] == 1515
+    assert solution.expected["batch"] == 412
     assert solution.expected["regime"] == "SLO-limited"
 
 
@@ -285,13 +469,38 @@ def roofline_by_hand(solution):
 
 def test_roofline_default(variant):
     """70B on 8 x H100 at batch 32, 2K context: 20.3 GB per GPU per step, 6.05 ms at 3.35 TB/s;
-    160 all-reduces of 512 KiB at 10 us + 7/8 x 2 x 512 KiB / 450 GB/s = 1.93 ms."""
-    expected = variant("roofline-model-breaks@default").expected
+    160 all-reduces of 512 KiB at 10 us + 7/8 x 2 x 512 KiB / 450 GB/s = 1.93 ms, ahead of the 1.51 ms
+    of efficiency and 1 ms of overhead; 10.49 ms in all, 1.73x the bare step."""
+    solution = variant("roofline-model-breaks@default")
+    expected = solution.expected
     assert expected["bare_throughput"] == pytest.approx(5291, rel=1e-3)
     assert expected["allreduce_time"] == pytest.approx(160 * (10e-6 + 2 * 7 / 8 * 32 * 8192 * 2 / 450e9))
-    assert expected["corrected_throughput"] == pytest.approx(2786, rel=1e-3)
-    assert expected["dominant"] == "overhead"
+    assert expected["corrected_throughput"] == pytest.approx(3052, rel=1e-3)
+    assert solution.sheet.results["ratio"] == pytest.approx(1.734, rel=1e-3)
+    assert expected["dominant"] == "all-reduce"
     assert expected["regime"] == "within-reach"
+
+
+def test_roofline_calls_are_never_on_a_knife_edge(variant):
+    """The choices have no tolerance: no draw within 5% of the 2x line, and the largest correction leads
+    the next by at least 5% (the first default sat 5% from 2x, its top two corrections 3.8% apart)."""
+    for solution in _draws(variant, "roofline-model-breaks"):
+        results = solution.sheet.results
+        assert abs(results["ratio"] / 2 - 1) >= 0.05
+        costs = sorted([results["bandwidth_cost"], results["allreduce_time"], _value(solution, "overhead")])
+        assert costs[1] <= costs[2] * 0.95
+        if _value(solution, "gpu").vendor == "AMD":
+            assert _value(solution, "tp") == 8
+    with pytest.raises(VariantError, match="xGMI"):
+        variant("roofline-model-breaks@default+gpu=mi300x+tp=2")
+
+
+def test_roofline_wording(variant):
+    """The question that adds TP communication must not say it is left out; a batch of one reads well."""
+    solution = variant("roofline-model-breaks@default+batch=1")
+    assert not any("communication is left out" in text for text in solution.sheet.assumptions)
+    assert "a batch of 1 in bf16" in solution.prompt
+    assert "small batch" not in variant("roofline-model-breaks@default").sheet.regime.other_side
 
 
 def test_roofline_bare_step_is_the_weight_read_at_batch_one(variant):
@@ -305,7 +514,7 @@ def test_roofline_bare_step_is_the_weight_read_at_batch_one(variant):
 def test_roofline_fixed_costs_swamp_a_short_step(variant):
     """Llama-3-8B over 8 x H100 at batch 1: a 0.6 ms roofline step against 64 all-reduce latencies
     and 2 ms of overhead, several times the bare estimate."""
-    solution = variant("roofline-model-breaks@default+model=llama-3-8b+batch=1+context=500")
+    solution = variant("roofline-model-breaks@default+model=llama-3-8b+batch=1+context=500+overhead=2")
     assert solution.sheet.results["ratio"] > 4
     assert solution.expected["dominant"] == "overhead"
     assert solution.expected["regime"] == "off-by-a-factor"

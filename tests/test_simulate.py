@@ -13,6 +13,7 @@ from solvers.simulate import (
     exponential,
     mm1_wait,
     quantile,
+    share_sigma,
     shifted_exponential,
 )
 
@@ -88,6 +89,14 @@ def test_joint_attainment_of_independent_latencies_is_the_product():
     both = count_both_within(first, 1.0, second, 0.04) / N
     expected = (1 - math.exp(-1.0 / 0.8)) * (1 - math.exp(-(0.04 - 0.02) / 0.01))
     assert both == pytest.approx(expected, rel=0.005)
+
+
+def test_share_sigma_is_the_spread_of_repeated_counts():
+    """The standard error of a share counted over n requests matches the spread of many such counts."""
+    share, n = 0.9, 100_000
+    counts = np.random.default_rng(6).binomial(n, share, 20_000) / n
+    assert share_sigma(share, n) == pytest.approx(np.std(counts), rel=0.02)
+    assert share_sigma(share, n) == pytest.approx(math.sqrt(0.09 / n))
 
 
 def test_quantile_is_numpys_linear_quantile():

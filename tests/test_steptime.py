@@ -131,3 +131,12 @@ def test_step_time_is_the_larger_bound_plus_overhead(catalog, tokens, attended, 
     memory = s.evaluate(work.bytes / e.byte_rate)
     compute = s.evaluate(work.flops / e.flop_rate)
     assert t == pytest.approx(max(memory, compute) + 2e-3, rel=1e-12)
+
+
+def test_communication_clause_follows_the_question(catalog):
+    """The stated model leaves TP communication out unless the question adds it (roofline-model-breaks)."""
+    model, gpu = catalog.get("models", "llama-3-70b"), catalog.get("gpus", "h100-sxm")
+    for communication, clause in ((False, "TP communication is left out."), (True, "TP communication comes on top")):
+        s = Sheet()
+        engine(s, model, gpu, 8, communication=communication)
+        assert any(clause in text for text in s.assumptions)

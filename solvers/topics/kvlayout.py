@@ -60,19 +60,18 @@ def _usable(s: Sheet, gpu: Record) -> sympy.Symbol:
 
 def preemption_policies(p, s: Sheet) -> None:
     model, n_gpus = p.model, p.tp
-    active = model.get("active_params_b", model.params_b) * 1e9
     if model_params(model) * dtype_bytes(p.weight_dtype) / n_gpus >= hbm_bytes(p.gpu) * GPU_MEMORY_UTILIZATION:
         raise Reject("weights do not fit the TP group")
     peak = peak_flops(p.gpu, p.weight_dtype)
 
     n = s.given("n", n_gpus, "", "GPUs in the tensor-parallel group")
     C = s.given("C", p.victim_tokens, "tokens", "victim's context (prompt plus tokens generated)")
-    N = s.given("N_a", active, "", "parameters active per token")
+    N = s.given("N", model_params(model), "", "parameters (dense: all of them work on every token)")
     L = s.given("L", model.layers, "", "layers")
     H = s.given("H_q", model.heads, "", "query heads")
     d = s.given("d_h", model.head_dim, "", "head dim")
     F_w = s.step("flops_weights", "Weight FLOPs of the re-prefill", "F_w", 2 * N * C, "TFLOP",
-                 "a multiply-add per active weight per token")
+                 "a multiply-add (2 FLOPs) per parameter per token, embeddings included")
     F_a = s.step("flops_attention", "Attention FLOPs of the re-prefill", "F_a", 2 * L * H * d * C**2, "TFLOP",
                  "QKᵀ and AV cost 4·C²·H·d per layer; the causal mask halves it")
     F = s.step("flops", "FLOPs recompute redoes", "F", F_w + F_a, "TFLOP",
@@ -161,7 +160,8 @@ def mla_vs_gqa_under_tp(p, s: Sheet) -> None:
     gpu_g = kv_bytes_per_token_per_gpu(g, gqa, b_kv, n, key="kv_gpu_gqa")
     gpu_m = kv_bytes_per_token_per_gpu(m, mla, b_kv, G, key="kv_gpu_mla")
     n_star = s.step("tp_crossover", "TP degree at which the per-GPU shares are equal", "n_star",
-                    kv_g / kv_m, "", "KV_tok_GQA / n = KV_tok_MLA (valid while n stays within the KV heads)")
+                    kv_g / kv_m, "", "KV_tok_GQA / n = KV_tok_MLA (within the KV heads); a per-GPU figure only: "
+                    "the node's capacity also counts the G/n replicas")
 
     usable = _usable(s, p.gpu)
     N_g = s.given("N_GQA", model_params(gqa), "", f"{gqa.name} parameters")
@@ -179,9 +179,12 @@ def mla_vs_gqa_under_tp(p, s: Sheet) -> None:
     s.step("requests_mla", f"Requests the node holds, {mla.name}", "U_MLA",
            sympy.floor(room_m / (gpu_m * C)), "requests", "one replica; each GPU holds every request's whole latent")
     tok_g = s.step("tokens_gqa", f"KV tokens the node holds, {gqa.name}", "T_GQA", G / n * room_g / gpu_g,
-                   "tokens", "capacity without rounding to whole requests")
+                   "tokens", "G/n replicas × F/(KV_tok/n): the TP degree cancels, except through the room F")
     tok_m = s.step("tokens_mla", f"KV tokens the node holds, {mla.name}", "T_MLA", room_m / gpu_m, "tokens",
                    "the node's unique tokens: one GPU's worth, since all eight hold the same ones")
+    F_star = s.step("room_breakeven", f"KV room per GPU {gqa.name} needs to match {mla.name}", "F_star",
+                    room_m * kv_g / (G * kv_m), "GB",
+                    "set G·F/KV_tok_GQA = F_MLA/KV_tok_MLA and solve for F: at any TP within the KV heads")
 
     s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable; activations, CUDA graphs and "
              "communication buffers are ignored (they cut both deployments alike).")
@@ -193,29 +196,38 @@ def mla_vs_gqa_under_tp(p, s: Sheet) -> None:
     s.slip("the MLA latent split over TP like KV heads", 1 / GPUS_PER_NODE)
     s.slip(f"x{p.tp}: the whole GQA request per GPU, not its share", p.tp)
     s.slip("MLA counted with K and V separately", 2.0)
-    _layout_regime(s, gqa.name, mla.name, n_star, n, tok_g, tok_m)
+    _layout_regime(s, gqa.name, mla.name, n_star, usable, F_star, room_g, tok_g, tok_m)
 
 
-def _layout_regime(s: Sheet, gqa: str, mla: str, n_star, n, tok_g, tok_m) -> None:
-    share = "a smaller" if s.value(n) > s.value(n_star) else "a larger"
-    crossover, tp = format_number(s.value(n_star), 3), format_number(s.value(n))
+def _layout_regime(s: Sheet, gqa: str, mla: str, n_star, usable, F_star, room_g, tok_g, tok_m) -> None:
+    """Which model holds more tokens on the node. The per-GPU crossover TP does not decide it: the GQA
+    model's G/n replicas each split a request n ways, so its node holds G·F_GQA/KV_tok_GQA tokens at any
+    TP within its KV heads, and TP only matters through the weight bytes each GPU carries."""
+    room, need = format_quantity(s.value(room_g), "GB"), format_quantity(s.value(F_star), "GB")
+    weights = format_quantity(s.value(usable) - s.value(F_star), "GB")  # the weights that leave exactly F*
     held = (f"the node holds {format_number(s.value(tok_g), 3)} tokens of {gqa} against "
             f"{format_number(s.value(tok_m), 3)} of {mla}")
-    layout = (f"{mla} caches {crossover}x less per token, but every GPU holds its whole latent, while {gqa} at "
-              f"TP {tp} keeps {share} share per GPU (TP {crossover} is the crossover)")
-    if s.value(tok_g) >= s.value(tok_m):
+    crossover = (f"The per-GPU crossover (TP {format_number(s.value(n_star), 3)}) does not decide this: "
+                 f"{gqa}'s replicas each split a request over their TP group, so TP moves its node capacity only "
+                 "through the weights each GPU carries.")
+    if s.value(room_g) >= s.value(F_star):
         s.set_regime(
-            "gqa-holds-more", f"{layout}; with the room its weights leave, {held}.",
-            tok_g, tok_m,
-            f"Heavier weights per GPU (a large GQA model in bf16) or a TP below the crossover let {mla}'s compact "
-            "latent win the node back; data-parallel attention, where each GPU holds only its own requests' "
-            "latents, multiplies its capacity by up to the TP degree.")
+            "gqa-holds-more",
+            f"{gqa}'s weights leave {room} of KV room per GPU, more than the {need} it needs to match {mla}'s "
+            f"whole latent on every GPU: {held}. {crossover}",
+            F_star, room_g,
+            f"Once {gqa}'s weights pass {weights} per GPU (a larger model, bf16 rather than fp8, a narrower TP), "
+            f"its room falls below {need} and {mla}'s compact latent holds more on the node. Data-parallel "
+            f"attention for {mla}, each GPU holding only its own requests' latents, would multiply its capacity "
+            "by up to 8.")
     else:
         s.set_regime(
-            "mla-holds-more", f"{layout}; with the room the weights leave, {held}.",
-            tok_g, tok_m,
-            f"Lighter weights per GPU (fp8, wider TP) or a TP past the crossover let {gqa}'s split KV heads win: "
-            f"each of its GPUs holds 1/n of every request while {mla} keeps the whole latent on all eight.")
+            "mla-holds-more",
+            f"{gqa}'s weights leave only {room} of KV room per GPU, less than the {need} it needs to match "
+            f"{mla}: {held}. {crossover}",
+            F_star, room_g,
+            f"With at most {weights} of {gqa} weights per GPU (fp8 rather than bf16, a wider TP, a smaller "
+            f"model) its room passes {need} and its split KV heads hold more tokens on the node.")
 
 
 # --- mla-tp-duplication ----------------------------------------------------------------------
@@ -232,17 +244,21 @@ def mla_tp_duplication(p, s: Sheet) -> None:
     usable = _usable(s, p.gpu)
     N = s.given("N", model_params(model), "", "parameters")
     b_w = s.given("b_w", dtype_bytes("fp8"), "B", "bytes per weight (fp8 as served)")
-    room = s.step("room_tp", "KV memory per GPU (TP attention)", "F", usable - N * b_w / n, "GB",
+    V = s.given("V", model.vocab, "", "vocabulary size")
+    h = s.given("h", model.hidden, "", "hidden size")
+    b_e = s.given("b_e", dtype_bytes("bf16"), "B", "bytes per embedding and LM-head weight (bf16)")
+    weights = s.step("weights", "Weight bytes of the model", "W", N * b_w + 2 * V * h * (b_e - b_w), "GB",
+                     "every parameter at 1 byte, plus a second byte for the embedding and LM head (V × h each)")
+    room = s.step("room_tp", "KV memory per GPU (TP attention)", "F", usable - weights / n, "GB",
                   "usable memory less this GPU's 1/n of the weights")
     if s.value(room) <= 0:
         raise Reject("the weights do not fit the node")
-    s.step("duplicate_bytes", "Duplicate KV bytes on the node", "D", (n - 1) * room, "GB",
+    s.step("duplicate_bytes", "KV bytes on the node beyond one copy", "D", (n - 1) * room, "GB",
            "all n GPUs hold the same latents: one copy is useful, n − 1 are copies")
     C = s.given("C", p.context, "tokens", "context per request")
     req_tp = s.step("requests_tp", "Requests the node holds (TP attention)", "U_TP",
                     sympy.floor(room / (kv_gpu * C)), "requests", "what one GPU fits is what the node fits")
 
-    h = s.given("h", model.hidden, "", "hidden size")
     q_r = s.given("q_r", p.q_lora_rank, "", "query latent rank (q_lora_rank)")
     H = s.given("H", model.heads, "", "attention heads")
     d_n = s.given("d_n", p.qk_nope_head_dim, "", "non-RoPE query/key head dim")
@@ -254,26 +270,32 @@ def mla_tp_duplication(p, s: Sheet) -> None:
                  h * q_r + q_r * H * (d_n + d_r) + h * (d_c + d_r) + d_c * H * (d_n + d_v) + H * d_v * h, "",
                  "q_a, q_b, kv_a (latent plus RoPE key), kv_b (up-projection to keys and values), o")
     A = s.step("attn_weights", "Attention weights, all layers", "A", L * A_l * b_w, "GB",
-               "the part data-parallel attention copies onto every GPU")
-    extra = s.step("dp_extra_weights", "Extra weight bytes per GPU (DP attention)", "dW", A * (1 - 1 / n), "GB",
-                   "each GPU holds all of the attention weights instead of 1/n")
+               "the projections data-parallel attention copies onto every GPU")
+    E = s.step("embedding_bytes", "Token embedding", "E", V * h * b_e, "GB",
+               "copied onto every GPU too (SGLang turns TP off for the embedding under DP attention)")
+    extra = s.step("dp_extra_weights", "Extra weight bytes per GPU (DP attention)", "dW", (A + E) * (1 - 1 / n),
+                   "GB", "each GPU holds all of the attention projections and the embedding instead of 1/n")
     room_dp = s.step("room_dp", "KV memory per GPU (DP attention)", "F_DP", room - extra, "GB",
-                     "the replicated attention weights come out of the KV room")
+                     "the replicated weights come out of the KV room")
     req_dp = s.step("requests_dp", "Requests the node holds (DP attention)", "U_DP",
                     n * sympy.floor(room_dp / (kv_tok * C)), "requests",
                     "each GPU holds only its own requests' latents: n independent pools")
     s.step("capacity_gain", "KV capacity gained by DP attention", "g", n * room_dp / room, "x",
            "n pools of unique tokens, each a little smaller, against one duplicated pool")
     demand = s.given("U_d", p.demand, "requests", "concurrent requests to hold")
+    if s.value(demand) > s.value(req_dp):
+        raise Reject("neither layout holds the demand on one node")
 
     s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable; activations, CUDA graphs and "
              "communication buffers are ignored.")
-    s.assume("Weights in fp8 at one byte per parameter (the released checkpoint; block scales, norms and the "
-             "multi-token-prediction module ignored). Under DP attention the MoE and dense MLP weights, "
-             "embeddings and LM head stay sharded; only the attention projections are copied.")
-    s.assume("DP attention (SGLang --enable-dp-attention) also costs an all-gather of hidden states before "
-             "and a scatter after each MoE block, and a step waits for its busiest rank; those are time, "
-             "not memory, and are not priced here.")
+    s.assume("Weights in fp8 at one byte per parameter, except the token embedding and LM head, which the "
+             "released checkpoint keeps in bf16 (block scales, norms and the multi-token-prediction module "
+             "ignored).")
+    s.assume("DP attention as SGLang lays it out (--enable-dp-attention): the attention projections and the "
+             "token embedding are copied onto every GPU; the MoE and dense MLP weights and the LM head stay "
+             "sharded (the LM head is copied too only with --enable-dp-lm-head).")
+    s.assume("DP attention also costs an all-gather of hidden states before and a scatter after each MoE "
+             "block, and a step waits for its busiest rank; those are time, not memory, and are not priced here.")
     s.slip("all n shares counted, not the n − 1 that are extra (copies, or replicated weights)",
            p.tp / (p.tp - 1))
     s.slip("/n: DP capacity of one GPU, not the node", 1 / p.tp)
@@ -286,8 +308,8 @@ def _attention_regime(s: Sheet, req_tp, req_dp, demand) -> None:
         s.set_regime(
             "dp-attention",
             f"TP attention holds {tp} requests, fewer than the {want} you must hold: the copies of the "
-            f"latents are the binding waste, and DP attention raises the node to {dp} for the price of "
-            "the replicated attention weights.",
+            f"latents are the binding waste, and DP attention raises the node to {dp}, enough for them, for "
+            "the price of the replicated weights.",
             req_tp, demand,
             "With fewer concurrent requests (or shorter contexts) TP attention already holds them all; DP "
             "attention would then buy memory no one needs and pay for it in replicated weights, "
@@ -347,10 +369,14 @@ def recurrent_state_inventory(p, s: Sheet) -> None:
              "one GPU, no TP split.")
     s.assume("A snapshot copies the whole recurrent state (SSM and conv) of every Mamba layer; the attention "
              "KV is cached in whole blocks, so a prefix is restorable only where both line up.")
+    s.assume("Block sizes and snapshot intervals here are illustrative. vLLM sizes a hybrid model's attention "
+             "block so that one layer's page holds a Mamba layer's state (for this layout with bf16 KV: 528 "
+             "tokens with a bf16 SSM state, 1,040 with fp32); with prefix caching on, it rounds that up to a "
+             "multiple of the Mamba chunk size and snapshots the state at every block boundary.")
     s.slip("x Mamba layers: one layer's state, not the model's", 1 / p.mamba_layers)
     s.slip("conv buffer left out", s.value(ssm) / (s.value(ssm) + s.value(conv)))
-    s.slip("KV counted over every layer, not the attention layers", (p.mamba_layers + 2 * p.attn_layers)
-           / p.attn_layers)
+    s.slip("KV counted over every Mamba and attention layer, not the attention layers alone",
+           (p.mamba_layers + p.attn_layers) / p.attn_layers)
     _state_regime(s, state, kv, C_star, C)
 
 

@@ -268,16 +268,20 @@ def _deduction_regime(s: Sheet, w, other, seqs) -> None:
 
 # --- hidden-memory-budget ------------------------------------------------------------------
 
-# How vLLM's start-up accounts for each consumer of GPU memory: measured and subtracted before
-# the KV cache is sized, or left to fit in the (1 - gpu_memory_utilization) share it never touches.
+# How vLLM's start-up (releases before v0.21, or later ones with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0)
+# accounts for each consumer of GPU memory: measured and subtracted before the KV cache is sized, or left to
+# fit in the (1 - gpu_memory_utilization) share it never touches. The names stay neutral: saying when a
+# consumer appears would give the answer away.
 MEMORY_ACCOUNTING = {
     "the model weights": "measured",
     "the activation peak of the profile run": "measured",
-    "non-torch memory added during the profile run (NCCL and cuBLAS buffers)": "measured",
-    "the CUDA context and NCCL communicators set up before the start-up snapshot": "left-to-headroom",
-    "the CUDA graphs captured after the KV cache is allocated": "left-to-headroom",
-    "allocator fragmentation (memory PyTorch has reserved but not allocated)": "left-to-headroom",
+    "non-torch memory added during the profile run (communication and BLAS buffers)": "measured",
+    "the GPU runtime context and communicators": "left-to-headroom",
+    "the CUDA graphs": "left-to-headroom",
+    "allocator fragmentation (reserved but unallocated memory)": "left-to-headroom",
 }
+
+MIN_KV_MEMORY = 2 * 2**30  # below 2 GiB of KV cache per GPU nobody would deploy this: it holds a few contexts
 
 
 def _kv_budget(p, s: Sheet) -> tuple[sympy.Symbol, ...]:
@@ -297,25 +301,25 @@ def _kv_budget(p, s: Sheet) -> tuple[sympy.Symbol, ...]:
                       "weights while loading, then the profile run's activation peak and non-torch increase")
     kv = s.step("kv_memory", "KV cache vLLM allocates per GPU", "M_KV", requested - measured, "GiB",
                 "whatever of the requested memory the measured consumers leave")
-    if s.value(kv) <= 0:
-        raise Reject("no memory left for the KV cache: vLLM refuses to start")
+    if s.value(kv) < MIN_KV_MEMORY:
+        raise Reject("under 2 GiB of KV cache per GPU: too little to serve, the deployment would be resized")
     s.step("paper_share", "Weights plus KV cache, share of the GPU", "S_paper", (w + kv) / M, "%",
            "the two numbers everyone checks: on paper they fit with room to spare")
-    return M, u, requested, measured
+    return M, u, requested, measured, kv
 
 
 def hidden_memory_budget(p, s: Sheet) -> None:
-    M, u, requested, measured = _kv_budget(p, s)
+    M, u, requested, measured, kv = _kv_budget(p, s)
     headroom = s.step("headroom", "Memory outside vLLM's budget", "H", M - requested, "GiB",
                       "the (1 − u) share vLLM never plans for; whatever it did not measure must fit here")
-    C = s.given("C", p.cuda_context, "GiB", "CUDA context and NCCL communicators (before the snapshot)")
+    C = s.given("C", p.cuda_context, "GiB", "GPU runtime context and communicators (before the snapshot)")
     if s.value(C) >= s.value(headroom):
         raise Reject("the context alone exceeds the headroom: vLLM refuses to start")
     G = s.given("G", p.cuda_graphs, "GiB", "CUDA graph memory (captured after the KV cache)")
     F = s.given("F", p.fragmentation, "GiB", "allocator fragmentation")
     unbudgeted = s.step("unbudgeted", "Memory vLLM did not budget for", "U", C + G + F, "GiB",
-                        "in the start-up snapshot's baseline, captured after the KV cache is sized, or never "
-                        "seen by the profile's allocated-bytes peak")
+                        "in the start-up snapshot's baseline, fragmentation that builds up while serving, and the "
+                        "graphs captured after the KV cache is sized")
     s.step("peak_share", "Peak use, share of the GPU", "S_peak", (requested + unbudgeted) / M, "%",
            "the full budget in use (KV cache allocated up front) plus everything outside it")
     s.step("max_util", "Highest gpu_memory_utilization that fits", "u_max", 1 - unbudgeted / M, "%",
@@ -324,17 +328,38 @@ def hidden_memory_budget(p, s: Sheet) -> None:
 
     s.assume("Total memory is the datasheet capacity in GB; vLLM reads the device's total from the driver, "
              "which for most GPUs is a few percent more. One GPU of the TP group stands for all of them.")
-    s.assume("vLLM v1 start-up: a memory snapshot after the CUDA context and NCCL are set up, weights measured "
-             "while loading, a profile run at max_num_batched_tokens for the activation peak (allocated bytes, "
-             "so fragmentation is unseen) and the non-torch increase, then the KV cache; CUDA graphs are "
-             "captured last, unless the engine is asked to estimate them in the profile.")
+    s.assume("vLLM v1 start-up before v0.21: a memory snapshot after the runtime context and communicators are "
+             "set up, weights measured while loading, a profile run at max_num_batched_tokens for the activation "
+             "peak and the non-torch increase, then the KV cache; CUDA graphs are captured last. Fragmentation "
+             "that builds up while serving is never seen at start-up, whichever way the profile counts memory.")
     s.assume("The KV cache is allocated whole at start-up, so the budget is fully in use from the first "
              "request; the graph and fragmentation figures are what such a deployment typically shows.")
+    _graph_estimate_note(s, kv, headroom, C, F, G)
     s.slip("only the CUDA graphs counted as unbudgeted", s.value(G) / s.value(unbudgeted))
     kv_room = s.evaluate(requested - measured)
     s.slip("the activation peak and non-torch memory not subtracted",
            (kv_room + p.activation_peak + p.non_torch) / kv_room)
     _budget_regime(s, headroom, unbudgeted, u)
+
+
+def _graph_estimate_note(s: Sheet, kv, headroom, C, F, G) -> None:
+    """What v0.21's default CUDA-graph estimate would change: the graphs move into the measured side."""
+    kv_est = s.step("kv_memory_graph_estimate", "KV cache if start-up estimated the graphs (v0.21 on)", "M_KV_est",
+                    max_of(kv - G, 0), "GiB", "the graphs' estimate is subtracted with the measured consumers")
+    rest = s.step("unbudgeted_graph_estimate", "Unbudgeted if start-up estimated the graphs (v0.21 on)", "U_est",
+                  C + F, "GiB", "only the snapshot's baseline and serving-time fragmentation remain outside")
+    room, left = format_quantity(s.value(headroom), "GiB"), format_quantity(s.value(rest), "GiB")
+    outcome = "fits in" if s.value(rest) <= s.value(headroom) else "still overflows"
+    if s.value(kv_est) > 0:
+        effect = (f"the KV cache shrinks to {format_quantity(s.value(kv_est), 'GiB')}, and the {left} left "
+                  f"unbudgeted {outcome} the {room} of headroom")
+    else:
+        effect = "the graphs' estimate leaves no room for a KV cache and vLLM refuses to start"
+    s.assume(f"From v0.21 start-up also captures the graphs in a trial and subtracts their estimate, on by default "
+             f"(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 turns it off), and the default gpu_memory_utilization "
+             f"rose from 0.9 to 0.92. Here {effect}; the estimate can overshoot the real graph pool. Later "
+             "releases also count the profile's memory as the drop in free device memory, which sees what the "
+             "allocator holds during the profile.")
 
 
 def _budget_regime(s: Sheet, headroom, unbudgeted, u) -> None:
@@ -356,8 +381,9 @@ def _budget_regime(s: Sheet, headroom, unbudgeted, u) -> None:
             "outside its budget: the process OOMs (at graph capture or under load) although weights plus KV "
             "cache fit.",
             headroom, unbudgeted,
-            "Lower gpu_memory_utilization to the highest value that fits, capture fewer CUDA graph sizes, or "
-            "set the KV cache size explicitly (kv_cache_memory_bytes) from a measured run.")
+            "Lower gpu_memory_utilization to the highest value that fits, capture fewer CUDA graph sizes, let "
+            "start-up estimate the graphs (the default from v0.21), or set the KV cache size explicitly "
+            "(kv_cache_memory_bytes) from a measured run.")
 
 
 # --- paged-reservation-waste ---------------------------------------------------------------
@@ -382,9 +408,17 @@ def _reservation(p, s: Sheet) -> dict[str, sympy.Symbol]:
             "boundary": boundary}
 
 
+# The mean request leaves room under the maximum for the longer ones of the mix. 0.85 rather than a roomier
+# 0.75: the reservation-dominated regime needs requests that fill most of their reservation.
+MEAN_REQUEST_SHARE = 0.85
+MAX_OUTPUT_PER_PROMPT = 20  # a workload averaging a tiny prompt and a reply 20+ times longer is not a real mix
+
+
 def paged_reservation_waste(p, s: Sheet) -> None:
-    if p.prompt_mean + p.output_mean > p.max_context:
-        raise Reject("the mean request does not fit in the maximum context")
+    if p.prompt_mean + p.output_mean > MEAN_REQUEST_SHARE * p.max_context:
+        raise Reject("the mean request leaves no room under the maximum context for longer requests")
+    if p.output_mean > MAX_OUTPUT_PER_PROMPT * p.prompt_mean:
+        raise Reject(f"a mean reply over {MAX_OUTPUT_PER_PROMPT} times the mean prompt is not a realistic mix")
     res = _reservation(p, s)
     b_kv = s.given("b_kv", dtype_bytes("bf16"), "B", "bytes per KV element (bf16)")
     kv_tok = kv_bytes_per_token(s, p.model, b_kv)
@@ -400,7 +434,7 @@ def paged_reservation_waste(p, s: Sheet) -> None:
                   "a sequence's length is as likely to end anywhere within its last block")
     paged = s.step("paged_allocation", "Slots a paged request holds, on average", "A_pg", res["used"] + tail,
                    "tokens", "blocks are allocated as tokens arrive: only the last one is partly empty")
-    s.step("paged_waste", "Share wasted with paging", "W_pg", tail / paged, "%",
+    s.step("paged_waste", "Share of block slots empty with paging", "W_pg", tail / paged, "%",
            "the partly filled last block is all that is left of the waste")
     after = s.step("requests_after", "Requests that fit with paging", "N_pg", sympy.floor(slots / paged),
                    "requests", "the pool over what a request holds on average")

@@ -95,39 +95,55 @@ def _block_regime(s: Sheet, share, tau, L_star, L_avg, blocks, waste) -> None:
 def tp_past_kv_heads_question(p, s: Sheet) -> None:
     if p.model.attention == "mla":
         raise Reject("an MLA latent has no heads to split (mla-tp-duplication)")
+    model = p.model
     b = s.given("b", dtype_bytes(p.dtype), "B", f"bytes per weight and KV element ({p.dtype})")
-    N = s.given("N", model_params(p.model), "", "parameters")
     n = s.given("n", p.tp, "GPUs", "tensor-parallel GPUs")
     C = s.given("C", p.context, "tokens", "context per request")
     R = s.given("R", p.batch, "requests", "requests in flight")
 
-    s.step("weights_per_gpu", "Weights per GPU", "w", N * b / n, "GB",
-           "every weight matrix is sharded over the TP group: each doubling halves it")
-    kv_tok = kv_bytes_per_token(s, p.model, b)
+    kv_tok = kv_bytes_per_token(s, model, b)
     total = s.step("kv_total", "KV of the batch, one copy", "KV", kv_tok * C * R, "GiB",
                    "every request keeps its full context")
-    kv_tok_gpu = kv_bytes_per_token_per_gpu(s, p.model, b, n)
+    kv_tok_gpu = kv_bytes_per_token_per_gpu(s, model, b, n)
     per_gpu = s.step("kv_per_gpu", "KV per GPU under TP", "KV_n", kv_tok_gpu * C * R, "GiB",
                      "each GPU stores its KV heads for every token of every request")
-    H = s.given("H_kv", p.model.kv_heads, "", "KV heads")
+    H = s.given("H_kv", model.kv_heads, "", "KV heads")
     copies = s.step("copies", "Copies of each KV head", "r", n * per_gpu / total, "x",
                     "KV stored across the group over one copy")
-    dup = s.step("duplicate", "Duplicated KV across the group", "D", total * (copies - 1), "GiB",
+    dup = s.step("duplicate", "KV stored beyond one copy", "D", total * (copies - 1), "GiB",
                  "every copy beyond the first")
-    s.step("kv_per_gpu_pp", "KV per GPU with TP capped at the KV heads, the rest as pipeline stages",
-           "KV_pp", total / n, "GiB",
-           "TP up to H_kv splits the heads, pipeline stages split the layers: every byte is stored once")
 
-    s.assume(f"Weights and KV cache both in {p.dtype}; weights (embeddings included) shard evenly over TP.")
-    s.assume("vLLM's rule: each GPU holds max(1, H_kv ÷ TP) KV heads, so past H_kv GPUs each head is copied "
-             "onto TP ÷ H_kv GPUs (TP a multiple of H_kv). Activations and buffers are left out.")
-    s.assume("The alternative keeps TP at H_kv and spends the other GPUs on pipeline stages (layers split "
-             "evenly) or on data-parallel attention (each rank holds whole heads for its own requests): "
-             "both store each byte once; pipeline bubbles and DP load balance are not priced here.")
+    N = s.given("N", model_params(model), "", "parameters")
+    L = s.given("L", model.layers, "", "layers")
+    h = s.given("h", model.hidden, "", "hidden size")
+    d = s.given("d_h", model.head_dim, "", "head dim")
+    W_kv = s.step("kv_proj_weights", "K and V projection weights, all layers", "W_kv", 2 * L * h * H * d * b, "GB",
+                  "k_proj and v_proj map the hidden state to H_kv heads of d_h each, in every layer")
+    s.step("weights_per_gpu", "Weights per GPU", "w", N * b / n + W_kv * (kv_tok_gpu / kv_tok - 1 / n), "GB",
+           "every matrix shards evenly except k_proj and v_proj, which follow the KV heads: a GPU holds the "
+           "same share of them as of the cache (vLLM's QKVParallelLinear replicates them past H_kv GPUs)")
+
+    T = s.step("tp_capped", "TP degree capped at the KV heads", "n_tp", sympy.Min(n, H, evaluate=False), "GPUs",
+               "the widest TP that still splits heads")
+    S = s.step("pp_stages", "Pipeline stages", "S", n / T, "", "the rest of the GPUs, as stages of whole layers")
+    L_s = s.step("stage_layers", "Layers on the busiest stage", "L_s", sympy.ceiling(L / S), "",
+                 "stages take whole layers, so one may hold a layer more than L/S")
+    s.step("kv_per_gpu_pp", "KV per GPU on the busiest stage, TP capped at the KV heads", "KV_pp",
+           total / T * L_s / L, "GiB",
+           "TP splits the heads, the stages split the layers: every byte is stored once")
+
+    s.assume(f"Weights and KV cache both in {p.dtype}. Every weight matrix (embeddings included) shards evenly "
+             "over TP except k_proj and v_proj, which go with the KV heads they produce.")
+    s.assume("vLLM's rule: each GPU holds max(1, H_kv ÷ TP) KV heads, so past H_kv GPUs each head, its cache "
+             "and its K and V projections are copied onto TP ÷ H_kv GPUs (TP a multiple of H_kv). Activations "
+             "and buffers are left out.")
+    s.assume("The alternative keeps TP at H_kv and spends the other GPUs on pipeline stages of whole layers, "
+             "or on data-parallel attention (each rank holds whole heads for its own requests): both store "
+             "each byte once; pipeline bubbles and DP load balance are not priced here.")
     r = s.value(copies)
     s.slip("KV divided by TP as if heads kept splitting", 1 / r)
-    s.slip("all stored KV counted as duplicate", r / (r - 1) if r > 1 else 1)
-    s.slip("x layers: one layer's KV counted for the model", p.model.layers)
+    s.slip("all stored KV counted as beyond one copy", r / (r - 1) if r > 1 else 1)
+    s.slip("x layers: one layer's KV counted for the model", model.layers)
     _tp_regime(s, n, H, per_gpu, dup)
 
 
@@ -138,8 +154,9 @@ def _tp_regime(s: Sheet, n, H, per_gpu, dup) -> None:
         s.set_regime(
             "kv-replicated",
             f"TP {format_number(s.value(n))} is past the {heads} KV heads: each GPU still holds one whole head, so "
-            f"KV per GPU stays at {kv} (its value at TP {heads}) while the weights keep halving; {extra} of "
-            "copies fill the group, and every GPU still reads its full share of KV each decode step.",
+            f"KV per GPU stays at {kv} (its value at TP {heads}) while the weights keep falling (all but the K and "
+            f"V projections, copied with their heads); {extra} of copies fill the group, and every GPU still "
+            "reads its full share of KV each decode step.",
             H, n,
             f"At TP ≤ {heads} every doubling halves both weights and KV per GPU. To go wider without copies, "
             "keep TP at the KV head count and add pipeline stages or data-parallel attention.")
@@ -149,8 +166,9 @@ def _tp_regime(s: Sheet, n, H, per_gpu, dup) -> None:
             f"TP {format_number(s.value(n))} is within the {heads} KV heads: each GPU holds a distinct subset, "
             f"no byte is copied, and KV per GPU ({kv}) falls with every doubling, like the weights.",
             H, n,
-            f"Past TP {heads} a GPU cannot hold less than one head: KV per GPU stops falling and the extra "
-            "GPUs hold copies. Pipeline stages or data-parallel attention scale past that without copies.")
+            f"Past TP {heads} a GPU cannot hold less than one head: KV per GPU (and the K and V projections) "
+            "stop shrinking and the extra GPUs hold copies. Pipeline stages or data-parallel attention scale "
+            "past that without copies.")
 
 
 # --- sliding-window-savings --------------------------------------------------------------------
@@ -177,10 +195,10 @@ def sliding_window_savings_question(p, s: Sheet) -> None:
     s.step("kv_windowed", "KV per request with windowed layers freed", "KV_win", full * (1 - saving), "GiB",
            "full layers keep the whole context, windowed layers only their window")
     full_blocks = blocks_for_tokens(s, C, B, key="full_layer_blocks")
-    s.step("window_blocks", "Blocks a windowed layer holds per request", "n_win",
+    s.step("window_blocks", "Blocks a windowed layer holds per request while decoding", "n_win",
            sympy.Min(sympy.ceiling(W_eff / B) + 1, full_blocks, evaluate=False), "blocks",
-           "vLLM's bound: the window may start mid-block, so one block more than W/B; blocks that slide "
-           "out are freed")
+           "vLLM's bound at one token per step: the window may start mid-block, so one block more than W/B; "
+           "blocks that slide out are freed (a prefill chunk of T tokens needs up to ⌈(W − 1 + T)/B⌉ + 1)")
     kept_full = s.step("full_layers_keep", "Share of the full cache the full-context layers keep", "K_f", 1 - f, "%",
                        "they hold every token of the context")
     kept_win = s.step("windowed_layers_keep", "Share of the full cache the windowed layers keep", "K_w",
@@ -190,9 +208,10 @@ def sliding_window_savings_question(p, s: Sheet) -> None:
 
     s.assume("All layers cache the same KV heads and head dim, windowed or not (true of gpt-oss and Gemma 2/3), "
              "so the saving depends on layer counts alone; KV dtype and block size do not change it.")
-    s.assume("The saving needs an allocator that frees the blocks that slide out of the window, or sizes "
-             "windowed layers separately (vLLM's hybrid KV cache manager). One block table for all layers "
-             "keeps the full context in every layer: a saving of zero.")
+    s.assume("The saving needs an allocator that gives the windowed layers their own block tables and frees "
+             "their blocks as they slide out of the window (vLLM's hybrid KV cache manager, one KV cache group "
+             "per layer type). One block table for all layers keeps the full context in every layer: a saving "
+             "of zero.")
     s.assume("Per request at its full context; the saving in tokens ignores the up-to-one extra block "
              "each windowed layer holds.")
     s.slip("saving counted as if every layer were windowed", 1 / s.value(f))

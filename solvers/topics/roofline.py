@@ -201,8 +201,9 @@ def _speedup_regime(s: Sheet, speedups: dict[str, sympy.Symbol], batch_o, batch_
 
 # --- decode-op-ranking ---------------------------------------------------------------------
 
-# What each symptom of a decode step needs: fusion removes launches and round trips through HBM;
-# it cannot change how many FLOPs each byte of weights or KV feeds.
+# What each symptom of a decode step needs: fusion (with CUDA graphs, which replay a step's launches at
+# once) removes launch gaps and round trips through HBM; it cannot change how many FLOPs each byte of
+# weights or KV feeds. The architecture lever covers the attention design and the KV format.
 DECODE_LEVERS = {
     "the GPU idling between the dozens of small kernels launched for every layer": "kernel-fusion",
     "RMSNorm, RoPE and the SiLU-multiply each reading and writing the activations through HBM": "kernel-fusion",
@@ -210,6 +211,7 @@ DECODE_LEVERS = {
     "every weight matrix streamed from HBM to serve only a handful of tokens": "bigger-batch",
     "every sequence's whole KV cache streamed from HBM for a single query token": "architecture",
 }
+FEW_TOKENS = 16  # the weight-streaming symptom speaks of a handful of tokens: only drawn at batches up to this
 
 
 def _gemm_intensity(s: Sheet, tag: str, name: str, d_in, d_out, B, b_w) -> sympy.Symbol:
@@ -223,6 +225,9 @@ def _gemm_intensity(s: Sheet, tag: str, name: str, d_in, d_out, B, b_w) -> sympy
 
 def decode_op_ranking(p, s: Sheet) -> None:
     model = p.model
+    lever = DECODE_LEVERS[p.symptom]
+    if lever == "bigger-batch" and p.batch > FEW_TOKENS:
+        raise Reject("weights streamed for a handful of tokens does not describe a large batch")
     B = s.given("B", p.batch, "sequences", "sequences in the decode batch")
     T = s.given("T", p.context, "tokens", "tokens of context per sequence")
     d = s.given("d", model.hidden, "", "hidden size")
@@ -255,8 +260,8 @@ def decode_op_ranking(p, s: Sheet) -> None:
     ridge = s.step("ridge", "Ridge point of the GPU", "I_ridge", P / BW, "FLOP/B",
                    "an op below this intensity waits on HBM")
     s.step("attention_gap", "How far attention sits below the ridge", "R_att", ridge / I_att, "x",
-           "no batch size closes this gap: only more query heads per KV head, MLA or a smaller KV dtype do")
-    lever = DECODE_LEVERS[p.symptom]
+           "no batch size closes this gap: more query heads per KV head, MLA, a narrower KV dtype or more "
+           "query tokens per KV read (speculative decoding) do")
     s.choose("lever", lever)
 
     s.assume("Weight bytes only for the GEMMs: the activations they read and write (B·(d_in + d_out) values) "
@@ -265,6 +270,11 @@ def decode_op_ranking(p, s: Sheet) -> None:
              "Attention is fused (scores stay on chip) and its math runs in bf16, so the bf16 ridge applies.")
     s.assume("Dense decoder with grouped-query attention; tensor parallelism splits weights, heads and FLOPs "
              "alike, so no intensity changes with it.")
+    s.assume("Levers: kernel fusion includes CUDA graphs, the usual fix for launch gaps; the architecture lever "
+             "covers the attention design (query heads per KV head, MLA) and the KV format (fp8 KV halves the "
+             "bytes), which raise FLOPs per KV byte rather than stop the streaming. Speculative decoding, which "
+             "verifies several tokens per sequence in one step, raises the GEMMs' and attention's intensity alike "
+             "and is left out of the choices.")
     s.slip("per query head instead of per KV head: the sharing forgotten", model.kv_heads / model.heads)
     s.slip("K and V bytes counted, but only the QKᵀ FLOPs", 0.5)
     _ranking_regime(s, B, B_star, I_gemm, I_att)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import sympy
 
+from solvers.data import Record
 from solvers.derivation import Reject, Sheet, max_of
-from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bytes
+from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bytes, model_params, require_context
 from solvers.topics.steptime import (
     Engine,
     StepConstants,
@@ -32,6 +33,17 @@ def _tokens(s: Sheet, sym: sympy.Symbol) -> str:
     return format_number(s.value(sym))
 
 
+# A model this small fits one GPU in bf16 with room for its KV cache; nobody splits it more than two ways,
+# and on more GPUs its per-GPU step gets so short that the all-reduces the step-time model leaves out dominate.
+SMALL_MODEL_PARAMS = 20e9
+SMALL_MODEL_MAX_TP = 2
+
+
+def _require_realistic_tp(model: Record, tp: int) -> None:
+    if model_params(model) < SMALL_MODEL_PARAMS and tp > SMALL_MODEL_MAX_TP:
+        raise Reject(f"{model.name} is not served over {tp} GPUs")
+
+
 def _require_tpot_room(s: Sheet, e: Engine, decode_bytes: sympy.Symbol, tpot: sympy.Symbol) -> None:
     """Reject a draw where the decode batch alone cannot step within the TPOT target."""
     if s.evaluate(e.bytes_within(tpot) - decode_bytes) <= 0:
@@ -42,6 +54,8 @@ def _require_tpot_room(s: Sheet, e: Engine, decode_bytes: sympy.Symbol, tpot: sy
 
 
 def chunked_prefill_budget(p, s: Sheet) -> None:
+    _require_realistic_tp(p.model, p.tp)
+    require_context(p.model, p.prompt)
     e = engine(s, p.model, p.gpu, p.tp, _constants(p))
     B = s.given("B", p.batch, "requests", "running decode streams")
     S = s.given("S", p.context, "tokens", "context of each running stream")
@@ -57,6 +71,8 @@ def chunked_prefill_budget(p, s: Sheet) -> None:
     stall = step_time(s, e, "full", "step that prefills the whole prompt", full, key="stall",
                       why="every running stream waits this long for its next token")
     _require_tpot_room(s, e, dec.bytes, tau)
+    if s.value(stall) <= s.value(tau):
+        raise Reject("the unchunked prompt already steps within the TPOT target")
 
     f_last = s.step("last_chunk_token_flops", "FLOPs per token of the prompt's last chunk", "f_c",
                     2 * e.N + e.A * P_in, "TFLOP",
@@ -68,6 +84,8 @@ def chunked_prefill_budget(p, s: Sheet) -> None:
                    "what the decode batch leaves of the step's FLOPs, in chunk tokens")
     if s.value(c_max) < 1:
         raise Reject("no prompt token fits in a step under the TPOT target")
+    if s.value(c_max) >= s.value(P_in):
+        raise Reject("the TPOT-capped chunk holds the whole prompt: nothing to chunk")
     s.step("token_budget", "Per-step token budget", "τ_tok", B + c_max, "tokens",
            "decode tokens count against the budget too (vLLM's max_num_batched_tokens)")
     n = s.step("chunks", "Steps to prefill the prompt", "n", sympy.ceiling(P_in / c_max), "steps",
@@ -131,6 +149,8 @@ def _chunk_regime(s: Sheet, ttft, T_f, t_p, t_fixed, n, c_max, P_in) -> None:
 
 
 def coupled_slo_admission(p, s: Sheet) -> None:
+    _require_realistic_tp(p.model, p.tp)
+    require_context(p.model, p.prompt)
     e = engine(s, p.model, p.gpu, p.tp, _constants(p))
     B = s.given("B", p.batch, "requests", "running decode streams")
     S = s.given("S", p.context, "tokens", "context of each running stream")
@@ -138,47 +158,56 @@ def coupled_slo_admission(p, s: Sheet) -> None:
     T_f = s.given("T_f", p.ttft, "s", "TTFT target")
     L_p = s.given("L_p", p.prompt, "tokens", "prompt length of each request")
     q = s.given("q", p.queued, "requests", "requests already waiting for prefill")
-    require_fit(s, e, p.gpu, B * S)
+    require_fit(s, e, p.gpu, B * S + L_p)
 
     dec = step_work(s, e, "dec", "decode-only step", B, B * S, B * S)
     _require_tpot_room(s, e, dec.bytes, tau)
-    f_p = s.step("prompt_token_flops", "FLOPs per prompt token", "f_p", 2 * e.N + e.A * L_p / 2, "TFLOP",
-                 "its weights, plus attention to half its prompt on average (causal mask)")
+    f_last = s.step("last_chunk_token_flops", "FLOPs per token of a prompt's last chunk", "f_c",
+                    2 * e.N + e.A * L_p, "TFLOP",
+                    "its weights, plus attention to (nearly) its whole prompt: the dearest chunk, which must fit too")
     room = s.step("step_flops", "FLOPs a step can do within the TPOT target", "F_TPOT", e.flops_within(tau), "TFLOP",
                   "the target less the overhead, at the group's achievable compute")
-    c_max = s.step("chunk", "TPOT caps the prefill chunk", "c_max", sympy.floor((room - dec.flops) / f_p), "tokens",
-                   "what the decode batch leaves of a TPOT-long step, in prompt tokens")
+    c_max = s.step("chunk", "TPOT caps the prefill chunk", "c_max", sympy.floor((room - dec.flops) / f_last), "tokens",
+                   "what the decode batch leaves of a TPOT-long step, in last-chunk tokens")
     if s.value(c_max) < 1:
         raise Reject("no prompt token fits in a step under the TPOT target")
-    mixed = step_work(s, e, "mix", "step with a full chunk", B + c_max, B * S + c_max * L_p / 2, B * S)
-    t_mix = step_time(s, e, "mix", "step with a full chunk", mixed, key="step_time",
-                      why="at most the TPOT target, by construction")
+    mixed = step_work(s, e, "mix", "mean step with a full chunk", B + c_max, B * S + c_max * L_p / 2, B * S)
+    t_mix = step_time(s, e, "mix", "mean step with a full chunk", mixed, key="step_time",
+                      why="a prompt token attends on average to half its prompt: the mean step, under the TPOT target")
     X_p = s.step("prefill_rate", "The chunk caps prefill throughput", "X_p", c_max / t_mix, "tokens/s",
-                 "one chunk of prompt tokens per step")
-    Q_max = s.step("backlog_limit", "Largest prompt backlog that meets the TTFT target", "Q_max", X_p * T_f, "tokens",
-                   "the prompt tokens the prefill rate clears within the TTFT target")
+                 "one chunk of prompt tokens per mean step")
+    n_max = s.step("ttft_steps", "Whole steps within the TTFT target", "n_T", sympy.floor(T_f / t_mix), "steps",
+                   "the first token comes out at the end of a step")
+    Q_max = s.step("backlog_limit", "Largest prompt backlog that meets the TTFT target", "Q_max", n_max * c_max,
+                   "tokens", "one full chunk of waiting prompt tokens per step")
     Q = s.step("backlog", "Prompt backlog with the new request", "Q", (q + 1) * L_p, "tokens",
                "the waiting prompts plus the new one, served in arrival order")
-    ttft = s.step("ttft", "TTFT of the new request if admitted", "TTFT", Q / X_p, "s",
-                  "its prompt finishes once everything ahead of it and its own tokens are prefilled")
+    n = s.step("backlog_steps", "Steps to clear the backlog", "n", sympy.ceiling(Q / c_max), "steps",
+               "full chunks (one may hold the end of one prompt and the start of the next); the last may be partial")
+    ttft = s.step("ttft", "TTFT of the new request if admitted", "TTFT", n * t_mix, "s",
+                  "its first token comes out with the step that finishes its prompt")
 
-    s.assume("TPOT is the step time: every running stream gets one token per step; the chunk is sized so "
-             "that a step with a full chunk takes at most the TPOT target.")
-    s.assume("Prompt tokens attend on average to half their own prompt (causal mask); the chunk's reads of "
-             "earlier KV of its prompt are left out next to the decode streams' reads.")
-    s.assume("Prefill in arrival order (FCFS); the running batch and its context stay as they are while the "
-             "backlog drains, and the first token comes out with the request's last chunk.")
+    s.assume("TPOT is the step time: every running stream gets one token per step. The chunk is sized for a "
+             "prompt's last chunk, whose tokens attend to the whole prompt, so no step breaks the TPOT target; "
+             "throughput and TTFT use the mean step, where a prompt token attends to half its prompt.")
+    s.assume("The chunk's reads of earlier KV of its prompt are left out next to the decode streams' reads.")
+    s.assume("Prefill in arrival order (FCFS), one full chunk of waiting prompt tokens per step; the running "
+             "batch and its context stay as they are while the backlog drains, and the first token comes out "
+             "with the step that holds the request's last prompt token.")
+    c_mean = s.evaluate(sympy.floor((room - dec.flops) / (2 * e.N + e.A * L_p / 2)))
+    s.slip("chunk sized for the mean prompt token (late chunks then break the TPOT target)", c_mean / s.value(c_max))
     s.slip("chunk taken as the whole TPOT step (decode batch's share forgotten)",
-           s.evaluate(room / f_p) / s.value(c_max))
+           s.evaluate(room / f_last) / s.value(c_max))
+    s.slip("TTFT as backlog over prefill rate (whole steps not counted)", s.evaluate(Q / X_p) / s.value(ttft))
     s.slip("backlog limit from the TPOT target instead of the TTFT target", s.value(tau) / s.value(T_f))
 
-    _admission_regime(s, Q, Q_max, L_p, ttft, T_f, c_max, t_mix)
+    _admission_regime(s, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max)
 
 
-def _admission_regime(s: Sheet, Q, Q_max, L_p, ttft, T_f, c_max, t_mix) -> None:
+def _admission_regime(s: Sheet, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max) -> None:
     holds = "≤" if s.value(Q) <= s.value(Q_max) else ">"
-    rule = (f"admit while (q + 1)·L_p ≤ c_max·T_f / t_step; here {_tokens(s, Q)} {holds} {_tokens(s, Q_max)} tokens "
-            f"(c_max = {_tokens(s, c_max)} tokens per {_ms(s, t_mix)} step)")
+    rule = (f"admit while (q + 1)·L_p ≤ c_max·floor(T_f / t_step); here {_tokens(s, Q)} {holds} {_tokens(s, Q_max)} "
+            f"tokens (c_max = {_tokens(s, c_max)} tokens per {_ms(s, t_mix)} step, {_tokens(s, n_max)} steps)")
     late = format_quantity(s.value(ttft), "s")
     target = format_quantity(s.value(T_f), "s")
     if s.value(L_p) > s.value(Q_max):
@@ -213,6 +242,7 @@ def _admission_regime(s: Sheet, Q, Q_max, L_p, ttft, T_f, c_max, t_mix) -> None:
 
 
 def decode_loop_overlap(p, s: Sheet) -> None:
+    _require_realistic_tp(p.model, p.tp)
     e = engine(s, p.model, p.gpu, p.tp, _constants(p, overhead=False))
     B = s.given("B", p.batch, "requests", "decode batch")
     S = s.given("S", p.context, "tokens", "context per request")
@@ -273,7 +303,12 @@ def decode_loop_overlap(p, s: Sheet) -> None:
 # --- long-reply-batching ------------------------------------------------------------------
 
 
+MIN_POOL_BATCH = 8  # a pool for fewer requests calls for more GPUs, not for tuning preemption
+
+
 def long_reply_batching(p, s: Sheet) -> None:
+    _require_realistic_tp(p.model, p.tp)
+    require_context(p.model, p.prompt + p.reply)
     e = engine(s, p.model, p.gpu, p.tp, _constants(p))
     P_in = s.given("P_in", p.prompt, "tokens", "prompt length")
     L_out = s.given("L_out", p.reply, "tokens", "reply length")
@@ -293,13 +328,17 @@ def long_reply_batching(p, s: Sheet) -> None:
                    "midpoint on average")
     B_pool = s.step("pool_batch", "Batch the pool sustains", "B_pool", sympy.floor(K / S_avg), "requests",
                     "the pool over the mean footprint: admitting more means preempting as they grow")
-    if s.value(B_pool) < 1:
-        raise Reject("not one request fits the pool")
+    if s.value(B_pool) < MIN_POOL_BATCH:
+        raise Reject("the pool holds too few requests to batch")
     work = step_work(s, e, "batch", "decode step at that batch", B_pool, B_pool * S_avg, B_pool * S_avg)
     t_pool = step_time(s, e, "batch", "decode step at that batch", work, key="step_time",
                        why="one token for every request in the batch")
     speed = s.step("per_user_speed", "Per-user speed at that batch", "v_pool", 1 / t_pool, "tokens/s",
                    "each user gets one token per step")
+    full = s.step("full_read_speed", "Speed of a step that reads all usable HBM", "v_full",
+                  1 / (u * M / e.byte_rate + e.t_oh), "tokens/s",
+                  "a full pool plus the weights is nearly all usable HBM: whatever the model, TP or reply length, "
+                  "this is the per-user speed at the pool's batch, unless its math is slower still")
     s.step("throughput", "Aggregate throughput at that batch", "X", B_pool / t_pool, "tokens/s",
            "what a throughput dashboard shows")
     s.step("reply_time", "Time to stream one reply at that speed", "t_reply", L_out / speed, "min",
@@ -319,6 +358,8 @@ def long_reply_batching(p, s: Sheet) -> None:
                    "the step must fit the target on both counts")
     if s.value(B_slo) < 1:
         raise Reject("even a batch of one misses the speed target")
+    s.step("batch", "Batch to run (max_num_seqs)", "B_run", sympy.Min(B_pool, B_slo, evaluate=False), "requests",
+           "the pool's batch, capped where the speed target would break")
 
     # The victim sits halfway through its reply: its context is the mean footprint.
     redo = step_work(s, e, "redo", "recompute prefill of the victim", S_avg, S_avg**2 / 2, 0)
@@ -326,52 +367,74 @@ def long_reply_batching(p, s: Sheet) -> None:
                        why="rebuild its KV from its tokens: a prefill of its whole context")
     t_swap = s.step("swap_time", "Swap the victim out and back in", "t_swap", 2 * S_avg * e.KV / BW_h, "ms",
                     "its KV crosses each GPU's host link twice, every GPU moving its own share")
-    s.step("recompute_over_swap", "Recompute over swap", "R_pre", t_redo / t_swap, "x",
-           "compute per token (2N plus attention) against KV bytes per token over PCIe")
+    R = s.step("recompute_over_swap", "Recompute over swap", "R_pre", t_redo / t_swap, "x",
+               "compute per token (2N plus attention) against KV bytes per token over PCIe")
 
     s.assume("Requests are admitted continuously and their ages are spread evenly, so the pool holds the "
-             "mean footprint per request; the victim of a preemption is a request halfway through its reply.")
+             "mean footprint per request; the victim of a preemption is a request halfway through its reply. "
+             "max_num_seqs is set high enough not to cap the batch before the pool does.")
     s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM is usable; activations, CUDA graphs and "
              "NCCL buffers are ignored. Recompute runs as one prefill step; swap moves the victim's KV over "
              "PCIe out and back, without overlap with other work.")
+    s.assume(f"Timed as single operations, recompute costs {format_quantity(s.value(R), 'x', 3)} the swap; vLLM V1 "
+             "recomputes anyway (its docs: lower overhead in V1), having no swap preemption: the recompute "
+             "re-enters as chunked prefill on decode steps that are mostly memory-bound, using compute that would "
+             "otherwise idle, where a swap would stall on PCIe.")
     s.slip("batch sized by the prompt alone (the footprint at admission)",
            s.evaluate(sympy.floor(K / P_in)) / s.value(B_pool))
     s.slip("batch sized at the final footprint", s.evaluate(sympy.floor(K / (P_in + L_out))) / s.value(B_pool))
 
-    _reply_regime(s, B_pool, B_slo, speed, v)
+    _reply_regime(s, e, work, B_pool, B_slo, speed, full, v, u * M)
 
 
-def _reply_regime(s: Sheet, B_pool, B_slo, speed, v) -> None:
+def _reply_regime(s: Sheet, e: Engine, work, B_pool, B_slo, speed, full, v, usable) -> None:
     fits, allowed = _tokens(s, B_pool), _tokens(s, B_slo)
-    got = format_quantity(s.value(speed), "tokens/s")
-    target = format_quantity(s.value(v), "tokens/s")
+    got, target = format_quantity(s.value(speed), "tokens/s"), format_quantity(s.value(v), "tokens/s")
+    ceiling = format_quantity(s.value(full), "tokens/s")
+    read = format_quantity(s.evaluate(work.bytes / usable), "%", 3)
+    if s.evaluate(work.flops / e.flop_rate) > s.evaluate(work.bytes / e.byte_rate):
+        step = (f"a step at that batch is compute-bound (its decode math outlasts the read of {read} of each "
+                "GPU's usable HBM)")
+        levers = ("Here the pool's batch is so large that its math sets the step; longer footprints mean fewer "
+                  f"requests and less math, down to a step that only reads the pool ({ceiling}). ")
+    else:
+        step = f"a step at that batch reads {read} of each GPU's usable HBM"
+        levers = ("A step at the pool's batch reads nearly all usable HBM, so its speed is set by the GPU's "
+                  "bandwidth over its HBM size and the overhead: the model, TP, fp8 KV and the reply length change "
+                  "how many requests fit, not how fast each one goes. ")
     if s.value(B_pool) <= s.value(B_slo):
         s.set_regime(
             "pool-limited",
-            f"The pool sustains {fits} requests, fewer than the {allowed} the speed target would allow: each "
-            f"user gets {got} against a target of {target}, and memory caps the batch.",
-            B_slo, B_pool,
-            "With shorter replies (smaller footprints), more HBM, fp8 KV or more GPUs, the pool holds more "
-            "requests than the speed target allows; then cap the batch (max_num_seqs) and leave KV memory idle "
-            "rather than let every user's stream slow down.")
+            f"The pool sustains {fits} requests, within the {allowed} the speed target allows: {step}, and "
+            f"each user gets {got} against a target of {target}. Memory caps the batch (max_num_seqs at least "
+            f"{fits}).",
+            speed, v,
+            levers + f"A target above {got} makes the batch SLO-limited: then cap max_num_seqs below the pool's "
+            "batch and leave KV memory idle rather than let every user's stream slow down.")
     else:
         s.set_regime(
             "SLO-limited",
-            f"The pool would hold {fits} requests, but at that batch each user gets only {got}, under the "
-            f"{target} target: cap the batch at {allowed} and leave part of the pool idle.",
-            B_slo, B_pool,
-            "With longer replies the footprints grow until the pool holds fewer requests than the speed target "
-            "allows; memory then caps the batch and every user runs above the target.")
+            f"The pool would hold {fits} requests, but {step}, so each user gets only {got}, under the "
+            f"{target} target: cap the batch at {allowed} (max_num_seqs) and leave part of the pool idle.",
+            speed, v,
+            levers + f"Only a target of at most {got} on this GPU, or a GPU with more bandwidth per byte of HBM, "
+            "lets a full pool meet it; then memory caps the batch.")
 
 
 # --- roofline-model-breaks ----------------------------------------------------------------
 
 REACH = 2  # a bare estimate within 2x of the corrected one counts as within reach
 _CORRECTIONS = ("bandwidth", "all-reduce", "overhead")
+# Choices are graded without tolerance: a draw this close to the 2x line, or with its two largest
+# corrections this close, would turn on rounding rather than on understanding.
+TOO_CLOSE = 0.05
 
 
 def roofline_model_breaks(p, s: Sheet) -> None:
-    e = engine(s, p.model, p.gpu, p.tp, _constants(p))
+    if p.gpu.get("vendor") == "AMD" and p.tp < 8:
+        # An xGMI mesh gives each GPU one link to each peer: a smaller ring gets a fraction of the aggregate.
+        raise Reject(f"{p.gpu.name} reaches half its xGMI aggregate only in a ring over all eight GPUs")
+    e = engine(s, p.model, p.gpu, p.tp, _constants(p), communication=True)
     B = s.given("B", p.batch, "requests", "decode batch")
     S = s.given("S", p.context, "tokens", "context per request")
     alpha = s.given("α", p.allreduce_latency, "us", "latency of one small all-reduce")
@@ -403,16 +466,25 @@ def roofline_model_breaks(p, s: Sheet) -> None:
     reach = s.given("r_reach", REACH, "x", "within reach: off by at most this factor")
 
     s.assume("All-reduces are not overlapped with compute and use a ring: 2(TP-1)/TP of the message crosses "
-             "each GPU's link in each direction, plus a fixed latency per call that dominates at decode sizes.")
+             "each GPU's link in each direction, plus a fixed latency per call, which outweighs the bytes at small "
+             "batches.")
     s.assume("Corrections add: efficiency stretches the roofline step, then communication and the per-step "
              "overhead (scheduling, sampling, launch gaps) come on top of it.")
     s.slip("one all-reduce per layer instead of two", 0.5)
     s.slip("all-reduces of one layer only", 1 / p.model.layers)
 
     costs = {"bandwidth": s.value(d_bw), "all-reduce": s.value(t_ar), "overhead": s.value(e.t_oh)}
+    _require_clear_call(s.value(ratio), sorted(costs.values()))
     dominant = max(_CORRECTIONS, key=costs.get)
     s.choose("dominant", dominant)
     _roofline_regime(s, ratio, reach, costs, dominant)
+
+
+def _require_clear_call(ratio: float, ranked_costs: list[float]) -> None:
+    if abs(ratio / REACH - 1) < TOO_CLOSE:
+        raise Reject("the corrected step sits on the 2x line")
+    if ranked_costs[-2] > ranked_costs[-1] * (1 - TOO_CLOSE):
+        raise Reject("the two largest corrections are too close to call")
 
 
 def _roofline_regime(s: Sheet, ratio, reach, costs: dict[str, float], dominant: str) -> None:
@@ -427,11 +499,14 @@ def _roofline_regime(s: Sheet, ratio, reach, costs: dict[str, float], dominant: 
     if s.value(ratio) <= s.value(reach):
         s.set_regime(
             "within-reach", summary, reach, ratio,
-            "At a small batch, short contexts or a high TP degree the roofline step shrinks while the all-reduce "
-            "latencies and the per-step overhead do not: the fixed costs then dominate and the bare estimate "
-            "is off by a factor.")
+            "The fixed costs (all-reduce latencies, per-step overhead) are weighed against the roofline step, "
+            "which at decode is mostly each GPU's share of the weights: a smaller batch barely shrinks it, but a "
+            "smaller model, a higher TP degree or faster HBM does, and a slower engine loop or slower all-reduces "
+            "grow the fixed costs; past 2x the bare estimate is off by a factor.")
     else:
         s.set_regime(
             "off-by-a-factor", summary, reach, ratio,
-            "With a larger batch or longer contexts the step reads more KV and the roofline term grows, while "
-            "the fixed costs stay put: the bare estimate comes within reach, short only by the efficiency factor.")
+            "More bytes per GPU per step (a larger model per GPU, a lower TP degree, a large batch at long "
+            "contexts) or smaller fixed costs (CUDA graphs, an overlapped scheduler, fast all-reduce kernels) "
+            "shrink the corrections relative to the step: the bare estimate comes within reach, short mostly by "
+            "the efficiency factor.")

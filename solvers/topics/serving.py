@@ -7,7 +7,15 @@ import math
 import sympy
 
 from solvers.derivation import Reject, Sheet, max_of
-from solvers.simulate import Run, count_both_within, exponential, mm1_wait, quantile, shifted_exponential
+from solvers.simulate import (
+    Run,
+    count_both_within,
+    exponential,
+    mm1_wait,
+    quantile,
+    share_sigma,
+    shifted_exponential,
+)
 from solvers.units import format_number, format_quantity
 
 GAIN_BOUNDARY = 2  # a 2x gain: the longest request runs twice the mean, static utilisation 50%
@@ -76,6 +84,10 @@ def _gain_regime(s: Sheet, gain: sympy.Symbol, L_max: sympy.Symbol, L_star: symp
 
 # --- slo-goodput ---------------------------------------------------------------------------
 
+NOISE_SIGMAS = 3  # the model's attainment must sit this many standard errors of the dashboard's count from the goal
+MIN_RATE_SHARE = 0.5  # the goal must hold up to half the prefill capacity: past that the queue, not prefill, decides
+MAX_ATTAINMENT = 0.999  # fewer than 1 request in 1,000 missing leaves nothing to diagnose
+
 
 def _latency_model(p, s: Sheet) -> dict[str, sympy.Symbol]:
     """The prefill queue (M/M/1) and the decode pool's TPOT, as the model predicts them."""
@@ -112,66 +124,86 @@ def _simulate_requests(p, s: Sheet, model: dict[str, sympy.Symbol]) -> dict[str,
     mu, lam = s.value(model["mu"]), s.value(model["lam"])
     ttft = mm1_wait(rng, run.requests, lam, mu) + exponential(rng, run.requests, p.prefill_mean)
     tpot = shifted_exponential(rng, run.requests, p.tpot_floor, p.tpot_tail)
-    N = s.given("N", run.requests, "requests", "requests on the dashboard")
+    N = model["N"]
     both = run.measured(s, "n_both", count_both_within(ttft, p.ttft_slo, tpot, p.tpot_slo), "requests",
                         "requests meeting both SLOs")
     ttft99_sim = run.measured(s, "TTFT_99_sim", quantile(ttft, 0.99), "s", "p99 TTFT")
     s.step("ttft_p99_check", "Simulated p99 TTFT over the model's", "C_99", ttft99_sim / model["ttft99"], "x",
            "near 1: the simulated queue matches the closed form; the rest is sampling noise")
-    goodput = s.step("goodput", "Goodput: share of the requests meeting both SLOs", "G", both / N, "%",
-                     "counted per request on the dashboard: a request that misses either SLO does not count")
-    return {"goodput": goodput}
+    attainment = s.step("attainment", "SLO attainment: share of the requests meeting both SLOs", "A", both / N, "%",
+                        "counted per request on the dashboard: a request that misses either SLO does not count")
+    return {"attainment": attainment}
+
+
+def _check_draw(s: Sheet, model: dict[str, sympy.Symbol], both, lam_star, target) -> None:
+    """Keep draws whose verdict is clear, whose limit comes from the queue, and that are not trivially met."""
+    mu, lam, share, goal = (s.value(sym) for sym in (model["mu"], model["lam"], both, target))
+    if s.value(lam_star) < MIN_RATE_SHARE * mu:
+        raise Reject("the goal fails below half the prefill capacity: prefill is too slow for the TTFT SLO, "
+                     "the queue is not the story")
+    if share > MAX_ATTAINMENT:
+        raise Reject("nearly every request meets both SLOs: nothing to diagnose")
+    if abs(share - goal) < NOISE_SIGMAS * share_sigma(share, s.value(model["N"])):
+        raise Reject("the attainment sits within sampling noise of the goal: the dashboard cannot tell the side")
+    if abs(lam / s.value(lam_star) - 1) < 0.005:
+        raise Reject("the arrival rate is within 0.5% of the goodput: the verdict would read as a tie")
 
 
 def slo_goodput(p, s: Sheet) -> None:
     model = _latency_model(p, s)
     a_ttft, a_tpot, mu, lam, T = (model[k] for k in ("a_ttft", "a_tpot", "mu", "lam", "T"))
-    target = s.given("g_goal", p.target, "%", "goodput target")
+    target = s.given("g_goal", p.target, "%", "SLO attainment goal")
     if s.value(a_tpot) <= s.value(target):
         raise Reject("TPOT alone misses the target: no arrival rate meets it")
-    both = s.step("goodput_model", "Share meeting both SLOs (model)", "G_model", a_ttft * a_tpot, "%",
+    both = s.step("attainment_model", "SLO attainment (model)", "A_model", a_ttft * a_tpot, "%",
                   "prefill and decode run on separate GPUs, so a request's TTFT and TPOT are independent")
-    lam_star = s.step("max_rate", "Highest arrival rate that meets the target", "λ_max",
+    lam_star = s.step("max_rate", "Goodput: highest arrival rate that meets the goal", "λ_max",
                       mu + sympy.log(1 - target / a_tpot) / T, "requests/s",
-                      "solve (1 − e^(−(μ−λ)·T_SLO))·A_TPOT = g_goal for λ")
-    if s.value(lam_star) <= 0:
-        raise Reject("even an idle server misses the goal: prefill is too slow for the TTFT SLO")
+                      "solve (1 − e^(−(μ−λ)·T_SLO))·A_TPOT = g_goal for λ; DistServe calls this rate the goodput")
+    model["N"] = s.given("N", p.requests, "requests", "requests on the dashboard")
+    _check_draw(s, model, both, lam_star, target)
     sim = _simulate_requests(p, s, model)
+    if (s.value(sim["attainment"]) >= s.value(target)) != (s.value(both) >= s.value(target)):
+        raise Reject("the dashboard's sample lands on the other side of the goal from the model")
 
     s.assume("Prefill runs on its own GPUs as one first-come-first-served server with Poisson arrivals and "
              "exponential prefill times (prompt lengths roughly exponential): an M/M/1 queue. TTFT ends with "
              "the prefill; the KV transfer and the first decode step are left out.")
     s.assume("Decode runs on other GPUs, so the prefill queue does not slow it: a request's TPOT is independent "
              "of its TTFT, a fixed floor plus an exponential excess from interference.")
-    s.assume("The dashboard's requests are drawn independently from the queue's steady state (a long trace has "
-             "the same distribution, with correlated neighbours); its figures differ from the model's by "
+    s.assume("The dashboard's requests are drawn one at a time from the queue's steady state (busy with "
+             "probability ρ, then an exponential wait), not by running the queue in arrival order: a long trace "
+             "has the same distribution, with correlated neighbours. Its figures differ from the model's by "
              "sampling noise only.")
+    s.assume("Goodput in DistServe's sense: the highest request rate at which the SLO attainment still meets "
+             "the goal. The share of requests meeting both SLOs is the attainment.")
     s.slip("the mean, not the median (an exponential's mean is its median / ln 2)", 1 / math.log(2))
     s.slip("the queue ignored: the prefill time alone", 1 - p.load)
     tail99 = p.tpot_tail * math.log(100)
     s.slip("the floor left out of the p99 TPOT", tail99 / (p.tpot_floor + tail99))
     s.slip("the worse single SLO taken for both together", min(s.value(a_ttft), s.value(a_tpot)) / s.value(both))
-    _goodput_regime(s, lam, lam_star, sim["goodput"], target)
+    _goodput_regime(s, lam, lam_star, sim["attainment"], target)
 
 
-def _goodput_regime(s: Sheet, lam, lam_star, goodput, target) -> None:
+def _goodput_regime(s: Sheet, lam, lam_star, attainment, target) -> None:
     shown = {name: format_quantity(s.value(sym), unit) for name, sym, unit in (
-        ("rate", lam, "requests/s"), ("limit", lam_star, "requests/s"), ("goodput", goodput, "%"),
+        ("rate", lam, "requests/s"), ("limit", lam_star, "requests/s"), ("attainment", attainment, "%"),
         ("target", target, "%"))}
     if s.value(lam) <= s.value(lam_star):
         s.set_regime(
             "healthy",
-            f"Arrivals of {shown['rate']} stay within the {shown['limit']} the SLOs allow: the dashboard shows "
-            f"{shown['goodput']} of requests meeting both, against a target of {shown['target']}.",
+            f"Arrivals of {shown['rate']} stay within the goodput of {shown['limit']}: the dashboard shows "
+            f"{shown['attainment']} of requests meeting both SLOs, against a goal of {shown['target']}.",
             lam_star, lam,
             "Past that rate the server still serves every request, so throughput keeps rising, but the "
-            "queue's TTFT tail grows as 1/(μ − λ) and goodput falls through the target long before capacity.")
+            "queue's TTFT tail grows as 1/(μ − λ) and the attainment falls through the goal long before "
+            "capacity.")
     else:
         s.set_regime(
             "throughput-high-goodput-low",
             f"The server keeps up with {shown['rate']}, so throughput looks fine, but the queue puts so many TTFTs "
-            f"past the SLO that only {shown['goodput']} of requests meet both, short of {shown['target']}: the "
-            f"SLOs allow at most {shown['limit']}.",
+            f"past the SLO that only {shown['attainment']} of requests meet both, short of {shown['target']}: "
+            f"the goodput, the highest rate that meets the goal, is {shown['limit']}.",
             lam_star, lam,
             "Below that rate (admission control, more prefill GPUs, or faster prefill) the queue shortens and "
-            "goodput clears the target; the throughput given up is the price of the tail.")
+            "the attainment clears the goal; the throughput given up is the price of the tail.")

@@ -98,9 +98,10 @@ class StepWork:
 
 
 def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstants = DEFAULT_CONSTANTS,
-           dtype: str = "bf16", kv_dtype: str = "bf16") -> Engine:
+           dtype: str = "bf16", kv_dtype: str = "bf16", communication: bool = False) -> Engine:
     """Declare a TP group of `gpu` serving `model`: datasheet figures, the model's constants,
-    weight bytes, KV bytes per token per GPU and attention FLOPs per query-key pair."""
+    weight bytes, KV bytes per token per GPU and attention FLOPs per query-key pair.
+    communication: the question adds TP communication itself (the stated model says so)."""
     N = s.given("N", model_params(model), "", f"{model.name} parameters")
     b_w = s.given("b_w", dtype_bytes(dtype), "B", f"bytes per weight ({dtype})")
     b_kv = s.given("b_kv", dtype_bytes(kv_dtype), "B", f"bytes per KV value ({kv_dtype})")
@@ -126,7 +127,8 @@ def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstan
     s.assume(
         "Step-time model: t = max(bytes each GPU reads / (η_bw·BW), FLOPs / (TP·η_c·peak)) + overhead, with "
         f"η_c = {format_quantity(constants.compute, '%')} and η_bw = {format_quantity(constants.bandwidth, '%')}; "
-        f"{overhead}. Reads and math overlap perfectly inside a step (a roofline); TP communication is left out.")
+        f"{overhead}. Reads and math overlap perfectly inside a step (a roofline); "
+        + ("TP communication comes on top, below." if communication else "TP communication is left out."))
     s.assume("FLOPs: 2 per parameter per token through the weights, plus 4·d_h per query head per layer for "
              "every query-key pair of attention; embeddings and norms are ignored.")
     return Engine(N, W, KV, A, TP, P, BW, eta_c, eta_bw, t_oh)
