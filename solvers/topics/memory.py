@@ -58,8 +58,8 @@ def kv_bytes_per_token_question(p, s: Sheet) -> None:
         s.assume("MoE: at a batch this large every expert is touched, so a step reads all N weights while "
                  "each token computes with only the active ones; that raises the compute-bound batch by N/N_act.")
 
-    s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable (vLLM's default); activations, "
-             "CUDA graphs and fragmentation are ignored here.")
+    s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable (vLLM's default before v0.21); "
+             "activations, CUDA graphs and fragmentation are ignored here.")
     s.assume("Tensor parallelism over the n GPUs: weights split evenly; GQA's KV heads split across the GPUs, "
              "while an MLA latent has no heads to split and is kept whole on every GPU.")
     s.assume("Every request holds its full context; K and V are stored in the KV dtype, weights in theirs.")
@@ -132,8 +132,8 @@ def users_per_gpu_question(p, s: Sheet) -> None:
     n_half = s.step("tp_half", "TP at which bf16 weights fill half the usable memory", "n_half",
                     2 * N * b16 / usable, "", "weights per GPU equal the KV room they leave")
 
-    s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable (vLLM's default gpu_memory_utilization), "
-             f"less a reserve of {format_number(p.reserve / 2**30)} GiB per GPU for activations, CUDA graphs and "
+    s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable (vLLM's gpu_memory_utilization "
+             f"before v0.21), less a reserve of {format_number(p.reserve / 2**30)} GiB per GPU for activations, CUDA graphs and "
              "NCCL buffers: an assumption, to be measured on the real engine.")
     s.assume("Weights (embeddings and LM head included) and KV heads split evenly over the TP group; "
              "TP stays within the KV head count, so no KV head is replicated.")
@@ -228,8 +228,8 @@ def kv_cache_block_count_question(p, s: Sheet) -> None:
 
     s.assume("total_memory is the datasheet capacity in GB; the driver reports about that figure in GiB (an "
              "80 GB H100 shows close to 80 GiB, some 85 GB), so a real vLLM log shows several percent more "
-             f"blocks. gpu_memory_utilization = {format_number(GPU_MEMORY_UTILIZATION)} (vLLM's default) caps "
-             "everything vLLM allocates.")
+             f"blocks. gpu_memory_utilization = {format_number(GPU_MEMORY_UTILIZATION)} (vLLM's default before "
+             "v0.21) caps everything vLLM allocates.")
     s.assume("Activation peak and non-torch memory are what the profile run measured on each GPU; the weights "
              "split evenly over the TP group (vocab-parallel embeddings and LM head included).")
     s.assume("The count is a ceiling: CUDA graphs are captured after the cache is sized (unless the engine is "

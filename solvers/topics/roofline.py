@@ -145,8 +145,8 @@ def datasheet_speedup_regimes(p, s: Sheet) -> None:
                  X_n / X_o, "x",
                  "with both steps memory-bound: batch ratio × bandwidth ratio ÷ ratio of bytes per step")
 
-    s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM holds weights plus KV cache (vLLM's default "
-             "gpu_memory_utilization); activations and CUDA graphs are ignored.")
+    s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM holds weights plus KV cache (vLLM's "
+             "gpu_memory_utilization default before v0.21); activations and CUDA graphs are ignored.")
     s.assume("Datasheet dense bf16 peaks and HBM bandwidths with no efficiency factor: an equal efficiency "
              "on both GPUs cancels in the ratios.")
     s.assume("FLOPs from the weight matmuls only (2 per parameter per token); attention FLOPs over the context "
