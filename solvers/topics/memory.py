@@ -133,8 +133,8 @@ def users_per_gpu_question(p, s: Sheet) -> None:
                     2 * N * b16 / usable, "", "weights per GPU equal the KV room they leave")
 
     s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable (vLLM's gpu_memory_utilization "
-             f"before v0.21), less a reserve of {format_number(p.reserve / 2**30)} GiB per GPU for activations, CUDA graphs and "
-             "NCCL buffers: an assumption, to be measured on the real engine.")
+             f"before v0.21), less a reserve of {format_number(p.reserve / 2**30)} GiB per GPU for activations, "
+             "CUDA graphs and NCCL buffers: an assumption, to be measured on the real engine.")
     s.assume("Weights (embeddings and LM head included) and KV heads split evenly over the TP group; "
              "TP stays within the KV head count, so no KV head is replicated.")
     s.assume("Every request holds its full context. Weights and KV change dtype together; fp8 scale "
