@@ -99,3 +99,22 @@ def test_a_two_question_mock_ends_on_a_saved_score_sheet(tmp_path, monkeypatch):
     assert mock.finished is not None and mock.planned == 2
     assert all(a.mode == "mock" and a.mock_id == mock.id for a in store.attempts())
     assert store.card(first) is not None and store.card(second) is not None  # mocks feed the cards too
+
+
+async def _stats_after_a_review():
+    async with running_app() as (app, pilot):
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        await pilot.press("ctrl+s", "ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
+        await pilot.press("escape")
+        await pilot.press("s")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "StatsScreen")
+        return list(app.screen.query_one("#per-day").data), str(app.screen.query_one("#stats").content)
+
+
+def test_stats_screen_counts_todays_review(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path))
+    per_day, text = asyncio.run(_stats_after_a_review())
+    assert per_day[-1] == 1 and sum(per_day) == 1
+    assert "1 attempt(s) on 1 day(s)" in text

@@ -1,21 +1,26 @@
 """Statistics: reviews per day, retention by week, accuracy by group and topic, slips, weak spots."""
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Header, Sparkline, Static
 
 if TYPE_CHECKING:
     from tui.service import Drill
+
+SPARK_DAYS = 60
 
 
 class StatsScreen(Screen):
     DEFAULT_CSS = """
     #stats-body { padding: 1 2; }
+    StatsScreen Sparkline { height: 3; margin-bottom: 1; }
+    .caption { color: $text-muted; }
     """
     BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
 
@@ -33,7 +38,14 @@ class StatsScreen(Screen):
         now = now_utc()
         summary = summarize(reviewer.store.attempts(), self.drill.bank.questions, reviewer.retrievability(now), now,
                             reviewer.tz, reviewer.summary(now), mocks=len(reviewer.store.mocks()))
+        days = [summary.today - timedelta(days=back) for back in range(SPARK_DAYS - 1, -1, -1)]
         yield Header()
         with VerticalScroll(id="stats-body"):
+            yield Static(f"Reviews per day, last {SPARK_DAYS} days (peak {max(summary.per_day.values(), default=0)})",
+                         classes="caption")
+            yield Sparkline([summary.per_day.get(day, 0) for day in days], summary_function=max, id="per-day")
+            if summary.retention:
+                yield Static("Retention by week (share of attempts all correct)", classes="caption")
+                yield Sparkline([week.share or 0 for week in summary.retention], id="retention")
             yield Static(escape(format_summary(summary)), id="stats")
         yield Footer()
