@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from solvers.grade import CORRECT, WRONG, Grade
-from tui.cli import main
+from tests.test_cli import run_cli
 from tui.review import Reviewer
 from tui.store import EXPORT_SCHEMA, FILE_NAME, open_store, replay
 
@@ -21,13 +21,6 @@ def no_real_data_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path / "env-default"))
 
 
-def run_cli(capsys, *argv):
-    try:
-        code = main(list(argv))
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def fill(directory: Path, question_id="kv-bytes-per-token", start=T0, count=3, mock=False) -> list[str]:

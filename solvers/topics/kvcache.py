@@ -14,15 +14,20 @@ from solvers.data import Record
 from solvers.derivation import Sheet, max_of
 
 
+def _mla_latent(sheet: Sheet, model: Record) -> sympy.Expr:
+    """Elements MLA caches per layer: the compressed latent plus the decoupled RoPE key."""
+    latent = sheet.given("d_c", model.kv_lora_rank, "", "KV latent rank (kv_lora_rank)")
+    rope = sheet.given("d_r", model.qk_rope_head_dim, "", "decoupled RoPE key dim")
+    return latent + rope
+
+
 def kv_bytes_per_token(sheet: Sheet, model: Record, kv_bytes: sympy.Symbol, key: str = "kv_per_token",
                        unit: str = "KiB") -> sympy.Symbol:
     """Per-token KV cache bytes across all layers: GQA/MHA/MQA, or MLA's shared latent."""
     layers = sheet.given("L", model.layers, "", "layers")
     if model.attention == "mla":
-        latent = sheet.given("d_c", model.kv_lora_rank, "", "KV latent rank (kv_lora_rank)")
-        rope = sheet.given("d_r", model.qk_rope_head_dim, "", "decoupled RoPE key dim")
         return sheet.step(key, "KV cache bytes per token (MLA: one latent per layer)", "KV_tok",
-                          layers * (latent + rope) * kv_bytes, unit,
+                          layers * _mla_latent(sheet, model) * kv_bytes, unit,
                           "MLA caches one compressed latent plus the RoPE key per layer, shared by all heads")
     kv_heads = sheet.given("H_kv", model.kv_heads, "", "KV heads")
     head_dim = sheet.given("d_h", model.head_dim, "", "head dim")
@@ -42,10 +47,8 @@ def kv_bytes_per_token_per_gpu(sheet: Sheet, model: Record, kv_bytes: sympy.Symb
     """The KV bytes of one token that one GPU holds under tensor parallelism."""
     layers = sheet.given("L", model.layers, "", "layers")
     if model.attention == "mla":
-        latent = sheet.given("d_c", model.kv_lora_rank, "", "KV latent rank (kv_lora_rank)")
-        rope = sheet.given("d_r", model.qk_rope_head_dim, "", "decoupled RoPE key dim")
         return sheet.step(key, "KV bytes per token on each GPU (MLA)", "KV_gpu",
-                          layers * (latent + rope) * kv_bytes, unit,
+                          layers * _mla_latent(sheet, model) * kv_bytes, unit,
                           "the latent has no heads to split: every TP rank keeps all of it")
     heads = kv_heads_per_gpu(sheet, model, tp)
     head_dim = sheet.given("d_h", model.head_dim, "", "head dim")
