@@ -13,7 +13,7 @@ import tui.service
 from solvers.bank import Bank, parse_question
 from solvers.engine import VariantCode, make_variant
 from solvers.report import typed_key
-from tests.test_tui import wait_for
+from tests.test_tui import question_ready, wait_for
 
 TOY = parse_question(Path("toy.yaml"), """\
 id: toy
@@ -63,7 +63,7 @@ async def _tick_the_checklist():
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: app.drill is not None)
         app.open_question("toy")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "QuestionScreen")
+        await wait_for(pilot, lambda: question_ready(app))
         solution = app.screen.solution
         for spec in TOY.answers[:3]:  # "×10^" cannot be pressed through Pilot: insert the text
             app.screen.query_one(f"#answer-{spec.key}").insert_text_at_cursor(typed_key(solution, spec.key))

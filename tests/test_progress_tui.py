@@ -8,8 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.test_tui import running_app, wait_for
-from tui.screens.question import QuestionScreen
+from tests.test_tui import question_ready, running_app, wait_for
 from tui.screens.solution import SolutionScreen
 from tui.store import open_store
 
@@ -17,7 +16,7 @@ from tui.store import open_store
 async def _drill_and_rate():
     async with running_app() as (app, pilot):
         await pilot.press("d")
-        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        await wait_for(pilot, lambda: question_ready(app))
         question = app.screen.solution.question
         assert app.screen.mode == "drill" and question.group == "F"  # new users start with group F
         await pilot.press("ctrl+s", "ctrl+s")  # give up: reveal with empty answers
@@ -40,14 +39,14 @@ def test_a_drill_review_is_saved_rated_and_scheduled(tmp_path, monkeypatch):
 
 KILLED_AFTER_SUBMIT = textwrap.dedent("""
     import asyncio, os, signal
-    from tests.test_tui import running_app, wait_for
+    from tests.test_tui import question_ready, running_app, wait_for
     from tui.screens.question import QuestionScreen
     from tui.screens.solution import SolutionScreen
 
     async def main():
         async with running_app() as (app, pilot):
             app.open_question("kv-bytes-per-token", default=True)
-            await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+            await wait_for(pilot, lambda: question_ready(app))
             app.screen.query_one("#answer-kv_per_token").insert_text_at_cursor("320 KiB")
             await pilot.press("ctrl+s", "ctrl+s")
             await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
@@ -75,14 +74,13 @@ async def _two_question_mock():
     async with running_app() as (app, pilot):
         app.mock_questions = 2
         await pilot.press("m")
-        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        await wait_for(pilot, lambda: question_ready(app))
         first = app.screen.solution.question.id
         assert app.screen.mode == "mock"
         await pilot.press("ctrl+t")  # no hints in a mock
         assert app.screen.hints_shown == 0
         await pilot.press("ctrl+s", "ctrl+s")
-        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen)
-                       and app.screen.solution.question.id != first)
+        await wait_for(pilot, lambda: question_ready(app) and app.screen.solution.question.id != first)
         second = app.screen.solution.question.id
         await pilot.press("ctrl+s", "ctrl+s")
         await wait_for(pilot, lambda: type(app.screen).__name__ == "MockSheetScreen")
@@ -104,7 +102,7 @@ def test_a_two_question_mock_ends_on_a_saved_score_sheet(tmp_path, monkeypatch):
 async def _stats_after_a_review():
     async with running_app() as (app, pilot):
         await pilot.press("d")
-        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        await wait_for(pilot, lambda: question_ready(app))
         await pilot.press("ctrl+s", "ctrl+s")
         await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
         await pilot.press("escape")

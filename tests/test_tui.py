@@ -27,6 +27,11 @@ async def wait_for(pilot, predicate, timeout: float = 30.0) -> None:
     raise AssertionError("condition not reached")
 
 
+def question_ready(app) -> bool:
+    """A question screen whose answer boxes are mounted (pushing it is not enough to type into it)."""
+    return isinstance(app.screen, QuestionScreen) and bool(app.screen.query("AnswerField Input"))
+
+
 @asynccontextmanager
 async def running_app():
     """The app at 80x24, once its bank has loaded."""
@@ -38,7 +43,7 @@ async def running_app():
 
 async def open_default(app, pilot, question_id: str) -> None:
     app.open_question(question_id, default=True)
-    await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+    await wait_for(pilot, lambda: question_ready(app))
 
 
 async def _answer_default_variant(answers):
@@ -49,7 +54,7 @@ async def _answer_default_variant(answers):
         row = [table.get_row_at(i)[1] for i in range(table.row_count)].index("kv-bytes-per-token")
         table.move_cursor(row=row)
         await pilot.press("d")
-        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        await wait_for(pilot, lambda: question_ready(app))
         solution = app.screen.solution
         assert str(solution.code) == "kv-bytes-per-token@default"
         for spec in solution.question.answers:
@@ -101,7 +106,7 @@ async def _variant_code():
     async with running_app() as (app, pilot):
         await pilot.press("v")
         await pilot.press(*"weight-read-intensity@42", "enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        await wait_for(pilot, lambda: question_ready(app))
         assert str(app.screen.solution.code) == "weight-read-intensity@42"
         await pilot.press("escape")
         await pilot.press("v")
@@ -120,7 +125,7 @@ async def _palette():
         await pilot.press(*"block-count")
         await pilot.pause(0.5)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        await wait_for(pilot, lambda: question_ready(app))
         return app.screen.solution.question.id
 
 
