@@ -71,8 +71,9 @@ async def main():
         while app.drill is None:
             await pilot.pause(0.05)
         app.open_question("weight-read-intensity")
-        while not isinstance(app.screen, QuestionScreen):
+        while not (isinstance(app.screen, QuestionScreen) and app.screen.query("AnswerField Input")):
             await pilot.pause(0.05)
+        await pilot.pause(0.2)
     print(json.dumps({"rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 
 asyncio.run(main())
@@ -109,7 +110,8 @@ def solve_times() -> dict[str, list[float]]:
             solution = make_variant(bank, catalog, VariantCode(qid, seed))
             to_text(solution)
             [step_renderable(i, s) for i, s in enumerate(solution.sheet.steps, 1)]
-            regime_panel(solution)
+            if solution.sheet.regime is not None:
+                regime_panel(solution)
             samples.append(time.perf_counter() - start)
         times[qid] = samples
     return times
