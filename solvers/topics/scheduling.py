@@ -53,15 +53,21 @@ def _require_tpot_room(s: Sheet, e: Engine, decode_bytes: sympy.Symbol, tpot: sy
 # --- chunked-prefill-budget ---------------------------------------------------------------
 
 
-def chunked_prefill_budget(p, s: Sheet) -> None:
+def _streams_and_targets(p, s: Sheet):
+    """The engine, the running decode streams and the two SLOs: what both prefill questions start from."""
     _require_realistic_tp(p.model, p.tp)
     require_context(p.model, p.prompt)
     e = engine(s, p.model, p.gpu, p.tp, _constants(p))
     B = s.given("B", p.batch, "requests", "running decode streams")
     S = s.given("S", p.context, "tokens", "context of each running stream")
-    P_in = s.given("P_in", p.prompt, "tokens", "the long prompt")
     tau = s.given("TPOT", p.tpot, "ms", "TPOT target")
     T_f = s.given("T_f", p.ttft, "s", "TTFT target")
+    return e, B, S, tau, T_f
+
+
+def chunked_prefill_budget(p, s: Sheet) -> None:
+    e, B, S, tau, T_f = _streams_and_targets(p, s)
+    P_in = s.given("P_in", p.prompt, "tokens", "the long prompt")
     require_fit(s, e, p.gpu, B * S + P_in)
 
     dec = step_work(s, e, "dec", "decode-only step", B, B * S, B * S)
@@ -149,13 +155,7 @@ def _chunk_regime(s: Sheet, ttft, T_f, t_p, t_fixed, n, c_max, P_in) -> None:
 
 
 def coupled_slo_admission(p, s: Sheet) -> None:
-    _require_realistic_tp(p.model, p.tp)
-    require_context(p.model, p.prompt)
-    e = engine(s, p.model, p.gpu, p.tp, _constants(p))
-    B = s.given("B", p.batch, "requests", "running decode streams")
-    S = s.given("S", p.context, "tokens", "context of each running stream")
-    tau = s.given("TPOT", p.tpot, "ms", "TPOT target")
-    T_f = s.given("T_f", p.ttft, "s", "TTFT target")
+    e, B, S, tau, T_f = _streams_and_targets(p, s)
     L_p = s.given("L_p", p.prompt, "tokens", "prompt length of each request")
     q = s.given("q", p.queued, "requests", "requests already waiting for prefill")
     require_fit(s, e, p.gpu, B * S + L_p)
