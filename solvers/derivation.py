@@ -38,6 +38,13 @@ class Step:
     value: float
     unit: str
     why: str
+    expr: sympy.Expr | None = field(default=None, compare=False, repr=False)  # for LaTeX, on demand
+
+    @property
+    def latex(self) -> str:
+        """'I = \\frac{F}{W}' for Markdown viewers that render math."""
+        lhs = sympy.latex(sympy.Symbol(self.symbol))
+        return lhs if self.expr is None else f"{lhs} = {sympy.latex(self.expr)}"
 
     @property
     def result(self) -> str:
@@ -144,7 +151,7 @@ class Sheet:
         formula = _tidy(sympy.sstr(expr))
         substituted = _tidy(_ValuePrinter(self._shown).doprint(expr))
         self._remember(sym, value, unit)
-        self.steps.append(Step(key, title, symbol, formula, substituted, value, unit, why))
+        self.steps.append(Step(key, title, symbol, formula, substituted, value, unit, why, expr))
         if key:
             self.results[key] = value
         return sym

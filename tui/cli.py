@@ -52,6 +52,17 @@ def _build_parser() -> argparse.ArgumentParser:
     export.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     merge = moves.add_parser("import", help="merge progress from FILE ('-': standard input); never duplicates")
     merge.add_argument("file", metavar="FILE")
+    sheet = commands.add_parser("export", help="variant sheets with answer keys for interviewers")
+    sheet.add_argument("ids", nargs="*", metavar="ID", help="questions to include (default: all that match)")
+    sheet.add_argument("--group", help="only this group (F, S, K1, T...)")
+    sheet.add_argument("--topic", help="only this topic")
+    sheet.add_argument("--difficulty", type=int, help="only this difficulty")
+    sheet.add_argument("--count", type=int, default=3, help="variants per question (default 3)")
+    sheet.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
+    sheet.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    sheet.add_argument("--out", default="infradrill-sheet",
+                       help="markdown: OUT-candidate.md and OUT-key.md; json: OUT.json (default infradrill-sheet)")
+    sheet.add_argument("--force", action="store_true", help="overwrite existing files")
     check = commands.add_parser("validate", help="check question files (default: the whole bank)")
     check.add_argument("paths", nargs="*", metavar="PATH", help="question files or folders")
     check.add_argument("--seeds", type=int, default=50, help="random variants solved per question (default 50)")
@@ -243,6 +254,36 @@ def _import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """Candidate sheet + answer key (Markdown) or JSON; never overwrites unless --force."""
+    from pathlib import Path
+
+    from solvers.export import Selection, SelectionError, as_json, candidate_markdown, key_markdown, select, variants
+
+    bank, catalog = _load()
+    try:
+        questions = select(bank, Selection(tuple(args.ids), args.group, args.topic, args.difficulty))
+        solutions = variants(bank, catalog, questions, args.count, args.seed)
+    except SelectionError as error:
+        _fail(str(error))
+    base = Path(args.out).with_suffix("") if Path(args.out).suffix in (".md", ".json") else Path(args.out)
+    if args.format == "json":
+        outputs = {base.with_name(base.name + ".json"): json.dumps(as_json(solutions), indent=2) + "\n"}
+    else:
+        outputs = {base.with_name(base.name + "-candidate.md"): candidate_markdown(solutions),
+                   base.with_name(base.name + "-key.md"): key_markdown(solutions)}
+    existing = [str(p) for p in outputs if p.exists()]
+    if existing and not args.force:
+        _fail(f"{', '.join(existing)} already exists (use --force to overwrite)")
+    for path, text in outputs.items():
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError as error:
+            _fail(f"cannot write {path}: {error.strerror or error}")
+    print(f"{len(solutions)} variant(s) of {len(questions)} question(s): {', '.join(map(str, outputs))}")
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """One line per problem (file, field, what); exit 1 if there are any."""
     from pathlib import Path
@@ -280,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["INFRADRILL_DATA_DIR"] = args.data_dir
         return run()
     handlers = {"list": cmd_list, "solve": cmd_solve, "check": cmd_check, "stats": cmd_stats,
-                "progress": cmd_progress, "validate": cmd_validate}
+                "progress": cmd_progress, "validate": cmd_validate, "export": cmd_export}
     try:
         return handlers[args.command](args)
     except Exception as error:  # a bug, not bad input: one line, the traceback on request

@@ -1,0 +1,110 @@
+"""Variant sheets for interviewers: a candidate sheet, an answer key, or JSON.
+
+Each variant is headed by its code, so the app reproduces it exactly. Variants of one
+question in one sheet differ in their answers, not only in their seeds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from solvers.bank import Bank, Question
+from solvers.data import Catalog
+from solvers.engine import MAX_SEED, Solution, VariantCode, VariantError, make_variant
+from solvers.report import expected_text, to_dict
+
+MAX_TRIES = 50  # seeds tried per wanted variant before giving up on distinct answers
+
+
+class SelectionError(ValueError):
+    """A selection that names nothing, or names what does not exist."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    ids: tuple[str, ...] = ()
+    group: str | None = None
+    topic: str | None = None
+    difficulty: int | None = None
+
+
+def select(bank: Bank, selection: Selection) -> list[Question]:
+    unknown = [qid for qid in selection.ids if qid not in bank.questions]
+    if unknown:
+        raise SelectionError(f"unknown question(s): {', '.join(unknown)} (see `infradrill list`)")
+    for value, field, known in ((selection.group, "group", {q.group for q in bank.questions.values()}),
+                                (selection.topic, "topic", {q.topic for q in bank.questions.values()})):
+        if value is not None and value not in known:
+            raise SelectionError(f"unknown {field} '{value}' (known: {', '.join(sorted(known))})")
+    chosen = [q for q in sorted(bank.questions.values(), key=lambda q: (q.group, q.id))
+              if (not selection.ids or q.id in selection.ids)
+              and (selection.group is None or q.group == selection.group)
+              and (selection.topic is None or q.topic == selection.topic)
+              and (selection.difficulty is None or q.difficulty == selection.difficulty)]
+    if not chosen:
+        raise SelectionError("the selection matches no question")
+    return chosen
+
+
+def _answers(solution: Solution) -> tuple:
+    return tuple(str(solution.expected[a.key]) for a in solution.question.answers)
+
+
+def variants(bank: Bank, catalog: Catalog, questions: list[Question], count: int, base_seed: int) -> list[Solution]:
+    """`count` variants per question from seeds base_seed, base_seed+1, ..., skipping any whose
+    answers repeat an earlier variant's."""
+    if count < 1:
+        raise SelectionError("the count must be at least 1")
+    if not 0 <= base_seed <= MAX_SEED:
+        raise SelectionError(f"the seed must be between 0 and {MAX_SEED}")
+    sheet = []
+    for question in questions:
+        seen: set[tuple] = set()
+        seed = base_seed
+        while len(seen) < count:
+            if seed - base_seed >= count * MAX_TRIES or seed > MAX_SEED:
+                raise SelectionError(f"{question.id}: could not find {count} variants with different answers")
+            try:
+                solution = make_variant(bank, catalog, VariantCode(question.id, seed))
+            except VariantError:
+                seed += 1
+                continue
+            seed += 1
+            if _answers(solution) not in seen:
+                seen.add(_answers(solution))
+                sheet.append(solution)
+    return sheet
+
+
+def _heading(number: int, solution: Solution) -> list[str]:
+    q = solution.question
+    return [f"## {number}. {q.title}", "", f"Variant `{solution.code}` · group {q.group} · {q.topic}", ""]
+
+
+def candidate_markdown(solutions: list[Solution]) -> str:
+    lines = ["# Candidate sheet", ""]
+    for number, solution in enumerate(solutions, 1):
+        lines += _heading(number, solution) + [solution.prompt, ""]
+        lines += [f"- {a.label}{f' ({a.unit})' if a.unit and a.numeric else ''}:" for a in solution.question.answers]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def key_markdown(solutions: list[Solution]) -> str:
+    lines = ["# Answer key", ""]
+    for number, solution in enumerate(solutions, 1):
+        lines += _heading(number, solution) + ["| answer | key |", "|---|---|"]
+        lines += [f"| {a.label} | {expected_text(solution, a.key)} |" for a in solution.question.answers]
+        lines += ["", "### Steps", ""]
+        for step_number, step in enumerate(solution.sheet.steps, 1):
+            lines.append(f"{step_number}. {step.title}: ${step.latex}$ = {step.substituted} = **{step.result}**")
+        regime = solution.sheet.regime
+        if regime is not None:
+            lines += ["", f"### Regime: {regime.name}", "", regime.summary, "",
+                      f"Boundary ${regime.boundary.latex}$ = {regime.boundary.result}; this variant "
+                      f"{regime.position.result} ({regime.margin_text}). Other side: {regime.other_side}"]
+        lines += ["", "### Assumptions", ""] + [f"- {a}" for a in solution.sheet.assumptions] + [""]
+    return "\n".join(lines)
+
+
+def as_json(solutions: list[Solution]) -> list[dict]:
+    return [to_dict(solution) for solution in solutions]

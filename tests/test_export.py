@@ -1,0 +1,57 @@
+"""`infradrill export`: candidate sheet and answer key in Markdown, JSON, and bad input."""
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+
+import pytest
+
+from tests.test_cli import run_cli
+
+
+def test_markdown_sheet_and_key(tmp_path, capsys):
+    out = tmp_path / "sheet"
+    code, _, _ = run_cli(capsys, "export", "kv-bytes-per-token", "weight-read-intensity", "--count", "2",
+                         "--out", str(out))
+    assert code == 0
+    candidate = (tmp_path / "sheet-candidate.md").read_text()
+    key = (tmp_path / "sheet-key.md").read_text()
+    headings = re.findall(r"^## \d+\. (.+)$", candidate, re.M)
+    assert len(headings) == 4 and headings == re.findall(r"^## \d+\. (.+)$", key, re.M)
+    codes = re.findall(r"Variant `([^`]+)`", candidate)
+    assert codes == re.findall(r"Variant `([^`]+)`", key) and len(set(codes)) == 4
+    assert "Regime" not in candidate and "capacity-limited" not in candidate  # no answers on the candidate's sheet
+    assert key.count("### Regime:") == 4 and "$KV_{tok} = " in key  # formulas as LaTeX
+
+
+def test_json_variants_differ_in_their_answers(tmp_path, capsys):
+    code, _, _ = run_cli(capsys, "export", "--group", "F", "--count", "3", "--format", "json",
+                         "--out", str(tmp_path / "f.json"))
+    assert code == 0
+    variants = json.loads((tmp_path / "f.json").read_text())
+    answers = defaultdict(set)
+    for variant in variants:
+        answers[variant["id"]].add(json.dumps([a["value"] for a in variant["answers"]]))
+    assert len(answers) == 8 and all(len(keys) == 3 for keys in answers.values())
+
+
+def test_never_overwrites_without_force(tmp_path, capsys):
+    target = tmp_path / "k.json"
+    target.write_text("mine")
+    code, _, err = run_cli(capsys, "export", "kv-bytes-per-token", "--format", "json", "--out", str(target))
+    assert code == 2 and "already exists" in err and target.read_text() == "mine"
+    code, _, _ = run_cli(capsys, "export", "kv-bytes-per-token", "--format", "json", "--out", str(target), "--force")
+    assert code == 0 and json.loads(target.read_text())[0]["id"] == "kv-bytes-per-token"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("export", "no-such-question"), "unknown question"),
+    (("export", "--topic", "astrology"), "unknown topic"),
+    (("export", "--count", "0"), "at least 1"),
+    (("export", "--seed", "-1"), "seed must be"),
+    (("export", "kv-bytes-per-token", "--out", "/nonexistent-dir/x"), "cannot write"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2 and message in err and err.count("\n") == 1
