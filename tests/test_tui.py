@@ -171,3 +171,26 @@ def test_a_broken_question_file_gives_a_notice_and_the_rest_loads(tmp_path):
     assert loaded == ["weight-read-intensity"]
     assert any("kv-bytes-per-token.yaml" in n for n in notices)
     assert "could not be loaded" in status
+
+
+async def _what_if_flips_the_regime():
+    async with running_app() as (app, pilot):
+        await open_default(app, pilot, "weight-read-intensity")
+        await pilot.press("ctrl+s", "ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
+        await pilot.press("w")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "WhatIfScreen")
+        screen = app.screen
+        seen = [screen.solution.sheet.regime.name]
+        for _ in range(12):  # tokens per pass: 32 -> x1.41 per press, past the ~295-token crossover
+            await pilot.press("right")
+            await pilot.pause(0.05)
+            seen.append(screen.solution.sheet.regime.name)
+        tokens = screen.solution.param("tokens").raw
+        return seen, tokens, str(screen.query_one("#whatif-regime").content)
+
+
+def test_what_if_explorer_steps_a_parameter_across_the_regime_boundary():
+    seen, tokens, regime_text = asyncio.run(_what_if_flips_the_regime())
+    assert seen[0] == "memory-bound" and seen[-1] == "compute-bound"
+    assert tokens > 295 and "compute-bound" in regime_text

@@ -39,6 +39,7 @@ class SolutionScreen(Screen):
         Binding("4", "rate(4)", "Easy", show=False),
         Binding("n", "new_variant", "Next"),
         Binding("a", "again", "Answer again"),
+        Binding("w", "what_if", "What if"),
         Binding("f1", "app.help", "Help"),
         Binding("escape", "app.pop_screen", "Back"),
     ]
@@ -143,6 +144,11 @@ class SolutionScreen(Screen):
             self.app.action_drill(replace=True)
         else:
             self.app.open_question(self.solution.question.id, replace=True, mode=self.mode)
+
+    def action_what_if(self) -> None:
+        from tui.screens.whatif import WhatIfScreen
+
+        self.app.push_screen(WhatIfScreen(self.solution, self.app.drill.catalog))
 
     def action_again(self) -> None:
         self.app.reopen(self.solution, self.mode)
