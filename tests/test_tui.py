@@ -194,3 +194,29 @@ def test_what_if_explorer_steps_a_parameter_across_the_regime_boundary():
     seen, tokens, regime_text = asyncio.run(_what_if_flips_the_regime())
     assert seen[0] == "memory-bound" and seen[-1] == "compute-bound"
     assert tokens > 295 and "compute-bound" in regime_text
+
+
+async def _interviewer_reveals_step_by_step():
+    async with running_app() as (app, pilot):
+        await pilot.press("b")
+        await pilot.press("i")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "InterviewerScreen")
+        screen = app.screen
+        steps = len(screen.solution.sheet.steps)
+        key = str(screen.query_one("#key-side").content.title)
+        code = str(screen.solution.code)
+        banner = screen.query_one("#code-banner").content.renderable
+        await pilot.press("space", "space")
+        two = len(screen.query(".revealed-step"))
+        await pilot.press("left")
+        one = len(screen.query(".revealed-step"))
+        for _ in range(steps + 1):
+            await pilot.press("space")
+        return key, code, banner, two, one, len(screen.query(".revealed-step")), steps
+
+
+def test_interviewer_view_shows_the_key_and_reveals_one_step_at_a_time():
+    key, code, banner, two, one, everything, steps = asyncio.run(_interviewer_reveals_step_by_step())
+    assert key == "Answer key" and code in banner
+    assert (two, one) == (2, 1)
+    assert everything == steps + 1  # every step, then the regime

@@ -202,9 +202,11 @@ class InfradrillApp(App):
         self.call_from_thread(self._show_question, solution, replace, mode)
 
     def _show_question(self, solution: Solution, replace: bool, mode: str) -> None:
+        from tui.screens.interviewer import InterviewerScreen
         from tui.screens.question import QuestionScreen
 
-        screen = QuestionScreen(solution, mode)
+        # The interviewer sees the variant with its key; everyone else is asked it.
+        screen = InterviewerScreen(solution) if mode == "interviewer" else QuestionScreen(solution, mode)
         if replace:
             self.switch_screen(screen)
         else:

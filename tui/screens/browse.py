@@ -13,6 +13,7 @@ class BrowseScreen(Screen):
     BINDINGS = [
         Binding("enter", "open", "Open (new variant)", priority=True),
         Binding("d", "open_default", "Default variant"),
+        Binding("i", "open_as_interviewer", "As interviewer"),
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
@@ -42,3 +43,7 @@ class BrowseScreen(Screen):
     def action_open_default(self) -> None:
         if (qid := self._selected()) is not None:
             self.app.open_question(qid, default=True)
+
+    def action_open_as_interviewer(self) -> None:
+        if (qid := self._selected()) is not None:
+            self.app.open_question(qid, mode="interviewer")
