@@ -1,10 +1,11 @@
-"""Variant sheets for interviewers: a candidate sheet, an answer key, or JSON.
+"""Variant sheets for interviewers: a candidate sheet, an answer key, JSON, or an Anki deck.
 
 Each variant is headed by its code, so the app reproduces it exactly. Variants of one
 question in one sheet differ in their answers, not only in their seeds.
 """
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 
 from solvers.bank import Bank, Question
@@ -108,3 +109,42 @@ def key_markdown(solutions: list[Solution]) -> str:
 
 def as_json(solutions: list[Solution]) -> list[dict]:
     return [to_dict(solution) for solution in solutions]
+
+
+# Anki ------------------------------------------------------------------------------------------
+ANKI_MODEL_ID = 1_707_204_511  # fixed ids: re-exporting updates the same note type and deck in Anki
+ANKI_DECK_ID = 1_707_204_512
+
+
+def _html(text: str) -> str:
+    return html.escape(text).replace("\n", "<br>")
+
+
+def anki_back(solution: Solution) -> str:
+    rows = "".join(f"<tr><td>{_html(a.label)}</td><td><b>{_html(expected_text(solution, a.key))}</b></td></tr>"
+                   for a in solution.question.answers)
+    steps = "".join(f"<li>{_html(s.title)}: \\({html.escape(s.latex)}\\) = {_html(s.substituted)} = "
+                    f"<b>{_html(s.result)}</b></li>" for s in solution.sheet.steps)
+    regime = solution.sheet.regime
+    regime_html = "" if regime is None else (f"<p><b>Regime: {_html(regime.name)}</b>. {_html(regime.summary)} "
+                                             f"Other side: {_html(regime.other_side)}</p>")
+    return f"<table>{rows}</table><ol>{steps}</ol>{regime_html}"
+
+
+def write_anki(solutions: list[Solution], path: str) -> None:
+    """One note per variant: front = prompt, back = answers, steps, regime; tagged by group and
+    topic; the note's guid is its variant code, so a re-export updates rather than duplicates."""
+    import genanki
+
+    model = genanki.Model(
+        ANKI_MODEL_ID, "infradrill variant",
+        fields=[{"name": "Code"}, {"name": "Front"}, {"name": "Back"}],
+        templates=[{"name": "Variant", "qfmt": "<small>{{Code}}</small><br>{{Front}}",
+                    "afmt": "{{FrontSide}}<hr id=answer>{{Back}}"}])
+    deck = genanki.Deck(ANKI_DECK_ID, "infradrill")
+    for solution in solutions:
+        q = solution.question
+        deck.add_note(genanki.Note(
+            model=model, fields=[str(solution.code), _html(solution.prompt), anki_back(solution)],
+            tags=[f"group::{q.group}", f"topic::{q.topic}"], guid=genanki.guid_for(str(solution.code))))
+    genanki.Package(deck).write_to_file(path)

@@ -55,3 +55,29 @@ def test_never_overwrites_without_force(tmp_path, capsys):
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     code, out, err = run_cli(capsys, *argv)
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+def _anki_notes(path):
+    import sqlite3
+    import zipfile
+
+    with zipfile.ZipFile(path) as package:
+        package.extract("collection.anki2", path.parent / path.stem)
+    connection = sqlite3.connect(path.parent / path.stem / "collection.anki2")
+    try:
+        return connection.execute("SELECT guid, flds, tags FROM notes ORDER BY guid").fetchall()
+    finally:
+        connection.close()
+
+
+def test_anki_deck_has_one_note_per_variant_with_stable_ids(tmp_path, capsys):
+    for name in ("first", "second"):
+        code, _, _ = run_cli(capsys, "export", "--group", "F", "--count", "2", "--format", "anki",
+                             "--out", str(tmp_path / name))
+        assert code == 0
+    first, second = _anki_notes(tmp_path / "first.apkg"), _anki_notes(tmp_path / "second.apkg")
+    assert len(first) == 16
+    assert [guid for guid, _, _ in first] == [guid for guid, _, _ in second]  # re-export updates, not duplicates
+    code, front, back = first[0][1].split("\x1f")
+    assert "@" in code and "<table>" in back and "\\(" in back
+    assert "group::F" in first[0][2]

@@ -59,9 +59,10 @@ def _build_parser() -> argparse.ArgumentParser:
     sheet.add_argument("--difficulty", type=int, help="only this difficulty")
     sheet.add_argument("--count", type=int, default=3, help="variants per question (default 3)")
     sheet.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
-    sheet.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    sheet.add_argument("--format", choices=("markdown", "json", "anki"), default="markdown")
     sheet.add_argument("--out", default="infradrill-sheet",
-                       help="markdown: OUT-candidate.md and OUT-key.md; json: OUT.json (default infradrill-sheet)")
+                       help="markdown: OUT-candidate.md and OUT-key.md; json: OUT.json; anki: OUT.apkg "
+                            "(default infradrill-sheet)")
     sheet.add_argument("--force", action="store_true", help="overwrite existing files")
     check = commands.add_parser("validate", help="check question files (default: the whole bank)")
     check.add_argument("paths", nargs="*", metavar="PATH", help="question files or folders")
@@ -258,7 +259,16 @@ def cmd_export(args: argparse.Namespace) -> int:
     """Candidate sheet + answer key (Markdown) or JSON; never overwrites unless --force."""
     from pathlib import Path
 
-    from solvers.export import Selection, SelectionError, as_json, candidate_markdown, key_markdown, select, variants
+    from solvers.export import (
+        Selection,
+        SelectionError,
+        as_json,
+        candidate_markdown,
+        key_markdown,
+        select,
+        variants,
+        write_anki,
+    )
 
     bank, catalog = _load()
     try:
@@ -266,8 +276,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         solutions = variants(bank, catalog, questions, args.count, args.seed)
     except SelectionError as error:
         _fail(str(error))
-    base = Path(args.out).with_suffix("") if Path(args.out).suffix in (".md", ".json") else Path(args.out)
-    if args.format == "json":
+    base = Path(args.out).with_suffix("") if Path(args.out).suffix in (".md", ".json", ".apkg") else Path(args.out)
+    if args.format == "anki":
+        outputs = {base.with_name(base.name + ".apkg"): None}  # genanki writes the file itself
+    elif args.format == "json":
         outputs = {base.with_name(base.name + ".json"): json.dumps(as_json(solutions), indent=2) + "\n"}
     else:
         outputs = {base.with_name(base.name + "-candidate.md"): candidate_markdown(solutions),
@@ -277,7 +289,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         _fail(f"{', '.join(existing)} already exists (use --force to overwrite)")
     for path, text in outputs.items():
         try:
-            path.write_text(text, encoding="utf-8")
+            if text is None:
+                write_anki(solutions, str(path))
+            else:
+                path.write_text(text, encoding="utf-8")
         except OSError as error:
             _fail(f"cannot write {path}: {error.strerror or error}")
     print(f"{len(solutions)} variant(s) of {len(questions)} question(s): {', '.join(map(str, outputs))}")
