@@ -13,10 +13,15 @@ HELP = """\
   F1       this help          ctrl+q  quit
 
 [b]Home[/b]
-  b  browse the bank   r  random question   v  enter a variant code   q  quit
+  d  drill what is due (new questions start with group F, a few a day)
+  b  browse the bank   r  random question   v  enter a variant code
+  m  mock interview (5 questions, 5 min each, no hints)   p  past mocks
+  s  statistics        q  quit
 
 [b]Browse[/b]
-  ↑/↓  move   enter  open a fresh variant   d  open the default variant   esc  back
+  ↑/↓  move   enter  open a fresh variant   d  the default variant
+  i    open as interviewer (the key beside it; space reveals a step)
+  esc  back
 
 [b]Question[/b] (printable keys go to the answer boxes)
   tab / enter   next answer (enter on the last one submits)
@@ -24,12 +29,16 @@ HELP = """\
   esc     back
 
 [b]Solution[/b]
-  ↑/↓ pgup/pgdn  scroll   n  new variant   a  answer the same variant again   esc  back
+  1 2 3 4  rate it Again / Hard / Good / Easy (the grade suggests one)
+  n  next (a new variant, or the next due question when drilling)
+  a  answer the same variant again    w  what-if (←/→ step, ↑/↓ parameter)
+  ↑/↓ pgup/pgdn  scroll               esc  back
 
 [b]Answers[/b]
   Numbers with units, as you would write them: 320 GiB, 343.6GB, 3.4e11, 40%,
-  1.2 ms, 6,200, 2.4×10^25 (or 2.4e25). A bare number is read in the unit shown
-  beside the answer. Choices: type the start of an option, e.g. "mem".
+  1.2 ms, 6,200, 2.4×10^25 (or 2.4e25), $1.2M. A bare number is read in the unit
+  shown beside the answer. Choices: type the start of an option, e.g. "mem".
+  Orderings: the letters in order, e.g. CADB. Checklists: tick them after the reveal.
   A variant code (like kv-bytes-per-token@4821) reproduces a variant exactly.
 """
 
