@@ -38,7 +38,7 @@ HELP = """\
   Numbers with units, as you would write them: 320 GiB, 343.6GB, 3.4e11, 40%,
   1.2 ms, 6,200, 2.4×10^25 (or 2.4e25), $1.2M. A bare number is read in the unit
   shown beside the answer. Choices: type the start of an option, e.g. "mem".
-  Orderings: the letters in order, e.g. CADB. Checklists: tick them after the reveal.
+  Orderings: the letters in order, e.g. CADB. Checklists: tick them on the solution.
   A variant code (like kv-bytes-per-token@4821) reproduces a variant exactly.
 """
 
