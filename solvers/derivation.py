@@ -8,7 +8,9 @@ unit of a given or a step only says how to show it.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import sympy
 from sympy.printing.str import StrPrinter
@@ -30,15 +32,29 @@ class Reject(Exception):
 
 @dataclass(frozen=True)
 class Step:
+    """One derived number. Its printed forms are made when first shown: a draw the solver
+    rejects part-way, or a sweep, never pays for printing."""
+
     key: str
     title: str
     symbol: str
-    formula: str
-    substituted: str
     value: float
     unit: str
     why: str
-    expr: sympy.Expr | None = field(default=None, compare=False, repr=False)  # for LaTeX, on demand
+    expr: sympy.Expr | None = field(default=None, compare=False, repr=False)  # None: a given standing in
+    shown_values: Mapping[sympy.Symbol, str] = field(default_factory=dict, compare=False, repr=False)
+    given_text: str = field(default="", compare=False, repr=False)  # a given's own value, when expr is None
+
+    @cached_property
+    def formula(self) -> str:
+        return self.symbol if self.expr is None else _tidy(sympy.sstr(self.expr))
+
+    @cached_property
+    def substituted(self) -> str:
+        """The formula with every symbol printed as its value (same tree, same order)."""
+        if self.expr is None:
+            return self.given_text
+        return _tidy(_ValuePrinter(self.shown_values).doprint(self.expr))
 
     @property
     def latex(self) -> str:
@@ -148,10 +164,10 @@ class Sheet:
         if sym in self._values:
             raise ValueError(f"symbol {symbol} declared twice")
         value = self.evaluate(expr)
-        formula = _tidy(sympy.sstr(expr))
-        substituted = _tidy(_ValuePrinter(self._shown).doprint(expr))
+        # _shown only ever gains symbols, and expr names only earlier ones: printing later is the same.
+        step = Step(key, title, symbol, value, unit, why, expr=expr, shown_values=self._shown)
         self._remember(sym, value, unit)
-        self.steps.append(Step(key, title, symbol, formula, substituted, value, unit, why, expr))
+        self.steps.append(step)
         if key:
             self.results[key] = value
         return sym
@@ -181,7 +197,7 @@ class Sheet:
                    other_side: str, key: str = "regime") -> None:
         """The regime analysis. `boundary` and `position` are step symbols in one unit."""
         by_symbol = {s.symbol: s for s in self.steps} | {
-            g.symbol: Step("", g.label, g.symbol, g.symbol, g.shown, g.value, g.unit, "") for g in self.givens}
+            g.symbol: Step("", g.label, g.symbol, g.value, g.unit, "", given_text=g.shown) for g in self.givens}
         self.regime = Regime(name, summary, by_symbol[boundary.name], by_symbol[position.name], other_side)
         self.results[key] = name
 
