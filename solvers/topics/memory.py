@@ -185,19 +185,26 @@ def _fits_regime(s: Sheet, n, n_half, w16, room16, users16, replicates: bool) ->
             "doubling of TP then frees weight memory on each GPU too, and more than triples the users.")
 
 
-def kv_cache_block_count_question(p, s: Sheet) -> None:
-    require_context(p.model, p.context)
-    if p.tp > p.model.kv_heads:
-        raise Reject("TP past the KV heads replicates them (tp-past-kv-heads)")
+def _profile_run_inputs(p, s: Sheet, utilization: float) -> tuple[sympy.Symbol, ...]:
+    """What vLLM's start-up accounting works from: total memory, the utilisation cap, the TP group,
+    the weights per GPU and what the profile run measured besides them."""
     M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} total memory (datasheet)")
-    u = s.given("u", GPU_MEMORY_UTILIZATION, "", "gpu_memory_utilization")
+    u = s.given("u", utilization, "", "gpu_memory_utilization")
     n = s.given("n", p.tp, "", "tensor-parallel GPUs")
     N = s.given("N", model_params(p.model), "", "parameters")
     b_w = s.given("b_w", dtype_bytes(p.weight_dtype), "B", f"bytes per weight ({p.weight_dtype})")
     A = s.given("A", p.activation_peak, "GiB", "activation peak of the profile run")
-    T = s.given("T", p.non_torch, "GiB", "non-torch memory (NCCL buffers, cuBLAS workspace)")
+    T = s.given("T", p.non_torch, "GiB", "non-torch memory the profile run added (NCCL buffers, cuBLAS workspace)")
     w = s.step("weights_per_gpu", "Weights per GPU", "w", N * b_w / n, "GiB",
                "tensor parallelism shards every weight matrix evenly over the group")
+    return M, u, n, A, T, w
+
+
+def kv_cache_block_count_question(p, s: Sheet) -> None:
+    require_context(p.model, p.context)
+    if p.tp > p.model.kv_heads:
+        raise Reject("TP past the KV heads replicates them (tp-past-kv-heads)")
+    M, u, n, A, T, w = _profile_run_inputs(p, s, GPU_MEMORY_UTILIZATION)
     other = s.step("other_non_kv", "Activation peak plus non-torch memory", "O", A + T, "GiB",
                    "what the profile run measured besides the weights")
     avail = s.step("available", "Memory left for the KV cache per GPU", "M_KV", M * u - (w + other), "GiB",
@@ -286,15 +293,7 @@ MIN_KV_MEMORY = 2 * 2**30  # below 2 GiB of KV cache per GPU nobody would deploy
 
 def _kv_budget(p, s: Sheet) -> tuple[sympy.Symbol, ...]:
     """vLLM's own accounting: the requested share of memory less what the profile run measured."""
-    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} total memory (datasheet)")
-    u = s.given("u", p.util, "", "gpu_memory_utilization")
-    n = s.given("n", p.tp, "", "tensor-parallel GPUs")
-    N = s.given("N", model_params(p.model), "", "parameters")
-    b_w = s.given("b_w", dtype_bytes(p.weight_dtype), "B", f"bytes per weight ({p.weight_dtype})")
-    A = s.given("A", p.activation_peak, "GiB", "activation peak of the profile run")
-    T = s.given("T", p.non_torch, "GiB", "non-torch memory added during the profile run")
-    w = s.step("weights_per_gpu", "Weights per GPU", "w", N * b_w / n, "GiB",
-               "tensor parallelism shards every weight matrix evenly over the group")
+    M, u, n, A, T, w = _profile_run_inputs(p, s, p.util)
     requested = s.step("requested", "Memory vLLM lets itself use", "M_req", M * u, "GiB",
                        "total memory × gpu_memory_utilization")
     measured = s.step("measured", "Non-KV memory start-up measured", "M_meas", w + A + T, "GiB",
