@@ -134,7 +134,7 @@ def solve_values(question: Question, raw: dict[str, Any], catalog: Catalog) -> t
     return params, sheet
 
 
-def _expected(question: Question, sheet: Sheet) -> dict[str, float | str | list[str]]:
+def expected_answers(question: Question, sheet: Sheet) -> dict[str, float | str | list[str]]:
     return {a.key: list(a.checklist) if a.kind == "checklist" else sheet.results[a.key] for a in question.answers}
 
 
@@ -192,7 +192,7 @@ def make_variant(bank: Bank, catalog: Catalog, code: VariantCode) -> Solution:
             continue
         except ParameterError as error:
             raise VariantError(str(error)) from None
-        expected = _expected(question, sheet)
+        expected = expected_answers(question, sheet)
         shown = _shown_orders(question, code, expected)
         prompt = render_prompt(question, params) + _ordering_lists(question, shown)
         return Solution(question, code, params, prompt, sheet, expected, shown)

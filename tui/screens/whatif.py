@@ -87,7 +87,7 @@ class WhatIfScreen(Screen):
 
     def action_step(self, direction: int) -> None:
         from solvers.derivation import Reject
-        from solvers.engine import Solution, solve_values
+        from solvers.engine import Solution, expected_answers, solve_values
 
         if not self.numeric:
             return
@@ -106,9 +106,8 @@ class WhatIfScreen(Screen):
             self._show()
             return
         question = self.solution.question
-        expected = {a.key: sheet.results.get(a.key, list(a.checklist)) for a in question.answers}
-        self.solution = Solution(question, self.solution.code, params, self.solution.prompt, sheet, expected,
-                                 self.solution.shown_orders)
+        self.solution = Solution(question, self.solution.code, params, self.solution.prompt, sheet,
+                                 expected_answers(question, sheet), self.solution.shown_orders)
         self.message = ""
         self._show()
 
