@@ -7,6 +7,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 
 from solvers.bank import Question
+from tui.widgets.tables import selected_key
 
 
 class BrowseScreen(Screen):
@@ -31,10 +32,7 @@ class BrowseScreen(Screen):
         yield Footer()
 
     def _selected(self) -> str | None:
-        table = self.query_one(DataTable)
-        if table.row_count == 0:
-            return None
-        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return selected_key(self.query_one(DataTable))
 
     def action_open(self) -> None:
         if (qid := self._selected()) is not None:

@@ -8,6 +8,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
+from tui.widgets.tables import selected_key
+
 if TYPE_CHECKING:
     from tui.service import Drill
 
@@ -54,9 +56,7 @@ class MockSheetScreen(Screen):
         yield Footer()
 
     def action_reopen(self) -> None:
-        table = self.query_one(DataTable)
-        if table.row_count:
-            uid = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        if (uid := selected_key(self.query_one(DataTable))) is not None:
             attempt = next(a for a in self.sheet.attempts if a.uid == uid)
             self.app.open_code(attempt.variant)
 
@@ -86,7 +86,5 @@ class PastMocksScreen(Screen):
         yield Footer()
 
     def action_open(self) -> None:
-        table = self.query_one(DataTable)
-        if table.row_count:
-            mock_id = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        if (mock_id := selected_key(self.query_one(DataTable))) is not None:
             self.app.push_screen(MockSheetScreen(self.drill, mock_id))
