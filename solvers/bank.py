@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from solvers.grade import AnswerSpec
+from solvers.answers import KIND_FIELDS, Answer, SpecError, make_answer
 from solvers.paths import questions_dir
 from solvers.units import UnitError, parse_unit
 from solvers.yamlload import LineDict, load_with_lines
@@ -47,6 +47,15 @@ class ParamSpec:
 
 
 @dataclass(frozen=True)
+class DeclaredFollowUp:
+    """An author's follow-up: parameters to set (as --set would), answers to ask, what to say."""
+
+    set: tuple[tuple[str, str], ...]
+    ask: tuple[str, ...]
+    say: str = ""
+
+
+@dataclass(frozen=True)
 class Question:
     id: str
     title: str
@@ -56,12 +65,13 @@ class Question:
     solver: str
     prompt: str
     parameters: tuple[ParamSpec, ...]
-    answers: tuple[AnswerSpec, ...]
+    answers: tuple[Answer, ...]
     hints: tuple[str, ...]
     references: tuple[str, ...]
     regime_sides: tuple[str, ...]  # sides the random draws must each reach
     seeds: tuple[str, ...] = ()
     chart: tuple[str, str] | None = None  # (parameter to sweep, answer to plot) for the regime chart
+    followups: tuple[DeclaredFollowUp, ...] = ()
     path: str = ""
 
     def parameter(self, name: str) -> ParamSpec:
@@ -70,7 +80,7 @@ class Question:
                 return spec
         raise KeyError(name)
 
-    def answer(self, key: str) -> AnswerSpec:
+    def answer(self, key: str) -> Answer:
         for spec in self.answers:
             if spec.key == key:
                 return spec
@@ -120,9 +130,9 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 
 _NUM = (int, float)
 _TOP_FIELDS = {"id", "title", "group", "topic", "difficulty", "solver", "seeds", "prompt", "parameters",
-               "answers", "hints", "references", "regime_sides", "chart"}
+               "answers", "hints", "references", "regime_sides", "chart", "followups"}
 _PARAM_FIELDS = {*DISTRIBUTIONS, "default", "label", "unit", "weights", "from", "round", "args"}
-_ANSWER_FIELDS = {"key", "label", "unit", "rel", "log", "choice", "order", "checklist"}
+_ANSWER_FIELDS = {"key", "label", "unit", *KIND_FIELDS}
 
 
 def _unit(reader: _Reader, mapping: LineDict, where: str) -> str:
@@ -197,7 +207,7 @@ def _parse_param(reader: _Reader, name: str, spec: Any, line: int) -> ParamSpec:
     return ParamSpec(default=default, low=float(low), high=float(high), step=step, sig=sig, **common)
 
 
-def _parse_answer(reader: _Reader, index: int, spec: Any, line: int) -> AnswerSpec:
+def _parse_answer(reader: _Reader, index: int, spec: Any, line: int) -> Answer:
     where = f"answers[{index}]"
     if not isinstance(spec, LineDict):
         raise reader.fail(where, line, "expected a mapping with key, label and a comparison")
@@ -207,23 +217,14 @@ def _parse_answer(reader: _Reader, index: int, spec: Any, line: int) -> AnswerSp
     key = reader.field(spec, "key", str, where)
     label = reader.field(spec, "label", str, where)
     unit = _unit(reader, spec, where)
-    lists = {name: tuple(reader.field(spec, name, list, where, required=False, default=[]))
-             for name in ("choice", "order", "checklist")}
-    rel = reader.field(spec, "rel", _NUM, where, required=False)
-    log = reader.field(spec, "log", _NUM, where, required=False)
-    if sum(x is not None and x != () for x in (*lists.values(), rel, log)) > 1:
-        raise reader.fail(where, spec.line, "give one comparison: rel, log, choice, order or checklist")
-    for name, items in lists.items():
-        if items and (len(items) < 2 or not all(isinstance(c, str) for c in items) or len(set(items)) < len(items)):
-            raise reader.fail(f"{where}.{name}", spec.line_of(name), "at least two distinct text items")
-    for name, tol in (("rel", rel), ("log", log)):
-        if tol is not None and not 0 < tol < 1:
-            raise reader.fail(f"{where}.{name}", spec.line_of(name), "tolerance must lie in (0, 1)")
-    return AnswerSpec(key=key, label=label, unit=unit, rel=rel, log=log, **lists)
+    try:
+        return make_answer(key, label, unit, {name: spec[name] for name in spec if name in KIND_FIELDS})
+    except SpecError as error:
+        raise reader.fail(f"{where}.{error.field}", spec.line_of(error.field), str(error)) from None
 
 
 def _parse_chart(reader: _Reader, document: LineDict, parameters: tuple[ParamSpec, ...],
-                 answers: tuple[AnswerSpec, ...]) -> tuple[str, str] | None:
+                 answers: tuple[Answer, ...]) -> tuple[str, str] | None:
     chart = reader.field(document, "chart", dict, required=False)
     if chart is None:
         return None
@@ -234,6 +235,25 @@ def _parse_chart(reader: _Reader, document: LineDict, parameters: tuple[ParamSpe
     if not any(a.key == y and a.numeric for a in answers):
         raise reader.fail("chart.y", line, f"{y!r} is not a numeric answer")
     return x, y
+
+
+def _parse_followups(reader: _Reader, document: LineDict, names: set[str], keys: set[str]) -> tuple:
+    raw = reader.field(document, "followups", list, required=False, default=[])
+    line = document.line_of("followups")
+    followups = []
+    for index, item in enumerate(raw):
+        where = f"followups[{index}]"
+        if not isinstance(item, LineDict) or set(item) - {"set", "ask", "say"}:
+            raise reader.fail(where, line, "expected {set: {parameter: value}, ask: [answer keys], say: text}")
+        changes = reader.field(item, "set", dict, where)
+        ask = reader.field(item, "ask", list, where)
+        if not changes or any(name not in names for name in changes):
+            raise reader.fail(f"{where}.set", item.line_of("set"), "name parameters of this question")
+        if not ask or any(key not in keys for key in ask):
+            raise reader.fail(f"{where}.ask", item.line_of("ask"), "name answers of this question")
+        followups.append(DeclaredFollowUp(tuple((str(k), str(v)) for k, v in changes.items()), tuple(ask),
+                                          reader.field(item, "say", str, where, required=False, default="")))
+    return tuple(followups)
 
 
 def parse_question(path: Path, text: str) -> Question:
@@ -274,7 +294,7 @@ def parse_question(path: Path, text: str) -> Question:
             if isinstance(arg, str) and arg.startswith("$") and arg[1:] not in names:
                 raise reader.fail(f"parameters.{spec.name}.args.{arg_name}", raw_params.line_of(spec.name),
                                   f"{arg} names no parameter")
-    regime_choices = next((a.choice for a in answers if a.key == "regime"), ())
+    regime_choices = next((getattr(a, "choices", ()) for a in answers if a.key == "regime"), ())
     sides = tuple(reader.field(document, "regime_sides", list, required=False, default=list(regime_choices)))
     if any(side not in regime_choices for side in sides):
         raise reader.fail("regime_sides", document.line_of("regime_sides"),
@@ -296,6 +316,7 @@ def parse_question(path: Path, text: str) -> Question:
         regime_sides=sides,
         seeds=tuple(str(s) for s in reader.field(document, "seeds", list, required=False, default=[])),
         chart=chart,
+        followups=_parse_followups(reader, document, names, set(keys)),
         path=str(path),
     )
 

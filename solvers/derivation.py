@@ -8,13 +8,14 @@ unit of a given or a step only says how to show it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import sympy
 from sympy.printing.str import StrPrinter
 
+from solvers.answers.base import Slip
 from solvers.units import format_number, format_quantity
 
 _FUNCTION_NAMES = (("Max(", "max("), ("Min(", "min("), ("ceiling(", "ceil("), ("sqrt(", "√("))
@@ -129,9 +130,17 @@ def _tidy(text: str) -> str:
 
 
 def _to_sympy(value: float) -> sympy.Basic:
+    """A value as an exact number: integers as integers, other floats as the decimal they
+    stand for (0.9 is 9/10; 35% read as 0.35000000000000003 is 7/20): 15 significant figures,
+    all a float carries, so that floors, ceilings and comparisons on them are exact."""
     if isinstance(value, bool) or (isinstance(value, (int,)) or float(value).is_integer()) and abs(value) < 2**62:
         return sympy.Integer(int(value))
-    return sympy.Float(value, 17)
+    return sympy.Rational(f"{float(value):.15g}")
+
+
+def _exact(value: sympy.Basic) -> sympy.Basic:
+    """A step's value kept exact where it is rational, else to 17 digits."""
+    return value if value.is_Rational else sympy.Float(value.evalf(17), 17)
 
 
 @dataclass
@@ -140,8 +149,9 @@ class Sheet:
     steps: list[Step] = field(default_factory=list)
     regime: Regime | None = None
     assumptions: list[str] = field(default_factory=list)
-    results: dict[str, float | str] = field(default_factory=dict)
-    slips: list[tuple[str, float]] = field(default_factory=list)
+    results: dict[str, object] = field(default_factory=dict)
+    slips: dict[str, list[Slip]] = field(default_factory=dict)  # by the answer they diagnose
+    reasons: dict[str, dict[str, str]] = field(default_factory=dict)  # select answers: option -> why
     _values: dict[sympy.Symbol, sympy.Basic] = field(default_factory=dict)
     _shown: dict[sympy.Symbol, str] = field(default_factory=dict)
 
@@ -151,10 +161,10 @@ class Sheet:
         Shared helpers may state the same fact again: the same value returns the same symbol."""
         sym = sympy.Symbol(symbol)
         if sym in self._values:
-            if float(self._values[sym]) == float(value):
+            if self._values[sym] == _to_sympy(value):
                 return sym
             raise ValueError(f"symbol {symbol} declared twice with different values")
-        self._remember(sym, value, unit)
+        self._remember(sym, _to_sympy(value), unit)
         self.givens.append(Given(symbol, label or symbol, float(value), unit))
         return sym
 
@@ -163,35 +173,58 @@ class Sheet:
         sym = sympy.Symbol(symbol)
         if sym in self._values:
             raise ValueError(f"symbol {symbol} declared twice")
-        value = self.evaluate(expr)
+        exact = self._evaluate_exact(expr)
+        value = float(exact)
         # _shown only ever gains symbols, and expr names only earlier ones: printing later is the same.
         step = Step(key, title, symbol, value, unit, why, expr=expr, shown_values=self._shown)
-        self._remember(sym, value, unit)
+        self._remember(sym, exact, unit)
         self.steps.append(step)
         if key:
             self.results[key] = value
         return sym
 
-    def evaluate(self, expr: sympy.Expr) -> float:
-        value = float(sympy.sympify(expr).xreplace(self._values).evalf(17))
-        if not math.isfinite(value):
+    def _evaluate_exact(self, expr: sympy.Expr) -> sympy.Basic:
+        exact = _exact(sympy.sympify(expr).xreplace(self._values))
+        if not exact.is_number or not math.isfinite(float(exact)):
             raise Reject(f"non-finite result in {expr}")
-        return value
+        return exact
+
+    def evaluate(self, expr: sympy.Expr) -> float:
+        return float(self._evaluate_exact(expr))
 
     def value(self, sym: sympy.Symbol) -> float:
         return float(self._values[sym])
 
-    def choose(self, key: str, choice: str) -> None:
-        """A non-numeric answer (a choice) the solver decided."""
+    def exact(self, sym: sympy.Symbol) -> sympy.Basic:
+        """A given's or step's value as an exact number (rational where it can be)."""
+        return self._values[sym]
+
+    def compare(self, a: sympy.Expr, b: sympy.Expr) -> int:
+        """-1, 0 or 1 as a < b, a = b or a > b, decided on exact values: a tie is a tie."""
+        difference = sympy.sympify(a).xreplace(self._values) - sympy.sympify(b).xreplace(self._values)
+        if difference.is_Rational:
+            return int(sympy.sign(difference))
+        return int(sympy.sign(difference.evalf(40)))
+
+    def choose(self, key: str, choice: object) -> None:
+        """A non-numeric answer (a choice, an ordering) the solver decided."""
         self.results[key] = choice
+
+    def judge(self, key: str, option: str, holds: bool, why: str) -> None:
+        """One option of a select answer: whether it holds for this variant, and why."""
+        self.results.setdefault(key, {})[option] = bool(holds)  # type: ignore[index]
+        self.reasons.setdefault(key, {})[option] = why
 
     def assume(self, text: str) -> None:
         self.assumptions.append(text)
 
-    def slip(self, label: str, factor: float) -> None:
-        """A question-specific slip: a ratio that betrays a known mistake."""
-        if factor not in (0, 1):
-            self.slips.append((label, float(factor)))
+    def slip(self, label: str, factor: float, *, on: str | Sequence[str]) -> None:
+        """A mistake this question invites, on the answer(s) it shows in: `factor` is the ratio
+        of what the mistake gives to the key for that answer (one layer's KV: 1/layers)."""
+        if factor in (0, 1) or not math.isfinite(factor):
+            return
+        for key in (on,) if isinstance(on, str) else on:
+            self.slips.setdefault(key, []).append(Slip(label, float(factor)))
 
     def set_regime(self, name: str, summary: str, boundary: sympy.Symbol, position: sympy.Symbol,
                    other_side: str, key: str = "regime") -> None:
@@ -201,9 +234,9 @@ class Sheet:
         self.regime = Regime(name, summary, by_symbol[boundary.name], by_symbol[position.name], other_side)
         self.results[key] = name
 
-    def _remember(self, sym: sympy.Symbol, value: float, unit: str) -> None:
-        self._values[sym] = _to_sympy(value)
-        shown = format_quantity(float(value), unit)
+    def _remember(self, sym: sympy.Symbol, exact: sympy.Basic, unit: str) -> None:
+        self._values[sym] = exact
+        shown = format_quantity(float(exact), unit)
         if "/" in unit or " " in shown and "×" in shown:
             shown = f"({shown})"
         self._shown[sym] = shown

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib
 import math
-import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,11 +14,20 @@ from typing import Any
 
 import numpy as np
 
+from solvers.answers import Grade
 from solvers.bank import PLACEHOLDER, Bank, Question
 from solvers.data import Catalog
 from solvers.derivation import Reject, Sheet
-from solvers.grade import Grade, Slip, grade_answer
-from solvers.sampling import Param, ParameterError, default_values, draw_values, parse_override, resolve, round_value
+from solvers.sampling import (
+    Param,
+    ParameterError,
+    default_values,
+    draw_values,
+    parse_override,
+    regenerate,
+    resolve,
+    round_value,
+)
 from solvers.units import format_number, parse_unit
 
 MAX_SEED = 2**31 - 1
@@ -60,15 +68,15 @@ class Solution:
     params: list[Param]
     prompt: str
     sheet: Sheet
-    expected: dict[str, float | str | list[str]] = field(default_factory=dict)
-    shown_orders: dict[str, list[str]] = field(default_factory=dict)  # ordering items as listed, A, B, C...
+    expected: dict[str, Any] = field(default_factory=dict)
+    shown: dict[str, tuple[str, ...]] = field(default_factory=dict)  # items listed A, B, C... (order, select)
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
 
     def grade_one(self, key: str, text: str) -> Grade:
-        slips = [Slip(label, factor) for label, factor in self.sheet.slips]
-        return grade_answer(self.question.answer(key), text, self.expected[key], slips, self.shown_orders.get(key))
+        return self.question.answer(key).grade(text, self.expected[key], self.shown.get(key, ()),
+                                               self.sheet.slips.get(key, ()))
 
     def grade(self, answers: dict[str, str]) -> list[Grade]:
         return [self.grade_one(spec.key, answers.get(spec.key, "")) for spec in self.question.answers]
@@ -124,41 +132,29 @@ def solve_values(question: Question, raw: dict[str, Any], catalog: Catalog) -> t
     params = resolve(question, raw, catalog)
     sheet = Sheet()
     solver_function(question)(_Values({p.name: p.value for p in params}), sheet)
-    # A checklist's key is the list itself; every other answer comes from the solver.
-    missing = [a.key for a in question.answers if a.key not in sheet.results and a.kind != "checklist"]
-    if missing:
-        raise RuntimeError(f"{question.id}: solver produced no value for {', '.join(missing)}")
+    keys = {a.key for a in question.answers}
     for spec in question.answers:
-        if spec.kind == "order" and sorted(sheet.results[spec.key]) != sorted(spec.order):
-            raise RuntimeError(f"{question.id}: the order for {spec.key} is not a permutation of its items")
+        if spec.self_graded:
+            continue
+        if spec.key not in sheet.results:
+            raise RuntimeError(f"{question.id}: solver produced no value for {spec.key}")
+        problem = spec.check_result(sheet.results[spec.key])
+        if problem:
+            raise RuntimeError(f"{question.id}: answers.{spec.key}: {problem}")
+    stray = sorted((set(sheet.slips) | set(sheet.reasons)) - keys)
+    if stray:
+        raise RuntimeError(f"{question.id}: slips or judgements declared on {', '.join(stray)}, not an answer")
     return params, sheet
 
 
-def expected_answers(question: Question, sheet: Sheet) -> dict[str, float | str | list[str]]:
-    return {a.key: list(a.checklist) if a.kind == "checklist" else sheet.results[a.key] for a in question.answers}
-
-
-def _shown_orders(question: Question, code: VariantCode, expected: dict) -> dict[str, list[str]]:
-    """Ordering items in a per-variant shuffle that never gives the answer away."""
-    shown = {}
+def _present(question: Question, code: VariantCode, sheet: Sheet) -> tuple[dict[str, Any], dict[str, tuple]]:
+    """The key of every answer and the items listed for it, shuffled by this variant."""
+    expected, shown = {}, {}
     for spec in question.answers:
-        if spec.kind != "order":
-            continue
-        items = list(spec.order)
-        random.Random(f"{question.id}@{code.seed}:{spec.key}").shuffle(items)
-        if items == list(expected[spec.key]):
-            items = items[1:] + items[:1]
-        shown[spec.key] = items
-    return shown
-
-
-def _ordering_lists(question: Question, shown: dict[str, list[str]]) -> str:
-    parts = []
-    for spec in question.answers:
-        if spec.key in shown:
-            lines = [f"  {chr(ord('A') + i)}. {item}" for i, item in enumerate(shown[spec.key])]
-            parts.append(f"{spec.label} (give the letters in order):\n" + "\n".join(lines))
-    return "".join(f"\n\n{part}" for part in parts)
+        items, expected[spec.key] = spec.present(sheet.results.get(spec.key), f"{question.id}@{code.seed}:{spec.key}")
+        if items:
+            shown[spec.key] = items
+    return expected, shown
 
 
 def make_variant(bank: Bank, catalog: Catalog, code: VariantCode) -> Solution:
@@ -180,11 +176,26 @@ def make_variant(bank: Bank, catalog: Catalog, code: VariantCode) -> Solution:
             overrides[name] = parse_override(spec, text, catalog)
         except ParameterError as error:
             raise VariantError(str(error)) from None
+    raw, params, sheet = _base_draw(question, catalog, code)
+    if overrides:
+        try:
+            raw = regenerate(question, raw | overrides, set(overrides), code.seed)
+            params, sheet = solve_values(question, raw, catalog)
+        except Reject as reason:
+            changed = ", ".join(f"{k}={v}" for k, v in code.overrides)
+            raise VariantError(f"{code}: no valid variant with {changed} ({reason})") from None
+        except ParameterError as error:
+            raise VariantError(str(error)) from None
+    return _solution(question, code, params, sheet)
+
+
+def _base_draw(question: Question, catalog: Catalog, code: VariantCode) -> tuple[dict[str, Any], list[Param], Sheet]:
+    """The variant `code` names before its overrides, solved: the defaults, or the seed's first
+    draw the solver accepts (so '+name=value' changes that variant and nothing else)."""
     rng = np.random.default_rng(code.seed) if code.seed is not None else None
     last_reason = ""
     for _ in range(MAX_REDRAWS if rng is not None else 1):
         raw = draw_values(question, rng) if rng is not None else default_values(question)
-        raw.update(overrides)
         try:
             params, sheet = solve_values(question, raw, catalog)
         except Reject as reason:
@@ -192,11 +203,31 @@ def make_variant(bank: Bank, catalog: Catalog, code: VariantCode) -> Solution:
             continue
         except ParameterError as error:
             raise VariantError(str(error)) from None
-        expected = expected_answers(question, sheet)
-        shown = _shown_orders(question, code, expected)
-        prompt = render_prompt(question, params) + _ordering_lists(question, shown)
-        return Solution(question, code, params, prompt, sheet, expected, shown)
-    raise VariantError(f"{code}: no valid variant ({last_reason})")
+        return raw, params, sheet
+    raise VariantError(f"{code.question_id}@{code.seed if code.seed is not None else 'default'}: "
+                       f"no valid variant ({last_reason})")
+
+
+def _solution(question: Question, code: VariantCode, params: list[Param], sheet: Sheet) -> Solution:
+    expected, shown = _present(question, code, sheet)
+    listings = [spec.listing(shown[spec.key]) for spec in question.answers if spec.key in shown]
+    prompt = render_prompt(question, params) + "".join(f"\n\n{text}" for text in listings)
+    return Solution(question, code, params, prompt, sheet, expected, shown)
+
+
+def revise(solution: Solution, catalog: Catalog, changes: dict[str, Any]) -> Solution:
+    """The same variant with some parameters changed (raw values): the what-if explorer and the
+    follow-up round. Its code names it ('id@seed+batch=256'). Raises Reject."""
+    raw = {p.name: p.raw for p in solution.params} | changes
+    raw = regenerate(solution.question, raw, set(changes), solution.code.seed)
+    params, sheet = solve_values(solution.question, raw, catalog)
+    overrides = dict(solution.code.overrides) | {name: _override_text(value) for name, value in changes.items()}
+    code = VariantCode(solution.code.question_id, solution.code.seed, tuple(overrides.items()))
+    return _solution(solution.question, code, params, sheet)
+
+
+def _override_text(value: Any) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 @dataclass(frozen=True)
@@ -220,7 +251,8 @@ def sweep(solution: Solution, catalog: Catalog, parameter: str, answer: str, poi
     for x in sorted(xs):
         raw[parameter] = x
         try:
-            _, sheet = solve_values(solution.question, raw, catalog)
+            _, sheet = solve_values(solution.question, regenerate(solution.question, raw, {parameter},
+                                                                  solution.code.seed), catalog)
         except Reject:
             continue
         y = unit.from_base(float(sheet.results[answer]))

@@ -4,71 +4,91 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-from solvers.grade import Grade, letters
-from solvers.units import format_number, format_quantity, parse_unit
+from solvers.answers import Grade
+from solvers.answers.base import letter
+from solvers.units import parse_unit
 
 if TYPE_CHECKING:  # the engine imports sympy; this module is used on the TUI's start-up path
     from solvers.engine import Solution
 
 
-def answer_value(solution: Solution, key: str) -> float | str | list[str]:
+def answer_value(solution: Solution, key: str) -> Any:
     """The expected answer in the answer's own unit (320 for 327,680 B asked in KiB);
-    a choice's name; the items of an ordering or a checklist, in the right order."""
-    spec = solution.question.answer(key)
-    expected = solution.expected[key]
-    if not spec.numeric:
-        return expected
-    return parse_unit(spec.unit).from_base(float(expected))
+    a choice's name; the items of an ordering, a selection or a checklist."""
+    return solution.question.answer(key).display_value(solution.expected[key])
 
 
 def expected_text(solution: Solution, key: str) -> str:
     """The key as the grade table shows it."""
-    spec = solution.question.answer(key)
-    expected = solution.expected[key]
-    if spec.kind == "choice":
-        return str(expected)
-    if spec.kind == "order":
-        return " › ".join(expected)
-    if spec.kind == "checklist":
-        return "; ".join(expected)
-    return format_quantity(float(expected), spec.unit)
+    return solution.question.answer(key).key_text(solution.expected[key], solution.shown.get(key, ()))
 
 
 def typed_key(solution: Solution, key: str) -> str:
-    """The key as a person would type it into the answer box (letters for an ordering,
-    'all' for a checklist); grading it must give 'correct'."""
-    spec = solution.question.answer(key)
-    expected = solution.expected[key]
-    if spec.kind == "order":
-        return letters(list(expected), solution.shown_orders[key])
-    if spec.kind == "checklist":
-        return "all"
-    if spec.kind == "choice":
-        return str(expected)
-    return format_quantity(float(expected), spec.unit, sig=6)
+    """The key as a person would type it into the answer box; grading it gives 'correct'."""
+    return solution.question.answer(key).typed(solution.expected[key], solution.shown.get(key, ()))
+
+
+def judgements(solution: Solution, key: str) -> list[tuple[str, str, bool, str]]:
+    """A select answer's listed options at the reveal: (letter, option, holds, why)."""
+    shown = solution.shown.get(key, ())
+    reasons = solution.sheet.reasons.get(key, {})
+    right = set(solution.expected[key])
+    return [(letter(i), option, option in right, reasons.get(option, "")) for i, option in enumerate(shown)]
+
+
+def judgement_lines(solution: Solution) -> list[str]:
+    """Every select answer's options with whether each holds here and why, one line each."""
+    lines = []
+    for spec in solution.question.answers:
+        if spec.key in solution.sheet.reasons:
+            lines.append(f"{spec.label}")
+            lines += [f"  {mark}. {'✓' if holds else '✗'} {option}: {why}"
+                      for mark, option, holds, why in judgements(solution, spec.key)]
+    return lines
+
+
+JSON_SCHEMA = 2  # 2: every quantity as {value, unit} in display units plus si in base units
+
+
+def quantity(value_si: float, unit: str) -> dict[str, Any]:
+    """One quantity in the JSON shape: `value` in `unit` (what the app shows), `si` in base units
+    (bytes, FLOP, seconds, watts, dollars; a share as a fraction)."""
+    return {"value": parse_unit(unit).from_base(value_si), "unit": unit, "si": value_si}
+
+
+def _answer_dict(solution: Solution, spec: Any) -> dict[str, Any]:
+    key = solution.expected[spec.key]
+    out: dict[str, Any] = {"key": spec.key, "label": spec.label, "kind": spec.kind}
+    out |= quantity(float(key), spec.unit) if spec.numeric else {"value": spec.display_value(key), "unit": spec.unit}
+    if spec.key in solution.shown:
+        out["listed"] = list(solution.shown[spec.key])
+    if spec.key in solution.sheet.reasons:
+        out["judgements"] = [{"letter": mark, "option": option, "holds": holds, "why": why}
+                             for mark, option, holds, why in judgements(solution, spec.key)]
+    return out
 
 
 def to_dict(solution: Solution) -> dict[str, Any]:
     regime = solution.sheet.regime
     return {
+        "schema": JSON_SCHEMA,
         "id": solution.question.id,
         "title": solution.question.title,
         "seed": solution.code.seed,
         "code": str(solution.code),
         "prompt": solution.prompt,
         "parameters": {p.name: {"label": p.label, "value": p.raw, "shown": p.shown} for p in solution.params},
-        "answers": [{"key": a.key, "label": a.label, "value": answer_value(solution, a.key), "unit": a.unit}
-                    for a in solution.question.answers],
-        "givens": [{"symbol": g.symbol, "label": g.label, "value": g.value, "unit": g.unit, "shown": g.shown}
+        "answers": [_answer_dict(solution, a) for a in solution.question.answers],
+        "givens": [{"symbol": g.symbol, "label": g.label, **quantity(g.value, g.unit), "shown": g.shown}
                    for g in solution.sheet.givens],
         "steps": [{"key": s.key, "title": s.title, "symbol": s.symbol, "formula": s.formula,
-                   "substituted": s.substituted, "value": s.value, "unit": s.unit, "result": s.result, "why": s.why}
+                   "substituted": s.substituted, **quantity(s.value, s.unit), "result": s.result, "why": s.why}
                   for s in solution.sheet.steps],
         "regime": None if regime is None else {
             "name": regime.name, "summary": regime.summary,
             "boundary": {"symbol": regime.boundary.symbol, "formula": regime.boundary.formula,
-                         "value": regime.boundary.value, "result": regime.boundary.result},
-            "position": {"symbol": regime.position.symbol, "value": regime.position.value,
+                         **quantity(regime.boundary.value, regime.boundary.unit), "result": regime.boundary.result},
+            "position": {"symbol": regime.position.symbol, **quantity(regime.position.value, regime.position.unit),
                          "result": regime.position.result},
             "margin": regime.margin, "margin_text": regime.margin_text, "other_side": regime.other_side},
         "assumptions": list(solution.sheet.assumptions),
@@ -83,6 +103,9 @@ def to_markdown(solution: Solution) -> str:
     lines += [f"| {p.label} | {p.shown} |" for p in solution.params if "\n" not in p.shown]
     lines += ["", "## Answers", "", "| answer | expected |", "|---|---|"]
     lines += [f"| {a.label} | {expected_text(solution, a.key)} |" for a in q.answers]
+    if judged := judgement_lines(solution):
+        lines += ["", "## Judgements", ""] + [f"- {line.strip()}" if line.startswith(" ") else f"**{line}**"
+                                                for line in judged]
     lines += ["", "## Given", "", "| symbol | what | value |", "|---|---|---|"]
     lines += [f"| `{g.symbol}` | {g.label} | {g.shown} |" for g in sheet.givens]
     lines += ["", "## Derivation", ""]
@@ -106,6 +129,8 @@ def to_text(solution: Solution) -> str:
     out = [f"{q.title}  [{solution.code}]", "", prompt, "", "Parameters:"]
     out += [f"  {p.label}: {p.shown}" for p in solution.params if "\n" not in p.shown]  # tables: in the prompt
     out += ["", "Answers:"] + [f"  {a.label}: {expected_text(solution, a.key)}" for a in q.answers]
+    if judged := judgement_lines(solution):
+        out += ["", "Judgements:"] + [f"  {line}" for line in judged]
     out += ["", "Given:"] + [f"  {g.symbol} = {g.shown}  ({g.label})" for g in sheet.givens]
     out += ["", "Derivation:"]
     for number, step in enumerate(sheet.steps, 1):
@@ -128,14 +153,6 @@ def grade_rows(solution: Solution, grades: list[Grade]) -> list[tuple[str, str, 
     rows = []
     for grade in grades:
         spec = solution.question.answer(grade.key)
-        if grade.error is None or spec.kind in ("order", "checklist"):
-            error = ""  # their notes say how far off they are
-        elif spec.kind == "log":
-            error = f"{format_number(grade.error, 2)} dec"
-        elif 0 < grade.error < 1e-4:
-            error = "<0.01%"
-        else:
-            error = f"{format_number(grade.error * 100, 2)}%"
         note = grade.slip or grade.message or ""
-        rows.append((spec.label, grade.given or "—", grade.expected, error, grade.verdict, note))
+        rows.append((spec.label, grade.given or "—", grade.expected, spec.error_text(grade), grade.verdict, note))
     return rows

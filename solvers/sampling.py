@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,22 @@ def draw_values(question: Question, rng: np.random.Generator) -> dict[str, Any]:
     for spec in question.parameters:
         drawn[spec.name] = _draw_one(spec, rng, drawn)
     return drawn
+
+
+def regenerate(question: Question, raw: dict[str, Any], changed: set[str], seed: int | None) -> dict[str, Any]:
+    """`raw` with every generated parameter that depends on a changed one drawn again (a table
+    of counters follows the window it was generated for). Each redraw has a generator of its
+    own, seeded by the variant and the parameter, so the same change gives the same values."""
+    values, changed = dict(raw), set(changed)
+    for spec in question.parameters:
+        if spec.kind != "generate" or spec.name in changed:
+            continue
+        needs = {v[1:] for _, v in spec.args if isinstance(v, str) and v.startswith("$")}
+        if needs & changed:
+            rng = np.random.default_rng([seed or 0, zlib.crc32(spec.name.encode())])
+            values[spec.name] = _draw_one(spec, rng, values)
+            changed.add(spec.name)
+    return values
 
 
 def default_values(question: Question) -> dict[str, Any]:

@@ -1,21 +1,21 @@
 """Authoring checks for question files: everything a question must satisfy before it ships.
 
 Schema and units (bank.parse_question), the solver importable, the default variant solving,
-every answer key produced and finite over many seeds, the expected answers grading correct
-when typed back, each regime side reached by at least 10% of draws, and unique ids.
+every answer key produced and valid for its kind over many seeds, each answer's own test
+inputs (correct, wrong, invalid) grading as they should, judgement (select answers) that
+changes between variants, each regime side reached by at least 10% of draws, unique ids.
 Each problem is one line naming the file (and the field or seed where it applies).
 """
 from __future__ import annotations
 
-import math
 from collections import Counter
 from pathlib import Path
 
+from solvers.answers import CLOSE, CORRECT, UNPARSED, WRONG
 from solvers.bank import Bank, Question, QuestionError, parse_question
 from solvers.data import Catalog
 from solvers.derivation import Reject
-from solvers.engine import VariantCode, VariantError, make_variant, solver_function
-from solvers.grade import CORRECT
+from solvers.engine import Solution, VariantCode, VariantError, make_variant, solver_function
 
 MIN_SIDE_SHARE = 0.1
 
@@ -27,12 +27,24 @@ def question_files(paths: list[Path]) -> list[Path]:
     return files
 
 
-def _check_variants(question: Question, bank: Bank, catalog: Catalog, seeds: int) -> list[str]:
-    from solvers.report import typed_key
+def self_test(solution: Solution) -> list[tuple[str, str]]:
+    """(answer key, problem) for every answer whose own test inputs grade otherwise than they
+    should: the correct one correct, the wrong one not correct, the invalid one unparsed."""
+    problems = []
+    for spec in solution.question.answers:
+        inputs = spec.test_inputs(solution.expected[spec.key], solution.shown.get(spec.key, ()))
+        for text, wanted in ((inputs.correct, {CORRECT}), (inputs.wrong, {CLOSE, WRONG}), (inputs.invalid, {UNPARSED})):
+            verdict = solution.grade_one(spec.key, text).verdict
+            if verdict not in wanted:
+                problems.append((spec.key, f"typing {text!r} grades {verdict}, not {' or '.join(sorted(wanted))}"))
+    return problems
 
+
+def _check_variants(question: Question, bank: Bank, catalog: Catalog, seeds: int) -> list[str]:
     where = question.path
     problems = []
     regimes: Counter[str] = Counter()
+    judged: dict[str, set[frozenset[str]]] = {a.key: set() for a in question.answers if a.kind == "select"}
     for seed in [None, *range(seeds)]:
         label = "default variant" if seed is None else f"seed {seed}"
         try:
@@ -43,22 +55,19 @@ def _check_variants(question: Question, bank: Bank, catalog: Catalog, seeds: int
         except Exception as error:  # a solver bug: report it with the variant that shows it
             problems.append(f"{where}: {label}: solver failed: {type(error).__name__}: {error}")
             continue
-        for spec in question.answers:
-            value = solution.expected[spec.key]
-            if spec.numeric and not math.isfinite(float(value)):
-                problems.append(f"{where}: answers.{spec.key}: {label}: not finite ({value})")
-            if spec.kind == "choice" and value not in spec.choice:
-                problems.append(f"{where}: answers.{spec.key}: {label}: {value!r} is not one of the choices")
-        grades = solution.grade({a.key: typed_key(solution, a.key) for a in question.answers})
-        for grade in grades:
-            if grade.verdict != CORRECT:
-                problems.append(f"{where}: answers.{grade.key}: {label}: the key typed back grades {grade.verdict}")
+        problems += [f"{where}: answers.{key}: {label}: {problem}" for key, problem in self_test(solution)]
+        for key, right_sets in judged.items():
+            right_sets.add(frozenset(solution.expected[key]))
         if question.regime_sides and solution.sheet.regime is None:
             problems.append(f"{where}: {label}: no regime analysis")
         elif seed is not None and solution.sheet.regime is not None:
             regimes[solution.sheet.regime.name] += 1
         if seed is None and problems:
             break  # the default variant is broken: the seeds would only repeat it
+    for key, right_sets in judged.items():
+        if seeds and len(right_sets) < 2:
+            problems.append(f"{where}: answers.{key}: the same options hold in every variant: judgement that "
+                            "does not follow from the numbers")
     for side in question.regime_sides:
         if seeds and regimes[side] < MIN_SIDE_SHARE * seeds:
             problems.append(f"{where}: regime_sides: '{side}' reached by {regimes[side]} of {seeds} draws "

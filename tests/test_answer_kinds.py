@@ -48,12 +48,12 @@ def toy_bank(monkeypatch):
 def test_ordering_items_are_listed_shuffled_and_stable(toy_bank, catalog):
     first = make_variant(toy_bank, catalog, VariantCode("toy", 3))
     again = make_variant(toy_bank, catalog, VariantCode("toy", 3))
-    shown = first.shown_orders["checks"]
-    assert shown == again.shown_orders["checks"]
-    assert shown != first.expected["checks"] and sorted(shown) == sorted(TOY.answer("checks").order)
+    shown = first.shown["checks"]
+    assert shown == again.shown["checks"]
+    assert shown != first.expected["checks"] and sorted(shown) == sorted(TOY.answer("checks").items)
     for letter, item in zip("ABCD", shown):
         assert f"  {letter}. {item}" in first.prompt
-    assert first.expected["why"] == list(TOY.answer("why").checklist)
+    assert first.expected["why"] == list(TOY.answer("why").points)
     grades = first.grade({key.key: typed_key(first, key.key) for key in TOY.answers})
     assert [g.verdict for g in grades] == ["correct"] * 4
 

@@ -33,8 +33,9 @@ def test_solve_json_shape(capsys):
     assert data["code"] == "kv-bytes-per-token@default" and data["seed"] is None
     assert data["parameters"]["context"]["value"] == 8192
     answers = {a["key"]: a for a in data["answers"]}
-    expected = {"key": "kv_per_token", "label": "KV bytes per token", "value": 320.0, "unit": "KiB"}
-    assert answers["kv_per_token"] == expected
+    expected = {"key": "kv_per_token", "label": "KV bytes per token", "kind": "number", "value": 320.0,
+                "unit": "KiB", "si": 327_680.0}
+    assert answers["kv_per_token"] == expected and data["schema"] == 2
     assert data["steps"] and data["regime"]["name"] == "capacity-limited"
 
 

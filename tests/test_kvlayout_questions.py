@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from solvers.grade import CORRECT
+from solvers.answers import CORRECT
 from solvers.topics.common import GPU_MEMORY_UTILIZATION
 from solvers.units import format_number
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from solvers.grade import CORRECT, WRONG
+from solvers.answers import CORRECT, WRONG
 
 GiB = 2**30
 KIB = 1024

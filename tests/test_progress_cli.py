@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from solvers.grade import CORRECT, WRONG, Grade
+from solvers.answers import CORRECT, WRONG, Grade
 from tests.test_cli import run_cli
 from tui.review import Reviewer
 from tui.store import EXPORT_SCHEMA, FILE_NAME, open_store, replay

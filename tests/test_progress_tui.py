@@ -8,7 +8,8 @@ import subprocess
 import sys
 import textwrap
 
-from tests.test_tui import question_ready, running_app, wait_for
+from solvers.report import typed_key
+from tests.test_tui import followup_showing, past_followup, question_ready, reveal, running_app, wait_for
 from tui.screens.solution import SolutionScreen
 from tui.store import open_store
 
@@ -19,8 +20,7 @@ async def _drill_and_rate():
         await wait_for(pilot, lambda: question_ready(app))
         question = app.screen.solution.question
         assert app.screen.mode == "drill" and question.group == "F"  # new users start with group F
-        await pilot.press("ctrl+s", "ctrl+s")  # give up: reveal with empty answers
-        await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
+        await reveal(app, pilot, ("ctrl+s", "ctrl+s"))  # give up: reveal with empty answers
         suggested = int(app.screen.submitted.suggested)
         await pilot.press("3")
         return question.id, suggested, app.screen.submitted.attempt.uid
@@ -39,7 +39,7 @@ def test_a_drill_review_is_saved_rated_and_scheduled(tmp_path, monkeypatch):
 
 KILLED_AFTER_SUBMIT = textwrap.dedent("""
     import asyncio, os, signal
-    from tests.test_tui import question_ready, running_app, wait_for
+    from tests.test_tui import past_followup, question_ready, reveal, running_app, wait_for
     from tui.screens.question import QuestionScreen
     from tui.screens.solution import SolutionScreen
 
@@ -48,8 +48,7 @@ KILLED_AFTER_SUBMIT = textwrap.dedent("""
             app.open_question("kv-bytes-per-token", default=True)
             await wait_for(pilot, lambda: question_ready(app))
             app.screen.query_one("#answer-kv_per_token").insert_text_at_cursor("320 KiB")
-            await pilot.press("ctrl+s", "ctrl+s")
-            await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
+            await reveal(app, pilot, ("ctrl+s", "ctrl+s"))
             print(app.screen.submitted.attempt.uid, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -79,10 +78,14 @@ async def _two_question_mock():
         assert app.screen.mode == "mock"
         await pilot.press("ctrl+t")  # no hints in a mock
         assert app.screen.hints_shown == 0
+        screen = app.screen
         await pilot.press("ctrl+s", "ctrl+s")
+        await past_followup(app, pilot, screen, answer=True)
         await wait_for(pilot, lambda: question_ready(app) and app.screen.solution.question.id != first)
         second = app.screen.solution.question.id
+        screen = app.screen
         await pilot.press("ctrl+s", "ctrl+s")
+        await past_followup(app, pilot, screen, answer=True)
         await wait_for(pilot, lambda: type(app.screen).__name__ == "MockSheetScreen")
         rows = app.screen.query_one("#sheet").row_count
         return first, second, rows, app.screen.sheet
@@ -103,8 +106,7 @@ async def _stats_after_a_review():
     async with running_app() as (app, pilot):
         await pilot.press("d")
         await wait_for(pilot, lambda: question_ready(app))
-        await pilot.press("ctrl+s", "ctrl+s")
-        await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
+        await reveal(app, pilot, ("ctrl+s", "ctrl+s"))
         await pilot.press("escape")
         await pilot.press("s")
         await wait_for(pilot, lambda: type(app.screen).__name__ == "StatsScreen")
@@ -116,3 +118,42 @@ def test_stats_screen_counts_todays_review(tmp_path, monkeypatch):
     per_day, text = asyncio.run(_stats_after_a_review())
     assert per_day[-1] == 1 and sum(per_day) == 1
     assert "1 attempt(s) on 1 day(s)" in text
+
+
+async def _follow_up_round():
+    async with running_app() as (app, pilot):
+        app.open_question("weight-read-intensity", default=True)
+        await wait_for(pilot, lambda: question_ready(app))
+        first = app.screen
+        for spec in first.solution.question.answers:  # "×10^" cannot be pressed through Pilot: insert it
+            first.query_one(f"#answer-{spec.key}").insert_text_at_cursor(typed_key(first.solution, spec.key))
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: followup_showing(app))
+        screen = app.screen
+        followup = screen.followup
+        boxes = [f.spec.key for f in screen.query("AnswerField")]
+        assert boxes == list(followup.ask) and str(followup.solution.code) in str(screen.query_one("#question-title")
+                                                                                  .content)
+        assert screen.query_one("AnswerField Input").region.bottom <= 24  # the first box is on screen
+        right, wrong = followup.ask[0], followup.ask[-1]
+        screen.query_one(f"#answer-{right}").insert_text_at_cursor(typed_key(followup.solution, right))
+        if wrong != right:
+            screen.query_one(f"#answer-{wrong}").insert_text_at_cursor(
+                typed_key(first.solution, wrong))  # the first round's answer, unchanged by the push
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
+        solution = app.screen
+        return (followup, solution.followup[1], str(solution.query_one("#solution-title").content),
+                solution.submitted.attempt.uid)
+
+
+def test_a_follow_up_round_is_asked_graded_shown_and_saved(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path))
+    followup, grades, title, uid = asyncio.run(_follow_up_round())
+    assert [g.key for g in grades] == list(followup.ask) and len(grades) == 2
+    assert grades[0].verdict == "correct" and grades[1].verdict != "correct"
+    assert "follow-up 1/2" in title
+    store, _ = open_store(tmp_path)
+    saved = {a.key: a.verdict for a in store.attempt(uid).answers}
+    assert saved[f"followup.{followup.ask[0]}"] == "correct" and saved[f"followup.{followup.ask[1]}"] != "correct"
+    assert all(v == "correct" for k, v in saved.items() if not k.startswith("followup."))

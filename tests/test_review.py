@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from fsrs import Rating, State
 
-from solvers.grade import CLOSE, CORRECT, MISMATCH, UNPARSED, WRONG, Grade
+from solvers.answers import CLOSE, CORRECT, MISMATCH, UNPARSED, WRONG, Grade
 from tui.review import (
     GROUP_ORDER,
     Reviewer,

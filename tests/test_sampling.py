@@ -95,3 +95,17 @@ def test_generated_tables_render_aligned_in_the_prompt():
     lines = table.splitlines()
     assert lines[0].startswith("| port") and len({len(line) for line in lines}) == 1
     assert "120,000" in table and lines[2].endswith("0 |")
+
+
+def test_an_override_regenerates_what_depends_on_it(bank, catalog):
+    """pause-storm-origin@4 with another window gets a counter table drawn for that window."""
+    from solvers.engine import VariantCode, make_variant
+
+    base = make_variant(bank, catalog, VariantCode("pause-storm-origin", 4))
+    window = base.param("window").raw
+    other = 10 if window != 10 else 20
+    moved = make_variant(bank, catalog, VariantCode.parse(f"pause-storm-origin@4+window={other}"))
+    assert moved.param("fabric").raw != base.param("fabric").raw
+    assert 0 < moved.expected["lost_share"] <= 1  # not the 357% of links lost that a stale table gave
+    again = make_variant(bank, catalog, VariantCode.parse(f"pause-storm-origin@4+window={other}"))
+    assert again.param("fabric").raw == moved.param("fabric").raw

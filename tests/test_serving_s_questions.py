@@ -207,7 +207,7 @@ def test_decode_levers_wording(variant):
 def test_every_symptom_has_a_lever(bank):
     symptoms = bank.get("decode-op-ranking").parameter("symptom").choices
     assert set(symptoms) == set(DECODE_LEVERS)
-    assert set(DECODE_LEVERS.values()) == set(bank.get("decode-op-ranking").answer("lever").choice)
+    assert set(DECODE_LEVERS.values()) == set(bank.get("decode-op-ranking").answer("lever").choices)
 
 
 def test_decode_op_ranking_pinned_seed(variant):
@@ -305,7 +305,7 @@ def test_hidden_memory_matches_vllm_accounting(variant, seed):
 def test_every_memory_consumer_has_an_accounting(bank):
     question = bank.get("hidden-memory-budget")
     assert set(question.parameter("item").choices) == set(MEMORY_ACCOUNTING)
-    assert set(MEMORY_ACCOUNTING.values()) == set(question.answer("accounting").choice)
+    assert set(MEMORY_ACCOUNTING.values()) == set(question.answer("accounting").choices)
 
 
 def test_hidden_memory_pinned_seed(variant):

@@ -217,7 +217,7 @@ def test_store_modules_import_neither_textual_nor_sympy():
 CRASH = textwrap.dedent("""
     import os, signal, sys
     from datetime import datetime, timedelta, UTC
-    from solvers.grade import Grade
+    from solvers.answers import Grade
     from tui.review import Reviewer
     from tui.store import open_store
 
@@ -252,7 +252,7 @@ def test_sigkill_right_after_submitting_loses_nothing(tmp_path):
 WRITER = textwrap.dedent("""
     import sys, time
     from datetime import datetime, timedelta, UTC
-    from solvers.grade import Grade
+    from solvers.answers import Grade
     from tui.review import Reviewer
     from tui.store import open_store
 

@@ -28,8 +28,35 @@ async def wait_for(pilot, predicate, timeout: float = 30.0) -> None:
 
 
 def question_ready(app) -> bool:
-    """A question screen whose answer boxes are mounted (pushing it is not enough to type into it)."""
-    return isinstance(app.screen, QuestionScreen) and bool(app.screen.query("AnswerField Input"))
+    """A question screen whose answer boxes are mounted and whose own start-up focus has landed
+    (pushing it is not enough to type into it: a focus set before then would be taken back)."""
+    return (isinstance(app.screen, QuestionScreen) and bool(app.screen.query("AnswerField Input"))
+            and isinstance(app.screen.focused, Input))
+
+
+def followup_showing(app) -> bool:
+    return question_ready(app) and app.screen.followup is not None
+
+
+async def past_followup(app, pilot, screen, answer: bool = False) -> None:
+    """After submitting the first round on `screen`: skip the follow-up if one is asked (or, as
+    a mock interview must, reveal it unanswered)."""
+    def moved_on() -> bool:
+        if app.screen is screen:
+            return False
+        return not isinstance(app.screen, QuestionScreen) or question_ready(app)
+
+    await wait_for(pilot, moved_on)
+    if followup_showing(app):
+        await pilot.press(*(("ctrl+s", "ctrl+s") if answer else ("ctrl+k",)))
+
+
+async def reveal(app, pilot, keys=("ctrl+s",)) -> None:
+    """Submit the question on screen, skip any follow-up, and wait for the solution."""
+    screen = app.screen
+    await pilot.press(*keys)
+    await past_followup(app, pilot, screen)
+    await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
 
 
 @asynccontextmanager
@@ -60,8 +87,7 @@ async def _answer_default_variant(answers):
         for spec in solution.question.answers:
             app.screen.query_one(f"#answer-{spec.key}", Input).focus()
             await pilot.press(*answers(solution, spec))
-        await pilot.press("ctrl+s")
-        await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
+        await reveal(app, pilot)
         screen = app.screen
         return screen.grades, len(screen.query(".step")), screen.query_one("#regime").content.title
 
@@ -139,8 +165,7 @@ async def _giving_up_needs_a_second_submit():
         await pilot.press("ctrl+s")
         await pilot.pause(0.1)
         assert isinstance(app.screen, QuestionScreen)
-        await pilot.press("ctrl+s")
-        await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
+        await reveal(app, pilot)
         assert {g.verdict for g in app.screen.grades} == {"unparsed"}
         await wait_for(pilot, lambda: "context" in str(app.screen.query_one("#chart").content))
 
@@ -176,8 +201,7 @@ def test_a_broken_question_file_gives_a_notice_and_the_rest_loads(tmp_path):
 async def _what_if_flips_the_regime():
     async with running_app() as (app, pilot):
         await open_default(app, pilot, "weight-read-intensity")
-        await pilot.press("ctrl+s", "ctrl+s")
-        await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
+        await reveal(app, pilot, ("ctrl+s", "ctrl+s"))
         await pilot.press("w")
         await wait_for(pilot, lambda: type(app.screen).__name__ == "WhatIfScreen")
         screen = app.screen

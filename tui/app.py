@@ -5,7 +5,7 @@ Nothing here computes an answer: variants are made by solvers.engine in thread w
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING
@@ -20,7 +20,10 @@ from tui.screens.home import HomeScreen
 # Everything not needed for the first paint (other screens, the bank, the engine) is
 # imported where it is first used, so that start-up costs little more than Textual itself.
 if TYPE_CHECKING:
+    from solvers.answers import Grade
     from solvers.engine import Solution
+    from solvers.followup import FollowUp
+    from tui.review import Submitted
     from tui.service import Drill
 
 
@@ -38,6 +41,19 @@ class QuestionCommands(Provider):
             if score > 0:
                 yield Hit(score, matcher.highlight(text), partial(app.open_question, question.id),
                           help="open a fresh variant")
+
+
+@dataclass
+class FirstRound:
+    """A question's first round, submitted and saved, while its follow-up is asked."""
+
+    solution: Solution
+    answers: dict[str, str]
+    grades: list[Grade]
+    elapsed: float
+    hints_used: int
+    mode: str
+    submitted: Submitted | None
 
 
 @dataclass
@@ -214,16 +230,56 @@ class InfradrillApp(App):
 
     def show_solution(self, solution: Solution, answers: dict[str, str], elapsed: float, hints_used: int,
                       started: datetime, mode: str) -> None:
-        from tui.screens.solution import SolutionScreen
-
+        """The first round is submitted: save it, then ask the follow-up, or reveal."""
         # A checklist is ticked on the solution screen; what was typed were notes.
-        checklists = {a.key for a in solution.question.answers if a.kind == "checklist"}
+        checklists = {a.key for a in solution.question.answers if a.self_graded}
         grades = solution.grade({k: ("" if k in checklists else v) for k, v in answers.items()})
         submitted = self._record(solution, answers, grades, elapsed, hints_used, started, mode)
-        if mode == "mock" and self.mock is not None:
+        self._prepare_followup(FirstRound(solution, answers, grades, elapsed, hints_used, mode, submitted))
+
+    @work(thread=True, exclusive=True, group="variant")
+    def _prepare_followup(self, first: FirstRound) -> None:
+        """Find the interviewer's push (a sweep: dozens of solves) off the UI thread."""
+        from solvers.followup import follow_up
+
+        try:
+            followup = follow_up(first.solution, self.drill.catalog)
+        except Exception as error:  # a solver bug in the push must not cost the user the solution
+            self.call_from_thread(self.notify, f"No follow-up: {type(error).__name__}: {error}", severity="warning")
+            followup = None
+        if followup is None:
+            self.call_from_thread(self.reveal, first, None)
+        else:
+            self.call_from_thread(self._ask_followup, first, followup)
+
+    def _ask_followup(self, first: FirstRound, followup: FollowUp) -> None:
+        from tui.screens.question import QuestionScreen
+
+        self.switch_screen(QuestionScreen(followup.solution, first.mode, followup=followup, first=first))
+
+    def finish_followup(self, first: FirstRound, followup: FollowUp, answers: dict[str, str], elapsed: float) -> None:
+        """Grade the follow-up and save it with the first round's attempt, then reveal both."""
+        from solvers.followup import both_rounds
+
+        grades = [followup.solution.grade_one(key, answers.get(key, "")) for key in followup.ask]
+        reviewer = self.drill.reviewer if self.drill else None
+        if first.submitted is not None and reviewer is not None:
+            all_grades, typed = both_rounds(first.grades, first.answers, grades, answers)
+            try:
+                suggested = reviewer.regrade(first.submitted.attempt.uid, all_grades, typed)
+                first.submitted = replace(first.submitted, suggested=suggested)
+            except Exception as error:
+                self.notify(f"The follow-up was not saved: {error}", title="Progress", severity="error", timeout=15)
+        self.reveal(first, (followup, grades, elapsed))
+
+    def reveal(self, first: FirstRound, followup: tuple[FollowUp, list[Grade], float] | None) -> None:
+        from tui.screens.solution import SolutionScreen
+
+        if first.mode == "mock" and self.mock is not None:
             self._next_mock_question()  # solutions wait for the score sheet
             return
-        self.switch_screen(SolutionScreen(solution, answers, grades, elapsed, hints_used, submitted, mode))
+        self.switch_screen(SolutionScreen(first.solution, first.answers, first.grades, first.elapsed,
+                                          first.hints_used, first.submitted, first.mode, followup))
 
     def _record(self, solution: Solution, answers, grades, elapsed, hints_used, started, mode):
         """Write the attempt (and its review) before the solution shows: a crash now loses nothing."""

@@ -8,8 +8,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from solvers.grade import CLOSE, CORRECT, Grade
-from solvers.report import grade_rows
+from solvers.answers import CLOSE, CORRECT, Grade
+from solvers.report import grade_rows, judgements
 
 if TYPE_CHECKING:
     from solvers.derivation import Step
@@ -30,6 +30,17 @@ def grade_table(solution: Solution, grades: list[Grade]) -> Table:
         table.add_row(label, yours, expected, error, Text(verdict, style=style))
         if note:
             table.add_row("", Text(f"↳ {note}", style="italic"), "", "", "")
+    return table
+
+
+def judgement_table(solution: Solution, key: str) -> Table:
+    """A select answer at the reveal: every listed option, whether it holds here, and why."""
+    table = Table(show_header=False, box=None, pad_edge=False, expand=True)
+    table.add_column(no_wrap=True)
+    table.add_column(ratio=1)
+    for mark, option, holds, why in judgements(solution, key):
+        tick = Text("✓" if holds else "✗", style="bold green" if holds else "bold red")
+        table.add_row(Text.assemble(f"{mark} ", tick), Text.assemble((option, "bold"), f": {why}"))
     return table
 
 

@@ -35,7 +35,7 @@ GROUP_ORDER = ("F", "S", "K1", "K2", "M", "T", "N", "D", "P")
 QUICK_SECONDS_PER_ANSWER = 30.0  # "quick": at most this many seconds per graded answer
 NEW_PER_DAY = 5
 DESIRED_RETENTION = 0.9
-_CORRECT, _CLOSE = "correct", "close"  # solvers.grade's verdicts; anything else counts as wrong
+_CORRECT, _CLOSE = "correct", "close"  # solvers.answers verdicts; anything else counts as wrong
 
 
 class QuestionLike(Protocol):
@@ -52,7 +52,7 @@ def suggest_rating(grades: Sequence[Any], seconds: float, hints_used: int = 0, a
 
     all correct and quick (at most `quick_seconds_per_answer` per graded answer) -> Easy;
     all correct -> Good; some correct or close -> Hard; all wrong (or unparsed) -> Again.
-    Hints used lower it one step, never below Again. `grades` are solvers.grade.Grade
+    Hints used lower it one step, never below Again. `grades` are solvers.answers.Grade
     objects or their verdict strings; `answer_count` defaults to their number.
     """
     verdicts = [getattr(g, "verdict", g) for g in grades]
@@ -71,7 +71,7 @@ def suggest_rating(grades: Sequence[Any], seconds: float, hints_used: int = 0, a
 
 
 def answers_from_grades(grades: Sequence[Any], typed: Mapping[str, str]) -> tuple[AnswerRecord, ...]:
-    """Store records from solvers.grade.Grade objects and the text typed for each key."""
+    """Store records from solvers.answers.Grade objects and the text typed for each key."""
     return tuple(AnswerRecord(g.key, typed.get(g.key, ""), g.verdict, g.error, g.slip) for g in grades)
 
 

@@ -71,8 +71,11 @@ def restart_goodput(p, s: Sheet) -> None:
     s.assume("In-memory checkpointing (snapshot to host memory, copied to peer nodes in the background, as in "
              "Gemini or NVIDIA's resiliency extension) cuts only the stall; detection, rescheduling and reload are "
              "kept as stated, although restoring from a peer's memory also shortens the reload in practice.")
-    s.slip("the whole interval rewound, not half of it", s.evaluate(F + tau) / s.value(L))
-    s.slip("Young's interval without the factor 2", 1 / 2**0.5)
+    s.slip("the whole interval rewound, not half of it", on=("lost_per_restart", "restart_loss"),
+           factor=s.evaluate(F + tau) / s.value(L))
+    s.slip("the whole interval rewound, not half of it", on="today_loss",
+           factor=s.evaluate(f_ckpt + R * (F + tau)) / s.evaluate(f_ckpt + f_restart))
+    s.slip("Young's interval without the factor 2", 1 / 2**0.5, on=("young_storage", "young_memory"))
 
     _restart_regime(s, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, tau_m)
 
@@ -84,7 +87,7 @@ def _restart_regime(s: Sheet, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, 
                                              for x in (f_int, f_fix, f_ckpt, f_redo, f_best))
     storage, short = (format_quantity(s.value(x), "min") for x in (tau_s, tau_m))
     parts = f"{interval} of training time ({stalls} in save stalls, {redone} in redone work)"
-    if s.value(f_int) > s.value(f_fix):
+    if s.compare(f_int, f_fix) > 0:
         if s.value(f_int) <= NEAR_OPTIMUM * s.value(f_best):
             move = (f"Today's interval is already near Young's {storage}, where this part bottoms out at {best}: "
                     f"retuning it gains little, and only a cheaper save (in memory, best every {short}) cuts it.")
@@ -150,9 +153,10 @@ def fleet_gpu_count(p, s: Sheet) -> None:
              "power-of-two round-up leaves.")
     s.assume("The margin sits on top of the job: spare nodes to swap in within minutes after a failure, nodes in "
              "repair or burn-in, and capacity for evaluation and debugging runs that must not preempt training.")
-    s.slip("x1/3: 2·N·D counts the forward pass only", 1 / 3)
-    s.slip("MFU left out: the GPUs at datasheet peak", p.mfu)
-    s.slip("margin added to the need instead of the job", s.value(need) / s.value(job))
+    s.slip("x1/3: 2·N·D counts the forward pass only", 1 / 3, on="gpus_needed")
+    s.slip("MFU left out: the GPUs at datasheet peak", p.mfu, on="gpus_needed")
+    s.slip("margin added to the need instead of the job", on="fleet_gpus",
+           factor=s.evaluate(g * sympy.ceiling(need * (1 + m) / g)) / s.value(fleet))
 
 
 # --- nic-bandwidth-per-gpu -------------------------------------------------------------------
@@ -197,8 +201,9 @@ def nic_bandwidth_per_gpu(p, s: Sheet) -> None:
              "are final only in its last micro-batch's backward (Megatron-LM's overlapped gradient reduction "
              "starts there), so with several stages the real window is shorter and the need higher. The NIC is "
              "taken at line rate (large messages reach close to it), with no in-network reduction (SHARP).")
-    s.slip("all-reduce counted as one pass of the buffer, not two", 0.5)
-    s.slip("whole step as the window, not just the backward pass", 2 / 3)
+    s.slip("all-reduce counted as one pass of the buffer, not two", 0.5, on=("bytes_per_step", "bandwidth"))
+    s.slip("whole step as the window, not just the backward pass", 2 / 3, on="bandwidth")
+    s.slip("whole step as the window, not just the backward pass", 3 / 2, on="backward_time")
 
     _overlap_regime(s, need, B_nic, t_comm, t_bwd, pipelined=p.pp > 1)
 
@@ -209,7 +214,7 @@ def _overlap_regime(s: Sheet, need, B_nic, t_comm, t_bwd, pipelined: bool) -> No
     best_case = (" That is the best case the whole-backward window allows: with pipeline micro-batches a stage's "
                  "gradients are final only in its last micro-batch's backward, so less of the reduction overlaps "
                  "in practice.") if pipelined else ""
-    if s.value(need) <= s.value(B_nic):
+    if s.compare(need, B_nic) <= 0:
         s.set_regime(
             "comms-hidden",
             f"The reduction needs {needed} and the NIC gives {line}: it takes {comm} inside a {window} backward "
@@ -247,7 +252,7 @@ def cluster_bill_of_materials(p, s: Sheet) -> None:
     nodes = s.step("nodes", "Nodes", "n", sympy.ceiling(E / g), "nodes", "eight GPUs to a node")
     E2 = s.step("two_tier_max", "Most GPUs a two-tier fat tree reaches", "E_2", k**2 / 2, "GPUs",
                 "k leaves' worth of spine ports, each leaf with k/2 GPUs below: k·k/2")
-    three_tier = s.value(E) > s.value(E2)
+    three_tier = s.compare(E, E2) > 0
     L = s.step("leaves", "Leaf switches", "L", sympy.ceiling(E / (k / 2)), "switches",
                "half of each leaf's ports face GPUs, half face up: non-blocking at the first hop")
     pod = None  # pods of (k/2)² GPUs exist only under a core tier
@@ -285,8 +290,10 @@ def cluster_bill_of_materials(p, s: Sheet) -> None:
     s.assume(f"Node power {format_quantity(p.node_kw, 'kW')} (DGX H100 datasheet maximum); each switch port "
              f"{format_quantity(p.port_w, 'W')} with its optics, an estimate (32 twin-port OSFP cages rated at "
              "17 W per transceiver in a 64-port QM9700, plus the switch itself). Storage power left out.")
-    s.slip("GPUs per node forgotten: one node per GPU", p.gpus_per_node)
-    s.slip("PUE left out", 1 / p.pue)
+    s.slip("GPUs per node forgotten: one node per GPU", p.gpus_per_node, on="nodes")
+    s.slip("GPUs per node forgotten: one node per GPU", on=("it_power", "facility_power"),
+           factor=s.evaluate(E * P_n + total * k * P_port) / s.value(IT))
+    s.slip("PUE left out", 1 / p.pue, on="facility_power")
 
     _tier_regime(s, E, E2, k, pod)
 

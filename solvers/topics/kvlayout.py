@@ -107,16 +107,18 @@ def preemption_policies(p, s: Sheet) -> None:
              "common to both and left out of the comparison.")
     s.assume(f"KV stored in {p.kv_dtype}; {model.name} has {model.kv_heads} KV heads, so TP up to "
              f"{model.kv_heads} splits them without replication.")
-    s.slip(f"x{n_gpus}: one GPU doing the whole recompute or copy, not its 1/{n_gpus} share", n_gpus)
-    s.slip("x2: the copy counted one way only", 0.5)
-    s.slip("attention FLOPs left out", s.value(F_w) / s.value(F))
+    one_gpu = f"x{n_gpus}: one GPU doing the whole recompute or copy, not its 1/{n_gpus} share"
+    s.slip(one_gpu, n_gpus, on=("t_recompute", "t_swap"))
+    s.slip("x2: the copy counted one way only", 0.5, on=("t_swap", "breakeven_bw"))
+    s.slip("attention FLOPs left out", s.value(F_w) / s.value(F), on=("flops", "t_recompute"))
+    s.slip("attention FLOPs left out", s.value(F) / s.value(F_w), on="breakeven_bw")
     _preemption_regime(s, t_rec, t_swap, W_star, W)
 
 
 def _preemption_regime(s: Sheet, t_rec, t_swap, W_star, W) -> None:
     rec, swap = format_quantity(s.value(t_rec), "ms"), format_quantity(s.value(t_swap), "ms")
     breakeven = format_quantity(s.value(W_star), "GB/s")
-    if s.value(W) > s.value(W_star):
+    if s.compare(W, W_star) > 0:
         ratio = format_number(s.value(t_rec) / s.value(t_swap), 3)
         s.set_regime(
             "swap-cheaper",
@@ -173,11 +175,12 @@ def mla_vs_gqa_under_tp(p, s: Sheet) -> None:
     room_m = s.step("room_mla", f"KV room per GPU, {mla.name}", "F_MLA", usable - N_m * b_m / G, "GB",
                     "usable memory less this GPU's 1/8 of the weights")
     C = s.given("C", p.context, "tokens", "context per request")
-    s.step("requests_gqa", f"Requests the node holds, {gqa.name}", "U_GQA",
-           G / n * sympy.floor(room_g / (gpu_g * C)), "requests",
-           "G/n replicas, each holding what one of its GPUs fits (every GPU holds a share of every request)")
-    s.step("requests_mla", f"Requests the node holds, {mla.name}", "U_MLA",
-           sympy.floor(room_m / (gpu_m * C)), "requests", "one replica; each GPU holds every request's whole latent")
+    req_g = s.step("requests_gqa", f"Requests the node holds, {gqa.name}", "U_GQA",
+                   G / n * sympy.floor(room_g / (gpu_g * C)), "requests",
+                   "G/n replicas, each holding what one of its GPUs fits (every GPU holds a share of every request)")
+    req_m = s.step("requests_mla", f"Requests the node holds, {mla.name}", "U_MLA",
+                   sympy.floor(room_m / (gpu_m * C)), "requests",
+                   "one replica; each GPU holds every request's whole latent")
     tok_g = s.step("tokens_gqa", f"KV tokens the node holds, {gqa.name}", "T_GQA", G / n * room_g / gpu_g,
                    "tokens", "G/n replicas × F/(KV_tok/n): the TP degree cancels, except through the room F")
     tok_m = s.step("tokens_mla", f"KV tokens the node holds, {mla.name}", "T_MLA", room_m / gpu_m, "tokens",
@@ -193,9 +196,18 @@ def mla_vs_gqa_under_tp(p, s: Sheet) -> None:
              "tensor-parallel too (the data-parallel alternative is another question).")
     s.assume(f"{gqa.name}: weights and KV heads split evenly over its TP group; TP {p.tp} stays within its "
              f"{gqa.kv_heads} KV heads, so no head is replicated. Both caches in {p.kv_dtype}.")
-    s.slip("the MLA latent split over TP like KV heads", 1 / GPUS_PER_NODE)
-    s.slip(f"x{p.tp}: the whole GQA request per GPU, not its share", p.tp)
-    s.slip("MLA counted with K and V separately", 2.0)
+    s.slip("the MLA latent split over TP like KV heads", 1 / GPUS_PER_NODE, on="kv_gpu_mla")
+    s.slip(f"x{p.tp}: the whole GQA request per GPU, not its share", p.tp, on="kv_gpu_gqa")
+    s.slip("MLA counted with K and V separately", 2.0, on=("kv_tok_mla", "kv_gpu_mla"))
+    s.slip("MLA counted with K and V separately", 0.5, on="tp_crossover")
+    if s.value(req_m) > 0:
+        s.slip("the MLA latent split over TP like KV heads", on="requests_mla",
+               factor=s.evaluate(sympy.floor(room_m * G / (gpu_m * C))) / s.value(req_m))
+        s.slip("MLA counted with K and V separately", on="requests_mla",
+               factor=s.evaluate(sympy.floor(room_m / (2 * gpu_m * C))) / s.value(req_m))
+    if s.value(req_g) > 0:
+        s.slip(f"x{p.tp}: the whole GQA request per GPU, not its share", on="requests_gqa",
+               factor=s.evaluate(G / n * sympy.floor(room_g / (gpu_g * n * C))) / s.value(req_g))
     _layout_regime(s, gqa.name, mla.name, n_star, usable, F_star, room_g, tok_g, tok_m)
 
 
@@ -210,7 +222,7 @@ def _layout_regime(s: Sheet, gqa: str, mla: str, n_star, usable, F_star, room_g,
     crossover = (f"The per-GPU crossover (TP {format_number(s.value(n_star), 3)}) does not decide this: "
                  f"{gqa}'s replicas each split a request over their TP group, so TP moves its node capacity only "
                  "through the weights each GPU carries.")
-    if s.value(room_g) >= s.value(F_star):
+    if s.compare(room_g, F_star) >= 0:
         s.set_regime(
             "gqa-holds-more",
             f"{gqa}'s weights leave {room} of KV room per GPU, more than the {need} it needs to match {mla}'s "
@@ -296,15 +308,15 @@ def mla_tp_duplication(p, s: Sheet) -> None:
              "sharded (the LM head is copied too only with --enable-dp-lm-head).")
     s.assume("DP attention also costs an all-gather of hidden states before and a scatter after each MoE "
              "block, and a step waits for its busiest rank; those are time, not memory, and are not priced here.")
-    s.slip("all n shares counted, not the n − 1 that are extra (copies, or replicated weights)",
-           p.tp / (p.tp - 1))
-    s.slip("/n: DP capacity of one GPU, not the node", 1 / p.tp)
+    all_shares = "all n shares counted, not the n − 1 that are extra (copies, or replicated weights)"
+    s.slip(all_shares, p.tp / (p.tp - 1), on=("duplicate_bytes", "dp_extra_weights"))
+    s.slip("/n: DP capacity of one GPU, not the node", 1 / p.tp, on="requests_dp")
     _attention_regime(s, req_tp, req_dp, demand)
 
 
 def _attention_regime(s: Sheet, req_tp, req_dp, demand) -> None:
     tp, dp, want = (format_number(s.value(x)) for x in (req_tp, req_dp, demand))
-    if s.value(demand) > s.value(req_tp):
+    if s.compare(demand, req_tp) > 0:
         s.set_regime(
             "dp-attention",
             f"TP attention holds {tp} requests, fewer than the {want} you must hold: the copies of the "
@@ -373,17 +385,21 @@ def recurrent_state_inventory(p, s: Sheet) -> None:
              "block so that one layer's page holds a Mamba layer's state (for this layout with bf16 KV: 528 "
              "tokens with a bf16 SSM state, 1,040 with fp32); with prefix caching on, it rounds that up to a "
              "multiple of the Mamba chunk size and snapshots the state at every block boundary.")
-    s.slip("x Mamba layers: one layer's state, not the model's", 1 / p.mamba_layers)
-    s.slip("conv buffer left out", s.value(ssm) / (s.value(ssm) + s.value(conv)))
-    s.slip("KV counted over every Mamba and attention layer, not the attention layers alone",
-           (p.mamba_layers + p.attn_layers) / p.attn_layers)
+    state_answers = ("state_per_request", "crossover", "snapshot_bytes")
+    s.slip("x Mamba layers: one layer's state, not the model's", 1 / p.mamba_layers, on=state_answers)
+    s.slip("conv buffer left out", on=state_answers,
+           factor=s.value(ssm) / (s.value(ssm) + s.value(conv)))
+    s.slip("KV counted over every Mamba and attention layer, not the attention layers alone", on="kv_per_request",
+           factor=(p.mamba_layers + p.attn_layers) / p.attn_layers)
+    s.slip("KV counted over every Mamba and attention layer, not the attention layers alone", on="crossover",
+           factor=p.attn_layers / (p.mamba_layers + p.attn_layers))
     _state_regime(s, state, kv, C_star, C)
 
 
 def _state_regime(s: Sheet, state, kv, C_star, C) -> None:
     live, cache = format_quantity(s.value(state), "MiB"), format_quantity(s.value(kv), "MiB")
     crossover = format_number(s.value(C_star))
-    if s.value(C) < s.value(C_star):
+    if s.compare(C, C_star) < 0:
         s.set_regime(
             "state-dominated",
             f"The recurrent state ({live}) outweighs the attention KV ({cache}): below {crossover} tokens "

@@ -65,11 +65,17 @@ def kv_bytes_per_token_question(p, s: Sheet) -> None:
     s.assume("Every request holds its full context; K and V are stored in the KV dtype, weights in theirs.")
     s.assume("Compute limit from weight GEMMs only, at datasheet peak; attention reads make decode "
              "even more memory-bound, so the real compute limit is higher still.")
-    s.slip("x layers: one layer's KV instead of all of them", 1 / p.model.layers)
-    s.slip("x2: K and V counted once", 0.5)
+    s.slip("x layers: one layer's KV instead of all of them", on=("kv_per_token", "kv_per_request"),
+           factor=1 / p.model.layers)
+    s.slip("x layers: one layer's KV instead of all of them", on="users",
+           factor=s.evaluate(sympy.floor(free * p.model.layers / kv_req)) / s.value(users))
+    if not mla:  # an MLA latent has no separate K and V to count once
+        s.slip("x2: K and V counted once", 0.5, on=("kv_per_token", "kv_per_request"))
+        s.slip("x2: K and V counted once", on="users",
+               factor=s.evaluate(sympy.floor(2 * free / kv_req)) / s.value(users))
 
     fit, limit = s.value(users), s.value(B_star)
-    if fit < limit:
+    if s.compare(users, B_star) < 0:
         s.set_regime(
             "capacity-limited", f"Only {format_number(fit)} requests fit, well short of the "
             f"{format_number(limit)} it takes to saturate compute: memory caps concurrency.",
@@ -123,7 +129,7 @@ def users_per_gpu_question(p, s: Sheet) -> None:
     kv8 = s.step("kv_fp8_per_request_gpu", "fp8 KV per request per GPU", "KV_8", kv16 * b8 / b16, "GiB",
                  "one byte per element instead of two")
     w16, room16, users16 = _users(s, "16", "bf16", usable, n, N, b16, kv16)
-    w8, _, _ = _users(s, "8", "fp8", usable, n, N, b8, kv8)
+    w8, room8, users8 = _users(s, "8", "fp8", usable, n, N, b8, kv8)
     if s.value(w8) >= s.value(usable):
         # A group that holds the model in neither dtype is no deployment: nothing to compare.
         raise Reject("weights do not fit even in fp8")
@@ -139,11 +145,17 @@ def users_per_gpu_question(p, s: Sheet) -> None:
              "TP stays within the KV head count, so no KV head is replicated.")
     s.assume("Every request holds its full context. Weights and KV change dtype together; fp8 scale "
              "factors are ignored. Counts are per TP group (one model replica): divide by n for per GPU.")
-    s.slip("x n: the whole request's KV, not one GPU's 1/n share", p.tp)
-    s.slip("/n: requests per GPU, not per TP group", 1 / p.tp)
-    s.slip("x layers: one layer's KV instead of all of them", 1 / p.model.layers)
+    s.slip("x n: the whole request's KV, not one GPU's 1/n share", p.tp, on="kv_per_request_gpu")
+    s.slip("/n: requests per GPU, not per TP group", 1 / p.tp, on=("users_16", "users_8"))
+    s.slip("x layers: one layer's KV instead of all of them", 1 / p.model.layers, on="kv_per_request_gpu")
+    for key, fit, room, kv_request in (("users_16", users16, room16, kv16), ("users_8", users8, room8, kv8)):
+        if s.value(fit) > 0:
+            s.slip("x n: the whole request's KV, not one GPU's 1/n share", on=key,
+                   factor=s.evaluate(sympy.floor(room / (n * kv_request))) / s.value(fit))
+            s.slip("x layers: one layer's KV instead of all of them", on=key,
+                   factor=s.evaluate(sympy.floor(room * p.model.layers / kv_request)) / s.value(fit))
 
-    if s.value(w16) >= s.value(usable):
+    if s.compare(w16, usable) >= 0:
         _weights_do_not_fit(s, n, n_fit, w16, usable)
     else:
         _fits_regime(s, n, n_half, w16, room16, users16, replicates=2 * p.tp > p.model.kv_heads)
@@ -167,7 +179,7 @@ def _fits_regime(s: Sheet, n, n_half, w16, room16, users16, replicates: bool) ->
     g, users = format_number(s.value(gain), 3) + "×", format_number(s.value(users16))
     if replicates:
         g += " (in principle: twice this TP exceeds the KV heads, which would then be replicated)"
-    if s.value(n) < s.value(n_half):
+    if s.compare(n, n_half) < 0:
         s.set_regime(
             "weight-dominated",
             f"The bf16 weights take more than half of each GPU's usable memory, leaving room for {users} requests; "
@@ -244,17 +256,23 @@ def kv_cache_block_count_question(p, s: Sheet) -> None:
              f"{format_number((1 - GPU_MEMORY_UTILIZATION) * 100)}%, allocator fragmentation eats more, "
              "every sequence rounds up to whole blocks as it grows, and max_num_seqs (256 or 1024 by default, "
              "depending on the GPU and the vLLM version) may cap the batch first.")
-    s.slip("x layers: one layer's page, not the whole block", 1 / p.model.layers)
-    s.slip("blocks counted per layer", p.model.layers)
-    s.slip(f"x{p.tp}: KV heads not split over TP", p.tp)
-    s.slip(f"/{p.tp}: KV heads not split over TP", 1 / p.tp)
+    s.slip("x layers: one layer's page, not the whole block", 1 / p.model.layers, on="block_bytes")
+    s.slip(f"x{p.tp}: KV heads not split over TP", p.tp, on="block_bytes")
+    per_layer = sympy.floor(avail / page)  # blocks when the layers are not divided out
+    s.slip("blocks counted per layer", s.evaluate(per_layer) / s.value(blocks), on="num_blocks")
+    s.slip("blocks counted per layer", on="max_sequences",
+           factor=s.evaluate(sympy.floor(per_layer / per_seq)) / s.value(seqs))
+    unsplit = sympy.floor(avail / (n * block))  # blocks when every GPU holds all the KV heads
+    s.slip(f"/{p.tp}: KV heads not split over TP", s.evaluate(unsplit) / s.value(blocks), on="num_blocks")
+    s.slip(f"/{p.tp}: KV heads not split over TP", on="max_sequences",
+           factor=s.evaluate(sympy.floor(unsplit / per_seq)) / s.value(seqs))
     _deduction_regime(s, w, other, seqs)
 
 
 def _deduction_regime(s: Sheet, w, other, seqs) -> None:
     weights, rest = format_quantity(s.value(w), "GiB"), format_quantity(s.value(other), "GiB")
     count = format_number(s.value(seqs))
-    if s.value(w) > s.value(other):
+    if s.compare(w, other) > 0:
         s.set_regime(
             "weight-limited",
             f"The weights ({weights} per GPU) are the larger deduction, ahead of the {rest} of activations and "
@@ -334,10 +352,12 @@ def hidden_memory_budget(p, s: Sheet) -> None:
     s.assume("The KV cache is allocated whole at start-up, so the budget is fully in use from the first "
              "request; the graph and fragmentation figures are what such a deployment typically shows.")
     _graph_estimate_note(s, kv, headroom, C, F, G)
-    s.slip("only the CUDA graphs counted as unbudgeted", s.value(G) / s.value(unbudgeted))
+    s.slip("only the CUDA graphs counted as unbudgeted", s.value(G) / s.value(unbudgeted), on="unbudgeted")
+    s.slip("only the CUDA graphs counted as unbudgeted", on="max_util",
+           factor=s.evaluate(1 - G / M) / s.evaluate(1 - unbudgeted / M))
     kv_room = s.evaluate(requested - measured)
-    s.slip("the activation peak and non-torch memory not subtracted",
-           (kv_room + p.activation_peak + p.non_torch) / kv_room)
+    s.slip("the activation peak and non-torch memory not subtracted", on="kv_memory",
+           factor=(kv_room + p.activation_peak + p.non_torch) / kv_room)
     _budget_regime(s, headroom, unbudgeted, u)
 
 
@@ -364,7 +384,7 @@ def _graph_estimate_note(s: Sheet, kv, headroom, C, F, G) -> None:
 def _budget_regime(s: Sheet, headroom, unbudgeted, u) -> None:
     room, need = format_quantity(s.value(headroom), "GiB"), format_quantity(s.value(unbudgeted), "GiB")
     util = format_number(s.value(u))
-    if s.value(unbudgeted) <= s.value(headroom):
+    if s.compare(unbudgeted, headroom) <= 0:
         s.set_regime(
             "fits",
             f"The {need} vLLM never measured fit in the {room} that gpu_memory_utilization = {util} leaves "
@@ -446,15 +466,20 @@ def paged_reservation_waste(p, s: Sheet) -> None:
              "external fragmentation between reservations is left out, which flatters reservation.")
     s.assume("Paging: blocks are allocated on demand; the last block's fill is uniform, so it is (block − 1)/2 "
              "slots short on average. KV cache in bf16; no prefix sharing.")
-    s.slip("the final lengths counted as used, not the average over the decode",
-           s.evaluate(res["M"] - res["prompt"] - res["output"]) / s.evaluate(res["M"] - res["used"]))
-    s.slip("reserved-for-later slots counted as used", s.value(res["frag"]) / s.evaluate(res["reserved"] + res["frag"]))
+    s.slip("reserved-for-later slots counted as used", on="waste_share",
+           factor=s.value(res["frag"]) / s.evaluate(res["reserved"] + res["frag"]))
+    final = res["prompt"] + res["output"] + tail  # what a paged request would hold at its final length
+    if p.block_size > 1:  # with one-token blocks nothing is empty, whatever the lengths
+        s.slip("the final lengths counted as used, not the average over the decode", on="paged_waste",
+               factor=s.value(paged) / s.evaluate(final))
+    s.slip("the final lengths counted as used, not the average over the decode", on="requests_after",
+           factor=s.evaluate(sympy.floor(slots / final)) / s.value(after))
     _waste_regime(s, res)
 
 
 def _waste_regime(s: Sheet, res: dict[str, sympy.Symbol]) -> None:
     reserved, frag = (format_quantity(s.value(res[k]), "tokens") for k in ("reserved", "frag"))
-    if s.value(res["output"]) > s.value(res["boundary"]):
+    if s.compare(res["output"], res["boundary"]) > 0:
         s.set_regime(
             "reservation-dominated",
             f"Outputs run long enough to fill most of the maximum: the slots held for tokens still to come "

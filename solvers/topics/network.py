@@ -66,8 +66,16 @@ def ib_vs_roce(p, s: Sheet) -> None:
     s.assume("Operations staff are a fixed cost over the service life, whatever the fleet size; RoCE's extra "
              "engineers own the lossless configuration (PFC priorities, ECN thresholds, DCQCN, watchdogs) on "
              "every port. Power, space and performance differences are left out.")
-    s.slip("staff cost for one year, not the service life", 1 / p.years)
-    s.slip("one switch port per GPU instead of 2t−1", s.value(P))
+    s.slip("staff cost for one year, not the service life", 1 / p.years, on="flip_fleet")
+    s.slip("staff cost for one year, not the service life", on="ib_per_gpu",
+           factor=s.evaluate(hw_ib + F_ib / (G * Y)) / s.value(ib))
+    s.slip("staff cost for one year, not the service life", on="roce_per_gpu",
+           factor=s.evaluate(hw_eth + F_roce / (G * Y)) / s.value(roce))
+    s.slip("one switch port per GPU instead of 2t−1", s.value(P), on="flip_fleet")
+    s.slip("one switch port per GPU instead of 2t−1", on="ib_per_gpu",
+           factor=s.evaluate(c_nic + S_ib / k + t * c_link + F_ib / G) / s.value(ib))
+    s.slip("one switch port per GPU instead of 2t−1", on="roce_per_gpu",
+           factor=s.evaluate(c_nic + S_eth / k + t * c_link + F_roce / G) / s.value(roce))
 
     _fleet_regime(s, G, flip, ib, roce, _depth_caveat(s.value(flip), p.radix, s.value(t)))
 
@@ -85,7 +93,7 @@ def _depth_caveat(flip: float, radix: int, tiers: float) -> str:
 def _fleet_regime(s: Sheet, G, flip, ib, roce, caveat: str) -> None:
     fleet, boundary = format_number(s.value(G)), format_number(s.value(flip), 3)
     per_gpu = f"{format_quantity(s.value(ib), '$')} on InfiniBand against {format_quantity(s.value(roce), '$')}"
-    if s.value(G) < s.value(flip):
+    if s.compare(G, flip) < 0:
         s.set_regime(
             "small-fleet-infiniband",
             f"At {fleet} GPUs the switch saving per GPU does not pay for RoCE's extra engineers: {per_gpu} on "
@@ -126,8 +134,8 @@ def incast_buffer(p, s: Sheet) -> None:
                     "from the first mark to XOFF, the queue still grows at the excess rate")
     s.step("queue_at_reaction", "Queue ECN alone would let build", "Q_r", K + E * RTT, "MB",
            "the queue keeps growing for one round trip after the first mark; past XOFF, PFC steps in first")
-    s.step("n_star", "Sender count where PFC starts to win", "N_star", 1 + (X - K) / (R * RTT), "",
-           "solve (N−1)·R·RTT = X − K: below it the growth over one round trip fits between the thresholds")
+    n_star = s.step("n_star", "Sender count where PFC starts to win", "N_star", 1 + (X - K) / (R * RTT), "",
+                    "solve (N−1)·R·RTT = X − K: below it the growth over one round trip fits between the thresholds")
 
     s.assume("Both thresholds are read against the one congested egress queue, as the switch is configured "
              "here. Real switches count PFC per ingress port and priority, and dynamic thresholds shrink as the "
@@ -136,15 +144,18 @@ def incast_buffer(p, s: Sheet) -> None:
              "cuts its rate), and the cut is assumed to end the growth: a best case, since one CNP cuts a rate "
              "only partly.")
     s.assume("All senders start at once at line rate and the egress drains at line rate; no other traffic.")
-    s.slip("N senders instead of N−1 (the port drains one line rate)", (p.senders - 1) / p.senders)
-    s.slip("one sender's rate instead of the excess of all of them", p.senders - 1)
+    s.slip("N senders instead of N−1 (the port drains one line rate)", on=("t_ecn", "t_xoff"),
+           factor=(p.senders - 1) / p.senders)
+    s.slip("N senders instead of N−1 (the port drains one line rate)", on="n_star",
+           factor=s.evaluate((X - K) / (R * RTT)) / s.value(n_star))
+    s.slip("one sender's rate instead of the excess of all of them", p.senders - 1, on=("t_ecn", "t_xoff"))
 
     _incast_regime(s, window, RTT)
 
 
 def _incast_regime(s: Sheet, window, RTT) -> None:
     gap, rtt = format_quantity(s.value(window), "us"), format_quantity(s.value(RTT), "us")
-    if s.value(RTT) <= s.value(window):
+    if s.compare(RTT, window) <= 0:
         s.set_regime(
             "ecn-first",
             f"The senders slow down after one round trip ({rtt}), before the queue climbs from the ECN mark to "
@@ -210,4 +221,4 @@ def pause_storm_origin(p, s: Sheet) -> None:
              "receives none, a receiver that stopped draining (Guo et al., SIGCOMM 2016).")
     s.assume("Lost bandwidth is counted at the NICs of the nodes whose sends were paused; the origin's own "
              "traffic is not counted, since it is the node that stopped.")
-    s.slip("x8: a quantum taken as 512 bytes, not bits", 8)
+    s.slip("x8: a quantum taken as 512 bytes, not bits", 8, on=("lost_bandwidth", "lost_share"))

@@ -59,9 +59,11 @@ def paged_block_size_question(p, s: Sheet) -> None:
              "holds its share of the same blocks, so the shares and counts are unchanged.")
     s.assume("The system prompt is followed by text that differs per request, so its last, mixed block never "
              "matches in a prefix cache that hashes whole blocks (vLLM's rule).")
-    s.slip("/n: one sequence's waste, not the batch's", 1 / p.batch)
-    s.slip("x2: the worst case B − 1 instead of the expected (B − 1)/2", 2.0)
-    s.slip("x layers: KV of one layer counted for the whole model", p.model.layers)
+    s.slip("/n: one sequence's waste, not the batch's", 1 / p.batch, on="batch_waste")
+    s.slip("x2: the worst case B − 1 instead of the expected (B − 1)/2", 2.0, on="batch_waste")
+    s.slip("x2: the worst case B − 1 instead of the expected (B − 1)/2", on="waste_share",
+           factor=s.evaluate(w_max / (L_avg + w_max)) / s.value(share))
+    s.slip("x layers: KV of one layer counted for the whole model", 1 / p.model.layers, on="batch_waste")
 
     _block_regime(s, share, tau, L_star, L_avg, blocks, waste)
 
@@ -69,7 +71,7 @@ def paged_block_size_question(p, s: Sheet) -> None:
 def _block_regime(s: Sheet, share, tau, L_star, L_avg, blocks, waste) -> None:
     pct, bar = format_quantity(s.value(share), "%"), format_quantity(s.value(tau), "%")
     count, empty = format_number(s.value(blocks)), format_quantity(s.value(waste), "GiB")
-    if s.value(L_avg) > s.value(L_star):
+    if s.compare(L_avg, L_star) > 0:
         s.set_regime(
             "waste-negligible",
             f"Sequences are long next to the block: {pct} of the cache ({empty}) sits empty, under the {bar} "
@@ -141,16 +143,16 @@ def tp_past_kv_heads_question(p, s: Sheet) -> None:
              "or on data-parallel attention (each rank holds whole heads for its own requests): both store "
              "each byte once; pipeline bubbles and DP load balance are not priced here.")
     r = s.value(copies)
-    s.slip("KV divided by TP as if heads kept splitting", 1 / r)
-    s.slip("all stored KV counted as beyond one copy", r / (r - 1) if r > 1 else 1)
-    s.slip("x layers: one layer's KV counted for the model", model.layers)
+    s.slip("KV divided by TP as if heads kept splitting", 1 / r, on="kv_per_gpu")
+    s.slip("all stored KV counted as beyond one copy", r / (r - 1) if r > 1 else 1, on="duplicate")
+    s.slip("x layers: one layer's KV counted for the model", 1 / model.layers, on=("kv_per_gpu", "duplicate"))
     _tp_regime(s, n, H, per_gpu, dup)
 
 
 def _tp_regime(s: Sheet, n, H, per_gpu, dup) -> None:
     kv, extra = format_quantity(s.value(per_gpu), "GiB"), format_quantity(s.value(dup), "GiB")
     heads = format_number(s.value(H))
-    if s.value(n) > s.value(H):
+    if s.compare(n, H) > 0:
         s.set_regime(
             "kv-replicated",
             f"TP {format_number(s.value(n))} is past the {heads} KV heads: each GPU still holds one whole head, so "
@@ -192,8 +194,8 @@ def sliding_window_savings_question(p, s: Sheet) -> None:
                    "the last W tokens, or the whole context if it is shorter")
     saving = s.step("saving", "KV saved by the windows", "S", f * (1 - W_eff / C), "%",
                     "the windowed share of layers, times the part of the context they drop")
-    s.step("kv_windowed", "KV per request with windowed layers freed", "KV_win", full * (1 - saving), "GiB",
-           "full layers keep the whole context, windowed layers only their window")
+    kv_win = s.step("kv_windowed", "KV per request with windowed layers freed", "KV_win", full * (1 - saving),
+                    "GiB", "full layers keep the whole context, windowed layers only their window")
     full_blocks = blocks_for_tokens(s, C, B, key="full_layer_blocks")
     s.step("window_blocks", "Blocks a windowed layer holds per request while decoding", "n_win",
            sympy.Min(sympy.ceiling(W_eff / B) + 1, full_blocks, evaluate=False), "blocks",
@@ -214,14 +216,16 @@ def sliding_window_savings_question(p, s: Sheet) -> None:
              "of zero.")
     s.assume("Per request at its full context; the saving in tokens ignores the up-to-one extra block "
              "each windowed layer holds.")
-    s.slip("saving counted as if every layer were windowed", 1 / s.value(f))
+    s.slip("saving counted as if every layer were windowed", 1 / s.value(f), on="saving")
+    s.slip("saving counted as if every layer were windowed", on="kv_windowed",
+           factor=s.evaluate(full * W_eff / C) / s.value(kv_win))
     _window_regime(s, f, saving, kept_full, kept_win, C_star, C)
 
 
 def _window_regime(s: Sheet, f, saving, kept_full, kept_win, C_star, C) -> None:
     cap, got = format_quantity(s.value(f), "%"), format_quantity(s.value(saving), "%")
     full, win = format_quantity(s.value(kept_full), "%"), format_quantity(s.value(kept_win), "%")
-    if s.value(C) > s.value(C_star):
+    if s.compare(C, C_star) > 0:
         s.set_regime(
             "layer-ratio",
             f"The full-context layers keep {full} of the full cache, the windowed ones only {win}: the saving "
@@ -281,14 +285,14 @@ def cow_block_sharing_question(p, s: Sheet) -> None:
              "(vLLM v0's copy-on-write). vLLM v1 has no copy-on-write: it shares full blocks through the "
              "prefix cache and gives each sample its own partial block, recomputing its tokens.")
     s.assume("Every sample runs to the same output length; KV bytes are those of one model replica, all layers.")
-    s.slip("/k: blocks of one sample", 1 / p.samples)
+    s.slip("/k: blocks of one sample", 1 / p.samples, on="blocks_without")
     _cow_regime(s, G, P, saving, ceiling)
 
 
 def _cow_regime(s: Sheet, G, P, saving, ceiling) -> None:
     out, prompt = format_number(s.value(G)), format_number(s.value(P))
     got, cap = format_quantity(s.value(saving), "%"), format_quantity(s.value(ceiling), "%")
-    if s.value(G) < s.value(P):
+    if s.compare(G, P) < 0:
         s.set_regime(
             "large-saving",
             f"Outputs ({out} tokens) are shorter than the prompt ({prompt}): the shared prompt blocks are most of "

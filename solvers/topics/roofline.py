@@ -45,10 +45,15 @@ def weight_read_intensity(p, s: Sheet) -> None:
              "which is fair for short contexts and flatters long ones.")
     s.assume("One GPU's view: under tensor parallelism each GPU reads and computes an equal share, "
              "so intensity and ridge are unchanged; communication is ignored.")
-    s.slip("x2: a bf16 weight counted as 1 byte, or FLOPs not doubled", 2.0)
+    # Two mistakes of a factor 2, which move the answers in opposite directions.
+    s.slip("x2: FLOPs not doubled", 0.5, on=("flops", "intensity"))
+    s.slip("x2: FLOPs not doubled", 2.0, on="crossover")
+    if p.dtype == "bf16":
+        s.slip("x2: a bf16 weight counted as 1 byte", 0.5, on=("bytes", "crossover"))
+        s.slip("x2: a bf16 weight counted as 1 byte", 2.0, on="intensity")
 
     tokens, crossover = s.value(T), s.value(Tc)
-    if tokens < crossover:
+    if s.compare(T, Tc) < 0:
         s.set_regime(
             "memory-bound",
             f"{format_number(tokens)} tokens per pass sit below the crossover of {format_number(crossover)}: "
@@ -153,8 +158,10 @@ def datasheet_speedup_regimes(p, s: Sheet) -> None:
              "would add to prefill and leave decode just as memory-bound.")
     s.assume("Tensor parallelism splits weights, KV heads and FLOPs evenly over the replica's GPUs; "
              "communication is ignored. In the capacity case every request holds its full context.")
-    s.slip("memory ratio taken as the capacity speedup", (hbm_bytes(new) / hbm_bytes(old)) / s.value(S_k))
-    s.slip("batch ratio taken as the capacity speedup (the longer step forgotten)", s.value(ratio) / s.value(S_k))
+    s.slip("memory ratio taken as the capacity speedup", on="speedup_capacity",
+           factor=(hbm_bytes(new) / hbm_bytes(old)) / s.value(S_k))
+    s.slip("batch ratio taken as the capacity speedup (the longer step forgotten)", on="speedup_capacity",
+           factor=s.value(ratio) / s.value(S_k))
 
     new_compute_bound = s.evaluate(2 * N * batch_n / (n * P_n)) > s.evaluate((W + batch_n * kv_req) / (n * BW_n))
     _speedup_regime(s, {"compute": S_c, "bandwidth": S_b, "capacity": S_k}, batch_o, batch_n, ratio, new_compute_bound)
@@ -275,15 +282,19 @@ def decode_op_ranking(p, s: Sheet) -> None:
              "bytes), which raise FLOPs per KV byte rather than stop the streaming. Speculative decoding, which "
              "verifies several tokens per sequence in one step, raises the GEMMs' and attention's intensity alike "
              "and is left out of the choices.")
-    s.slip("per query head instead of per KV head: the sharing forgotten", model.kv_heads / model.heads)
-    s.slip("K and V bytes counted, but only the QKᵀ FLOPs", 0.5)
+    s.slip("per query head instead of per KV head: the sharing forgotten", on=("attention_intensity", "flip_batch"),
+           factor=model.kv_heads / model.heads)
+    s.slip("per query head instead of per KV head: the sharing forgotten", on="attention_gap",
+           factor=model.heads / model.kv_heads)
+    s.slip("K and V bytes counted, but only the QKᵀ FLOPs", 0.5, on=("attention_intensity", "flip_batch"))
+    s.slip("K and V bytes counted, but only the QKᵀ FLOPs", 2.0, on="attention_gap")
     _ranking_regime(s, B, B_star, I_gemm, I_att)
 
 
 def _ranking_regime(s: Sheet, B, B_star, I_gemm, I_att) -> None:
     gemm, att = format_number(s.value(I_gemm), 3), format_number(s.value(I_att), 3)
     flip = format_number(s.value(B_star))
-    if s.value(B) < s.value(B_star):
+    if s.compare(B, B_star) < 0:
         s.set_regime(
             "attention-above",
             f"Below the flip batch of {flip}, the weight GEMMs ({gemm} FLOP/B) are the least intense ops: "

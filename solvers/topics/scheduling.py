@@ -110,8 +110,9 @@ def chunked_prefill_budget(p, s: Sheet) -> None:
     s.assume("During the chunked prefill every step is compute-bound (the chunk fills the step), and the "
              "chunk's reads of its own prompt's earlier KV are left out next to the decode streams' reads.")
     s.assume("Only this prompt is waiting; the decode streams keep their context over the few steps it takes.")
-    s.slip("budget without the decode tokens", s.value(c_max) / (s.value(B) + s.value(c_max)))
-    s.slip("stall counted as the prompt's math alone (no decode work, no overhead)", s.value(t_p) / s.value(stall))
+    s.slip("budget without the decode tokens", s.value(c_max) / (s.value(B) + s.value(c_max)), on="token_budget")
+    s.slip("stall counted as the prompt's math alone (no decode work, no overhead)", on="stall",
+           factor=s.value(t_p) / s.value(stall))
 
     _chunk_regime(s, ttft, T_f, t_p, t_fixed, n, c_max, P_in)
 
@@ -119,7 +120,7 @@ def chunked_prefill_budget(p, s: Sheet) -> None:
 def _chunk_regime(s: Sheet, ttft, T_f, t_p, t_fixed, n, c_max, P_in) -> None:
     budget, steps = _tokens(s, c_max), _tokens(s, n)
     took, target = format_quantity(s.value(ttft), "s"), format_quantity(s.value(T_f), "s")
-    if s.value(ttft) <= s.value(T_f):
+    if s.compare(ttft, T_f) <= 0:
         s.set_regime(
             "set-by-TPOT",
             f"At the TPOT-capped chunk of {budget} tokens the prompt takes {steps} steps and its first token "
@@ -195,11 +196,14 @@ def coupled_slo_admission(p, s: Sheet) -> None:
              "batch and its context stay as they are while the backlog drains, and the first token comes out "
              "with the step that holds the request's last prompt token.")
     c_mean = s.evaluate(sympy.floor((room - dec.flops) / (2 * e.N + e.A * L_p / 2)))
-    s.slip("chunk sized for the mean prompt token (late chunks then break the TPOT target)", c_mean / s.value(c_max))
-    s.slip("chunk taken as the whole TPOT step (decode batch's share forgotten)",
-           s.evaluate(room / f_last) / s.value(c_max))
-    s.slip("TTFT as backlog over prefill rate (whole steps not counted)", s.evaluate(Q / X_p) / s.value(ttft))
-    s.slip("backlog limit from the TPOT target instead of the TTFT target", s.value(tau) / s.value(T_f))
+    s.slip("chunk sized for the mean prompt token (late chunks then break the TPOT target)", on="chunk",
+           factor=c_mean / s.value(c_max))
+    s.slip("chunk taken as the whole TPOT step (decode batch's share forgotten)", on="chunk",
+           factor=s.evaluate(sympy.floor(room / f_last)) / s.value(c_max))
+    s.slip("TTFT as backlog over prefill rate (whole steps not counted)", on="ttft",
+           factor=s.evaluate(Q / X_p) / s.value(ttft))
+    s.slip("backlog limit from the TPOT target instead of the TTFT target", on="backlog_limit",
+           factor=s.evaluate(sympy.floor(tau / t_mix)) / s.value(n_max))
 
     _admission_regime(s, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max)
 
@@ -210,7 +214,7 @@ def _admission_regime(s: Sheet, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max) -
             f"tokens (c_max = {_tokens(s, c_max)} tokens per {_ms(s, t_mix)} step, {_tokens(s, n_max)} steps)")
     late = format_quantity(s.value(ttft), "s")
     target = format_quantity(s.value(T_f), "s")
-    if s.value(L_p) > s.value(Q_max):
+    if s.compare(L_p, Q_max) > 0:
         s.set_regime(
             "reject",
             f"The prompt alone ({_tokens(s, L_p)} tokens) exceeds the {_tokens(s, Q_max)} tokens this replica can "
@@ -219,7 +223,7 @@ def _admission_regime(s: Sheet, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max) -
             Q_max, L_p,
             "A prompt shorter than the backlog limit can meet its TTFT once the queue ahead of it drains; "
             "raising the limit takes a looser TPOT target (bigger chunks) or more compute per step.")
-    elif s.value(Q) > s.value(Q_max):
+    elif s.compare(Q, Q_max) > 0:
         s.set_regime(
             "queue",
             f"Behind the current backlog its first token would come after {late}, past the {target} target, "
@@ -277,11 +281,12 @@ def decode_loop_overlap(p, s: Sheet) -> None:
              "is found one step late, and the token it got in that step is discarded.")
     s.assume("Requests that need their previous token on the CPU before the next step (grammar-constrained "
              "output, some logits processors) cannot overlap and pay the serial step.")
-    s.slip("overlap throughput taken as the serial one", s.value(X_seq) / s.value(X_ovl))
-    s.slip("idle fraction taken as CPU time over GPU time", s.evaluate(t_cpu / t_gpu) / s.evaluate(t_cpu / t_seq))
+    s.slip("overlap throughput taken as the serial one", s.value(X_seq) / s.value(X_ovl), on="throughput_overlap")
+    s.slip("idle fraction taken as CPU time over GPU time", on="idle",
+           factor=s.evaluate(t_cpu / t_gpu) / s.evaluate(t_cpu / t_seq))
 
     gpu, cpu = _ms(s, t_gpu), _ms(s, t_cpu)
-    if s.value(t_cpu) > s.value(t_gpu):
+    if s.compare(t_cpu, t_gpu) > 0:
         s.set_regime(
             "CPU-bound",
             f"The CPU needs {cpu} per step against the GPU's {gpu}: even with overlap the GPU waits for the "
@@ -380,9 +385,10 @@ def long_reply_batching(p, s: Sheet) -> None:
              "recomputes anyway (its docs: lower overhead in V1), having no swap preemption: the recompute "
              "re-enters as chunked prefill on decode steps that are mostly memory-bound, using compute that would "
              "otherwise idle, where a swap would stall on PCIe.")
-    s.slip("batch sized by the prompt alone (the footprint at admission)",
-           s.evaluate(sympy.floor(K / P_in)) / s.value(B_pool))
-    s.slip("batch sized at the final footprint", s.evaluate(sympy.floor(K / (P_in + L_out))) / s.value(B_pool))
+    s.slip("batch sized by the prompt alone (the footprint at admission)", on="pool_batch",
+           factor=s.evaluate(sympy.floor(K / P_in)) / s.value(B_pool))
+    s.slip("batch sized at the final footprint", on="pool_batch",
+           factor=s.evaluate(sympy.floor(K / (P_in + L_out))) / s.value(B_pool))
 
     _reply_regime(s, e, work, B_pool, B_slo, speed, full, v, u * M)
 
@@ -402,7 +408,7 @@ def _reply_regime(s: Sheet, e: Engine, work, B_pool, B_slo, speed, full, v, usab
         levers = ("A step at the pool's batch reads nearly all usable HBM, so its speed is set by the GPU's "
                   "bandwidth over its HBM size and the overhead: the model, TP, fp8 KV and the reply length change "
                   "how many requests fit, not how fast each one goes. ")
-    if s.value(B_pool) <= s.value(B_slo):
+    if s.compare(B_pool, B_slo) <= 0:
         s.set_regime(
             "pool-limited",
             f"The pool sustains {fits} requests, within the {allowed} the speed target allows: {step}, and "
@@ -461,7 +467,8 @@ def roofline_model_breaks(p, s: Sheet) -> None:
                   "2(TP-1)/TP of the batch's activations")
     t = s.step("corrected_time", "Corrected step", "t", t_1 + t_ar + e.t_oh, "ms",
                "the efficient step, then the all-reduces and the per-step overhead on top (correction 3)")
-    s.step("corrected_throughput", "Corrected throughput", "X", B / t, "tokens/s", "one token per request per step")
+    X = s.step("corrected_throughput", "Corrected throughput", "X", B / t, "tokens/s",
+               "one token per request per step")
     ratio = s.step("ratio", "Corrected over bare", "r", t / t_0, "x", "how far the bare estimate is off")
     reach = s.given("r_reach", REACH, "x", "within reach: off by at most this factor")
 
@@ -470,8 +477,12 @@ def roofline_model_breaks(p, s: Sheet) -> None:
              "batches.")
     s.assume("Corrections add: efficiency stretches the roofline step, then communication and the per-step "
              "overhead (scheduling, sampling, launch gaps) come on top of it.")
-    s.slip("one all-reduce per layer instead of two", 0.5)
-    s.slip("all-reduces of one layer only", 1 / p.model.layers)
+    s.slip("one all-reduce per layer instead of two", 0.5, on="allreduce_time")
+    s.slip("one all-reduce per layer instead of two", on="corrected_throughput",
+           factor=s.evaluate(B / (t_1 + t_ar / 2 + e.t_oh)) / s.value(X))
+    s.slip("all-reduces of one layer only", 1 / p.model.layers, on="allreduce_time")
+    s.slip("all-reduces of one layer only", on="corrected_throughput",
+           factor=s.evaluate(B / (t_1 + t_ar / L + e.t_oh)) / s.value(X))
 
     costs = {"bandwidth": s.value(d_bw), "all-reduce": s.value(t_ar), "overhead": s.value(e.t_oh)}
     _require_clear_call(s.value(ratio), sorted(costs.values()))
@@ -496,7 +507,7 @@ def _roofline_regime(s: Sheet, ratio, reach, costs: dict[str, float], dominant: 
         "overhead": "read the gaps between kernels in an Nsight Systems trace of one decode step",
     }[dominant]
     summary = f"The corrected step is {off}x the bare roofline ({parts}); the {dominant} correction dominates: {catch}."
-    if s.value(ratio) <= s.value(reach):
+    if s.compare(ratio, reach) <= 0:
         s.set_regime(
             "within-reach", summary, reach, ratio,
             "The fixed costs (all-reduce latencies, per-step overhead) are weighed against the roofline step, "

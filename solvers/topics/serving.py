@@ -54,16 +54,16 @@ def continuous_batching_padding(p, s: Sheet) -> None:
     s.assume("A decode step takes the same time however many slots are busy (memory-bound decode, "
              "dominated by the weight read), so throughput is proportional to useful slot-steps.")
     s.assume("Prefill of the incoming requests is ignored, and this batch's lengths stand for the mix.")
-    s.slip("/B: the padding of one average slot, not of the batch", 1 / len(lengths))
+    s.slip("/B: the padding of one average slot, not of the batch", 1 / len(lengths), on="waste")
     if s.value(waste) > 0:
-        s.slip("every occupied slot-step counted as padding", s.value(held) / s.value(waste))
+        s.slip("every occupied slot-step counted as padding", s.value(held) / s.value(waste), on="waste")
 
     _gain_regime(s, gain, L_max, L_star)
 
 
 def _gain_regime(s: Sheet, gain: sympy.Symbol, L_max: sympy.Symbol, L_star: sympy.Symbol) -> None:
     g, longest, limit = (format_number(s.value(x), 3) for x in (gain, L_max, L_star))
-    if s.value(L_max) >= s.value(L_star):  # the prompt calls a gain of 2x or more large
+    if s.compare(L_max, L_star) >= 0:  # the prompt calls a gain of 2x or more large
         s.set_regime(
             "large-gain",
             f"The longest request ({longest} steps) runs past {limit}, twice the mean length: most slot-steps "
@@ -177,11 +177,14 @@ def slo_goodput(p, s: Sheet) -> None:
              "sampling noise only.")
     s.assume("Goodput in DistServe's sense: the highest request rate at which the SLO attainment still meets "
              "the goal. The share of requests meeting both SLOs is the attainment.")
-    s.slip("the mean, not the median (an exponential's mean is its median / ln 2)", 1 / math.log(2))
-    s.slip("the queue ignored: the prefill time alone", 1 - p.load)
+    s.slip("the mean, not the median (an exponential's mean is its median / ln 2)", 1 / math.log(2), on="ttft_p50")
+    s.slip("the mean, not the median (an exponential's mean is its median / ln 2)", on="tpot_p50",
+           factor=(p.tpot_floor + p.tpot_tail) / (p.tpot_floor + p.tpot_tail * math.log(2)))
+    s.slip("the queue ignored: the prefill time alone", 1 - p.load, on=("ttft_p50", "ttft_p99"))
     tail99 = p.tpot_tail * math.log(100)
-    s.slip("the floor left out of the p99 TPOT", tail99 / (p.tpot_floor + tail99))
-    s.slip("the worse single SLO taken for both together", min(s.value(a_ttft), s.value(a_tpot)) / s.value(both))
+    s.slip("the floor left out of the p99 TPOT", tail99 / (p.tpot_floor + tail99), on="tpot_p99")
+    s.slip("the worse single SLO taken for both together", on="attainment",
+           factor=min(s.value(a_ttft), s.value(a_tpot)) / s.value(sim["attainment"]))
     _goodput_regime(s, lam, lam_star, sim["attainment"], target)
 
 
@@ -189,7 +192,7 @@ def _goodput_regime(s: Sheet, lam, lam_star, attainment, target) -> None:
     shown = {name: format_quantity(s.value(sym), unit) for name, sym, unit in (
         ("rate", lam, "requests/s"), ("limit", lam_star, "requests/s"), ("attainment", attainment, "%"),
         ("target", target, "%"))}
-    if s.value(lam) <= s.value(lam_star):
+    if s.compare(lam, lam_star) <= 0:
         s.set_regime(
             "healthy",
             f"Arrivals of {shown['rate']} stay within the goodput of {shown['limit']}: the dashboard shows "

@@ -50,11 +50,13 @@ def training_compute_budget(p, s: Sheet) -> None:
              f"{format_quantity(p.ref_days, 'days')} on {format_number(p.ref_gpus)} H100s, taken per GPU-day "
              "and applied to the compute days. Wall-clock time runs longer than compute (Llama 3 kept over 90% "
              "effective training time), which adds interruptions in proportion.")
-    s.slip("x1/3: 2·N·D counts the forward pass only", 1 / 3)
-    s.slip("x4/3: 8·N·D counts activation recomputation, which MFU excludes", 4 / 3)
-    s.slip("MFU left out: the run at datasheet peak", p.mfu)
-    s.slip("one GPU's time, not the cluster's", p.gpus)
-    s.slip("Llama 3's interruptions per day copied without scaling by GPU count", p.ref_gpus / p.gpus)
+    s.slip("x1/3: 2·N·D counts the forward pass only", 1 / 3, on=("flops", "days", "interruptions"))
+    s.slip("x4/3: 8·N·D counts activation recomputation, which MFU excludes", on=("flops", "days", "interruptions"),
+           factor=4 / 3)
+    s.slip("MFU left out: the run at datasheet peak", p.mfu, on=("days", "interruptions"))
+    s.slip("one GPU's time, not the cluster's", p.gpus, on="days")
+    s.slip("Llama 3's interruptions per day copied without scaling by GPU count", on="interruptions",
+           factor=p.ref_gpus / p.gpus)
 
     _schedule_regime(s, T, T_dl, G_need)
 
@@ -62,7 +64,7 @@ def training_compute_budget(p, s: Sheet) -> None:
 def _schedule_regime(s: Sheet, T, T_dl, G_need) -> None:
     days, deadline = format_quantity(s.value(T), "days"), format_quantity(s.value(T_dl), "days")
     needed = s.value(G_need)
-    if s.value(T) <= s.value(T_dl):
+    if s.compare(T, T_dl) <= 0:
         s.set_regime(
             "fits-deadline",
             f"{days} of pure compute against a deadline of {deadline}: the plan fits, before restarts and "
@@ -124,9 +126,12 @@ def training_state_bytes(p, s: Sheet) -> None:
              "activations (after checkpointing), communication buffers and allocator fragmentation need the rest.")
     s.assume("Full sharding splits the state evenly over every GPU it spans; collectives use ring-style "
              "volumes, gradients reduced in bf16.")
-    s.slip("weights only, 2 B/param", 2 / s.value(b))
-    s.slip("fp32 master weights and moments left out", 4 / s.value(b))
-    s.slip("state per node, not per GPU", p.gpus_per_node)
+    for label, wrong in (("weights only, 2 B/param", 2), ("fp32 master weights and moments left out", 4)):
+        s.slip(label, wrong / s.value(b), on=("bytes_per_param", "state"))
+        # Sharded over the nodes that smaller state would need: fewer nodes, so more per GPU.
+        s.slip(label, on="state_per_gpu",
+               factor=wrong / s.value(b) * s.value(nodes) / s.evaluate(sympy.ceiling(N * wrong / room)))
+    s.slip("state per node, not per GPU", p.gpus_per_node, on="state_per_gpu")
 
     _state_regime(s, N, N_star, S, room, nodes, traffic)
 

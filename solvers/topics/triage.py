@@ -64,8 +64,8 @@ def loss_plateau_triage(p, s: Sheet) -> None:
 
     fired = [check for check, firing in zip(CHECKS, (
         eleven["step"] == nine["step"],
-        s.value(lr) <= p.lr_floor * p.peak_lr * (1 + 1e-9) or eleven["grad norm"] < VANISHED_GRAD_NORM,
-        s.value(epochs) > 1,
+        s.compare(lr, rho * eta) <= 0 or eleven["grad norm"] < VANISHED_GRAD_NORM,
+        s.compare(epochs, 1) > 0,
         eleven["loss scale"] <= p.min_scale,
         min(value for name, value in eleven.items() if name.startswith("grad norm, rank")) == 0,
     )) if firing]
@@ -85,7 +85,7 @@ def loss_plateau_triage(p, s: Sheet) -> None:
              "at exactly zero is a slice whose weights get no gradient (left frozen after a reload, or its "
              "gradient buffers zeroed before the step) while it still passes gradients back to the stages "
              "before it, which stay healthy.")
-    s.slip("epochs from sequences, not tokens", 1 / p.seq_len)
+    s.slip("epochs from sequences, not tokens", 1 / p.seq_len, on="epochs")
     _lr_slips(p, s, nine["step"], s.value(lr))
 
 
@@ -96,8 +96,8 @@ def _lr_slips(p, s: Sheet, step: int, lr: float) -> None:
     peak, floor = p.peak_lr, p.lr_floor * p.peak_lr
     linear = floor + (peak - floor) * (1 - (step - p.warmup) / (p.decay_steps - p.warmup))
     no_warmup = floor + (peak - floor) * (1 + math.cos(math.pi * step / p.decay_steps)) / 2
-    s.slip("linear decay instead of cosine", linear / lr)
-    s.slip("cosine counted from step 0, ignoring the warmup", no_warmup / lr)
+    s.slip("linear decay instead of cosine", linear / lr, on="lr_plateau")
+    s.slip("cosine counted from step 0, ignoring the warmup", no_warmup / lr, on="lr_plateau")
 
 
 # --- first-month-plan ------------------------------------------------------------------------
@@ -140,14 +140,17 @@ def first_month_plan(p, s: Sheet) -> None:
     s.assume("Reading times include the dashboards, logs and fix pull requests each postmortem links; the map "
              "follows one real training job from submission to checkpoint (scheduler, nodes, network, storage).")
     no_meetings = p.weeks * (p.hours_per_week - p.shadow_hours) / s.value(F)
-    s.slip("meetings not taken off the focus hours", no_meetings)
-    s.slip("reading share taken of the hours before meetings, not of the focus hours", 1 / no_meetings)
+    s.slip("meetings not taken off the focus hours", no_meetings, on="focus_hours")
+    readable_no_meetings = s.evaluate(sympy.Min(n, sympy.floor((weeks * (H - o) - M - X) / r), evaluate=False))
+    s.slip("meetings not taken off the focus hours", readable_no_meetings / s.value(readable), on="readable")
+    s.slip("reading share taken of the hours before meetings, not of the focus hours", on="reading_share",
+           factor=1 / no_meetings)
     _month_regime(s, planned, F, readable, n)
 
 
 def _month_regime(s: Sheet, planned, F, readable, n) -> None:
     need, have = format_quantity(s.value(planned), "h"), format_quantity(s.value(F), "h")
-    if s.value(planned) <= s.value(F):
+    if s.compare(planned, F) <= 0:
         s.set_regime(
             "fits-the-month",
             f"The plan needs {need} of the {have} of focus time: read every postmortem, draw the map and ship "

@@ -9,13 +9,16 @@ from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.markup import escape
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
-from tui.widgets.answer_field import AnswerField, understood
+from tui.widgets.answer_field import AnswerField
 
 if TYPE_CHECKING:
     from solvers.engine import Solution
+    from solvers.followup import FollowUp
+    from tui.app import FirstRound
 
 
 def _params_table(solution: Solution) -> Table:
@@ -44,14 +47,18 @@ class QuestionScreen(Screen):
         Binding("ctrl+s", "submit", "Submit", priority=True),
         Binding("ctrl+t", "hint", "Hint", priority=True),
         Binding("ctrl+n", "new_variant", "New variant", priority=True),
+        Binding("ctrl+k", "skip_followup", "Skip follow-up", priority=True),
         Binding("f1", "app.help", "Help"),
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
-    def __init__(self, solution: Solution, mode: str = "practice") -> None:
+    def __init__(self, solution: Solution, mode: str = "practice", followup: FollowUp | None = None,
+                 first: FirstRound | None = None) -> None:
         super().__init__()
         self.solution = solution
         self.mode = mode  # practice, drill or mock: recorded with the attempt
+        self.followup = followup  # the interviewer's push after the first round (with the round it follows)
+        self.first = first
         self.started_at = datetime.now(UTC)
         self.started = time.monotonic()
         self.hints_shown = 0
@@ -59,18 +66,28 @@ class QuestionScreen(Screen):
 
     def compose(self) -> ComposeResult:
         q = self.solution.question
+        followup = self.followup
+        kind = "[b $warning]Follow-up[/]  " if followup else ""
         yield Header()
         with Horizontal(id="question-bar"):
-            yield Static(f"[b]{q.title}[/b]  [dim]{q.group} · {q.topic}[/dim]  variant [b]{self.solution.code}[/b]",
-                         id="question-title")
+            yield Static(f"{kind}[b]{escape(q.title)}[/b]  [dim]{q.group} · {q.topic}[/dim]  "
+                         f"variant [b]{escape(str(self.solution.code))}[/b]", id="question-title")
             yield Static("0:00", id="timer")
-        with VerticalScroll(id="question-body"):
-            yield Static(self.solution.prompt, id="prompt")
+        with VerticalScroll(id="question-body", can_focus=False):
+            yield Static(followup.prompt if followup else self.solution.prompt, id="prompt", markup=False)
             yield Static(_params_table(self.solution), id="params")
-            for number, spec in enumerate(q.answers, 1):
-                yield AnswerField(spec, number, self.solution.shown_orders.get(spec.key))
+            asked = [q.answer(k) for k in followup.ask] if followup else list(q.answers)
+            for number, spec in enumerate(asked, 1):
+                yield AnswerField(spec, number, self.solution.shown.get(spec.key, ()))
             yield Static("", id="hints")
         yield Footer()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "skip_followup":
+            return self.followup is not None
+        if action == "new_variant":
+            return self.followup is None
+        return True
 
     def on_mount(self) -> None:
         self.set_interval(1, self._tick)
@@ -105,7 +122,7 @@ class QuestionScreen(Screen):
 
     def action_submit(self) -> None:
         fields = list(self.query(AnswerField))
-        unreadable = [f for f in fields if not understood(f.spec, f.value, f.shown)[0]]
+        unreadable = [f for f in fields if not f.readable]
         if unreadable:
             # Nothing is graded until every answer can be read; say which one to fix.
             unreadable[0].query_one(Input).focus()
@@ -117,8 +134,19 @@ class QuestionScreen(Screen):
             self.confirm_empty = True
             self.notify(f"{len(empty)} answer(s) empty: press ctrl+s again to reveal the solution anyway.")
             return
+        if self.followup is not None and self.first is not None:
+            self.app.finish_followup(self.first, self.followup, self.answers(), self.elapsed)
+            return
         self.app.show_solution(self.solution, self.answers(), self.elapsed, self.hints_shown, self.started_at,
                                self.mode)
+
+    def action_skip_followup(self) -> None:
+        if self.followup is None or self.first is None:
+            return
+        if self.mode == "mock":
+            self.notify("A mock interview asks every follow-up.")
+            return
+        self.app.reveal(self.first, None)
 
     def action_hint(self) -> None:
         if self.mode == "mock":

@@ -12,12 +12,14 @@ from textual.markup import escape
 from textual.screen import Screen
 from textual.widgets import Footer, Header, SelectionList, Static
 
-from solvers.grade import CORRECT, Grade
+from solvers.answers import CORRECT, Grade
+from solvers.followup import both_rounds
 from tui.chart import sweep_chart
-from tui.render import givens_table, grade_table, notes, regime_panel, step_renderable
+from tui.render import givens_table, grade_table, judgement_table, notes, regime_panel, step_renderable
 
 if TYPE_CHECKING:
     from solvers.engine import Solution
+    from solvers.followup import FollowUp
     from tui.review import Submitted
 
 
@@ -45,7 +47,8 @@ class SolutionScreen(Screen):
     ]
 
     def __init__(self, solution: Solution, answers: dict[str, str], grades: list[Grade], elapsed: float,
-                 hints_used: int, submitted: Submitted | None = None, mode: str = "practice") -> None:
+                 hints_used: int, submitted: Submitted | None = None, mode: str = "practice",
+                 followup: tuple[FollowUp, list[Grade], float] | None = None) -> None:
         super().__init__()
         self.solution = solution
         self.answers = answers
@@ -56,25 +59,39 @@ class SolutionScreen(Screen):
         self.mode = mode
         self.rating = int(submitted.suggested) if submitted else None
         self.rated = False  # the user picked a rating (else the suggestion stands)
+        self.followup = followup  # (the push, its grades, its time), or None where it was skipped or none
 
     def compose(self) -> ComposeResult:
         q = self.solution.question
         right = sum(g.verdict == CORRECT for g in self.grades)
         minutes, seconds = divmod(int(self.elapsed), 60)
+        pushed = ""
+        if self.followup is not None:
+            pushed = f", follow-up {sum(g.verdict == CORRECT for g in self.followup[1])}/{len(self.followup[1])}"
         yield Header()
-        yield Static(f"[b]{q.title}[/b]   variant [b]{self.solution.code}[/b]   "
-                     f"{right}/{len(self.grades)} correct in {minutes}:{seconds:02d}, hints used {self.hints_used}",
-                     id="solution-title")
+        yield Static(f"[b]{escape(q.title)}[/b]   variant [b]{self.solution.code}[/b]   "
+                     f"{right}/{len(self.grades)} correct in {minutes}:{seconds:02d}{pushed}, "
+                     f"hints used {self.hints_used}", id="solution-title")
         yield Static(self._rating_text(), id="rating")
         with VerticalScroll(id="solution-body"):
             yield Static(grade_table(self.solution, self.grades), id="grades")
+            if self.followup is not None:
+                followup, grades, _ = self.followup
+                yield Static(f"[b]Follow-up[/b] [dim]{escape(str(followup.solution.code))}[/dim]", classes="section")
+                yield Static(followup.say, markup=False)
+                yield Static(grade_table(followup.solution, grades), id="followup-grades")
+                if followup.solution.sheet.regime is not None:
+                    yield Static(regime_panel(followup.solution), id="followup-regime")
             for spec in self.solution.question.answers:
-                if spec.kind == "checklist":
+                if spec.key in self.solution.sheet.reasons:
+                    yield Static(f"[b]{escape(spec.label)}[/b]", classes="section")
+                    yield Static(judgement_table(self.solution, spec.key), id=f"judged-{spec.key}")
+                if spec.self_graded:
                     yield Static(f"[b]{spec.label}[/b]: tick the points your answer covered (space)",
                                  classes="section")
                     if self.answers.get(spec.key, "").strip():
                         yield Static(f"[dim]Your notes: {escape(self.answers[spec.key])}[/dim]")
-                    yield SelectionList(*[(item, i) for i, item in enumerate(spec.checklist)], id=f"tick-{spec.key}",
+                    yield SelectionList(*[(item, i) for i, item in enumerate(spec.points)], id=f"tick-{spec.key}",
                                         classes="checklist")
             yield Static("[b]Given[/b]", classes="section")
             yield Static(givens_table(self.solution), id="givens")
@@ -114,7 +131,11 @@ class SolutionScreen(Screen):
         self.query_one("#grades", Static).update(grade_table(self.solution, self.grades))
         reviewer = self.app.drill.reviewer if self.app.drill else None
         if self.submitted and reviewer is not None:
-            suggested = reviewer.regrade(self.submitted.attempt.uid, self.grades, {**self.answers, key: ticks})
+            grades, typed = self.grades, {**self.answers, key: ticks}
+            if self.followup is not None:
+                followup, pushed_grades, _ = self.followup
+                grades, typed = both_rounds(grades, typed, pushed_grades, {})
+            suggested = reviewer.regrade(self.submitted.attempt.uid, grades, typed)
             if not self.rated:
                 self.rating = int(suggested)
             self.submitted = replace(self.submitted, suggested=suggested)

@@ -87,7 +87,7 @@ class WhatIfScreen(Screen):
 
     def action_step(self, direction: int) -> None:
         from solvers.derivation import Reject
-        from solvers.engine import Solution, expected_answers, solve_values
+        from solvers.engine import revise
 
         if not self.numeric:
             return
@@ -98,16 +98,12 @@ class WhatIfScreen(Screen):
             self.message = f"{spec.label or spec.name} is at the end of its range."
             self._show()
             return
-        raw[spec.name] = new_value
         try:
-            params, sheet = solve_values(self.solution.question, raw, self.catalog)
+            self.solution = revise(self.solution, self.catalog, {spec.name: new_value})
         except Reject as reason:
             self.message = f"No valid variant at {spec.name} = {new_value}: {reason}"
             self._show()
             return
-        question = self.solution.question
-        self.solution = Solution(question, self.solution.code, params, self.solution.prompt, sheet,
-                                 expected_answers(question, sheet), self.solution.shown_orders)
         self.message = ""
         self._show()
 
@@ -119,7 +115,7 @@ class WhatIfScreen(Screen):
         self.query_one("#whatif-params", Static).update(params)
         answers = Table(show_header=False, box=None, pad_edge=False)
         for spec in self.solution.question.answers:
-            if spec.kind != "checklist":
+            if not spec.self_graded:
                 answers.add_row(spec.label, expected_text(self.solution, spec.key))
         self.query_one("#whatif-answers", Static).update(answers)
         regime = self.solution.sheet.regime

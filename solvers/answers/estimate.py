@@ -1,0 +1,23 @@
+"""An order-of-magnitude estimate, graded in decades (`log:` in a question file)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from solvers.answers.base import Grade
+from solvers.answers.number import Number
+from solvers.units import format_number
+
+
+@dataclass(frozen=True)
+class Estimate(Number):
+    kind = "estimate"
+    fields = ("log",)
+    close_factor = 2
+    wrong_factor = 1e3  # three decades: beyond twice any tolerance below one decade
+
+    def error_of(self, ratio: float) -> float:
+        return abs(math.log10(ratio)) if ratio > 0 else math.inf
+
+    def error_text(self, grade: Grade) -> str:
+        return "" if grade.error is None else f"{format_number(grade.error, 2)} dec"

@@ -1,0 +1,121 @@
+"""Pick every listed option that holds for this variant (`select:`): judgement, graded.
+
+The question file declares a pool of options; the solver judges each one from the
+variant's numbers (`Sheet.judge`: holds or not, and one line of why). The candidate sees
+the options that hold and distractors drawn from the rest, shuffled by the variant, so
+the right set changes between variants and cannot be memorised. All right: correct; one
+missed or one extra: close; else wrong.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from solvers.answers.base import (
+    CLOSE,
+    CORRECT,
+    UNPARSED,
+    WRONG,
+    Answer,
+    Grade,
+    Shown,
+    Slip,
+    SpecError,
+    TestInputs,
+    letter,
+    lettered_list,
+    letters,
+)
+from solvers.answers.choice import distinct_texts
+from solvers.answers.lettered import read_letters
+from solvers.parse import ParseError
+
+NONE = "none"
+
+
+@dataclass(frozen=True)
+class Select(Answer):
+    pool: tuple[str, ...] = ()
+    show: int = 0  # options listed per variant (0: the whole pool)
+
+    kind = "select"
+    fields = ("select", "show")
+
+    @classmethod
+    def from_fields(cls, key: str, label: str, unit: str, fields: Mapping[str, Any]) -> Answer:
+        pool = distinct_texts("select", fields["select"], at_least=3)
+        show = fields.get("show", len(pool))
+        if isinstance(show, bool) or not isinstance(show, int) or not 2 <= show <= len(pool):
+            raise SpecError("show", f"options listed per variant: an integer from 2 to {len(pool)}")
+        return cls(key, label, unit, pool, show)
+
+    def check_result(self, result: Any) -> str | None:
+        """The solver judged every option of the pool (Sheet.judge); at least one holds and one
+        does not, or there is nothing to judge."""
+        if not isinstance(result, dict) or set(result) != set(self.pool):
+            judged = set(result) if isinstance(result, dict) else set()
+            return f"judge every option of the pool (unjudged: {sorted(set(self.pool) - judged)}, " \
+                   f"not in the pool: {sorted(judged - set(self.pool))})"
+        if all(result.values()) or not any(result.values()):
+            return "some options must hold and some must not"
+        return None
+
+    def present(self, result: Any, seed: str) -> tuple[tuple[str, ...], Any]:
+        """Options that hold and distractors, at least one of each, in a shuffle of this variant."""
+        rng = random.Random(seed)
+        holds = [o for o in self.pool if result[o]]
+        fails = [o for o in self.pool if not result[o]]
+        size = self.show or len(self.pool)
+        true_count = min(len(holds), size - 1)
+        false_count = min(len(fails), size - true_count)
+        true_count = min(len(holds), size - false_count)
+        shown = rng.sample(holds, true_count) + rng.sample(fails, false_count)
+        rng.shuffle(shown)
+        return tuple(shown), [o for o in shown if result[o]]
+
+    def listing(self, shown: Shown) -> str:
+        return lettered_list(f"{self.label} (give every letter that applies):", shown)
+
+    def key_text(self, key: Any, shown: Shown) -> str:
+        return "; ".join(f"{letter(list(shown).index(o))}. {o}" for o in key) if key else NONE
+
+    def typed(self, key: Any, shown: Shown) -> str:
+        return letters(key, shown) if key else NONE
+
+    def test_inputs(self, key: Any, shown: Shown) -> TestInputs:
+        others = [o for o in shown if o not in key]
+        return TestInputs(self.typed(key, shown), letters(others, shown) or NONE, letter(len(shown)))
+
+    def read(self, text: str, shown: Shown) -> list[str]:
+        if text.strip().lower() == NONE:
+            return []
+        picked = read_letters(text, shown, "AC")
+        if len(set(picked)) < len(picked):
+            raise ParseError("each letter once")
+        return [o for o in shown if o in picked]  # in listed order
+
+    def describe(self, reading: list[str], shown: Shown) -> str:
+        return letters(reading, shown) if reading else "none of them"
+
+    def grade(self, text: str, key: Any, shown: Shown = (), slips: Sequence[Slip] = ()) -> Grade:
+        key_letters = letters(key, shown) if key else NONE
+        try:
+            picked = self.read(text, shown)
+        except ParseError as error:
+            return Grade(self.key, UNPARSED, text, key_letters, message=str(error))
+        missed = [o for o in key if o not in picked]
+        extra = [o for o in picked if o not in key]
+        wrong = len(missed) + len(extra)
+        verdict = CORRECT if wrong == 0 else CLOSE if wrong == 1 else WRONG
+        parts = []
+        if missed:
+            parts.append(f"missed {letters(missed, shown)}")
+        if extra:
+            parts.append(f"{letters(extra, shown)} do{'es' if len(extra) == 1 else ''} not hold here")
+        return Grade(self.key, verdict, letters(picked, shown) if picked else NONE, key_letters,
+                     error=wrong / len(shown), message="; ".join(parts) or None)
+
+    def placeholder(self, shown: Shown) -> str:
+        return "every letter that applies, e.g. AC (or none)"

@@ -1,0 +1,161 @@
+"""The follow-up round: the interviewer moves one parameter across the regime boundary and
+asks again. Declared in the question file (`followups:`), or found by sweeping a numeric
+parameter the way the regime chart does and rounding the crossing to a value a person would
+say ("now the batch is 256"). The pushed variant is a variant code of its own."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from solvers.answers import Grade
+from solvers.bank import ParamSpec
+from solvers.data import Catalog
+from solvers.derivation import Reject
+from solvers.engine import Solution, revise
+from solvers.sampling import ParameterError, parse_override, round_value
+
+SWEEP_POINTS = 40
+CLEAR_MARGIN = 1.5  # a push lands at least this far past the boundary where it can
+LOOK_PAST = 12  # values tried beyond the first crossing in search of a clear one
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    solution: Solution  # the variant after the push; its code reproduces it
+    ask: tuple[str, ...]  # the answers asked again
+    say: str  # what the interviewer says
+
+    @property
+    def prompt(self) -> str:
+        listings = [self.solution.question.answer(k).listing(self.solution.shown[k])
+                    for k in self.ask if k in self.solution.shown]
+        return self.say + "".join(f"\n\n{text}" for text in listings)
+
+
+def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
+    """The follow-up for this variant: the first declared one that makes a valid variant, else
+    a generated one where the question has a regime; None where there is none to ask."""
+    question = solution.question
+    for declared in question.followups:
+        try:
+            changes = {name: parse_override(question.parameter(name), text, catalog) for name, text in declared.set}
+            pushed = revise(solution, catalog, changes)
+        except (Reject, ParameterError):
+            continue
+        if any(pushed.expected[k] != solution.expected[k] for k in declared.ask):
+            return FollowUp(pushed, declared.ask, declared.say or _say(solution, pushed, changes))
+    if solution.sheet.regime is None or question.followups:
+        return None
+    for spec in _candidates(solution):
+        pushed = _crossing(solution, catalog, spec)
+        if pushed is not None:
+            ask = _asked(solution, pushed)
+            if ask:
+                return FollowUp(pushed, ask, _say(solution, pushed, {spec.name: pushed.param(spec.name).raw}))
+    return None
+
+
+def _candidates(solution: Solution) -> list[ParamSpec]:
+    """Numeric range parameters, the chart's own first; then choices (a TP degree, a GPU, a model).
+    A generator's own settings (a spread) are not something an interviewer pushes."""
+    settings = {v[1:] for p in solution.question.parameters for _, v in p.args if isinstance(v, str)}
+    pushable = [p for p in solution.question.parameters if p.name not in settings or p.kind == "choice"]
+    numeric = [p for p in pushable if p.kind in ("int", "uniform", "loguniform")]
+    chart_x = solution.question.chart[0] if solution.question.chart else None
+    choices = [p for p in pushable if p.kind == "choice" and len(p.choices) > 1]
+    return sorted(numeric, key=lambda p: p.name != chart_x) + choices
+
+
+def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec) -> Solution | None:
+    """The variant with `spec` moved to the nearest value a person would say that lands clearly on
+    the other side of the boundary (a round number for a range, another option for a choice);
+    failing that, the nearest value across at all."""
+    regime = solution.sheet.regime.name
+    nearest, looked = None, 0
+    for value in _pushes(spec, solution.param(spec.name).raw):
+        if nearest is not None and (looked := looked + 1) > LOOK_PAST:
+            break
+        try:
+            pushed = revise(solution, catalog, {spec.name: value})
+        except Reject:
+            continue
+        if pushed.sheet.regime is None or pushed.sheet.regime.name == regime:
+            continue
+        margin = pushed.sheet.regime.margin
+        if math.isfinite(margin) and margin > 0 and abs(math.log(margin)) >= math.log(CLEAR_MARGIN):
+            return pushed
+        nearest = nearest or pushed
+    return nearest
+
+
+def _pushes(spec: ParamSpec, current):
+    """Values to try for `spec`, nearest first."""
+    if spec.kind == "choice":
+        others = [c for c in spec.choices if c != current]
+        numeric = all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in spec.choices)
+        yield from sorted(others, key=lambda c: _distance(float(c), float(current))) if numeric else others
+        return
+    current = float(current)
+    spaced = np.geomspace if spec.kind == "loguniform" else np.linspace
+    xs = sorted({round_value(spec, float(x)) for x in spaced(spec.low, spec.high, SWEEP_POINTS)} - {current},
+                key=lambda x: _distance(x, current))
+    tried = {current}
+    for x in xs:
+        for value in _round_values(spec, x):
+            if value not in tried:
+                tried.add(value)
+                yield value
+
+
+def _distance(x: float, current: float) -> float:
+    return abs(math.log(x / current)) if x > 0 and current > 0 else abs(x - current)
+
+
+def _round_values(spec: ParamSpec, x: float) -> list[float | int]:
+    """Values near x a person would say, roundest first: a power of two for a whole count,
+    one significant figure, two, then x itself; each kept on the parameter's grid and range."""
+    said = []
+    if spec.kind == "int" and x >= 1:
+        said.append(2 ** round(math.log2(x)))
+    if x > 0:
+        said += [float(f"{x:.0e}"), float(f"{x:.1e}")]
+    said.append(x)
+    values = []
+    for value in said:
+        value = round_value(spec, min(max(value, spec.low), spec.high))
+        if value not in values:
+            values.append(value)
+    return values
+
+
+def _asked(before: Solution, after: Solution) -> tuple[str, ...]:
+    """The regime, if it is an answer, and the first number that moved past its tolerance."""
+    keys = [a.key for a in before.question.answers]
+    ask = ["regime"] if "regime" in keys else []
+    chart_y = before.question.chart[1] if before.question.chart else None
+    numbers = sorted((a for a in before.question.answers if a.numeric), key=lambda a: a.key != chart_y)
+    for spec in numbers:
+        old, new = float(before.expected[spec.key]), float(after.expected[spec.key])
+        if old != new and (old == 0 or abs(new / old - 1) > 3 * spec.tolerance):
+            ask.append(spec.key)
+            break
+    return tuple(ask) if len(ask) == 2 or (ask and ask[0] != "regime") else ()
+
+
+def _say(before: Solution, after: Solution, changes: dict) -> str:
+    moved = " and ".join(f"{after.param(name).label} is {after.param(name).shown} instead of "
+                         f"{before.param(name).shown}" for name in changes)
+    return f"Now suppose {moved}. Where does that leave you?"
+
+
+FOLLOWUP_PREFIX = "followup."
+
+
+def both_rounds(first: list[Grade], first_typed: dict[str, str], second: list[Grade],
+                second_typed: dict[str, str]) -> tuple[list[Grade], dict[str, str]]:
+    """One attempt's grades and typed text for both rounds: the follow-up's under 'followup.<key>'."""
+    grades = [*first, *(replace(g, key=FOLLOWUP_PREFIX + g.key) for g in second)]
+    typed = first_typed | {FOLLOWUP_PREFIX + k: v for k, v in second_typed.items()}
+    return grades, typed

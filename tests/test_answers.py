@@ -1,0 +1,245 @@
+"""Answer kinds: reading, grading, the live note, slips by dimension, and each kind's test inputs."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from solvers.answers import (
+    CLOSE,
+    CORRECT,
+    MISMATCH,
+    UNPARSED,
+    WRONG,
+    Checklist,
+    Choice,
+    Estimate,
+    Number,
+    Order,
+    Select,
+    Slip,
+    SpecError,
+    make_answer,
+)
+from solvers.answers.slips import generic_slips
+from solvers.units import format_quantity, parse_unit
+
+KIB = Number("kv", "KV per token", "KiB", 0.01)
+
+
+def test_correct_in_any_unit_of_the_right_kind():
+    for text in ["320 KiB", "320", "327,680 B", "327.68 kB", "0.3125 MiB"]:
+        assert KIB.grade(text, 327_680).verdict == CORRECT, text
+
+
+def test_close_and_wrong():
+    assert KIB.grade("325 KiB", 327_680).verdict == CLOSE
+    grade = KIB.grade("400 KiB", 327_680)
+    assert grade.verdict == WRONG and grade.error == pytest.approx(0.25)
+
+
+def test_unit_mismatch_is_not_a_wrong_value():
+    grade = KIB.grade("320 ms", 327_680)
+    assert grade.verdict == MISMATCH and "time" in grade.message
+
+
+def test_unparsable_is_not_graded():
+    grade = KIB.grade("about three hundred", 327_680)
+    assert grade.verdict == UNPARSED and grade.error is None
+
+
+def test_a_bare_number_is_read_in_the_answers_unit_and_the_note_says_so():
+    share = Number("s", "share", "%", 0.02)
+    assert share.note("0.4") == (True, "→ 0.4%")
+    assert share.grade("0.4", 0.4).verdict == WRONG  # 0.4%, as the note said, not 40%
+    assert share.grade("40", 0.4).verdict == CORRECT
+    flops = Number("f", "FLOPs", "TFLOP", 0.02)
+    assert flops.grade("4.515e12 FLOP", 4.515e12).verdict == CORRECT
+    assert flops.grade("4.5T", 4.515e12).verdict == CORRECT  # a bare magnitude scales the base unit
+    assert flops.note("4.515e12") == (True, "→ 4.515×10^12 TFLOP")
+
+
+UNITS = ["KiB", "GB", "GB/s", "TFLOP", "TFLOP/s", "ms", "%", "", "tokens", "$", "FLOP/B", "Gb/s"]
+
+
+@given(st.floats(min_value=1e-6, max_value=1e15, allow_nan=False), st.sampled_from(UNITS),
+       st.sampled_from(["", " GB", " KiB", " ms", " s", "%", " TFLOP", " k", " M"]))
+def test_the_note_shows_exactly_what_the_grade_reads(value, unit, suffix):
+    spec = Number("x", "x", unit, 0.02)
+    text = f"{value:.6g}{suffix}"
+    ok, note = spec.note(text)
+    grade = spec.grade(text, 1.0)
+    if ok:
+        assert grade.verdict not in (UNPARSED, MISMATCH)
+        assert note == f"→ {grade.given}"
+    else:
+        assert grade.verdict in (UNPARSED, MISMATCH) and grade.message == note
+
+
+@pytest.mark.parametrize("given_text, slip", [
+    ("640 KiB", "x2"), ("160 KiB", "x2"), ("2560 KiB", "x8"), ("40 KiB", "/8"),
+    ("320 KB", "GB and GiB"), ("320000 KiB", "x1000"), ("0.32 KiB", "/1000"),
+])
+def test_classic_slips_on_bytes(given_text, slip):
+    grade = KIB.grade(given_text, 327_680)
+    assert grade.verdict != CORRECT
+    assert grade.slip is not None and grade.slip.startswith(slip), grade.slip
+
+
+def test_generic_slips_reach_only_answers_of_their_dimension():
+    def labels(unit):
+        return " | ".join(s.label for s in generic_slips(parse_unit(unit)))
+
+    assert "GiB" not in labels("%") and "bits" not in labels("%") and "prefix" not in labels("%")
+    assert "bits" not in labels("TFLOP") and "GiB" not in labels("TFLOP/s")
+    assert "multiply-add" in labels("TFLOP/s") and "multiply-add" not in labels("GB")
+    assert "bits" in labels("Gb/s") and "GiB" in labels("GB/s")
+    assert labels("") == "" and labels("x") == ""
+    share = Number("s", "share", "%", 0.02)
+    assert share.grade("40.96%", 0.4).slip is None  # 1.024 x a percentage is not a GB/GiB slip
+    assert Number("f", "FLOPs", "TFLOP", 0.02).grade("8 TFLOP", 1e12).slip is None  # no bits in FLOPs
+
+
+def test_declared_slips_come_first():
+    grade = KIB.grade("4 KiB", 327_680, slips=[Slip("x layers: one layer only", 1 / 80)])
+    assert grade.slip == "x layers: one layer only"
+
+
+def test_estimates_are_graded_in_decades():
+    spec = Estimate("n", "interruptions", "", 0.15)
+    assert spec.grade("300", 370).verdict == CORRECT
+    assert spec.grade("200", 370).verdict == CLOSE
+    assert spec.grade("37", 370).verdict == WRONG
+    assert spec.error_text(spec.grade("37", 370)) == "1 dec"
+
+
+def test_zero_key_needs_exact_zero():
+    spec = Number("u", "users", "requests", 0.02)
+    assert spec.grade("0", 0).verdict == CORRECT
+    assert spec.grade("1", 0).verdict == WRONG
+
+
+def test_choices_by_prefix():
+    spec = Choice("regime", "regime", "", ("memory-bound", "compute-bound"))
+    assert spec.grade("mem", "memory-bound").verdict == CORRECT
+    assert spec.grade("Compute-Bound", "memory-bound").verdict == WRONG
+    assert spec.grade("bandwidth", "memory-bound").verdict == UNPARSED
+    assert spec.note("comp") == (True, "→ compute-bound")
+
+
+ORDER = Order("checks", "Order the checks", "", ("step counter", "learning rate", "data", "loss scale"))
+
+
+def test_ordering_by_letters_of_the_listed_order():
+    shown = ("data", "step counter", "loss scale", "learning rate")  # listed as A, B, C, D
+    expected = ["step counter", "learning rate", "data", "loss scale"]
+    for text in ["BDAC", "b d a c", "B > D > A > C", "2 4 1 3"]:
+        grade = ORDER.grade(text, expected, shown)
+        assert grade.verdict == CORRECT and grade.expected == "B D A C", text
+    assert ORDER.grade("DBAC", expected, shown).verdict == CLOSE  # one adjacent swap
+    wrong = ORDER.grade("CADB", expected, shown)
+    assert wrong.verdict == WRONG and wrong.error > 0.5
+
+
+@pytest.mark.parametrize("text", ["BDA", "BDAA", "BDAE", "1 2 3 9", "print(1)", ""])
+def test_ordering_must_be_a_full_permutation(text):
+    grade = ORDER.grade(text, list(ORDER.items), ORDER.items)
+    assert grade.verdict == UNPARSED and grade.message
+
+
+POOL = ("a bigger batch", "fp8 weights", "fp8 KV cache", "a faster GPU", "more TP")
+SELECT = Select("levers", "Which levers help here?", "", POOL, 4)
+
+
+def test_select_lists_what_holds_and_distractors_and_grades_the_set():
+    truth = {"a bigger batch": False, "fp8 weights": True, "fp8 KV cache": True, "a faster GPU": True,
+             "more TP": False}
+    shown, key = SELECT.present(truth, "q@7:levers")
+    assert (shown, key) == SELECT.present(truth, "q@7:levers")  # the variant's own shuffle
+    assert len(shown) == 4 and set(key) == {o for o in shown if truth[o]}
+    assert key and len(key) < len(shown)  # something holds and something does not
+    right = SELECT.typed(key, shown)
+    assert SELECT.grade(right, key, shown).verdict == CORRECT
+    assert SELECT.grade(right.lower().replace(" ", ", "), key, shown).verdict == CORRECT
+    one_missed = SELECT.grade(right.split()[0], key, shown) if len(key) == 2 else None
+    if one_missed is not None:
+        assert one_missed.verdict == CLOSE and "missed" in one_missed.message
+    assert SELECT.grade("none", key, shown).verdict in (CLOSE, WRONG)
+    assert SELECT.grade("E", key, shown).verdict == UNPARSED
+    assert SELECT.grade("AA", key, shown).verdict == UNPARSED
+
+
+@given(st.lists(st.booleans(), min_size=5, max_size=5).filter(lambda bits: 0 < sum(bits) < 5),
+       st.integers(0, 10_000), st.integers(2, 5))
+def test_select_always_shows_one_option_that_holds_and_one_that_does_not(bits, seed, show):
+    spec = Select("levers", "Levers", "", POOL, show)
+    truth = dict(zip(POOL, bits))
+    assert spec.check_result(truth) is None
+    shown, key = spec.present(truth, f"q@{seed}:levers")
+    assert len(shown) == show and len(set(shown)) == show
+    assert 0 < len(key) < show and key == [o for o in shown if truth[o]]
+
+
+def test_select_needs_every_option_judged_and_a_mixed_truth():
+    assert "unjudged" in SELECT.check_result({"fp8 weights": True})
+    assert SELECT.check_result(dict.fromkeys(POOL, True)) is not None
+    with pytest.raises(SpecError) as error:
+        make_answer("k", "K", "", {"select": list(POOL), "show": 9})
+    assert error.value.field == "show"
+
+
+def test_checklist_is_self_graded_by_share_ticked():
+    spec = Checklist("why", "Conditions", "", ("a", "b", "c", "d"))
+    key = list(spec.points)
+    assert spec.grade("all", key).verdict == CORRECT
+    assert spec.grade("1,2,3,4", key).verdict == CORRECT
+    half = spec.grade("1 3", key)
+    assert half.verdict == CLOSE and half.given == "2/4 points"
+    assert spec.grade("none", key).verdict == WRONG
+    assert spec.grade("5", key).verdict == UNPARSED
+    assert spec.grade("", key).verdict == UNPARSED
+    assert spec.note("anything at all [/") == (True, "")  # notes until the reveal
+
+
+def test_make_answer_picks_the_kind_from_its_field():
+    assert isinstance(make_answer("a", "A", "GB", {}), Number)
+    assert isinstance(make_answer("a", "A", "", {"log": 0.3}), Estimate)
+    with pytest.raises(SpecError, match="one comparison"):
+        make_answer("a", "A", "", {"rel": 0.1, "choice": ["x", "y"]})
+    with pytest.raises(SpecError) as error:
+        make_answer("a", "A", "", {"rel": 0.1, "show": 2})
+    assert error.value.field == "show"
+
+
+KEYED = [
+    (Number("n", "N", "GiB", 0.02), 3.2e9, ()),
+    (Number("n", "N", "%", 0.05), 0.4, ()),
+    (Estimate("e", "E", "GPU-days", 0.3), 1.7e7, ()),
+    (Choice("c", "C", "", ("memory-bound", "compute-bound")), "compute-bound", ()),
+    (ORDER, ["learning rate", "data", "step counter", "loss scale"],
+     ("data", "step counter", "loss scale", "learning rate")),
+    (SELECT, ["fp8 weights", "a faster GPU"], ("fp8 weights", "more TP", "a faster GPU", "a bigger batch")),
+    (Checklist("k", "K", "", ("x", "y", "z")), ["x", "y", "z"], ()),
+]
+
+
+@pytest.mark.parametrize("spec, key, shown", KEYED, ids=lambda x: getattr(x, "kind", None))
+def test_each_kinds_test_inputs_grade_as_they_say(spec, key, shown):
+    inputs = spec.test_inputs(key, shown)
+    assert spec.grade(inputs.correct, key, shown).verdict == CORRECT
+    assert spec.grade(spec.typed(key, shown), key, shown).verdict == CORRECT
+    assert spec.grade(inputs.wrong, key, shown).verdict in (CLOSE, WRONG)
+    assert spec.grade(inputs.invalid, key, shown).verdict == UNPARSED
+    if not spec.self_graded:
+        assert spec.note(inputs.invalid, shown)[0] is False
+        assert spec.note(inputs.correct, shown)[0] is True
+
+
+@given(st.floats(min_value=1e-9, max_value=1e18, allow_nan=False), st.sampled_from(UNITS),
+       st.sampled_from([0.005, 0.02, 0.1, 0.3]))
+def test_a_numbers_wrong_input_is_wrong_for_any_key(key, unit, tolerance):
+    for kind in (Number, Estimate):
+        spec = kind("x", "x", unit, tolerance)
+        inputs = spec.test_inputs(key, ())
+        assert spec.grade(inputs.correct, key).verdict == CORRECT, format_quantity(key, unit)
+        assert spec.grade(inputs.wrong, key).verdict == WRONG

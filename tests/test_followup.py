@@ -1,0 +1,58 @@
+"""The follow-up round: the push crosses the regime boundary, asks again, and reproduces."""
+from __future__ import annotations
+
+import pytest
+
+from solvers.answers import CORRECT
+from solvers.bank import load_bank
+from solvers.engine import VariantCode, make_variant
+from solvers.followup import follow_up
+from solvers.report import typed_key
+
+BANK = load_bank()
+WITH_REGIME = sorted(q.id for q in BANK.questions.values() if q.regime_sides)
+SEEDS = range(12)
+
+
+@pytest.mark.parametrize("qid", WITH_REGIME)
+def test_the_push_crosses_the_boundary_and_changes_the_key(bank, catalog, qid):
+    asked = 0
+    for seed in SEEDS:
+        first = make_variant(bank, catalog, VariantCode(qid, seed))
+        followup = follow_up(first, catalog)
+        if followup is None:
+            continue
+        asked += 1
+        pushed = followup.solution
+        assert pushed.sheet.regime.name != first.sheet.regime.name
+        assert any(pushed.expected[k] != first.expected[k] for k in followup.ask)
+        assert "regime" not in {a.key for a in first.question.answers} or "regime" in followup.ask
+        moved = [name for name, _ in pushed.code.overrides]
+        assert moved and all(pushed.param(n).raw != first.param(n).raw for n in moved)
+        kept = [p for p in first.params if p.name not in moved and first.question.parameter(p.name).kind != "generate"]
+        assert all(pushed.param(p.name).raw == p.raw for p in kept)  # generated tables follow what they depend on
+        # The pushed variant is a code of its own: typed in, it gives the same numbers.
+        again = make_variant(bank, catalog, VariantCode.parse(str(pushed.code)))
+        assert {k: again.expected[k] for k in followup.ask} == {k: pushed.expected[k] for k in followup.ask}
+        grades = [pushed.grade_one(k, typed_key(pushed, k)) for k in followup.ask]
+        assert all(g.verdict == CORRECT for g in grades)
+        assert first.param(moved[0]).shown in followup.say and pushed.param(moved[0]).shown in followup.say
+    assert asked >= len(SEEDS) // 2, f"{qid}: a follow-up in only {asked} of {len(SEEDS)} variants"
+
+
+def test_the_pushed_value_is_round(bank, catalog):
+    """A value a person would say: one or two significant figures, or a power of two."""
+    for qid in WITH_REGIME:
+        followup = follow_up(make_variant(bank, catalog, VariantCode(qid, 3)), catalog)
+        if followup is None:
+            continue
+        for name, text in followup.solution.code.overrides:
+            spec = followup.solution.question.parameter(name)
+            if spec.kind == "choice":
+                assert text in map(str, spec.choices)
+                continue
+            value = float(text)
+            two_sig = float(f"{value:.1e}") == value
+            power_of_two = value >= 1 and value.is_integer() and (int(value) & (int(value) - 1)) == 0
+            on_grid = spec.step is not None  # a grid (e.g. a step of 256 tokens) may move the round value
+            assert two_sig or power_of_two or on_grid, (qid, name, text)
