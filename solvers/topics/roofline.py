@@ -15,7 +15,7 @@ from solvers.topics.common import (
     require_context,
 )
 from solvers.topics.kvcache import kv_bytes_per_token
-from solvers.units import format_number
+from solvers.units import format_number, format_quantity
 
 
 def weight_read_intensity(p, s: Sheet) -> None:
@@ -38,7 +38,12 @@ def weight_read_intensity(p, s: Sheet) -> None:
                 "solve 2T/b = P/BW for T: the batch at which the pass turns compute-bound")
     t = s.step("step_time", "Time per forward pass", "t", max_of(W / BW, F / P), "ms",
                "the slower of streaming the weights and doing the math")
-    s.step("throughput", "Tokens per second", "X", T / t, "tokens/s", "tokens in the pass over its time")
+    X = s.step("throughput", "Tokens per second", "X", T / t, "tokens/s", "tokens in the pass over its time")
+    t_mem = s.step("", "Time to stream the weights", "t_W", W / BW, "ms", "HBM's side of the roofline")
+    t_math = s.step("", "Time for the math", "t_F", F / P, "ms", "the tensor cores' side")
+    if s.compare(t_mem, t_math) == 0:
+        raise Reject("exactly on the ridge: no single lever moves the pass")
+    _weight_read_levers(s, T, X, t_mem, t_math)
 
     s.assume("Peak datasheet figures, dense, no efficiency factor (real kernels reach 60-80% of both).")
     s.assume("Weights only: KV-cache reads and attention FLOPs over the context are left out, "
@@ -71,6 +76,24 @@ def weight_read_intensity(p, s: Sheet) -> None:
             "Below the crossover the pass is limited by reading the weights: time stays flat as tokens are "
             "removed, so a small decode batch wastes most of the GPU's compute.",
         )
+
+
+def _weight_read_levers(s: Sheet, T, X, t_mem, t_math) -> None:
+    """Which changes raise tokens/s follows from which side of the roofline the pass is on."""
+    memory, math = format_quantity(s.value(t_mem), "ms"), format_quantity(s.value(t_math), "ms")
+    doubled = s.evaluate(2 * T / max_of(t_mem, 2 * t_math))
+    memory_bound = s.compare(t_mem, t_math) > 0
+    side = f"{memory} of weight reads vs {math} of math"
+    reads = ("the reads set the pace and get shorter" if memory_bound
+             else "the math sets the pace; the reads only idle more")
+    s.judge("levers", "twice the tokens per pass", doubled > s.value(X),
+            f"{side}: twice the tokens give {format_quantity(doubled, 'tokens/s')}")
+    s.judge("levers", "a weight format half the size (same tensor peak)", memory_bound, f"{side}: {reads}")
+    s.judge("levers", "a GPU with twice the HBM bandwidth", memory_bound, f"{side}: {reads}")
+    math_side = "the math already waits on the reads" if memory_bound else "the math sets the pace and halves"
+    s.judge("levers", "a GPU with twice the tensor peak", not memory_bound, f"{side}: {math_side}")
+    s.judge("levers", "overlapping the weight reads with the math", False,
+            "the roofline time max(t_W, t_F) already assumes full overlap: the slower side sets the pace")
 
 
 _REGIMES = ("compute", "bandwidth", "capacity")  # tie order: the simpler explanation first
