@@ -72,6 +72,7 @@ class Question:
     seeds: tuple[str, ...] = ()
     chart: tuple[str, str] | None = None  # (parameter to sweep, answer to plot) for the regime chart
     followups: tuple[DeclaredFollowUp, ...] = ()
+    requires: tuple[str, ...] = ()  # questions whose results this one takes as givens (drilled first)
     path: str = ""
 
     def parameter(self, name: str) -> ParamSpec:
@@ -130,7 +131,8 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 
 _NUM = (int, float)
 _TOP_FIELDS = {"id", "title", "group", "topic", "difficulty", "solver", "seeds", "prompt", "parameters",
-               "answers", "hints", "references", "regime_sides", "chart", "followups"}
+               "answers", "hints", "references", "regime_sides", "chart", "followups",
+               "requires"}
 _PARAM_FIELDS = {*DISTRIBUTIONS, "default", "label", "unit", "weights", "from", "round", "args"}
 _ANSWER_FIELDS = {"key", "label", "unit", *KIND_FIELDS}
 
@@ -256,6 +258,29 @@ def _parse_followups(reader: _Reader, document: LineDict, names: set[str], keys:
     return tuple(followups)
 
 
+def _parse_requires(reader: _Reader, document: LineDict, qid: str) -> tuple[str, ...]:
+    requires = reader.field(document, "requires", list, required=False, default=[])
+    if not all(isinstance(r, str) and _ID.match(r) and r != qid for r in requires):
+        raise reader.fail("requires", document.line_of("requires"), "ids of other questions")
+    return tuple(requires)
+
+
+def requirement_problems(bank: Bank) -> list[str]:
+    """Prerequisites that name no question of the bank, and cycles among them."""
+    problems = [f"{q.path}: requires: '{r}' is not a question of the bank"
+                for q in bank.questions.values() for r in q.requires if r not in bank.questions]
+
+    def reaches(start: str, target: str, seen: set[str]) -> bool:
+        for r in bank.questions[start].requires if start in bank.questions else ():
+            if r == target or (r not in seen and (seen.add(r) or reaches(r, target, seen))):
+                return True
+        return False
+
+    problems += [f"{q.path}: requires: a cycle leads back to {q.id}" for q in bank.questions.values()
+                 if reaches(q.id, q.id, set())]
+    return problems
+
+
 def parse_question(path: Path, text: str) -> Question:
     reader = _Reader(path)
     try:
@@ -317,6 +342,7 @@ def parse_question(path: Path, text: str) -> Question:
         seeds=tuple(str(s) for s in reader.field(document, "seeds", list, required=False, default=[])),
         chart=chart,
         followups=_parse_followups(reader, document, names, set(keys)),
+        requires=_parse_requires(reader, document, qid),
         path=str(path),
     )
 
@@ -337,4 +363,5 @@ def load_bank(root: Path | None = None) -> Bank:
             bank.problems.append(f"{path}: id: '{question.id}' already defined in {bank.questions[question.id].path}")
             continue
         bank.questions[question.id] = question
+    bank.problems += requirement_problems(bank)
     return bank

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from solvers.answers import CLOSE, CORRECT, UNPARSED, WRONG
-from solvers.bank import Bank, Question, QuestionError, parse_question
+from solvers.bank import Bank, Question, QuestionError, load_bank, parse_question, requirement_problems
 from solvers.data import Catalog
 from solvers.derivation import Reject
 from solvers.engine import Solution, VariantCode, VariantError, make_variant, solver_function
@@ -97,6 +97,10 @@ def validate(paths: list[Path], catalog: Catalog, seeds: int = 50) -> list[str]:
             problems.append(f"{path}: solver: '{question.solver}' not found in solvers/topics")
             continue
         bank.questions[question.id] = question
+    # Prerequisites may name questions outside the files checked: look for them in the shipped bank too.
+    paths_checked = {q.path for q in bank.questions.values()}
+    everything = Bank(load_bank().questions | bank.questions)
+    problems += [p for p in requirement_problems(everything) if p.split(":", 1)[0] in paths_checked]
     for question in bank.questions.values():
         problems.extend(_check_variants(question, bank, catalog, seeds))
     return problems

@@ -30,6 +30,7 @@ class Q:
     group: str
     topic: str = "memory"
     difficulty: int = 1
+    requires: tuple[str, ...] = ()
 
 
 @pytest.fixture
@@ -222,6 +223,15 @@ def test_introduction_order_is_group_f_first_then_the_catalogue(store):
     assert GROUP_ORDER == ("F", "S", "K1", "K2", "M", "T", "N", "D", "P")
     reviewer = Reviewer(store, BANK, tz=UTC)
     assert reviewer.introduction_order() == ["f-one", "f-two", "s-one", "k1-one", "t-one", "p-one", "odd"]
+
+
+def test_a_question_is_introduced_after_its_prerequisites(store):
+    bank = [Q("f-easy", "F", requires=("s-base",)), Q("s-base", "S", requires=("k1-root",)), Q("k1-root", "K1"),
+            Q("f-other", "F", difficulty=2), Q("f-outside", "F", requires=("not-in-bank",))]
+    reviewer = Reviewer(store, bank, tz=UTC)
+    assert reviewer.introduction_order() == ["f-outside", "f-other", "k1-root", "s-base", "f-easy"]
+    loop = [Q("a", "F", requires=("b",)), Q("b", "F", requires=("a",))]
+    assert Reviewer(store, loop, tz=UTC).introduction_order() == ["a", "b"]  # a cycle still drills
 
 
 def test_daily_cap_on_new_questions(store):

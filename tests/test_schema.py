@@ -82,3 +82,17 @@ def test_order_and_checklist_answers_parse_and_are_validated():
         parse(text.replace("order: [x, y, z]", "order: [x, x, z]"))
     with pytest.raises(QuestionError, match="one comparison"):
         parse(text.replace("order: [x, y, z]", "order: [x, y], rel: 0.1"))
+
+
+def test_prerequisites_must_exist_and_not_loop(tmp_path):
+    (tmp_path / "F").mkdir()
+    for qid, requires in (("a", "[b]"), ("b", "[a]"), ("c", "[nowhere]"), ("d", "[a]")):
+        text = GOOD.replace("id: toy", f"id: {qid}") + f"requires: {requires}\n"
+        (tmp_path / "F" / f"{qid}.yaml").write_text(text)
+    bank = load_bank(tmp_path)
+    assert bank.questions["d"].requires == ("a",)
+    problems = "\n".join(bank.problems)
+    assert "a.yaml: requires: a cycle" in problems and "b.yaml: requires: a cycle" in problems
+    assert "c.yaml: requires: 'nowhere' is not a question" in problems and "d.yaml" not in problems
+    with pytest.raises(QuestionError, match="requires"):
+        parse(GOOD + "requires: [toy]\n")

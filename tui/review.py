@@ -43,6 +43,7 @@ class QuestionLike(Protocol):
     group: str
     topic: str
     difficulty: int
+    requires: tuple[str, ...]
 
 
 # Rating suggestion ------------------------------------------------------------------------------
@@ -141,6 +142,21 @@ def introduction_key(question: QuestionLike) -> tuple[int, int, str]:
     """Group F first, then the catalogue's group order; easier first within a group."""
     rank = GROUP_ORDER.index(question.group) if question.group in GROUP_ORDER else len(GROUP_ORDER)
     return rank, question.difficulty, question.id
+
+
+def prerequisites_first(questions: Iterable[QuestionLike]) -> list[QuestionLike]:
+    """The questions in introduction order, each after the prerequisites it declares (those in
+    the bank): the earliest question whose prerequisites are all placed goes next."""
+    pending = sorted(questions, key=introduction_key)
+    ids = {q.id for q in pending}
+    placed: list[QuestionLike] = []
+    done: set[str] = set()
+    while pending:
+        ready = next((q for q in pending if all(r in done or r not in ids for r in q.requires)), pending[0])
+        pending.remove(ready)  # pending[0]: a cycle (validate reports it) must not stall the drill
+        placed.append(ready)
+        done.add(ready.id)
+    return placed
 
 
 def pick_mock(questions: Iterable[QuestionLike], count: int = 5, rng: random.Random | None = None) -> list[str]:
@@ -266,7 +282,7 @@ class Reviewer:
     def introduction_order(self) -> list[str]:
         """Every question of the bank never reviewed, in the order new users meet them."""
         seen = set(self.store.first_reviews())
-        return [q.id for q in sorted(self.questions.values(), key=introduction_key) if q.id not in seen]
+        return [q.id for q in prerequisites_first(self.questions.values()) if q.id not in seen]
 
     def new_questions(self, now: datetime | None = None) -> list[str]:
         """New questions still allowed today, under the daily cap, in introduction order."""
