@@ -26,7 +26,8 @@ HELP = """\
 [b]Question[/b] (printable keys go to the answer boxes)
   tab / enter   next answer (enter on the last one submits)
   ctrl+s  submit        ctrl+t  show a hint      ctrl+n  new variant
-  esc     back
+  esc     back          after the answers, the interviewer pushes: a follow-up
+                        round (ctrl+k skips it, except in a mock interview)
 
 [b]Solution[/b]
   1 2 3 4  rate it Again / Hard / Good / Easy (the grade suggests one)
