@@ -28,7 +28,7 @@ from solvers.sampling import (
     resolve,
     round_value,
 )
-from solvers.units import format_number, parse_unit
+from solvers.units import format_exact, parse_unit
 
 MAX_SEED = 2**31 - 1
 MAX_REDRAWS = 64
@@ -108,10 +108,16 @@ def render_prompt(question: Question, params: list[Param]) -> str:
             if value is None:
                 return "n/a"
             numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-            return format_number(value) if numeric else str(value)
+            return figure_text(value) if numeric else str(value)
         return param.shown
 
     return _reflow(PLACEHOLDER.sub(substitute, question.prompt).strip())
+
+
+def figure_text(value: float) -> str:
+    """How a prompt prints a data figure: in full, so the candidate has the number the key uses
+    (solvers.printed re-solves from this text to hold it to that)."""
+    return format_exact(value)
 
 
 def _reflow(text: str) -> str:
@@ -130,8 +136,14 @@ def _reflow(text: str) -> str:
 def solve_values(question: Question, raw: dict[str, Any], catalog: Catalog) -> tuple[list[Param], Sheet]:
     """Solve for exactly these parameter values (raises Reject for an impossible set)."""
     params = resolve(question, raw, catalog)
+    return params, run_solver(question, {p.name: p.value for p in params})
+
+
+def run_solver(question: Question, values: dict[str, Any]) -> Sheet:
+    """The question's solver on these values (as the solver sees them: records, base units),
+    with its results checked against the answers' kinds. Raises Reject for an impossible set."""
     sheet = Sheet()
-    solver_function(question)(_Values({p.name: p.value for p in params}), sheet)
+    solver_function(question)(_Values(values), sheet)
     keys = {a.key for a in question.answers}
     for spec in question.answers:
         if spec.self_graded:
@@ -144,7 +156,7 @@ def solve_values(question: Question, raw: dict[str, Any], catalog: Catalog) -> t
     stray = sorted((set(sheet.slips) | set(sheet.reasons)) - keys)
     if stray:
         raise RuntimeError(f"{question.id}: slips or judgements declared on {', '.join(stray)}, not an answer")
-    return params, sheet
+    return sheet
 
 
 def _present(question: Question, code: VariantCode, sheet: Sheet) -> tuple[dict[str, Any], dict[str, tuple]]:

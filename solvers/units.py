@@ -161,6 +161,12 @@ def format_number(value: float, sig: int = 4) -> str:
     return f"{mantissa}×10^{int(exponent)}"
 
 
+def format_exact(value: float) -> str:
+    """A data figure as printed in full ('405.85', '1,978.9', '126'): what the solver uses."""
+    digits = len(f"{abs(value):.10g}".split("e")[0].replace(".", "").strip("0")) if value else 1
+    return format_number(value, max(digits, 1))
+
+
 def format_quantity(value_base: float, unit: str, sig: int = 4) -> str:
     """Format a value held in base units in the display unit `unit`."""
     if unit == "%":

@@ -9,6 +9,7 @@ import pytest
 from solvers.answers import CORRECT
 from solvers.bank import load_bank
 from solvers.engine import VariantCode, make_variant, solver_function
+from solvers.printed import printed_problems
 from solvers.units import format_quantity
 from solvers.validate import self_test
 
@@ -45,6 +46,7 @@ def test_fifty_seeds(bank, catalog, qid):
         for step in solution.sheet.steps:
             assert math.isfinite(step.value)
         assert not self_test(solution), (qid, seed, self_test(solution))
+        assert not printed_problems(solution), (qid, seed, printed_problems(solution))
         doubled = {a.key: format_quantity(2 * solution.expected[a.key], a.unit, 6) for a in question.answers
                    if a.kind == "number" and a.tolerance < 1 / 3 and solution.expected[a.key] != 0}
         for grade in solution.grade(doubled):
@@ -64,3 +66,20 @@ def test_variant_code_reproduces(bank, catalog, qid):
     assert first.expected == again.expected
     other = make_variant(bank, catalog, VariantCode(qid, 4321))
     assert [p.raw for p in other.params] != [p.raw for p in first.params]
+
+
+def test_a_key_the_printed_figures_do_not_give_is_caught(bank, catalog, monkeypatch):
+    """Printed to 4 figures, Llama-3.1-405B's 405.85B parameters read 405.9B: in this draw the
+    weights then leave room for 27 requests, not the key's 28."""
+    import solvers.engine
+    import solvers.printed
+    from solvers.units import format_number
+
+    code = VariantCode.parse("mla-vs-gqa-under-tp@424271")
+    assert not printed_problems(make_variant(bank, catalog, code))
+    for module in (solvers.engine, solvers.printed):
+        monkeypatch.setattr(module, "figure_text", format_number)
+    solution = make_variant(bank, catalog, code)
+    assert "405.9B" in solution.prompt
+    assert printed_problems(solution) == [("requests_gqa", "the figures as printed give 27 requests, the key is "
+                                                           "28 requests")]
