@@ -9,9 +9,10 @@ import html
 from dataclasses import dataclass
 
 from solvers.bank import Bank, Question
+from solvers.conventions import conventions
 from solvers.data import Catalog
 from solvers.engine import MAX_SEED, Solution, VariantCode, VariantError, make_variant
-from solvers.report import expected_text, to_dict
+from solvers.report import expected_text, judgement_lines, to_dict
 
 MAX_TRIES = 50  # seeds tried per wanted variant before giving up on distinct answers
 
@@ -81,8 +82,13 @@ def _heading(number: int, solution: Solution) -> list[str]:
     return [f"## {number}. {q.title}", "", f"Variant `{solution.code}` · group {q.group} · {q.topic}", ""]
 
 
+def _conventions_markdown() -> list[str]:
+    lines = ["## Conventions", "", "Every question assumes these unless its prompt says otherwise.", ""]
+    return lines + [f"- **{c.title}**: {c.text} *({c.source})*" for c in conventions()] + [""]
+
+
 def candidate_markdown(solutions: list[Solution]) -> str:
-    lines = ["# Candidate sheet", ""]
+    lines = ["# Candidate sheet", "", *_conventions_markdown()]
     for number, solution in enumerate(solutions, 1):
         lines += _heading(number, solution) + [solution.prompt, ""]
         lines += [f"- {a.label}{f' ({a.unit})' if a.unit and a.numeric else ''}:" for a in solution.question.answers]
@@ -91,10 +97,12 @@ def candidate_markdown(solutions: list[Solution]) -> str:
 
 
 def key_markdown(solutions: list[Solution]) -> str:
-    lines = ["# Answer key", ""]
+    lines = ["# Answer key", "", *_conventions_markdown()]
     for number, solution in enumerate(solutions, 1):
         lines += _heading(number, solution) + ["| answer | key |", "|---|---|"]
         lines += [f"| {a.label} | {expected_text(solution, a.key)} |" for a in solution.question.answers]
+        if judged := judgement_lines(solution):
+            lines += ["", "### Judgements", ""] + [f"- {line.strip()}" for line in judged]
         lines += ["", "### Steps", ""]
         for step_number, step in enumerate(solution.sheet.steps, 1):
             lines.append(f"{step_number}. {step.title}: ${step.latex}$ = {step.substituted} = **{step.result}**")

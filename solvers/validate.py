@@ -2,12 +2,14 @@
 
 Schema and units (bank.parse_question), the solver importable, the default variant solving,
 every answer key produced and valid for its kind over many seeds, each answer's own test
-inputs (correct, wrong, invalid) grading as they should, judgement (select answers) that
+inputs (correct, wrong, invalid) grading as they should, the key unchanged when re-solved
+from the figures as the prompt prints them, judgement (select answers) that
 changes between variants, each regime side reached by at least 10% of draws, unique ids.
 Each problem is one line naming the file (and the field or seed where it applies).
 """
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -15,9 +17,31 @@ from solvers.answers import CLOSE, CORRECT, UNPARSED, WRONG
 from solvers.bank import Bank, Question, QuestionError, load_bank, parse_question, requirement_problems
 from solvers.data import Catalog
 from solvers.derivation import Reject
-from solvers.engine import Solution, VariantCode, VariantError, make_variant, solver_function
+from solvers.engine import Solution, VariantCode, VariantError, make_variant, render_prompt, solver_function
+from solvers.printed import printed_problems
 
 MIN_SIDE_SHARE = 0.1
+PROMPT_LINES, PROMPT_WIDTH = 8, 78  # QUESTION-BAR: a short prompt, the method in the hints
+
+
+def prompt_lines(solution: Solution) -> int:
+    """Lines the prompt takes at 78 columns before the parameters (listed options excluded)."""
+    text = render_prompt(solution.question, solution.params)
+    return sum(len(textwrap.wrap(par, PROMPT_WIDTH)) or 1 for par in text.splitlines())
+
+
+def prompt_report(paths: list[Path], catalog: Catalog) -> list[tuple[str, int]]:
+    """(question file, prompt lines of its default variant) for every prompt over the limit."""
+    long = []
+    for path in question_files(paths):
+        try:
+            question = parse_question(path, path.read_text(encoding="utf-8"))
+            solution = make_variant(Bank({question.id: question}), catalog, VariantCode(question.id, None))
+        except (QuestionError, OSError, UnicodeDecodeError, VariantError, ImportError, AttributeError):
+            continue  # validate reports these
+        if (lines := prompt_lines(solution)) > PROMPT_LINES:
+            long.append((str(path), lines))
+    return long
 
 
 def question_files(paths: list[Path]) -> list[Path]:
@@ -56,6 +80,7 @@ def _check_variants(question: Question, bank: Bank, catalog: Catalog, seeds: int
             problems.append(f"{where}: {label}: solver failed: {type(error).__name__}: {error}")
             continue
         problems += [f"{where}: answers.{key}: {label}: {problem}" for key, problem in self_test(solution)]
+        problems += [f"{where}: answers.{key}: {label}: {problem}" for key, problem in printed_problems(solution)]
         for key, right_sets in judged.items():
             right_sets.add(frozenset(solution.expected[key]))
         if question.regime_sides and solution.sheet.regime is None:

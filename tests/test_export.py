@@ -81,3 +81,17 @@ def test_anki_deck_has_one_note_per_variant_with_stable_ids(tmp_path, capsys):
     code, front, back = first[0][1].split("\x1f")
     assert "@" in code and "<table>" in back and "\\(" in back
     assert "group::F" in first[0][2]
+
+
+def test_sheets_carry_the_conventions_card_and_the_judgements(bank, catalog):
+    from solvers.conventions import convention
+    from solvers.engine import VariantCode, make_variant
+    from solvers.export import candidate_markdown, key_markdown
+
+    solution = make_variant(bank, catalog, VariantCode("weight-read-intensity", None))
+    usable = convention("usable-hbm")
+    for text in (candidate_markdown([solution]), key_markdown([solution])):
+        assert "## Conventions" in text and usable.text in text
+    key = key_markdown([solution])
+    assert "### Judgements" in key and "✓ a GPU with twice the HBM bandwidth" in key
+    assert "✓" not in candidate_markdown([solution])  # the candidate sees the options, not the verdicts

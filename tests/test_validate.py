@@ -46,3 +46,21 @@ def test_validate_command_exit_codes(tmp_path, capsys):
     assert main(["validate", str(tmp_path), "--seeds", "5"]) == 1
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "bad-unit.yaml" in out and "furlongs" in out
+
+
+def test_prompt_length_is_reported_and_enforced_under_strict(tmp_path, catalog, capsys):
+    from solvers.validate import prompt_report
+    from tests.test_cli import run_cli
+
+    method = "  One more line of method that the hints should carry.\n" * 10
+    long_prompt = SOURCE.replace("prompt: |\n", "prompt: |\n" + method)
+    write(tmp_path, "wordy", long_prompt)
+    short = SOURCE.split("prompt: |\n")[0] + "prompt: |\n  {model} on a {gpu}, {tokens} per pass.\n" + \
+        "parameters:" + SOURCE.split("\nparameters:", 1)[1]
+    write(tmp_path, "short", short)
+    report = dict(prompt_report([tmp_path], catalog))
+    assert list(report) == [str(tmp_path / "wordy.yaml")] and report[str(tmp_path / "wordy.yaml")] > 18
+    code, out, err = run_cli(capsys, "validate", "--seeds", "0", str(tmp_path))
+    assert code == 0 and "wordy.yaml: prompt:" in err and "(problems under --strict)" in err
+    code, out, _ = run_cli(capsys, "validate", "--seeds", "0", "--strict", str(tmp_path))
+    assert code == 1 and "wordy.yaml: prompt:" in out and "short.yaml" not in out

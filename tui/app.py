@@ -194,6 +194,11 @@ class InfradrillApp(App):
 
         self.push_screen(HelpScreen())
 
+    def action_conventions(self) -> None:
+        from tui.screens.dialogs import ConventionsScreen
+
+        self.push_screen(ConventionsScreen())
+
     # Flow between screens ----------------------------------------------------------------
     def open_question(self, question_id: str, default: bool = False, replace: bool = False,
                       mode: str = "practice") -> None:

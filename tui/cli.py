@@ -67,6 +67,8 @@ def _build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("validate", help="check question files (default: the whole bank)")
     check.add_argument("paths", nargs="*", metavar="PATH", help="question files or folders")
     check.add_argument("--seeds", type=int, default=50, help="random variants solved per question (default 50)")
+    check.add_argument("--strict", action="store_true",
+                       help="count prompts over 8 lines at 78 columns as problems (the interview-grade bar)")
     return parser
 
 
@@ -305,7 +307,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     from solvers.data import load_catalog
     from solvers.paths import questions_dir
-    from solvers.validate import question_files, validate
+    from solvers.validate import PROMPT_LINES, PROMPT_WIDTH, prompt_report, question_files, validate
 
     if args.seeds < 0:
         _fail("--seeds must be zero or more")
@@ -315,9 +317,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
         _fail(f"no such file or folder: {', '.join(missing)}")
     catalog = load_catalog()
     problems = catalog.problems + validate(paths, catalog, seeds=args.seeds)
+    long = [f"{path}: prompt: {lines} lines at {PROMPT_WIDTH} columns (at most {PROMPT_LINES})"
+            for path, lines in prompt_report(paths, catalog)]
+    if args.strict:
+        problems += long
     for problem in problems:
         print(problem)
     count = len(question_files(paths))
+    if long and not args.strict:
+        print(f"{len(long)} prompt(s) over {PROMPT_LINES} lines at {PROMPT_WIDTH} columns "
+              "(problems under --strict):", file=sys.stderr)
+        for line in long:
+            print(f"  {line}", file=sys.stderr)
     print(f"{count} question file(s), {len(problems)} problem(s)", file=sys.stderr)
     return 1 if problems else 0
 

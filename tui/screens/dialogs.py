@@ -26,6 +26,7 @@ HELP = """\
 [b]Question[/b] (printable keys go to the answer boxes)
   tab / enter   next answer (enter on the last one submits)
   ctrl+s  submit        ctrl+t  show a hint      ctrl+n  new variant
+  f2      the conventions card (usable HBM, dense peaks, FLOPs per token...)
   esc     back          after the answers, the interviewer pushes: a follow-up
                         round (ctrl+k skips it, except in a mock interview)
 
@@ -56,6 +57,34 @@ class HelpScreen(ModalScreen):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
             yield Static(HELP)
+
+
+class ConventionsScreen(ModalScreen):
+    """The bank's conventions card: what every question assumes unless it says otherwise."""
+
+    DEFAULT_CSS = """
+    ConventionsScreen { align: center middle; }
+    #conventions-box { width: 84; max-width: 100%; height: auto; max-height: 90%; border: round $accent;
+                       padding: 0 1; background: $surface; }
+    """
+
+    BINDINGS = [Binding("escape,f2,q", "dismiss", "Close")]
+
+    def compose(self) -> ComposeResult:
+        from rich.text import Text
+
+        from solvers.conventions import conventions
+
+        text = Text()
+        text.append("Conventions", style="bold")
+        text.append(" (every question assumes these unless its prompt says otherwise)\n", style="dim")
+        for entry in conventions():
+            text.append(f"\n{entry.title}", style="bold")
+            text.append(f"  {entry.id}\n", style="dim")
+            text.append(f"{entry.text}\n")
+            text.append(f"source: {entry.source}\n", style="dim italic")
+        with VerticalScroll(id="conventions-box"):
+            yield Static(text)
 
 
 class CodeScreen(ModalScreen[str | None]):

@@ -49,6 +49,7 @@ class QuestionScreen(Screen):
         Binding("ctrl+n", "new_variant", "New variant", priority=True),
         Binding("ctrl+k", "skip_followup", "Skip follow-up", priority=True),
         Binding("f1", "app.help", "Help"),
+        Binding("f2", "app.conventions", "Conventions"),
         Binding("escape", "app.pop_screen", "Back"),
     ]
 

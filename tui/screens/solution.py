@@ -43,6 +43,7 @@ class SolutionScreen(Screen):
         Binding("a", "again", "Answer again"),
         Binding("w", "what_if", "What if"),
         Binding("f1", "app.help", "Help"),
+        Binding("f2", "app.conventions", "Conventions"),
         Binding("escape", "app.pop_screen", "Back"),
     ]
 

@@ -1,0 +1,52 @@
+"""The conventions card (conventions.yaml): the counting rules and efficiencies the bank
+assumes, said once, shown in the app and in exports, named by prompts."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import yaml
+
+from solvers.paths import data_file
+
+
+@dataclass(frozen=True)
+class Convention:
+    id: str
+    title: str
+    text: str
+    source: str
+    value: float | None = None
+
+
+class ConventionError(ValueError):
+    """conventions.yaml breaks its schema (a shipped file: a bug, not user input)."""
+
+
+@cache
+def conventions() -> tuple[Convention, ...]:
+    document = yaml.safe_load(data_file("conventions.yaml").read_text(encoding="utf-8"))
+    entries = document.get("conventions") if isinstance(document, dict) else None
+    if not isinstance(entries, dict) or not entries:
+        raise ConventionError("conventions.yaml: expected a mapping 'conventions'")
+    card = []
+    for key, entry in entries.items():
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(f), str) for f in ("title", "text", "source")):
+            raise ConventionError(f"conventions.yaml: {key}: needs title, text and source")
+        value = entry.get("value")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConventionError(f"conventions.yaml: {key}.value: expected a number")
+        card.append(Convention(str(key), entry["title"], " ".join(entry["text"].split()), entry["source"], value))
+    return tuple(card)
+
+
+def convention(key: str) -> Convention:
+    for entry in conventions():
+        if entry.id == key:
+            return entry
+    raise KeyError(f"no convention '{key}' in conventions.yaml")
+
+
+def card_text() -> str:
+    """The card as plain text, one paragraph per convention."""
+    return "\n\n".join(f"{c.title} ({c.id}): {c.text}" for c in conventions())
