@@ -15,6 +15,7 @@ import yaml
 
 from solvers.answers import KIND_FIELDS, Answer, SpecError, make_answer
 from solvers.paths import questions_dir
+from solvers.realism import RULE_NAMES, Constraint, ConstraintError, constraints_for, declared
 from solvers.units import UnitError, parse_unit
 from solvers.yamlload import LineDict, load_with_lines
 
@@ -73,6 +74,7 @@ class Question:
     chart: tuple[str, str] | None = None  # (parameter to sweep, answer to plot) for the regime chart
     followups: tuple[DeclaredFollowUp, ...] = ()
     requires: tuple[str, ...] = ()  # questions whose results this one takes as givens (drilled first)
+    constraints: tuple[Constraint, ...] = ()  # realism: bank rules that apply, then the question's own
     path: str = ""
 
     def parameter(self, name: str) -> ParamSpec:
@@ -132,7 +134,7 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 _NUM = (int, float)
 _TOP_FIELDS = {"id", "title", "group", "topic", "difficulty", "solver", "seeds", "prompt", "parameters",
                "answers", "hints", "references", "regime_sides", "chart", "followups",
-               "requires"}
+               "requires", "constraints"}
 _PARAM_FIELDS = {*DISTRIBUTIONS, "default", "label", "unit", "weights", "from", "round", "args"}
 _ANSWER_FIELDS = {"key", "label", "unit", *KIND_FIELDS}
 
@@ -258,6 +260,25 @@ def _parse_followups(reader: _Reader, document: LineDict, names: set[str], keys:
     return tuple(followups)
 
 
+def _parse_constraints(reader: _Reader, document: LineDict, names: set[str]) -> tuple[Constraint, ...]:
+    raw = reader.field(document, "constraints", dict, required=False, default={})
+    own, off = [], set()
+    for name, text in raw.items():
+        where, line = f"constraints.{name}", raw.line_of(name)
+        if text is False:
+            if name not in RULE_NAMES:
+                raise reader.fail(where, line, f"only a bank rule can be turned off ({', '.join(sorted(RULE_NAMES))})")
+            off.add(name)
+            continue
+        if not isinstance(text, str) or name in RULE_NAMES:
+            raise reader.fail(where, line, "expected an expression over the parameters (or false for a bank rule)")
+        try:
+            own.append(declared(str(name), text, names))
+        except ConstraintError as error:
+            raise reader.fail(where, line, str(error)) from None
+    return constraints_for(names, tuple(own), frozenset(off))
+
+
 def _parse_requires(reader: _Reader, document: LineDict, qid: str) -> tuple[str, ...]:
     requires = reader.field(document, "requires", list, required=False, default=[])
     if not all(isinstance(r, str) and _ID.match(r) and r != qid for r in requires):
@@ -343,6 +364,7 @@ def parse_question(path: Path, text: str) -> Question:
         chart=chart,
         followups=_parse_followups(reader, document, names, set(keys)),
         requires=_parse_requires(reader, document, qid),
+        constraints=_parse_constraints(reader, document, names),
         path=str(path),
     )
 

@@ -18,6 +18,7 @@ from solvers.answers import Grade
 from solvers.bank import PLACEHOLDER, Bank, Question
 from solvers.data import Catalog
 from solvers.derivation import Reject, Sheet
+from solvers.realism import broken
 from solvers.sampling import (
     Param,
     ParameterError,
@@ -136,7 +137,11 @@ def _reflow(text: str) -> str:
 def solve_values(question: Question, raw: dict[str, Any], catalog: Catalog) -> tuple[list[Param], Sheet]:
     """Solve for exactly these parameter values (raises Reject for an impossible set)."""
     params = resolve(question, raw, catalog)
-    return params, run_solver(question, {p.name: p.value for p in params})
+    values = {p.name: p.value for p in params}
+    reason = broken(question.constraints, values)
+    if reason is not None:
+        raise Reject(reason)
+    return params, run_solver(question, values)
 
 
 def run_solver(question: Question, values: dict[str, Any]) -> Sheet:

@@ -9,9 +9,12 @@ Each problem is one line naming the file (and the field or seed where it applies
 """
 from __future__ import annotations
 
+import math
 import textwrap
 from collections import Counter
 from pathlib import Path
+
+import numpy as np
 
 from solvers.answers import CLOSE, CORRECT, UNPARSED, WRONG
 from solvers.bank import Bank, Question, QuestionError, load_bank, parse_question, requirement_problems
@@ -19,6 +22,8 @@ from solvers.data import Catalog
 from solvers.derivation import Reject
 from solvers.engine import Solution, VariantCode, VariantError, make_variant, render_prompt, solver_function
 from solvers.printed import printed_problems
+from solvers.realism import broken
+from solvers.sampling import ParameterError, draw_values, resolve
 
 MIN_SIDE_SHARE = 0.1
 PROMPT_LINES, PROMPT_WIDTH = 8, 78  # QUESTION-BAR: a short prompt, the method in the hints
@@ -28,6 +33,42 @@ def prompt_lines(solution: Solution) -> int:
     """Lines the prompt takes at 78 columns before the parameters (listed options excluded)."""
     text = render_prompt(solution.question, solution.params)
     return sum(len(textwrap.wrap(par, PROMPT_WIDTH)) or 1 for par in text.splitlines())
+
+
+RULE_DRAWS = 500
+MAX_REJECTED = 0.95  # a question whose rules refuse more draws than this can barely be sampled
+
+
+def constraint_rates(question: Question, catalog: Catalog, draws: int = RULE_DRAWS) -> dict[str, float]:
+    """The share of raw draws each of the question's constraints refuses (before any redraw)."""
+    refused: Counter[str] = Counter()
+    rng = np.random.default_rng(0)
+    for _ in range(draws):
+        try:
+            values = {p.name: p.value for p in resolve(question, draw_values(question, rng), catalog)}
+        except ParameterError:
+            continue
+        for constraint in question.constraints:
+            if broken((constraint,), values) is not None:
+                refused[constraint.name] += 1
+    return {c.name: refused[c.name] / draws for c in question.constraints}
+
+
+def constraint_report(paths: list[Path], catalog: Catalog) -> tuple[list[str], list[str]]:
+    """(report lines, problems): each question's constraints with the share of draws they refuse."""
+    lines, problems = [], []
+    for path in question_files(paths):
+        try:
+            question = parse_question(path, path.read_text(encoding="utf-8"))
+        except (QuestionError, OSError, UnicodeDecodeError):
+            continue
+        rates = constraint_rates(question, catalog)
+        if rates:
+            lines.append(f"{question.id}: " + ", ".join(f"{name} refuses {rate:.0%}" for name, rate in rates.items()))
+        together = 1 - math.prod(1 - r for r in rates.values())
+        if max(rates.values(), default=0) > MAX_REJECTED or together > MAX_REJECTED:
+            problems.append(f"{path}: constraints: refuse {together:.0%} of draws (at most {MAX_REJECTED:.0%})")
+    return lines, problems
 
 
 def prompt_report(paths: list[Path], catalog: Catalog) -> list[tuple[str, int]]:

@@ -211,11 +211,12 @@ def test_every_symptom_has_a_lever(bank):
 
 
 def test_decode_op_ranking_pinned_seed(variant):
+    """Seed 0's first draw (Qwen2.5-72B at 43,000 tokens) is past the model's 32K context: redrawn."""
     solution = variant("decode-op-ranking@0")
     assert [p.raw for p in solution.params] == [
-        "qwen2.5-72b", "h100-sxm", "bf16", "bf16", 91, 43000,
+        "llama-3-8b", "h200-sxm", "bf16", "fp8", 20, 2200,
         "the attention scores written to HBM and read back for the softmax"]
-    assert solution.expected["gemm_intensity"] == 91
+    assert solution.expected["gemm_intensity"] == 20
     assert solution.expected["lever"] == "kernel-fusion"
 
 

@@ -307,7 +307,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     from solvers.data import load_catalog
     from solvers.paths import questions_dir
-    from solvers.validate import PROMPT_LINES, PROMPT_WIDTH, prompt_report, question_files, validate
+    from solvers.validate import PROMPT_LINES, PROMPT_WIDTH, constraint_report, prompt_report, question_files, validate
 
     if args.seeds < 0:
         _fail("--seeds must be zero or more")
@@ -317,6 +317,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         _fail(f"no such file or folder: {', '.join(missing)}")
     catalog = load_catalog()
     problems = catalog.problems + validate(paths, catalog, seeds=args.seeds)
+    rates, refusing = constraint_report(paths, catalog)
+    problems += refusing
     long = [f"{path}: prompt: {lines} lines at {PROMPT_WIDTH} columns (at most {PROMPT_LINES})"
             for path, lines in prompt_report(paths, catalog)]
     if args.strict:
@@ -328,6 +330,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"{len(long)} prompt(s) over {PROMPT_LINES} lines at {PROMPT_WIDTH} columns "
               "(problems under --strict):", file=sys.stderr)
         for line in long:
+            print(f"  {line}", file=sys.stderr)
+    if rates:
+        print("Realism constraints (share of raw draws each refuses; the sampler redraws):", file=sys.stderr)
+        for line in rates:
             print(f"  {line}", file=sys.stderr)
     print(f"{count} question file(s), {len(problems)} problem(s)", file=sys.stderr)
     return 1 if problems else 0

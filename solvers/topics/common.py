@@ -4,9 +4,9 @@ from __future__ import annotations
 from solvers.conventions import convention
 from solvers.data import Record
 from solvers.derivation import Reject
+from solvers.dtypes import DTYPE_BYTES
 
 GPU_MEMORY_UTILIZATION = convention("usable-hbm").value  # the conventions card says it once
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
 _PEAK_FIELD = {"bf16": "bf16_dense_tflops", "fp16": "bf16_dense_tflops", "fp8": "fp8_dense_tflops",
                "fp4": "fp4_dense_tflops"}
 

@@ -1,0 +1,181 @@
+"""Realism: draws a real system could have. A question declares named constraints over its
+parameters (`constraints: {prefix_shorter: "prefix < context"}`), and bank-wide rules apply to
+every question whose parameters they name (a `context` beside a `model`, a `tp` beside a
+`gpu`). The sampler redraws until all hold; an override that breaks one is refused with the
+rule's reason; `validate` reports each rule's rejection rate. A question whose point is to
+break a rule turns it off by name (`constraints: {weights-fit: false}`).
+
+Declared constraints are expressions read by a small interpreter over a whitelist of Python
+syntax (comparisons, arithmetic, and/or/not, parameter names, record fields such as
+model.max_context, min/max/abs/bytes): question files are data, never run as code.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from solvers.conventions import convention
+from solvers.dtypes import DTYPE_BYTES
+
+
+class ConstraintError(ValueError):
+    """A declared constraint that is not an expression this interpreter reads."""
+
+
+@dataclass(frozen=True)
+class Constraint:
+    name: str
+    says: str  # the rule in words (or the declared expression)
+    check: Callable[[Mapping[str, Any]], str | None]  # why these values break it, or None
+
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+            ast.Eq: operator.eq, ast.NotEq: operator.ne}
+_FUNCTIONS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs, "ceil": math.ceil,
+                                             "floor": math.floor, "bytes": lambda dtype: DTYPE_BYTES[dtype]}
+
+
+def _evaluate(node: ast.AST, values: Mapping[str, Any]) -> Any:
+    if isinstance(node, ast.Expression):
+        return _evaluate(node.body, values)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str)):
+        return node.value
+    if isinstance(node, ast.Name):
+        return values[node.id]
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return values[node.value.id][node.attr]
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        return _BINARY[type(node.op)](_evaluate(node.left, values), _evaluate(node.right, values))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not)):
+        operand = _evaluate(node.operand, values)
+        return -operand if isinstance(node.op, ast.USub) else not operand
+    if isinstance(node, ast.BoolOp):
+        results = (_evaluate(v, values) for v in node.values)
+        return all(results) if isinstance(node.op, ast.And) else any(results)
+    if isinstance(node, ast.Compare):
+        left = _evaluate(node.left, values)
+        for op, right_node in zip(node.ops, node.comparators):
+            right = _evaluate(right_node, values)
+            if not _COMPARE[type(op)](left, right):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+        return _FUNCTIONS[node.func.id](*(_evaluate(a, values) for a in node.args))
+    raise ConstraintError(f"'{ast.unparse(node)}' is not allowed in a constraint")
+
+
+def _check_syntax(node: ast.AST, names: set[str]) -> None:
+    for child in ast.walk(node):
+        if isinstance(child, ast.Call) and not (isinstance(child.func, ast.Name) and child.func.id in _FUNCTIONS):
+            raise ConstraintError(f"'{ast.unparse(child)}': only {', '.join(_FUNCTIONS)} may be called")
+        if isinstance(child, ast.Attribute) and (not isinstance(child.value, ast.Name) or child.attr.startswith("_")):
+            raise ConstraintError(f"'{ast.unparse(child)}': a field of a parameter only (model.max_context)")
+        if isinstance(child, ast.Name) and child.id not in names and child.id not in _FUNCTIONS:
+            raise ConstraintError(f"'{child.id}' names no parameter")
+        allowed = (ast.Expression, ast.Constant, ast.Name, ast.Attribute, ast.BinOp, ast.UnaryOp, ast.BoolOp,
+                   ast.Compare, ast.Call, ast.Load, ast.And, ast.Or, ast.Not, ast.USub, *_BINARY, *_COMPARE)
+        if not isinstance(child, allowed):
+            raise ConstraintError(f"'{ast.unparse(child)}' is not allowed in a constraint")
+
+
+def declared(name: str, text: str, parameters: set[str]) -> Constraint:
+    """A question's own constraint; raises ConstraintError for text it cannot read."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as error:
+        raise ConstraintError(f"not an expression: {error.msg}") from None
+    _check_syntax(tree, parameters)
+    return Constraint(name, text, lambda values: None if _evaluate(tree, values) else f"{name}: {text} fails")
+
+
+# Bank-wide rules ---------------------------------------------------------------------------------
+def _records(values: Mapping[str, Any], field: str) -> list[Mapping[str, Any]]:
+    return [v for v in values.values() if isinstance(v, Mapping) and field in v]
+
+
+def _context_within_model(values: Mapping[str, Any]) -> str | None:
+    for name in ("context", "prompt"):
+        length = values.get(name)
+        for model in _records(values, "max_context"):
+            if isinstance(length, (int, float)) and length > model["max_context"]:
+                return f"{model['name']} serves at most {model['max_context']:,} tokens ({name} {length:,.0f})"
+    return None
+
+
+def _tp_within_scale_up(values: Mapping[str, Any]) -> str | None:
+    domain = convention("scale-up-domain").value
+    return None if values["tp"] <= domain else f"TP {values['tp']} is wider than a {domain:.0f}-GPU NVLink domain"
+
+
+def _weights_fit(values: Mapping[str, Any]) -> str | None:
+    model, gpu = values["model"], values["gpu"]
+    dtype = values.get("weight_dtype", values.get("dtype", "bf16"))
+    share = values.get("tp", values.get("gpus", 1))
+    per_gpu = model["params_b"] * 1e9 * DTYPE_BYTES.get(dtype, 2) / share
+    room = (convention("usable-hbm").value - convention("minimal-kv-pool").value) * gpu["hbm_gb"] * 1e9
+    if per_gpu <= room:
+        return None
+    return (f"{model['name']} in {dtype} over {share} GPU(s) needs {per_gpu / 1e9:.0f} GB of weights per "
+            f"{gpu['name']}, past the {room / 1e9:.0f} GB that leaves room for a KV pool")
+
+
+def _prefix_shorter(values: Mapping[str, Any]) -> str | None:
+    ok = values["prefix"] < values["context"]
+    return None if ok else f"the shared prefix ({values['prefix']:,}) is not shorter than the sequence"
+
+
+def _microbatches_cover_stages(values: Mapping[str, Any]) -> str | None:
+    ok = values["microbatches"] >= values["pp"]
+    return None if ok else f"{values['microbatches']} micro-batches for {values['pp']} pipeline stages"
+
+
+@dataclass(frozen=True)
+class _Rule:
+    name: str
+    says: str
+    needs: tuple[tuple[str, ...], ...]  # for the rule to apply, a question has one name of each tuple
+    check: Callable[[Mapping[str, Any]], str | None]
+
+
+BANK_RULES = (
+    _Rule("context-within-model", "a context no longer than the model serves (its max_context)",
+          (("model",), ("context", "prompt")), _context_within_model),
+    _Rule("tp-within-scale-up", "tensor parallelism within one scale-up domain (the conventions card)",
+          (("tp",),), _tp_within_scale_up),
+    # Only where the draw says how the weights are stored and spread: a question that treats one GPU
+    # as streaming all of them, or a training fleet, states no serving layout.
+    _Rule("weights-fit", "the weights' share per GPU fits beside a minimal KV pool",
+          (("model",), ("gpu",), ("tp", "gpus"), ("weight_dtype", "dtype")), _weights_fit),
+    _Rule("prefix-shorter", "a shared prefix shorter than the sequences that start with it",
+          (("prefix",), ("context",)), _prefix_shorter),
+    _Rule("microbatches-cover-stages", "at least as many micro-batches as pipeline stages",
+          (("microbatches",), ("pp",)), _microbatches_cover_stages),
+)
+RULE_NAMES = frozenset(rule.name for rule in BANK_RULES)
+
+
+def constraints_for(parameters: set[str], declared_constraints: tuple[Constraint, ...],
+                    off: frozenset[str]) -> tuple[Constraint, ...]:
+    """The bank rules a question's parameters bring in (less those it turns off), then its own."""
+    rules = tuple(Constraint(r.name, r.says, r.check) for r in BANK_RULES
+                  if all(set(names) & parameters for names in r.needs) and r.name not in off)
+    return rules + declared_constraints
+
+
+def broken(constraints: tuple[Constraint, ...], values: Mapping[str, Any]) -> str | None:
+    """Why these values break the first constraint they break ('rule: reason'), or None."""
+    for constraint in constraints:
+        try:
+            reason = constraint.check(values)
+        except (KeyError, TypeError, ZeroDivisionError, ValueError) as error:
+            reason = f"cannot be decided ({type(error).__name__}: {error})"  # rules the draw out
+        if reason is not None:
+            return f"{constraint.name}: {reason}" if not reason.startswith(f"{constraint.name}:") else reason
+    return None

@@ -1,0 +1,56 @@
+"""Realism: declared constraints and bank rules refuse draws no real system has."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from solvers.bank import QuestionError, load_bank, parse_question
+from solvers.engine import VariantCode, VariantError, make_variant
+from solvers.realism import ConstraintError, broken, declared
+from solvers.validate import constraint_rates
+
+BANK = load_bank()
+SOURCE = Path("questions/F/kv-bytes-per-token.yaml").read_text()
+
+
+def test_a_declared_constraint_reads_parameters_and_fields():
+    rule = declared("fits", "context * 2 <= model.max_context and min(tp, 8) >= 2", {"context", "model", "tp"})
+    assert rule.check({"context": 4096, "model": {"max_context": 8192}, "tp": 4}) is None
+    assert "fits" in rule.check({"context": 8192, "model": {"max_context": 8192}, "tp": 4})
+
+
+@pytest.mark.parametrize("text", ["__import__('os').system('true')", "context.__class__", "open('x')",
+                                  "[c for c in context]", "lambda: 1", "nowhere > 1", "context >"])
+def test_a_constraint_is_data_never_code(text):
+    with pytest.raises(ConstraintError):
+        declared("bad", text, {"context"})
+
+
+def test_a_bad_constraint_names_its_file_field_and_line():
+    text = SOURCE.replace("\nanswers:", "\nconstraints:\n  short: \"open('x')\"\nanswers:", 1)
+    with pytest.raises(QuestionError, match=r"kv-bytes-per-token.yaml:\d+: constraints.short: "):
+        parse_question(Path("kv-bytes-per-token.yaml"), text)
+    off = SOURCE.replace("\nanswers:", "\nconstraints: {my-own-rule: false}\nanswers:", 1)
+    with pytest.raises(QuestionError, match="only a bank rule can be turned off"):
+        parse_question(Path("kv-bytes-per-token.yaml"), off)
+
+
+def test_an_override_past_the_models_context_is_refused_with_the_reason(bank, catalog):
+    with pytest.raises(VariantError, match="context-within-model: Qwen2.5-72B serves at most 32,768 tokens"):
+        make_variant(bank, catalog, VariantCode.parse("kv-bytes-per-token@default+model=qwen2.5-72b+context=65536"))
+
+
+def test_weights_that_leave_no_kv_pool_are_redrawn(bank, catalog):
+    rates = constraint_rates(bank.get("kv-bytes-per-token"), catalog, draws=200)
+    assert rates["weights-fit"] > 0.05 and "context-within-model" in rates
+    with pytest.raises(VariantError, match="weights-fit: Llama-3.1-405B in bf16 over 1 GPU"):
+        make_variant(bank, catalog, VariantCode.parse("kv-bytes-per-token@default+model=llama-3.1-405b+gpus=1"))
+
+
+@pytest.mark.parametrize("qid", sorted(q.id for q in BANK.questions.values() if q.constraints))
+def test_no_variant_breaks_a_rule_of_its_question(bank, catalog, qid):
+    question = bank.get(qid)
+    for seed in [None, *range(100)]:
+        solution = make_variant(bank, catalog, VariantCode(qid, seed))
+        assert broken(question.constraints, {p.name: p.value for p in solution.params}) is None
