@@ -77,6 +77,14 @@ class Question:
     constraints: tuple[Constraint, ...] = ()  # realism: bank rules that apply, then the question's own
     path: str = ""
 
+    @property
+    def generator_settings(self) -> frozenset[str]:
+        """Parameters that only tune a generator (a distribution's spread): not problem data
+        unless the prompt prints them."""
+        feeding = {v[1:] for p in self.parameters for _, v in p.args if isinstance(v, str) and v.startswith("$")}
+        printed = {m.group(1) for m in PLACEHOLDER.finditer(self.prompt)}
+        return frozenset(feeding - printed)
+
     def parameter(self, name: str) -> ParamSpec:
         for spec in self.parameters:
             if spec.name == name:

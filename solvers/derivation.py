@@ -101,6 +101,10 @@ class Regime:
         return self.position.value / self.boundary.value
 
     @property
+    def near(self) -> bool:
+        return 1 / NEAR_MARGIN <= self.margin <= NEAR_MARGIN
+
+    @property
     def margin_text(self) -> str:
         ratio = self.margin
         if not math.isfinite(ratio) or ratio <= 0:
@@ -108,6 +112,21 @@ class Regime:
         if ratio >= 1:
             return f"{format_number(ratio, 3)}× above the boundary"
         return f"{format_number(1 / ratio, 3)}× below the boundary"
+
+
+NEAR_MARGIN = 1.25  # within this factor of its boundary a variant reads as near it
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a two-sided regime: its name, why it binds, what changes across, and the
+    summary to give instead when the variant sits near the boundary (default: the summary
+    with the margin and the other side named)."""
+
+    name: str
+    summary: str
+    other_side: str
+    near: str = ""
 
 
 class _ValuePrinter(StrPrinter):
@@ -233,6 +252,19 @@ class Sheet:
             g.symbol: Step("", g.label, g.symbol, g.value, g.unit, "", given_text=g.shown) for g in self.givens}
         self.regime = Regime(name, summary, by_symbol[boundary.name], by_symbol[position.name], other_side)
         self.results[key] = name
+
+    def regime_by(self, position: sympy.Symbol, boundary: sympy.Symbol, *, above: Side, below: Side,
+                  tie: str = "above", key: str = "regime") -> None:
+        """A two-sided regime: the side follows the exact comparison of position and boundary
+        (a tie goes to `tie`), and the text follows the margin (near the boundary or far)."""
+        order = self.compare(position, boundary)
+        side, other = (above, below) if order > 0 or (order == 0 and tie == "above") else (below, above)
+        self.set_regime(side.name, side.summary, boundary, position, side.other_side, key)
+        regime = self.regime
+        if regime is not None and 1 / NEAR_MARGIN <= regime.margin <= NEAR_MARGIN:
+            near = side.near or (f"{side.summary} It sits only {regime.margin_text}: a modest change tips it "
+                                 f"to {other.name}.")
+            self.regime = Regime(regime.name, near, regime.boundary, regime.position, regime.other_side)
 
     def _remember(self, sym: sympy.Symbol, exact: sympy.Basic, unit: str) -> None:
         self._values[sym] = exact

@@ -75,6 +75,12 @@ class Solution:
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
 
+    def problem_data(self) -> list[Param]:
+        """The parameters a candidate is given in the table: generated tables print in the
+        prompt, and a generator's own settings (a spread) are not data."""
+        settings = self.question.generator_settings
+        return [p for p in self.params if "\n" not in p.shown and p.name not in settings]
+
     def grade_one(self, key: str, text: str) -> Grade:
         return self.question.answer(key).grade(text, self.expected[key], self.shown.get(key, ()),
                                                self.sheet.slips.get(key, ()))

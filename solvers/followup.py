@@ -60,8 +60,8 @@ def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
 def _candidates(solution: Solution) -> list[ParamSpec]:
     """Numeric range parameters, the chart's own first; then choices (a TP degree, a GPU, a model).
     A generator's own settings (a spread) are not something an interviewer pushes."""
-    settings = {v[1:] for p in solution.question.parameters for _, v in p.args if isinstance(v, str)}
-    pushable = [p for p in solution.question.parameters if p.name not in settings or p.kind == "choice"]
+    settings = solution.question.generator_settings
+    pushable = [p for p in solution.question.parameters if p.name not in settings]
     numeric = [p for p in pushable if p.kind in ("int", "uniform", "loguniform")]
     chart_x = solution.question.chart[0] if solution.question.chart else None
     choices = [p for p in pushable if p.kind == "choice" and len(p.choices) > 1]

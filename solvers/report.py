@@ -100,7 +100,7 @@ def to_markdown(solution: Solution) -> str:
     q, sheet = solution.question, solution.sheet
     lines = [f"# {q.title}", "", f"Variant `{solution.code}` · group {q.group} · {q.topic}", "", solution.prompt, "",
              "## Parameters", "", "| parameter | value |", "|---|---|"]
-    lines += [f"| {p.label} | {p.shown} |" for p in solution.params if "\n" not in p.shown]
+    lines += [f"| {p.label} | {p.shown} |" for p in solution.problem_data()]
     lines += ["", "## Answers", "", "| answer | expected |", "|---|---|"]
     lines += [f"| {a.label} | {expected_text(solution, a.key)} |" for a in q.answers]
     if judged := judgement_lines(solution):
@@ -127,7 +127,7 @@ def to_text(solution: Solution) -> str:
     q, sheet = solution.question, solution.sheet
     prompt = "\n".join(textwrap.fill(par, 88) if par else "" for par in solution.prompt.splitlines())
     out = [f"{q.title}  [{solution.code}]", "", prompt, "", "Parameters:"]
-    out += [f"  {p.label}: {p.shown}" for p in solution.params if "\n" not in p.shown]  # tables: in the prompt
+    out += [f"  {p.label}: {p.shown}" for p in solution.problem_data()]
     out += ["", "Answers:"] + [f"  {a.label}: {expected_text(solution, a.key)}" for a in q.answers]
     if judged := judgement_lines(solution):
         out += ["", "Judgements:"] + [f"  {line}" for line in judged]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, max_of
+from solvers.derivation import Reject, Sheet, Side, max_of
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
@@ -57,25 +57,23 @@ def weight_read_intensity(p, s: Sheet) -> None:
         s.slip("x2: a bf16 weight counted as 1 byte", 0.5, on=("bytes", "crossover"))
         s.slip("x2: a bf16 weight counted as 1 byte", 2.0, on="intensity")
 
-    tokens, crossover = s.value(T), s.value(Tc)
-    if s.compare(T, Tc) < 0:
-        s.set_regime(
-            "memory-bound",
-            f"{format_number(tokens)} tokens per pass sit below the crossover of {format_number(crossover)}: "
-            "the pass waits on HBM, and extra tokens ride along almost for free.",
-            Tc, T,
-            "Above the crossover the tensor cores are the bottleneck: time per pass grows with every token "
-            "and tokens/s stops rising. A prefill of a long prompt lives there; small-batch decode lives here.",
-        )
-    else:
-        s.set_regime(
-            "compute-bound",
-            f"{format_number(tokens)} tokens per pass exceed the crossover of {format_number(crossover)}: "
-            "the tensor cores are saturated and time grows with every token added.",
-            Tc, T,
-            "Below the crossover the pass is limited by reading the weights: time stays flat as tokens are "
-            "removed, so a small decode batch wastes most of the GPU's compute.",
-        )
+    tokens, crossover = format_number(s.value(T)), format_number(s.value(Tc))
+    s.regime_by(T, Tc, tie="above", below=Side(
+        "memory-bound",
+        f"{tokens} tokens per pass sit below the crossover of {crossover}: the pass waits on HBM, and extra "
+        "tokens ride along almost for free.",
+        "Above the crossover the tensor cores are the bottleneck: time per pass grows with every token and "
+        "tokens/s stops rising. A prefill of a long prompt lives there; small-batch decode lives here.",
+        near=f"{tokens} tokens per pass sit just below the crossover of {crossover}: the weight reads still set "
+             "the pace, but the math takes nearly as long, so a few more tokens make the pass compute-bound."),
+        above=Side(
+        "compute-bound",
+        f"{tokens} tokens per pass exceed the crossover of {crossover}: the tensor cores are saturated and time "
+        "grows with every token added.",
+        "Below the crossover the pass is limited by reading the weights: time stays flat as tokens are removed, "
+        "so a small decode batch wastes most of the GPU's compute.",
+        near=f"{tokens} tokens per pass sit just past the crossover of {crossover}: the math now sets the pace, "
+             "with the weight reads nearly as long; tokens/s has all but stopped rising."))
 
 
 def _weight_read_levers(s: Sheet, T, X, t_mem, t_math) -> None:

@@ -25,9 +25,8 @@ def _params_table(solution: Solution) -> Table:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
-    for param in solution.params:
-        if "\n" not in param.shown:  # tables are in the prompt already
-            table.add_row(param.label, param.shown)
+    for param in solution.problem_data():
+        table.add_row(param.label, param.shown)
     return table
 
 

@@ -1,0 +1,38 @@
+"""Regime text follows the variant: the side follows the exact comparison, the words the margin."""
+from __future__ import annotations
+
+import pytest
+
+from solvers.derivation import Sheet, Side
+
+ABOVE = Side("compute-bound", "far above", "below: memory")
+BELOW = Side("memory-bound", "far below", "above: compute", near="just below")
+
+
+def _regime(position: float, boundary: float, tie: str = "above"):
+    s = Sheet()
+    s.regime_by(s.given("x", position), s.given("b", boundary), above=ABOVE, below=BELOW, tie=tie)
+    return s.regime
+
+
+@pytest.mark.parametrize("position, name, summary", [
+    (10, "memory-bound", "far below"), (90, "memory-bound", "just below"),
+    (110, "compute-bound", "far above It sits only 1.1× above the boundary: a modest change tips it to memory-bound."),
+    (1000, "compute-bound", "far above"),
+])
+def test_side_and_words_follow_the_variant(position, name, summary):
+    regime = _regime(position, 100)
+    assert (regime.name, regime.summary) == (name, summary)
+    assert regime.near == (summary != "far above" and summary != "far below")
+
+
+def test_a_tie_goes_where_the_question_says_exactly():
+    assert _regime(0.3, 0.1 * 3).name == "compute-bound"  # 0.1 * 3 is not 0.3 in floats; exactly it is
+    assert _regime(0.3, 0.1 * 3, tie="below").name == "memory-bound"
+
+
+def test_the_weight_read_regime_reads_differently_near_the_crossover(variant):
+    near = variant("weight-read-intensity@default+tokens=280").sheet.regime
+    far = variant("weight-read-intensity@default+tokens=32").sheet.regime
+    assert near.name == far.name == "memory-bound"
+    assert near.near and not far.near and "just below" in near.summary and "just" not in far.summary
