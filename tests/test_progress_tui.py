@@ -8,6 +8,10 @@ import subprocess
 import sys
 import textwrap
 
+from solvers.bank import load_bank
+from solvers.data import load_catalog
+from solvers.engine import VariantCode, make_variant
+from solvers.followup import follow_up
 from solvers.report import typed_key
 from tests.test_tui import followup_showing, past_followup, question_ready, reveal, running_app, wait_for
 from tui.screens.solution import SolutionScreen
@@ -100,6 +104,11 @@ def test_a_two_question_mock_ends_on_a_saved_score_sheet(tmp_path, monkeypatch):
     assert mock.finished is not None and mock.planned == 2
     assert all(a.mode == "mock" and a.mock_id == mock.id for a in store.attempts())
     assert store.card(first) is not None and store.card(second) is not None  # mocks feed the cards too
+    bank, catalog = load_bank(), load_catalog()
+    for attempt in store.attempts():  # a mock asks every follow-up, and its score counts them
+        followup = follow_up(make_variant(bank, catalog, VariantCode.parse(attempt.variant)), catalog)
+        asked = {a.key for a in attempt.answers if a.key.startswith("followup.")}
+        assert asked == ({f"followup.{k}" for k in followup.ask} if followup else set())
 
 
 async def _stats_after_a_review():

@@ -20,4 +20,6 @@ class Estimate(Number):
         return abs(math.log10(ratio)) if ratio > 0 else math.inf
 
     def error_text(self, grade: Grade) -> str:
-        return "" if grade.error is None else f"{format_number(grade.error, 2)} dec"
+        if grade.error is None:
+            return ""
+        return "<0.01 dec" if 0 < grade.error < 0.005 else f"{format_number(grade.error, 2)} dec"

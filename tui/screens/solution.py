@@ -76,6 +76,17 @@ class SolutionScreen(Screen):
         yield Static(self._rating_text(), id="rating")
         with VerticalScroll(id="solution-body"):
             yield Static(grade_table(self.solution, self.grades), id="grades")
+            for spec in self.solution.question.answers:
+                if spec.key in self.solution.sheet.reasons:
+                    yield Static(f"[b]{escape(spec.label)}[/b]", classes="section")
+                    yield Static(judgement_table(self.solution, spec.key), id=f"judged-{spec.key}")
+                if spec.self_graded:
+                    yield Static(f"[b]{escape(spec.label)}[/b]: tick the points your answer covered (space)",
+                                 classes="section")
+                    if self.answers.get(spec.key, "").strip():
+                        yield Static(f"[dim]Your notes: {escape(self.answers[spec.key])}[/dim]")
+                    yield SelectionList(*[(item, i) for i, item in enumerate(spec.points)], id=f"tick-{spec.key}",
+                                        classes="checklist")
             if self.followup is not None:
                 followup, grades, _ = self.followup
                 yield Static(f"[b]Follow-up[/b] [dim]{escape(str(followup.solution.code))}[/dim]", classes="section")
@@ -83,17 +94,6 @@ class SolutionScreen(Screen):
                 yield Static(grade_table(followup.solution, grades), id="followup-grades")
                 if followup.solution.sheet.regime is not None:
                     yield Static(regime_panel(followup.solution), id="followup-regime")
-            for spec in self.solution.question.answers:
-                if spec.key in self.solution.sheet.reasons:
-                    yield Static(f"[b]{escape(spec.label)}[/b]", classes="section")
-                    yield Static(judgement_table(self.solution, spec.key), id=f"judged-{spec.key}")
-                if spec.self_graded:
-                    yield Static(f"[b]{spec.label}[/b]: tick the points your answer covered (space)",
-                                 classes="section")
-                    if self.answers.get(spec.key, "").strip():
-                        yield Static(f"[dim]Your notes: {escape(self.answers[spec.key])}[/dim]")
-                    yield SelectionList(*[(item, i) for i, item in enumerate(spec.points)], id=f"tick-{spec.key}",
-                                        classes="checklist")
             yield Static("[b]Given[/b]", classes="section")
             yield Static(givens_table(self.solution), id="givens")
             yield Static("[b]Derivation[/b]", classes="section")
