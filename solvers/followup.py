@@ -13,12 +13,12 @@ from solvers.answers import Grade
 from solvers.bank import ParamSpec
 from solvers.data import Catalog
 from solvers.derivation import Reject
-from solvers.engine import Solution, revise
-from solvers.sampling import ParameterError, parse_override, round_value
+from solvers.engine import Solution, revise, solve_values
+from solvers.sampling import ParameterError, parse_override, regenerate, round_value
 
-SWEEP_POINTS = 40
+SWEEP_POINTS = 24  # the scan's grid; a crossing found is then rounded and checked
 CLEAR_MARGIN = 1.5  # a push lands at least this far past the boundary where it can
-LOOK_PAST = 12  # values tried beyond the first crossing in search of a clear one
+LOOK_PAST = 6  # crossing points tried beyond the first in search of a clear one
 
 
 @dataclass(frozen=True)
@@ -71,42 +71,55 @@ def _candidates(solution: Solution) -> list[ParamSpec]:
 def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec) -> Solution | None:
     """The variant with `spec` moved to the nearest value a person would say that lands clearly on
     the other side of the boundary (a round number for a range, another option for a choice);
-    failing that, the nearest value across at all."""
-    regime = solution.sheet.regime.name
-    nearest, looked = None, 0
-    for value in _pushes(spec, solution.param(spec.name).raw):
-        if nearest is not None and (looked := looked + 1) > LOOK_PAST:
-            break
+    failing that, the nearest value across at all. A range is scanned on the chart's grid first,
+    and only a point that crosses is rounded (a parameter that never crosses costs one sweep)."""
+    regime, current = solution.sheet.regime.name, solution.param(spec.name).raw
+    raw = {p.name: p.raw for p in solution.params}
+
+    def crosses(value) -> bool:  # the scan solves only: no prompt, no listing
+        try:
+            _, sheet = solve_values(solution.question, regenerate(solution.question, raw | {spec.name: value},
+                                                                  {spec.name}, solution.code.seed), catalog)
+        except Reject:
+            return False
+        return sheet.regime is not None and sheet.regime.name != regime
+
+    def across(value) -> Solution | None:
+        if value == current:
+            return None
         try:
             pushed = revise(solution, catalog, {spec.name: value})
         except Reject:
+            return None
+        return pushed if pushed.sheet.regime is not None and pushed.sheet.regime.name != regime else None
+
+    nearest, looked = None, 0
+    for point in _pushes(spec, current):
+        if not crosses(point):
             continue
-        if pushed.sheet.regime is None or pushed.sheet.regime.name == regime:
-            continue
-        margin = pushed.sheet.regime.margin
-        if math.isfinite(margin) and margin > 0 and abs(math.log(margin)) >= math.log(CLEAR_MARGIN):
-            return pushed
-        nearest = nearest or pushed
+        for value in _round_values(spec, point) if spec.kind != "choice" else [point]:
+            pushed = across(value)
+            if pushed is None:
+                continue
+            margin = pushed.sheet.regime.margin
+            if math.isfinite(margin) and margin > 0 and abs(math.log(margin)) >= math.log(CLEAR_MARGIN):
+                return pushed
+            nearest = nearest or pushed
+        looked += 1
+        if nearest is not None and looked > LOOK_PAST:
+            break
     return nearest
 
 
-def _pushes(spec: ParamSpec, current):
-    """Values to try for `spec`, nearest first."""
+def _pushes(spec: ParamSpec, current) -> list:
+    """Values to try for `spec`, nearest first: the other options of a choice, or the sweep grid."""
     if spec.kind == "choice":
         others = [c for c in spec.choices if c != current]
         numeric = all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in spec.choices)
-        yield from sorted(others, key=lambda c: _distance(float(c), float(current))) if numeric else others
-        return
-    current = float(current)
+        return sorted(others, key=lambda c: _distance(float(c), float(current))) if numeric else others
     spaced = np.geomspace if spec.kind == "loguniform" else np.linspace
-    xs = sorted({round_value(spec, float(x)) for x in spaced(spec.low, spec.high, SWEEP_POINTS)} - {current},
-                key=lambda x: _distance(x, current))
-    tried = {current}
-    for x in xs:
-        for value in _round_values(spec, x):
-            if value not in tried:
-                tried.add(value)
-                yield value
+    xs = {round_value(spec, float(x)) for x in spaced(spec.low, spec.high, SWEEP_POINTS)} - {float(current)}
+    return sorted(xs, key=lambda x: _distance(x, float(current)))
 
 
 def _distance(x: float, current: float) -> float:
