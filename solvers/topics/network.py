@@ -93,11 +93,16 @@ def _depth_caveat(flip: float, radix: int, tiers: float) -> str:
 def _fleet_regime(s: Sheet, G, flip, ib, roce, caveat: str) -> None:
     fleet, boundary = format_number(s.value(G)), format_number(s.value(flip), 3)
     per_gpu = f"{format_quantity(s.value(ib), '$')} on InfiniBand against {format_quantity(s.value(roce), '$')}"
-    if s.compare(G, flip) < 0:
+    order = s.compare(G, flip)
+    if order <= 0:
+        summary = (f"At {fleet} GPUs the switch saving per GPU does not pay for RoCE's extra engineers: {per_gpu} "
+                   "on RoCE. InfiniBand arrives lossless by design, so the small team buys it.")
+        if order == 0:  # an exact tie: neither is cheaper, and nothing pays for the lossless-Ethernet work
+            summary = (f"At {fleet} GPUs the two cost exactly the same, {per_gpu} on RoCE: with no saving to "
+                       "pay for the extra engineers, keep the fabric that is lossless by design.")
         s.set_regime(
             "small-fleet-infiniband",
-            f"At {fleet} GPUs the switch saving per GPU does not pay for RoCE's extra engineers: {per_gpu} on "
-            "RoCE. InfiniBand arrives lossless by design, so the small team buys it.",
+            summary,
             flip, G,
             f"Above about {boundary} GPUs (at this tree depth) the per-port saving outgrows the fixed cost of "
             "running lossless Ethernet, and RoCE is cheaper; a deeper tree multiplies the saving per GPU and "
