@@ -1,6 +1,8 @@
 """The follow-up round: the push crosses the regime boundary, asks again, and reproduces."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from solvers.answers import CORRECT
@@ -56,3 +58,42 @@ def test_the_pushed_value_is_round(bank, catalog):
             power_of_two = value >= 1 and value.is_integer() and (int(value) & (int(value) - 1)) == 0
             on_grid = spec.step is not None  # a grid (e.g. a step of 256 tokens) may move the round value
             assert two_sig or power_of_two or on_grid, (qid, name, text)
+
+
+SOURCE = open("questions/F/weight-read-intensity.yaml").read()
+
+
+def _with_followups(text: str):
+    from pathlib import Path
+
+    from solvers.bank import Bank, parse_question
+
+    question = parse_question(Path("weight-read-intensity.yaml"), SOURCE.replace("\nanswers:", f"\n{text}answers:", 1))
+    return Bank({question.id: question})
+
+
+def test_a_declared_follow_up_is_asked_as_written(catalog):
+    bank = _with_followups('followups:\n  - {set: {tokens: 4096}, ask: [regime, throughput], '
+                           'say: "Now it is a 4K-token prefill chunk."}\n')
+    first = make_variant(bank, catalog, VariantCode("weight-read-intensity", None))
+    followup = follow_up(first, catalog)
+    assert str(followup.solution.code) == "weight-read-intensity@default+tokens=4096"
+    assert followup.ask == ("regime", "throughput") and followup.say == "Now it is a 4K-token prefill chunk."
+    assert followup.solution.expected["regime"] == "compute-bound"
+
+
+def test_a_declared_follow_up_that_changes_nothing_asked_is_not_asked(catalog):
+    bank = _with_followups("followups:\n  - {set: {tokens: 64}, ask: [ridge]}\n")
+    assert follow_up(make_variant(bank, catalog, VariantCode("weight-read-intensity", None)), catalog) is None
+
+
+@pytest.mark.parametrize("text, field", [
+    ("followups:\n  - {set: {batch: 4}, ask: [regime]}\n", "followups[0].set"),
+    ("followups:\n  - {set: {tokens: 4}, ask: [nothing]}\n", "followups[0].ask"),
+    ("followups:\n  - {set: {tokens: 4}, ask: [regime], colour: red}\n", "followups[0]"),
+])
+def test_a_broken_follow_up_names_its_field(text, field):
+    from solvers.bank import QuestionError
+
+    with pytest.raises(QuestionError, match=rf": {re.escape(field)}: "):
+        _with_followups(text)
