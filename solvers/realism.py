@@ -126,6 +126,15 @@ def _weights_fit(values: Mapping[str, Any]) -> str | None:
             f"{gpu['name']}, past the {room / 1e9:.0f} GB that leaves room for a KV pool")
 
 
+def _slo_scales_with_work(values: Mapping[str, Any]) -> str | None:
+    model, gpu, prompt, ttft = values["model"], values["gpu"], values["prompt"], values["ttft"]
+    floor = 2 * model["params_b"] * 1e9 * prompt / (values.get("tp", 1) * gpu["bf16_dense_tflops"] * 1e12)
+    if ttft >= floor:
+        return None
+    return (f"a {ttft:g} s TTFT target for a {prompt:,.0f}-token prompt, which takes {floor:.2g} s of compute "
+            "at peak on its GPUs alone")
+
+
 def _prefix_shorter(values: Mapping[str, Any]) -> str | None:
     ok = values["prefix"] < values["context"]
     return None if ok else f"the shared prefix ({values['prefix']:,}) is not shorter than the sequence"
@@ -153,6 +162,8 @@ BANK_RULES = (
     # as streaming all of them, or a training fleet, states no serving layout.
     _Rule("weights-fit", "the weights' share per GPU fits beside a minimal KV pool",
           (("model",), ("gpu",), ("tp", "gpus"), ("weight_dtype", "dtype")), _weights_fit),
+    _Rule("slo-scales-with-work", "a TTFT target no shorter than the prompt's own prefill at peak compute",
+          (("model",), ("gpu",), ("prompt",), ("ttft",)), _slo_scales_with_work),
     _Rule("prefix-shorter", "a shared prefix shorter than the sequences that start with it",
           (("prefix",), ("context",)), _prefix_shorter),
     _Rule("microbatches-cover-stages", "at least as many micro-batches as pipeline stages",

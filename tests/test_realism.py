@@ -54,3 +54,10 @@ def test_no_variant_breaks_a_rule_of_its_question(bank, catalog, qid):
     for seed in [None, *range(100)]:
         solution = make_variant(bank, catalog, VariantCode(qid, seed))
         assert broken(question.constraints, {p.name: p.value for p in solution.params}) is None
+
+
+def test_a_ttft_target_shorter_than_the_prompts_own_prefill_is_refused(bank, catalog):
+    code = "coupled-slo-admission@default+gpu=mi300x+tp=8+ttft=0.25+prompt=39000"
+    with pytest.raises(VariantError, match="slo-scales-with-work: a 0.25 s TTFT target for a 39,000-token prompt, "
+                                           "which takes 0.53 s"):
+        make_variant(bank, catalog, VariantCode.parse(code))
