@@ -171,6 +171,7 @@ class Sheet:
     results: dict[str, object] = field(default_factory=dict)
     slips: dict[str, list[Slip]] = field(default_factory=dict)  # by the answer they diagnose
     reasons: dict[str, dict[str, str]] = field(default_factory=dict)  # select answers: option -> why
+    prerequisites: set[str] = field(default_factory=set)  # questions whose results stand here as givens
     _values: dict[sympy.Symbol, sympy.Basic] = field(default_factory=dict)
     _shown: dict[sympy.Symbol, str] = field(default_factory=dict)
 
@@ -186,6 +187,12 @@ class Sheet:
         self._remember(sym, _to_sympy(value), unit)
         self.givens.append(Given(symbol, label or symbol, float(value), unit))
         return sym
+
+    def prerequisite(self, question_id: str, symbol: str, value: float, unit: str, label: str) -> sympy.Symbol:
+        """A result of an earlier question (declared in `requires:`), taken as a given rather than
+        derived again: the candidate has drilled it, the solution names where it comes from."""
+        self.prerequisites.add(question_id)
+        return self.given(symbol, value, unit, f"{label} (from {question_id})")
 
     def step(self, key: str, title: str, symbol: str, expr: sympy.Expr, unit: str = "", why: str = "") -> sympy.Symbol:
         """Evaluate `expr` on the values known so far and record it as a step."""

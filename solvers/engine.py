@@ -164,6 +164,9 @@ def run_solver(question: Question, values: dict[str, Any]) -> Sheet:
         problem = spec.check_result(sheet.results[spec.key])
         if problem:
             raise RuntimeError(f"{question.id}: answers.{spec.key}: {problem}")
+    undeclared = sorted(sheet.prerequisites - set(question.requires))
+    if undeclared:
+        raise RuntimeError(f"{question.id}: takes results of {', '.join(undeclared)} without declaring requires:")
     stray = sorted((set(sheet.slips) | set(sheet.reasons)) - keys)
     if stray:
         raise RuntimeError(f"{question.id}: slips or judgements declared on {', '.join(stray)}, not an answer")

@@ -73,3 +73,24 @@ def test_same_fact_may_be_stated_twice_but_not_two_values():
     kv_bytes_per_token_per_gpu(sheet, model, b, n)  # declares L, H_kv, d_h again: fine
     with pytest.raises(ValueError):
         sheet.given("L", 3)
+
+
+def test_a_prerequisite_stands_as_one_given_with_its_source(bank, catalog):
+    from solvers.engine import VariantCode, make_variant
+
+    solution = make_variant(bank, catalog, VariantCode("paged-block-size", None))
+    assert "kv-bytes-per-token" in solution.question.requires
+    given = next(g for g in solution.sheet.givens if g.symbol == "KV_tok")
+    assert given.label.endswith("(from kv-bytes-per-token)") and given.shown == "320 KiB"
+    assert not any(step.symbol == "KV_tok" for step in solution.sheet.steps)  # not derived again
+
+
+def test_taking_a_result_without_requiring_its_question_is_an_error(bank, catalog):
+    import dataclasses
+
+    from solvers.bank import Bank
+    from solvers.engine import VariantCode, make_variant
+
+    question = dataclasses.replace(bank.get("paged-block-size"), requires=())
+    with pytest.raises(RuntimeError, match="takes results of kv-bytes-per-token without declaring requires"):
+        make_variant(Bank({question.id: question}), catalog, VariantCode(question.id, None))

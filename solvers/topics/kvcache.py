@@ -35,6 +35,14 @@ def kv_bytes_per_token(sheet: Sheet, model: Record, kv_bytes: sympy.Symbol, key:
                       "a key and a value vector per KV head in every layer")
 
 
+def kv_bytes_per_token_given(sheet: Sheet, model: Record, kv_bytes: float, dtype: str) -> sympy.Symbol:
+    """KV bytes per token as a result of kv-bytes-per-token (the question must require it): the
+    same formula, evaluated on a scratch sheet, stands here as one given instead of a derivation."""
+    scratch = Sheet()
+    value = scratch.value(kv_bytes_per_token(scratch, model, scratch.given("b_kv", kv_bytes, "B")))
+    return sheet.prerequisite("kv-bytes-per-token", "KV_tok", value, "KiB", f"KV cache bytes per token ({dtype})")
+
+
 def kv_heads_per_gpu(sheet: Sheet, model: Record, tp: sympy.Symbol, key: str = "kv_heads_per_gpu") -> sympy.Symbol:
     """KV heads one GPU stores under TP: H_kv // TP, but never fewer than one (replication)."""
     kv_heads = sheet.given("H_kv", model.kv_heads, "", "KV heads")

@@ -9,7 +9,12 @@ import sympy
 
 from solvers.derivation import Reject, Sheet
 from solvers.topics.common import dtype_bytes, model_params, require_context
-from solvers.topics.kvcache import blocks_for_tokens, kv_bytes_per_token, kv_bytes_per_token_per_gpu
+from solvers.topics.kvcache import (
+    blocks_for_tokens,
+    kv_bytes_per_token,
+    kv_bytes_per_token_given,
+    kv_bytes_per_token_per_gpu,
+)
 from solvers.units import format_number, format_quantity
 
 # PagedAttention (Kwon et al., SOSP 2023) reports vLLM wasting under 4% of the KV cache: the bar
@@ -25,8 +30,7 @@ def _kv_dtype(p, s: Sheet) -> sympy.Symbol:
 
 
 def paged_block_size_question(p, s: Sheet) -> None:
-    b_kv = _kv_dtype(p, s)
-    kv_tok = kv_bytes_per_token(s, p.model, b_kv)
+    kv_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes(p.kv_dtype), p.kv_dtype)
     B = s.given("B", p.block_size, "tokens", "block size")
     n = s.given("n", p.batch, "sequences", "sequences in flight")
     L_avg = s.given("L_avg", p.mean_length, "tokens", "mean sequence length")
