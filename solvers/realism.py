@@ -126,6 +126,17 @@ def _weights_fit(values: Mapping[str, Any]) -> str | None:
             f"{gpu['name']}, past the {room / 1e9:.0f} GB that leaves room for a KV pool")
 
 
+def _tp_suits_model(values: Mapping[str, Any]) -> str | None:
+    model, gpu, tp = values["model"], values["gpu"], values["tp"]
+    dtype = values.get("weight_dtype", values.get("dtype", "bf16"))
+    per_gpu = model["params_b"] * 1e9 * DTYPE_BYTES.get(dtype, 2) / tp
+    least = convention("tp-width").value * gpu["hbm_gb"] * 1e9
+    if tp == 1 or per_gpu >= least:
+        return None
+    return (f"TP {tp} leaves {per_gpu / 1e9:.1f} GB of {model['name']} per {gpu['name']}: a model that size "
+            "is not split that wide")
+
+
 def _slo_scales_with_work(values: Mapping[str, Any]) -> str | None:
     model, gpu, prompt, ttft = values["model"], values["gpu"], values["prompt"], values["ttft"]
     floor = 2 * model["params_b"] * 1e9 * prompt / (values.get("tp", 1) * gpu["bf16_dense_tflops"] * 1e12)
@@ -162,6 +173,8 @@ BANK_RULES = (
     # as streaming all of them, or a training fleet, states no serving layout.
     _Rule("weights-fit", "the weights' share per GPU fits beside a minimal KV pool",
           (("model",), ("gpu",), ("tp", "gpus"), ("weight_dtype", "dtype")), _weights_fit),
+    _Rule("tp-suits-model", "no wider tensor parallelism than a model of that size is served with",
+          (("model",), ("gpu",), ("tp",), ("weight_dtype", "dtype")), _tp_suits_model),
     _Rule("slo-scales-with-work", "a TTFT target no shorter than the prompt's own prefill at peak compute",
           (("model",), ("gpu",), ("prompt",), ("ttft",)), _slo_scales_with_work),
     _Rule("prefix-shorter", "a shared prefix shorter than the sequences that start with it",

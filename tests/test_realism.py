@@ -61,3 +61,9 @@ def test_a_ttft_target_shorter_than_the_prompts_own_prefill_is_refused(bank, cat
     with pytest.raises(VariantError, match="slo-scales-with-work: a 0.25 s TTFT target for a 39,000-token prompt, "
                                            "which takes 0.53 s"):
         make_variant(bank, catalog, VariantCode.parse(code))
+
+
+def test_a_small_model_is_not_split_wider_than_anyone_serves_it(bank, catalog):
+    with pytest.raises(VariantError, match="tp-suits-model: TP 8 leaves 2.0 GB of Llama-3.1-8B per H100 SXM"):
+        make_variant(bank, catalog, VariantCode.parse("preemption-policies@default+model=llama-3-8b+tp=8"
+                                                      "+weight_dtype=bf16+gpu=h100-sxm"))
