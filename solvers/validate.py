@@ -105,7 +105,9 @@ def self_test(solution: Solution) -> list[tuple[str, str]]:
     return problems
 
 
-def _check_variants(question: Question, bank: Bank, catalog: Catalog, seeds: int) -> list[str]:
+def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int) -> list[str]:
+    """The bank self-test of one question over its default variant and `seeds` draws (what
+    `infradrill validate` and the test suite both run)."""
     where = question.path
     problems = []
     regimes: Counter[str] = Counter()
@@ -168,5 +170,5 @@ def validate(paths: list[Path], catalog: Catalog, seeds: int = 50) -> list[str]:
     everything = Bank(load_bank().questions | bank.questions)
     problems += [p for p in requirement_problems(everything) if p.split(":", 1)[0] in paths_checked]
     for question in bank.questions.values():
-        problems.extend(_check_variants(question, bank, catalog, seeds))
+        problems.extend(check_question(question, bank, catalog, seeds))
     return problems

@@ -62,7 +62,11 @@ class Number(Answer):
         wrong = 1.0 if key == 0 else float(key) * self.wrong_factor
         return TestInputs(self.typed(key, shown), format_quantity(wrong, self.unit, sig=6), "about three fifty")
 
-    wrong_factor = 10.0  # a typed answer this many times the key grades wrong (tolerances lie below 1)
+    @property
+    def wrong_factor(self) -> float:
+        """A typed answer this many times the key must grade wrong: twice the key (the classic
+        slip) where the tolerance is tight enough to tell, else ten times."""
+        return 2.0 if self.close_factor * self.tolerance < 1 else 10.0
 
     def read(self, text: str, shown: Shown) -> float:
         """The value in base units. A bare number is in the answer's unit ("0.4" in a % box
