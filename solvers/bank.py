@@ -70,7 +70,7 @@ class Question:
     hints: tuple[str, ...]
     references: tuple[str, ...]
     regime_sides: tuple[str, ...]  # sides the random draws must each reach
-    seeds: tuple[str, ...] = ()
+    catalogue: tuple[str, ...] = ()  # where the question comes from in CATALOGUE.md's seed lists ("001:15")
     chart: tuple[str, str] | None = None  # (parameter to sweep, answer to plot) for the regime chart
     followups: tuple[DeclaredFollowUp, ...] = ()
     requires: tuple[str, ...] = ()  # questions whose results this one takes as givens (drilled first)
@@ -140,7 +140,7 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 
 
 _NUM = (int, float)
-_TOP_FIELDS = {"id", "title", "group", "topic", "difficulty", "solver", "seeds", "prompt", "parameters",
+_TOP_FIELDS = {"id", "title", "group", "topic", "difficulty", "solver", "catalogue", "prompt", "parameters",
                "answers", "hints", "references", "regime_sides", "chart", "followups",
                "requires", "constraints"}
 _PARAM_FIELDS = {*DISTRIBUTIONS, "default", "label", "unit", "weights", "from", "round", "args"}
@@ -368,7 +368,7 @@ def parse_question(path: Path, text: str) -> Question:
         hints=tuple(reader.field(document, "hints", list, required=False, default=[])),
         references=tuple(reader.field(document, "references", list, required=False, default=[])),
         regime_sides=sides,
-        seeds=tuple(str(s) for s in reader.field(document, "seeds", list, required=False, default=[])),
+        catalogue=tuple(str(s) for s in reader.field(document, "catalogue", list, required=False, default=[])),
         chart=chart,
         followups=_parse_followups(reader, document, names, set(keys)),
         requires=_parse_requires(reader, document, qid),
