@@ -243,3 +243,28 @@ def test_a_numbers_wrong_input_is_wrong_for_any_key(key, unit, tolerance):
         inputs = spec.test_inputs(key, ())
         assert spec.grade(inputs.correct, key).verdict == CORRECT, format_quantity(key, unit)
         assert spec.grade(inputs.wrong, key).verdict == WRONG
+
+
+def test_declared_slips_reach_only_the_answers_they_are_declared_on(bank, catalog):
+    """Across the bank's default variants: a question's slip names the mistake on its own answer,
+    and never on another answer that happens to be off by the same factor."""
+    from solvers.engine import VariantCode, make_variant
+
+    reached = declared = 0
+    for qid in sorted(bank.questions):
+        solution = make_variant(bank, catalog, VariantCode(qid, None))
+        numbers = [a for a in solution.question.answers if a.numeric and solution.expected[a.key] != 0]
+        for spec in numbers:
+            for slip in solution.sheet.slips.get(spec.key, []):
+                key = float(solution.expected[spec.key])
+                grade = solution.grade_one(spec.key, format_quantity(key * slip.factor, spec.unit, sig=8))
+                reached += grade.slip == slip.label
+                declared += 1
+                for other in numbers:
+                    own = {s.label for s in solution.sheet.slips.get(other.key, [])}
+                    if other.key == spec.key or slip.label in own:
+                        continue
+                    typed = format_quantity(float(solution.expected[other.key]) * slip.factor, other.unit, sig=8)
+                    assert solution.grade_one(other.key, typed).slip != slip.label, (qid, other.key, slip.label)
+    # Nearly every declared slip is recognised on its own answer (a few tie with a likelier one).
+    assert declared > 100 and reached >= 0.9 * declared
