@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from solvers.answers import CLOSE, CORRECT, UNPARSED, WRONG
+from solvers.answers import CLOSE, CORRECT, UNPARSED, WRONG, Select
 from solvers.bank import Bank, Question, QuestionError, load_bank, parse_question, requirement_problems
 from solvers.data import Catalog
 from solvers.derivation import Reject
@@ -111,7 +111,7 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int)
     where = question.path
     problems = []
     regimes: Counter[str] = Counter()
-    judged: dict[str, set[frozenset[str]]] = {a.key: set() for a in question.answers if a.kind == "select"}
+    judged: dict[str, set[frozenset[str]]] = {a.key: set() for a in question.answers if isinstance(a, Select)}
     for seed in [None, *range(seeds)]:
         label = "default variant" if seed is None else f"seed {seed}"
         try:
