@@ -16,6 +16,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check solvers tui tests
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 	$(BIN)/infradrill validate
 

@@ -244,3 +244,18 @@ def test_interviewer_view_shows_the_key_and_reveals_one_step_at_a_time():
     assert key == "Answer key" and code in banner
     assert (two, one) == (2, 1)
     assert everything == steps + 1  # every step, then the regime
+
+
+async def _escape_from_a_follow_up():
+    async with running_app() as (app, pilot):
+        await open_default(app, pilot, "weight-read-intensity")
+        await pilot.press("ctrl+s", "ctrl+s")
+        await wait_for(pilot, lambda: followup_showing(app))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
+        return app.screen.followup, len(app.screen.grades)
+
+
+def test_escape_from_a_follow_up_skips_it_and_still_reveals_the_first_round():
+    followup, graded = asyncio.run(_escape_from_a_follow_up())
+    assert followup is None and graded == 8

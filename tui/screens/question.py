@@ -49,7 +49,7 @@ class QuestionScreen(Screen):
         Binding("ctrl+k", "skip_followup", "Skip follow-up", priority=True),
         Binding("f1", "app.help", "Help"),
         Binding("f2", "app.conventions", "Conventions"),
-        Binding("escape", "app.pop_screen", "Back"),
+        Binding("escape", "back", "Back"),
     ]
 
     def __init__(self, solution: Solution, mode: str = "practice", followup: FollowUp | None = None,
@@ -139,6 +139,14 @@ class QuestionScreen(Screen):
             return
         self.app.show_solution(self.solution, self.answers(), self.elapsed, self.hints_shown, self.started_at,
                                self.mode)
+
+    def action_back(self) -> None:
+        """Back out; from a follow-up that is the same as skipping it (the first round is saved and
+        its solution still shows), which a mock interview does not allow."""
+        if self.followup is not None:
+            self.action_skip_followup()
+        else:
+            self.app.pop_screen()
 
     def action_skip_followup(self) -> None:
         if self.followup is None or self.first is None:
