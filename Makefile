@@ -15,7 +15,7 @@ run: $(STAMP)
 	$(BIN)/infradrill
 
 test: $(STAMP)
-	$(BIN)/ruff check solvers tui tests
+	$(BIN)/ruff check solvers practice tui tests
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 	$(BIN)/infradrill validate

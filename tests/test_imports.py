@@ -34,3 +34,9 @@ def test_app_import_does_not_import_sympy():
 def test_listing_the_bank_does_not_import_sympy():
     loaded = modules_after("from solvers.bank import load_bank; load_bank()")
     assert "sympy" not in loaded
+
+
+def test_the_practice_system_never_imports_textual_or_sympy():
+    loaded = modules_after("import practice.store, practice.review, practice.stats")
+    assert not any(m == "textual" or m.startswith("textual.") for m in loaded)
+    assert "sympy" not in loaded

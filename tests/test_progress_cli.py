@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from practice.review import Reviewer
+from practice.store import EXPORT_SCHEMA, FILE_NAME, open_store, replay
 from solvers.answers import CORRECT, WRONG, Grade
 from tests.test_cli import run_cli
-from tui.review import Reviewer
-from tui.store import EXPORT_SCHEMA, FILE_NAME, open_store, replay
 
 T0 = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+from practice.store import open_store
 from solvers.bank import load_bank
 from solvers.data import load_catalog
 from solvers.engine import VariantCode, make_variant
@@ -15,7 +16,6 @@ from solvers.followup import follow_up
 from solvers.report import typed_key
 from tests.test_tui import followup_showing, past_followup, question_ready, reveal, running_app, wait_for
 from tui.screens.solution import SolutionScreen
-from tui.store import open_store
 
 
 async def _drill_and_rate():

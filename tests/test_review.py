@@ -8,8 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from fsrs import Rating, State
 
-from solvers.answers import CLOSE, CORRECT, MISMATCH, UNPARSED, WRONG, Grade
-from tui.review import (
+from practice.review import (
     GROUP_ORDER,
     Reviewer,
     ReviewSettings,
@@ -18,7 +17,8 @@ from tui.review import (
     pick_mock,
     suggest_rating,
 )
-from tui.store import FILE_NAME, ProgressStore, replay
+from practice.store import FILE_NAME, ProgressStore, replay
+from solvers.answers import CLOSE, CORRECT, MISMATCH, UNPARSED, WRONG, Grade
 
 T0 = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)  # a Monday
 A, H, G, E = Rating.Again, Rating.Hard, Rating.Good, Rating.Easy

@@ -5,8 +5,8 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
 
-from tui.review import DueSummary
-from tui.stats import (
+from practice.review import DueSummary
+from practice.stats import (
     accuracy_by_group,
     accuracy_by_topic,
     format_summary,
@@ -19,7 +19,7 @@ from tui.stats import (
     summary_dict,
     top_slips,
 )
-from tui.store import AnswerRecord, Attempt
+from practice.store import AnswerRecord, Attempt
 
 T0 = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)  # a Monday
 X2, X8 = "x2: one factor of 2 too many", "x8: bits and bytes mixed up"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from fsrs import Card, Rating, Scheduler
 
-from tui.store import (
+from practice.store import (
     APPLICATION_ID,
     FILE_NAME,
     SCHEMA_VERSION,
@@ -206,7 +206,7 @@ def test_settings(store):
 
 
 def test_store_modules_import_neither_textual_nor_sympy():
-    code = "import sys, tui.store, tui.review, tui.stats; print('\\n'.join(sys.modules))"
+    code = "import sys, practice.store, practice.review, practice.stats; print('\\n'.join(sys.modules))"
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                                 cwd=ROOT).stdout.split())
     assert not any(m == "textual" or m.startswith("textual.") for m in loaded)
@@ -218,8 +218,8 @@ CRASH = textwrap.dedent("""
     import os, signal, sys
     from datetime import datetime, timedelta, UTC
     from solvers.answers import Grade
-    from tui.review import Reviewer
-    from tui.store import open_store
+    from practice.review import Reviewer
+    from practice.store import open_store
 
     store, _ = open_store(sys.argv[1])
     submitted = datetime(2025, 3, 3, 9, 0, 40, tzinfo=UTC)
@@ -253,8 +253,8 @@ WRITER = textwrap.dedent("""
     import sys, time
     from datetime import datetime, timedelta, UTC
     from solvers.answers import Grade
-    from tui.review import Reviewer
-    from tui.store import open_store
+    from practice.review import Reviewer
+    from practice.store import open_store
 
     directory, name, count, start_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     offset = timedelta(milliseconds=int(sys.argv[5]))  # distinct review times in the two processes
@@ -399,7 +399,7 @@ def test_v1_fixture_is_migrated_in_place(tmp_path):
 
 
 def test_a_failing_migration_leaves_the_old_version(tmp_path, monkeypatch):
-    import tui.store as store_module
+    import practice.store as store_module
 
     path = tmp_path / FILE_NAME
     shutil.copy(FIXTURE_V1, path)

@@ -20,10 +20,10 @@ from tui.screens.home import HomeScreen
 # Everything not needed for the first paint (other screens, the bank, the engine) is
 # imported where it is first used, so that start-up costs little more than Textual itself.
 if TYPE_CHECKING:
+    from practice.review import Submitted
     from solvers.answers import Grade
     from solvers.engine import Solution
     from solvers.followup import FollowUp
-    from tui.review import Submitted
     from tui.service import Drill
 
 
@@ -154,7 +154,7 @@ class InfradrillApp(App):
 
     def action_mock(self) -> None:
         """A mock interview: questions across topics, a clock per question, no hints, a score sheet."""
-        from tui.review import pick_mock
+        from practice.review import pick_mock
 
         if (drill := self._bank_ready()) is None or drill.reviewer is None:
             return

@@ -169,7 +169,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _store(args: argparse.Namespace):
-    from tui.store import StoreError, open_store
+    from practice.store import StoreError, open_store
 
     try:
         store, notices = open_store(args.data_dir)
@@ -181,10 +181,10 @@ def _store(args: argparse.Namespace):
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    from practice.review import Reviewer, ReviewSettings
+    from practice.stats import format_summary, summarize, summary_dict
+    from practice.store import now_utc
     from solvers.bank import load_bank
-    from tui.review import Reviewer, ReviewSettings
-    from tui.stats import format_summary, summarize, summary_dict
-    from tui.store import now_utc
 
     bank = load_bank()
     for problem in bank.problems:
@@ -235,8 +235,8 @@ def _export(args: argparse.Namespace) -> int:
 def _import(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tui.review import Reviewer, ReviewSettings
-    from tui.store import ProgressFormatError
+    from practice.review import Reviewer, ReviewSettings
+    from practice.store import ProgressFormatError
 
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         from tui.app import run
 
-        if args.data_dir:  # the app finds its store through tui.store.data_dir()
+        if args.data_dir:  # the app finds its store through practice.store.data_dir()
             os.environ["INFRADRILL_DATA_DIR"] = args.data_dir
         return run()
     handlers = {"list": cmd_list, "solve": cmd_solve, "check": cmd_check, "stats": cmd_stats,

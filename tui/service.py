@@ -14,8 +14,8 @@ from solvers.bank import Bank, Question, load_bank
 from solvers.data import Catalog, load_catalog
 
 if TYPE_CHECKING:
+    from practice.review import Reviewer
     from solvers.engine import Solution
-    from tui.review import Reviewer
 
 
 @dataclass
@@ -28,8 +28,8 @@ class Drill:
 
     @classmethod
     def load(cls) -> Drill:
-        from tui.review import Reviewer, ReviewSettings
-        from tui.store import StoreError, open_store
+        from practice.review import Reviewer, ReviewSettings
+        from practice.store import StoreError, open_store
 
         bank = load_bank()
         try:

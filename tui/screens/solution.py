@@ -18,9 +18,9 @@ from tui.chart import sweep_chart
 from tui.render import givens_table, grade_table, judgement_table, notes, regime_panel, step_renderable
 
 if TYPE_CHECKING:
+    from practice.review import Submitted
     from solvers.engine import Solution
     from solvers.followup import FollowUp
-    from tui.review import Submitted
 
 
 class SolutionScreen(Screen):

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from fsrs import Card, Rating, Scheduler
 
-from tui.store import (
+from practice.store import (
     AnswerRecord,
     Attempt,
     ImportResult,

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta, tzinfo
 from typing import Any
 
-from tui.review import GROUP_ORDER
-from tui.store import Attempt
+from practice.review import GROUP_ORDER
+from practice.store import Attempt
 
 HEAT = " ░▒▓█"
 

@@ -10,7 +10,7 @@ marker, a newer schema than this code knows, or corrupt) is moved aside to
 `progress.sqlite3.corrupt-YYYYmmdd-HHMMSS` and a notice says so.
 
 Every write is one `BEGIN IMMEDIATE` transaction, so an attempt, its review and its card
-land together or not at all. The store keeps no scheduling logic: tui.review computes
+land together or not at all. The store keeps no scheduling logic: practice.review computes
 cards with fsrs and hands them here. Timestamps are stored as UTC ISO text.
 """
 from __future__ import annotations
