@@ -172,6 +172,8 @@ class Sheet:
     slips: dict[str, list[Slip]] = field(default_factory=dict)  # by the answer they diagnose
     reasons: dict[str, dict[str, str]] = field(default_factory=dict)  # select answers: option -> why
     prerequisites: set[str] = field(default_factory=set)  # questions whose results stand here as givens
+    # The question's parameters as the solver sees them: name -> (value, display unit, label).
+    parameters: Mapping[str, tuple[float, str, str]] = field(default_factory=dict)
     _values: dict[sympy.Symbol, sympy.Basic] = field(default_factory=dict)
     _shown: dict[sympy.Symbol, str] = field(default_factory=dict)
 
@@ -187,6 +189,12 @@ class Sheet:
         self._remember(sym, _to_sympy(value), unit)
         self.givens.append(Given(symbol, label or symbol, float(value), unit))
         return sym
+
+    def param(self, symbol: str, name: str) -> sympy.Symbol:
+        """A given that is a parameter of the question: its value, unit and label come from the
+        question file, so the solver does not retype them."""
+        value, unit, label = self.parameters[name]
+        return self.given(symbol, value, unit, label)
 
     def prerequisite(self, question_id: str, symbol: str, value: float, unit: str, label: str) -> sympy.Symbol:
         """A result of an earlier question (declared in `requires:`), taken as a given rather than

@@ -153,7 +153,8 @@ def solve_values(question: Question, raw: dict[str, Any], catalog: Catalog) -> t
 def run_solver(question: Question, values: dict[str, Any]) -> Sheet:
     """The question's solver on these values (as the solver sees them: records, base units),
     with its results checked against the answers' kinds. Raises Reject for an impossible set."""
-    sheet = Sheet()
+    sheet = Sheet(parameters={spec.name: (values[spec.name], spec.unit, spec.label or spec.name)
+                              for spec in question.parameters if isinstance(values.get(spec.name), (int, float))})
     solver_function(question)(_Values(values), sheet)
     keys = {a.key for a in question.answers}
     for spec in question.answers:

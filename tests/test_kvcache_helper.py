@@ -94,3 +94,13 @@ def test_taking_a_result_without_requiring_its_question_is_an_error(bank, catalo
     question = dataclasses.replace(bank.get("paged-block-size"), requires=())
     with pytest.raises(RuntimeError, match="takes results of kv-bytes-per-token without declaring requires"):
         make_variant(Bank({question.id: question}), catalog, VariantCode(question.id, None))
+
+
+def test_a_parameter_given_takes_its_unit_and_label_from_the_question_file(bank, catalog):
+    from solvers.engine import VariantCode, make_variant
+
+    solution = make_variant(bank, catalog, VariantCode("paged-block-size", 3))
+    givens = {g.symbol: g for g in solution.sheet.givens}
+    for symbol, name in (("B", "block_size"), ("n", "batch"), ("L_avg", "mean_length"), ("P", "prefix")):
+        spec, param = solution.question.parameter(name), solution.param(name)
+        assert (givens[symbol].unit, givens[symbol].label, givens[symbol].shown) == (spec.unit, spec.label, param.shown)

@@ -31,10 +31,8 @@ def _kv_dtype(p, s: Sheet) -> sympy.Symbol:
 
 def paged_block_size_question(p, s: Sheet) -> None:
     kv_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes(p.kv_dtype), p.kv_dtype)
-    B = s.given("B", p.block_size, "tokens", "block size")
-    n = s.given("n", p.batch, "sequences", "sequences in flight")
-    L_avg = s.given("L_avg", p.mean_length, "tokens", "mean sequence length")
-    P = s.given("P", p.prefix, "tokens", "shared system prompt")
+    B, n, L_avg, P = (s.param(sym, name) for sym, name in
+                      (("B", "block_size"), ("n", "batch"), ("L_avg", "mean_length"), ("P", "prefix")))
 
     w_max = s.step("worst_waste", "Worst-case empty slots per sequence", "w_max", B - 1, "tokens",
                    "only the last block can be partly full, and it holds at least one token")

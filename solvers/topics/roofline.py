@@ -21,7 +21,7 @@ from solvers.units import format_number, format_quantity
 def weight_read_intensity(p, s: Sheet) -> None:
     peak = peak_flops(p.gpu, p.dtype)
     N = s.given("N", model_params(p.model), "", f"{p.model.name} parameters")
-    T = s.given("T", p.tokens, "tokens", "tokens per forward pass")
+    T = s.param("T", "tokens")
     b = s.given("b", dtype_bytes(p.dtype), "B", f"bytes per weight ({p.dtype})")
     P = s.given("P", peak, "TFLOP/s", f"{p.gpu.name} dense {p.dtype} peak")
     BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
