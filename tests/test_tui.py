@@ -259,3 +259,37 @@ async def _escape_from_a_follow_up():
 def test_escape_from_a_follow_up_skips_it_and_still_reveals_the_first_round():
     followup, graded = asyncio.run(_escape_from_a_follow_up())
     assert followup is None and graded == 8
+
+
+MENU = {"drill": "QuestionScreen", "browse": "BrowseScreen", "random_question": "QuestionScreen",
+        "enter_code": "CodeScreen", "mock": "QuestionScreen", "past_mocks": "PastMocksScreen",
+        "stats": "StatsScreen", "help": "HelpScreen"}
+
+
+async def _enter_on_every_menu_entry():
+    from textual.widgets import OptionList
+
+    from tui.screens.home import HomeScreen
+
+    opened = {}
+    async with running_app() as (app, pilot):
+        home = app.screen
+        menu = home.query_one("#menu", OptionList)
+        for index in range(menu.option_count):
+            option_id = menu.get_option_at_index(index).id
+            if option_id == "quit":
+                continue
+            menu.focus()
+            menu.highlighted = index
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: app.screen is not home and (
+                not isinstance(app.screen, QuestionScreen) or question_ready(app)))
+            opened[option_id] = type(app.screen).__name__
+            while not isinstance(app.screen, HomeScreen):
+                app.pop_screen()
+                await pilot.pause()
+    return opened
+
+
+def test_enter_on_every_home_menu_entry_opens_it():
+    assert asyncio.run(_enter_on_every_menu_entry()) == MENU

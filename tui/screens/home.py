@@ -56,8 +56,8 @@ class HomeScreen(Screen):
     def on_mount(self) -> None:
         self.call_after_refresh(self.app.after_first_paint)
 
-    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.app.run_action(event.option.id)
+    async def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        await self.app.run_action(event.option.id)
 
     def on_screen_resume(self) -> None:
         self.refresh_status()
