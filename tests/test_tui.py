@@ -293,3 +293,20 @@ async def _enter_on_every_menu_entry():
 
 def test_enter_on_every_home_menu_entry_opens_it():
     assert asyncio.run(_enter_on_every_menu_entry()) == MENU
+
+
+async def _typing_brings_the_box_into_view():
+    async with running_app() as (app, pilot):
+        await open_default(app, pilot, "loss-plateau-triage")  # a prompt far longer than 24 rows
+        box = app.screen.focused
+        hidden_before = box.region.height == 0 or box.region.bottom > SIZE[1]
+        await pilot.press("1")
+        await wait_for(pilot, lambda: box.region.height > 0 and box.region.bottom <= SIZE[1])
+        body = app.screen.query_one("#question-body")
+        return hidden_before, body.can_focus
+
+
+def test_typing_brings_the_focused_box_into_view_at_80x24():
+    hidden_before, body_takes_focus = asyncio.run(_typing_brings_the_box_into_view())
+    assert hidden_before  # the prompt fills the screen at first: the box starts below the fold
+    assert not body_takes_focus  # tab moves between answer boxes, never to the scroll container
