@@ -166,3 +166,32 @@ def test_a_follow_up_round_is_asked_graded_shown_and_saved(tmp_path, monkeypatch
     saved = {a.key: a.verdict for a in store.attempt(uid).answers}
     assert saved[f"followup.{followup.ask[0]}"] == "correct" and saved[f"followup.{followup.ask[1]}"] != "correct"
     assert all(v == "correct" for k, v in saved.items() if not k.startswith("followup."))
+
+
+async def _answer_again():
+    async with running_app() as (app, pilot):
+        app.open_question("kv-bytes-per-token", default=True)
+        await wait_for(pilot, lambda: question_ready(app))
+        await reveal(app, pilot, ("ctrl+s", "ctrl+s"))  # give up: the key is shown
+        first_uid = app.screen.submitted.attempt.uid
+        card = app.drill.reviewer.card("kv-bytes-per-token")
+        await pilot.press("a")
+        await wait_for(pilot, lambda: question_ready(app))
+        screen = app.screen
+        for spec in screen.solution.question.answers:  # the key just read, typed back
+            screen.query_one(f"#answer-{spec.key}").insert_text_at_cursor(typed_key(screen.solution, spec.key))
+        await reveal(app, pilot)
+        await pilot.press("4")  # Easy: ignored, this was not a review
+        solution = app.screen
+        return (first_uid, solution.submitted.attempt.uid, card, app.drill.reviewer.card("kv-bytes-per-token"),
+                str(solution.query_one("#rating").content), [g.verdict for g in solution.grades])
+
+
+def test_answering_a_revealed_variant_again_is_saved_but_never_scheduled(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path))
+    first_uid, again_uid, card_before, card_after, rating, verdicts = asyncio.run(_answer_again())
+    assert set(verdicts) == {"correct"} and "schedule does not move" in rating
+    assert card_after == card_before  # a half-failed card is not moved to days away by a copied key
+    store, _ = open_store(tmp_path)
+    assert store.attempt(again_uid) is not None and store.review_of(again_uid) is None
+    assert store.review_of(first_uid) is not None

@@ -54,6 +54,7 @@ class FirstRound:
     hints_used: int
     mode: str
     submitted: Submitted | None
+    revealed: bool = False  # answered again after the key was shown: saved, but not a review
 
 
 @dataclass
@@ -234,13 +235,13 @@ class InfradrillApp(App):
             self.push_screen(screen)
 
     def show_solution(self, solution: Solution, answers: dict[str, str], elapsed: float, hints_used: int,
-                      started: datetime, mode: str) -> None:
+                      started: datetime, mode: str, revealed: bool = False) -> None:
         """The first round is submitted: save it, then ask the follow-up, or reveal."""
         # A checklist is ticked on the solution screen; what was typed were notes.
         checklists = {a.key for a in solution.question.answers if a.self_graded}
         grades = solution.grade({k: ("" if k in checklists else v) for k, v in answers.items()})
-        submitted = self._record(solution, answers, grades, elapsed, hints_used, started, mode)
-        self._prepare_followup(FirstRound(solution, answers, grades, elapsed, hints_used, mode, submitted))
+        submitted = self._record(solution, answers, grades, elapsed, hints_used, started, mode, schedule=not revealed)
+        self._prepare_followup(FirstRound(solution, answers, grades, elapsed, hints_used, mode, submitted, revealed))
 
     @work(thread=True, exclusive=True, group="variant")
     def _prepare_followup(self, first: FirstRound) -> None:
@@ -284,10 +285,11 @@ class InfradrillApp(App):
             self._next_mock_question()  # solutions wait for the score sheet
             return
         self.switch_screen(SolutionScreen(first.solution, first.answers, first.grades, first.elapsed,
-                                          first.hints_used, first.submitted, first.mode, followup))
+                                          first.hints_used, first.submitted, first.mode, followup, first.revealed))
 
-    def _record(self, solution: Solution, answers, grades, elapsed, hints_used, started, mode):
-        """Write the attempt (and its review) before the solution shows: a crash now loses nothing."""
+    def _record(self, solution: Solution, answers, grades, elapsed, hints_used, started, mode, schedule=True):
+        """Write the attempt (and, with `schedule`, its review) before the solution shows: a crash
+        now loses nothing."""
         reviewer = self.drill.reviewer if self.drill else None
         if reviewer is None:
             return None
@@ -295,15 +297,16 @@ class InfradrillApp(App):
             mock_id = self.mock.id if mode == "mock" and self.mock is not None else None
             return reviewer.submit(question_id=solution.question.id, variant=str(solution.code), mode=mode,
                                    grades=grades, typed=answers, started=started, seconds=elapsed,
-                                   hints_used=hints_used, mock_id=mock_id)
+                                   hints_used=hints_used, mock_id=mock_id, schedule=schedule)
         except Exception as error:  # the store failing must not cost the user the solution
             self.notify(f"This attempt was not saved: {error}", title="Progress", severity="error", timeout=15)
             return None
 
     def reopen(self, solution: Solution, mode: str) -> None:
+        """The same variant again, after its key was shown: practice that does not move the schedule."""
         from tui.screens.question import QuestionScreen
 
-        self.switch_screen(QuestionScreen(solution, mode))
+        self.switch_screen(QuestionScreen(solution, mode, revealed=True))
 
 
 def run() -> int:

@@ -53,12 +53,13 @@ class QuestionScreen(Screen):
     ]
 
     def __init__(self, solution: Solution, mode: str = "practice", followup: FollowUp | None = None,
-                 first: FirstRound | None = None) -> None:
+                 first: FirstRound | None = None, revealed: bool = False) -> None:
         super().__init__()
         self.solution = solution
         self.mode = mode  # practice, drill or mock: recorded with the attempt
         self.followup = followup  # the interviewer's push after the first round (with the round it follows)
         self.first = first
+        self.revealed = revealed  # the key of this variant has been shown: saved, not scheduled
         self.started_at = datetime.now(UTC)
         self.started = time.monotonic()
         self.hints_shown = 0
@@ -138,7 +139,7 @@ class QuestionScreen(Screen):
             self.app.finish_followup(self.first, self.followup, self.answers(), self.elapsed)
             return
         self.app.show_solution(self.solution, self.answers(), self.elapsed, self.hints_shown, self.started_at,
-                               self.mode)
+                               self.mode, revealed=self.revealed)
 
     def action_back(self) -> None:
         """Back out; from a follow-up that is the same as skipping it (the first round is saved and

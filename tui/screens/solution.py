@@ -49,7 +49,7 @@ class SolutionScreen(Screen):
 
     def __init__(self, solution: Solution, answers: dict[str, str], grades: list[Grade], elapsed: float,
                  hints_used: int, submitted: Submitted | None = None, mode: str = "practice",
-                 followup: tuple[FollowUp, list[Grade], float] | None = None) -> None:
+                 followup: tuple[FollowUp, list[Grade], float] | None = None, revealed: bool = False) -> None:
         super().__init__()
         self.solution = solution
         self.answers = answers
@@ -61,6 +61,7 @@ class SolutionScreen(Screen):
         self.rating = int(submitted.suggested) if submitted else None
         self.rated = False  # the user picked a rating (else the suggestion stands)
         self.followup = followup  # (the push, its grades, its time), or None where it was skipped or none
+        self.revealed = revealed  # answered again after the key was shown: not a review
 
     def compose(self) -> ComposeResult:
         q = self.solution.question
@@ -145,6 +146,8 @@ class SolutionScreen(Screen):
     def _rating_text(self) -> str:
         if self.submitted is None:
             return "Not saved: progress is unavailable this session."
+        if self.revealed:
+            return "Saved as practice: you had seen this variant's key, so the schedule does not move."
         names = {1: "Again", 2: "Hard", 3: "Good", 4: "Easy"}
         choices = "  ".join(f"[reverse] {n} {name} [/reverse]" if n == self.rating else f"{n} {name}"
                             for n, name in names.items())
@@ -155,7 +158,7 @@ class SolutionScreen(Screen):
 
     def action_rate(self, rating: int) -> None:
         reviewer = self.app.drill.reviewer if self.app.drill else None
-        if self.submitted is None or reviewer is None:
+        if self.submitted is None or reviewer is None or self.revealed:
             return
         reviewer.rate(self.submitted.attempt.uid, rating)
         self.rating, self.rated = rating, True
