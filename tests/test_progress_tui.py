@@ -79,7 +79,7 @@ async def _two_question_mock():
         await pilot.press("m")
         await wait_for(pilot, lambda: question_ready(app))
         first = app.screen.solution.question.id
-        assert app.screen.mode == "mock"
+        assert app.screen.mode == "mock" and "Mock 1 of 2" in str(app.screen.query_one("#question-title").content)
         await pilot.press("ctrl+t")  # no hints in a mock
         assert app.screen.hints_shown == 0
         screen = app.screen
@@ -92,18 +92,28 @@ async def _two_question_mock():
         await past_followup(app, pilot, screen, answer=True)
         await wait_for(pilot, lambda: type(app.screen).__name__ == "MockSheetScreen")
         rows = app.screen.query_one("#sheet").row_count
-        return first, second, rows, app.screen.sheet
+        sheet = app.screen.sheet
+        app.screen.query_one("#sheet").focus()
+        await pilot.press("enter")  # review the first answer against its solution
+        await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
+        reviewed = (app.screen.mode, {g.key: g.verdict for g in app.screen.grades},
+                    str(app.screen.query_one("#rating").content))
+        return first, second, rows, sheet, reviewed
 
 
 def test_a_two_question_mock_ends_on_a_saved_score_sheet(tmp_path, monkeypatch):
     monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path))
-    first, second, rows, sheet = asyncio.run(_two_question_mock())
+    first, second, rows, sheet, reviewed = asyncio.run(_two_question_mock())
     assert rows == 2 and [a.question_id for a in sheet.attempts] == [first, second]
     store, _ = open_store(tmp_path)
     (mock,) = store.mocks()
     assert mock.finished is not None and mock.planned == 2
     assert all(a.mode == "mock" and a.mock_id == mock.id for a in store.attempts())
     assert store.card(first) is not None and store.card(second) is not None  # mocks feed the cards too
+    mode, verdicts, rating = reviewed  # the score sheet shows the saved answers, records nothing new
+    saved = {a.key: a.verdict for a in sheet.attempts[0].answers if not a.key.startswith("followup.")}
+    assert mode == "review" and verdicts == saved and "records nothing" in rating
+    assert len(store.attempts()) == 2
     bank, catalog = load_bank(), load_catalog()
     for attempt in store.attempts():  # a mock asks every follow-up, and its score counts them
         followup = follow_up(make_variant(bank, catalog, VariantCode.parse(attempt.variant)), catalog)

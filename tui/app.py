@@ -302,6 +302,31 @@ class InfradrillApp(App):
             self.notify(f"This attempt was not saved: {error}", title="Progress", severity="error", timeout=15)
             return None
 
+    def review_attempt(self, variant: str, typed: dict[str, str], seconds: float, hints_used: int) -> None:
+        """A saved attempt again, as it was answered (a mock's score sheet): the same variant, its
+        answers regraded, the follow-up as asked. Nothing is recorded or scheduled."""
+        if self._bank_ready() is not None:
+            self._review_attempt(variant, typed, seconds, hints_used)
+
+    @work(thread=True, exclusive=True, group="variant")
+    def _review_attempt(self, variant: str, typed: dict[str, str], seconds: float, hints_used: int) -> None:
+        from solvers.engine import VariantError
+        from solvers.followup import FOLLOWUP_PREFIX, follow_up
+        from tui.screens.solution import SolutionScreen
+
+        try:
+            solution = self.drill.variant_from_code(variant)
+        except VariantError as error:
+            self.call_from_thread(self.notify, str(error), title="Cannot open", severity="error")
+            return
+        first = {k: v for k, v in typed.items() if not k.startswith(FOLLOWUP_PREFIX)}
+        second = {k.removeprefix(FOLLOWUP_PREFIX): v for k, v in typed.items() if k.startswith(FOLLOWUP_PREFIX)}
+        pushed = follow_up(solution, self.drill.catalog) if second else None
+        followup = None if pushed is None else (
+            pushed, [pushed.solution.grade_one(k, second.get(k, "")) for k in pushed.ask], 0.0)
+        screen = SolutionScreen(solution, first, solution.grade(first), seconds, hints_used, None, "review", followup)
+        self.call_from_thread(self.push_screen, screen)
+
     def reopen(self, solution: Solution, mode: str) -> None:
         """The same variant again, after its key was shown: practice that does not move the schedule."""
         from tui.screens.question import QuestionScreen

@@ -20,13 +20,14 @@ def _clock(seconds: float) -> str:
 
 
 class MockSheetScreen(Screen):
-    """Per question: answers correct, time against the budget, slips. Enter reopens a variant."""
+    """Per question: answers correct, time against the budget, slips. Enter shows the saved
+    answers against the solution."""
 
     DEFAULT_CSS = """
     #sheet-title { padding: 0 1; background: $boost; height: auto; }
     """
     BINDINGS = [
-        Binding("enter", "reopen", "Practise this variant", priority=True),
+        Binding("enter", "review", "Review this answer", priority=True),
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
@@ -55,10 +56,11 @@ class MockSheetScreen(Screen):
         yield table
         yield Footer()
 
-    def action_reopen(self) -> None:
+    def action_review(self) -> None:
         if (uid := selected_key(self.query_one(DataTable))) is not None:
             attempt = next(a for a in self.sheet.attempts if a.uid == uid)
-            self.app.open_code(attempt.variant)
+            self.app.review_attempt(attempt.variant, {a.key: a.typed for a in attempt.answers}, attempt.seconds,
+                                    attempt.hints_used)
 
 
 class PastMocksScreen(Screen):

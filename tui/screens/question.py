@@ -69,6 +69,9 @@ class QuestionScreen(Screen):
         q = self.solution.question
         followup = self.followup
         kind = "[b $warning]Follow-up[/]  " if followup else ""
+        mock = self.app.mock if self.mode == "mock" else None
+        if mock is not None:  # where the candidate is in the interview
+            kind = f"[b]Mock {mock.index + 1} of {len(mock.questions)}[/b]  " + kind
         yield Header()
         with Horizontal(id="question-bar"):
             yield Static(f"{kind}[b]{escape(q.title)}[/b]  [dim]{q.group} · {q.topic}[/dim]  "

@@ -144,6 +144,8 @@ class SolutionScreen(Screen):
             self.query_one("#rating", Static).update(self._rating_text())
 
     def _rating_text(self) -> str:
+        if self.mode == "review":
+            return "Your saved answers, regraded: reviewing them records nothing and does not move the schedule."
         if self.submitted is None:
             return "Not saved: progress is unavailable this session."
         if self.revealed:
@@ -168,7 +170,12 @@ class SolutionScreen(Screen):
         if self.mode == "drill":
             self.app.action_drill(replace=True)
         else:
-            self.app.open_question(self.solution.question.id, replace=True, mode=self.mode)
+            self.app.open_question(self.solution.question.id, replace=True, mode=self._practice_mode)
+
+    @property
+    def _practice_mode(self) -> str:
+        """What answering again or a new variant counts as: a reviewed attempt is practice now."""
+        return "practice" if self.mode == "review" else self.mode
 
     def action_what_if(self) -> None:
         from tui.screens.whatif import WhatIfScreen
@@ -176,4 +183,4 @@ class SolutionScreen(Screen):
         self.app.push_screen(WhatIfScreen(self.solution, self.app.drill.catalog))
 
     def action_again(self) -> None:
-        self.app.reopen(self.solution, self.mode)
+        self.app.reopen(self.solution, self._practice_mode)
