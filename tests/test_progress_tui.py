@@ -15,6 +15,7 @@ from solvers.engine import VariantCode, make_variant
 from solvers.followup import follow_up
 from solvers.report import typed_key
 from tests.test_tui import followup_showing, past_followup, question_ready, reveal, running_app, wait_for
+from tui.screens.question import QuestionScreen
 from tui.screens.solution import SolutionScreen
 
 
@@ -93,6 +94,8 @@ async def _two_question_mock():
         await wait_for(pilot, lambda: type(app.screen).__name__ == "MockSheetScreen")
         rows = app.screen.query_one("#sheet").row_count
         sheet = app.screen.sheet
+        table = app.screen.query_one("#sheet")
+        assert sum(column.get_render_width(table) for column in table.columns.values()) <= 80  # fits 80x24
         app.screen.query_one("#sheet").focus()
         await pilot.press("enter")  # review the first answer against its solution
         await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
@@ -205,3 +208,26 @@ def test_answering_a_revealed_variant_again_is_saved_but_never_scheduled(tmp_pat
     store, _ = open_store(tmp_path)
     assert store.attempt(again_uid) is not None and store.review_of(again_uid) is None
     assert store.review_of(first_uid) is not None
+
+
+async def _leaving_a_mock():
+    from tui.screens.home import HomeScreen
+
+    async with running_app() as (app, pilot):
+        app.mock_questions = 2
+        await pilot.press("m")
+        await wait_for(pilot, lambda: question_ready(app))
+        await pilot.press("escape")
+        await pilot.pause()
+        asked = isinstance(app.screen, QuestionScreen) and app.mock is not None
+        notices = [n.message for n in app._notifications]
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen))
+        return asked, notices, app.mock
+
+
+def test_leaving_a_mock_asks_first(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path))
+    asked, notices, mock = asyncio.run(_leaving_a_mock())
+    assert asked and any("Press Esc again to leave the mock" in n for n in notices)
+    assert mock is None

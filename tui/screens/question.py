@@ -64,6 +64,7 @@ class QuestionScreen(Screen):
         self.started = time.monotonic()
         self.hints_shown = 0
         self.confirm_empty = False
+        self.confirm_leave = False
 
     def compose(self) -> ComposeResult:
         q = self.solution.question
@@ -146,10 +147,15 @@ class QuestionScreen(Screen):
 
     def action_back(self) -> None:
         """Back out; from a follow-up that is the same as skipping it (the first round is saved and
-        its solution still shows), which a mock interview does not allow."""
+        its solution still shows), which a mock interview does not allow. Leaving a mock asks first."""
         if self.followup is not None:
             self.action_skip_followup()
+        elif self.mode == "mock" and not self.confirm_leave:
+            self.confirm_leave = True
+            self.notify("Press Esc again to leave the mock interview (the answers given so far are kept).")
         else:
+            if self.mode == "mock":
+                self.app.mock = None
             self.app.pop_screen()
 
     def action_skip_followup(self) -> None:
