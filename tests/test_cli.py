@@ -73,3 +73,23 @@ def test_console_script_runs_from_another_directory(tmp_path):
     result = subprocess.run([sys.executable, "-m", "tui.cli", "list"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0 and "weight-read-intensity" in result.stdout
+
+
+def test_a_closed_pipe_ends_the_command_quietly():
+    """`infradrill list | head`: the reader goes away; no 'internal error', exit 0."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "tui.cli", "list"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    process.stdout.close()
+    error = process.stderr.read().decode()
+    assert process.wait() == 0 and error == ""
+
+
+def test_the_app_without_a_terminal_says_so_and_exits_2(capsys):
+    """stdin is not a terminal under pytest: the full-screen app must not start into a file."""
+    from tui.cli import main
+
+    assert main([]) == 2
+    assert "needs an interactive terminal" in capsys.readouterr().err

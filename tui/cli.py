@@ -347,6 +347,10 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         _fail(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
+        if not (sys.stdin.isatty() and sys.stdout.isatty()) or os.environ.get("TERM", "") in ("", "dumb"):
+            print("infradrill: the app needs an interactive terminal; the command-line tools work anywhere "
+                  "(infradrill --help)", file=sys.stderr)
+            return 2
         from tui.app import run
 
         if args.data_dir:  # the app finds its store through practice.store.data_dir()
@@ -356,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
                 "progress": cmd_progress, "validate": cmd_validate, "export": cmd_export}
     try:
         return handlers[args.command](args)
+    except BrokenPipeError:  # `infradrill list | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     except Exception as error:  # a bug, not bad input: one line, the traceback on request
         if os.environ.get("INFRADRILL_DEBUG"):
             raise
