@@ -1,6 +1,7 @@
-"""Small modal screens: enter a variant code, the help page."""
+"""Small modal screens: enter a variant code, the help page, the conventions card."""
 from __future__ import annotations
 
+from rich.console import RenderableType
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
@@ -45,32 +46,36 @@ HELP = """\
 """
 
 
-class HelpScreen(ModalScreen):
+class CardScreen(ModalScreen):
+    """A read-only card over the current screen: it scrolls and closes on Esc, q or its own key."""
+
     DEFAULT_CSS = """
-    HelpScreen { align: center middle; }
-    #help-box { width: 84; max-width: 100%; height: auto; max-height: 90%; border: round $accent;
-                padding: 0 1; background: $surface; }
+    CardScreen { align: center middle; }
+    CardScreen > .card { width: 84; max-width: 100%; height: auto; max-height: 90%; border: round $accent;
+                         padding: 0 1; background: $surface; }
     """
 
-    BINDINGS = [Binding("escape,f1,q", "dismiss", "Close")]
+    def body(self) -> RenderableType:
+        raise NotImplementedError
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="help-box"):
-            yield Static(HELP)
+        with VerticalScroll(classes="card"):
+            yield Static(self.body())
 
 
-class ConventionsScreen(ModalScreen):
+class HelpScreen(CardScreen):
+    BINDINGS = [Binding("escape,f1,q", "dismiss", "Close")]
+
+    def body(self) -> RenderableType:
+        return HELP
+
+
+class ConventionsScreen(CardScreen):
     """The bank's conventions card: what every question assumes unless it says otherwise."""
-
-    DEFAULT_CSS = """
-    ConventionsScreen { align: center middle; }
-    #conventions-box { width: 84; max-width: 100%; height: auto; max-height: 90%; border: round $accent;
-                       padding: 0 1; background: $surface; }
-    """
 
     BINDINGS = [Binding("escape,f2,q", "dismiss", "Close")]
 
-    def compose(self) -> ComposeResult:
+    def body(self) -> RenderableType:
         from rich.text import Text
 
         from solvers.conventions import conventions
@@ -83,8 +88,7 @@ class ConventionsScreen(ModalScreen):
             text.append(f"  {entry.id}\n", style="dim")
             text.append(f"{entry.text}\n")
             text.append(f"source: {entry.source}\n", style="dim italic")
-        with VerticalScroll(id="conventions-box"):
-            yield Static(text)
+        return text
 
 
 class CodeScreen(ModalScreen[str | None]):
