@@ -8,14 +8,14 @@ from __future__ import annotations
 import importlib
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from solvers.answers import Grade
-from solvers.bank import PLACEHOLDER, Bank, Question
+from solvers.bank import PLACEHOLDER, Bank, ParamSpec, Question
 from solvers.data import Catalog
 from solvers.derivation import Reject, Sheet
 from solvers.realism import broken
@@ -235,19 +235,29 @@ def _base_draw(question: Question, catalog: Catalog, code: VariantCode) -> tuple
                        f"no valid variant ({last_reason})")
 
 
+def listings(question: Question, shown: dict[str, tuple[str, ...]], keys: Iterable[str]) -> str:
+    """The lettered items of these answers (orderings, selections), to follow a prompt."""
+    return "".join(f"\n\n{question.answer(key).listing(shown[key])}" for key in keys if key in shown)
+
+
 def _solution(question: Question, code: VariantCode, params: list[Param], sheet: Sheet) -> Solution:
     expected, shown = _present(question, code, sheet)
-    listings = [spec.listing(shown[spec.key]) for spec in question.answers if spec.key in shown]
-    prompt = render_prompt(question, params) + "".join(f"\n\n{text}" for text in listings)
+    prompt = render_prompt(question, params) + listings(question, shown, (a.key for a in question.answers))
     return Solution(question, code, params, prompt, sheet, expected, shown)
 
 
-def revise(solution: Solution, catalog: Catalog, changes: dict[str, Any]) -> Solution:
-    """The same variant with some parameters changed (raw values): the what-if explorer and the
-    follow-up round. Its code names it ('id@seed+batch=256'). Raises Reject."""
+def solve_changed(solution: Solution, catalog: Catalog, changes: dict[str, Any]) -> tuple[list[Param], Sheet]:
+    """This variant's values with `changes` (raw values), every generated parameter that depends
+    on them drawn again, solved: sweeps, the what-if explorer, the follow-up. Raises Reject."""
     raw = {p.name: p.raw for p in solution.params} | changes
-    raw = regenerate(solution.question, raw, set(changes), solution.code.seed)
-    params, sheet = solve_values(solution.question, raw, catalog)
+    return solve_values(solution.question, regenerate(solution.question, raw, set(changes), solution.code.seed),
+                        catalog)
+
+
+def revise(solution: Solution, catalog: Catalog, changes: dict[str, Any]) -> Solution:
+    """The same variant with some parameters changed (raw values), as a solution whose code
+    names it ('id@seed+batch=256'). Raises Reject."""
+    params, sheet = solve_changed(solution, catalog, changes)
     overrides = dict(solution.code.overrides) | {name: _override_text(value) for name, value in changes.items()}
     code = VariantCode(solution.code.question_id, solution.code.seed, tuple(overrides.items()))
     return _solution(solution.question, code, params, sheet)
@@ -264,22 +274,24 @@ class SweepPoint:
     regime: str
 
 
+def grid(spec: ParamSpec, points: int) -> set[float | int]:
+    """`points` values across a numeric parameter's range (log-spaced for a loguniform one), on
+    its rounding grid: what the sweep chart and the follow-up scan try."""
+    spaced = np.geomspace if spec.kind == "loguniform" else np.linspace
+    return {round_value(spec, float(x)) for x in spaced(spec.low, spec.high, points)}
+
+
 def sweep(solution: Solution, catalog: Catalog, parameter: str, answer: str, points: int = 40) -> list[SweepPoint]:
     """Re-solve the variant with one parameter stepped across its range (all else fixed)."""
     spec = solution.question.parameter(parameter)
     if spec.kind not in ("int", "uniform", "loguniform"):
         raise ValueError(f"{parameter} is not a numeric range")
-    spaced = np.geomspace if spec.kind == "loguniform" else np.linspace
-    xs = {round_value(spec, float(x)) for x in spaced(spec.low, spec.high, points)}
-    xs.add(solution.param(parameter).raw)
-    raw = {p.name: p.raw for p in solution.params}
+    xs = grid(spec, points) | {solution.param(parameter).raw}
     unit = parse_unit(solution.question.answer(answer).unit)
     curve = []
     for x in sorted(xs):
-        raw[parameter] = x
         try:
-            _, sheet = solve_values(solution.question, regenerate(solution.question, raw, {parameter},
-                                                                  solution.code.seed), catalog)
+            _, sheet = solve_changed(solution, catalog, {parameter: x})
         except Reject:
             continue
         y = unit.from_base(float(sheet.results[answer]))

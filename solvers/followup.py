@@ -7,14 +7,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from solvers.answers import Grade
 from solvers.bank import ParamSpec
 from solvers.data import Catalog
 from solvers.derivation import Reject
-from solvers.engine import Solution, revise, solve_values
-from solvers.sampling import ParameterError, parse_override, regenerate, round_value
+from solvers.engine import Solution, grid, listings, revise, solve_changed
+from solvers.sampling import ParameterError, parse_override, round_value
 
 SWEEP_POINTS = 24  # the scan's grid; a crossing found is then rounded and checked
 CLEAR_MARGIN = 1.5  # a push lands at least this far past the boundary where it can
@@ -29,9 +27,7 @@ class FollowUp:
 
     @property
     def prompt(self) -> str:
-        listings = [self.solution.question.answer(k).listing(self.solution.shown[k])
-                    for k in self.ask if k in self.solution.shown]
-        return self.say + "".join(f"\n\n{text}" for text in listings)
+        return self.say + listings(self.solution.question, self.solution.shown, self.ask)
 
 
 def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
@@ -74,12 +70,10 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec) -> Solution
     failing that, the nearest value across at all. A range is scanned on the chart's grid first,
     and only a point that crosses is rounded (a parameter that never crosses costs one sweep)."""
     regime, current = solution.sheet.regime.name, solution.param(spec.name).raw
-    raw = {p.name: p.raw for p in solution.params}
 
     def crosses(value) -> bool:  # the scan solves only: no prompt, no listing
         try:
-            _, sheet = solve_values(solution.question, regenerate(solution.question, raw | {spec.name: value},
-                                                                  {spec.name}, solution.code.seed), catalog)
+            _, sheet = solve_changed(solution, catalog, {spec.name: value})
         except Reject:
             return False
         return sheet.regime is not None and sheet.regime.name != regime
@@ -117,9 +111,7 @@ def _pushes(spec: ParamSpec, current) -> list:
         others = [c for c in spec.choices if c != current]
         numeric = all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in spec.choices)
         return sorted(others, key=lambda c: _distance(float(c), float(current))) if numeric else others
-    spaced = np.geomspace if spec.kind == "loguniform" else np.linspace
-    xs = {round_value(spec, float(x)) for x in spaced(spec.low, spec.high, SWEEP_POINTS)} - {float(current)}
-    return sorted(xs, key=lambda x: _distance(x, float(current)))
+    return sorted(grid(spec, SWEEP_POINTS) - {float(current)}, key=lambda x: _distance(x, float(current)))
 
 
 def _distance(x: float, current: float) -> float:
