@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import sympy
@@ -229,10 +229,6 @@ class Sheet:
     def value(self, sym: sympy.Symbol) -> float:
         return float(self._values[sym])
 
-    def exact(self, sym: sympy.Symbol) -> sympy.Basic:
-        """A given's or step's value as an exact number (rational where it can be)."""
-        return self._values[sym]
-
     def compare(self, a: sympy.Expr, b: sympy.Expr) -> int:
         """-1, 0 or 1 as a < b, a = b or a > b, decided on exact values: a tie is a tie."""
         difference = sympy.sympify(a).xreplace(self._values) - sympy.sympify(b).xreplace(self._values)
@@ -276,10 +272,9 @@ class Sheet:
         side, other = (above, below) if order > 0 or (order == 0 and tie == "above") else (below, above)
         self.set_regime(side.name, side.summary, boundary, position, side.other_side, key)
         regime = self.regime
-        if regime is not None and 1 / NEAR_MARGIN <= regime.margin <= NEAR_MARGIN:
-            near = side.near or (f"{side.summary} It sits only {regime.margin_text}: a modest change tips it "
-                                 f"to {other.name}.")
-            self.regime = Regime(regime.name, near, regime.boundary, regime.position, regime.other_side)
+        if regime is not None and regime.near:  # the same analysis, in words for a variant near the boundary
+            self.regime = replace(regime, summary=side.near or (
+                f"{side.summary} It sits only {regime.margin_text}: a modest change tips it to {other.name}."))
 
     def _remember(self, sym: sympy.Symbol, exact: sympy.Basic, unit: str) -> None:
         self._values[sym] = exact
