@@ -44,7 +44,7 @@ def test_validate_command_exit_codes(tmp_path, capsys):
 
 
 def test_prompt_length_is_reported_and_enforced_under_strict(tmp_path, catalog, capsys):
-    from solvers.validate import prompt_report
+    from solvers.validate import prompt_report, read_questions
     from tests.test_cli import run_cli
 
     method = "  One more line of method that the hints should carry.\n" * 10
@@ -53,7 +53,7 @@ def test_prompt_length_is_reported_and_enforced_under_strict(tmp_path, catalog, 
     short = SOURCE.split("prompt: |\n")[0] + "prompt: |\n  {model} on a {gpu}, {tokens} per pass.\n" + \
         "parameters:" + SOURCE.split("\nparameters:", 1)[1]
     write(tmp_path, "short", short)
-    report = dict(prompt_report([tmp_path], catalog))
+    report = dict(prompt_report(read_questions([tmp_path])[0], catalog))
     assert list(report) == [str(tmp_path / "wordy.yaml")] and report[str(tmp_path / "wordy.yaml")] > 18
     code, out, err = run_cli(capsys, "validate", "--seeds", "0", str(tmp_path))
     assert code == 0 and "wordy.yaml: prompt:" in err and "(problems under --strict)" in err

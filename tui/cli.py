@@ -307,7 +307,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     from solvers.data import load_catalog
     from solvers.paths import questions_dir
-    from solvers.validate import PROMPT_LINES, PROMPT_WIDTH, constraint_report, prompt_report, question_files, validate
+    from solvers.validate import (
+        PROMPT_LINES,
+        PROMPT_WIDTH,
+        constraint_report,
+        prompt_report,
+        question_files,
+        read_questions,
+        validate_bank,
+    )
 
     if args.seeds < 0:
         _fail("--seeds must be zero or more")
@@ -316,11 +324,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if missing:
         _fail(f"no such file or folder: {', '.join(missing)}")
     catalog = load_catalog()
-    problems = catalog.problems + validate(paths, catalog, seeds=args.seeds)
-    rates, refusing = constraint_report(paths, catalog)
+    bank, unread = read_questions(paths)
+    problems = catalog.problems + unread + validate_bank(bank, catalog, seeds=args.seeds)
+    rates, refusing = constraint_report(bank, catalog)
     problems += refusing
     long = [f"{path}: prompt: {lines} lines at {PROMPT_WIDTH} columns (at most {PROMPT_LINES})"
-            for path, lines in prompt_report(paths, catalog)]
+            for path, lines in prompt_report(bank, catalog)]
     if args.strict:
         problems += long
     for problem in problems:
