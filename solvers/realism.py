@@ -114,11 +114,16 @@ def _tp_within_scale_up(values: Mapping[str, Any]) -> str | None:
     return None if values["tp"] <= domain else f"TP {values['tp']} is wider than a {domain:.0f}-GPU NVLink domain"
 
 
+def _weights(values: Mapping[str, Any], share: int) -> tuple[str, float]:
+    """(weight dtype, bytes of the model's weights each of `share` GPUs holds)."""
+    dtype = values.get("weight_dtype", values.get("dtype", "bf16"))
+    return dtype, values["model"]["params_b"] * 1e9 * DTYPE_BYTES.get(dtype, 2) / share
+
+
 def _weights_fit(values: Mapping[str, Any]) -> str | None:
     model, gpu = values["model"], values["gpu"]
-    dtype = values.get("weight_dtype", values.get("dtype", "bf16"))
     share = values.get("tp", values.get("gpus", 1))
-    per_gpu = model["params_b"] * 1e9 * DTYPE_BYTES.get(dtype, 2) / share
+    dtype, per_gpu = _weights(values, share)
     room = (convention("usable-hbm").value - convention("minimal-kv-pool").value) * gpu["hbm_gb"] * 1e9
     if per_gpu <= room:
         return None
@@ -128,8 +133,7 @@ def _weights_fit(values: Mapping[str, Any]) -> str | None:
 
 def _tp_suits_model(values: Mapping[str, Any]) -> str | None:
     model, gpu, tp = values["model"], values["gpu"], values["tp"]
-    dtype = values.get("weight_dtype", values.get("dtype", "bf16"))
-    per_gpu = model["params_b"] * 1e9 * DTYPE_BYTES.get(dtype, 2) / tp
+    _, per_gpu = _weights(values, tp)
     least = convention("tp-width").value * gpu["hbm_gb"] * 1e9
     if tp == 1 or per_gpu >= least:
         return None
