@@ -29,6 +29,10 @@ class FollowUp:
     def prompt(self) -> str:
         return self.say + listings(self.solution.question, self.solution.shown, self.ask)
 
+    def grade(self, answers: dict[str, str]) -> list[Grade]:
+        """The asked answers graded against the pushed variant's key."""
+        return [self.solution.grade_one(key, answers.get(key, "")) for key in self.ask]
+
 
 def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
     """The follow-up for this variant: the first declared one that makes a valid variant, else

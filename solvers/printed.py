@@ -1,6 +1,6 @@
-"""What the prompt prints is what the solver uses: re-solve a variant from its figures as
-printed (4 significant figures, '1,979' for 1,978.9) and name every graded answer that moves
-past its tolerance. A key that depends on a figure the candidate never saw exactly is wrong."""
+"""What the prompt prints is what the solver uses: re-solve a variant from its figures as the
+prompt prints them and name every graded answer that moves past its tolerance. A key that
+depends on a figure the candidate never saw exactly (1,979 printed for 1,978.9) is wrong."""
 from __future__ import annotations
 
 from typing import Any

@@ -267,7 +267,7 @@ class InfradrillApp(App):
         """Grade the follow-up and save it with the first round's attempt, then reveal both."""
         from solvers.followup import both_rounds
 
-        grades = [followup.solution.grade_one(key, answers.get(key, "")) for key in followup.ask]
+        grades = followup.grade(answers)
         reviewer = self.drill.reviewer if self.drill else None
         if first.submitted is not None and reviewer is not None:
             all_grades, typed = both_rounds(first.grades, first.answers, grades, answers)
@@ -322,8 +322,7 @@ class InfradrillApp(App):
         first = {k: v for k, v in typed.items() if not k.startswith(FOLLOWUP_PREFIX)}
         second = {k.removeprefix(FOLLOWUP_PREFIX): v for k, v in typed.items() if k.startswith(FOLLOWUP_PREFIX)}
         pushed = follow_up(solution, self.drill.catalog) if second else None
-        followup = None if pushed is None else (
-            pushed, [pushed.solution.grade_one(k, second.get(k, "")) for k in pushed.ask], 0.0)
+        followup = None if pushed is None else (pushed, pushed.grade(second), 0.0)
         screen = SolutionScreen(solution, first, solution.grade(first), seconds, hints_used, None, "review", followup)
         self.call_from_thread(self.push_screen, screen)
 
