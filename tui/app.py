@@ -263,7 +263,7 @@ class InfradrillApp(App):
 
         self.switch_screen(QuestionScreen(followup.solution, first.mode, followup=followup, first=first))
 
-    def finish_followup(self, first: FirstRound, followup: FollowUp, answers: dict[str, str], elapsed: float) -> None:
+    def finish_followup(self, first: FirstRound, followup: FollowUp, answers: dict[str, str]) -> None:
         """Grade the follow-up and save it with the first round's attempt, then reveal both."""
         from solvers.followup import both_rounds
 
@@ -276,9 +276,9 @@ class InfradrillApp(App):
                 first.submitted = replace(first.submitted, suggested=suggested)
             except Exception as error:
                 self.notify(f"The follow-up was not saved: {error}", title="Progress", severity="error", timeout=15)
-        self.reveal(first, (followup, grades, elapsed))
+        self.reveal(first, (followup, grades))
 
-    def reveal(self, first: FirstRound, followup: tuple[FollowUp, list[Grade], float] | None) -> None:
+    def reveal(self, first: FirstRound, followup: tuple[FollowUp, list[Grade]] | None) -> None:
         from tui.screens.solution import SolutionScreen
 
         if first.mode == "mock" and self.mock is not None:
@@ -322,7 +322,7 @@ class InfradrillApp(App):
         first = {k: v for k, v in typed.items() if not k.startswith(FOLLOWUP_PREFIX)}
         second = {k.removeprefix(FOLLOWUP_PREFIX): v for k, v in typed.items() if k.startswith(FOLLOWUP_PREFIX)}
         pushed = follow_up(solution, self.drill.catalog) if second else None
-        followup = None if pushed is None else (pushed, pushed.grade(second), 0.0)
+        followup = None if pushed is None else (pushed, pushed.grade(second))
         screen = SolutionScreen(solution, first, solution.grade(first), seconds, hints_used, None, "review", followup)
         self.call_from_thread(self.push_screen, screen)
 

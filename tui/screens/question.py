@@ -140,7 +140,7 @@ class QuestionScreen(Screen):
             self.notify(f"{len(empty)} answer(s) empty: press ctrl+s again to reveal the solution anyway.")
             return
         if self.followup is not None and self.first is not None:
-            self.app.finish_followup(self.first, self.followup, self.answers(), self.elapsed)
+            self.app.finish_followup(self.first, self.followup, self.answers())
             return
         self.app.show_solution(self.solution, self.answers(), self.elapsed, self.hints_shown, self.started_at,
                                self.mode, revealed=self.revealed)

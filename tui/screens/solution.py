@@ -49,7 +49,7 @@ class SolutionScreen(Screen):
 
     def __init__(self, solution: Solution, answers: dict[str, str], grades: list[Grade], elapsed: float,
                  hints_used: int, submitted: Submitted | None = None, mode: str = "practice",
-                 followup: tuple[FollowUp, list[Grade], float] | None = None, revealed: bool = False) -> None:
+                 followup: tuple[FollowUp, list[Grade]] | None = None, revealed: bool = False) -> None:
         super().__init__()
         self.solution = solution
         self.answers = answers
@@ -60,7 +60,7 @@ class SolutionScreen(Screen):
         self.mode = mode
         self.rating = int(submitted.suggested) if submitted else None
         self.rated = False  # the user picked a rating (else the suggestion stands)
-        self.followup = followup  # (the push, its grades, its time), or None where it was skipped or none
+        self.followup = followup  # (the push, its grades), or None where it was skipped or there was none
         self.revealed = revealed  # answered again after the key was shown: not a review
 
     def compose(self) -> ComposeResult:
@@ -89,7 +89,7 @@ class SolutionScreen(Screen):
                     yield SelectionList(*[(item, i) for i, item in enumerate(spec.points)], id=f"tick-{spec.key}",
                                         classes="checklist")
             if self.followup is not None:
-                followup, grades, _ = self.followup
+                followup, grades = self.followup
                 yield Static(f"[b]Follow-up[/b] [dim]{escape(str(followup.solution.code))}[/dim]", classes="section")
                 yield Static(followup.say, markup=False)
                 yield Static(grade_table(followup.solution, grades), id="followup-grades")
@@ -135,7 +135,7 @@ class SolutionScreen(Screen):
         if self.submitted and reviewer is not None:
             grades, typed = self.grades, {**self.answers, key: ticks}
             if self.followup is not None:
-                followup, pushed_grades, _ = self.followup
+                followup, pushed_grades = self.followup
                 grades, typed = both_rounds(grades, typed, pushed_grades, {})
             suggested = reviewer.regrade(self.submitted.attempt.uid, grades, typed)
             if not self.rated:
