@@ -19,7 +19,7 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
         "name": (str, True), "vendor": (str, True),
         "bf16_dense_tflops": (_NUMBER, True), "fp8_dense_tflops": (_NUMBER, False),
         "fp4_dense_tflops": (_NUMBER, False), "hbm_gb": (_NUMBER, True), "hbm_tb_s": (_NUMBER, True),
-        "nvlink_gb_s": (_NUMBER, False), "tdp_w": (_NUMBER, False), "sms": (int, False),
+        "nvlink_gb_s": (_NUMBER, False), "nvlink_domain": (int, False), "tdp_w": (_NUMBER, False), "sms": (int, False),
     },
     "nics": {"name": (str, True), "gbit_s": (_NUMBER, True)},
     "models": {

@@ -110,7 +110,8 @@ def _context_within_model(values: Mapping[str, Any]) -> str | None:
 
 
 def _tp_within_scale_up(values: Mapping[str, Any]) -> str | None:
-    domain = convention("scale-up-domain").value
+    gpu = values.get("gpu")
+    domain = (gpu.get("nvlink_domain") if isinstance(gpu, Mapping) else None) or convention("scale-up-domain").value
     return None if values["tp"] <= domain else f"TP {values['tp']} is wider than a {domain:.0f}-GPU NVLink domain"
 
 

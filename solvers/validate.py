@@ -5,6 +5,8 @@ every answer key produced and valid for its kind over many seeds, each answer's 
 inputs (correct, wrong, invalid) grading as they should, the key unchanged when re-solved
 from the figures as the prompt prints them, judgement (select answers) that
 changes between variants, each regime side reached by at least 10% of draws, unique ids.
+Under `strict` (the interview-grade bar, QUESTION-BAR.md) also: no graded answer the same in
+every draw, a follow-up round for the default variant, and (in the CLI) a short prompt.
 Each problem is one line naming the file (and the field or seed where it applies).
 """
 from __future__ import annotations
@@ -16,16 +18,18 @@ from pathlib import Path
 
 import numpy as np
 
-from solvers.answers import CLOSE, CORRECT, UNPARSED, WRONG, Select
+from solvers.answers import CLOSE, CORRECT, UNPARSED, WRONG, Checklist, Select
 from solvers.bank import Bank, Question, QuestionError, load_bank, parse_question, requirement_problems
 from solvers.data import Catalog
 from solvers.derivation import Reject
 from solvers.engine import Solution, VariantCode, VariantError, make_variant, render_prompt, solver_function
+from solvers.followup import follow_up
 from solvers.printed import printed_problems
 from solvers.realism import broken
 from solvers.sampling import ParameterError, draw_values, resolve
 
 MIN_SIDE_SHARE = 0.1
+MAX_SAME_KEY = 0.9  # strict: no graded answer may have one key in more than 90% of variants
 PROMPT_LINES, PROMPT_WIDTH = 8, 78  # QUESTION-BAR: a short prompt, the method in the hints
 
 
@@ -101,13 +105,25 @@ def self_test(solution: Solution) -> list[tuple[str, str]]:
     return problems
 
 
-def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int) -> list[str]:
+def _key_form(value: object) -> object:
+    """A hashable form of an answer key, to count the distinct keys over draws."""
+    if isinstance(value, dict):
+        return frozenset(k for k, holds in value.items() if holds)
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    return value
+
+
+def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int, strict: bool = False) -> list[str]:
     """The bank self-test of one question over its default variant and `seeds` draws (what
-    `infradrill validate` and the test suite both run)."""
+    `infradrill validate` and the test suite both run); `strict` adds the interview-grade bar."""
     where = question.path
     problems = []
     regimes: Counter[str] = Counter()
     judged: dict[str, set[frozenset[str]]] = {a.key: set() for a in question.answers if isinstance(a, Select)}
+    # Self-graded checklists are the same list in every variant by nature; the bar limits their use instead.
+    keys: dict[str, Counter[object]] = {a.key: Counter() for a in question.answers if not isinstance(a, Checklist)}
+    bar: list[str] = []  # the interview-grade bar (strict): kept apart so the seeds still run
     for seed in [None, *range(seeds)]:
         label = "default variant" if seed is None else f"seed {seed}"
         try:
@@ -122,6 +138,11 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int)
         problems += [f"{where}: answers.{key}: {label}: {problem}" for key, problem in printed_problems(solution)]
         for key, right_sets in judged.items():
             right_sets.add(frozenset(solution.expected[key]))
+        for key, seen in keys.items():
+            seen[_key_form(solution.expected[key])] += 1
+        if strict and seed is None and follow_up(solution, catalog) is None:
+            bar.append(f"{where}: followups: the default variant has no follow-up round (declare one, "
+                       "or give the question a regime the engine can push across)")
         if question.regime_sides and solution.sheet.regime is None:
             problems.append(f"{where}: {label}: no regime analysis")
         elif seed is not None and solution.sheet.regime is not None:
@@ -132,17 +153,21 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int)
         if seeds and len(right_sets) < 2:
             problems.append(f"{where}: answers.{key}: the same options hold in every variant: judgement that "
                             "does not follow from the numbers")
+    for key, seen in keys.items():
+        if strict and seeds and max(seen.values(), default=0) > MAX_SAME_KEY * sum(seen.values()):
+            bar.append(f"{where}: answers.{key}: one key in {max(seen.values())} of {sum(seen.values())} variants: "
+                       "a graded answer that barely depends on the variant")
     for side in question.regime_sides:
         if seeds and regimes[side] < MIN_SIDE_SHARE * seeds:
             problems.append(f"{where}: regime_sides: '{side}' reached by {regimes[side]} of {seeds} draws "
                             f"(needs {MIN_SIDE_SHARE:.0%})")
-    return problems
+    return problems + bar
 
 
-def validate(paths: list[Path], catalog: Catalog, seeds: int = 50) -> list[str]:
+def validate(paths: list[Path], catalog: Catalog, seeds: int = 50, strict: bool = False) -> list[str]:
     """Every problem found in the question files under `paths`, one line each."""
     bank, problems = read_questions(paths)
-    return problems + validate_bank(bank, catalog, seeds)
+    return problems + validate_bank(bank, catalog, seeds, strict)
 
 
 def read_questions(paths: list[Path]) -> tuple[Bank, list[str]]:
@@ -170,7 +195,7 @@ def read_questions(paths: list[Path]) -> tuple[Bank, list[str]]:
     return bank, problems
 
 
-def validate_bank(bank: Bank, catalog: Catalog, seeds: int = 50) -> list[str]:
+def validate_bank(bank: Bank, catalog: Catalog, seeds: int = 50, strict: bool = False) -> list[str]:
     """Prerequisites and the self-test of every question read."""
     problems: list[str] = []
     # Prerequisites may name questions outside the files checked: look for them in the shipped bank too.
@@ -178,5 +203,5 @@ def validate_bank(bank: Bank, catalog: Catalog, seeds: int = 50) -> list[str]:
     everything = Bank(load_bank().questions | bank.questions)
     problems += [p for p in requirement_problems(everything) if p.split(":", 1)[0] in paths_checked]
     for question in bank.questions.values():
-        problems.extend(check_question(question, bank, catalog, seeds))
+        problems.extend(check_question(question, bank, catalog, seeds, strict))
     return problems

@@ -68,7 +68,8 @@ def _build_parser() -> argparse.ArgumentParser:
     check.add_argument("paths", nargs="*", metavar="PATH", help="question files or folders")
     check.add_argument("--seeds", type=int, default=50, help="random variants solved per question (default 50)")
     check.add_argument("--strict", action="store_true",
-                       help="count prompts over 8 lines at 78 columns as problems (the interview-grade bar)")
+                       help="the interview-grade bar: prompts of at most 8 lines at 78 columns, no graded answer "
+                            "the same in every draw, a follow-up round for every question")
     return parser
 
 
@@ -325,7 +326,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         _fail(f"no such file or folder: {', '.join(missing)}")
     catalog = load_catalog()
     bank, unread = read_questions(paths)
-    problems = catalog.problems + unread + validate_bank(bank, catalog, seeds=args.seeds)
+    problems = catalog.problems + unread + validate_bank(bank, catalog, seeds=args.seeds, strict=args.strict)
     rates, refusing = constraint_report(bank, catalog)
     problems += refusing
     long = [f"{path}: prompt: {lines} lines at {PROMPT_WIDTH} columns (at most {PROMPT_LINES})"

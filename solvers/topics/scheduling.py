@@ -7,6 +7,7 @@ import sympy
 
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, max_of
+from solvers.topics.collective import tp_all_reduce
 from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bytes, model_params, require_context
 from solvers.topics.steptime import (
     Engine,
@@ -443,11 +444,7 @@ def roofline_model_breaks(p, s: Sheet) -> None:
     e = engine(s, p.model, p.gpu, p.tp, _constants(p), communication=True)
     B = s.given("B", p.batch, "requests", "decode batch")
     S = s.given("S", p.context, "tokens", "context per request")
-    alpha = s.given("α", p.allreduce_latency, "us", "latency of one small all-reduce")
-    BW_link = s.given("BW_link", p.gpu.nvlink_gb_s * 1e9 / 2, "GB/s", f"{p.gpu.name} GPU-to-GPU link, each direction")
-    L = s.given("L", p.model.layers, "", "layers")
-    h = s.given("h", p.model.hidden, "", "hidden size")
-    b_a = s.given("b_a", 2, "B", "bytes per activation (bf16)")
+    alpha = s.param("α", "allreduce_latency")
     require_fit(s, e, p.gpu, B * S)
 
     work = step_work(s, e, "dec", "decode step", B, B * S, B * S)
@@ -461,10 +458,8 @@ def roofline_model_breaks(p, s: Sheet) -> None:
                  "kernels reach only part of the datasheet figures")
     d_bw = s.step("bandwidth_cost", "Correction 1: achievable bandwidth and compute", "Δ_bw", t_1 - t_0, "ms",
                   "what the efficiency factors add")
-    t_ar = s.step("allreduce_time", "Correction 2: TP all-reduces", "t_AR",
-                  2 * L * (alpha + (e.TP - 1) / e.TP * 2 * B * h * b_a / BW_link), "ms",
-                  "two all-reduces per layer (after attention and after the MLP), each a latency plus a ring's "
-                  "2(TP-1)/TP of the batch's activations")
+    t_ar = tp_all_reduce(s, p.model, p.gpu, p.tp, B, tag="dec", label="decode step", key="allreduce_time",
+                         latency=alpha)
     t = s.step("corrected_time", "Corrected step", "t", t_1 + t_ar + e.t_oh, "ms",
                "the efficient step, then the all-reduces and the per-step overhead on top (correction 3)")
     X = s.step("corrected_throughput", "Corrected throughput", "X", B / t, "tokens/s",
@@ -482,7 +477,7 @@ def roofline_model_breaks(p, s: Sheet) -> None:
            factor=s.evaluate(B / (t_1 + t_ar / 2 + e.t_oh)) / s.value(X))
     s.slip("all-reduces of one layer only", 1 / p.model.layers, on="allreduce_time")
     s.slip("all-reduces of one layer only", on="corrected_throughput",
-           factor=s.evaluate(B / (t_1 + t_ar / L + e.t_oh)) / s.value(X))
+           factor=s.evaluate(B / (t_1 + t_ar / p.model.layers + e.t_oh)) / s.value(X))
 
     costs = {"bandwidth": s.value(d_bw), "all-reduce": s.value(t_ar), "overhead": s.value(e.t_oh)}
     _require_clear_call(s.value(ratio), sorted(costs.values()))

@@ -12,7 +12,8 @@ prompt or of a chunk of one. The model times it as
 where A = 4·L·H·d_h: QKᵀ and PV each take a multiply-add per head dimension, per query
 head, per layer. Every GPU of the group reads its share of the weights and of the KV heads
 (kvcache.kv_bytes_per_token_per_gpu, replication included) and does 1/TP of the FLOPs;
-communication between the GPUs is left out (roofline-model-breaks adds it as a correction).
+communication between the GPUs comes on top where a question adds it (collective.tp_all_reduce,
+passed to step_time as `communication`).
 
 Its three constants are named assumptions with defaults (StepConstants): the achievable
 fraction of peak compute, the achievable fraction of HBM bandwidth and a fixed per-step
@@ -149,12 +150,16 @@ def step_work(s: Sheet, e: Engine, tag: str, label: str, tokens: sympy.Expr, att
     return StepWork(flops, moved)
 
 
-def step_time(s: Sheet, e: Engine, tag: str, label: str, work: StepWork, key: str = "", why: str = "") -> sympy.Symbol:
-    """Time of one step: the slower of reading and computing, plus the fixed overhead if modelled."""
-    expr = max_of(work.bytes / e.byte_rate, work.flops / e.flop_rate)
+def step_time(s: Sheet, e: Engine, tag: str, label: str, work: StepWork, key: str = "", why: str = "",
+              communication: sympy.Expr = sympy.S.Zero) -> sympy.Symbol:
+    """Time of one step: the slower of reading and computing, plus the TP all-reduces
+    (collective.tp_all_reduce; not overlapped) and the fixed overhead if modelled."""
+    expr = max_of(work.bytes / e.byte_rate, work.flops / e.flop_rate) + communication
     if e.t_oh is not None:
         expr = expr + e.t_oh
-    default_why = "the slower of streaming the bytes and doing the math" + ("" if e.t_oh is None else ", plus overhead")
+    default_why = ("the slower of streaming the bytes and doing the math"
+                   + ("" if communication == 0 else ", then the all-reduces")
+                   + ("" if e.t_oh is None else ", plus overhead"))
     return s.step(key or f"t_{tag}", f"Time of the {label}", f"t_{tag}", expr, "ms", why or default_why)
 
 

@@ -1,0 +1,64 @@
+"""Tensor-parallel communication: the all-reduces a TP group runs in every forward pass.
+
+The conventions card (tp-all-reduce) states the model: two all-reduces per layer, each of
+tokens × hidden × 2 bytes, over a ring that sends 2(n−1)/n of the message across each GPU's
+link in each direction, plus a fixed latency per call. The link is NVLink while the group
+fits the GPU's scale-up domain (hardware.yaml `nvlink_domain`) and the NIC once it leaves it:
+that is why TP past the domain is rarely worth it.
+"""
+from __future__ import annotations
+
+import sympy
+
+from solvers.conventions import convention
+from solvers.data import Record
+from solvers.derivation import Reject, Sheet
+
+ACTIVATION_BYTES = 2  # bf16 activations cross the link
+
+
+def _domain(gpu: Record) -> int:
+    return gpu.get("nvlink_domain") or int(convention("scale-up-domain").value)
+
+
+def crosses_domain(gpu: Record, tp: int) -> bool:
+    """Whether a TP group of `tp` GPUs leaves the GPU's NVLink domain."""
+    return tp > _domain(gpu)
+
+
+def link_bandwidth(s: Sheet, gpu: Record, tp: int, nic: Record | None = None) -> sympy.Symbol:
+    """Bandwidth each direction of the link a TP group's ring runs over."""
+    if not crosses_domain(gpu, tp):
+        return s.given("BW_link", gpu.nvlink_gb_s * 1e9 / 2, "GB/s", f"{gpu.name} NVLink per GPU, each direction")
+    if nic is None:
+        raise Reject(f"TP {tp} leaves the {gpu.name} NVLink domain and the variant names no NIC")
+    return s.given("BW_link", nic.gbit_s * 1e9 / 8, "GB/s",
+                   f"{nic.name} per GPU, each direction: TP {tp} leaves the {_domain(gpu)}-GPU NVLink domain")
+
+
+def link_latency(s: Sheet, gpu: Record, tp: int) -> sympy.Symbol:
+    """The card's fixed latency of one all-reduce, inside the domain or across nodes."""
+    if not crosses_domain(gpu, tp):
+        return s.given("α", convention("all-reduce-latency-nvlink").value * 1e-6, "us",
+                       "latency of one all-reduce in the NVLink domain")
+    return s.given("α", convention("all-reduce-latency-nic").value * 1e-6, "us",
+                   "latency of one all-reduce across nodes")
+
+
+def tp_all_reduce(s: Sheet, model: Record, gpu: Record, tp: int, tokens: sympy.Expr, *, tag: str, label: str,
+                  key: str = "", nic: Record | None = None, latency: sympy.Symbol | None = None) -> sympy.Expr:
+    """Time of a forward pass's TP all-reduces for `tokens` tokens (0 at TP 1, where there are none).
+
+    latency: a question that draws its own per-call latency passes that symbol instead of the card's."""
+    if tp == 1:
+        return sympy.Integer(0)
+    bandwidth = link_bandwidth(s, gpu, tp, nic)
+    alpha = link_latency(s, gpu, tp) if latency is None else latency
+    n = s.given("TP", tp, "GPUs", "GPUs in the tensor-parallel group")
+    L = s.given("L", model.layers, "", "layers")
+    h = s.given("h", model.hidden, "", "hidden size")
+    b_a = s.given("b_a", ACTIVATION_BYTES, "B", "bytes per activation (bf16)")
+    where = "NVLink" if not crosses_domain(gpu, tp) else "the NIC"
+    return s.step(key or f"allreduce_{tag}", f"TP all-reduces of the {label}", f"t_AR_{tag}",
+                  2 * L * (alpha + 2 * (n - 1) / n * tokens * h * b_a / bandwidth), "ms",
+                  f"two per layer, each a latency plus 2(TP−1)/TP of the {label}'s activations over {where}")
