@@ -59,3 +59,23 @@ def test_prompt_length_is_reported_and_enforced_under_strict(tmp_path, catalog, 
     assert code == 0 and "wordy.yaml: prompt:" in err and "(problems under --strict)" in err
     code, out, _ = run_cli(capsys, "validate", "--seeds", "0", "--strict", str(tmp_path))
     assert code == 1 and "wordy.yaml: prompt:" in out and "short.yaml" not in out
+
+
+def test_strict_flags_keys_that_never_move_and_a_missing_follow_up(bank, catalog, monkeypatch):
+    """A question every draw of which is its default variant has every key constant; one whose
+    follow-up search finds nothing has no second round. Only --strict counts either."""
+    import solvers.validate as validate_module
+    from solvers.engine import VariantCode
+
+    question = bank.get("weight-read-intensity")
+    assert not validate_module.check_question(question, bank, catalog, seeds=10, strict=True)
+    real = validate_module.make_variant
+    monkeypatch.setattr(validate_module, "make_variant",
+                        lambda b, c, code: real(b, c, VariantCode(code.question_id, None)))
+    monkeypatch.setattr(validate_module, "follow_up", lambda solution, catalog: None)
+    lenient = validate_module.check_question(question, bank, catalog, seeds=10)
+    strict = validate_module.check_question(question, bank, catalog, seeds=10, strict=True)
+    constant = {p.split("answers.")[1].split(":")[0] for p in set(strict) - set(lenient) if "one key in 11 of 11" in p}
+    assert constant == {a.key for a in question.answers}
+    assert any("followups: the default variant has no follow-up round" in p for p in strict)
+    assert not any("one key in" in p or "followups" in p for p in lenient)

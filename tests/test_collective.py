@@ -1,0 +1,52 @@
+"""TP all-reduces (solvers/topics/collective.py): the ring over the link the group shares."""
+from __future__ import annotations
+
+import pytest
+
+from solvers.derivation import Reject, Sheet
+from solvers.realism import constraints_for
+from solvers.topics.collective import crosses_domain, tp_all_reduce
+from solvers.topics.steptime import StepConstants, engine, step_time, step_work
+
+
+def ring(layers, tokens, hidden, tp, bandwidth, latency):
+    return 2 * layers * (latency + 2 * (tp - 1) / tp * tokens * hidden * 2 / bandwidth)
+
+
+def test_a_20k_prefill_at_tp8_pays_about_29_percent_for_its_all_reduces(catalog):
+    """The issue's figure: Llama-3-70B, 20K-token prefill, TP 8 on H100 SXM (450 GB/s NVLink each
+    way), at the step-time model's 60% of peak: the all-reduces add about 29% to the step."""
+    model, gpu = catalog.get("models", "llama-3-70b"), catalog.get("gpus", "h100-sxm")
+    s = Sheet()
+    e = engine(s, model, gpu, 8, StepConstants(overhead=None))
+    prompt = s.given("T_p", 20_000, "tokens")
+    t_ar = tp_all_reduce(s, model, gpu, 8, prompt, tag="pre", label="prefill")
+    work = step_work(s, e, "pre", "prefill", prompt, prompt**2 / 2, 0)
+    bare = step_time(s, e, "bare", "prefill without communication", work)
+    with_comm = step_time(s, e, "comm", "prefill", work, communication=t_ar)
+    assert s.value(t_ar) == pytest.approx(ring(80, 20_000, 8192, 8, 450e9, 10e-6))
+    assert s.value(with_comm) / s.value(bare) == pytest.approx(1.29, abs=0.01)
+
+
+def test_one_gpu_has_no_all_reduce_and_the_card_latency_depends_on_the_link(catalog):
+    model, h100, gb200 = (catalog.get("models", "llama-3.1-405b"), catalog.get("gpus", "h100-sxm"),
+                          catalog.get("gpus", "gb200"))
+    assert tp_all_reduce(Sheet(), model, h100, 1, 100, tag="d", label="decode step") == 0
+    assert not crosses_domain(h100, 8) and crosses_domain(h100, 16) and not crosses_domain(gb200, 16)
+    with pytest.raises(Reject, match="leaves the H100 SXM NVLink domain"):
+        tp_all_reduce(Sheet(), model, h100, 16, 100, tag="d", label="decode step")
+    s = Sheet()
+    crossing = tp_all_reduce(s, model, h100, 16, 100, tag="d", label="decode step",
+                             nic=catalog.get("nics", "connectx-7"))
+    assert s.value(crossing) == pytest.approx(ring(126, 100, 16384, 16, 50e9, 30e-6))
+    s = Sheet()
+    inside = tp_all_reduce(s, model, gb200, 16, 100, tag="d", label="decode step")
+    assert s.value(inside) == pytest.approx(ring(126, 100, 16384, 16, 900e9, 10e-6))
+
+
+def test_tp_within_scale_up_reads_the_gpus_own_domain(catalog):
+    (rule,) = constraints_for({"tp"}, (), frozenset())
+    h100, gb200 = catalog.get("gpus", "h100-sxm"), catalog.get("gpus", "gb200")
+    assert rule.check({"tp": 16, "gpu": gb200}) is None
+    assert "8-GPU NVLink domain" in rule.check({"tp": 16, "gpu": h100})
+    assert rule.check({"tp": 8}) is None and rule.check({"tp": 16}) is not None
