@@ -19,17 +19,8 @@ from typing import Any, Protocol
 
 from fsrs import Card, Rating, Scheduler
 
-from practice.store import (
-    AnswerRecord,
-    Attempt,
-    ImportResult,
-    ProgressStore,
-    Review,
-    card_id_for,
-    now_utc,
-    replay,
-    utc,
-)
+from practice.records import AnswerRecord, Attempt, Review, card_id_for, now_utc, utc
+from practice.store import ProgressStore
 
 GROUP_ORDER = ("F", "S", "K1", "K2", "M", "T", "N", "D", "P")
 QUICK_SECONDS_PER_ANSWER = 30.0  # "quick": at most this many seconds per graded answer
@@ -44,6 +35,20 @@ class QuestionLike(Protocol):
     topic: str
     difficulty: int
     requires: tuple[str, ...]
+
+
+# Replaying a review log -------------------------------------------------------------------------
+def replay(scheduler: Scheduler, question_id: str, reviews: Sequence[Review]) -> list[Review]:
+    """The review log replayed from a new card: each review with its card before and after."""
+    out: list[Review] = []
+    card: Card | None = None
+    for review in sorted(reviews, key=lambda r: (r.reviewed, r.uid)):
+        if card is None:
+            card = Card(card_id=card_id_for(question_id), due=review.reviewed)
+        before = card
+        card, _ = scheduler.review_card(card, Rating(review.rating), review.reviewed, review.duration_ms)
+        out.append(replace(review, card_before=before, card_after=card))
+    return out
 
 
 # Rating suggestion ------------------------------------------------------------------------------
@@ -309,8 +314,3 @@ class Reviewer:
         now = utc(now or now_utc())
         return {qid: self.scheduler.get_card_retrievability(card, now)
                 for qid, card in self.store.cards().items() if card.last_review is not None and self._known(qid)}
-
-    # Moving progress ----------------------------------------------------------------------------
-    def import_json(self, data: Any) -> ImportResult:
-        """Merge an export; cards of questions reviewed on both sides are replayed from the merged log."""
-        return self.store.import_json(data, self.scheduler)

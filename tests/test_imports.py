@@ -37,6 +37,6 @@ def test_listing_the_bank_does_not_import_sympy():
 
 
 def test_the_practice_system_never_imports_textual_or_sympy():
-    loaded = modules_after("import practice.store, practice.review, practice.stats")
+    loaded = modules_after("import practice.store, practice.review, practice.stats, practice.transfer")
     assert not any(m == "textual" or m.startswith("textual.") for m in loaded)
     assert "sympy" not in loaded

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from practice.review import Reviewer
-from practice.store import EXPORT_SCHEMA, FILE_NAME, open_store, replay
+from practice.review import Reviewer, replay
+from practice.schema import FILE_NAME
+from practice.store import open_store
+from practice.transfer import EXPORT_SCHEMA, export_progress
 from solvers.answers import CORRECT, WRONG, Grade
 from tests.test_cli import run_cli
 
@@ -49,7 +51,7 @@ def fill(directory: Path, question_id="kv-bytes-per-token", start=T0, count=3, m
 def snapshot(directory: Path) -> dict:
     store, _ = open_store(directory)
     with store:
-        data = store.export_json()
+        data = export_progress(store)
     data.pop("exported")
     return data
 

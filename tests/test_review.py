@@ -15,9 +15,11 @@ from practice.review import (
     answers_from_grades,
     day_bounds,
     pick_mock,
+    replay,
     suggest_rating,
 )
-from practice.store import FILE_NAME, ProgressStore, replay
+from practice.schema import FILE_NAME
+from practice.store import ProgressStore
 from solvers.answers import CLOSE, CORRECT, MISMATCH, UNPARSED, WRONG, Grade
 
 T0 = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)  # a Monday

@@ -5,6 +5,7 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
 
+from practice.records import AnswerRecord, Attempt
 from practice.review import DueSummary
 from practice.stats import (
     accuracy_by_group,
@@ -19,7 +20,6 @@ from practice.stats import (
     summary_dict,
     top_slips,
 )
-from practice.store import AnswerRecord, Attempt
 
 T0 = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)  # a Monday
 X2, X8 = "x2: one factor of 2 too many", "x8: bits and bytes mixed up"

@@ -16,20 +16,9 @@ from pathlib import Path
 import pytest
 from fsrs import Card, Rating, Scheduler
 
-from practice.store import (
-    APPLICATION_ID,
-    FILE_NAME,
-    SCHEMA_VERSION,
-    AnswerRecord,
-    Attempt,
-    ProgressStore,
-    Review,
-    StoreError,
-    card_id_for,
-    data_dir,
-    open_store,
-    store_path,
-)
+from practice.records import AnswerRecord, Attempt, Review, card_id_for
+from practice.schema import APPLICATION_ID, FILE_NAME, SCHEMA_VERSION, StoreError, data_dir, store_path
+from practice.store import ProgressStore, open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_V1 = Path(__file__).with_name("fixtures") / "progress-v1.sqlite3"
@@ -203,14 +192,6 @@ def test_settings(store):
     store.set_setting("new_per_day", "7")
     store.set_setting("new_per_day", "8")
     assert store.setting("new_per_day") == "8"
-
-
-def test_store_modules_import_neither_textual_nor_sympy():
-    code = "import sys, practice.store, practice.review, practice.stats; print('\\n'.join(sys.modules))"
-    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                                cwd=ROOT).stdout.split())
-    assert not any(m == "textual" or m.startswith("textual.") for m in loaded)
-    assert "sympy" not in loaded
 
 
 # Nothing is lost -----------------------------------------------------------------------------------
@@ -399,7 +380,7 @@ def test_v1_fixture_is_migrated_in_place(tmp_path):
 
 
 def test_a_failing_migration_leaves_the_old_version(tmp_path, monkeypatch):
-    import practice.store as store_module
+    import practice.schema as store_module
 
     path = tmp_path / FILE_NAME
     shutil.copy(FIXTURE_V1, path)

@@ -170,7 +170,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _store(args: argparse.Namespace):
-    from practice.store import StoreError, open_store
+    from practice.schema import StoreError
+    from practice.store import open_store
 
     try:
         store, notices = open_store(args.data_dir)
@@ -182,9 +183,9 @@ def _store(args: argparse.Namespace):
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    from practice.records import now_utc
     from practice.review import Reviewer, ReviewSettings
     from practice.stats import format_summary, summarize, summary_dict
-    from practice.store import now_utc
     from solvers.bank import load_bank
 
     bank = load_bank()
@@ -210,13 +211,15 @@ def cmd_progress(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from practice.transfer import export_progress
+
     target = None if args.file == "-" else Path(args.file)
     if target is not None and target.exists() and not args.force:
         _fail(f"{target} exists; use --force to overwrite it")
     if target is not None and not target.parent.is_dir():
         _fail(f"cannot write {target}: no directory {target.parent}")
     with _store(args) as store:
-        data = store.export_json()
+        data = export_progress(store)
     text = json.dumps(data, indent=1) + "\n"
     if target is None:
         sys.stdout.write(text)
@@ -237,7 +240,7 @@ def _import(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from practice.review import Reviewer, ReviewSettings
-    from practice.store import ProgressFormatError
+    from practice.transfer import ProgressFormatError, import_progress
 
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
@@ -251,7 +254,8 @@ def _import(args: argparse.Namespace) -> int:
         _fail(f"{args.file} is not an infradrill progress export (not JSON: {error})")
     with _store(args) as store:
         try:
-            result = Reviewer(store, settings=ReviewSettings.load(store)).import_json(data)
+            # Cards of questions reviewed on both sides are replayed from the merged log.
+            result = import_progress(store, data, Reviewer(store, settings=ReviewSettings.load(store)).scheduler)
         except ProgressFormatError as error:
             _fail(f"cannot import {args.file}: {error}")
     print(f"imported {args.file}: {result.summary()}")

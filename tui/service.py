@@ -29,7 +29,8 @@ class Drill:
     @classmethod
     def load(cls) -> Drill:
         from practice.review import Reviewer, ReviewSettings
-        from practice.store import StoreError, open_store
+        from practice.schema import StoreError
+        from practice.store import open_store
 
         bank = load_bank()
         try:

@@ -31,8 +31,8 @@ class StatsScreen(Screen):
     def compose(self) -> ComposeResult:
         from textual.markup import escape
 
+        from practice.records import now_utc
         from practice.stats import format_summary, summarize
-        from practice.store import now_utc
 
         reviewer = self.drill.reviewer
         now = now_utc()

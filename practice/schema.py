@@ -1,0 +1,245 @@
+"""The progress file: where it lives, its schema and migrations, and opening it safely.
+
+One file, `progress.sqlite3`, in the data directory ($INFRADRILL_DATA_DIR, else the
+platform's user data directory). WAL mode, a busy timeout so that two instances can write
+at once, `PRAGMA application_id` as the schema marker and `PRAGMA user_version` as the
+schema version, upgraded in place by the migrations below (each in one transaction).
+
+Nothing is deleted silently: a file that is not ours (not SQLite, SQLite without our
+marker, a newer schema than this code knows, or corrupt) is moved aside to
+`progress.sqlite3.corrupt-YYYYmmdd-HHMMSS` and a notice says so.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from datetime import datetime
+from pathlib import Path
+
+from practice.records import now_utc, to_text
+
+FILE_NAME = "progress.sqlite3"
+APPLICATION_ID = 0x49447231  # 'IDr1': marks a file as an infradrill progress store
+BUSY_TIMEOUT_MS = 5000
+
+# Each migration takes the schema from version i to i + 1. Never edit a shipped one: add
+# the next. Statements run one by one inside the caller's transaction (executescript
+# would commit in between).
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (  # v1: attempts with their answers, one FSRS card per question, the review log
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        """CREATE TABLE attempts (
+            uid TEXT PRIMARY KEY,
+            question_id TEXT NOT NULL,
+            variant TEXT NOT NULL,
+            mode TEXT NOT NULL CHECK (mode IN ('practice', 'drill', 'mock')),
+            started TEXT NOT NULL,
+            submitted TEXT NOT NULL,
+            seconds REAL NOT NULL,
+            hints_used INTEGER NOT NULL DEFAULT 0,
+            rating INTEGER CHECK (rating BETWEEN 1 AND 4)
+        )""",
+        "CREATE INDEX attempts_by_question ON attempts (question_id, submitted)",
+        "CREATE INDEX attempts_by_time ON attempts (submitted)",
+        """CREATE TABLE answers (
+            attempt_uid TEXT NOT NULL REFERENCES attempts (uid) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            key TEXT NOT NULL,
+            typed TEXT NOT NULL,
+            verdict TEXT NOT NULL,
+            error REAL,
+            slip TEXT,
+            PRIMARY KEY (attempt_uid, key)
+        )""",
+        """CREATE TABLE cards (
+            question_id TEXT PRIMARY KEY,
+            card TEXT NOT NULL,
+            due TEXT NOT NULL
+        )""",
+        "CREATE INDEX cards_by_due ON cards (due)",
+        """CREATE TABLE reviews (
+            uid TEXT PRIMARY KEY,
+            question_id TEXT NOT NULL,
+            attempt_uid TEXT REFERENCES attempts (uid) ON DELETE SET NULL,
+            rating INTEGER NOT NULL CHECK (rating BETWEEN 1 AND 4),
+            reviewed TEXT NOT NULL,
+            duration_ms INTEGER,
+            card_before TEXT,
+            card_after TEXT NOT NULL
+        )""",
+        "CREATE INDEX reviews_by_question ON reviews (question_id, reviewed)",
+        "CREATE INDEX reviews_by_attempt ON reviews (attempt_uid)",
+    ),
+    (  # v2: mock interviews; the rating the grade suggested, kept apart from the one chosen
+        """CREATE TABLE mocks (
+            id TEXT PRIMARY KEY,
+            started TEXT NOT NULL,
+            finished TEXT,
+            planned INTEGER NOT NULL,
+            budget_seconds REAL
+        )""",
+        "ALTER TABLE attempts ADD COLUMN mock_id TEXT REFERENCES mocks (id)",
+        "ALTER TABLE attempts ADD COLUMN suggested INTEGER CHECK (suggested BETWEEN 1 AND 4)",
+        "CREATE INDEX attempts_by_mock ON attempts (mock_id)",
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+# sqlite error codes that mean "this file is not a (sound) database", as opposed to
+# "cannot open / busy / read-only", which are reported and never trigger a move.
+_CORRUPT_CODES = {"SQLITE_NOTADB", "SQLITE_CORRUPT"}
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened or written (permissions, disk, a lock held too long)."""
+
+
+class NotOurs(Exception):
+    """The file at the store's path is not a usable infradrill store (the message says why)."""
+
+
+# Location -------------------------------------------------------------------------------------
+def data_dir() -> Path:
+    """$INFRADRILL_DATA_DIR if set, else the platform's user data directory."""
+    override = os.environ.get("INFRADRILL_DATA_DIR")
+    if override:
+        return Path(override).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("infradrill", appauthor=False))
+
+
+def store_path(directory: Path | str | None = None) -> Path:
+    return Path(directory).expanduser() / FILE_NAME if directory is not None else data_dir() / FILE_NAME
+
+
+# Opening, checking, moving aside ------------------------------------------------------------
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return conn
+
+
+def is_corruption(error: sqlite3.Error) -> bool:
+    return getattr(error, "sqlite_errorname", "") in _CORRUPT_CODES or "not a database" in str(error)
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _problem(conn: sqlite3.Connection) -> str | None:
+    """Why this file cannot be our store, or None if it is ours (or empty, to be created)."""
+    conn.execute("BEGIN")  # one snapshot: another instance may be creating the store right now
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = _tables(conn)
+    finally:
+        with contextlib.suppress(sqlite3.Error):  # never mask the error that says what is wrong
+            conn.execute("COMMIT")
+    if app_id == 0 and version == 0 and not tables:
+        return None  # a new (or empty) file
+    if app_id != APPLICATION_ID:
+        return "it is an SQLite database of another program (no infradrill schema marker)"
+    if version > SCHEMA_VERSION:
+        return (f"it was written by a newer infradrill (schema v{version}; this version reads up to "
+                f"v{SCHEMA_VERSION}) — upgrade infradrill and move it back to keep that progress")
+    check = conn.execute("PRAGMA quick_check").fetchall()
+    if [row[0] for row in check] != ["ok"]:
+        return "it is damaged (integrity check: " + "; ".join(str(r[0]) for r in check[:3]) + ")"
+    return None
+
+
+def _aside_name(path: Path, stamp: datetime) -> Path:
+    base = f"{path.name}.corrupt-{stamp.strftime('%Y%m%d-%H%M%S')}"
+    candidate, n = path.with_name(base), 1
+    while candidate.exists():
+        candidate, n = path.with_name(f"{base}-{n}"), n + 1
+    return candidate
+
+
+def move_aside(path: Path, reason: str) -> str:
+    target = _aside_name(path, datetime.now())
+    os.replace(path, target)
+    # A stale write-ahead log must not be replayed into the fresh store: it travels along.
+    for suffix in ("-wal", "-shm", "-journal"):
+        companion = Path(f"{path}{suffix}")
+        if companion.exists():
+            os.replace(companion, Path(f"{target}{suffix}"))
+    return (f"The progress file {path} could not be used: {reason}. It was moved aside to {target.name} "
+            f"(nothing was deleted) and a fresh progress store was started.")
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring the schema up to SCHEMA_VERSION in one transaction (re-checked under the lock)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            if _tables(conn) or conn.execute("PRAGMA application_id").fetchone()[0] not in (0, APPLICATION_ID):
+                raise NotOurs("it has tables but no infradrill schema version")
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        for statements in MIGRATIONS[version:]:
+            for statement in statements:
+                conn.execute(statement)
+        if version == 0:
+            conn.execute("INSERT INTO meta (key, value) VALUES ('created', ?)", (to_text(now_utc()),))
+        if version < SCHEMA_VERSION:
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _sniff(path: Path) -> str | None:
+    """Why the file is not SQLite at all, judged from its header before SQLite touches it
+    (SQLite would delete a write-ahead log lying next to a file it cannot read)."""
+    try:
+        with open(path, "rb") as file:
+            header = file.read(100)
+    except FileNotFoundError:
+        return None
+    if header and (len(header) < 100 or not header.startswith(b"SQLite format 3\x00")):
+        return "it is not an SQLite database"
+    return None
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch to WAL mode (persistent). The switch takes an exclusive lock and fails at once,
+    busy handler or not, while another instance holds the file: retry up to the busy timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as error:
+            if getattr(error, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.02)
+                continue
+            raise
+
+
+def prepare(path: Path) -> sqlite3.Connection:
+    """Open, check, migrate. Raises NotOurs, or sqlite3.DatabaseError for a damaged file."""
+    reason = _sniff(path)
+    if reason is not None:
+        raise NotOurs(reason)
+    conn = _connect(path)
+    try:
+        problem = _problem(conn)
+        if problem is not None:
+            raise NotOurs(problem)
+        _use_wal(conn)
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        _migrate(conn)
+        return conn
+    except BaseException:
+        conn.close()
+        raise
+
+

@@ -1,0 +1,257 @@
+"""Progress as a JSON file: export everything, and merge an export into a store.
+
+The layout is versioned (EXPORT_SCHEMA); a file of another format or schema is refused
+with a message, writing nothing.
+"""
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from fsrs import Card, Scheduler
+
+from practice.records import MODES, AnswerRecord, Attempt, Mock, Review, from_text, now_utc, to_text
+from practice.review import replay
+from practice.store import (
+    ProgressStore,
+    card_in,
+    insert_attempt,
+    insert_review,
+    put_card,
+    replace_review,
+    review_from_row,
+)
+
+EXPORT_FORMAT = "infradrill-progress"
+EXPORT_SCHEMA = 1  # the JSON layout of export_progress; bump (and refuse the old one) when it changes
+
+
+class ProgressFormatError(ValueError):
+    """An import file that is not infradrill progress of the schema this code reads."""
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    attempts_added: int = 0
+    attempts_present: int = 0
+    reviews_added: int = 0
+    mocks_added: int = 0
+    cards_changed: int = 0
+
+    def summary(self) -> str:
+        return (f"{self.attempts_added} attempt(s) added, {self.attempts_present} already present; "
+                f"{self.reviews_added} review(s) and {self.mocks_added} mock interview(s) added; "
+                f"{self.cards_changed} card(s) updated")
+
+
+
+# Export and import ------------------------------------------------------------------------
+def export_progress(store: ProgressStore) -> dict[str, Any]:
+    """Everything, as plain JSON data (see import_progress)."""
+    attempts = store.attempts()
+    return {
+        "format": EXPORT_FORMAT,
+        "schema": EXPORT_SCHEMA,
+        "exported": to_text(now_utc()),
+        "attempts": [_attempt_to_json(a) for a in attempts],
+        "mocks": [_mock_to_json(m) for m in store.mocks()],
+        "reviews": [_review_to_json(r) for r in store.reviews()],
+        "cards": [{"question_id": qid, "card": card.to_dict()} for qid, card in sorted(store.cards().items())],
+    }
+
+def import_progress(store: ProgressStore, data: Any, scheduler: Scheduler | None = None) -> ImportResult:
+    """Merge an export into this store, in one transaction: nothing twice (attempts and
+    reviews by uid, mocks by id). A card whose question gained reviews from the file is
+    the file's card if we had no reviews of it; otherwise, with a scheduler, it is
+    rebuilt by replaying the merged review log, and without one the card reviewed last
+    wins. Raises ProgressFormatError, writing nothing, for a file of another format."""
+    attempts, mocks, reviews, cards = _parse_export(data)
+    added = present = reviews_added = mocks_added = 0
+    with store.transaction() as conn:
+        had_reviews = {row[0] for row in conn.execute("SELECT DISTINCT question_id FROM reviews")}
+        for mock in mocks:
+            exists = conn.execute("SELECT 1 FROM mocks WHERE id = ?", (mock.id,)).fetchone()
+            if exists:
+                if mock.finished is not None:
+                    conn.execute("UPDATE mocks SET finished = COALESCE(finished, ?) WHERE id = ?",
+                                 (to_text(mock.finished), mock.id))
+                continue
+            conn.execute("INSERT INTO mocks (id, started, planned, budget_seconds, finished) "
+                         "VALUES (?, ?, ?, ?, ?)",
+                         (mock.id, to_text(mock.started), mock.planned, mock.budget_seconds,
+                          to_text(mock.finished) if mock.finished else None))
+            mocks_added += 1
+        for attempt in attempts:
+            if conn.execute("SELECT 1 FROM attempts WHERE uid = ?", (attempt.uid,)).fetchone():
+                present += 1
+                if attempt.rating is not None:
+                    conn.execute("UPDATE attempts SET rating = COALESCE(rating, ?) WHERE uid = ?",
+                                 (attempt.rating, attempt.uid))
+                continue
+            insert_attempt(conn, attempt)
+            added += 1
+        gained: set[str] = set()
+        for review in reviews:
+            if conn.execute("SELECT 1 FROM reviews WHERE uid = ?", (review.uid,)).fetchone():
+                continue
+            if review.attempt_uid is not None and not conn.execute(
+                    "SELECT 1 FROM attempts WHERE uid = ?", (review.attempt_uid,)).fetchone():
+                review = replace(review, attempt_uid=None)
+            insert_review(conn, review)
+            reviews_added += 1
+            gained.add(review.question_id)
+        changed = 0
+        for question_id in sorted(set(cards) | gained):
+            if question_id in had_reviews:
+                if question_id not in gained:
+                    continue  # nothing new about it in the file: ours stands
+                if scheduler is not None:
+                    _replay(conn, question_id, scheduler)
+                elif question_id in cards and _later(cards[question_id], card_in(conn, question_id)):
+                    put_card(conn, question_id, cards[question_id])
+                else:
+                    continue
+            elif question_id in cards:
+                put_card(conn, question_id, cards[question_id])
+            elif scheduler is not None:
+                _replay(conn, question_id, scheduler)
+            else:
+                continue
+            changed += 1
+    return ImportResult(added, present, reviews_added, mocks_added, changed)
+
+
+def _replay(conn: sqlite3.Connection, question_id: str, scheduler: Scheduler) -> None:
+    rows = conn.execute("SELECT uid, question_id, attempt_uid, rating, reviewed, duration_ms, card_before, "
+                        "card_after FROM reviews WHERE question_id = ? ORDER BY reviewed, uid",
+                        (question_id,)).fetchall()
+    replayed = replay(scheduler, question_id, [review_from_row(row) for row in rows])
+    for review in replayed:
+        replace_review(conn, review)
+
+
+def _later(theirs: Card, mine: Card | None) -> bool:
+    """Whether the file's card was reviewed after ours."""
+    if mine is None:
+        return True
+    return (theirs.last_review or theirs.due) > (mine.last_review or mine.due)
+
+
+# JSON form -------------------------------------------------------------------------------------
+def _attempt_to_json(a: Attempt) -> dict[str, Any]:
+    return {"uid": a.uid, "question_id": a.question_id, "variant": a.variant, "mode": a.mode,
+            "started": to_text(a.started), "submitted": to_text(a.submitted), "seconds": a.seconds,
+            "hints_used": a.hints_used, "mock_id": a.mock_id, "suggested": a.suggested, "rating": a.rating,
+            "answers": [{"key": x.key, "typed": x.typed, "verdict": x.verdict, "error": x.error, "slip": x.slip}
+                        for x in a.answers]}
+
+
+def _mock_to_json(m: Mock) -> dict[str, Any]:
+    return {"id": m.id, "started": to_text(m.started), "finished": to_text(m.finished) if m.finished else None,
+            "planned": m.planned, "budget_seconds": m.budget_seconds}
+
+
+def _review_to_json(r: Review) -> dict[str, Any]:
+    return {"uid": r.uid, "question_id": r.question_id, "attempt_uid": r.attempt_uid, "rating": r.rating,
+            "reviewed": to_text(r.reviewed), "duration_ms": r.duration_ms,
+            "card_before": r.card_before.to_dict() if r.card_before else None, "card_after": r.card_after.to_dict()}
+
+
+class _Reader:
+    """Typed field access with messages that name the record."""
+
+    def __init__(self, record: Any, where: str) -> None:
+        if not isinstance(record, Mapping):
+            raise ProgressFormatError(f"{where} is not an object")
+        self.record, self.where = record, where
+
+    def get(self, name: str, kind: type | tuple[type, ...], optional: bool = False) -> Any:
+        value = self.record.get(name)
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise ProgressFormatError(f"{self.where}: field '{name}' is missing or of the wrong type")
+        return value
+
+    def time(self, name: str, optional: bool = False) -> datetime | None:
+        text = self.get(name, str, optional)
+        if text is None:
+            return None
+        try:
+            return from_text(text)
+        except ValueError as error:
+            raise ProgressFormatError(f"{self.where}: field '{name}' is not a UTC timestamp") from error
+
+    def card(self, name: str, optional: bool = False) -> Card | None:
+        value = self.get(name, dict, optional)
+        if value is None:
+            return None
+        try:
+            return Card.from_dict(value)  # type: ignore[arg-type]
+        except (KeyError, TypeError, ValueError) as error:
+            raise ProgressFormatError(f"{self.where}: field '{name}' is not an FSRS card") from error
+
+
+def _parse_export(data: Any) -> tuple[list[Attempt], list[Mock], list[Review], dict[str, Card]]:
+    if not isinstance(data, Mapping) or data.get("format") != EXPORT_FORMAT:
+        raise ProgressFormatError("not an infradrill progress export (no \"format\": \"infradrill-progress\")")
+    if data.get("schema") != EXPORT_SCHEMA:
+        raise ProgressFormatError(f"this export has progress schema {data.get('schema')!r}; this infradrill reads "
+                                  f"schema {EXPORT_SCHEMA} only — export it again with a matching infradrill version")
+
+    def records(name: str) -> list[Any]:
+        value = data.get(name, [])
+        if not isinstance(value, list):
+            raise ProgressFormatError(f"'{name}' must be a list")
+        return value
+
+    number = (int, float)
+    attempts = []
+    for i, raw in enumerate(records("attempts")):
+        r = _Reader(raw, f"attempts[{i}]")
+        mode = r.get("mode", str)
+        if mode not in MODES:
+            raise ProgressFormatError(f"attempts[{i}]: mode {mode!r} is not one of {', '.join(MODES)}")
+        answers = []
+        for j, item in enumerate(r.get("answers", list)):
+            x = _Reader(item, f"attempts[{i}].answers[{j}]")
+            answers.append(AnswerRecord(x.get("key", str), x.get("typed", str), x.get("verdict", str),
+                                        x.get("error", number, True), x.get("slip", str, True)))
+        attempts.append(Attempt(question_id=r.get("question_id", str), variant=r.get("variant", str), mode=mode,
+                                started=r.time("started"), submitted=r.time("submitted"),  # type: ignore[arg-type]
+                                seconds=float(r.get("seconds", number)), hints_used=r.get("hints_used", int),
+                                answers=tuple(answers), mock_id=r.get("mock_id", str, True),
+                                suggested=_rating(r, "suggested", True), rating=_rating(r, "rating", True),
+                                uid=r.get("uid", str)))
+    mocks = []
+    for i, raw in enumerate(records("mocks")):
+        r = _Reader(raw, f"mocks[{i}]")
+        mocks.append(Mock(r.get("id", str), r.time("started"), r.get("planned", int),  # type: ignore[arg-type]
+                          r.get("budget_seconds", number, True), r.time("finished", True)))
+    reviews = []
+    for i, raw in enumerate(records("reviews")):
+        r = _Reader(raw, f"reviews[{i}]")
+        reviews.append(Review(question_id=r.get("question_id", str), rating=_rating(r, "rating"),  # type: ignore[arg-type]
+                              reviewed=r.time("reviewed"), card_after=r.card("card_after"),  # type: ignore[arg-type]
+                              card_before=r.card("card_before", True), attempt_uid=r.get("attempt_uid", str, True),
+                              duration_ms=r.get("duration_ms", int, True), uid=r.get("uid", str)))
+    cards = {}
+    for i, raw in enumerate(records("cards")):
+        r = _Reader(raw, f"cards[{i}]")
+        cards[r.get("question_id", str)] = r.card("card")
+    known_mocks = {m.id for m in mocks}
+    for a in attempts:
+        if a.mock_id is not None and a.mock_id not in known_mocks:
+            raise ProgressFormatError(f"attempt {a.uid} names mock interview {a.mock_id}, which the file lacks")
+    return attempts, mocks, reviews, cards  # type: ignore[return-value]
+
+
+def _rating(r: _Reader, name: str, optional: bool = False) -> int | None:
+    value = r.get(name, int, optional)
+    if value is not None and not 1 <= value <= 4:
+        raise ProgressFormatError(f"{r.where}: '{name}' must be 1 (Again) to 4 (Easy)")
+    return value
+
