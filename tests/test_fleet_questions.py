@@ -116,22 +116,42 @@ def test_restart_pinned_seed(variant):
 # --- fleet-gpu-count -------------------------------------------------------------------------
 
 
+def _given(solution, symbol):
+    return next(g.value for g in solution.sheet.givens if g.symbol == symbol)
+
+
 def test_fleet_default_matches_catalogue(variant):
-    """Llama-3-70B (70.55B) on 15T tokens in 30 days on H100 at 40% MFU: about 6,200 GPUs."""
-    expected = variant("fleet-gpu-count@default").expected
+    """Llama-3-70B (70.55B) on 15T tokens in 30 days on H100 at 40% MFU: about 6,200 GPUs; under the
+    default power-of-two rule the job is 8,192 and the rounding (2,002) outweighs the 15% margin (1,232)."""
+    solution = variant("fleet-gpu-count@default")
+    expected = solution.expected
     flops = 6 * 70.55e9 * 15e12
+    assert _given(solution, "F") == pytest.approx(flops)  # from training-compute-budget, not re-derived
     need = flops / (30 * DAY * 989.4e12 * 0.40)
     assert expected["gpus_needed"] == pytest.approx(need) == pytest.approx(6_190, abs=1)
     assert expected["gpus_needed"] == pytest.approx(6_200, rel=0.01)
     assert expected["job_gpus"] == 8_192
     assert expected["job_days"] / DAY == pytest.approx(30 * need / 8_192)  # 22.7 days
     assert expected["fleet_gpus"] == 9_424  # 8,192 x 1.15 = 9,420.8, up to whole nodes: 1,178 x 8
+    assert expected["regime"] == "rounding-dominates"
+    # 8,192 / 6,190 = 1.32: a tenth less MFU still fits, and the power of two is over a quarter above the need.
+    assert {k for k, holds in solution.sheet.results["judgement"].items() if holds} == {
+        "the job is a power of two", "the job meets the schedule even at an MFU a tenth below plan",
+        "the job spans more than one fabric pod", "a power-of-two job would exceed the need by more than a quarter"}
 
 
 def test_fleet_matches_llama3_405b_flops(variant):
     """Llama 3 405B: 15.6T tokens, published as 3.8e25 FLOPs; 6·N·D with models.yaml's 405.85B agrees."""
     solution = variant("fleet-gpu-count@default+model=llama-3.1-405b+tokens=15.6")
-    assert solution.sheet.results["flops"] == pytest.approx(3.8e25, rel=0.01)
+    assert _given(solution, "F") == pytest.approx(3.8e25, rel=0.01)
+    assert "training-compute-budget" in solution.sheet.prerequisites
+
+
+def _job(need, p):
+    if p["rule"] == "next-power-of-two":
+        return 1 << math.ceil(math.log2(need))
+    unit = p["pod"] if p["rule"] == "whole-pods" else p["block"]
+    return unit * math.ceil(need / unit)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -140,10 +160,35 @@ def test_fleet_matches_plain_arithmetic(variant, seed):
     p = {param.name: param.value for param in solution.params}
     rate = p["gpu"].bf16_dense_tflops * 1e12 * p["mfu"]
     need = 6 * p["model"].params_b * 1e9 * p["tokens"] / (p["days"] * rate)
-    job = 1 << math.ceil(math.log2(need))
+    job = _job(need, p)
+    fleet = 8 * math.ceil(job * (1 + p["margin"]) / 8)
     assert solution.expected["gpus_needed"] == pytest.approx(need, rel=1e-12)
     assert solution.expected["job_gpus"] == job
-    assert solution.expected["fleet_gpus"] == 8 * math.ceil(job * (1 + p["margin"]) / 8)
+    assert solution.expected["fleet_gpus"] == fleet
+    assert solution.expected["regime"] == ("rounding-dominates" if job - need > fleet - job else "margin-dominates")
+
+
+def test_fleet_job_follows_the_stated_rule_not_a_power_of_two(variant):
+    """The review's bug: @7 (Qwen2.5-72B, 29T tokens, 74 days, H100 at 38%) needs 5,263 GPUs and the old key
+    rounded it to 8,192 (+56%) as a law. Under whole 256-GPU scheduler units the job is 5,376; under pods of
+    3,072 it is 6,144 (the TP8 x PP8 x DP96 layout the review names); only the power-of-two rule gives 8,192."""
+    base = "fleet-gpu-count@default+model=qwen2.5-72b+tokens=29+days=74+mfu=38+margin=20"
+    jobs = {rule: variant(f"{base}+rule={rule}").expected["job_gpus"]
+            for rule in ("next-power-of-two", "whole-pods", "whole-scheduler-units")}
+    assert jobs == {"next-power-of-two": 8_192, "whole-pods": 6_144, "whole-scheduler-units": 5_376}
+    units = variant(f"{base}+rule=whole-scheduler-units")
+    assert units.expected["gpus_needed"] == pytest.approx(5_263.1, rel=1e-4)
+    assert units.expected["regime"] == "margin-dominates"  # 113 GPUs of rounding vs 1,080 of margin
+    assert "whole-scheduler-units" in units.prompt  # the rule is the variant's, stated, not taught as a law
+
+
+def test_fleet_followup_drops_the_power_of_two_rule(variant, catalog):
+    from solvers.followup import follow_up
+    solution = variant("fleet-gpu-count@default")
+    pushed = follow_up(solution, catalog)
+    assert pushed is not None and pushed.solution.param("rule").raw == "whole-scheduler-units"
+    assert pushed.solution.expected["job_gpus"] == 6_400  # 25 units of 256
+    assert pushed.solution.expected["regime"] == "margin-dominates"
 
 
 def test_fleet_never_exceeds_the_largest_clusters(variant):
@@ -152,7 +197,7 @@ def test_fleet_never_exceeds_the_largest_clusters(variant):
     for seed in range(301):
         expected = variant(f"fleet-gpu-count@{seed}").expected
         assert expected["fleet_gpus"] <= 100_000, seed
-        assert expected["job_gpus"] <= 65_536, seed
+        assert expected["job_gpus"] < expected["fleet_gpus"], seed
 
 
 def test_fleet_rejects_a_job_past_the_cap(variant):
@@ -164,14 +209,10 @@ def test_fleet_rejects_a_job_past_the_cap(variant):
         variant("fleet-gpu-count@default+model=llama-3.1-405b+tokens=10+gpu=a100-sxm-80gb")
 
 
-def test_fleet_pinned_seed(variant):
-    solution = variant("fleet-gpu-count@7")
-    raw = {param.name: param.raw for param in solution.params}
-    assert raw == {"model": "qwen2.5-72b", "tokens": 29, "days": 74, "gpu": "h100-sxm", "mfu": 38, "margin": 20,
-                   "gpus_per_node": 8}
-    # 6 x 72.71e9 x 29e12 = 1.265e25 FLOP over 74 days at 376 TFLOP/s per GPU: 5,263 GPUs -> 8,192 -> 9,832.
-    assert solution.expected["gpus_needed"] == pytest.approx(5_263.1, rel=1e-4)
-    assert solution.expected["fleet_gpus"] == 9_832
+def test_fleet_rejects_rounding_a_small_job_to_a_pod(variant):
+    """Llama-3-8B on 2T tokens in 30 days needs about 160 H100s: no one rounds that to a 3,072-GPU pod."""
+    with pytest.raises(VariantError, match="smaller than one pod"):
+        variant("fleet-gpu-count@default+model=llama-3-8b+tokens=2+rule=whole-pods")
 
 
 # --- nic-bandwidth-per-gpu -------------------------------------------------------------------

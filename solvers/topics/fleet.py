@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet
+from solvers.derivation import Reject, Sheet, Side
 from solvers.topics.common import dtype_bytes, hbm_bytes, model_params, peak_flops
 from solvers.units import format_number, format_quantity
 
@@ -118,45 +118,129 @@ def _restart_regime(s: Sheet, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, 
 
 # --- fleet-gpu-count -------------------------------------------------------------------------
 
+SCHEDULE_MISS = sympy.Rational(11, 10)  # a tenth over the schedule is a slip one can negotiate
+MFU_SHORTFALL = sympy.Rational(9, 10)  # an MFU a tenth below plan is a common first-month surprise
+POWER_OF_TWO_WASTE = sympy.Rational(5, 4)  # a round-up past a quarter of the need is worth arguing
+
+
+def _job_size(s: Sheet, need: sympy.Symbol, rule: str) -> tuple[sympy.Expr, sympy.Expr, str]:
+    """(job size, the next smaller size under the rule, the rule in words): the smallest size the
+    lab's rule allows that covers the need."""
+    if rule == "next-power-of-two":
+        job = 2 ** sympy.ceiling(sympy.log(need, 2))
+        return job, job / 2, "next-power-of-two"
+    U = s.param("U", "pod") if rule == "whole-pods" else s.param("U", "block")
+    job = U * sympy.ceiling(need / U)
+    return job, job - U, rule
+
 
 def fleet_gpu_count(p, s: Sheet) -> None:
-    N = s.given("N", model_params(p.model), "billion params", f"{p.model.name} parameters")
-    D = s.given("D", p.tokens, "trillion tokens", "training tokens")
-    T = s.given("T", p.days, "days", "schedule for the compute")
+    flops = FLOPS_PER_PARAM_TOKEN * model_params(p.model) * p.tokens
+    if p.rule == "whole-pods" and flops / (p.days * peak_flops(p.gpu, "bf16") * p.mfu) < p.pod:
+        raise Reject("a job smaller than one pod is not rounded to pods")
+    F = s.prerequisite("training-compute-budget", "F", flops, "FLOP",
+                       f"training FLOPs, 6·N·D for {p.model.name} on the run's tokens")
+    T = s.param("T", "days")
     P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
-    u = s.given("MFU", p.mfu, "%", "model FLOPs utilisation")
-    m = s.given("m", p.margin, "%", "fleet margin over the job")
-    g = s.given("g", p.gpus_per_node, "GPUs", "GPUs per node")
+    u = s.param("MFU", "mfu")
+    m = s.param("m", "margin")
+    g = s.param("g", "gpus_per_node")
 
-    F = s.step("flops", "Training FLOPs", "F", FLOPS_PER_PARAM_TOKEN * N * D, "FLOP",
-               "a multiply-add per weight per token forward, two backward")
     X = s.step("per_gpu_rate", "Sustained FLOP/s per GPU", "X", P * u, "TFLOP/s", "dense peak times MFU")
     need = s.step("gpus_needed", "GPUs the arithmetic calls for", "G", F / (T * X), "GPUs",
                   "the fleet equation F = G·T·P·MFU solved for G")
     if s.value(need) < MIN_FLEET_GPUS:
         raise Reject("a few nodes, not a fleet")
-    job = s.step("job_gpus", "Job size: next power of two", "G_job", 2 ** sympy.ceiling(sympy.log(need, 2)), "GPUs",
-                 "TP × PP × DP degrees that divide heads, layers and the global batch evenly multiply to 2^k, "
-                 "and fabric pods and collectives are built for 2^k ranks")
-    s.step("job_days", "Compute days on the power-of-two job", "T_job", F / (job * X), "days",
-           "the extra GPUs finish early: slack for restarts and an MFU below plan")
+    job_expr, smaller_expr, words = _job_size(s, need, p.rule)
+    unit_why = {"next-power-of-two": "the lab's rule: every parallel degree a power of two, so the job is one too",
+                "whole-pods": "the lab's rule: the job takes whole non-blocking pods, so no ring crosses the "
+                              "oversubscribed core more than it must",
+                "whole-scheduler-units": "the lab's rule: the scheduler hands out whole 32-node scalable units"}[p.rule]
+    job = s.step("job_gpus", f"Job size by the lab's rule ({words})", "G_job", job_expr, "GPUs", unit_why)
+    s.step("job_days", "Compute days on that job", "T_job", F / (job * X), "days",
+           "more GPUs than the need finish early: slack for restarts and an MFU below plan")
     fleet = s.step("fleet_gpus", "GPUs to buy, margin included, in whole nodes", "G_fleet",
                    g * sympy.ceiling(job * (1 + m) / g), "GPUs",
                    "hot spares to swap in after failures, nodes in repair and burn-in, and room for evals and "
                    "debugging beside the main job")
     if s.value(fleet) > MAX_FLEET_GPUS:
         raise Reject("a fleet larger than any single cluster built so far")
+    rounding = s.step("round_up", "GPUs the rounding adds", "G_round", job - need, "GPUs",
+                      "what the job-size rule costs over the arithmetic")
+    spare = s.step("margin_gpus", "GPUs the margin adds", "G_margin", fleet - job, "GPUs",
+                   "what the fleet carries beside the job")
+    pod = s.param("E_pod", "pod") if p.rule != "whole-pods" else sympy.Symbol("U")
+    _fleet_judgements(s, need, job, smaller_expr, pod, p.rule)
 
-    s.assume("Model FLOPs are 6·N·D (Kaplan et al. 2020): attention over the context and embeddings left out; "
-             "MFU as stated for the whole run, against the dense bf16 datasheet peak (Llama 3 405B: 38-43%).")
+    s.assume("Model FLOPs are 6·N·D (the conventions card's flops-per-token; Kaplan et al. 2020), taken from "
+             "training-compute-budget; MFU as stated for the whole run, against the dense bf16 datasheet peak "
+             "(dense-peaks; Llama 3 405B: 38-43%).")
+    s.assume("The job-size rule is the lab's and is given: a power of two is a convenience (parallel degrees and "
+             "collectives that split evenly), not a law. DP need only divide the global batch and PP stages need "
+             "not be 2^k (Llama 3 405B: 126 layers; its 16K-GPU job is 2^14, its 24K clusters are not).")
     s.assume("The schedule is pure compute time; restarts and checkpoint stalls come out of the slack the "
-             "power-of-two round-up leaves.")
-    s.assume("The margin sits on top of the job: spare nodes to swap in within minutes after a failure, nodes in "
-             "repair or burn-in, and capacity for evaluation and debugging runs that must not preempt training.")
+             "round-up leaves.")
     s.slip("x1/3: 2·N·D counts the forward pass only", 1 / 3, on="gpus_needed")
     s.slip("MFU left out: the GPUs at datasheet peak", p.mfu, on="gpus_needed")
     s.slip("margin added to the need instead of the job", on="fleet_gpus",
            factor=s.evaluate(g * sympy.ceiling(need * (1 + m) / g)) / s.value(fleet))
+    if p.rule != "next-power-of-two":
+        s.slip("rounded to a power of two against the lab's rule", on="job_gpus",
+               factor=s.evaluate(2 ** sympy.ceiling(sympy.log(need, 2))) / s.value(job))
+
+    extra, margin_text = (format_number(s.value(x)) for x in (rounding, spare))
+    s.regime_by(rounding, spare, tie="below", above=Side(
+        "rounding-dominates",
+        f"The {words} rule adds {extra} GPUs to the need, more than the {margin_text} of margin: the layout "
+        "rule, not the spares, is the larger overhead.",
+        "Where the need sits just under a job size (or the rule is finer: whole scheduler units), the round-up "
+        "shrinks below the margin and the spares become the main overhead.",
+        near=f"The {words} rule adds {extra} GPUs, about as many as the {margin_text} of margin: a small change "
+             "in the need moves which overhead is larger."),
+        below=Side(
+        "margin-dominates",
+        f"The {words} rule adds only {extra} GPUs to the need, fewer than the {margin_text} of margin: the "
+        "spares are the larger overhead, and the job finishes close to the schedule.",
+        "A coarser rule (a power of two, whole large pods) or a need just past a job size would make the round-up "
+        "the larger overhead: then a longer schedule or fewer tokens can bring the need under a smaller job.",
+        near=f"The {words} rule adds {extra} GPUs, about as many as the {margin_text} of margin: a small change "
+             "in the need moves which overhead is larger."))
+
+
+def _smaller_why(s: Sheet, need, smaller) -> str:
+    if s.evaluate(smaller) <= 0:
+        return "no smaller job under the rule"
+    stretch = s.evaluate(need / smaller)
+    close = stretch <= SCHEDULE_MISS
+    return (f"{format_number(s.evaluate(smaller))} GPUs would take {format_number(stretch, 3)}× the schedule"
+            + (": worth asking for the extra days instead of the extra GPUs" if close else ""))
+
+
+def _fleet_judgements(s: Sheet, need, job, smaller, pod, rule: str) -> None:
+    """What the chosen job buys, judged on this variant's numbers."""
+    ratio = s.value(job) / s.value(need)
+    over = f"the job is {format_number(ratio, 3)}× the need"
+    power = 2 ** sympy.ceiling(sympy.log(need, 2))
+    size = int(s.value(job))
+    is_power = size & (size - 1) == 0
+    s.judge("judgement", "the job is a power of two", bool(is_power),
+            f"{format_number(s.value(job))} GPUs {'is' if is_power else 'is not'} 2^k under the {rule} rule")
+    s.judge("judgement", "the job meets the schedule even at an MFU a tenth below plan",
+            s.compare(job * MFU_SHORTFALL, need) >= 0,
+            f"{over}; a tenth less MFU needs {format_number(s.evaluate(need / MFU_SHORTFALL))} GPUs")
+    s.judge("judgement", "the round-up leaves under a tenth of the schedule as slack",
+            s.compare(job * MFU_SHORTFALL, need) < 0,
+            f"{over}: it finishes in {format_number(s.evaluate(need / job), 3)} of the schedule")
+    s.judge("judgement", "the job spans more than one fabric pod", s.compare(job, pod) > 0,
+            f"{format_number(s.value(job))} GPUs against pods of {format_number(s.value(pod))}: "
+            + ("cross-pod traffic goes through the core" if s.compare(job, pod) > 0 else "it stays inside one pod"))
+    s.judge("judgement", "the next smaller job under the rule misses the schedule by under a tenth",
+            s.compare(smaller * SCHEDULE_MISS, need) >= 0,
+            _smaller_why(s, need, smaller))
+    s.judge("judgement", "a power-of-two job would exceed the need by more than a quarter",
+            s.compare(power, POWER_OF_TWO_WASTE * need) > 0,
+            f"the next power of two is {format_number(s.evaluate(power))} GPUs, "
+            f"{format_number(s.evaluate(power / need), 3)}× the need")
 
 
 # --- nic-bandwidth-per-gpu -------------------------------------------------------------------
