@@ -88,25 +88,60 @@ def test_incast_default_fills_in_microseconds(variant):
     assert expected["t_ecn"] == pytest.approx(400e3 / 1.55e12)  # 0.26 µs
     assert expected["t_xoff"] == pytest.approx(4e6 / 1.55e12)  # 2.6 µs
     assert 1 * US < expected["t_xoff"] < 10 * US
-    assert expected["n_star"] == pytest.approx(1 + 3.6e6 / (50e9 * 10e-6))  # 8.2 senders
+    # 3.6 MB of headroom holds 7.2 senders' excess for one 10 µs round trip: 8 senders fit, 9 do not.
+    assert expected["n_pfc"] == 9
     assert expected["regime"] == "pfc-first"
+
+
+def test_incast_grades_a_whole_sender_count(variant):
+    """The first version graded "8.2 senders"; the key is now the first whole count that sets off PFC,
+    and the boundary it names splits 8 (ECN in time) from 9 (PFC first)."""
+    assert float(variant("incast-buffer@default").expected["n_pfc"]).is_integer()
+    assert variant("incast-buffer@default+senders=8").expected["regime"] == "ecn-first"
+    assert variant("incast-buffer@default+senders=9").expected["regime"] == "pfc-first"
+
+
+def test_incast_exact_tie_leaves_ecn_in_time(variant):
+    """XOFF − ECN = 8.1 MB = 6 × 50 GB/s × 27 µs: with 7 senders the queue reaches XOFF exactly as DCQCN's
+    cut lands (not past it), so ECN still acts first and PFC fires from 8 senders. In floats the room is
+    5.999999999999999, whose floor would give 7."""
+    assert math.floor((8.2 * 1e6 - 100 * 1e3) / (50e9 * (27 * 1e-6))) == 5
+    tie = "incast-buffer@default+ecn_threshold=100+xoff_threshold=8.2+rtt=27+senders="
+    expected = variant(tie + "7").expected
+    assert expected["n_pfc"] == 8 and expected["regime"] == "ecn-first"
+    assert variant(tie + "8").expected["regime"] == "pfc-first"
 
 
 @pytest.mark.parametrize("nic, gbit_s", [("connectx-7", 400), ("connectx-8", 800)])
 def test_incast_prompt_fixes_the_units(variant, nic, gbit_s):
     """Read as KiB and MiB, the default's thresholds move t_ecn by 2.4% and t_xoff by 4.9%, past the 2%
-    tolerance: the prompt says the sizes are decimal, and gives the line rate it expects."""
+    tolerance: the prompt names the decimal-units card, and gives the line rate it expects."""
     solution = variant(f"incast-buffer@default+nic={nic}")
-    assert "1 KB = 1,000 B" in solution.prompt and "1 MB = 1,000,000 B" in solution.prompt
+    assert "decimal-units card" in solution.prompt
     assert f"({gbit_s} Gb/s)" in solution.prompt
     binary = 4 * 2**20 / ((32 - 1) * gbit_s * 1e9 / 8)
     assert abs(binary / solution.expected["t_xoff"] - 1) > 0.02
 
 
 def test_incast_few_senders_leave_ecn_in_time(variant):
-    """Eight senders fit under the 8.2-sender boundary: the round trip ends before XOFF."""
+    """Eight senders fit under the 9-sender boundary: the round trip ends before XOFF."""
     expected = variant("incast-buffer@default+senders=8").expected
     assert expected["regime"] == "ecn-first"
+
+
+PAUSE_COUNTERS = {"pause frames sent by the switch on the senders' ingress ports (per priority)",
+                  "pause frames received by the senders' NICs on the RDMA priority"}
+MARK_COUNTERS = {"ECN-marked packets on the receiver's egress queue",
+                 "CNPs sent by the receiver's NIC and handled by the senders' NICs"}
+
+
+@pytest.mark.parametrize("senders, pauses", [(8, False), (9, True), (32, True)])
+def test_incast_counters_follow_the_mechanism(variant, senders, pauses):
+    """Marks and CNPs rise in every burst past the ECN threshold; pause counters only where PFC fired;
+    drops and retransmissions never on the lossless priority."""
+    judged = variant(f"incast-buffer@default+senders={senders}").sheet.results["counters"]
+    rising = {option for option, holds in judged.items() if holds}
+    assert rising == MARK_COUNTERS | (PAUSE_COUNTERS if pauses else set())
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -118,8 +153,9 @@ def test_incast_matches_closed_form(variant, seed):
     assert solution.expected["t_ecn"] == pytest.approx(p["ecn_threshold"] / excess, rel=1e-12)
     assert solution.expected["t_xoff"] == pytest.approx(p["xoff_threshold"] / excess, rel=1e-12)
     headroom = p["xoff_threshold"] - p["ecn_threshold"]
-    assert solution.expected["n_star"] == pytest.approx(1 + headroom / (rate * p["rtt"]), rel=1e-12)
-    # ECN wins when the queue one round trip after the first mark is still below XOFF.
+    # ECN wins when the queue one round trip after the first mark is still at or below XOFF.
+    fits = [n for n in range(2, 200) if (n - 1) * rate * p["rtt"] <= headroom * (1 + 1e-12)]
+    assert solution.expected["n_pfc"] == max(fits, default=1) + 1
     ecn_first = p["ecn_threshold"] + excess * p["rtt"] <= p["xoff_threshold"] * (1 + 1e-12)
     assert (solution.expected["regime"] == "ecn-first") == ecn_first
 
@@ -129,6 +165,7 @@ def test_incast_pinned_seed(variant):
     raw = {param.name: param.raw for param in solution.params}
     assert raw == {"senders": 12, "nic": "connectx-8", "ecn_threshold": 140, "xoff_threshold": 14, "rtt": 7.5}
     assert solution.expected["t_xoff"] == pytest.approx(14e6 / (11 * 100e9))  # 12.7 µs
+    assert solution.expected["n_pfc"] == 20  # 13.86 MB over 100 GB/s × 7.5 µs = 18.5: 19 senders fit
     assert solution.expected["regime"] == "ecn-first"
 
 
