@@ -7,6 +7,7 @@ import math
 import pytest
 
 from solvers.answers import CORRECT, WRONG
+from solvers.engine import VariantError
 
 GiB = 2**30
 KIB = 1024
@@ -72,10 +73,50 @@ def test_paged_block_size_matches_plain_arithmetic(variant, seed):
 
 
 def test_paged_block_size_pinned_seed(variant):
+    """Pinned again after the prefix-shorter constraint and the narrower prefix range changed the draws."""
     solution = variant("paged-block-size@3")
-    assert [p.raw for p in solution.params] == ["llama-3-8b", "bf16", 128, 120, 220, 667]
-    assert solution.expected["waste_share"] == pytest.approx(63.5 / 283.5)
+    assert [p.raw for p in solution.params] == ["llama-3-70b", "bf16", 128, 24, 850, 481]
+    assert solution.expected["waste_share"] == pytest.approx(63.5 / 913.5)
     assert solution.expected["regime"] == "waste-material"
+
+
+def test_paged_prefix_is_shorter_than_the_requests_it_opens(variant):
+    """Review bug (@7: a 4,597-token system prompt in 680-token requests): every draw holds the prompt and a
+    block of its own text, and an override that breaks it is refused."""
+    for seed in range(60):
+        p = _params(variant(f"paged-block-size@{seed}"))
+        assert p["prefix"] + p["block_size"] <= p["mean_length"], seed
+    with pytest.raises(VariantError, match="prefix_shorter"):
+        variant("paged-block-size@default+prefix=4000+mean_length=680")
+
+
+def test_paged_block_choice_follows_the_numbers(variant):
+    """Default: 16-token blocks, 2,048-token mean, 1,000-token prompt (1,000 mod 16 = 8, 1,000 mod 8 = 0)."""
+    judged = variant("paged-block-size@default").sheet.results["block_choice"]
+    assert judged == {
+        "with half the block size the empty share would be under 4%": True,  # 3.5 / 2,051.5
+        "with twice the block size the empty share would still be under 4%": True,  # 15.5 / 2,063.5
+        "half the block size would cache more of the system prompt": True,  # 8-token blocks cache all 1,000
+        "twice the block size would leave the whole system prompt uncached": False,  # 31 full 32-token blocks
+        "half the block size would give the kernel more and smaller blocks to gather per sequence": True,
+        "twice the block size would leave fewer slots empty per sequence": False,
+    }
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_paged_block_choice_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"paged-block-size@{seed}")
+    p, judged = _params(solution), solution.sheet.results["block_choice"]
+    block, length, prefix = p["block_size"], p["mean_length"], p["prefix"]
+
+    def share(size):
+        return (size - 1) / 2 / (length + (size - 1) / 2)
+
+    assert judged["with half the block size the empty share would be under 4%"] == (share(block / 2) < 0.04)
+    assert judged["with twice the block size the empty share would still be under 4%"] == (share(2 * block) < 0.04)
+    assert judged["half the block size would cache more of the system prompt"] == (
+        prefix % (block // 2) < prefix % block)
+    assert judged["twice the block size would leave the whole system prompt uncached"] == (prefix < 2 * block)
 
 
 @pytest.mark.parametrize("block_size", [128, 256])

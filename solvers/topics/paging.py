@@ -67,7 +67,42 @@ def paged_block_size_question(p, s: Sheet) -> None:
            factor=s.evaluate(w_max / (L_avg + w_max)) / s.value(share))
     s.slip("x layers: KV of one layer counted for the whole model", 1 / p.model.layers, on="batch_waste")
 
+    _block_choices(s, B, L_avg, P, tau, blocks)
     _block_regime(s, share, tau, L_star, L_avg, blocks, waste)
+
+
+def _block_choices(s: Sheet, B, L_avg, P, tau, blocks) -> None:
+    """The trade at half and twice this block size, judged on the variant's numbers."""
+    def share(size):
+        return (size - 1) / 2 / (L_avg + (size - 1) / 2)
+
+    def tail(size):
+        return P - size * sympy.floor(P / size)
+
+    half, double = B / 2, 2 * B
+    bar = format_quantity(s.value(tau), "%")
+    for size, option, word in ((half, "with half the block size the empty share would be under 4%", "half"),
+                               (double, "with twice the block size the empty share would still be under 4%",
+                                "twice")):
+        s.judge("block_choice", option, s.compare(share(size), tau) < 0,
+                f"at {word} the block size, (B' − 1)/2 ÷ (L + (B' − 1)/2) = "
+                f"{format_quantity(s.evaluate(share(size)), '%')} against the {bar} bar")
+    now, at_half = format_number(s.value(P) - s.evaluate(B * sympy.floor(P / B))), format_number(s.evaluate(tail(half)))
+    s.judge("block_choice", "half the block size would cache more of the system prompt",
+            s.compare(tail(half), tail(B)) < 0,
+            f"the uncached tail P mod B' goes from {now} to {at_half} tokens")
+    full_double = s.evaluate(double * sympy.floor(P / double))
+    s.judge("block_choice", "twice the block size would leave the whole system prompt uncached", full_double == 0,
+            f"{format_number(s.evaluate(double))}-token blocks: {format_number(full_double)} of the "
+            f"{format_number(s.value(P))} prompt tokens fill whole blocks")
+    more = s.evaluate(sympy.ceiling(L_avg / half))
+    s.judge("block_choice", "half the block size would give the kernel more and smaller blocks to gather per sequence",
+            s.compare(sympy.ceiling(L_avg / half), blocks) > 0,
+            f"⌈L/(B/2)⌉ = {format_number(more)} page-table entries per layer instead of "
+            f"{format_number(s.value(blocks))}, each half the bytes: the kernel's side of the trade")
+    s.judge("block_choice", "twice the block size would leave fewer slots empty per sequence", False,
+            f"the expected empty slots grow with the block, (B' − 1)/2: {format_number(s.evaluate((double - 1) / 2))} "
+            f"instead of {format_number(s.evaluate((B - 1) / 2))}")
 
 
 def _block_regime(s: Sheet, share, tau, L_star, L_avg, blocks, waste) -> None:
