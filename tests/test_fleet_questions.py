@@ -101,6 +101,36 @@ def test_restart_rejects_a_save_that_stalls_a_third_of_training(variant):
         variant("restart-goodput@default+interval=5+ckpt_storage=110")
 
 
+def _holding(solution, key):
+    return {option for option, holds in solution.sheet.results[key].items() if holds}
+
+
+def test_restart_levers_follow_the_variant(variant):
+    """The review: the levers were a fixed checklist. Now each lever's saving is set against a fifth of today's
+    loss. Default (3.75% lost, bar 0.75%): async saves win 2.9% and halving failures 1.04%; detection (0.28%),
+    hot spares (0.14%), faster reload (0.07%) and Young with today's saves (0.013%, already near it) do not.
+    @7 is failure-bound (20 min of fixed recovery five times a day): there detection counts."""
+    default = variant("restart-goodput@default")
+    assert _holding(default, "levers") == {"asynchronous saves at their own best interval",
+                                           "half as many failures (burn-in, draining flaky nodes)"}
+    bar = 0.2 * (20 / 1200 + 2 * 15 / 1440)
+    assert 2 * 2 / 1440 < bar < 2 * 15 / 1440 / 2
+    seven = variant("restart-goodput@7")
+    assert seven.expected["regime"] == "failure-bound"
+    # Today 1.83% + 8.68% = 10.5%, a fifth 2.1%: 5 restarts x 6.5 min of detection = 2.26% clears it.
+    assert {"half as many failures (burn-in, draining flaky nodes)",
+            "detection in seconds (a watchdog instead of the collective timeout)"} <= _holding(seven, "levers")
+    assert _holding(seven, "levers") != _holding(default, "levers")
+
+
+def test_restart_async_save_is_named_as_such(variant):
+    """The review: async checkpointing to storage also cuts the stall, so the cheap save is an asynchronous
+    one (to host memory, written out in the background), not "in-memory instead of storage"."""
+    solution = variant("restart-goodput@default")
+    assert "asynchronous save" in solution.prompt and "in host memory instead" not in solution.prompt
+    assert solution.question.answer("young_memory").label == "Best interval, asynchronous saves"
+
+
 def test_restart_pinned_seed(variant):
     solution = variant("restart-goodput@7")
     raw = {param.name: param.raw for param in solution.params}

@@ -23,13 +23,13 @@ NEAR_OPTIMUM = 1.1  # within 10% of Young's minimum, retuning the interval gains
 def restart_goodput(p, s: Sheet) -> None:
     if p.ckpt_storage / p.interval > MAX_STALL_SHARE:
         raise Reject("the checkpoint stalls take more than 5% of training time")
-    R = s.given("R", p.restarts, "restarts/day", "job restarts per day")
-    t_det = s.given("t_det", p.detect, "min", "time to detect a failure")
-    t_sch = s.given("t_sch", p.reschedule, "min", "time to get healthy nodes and relaunch")
-    t_rel = s.given("t_rel", p.reload, "min", "time to load the checkpoint and re-form communicators")
-    tau = s.given("tau", p.interval, "min", "checkpoint interval today")
-    C_s = s.given("C_s", p.ckpt_storage, "s", "training stall per checkpoint to shared storage")
-    C_m = s.given("C_m", p.ckpt_memory, "s", "training stall per in-memory checkpoint")
+    R = s.param("R", "restarts")
+    t_det = s.param("t_det", "detect")
+    t_sch = s.param("t_sch", "reschedule")
+    t_rel = s.param("t_rel", "reload")
+    tau = s.param("tau", "interval")
+    C_s = s.param("C_s", "ckpt_storage")
+    C_m = s.param("C_m", "ckpt_memory")
 
     M = s.step("mtbf", "Mean time between failures of the job", "M", 1 / R, "h",
                "failures arrive at random at the job's rate, so the mean gap is its inverse")
@@ -41,36 +41,39 @@ def restart_goodput(p, s: Sheet) -> None:
     L = s.step("lost_per_restart", "Time lost per restart", "L", F + W, "min", "fixed recovery plus rewound work")
     f_restart = s.step("restart_loss", "Share of training time lost to restarts", "f_restart", R * L, "%",
                        "restarts per day times the minutes each costs, over the minutes of a day")
-    f_ckpt = s.step("ckpt_overhead", "Share lost to checkpoint stalls today", "f_ckpt", C_s / tau, "%",
+    f_ckpt = s.step("ckpt_overhead", "Share lost to save stalls today", "f_ckpt", C_s / tau, "%",
                     "one stall per interval: the price of the interval that bounds the rewound work")
-    s.step("today_loss", "Share lost today to stalls and restarts together", "f_today", f_ckpt + f_restart, "%",
-           "the two losses add: stalls on every save, restarts on every failure")
+    f_today = s.step("today_loss", "Share lost today to stalls and restarts together", "f_today", f_ckpt + f_restart,
+                     "%", "the two losses add: stalls on every save, restarts on every failure")
     f_redo = s.step("redo_loss", "Share lost to redone work today", "f_redo", R * W, "%",
                     "the part of the restart loss the interval sets")
     f_int = s.step("interval_loss", "Share the checkpoint interval sets today", "f_int", f_ckpt + f_redo, "%",
                    "stalls plus redone work: the two losses the interval trades against each other")
     f_fix = s.step("failure_floor", "Share paid per failure whatever the interval", "f_fix", R * F, "%",
                    "the fixed recovery alone: no checkpoint setting removes it")
-    tau_s = s.step("young_storage", "Optimal interval, storage checkpoints (Young)", "tau_s", sympy.sqrt(2 * C_s * M),
+    tau_s = s.step("young_storage", "Optimal interval, synchronous saves (Young)", "tau_s", sympy.sqrt(2 * C_s * M),
                    "min", "minimises C/τ + τ/(2M): stalls fall as 1/τ, rewound work grows with τ, and they "
                    "balance at √(2·C·M)")
-    f_best = s.step("interval_loss_best", "Interval's share at the storage optimum", "f_best",
+    f_best = s.step("interval_loss_best", "Interval's share at the synchronous optimum", "f_best",
                     C_s / tau_s + tau_s / (2 * M), "%",
-                    "the least the interval can cost with storage checkpoints: √(2·C/M), stalls and redone work equal")
-    tau_m = s.step("young_memory", "Optimal interval, in-memory checkpoints (Young)", "tau_m",
+                    "the least the interval can cost with today's saves: √(2·C/M), stalls and redone work equal")
+    tau_m = s.step("young_memory", "Optimal interval, asynchronous saves (Young)", "tau_m",
                    sympy.sqrt(2 * C_m * M), "min",
                    "the same balance with the smaller stall: the interval shrinks as √C")
-    s.step("residual", "Share still lost with in-memory checkpoints at their optimum", "f_residual",
-           C_m / tau_m + R * (F + tau_m / 2), "%",
-           "stalls plus restarts at the new interval: the interval's part nearly vanishes, the fixed recovery stays")
+    f_res = s.step("residual", "Share still lost with asynchronous saves at their optimum", "f_residual",
+                   C_m / tau_m + R * (F + tau_m / 2), "%",
+                   "stalls plus restarts at the new interval: the interval's part nearly vanishes, the fixed "
+                   "recovery stays")
+    _restart_levers(s, R, t_det, t_sch, t_rel, L, f_today, f_int, f_best, f_res)
 
     s.assume("Failures are independent and memoryless (a Poisson process at the stated rate), so a failure "
              "falls on average halfway through a checkpoint interval.")
     s.assume("Young's first-order optimum τ = √(2·C·M) (Young 1974), valid while the stall C is far shorter than "
              "the MTBF M; Daly's higher-order correction changes little at these ratios.")
-    s.assume("In-memory checkpointing (snapshot to host memory, copied to peer nodes in the background, as in "
-             "Gemini or NVIDIA's resiliency extension) cuts only the stall; detection, rescheduling and reload are "
-             "kept as stated, although restoring from a peer's memory also shortens the reload in practice.")
+    s.assume("An asynchronous save (a snapshot to host memory, then written to storage or copied to peers in the "
+             "background: PyTorch DCP async_save, Gemini, NVIDIA's resiliency extension) cuts only the stall; "
+             "detection, rescheduling and reload are kept as stated, although restoring from a peer's memory "
+             "also shortens the reload in practice.")
     s.slip("the whole interval rewound, not half of it", on=("lost_per_restart", "restart_loss"),
            factor=s.evaluate(F + tau) / s.value(L))
     s.slip("the whole interval rewound, not half of it", on="today_loss",
@@ -80,6 +83,27 @@ def restart_goodput(p, s: Sheet) -> None:
     _restart_regime(s, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, tau_m)
 
 
+LEVER_SHARE = sympy.Rational(1, 5)  # a lever worth naming first wins back at least a fifth of the loss
+
+
+def _restart_levers(s: Sheet, R, t_det, t_sch, t_rel, L, f_today, f_int, f_best, f_res) -> None:
+    """Each lever's saving on today's loss, against a fifth of it: which ones matter follows from how
+    this job's loss splits."""
+    wins = {
+        "detection in seconds (a watchdog instead of the collective timeout)": R * t_det,
+        "booted hot spares that halve the rescheduling": R * t_sch / 2,
+        "a reload twice as fast (restoring from peers' memory)": R * t_rel / 2,
+        "today's synchronous saves at Young's interval": f_int - f_best,
+        "asynchronous saves at their own best interval": f_today - f_res,
+        "half as many failures (burn-in, draining flaky nodes)": R * L / 2,
+    }
+    bar = format_quantity(s.evaluate(LEVER_SHARE * f_today), "%", 3)
+    for option, win in wins.items():
+        s.judge("levers", option, s.compare(win, LEVER_SHARE * f_today) >= 0,
+                f"wins back {format_quantity(s.evaluate(win), '%', 3)} of training time against a fifth of "
+                f"today's loss, {bar}")
+
+
 def _restart_regime(s: Sheet, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, tau_m) -> None:
     """Interval-bound when the interval's two losses (stalls and redone work) outweigh the fixed
     recovery paid per failure; which way to move the interval follows from the larger of the two."""
@@ -87,33 +111,34 @@ def _restart_regime(s: Sheet, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, 
                                              for x in (f_int, f_fix, f_ckpt, f_redo, f_best))
     storage, short = (format_quantity(s.value(x), "min") for x in (tau_s, tau_m))
     parts = f"{interval} of training time ({stalls} in save stalls, {redone} in redone work)"
-    if s.compare(f_int, f_fix) > 0:
-        if s.value(f_int) <= NEAR_OPTIMUM * s.value(f_best):
-            move = (f"Today's interval is already near Young's {storage}, where this part bottoms out at {best}: "
-                    f"retuning it gains little, and only a cheaper save (in memory, best every {short}) cuts it.")
-        elif s.value(tau) < s.value(tau_s):
-            move = (f"The stalls are the larger part: checkpoint less often, toward Young's {storage}, or make each "
-                    "save cheaper.")
-        else:
-            move = (f"The redone work is the larger part: checkpoint more often, toward Young's {storage}; a "
-                    f"cheaper in-memory save lets the interval shrink to {short}.")
-        s.set_regime(
-            "interval-bound",
-            f"Today the checkpoint interval costs {parts}, more than the {fixed} that fixed recovery costs, "
-            f"paid per failure: the interval sets most of the loss. {move}",
-            f_fix, f_int,
-            f"With the interval's part below {fixed} the loss would be failure-bound. With storage checkpoints "
-            f"that part falls at best to {best} (at Young's interval), and only a cheaper save takes it lower; "
-            "past that, faster detection, hot spares, faster reload and fewer failures are the levers.")
+    if s.value(f_int) <= NEAR_OPTIMUM * s.value(f_best):
+        move = (f"Today's interval is already near Young's {storage}, where this part bottoms out at {best}: "
+                f"retuning it gains little, and only a cheaper save (asynchronous, best every {short}) cuts it.")
+    elif s.value(tau) < s.value(tau_s):
+        move = (f"The stalls are the larger part: checkpoint less often, toward Young's {storage}, or make each "
+                "save cheaper.")
     else:
-        s.set_regime(
-            "failure-bound",
-            f"Today the checkpoint interval costs {parts}, less than the {fixed} that fixed recovery costs, paid "
-            "per failure: the failures set the loss. Retuning the interval moves only the smaller part; the "
-            "levers are faster detection, hot spares, faster reload, and above all fewer failures.",
-            f_fix, f_int,
-            f"An interval far from Young's {storage} (much shorter: stalls; much longer: redone work) would push "
-            f"the interval's part above {fixed}, and the interval would become the lever.")
+        move = (f"The redone work is the larger part: checkpoint more often, toward Young's {storage}; a "
+                f"cheaper asynchronous save lets the interval shrink to {short}.")
+    s.regime_by(f_int, f_fix, tie="below", above=Side(
+        "interval-bound",
+        f"Today the checkpoint interval costs {parts}, more than the {fixed} that fixed recovery costs, "
+        f"paid per failure: the interval sets most of the loss. {move}",
+        f"With the interval's part below {fixed} the loss would be failure-bound. With synchronous saves "
+        f"that part falls at best to {best} (at Young's interval), and only a cheaper save takes it lower; "
+        "past that, faster detection, hot spares, faster reload and fewer failures are the levers.",
+        near=f"The checkpoint interval costs {parts}, only a little more than the {fixed} of fixed recovery: "
+             f"both halves matter, and fixing the interval alone leaves the loss failure-bound. {move}"),
+        below=Side(
+        "failure-bound",
+        f"Today the checkpoint interval costs {parts}, less than the {fixed} that fixed recovery costs, paid "
+        "per failure: the failures set the loss. Retuning the interval moves only the smaller part; the "
+        "levers are faster detection, hot spares, faster reload, and above all fewer failures.",
+        f"An interval far from Young's {storage} (much shorter: stalls; much longer: redone work) would push "
+        f"the interval's part above {fixed}, and the interval would become the lever.",
+        near=f"The checkpoint interval costs {parts}, a little less than the {fixed} of fixed recovery: the "
+             "failures set slightly more of the loss, but a worse interval would tip it; both kinds of lever "
+             "count here."))
 
 
 # --- fleet-gpu-count -------------------------------------------------------------------------
