@@ -290,11 +290,34 @@ def test_sliding_window_pinned_seed(variant):
     assert solution.grade_one("window_blocks", "256").verdict == WRONG  # W/B without the mid-block extra
 
 
-def test_sliding_window_asks_for_the_allocator_condition(variant):
+def test_sliding_window_allocator_is_judged_on_the_context(variant):
+    """Review nit: the allocator checklist was the same in every variant. As a select, a context inside the
+    window (Gemma-2 at 4K, window 4,096) needs nothing of the allocator; a longer one needs both parts."""
+    long = variant("sliding-window-savings@default").expected["allocator"]
+    assert set(long) == {"keep the windowed layers in block tables of their own (a KV cache group)",
+                         "free a windowed layer's blocks once they fall wholly behind the window"}
+    inside = variant("sliding-window-savings@default+model=gemma-2-9b+context=4096").expected["allocator"]
+    assert inside == ["nothing: at this context every layer keeps the whole request anyway"]
+    assert "one token per step" in variant("sliding-window-savings@default").prompt  # the decode-time bound
+
+
+def test_sliding_window_follow_up_crosses_to_the_window_side(variant, catalog):
+    """validate --strict flagged no follow-up at the default (gpt-oss's boundary, 128 tokens, is below any
+    context drawn): the declared one moves to Gemma-3 27B at 4K, where the windows keep more than the full
+    layers (52 x 1,024 > 10 x 4,096)."""
+    from solvers.followup import follow_up
+
     solution = variant("sliding-window-savings@default")
-    assert solution.question.answer("allocator").kind == "checklist"
-    assert any("saving is zero" in point for point in solution.expected["allocator"])
-    assert "one token per step" in solution.prompt  # the decode-time bound, not a prefill chunk's
+    pushed = follow_up(solution, catalog)
+    assert pushed is not None
+    assert solution.expected["regime"] == "layer-ratio" and pushed.solution.expected["regime"] == "window"
+    assert pushed.solution.expected["saving"] == pytest.approx(52 / 62 * (1 - 1024 / 4096))
+
+
+def test_sliding_window_takes_kv_bytes_per_token_as_given(variant):
+    sheet = variant("sliding-window-savings@default").sheet
+    assert sheet.prerequisites == {"kv-bytes-per-token"}
+    assert "kv_per_token" not in sheet.results  # no longer derived here
 
 
 # --- cow-block-sharing ---------------------------------------------------------------------

@@ -216,13 +216,12 @@ def _tp_regime(s: Sheet, n, H, per_gpu, dup) -> None:
 def sliding_window_savings_question(p, s: Sheet) -> None:
     model = p.model
     require_context(model, p.context)
-    b_kv = _kv_dtype(p, s)
-    kv_tok = kv_bytes_per_token(s, model, b_kv)
+    kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype)
     L = s.given("L", model.layers, "", "layers")
     L_w = s.given("L_w", model.sliding_window_layers, "", "layers with a sliding window")
     W = s.given("W", model.sliding_window, "tokens", "sliding window")
-    C = s.given("C", p.context, "tokens", "context per request")
-    B = s.given("B", p.block_size, "tokens", "block size")
+    C = s.param("C", "context")
+    B = s.param("B", "block_size")
 
     full = s.step("kv_full", "KV per request, every layer at full context", "KV_full", kv_tok * C, "GiB",
                   "what the request would hold if no layer were windowed")
@@ -234,10 +233,11 @@ def sliding_window_savings_question(p, s: Sheet) -> None:
     kv_win = s.step("kv_windowed", "KV per request with windowed layers freed", "KV_win", full * (1 - saving),
                     "GiB", "full layers keep the whole context, windowed layers only their window")
     full_blocks = blocks_for_tokens(s, C, B, key="full_layer_blocks")
-    s.step("window_blocks", "Blocks a windowed layer holds per request while decoding", "n_win",
-           sympy.Min(sympy.ceiling(W_eff / B) + 1, full_blocks, evaluate=False), "blocks",
-           "vLLM's bound at one token per step: the window may start mid-block, so one block more than W/B; "
-           "blocks that slide out are freed (a prefill chunk of T tokens needs up to ⌈(W − 1 + T)/B⌉ + 1)")
+    n_win = s.step("window_blocks", "Blocks a windowed layer holds per request while decoding", "n_win",
+                   sympy.Min(sympy.ceiling(W_eff / B) + 1, full_blocks, evaluate=False), "blocks",
+                   "vLLM's bound at one token per step: the window may start mid-block, so one block more than "
+                   "W/B; blocks that slide out are freed (a prefill chunk of T tokens needs up to "
+                   "⌈(W − 1 + T)/B⌉ + 1)")
     kept_full = s.step("full_layers_keep", "Share of the full cache the full-context layers keep", "K_f", 1 - f, "%",
                        "they hold every token of the context")
     kept_win = s.step("windowed_layers_keep", "Share of the full cache the windowed layers keep", "K_w",
@@ -256,7 +256,30 @@ def sliding_window_savings_question(p, s: Sheet) -> None:
     s.slip("saving counted as if every layer were windowed", 1 / s.value(f), on="saving")
     s.slip("saving counted as if every layer were windowed", on="kv_windowed",
            factor=s.evaluate(full * W_eff / C) / s.value(kv_win))
+    _window_allocator(s, saving, n_win, full_blocks, W, C)
     _window_regime(s, f, saving, kept_full, kept_win, C_star, C)
+
+
+def _window_allocator(s: Sheet, saving, n_win, full_blocks, W, C) -> None:
+    """What the allocator must do follows from whether this request's context outgrows the window."""
+    window, context = format_number(s.value(W)), format_number(s.value(C))
+    saves = s.value(saving) > 0
+    frees = s.compare(n_win, full_blocks) < 0
+    held, whole = format_number(s.value(n_win)), format_number(s.value(full_blocks))
+    s.judge("allocator", "keep the windowed layers in block tables of their own (a KV cache group)", saves,
+            f"the {context}-token context outgrows the {window}-token window: one table shared with the full "
+            "layers would keep the whole context in every layer" if saves else
+            f"the {context}-token context fits in the {window}-token window: no layer drops anything")
+    s.judge("allocator", "free a windowed layer's blocks once they fall wholly behind the window", frees,
+            f"a windowed layer needs {held} of the {whole} blocks the context fills: the rest must go back to the "
+            "pool" if frees else f"a windowed layer still needs all {whole} blocks the context fills")
+    s.judge("allocator", "nothing: at this context every layer keeps the whole request anyway", not saves,
+            "the window is shorter than the context, so the saving must be made" if saves else
+            f"the {window}-token window covers all {context} tokens: the saving is zero whatever the allocator")
+    s.judge("allocator", "use a block size that divides the window", False,
+            "the window still starts mid-block as it slides: ⌈W/B⌉ + 1 blocks whatever B divides")
+    s.judge("allocator", "store the KV cache in fp8", False,
+            "fp8 halves the bytes of every layer alike: it makes the windows save nothing they did not already")
 
 
 def _window_regime(s: Sheet, f, saving, kept_full, kept_win, C_star, C) -> None:
