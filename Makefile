@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench clean
+.PHONY: run test bench fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python tests/benchmark.py
+
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.test_fuzz_answers 100000
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .hypothesis

@@ -4,8 +4,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from solvers.answers.base import Grade
+from solvers.answers.base import Grade, Shown
 from solvers.answers.number import Number
+from solvers.parse import ParseError
 from solvers.units import format_number
 
 
@@ -15,6 +16,12 @@ class Estimate(Number):
     fields = ("log",)
     close_factor = 2
     wrong_factor = 1e3  # three decades: beyond twice any tolerance below one decade
+
+    def read(self, text: str, shown: Shown) -> float:
+        value = super().read(text, shown)
+        if value <= 0:  # decades from the key exist only for a positive figure
+            raise ParseError("an estimate is a positive figure")
+        return value
 
     def error_of(self, ratio: float) -> float:
         return abs(math.log10(ratio)) if ratio > 0 else math.inf
