@@ -30,7 +30,8 @@ def test_ib_vs_roce_default(variant):
 def test_ib_vs_roce_matches_cluster_cost_spreadsheet(variant, gpus, tiers, switches, switch_cost, cable_cost):
     """The "H100 Freakonomics" spreadsheet (Aug 2024) prices 64-port NDR switches at $36,000: 48 of them
     ($1.728M) and $2.62M of cables for 1,024 GPUs, 2,560 of them ($92.16M) for 32,768."""
-    results = variant(f"ib-vs-roce@default+gpus={gpus}").sheet.results
+    staff = "+ib_staff=4" if gpus > 16_384 else ""  # one engineer per 8,192 GPUs at least
+    results = variant(f"ib-vs-roce@default+gpus={gpus}{staff}").sheet.results
     assert results["ports_per_gpu"] == 2 * tiers - 1
     assert results["switches"] == pytest.approx(switches)
     assert results["switches"] * 36_000 == pytest.approx(switch_cost)
@@ -70,11 +71,31 @@ def test_ib_vs_roce_matches_plain_arithmetic(variant, seed):
 def test_ib_vs_roce_pinned_seed(variant):
     solution = variant("ib-vs-roce@1")
     raw = {param.name: param.raw for param in solution.params}
-    assert raw == {"gpus": 3100, "radix": 64, "ib_switch": 49_000, "eth_switch": 14_000, "nic": 2400, "link": 1170,
-                   "ib_staff": 3, "roce_extra": 2, "staff_cost": 370_000, "years": 3}
-    # 3 tiers: 5 × $35,000 / 64 per GPU saved against 2 × $370,000 × 3 years.
-    assert solution.expected["flip_fleet"] == pytest.approx(2 * 370_000 * 3 / (5 * 35_000 / 64))
-    assert solution.expected["regime"] == "large-fleet-roce"
+    assert raw == {"gpus": 3700, "radix": 64, "ib_switch": 31_000, "eth_switch": 24_000, "nic": 1900, "link": 1200,
+                   "ib_staff": 3, "roce_extra": 2, "staff_cost": 260_000, "years": 5}
+    # 3 tiers: 5 × $7,000 / 64 per GPU saved against 2 × $260,000 × 5 years.
+    assert solution.expected["flip_fleet"] == pytest.approx(2 * 260_000 * 5 / (5 * 7_000 / 64))  # 4,754
+    assert solution.expected["regime"] == "small-fleet-infiniband"
+
+
+def _cheaper_fleets(solution):
+    return {option for option, holds in solution.sheet.results["cheaper_fleets"].items() if holds}
+
+
+def test_ib_vs_roce_each_depth_has_its_own_flip(variant):
+    """The default's 3-tier flip is 1,920 GPUs, but a 2,048-GPU fleet fits two tiers, saves 3 ports' worth
+    per GPU instead of 5, and flips only at 3,200: RoCE is cheaper at 4,096 and above, not at 2,048.
+    Seed 1 flips at 4,754 (3 tiers) and 7,924 (2 tiers): only 16,384 and 65,536 go to RoCE."""
+    assert _cheaper_fleets(variant("ib-vs-roce@default")) == {"4,096 GPUs", "16,384 GPUs", "65,536 GPUs"}
+    assert _cheaper_fleets(variant("ib-vs-roce@1")) == {"16,384 GPUs", "65,536 GPUs"}
+
+
+def test_ib_vs_roce_staff_grows_with_the_fleet(variant):
+    """The first version staffed a 5,300-GPU fabric with one engineer (@7) and 32,768 GPUs with three at most:
+    now every draw has at least one engineer per 8,192 GPUs, and no more than one per 1,024 past the first."""
+    for seed in range(100):
+        raw = {param.name: param.raw for param in variant(f"ib-vs-roce@{seed}").params}
+        assert raw["ib_staff"] * 8192 >= raw["gpus"] >= (raw["ib_staff"] - 1) * 1024, seed
 
 
 # --- incast-buffer ---------------------------------------------------------------------------

@@ -66,6 +66,10 @@ def ib_vs_roce(p, s: Sheet) -> None:
     s.assume("Operations staff are a fixed cost over the service life, whatever the fleet size; RoCE's extra "
              "engineers own the lossless configuration (PFC priorities, ECN thresholds, DCQCN, watchdogs) on "
              "every port. Power, space and performance differences are left out.")
+    s.assume("Not priced, and what an interviewer probes next: InfiniBand's SHARP in-network reductions and "
+             "adaptive routing, the blast radius of one PFC mistake on RoCE (a pause storm stalls every job "
+             "behind it; see pause-storm-origin), single-vendor lock-in on InfiniBand, and Ethernet fabrics "
+             "built for AI (Spectrum-X, Ultra Ethernet) that narrow the operations gap.")
     s.slip("staff cost for one year, not the service life", 1 / p.years, on="flip_fleet")
     s.slip("staff cost for one year, not the service life", on="ib_per_gpu",
            factor=s.evaluate(hw_ib + F_ib / (G * Y)) / s.value(ib))
@@ -77,7 +81,24 @@ def ib_vs_roce(p, s: Sheet) -> None:
     s.slip("one switch port per GPU instead of 2t−1", on="roce_per_gpu",
            factor=s.evaluate(c_nic + S_eth / k + t * c_link + F_roce / G) / s.value(roce))
 
+    _fleet_sizes(s, p, k, S_ib, S_eth, F_roce - F_ib)
     _fleet_regime(s, G, flip, ib, roce, _depth_caveat(s.value(flip), p.radix, s.value(t)))
+
+
+FLEET_SIZES = (256, 1024, 2048, 4096, 16384, 65536)  # the select's options, as fleets of GPUs
+
+
+def _fleet_sizes(s: Sheet, p, k, S_ib, S_eth, extra_staff) -> None:
+    """At which other fleet sizes RoCE is cheaper at these prices: each fleet takes its own tree
+    depth, so the flip point moves with it (a 2-tier tree saves 3 ports' worth per GPU, 3 tiers 5)."""
+    for gpus in FLEET_SIZES:
+        tiers = _fat_tree_tiers(gpus, p.radix)
+        saving = (2 * tiers - 1) * (S_ib - S_eth) / k
+        cheaper = s.compare(gpus * saving, extra_staff) > 0  # a tie keeps InfiniBand, as the regime does
+        flip = format_number(s.evaluate(extra_staff / saving), 3)
+        s.judge("cheaper_fleets", f"{format_number(gpus)} GPUs", cheaper,
+                f"{tiers} tiers: {format_quantity(s.evaluate(saving), '$')} saved per GPU, so RoCE pays for its "
+                f"extra engineers from {flip} GPUs at this depth")
 
 
 def _depth_caveat(flip: float, radix: int, tiers: float) -> str:
@@ -85,7 +106,7 @@ def _depth_caveat(flip: float, radix: int, tiers: float) -> str:
     low, high = (2 * (radix // 2) ** (tiers - 1) if tiers > 1 else 0), 2 * (radix // 2) ** tiers
     if low < flip <= high:
         return ""
-    served = f"{format_number(low)}-{format_number(high)} GPUs a {int(tiers)}-tier tree serves"
+    served = f"{format_number(low + 1)}-{format_number(high)} GPUs a {int(tiers)}-tier tree serves"
     return (f" That point lies outside the {served}, so at these prices every fleet that needs this depth "
             "lands on the same side.")
 
