@@ -8,7 +8,6 @@ import pytest
 
 from solvers.answers import CORRECT
 from solvers.topics.common import GPU_MEMORY_UTILIZATION
-from solvers.units import format_number
 
 GiB, MiB, KiB = 2**30, 2**20, 2**10
 DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
@@ -21,18 +20,30 @@ def _params(solution) -> dict:
 # --- preemption-policies ---------------------------------------------------------------------
 
 
+def _all_reduce(model, gpu, tp, tokens) -> float:
+    """The card's tp-all-reduce: two per layer, 10 us each plus 2(n-1)/n of tokens x hidden x 2 B over NVLink."""
+    if tp == 1:
+        return 0.0
+    return 2 * model.layers * (10e-6 + 2 * (tp - 1) / tp * tokens * model.hidden * 2 / (gpu.nvlink_gb_s * 1e9 / 2))
+
+
 def test_preemption_default_six_k_victim(variant):
-    """Llama-3-70B on 4 x H100 (bf16), a 6,144-token victim, 50% MFU, 25 GB/s PCIe, 500 tokens x 30 ms."""
+    """Llama-3-70B on 4 x H100 (bf16), a 6,144-token victim beside 64 streams, 50% MFU, 25 GB/s PCIe,
+    500 tokens x 30 ms to the nearest completion."""
     results = variant("preemption-policies@default").sheet.results
     flops = 2 * 70.55e9 * 6144 + 2 * 80 * 64 * 128 * 6144**2  # 866.9 + 49.5 TFLOP
     assert results["flops"] == pytest.approx(flops)
-    assert results["t_recompute"] == pytest.approx(flops / (4 * 989.4e12 * 0.5))  # 463 ms
-    assert results["t_recompute"] == pytest.approx(0.4631, rel=1e-3)
+    assert results["t_recompute_math"] == pytest.approx(flops / (4 * 989.4e12 * 0.5))  # 463 ms
+    assert results["allreduce_rec"] == pytest.approx(160 * (10e-6 + 1.5 * 6144 * 8192 * 2 / 450e9))  # 55 ms
+    assert results["t_recompute"] == pytest.approx(0.5184, rel=1e-3)
     assert results["swap_bytes"] == 327_680 / 4 * 6144  # 80 KiB per token per GPU: 503 MB
     assert results["t_swap"] == pytest.approx(2 * 327_680 / 4 * 6144 / 25e9)  # 40.3 ms
-    assert results["t_wait"] == pytest.approx(15.0)
-    assert results["breakeven_bw"] == pytest.approx(2.174e9, rel=1e-3)
+    # PagedAttention-style break-even: 2.17 GB/s on the math alone, 1.94 with the prefill's all-reduces.
+    assert results["breakeven_bw"] == pytest.approx(1.942e9, rel=1e-3)
     assert results["regime"] == "swap-cheaper"
+    assert results["t_free"] == pytest.approx(15.0)
+    assert results["steps_bought"] == 96  # 6,144 tokens feed 64 streams for 96 steps
+    assert results["evictions"] == 5  # 5 x 6,144 >= (65 - 5) x 500
 
 
 def test_preemption_attention_flops_follow_flash_attention_convention(variant):
@@ -40,44 +51,84 @@ def test_preemption_attention_flops_follow_flash_attention_convention(variant):
     results = variant("preemption-policies@default+model=llama-3-8b+tp=1").sheet.results
     assert results["flops_attention"] == 4 * 6144**2 * 32 * 128 // 2 * 32
     assert results["flops_weights"] == pytest.approx(2 * 8.03e9 * 6144)
+    assert results["t_recompute"] == results["t_recompute_math"]  # one GPU: no all-reduce
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_preemption_matches_plain_arithmetic(variant, seed):
     solution = variant(f"preemption-policies@{seed}")
     p = _params(solution)
-    model, tp, context = p["model"], p["tp"], p["victim_tokens"]
+    model, tp, context = p["model"], p["tp"], p["context"]
     flops = 2 * model.params_b * 1e9 * context + 2 * model.layers * model.heads * model.head_dim * context**2
     peak = p["gpu"][{"bf16": "bf16_dense_tflops", "fp8": "fp8_dense_tflops"}[p["weight_dtype"]]] * 1e12
-    t_rec = flops / (tp * peak * p["mfu"])
+    t_rec = flops / (tp * peak * p["mfu"]) + _all_reduce(model, p["gpu"], tp, context)
     kv_per_gpu = 2 * model.layers * (model.kv_heads // tp) * model.head_dim * DTYPE_BYTES[p["kv_dtype"]] * context
     t_swap = 2 * kv_per_gpu / p["pcie"]
     expected = solution.expected
     assert expected["t_recompute"] == pytest.approx(t_rec, rel=1e-9)
     assert expected["t_swap"] == pytest.approx(t_swap, rel=1e-9)
-    assert expected["t_wait"] == pytest.approx(p["remaining"] * p["tpot"], rel=1e-9)
+    assert expected["t_free"] == pytest.approx(p["remaining"] * p["tpot"], rel=1e-9)
     # The break-even bandwidth is where the two times meet: t_swap(W*) = t_rec.
     assert 2 * kv_per_gpu / expected["breakeven_bw"] == pytest.approx(t_rec, rel=1e-9)
     assert expected["regime"] == ("swap-cheaper" if t_swap < t_rec else "recompute-cheaper")
 
 
-def test_preemption_prompt_states_what_the_recompute_needs(variant):
-    """The FLOPs convention and the GPU's dense peak are in the prompt, not only in a hint."""
+@pytest.mark.parametrize("seed", range(30))
+def test_preemption_eviction_cascade_by_simulation(variant, seed):
+    """Evict victims of C tokens one at a time until the freed KV carries the streams still running
+    to the nearest completion, R tokens away; the count is the closed form ceil((b + 1)·R / (C + R))."""
+    solution = variant(f"preemption-policies@{seed}")
+    p = _params(solution)
+    context, running, remaining = p["context"], p["batch"] + 1, p["remaining"]
+    freed = evicted = 0
+    while freed < (running - evicted) * remaining:
+        evicted += 1
+        freed += context
+    assert solution.expected["evictions"] == evicted
+    assert solution.expected["steps_bought"] == context // p["batch"]
+    one = "One eviction of this victim frees enough KV for the batch to reach its next completion"
+    assert solution.sheet.results["who_pays"][one] == (evicted == 1)
+
+
+def test_preemption_wait_stalls_the_whole_batch(variant):
+    """The review's bug: with the pool full, waiting is not free for everyone but the victim. Every running
+    stream needs a block within one block's worth of tokens, so evicting no one stalls them all."""
     for seed in range(20):
         solution = variant(f"preemption-policies@{seed}")
-        gpu = solution.param("gpu").value
-        assert "2 FLOPs per parameter per token" in solution.prompt
-        assert f"bf16 {format_number(gpu.bf16_dense_tflops)}" in solution.prompt  # record fields print formatted
+        wait = "Waiting with no one evicted stalls every running stream, not just the one that asked"
+        assert solution.sheet.results["who_pays"][wait] is True
+        regime = solution.sheet.regime
+        assert "nobody is evicted" not in regime.summary + regime.other_side
+        assert "onto the blocked request" not in regime.other_side
+
+
+def test_preemption_tail_percentile_follows_the_eviction_rate(variant):
+    """One eviction every C/b steps: 6,144 / 64 = 96 steps is just over 1%, so the stalls reach the p99;
+    with 32 streams (192 steps) they sit beyond it."""
+    p99 = "The stalls land in more than 1 decode step in 100, so they set every stream's p99 inter-token latency"
+    assert variant("preemption-policies@default").sheet.results["who_pays"][p99] is True
+    assert variant("preemption-policies@default+batch=32").sheet.results["who_pays"][p99] is False
+    # The tie, exactly: 61 streams get 100 steps, one stalled step in 100, not more than 1%; 62 get 99.
+    assert variant("preemption-policies@default+batch=61").sheet.results["who_pays"][p99] is False
+    assert variant("preemption-policies@default+batch=62").sheet.results["who_pays"][p99] is True
+
+
+def test_preemption_prompt_names_its_conventions(variant):
+    """The prompt names the cards it counts by instead of retyping them, and prints a dense model."""
+    for seed in range(10):
+        solution = variant(f"preemption-policies@{seed}")
+        for card in ("flops-per-token", "dense-peaks", "tp-all-reduce"):
+            assert card in solution.prompt
         assert "active_params_b" not in solution.param("model").value  # a dense model: every parameter works
 
 
 def test_preemption_pinned_seed(variant):
-    """Seed 2 first drew Llama-3-8B at TP 8 (2 GB of weights per H100: nobody splits it so wide, the
-    tp-suits-model rule); its next draw is pinned."""
     solution = variant("preemption-policies@2")
-    assert [p.raw for p in solution.params] == ["llama-3-70b", "h100-sxm", 2, "fp8", "bf16", 9200, 60, 18, 120, 23]
-    assert solution.expected["t_swap"] == pytest.approx(0.16748, rel=1e-3)
-    assert solution.expected["regime"] == "swap-cheaper"
+    assert [p.raw for p in solution.params] == ["llama-3-8b", "h100-sxm", 4, "bf16", "bf16", 29000, 85, 40, 2.1, 98,
+                                                38]
+    assert solution.expected["t_swap"] == pytest.approx(0.90502, rel=1e-4)
+    assert solution.expected["regime"] == "recompute-cheaper"
+    assert solution.expected["evictions"] == 1
 
 
 # --- mla-vs-gqa-under-tp ---------------------------------------------------------------------

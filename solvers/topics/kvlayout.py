@@ -11,9 +11,15 @@ import math
 import sympy
 
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet
+from solvers.derivation import Reject, Sheet, Side
+from solvers.topics.collective import tp_all_reduce
 from solvers.topics.common import GPU_MEMORY_UTILIZATION, dtype_bytes, hbm_bytes, model_params, peak_flops
-from solvers.topics.kvcache import kv_bytes_per_token, kv_bytes_per_token_per_gpu
+from solvers.topics.kvcache import (
+    kv_bytes_per_token,
+    kv_bytes_per_token_given,
+    kv_bytes_per_token_per_gpu,
+    kv_heads_per_gpu,
+)
 from solvers.units import format_number, format_quantity
 
 GPUS_PER_NODE = 8  # an HGX/DGX or MI300X platform board
@@ -57,15 +63,28 @@ def _usable(s: Sheet, gpu: Record) -> sympy.Symbol:
 
 # --- preemption-policies ---------------------------------------------------------------------
 
+# A stall that hits more than this share of a stream's decode steps sets its p99 inter-token latency.
+P99_SHARE = sympy.Rational(1, 100)
+
+
+def _kv_per_gpu_given(s: Sheet, model: Record, kv_dtype: str, n: sympy.Symbol) -> sympy.Symbol:
+    """One GPU's share of a token's KV, from kv-bytes-per-token's figure: the KV heads split over TP."""
+    kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes(kv_dtype), kv_dtype)
+    if model.attention == "mla":
+        return s.step("kv_per_token_gpu", "KV bytes per token on each GPU (MLA)", "KV_gpu", kv_tok, "KiB",
+                      "the latent has no heads to split: every TP rank keeps all of it")
+    heads = kv_heads_per_gpu(s, model, n)
+    H_kv = s.given("H_kv", model.kv_heads, "", "KV heads")
+    return s.step("kv_per_token_gpu", "KV bytes per token on each GPU", "KV_gpu", kv_tok * heads / H_kv, "KiB",
+                  "each GPU keeps its KV heads' share of every token")
+
 
 def preemption_policies(p, s: Sheet) -> None:
     model, n_gpus = p.model, p.tp
-    if model_params(model) * dtype_bytes(p.weight_dtype) / n_gpus >= hbm_bytes(p.gpu) * GPU_MEMORY_UTILIZATION:
-        raise Reject("weights do not fit the TP group")
     peak = peak_flops(p.gpu, p.weight_dtype)
 
-    n = s.given("n", n_gpus, "", "GPUs in the tensor-parallel group")
-    C = s.given("C", p.victim_tokens, "tokens", "victim's context (prompt plus tokens generated)")
+    n = s.param("TP", "tp")
+    C = s.param("C", "context")
     N = s.given("N", model_params(model), "", "parameters (dense: all of them work on every token)")
     L = s.given("L", model.layers, "", "layers")
     H = s.given("H_q", model.heads, "", "query heads")
@@ -77,73 +96,105 @@ def preemption_policies(p, s: Sheet) -> None:
     F = s.step("flops", "FLOPs recompute redoes", "F", F_w + F_a, "TFLOP",
                "the victim's whole prefill, done again")
     P = s.given("P", peak, "TFLOP/s", f"{p.gpu.name} dense {p.weight_dtype} peak")
-    eta = s.given("eta", p.mfu, "%", "prefill MFU")
-    t_rec = s.step("t_recompute", "Recompute time", "t_rec", F / (n * P * eta), "ms",
-                   "the TP group shares the prefill at its achievable compute")
+    eta = s.param("eta", "mfu")
+    t_math = s.step("t_recompute_math", "Recompute math", "t_math", F / (n * P * eta), "ms",
+                    "the TP group shares the prefill at its achievable compute")
+    t_ar = tp_all_reduce(s, model, p.gpu, n_gpus, C, tag="rec", label="re-prefill")
+    t_rec = s.step("t_recompute", "Recompute time", "t_rec", t_math + t_ar, "ms",
+                   "the math, then the TP all-reduces it cannot overlap" if n_gpus > 1 else
+                   "one GPU: no all-reduces")
 
-    b_kv = _kv_dtype(p, s)
-    kv_bytes_per_token(s, model, b_kv)  # the whole model's figure, shown before one GPU's share
-    kv_gpu = kv_bytes_per_token_per_gpu(s, model, b_kv, n)
+    kv_gpu = _kv_per_gpu_given(s, model, p.kv_dtype, n)
     V = s.step("swap_bytes", "Victim's KV on each GPU", "V", kv_gpu * C, "GB",
                "each GPU holds its KV heads' share of the victim's context")
-    W = s.given("W", p.pcie, "GB/s", "effective PCIe bandwidth per GPU")
+    W = s.param("W", "pcie")
     t_swap = s.step("t_swap", "Swap time (out and back in)", "t_swap", 2 * V / W, "ms",
                     "each GPU copies its share to host memory and later back, over its own link")
     W_star = s.step("breakeven_bw", "PCIe bandwidth at which swap and recompute cost the same", "W_star",
                     2 * V / t_rec, "GB/s", "set 2V/W equal to the recompute time and solve for W")
 
-    R = s.given("R", p.remaining, "tokens", "tokens left in the running request closest to finishing")
-    T = s.given("T", p.tpot, "ms", "time per output token of the running batch")
-    s.step("t_wait", "Wait for a running request to free its blocks", "t_wait", R * T, "s",
-           "nothing is evicted: the blocked request stalls until that request finishes")
+    b = s.param("b", "batch")
+    R = s.param("R", "remaining")
+    T = s.param("T", "tpot")
+    s.step("t_free", "Time until the nearest request finishes", "t_free", R * T, "s",
+           "the first blocks to come free, if the batch could keep decoding")
+    S = s.step("steps_bought", "Decode steps one eviction buys", "S", sympy.floor(C / b), "steps",
+               "the victim frees C tokens of KV; the running streams write b tokens of it per step")
+    s.step("reserve", "KV the batch writes before that completion (each GPU)", "V_res", b * R * kv_gpu, "GB",
+           "what a scheduler must hold back for waiting to be safe: b streams, R tokens each")
+    k = s.step("evictions", "Victims of this size evicted before the nearest completion", "k",
+               sympy.ceiling((b + 1) * R / (C + R)), "requests",
+               "k victims free k·C tokens and stop writing; the b + 1 − k left write R each: k·C ≥ (b + 1 − k)·R")
 
     s.assume(f"Recompute at {format_number(p.mfu * 100)}% of the dense {p.weight_dtype} peak across the TP group "
-             "(prefill is compute-bound); all weights and the causal attention over the context counted, "
-             "nothing of the victim left in a prefix cache.")
+             "(prefill is compute-bound), plus the TP all-reduces by the card's tp-all-reduce model; all weights "
+             "and the causal attention over the context counted, nothing of the victim left in a prefix cache.")
     s.assume(f"Swap at an effective {format_quantity(p.pcie, 'GB/s')} per GPU, each GPU over its own PCIe link: "
              "PCIe Gen5 x16 carries about 64 GB/s each way, but block-by-block copies of small pages and "
              "links shared behind a PCIe switch deliver a fraction of it (an assumption; measure it).")
-    s.assume("The victim also waits for free blocks before it resumes, under either policy; that wait is "
-             "common to both and left out of the comparison.")
-    s.assume(f"KV stored in {p.kv_dtype}; {model.name} has {model.kv_heads} KV heads, so TP up to "
-             f"{model.kv_heads} splits them without replication.")
+    s.assume("Either eviction stalls the engine step it runs in: the re-prefill shares the step with the decode "
+             "streams, and vLLM V0 ran its swaps in the worker before the forward pass. So every running stream "
+             "waits out the eviction's time once.")
+    s.assume("The pool is full and nothing is reserved: each running stream needs a new block within one block's "
+             "worth of tokens, so evicting no one stalls them all, the nearest-to-done request included (it "
+             "is R tokens from done). Engines avoid this by stopping admissions early (a watermark or a "
+             "reserve of blocks) and by preempting, never by waiting.")
+    s.assume(f"Victims evicted later are of the same size; the {format_number(p.batch)} other streams grow by one "
+             "token per step and none finishes before the nearest one; block granularity is ignored.")
     one_gpu = f"x{n_gpus}: one GPU doing the whole recompute or copy, not its 1/{n_gpus} share"
-    s.slip(one_gpu, n_gpus, on=("t_recompute", "t_swap"))
+    s.slip(one_gpu, n_gpus, on="t_swap")
+    s.slip(one_gpu, on="t_recompute", factor=s.evaluate(n * t_math + t_ar) / s.value(t_rec))
     s.slip("x2: the copy counted one way only", 0.5, on=("t_swap", "breakeven_bw"))
-    s.slip("attention FLOPs left out", s.value(F_w) / s.value(F), on=("flops", "t_recompute"))
-    s.slip("attention FLOPs left out", s.value(F) / s.value(F_w), on="breakeven_bw")
+    s.slip("attention FLOPs left out", s.value(F_w) / s.value(F), on="flops")
+    s.slip("attention FLOPs left out", on="t_recompute", factor=s.evaluate(t_math * F_w / F + t_ar) / s.value(t_rec))
+    if n_gpus > 1:
+        s.slip("TP all-reduces left out", s.value(t_math) / s.value(t_rec), on="t_recompute")
+        s.slip("TP all-reduces left out", s.value(t_rec) / s.value(t_math), on="breakeven_bw")
+
+    stall = sympy.Min(t_rec, t_swap, evaluate=False)
+    s.judge("who_pays", "Waiting with no one evicted stalls every running stream, not just the one that asked", True,
+            "the pool is full: every stream needs a block within one block's worth of tokens, and the nearest "
+            f"completion is {format_number(p.remaining)} tokens away, so the whole batch stops (or deadlocks)")
+    one = s.compare(S, R) >= 0
+    s.judge("who_pays", "One eviction of this victim frees enough KV for the batch to reach its next completion", one,
+            f"{format_number(p.context)} tokens freed last the {format_number(p.batch)} streams "
+            f"{format_number(s.value(S))} steps, {'at least' if one else 'short of'} the "
+            f"{format_number(p.remaining)} the nearest request needs: {format_number(s.value(k))} victim(s) go first")
+    long_stall = s.compare(stall, T) > 0
+    s.judge("who_pays", "Even the cheaper eviction stalls every running stream for longer than one TPOT",
+            long_stall, f"the cheaper eviction takes {format_quantity(s.evaluate(stall), 'ms')}, "
+            f"{'more' if long_stall else 'less'} than the {format_quantity(p.tpot, 'ms')} TPOT")
+    tail = s.compare(1 / S, P99_SHARE) > 0
+    s.judge("who_pays", "The stalls land in more than 1 decode step in 100, so they set every stream's p99 "
+            "inter-token latency", tail, f"one eviction every {format_number(s.value(S))} steps: "
+            + ("above 1%, inside the p99" if tail else "under 1%, beyond the p99 (p99.9 and the maximum)"))
+    median = s.compare(2 / S, 1) > 0
+    s.judge("who_pays", "The stalls land in more than half the decode steps, so they move the median inter-token "
+            "latency", median, f"one eviction every {format_number(s.value(S))} steps: "
+            + ("more than half of them" if median else "far fewer than half: a tail effect, not a median one"))
     _preemption_regime(s, t_rec, t_swap, W_star, W)
 
 
 def _preemption_regime(s: Sheet, t_rec, t_swap, W_star, W) -> None:
     rec, swap = format_quantity(s.value(t_rec), "ms"), format_quantity(s.value(t_swap), "ms")
     breakeven = format_quantity(s.value(W_star), "GB/s")
-    if s.compare(W, W_star) > 0:
-        ratio = format_number(s.value(t_rec) / s.value(t_swap), 3)
-        s.set_regime(
-            "swap-cheaper",
-            f"Copying the victim's KV out and back takes {swap}, against {rec} to recompute it: swap is "
-            f"{ratio}x cheaper. Only the victim waits for the copy (the whole batch too, if the copy blocks "
-            "the step) and nobody redoes work; the hit is one long gap in one stream, a tail (p99) "
-            "inter-token latency event.",
-            W_star, W,
-            f"Below {breakeven} of effective PCIe bandwidth recompute wins, and the break-even rises for a "
-            "model that redoes fewer FLOPs per KV byte it would move (a small dense model, bf16 KV) or for "
-            "faster compute (fp8, a newer GPU): the victim then redoes its prefill and every running stream "
-            "loses that time to it. Engines that only recompute (vLLM V1) lean on the prefix cache to make "
-            "part of it free.")
-    else:
-        ratio = format_number(s.value(t_swap) / s.value(t_rec), 3)
-        s.set_regime(
-            "recompute-cheaper",
-            f"Re-prefilling the victim takes {rec} of the group's compute, less than the {swap} the PCIe copy "
-            f"out and back would take: recompute is {ratio}x cheaper. The victim waits and redoes its prefill, "
-            "and the running streams lose that step time to it: a tail (p99) latency event, not a median one.",
-            W_star, W,
-            f"Above {breakeven} of effective PCIe bandwidth swap wins, and the break-even falls for a model "
-            "that redoes more FLOPs per KV byte (a larger model, fp8 KV, a longer context) or for slower "
-            "compute: nobody then redoes work and only the victim waits for the copy. Waiting instead of "
-            "preempting moves the whole cost onto the blocked request.")
+    s.regime_by(W, W_star, tie="below", above=Side(
+        "swap-cheaper",
+        f"Copying the victim's KV out and back takes {swap}, against {rec} to recompute it: swap is "
+        f"{format_number(s.value(t_rec) / s.value(t_swap), 3)}x cheaper. Nobody redoes work; the victim waits "
+        "for its copy back and every running stream waits out the copies once, a tail inter-token event.",
+        f"Below {breakeven} of effective PCIe bandwidth recompute wins, and the break-even rises for a model "
+        "that redoes fewer FLOPs per KV byte it would move (a small dense model, bf16 KV) or for faster "
+        "compute (fp8, a newer GPU): the victim then redoes its prefill and every running stream waits for "
+        "it. Engines that only recompute (vLLM V1) lean on the prefix cache to make part of it free."),
+        below=Side(
+        "recompute-cheaper",
+        f"Re-prefilling the victim takes {rec} of the group's compute, less than the {swap} the PCIe copy "
+        f"out and back would take: recompute is {format_number(s.value(t_swap) / s.value(t_rec), 3)}x cheaper. "
+        "The victim waits and redoes its prefill, and every running stream waits for that step.",
+        f"Above {breakeven} of effective PCIe bandwidth swap wins, and the break-even falls for a model "
+        "that redoes more FLOPs per KV byte (a larger model, fp8 KV, a longer context) or for slower "
+        "compute: nobody then redoes work, and the running streams wait only for the copies."))
 
 
 # --- mla-vs-gqa-under-tp ---------------------------------------------------------------------
