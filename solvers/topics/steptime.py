@@ -13,7 +13,9 @@ where A = 4·L·H·d_h: QKᵀ and PV each take a multiply-add per head dimension
 head, per layer. Every GPU of the group reads its share of the weights and of the KV heads
 (kvcache.kv_bytes_per_token_per_gpu, replication included) and does 1/TP of the FLOPs;
 communication between the GPUs comes on top where a question adds it (collective.tp_all_reduce,
-passed to step_time as `communication`).
+passed to step_time as `communication`; all_reduce_terms splits it into a fixed and a per-token part
+for a question that solves for a batch or a chunk). A question after the foundations takes the KV
+bytes per token from kv-bytes-per-token (engine(..., kv_prerequisite=True), `requires:` in its file).
 
 Its three constants are named assumptions with defaults (StepConstants): the achievable
 fraction of peak compute, the achievable fraction of HBM bandwidth and a fixed per-step
@@ -28,6 +30,7 @@ import sympy
 
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, max_of
+from solvers.topics.collective import ACTIVATION_BYTES, link_bandwidth, link_latency
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
@@ -36,7 +39,7 @@ from solvers.topics.common import (
     model_params,
     peak_flops,
 )
-from solvers.topics.kvcache import kv_bytes_per_token_per_gpu
+from solvers.topics.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu, kv_heads_per_gpu
 from solvers.units import format_quantity
 
 
@@ -92,6 +95,18 @@ class Engine:
         return self._room(budget) * self.byte_rate
 
 
+def _kv_per_gpu(s: Sheet, model: Record, kv_dtype: str, b_kv: sympy.Symbol, TP: sympy.Symbol) -> sympy.Symbol:
+    """One GPU's share of a token's KV, from the whole token's bytes (a prerequisite's result)."""
+    KV_tok = kv_bytes_per_token_given(s, model, dtype_bytes(kv_dtype), kv_dtype)
+    if model.attention == "mla":
+        return s.step("kv_per_token_gpu", "KV bytes per token on each GPU (MLA)", "KV_gpu", KV_tok, "KiB",
+                      "the latent has no heads to split: every TP rank keeps all of it")
+    heads = kv_heads_per_gpu(s, model, TP)
+    H_kv = s.given("H_kv", model.kv_heads, "", "KV heads")
+    return s.step("kv_per_token_gpu", "KV bytes per token on each GPU", "KV_gpu", KV_tok * heads / H_kv, "KiB",
+                  "the KV heads this GPU holds, out of all of them")
+
+
 @dataclass(frozen=True)
 class StepWork:
     flops: sympy.Symbol  # FLOPs of the step, whole group
@@ -99,10 +114,12 @@ class StepWork:
 
 
 def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstants = DEFAULT_CONSTANTS,
-           dtype: str = "bf16", kv_dtype: str = "bf16", communication: bool = False) -> Engine:
+           dtype: str = "bf16", kv_dtype: str = "bf16", communication: bool = False,
+           kv_prerequisite: bool = False) -> Engine:
     """Declare a TP group of `gpu` serving `model`: datasheet figures, the model's constants,
     weight bytes, KV bytes per token per GPU and attention FLOPs per query-key pair.
-    communication: the question adds TP communication itself (the stated model says so)."""
+    communication: the question adds TP communication itself (the stated model says so).
+    kv_prerequisite: KV bytes per token stand as kv-bytes-per-token's result (the question requires it)."""
     N = s.given("N", model_params(model), "", f"{model.name} parameters")
     b_w = s.given("b_w", dtype_bytes(dtype), "B", f"bytes per weight ({dtype})")
     b_kv = s.given("b_kv", dtype_bytes(kv_dtype), "B", f"bytes per KV value ({kv_dtype})")
@@ -119,7 +136,8 @@ def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstan
     d_h = s.given("d_h", model.head_dim, "", "head dim")
 
     W = s.step("weights", "Weight bytes", "W", N * b_w, "GB", "every parameter once; each GPU holds 1/TP of them")
-    KV = kv_bytes_per_token_per_gpu(s, model, b_kv, TP)
+    KV = (_kv_per_gpu(s, model, kv_dtype, b_kv, TP) if kv_prerequisite
+          else kv_bytes_per_token_per_gpu(s, model, b_kv, TP))
     A = s.step("attention_pair_flops", "Attention FLOPs per query-key pair", "A", 4 * L * H * d_h, "FLOP",
                "QKᵀ and PV: a multiply-add per head dimension each, for every query head in every layer")
 
@@ -161,6 +179,32 @@ def step_time(s: Sheet, e: Engine, tag: str, label: str, work: StepWork, key: st
                    + ("" if communication == 0 else ", then the all-reduces")
                    + ("" if e.t_oh is None else ", plus overhead"))
     return s.step(key or f"t_{tag}", f"Time of the {label}", f"t_{tag}", expr, "ms", why or default_why)
+
+
+@dataclass(frozen=True)
+class AllReduceTerms:
+    fixed: sympy.Expr  # seconds per step whatever it carries: the calls' latencies
+    per_token: sympy.Expr  # seconds per token the step carries: its activations over the ring
+
+
+def all_reduce_terms(s: Sheet, model: Record, gpu: Record, tp: int, nic: Record | None = None,
+                     latency: sympy.Symbol | None = None) -> AllReduceTerms:
+    """collective.tp_all_reduce as fixed + per_token × tokens (the same givens, so the same value):
+    what a question needs to solve for the batch or chunk that fits a step. Zero at TP 1."""
+    if tp == 1:
+        return AllReduceTerms(sympy.Integer(0), sympy.Integer(0))
+    bandwidth = link_bandwidth(s, gpu, tp, nic)
+    alpha = link_latency(s, gpu, tp) if latency is None else latency
+    n = s.given("TP", tp, "GPUs", "GPUs in the tensor-parallel group")
+    L = s.given("L", model.layers, "", "layers")
+    h = s.given("h", model.hidden, "", "hidden size")
+    b_a = s.given("b_a", ACTIVATION_BYTES, "B", "bytes per activation (bf16)")
+    fixed = s.step("allreduce_latency_per_step", "All-reduce latency per step", "t_AR0", 2 * L * alpha, "ms",
+                   "two calls per layer, each paying its latency however few tokens it carries")
+    per_token = s.step("allreduce_per_token", "All-reduce time per token in a step", "t_ARtok",
+                       2 * L * 2 * (n - 1) / n * h * b_a / bandwidth, "us",
+                       "each token's activations, twice per layer, 2(TP−1)/TP of them over each GPU's link")
+    return AllReduceTerms(fixed, per_token)
 
 
 def require_fit(s: Sheet, e: Engine, gpu: Record, cached: sympy.Expr) -> None:
