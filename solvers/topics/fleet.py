@@ -276,71 +276,102 @@ def nic_bandwidth_per_gpu(p, s: Sheet) -> None:
     if shard * ADAM_STATE_BYTES > hbm_bytes(p.gpu):
         raise Reject("the training state of one GPU's shard does not fit its HBM")
     N = s.given("N", model_params(p.model), "billion params", f"{p.model.name} parameters")
-    tp = s.given("TP", p.tp, "", "tensor-parallel degree (inside the node)")
-    pp = s.given("PP", p.pp, "", "pipeline stages")
-    d = s.given("d", p.dp, "", "data-parallel replicas")
-    T = s.given("T", p.tokens, "tokens", "tokens per replica per step")
+    h = s.given("h", p.model.hidden, "", f"{p.model.name} hidden size")
+    tp = s.param("TP", "tp")
+    pp = s.param("PP", "pp")
+    d = s.param("d", "dp")
+    m = s.param("m", "microbatches")
+    S = s.param("S", "seq")
     b = s.given("b", dtype_bytes("bf16"), "B", "bytes per bf16 gradient")
     P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
-    u = s.given("MFU", p.mfu, "%", "model FLOPs utilisation")
+    u = s.param("MFU", "mfu")
     B_nic = s.given("B_nic", p.nic.gbit_s * 1e9 / 8, "Gb/s", f"{p.nic.name} line rate")
 
     N_s = s.step("params_per_gpu", "Parameters per GPU", "N_s", N / (tp * pp), "billion params",
                  "each GPU holds one tensor-parallel slice of one pipeline stage")
     G = s.step("grad_bytes", "Gradient bytes per GPU", "G", N_s * b, "GB",
                "the shard the data-parallel group must sum across replicas")
-    V = s.step("bytes_per_step", "Bytes each GPU sends per step", "V", 2 * (d - 1) / d * G, "GB",
+    V = s.step("bytes_per_step", "Bytes each GPU sends per step for the reduction", "V", 2 * (d - 1) / d * G, "GB",
                "ring all-reduce: a reduce-scatter and an all-gather, each sending (d−1)/d of the buffer")
-    t_step = s.step("step_compute", "Compute time per step", "t_step", FLOPS_PER_PARAM_TOKEN * N_s * T / (P * u), "ms",
-                    "6 FLOPs per local parameter per token the replica processes, at peak × MFU")
-    t_bwd = s.step("backward_time", "Backward pass time", "t_bwd", BACKWARD_SHARE * t_step, "ms",
-                   "4 of the 6 FLOPs per parameter per token are backward: the window the reduction can hide in")
-    need = s.step("bandwidth", "Bandwidth per GPU to hide the reduction", "B_need", V / t_bwd, "Gb/s",
-                  "the bytes over the window; the shard cancels: (d−1)·b·P·MFU / (2·d·T)")
-    t_comm = s.step("comm_time", "Reduction time on the NIC", "t_comm", V / B_nic, "ms", "the bytes at line rate")
-    s.step("crossover_tokens", "Tokens per replica at which the NIC just keeps up", "T_star",
-           (d - 1) * b * P * u / (2 * d * B_nic), "tokens", "solve B_need = NIC line rate for T")
+    T = s.step("tokens_per_replica", "Tokens per replica per step", "T", m * S, "tokens",
+               "micro-batches of one sequence each")
+    t_bwd = s.step("backward_time", "Backward pass of the whole step", "t_bwd",
+                   4 * N_s * T / (P * u), "ms",
+                   "4 of the 6 FLOPs per local parameter per token (flops-per-token) are backward, at peak × MFU")
+    best = s.step("bandwidth_step", "Bandwidth if the reduction could spread over the whole backward", "B_step",
+                  V / t_bwd, "Gb/s", "the best case: the shard cancels, (d−1)/d·P·MFU/T, so it falls as the batch "
+                  "per replica grows")
+    t_mb = s.step("micro_backward", "Backward of the last micro-batch", "t_mb", t_bwd / m, "ms",
+                  "the gradients accumulate over the micro-batches and are final only in the last one's backward: "
+                  "the window the reduction really has")
+    moved = V
+    if p.pp > 1:
+        A = s.step("pp_bytes", "Activation gradient sent to the previous stage in that window", "A",
+                   S * h * b / tp, "MB", "one sequence's hidden states, each TP rank sending its 1/TP slice "
+                   "(Megatron's scatter-gather): the pipeline's share of the same link")
+        moved = V + A
+    need = s.step("bandwidth", "Bandwidth per GPU to hide it in the last micro-batch's backward", "B_need",
+                  moved / t_mb, "Gb/s", "the bytes over the real window: ≈ (d−1)/d·P·MFU/S, set by the GPU's speed "
+                  "and one sequence, whatever the batch")
+    t_comm = s.step("comm_time", "Reduction time on the NIC", "t_comm", moved / B_nic, "ms", "the bytes at line rate")
+    _nic_judgements(s, best, need, B_nic)
 
-    s.assume("Plain data parallelism across replicas with a bucketed ring all-reduce overlapping the backward "
-             "pass (PyTorch DDP); a distributed optimizer's reduce-scatter plus all-gather moves the same bytes.")
-    s.assume("One NIC per GPU on its own rail; tensor-parallel traffic stays on NVLink and the pipeline's "
-             "activation transfers are small beside the gradients and left out.")
-    s.assume("The whole step's backward pass is the window, as the question sets it: close to exact without "
-             "pipelining, a best case with it. A pipeline runs the step as micro-batches and a stage's gradients "
-             "are final only in its last micro-batch's backward (Megatron-LM's overlapped gradient reduction "
-             "starts there), so with several stages the real window is shorter and the need higher. The NIC is "
-             "taken at line rate (large messages reach close to it), with no in-network reduction (SHARP).")
+    s.assume("Data parallelism with a bucketed ring all-reduce overlapping the backward pass (PyTorch DDP, or "
+             "Megatron's overlap_grad_reduce); a distributed optimizer's reduce-scatter plus all-gather moves the "
+             "same bytes. Gradients accumulate locally over the micro-batches and are reduced once per step.")
+    s.assume("One NIC per GPU on its own rail, taken at line rate (large messages reach close to it), no in-network "
+             "reduction (SHARP); tensor-parallel traffic stays on NVLink inside the node.")
+    s.assume("The whole-step window is a bound no schedule reaches: a stage's accumulated gradients are final only "
+             "in its last micro-batch's backward. The first stage finishes last and has only that window (later "
+             "stages also have the pipeline's drain), so it is the window the key grades. Reducing after every "
+             "micro-batch instead would send the bytes m times.")
     s.slip("all-reduce counted as one pass of the buffer, not two", 0.5, on=("bytes_per_step", "bandwidth"))
-    s.slip("whole step as the window, not just the backward pass", 2 / 3, on="bandwidth")
-    s.slip("whole step as the window, not just the backward pass", 3 / 2, on="backward_time")
+    s.slip("the whole step's backward as the window", on="bandwidth", factor=s.value(best) / s.value(need))
+    s.slip("the whole step (forward too) as the window, not the backward", 2 / 3, on="bandwidth_step")
 
-    _overlap_regime(s, need, B_nic, t_comm, t_bwd, pipelined=p.pp > 1)
+    _overlap_regime(s, need, best, B_nic, t_comm, t_mb)
 
 
-def _overlap_regime(s: Sheet, need, B_nic, t_comm, t_bwd, pipelined: bool) -> None:
-    needed, line = format_quantity(s.value(need), "Gb/s"), format_quantity(s.value(B_nic), "Gb/s")
-    comm, window = format_quantity(s.value(t_comm), "ms"), format_quantity(s.value(t_bwd), "ms")
-    best_case = (" That is the best case the whole-backward window allows: with pipeline micro-batches a stage's "
-                 "gradients are final only in its last micro-batch's backward, so less of the reduction overlaps "
-                 "in practice.") if pipelined else ""
-    if s.compare(need, B_nic) <= 0:
-        s.set_regime(
-            "comms-hidden",
-            f"The reduction needs {needed} and the NIC gives {line}: it takes {comm} inside a {window} backward "
-            "pass, so the network costs no step time." + best_case,
-            B_nic, need,
-            "Fewer tokens per replica (a smaller global batch spread over more replicas) or a faster GPU shrink "
-            "the window without shrinking the bytes: past the line rate the remainder of the reduction is "
-            "exposed and every step waits for it.")
-    else:
-        s.set_regime(
-            "comms-exposed",
-            f"The reduction needs {needed} but the NIC gives {line}: it takes {comm} against a {window} backward "
-            "pass, and the step waits for the rest.",
-            B_nic, need,
-            "More tokens per replica (a larger global batch), a faster NIC, or fewer bytes inside the window (a "
-            "distributed optimizer's reduce-scatter sends half and leaves the all-gather to the next forward "
-            "pass; in-network reduction) bring the need under the line rate and hide the reduction again.")
+def _nic_judgements(s: Sheet, best, need, B_nic) -> None:
+    """Which links and levers hide the reduction, from this variant's two needs."""
+    line, strict, loose = (format_quantity(s.value(x), "Gb/s") for x in (B_nic, need, best))
+    s.judge("nic", "this NIC hides it if the whole step's backward were the window", s.compare(best, B_nic) <= 0,
+            f"the best case needs {loose} against {line}")
+    s.judge("nic", "a NIC of half this rate would hide it over the whole step's backward",
+            s.compare(2 * best, B_nic) <= 0, f"{loose} against half of {line}")
+    s.judge("nic", "a NIC of twice this rate hides it in the last micro-batch's backward",
+            s.compare(need, 2 * B_nic) <= 0, f"{strict} against twice {line}")
+    s.judge("nic", "more micro-batches per step lower the need in the last micro-batch's window", False,
+            f"the real need, {strict}, is one sequence's backward over the same bytes: more micro-batches lengthen "
+            "the step, not the window")
+    s.judge("nic", "more micro-batches per step lower the whole-step bound", True,
+            f"the bound, {loose}, falls as the tokens per replica grow: it is what a bigger batch buys on paper")
+
+
+def _overlap_regime(s: Sheet, need, best, B_nic, t_comm, t_mb) -> None:
+    needed, line, loose = (format_quantity(s.value(x), "Gb/s") for x in (need, B_nic, best))
+    comm, window = format_quantity(s.value(t_comm), "ms"), format_quantity(s.value(t_mb), "ms")
+    s.regime_by(need, B_nic, tie="below", below=Side(
+        "comms-hidden",
+        f"The reduction needs {needed} in the last micro-batch's backward and the NIC gives {line}: it takes {comm} "
+        f"inside a {window} window, so the network costs no step time. The whole-step bound, {loose}, would "
+        "suggest a far slower link suffices: it is the last micro-batch, one sequence per GPU, that sets the port.",
+        "A faster GPU or a higher MFU (more FLOP/s per byte of gradient) or shorter sequences shrink the window "
+        "without shrinking the bytes: past the line rate the rest of the reduction is exposed and each step waits.",
+        near=f"The reduction needs {needed} in the last micro-batch's backward, just under the NIC's {line}: it "
+             f"takes {comm} of a {window} window. This is why ports ship near what one GPU's backward of one "
+             "sequence demands: a faster GPU of the next generation would expose it on this port."),
+        above=Side(
+        "comms-exposed",
+        f"The reduction needs {needed} in the last micro-batch's backward but the NIC gives {line}: it takes {comm} "
+        f"against a {window} window, and the step waits for the rest. The whole-step bound, {loose}, hides this: "
+        "the accumulated gradients are final only at the end.",
+        "A faster NIC, longer sequences per micro-batch, or fewer bytes in the window (a distributed optimizer "
+        "sends the reduce-scatter now and leaves the all-gather to the next forward; in-network reduction) bring "
+        "the need under the line rate.",
+        near=f"The reduction needs {needed} in the last micro-batch's backward, just over the NIC's {line}: a "
+             f"small part of the {comm} is exposed past the {window} window; a slightly lower MFU or longer "
+             "sequences would hide it."))
 
 
 # --- cluster-bill-of-materials ---------------------------------------------------------------
