@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet
+from solvers.derivation import Reject, Sheet, Side
 from solvers.topics.common import dtype_bytes, model_params, require_context
 from solvers.topics.kvcache import (
     blocks_for_tokens,
@@ -20,10 +20,6 @@ from solvers.units import format_number, format_quantity
 # PagedAttention (Kwon et al., SOSP 2023) reports vLLM wasting under 4% of the KV cache: the bar
 # below which fragmentation is called negligible here.
 WASTE_TOLERANCE = 0.04
-
-
-def _kv_dtype(p, s: Sheet) -> sympy.Symbol:
-    return s.given("b_kv", dtype_bytes(p.kv_dtype), "B", f"bytes per KV element ({p.kv_dtype})")
 
 
 # --- paged-block-size --------------------------------------------------------------------------
@@ -312,21 +308,24 @@ def _window_regime(s: Sheet, f, saving, kept_full, kept_win, C_star, C) -> None:
 
 
 def cow_block_sharing_question(p, s: Sheet) -> None:
-    b_kv = _kv_dtype(p, s)
-    kv_tok = kv_bytes_per_token(s, p.model, b_kv)
-    k = s.given("k", p.samples, "", "samples of the prompt")
-    P = s.given("P", p.prompt, "tokens", "prompt")
-    G = s.given("G", p.output, "tokens", "output tokens per sample")
-    B = s.given("B", p.block_size, "tokens", "block size")
+    kv_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes(p.kv_dtype), p.kv_dtype)
+    k, P, G, B = (s.param(sym, name) for sym, name in
+                  (("k", "samples"), ("P", "prompt"), ("G", "output"), ("B", "block_size")))
+    v0 = p.engine == "vllm-v0"
 
     T = s.step("sample_tokens", "Tokens per sample", "T", P + G, "tokens", "the prompt plus its own output")
     per_sample = blocks_for_tokens(s, T, B)
     alone = s.step("blocks_without", "Blocks without sharing", "N_0", k * per_sample, "blocks",
                    "every sample holds its own copy of the prompt")
-    shared = s.step("shared_blocks", "Full prompt blocks shared by all samples", "n_s", sympy.floor(P / B),
-                    "blocks", "full blocks of prompt are never written again: one copy, reference-counted")
+    if v0:
+        shared = s.step("shared_blocks", "Full prompt blocks shared by all samples", "n_s", sympy.floor(P / B),
+                        "blocks", "full blocks of prompt are never written again: one copy, reference-counted")
+    else:
+        shared = s.step("shared_blocks", "Prompt blocks the prefix cache shares", "n_s", sympy.floor((P - 1) / B),
+                        "blocks", "whole blocks only, and at most P − 1 tokens: the last prompt token is always "
+                        "recomputed for its logits")
     own = s.step("own_blocks", "Blocks each sample holds alone", "n_own", per_sample - shared, "blocks",
-                 "the block the prompt ends in (once written) and the output's blocks")
+                 "the block the prompt ends in and the output's blocks")
     together = s.step("blocks_with", "Blocks with sharing", "N_1", shared + k * own, "blocks",
                       "the shared blocks once, plus every sample's own")
     saving = s.step("saving", "Blocks saved", "S", 1 - together / alone, "%", "blocks with sharing over blocks without")
@@ -334,37 +333,56 @@ def cow_block_sharing_question(p, s: Sheet) -> None:
                      "one prompt copy instead of k; outputs pull the saving down as P/(P + G)")
     s.step("saved_bytes", "KV memory saved", "M_S", (alone - together) * B * kv_tok, "GiB",
            "each block holds B tokens in every layer")
-    misaligned = s.step("partial_prompt_block", "Prompt ends inside a block", "m",
-                        sympy.ceiling(P / B) - sympy.floor(P / B), "", "1 if P is not a multiple of B")
-    s.step("copies", "Copy-on-write copies", "N_cow", (k - 1) * misaligned, "blocks",
-           "each sample's first token lands in the shared partial block: all but the last writer copy it")
-    s.choose("copy_when", "first-decode-step" if s.value(misaligned) else "never")
+    nothing = sympy.Mul(k - 1, 0, evaluate=False)  # shown as (k − 1)·0: the later samples pay nothing here
+    if v0:
+        misaligned = s.step("partial_prompt_block", "Prompt ends inside a block", "m",
+                            sympy.ceiling(P / B) - sympy.floor(P / B), "", "1 if P is not a multiple of B")
+        copies = s.step("copies", "Copy-on-write copies", "N_cow", (k - 1) * misaligned, "blocks",
+                        "each sample's first token lands in the shared partial block: all but the last writer "
+                        "copy it")
+        redone = s.step("recomputed", "Prompt tokens prefilled again", "P_re", nothing, "tokens",
+                        "the prompt is prefilled once; the samples share its KV")
+    else:
+        copies = s.step("copies", "Copy-on-write copies", "N_cow", nothing, "blocks",
+                        "no copy-on-write: each sample computes its own copy of the block the prompt ends in")
+        tail = s.step("tail_tokens", "Prompt tokens past the shared blocks", "P_t", P - B * shared, "tokens",
+                      "what the prefix cache cannot hand a later sample")
+        redone = s.step("recomputed", "Prompt tokens prefilled again", "P_re", (k - 1) * tail, "tokens",
+                        "every sample after the first prefills them again")
+    s.choose("tail_cost", "a-copy-at-the-first-decode-step" if s.value(copies) else
+             "a-recompute-at-prefill" if s.value(redone) else "nothing-extra")
 
-    s.assume("Parallel sampling: the prompt is prefilled once, and after prefill all samples point at its "
-             "blocks; a block is copied when a sample writes into it while another still holds it "
-             "(vLLM v0's copy-on-write). vLLM v1 has no copy-on-write: it shares full blocks through the "
-             "prefix cache and gives each sample its own partial block, recomputing its tokens.")
+    if v0:
+        s.assume("vLLM v0 parallel sampling: the prompt is prefilled once and every sample points at its blocks; "
+                 "a block is copied when a sample writes into it while another still holds it (copy-on-write, "
+                 "PagedAttention §4.4).")
+    else:
+        s.assume("vLLM v1 parallel sampling: the request fans out as k requests of one sample; the first prefills "
+                 "the prompt and the others hit its full blocks in the prefix cache within the same batch, up to "
+                 "P − 1 tokens in whole blocks (the last token is recomputed for its logits). No copy-on-write.")
     s.assume("Every sample runs to the same output length; KV bytes are those of one model replica, all layers.")
     s.slip("/k: blocks of one sample", 1 / p.samples, on="blocks_without")
-    _cow_regime(s, G, P, saving, ceiling)
+    half = s.step("saving_half_ceiling", "Half the ceiling", "S_half", ceiling / 2, "%",
+                  "the saving falls through it about where the outputs grow as long as the prompt")
+    _cow_regime(s, G, P, saving, ceiling, half)
 
 
-def _cow_regime(s: Sheet, G, P, saving, ceiling) -> None:
+def _cow_regime(s: Sheet, G, P, saving, ceiling, half) -> None:
     out, prompt = format_number(s.value(G)), format_number(s.value(P))
     got, cap = format_quantity(s.value(saving), "%"), format_quantity(s.value(ceiling), "%")
-    if s.compare(G, P) < 0:
-        s.set_regime(
-            "large-saving",
-            f"Outputs ({out} tokens) are shorter than the prompt ({prompt}): the shared prompt blocks are most of "
-            f"what each sample holds, and the saving ({got}) keeps more than about half of its {cap} ceiling.",
-            P, G,
-            "Once outputs outgrow the prompt the private output blocks dominate and the saving falls as "
-            "P/(P + G): long reasoning traces or RL rollouts keep little of it.")
-    else:
-        s.set_regime(
-            "vanishing-saving",
-            f"Outputs ({out} tokens) outgrow the prompt ({prompt}): private output blocks dominate, the saving "
-            f"({got}) is under about half of its {cap} ceiling, and it keeps falling as P/(P + G).",
-            P, G,
-            "With outputs shorter than the prompt (short answers to long contexts, best-of-n on a long "
-            "document) the shared blocks dominate and the saving nears its ceiling.")
+    s.regime_by(saving, half, tie="below", above=Side(
+        "large-saving",
+        f"The saving ({got}) is more than half its {cap} ceiling: outputs ({out} tokens) are short next to the "
+        f"prompt ({prompt}), so the shared prompt blocks are most of what each sample holds.",
+        "Once outputs outgrow the prompt the private output blocks dominate and the saving falls as P/(P + G): "
+        "long reasoning traces or RL rollouts keep little of it.",
+        near=f"The saving ({got}) is just over half its {cap} ceiling: outputs ({out} tokens) are nearly as long as "
+             f"the prompt ({prompt}), and somewhat longer ones would make the private blocks the larger part."),
+        below=Side(
+        "vanishing-saving",
+        f"The saving ({got}) is under half its {cap} ceiling: outputs ({out} tokens) are long next to the prompt "
+        f"({prompt}), private output blocks dominate, and it keeps falling as P/(P + G).",
+        "With outputs shorter than the prompt (short answers to long contexts, best-of-n on a long document) the "
+        "shared blocks dominate and the saving nears its ceiling.",
+        near=f"The saving ({got}) has just fallen under half its {cap} ceiling: outputs ({out} tokens) are about as "
+             f"long as the prompt ({prompt}), and every further output token pulls it lower."))
