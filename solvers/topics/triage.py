@@ -5,7 +5,7 @@ import math
 
 import sympy
 
-from solvers.derivation import Reject, Sheet
+from solvers.derivation import Reject, Sheet, Side
 from solvers.units import format_number, format_quantity
 
 # --- loss-plateau-triage ---------------------------------------------------------------------
@@ -102,21 +102,23 @@ def _lr_slips(p, s: Sheet, step: int, lr: float) -> None:
 
 # --- first-month-plan ------------------------------------------------------------------------
 
-# Learn how the system fails before changing it: read, map, ship one small thing, then ask.
-PLAN = ("read the team's postmortems", "map one training job's path end to end",
-        "ship one small fix through the normal process", "write down the questions nobody could answer",
-        "propose larger changes")
+# The plan that lands, whatever the numbers: learn how the system fails before changing it.
+MONTH_ALWAYS = ("map one training job's path end to end: submission, scheduling, nodes, network, storage, "
+                "checkpoint, restart",
+                "ship one small fix through the team's normal review, test and deploy path",
+                "end the month with a written list of questions nobody on the team could answer")
+# What fails: changes and roadmaps before the month has taught you how this system breaks.
+MONTH_NEVER = ("hand your manager a roadmap of larger changes at the end of week 2",
+               "fix the first flaky thing you find in week one, to show impact early")
+READ_ALL = "read every postmortem the team has written, with its dashboards and fixes"
+READ_SOME = "read the most recent and the most severe postmortems, and stop when the hours run out"
 
 
 def first_month_plan(p, s: Sheet) -> None:
-    weeks = s.given("w", p.weeks, "", "working weeks in the month")
-    H = s.given("H", p.hours_per_week, "h", "working hours per week")
-    m = s.given("m", p.meetings, "%", "share of the week in meetings and onboarding")
-    o = s.given("o", p.shadow_hours, "h", "hours per week shadowing on-call")
-    n = s.given("n", p.postmortems, "", "postmortems from the last year")
-    r = s.given("r", p.hours_per_postmortem, "h", "hours to read one with its graphs and fix")
-    M = s.given("M", p.map_hours, "h", "hours to map one job's path end to end")
-    X = s.given("X", p.fix_hours, "h", "hours to ship one small fix through review and deploy")
+    weeks, H, m, o = (s.param(sym, name) for sym, name in
+                      (("w", "weeks"), ("H", "hours_per_week"), ("m", "meetings"), ("o", "shadow_hours")))
+    n, r, M, X = (s.param(sym, name) for sym, name in
+                  (("n", "postmortems"), ("r", "hours_per_postmortem"), ("M", "map_hours"), ("X", "fix_hours")))
 
     F = s.step("focus_hours", "Focus hours in the month", "F", weeks * (H * (1 - m) - o), "h",
                "what is left of each week after meetings and the on-call shadow")
@@ -124,16 +126,11 @@ def first_month_plan(p, s: Sheet) -> None:
                      "the record of how this system actually fails")
     planned = s.step("planned_hours", "Hours the plan needs", "P", reading + M + X, "h",
                      "reading, the map and the fix; the list of open questions is written along the way")
-    s.step("reading_share", "Share of focus time spent reading postmortems", "u_r", reading / F, "%",
-           "the largest line of a good first month")
-    s.step("fix_share", "Share of focus time spent shipping the fix", "u_x", X / F, "%",
-           "small on purpose: the fix is for learning the path to production")
     readable = s.step("readable", "Postmortems you can read after the map and the fix", "n_max",
                       sympy.Min(n, sympy.floor((F - M - X) / r), evaluate=False), "",
                       "whole postmortems in the hours the other two leave, and no more than the team has written")
     if s.value(readable) < 3:
         raise Reject("the month leaves almost no time to read")
-    s.choose("plan", list(PLAN))
 
     s.assume("A month is four working weeks; meetings, onboarding sessions and the on-call shadow come off "
              "the top, and the rest is focus time for the plan.")
@@ -143,27 +140,40 @@ def first_month_plan(p, s: Sheet) -> None:
     s.slip("meetings not taken off the focus hours", no_meetings, on="focus_hours")
     readable_no_meetings = s.evaluate(sympy.Min(n, sympy.floor((weeks * (H - o) - M - X) / r), evaluate=False))
     s.slip("meetings not taken off the focus hours", readable_no_meetings / s.value(readable), on="readable")
-    s.slip("reading share taken of the hours before meetings, not of the focus hours", on="reading_share",
-           factor=1 / no_meetings)
+    fits = s.compare(planned, F) <= 0
+    _month_choices(s, fits, planned, F, readable)
     _month_regime(s, planned, F, readable, n)
+
+
+def _month_choices(s: Sheet, fits: bool, planned, F, readable) -> None:
+    need, have = format_quantity(s.value(planned), "h"), format_quantity(s.value(F), "h")
+    budget = f"the plan needs {need} of {have} of focus time"
+    s.judge("month", READ_ALL, fits, f"{budget}: " + ("every postmortem fits beside the map and the fix" if fits
+            else f"only {format_number(s.value(readable))} fit beside the map and the fix"))
+    s.judge("month", READ_SOME, not fits, f"{budget}: " + ("nothing needs cutting" if fits else
+            "cut the reading by recency and severity, not the map or the fix"))
+    for option in MONTH_ALWAYS:
+        s.judge("month", option, True, "the answer that lands reads, maps, ships one small thing through the real "
+                "path, and ends with the questions nobody could answer")
+    for option in MONTH_NEVER:
+        s.judge("month", option, False, "the answer that fails proposes changes before it knows how this system "
+                "fails: the roadmap comes after the month, built on its list of open questions")
 
 
 def _month_regime(s: Sheet, planned, F, readable, n) -> None:
     need, have = format_quantity(s.value(planned), "h"), format_quantity(s.value(F), "h")
-    if s.compare(planned, F) <= 0:
-        s.set_regime(
-            "fits-the-month",
-            f"The plan needs {need} of the {have} of focus time: read every postmortem, draw the map and ship "
-            "the fix, with slack left for the questions list.",
-            F, planned,
-            "With more postmortems, slower reading or a heavier meeting load the plan overruns: read the most "
-            "recent and the most severe first rather than cutting the map or the fix.")
-    else:
-        s.set_regime(
-            "overbooked",
-            f"The plan needs {need} but the month has {have} of focus time: reading all "
-            f"{format_number(s.value(n))} postmortems does not fit beside the map and the fix.",
-            F, planned,
-            f"Read about {format_number(s.value(readable))} of them, the most recent and the most severe "
-            "first, and keep the map and the fix: they are what the month is for. With fewer meetings or "
-            "postmortems the whole plan fits.")
+    s.regime_by(planned, F, tie="below", below=Side(
+        "fits-the-month",
+        f"The plan needs {need} of the {have} of focus time: read every postmortem, draw the map and ship "
+        "the fix, with slack left for the questions list.",
+        "With more postmortems, slower reading or a heavier meeting load the plan overruns: read the most "
+        "recent and the most severe first rather than cutting the map or the fix.",
+        near=f"The plan needs {need} of the {have} of focus time: it fits, just. One slow postmortem or an "
+             "incident to shadow and the reading has to be cut by recency and severity."),
+        above=Side(
+        "overbooked",
+        f"The plan needs {need} but the month has {have} of focus time: reading all "
+        f"{format_number(s.value(n))} postmortems does not fit beside the map and the fix.",
+        f"Read about {format_number(s.value(readable))} of them, the most recent and the most severe "
+        "first, and keep the map and the fix: they are what the month is for. With fewer meetings or "
+        "postmortems the whole plan fits."))
