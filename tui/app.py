@@ -14,6 +14,7 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.command import Hit, Hits, Provider
+from textual.notifications import SeverityLevel
 
 from tui.screens.home import HomeScreen
 
@@ -85,6 +86,12 @@ class InfradrillApp(App):
 
     def on_mount(self) -> None:
         self.push_screen(HomeScreen())
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Every notice is plain text: they quote file names, problems in user files and typed
+        answers, and a `[/x]` in any of them would raise a MarkupError (screens pass markup=True)."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     def after_first_paint(self) -> None:
         """Called by the home screen once it is on screen: only now load bank and engine."""

@@ -18,6 +18,12 @@ if TYPE_CHECKING:
 VERDICT_STYLE = {CORRECT: "bold green", CLOSE: "bold yellow"}
 
 
+def plain(*cells: object) -> tuple[Text, ...]:
+    """Text as text: what a person typed or a data file says is never read as Rich markup
+    (Rich tables and Textual's DataTable parse plain strings as markup, and `[/x]` raises)."""
+    return tuple(cell if isinstance(cell, Text) else Text(str(cell)) for cell in cells)
+
+
 def grade_table(solution: Solution, grades: list[Grade]) -> Table:
     table = Table(expand=True, show_edge=False, pad_edge=False)
     # Long choice names and orderings fold onto more lines rather than being cut off.
@@ -27,7 +33,7 @@ def grade_table(solution: Solution, grades: list[Grade]) -> Table:
         table.add_column(column, **kwargs)
     for label, yours, expected, error, verdict, note in grade_rows(solution, grades):
         style = VERDICT_STYLE.get(verdict, "bold red")
-        table.add_row(label, yours, expected, error, Text(verdict, style=style))
+        table.add_row(*plain(label, yours, expected, error), Text(verdict, style=style))
         if note:
             table.add_row("", Text(f"↳ {note}", style="italic"), "", "", "")
     return table
@@ -51,7 +57,7 @@ def givens_table(solution: Solution) -> Table:
     table.add_column(ratio=1)
     table.add_column(no_wrap=True, justify="right")
     for given in solution.sheet.givens:
-        table.add_row(given.symbol, given.label, given.shown)
+        table.add_row(*plain(given.symbol, given.label, given.shown))
     return table
 
 
@@ -79,7 +85,7 @@ def regime_panel(solution: Solution) -> Panel:
         Text(""),
         Text.assemble(("Other side  ", "bold"), regime.other_side),
     )
-    return Panel(body, title=f"Regime: {regime.name}", title_align="left", border_style="magenta")
+    return Panel(body, title=Text(f"Regime: {regime.name}"), title_align="left", border_style="magenta")
 
 
 def notes(solution: Solution) -> Group:

@@ -7,6 +7,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 
 from solvers.bank import Question
+from tui.render import plain
 from tui.widgets.tables import selected_key
 
 
@@ -27,7 +28,7 @@ class BrowseScreen(Screen):
         table = DataTable(cursor_type="row", zebra_stripes=True, id="bank")
         table.add_columns("group", "id", "topic", "title")
         for q in self.questions:
-            table.add_row(q.group, q.id, q.topic, q.title, key=q.id)
+            table.add_row(*plain(q.group, q.id, q.topic, q.title), key=q.id)
         yield table
         yield Footer()
 

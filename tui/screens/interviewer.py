@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from solvers.report import expected_text
-from tui.render import regime_panel, step_renderable
+from tui.render import plain, regime_panel, step_renderable
 
 if TYPE_CHECKING:
     from solvers.engine import Solution
@@ -55,7 +55,7 @@ class InterviewerScreen(Screen):
         table.add_column(ratio=1)
         table.add_column(ratio=1, overflow="fold")
         for spec in self.solution.question.answers:
-            table.add_row(spec.label, expected_text(self.solution, spec.key))
+            table.add_row(*plain(spec.label, expected_text(self.solution, spec.key)))
         return table
 
     def action_reveal(self) -> None:

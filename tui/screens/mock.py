@@ -8,6 +8,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
+from tui.render import plain
 from tui.widgets.tables import selected_key
 
 if TYPE_CHECKING:
@@ -50,7 +51,8 @@ class MockSheetScreen(Screen):
             over = mock.budget_seconds is not None and attempt.seconds > mock.budget_seconds
             slips = "; ".join(sorted({a.slip.split(":")[0] for a in attempt.answers if a.slip})) or "—"
             time_taken = _clock(attempt.seconds) + (" over" if over else "")
-            table.add_row(attempt.question_id, f"{right}/{len(attempt.answers)}", time_taken, slips, key=attempt.uid)
+            table.add_row(*plain(attempt.question_id, f"{right}/{len(attempt.answers)}", time_taken, slips),
+                          key=attempt.uid)
         yield table
         yield Footer()
 

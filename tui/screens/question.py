@@ -13,6 +13,7 @@ from textual.markup import escape
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
+from tui.render import plain
 from tui.widgets.answer_field import AnswerField
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ def _params_table(solution: Solution) -> Table:
     table.add_column(style="bold")
     table.add_column()
     for param in solution.problem_data():
-        table.add_row(param.label, param.shown)
+        table.add_row(*plain(param.label, param.shown))
     return table
 
 

@@ -17,6 +17,7 @@ from textual.widgets import Footer, Header, Static
 
 from solvers.report import expected_text
 from tui.chart import sweep_chart
+from tui.render import plain
 
 if TYPE_CHECKING:
     from solvers.bank import ParamSpec
@@ -111,12 +112,13 @@ class WhatIfScreen(Screen):
         params = Table(show_header=False, box=None, pad_edge=False)
         for param in self.solution.params:
             chosen = self.numeric and param.name == self.numeric[self.selected].name
-            params.add_row("▶" if chosen else " ", param.label, param.shown, style="bold reverse" if chosen else "")
+            params.add_row(*plain("▶" if chosen else " ", param.label, param.shown),
+                           style="bold reverse" if chosen else "")
         self.query_one("#whatif-params", Static).update(params)
         answers = Table(show_header=False, box=None, pad_edge=False)
         for spec in self.solution.question.answers:
             if not spec.self_graded:
-                answers.add_row(spec.label, expected_text(self.solution, spec.key))
+                answers.add_row(*plain(spec.label, expected_text(self.solution, spec.key)))
         self.query_one("#whatif-answers", Static).update(answers)
         regime = self.solution.sheet.regime
         text = "" if regime is None else (f"[b]Regime: {regime.name}[/b] — {regime.position.symbol} = "
