@@ -1,10 +1,14 @@
-"""Golden checks for the memory questions: kv-bytes-per-token, users-per-gpu, kv-cache-block-count."""
+"""Golden checks for the memory questions: kv-bytes-per-token, users-per-gpu, kv-cache-block-count,
+hidden-memory-budget, paged-reservation-waste."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
 
+from solvers.derivation import Sheet
+from solvers.topics.kvcache import kv_bytes_per_token
 from solvers.topics.memory import GPU_MEMORY_UTILIZATION
 
 GiB = 2**30
@@ -14,24 +18,96 @@ GiB = 2**30
 
 @pytest.mark.parametrize("overrides, per_token", [
     ("", 327_680),  # Llama-3-70B: 2 x 80 layers x 8 KV heads x 128 x 2 B = 320 KiB
-    ("+model=llama-3-8b", 131_072),
+    ("+model=llama-3-8b+tp=1", 131_072),
     ("+model=qwen2.5-72b", 327_680),
     # 405B weights fit 8 x H100 only in fp8; the KV stays bf16.
     ("+model=llama-3.1-405b+weight_dtype=fp8", 516_096),
-    # MLA: one 512 + 64 latent per layer, 61 x 576 x 2 B.
-    ("+model=deepseek-v3+gpu=h200-sxm+weight_dtype=fp8", 70_272),
+    ("+kv_dtype=fp8", 163_840),
 ])
 def test_kv_bytes_per_token_matches_config_figures(variant, overrides, per_token):
     assert variant(f"kv-bytes-per-token@default{overrides}").expected["kv_per_token"] == per_token
 
 
+def test_mla_latent_per_token_matches_deepseek_config(catalog):
+    """DeepSeek-V3's MLA cache (the shared helper): one 512 + 64 latent per layer, 61 x 576 x 2 B."""
+    sheet = Sheet()
+    per_token = kv_bytes_per_token(sheet, catalog.get("models", "deepseek-v3"), sheet.given("b", 2, "B"))
+    assert sheet.value(per_token) == 70_272
+
+
 def test_kv_bytes_per_token_default_matches_catalogue(variant):
-    expected = variant("kv-bytes-per-token@default").expected
+    solution = variant("kv-bytes-per-token@default")
+    expected = solution.expected
     assert expected["kv_per_token"] == 320 * 1024
     assert expected["kv_per_request"] == 327_680 * 8192  # 2.5 GiB at 8K
     # 8 x H100, 90% usable, one bf16 copy of the weights: (576 - 141.1) GB / 2.5 GiB.
-    assert expected["users"] == math.floor((8 * 80e9 * GPU_MEMORY_UTILIZATION - 141.1e9) / (327_680 * 8192))
+    assert expected["users"] == math.floor((8 * 80e9 * GPU_MEMORY_UTILIZATION - 141.1e9) / (327_680 * 8192)) == 162
+    # (141.1 GB + 162 x 2.5 GiB) / (8 x 3.35 TB/s) = 21.49 ms of reads, plus 160 all-reduces of 162 tokens.
+    assert expected["tpot_fit"] == pytest.approx(24.74e-3, rel=1e-3)
+    assert expected["batch_tpot"] == 390
+    assert expected["served"] == 162
     assert expected["regime"] == "capacity-limited"
+    assert solution.sheet.results["levers"] == {"a KV cache half the bytes per token": True,
+                                                "GPUs with twice the HBM capacity, same bandwidth": True,
+                                                "GPUs with twice the HBM bandwidth, same capacity": False,
+                                                "GPUs with twice the dense tensor peak": False,
+                                                "a TPOT target 1.5× as long": False}
+
+
+def _decode_model(p):
+    """The question's step in exact plain arithmetic: fit, t(B), and the largest B with t(B) <= T."""
+    q = lambda x: Fraction(str(x))  # noqa: E731 - the decimals as printed
+    model, gpu, n = p["model"], p["gpu"], p["tp"]
+    b_w, b_kv = {"bf16": 2, "fp8": 1}[p["weight_dtype"]], {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    N, W = q(model.params_b) * 10**9, q(model.params_b) * 10**9 * b_w
+    kv_req = 2 * model.layers * model.kv_heads * model.head_dim * b_kv * p["context"]
+    BW = q(gpu.hbm_tb_s) * 10**12
+    P = q(gpu[f"{p['weight_dtype']}_dense_tflops"]) * 10**12
+    link = q(gpu.nvlink_gb_s) * 10**9 / 2
+    fit = math.floor((n * q(gpu.hbm_gb) * 10**9 * Fraction(9, 10) - W) / kv_req)
+
+    def t(B):
+        ring = Fraction(2 * (n - 1), n) * B * model.hidden * 2 / link
+        ar = 0 if n == 1 else 2 * model.layers * (Fraction(1, 100_000) + ring)
+        return max((W + B * kv_req) / (n * BW), 2 * N * B / (n * P)) + ar
+
+    lo, hi = 0, 1
+    while t(hi) <= q(p["tpot"]):
+        hi *= 2
+    while hi - lo > 1:  # t grows with B: bisect for the last batch within the target
+        lo, hi = ((lo + hi) // 2, hi) if t((lo + hi) // 2) <= q(p["tpot"]) else (lo, (lo + hi) // 2)
+    return fit, t, lo
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_kv_bytes_per_token_step_matches_plain_arithmetic(variant, seed):
+    """Fit, TPOT at the fit and the batch at the target, recomputed exactly; t(B_T) <= T < t(B_T + 1)."""
+    solution = variant(f"kv-bytes-per-token@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    fit, t, batch = _decode_model(p)
+    assert solution.expected["users"] == fit
+    assert solution.expected["tpot_fit"] == pytest.approx(float(t(fit)), rel=1e-12)
+    assert solution.expected["batch_tpot"] == batch
+    assert solution.expected["served"] == min(fit, batch)
+    assert solution.expected["regime"] == ("capacity-limited" if fit < batch else "latency-limited")
+
+
+def test_kv_bytes_per_token_counts_kv_reads_in_the_step(variant):
+    """Review bug (@6 of the old bank): Qwen2.5-72B on 8 x H200 at 3,072 tokens was called compute-limited
+    from the weight GEMMs alone. With every request's KV read the step at the fit batch is memory-bound
+    (26.4 ms of reads vs 16 ms of math), and the verdict is capacity vs the TPOT target."""
+    solution = variant("kv-bytes-per-token@default+model=qwen2.5-72b+gpu=h200-sxm+context=3072")
+    expected = solution.expected
+    assert expected["users"] == 864
+    reads = (72.71e9 * 2 + 864 * 327_680 * 3072) / (8 * 4.8e12)
+    math_time = 2 * 72.71e9 * 864 / (8 * 989.4e12)
+    assert reads == pytest.approx(26.4e-3, rel=2e-3) and math_time < reads
+    assert expected["tpot_fit"] > reads
+    assert expected["regime"] in ("capacity-limited", "latency-limited")
+    # A 25 ms target is shorter than that step: the same deployment turns latency-limited.
+    tight = variant("kv-bytes-per-token@default+model=qwen2.5-72b+gpu=h200-sxm+context=3072+tpot=25").expected
+    assert tight["regime"] == "latency-limited"
+    assert tight["served"] == tight["batch_tpot"] < 864
 
 
 # --- users-per-gpu -------------------------------------------------------------------------

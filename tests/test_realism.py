@@ -45,7 +45,7 @@ def test_weights_that_leave_no_kv_pool_are_redrawn(bank, catalog):
     rates = constraint_rates(bank.get("kv-bytes-per-token"), catalog, draws=200)
     assert rates["weights-fit"] > 0.05 and "context-within-model" in rates
     with pytest.raises(VariantError, match="weights-fit: Llama-3.1-405B in bf16 over 1 GPU"):
-        make_variant(bank, catalog, VariantCode.parse("kv-bytes-per-token@default+model=llama-3.1-405b+gpus=1"))
+        make_variant(bank, catalog, VariantCode.parse("kv-bytes-per-token@default+model=llama-3.1-405b+tp=1"))
 
 
 @pytest.mark.parametrize("qid", sorted(q.id for q in BANK.questions.values() if q.constraints))

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, max_of
+from solvers.derivation import Reject, Sheet, Side, max_of
+from solvers.topics.collective import ACTIVATION_BYTES, link_bandwidth, link_latency, tp_all_reduce
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
@@ -20,75 +22,161 @@ from solvers.units import format_number, format_quantity
 
 
 def kv_bytes_per_token_question(p, s: Sheet) -> None:
-    require_context(p.model, p.context)
-    mla = p.model.attention == "mla"
+    if p.model.attention != "gqa" or p.model.get("active_params_b") is not None:
+        raise Reject("dense GQA models only: the step below reads every weight for every token")
     b_kv = s.given("b_kv", dtype_bytes(p.kv_dtype), "B", f"bytes per KV element ({p.kv_dtype})")
     kv_tok = kv_bytes_per_token(s, p.model, b_kv)
-    C = s.given("C", p.context, "tokens", "context per request")
+    C = s.param("C", "context")
     kv_req = s.step("kv_per_request", "KV cache per request", "KV_req", kv_tok * C, "GiB",
                     "every token of the context keeps its keys and values")
-    n = s.given("n", p.gpus, "", "GPUs (tensor parallel)")
+    n = s.param("n", "tp")
     M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
-    u = s.given("u", GPU_MEMORY_UTILIZATION, "", "usable fraction of HBM")
-    N = s.given("N", model_params(p.model), "", "parameters")
+    u = s.given("u", GPU_MEMORY_UTILIZATION, "", "usable share of HBM (card: usable-hbm)")
+    N = s.given("N", model_params(p.model), "", f"{p.model.name} parameters")
     b_w = s.given("b_w", dtype_bytes(p.weight_dtype), "B", f"bytes per weight ({p.weight_dtype})")
-    if mla:
-        free = s.step("kv_memory", "KV memory per GPU", "M_KV", M * u - N * b_w / n, "GB",
-                      "each GPU holds 1/n of the weights; MLA's latent has no heads to split, "
-                      "so every GPU keeps the whole cache of every request")
-    else:
-        free = s.step("kv_memory", "KV memory across the group", "M_KV", n * M * u - N * b_w, "GB",
-                      "usable HBM of all GPUs minus one copy of the weights; KV heads split across GPUs")
-    if s.value(free) <= 0:
-        raise Reject("weights do not fit")
+    W = s.step("weights", "Weight bytes", "W", N * b_w, "GB", "every parameter once, split evenly over the TP group")
+    free = s.step("kv_memory", "KV memory across the group", "M_KV", n * M * u - W, "GB",
+                  "usable HBM of all GPUs minus one copy of the weights; the KV heads split across the GPUs")
     users = s.step("users", "Requests that fit at this context", "U", sympy.floor(free / kv_req), "requests",
                    "whole requests: the KV memory over one request's cache")
     if s.value(users) < 1:
         raise Reject("not one request fits: nothing to compare")
-    P = s.given("P", peak_flops(p.gpu, p.weight_dtype), "TFLOP/s", f"dense {p.weight_dtype} peak")
-    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", "HBM bandwidth")
-    moe = p.model.get("active_params_b") is not None
-    N_act = s.given("N_act", model_params(p.model) if not moe else p.model.active_params_b * 1e9, "",
-                    "parameters each token computes with" + (" (active)" if moe else " (dense: all of them)"))
-    B_star = s.step("compute_batch", "Batch where decode turns compute-bound", "B_star",
-                    b_w * P * N / (2 * BW * N_act), "requests",
-                    "a step reads N·b_w bytes of weights and does 2·N_act FLOPs per token: "
-                    "it reaches the ridge point P/BW at this batch (per GPU, any n)")
-    if moe:
-        s.assume("MoE: at a batch this large every expert is touched, so a step reads all N weights while "
-                 "each token computes with only the active ones; that raises the compute-bound batch by N/N_act.")
+    fit = _decode_step(p, s, n * M * u, N, W, kv_req, users)
+    _kv_slips(p, s, free, kv_req, users)
+    _concurrency_regime(s, users, fit)
 
-    s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable (vLLM's default before v0.21); "
-             "activations, CUDA graphs and fragmentation are ignored here.")
-    s.assume("Tensor parallelism over the n GPUs: weights split evenly; GQA's KV heads split across the GPUs, "
-             "while an MLA latent has no heads to split and is kept whole on every GPU.")
-    s.assume("Every request holds its full context; K and V are stored in the KV dtype, weights in theirs.")
-    s.assume("Compute limit from weight GEMMs only, at datasheet peak; attention reads make decode "
-             "even more memory-bound, so the real compute limit is higher still.")
+
+@dataclass(frozen=True)
+class _DecodeStep:
+    """A decode step's time as fixed costs plus a cost per request on each side of the roofline,
+    the batch a TPOT target allows, and the symbols a lever changes."""
+
+    T: sympy.Symbol  # TPOT target
+    M_use: sympy.Expr  # usable HBM of the group
+    W: sympy.Symbol
+    kv_req: sympy.Symbol
+    byte_rate: sympy.Expr  # bytes/s one GPU reads
+    flop_rate: sympy.Expr  # FLOP/s one GPU does
+    flops_req: sympy.Expr  # FLOPs per request per step, one GPU
+    n: sympy.Symbol
+    ar_fixed: sympy.Expr  # all-reduce latency per step
+    ar_req: sympy.Expr  # all-reduce time each request adds
+    batch: sympy.Symbol  # requests within the TPOT target
+    reads_bind: bool = True  # at the TPOT target, the read side caps the batch (else the math side)
+
+    def batch_at(self, T=None, byte_rate=None, flop_rate=None, kv_req=None) -> sympy.Expr:
+        """Requests per step within TPOT T: each side of the roofline bounds the batch."""
+        T = self.T if T is None else T
+        byte_rate = self.byte_rate if byte_rate is None else byte_rate
+        flop_rate = self.flop_rate if flop_rate is None else flop_rate
+        kv_req = self.kv_req if kv_req is None else kv_req
+        by_reads = (T - self.ar_fixed - self.W / (self.n * byte_rate)) / (kv_req / (self.n * byte_rate) + self.ar_req)
+        by_math = (T - self.ar_fixed) / (self.flops_req / flop_rate + self.ar_req)
+        return sympy.floor(sympy.Min(by_reads, by_math, evaluate=False))
+
+
+def _decode_step(p, s: Sheet, M_use, N, W, kv_req, users) -> _DecodeStep:
+    """The card's roofline step (weights and every request's KV read once, 2 FLOPs per parameter
+    per token at dense peak) plus the TP all-reduces, at the batch that fits and at the TPOT target."""
+    n = s.param("n", "tp")
+    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
+    P = s.given("P", peak_flops(p.gpu, p.weight_dtype), "TFLOP/s", f"{p.gpu.name} dense {p.weight_dtype} peak")
+    t_ar = tp_all_reduce(s, p.model, p.gpu, p.tp, users, tag="fit", label="decode step at that batch")
+    tpot = s.step("tpot_fit", "TPOT at the batch that fits", "t_fit",
+           max_of((W + users * kv_req) / (n * BW), 2 * N * users / (n * P)) + t_ar, "ms",
+           "each GPU reads its share of the weights and of every request's KV; the slower side of the roofline "
+           + ("sets the step" if p.tp == 1 else "plus the all-reduces sets the step"))
+    weights_only = s.evaluate(max_of(W / (n * BW), 2 * N * users / (n * P)) + t_ar)
+    s.slip("the KV reads left out of the step", weights_only / s.value(tpot), on="tpot_fit")
+    if p.tp > 1:
+        s.slip("the all-reduces left out", s.evaluate(tpot - t_ar) / s.value(tpot), on="tpot_fit")
+    T = s.param("T", "tpot")
+    ar_fixed, ar_req = sympy.Integer(0), sympy.Integer(0)
+    if p.tp > 1:  # the same link and latency tp_all_reduce used, split into a fixed and a per-request part
+        L = s.given("L", p.model.layers, "", "layers")
+        h = s.given("h", p.model.hidden, "", "hidden size")
+        b_a = s.given("b_a", ACTIVATION_BYTES, "B", "bytes per activation (bf16)")
+        ar_fixed = 2 * L * link_latency(s, p.gpu, p.tp)
+        ar_req = 2 * L * 2 * (n - 1) / n * h * b_a / link_bandwidth(s, p.gpu, p.tp)
+    step = _DecodeStep(T, M_use, W, kv_req, BW, P, 2 * N / n, n, ar_fixed, ar_req, users)
+    t_w = s.step("", "Time to read one GPU's share of the weights", "t_W", W / (n * BW), "ms",
+                 "paid once per step, however many requests ride along")
+    t_kv = s.step("", "Time each request adds on the read side", "t_kv", kv_req / (n * BW) + ar_req, "ms",
+                  "its share of the KV read" + ("" if p.tp == 1 else ", plus its activations in the all-reduces"))
+    t_f = s.step("", "Time each request adds on the math side", "t_F", step.flops_req / P + ar_req, "ms",
+                 "2 FLOPs per parameter for its token" + ("" if p.tp == 1 else ", plus its all-reduce traffic"))
+    fixed = sympy.Integer(0)
+    if p.tp > 1:
+        fixed = s.step("", "All-reduce latency per step", "t_α", ar_fixed, "ms", "two all-reduces per layer")
+    batch = s.step("batch_tpot", "Requests a step carries within the TPOT target", "B_T",
+                   sympy.floor(sympy.Min((T - fixed - t_w) / t_kv, (T - fixed) / t_f, evaluate=False)), "requests",
+                   "t(B) ≤ T on each side of the roofline: the time left after the fixed costs over what each "
+                   "request adds")
+    if s.value(batch) < 1:
+        raise Reject("the TPOT target is shorter than a step with one request")
+    reads_bind = s.compare((T - fixed - t_w) / t_kv, (T - fixed) / t_f) <= 0
+    s.step("served", "Users served within the TPOT target", "U_T", sympy.Min(users, batch, evaluate=False),
+           "requests", "as many as fit, but no more than a step can carry in time")
+    return replace(step, batch=batch, reads_bind=reads_bind)
+
+
+def _kv_slips(p, s: Sheet, free, kv_req, users) -> None:
     s.slip("x layers: one layer's KV instead of all of them", on=("kv_per_token", "kv_per_request"),
            factor=1 / p.model.layers)
     s.slip("x layers: one layer's KV instead of all of them", on="users",
            factor=s.evaluate(sympy.floor(free * p.model.layers / kv_req)) / s.value(users))
-    if not mla:  # an MLA latent has no separate K and V to count once
-        s.slip("x2: K and V counted once", 0.5, on=("kv_per_token", "kv_per_request"))
-        s.slip("x2: K and V counted once", on="users",
-               factor=s.evaluate(sympy.floor(2 * free / kv_req)) / s.value(users))
+    s.slip("x2: K and V counted once", 0.5, on=("kv_per_token", "kv_per_request"))
+    s.slip("x2: K and V counted once", on="users", factor=s.evaluate(sympy.floor(2 * free / kv_req)) / s.value(users))
+    s.assume(f"Usable HBM {format_number(GPU_MEMORY_UTILIZATION * 100)}% (card: usable-hbm); activations, "
+             "CUDA graphs and fragmentation are ignored. Weights and KV heads split evenly over the TP group "
+             "(TP stays within the KV heads).")
+    s.assume("Every request holds its full context for the whole step; a real batch mixes ages, so this is "
+             "the worst step the batch can take.")
+    s.assume("Roofline at datasheet peak (cards: roofline-time, dense-peaks, flops-per-token): each step reads "
+             "the weights and every request's KV once; attention FLOPs, kernel launches and the engine's "
+             "own overhead are left out, so real TPOTs are longer.")
 
-    fit, limit = s.value(users), s.value(B_star)
-    if s.compare(users, B_star) < 0:
-        s.set_regime(
-            "capacity-limited", f"Only {format_number(fit)} requests fit, well short of the "
-            f"{format_number(limit)} it takes to saturate compute: memory caps concurrency.",
-            B_star, users,
-            "With shorter contexts, fp8 KV, or more GPUs, more requests fit; past the compute-bound batch, "
-            "extra requests stretch every step instead of riding along for free.")
-    else:
-        s.set_regime(
-            "compute-limited", f"{format_number(fit)} requests fit, more than the {format_number(limit)} "
-            "that already saturate compute: a bigger batch only makes each step slower.",
-            B_star, users,
-            "At longer contexts (or bf16 KV) fewer requests fit and memory becomes the cap, "
-            "the usual case for long-context serving.")
+
+def _served(s: Sheet, step: _DecodeStep, M_use=None, kv_req=None, **batch) -> float:
+    """Users served within the TPOT target: the smaller of what fits and what a step carries."""
+    M_use = step.M_use if M_use is None else M_use
+    fit = sympy.floor((M_use - step.W) / (step.kv_req if kv_req is None else kv_req))
+    return s.evaluate(sympy.Min(fit, step.batch_at(kv_req=kv_req, **batch), evaluate=False))
+
+
+def _concurrency_regime(s: Sheet, users, step: _DecodeStep) -> None:
+    fit, batch = format_number(s.value(users)), format_number(s.value(step.batch))
+    served = min(s.value(users), s.value(step.batch))
+    levers = (
+        ("a KV cache half the bytes per token", dict(kv_req=step.kv_req / 2)),
+        ("GPUs with twice the HBM capacity, same bandwidth", dict(M_use=2 * step.M_use)),
+        ("GPUs with twice the HBM bandwidth, same capacity", dict(byte_rate=2 * step.byte_rate)),
+        ("GPUs with twice the dense tensor peak", dict(flop_rate=2 * step.flop_rate)),
+        ("a TPOT target 1.5× as long", dict(T=sympy.Rational(3, 2) * step.T)),
+    )
+    for option, change in levers:
+        after = _served(s, step, **change)
+        s.judge("levers", option, after > served,
+                f"{format_number(served)} users served today ({fit} fit, {batch} within the TPOT); "
+                f"with this change {format_number(after)}")
+    s.regime_by(users, step.batch, tie="above", below=Side(
+        "capacity-limited",
+        f"Only {fit} requests fit in HBM, fewer than the {batch} a step could carry within the TPOT target: "
+        "memory capacity caps concurrency, and every user gets a faster token than promised.",
+        "Past the boundary the step is too slow before memory is full: shorter contexts or fp8 KV then "
+        "let more in only until the TPOT target binds, and the step's bytes and all-reduces set the user count.",
+        near=f"{fit} requests fit in HBM, just under the {batch} the TPOT target allows: memory binds first, "
+             "but at that batch the step is already close to the target, so more capacity buys little."),
+        above=Side(
+        "latency-limited",
+        f"{fit} requests fit in HBM, but a step carrying more than {batch} misses the TPOT target: "
+        + ("the time to read the weights and every request's KV" if step.reads_bind
+           else "at this short context the math of each token, not its KV read,")
+        + ", not capacity, caps concurrency.",
+        "With longer contexts, bf16 KV or fewer GPUs, fewer requests fit and memory becomes the cap: "
+        "then more HBM or smaller KV let more users in, while more bandwidth only makes each token faster.",
+        near=f"{fit} requests fit in HBM, just past the {batch} the TPOT target allows: the step's reads bind "
+             "first, but memory is nearly full too, so only a change that helps both lets many more in."))
 
 
 def _usable_memory(p, s: Sheet) -> tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol]:
