@@ -7,6 +7,7 @@ the helper through `_Tagged`, which suffixes its symbols so the two do not clash
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import sympy
 
@@ -20,6 +21,7 @@ from solvers.topics.kvcache import (
     kv_bytes_per_token_per_gpu,
     kv_heads_per_gpu,
 )
+from solvers.topics.steptime import engine, step_time, step_work
 from solvers.units import format_number, format_quantity
 
 GPUS_PER_NODE = 8  # an HGX/DGX or MI300X platform board
@@ -37,6 +39,9 @@ class _Tagged:
 
     def step(self, key: str, title: str, symbol: str, expr: sympy.Expr, unit: str = "", why: str = "") -> sympy.Symbol:
         return self._sheet.step(key, f"{title}, {self._name}", f"{symbol}_{self._tag}", expr, unit, why)
+
+    def prerequisite(self, question_id: str, symbol: str, value: float, unit: str, label: str) -> sympy.Symbol:
+        return self._sheet.prerequisite(question_id, f"{symbol}_{self._tag}", value, unit, f"{label}, {self._name}")
 
 
 class lcm(sympy.Function):  # lower case: it prints as the familiar lcm(a, b)
@@ -199,98 +204,127 @@ def _preemption_regime(s: Sheet, t_rec, t_swap, W_star, W) -> None:
 
 # --- mla-vs-gqa-under-tp ---------------------------------------------------------------------
 
+ROPE_DIM = 64  # the decoupled RoPE key MLA caches beside its latent (DeepSeek-V2/V3 qk_rope_head_dim)
+
+
+def _mla_requests(s: Sheet, usable, W, kv, C, G, tp: int) -> float:
+    """Requests the node holds with the latent whole on every GPU of TP-`tp` replicas (0 where the weights
+    do not fit)."""
+    room = usable - W / tp
+    if s.evaluate(room) <= 0:
+        return 0.0
+    return s.evaluate(G / tp * sympy.floor(room / (kv * C)))
+
 
 def mla_vs_gqa_under_tp(p, s: Sheet) -> None:
-    gqa, mla = p.gqa_model, p.mla_model
-    if model_params(gqa) * dtype_bytes(p.weight_dtype) / p.tp >= hbm_bytes(p.gpu) * GPU_MEMORY_UTILIZATION:
-        raise Reject("the GQA model's weights do not fit its TP group")
-    b_kv = _kv_dtype(p, s)
-    g, m = _Tagged(s, "GQA", gqa.name), _Tagged(s, "MLA", mla.name)
-    kv_g = kv_bytes_per_token(g, gqa, b_kv, key="kv_tok_gqa")
-    kv_m = kv_bytes_per_token(m, mla, b_kv, key="kv_tok_mla")
-    n = s.given("n", p.tp, "", f"TP degree of {gqa.name}")
-    G = s.given("G", GPUS_PER_NODE, "", f"GPUs in the node ({mla.name}'s TP degree)")
-    gpu_g = kv_bytes_per_token_per_gpu(g, gqa, b_kv, n, key="kv_gpu_gqa")
-    gpu_m = kv_bytes_per_token_per_gpu(m, mla, b_kv, G, key="kv_gpu_mla")
-    n_star = s.step("tp_crossover", "TP degree at which the per-GPU shares are equal", "n_star",
-                    kv_g / kv_m, "", "KV_tok_GQA / n = KV_tok_MLA (within the KV heads); a per-GPU figure only: "
-                    "the node's capacity also counts the G/n replicas")
+    gqa = p.model
+    mla = Record(name=f"{gqa.name} with MLA", layers=gqa.layers, kv_lora_rank=p.kv_lora_rank,
+                 qk_rope_head_dim=ROPE_DIM, attention="mla")
+    e = engine(s, gqa, p.gpu, p.tp, dtype=p.weight_dtype, kv_dtype=p.kv_dtype, communication=True,
+               kv_prerequisite=True)
+    kv_g = e.KV  # kv_per_token_gpu: TP splits the GQA cache by KV head
+    kv_tok_m = kv_bytes_per_token_given(_Tagged(s, "MLA", "MLA variant"), mla, dtype_bytes(p.kv_dtype), p.kv_dtype)
+    kv_m = s.step("kv_gpu_mla", "MLA: KV bytes per token on each GPU", "KV_gpu_MLA", kv_tok_m, "KiB",
+                  "the latent belongs to every head at once: each TP rank keeps all of it")
+    H_kv = s.given("H_kv", gqa.kv_heads, "", "KV heads")
+    d_h = s.given("d_h", gqa.head_dim, "", "head dim")
+    d_c = s.param("d_c", "kv_lora_rank")
+    d_r = s.given("d_r", ROPE_DIM, "", "decoupled RoPE key dim")
+    n_star = s.step("tp_crossover", "TP at which the two per-GPU shares are equal", "n_star",
+                    2 * H_kv * d_h / (d_c + d_r), "", "2·H_kv·d_h/n = d_c + d_r per layer: a boundary, not a layout")
+    s.step("tp_flip", "Smallest deployable TP at which GQA's share is the smaller", "n_flip",
+           2 ** sympy.ceiling(sympy.log(n_star, 2)), "GPUs", "TP degrees come in powers of two; this n* is not one")
 
     usable = _usable(s, p.gpu)
-    N_g = s.given("N_GQA", model_params(gqa), "", f"{gqa.name} parameters")
-    b_g = s.given("b_GQA", dtype_bytes(p.weight_dtype), "B", f"bytes per weight, {gqa.name} ({p.weight_dtype})")
-    N_m = s.given("N_MLA", model_params(mla), "", f"{mla.name} parameters")
-    b_m = s.given("b_MLA", dtype_bytes("fp8"), "B", f"bytes per weight, {mla.name} (fp8 as served)")
-    room_g = s.step("room_gqa", f"KV room per GPU, {gqa.name}", "F_GQA", usable - N_g * b_g / n, "GB",
-                    "usable memory less this GPU's 1/n of the weights")
-    room_m = s.step("room_mla", f"KV room per GPU, {mla.name}", "F_MLA", usable - N_m * b_m / G, "GB",
-                    "usable memory less this GPU's 1/8 of the weights")
-    C = s.given("C", p.context, "tokens", "context per request")
-    req_g = s.step("requests_gqa", f"Requests the node holds, {gqa.name}", "U_GQA",
-                   G / n * sympy.floor(room_g / (gpu_g * C)), "requests",
-                   "G/n replicas, each holding what one of its GPUs fits (every GPU holds a share of every request)")
-    req_m = s.step("requests_mla", f"Requests the node holds, {mla.name}", "U_MLA",
-                   sympy.floor(room_m / (gpu_m * C)), "requests",
-                   "one replica; each GPU holds every request's whole latent")
-    tok_g = s.step("tokens_gqa", f"KV tokens the node holds, {gqa.name}", "T_GQA", G / n * room_g / gpu_g,
-                   "tokens", "G/n replicas × F/(KV_tok/n): the TP degree cancels, except through the room F")
-    tok_m = s.step("tokens_mla", f"KV tokens the node holds, {mla.name}", "T_MLA", room_m / gpu_m, "tokens",
-                   "the node's unique tokens: one GPU's worth, since all eight hold the same ones")
-    F_star = s.step("room_breakeven", f"KV room per GPU {gqa.name} needs to match {mla.name}", "F_star",
-                    room_m * kv_g / (G * kv_m), "GB",
-                    "set G·F/KV_tok_GQA = F_MLA/KV_tok_MLA and solve for F: at any TP within the KV heads")
+    room = s.step("room", "KV room per GPU (the same weights either way)", "F", usable - e.W / e.TP, "GB",
+                  "usable memory less this GPU's 1/TP of the weights")
+    C = s.param("C", "context")
+    G = s.given("G", GPUS_PER_NODE, "GPUs", "GPUs in the node")
+    per_g = s.step("per_replica_gqa", "GQA: requests one replica holds", "U_GQA", sympy.floor(room / (kv_g * C)),
+                   "requests", "every GPU of the replica holds its heads' share of every request")
+    per_m = s.step("per_replica_mla", "MLA: requests one replica holds", "U_MLA", sympy.floor(room / (kv_m * C)),
+                   "requests", "every GPU of the replica holds every request's whole latent")
+    if s.value(per_g) < 1 or s.value(per_m) < 1:
+        raise Reject("a replica holds no request of this length")
+    req_g = s.step("requests_gqa", "GQA: requests the node holds", "R_GQA", G / e.TP * per_g, "requests",
+                   "G/TP replicas fill the node")
+    req_m = s.step("requests_mla", "MLA: requests the node holds", "R_MLA", G / e.TP * per_m, "requests",
+                   "G/TP replicas fill the node")
 
-    s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable; activations, CUDA graphs and "
-             "communication buffers are ignored (they cut both deployments alike).")
-    s.assume(f"{mla.name} serves fp8 weights (its released checkpoint; block scales and the multi-token-"
-             "prediction module ignored) with TP across the whole node, as its size requires; attention is "
-             "tensor-parallel too (the data-parallel alternative is another question).")
-    s.assume(f"{gqa.name}: weights and KV heads split evenly over its TP group; TP {p.tp} stays within its "
-             f"{gqa.kv_heads} KV heads, so no head is replicated. Both caches in {p.kv_dtype}.")
-    s.slip("the MLA latent split over TP like KV heads", 1 / GPUS_PER_NODE, on="kv_gpu_mla")
-    s.slip(f"x{p.tp}: the whole GQA request per GPU, not its share", p.tp, on="kv_gpu_gqa")
-    s.slip("MLA counted with K and V separately", 2.0, on=("kv_tok_mla", "kv_gpu_mla"))
-    s.slip("MLA counted with K and V separately", 0.5, on="tp_crossover")
-    if s.value(req_m) > 0:
-        s.slip("the MLA latent split over TP like KV heads", on="requests_mla",
-               factor=s.evaluate(sympy.floor(room_m * G / (gpu_m * C))) / s.value(req_m))
-        s.slip("MLA counted with K and V separately", on="requests_mla",
-               factor=s.evaluate(sympy.floor(room_m / (2 * gpu_m * C))) / s.value(req_m))
-    if s.value(req_g) > 0:
-        s.slip(f"x{p.tp}: the whole GQA request per GPU, not its share", on="requests_gqa",
-               factor=s.evaluate(G / n * sympy.floor(room_g / (gpu_g * n * C))) / s.value(req_g))
-    _layout_regime(s, gqa.name, mla.name, n_star, usable, F_star, room_g, tok_g, tok_m)
+    # Each decode step reads every request's cache once; absorbed MLA attends over the latent itself.
+    H = s.given("H_q", gqa.heads, "", "query heads")
+    L = s.given("L", gqa.layers, "", "layers")
+    A_m = s.step("attention_pair_flops_mla", "MLA: attention FLOPs per query-key pair", "A_MLA",
+                 2 * L * H * (2 * d_c + d_r), "FLOP",
+                 "absorbed MLA: scores over d_c + d_r, values over d_c, a multiply-add each, every head and layer")
+    e_m = replace(e, KV=kv_m, A=A_m)
+    tpot = {}
+    for tag, eng, users, name in (("gqa", e, per_g, "GQA"), ("mla", e_m, per_m, "MLA")):
+        work = step_work(s, eng, tag, f"{name} decode step", users, users * C, users * C)
+        t_ar = tp_all_reduce(s, gqa, p.gpu, p.tp, users, tag=tag, label=f"{name} decode step")
+        tpot[tag] = step_time(s, eng, tag, f"{name} decode step at that batch", work, key=f"tpot_{tag}",
+                              communication=t_ar)
+
+    s.assume(f"The MLA variant is {gqa.name} retrofitted with multi-head latent attention (as TransMLA and "
+             f"MHA2MLA convert GQA models): a latent of {format_number(p.kv_lora_rank)} plus a {ROPE_DIM}-dim "
+             "RoPE key per layer, the same layers, heads and weights (the K/V projections change, a few percent "
+             "of the parameters, taken as equal).")
+    s.assume("MLA decodes in the absorbed form (DeepSeek-V2, section 2.1.3; vLLM and SGLang MLA kernels): each "
+             "query head scores against the latent and RoPE key and sums values in the latent, 2·(2·d_c + d_r) "
+             "FLOPs per query-key pair per head per layer instead of GQA's 4·d_h.")
+    s.assume(f"Both run TP {p.tp} replicas over the node's {GPUS_PER_NODE} GPUs, attention tensor-parallel too; "
+             "data-parallel attention for the MLA variant is mla-tp-duplication's subject.")
+    s.slip("the MLA latent split over TP like KV heads", 1 / p.tp, on="kv_gpu_mla")
+    s.slip(f"x{p.tp}: the whole GQA token per GPU, not its share", p.tp, on="kv_per_token_gpu")
+    s.slip("MLA counted with K and V separately", 2.0, on="kv_gpu_mla")
+    s.slip("the MLA latent split over TP like KV heads", on="requests_mla",
+           factor=s.evaluate(G / e.TP * sympy.floor(room * e.TP / (kv_m * C))) / s.value(req_m))
+    s.slip("one replica only: the other G/TP − 1 forgotten", 1 / (GPUS_PER_NODE / p.tp), on=("requests_gqa",
+                                                                                            "requests_mla"))
+    _mla_levers(s, p, usable, e, kv_m, C, G, req_m)
+    _layout_regime(s, e.TP, n_star, req_g, req_m, tpot)
 
 
-def _layout_regime(s: Sheet, gqa: str, mla: str, n_star, usable, F_star, room_g, tok_g, tok_m) -> None:
-    """Which model holds more tokens on the node. The per-GPU crossover TP does not decide it: the GQA
-    model's G/n replicas each split a request n ways, so its node holds G·F_GQA/KV_tok_GQA tokens at any
-    TP within its KV heads, and TP only matters through the weight bytes each GPU carries."""
-    room, need = format_quantity(s.value(room_g), "GB"), format_quantity(s.value(F_star), "GB")
-    weights = format_quantity(s.value(usable) - s.value(F_star), "GB")  # the weights that leave exactly F*
-    held = (f"the node holds {format_number(s.value(tok_g), 3)} tokens of {gqa} against "
-            f"{format_number(s.value(tok_m), 3)} of {mla}")
-    crossover = (f"The per-GPU crossover (TP {format_number(s.value(n_star), 3)}) does not decide this: "
-                 f"{gqa}'s replicas each split a request over their TP group, so TP moves its node capacity only "
-                 "through the weights each GPU carries.")
-    if s.compare(room_g, F_star) >= 0:
-        s.set_regime(
-            "gqa-holds-more",
-            f"{gqa}'s weights leave {room} of KV room per GPU, more than the {need} it needs to match {mla}'s "
-            f"whole latent on every GPU: {held}. {crossover}",
-            F_star, room_g,
-            f"Once {gqa}'s weights pass {weights} per GPU (a larger model, bf16 rather than fp8, a narrower TP), "
-            f"its room falls below {need} and {mla}'s compact latent holds more on the node. Data-parallel "
-            f"attention for {mla}, each GPU holding only its own requests' latents, would multiply its capacity "
-            "by up to 8.")
-    else:
-        s.set_regime(
-            "mla-holds-more",
-            f"{gqa}'s weights leave only {room} of KV room per GPU, less than the {need} it needs to match "
-            f"{mla}: {held}. {crossover}",
-            F_star, room_g,
-            f"With at most {weights} of {gqa} weights per GPU (fp8 rather than bf16, a wider TP, a smaller "
-            f"model) its room passes {need} and its split KV heads hold more tokens on the node.")
+def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m) -> None:
+    key, now = "mla_levers", s.value(req_m)
+    held = format_number(now)
+    s.judge(key, "data-parallel attention, each GPU keeping only its own requests' latents", True,
+            f"each GPU of a TP-{p.tp} replica holds the same latents: kept once, the replica holds up to "
+            f"{p.tp}x as many (less the attention weights each GPU then copies)")
+    s.judge(key, "an fp8 KV cache", p.kv_dtype != "fp8",
+            "it halves every latent" if p.kv_dtype != "fp8" else "the cache is already fp8")
+    for option, tp in (("doubling its TP", 2 * p.tp), ("halving its TP", p.tp // 2)):
+        if tp > GPUS_PER_NODE or tp < 1:
+            s.judge(key, option, False, f"TP {tp} leaves the {GPUS_PER_NODE}-GPU node")
+            continue
+        then = _mla_requests(s, usable, e.W, kv_m, C, G, tp)
+        s.judge(key, option, then > now, f"TP {tp}: {format_number(then)} requests on the node against {held}: "
+                + ("fewer weights per GPU outweigh the fewer replicas" if tp > p.tp and then > now else
+                   "more replicas outweigh the weights each GPU gains" if then > now else
+                   "the latent is copied on every GPU either way, so only the weights' share moves, and not enough"))
+    s.judge(key, "splitting the latent over the TP ranks like KV heads", False,
+            "every head attends over the whole latent: there is nothing per head to split")
+
+
+def _layout_regime(s: Sheet, TP, n_star, req_g, req_m, tpot) -> None:
+    gqa, mla = format_number(s.value(req_g)), format_number(s.value(req_m))
+    crossover = format_number(s.value(n_star), 3)
+    speed = (f"At those batches a decode step takes {format_quantity(s.value(tpot['gqa']), 'ms')} (GQA) and "
+             f"{format_quantity(s.value(tpot['mla']), 'ms')} (MLA) per token.")
+    s.regime_by(TP, n_star, tie="above", above=Side(
+        "gqa-holds-more",
+        f"Past TP {crossover} each GPU's slice of the GQA heads is smaller than the whole latent every GPU "
+        f"keeps: the node holds {gqa} GQA requests against {mla} with MLA, though MLA's token is the smaller. "
+        f"{speed}",
+        f"Below TP {crossover} (fewer GPUs per replica, or a larger latent rank) the GQA share per GPU grows "
+        "past the latent and MLA's compact cache holds more. Data-parallel attention removes MLA's copies "
+        "instead of narrowing TP."),
+        below=Side(
+        "mla-holds-more",
+        f"Below TP {crossover} a GPU still holds more GQA heads than the latent is worth: the node holds {mla} "
+        f"MLA requests against {gqa} GQA. {speed}",
+        f"Past TP {crossover} the GQA heads split thinner while every GPU keeps the whole latent, and the "
+        "reassuring MLA figure becomes the request that does not fit."))
 
 
 # --- mla-tp-duplication ----------------------------------------------------------------------
