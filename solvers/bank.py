@@ -11,13 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from solvers.answers import KIND_FIELDS, Answer, SpecError, make_answer
 from solvers.paths import questions_dir
 from solvers.realism import RULE_NAMES, Constraint, ConstraintError, constraints_for, declared
 from solvers.units import UnitError, parse_unit
-from solvers.yamlload import LineDict, load_with_lines
+from solvers.yamlload import LineDict, YamlError, load_with_lines, read_text
 
 DISTRIBUTIONS = ("choice", "int", "uniform", "loguniform", "fixed", "generate")
 DATA_COLLECTIONS = ("gpus", "models", "nics")
@@ -310,14 +308,24 @@ def requirement_problems(bank: Bank) -> list[str]:
     return problems
 
 
+def read_question(path: Path) -> Question:
+    """The question in a file; QuestionError (one line) for anything wrong, reading included."""
+    try:
+        text = read_text(path)
+    except YamlError as error:
+        raise QuestionError(f"{path}:{str(error).removeprefix('line ')}") from None
+    except OSError as error:
+        raise QuestionError(f"{path}: cannot read: {error.strerror or error}") from None
+    return parse_question(path, text)
+
+
 def parse_question(path: Path, text: str) -> Question:
     reader = _Reader(path)
     try:
         document = load_with_lines(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = mark.line + 1 if mark else 1
-        raise QuestionError(f"{path}:{line}: not valid YAML: {getattr(error, 'problem', error)}") from None
+    except YamlError as error:
+        line, _, what = str(error).removeprefix("line ").partition(": ")
+        raise QuestionError(f"{path}:{line}: {what}") from None
     if not isinstance(document, LineDict):
         raise QuestionError(f"{path}:1: expected a mapping at the top level")
     for key in document:
@@ -382,12 +390,9 @@ def load_bank(root: Path | None = None) -> Bank:
     root = questions_dir() if root is None else root
     for path in sorted(root.glob("**/*.yaml")):
         try:
-            question = parse_question(path, path.read_text(encoding="utf-8"))
+            question = read_question(path)
         except QuestionError as error:
             bank.problems.append(str(error))
-            continue
-        except (OSError, UnicodeDecodeError) as error:
-            bank.problems.append(f"{path}: cannot read: {error}")
             continue
         if question.id in bank.questions:
             bank.problems.append(f"{path}: id: '{question.id}' already defined in {bank.questions[question.id].path}")

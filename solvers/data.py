@@ -4,13 +4,13 @@ Every figure must carry a source (the entry's `source`, or `sources.<field>`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from solvers.paths import data_file, user_config_dir
+from solvers.yamlload import LineDict, YamlError, read_yaml
 
 _NUMBER = (int, float)
 # collection -> field -> (type, required)
@@ -54,30 +54,69 @@ class Catalog:
         return self.collections[collection][key]
 
 
+MAX_FIGURE = 1e8  # above any real figure here (TFLOP/s, GB, parameters in billions, tokens of context)
+# What each attention kind needs to size its KV cache (a solver would otherwise fail on the entry).
+ATTENTION_NEEDS = {"gqa": ("kv_heads",), "mla": ("kv_lora_rank", "qk_rope_head_dim")}
+
+
+def _shown(value: Any) -> str:
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else "a number with over 30 digits"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _figure_problem(value: Any, kind: type | tuple[type, ...]) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, kind):
+        return f"expected {_type_name(kind)}, got {_shown(value)}"
+    if isinstance(value, _NUMBER):
+        try:
+            finite = math.isfinite(float(value))
+        except OverflowError:
+            finite = False
+        if not finite or value > MAX_FIGURE:
+            return f"{_shown(value)} is not a figure a real part has (at most {MAX_FIGURE:.0e})"
+        if value <= 0:
+            return "must be positive"
+    return None
+
+
 def _check_entry(where: str, collection: str, key: str, entry: Any) -> list[str]:
     if not isinstance(entry, dict):
         return [f"{where}: {collection}.{key}: expected a mapping"]
+    line_of = entry.line_of if isinstance(entry, LineDict) else (lambda name: None)
+
+    def at(name: str) -> str:
+        line = line_of(name)
+        return f"{where}:{line}: {collection}.{key}.{name}" if line else f"{where}: {collection}.{key}.{name}"
+
     problems = []
     schema = SCHEMA[collection]
     sources = entry.get("sources") or {}
     if not isinstance(sources, dict):
-        problems.append(f"{where}: {collection}.{key}.sources: expected a mapping of field -> source")
+        problems.append(f"{at('sources')}: expected a mapping of field -> source")
         sources = {}
     for name, (kind, required) in schema.items():
         if name not in entry:
             if required:
-                problems.append(f"{where}: {collection}.{key}.{name}: missing")
+                problems.append(f"{at(name)}: missing")
             continue
         value = entry[name]
-        if isinstance(value, bool) or not isinstance(value, kind):
-            problems.append(f"{where}: {collection}.{key}.{name}: expected {_type_name(kind)}, got {value!r}")
-        elif isinstance(value, _NUMBER) and value <= 0:
-            problems.append(f"{where}: {collection}.{key}.{name}: must be positive")
+        if (problem := _figure_problem(value, kind)) is not None:
+            problems.append(f"{at(name)}: {problem}")
         elif isinstance(value, _NUMBER) and not (entry.get("source") or sources.get(name)):
-            problems.append(f"{where}: {collection}.{key}.{name}: figure has no source")
+            problems.append(f"{at(name)}: figure has no source")
     for name in entry:
         if name not in schema and name not in ("source", "sources"):
-            problems.append(f"{where}: {collection}.{key}.{name}: unknown field")
+            problems.append(f"{at(str(name))}: unknown field")
+    if collection == "models" and not problems:
+        attention = entry.get("attention")
+        if attention not in ATTENTION_NEEDS:
+            problems.append(f"{at('attention')}: '{attention}' is not an attention kind the solvers know "
+                            f"({', '.join(ATTENTION_NEEDS)})")
+        else:
+            problems += [f"{at(name)}: missing ({attention} attention needs it)"
+                         for name in ATTENTION_NEEDS[attention] if name not in entry]
+        if ("sliding_window" in entry) != ("sliding_window_layers" in entry):
+            problems.append(f"{at('sliding_window')}: give sliding_window and sliding_window_layers together")
     return problems
 
 
@@ -87,9 +126,12 @@ def _type_name(kind: type | tuple[type, ...]) -> str:
 
 def _load_file(path: Path, collections: tuple[str, ...], into: Catalog) -> None:
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as error:
-        into.problems.append(f"{path}: cannot read: {error}")
+        document = read_yaml(path) or {}
+    except YamlError as error:
+        into.problems.append(f"{path}:{str(error).removeprefix('line ')}")
+        return
+    except OSError as error:
+        into.problems.append(f"{path}: cannot read: {error.strerror or error}")
         return
     if not isinstance(document, dict):
         into.problems.append(f"{path}: expected a mapping at the top level")

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from solvers.answers import CLOSE, CORRECT, UNPARSED, WRONG, Checklist, Select
-from solvers.bank import Bank, Question, QuestionError, load_bank, parse_question, requirement_problems
+from solvers.bank import Bank, Question, QuestionError, load_bank, read_question, requirement_problems
 from solvers.data import Catalog
 from solvers.derivation import Reject
 from solvers.engine import Solution, VariantCode, VariantError, make_variant, render_prompt, solver_function
@@ -176,12 +176,9 @@ def read_questions(paths: list[Path]) -> tuple[Bank, list[str]]:
     bank = Bank()
     for path in question_files(paths):
         try:
-            question = parse_question(path, path.read_text(encoding="utf-8"))
+            question = read_question(path)
         except QuestionError as error:
             problems.append(str(error))
-            continue
-        except (OSError, UnicodeDecodeError) as error:
-            problems.append(f"{path}: cannot read: {error}")
             continue
         if question.id in bank.questions:
             problems.append(f"{path}: id: '{question.id}' already used by {bank.questions[question.id].path}")
