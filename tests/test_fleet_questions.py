@@ -319,44 +319,74 @@ def test_nic_judgements_follow_the_variant(variant):
 
 
 def test_bom_default_matches_catalogue(variant):
-    """10,240 H100: 1,280 nodes, 10 pods, ≈700 switches, 5 TB in under a minute, ≈14 MW."""
+    """Llama 3.1 405B on 15T tokens in 110 days on H100 at 40% MFU: 9,711 GPUs from the FLOPs, 1,214 job
+    nodes, 23 spares, and whole pods of 1,024 make 10,240 GPUs: 1,280 nodes, 10 pods, ≈700 switches, a
+    ≈5 TB checkpoint in under a minute, ≈14 MW."""
     solution = variant("cluster-bill-of-materials@default")
     results = solution.sheet.results
-    assert results["nodes"] == 1_280
+    need = 6 * 405.85e9 * 15e12 / (110 * DAY * 989.4e12 * 0.40)
+    assert results["gpus_needed"] == pytest.approx(need) == pytest.approx(9_711, abs=1)
+    assert results["job_nodes"] == math.ceil(need / 8) == 1_214
+    down = 1_214 * 3 / 240  # Little's law: 15.2 nodes out at any moment
+    assert results["nodes_down"] == pytest.approx(down)
+    assert results["spare_pool"] == math.ceil(down + 2 * math.sqrt(down)) == 23
+    assert results["gpus"] == 10_240 and results["nodes"] == 1_280
     assert results["pods"] == 10  # pods of (64/2)² = 1,024 GPUs
     # 320 leaves (32 GPUs down, 32 up) + 320 spines + 10,240 uplinks / 2 (2:1) / 64 ports = 80 core.
     assert (results["leaves"], results["spines"], results["core"]) == (320, 320, 80)
     assert results["switches"] == 720
     assert results["switches"] == pytest.approx(700, rel=0.05)
-    assert results["storage_rate"] == pytest.approx(5e12 / 60)  # 83 GB/s
+    assert results["checkpoint"] == pytest.approx(405.85e9 * 12)  # 4.87 TB
+    assert results["checkpoint"] == pytest.approx(5e12, rel=0.05)
+    assert results["storage_rate"] == pytest.approx(405.85e9 * 12 / 60)  # 81 GB/s
     assert results["it_power"] == pytest.approx(1_280 * 10_200 + 720 * 64 * 20)  # 13.98 MW
     assert results["it_power"] == pytest.approx(14e6, rel=0.01)
     assert results["facility_power"] == pytest.approx(1.2 * results["it_power"])
     assert solution.expected["regime"] == "three-tier"
 
 
+def test_bom_derives_the_gpus_and_the_spares(variant):
+    """The review: the GPU count was given, not derived from the FLOPs, and there was no spare pool. The FLOPs
+    come from training-compute-budget; a longer repair time grows the pool (7 days: 35.4 nodes down, 48 spares)."""
+    solution = variant("cluster-bill-of-materials@default")
+    assert "training-compute-budget" in solution.sheet.prerequisites
+    assert "gpus" not in {param.name for param in solution.params}
+    slow = variant("cluster-bill-of-materials@default+repair=7").sheet.results
+    assert slow["nodes_down"] == pytest.approx(1_214 * 7 / 240)
+    assert slow["spare_pool"] == math.ceil(slow["nodes_down"] + 2 * math.sqrt(slow["nodes_down"])) == 48
+
+
 @pytest.mark.parametrize("radix", [64, 128])
-def test_bom_matches_full_k_ary_fat_tree(variant, radix):
-    """Al-Fares et al. (SIGCOMM 2008): a full fat tree of k-port switches has k pods, k³/4 hosts and
-    5k²/4 switches; two tiers reach k²/2 hosts with 3k/2 switches."""
-    full = variant(f"cluster-bill-of-materials@default+radix={radix}+oversub=1+gpus={radix**3 // 4}").sheet.results
-    assert (full["pods"], full["switches"]) == (radix, 5 * radix**2 // 4)
-    two = variant(f"cluster-bill-of-materials@default+radix={radix}+gpus={radix**2 // 2}")
-    assert two.sheet.results["switches"] == 3 * radix // 2
-    assert two.expected["regime"] == "two-tier"
+def test_bom_matches_full_k_ary_fat_tree(radix):
+    """Al-Fares et al. (SIGCOMM 2008): a full fat tree of k-port switches has k³/4 hosts and 5k²/4 switches;
+    two tiers reach k²/2 hosts with 3k/2 switches."""
+    from solvers.derivation import Sheet
+    from solvers.topics.fleet import fat_tree_switches
+
+    for hosts, tiers, switches in ((radix**3 // 4, True, 5 * radix**2 // 4), (radix**2 // 2, False, 3 * radix // 2)):
+        sheet = Sheet()
+        E, k, r = sheet.given("E", hosts), sheet.given("k", radix), sheet.given("r", 1)
+        assert sheet.value(fat_tree_switches(sheet, E, k, r, tiers)) == switches
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_bom_matches_plain_arithmetic(variant, seed):
     solution = variant(f"cluster-bill-of-materials@{seed}")
     p = {param.name: param.value for param in solution.params}
-    gpus, k = p["gpus"], p["radix"]
-    leaves = math.ceil(gpus / (k // 2))
-    if gpus > k * k // 2:
-        switches = 2 * leaves + math.ceil(gpus / (p["oversub"] * k))
-        pods = math.ceil(gpus / (k // 2) ** 2)
+    k = p["radix"]
+    need = 6 * p["model"].params_b * 1e9 * p["tokens"] / (p["days"] * 989.4e12 * p["mfu"])
+    job = math.ceil(need / 8)
+    down = job * p["repair"] / p["node_mtbf"]
+    wanted = 8 * (job + math.ceil(down + 2 * math.sqrt(down)))
+    if wanted > k * k // 2:
+        gpus = (k // 2) ** 2 * math.ceil(wanted / (k // 2) ** 2)
+        pods = gpus // (k // 2) ** 2
+        switches = 2 * gpus // (k // 2) + math.ceil(gpus / (p["oversub"] * k))
     else:
+        gpus = k // 2 * math.ceil(wanted / (k // 2))
+        leaves = gpus // (k // 2)
         switches, pods = leaves + math.ceil(leaves / 2), 1
+    assert solution.expected["gpus"] == gpus
     assert solution.expected["switches"] == switches
     assert solution.expected["pods"] == pods
     it_power = gpus / 8 * p["node_kw"] + switches * k * p["port_w"]
@@ -364,14 +394,20 @@ def test_bom_matches_plain_arithmetic(variant, seed):
 
 
 def test_bom_prompt_defines_the_pod(variant):
-    """The key counts pods of (k/2)² GPUs under a core tier and one pod for a two-tier fabric, whatever
-    its size (8,192 GPUs on 128 ports: one pod, not eight), so the prompt defines the pod that way; a
-    1:1 core is called non-blocking, not "oversubscribed 1:1"."""
-    solution = variant("cluster-bill-of-materials@default+gpus=8192+radix=128+oversub=1")
+    """The key counts pods of (k/2)² GPUs under a core tier and one pod for a two-tier fabric bought leaf by
+    leaf, so the prompt says so."""
+    solution = variant("cluster-bill-of-materials@default+radix=128+days=120+tokens=10")
     assert solution.expected["regime"] == "two-tier" and solution.expected["pods"] == 1
-    assert "counts as a single pod" in solution.prompt
-    assert "leaves fully meshed with as many spines" in solution.prompt  # k/2 leaves × k/2 spines
-    assert "1:1 being non-blocking" in solution.prompt and "oversubscribed 1:1" not in solution.prompt
+    assert "pods of (k/2)² GPUs" in solution.prompt and "leaf by leaf if two tiers suffice" in solution.prompt
+
+
+def test_bom_regime_counts_the_spares(variant):
+    """The tier follows the GPUs with their spares, not the job alone: with 128-port switches, a job of 8,160
+    GPUs (1,020 nodes) fits two tiers' 8,192 by itself but not with its 20 spare nodes."""
+    solution = variant("cluster-bill-of-materials@default+radix=128+days=131")
+    results = solution.sheet.results
+    assert results["job_nodes"] * 8 <= 8_192 < results["gpus_wanted"]
+    assert solution.expected["regime"] == "three-tier"
 
 
 def test_bom_power_says_which_is_it_and_which_is_site(variant):
@@ -380,14 +416,3 @@ def test_bom_power_says_which_is_it_and_which_is_site(variant):
     steps = {step.key: step for step in solution.sheet.steps}
     assert "before cooling" in steps["it_power"].why and "feed" in steps["facility_power"].title
     assert solution.expected["facility_power"] == pytest.approx(16.77e6, rel=1e-3)
-
-
-def test_bom_pinned_seed(variant):
-    solution = variant("cluster-bill-of-materials@7")
-    raw = {param.name: param.raw for param in solution.params}
-    assert raw == {"gpus": 11264, "gpu": "h100-sxm", "gpus_per_node": 8, "radix": 128, "oversub": 4, "ckpt": 2,
-                   "window": 110, "node_kw": 10.2, "port_w": 20, "pue": 1.45}
-    # 176 leaves + 176 spines + 11,264 / 4 / 128 = 22 core; 3 pods of up to 4,096 GPUs.
-    assert solution.expected["switches"] == 374
-    assert solution.expected["pods"] == 3
-    assert solution.expected["regime"] == "three-tier"
