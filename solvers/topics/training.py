@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side
+from solvers.derivation import Reject, Sheet, Side, max_of
 from solvers.topics.common import dtype_bytes, hbm_bytes, peak_flops
 from solvers.units import format_number, format_quantity
 
@@ -127,13 +127,13 @@ def _schedule_regime(s: Sheet, W, T_dl, T_c) -> None:
 
 
 def training_state_bytes(p, s: Sheet) -> None:
-    N = s.given("N", p.params, "billion params", "parameters")
+    N = s.param("N", "params")
     b_w = s.given("b_w", dtype_bytes("bf16"), "B", "bytes per bf16 weight")
     b_g = s.given("b_g", dtype_bytes("bf16"), "B", "bytes per bf16 gradient")
     b_32 = s.given("b_32", dtype_bytes("fp32"), "B", "bytes per fp32 value")
-    g = s.given("g", p.gpus_per_node, "GPUs", "GPUs per node")
+    g = s.param("g", "gpus_per_node")
     M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
-    u = s.given("u", p.usable, "%", "share of HBM for training state")
+    u = s.param("u", "usable")
 
     K = s.step("optimizer_bytes", "Optimizer bytes per parameter", "K", ADAM_FP32_COPIES * b_32, "B/param",
                "Adam keeps an fp32 master copy and two fp32 moments for every weight (ZeRO's K = 12)")
@@ -152,53 +152,92 @@ def training_state_bytes(p, s: Sheet) -> None:
                    "whole nodes: the state over one node's room, rounded up")
     s.step("state_per_gpu", "State per GPU, sharded over those nodes", "S_gpu", S / (nodes * g), "GB",
            "ZeRO-3 / FSDP gives every GPU an equal slice of weights, gradients and optimizer state")
-    N_star = s.step("max_params_one_node", "Largest model whose state fits one node", "N_star", room / b,
-                    "billion params", "one node's room over the bytes per parameter")
-    traffic = s.step("zero3_traffic", "Bytes each GPU moves per step under full sharding", "V",
-                     ZERO3_VOLUME * N * b_w, "GB",
-                     "all-gather the bf16 weights for forward and again for backward, reduce-scatter the "
-                     "gradients: 1.5x plain data parallel's all-reduce (ZeRO, sec. 7)")
+    if s.value(nodes) < 2:
+        raise Reject("the state fits one node: nothing crosses the network to decide")
+    BW = s.given("BW_nic", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name} per GPU, each direction")
+    loss_fsdp, t_comp, t_comm = _fsdp_side(p, s, N, b_w, BW)
+    loss_pp = _pipeline_side(p, s, nodes)
+    s.step("", "Pipeline: gradient all-reduce of a GPU's slice across replicas", "t_DP",
+           2 * N * b_g / (g * nodes) / BW, "s",
+           "a ring all-reduce moves twice the slice; it overlaps the backward pass, two thirds of the compute")
 
     s.assume("Mixed-precision Adam as in the ZeRO paper (Rajbhandari et al. 2020): 2 + 2 + 12 = 16 bytes per "
              "parameter. An fp32 gradient-accumulation buffer beside the bf16 gradients adds 4 (Megatron's "
              "20 B/param row); writing gradients straight into fp32 drops the bf16 copy (18).")
-    s.assume(f"{format_number(p.gpus_per_node)} GPUs per node; the share of HBM left for state is an assumption: "
-             "activations (after checkpointing), communication buffers and allocator fragmentation need the rest.")
-    s.assume("Full sharding splits the state evenly over every GPU it spans; collectives use ring-style "
-             "volumes, gradients reduced in bf16.")
+    s.assume(f"{format_number(p.gpus_per_node)} GPUs per node, one NIC per GPU; the share of HBM left for state "
+             "is an assumption: activations (after checkpointing), buffers and fragmentation need the rest.")
+    s.assume("FSDP / ZeRO-3 across the nodes: each GPU all-gathers the bf16 weights for forward and again for "
+             "backward and reduce-scatters the gradients, 3× the bf16 weights per step (ring volume, the "
+             "(k−1)/k factor taken as 1), at its NIC's line rate; prefetching overlaps it with compute, so only "
+             "the excess over the compute is exposed.")
+    s.assume("Pipeline across the nodes: one stage per node, 1F1B schedule, no interleaving; only boundary "
+             "activations (megabytes per micro-batch) cross the NIC, and the data-parallel gradient reduction "
+             "of each stage's slice hides behind the backward pass. Tensor parallel stays inside NVLink.")
     for label, wrong in (("weights only, 2 B/param", 2), ("fp32 master weights and moments left out", 4)):
         s.slip(label, wrong / s.value(b), on=("bytes_per_param", "state"))
         # Sharded over the nodes that smaller state would need: fewer nodes, so more per GPU.
         s.slip(label, on="state_per_gpu",
                factor=wrong / s.value(b) * s.value(nodes) / s.evaluate(sympy.ceiling(N * wrong / room)))
     s.slip("state per node, not per GPU", p.gpus_per_node, on="state_per_gpu")
+    s.slip("the NIC's Gb/s read as GB/s", 1 / 8, on="fsdp_comm")
+    s.slip("the bubble as (p−1)/m, not (p−1)/(m+p−1)", on="bubble",
+           factor=s.evaluate((nodes - 1) / p.microbatches) / s.value(loss_pp))
 
-    _state_regime(s, N, N_star, S, room, nodes, traffic)
+    step_fsdp = s.step("fsdp_step", "Step time with FSDP across nodes", "t_FSDP", max_of(t_comp, t_comm), "s",
+                       "the slower of the compute and the traffic it overlaps")
+    step_pp = s.step("pp_step", "Step time with a pipeline across nodes", "t_PP", t_comp / (1 - loss_pp), "s",
+                     "the same compute per GPU, stretched by the bubble")
+    _layout_regime(s, (loss_fsdp, step_fsdp), (loss_pp, step_pp), t_comp, t_comm, nodes)
 
 
-def _state_regime(s: Sheet, N, N_star, S, room, nodes, traffic) -> None:
-    state, fits = format_quantity(s.value(S), "TB"), format_quantity(s.value(room), "GB")
-    limit = format_quantity(s.value(N_star), "billion params")
-    moved = format_quantity(s.value(traffic), "GB")
-    if s.value(nodes) <= 1:
-        s.set_regime(
-            "one-node",
-            f"{state} of state fits the {fits} one node holds for it: shard it inside the node, where the "
-            f"{moved} each GPU gathers and reduces per step ride NVLink, and let only the data-parallel "
-            "gradient reduction cross the network.",
-            N_star, N,
-            f"Above {limit} the state spans nodes. Sharded across them (FSDP / ZeRO-3), every GPU then moves "
-            "three times the bf16 weights through its NIC each step, which must hide behind compute; pipeline "
-            "parallel across nodes keeps each stage's state at home and sends only the activations at stage "
-            "boundaries, paying in pipeline bubbles.")
-    else:
-        s.set_regime(
-            "multi-node",
-            f"{state} of state against {fits} per node: it spans {format_number(s.value(nodes))} nodes before "
-            "the first token. Either shard it across nodes (FSDP / ZeRO-3: about "
-            f"{moved} per GPU per step over the NIC, to be hidden behind compute) or cut the model into "
-            "pipeline stages across nodes (only boundary activations cross the NIC, at the cost of bubbles); "
-            "tensor parallel stays inside NVLink.",
-            N_star, N,
-            f"At or below {limit} the state fits one node: sharding stays on NVLink and only the data-parallel "
-            "gradient reduction crosses the NIC.")
+def _fsdp_side(p, s: Sheet, N, b_w, BW) -> tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol]:
+    """FSDP across nodes: the weights' all-gathers and the gradients' reduce-scatter over each GPU's NIC,
+    against the compute of one step."""
+    G, B = s.param("G", "gpus"), s.param("B", "batch_tokens")
+    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    mfu = s.param("MFU", "mfu")
+    V = s.step("fsdp_traffic", "Bytes each GPU moves per step under FSDP", "V", ZERO3_VOLUME * N * b_w, "GB",
+               "all-gather the bf16 weights for forward and again for backward, reduce-scatter the gradients: "
+               "1.5x plain data parallel's all-reduce (ZeRO, sec. 7)")
+    t_comm = s.step("fsdp_comm", "FSDP communication per step over the NIC", "t_comm", V / BW, "s",
+                    "every byte of it leaves the node: the shards live on other nodes")
+    t_comp = s.step("step_compute", "Compute per step", "t_comp",
+                    FLOPS_PER_PARAM_TOKEN * N * (B / G) / (P * mfu), "s",
+                    "6·N FLOPs for each of the GPU's B/G tokens, at the MFU the run sustains")
+    loss = s.step("fsdp_loss", "Step time FSDP loses to exposed communication", "f_FSDP",
+                  1 - t_comp / max_of(t_comp, t_comm), "%",
+                  "prefetching hides the traffic behind compute; what exceeds the compute stalls the step")
+    return loss, t_comp, t_comm
+
+
+def _pipeline_side(p, s: Sheet, nodes) -> sympy.Symbol:
+    m = s.param("m", "microbatches")
+    if p.microbatches < s.value(nodes):
+        raise Reject("fewer micro-batches than pipeline stages: the pipeline never fills")
+    return s.step("bubble", "Pipeline bubble, one stage per node", "f_PP", (nodes - 1) / (m + nodes - 1), "%",
+                  "1F1B: the first and last p − 1 micro-batch slots of each step leave stages idle")
+
+
+def _layout_regime(s: Sheet, fsdp_side, pp_side, t_comp, t_comm, nodes) -> None:
+    """The layout with the shorter step wins; the text quotes the share of the step each loses."""
+    (loss_fsdp, step_fsdp), (loss_pp, step_pp) = fsdp_side, pp_side
+    fsdp, pp = (format_quantity(s.value(x), "%") for x in (loss_fsdp, loss_pp))
+    comm, comp = (format_quantity(s.value(x), "s") for x in (t_comm, t_comp))
+    stages = format_number(s.value(nodes))
+    s.regime_by(step_fsdp, step_pp, tie="below", below=Side(
+        "fsdp-across-nodes",
+        f"FSDP's {comm} of NIC traffic per step against {comp} of compute loses {fsdp} of the step, less "
+        f"than the {pp} bubble of a {stages}-stage pipeline: shard across the nodes.",
+        "With fewer tokens per GPU (a smaller global batch or more GPUs) or a slower NIC the traffic outgrows "
+        "the compute, the exposed part passes the bubble, and pipeline stages across nodes win.",
+        near=f"FSDP loses {fsdp} of the step, just under the {pp} bubble of a {stages}-stage pipeline: a close "
+             "call that a few more GPUs or a smaller batch would flip to pipeline stages."),
+        above=Side(
+        "pipeline-across-nodes",
+        f"FSDP's {comm} of NIC traffic per step cannot hide behind {comp} of compute: it loses {fsdp} of the "
+        f"step, more than the {pp} bubble of a {stages}-stage pipeline. Put pipeline stages across nodes and "
+        "keep sharding inside NVLink.",
+        "With more tokens per GPU (a larger global batch) or a faster NIC the compute covers FSDP's traffic, "
+        "and sharding across nodes loses less than the bubble.",
+        near=f"FSDP loses {fsdp} of the step, just over the {pp} bubble of a {stages}-stage pipeline: a close "
+             "call; more micro-batches shrink the bubble, a larger batch hides FSDP's traffic."))
