@@ -88,12 +88,13 @@ def chunked_by_hand(solution):
     g = _group(solution)
     B, S, P = (_value(solution, n) for n in ("batch", "context", "prompt"))
     tpot, ttft_target = _value(solution, "tpot"), _value(solution, "ttft")
-    f_dec = g.flops(B, B * S)
-    chunk = math.floor(((tpot - OVERHEAD) * g.rate - f_dec) / (2 * g.N + g.A * P))
+    per_token = g.allreduce(1) - g.allreduce(0)
+    fixed = OVERHEAD + g.allreduce(B) + g.flops(B, B * S) / g.rate
+    chunk = math.floor((tpot - fixed) / ((2 * g.N + g.A * P) / g.rate + per_token))
     steps = math.ceil(P / chunk)
-    ttft = steps * (OVERHEAD + f_dec / g.rate) + g.flops(P, P**2 / 2) / g.rate
+    ttft = steps * fixed + g.flops(P, P**2 / 2) / g.rate + per_token * P
     return {
-        "stall": g.time(B + P, B * S + P**2 / 2, B * S),
+        "stall": g.time(B + P, B * S + P**2 / 2, B * S) + g.allreduce(B + P),
         "token_budget": B + chunk,
         "ttft": ttft,
         "regime": "set-by-TPOT" if ttft <= ttft_target else "set-by-TTFT",
@@ -104,10 +105,31 @@ def test_chunked_prefill_default_matches_catalogue(variant):
     """Llama-3-70B on 8 x H100: a 20K-token prompt stalls 32 streams for most of a second."""
     expected = variant("chunked-prefill-budget@default").expected
     assert 0.5 < expected["stall"] < 1.0
-    assert expected["stall"] == pytest.approx(0.7076, rel=1e-3)  # 3,351 TFLOP at 4.75 PFLOP/s + 2 ms
-    assert expected["token_budget"] == 1185  # 32 decodes + a 1,153-token chunk
-    assert expected["ttft"] == pytest.approx(0.7584, rel=1e-3)  # 18 chunks: 0.705 s of math + 18 x 2.99 ms
+    # 3,351 TFLOP at 4.75 PFLOP/s + 2 ms, then 160 all-reduces of 20,032 tokens (0.206 s)
+    assert expected["stall"] == pytest.approx(0.9134, rel=1e-3)
+    assert expected["token_budget"] == 917  # 32 decodes + an 885-token chunk
+    assert expected["ttft"] == pytest.approx(1.0214, rel=1e-3)  # 23 chunks: 0.908 s of its own + 23 x 4.91 ms
     assert expected["regime"] == "set-by-TPOT"
+
+
+def test_chunked_stall_counts_the_tp_all_reduces(variant):
+    """The review's figure: a 20K-token prefill at TP 8 all-reduces 2 x 80 x 20,000 x 8,192 x 2 B = 52 GB,
+    about +29% on the stall; the chunk's budget pays its share of them too (1,153 tokens without)."""
+    solution = variant("chunked-prefill-budget@default")
+    results = solution.sheet.results
+    assert 2 * 80 * 20_000 * 8192 * 2 == pytest.approx(52e9, rel=0.01)
+    assert results["allreduce_full"] / (results["stall"] - results["allreduce_full"]) == pytest.approx(0.29, abs=0.01)
+    assert results["chunk"] < 1153
+
+
+def test_chunked_prices_every_chunk_token_at_the_whole_prompt(variant):
+    """The review's ambiguity: "the last chunk attends to the whole prompt" read as its exact causal count
+    gives a chunk 3%+ larger in some draws. The prompt prices every chunk token at the whole prompt, and the
+    key does exactly that."""
+    solution = variant("chunked-prefill-budget@default")
+    assert "pricing every chunk token at attention to the whole prompt" in solution.prompt
+    results = solution.sheet.results
+    assert results["chunk_token_flops"] == pytest.approx(2 * 70.55e9 + 4 * 80 * 64 * 128 * 20_000)
 
 
 def test_chunked_budget_in_sarathi_serve_range(variant):
@@ -136,22 +158,28 @@ def test_chunked_draws_are_not_degenerate(variant):
     with pytest.raises(VariantError, match="serves at most"):
         variant("chunked-prefill-budget@default+model=qwen2.5-72b+prompt=40000")
     with pytest.raises(VariantError, match="already steps within the TPOT"):
-        variant("chunked-prefill-budget@default+prompt=4000+tpot=150")
+        variant("chunked-prefill-budget@default+model=llama-3-8b+tp=1+prompt=4000+tpot=150")
 
 
 def test_chunked_ttft_is_not_n_tpot_steps(variant):
-    """Earlier chunks attend to less of the prompt than the last: TTFT is below n x TPOT (0.9 s at the
-    default), and the prompt says so."""
+    """Earlier chunks attend to less of the prompt than the last: TTFT is below n x TPOT (1.15 s at the
+    default)."""
     solution = variant("chunked-prefill-budget@default")
     assert solution.expected["ttft"] < solution.sheet.results["chunks"] * _value(solution, "tpot") * 0.9
-    assert "earlier chunks attend to less" in solution.prompt
     assert not any("20K" in hint for hint in solution.question.hints)
+
+
+def test_chunked_infeasible_ttft_names_the_nvlink_domain(variant):
+    """At TP 8 on an 8-GPU domain, "a larger TP group" would leave the node: the key says so."""
+    solution = variant("chunked-prefill-budget@default+prompt=60000+ttft=2.4")
+    assert solution.expected["regime"] == "set-by-TTFT"
+    assert "leave the H100 SXM NVLink domain" in solution.sheet.regime.summary
 
 
 def test_chunked_pinned_seed(variant):
     solution = variant("chunked-prefill-budget@7")
     assert [p.raw for p in solution.params] == ["llama-3-70b", "mi300x", 8, 9, 1400, 83000, 30, 3.3, 60, 80, 2]
-    assert solution.expected["token_budget"] == 495
+    assert solution.expected["token_budget"] == 396  # 495 before the all-reduces
     assert solution.expected["regime"] == "set-by-TTFT"
 
 
@@ -160,30 +188,55 @@ def test_chunked_pinned_seed(variant):
 
 def admission_by_hand(solution):
     """The chunk priced at the last chunk (every token attending to its whole prompt); throughput and
-    TTFT at the mean step, in whole steps."""
+    TTFT at the mean step, in whole steps; all-reduces in every step."""
     g = _group(solution)
     B, S, L, q = (_value(solution, n) for n in ("batch", "context", "prompt", "queued"))
     tpot, ttft_target = _value(solution, "tpot"), _value(solution, "ttft")
-    f_dec = g.flops(B, B * S)
-    chunk = math.floor(((tpot - OVERHEAD) * g.rate - f_dec) / (2 * g.N + g.A * L))
-    step = g.time(B + chunk, B * S + chunk * L / 2, B * S)
+    per_token = g.allreduce(1) - g.allreduce(0)
+    fixed = OVERHEAD + g.allreduce(B) + g.flops(B, B * S) / g.rate
+    chunk = math.floor((tpot - fixed) / ((2 * g.N + g.A * L) / g.rate + per_token))
+    step = g.time(B + chunk, B * S + chunk * L / 2, B * S) + g.allreduce(B + chunk)
     limit = math.floor(ttft_target / step) * chunk
     backlog = (q + 1) * L
-    verdict = "reject" if L > limit else "queue" if backlog > limit else "admit"
+    verdict = "reject" if L > limit else "route-elsewhere" if backlog > limit else "admit"
     return {"chunk": chunk, "prefill_rate": chunk / step, "backlog_limit": limit,
-            "ttft": math.ceil(backlog / chunk) * step, "regime": verdict}
+            "ttft": math.ceil(backlog / chunk) * step, "added_delay": L * step / chunk, "regime": verdict}
 
 
 def test_admission_default(variant):
-    """70B on 8 x H100, 64 streams at 4K: a 1,439-token chunk (priced at the last chunk) per 48.4 ms mean
-    step, ~29.7K prompt tokens/s; 13 prompts of 4K (52K tokens, 37 steps) exceed the 31 steps x 1,439
-    tokens a 1.5 s TTFT absorbs: queue."""
+    """70B on 8 x H100, 64 streams at 4K: a 1,037-token chunk (priced at the last chunk, 6.3 ms of each
+    step gone to overhead, all-reduce latencies and the decodes) per 48.8 ms mean step, ~21.2K prompt
+    tokens/s; 13 prompts of 4K (52K tokens, 51 steps) exceed the 30 steps x 1,037 tokens a 1.5 s TTFT
+    absorbs, while 4K alone fits: route it elsewhere."""
     expected = variant("coupled-slo-admission@default").expected
-    assert expected["chunk"] == 1439
-    assert expected["prefill_rate"] == pytest.approx(29_740, rel=1e-4)
-    assert expected["backlog_limit"] == 31 * 1439
-    assert expected["ttft"] == pytest.approx(37 * 0.048386, rel=1e-4)
-    assert expected["regime"] == "queue"
+    assert expected["chunk"] == 1037
+    assert expected["prefill_rate"] == pytest.approx(21_241, rel=1e-4)
+    assert expected["backlog_limit"] == 30 * 1037
+    assert expected["ttft"] == pytest.approx(51 * 0.048822, rel=1e-4)
+    assert expected["added_delay"] == pytest.approx(4000 / 21_241, rel=1e-4)
+    assert expected["regime"] == "route-elsewhere"
+
+
+def test_admission_queueing_saves_nothing_and_says_who_pays(variant):
+    """The review's point: holding a request outside the engine does not save its own TTFT (its clock
+    runs), so "queue" was the wrong verdict. Holding never gets it in time; the key names who pays."""
+    for solution in _draws(variant, "coupled-slo-admission")[:40]:
+        assert solution.sheet.results["remedies"]["hold it outside the engine until the backlog drains"] is False
+    solution = variant("coupled-slo-admission@default")
+    assert "queue" not in solution.question.answer("regime").choices
+    summary = solution.sheet.regime.summary
+    assert "clock is already running" in summary and "every later arrival pays 0.1883 s more" in summary
+
+
+def test_admission_ttft_targets_scale_with_the_prompt(variant):
+    """The review's nonsense pairs (@7: 39,000-token prompts with a 0.25 s TTFT) are refused: no target
+    is shorter than the prompt's own prefill at datasheet peak (the bank's slo-scales-with-work)."""
+    for solution in _draws(variant, "coupled-slo-admission"):
+        g = _group(solution)
+        floor = 2 * g.N * _value(solution, "prompt") / (g.tp * g.gpu.bf16_dense_tflops * 1e12)
+        assert _value(solution, "ttft") >= floor
+    with pytest.raises(VariantError, match="slo-scales-with-work|TTFT target"):
+        variant("coupled-slo-admission@default+prompt=39000+ttft=0.25")
 
 
 def test_admission_no_step_breaks_the_tpot_target(variant):
@@ -220,12 +273,12 @@ def test_admission_draws_fit_and_stay_in_context(variant):
 def test_admission_prompt_reads_well_at_zero_and_one(variant):
     for queued in (0, 1):
         prompt = variant(f"coupled-slo-admission@default+queued={queued}").prompt
-        assert f"arrival order: {queued}." in prompt and "1 requests" not in prompt
+        assert f"; {queued} wait (FCFS)" in prompt and "1 requests" not in prompt
 
 
-@pytest.mark.parametrize("queued, verdict", [(10, "admit"), (11, "queue")])
+@pytest.mark.parametrize("queued, verdict", [(6, "admit"), (7, "route-elsewhere")])
 def test_admission_rule_flips_at_the_backlog_limit(variant, queued, verdict):
-    # 11 x 4,000 = 44,000 ≤ 44,609 = 31 x 1,439 < 48,000 = 12 x 4,000
+    # 7 x 4,000 = 28,000 ≤ 31,110 = 30 x 1,037 < 32,000 = 8 x 4,000
     assert variant(f"coupled-slo-admission@default+queued={queued}").expected["regime"] == verdict
 
 
@@ -247,7 +300,7 @@ def test_admission_pinned_seed(variant):
     on its 8 MI300X: no SLO anyone sets (the slo-scales-with-work rule). Its next draw is pinned."""
     solution = variant("coupled-slo-admission@7")
     assert [p.raw for p in solution.params] == ["llama-3-70b", "h200-sxm", 8, 8, 870, 80, 0.28, 600, 4, 60, 80, 2]
-    assert solution.expected["chunk"] == 2588
+    assert solution.expected["chunk"] == 1890  # 2,588 before the all-reduces
     assert solution.expected["regime"] == "admit"
 
 

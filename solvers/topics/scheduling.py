@@ -7,7 +7,7 @@ import sympy
 
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, Side, max_of
-from solvers.topics.collective import tp_all_reduce
+from solvers.topics.collective import crosses_domain, tp_all_reduce
 from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bytes, model_params, require_context
 from solvers.topics.steptime import (
     Engine,
@@ -36,7 +36,7 @@ def _tokens(s: Sheet, sym: sympy.Symbol) -> str:
 
 
 # A model this small fits one GPU in bf16 with room for its KV cache; nobody splits it more than two ways,
-# and on more GPUs its per-GPU step gets so short that the all-reduces the step-time model leaves out dominate.
+# and on more GPUs its per-GPU step gets so short that the all-reduces and the overhead dominate it.
 SMALL_MODEL_PARAMS = 20e9
 SMALL_MODEL_MAX_TP = 2
 
@@ -59,39 +59,64 @@ def _streams_and_targets(p, s: Sheet):
     """The engine, the running decode streams and the two SLOs: what both prefill questions start from."""
     _require_realistic_tp(p.model, p.tp)
     require_context(p.model, p.prompt)
-    e = engine(s, p.model, p.gpu, p.tp, _constants(p))
-    B = s.given("B", p.batch, "requests", "running decode streams")
-    S = s.given("S", p.context, "tokens", "context of each running stream")
-    tau = s.given("TPOT", p.tpot, "ms", "TPOT target")
-    T_f = s.given("T_f", p.ttft, "s", "TTFT target")
+    e = engine(s, p.model, p.gpu, p.tp, _constants(p), communication=p.tp > 1, kv_prerequisite=True)
+    B = s.param("B", "batch")
+    S = s.param("S", "context")
+    tau = s.param("TPOT", "tpot")
+    T_f = s.param("T_f", "ttft")
     return e, B, S, tau, T_f
+
+
+def _chunk_cap(s: Sheet, e: Engine, p, B, L_p, tau, dec, key: str, title: str):
+    """The largest chunk a TPOT-long step can carry next to the decode batch, every chunk token priced
+    at attention to its whole prompt. Returns (chunk, cost of a chunked step besides its chunk, the
+    all-reduce terms)."""
+    ar = all_reduce_terms(s, p.model, p.gpu, p.tp)
+    t_x = s.step("per_step_cost", "Cost of a chunked step besides its chunk", "t_x",
+                 e.t_oh + ar.fixed + ar.per_token * B + dec.flops / e.flop_rate, "ms",
+                 "overhead, all-reduce latencies and the decode batch's math and all-reduce bytes: the step is "
+                 "compute-bound once a chunk rides in it")
+    f_c = s.step("chunk_token_flops", "FLOPs per chunk token, priced at the whole prompt", "f_c",
+                 2 * e.N + e.A * L_p, "TFLOP", "its weights, plus attention to every token of its prompt: no chunk "
+                 "token costs more, so no step breaks the target")
+    t_c = s.step("chunk_token_time", "Time per chunk token", "t_c", f_c / e.flop_rate + ar.per_token, "us",
+                 "its math at the group's achievable compute, plus its activations in the all-reduces")
+    c_max = s.step(key, title, "c_max", sympy.floor((tau - t_x) / t_c), "tokens",
+                   "what the TPOT target leaves after the fixed cost, in chunk tokens")
+    if s.value(c_max) < 1:
+        raise Reject("no prompt token fits in a step under the TPOT target")
+    if s.evaluate(dec.bytes / e.byte_rate) > s.evaluate((dec.flops + c_max * f_c) / e.flop_rate):
+        raise Reject("a step with a full chunk is still memory-bound")
+    return c_max, t_x, t_c, ar
+
+
+def _tp_advice(p) -> str:
+    """More compute for a prompt: a wider TP group while it stays in the NVLink domain, else a prefill pool."""
+    if crosses_domain(p.gpu, 2 * p.tp):
+        return (f"a separate prefill pool (TP past {p.tp} would leave the {p.gpu.name} NVLink domain and put the "
+                "all-reduces on the NIC)")
+    return "a wider TP group or a separate prefill pool"
 
 
 def chunked_prefill_budget(p, s: Sheet) -> None:
     e, B, S, tau, T_f = _streams_and_targets(p, s)
-    P_in = s.given("P_in", p.prompt, "tokens", "the long prompt")
+    P_in = s.param("P_in", "prompt")
     require_fit(s, e, p.gpu, B * S + P_in)
 
     dec = step_work(s, e, "dec", "decode-only step", B, B * S, B * S)
-    step_time(s, e, "dec", "decode-only step", dec, key="decode_step",
+    t_ar_dec = tp_all_reduce(s, p.model, p.gpu, p.tp, B, tag="dec", label="decode-only step")
+    step_time(s, e, "dec", "decode-only step", dec, key="decode_step", communication=t_ar_dec,
               why="the streams' usual gap between tokens, for comparison")
     full = step_work(s, e, "full", "step that prefills the whole prompt", B + P_in, B * S + P_in**2 / 2, B * S)
+    t_ar_full = tp_all_reduce(s, p.model, p.gpu, p.tp, B + P_in, tag="full", label="step that prefills the prompt")
     stall = step_time(s, e, "full", "step that prefills the whole prompt", full, key="stall",
-                      why="every running stream waits this long for its next token")
+                      communication=t_ar_full, why="every running stream waits this long for its next token")
     _require_tpot_room(s, e, dec.bytes, tau)
     if s.value(stall) <= s.value(tau):
         raise Reject("the unchunked prompt already steps within the TPOT target")
 
-    f_last = s.step("last_chunk_token_flops", "FLOPs per token of the prompt's last chunk", "f_c",
-                    2 * e.N + e.A * P_in, "TFLOP",
-                    "its weights, plus attention to (nearly) the whole prompt: the dearest chunk")
-    room = s.step("step_flops", "FLOPs a step can do within the TPOT target", "F_TPOT", e.flops_within(tau), "TFLOP",
-                  "the target less the overhead, at the group's achievable compute")
-    c_max = s.step("chunk", "Largest chunk that keeps a step within the TPOT target", "c_max",
-                   sympy.floor((room - dec.flops) / f_last), "tokens",
-                   "what the decode batch leaves of the step's FLOPs, in chunk tokens")
-    if s.value(c_max) < 1:
-        raise Reject("no prompt token fits in a step under the TPOT target")
+    c_max, t_x, t_c, ar = _chunk_cap(s, e, p, B, P_in, tau, dec, "chunk",
+                                     "Largest chunk that keeps a step within the TPOT target")
     if s.value(c_max) >= s.value(P_in):
         raise Reject("the TPOT-capped chunk holds the whole prompt: nothing to chunk")
     s.step("token_budget", "Per-step token budget", "τ_tok", B + c_max, "tokens",
@@ -99,59 +124,63 @@ def chunked_prefill_budget(p, s: Sheet) -> None:
     n = s.step("chunks", "Steps to prefill the prompt", "n", sympy.ceiling(P_in / c_max), "steps",
                "the prompt sliced into chunks of at most c_max tokens")
     F_p = s.step("prompt_flops", "FLOPs of the prompt itself", "F_p", 2 * e.N * P_in + e.A * P_in**2 / 2, "TFLOP",
-                 "chunking does not change the prompt's own work")
-    t_p = s.step("prompt_compute", "Compute time of the prompt alone", "t_p", F_p / e.flop_rate, "s",
-                 "a floor under its TTFT, however the prompt is sliced")
-    t_fixed = s.step("per_step_cost", "Cost each chunked step adds besides the chunk", "t_x",
-                     e.t_oh + dec.flops / e.flop_rate, "ms", "the overhead plus the decode batch's math")
-    ttft = s.step("ttft", "TTFT of the long prompt under the budget", "TTFT", n * t_fixed + t_p, "s",
-                  "every step compute-bound: the prompt's own math plus n times the per-step cost")
+                 "chunking does not change the prompt's own work: P²/2 pairs under the causal mask")
+    t_p = s.step("prompt_compute", "The prompt's own time", "t_p", F_p / e.flop_rate + ar.per_token * P_in, "s",
+                 "its math and its activations' all-reduce bytes: a floor under its TTFT, however it is sliced")
+    ttft = s.step("ttft", "TTFT of the long prompt under the budget", "TTFT", n * t_x + t_p, "s",
+                  "the prompt's own time plus, for each of its steps, the fixed cost")
 
-    s.assume("The chunk budget is sized for the prompt's last chunk, which attends to the whole prompt, so "
-             "every step stays within the TPOT target; earlier chunks finish a little sooner.")
+    s.assume("Every chunk token is priced at attention to the whole prompt (the last chunk's cost, a little "
+             "above its exact causal count), so no step breaks the TPOT target; earlier chunks finish sooner, and "
+             "the TTFT counts the prompt's exact work (P²/2 pairs).")
     s.assume("During the chunked prefill every step is compute-bound (the chunk fills the step), and the "
              "chunk's reads of its own prompt's earlier KV are left out next to the decode streams' reads.")
     s.assume("Only this prompt is waiting; the decode streams keep their context over the few steps it takes.")
     s.slip("budget without the decode tokens", s.value(c_max) / (s.value(B) + s.value(c_max)), on="token_budget")
     s.slip("stall counted as the prompt's math alone (no decode work, no overhead)", on="stall",
-           factor=s.value(t_p) / s.value(stall))
+           factor=s.evaluate(F_p / e.flop_rate) / s.value(stall))
+    if p.tp > 1:
+        s.slip("stall without the TP all-reduces", on="stall", factor=s.evaluate(stall - t_ar_full) / s.value(stall))
+        s.slip("budget without the TP all-reduces", on="token_budget",
+               factor=s.evaluate(B + sympy.floor((tau - e.t_oh - dec.flops / e.flop_rate) * e.flop_rate
+                                                 / (2 * e.N + e.A * P_in))) / s.evaluate(B + c_max))
 
-    _chunk_regime(s, ttft, T_f, t_p, t_fixed, n, c_max, P_in)
+    _chunk_regime(s, p, ttft, T_f, t_p, t_x, n, c_max, P_in)
 
 
-def _chunk_regime(s: Sheet, ttft, T_f, t_p, t_fixed, n, c_max, P_in) -> None:
+def _chunk_regime(s: Sheet, p, ttft, T_f, t_p, t_x, n, c_max, P_in) -> None:
     budget, steps = _tokens(s, c_max), _tokens(s, n)
     took, target = format_quantity(s.value(ttft), "s"), format_quantity(s.value(T_f), "s")
+    by_tpot = Side(
+        "set-by-TPOT",
+        f"At the TPOT-capped chunk of {budget} tokens the prompt takes {steps} steps and its first token comes "
+        f"after {took}, inside the {target} TTFT target: the TPOT target sets the budget and the TTFT target has "
+        "slack.",
+        "A longer prompt, a tighter TTFT target or a busier decode batch pushes the TTFT past its target: then the "
+        "budget needed for TTFT exceeds what TPOT allows, and one of the two SLOs must give (or the prompt goes "
+        "to a separate prefill pool).")
     if s.compare(ttft, T_f) <= 0:
-        s.set_regime(
-            "set-by-TPOT",
-            f"At the TPOT-capped chunk of {budget} tokens the prompt takes {steps} steps and its first token "
-            f"comes after {took}, inside the {target} TTFT target: the TPOT target sets the budget and the "
-            "TTFT target has slack.",
-            T_f, ttft,
-            "A longer prompt, a tighter TTFT target or a busier decode batch pushes the TTFT past its target: "
-            "then the budget needed for TTFT exceeds what TPOT allows, and one of the two SLOs must give "
-            "(or the prompt goes to a separate prefill pool).")
-        return
-    rest = s.value(T_f) - s.value(t_p)
-    if rest < s.value(t_fixed):
-        single = format_quantity(s.evaluate(t_p + t_fixed), "s")
-        summary = (f"Even unchunked, the prompt's first token needs {single} (its own math plus one step's "
-                   f"overhead and decode work), past the {target} TTFT target: no budget meets both SLOs, and the "
-                   "prompt needs more compute (a larger TP group or a separate prefill pool).")
+        by_ttft_summary = ""
+    elif s.compare(T_f - t_p, t_x) < 0:
+        single = format_quantity(s.evaluate(t_p + t_x), "s")
+        by_ttft_summary = (f"Even unchunked, the prompt's first token needs {single} (its own time plus one "
+                           f"step's fixed cost), past the {target} TTFT target: no budget meets both SLOs here, "
+                           f"and the prompt needs more compute: {_tp_advice(p)}.")
     else:
         n_max = s.step("ttft_steps", "Most steps the TTFT target allows", "n_max",
-                       sympy.floor((T_f - t_p) / t_fixed), "steps", "what the target leaves after the prompt's math")
+                       sympy.floor((T_f - t_p) / t_x), "steps", "what the target leaves after the prompt's own time")
         c_min = s.step("ttft_chunk", "Smallest chunk that meets the TTFT target", "c_min",
                        sympy.ceiling(P_in / n_max), "tokens", "the prompt in at most n_max chunks")
-        summary = (f"At the TPOT-capped chunk of {budget} tokens the first token comes after {took}, past the "
-                   f"{target} TTFT target: meeting it takes chunks of {_tokens(s, c_min)} tokens, so the TTFT "
-                   "target would set the budget and the running streams' TPOT would break while this prompt "
-                   "is prefilled.")
-    s.set_regime(
-        "set-by-TTFT", summary, T_f, ttft,
-        "A shorter prompt, a looser TTFT target or more compute per step (more GPUs, a lighter decode batch) "
-        "brings the TTFT under its target at the TPOT-capped chunk; then TPOT alone sets the budget.")
+        by_ttft_summary = (f"At the TPOT-capped chunk of {budget} tokens the first token comes after {took}, past "
+                           f"the {target} TTFT target: meeting it takes chunks of {_tokens(s, c_min)} tokens, so "
+                           "the TTFT target would set the budget and the running streams' TPOT would break while "
+                           "this prompt is prefilled.")
+    by_ttft = Side(
+        "set-by-TTFT", by_ttft_summary,
+        "A shorter prompt, a looser TTFT target or more compute per step (a lighter decode batch, "
+        f"{_tp_advice(p)}) brings the TTFT under its target at the TPOT-capped chunk; then TPOT alone sets the "
+        "budget.")
+    s.regime_by(ttft, T_f, tie="below", above=by_ttft, below=by_tpot)
 
 
 # --- coupled-slo-admission ----------------------------------------------------------------
@@ -159,23 +188,16 @@ def _chunk_regime(s: Sheet, ttft, T_f, t_p, t_fixed, n, c_max, P_in) -> None:
 
 def coupled_slo_admission(p, s: Sheet) -> None:
     e, B, S, tau, T_f = _streams_and_targets(p, s)
-    L_p = s.given("L_p", p.prompt, "tokens", "prompt length of each request")
-    q = s.given("q", p.queued, "requests", "requests already waiting for prefill")
+    L_p = s.param("L_p", "prompt")
+    q = s.param("q", "queued")
     require_fit(s, e, p.gpu, B * S + L_p)
 
     dec = step_work(s, e, "dec", "decode-only step", B, B * S, B * S)
     _require_tpot_room(s, e, dec.bytes, tau)
-    f_last = s.step("last_chunk_token_flops", "FLOPs per token of a prompt's last chunk", "f_c",
-                    2 * e.N + e.A * L_p, "TFLOP",
-                    "its weights, plus attention to (nearly) its whole prompt: the dearest chunk, which must fit too")
-    room = s.step("step_flops", "FLOPs a step can do within the TPOT target", "F_TPOT", e.flops_within(tau), "TFLOP",
-                  "the target less the overhead, at the group's achievable compute")
-    c_max = s.step("chunk", "TPOT caps the prefill chunk", "c_max", sympy.floor((room - dec.flops) / f_last), "tokens",
-                   "what the decode batch leaves of a TPOT-long step, in last-chunk tokens")
-    if s.value(c_max) < 1:
-        raise Reject("no prompt token fits in a step under the TPOT target")
+    c_max, t_x, t_c, ar = _chunk_cap(s, e, p, B, L_p, tau, dec, "chunk", "TPOT caps the prefill chunk")
     mixed = step_work(s, e, "mix", "mean step with a full chunk", B + c_max, B * S + c_max * L_p / 2, B * S)
-    t_mix = step_time(s, e, "mix", "mean step with a full chunk", mixed, key="step_time",
+    t_ar_mix = tp_all_reduce(s, p.model, p.gpu, p.tp, B + c_max, tag="mix", label="mean step")
+    t_mix = step_time(s, e, "mix", "mean step with a full chunk", mixed, key="step_time", communication=t_ar_mix,
                       why="a prompt token attends on average to half its prompt: the mean step, under the TPOT target")
     X_p = s.step("prefill_rate", "The chunk caps prefill throughput", "X_p", c_max / t_mix, "tokens/s",
                  "one chunk of prompt tokens per mean step")
@@ -189,59 +211,96 @@ def coupled_slo_admission(p, s: Sheet) -> None:
                "full chunks (one may hold the end of one prompt and the start of the next); the last may be partial")
     ttft = s.step("ttft", "TTFT of the new request if admitted", "TTFT", n * t_mix, "s",
                   "its first token comes out with the step that finishes its prompt")
+    delay = s.step("added_delay", "What admitting it costs every later arrival", "Δ", L_p / X_p, "s",
+                   "its prompt occupies the chunks of the steps it takes, ahead of anyone who arrives after it")
+    solo = step_work(s, e, "solo", "prefill alone on an idle group", L_p, L_p**2 / 2, 0)
+    t_ar_solo = tp_all_reduce(s, p.model, p.gpu, p.tp, L_p, tag="solo", label="prefill alone")
+    t_solo = step_time(s, e, "solo", "prefill alone on an idle group", solo, key="solo_ttft",
+                       communication=t_ar_solo, why="no decode batch and no TPOT cap: the whole prompt in one step, "
+                       "what a prefill-only replica of the same GPUs gives it")
 
-    s.assume("TPOT is the step time: every running stream gets one token per step. The chunk is sized for a "
-             "prompt's last chunk, whose tokens attend to the whole prompt, so no step breaks the TPOT target; "
+    s.assume("TPOT is the step time: every running stream gets one token per step. Every chunk token is priced "
+             "at attention to its whole prompt (the last chunk's cost), so no step breaks the TPOT target; "
              "throughput and TTFT use the mean step, where a prompt token attends to half its prompt.")
     s.assume("The chunk's reads of earlier KV of its prompt are left out next to the decode streams' reads.")
     s.assume("Prefill in arrival order (FCFS), one full chunk of waiting prompt tokens per step; the running "
              "batch and its context stay as they are while the backlog drains, and the first token comes out "
-             "with the step that holds the request's last prompt token.")
-    c_mean = s.evaluate(sympy.floor((room - dec.flops) / (2 * e.N + e.A * L_p / 2)))
+             "with the step that holds the request's last prompt token. The TTFT clock starts at arrival, "
+             "wherever the request waits.")
+    c_mean = s.evaluate(sympy.floor((tau - t_x) / ((2 * e.N + e.A * L_p / 2) / e.flop_rate + ar.per_token)))
     s.slip("chunk sized for the mean prompt token (late chunks then break the TPOT target)", on="chunk",
            factor=c_mean / s.value(c_max))
     s.slip("chunk taken as the whole TPOT step (decode batch's share forgotten)", on="chunk",
-           factor=s.evaluate(sympy.floor(room / f_last)) / s.value(c_max))
+           factor=s.evaluate(sympy.floor((tau - e.t_oh) / t_c)) / s.value(c_max))
     s.slip("TTFT as backlog over prefill rate (whole steps not counted)", on="ttft",
            factor=s.evaluate(Q / X_p) / s.value(ttft))
     s.slip("backlog limit from the TPOT target instead of the TTFT target", on="backlog_limit",
            factor=s.evaluate(sympy.floor(tau / t_mix)) / s.value(n_max))
 
-    _admission_regime(s, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max)
+    _admission_remedies(s, Q, Q_max, L_p, ttft, T_f, t_solo, delay)
+    _admission_regime(s, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay)
 
 
-def _admission_regime(s: Sheet, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max) -> None:
+def _admission_remedies(s: Sheet, Q, Q_max, L_p, ttft, T_f, t_solo, delay) -> None:
+    """Which ways of serving the new request get its first token within the target, and who pays."""
+    late, target, cost = (format_quantity(s.value(x), "s") for x in (ttft, T_f, delay))
+    alone = format_quantity(s.value(t_solo), "s")
+    own = s.compare(L_p, Q_max) <= 0
+    key = "remedies"
+    s.judge(key, "admit it here now, behind the waiting prompts", s.compare(Q, Q_max) <= 0,
+            f"behind the backlog its first token comes after {late}, against {target}")
+    s.judge(key, "hold it outside the engine until the backlog drains", False,
+            f"its TTFT clock runs while it waits: it sees at least the {late} it sees admitted now, and every later "
+            "arrival still waits behind it")
+    s.judge(key, "let it overtake the waiting prompts", own,
+            f"its prompt alone {'fits' if own else 'exceeds'} the {_tokens(s, Q_max)} tokens this replica prefills "
+            f"within {target}; the prompts it overtakes each pay its {cost}")
+    s.judge(key, "send it to an idle replica of the same kind (same decode batch, empty queue)", own,
+            f"with no queue ahead its prompt of {_tokens(s, L_p)} tokens against the {_tokens(s, Q_max)}-token "
+            "limit decides")
+    fits_alone = s.compare(t_solo, T_f) <= 0
+    s.judge(key, "send it to a prefill-only replica of the same GPUs (no decode batch, one step)", fits_alone,
+            f"alone on the group its prefill takes {alone}, against {target}")
+    s.judge(key, "none of these: it needs more compute than a group of these GPUs gives", not fits_alone,
+            f"even alone on the group its prefill takes {alone}, against {target}")
+
+
+def _admission_regime(s: Sheet, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay) -> None:
     holds = "≤" if s.value(Q) <= s.value(Q_max) else ">"
     rule = (f"admit while (q + 1)·L_p ≤ c_max·floor(T_f / t_step); here {_tokens(s, Q)} {holds} {_tokens(s, Q_max)} "
             f"tokens (c_max = {_tokens(s, c_max)} tokens per {_ms(s, t_mix)} step, {_tokens(s, n_max)} steps)")
-    late = format_quantity(s.value(ttft), "s")
-    target = format_quantity(s.value(T_f), "s")
+    late, target = format_quantity(s.value(ttft), "s"), format_quantity(s.value(T_f), "s")
+    cost, alone = format_quantity(s.value(delay), "s"), format_quantity(s.value(t_solo), "s")
     if s.compare(L_p, Q_max) > 0:
+        alone_fits = s.compare(t_solo, T_f) <= 0
+        pool = (f"a prefill-only replica ({alone} alone on the group) could still make it" if alone_fits
+                else f"even alone on the group its prefill takes {alone}: it needs a wider group or a looser target")
         s.set_regime(
             "reject",
-            f"The prompt alone ({_tokens(s, L_p)} tokens) exceeds the {_tokens(s, Q_max)} tokens this replica can "
-            f"prefill within {target}: even on an empty queue it misses its TTFT. Reject it early (or send it "
-            f"to a replica with more prefill capacity) rather than let it hold the queue. Rule: {rule}.",
+            f"The prompt alone ({_tokens(s, L_p)} tokens) exceeds the {_tokens(s, Q_max)} tokens a replica like this "
+            f"prefills within {target}: on any queue it misses its TTFT. Fail it fast rather than let it take "
+            f"{cost} of chunks from everyone behind it; {pool}. Rule: {rule}.",
             Q_max, L_p,
-            "A prompt shorter than the backlog limit can meet its TTFT once the queue ahead of it drains; "
+            "A prompt shorter than the backlog limit can meet its TTFT on a replica with a short enough queue; "
             "raising the limit takes a looser TPOT target (bigger chunks) or more compute per step.")
     elif s.compare(Q, Q_max) > 0:
         s.set_regime(
-            "queue",
-            f"Behind the current backlog its first token would come after {late}, past the {target} target, "
-            f"although on an empty queue it would make it. Hold it outside the engine (or route it to a less "
-            f"loaded replica) so its tokens do not push every later arrival past the target too. Rule: {rule}.",
+            "route-elsewhere",
+            f"Behind this backlog its first token would come after {late}, past the {target} target, and holding "
+            "it outside the engine saves nothing: its clock is already running. Admitted here it pays that miss "
+            f"itself and every later arrival pays {cost} more; on an idle replica of the same kind it would make "
+            f"it. Route it to the least-loaded replica whose backlog passes the rule, or fail it fast. Rule: {rule}.",
             Q_max, Q,
-            "Once the backlog drains below the limit less this prompt, the same request is admitted; a prompt "
-            "longer than the limit itself is rejected, since no wait helps it.")
+            "Once the backlog drains below the limit less this prompt, the same request is admitted here; a prompt "
+            "longer than the limit itself is rejected, since no replica like this can make its target.")
     else:
         s.set_regime(
             "admit",
             f"The backlog with this prompt clears within {late}, inside the {target} TTFT target, while every "
-            f"step stays within the TPOT target. Rule: {rule}.",
+            f"step stays within the TPOT target; every later arrival waits {cost} more for it. Rule: {rule}.",
             Q_max, Q,
-            "A longer queue or a longer prompt pushes the backlog past the limit: the request then waits outside "
-            "the engine, or is rejected if its prompt alone exceeds the limit.")
+            "A longer queue or a longer prompt pushes the backlog past the limit: the request then goes to a less "
+            "loaded replica, or is rejected if its prompt alone exceeds the limit.")
 
 
 # --- decode-loop-overlap ------------------------------------------------------------------
