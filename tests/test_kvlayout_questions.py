@@ -230,17 +230,20 @@ ATTENTION = 61 * 187_105_280  # the five attention projections of all 61 layers
 
 def test_mla_duplication_default_h200_node(variant):
     """DeepSeek-V3, fp8 weights (bf16 embedding and LM head), TP 8 on 8 x H200, bf16 latents, 32K-token
-    requests, 64 to hold."""
+    requests, 64 to hold, DP attention in 8 groups."""
     results = variant("mla-tp-duplication@default").sheet.results
     room = 141e9 * 0.9 - (671e9 + 2 * EMBEDDING) / 8  # 42.8 GB per GPU
     assert results["room_tp"] == pytest.approx(room)
-    assert results["duplicate_bytes"] == pytest.approx(7 * room)  # 300 GB beyond one copy on the node
+    assert results["duplicate_bytes"] == pytest.approx(7 * room)  # 300 GB of the 342 GB pool repeat one GPU's
     assert results["requests_tp"] == 18
     extra = (ATTENTION + 2 * EMBEDDING) * 7 / 8  # 9.99 GB of projections + 1.62 GB of embedding
     assert results["dp_extra_weights"] == pytest.approx(extra)
     assert results["requests_dp"] == 104  # 13 per GPU: 13.5 fit, not the 14 an unreplicated embedding allows
     assert results["capacity_gain"] == pytest.approx(8 * (room - extra) / room)
     assert results["regime"] == "dp-attention"
+    latent = 61 * 576 * 2 * 32768  # 2.3 GB per request
+    assert results["t_kv_tp"] == pytest.approx(18 * latent / (0.8 * 4.8e12))  # the 18 it holds, on every GPU
+    assert results["t_kv_dp"] == pytest.approx(8 * latent / (0.8 * 4.8e12))  # 64 / 8 per group
 
 
 def test_mla_attention_weights_match_checkpoint_shapes(variant):
@@ -259,13 +262,23 @@ def test_mla_duplication_regime_follows_demand(variant, seed):
     p = _params(solution)
     per_token = 61 * 576 * DTYPE_BYTES[p["kv_dtype"]]
     room = p["gpu"].hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION - (671e9 + 2 * EMBEDDING) / 8
-    room_dp = room - (ATTENTION + 2 * EMBEDDING) * 7 / 8
+    # d groups of 8/d GPUs: projections split 8/d ways instead of 8, the embedding whole on every GPU.
+    extra = ATTENTION * (p["dp"] - 1) / 8 + 2 * EMBEDDING * 7 / 8
     held = math.floor(room / (per_token * p["context"]))
-    held_dp = 8 * math.floor(room_dp / (per_token * p["context"]))
+    held_dp = p["dp"] * math.floor((room - extra) / (per_token * p["context"]))
+    assert solution.expected["dp_extra_weights"] == pytest.approx(extra)
     assert solution.expected["requests_tp"] == held
     assert solution.expected["requests_dp"] == held_dp
     assert p["demand"] <= held_dp
     assert solution.expected["regime"] == ("dp-attention" if p["demand"] > held else "tp-attention")
+
+
+def test_mla_duplication_extra_weights_follow_the_dp_size(variant):
+    """The review's bug: the extra weight bytes were one figure in every draw. With d attention groups the
+    projections split 8/d ways, so the extra falls from 11.6 GB (d = 8) to 3.0 GB (d = 2)."""
+    extras = {d: variant(f"mla-tp-duplication@default+dp={d}+demand=16").expected["dp_extra_weights"] for d in (2, 4, 8)}
+    assert extras[2] == pytest.approx(ATTENTION / 8 + 2 * EMBEDDING * 7 / 8)
+    assert extras[2] < extras[4] < extras[8]
 
 
 def test_mla_duplication_rejects_a_demand_neither_layout_holds(variant):
@@ -275,17 +288,20 @@ def test_mla_duplication_rejects_a_demand_neither_layout_holds(variant):
         variant("mla-tp-duplication@default+demand=500")
 
 
-def test_mla_duplication_asks_for_bytes_beyond_one_copy(variant):
+def test_mla_duplication_asks_for_redundant_copies(variant):
+    """The review's ambiguity: "beyond one copy of the latents" read as the latents held. The prompt now says
+    one copy of each latent counts as useful, and n·F (the whole pool) grades wrong."""
     solution = variant("mla-tp-duplication@default")
-    assert "beyond one copy" in solution.prompt  # all n·F bytes are copies of something another GPU holds
+    assert "redundant copies (one copy of each latent counts as useful)" in solution.prompt
     assert solution.grade_one("duplicate_bytes", "342 GB").verdict != CORRECT  # n·F, not (n − 1)·F
+    assert solution.grade_one("duplicate_bytes", "299.6 GB").verdict == CORRECT
 
 
 def test_mla_duplication_pinned_seed(variant):
     solution = variant("mla-tp-duplication@1")
-    assert [p.raw for p in solution.params] == ["deepseek-v3", "h200-sxm", 8, 1536, 128, 128, "fp8", 6912, 410]
-    assert solution.expected["requests_tp"] == 176
-    assert solution.expected["requests_dp"] == 1024
+    assert [p.raw for p in solution.params] == ["deepseek-v3", "h200-sxm", 8, 1536, 128, 128, 8, "bf16", 110080, 29]
+    assert solution.expected["requests_tp"] == 5
+    assert solution.expected["requests_dp"] == 32
     assert solution.expected["regime"] == "dp-attention"
 
 

@@ -14,14 +14,20 @@ import sympy
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, Side
 from solvers.topics.collective import tp_all_reduce
-from solvers.topics.common import GPU_MEMORY_UTILIZATION, dtype_bytes, hbm_bytes, model_params, peak_flops
+from solvers.topics.common import (
+    GPU_MEMORY_UTILIZATION,
+    dtype_bytes,
+    hbm_bandwidth,
+    hbm_bytes,
+    model_params,
+    peak_flops,
+)
 from solvers.topics.kvcache import (
     kv_bytes_per_token,
     kv_bytes_per_token_given,
-    kv_bytes_per_token_per_gpu,
     kv_heads_per_gpu,
 )
-from solvers.topics.steptime import engine, step_time, step_work
+from solvers.topics.steptime import DEFAULT_CONSTANTS, engine, step_time, step_work
 from solvers.units import format_number, format_quantity
 
 GPUS_PER_NODE = 8  # an HGX/DGX or MI300X platform board
@@ -330,14 +336,18 @@ def _layout_regime(s: Sheet, TP, n_star, req_g, req_m, tpot) -> None:
 # --- mla-tp-duplication ----------------------------------------------------------------------
 
 
+def _dp_requests(s: Sheet, room, A, E, kv_tok, C, n, dp: int) -> float:
+    """Requests the node holds with `dp` attention groups of n/dp GPUs each (SGLang's layout)."""
+    room_dp = room - (A * (dp / n - 1 / n) + E * (1 - 1 / n))
+    if s.evaluate(room_dp) <= 0:
+        return 0.0
+    return s.evaluate(dp * sympy.floor(room_dp / (kv_tok * C)))
+
+
 def mla_tp_duplication(p, s: Sheet) -> None:
-    if p.tp < 2:
-        raise Reject("one rank holds one copy: nothing is duplicated")
     model = p.model
-    b_kv = _kv_dtype(p, s)
-    n = s.given("n", p.tp, "", "TP degree (GPUs in the node)")
-    kv_tok = kv_bytes_per_token(s, model, b_kv)
-    kv_gpu = kv_bytes_per_token_per_gpu(s, model, b_kv, n)
+    kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype)
+    n = s.param("n", "tp")
     usable = _usable(s, p.gpu)
     N = s.given("N", model_params(model), "", "parameters")
     b_w = s.given("b_w", dtype_bytes("fp8"), "B", "bytes per weight (fp8 as served)")
@@ -350,75 +360,120 @@ def mla_tp_duplication(p, s: Sheet) -> None:
                   "usable memory less this GPU's 1/n of the weights")
     if s.value(room) <= 0:
         raise Reject("the weights do not fit the node")
-    s.step("duplicate_bytes", "KV bytes on the node beyond one copy", "D", (n - 1) * room, "GB",
-           "all n GPUs hold the same latents: one copy is useful, n − 1 are copies")
-    C = s.given("C", p.context, "tokens", "context per request")
+    s.step("duplicate_bytes", "Redundant copies in the node's full KV pool", "D", (n - 1) * room, "GB",
+           "every GPU holds the same latents: one GPU's pool is the useful copy, the other n − 1 repeat it")
+    C = s.param("C", "context")
     req_tp = s.step("requests_tp", "Requests the node holds (TP attention)", "U_TP",
-                    sympy.floor(room / (kv_gpu * C)), "requests", "what one GPU fits is what the node fits")
+                    sympy.floor(room / (kv_tok * C)), "requests",
+                    "each GPU keeps every request's whole latent: what one GPU fits is what the node fits")
 
-    q_r = s.given("q_r", p.q_lora_rank, "", "query latent rank (q_lora_rank)")
+    q_r = s.param("q_r", "q_lora_rank")
     H = s.given("H", model.heads, "", "attention heads")
-    d_n = s.given("d_n", p.qk_nope_head_dim, "", "non-RoPE query/key head dim")
+    d_n = s.param("d_n", "qk_nope_head_dim")
     d_r = s.given("d_r", model.qk_rope_head_dim, "", "decoupled RoPE key dim")
     d_c = s.given("d_c", model.kv_lora_rank, "", "KV latent rank (kv_lora_rank)")
-    d_v = s.given("d_v", p.v_head_dim, "", "value head dim")
+    d_v = s.param("d_v", "v_head_dim")
     L = s.given("L", model.layers, "", "layers")
     A_l = s.step("attn_params_layer", "Attention weights per layer", "A_l",
                  h * q_r + q_r * H * (d_n + d_r) + h * (d_c + d_r) + d_c * H * (d_n + d_v) + H * d_v * h, "",
                  "q_a, q_b, kv_a (latent plus RoPE key), kv_b (up-projection to keys and values), o")
     A = s.step("attn_weights", "Attention weights, all layers", "A", L * A_l * b_w, "GB",
-               "the projections data-parallel attention copies onto every GPU")
+               "the projections each attention group splits only over its own GPUs")
     E = s.step("embedding_bytes", "Token embedding", "E", V * h * b_e, "GB",
-               "copied onto every GPU too (SGLang turns TP off for the embedding under DP attention)")
-    extra = s.step("dp_extra_weights", "Extra weight bytes per GPU (DP attention)", "dW", (A + E) * (1 - 1 / n),
-                   "GB", "each GPU holds all of the attention projections and the embedding instead of 1/n")
+               "copied whole onto every GPU (SGLang turns TP off for the embedding under DP attention)")
+    d = s.param("d", "dp")
+    a = s.step("attn_tp", "GPUs per attention group", "a", n / d, "GPUs", "the node's GPUs split into d groups")
+    extra = s.step("dp_extra_weights", "Extra weight bytes per GPU (DP attention)", "dW",
+                   A * (1 / a - 1 / n) + E * (1 - 1 / n), "GB",
+                   "attention projections split a ways instead of n, and the whole embedding instead of 1/n")
     room_dp = s.step("room_dp", "KV memory per GPU (DP attention)", "F_DP", room - extra, "GB",
                      "the replicated weights come out of the KV room")
     req_dp = s.step("requests_dp", "Requests the node holds (DP attention)", "U_DP",
-                    n * sympy.floor(room_dp / (kv_tok * C)), "requests",
-                    "each GPU holds only its own requests' latents: n independent pools")
-    s.step("capacity_gain", "KV capacity gained by DP attention", "g", n * room_dp / room, "x",
-           "n pools of unique tokens, each a little smaller, against one duplicated pool")
-    demand = s.given("U_d", p.demand, "requests", "concurrent requests to hold")
+                    d * sympy.floor(room_dp / (kv_tok * C)), "requests",
+                    "each group's GPUs keep only that group's latents: d independent pools")
+    s.step("capacity_gain", "KV capacity gained by DP attention", "g", d * room_dp / room, "x",
+           "d pools of unique tokens, each a little smaller, against one duplicated pool")
+    demand = s.param("U_d", "demand")
     if s.value(demand) > s.value(req_dp):
         raise Reject("neither layout holds the demand on one node")
 
-    s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable; activations, CUDA graphs and "
-             "communication buffers are ignored.")
+    # The latency side: every GPU reads the latents it holds once per decode step.
+    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
+    eta = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%", "achievable fraction of HBM bandwidth")
+    run_tp = s.step("running_tp", "Requests TP attention runs", "U_run", sympy.Min(demand, req_tp, evaluate=False),
+                    "requests", "the demand, or as many as fit")
+    t_tp = s.step("t_kv_tp", "Latent reads per decode step (TP attention)", "t_TP",
+                  run_tp * C * kv_tok / (eta * BW), "ms", "each GPU's heads attend over every running request's latent")
+    busiest = s.step("busiest_group", "Requests in the busiest attention group", "U_g", sympy.ceiling(demand / d),
+                     "requests", "the whole demand, spread as evenly as whole requests allow")
+    t_dp = s.step("t_kv_dp", "Latent reads per decode step (DP attention)", "t_DP",
+                  busiest * C * kv_tok / (eta * BW), "ms", "each GPU reads its own group's latents; the step waits "
+                  "for the busiest group")
+
+    s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable (the usable-hbm card); activations, "
+             "CUDA graphs and communication buffers are ignored.")
     s.assume("Weights in fp8 at one byte per parameter, except the token embedding and LM head, which the "
              "released checkpoint keeps in bf16 (block scales, norms and the multi-token-prediction module "
              "ignored).")
-    s.assume("DP attention as SGLang lays it out (--enable-dp-attention): the attention projections and the "
-             "token embedding are copied onto every GPU; the MoE and dense MLP weights and the LM head stay "
-             "sharded (the LM head is copied too only with --enable-dp-lm-head).")
-    s.assume("DP attention also costs an all-gather of hidden states before and a scatter after each MoE "
-             "block, and a step waits for its busiest rank; those are time, not memory, and are not priced here.")
-    all_shares = "all n shares counted, not the n − 1 that are extra (copies, or replicated weights)"
-    s.slip(all_shares, p.tp / (p.tp - 1), on=("duplicate_bytes", "dp_extra_weights"))
-    s.slip("/n: DP capacity of one GPU, not the node", 1 / p.tp, on="requests_dp")
-    _attention_regime(s, req_tp, req_dp, demand)
+    s.assume("DP attention as SGLang lays it out (--enable-dp-attention --dp d): d attention groups of n/d GPUs, "
+             "each running attention for its own requests with the projections split over its GPUs; the token "
+             "embedding is copied whole onto every GPU; the MoE and dense MLP weights and the LM head stay "
+             "sharded n ways (the LM head is copied too only with --enable-dp-lm-head).")
+    s.assume(f"Latent reads at {format_quantity(DEFAULT_CONSTANTS.bandwidth, '%')} of HBM bandwidth. The rest of a "
+             "decode step (weights, MoE dispatch, the all-reduce that DP attention trades for an all-gather and "
+             "a reduce-scatter of the same hidden states) is about the same in both layouts and left out.")
+    all_shares = "all n GPUs' pools counted, not the n − 1 that repeat one"
+    s.slip(all_shares, p.tp / (p.tp - 1), on="duplicate_bytes")
+    s.slip("the attention projections copied whole onto every GPU, whatever the group", on="dp_extra_weights",
+           factor=s.evaluate(A * (1 - 1 / n) + E * (1 - 1 / n)) / s.value(extra))
+    s.slip("/d: DP capacity of one group, not the node", 1 / p.dp, on="requests_dp")
+    s.slip("the TP read split over the GPUs like heads", 1 / p.tp, on="t_kv_tp")
+    _attention_judgements(s, p, room, A, E, kv_tok, C, n, extra, req_dp, demand)
+    _attention_regime(s, req_tp, req_dp, demand, t_tp, t_dp)
 
 
-def _attention_regime(s: Sheet, req_tp, req_dp, demand) -> None:
+def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, demand) -> None:
+    key = "dp_tradeoffs"
+    one = s.evaluate(kv_tok * C)
+    costly = s.value(extra) > one
+    s.judge(key, "DP attention's extra weights per GPU outweigh one request's latent", costly,
+            f"{format_quantity(s.value(extra), 'GB')} of copied weights against {format_quantity(one, 'GB')} "
+            "per request")
+    wider = 2 * p.dp
+    then = _dp_requests(s, room, A, E, kv_tok, C, n, wider) if wider <= p.tp else 0.0
+    s.judge(key, "Twice the DP size would hold more requests at this context", then > s.value(req_dp),
+            f"DP {wider} exceeds the {p.tp} GPUs" if wider > p.tp else
+            f"DP {wider}: {format_number(then)} requests against {format_number(s.value(req_dp))}")
+    half = s.evaluate(sympy.floor(2 * room / (kv_tok * C)))
+    s.judge(key, "Halving the context would let TP attention hold the demand", half >= p.demand,
+            f"TP attention would hold {format_number(half)} requests of half the length, against "
+            f"{format_number(p.demand)} to hold")
+    s.judge(key, "Under DP attention a decode step waits for its busiest attention group", True,
+            "the groups meet at every MoE layer, so the step runs at the pace of the group with the most requests "
+            "(or the longest ones)")
+    s.judge(key, "DP attention also splits each request's latent over the GPUs of its group", False,
+            "no: within a group the latent is still copied onto each GPU; DP only stops other groups holding it")
+
+
+def _attention_regime(s: Sheet, req_tp, req_dp, demand, t_tp, t_dp) -> None:
     tp, dp, want = (format_number(s.value(x)) for x in (req_tp, req_dp, demand))
-    if s.compare(demand, req_tp) > 0:
-        s.set_regime(
-            "dp-attention",
-            f"TP attention holds {tp} requests, fewer than the {want} you must hold: the copies of the "
-            f"latents are the binding waste, and DP attention raises the node to {dp}, enough for them, for "
-            "the price of the replicated weights.",
-            req_tp, demand,
-            "With fewer concurrent requests (or shorter contexts) TP attention already holds them all; DP "
-            "attention would then buy memory no one needs and pay for it in replicated weights, "
-            "all-gathers and idle ranks at low load.")
-    else:
-        s.set_regime(
-            "tp-attention",
-            f"TP attention already holds {tp} requests, enough for the {want} you must hold: the duplicated "
-            "latents waste memory, but no request waits for it.",
-            req_tp, demand,
-            f"Once you must hold more than {tp} requests at this context, the copies bind: DP attention, "
-            f"with each GPU keeping only its own requests' latents, holds {dp}.")
+    reads = (f"Each GPU spends {format_quantity(s.value(t_tp), 'ms')} per decode step reading latents under TP "
+             f"attention (the requests it holds) and {format_quantity(s.value(t_dp), 'ms')} under DP attention "
+             "(all of them).")
+    s.regime_by(demand, req_tp, tie="below", above=Side(
+        "dp-attention",
+        f"TP attention holds {tp} requests, fewer than the {want} you must hold: the copies of the latents are the "
+        f"binding waste, and DP attention raises the node to {dp}, for the price of the replicated weights. "
+        f"{reads}",
+        "With fewer concurrent requests (or shorter contexts) TP attention already holds them all; DP attention "
+        "would still cut the latent reads per step, but buys memory no one needs and idles ranks at low or "
+        "uneven load."),
+        below=Side(
+        "tp-attention",
+        f"TP attention already holds {tp} requests, enough for the {want} you must hold: the duplicated latents "
+        f"waste memory, but no request waits for it. {reads}",
+        f"Once you must hold more than {tp} requests at this context the copies bind: DP attention, each group "
+        f"keeping only its own requests' latents, holds {dp}."))
 
 
 # --- recurrent-state-inventory ---------------------------------------------------------------
