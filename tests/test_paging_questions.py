@@ -159,7 +159,8 @@ def test_tp_past_kv_heads_default(variant):
 
 
 def test_kv_per_gpu_stops_at_the_kv_heads_while_weights_keep_falling(variant):
-    by_tp = {tp: variant(f"tp-past-kv-heads@default+tp={tp}").sheet.results for tp in (4, 8, 16, 32)}
+    # 32 requests: at TP 4 the default's 64 would not fit beside the weights on an H100.
+    by_tp = {tp: variant(f"tp-past-kv-heads@default+batch=32+tp={tp}").sheet.results for tp in (4, 8, 16, 32)}
     assert by_tp[4]["kv_per_gpu"] == 2 * by_tp[8]["kv_per_gpu"]
     assert by_tp[8]["kv_per_gpu"] == by_tp[16]["kv_per_gpu"] == by_tp[32]["kv_per_gpu"]
     assert by_tp[4]["weights_per_gpu"] == pytest.approx(2 * by_tp[8]["weights_per_gpu"])  # within the heads
@@ -209,11 +210,63 @@ def test_pipeline_stages_take_whole_layers(variant):
 
 
 def test_tp_past_kv_heads_pinned_seed(variant):
+    """Pinned again: the GPU and NIC are now drawn (the fit check and the all-reduce need them)."""
     solution = variant("tp-past-kv-heads@1")
-    assert [p.raw for p in solution.params] == ["qwen2.5-72b", 32, "bf16", 210, 7424]
-    assert solution.expected["duplicate"] == 3 * 327_680 * 7424 * 210
-    assert solution.expected["regime"] == "kv-replicated"
+    assert [p.raw for p in solution.params] == ["qwen2.5-72b", "mi300x", "connectx-7", 4, "fp8", 24, 12032]
+    assert solution.expected["kv_per_gpu"] == 2 * 80 * 2 * 128 * 1 * 12032 * 24
+    assert solution.expected["regime"] == "kv-split"
     assert "beyond one copy" in solution.prompt  # not "copies another GPU holds": every copy is held twice
+
+
+def test_tp_past_kv_heads_checks_the_fit(variant):
+    """Review bug (@43: Qwen2.5-72B at TP 2 with 551 GiB of KV per GPU): weights plus KV must fit the usable
+    HBM (90%, usable-hbm card), and every draw does."""
+    with pytest.raises(VariantError, match="do not fit"):
+        variant("tp-past-kv-heads@default+model=qwen2.5-72b+tp=4+batch=210+context=8192")
+    for seed in range(40):
+        results = variant(f"tp-past-kv-heads@{seed}").sheet.results
+        assert results["headroom"] >= 0
+        assert results["held_per_gpu"] == pytest.approx(results["weights_per_gpu"] + results["kv_per_gpu"])
+
+
+def test_tp_past_kv_heads_keeps_each_model_within_its_context(variant):
+    """Qwen2.5-72B serves 32K natively: the context-within-model rule applies (the parameter is `context`)."""
+    with pytest.raises(VariantError, match="32,768"):
+        variant("tp-past-kv-heads@default+model=qwen2.5-72b+batch=8+context=65536")
+    for seed in range(60):
+        p = _params(variant(f"tp-past-kv-heads@{seed}"))
+        assert p["context"] <= p["model"].max_context, seed
+
+
+def test_tp_all_reduce_leaves_the_node_past_its_nvlink_domain(variant):
+    """Default: TP 16 on H100 (8-GPU NVLink domain) all-reduces over ConnectX-7, 400 Gb/s = 50 GB/s each way,
+    30 us per call (conventions card): 2 x 80 layers x (30 us + 2 x 15/16 x 64 x 8,192 x 2 B / 50 GB/s)."""
+    results = variant("tp-past-kv-heads@default").sheet.results
+    message = 64 * 8192 * 2
+    assert results["allreduce"] == pytest.approx(2 * 80 * (30e-6 + 2 * 15 / 16 * message / 50e9))  # 11.09 ms
+    assert results["allreduce"] > results["read_time"]  # the NIC costs more than the step's HBM reads
+    # TP 8 stays on NVLink (900 GB/s both ways, 450 each), 10 us per call.
+    inside = variant("tp-past-kv-heads@default+tp=8").sheet.results
+    assert inside["allreduce"] == pytest.approx(2 * 80 * (10e-6 + 2 * 7 / 8 * message / 450e9))
+    # GB200 NVL72: TP 16 is still one NVLink domain.
+    nvl72 = variant("tp-past-kv-heads@default+model=llama-3.1-405b+gpu=gb200").sheet.results
+    assert nvl72["allreduce"] == pytest.approx(2 * 126 * (10e-6 + 2 * 15 / 16 * 64 * 16384 * 2 / 900e9))
+    assert "leaves the 8-GPU NVLink domain" in variant("tp-past-kv-heads@default").sheet.regime.summary
+
+
+def _holding(solution, key: str) -> set[str]:
+    """Every option of a select that holds, listed or not (the prompt lists `show` of them)."""
+    return {option for option, holds in solution.sheet.results[key].items() if holds}
+
+
+def test_tp_levers_follow_the_layout(variant):
+    past = _holding(variant("tp-past-kv-heads@default"), "levers")
+    assert past == {"capping TP at the KV heads and adding pipeline stages on the same GPUs",
+                    "data-parallel attention on the same GPUs", "an fp8 KV cache", "twice the GPUs as two replicas"}
+    within = _holding(variant("tp-past-kv-heads@default+batch=32+tp=4+dtype=fp8"), "levers")
+    assert within == {"doubling TP", "twice the GPUs as two replicas"}
+    at_heads = _holding(variant("tp-past-kv-heads@default+tp=8"), "levers")
+    assert at_heads == {"an fp8 KV cache", "twice the GPUs as two replicas"}  # TP 8 = H_kv: doubling copies heads
 
 
 # --- sliding-window-savings ----------------------------------------------------------------

@@ -8,7 +8,15 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.topics.common import dtype_bytes, model_params, require_context
+from solvers.topics.collective import crosses_domain, tp_all_reduce
+from solvers.topics.common import (
+    GPU_MEMORY_UTILIZATION,
+    dtype_bytes,
+    hbm_bandwidth,
+    hbm_bytes,
+    model_params,
+    require_context,
+)
 from solvers.topics.kvcache import (
     blocks_for_tokens,
     kv_bytes_per_token,
@@ -130,11 +138,11 @@ def _block_regime(s: Sheet, share, tau, L_star, L_avg, blocks, waste) -> None:
 def tp_past_kv_heads_question(p, s: Sheet) -> None:
     if p.model.attention == "mla":
         raise Reject("an MLA latent has no heads to split (mla-tp-duplication)")
-    model = p.model
+    model, gpu = p.model, p.gpu
     b = s.given("b", dtype_bytes(p.dtype), "B", f"bytes per weight and KV element ({p.dtype})")
-    n = s.given("n", p.tp, "GPUs", "tensor-parallel GPUs")
-    C = s.given("C", p.context, "tokens", "context per request")
-    R = s.given("R", p.batch, "requests", "requests in flight")
+    n = s.param("TP", "tp")
+    C = s.param("C", "context")
+    R = s.param("R", "batch")
 
     kv_tok = kv_bytes_per_token(s, model, b)
     total = s.step("kv_total", "KV of the batch, one copy", "KV", kv_tok * C * R, "GiB",
@@ -154,56 +162,100 @@ def tp_past_kv_heads_question(p, s: Sheet) -> None:
     d = s.given("d_h", model.head_dim, "", "head dim")
     W_kv = s.step("kv_proj_weights", "K and V projection weights, all layers", "W_kv", 2 * L * h * H * d * b, "GB",
                   "k_proj and v_proj map the hidden state to H_kv heads of d_h each, in every layer")
-    s.step("weights_per_gpu", "Weights per GPU", "w", N * b / n + W_kv * (kv_tok_gpu / kv_tok - 1 / n), "GB",
-           "every matrix shards evenly except k_proj and v_proj, which follow the KV heads: a GPU holds the "
-           "same share of them as of the cache (vLLM's QKVParallelLinear replicates them past H_kv GPUs)")
+    w = s.step("weights_per_gpu", "Weights per GPU", "w", N * b / n + W_kv * (kv_tok_gpu / kv_tok - 1 / n), "GB",
+               "every matrix shards evenly except k_proj and v_proj, which follow the KV heads: a GPU holds the "
+               "same share of them as of the cache (vLLM's QKVParallelLinear replicates them past H_kv GPUs)")
+    M = s.given("M", hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
+    u = s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable share of HBM (usable-hbm card)")
+    held = s.step("held_per_gpu", "Weights and KV per GPU", "M_n", w + per_gpu, "GB",
+                  "what each GPU must hold before activations")
+    if s.compare(held, u * M) > 0:
+        raise Reject(f"weights and KV cache do not fit on {gpu.name} at TP {int(p.tp)}")
+    s.step("headroom", "Usable HBM left per GPU", "M_free", u * M - held, "GB",
+           "the fit check: it must not go negative")
 
     T = s.step("tp_capped", "TP degree capped at the KV heads", "n_tp", sympy.Min(n, H, evaluate=False), "GPUs",
                "the widest TP that still splits heads")
     S = s.step("pp_stages", "Pipeline stages", "S", n / T, "", "the rest of the GPUs, as stages of whole layers")
     L_s = s.step("stage_layers", "Layers on the busiest stage", "L_s", sympy.ceiling(L / S), "",
                  "stages take whole layers, so one may hold a layer more than L/S")
-    s.step("kv_per_gpu_pp", "KV per GPU on the busiest stage, TP capped at the KV heads", "KV_pp",
-           total / T * L_s / L, "GiB",
-           "TP splits the heads, the stages split the layers: every byte is stored once")
+    pp = s.step("kv_per_gpu_pp", "KV per GPU on the busiest stage, TP capped at the KV heads", "KV_pp",
+                total / T * L_s / L, "GiB",
+                "TP splits the heads, the stages split the layers: every byte is stored once")
+
+    t_ar = tp_all_reduce(s, model, gpu, int(p.tp), R, tag="dec", label="decode step", key="allreduce", nic=p.nic)
+    BW = s.given("BW", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
+    t_read = s.step("read_time", "HBM read time of one decode step", "t_rd", held / BW, "ms",
+                    "each GPU streams its weights and its KV once per step (roofline-time card, at peak)")
 
     s.assume(f"Weights and KV cache both in {p.dtype}. Every weight matrix (embeddings included) shards evenly "
              "over TP except k_proj and v_proj, which go with the KV heads they produce.")
     s.assume("vLLM's rule: each GPU holds max(1, H_kv ÷ TP) KV heads, so past H_kv GPUs each head, its cache "
              "and its K and V projections are copied onto TP ÷ H_kv GPUs (TP a multiple of H_kv). Activations "
-             "and buffers are left out.")
+             "and buffers are left out of the fit check.")
     s.assume("The alternative keeps TP at H_kv and spends the other GPUs on pipeline stages of whole layers, "
              "or on data-parallel attention (each rank holds whole heads for its own requests): both store "
-             "each byte once; pipeline bubbles and DP load balance are not priced here.")
+             "each byte once; pipeline bubbles, the stages' point-to-point sends and DP load balance are not "
+             "priced here.")
+    s.assume("TP all-reduces follow the tp-all-reduce card (bf16 activations, ring, not overlapped with compute); "
+             "a group wider than the GPU's NVLink domain runs them over the NIC, at its per-GPU rate.")
     r = s.value(copies)
     s.slip("KV divided by TP as if heads kept splitting", 1 / r, on="kv_per_gpu")
     s.slip("all stored KV counted as beyond one copy", r / (r - 1) if r > 1 else 1, on="duplicate")
     s.slip("x layers: one layer's KV counted for the model", 1 / model.layers, on=("kv_per_gpu", "duplicate"))
-    _tp_regime(s, n, H, per_gpu, dup)
+    s.slip("one all-reduce per layer instead of two", 0.5, on="allreduce")
+    _tp_levers(s, p, n, H, per_gpu, pp)
+    _tp_regime(s, p, n, H, per_gpu, dup, t_ar, t_read)
 
 
-def _tp_regime(s: Sheet, n, H, per_gpu, dup) -> None:
+def _tp_levers(s: Sheet, p, n, H, per_gpu, pp) -> None:
+    """Which changes cut the KV per GPU follows from where TP sits against the KV heads."""
+    tp, heads, kv = format_number(s.value(n)), format_number(s.value(H)), format_quantity(s.value(per_gpu), "GiB")
+    splits_more = s.compare(2 * n, H) <= 0
+    wider = format_number(2 * s.value(n))
+    s.judge("levers", "doubling TP", splits_more,
+            f"TP {wider} still splits the {heads} KV heads: each GPU holds half as many" if splits_more else
+            f"TP {wider} is past the {heads} KV heads: each GPU keeps a whole head and KV per GPU stays at {kv}")
+    past = s.compare(n, H) > 0
+    capped = format_quantity(s.value(pp), "GiB")
+    s.judge("levers", "capping TP at the KV heads and adding pipeline stages on the same GPUs", past,
+            f"TP {heads} × {format_number(s.value(n) / s.value(H))} stages stores each byte once: {capped} on the "
+            f"busiest GPU instead of {kv}" if past else f"TP {tp} is already within the {heads} heads: there are no "
+            "spare GPUs to turn into stages, and no copies to remove")
+    s.judge("levers", "data-parallel attention on the same GPUs", past,
+            f"each of the {tp} ranks holds whole heads for its own share of the requests: every byte once, "
+            f"1/{tp} of the batch's KV each" if past else
+            f"TP {tp} already stores each byte once: data-parallel attention spreads the same KV no thinner")
+    fp8 = p.dtype != "fp8"
+    s.judge("levers", "an fp8 KV cache", fp8,
+            f"{p.dtype} KV takes {format_number(dtype_bytes(p.dtype))} bytes per element: fp8 takes 1" if fp8 else
+            "the cache is already in fp8")
+    s.judge("levers", "twice the GPUs as two replicas", True,
+            "each replica serves half the requests at the same TP: half the KV on every GPU")
+
+
+def _tp_regime(s: Sheet, p, n, H, per_gpu, dup, t_ar, t_read) -> None:
     kv, extra = format_quantity(s.value(per_gpu), "GiB"), format_quantity(s.value(dup), "GiB")
-    heads = format_number(s.value(H))
-    if s.compare(n, H) > 0:
-        s.set_regime(
-            "kv-replicated",
-            f"TP {format_number(s.value(n))} is past the {heads} KV heads: each GPU still holds one whole head, so "
-            f"KV per GPU stays at {kv} (its value at TP {heads}) while the weights keep falling (all but the K and "
-            f"V projections, copied with their heads); {extra} of copies fill the group, and every GPU still "
-            "reads its full share of KV each decode step.",
-            H, n,
-            f"At TP ≤ {heads} every doubling halves both weights and KV per GPU. To go wider without copies, "
-            "keep TP at the KV head count and add pipeline stages or data-parallel attention.")
-    else:
-        s.set_regime(
-            "kv-split",
-            f"TP {format_number(s.value(n))} is within the {heads} KV heads: each GPU holds a distinct subset, "
-            f"no byte is copied, and KV per GPU ({kv}) falls with every doubling, like the weights.",
-            H, n,
-            f"Past TP {heads} a GPU cannot hold less than one head: KV per GPU (and the K and V projections) "
-            "stop shrinking and the extra GPUs hold copies. Pipeline stages or data-parallel attention scale "
-            "past that without copies.")
+    heads, tp = format_number(s.value(H)), format_number(s.value(n))
+    comm, read = format_quantity(s.value(t_ar), "ms"), format_quantity(s.value(t_read), "ms")
+    link = (f"the group leaves the {format_number(p.gpu.nvlink_domain)}-GPU NVLink domain, so its all-reduces "
+            f"run over the {p.nic.name}: {comm} per decode step against {read} of HBM reads"
+            if crosses_domain(p.gpu, int(p.tp)) else
+            f"its all-reduces stay on NVLink: {comm} per decode step against {read} of HBM reads")
+    s.regime_by(n, H, tie="below", above=Side(
+        "kv-replicated",
+        f"TP {tp} is past the {heads} KV heads: each GPU still holds one whole head, so KV per GPU stays at {kv} "
+        f"(its value at TP {heads}) while the weights keep falling (all but the K and V projections, copied with "
+        f"their heads); {extra} of copies fill the group, and {link}.",
+        f"At TP ≤ {heads} every doubling halves both weights and KV per GPU. To go wider without copies, keep TP "
+        "at the KV head count (inside one node) and add pipeline stages or data-parallel attention."),
+        below=Side(
+        "kv-split",
+        f"TP {tp} is within the {heads} KV heads: each GPU holds a distinct subset, no byte is copied, and KV per "
+        f"GPU ({kv}) falls with every doubling, like the weights; {link}.",
+        f"Past TP {heads} a GPU cannot hold less than one head: KV per GPU (and the K and V projections) stop "
+        "shrinking, the extra GPUs hold copies, and on an 8-GPU node the all-reduces move to the NIC. Pipeline "
+        "stages or data-parallel attention scale past that without copies."))
 
 
 # --- sliding-window-savings --------------------------------------------------------------------
