@@ -1,7 +1,9 @@
 """KV-cache paging questions: block size, TP past the KV heads, sliding windows, shared blocks.
 
-All four size the cache with the shared helper in kvcache.py and count whole blocks, the way a
-paged allocator (vLLM's block manager) does.
+All four size the cache with the shared helpers in kvcache.py (KV bytes per token stands as the
+kv-bytes-per-token result where the question requires it) and count whole blocks, the way a
+paged allocator (vLLM's block manager) does. tp-past-kv-heads also prices the TP all-reduces
+with collective.py, over the NIC once the group is wider than the GPU's NVLink domain.
 """
 from __future__ import annotations
 
