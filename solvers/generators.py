@@ -35,9 +35,10 @@ _LEAVES = {"leaf1": ("node1", "node2"), "leaf2": ("node3", "node4")}
 
 @generator("pause_fabric")
 def pause_fabric(rng: np.random.Generator, gbit_s: float, quanta: int, window_s: float) -> list[dict]:
-    """Per-port PFC counters after one node stopped draining: it pauses its leaf, the leaf pauses
-    the ports its traffic arrives on (local senders, the spine), the spine pauses the other leaf,
-    and that leaf pauses its senders. Rows are shuffled and labelled P1..P12; drops stay zero."""
+    """Pause frames sent on every link end after one node stopped draining: it pauses its leaf,
+    the leaf pauses the ports its traffic arrives on (local senders, the spine), the spine pauses
+    the other leaf, and that leaf pauses its senders. One row per link end, in a fixed order
+    (node ports, then leaf-spine ports); the question shows each row as a counter of its own."""
     leaf_of = {node: leaf for leaf, nodes in _LEAVES.items() for node in nodes}
     nodes = list(leaf_of)
     origin = nodes[int(rng.integers(len(nodes)))]
@@ -61,9 +62,13 @@ def pause_fabric(rng: np.random.Generator, gbit_s: float, quanta: int, window_s:
     pauses.update({(away, node): upstream(pauses[("spine", away)]) for node in remote})
     links = [(node, leaf_of[node]) for node in nodes] + [(leaf, "spine") for leaf in _LEAVES]
     ends = [end for a, b in links for end in ((a, b), (b, a))]
-    rows = [{"device": d, "link to": e, "pause tx": pauses.get((d, e), 0), "pause rx": pauses.get((e, d), 0),
-             "drops": 0} for d, e in (ends[i] for i in rng.permutation(len(ends)))]
-    return [{"port": f"P{i}", **row} for i, row in enumerate(rows, start=1)]
+    return [{"from": a, "to": b, "pause frames": pauses.get((a, b), 0)} for a, b in ends]
+
+
+@generator("pause_frames")
+def pause_frames(rng: np.random.Generator, fabric: list[dict], sender: str, receiver: str) -> int:
+    """One link end's pause-frames-sent counter, read from the fabric's rows (no randomness)."""
+    return next(row["pause frames"] for row in fabric if (row["from"], row["to"]) == (sender, receiver))
 
 
 # --- loss-plateau-triage: two log readings, two hours apart, that point to one cause --------

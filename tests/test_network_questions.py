@@ -5,6 +5,9 @@ import math
 
 import pytest
 
+from solvers.engine import VariantCode, make_variant
+from solvers.followup import follow_up
+
 US = 1e-6
 
 # --- ib-vs-roce ------------------------------------------------------------------------------
@@ -192,27 +195,41 @@ def test_incast_pinned_seed(variant):
 
 # --- pause-storm-origin ----------------------------------------------------------------------
 
+LINK_ENDS = [("node1", "leaf1"), ("leaf1", "node1"), ("node2", "leaf1"), ("leaf1", "node2"),
+             ("node3", "leaf2"), ("leaf2", "node3"), ("node4", "leaf2"), ("leaf2", "node4"),
+             ("leaf1", "spine"), ("spine", "leaf1"), ("leaf2", "spine"), ("spine", "leaf2")]
+LEAF_OF = {"node1": "leaf1", "node2": "leaf1", "node3": "leaf2", "node4": "leaf2"}
+
+
+def _sent(solution):
+    """Pause frames sent on each link end, as the parameter table shows them."""
+    return {(a, b): solution.param(f"{a}_to_{b}").value for a, b in LINK_ENDS}
+
+
+def _paused(solution):
+    return {node for node, holds in solution.sheet.results["paused"].items() if holds}
+
 
 def test_pause_storm_default(variant):
-    """node4 (row P5) stopped draining; node3 and node2 were paused, node1 was idle."""
+    """node4 stopped draining; node3 and node2 were paused, node1 was idle."""
     solution = variant("pause-storm-origin@default")
-    assert solution.expected["origin"] == "P5"
+    assert solution.expected["origin"] == "node4"
+    assert _paused(solution) == {"node2", "node3"}
     frames = 69_038 + 58_371
     lost = frames * 65_535 * 512 / 10  # bits per second
     assert solution.expected["lost_bandwidth"] == pytest.approx(lost / 8)  # 427.5 Gb/s, held in B/s
     assert solution.expected["lost_share"] == pytest.approx(lost / (2 * 400e9))  # 53%
-    rows = solution.param("fabric").value
-    assert all(row["drops"] == 0 for row in rows)
-    assert _links_agree(rows) and _pauses_shrink_upstream(rows, "node4")
+    assert _pauses_shrink_upstream(_sent(solution), "node4")
 
 
-def test_pause_storm_asks_for_the_devices_own_port(variant):
-    """Both ends of the origin's link carry its pauses (P5 sends, leaf2's P4 receives): the question
-    names which of the two it wants."""
+def test_pause_storm_counters_are_parameters(variant):
+    """The first version printed a 12-row table inside a 28-line prompt; the counters are now the twelve
+    link ends' parameters, which a follow-up's new storm also reaches, and the prompt fits 8 lines."""
     solution = variant("pause-storm-origin@default")
-    assert "that device's own port" in solution.prompt
-    rows = {row["port"]: row for row in solution.param("fabric").value}
-    assert rows["P5"]["device"] == "node4" and rows["P4"]["link to"] == "node4"
+    shown = {param.label for param in solution.problem_data()}
+    assert {f"pause frames sent, {a} → {b}" for a, b in LINK_ENDS} <= shown
+    assert "pause frames per link end" not in shown  # the storm behind them is not data
+    assert "|" not in solution.prompt
 
 
 def test_pause_frame_of_max_quanta_lasts_84_us_at_400g(variant):
@@ -221,52 +238,72 @@ def test_pause_frame_of_max_quanta_lasts_84_us_at_400g(variant):
     assert results["paused_time"] / (69_038 + 58_371) == pytest.approx(83.886e-6, rel=1e-4)
 
 
-def _links_agree(rows):
-    by_end = {(row["device"], row["link to"]): row for row in rows}
-    return all(row["pause tx"] == by_end[(row["link to"], row["device"])]["pause rx"] for row in rows)
-
-
-def _pauses_shrink_upstream(rows, origin):
+def _pauses_shrink_upstream(sent, origin):
     """A switch holds an ingress paused only while the egress it feeds is paused: no device but the
     origin sends more pause frames on any port than it receives (the first version's leaf1 sent 92,684
     to node2 while receiving 48,141 from the spine)."""
-    received = {row["device"]: row["pause rx"] for row in rows if row["pause rx"] > 0}
-    return all(row["pause tx"] <= received.get(row["device"], 0) for row in rows
-               if row["pause tx"] > 0 and row["device"] != origin)
+    received = {}
+    for (_, receiver), frames in sent.items():
+        received[receiver] = max(received.get(receiver, 0), frames)
+    return all(frames <= received.get(sender, 0) for (sender, _), frames in sent.items()
+               if frames > 0 and sender != origin)
 
 
-@pytest.mark.parametrize("seed", range(30))
-def test_pause_storm_reads_back_to_a_node(variant, seed):
-    solution = variant(f"pause-storm-origin@{seed}")
-    rows = solution.param("fabric").value
-    assert [row["port"] for row in rows] == [f"P{i}" for i in range(1, 13)]
-    assert all(row["drops"] == 0 for row in rows)
-    assert _links_agree(rows), "every frame one end sends, the other end receives"
-    origin = next(row for row in rows if row["port"] == solution.expected["origin"])
-    # The origin: a node that sends pauses and receives none, on any of its ports.
-    assert origin["device"].startswith("node") and origin["pause tx"] > 0
-    assert all(row["pause rx"] == 0 for row in rows if row["device"] == origin["device"])
-    assert _pauses_shrink_upstream(rows, origin["device"])
+def _check_storm(solution):
+    sent = _sent(solution)
+    origin = solution.expected["origin"]
+    # The origin: a node that sends pauses and receives none.
+    assert origin.startswith("node") and sent[(origin, LEAF_OF[origin])] > 0
+    assert all(frames == 0 for (_, receiver), frames in sent.items() if receiver == origin)
+    assert _pauses_shrink_upstream(sent, origin)
+    paused = {node for node in LEAF_OF if sent[(LEAF_OF[node], node)] > 0}
+    assert _paused(solution) == paused and origin not in paused
     p = {param.name: param.value for param in solution.params}
-    paused = [row["pause rx"] for row in rows if row["device"].startswith("node") and row["pause rx"] > 0]
-    lost_bits = sum(paused) * 65_535 * 512 / p["window"]
+    lost_bits = sum(sent[(LEAF_OF[node], node)] for node in paused) * 65_535 * 512 / p["window"]
     assert solution.expected["lost_bandwidth"] == pytest.approx(lost_bits / 8, rel=1e-12)
     share = lost_bits / (len(paused) * p["line_rate"] * 8)
     assert solution.expected["lost_share"] == pytest.approx(share, rel=1e-12)
     assert 0.35 < share < 0.95 + 0.01  # every paused link is paused for 37-95% of the window
 
 
-def test_pause_storm_origin_lands_on_many_rows(variant):
-    """The generator shuffles the rows, so the answer is not a fixed letter."""
+@pytest.mark.parametrize("seed", range(30))
+def test_pause_storm_reads_back_to_a_node(variant, seed):
+    _check_storm(variant(f"pause-storm-origin@{seed}"))
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("change", ["window=60", "line_rate=100", "window=10+line_rate=200"])
+def test_pause_storm_override_changes_only_the_seeds_draw(variant, seed, change):
+    """An override modifies the seed's accepted draw: the other parameters stay the seed's, and the
+    counters are drawn again for the new window or line rate, so the key still follows from what is
+    shown (the first version keyed a storm drawn for other figures than the ones printed)."""
+    base, changed = variant(f"pause-storm-origin@{seed}"), variant(f"pause-storm-origin@{seed}+{change}")
+    names = {item.split("=")[0] for item in change.split("+")}
+    for param in ("line_rate", "window"):
+        if param not in names:
+            assert changed.param(param).raw == base.param(param).raw
+    _check_storm(changed)
+
+
+def test_pause_storm_origin_lands_on_every_node(variant):
     origins = {variant(f"pause-storm-origin@{seed}").expected["origin"] for seed in range(50)}
-    assert len(origins) >= 8
+    assert origins == {"node1", "node2", "node3", "node4"}
+
+
+def test_pause_storm_follow_up_is_a_new_storm(bank, catalog):
+    """The default's follow-up reads a fresh storm over 60 s from the parameter table."""
+    solution = make_variant(bank, catalog, VariantCode.parse("pause-storm-origin@default"))
+    pushed = follow_up(solution, catalog)
+    assert pushed is not None and pushed.solution.param("window").raw == 60
+    assert set(pushed.ask) == {"origin", "paused", "lost_bandwidth"}
+    _check_storm(pushed.solution)
 
 
 def test_pause_storm_pinned_seed(variant):
     solution = variant("pause-storm-origin@1")
-    raw = {param.name: param.raw for param in solution.params if param.name != "fabric"}
+    raw = {param.name: param.raw for param in solution.params if param.name in ("line_rate", "window", "quanta")}
     assert raw == {"line_rate": 400, "window": 60, "quanta": 65_535}
-    assert solution.expected["origin"] == "P6"  # node4
-    paused = 388_428 + 521_307  # node2 and node3 (P8's 487,713 is received by the spine, not by a node)
+    assert solution.expected["origin"] == "node4"
+    paused = 388_428 + 521_307  # node2 and node3 (the spine's 454,763 to leaf1 reaches no node)
     assert solution.expected["lost_bandwidth"] * 8 == pytest.approx(paused * 65_535 * 512 / 60)
     assert math.isclose(solution.expected["lost_share"], 0.63594, rel_tol=1e-4)

@@ -236,29 +236,42 @@ def _incast_regime(s: Sheet, N, n_pfc, RTT) -> None:
 # --- pause-storm-origin ----------------------------------------------------------------------
 
 
-def _origin_row(rows: list[dict]) -> dict:
+# Link ends in the order the question lists their counters: (sender, receiver).
+_LINK_ENDS = (("node1", "leaf1"), ("leaf1", "node1"), ("node2", "leaf1"), ("leaf1", "node2"),
+              ("node3", "leaf2"), ("leaf2", "node3"), ("node4", "leaf2"), ("leaf2", "node4"),
+              ("leaf1", "spine"), ("spine", "leaf1"), ("leaf2", "spine"), ("spine", "leaf2"))
+NODES = ("node1", "node2", "node3", "node4")
+
+
+def _origin(sent: dict[tuple[str, str], int]) -> str:
     """Read the counters backward: a device pauses its upstream ports because something pauses it,
     except the origin, which sends pauses and receives none."""
-    receiving = {row["device"] for row in rows if row["pause rx"] > 0}
-    origins = [row for row in rows if row["pause tx"] > 0 and row["device"] not in receiving]
+    receiving = {receiver for (_, receiver), frames in sent.items() if frames > 0}
+    origins = {sender for (sender, _), frames in sent.items() if frames > 0 and sender not in receiving}
     if len(origins) != 1:
-        raise ValueError(f"the fabric has {len(origins)} pause origins, expected one")
-    return origins[0]
+        raise Reject(f"the counters show {len(origins)} pause origins, expected one")
+    return origins.pop()
 
 
 def pause_storm_origin(p, s: Sheet) -> None:
-    rows = list(p.fabric)
-    origin = _origin_row(rows)
-    s.choose("origin", origin["port"])
-    victims = [row for row in rows if row["device"].startswith("node") and row["pause rx"] > 0]
+    sent = {(a, b): p[f"{a}_to_{b}"] for a, b in _LINK_ENDS}
+    origin = _origin(sent)
+    s.choose("origin", origin)
+    leaf_of = {node: leaf for node, leaf in _LINK_ENDS[::2][:4]}
+    victims = [node for node in NODES if sent[(leaf_of[node], node)] > 0]
+    for node in NODES:
+        frames = format_number(sent[(leaf_of[node], node)])
+        s.judge("paused", node, node in victims,
+                "it stopped draining and started the storm; its own traffic is not counted" if node == origin else
+                f"{leaf_of[node]} sent it {frames} pause frames" if node in victims else
+                f"{leaf_of[node]} sent it no pause frames: it was not sending into the storm")
 
-    Q = s.given("Q", p.quanta, "", "pause quanta per frame")
-    b = s.given("b_q", BITS_PER_PAUSE_QUANTUM / 8, "b", "one quantum: 512 bit times")
-    T = s.given("T", p.window, "s", "counter window")
-    R = s.given("R", p.line_rate, "Gb/s", "line rate of every port")
-    frames = [s.given(f"f_{row['device']}", row["pause rx"], "", f"pause frames received by {row['device']}")
-              for row in victims]
-    n_v = s.given("n_v", len(victims), "", "nodes that receive pauses (their jobs stall)")
+    Q = s.param("Q", "quanta")
+    b = s.given("b_q", BITS_PER_PAUSE_QUANTUM / 8, "b", "one quantum: 512 bit times (the pause-quanta card)")
+    T = s.param("T", "window")
+    R = s.param("R", "line_rate")
+    frames = [s.param(f"f_{node}", f"{leaf_of[node]}_to_{node}") for node in victims]
+    n_v = s.given("n_v", len(victims), "", "nodes whose sends were paused (their jobs stall)")
 
     F = s.step("victim_frames", "Pause frames the stalled nodes received", "F", sympy.Add(*frames), "",
                "only NIC ports count: inner links carry the same stall, counted once where a job feels it")
@@ -269,7 +282,7 @@ def pause_storm_origin(p, s: Sheet) -> None:
     s.step("lost_share", "Share of the stalled nodes' line rate lost", "u_lost", lost / (n_v * R), "%",
            "what the paused nodes could have sent in the window")
 
-    s.assume(f"The table is the fabric's full pause counters over the window; every port runs at "
+    s.assume(f"The counters are the fabric's full pause counts over the window; every port runs at "
              f"{format_quantity(s.value(R), 'Gb/s')} and every pause frame asks for {format_number(p.quanta)} "
              "quanta and runs its full length (no early resume, no overlap).")
     s.assume("The origin is read from the counters: a switch sends pauses upstream because one of its ports "
