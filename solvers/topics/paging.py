@@ -250,13 +250,13 @@ def _tp_regime(s: Sheet, p, n, H, per_gpu, dup, t_ar, t_read) -> None:
         f"(its value at TP {heads}) while the weights keep falling (all but the K and V projections, copied with "
         f"their heads); {extra} of copies fill the group, and {link}.",
         f"At TP ≤ {heads} every doubling halves both weights and KV per GPU. To go wider without copies, keep TP "
-        "at the KV head count (inside one node) and add pipeline stages or data-parallel attention."),
+        "at the KV head count (inside one NVLink domain) and add pipeline stages or data-parallel attention."),
         below=Side(
         "kv-split",
         f"TP {tp} is within the {heads} KV heads: each GPU holds a distinct subset, no byte is copied, and KV per "
         f"GPU ({kv}) falls with every doubling, like the weights; {link}.",
         f"Past TP {heads} a GPU cannot hold less than one head: KV per GPU (and the K and V projections) stop "
-        "shrinking, the extra GPUs hold copies, and on an 8-GPU node the all-reduces move to the NIC. Pipeline "
+        "shrinking, the extra GPUs hold copies, and past the NVLink domain the all-reduces move to the NIC. Pipeline "
         "stages or data-parallel attention scale past that without copies."))
 
 
