@@ -276,7 +276,8 @@ def test_mla_duplication_regime_follows_demand(variant, seed):
 def test_mla_duplication_extra_weights_follow_the_dp_size(variant):
     """The review's bug: the extra weight bytes were one figure in every draw. With d attention groups the
     projections split 8/d ways, so the extra falls from 11.6 GB (d = 8) to 3.0 GB (d = 2)."""
-    extras = {d: variant(f"mla-tp-duplication@default+dp={d}+demand=16").expected["dp_extra_weights"] for d in (2, 4, 8)}
+    extras = {d: variant(f"mla-tp-duplication@default+dp={d}+demand=16").expected["dp_extra_weights"]
+              for d in (2, 4, 8)}
     assert extras[2] == pytest.approx(ATTENTION / 8 + 2 * EMBEDDING * 7 / 8)
     assert extras[2] < extras[4] < extras[8]
 
@@ -315,8 +316,10 @@ def test_recurrent_state_default(variant):
     assert results["state_per_request"] == state  # 97.4 MiB
     assert results["kv_per_request"] == 4096 * 16 * KiB  # 2 x 4 layers x 8 heads x 128 x 2 B per token
     assert results["crossover"] == pytest.approx(state / (16 * KiB))  # 6,234 tokens
-    assert results["snapshot_bytes"] == 8 * state
+    assert results["snapshots_taken"] == 8
     assert results["restart_boundary"] == 1536
+    assert results["snapshots_usable"] == 2  # at 1,536 and 3,072: the other six cannot seed a hit
+    assert results["snapshot_bytes"] == 2 * state  # the cap of 2, both on restart points
     assert results["reusable"] == 3072
     assert results["regime"] == "state-dominated"
 
@@ -350,21 +353,39 @@ def test_kv_over_every_mixer_layer_is_diagnosed(variant):
 
 @pytest.mark.parametrize("seed", range(20))
 def test_restart_points_by_enumeration(variant, seed):
-    """The positions both a snapshot and a block boundary land on, counted one by one."""
+    """The positions both a snapshot and a block boundary land on, counted one by one; the engine keeps the
+    newest of them up to its cap."""
     solution = variant(f"recurrent-state-inventory@{seed}")
     p = _params(solution)
     interval, block, context = (int(p[name]) for name in ("interval", "block_size", "context"))
     common = [t for t in range(interval, 200_000, interval) if t % block == 0]
+    usable = [t for t in common if t <= context]
     assert solution.expected["restart_boundary"] == common[0]
-    assert solution.expected["reusable"] == max([0] + [t for t in common if t <= context])
-    kv = 2 * 4 * 8 * 128 * DTYPE_BYTES[p["kv_dtype"]] * context
+    assert solution.expected["reusable"] == max([0] + usable)
     state = solution.expected["state_per_request"]
+    assert solution.expected["snapshot_bytes"] == min(p["keep"], len(usable)) * state
+    kv = 2 * 4 * 8 * 128 * DTYPE_BYTES[p["kv_dtype"]] * context
     assert solution.expected["regime"] == ("state-dominated" if state > kv else "kv-dominated")
+
+
+def test_snapshots_are_bounded(variant):
+    """The review's bug: every snapshot was kept (@35 left 38 GB for one request). Now the engine keeps at most
+    its cap, and only snapshots on a restart point: never more than 4 states, whatever the context."""
+    for seed in range(60):
+        solution = variant(f"recurrent-state-inventory@{seed}")
+        p = _params(solution)
+        assert solution.expected["snapshot_bytes"] <= p["keep"] * solution.expected["state_per_request"] <= 400 * MiB
+    long = variant("recurrent-state-inventory@default+context=131072+interval=256+block_size=16+keep=1")
+    assert long.sheet.results["snapshots_taken"] == 512
+    assert long.expected["snapshot_bytes"] == long.expected["state_per_request"]
+    grade = long.grade_one("snapshot_bytes", f"{512 * long.expected['state_per_request'] / MiB} MiB")
+    assert grade.slip == "every snapshot taken kept, unbounded"
 
 
 def test_recurrent_state_pinned_seed(variant):
     solution = variant("recurrent-state-inventory@2")
-    assert [p.raw for p in solution.params][9:] == ["fp32", "bf16", 52992, 512, 528]
+    assert [p.raw for p in solution.params][9:] == ["fp32", "bf16", 52992, 512, 528, 2]
     assert solution.expected["restart_boundary"] == 16_896
     assert solution.expected["reusable"] == 50_688
+    assert solution.expected["snapshot_bytes"] == 2 * solution.expected["state_per_request"]  # 3 usable, 2 kept
     assert solution.expected["regime"] == "kv-dominated"
