@@ -73,24 +73,24 @@ def _with_followups(text: str):
 
 
 def test_a_declared_follow_up_is_asked_as_written(catalog):
-    bank = _with_followups('followups:\n  - {set: {tokens: 4096}, ask: [regime, throughput], '
-                           'say: "Now it is a 4K-token prefill chunk."}\n')
+    bank = _with_followups('followups:\n  - {set: {batch: 512}, ask: [regime, throughput], '
+                           'say: "Now the batch is 512 short chats."}\n')
     first = make_variant(bank, catalog, VariantCode("weight-read-intensity", None))
     followup = follow_up(first, catalog)
-    assert str(followup.solution.code) == "weight-read-intensity@default+tokens=4096"
-    assert followup.ask == ("regime", "throughput") and followup.say == "Now it is a 4K-token prefill chunk."
+    assert str(followup.solution.code) == "weight-read-intensity@default+batch=512"
+    assert followup.ask == ("regime", "throughput") and followup.say == "Now the batch is 512 short chats."
     assert followup.solution.expected["regime"] == "compute-bound"
 
 
 def test_a_declared_follow_up_that_changes_nothing_asked_is_not_asked(catalog):
-    bank = _with_followups("followups:\n  - {set: {tokens: 64}, ask: [ridge]}\n")
+    bank = _with_followups("followups:\n  - {set: {batch: 64}, ask: [ridge]}\n")
     assert follow_up(make_variant(bank, catalog, VariantCode("weight-read-intensity", None)), catalog) is None
 
 
 @pytest.mark.parametrize("text, field", [
-    ("followups:\n  - {set: {batch: 4}, ask: [regime]}\n", "followups[0].set"),
-    ("followups:\n  - {set: {tokens: 4}, ask: [nothing]}\n", "followups[0].ask"),
-    ("followups:\n  - {set: {tokens: 4}, ask: [regime], colour: red}\n", "followups[0]"),
+    ("followups:\n  - {set: {beams: 4}, ask: [regime]}\n", "followups[0].set"),
+    ("followups:\n  - {set: {batch: 4}, ask: [nothing]}\n", "followups[0].ask"),
+    ("followups:\n  - {set: {batch: 4}, ask: [regime], colour: red}\n", "followups[0]"),
 ])
 def test_a_broken_follow_up_names_its_field(text, field):
     from solvers.bank import QuestionError

@@ -11,13 +11,80 @@ from solvers.topics.memory import GPU_MEMORY_UTILIZATION
 
 
 def test_weight_read_intensity_default_matches_catalogue(variant):
-    solution = variant("weight-read-intensity@default")
-    results = solution.sheet.results
+    """QUESTION-BAR's worked variant (Llama-3-70B bf16 on H100, decode at 32), served at TP 4 where its
+    weights fit, with a 512-token chat prompt: prefill compute-bound, decode memory-bound with its KV reads."""
+    results = variant("weight-read-intensity@default").sheet.results
     assert results["ridge"] == pytest.approx(295.3, rel=1e-3)  # 989.4 TFLOP/s / 3.35 TB/s
-    assert results["intensity"] == pytest.approx(32)  # 2 x 32 tokens / 2 B
-    assert results["step_time"] == pytest.approx(42.1e-3, rel=1e-3)  # 141.1 GB / 3.35 TB/s
-    assert results["throughput"] == pytest.approx(760, rel=2e-3)
+    assert results["flops"] == pytest.approx(7.224e13, rel=1e-3)  # 2 x 70.55e9 x 512
+    assert results["prefill_intensity"] == pytest.approx(512)  # 2T/b, above the ridge
+    assert results["prefill_regime"] == "compute-bound"
+    kv = 32 * 512 * 327680  # 320 KiB per token for Llama-3-70B in bf16
+    assert results["bytes"] == pytest.approx(141.1e9 + kv)
+    assert results["decode_intensity"] == pytest.approx(2 * 70.55e9 * 32 / (141.1e9 + kv))  # 30.8, below 2B/b = 32
+    all_reduce = 2 * 80 * (10e-6 + 1.5 * 32 * 8192 * 2 / 450e9)  # ring over NVLink at TP 4: 1.9 ms
+    step = (141.1e9 + kv) / (4 * 3.35e12) + all_reduce
+    assert results["step_time"] == pytest.approx(step)  # 12.8 ms
+    assert results["throughput"] == pytest.approx(32 / step)  # 2,498 tokens/s
+    assert results["per_user"] == pytest.approx(1 / step)  # 78 tokens/s each
+    assert results["crossover"] == pytest.approx(295.3, rel=1e-3)  # B* = b·peak / (2·bandwidth)
     assert results["regime"] == "memory-bound"
+    assert results["levers"] == {"twice the batch": True, "weights at half the bytes (same tensor peak)": True,
+                                 "an fp8 KV cache": False, "a GPU with twice the HBM bandwidth": True,
+                                 "a GPU with twice the tensor peak": False,
+                                 "a GPU with twice the bandwidth and twice the peak": True}
+
+
+def test_weight_read_decode_counts_kv_reads(variant):
+    """The old key read the weights alone: at 4K tokens of context 100 sequences read as much KV as weights,
+    and no batch makes decode compute-bound (intensity tends to 2N/(T·KV) = 105 FLOP/B)."""
+    solution = variant("weight-read-intensity@default+prompt=4096+batch=100")
+    results = solution.sheet.results
+    assert results["bytes"] == pytest.approx(141.1e9 + 100 * 4096 * 327680)  # 134 GB of KV beside 141 GB
+    assert results["regime"] == "memory-bound"
+    summary = solution.sheet.regime.summary
+    assert "no batch gets there" in summary and "105 FLOP/B" in summary
+    assert results["levers"]["an fp8 KV cache"]  # the KV share decides: now fp8 KV pays
+
+
+def test_weight_read_follow_up_is_the_bar_batch_of_512(variant, catalog):
+    """'Now the batch is 500': just past the ridge (314 FLOP/B against 295), and each user slows to 42 tokens/s."""
+    from solvers.followup import follow_up
+
+    followup = follow_up(variant("weight-read-intensity@default"), catalog)
+    assert followup.ask == ("regime", "per_user") and str(followup.solution.code).endswith("+batch=500")
+    pushed = followup.solution.sheet.results
+    assert pushed["regime"] == "compute-bound"
+    assert pushed["per_user"] == pytest.approx(1 / (2 * 70.55e9 * 500 / (4 * 989.4e12)
+                                                    + 2 * 80 * (10e-6 + 1.5 * 500 * 8192 * 2 / 450e9)))
+
+
+def test_weight_read_prefill_can_be_memory_bound_too(variant):
+    """A 200-token prompt sits below the 295 crossover: both halves wait on HBM."""
+    results = variant("weight-read-intensity@default+prompt=200").sheet.results
+    assert results["prefill_regime"] == "memory-bound" and results["regime"] == "memory-bound"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_weight_read_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"weight-read-intensity@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    m, gpu, tp, T, B = p["model"], p["gpu"], p["tp"], p["prompt"], p["batch"]
+    b = {"bf16": 2, "fp8": 1}[p["dtype"]]
+    peak = gpu[f"{p['dtype']}_dense_tflops"] * 1e12
+    weights, kv = m.params_b * 1e9 * b, B * T * 4 * m.layers * m.kv_heads * m.head_dim
+    assert weights + kv <= 0.9 * tp * gpu.hbm_gb * 1e9  # the batch's KV fits beside the weights
+
+    def all_reduce(tokens):
+        return 0 if tp == 1 else 2 * m.layers * (10e-6 + 2 * (tp - 1) / tp * tokens * m.hidden * 2
+                                                 / (gpu.nvlink_gb_s * 1e9 / 2))
+
+    step = max((weights + kv) / (tp * gpu.hbm_tb_s * 1e12), 2 * m.params_b * 1e9 * B / (tp * peak)) + all_reduce(B)
+    results = solution.sheet.results
+    assert results["step_time"] == pytest.approx(step, rel=1e-9)
+    assert results["prefill_time"] == pytest.approx(
+        max(weights / (tp * gpu.hbm_tb_s * 1e12), 2 * m.params_b * 1e9 * T / (tp * peak)) + all_reduce(T), rel=1e-9)
+    intensity = 2 * m.params_b * 1e9 * B / (weights + kv)
+    assert results["regime"] == ("compute-bound" if intensity > peak / (gpu.hbm_tb_s * 1e12) else "memory-bound")
 
 
 # --- datasheet-speedup-regimes -------------------------------------------------------------

@@ -82,7 +82,7 @@ def test_overrides_apply_and_bad_ones_are_refused(bank, catalog):
 
 def test_prompt_shows_the_rounded_values_the_solver_used(variant):
     solution = variant("weight-read-intensity@7")
-    tokens = solution.param("tokens")
+    tokens = solution.param("prompt")
     assert tokens.shown in solution.prompt
     assert next(g for g in solution.sheet.givens if g.symbol == "T").value == tokens.raw
 

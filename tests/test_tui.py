@@ -191,7 +191,7 @@ def test_a_broken_question_file_gives_a_notice_and_the_rest_loads(tmp_path):
     source = Path("questions/F/weight-read-intensity.yaml").read_text()
     (tmp_path / "weight-read-intensity.yaml").write_text(source)
     broken = source.replace("id: weight-read-intensity", "id: kv-bytes-per-token")
-    (tmp_path / "kv-bytes-per-token.yaml").write_text(broken.replace("  tokens:\n", "  tokens:\n    fixed: [oops\n"))
+    (tmp_path / "kv-bytes-per-token.yaml").write_text(broken.replace("  batch:\n", "  batch:\n    fixed: [oops\n"))
     notices, status, loaded = asyncio.run(_broken_file_notice(tmp_path))
     assert loaded == ["weight-read-intensity"]
     assert any("kv-bytes-per-token.yaml" in n for n in notices)
@@ -206,18 +206,18 @@ async def _what_if_flips_the_regime():
         await wait_for(pilot, lambda: type(app.screen).__name__ == "WhatIfScreen")
         screen = app.screen
         seen = [screen.solution.sheet.regime.name]
-        for _ in range(12):  # tokens per pass: 32 -> x1.41 per press, past the ~295-token crossover
+        for _ in range(12):  # decode batch: 32 -> x1.41 per press, past the ~455 where 512-token contexts cross
             await pilot.press("right")
             await pilot.pause(0.05)
             seen.append(screen.solution.sheet.regime.name)
-        tokens = screen.solution.param("tokens").raw
+        tokens = screen.solution.param("batch").raw
         return seen, tokens, str(screen.query_one("#whatif-regime").content)
 
 
 def test_what_if_explorer_steps_a_parameter_across_the_regime_boundary():
     seen, tokens, regime_text = asyncio.run(_what_if_flips_the_regime())
     assert seen[0] == "memory-bound" and seen[-1] == "compute-bound"
-    assert tokens > 295 and "compute-bound" in regime_text
+    assert tokens > 455 and "compute-bound" in regime_text
 
 
 async def _interviewer_reveals_step_by_step():
@@ -258,7 +258,7 @@ async def _escape_from_a_follow_up():
 
 def test_escape_from_a_follow_up_skips_it_and_still_reveals_the_first_round():
     followup, graded = asyncio.run(_escape_from_a_follow_up())
-    assert followup is None and graded == 8
+    assert followup is None and graded == 13
 
 
 MENU = {"drill": "QuestionScreen", "browse": "BrowseScreen", "random_question": "QuestionScreen",

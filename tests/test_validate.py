@@ -16,10 +16,10 @@ def test_each_problem_is_reported(tmp_path, catalog):
     write(tmp_path, "fine", SOURCE)
     write(tmp_path, "bad-unit", SOURCE.replace("unit: GB, rel", "unit: furlongs, rel"))
     write(tmp_path, "no-solver", SOURCE.replace("roofline.weight_read_intensity", "roofline.nothing_here"))
-    write(tmp_path, "unbound", SOURCE.replace("{tokens} in flight", "{batch} in flight"))
+    write(tmp_path, "unbound", SOURCE.replace("a prompt of {prompt}", "a prompt of {tokens}"))
     extra_key = "  - {key: bogus, label: B, rel: 0.1}\n  - {key: flops,"
     write(tmp_path, "no-key", SOURCE.replace("  - {key: flops,", extra_key))
-    narrow = SOURCE.replace("loguniform: [1, 8192]", "loguniform: [1, 4]").replace("default: 32", "default: 2")
+    narrow = SOURCE.replace("loguniform: [16, 2048]", "loguniform: [16, 17]").replace("default: 32", "default: 16")
     write(tmp_path, "one-sided", narrow)
     (tmp_path / "zz-copy").mkdir()  # sorts after fine.yaml: this one is the duplicate
     write(tmp_path / "zz-copy", "fine", SOURCE)
@@ -50,11 +50,11 @@ def test_prompt_length_is_reported_and_enforced_under_strict(tmp_path, catalog, 
     method = "  One more line of method that the hints should carry.\n" * 10
     long_prompt = SOURCE.replace("prompt: |\n", "prompt: |\n" + method)
     write(tmp_path, "wordy", long_prompt)
-    short = SOURCE.split("prompt: |\n")[0] + "prompt: |\n  {model} on a {gpu}, {tokens} per pass.\n" + \
+    short = SOURCE.split("prompt: |\n")[0] + "prompt: |\n  {model} on a {gpu}, {batch} per step.\n" + \
         "parameters:" + SOURCE.split("\nparameters:", 1)[1]
     write(tmp_path, "short", short)
     report = dict(prompt_report(read_questions([tmp_path])[0], catalog))
-    assert list(report) == [str(tmp_path / "wordy.yaml")] and report[str(tmp_path / "wordy.yaml")] > 18
+    assert list(report) == [str(tmp_path / "wordy.yaml")] and report[str(tmp_path / "wordy.yaml")] > 8
     code, out, err = run_cli(capsys, "validate", "--seeds", "0", str(tmp_path))
     assert code == 0 and "wordy.yaml: prompt:" in err and "(problems under --strict)" in err
     code, out, _ = run_cli(capsys, "validate", "--seeds", "0", "--strict", str(tmp_path))
