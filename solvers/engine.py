@@ -55,10 +55,15 @@ class VariantCode:
         match = _CODE.match(text.strip())
         if match is None:
             raise VariantError(f"'{text.strip()}' is not a variant code (like kv-bytes-per-token@4821)")
+        if match["seed"] != "default" and len(match["seed"].lstrip("0")) > len(str(MAX_SEED)):
+            raise VariantError(f"seed must be between 0 and {MAX_SEED}")  # before int(): 5,000 digits raise
         seed = None if match["seed"] == "default" else int(match["seed"])
         if seed is not None and seed > MAX_SEED:
             raise VariantError(f"seed must be between 0 and {MAX_SEED}")
         sets = tuple(tuple(item.split("=", 1)) for item in match["sets"].split("+")[1:])
+        twice = sorted({name for name, _ in sets if sum(n == name for n, _ in sets) > 1})
+        if twice:
+            raise VariantError(f"{', '.join(twice)} set twice in '{text.strip()}'")
         return cls(match["id"], seed, sets)  # type: ignore[arg-type]
 
 

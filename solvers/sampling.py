@@ -14,6 +14,10 @@ from solvers.generators import GENERATORS
 from solvers.parse import ParseError, parse_quantity
 from solvers.units import format_number, format_quantity, parse_unit
 
+# An override may leave the drawn range (an interviewer's "what if"), by up to this factor either way:
+# beyond it a figure is a typo (1e-300 tokens), not a system.
+OVERRIDE_REACH = 100
+
 
 class ParameterError(ValueError):
     """An override or a data reference that cannot be used (one clear line)."""
@@ -107,6 +111,13 @@ def parse_override(spec: ParamSpec, text: str, catalog: Catalog) -> Any:
     # Counts may be zero (no requests queued); sizes, rates and lengths must be positive.
     if not math.isfinite(value) or value < 0 or (value == 0 and spec.kind != "int"):
         raise ParameterError(f"{spec.name}: must be a positive number" + (" or zero" if spec.kind == "int" else ""))
+    if spec.kind == "int" and not float(value).is_integer():
+        raise ParameterError(f"{spec.name}: must be a whole number")
+    lowest, highest = spec.low / OVERRIDE_REACH, spec.high * OVERRIDE_REACH
+    if spec.high > 0 and not lowest <= value <= highest:
+        raise ParameterError(f"{spec.name}: {format_number(value)} is out of range: this question draws "
+                             f"{format_number(spec.low)} to {format_number(spec.high)} and takes overrides from "
+                             f"{format_number(lowest)} to {format_number(highest)}")
     return int(value) if spec.kind == "int" or float(value).is_integer() else value
 
 

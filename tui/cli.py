@@ -6,15 +6,36 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 USAGE_ERROR = 2
+MAX_EXPORT_COUNT = 200  # variants per question in one export: beyond it, run it again with another --seed
+SOLVE_SECONDS = 10  # a variant solves in milliseconds: one that takes this long is stopped, not waited for
 
 
 def _fail(message: str) -> NoReturn:
     print(f"infradrill: {message}", file=sys.stderr)
     raise SystemExit(USAGE_ERROR)
+
+
+def _write_whole(target: Path, text: str) -> None:
+    """Write under a temporary name, then rename: never a half-written file under the real name
+    (a full disk leaves nothing behind)."""
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, target)
+    except OSError as error:
+        partial.unlink(missing_ok=True)
+        _fail(f"cannot write {target}: {error.strerror or error}")
+
+
+def _stop_slow_solve(signum: int, frame: object) -> NoReturn:
+    _fail(f"solving this variant took over {SOLVE_SECONDS} s and was stopped (its overrides are probably "
+          "far from any real system)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -108,7 +129,11 @@ def _code(args: argparse.Namespace, require_seed: bool):
         if not sep or not name or not value:
             _fail(f"--set expects NAME=VALUE, got '{item}'")
         sets.append((name.strip(), value.strip()))
-    return VariantCode(base.question_id, base.seed, base.overrides + tuple(sets))
+    overrides = base.overrides + tuple(sets)
+    twice = sorted({name for name, _ in overrides if sum(n == name for n, _ in overrides) > 1})
+    if twice:
+        _fail(f"{', '.join(twice)} set twice: give each parameter one value")
+    return VariantCode(base.question_id, base.seed, overrides)
 
 
 def _variant(args: argparse.Namespace, require_seed: bool):
@@ -224,13 +249,7 @@ def _export(args: argparse.Namespace) -> int:
     if target is None:
         sys.stdout.write(text)
         return 0
-    partial = target.with_name(f".{target.name}.partial")
-    try:
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, target)  # never a half-written export under the real name
-    except OSError as error:
-        partial.unlink(missing_ok=True)
-        _fail(f"cannot write {target}: {error.strerror}")
+    _write_whole(target, text)
     print(f"exported {len(data['attempts'])} attempt(s), {len(data['reviews'])} review(s), "
           f"{len(data['cards'])} card(s) and {len(data['mocks'])} mock interview(s) to {target}")
     return 0
@@ -277,13 +296,20 @@ def cmd_export(args: argparse.Namespace) -> int:
         write_anki,
     )
 
+    if not 1 <= args.count <= MAX_EXPORT_COUNT:
+        _fail(f"--count must be between 1 and {MAX_EXPORT_COUNT} variants per question")
+    out = Path(args.out)
+    if not out.name or out.name in (".", "..") or out.is_dir():
+        _fail(f"--out '{args.out}' names no file: give a file name such as week-1")
+    if not out.parent.is_dir():
+        _fail(f"cannot write {out}: no directory {out.parent}")
     bank, catalog = _load()
     try:
         questions = select(bank, Selection(tuple(args.ids), args.group, args.topic, args.difficulty))
         solutions = variants(bank, catalog, questions, args.count, args.seed)
     except SelectionError as error:
         _fail(str(error))
-    base = Path(args.out).with_suffix("") if Path(args.out).suffix in (".md", ".json", ".apkg") else Path(args.out)
+    base = out.with_suffix("") if out.suffix in (".md", ".json", ".apkg") else out
     if args.format == "anki":
         outputs = {base.with_name(base.name + ".apkg"): None}  # genanki writes the file itself
     elif args.format == "json":
@@ -291,6 +317,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         outputs = {base.with_name(base.name + "-candidate.md"): candidate_markdown(solutions),
                    base.with_name(base.name + "-key.md"): key_markdown(solutions)}
+    linked = [str(p) for p in outputs if p.is_symlink()]
+    if linked:  # a link (dangling or not) would send the sheet somewhere the user did not name
+        _fail(f"{', '.join(linked)} is a symbolic link: give a plain file name")
     existing = [str(p) for p in outputs if p.exists()]
     if existing and not args.force:
         _fail(f"{', '.join(existing)} already exists (use --force to overwrite)")
@@ -299,7 +328,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             if text is None:
                 write_anki(solutions, str(path))
             else:
-                path.write_text(text, encoding="utf-8")
+                _write_whole(path, text)
         except OSError as error:
             _fail(f"cannot write {path}: {error.strerror or error}")
     print(f"{len(solutions)} variant(s) of {len(questions)} question(s): {', '.join(map(str, outputs))}")
@@ -372,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
         return run()
     handlers = {"list": cmd_list, "solve": cmd_solve, "check": cmd_check, "stats": cmd_stats,
                 "progress": cmd_progress, "validate": cmd_validate, "export": cmd_export}
+    if args.command in ("solve", "check") and hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, _stop_slow_solve)
+        signal.alarm(SOLVE_SECONDS)
     try:
         return handlers[args.command](args)
     except BrokenPipeError:  # `infradrill list | head`: the reader has what it wanted
