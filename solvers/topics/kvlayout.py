@@ -433,10 +433,12 @@ def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, 
     s.judge(key, "Twice the DP size would hold more requests at this context", then > s.value(req_dp),
             f"DP {wider} exceeds the {p.tp} GPUs" if wider > p.tp else
             f"DP {wider}: {format_number(then)} requests against {format_number(s.value(req_dp))}")
-    half = s.evaluate(sympy.floor(2 * room / (kv_tok * C)))
-    s.judge(key, "Halving the context would let TP attention hold the demand", half >= p.demand,
-            f"TP attention would hold {format_number(half)} requests of half the length, against "
-            f"{format_number(p.demand)} to hold")
+    held_tp = s.evaluate(sympy.floor(room / (kv_tok * C)))
+    s.judge(key, "TP attention would still hold twice the demand", held_tp >= 2 * p.demand,
+            f"TP attention holds {format_number(held_tp)} requests, against {format_number(2 * p.demand)}")
+    s.judge(key, "A GQA cache with as many KV heads as GPUs would hold no redundant copies at this TP", True,
+            "TP splits a GQA cache by KV head, so each GPU keeps its own heads; only a latent shared by every "
+            "head is copied whole")
     s.judge(key, "Under DP attention a decode step waits for its busiest attention group", True,
             "the groups meet at every MoE layer, so the step runs at the pace of the group with the most requests "
             "(or the longest ones)")
@@ -447,7 +449,7 @@ def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, 
 def _attention_regime(s: Sheet, req_tp, req_dp, demand, t_tp, t_dp) -> None:
     tp, dp, want = (format_number(s.value(x)) for x in (req_tp, req_dp, demand))
     reads = (f"Each GPU spends {format_quantity(s.value(t_tp), 'ms')} per decode step reading latents under TP "
-             f"attention (the requests it holds) and {format_quantity(s.value(t_dp), 'ms')} under DP attention "
+             f"attention (the demand, or all that fit) and {format_quantity(s.value(t_dp), 'ms')} under DP attention "
              "(all of them).")
     s.regime_by(demand, req_tp, tie="below", above=Side(
         "dp-attention",
