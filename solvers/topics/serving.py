@@ -225,5 +225,6 @@ def _goodput_regime(s: Sheet, lam, lam_star, attainment, target, knee) -> None:
         "Below that rate (admission control, more prefill GPUs, or faster prefill) the queue shortens and "
         "the attainment clears the goal; the throughput given up is the price of the tail.",
         near=f"Arrivals of {shown['rate']} run only {shown['past']} past the goodput of {shown['limit']}, yet just "
-             f"{shown['attainment']} of requests meet both SLOs against {shown['target']}: near the knee TTFT's "
-             f"tail is steep, and {shown['shed']} less traffic per server restores the goal."))
+             f"{shown['attainment']} of requests meet both SLOs against {shown['target']}: TTFT's tail grows as "
+             f"1/(μ − λ), so a little excess traffic costs many requests, and {shown['shed']} less restores "
+             "the goal."))

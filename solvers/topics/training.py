@@ -201,9 +201,10 @@ def _fsdp_side(p, s: Sheet, N, b_w, BW) -> tuple[sympy.Symbol, sympy.Symbol, sym
                "1.5x plain data parallel's all-reduce (ZeRO, sec. 7)")
     t_comm = s.step("fsdp_comm", "FSDP communication per step over the NIC", "t_comm", V / BW, "s",
                     "every byte of it leaves the node: the shards live on other nodes")
-    t_comp = s.step("step_compute", "Compute per step", "t_comp",
-                    FLOPS_PER_PARAM_TOKEN * N * (B / G) / (P * mfu), "s",
-                    "6·N FLOPs for each of the GPU's B/G tokens, at the MFU the run sustains")
+    F = s.prerequisite("training-compute-budget", "F_step", FLOPS_PER_PARAM_TOKEN * s.value(N) * s.value(B), "FLOP",
+                       "training FLOPs of one step, 6·N·D over the global batch")
+    t_comp = s.step("step_compute", "Compute per step", "t_comp", F / (G * P * mfu), "s",
+                    "the step's FLOPs shared by every GPU of the job, at the MFU the run sustains")
     loss = s.step("fsdp_loss", "Step time FSDP loses to exposed communication", "f_FSDP",
                   1 - t_comp / max_of(t_comp, t_comm), "%",
                   "prefetching hides the traffic behind compute; what exceeds the compute stalls the step")
