@@ -8,6 +8,7 @@ from fractions import Fraction
 import pytest
 
 from solvers.derivation import Sheet
+from solvers.followup import follow_up
 from solvers.topics.kvcache import kv_bytes_per_token
 from solvers.topics.memory import GPU_MEMORY_UTILIZATION
 
@@ -54,29 +55,42 @@ def test_kv_bytes_per_token_default_matches_catalogue(variant):
                                                 "a TPOT target 1.5× as long": False}
 
 
-def _decode_model(p):
-    """The question's step in exact plain arithmetic: fit, t(B), and the largest B with t(B) <= T."""
-    q = lambda x: Fraction(str(x))  # noqa: E731 - the decimals as printed
-    model, gpu, n = p["model"], p["gpu"], p["tp"]
-    b_w, b_kv = {"bf16": 2, "fp8": 1}[p["weight_dtype"]], {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
-    N, W = q(model.params_b) * 10**9, q(model.params_b) * 10**9 * b_w
-    kv_req = 2 * model.layers * model.kv_heads * model.head_dim * b_kv * p["context"]
-    BW = q(gpu.hbm_tb_s) * 10**12
-    P = q(gpu[f"{p['weight_dtype']}_dense_tflops"]) * 10**12
-    link = q(gpu.nvlink_gb_s) * 10**9 / 2
-    fit = math.floor((n * q(gpu.hbm_gb) * 10**9 * Fraction(9, 10) - W) / kv_req)
+def _q(x) -> Fraction:
+    return Fraction(str(x))  # a figure as the decimal it prints as
+
+
+def _step_time(model, gpu, n: int, W, N, kv_req, P):
+    """t(B) of a TP-n decode step in exact arithmetic: the roofline plus two ring all-reduces per layer."""
+    BW, link = _q(gpu.hbm_tb_s) * 10**12, _q(gpu.nvlink_gb_s) * 10**9 / 2
 
     def t(B):
         ring = Fraction(2 * (n - 1), n) * B * model.hidden * 2 / link
         ar = 0 if n == 1 else 2 * model.layers * (Fraction(1, 100_000) + ring)
         return max((W + B * kv_req) / (n * BW), 2 * N * B / (n * P)) + ar
+    return t
 
+
+def _largest_within(t, target) -> int:
+    """The largest batch B with t(B) <= target (t grows with B), by bisection."""
     lo, hi = 0, 1
-    while t(hi) <= q(p["tpot"]):
+    while t(hi) <= target:
         hi *= 2
-    while hi - lo > 1:  # t grows with B: bisect for the last batch within the target
-        lo, hi = ((lo + hi) // 2, hi) if t((lo + hi) // 2) <= q(p["tpot"]) else (lo, (lo + hi) // 2)
-    return fit, t, lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if t(mid) <= target else (lo, mid)
+    return lo
+
+
+def _decode_model(p):
+    """kv-bytes-per-token's fit, t(B) and batch at the TPOT target, in plain arithmetic."""
+    model, gpu, n = p["model"], p["gpu"], p["tp"]
+    b_w, b_kv = {"bf16": 2, "fp8": 1}[p["weight_dtype"]], {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    N = _q(model.params_b) * 10**9
+    kv_req = 2 * model.layers * model.kv_heads * model.head_dim * b_kv * p["context"]
+    P = _q(gpu[f"{p['weight_dtype']}_dense_tflops"]) * 10**12
+    fit = math.floor((n * _q(gpu.hbm_gb) * 10**9 * Fraction(9, 10) - N * b_w) / kv_req)
+    t = _step_time(model, gpu, n, N * b_w, N, kv_req, P)
+    return fit, t, _largest_within(t, _q(p["tpot"]))
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -113,60 +127,88 @@ def test_kv_bytes_per_token_counts_kv_reads_in_the_step(variant):
 # --- users-per-gpu -------------------------------------------------------------------------
 
 
-def test_users_per_gpu_default(variant):
+def test_users_per_gpu_at_8k(variant):
     """Llama-3-70B on 8 x H100, 8K context, 4 GiB reserve: 72 - 4.29 = 67.7 GB usable per GPU."""
-    solution = variant("users-per-gpu@default")
+    solution = variant("users-per-gpu@default+context=8192+tpot=50")
     results = solution.sheet.results
     assert results["weights_16_per_gpu"] == pytest.approx(17.6375e9)  # 141.1 GB / 8
     assert results["kv_per_request_gpu"] == 0.3125 * GiB  # 320 KiB x 8192 / 8
     assert results["users_16"] == 149  # 50.07 GB / 0.3125 GiB
     assert results["users_8"] == 350  # 58.89 GB / 0.15625 GiB
-    assert results["tp_half"] == pytest.approx(4.168, rel=1e-3)  # 282.2 GB / 67.7 GB
-    assert results["doubling_gain"] == pytest.approx(2.352, rel=1e-3)  # 2 + 17.64 / 50.07
-    assert results["regime"] == "kv-dominated"
+    # (17.64 GB + 149 x 0.3125 GiB) / 3.35 TB/s = 20.2 ms of reads, plus 160 all-reduces of 149 tokens.
+    assert results["tpot_16"] == pytest.approx(23.31e-3, rel=1e-3)
+    assert results["tp_min_16"] == 4  # the familiar figure: bf16 70B needs four 80 GB GPUs (TP2: 70.5 GB each)
+    assert results["served_tp4"] == 96  # two TP4 replicas hold 48 each: the weights stored twice
+    assert solution.expected["best_layout"] == "TP8"
+    assert results["served_best"] == 149
+    assert solution.expected["regime"] == "one-group"
 
 
-def _users_by_hand(model, gpu, tp: int, context: int, reserve: float, weight_bytes: float) -> float:
-    """Unfloored full-context requests per TP group, recomputed in plain Python from the records."""
-    usable = gpu.hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION - reserve
-    room = usable - model.params_b * 1e9 * weight_bytes / tp
-    kv_request_per_gpu = 2 * model.layers * model.kv_heads * model.head_dim * weight_bytes * context / tp
-    return max(room, 0) / kv_request_per_gpu
+def test_users_per_gpu_default_and_its_follow_up(variant, catalog):
+    """1K chat turns at 30 ms: one TP8 group serves 1,013 users (its TPOT caps it below the 1,193 that fit),
+    two TP4 replicas fewer; the follow-up shortens the context and the replicas win."""
+    solution = variant("users-per-gpu@default")
+    results = solution.sheet.results
+    assert results["users_16"] == 1193 and results["served_tp8"] == 1013
+    assert solution.expected["best_layout"] == "TP8" and solution.expected["regime"] == "one-group"
+    pushed = follow_up(solution, catalog).solution
+    assert pushed.param("context").raw < 1024 and pushed.expected["regime"] == "replicas"
 
 
-@pytest.mark.parametrize("seed", range(20))
+def _layouts_by_hand(p) -> dict[int, int]:
+    """Users each deployable TP-n layout of the node serves within the TPOT, in exact plain arithmetic."""
+    model, gpu, G = p["model"], p["gpu"], p["gpus"]
+    usable = _q(gpu.hbm_gb) * 10**9 * Fraction(9, 10) - p["reserve"]
+    N = _q(model.params_b) * 10**9
+    kv_req = 2 * model.layers * model.kv_heads * model.head_dim * 2 * p["context"]
+    P = _q(gpu.bf16_dense_tflops) * 10**12
+    served = {}
+    for n in (1, 2, 4, 8):
+        if n > G or usable - (2 * N + kv_req) / n < 0:
+            continue
+        fit = math.floor((usable - 2 * N / n) * n / kv_req)
+        batch = _largest_within(_step_time(model, gpu, n, 2 * N, N, kv_req, P), _q(p["tpot"]))
+        served[n] = G // n * min(fit, batch)
+    return served
+
+
+@pytest.mark.parametrize("seed", range(25))
 def test_users_per_gpu_matches_plain_arithmetic(variant, seed):
+    """Every layout's users, the smallest TP and the best layout, recomputed exactly; the wide group wins
+    whenever memory, not the TPOT, caps every layout (it stores the weights once)."""
     solution = variant(f"users-per-gpu@{seed}")
     p = {param.name: param.value for param in solution.params}
-    args = (p["model"], p["gpu"], p["tp"], p["context"], p["reserve"])
-    assert solution.expected["users_16"] == math.floor(_users_by_hand(*args, 2))
-    assert solution.expected["users_8"] == math.floor(_users_by_hand(*args, 1))
-    usable = p["gpu"].hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION - p["reserve"]
-    weights = p["model"].params_b * 1e9 * 2 / p["tp"]
-    if weights >= usable:
-        assert solution.expected["users_16"] == 0
-        assert solution.expected["regime"] == "weights-do-not-fit"
-        return
-    # The regime's claim: weights above half the usable memory <=> doubling TP more than triples the users.
-    gain = _users_by_hand(p["model"], p["gpu"], 2 * p["tp"], p["context"], p["reserve"], 2) / _users_by_hand(*args, 2)
-    assert solution.sheet.results["doubling_gain"] == pytest.approx(gain, rel=1e-9)
-    assert (solution.expected["regime"] == "weight-dominated") == (gain > 3)
+    results = solution.sheet.results
+    served = _layouts_by_hand(p)
+    assert results["tp_min_16"] == min(served)
+    for n, users in served.items():
+        assert results[f"served_tp{n}"] == users
+    best = max(served, key=lambda n: (served[n], n))
+    assert solution.expected["best_layout"] == f"TP{best}"
+    assert solution.expected["regime"] == ("one-group" if best == p["gpus"] else "replicas")
+    capacity_bound = all(results[f"fit_tp{n}"] <= results[f"batch_tp{n}"] for n in served)
+    if capacity_bound:
+        assert solution.expected["regime"] == "one-group"
 
 
-def test_users_per_gpu_70b_needs_four_h100s_in_bf16(variant):
-    """The familiar figure: 141 GB of bf16 weights leave no KV room on 2 x H100, but fp8 does."""
-    expected = variant("users-per-gpu@default+tp=2").expected
-    assert expected["users_16"] == 0
-    assert expected["users_8"] > 0
-    assert expected["regime"] == "weights-do-not-fit"
+def test_users_per_gpu_grades_a_deployable_split_not_a_fractional_tp(variant):
+    """Review bug: the split was graded as 'the TP at which weights fill half the memory' (4.168 here), a TP
+    nobody runs. Now every graded TP is a deployable power of two, and the layouts are compared as deployed."""
+    results = variant("users-per-gpu@default").sheet.results
+    assert "tp_half" not in results and "doubling_gain" not in results
+    for seed in range(30):
+        tp = variant(f"users-per-gpu@{seed}").sheet.results["tp_min_16"]
+        assert tp in (1, 2, 4, 8)
 
 
-def test_users_per_gpu_pinned_seed(variant):
-    solution = variant("users-per-gpu@0")
-    assert [p.raw for p in solution.params] == ["llama-3.1-405b", "h200-sxm", 8, 14080, 7.5]
-    assert solution.expected["users_16"] == 19
-    assert solution.expected["users_8"] == 149
-    assert solution.expected["regime"] == "weight-dominated"
+def test_short_contexts_at_a_tight_tpot_favour_replicas(variant):
+    """70B on 8 x H200 at 512 tokens, 35 ms: the TPOT caps one TP8 group at 1,191 users, while four TP2
+    replicas, with a third of the per-request all-reduce traffic, serve 1,732."""
+    solution = variant("users-per-gpu@default+gpu=h200-sxm+context=512+reserve=3.5+tpot=35")
+    assert solution.expected["regime"] == "replicas"
+    assert solution.expected["best_layout"] == "TP2"
+    assert solution.sheet.results["served_tp8"] == 1191
+    assert solution.sheet.results["served_best"] == 1732
 
 
 # --- kv-cache-block-count ------------------------------------------------------------------

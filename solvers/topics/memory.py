@@ -179,110 +179,125 @@ def _concurrency_regime(s: Sheet, users, step: _DecodeStep) -> None:
              "first, but memory is nearly full too, so only a change that helps both lets many more in."))
 
 
-def _usable_memory(p, s: Sheet) -> tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol]:
-    """HBM each GPU may use after the utilisation cap and the named reserve; also n and N."""
-    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
-    u = s.given("u", GPU_MEMORY_UTILIZATION, "", "usable fraction of HBM")
-    R = s.given("R", p.reserve, "GiB", "reserve per GPU: activations, CUDA graphs, NCCL buffers")
-    n = s.given("n", p.tp, "", "GPUs in the tensor-parallel group")
-    N = s.given("N", model_params(p.model), "", "parameters")
-    usable = s.step("usable", "Usable memory per GPU", "M_use", M * u - R, "GB",
-                    "the utilisation cap, less what the engine keeps for everything that is not weights or KV")
-    return usable, n, N
-
-
-def _users(s: Sheet, tag: str, label: str, usable, n, N, b, kv_request) -> tuple[sympy.Symbol, ...]:
-    """Weights per GPU in one dtype, the KV room they leave, and the full-context requests it holds."""
-    w = s.step(f"weights_{tag}_per_gpu", f"{label} weights per GPU", f"w_{tag}", N * b / n, "GB",
-               "tensor parallelism shards every weight matrix evenly over the group")
-    room = s.step(f"room_{tag}", f"KV room per GPU ({label})", f"F_{tag}", max_of(0, usable - w), "GB",
-                  "what the weights leave of the usable memory; nothing if they do not fit")
-    users = s.step(f"users_{tag}", f"Concurrent full-context requests ({label})", f"B_{tag}",
-                   sympy.floor(room / kv_request), "requests",
-                   "each GPU holds its 1/n share of every request, so the group fits as many requests as one GPU does")
-    return w, room, users
+def _tp_link(s: Sheet, p, n: int) -> tuple[sympy.Expr, sympy.Expr]:
+    """A TP-n step's all-reduces (card: tp-all-reduce) as a fixed latency per step and a time per request:
+    two per layer, each a latency plus 2(n−1)/n of one token's activations per request over NVLink."""
+    if n == 1:
+        return sympy.Integer(0), sympy.Integer(0)
+    L = s.given("L", p.model.layers, "", "layers")
+    h = s.given("h", p.model.hidden, "", "hidden size")
+    b_a = s.given("b_a", ACTIVATION_BYTES, "B", "bytes per activation (bf16)")
+    return (2 * L * link_latency(s, p.gpu, n),
+            2 * L * 2 * sympy.Rational(n - 1, n) * h * b_a / link_bandwidth(s, p.gpu, n))
 
 
 def users_per_gpu_question(p, s: Sheet) -> None:
-    require_context(p.model, p.context)
-    if p.tp > p.model.kv_heads:
-        raise Reject("TP past the KV heads replicates them (tp-past-kv-heads)")
-    usable, n, N = _usable_memory(p, s)
+    G = s.param("G", "gpus")
+    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
+    u = s.given("u", GPU_MEMORY_UTILIZATION, "", "usable share of HBM (card: usable-hbm)")
+    R = s.param("R", "reserve")
+    N = s.given("N", model_params(p.model), "", f"{p.model.name} parameters")
+    usable = s.step("usable", "Usable memory per GPU", "M_use", M * u - R, "GB",
+                    "the utilisation cap, less what the engine keeps for everything that is not weights or KV")
     b16 = s.given("b_16", dtype_bytes("bf16"), "B", "bytes per bf16 element")
     b8 = s.given("b_8", dtype_bytes("fp8"), "B", "bytes per fp8 element")
     kv_tok = kv_bytes_per_token(s, p.model, b16)
-    C = s.given("C", p.context, "tokens", "context per request")
-    kv16 = s.step("kv_per_request_gpu", "bf16 KV per request per GPU", "KV_16", kv_tok * C / n, "GiB",
-                  "the full context's keys and values; each GPU keeps H_kv/n of the KV heads")
-    kv8 = s.step("kv_fp8_per_request_gpu", "fp8 KV per request per GPU", "KV_8", kv16 * b8 / b16, "GiB",
-                 "one byte per element instead of two")
-    w16, room16, users16 = _users(s, "16", "bf16", usable, n, N, b16, kv16)
-    w8, room8, users8 = _users(s, "8", "fp8", usable, n, N, b8, kv8)
-    if s.value(w8) >= s.value(usable):
-        # A group that holds the model in neither dtype is no deployment: nothing to compare.
-        raise Reject("weights do not fit even in fp8")
-    n_fit = s.step("tp_fit", "TP at which bf16 weights just fit", "n_fit", N * b16 / usable, "",
-                   "weights per GPU N·b/n reach the usable memory")
-    n_half = s.step("tp_half", "TP at which bf16 weights fill half the usable memory", "n_half",
-                    2 * N * b16 / usable, "", "weights per GPU equal the KV room they leave")
-
-    s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable (vLLM's gpu_memory_utilization "
-             f"before v0.21), less a reserve of {format_number(p.reserve / 2**30)} GiB per GPU for activations, "
-             "CUDA graphs and NCCL buffers: an assumption, to be measured on the real engine.")
-    s.assume("Weights (embeddings and LM head included) and KV heads split evenly over the TP group; "
-             "TP stays within the KV head count, so no KV head is replicated.")
-    s.assume("Every request holds its full context. Weights and KV change dtype together; fp8 scale "
-             "factors are ignored. Counts are per TP group (one model replica): divide by n for per GPU.")
-    s.slip("x n: the whole request's KV, not one GPU's 1/n share", p.tp, on="kv_per_request_gpu")
-    s.slip("/n: requests per GPU, not per TP group", 1 / p.tp, on=("users_16", "users_8"))
+    C = s.param("C", "context")
+    kv_req = s.step("kv_per_request", "bf16 KV per full-context request", "KV_req", kv_tok * C, "GiB",
+                    "every token of the context keeps its keys and values")
+    W = s.step("weights", "bf16 weight bytes", "W", N * b16, "GB", "every parameter once")
+    w16 = s.step("weights_16_per_gpu", "bf16 weights per GPU, one TP group over the node", "w_16", W / G, "GB",
+                 "tensor parallelism shards every weight matrix evenly over the group")
+    kv16 = s.step("kv_per_request_gpu", "bf16 KV per request per GPU, one TP group", "KV_16", kv_req / G, "GiB",
+                  "each GPU keeps H_kv/G of the KV heads of every request")
+    users16 = s.step("users_16", "Full-context requests, one bf16 group over the node", "B_16",
+                     sympy.floor((usable - w16) / kv16), "requests",
+                     "what the weights leave on each GPU over each GPU's share of one request")
+    if s.value(users16) < 1:
+        raise Reject("the bf16 weights leave no room for a request even over the whole node")
+    s.step("users_8", "Full-context requests, one fp8 group (weights and KV)", "B_8",
+                    sympy.floor((usable - w16 * b8 / b16) / (kv16 * b8 / b16)), "requests",
+                    "one byte per element halves the weights and every request's KV")
+    n_fit = s.step("", "TP at which the bf16 weights and one request just fit", "n_fit", (W + kv_req) / usable, "",
+                   "N·b/n + KV_req/n = M_use")
+    n_min = s.step("tp_min_16", "Smallest deployable TP for bf16", "n_min",
+                   max_of(1, 2 ** sympy.ceiling(sympy.log(n_fit, 2))), "",
+                   "TP degrees are powers of two that divide the heads: the first at or above n_fit")
+    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
+    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    t_ar = tp_all_reduce(s, p.model, p.gpu, p.gpus, users16, tag="wide", label="full batch")
+    tpot16 = s.step("tpot_16", "TPOT of the full bf16 batch, one group", "t_16",
+                    max_of((W / G + users16 * kv16) / BW, 2 * N * users16 / (G * P)) + t_ar, "ms",
+                    "each GPU reads its weights and its share of every request's KV (card: roofline-time), "
+                    "plus the all-reduces")
+    s.slip("the all-reduces left out", s.evaluate(tpot16 - t_ar) / s.value(tpot16), on="tpot_16")
+    T = s.param("T", "tpot")
+    served = {}
+    for n in (2**k for k in range(int(math.log2(p.gpus)) + 1)):
+        if s.compare(n, n_min) >= 0:
+            served[n] = _layout(p, s, n, G, usable, W, N, kv_req, BW, P, T)
+    if max(s.value(v) for v in served.values()) < 1:
+        raise Reject("no layout meets the TPOT target with one request")
+    best = max(served, key=lambda n: (s.value(served[n]), n))  # a tie goes to the wider group: fewer replicas
+    s.choose("best_layout", f"TP{best}")
+    s.step("served_best", "Users the best layout serves within the TPOT", "U_best", served[best], "requests",
+           f"TP{best} × {p.gpus // best}: the most of the layouts above")
+    s.assume(f"Usable HBM {format_number(GPU_MEMORY_UTILIZATION * 100)}% of each GPU (card: usable-hbm), less "
+             f"a reserve of {format_number(p.reserve / 2**30)} GiB for activations, CUDA graphs and NCCL buffers.")
+    s.assume("Weights and KV heads split evenly over a TP group; no TP here exceeds the 8 KV heads, so none "
+             "is replicated. Replicas of a narrower TP each hold a full copy of the weights.")
+    s.assume("Every request holds its full context. Step time: the card's roofline at datasheet peak, 2 FLOPs "
+             "per parameter per token, plus the TP all-reduces over NVLink (card: tp-all-reduce); attention "
+             "FLOPs and engine overhead are left out.")
+    s.slip("/n: requests per GPU, not per TP group", 1 / p.gpus, on=("users_16", "users_8"))
+    s.slip("x n: the whole request's KV, not one GPU's share", p.gpus, on="kv_per_request_gpu")
     s.slip("x layers: one layer's KV instead of all of them", 1 / p.model.layers, on="kv_per_request_gpu")
-    for key, fit, room, kv_request in (("users_16", users16, room16, kv16), ("users_8", users8, room8, kv8)):
-        if s.value(fit) > 0:
-            s.slip("x n: the whole request's KV, not one GPU's 1/n share", on=key,
-                   factor=s.evaluate(sympy.floor(room / (n * kv_request))) / s.value(fit))
-            s.slip("x layers: one layer's KV instead of all of them", on=key,
-                   factor=s.evaluate(sympy.floor(room * p.model.layers / kv_request)) / s.value(fit))
-
-    if s.compare(w16, usable) >= 0:
-        _weights_do_not_fit(s, n, n_fit, w16, usable)
-    else:
-        _fits_regime(s, n, n_half, w16, room16, users16, replicates=2 * p.tp > p.model.kv_heads)
+    _layout_regime(s, p, served, best, users16, tpot16)
 
 
-def _weights_do_not_fit(s: Sheet, n, n_fit, w16, usable) -> None:
-    s.set_regime(
-        "weights-do-not-fit",
-        f"The bf16 weights need {format_quantity(s.value(w16), 'GB')} per GPU, more than the "
-        f"{format_quantity(s.value(usable), 'GB')} usable: the bf16 deployment serves no one, whatever the context.",
-        n_fit, n,
-        f"From TP {format_number(2 ** math.ceil(math.log2(s.value(n_fit))))} up (TP sizes are powers of two) the "
-        "bf16 weights fit; fp8 halves them, which is "
-        "often what makes a model fit at all. Just past the boundary the KV room is a sliver: each doubling of "
-        "TP then multiplies the users many times over.")
+def _layout(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> sympy.Symbol:
+    """G/n replicas of TP n: what one replica holds, what its step carries within the TPOT, and the node's total."""
+    fixed, per = _tp_link(s, p, n)
+    fit = s.step(f"fit_tp{n}", f"Requests one TP{n} replica holds", f"B_fit{n}",
+                 sympy.floor((usable - W / n) / (kv_req / n)), "requests",
+                 "each of its GPUs holds 1/n of the weights and of every request")
+    within = s.step(f"batch_tp{n}", f"Requests a TP{n} step carries within the TPOT", f"B_T{n}",
+                    max_of(0, sympy.floor(sympy.Min((T - fixed - W / (n * BW)) / (kv_req / (n * BW) + per),
+                                                    (T - fixed) / (2 * N / (n * P) + per), evaluate=False))),
+                    "requests", "t(B) ≤ T on both sides of the roofline"
+                    + ("" if n == 1 else ", all-reduce latency and traffic included"))
+    return s.step(f"served_tp{n}", f"Users served by {p.gpus // n} × TP{n}", f"U_{n}",
+                  (G / n) * sympy.Min(fit, within, evaluate=False), "requests",
+                  "each replica serves what fits, capped by what its step carries in time")
 
 
-def _fits_regime(s: Sheet, n, n_half, w16, room16, users16, replicates: bool) -> None:
-    gain = s.step("doubling_gain", "Users gained by doubling TP (bf16)", "G", 2 + w16 / room16, "x",
-                  "users ∝ n·(M_use − w) = n·M_use − N·b: doubling n doubles the first term, not the weights")
-    g, users = format_number(s.value(gain), 3) + "×", format_number(s.value(users16))
-    if replicates:
-        g += " (in principle: twice this TP exceeds the KV heads, which would then be replicated)"
-    if s.compare(n, n_half) < 0:
-        s.set_regime(
-            "weight-dominated",
-            f"The bf16 weights take more than half of each GPU's usable memory, leaving room for {users} requests; "
-            f"doubling TP frees weight memory on every GPU and multiplies the users {g}, more than threefold.",
-            n_half, n,
-            "Past the boundary the weights take less than half: doubling TP then gains between 2x and 3x "
-            "users, little more than the GPUs added, and fp8 KV or shorter contexts are the cheaper lever.")
-    else:
-        s.set_regime(
-            "kv-dominated",
-            f"The bf16 weights take less than half of each GPU's usable memory; the KV cache sets the {users} "
-            f"requests, and doubling TP gains only {g}: less than threefold for twice the GPUs.",
-            n_half, n,
-            "Below the boundary TP (fewer GPUs, or a bigger model) the weights take most of each GPU: every "
-            "doubling of TP then frees weight memory on each GPU too, and more than triples the users.")
+def _layout_regime(s: Sheet, p, served, best, users16, tpot16) -> None:
+    wide = served[p.gpus]
+    others = {n: v for n, v in served.items() if n < p.gpus}
+    runner = max(others, key=lambda n: (s.value(others[n]), n)) if others else None
+    split = s.step("served_split", "Users the best narrower layout serves", "U_split",
+                   others[runner] if others else sympy.Integer(0), "requests",
+                   f"TP{runner} × {p.gpus // runner}" if others else "no narrower TP holds the bf16 weights")
+    fit16, t16 = format_number(s.value(users16)), format_quantity(s.value(tpot16), "ms")
+    n_wide, u_wide = p.gpus, format_number(s.value(wide))
+    u_split = format_number(s.value(split))
+    s.regime_by(wide, split, tie="above", above=Side(
+        "one-group",
+        f"One TP{n_wide} group serves {u_wide} users within the TPOT, against {u_split} for the best split: it stores "
+        f"the weights once, so each GPU keeps more room for KV ({fit16} full-context requests at {t16} per token).",
+        "With shorter contexts or a tighter TPOT the step's time, not memory, caps the batch; then the all-reduce "
+        "traffic each request adds, which grows with the TP width, lets replicas of a narrower TP serve more.",
+        near=f"One TP{n_wide} group serves {u_wide} users, barely more than the {u_split} of the best split: "
+             "the weights stored once still win, but the all-reduces nearly cancel the gain."),
+        below=Side(
+        "replicas",
+        f"{p.gpus // best} × TP{best} serve {format_number(s.value(served[best]))} users within the TPOT, against "
+        f"{u_wide} for one TP{n_wide} group: the TPOT, not memory, caps the wide group's batch, and narrower "
+        "replicas pay less all-reduce per request and per step.",
+        "With longer contexts or a looser TPOT memory binds again, and one wide group serves more: it holds one "
+        "copy of the weights where replicas hold several.",
+        near=f"The best split serves {format_number(s.value(served[best]))} users, barely more than one TP{n_wide} "
+             f"group's {u_wide}: the two are close, and a small change in context or TPOT flips the choice."))
 
 
 def _profile_run_inputs(p, s: Sheet, utilization: float) -> tuple[sympy.Symbol, ...]:
