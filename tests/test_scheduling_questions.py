@@ -60,7 +60,7 @@ def _fits(g, cached_tokens):
 
 
 @pytest.mark.parametrize("qid", ["chunked-prefill-budget", "coupled-slo-admission", "decode-loop-overlap",
-                                 "long-reply-batching"])
+                                 "long-reply-batching", "roofline-model-breaks"])
 def test_small_models_are_not_split_many_ways(variant, qid):
     """An 8B model on TP 4 or 8 gave 0.3 ms steps (decode-loop-overlap) and 90K-token chunks."""
     for solution in _draws(variant, qid):
@@ -544,11 +544,15 @@ def roofline_by_hand(solution):
     overhead = _value(solution, "overhead")
     corrected = efficient + allreduce + overhead
     costs = {"bandwidth": efficient - bare, "all-reduce": allreduce, "overhead": overhead}
+    names = {"bandwidth": "kernels reaching only part of the datasheet bandwidth and peak",
+             "all-reduce": "the TP all-reduces, two per layer",
+             "overhead": "the per-step overhead (scheduling, sampling, launch gaps)"}
     return {
         "bare_throughput": B / bare,
         "allreduce_time": allreduce,
         "corrected_throughput": B / corrected,
         "dominant": max(costs, key=costs.get),
+        "breaks": {names[name] for name, cost in costs.items() if cost > 0.1 * corrected},
         "regime": "within-reach" if corrected / bare <= 2 else "off-by-a-factor",
     }
 
@@ -556,15 +560,38 @@ def roofline_by_hand(solution):
 def test_roofline_default(variant):
     """70B on 8 x H100 at batch 32, 2K context: 20.3 GB per GPU per step, 6.05 ms at 3.35 TB/s;
     160 all-reduces of 512 KiB at 10 us + 7/8 x 2 x 512 KiB / 450 GB/s = 1.93 ms, ahead of the 1.51 ms
-    of efficiency and 1 ms of overhead; 10.49 ms in all, 1.73x the bare step."""
+    of efficiency and 0.5 ms of overhead; 9.99 ms in all, 1.65x the bare step. The default overhead was
+    1 ms, 9.5% of the step: on the 10% line the breaks select now grades, so it moved to 0.5 ms."""
     solution = variant("roofline-model-breaks@default")
     expected = solution.expected
     assert expected["bare_throughput"] == pytest.approx(5291, rel=1e-3)
     assert expected["allreduce_time"] == pytest.approx(160 * (10e-6 + 2 * 7 / 8 * 32 * 8192 * 2 / 450e9))
-    assert expected["corrected_throughput"] == pytest.approx(3052, rel=1e-3)
-    assert solution.sheet.results["ratio"] == pytest.approx(1.734, rel=1e-3)
+    assert expected["corrected_throughput"] == pytest.approx(3205, rel=1e-3)
+    assert solution.sheet.results["ratio"] == pytest.approx(1.651, rel=1e-3)
     assert expected["dominant"] == "all-reduce"
+    assert set(expected["breaks"]) <= {"kernels reaching only part of the datasheet bandwidth and peak",
+                                       "the TP all-reduces, two per layer"}
+    assert {o for o, holds in solution.sheet.results["breaks"].items() if holds} == {
+        "kernels reaching only part of the datasheet bandwidth and peak", "the TP all-reduces, two per layer"}
     assert expected["regime"] == "within-reach"
+
+
+def test_roofline_candidate_names_the_breaks(variant):
+    """The review: the prompt handed over the list of breaks the teaser says is scored. The prompt no
+    longer lists them; the candidate picks those over 10% of the step (the right set moves with the
+    variant) and the measurements that catch them."""
+    solution = variant("roofline-model-breaks@default")
+    assert "all-reduces of the batch" not in solution.prompt and "two all-reduces" not in solution.prompt
+    right_sets = set()
+    for draw in _draws(variant, "roofline-model-breaks"):
+        results = draw.sheet.results
+        held = frozenset(o for o, holds in results["breaks"].items() if holds)
+        right_sets.add(held)
+        step = 1 / draw.expected["corrected_throughput"] * _value(draw, "batch")
+        for cost in (results["bandwidth_cost"], results["allreduce_time"], _value(draw, "overhead")):
+            assert abs(cost / step / 0.1 - 1) >= 0.05  # never on the 10% line
+        assert results["catch"]["nccl-tests at gigabyte messages, for the ring's bus bandwidth"] is False
+    assert len(right_sets) >= 4
 
 
 def test_roofline_calls_are_never_on_a_knife_edge(variant):
@@ -585,7 +612,7 @@ def test_roofline_wording(variant):
     """The question that adds TP communication must not say it is left out; a batch of one reads well."""
     solution = variant("roofline-model-breaks@default+batch=1")
     assert not any("communication is left out" in text for text in solution.sheet.assumptions)
-    assert "a batch of 1 in bf16" in solution.prompt
+    assert "decodes a batch of 1 at about" in solution.prompt
     assert "small batch" not in variant("roofline-model-breaks@default").sheet.regime.other_side
 
 
@@ -598,10 +625,11 @@ def test_roofline_bare_step_is_the_weight_read_at_batch_one(variant):
 
 
 def test_roofline_fixed_costs_swamp_a_short_step(variant):
-    """Llama-3-8B over 8 x H100 at batch 1: a 0.6 ms roofline step against 64 all-reduce latencies
-    and 2 ms of overhead, several times the bare estimate."""
-    solution = variant("roofline-model-breaks@default+model=llama-3-8b+batch=1+context=500+overhead=2")
-    assert solution.sheet.results["ratio"] > 4
+    """Llama-3-8B over 2 x H100 at batch 1: a 2.4 ms roofline step against 64 all-reduce latencies
+    and 2 ms of overhead, past twice the bare estimate. (Over 8 GPUs, as this test first had it, the
+    model is not served: the realism rule refuses it.)"""
+    solution = variant("roofline-model-breaks@default+model=llama-3-8b+tp=2+batch=1+context=500+overhead=2")
+    assert solution.sheet.results["ratio"] > 2.2
     assert solution.expected["dominant"] == "overhead"
     assert solution.expected["regime"] == "off-by-a-factor"
 
@@ -610,11 +638,14 @@ def test_roofline_fixed_costs_swamp_a_short_step(variant):
 def test_roofline_matches_plain_arithmetic(variant, seed):
     solution = variant(f"roofline-model-breaks@{seed}")
     for key, value in roofline_by_hand(solution).items():
+        if key == "breaks":  # a select: the options that hold, of those the pool judged
+            assert {o for o, holds in solution.sheet.results[key].items() if holds} == value
+            continue
         assert solution.expected[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
 
 
 def test_roofline_pinned_seed(variant):
     solution = variant("roofline-model-breaks@7")
-    assert [p.raw for p in solution.params] == ["llama-3-70b", "mi300x", 8, 4, 1700, 85, 5, 3.3, 60]
-    assert solution.expected["dominant"] == "overhead"
+    assert [p.raw for p in solution.params] == ["qwen2.5-72b", "b200", 8, 240, 1200, 65, 15, 0.55, 60]
+    assert solution.expected["dominant"] == "all-reduce"
     assert solution.expected["regime"] == "off-by-a-factor"
