@@ -80,6 +80,8 @@ def training_compute_budget(p, s: Sheet) -> None:
            factor=p.ref_gpus / p.gpus)
     s.slip("interruptions over the compute days, not the wall-clock schedule", on="interruptions",
            factor=s.value(T_c) / s.value(W))
+    s.slip("interruptions counted over the compute days: the schedule's stretch ignored", on="wall_days",
+           factor=s.evaluate(T_c * (1 + C / tau) + lam * G * T_c * loss) / s.value(W))
     s.slip("a whole interval rewound per failure, not half", on="lost_per_failure",
            factor=(p.restart + p.ckpt_interval) / (p.restart + p.ckpt_interval / 2))
 
@@ -180,6 +182,8 @@ def training_state_bytes(p, s: Sheet) -> None:
                factor=wrong / s.value(b) * s.value(nodes) / s.evaluate(sympy.ceiling(N * wrong / room)))
     s.slip("state per node, not per GPU", p.gpus_per_node, on="state_per_gpu")
     s.slip("the NIC's Gb/s read as GB/s", 1 / 8, on="fsdp_comm")
+    s.slip("plain data parallel's 2x the weights, not ZeRO-3's 3x", 2 / 3, on=("fsdp_traffic", "fsdp_comm"))
+    s.slip("x1/3: 2·N per token counts the forward pass only", 1 / 3, on="step_compute")
     s.slip("the bubble as (p−1)/m, not (p−1)/(m+p−1)", on="bubble",
            factor=s.evaluate((nodes - 1) / p.microbatches) / s.value(loss_pp))
 
