@@ -146,6 +146,10 @@ def test_state_bytes_layout_flips_with_tokens_per_gpu(variant):
     fast = variant("training-state-bytes@default+gpu=b200+nic=connectx-8+batch_tokens=16000000").sheet.results
     assert fast["fsdp_loss"] == 0
     assert fast["regime"] == "fsdp-across-nodes"
+    crossing = {layout: {o for o, holds in r["links"].items() if holds} for layout, r in (("fsdp", half), (
+        "pp", variant("training-state-bytes@default").sheet.results))}
+    assert crossing == {"fsdp": {"all-gathers of the bf16 weights", "a reduce-scatter of the whole model's gradients"},
+                        "pp": {"activations and their gradients at stage boundaries"}}
 
 
 def test_state_bytes_matches_zero_paper(variant):

@@ -192,6 +192,7 @@ def training_state_bytes(p, s: Sheet) -> None:
     step_pp = s.step("pp_step", "Step time with a pipeline across nodes", "t_PP", t_comp / (1 - loss_pp), "s",
                      "the same compute per GPU, stretched by the bubble")
     _layout_regime(s, (loss_fsdp, step_fsdp), (loss_pp, step_pp), t_comp, t_comm, nodes)
+    _judge_links(s, s.compare(step_fsdp, step_pp) <= 0)
 
 
 def _fsdp_side(p, s: Sheet, N, b_w, BW) -> tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol]:
@@ -221,6 +222,20 @@ def _pipeline_side(p, s: Sheet, nodes) -> sympy.Symbol:
         raise Reject("fewer micro-batches than pipeline stages: the pipeline never fills")
     return s.step("bubble", "Pipeline bubble, one stage per node", "f_PP", (nodes - 1) / (m + nodes - 1), "%",
                   "1F1B: the first and last p − 1 micro-batch slots of each step leave stages idle")
+
+
+def _judge_links(s: Sheet, fsdp: bool) -> None:
+    """What crosses the NIC every step follows from the layout that loses less."""
+    layout = "FSDP across nodes" if fsdp else "a pipeline across nodes"
+    s.judge("links", "all-gathers of the bf16 weights", fsdp,
+            f"{layout}: " + ("the shards live on other nodes" if fsdp else "each stage's weights stay in its node"))
+    s.judge("links", "a reduce-scatter of the whole model's gradients", fsdp,
+            f"{layout}: " + ("every GPU reduces its shard of all gradients across nodes" if fsdp
+                             else "a stage reduces only its own slice, with its replicas"))
+    s.judge("links", "activations and their gradients at stage boundaries", not fsdp,
+            f"{layout}: " + ("there are no stages" if fsdp else "each node hands its micro-batches to the next"))
+    s.judge("links", "tensor-parallel all-reduces", False,
+            "tensor parallel, if any, stays inside the node's NVLink domain in either layout")
 
 
 def _layout_regime(s: Sheet, fsdp_side, pp_side, t_comp, t_comm, nodes) -> None:
