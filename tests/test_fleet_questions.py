@@ -212,12 +212,13 @@ def test_fleet_job_follows_the_stated_rule_not_a_power_of_two(variant):
     assert "whole-scheduler-units" in units.prompt  # the rule is the variant's, stated, not taught as a law
 
 
-def test_fleet_followup_drops_the_power_of_two_rule(variant, catalog):
+def test_fleet_followup_moves_the_need_under_the_power_of_two(variant, catalog):
+    """At 18T tokens the need (7,428) sits just under 8,192: the same job, and the round-up (764) falls below
+    the margin (1,232)."""
     from solvers.followup import follow_up
-    solution = variant("fleet-gpu-count@default")
-    pushed = follow_up(solution, catalog)
-    assert pushed is not None and pushed.solution.param("rule").raw == "whole-scheduler-units"
-    assert pushed.solution.expected["job_gpus"] == 6_400  # 25 units of 256
+    pushed = follow_up(variant("fleet-gpu-count@default"), catalog)
+    assert pushed is not None and str(pushed.solution.code) == "fleet-gpu-count@default+tokens=18"
+    assert pushed.solution.expected["job_gpus"] == 8_192
     assert pushed.solution.expected["regime"] == "margin-dominates"
 
 
