@@ -84,13 +84,15 @@ def _sig(value: float, digits: int = 3) -> float:
 
 @generator("plateau_incident")
 def plateau_incident(rng: np.random.Generator, warmup: int, decay_steps: int, batch: int, seq_len: int,
-                     dataset_t: float, ranks: int = 4, floor: int = 1) -> list[dict]:
+                     dataset_t: float, scale_power: int, ranks: int = 4) -> list[dict]:
     """Readings at 09:00 and 11:00 of a run whose loss went flat, with one cause planted.
 
     `dataset_t` is in trillions of tokens. The LR reaches its floor only if the schedule ends
     before the data does, and the data repeat only if they run out before the schedule does:
     where the configuration does not allow the drawn cause, the readings point to none or to
-    two, and the solver rejects the draw."""
+    two, and the solver rejects the draw. The loss scale obeys the loss-scaling card from its
+    start of 2^scale_power: every halving is an overflow the skipped-steps counter counts, so
+    a scale of 2^k comes with at least scale_power − k skipped steps (more where it grew back)."""
     data_steps = dataset_t * 1e12 / (batch * seq_len)
     advance = int(round(_LOG_HOURS * 3600 / rng.uniform(4, 20)))  # steps in two hours at 4-20 s per step
     healthy = (2 * warmup, min(0.7 * decay_steps, 0.9 * data_steps) - advance)
@@ -105,8 +107,6 @@ def plateau_incident(rng: np.random.Generator, warmup: int, decay_steps: int, ba
     last = first if cause == "job-not-stepping" else first + advance
 
     def norm() -> float:
-        if cause == "loss-scale-collapsed":
-            return float("inf")  # every step overflows in fp16
         if cause == "lr-or-grad-zero" and not lr_floor:
             return _sig(10 ** rng.uniform(-8, -6))
         return _sig(rng.uniform(0.15, 1.2))
@@ -128,18 +128,34 @@ def plateau_incident(rng: np.random.Generator, warmup: int, decay_steps: int, ba
         return {"step": step, "loss": loss, "grad norm": total, "loss scale": scale, "skipped steps": skipped,
                 **rank_norms(total)}
 
-    loss, skipped = round(rng.uniform(1.9, 2.8), 3), int(rng.integers(5, 60))
-    scale = floor if cause == "loss-scale-collapsed" else 2 ** int(rng.integers(10, 17))
-    at_nine = reading(first, loss, scale, skipped)
+    loss = round(rng.uniform(1.9, 2.8), 3)
+    regrown = int(rng.integers(0, 40))  # doublings after clean stretches, each undone by one more overflow
+    if cause == "loss-scale-collapsed":
+        # The scale fell all the way to 1 before 09:00 and sits there: every step since has overflowed.
+        exponent, skipped = 0, scale_power + regrown + int(rng.integers(5, 200))
+    else:
+        exponent = int(rng.integers(10, min(scale_power, 17)))
+        skipped = scale_power - exponent + regrown
+    at_nine = reading(first, loss, 2**exponent, skipped)
     if cause == "job-not-stepping":
         at_eleven = dict(at_nine)  # nothing new was logged: every value is the 09:00 one
+    elif cause == "loss-scale-collapsed":
+        # Every step skipped, the scale stuck at 1; a skipped step logs no grad norm, so the norms are
+        # still those of the last step that updated, before 09:00.
+        at_eleven = {**at_nine, "step": last, "skipped steps": skipped + advance}
     else:
-        if cause == "loss-scale-collapsed":
-            overflowed = advance  # every step overflows and is skipped; the scale stays at the floor
-        else:
-            # A healthy scaler moves a notch at most: halved by an overflow or doubled after a clean stretch.
-            change = int(rng.integers(-1, 2))
-            overflowed = int(rng.integers(1, 3)) if change < 0 else int(rng.integers(0, 2))
-            scale = int(scale * 2.0**change)
-        at_eleven = reading(last, round(loss - rng.uniform(0, 0.004), 3), scale, skipped + overflowed)
+        # A healthy scaler moves a notch at most in two hours: halved by one overflow, or doubled after
+        # a clean stretch of a thousand steps or more.
+        change = int(rng.integers(-1, 1 + (advance >= 1000)))
+        at_eleven = reading(last, round(loss - rng.uniform(0, 0.004), 3), 2 ** (exponent + change),
+                            skipped + (change < 0))
     return [{"signal": name, "09:00": at_nine[name], "11:00": at_eleven[name]} for name in at_nine]
+
+
+@generator("plateau_reading")
+def plateau_reading(rng: np.random.Generator, incident: list[dict], signal: str, at: str):
+    """One reading of the incident's log ("rank grad norms": the list of every rank's), no randomness."""
+    rows = {row["signal"]: row[at] for row in incident}
+    if signal == "rank grad norms":
+        return [value for name, value in rows.items() if name.startswith("grad norm, rank")]
+    return rows[signal]

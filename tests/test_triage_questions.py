@@ -7,7 +7,9 @@ from collections import Counter
 import pytest
 
 from solvers.derivation import Sheet
-from solvers.topics.triage import CHECKS, MONTH_ALWAYS, MONTH_NEVER, READ_ALL, READ_SOME, _lr_at
+from solvers.engine import VariantCode, make_variant
+from solvers.followup import follow_up
+from solvers.topics.triage import CAUSE_OF_CHECK, CHECKS, MONTH_ALWAYS, MONTH_NEVER, READ_ALL, READ_SOME, _lr_at
 
 HOUR = 3600
 
@@ -23,15 +25,29 @@ def _cosine_lr(step, peak, warmup, decay, floor_share):
     return floor + (peak - floor) * (1 + math.cos(math.pi * (step - warmup) / (decay - warmup))) / 2
 
 
+def _readings(solution):
+    """The log as the parameter table lists it: (09:00, 11:00) per signal, ranks at 11:00."""
+    value = {param.name: param.value for param in solution.params}
+    nine = {"step": value["step_0900"], "loss scale": value["scale_0900"], "skipped steps": value["skipped_0900"]}
+    eleven = {"step": value["step_1100"], "loss scale": value["scale_1100"], "skipped steps": value["skipped_1100"],
+              "grad norm": value["grad_norm"], "ranks": value["rank_norms"]}
+    return nine, eleven
+
+
+def _checks(solution):
+    return [check for check in CHECKS if solution.sheet.results["checks"][check]]
+
+
 def test_plateau_default_is_not_a_training_problem(variant):
-    """The default log's step counter did not move in two hours: the job is not stepping."""
+    """The default log's step counter did not move in two hours: the job is not stepping, and the first
+    check finds it."""
     solution = variant("loss-plateau-triage@default")
     expected = solution.expected
     assert expected["cause"] == "job-not-stepping"
-    assert expected["checks"] == list(CHECKS)
+    assert _checks(solution) == ["is the step counter moving"]
     assert expected["lr_plateau"] == pytest.approx(_cosine_lr(683_640, 8e-5, 8000, 1_200_000, 0.01))  # 3.2e-5
     assert expected["epochs"] == pytest.approx(683_640 * 2048 * 8192 / 15.6e12)  # 0.735
-    assert expected["halvings"] == 16
+    assert expected["halvings"] == 1  # 2^16 down to 32,768
 
 
 @pytest.mark.parametrize("step, lr", [
@@ -53,13 +69,12 @@ def _diagnose(nine, eleven, p):
     """The checks in order, from the readings alone; the first that fails names the cause."""
     lr = _cosine_lr(nine["step"], p["peak_lr"], p["warmup"], p["decay_steps"], p["lr_floor"])
     epochs = eleven["step"] * p["batch"] * p["seq_len"] / p["dataset"]
-    ranks = [value for name, value in eleven.items() if name.startswith("grad norm, rank")]
     failing = {
         "job-not-stepping": eleven["step"] == nine["step"],
         "lr-or-grad-zero": lr <= 1.0001 * p["lr_floor"] * p["peak_lr"] or eleven["grad norm"] < 1e-4,
         "data-repeating": epochs > 1,
         "loss-scale-collapsed": eleven["loss scale"] == 1,
-        "rank-sending-zeros": min(ranks) == 0,
+        "rank-sending-zeros": min(eleven["ranks"]) == 0,
     }
     return [cause for cause, fails in failing.items() if fails]
 
@@ -68,28 +83,56 @@ def _diagnose(nine, eleven, p):
 def test_plateau_readings_point_to_one_cause(variant, seed):
     solution = variant(f"loss-plateau-triage@{seed}")
     p = {param.name: param.value for param in solution.params}
-    rows = p["incident"]
-    nine = {row["signal"]: row["09:00"] for row in rows}
-    eleven = {row["signal"]: row["11:00"] for row in rows}
+    nine, eleven = _readings(solution)
     assert _diagnose(nine, eleven, p) == [solution.expected["cause"]]
+    found = list(CAUSE_OF_CHECK.values()).index(solution.expected["cause"])
+    assert _checks(solution) == list(CHECKS[:found + 1])  # in order, up to the one that finds the cause
     lr = _cosine_lr(nine["step"], p["peak_lr"], p["warmup"], p["decay_steps"], p["lr_floor"])
     assert solution.expected["lr_plateau"] == pytest.approx(lr, rel=1e-12)
     epochs = eleven["step"] * p["batch"] * p["seq_len"] / p["dataset"]
     assert solution.expected["epochs"] == pytest.approx(epochs, rel=1e-12)
-    assert solution.expected["halvings"] == pytest.approx(p["scale_power"])
+    assert solution.expected["halvings"] == p["scale_power"] - math.log2(eleven["loss scale"])
 
 
-def test_plateau_prompt_settles_the_order(variant):
-    """Loss scale and data repetition are each one look at this table, so "cheapest first" alone leaves their
-    order open; the prompt asks for the run's general causes before those of its setup, which puts
-    fp16's scaler after the data and the single rank last."""
+def test_plateau_loss_scale_obeys_its_own_rules(variant):
+    """The loss-scaling card: every halving is an overflow the skipped-steps counter counts, and only a clean
+    stretch doubles the scale back. So from 2^p a scale of 2^k needs at least p − k skipped steps, and between
+    the readings a halving needs a skip. The first version showed a scale of 1 after 9 skipped steps from
+    2^32 in about 16% of draws."""
+    for seed in range(400):
+        solution = variant(f"loss-plateau-triage@{seed}")
+        power = solution.param("scale_power").value
+        nine, eleven = _readings(solution)
+        for reading in (nine, eleven):
+            scale = reading["loss scale"]
+            assert scale >= 1 and math.log2(scale).is_integer(), seed
+            assert reading["skipped steps"] >= power - math.log2(scale), seed
+        new_skips = eleven["skipped steps"] - nine["skipped steps"]
+        assert 0 <= new_skips <= eleven["step"] - nine["step"], seed
+        assert new_skips >= math.log2(nine["loss scale"] / eleven["loss scale"]), seed
+        if eleven["loss scale"] == 1 and nine["step"] != eleven["step"]:  # collapsed: every step skips
+            assert new_skips == eleven["step"] - nine["step"], seed
+        assert solution.expected["halvings"] <= eleven["skipped steps"], seed
+
+
+def test_plateau_prompt_is_short_and_names_its_cards(variant):
+    """The first version's prompt ran to 38 lines with the rules and a table in it; the rules are on the
+    lr-schedule and loss-scaling cards and the log is in the parameter table."""
     solution = variant("loss-plateau-triage@default")
-    assert "particular to this setup (fp16 loss scaling, the split over ranks)" in solution.prompt
-    order = solution.expected["checks"]
-    assert order.index("data repetition (epochs seen)") < order.index("loss scale history")
-    assert order[-1] == "per-rank gradient norms"
-    # A zero rank among healthy stages before it: the prompt says the norms are of each rank's own weights.
-    assert "its own layers' weight gradients" in solution.prompt
+    assert "lr-schedule card" in solution.prompt and "loss-scaling card" in solution.prompt
+    assert "|" not in solution.prompt
+    shown = {param.label for param in solution.problem_data()}
+    assert {"step at 09:00", "step at 11:00", "loss scale at 11:00", "skipped steps by 11:00"} <= shown
+    assert "the run's log" not in shown  # the incident behind the readings is not data
+
+
+def test_plateau_follow_up_is_a_sister_run(bank, catalog):
+    """The default has a follow-up round: a sister run with a shorter schedule, its own readings listed."""
+    solution = make_variant(bank, catalog, VariantCode.parse("loss-plateau-triage@default"))
+    pushed = follow_up(solution, catalog)
+    assert pushed is not None and pushed.solution.param("decay_steps").raw == 600_000
+    assert pushed.solution.expected["cause"] != "job-not-stepping"
+    assert "checks" in pushed.ask and "cause" in pushed.ask
 
 
 def test_plateau_every_cause_is_drawn(variant):
@@ -101,12 +144,14 @@ def test_plateau_every_cause_is_drawn(variant):
 
 def test_plateau_pinned_seed(variant):
     solution = variant("loss-plateau-triage@1")
-    raw = {param.name: param.raw for param in solution.params if param.name != "incident"}
+    raw = {param.name: param.raw for param in solution.params if param.name in (
+        "peak_lr", "warmup", "decay_steps", "lr_floor", "batch", "seq_len", "dataset", "scale_power")}
     assert raw == {"peak_lr": 0.00014, "warmup": 8000, "decay_steps": 150_000, "lr_floor": 1, "batch": 4096,
-                   "seq_len": 8192, "dataset": 1, "scale_power": 32, "min_scale": 1}
-    readings = {row["signal"]: (row["09:00"], row["11:00"]) for row in solution.param("incident").value}
-    assert readings["step"] == (20_160, 20_828)
-    assert readings["loss scale"] == (1, 1)
+                   "seq_len": 8192, "dataset": 1, "scale_power": 32}
+    nine, eleven = _readings(solution)
+    assert (nine["step"], eleven["step"]) == (20_160, 20_828)
+    assert (nine["loss scale"], eleven["loss scale"]) == (1, 1)
+    assert (nine["skipped steps"], eleven["skipped steps"]) == (45, 713)  # 45 ≥ 32 halvings; all 668 steps skip
     assert solution.expected["cause"] == "loss-scale-collapsed"
     assert solution.expected["halvings"] == 32  # Megatron's 2^32 down to 1
 

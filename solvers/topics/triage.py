@@ -10,19 +10,16 @@ from solvers.units import format_number, format_quantity
 
 # --- loss-plateau-triage ---------------------------------------------------------------------
 
-# The checks in the order a strong answer runs them, the order the prompt asks for: from whether the
-# run does anything at all to the causes particular to its setup. A frozen step counter voids every
-# other reading; then whether the updates have any size (LR, grad norm); then whether the data are
-# new; then fp16's loss scaler; last one rank of the split.
+# The checks in the order a strong answer runs them: from whether the run does anything at all to the
+# causes particular to its setup. A frozen step counter voids every other reading (and is a job problem,
+# not a training one); then whether the updates have any size (LR, grad norm); then whether the data
+# are new; then fp16's loss scaler; last one rank of the split. The first check that fails is the cause.
 CHECKS = ("is the step counter moving", "learning rate and grad norm", "data repetition (epochs seen)",
           "loss scale history", "per-rank gradient norms")
 CAUSE_OF_CHECK = dict(zip(CHECKS, ("job-not-stepping", "lr-or-grad-zero", "data-repeating", "loss-scale-collapsed",
                                    "rank-sending-zeros")))
+ACT_BEFORE_READING = "a restart from the last checkpoint to see if it clears"  # acting before diagnosing
 VANISHED_GRAD_NORM = 1e-4  # healthy global grad norms in LLM pretraining sit around 0.1-1
-
-
-def _readings(rows: list[dict]) -> tuple[dict, dict]:
-    return ({row["signal"]: row["09:00"] for row in rows}, {row["signal"]: row["11:00"] for row in rows})
 
 
 def _lr_at(s: Sheet, k: sympy.Symbol, eta, W, T, rho) -> sympy.Symbol:
@@ -38,55 +35,77 @@ def _lr_at(s: Sheet, k: sympy.Symbol, eta, W, T, rho) -> sympy.Symbol:
     return s.step("lr_plateau", "LR at the plateau step", "eta_1", expr, "", why)
 
 
+def _lr_share_why(share: float) -> str:
+    if share <= 0.0101:
+        return "at the floor: every update is a hundredth of the peak's, too small to move the loss"
+    if share < 0.1:
+        return "near the floor: the updates are small, and the loss moves slowly by design"
+    return "far from the floor: the schedule alone does not explain a flat loss"
+
+
 def loss_plateau_triage(p, s: Sheet) -> None:
-    nine, eleven = _readings(p.incident)
-    eta = s.given("eta", p.peak_lr, "", "peak learning rate")
-    W = s.given("W", p.warmup, "steps", "warmup steps")
-    T = s.given("T", p.decay_steps, "steps", "step where the cosine reaches its floor")
-    rho = s.given("rho", p.lr_floor, "%", "LR floor as a share of the peak")
-    B = s.given("B", p.batch, "", "sequences per step")
-    L = s.given("L", p.seq_len, "tokens", "tokens per sequence")
-    D = s.given("D", p.dataset, "trillion tokens", "unique tokens in the dataset")
+    eta = s.param("eta", "peak_lr")
+    W = s.param("W", "warmup")
+    T = s.param("T", "decay_steps")
+    rho = s.param("rho", "lr_floor")
+    B = s.param("B", "batch")
+    L = s.param("L", "seq_len")
+    D = s.param("D", "dataset")
     S0 = s.given("S_0", 2 ** p.scale_power, "", "initial loss scale")
-    S_min = s.given("S_min", p.min_scale, "", "loss scale floor")
-    s1 = s.given("s_1", nine["step"], "steps", "step at 09:00, where the plateau began")
-    s2 = s.given("s_2", eleven["step"], "steps", "step at 11:00")
+    S11 = s.param("S_11", "scale_1100")
+    s1 = s.param("s_1", "step_0900")
+    s2 = s.param("s_2", "step_1100")
 
     s.step("advance", "Steps taken between the two readings", "ds", s2 - s1, "steps",
            "a healthy run advances hundreds of steps in two hours")
     lr = _lr_at(s, s1, eta, W, T, rho)
-    s.step("lr_share", "LR at the plateau against the peak", "r_lr", lr / eta, "%",
-           "near the floor the updates are too small to move the loss")
+    s.step("lr_share", "LR at the plateau against the peak", "r_lr", lr / eta, "%", _lr_share_why(s.evaluate(lr / eta)))
     epochs = s.step("epochs", "Epochs of data seen by 11:00", "E", s2 * B * L / D, "",
                     "tokens consumed over unique tokens; above 1 the run is re-reading its data")
-    s.step("halvings", "Overflows that take the scale from its start to the floor", "n_h",
-           sympy.log(S0 / S_min, 2), "", "every overflowing step halves the scale and skips the update")
+    s.step("halvings", "Fewest overflows from the initial scale to the 11:00 one", "n_h",
+           sympy.log(S0 / S11, 2), "", "each overflow halves the scale and skips its step; regrowth only adds "
+           "overflows, so the skipped-steps counter must be at least this")
 
+    ranks = list(p.rank_norms)
     fired = [check for check, firing in zip(CHECKS, (
-        eleven["step"] == nine["step"],
-        s.compare(lr, rho * eta) <= 0 or eleven["grad norm"] < VANISHED_GRAD_NORM,
+        p.step_1100 == p.step_0900,
+        s.compare(lr, rho * eta) <= 0 or p.grad_norm < VANISHED_GRAD_NORM,
         s.compare(epochs, 1) > 0,
-        eleven["loss scale"] <= p.min_scale,
-        min(value for name, value in eleven.items() if name.startswith("grad norm, rank")) == 0,
+        p.scale_1100 <= 1,
+        min(ranks) == 0,
     )) if firing]
     if len(fired) != 1:
         raise Reject(f"the incident points to {len(fired)} causes, expected one")
-    s.choose("checks", list(CHECKS))
-    s.choose("cause", CAUSE_OF_CHECK[fired[0]])
+    cause = CAUSE_OF_CHECK[fired[0]]
+    s.choose("cause", cause)
+    _checks_run(s, CHECKS.index(fired[0]))
 
-    s.assume("The schedule is Megatron-style: linear warmup to the peak, cosine decay to the floor at the "
-             "configured decay step (warmup included), then flat at the floor. The floor of 1% of the peak is "
-             "Llama 3 405B's (8e-5 decaying to 8e-7).")
+    s.assume("The schedule is Megatron-style (the lr-schedule card): linear warmup to the peak, cosine decay to "
+             "the floor at the configured decay step (warmup included), then flat at the floor. The floor of 1% "
+             "of the peak is Llama 3 405B's (8e-5 decaying to 8e-7).")
     s.assume("The run was planned as a single pass over its data, so more than one epoch means the loader "
              "re-reads data it has seen. Every step consumes the full global batch.")
-    s.assume("fp16 dynamic loss scaling halves the scale on each overflowing step (no hysteresis) and skips "
-             "that step's update; at the floor it can fall no further and every step is wasted.")
+    s.assume("fp16 dynamic loss scaling (the loss-scaling card) halves the scale on each overflowing step and "
+             "skips that step's update; at the floor of 1 it can fall no further and every step is wasted. A "
+             "bf16 run would need no scaler: this cause belongs to legacy fp16 recipes (V100-era fleets). A "
+             "skipped step logs no grad norm, so the norms shown are those of the last step that updated.")
     s.assume("Each rank's gradient norm covers the weight gradients of its own slice of the layers, so a rank "
              "at exactly zero is a slice whose weights get no gradient (left frozen after a reload, or its "
              "gradient buffers zeroed before the step) while it still passes gradients back to the stages "
              "before it, which stay healthy.")
     s.slip("epochs from sequences, not tokens", 1 / p.seq_len, on="epochs")
-    _lr_slips(p, s, nine["step"], s.value(lr))
+    _lr_slips(p, s, p.step_0900, s.value(lr))
+
+
+def _checks_run(s: Sheet, found: int) -> None:
+    """The checks run in order up to the first that fails, which names the cause."""
+    for index, check in enumerate(CHECKS):
+        why = ("clean: on to the next check" if index < found else
+               "fails: it names the cause, and triage stops here" if index == found else
+               "never reached: an earlier check already found the cause")
+        s.judge("checks", check, index <= found, why)
+    s.judge("checks", ACT_BEFORE_READING, False,
+            "acting before reading the log throws away the evidence and can repeat the stall")
 
 
 def _lr_slips(p, s: Sheet, step: int, lr: float) -> None:
