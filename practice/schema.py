@@ -18,7 +18,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from practice.records import now_utc, to_text
+from practice.records import card_from_json, from_text, now_utc, to_text
 
 FILE_NAME = "progress.sqlite3"
 APPLICATION_ID = 0x49447231  # 'IDr1': marks a file as an infradrill progress store
@@ -223,8 +223,86 @@ def _use_wal(conn: sqlite3.Connection) -> None:
             raise
 
 
-def prepare(path: Path) -> sqlite3.Connection:
-    """Open, check, migrate. Raises NotOurs, or sqlite3.DatabaseError for a damaged file."""
+def _columns(conn: sqlite3.Connection) -> dict[str, tuple[str, ...]]:
+    return {table: tuple(row[1] for row in conn.execute(f"PRAGMA table_info('{table}')"))
+            for table in sorted(_tables(conn))}
+
+
+def _expected_columns() -> dict[str, tuple[str, ...]]:
+    """The tables and columns the migrations make, from a scratch database in memory."""
+    scratch = sqlite3.connect(":memory:")
+    try:
+        for statements in MIGRATIONS:
+            for statement in statements:
+                scratch.execute(statement)
+        return _columns(scratch)
+    finally:
+        scratch.close()
+
+
+def _schema_problem(conn: sqlite3.Connection) -> str | None:
+    """Why the tables are not the ones this schema version has (a table dropped, a column renamed)."""
+    have, want = _columns(conn), _expected_columns()
+    missing = [table for table in want if table not in have]
+    if missing:
+        return f"table(s) {', '.join(missing)} are missing"
+    changed = [table for table in want if have[table] != want[table]]
+    if changed:
+        return f"the columns of {', '.join(changed)} are not schema v{SCHEMA_VERSION}'s"
+    return None
+
+
+def _is_time(text: object) -> bool:
+    try:
+        return isinstance(text, str) and from_text(text) is not None
+    except ValueError:
+        return False
+
+
+def _is_card(text: object) -> bool:
+    try:
+        return isinstance(text, str) and card_from_json(text) is not None
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
+# Rows a store needs readable: (table, what a row is, key column, checks of its columns).
+_ROW_CHECKS = (
+    ("attempts", "attempt", "uid", (("started", _is_time), ("submitted", _is_time))),
+    ("reviews", "review", "uid", (("reviewed", _is_time), ("card_after", _is_card),
+                                  ("card_before", lambda v: v is None or _is_card(v)))),
+    ("cards", "card", "question_id", (("card", _is_card), ("due", _is_time))),
+    ("mocks", "mock interview", "id", (("started", _is_time), ("finished", lambda v: v is None or _is_time(v)))),
+)
+
+
+def repair_rows(conn: sqlite3.Connection) -> list[str]:
+    """Remove rows the store could not read (bad timestamps, cards that are not FSRS JSON), in one
+    transaction, with one notice per kind of row removed; the rest of the progress stays."""
+    notices = []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for table, what, key, checks in _ROW_CHECKS:
+            names = [column for column, _ in checks]
+            bad = [row[0] for row in conn.execute(f"SELECT {key}, {', '.join(names)} FROM {table}")
+                   if not all(check(value) for (_, check), value in zip(checks, row[1:], strict=True))]
+            if bad:
+                conn.executemany(f"DELETE FROM {table} WHERE {key} = ?", [(k,) for k in bad])
+                shown = ", ".join(str(k) for k in bad[:3]) + (" ..." if len(bad) > 3 else "")
+                notices.append(f"The progress store had {len(bad)} damaged {what} row(s) ({shown}); they were "
+                               "removed and the rest of your progress kept.")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return notices
+
+
+def prepare(path: Path) -> tuple[sqlite3.Connection, list[str]]:
+    """Open, check, migrate, repair damaged rows. Returns the connection and notices of repairs;
+    raises NotOurs, or sqlite3.DatabaseError for a damaged file."""
+    if path.exists() and not path.is_file():  # a FIFO would block the first read for ever
+        raise StoreError(f"{path} is not a regular file")
     reason = _sniff(path)
     if reason is not None:
         raise NotOurs(reason)
@@ -237,9 +315,10 @@ def prepare(path: Path) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
         _migrate(conn)
-        return conn
+        problem = _schema_problem(conn)
+        if problem is not None:
+            raise NotOurs(problem)
+        return conn, repair_rows(conn)
     except BaseException:
         conn.close()
         raise
-
-

@@ -63,7 +63,8 @@ class ProgressStore:
         notices: list[str] = []
         for _ in range(2):
             try:
-                return cls(prepare(path), path), notices
+                conn, repairs = prepare(path)
+                return cls(conn, path), notices + repairs
             except NotOurs as reason:
                 notices.append(move_aside(path, str(reason)))
             except sqlite3.DatabaseError as error:

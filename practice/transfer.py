@@ -5,6 +5,7 @@ with a message, writing nothing.
 """
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -174,6 +175,10 @@ class _Reader:
             return None
         if isinstance(value, bool) or not isinstance(value, kind):
             raise ProgressFormatError(f"{self.where}: field '{name}' is missing or of the wrong type")
+        # Every number kept is a count, a duration or an error: finite, not negative, and within
+        # what SQLite and a float hold exactly.
+        if isinstance(value, (int, float)) and not (math.isfinite(value) and 0 <= value < 2**53):
+            raise ProgressFormatError(f"{self.where}: field '{name}' must be a finite number, zero or more")
         return value
 
     def time(self, name: str, optional: bool = False) -> datetime | None:
@@ -220,6 +225,9 @@ def _parse_export(data: Any) -> tuple[list[Attempt], list[Mock], list[Review], d
             x = _Reader(item, f"attempts[{i}].answers[{j}]")
             answers.append(AnswerRecord(x.get("key", str), x.get("typed", str), x.get("verdict", str),
                                         x.get("error", number, True), x.get("slip", str, True)))
+        keys = [a.key for a in answers]
+        if len(set(keys)) != len(keys):
+            raise ProgressFormatError(f"attempts[{i}]: an answer key appears twice")
         attempts.append(Attempt(question_id=r.get("question_id", str), variant=r.get("variant", str), mode=mode,
                                 started=r.time("started"), submitted=r.time("submitted"),  # type: ignore[arg-type]
                                 seconds=float(r.get("seconds", number)), hints_used=r.get("hints_used", int),

@@ -66,13 +66,16 @@ def _build_parser() -> argparse.ArgumentParser:
             sub.add_argument("answers", nargs="*", metavar="KEY=ANSWER", help="e.g. kv_per_token='320 KiB'")
     stats = commands.add_parser("stats", help="a summary of your progress")
     stats.add_argument("--json", action="store_true", help="machine-readable output")
-    progress = commands.add_parser("progress", help="move progress between machines (JSON)")
-    moves = progress.add_subparsers(dest="action", metavar="{export,import}", parser_class=_Parser, required=True)
+    progress = commands.add_parser("progress", help="move progress between machines (JSON), or check it")
+    moves = progress.add_subparsers(dest="action", metavar="{export,import,check}", parser_class=_Parser,
+                                    required=True)
     export = moves.add_parser("export", help="write all progress to FILE ('-': standard output)")
     export.add_argument("file", metavar="FILE")
     export.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     merge = moves.add_parser("import", help="merge progress from FILE ('-': standard input); never duplicates")
     merge.add_argument("file", metavar="FILE")
+    moves.add_parser("check", help="check the progress store and repair what it can (damaged rows are removed, "
+                                   "a file that is not a store is moved aside)")
     sheet = commands.add_parser("export", help="variant sheets with answer keys for interviewers")
     sheet.add_argument("ids", nargs="*", metavar="ID", help="questions to include (default: all that match)")
     sheet.add_argument("--group", help="only this group (F, S, K1, T...)")
@@ -230,7 +233,16 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_progress(args: argparse.Namespace) -> int:
-    return _export(args) if args.action == "export" else _import(args)
+    return {"export": _export, "import": _import, "check": _check_store}[args.action](args)
+
+
+def _check_store(args: argparse.Namespace) -> int:
+    """Opening runs the checks (integrity, schema, every row readable) and the repairs: say what it found."""
+    with _store(args) as store:
+        attempts, reviews = store.attempt_count(), len(store.reviews())
+        path = store.path
+    print(f"{path}: checked, {attempts} attempt(s) and {reviews} review(s) readable")
+    return 0
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -271,6 +283,8 @@ def _import(args: argparse.Namespace) -> int:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         _fail(f"{args.file} is not an infradrill progress export (not JSON: {error})")
+    except RecursionError:
+        _fail(f"{args.file} is not an infradrill progress export (nested too deeply)")
     with _store(args) as store:
         try:
             # Cards of questions reviewed on both sides are replayed from the merged log.
