@@ -35,6 +35,10 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
 FILES = {"hardware.yaml": ("gpus", "nics"), "models.yaml": ("models",)}
 
 
+class MissingField(AttributeError):
+    """A solver asked an entry for a field it does not have (a user's model without a sliding window)."""
+
+
 class Record(dict):
     """One data entry; fields readable as attributes (gpu.hbm_gb)."""
 
@@ -42,7 +46,7 @@ class Record(dict):
         try:
             return self[name]
         except KeyError:
-            raise AttributeError(name) from None
+            raise MissingField(f"{self.get('name', 'this entry')} has no {name}") from None
 
 
 @dataclass

@@ -16,7 +16,7 @@ import numpy as np
 
 from solvers.answers import Grade
 from solvers.bank import PLACEHOLDER, Bank, ParamSpec, Question
-from solvers.data import Catalog
+from solvers.data import Catalog, MissingField
 from solvers.derivation import Reject, Sheet
 from solvers.realism import broken
 from solvers.sampling import (
@@ -160,7 +160,10 @@ def run_solver(question: Question, values: dict[str, Any]) -> Sheet:
     with its results checked against the answers' kinds. Raises Reject for an impossible set."""
     sheet = Sheet(parameters={spec.name: (values[spec.name], spec.unit, spec.label or spec.name)
                               for spec in question.parameters if isinstance(values.get(spec.name), (int, float))})
-    solver_function(question)(_Values(values), sheet)
+    try:
+        solver_function(question)(_Values(values), sheet)
+    except MissingField as missing:  # an entry this question cannot use: not a solver bug
+        raise Reject(f"{question.id} cannot use this entry: {missing}") from None
     keys = {a.key for a in question.answers}
     for spec in question.answers:
         if spec.self_graded:
