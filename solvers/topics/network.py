@@ -23,16 +23,11 @@ def _fat_tree_tiers(gpus: int, radix: int) -> int:
 
 
 def ib_vs_roce(p, s: Sheet) -> None:
-    G = s.given("G", p.gpus, "GPUs", "GPUs in the fleet, one 400G NIC each")
-    k = s.given("k", p.radix, "", "ports per switch")
-    S_ib = s.given("S_ib", p.ib_switch, "$", "price of a 64-port NDR InfiniBand switch")
-    S_eth = s.given("S_eth", p.eth_switch, "$", "price of a 64-port 400GbE switch")
-    c_nic = s.given("c_nic", p.nic, "$", "price of a 400G NIC (same card for both)")
-    c_link = s.given("c_link", p.link, "$", "price of one link: two transceivers and the fibre")
-    n_ib = s.given("n_ib", p.ib_staff, "", "network engineers for InfiniBand")
-    n_extra = s.given("n_extra", p.roce_extra, "", "extra engineers RoCE's lossless setup needs")
-    w = s.given("w", p.staff_cost, "$", "loaded cost per engineer-year")
-    Y = s.given("Y", p.years, "", "years of service life")
+    G, k, S_ib, S_eth, c_nic, c_link = (s.param(sym, name) for sym, name in (
+        ("G", "gpus"), ("k", "radix"), ("S_ib", "ib_switch"), ("S_eth", "eth_switch"), ("c_nic", "nic"),
+        ("c_link", "link")))
+    n_ib, n_extra, w, Y = (s.param(sym, name) for sym, name in (
+        ("n_ib", "ib_staff"), ("n_extra", "roce_extra"), ("w", "staff_cost"), ("Y", "years")))
     t = s.given("t", _fat_tree_tiers(p.gpus, p.radix), "", "fat-tree tiers (the fewest that hold the fleet)")
 
     s.step("tree_capacity", "GPUs the tree can hold", "C", 2 * (k / 2) ** t, "GPUs",
