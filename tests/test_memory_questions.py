@@ -216,21 +216,35 @@ def test_short_contexts_at_a_tight_tpot_favour_replicas(variant):
 
 def test_block_count_default(variant):
     """Llama-3-70B on 4 x H100, bf16, block 16, 2 GiB activation peak, 1 GiB non-torch."""
-    results = variant("kv-cache-block-count@default").sheet.results
+    solution = variant("kv-cache-block-count@default")
+    results = solution.sheet.results
     assert results["available"] == pytest.approx(72e9 - 35.275e9 - 3 * GiB)  # 31.2 GiB
     assert results["page_bytes"] == 16 * 1024  # 2 x 16 x 2 heads x 128 x 2 B
     assert results["block_bytes"] == 1.25 * 2**20  # x 80 layers
     assert results["num_blocks"] == 25_561
+    assert results["token_capacity"] == 25_561 * 16
     assert results["blocks_per_sequence"] == 512
     assert results["max_sequences"] == 49
-    assert results["regime"] == "weight-limited"
+    assert results["concurrency"] == 49  # max_num_seqs = 256 is far above: the blocks are the ceiling
+    assert solution.expected["regime"] == "block-limited"
+    assert solution.sheet.prerequisites == {"kv-bytes-per-token"}  # 320 KiB/token stands as a given
 
 
 def test_block_page_size_matches_vllm_formula(variant):
     """vLLM's page_size_bytes for Llama-3-8B in bf16, block 16, one GPU: 2 x 16 x 8 x 128 x 2 = 64 KiB."""
-    results = variant("kv-cache-block-count@default+model=llama-3-8b+tp=1").sheet.results
+    results = variant("kv-cache-block-count@default+model=llama-3-8b+tp=1+activation_peak=1").sheet.results
     assert results["page_bytes"] == 65_536
     assert results["block_bytes"] == 65_536 * 32
+
+
+def test_block_count_replicates_kv_heads_past_tp(variant):
+    """Qwen3-235B-A22B has 4 KV heads: at TP 8 each GPU keeps one (vLLM: max(1, 4 // 8)), so a page is
+    2 x 16 x 1 x 128 x 2 = 8 KiB, not the 4 KiB an even split of the heads would give."""
+    solution = variant("kv-cache-block-count@default+model=qwen3-235b-a22b+gpu=h200-sxm+tp=8+weight_dtype=fp8"
+                       "+activation_peak=1.2")
+    assert solution.sheet.results["page_bytes"] == 8192
+    assert solution.sheet.results["ceiling"]["TP past the KV heads buys no extra blocks: each GPU keeps a "
+                                             "replicated head"] is True
 
 
 def _vllm_block_count(model, gpu, tp: int, weight_bytes: float, kv_bytes: float, block_size: int,
@@ -239,7 +253,7 @@ def _vllm_block_count(model, gpu, tp: int, weight_bytes: float, kv_bytes: float,
     requested_memory = gpu.hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION
     non_kv_cache_memory = model.params_b * 1e9 * weight_bytes / tp + activation_peak + non_torch
     available_memory = int(requested_memory - non_kv_cache_memory)
-    page_size = int(2 * block_size * (model.kv_heads // tp) * model.head_dim * kv_bytes)
+    page_size = int(2 * block_size * max(1, model.kv_heads // tp) * model.head_dim * kv_bytes)
     num_blocks = available_memory // page_size // model.layers
     blocks_per_request = -(-context // block_size)
     return num_blocks, num_blocks // blocks_per_request
@@ -255,14 +269,26 @@ def test_block_count_matches_vllm_code_path(variant, seed):
         p["block_size"], p["activation_peak"], p["non_torch"], p["context"])
     assert solution.expected["num_blocks"] == blocks
     assert solution.expected["max_sequences"] == sequences
-    weights = p["model"].params_b * 1e9 * dtype_bytes[p["weight_dtype"]] / p["tp"]
-    limited = "weight-limited" if weights > p["activation_peak"] + p["non_torch"] else "activation-limited"
-    assert solution.expected["regime"] == limited
+    assert solution.expected["concurrency"] == min(sequences, p["max_num_seqs"])
+    assert solution.expected["regime"] == ("block-limited" if sequences < p["max_num_seqs"] else "seqs-limited")
+    ceiling = solution.sheet.results["ceiling"]
+    assert ceiling["max_num_seqs admits fewer sequences than the blocks hold"] == (p["max_num_seqs"] < sequences)
+    assert ceiling["a full-context sequence leaves its last block partly empty"] == (p["context"] % p["block_size"] > 0)
+
+
+def test_block_count_activation_peak_follows_the_profile(variant):
+    """Review bug: the activation peak was drawn from 0.5-24 GiB whatever the model (@6: 10 GiB for an 8B on
+    TP8). Now every draw's peak lies within 8-48 bytes per profiled token per hidden unit."""
+    for seed in range(40):
+        p = {param.name: param.value for param in variant(f"kv-cache-block-count@{seed}").params}
+        per_unit = p["activation_peak"] / (p["max_num_batched_tokens"] * p["model"].hidden)
+        assert 8 <= per_unit <= 48
 
 
 def test_block_count_pinned_seed(variant):
     solution = variant("kv-cache-block-count@0")
-    assert [p.raw for p in solution.params] == ["llama-3.1-405b", "h200-sxm", 4, "fp8", "bf16", 16, 8.2, 1.8, 4600]
-    assert solution.expected["num_blocks"] == 7120
-    assert solution.expected["max_sequences"] == 24
-    assert solution.expected["regime"] == "weight-limited"
+    assert [p.raw for p in solution.params] == ["llama-3-8b", "b200", 1, "fp8", "bf16", 32, 8192, 0.8, 1, 1200, 128]
+    assert solution.expected["num_blocks"] == 36_248
+    assert solution.expected["max_sequences"] == 953
+    assert solution.expected["concurrency"] == 128
+    assert solution.expected["regime"] == "seqs-limited"
