@@ -310,7 +310,7 @@ def test_admission_pinned_seed(variant):
 def overlap_by_hand(solution):
     g = _group(solution)
     B, S, reply = (_value(solution, n) for n in ("batch", "context", "reply"))
-    gpu = g.time(B, B * S, B * S, overhead=0)
+    gpu = g.time(B, B * S, B * S, overhead=0) + g.allreduce(B)
     cpu = _value(solution, "cpu_step") + B * _value(solution, "cpu_request")
     return {
         "gpu_time": gpu,
@@ -355,14 +355,46 @@ def test_overlap_matches_plain_arithmetic(variant, seed):
 
 def test_overlap_waste_is_for_replies_that_stop_on_their_own(variant):
     """vLLM skips the extra step for a reply cut at max_tokens: the prompt says replies end at EOS or a stop."""
-    assert "EOS token or a stop string" in variant("decode-loop-overlap@default").prompt
+    assert "end at EOS or a stop string" in variant("decode-loop-overlap@default").prompt
+
+
+def _held(solution, key):
+    return {option for option, holds in solution.sheet.results[key].items() if holds}
+
+
+def test_overlap_grades_where_the_tokens_live_and_who_pays(variant):
+    """The review: where the placeholder tokens live and which request pays were assumptions only. Now
+    graded, the right set following from the request drawn: a free-text request's token stays on the GPU
+    behind a CPU placeholder and pays one thrown-away step at its end; a grammar-constrained one needs its
+    token on the CPU first and pays the serial step."""
+    free = variant("decode-loop-overlap@default")
+    assert _held(free, "placeholders") == {"on the GPU, feeding its step n+1 input without a round trip",
+                                           "on the CPU as a placeholder, filled in when step n's output is processed"}
+    assert "it gets one more step at its end, computed and thrown away" in _held(free, "pays")
+    constrained = variant("decode-loop-overlap@default+request=grammar-constrained")
+    assert _held(constrained, "placeholders") == {
+        "on the CPU, before its step n+1 is scheduled: its next mask is built from it"}
+    assert _held(constrained, "pays") == {"it waits out the CPU's work on each of its tokens (the serial step)",
+                                          "the CPU now waits for the GPU every step"}
+    assert "13.68 ms per token" in constrained.sheet.reasons["pays"][
+        "it waits out the CPU's work on each of its tokens (the serial step)"]
+
+
+def test_overlap_gpu_step_carries_the_all_reduces(variant):
+    """At TP 8 a 70B decode step pays 160 all-reduce latencies (1.6 ms) besides its kernels."""
+    solution = variant("decode-loop-overlap@default+model=llama-3-70b+tp=8")
+    assert solution.sheet.results["allreduce_gpu"] == pytest.approx(160 * (10e-6 + 1.75 * 64 * 16384 / 450e9))
 
 
 def test_overlap_pinned_seed(variant):
+    """The per-request CPU range moved from 5-100 to 10-200 us (CPU-bound draws were 12%, the v0.6 profile
+    of 8B on one H100 is CPU-bound), and the GPU step gained its all-reduces (1.6 ms at TP 8): this draw,
+    CPU-bound before, is now just GPU-bound."""
     solution = variant("decode-loop-overlap@7")
-    assert [p.raw for p in solution.params] == ["llama-3-70b", "mi300x", 8, 17, 720, 5.6, 5.1, 1000, 60, 80]
-    assert solution.expected["cpu_time"] == pytest.approx(5.6867e-3)
-    assert solution.expected["regime"] == "CPU-bound"
+    assert [p.raw for p in solution.params] == ["llama-3-70b", "mi300x", 8, 17, 720, 5.6, 10, 1000,
+                                                "grammar-constrained", 60, 80]
+    assert solution.expected["cpu_time"] == pytest.approx(5.77e-3)
+    assert solution.expected["regime"] == "GPU-bound"
 
 
 # --- long-reply-batching -------------------------------------------------------------------
