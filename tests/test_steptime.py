@@ -7,9 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solvers.derivation import Reject, Sheet
+from solvers.topics.collective import tp_all_reduce
 from solvers.topics.steptime import (
     DEFAULT_CONSTANTS,
     StepConstants,
+    all_reduce_terms,
     engine,
     require_fit,
     step_time,
@@ -140,3 +142,38 @@ def test_communication_clause_follows_the_question(catalog):
         s = Sheet()
         engine(s, model, gpu, 8, communication=communication)
         assert any(clause in text for text in s.assumptions)
+
+
+@pytest.mark.parametrize("model_id, tp, tokens", [("llama-3-70b", 8, 20_032), ("llama-3-70b", 4, 99),
+                                                  ("qwen2.5-72b", 2, 1), ("llama-3-8b", 2, 4096)])
+def test_all_reduce_terms_split_the_collective_exactly(catalog, model_id, tp, tokens):
+    """fixed + per_token × tokens is collective.tp_all_reduce, on the same givens: what the chunk and batch
+    questions solve with must be what they show. 70B at TP 8, 20,032 tokens: the issue's +0.206 s."""
+    model, gpu = catalog.get("models", model_id), catalog.get("gpus", "h100-sxm")
+    s = Sheet()
+    engine(s, model, gpu, tp, communication=True)
+    terms = all_reduce_terms(s, model, gpu, tp)
+    shown = tp_all_reduce(s, model, gpu, tp, sympy.Integer(tokens), tag="x", label="step")
+    assert s.compare(terms.fixed + terms.per_token * tokens, shown) == 0
+    assert s.value(terms.fixed) == pytest.approx(2 * model.layers * 10e-6)
+    if (model_id, tp, tokens) == ("llama-3-70b", 8, 20_032):
+        assert s.value(shown) == pytest.approx(0.2058, rel=1e-3)
+
+
+def test_all_reduce_terms_vanish_at_tp_one(catalog):
+    s = Sheet()
+    terms = all_reduce_terms(s, catalog.get("models", "llama-3-8b"), catalog.get("gpus", "h100-sxm"), 1)
+    assert terms.fixed == 0 and terms.per_token == 0 and not s.steps
+
+
+@pytest.mark.parametrize("model_id, tp", [("llama-3-70b", 8), ("llama-3-70b", 16), ("qwen2.5-72b", 4),
+                                          ("llama-3-8b", 1)])
+def test_kv_prerequisite_gives_the_same_share_per_gpu(catalog, model_id, tp):
+    """KV bytes per token taken from kv-bytes-per-token, then split over the KV heads each GPU holds, equal
+    the derived per-GPU figure (replication past the KV heads included), and the sheet names the source."""
+    model, gpu = catalog.get("models", model_id), catalog.get("gpus", "h100-sxm")
+    derived, given = Sheet(), Sheet()
+    e1 = engine(derived, model, gpu, tp)
+    e2 = engine(given, model, gpu, tp, kv_prerequisite=True)
+    assert given.value(e2.KV) == derived.value(e1.KV)
+    assert given.prerequisites == {"kv-bytes-per-token"} and not derived.prerequisites
