@@ -30,11 +30,18 @@ _CORRECT, _CLOSE = "correct", "close"  # solvers.answers verdicts; anything else
 
 
 class QuestionLike(Protocol):
-    id: str
-    group: str
-    topic: str
-    difficulty: int
-    requires: tuple[str, ...]
+    """What scheduling reads of a question (solvers.bank.Question, frozen): read-only fields."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def group(self) -> str: ...
+    @property
+    def topic(self) -> str: ...
+    @property
+    def difficulty(self) -> int: ...
+    @property
+    def requires(self) -> tuple[str, ...]: ...
 
 
 # Replaying a review log -------------------------------------------------------------------------
@@ -98,7 +105,7 @@ class ReviewSettings:
     @classmethod
     def load(cls, store: ProgressStore) -> ReviewSettings:
         """Settings saved in the store; a missing or unreadable value keeps its default."""
-        settings = cls()
+        saved: dict[str, Any] = {}
         for name, kind, low, high in (("desired_retention", float, 0.7, 0.99), ("new_per_day", int, 0, 1000),
                                       ("quick_seconds_per_answer", float, 1.0, 3600.0)):
             text = store.setting(name)
@@ -107,8 +114,8 @@ class ReviewSettings:
             except ValueError:
                 value = None
             if value is not None and low <= value <= high:
-                settings = replace(settings, **{name: value})
-        return settings
+                saved[name] = value
+        return replace(cls(), **saved)
 
     def save(self, store: ProgressStore) -> None:
         for name in ("desired_retention", "new_per_day", "quick_seconds_per_answer"):

@@ -94,9 +94,9 @@ def retention_by_week(attempts: Iterable[Attempt], tz: tzinfo) -> list[WeekReten
     counts: dict[date, list[int]] = {}
     for a in attempts:
         day = local_day(a.submitted, tz)
-        week = counts.setdefault(day - timedelta(days=day.weekday()), [0, 0])
-        week[0] += 1
-        week[1] += a.all_correct
+        tally = counts.setdefault(day - timedelta(days=day.weekday()), [0, 0])
+        tally[0] += 1
+        tally[1] += a.all_correct
     if not counts:
         return []
     out, week, last = [], min(counts), max(counts)

@@ -195,7 +195,7 @@ class _Reader:
         if value is None:
             return None
         try:
-            return Card.from_dict(value)  # type: ignore[arg-type]
+            return Card.from_dict(value)
         except (KeyError, TypeError, ValueError) as error:
             raise ProgressFormatError(f"{self.where}: field '{name}' is not an FSRS card") from error
 
