@@ -31,7 +31,8 @@ class LineDict(dict):
         return getattr(self, "lines", {}).get(key, self.line)
 
 
-class _LineLoader(yaml.SafeLoader):
+# libyaml's parser (about ten times faster) where PyYAML was built with it; its marks keep the lines.
+class _LineLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     pass
 
 

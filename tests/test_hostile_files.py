@@ -18,7 +18,7 @@ HOSTILE = {  # name -> (file bytes, what the one line says)
     "utf-16": ("gpus: {}\n".encode("utf-16"), "not UTF-8 text"),
     "binary": (bytes(range(256)) * 4, "not UTF-8 text"),
     "alias bomb": (BOMB.encode(), "aliases repeated too often"),
-    "deep nesting": (("[" * 5000 + "]" * 5000).encode(), "levels deep"),
+    "deep nesting": (("[" * 5000 + "]" * 5000).encode(), "nest"),
     "too large": (b"# " + b"x" * 1_100_000 + b"\n", "over 1,000 KB"),
     "syntax error": (b"gpus:\n  g: [1, 2\n", "not valid YAML"),
     "python tag": (b"gpus: !!python/object/apply:os.system [true]\n", "not valid YAML"),

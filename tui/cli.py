@@ -324,8 +324,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     except SelectionError as error:
         _fail(str(error))
     base = out.with_suffix("") if out.suffix in (".md", ".json", ".apkg") else out
+    outputs: dict[Path, str | None]  # a file and its text; None: genanki writes the file itself
     if args.format == "anki":
-        outputs = {base.with_name(base.name + ".apkg"): None}  # genanki writes the file itself
+        outputs = {base.with_name(base.name + ".apkg"): None}
     elif args.format == "json":
         outputs = {base.with_name(base.name + ".json"): json.dumps(as_json(solutions), indent=2) + "\n"}
     else:
@@ -429,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"infradrill: internal error: {type(error).__name__}: {error} "
               "(set INFRADRILL_DEBUG=1 for the traceback)", file=sys.stderr)
         return 1
+    finally:
+        if hasattr(signal, "SIGALRM"):
+            signal.alarm(0)  # main() may be called again in this process (tests): no stray alarm
 
 
 if __name__ == "__main__":
