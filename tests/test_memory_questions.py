@@ -8,6 +8,7 @@ from fractions import Fraction
 import pytest
 
 from solvers.derivation import Sheet
+from solvers.engine import VariantError
 from solvers.followup import follow_up
 from solvers.topics.kvcache import kv_bytes_per_token
 from solvers.topics.memory import GPU_MEMORY_UTILIZATION
@@ -292,3 +293,104 @@ def test_block_count_pinned_seed(variant):
     assert solution.expected["max_sequences"] == 953
     assert solution.expected["concurrency"] == 128
     assert solution.expected["regime"] == "seqs-limited"
+
+
+# --- hidden-memory-budget ------------------------------------------------------------------
+
+SUBTRACTED_ALWAYS = {"the model weights", "the profile run's activation peak",
+                     "other non-torch growth in the profile run"}
+
+
+def _subtracted(solution) -> set[str]:
+    return {item for item, holds in solution.sheet.results["subtracted"].items() if holds}
+
+
+def test_hidden_memory_default(variant):
+    """Llama-3-70B on 4 x H100 at gpu_memory_utilization 0.95: 4 GB outside the budget, 5.1 GiB needed there."""
+    solution = variant("hidden-memory-budget@default")
+    results = solution.sheet.results
+    assert results["weights_per_gpu"] == pytest.approx(35.275e9)  # 141.1 GB / 4
+    assert results["kv_memory"] == pytest.approx(76e9 - 35.275e9 - 2.6 * GiB)  # 35.3 GiB
+    assert results["headroom"] == pytest.approx(4e9)  # 3.73 GiB
+    # 0.5 context + 0.6 communicators (in the snapshot's baseline) + 2.5 graphs + 1.5 fragmentation
+    assert results["unbudgeted"] == pytest.approx(5.1 * GiB)
+    assert results["paper_share"] < 0.92  # weights plus KV fit with room to spare...
+    assert results["peak_share"] > 1  # ...but the process needs more than the GPU has
+    assert results["max_util"] == pytest.approx(1 - 5.1 * GiB / 80e9)  # 0.932
+    assert solution.expected["regime"] == "oom"
+    assert _subtracted(solution) == SUBTRACTED_ALWAYS
+    # Off the GB/GiB knife edge: reading 80 GB as 80 GiB leaves 4 GiB outside the budget, still short.
+    assert results["unbudgeted"] > 80 * GiB * (1 - 0.95)
+
+
+def test_hidden_memory_prints_the_figures_the_key_uses(variant):
+    """Review bug: kv_memory (graded at 1%) used 70.55B parameters while the prompt said only '70B' (up to 22%
+    off for other models); and 'a release before v0.21' took in releases that still measured the
+    communicators. The prompt now prints the parameter count and names the release by the change."""
+    prompt = variant("hidden-memory-budget@default").prompt
+    assert "70.55B parameters" in prompt
+    assert "vLLM v0.12-v0.20 serves" in prompt and "before v0.21" not in prompt
+
+
+def test_hidden_memory_releases_move_the_communicators_and_the_graphs(variant):
+    """Before PR #25359 the communicators were set up after the snapshot and subtracted as non-torch growth;
+    from v0.21 the graphs' estimate is subtracted too. Same deployment, three ledgers."""
+    base = variant("hidden-memory-budget@default").sheet.results
+    old = variant("hidden-memory-budget@default+release=v0.10")
+    new = variant("hidden-memory-budget@default+release=v0.21")
+    assert old.sheet.results["kv_memory"] == pytest.approx(base["kv_memory"] - 0.6 * GiB)
+    assert old.sheet.results["unbudgeted"] == pytest.approx(4.5 * GiB) and old.expected["regime"] == "oom"
+    assert _subtracted(old) == SUBTRACTED_ALWAYS | {"the NCCL communicators"}
+    assert new.sheet.results["kv_memory"] == pytest.approx(base["kv_memory"] - 2.5 * GiB)
+    assert new.sheet.results["unbudgeted"] == pytest.approx(2.6 * GiB) and new.expected["regime"] == "fits"
+    assert _subtracted(new) == SUBTRACTED_ALWAYS | {"the CUDA graphs"}
+
+
+def test_hidden_memory_fits_at_0_9(variant):
+    """0.9 was vLLM's default gpu_memory_utilization before v0.21 (0.92 from v0.21)."""
+    expected = variant("hidden-memory-budget@default+util=0.9").expected
+    assert expected["headroom"] == pytest.approx(8e9)
+    assert expected["regime"] == "fits"
+
+
+def test_hidden_memory_rejects_a_starved_kv_cache(variant):
+    """Llama-3-70B in bf16 on 2 x H100 at 0.92 leaves a quarter GiB of KV cache: nobody would deploy it."""
+    with pytest.raises(VariantError):
+        variant("hidden-memory-budget@default+tp=2+util=0.92")
+
+
+def _vllm_start_up(p: dict) -> tuple[float, bool]:
+    """vLLM v1's accounting (gpu_worker.init_device and determine_available_memory, memory_profiling)
+    in plain Python: the KV cache it allocates, and whether every later allocation fits the device."""
+    total = p["gpu"].hbm_gb * 1e9
+    weights = p["model"].params_b * 1e9 * {"bf16": 2, "fp8": 1}[p["weight_dtype"]] / p["tp"]
+    nccl_in_profile = p["release"] == "v0.10"  # before PR #25359 the communicators came after the snapshot
+    graphs_estimated = p["release"] == "v0.21"
+    requested_memory = total * p["util"]
+    non_kv_cache_memory = (weights + p["activation_peak"] + p["non_torch"] + nccl_in_profile * p["nccl"]
+                           + graphs_estimated * p["cuda_graphs"])
+    available_kv_cache_memory = requested_memory - non_kv_cache_memory
+    # Every allocation: the baseline (context, and communicators where they predate the snapshot), the requested
+    # budget in full, and whatever the budget did not cover.
+    in_use = (p["cuda_context"] + (not nccl_in_profile) * p["nccl"] + requested_memory
+              + (not graphs_estimated) * p["cuda_graphs"] + p["fragmentation"])
+    return available_kv_cache_memory, in_use <= total
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_hidden_memory_matches_vllm_accounting(variant, seed):
+    solution = variant(f"hidden-memory-budget@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    kv, fits = _vllm_start_up(p)
+    assert solution.expected["kv_memory"] == pytest.approx(kv, rel=1e-9)
+    assert kv >= 2 * GiB
+    assert solution.expected["regime"] == ("fits" if fits else "oom")
+
+
+def test_hidden_memory_pinned_seed(variant):
+    solution = variant("hidden-memory-budget@0")
+    assert [p.raw for p in solution.params] == [
+        "v0.12-v0.20", "llama-3-70b", "a100-sxm-80gb", 2, "fp8", 0.98, 2.7, 0.8, 0.6, 4.2, 3.5, 0.2]
+    assert solution.expected["headroom"] == pytest.approx(1.6e9)
+    assert solution.expected["unbudgeted"] == pytest.approx(8.5 * GiB)  # 0.6 + 4.2 + 3.5 + 0.2
+    assert solution.expected["regime"] == "oom"

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pytest
@@ -10,7 +9,6 @@ import pytest
 from solvers.derivation import Reject
 from solvers.engine import VariantError, solve_values
 from solvers.sampling import default_values
-from solvers.topics.memory import MEMORY_ACCOUNTING
 from solvers.topics.roofline import DECODE_LEVERS, FEW_TOKENS
 
 GiB = 2**30
@@ -244,103 +242,6 @@ def test_decode_op_ranking_pinned_seed(variant):
         "the attention scores written to HBM and read back for the softmax"]
     assert solution.expected["gemm_intensity"] == 20
     assert solution.expected["lever"] == "kernel-fusion"
-
-
-# --- hidden-memory-budget ------------------------------------------------------------------
-
-
-def test_hidden_memory_default(variant):
-    """Llama-3-70B on 4 x H100 at gpu_memory_utilization 0.95: 4 GB outside the budget, 4.5 GiB needed there."""
-    results = variant("hidden-memory-budget@default").sheet.results
-    assert results["weights_per_gpu"] == pytest.approx(35.275e9)  # 141.1 GB / 4
-    assert results["kv_memory"] == pytest.approx(76e9 - 35.275e9 - 2.6 * GiB)  # 35.3 GiB
-    assert results["headroom"] == pytest.approx(4e9)  # 3.73 GiB
-    assert results["unbudgeted"] == pytest.approx(4.5 * GiB)  # 0.5 context + 2.5 graphs + 1.5 fragmentation
-    assert results["paper_share"] < 0.92  # weights plus KV fit with room to spare...
-    assert results["peak_share"] > 1  # ...but the process needs more than the GPU has
-    assert results["max_util"] == pytest.approx(1 - 4.5 * GiB / 80e9)  # 0.940
-    assert results["regime"] == "oom"
-    assert results["accounting"] == "left-to-headroom"  # the runtime context predates the snapshot
-
-
-def test_hidden_memory_default_is_off_the_gb_gib_knife_edge(variant):
-    """Reading the 80 GB as 80 GiB leaves 4 GiB outside the budget: still short of the 4.5 GiB unbudgeted."""
-    results = variant("hidden-memory-budget@default").sheet.results
-    assert results["unbudgeted"] > 80 * GiB * (1 - 0.95)
-
-
-def test_hidden_memory_pins_the_vllm_version(variant):
-    """From v0.21 start-up estimates the CUDA graphs by default: the question pins the release before it and
-    shows what the estimate changes (KV 35.33 -> 32.83 GiB, unbudgeted 4.5 -> 2 GiB, which then fits)."""
-    solution = variant("hidden-memory-budget@default")
-    assert "before v0.21" in solution.prompt and "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0" in solution.prompt
-    results = solution.sheet.results
-    assert results["kv_memory_graph_estimate"] == pytest.approx(results["kv_memory"] - 2.5 * GiB)
-    assert results["unbudgeted_graph_estimate"] == pytest.approx(2 * GiB)
-    note = next(text for text in solution.sheet.assumptions if text.startswith("From v0.21"))
-    assert "32.83 GiB" in note and "fits in" in note
-
-
-def test_hidden_memory_fits_at_0_9(variant):
-    """0.9 was vLLM's default gpu_memory_utilization before v0.21 (0.92 from v0.21)."""
-    expected = variant("hidden-memory-budget@default+util=0.9").expected
-    assert expected["headroom"] == pytest.approx(8e9)
-    assert expected["regime"] == "fits"
-
-
-def test_hidden_memory_wording_at_tp_1(variant):
-    prompt = variant("hidden-memory-budget@default+tp=1+gpu=mi300x+model=llama-3-8b").prompt
-    assert "1 × MI300X with tensor_parallel_size = 1" in prompt
-    assert "tensor parallelism over" not in prompt
-    assert "RCCL" in prompt and "HIP graphs" in prompt
-
-
-def test_memory_consumer_names_do_not_give_the_answer_away():
-    for item in MEMORY_ACCOUNTING:
-        assert not re.search(r"\b(before|after|snapshot|captured|allocated)\b", item), item
-
-
-def test_hidden_memory_rejects_a_starved_kv_cache(variant):
-    """Llama-3-70B in bf16 on 2 x H100 at 0.92 leaves a quarter GiB of KV cache: nobody would deploy it."""
-    with pytest.raises(VariantError):
-        variant("hidden-memory-budget@default+tp=2+util=0.92")  # 0.24 GiB
-
-
-def _vllm_start_up(p: dict) -> tuple[float, bool]:
-    """vLLM v1's accounting (gpu_worker.init_device and determine_available_memory, memory_profiling)
-    in plain Python: the KV cache it allocates, and whether every later allocation fits the device."""
-    total = p["gpu"].hbm_gb * 1e9
-    weights = p["model"].params_b * 1e9 * {"bf16": 2, "fp8": 1}[p["weight_dtype"]] / p["tp"]
-    requested_memory = total * p["util"]
-    non_kv_cache_memory = weights + p["activation_peak"] + p["non_torch"]
-    available_kv_cache_memory = requested_memory - non_kv_cache_memory
-    in_use = p["cuda_context"] + requested_memory + p["cuda_graphs"] + p["fragmentation"]
-    return available_kv_cache_memory, in_use <= total
-
-
-@pytest.mark.parametrize("seed", [1363, *range(20)])  # 1363 drew 0.04 GiB of KV cache before the 2 GiB floor
-def test_hidden_memory_matches_vllm_accounting(variant, seed):
-    solution = variant(f"hidden-memory-budget@{seed}")
-    p = {param.name: param.value for param in solution.params}
-    kv, fits = _vllm_start_up(p)
-    assert solution.expected["kv_memory"] == pytest.approx(kv, rel=1e-9)
-    assert kv >= 2 * GiB
-    assert solution.expected["regime"] == ("fits" if fits else "oom")
-    assert solution.expected["accounting"] == MEMORY_ACCOUNTING[p["item"]]
-
-
-def test_every_memory_consumer_has_an_accounting(bank):
-    question = bank.get("hidden-memory-budget")
-    assert set(question.parameter("item").choices) == set(MEMORY_ACCOUNTING)
-    assert set(MEMORY_ACCOUNTING.values()) == set(question.answer("accounting").choices)
-
-
-def test_hidden_memory_pinned_seed(variant):
-    solution = variant("hidden-memory-budget@0")
-    assert [p.raw for p in solution.params] == [
-        "llama-3-8b", "b200", 1, "fp8", 0.9, 5.5, 1.2, 0.5, 1.1, 0.22, "the CUDA graphs"]
-    assert solution.expected["headroom"] == pytest.approx(18e9)
-    assert solution.expected["regime"] == "fits"
 
 
 # --- paged-reservation-waste ---------------------------------------------------------------

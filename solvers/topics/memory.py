@@ -307,8 +307,8 @@ def _profile_run_inputs(p, s: Sheet, utilization: float) -> tuple[sympy.Symbol, 
     n = s.given("n", p.tp, "", "tensor-parallel GPUs")
     N = s.given("N", model_params(p.model), "", "parameters")
     b_w = s.given("b_w", dtype_bytes(p.weight_dtype), "B", f"bytes per weight ({p.weight_dtype})")
-    A = s.given("A", p.activation_peak, "GiB", "activation peak of the profile run")
-    T = s.given("T", p.non_torch, "GiB", "non-torch memory the profile run added (NCCL buffers, cuBLAS workspace)")
+    A = s.param("A", "activation_peak")
+    T = s.param("T", "non_torch")
     w = s.step("weights_per_gpu", "Weights per GPU", "w", N * b_w / n, "GiB",
                "tensor parallelism shards every weight matrix evenly over the group")
     return M, u, n, A, T, w
@@ -424,116 +424,122 @@ def _ceiling_regime(s: Sheet, seqs, cap) -> None:
 
 # --- hidden-memory-budget ------------------------------------------------------------------
 
-# How vLLM's start-up (releases before v0.21, or later ones with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0)
-# accounts for each consumer of GPU memory: measured and subtracted before the KV cache is sized, or left to
-# fit in the (1 - gpu_memory_utilization) share it never touches. The names stay neutral: saying when a
-# consumer appears would give the answer away.
-MEMORY_ACCOUNTING = {
-    "the model weights": "measured",
-    "the activation peak of the profile run": "measured",
-    "non-torch memory added during the profile run (communication and BLAS buffers)": "measured",
-    "the GPU runtime context and communicators": "left-to-headroom",
-    "the CUDA graphs": "left-to-headroom",
-    "allocator fragmentation (reserved but unallocated memory)": "left-to-headroom",
-}
+# The three vLLM v1 start-ups the question draws from: before PR #25359 (September 2025) the first memory
+# snapshot came before the NCCL communicators were set up, so their buffers showed up as non-torch growth in
+# the profile and were subtracted; from that change they sit in the snapshot's baseline, which the budget never
+# subtracts; from v0.21 start-up also captures the CUDA graphs in a trial and subtracts their estimate.
+# v0.11 is left out: whether its first release has the change is not pinned down here.
+BEFORE_25359, FROM_V021 = "v0.10", "v0.21"  # and v0.12-v0.20 between them
+CONSUMERS = ("the model weights", "the profile run's activation peak", "other non-torch growth in the profile run",
+             "the CUDA runtime context", "the NCCL communicators", "the CUDA graphs",
+             "allocator fragmentation while serving")
+
+
+def _measured(release: str) -> dict[str, bool]:
+    """Which consumers start-up subtracts before it sizes the KV cache, in this release."""
+    return {"the model weights": True, "the profile run's activation peak": True,
+            "other non-torch growth in the profile run": True, "the CUDA runtime context": False,
+            "the NCCL communicators": release == BEFORE_25359, "the CUDA graphs": release == FROM_V021,
+            "allocator fragmentation while serving": False}
+
 
 MIN_KV_MEMORY = 2 * 2**30  # below 2 GiB of KV cache per GPU nobody would deploy this: it holds a few contexts
 
 
-def _kv_budget(p, s: Sheet) -> tuple[sympy.Symbol, ...]:
-    """vLLM's own accounting: the requested share of memory less what the profile run measured."""
+def hidden_memory_budget(p, s: Sheet) -> None:
     M, u, n, A, T, w = _profile_run_inputs(p, s, p.util)
+    C = s.param("C", "cuda_context")
+    X = s.param("X", "nccl")
+    G = s.param("G", "cuda_graphs")
+    F = s.param("F", "fragmentation")
+    measured = _measured(p.release)
+    terms = {"the NCCL communicators": X, "the CUDA graphs": G}
+    counted = w + A + T + sum((v for k, v in terms.items() if measured[k]), sympy.Integer(0))
+    outside = C + F + sum((v for k, v in terms.items() if not measured[k]), sympy.Integer(0))
     requested = s.step("requested", "Memory vLLM lets itself use", "M_req", M * u, "GiB",
                        "total memory × gpu_memory_utilization")
-    measured = s.step("measured", "Non-KV memory start-up measured", "M_meas", w + A + T, "GiB",
-                      "weights while loading, then the profile run's activation peak and non-torch increase")
-    kv = s.step("kv_memory", "KV cache vLLM allocates per GPU", "M_KV", requested - measured, "GiB",
-                "whatever of the requested memory the measured consumers leave")
+    subtracted = s.step("measured", "Non-KV memory start-up subtracts", "M_meas", counted, "GiB",
+                        "weights, the profile's activation peak and non-torch growth"
+                        + (", which here includes the communicators set up after the snapshot"
+                           if measured["the NCCL communicators"] else "")
+                        + (", and the CUDA graphs' trial estimate" if measured["the CUDA graphs"] else ""))
+    kv = s.step("kv_memory", "KV cache vLLM allocates per GPU", "M_KV", requested - subtracted, "GiB",
+                "whatever of the requested memory the subtracted consumers leave")
     if s.value(kv) < MIN_KV_MEMORY:
         raise Reject("under 2 GiB of KV cache per GPU: too little to serve, the deployment would be resized")
     s.step("paper_share", "Weights plus KV cache, share of the GPU", "S_paper", (w + kv) / M, "%",
            "the two numbers everyone checks: on paper they fit with room to spare")
-    return M, u, requested, measured, kv
-
-
-def hidden_memory_budget(p, s: Sheet) -> None:
-    M, u, requested, measured, kv = _kv_budget(p, s)
     headroom = s.step("headroom", "Memory outside vLLM's budget", "H", M - requested, "GiB",
-                      "the (1 − u) share vLLM never plans for; whatever it did not measure must fit here")
-    C = s.given("C", p.cuda_context, "GiB", "GPU runtime context and communicators (before the snapshot)")
-    if s.value(C) >= s.value(headroom):
-        raise Reject("the context alone exceeds the headroom: vLLM refuses to start")
-    G = s.given("G", p.cuda_graphs, "GiB", "CUDA graph memory (captured after the KV cache)")
-    F = s.given("F", p.fragmentation, "GiB", "allocator fragmentation")
-    unbudgeted = s.step("unbudgeted", "Memory vLLM did not budget for", "U", C + G + F, "GiB",
-                        "in the start-up snapshot's baseline, fragmentation that builds up while serving, and the "
-                        "graphs captured after the KV cache is sized")
+                      "the (1 − u) share vLLM never plans for; whatever it did not subtract must fit here")
+    if s.compare(C, headroom) >= 0:
+        raise Reject("the runtime context alone exceeds the headroom: vLLM refuses to start")
+    unbudgeted = s.step("unbudgeted", "Memory vLLM did not budget for", "U", outside, "GiB",
+                        "the snapshot's baseline"
+                        + (" (runtime context and communicators)" if not measured["the NCCL communicators"]
+                           else " (the runtime context)")
+                        + ", fragmentation that builds up while serving"
+                        + ("" if measured["the CUDA graphs"] else ", and the graphs captured after the cache"))
     s.step("peak_share", "Peak use, share of the GPU", "S_peak", (requested + unbudgeted) / M, "%",
            "the full budget in use (KV cache allocated up front) plus everything outside it")
     s.step("max_util", "Highest gpu_memory_utilization that fits", "u_max", 1 - unbudgeted / M, "%",
            "leave exactly the unbudgeted memory outside the budget")
-    s.choose("accounting", MEMORY_ACCOUNTING[p.item])
+    for item in CONSUMERS:
+        s.judge("subtracted", item, measured[item], _accounting_why(item, p.release, measured[item]))
 
     s.assume("Total memory is the datasheet capacity in GB; vLLM reads the device's total from the driver, "
              "which for most GPUs is a few percent more. One GPU of the TP group stands for all of them.")
-    s.assume("vLLM v1 start-up before v0.21: a memory snapshot after the runtime context and communicators are "
-             "set up, weights measured while loading, a profile run at max_num_batched_tokens for the activation "
-             "peak and the non-torch increase, then the KV cache; CUDA graphs are captured last. Fragmentation "
-             "that builds up while serving is never seen at start-up, whichever way the profile counts memory.")
-    s.assume("The KV cache is allocated whole at start-up, so the budget is fully in use from the first "
-             "request; the graph and fragmentation figures are what such a deployment typically shows.")
-    _graph_estimate_note(s, kv, headroom, C, F, G)
+    s.assume("vLLM v1 start-up: a memory snapshot, weights measured while loading, a profile run at "
+             "max_num_batched_tokens for the activation peak and the non-torch growth, then the KV cache, "
+             "allocated whole; CUDA graphs are captured last. PR #25359 (September 2025) moved the NCCL set-up "
+             "before the snapshot; v0.21 added the graphs' trial estimate (on by default, "
+             "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 turns it off) and raised the default utilisation to 0.92. "
+             "The estimate is taken as equal to the graphs' real pool.")
+    s.assume("Fragmentation builds up only while serving, so no start-up profile sees it.")
     s.slip("only the CUDA graphs counted as unbudgeted", s.value(G) / s.value(unbudgeted), on="unbudgeted")
     s.slip("only the CUDA graphs counted as unbudgeted", on="max_util",
            factor=s.evaluate(1 - G / M) / s.evaluate(1 - unbudgeted / M))
-    kv_room = s.evaluate(requested - measured)
+    kv_room = s.value(kv)
     s.slip("the activation peak and non-torch memory not subtracted", on="kv_memory",
            factor=(kv_room + p.activation_peak + p.non_torch) / kv_room)
-    _budget_regime(s, headroom, unbudgeted, u)
+    _budget_regime(s, p.release, headroom, unbudgeted, u)
 
 
-def _graph_estimate_note(s: Sheet, kv, headroom, C, F, G) -> None:
-    """What v0.21's default CUDA-graph estimate would change: the graphs move into the measured side."""
-    kv_est = s.step("kv_memory_graph_estimate", "KV cache if start-up estimated the graphs (v0.21 on)", "M_KV_est",
-                    max_of(kv - G, 0), "GiB", "the graphs' estimate is subtracted with the measured consumers")
-    rest = s.step("unbudgeted_graph_estimate", "Unbudgeted if start-up estimated the graphs (v0.21 on)", "U_est",
-                  C + F, "GiB", "only the snapshot's baseline and serving-time fragmentation remain outside")
-    room, left = format_quantity(s.value(headroom), "GiB"), format_quantity(s.value(rest), "GiB")
-    outcome = "fits in" if s.value(rest) <= s.value(headroom) else "still overflows"
-    if s.value(kv_est) > 0:
-        effect = (f"the KV cache shrinks to {format_quantity(s.value(kv_est), 'GiB')}, and the {left} left "
-                  f"unbudgeted {outcome} the {room} of headroom")
-    else:
-        effect = "the graphs' estimate leaves no room for a KV cache and vLLM refuses to start"
-    s.assume(f"From v0.21 start-up also captures the graphs in a trial and subtracts their estimate, on by default "
-             f"(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 turns it off), and the default gpu_memory_utilization "
-             f"rose from 0.9 to 0.92. Here {effect}; the estimate can overshoot the real graph pool. Later "
-             "releases also count the profile's memory as the drop in free device memory, which sees what the "
-             "allocator holds during the profile.")
+def _accounting_why(item: str, release: str, subtracted: bool) -> str:
+    if item == "the NCCL communicators":
+        return ("set up after the first snapshot in this release: their buffers are non-torch growth the profile "
+                "subtracts" if subtracted else "set up before the first snapshot since PR #25359: part of the "
+                "baseline, which the budget never subtracts")
+    if item == "the CUDA graphs":
+        return ("v0.21 captures them in a trial and subtracts the estimate" if subtracted else
+                "captured after the KV cache is sized; this release makes no estimate")
+    return {"the model weights": "measured while loading",
+            "the profile run's activation peak": "the torch peak of the profile run",
+            "other non-torch growth in the profile run": "the non-torch increase over the snapshot",
+            "the CUDA runtime context": "created before the first snapshot: in the baseline, never subtracted",
+            "allocator fragmentation while serving": "builds up only under load, after start-up"}[item]
 
 
-def _budget_regime(s: Sheet, headroom, unbudgeted, u) -> None:
+def _budget_regime(s: Sheet, release: str, headroom, unbudgeted, u) -> None:
     room, need = format_quantity(s.value(headroom), "GiB"), format_quantity(s.value(unbudgeted), "GiB")
     util = format_number(s.value(u))
-    if s.compare(unbudgeted, headroom) <= 0:
-        s.set_regime(
-            "fits",
-            f"The {need} vLLM never measured fit in the {room} that gpu_memory_utilization = {util} leaves "
-            "outside its budget: the deployment runs.",
-            headroom, unbudgeted,
-            "Raising gpu_memory_utilization for more KV blocks, capturing more CUDA graph sizes or a "
-            "fragmenting workload eats that headroom; past it the process OOMs although weights plus KV "
-            "cache still fit on paper.")
-    else:
-        s.set_regime(
-            "oom",
-            f"The {need} vLLM never measured overflow the {room} that gpu_memory_utilization = {util} leaves "
-            "outside its budget: the process OOMs (at graph capture or under load) although weights plus KV "
-            "cache fit.",
-            headroom, unbudgeted,
-            "Lower gpu_memory_utilization to the highest value that fits, capture fewer CUDA graph sizes, let "
-            "start-up estimate the graphs (the default from v0.21), or set the KV cache size explicitly "
-            "(kv_cache_memory_bytes) from a measured run.")
+    fixes = ("lower gpu_memory_utilization to the highest value that fits, capture fewer CUDA graph sizes, "
+             + ("" if release == FROM_V021 else "move to v0.21's graph estimate, ")
+             + "or set the KV cache size explicitly (kv_cache_memory_bytes) from a measured run")
+    s.regime_by(unbudgeted, headroom, tie="below", below=Side(
+        "fits",
+        f"The {need} vLLM did not budget for fit in the {room} that gpu_memory_utilization = {util} leaves "
+        "outside its budget: the deployment runs.",
+        "Raising gpu_memory_utilization for more KV blocks, capturing more CUDA graph sizes or a fragmenting "
+        "workload eats that headroom; past it the process OOMs although weights plus KV cache still fit on paper.",
+        near=f"The {need} vLLM did not budget for just fit in the {room} of headroom: a few hundred MiB more "
+             "graphs or fragmentation and the process OOMs under load."),
+        above=Side(
+        "oom",
+        f"The {need} vLLM did not budget for overflow the {room} that gpu_memory_utilization = {util} leaves "
+        "outside its budget: the process OOMs (at graph capture or under load) although weights plus KV cache fit.",
+        f"To fit, {fixes}.",
+        near=f"The {need} vLLM did not budget for overflow the {room} of headroom by a little: the OOM comes "
+             f"late, under load as fragmentation grows. To fit, {fixes}."))
 
 
 # --- paged-reservation-waste ---------------------------------------------------------------
