@@ -547,9 +547,9 @@ def _budget_regime(s: Sheet, release: str, headroom, unbudgeted, u) -> None:
 
 def _reservation(p, s: Sheet) -> dict[str, sympy.Symbol]:
     """One request's slots under max-context reservation, averaged over its decode."""
-    M = s.given("M", p.max_context, "tokens", "maximum context, reserved per request")
-    L_p = s.given("L_p", p.prompt_mean, "tokens", "mean prompt length")
-    L_o = s.given("L_o", p.output_mean, "tokens", "mean output length")
+    M = s.param("M", "max_context")
+    L_p = s.param("L_p", "prompt_mean")
+    L_o = s.param("L_o", "output_mean")
     used = s.step("used", "Slots holding tokens, averaged over a request's decode", "U", L_p + L_o / 2, "tokens",
                   "the prompt is there from the start; the output grows from nothing to L_o")
     reserved = s.step("reserved", "Slots reserved for tokens not yet generated", "R", L_o / 2, "tokens",
@@ -576,42 +576,71 @@ def paged_reservation_waste(p, s: Sheet) -> None:
     if p.output_mean > MAX_OUTPUT_PER_PROMPT * p.prompt_mean:
         raise Reject(f"a mean reply over {MAX_OUTPUT_PER_PROMPT} times the mean prompt is not a realistic mix")
     res = _reservation(p, s)
-    b_kv = s.given("b_kv", dtype_bytes("bf16"), "B", "bytes per KV element (bf16)")
-    kv_tok = kv_bytes_per_token(s, p.model, b_kv)
-    pool = s.given("K", p.kv_pool, "GiB", "KV cache pool")
+    kv_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes("bf16"), "bf16")
+    pool = s.param("K", "kv_pool")
     slots = s.step("pool_tokens", "Token slots in the pool", "K_tok", sympy.floor(pool / kv_tok), "tokens",
                    "the pool over the bytes of one token's keys and values")
     before = s.step("requests_before", "Requests that fit with max-context reservation", "N_res",
                     sympy.floor(slots / res["M"]), "requests", "every request holds the maximum from admission on")
     if s.value(before) < 1:
         raise Reject("the pool cannot hold one max-context reservation")
-    bs = s.given("S_b", p.block_size, "tokens", "block size")
+    s.step("", "Slots no reservation can use (external fragmentation)", "X", slots - before * res["M"], "tokens",
+           "the pool's remainder after whole contiguous reservations; with reservations of different sizes, "
+           "gaps open between them as requests come and go")
+    bs = s.param("S_b", "block_size")
     tail = s.step("", "Empty slots in the last block, on average", "E", (bs - 1) / 2, "tokens",
                   "a sequence's length is as likely to end anywhere within its last block")
     paged = s.step("paged_allocation", "Slots a paged request holds, on average", "A_pg", res["used"] + tail,
-                   "tokens", "blocks are allocated as tokens arrive: only the last one is partly empty")
-    s.step("paged_waste", "Share of block slots empty with paging", "W_pg", tail / paged, "%",
-           "the partly filled last block is all that is left of the waste")
+                   "tokens", "the block table maps its blocks anywhere in the pool, allocated as tokens arrive: "
+                   "only the last one is partly empty")
+    waste = s.step("paged_waste", "Share of block slots empty with paging", "W_pg", tail / paged, "%",
+                   "the partly filled last block is all that is left of the waste")
     after = s.step("requests_after", "Requests that fit with paging", "N_pg", sympy.floor(slots / paged),
                    "requests", "the pool over what a request holds on average")
-    s.step("capacity_gain", "Capacity paging returns", "G", after / before, "x",
-           "requests in flight with paging over requests with reservation")
+    gain = s.step("capacity_gain", "Capacity paging returns", "G", after / before, "x",
+                  "requests in flight with paging over requests with reservation")
+    final = s.step("", "Slots a paged request holds at its last token", "A_end", res["prompt"] + res["output"] + tail,
+                   "tokens", "prompt and the whole output, in whole blocks")
+    s.step("requests_final", "Requests that fit if all reach their final length at once", "N_end",
+           sympy.floor(slots / final), "requests",
+           "admit more than this and a pool that fills up must preempt someone to let the others grow")
 
     s.assume("Every request is the mean one: its prompt and output lengths are the means, and averages over "
              "its decode stand for a pool of requests at all stages (long requests staying longer is ignored).")
     s.assume("Reservation: each request holds the maximum context from admission to completion, contiguous; "
-             "external fragmentation between reservations is left out, which flatters reservation.")
-    s.assume("Paging: blocks are allocated on demand; the last block's fill is uniform, so it is (block − 1)/2 "
-             "slots short on average. KV cache in bf16; no prefix sharing.")
+             "with equal reservations the only external fragmentation is the pool's remainder.")
+    s.assume("Paging: blocks are allocated on demand through a per-request block table, anywhere in the pool; "
+             "the last block's fill is uniform, so it is (block − 1)/2 slots short on average. KV cache in bf16; "
+             "no prefix sharing. Admitting on the average leaves no growth headroom: vLLM then preempts "
+             "(recomputes or swaps) the newest request when a block cannot be allocated.")
     s.slip("reserved-for-later slots counted as used", on="waste_share",
            factor=s.value(res["frag"]) / s.evaluate(res["reserved"] + res["frag"]))
-    final = res["prompt"] + res["output"] + tail  # what a paged request would hold at its final length
     if p.block_size > 1:  # with one-token blocks nothing is empty, whatever the lengths
         s.slip("the final lengths counted as used, not the average over the decode", on="paged_waste",
-               factor=s.value(paged) / s.evaluate(final))
+               factor=s.value(paged) / s.value(final))
     s.slip("the final lengths counted as used, not the average over the decode", on="requests_after",
            factor=s.evaluate(sympy.floor(slots / final)) / s.value(after))
+    _paging_judgements(s, res, waste, gain)
     _waste_regime(s, res)
+
+
+PAPER_PAGED_WASTE = 0.04  # PagedAttention (SOSP 2023): vLLM wastes under 4% of its KV memory
+
+
+def _paging_judgements(s: Sheet, res: dict[str, sympy.Symbol], waste, gain) -> None:
+    """What this workload says about reservation and paging, judged on its numbers."""
+    g, w = format_quantity(s.value(gain), "x"), format_quantity(s.value(waste), "%")
+    s.judge("holds", "paging returns more than three times the requests", s.compare(gain, 3) > 0,
+            f"the gain is {g}")
+    s.judge("holds", "paging leaves under 4% of the slots empty, as the PagedAttention paper reports",
+            s.compare(waste, sympy.Rational(4, 100)) < 0, f"{w} of a paged request's slots sit empty")
+    untouched = s.compare(res["frag"], res["M"] / 2) > 0
+    s.judge("holds", "most of each reservation is never touched at all", untouched,
+            f"{format_quantity(s.value(res['frag']), 'tokens')} of {format_quantity(s.value(res['M']), 'tokens')} "
+            "are never used")
+    s.judge("holds", "a paged request's blocks must sit next to each other in the pool", False,
+            "the block table maps each logical block to any free physical block: no contiguity is needed, "
+            "which is what removes external fragmentation")
 
 
 def _waste_regime(s: Sheet, res: dict[str, sympy.Symbol]) -> None:
