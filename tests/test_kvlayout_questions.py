@@ -241,9 +241,18 @@ def test_mla_duplication_default_h200_node(variant):
     assert results["requests_dp"] == 104  # 13 per GPU: 13.5 fit, not the 14 an unreplicated embedding allows
     assert results["capacity_gain"] == pytest.approx(8 * (room - extra) / room)
     assert results["regime"] == "dp-attention"
+    # TPOT, memory-bound both ways: each GPU's weight share with the routed experts the batch touches, plus the
+    # latents it reads (TP: all 18 it runs; DP: its group's 8 of 64), then the collectives and 2 ms.
     latent = 61 * 576 * 2 * 32768  # 2.3 GB per request
-    assert results["t_kv_tp"] == pytest.approx(18 * latent / (0.8 * 4.8e12))  # the 18 it holds, on every GPU
-    assert results["t_kv_dp"] == pytest.approx(8 * latent / (0.8 * 4.8e12))  # 64 / 8 per group
+    weights, experts = 671e9 + 2 * EMBEDDING, 58 * 256 * 3 * 7168 * 2048  # 672.9 GB, 653.9 GB routed
+    for key, tokens, latents, attention, collectives in (
+            ("tpot_tp", 18, 18, 0, 122 * (10e-6 + 1.75 * 18 * 7168 * 2 / 450e9)),
+            ("tpot_dp", 64, 8, ATTENTION * 7 / 8, 122 * (10e-6 + 0.875 * 64 * 7168 * 2 / 450e9))):
+        touched = 1 - (1 - 8 / 256) ** tokens  # 44% of the experts at 18 tokens, 87% at 64
+        reads = (weights - experts + touched * experts) / 8 + attention + latents * latent
+        assert results[key] == pytest.approx(reads / (0.8 * 4.8e12) + collectives + 2e-3)
+    assert results["tpot_tp"] == pytest.approx(0.02402, rel=1e-3)
+    assert results["tpot_dp"] == pytest.approx(0.02995, rel=1e-3)
 
 
 def test_mla_attention_weights_match_checkpoint_shapes(variant):
@@ -300,10 +309,14 @@ def test_mla_duplication_asks_for_redundant_copies(variant):
 
 def test_mla_duplication_pinned_seed(variant):
     solution = variant("mla-tp-duplication@1")
-    assert [p.raw for p in solution.params] == ["deepseek-v3", "h200-sxm", 8, 1536, 128, 128, 8, "bf16", 110080, 29]
+    assert [p.raw for p in solution.params] == ["deepseek-v3", "h200-sxm", 8, 1536, 128, 128, 58, 2048, 8, "bf16",
+                                                110080, 29]
     assert solution.expected["requests_tp"] == 5
     assert solution.expected["requests_dp"] == 32
     assert solution.expected["regime"] == "dp-attention"
+    # DP attention holds all 29, but their step touches more experts than TP's 5 and reads 4 latents of 110K.
+    assert solution.expected["tpot_tp"] == pytest.approx(0.017067, rel=1e-4)
+    assert solution.expected["tpot_dp"] == pytest.approx(0.027403, rel=1e-4)
 
 
 # --- recurrent-state-inventory ---------------------------------------------------------------

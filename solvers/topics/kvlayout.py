@@ -12,8 +12,8 @@ from dataclasses import replace
 import sympy
 
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, Side
-from solvers.topics.collective import tp_all_reduce
+from solvers.derivation import Reject, Sheet, Side, max_of
+from solvers.topics.collective import ACTIVATION_BYTES, link_bandwidth, link_latency, tp_all_reduce
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
@@ -386,18 +386,13 @@ def mla_tp_duplication(p, s: Sheet) -> None:
     if s.value(demand) > s.value(req_dp):
         raise Reject("neither layout holds the demand on one node")
 
-    # The latency side: every GPU reads the latents it holds once per decode step.
-    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
-    eta = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%", "achievable fraction of HBM bandwidth")
-    run_tp = s.step("running_tp", "Requests TP attention runs", "U_run", sympy.Min(demand, req_tp, evaluate=False),
-                    "requests", "the demand, or as many as fit")
-    t_tp = s.step("t_kv_tp", "Latent reads per decode step (TP attention)", "t_TP",
-                  run_tp * C * kv_tok / (eta * BW), "ms", "each GPU's heads attend over every running request's latent")
+    # The latency side: one decode step of each layout, at the batch it runs.
     busiest = s.step("busiest_group", "Requests in the busiest attention group", "U_g", sympy.ceiling(demand / d),
                      "requests", "the whole demand, spread as evenly as whole requests allow")
-    t_dp = s.step("t_kv_dp", "Latent reads per decode step (DP attention)", "t_DP",
-                  busiest * C * kv_tok / (eta * BW), "ms", "each GPU reads its own group's latents; the step waits "
-                  "for the busiest group")
+    run_tp = s.step("running_tp", "Requests TP attention runs", "U_run", sympy.Min(demand, req_tp, evaluate=False),
+                    "requests", "the demand, or as many as fit")
+    tpot_tp, tpot_dp = _attention_step_times(s, p, weights, A, kv_tok, C, n, a, d, L, h, H, d_c, d_r, b_w,
+                                             run_tp, demand, busiest)
 
     s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable (the usable-hbm card); activations, "
              "CUDA graphs and communication buffers are ignored.")
@@ -408,17 +403,81 @@ def mla_tp_duplication(p, s: Sheet) -> None:
              "each running attention for its own requests with the projections split over its GPUs; the token "
              "embedding is copied whole onto every GPU; the MoE and dense MLP weights and the LM head stay "
              "sharded n ways (the LM head is copied too only with --enable-dp-lm-head).")
-    s.assume(f"Latent reads at {format_quantity(DEFAULT_CONSTANTS.bandwidth, '%')} of HBM bandwidth. The rest of a "
-             "decode step (weights, MoE dispatch, the all-reduce that DP attention trades for an all-gather and "
-             "a reduce-scatter of the same hidden states) is about the same in both layouts and left out.")
     all_shares = "all n GPUs' pools counted, not the n − 1 that repeat one"
     s.slip(all_shares, p.tp / (p.tp - 1), on="duplicate_bytes")
     s.slip("the attention projections copied whole onto every GPU, whatever the group", on="dp_extra_weights",
            factor=s.evaluate(A * (1 - 1 / n) + E * (1 - 1 / n)) / s.value(extra))
     s.slip("/d: DP capacity of one group, not the node", 1 / p.dp, on="requests_dp")
-    s.slip("the TP read split over the GPUs like heads", 1 / p.tp, on="t_kv_tp")
+    faster = s.compare(tpot_dp, tpot_tp) < 0
+    s.judge("dp_tradeoffs", "DP attention runs the whole demand at a shorter time per token than TP attention runs "
+            "what it holds", faster, f"{format_quantity(s.value(tpot_dp), 'ms')} against "
+            f"{format_quantity(s.value(tpot_tp), 'ms')}: "
+            + ("each GPU reads only its group's latents" if faster else
+               "the larger batch touches more experts and its busiest group reads more than TP's batch"))
     _attention_judgements(s, p, room, A, E, kv_tok, C, n, extra, req_dp, demand)
-    _attention_regime(s, req_tp, req_dp, demand, t_tp, t_dp)
+    _attention_regime(s, req_tp, req_dp, demand, tpot_tp, tpot_dp)
+
+
+def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, d_c, d_r, b_w, run_tp, demand,
+                          busiest) -> tuple[sympy.Symbol, sympy.Symbol]:
+    """TPOT of a decode step under TP and DP attention: a roofline over each GPU's reads (its weight share, the
+    routed experts the batch touches, the latents it holds) and math, then the collectives and the overhead."""
+    model, c = p.model, DEFAULT_CONSTANTS
+    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
+    eta_c = s.given("η_c", c.compute, "%", "achievable fraction of peak compute")
+    eta_bw = s.given("η_bw", c.bandwidth, "%", "achievable fraction of HBM bandwidth")
+    t_oh = s.given("t_oh", c.overhead, "ms", "fixed overhead per step")
+    N_a = s.given("N_act", model.active_params_b * 1e9, "", "active parameters per token")
+    E_x = s.given("E_x", model.experts, "", "routed experts per MoE layer")
+    k_x = s.given("k_x", model.experts_per_token, "", "routed experts per token")
+    L_m = s.param("L_moe", "moe_layers")
+    f_x = s.param("f_x", "moe_ffn")
+    X = s.step("expert_weights", "Routed-expert weights", "X", L_m * E_x * 3 * h * f_x * b_w, "GB",
+               "gate, up and down projections of every routed expert: most of the model")
+    A_m = s.step("attention_pair_flops", "Attention FLOPs per query-key pair (absorbed MLA)", "A_pair",
+                 2 * L * H * (2 * d_c + d_r), "FLOP", "scores over d_c + d_r and values over d_c, every head and layer")
+    bw, alpha = link_bandwidth(s, p.gpu, p.tp), link_latency(s, p.gpu, p.tp)
+    b_a = s.given("b_a", ACTIVATION_BYTES, "B", "bytes per activation (bf16)")
+
+    phi_tp = s.step("touched_tp", "Share of routed experts a step reads (TP attention)", "φ_TP",
+                    1 - (1 - k_x / E_x) ** run_tp, "%", "each token picks k of E experts in every MoE layer")
+    M_tp = s.step("bytes_tp", "Bytes each GPU reads per step (TP attention)", "M_TP",
+                  (weights - X + phi_tp * X) / n + run_tp * C * kv_tok, "GB",
+                  "its share of the weights the step touches, and every running request's whole latent")
+    F_tp = s.step("flops_tp", "FLOPs each GPU does per step (TP attention)", "Fl_TP",
+                  (2 * N_a * run_tp + A_m * run_tp * C) / n, "TFLOP", "heads and experts split n ways")
+    t_ar = tp_all_reduce(s, model, p.gpu, p.tp, run_tp, tag="tp", label="TP-attention decode step")
+    tpot_tp = s.step("tpot_tp", "Time per output token (TP attention)", "t_TP",
+                     max_of(M_tp / (eta_bw * BW), F_tp / (eta_c * P)) + t_ar + t_oh, "ms",
+                     "the slower of reads and math, then two all-reduces per layer, plus overhead")
+
+    phi_dp = s.step("touched_dp", "Share of routed experts a step reads (DP attention)", "φ_DP",
+                    1 - (1 - k_x / E_x) ** demand, "%", "the MoE sees every group's tokens at once")
+    M_dp = s.step("bytes_dp", "Bytes each GPU reads per step (DP attention)", "M_DP",
+                  (weights - X + phi_dp * X) / n + A * (d - 1) / n + busiest * C * kv_tok, "GB",
+                  "the same shares, a larger slice of the attention projections, and only its group's latents")
+    F_dp = s.step("flops_dp", "FLOPs each GPU does per step (DP attention)", "Fl_DP",
+                  2 * N_a * demand / n + A_m * busiest * C / a, "TFLOP",
+                  "the weights' math split n ways; attention for the busiest group split a ways")
+    comm = 2 * L * (alpha + (n - 1) / n * demand * h * b_a / bw)
+    why = "an all-gather before and a reduce-scatter after each MoE block, (n − 1)/n of the tokens each"
+    if p.tp // p.dp > 1:
+        comm += L * (alpha + 2 * (a - 1) / a * busiest * h * b_a / bw)
+        why += ", and the group's all-reduce after attention"
+    t_g = s.step("gather_dp", "Collectives of the DP-attention decode step", "t_AG", comm, "ms", why)
+    tpot_dp = s.step("tpot_dp", "Time per output token (DP attention)", "t_DP",
+                     max_of(M_dp / (eta_bw * BW), F_dp / (eta_c * P)) + t_g + t_oh, "ms",
+                     "the busiest group sets the pace, then the collectives, plus overhead")
+    s.assume(f"Step model as the roofline-time card with the bank's step constants: reads at "
+             f"{format_quantity(c.bandwidth, '%')} of HBM bandwidth, math at {format_quantity(c.compute, '%')} of "
+             f"the dense bf16 peak, {format_quantity(c.overhead, 'ms')} of overhead per step; a routed expert is read "
+             "when any token of the step picks it (tokens pick independently and uniformly); the MoE stays "
+             "tensor-parallel over the node.")
+    s.slip("every routed expert read, whatever the batch", on="tpot_tp",
+           factor=s.evaluate(max_of((weights / n + run_tp * C * kv_tok) / (eta_bw * BW), F_tp / (eta_c * P))
+                             + t_ar + t_oh) / s.value(tpot_tp))
+    return tpot_tp, tpot_dp
 
 
 def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, demand) -> None:
@@ -446,23 +505,22 @@ def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, 
             "no: within a group the latent is still copied onto each GPU; DP only stops other groups holding it")
 
 
-def _attention_regime(s: Sheet, req_tp, req_dp, demand, t_tp, t_dp) -> None:
+def _attention_regime(s: Sheet, req_tp, req_dp, demand, tpot_tp, tpot_dp) -> None:
     tp, dp, want = (format_number(s.value(x)) for x in (req_tp, req_dp, demand))
-    reads = (f"Each GPU spends {format_quantity(s.value(t_tp), 'ms')} per decode step reading latents under TP "
-             f"attention (the demand, or all that fit) and {format_quantity(s.value(t_dp), 'ms')} under DP attention "
-             "(all of them).")
+    speed = (f"A decode step takes {format_quantity(s.value(tpot_tp), 'ms')} under TP attention (the requests it "
+             f"runs) and {format_quantity(s.value(tpot_dp), 'ms')} under DP attention (all {want}).")
     s.regime_by(demand, req_tp, tie="below", above=Side(
         "dp-attention",
         f"TP attention holds {tp} requests, fewer than the {want} you must hold: the copies of the latents are the "
         f"binding waste, and DP attention raises the node to {dp}, for the price of the replicated weights. "
-        f"{reads}",
+        f"{speed}",
         "With fewer concurrent requests (or shorter contexts) TP attention already holds them all; DP attention "
-        "would still cut the latent reads per step, but buys memory no one needs and idles ranks at low or "
+        "would still cut each GPU's latent reads, but buys memory no one needs and idles ranks at low or "
         "uneven load."),
         below=Side(
         "tp-attention",
         f"TP attention already holds {tp} requests, enough for the {want} you must hold: the duplicated latents "
-        f"waste memory, but no request waits for it. {reads}",
+        f"waste memory, but no request waits for it. {speed}",
         f"Once you must hold more than {tp} requests at this context the copies bind: DP attention, each group "
         f"keeping only its own requests' latents, holds {dp}."))
 
