@@ -263,6 +263,22 @@ def test_mla_attention_weights_match_checkpoint_shapes(variant):
     assert results["attn_weights"] == 61 * 187_105_280  # 11.4 GB in fp8, about 1.7% of the model
 
 
+def test_deepseek_parts_add_up_to_its_published_size(variant):
+    """Routed experts (58 MoE layers x 256 x gate/up/down of 7168 x 2048), the attention projections, the shared
+    experts, the 3 dense MLPs and the embedding and head: 671.0B, the technical report's 671B."""
+    results = variant("mla-tp-duplication@default").sheet.results
+    routed = results["expert_weights"]  # fp8: bytes = parameters
+    shared, dense = 58 * 3 * 7168 * 2048, 3 * 3 * 7168 * 18432
+    assert routed == 58 * 256 * 3 * 7168 * 2048
+    assert routed + ATTENTION + shared + dense + 2 * EMBEDDING == pytest.approx(671e9, rel=1e-3)
+
+
+def test_mla_duplication_tie_goes_to_tp_attention(variant):
+    """Exactly as many requests as TP attention holds: no copy binds yet."""
+    assert variant("mla-tp-duplication@default+demand=18").expected["regime"] == "tp-attention"
+    assert variant("mla-tp-duplication@default+demand=19").expected["regime"] == "dp-attention"
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_mla_duplication_regime_follows_demand(variant, seed):
     """Plain arithmetic; and the demand never exceeds what DP attention holds, so one of the two choices
