@@ -39,8 +39,8 @@ def sweep_chart(points: list[SweepPoint], variant_x: float, x_label: str, y_labe
                 row[column] = ("┆", "dim")
     for point in points:
         column = _scale(point.x, xs[0], xs[-1], width, log_x)
-        row = height - 1 - _scale(point.y, min(ys), max(ys), height, log_y)
-        grid[row][column] = ("•", styles[point.regime])
+        line = height - 1 - _scale(point.y, min(ys), max(ys), height, log_y)
+        grid[line][column] = ("•", styles[point.regime])
     mine = next((p for p in points if p.x == variant_x), None)
     if mine is not None:
         column = _scale(mine.x, xs[0], xs[-1], width, log_x)

@@ -74,7 +74,10 @@ def step_renderable(number: int, step: Step) -> Group:
 
 
 def regime_panel(solution: Solution) -> Panel:
+    """The sheet's regime; callers show it only where the sheet has one."""
     regime = solution.sheet.regime
+    if regime is None:
+        raise ValueError(f"{solution.code} has no regime to show")
     body = Group(
         Text(regime.summary),
         Text(""),
