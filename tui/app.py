@@ -5,6 +5,7 @@ Nothing here computes an answer: variants are made by solvers.engine in thread w
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
@@ -22,6 +23,7 @@ from tui.screens.home import HomeScreen
 # imported where it is first used, so that start-up costs little more than Textual itself.
 if TYPE_CHECKING:
     from practice.review import Submitted
+    from practice.store import ProgressStore
     from solvers.answers import Grade
     from solvers.engine import Solution
     from solvers.followup import FollowUp
@@ -60,11 +62,13 @@ class FirstRound:
 
 @dataclass
 class MockRun:
-    """A mock interview under way: its questions, where we are, the per-question budget."""
+    """A mock interview under way: its questions, where we are, the per-question budget, and the
+    store it is saved in (a mock starts only when progress can be saved)."""
 
     id: str
     questions: list[str]
     budget_seconds: float
+    store: ProgressStore
     index: int = 0
 
 
@@ -113,6 +117,13 @@ class InfradrillApp(App):
             self.notify(problem, title="Not loaded", severity="warning", timeout=15)
         for notice in drill.notices:
             self.notify(notice, title="Progress", severity="warning", timeout=20)
+
+    @property
+    def loaded_drill(self) -> Drill:
+        """The loaded bank, for the screens and workers that only run once it is (see _bank_ready)."""
+        if self.drill is None:
+            raise RuntimeError("the bank is not loaded yet")
+        return self.drill
 
     def _bank_ready(self) -> Drill | None:
         if self.drill is None:
@@ -168,7 +179,7 @@ class InfradrillApp(App):
             return
         questions = pick_mock(drill.bank.questions.values(), self.mock_questions, drill.rng)
         mock_id = drill.reviewer.store.start_mock(len(questions), self.mock_budget_seconds)
-        self.mock = MockRun(mock_id, questions, self.mock_budget_seconds)
+        self.mock = MockRun(mock_id, questions, self.mock_budget_seconds, drill.reviewer.store)
         self.notify(f"Mock interview: {len(questions)} questions, {self.mock_budget_seconds // 60} minutes each, "
                     "no hints; the solutions wait for the score sheet.")
         self.open_question(questions[0], mode="mock")
@@ -177,25 +188,24 @@ class InfradrillApp(App):
         from tui.screens.mock import PastMocksScreen
 
         if (drill := self._bank_ready()) is not None and drill.reviewer is not None:
-            self.push_screen(PastMocksScreen(drill))
+            self.push_screen(PastMocksScreen(drill.reviewer.store))
 
-    def _next_mock_question(self) -> None:
+    def _next_mock_question(self, mock: MockRun) -> None:
         from tui.screens.mock import MockSheetScreen
 
-        mock = self.mock
         mock.index += 1
         if mock.index < len(mock.questions):
             self.open_question(mock.questions[mock.index], replace=True, mode="mock")
             return
-        self.drill.reviewer.store.finish_mock(mock.id)
+        mock.store.finish_mock(mock.id)
         self.mock = None
-        self.switch_screen(MockSheetScreen(self.drill, mock.id))
+        self.switch_screen(MockSheetScreen(mock.store, mock.id))
 
     def action_stats(self) -> None:
         from tui.screens.stats import StatsScreen
 
         if (drill := self._bank_ready()) is not None and drill.reviewer is not None:
-            self.push_screen(StatsScreen(drill))
+            self.push_screen(StatsScreen(drill.reviewer, drill.bank.questions))
 
     def action_help(self) -> None:
         from tui.screens.dialogs import HelpScreen
@@ -216,11 +226,11 @@ class InfradrillApp(App):
                            replace=replace, mode=mode)
 
     @work(thread=True, exclusive=True, group="variant")
-    def _make_variant(self, make, replace: bool, mode: str = "practice") -> None:
+    def _make_variant(self, make: Callable[[Drill], Solution], replace: bool, mode: str = "practice") -> None:
         from solvers.engine import VariantError
 
         try:
-            solution = make(self.drill)
+            solution = make(self.loaded_drill)
         except VariantError as error:
             self.call_from_thread(self.notify, str(error), title="Cannot open", severity="error")
             return
@@ -256,7 +266,7 @@ class InfradrillApp(App):
         from solvers.followup import follow_up
 
         try:
-            followup = follow_up(first.solution, self.drill.catalog)
+            followup = follow_up(first.solution, self.loaded_drill.catalog)
         except Exception as error:  # a solver bug in the push must not cost the user the solution
             self.call_from_thread(self.notify, f"No follow-up: {type(error).__name__}: {error}", severity="warning")
             followup = None
@@ -289,12 +299,13 @@ class InfradrillApp(App):
         from tui.screens.solution import SolutionScreen
 
         if first.mode == "mock" and self.mock is not None:
-            self._next_mock_question()  # solutions wait for the score sheet
+            self._next_mock_question(self.mock)  # solutions wait for the score sheet
             return
         self.switch_screen(SolutionScreen(first.solution, first.answers, first.grades, first.elapsed,
                                           first.hints_used, first.submitted, first.mode, followup, first.revealed))
 
-    def _record(self, solution: Solution, answers, grades, elapsed, hints_used, started, mode, schedule=True):
+    def _record(self, solution: Solution, answers: dict[str, str], grades: list[Grade], elapsed: float,
+                hints_used: int, started: datetime, mode: str, schedule: bool = True) -> Submitted | None:
         """Write the attempt (and, with `schedule`, its review) before the solution shows: a crash
         now loses nothing."""
         reviewer = self.drill.reviewer if self.drill else None
@@ -321,14 +332,15 @@ class InfradrillApp(App):
         from solvers.followup import FOLLOWUP_PREFIX, follow_up
         from tui.screens.solution import SolutionScreen
 
+        drill = self.loaded_drill
         try:
-            solution = self.drill.variant_from_code(variant)
+            solution = drill.variant_from_code(variant)
         except VariantError as error:
             self.call_from_thread(self.notify, str(error), title="Cannot open", severity="error")
             return
         first = {k: v for k, v in typed.items() if not k.startswith(FOLLOWUP_PREFIX)}
         second = {k.removeprefix(FOLLOWUP_PREFIX): v for k, v in typed.items() if k.startswith(FOLLOWUP_PREFIX)}
-        pushed = follow_up(solution, self.drill.catalog) if second else None
+        pushed = follow_up(solution, drill.catalog) if second else None
         followup = None if pushed is None else (pushed, pushed.grade(second))
         screen = SolutionScreen(solution, first, solution.grade(first), seconds, hints_used, None, "review", followup)
         self.call_from_thread(self.push_screen, screen)

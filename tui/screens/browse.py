@@ -1,17 +1,18 @@
 """Browse the bank: a table of questions; Enter opens a fresh variant, d the default one."""
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 
 from solvers.bank import Question
 from tui.render import plain
+from tui.screens.base import AppScreen
 from tui.widgets.tables import selected_key
 
 
-class BrowseScreen(Screen):
+class BrowseScreen(AppScreen):
     BINDINGS = [
         Binding("enter", "open", "Open (new variant)", priority=True),
         Binding("d", "open_default", "Default variant"),
@@ -25,7 +26,7 @@ class BrowseScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        table = DataTable(cursor_type="row", zebra_stripes=True, id="bank")
+        table: DataTable[Text] = DataTable(cursor_type="row", zebra_stripes=True, id="bank")
         table.add_columns("group", "id", "topic", "title")
         for q in self.questions:
             table.add_row(*plain(q.group, q.id, q.topic, q.title), key=q.id)
@@ -37,12 +38,12 @@ class BrowseScreen(Screen):
 
     def action_open(self) -> None:
         if (qid := self._selected()) is not None:
-            self.app.open_question(qid)
+            self.infradrill.open_question(qid)
 
     def action_open_default(self) -> None:
         if (qid := self._selected()) is not None:
-            self.app.open_question(qid, default=True)
+            self.infradrill.open_question(qid, default=True)
 
     def action_open_as_interviewer(self) -> None:
         if (qid := self._selected()) is not None:
-            self.app.open_question(qid, mode="interviewer")
+            self.infradrill.open_question(qid, mode="interviewer")

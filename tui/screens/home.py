@@ -4,9 +4,10 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.screen import Screen
 from textual.widgets import Footer, Header, OptionList, Static
 from textual.widgets.option_list import Option
+
+from tui.screens.base import AppScreen
 
 INTRO = (
     "[b]infradrill[/b] — drill the arithmetic of LLM inference and AI infrastructure.\n"
@@ -14,7 +15,7 @@ INTRO = (
 )
 
 
-class HomeScreen(Screen):
+class HomeScreen(AppScreen):
     DEFAULT_CSS = """
     #home { padding: 1 2; }
     #intro { margin-bottom: 1; }
@@ -54,17 +55,18 @@ class HomeScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.call_after_refresh(self.app.after_first_paint)
+        self.call_after_refresh(self.infradrill.after_first_paint)
 
     async def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        await self.app.run_action(event.option.id)
+        if event.option.id is not None:  # every option is named after the app action it runs
+            await self.app.run_action(event.option.id)
 
     def on_screen_resume(self) -> None:
         self.refresh_status()
 
     def refresh_status(self) -> None:
         """Bank size, load problems and what the schedule has due."""
-        drill = self.app.drill
+        drill = self.infradrill.drill
         if drill is None:
             return
         text = f"{len(drill.bank.questions)} questions in the bank."

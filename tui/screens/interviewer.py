@@ -9,17 +9,17 @@ from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from solvers.report import expected_text
 from tui.render import plain, regime_panel, step_renderable
+from tui.screens.base import AppScreen
 
 if TYPE_CHECKING:
     from solvers.engine import Solution
 
 
-class InterviewerScreen(Screen):
+class InterviewerScreen(AppScreen):
     DEFAULT_CSS = """
     #code-banner { height: auto; padding: 0 1; }
     #sides { height: auto; }
@@ -80,4 +80,4 @@ class InterviewerScreen(Screen):
             self.shown -= 1
 
     def action_new_variant(self) -> None:
-        self.app.open_question(self.solution.question.id, replace=True, mode="interviewer")
+        self.infradrill.open_question(self.solution.question.id, replace=True, mode="interviewer")

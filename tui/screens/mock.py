@@ -3,16 +3,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from tui.render import plain
+from tui.screens.base import AppScreen
 from tui.widgets.tables import selected_key
 
 if TYPE_CHECKING:
-    from tui.service import Drill
+    from practice.store import ProgressStore
 
 
 def _clock(seconds: float) -> str:
@@ -20,7 +22,7 @@ def _clock(seconds: float) -> str:
     return f"{minutes}:{rest:02d}"
 
 
-class MockSheetScreen(Screen):
+class MockSheetScreen(AppScreen):
     """Per question: answers correct, time against the budget, slips. Enter shows the saved
     answers against the solution."""
 
@@ -32,10 +34,9 @@ class MockSheetScreen(Screen):
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
-    def __init__(self, drill: Drill, mock_id: str) -> None:
+    def __init__(self, store: ProgressStore, mock_id: str) -> None:
         super().__init__()
-        self.drill = drill
-        self.sheet = drill.reviewer.store.mock_sheet(mock_id)
+        self.sheet = store.mock_sheet(mock_id)
 
     def compose(self) -> ComposeResult:
         sheet, mock = self.sheet, self.sheet.mock
@@ -44,7 +45,7 @@ class MockSheetScreen(Screen):
         yield Static(f"[b]Mock interview[/b] of {mock.started.astimezone():%a %d %b %H:%M}: "
                      f"{sheet.correct}/{mock.planned} questions all correct in {_clock(sheet.seconds)}{budget}",
                      id="sheet-title")
-        table = DataTable(cursor_type="row", zebra_stripes=True, id="sheet")
+        table: DataTable[Text] = DataTable(cursor_type="row", zebra_stripes=True, id="sheet")
         table.add_columns("question", "correct", "time", "slips")
         for attempt in sheet.attempts:  # ids, not titles, and short slips: the sheet fits 80 columns
             right = sum(a.verdict == "correct" for a in attempt.answers)
@@ -59,7 +60,7 @@ class MockSheetScreen(Screen):
     def action_review(self) -> None:
         if (uid := selected_key(self.query_one(DataTable))) is not None:
             attempt = next(a for a in self.sheet.attempts if a.uid == uid)
-            self.app.review_attempt(attempt.variant, {a.key: a.typed for a in attempt.answers}, attempt.seconds,
+            self.infradrill.review_attempt(attempt.variant, {a.key: a.typed for a in attempt.answers}, attempt.seconds,
                                     attempt.hints_used)
 
 
@@ -69,15 +70,15 @@ class PastMocksScreen(Screen):
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
-    def __init__(self, drill: Drill) -> None:
+    def __init__(self, store: ProgressStore) -> None:
         super().__init__()
-        self.drill = drill
+        self.store = store
 
     def compose(self) -> ComposeResult:
         yield Header()
-        table = DataTable(cursor_type="row", zebra_stripes=True, id="mocks")
+        table: DataTable[str] = DataTable(cursor_type="row", zebra_stripes=True, id="mocks")
         table.add_columns("started", "questions", "all correct", "time", "finished")
-        store = self.drill.reviewer.store
+        store = self.store
         for mock in store.mocks():
             sheet = store.mock_sheet(mock.id)
             table.add_row(f"{mock.started.astimezone():%Y-%m-%d %H:%M}", f"{len(sheet.attempts)}/{mock.planned}",
@@ -89,4 +90,4 @@ class PastMocksScreen(Screen):
 
     def action_open(self) -> None:
         if (mock_id := selected_key(self.query_one(DataTable))) is not None:
-            self.app.push_screen(MockSheetScreen(self.drill, mock_id))
+            self.app.push_screen(MockSheetScreen(self.store, mock_id))

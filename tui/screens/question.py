@@ -10,10 +10,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.markup import escape
-from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
 from tui.render import plain
+from tui.screens.base import AppScreen
 from tui.widgets.answer_field import AnswerField
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def _params_table(solution: Solution) -> Table:
     return table
 
 
-class QuestionScreen(Screen):
+class QuestionScreen(AppScreen):
     DEFAULT_CSS = """
     #question-bar { height: auto; background: $boost; }
     #question-title { width: 1fr; padding: 0 1; }
@@ -71,7 +71,7 @@ class QuestionScreen(Screen):
         q = self.solution.question
         followup = self.followup
         kind = "[b $warning]Follow-up[/]  " if followup else ""
-        mock = self.app.mock if self.mode == "mock" else None
+        mock = self.infradrill.mock if self.mode == "mock" else None
         if mock is not None:  # where the candidate is in the interview
             kind = f"[b]Mock {mock.index + 1} of {len(mock.questions)}[/b]  " + kind
         yield Header()
@@ -101,7 +101,8 @@ class QuestionScreen(Screen):
 
     def _tick(self) -> None:
         timer = self.query_one("#timer", Static)
-        budget = self.app.mock.budget_seconds if self.mode == "mock" and self.app.mock else None
+        mock = self.infradrill.mock if self.mode == "mock" else None
+        budget = mock.budget_seconds if mock else None
         if budget is None:
             minutes, seconds = divmod(int(self.elapsed), 60)
             timer.update(f"{minutes}:{seconds:02d}")
@@ -141,9 +142,9 @@ class QuestionScreen(Screen):
             self.notify(f"{len(empty)} answer(s) empty: press ctrl+s again to reveal the solution anyway.")
             return
         if self.followup is not None and self.first is not None:
-            self.app.finish_followup(self.first, self.followup, self.answers())
+            self.infradrill.finish_followup(self.first, self.followup, self.answers())
             return
-        self.app.show_solution(self.solution, self.answers(), self.elapsed, self.hints_shown, self.started_at,
+        self.infradrill.show_solution(self.solution, self.answers(), self.elapsed, self.hints_shown, self.started_at,
                                self.mode, revealed=self.revealed)
 
     def action_back(self) -> None:
@@ -156,7 +157,7 @@ class QuestionScreen(Screen):
             self.notify("Press Esc again to leave the mock interview (the answers given so far are kept).")
         else:
             if self.mode == "mock":
-                self.app.mock = None
+                self.infradrill.mock = None
             self.app.pop_screen()
 
     def action_skip_followup(self) -> None:
@@ -165,7 +166,7 @@ class QuestionScreen(Screen):
         if self.mode == "mock":
             self.notify("A mock interview asks every follow-up.")
             return
-        self.app.reveal(self.first, None)
+        self.infradrill.reveal(self.first, None)
 
     def action_hint(self) -> None:
         if self.mode == "mock":
@@ -185,4 +186,4 @@ class QuestionScreen(Screen):
         if self.mode == "mock":
             self.notify("A mock interview keeps its questions.")
             return
-        self.app.open_question(self.solution.question.id, replace=True, mode=self.mode)
+        self.infradrill.open_question(self.solution.question.id, replace=True, mode=self.mode)

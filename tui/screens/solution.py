@@ -9,13 +9,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.markup import escape
-from textual.screen import Screen
 from textual.widgets import Footer, Header, SelectionList, Static
 
-from solvers.answers import CORRECT, Grade
+from solvers.answers import CORRECT, Checklist, Grade
 from solvers.followup import both_rounds
 from tui.chart import sweep_chart
 from tui.render import givens_table, grade_table, judgement_table, notes, regime_panel, step_renderable
+from tui.screens.base import AppScreen
 
 if TYPE_CHECKING:
     from practice.review import Submitted
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from solvers.followup import FollowUp
 
 
-class SolutionScreen(Screen):
+class SolutionScreen(AppScreen):
     DEFAULT_CSS = """
     #solution-title { padding: 0 1; background: $boost; height: auto; }
     #rating { padding: 0 1; background: $boost; height: auto; color: $text-muted; }
@@ -81,7 +81,7 @@ class SolutionScreen(Screen):
                 if spec.key in self.solution.sheet.reasons:
                     yield Static(f"[b]{escape(spec.label)}[/b]", classes="section")
                     yield Static(judgement_table(self.solution, spec.key), id=f"judged-{spec.key}")
-                if spec.self_graded:
+                if isinstance(spec, Checklist):  # self-graded: ticked here
                     yield Static(f"[b]{escape(spec.label)}[/b]: tick the points your answer covered (space)",
                                  classes="section")
                     if self.answers.get(spec.key, "").strip():
@@ -110,28 +110,29 @@ class SolutionScreen(Screen):
     def on_mount(self) -> None:
         self.query_one("#solution-body").focus()
         if self.solution.question.chart:
-            self._sweep()
+            self._sweep(*self.solution.question.chart)
 
     @work(thread=True, exclusive=True)
-    def _sweep(self) -> None:
-        """Re-solve across the chart's parameter through the engine (dozens of solves)."""
+    def _sweep(self, x: str, y: str) -> None:
+        """Re-solve across the chart's parameter `x` for answer `y` through the engine (dozens of solves)."""
         from solvers.engine import sweep
 
-        x, y = self.solution.question.chart
-        points = sweep(self.solution, self.app.drill.catalog, x, y)
+        points = sweep(self.solution, self.infradrill.loaded_drill.catalog, x, y)
         if points:
             chart = sweep_chart(points, self.solution.param(x).raw, self.solution.param(x).label,
                                 self.solution.question.answer(y).label)
             self.app.call_from_thread(self.query_one("#chart", Static).update, chart)
 
     def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:
+        if event.selection_list.id is None:
+            return
         key = event.selection_list.id.removeprefix("tick-")
         ticked = sorted(event.selection_list.selected)
         ticks = ",".join(str(i + 1) for i in ticked) if ticked else "none"
         grade = self.solution.grade_one(key, ticks)
         self.grades = [grade if g.key == key else g for g in self.grades]
         self.query_one("#grades", Static).update(grade_table(self.solution, self.grades))
-        reviewer = self.app.drill.reviewer if self.app.drill else None
+        reviewer = self.infradrill.loaded_drill.reviewer
         if self.submitted and reviewer is not None:
             grades, typed = self.grades, {**self.answers, key: ticks}
             if self.followup is not None:
@@ -153,13 +154,14 @@ class SolutionScreen(Screen):
         names = {1: "Again", 2: "Hard", 3: "Good", 4: "Easy"}
         choices = "  ".join(f"[reverse] {n} {name} [/reverse]" if n == self.rating else f"{n} {name}"
                             for n, name in names.items())
-        card = self.app.drill.reviewer.card(self.solution.question.id) if self.app.drill else None
+        reviewer = self.infradrill.loaded_drill.reviewer
+        card = reviewer.card(self.solution.question.id) if reviewer is not None else None
         due = f" · next review {card.due.astimezone():%a %d %b %H:%M}" if card is not None else ""
         state = "your rating" if self.rated else f"suggested {names[int(self.submitted.suggested)]}"
         return f"Saved. Rate it: {choices}  ({state}{due})"
 
     def action_rate(self, rating: int) -> None:
-        reviewer = self.app.drill.reviewer if self.app.drill else None
+        reviewer = self.infradrill.loaded_drill.reviewer
         if self.submitted is None or reviewer is None or self.revealed:
             return
         reviewer.rate(self.submitted.attempt.uid, rating)
@@ -168,9 +170,9 @@ class SolutionScreen(Screen):
 
     def action_new_variant(self) -> None:
         if self.mode == "drill":
-            self.app.action_drill(replace=True)
+            self.infradrill.action_drill(replace=True)
         else:
-            self.app.open_question(self.solution.question.id, replace=True, mode=self._practice_mode)
+            self.infradrill.open_question(self.solution.question.id, replace=True, mode=self._practice_mode)
 
     @property
     def _practice_mode(self) -> str:
@@ -180,7 +182,7 @@ class SolutionScreen(Screen):
     def action_what_if(self) -> None:
         from tui.screens.whatif import WhatIfScreen
 
-        self.app.push_screen(WhatIfScreen(self.solution, self.app.drill.catalog))
+        self.app.push_screen(WhatIfScreen(self.solution, self.infradrill.loaded_drill.catalog))
 
     def action_again(self) -> None:
-        self.app.reopen(self.solution, self._practice_mode)
+        self.infradrill.reopen(self.solution, self._practice_mode)

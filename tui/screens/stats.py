@@ -1,6 +1,7 @@
 """Statistics: reviews per day, retention by week, accuracy by group and topic, slips, weak spots."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -11,7 +12,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Sparkline, Static
 
 if TYPE_CHECKING:
-    from tui.service import Drill
+    from practice.review import Reviewer
+    from solvers.bank import Question
 
 SPARK_DAYS = 60
 
@@ -24,9 +26,10 @@ class StatsScreen(Screen):
     """
     BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
 
-    def __init__(self, drill: Drill) -> None:
+    def __init__(self, reviewer: Reviewer, questions: Mapping[str, Question]) -> None:
         super().__init__()
-        self.drill = drill
+        self.reviewer = reviewer
+        self.questions = questions
 
     def compose(self) -> ComposeResult:
         from textual.markup import escape
@@ -34,9 +37,9 @@ class StatsScreen(Screen):
         from practice.records import now_utc
         from practice.stats import format_summary, summarize
 
-        reviewer = self.drill.reviewer
+        reviewer = self.reviewer
         now = now_utc()
-        summary = summarize(reviewer.store.attempts(), self.drill.bank.questions, reviewer.retrievability(now), now,
+        summary = summarize(reviewer.store.attempts(), self.questions, reviewer.retrievability(now), now,
                             reviewer.tz, reviewer.summary(now), mocks=len(reviewer.store.mocks()))
         days = [summary.today - timedelta(days=back) for back in range(SPARK_DAYS - 1, -1, -1)]
         yield Header()
