@@ -54,7 +54,7 @@ def test_broken_files_name_field_and_line(change, field, line):
 
 def test_invalid_yaml_names_the_line():
     with pytest.raises(QuestionError, match=r"toy.yaml:\d+: not valid YAML"):
-        parse(GOOD + "  - {key: b, label: what?, rel: 0.1}\n")
+        parse(GOOD + "  - {key: b, label: [unclosed, rel: 0.1}\n")
 
 
 def test_yaml_is_loaded_safely():
