@@ -17,6 +17,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check solvers practice tui tests
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 	$(BIN)/infradrill validate
 
