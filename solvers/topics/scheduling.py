@@ -238,7 +238,7 @@ def coupled_slo_admission(p, s: Sheet) -> None:
            factor=s.evaluate(sympy.floor(tau / t_mix)) / s.value(n_max))
 
     _admission_remedies(s, Q, Q_max, L_p, ttft, T_f, t_solo, delay)
-    _admission_regime(s, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay)
+    _admission_regime(s, p, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay)
 
 
 def _admission_remedies(s: Sheet, Q, Q_max, L_p, ttft, T_f, t_solo, delay) -> None:
@@ -265,7 +265,7 @@ def _admission_remedies(s: Sheet, Q, Q_max, L_p, ttft, T_f, t_solo, delay) -> No
             f"even alone on the group its prefill takes {alone}, against {target}")
 
 
-def _admission_regime(s: Sheet, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay) -> None:
+def _admission_regime(s: Sheet, p, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay) -> None:
     holds = "≤" if s.value(Q) <= s.value(Q_max) else ">"
     rule = (f"admit while (q + 1)·L_p ≤ c_max·floor(T_f / t_step); here {_tokens(s, Q)} {holds} {_tokens(s, Q_max)} "
             f"tokens (c_max = {_tokens(s, c_max)} tokens per {_ms(s, t_mix)} step, {_tokens(s, n_max)} steps)")
@@ -274,7 +274,8 @@ def _admission_regime(s: Sheet, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t
     if s.compare(L_p, Q_max) > 0:
         alone_fits = s.compare(t_solo, T_f) <= 0
         pool = (f"a prefill-only replica ({alone} alone on the group) could still make it" if alone_fits
-                else f"even alone on the group its prefill takes {alone}: it needs a wider group or a looser target")
+                else f"even alone on the group its prefill takes {alone}: it needs a looser target or "
+                     f"{_tp_advice(p)}")
         s.set_regime(
             "reject",
             f"The prompt alone ({_tokens(s, L_p)} tokens) exceeds the {_tokens(s, Q_max)} tokens a replica like this "
