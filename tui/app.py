@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.command import Hit, Hits, Provider
 from textual.notifications import SeverityLevel
 
+from tui.modes import Mode
 from tui.screens.home import HomeScreen
 
 # Everything not needed for the first paint (other screens, the bank, the engine) is
@@ -55,7 +56,7 @@ class FirstRound:
     grades: list[Grade]
     elapsed: float
     hints_used: int
-    mode: str
+    mode: Mode
     submitted: Submitted | None
     revealed: bool = False  # answered again after the key was shown: saved, but not a review
 
@@ -169,7 +170,7 @@ class InfradrillApp(App):
             if replace:
                 self.pop_screen()
             return
-        self.open_question(question_id, replace=replace, mode="drill")
+        self.open_question(question_id, replace=replace, mode=Mode.DRILL)
 
     def action_mock(self) -> None:
         """A mock interview: questions across topics, a clock per question, no hints, a score sheet."""
@@ -182,7 +183,7 @@ class InfradrillApp(App):
         self.mock = MockRun(mock_id, questions, self.mock_budget_seconds, drill.reviewer.store)
         self.notify(f"Mock interview: {len(questions)} questions, {self.mock_budget_seconds // 60} minutes each, "
                     "no hints; the solutions wait for the score sheet.")
-        self.open_question(questions[0], mode="mock")
+        self.open_question(questions[0], mode=Mode.MOCK)
 
     def action_past_mocks(self) -> None:
         from tui.screens.mock import PastMocksScreen
@@ -195,7 +196,7 @@ class InfradrillApp(App):
 
         mock.index += 1
         if mock.index < len(mock.questions):
-            self.open_question(mock.questions[mock.index], replace=True, mode="mock")
+            self.open_question(mock.questions[mock.index], replace=True, mode=Mode.MOCK)
             return
         mock.store.finish_mock(mock.id)
         self.mock = None
@@ -219,14 +220,14 @@ class InfradrillApp(App):
 
     # Flow between screens ----------------------------------------------------------------
     def open_question(self, question_id: str, default: bool = False, replace: bool = False,
-                      mode: str = "practice") -> None:
+                      mode: Mode = Mode.PRACTICE) -> None:
         if self._bank_ready() is None:
             return
         self._make_variant(lambda drill: drill.variant(question_id, None if default else drill.new_seed()),
                            replace=replace, mode=mode)
 
     @work(thread=True, exclusive=True, group="variant")
-    def _make_variant(self, make: Callable[[Drill], Solution], replace: bool, mode: str = "practice") -> None:
+    def _make_variant(self, make: Callable[[Drill], Solution], replace: bool, mode: Mode = Mode.PRACTICE) -> None:
         from solvers.engine import VariantError
 
         try:
@@ -240,19 +241,19 @@ class InfradrillApp(App):
             return
         self.call_from_thread(self._show_question, solution, replace, mode)
 
-    def _show_question(self, solution: Solution, replace: bool, mode: str) -> None:
+    def _show_question(self, solution: Solution, replace: bool, mode: Mode) -> None:
         from tui.screens.interviewer import InterviewerScreen
         from tui.screens.question import QuestionScreen
 
         # The interviewer sees the variant with its key; everyone else is asked it.
-        screen = InterviewerScreen(solution) if mode == "interviewer" else QuestionScreen(solution, mode)
+        screen = InterviewerScreen(solution) if mode == Mode.INTERVIEWER else QuestionScreen(solution, mode)
         if replace:
             self.switch_screen(screen)
         else:
             self.push_screen(screen)
 
     def show_solution(self, solution: Solution, answers: dict[str, str], elapsed: float, hints_used: int,
-                      started: datetime, mode: str, revealed: bool = False) -> None:
+                      started: datetime, mode: Mode, revealed: bool = False) -> None:
         """The first round is submitted: save it, then ask the follow-up, or reveal."""
         # A checklist is ticked on the solution screen; what was typed were notes.
         checklists = {a.key for a in solution.question.answers if a.self_graded}
@@ -298,21 +299,21 @@ class InfradrillApp(App):
     def reveal(self, first: FirstRound, followup: tuple[FollowUp, list[Grade]] | None) -> None:
         from tui.screens.solution import SolutionScreen
 
-        if first.mode == "mock" and self.mock is not None:
+        if first.mode == Mode.MOCK and self.mock is not None:
             self._next_mock_question(self.mock)  # solutions wait for the score sheet
             return
         self.switch_screen(SolutionScreen(first.solution, first.answers, first.grades, first.elapsed,
                                           first.hints_used, first.submitted, first.mode, followup, first.revealed))
 
     def _record(self, solution: Solution, answers: dict[str, str], grades: list[Grade], elapsed: float,
-                hints_used: int, started: datetime, mode: str, schedule: bool = True) -> Submitted | None:
+                hints_used: int, started: datetime, mode: Mode, schedule: bool = True) -> Submitted | None:
         """Write the attempt (and, with `schedule`, its review) before the solution shows: a crash
         now loses nothing."""
         reviewer = self.drill.reviewer if self.drill else None
         if reviewer is None:
             return None
         try:
-            mock_id = self.mock.id if mode == "mock" and self.mock is not None else None
+            mock_id = self.mock.id if mode == Mode.MOCK and self.mock is not None else None
             return reviewer.submit(question_id=solution.question.id, variant=str(solution.code), mode=mode,
                                    grades=grades, typed=answers, started=started, seconds=elapsed,
                                    hints_used=hints_used, mock_id=mock_id, schedule=schedule)
@@ -342,10 +343,11 @@ class InfradrillApp(App):
         second = {k.removeprefix(FOLLOWUP_PREFIX): v for k, v in typed.items() if k.startswith(FOLLOWUP_PREFIX)}
         pushed = follow_up(solution, drill.catalog) if second else None
         followup = None if pushed is None else (pushed, pushed.grade(second))
-        screen = SolutionScreen(solution, first, solution.grade(first), seconds, hints_used, None, "review", followup)
+        screen = SolutionScreen(solution, first, solution.grade(first), seconds, hints_used, None, Mode.REVIEW,
+                                followup)
         self.call_from_thread(self.push_screen, screen)
 
-    def reopen(self, solution: Solution, mode: str) -> None:
+    def reopen(self, solution: Solution, mode: Mode) -> None:
         """The same variant again, after its key was shown: practice that does not move the schedule."""
         from tui.screens.question import QuestionScreen
 

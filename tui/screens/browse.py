@@ -7,6 +7,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header
 
 from solvers.bank import Question
+from tui.modes import Mode
 from tui.render import plain
 from tui.screens.base import AppScreen
 from tui.widgets.tables import selected_key
@@ -46,4 +47,4 @@ class BrowseScreen(AppScreen):
 
     def action_open_as_interviewer(self) -> None:
         if (qid := self._selected()) is not None:
-            self.infradrill.open_question(qid, mode="interviewer")
+            self.infradrill.open_question(qid, mode=Mode.INTERVIEWER)

@@ -12,6 +12,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.markup import escape
 from textual.widgets import Footer, Header, Input, Static
 
+from tui.modes import Mode
 from tui.render import plain
 from tui.screens.base import AppScreen
 from tui.widgets.answer_field import AnswerField
@@ -53,7 +54,7 @@ class QuestionScreen(AppScreen):
         Binding("escape", "back", "Back"),
     ]
 
-    def __init__(self, solution: Solution, mode: str = "practice", followup: FollowUp | None = None,
+    def __init__(self, solution: Solution, mode: Mode = Mode.PRACTICE, followup: FollowUp | None = None,
                  first: FirstRound | None = None, revealed: bool = False) -> None:
         super().__init__()
         self.solution = solution
@@ -71,7 +72,7 @@ class QuestionScreen(AppScreen):
         q = self.solution.question
         followup = self.followup
         kind = "[b $warning]Follow-up[/]  " if followup else ""
-        mock = self.infradrill.mock if self.mode == "mock" else None
+        mock = self.infradrill.mock if self.mode == Mode.MOCK else None
         if mock is not None:  # where the candidate is in the interview
             kind = f"[b]Mock {mock.index + 1} of {len(mock.questions)}[/b]  " + kind
         yield Header()
@@ -101,7 +102,7 @@ class QuestionScreen(AppScreen):
 
     def _tick(self) -> None:
         timer = self.query_one("#timer", Static)
-        mock = self.infradrill.mock if self.mode == "mock" else None
+        mock = self.infradrill.mock if self.mode == Mode.MOCK else None
         budget = mock.budget_seconds if mock else None
         if budget is None:
             minutes, seconds = divmod(int(self.elapsed), 60)
@@ -152,24 +153,24 @@ class QuestionScreen(AppScreen):
         its solution still shows), which a mock interview does not allow. Leaving a mock asks first."""
         if self.followup is not None:
             self.action_skip_followup()
-        elif self.mode == "mock" and not self.confirm_leave:
+        elif self.mode == Mode.MOCK and not self.confirm_leave:
             self.confirm_leave = True
             self.notify("Press Esc again to leave the mock interview (the answers given so far are kept).")
         else:
-            if self.mode == "mock":
+            if self.mode == Mode.MOCK:
                 self.infradrill.mock = None
             self.app.pop_screen()
 
     def action_skip_followup(self) -> None:
         if self.followup is None or self.first is None:
             return
-        if self.mode == "mock":
+        if self.mode == Mode.MOCK:
             self.notify("A mock interview asks every follow-up.")
             return
         self.infradrill.reveal(self.first, None)
 
     def action_hint(self) -> None:
-        if self.mode == "mock":
+        if self.mode == Mode.MOCK:
             self.notify("No hints in a mock interview.")
             return
         hints = self.solution.question.hints
@@ -183,7 +184,7 @@ class QuestionScreen(AppScreen):
         hint_box.scroll_visible()
 
     def action_new_variant(self) -> None:
-        if self.mode == "mock":
+        if self.mode == Mode.MOCK:
             self.notify("A mock interview keeps its questions.")
             return
         self.infradrill.open_question(self.solution.question.id, replace=True, mode=self.mode)

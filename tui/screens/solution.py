@@ -14,6 +14,7 @@ from textual.widgets import Footer, Header, SelectionList, Static
 from solvers.answers import CORRECT, Checklist, Grade
 from solvers.followup import both_rounds
 from tui.chart import sweep_chart
+from tui.modes import Mode
 from tui.render import givens_table, grade_table, judgement_table, notes, regime_panel, step_renderable
 from tui.screens.base import AppScreen
 
@@ -48,7 +49,7 @@ class SolutionScreen(AppScreen):
     ]
 
     def __init__(self, solution: Solution, answers: dict[str, str], grades: list[Grade], elapsed: float,
-                 hints_used: int, submitted: Submitted | None = None, mode: str = "practice",
+                 hints_used: int, submitted: Submitted | None = None, mode: Mode = Mode.PRACTICE,
                  followup: tuple[FollowUp, list[Grade]] | None = None, revealed: bool = False) -> None:
         super().__init__()
         self.solution = solution
@@ -145,7 +146,7 @@ class SolutionScreen(AppScreen):
             self.query_one("#rating", Static).update(self._rating_text())
 
     def _rating_text(self) -> str:
-        if self.mode == "review":
+        if self.mode == Mode.REVIEW:
             return "Your saved answers, regraded: reviewing them records nothing and does not move the schedule."
         if self.submitted is None:
             return "Not saved: progress is unavailable this session."
@@ -169,15 +170,15 @@ class SolutionScreen(AppScreen):
         self.query_one("#rating", Static).update(self._rating_text())
 
     def action_new_variant(self) -> None:
-        if self.mode == "drill":
+        if self.mode == Mode.DRILL:
             self.infradrill.action_drill(replace=True)
         else:
             self.infradrill.open_question(self.solution.question.id, replace=True, mode=self._practice_mode)
 
     @property
-    def _practice_mode(self) -> str:
+    def _practice_mode(self) -> Mode:
         """What answering again or a new variant counts as: a reviewed attempt is practice now."""
-        return "practice" if self.mode == "review" else self.mode
+        return Mode.PRACTICE if self.mode == Mode.REVIEW else self.mode
 
     def action_what_if(self) -> None:
         from tui.screens.whatif import WhatIfScreen

@@ -1,0 +1,13 @@
+"""How the app asks a question. A StrEnum: the three recorded with an attempt are the strings
+practice.records.MODES stores."""
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Mode(StrEnum):
+    PRACTICE = "practice"  # picked by hand (browse, random, a variant code): saved and scheduled
+    DRILL = "drill"  # what the schedule wants next; the next question asks it again
+    MOCK = "mock"  # a mock interview: a clock, no hints, the solutions on its score sheet
+    INTERVIEWER = "interviewer"  # the key beside the question, for whoever asks it: nothing is saved
+    REVIEW = "review"  # a saved attempt shown again, regraded: nothing is saved
