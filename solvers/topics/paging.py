@@ -21,7 +21,6 @@ from solvers.topics.common import (
 )
 from solvers.topics.kvcache import (
     blocks_for_tokens,
-    kv_bytes_per_token,
     kv_bytes_per_token_given,
     kv_bytes_per_token_per_gpu,
 )
@@ -146,7 +145,7 @@ def tp_past_kv_heads_question(p, s: Sheet) -> None:
     C = s.param("C", "context")
     R = s.param("R", "batch")
 
-    kv_tok = kv_bytes_per_token(s, model, b)
+    kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes(p.dtype), p.dtype)
     total = s.step("kv_total", "KV of the batch, one copy", "KV", kv_tok * C * R, "GiB",
                    "every request keeps its full context")
     kv_tok_gpu = kv_bytes_per_token_per_gpu(s, model, b, n)
