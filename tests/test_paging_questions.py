@@ -259,6 +259,12 @@ def _holding(solution, key: str) -> set[str]:
     return {option for option, holds in solution.sheet.results[key].items() if holds}
 
 
+def test_tp_past_kv_heads_takes_kv_bytes_per_token_as_given(variant):
+    sheet = variant("tp-past-kv-heads@default").sheet
+    assert sheet.prerequisites == {"kv-bytes-per-token"}
+    assert sheet.results["kv_per_token_gpu"] == 40 * KIB  # the per-GPU share is still derived: one head of eight
+
+
 def test_tp_levers_follow_the_layout(variant):
     past = _holding(variant("tp-past-kv-heads@default"), "levers")
     assert past == {"capping TP at the KV heads and adding pipeline stages on the same GPUs",
