@@ -61,6 +61,12 @@ def _usable(s: Sheet, gpu: Record) -> sympy.Symbol:
                   "the engine's memory cap (vLLM's gpu_memory_utilization)")
 
 
+def _fp8_latent_note(s: Sheet, kv_dtype: str) -> None:
+    if kv_dtype == "fp8":
+        s.assume("fp8 latents are costed at one byte per element; real fp8 MLA caches carry scales and keep the RoPE "
+                 "key in bf16 (FlashMLA's fp8 layout: 656 B per token per layer against 576 here).")
+
+
 # --- preemption-policies ---------------------------------------------------------------------
 
 # A stall that hits more than this share of a stream's decode steps sets its p99 inter-token latency.
@@ -267,6 +273,7 @@ def mla_vs_gqa_under_tp(p, s: Sheet) -> None:
     s.assume("MLA decodes in the absorbed form (DeepSeek-V2, section 2.1.3; vLLM and SGLang MLA kernels): each "
              "query head scores against the latent and RoPE key and sums values in the latent, 2·(2·d_c + d_r) "
              "FLOPs per query-key pair per head per layer instead of GQA's 4·d_h.")
+    _fp8_latent_note(s, p.kv_dtype)
     s.assume(f"Both run TP {p.tp} replicas over the node's {GPUS_PER_NODE} GPUs, attention tensor-parallel too; "
              "data-parallel attention for the MLA variant is mla-tp-duplication's subject.")
     s.slip("the MLA latent split over TP like KV heads", 1 / p.tp, on="kv_gpu_mla")
@@ -399,6 +406,7 @@ def mla_tp_duplication(p, s: Sheet) -> None:
     s.assume("Weights in fp8 at one byte per parameter, except the token embedding and LM head, which the "
              "released checkpoint keeps in bf16 (block scales, norms and the multi-token-prediction module "
              "ignored).")
+    _fp8_latent_note(s, p.kv_dtype)
     s.assume("DP attention as SGLang lays it out (--enable-dp-attention --dp d): d attention groups of n/d GPUs, "
              "each running attention for its own requests with the projections split over its GPUs; the token "
              "embedding is copied whole onto every GPU; the MoE and dense MLP weights and the LM head stay "
