@@ -232,7 +232,8 @@ def mla_vs_gqa_under_tp(p, s: Sheet) -> None:
     d_c = s.param("d_c", "kv_lora_rank")
     d_r = s.given("d_r", ROPE_DIM, "", "decoupled RoPE key dim")
     n_star = s.step("tp_crossover", "TP at which the two per-GPU shares are equal", "n_star",
-                    2 * H_kv * d_h / (d_c + d_r), "", "2·H_kv·d_h/n = d_c + d_r per layer: a boundary, not a layout")
+                    2 * H_kv * d_h / (d_c + d_r), "GPUs",
+                    "2·H_kv·d_h/n = d_c + d_r per layer: a boundary, not a layout")
     s.step("tp_flip", "Smallest deployable TP at which GQA's share is the smaller", "n_flip",
            2 ** sympy.ceiling(sympy.log(n_star, 2)), "GPUs", "TP degrees come in powers of two; this n* is not one")
 
