@@ -219,9 +219,10 @@ def users_per_gpu_question(p, s: Sheet) -> None:
                     "one byte per element halves the weights and every request's KV")
     n_fit = s.step("", "TP at which the bf16 weights and one request just fit", "n_fit", (W + kv_req) / usable, "",
                    "N·b/n + KV_req/n = M_use")
-    n_min = s.step("tp_min_16", "Smallest deployable TP for bf16", "n_min",
-                   max_of(1, 2 ** sympy.ceiling(sympy.log(n_fit, 2))), "",
-                   "TP degrees are powers of two that divide the heads: the first at or above n_fit")
+    # TP degrees are powers of two that divide the heads: the first at or above n_fit, decided exactly.
+    first = next(n for n in (2**k for k in range(int(math.log2(p.gpus)) + 1)) if s.compare(n, n_fit) >= 0)
+    n_min = s.step("tp_min_16", "Smallest deployable TP for bf16", "n_min", sympy.Integer(first), "",
+                   "the first power of two at or above n_fit: a TP group must split the heads evenly")
     BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
     P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
     t_ar = tp_all_reduce(s, p.model, p.gpu, p.gpus, users16, tag="wide", label="full batch")
