@@ -48,7 +48,7 @@ def test_never_overwrites_without_force(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (("export", "no-such-question"), "unknown question"),
     (("export", "--topic", "astrology"), "unknown topic"),
-    (("export", "--count", "0"), "at least 1"),
+    (("export", "--count", "0"), "between 1 and 200"),
     (("export", "--seed", "-1"), "seed must be"),
     (("export", "kv-bytes-per-token", "--out", "/nonexistent-dir/x"), "cannot write"),
 ])

@@ -22,7 +22,6 @@ HOSTILE = {  # argv -> what the one line says
     ("solve", Q, "--set", "batch=3+4j"): "batch:",
     ("solve", Q, "--set", "batch=0"): "must be a positive number",
     ("export", "--count", "1000000"): "--count must be between 1 and 200",
-    ("export", "--count", "0"): "--count must be between 1 and 200",
     ("export", "--out", ""): "names no file",
     ("export", "--out", "/"): "names no file",
     ("export", "--out", "."): "names no file",
