@@ -281,8 +281,11 @@ def _layout_regime(s: Sheet, p, served, best, users16, tpot16) -> None:
     fit16, t16 = format_number(s.value(users16)), format_quantity(s.value(tpot16), "ms")
     n_wide, u_wide = p.gpus, format_number(s.value(wide))
     u_split = format_number(s.value(split))
+    alone = (f"Only TP{n_wide} holds the bf16 weights with room for a request: the node runs one group, which "
+             f"serves {u_wide} users within the TPOT ({fit16} full-context requests fit, at {t16} per token).")
     s.regime_by(wide, split, tie="above", above=Side(
         "one-group",
+        alone if not others else
         f"One TP{n_wide} group serves {u_wide} users within the TPOT, against {u_split} for the best split: it stores "
         f"the weights once, so each GPU keeps more room for KV ({fit16} full-context requests at {t16} per token).",
         "With shorter contexts or a tighter TPOT the step's time, not memory, caps the batch; then the all-reduce "
@@ -412,7 +415,8 @@ def _ceiling_regime(s: Sheet, seqs, cap) -> None:
         "With shorter contexts, fp8 KV, more GPUs or fp8 weights the blocks outgrow max_num_seqs, which then "
         "caps the batch while blocks sit idle: raise it (and the CUDA-graph capture sizes) to use them.",
         near=f"The blocks hold {count} full-context sequences, just under max_num_seqs = {limit}: the cache binds "
-             "first, but both caps are close, so raising only one of them gains little."),
+             f"first, but more blocks buy at most {format_number(s.value(cap) - s.value(seqs))} more sequences "
+             "before max_num_seqs does."),
         above=Side(
         "seqs-limited",
         f"The blocks hold {count} full-context sequences, but max_num_seqs = {limit} admits fewer: the scheduler's "
