@@ -169,6 +169,22 @@ def test_chunked_ttft_is_not_n_tpot_steps(variant):
     assert not any("20K" in hint for hint in solution.question.hints)
 
 
+def test_chunked_infeasible_ttft_is_graded_apart(variant):
+    """The review: "set-by-TTFT" also covered draws where no budget meets TTFT (@7: an 83K prompt whose own
+    math outlasts its 3.3 s target). The remedies select now tells them apart: a prefill-only replica where
+    the prompt alone makes its target, nothing on a group like this where it does not."""
+    none = "none on a group like this: it needs a looser TTFT target or more compute"
+    alone = "prefill it on a prefill-only replica of the same GPUs and hand its KV over"
+    infeasible = variant("chunked-prefill-budget@7").sheet.results["remedies"]
+    assert infeasible[none] and not infeasible[alone]
+    default = variant("chunked-prefill-budget@default").sheet.results["remedies"]
+    assert default[alone] and not default[none]
+    assert default["keep the TPOT-capped budget: the prompt still makes its TTFT"]
+    for solution in _draws(variant, "chunked-prefill-budget"):
+        assert not solution.sheet.results["remedies"]["raise the budget for this prompt's steps until it makes "
+                                                      "its TTFT"]
+
+
 def test_chunked_infeasible_ttft_names_the_nvlink_domain(variant):
     """At TP 8 on an 8-GPU domain, "a larger TP group" would leave the node: the key says so."""
     solution = variant("chunked-prefill-budget@default+prompt=60000+ttft=2.4")

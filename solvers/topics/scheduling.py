@@ -145,7 +145,29 @@ def chunked_prefill_budget(p, s: Sheet) -> None:
                factor=s.evaluate(B + sympy.floor((tau - e.t_oh - dec.flops / e.flop_rate) * e.flop_rate
                                                  / (2 * e.N + e.A * P_in))) / s.evaluate(B + c_max))
 
+    solo = step_work(s, e, "solo", "prefill alone on an idle group", P_in, P_in**2 / 2, 0)
+    t_ar_solo = tp_all_reduce(s, p.model, p.gpu, p.tp, P_in, tag="solo", label="prefill alone")
+    t_solo = step_time(s, e, "solo", "prefill alone on an idle group", solo, key="solo_ttft",
+                       communication=t_ar_solo, why="no decode batch and no TPOT cap: the whole prompt in one step, "
+                       "what a prefill-only replica of the same GPUs gives it")
+    s.assume("A prefill-only replica hands the prompt's KV to the decode replica; the transfer is not counted.")
+    _chunk_remedies(s, ttft, T_f, t_solo, c_max)
     _chunk_regime(s, p, ttft, T_f, t_p, t_x, n, c_max, P_in)
+
+
+def _chunk_remedies(s: Sheet, ttft, T_f, t_solo, c_max) -> None:
+    """Which ways of serving the long prompt meet both targets."""
+    took, target, alone = (format_quantity(s.value(x), "s") for x in (ttft, T_f, t_solo))
+    key = "remedies"
+    s.judge(key, "keep the TPOT-capped budget: the prompt still makes its TTFT", s.compare(ttft, T_f) <= 0,
+            f"under it the first token comes after {took}, against {target}")
+    s.judge(key, "raise the budget for this prompt's steps until it makes its TTFT", False,
+            f"any chunk past {_tokens(s, c_max)} tokens breaks every running stream's TPOT while the prompt runs")
+    fits_alone = s.compare(t_solo, T_f) <= 0
+    s.judge(key, "prefill it on a prefill-only replica of the same GPUs and hand its KV over", fits_alone,
+            f"alone on the group, in one step, its prefill takes {alone}, against {target}")
+    s.judge(key, "none on a group like this: it needs a looser TTFT target or more compute", not fits_alone,
+            f"even alone on the group its prefill takes {alone}, against {target}")
 
 
 def _chunk_regime(s: Sheet, p, ttft, T_f, t_p, t_x, n, c_max, P_in) -> None:
