@@ -170,7 +170,7 @@ def _concurrency_regime(s: Sheet, users, step: _DecodeStep) -> None:
         "latency-limited",
         f"{fit} requests fit in HBM, but a step carrying more than {batch} misses the TPOT target: "
         + ("the time to read the weights and every request's KV" if step.reads_bind
-           else "at this short context the math of each token, not its KV read,")
+           else "the math of every token (at this short context it outlasts the token's KV read)")
         + ", not capacity, caps concurrency.",
         "With longer contexts, bf16 KV or fewer GPUs, fewer requests fit and memory becomes the cap: "
         "then more HBM or smaller KV let more users in, while more bandwidth only makes each token faster.",
