@@ -72,6 +72,18 @@ def test_small_models_are_not_split_many_ways(variant, qid):
 
 @pytest.mark.parametrize("qid", ["chunked-prefill-budget", "coupled-slo-admission", "decode-loop-overlap",
                                  "long-reply-batching", "roofline-model-breaks"])
+def test_an_xgmi_ring_spans_all_eight_gpus(variant, qid):
+    """The all-reduce model takes half the xGMI aggregate as the link, which only a ring over all eight
+    MI300X reaches (each GPU has one link to each peer): TP 2 and 4 on MI300X are not drawn."""
+    for solution in _draws(variant, qid)[:60]:
+        if _value(solution, "gpu").vendor == "AMD":
+            assert _value(solution, "tp") in (1, 8)
+    with pytest.raises(VariantError, match="xGMI"):
+        variant(f"{qid}@default+gpu=mi300x+tp=2")
+
+
+@pytest.mark.parametrize("qid", ["chunked-prefill-budget", "coupled-slo-admission", "decode-loop-overlap",
+                                 "long-reply-batching", "roofline-model-breaks"])
 def test_default_chart_crosses_the_regime_boundary(variant, catalog, qid):
     """A chart that stays on one side, or plots a flat line, teaches nothing (long-reply-batching's first
     chart, per-user speed against reply length, was flat at ~35 tokens/s)."""

@@ -41,9 +41,13 @@ SMALL_MODEL_PARAMS = 20e9
 SMALL_MODEL_MAX_TP = 2
 
 
-def _require_realistic_tp(model: Record, tp: int) -> None:
+def _require_realistic_tp(model: Record, tp: int, gpu: Record) -> None:
     if model_params(model) < SMALL_MODEL_PARAMS and tp > SMALL_MODEL_MAX_TP:
         raise Reject(f"{model.name} is not served over {tp} GPUs")
+    if gpu.get("vendor") == "AMD" and 1 < tp < 8:
+        # An xGMI mesh gives each GPU one link to each peer: a smaller ring gets a fraction of the aggregate
+        # that collective.tp_all_reduce takes as the link.
+        raise Reject(f"{gpu.name} reaches half its xGMI aggregate only in a ring over all eight GPUs")
 
 
 def _require_tpot_room(s: Sheet, e: Engine, decode_bytes: sympy.Symbol, tpot: sympy.Symbol) -> None:
@@ -57,7 +61,7 @@ def _require_tpot_room(s: Sheet, e: Engine, decode_bytes: sympy.Symbol, tpot: sy
 
 def _streams_and_targets(p, s: Sheet):
     """The engine, the running decode streams and the two SLOs: what both prefill questions start from."""
-    _require_realistic_tp(p.model, p.tp)
+    _require_realistic_tp(p.model, p.tp, p.gpu)
     require_context(p.model, p.prompt)
     e = engine(s, p.model, p.gpu, p.tp, _constants(p), communication=p.tp > 1, kv_prerequisite=True)
     B = s.param("B", "batch")
@@ -351,7 +355,7 @@ _PLACEHOLDER_WHY = {
 
 
 def decode_loop_overlap(p, s: Sheet) -> None:
-    _require_realistic_tp(p.model, p.tp)
+    _require_realistic_tp(p.model, p.tp, p.gpu)
     e = engine(s, p.model, p.gpu, p.tp, _constants(p, overhead=False), communication=p.tp > 1,
                kv_prerequisite=True)
     B = s.param("B", "batch")
@@ -437,7 +441,7 @@ MIN_POOL_BATCH = 8  # a pool for fewer requests calls for more GPUs, not for tun
 
 
 def long_reply_batching(p, s: Sheet) -> None:
-    _require_realistic_tp(p.model, p.tp)
+    _require_realistic_tp(p.model, p.tp, p.gpu)
     require_context(p.model, p.prompt + p.reply)
     e = engine(s, p.model, p.gpu, p.tp, _constants(p), communication=p.tp > 1, kv_prerequisite=True)
     P_in = s.param("P_in", "prompt")
@@ -593,10 +597,7 @@ def _captured(batch: int) -> int:
 
 
 def roofline_model_breaks(p, s: Sheet) -> None:
-    _require_realistic_tp(p.model, p.tp)
-    if p.gpu.get("vendor") == "AMD" and p.tp < 8:
-        # An xGMI mesh gives each GPU one link to each peer: a smaller ring gets a fraction of the aggregate.
-        raise Reject(f"{p.gpu.name} reaches half its xGMI aggregate only in a ring over all eight GPUs")
+    _require_realistic_tp(p.model, p.tp, p.gpu)
     e = engine(s, p.model, p.gpu, p.tp, _constants(p), communication=True, kv_prerequisite=True)
     B = s.param("B", "batch")
     S = s.param("S", "context")
