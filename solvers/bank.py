@@ -385,6 +385,27 @@ def parse_question(path: Path, text: str) -> Question:
     )
 
 
+def load_question(question_id: str, root: Path | None = None) -> Bank:
+    """A bank of one question and those it requires, for a command about one question: a file is
+    named after its question's id, so only those files are read (a bank of any size costs the same)."""
+    root = questions_dir() if root is None else root
+    files = {path.stem: path for path in sorted(root.glob("**/*.yaml"))}
+    bank = Bank()
+    wanted = [question_id]
+    while wanted:
+        qid = wanted.pop()
+        if qid in bank.questions or qid not in files:
+            continue
+        try:
+            question = read_question(files[qid])
+        except QuestionError as error:
+            bank.problems.append(str(error))
+            continue
+        bank.questions[question.id] = question
+        wanted.extend(question.requires)
+    return bank
+
+
 def load_bank(root: Path | None = None) -> Bank:
     bank = Bank()
     root = questions_dir() if root is None else root

@@ -94,3 +94,14 @@ def test_the_app_without_a_terminal_says_so_and_exits_2(capsys):
 
     assert main([]) == 2
     assert "needs an interactive terminal" in capsys.readouterr().err
+
+
+def test_solve_reads_only_its_question_and_what_it_requires(capsys, monkeypatch):
+    import solvers.bank
+
+    read = []
+    real = solvers.bank.read_question
+    monkeypatch.setattr(solvers.bank, "read_question", lambda path: read.append(path.stem) or real(path))
+    code, out, _ = run_cli(capsys, "solve", "paged-block-size", "--default")
+    assert code == 0 and "paged-block-size@default" in out
+    assert sorted(read) == ["kv-bytes-per-token", "paged-block-size"]

@@ -97,11 +97,13 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load():
-    from solvers.bank import load_bank
+def _load(question_id: str | None = None):
+    """The bank (or only one question and what it requires) and the data, warnings printed."""
+    from solvers.bank import load_bank, load_question
     from solvers.data import load_catalog
 
-    bank, catalog = load_bank(), load_catalog()
+    bank = load_bank() if question_id is None else load_question(question_id)
+    catalog = load_catalog()
     for problem in bank.problems + catalog.problems:
         print(f"infradrill: warning: {problem}", file=sys.stderr)
     return bank, catalog
@@ -142,9 +144,10 @@ def _code(args: argparse.Namespace, require_seed: bool):
 def _variant(args: argparse.Namespace, require_seed: bool):
     from solvers.engine import VariantError, make_variant
 
-    bank, catalog = _load()
+    code = _code(args, require_seed)
+    bank, catalog = _load(code.question_id)
     try:
-        return make_variant(bank, catalog, _code(args, require_seed))
+        return make_variant(bank, catalog, code)
     except VariantError as error:
         _fail(str(error))
 
