@@ -89,6 +89,16 @@ def test_weight_read_matches_plain_arithmetic(variant, seed):
     assert results["regime"] == ("compute-bound" if intensity > peak / (gpu.hbm_tb_s * 1e12) else "memory-bound")
 
 
+@pytest.mark.parametrize("code", ["weight-read-intensity@default+gpu=mi300x+tp=4",
+                                  "datasheet-speedup-regimes@default+new_gpu=mi300x+gpus=4"])
+def test_an_xgmi_ring_spans_all_eight_gpus(variant, code):
+    """The all-reduces take half the xGMI aggregate as the link, which only a ring over all eight MI300X
+    reaches: TP 2 and 4 on MI300X are refused, TP 8 is served."""
+    with pytest.raises(VariantError, match="xGMI"):
+        variant(code)
+    assert variant(code.replace("tp=4", "tp=8").replace("gpus=4", "gpus=8")).expected["regime"]
+
+
 # --- datasheet-speedup-regimes -------------------------------------------------------------
 
 

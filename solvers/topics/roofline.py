@@ -20,9 +20,17 @@ from solvers.topics.kvcache import kv_bytes_per_token
 from solvers.units import format_number, format_quantity
 
 
+def _require_full_xgmi_ring(gpu, tp: int) -> None:
+    """The all-reduce model takes half the link aggregate; an xGMI mesh gives each GPU one link per peer,
+    so only a ring over all eight MI300X reaches it (as the scheduling questions rule)."""
+    if gpu.get("vendor") == "AMD" and 1 < tp < 8:
+        raise Reject(f"{gpu.name} reaches half its xGMI aggregate only in a ring over all eight GPUs")
+
+
 def weight_read_intensity(p, s: Sheet) -> None:
     """One request's two halves on one TP group: a prefill of T tokens, then decode steps of B
     sequences that each read their own KV cache as well as the shared weights."""
+    _require_full_xgmi_ring(p.gpu, p.tp)
     N = s.given("N", model_params(p.model), "", f"{p.model.name} parameters")
     T = s.param("T", "prompt")
     B = s.param("B", "batch")
@@ -193,6 +201,8 @@ def _step(s: Sheet, key: str, title: str, symbol: str, g: _Gpu, n, moved, flops,
 def datasheet_speedup_regimes(p, s: Sheet) -> None:
     old, new = p.old_gpu, p.new_gpu
     require_context(p.model, p.context)
+    for gpu in (old, new):
+        _require_full_xgmi_ring(gpu, p.gpus)
     if old.id == new.id:
         raise Reject("same GPU twice")
     if peak_flops(new, "bf16") < peak_flops(old, "bf16") or hbm_bandwidth(new) < hbm_bandwidth(old):
@@ -337,6 +347,7 @@ def _gemm_intensity(s: Sheet, tag: str, name: str, d_in, d_out, B, b_w) -> sympy
 
 def decode_op_ranking(p, s: Sheet) -> None:
     model = p.model
+    _require_full_xgmi_ring(p.gpu, p.tp)
     B = s.param("B", "batch")
     T = s.param("T", "context")
     n = s.param("TP", "tp")
