@@ -11,7 +11,7 @@ from solvers.topics.collective import tp_all_reduce
 from solvers.topics.steptime import (
     DEFAULT_CONSTANTS,
     StepConstants,
-    all_reduce_terms,
+    all_reduce_steps,
     engine,
     require_fit,
     step_time,
@@ -146,13 +146,13 @@ def test_communication_clause_follows_the_question(catalog):
 
 @pytest.mark.parametrize("model_id, tp, tokens", [("llama-3-70b", 8, 20_032), ("llama-3-70b", 4, 99),
                                                   ("qwen2.5-72b", 2, 1), ("llama-3-8b", 2, 4096)])
-def test_all_reduce_terms_split_the_collective_exactly(catalog, model_id, tp, tokens):
+def test_all_reduce_steps_split_the_collective_exactly(catalog, model_id, tp, tokens):
     """fixed + per_token × tokens is collective.tp_all_reduce, on the same givens: what the chunk and batch
     questions solve with must be what they show. 70B at TP 8, 20,032 tokens: the issue's +0.206 s."""
     model, gpu = catalog.get("models", model_id), catalog.get("gpus", "h100-sxm")
     s = Sheet()
     engine(s, model, gpu, tp, communication=True)
-    terms = all_reduce_terms(s, model, gpu, tp)
+    terms = all_reduce_steps(s, model, gpu, tp)
     shown = tp_all_reduce(s, model, gpu, tp, sympy.Integer(tokens), tag="x", label="step")
     assert s.compare(terms.fixed + terms.per_token * tokens, shown) == 0
     assert s.value(terms.fixed) == pytest.approx(2 * model.layers * 10e-6)
@@ -160,9 +160,9 @@ def test_all_reduce_terms_split_the_collective_exactly(catalog, model_id, tp, to
         assert s.value(shown) == pytest.approx(0.2058, rel=1e-3)
 
 
-def test_all_reduce_terms_vanish_at_tp_one(catalog):
+def test_all_reduce_steps_vanish_at_tp_one(catalog):
     s = Sheet()
-    terms = all_reduce_terms(s, catalog.get("models", "llama-3-8b"), catalog.get("gpus", "h100-sxm"), 1)
+    terms = all_reduce_steps(s, catalog.get("models", "llama-3-8b"), catalog.get("gpus", "h100-sxm"), 1)
     assert terms.fixed == 0 and terms.per_token == 0 and not s.steps
 
 

@@ -8,6 +8,8 @@ that is why TP past the domain is rarely worth it.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import sympy
 
 from solvers.conventions import convention
@@ -26,39 +28,70 @@ def crosses_domain(gpu: Record, tp: int) -> bool:
     return tp > _domain(gpu)
 
 
-def link_bandwidth(s: Sheet, gpu: Record, tp: int, nic: Record | None = None) -> sympy.Symbol:
-    """Bandwidth each direction of the link a TP group's ring runs over."""
+def _suffix(name: str, group: str) -> str:
+    return f"{name}_{group}" if group else name
+
+
+def link_bandwidth(s: Sheet, gpu: Record, tp: int, nic: Record | None = None, group: str = "") -> sympy.Symbol:
+    """Bandwidth each direction of the link a TP group's ring runs over. `group` names the symbol
+    apart where one sheet prices several groups (two GPU types, two TP widths)."""
+    symbol = _suffix("BW_link", group)
     if not crosses_domain(gpu, tp):
-        return s.given("BW_link", gpu.nvlink_gb_s * 1e9 / 2, "GB/s", f"{gpu.name} NVLink per GPU, each direction")
+        return s.given(symbol, gpu.nvlink_gb_s * 1e9 / 2, "GB/s", f"{gpu.name} NVLink per GPU, each direction")
     if nic is None:
         raise Reject(f"TP {tp} leaves the {gpu.name} NVLink domain and the variant names no NIC")
-    return s.given("BW_link", nic.gbit_s * 1e9 / 8, "GB/s",
+    return s.given(symbol, nic.gbit_s * 1e9 / 8, "GB/s",
                    f"{nic.name} per GPU, each direction: TP {tp} leaves the {_domain(gpu)}-GPU NVLink domain")
 
 
-def link_latency(s: Sheet, gpu: Record, tp: int) -> sympy.Symbol:
+def link_latency(s: Sheet, gpu: Record, tp: int, group: str = "") -> sympy.Symbol:
     """The card's fixed latency of one all-reduce, inside the domain or across nodes."""
+    symbol = _suffix("α", group)
     if not crosses_domain(gpu, tp):
-        return s.given("α", convention("all-reduce-latency-nvlink").value * 1e-6, "us",
+        return s.given(symbol, convention("all-reduce-latency-nvlink").value * 1e-6, "us",
                        "latency of one all-reduce in the NVLink domain")
-    return s.given("α", convention("all-reduce-latency-nic").value * 1e-6, "us",
+    return s.given(symbol, convention("all-reduce-latency-nic").value * 1e-6, "us",
                    "latency of one all-reduce across nodes")
 
 
-def tp_all_reduce(s: Sheet, model: Record, gpu: Record, tp: int, tokens: sympy.Expr, *, tag: str, label: str,
-                  key: str = "", nic: Record | None = None, latency: sympy.Symbol | None = None) -> sympy.Expr:
-    """Time of a forward pass's TP all-reduces for `tokens` tokens (0 at TP 1, where there are none).
+@dataclass(frozen=True)
+class AllReduceTerms:
+    """A step's TP all-reduces as fixed + per_token × tokens (both 0 at TP 1)."""
 
-    latency: a question that draws its own per-call latency passes that symbol instead of the card's."""
+    fixed: sympy.Expr  # seconds per step whatever it carries: the calls' latencies
+    per_token: sympy.Expr  # seconds per token the step carries: its activations over the ring
+
+    def of(self, tokens: sympy.Expr) -> sympy.Expr:
+        return self.fixed + self.per_token * tokens
+
+
+def all_reduce_terms(s: Sheet, model: Record, gpu: Record, tp: int, *, nic: Record | None = None,
+                     latency: sympy.Symbol | None = None, group: str = "",
+                     tp_symbol: sympy.Expr | None = None) -> AllReduceTerms:
+    """The card's model, said once: two all-reduces per layer, each a latency plus 2(TP−1)/TP of
+    each token's activations over the link. latency: a question that draws its own per-call
+    latency passes that symbol instead of the card's; group: a name for this link's givens where a
+    sheet prices two GPUs; tp_symbol: the group's width as the sheet already states it (a layout
+    among several), instead of the given TP."""
     if tp == 1:
-        return sympy.Integer(0)
-    bandwidth = link_bandwidth(s, gpu, tp, nic)
-    alpha = link_latency(s, gpu, tp) if latency is None else latency
-    n = s.given("TP", tp, "GPUs", "GPUs in the tensor-parallel group")
+        return AllReduceTerms(sympy.Integer(0), sympy.Integer(0))
+    bandwidth = link_bandwidth(s, gpu, tp, nic, group)
+    alpha = link_latency(s, gpu, tp, group) if latency is None else latency
+    n = tp_symbol if tp_symbol is not None else s.given("TP", tp, "GPUs", "GPUs in the tensor-parallel group")
     L = s.given("L", model.layers, "", "layers")
     h = s.given("h", model.hidden, "", "hidden size")
     b_a = s.given("b_a", ACTIVATION_BYTES, "B", "bytes per activation (bf16)")
+    return AllReduceTerms(2 * L * alpha, 2 * L * 2 * (n - 1) / n * h * b_a / bandwidth)
+
+
+def tp_all_reduce(s: Sheet, model: Record, gpu: Record, tp: int, tokens: sympy.Expr, *, tag: str, label: str,
+                  key: str = "", nic: Record | None = None, latency: sympy.Symbol | None = None,
+                  group: str = "") -> sympy.Expr:
+    """Time of a forward pass's TP all-reduces for `tokens` tokens, as a step (0 at TP 1, where there
+    are none)."""
+    if tp == 1:
+        return sympy.Integer(0)
+    terms = all_reduce_terms(s, model, gpu, tp, nic=nic, latency=latency, group=group)
     where = "NVLink" if not crosses_domain(gpu, tp) else "the NIC"
-    return s.step(key or f"allreduce_{tag}", f"TP all-reduces of the {label}", f"t_AR_{tag}",
-                  2 * L * (alpha + 2 * (n - 1) / n * tokens * h * b_a / bandwidth), "ms",
+    return s.step(key or f"allreduce_{tag}", f"TP all-reduces of the {label}", f"t_AR_{tag}", terms.of(tokens), "ms",
                   f"two per layer, each a latency plus 2(TP−1)/TP of the {label}'s activations over {where}")

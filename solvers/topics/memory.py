@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side, max_of
-from solvers.topics.collective import ACTIVATION_BYTES, link_bandwidth, link_latency, tp_all_reduce
+from solvers.topics.collective import all_reduce_terms, tp_all_reduce
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
@@ -90,13 +90,8 @@ def _decode_step(p, s: Sheet, M_use, N, W, kv_req, users) -> _DecodeStep:
     if p.tp > 1:
         s.slip("the all-reduces left out", s.evaluate(tpot - t_ar) / s.value(tpot), on="tpot_fit")
     T = s.param("T", "tpot")
-    ar_fixed, ar_req = sympy.Integer(0), sympy.Integer(0)
-    if p.tp > 1:  # the same link and latency tp_all_reduce used, split into a fixed and a per-request part
-        L = s.given("L", p.model.layers, "", "layers")
-        h = s.given("h", p.model.hidden, "", "hidden size")
-        b_a = s.given("b_a", ACTIVATION_BYTES, "B", "bytes per activation (bf16)")
-        ar_fixed = 2 * L * link_latency(s, p.gpu, p.tp)
-        ar_req = 2 * L * 2 * (n - 1) / n * h * b_a / link_bandwidth(s, p.gpu, p.tp)
+    terms = all_reduce_terms(s, p.model, p.gpu, p.tp, tp_symbol=n)  # tp_all_reduce's, as fixed + per request
+    ar_fixed, ar_req = terms.fixed, terms.per_token
     step = _DecodeStep(T, M_use, W, kv_req, BW, P, 2 * N / n, n, ar_fixed, ar_req, users)
     t_w = s.step("", "Time to read one GPU's share of the weights", "t_W", W / (n * BW), "ms",
                  "paid once per step, however many requests ride along")
@@ -178,18 +173,6 @@ def _concurrency_regime(s: Sheet, users, step: _DecodeStep) -> None:
              "first, but memory is nearly full too, so only a change that helps both lets many more in."))
 
 
-def _tp_link(s: Sheet, p, n: int) -> tuple[sympy.Expr, sympy.Expr]:
-    """A TP-n step's all-reduces (card: tp-all-reduce) as a fixed latency per step and a time per request:
-    two per layer, each a latency plus 2(n−1)/n of one token's activations per request over NVLink."""
-    if n == 1:
-        return sympy.Integer(0), sympy.Integer(0)
-    L = s.given("L", p.model.layers, "", "layers")
-    h = s.given("h", p.model.hidden, "", "hidden size")
-    b_a = s.given("b_a", ACTIVATION_BYTES, "B", "bytes per activation (bf16)")
-    return (2 * L * link_latency(s, p.gpu, n),
-            2 * L * 2 * sympy.Rational(n - 1, n) * h * b_a / link_bandwidth(s, p.gpu, n))
-
-
 def users_per_gpu_question(p, s: Sheet) -> None:
     G = s.param("G", "gpus")
     M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
@@ -257,7 +240,8 @@ def users_per_gpu_question(p, s: Sheet) -> None:
 
 def _layout(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> sympy.Symbol:
     """G/n replicas of TP n: what one replica holds, what its step carries within the TPOT, and the node's total."""
-    fixed, per = _tp_link(s, p, n)
+    terms = all_reduce_terms(s, p.model, p.gpu, n, tp_symbol=sympy.Integer(n))  # one layout among several
+    fixed, per = terms.fixed, terms.per_token
     fit = s.step(f"fit_tp{n}", f"Requests one TP{n} replica holds", f"B_fit{n}",
                  sympy.floor((usable - W / n) / (kv_req / n)), "requests",
                  "each of its GPUs holds 1/n of the weights and of every request")

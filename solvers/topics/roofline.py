@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.conventions import convention
 from solvers.derivation import Reject, Sheet, Side, max_of
-from solvers.topics.collective import ACTIVATION_BYTES, tp_all_reduce
+from solvers.topics.collective import all_reduce_terms, link_latency, tp_all_reduce
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
@@ -183,14 +182,6 @@ class _Gpu:
         self.P = s.given(f"P_{tag}", peak_flops(gpu, "bf16"), "TFLOP/s", f"{gpu.name} dense bf16 peak")
         self.BW = s.given(f"BW_{tag}", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
         self.M = s.given(f"M_{tag}", hbm_bytes(gpu), "GB", f"{gpu.name} HBM capacity")
-        self.link = s.given(f"BW_link_{tag}", gpu.nvlink_gb_s * 1e9 / 2, "GB/s",
-                            f"{gpu.name} NVLink per GPU, each direction")
-
-
-def _all_reduce_per_token(g: _Gpu, n, L, h, b_a) -> sympy.Expr:
-    """The tp-all-reduce card's bandwidth term per token: 2 all-reduces per layer, ring 2(n-1)/n.
-    (collective.tp_all_reduce names its link BW_link, which two GPU types on one sheet would clash on.)"""
-    return 2 * L * 2 * (n - 1) / n * h * b_a / g.link
 
 
 def _step(s: Sheet, key: str, title: str, symbol: str, g: _Gpu, n, moved, flops, comm, why: str) -> sympy.Symbol:
@@ -215,22 +206,20 @@ def datasheet_speedup_regimes(p, s: Sheet) -> None:
     C = s.param("C", "context")
     B_s = s.param("B_s", "small_batch")
     o, w = _Gpu(s, old, "old"), _Gpu(s, new, "new")
-    L = s.given("L", p.model.layers, "", "layers")
-    h = s.given("h", p.model.hidden, "", "hidden size")
-    b_a = s.given("b_a", ACTIVATION_BYTES, "B", "bytes per activation (bf16)")
-    alpha = s.given("α", convention("all-reduce-latency-nvlink").value * 1e-6, "us",
-                    "latency of one all-reduce in the NVLink domain")
+    alpha = link_latency(s, old, p.gpus)  # the card's latency per call, the same on both
+    ar_old = all_reduce_terms(s, p.model, old, p.gpus, group="old", tp_symbol=n, latency=alpha)
+    ar_new = all_reduce_terms(s, p.model, new, p.gpus, group="new", tp_symbol=n, latency=alpha)
 
     W = s.step("weights", "Weight bytes", "W", N * b, "GB", "one copy of the weights, split across the replica's GPUs")
     kv_tok = kv_bytes_per_token(s, p.model, b)
     kv_req = s.step("kv_per_request", "KV cache per request", "KV_req", kv_tok * C, "GB",
                     "every token of the context keeps its keys and values")
     a_o = s.step("", f"All-reduce time per token of a pass on {old.name}", "a_old",
-                 _all_reduce_per_token(o, n, L, h, b_a), "us",
+                 ar_old.per_token, "us",
                  "2 per layer, each sending 2(n−1)/n of a token's hidden vector over NVLink (tp-all-reduce)")
     a_n = s.step("", f"All-reduce time per token of a pass on {new.name}", "a_new",
-                 _all_reduce_per_token(w, n, L, h, b_a), "us", "the same message over the new GPU's NVLink")
-    fixed = 2 * L * alpha  # the calls' latency, the same on both
+                 ar_new.per_token, "us", "the same message over the new GPU's NVLink")
+    fixed = ar_old.fixed
 
     # Compute-bound workload: a prompt's tokens all share one read of the weights.
     pre_o = _step(s, "prefill_old", f"Prefill time on {old.name}", "t_pre_old", o, n, W, 2 * N * C,

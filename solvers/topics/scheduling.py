@@ -12,7 +12,7 @@ from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bytes, model_param
 from solvers.topics.steptime import (
     Engine,
     StepConstants,
-    all_reduce_terms,
+    all_reduce_steps,
     engine,
     require_fit,
     step_time,
@@ -75,7 +75,7 @@ def _chunk_cap(s: Sheet, e: Engine, p, B, L_p, tau, dec, key: str, title: str):
     """The largest chunk a TPOT-long step can carry next to the decode batch, every chunk token priced
     at attention to its whole prompt. Returns (chunk, cost of a chunked step besides its chunk, the
     all-reduce terms)."""
-    ar = all_reduce_terms(s, p.model, p.gpu, p.tp)
+    ar = all_reduce_steps(s, p.model, p.gpu, p.tp)
     t_x = s.step("per_step_cost", "Cost of a chunked step besides its chunk", "t_x",
                  e.t_oh + ar.fixed + ar.per_token * B + dec.flops / e.flop_rate, "ms",
                  "overhead, all-reduce latencies and the decode batch's math and all-reduce bytes: the step is "
@@ -470,7 +470,7 @@ def long_reply_batching(p, s: Sheet) -> None:
                        why="one token for every request in the batch")
     speed = s.step("per_user_speed", "Per-user speed at that batch", "v_pool", 1 / t_pool, "tokens/s",
                    "each user gets one token per step")
-    ar = all_reduce_terms(s, p.model, p.gpu, p.tp)
+    ar = all_reduce_steps(s, p.model, p.gpu, p.tp)
     full = s.step("full_read_speed", "Speed of a step that reads all usable HBM", "v_full",
                   1 / (u * M / e.byte_rate + ar.fixed + e.t_oh), "tokens/s",
                   "a full pool plus the weights is nearly all usable HBM: whatever the reply length, this is the "
@@ -623,7 +623,7 @@ def roofline_model_breaks(p, s: Sheet) -> None:
                "one token per request per step")
     ratio = s.step("ratio", "Corrected over bare", "r", t / t_0, "x", "how far the bare estimate is off")
     reach = s.given("r_reach", REACH, "x", "within reach: off by at most this factor")
-    padding = _padding_cost(s, p, e, work, all_reduce_terms(s, p.model, p.gpu, p.tp, latency=alpha))
+    padding = _padding_cost(s, p, e, work, all_reduce_steps(s, p.model, p.gpu, p.tp, latency=alpha))
 
     s.assume("All-reduces are not overlapped with compute and use a ring: 2(TP-1)/TP of the message crosses "
              "each GPU's link in each direction, plus a fixed latency per call, which outweighs the bytes at small "

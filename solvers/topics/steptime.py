@@ -13,7 +13,7 @@ where A = 4·L·H·d_h: QKᵀ and PV each take a multiply-add per head dimension
 head, per layer. Every GPU of the group reads its share of the weights and of the KV heads
 (kvcache.kv_bytes_per_token_per_gpu, replication included) and does 1/TP of the FLOPs;
 communication between the GPUs comes on top where a question adds it (collective.tp_all_reduce,
-passed to step_time as `communication`; all_reduce_terms splits it into a fixed and a per-token part
+passed to step_time as `communication`; all_reduce_steps splits it into a fixed and a per-token part
 for a question that solves for a batch or a chunk). A question after the foundations takes the KV
 bytes per token from kv-bytes-per-token (engine(..., kv_prerequisite=True), `requires:` in its file).
 
@@ -30,7 +30,7 @@ import sympy
 
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, max_of
-from solvers.topics.collective import ACTIVATION_BYTES, link_bandwidth, link_latency
+from solvers.topics.collective import AllReduceTerms, all_reduce_terms
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
@@ -181,28 +181,16 @@ def step_time(s: Sheet, e: Engine, tag: str, label: str, work: StepWork, key: st
     return s.step(key or f"t_{tag}", f"Time of the {label}", f"t_{tag}", expr, "ms", why or default_why)
 
 
-@dataclass(frozen=True)
-class AllReduceTerms:
-    fixed: sympy.Expr  # seconds per step whatever it carries: the calls' latencies
-    per_token: sympy.Expr  # seconds per token the step carries: its activations over the ring
-
-
-def all_reduce_terms(s: Sheet, model: Record, gpu: Record, tp: int, nic: Record | None = None,
+def all_reduce_steps(s: Sheet, model: Record, gpu: Record, tp: int, nic: Record | None = None,
                      latency: sympy.Symbol | None = None) -> AllReduceTerms:
-    """collective.tp_all_reduce as fixed + per_token × tokens (the same givens, so the same value):
+    """collective.all_reduce_terms shown as two steps, a fixed latency per step and a time per token:
     what a question needs to solve for the batch or chunk that fits a step. Zero at TP 1."""
+    terms = all_reduce_terms(s, model, gpu, tp, nic=nic, latency=latency)
     if tp == 1:
-        return AllReduceTerms(sympy.Integer(0), sympy.Integer(0))
-    bandwidth = link_bandwidth(s, gpu, tp, nic)
-    alpha = link_latency(s, gpu, tp) if latency is None else latency
-    n = s.given("TP", tp, "GPUs", "GPUs in the tensor-parallel group")
-    L = s.given("L", model.layers, "", "layers")
-    h = s.given("h", model.hidden, "", "hidden size")
-    b_a = s.given("b_a", ACTIVATION_BYTES, "B", "bytes per activation (bf16)")
-    fixed = s.step("allreduce_latency_per_step", "All-reduce latency per step", "t_AR0", 2 * L * alpha, "ms",
+        return terms
+    fixed = s.step("allreduce_latency_per_step", "All-reduce latency per step", "t_AR0", terms.fixed, "ms",
                    "two calls per layer, each paying its latency however few tokens it carries")
-    per_token = s.step("allreduce_per_token", "All-reduce time per token in a step", "t_ARtok",
-                       2 * L * 2 * (n - 1) / n * h * b_a / bandwidth, "us",
+    per_token = s.step("allreduce_per_token", "All-reduce time per token in a step", "t_ARtok", terms.per_token, "us",
                        "each token's activations, twice per layer, 2(TP−1)/TP of them over each GPU's link")
     return AllReduceTerms(fixed, per_token)
 
