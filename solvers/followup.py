@@ -35,8 +35,9 @@ class FollowUp:
 
 
 def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
-    """The follow-up for this variant: the first declared one that makes a valid variant, else
-    a generated one where the question has a regime; None where there is none to ask."""
+    """The follow-up for this variant: the first declared one that makes a valid variant and changes
+    what it asks (crossing the regime if it asks for it), else a generated one where the question
+    has a regime; None where there is none to ask."""
     question = solution.question
     for declared in question.followups:
         try:
@@ -44,9 +45,11 @@ def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
             pushed = revise(solution, catalog, changes)
         except (Reject, ParameterError):
             continue
-        if any(pushed.expected[k] != solution.expected[k] for k in declared.ask):
+        crossed = "regime" not in declared.ask or _regime(pushed) != _regime(solution)
+        if crossed and any(pushed.expected[k] != solution.expected[k] for k in declared.ask):
             return FollowUp(pushed, declared.ask, declared.say or _say(solution, pushed, changes))
-    if solution.sheet.regime is None or question.followups:
+    # No declared push suits this variant (one that asks the regime must cross it): push one parameter.
+    if solution.sheet.regime is None:
         return None
     for spec in _candidates(solution):
         pushed = _crossing(solution, catalog, spec)
@@ -55,6 +58,10 @@ def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
             if ask:
                 return FollowUp(pushed, ask, _say(solution, pushed, {spec.name: pushed.param(spec.name).raw}))
     return None
+
+
+def _regime(solution: Solution) -> str | None:
+    return solution.sheet.regime.name if solution.sheet.regime is not None else None
 
 
 def _candidates(solution: Solution) -> list[ParamSpec]:

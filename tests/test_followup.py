@@ -82,9 +82,20 @@ def test_a_declared_follow_up_is_asked_as_written(catalog):
     assert followup.solution.expected["regime"] == "compute-bound"
 
 
-def test_a_declared_follow_up_that_changes_nothing_asked_is_not_asked(catalog):
+def test_a_declared_follow_up_that_changes_nothing_asked_gives_way_to_the_engines_push(catalog):
     bank = _with_followups("followups:\n  - {set: {batch: 64}, ask: [ridge]}\n")
-    assert follow_up(make_variant(bank, catalog, VariantCode("weight-read-intensity", None)), catalog) is None
+    first = make_variant(bank, catalog, VariantCode("weight-read-intensity", None))
+    followup = follow_up(first, catalog)
+    assert followup.solution.code.overrides != (("batch", "64"),)
+    assert followup.solution.sheet.regime.name != first.sheet.regime.name
+
+
+def test_a_declared_follow_up_that_asks_the_regime_must_cross_it(catalog):
+    bank = _with_followups('followups:\n  - {set: {batch: 40}, ask: [regime, throughput]}\n')
+    first = make_variant(bank, catalog, VariantCode("weight-read-intensity", None))
+    followup = follow_up(first, catalog)
+    assert first.sheet.regime.name == "memory-bound" and followup.solution.code.overrides != (("batch", "40"),)
+    assert followup.solution.sheet.regime.name == "compute-bound"
 
 
 @pytest.mark.parametrize("text, field", [

@@ -122,32 +122,35 @@ def test_state_bytes_default_matches_catalogue(variant):
     assert results["state_per_gpu"] == pytest.approx(50e9)  # 1.6 TB over 32 GPUs
 
 
-def test_state_bytes_sets_fsdp_traffic_against_the_nic_and_the_bubble(variant):
-    """The review's bug: FSDP's 600 GB per GPU per step was shown but never divided by the NIC, and the
-    pipeline had no bubble, so the layout was never decided. Over a 50 GB/s ConnectX-7 the 600 GB take
-    12 s against 5.9 s of compute (4M tokens over 1,024 GPUs at 40% MFU): FSDP loses half the step,
-    a 4-stage pipeline with 16 micro-batches loses 3/19."""
+def test_state_bytes_sets_fsdp_traffic_against_the_nics_and_the_bubble(variant):
+    """The review's bug: FSDP's 600 GB per GPU per step was shown but never set against the NIC, and the
+    pipeline had no bubble, so the layout was never decided. Of those 600 GB only the shards other nodes
+    hold cross the network: 3/4 of it per node over 4 nodes, shared by the node's 8 ConnectX-7s (NCCL
+    runs a ring per rail), 56.25 GB per NIC, 1.125 s at 50 GB/s, hidden behind 5.9 s of compute (4M
+    tokens over 1,024 GPUs at 40% MFU); a 4-stage pipeline with 16 micro-batches would lose 3/19.
+    (Sending all 600 GB through each GPU's own NIC, 12 s, was this question's own bug: found by an
+    independent re-derivation.)"""
     results = variant("training-state-bytes@default").sheet.results
     assert results["fsdp_traffic"] == pytest.approx(600e9)
-    assert results["fsdp_comm"] == pytest.approx(12.0)
+    assert results["fsdp_nic"] == pytest.approx(600e9 * 3 / 4 / 8)
+    assert results["fsdp_comm"] == pytest.approx(1.125)
     compute = 6 * 100e9 * (4e6 / 1024) / (989.4e12 * 0.40)
     assert results["step_compute"] == pytest.approx(compute) == pytest.approx(5.92, abs=0.01)
-    assert results["fsdp_loss"] == pytest.approx(1 - compute / 12)
+    assert results["fsdp_loss"] == 0
     assert results["bubble"] == pytest.approx(3 / 19)
-    assert results["regime"] == "pipeline-across-nodes"
+    assert results["regime"] == "fsdp-across-nodes"
 
 
-def test_state_bytes_layout_flips_with_tokens_per_gpu(variant):
-    """Half the GPUs double each GPU's tokens: 11.8 s of compute nearly covers the 12 s of traffic, and
-    FSDP (1.3% exposed) beats the 15.8% bubble; an 800G NIC on B200 hides it outright."""
-    half = variant("training-state-bytes@default+gpus=512").sheet.results
-    assert half["fsdp_loss"] == pytest.approx(1 - 2 * 6 * 100e9 * (4e6 / 1024) / (989.4e12 * 0.40) / 12)
-    assert half["regime"] == "fsdp-across-nodes"
-    fast = variant("training-state-bytes@default+gpu=b200+nic=connectx-8+batch_tokens=16000000").sheet.results
-    assert fast["fsdp_loss"] == 0
-    assert fast["regime"] == "fsdp-across-nodes"
-    crossing = {layout: {o for o, holds in r["links"].items() if holds} for layout, r in (("fsdp", half), (
-        "pp", variant("training-state-bytes@default").sheet.results))}
+def test_state_bytes_layout_flips_with_tokens_per_gpu_and_nics(variant):
+    """The declared follow-up: twice the GPUs halve each GPU's compute (2.96 s) and two NICs a node
+    carry 4x the bytes each (4.5 s): FSDP exposes 34% of the step, past the 15.8% bubble."""
+    pushed = variant("training-state-bytes@default+gpus=2048+nics_per_node=2").sheet.results
+    compute = 6 * 100e9 * (4e6 / 2048) / (989.4e12 * 0.40)
+    assert pushed["fsdp_comm"] == pytest.approx(600e9 * 3 / 4 / 2 / 50e9)
+    assert pushed["fsdp_loss"] == pytest.approx(1 - compute / 4.5)
+    assert pushed["regime"] == "pipeline-across-nodes"
+    crossing = {layout: {o for o, holds in r["links"].items() if holds} for layout, r in (
+        ("fsdp", variant("training-state-bytes@default").sheet.results), ("pp", pushed))}
     assert crossing == {"fsdp": {"all-gathers of the bf16 weights", "a reduce-scatter of the whole model's gradients"},
                         "pp": {"activations and their gradients at stage boundaries"}}
 
@@ -179,7 +182,7 @@ def test_state_bytes_matches_plain_arithmetic(variant, seed):
     assert solution.expected["state"] == pytest.approx(state, rel=1e-12)
     assert solution.expected["nodes"] == nodes >= 2
     assert solution.expected["state_per_gpu"] == pytest.approx(state / (nodes * p["gpus_per_node"]), rel=1e-12)
-    comm = 3 * 2 * p["params"] / (p["nic"].gbit_s * 1e9 / 8)
+    comm = 3 * 2 * p["params"] * (nodes - 1) / nodes / p["nics_per_node"] / (p["nic"].gbit_s * 1e9 / 8)
     compute = 6 * p["params"] * p["batch_tokens"] / p["gpus"] / (p["gpu"].bf16_dense_tflops * 1e12 * p["mfu"])
     bubble = (nodes - 1) / (p["microbatches"] + nodes - 1)
     assert solution.expected["fsdp_comm"] == pytest.approx(comm, rel=1e-12)
@@ -192,10 +195,11 @@ def test_state_bytes_matches_plain_arithmetic(variant, seed):
 def test_state_bytes_pinned_seed(variant):
     solution = variant("training-state-bytes@4")
     raw = {param.name: param.raw for param in solution.params}
-    assert raw == {"params": 200, "gpu": "h200-sxm", "grad_accum": "bf16", "usable": 90, "gpus_per_node": 8,
-                   "nic": "connectx-7", "gpus": 1024, "batch_tokens": 2_000_000, "mfu": 43, "microbatches": 32}
-    # 200e9 x 16 B = 3.2 TB over 8 x 141 GB x 90% = 1,015 GB per node: 4 nodes; 1.2 TB of FSDP traffic
-    # per GPU is 24 s over 50 GB/s against 5.5 s of compute, so the 3/35 bubble wins.
-    assert solution.expected["nodes"] == 4
-    assert solution.expected["fsdp_comm"] == pytest.approx(24.0)
-    assert solution.expected["regime"] == "pipeline-across-nodes"
+    assert raw == {"params": 830, "gpu": "h200-sxm", "grad_accum": "fp32", "usable": 60, "gpus_per_node": 8,
+                   "nics_per_node": 4, "nic": "connectx-7", "gpus": 4096, "batch_tokens": 16_000_000, "mfu": 38,
+                   "microbatches": 64}
+    # 830e9 x 20 B = 16.6 TB over 8 x 141 GB x 60% = 676.8 GB per node: 25 nodes. Each NIC carries
+    # 3 x 2 B x 830e9 x 24/25 / 4 = 1.195 TB, 23.9 s at 50 GB/s, under 51.7 s of compute: FSDP.
+    assert solution.expected["nodes"] == 25
+    assert solution.expected["fsdp_comm"] == pytest.approx(23.904)
+    assert solution.expected["regime"] == "fsdp-across-nodes"

@@ -156,8 +156,8 @@ def training_state_bytes(p, s: Sheet) -> None:
            "ZeRO-3 / FSDP gives every GPU an equal slice of weights, gradients and optimizer state")
     if s.value(nodes) < 2:
         raise Reject("the state fits one node: nothing crosses the network to decide")
-    BW = s.given("BW_nic", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name} per GPU, each direction")
-    loss_fsdp, t_comp, t_comm = _fsdp_side(p, s, N, b_w, BW)
+    BW = s.given("BW_nic", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name}, each direction")
+    loss_fsdp, t_comp, t_comm = _fsdp_side(p, s, N, b_w, BW, nodes)
     loss_pp = _pipeline_side(p, s, nodes)
     s.step("", "Pipeline: gradient all-reduce of a GPU's slice across replicas", "t_DP",
            2 * N * b_g / (g * nodes) / BW, "s",
@@ -166,12 +166,15 @@ def training_state_bytes(p, s: Sheet) -> None:
     s.assume("Mixed-precision Adam as in the ZeRO paper (Rajbhandari et al. 2020): 2 + 2 + 12 = 16 bytes per "
              "parameter. An fp32 gradient-accumulation buffer beside the bf16 gradients adds 4 (Megatron's "
              "20 B/param row); writing gradients straight into fp32 drops the bf16 copy (18).")
-    s.assume(f"{format_number(p.gpus_per_node)} GPUs per node, one NIC per GPU; the share of HBM left for state "
-             "is an assumption: activations (after checkpointing), buffers and fragmentation need the rest.")
+    s.assume(f"{format_number(p.gpus_per_node)} GPUs and {format_number(p.nics_per_node)} NICs per node; the "
+             "share of HBM left for state is an assumption: activations (after checkpointing), buffers and "
+             "fragmentation need the rest.")
     s.assume("FSDP / ZeRO-3 across the nodes: each GPU all-gathers the bf16 weights for forward and again for "
              "backward and reduce-scatters the gradients, 3× the bf16 weights per step (ring volume, the "
-             "(k−1)/k factor taken as 1), at its NIC's line rate; prefetching overlaps it with compute, so only "
-             "the excess over the compute is exposed.")
+             "(k−1)/k factor taken as 1). Only what other nodes hold crosses the network: each node takes in "
+             "(n−1)/n of every all-gather and sends as much of the reduce-scatter, spread over all its NICs "
+             "(NCCL runs a ring per NIC rail), the rest over NVLink; prefetching overlaps it with compute, so "
+             "only the excess over the compute is exposed.")
     s.assume("Pipeline across the nodes: one stage per node, 1F1B schedule, no interleaving; only boundary "
              "activations (megabytes per micro-batch) cross the NIC, and the data-parallel gradient reduction "
              "of each stage's slice hides behind the backward pass. Tensor parallel stays inside NVLink.")
@@ -182,6 +185,8 @@ def training_state_bytes(p, s: Sheet) -> None:
                factor=wrong / s.value(b) * s.value(nodes) / s.evaluate(sympy.ceiling(N * wrong / room)))
     s.slip("state per node, not per GPU", p.gpus_per_node, on="state_per_gpu")
     s.slip("the NIC's Gb/s read as GB/s", 1 / 8, on="fsdp_comm")
+    s.slip("every byte a GPU moves sent through one NIC", on=("fsdp_nic", "fsdp_comm"),
+           factor=s.value(nodes) * p.nics_per_node / (s.value(nodes) - 1))
     s.slip("plain data parallel's 2x the weights, not ZeRO-3's 3x", 2 / 3, on=("fsdp_traffic", "fsdp_comm"))
     s.slip("x1/3: 2·N per token counts the forward pass only", 1 / 3, on="step_compute")
     s.slip("the bubble as (p−1)/m, not (p−1)/(m+p−1)", on="bubble",
@@ -195,17 +200,21 @@ def training_state_bytes(p, s: Sheet) -> None:
     _judge_links(s, s.compare(step_fsdp, step_pp) <= 0)
 
 
-def _fsdp_side(p, s: Sheet, N, b_w, BW) -> tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol]:
-    """FSDP across nodes: the weights' all-gathers and the gradients' reduce-scatter over each GPU's NIC,
-    against the compute of one step."""
+def _fsdp_side(p, s: Sheet, N, b_w, BW, nodes) -> tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol]:
+    """FSDP across nodes: the weights' all-gathers and the gradients' reduce-scatter, the part that
+    crosses nodes spread over each node's NICs, against the compute of one step."""
     G, B = s.param("G", "gpus"), s.param("B", "batch_tokens")
     P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
     mfu = s.param("MFU", "mfu")
     V = s.step("fsdp_traffic", "Bytes each GPU moves per step under FSDP", "V", ZERO3_VOLUME * N * b_w, "GB",
                "all-gather the bf16 weights for forward and again for backward, reduce-scatter the gradients: "
                "1.5x plain data parallel's all-reduce (ZeRO, sec. 7)")
-    t_comm = s.step("fsdp_comm", "FSDP communication per step over the NIC", "t_comm", V / BW, "s",
-                    "every byte of it leaves the node: the shards live on other nodes")
+    r = s.param("r", "nics_per_node")
+    V_nic = s.step("fsdp_nic", "Of it, bytes through each NIC per step", "V_nic", V * (nodes - 1) / nodes / r, "GB",
+                   "a node holds 1/n of the shards; the other (n−1)/n come in (and go out) over its r NICs, "
+                   "the rest moves over NVLink")
+    t_comm = s.step("fsdp_comm", "FSDP communication per step over the NICs", "t_comm", V_nic / BW, "s",
+                    "each NIC at its line rate, all of them at once")
     F = s.prerequisite("training-compute-budget", "F_step", FLOPS_PER_PARAM_TOKEN * s.value(N) * s.value(B), "FLOP",
                        "training FLOPs of one step, 6·N·D over the global batch")
     t_comp = s.step("step_compute", "Compute per step", "t_comp", F / (G * P * mfu), "s",
