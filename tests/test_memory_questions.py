@@ -244,8 +244,8 @@ def test_block_count_replicates_kv_heads_past_tp(variant):
     solution = variant("kv-cache-block-count@default+model=qwen3-235b-a22b+gpu=h200-sxm+tp=8+weight_dtype=fp8"
                        "+activation_peak=1.2")
     assert solution.sheet.results["page_bytes"] == 8192
-    assert solution.sheet.results["ceiling"]["TP past the KV heads buys no extra blocks: each GPU keeps a "
-                                             "replicated head"] is True
+    assert solution.sheet.results["ceiling"]["past the KV heads, a wider TP stops shrinking each block's bytes "
+                                             "(the heads are copied)"] is True
 
 
 def _vllm_block_count(model, gpu, tp: int, weight_bytes: float, kv_bytes: float, block_size: int,

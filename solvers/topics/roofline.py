@@ -334,6 +334,9 @@ def _gemm_intensity(s: Sheet, tag: str, name: str, d_in, d_out, B, b_w) -> sympy
                   "FLOP/B", "one multiply-add per weight for each of the B tokens, over the weight bytes")
 
 
+TOO_CLOSE_TO_CALL = 0.05
+
+
 def decode_op_ranking(p, s: Sheet) -> None:
     model = p.model
     _require_full_xgmi_ring(p.gpu, p.tp)
@@ -386,6 +389,9 @@ def decode_op_ranking(p, s: Sheet) -> None:
                "each GPU reads 1/TP of the weights and KV heads; the slower of reading and math"
                + ("" if p.tp == 1 else ", then the all-reduces"))
     s.step("per_user", "Tokens per second per user", "X_user", 1 / t, "tokens/s", "one token per sequence per step")
+    if abs(s.value(KV) / s.value(W) - 1) < TOO_CLOSE_TO_CALL:
+        # Which reads dominate would turn on rounding the parameter count or counting the embeddings.
+        raise Reject("the KV and weight reads are within 5% of each other")
     s.choose("dominant", "kv-reads" if s.compare(KV, W) > 0 else "weight-reads")
     _decode_step_levers(s, p, weights=s.value(W), cache=s.value(KV), flops=s.value(F), comm=s.evaluate(ar),
                         step=s.value(t))
