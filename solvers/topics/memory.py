@@ -501,7 +501,7 @@ def _accounting_why(item: str, release: str, subtracted: bool) -> str:
                 "baseline, which the budget never subtracts")
     if item == "the CUDA graphs":
         return ("v0.21 captures them in a trial and subtracts the estimate" if subtracted else
-                "captured after the KV cache is sized; this release makes no estimate")
+                "captured after the KV cache is sized; this release makes no estimate by default")
     return {"the model weights": "measured while loading",
             "the profile run's activation peak": "the torch peak of the profile run",
             "other non-torch growth in the profile run": "the non-torch increase over the snapshot",
