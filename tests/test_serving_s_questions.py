@@ -242,3 +242,12 @@ def test_decode_op_ranking_pinned_seed(variant):
     assert solution.expected["attention_share"] == pytest.approx(0.4469, rel=1e-3)
 
 
+
+
+@pytest.mark.parametrize("seed", range(0, 60, 3))
+def test_decode_op_ranking_never_asks_which_reads_dominate_on_a_knife_edge(variant, seed):
+    """An independent check found seed 11 at 16.04 GB of KV against 16.06 GB of weights: rounding the
+    parameter count flipped the answer. Draws within 5% of each other are refused."""
+    results = variant(f"decode-op-ranking@{seed}").sheet.results
+    assert abs(results["kv_bytes"] / (results["kv_bytes"] / results["attention_share"] - results["kv_bytes"]) - 1) \
+        >= 0.05
