@@ -90,7 +90,8 @@ def _conventions_markdown() -> list[str]:
 def candidate_markdown(solutions: list[Solution]) -> str:
     lines = ["# Candidate sheet", "", *_conventions_markdown()]
     for number, solution in enumerate(solutions, 1):
-        lines += _heading(number, solution) + [solution.prompt, ""]
+        lines += _heading(number, solution) + [solution.prompt, "", "Given:", ""]
+        lines += [f"- {param.label}: {param.shown}" for param in solution.problem_data()] + ["", "Answers:", ""]
         lines += [f"- {a.label}{f' ({a.unit})' if a.unit and a.numeric else ''}:" for a in solution.question.answers]
         lines.append("")
     return "\n".join(lines)

@@ -95,3 +95,14 @@ def test_sheets_carry_the_conventions_card_and_the_judgements(bank, catalog):
     key = key_markdown([solution])
     assert "### Judgements" in key and "✓ a GPU with twice the HBM bandwidth" in key
     assert "✓" not in candidate_markdown([solution])  # the candidate sees the options, not the verdicts
+
+
+def test_the_candidate_sheet_gives_every_parameter_the_app_shows(variant):
+    """An independent check answered from a sheet that printed no parameters (a weight dtype the prompt
+    does not name was nowhere): the sheet lists what the app's parameter table lists."""
+    from solvers.export import candidate_markdown
+
+    solution = variant("mla-vs-gqa-under-tp@11")
+    sheet = candidate_markdown([solution])
+    assert all(f"- {param.label}: {param.shown}" in sheet for param in solution.problem_data())
+    assert any(param.name == "weight_dtype" for param in solution.problem_data())
