@@ -418,3 +418,23 @@ def test_recurrent_state_pinned_seed(variant):
     assert solution.expected["reusable"] == 50_688
     assert solution.expected["snapshot_bytes"] == 2 * solution.expected["state_per_request"]  # 3 usable, 2 kept
     assert solution.expected["regime"] == "kv-dominated"
+
+
+@pytest.mark.parametrize("seed", range(0, 80, 4))
+def test_mla_vs_gqa_dp_attention_is_judged_on_its_weight_copies(variant, seed):
+    """An independent check found data-parallel attention keyed true for every variant, though a 405B
+    model's 143.7 GB of bf16 attention weights copied onto each GPU leave no room: it holds when the node
+    then keeps more requests, weights copied, latents once per GPU."""
+    solution = variant(f"mla-vs-gqa-under-tp@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    m, gpu, tp = p["model"], p["gpu"], p["tp"]
+    per_weight = {"bf16": 2, "fp8": 1}[p["weight_dtype"]]
+    weights = m.params_b * 1e9 * per_weight
+    attention = m.layers * 2 * m.hidden * (m.heads + m.kv_heads) * m.head_dim * per_weight
+    usable = gpu.hbm_gb * 1e9 * 0.9
+    latent = m.layers * (p["kv_lora_rank"] + 64) * {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    room = usable - (weights - attention) / tp - attention
+    dp = 8 * math.floor(max(room, 0) / (latent * p["context"]))
+    held = solution.sheet.results["requests_mla"]
+    option = "data-parallel attention, each GPU keeping only its own requests' latents"
+    assert solution.sheet.results["mla_levers"][option] is (dp > held)

@@ -509,3 +509,17 @@ def test_cow_pinned_seed(variant):
     assert [p.raw for p in solution.params][:6] == ["llama-3-70b", "fp8", 16, 16, 392, 339]
     assert solution.expected["blocks_with"] == 376
     assert solution.expected["regime"] == "large-saving"
+
+
+@pytest.mark.parametrize("seed", [21, 70, *range(0, 40, 5)])
+def test_tp_past_kv_heads_dp_attention_cuts_only_when_requests_spread(variant, seed):
+    """An independent check: with 8 requests on 16 ranks the busiest rank still holds one whole request,
+    as much KV as TP's copied head gives it. DP attention cuts the KV per GPU only if ceil(R/TP) whole
+    requests weigh less than R requests' share under TP."""
+    solution = variant(f"tp-past-kv-heads@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    results = solution.sheet.results
+    one_copy = results["kv_per_gpu"] / results["copies"] * p["tp"]  # all heads of all requests, once
+    busiest = one_copy * math.ceil(p["batch"] / p["tp"]) / p["batch"]
+    cuts = busiest < results["kv_per_gpu"] * (1 - 1e-12)
+    assert results["levers"]["data-parallel attention on the same GPUs"] is cuts

@@ -291,9 +291,19 @@ def mla_vs_gqa_under_tp(p, s: Sheet) -> None:
 def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m) -> None:
     key, now = "mla_levers", s.value(req_m)
     held = format_number(now)
-    s.judge(key, "data-parallel attention, each GPU keeping only its own requests' latents", True,
-            f"each GPU of a TP-{p.tp} replica holds the same latents: kept once, the replica holds up to "
-            f"{p.tp}x as many (less the attention weights each GPU then copies)")
+    # Data-parallel attention: every GPU copies the attention weights whole and keeps only its own
+    # requests' latents; the MLP stays tensor-parallel.
+    m = p.model
+    N_att = s.given("N_att", m.layers * 2 * m.hidden * (m.heads + m.kv_heads) * m.head_dim, "",
+                    "attention parameters (q, o, and k, v at the GQA size the retrofit keeps)")
+    W_att = N_att * e.W / e.N
+    room_dp = usable - (e.W - W_att) / e.TP - W_att
+    dp_total = G * sympy.floor(sympy.Max(room_dp, 0) / (kv_m * C))
+    dp_held = format_number(s.evaluate(dp_total))
+    s.judge(key, "data-parallel attention, each GPU keeping only its own requests' latents",
+            s.compare(dp_total, req_m) > 0,
+            f"each GPU copies {format_quantity(s.evaluate(W_att), 'GB')} of attention weights and keeps its own "
+            f"requests' latents: the node holds {dp_held} against {held} with TP attention")
     s.judge(key, "an fp8 KV cache", p.kv_dtype != "fp8",
             "it halves every latent" if p.kv_dtype != "fp8" else "the cache is already fp8")
     for option, tp in (("doubling its TP", 2 * p.tp), ("halving its TP", p.tp // 2)):
@@ -307,6 +317,8 @@ def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m) -> None:
                    "the latent is copied on every GPU either way, so only the weights' share moves, and not enough"))
     s.judge(key, "splitting the latent over the TP ranks like KV heads", False,
             "every head attends over the whole latent: there is nothing per head to split")
+    if not any(s.results[key].values()):
+        raise Reject("no lever holds more requests on this node: nothing to choose between")
 
 
 def _layout_regime(s: Sheet, TP, n_star, req_g, req_m, tpot) -> None:

@@ -205,12 +205,13 @@ def tp_past_kv_heads_question(p, s: Sheet) -> None:
     s.slip("all stored KV counted as beyond one copy", r / (r - 1) if r > 1 else 1, on="duplicate")
     s.slip("x layers: one layer's KV counted for the model", 1 / model.layers, on=("kv_per_gpu", "duplicate"))
     s.slip("one all-reduce per layer instead of two", 0.5, on="allreduce")
-    _tp_levers(s, p, n, H, per_gpu, pp)
+    _tp_levers(s, p, n, H, per_gpu, pp, total * sympy.ceiling(R / n) / R)
     _tp_regime(s, p, n, H, per_gpu, dup, t_ar, t_read)
 
 
-def _tp_levers(s: Sheet, p, n, H, per_gpu, pp) -> None:
-    """Which changes cut the KV per GPU follows from where TP sits against the KV heads."""
+def _tp_levers(s: Sheet, p, n, H, per_gpu, pp, dp) -> None:
+    """Which changes cut the KV per GPU follows from where TP sits against the KV heads.
+    dp: KV on the busiest rank under data-parallel attention (whole requests, ceil(R/TP) of them)."""
     tp, heads, kv = format_number(s.value(n)), format_number(s.value(H)), format_quantity(s.value(per_gpu), "GiB")
     splits_more = s.compare(2 * n, H) <= 0
     wider = format_number(2 * s.value(n))
@@ -223,10 +224,13 @@ def _tp_levers(s: Sheet, p, n, H, per_gpu, pp) -> None:
             f"TP {heads} × {format_number(s.value(n) / s.value(H))} stages stores each byte once: {capped} on the "
             f"busiest GPU instead of {kv}" if past else f"TP {tp} is already within the {heads} heads: there are no "
             "spare GPUs to turn into stages, and no copies to remove")
-    s.judge("levers", "data-parallel attention on the same GPUs", past,
-            f"each of the {tp} ranks holds whole heads for its own share of the requests: every byte once, "
-            f"1/{tp} of the batch's KV each" if past else
-            f"TP {tp} already stores each byte once: data-parallel attention spreads the same KV no thinner")
+    dp_cuts = s.compare(dp, per_gpu) < 0
+    dp_kv = format_quantity(s.evaluate(dp), "GiB")
+    s.judge("levers", "data-parallel attention on the same GPUs", dp_cuts,
+            f"each of the {tp} ranks holds all heads of whole requests, ceil(R/TP) of them: {dp_kv} on the busiest "
+            f"rank against {kv} under TP" + ("" if dp_cuts else (
+                ": requests do not split, so no thinner" if past else
+                ": TP already stores each byte once")))
     fp8 = p.dtype != "fp8"
     s.judge("levers", "an fp8 KV cache", fp8,
             f"{p.dtype} KV takes {format_number(dtype_bytes(p.dtype))} bytes per element: fp8 takes 1" if fp8 else

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import sympy
 
+from solvers.conventions import convention
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, max_of
 from solvers.topics.collective import AllReduceTerms, all_reduce_terms
@@ -45,14 +46,13 @@ from solvers.units import format_quantity
 
 @dataclass(frozen=True)
 class StepConstants:
-    """The model's named assumptions. Defaults: dense GEMMs reach about 60% of datasheet peak
-    end to end, decode's streaming reads about 80% of HBM bandwidth, and a Python engine
-    spends about 2 ms per step outside the GPU's kernels (scheduling, input preparation,
-    sampling, launch gaps)."""
+    """The model's named assumptions; the defaults are the conventions card's step-compute,
+    step-bandwidth and step-overhead."""
 
-    compute: float = 0.6  # achievable fraction of dense peak FLOP/s
-    bandwidth: float = 0.8  # achievable fraction of HBM bandwidth
-    overhead: float | None = 2e-3  # seconds per step outside the kernels; None: the question models it
+    compute: float = convention("step-compute").value  # achievable fraction of dense peak FLOP/s
+    bandwidth: float = convention("step-bandwidth").value  # achievable fraction of HBM bandwidth
+    # seconds per step outside the kernels; None: the question models it
+    overhead: float | None = convention("step-overhead").value * 1e-3
 
 
 DEFAULT_CONSTANTS = StepConstants()
