@@ -231,3 +231,12 @@ def test_first_month_pinned_seed(variant):
     assert solution.expected["focus_hours"] == pytest.approx(92 * HOUR)  # 4 × (27 − 4)
     assert solution.expected["readable"] == 11  # all 11: the 60 h left would hold 15
     assert solution.expected["regime"] == "fits-the-month"
+
+
+def test_loss_plateau_lr_is_at_its_floor_or_well_above_it(variant):
+    """An independent check found data-repeating incidents logged at 1.02% of peak beside a 1% floor:
+    indistinguishable from an LR at its floor. Every variant's LR is at the floor or above a tenth of peak."""
+    for seed in range(0, 400, 7):
+        solution = variant(f"loss-plateau-triage@{seed}")
+        share, floor = solution.sheet.results["lr_share"], solution.param("lr_floor").value
+        assert share <= floor * (1 + 1e-9) or share >= 0.1, seed
