@@ -84,6 +84,7 @@ def restart_goodput(p, s: Sheet) -> None:
 
 
 LEVER_SHARE = sympy.Rational(1, 5)  # a lever worth naming first wins back at least a fifth of the loss
+TOO_CLOSE = 0.03  # a lever or the regime this near its line is refused: readings of the stall differ by more
 
 
 def _restart_levers(s: Sheet, R, t_det, t_sch, t_rel, L, f_today, f_int, f_best, f_res) -> None:
@@ -98,6 +99,9 @@ def _restart_levers(s: Sheet, R, t_det, t_sch, t_rel, L, f_today, f_int, f_best,
         "half as many failures (burn-in, draining flaky nodes)": R * L / 2,
     }
     bar = format_quantity(s.evaluate(LEVER_SHARE * f_today), "%", 3)
+    close = [o for o, win in wins.items() if abs(s.evaluate(win / (LEVER_SHARE * f_today)) - 1) < TOO_CLOSE]
+    if close:  # a lever a hair either side of the bar turns on how the stall is read, not on judgement
+        raise Reject(f"'{close[0]}' sits within {TOO_CLOSE:.0%} of a fifth of the loss")
     for option, win in wins.items():
         s.judge("levers", option, s.compare(win, LEVER_SHARE * f_today) >= 0,
                 f"wins back {format_quantity(s.evaluate(win), '%', 3)} of training time against a fifth of "
@@ -120,6 +124,8 @@ def _restart_regime(s: Sheet, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, 
     else:
         move = (f"The redone work is the larger part: checkpoint more often, toward Young's {storage}; a "
                 f"cheaper asynchronous save lets the interval shrink to {short}.")
+    if abs(s.value(f_int) / s.value(f_fix) - 1) < TOO_CLOSE:
+        raise Reject("the interval's part and fixed recovery are within 3% of each other")
     s.regime_by(f_int, f_fix, tie="below", above=Side(
         "interval-bound",
         f"Today the checkpoint interval costs {parts}, more than the {fixed} that fixed recovery costs, "
