@@ -318,7 +318,7 @@ def test_mla_duplication_asks_for_redundant_copies(variant):
     """The review's ambiguity: "beyond one copy of the latents" read as the latents held. The prompt now says
     one copy of each latent counts as useful, and n·F (the whole pool) grades wrong."""
     solution = variant("mla-tp-duplication@default")
-    assert "redundant copies (one copy of each latent counts as useful)" in solution.prompt
+    assert "redundant copies (one copy of each latent is useful)" in " ".join(solution.prompt.split())
     assert solution.grade_one("duplicate_bytes", "342 GB").verdict != CORRECT  # n·F, not (n − 1)·F
     assert solution.grade_one("duplicate_bytes", "299.6 GB").verdict == CORRECT
 
