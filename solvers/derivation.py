@@ -27,6 +27,11 @@ def max_of(*args: sympy.Expr) -> sympy.Expr:
     return sympy.Max(*args, evaluate=False)
 
 
+def min_of(*args: sympy.Expr) -> sympy.Expr:
+    """min(...) left unevaluated, for the same reason as max_of."""
+    return sympy.Min(*args, evaluate=False)
+
+
 class Reject(Exception):
     """Raised by a solver for a draw that makes no sense (the sampler redraws)."""
 

@@ -78,16 +78,23 @@ def _candidates(solution: Solution) -> list[ParamSpec]:
 def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec) -> Solution | None:
     """The variant with `spec` moved to the nearest value a person would say that lands clearly on
     the other side of the boundary (a round number for a range, another option for a choice);
-    failing that, the nearest value across at all. A range is scanned on the chart's grid first,
-    and only a point that crosses is rounded (a parameter that never crosses costs one sweep)."""
+    failing that, the nearest value across at all. A range whose farthest valid points on either
+    side both stay in the regime is skipped (regimes move one way with a parameter); otherwise it is
+    scanned on the chart's grid, and only a point that crosses is rounded."""
     regime, current = solution.sheet.regime.name, solution.param(spec.name).raw
 
-    def crosses(value) -> bool:  # the scan solves only: no prompt, no listing
+    def side(value) -> str | None:  # the scan solves only: no prompt, no listing; None: no valid variant
         try:
             _, sheet = solve_changed(solution, catalog, {spec.name: value})
         except Reject:
-            return False
-        return sheet.regime is not None and sheet.regime.name != regime
+            return None
+        return sheet.regime.name if sheet.regime is not None else None
+
+    def crosses(value) -> bool:
+        return side(value) not in (None, regime)
+
+    def outermost(points) -> str | None:  # the regime at the farthest valid point
+        return next((found for found in map(side, points) if found is not None), None)
 
     def across(value) -> Solution | None:
         if value == current:
@@ -98,8 +105,14 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec) -> Solution
             return None
         return pushed if pushed.sheet.regime is not None and pushed.sheet.regime.name != regime else None
 
+    pushes = _pushes(spec, current)
+    if spec.kind != "choice" and pushes:
+        grid_points = sorted(pushes)
+        ends = (outermost(grid_points), outermost(reversed(grid_points)))
+        if all(end in (None, regime) for end in ends):
+            return None  # neither end of the range crosses: a regime that moves one way with it never will
     nearest, looked = None, 0
-    for point in _pushes(spec, current):
+    for point in pushes:
         if not crosses(point):
             continue
         for value in _round_values(spec, point) if spec.kind != "choice" else [point]:

@@ -298,7 +298,7 @@ def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m) -> None:
                     "attention parameters (q, o, and k, v at the GQA size the retrofit keeps)")
     W_att = N_att * e.W / e.N
     room_dp = usable - (e.W - W_att) / e.TP - W_att
-    dp_total = G * sympy.floor(sympy.Max(room_dp, 0) / (kv_m * C))
+    dp_total = G * sympy.floor(max_of(room_dp, 0) / (kv_m * C))
     dp_held = format_number(s.evaluate(dp_total))
     s.judge(key, "data-parallel attention, each GPU keeping only its own requests' latents",
             s.compare(dp_total, req_m) > 0,

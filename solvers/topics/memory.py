@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, max_of
+from solvers.derivation import Reject, Sheet, Side, max_of, min_of
 from solvers.topics.collective import all_reduce_terms, tp_all_reduce
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
@@ -246,8 +246,8 @@ def _layout(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> sympy.Sym
                  sympy.floor((usable - W / n) / (kv_req / n)), "requests",
                  "each of its GPUs holds 1/n of the weights and of every request")
     within = s.step(f"batch_tp{n}", f"Requests a TP{n} step carries within the TPOT", f"B_T{n}",
-                    max_of(0, sympy.floor(sympy.Min((T - fixed - W / (n * BW)) / (kv_req / (n * BW) + per),
-                                                    (T - fixed) / (2 * N / (n * P) + per), evaluate=False))),
+                    max_of(0, sympy.floor(min_of((T - fixed - W / (n * BW)) / (kv_req / (n * BW) + per),
+                                                 (T - fixed) / (2 * N / (n * P) + per)))),
                     "requests", "t(B) ≤ T on both sides of the roofline"
                     + ("" if n == 1 else ", all-reduce latency and traffic included"))
     return s.step(f"served_tp{n}", f"Users served by {p.gpus // n} × TP{n}", f"U_{n}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, max_of
+from solvers.derivation import Reject, Sheet, Side, max_of, min_of
 from solvers.topics.collective import all_reduce_terms, link_latency, tp_all_reduce
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
@@ -264,7 +264,7 @@ def datasheet_speedup_regimes(p, s: Sheet) -> None:
     room_mem = (cap_o - fixed - W / (n * w.BW)) / (kv_req / (n * w.BW) + a_n)
     room_math = (cap_o - fixed) / (2 * N / (n * w.P) + a_n)
     B_iso = s.step("batch_iso", f"Largest batch on {new.name} at the {old.name} TPOT", "B_iso",
-                   sympy.Min(batch_n, sympy.floor(room_mem), sympy.floor(room_math)), "requests",
+                   min_of(batch_n, sympy.floor(room_mem), sympy.floor(room_math)), "requests",
                    "solve the new step time = the old TPOT for the batch (reads and math alike), capped by memory")
     t_iso = _step(s, "", f"Decode step at that batch on {new.name}", "t_iso", w, n, W + B_iso * kv_req,
                   2 * N * B_iso, fixed + a_n * B_iso, "no longer than the old TPOT")

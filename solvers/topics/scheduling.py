@@ -6,7 +6,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, Side, max_of
+from solvers.derivation import Reject, Sheet, Side, max_of, min_of
 from solvers.topics.collective import crosses_domain, tp_all_reduce
 from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bytes, model_params, require_context
 from solvers.topics.steptime import (
@@ -524,7 +524,7 @@ def long_reply_batching(p, s: Sheet) -> None:
     s.slip("batch sized at the final footprint", on="pool_batch",
            factor=s.evaluate(sympy.floor(K / (P_in + L_out))) / s.value(B_pool))
     s.slip("speed cap taken as the smaller of the two caps", on="slo_batch",
-           factor=s.evaluate(sympy.Min(B_pool, B_slo)) / s.value(B_slo))
+           factor=s.evaluate(min_of(B_pool, B_slo)) / s.value(B_slo))
     if p.tp > 1:
         s.slip("speed at that batch without the all-reduces", on="per_user_speed",
                factor=s.evaluate(1 / (t_pool - t_ar)) / s.value(speed))
