@@ -19,7 +19,7 @@ test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
-	$(BIN)/infradrill validate
+	$(BIN)/infradrill validate --strict
 
 bench: $(STAMP)
 	$(BIN)/python tests/benchmark.py
