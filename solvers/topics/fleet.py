@@ -165,15 +165,20 @@ def _job_size(s: Sheet, need: sympy.Symbol, rule: str) -> tuple[sympy.Expr, symp
     return job, job - U, rule
 
 
+def _training_run(p, s: Sheet) -> tuple[sympy.Symbol, ...]:
+    """The run a fleet is sized for: its 6·N·D (training-compute-budget's result), the days of
+    compute, the GPU's dense peak and the MFU."""
+    F = s.prerequisite("training-compute-budget", "F", FLOPS_PER_PARAM_TOKEN * model_params(p.model) * p.tokens,
+                       "FLOP", f"training FLOPs, 6·N·D for {p.model.name} on the run's tokens")
+    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    return F, s.param("T", "days"), P, s.param("MFU", "mfu")
+
+
 def fleet_gpu_count(p, s: Sheet) -> None:
     flops = FLOPS_PER_PARAM_TOKEN * model_params(p.model) * p.tokens
     if p.rule == "whole-pods" and flops / (p.days * peak_flops(p.gpu, "bf16") * p.mfu) < p.pod:
         raise Reject("a job smaller than one pod is not rounded to pods")
-    F = s.prerequisite("training-compute-budget", "F", flops, "FLOP",
-                       f"training FLOPs, 6·N·D for {p.model.name} on the run's tokens")
-    T = s.param("T", "days")
-    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
-    u = s.param("MFU", "mfu")
+    F, T, P, u = _training_run(p, s)
     m = s.param("m", "margin")
     g = s.param("g", "gpus_per_node")
 
@@ -393,12 +398,7 @@ MAX_CLUSTER_GPUS = 65_536  # k³/4 for 64-port switches: the most a three-tier f
 
 
 def cluster_bill_of_materials(p, s: Sheet) -> None:
-    flops = FLOPS_PER_PARAM_TOKEN * model_params(p.model) * p.tokens
-    F = s.prerequisite("training-compute-budget", "F", flops, "FLOP",
-                       f"training FLOPs, 6·N·D for {p.model.name} on the run's tokens")
-    T = s.param("T", "days")
-    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
-    u = s.param("MFU", "mfu")
+    F, T, P, u = _training_run(p, s)
     g = s.param("g", "gpus_per_node")
     M_n = s.param("M_node", "node_mtbf")
     T_r = s.param("T_rep", "repair")

@@ -64,6 +64,20 @@ def kv_bytes_per_token_per_gpu(sheet: Sheet, model: Record, kv_bytes: sympy.Symb
                       unit, "a key and a value per layer for each KV head this GPU holds")
 
 
+def kv_bytes_per_token_per_gpu_given(sheet: Sheet, model: Record, kv_bytes: float, dtype: str,
+                                     tp: sympy.Symbol) -> sympy.Symbol:
+    """One GPU's share of a token's KV, from kv-bytes-per-token's figure (the question requires it):
+    the KV heads this GPU holds out of all of them; an MLA latent is kept whole on every rank."""
+    kv_tok = kv_bytes_per_token_given(sheet, model, kv_bytes, dtype)
+    if model.attention == "mla":
+        return sheet.step("kv_per_token_gpu", "KV bytes per token on each GPU (MLA)", "KV_gpu", kv_tok, "KiB",
+                          "the latent has no heads to split: every TP rank keeps all of it")
+    heads = kv_heads_per_gpu(sheet, model, tp)
+    H_kv = sheet.given("H_kv", model.kv_heads, "", "KV heads")
+    return sheet.step("kv_per_token_gpu", "KV bytes per token on each GPU", "KV_gpu", kv_tok * heads / H_kv, "KiB",
+                      "the KV heads this GPU holds, out of all of them")
+
+
 def blocks_for_tokens(sheet: Sheet, tokens: sympy.Symbol, block_size: sympy.Symbol,
                       key: str = "blocks_per_sequence") -> sympy.Symbol:
     """Blocks a sequence of `tokens` occupies: the last one may be partly empty."""

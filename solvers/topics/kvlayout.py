@@ -24,7 +24,7 @@ from solvers.topics.common import (
 )
 from solvers.topics.kvcache import (
     kv_bytes_per_token_given,
-    kv_heads_per_gpu,
+    kv_bytes_per_token_per_gpu_given,
 )
 from solvers.topics.steptime import DEFAULT_CONSTANTS, engine, step_time, step_work
 from solvers.units import format_number, format_quantity
@@ -73,18 +73,6 @@ def _fp8_latent_note(s: Sheet, kv_dtype: str) -> None:
 P99_SHARE = sympy.Rational(1, 100)
 
 
-def _kv_per_gpu_given(s: Sheet, model: Record, kv_dtype: str, n: sympy.Symbol) -> sympy.Symbol:
-    """One GPU's share of a token's KV, from kv-bytes-per-token's figure: the KV heads split over TP."""
-    kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes(kv_dtype), kv_dtype)
-    if model.attention == "mla":
-        return s.step("kv_per_token_gpu", "KV bytes per token on each GPU (MLA)", "KV_gpu", kv_tok, "KiB",
-                      "the latent has no heads to split: every TP rank keeps all of it")
-    heads = kv_heads_per_gpu(s, model, n)
-    H_kv = s.given("H_kv", model.kv_heads, "", "KV heads")
-    return s.step("kv_per_token_gpu", "KV bytes per token on each GPU", "KV_gpu", kv_tok * heads / H_kv, "KiB",
-                  "each GPU keeps its KV heads' share of every token")
-
-
 def preemption_policies(p, s: Sheet) -> None:
     model, n_gpus = p.model, p.tp
     peak = peak_flops(p.gpu, p.weight_dtype)
@@ -110,7 +98,7 @@ def preemption_policies(p, s: Sheet) -> None:
                    "the math, then the TP all-reduces it cannot overlap" if n_gpus > 1 else
                    "one GPU: no all-reduces")
 
-    kv_gpu = _kv_per_gpu_given(s, model, p.kv_dtype, n)
+    kv_gpu = kv_bytes_per_token_per_gpu_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype, n)
     V = s.step("swap_bytes", "Victim's KV on each GPU", "V", kv_gpu * C, "GB",
                "each GPU holds its KV heads' share of the victim's context")
     W = s.param("W", "pcie")

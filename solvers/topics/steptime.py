@@ -40,7 +40,7 @@ from solvers.topics.common import (
     model_params,
     peak_flops,
 )
-from solvers.topics.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu, kv_heads_per_gpu
+from solvers.topics.kvcache import kv_bytes_per_token_per_gpu, kv_bytes_per_token_per_gpu_given
 from solvers.units import format_quantity
 
 
@@ -95,18 +95,6 @@ class Engine:
         return self._room(budget) * self.byte_rate
 
 
-def _kv_per_gpu(s: Sheet, model: Record, kv_dtype: str, b_kv: sympy.Symbol, TP: sympy.Symbol) -> sympy.Symbol:
-    """One GPU's share of a token's KV, from the whole token's bytes (a prerequisite's result)."""
-    KV_tok = kv_bytes_per_token_given(s, model, dtype_bytes(kv_dtype), kv_dtype)
-    if model.attention == "mla":
-        return s.step("kv_per_token_gpu", "KV bytes per token on each GPU (MLA)", "KV_gpu", KV_tok, "KiB",
-                      "the latent has no heads to split: every TP rank keeps all of it")
-    heads = kv_heads_per_gpu(s, model, TP)
-    H_kv = s.given("H_kv", model.kv_heads, "", "KV heads")
-    return s.step("kv_per_token_gpu", "KV bytes per token on each GPU", "KV_gpu", KV_tok * heads / H_kv, "KiB",
-                  "the KV heads this GPU holds, out of all of them")
-
-
 @dataclass(frozen=True)
 class StepWork:
     flops: sympy.Symbol  # FLOPs of the step, whole group
@@ -136,7 +124,7 @@ def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstan
     d_h = s.given("d_h", model.head_dim, "", "head dim")
 
     W = s.step("weights", "Weight bytes", "W", N * b_w, "GB", "every parameter once; each GPU holds 1/TP of them")
-    KV = (_kv_per_gpu(s, model, kv_dtype, b_kv, TP) if kv_prerequisite
+    KV = (kv_bytes_per_token_per_gpu_given(s, model, dtype_bytes(kv_dtype), kv_dtype, TP) if kv_prerequisite
           else kv_bytes_per_token_per_gpu(s, model, b_kv, TP))
     A = s.step("attention_pair_flops", "Attention FLOPs per query-key pair", "A", 4 * L * H * d_h, "FLOP",
                "QKᵀ and PV: a multiply-add per head dimension each, for every query head in every layer")
