@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -21,12 +22,15 @@ def _fail(message: str) -> NoReturn:
     raise SystemExit(USAGE_ERROR)
 
 
-def _write_whole(target: Path, text: str) -> None:
-    """Write under a temporary name, then rename: never a half-written file under the real name
-    (a full disk leaves nothing behind)."""
+def _write_whole(target: Path, content: str | Callable[[Path], None]) -> None:
+    """Write text (or let `content` write a file) under a temporary name, then rename: never a
+    half-written file under the real name (a full disk leaves nothing behind)."""
     partial = target.with_name(f".{target.name}.partial")
     try:
-        partial.write_text(text, encoding="utf-8")
+        if callable(content):
+            content(partial)
+        else:
+            partial.write_text(content, encoding="utf-8")
         os.replace(partial, target)
     except OSError as error:
         partial.unlink(missing_ok=True)
@@ -342,13 +346,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if existing and not args.force:
         _fail(f"{', '.join(existing)} already exists (use --force to overwrite)")
     for path, text in outputs.items():
-        try:
-            if text is None:
-                write_anki(solutions, str(path))
-            else:
-                _write_whole(path, text)
-        except OSError as error:
-            _fail(f"cannot write {path}: {error.strerror or error}")
+        _write_whole(path, text if text is not None else lambda partial: write_anki(solutions, str(partial)))
     print(f"{len(solutions)} variant(s) of {len(questions)} question(s): {', '.join(map(str, outputs))}")
     return 0
 
