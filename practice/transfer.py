@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -31,7 +31,12 @@ EXPORT_SCHEMA = 1  # the JSON layout of export_progress; bump (and refuse the ol
 
 
 class ProgressFormatError(ValueError):
-    """An import file that is not infradrill progress of the schema this code reads."""
+    """An import file that is not infradrill progress of the schema this code reads; `problems`
+    names every refused record, one line each."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = list(problems)
 
 
 @dataclass(frozen=True)
@@ -213,48 +218,70 @@ def _parse_export(data: Any) -> tuple[list[Attempt], list[Mock], list[Review], d
             raise ProgressFormatError(f"'{name}' must be a list")
         return value
 
-    number = (int, float)
-    attempts = []
-    for i, raw in enumerate(records("attempts")):
-        r = _Reader(raw, f"attempts[{i}]")
-        mode = r.get("mode", str)
-        if mode not in MODES:
-            raise ProgressFormatError(f"attempts[{i}]: mode {mode!r} is not one of {', '.join(MODES)}")
-        answers = []
-        for j, item in enumerate(r.get("answers", list)):
-            x = _Reader(item, f"attempts[{i}].answers[{j}]")
-            answers.append(AnswerRecord(x.get("key", str), x.get("typed", str), x.get("verdict", str),
-                                        x.get("error", number, True), x.get("slip", str, True)))
-        keys = [a.key for a in answers]
-        if len(set(keys)) != len(keys):
-            raise ProgressFormatError(f"attempts[{i}]: an answer key appears twice")
-        attempts.append(Attempt(question_id=r.get("question_id", str), variant=r.get("variant", str), mode=mode,
-                                started=r.time("started"), submitted=r.time("submitted"),  # type: ignore[arg-type]
-                                seconds=float(r.get("seconds", number)), hints_used=r.get("hints_used", int),
-                                answers=tuple(answers), mock_id=r.get("mock_id", str, True),
-                                suggested=_rating(r, "suggested", True), rating=_rating(r, "rating", True),
-                                uid=r.get("uid", str)))
-    mocks = []
-    for i, raw in enumerate(records("mocks")):
-        r = _Reader(raw, f"mocks[{i}]")
-        mocks.append(Mock(r.get("id", str), r.time("started"), r.get("planned", int),  # type: ignore[arg-type]
-                          r.get("budget_seconds", number, True), r.time("finished", True)))
-    reviews = []
-    for i, raw in enumerate(records("reviews")):
-        r = _Reader(raw, f"reviews[{i}]")
-        reviews.append(Review(question_id=r.get("question_id", str), rating=_rating(r, "rating"),  # type: ignore[arg-type]
-                              reviewed=r.time("reviewed"), card_after=r.card("card_after"),  # type: ignore[arg-type]
-                              card_before=r.card("card_before", True), attempt_uid=r.get("attempt_uid", str, True),
-                              duration_ms=r.get("duration_ms", int, True), uid=r.get("uid", str)))
-    cards = {}
-    for i, raw in enumerate(records("cards")):
-        r = _Reader(raw, f"cards[{i}]")
-        cards[r.get("question_id", str)] = r.card("card")
+    problems: list[str] = []
+
+    def each(name: str, parse: Callable[[Any, str], Any]) -> list[Any]:
+        """Every record of one list that reads, and a line in `problems` for each that does not."""
+        parsed = []
+        for i, raw in enumerate(records(name)):
+            try:
+                parsed.append(parse(raw, f"{name}[{i}]"))
+            except ProgressFormatError as error:
+                problems.append(str(error))
+        return parsed
+
+    attempts = each("attempts", _attempt)
+    mocks = each("mocks", _mock)
+    reviews = each("reviews", _review)
+    cards = dict(each("cards", _card))
     known_mocks = {m.id for m in mocks}
-    for a in attempts:
-        if a.mock_id is not None and a.mock_id not in known_mocks:
-            raise ProgressFormatError(f"attempt {a.uid} names mock interview {a.mock_id}, which the file lacks")
-    return attempts, mocks, reviews, cards  # type: ignore[return-value]
+    problems += [f"attempt {a.uid} names mock interview {a.mock_id}, which the file lacks"
+                 for a in attempts if a.mock_id is not None and a.mock_id not in known_mocks]
+    if problems:  # nothing is half-imported: every refused record is named, and none is written
+        raise ProgressFormatError(f"{len(problems)} record(s) refused, nothing imported", problems)
+    return attempts, mocks, reviews, cards
+
+
+_NUMBER = (int, float)
+
+
+def _attempt(raw: Any, where: str) -> Attempt:
+    r = _Reader(raw, where)
+    mode = r.get("mode", str)
+    if mode not in MODES:
+        raise ProgressFormatError(f"{where}: mode {mode!r} is not one of {', '.join(MODES)}")
+    answers = []
+    for j, item in enumerate(r.get("answers", list)):
+        x = _Reader(item, f"{where}.answers[{j}]")
+        answers.append(AnswerRecord(x.get("key", str), x.get("typed", str), x.get("verdict", str),
+                                    x.get("error", _NUMBER, True), x.get("slip", str, True)))
+    keys = [a.key for a in answers]
+    if len(set(keys)) != len(keys):
+        raise ProgressFormatError(f"{where}: an answer key appears twice")
+    return Attempt(question_id=r.get("question_id", str), variant=r.get("variant", str), mode=mode,
+                   started=r.time("started"), submitted=r.time("submitted"),  # type: ignore[arg-type]
+                   seconds=float(r.get("seconds", _NUMBER)), hints_used=r.get("hints_used", int),
+                   answers=tuple(answers), mock_id=r.get("mock_id", str, True),
+                   suggested=_rating(r, "suggested", True), rating=_rating(r, "rating", True), uid=r.get("uid", str))
+
+
+def _mock(raw: Any, where: str) -> Mock:
+    r = _Reader(raw, where)
+    return Mock(r.get("id", str), r.time("started"), r.get("planned", int),  # type: ignore[arg-type]
+                r.get("budget_seconds", _NUMBER, True), r.time("finished", True))
+
+
+def _review(raw: Any, where: str) -> Review:
+    r = _Reader(raw, where)
+    return Review(question_id=r.get("question_id", str), rating=_rating(r, "rating"),  # type: ignore[arg-type]
+                  reviewed=r.time("reviewed"), card_after=r.card("card_after"),  # type: ignore[arg-type]
+                  card_before=r.card("card_before", True), attempt_uid=r.get("attempt_uid", str, True),
+                  duration_ms=r.get("duration_ms", int, True), uid=r.get("uid", str))
+
+
+def _card(raw: Any, where: str) -> tuple[str, Card]:
+    r = _Reader(raw, where)
+    return r.get("question_id", str), r.card("card")  # type: ignore[return-value]
 
 
 def _rating(r: _Reader, name: str, optional: bool = False) -> int | None:

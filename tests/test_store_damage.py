@@ -111,3 +111,19 @@ def test_an_import_nested_past_recursion_is_one_line(tmp_path, capsys):
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     code, _, err = run_cli(capsys, "--data-dir", str(tmp_path), "progress", "import", str(tmp_path / "deep.json"))
     assert code == 2 and err.count("\n") == 1 and "nested too deeply" in err
+
+
+def test_an_import_with_several_bad_records_names_each_and_writes_none(filled, tmp_path, capsys):
+    with ProgressStore.open(filled)[0] as store:
+        data = export_progress(store)
+    data["attempts"][0]["seconds"] = -1
+    data["attempts"][1]["hints_used"] = -2
+    data["reviews"][0]["rating"] = 9
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    code, _, err = run_cli(capsys, "--data-dir", str(tmp_path / "other"), "progress", "import",
+                           str(tmp_path / "bad.json"))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 4 and "3 record(s) refused, nothing imported" in lines[-1]
+    assert {line.split(": ")[2] for line in lines[:3]} == {"attempts[0]", "attempts[1]", "reviews[0]"}
+    with ProgressStore.open(tmp_path / "other" / FILE_NAME)[0] as other:
+        assert other.attempt_count() == 0

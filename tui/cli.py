@@ -297,6 +297,8 @@ def _import(args: argparse.Namespace) -> int:
             # Cards of questions reviewed on both sides are replayed from the merged log.
             result = import_progress(store, data, Reviewer(store, settings=ReviewSettings.load(store)).scheduler)
         except ProgressFormatError as error:
+            for problem in error.problems:  # one line per refused record, then the verdict
+                print(f"infradrill: {args.file}: {problem}", file=sys.stderr)
             _fail(f"cannot import {args.file}: {error}")
     print(f"imported {args.file}: {result.summary()}")
     return 0
