@@ -295,8 +295,9 @@ def test_pause_storm_follow_up_is_a_new_storm(bank, catalog):
     solution = make_variant(bank, catalog, VariantCode.parse("pause-storm-origin@default"))
     pushed = follow_up(solution, catalog)
     assert pushed is not None and pushed.solution.param("window").raw == 60
-    assert set(pushed.ask) == {"origin", "paused", "lost_bandwidth"}
+    assert set(pushed.ask) == {"origin", "paused", "lost_bandwidth", "fixes"}
     _check_storm(pushed.solution)
+    assert NIC_STALL in _fixes(pushed.solution)  # a storm over 60 s outlasts the NIC's 8 s default
 
 
 def test_pause_storm_pinned_seed(variant):
@@ -307,3 +308,54 @@ def test_pause_storm_pinned_seed(variant):
     paused = 388_428 + 521_307  # node2 and node3 (the spine's 454,763 to leaf1 reaches no node)
     assert solution.expected["lost_bandwidth"] * 8 == pytest.approx(paused * 65_535 * 512 / 60)
     assert math.isclose(solution.expected["lost_share"], 0.63594, rel_tol=1e-4)
+
+
+WATCHDOG = "a PFC watchdog on the switches (Junos defaults: a stall after 200 ms)"
+NIC_STALL = "the origin NIC's PFC stall prevention at its mlx5 default (8 s)"
+LOSSY_SPINE = "PFC off on the leaf-spine links (lossless only inside a leaf)"
+NEVER = {"ECN marking at a lower queue threshold on the leaves",
+         "more buffer headroom and a higher XOFF threshold on the leaves",
+         "rate-limiting every sender to half its line rate"}
+
+
+def _fixes(solution):
+    judged = solution.sheet.results["fixes"]
+    assert set(judged) == {WATCHDOG, NIC_STALL, LOSSY_SPINE} | NEVER
+    return {option for option, holds in judged.items() if holds}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_pause_storm_fixes_follow_the_storm(variant, seed):
+    """A watchdog ends the storm only if it fires before the counters are read: the origin's pauses run
+    back to back, so the storm has lasted f_origin × 65,535 × 512 bit times. Lossy spine links spare every
+    stalled node only where none shares the origin's leaf; buffer, ECN and rate limits never release a
+    receiver that drains nothing."""
+    solution = variant(f"pause-storm-origin@{seed}")
+    sent = _sent(solution)
+    origin = solution.expected["origin"]
+    bits_per_s = solution.param("line_rate").value * 8
+    storm = sent[(origin, LEAF_OF[origin])] * 65_535 * 512 / bits_per_s
+    assert solution.sheet.results["storm_time"] == pytest.approx(storm, rel=1e-12)
+    stalled = {node for node in LEAF_OF if sent[(LEAF_OF[node], node)] > 0}
+    right = ({WATCHDOG} if storm > 0.2 else set()) | ({NIC_STALL} if storm > 8 else set())
+    if all(LEAF_OF[node] != LEAF_OF[origin] for node in stalled):
+        right.add(LOSSY_SPINE)
+    assert _fixes(solution) == right
+    assert right and not right & NEVER
+
+
+@pytest.mark.parametrize("code, origin, storm, right", [
+    # 75,454 frames × 83.9 µs: 6.33 s, under the NIC's 8 s; node3 shares leaf2 with node4.
+    ("default", "node4", 6.3294, {WATCHDOG}),
+    ("1", "node4", 44.890, {WATCHDOG, NIC_STALL}),  # 535,137 frames over 60 s at 400 Gb/s
+    ("2", "node2", 8.5500, {WATCHDOG, NIC_STALL, LOSSY_SPINE}),  # 50,963 at 200 Gb/s: just past 8 s; only leaf2 stalled
+    ("3", "node1", 7.5161, {WATCHDOG, LOSSY_SPINE}),  # 22,400 at 100 Gb/s; node2 idle
+])
+def test_pause_storm_fixes_pinned(variant, code, origin, storm, right):
+    """One variant per right set. The first version graded the storm's conditions and the watchdog fix
+    as a self-graded checklist, the same in every variant."""
+    solution = variant(f"pause-storm-origin@{code}")
+    assert solution.expected["origin"] == origin
+    assert solution.sheet.results["storm_time"] == pytest.approx(storm, rel=1e-4)
+    assert _fixes(solution) == right
+    assert "why" not in solution.expected

@@ -8,6 +8,10 @@ from solvers.derivation import Reject, Sheet, Side
 from solvers.units import format_number, format_quantity
 
 BITS_PER_PAUSE_QUANTUM = 512  # IEEE 802.1Qbb / 802.3x: one pause quantum is 512 bit times
+# PFC watchdogs, as shipped. Junos: polls every 100 ms, a queue paused through two polls is a stall (200 ms).
+# mlx5 (ConnectX) PFC stall prevention: default timeout 8 s, range 80-8,000 ms, 100 ms on auto.
+SWITCH_WATCHDOG_S = 0.2
+NIC_STALL_TIMEOUT_S = 8
 
 
 # --- ib-vs-roce ------------------------------------------------------------------------------
@@ -276,6 +280,7 @@ def pause_storm_origin(p, s: Sheet) -> None:
                   "paused time at line rate over the window (a quantum is bit times, so the rate cancels)")
     s.step("lost_share", "Share of the stalled nodes' line rate lost", "u_lost", lost / (n_v * R), "%",
            "what the paused nodes could have sent in the window")
+    _pause_storm_fixes(p, s, origin, victims, leaf_of, Q, b, R)
 
     s.assume(f"The counters are the fabric's full pause counts over the window; every port runs at "
              f"{format_quantity(s.value(R), 'Gb/s')} and every pause frame asks for {format_number(p.quanta)} "
@@ -285,4 +290,50 @@ def pause_storm_origin(p, s: Sheet) -> None:
              "receives none, a receiver that stopped draining (Guo et al., SIGCOMM 2016).")
     s.assume("Lost bandwidth is counted at the NICs of the nodes whose sends were paused; the origin's own "
              "traffic is not counted, since it is the node that stopped.")
+    s.assume("The stuck NIC has paused its link without a break since it stopped draining, so the storm has "
+             "lasted the origin's paused time; a watchdog that fires ends it for every node behind it.")
     s.slip("x8: a quantum taken as 512 bytes, not bits", 8, on=("lost_bandwidth", "lost_share"))
+
+
+def _pause_storm_fixes(p, s: Sheet, origin: str, victims: list[str], leaf_of: dict[str, str],
+                       Q: sympy.Symbol, b: sympy.Symbol, R: sympy.Symbol) -> None:
+    """Which measure, in place before the storm, would have had every stalled node sending again
+    before the counters were read: a watchdog that fires within the storm's length, or lossy spine
+    links where no stalled node shares the origin's leaf. Buffer, ECN and rate limits never do."""
+    home = leaf_of[origin]
+    away = "leaf2" if home == "leaf1" else "leaf1"
+    f_o = s.param("f_o", f"{origin}_to_{home}")
+    storm = s.step("storm_time", f"How long {origin} has held {home} paused", "T_s", f_o * Q * b / R, "s",
+                   "its pauses run back to back from the moment it stopped draining")
+    lasted = format_quantity(s.value(storm), "s")
+    w_sw = s.given("W_sw", SWITCH_WATCHDOG_S, "s", "switch PFC watchdog: stall after two 100 ms polls (Junos default)")
+    w_nic = s.given("W_nic", NIC_STALL_TIMEOUT_S, "s", "NIC PFC stall prevention timeout (mlx5 default)")
+    key = "fixes"
+    s.judge(key, "a PFC watchdog on the switches (Junos defaults: a stall after 200 ms)", s.compare(storm, w_sw) > 0,
+            f"{home} saw its queue to {origin} paused without a break for {lasted}: the watchdog fires 200 ms in, "
+            f"drops that queue and stops pausing upstream, so every stalled node sends again within a second")
+    nic_fires = s.compare(storm, w_nic) > 0
+    s.judge(key, "the origin NIC's PFC stall prevention at its mlx5 default (8 s)", nic_fires,
+            f"{origin} has been stalled {lasted}, past 8 s: its NIC stops sending pauses at 8 s, "
+            f"{format_quantity(s.value(storm) - NIC_STALL_TIMEOUT_S, 's')} before the counters were read"
+            if nic_fires else
+            f"{origin} has been stalled only {lasted}, under 8 s: its NIC is still sending pauses "
+            "(the 100 ms auto setting would have caught it)")
+    mates = [node for node in victims if leaf_of[node] == home]
+    s.judge(key, "PFC off on the leaf-spine links (lossless only inside a leaf)", not mates,
+            f"every stalled node ({', '.join(victims)}) hangs off {away}: with the spine links lossy, {home} drops "
+            f"what arrives for {origin} instead of pausing the spine, so the storm stays on {home} "
+            "(cross-leaf RDMA pays in drops and retransmissions)" if not mates else
+            f"{', '.join(mates)} shares {home} with {origin} and received "
+            f"{format_number(sum(p[f'{home}_to_{node}'] for node in mates))} pause frames on its own link: "
+            f"lossy spine links spare only {away}'s nodes")
+    per_mb = format_quantity(1e6 / s.value(R), "µs")  # one MB at line rate (R is held in bytes per second)
+    s.judge(key, "ECN marking at a lower queue threshold on the leaves", False,
+            f"ECN slows senders only through the CNPs the receiver returns, and {origin} has received nothing "
+            f"for {lasted}: marks do not release a pause")
+    s.judge(key, "more buffer headroom and a higher XOFF threshold on the leaves", False,
+            f"{origin} drains nothing, so any buffer fills: each extra MB fills in {per_mb} at "
+            f"{format_quantity(s.value(R), 'Gb/s')}, against a storm of {lasted}")
+    s.judge(key, "rate-limiting every sender to half its line rate", False,
+            f"a queue that drains at zero fills at any arrival rate: at half the rate each MB of buffer fills "
+            f"in {format_quantity(2e6 / s.value(R), 'µs')} instead of {per_mb}, and the storm has lasted {lasted}")
