@@ -140,6 +140,7 @@ def test_users_per_gpu_at_8k(variant):
     assert results["tpot_16"] == pytest.approx(23.31e-3, rel=1e-3)
     assert results["tp_min_16"] == 4  # the familiar figure: bf16 70B needs four 80 GB GPUs (TP2: 70.5 GB each)
     assert results["served_tp4"] == 96  # two TP4 replicas hold 48 each: the weights stored twice
+    assert results["served_pp"] == 149  # TP4 x PP2 stores them once too: a tie, which goes to the plain group
     assert solution.expected["best_layout"] == "TP8"
     assert results["served_best"] == 149
     assert solution.expected["regime"] == "one-group"
@@ -147,11 +148,18 @@ def test_users_per_gpu_at_8k(variant):
 
 def test_users_per_gpu_default_and_its_follow_up(variant, catalog):
     """1K chat turns at 30 ms: one TP8 group serves 1,013 users (its TPOT caps it below the 1,193 that fit),
-    two TP4 replicas fewer; the follow-up shortens the context and the replicas win."""
+    two TP4 replicas 772 (memory: the weights twice), and one TP4 x PP2 pipeline 1,056, the most (issue #12
+    added it: the best layout was TP8 before). The follow-up shortens the context and the replicas win."""
     solution = variant("users-per-gpu@default")
     results = solution.sheet.results
-    assert results["users_16"] == 1193 and results["served_tp8"] == 1013
-    assert solution.expected["best_layout"] == "TP8" and solution.expected["regime"] == "one-group"
+    assert results["users_16"] == 1193 and results["served_tp8"] == 1013 and results["served_tp4"] == 772
+    assert results["served_pp"] == results["served_best"] == 1056
+    # Why the pipeline wins: it holds what one TP8 group holds (weights once), while the TPOT caps it at two
+    # micro-batches of a TP4 step, above TP8's cap (TP8's all-reduce per request is larger); the replicas run out
+    # of memory first.
+    assert results["pp_fit"] == results["users_16"] > results["pp_stages"] * results["pp_micro"]
+    assert results["fit_tp4"] * 2 == results["served_tp4"] < results["served_tp8"] < results["served_pp"]
+    assert solution.expected["best_layout"] == "PP" and solution.expected["regime"] == "one-group"
     pushed = follow_up(solution, catalog).solution
     assert pushed.param("context").raw < 1024 and pushed.expected["regime"] == "replicas"
 
@@ -173,6 +181,49 @@ def _layouts_by_hand(p) -> dict[int, int]:
     return served
 
 
+def _pipeline_by_hand(p) -> int:
+    """Users one TP n x PP G/n pipeline serves within the TPOT (n: the smallest TP that holds the model alone,
+    at most G/2), in exact plain arithmetic: S micro-batches of m, TPOT = S stage times + (S - 1) sends."""
+    model, gpu, G = p["model"], p["gpu"], p["gpus"]
+    usable = _q(gpu.hbm_gb) * 10**9 * Fraction(9, 10) - p["reserve"]
+    N = _q(model.params_b) * 10**9
+    kv_req = 2 * model.layers * model.kv_heads * model.head_dim * 2 * p["context"]
+    BW, P, link = _q(gpu.hbm_tb_s) * 10**12, _q(gpu.bf16_dense_tflops) * 10**12, _q(gpu.nvlink_gb_s) * 10**9 / 2
+    n = min(next(n for n in (1, 2, 4, 8) if usable * n >= 2 * N + kv_req), G // 2)
+    S = G // n
+    share = Fraction(-(-model.layers // S), model.layers)  # the largest stage's share of the layers
+    w, kv = 2 * N * share / n, kv_req * share / n
+    fit = math.floor((usable - w) / kv)
+
+    def tpot(m):
+        ar = 0 if n == 1 else 2 * model.layers * share * (Fraction(1, 100_000)
+                                                          + Fraction(2 * (n - 1), n) * m * model.hidden * 2 / link)
+        stage = max((w + m * kv) / BW, 2 * N * share * m / (n * P)) + ar
+        return S * stage + (S - 1) * m * model.hidden * 2 / link
+    return min(fit, S * _largest_within(tpot, _q(p["tpot"])))
+
+
+@pytest.mark.parametrize("seed", ["default", *range(10)])
+def test_users_per_gpu_pipeline_matches_plain_arithmetic(variant, seed):
+    """The pipeline's users, re-derived by hand, and the best layout among the replicas and the pipeline."""
+    solution = variant(f"users-per-gpu@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    pp, served = _pipeline_by_hand(p), _layouts_by_hand(p)
+    assert solution.sheet.results["served_pp"] == pp
+    best = max(served, key=lambda n: (served[n], n))
+    assert solution.expected["best_layout"] == ("PP" if pp > served[best] else f"TP{best}")
+
+
+def test_the_pipeline_loses_to_replicas_when_both_are_time_capped(variant):
+    """70B on 8 x H200 at 512 tokens, 35 ms: TP2 x PP4 holds 5,030 like one TP8 group, but each token reads a TP2
+    replica's weights, so its TPOT caps it like four TP2 replicas, and the three sends per token cost it 4 users."""
+    solution = variant("users-per-gpu@default+gpu=h200-sxm+context=512+reserve=3.5+tpot=35")
+    results = solution.sheet.results
+    assert results["pp_stages"] == 4 and results["pp_fit"] > results["served_tp2"]
+    assert results["served_pp"] == 4 * results["pp_micro"] == 1728 < results["served_tp2"] == 1732
+    assert solution.expected["best_layout"] == "TP2"
+
+
 @pytest.mark.parametrize("seed", range(25))
 def test_users_per_gpu_matches_plain_arithmetic(variant, seed):
     """Every layout's users, the smallest TP and the best layout, recomputed exactly; the wide group wins
@@ -185,7 +236,7 @@ def test_users_per_gpu_matches_plain_arithmetic(variant, seed):
     for n, users in served.items():
         assert results[f"served_tp{n}"] == users
     best = max(served, key=lambda n: (served[n], n))
-    assert solution.expected["best_layout"] == f"TP{best}"
+    assert solution.expected["best_layout"] in (f"TP{best}", "PP")
     assert solution.expected["regime"] == ("one-group" if best == p["gpus"] else "replicas")
     capacity_bound = all(results[f"fit_tp{n}"] <= results[f"batch_tp{n}"] for n in served)
     if capacity_bound:

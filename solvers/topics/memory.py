@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side, max_of, min_of
-from solvers.topics.collective import all_reduce_terms, tp_all_reduce
+from solvers.topics.collective import ACTIVATION_BYTES, all_reduce_terms, link_bandwidth, tp_all_reduce
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
@@ -219,12 +219,16 @@ def users_per_gpu_question(p, s: Sheet) -> None:
     for n in (2**k for k in range(int(math.log2(p.gpus)) + 1)):
         if s.compare(n, n_min) >= 0:
             served[n] = _layout(p, s, n, G, usable, W, N, kv_req, BW, P, T)
-    if max(s.value(v) for v in served.values()) < 1:
+    n_pp = min(first, p.gpus // 2)  # the narrowest TP that holds the model alone, but at least two stages
+    pp = _pipeline(p, s, n_pp, G, usable, W, N, kv_req, BW, P, T)
+    if max(s.value(v) for v in (*served.values(), pp)) < 1:
         raise Reject("no layout meets the TPOT target with one request")
     best = max(served, key=lambda n: (s.value(served[n]), n))  # a tie goes to the wider group: fewer replicas
-    s.choose("best_layout", f"TP{best}")
-    s.step("served_best", "Users the best layout serves within the TPOT", "U_best", served[best], "requests",
-           f"TP{best} × {p.gpus // best}: the most of the layouts above")
+    piped = s.compare(pp, served[best]) > 0  # a tie goes to the layout without a pipeline
+    s.choose("best_layout", "PP" if piped else f"TP{best}")
+    s.step("served_best", "Users the best layout serves within the TPOT", "U_best", pp if piped else served[best],
+           "requests", (f"one TP{n_pp} × PP{p.gpus // n_pp} pipeline" if piped else f"TP{best} × {p.gpus // best}")
+           + ": the most of the layouts above")
     s.assume(f"Usable HBM {format_number(GPU_MEMORY_UTILIZATION * 100)}% of each GPU (card: usable-hbm), less "
              f"a reserve of {format_number(p.reserve / 2**30)} GiB for activations, CUDA graphs and NCCL buffers.")
     s.assume("Weights and KV heads split evenly over a TP group; no TP here exceeds the 8 KV heads, so none "
@@ -235,7 +239,9 @@ def users_per_gpu_question(p, s: Sheet) -> None:
     s.slip("/n: requests per GPU, not per TP group", 1 / p.gpus, on=("users_16", "users_8"))
     s.slip("x n: the whole request's KV, not one GPU's share", p.gpus, on="kv_per_request_gpu")
     s.slip("x layers: one layer's KV instead of all of them", 1 / p.model.layers, on="kv_per_request_gpu")
-    _layout_regime(s, p, served, best, users16, tpot16)
+    s.assume("The pipeline runs S micro-batches in flight with no bubble in steady decode; sending the sampled token "
+             "back to the first stage, and the sends' latency, are left out.")
+    _layout_regime(s, p, served, best, users16, tpot16, _pipeline_note(s, p, n_pp, pp, piped))
 
 
 def _layout(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> sympy.Symbol:
@@ -255,7 +261,53 @@ def _layout(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> sympy.Sym
                   "each replica serves what fits, capped by what its step carries in time")
 
 
-def _layout_regime(s: Sheet, p, served, best, users16, tpot16) -> None:
+def _pipeline(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> sympy.Symbol:
+    """One replica over the node: TP n within each of G/n pipeline stages of whole layers. Decode keeps every
+    stage busy with G/n micro-batches in flight; each token passes every stage once, so the TPOT is the sum of
+    one micro-batch's stage times, and the slowest (most layers) stage sets the pace of all."""
+    S = s.step("pp_stages", f"Pipeline stages of TP{n}", "S", G / n, "", "the node's GPUs over the TP width")
+    L = s.given("L", p.model.layers, "", "layers")
+    L_s = s.step("pp_layers", "Layers in the largest stage", "L_s", sympy.ceiling(L / S), "",
+                 "whole layers per stage; an uneven split leaves one stage heavier")
+    w_pp = s.step("pp_weights_gpu", "bf16 weights per GPU of the pipeline", "w_pp", W * L_s / (L * n), "GB",
+                  "its stage's layers, split over the stage's TP group")
+    kv_pp = s.step("pp_kv_gpu", "bf16 KV per request per GPU of the pipeline", "KV_pp", kv_req * L_s / (L * n),
+                   "GiB", "each stage keeps its layers' KV for every request in flight")
+    fit = s.step("pp_fit", "Requests the pipeline holds", "B_fitPP", sympy.floor((usable - w_pp) / kv_pp),
+                 "requests", "what the stage's weights leave on each GPU over its share of one request")
+    terms = all_reduce_terms(s, p.model, p.gpu, n, tp_symbol=sympy.Integer(n))
+    stage = L_s / L  # the largest stage's share of the layers' all-reduces
+    link = link_bandwidth(s, p.gpu, p.gpus)
+    h = s.given("h", p.model.hidden, "", "hidden size")
+    b_a = s.given("b_a", ACTIVATION_BYTES, "B", "bytes per activation (bf16)")
+    send = s.step("pp_send", "Stage-to-stage send per request", "x_PP", h * b_a / link, "us",
+                  "one token's hidden state over NVLink at each of the S − 1 boundaries")
+    fixed = S * stage * terms.fixed
+    per = S * stage * terms.per_token + (S - 1) * send  # seconds of TPOT each request of a micro-batch adds
+    micro = s.step("pp_micro", "Micro-batch a token's pass carries within the TPOT", "m_T",
+                   max_of(0, sympy.floor(min_of((T - fixed - S * w_pp / BW) / (S * kv_pp / BW + per),
+                                                (T - fixed) / (S * 2 * N * stage / (n * P) + per)))),
+                   "requests", "S·t_stage(m) + (S − 1)·m·x ≤ T on both sides of the roofline: the token passes "
+                   "every stage once" + ("" if n == 1 else ", each stage's all-reduces included"))
+    return s.step("served_pp", f"Users one TP{n} × PP{p.gpus // n} pipeline serves", "U_PP",
+                  sympy.Min(fit, S * micro, evaluate=False), "requests",
+                  "S micro-batches in flight keep every stage busy: what fits, capped by S micro-batches in time")
+
+
+def _pipeline_note(s: Sheet, p, n: int, pp, piped: bool) -> str:
+    """Why the pipeline does or does not serve the most, from which of its caps binds."""
+    results = s.results
+    layout, users = f"One TP{n} × PP{p.gpus // n} pipeline", format_number(s.value(pp))
+    if piped:
+        return (f" {layout} serves more still, {users}: it stores the weights once, like the wide group, while a "
+                f"token meets only TP{n} all-reduces, and each stage's run while the other stages compute.")
+    if results["pp_fit"] <= results["pp_stages"] * results["pp_micro"]:
+        return f" {layout} holds the same {users} requests as one wide group, and no more: memory caps both."
+    return (f" {layout} serves {users}: a token's pass reads the weights stage after stage, a TP{n} replica's "
+            "share per GPU in all, so the TPOT caps its micro-batches.")
+
+
+def _layout_regime(s: Sheet, p, served, best, users16, tpot16, pp_note: str) -> None:
     wide = served[p.gpus]
     others = {n: v for n, v in served.items() if n < p.gpus}
     runner = max(others, key=lambda n: (s.value(others[n]), n)) if others else None
@@ -266,25 +318,28 @@ def _layout_regime(s: Sheet, p, served, best, users16, tpot16) -> None:
     n_wide, u_wide = p.gpus, format_number(s.value(wide))
     u_split = format_number(s.value(split))
     alone = (f"Only TP{n_wide} holds the bf16 weights with room for a request: the node runs one group, which "
-             f"serves {u_wide} users within the TPOT ({fit16} full-context requests fit, at {t16} per token).")
+             f"serves {u_wide} users within the TPOT ({fit16} full-context requests fit, at {t16} per token)."
+             + pp_note)
     s.regime_by(wide, split, tie="above", above=Side(
         "one-group",
         alone if not others else
         f"One TP{n_wide} group serves {u_wide} users within the TPOT, against {u_split} for the best split: it stores "
-        f"the weights once, so each GPU keeps more room for KV ({fit16} full-context requests at {t16} per token).",
+        f"the weights once, so each GPU keeps more room for KV ({fit16} full-context requests at {t16} per token)."
+        + pp_note,
         "With shorter contexts or a tighter TPOT the step's time, not memory, caps the batch; then the all-reduce "
         "traffic each request adds, which grows with the TP width, lets replicas of a narrower TP serve more.",
         near=f"One TP{n_wide} group serves {u_wide} users, barely more than the {u_split} of the best split: "
-             "the weights stored once still win, but the all-reduces nearly cancel the gain."),
+             "the weights stored once still win, but the all-reduces nearly cancel the gain." + pp_note),
         below=Side(
         "replicas",
         f"{p.gpus // best} × TP{best} serve {format_number(s.value(served[best]))} users within the TPOT, against "
         f"{u_wide} for one TP{n_wide} group: the TPOT, not memory, caps the wide group's batch, and narrower "
-        "replicas pay less all-reduce per request and per step.",
+        "replicas pay less all-reduce per request and per step." + pp_note,
         "With longer contexts or a looser TPOT memory binds again, and one wide group serves more: it holds one "
         "copy of the weights where replicas hold several.",
         near=f"The best split serves {format_number(s.value(served[best]))} users, barely more than one TP{n_wide} "
-             f"group's {u_wide}: the two are close, and a small change in context or TPOT flips the choice."))
+             f"group's {u_wide}: the two are close, and a small change in context or TPOT flips the choice."
+             + pp_note))
 
 
 def _profile_run_inputs(p, s: Sheet, utilization: float) -> tuple[sympy.Symbol, ...]:
