@@ -297,12 +297,13 @@ def test_enter_on_every_home_menu_entry_opens_it():
 
 async def _typing_brings_the_box_into_view():
     async with running_app() as (app, pilot):
-        await open_default(app, pilot, "loss-plateau-triage")  # a prompt far longer than 24 rows
+        await open_default(app, pilot, "loss-plateau-triage")  # prompt, log and options fill 24 rows
+        body = app.screen.query_one("#question-body")
+        await wait_for(pilot, lambda: body.scroll_y == 0)  # the screen opens at its prompt
         box = app.screen.focused
         hidden_before = box.region.height == 0 or box.region.bottom > SIZE[1]
         await pilot.press("1")
         await wait_for(pilot, lambda: box.region.height > 0 and box.region.bottom <= SIZE[1])
-        body = app.screen.query_one("#question-body")
         return hidden_before, body.can_focus
 
 
@@ -310,3 +311,16 @@ def test_typing_brings_the_focused_box_into_view_at_80x24():
     hidden_before, body_takes_focus = asyncio.run(_typing_brings_the_box_into_view())
     assert hidden_before  # the prompt fills the screen at first: the box starts below the fold
     assert not body_takes_focus  # tab moves between answer boxes, never to the scroll container
+
+
+def test_a_question_opens_at_its_prompt_with_the_first_answer_box_focused():
+    """At 80x24 a prompt, its options and its parameters fill the screen: Textual scrolled the body to
+    the focused box, so the candidate saw parameters and boxes but not the question."""
+    async def scenario():
+        async with running_app() as (app, pilot):
+            await open_default(app, pilot, "kv-bytes-per-token")
+            body = app.screen.query_one("#question-body")
+            await wait_for(pilot, lambda: body.scroll_y == 0 and body.max_scroll_y > 0)
+            assert isinstance(app.screen.focused, Input) and app.screen.focused.id == "answer-kv_per_token"
+
+    asyncio.run(scenario())

@@ -33,6 +33,9 @@ def _params_table(solution: Solution) -> Table:
 
 
 class QuestionScreen(AppScreen):
+    # Textual's auto-focus would focus the first box with scrolling, before on_mount focuses it without:
+    # the candidate must see the prompt first, the box comes into view when they type.
+    AUTO_FOCUS = ""
     DEFAULT_CSS = """
     #question-bar { height: auto; background: $boost; }
     #question-title { width: 1fr; padding: 0 1; }

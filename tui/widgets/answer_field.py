@@ -43,6 +43,8 @@ class AnswerField(Vertical):
         return self.spec.note(self.value, self.shown)[0]
 
     def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.has_focus:  # the question opens at its prompt; typing brings the box into view
+            self.scroll_visible(animate=False)
         ok, note = self.spec.note(event.value, self.shown)
         status = self.query_one(".note", Static)
         status.update(note)
