@@ -240,3 +240,14 @@ def test_loss_plateau_lr_is_at_its_floor_or_well_above_it(variant):
         solution = variant(f"loss-plateau-triage@{seed}")
         share, floor = solution.sheet.results["lr_share"], solution.param("lr_floor").value
         assert share <= floor * (1 + 1e-9) or share >= 0.1, seed
+
+
+def test_loss_plateau_says_which_cause_is_not_a_training_problem(variant):
+    """The teaser's five causes include one that is not a training problem: a step counter that does
+    not move means the job stopped stepping, whatever the loss curve suggests."""
+    kinds = {}
+    for seed in range(0, 120, 3):
+        expected = variant(f"loss-plateau-triage@{seed}").expected
+        kinds.setdefault(expected["cause"], set()).add(expected["kind"])
+    assert kinds.pop("job-not-stepping") == {"job-not-training"}
+    assert kinds and all(kind == {"training-problem"} for kind in kinds.values())

@@ -86,6 +86,8 @@ def loss_plateau_triage(p, s: Sheet) -> None:
         raise Reject(f"the incident points to {len(fired)} causes, expected one")
     cause = CAUSE_OF_CHECK[fired[0]]
     s.choose("cause", cause)
+    # A flat loss with a frozen step counter is no training pathology: the job has stopped stepping.
+    s.choose("kind", "job-not-training" if cause == "job-not-stepping" else "training-problem")
     _checks_run(s, CHECKS.index(fired[0]))
 
     s.assume("The schedule is Megatron-style (the lr-schedule card): linear warmup to the peak, cosine decay to "
