@@ -61,9 +61,6 @@ class VariantCode:
         if seed is not None and seed > MAX_SEED:
             raise VariantError(f"seed must be between 0 and {MAX_SEED}")
         sets = tuple(tuple(item.split("=", 1)) for item in match["sets"].split("+")[1:])
-        twice = sorted({name for name, _ in sets if sum(n == name for n, _ in sets) > 1})
-        if twice:
-            raise VariantError(f"{', '.join(twice)} set twice in '{text.strip()}'")
         return cls(match["id"], seed, sets)  # type: ignore[arg-type]
 
 
@@ -202,6 +199,8 @@ def make_variant(bank: Bank, catalog: Catalog, code: VariantCode) -> Solution:
         raise VariantError(f"seed must be between 0 and {MAX_SEED}")
     overrides = {}
     for name, text in code.overrides:
+        if name in overrides:  # in a code or given twice with --set: which value was meant?
+            raise VariantError(f"{name} set twice: give each parameter one value")
         try:
             spec = question.parameter(name)
         except KeyError:
