@@ -313,7 +313,7 @@ def read_question(path: Path) -> Question:
     try:
         text = read_text(path)
     except YamlError as error:
-        raise QuestionError(f"{path}:{str(error).removeprefix('line ')}") from None
+        raise QuestionError(f"{path}:{error.line}: {error.what}") from None
     except OSError as error:
         raise QuestionError(f"{path}: cannot read: {error.strerror or error}") from None
     return parse_question(path, text)
@@ -324,8 +324,7 @@ def parse_question(path: Path, text: str) -> Question:
     try:
         document = load_with_lines(text)
     except YamlError as error:
-        line, _, what = str(error).removeprefix("line ").partition(": ")
-        raise QuestionError(f"{path}:{line}: {what}") from None
+        raise QuestionError(f"{path}:{error.line}: {error.what}") from None
     if not isinstance(document, LineDict):
         raise QuestionError(f"{path}:1: expected a mapping at the top level")
     for key in document:

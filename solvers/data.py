@@ -132,7 +132,7 @@ def _load_file(path: Path, collections: tuple[str, ...], into: Catalog) -> None:
     try:
         document = read_yaml(path) or {}
     except YamlError as error:
-        into.problems.append(f"{path}:{str(error).removeprefix('line ')}")
+        into.problems.append(f"{path}:{error.line}: {error.what}")
         return
     except OSError as error:
         into.problems.append(f"{path}: cannot read: {error.strerror or error}")

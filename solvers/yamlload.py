@@ -18,7 +18,14 @@ MAX_NODES = 200_000  # nodes after alias expansion; the bank's files have a few 
 
 
 class YamlError(ValueError):
-    """A file that cannot be read as bounded, safe YAML; str() is `line N: what is wrong`."""
+    """A file that cannot be read as bounded, safe YAML: the line where it goes wrong, and what."""
+
+    def __init__(self, line: int, what: str) -> None:
+        super().__init__(f"line {line}: {what}")
+        self.line, self.what = line, what
+
+
+_TOO_LARGE = f"over {MAX_BYTES // 1000:,} KB: not a question or data file"
 
 
 class LineDict(dict):
@@ -53,26 +60,20 @@ def _check_size(node: yaml.Node) -> None:
         current, depth = stack.pop()
         count += 1
         if count > MAX_NODES:
-            raise YamlError(f"line {current.start_mark.line + 1}: expands to over {MAX_NODES:,} values "
+            raise YamlError(current.start_mark.line + 1, f"expands to over {MAX_NODES:,} values "
                             "(aliases repeated too often)")
         if depth > MAX_DEPTH:
-            raise YamlError(f"line {current.start_mark.line + 1}: nested over {MAX_DEPTH} levels deep")
+            raise YamlError(current.start_mark.line + 1, f"nested over {MAX_DEPTH} levels deep")
         if isinstance(current, yaml.SequenceNode):
             stack.extend((child, depth + 1) for child in current.value)
         elif isinstance(current, yaml.MappingNode):
             stack.extend((child, depth + 1) for pair in current.value for child in pair)
 
 
-def _error_line(error: yaml.YAMLError) -> str:
-    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
-    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-    return f"line {mark.line + 1 if mark else 1}: not valid YAML: {problem}"
-
-
 def load_with_lines(text: str) -> Any:
     """yaml.safe_load within the bounds above, mappings as LineDicts. Raises YamlError."""
     if len(text) > MAX_BYTES:
-        raise YamlError(f"line 1: over {MAX_BYTES // 1000:,} KB: not a question or data file")
+        raise YamlError(1, _TOO_LARGE)
     loader = _LineLoader(text)
     try:
         node = loader.get_single_node()
@@ -81,11 +82,13 @@ def load_with_lines(text: str) -> Any:
         _check_size(node)
         return loader.construct_document(node)
     except yaml.YAMLError as error:
-        raise YamlError(_error_line(error)) from None
+        mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise YamlError(mark.line + 1 if mark else 1, f"not valid YAML: {problem}") from None
     except RecursionError:
-        raise YamlError(f"line 1: nested over {MAX_DEPTH} levels deep") from None
+        raise YamlError(1, f"nested over {MAX_DEPTH} levels deep") from None
     except ValueError as error:  # an integer past Python's digit limit, a malformed timestamp
-        raise YamlError(f"line 1: a value cannot be read ({str(error).splitlines()[0][:80]})") from None
+        raise YamlError(1, f"a value cannot be read ({str(error).splitlines()[0][:80]})") from None
     finally:
         loader.dispose()
 
@@ -96,13 +99,12 @@ def read_text(path: Path) -> str:
     with open(path, "rb") as file:
         data = file.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
-        raise YamlError(f"line 1: over {MAX_BYTES // 1000:,} KB: not a question or data file")
+        raise YamlError(1, _TOO_LARGE)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data[:error.start].count(b"\n") + 1
-        raise YamlError(f"line {line}: not UTF-8 text (byte 0x{data[error.start]:02x}); save the file as UTF-8") \
-            from None
+        raise YamlError(line, f"not UTF-8 text (byte 0x{data[error.start]:02x}); save the file as UTF-8") from None
 
 
 def read_yaml(path: Path) -> Any:
