@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from solvers.answers import CLOSE, CORRECT, UNPARSED, WRONG, Checklist, Select
+from solvers.answers import CLOSE, CORRECT, UNPARSED, WRONG, Answer, Checklist, Select
 from solvers.bank import Bank, Question, QuestionError, load_bank, read_question, requirement_problems
 from solvers.data import Catalog
 from solvers.derivation import Reject
@@ -105,10 +105,13 @@ def self_test(solution: Solution) -> list[tuple[str, str]]:
     return problems
 
 
-def _key_form(value: object) -> object:
-    """A hashable form of an answer key, to count the distinct keys over draws."""
+def _key_form(value: object, spec: Answer) -> object:
+    """A hashable form of an answer key, to count the distinct keys over draws: the options that
+    hold for a select (in any order), the sequence for an ordering, the value itself otherwise."""
     if isinstance(value, dict):
         return frozenset(k for k, holds in value.items() if holds)
+    if isinstance(spec, Select):
+        return frozenset(value)  # type: ignore[arg-type]
     if isinstance(value, (list, tuple)):
         return tuple(value)
     return value
@@ -120,7 +123,6 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
     where = question.path
     problems = []
     regimes: Counter[str] = Counter()
-    judged: dict[str, set[frozenset[str]]] = {a.key: set() for a in question.answers if isinstance(a, Select)}
     # Self-graded checklists are the same list in every variant by nature; the bar limits their use instead.
     keys: dict[str, Counter[object]] = {a.key: Counter() for a in question.answers if not isinstance(a, Checklist)}
     bar: list[str] = []  # the interview-grade bar (strict): kept apart so the seeds still run
@@ -136,10 +138,8 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
             continue
         problems += [f"{where}: answers.{key}: {label}: {problem}" for key, problem in self_test(solution)]
         problems += [f"{where}: answers.{key}: {label}: {problem}" for key, problem in printed_problems(solution)]
-        for key, right_sets in judged.items():
-            right_sets.add(frozenset(solution.expected[key]))
         for key, seen in keys.items():
-            seen[_key_form(solution.expected[key])] += 1
+            seen[_key_form(solution.expected[key], question.answer(key))] += 1
         if strict and seed is None and follow_up(solution, catalog) is None:
             bar.append(f"{where}: followups: the default variant has no follow-up round (declare one, "
                        "or give the question a regime the engine can push across)")
@@ -149,8 +149,8 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
             regimes[solution.sheet.regime.name] += 1
         if seed is None and problems:
             break  # the default variant is broken: the seeds would only repeat it
-    for key, right_sets in judged.items():
-        if seeds and len(right_sets) < 2:
+    for key, seen in keys.items():
+        if seeds and isinstance(question.answer(key), Select) and len(seen) < 2:
             problems.append(f"{where}: answers.{key}: the same options hold in every variant: judgement that "
                             "does not follow from the numbers")
     for key, seen in keys.items():

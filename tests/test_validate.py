@@ -79,3 +79,4 @@ def test_strict_flags_keys_that_never_move_and_a_missing_follow_up(bank, catalog
     assert constant == {a.key for a in question.answers}
     assert any("followups: the default variant has no follow-up round" in p for p in strict)
     assert not any("one key in" in p or "followups" in p for p in lenient)
+    assert any("answers.levers" in p and "the same options hold in every variant" in p for p in lenient)
