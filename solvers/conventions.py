@@ -2,8 +2,10 @@
 assumes, said once, shown in the app and in exports, named by prompts."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import yaml
 
@@ -45,6 +47,11 @@ def convention(key: str) -> Convention:
         if entry.id == key:
             return entry
     raise KeyError(f"no convention '{key}' in conventions.yaml")
+
+
+def scale_up_domain(gpu: Mapping[str, Any] | None) -> int:
+    """GPUs that share one NVLink domain: the GPU's own `nvlink_domain`, else the card's value."""
+    return int((gpu.get("nvlink_domain") if gpu is not None else None) or convention("scale-up-domain").value)
 
 
 def card_text() -> str:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from solvers.conventions import convention
+from solvers.conventions import convention, scale_up_domain
 from solvers.dtypes import DTYPE_BYTES
 
 
@@ -111,7 +111,7 @@ def _context_within_model(values: Mapping[str, Any]) -> str | None:
 
 def _tp_within_scale_up(values: Mapping[str, Any]) -> str | None:
     gpu = values.get("gpu")
-    domain = (gpu.get("nvlink_domain") if isinstance(gpu, Mapping) else None) or convention("scale-up-domain").value
+    domain = scale_up_domain(gpu if isinstance(gpu, Mapping) else None)
     return None if values["tp"] <= domain else f"TP {values['tp']} is wider than a {domain:.0f}-GPU NVLink domain"
 
 

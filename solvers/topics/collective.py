@@ -12,20 +12,16 @@ from dataclasses import dataclass
 
 import sympy
 
-from solvers.conventions import convention
+from solvers.conventions import convention, scale_up_domain
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet
 
 ACTIVATION_BYTES = 2  # bf16 activations cross the link
 
 
-def _domain(gpu: Record) -> int:
-    return gpu.get("nvlink_domain") or int(convention("scale-up-domain").value)
-
-
 def crosses_domain(gpu: Record, tp: int) -> bool:
     """Whether a TP group of `tp` GPUs leaves the GPU's NVLink domain."""
-    return tp > _domain(gpu)
+    return tp > scale_up_domain(gpu)
 
 
 def _suffix(name: str, group: str) -> str:
@@ -41,7 +37,7 @@ def link_bandwidth(s: Sheet, gpu: Record, tp: int, nic: Record | None = None, gr
     if nic is None:
         raise Reject(f"TP {tp} leaves the {gpu.name} NVLink domain and the variant names no NIC")
     return s.given(symbol, nic.gbit_s * 1e9 / 8, "GB/s",
-                   f"{nic.name} per GPU, each direction: TP {tp} leaves the {_domain(gpu)}-GPU NVLink domain")
+                   f"{nic.name} per GPU, each direction: TP {tp} leaves the {scale_up_domain(gpu)}-GPU NVLink domain")
 
 
 def link_latency(s: Sheet, gpu: Record, tp: int, group: str = "") -> sympy.Symbol:
