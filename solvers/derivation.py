@@ -23,13 +23,41 @@ _FUNCTION_NAMES = (("Max(", "max("), ("Min(", "min("), ("ceiling(", "ceil("), ("
 
 def max_of(*args: sympy.Expr) -> sympy.Expr:
     """max(...) left unevaluated: sympy's own simplification of Max over positive symbols
-    costs milliseconds per call, and the sheet evaluates it numerically anyway."""
+    costs milliseconds per call, and the sheet evaluates it numerically anyway. On plain
+    numbers (a QuickSheet's) it is Python's max."""
+    if all(isinstance(a, (int, float)) for a in args):
+        return max(args)  # type: ignore[return-value]
     return sympy.Max(*args, evaluate=False)
 
 
 def min_of(*args: sympy.Expr) -> sympy.Expr:
     """min(...) left unevaluated, for the same reason as max_of."""
+    if all(isinstance(a, (int, float)) for a in args):
+        return min(args)  # type: ignore[return-value]
     return sympy.Min(*args, evaluate=False)
+
+
+def _near_integer(x: float) -> int | None:
+    """x as a whole number where it is one up to float rounding (a QuickSheet's 511.99999999...)."""
+    nearest = round(x)
+    return nearest if abs(x - nearest) <= 1e-9 * max(1.0, abs(x)) else None
+
+
+def floor_of(x: sympy.Expr) -> sympy.Expr:
+    """floor(x): sympy's on a Sheet's symbols, Python's on a QuickSheet's numbers (sympy's floor
+    of a float costs a millisecond)."""
+    if isinstance(x, (int, float)):
+        whole = _near_integer(x)
+        return whole if whole is not None else math.floor(x)  # type: ignore[return-value]
+    return sympy.floor(x)
+
+
+def ceil_of(x: sympy.Expr) -> sympy.Expr:
+    """ceil(x), as floor_of."""
+    if isinstance(x, (int, float)):
+        whole = _near_integer(x)
+        return whole if whole is not None else math.ceil(x)  # type: ignore[return-value]
+    return sympy.ceiling(x)
 
 
 class Reject(Exception):
@@ -223,13 +251,21 @@ class Sheet:
         return sym
 
     def _evaluate_exact(self, expr: sympy.Expr) -> sympy.Basic:
-        exact = _exact(sympy.sympify(expr).xreplace(self._values))
-        if not exact.is_number or not math.isfinite(float(exact)):
+        value = sympy.sympify(expr).xreplace(self._values)
+        try:
+            exact = _exact(value) if value.is_number else None
+        except TypeError:  # zoo, nan: sympy's division by zero
+            exact = None
+        if exact is None or not math.isfinite(float(exact)):
             raise Reject(f"non-finite result in {expr}")
         return exact
 
     def evaluate(self, expr: sympy.Expr) -> float:
         return float(self._evaluate_exact(expr))
+
+    def integer(self, n: int) -> sympy.Expr:
+        """A whole number written into a formula (a layout's TP degree), kept exact in its arithmetic."""
+        return sympy.Integer(n)
 
     def value(self, sym: sympy.Symbol) -> float:
         return float(self._values[sym])
@@ -287,3 +323,50 @@ class Sheet:
         if "/" in unit or " " in shown and "×" in shown:
             shown = f"({shown})"
         self._shown[sym] = shown
+
+
+class QuickSheet(Sheet):
+    """The same solver run on floats, for scans (the follow-up search, the sweep chart): it keeps
+    each answer's value and the regime's side and margin, and none of the printed derivation.
+    Its decisions are float comparisons, so a scan point at an exact tie may fall either way;
+    whatever a scan finds is solved again on a Sheet before anyone sees it."""
+
+    def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> sympy.Symbol:
+        # A number where a Sheet gives a symbol: whole numbers stay integers, as a Sheet keeps them.
+        number = float(value)
+        if number.is_integer() and abs(number) < 2**62:
+            return int(number)  # type: ignore[return-value]
+        return number  # type: ignore[return-value]
+
+    def step(self, key: str, title: str, symbol: str, expr: sympy.Expr, unit: str = "", why: str = "") -> sympy.Symbol:
+        value = self.evaluate(expr)
+        if key:
+            self.results[key] = value
+        return value  # type: ignore[return-value]
+
+    def evaluate(self, expr: sympy.Expr) -> float:
+        try:
+            value = float(expr)
+        except (TypeError, ValueError):  # zoo, nan or a symbol left over: what a Sheet rejects too
+            raise Reject(f"non-finite result in {expr}") from None
+        if not math.isfinite(value):
+            raise Reject(f"non-finite result in {expr}")
+        return value
+
+    def value(self, sym: sympy.Symbol) -> float:
+        return float(sym)
+
+    def integer(self, n: int) -> sympy.Expr:
+        return int(n)  # type: ignore[return-value]
+
+    def compare(self, a: sympy.Expr, b: sympy.Expr) -> int:
+        difference = self.evaluate(a) - self.evaluate(b)
+        return (difference > 0) - (difference < 0)
+
+    def set_regime(self, name: str, summary: str, boundary: sympy.Symbol, position: sympy.Symbol,
+                   other_side: str, key: str = "regime") -> None:
+        def point(value: sympy.Symbol) -> Step:
+            return Step("", "", "", float(value), "", "")
+
+        self.regime = Regime(name, summary, point(boundary), point(position), other_side)
+        self.results[key] = name
