@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -322,5 +323,27 @@ def test_a_question_opens_at_its_prompt_with_the_first_answer_box_focused():
             body = app.screen.query_one("#question-body")
             await wait_for(pilot, lambda: body.scroll_y == 0 and body.max_scroll_y > 0)
             assert isinstance(app.screen.focused, Input) and app.screen.focused.id == "answer-kv_per_token"
+
+    asyncio.run(scenario())
+
+
+def test_a_key_pressed_while_the_bank_loads_opens_its_screen_once_it_is_in(monkeypatch):
+    """`r` pressed right after launch used to say "still loading" and do nothing: the key was lost."""
+    release = threading.Event()
+    load = tui.service.Drill.load
+
+    def slow_load(*args, **kwargs):
+        release.wait(30)
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(tui.service.Drill, "load", staticmethod(slow_load))
+
+    async def scenario():
+        app = InfradrillApp()
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("r")
+            assert app.drill is None and not isinstance(app.screen, QuestionScreen)
+            release.set()
+            await wait_for(pilot, lambda: question_ready(app))
 
     asyncio.run(scenario())
