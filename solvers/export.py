@@ -6,6 +6,7 @@ question in one sheet differ in their answers, not only in their seeds.
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from solvers.bank import Bank, Question
@@ -51,9 +52,10 @@ def _answers(solution: Solution) -> tuple:
     return tuple(str(solution.expected[a.key]) for a in solution.question.answers)
 
 
-def variants(bank: Bank, catalog: Catalog, questions: list[Question], count: int, base_seed: int) -> list[Solution]:
+def variants(bank: Bank, catalog: Catalog, questions: list[Question], count: int, base_seed: int,
+             progress: Callable[[int, int], None] | None = None) -> list[Solution]:
     """`count` variants per question from seeds base_seed, base_seed+1, ..., skipping any whose
-    answers repeat an earlier variant's."""
+    answers repeat an earlier variant's. `progress(done, total)` hears of each variant made."""
     if count < 1:
         raise SelectionError("the count must be at least 1")
     if not 0 <= base_seed <= MAX_SEED:
@@ -74,6 +76,8 @@ def variants(bank: Bank, catalog: Catalog, questions: list[Question], count: int
             if _answers(solution) not in seen:
                 seen.add(_answers(solution))
                 sheet.append(solution)
+                if progress is not None:
+                    progress(len(sheet), count * len(questions))
     return sheet
 
 

@@ -1,13 +1,16 @@
 """`infradrill export`: candidate sheet and answer key in Markdown, JSON, and bad input."""
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections import defaultdict
 
 import pytest
 
+from solvers.export import variants
 from tests.test_cli import run_cli
+from tui import cli
 
 
 def test_markdown_sheet_and_key(tmp_path, capsys):
@@ -106,3 +109,32 @@ def test_the_candidate_sheet_gives_every_parameter_the_app_shows(variant):
     sheet = candidate_markdown([solution])
     assert all(f"- {param.label}: {param.shown}" in sheet for param in solution.problem_data())
     assert any(param.name == "weight_dtype" for param in solution.problem_data())
+
+
+def test_progress_hears_of_every_variant_in_order(bank, catalog):
+    heard = []
+    questions = [bank.get("kv-bytes-per-token"), bank.get("weight-read-intensity")]
+    sheet = variants(bank, catalog, questions, 3, 1, progress=lambda done, total: heard.append((done, total)))
+    assert heard == [(n, 6) for n in range(1, 7)] and len(sheet) == 6
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_long_export_draws_a_bar_on_a_terminal_and_nothing_elsewhere(monkeypatch):
+    clock = iter([0.0, 0.5, 2.0])
+    terminal = _Terminal()
+    monkeypatch.setattr(cli.sys, "stderr", terminal)
+    with cli._progress("Solving variants", clock=lambda: next(clock)) as update:
+        update(1, 4)  # half a second in: no bar yet
+        assert terminal.getvalue() == ""
+        update(2, 4)
+        update(4, 4)
+    assert "Solving variants" in terminal.getvalue()
+    piped = io.StringIO()
+    monkeypatch.setattr(cli.sys, "stderr", piped)
+    with cli._progress("Solving variants", after=0) as update:
+        update(4, 4)
+    assert piped.getvalue() == ""

@@ -8,7 +8,9 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
@@ -35,6 +37,37 @@ def _write_whole(target: Path, content: str | Callable[[Path], None]) -> None:
     except OSError as error:
         partial.unlink(missing_ok=True)
         _fail(f"cannot write {target}: {error.strerror or error}")
+
+
+@contextmanager
+def _progress(label: str, *, after: float = 1.0,
+              clock: Callable[[], float] = time.monotonic) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on standard error for work that runs past `after` seconds; silent when
+    standard error is not a terminal (a pipe, a log, a test)."""
+    if not sys.stderr.isatty():
+        yield lambda done, total: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    started = clock()
+    bar = Progress(console=Console(file=sys.stderr), transient=True)
+    task = None
+
+    def update(done: int, total: int) -> None:
+        nonlocal task
+        if task is None:
+            if clock() - started < after:
+                return
+            bar.start()
+            task = bar.add_task(label, total=total)
+        bar.update(task, completed=done)
+
+    try:
+        yield update
+    finally:
+        if task is not None:
+            bar.stop()
 
 
 def _stop_slow_solve(signum: int, frame: object) -> NoReturn:
@@ -325,7 +358,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     bank, catalog = _load()
     try:
         questions = select(bank, Selection(tuple(args.ids), args.group, args.topic, args.difficulty))
-        solutions = variants(bank, catalog, questions, args.count, args.seed)
+        with _progress("Solving variants") as progress:
+            solutions = variants(bank, catalog, questions, args.count, args.seed, progress)
     except SelectionError as error:
         _fail(str(error))
     base = out.with_suffix("") if out.suffix in (".md", ".json", ".apkg") else out
