@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from rich.console import Console
 from textual.widgets import DataTable, Input
 
 import tui.service
@@ -199,17 +201,28 @@ def test_a_broken_question_file_gives_a_notice_and_the_rest_loads(tmp_path):
     assert "could not be loaded" in status
 
 
+async def _open_what_if(app, pilot, question_id: str):
+    await open_default(app, pilot, question_id)
+    await reveal(app, pilot, ("ctrl+s", "ctrl+s"))
+    await pilot.press("w")
+    await wait_for(pilot, lambda: type(app.screen).__name__ == "WhatIfScreen")
+    screen = app.screen
+    await wait_for(pilot, lambda: screen.solved == screen.asked)
+    return screen
+
+
+async def _press_and_wait(pilot, screen, key: str) -> None:
+    """A move is solved in a worker: wait until its result is on screen."""
+    await pilot.press(key)
+    await wait_for(pilot, lambda: screen.solved == screen.asked)
+
+
 async def _what_if_flips_the_regime():
     async with running_app() as (app, pilot):
-        await open_default(app, pilot, "weight-read-intensity")
-        await reveal(app, pilot, ("ctrl+s", "ctrl+s"))
-        await pilot.press("w")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "WhatIfScreen")
-        screen = app.screen
+        screen = await _open_what_if(app, pilot, "weight-read-intensity")
         seen = [screen.solution.sheet.regime.name]
         for _ in range(12):  # decode batch: 32 -> x1.41 per press, past the ~455 where 512-token contexts cross
-            await pilot.press("right")
-            await pilot.pause(0.05)
+            await _press_and_wait(pilot, screen, "right")
             seen.append(screen.solution.sheet.regime.name)
         tokens = screen.solution.param("batch").raw
         return seen, tokens, str(screen.query_one("#whatif-regime").content)
@@ -219,6 +232,28 @@ def test_what_if_explorer_steps_a_parameter_across_the_regime_boundary():
     seen, tokens, regime_text = asyncio.run(_what_if_flips_the_regime())
     assert seen[0] == "memory-bound" and seen[-1] == "compute-bound"
     assert tokens > 455 and "compute-bound" in regime_text
+
+
+def test_what_if_selects_every_parameter_and_steps_a_choice_through_its_options():
+    """Up and down pick a parameter (the scroll container used to take them); a GPU, a model or a dtype
+    moves to its next option, and the chart still sweeps the question's own parameter."""
+    async def scenario():
+        async with running_app() as (app, pilot):
+            screen = await _open_what_if(app, pilot, "weight-read-intensity")
+            names = [spec.name for spec in screen.specs]
+            assert names == [p.name for p in screen.solution.question.parameters]
+            while screen.specs[screen.selected].name != "gpu":
+                await _press_and_wait(pilot, screen, "up")
+            await _press_and_wait(pilot, screen, "right")
+            console = Console(width=80, record=True, file=io.StringIO())
+            console.print(screen.query_one("#whatif-params").content)
+            rows = console.export_text()
+            return screen.solution.param("gpu").raw, screen.points, rows
+
+    gpu, points, rows = asyncio.run(scenario())
+    assert gpu == "h200-sxm"  # the option after the default h100-sxm
+    selected = [line for line in rows.splitlines() if line.startswith("▶")]
+    assert points and len(selected) == 1 and "GPU" in selected[0] and "H200" in selected[0]
 
 
 async def _interviewer_reveals_step_by_step():
