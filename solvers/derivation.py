@@ -8,7 +8,9 @@ unit of a given or a step only says how to show it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -23,18 +25,25 @@ _FUNCTION_NAMES = (("Max(", "max("), ("Min(", "min("), ("ceiling(", "ceil("), ("
 
 def max_of(*args: sympy.Expr) -> sympy.Expr:
     """max(...) left unevaluated: sympy's own simplification of Max over positive symbols
-    costs milliseconds per call, and the sheet evaluates it numerically anyway. On plain
-    numbers (a QuickSheet's) it is Python's max."""
-    if all(isinstance(a, (int, float)) for a in args):
-        return max(args)  # type: ignore[return-value]
+    costs milliseconds per call, and the sheet evaluates it numerically anyway. On a
+    QuickSheet's numbers it is Python's max."""
+    numbers = [_quick_number(a) for a in args]
+    if None not in numbers:
+        return max(numbers)  # type: ignore[return-value, type-var]
     return sympy.Max(*args, evaluate=False)
 
 
 def min_of(*args: sympy.Expr) -> sympy.Expr:
     """min(...) left unevaluated, for the same reason as max_of."""
-    if all(isinstance(a, (int, float)) for a in args):
-        return min(args)  # type: ignore[return-value]
+    numbers = [_quick_number(a) for a in args]
+    if None not in numbers:
+        return min(numbers)  # type: ignore[return-value, type-var]
     return sympy.Min(*args, evaluate=False)
+
+
+# Set while a QuickSheet's solver runs: the helpers below then compute on floats, however the
+# number reached them (a float times a sympy Rational constant is a sympy Float).
+_QUICK: ContextVar[bool] = ContextVar("quick_sheet", default=False)
 
 
 def _near_integer(x: float) -> int | None:
@@ -43,21 +52,30 @@ def _near_integer(x: float) -> int | None:
     return nearest if abs(x - nearest) <= 1e-9 * max(1.0, abs(x)) else None
 
 
+def _quick_number(x: object) -> float | None:
+    """x as a float inside a QuickSheet's solve, where it is a number at all; else None."""
+    if not _QUICK.get() or not isinstance(x, (int, float, sympy.Number)):
+        return None
+    return float(x)
+
+
 def floor_of(x: sympy.Expr) -> sympy.Expr:
-    """floor(x): sympy's on a Sheet's symbols, Python's on a QuickSheet's numbers (sympy's floor
-    of a float costs a millisecond)."""
-    if isinstance(x, (int, float)):
-        whole = _near_integer(x)
-        return whole if whole is not None else math.floor(x)  # type: ignore[return-value]
-    return sympy.floor(x)
+    """floor(x): sympy's on a Sheet (exact), Python's on a QuickSheet's floats (sympy's floor of
+    a float costs a millisecond)."""
+    number = _quick_number(x)
+    if number is None:
+        return x.p // x.q if isinstance(x, sympy.Rational) else sympy.floor(x)  # type: ignore[return-value]
+    whole = _near_integer(number)
+    return whole if whole is not None else math.floor(number)  # type: ignore[return-value]
 
 
 def ceil_of(x: sympy.Expr) -> sympy.Expr:
     """ceil(x), as floor_of."""
-    if isinstance(x, (int, float)):
-        whole = _near_integer(x)
-        return whole if whole is not None else math.ceil(x)  # type: ignore[return-value]
-    return sympy.ceiling(x)
+    number = _quick_number(x)
+    if number is None:
+        return -(-x.p // x.q) if isinstance(x, sympy.Rational) else sympy.ceiling(x)  # type: ignore[return-value]
+    whole = _near_integer(number)
+    return whole if whole is not None else math.ceil(number)  # type: ignore[return-value]
 
 
 class Reject(Exception):
@@ -267,6 +285,11 @@ class Sheet:
         """A whole number written into a formula (a layout's TP degree), kept exact in its arithmetic."""
         return sympy.Integer(n)
 
+    @contextmanager
+    def solving(self) -> Iterator[None]:
+        """Around the solver's run: a Sheet needs nothing; a QuickSheet switches the helpers to floats."""
+        yield
+
     def value(self, sym: sympy.Symbol) -> float:
         return float(self._values[sym])
 
@@ -358,6 +381,14 @@ class QuickSheet(Sheet):
 
     def integer(self, n: int) -> sympy.Expr:
         return int(n)  # type: ignore[return-value]
+
+    @contextmanager
+    def solving(self) -> Iterator[None]:
+        token = _QUICK.set(True)
+        try:
+            yield
+        finally:
+            _QUICK.reset(token)
 
     def compare(self, a: sympy.Expr, b: sympy.Expr) -> int:
         difference = self.evaluate(a) - self.evaluate(b)

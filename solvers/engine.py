@@ -160,7 +160,8 @@ def run_solver(question: Question, values: dict[str, Any], sheet_type: type[Shee
     sheet = sheet_type(parameters={spec.name: (values[spec.name], spec.unit, spec.label or spec.name)
                                    for spec in question.parameters if isinstance(values.get(spec.name), (int, float))})
     try:
-        solver_function(question)(_Values(values), sheet)
+        with sheet.solving():
+            solver_function(question)(_Values(values), sheet)
     except MissingField as missing:  # an entry this question cannot use: not a solver bug
         raise Reject(f"{question.id} cannot use this entry: {missing}") from None
     except (ZeroDivisionError, OverflowError) as error:  # on floats; a Sheet's sympy rejects the same as non-finite

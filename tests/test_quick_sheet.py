@@ -42,8 +42,15 @@ def test_quick_and_exact_solves_agree_on_every_answer_and_the_regime(bank, catal
     (3.0, 3, 3), (3.5, 3, 4), (-3.5, -4, -3),
     (511.99999999999994, 512, 512),  # 512 computed in floats: the whole number it stands for
     (512.0000000001, 512, 512), (512.001, 512, 513), (0.1 + 0.2, 0, 1)])
-def test_floor_and_ceiling_of_numbers_snap_float_noise_only(x, floor, ceil):
-    assert (floor_of(x), ceil_of(x)) == (floor, ceil)
+def test_a_quick_solve_floors_floats_snapping_their_noise_only(x, floor, ceil):
+    with QuickSheet().solving():
+        assert (floor_of(x), ceil_of(x)) == (floor, ceil)
+
+
+@pytest.mark.parametrize("x", [sympy.Rational(1023, 2), sympy.Rational(-7, 3), sympy.Integer(5), 511.99999999999994,
+                               sympy.Float("2.99999999999999999", 20)])
+def test_an_exact_solve_floors_as_sympy_does(x):
+    assert (floor_of(x), ceil_of(x)) == (sympy.floor(x), sympy.ceiling(x))
 
 
 @pytest.mark.parametrize("expr", [math.inf, math.nan, sympy.zoo, sympy.Symbol("free")])
