@@ -348,36 +348,53 @@ class Sheet:
         self._shown[sym] = shown
 
 
+@dataclass
 class QuickSheet(Sheet):
     """The same solver run on floats, for scans (the follow-up search, the sweep chart): it keeps
     each answer's value and the regime's side and margin, and none of the printed derivation.
     Its decisions are float comparisons, so a scan point at an exact tie may fall either way;
     whatever a scan finds is solved again on a Sheet before anyone sees it."""
 
+    _named: dict[str, float] = field(default_factory=dict)  # values by symbol name, for solvers that name one again
+
     def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> sympy.Symbol:
         # A number where a Sheet gives a symbol: whole numbers stay integers, as a Sheet keeps them.
         number = float(value)
-        if number.is_integer() and abs(number) < 2**62:
-            return int(number)  # type: ignore[return-value]
-        return number  # type: ignore[return-value]
+        kept = int(number) if number.is_integer() and abs(number) < 2**62 else number
+        self._named[symbol] = kept
+        return kept  # type: ignore[return-value]
 
     def step(self, key: str, title: str, symbol: str, expr: sympy.Expr, unit: str = "", why: str = "") -> sympy.Symbol:
         value = self.evaluate(expr)
         if key:
             self.results[key] = value
+        self._named[symbol] = value
         return value  # type: ignore[return-value]
 
     def evaluate(self, expr: sympy.Expr) -> float:
         try:
             value = float(expr)
-        except (TypeError, ValueError):  # zoo, nan or a symbol left over: what a Sheet rejects too
+        except TypeError:  # a symbol an earlier step declared, named again by the solver: its value
+            value = self._by_name(expr)
+        except ValueError:
             raise Reject(f"non-finite result in {expr}") from None
         if not math.isfinite(value):
             raise Reject(f"non-finite result in {expr}")
         return value
 
+    def _by_name(self, expr: sympy.Expr) -> float:
+        """`expr` with the symbols earlier givens and steps declared put in; Reject as a Sheet would
+        for what is still not a finite number (zoo, nan, a symbol never declared)."""
+        free = getattr(expr, "free_symbols", None)
+        if free and all(s.name in self._named for s in free):
+            try:
+                return float(expr.xreplace({s: self._named[s.name] for s in free}))
+            except (TypeError, ValueError):
+                pass
+        raise Reject(f"non-finite result in {expr}")
+
     def value(self, sym: sympy.Symbol) -> float:
-        return float(sym)
+        return self.evaluate(sym)
 
     def integer(self, n: int) -> sympy.Expr:
         return int(n)  # type: ignore[return-value]

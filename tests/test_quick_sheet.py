@@ -58,3 +58,13 @@ def test_a_quick_step_rejects_what_an_exact_step_rejects(expr):
     for sheet in (Sheet(), QuickSheet()):
         with pytest.raises(Reject):
             sheet.step("x", "not a finite number", "x", expr)
+
+
+def test_a_quick_solve_reads_a_symbol_the_solver_names_again():
+    """Solvers may name an earlier step's symbol again (sympy.Symbol('H_gpu')) rather than carry it."""
+    for sheet in (Sheet(), QuickSheet()):
+        sheet.step("heads", "KV heads per GPU", "H_gpu", sheet.given("H", 8) / sheet.given("n", 2))
+        blocks = sheet.step("blocks", "Blocks", "n_blk", 3 * sympy.Symbol("H_gpu"))
+        assert sheet.value(blocks) == 12 and sheet.compare(sympy.Symbol("H_gpu"), 4) == 0
+    with pytest.raises(Reject):
+        QuickSheet().step("x", "a symbol never declared", "x", 2 * sympy.Symbol("nowhere"))
