@@ -1,0 +1,136 @@
+"""Kernel questions (group N): what one SM's units can do per clock, set against what an attention
+or GEMM kernel asks of them. Every rate comes from hardware.yaml's per-SM figures."""
+from __future__ import annotations
+
+from solvers.derivation import Sheet, Side, min_of
+from solvers.topics.common import peak_flops
+from solvers.units import format_number
+
+# --- flash-attention-exp-bound -------------------------------------------------------------
+
+FA3_UTILISATION = 0.75  # FA3's measured share of the H100 bf16 peak at head dim 128 (arXiv:2407.08608)
+
+
+def tensor_rate(gpu, dtype: str) -> int:
+    """Dense tensor FLOP per clock per SM for the operand dtype."""
+    return gpu.bf16_flop_per_clk_sm if dtype == "bf16" else gpu.fp8_flop_per_clk_sm
+
+
+def flash_attention_exp_bound(p, s: Sheet) -> None:
+    """Per score element (one query against one key, in one head) the forward pass does 4d matmul
+    FLOPs on the tensor cores, one exp2 on the MUFU and a few FP32 instructions on the FMA pipe."""
+    d = s.param("d", "head_dim")
+    F = s.given("F_tc", tensor_rate(p.gpu, p.dtype), "", f"{p.gpu.name} dense {p.dtype} tensor FLOP per clock per SM")
+    E = s.given("R_exp", p.gpu.mufu_per_clk_sm, "", "MUFU exp2 results per clock per SM")
+    A = s.given("R_fma", p.gpu.fp32_fma_per_clk_sm, "", "FP32 FMA-pipe results per clock per SM")
+    n = s.param("n_fp32", "fp32_ops")
+
+    t_mm = s.step("matmul_clocks", "Tensor-core clocks per score element", "t_mm", 4 * d / F, "",
+                  "QKᵀ and PV each do a multiply-add per head-dim element: 4d FLOPs per score")
+    t_exp = s.step("", "MUFU clocks per score element", "t_exp", 1 / E, "", "one exp2 per score")
+    r_exp = s.step("exp_ratio", "Exp time over matmul time", "r_exp", t_exp / t_mm, "x",
+                   f"F_tc/(4d·R_exp): {format_number(s.value(F) / (4 * s.value(E)))}/d on this GPU and dtype")
+    s.step("exp_ceiling", "Tensor-peak ceiling with exps and matmuls in series", "u_exp", 1 / (1 + r_exp), "%",
+           "the tensor cores idle while each block's exponentials run")
+    t_fp = s.step("", "FMA-pipe clocks per score element", "t_fp32", n / A, "", "the softmax's other FP32 work")
+    r_fp = s.step("fp32_ratio", "Other FP32 time over matmul time", "r_fp32", t_fp / t_mm, "x",
+                  "max, scale-subtract, sum and cast per score, on the FP32 pipe")
+    r_sm = s.step("softmax_ratio", "Softmax time over matmul time", "r_sm", r_exp + r_fp, "x",
+                  "the exp2 and the FP32 instructions of one score issue from the same warps in a dependent chain")
+    u_serial = s.step("serial_ceiling", "Tensor-peak ceiling with the whole softmax in series", "u_serial",
+                      1 / (1 + r_sm), "%", "what a kernel that never overlaps softmax with the GEMMs can reach")
+    P = s.given("P", peak_flops(p.gpu, p.dtype), "TFLOP/s",
+                f"{p.gpu.name} dense {p.dtype} peak ({p.gpu.sms} SMs × F_tc × {p.gpu.tensor_clock_ghz} GHz)")
+    serial = s.step("serial_tflops", "Attention TFLOP/s at the serial ceiling", "X_serial", u_serial * P,
+                    "TFLOP/s", "the chip's dense peak times the share the serial softmax leaves the tensor cores")
+    s.step("overlap_ceiling", "Tensor-peak ceiling with perfect overlap", "u_overlap", min_of(1, 1 / r_sm), "%",
+           "overlapped, the longer of the two pipes sets the pace")
+    d_star = s.step("boundary_head_dim", "Head dim where softmax and matmuls take equally long", "d_star",
+                    F * (1 / E + n / A) / 4, "", "solve 4d/F_tc = 1/R_exp + n/R_fma for d")
+
+    _fa3_techniques(s, s.value(r_sm))
+    _exp_levers(s, s.value(r_exp), s.value(r_fp), s.value(serial))
+    s.assume("Forward pass, per SM: the tensor cores, the MUFU and the FP32 pipe run at their per-clock peaks "
+             "(hardware.yaml), the same clock for all three; memory traffic is hidden (attention at long "
+             "sequence is compute-bound).")
+    s.assume("The FP32 instructions per score beside the exp2: the row max (FMNMX), the scale-and-subtract in "
+             "log2 units (FFMA), the row sum (FADD) and the cast of P (F2F); the output rescale, once per row "
+             "per K/V block, is left out.")
+    s.assume("FA2 measures about 35% of the H100 bf16 peak and FA3 75% (740 TFLOP/s) at head dim 128 "
+             "(Shah et al., FlashAttention-3, arXiv:2407.08608).")
+    s.slip("exp counted per FLOP instead of per score (4d FLOPs per score forgotten)", on="exp_ratio",
+           factor=s.value(r_exp) / (4 * s.value(d)))
+    s.slip("only one matmul (QKᵀ) counted: 2d FLOPs per score", 2.0, on=("exp_ratio", "fp32_ratio"))
+    _exp_regime(s, d, d_star, r_sm)
+
+
+FA3_TECHNIQUES = "fa3_techniques"
+
+
+def _fa3_techniques(s: Sheet, r_sm: float) -> None:
+    """Which stall each FA3 technique hides (facts about the kernel), and what two of them buy here."""
+    ratio = f"the softmax takes {format_number(r_sm, 3)}x the matmul time"
+    s.judge(FA3_TECHNIQUES, "ping-pong across two warpgroups could hide all of this variant's softmax behind GEMMs",
+            r_sm <= 1, ratio + (": the other warpgroup's GEMMs outlast it" if r_sm <= 1 else ": it outlasts them"))
+    s.judge(FA3_TECHNIQUES, "twice the tensor rate (FP8) would raise this variant's TFLOP/s under perfect overlap",
+            r_sm < 1, ratio + ("; halved GEMMs still hide part of it and finish sooner" if r_sm < 1 else
+                               "; the softmax already sets the pace, so halving the GEMMs gains nothing"))
+    for option, holds, why in (
+        ("producer warps issuing TMA loads (warp specialization) hide the K/V tile loads from HBM", True,
+         "a producer warp issues the copies and the consumers only wait on a barrier"),
+        ("ping-pong across two warpgroups hides one warpgroup's softmax behind the other's GEMMs", True,
+         "barriers order the two: while one runs its exponentials the other holds the tensor cores"),
+        ("intra-warpgroup pipelining overlaps a block's softmax with the next block's QKᵀ GEMM", True,
+         "the asynchronous WGMMA of block j+1 runs while the same warpgroup does block j's softmax"),
+        ("FP8 with incoherent processing hides no stall: it halves matmul time, and its Hadamard rotation "
+         "spreads outliers so FP8 loses less accuracy", True,
+         "it moves the tensor side, not the softmax, which makes the exponentials relatively worse"),
+        ("producer warps issuing TMA loads hide the exponentials", False,
+         "TMA moves bytes; the exponentials still run on the consumers' MUFU"),
+        ("ping-pong across warpgroups raises the MUFU's exp2 throughput", False,
+         "it overlaps the exponentials with GEMMs; the MUFU's rate per clock is fixed"),
+        ("incoherent processing (the Hadamard rotation) hides the K/V loads", False,
+         "it is an accuracy measure for FP8, applied to Q and K"),
+        ("intra-warpgroup pipelining removes the online softmax's rescaling of the output", False,
+         "the rescale stays; pipelining only reorders the work so the GEMM and the softmax overlap"),
+    ):
+        s.judge(FA3_TECHNIQUES, option, holds, why)
+
+
+FA3_TFLOPS = 740e12  # FA3's measured bf16 forward at head dim 128 on H100 SXM (arXiv:2407.08608)
+
+
+def _exp_levers(s: Sheet, r_exp: float, r_fp: float, serial: float) -> None:
+    """Judged on this variant's ratios: what overlap, a faster tensor core or cheaper exps would do."""
+    r_sm = r_exp + r_fp
+    pct = lambda u: format_number(100 * u, 3) + "%"  # noqa: E731
+    s.judge("levers", "with no overlap the exponentials alone cap the kernel below 75% of the tensor peak",
+            1 / (1 + r_exp) < FA3_UTILISATION, f"the exp-only ceiling is {pct(1 / (1 + r_exp))}")
+    s.judge("levers", "with the whole softmax in series the kernel stays under half the tensor peak", r_sm > 1,
+            f"the serial ceiling is {pct(1 / (1 + r_sm))}")
+    s.judge("levers",
+            "FA3's measured 740 TFLOP/s (H100, bf16, head dim 128) is more than this kernel reaches in series",
+            FA3_TFLOPS > serial, f"in series it reaches {format_number(serial / 1e12, 3)} TFLOP/s")
+    half = 1 / (1 + r_exp / 2 + r_fp)
+    s.judge("levers", "emulating half the exp2s with FMA polynomials would lift the no-overlap ceiling to 75% or more",
+            half >= FA3_UTILISATION, f"{pct(half)} with half the MUFU time (the FMA pipe's extra work left out)")
+    s.judge("levers", "twice the head dim would bring the softmax under half the matmul time", r_sm / 2 < 0.5,
+            f"the ratio would be {format_number(r_sm / 2, 3)}x")
+
+
+def _exp_regime(s: Sheet, d, d_star, r_sm) -> None:
+    ratio = format_number(s.value(r_sm), 3)
+    s.regime_by(d, d_star, tie="above", above=Side(
+        "matmul-bound",
+        f"The softmax takes {ratio}x the matmul time: with perfect overlap the GEMMs set the pace, so the "
+        "ceiling is the tensor peak and the gap to it is scheduling (FA3's ping-pong and pipelining close it). "
+        "In series, as FA2 runs it, the exponentials still cost the share computed above.",
+        "Below the boundary head dim (or with a faster tensor core: FP8, Blackwell) the softmax outlasts the "
+        "GEMMs: no overlap reaches the peak, and only cheaper exponentials (FMA-polynomial exp2, a faster MUFU) "
+        "help."),
+        below=Side(
+        "exp-bound",
+        f"The softmax takes {ratio}x the matmul time: even perfectly overlapped, the MUFU and the FP32 pipe "
+        "set the pace and the tensor cores wait on them. Cheaper exponentials (FA4 emulates part of exp2 with "
+        "FMA polynomials), not more overlap, raise the ceiling.",
+        "Above the boundary head dim the GEMMs are the longer pipe and overlap alone can reach the peak."))
