@@ -1,6 +1,9 @@
 """Golden checks for the kernel questions (group N) and the per-SM figures they read from hardware.yaml."""
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 
 PER_SM_GPUS = ("a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200")
@@ -77,3 +80,101 @@ def test_fp8_and_blackwell_turn_d128_exp_bound(variant):
         assert results["exp_ratio"] == 1
         assert results["regime"] == "exp-bound"
         assert results["overlap_ceiling"] == pytest.approx(1 / 1.5)
+
+
+# --- split-kv-decode-merge -------------------------------------------------------------------
+
+
+def lse_merge(outputs: np.ndarray, lses: np.ndarray) -> tuple[np.ndarray, float]:
+    """Merge split attention states (normalised partial output, log-sum-exp) as the key says: weights
+    exp(LSE_i - m) with m the largest LSE, so an empty split (LSE = -inf, output 0) drops out."""
+    m = lses.max()
+    if m == -np.inf:
+        return np.zeros(outputs.shape[1]), -np.inf
+    w = np.exp(lses - m)
+    return (w[:, None] * outputs).sum(0) / w.sum(), m + np.log(w.sum())
+
+
+def split_attention(q, keys, values, bounds):
+    """Each split's normalised output and LSE over keys[start:end]; an empty split writes 0 and -inf
+    (as FlashAttention-2's compute_attn_1rowblock_splitkv does)."""
+    outputs, lses = [], []
+    for start, end in bounds:
+        if start >= end:
+            outputs.append(np.zeros(values.shape[1]))
+            lses.append(-np.inf)
+            continue
+        scores = keys[start:end] @ q
+        m = scores.max()
+        p = np.exp(scores - m)
+        outputs.append(p @ values[start:end] / p.sum())
+        lses.append(m + np.log(p.sum()))
+    return np.array(outputs), np.array(lses)
+
+
+def fa2_split_bounds(tokens: int, tile: int, splits: int) -> list[tuple[int, int]]:
+    """FlashAttention-2's split ranges in tokens: n_blocks_per_split = ceil(ceil(T / tile) / splits)."""
+    n_blocks = -(-tokens // tile)
+    per = -(-n_blocks // splits)
+    return [(min(i * per, n_blocks) * tile, min(min((i + 1) * per, n_blocks) * tile, tokens)) for i in range(splits)]
+
+
+def test_split_kv_default_reproduces_the_catalogue(variant):
+    """Llama-3-70B at batch 1, TP1 on a 132-SM Hopper: 8 blocks (6%), 17 splits, the 17th empty."""
+    results = variant("split-kv-decode-merge@default").sheet.results
+    assert results["blocks"] == 8
+    assert results["fill"] == pytest.approx(8 / 132)
+    assert results["splits"] == 17
+    assert results["tiles_per_split"] == 16  # ceil(256 / 17)
+    assert results["empty_splits"] == 1
+    assert results["merge_weight"] == pytest.approx(1 / (1 + math.e**2))
+    assert results["partial_overhead"] == pytest.approx(2 * 80 * 8 * 17 * 8 * 129 * 4 / (32768 * 327_680))
+    assert results["regime"] == "split-needed"
+    weights = 70.55e9 / (0.8 * 4.8e12)
+    kv = 32768 * 327_680
+    assert results["per_user_unsplit"] == pytest.approx(1 / (weights + kv / (0.8 * 4.8e12 * 8 / 132) + 2e-3))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_split_kv_counts_match_fa2_split_ranges(variant, seed):
+    """The empty splits the solver counts are the splits FA2's own range arithmetic leaves empty."""
+    solution = variant(f"split-kv-decode-merge@{seed}")
+    p, r = _params(solution), solution.expected
+    heads = max(1, p["model"].kv_heads // p["tp"])
+    blocks = p["batch"] * heads
+    splits = math.ceil(p["gpu"].sms / blocks)
+    bounds = fa2_split_bounds(p["context"], 128, splits)
+    assert r["blocks"] == blocks and r["splits"] == splits
+    assert r["empty_splits"] == sum(start >= end for start, end in bounds)
+    assert sum(end - start for start, end in bounds if end > start) == p["context"]
+    assert r["regime"] == ("grid-filled" if blocks >= p["gpu"].sms else "split-needed")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_lse_merge_is_exact_and_survives_the_empty_split(seed):
+    """The default's layout in miniature: 32,768 keys in FA2's 17 splits (the last empty), merged by LSE,
+    equal to one softmax over all keys to 1e-12 in float64, with no NaN from the empty split."""
+    rng = np.random.default_rng(seed)
+    q, keys, values = rng.normal(size=128), rng.normal(size=(32768, 128)) / 4, rng.normal(size=(32768, 128))
+    bounds = fa2_split_bounds(32768, 128, 17)
+    assert bounds[-1][0] >= bounds[-1][1]
+    outputs, lses = split_attention(q, keys, values, bounds)
+    merged, lse = lse_merge(outputs, lses)
+    scores = keys @ q
+    m = scores.max()
+    reference = np.exp(scores - m) @ values / np.exp(scores - m).sum()
+    assert np.all(np.isfinite(merged))
+    assert np.max(np.abs(merged - reference)) < 1e-12
+    assert lse == pytest.approx(m + np.log(np.exp(scores - m).sum()), abs=1e-12)
+
+
+def test_lse_merge_of_only_empty_splits_gives_zero_not_nan():
+    merged, lse = lse_merge(np.zeros((3, 4)), np.full(3, -np.inf))
+    assert np.all(merged == 0) and lse == -np.inf
+
+
+def test_two_split_merge_weight_matches_the_key(variant):
+    results = variant("split-kv-decode-merge@default+lse_gap=3.5").sheet.results
+    merged, lse = lse_merge(np.array([[1.0], [0.0]]), np.array([0.0, 3.5]))
+    assert results["merge_weight"] == pytest.approx(merged[0], rel=1e-12)
+    assert results["merged_lse"] == pytest.approx(lse - 3.5, rel=1e-12)
