@@ -178,3 +178,39 @@ def test_two_split_merge_weight_matches_the_key(variant):
     merged, lse = lse_merge(np.array([[1.0], [0.0]]), np.array([0.0, 3.5]))
     assert results["merge_weight"] == pytest.approx(merged[0], rel=1e-12)
     assert results["merged_lse"] == pytest.approx(lse - 3.5, rel=1e-12)
+
+
+# --- blackwell-tmem-tiles --------------------------------------------------------------------
+
+
+def test_tmem_tiles_default_gives_back_half_the_register_file(variant):
+    """128 x 256 FP32 = 128 KiB = half of Hopper's 256 KiB register file (128 registers a consumer thread);
+    in TMEM it takes 256 of 512 columns. Operand bytes per 64-deep k-slice: 80, 48 and 32 KiB."""
+    results = variant("blackwell-tmem-tiles@default").sheet.results
+    assert results["accumulator"] == 128 * 1024
+    assert results["rf_share"] == 0.5
+    assert results["acc_registers"] == 128
+    assert results["tmem_columns"] == 256
+    assert (results["hopper_bytes"], results["one_sm_bytes"], results["two_cta_bytes"]) == (80 * 1024, 48 * 1024,
+                                                                                             32 * 1024)
+    assert results["tile_facts"]["TMEM holds two of these accumulators, so one tile's epilogue can overlap the "
+                                 "next one's MMAs"]
+
+
+def test_hopper_demand_matches_one_wgmma_instruction(variant):
+    """wgmma m64n256k16 bf16: A 64x16 and B 256x16 from shared memory (10 KiB) for 2*64*256*16 FLOPs,
+    128 clocks at 4,096 FLOP/clock: 80 B per clock."""
+    instruction = (64 * 16 + 256 * 16) * 2 / (2 * 64 * 256 * 16 / 4096)
+    assert variant("blackwell-tmem-tiles@default").sheet.results["hopper_demand"] == instruction == 80
+
+
+@pytest.mark.parametrize("n", [64, 128, 192, 256])
+def test_operand_bytes_per_clock_do_not_depend_on_m(variant, n):
+    """Bytes per clock are set per MMA instruction: doubling M doubles the bytes and the FLOPs alike."""
+    small = variant(f"blackwell-tmem-tiles@default+tile_m=128+tile_n={n}").sheet.results
+    large = variant(f"blackwell-tmem-tiles@default+tile_m=256+tile_n={n}").sheet.results
+    for key in ("hopper_demand", "one_sm_demand", "two_cta_demand"):
+        assert small[key] == pytest.approx(large[key])
+    assert small["two_cta_demand"] == pytest.approx(64 * (128 + n / 2) / n)  # 8,192 FLOP/clock, B split in two
+    assert large["tile_facts"]["on Hopper the accumulator fits the consumers' 232-register budget"] == (256 * n / 256
+                                                                                                        <= 232)
