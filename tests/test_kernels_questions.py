@@ -214,3 +214,35 @@ def test_operand_bytes_per_clock_do_not_depend_on_m(variant, n):
     assert small["two_cta_demand"] == pytest.approx(64 * (128 + n / 2) / n)  # 8,192 FLOP/clock, B split in two
     assert large["tile_facts"]["on Hopper the accumulator fits the consumers' 232-register budget"] == (256 * n / 256
                                                                                                         <= 232)
+
+
+# --- fp8-block-scale-mainloop ----------------------------------------------------------------
+
+
+def test_block_scale_default_costs_a_quarter_of_the_mma(variant):
+    """N_C = 128 on H100: 2*128*128*128 / 8,192 = 512 MMA clocks against 128*128 / 128 = 128 FFMA clocks,
+    25%, so 80% of the fp8 peak if not overlapped; twice the tensor rate on B200 makes it 50%."""
+    results = variant("fp8-block-scale-mainloop@default").sheet.results
+    assert (results["mma_clocks"], results["ffma_clocks"]) == (512, 128)
+    assert results["promotion_share"] == 0.25
+    assert results["serial_ceiling"] == 0.8
+    assert results["serial_tflops"] == pytest.approx(0.8 * 1978.9e12)
+    assert results["temp_registers"] == 64
+    assert results["regime"] == "promotion-hidden" and results["overlap_ceiling"] == 1
+    assert results["blackwell_share"] == 0.5
+
+
+def test_deepgemm_measured_peak_sits_under_the_ceilings(variant):
+    """DeepGEMM's release README: up to 1,358 FP8 TFLOP/s on H800 (H100's SM and clocks) with this main loop,
+    overlapped: under the 80% serial ceiling of 1,583 TFLOP/s, so overlap is not all that it loses."""
+    results = variant("fp8-block-scale-mainloop@default").sheet.results
+    assert 1358e12 < results["serial_tflops"] < results["overlap_ceiling"] * 1978.9e12
+
+
+@pytest.mark.parametrize("tile_n", [64, 128, 256])
+@pytest.mark.parametrize("block", [16, 32, 64, 128])
+def test_promotion_share_is_independent_of_the_tile(variant, tile_n, block):
+    results = variant(f"fp8-block-scale-mainloop@default+tile_n={tile_n}+scale_block={block}").sheet.results
+    assert results["promotion_share"] == 8192 / (2 * 128 * block)
+    # At N_C = 32 the FFMAs take exactly the MMA time: with no slack the promotion is not hidden.
+    assert results["regime"] == ("promotion-hidden" if block > 32 else "promotion-exposed")
