@@ -246,3 +246,52 @@ def test_promotion_share_is_independent_of_the_tile(variant, tile_n, block):
     assert results["promotion_share"] == 8192 / (2 * 128 * block)
     # At N_C = 32 the FFMAs take exactly the MMA time: with no slack the promotion is not hidden.
     assert results["regime"] == ("promotion-hidden" if block > 32 else "promotion-exposed")
+
+
+# --- tma-warp-specialization -----------------------------------------------------------------
+
+
+def test_tma_default_counts(variant):
+    """256 x 128 x 64 bf16: 48 KiB a k-step, 3,072 16-byte copies, 96 warp-wide copies plus 192 address and
+    bounds instructions, against 2 TMA instructions; 256 ldmatrix.x4 (warp tiles 128 x 32) and 1,024 mma.sync
+    in 4,096 issue slots. Two consumer warpgroups: 128 accumulator registers, 168 even, 232 under setmaxnreg."""
+    results = variant("tma-warp-specialization@default").sheet.results
+    assert results["tile_bytes"] == 48 * 1024
+    assert results["copies"] == 3072
+    assert results["cp_instructions"] == 288
+    assert results["tma_removed"] == 286
+    assert results["ldmatrix"] == 8 * (128 + 32) * 64 * 2 / 512
+    assert results["issue_share"] == pytest.approx((288 + 320 + 1024) / 4096)
+    assert (results["acc_registers"], results["even_split"], results["consumer_budget"]) == (128, 168, 232)
+    assert results["regime"] == "even-split-fits"
+
+
+def cutlass_register_split(consumers: int, producer: int) -> tuple[int, int]:
+    """CUTLASS / FlashAttention-3's arithmetic: the even share per thread in units of 8, then the producer's
+    surplus spread over the consumer warpgroups (at most 256)."""
+    even = 65536 // (128 * (consumers + 1)) // 8 * 8
+    return even, min(256, (even * (consumers + 1) - producer) // consumers // 8 * 8)
+
+
+def test_register_splits_match_cutlass_and_fa3(variant):
+    """CUTLASS sm90 cooperative/ping-pong: 40 / 232 with two consumer warpgroups; FA3: 24 / 240 with two and
+    32 / 160 with three."""
+    assert cutlass_register_split(2, 40) == (168, 232)
+    assert cutlass_register_split(2, 24)[1] == 240
+    assert cutlass_register_split(3, 32) == (128, 160)
+    for consumers, producer, tile_m in ((2, 40, 128), (2, 24, 128), (3, 32, 192)):
+        code = f"tma-warp-specialization@default+consumers={consumers}+producer_regs={producer}+tile_m={tile_m}"
+        results = variant(code + "+tile_n=128").sheet.results
+        assert (results["even_split"], results["consumer_budget"]) == cutlass_register_split(consumers, producer)
+        # Producer plus consumers never hold more than the register file.
+        assert producer * 128 + results["consumer_budget"] * 128 * consumers <= 65536
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_tma_regime_follows_the_even_split(variant, seed):
+    solution = variant(f"tma-warp-specialization@{seed}")
+    p, r = _params(solution), solution.expected
+    even, budget = cutlass_register_split(p["consumers"], p["producer_regs"])
+    need = p["tile_m"] * p["tile_n"] / (128 * p["consumers"]) + p["reserve"]
+    assert need <= budget
+    assert r["regime"] == ("even-split-fits" if need <= even else "needs-setmaxnreg")

@@ -426,3 +426,108 @@ def _promotion_regime(s: Sheet, N_C, N_star, r) -> None:
         f"The FFMAs take {share} of the MMA time: even in ping-pong the CUDA cores, not the tensor cores, set the "
         "pace. Coarser scale blocks, or scales applied inside the MMA (Blackwell), are the way out.",
         "With coarser scale blocks the FFMAs finish before the MMAs and ping-pong hides them."))
+
+
+# --- tma-warp-specialization -----------------------------------------------------------------
+
+COPY_BYTES = 16  # cp.async moves at most 16 bytes per thread-instruction
+WARP = 32
+LDMATRIX_BYTES = 512  # ldmatrix.x4: four 8 × 8 tiles of 16-bit values per warp-instruction
+MMA_SYNC_MACS = 16 * 8 * 16  # mma.sync m16n8k16
+SETMAXNREG_MAX = 256
+
+
+def tma_warp_specialization(p, s: Sheet) -> None:
+    """One CTA tile's k-step two ways. Ampere-style: every warp issues cp.async copies (with their address
+    and bounds work), waits at __syncthreads, stages operands into registers with ldmatrix and runs mma.sync.
+    Hopper-style: one producer thread issues two TMA copies, consumer warpgroups wait on an mbarrier and run
+    WGMMAs straight from shared memory, and setmaxnreg moves registers from producer to consumers."""
+    M = s.param("M", "tile_m")
+    N = s.param("N", "tile_n")
+    K = s.param("K", "k_step")
+    o = s.param("o", "copy_overhead")
+    n = s.param("n_c", "consumers")
+    r_p = s.param("r_p", "producer_regs")
+    reserve = s.param("r_0", "reserve")
+    b = s.given("b", dtype_bytes("bf16"), "B", "bytes per operand element (bf16)")
+    c = s.given("c", COPY_BYTES, "B", "bytes per cp.async")
+    w = s.given("w", WARP, "", "threads per warp")
+
+    tile_bytes = s.step("tile_bytes", "Operand bytes per k-step", "Q", (M + N) * K * b, "KiB",
+                        "an M × K slice of A and an N × K slice of B land in shared memory")
+    copies = s.step("copies", "cp.async thread copies per k-step", "n_cp", tile_bytes / c, "",
+                    "16 bytes per thread-instruction")
+    cp_warp = s.step("cp_instructions", "Copy-path warp instructions per k-step", "I_cp", copies * (1 + o) / w, "",
+                     "each copy plus its address and bounds instructions, 32 threads to a warp instruction")
+    tma = s.given("I_TMA", 2, "", "TMA instructions per k-step (one per operand tile, from one thread)")
+    s.step("tma_removed", "Instructions TMA removes per k-step", "ΔI_TMA", cp_warp - tma, "",
+           "the tensor map holds shape, strides and bounds: the copy engine generates every address")
+    warps = s.given("n_w", 8, "", "warps of the Ampere-style CTA, 2 × 4 over the tile")
+    ldm = s.step("ldmatrix", "ldmatrix staging instructions per k-step", "I_ldm",
+                 warps * (M / 2 + N / 4) * K * b / LDMATRIX_BYTES, "",
+                 "each warp stages its (M/2 + N/4) × K operand rows into registers, 512 B a warp instruction")
+    F = s.given("F", p.gpu.bf16_flop_per_clk_sm, "", f"{p.gpu.name} bf16 FLOP per clock per SM")
+    slots = s.step("issue_slots", "Issue slots during the k-step's MMAs", "S", 4 * 2 * M * N * K / F, "",
+                   "four schedulers, one warp instruction a clock each, for the clocks the tensor cores take")
+    share = s.step("issue_share", "Ampere-style instructions over those slots", "s_issue",
+                   (cp_warp + ldm + M * N * K / MMA_SYNC_MACS) / slots, "%",
+                   "copies, staging and mma.sync (2,048 multiply-adds each), all from the same warps")
+
+    # Registers: the even split every thread gets without setmaxnreg, and the split CUTLASS computes.
+    R = s.given("R", p.gpu.regfile_kib_sm * 256, "", "32-bit registers per SM")
+    T = s.given("T_wg", WARPGROUP_THREADS, "", "threads per warpgroup")
+    even = s.step("even_split", "Registers per thread, even split", "r_even", 8 * sympy.floor(R / (T * (n + 1)) / 8),
+                  "", "the register file over the producer and consumer warpgroups, in units of 8")
+    budget = s.step("consumer_budget", "Consumer registers per thread under setmaxnreg", "r_c",
+                    min_of(SETMAXNREG_MAX, 8 * sympy.floor((even * (n + 1) - r_p) / (8 * n))), "",
+                    "what the producer gives up, shared by the consumers, in units of 8 (CUTLASS's formula)")
+    acc = s.step("acc_registers", "Accumulator registers per consumer thread", "r_acc", M * N / (T * n), "",
+                 "the FP32 tile spread over the consumer warpgroups")
+    need = s.step("consumer_need", "Registers a consumer thread needs", "r_need", acc + reserve, "",
+                  "its accumulator plus the stated reserve")
+    _specialization_judgements(s, share=s.value(share), gain=s.value(budget) - s.value(even),
+                               ldm=s.value(ldm), cp=s.value(cp_warp))
+    s.assume("Ampere-style path: 16-byte cp.async copies, each with the stated address and bounds instructions, "
+             "eight warps in a 2 × 4 layout staging with ldmatrix.x4 and computing with mma.sync m16n8k16; "
+             "commit, wait and __syncthreads per k-step are left out. Issue slots are counted over the clocks "
+             "the tensor cores need at the GPU's dense (WGMMA) rate.")
+    s.assume("Hopper path: one producer warp (of a producer warpgroup) issues the two TMA copies after an "
+             "mbarrier wait; consumers' WGMMAs read A and B from shared memory, so nothing is staged in "
+             "registers. Register split: CUTLASS sm90's formula (even share in units of 8, producer's "
+             "surplus to the consumers, at most 256).")
+    s.slip("copies counted per warp instead of per thread (16 B × 32)", on="copies", factor=1 / WARP)
+    _register_regime(s, need, even, budget)
+
+
+def _specialization_judgements(s: Sheet, *, share: float, gain: float, ldm: float, cp: float) -> None:
+    key = "pipeline_facts"
+    s.judge(key, "the Ampere-style k-step issues instructions for over 40% of the MMAs' issue slots",
+            share > 0.4, f"{format_number(100 * share, 3)}% of them")
+    s.judge(key, "setmaxnreg gives each consumer thread at least 64 registers more than the even split", gain >= 64,
+            f"{format_number(gain)} more")
+    s.judge(key, "the ldmatrix staging instructions outnumber the copy-path instructions here", ldm > cp,
+            f"{format_number(ldm)} against {format_number(cp)}")
+    s.judge(key, "the producer waits on a stage's 'empty' barrier, arms 'full' with the bytes to expect, then "
+            "issues the TMA copies", True, "the transaction count on 'full' completes when the bytes land")
+    s.judge(key, "consumers wait on 'full', run their WGMMAs and arrive on 'empty' to release the stage", True,
+            "no CTA-wide __syncthreads: each stage has its own pair of barriers")
+    s.judge(key, "with TMA every consumer thread still computes the global addresses of its share of the tile",
+            False, "the tensor map and one coordinate per copy replace them")
+    s.judge(key, "the producer warpgroup needs its registers for the addresses it generates", False,
+            "TMA generates them, so the producer runs on 24 to 56 registers and gives the rest away")
+
+
+def _register_regime(s: Sheet, need, even, budget) -> None:
+    shown = {k: format_number(s.value(v)) for k, v in (("need", need), ("even", even), ("budget", budget))}
+    s.regime_by(need, even, tie="below", below=Side(
+        "even-split-fits",
+        f"A consumer needs {shown['need']} registers and the even split gives {shown['even']}: the tile runs "
+        f"without reallocation, and setmaxnreg's {shown['budget']} only buys headroom (deeper pipelining, "
+        "fewer spills).",
+        "A larger tile (or more consumer warpgroups sharing the file) needs more than the even split: then the "
+        "producer must give its registers away with setmaxnreg, or the consumers spill."),
+        above=Side(
+        "needs-setmaxnreg",
+        f"A consumer needs {shown['need']} registers but the even split gives only {shown['even']}: without "
+        f"setmaxnreg it spills; with the producer cut down, consumers get {shown['budget']} and the tile fits.",
+        "A smaller tile fits the even split, and the reallocation becomes headroom rather than a requirement."))
