@@ -61,7 +61,8 @@ def flash_attention_exp_bound(p, s: Sheet) -> None:
              "log2 units (FFMA), the row sum (FADD) and the cast of P (F2F); the output rescale, once per row "
              "per K/V block, is left out.")
     s.assume("FA2 measures about 35% of the H100 bf16 peak and FA3 75% (740 TFLOP/s) at head dim 128 "
-             "(Shah et al., FlashAttention-3, arXiv:2407.08608).")
+             "(Shah et al., FlashAttention-3, arXiv:2407.08608). FA2 sits below even the serial ceiling: on Hopper "
+             "it still runs Ampere's mma.sync and synchronous copies, which the ceiling here does not charge.")
     s.slip("exp counted per FLOP instead of per score (4d FLOPs per score forgotten)", on="exp_ratio",
            factor=s.value(r_exp) / (4 * s.value(d)))
     s.slip("only one matmul (QKᵀ) counted: 2d FLOPs per score", 2.0, on=("exp_ratio", "fp32_ratio"))
@@ -128,7 +129,7 @@ def _exp_regime(s: Sheet, d, d_star, r_sm) -> None:
         "matmul-bound",
         f"The softmax takes {ratio}x the matmul time: with perfect overlap the GEMMs set the pace, so the "
         "ceiling is the tensor peak and the gap to it is scheduling (FA3's ping-pong and pipelining close it). "
-        "In series, as FA2 runs it, the exponentials still cost the share computed above.",
+        "Without deliberate overlap (FA2's schedule) the exponentials still cost the share computed above.",
         "Below the boundary head dim (or with a faster tensor core: FP8, Blackwell) the softmax outlasts the "
         "GEMMs: no overlap reaches the peak, and only cheaper exponentials (FMA-polynomial exp2, a faster MUFU) "
         "help."),
@@ -219,7 +220,7 @@ def split_kv_decode_merge(p, s: Sheet) -> None:
              "may pick another count); keys are dealt in tiles, tiles divided by splits rounded up.")
     s.slip("query heads counted instead of KV heads", on="blocks", factor=p.model.heads / p.model.kv_heads)
     s.slip("query heads counted instead of KV heads", on="fill", factor=p.model.heads / p.model.kv_heads)
-    _split_regime(s, B, B_star, blocks, n_split)
+    _split_regime(s, B, B_star, blocks, n_split, n_sm)
 
 
 def _merge_judgements(s: Sheet, *, splits: float, empty: float, overhead: float, gain: float) -> None:
@@ -244,8 +245,9 @@ def _merge_judgements(s: Sheet, *, splits: float, empty: float, overhead: float,
             "it is log Σ exp(LSE_i), above the largest by log(1 + the others' relative mass)")
 
 
-def _split_regime(s: Sheet, B, B_star, blocks, n_split) -> None:
+def _split_regime(s: Sheet, B, B_star, blocks, n_split, n_sm) -> None:
     count, splits = format_number(s.value(blocks)), format_number(s.value(n_split))
+    idle = format_number(max(0, s.value(n_sm) - s.value(blocks)))
     s.regime_by(B, B_star, tie="above", above=Side(
         "grid-filled",
         f"The batch alone gives {count} blocks, enough for every SM: no split is needed, and one would only add "
@@ -254,8 +256,8 @@ def _split_regime(s: Sheet, B, B_star, blocks, n_split) -> None:
         "and merge the partials by their LSEs."),
         below=Side(
         "split-needed",
-        f"{count} blocks leave most SMs idle while the attention streams the KV cache: {splits} splits per "
-        "sequence fill them, at the price of FP32 partials and a merge.",
+        f"{count} blocks leave {idle} of {format_number(s.value(n_sm))} SMs idle while the attention streams the "
+        f"KV cache: {splits} splits per sequence fill them, at the price of FP32 partials and a merge.",
         "From the boundary batch up the batch fills the SMs by itself and splitting only adds traffic."))
 
 
@@ -311,7 +313,7 @@ def blackwell_tmem_tiles(p, s: Sheet) -> None:
                   ("hopper_style", "", "64-row MMAs at Blackwell's rate: bytes per clock", "q_HB", hop, F_b))}
     _tile_judgements(s, share=s.value(share), regs=s.value(regs), budget=s.value(budget), tmem=s.value(tmem),
                      cols=s.value(cols), demand={k: s.value(v) for k, v in demand.items()}, limit=s.value(S),
-                     halved=s.compare(two, hop / 2) <= 0)
+                     halved=s.compare(two, hop / 2) <= 0, bytes_kib=(s.value(two) / 1024, s.value(hop) / 1024))
     s.assume("Hopper: a cooperative CTA with two consumer warpgroups splits the tile along M; each issues "
              "64-row WGMMAs with A and B from shared memory. Blackwell: tcgen05.mma, 128 rows per SM, the "
              "accumulator in TMEM; the 2-CTA form (cta_group::2) computes a 256-row pair tile from each SM's "
@@ -324,7 +326,7 @@ def blackwell_tmem_tiles(p, s: Sheet) -> None:
            factor=s.value(one) / s.value(hop))
 
 
-def _tile_judgements(s: Sheet, *, share, regs, budget, tmem, cols, demand, limit, halved) -> None:
+def _tile_judgements(s: Sheet, *, share, regs, budget, tmem, cols, demand, limit, halved, bytes_kib) -> None:
     key = "tile_facts"
     rate = lambda name: format_number(demand[name], 3) + " B/clock"  # noqa: E731
     s.judge(key, "on Hopper the accumulator leaves at least half the register file for everything else", share <= 0.5,
@@ -341,7 +343,8 @@ def _tile_judgements(s: Sheet, *, share, regs, budget, tmem, cols, demand, limit
                                           "than 128 B per clock")):
         s.judge(key, option, demand[name] > limit, f"{rate(name)} against {format_number(limit)}")
     s.judge(key, "the 2-CTA MMA at least halves the operand bytes per SM against Hopper's", halved,
-            "B is read once per SM pair and split between them, instead of once per 64 rows")
+            f"{format_number(bytes_kib[0])} KiB against {format_number(bytes_kib[1])} KiB: B is split between "
+            "the pair instead of read again for every 64 rows")
 
 
 # --- fp8-block-scale-mainloop ----------------------------------------------------------------
