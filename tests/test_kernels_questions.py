@@ -5,6 +5,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 PER_SM_GPUS = ("a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200")
 
@@ -295,3 +297,17 @@ def test_tma_regime_follows_the_even_split(variant, seed):
     need = p["tile_m"] * p["tile_n"] / (128 * p["consumers"]) + p["reserve"]
     assert need <= budget
     assert r["regime"] == ("even-split-fits" if need <= even else "needs-setmaxnreg")
+
+
+@settings(max_examples=60, deadline=None)
+@given(tokens=st.integers(1, 3000), splits=st.integers(1, 40), tile=st.sampled_from([16, 64, 128]),
+       seed=st.integers(0, 2**31))
+def test_lse_merge_is_exact_for_any_split_layout(tokens, splits, tile, seed):
+    """Whatever FA2's range arithmetic gives (empty splits included), the LSE merge equals one softmax."""
+    rng = np.random.default_rng(seed)
+    q, keys, values = rng.normal(size=16), rng.normal(size=(tokens, 16)) * 2, rng.normal(size=(tokens, 4))
+    merged, lse = lse_merge(*split_attention(q, keys, values, fa2_split_bounds(tokens, tile, splits)))
+    scores = keys @ q
+    p = np.exp(scores - scores.max())
+    assert np.max(np.abs(merged - p @ values / p.sum())) < 1e-12
+    assert lse == pytest.approx(scores.max() + np.log(p.sum()), abs=1e-12)
