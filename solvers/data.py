@@ -20,6 +20,10 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
         "bf16_dense_tflops": (_NUMBER, True), "fp8_dense_tflops": (_NUMBER, False),
         "fp4_dense_tflops": (_NUMBER, False), "hbm_gb": (_NUMBER, True), "hbm_tb_s": (_NUMBER, True),
         "nvlink_gb_s": (_NUMBER, False), "nvlink_domain": (int, False), "tdp_w": (_NUMBER, False), "sms": (int, False),
+        # Per-SM figures for the kernel questions (units in the names; see hardware.yaml's header).
+        "tensor_clock_ghz": (_NUMBER, False), "bf16_flop_per_clk_sm": (int, False), "fp8_flop_per_clk_sm": (int, False),
+        "fp32_fma_per_clk_sm": (int, False), "mufu_per_clk_sm": (int, False), "regfile_kib_sm": (int, False),
+        "smem_kib_sm": (int, False), "smem_bytes_per_clk_sm": (int, False), "tmem_kib_sm": (int, False),
     },
     "nics": {"name": (str, True), "gbit_s": (_NUMBER, True)},
     "models": {
