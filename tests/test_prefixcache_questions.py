@@ -161,3 +161,115 @@ def test_prefix_cache_engines_ties_are_exact(variant):
     tie = variant("prefix-cache-engines@default+system=1024+history=1100+evicted=4096").expected
     assert tie["block_after"] == tie["radix_after"] == 1024
     assert tie["after_eviction"] == "tie"
+
+
+# --- prefix-eviction-stranding: an explicit block tree, evicted by each order ------------------
+
+
+class _Block:
+    def __init__(self, parent, cached_at):
+        self.parent, self.children, self.cached_at, self.used_at = parent, [], cached_at, cached_at
+        self.depth = 0 if parent is None else parent.depth + 1
+        if parent is not None:
+            parent.children.append(self)
+
+
+def _tree(p, rng) -> tuple[list[_Block], list[_Block]]:
+    """The system prompt's full blocks, cached A_S minutes ago, then each chat's own full blocks, cached
+    later; every chat's last turn (a hit on its whole path) at a seeded time since."""
+    block, system = p["block_size"], p["system"]
+    age = p["system_age"] / 60  # the parameter is in seconds; minutes here
+    chain, parent = [], None
+    for _ in range(system // block):
+        parent = _Block(parent, -age)
+        chain.append(parent)
+    blocks = list(chain)
+    for own in p["chats"]:
+        start = -age * rng.uniform(0, 1)
+        node, path = chain[-1], list(chain)
+        for _ in range((system + own) // block - system // block):
+            node = _Block(node, start)
+            path.append(node)
+            blocks.append(node)
+        last_turn = rng.uniform(start, 0)
+        for b in path:  # a hit refreshes every block on its path
+            b.used_at = max(b.used_at, last_turn)
+    return chain, blocks
+
+
+def _unreachable_after(victim: _Block) -> int:
+    count, stack = 0, list(victim.children)
+    while stack:
+        block = stack.pop()
+        count += 1
+        stack.extend(block.children)
+    return count
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_stranded_blocks_are_the_descendants_in_an_explicit_tree(variant, seed):
+    solution = variant(f"prefix-eviction-stranding@{seed}")
+    p = _params(solution)
+    p["chats"] = [int(x) for x in solution.param("chats").value]
+    chain, blocks = _tree(p, np.random.default_rng(seed))
+    expected = solution.expected
+    assert len(blocks) == solution.sheet.results["tree_blocks"]
+    assert expected["stranded_blocks"] == _unreachable_after(chain[p["victim"] - 1])
+    kv = 2 * p["model"].layers * p["model"].kv_heads * p["model"].head_dim * {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    assert expected["stranded_bytes"] == pytest.approx(expected["stranded_blocks"] * p["block_size"] * kv)
+    assert expected["served_after"] == (p["victim"] - 1) * p["block_size"]
+
+
+def test_prefix_eviction_stranding_default(variant):
+    """Llama-3-70B bf16 (320 KiB/token, 5 MiB per 16-token block): losing the first block strands 1,791 blocks."""
+    solution = variant("prefix-eviction-stranding@default")
+    results = solution.sheet.results
+    assert results["block_bytes"] == 16 * 327_680
+    assert results["chat_blocks"] == 2667 - 8 * 125
+    assert results["stranded_blocks"] == 124 + 1667
+    assert results["stranded_bytes"] == pytest.approx(1791 * 5 * 2**20)  # 8.75 GiB
+    assert results["served_after"] == 0
+    assert set(solution.expected["policies"]) == {
+        "FIFO: the block cached first is evicted first",
+        "cost-aware: the block cheapest to recompute is evicted first",
+        "a CPU tier below the GPU cache evicting by its own LRU of write times"}
+
+
+def _first_stranding(blocks: list[_Block], rank) -> bool:
+    """Evict the whole tree one block at a time in `rank` order: does any block leave before a descendant?"""
+    resident = set(blocks)
+    for b in sorted(blocks, key=rank):
+        if any(c in resident for c in b.children):
+            return True
+        resident.discard(b)
+    return False
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_orders_on_a_seeded_tree(variant, seed):
+    """Seeded simulation (the variant's tree, timestamps from its seed): LRU with path refresh and deepest-first
+    ties never strands; FIFO and cheapest-first do; the TTL strands exactly when the system prompt outlives it."""
+    solution = variant(f"prefix-eviction-stranding@{seed}")
+    p = _params(solution)
+    p["chats"] = [int(x) for x in solution.param("chats").value]
+    chain, blocks = _tree(p, np.random.default_rng(seed))
+    assert not _first_stranding(blocks, lambda b: (b.used_at, -b.depth))
+    assert _first_stranding(blocks, lambda b: (b.cached_at, b.depth))
+    assert _first_stranding(blocks, lambda b: b.depth)  # recompute cost grows with the context before a block
+    ttl, age = p["ttl"], p["system_age"]
+    expired = [b for b in blocks if b.cached_at * 60 < -ttl]
+    strands = any(c not in expired for b in expired for c in b.children)
+    assert strands == (age > ttl)
+    judged = set(solution.expected["policies"])
+    assert ("expiry at the TTL above, counted from when a block was cached" in judged) == strands
+
+
+def test_per_shard_lru_strands_where_one_shard_runs_short():
+    """Blocks hashed over four shards, each evicting its own LRU block: some shard's victim has a child elsewhere."""
+    rng = np.random.default_rng(0)
+    p = {"block_size": 16, "system": 2000, "system_age": 180 * 60,
+         "chats": [3000, 1200, 8000, 500, 2500, 4000, 1500, 6000]}
+    _, blocks = _tree(p, rng)
+    shard = {id(b): int(rng.integers(4)) for b in blocks}
+    victims = [min((b for b in blocks if shard[id(b)] == k), key=lambda b: (b.used_at, -b.depth)) for k in range(4)]
+    assert any(v.children for v in victims)

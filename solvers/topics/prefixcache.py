@@ -1,5 +1,6 @@
 """Prefix-cache questions: what a block-hash cache (vLLM) and a radix tree (SGLang) serve from
-cache, what their eviction takes, and where a cache key means anything.
+cache, what their eviction takes, where a cache key means anything, and what evicting a block
+that still has descendants strands.
 
 Engine facts they rest on, from the engines' source:
 - vLLM v1 hashes full blocks only, each as hash(parent hash, block tokens, extra keys: LoRA name,
@@ -17,6 +18,8 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side, max_of, min_of
+from solvers.topics.common import dtype_bytes
+from solvers.topics.kvcache import kv_bytes_per_token_given
 from solvers.units import format_number, format_quantity
 
 # The teaser's bar: on a chat prompt the two hit rates differ by under one percent of the prompt.
@@ -141,3 +144,95 @@ def _gap_regime(s: Sheet, bound, tau, P, P_star, gap) -> None:
         "edge, besides the differences in eviction and key scope.",
         "Past the boundary length the B − 1 tokens are a rounding error of the prompt, and the two caches hit "
         "alike; only eviction and key scope still tell them apart."))
+
+
+# --- prefix-eviction-stranding -----------------------------------------------------------------
+
+
+def _chat_symbols(s: Sheet, lengths: list[int]) -> list[sympy.Symbol]:
+    # Zero-padded names keep sympy's sorted printing in chat order.
+    width = len(str(len(lengths)))
+    return [s.given(f"L_{i:0{width}d}", length, "tokens", f"own tokens of chat {i}")
+            for i, length in enumerate(lengths, start=1)]
+
+
+def prefix_eviction_stranding(p, s: Sheet) -> None:
+    kv_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes(p.kv_dtype), p.kv_dtype)
+    B = s.param("B", "block_size")
+    S = s.param("S", "system")
+    j = s.param("j", "victim")
+    L = _chat_symbols(s, list(p.chats))
+    n = s.given("n", len(L), "", "chats below the system prompt")
+
+    blk = s.step("block_bytes", "KV bytes of one block", "b_blk", B * kv_tok, "MiB",
+                 "B tokens of keys and values in every layer")
+    c_s = s.step("system_blocks", "Full blocks of the system prompt", "c_S", sympy.floor(S / B), "blocks",
+                 "the shared part of every chat's chain")
+    if s.compare(j, c_s) > 0:
+        raise Reject("the evicted block must lie inside the system prompt")
+    # A chat's first own block is the one its text enters: floor((S + L_i)/B) − floor(S/B) own full blocks.
+    own = s.step("chat_blocks", "Full blocks below the system prompt, all chats", "c_own",
+                 sympy.Add(*[sympy.floor((S + L_i) / B) for L_i in L]) - n * c_s, "blocks",
+                 "each chat caches ⌊(S + L_i)/B⌋ full blocks; the system prompt's are shared")
+    tree = s.step("tree_blocks", "Blocks the tree holds", "c_tree", c_s + own, "blocks",
+                  "the shared system prompt once, then every chat's own chain")
+    below = s.step("stranded_blocks", "Resident blocks below the evicted one", "c_str", c_s - j + own, "blocks",
+                   "every block after it in the system prompt, and every chat's own blocks: all its descendants")
+    lost = s.step("stranded_bytes", "KV stranded: resident, and never to be hit again", "M_str", below * blk,
+                  "GiB", "a lookup walks the chain from the first block and stops at the hole, so nothing below "
+                  "it can be found; it stays until evicted in turn")
+    s.step("stranded_share", "Share of the tree's cache stranded", "f_str", below / tree, "%",
+           "the descendants over all the tree's blocks")
+    served = s.step("served_after", "Prompt tokens a returning chat serves from cache", "H", (j - 1) * B, "tokens",
+                    "only the blocks before the hole still match")
+    s.step("recompute_per_chat", "System-prompt tokens each chat's next turn prefills again", "ΔP", S - served,
+           "tokens", "everything from the hole on, though its KV is still sitting in the pool")
+    _stranding_policies(s, j, lost)
+
+    s.assume("Every chat's history sits in the cache as full blocks (a partial last block is never hashed); "
+             "the chats are idle between turns, so none of their blocks is pinned by a running request.")
+    s.assume("A hit walks the chain from the first block (vLLM's chained hashes, SGLang's tree path) and "
+             "refreshes every block it touches, so a parent is never older than its children.")
+    s.slip("only the evicted block counted", on="stranded_bytes", factor=1 / s.value(below))
+    s.slip("the system prompt's own blocks below the victim forgotten", on="stranded_blocks",
+           factor=s.value(own) / s.value(below))
+    s.slip("x2: K and V counted once", 0.5, on="stranded_bytes")
+
+
+STRANDING_POLICIES = (
+    "LRU where a hit refreshes the whole path, the deepest block first on ties",
+    "FIFO: the block cached first is evicted first",
+    "expiry at the TTL above, counted from when a block was cached",
+    "cost-aware: the block cheapest to recompute is evicted first",
+    "LRU run on its own by each shard the blocks are spread over",
+    "a CPU tier below the GPU cache evicting by its own LRU of write times",
+)
+
+
+def _stranding_policies(s: Sheet, j, lost) -> None:
+    """Which orders could take a block of this tree while blocks below it stay: the TTL and the shard count
+    decide two of them."""
+    ttl, age, shards = s.param("τ", "ttl"), s.param("A_S", "system_age"), s.param("k", "shards")
+    gib = format_quantity(s.value(lost), "GiB")
+    safe, fifo, expiry, cost, sharded, tier = STRANDING_POLICIES
+    s.judge("policies", safe, False, "a parent's last use is never older than its children's, and on a tie the "
+            "deepest goes first: every descendant leaves before its ancestor")
+    s.judge("policies", fifo, True, "the system prompt was cached before any chat: its first block goes first "
+            f"and strands the whole tree below it (losing block {format_number(s.value(j))} strands {gib})")
+    expired = s.compare(age, ttl) > 0
+    s.judge("policies", expiry, expired,
+            f"the system prompt is {format_quantity(s.value(age), 'min')} old, past the "
+            f"{format_quantity(s.value(ttl), 'min')} TTL, while the chats' latest blocks are fresh: it expires "
+            "above them" if expired else
+            f"the system prompt is {format_quantity(s.value(age), 'min')} old, inside the "
+            f"{format_quantity(s.value(ttl), 'min')} TTL, and every chat block is younger: nothing has expired "
+            "above a live descendant yet")
+    s.judge("policies", cost, True, "the first block has the least context before it, so it is the cheapest to "
+            "recompute and the first to go, with every chain below it")
+    split = s.compare(shards, 1) > 0
+    s.judge("policies", sharded, split,
+            f"with {format_number(s.value(shards))} shards, a shard short of room evicts its own least recently "
+            "used block while that block's descendants sit on other shards" if split else
+            "one shard holds every block, so this is the global LRU above")
+    s.judge("policies", tier, True, "a hit on the GPU does not refresh the CPU copy's write time: the tier drops "
+            "the system prompt's blocks, written first, below copies of every chat it still holds")
