@@ -1,0 +1,145 @@
+"""KV transfer questions: fetching a cached prefix against recomputing it, and the link a
+disaggregated prefill pool needs to ship its KV to decode.
+
+Both turn on one figure of the model, the FLOPs it spends per byte of KV it produces: 2N/KV.
+Recomputing a token costs 2N FLOPs at the group's achievable rate; moving it costs KV bytes over
+a link. Per GPU under tensor parallelism both shrink by TP (each GPU computes 1/TP and holds
+and moves its own KV heads), so TP cancels. The achievable compute is the step-time model's
+(steptime.StepConstants, the conventions card's step-compute) unless the question draws an MFU.
+"""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Reject, Sheet, Side
+from solvers.topics.common import dtype_bytes, peak_flops
+from solvers.topics.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
+from solvers.topics.steptime import DEFAULT_CONSTANTS
+from solvers.units import format_number, format_quantity
+
+
+def _active_params(s: Sheet, model) -> sympy.Symbol:
+    """Parameters a token's forward pass multiplies by: all of them, or an MoE's active share."""
+    active = model.get("active_params_b")
+    if active is None:
+        return s.given("N", model.params_b * 1e9, "", f"{model.name} parameters")
+    return s.given("N", active * 1e9, "", f"{model.name} active parameters per token (MoE)")
+
+
+def _attention_pair_flops(s: Sheet, model) -> sympy.Symbol:
+    """The attention-flops card: 4·d_h FLOPs per query head per layer for each query-key pair."""
+    L = s.given("L", model.layers, "", "layers")
+    H = s.given("H_q", model.heads, "", "query heads")
+    d_h = s.given("d_h", model.head_dim, "", "head dim")
+    return s.step("attention_pair_flops", "Attention FLOPs per query-key pair", "A", 4 * L * H * d_h, "FLOP",
+                  "QKᵀ and PV, a multiply-add per head dimension each, for every query head in every layer")
+
+
+# --- recompute-vs-fetch ------------------------------------------------------------------------
+
+
+def recompute_vs_fetch(p, s: Sheet) -> None:
+    model, gpu = p.model, p.gpu
+    N = _active_params(s, model)
+    TP = s.param("TP", "tp")
+    kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes("bf16"), "bf16")
+    KV = kv_bytes_per_token_per_gpu_given(s, model, dtype_bytes("bf16"), "bf16", TP)
+    P = s.given("P", peak_flops(gpu, "bf16"), "TFLOP/s", f"{gpu.name} dense bf16 peak")
+    eta = s.given("η_c", DEFAULT_CONSTANTS.compute, "%", "achievable fraction of peak compute (step-compute card)")
+    BW = s.param("BW", "bandwidth")
+    t0 = s.param("t_0", "overhead")
+    T = s.param("T", "hit")
+    A = _attention_pair_flops(s, model)
+
+    F = s.step("group_flops", "Achievable FLOP/s of the TP group", "F_eff", TP * eta * P, "TFLOP/s",
+               "every GPU of the group computes its 1/TP of each token")
+    r = s.step("recompute_per_token", "Recompute time per token", "t_r", 2 * N / F, "us",
+               "2N FLOPs per token through the weights, at the group's achievable rate")
+    f = s.step("fetch_per_token", "Fetch time per token", "t_f", KV / BW, "us",
+               "each GPU pulls its own KV heads of the token over its own link, in parallel with the others")
+    adv = s.step("advantage", "How many times faster fetching a token is", "R", r / f, "x",
+                 "(2N/KV)/(F_eff/BW): TP divides both sides and cancels")
+    intensity = s.step("flops_per_kv_byte", "FLOPs the model spends per byte of KV it makes", "I_kv", 2 * N / kv_tok,
+                       "FLOP/B", "the model's side of the ratio: compute per byte a recompute would save moving")
+    s.step("advantage_peak", "The same at peak compute", "R_peak", intensity / (P / BW), "x",
+           "(2N/KV)/(P/BW), per GPU: the floor of fetching's lead, since real prefill runs below peak")
+    if s.compare(r, f) <= 0:
+        raise Reject("fetching loses per token: no hit is long enough to pay back the overhead")
+
+    T_r = s.step("recompute_time", "Recomputing the hit", "T_r", T * r + A * T**2 / 2 / F, "ms",
+                 "2N per token plus attention over the prefix, T²/2 query-key pairs under the causal mask")
+    T_f = s.step("fetch_time", "Fetching the hit", "T_f", t0 + T * f, "ms",
+                 "the fixed cost of one fetch (lookup, connection, first byte), then the bytes")
+    speedup = s.step("speedup", "Fetching's speedup on this hit", "G", T_r / T_f, "x",
+                     "above 1 the fetch pays; below it recomputing is faster")
+    s.step("break_even", "Shortest hit worth fetching", "T_star", t0 / (r - f), "tokens",
+           "solve t_0 + T·t_f = T·t_r for T (attention, which adds to recomputing, only lowers it)")
+    _situations(s, p, r=s.value(r), f=s.value(f), t0=s.value(t0), hit=s.value(T), a=s.value(A) / s.value(F))
+
+    s.assume("Recompute runs at the step-time model's achievable compute (step-compute card); its TP all-reduces "
+             "and step overheads are left out, which only makes recomputing slower and fetching's lead larger.")
+    s.assume("Every GPU of the TP group fetches its own share of the KV over a link of the bandwidth given, all in "
+             "parallel; the fixed overhead is paid once per hit, and the fetched KV is in the serving dtype (bf16).")
+    s.assume("FLOPs: 2 per active parameter per token, plus the attention-flops card's 4·d_h per query head per "
+             "layer for each query-key pair of the prefix.")
+    s.slip("every GPU fetching the whole token's KV (TP not cancelled)", on="advantage", factor=1 / p.tp)
+    s.slip("recompute at peak instead of achievable compute", on="advantage", factor=DEFAULT_CONSTANTS.compute)
+    if model.get("active_params_b") is not None:
+        s.slip("2N from all the experts' parameters", on="advantage", factor=model.params_b / model.active_params_b)
+    s.slip("the fixed overhead forgotten", on="speedup", factor=s.evaluate((t0 + T * f) / (T * f)))
+    one = s.given("1", 1, "x", "break-even: fetch and recompute take as long")
+    _fetch_regime(s, speedup, one, adv, T)
+
+
+SITUATIONS = (
+    "the KV coming from a tier with a hundredth of this bandwidth",
+    "an MHA model of the same size (as many KV heads as query heads)",
+    "a hit of a single 16-token block",
+    "a hit a hundred times this long",
+    "a GPU with four times the tensor peak at the same efficiency",
+    "an fp8 KV cache (half the bytes to fetch)",
+    "tensor parallelism twice as wide, each GPU fetching its share over its own link",
+)
+
+
+def _situations(s: Sheet, p, *, r: float, f: float, t0: float, hit: float, a: float) -> None:
+    """Which single change leaves recomputing this hit faster than fetching it: each one redone on the
+    variant's numbers (r, f per token; a = attention FLOPs per pair over the group's FLOP/s)."""
+    groups = p.model.heads / p.model.kv_heads
+
+    def recompute_wins(r=r, f=f, hit=hit, a=a) -> tuple[bool, str]:
+        rec, fet = hit * r + a * hit**2 / 2, t0 + hit * f
+        return rec < fet, f"recompute {format_quantity(rec, 'ms')} against fetch {format_quantity(fet, 'ms')}"
+
+    tier, mha, block, longer, fast, fp8, wide = SITUATIONS
+    cases = (
+        (tier, recompute_wins(f=100 * f), "a hundredth of the bandwidth: a hundred times the fetch per token"),
+        (mha, recompute_wins(f=groups * f),
+         f"{format_number(groups)}x the KV heads: {format_number(groups)}x the bytes per token, the same FLOPs"
+         if groups > 1 else "already MHA: nothing changes"),
+        (block, recompute_wins(hit=16), "16 tokens carry the whole fixed cost of a fetch"),
+        (longer, recompute_wins(hit=100 * hit), "the fixed cost is spread over a hundred times the tokens"),
+        (fast, recompute_wins(r=r / 4, a=a / 4), "recomputing runs four times faster; the link does not"),
+        (fp8, recompute_wins(f=f / 2), "half the bytes: fetching only gets faster"),
+        (wide, recompute_wins(r=r / 2, f=f / 2, a=a / 2),
+         "both per-token costs halve and the fixed cost stays, so only short hits move"))
+    if len({holds for _, (holds, _), _ in cases}) == 1:
+        raise Reject("every change leaves the same side faster: nothing to tell apart")
+    for option, (holds, times), why in cases:
+        s.judge("situations", option, holds, f"{why}; {times}")
+
+
+def _fetch_regime(s: Sheet, speedup, one, adv, T) -> None:
+    gain, per_token = format_number(s.value(speedup), 3), format_number(s.value(adv), 3)
+    hit = format_number(s.value(T))
+    s.regime_by(speedup, one, tie="below", above=Side(
+        "fetch-wins",
+        f"Fetching the {hit}-token hit is {gain}x faster than recomputing it: per token the link beats the GPU "
+        f"{per_token}x, and the hit is long enough to bury the fixed overhead.",
+        "Below break-even (short hits, a slow tier, or little compute per KV byte: MHA, small models on fast "
+        "GPUs) recomputing wins, and a cache tier that serves such hits costs more than it saves."),
+        below=Side(
+        "recompute-wins",
+        f"Recomputing the {hit}-token hit is faster ({gain}x is fetching's 'speedup'): though per token the link "
+        f"beats the GPU {per_token}x, the fixed cost of one fetch is more than the whole recompute.",
+        "Past the break-even length the per-token lead takes over and every longer hit is worth fetching."))

@@ -1,0 +1,80 @@
+"""Golden checks for the KV transfer questions: recompute-vs-fetch."""
+from __future__ import annotations
+
+import pytest
+
+KIB = 1024
+
+
+def _params(solution) -> dict:
+    return {param.name: param.value for param in solution.params}
+
+
+def _kv_per_token(model) -> int:
+    return 2 * model.layers * model.kv_heads * model.head_dim * 2  # bf16
+
+
+# --- recompute-vs-fetch ------------------------------------------------------------------------
+
+
+def test_recompute_vs_fetch_default(variant):
+    """Llama-3-70B on H100 over 50 GB/s: fetching wins ~22x at peak compute (the catalogue's figure)."""
+    results = variant("recompute-vs-fetch@default").sheet.results
+    flops_per_byte = 2 * 70.55e9 / (320 * KIB)
+    assert results["flops_per_kv_byte"] == pytest.approx(flops_per_byte)  # 430,603 FLOP/B
+    assert results["advantage_peak"] == pytest.approx(flops_per_byte / (989.4e12 / 50e9))
+    assert round(results["advantage_peak"]) == 22
+    assert results["advantage"] == pytest.approx(results["advantage_peak"] / 0.6)  # 36x at the step model's 60%
+    assert results["recompute_per_token"] == pytest.approx(2 * 70.55e9 / (4 * 0.6 * 989.4e12))  # 59.4 us
+    assert results["fetch_per_token"] == pytest.approx(80 * KIB / 50e9)  # each of 4 GPUs its 2 KV heads
+    attention = 4 * 80 * 64 * 128 * 2048**2 / 2 / (4 * 0.6 * 989.4e12)
+    assert results["recompute_time"] == pytest.approx(2048 * results["recompute_per_token"] + attention)
+    assert results["fetch_time"] == pytest.approx(0.5e-3 + 2048 * 80 * KIB / 50e9)
+    per_token_gain = results["recompute_per_token"] - results["fetch_per_token"]
+    assert results["break_even"] == pytest.approx(0.5e-3 / per_token_gain)
+    assert results["regime"] == "fetch-wins"
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_tensor_parallelism_cancels(variant, tp):
+    """The lead per token is (2N/KV)/(F_eff/BW) whatever the TP degree, while the group keeps whole KV heads."""
+    results = variant(f"recompute-vs-fetch@default+gpu=h200-sxm+tp={tp}").sheet.results
+    assert results["advantage"] == pytest.approx(2 * 70.55e9 / (320 * KIB) / (0.6 * 989.4e12 / 50e9))
+
+
+def test_mha_and_moe_spend_little_compute_per_kv_byte(variant):
+    """Llama-2-7B (MHA, 512 KiB/token) and Mixtral (2N from its 12.9B active parameters) sit far below 70B GQA."""
+    mha = variant("recompute-vs-fetch@default+model=llama-2-7b+tp=1+hit=2000").sheet.results
+    assert mha["flops_per_kv_byte"] == pytest.approx(2 * 6.74e9 / (512 * KIB))  # 25,712 FLOP/B
+    moe = variant("recompute-vs-fetch@default+model=mixtral-8x7b+tp=2").sheet.results
+    assert moe["flops_per_kv_byte"] == pytest.approx(2 * 12.88e9 / (128 * KIB))
+    assert mha["advantage_peak"] < 2  # over 50 GB/s an H100 recomputes an MHA 7B nearly as fast as it fetches
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_recompute_vs_fetch_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"recompute-vs-fetch@{seed}")
+    p, expected = _params(solution), solution.expected
+    model, gpu, tp = p["model"], p["gpu"], int(p["tp"])
+    n = model.get("active_params_b", model.params_b) * 1e9
+    rate = tp * 0.6 * gpu.bf16_dense_tflops * 1e12
+    r = 2 * n / rate
+    f = _kv_per_token(model) / tp / p["bandwidth"]
+    hit = p["hit"]
+    recompute = hit * r + 4 * model.layers * model.heads * model.head_dim * hit**2 / 2 / rate
+    fetch = p["overhead"] + hit * f
+    assert expected["advantage"] == pytest.approx(r / f)
+    assert expected["recompute_time"] == pytest.approx(recompute)
+    assert expected["fetch_time"] == pytest.approx(fetch)
+    assert expected["break_even"] == pytest.approx(p["overhead"] / (r - f))
+    assert expected["regime"] == ("fetch-wins" if recompute > fetch else "recompute-wins")
+
+
+def test_break_even_is_exact_either_side(variant):
+    """Without attention the crossing sits at t_0/(t_r − t_f); attention only pulls it lower, never past it."""
+    base = variant("recompute-vs-fetch@default+overhead=20").sheet.results
+    star = base["break_even"]  # 346 tokens at a 20 ms fixed cost
+    longer = variant(f"recompute-vs-fetch@default+overhead=20+hit={int(star) + 10}").sheet
+    shorter = variant(f"recompute-vs-fetch@default+overhead=20+hit={int(star) - 40}").sheet
+    assert longer.regime.name == "fetch-wins"
+    assert shorter.regime.name == "recompute-wins"
