@@ -78,3 +78,55 @@ def test_break_even_is_exact_either_side(variant):
     shorter = variant(f"recompute-vs-fetch@default+overhead=20+hit={int(star) - 40}").sheet
     assert longer.regime.name == "fetch-wins"
     assert shorter.regime.name == "recompute-wins"
+
+
+# --- pd-transfer-bandwidth ---------------------------------------------------------------------
+
+
+def test_pd_transfer_bandwidth_default(variant):
+    """Llama-3-70B on H100 at 50% MFU: ~1.15 GB/s per prefill GPU whatever the prompt (the catalogue's figure)."""
+    results = variant("pd-transfer-bandwidth@default").sheet.results
+    assert results["per_gpu_bound"] == pytest.approx(0.5 * 989.4e12 * 320 * KIB / (2 * 70.55e9))
+    assert round(results["per_gpu_bound"] / 1e9, 2) == 1.15
+    assert results["kv_per_request"] == pytest.approx(8192 * 320 * KIB)  # 2.7 GB: the scary number
+    per_token = 2 * 70.55e9 + 4 * 80 * 64 * 128 * 8192 / 2
+    assert results["prefill_time"] == pytest.approx(8192 * per_token / (4 * 0.5 * 989.4e12))  # 0.63 s
+    assert results["per_gpu"] == pytest.approx(0.5 * 989.4e12 * 320 * KIB / per_token)  # 1.07 GB/s
+    assert results["decode_need"] == pytest.approx(2 * results["per_gpu"])
+    assert results["link_share"] == pytest.approx(results["decode_need"] / 50e9)  # 4.3% of 400 Gb/s
+    assert results["regime"] == "link-suffices"
+
+
+@pytest.mark.parametrize("prompt", [1000, 4000, 16000, 32000])
+def test_prompt_length_cancels_but_for_attention(variant, prompt):
+    """The bound is the same for every prompt; attention only lowers the rate, the more the longer the prompt."""
+    results = variant(f"pd-transfer-bandwidth@default+prompt={prompt}").sheet.results
+    shorter = variant(f"pd-transfer-bandwidth@default+prompt={prompt // 2}").sheet.results
+    assert results["per_gpu_bound"] == pytest.approx(0.5 * 989.4e12 * 320 * KIB / (2 * 70.55e9))
+    assert shorter["per_gpu"] > results["per_gpu"]
+    assert results["per_gpu"] < results["per_gpu_bound"]
+
+
+def test_mha_on_blackwell_breaks_a_400g_link(variant):
+    """Llama-2-7B (MHA, 512 KiB/token) on GB200 at fp8: about 97 GB/s per prefill GPU at 50% MFU, past 50 GB/s."""
+    sheet = variant("pd-transfer-bandwidth@default+model=llama-2-7b+gpu=gb200+weight_dtype=fp8+tp=1"
+                    "+prompt=4000+fan_in=1").sheet
+    assert sheet.results["per_gpu_bound"] == pytest.approx(0.5 * 5000e12 * 512 * KIB / (2 * 6.74e9))
+    assert sheet.regime.name == "link-breaks"
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_pd_transfer_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"pd-transfer-bandwidth@{seed}")
+    p, expected = _params(solution), solution.expected
+    model, gpu = p["model"], p["gpu"]
+    n = model.get("active_params_b", model.params_b) * 1e9
+    kv = _kv_per_token(model) * (0.5 if p["kv_dtype"] == "fp8" else 1)
+    peak = (gpu.fp8_dense_tflops if p["weight_dtype"] == "fp8" else gpu.bf16_dense_tflops) * 1e12
+    per_token = 2 * n + 4 * model.layers * model.heads * model.head_dim * p["prompt"] / 2
+    rate = p["mfu"] * peak * kv / per_token
+    assert expected["per_gpu"] == pytest.approx(rate)
+    assert expected["per_gpu_bound"] == pytest.approx(p["mfu"] * peak * kv / (2 * n))
+    need = p["fan_in"] * rate
+    assert expected["decode_need"] == pytest.approx(need)
+    assert expected["regime"] == ("link-breaks" if need > p["link"] else "link-suffices")
