@@ -83,6 +83,13 @@ def test_break_even_is_exact_either_side(variant):
 # --- pd-transfer-bandwidth ---------------------------------------------------------------------
 
 
+def _all_reduces(layers: int, hidden: int, tp: int, nvlink: float, tokens: float) -> float:
+    """The tp-all-reduce card: two per layer, 10 us each plus 2(n−1)/n of tokens × hidden × 2 B at half NVLink."""
+    if tp == 1:
+        return 0.0
+    return 2 * layers * (10e-6 + 2 * (tp - 1) / tp * tokens * hidden * 2 / (nvlink / 2))
+
+
 def test_pd_transfer_bandwidth_default(variant):
     """Llama-3-70B on H100 at 50% MFU: ~1.15 GB/s per prefill GPU whatever the prompt (the catalogue's figure)."""
     results = variant("pd-transfer-bandwidth@default").sheet.results
@@ -90,16 +97,18 @@ def test_pd_transfer_bandwidth_default(variant):
     assert round(results["per_gpu_bound"] / 1e9, 2) == 1.15
     assert results["kv_per_request"] == pytest.approx(8192 * 320 * KIB)  # 2.7 GB: the scary number
     per_token = 2 * 70.55e9 + 4 * 80 * 64 * 128 * 8192 / 2
-    assert results["prefill_time"] == pytest.approx(8192 * per_token / (4 * 0.5 * 989.4e12))  # 0.63 s
-    assert results["per_gpu"] == pytest.approx(0.5 * 989.4e12 * 320 * KIB / per_token)  # 1.07 GB/s
+    compute = 8192 * per_token / (4 * 0.5 * 989.4e12)  # 0.63 s
+    assert results["prefill_time"] == pytest.approx(compute + _all_reduces(80, 8192, 4, 900e9, 8192))
+    assert results["per_gpu"] == pytest.approx(8192 * 80 * KIB / results["prefill_time"])  # 1.0 GB/s
     assert results["decode_need"] == pytest.approx(2 * results["per_gpu"])
     assert results["link_share"] == pytest.approx(results["decode_need"] / 50e9)  # 4.3% of 400 Gb/s
     assert results["regime"] == "link-suffices"
 
 
-@pytest.mark.parametrize("prompt", [1000, 4000, 16000, 32000])
+@pytest.mark.parametrize("prompt", [4000, 16000, 32000])
 def test_prompt_length_cancels_but_for_attention(variant, prompt):
-    """The bound is the same for every prompt; attention only lowers the rate, the more the longer the prompt."""
+    """The bound is the same for every prompt; attention lowers the rate, the more the longer the prompt (past
+    the few thousand tokens where the all-reduces' fixed latency still shows)."""
     results = variant(f"pd-transfer-bandwidth@default+prompt={prompt}").sheet.results
     shorter = variant(f"pd-transfer-bandwidth@default+prompt={prompt // 2}").sheet.results
     assert results["per_gpu_bound"] == pytest.approx(0.5 * 989.4e12 * 320 * KIB / (2 * 70.55e9))
@@ -124,9 +133,24 @@ def test_pd_transfer_matches_plain_arithmetic(variant, seed):
     kv = _kv_per_token(model) * (0.5 if p["kv_dtype"] == "fp8" else 1)
     peak = (gpu.fp8_dense_tflops if p["weight_dtype"] == "fp8" else gpu.bf16_dense_tflops) * 1e12
     per_token = 2 * n + 4 * model.layers * model.heads * model.head_dim * p["prompt"] / 2
-    rate = p["mfu"] * peak * kv / per_token
+    tp = int(p["tp"])
+    prefill = (p["prompt"] * per_token / (tp * p["mfu"] * peak)
+               + _all_reduces(model.layers, model.hidden, tp, gpu.nvlink_gb_s * 1e9, p["prompt"]))
+    rate = p["prompt"] * kv / tp / prefill
     assert expected["per_gpu"] == pytest.approx(rate)
     assert expected["per_gpu_bound"] == pytest.approx(p["mfu"] * peak * kv / (2 * n))
     need = p["fan_in"] * rate
     assert expected["decode_need"] == pytest.approx(need)
     assert expected["regime"] == ("link-breaks" if need > p["link"] else "link-suffices")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_longer_prompts_judged_as_solving_them(variant, seed):
+    """The 'prompts four times as long' judgement is the verdict of the variant with that prompt, all-reduces in."""
+    solution = variant(f"pd-transfer-bandwidth@{seed}")
+    p = _params(solution)
+    if 4 * p["prompt"] > p["model"].max_context:
+        return
+    longer = variant(f"pd-transfer-bandwidth@{seed}+prompt={int(4 * p['prompt'])}").sheet
+    holds = "prompts four times as long" in solution.expected["breakers"]
+    assert holds == (longer.regime.name == "link-breaks")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
+from solvers.topics.collective import all_reduce_terms, tp_all_reduce
 from solvers.topics.common import dtype_bytes, peak_flops
 from solvers.topics.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
 from solvers.topics.steptime import DEFAULT_CONSTANTS
@@ -158,7 +159,7 @@ def pd_transfer_bandwidth(p, s: Sheet) -> None:
     mfu = s.param("MFU", "mfu")
     T = s.param("T", "prompt")
     k = s.param("k", "fan_in")
-    link = s.step("", "The decode GPU's link in bytes", "BW_link", s.param("BW_b", "link"), "GB/s",
+    link = s.step("", "The decode GPU's link in bytes", "BW_D", s.param("BW_b", "link"), "GB/s",
                   "8 bits a byte: the unit the KV comes in")
     A = _attention_pair_flops(s, model)
 
@@ -166,8 +167,10 @@ def pd_transfer_bandwidth(p, s: Sheet) -> None:
            "every prompt token leaves its keys and values in every layer: the scary number")
     flops = s.step("flops_per_token", "Prefill FLOPs per prompt token, on average", "F_tok", 2 * N + A * T / 2,
                    "GFLOP", "2N through the weights, plus T/2 query-key pairs per token under the causal mask")
-    t_pre = s.step("prefill_time", "Prefill time of the prompt", "t_pre", T * flops / (TP * mfu * P), "s",
-                   "the prompt's FLOPs over the group's FLOP/s at this MFU")
+    t_ar = tp_all_reduce(s, model, gpu, p.tp, T, tag="pre", label="prefill")
+    t_pre = s.step("prefill_time", "Prefill time of the prompt", "t_pre", T * flops / (TP * mfu * P) + t_ar, "s",
+                   "the prompt's FLOPs over the group's FLOP/s at this MFU"
+                   + ("" if p.tp == 1 else ", then the TP all-reduces (tp-all-reduce card)"))
     b = s.step("per_gpu", "KV each prefill GPU sends per second", "b", T * KV / t_pre, "GB/s",
                "its share of the prompt's KV over the prefill time: the prompt length cancels but for attention")
     bound = s.step("per_gpu_bound", "The same without attention: prompt length gone", "b_max",
@@ -185,8 +188,9 @@ def pd_transfer_bandwidth(p, s: Sheet) -> None:
              "(layer by layer, as NIXL/Mooncake transfers do), so the link sees the average rate, not a burst.")
     s.assume("Each GPU of the prefill group sends its own KV heads; a decode GPU receives the KV of the prefill "
              "GPUs that feed it (the fan-in) over its link, with no other traffic on it.")
-    s.assume("FLOPs: 2 per active parameter per token plus the attention-flops card's causal pairs; TP "
-             "communication inside the prefill group (NVLink) is left out, which only slows prefill and the KV rate.")
+    s.assume("FLOPs: 2 per active parameter per token plus the attention-flops card's causal pairs; the prefill "
+             "group's all-reduces follow the tp-all-reduce card over NVLink, not overlapped with compute: they "
+             "slow the prefill a little and the KV rate with it.")
     s.slip("Gb/s and GB/s mixed up", on="link_share", factor=8.0)
     s.slip("the whole token's KV per GPU (TP forgotten)", on="per_gpu", factor=p.tp)
     s.slip("the fan-in forgotten", on="decode_need", factor=1 / p.fan_in)
@@ -215,7 +219,15 @@ def _link_breakers(s: Sheet, p, *, need: float, link: float) -> None:
         after = need * factor
         return after > nic, f"{format_quantity(after, 'GB/s')} against {format_quantity(nic, 'GB/s')} of link"
 
-    longer = (2 * n + pair * p.prompt / 2) / (2 * n + pair * 4 * p.prompt / 2)
+    scratch = Sheet()  # the all-reduces of a prompt four times as long, off the candidate's sheet
+    ar = all_reduce_terms(scratch, model, p.gpu, p.tp)
+    fixed, per_token = scratch.evaluate(ar.fixed), scratch.evaluate(ar.per_token)
+    compute = p.tp * p.mfu * peak_flops(p.gpu, p.weight_dtype)
+
+    def rate(prompt: float) -> float:
+        return prompt / (prompt * (2 * n + pair * prompt / 2) / compute + fixed + per_token * prompt)
+
+    longer = rate(4 * p.prompt) / rate(p.prompt)
     heads = f"{format_number(groups)}x the KV bytes per token for the same FLOPs" if groups > 1 else \
         "already MHA: the KV per token stays"
     mha, faster, both, fan, long_prompts, fp8_kv, nic = BREAKERS
