@@ -77,8 +77,9 @@ def recompute_vs_fetch(p, s: Sheet) -> None:
            "solve t_0 + T·t_f = T·t_r for T (attention, which adds to recomputing, only lowers it)")
     _situations(s, p, r=s.value(r), f=s.value(f), t0=s.value(t0), hit=s.value(T), a=s.value(A) / s.value(F))
 
-    s.assume("Recompute runs at the step-time model's achievable compute (step-compute card); its TP all-reduces "
-             "and step overheads are left out, which only makes recomputing slower and fetching's lead larger.")
+    s.assume("Recomputing rides in the request's own prefill pass at the step-time model's achievable compute "
+             "(step-compute card): the pass's step overhead and all-reduce latencies are paid either way, and the "
+             "all-reduce bytes of the extra tokens are left out, which flatters recomputing a little.")
     s.assume("Every GPU of the TP group fetches its own share of the KV over a link of the bandwidth given, all in "
              "parallel; the fixed overhead is paid once per hit, and the fetched KV is in the serving dtype (bf16).")
     s.assume("FLOPs: 2 per active parameter per token, plus the attention-flops card's 4·d_h per query head per "

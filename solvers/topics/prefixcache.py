@@ -55,8 +55,9 @@ def prefix_cache_engines(p, s: Sheet) -> None:
     tau = s.given("τ", MATERIAL_GAP, "%", "a gap counted as material (one point of the prompt)")
     P_star = s.step("boundary_prompt", "Prompt length below which the worst-case gap passes the bar", "P_star",
                     (B - 1) / tau, "tokens", "solve (B − 1)/P = τ for P")
-    s.assume("One conversation's history is cached token for token as it was last served (prompt and reply, the "
-             "same token ids); vLLM caches every full block of it, SGLang the whole sequence (page size 1).")
+    s.assume("The history D counts the tokens whose KV the previous turn computed (prompt and reply, the same "
+             "token ids; its last sampled token has none yet); vLLM caches every full block of it, SGLang all of "
+             "it (page size 1).")
     s.assume("Other live conversations hold the system prompt (their requests are running), so neither engine can "
              "evict it; this conversation's own blocks and leaf are free and least recently used.")
     s.assume("Engine versions: vLLM v1 (chained sha256 block hashes, LRU free-block queue); SGLang RadixCache with "
