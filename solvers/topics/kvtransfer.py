@@ -220,9 +220,8 @@ def _link_breakers(s: Sheet, p, *, need: float, link: float) -> None:
         after = need * factor
         return after > nic, f"{format_quantity(after, 'GB/s')} against {format_quantity(nic, 'GB/s')} of link"
 
-    scratch = Sheet()  # the all-reduces of a prompt four times as long, off the candidate's sheet
-    ar = all_reduce_terms(scratch, model, p.gpu, p.tp)
-    fixed, per_token = scratch.evaluate(ar.fixed), scratch.evaluate(ar.per_token)
+    ar = all_reduce_terms(s, model, p.gpu, p.tp)  # the givens tp_all_reduce stated: no new ones on the sheet
+    fixed, per_token = s.evaluate(ar.fixed), s.evaluate(ar.per_token)
     compute = p.tp * p.mfu * peak_flops(p.gpu, p.weight_dtype)
 
     def rate(prompt: float) -> float:
