@@ -6,6 +6,8 @@ import pickle
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 TOKENS = "tokens"
 
@@ -273,3 +275,19 @@ def test_per_shard_lru_strands_where_one_shard_runs_short():
     shard = {id(b): int(rng.integers(4)) for b in blocks}
     victims = [min((b for b in blocks if shard[id(b)] == k), key=lambda b: (b.used_at, -b.depth)) for k in range(4)]
     assert any(v.children for v in victims)
+
+
+@settings(max_examples=40, deadline=None)
+@given(block=st.sampled_from([16, 32, 64, 128]), prompt=st.integers(512, 32768), share=st.floats(0.05, 1.0),
+       evicted=st.integers(16, 16384))
+def test_prefix_cache_invariants(variant, block, prompt, share, evicted):
+    """Any chat: the gap stays within B − 1 and the worst case, and an eviction never adds a hit."""
+    history = max(64 + block, int(share * prompt))
+    if history > prompt:
+        return
+    r = variant(f"prefix-cache-engines@default+block_size={block}+prompt={prompt}+history={history}"
+                f"+system=64+evicted={evicted}").sheet.results
+    assert 0 <= r["gap"] <= block - 1
+    assert r["gap_share"] <= r["gap_bound"]
+    assert r["block_after"] <= r["block_hit"] and r["radix_after"] <= r["radix_hit"]
+    assert r["block_hit"] % block == 0
