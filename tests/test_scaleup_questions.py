@@ -1,0 +1,84 @@
+"""Golden checks for the scale-up and long-context questions of group M: million-token-context,
+mla-absorption, nvl72-boundary, b200-h100-roles."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+GiB = 2**30
+
+
+def _params(solution) -> dict:
+    return {param.name: param.value for param in solution.params}
+
+
+# --- million-token-context -------------------------------------------------------------------
+
+
+def test_million_token_context_default(variant):
+    """Llama-3-70B at 2^20 tokens on one node of 8 H100: 320 GiB of KV, 40 GiB + 17.6 GB per GPU."""
+    results = variant("million-token-context@default").sheet.results
+    assert results["kv_request"] == 320 * GiB  # 327,680 B/token x 2^20
+    assert results["kv_per_gpu"] == 40 * GiB  # one KV head of eight per GPU
+    assert results["weights_per_gpu"] == pytest.approx(17.6375e9)
+    # 2·L·d·T² / (2NT + 2·L·d·T²), d = 64 x 128, causal (T²/2 pairs at 4·d_h per head)
+    T, N = 2**20, 70.55e9
+    attention = 2 * 80 * 8192 * T**2
+    assert results["attention_share"] == pytest.approx(attention / (2 * N * T + attention))
+    assert round(results["attention_share"], 3) == 0.907
+    assert results["nodes"] == 1 and results["regime"] == "fits"
+    assert results["longest_context"] == pytest.approx((72e9 - 17.6375e9) / 40960)
+    # TTFT: all FLOPs at 60% of 8 x 989.4 TFLOP/s, plus 160 all-reduces of 2^20 x 8,192 x 2 B over NVLink
+    all_reduce = 160 * 10e-6 + 160 * 2 * 7 / 8 * T * 8192 * 2 / 450e9
+    assert results["prefill_time"] == pytest.approx((2 * N * T + attention) / (8 * 0.6 * 989.4e12) + all_reduce
+                                                    + 2e-3)
+    step = (17.6375e9 + 40 * GiB) / (0.8 * 3.35e12) + 160 * 10e-6 + 160 * 2 * 7 / 8 * 8192 * 2 / 450e9 + 2e-3
+    assert results["per_user"] == pytest.approx(1 / step)
+    assert results["kv_request_mha"] == 2560 * GiB
+    assert results["nodes_mha"] == math.ceil(8 * 40 * GiB / (72e9 - 17.6375e9)) == 7
+
+
+def test_million_token_context_rescue_default(variant):
+    """MHA's 2,560 GiB: fp8 halves it to 160 GiB a GPU (past 54 GB of room), an MLA latent replicated on every
+    rank is 90 GiB, windows keep half; only 16 x the plan's one node holds it, 2 nodes do not."""
+    results = variant("million-token-context@default").sheet.results
+    assert [o for o, holds in results["rescue"].items() if holds] == \
+        ["context parallelism over 16 times this plan's nodes"]
+    assert results["breaks"] == {"MHA: a KV head for every query head": True, "twice the KV heads": True,
+                                 "twice the query heads, the same KV heads": False,
+                                 "twice the layers at the same width": True}
+
+
+def test_million_token_context_spills_at_2m(variant):
+    """2M tokens is 80 GiB a GPU beside 17.6 GB of weights: two nodes, the KV shards passed over the NICs."""
+    results = variant("million-token-context@default+context=2097152").sheet.results
+    assert results["regime"] == "does-not-fit" and results["nodes"] == 2
+    assert results["ring_pass"] == pytest.approx(0.5 * 640 * GiB / (8 * 50e9))
+
+
+def test_million_token_context_matches_cp_paper(variant):
+    """Yang et al. (arXiv:2411.01783): a 1M-token prefill of Llama 3 405B took 77 s on 128 H100 at 63% FLOPS
+    utilisation. The solver's FLOPs at 63% of 128 x 989.4 TFLOP/s land within 15% of it."""
+    results = variant("million-token-context@default+model=llama-3.1-405b+weight_dtype=fp8").sheet.results
+    flops = results["prefill_weight_flops"] + results["prefill_attention_flops"]
+    assert flops == pytest.approx(2 * 405.85e9 * 2**20 + 2 * 126 * 16384 * 2**40)
+    assert flops / (128 * 989.4e12 * 0.63) == pytest.approx(77, rel=0.15)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_million_token_context_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"million-token-context@{seed}")
+    p, r = _params(solution), solution.sheet.results
+    model, gpu = p["model"], p["gpu"]
+    b_kv = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    kv_token = 2 * model.layers * model.kv_heads * model.head_dim * b_kv
+    kv_gpu = kv_token * p["context"] / 8  # eight KV heads, one per GPU
+    room = 0.9 * gpu.hbm_gb * 1e9 - model.params_b * 1e9 * {"bf16": 2, "fp8": 1}[p["weight_dtype"]] / 8
+    assert r["kv_request"] == pytest.approx(kv_token * p["context"])
+    assert r["nodes"] == math.ceil(kv_gpu / room - 1e-12)
+    assert (r["regime"] == "fits") == (kv_gpu <= room)
+    heads = model.heads / model.kv_heads
+    assert r["nodes_mha"] == math.ceil(kv_gpu * heads / room - 1e-12) > 1  # mha_spills: MHA never fits one node
+    assert r["rescue"]["context parallelism over 16 times this plan's nodes"]
+    assert not r["rescue"]["smaller KV blocks in the paged cache, on one node"]
