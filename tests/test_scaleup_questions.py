@@ -82,3 +82,53 @@ def test_million_token_context_matches_plain_arithmetic(variant, seed):
     assert r["nodes_mha"] == math.ceil(kv_gpu * heads / room - 1e-12) > 1  # mha_spills: MHA never fits one node
     assert r["rescue"]["context parallelism over 16 times this plan's nodes"]
     assert not r["rescue"]["smaller KV blocks in the paged cache, on one node"]
+
+
+# --- mla-absorption --------------------------------------------------------------------------
+
+
+def test_mla_absorption_default(variant):
+    """DeepSeek-V3, all 128 heads on one H100 (data-parallel attention), bf16 latents, one query token."""
+    results = variant("mla-absorption@default").sheet.results
+    assert results["flops"] == 2 * 128 * (576 + 512)  # 278,528
+    assert results["bytes"] == 576 * 2
+    assert results["intensity"] == pytest.approx(2 * 128 * 1088 / 1152)
+    assert round(results["intensity"]) == 242
+    assert results["ridge"] == pytest.approx(989.4 / 3.35)  # 295
+    assert results["regime"] == "memory-bound"
+    assert results["q_min"] == 2  # MTP's second token crosses the ridge
+    assert results["flops_decompressed"] == 2 * 128 * (128 + 64 + 128)
+    assert results["bill"] == pytest.approx(1088 / 320)  # 3.4x the FLOPs per cached token
+    assert results["gqa_intensity"] == 8  # Llama-3-70B: 8 query heads per KV head
+    assert results["gqa_q_min"] == math.ceil(989.4 / 3.35 / 8) == 37
+
+
+def test_mla_absorption_two_query_tokens_compute_bound(variant):
+    results = variant("mla-absorption@default+query_tokens=2").sheet.results
+    assert results["intensity"] == pytest.approx(2 * 241.78, rel=1e-3)
+    assert results["regime"] == "compute-bound"
+
+
+def test_mla_latent_matches_vllm_page(variant):
+    """vLLM's MLA page holds one 576-value 'head' per token per layer (no K/V factor of 2): DeepSeek-V3's
+    61 layers give 70,272 B per token in bf16 (REFERENCE-DATA), the same as the latent read here."""
+    results = variant("mla-absorption@default").sheet.results
+    assert 61 * results["bytes"] == 70_272
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_mla_absorption_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"mla-absorption@{seed}")
+    p, r = _params(solution), solution.sheet.results
+    b = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    heads, q = 128 / p["tp_attn"], p["query_tokens"]
+    intensity = 2 * heads * q * 1088 / (576 * b)
+    ridge = p["gpu"].bf16_dense_tflops / p["gpu"].hbm_tb_s
+    assert r["intensity"] == pytest.approx(intensity)
+    assert (r["regime"] == "compute-bound") == (intensity >= ridge)
+    # q_min is the first whole token count at or past the ridge
+    q_min = int(r["q_min"])
+    assert intensity / q * q_min >= ridge * (1 - 1e-12) and intensity / q * (q_min - 1) < ridge
+    group = p["gqa_model"].heads // p["gqa_model"].kv_heads
+    assert r["gqa_intensity"] == pytest.approx(2 * group * q / b)
+    assert r["gqa_q_min"] > 4  # no realistic speculation depth takes GQA attention to the ridge
