@@ -132,3 +132,64 @@ def test_mla_absorption_matches_plain_arithmetic(variant, seed):
     group = p["gqa_model"].heads // p["gqa_model"].kv_heads
     assert r["gqa_intensity"] == pytest.approx(2 * group * q / b)
     assert r["gqa_q_min"] > 4  # no realistic speculation depth takes GQA attention to the ridge
+
+
+# --- nvl72-boundary --------------------------------------------------------------------------
+
+
+def test_nvl72_boundary_default(variant):
+    """DeepSeek-V3 at EP 64, 128 tokens a GPU: B200 HGX nodes vs GB200 NVL72, ConnectX-7 per GPU."""
+    results = variant("nvl72-boundary@default").sheet.results
+    assert results["link_ratio"] == 18  # 900 GB/s each way over 400 Gb/s = 50 GB/s
+    copies = 128 * 8 * (7168 * (1 + 4 / 128) + 7168 * 2)
+    assert results["a2a_step_before"] == pytest.approx(58 * copies * 56 / 64 / 50e9)  # 22.6 ms
+    assert results["a2a_step_after"] == pytest.approx(58 * copies / 900e9)  # 1.43 ms
+    assert results["kv_before"] == pytest.approx(70_272 * 32768 / 50e9)  # 46 ms
+    assert results["kv_after"] == pytest.approx(70_272 * 32768 / 900e9)  # 8 + 64 GPUs share the rack
+    assert results["regime"] == "inside-domain"
+    rate = 419 / (54 * 16384)  # unexpected interruptions per GPU-day
+    assert results["blast_after"] == 72
+    assert results["mtbf_before"] == pytest.approx(86400 / (64 * rate))  # 33 days
+    assert results["mtbf_after"] == pytest.approx(86400 / (72 * rate))  # 29.3 days
+
+
+def test_nvl72_dispatch_bytes_match_deepep(variant):
+    """DeepEP's low-latency benchmark (128 tokens, hidden 7,168, top-8, FP8 dispatch, BF16 combine) moves
+    7.57 MB and 14.68 MB per rank; its EP-64 latencies (173 us, 314 us on CX7) are those bytes at 43-46 GB/s,
+    within 15% of the whole 50 GB/s NIC the solver prices."""
+    results = variant("nvl72-boundary@default").sheet.results
+    assert results["dispatch_bytes"] == pytest.approx(7.57e6, rel=1e-3)
+    assert results["combine_bytes"] == pytest.approx(14.68e6, rel=1e-3)
+    assert results["dispatch_bytes"] / 50e9 == pytest.approx(173e-6, rel=0.15)
+    assert results["combine_bytes"] / 50e9 == pytest.approx(314e-6, rel=0.15)
+
+
+def test_nvl72_group_past_the_rack(variant):
+    """EP 144 spans two racks: half the copies still cross the NIC, and a fault stalls all 144 GPUs."""
+    results = variant("nvl72-boundary@default+ep=144").sheet.results
+    copies = 128 * 8 * 7168 * (2 + 1 + 4 / 128)
+    assert results["regime"] == "outside-domain"
+    assert results["a2a_step_after"] == pytest.approx(58 * copies * 72 / 144 / 50e9)
+    assert results["crosses"]["this decode group's EP all-to-all"]
+    assert results["crosses"]["the KV handoff from its prefill pool"]
+    assert results["blast_after"] == 144
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_nvl72_boundary_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"nvl72-boundary@{seed}")
+    p, r = _params(solution), solution.sheet.results
+    nic = p["nic"].gbit_s / 8 * 1e9
+    copies = p["tokens"] * 8 * 7168 * (2 + 1 + 4 / 128)
+    ep = p["ep"]
+
+    def layer(domain, nvlink):
+        return max(copies * min(ep, domain) / ep / nvlink, copies * max(ep - domain, 0) / ep / nic)
+
+    assert r["a2a_step_before"] == pytest.approx(58 * layer(8, p["gpu"].nvlink_gb_s / 2 * 1e9))
+    assert r["a2a_step_after"] == pytest.approx(58 * layer(72, 900e9))
+    assert r["a2a_step_after"] < r["a2a_step_before"]
+    in_rack = ep + p["prefill_gpus"] <= 72
+    assert r["kv_after"] == pytest.approx(70_272 * p["context"] / (900e9 if in_rack else nic))
+    assert (r["regime"] == "inside-domain") == (ep <= 72)
+    assert r["blast_after"] == max(ep, 72)
