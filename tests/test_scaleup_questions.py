@@ -193,3 +193,82 @@ def test_nvl72_boundary_matches_plain_arithmetic(variant, seed):
     assert r["kv_after"] == pytest.approx(70_272 * p["context"] / (900e9 if in_rack else nic))
     assert (r["regime"] == "inside-domain") == (ep <= 72)
     assert r["blast_after"] == max(ep, 72)
+
+
+# --- b200-h100-roles -------------------------------------------------------------------------
+
+
+def test_b200_h100_roles_default(variant):
+    """1 TB of FP8 weights within 70% of HBM: one B200 node (1,008 GB) against four H100 nodes (3 would do,
+    the next power of two is 4). The B200 node prefills 5x an H100 node but decodes only 1.26x (its 37 GB
+    of KV room a GPU caps the batch), so the B200s prefill and the H100s decode."""
+    results = variant("b200-h100-roles@default").sheet.results
+    assert results["nodes_B"] == 1 and results["nodes_H"] == 4
+    # prefill per token: weights and causal attention at 60% of FP8 peak, then 58 all-to-alls
+    flops = 2 * 37.5e9 + 2 * 61 * 128 * (2 * 128 + 64) * 8192 / 2
+    copies = 8 * 7168 * (2 + 1 + 4 / 128)
+    tau_b = flops / (8 * 0.6 * 4500e12) + 58 * copies / 8 / 900e9  # one node: every copy on NVLink
+    tau_h = flops / (32 * 0.6 * 1978.9e12) + 58 * copies * 24 / 32**2 / 50e9
+    assert results["prefill_B"] == pytest.approx(1 / tau_b)
+    assert results["prefill_H"] == pytest.approx(1 / tau_h / 4)
+    kv = 70_272 * (8192 + 512)
+    assert results["batch_B"] == math.floor(8 * (162e9 - 125e9) / kv) == 483
+    assert results["batch_H"] == math.floor(32 * (72e9 - 31.25e9) / kv) == 2131
+    step_b = 1e12 / (8 * 0.8 * 8e12) + 2e-3 + 483 * (kv / (8 * 0.8 * 8e12) + 58 * copies / 8 / 900e9)
+    assert results["decode_B"] == pytest.approx(483 / step_b)
+    assert results["regime"] == "b200-prefill"
+    assert results["prefill_pool"] == 1 and results["decode_pool"] == 4
+    assert results["ttft"] == pytest.approx(8192 * tau_b)
+    assert results["kv_handoff"] == pytest.approx(70_272 * 8192 / 50e9)
+    assert results["mismatch"] == pytest.approx(2**-3 * math.sqrt(3 / (8 * math.log(2)) / 12))  # 2.65%
+
+
+def test_b200_h100_roles_follow_up_flips_roles(variant):
+    """At 80% of HBM the H100 replica shrinks to 2 nodes: 62.5 GB of weights a GPU leave 9.5 GB of KV room,
+    its decode collapses and the B200s take decode instead."""
+    results = variant("b200-h100-roles@default+share=80").sheet.results
+    assert results["nodes_H"] == 2 and results["regime"] == "b200-decode"
+
+
+def _round_minifloat(x, mantissa: int, emin: int, top: float):
+    """Round to a float format with `mantissa` bits, smallest normal exponent `emin`, saturating at `top`."""
+    import numpy as np
+
+    a = np.abs(x)
+    exponent = np.maximum(np.floor(np.log2(np.maximum(a, 2.0 ** (emin - mantissa - 2)))), emin)
+    step = 2.0 ** (exponent - mantissa)
+    return np.sign(x) * np.minimum(np.round(a / step) * step, top)
+
+
+@pytest.mark.parametrize("fmt, mantissa, emin, top, block", [("fp8", 3, -6, 448, 128), ("mxfp4", 1, 0, 6, 32)])
+def test_power_of_two_requantization_matches_closed_form(variant, fmt, mantissa, emin, top, block):
+    """Seeded simulation: Gaussian weights quantized to E4M3 with FP32 block scales (amax/448), then each
+    block's scale rounded up to a power of two and the values rounded again (E4M3, or E2M1 for MXFP4). The RMS
+    gap lands within 12% of the solver's 2^-m·sqrt(3/(8 ln 2)/12): 2.65% for FP8, 10.6% for MXFP4."""
+    import numpy as np
+
+    rng = np.random.default_rng(14)
+    w = rng.standard_normal((512, 128))
+    amax = np.abs(w).max(axis=1, keepdims=True)
+    q1 = _round_minifloat(w / (amax / 448), 3, -6, 448) * (amax / 448)
+    blocks = q1.reshape(-1, block)
+    scale = 2.0 ** np.ceil(np.log2(np.abs(blocks).max(axis=1, keepdims=True) / top))
+    q2 = _round_minifloat(blocks / scale, mantissa, emin, top) * scale
+    gap = np.sqrt(np.mean((q2 - blocks) ** 2)) / np.sqrt(np.mean(w**2))
+    expected = variant(f"b200-h100-roles@default+b200_format={fmt}").sheet.results["mismatch"]
+    assert gap == pytest.approx(expected, rel=0.12)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_b200_h100_roles_decisions(variant, seed):
+    solution = variant(f"b200-h100-roles@{seed}")
+    p, r = _params(solution), solution.sheet.results
+    per_weight = {"fp8": 1.0, "mxfp4": 0.5 + 1 / 32}[p["b200_format"]]
+    for tag, gpu, weights in (("B", p["new_gpu"], p["weights_tb"] * per_weight), ("H", p["old_gpu"], p["weights_tb"])):
+        need = weights / (p["share"] * 8 * gpu.hbm_gb * 1e9)
+        nodes = r[f"nodes_{tag}"]
+        assert nodes >= need and (nodes == 1 or nodes / 2 < need) and math.log2(nodes).is_integer()
+    assert (r["regime"] == "b200-prefill") == (r["edge_prefill"] >= r["edge_decode"])
+    pool_gpu = "B" if r["regime"] == "b200-prefill" else "H"
+    replica = r[f"prefill_{pool_gpu}"] * r[f"nodes_{pool_gpu}"]
+    assert r["prefill_pool"] == r[f"nodes_{pool_gpu}"] * math.ceil(p["rate"] * p["prompt"] / replica - 1e-9)
