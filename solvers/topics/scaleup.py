@@ -170,9 +170,8 @@ def _pool(s: Sheet, tag: str, gpu, W, W_bytes: float, m) -> _Pool:
     P = s.given(f"P_{tag}", peak_flops(gpu, "fp8"), "TFLOP/s", f"{gpu.name} dense fp8 peak")
     BW = s.given(f"BW_{tag}", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
     nvl = link_bandwidth(s, gpu, GPUS_PER_NODE, group=tag)
-    # log(x)/log(2) rather than log(x, 2): sympy ceils the former far faster.
     nodes = s.step(f"nodes_{tag}", f"{gpu.name} nodes per replica", f"n_{tag}",
-                   max_of(1, 2 ** sympy.ceiling(sympy.log(W / (m["f"] * G_n * M)) / sympy.log(2))), "nodes",
+                   2 ** sympy.ceiling(sympy.log(max_of(1, W / (m["f"] * G_n * M)), 2)), "nodes",
                    "the fewest power-of-two nodes (at least one) whose HBM holds the weights within the stated share")
     G = nodes * G_n
     # A replica fills whole nodes (G ≥ D): D/G of a token's copies stay in its node.
