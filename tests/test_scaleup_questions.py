@@ -272,3 +272,6 @@ def test_b200_h100_roles_decisions(variant, seed):
     pool_gpu = "B" if r["regime"] == "b200-prefill" else "H"
     replica = r[f"prefill_{pool_gpu}"] * r[f"nodes_{pool_gpu}"]
     assert r["prefill_pool"] == r[f"nodes_{pool_gpu}"] * math.ceil(p["rate"] * p["prompt"] / replica - 1e-9)
+    fix = "one FP8 checkpoint quantized with power-of-two scales, served by both pools, closes the gap"
+    assert r["why"][fix] == (p["b200_format"] == "fp8")
+    assert not r["why"]["power-of-two scales leave every weight as the older pool holds it"]

@@ -280,7 +280,7 @@ def b200_h100_roles(p, s: Sheet) -> None:
            "re-rounding onto a grid with other scales: one more rounding, 2^-m·sqrt(E[4^-f]/12) of the RMS weight, "
            "E[4^-f] = 3/(8 ln 2) for a mantissa spread evenly in log")
 
-    _roles_judged(s, B2, H1, r_dec)
+    _roles_judged(s, p, B2, H1, r_dec)
     s.assume("The B200 pool runs Blackwell's block-scaled MMA, which takes power-of-two (UE8M0) scales: it "
              f"re-quantizes the FP8 checkpoint the older pool serves as is ({p.b200_format}), each block's scale "
              "rounded up to a power of two (DeepGEMM's ceil_to_ue8m0); activations and math in FP8 on both. The "
@@ -295,7 +295,7 @@ def b200_h100_roles(p, s: Sheet) -> None:
     _roles_regime(s, r_pre, r_dec, s.value(B2.nodes), s.value(H1.nodes))
 
 
-def _roles_judged(s: Sheet, B2: _Pool, H1: _Pool, r_dec) -> None:
+def _roles_judged(s: Sheet, p, B2: _Pool, H1: _Pool, r_dec) -> None:
     s.judge("why", "the B200 decode batch is capped by KV room, not by the TPOT", B2.capped_by_room,
             f"{format_quantity(s.value(B2.room), 'GB')} of KV room per B200 GPU after the weights")
     s.judge("why", "the older GPU's decode batch is capped by KV room, not by the TPOT", H1.capped_by_room,
@@ -305,6 +305,11 @@ def _roles_judged(s: Sheet, B2: _Pool, H1: _Pool, r_dec) -> None:
     s.judge("why", "the older GPU's decode all-to-all outlasts its weight reads", H1.a2a_heavier,
             f"its replica spans {format_number(s.value(H1.nodes))} node(s): the copies to other nodes cross the NIC"
             if s.value(H1.nodes) > 1 else "its replica is one node: the all-to-all stays on NVLink")
+    fp8 = p.b200_format == "fp8"
+    s.judge("why", "one FP8 checkpoint quantized with power-of-two scales, served by both pools, closes the gap", fp8,
+            "Hopper runs FP8 with any scales, so UE8M0-scaled FP8 (as DeepSeek-V3.1 ships) serves both alike" if fp8
+            else "the B200 pool runs MXFP4: sharing an FP8 checkpoint means giving up its FP4 weights, and Hopper "
+            "has no FP4 tensor cores to share the MXFP4 one")
     s.judge("why", "power-of-two scales leave every weight as the older pool holds it", False,
             "a scale rounded to a power of two moves the grid: most values round again, to other codes")
     more = s.compare(B2.room, H1.room) > 0
