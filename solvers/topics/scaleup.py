@@ -82,7 +82,7 @@ def nvl72_boundary(p, s: Sheet) -> None:
     lam = s.step("failure_rate", "Unexpected interruptions per GPU-day", "λ", I_ref / (T_ref * G_ref),
                  "interruptions/GPU-day", "Llama 3's record, taken per GPU-day")
     s.step("mtbf_before", "Time between stalls of the EP group, HGX nodes", "MTBF_HGX", 1 / (ep * lam), "days",
-           "any of its GPUs failing stalls the all-to-all; its nodes' other groups run on")
+           "any of its GPUs failing stalls the all-to-all; nodes outside the group run on")
     blast = s.step("blast_after", "GPUs one fault stalls, NVL72 racks", "B_NVL", max_of(ep, D_a), "GPUs",
                    "a fault takes down its whole NVLink domain, whatever groups share it")
     s.step("mtbf_after", "Time between stalls of the EP group, NVL72 racks", "MTBF_NVL", 1 / (blast * lam), "days",
