@@ -104,3 +104,77 @@ def test_fp8_kv_cache_regime_follows_the_probability(variant):
         clipping = results["regime"] == "clipping-dominated"
         assert clipping == (results["clip_probability"] >= 0.5) == (results["clip_ratio"] >= 1)
         assert results["levers"]["a scale computed per token as it is written (dynamic per-token scales)"]
+
+
+# --- kv-quant-keys-vs-values ---------------------------------------------------------------
+
+KIVI_FACTS = {
+    "per-channel keys cut the key error by more than 8×",
+    "the cache is under a quarter of its bf16 size",
+    "twice the query scale would make the key road outweigh the value road, even with per-channel keys",
+    "KIVI's layout leaves under a third of the output error of per-token scales for both",
+    "a value can be quantised as its token is written; a key waits for a group of 32 tokens",
+}
+
+
+def test_kv_quant_default(variant):
+    """Llama-3-70B (320 KiB/token bf16), 2 bits, outliers at ±10, |q| RMS 1, window 128, 4,096 tokens."""
+    results = variant("kv-quant-keys-vs-values@default").sheet.results
+    step = 1 / (3 * math.sqrt(12))  # range 1 over 2^2 − 1 steps, then /√12, for a range of 2: 2·step
+    assert results["key_error_token"] == pytest.approx(22 * step)  # range −11..11
+    assert results["key_error_channel"] == pytest.approx(2 * step) == results["value_error"]
+    assert results["roads_token"] == pytest.approx(11 / math.sqrt(3))  # 6.35
+    assert results["roads_channel"] == pytest.approx(1 / math.sqrt(3))  # 0.577
+    # KIVI-2 with groups of 32 and an fp16 scale and zero point: 2 + 32/32 = 3 bits per element.
+    assert results["bits_effective"] == 3
+    cache = 128 * 327_680 + (4096 - 128) * 327_680 * 3 / 16
+    assert results["cache_per_sequence"] == pytest.approx(cache)  # 272.5 MiB
+    assert cache / 2**20 == pytest.approx(272.5)
+    assert results["residual_share"] == pytest.approx(128 * 327_680 / cache)  # 14.7%
+    assert results["compression"] == pytest.approx(4096 * 327_680 / cache)  # 4.70x
+    assert results["regime"] == "values-dominate"
+    assert _selected(results, "facts") == KIVI_FACTS
+
+
+def test_kv_quant_follow_up_sharpens_attention(variant):
+    results = variant("kv-quant-keys-vs-values@default+q_scale=4").sheet.results
+    assert results["roads_channel"] == pytest.approx(4 / math.sqrt(3))
+    assert results["regime"] == "keys-dominate"
+
+
+def test_kv_quant_ties_are_exact(variant):
+    # α + 1 = 8: not more than 8x.
+    assert variant("kv-quant-keys-vs-values@default+outlier=7").sheet.results["facts"][
+        "per-channel keys cut the key error by more than 8×"] is False
+    # 3 bits (4 with scales), window 128 of 1,152 tokens: 128·16 = (1152 − 128)·4 / 2, a share of exactly 1/3.
+    third = variant("kv-quant-keys-vs-values@default+bits=3+context=1152").sheet.results
+    assert third["residual_share"] == pytest.approx(1 / 3)
+    assert third["facts"]["the bf16 residual window holds more than a third of this sequence's cache"] is False
+    # 2 bits, 1,664 tokens: 16·1664 = 4·(16·128 + 3·1536), exactly a quarter of bf16.
+    quarter = variant("kv-quant-keys-vs-values@default+context=1664").sheet.results
+    assert quarter["compression"] == 4
+    assert quarter["facts"]["the cache is under a quarter of its bf16 size"] is False
+
+
+@pytest.mark.parametrize("code", ["default+bits=4", "default+bits=4+q_scale=2", "default+bits=4+outlier=3",
+                                  "default+bits=3+q_scale=0.5"])
+def test_kv_quant_simulation_matches_the_first_order_roads(variant, code):
+    """Where the errors are small (per-channel keys, any values), the simulated output errors follow the
+    closed forms: value road e_V·√Σp², key road β·σ_v·e_K·√Σp²."""
+    sheet = variant(f"kv-quant-keys-vs-values@{code}").sheet
+    given, results = {g.symbol: g.value for g in sheet.givens}, sheet.results
+    averaging = given["sqrt_sum_p2"]
+    assert given["o_V_tok"] == pytest.approx(results["value_error"] * averaging, rel=0.15)
+    key_road = given["beta"] / math.sqrt(3) * results["key_error_channel"] * averaging
+    assert given["o_K_ch"] == pytest.approx(key_road, rel=0.25)
+    assert given["o_K_ch"] / given["o_V_tok"] == pytest.approx(results["roads_channel"], rel=0.3)
+
+
+def test_kv_quant_simulation_orders_the_layouts(variant):
+    """Over many variants: KIVI's layout beats per-token scales for both, per-channel keys beat per-token
+    keys, and per-channel values gain nothing over per-token values."""
+    for seed in range(30):
+        given = {g.symbol: g.value for g in variant(f"kv-quant-keys-vs-values@{seed}").sheet.givens}
+        assert given["o_KIVI"] < given["o_tok"]
+        assert given["o_K_ch"] < given["o_K_tok"] / 2
+        assert given["o_V_ch"] == pytest.approx(given["o_V_tok"], rel=0.3)
