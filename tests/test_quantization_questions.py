@@ -1,5 +1,5 @@
-"""Golden checks for the quantisation questions: fp8-kv-cache, kv-quant-keys-vs-values; their
-seeded simulations against closed forms."""
+"""Golden checks for the quantisation questions: fp8-kv-cache, kv-quant-keys-vs-values,
+fp8-scale-formats; their seeded simulations against closed forms."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from solvers.topics.fp8 import E4M3, E5M2
+from solvers.topics.fp8 import E4M3, E5M2, amax_scale, quantize, sqnr_db
 
 GiB = 2**30
 
@@ -178,3 +178,75 @@ def test_kv_quant_simulation_orders_the_layouts(variant):
         assert given["o_KIVI"] < given["o_tok"]
         assert given["o_K_ch"] < given["o_K_tok"] / 2
         assert given["o_V_ch"] == pytest.approx(given["o_V_tok"], rel=0.3)
+
+
+# --- fp8-scale-formats ---------------------------------------------------------------------
+
+REQUANTISE = "re-quantising from the bf16 master, not converting the FP8 checkpoint, avoids rounding twice"
+OWN_EVAL = "users may be routed to the Blackwell pool only after this build passes its own eval"
+SAME_NUMERICS = "the Blackwell pool computes exactly the numerics that were evaluated"
+
+
+def test_fp8_scale_formats_default(variant):
+    """FP32-scaled Hopper checkpoint, a Blackwell pool on the OCP MX rule over 32-element blocks."""
+    sheet = variant("fp8-scale-formats@default").sheet
+    results = sheet.results
+    normal = 10 * math.log10(12 * 4**3 * 3 / (2 * math.log(2)))  # 32.21 dB
+    assert results["sqnr_normal"] == pytest.approx(normal)
+    assert round(normal, 2) == 32.21
+    assert results["sqnr_weights_blackwell"] == pytest.approx(normal - 10 * math.log10(2))  # 29.2 dB
+    assert results["act_overshoot"] == pytest.approx(512 / 448)  # amax lands in [256, 512)
+    assert results["act_saturating_share"] == pytest.approx(1 - math.log2(1.75))  # 19.3%
+    assert results["regime"] == "saturating"
+    saturate = "more than 10% of this pool's activation blocks saturate"
+    assert _selected(results, "gates") == {OWN_EVAL, REQUANTISE, saturate}
+
+
+def test_fp8_scale_formats_one_checkpoint_for_both_pools(variant):
+    """DeepSeek-V3.1's answer: UE8M0 scales rounded up, 1x128 activation scales on both pools."""
+    results = variant("fp8-scale-formats@default+hopper_scales=ue8m0+mx_rule=up+act_block=128").sheet.results
+    assert results["sqnr_weights_blackwell"] == pytest.approx(results["sqnr_normal"])
+    assert results["act_overshoot"] == 1 and results["act_saturating_share"] == 0
+    assert results["regime"] == "clip-free"  # amax exactly at most 448: the tie goes to clip-free
+    assert results["gates"][SAME_NUMERICS] and not results["gates"][OWN_EVAL]
+
+
+@pytest.mark.parametrize("rule, overshoot, share", [("up", 1, 0), ("nearest", math.sqrt(2), 0.5), ("floor", 2, 1),
+                                                    ("ocp-mx", 8 / 7, 1 - math.log2(1.75))])
+def test_fp8_scale_rules_against_the_emulation(variant, rule, overshoot, share):
+    """The closed forms against the shared emulation's scale rules over 20,000 blocks whose amax spans
+    8 binades; the OCP rule's landing range [256, 512) is the MX spec's 2^(floor(log2 amax) − 8)."""
+    results = variant(f"fp8-scale-formats@default+mx_rule={rule}").sheet.results
+    assert results["act_overshoot"] == pytest.approx(overshoot)
+    assert results["act_saturating_share"] == pytest.approx(share)
+    rng = np.random.default_rng(0)
+    amax = np.exp2(rng.uniform(0, 8, 20_000))
+    landing = amax / amax_scale(amax, E4M3, rule)
+    assert np.max(landing) / 448 == pytest.approx(overshoot, rel=1e-3)
+    assert np.mean(landing > 448) == pytest.approx(share, abs=0.01)
+    if rule == "ocp-mx":
+        assert np.all((landing >= 256) & (landing < 512))
+
+
+def test_double_rounding_costs_three_decibels():
+    """Re-rounding E4M3 values onto a grid shifted by a random non-power-of-two factor doubles the noise."""
+    rng = np.random.default_rng(1)
+    x = np.exp2(rng.uniform(-4, 4, 20_000)) * rng.choice((-1.0, 1.0), 20_000)
+    once = quantize(x, E4M3)
+    shift = np.exp2(rng.uniform(0, 1, 20_000))
+    twice = quantize(once * shift, E4M3) / shift
+    assert sqnr_db(x, once) - sqnr_db(x, twice) == pytest.approx(10 * math.log10(2), abs=0.3)
+    # And the closed-form normal-range SQNR is what log-uniform significands give.
+    assert sqnr_db(x, once) == pytest.approx(10 * math.log10(12 * 4**3 * 3 / (2 * math.log(2))), abs=0.3)
+
+
+def test_fp8_scale_formats_simulation(variant):
+    """The variant's own emulation: FP32 scales per 128 near the closed form, the conversion 3-4.5 dB
+    below it, round-up scales never saturating."""
+    for code in ("default", "default+mx_rule=up", "default+mx_rule=up+act_block=128"):
+        given = {g.symbol: g.value for g in variant(f"fp8-scale-formats@{code}").sheet.givens}
+        assert given["S_ref_g"] == pytest.approx(32.21, abs=1.5)
+        assert 3.0 <= given["S_ref_g"] - given["S_conv_g"] <= 4.5
+        if "up" in code:
+            assert given["s_sat_g"] == given["s_sat_t"] == 0
+            assert abs(given["S_ref_g"] - given["S_pool_g"]) < 2  # the same relative grid at any scale

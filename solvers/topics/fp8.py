@@ -96,7 +96,10 @@ def amax_scale(amax, fmt: Format, rounding: str = "fp32") -> np.ndarray:
     a = np.asarray(amax, dtype=np.float64)
     safe = np.where(a > 0, a, 1.0)
     if rounding == "fp32":
-        scale = (safe / fmt.max).astype(np.float32).astype(np.float64)
+        single = (safe / fmt.max).astype(np.float32)
+        # A float32 rounded down would put the amax a hair past max: take the next float32 up instead.
+        single = np.where(single.astype(np.float64) * fmt.max < safe, np.nextafter(single, np.float32(np.inf)), single)
+        scale = single.astype(np.float64)
     elif rounding == "ocp-mx":
         scale = np.ldexp(1.0, np.frexp(safe)[1] - 1 - fmt.max_exponent)
     else:
