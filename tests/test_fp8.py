@@ -11,7 +11,18 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from solvers.topics.fp8 import E4M3, E5M2, amax_scale, clipped, decode, encode, quantize, quantize_blocks, round_to_bits
+from solvers.topics.fp8 import (
+    E4M3,
+    E5M2,
+    amax_scale,
+    chop,
+    clipped,
+    decode,
+    encode,
+    quantize,
+    quantize_blocks,
+    round_to_bits,
+)
 
 
 def _value(code: int, exponent_bits: int, mantissa_bits: int, bias: int) -> Fraction | None:
@@ -115,12 +126,18 @@ def test_rounding_error_is_scale_invariant_in_the_normal_range(x, k):
     assert abs(float(quantize(x, E4M3)) - x) <= E4M3.relative_step * x
 
 
-def test_round_to_bits_nearest_and_truncated():
+def test_round_to_bits_and_chop():
     assert round_to_bits([1 + 2.0**-12, 1 + 3 * 2.0**-14], 13).tolist() == [1 + 2.0**-12, 1 + 2.0**-12]
     assert round_to_bits(1 + 2.0**-14, 13).item() == 1.0  # a tie goes to the even significand
-    assert round_to_bits([1 + 2**-13 - 2.0**-20, -(1 + 2**-13 - 2.0**-20)], 13, truncate=True).tolist() == [1, -1]
     # With no lower limit the grid keeps its relative spacing at any size.
     assert round_to_bits(3e-30, 2).item() == pytest.approx(3e-30, rel=2**-3)
+    # Chopping drops the bits past the 13th toward zero, on either sign, at any magnitude.
+    below = 1 + 2.0**-13 - 2.0**-20
+    assert chop([below, -below, 3 * below * 2.0**40], 13).tolist() == [1.0, -1.0, (3 + 2.0**-12) * 2.0**40]
+    x = np.random.default_rng(0).standard_normal(1000) * 1e3
+    cut = chop(x, 13)
+    assert np.all(np.abs(cut) <= np.abs(x)) and np.all(np.abs(x - cut) < np.abs(x) * 2.0**-13)
+    assert np.array_equal(chop(cut, 13), cut)
 
 
 def test_scales():

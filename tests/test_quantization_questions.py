@@ -250,3 +250,78 @@ def test_fp8_scale_formats_simulation(variant):
         if "up" in code:
             assert given["s_sat_g"] == given["s_sat_t"] == 0
             assert abs(given["S_ref_g"] - given["S_pool_g"]) < 2  # the same relative grid at any scale
+
+
+# --- fp8-attention-quant-points ------------------------------------------------------------
+
+EPS_E4M3 = 2**-3 * math.sqrt(3 / (8 * math.log(2)) / 12)  # 2.654%: RMS relative rounding error
+
+
+def _flushed_mass(beta: float, tokens: int, gap: float) -> float:
+    """Share of softmax mass more than `gap` nats below the max, Gaussian scores of spread β."""
+    root = math.sqrt(2 * math.log(tokens))
+    top = root - (math.log(math.log(tokens)) + math.log(4 * math.pi) - 2 * np.euler_gamma) / (2 * root)
+    return 0.5 * math.erfc(-((beta * top - gap - beta**2) / beta) / math.sqrt(2))
+
+
+def test_fp8_attention_default(variant):
+    """α = 10, β = 2, 4,096 tokens, promotion every 128."""
+    sheet = variant("fp8-attention-quant-points@default").sheet
+    results = sheet.results
+    assert results["key_score_error"] == pytest.approx(2 * EPS_E4M3 * math.sqrt(1 + 4 * 100 / 128))  # 0.108
+    assert results["key_score_error_centred"] == pytest.approx(2 * EPS_E4M3)  # 0.053
+    assert results["p_flushed_mass"] == pytest.approx(_flushed_mass(2, 4096, 10 * math.log(2)))  # 3.5%
+    # DeepSeek-V3: K = 4,096 with ~14-bit accumulation misses by up to ~2%; the bound here is 128 adds of 2^-13.
+    assert results["acc_error"] == 4096 / 32 * 2**-13 == 1 / 64
+    assert results["acc_error_promoted"] == 128 / 32 * 2**-13
+    assert results["regime"] == "keys"  # 4.3% misplaced by the keys against 3.5% flushed and 0.28% accumulated
+    assert _selected(results, "fixes") == {
+        "subtracting the keys' channel means would cut the key score error by more than 2×",
+        "after subtracting the key means, the q·mean(k) term can be dropped from the scores",
+        "scaling P by 448 before the cast would keep more than 1% of the attention mass",
+        "promoting the accumulator to FP32 every N_c tokens keeps its error under 0.1%"}
+
+
+def test_fp8_attention_follow_up_long_context(variant):
+    results = variant("fp8-attention-quant-points@default+context=65536").sheet.results
+    assert results["acc_error"] == 0.25
+    assert results["regime"] == "probabilities"
+    assert results["fixes"]["without promotion the accumulator misses by more than DeepSeek-V3's ~2% at K = 4096"]
+
+
+def test_fp8_attention_flush_rule_is_the_cast():
+    """The simulation counts P as flushed at or below 2^-10; the emulated cast sends exactly those to zero."""
+    p = np.exp(-np.random.default_rng(0).uniform(0, 12, 20_000))
+    p = np.concatenate([p, [2.0**-10, np.nextafter(2.0**-10, 1)]])
+    assert np.array_equal(quantize(p, E4M3) == 0, p <= E4M3.min_subnormal / 2)
+
+
+@pytest.mark.parametrize("code", ["default", "default+score_spread=3", "default+context=16384+score_spread=1.5",
+                                  "default+outlier=20", "default+outlier=1+context=16384"])
+def test_fp8_attention_simulation_matches_the_closed_forms(variant, code):
+    sheet = variant(f"fp8-attention-quant-points@{code}").sheet
+    given, results = {g.symbol: g.value for g in sheet.givens}, sheet.results
+    # Keys: misplaced mass ≈ δs/√(2π); per-channel no better than per-tensor; centring leaves β·ε.
+    assert given["tv_K_tensor"] == pytest.approx(results["key_score_error"] / math.sqrt(2 * math.pi), rel=0.4)
+    assert given["tv_K_centred"] == pytest.approx(results["key_score_error_centred"] / math.sqrt(2 * math.pi),
+                                                  rel=0.4)
+    assert 0.6 < given["tv_K_channel"] / given["tv_K_tensor"] < 1.6
+    # P: the flushed mass over a few rows against the tilted-Gaussian estimate at the mean max, within the
+    # half-decade the answer allows (each row's own max moves its flushed mass a lot).
+    if results["p_flushed_mass"] > 1e-3:
+        assert abs(math.log10(given["f_P_sim"] / results["p_flushed_mass"])) < 0.5
+    assert given["f_P448_sim"] < given["f_P_sim"] / 10 or given["f_P_sim"] < 1e-4
+    # Accumulator (simulated over at most 16,384 tokens): under the bound, near the typical T/32·2^-13/(8 ln 2).
+    tokens = min(given["T"], 16384)
+    bound = tokens / 32 * 2**-13
+    assert given["e_acc_sim"] <= bound
+    assert given["e_acc_sim"] == pytest.approx(bound / (8 * math.log(2)), rel=0.5)
+    assert given["e_acc_p_sim"] <= results["acc_error_promoted"]
+
+
+def test_fp8_attention_regime_is_the_largest_share(variant):
+    for seed in range(40):
+        sheet = variant(f"fp8-attention-quant-points@{seed}").sheet
+        regime = sheet.regime
+        assert regime.position.value >= regime.boundary.value
+        assert not sheet.results["fixes"]["per-channel key scales would cut the key score error by more than 2×"]

@@ -54,19 +54,30 @@ E5M2 = Format("E5M2", 5, 2, 15, 57344.0, ieee_specials=True)
 FORMATS = {"e4m3": E4M3, "e5m2": E5M2}
 
 
-def round_to_bits(x, mantissa_bits: int, min_exponent: int | None = None, *, truncate: bool = False) -> np.ndarray:
-    """x rounded to a float with `mantissa_bits` explicit fraction bits (nearest, ties to even; or
-    toward zero with `truncate`, as a narrow adder drops bits). Below 2^min_exponent the quantum
-    stays fixed (subnormals); None means no lower limit. No overflow handling: see `quantize`."""
+def round_to_bits(x, mantissa_bits: int, min_exponent: int | None = None) -> np.ndarray:
+    """x rounded to a float with `mantissa_bits` explicit fraction bits, nearest with ties to even.
+    Below 2^min_exponent the quantum stays fixed (subnormals); None means no lower limit. No
+    overflow handling: see `quantize`."""
     y = np.asarray(x, dtype=np.float64)
     _, exponent = np.frexp(y)  # |y| = f·2^exponent with f in [0.5, 1): floor(log2|y|) = exponent - 1
     exponent = exponent - 1
     if min_exponent is not None:
         exponent = np.maximum(exponent, min_exponent)
     shift = mantissa_bits - exponent  # y·2^shift is the significand as an integer-valued float
-    scaled = np.ldexp(y, shift)
-    whole = np.trunc(scaled) if truncate else np.rint(scaled)
-    return np.ldexp(whole, -shift)
+    return np.ldexp(np.rint(np.ldexp(y, shift)), -shift)
+
+
+def chop_mask(mantissa_bits: int) -> np.uint64:
+    """The float64 bit mask that keeps the sign, the exponent and `mantissa_bits` fraction bits."""
+    return np.uint64((0xFFFFFFFFFFFFFFFF << (52 - mantissa_bits)) & 0xFFFFFFFFFFFFFFFF)
+
+
+def chop(x, mantissa_bits: int) -> np.ndarray:
+    """x with its significand cut to `mantissa_bits` fraction bits, toward zero, as an adder that keeps
+    only that many bits does (a bit mask on float64: cheap enough to run once per accumulation step)."""
+    y = np.array(x, dtype=np.float64)
+    y.view(np.uint64)[...] &= chop_mask(mantissa_bits)
+    return y
 
 
 def quantize(x, fmt: Format, scale=1.0) -> np.ndarray:
