@@ -85,11 +85,13 @@ def fp8_kv_cache(p, s: Sheet) -> None:
     s.step("", "Chance the context holds a value past the calibration max itself", "P_1", N / (N + n), "%",
            "of N + n exchangeable draws each is as likely as any other to be the largest: exact for any "
            "i.i.d. distribution")
+    headroom_why = ("with no headroom the clip point is the calibration max itself: the same exact chance"
+                    if p.headroom == 1 else
+                    f"a power-law tail makes a value {format_number(p.headroom)}× past the calibration max "
+                    f"{format_number(p.headroom)}^{format_number(p.tail_index)} times rarer: the headroom counts as "
+                    "that many times the calibration tokens")
     P = s.step("clip_probability", "Chance the context holds a value past the clip point", "P_clip",
-               N / (N + n * h**nu), "%",
-               f"a power-law tail makes a value {format_number(p.headroom)}× past the calibration max "
-               f"{format_number(p.headroom)}^{format_number(p.tail_index)} times rarer: it counts as "
-               "that many more calibration tokens")
+               N / (N + n * h**nu), "%", headroom_why)
     N_even = s.step("even_context", "Context at which clipping turns more likely than not", "N_half", n * h**nu,
                     "tokens", "P_clip = 1/2 where N = n·h^ν")
     r = s.step("clip_ratio", "Typical largest value of the context over the clip point", "r_clip",
@@ -170,8 +172,8 @@ def _fp8_kv_regime(s: Sheet, p, N, N_even, r) -> None:
         "clipping-dominated",
         f"A {format_number(p.context)}-token context passes the clip point with probability {probability} "
         f"(even at {even} tokens), and its largest value typically lands {ratio}× past it: saturation cuts the "
-        "outliers attention leans on, an error far above the rounding bound. Short prompts stay under it, which "
-        "is why FP8 KV looks free until long contexts.",
+        f"outliers attention leans on, an error far above the rounding bound. Only prompts shorter than {even} "
+        "tokens usually stay under it, which is why FP8 KV looks free on short prompts.",
         "Below the even context the clip point usually holds: the cache's error is rounding, bounded by ε "
         "whatever the scale, and more headroom costs nothing until the bulk slides out of the normal range."),
         below=Side(
@@ -350,13 +352,17 @@ def _kv_roads_regime(s: Sheet, R_ch) -> None:
         "a small score error moves the softmax more than a value error moves the sum. Spend extra bits on keys "
         "(K4V2 rather than 2/2).",
         "With softer attention the value road takes over once per-channel scales remove the outliers' step: the "
-        "same bits on both are then the better split."),
+        "same bits on both are then the better split.",
+        near=f"With per-channel keys the two roads are about even (the key road {ratio}× the value road): equal "
+             "bits are close to balanced, and any sharper query makes keys the one to give more bits."),
         below=Side(
         "values-dominate",
         f"With per-channel keys the key road falls to {ratio}× the value road: the outlier channels' coarse step "
         "was the whole key problem. Equal bits on keys and values are balanced; more bits now help values.",
         "Sharper attention (a larger |q|) scales the key road and not the value road: past |q|·σ_v = 1 keys "
-        "dominate again even per channel, and deserve the extra bits."))
+        "dominate again even per channel, and deserve the extra bits.",
+        near=f"With per-channel keys the two roads are about even (the key road {ratio}× the value road): equal "
+             "bits are close to balanced, though a slightly sharper query would make keys the one to favour."))
 
 
 # --- fp8-scale-formats ----------------------------------------------------------------------
@@ -401,10 +407,11 @@ def _format_blocks(rng: np.random.Generator, tail: str) -> np.ndarray:
     return x * np.exp2(rng.uniform(0, 8, (FORMAT_BLOCKS, 1)))
 
 
-def _format_simulation(s: Sheet, p) -> dict[str, float]:
+def _format_simulation(s: Sheet, p) -> dict[str, tuple[float, float]]:
     """Seeded E4M3 emulation on Gaussian and Student-t (3 dof) blocks: the Hopper reference (FP32
     scales per 128), this pool's activation path, and FP32-scaled weights re-rounded onto power-of-two
-    scales; SQNR in dB and the share of blocks whose amax saturates."""
+    scales; SQNR in dB and the share of blocks whose amax saturates. Returns (reference, pool) SQNR
+    per distribution."""
     rng = variant_rng(p, "hopper_scales", "mx_rule", "act_block")
     found = {}
     for tail, tag, name in (("gaussian", "g", "Gaussian"), ("t3", "t", "Student-t (3 dof)")):
@@ -427,7 +434,7 @@ def _format_simulation(s: Sheet, p) -> dict[str, float]:
             twice = quantize(once, E4M3, amax_scale(np.max(np.abs(once), axis=1, keepdims=True), E4M3, "up"))
             s.given("S_conv_g", sqnr_db(x, twice), "dB",
                     "the Gaussian values FP32-scaled, then re-rounded onto round-up power-of-two scales")
-    return {"gaussian_loss": found["g"][0] - found["g"][1], "t3_loss": found["t"][0] - found["t"][1]}
+    return {"gaussian": found["g"][:2], "t3": found["t"][:2]}
 
 
 def fp8_scale_formats(p, s: Sheet) -> None:
@@ -502,12 +509,13 @@ def _format_select(s: Sheet, p, share) -> None:
                                                           ": each 32-block takes its own amax, a finer grid"))
 
 
-def _format_regime(s: Sheet, p, overshoot, losses: dict[str, float]) -> None:
+def _format_regime(s: Sheet, p, overshoot, losses: dict[str, tuple[float, float]]) -> None:
     one = s.given("k_fit", 1, "x", "amax landing exactly on max")
     land = format_number(s.value(overshoot), 3)
     share = _pct(s.results["act_saturating_share"])
-    emulated = (f"the emulation loses {format_number(losses['gaussian_loss'], 2)} dB on Gaussian and "
-                f"{format_number(losses['t3_loss'], 2)} dB on heavy-tailed blocks against FP32 scales per 128")
+    emulated = ("the emulation gives " + " and ".join(
+        f"{format_number(pool, 3)} dB against {format_number(ref, 3)} dB with FP32 scales per 128 on {name} blocks"
+        for name, (ref, pool) in (("Gaussian", losses["gaussian"]), ("heavy-tailed", losses["t3"]))))
     saturating = (f"The {p.mx_rule} rule can land a block's amax {land}× past 448, and does in {share} of blocks: "
                   f"the largest values, the ones that carry the signal, saturate; {emulated}. Round the scale up "
                   "instead (NVIDIA's MXFP8 recipe, DeepGEMM's UE8M0).")
@@ -731,7 +739,8 @@ def _attention_regime(s: Sheet, errors: dict[str, sympy.Symbol]) -> None:
            "probabilities": "scale P by 448 before the cast (or keep P in bf16)",
            "accumulator": "promote the accumulator to FP32 every 128 tokens"}  # DeepSeek-V3's N_C
     summary = (f"The {first} point dominates: {shown[first]} of the output misplaced against {shown[second]} for the "
-               f"{second} and {shown[ranked[2]]} for the {ranked[2]}. Fix it first: {fix[first]}.")
+               f"{second} and {shown[ranked[2]]} for the {ranked[2]} (the accumulator's figure is its typical error, "
+               f"a fifth of its bound). Fix it first: {fix[first]}.")
     s.set_regime(first, summary, errors[second], errors[first],
                  f"Were the {second} point's error past {shown[first]}, it would lead, and the first fix would be "
                  f"to {fix[second]}.")
