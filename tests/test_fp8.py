@@ -151,6 +151,8 @@ def test_scales():
     assert amax_scale(3.0, E4M3, "ocp-mx") == 2.0**-7
     assert amax_scale(500.0, E4M3, "ocp-mx") == 2.0**0
     assert amax_scale(3.0, E5M2, "ocp-mx") == 2.0**-14
+    with pytest.raises(ValueError):
+        amax_scale(3.0, E4M3, "stochastic")
     # Rounding the scale up never clips the block's amax; the floor and MX rules can.
     for amax_value, rounding in itertools.product(np.geomspace(1e-3, 1e3, 97), ("fp32", "up")):
         assert not clipped(amax_value, E4M3, amax_scale(amax_value, E4M3, rounding))

@@ -104,6 +104,8 @@ def amax_scale(amax, fmt: Format, rounding: str = "fp32") -> np.ndarray:
     - ocp-mx: the OCP MX v1.0 rule for E8M0 shared scales, 2^(floor(log2 amax) - emax of the
       element format), which maps amax into [2^emax, 2^(emax+1)) and so clips what lies above max.
     A block of zeros gets scale 1 (nothing to represent)."""
+    if rounding not in SCALE_ROUNDINGS:
+        raise ValueError(f"unknown scale rounding {rounding!r} (one of {', '.join(SCALE_ROUNDINGS)})")
     a = np.asarray(amax, dtype=np.float64)
     safe = np.where(a > 0, a, 1.0)
     if rounding == "fp32":
