@@ -164,7 +164,8 @@ def test_kv_quant_simulation_matches_the_first_order_roads(variant, code):
     sheet = variant(f"kv-quant-keys-vs-values@{code}").sheet
     given, results = {g.symbol: g.value for g in sheet.givens}, sheet.results
     averaging = given["sqrt_sum_p2"]
-    assert given["o_V_tok"] == pytest.approx(results["value_error"] * averaging, rel=0.15)
+    # Four queries over 256 tokens, and min-max groups of 32 whose ends are exact: within a quarter.
+    assert given["o_V_tok"] == pytest.approx(results["value_error"] * averaging, rel=0.25)
     key_road = given["beta"] / math.sqrt(3) * results["key_error_channel"] * averaging
     assert given["o_K_ch"] == pytest.approx(key_road, rel=0.25)
     assert given["o_K_ch"] / given["o_V_tok"] == pytest.approx(results["roads_channel"], rel=0.3)

@@ -231,7 +231,9 @@ def _kv_roads_simulation(p) -> dict[str, float]:
         return float(np.sqrt(np.mean((_attention(q, k_used, v_used)[0] - exact) ** 2)))
 
     k_token, k_channel = _int_quantize(k, bits, axis=1), _grouped(k, bits, KIVI_GROUP)
-    v_token, v_channel = _int_quantize(v, bits, axis=1), _grouped(v, bits, KIVI_GROUP)
+    v_groups = v.reshape(SIM_TOKENS, d // KIVI_GROUP, KIVI_GROUP)  # per token, 32 channels a scale (KIVI)
+    v_token = _int_quantize(v_groups, bits, axis=2).reshape(v.shape)
+    v_channel = _grouped(v, bits, KIVI_GROUP)
     return {"keys_token": rms(k_token, v), "keys_channel": rms(k_channel, v),
             "values_token": rms(k, v_token), "values_channel": rms(k, v_channel),
             "both_token": rms(k_token, v_token), "kivi": rms(k_channel, v_token),
@@ -269,7 +271,8 @@ def kv_quant_keys_vs_values(p, s: Sheet) -> None:
 
     s.assume(f"Keys: {OUTLIER_CHANNELS} of the {p.model.head_dim} channels sit at ±α (half each way), every entry "
              "spread uniformly over ±1 about its channel's mean; values the same with no outlier channels; query "
-             "entries Gaussian with RMS β. Real key outliers (KIVI, KVQuant) are channel-fixed the same way.")
+             "entries Gaussian with RMS β. Real key outliers (KIVI, KVQuant) are channel-fixed the same way. A "
+             "per-token key scale spans the head's channels, outliers included, as any group holding one would.")
     s.assume("Errors of step/√12 assume the entries spread across the step, and the key road is first order in "
              "δs. Both fail for per-token keys at few bits: the ±1 channels all land on the inner levels, the score "
              "noise outgrows the scores, and the simulated error exceeds the estimate; the ordering only sharpens.")
