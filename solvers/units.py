@@ -47,6 +47,9 @@ _COUNT_NOUNS = (
     "frame frames overflow overflows postmortem postmortems link links rank ranks"
 )
 _atom(_COUNT_NOUNS, 1.0, DIMENSIONLESS)
+# Numerics: factors of two of dynamic range, signal-to-noise ratios and score gaps (log scales, read as typed).
+_atom("binade binades nat nats", 1.0, DIMENSIONLESS)
+_atom("dB", 1.0, DIMENSIONLESS)
 _SINGULAR = {noun: noun[:-1] for noun in _COUNT_NOUNS.split() if noun.endswith("s") and noun[:-1] in _ATOMS}
 # Rates people write as one word: "TFLOPS", "Gbps", "GBps".
 _atom("FLOPS", 1.0, (0, 1, -1, 0, 0))
