@@ -72,3 +72,86 @@ def test_longer_prompts_raise_the_recompute(variant):
     assert long["recompute"] > short["recompute"]
     option = "the NVMe tier would pay for prompts four times this long"
     assert short["design"][option] == (long["recompute"] > long["fetch_ssd"])
+
+
+# --- h200-slower-than-h100 -----------------------------------------------------------------
+
+H200 = "h200-slower-than-h100"
+NVL_MISS = "fused-MoE kernel configs missing for this device name (default Triton configs)"
+
+
+def test_h200_default(variant):
+    """Mixtral-8x7B bf16 at TP 2 moved to H200 NVL with no NVL tuning file: every phase regresses."""
+    r = variant(f"{H200}@default").sheet.results
+    assert (r["batch_o"], r["batch_n"]) == (188, 597)  # 25.3 GB and 80.2 GB pools of 268 MB sequences
+    assert r["ttft_ratio"] == pytest.approx(1.632, abs=0.001)
+    assert r["tpot_ratio"] == pytest.approx(1.530, abs=0.001)
+    assert r["throughput_ratio"] == pytest.approx(2.076, abs=0.001)  # the fleet gains while each user loses
+    assert r["regressed"] == "ttft-and-tpot"
+    m = r["mechanisms"]
+    assert m[NVL_MISS] and m["batches past the CUDA-graph capture size running eager"]
+    assert not m["TP all-reduces crossing PCIe between NVLink bridge groups"]
+
+
+def test_h200_nvl_datasheet():
+    """The NVL card's dense peaks are its sparse datasheet figures halved, 84% of the SXM part's."""
+    from solvers.data import load_catalog
+    gpus = load_catalog().collections["gpus"]
+    nvl, sxm = gpus["h200-nvl"], gpus["h200-sxm"]
+    assert nvl["bf16_dense_tflops"] == pytest.approx(1671 / 2, abs=0.1)
+    assert nvl["fp8_dense_tflops"] == pytest.approx(3341 / 2, abs=0.1)
+    assert nvl["bf16_dense_tflops"] / sxm["bf16_dense_tflops"] == pytest.approx(0.844, abs=0.001)
+    assert (nvl["tdp_w"], sxm["tdp_w"]) == (600, 700)
+
+
+def test_vllm_config_names_and_capture_size():
+    """vLLM names a tuning file by torch's device name with spaces as underscores, so 'NVIDIA H200 NVL'
+    never finds an 'NVIDIA_H200' file; the largest capture size is min(2 x max_num_seqs, 512)."""
+    from solvers.data import load_catalog
+    from solvers.topics.deployment import CAPTURE_LIMIT, device_name
+    gpus = load_catalog().collections["gpus"]
+    for key, torch_name in (("h100-sxm", "NVIDIA H100 80GB HBM3"), ("h200-sxm", "NVIDIA H200"),
+                            ("h200-nvl", "NVIDIA H200 NVL")):
+        assert device_name(gpus[key]) == torch_name.replace(" ", "_")
+    assert all(min(2 * seqs, 512) == CAPTURE_LIMIT for seqs in (256, 512, 1024))
+
+
+def test_h200_tuning_file_follow_up(variant):
+    """With an NVL tuning file the untuned stretch disappears: TTFT falls by exactly 1 + s_pre(π − 1) on
+    its kernels, and the mechanism no longer holds."""
+    before = variant(f"{H200}@default").sheet.results
+    after = variant(f"{H200}@default+tuned_for=NVIDIA_H100_80GB_HBM3,NVIDIA_H200,NVIDIA_H200_NVL").sheet.results
+    assert not after["mechanisms"][NVL_MISS]
+    assert after["ttft_n"] < before["ttft_n"] and after["tpot_n"] < before["tpot_n"]
+    assert after["ttft_o"] == before["ttft_o"]
+
+
+def test_h200_sxm_tuned_uncapped_keeps_prefill(variant):
+    """The SXM part, tuned and uncapped, is the H100's compute: TTFT no worse; the batch still moves TPOT."""
+    r = variant(f"{H200}@default+part=h200-sxm").sheet.results
+    assert r["ttft_ratio"] == pytest.approx(1.0)  # compute-bound prefill at the same peak and clocks
+    assert not r["mechanisms"]["the NVL card's lower rated tensor peak (a 600 W PCIe board)"]
+    assert r["regressed"] == "tpot-only"
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_h200_what_ifs_match_the_sheet(variant, seed):
+    """The judgements' float what-ifs start from the same times the sheet derives."""
+    from solvers.topics.deployment import Knobs, _ring, _times
+    solution = variant(f"{H200}@{seed}")
+    r, p = solution.sheet.results, {param.name: param.value for param in solution.params}
+
+    class P(dict):
+        __getattr__ = dict.__getitem__
+
+    p = P(p)
+    tuned = p["tuned_for"].split(",").count({"H200 SXM": "NVIDIA_H200", "H200 NVL": "NVIDIA_H200_NVL"}[
+        p["part"]["name"]]) > 0
+    bridged = p["tp"] > p["part"]["nvlink_domain"]
+    phi = p["power_cap"] ** (1 / 3)
+    from solvers.topics.common import peak_flops
+    knobs = Knobs(peak=peak_flops(p.part, p.dtype), bridged=bridged, throttle=phi,
+                  penalty=1.0 if tuned else p.default_penalty, batch=int(r["batch_n"]), graphs=False)
+    ttft, tpot = _times(p, knobs, r["kv_per_token_gpu"], {bridged: _ring(p, bridged)})
+    assert ttft == pytest.approx(r["ttft_n"], rel=1e-9)
+    assert tpot == pytest.approx(r["tpot_n"], rel=1e-9)
