@@ -2,6 +2,7 @@
 moe-calibration-starvation, model-runner-v2."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 DAY = 86400.0
@@ -155,3 +156,81 @@ def test_h200_what_ifs_match_the_sheet(variant, seed):
     ttft, tpot = _times(p, knobs, r["kv_per_token_gpu"], {bridged: _ring(p, bridged)})
     assert ttft == pytest.approx(r["ttft_n"], rel=1e-9)
     assert tpot == pytest.approx(r["tpot_n"], rel=1e-9)
+
+
+# --- moe-calibration-starvation --------------------------------------------------------------
+
+MOE = "moe-calibration-starvation"
+
+
+def test_moe_calibration_default(variant):
+    """Qwen3-235B-A22B (128 experts, top-8, hidden 4,096), 128 samples of 2,048 tokens, rarest expert at 10%."""
+    r = variant(f"{MOE}@default").sheet.results
+    assert r["tokens_avg"] == 128 * 2048 * 8 / 128  # 16,384
+    assert r["tokens_rare"] == pytest.approx(1638.4)
+    assert r["ratio_rare"] == pytest.approx(0.4)
+    assert r["hessian_rank"] == 1638
+    assert r["samples_needed"] == 1280  # 4 x 4,096 tokens / (2,048 x 8/128 x 10%)
+    assert r["regime"] == "worse-than-rounding"
+    assert r["recipe"]["needed here: a per-expert gate that rounds (RTN) any expert below the crossover"]
+
+
+def test_moe_calibration_follow_up(variant):
+    """Sixteen times the set (2,048 samples) gives the rarest expert 6.4 tokens per dimension: usable."""
+    r = variant(f"{MOE}@default+samples=2048").sheet.results
+    assert r["ratio_rare"] == pytest.approx(6.4)
+    assert r["regime"] == "hessian-usable"
+
+
+def test_gptq_crossover_is_a_few_times_d_in():
+    """The published rule: at GPTQ's default 1% damping, GPTQ loses to rounding below a few times d_in
+    tokens; more damping trusts the thin Hessian less and moves the crossover down."""
+    from solvers.topics.calibration import simulate
+    default, heavy = simulate(0.01), simulate(0.1)
+    assert 2 < default.crossover < 4
+    assert heavy.crossover < default.crossover
+    assert default.at(0.5) > 1.5  # a rank-deficient Hessian: GPTQ far worse than rounding
+    assert default.at(64) < 1
+
+
+def test_rtn_error_matches_the_uniform_noise_closed_form():
+    """RTN's error is uniform rounding noise, Δ²/12 per weight: E||X(W − Q)ᵀ||² / E||XWᵀ||² =
+    Σ_j Δ_j²/12 · tr Σ / tr(W Σ Wᵀ); the simulation's held-out figure agrees within 10%."""
+    from solvers.topics.calibration import population, simulate
+    curve = simulate(0.01)
+    _, W, root, scale = population(curve.seed)
+    sigma = root @ root.T
+    closed = float(np.sum(scale**2) / 12 * np.trace(sigma) / np.trace(W @ sigma @ W.T))
+    assert curve.rtn_error == pytest.approx(closed, rel=0.1)
+
+
+def test_gptq_with_ample_tokens_reaches_the_exact_hessian():
+    """At 64 tokens per dimension the simulated GPTQ is within 5% of GPTQ run on the true Hessian 2Σ,
+    and that limit beats rounding."""
+    from solvers.topics.calibration import gptq, population, relative_error, round_to_nearest, simulate
+    curve = simulate(0.01)
+    rng, W, root, scale = population(curve.seed)
+    test = rng.standard_normal((8192, W.shape[1])) @ root.T
+    exact = relative_error(test, W, gptq(W, 2 * root @ root.T, scale, 0.01)) / relative_error(
+        test, W, round_to_nearest(W, scale))
+    assert exact < 1
+    assert curve.at(64) == pytest.approx(exact, rel=0.05)
+
+
+def test_hessian_rank_is_the_token_count_below_d_in():
+    rng = np.random.default_rng(0)
+    for n in (16, 40, 64, 100):
+        X = rng.standard_normal((n, 64))
+        assert np.linalg.matrix_rank(X.T @ X) == min(n, 64)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_samples_needed_is_the_smallest_that_reaches_the_target(variant, seed):
+    solution = variant(f"{MOE}@{seed}")
+    r, p = solution.sheet.results, {param.name: param.value for param in solution.params}
+    m = p["model"]
+    per_sample = 2048 * m["experts_per_token"] / m["experts"] * p["rare"]
+    goal = p["target"] * r["d_in"]
+    assert r["samples_needed"] * per_sample >= goal * (1 - 1e-12) > (r["samples_needed"] - 1) * per_sample
+    usable = "the current set already gives the rarest expert a usable Hessian"
+    assert (r["regime"] == "hessian-usable") == r["recipe"][usable]
