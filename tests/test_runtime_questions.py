@@ -194,11 +194,11 @@ def test_gptq_crossover_is_a_few_times_d_in():
 
 
 def test_rtn_error_matches_the_uniform_noise_closed_form():
-    """RTN's error is uniform rounding noise, Δ²/12 per weight: E||X(W − Q)ᵀ||² / E||XWᵀ||² =
-    Σ_j Δ_j²/12 · tr Σ / tr(W Σ Wᵀ); the simulation's held-out figure agrees within 10%."""
-    from solvers.topics.calibration import population, simulate
+    """RTN's error is uniform rounding noise, Δ²/12 per weight: E||x(W − Q)ᵀ||² / E||xWᵀ||² ≈
+    Σ_j Δ_j²/12 · tr Σ / tr(W Σ Wᵀ); the simulation's exact figure agrees within 10%."""
+    from solvers.topics.calibration import SIM_WIDTH, population, simulate
     curve = simulate(0.01)
-    _, W, root, scale = population(curve.seed)
+    _, W, root, scale = population(curve.seed, SIM_WIDTH)
     sigma = root @ root.T
     closed = float(np.sum(scale**2) / 12 * np.trace(sigma) / np.trace(W @ sigma @ W.T))
     assert curve.rtn_error == pytest.approx(closed, rel=0.1)
@@ -206,15 +206,18 @@ def test_rtn_error_matches_the_uniform_noise_closed_form():
 
 def test_gptq_with_ample_tokens_reaches_the_exact_hessian():
     """At 64 tokens per dimension the simulated GPTQ is within 5% of GPTQ run on the true Hessian 2Σ,
-    and that limit beats rounding."""
-    from solvers.topics.calibration import gptq, population, relative_error, round_to_nearest, simulate
+    and that limit beats rounding; held-out errors drawn from the distribution agree with the exact one."""
+    from solvers.topics.calibration import SIM_WIDTH, gptq, population, relative_error, round_to_nearest, simulate
     curve = simulate(0.01)
-    rng, W, root, scale = population(curve.seed)
-    test = rng.standard_normal((8192, W.shape[1])) @ root.T
-    exact = relative_error(test, W, gptq(W, 2 * root @ root.T, scale, 0.01)) / relative_error(
-        test, W, round_to_nearest(W, scale))
+    rng, W, root, scale = population(curve.seed, SIM_WIDTH)
+    sigma = root @ root.T
+    Q = gptq(W, 2 * sigma, scale, 0.01)
+    exact = relative_error(sigma, W, Q) / relative_error(sigma, W, round_to_nearest(W, scale))
     assert exact < 1
     assert curve.at(64) == pytest.approx(exact, rel=0.05)
+    test = rng.standard_normal((20000, SIM_WIDTH)) @ root.T
+    sampled = np.sum((test @ (W - Q).T) ** 2) / np.sum((test @ W.T) ** 2)
+    assert sampled == pytest.approx(relative_error(sigma, W, Q), rel=0.05)
 
 
 def test_hessian_rank_is_the_token_count_below_d_in():
@@ -234,3 +237,77 @@ def test_samples_needed_is_the_smallest_that_reaches_the_target(variant, seed):
     assert r["samples_needed"] * per_sample >= goal * (1 - 1e-12) > (r["samples_needed"] - 1) * per_sample
     usable = "the current set already gives the rarest expert a usable Hessian"
     assert (r["regime"] == "hessian-usable") == r["recipe"][usable]
+
+
+# --- model-runner-v2 -----------------------------------------------------------------------
+
+MRV2 = "model-runner-v2"
+MiB = 2**20
+
+
+def test_model_runner_v2_default(variant):
+    """Llama-3.1-8B fp8 on one B200, 8 sequences at 512 tokens: the old runner's 1.78 ms of CPU outlasts
+    1.34 ms of GPU work, so MRV2 gains 1.33x; but a logits-processor plugin keeps it on the V1 runner."""
+    r = variant(f"{MRV2}@default").sheet.results
+    gpu = (8.03e9 + 8 * 512 * 131_072) / (0.8 * 8e12)
+    assert r["gpu_step"] == pytest.approx(gpu)  # 1.339 ms: the reads, not the math
+    assert r["cpu_old"] == pytest.approx(0.5e-3 + 1.2e-3 + 8 * 10e-6)
+    assert r["cpu_new"] == pytest.approx(0.6e-3)
+    assert r["tpot_old"] == pytest.approx(1.78e-3) and r["tpot_new"] == pytest.approx(gpu)
+    assert r["speedup"] == pytest.approx(1.78e-3 / gpu)
+    assert r["regime"] == "cpu-bound"
+    assert (r["token_buffer"], r["block_table"]) == (128 * MiB, 8 * MiB)
+    assert r["runner"] == "v1-runner" and r["realized"] == 1
+
+
+def test_persistent_buffers_match_vllm_layout(variant):
+    """vLLM's RequestState keeps prefill_token_ids as int32 [max_num_reqs, max_model_len] (1,024 rows by default):
+    512 MiB at 128K, which is why MRV2 leaves it in pinned host memory behind UVA."""
+    r = variant(f"{MRV2}@default+max_model_len=131072").sheet.results
+    assert r["token_buffer"] == 1024 * 131_072 * 4 == 512 * MiB
+    assert r["block_table"] == 1024 * (131_072 // 16) * 4
+
+
+def test_model_runner_v2_follow_up(variant):
+    """At 4,096 tokens of context the KV reads make the GPU the slower side: the rewrite gains nothing."""
+    r = variant(f"{MRV2}@default+context=4096").sheet.results
+    assert r["regime"] == "gpu-bound"
+    assert r["speedup"] == 1
+
+
+@pytest.mark.parametrize("features, runner", [
+    ("prefix caching, EAGLE-3 speculative decoding", "model-runner-v2"),
+    ("prefix caching, ngram speculative decoding", "v1-runner"),
+    ("chunked prefill, dual batch overlap", "v1-runner"),
+    ("prefix caching, structured outputs", "model-runner-v2"),
+    ("prefix caching, an image built without Triton", "v1-runner"),
+])
+def test_runner_choice_follows_the_unsupported_list(bank, catalog, features, runner):
+    """vllm/config/vllm.py: ngram drafting, dual batch overlap, custom logits processors and a missing Triton
+    send a dense model to the V1 runner when VLLM_USE_V2_MODEL_RUNNER is unset; EAGLE-3 and structured
+    outputs do not."""
+    from solvers.engine import solve_values
+    from solvers.sampling import default_values
+    question = bank.get(MRV2)
+    _, sheet = solve_values(question, default_values(question) | {"features": features}, catalog)
+    assert sheet.results["runner"] == runner
+    assert sheet.results["realized"] == (sheet.results["speedup"] if runner == "model-runner-v2" else 1)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_model_runner_v2_properties(variant, seed):
+    r = variant(f"{MRV2}@{seed}").sheet.results
+    assert r["tpot_old"] == pytest.approx(max(r["gpu_step"], r["cpu_old"]))
+    assert r["tpot_new"] == pytest.approx(max(r["gpu_step"], r["cpu_new"]))
+    assert (r["regime"] == "cpu-bound") == (r["speedup"] > 1)
+    assert (r["runner"] == "model-runner-v2") == r["fallback"]["it runs on Model Runner V2"]
+
+
+def test_bartlett_hessian_has_the_wishart_mean():
+    """The simulation's Hessians from Bartlett's decomposition average to E[2XᵀX/n] = 2Σ, as drawing the
+    tokens themselves does."""
+    from solvers.topics.calibration import SIM_WIDTH, calibration_hessian, population
+    rng, _, root, _ = population(1, SIM_WIDTH)
+    mean = np.mean([calibration_hessian(rng, root, 256) for _ in range(400)], axis=0)
+    target = 2 * root @ root.T
+    assert np.linalg.norm(mean - target) / np.linalg.norm(target) < 0.03

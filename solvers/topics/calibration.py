@@ -3,7 +3,7 @@ each expert sees, and a Hessian-based quantizer (GPTQ) fed too few of them does 
 
 The crossover comes from a small seeded simulation: GPTQ and round-to-nearest (RTN) on a 64-wide layer,
 4-bit per-row weights, Gaussian activations whose covariance eigenvalues spread over one decade; error
-measured on held-out activations as the tokens per input dimension fall."""
+taken in expectation over the activation distribution as the tokens per input dimension fall."""
 from __future__ import annotations
 
 import math
@@ -20,7 +20,6 @@ from solvers.units import format_number, format_quantity
 SIM_WIDTH = 64  # d_in of the simulated layer: GPTQ's column loop stays cheap
 SIM_RATIOS = (0.25, 0.5, 1, 2, 3, 4, 6, 8, 16, 32, 64)  # calibration tokens / d_in
 SIM_REPEATS = 4  # calibration draws averaged at each ratio
-SIM_TEST = 2048  # held-out activations the errors are measured on
 SIM_SPREAD = 1.0  # decades between the largest and smallest activation variance
 BITS = 4
 SEQUENCE = 2048  # tokens per calibration sample (GPTQ's 2,048-token C4 segments)
@@ -41,7 +40,7 @@ class Curve:
         return float(np.interp(math.log(ratio), logs, self.error_ratio))
 
 
-def population(seed: int, width: int = SIM_WIDTH):
+def population(seed: int, width: int):
     """The simulated layer: weights, the activation covariance's square root, the per-row 4-bit scale."""
     rng = np.random.default_rng(seed)
     basis, _ = np.linalg.qr(rng.standard_normal((width, width)))
@@ -59,21 +58,42 @@ def round_to_nearest(W: np.ndarray, scale: np.ndarray) -> np.ndarray:
 def gptq(W: np.ndarray, H: np.ndarray, scale: np.ndarray, damping: float) -> np.ndarray:
     """GPTQ (Frantar et al. 2022, Algorithm 1 without blocking or act-order): quantize one input column at a
     time and push its error onto the columns not yet quantized through the Cholesky factor of H⁻¹, with
-    λ = damping × mean(diag H) added to the diagonal first."""
+    λ = damping × mean(diag H) added to the diagonal first. H may be a stack [..., d, d] of Hessians: the
+    same W is then quantized once per Hessian, all in one column loop."""
     width = W.shape[1]
-    damped = H + damping * np.mean(np.diag(H)) * np.eye(width)
-    upper = np.linalg.cholesky(np.linalg.inv(damped)).T
-    work, Q = W.copy(), np.empty_like(W)
+    diag = np.diagonal(H, axis1=-2, axis2=-1)
+    damped = H + damping * diag.mean(axis=-1)[..., None, None] * np.eye(width)
+    upper = np.swapaxes(np.linalg.cholesky(np.linalg.inv(damped)), -1, -2)
+    work = np.broadcast_to(W, H.shape[:-2] + W.shape).copy()
+    Q = np.empty_like(work)
     top = 2 ** (BITS - 1) - 1
     for i in range(width):
-        column = work[:, i]
-        Q[:, i] = np.clip(np.round(column / scale), -top - 1, top) * scale
-        work[:, i + 1:] -= np.outer((column - Q[:, i]) / upper[i, i], upper[i, i + 1:])
+        column = work[..., i]
+        Q[..., i] = np.clip(np.round(column / scale), -top - 1, top) * scale
+        error = (column - Q[..., i]) / upper[..., i, i][..., None]
+        work[..., i + 1:] -= error[..., :, None] * upper[..., None, i, i + 1:]
     return Q
 
 
-def relative_error(X: np.ndarray, W: np.ndarray, Q: np.ndarray) -> float:
-    return float(np.sum((X @ (W - Q).T) ** 2) / np.sum((X @ W.T) ** 2))
+def calibration_hessian(rng: np.random.Generator, root: np.ndarray, n: int) -> np.ndarray:
+    """H = 2XᵀX/n for n calibration tokens x = root·z, z standard normal. From n ≥ d tokens ZᵀZ is drawn by
+    Bartlett's decomposition of the Wishart(n, I) matrix (same distribution, d² numbers instead of n·d);
+    below d, from the tokens themselves (the rank-n case)."""
+    width = root.shape[0]
+    if n < width:
+        Z = rng.standard_normal((n, width))
+        gram = Z.T @ Z
+    else:
+        A = np.tril(rng.standard_normal((width, width)), -1)
+        A[np.diag_indices(width)] = np.sqrt(rng.chisquare(n - np.arange(width)))
+        gram = A @ A.T
+    return 2 * root @ gram @ root.T / n
+
+
+def relative_error(sigma: np.ndarray, W: np.ndarray, Q: np.ndarray) -> float:
+    """E||x(W − Q)ᵀ||² / E||xWᵀ||² over activations x of covariance Σ: the held-out error, exactly."""
+    D = W - Q
+    return float(np.einsum("ij,jk,ik->", D, sigma, D) / np.einsum("ij,jk,ik->", W, sigma, W))
 
 
 def sim_seed(damping: float) -> int:
@@ -84,17 +104,14 @@ def sim_seed(damping: float) -> int:
 @lru_cache(maxsize=8)
 def simulate(damping: float) -> Curve:
     seed = sim_seed(damping)
-    rng, W, root, scale = population(seed)
-    test = rng.standard_normal((SIM_TEST, SIM_WIDTH)) @ root.T
-    rtn = relative_error(test, W, round_to_nearest(W, scale))
-    ratios = []
-    for ratio in SIM_RATIOS:
-        n = int(round(ratio * SIM_WIDTH))
-        total = 0.0
-        for _ in range(SIM_REPEATS):
-            X = rng.standard_normal((n, SIM_WIDTH)) @ root.T
-            total += relative_error(test, W, gptq(W, 2 * X.T @ X / n, scale, damping)) / rtn
-        ratios.append(total / SIM_REPEATS)
+    rng, W, root, scale = population(seed, SIM_WIDTH)
+    sigma = root @ root.T
+    rtn = relative_error(sigma, W, round_to_nearest(W, scale))
+    hessians = [calibration_hessian(rng, root, int(round(ratio * SIM_WIDTH)))
+                for ratio in SIM_RATIOS for _ in range(SIM_REPEATS)]
+    quantized = gptq(W, np.stack(hessians), scale, damping)
+    errors = [relative_error(sigma, W, Q) / rtn for Q in quantized]
+    ratios = [float(np.mean(errors[i:i + SIM_REPEATS])) for i in range(0, len(errors), SIM_REPEATS)]
     logs = np.log(SIM_RATIOS)
     # The last ratio at which GPTQ still loses, and the next: GPTQ wins from there on.
     last = max(i for i, r in enumerate(ratios) if r >= 1)
@@ -130,7 +147,7 @@ def moe_calibration_starvation(p, s: Sheet) -> None:
     r_star = s.given("r_star", curve.crossover, "",
                      f"tokens/d_in where GPTQ's error meets RTN's at damping {format_number(p.damping)} (seeded "
                      f"simulation: d_in = {SIM_WIDTH}, {SIM_REPEATS} calibration draws per ratio, "
-                     f"{SIM_TEST} held-out tokens, seed {curve.seed})")
+                     f"error in expectation over the activations, seed {curve.seed})")
     ratio = s.value(r)
     if 1 / TOO_CLOSE < ratio / curve.crossover < TOO_CLOSE:
         raise Reject("the rarest expert sits within 1.5x of the crossover: the simulation's noise decides")
