@@ -105,14 +105,16 @@ def h200_slower_than_h100(p, s: Sheet) -> None:
     gpu_o, P_o, BW_o, Bo = sides["o"]
     gpu_n, P_n, BW_n, Bn = sides["n"]
     one = sympy.Integer(1)
-    ttft_o = _prefill(s, p, "o", gpu_o, P_o, BW_o, one, one, W, TP, T, N_a, A, share_pre, eta_c, eta_bw, t_oh, None)
+    F = s.step("flops_pre", "FLOPs of the prefill", "F_pre", 2 * N_a * T + A * T**2 / 2, "TFLOP",
+               "2 per active parameter per token, plus the causal attention: the same on both GPUs")
+    ttft_o = _prefill(s, p, "o", gpu_o, P_o, BW_o, one, one, W, TP, T, F, share_pre, eta_c, eta_bw, t_oh, None)
     eager_o = L * e_l if B_o > CAPTURE_LIMIT else 0
     tpot_o = _decode(s, p, "o", gpu_o, P_o, BW_o, one, one, W, TP, C, KV, Bo, N_a, share_dec, eta_c, eta_bw, t_oh,
                      None, eager_o)
     penalty_n = one if tuned else pi
     eager_n = L * e_l if B_n > CAPTURE_LIMIT else 0
     link_n = PCIE_GEN5 if bridged else None
-    ttft_n = _prefill(s, p, "n", gpu_n, P_n, BW_n, phi, penalty_n, W, TP, T, N_a, A, share_pre, eta_c, eta_bw, t_oh,
+    ttft_n = _prefill(s, p, "n", gpu_n, P_n, BW_n, phi, penalty_n, W, TP, T, F, share_pre, eta_c, eta_bw, t_oh,
                       link_n)
     tpot_n = _decode(s, p, "n", gpu_n, P_n, BW_n, phi, penalty_n, W, TP, C, KV, Bn, N_a, share_dec, eta_c, eta_bw,
                      t_oh, link_n, eager_n)
@@ -152,9 +154,7 @@ def h200_slower_than_h100(p, s: Sheet) -> None:
     s.slip("the batch ratio taken as the per-user change", on="tpot_ratio", factor=(B_n / B_o) / ratios[1])
 
 
-def _prefill(s: Sheet, p, tag, gpu, P, BW, phi, penalty, W, TP, T, N_a, A, share, eta_c, eta_bw, t_oh, link):
-    F = s.step(f"flops_pre_{tag}", f"FLOPs of the prefill on {gpu.name}", f"F_pre_{tag}",
-               2 * N_a * T + A * T**2 / 2, "TFLOP", "2 per active parameter per token, plus the causal attention")
+def _prefill(s: Sheet, p, tag, gpu, P, BW, phi, penalty, W, TP, T, F, share, eta_c, eta_bw, t_oh, link):
     kernels = max_of(W / TP / (eta_bw * BW), F / (TP * eta_c * P * phi))
     ar = tp_all_reduce(s, p.model, gpu, p.tp, T, tag=f"pre_{tag}", label=f"prefill on {gpu.name}",
                        nic=link, group=tag)
