@@ -47,9 +47,9 @@ def kv_cache_tiers(p, s: Sheet) -> None:
                   "the prefill averaged over its tokens: what a hit in any tier saves before its fetch is paid")
     t_dram = s.step("fetch_dram", "DRAM fetch time per token", "t_DRAM", e.KV / B_h, "us",
                     "each GPU copies its own share of the token's KV over its own host link, all in parallel")
-    B_s = s.step("ssd_per_gpu", "SSD read bandwidth per GPU", "B_SSD", n_d * R / G, "GB/s",
+    B_s = s.step("ssd_per_gpu", "NVMe read bandwidth per GPU", "B_SSD", n_d * R / G, "GB/s",
                  "the node's drives serve all its GPUs, which fetch at the same time")
-    t_ssd = s.step("fetch_ssd", "SSD fetch time per token", "t_SSD", e.KV / B_s, "us",
+    t_ssd = s.step("fetch_ssd", "NVMe fetch time per token", "t_SSD", e.KV / B_s, "us",
                    "each GPU's share of the token's KV at its share of the drives' read bandwidth")
     for tier, fetch in (("DRAM", t_dram), ("SSD", t_ssd)):
         if abs(s.evaluate(fetch / t_re) - 1) < TOO_CLOSE:
@@ -58,7 +58,7 @@ def kv_cache_tiers(p, s: Sheet) -> None:
                  "a hit in HBM is already where attention reads it: it saves the whole recompute")
     v_D = s.step("value_dram", "DRAM tier: time saved per prompt token", "v_DRAM", h_D * (t_re - t_dram), "us",
                  "its hit rate times recompute less fetch")
-    v_S = s.step("value_ssd", "SSD tier: time saved per prompt token", "v_SSD", h_S * (t_re - t_ssd), "us",
+    v_S = s.step("value_ssd", "NVMe tier: time saved per prompt token", "v_SSD", h_S * (t_re - t_ssd), "us",
                  "its hit rate times recompute less fetch; negative: every hit is slower than recomputing")
     s.step("ttft_tiers", "Prefill time of the prompt with the tiers that pay", "t_tiers",
            D * (t_re - v_H - max_of(v_D, 0) - max_of(v_S, 0)), "ms",
@@ -81,6 +81,8 @@ def kv_cache_tiers(p, s: Sheet) -> None:
     pays = s.compare(t_re, t_ssd) > 0
     _design(s, p, e, work, D, (t_re, t_dram, t_ssd), (v_H, v_D, v_S), comm)
     _admission(s, pays, admit)
+    s.assume("The step-time model's fixed overhead per step is left out: a step pays it whether its prefix is "
+             "fetched or recomputed, so it cancels from every tier's worth.")
     s.assume("Hit rates are marginal: the share of the prompt's tokens found in that tier and in no faster one. "
              "A fetch is on the request's critical path and is not overlapped with its own recompute.")
     s.assume(f"Write-through is the upper bound: all {p.gpu.nvlink_domain} GPUs of the node prefill misses "
