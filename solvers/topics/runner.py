@@ -75,7 +75,7 @@ def model_runner_v2(p, s: Sheet) -> None:
            R * L_max * b, "MiB", "max_num_reqs rows of max_model_len ids: GPU kernels read it over UVA")
     s.step("block_table", "Block table, one persistent row per request slot (GPU)", "M_bt",
            R * sympy.ceiling(L_max / blk) * b, "MiB", "a block id per block of the longest sequence, per slot")
-    _runner(s, p, speedup)
+    _runner(s, p, speedup, old, new)
     s.assume("Step-time model for the GPU side with its constants (step-compute, step-bandwidth): every sequence "
              "of the batch decodes one token at the given context; the CPU's time is modelled here instead of "
              "the card's fixed step overhead.")
@@ -94,7 +94,7 @@ def model_runner_v2(p, s: Sheet) -> None:
     _regime(s, p, gpu, cpu_old, work, e)
 
 
-def _runner(s: Sheet, p, speedup) -> None:
+def _runner(s: Sheet, p, speedup, old, new) -> None:
     """Which runner serves this deployment, and which of its features decide it."""
     causes = FEATURES[p.features]
     for cause, option in FALLBACKS.items():
@@ -107,8 +107,12 @@ def _runner(s: Sheet, p, speedup) -> None:
             "one unsupported feature is enough, and nothing fails: the engine just runs the old code")
     s.choose("runner", "v1-runner" if causes else "model-runner-v2")
     gain = format_quantity(s.value(speedup), "x")
-    s.step("realized", "Gain this deployment actually gets", "S_real", speedup if not causes else sympy.Integer(1),
-           "x", f"Model Runner V2's {gain} only where it is the runner that runs: a fallback is silent")
+    run = s.step("tpot_run", "Step time of the runner vLLM builds", "t_run", old if causes else new, "ms",
+                 "the old runner's step: one unsupported feature and MRV2 never runs" if causes else
+                 "Model Runner V2's step")
+    s.step("realized", "Gain this deployment actually gets", "S_real", old / run, "x",
+           f"Model Runner V2's {gain} only where it is the runner that runs: a fallback is silent"
+           if causes else "Model Runner V2 is the runner that runs")
 
 
 def _regime(s: Sheet, p, gpu, cpu_old, work, e) -> None:
