@@ -1,0 +1,159 @@
+"""Golden checks for the MoE helper (solvers/topics/moe.py) and the MoE questions of group M:
+moe-experts-per-batch, moe-dispatch-bytes, ep-load-skew, moe-1t-training-layout."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from solvers.followup import follow_up
+from solvers.topics.moe import batch_for_share, experts_touched, parameter_count
+
+# --- the helper ----------------------------------------------------------------------------------
+
+
+def test_deepseek_v3_fields_give_671b_total_and_37b_active(catalog):
+    """The config fields alone (58 MoE layers of 256 routed + 1 shared expert of 3 x 7168 x 2048, 3 dense MLPs,
+    MLA projections, embeddings) give the technical report's 671B total and 37B active."""
+    count = parameter_count(catalog.get("models", "deepseek-v3"))
+    assert count.routed == 58 * 256 * 3 * 7168 * 2048  # 653.9B
+    assert count.total == pytest.approx(671e9, rel=1e-3)
+    assert count.active == pytest.approx(37.5e9, rel=2e-3)
+
+
+@pytest.mark.parametrize(("model", "total_rel", "active_rel"), [
+    ("mixtral-8x7b", 1e-3, 1e-3), ("qwen3-235b-a22b", 1e-3, 0.01), ("kimi-k2", 0.03, 0.03)])
+def test_published_total_and_active_counts(catalog, model, total_rel, active_rel):
+    """Mixtral's paper (46.7B / 12.9B), Qwen3's card (235B / 22B), Kimi K2's README (1T / 32B, rounded)."""
+    entry = catalog.get("models", model)
+    count = parameter_count(entry)
+    assert count.total == pytest.approx(entry.params_b * 1e9, rel=total_rel)
+    assert count.active == pytest.approx(entry.active_params_b * 1e9, rel=active_rel)
+
+
+@pytest.mark.parametrize("model", ["gpt-oss-120b", "gpt-oss-20b"])
+def test_gpt_oss_counts_leave_out_the_input_embedding(catalog, model):
+    """The gpt-oss card counts active parameters without the embedding table (a lookup, not a matmul):
+    5.13B and 3.61B; the helper counts it, as DeepSeek, Mixtral and Qwen do."""
+    entry = catalog.get("models", model)
+    count = parameter_count(entry)
+    assert count.total == pytest.approx(entry.params_b * 1e9, rel=2e-3)  # biases and sinks left out
+    assert count.active - entry.vocab * entry.hidden == pytest.approx(entry.active_params_b * 1e9, rel=5e-3)
+
+
+def test_experts_touched_matches_the_catalogue():
+    """DeepSeek-V3: ~163 of 256 experts at batch 32, 95% from a batch of ~94."""
+    assert experts_touched(256, 8, 32) == pytest.approx(163.3, abs=0.05)
+    assert batch_for_share(256, 8, 0.95) == pytest.approx(94.36, abs=0.01)
+
+
+@pytest.mark.parametrize(("experts", "k", "batch"), [(256, 8, 32), (8, 2, 5), (128, 4, 300)])
+def test_experts_touched_matches_a_seeded_simulation(experts, k, batch):
+    """Tokens drawing k distinct experts each, 4,000 seeded trials: the mean distinct count is the closed form
+    (each token misses a given expert with probability 1 - k/E exactly)."""
+    rng = np.random.default_rng(experts * 1000 + batch)
+    trials = 4000
+    picks = np.argsort(rng.random((trials, batch, experts)), axis=2)[:, :, :k]
+    seen = np.zeros((trials, experts), dtype=bool)
+    np.put_along_axis(seen, picks.reshape(trials, -1), True, axis=1)
+    counts = seen.sum(axis=1)
+    standard_error = counts.std() / math.sqrt(trials)
+    assert abs(counts.mean() - experts_touched(experts, k, batch)) < 4 * standard_error + 1e-9
+
+
+# --- moe-experts-per-batch -----------------------------------------------------------------------
+
+ROUTED = 58 * 256 * 3 * 7168 * 2048  # DeepSeek-V3's routed experts, parameters (fp8: bytes)
+
+
+def test_experts_per_batch_default(variant):
+    """DeepSeek-V3 fp8 on 16 H100, 32 tokens: 163 experts a layer, 434 GB read (11.6x the 37.5 GB of active
+    weights), 1.6 tokens per expert against a crossover of 295, so the experts stay memory-bound to ~9,450."""
+    results = variant("moe-experts-per-batch@default").sheet.results
+    phi = 1 - (31 / 32) ** 32
+    shared = 671e9 - ROUTED  # 17.1 GB outside the routed experts
+    assert results["touched"] == pytest.approx(256 * phi)  # 163.3
+    assert results["batch_95"] == pytest.approx(math.log(0.05) / math.log(31 / 32))  # 94.4
+    assert results["active_bytes"] == pytest.approx(shared + ROUTED / 32)  # 37.6 GB
+    assert results["step_bytes"] == pytest.approx(shared + phi * ROUTED)  # 434 GB
+    assert results["bytes_ratio"] == pytest.approx((shared + phi * ROUTED) / (shared + ROUTED / 32))  # 11.6x
+    assert results["tokens_per_expert"] == pytest.approx(32 * 8 / (256 * phi))  # 1.57
+    assert results["expert_crossover"] == pytest.approx(1978.9 / (2 * 3.35))  # 295.4 tokens
+    assert results["batch_compute"] == pytest.approx(1978.9 / (2 * 3.35) * 32)  # 9,452
+    # Every piece memory-bound: the shared weights once, each expert read once, over 16 GPUs' HBM.
+    step = (shared + phi * ROUTED) / 3.35e12 / 16
+    assert results["step_time"] == pytest.approx(step)  # 8.1 ms
+    assert results["per_user"] == pytest.approx(1 / step)  # 123 tokens/s
+    assert results["regime"] == "some-experts-read"
+    assert results["advantage"] == {
+        "The step reads at least 25% fewer weight bytes than a dense model of the same total size": True,
+        "An expert's GEMM is compute-bound at this batch": False,
+        "A dense model of the same total size would take at least twice as long for this step": False,  # 1.55x
+        "A dense model of the active size would run this step at least twice as fast": True,  # 11.6x
+        "Experts stored at half the bytes (same tensor peak) would cut the step time by 20% or more": True,
+        "Twice the batch would cost less than 25% more step time": False,  # 64 tokens read 87% of the experts
+    }
+
+
+def test_experts_per_batch_follow_up_crosses_into_compute(variant, catalog):
+    """16,384 tokens: 512 per expert, past the 295 crossover; the step follows the active FLOPs, 18x fewer
+    than a dense model of the total size."""
+    pushed = follow_up(variant("moe-experts-per-batch@default"), catalog)
+    assert str(pushed.solution.code).endswith("+batch=16384")
+    results = pushed.solution.sheet.results
+    assert results["regime"] == "experts-compute-bound"
+    assert results["tokens_per_expert"] == pytest.approx(512, rel=1e-6)
+    shared = 671e9 - ROUTED
+    step = (2 * shared * 16384 + 2 * (ROUTED / 32) * 16384) / 1978.9e12 / 16
+    assert results["step_time"] == pytest.approx(step)
+    assert results["advantage"]["A dense model of the same total size would take at least twice as long for this step"]
+    assert not results["advantage"]["A dense model of the active size would run this step at least twice as fast"]
+
+
+def test_experts_per_batch_crossover_is_exact(variant):
+    """B_c = 9,451.6 for DeepSeek-V3 fp8 on H100: 9,400 tokens leave the experts memory-bound, 9,500 do not."""
+    below = variant("moe-experts-per-batch@default+batch=9400").sheet.results
+    above = variant("moe-experts-per-batch@default+batch=9500").sheet.results
+    assert below["regime"] == "all-experts-read" and above["regime"] == "experts-compute-bound"
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_experts_per_batch_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"moe-experts-per-batch@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    model, gpu, batch = p["model"], p["gpu"], p["batch"]
+    E, k = model.experts, model.experts_per_token
+    b = {"fp8": 1, "bf16": 2}[p["weight_dtype"]]
+    peak = gpu[{"fp8": "fp8_dense_tflops", "bf16": "bf16_dense_tflops"}[p["weight_dtype"]]] * 1e12
+    bandwidth = gpu.hbm_tb_s * 1e12
+    routed = (model.layers - model.dense_layers) * E * 3 * model.hidden * model.expert_ffn * b
+    phi = 1 - (1 - k / E) ** batch
+    expected = solution.expected
+    assert expected["touched"] == pytest.approx(E * phi)
+    assert expected["step_bytes"] == pytest.approx(model.params_b * 1e9 * b - routed + phi * routed)
+    crossover = b * peak / (2 * bandwidth)
+    regime = ("some-experts-read" if batch < batch_for_share(E, k, 0.95) else
+              "all-experts-read" if batch * k / E < crossover else "experts-compute-bound")
+    assert expected["regime"] == regime
+    assert solution.sheet.results["advantage"]["An expert's GEMM is compute-bound at this batch"] == (
+        regime == "experts-compute-bound")
+
+
+def test_a_user_moe_model_needs_the_expert_fields(tmp_path):
+    """A user's MoE entry without its expert width is refused at load (a solver would fail on it); no dense
+    layers is a real config value (0), a negative count is not."""
+    from solvers.data import load_catalog
+
+    entry = ("    name: Tiny-MoE\n    params_b: 1\n    active_params_b: 0.3\n    layers: 4\n    hidden: 512\n"
+             "    heads: 8\n    kv_heads: 2\n    head_dim: 64\n    ffn: 1024\n    vocab: 1000\n    experts: 8\n"
+             "    experts_per_token: 2\n    attention: gqa\n    source: test\n")
+    (tmp_path / "models.yaml").write_text(
+        "models:\n  no-width:\n" + entry + "    dense_layers: 0\n    shared_experts: 0\n"
+        "  negative:\n" + entry + "    expert_ffn: 256\n    dense_layers: -1\n    shared_experts: 0\n"
+        "  fine:\n" + entry + "    expert_ffn: 256\n    dense_layers: 0\n    shared_experts: 0\n")
+    catalog = load_catalog(user_dir=tmp_path)
+    problems = "\n".join(catalog.problems)
+    assert "models.no-width.expert_ffn: missing (a MoE model needs it)" in problems
+    assert "models.negative.dense_layers: must not be negative" in problems
+    assert "fine" in catalog.collections["models"] and "no-width" not in catalog.collections["models"]
