@@ -157,3 +157,76 @@ def test_a_user_moe_model_needs_the_expert_fields(tmp_path):
     assert "models.no-width.expert_ffn: missing (a MoE model needs it)" in problems
     assert "models.negative.dense_layers: must not be negative" in problems
     assert "fine" in catalog.collections["models"] and "no-width" not in catalog.collections["models"]
+
+
+# --- moe-dispatch-bytes --------------------------------------------------------------------------
+
+COPY = 7168 + 7168 // 128 * 4 + 7168 * 2  # DeepSeek-V3: FP8 dispatch with scales + bf16 combine, 21,728 B
+
+
+def test_dispatch_bytes_default(variant):
+    """DeepSeek-V3 over EP 64 (8 HGX H100 nodes, one CX-7 each), 128 tokens per GPU: 7,392 B out and 14,336 B
+    back per copy, 10.08 MB per token over 58 layers; node-aware dispatch halves the NIC copies (7 -> 3.5)."""
+    results = variant("moe-dispatch-bytes@default").sheet.results
+    assert results["dispatch_copy"] == 7392 and results["combine_copy"] == 14336
+    assert results["token_bytes"] == 58 * 8 * COPY  # 10,081,792 B
+    assert results["nic_copies_direct"] == 7  # 8 experts, 7/8 of them off the node
+    assert results["nic_copies"] == 3.5  # 4 of 8 groups, one per node: each other node hit with probability 1/2
+    nic, nvlink = 128 * 3.5 * COPY / 50e9, 128 * 7 * COPY / 450e9
+    assert results["nic_time"] == pytest.approx(nic)  # 195 us
+    assert results["nvlink_time"] == pytest.approx(nvlink)  # 43 us
+    assert results["comm_step"] == pytest.approx(58 * nic)  # 11.3 ms a step
+    assert results["saving"] == 2
+    assert results["regime"] == "nic-bound"
+
+
+# DeepEP docs/legacy.md, low-latency kernels on H800 + CX-7, 128 tokens per rank, hidden 7168, top-8, FP8
+# dispatch, BF16 combine: (EP, dispatch us, dispatch GB/s, combine us, combine GB/s).
+DEEPEP_LOW_LATENCY = [(8, 77, 98, 114, 127), (16, 118, 63, 195, 74), (32, 155, 48, 273, 53),
+                      (64, 173, 43, 314, 46), (128, 192, 39, 369, 39), (256, 194, 39, 360, 40)]
+
+
+@pytest.mark.parametrize(("ep", "d_us", "d_gb_s", "c_us", "c_gb_s"), DEEPEP_LOW_LATENCY)
+def test_dispatch_bytes_match_deepep_low_latency(variant, ep, d_us, d_gb_s, c_us, c_gb_s):
+    """DeepEP's latency x bandwidth is the bytes a rank moves: 7.57 MB of dispatch, 14.68 MB of combine at 128
+    tokens, within 2% at every EP size (its bandwidth counts all k copies, as the per-rank figures here do)."""
+    results = variant("moe-dispatch-bytes@default").sheet.results
+    assert results["rank_dispatch"] == 128 * 8 * 7392 == 7_569_408
+    assert results["rank_combine"] == 128 * 8 * 14336 == 14_680_064
+    assert d_us * 1e-6 * d_gb_s * 1e9 == pytest.approx(results["rank_dispatch"], rel=0.02)
+    assert c_us * 1e-6 * c_gb_s * 1e9 == pytest.approx(results["rank_combine"], rel=0.02)
+
+
+@pytest.mark.parametrize(("model", "nodes"), [("deepseek-v3", 2), ("deepseek-v3", 4), ("deepseek-v3", 8),
+                                              ("kimi-k2", 4), ("qwen3-235b-a22b", 16)])
+def test_remote_nodes_match_a_seeded_simulation(catalog, model, nodes):
+    """Tokens on node 0 pick m of U units (groups, or experts) laid out evenly over the nodes: the mean count of
+    other nodes reached, over 20,000 seeded tokens, is the closed form (D - 1)(1 - C(U - U/D, m)/C(U, m))."""
+    from solvers.topics.moe import remote_nodes
+
+    entry = catalog.get("models", model)
+    units, picks = ((entry.expert_groups, entry.groups_per_token) if entry.get("expert_groups")
+                    else (entry.experts, entry.experts_per_token))
+    rng = np.random.default_rng(nodes * 7919 + units)
+    chosen = np.argsort(rng.random((20_000, units)), axis=1)[:, :picks]
+    node_of = chosen // (units // nodes)
+    reached = np.array([len(set(row) - {0}) for row in node_of])
+    assert abs(reached.mean() - remote_nodes(entry, nodes)) < 4 * reached.std() / math.sqrt(len(reached)) + 1e-9
+
+
+def test_dispatch_two_nodes_flip_with_the_nic(variant):
+    """EP 16 on two H100 nodes: a token reaches the other node with probability 69/70 (4 of 8 groups miss its 4
+    only one way in 70). A CX-7 takes 0.020 us per token against NVLink's 0.016: NIC-bound; a CX-8 halves it."""
+    cx7 = variant("moe-dispatch-bytes@default+ep=16").sheet.results
+    cx8 = variant("moe-dispatch-bytes@default+ep=16+nic=connectx-8").sheet.results
+    assert cx7["nic_copies"] == pytest.approx(69 / 70)
+    assert cx7["regime"] == "nic-bound" and cx8["regime"] == "nvlink-bound"
+    assert cx8["comm_step"] == pytest.approx(58 * 128 * 7 * COPY / 450e9)
+
+
+def test_dispatch_follow_up_moves_into_one_domain(variant, catalog):
+    """EP 8 on H200 (DeepSeek-V3's fp8 weights do not fit 8 H100): nothing crosses a NIC."""
+    pushed = follow_up(variant("moe-dispatch-bytes@default+gpu=h200-sxm"), catalog)
+    results = pushed.solution.sheet.results
+    assert str(pushed.solution.code).endswith("+ep=8") and results["regime"] == "nvlink-bound"
+    assert results["nic_copies"] == 0 and results["comm_step"] == pytest.approx(58 * 128 * 7 * COPY / 450e9)
