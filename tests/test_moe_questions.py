@@ -230,3 +230,86 @@ def test_dispatch_follow_up_moves_into_one_domain(variant, catalog):
     results = pushed.solution.sheet.results
     assert str(pushed.solution.code).endswith("+ep=8") and results["regime"] == "nvlink-bound"
     assert results["nic_copies"] == 0 and results["comm_step"] == pytest.approx(58 * 128 * 7 * COPY / 450e9)
+
+
+# --- ep-load-skew --------------------------------------------------------------------------------
+
+EXPERT = 3 * 7168 * 2048  # one DeepSeek-V3 expert, parameters (fp8: bytes)
+READ, TOKEN = EXPERT / 3.35e12, 2 * EXPERT / 1978.9e12  # on H100: 13.1 us a read, 44.5 ns a token
+
+
+def test_load_skew_default(variant):
+    """DeepSeek-V3 fp8, EP 32 on H100, 16,384 tokens, the hottest expert at 4x the mean: it gets 2,048 tokens,
+    past the 295-token crossover (skew costs from B* = 2,363), and its GPU runs 1.37x the balanced 182 us."""
+    results = variant("ep-load-skew@default").sheet.results
+    assert results["read_time"] == pytest.approx(READ)
+    assert results["expert_crossover"] == pytest.approx(1978.9 / (2 * 3.35))
+    assert results["hot_tokens"] == 2048
+    assert results["batch_star"] == pytest.approx(1978.9 / (2 * 3.35) * 256 / (8 * 4))  # 2,363
+    others = 512 * 252 / 255
+    assert results["balanced_time"] == pytest.approx(8 * 512 * TOKEN)
+    assert results["hot_gpu_time"] == pytest.approx(2048 * TOKEN + 7 * others * TOKEN)  # 249 us
+    assert results["replicated_time"] == pytest.approx(8 * others * TOKEN + 512 * TOKEN)  # 4 copies: 203 us
+    assert results["regime"] == "skew-costs-compute"
+    placement = results["placement"]
+    assert placement["Replicating the hottest expert shortens the step"]
+    assert not placement["Twice the batch would leave the busiest GPU's time unchanged"]
+
+
+def test_load_skew_boundary_is_exact(variant):
+    """B* = 2,363.3: at 2,300 tokens the hottest expert (288 tokens) still waits on its read, at 2,400 (300) not."""
+    below = variant("ep-load-skew@default+batch=2300").sheet.results
+    above = variant("ep-load-skew@default+batch=2400").sheet.results
+    assert below["regime"] == "skew-hidden" and above["regime"] == "skew-costs-compute"
+    assert below["hot_gpu_time"] == pytest.approx(below["balanced_time"]) == pytest.approx(8 * READ)
+
+
+def test_load_skew_follow_up_hides_the_skew(variant, catalog):
+    """1,024 tokens: 128 on the hottest expert, under the crossover; every GPU reads 8 experts, and a copy of the
+    hottest one would add a ninth read."""
+    pushed = follow_up(variant("ep-load-skew@default"), catalog)
+    results = pushed.solution.sheet.results
+    assert str(pushed.solution.code).endswith("+batch=1024") and results["regime"] == "skew-hidden"
+    assert results["hot_gpu_time"] == pytest.approx(8 * READ)
+    assert results["replicated_time"] == pytest.approx(9 * READ)
+    assert not results["placement"]["Replicating the hottest expert shortens the step"]
+
+
+def test_skew_simulation_matches_the_closed_form_below_the_ridge():
+    """Every expert under the crossover: the naive placement takes E/G reads on every GPU, whatever the skew, and
+    one spare per GPU adds exactly one read (redundant experts cost time here)."""
+    from solvers.topics.moe import simulate_skew
+
+    for seed in range(10):
+        sim = simulate_skew(seed, 256, 32, 512 * 8, 4, 0.7, READ, TOKEN)  # hottest: 64 tokens, under 295
+        assert sim.naive == pytest.approx(8 * READ) and sim.fit_today == pytest.approx(9 * READ)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_skew_simulation_bounds_and_perfect_correlation(seed):
+    """The popularity's hottest expert is exactly m x the mean; the naive busiest GPU is at least the hottest
+    expert's math plus the other reads on its GPU; at correlation 1 yesterday's fit is today's."""
+    from solvers.topics.moe import popularity, simulate_skew
+
+    today, _, _ = popularity(np.random.default_rng(seed), 256, 4.0, 0.7)
+    assert today.max() * 256 == pytest.approx(4.0, rel=1e-6)
+    picks = 16384 * 8
+    sim = simulate_skew(seed, 256, 32, picks, 4, 0.7, READ, TOKEN)
+    assert sim.naive >= max(READ, 4 * picks / 256 * TOKEN) + 7 * READ
+    assert sim.fit_today < sim.naive  # the spares, fit to the day, pay above the ridge
+    same = simulate_skew(seed, 256, 32, picks, 4, 1.0, READ, TOKEN)
+    assert same.fit_yesterday == pytest.approx(same.fit_today)
+
+
+def test_a_stale_placement_decays_with_the_correlation():
+    """Averaged over 12 seeds, the gain a placement fit to yesterday keeps falls with the correlation: most of it
+    at 0.99, under half at 0.7 and 0.5."""
+    from solvers.topics.moe import simulate_skew
+
+    def kept(rho: float) -> float:
+        runs = [simulate_skew(seed, 256, 32, 16384 * 8, 4, rho, READ, TOKEN) for seed in range(12)]
+        return float(np.mean([(r.naive - r.fit_yesterday) / (r.naive - r.fit_today) for r in runs]))
+
+    shares = [kept(rho) for rho in (0.99, 0.95, 0.7, 0.5)]
+    assert shares == sorted(shares, reverse=True)
+    assert shares[0] > 0.8 and shares[1] > 0.5 and shares[2] < 0.5 and shares[3] < 0.3

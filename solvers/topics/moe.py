@@ -7,9 +7,12 @@ three hidden × expert_ffn matrices; a model without dense_layers or shared_expe
 """
 from __future__ import annotations
 
+import heapq
 import math
+import zlib
 from dataclasses import dataclass
 
+import numpy as np
 import sympy
 
 from solvers.conventions import scale_up_domain
@@ -443,3 +446,233 @@ def _dispatch_regime(s: Sheet, p, nodes: int, t_nic, t_nvl, G, domain: int) -> N
         "each node binds, so a faster NIC buys nothing.",
         "Spread over more nodes, or with a slower NIC, the remote copies take longer than the forwarding and "
         "the NIC binds."))
+
+
+# --- ep-load-skew ----------------------------------------------------------------------------------
+
+SKEW_COST = sympy.Rational(11, 10)  # a GPU "at least 10% longer" than the balanced step
+HALF = 0.5
+
+
+@dataclass(frozen=True)
+class SkewSimulation:
+    """One seeded replay of a step's router: per-GPU times under three placements, in seconds."""
+
+    naive: float  # experts in id order, E/G per GPU
+    fit_today: float  # one redundant slot per GPU, replicas and packing fit to today's loads
+    fit_yesterday: float  # the same, fit to yesterday's loads, run on today's
+    sigma: float  # spread of log-popularity that gives the hottest expert m times the mean
+
+
+def popularity(rng: np.random.Generator, experts: int, hot: float, correlation: float) -> tuple[np.ndarray, ...]:
+    """Today's and yesterday's share of the routed tokens per expert: log-normal popularity scaled so the
+    hottest expert gets `hot` times the mean today, yesterday's log-popularity correlated `correlation` with it."""
+    z_today, noise = rng.standard_normal(experts), rng.standard_normal(experts)
+    z_yesterday = correlation * z_today + math.sqrt(1 - correlation**2) * noise
+
+    def peak(sigma: float) -> float:  # max / mean of exp(sigma z): rises with sigma
+        w = np.exp(sigma * (z_today - z_today.max()))
+        return 1 / w.mean()
+
+    low, high = 0.0, 8.0
+    for _ in range(30):
+        mid = (low + high) / 2
+        low, high = (mid, high) if peak(mid) < hot else (low, mid)
+    sigma = (low + high) / 2
+    today, yesterday = np.exp(sigma * z_today), np.exp(sigma * z_yesterday)
+    return today / today.sum(), yesterday / yesterday.sum(), sigma
+
+
+def _busiest(gpu_of: np.ndarray, expert_of: np.ndarray, counts: np.ndarray, tokens: np.ndarray, gpus: int,
+             t_read: float, t_tok: float) -> float:
+    """The busiest GPU: the sum over the expert copies it holds of max(weight read, its tokens' math)."""
+    per_copy = np.maximum(t_read, tokens[expert_of] / counts[expert_of] * t_tok)
+    return float(np.bincount(gpu_of, weights=per_copy, minlength=gpus).max())
+
+
+def _rebalanced(loads: np.ndarray, gpus: int, t_read: float, t_tok: float) -> tuple[np.ndarray, ...]:
+    """EPLB-style: one redundant slot per GPU goes to the expert whose copies are heaviest (again and again),
+    then balanced packing: copies heaviest first, one per GPU per round, the least-loaded GPU taking the heaviest
+    (every GPU ends with E/G + 1 copies). Returns each copy's GPU and expert, and the copies per expert."""
+    experts = len(loads)
+    counts = np.ones(experts, dtype=int)
+    heaviest = [(-load, e) for e, load in enumerate(loads.tolist())]
+    heapq.heapify(heaviest)
+    for _ in range(gpus):
+        _, e = heapq.heappop(heaviest)
+        counts[e] += 1
+        heapq.heappush(heaviest, (-loads[e] / counts[e], e))
+    expert_of = np.repeat(np.arange(experts), counts)
+    times = np.maximum(t_read, loads[expert_of] / counts[expert_of] * t_tok)
+    order = np.argsort(-times, kind="stable").reshape(-1, gpus)  # E + G copies: E/G + 1 rounds of G
+    busy = np.zeros(gpus)
+    gpu_of = np.empty(len(expert_of), dtype=int)
+    for round_copies in order:
+        lightest = np.argsort(busy, kind="stable")
+        gpu_of[round_copies] = lightest
+        busy[lightest] += times[round_copies]
+    _separate_copies(gpu_of, expert_of, counts, order)
+    return gpu_of, expert_of, counts
+
+
+def _separate_copies(gpu_of: np.ndarray, expert_of: np.ndarray, counts: np.ndarray, order: np.ndarray) -> None:
+    """Two copies of one expert on one GPU (they straddled a round) swap GPUs with a neighbour in the round."""
+    if len(np.unique(gpu_of * len(counts) + expert_of)) == len(gpu_of):
+        return
+    for e in np.flatnonzero(counts > 1):
+        copies = np.flatnonzero(expert_of == e)
+        for i in copies[1:]:
+            if gpu_of[i] in set(gpu_of[copies[copies != i]]):
+                row = order[np.flatnonzero((order == i).any(axis=1))[0]]
+                for j in row:
+                    if expert_of[j] != e and gpu_of[j] not in set(gpu_of[copies]):
+                        gpu_of[i], gpu_of[j] = gpu_of[j], gpu_of[i]
+                        break
+
+
+REPLAYS = 3  # router replays averaged per variant: one replay's hot set is noisy
+
+
+def simulate_skew(seed: int, experts: int, gpus: int, picks: float, hot: float, correlation: float,
+                  t_read: float, t_tok: float) -> SkewSimulation:
+    """Expected per-expert token counts (picks × share) under today's popularity, timed on three placements;
+    the mean of REPLAYS replays of the router."""
+    rng = np.random.default_rng(seed)
+    ids = np.arange(experts)
+    runs = []
+    for _ in range(REPLAYS):
+        today, yesterday, sigma = popularity(rng, experts, hot, correlation)
+        tokens = picks * today
+        naive = _busiest(ids // (experts // gpus), ids, np.ones(experts), tokens, gpus, t_read, t_tok)
+        fit_today = _busiest(*_rebalanced(tokens, gpus, t_read, t_tok), tokens, gpus, t_read, t_tok)
+        fit_yesterday = _busiest(*_rebalanced(picks * yesterday, gpus, t_read, t_tok), tokens, gpus, t_read, t_tok)
+        runs.append((naive, fit_today, fit_yesterday, sigma))
+    return SkewSimulation(*(float(np.mean(column)) for column in zip(*runs)))
+
+
+def _variant_seed(p) -> int:
+    """The simulation's seed, from the variant's own figures: the same variant replays the same router."""
+    figures = "|".join(f"{float(x):.6g}" for x in (p.ep, p.batch, p.hot, p.correlation))  # as printed or typed
+    text = "|".join((p.model.name, p.gpu.name, p.weight_dtype, figures))
+    return zlib.crc32(text.encode())
+
+
+def ep_load_skew(p, s: Sheet) -> None:
+    """Expert parallelism runs at the pace of its busiest GPU: each GPU's time is the sum over its experts of
+    max(weight read, tokens × time per token), so skew is free until the hottest expert crosses the ridge."""
+    model, gpu = p.model, p.gpu
+    if model.experts % int(p.ep):
+        raise Reject(f"{model.experts} experts do not split evenly over {p.ep} GPUs")
+    b = s.given("b_w", dtype_bytes(p.weight_dtype), "B", f"bytes per weight ({p.weight_dtype})")
+    P = s.given("P", peak_flops(gpu, p.weight_dtype), "TFLOP/s", f"{gpu.name} dense {p.weight_dtype} peak")
+    BW = s.given("BW", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
+    E = s.given("E", model.experts, "", "routed experts per MoE layer")
+    k = s.given("k", model.experts_per_token, "", "routed experts each token picks")
+    h = s.given("h", model.hidden, "", "hidden size")
+    f = s.given("f_x", model.expert_ffn, "", "FFN width of one expert")
+    G = s.param("G", "ep")
+    B = s.param("B", "batch")
+    m = s.param("m", "hot")
+    p_e = s.step("expert_params", "Parameters of one expert", "p_e", GATED_MATRICES * h * f, "",
+                 "gate, up and down projections")
+    t_r = s.step("read_time", "Weight-read time of one expert", "t_r", p_e * b / BW, "us",
+                 "its weights from HBM, however many tokens it serves")
+    t_tok = s.step("token_time", "Math per token through one expert", "t_tok", 2 * p_e / P, "ns",
+                   "2 FLOPs per weight at the dense peak")
+    t_c = s.step("expert_crossover", "Tokens at which an expert's math outlasts its read", "t_c", t_r / t_tok,
+                 "tokens", "the ridge in tokens: b·peak/(2·bandwidth)")
+    n_g = s.step("experts_per_gpu", "Experts per GPU", "n_g", E / G, "experts", "E split evenly, no replicas")
+    n_bar = s.step("mean_tokens", "Mean tokens per expert", "n̄", B * k / E, "tokens", "B·k picks over E experts")
+    n_hot = s.step("hot_tokens", "Tokens on the hottest expert", "n_hot", m * n_bar, "tokens",
+                   "m times the mean")
+    n_c = s.step("other_tokens", "Tokens on each other expert", "n_o", n_bar * (E - m) / (E - 1), "tokens",
+                 "the rest of the picks, shared evenly by the other E − 1")
+    B_star = s.step("batch_star", "Batch at which skew starts to cost compute", "B*", t_c * E / (k * m), "tokens",
+                    "the hottest expert reaches the crossover: m·B·k/E = t_c")
+    T_bal = s.step("balanced_time", "GPU time, perfectly balanced", "T_bal", n_g * max_of(t_r, n_bar * t_tok), "us",
+                   "every expert at the mean")
+    T_hot = s.step("hot_gpu_time", "Time of the GPU holding the hottest expert", "T_hot",
+                   max_of(t_r, n_hot * t_tok) + (n_g - 1) * max_of(t_r, n_c * t_tok), "us",
+                   "the sum over its experts of max(read, tokens × math per token)")
+    s.step("skew_cost", "Busiest GPU against the balanced step", "S_skew", T_hot / T_bal, "x",
+           "EP waits for the busiest GPU at every MoE layer")
+    r = s.step("replicas", "Copies of the hottest expert to bring each to the mean", "r", sympy.ceiling(m), "",
+               "each copy takes 1/r of its tokens")
+    T_rep = s.step("replicated_time", "Busiest GPU with the hottest expert replicated", "T_rep",
+                   n_g * max_of(t_r, n_c * t_tok) + max_of(t_r, n_hot * t_tok / r), "us",
+                   "a GPU that hosts a copy beside its own experts: one more weight read, a share of the hot tokens")
+    sim = simulate_skew(_variant_seed(p), model.experts, int(p.ep), p.batch * model.experts_per_token, p.hot,
+                        p.correlation, s.value(t_r), s.value(t_tok))
+    source = (f"seeded simulation of the router, mean of {REPLAYS} replays: {model.experts} log-normal popularities "
+              f"(σ ≈ {format_number(sim.sigma, 2)}, hottest at m × the mean), seed from the variant")
+    S_n = s.given("T_naive", sim.naive, "us", f"busiest GPU, experts in id order ({source})")
+    S_t = s.given("T_today", sim.fit_today, "us", "busiest GPU, one redundant expert per GPU fit to today's loads "
+                  "(same simulation)")
+    S_y = s.given("T_yday", sim.fit_yesterday, "us", "busiest GPU, the placement fit to yesterday's loads "
+                  f"(log-popularity correlated {format_number(p.correlation)} with today's; same simulation)")
+    recovered = s.step("recovered", "Share of the naive placement's excess that today's fit removes", "R_today",
+                       (S_n - S_t) / (S_n - T_bal) if sim.naive > s.value(T_bal) * (1 + 1e-12) else sympy.Integer(0),
+                       "%", "against the balanced step; 0 where there is no excess to remove")
+    kept = s.step("kept", "Share of that gain a placement fit to yesterday keeps", "K_yday",
+                  (S_n - S_y) / (S_n - S_t) if sim.naive > sim.fit_today * (1 + 1e-12) else sympy.Integer(0), "%",
+                  "0 where today's fit gains nothing")
+    _placement_judgements(s, p, T_hot, T_bal, T_rep, recovered, kept, sim)
+    _skew_regime(s, B, B_star, T_hot, T_bal, n_hot, t_c)
+
+    s.assume("A GPU's time for one MoE layer is the sum over the experts it holds of max(weight read, tokens × math "
+             "per token) at datasheet peaks (dense-peaks): its grouped GEMM runs one expert after another; "
+             "dispatch and the shared weights are left out (moe-dispatch-bytes).")
+    s.assume("The hand model takes the hottest expert at m × the mean and the others at an even share of the rest; "
+             "the simulation draws all E popularities (log-normal, scaled to the same hottest expert) and uses each "
+             "expert's expected tokens, picks × share.")
+    s.assume("Rebalancing as DeepSeek's EPLB does: one redundant expert per GPU for the heaviest experts (their "
+             "tokens split evenly over the copies), copies packed heaviest first onto the least-loaded GPU.")
+    s.slip("the mean tokens used for the hottest expert", s.evaluate(1 / m), on="hot_tokens")
+    s.slip("k left out of the tokens per expert", s.evaluate(k), on="batch_star")
+    s.slip("skew read as free (the balanced time)", s.evaluate(T_bal / T_hot), on="hot_gpu_time")
+
+
+def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, recovered, kept, sim: SkewSimulation) -> None:
+    key = "placement"
+    hot, bal, rep = (s.value(x) for x in (T_hot, T_bal, T_rep))
+    us = lambda x: format_quantity(x, "us")  # noqa: E731
+    s.judge(key, "The GPU holding the hottest expert takes at least 10% longer than a balanced one",
+            s.compare(T_hot, SKEW_COST * T_bal) >= 0, f"{us(hot)} against {us(bal)} balanced")
+    s.judge(key, "Replicating the hottest expert shortens the step", s.compare(T_rep, T_hot) < 0,
+            f"{us(rep)} with {format_number(math.ceil(p.hot))} copies against {us(hot)}: "
+            + ("the copies split compute that was binding" if rep < hot else
+               "its GPU was waiting on weight reads, and a copy only adds one more"))
+    done = s.value(recovered)
+    s.judge(key, "Rebalancing fit to today's loads removes at least half of the naive placement's excess",
+            done >= HALF, f"{format_number(100 * done, 3)}% of the excess removed" if sim.naive > bal * (1 + 1e-12)
+            else "there is no excess: every expert waits on its weight read")
+    held = s.value(kept)
+    s.judge(key, "A placement fit to yesterday's loads keeps at least half of today's fit's gain",
+            held >= HALF and sim.naive > sim.fit_today,
+            f"{format_number(100 * held, 3)}% of the gain kept at correlation {format_number(p.correlation)}"
+            if sim.naive > sim.fit_today else "today's fit gains nothing to keep")
+    s.judge(key, "A redundant expert on every GPU costs time when no expert is compute-bound",
+            True, "each GPU reads one more expert's weights; with every expert memory-bound that is pure cost")
+    s.judge(key, "Twice the batch would leave the busiest GPU's time unchanged",
+            s.compare(2 * s.results["hot_tokens"], s.results["expert_crossover"]) <= 0,
+            "the hottest expert would still sit below the crossover" if 2 * s.results["hot_tokens"] <=
+            s.results["expert_crossover"] else "the hottest expert's math would outlast its read, and grow with the "
+            "batch")
+
+
+def _skew_regime(s: Sheet, B, B_star, T_hot, T_bal, n_hot, t_c) -> None:
+    cost = format_number(s.evaluate(T_hot / T_bal), 3) + "x"
+    s.regime_by(B, B_star, tie="above", above=Side(
+        "skew-costs-compute",
+        f"The hottest expert gets {format_number(s.value(n_hot), 3)} tokens, past the crossover of "
+        f"{format_number(s.value(t_c), 3)}: its math outlasts its read, and its GPU runs {cost} the balanced step. "
+        "Replication and placement now pay.",
+        "Below B* every expert waits on its own weight read, so the busiest GPU reads what every GPU reads: "
+        "skew costs nothing, and redundant experts only add reads."),
+        below=Side(
+        "skew-hidden",
+        f"Even the hottest expert ({format_number(s.value(n_hot), 3)} tokens) sits below the crossover of "
+        f"{format_number(s.value(t_c), 3)}: every GPU reads the same weights and takes the same time, so the skew "
+        "is free; replicas would only add reads.",
+        "Past B* the hottest expert's math outlasts its read: its GPU falls behind, and every MoE layer waits "
+        "for it."))
