@@ -313,3 +313,71 @@ def test_a_stale_placement_decays_with_the_correlation():
     shares = [kept(rho) for rho in (0.99, 0.95, 0.7, 0.5)]
     assert shares == sorted(shares, reverse=True)
     assert shares[0] > 0.8 and shares[1] > 0.5 and shares[2] < 0.5 and shares[3] < 0.3
+
+
+# --- moe-1t-training-layout ----------------------------------------------------------------------
+
+
+def test_training_layout_default(variant, catalog):
+    """Kimi K2 (1T total, 32B active) on 4,096 B200 at 40% MFU, 15.5T tokens, 64M a step: 16 TB of state that
+    119 GPUs could hold, 9.3 days of compute by the active parameters; EP 8 in the node needs 8 pipeline stages;
+    the all-to-all takes 0.42 s a step inside NVLink and would take 4.3 s over two nodes' NICs, past the 3.3 s
+    of compute."""
+    results = variant("moe-1t-training-layout@default").sheet.results
+    count = parameter_count(catalog.get("models", "kimi-k2"))
+    assert results["total_state"] == 16e12
+    assert results["state_gpus"] == math.ceil(16e12 / (0.75 * 180e9)) == 119
+    assert results["compute_days"] == pytest.approx(6 * 32e9 * 15.5e12 / (4096 * 2250e12 * 0.4))  # 9.34 days, in s
+    room = 0.75 * 180e9 - 12 * 1e12 / 4096
+    need = 4 * (count.routed / 8 + count.total - count.routed) / room  # 4.2 stages
+    assert results["pp_need"] == pytest.approx(need) and results["pipeline_stages"] == 8
+    assert results["state_per_gpu"] == pytest.approx(4 * (count.routed / 8 + count.total - count.routed) / 8
+                                                     + 12e12 / 4096)  # 72 GB
+    per_token = 60 * 4 * 8 * 7168 * 2  # 27.5 MB
+    assert results["a2a_bytes"] == per_token
+    tokens = 64e6 / 4096
+    assert results["compute_step"] == pytest.approx(6 * 32e9 * 64e6 / (4096 * 2250e12 * 0.4))  # 3.33 s
+    assert results["a2a_nvlink"] == pytest.approx(tokens * per_token * 7 / 8 / 900e9)  # 0.42 s
+    assert results["a2a_nic"] == pytest.approx(tokens * per_token / 2 / 50e9)  # 4.3 s
+    assert results["hot_stretch"] == pytest.approx(49 / 48)  # one hot expert among 48 on the GPU
+    assert results["regime"] == "ep-stays-in-nvlink"
+    assert results["failure_modes"]["All-to-all congestion if the EP group spanned two NVLink domains"]
+    assert not results["failure_modes"]["Router imbalance stretches each MoE layer by more than 10%"]
+
+
+def test_deepseek_v3_gpu_hours_follow_the_active_parameters(variant):
+    """DeepSeek-V3 pretrained on 14.8T tokens in 2.664M H800 GPU-hours (technical report, Table 1). With
+    6·N·D on the 37.5B active parameters that is 35% MFU of an H800's 989 dense TFLOP/s (an H100's); on the
+    671B total it would take 630% MFU: compute follows the active parameters."""
+    results = variant("moe-1t-training-layout@default+model=deepseek-v3+gpu=h100-sxm+gpus=2048+tokens=14.8"
+                      "+mfu=35").sheet.results
+    gpu_hours = results["compute_days"] / 3600 * 2048  # the sheet holds seconds
+    assert gpu_hours == pytest.approx(2.664e6, rel=0.01)
+    assert 6 * 671e9 * 14.8e12 / (2.664e6 * 3600 * 989.4e12) > 6  # an MFU past 600%
+
+
+def test_training_layout_follow_up_crosses_with_a_faster_nic(variant, catalog):
+    """A ConnectX-8 halves the NIC all-to-all to 2.2 s, under the compute: an overlapped schedule could hide an
+    EP group over two nodes."""
+    pushed = follow_up(variant("moe-1t-training-layout@default"), catalog)
+    results = pushed.solution.sheet.results
+    assert str(pushed.solution.code).endswith("+nic=connectx-8") and results["regime"] == "ep-could-cross-nodes"
+    assert results["a2a_nic"] == pytest.approx(64e6 / 4096 * 60 * 4 * 8 * 7168 * 2 / 2 / 100e9)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_training_layout_is_the_shallowest_that_fits(variant, seed):
+    """Every draw: the state per GPU fits its share of HBM at the chosen depth and would not at half of it; the
+    regime is the NIC all-to-all against the compute; imbalance is (m + n - 1)/n."""
+    solution = variant(f"moe-1t-training-layout@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    results = solution.sheet.results
+    room = p["usable"] * p["gpu"].hbm_gb * 1e9
+    assert results["state_per_gpu"] <= room * (1 + 1e-12)
+    if results["pipeline_stages"] > 1:
+        halved = (results["state_per_gpu"] - 12 * p["model"].params_b * 1e9 / p["gpus"]) * 2
+        assert halved + 12 * p["model"].params_b * 1e9 / p["gpus"] > room
+    crosses = results["a2a_nic"] < results["compute_step"]
+    assert results["regime"] == ("ep-could-cross-nodes" if crosses else "ep-stays-in-nvlink")
+    n = results["experts_per_gpu"]
+    assert results["hot_stretch"] == pytest.approx((p["hot"] + n - 1) / n)
