@@ -156,13 +156,16 @@ def moe_experts_per_batch(p, s: Sheet) -> None:
     BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
     r = routed_experts(s, model, b)
     W = s.step("weights", "Bytes of all weights", "W", N * b, "GB", "the total parameter count, each stored once")
+    if s.compare(W, r.X) <= 0:
+        raise Reject(f"{model.name}'s total is no larger than its routed experts")
     W_s = s.step("shared_bytes", "Bytes outside the routed experts", "W_s", W - r.X, "GB",
                  "attention, " + ("dense MLPs, shared experts, " if model.get("dense_layers") else "")
                  + "routers and embeddings: every token uses them")
     count = parameter_count(model)
-    W_a = s.step("active_bytes", "Bytes of one token's active parameters", "W_act", W_s + r.k / r.E * r.X, "GB",
-                 f"the shared weights plus k of E experts per layer: {format_number(count.active / 1e9, 3)}B "
-                 f"parameters from the config, against the {format_number(model.active_params_b)}B published")
+    N_a = s.given("N_act", model.active_params_b * 1e9, "", f"{model.name} active parameters (published)")
+    W_a = s.step("active_bytes", "Bytes of one token's active parameters", "W_act", N_a * b, "GB",
+                 f"what 'active parameters' predicts a token reads (the config's shapes give "
+                 f"{format_number(count.active / 1e9, 3)}B: the shared weights plus k of E experts per layer)")
     phi = touched_share(s, "touched_share", r, B, "Share of a layer's experts the step reads", "φ",
                         "an expert is skipped only if all B tokens pick elsewhere: (1 − k/E)^B")
     s.step("touched", "Experts read per MoE layer", "E_read", r.E * phi, "experts",
