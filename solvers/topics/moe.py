@@ -734,10 +734,12 @@ def moe_1t_training_layout(p, s: Sheet) -> None:
     need = s.step("pp_need", "Pipeline stages the state needs", "PP_min", (b - b_z) * (W_x / E_p + N_s) / room, "",
                   "each stage holds its layers' experts split EP ways and its share of the rest, in bf16 weights "
                   "and grads")
-    # G and EP are powers of two, so the stages that divide the G/EP GPUs of a stage's slot are too.
-    PP = s.step("pipeline_stages", "Pipeline stages", "PP", max_of(1, 2 ** sympy.ceiling(sympy.log(need, 2))), "",
+    # G and EP are powers of two, so the stage counts that divide the G/EP GPUs per EP rank are too.
+    doublings = next(j for j in range(64) if s.compare(2**j, need) >= 0)
+    j = s.given("j", doublings, "", "doublings: the least j with 2^j ≥ PP_min")
+    PP = s.step("pipeline_stages", "Pipeline stages", "PP", 2**j, "",
                 f"the fewest at least PP_min that divide the {format_number(G_n // ep)} GPUs per EP rank: "
-                "the next power of two")
+                "a power of two")
     if s.value(PP) > model.layers // 2:
         raise Reject("the state needs more pipeline stages than the layers allow")
     s.step("state_per_gpu", "State per GPU at that depth", "S_gpu", (b - b_z) * (W_x / E_p + N_s) / PP + b_z * N / G,
