@@ -54,7 +54,7 @@ def batch1_speedup_step(s: Sheet, E: sympy.Symbol, gamma: sympy.Expr, c: sympy.S
 # --- spec-decode-batch-ceiling ------------------------------------------------------------
 
 WORTH_SPECULATING = 1.1  # a draw whose batch-1 speedup is below this has nothing to lose
-LEVER_GAIN = 1.1  # a change "raises" the speedup when it gains at least this factor
+LEVER_GAIN = 1.2  # a change "raises" the speedup when it gains at least this factor
 
 
 def _roofline(weights, flops, BW, P):
@@ -153,6 +153,8 @@ def _ceiling_levers(s: Sheet, p, value: float) -> None:
         f"{format_number(p.gamma * p.draft_cost / 2, 3)} plain steps", c=p.draft_cost / 2)
     say("acceptance 0.1 higher", f"α = {format_number(p.alpha + 0.1, 3)}", alpha=p.alpha + 0.1)
     say("a GPU with twice the tensor peak", "the ceiling doubles; the verify pass's math halves", peak=2 * peak)
+    if not any(s.results["levers"].values()):
+        raise Reject("no single change gains 20%: nothing to choose between")
 
 
 def _ceiling_regime(s: Sheet, p, B, even, ceiling, S_B, S1) -> None:
