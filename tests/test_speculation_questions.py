@@ -130,3 +130,87 @@ def test_break_even_is_where_the_speedup_crosses_one(variant):
     above = variant(f"spec-decode-batch-ceiling@default+batch={int(even) + 1}")
     assert below.expected["speedup"] > 1 > above.expected["speedup"]
     assert (below.expected["regime"], above.expected["regime"]) == ("helps", "hurts")
+
+
+# --- spec-decode-by-load --------------------------------------------------------------------
+
+ETA_C, ETA_BW, OVERHEAD, AR_LATENCY = 0.6, 0.8, 2e-3, 10e-6  # the conventions card's step model
+
+
+class _ByHand:
+    """The step-time model of a TP group in plain Python from the catalogue records (bf16, tp ≤ KV heads)."""
+
+    def __init__(self, solution):
+        m, g = _value(solution, "model"), _value(solution, "gpu")
+        self.tp, self.m, self.g = _value(solution, "tp"), m, g
+        self.n = m.params_b * 1e9
+        self.kv = 2 * m.layers * (m.kv_heads // self.tp) * m.head_dim * 2  # per GPU per token
+        self.pair = 4 * m.layers * m.heads * m.head_dim
+        self.bw = ETA_BW * g.hbm_tb_s * 1e12
+        self.rate = self.tp * ETA_C * g.bf16_dense_tflops * 1e12
+        self.link = g.nvlink_gb_s * 1e9 / 2
+
+    def kernels(self, batch, tokens, context):
+        reads = (self.n * 2 / self.tp + self.kv * batch * context) / self.bw
+        math = (2 * self.n + self.pair * context) * batch * tokens / self.rate
+        comm = 2 * self.m.layers * (AR_LATENCY + 2 * (self.tp - 1) / self.tp * batch * tokens * self.m.hidden * 2
+                                    / self.link)
+        return max(reads, math) + comm
+
+    def speedup(self, batch, context, gamma, alpha, c):
+        plain = self.kernels(batch, 1, context)
+        return expected_tokens(alpha, gamma) * (plain + OVERHEAD) / (
+            self.kernels(batch, gamma + 1, context) + OVERHEAD + gamma * c * plain)
+
+    def peak(self, context, cap):
+        room = (0.9 * self.g.hbm_gb * 1e9 - self.n * 2 / self.tp) // (self.kv * context)
+        return min(cap, int(room))
+
+
+def test_by_load_default_triples_at_night_and_costs_a_third_at_peak(variant):
+    """The catalogue's Llama-3.3-70B on 8 H100, α 0.8, γ 4: ≈3x at batch 1, ≈0.67x at the peak batch."""
+    solution = variant("spec-decode-by-load@default")
+    x = solution.expected
+    assert x["speedup_batch1"] == pytest.approx(3.147, abs=0.001)
+    assert x["peak_batch"] == 1024  # max_num_seqs binds: 1,296 would fit at 1,024 tokens
+    assert x["speedup_peak"] == pytest.approx(0.7067, abs=0.001)
+    # Its compute-bound limit: E/(γ+1+γc) = 3.3616/5.08 = 0.662, approached as the fixed costs shrink.
+    limit = expected_tokens(0.8, 4) / (5 + 4 * 0.02)
+    assert limit == pytest.approx(0.662, abs=0.001) and limit < x["speedup_peak"]
+    assert x["per_user_peak"] == pytest.approx(22.2, abs=0.05)
+    assert (x["gamma_32"], x["gamma_128"], x["last_bucket"]) == (6, 2, 256)
+    assert x["regime"] == "turn-off"
+
+
+def test_by_load_draws_match_plain_arithmetic(variant):
+    for seed in range(40):
+        solution = variant(f"spec-decode-by-load@{seed}")
+        g = _ByHand(solution)
+        alpha, gamma, c, context = (_value(solution, n) for n in ("alpha", "gamma", "draft_cost", "context"))
+        peak = g.peak(context, _value(solution, "max_num_seqs"))
+        x = solution.expected
+        assert x["peak_batch"] == peak
+        assert x["speedup_batch1"] == pytest.approx(g.speedup(1, context, gamma, alpha, c), rel=1e-9)
+        assert x["speedup_peak"] == pytest.approx(g.speedup(peak, context, gamma, alpha, c), rel=1e-9)
+        for bucket in (32, 128):
+            speedups = {k: g.speedup(bucket, context, k, alpha, c) for k in range(1, 9)}
+            best = max(speedups, key=speedups.get)
+            assert x[f"gamma_{bucket}"] == (best if speedups[best] > 1 else 0), (seed, bucket)
+        paying = [b for b in (2 ** k for k in range(11)) if b <= peak
+                  and max(g.speedup(b, context, k, alpha, c) for k in range(1, 9)) > 1]
+        assert x["last_bucket"] == paying[-1]
+        assert x["regime"] == ("keep-on" if x["speedup_peak"] > 1 else "turn-off")
+
+
+def test_by_load_best_draft_length_falls_with_the_batch(variant):
+    """SmartSpec's observation: the best draft length shrinks as load grows, to 0 at high load."""
+    for seed in range(40):
+        x = variant(f"spec-decode-by-load@{seed}").expected
+        assert x["gamma_32"] >= x["gamma_128"]
+
+
+def test_by_load_longer_context_keeps_speculation_on_at_peak(variant):
+    """At 8K tokens the peak batch is KV-bound and the step is KV reads, which the verify pass shares."""
+    long = variant("spec-decode-by-load@default+context=8192")
+    assert long.expected["peak_batch"] < 1024
+    assert long.expected["speedup_peak"] > 1 and long.expected["regime"] == "keep-on"

@@ -17,11 +17,26 @@ until speculation loses. The step-time model of steptime.py times the pass (veri
 """
 from __future__ import annotations
 
+import functools
+import json
+import math
+
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, max_of
-from solvers.topics.common import dtype_bytes, hbm_bandwidth, model_params, peak_flops
-from solvers.units import format_number
+from solvers.data import Record
+from solvers.derivation import Reject, Sheet, Side, max_of, min_of
+from solvers.topics.collective import all_reduce_terms
+from solvers.topics.common import (
+    GPU_MEMORY_UTILIZATION,
+    dtype_bytes,
+    hbm_bandwidth,
+    hbm_bytes,
+    model_params,
+    peak_flops,
+    require_context,
+)
+from solvers.topics.steptime import DecodeCosts, Engine, decode_costs, engine
+from solvers.units import format_number, format_quantity
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:
@@ -175,3 +190,205 @@ def _ceiling_regime(s: Sheet, p, B, even, ceiling, S_B, S1) -> None:
         f"about {format_number(s.value(even), 3)} sequences.",
         "Below break-even the weight read has idle bandwidth to spare and the drafts turn it into tokens: at small "
         "batch the speedup returns to the batch-1 figure."))
+
+
+# --- spec-decode-by-load --------------------------------------------------------------------
+
+GAMMAS = (1, 2, 3, 4, 5, 6, 7, 8)  # draft lengths an engine is configured with (0: speculation off)
+BUCKETS = (32, 128)  # the batch buckets whose draft length is graded
+GAMMA_TIE = 0.005  # two draft lengths within 0.5% of each other: no best one to grade
+
+
+@functools.cache
+def _group_figures(model_key: str, gpu_key: str, tp: int) -> dict[str, float]:
+    """The step model's constants for one TP group as floats, from a scratch sheet with the same
+    engine and all-reduce terms as the question's (cached: the search runs before the sheet)."""
+    model, gpu = (Record(json.loads(key)) for key in (model_key, gpu_key))
+    s = Sheet()
+    e = engine(s, model, gpu, tp, communication=True)
+    comm = all_reduce_terms(s, model, gpu, tp)
+    return {"weights": s.evaluate(e.W / e.TP / e.byte_rate), "kv_bytes": s.value(e.KV),
+            "kv_token": s.evaluate(e.KV / e.byte_rate), "token_flops": s.evaluate(2 * e.N / e.flop_rate),
+            "pair": s.evaluate(e.A / e.flop_rate), "weight_bytes": s.evaluate(e.W / e.TP),
+            "overhead": s.value(e.t_oh), "ar_fixed": s.evaluate(comm.fixed), "ar_token": s.evaluate(comm.per_token)}
+
+
+class _LoadModel:
+    """The question's decode costs as floats (the same step model, the same all-reduce terms), for
+    the search over draft lengths, batches and a longer context that the sheet then shows at the
+    chosen points."""
+
+    def __init__(self, p):
+        figures = _group_figures(json.dumps(p.model, sort_keys=True), json.dumps(p.gpu, sort_keys=True), int(p.tp))
+        self.__dict__.update(figures)
+        self.context = p.context
+
+    def kernels(self, batch: float, tokens: int, context: float) -> float:
+        math = self.token_flops + self.pair * context
+        return (max(self.weights + batch * self.kv_token * context, batch * tokens * math)
+                + self.ar_fixed + self.ar_token * batch * tokens)
+
+    def plain(self, batch: float, context: float | None = None) -> float:
+        return self.kernels(batch, 1, context or self.context) + self.overhead
+
+    def speedup(self, batch: float, gamma: int, alpha: float, c: float, context: float | None = None) -> float:
+        context = context or self.context
+        plain = self.kernels(batch, 1, context)
+        round_ = self.kernels(batch, gamma + 1, context) + self.overhead + gamma * c * plain
+        return expected_tokens(alpha, gamma) * (plain + self.overhead) / round_
+
+    def best(self, batch: float, alpha: float, c: float, context: float | None = None) -> tuple[int, float, float]:
+        """(best draft length, its speedup, the runner-up's), draft length 0 = off at speedup 1."""
+        ranked = sorted(((self.speedup(batch, g, alpha, c, context), g) for g in GAMMAS), reverse=True)
+        (top, gamma), (second, _) = ranked[0], ranked[1]
+        if top < 1:
+            return 0, 1.0, top
+        return gamma, top, max(second, 1.0)
+
+
+def _round(e: Engine, costs: DecodeCosts, B, gamma, c, plain) -> sympy.Expr:
+    """A round: the verify pass of B·(γ+1) tokens, the overhead once, γ drafts at c of the plain
+    step's kernels each."""
+    return costs.kernels(B, gamma + 1) + e.t_oh + gamma * c * (plain - e.t_oh)
+
+
+def spec_decode_by_load(p, s: Sheet) -> None:
+    """One drafter left on from 3 a.m. to 6 p.m.: the step-time model at batch 1 and at the peak
+    batch, the best draft length per batch bucket, and how the context moves all of it."""
+    require_context(p.model, 4 * p.context)  # the what-if asks for four times the context
+    model = _LoadModel(p)
+    room = math.floor((GPU_MEMORY_UTILIZATION * hbm_bytes(p.gpu) - model.weight_bytes) / (model.kv_bytes * p.context))
+    peak = min(p.max_num_seqs, room)
+    table = _buckets(model, p, peak)  # every reason to redraw, before the sheet
+    _context_what_if(s, p, model, peak, table["last"][0])
+    e = engine(s, p.model, p.gpu, p.tp, communication=True, kv_prerequisite=True)
+    S = s.param("S", "context")
+    costs = decode_costs(s, e, p.model, p.gpu, p.tp, S)
+    B_max = s.param("B_max", "max_num_seqs")
+    u = s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable HBM (usable-hbm)")
+    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
+    fits = s.step("kv_room", "Sequences whose KV fits at this context", "B_kv",
+                  sympy.floor((u * M - e.W / e.TP) / (e.KV * S)), "sequences",
+                  "usable HBM per GPU less its share of the weights, over each sequence's KV on that GPU")
+    B_pk = s.step("peak_batch", "Peak batch", "B_pk", min_of(B_max, fits), "sequences",
+                  "the scheduler's max_num_seqs or the KV pool, whichever runs out first")
+
+    alpha = s.param("α_acc", "alpha")  # α is the all-reduce latency on this sheet
+    gamma = s.param("γ", "gamma")
+    c = s.param("c", "draft_cost")
+    E = tokens_per_round(s, alpha, gamma)
+    t_1 = s.step("plain_batch1", "Plain step at batch 1", "t_1", costs.kernels(1) + e.t_oh, "ms",
+                 "one weight read, one sequence's KV, one token's math and all-reduces, the overhead")
+    T_1 = s.step("round_batch1", "Round at batch 1", "T_1", _round(e, costs, 1, gamma, c, t_1), "ms",
+                 "γ+1 tokens still ride on the same weight read; the drafts add γ·c of a step")
+    S_1 = s.step("speedup_batch1", "Speedup at batch 1", "S_1", E * t_1 / T_1, "x",
+                 "E tokens per round against one per plain step")
+    t_pk = s.step("plain_peak", "Plain step at the peak batch", "t_pk", costs.kernels(B_pk) + e.t_oh, "ms",
+                  "the same terms with B_pk sequences")
+    s.step("per_user_peak", "Tokens/s per user at the peak batch, no speculation", "X_pk", 1 / t_pk, "tokens/s",
+           "one token per plain step")
+    T_pk = s.step("round_peak", "Round at the peak batch", "T_pk", _round(e, costs, B_pk, gamma, c, t_pk), "ms",
+                  "now the γ extra tokens per sequence are paid in math and all-reduce bytes")
+    S_pk = s.step("speedup_peak", "Speedup at the peak batch, speculation left on", "S_pk", E * t_pk / T_pk, "x",
+                  "below 1 means speculation costs throughput and per-user speed alike")
+    for bucket in BUCKETS:
+        best, tried = table[bucket]
+        B_b = s.given(f"B_{bucket}", bucket, "sequences", "batch bucket")
+        g = s.given(f"γ_{bucket}", tried, "", f"best of the draft lengths {', '.join(map(str, GAMMAS))} at this "
+                    "batch" + ("" if best else " (still below 1: off)"))
+        t_b = s.step("", f"Plain step at batch {bucket}", f"t_{bucket}", costs.kernels(B_b) + e.t_oh, "ms",
+                     "the same terms at this batch")
+        T_b = s.step("", f"Round at batch {bucket}", f"T_{bucket}", _round(e, costs, B_b, g, c, t_b), "ms",
+                     "with this bucket's draft length")
+        s.step(f"speedup_b{bucket}", f"Speedup at batch {bucket}, best draft length", f"S_{bucket}",
+               (1 - alpha ** (g + 1)) / (1 - alpha) * t_b / T_b, "x",
+               "speculation is on in this bucket only if this beats 1")
+        s.choose(f"gamma_{bucket}", float(best))
+    last, top = table["last"]
+    s.given("B_on", last, "sequences", "largest power-of-two batch where speculation pays: its best draft length "
+            f"gives {format_number(top, 3)}x there, "
+            + ("and none beats 1 one bucket up" if last * 2 <= peak else "and no larger bucket fits"))
+    s.choose("last_bucket", float(last))
+
+    s.assume("A round is one engine step: the overhead once (step-overhead), the verify pass, and γ draft passes at "
+             "c of a plain step's kernels each; every TP all-reduce by tp-all-reduce over NVLink, not overlapped.")
+    s.assume("Each draft token is accepted with probability α, independently; every sequence holds about the same "
+             "context. The drafter's own weights and KV are left out of the memory, and the γ extra tokens of "
+             "KV a round writes are small beside the context.")
+    s.assume("Buckets are judged by draft lengths " + ", ".join(map(str, GAMMAS)) + " (0 = off): the best is the "
+             "one with the highest speedup, off where none exceeds 1.")
+    s.slip("the compute-bound limit E/(γ+1) taken at the peak batch (overheads and drafts ignored)",
+           on="speedup_peak", factor=s.evaluate(E / (gamma + 1)) / s.value(S_pk))
+    s.slip("the batch-1 speedup kept at the peak batch", on="speedup_peak", factor=s.value(S_1) / s.value(S_pk))
+    _by_load_regime(s, p, S_pk, peak, last)
+
+
+def _buckets(model: _LoadModel, p, peak: float) -> dict:
+    """Best draft length per graded bucket, and the largest power-of-two batch where speculation
+    pays: {bucket: (best, the draft length shown), 'last': (batch, its speedup)}."""
+    table: dict = {}
+    for bucket in BUCKETS:
+        if bucket > peak:
+            raise Reject(f"batch {bucket} does not fit at this context")
+        best, top, second = model.best(bucket, p.alpha, p.draft_cost)
+        if top - second < GAMMA_TIE * top:
+            raise Reject(f"two draft lengths within 0.5% at batch {bucket}")
+        tried = best or max(GAMMAS, key=lambda g: model.speedup(bucket, g, p.alpha, p.draft_cost))
+        table[bucket] = (best, tried)
+    pays = [(b, model.best(b, p.alpha, p.draft_cost)) for b in (2 ** k for k in range(11)) if b <= peak]
+    on = [(b, top) for b, (best, top, _) in pays if best > 0]
+    if not on:
+        raise Reject("speculation does not pay even at batch 1")
+    if any(abs((top if best else second) - 1) < GAMMA_TIE for _, (best, top, second) in pays):
+        raise Reject("a bucket sits at break-even")
+    table["last"] = on[-1]
+    return table
+
+
+def _last_paying(model: _LoadModel, p, peak: float, context: float) -> int:
+    """Largest power-of-two batch that fits where the best draft length beats 1 (0: none)."""
+    return max((b for b in (2 ** k for k in range(11)) if b <= peak
+                and model.best(b, p.alpha, p.draft_cost, context)[0] > 0), default=0)
+
+
+def _context_what_if(s: Sheet, p, model: _LoadModel, peak: float, last: int) -> None:
+    """Every request with four times the context, the same engine: which parts of the table move."""
+    key, longer = "context", 4 * p.context
+    room = (GPU_MEMORY_UTILIZATION * hbm_bytes(p.gpu) - model.weight_bytes) / model.kv_bytes
+    peak4 = min(p.max_num_seqs, math.floor(room / longer))
+    if peak4 < 1:
+        raise Reject("four times the context does not fit one sequence")
+    s.judge(key, "the peak batch shrinks", peak4 < peak,
+            f"{format_number(peak4)} sequences fit instead of {format_number(peak)}"
+            + (" (max_num_seqs binds both times)" if peak4 == peak else ""))
+    at_peak = model.speedup(peak4, int(p.gamma), p.alpha, p.draft_cost, longer)
+    s.judge(key, "speculation left on pays at the new peak batch", at_peak > 1,
+            f"{format_number(at_peak, 3)}x at {format_number(peak4)} sequences")
+    small = BUCKETS[0]
+    step, step_long = model.plain(small), model.plain(small, longer)
+    s.judge(key, f"the plain step at batch {small} gets 10% longer or more", step_long >= 1.1 * step,
+            f"{format_quantity(step_long, 'ms')} instead of {format_quantity(step, 'ms')}: the KV reads' share")
+    last4 = _last_paying(model, p, peak4, longer)
+    s.judge(key, "speculation pays up to a larger power-of-two batch", last4 > last,
+            f"up to {format_number(last4)} instead of {format_number(last)}"
+            + (f", capped by the {format_number(peak4)} sequences that fit" if last4 * 2 > peak4 else ""))
+    if len(set(s.results[key].values())) == 1:
+        raise Reject("four times the context changes all of these or none")
+
+
+def _by_load_regime(s: Sheet, p, S_pk, peak: float, last: int) -> None:
+    at = format_number(s.value(S_pk), 3)
+    s.regime_by(S_pk, s.given("S_even", 1, "x", "break-even"), tie="below", above=Side(
+        "keep-on",
+        f"Even at the peak batch of {format_number(peak)} speculation pays ({at}x): at {format_number(p.context)} "
+        "tokens of context the step is still dominated by KV reads, which the verify pass shares across its γ+1 "
+        "tokens.",
+        "At shorter contexts the peak batch grows and the verify pass turns compute-bound: then speculation left "
+        "on costs peak throughput and must switch off in the top buckets."),
+        below=Side(
+        "turn-off",
+        f"Left on at the peak batch of {format_number(peak)}, speculation costs throughput ({at}x): the verify "
+        f"pass's γ extra tokens per sequence are paid in math and all-reduce bytes. It pays up to batch "
+        f"{format_number(last)} and must be off above.",
+        "At longer contexts the KV reads dominate the step and the verify pass rides on them: speculation keeps "
+        "paying at the (smaller) peak batch."))
