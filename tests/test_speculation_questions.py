@@ -153,8 +153,8 @@ class _ByHand:
     def kernels(self, batch, tokens, context):
         reads = (self.n * 2 / self.tp + self.kv * batch * context) / self.bw
         math = (2 * self.n + self.pair * context) * batch * tokens / self.rate
-        comm = 2 * self.m.layers * (AR_LATENCY + 2 * (self.tp - 1) / self.tp * batch * tokens * self.m.hidden * 2
-                                    / self.link)
+        comm = 0 if self.tp == 1 else 2 * self.m.layers * (
+            AR_LATENCY + 2 * (self.tp - 1) / self.tp * batch * tokens * self.m.hidden * 2 / self.link)
         return max(reads, math) + comm
 
     def speedup(self, batch, context, gamma, alpha, c):
@@ -214,3 +214,62 @@ def test_by_load_longer_context_keeps_speculation_on_at_peak(variant):
     long = variant("spec-decode-by-load@default+context=8192")
     assert long.expected["peak_batch"] < 1024
     assert long.expected["speedup_peak"] > 1 and long.expected["regime"] == "keep-on"
+
+
+# --- spec-decode-step-accounting --------------------------------------------------------------
+
+
+def test_step_accounting_default_by_hand(variant):
+    """Llama-3.1-8B on one H100, budget 2,048, 256 sequences at 512 tokens, α 0.8, γ 4, c 0.05."""
+    x = variant("spec-decode-step-accounting@default").expected
+    e = expected_tokens(0.8, 4)
+    assert (x["decode_tokens"], x["max_spec_batch"], x["prefill_left"]) == (1280, 409, 768)
+    assert (x["prefill_steps_plain"], x["prefill_steps_spec"]) == (3, 6)  # ⌈4000/1792⌉, ⌈4000/768⌉
+    assert x["discarded"] == pytest.approx(256 * (5 - e), rel=1e-12)
+    assert x["discarded_share"] == pytest.approx((5 - e) / 5, rel=1e-12)
+    t_w, t_kv = 8.03e9 * 2 / (0.8 * 3.35e12), 131072 * 512 / (0.8 * 3.35e12)
+    t_f = (2 * 8.03e9 + 4 * 32 * 32 * 128 * 512) / (0.6 * 989.4e12)
+    plain = max(t_w + 256 * t_kv, 256 * t_f) + 2e-3
+    round_ = max(t_w + 256 * t_kv, 256 * 5 * t_f) + 2e-3 + 4 * 0.05 * (plain - 2e-3)
+    assert x["speedup"] == pytest.approx(e * plain / round_, rel=1e-9)
+    assert x["compute_batch"] == pytest.approx(t_w / (5 * t_f - t_kv), rel=1e-9)
+    assert x["break_even"] == pytest.approx(405.6, abs=0.1)
+    assert x["regime"] == "helps"
+
+
+def test_rollback_discards_the_expected_tail(variant):
+    """A seeded simulation of verify passes: the positions after the first rejection are discarded;
+    their mean is γ + 1 − E, the closed form the key uses."""
+    rng = np.random.default_rng(7)
+    for alpha, gamma in ((0.8, 4), (0.6, 6), (0.9, 2)):
+        accepted = np.cumprod(rng.random((200_000, gamma)) < alpha, axis=1).sum(axis=1)
+        discarded = gamma - accepted  # γ+1 positions scored, accepted + 1 kept
+        se = discarded.std() / np.sqrt(discarded.size)
+        assert abs(discarded.mean() - (gamma + 1 - expected_tokens(alpha, gamma))) < 4 * se
+
+
+def test_step_accounting_break_even_is_where_the_speedup_crosses_one(variant):
+    """The region formula's root, checked by hand: the speedup is 1 there, above 1 below it, under 1 past it."""
+    for seed in range(40):
+        solution = variant(f"spec-decode-step-accounting@{seed}")
+        g = _ByHand(solution)
+        alpha, gamma, c, context = (_value(solution, n) for n in ("alpha", "gamma", "draft_cost", "context"))
+        x = solution.expected
+        even = x["break_even"]
+        assert g.speedup(even, context, gamma, alpha, c) == pytest.approx(1, rel=1e-9), seed
+        assert g.speedup(0.97 * even, context, gamma, alpha, c) > 1 > g.speedup(1.03 * even, context, gamma, alpha, c)
+        assert x["speedup"] == pytest.approx(g.speedup(_value(solution, "batch"), context, gamma, alpha, c), rel=1e-9)
+        helps = _value(solution, "batch") < even
+        assert x["regime"] == ("helps" if helps else "hurts")
+        assert (x["speedup"] > 1) == helps, seed
+
+
+def test_step_accounting_budget_counts_every_verify_token(variant):
+    for seed in range(40):
+        solution = variant(f"spec-decode-step-accounting@{seed}")
+        batch, gamma, budget, prompt = (_value(solution, n) for n in ("batch", "gamma", "budget", "prompt"))
+        x = solution.expected
+        assert x["decode_tokens"] == batch * (gamma + 1)
+        assert x["prefill_left"] == budget - batch * (gamma + 1)
+        assert x["prefill_steps_spec"] == -(-prompt // (budget - batch * (gamma + 1)))
+        assert x["prefill_steps_plain"] == -(-prompt // (budget - batch))
