@@ -273,3 +273,64 @@ def test_step_accounting_budget_counts_every_verify_token(variant):
         assert x["prefill_left"] == budget - batch * (gamma + 1)
         assert x["prefill_steps_spec"] == -(-prompt // (budget - batch * (gamma + 1)))
         assert x["prefill_steps_plain"] == -(-prompt // (budget - batch))
+
+
+# --- spec-decode-tail -----------------------------------------------------------------------
+
+
+def test_tail_default_by_hand(variant):
+    """Llama-3.1-70B on 8 H100, γ 4, c 0.03, 2,000 tokens: code α 0.85 off-peak at batch 4, chat α 0.5 at 256."""
+    solution = variant("spec-decode-tail@default")
+    g, x = _ByHand(solution), solution.expected
+    for batch, key in ((4, "even_tokens_low"), (256, "even_tokens_peak")):
+        plain = g.kernels(batch, 1, 2000)
+        round_ = g.kernels(batch, 5, 2000) + OVERHEAD + 4 * 0.03 * plain
+        assert x[key] == pytest.approx(round_ / (plain + OVERHEAD), rel=1e-9)
+    assert x["p99_off"] == pytest.approx(g.kernels(256, 1, 2000) + OVERHEAD, rel=1e-9)
+    assert x["speedup_worst"] == pytest.approx(expected_tokens(0.5, 4) / x["even_tokens_peak"], rel=1e-9)
+    assert x["speedup_best"] == pytest.approx(expected_tokens(0.85, 4) / x["even_tokens_low"], rel=1e-9)
+    assert x["alpha_even_peak"] == pytest.approx(0.7106, abs=1e-4)
+    assert x["regime"] == "slowdown"  # chat at peak (0.5) is below the break-even acceptance
+    assert x["p99_on"] == pytest.approx(x["even_tokens_peak"] * x["p99_off"] / expected_tokens(0.5, 4), rel=1e-9)
+    assert x["owners"] == ["low-acceptance requests at peak"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(1.0001, 8.99), st.integers(1, 8))
+def test_break_even_alpha_inverts_the_expected_tokens(tokens, gamma):
+    from solvers.topics.speculation import break_even_alpha
+    if tokens >= gamma + 1:
+        return
+    assert expected_tokens(break_even_alpha(tokens, gamma), gamma) == pytest.approx(tokens, rel=1e-9)
+
+
+def test_tail_p99_matches_a_seeded_sample_of_requests(variant):
+    """The closed form (sort the four cells, add their shares to 1%) against a seeded sample of 100,000
+    requests drawn by class and moment: the sample's p99 TPOT is the cell the key names."""
+    for seed in range(0, 30, 3):
+        solution = variant(f"spec-decode-tail@{seed}")
+        g, x = _ByHand(solution), solution.expected
+        gamma, c, context = (_value(solution, n) for n in ("gamma", "draft_cost", "context"))
+        rng = np.random.default_rng(seed)
+        low = rng.random(100_000) < _value(solution, "low_share")
+        peak = rng.random(100_000) < _value(solution, "peak_share")
+        cell = {}
+        for is_peak, batch in ((False, _value(solution, "batch_low")), (True, _value(solution, "batch_peak"))):
+            plain = g.kernels(batch, 1, context)
+            round_ = g.kernels(batch, gamma + 1, context) + OVERHEAD + gamma * c * plain
+            for is_low, alpha in ((False, _value(solution, "alpha_high")), (True, _value(solution, "alpha_low"))):
+                cell[(is_low, is_peak)] = round_ / expected_tokens(alpha, gamma)
+        tpot = np.where(low, np.where(peak, cell[(True, True)], cell[(True, False)]),
+                        np.where(peak, cell[(False, True)], cell[(False, False)]))
+        assert np.quantile(tpot, 0.99, method="higher") == pytest.approx(x["p99_on"], rel=1e-9), seed
+
+
+def test_tail_selective_policy_never_loses_the_tail(variant):
+    for seed in range(40):
+        solution = variant(f"spec-decode-tail@{seed}")
+        policy = solution.sheet.results["policy"]
+        assert policy["speculate only where the request's acceptance beats the break-even for the current batch"]
+        assert not policy["switch speculation off for every request"]
+        x = solution.expected
+        assert (x["regime"] == "slowdown") == (x["speedup_worst"] < 1)
+        assert policy["keep speculation on for every request"] == (x["p99_on"] <= x["p99_off"])

@@ -553,3 +553,187 @@ def _accounting_regime(s: Sheet, p, B, even, S_B, B_c) -> None:
         f"extra tokens cost more math than the accepted ones save (compute-bound from {flip}).",
         "Below break-even the verify pass's extra tokens ride on reads the step makes anyway: speculation pays, "
         "and the rejected positions cost next to nothing."))
+
+
+# --- spec-decode-tail -----------------------------------------------------------------------
+
+P99 = 0.01  # the tail: the slowest 1% of requests
+
+
+def break_even_alpha(tokens: float, gamma: int) -> float:
+    """The acceptance rate whose expected tokens per round equal `tokens` (E rises from 1 at α = 0
+    to γ + 1 at α = 1), by bisection to 1e-12."""
+    low, high = 0.0, 1.0
+    while high - low > 1e-12:
+        mid = (low + high) / 2
+        low, high = (mid, high) if expected_tokens(mid, gamma) < tokens else (low, mid)
+    return (low + high) / 2
+
+
+_CELLS = ("high-acceptance requests off-peak", "high-acceptance requests at peak",
+          "low-acceptance requests off-peak", "low-acceptance requests at peak")
+
+
+def spec_decode_tail(p, s: Sheet) -> None:
+    """Speculation over a day's requests: the speedup of each (acceptance, batch) cell, the break-even
+    acceptance per batch, the cells that own the p99 TPOT, and a policy that keeps the tail."""
+    model = _LoadModel(p)
+    for batch in (p.batch_low, p.batch_peak):
+        room = (GPU_MEMORY_UTILIZATION * hbm_bytes(p.gpu) - model.weight_bytes) / (model.kv_bytes * p.context)
+        if batch > room:
+            raise Reject("the peak batch does not fit at this context")
+    gamma = int(p.gamma)
+    cells = _tail_cells(model, p, gamma)
+    e_star_peak = cells["round"][1] / cells["plain"][1]
+    if e_star_peak >= gamma + 1:
+        raise Reject("at peak even perfect acceptance loses")
+    policies = _tail_policies(model, p, cells)  # every reason to redraw, before the sheet
+
+    e = engine(s, p.model, p.gpu, p.tp, communication=True, kv_prerequisite=True)
+    S = s.param("S", "context")
+    costs = decode_costs(s, e, p.model, p.gpu, p.tp, S)
+    gamma_ = s.param("γ", "gamma")
+    c = s.param("c", "draft_cost")
+    a_hi = s.param("α_hi", "alpha_high")
+    a_lo = s.param("α_lo", "alpha_low")
+    rows = []
+    for tag, where, param in (("lo", "off-peak", "batch_low"), ("pk", "at peak", "batch_peak")):
+        B = s.param(f"B_{tag}", param)
+        t = s.step(f"plain_{tag}", f"Plain step {where}", f"t_{tag}", costs.kernels(B) + e.t_oh, "ms",
+                   "the step-time model's terms at this batch")
+        T = s.step(f"round_{tag}", f"Round {where}", f"T_{tag}", _round(e, costs, B, gamma_, c, t), "ms",
+                   "verify pass of B·(γ+1) tokens, the overhead once, γ drafts at c of the plain kernels")
+        rows.append((t, T))
+    (t_lo, T_lo), (t_pk, T_pk) = rows
+    E_hi = tokens_per_round(s, a_hi, gamma_, key="tokens_high", symbol="E_hi")
+    E_lo = tokens_per_round(s, a_lo, gamma_, key="tokens_low", symbol="E_lo")
+    s.step("speedup_best", "Speedup, high-acceptance request off-peak", "S_best", E_hi * t_lo / T_lo, "x",
+           "both inputs at their best")
+    s.step("speedup_worst", "Speedup, low-acceptance request at peak", "S_worst", E_lo * t_pk / T_pk, "x",
+           "both inputs at their worst: where the tail lives")
+    Es_lo = s.step("even_tokens_low", "Tokens per round to break even off-peak", "E*_lo", T_lo / t_lo, "tokens",
+                   "the round must yield as many tokens as plain steps fit in its time")
+    Es_pk = s.step("even_tokens_peak", "Tokens per round to break even at peak", "E*_pk", T_pk / t_pk, "tokens",
+                   "the round is dearer at peak, so it must yield more")
+    a_even_lo = s.given("α*_lo", break_even_alpha(s.value(Es_lo), gamma), "",
+                        "break-even acceptance off-peak: E(α) = E*_lo solved by bisection")
+    a_even_pk = s.given("α*_pk", break_even_alpha(s.value(Es_pk), gamma), "",
+                        "break-even acceptance at peak: E(α) = E*_pk solved by bisection")
+    s.choose("alpha_even_low", s.value(a_even_lo))
+    s.choose("alpha_even_peak", s.value(a_even_pk))
+    s.step("p99_off", "p99 TPOT, speculation off", "τ99_off", t_pk, "ms",
+           f"every request at peak waits a plain step; peak requests are over {format_number(100 * P99)}% of all")
+    owner = cells["owner"]
+    tpot = {0: (T_lo, E_hi), 1: (T_pk, E_hi), 2: (T_lo, E_lo), 3: (T_pk, E_lo)}[owner]
+    s.step("p99_on", "p99 TPOT, speculation always on", "τ99_on", tpot[0] / tpot[1], "ms",
+           f"the slowest cell holding the top {format_number(100 * P99)}% of requests: {_CELLS[owner]}, a round per "
+           "E tokens")
+    for option, holds, why in cells["owns"]:
+        s.judge("owners", option, holds, why)
+    for option, holds, why in policies:
+        s.judge("policy", option, holds, why)
+
+    s.assume("Step-time model (steptime.py, the card's step constants, tp-all-reduce over NVLink); a round is one "
+             "engine step: the overhead once, the verify pass, γ drafts at c of a plain step's kernels each.")
+    s.assume("Two request classes with one acceptance rate each, i.i.d. per draft token; two moments of the day, "
+             "off-peak and peak, each with its own batch. A request's TPOT is its round over its expected tokens "
+             "(its mean over the reply; the tail across requests is taken over these cells).")
+    s.assume("A policy is judged on two counts: its p99 TPOT is no worse than with speculation off, and it lowers "
+             "the mean TPOT across requests.")
+    s.slip("the batch-1 formula E/(γc+1) used at peak", on="speedup_worst",
+           factor=s.evaluate(E_lo / (gamma_ * c + 1) / (E_lo * t_pk / T_pk)))
+    s.regime_by(a_lo, a_even_pk, tie="below", above=Side(
+        "speedup",
+        f"Even the low-acceptance requests at peak (α = {format_number(p.alpha_low, 3)}) sit above the break-even "
+        f"acceptance of {format_number(s.value(a_even_pk), 3)}: speculation speeds up every cell, and the tail "
+        "with it.",
+        "Below the break-even acceptance the round costs more than the tokens it yields: those requests at peak "
+        "get slower TPOT than with speculation off, and they own the p99."),
+        below=Side(
+        "slowdown",
+        f"The low-acceptance requests at peak (α = {format_number(p.alpha_low, 3)}) sit below the break-even "
+        f"acceptance of {format_number(s.value(a_even_pk), 3)}: speculation slows them down, and they own the "
+        "p99 while the mean improves.",
+        "Above the break-even acceptance every cell gains: then speculation can stay on and only the draft length "
+        "needs tuning by load."))
+
+
+def _tail_cells(model: _LoadModel, p, gamma: int) -> dict:
+    """Each cell's TPOT with speculation on, the cells in the p99, and which cell sets it."""
+    plain = [model.plain(b) for b in (p.batch_low, p.batch_peak)]
+    round_ = [model.kernels(b, gamma + 1, p.context) + model.overhead + gamma * p.draft_cost * (t - model.overhead)
+              for b, t in zip((p.batch_low, p.batch_peak), plain)]
+    alphas, weights = (p.alpha_high, p.alpha_low), (1 - p.low_share, p.low_share)
+    moments = (1 - p.peak_share, p.peak_share)
+    tpot, share = [], []
+    for alpha, w in zip(alphas, weights):
+        for j, m in enumerate(moments):
+            tpot.append(round_[j] / expected_tokens(alpha, gamma))
+            share.append(w * m)
+    order = sorted(range(4), key=lambda k: -tpot[k])
+    top, owner = 0.0, order[0]
+    for k in order:
+        owner = k
+        top += share[k]
+        if top >= P99:
+            break
+    off = plain[1]  # the p99 with speculation off: a plain step at peak
+    if any(abs(tpot[k] / off - 1) < 0.01 for k in range(4)):
+        raise Reject("a cell within 1% of the p99 with speculation off")
+    owns = [(_CELLS[k], tpot[k] > off, f"{format_quantity(tpot[k], 'ms')} per token against "
+             f"{format_quantity(off, 'ms')}, {format_number(100 * share[k], 3)}% of requests") for k in range(4)]
+    owns.append(("none: every request beats it", all(tpot[k] < off for k in range(4)),
+                 f"the slowest cell takes {format_quantity(max(tpot), 'ms')} per token against "
+                 f"{format_quantity(off, 'ms')}"))
+    return {"plain": plain, "round": round_, "tpot": tpot, "share": share, "owner": owner, "owns": owns}
+
+
+def _tail_policies(model: _LoadModel, p, cells: dict) -> list:
+    """Each policy's p99 and mean TPOT from the cells: (option, meets both counts, why)."""
+    plain_cells = [cells["plain"][k % 2] for k in range(4)]  # cell k: class k // 2, moment k % 2
+    one = [model.kernels(b, 2, p.context) + model.overhead + p.draft_cost * (t - model.overhead)
+           for b, t in zip((p.batch_low, p.batch_peak), cells["plain"])]
+    ones = [one[k % 2] / expected_tokens((p.alpha_high, p.alpha_low)[k // 2], 1) for k in range(4)]
+    spec = cells["tpot"]
+    tuned = [min([plain_cells[k]] + [
+        (model.kernels(b, g + 1, p.context) + model.overhead + g * p.draft_cost * (t - model.overhead))
+        / expected_tokens((p.alpha_high, p.alpha_low)[k // 2], g)
+        for g in GAMMAS for b, t in ((p.batch_low, cells["plain"][0]), (p.batch_peak, cells["plain"][1]))[k % 2:][:1]])
+        for k in range(4)]
+    plans = {
+        "keep speculation on for every request": spec,
+        "switch speculation off for every request": plain_cells,
+        "turn it off at the peak batch": [spec[k] if k % 2 == 0 else plain_cells[k] for k in range(4)],
+        "turn it off for the low-acceptance class": [spec[k] if k // 2 == 0 else plain_cells[k] for k in range(4)],
+        "speculate only where the request's acceptance beats the break-even for the current batch":
+            [min(spec[k], plain_cells[k]) for k in range(4)],
+        "a draft length of 1 for every request": ones,
+        "the draft length per acceptance and batch, 0 where no length pays": tuned,
+    }
+    off_p99, off_mean = _p99(plain_cells, cells["share"]), _mean(plain_cells, cells["share"])
+    out = []
+    for option, plan in plans.items():
+        tpot = plan
+        p99, mean = _p99(tpot, cells["share"]), _mean(tpot, cells["share"])
+        if plan is not plain_cells and (abs(p99 / off_p99 - 1) < 0.005 and p99 != off_p99
+                                        or abs(mean / off_mean - 1) < 0.005):
+            raise Reject("a policy ties speculation off within 0.5%")
+        holds = p99 <= off_p99 and mean < off_mean
+        out.append((option, holds, f"p99 {format_quantity(p99, 'ms')} against {format_quantity(off_p99, 'ms')} "
+                    f"off; mean {format_quantity(mean, 'ms')} against {format_quantity(off_mean, 'ms')}"))
+    if len({holds for _, holds, _ in out}) == 1:
+        raise Reject("every policy meets both counts or none")
+    return out
+
+
+def _p99(tpot: list, share: list) -> float:
+    top = 0.0
+    for k in sorted(range(len(tpot)), key=lambda k: -tpot[k]):
+        top += share[k]
+        if top >= P99:
+            return tpot[k]
+    return min(tpot)
+
+
+def _mean(tpot: list, share: list) -> float:
+    return sum(t * w for t, w in zip(tpot, share))
