@@ -20,7 +20,9 @@ from __future__ import annotations
 import functools
 import json
 import math
+import zlib
 
+import numpy as np
 import sympy
 
 from solvers.data import Record
@@ -737,3 +739,176 @@ def _p99(tpot: list, share: list) -> float:
 
 def _mean(tpot: list, share: list) -> float:
     return sum(t * w for t, w in zip(tpot, share))
+
+
+# --- adaptive-draft-length --------------------------------------------------------------------
+
+DRAFT_LENGTHS = np.arange(1, 17)  # what the policies may choose from
+REQUESTS = 4000  # the seeded sample of requests
+WORTH_BUILDING = 0.10  # a per-request policy is worth its complexity above this gain over the best fixed γ
+
+
+def _time_per_token(alpha, gamma, c):
+    """Batch 1: a round costs γ·c + 1 target steps and yields E(α, γ) tokens."""
+    return (gamma * c + 1) * (1 - alpha) / (1 - alpha ** (gamma + 1))
+
+
+def _sample_seed(p) -> int:
+    """The simulation's seed, from the variant's own figures: the same variant, the same sample."""
+    text = "|".join(f"{name}={float(p[name]):.6g}" for name in ("code_share", "alpha_code", "alpha_chat", "spread",
+                                                                "draft_cost", "warmup", "batch"))
+    return zlib.crc32(text.encode())
+
+
+def adaptive_sample(p) -> dict:
+    """Seeded simulation of the three policies on a code/chat mix at batch 1, and of the batch-1
+    per-request rule inside batches: mean time per token of each (in target steps)."""
+    rng = np.random.default_rng(_sample_seed(p))
+    code = rng.random(REQUESTS) < p.code_share
+    mean = np.where(code, p.alpha_code, p.alpha_chat)
+    alpha = np.clip(rng.beta(p.spread * mean, p.spread * (1 - mean)), 1e-9, 1 - 1e-9)
+    judged = int(p.warmup)
+    estimate = (rng.binomial(judged, alpha) + p.spread * mean) / (judged + p.spread)  # Beta posterior mean
+    c, G = p.draft_cost, DRAFT_LENGTHS
+    cost = _time_per_token(alpha[:, None], G[None, :], c)  # requests × draft lengths
+    g_fixed = int(G[cost.mean(axis=0).argmin()])
+    g_code, g_chat = (int(G[cost[m].mean(axis=0).argmin()]) for m in (code, ~code))
+    chosen = _time_per_token(estimate[:, None], G[None, :], c).argmin(axis=1)
+    per_class = np.where(code, cost[:, g_code - 1], cost[:, g_chat - 1])
+    return {"fixed": cost[:, g_fixed - 1].mean(), "class": per_class.mean(),
+            "adaptive": cost[np.arange(REQUESTS), chosen].mean(), "g_fixed": g_fixed, "g_code": g_code,
+            "g_chat": g_chat, "batch": _in_batches(p, alpha, G[chosen])}
+
+
+def _in_batches(p, alpha, chosen) -> dict:
+    """The batch-1 per-request rule against the best fixed γ when the sample runs in batches of B
+    sharing each round: the verify pass carries Σ(γ_r+1) tokens (free up to the ridge in tokens), and
+    the drafter runs as many passes as the longest draft in the batch. Mean time per token of each,
+    in target steps: every request waits its batch's round for its own E tokens."""
+    B, ridge, c = int(p.batch), _ridge_tokens(p), p.draft_cost
+    groups = len(alpha) // B
+    a, g = alpha[:groups * B].reshape(groups, B), chosen[:groups * B].reshape(groups, B)
+
+    def time_per_token(gammas) -> float:
+        verify = np.maximum(1, (gammas + 1).sum(axis=1) / ridge)
+        rounds = verify + gammas.max(axis=1) * c * max(1.0, B / ridge)
+        return float((rounds[:, None] / expected_tokens_array(a, gammas)).mean())
+
+    fixed = {int(k): time_per_token(np.full_like(g, k)) for k in DRAFT_LENGTHS}
+    best = min(fixed, key=fixed.get)
+    return {"g_best": best, "fixed": fixed[best], "adaptive": time_per_token(g)}
+
+
+def expected_tokens_array(alpha, gamma):
+    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def _ridge_tokens(p) -> float:
+    """Tokens a bf16 verify pass carries before it turns compute-bound: 2 bytes per weight, 2 FLOPs."""
+    return peak_flops(p.gpu, "bf16") / hbm_bandwidth(p.gpu)
+
+
+def _best_constant(s: Sheet, p) -> tuple[int, int, int]:
+    """With every request at its class's mean acceptance: the best fixed γ and each class's own."""
+    def mix(g_code: int, g_chat: int) -> float:
+        return (p.code_share * _time_per_token(p.alpha_code, g_code, p.draft_cost)
+                + (1 - p.code_share) * _time_per_token(p.alpha_chat, g_chat, p.draft_cost))
+    fixed = min(DRAFT_LENGTHS, key=lambda g: mix(g, g))
+    code = min(DRAFT_LENGTHS, key=lambda g: _time_per_token(p.alpha_code, g, p.draft_cost))
+    chat = min(DRAFT_LENGTHS, key=lambda g: _time_per_token(p.alpha_chat, g, p.draft_cost))
+    return int(fixed), int(code), int(chat)
+
+
+def adaptive_draft_length(p, s: Sheet) -> None:
+    """Fixed, per-class and per-request draft lengths on a code/chat mix at batch 1, from a seeded
+    sample of per-request acceptance; then the same rule inside a batch."""
+    sim = adaptive_sample(p)
+    gain = sim["fixed"] / sim["adaptive"] - 1
+    if abs(gain - WORTH_BUILDING) < 0.005:
+        raise Reject("the adaptive gain sits at the 10% line")
+    c = s.param("c", "draft_cost")
+    w_code = s.param("f_code", "code_share")
+    a_code = s.param("α_code", "alpha_code")
+    a_chat = s.param("α_chat", "alpha_chat")
+    g_fix, g_code, g_chat = _best_constant(s, p)
+    # Closed form with constant acceptance per class.
+    Gf = s.given("γ_f", g_fix, "", "best fixed draft length at the class means (tried 1 to 16)")
+    Gc = s.given("γ_code", g_code, "", "code's own best draft length at its mean")
+    Gh = s.given("γ_chat", g_chat, "", "chat's own best draft length at its mean")
+    fixed_c = s.step("", "Time per token, best fixed draft length, constant acceptance", "τ_f",
+                     w_code * (Gf * c + 1) * (1 - a_code) / (1 - a_code ** (Gf + 1))
+                     + (1 - w_code) * (Gf * c + 1) * (1 - a_chat) / (1 - a_chat ** (Gf + 1)), "",
+                     "in target steps per token: a round costs γc + 1 steps and yields E(α, γ) tokens")
+    class_c = s.step("", "Time per token, per-class draft lengths, constant acceptance", "τ_c",
+                     w_code * (Gc * c + 1) * (1 - a_code) / (1 - a_code ** (Gc + 1))
+                     + (1 - w_code) * (Gh * c + 1) * (1 - a_chat) / (1 - a_chat ** (Gh + 1)), "",
+                     "each class at its own best length")
+    s.step("gain_class_constant", "Per-class gain, constant acceptance per class", "G_c0", fixed_c / class_c - 1, "%",
+           "per-request would add nothing: every request of a class is the same")
+    # The seeded sample: acceptance varies per request.
+    source = f"seeded simulation, n = {REQUESTS} requests, seed from the variant"
+    s.choose("gamma_fixed", float(sim["g_fixed"]))
+    s.choose("gamma_code", float(sim["g_code"]))
+    s.choose("gamma_chat", float(sim["g_chat"]))
+    t_f = s.given("τ_fixed", sim["fixed"], "", f"mean time per token, best fixed γ = {sim['g_fixed']} ({source})")
+    t_c = s.given("τ_class", sim["class"], "", f"mean time per token, code γ = {sim['g_code']}, chat γ = "
+                  f"{sim['g_chat']} ({source})")
+    t_a = s.given("τ_adapt", sim["adaptive"], "", f"mean time per token, each request's γ from its estimate after "
+                  f"{p.warmup:g} judged drafts ({source})")
+    s.step("gain_class", "Per-class gain over the best fixed γ", "G_c", t_f / t_c - 1, "%",
+           "the class means differ, but each class's spread is left on the table")
+    G_a = s.step("gain_adaptive", "Per-request gain over the best fixed γ", "G_a", t_f / t_a - 1, "%",
+                 "each request's own acceptance sets its length: the high-α requests draft long, the low-α short")
+    batch = sim["batch"]
+    s.step("gain_batch", f"Per-request gain in batches of {p.batch:g}", "G_B",
+           s.given("τ_fix_B", batch["fixed"], "", f"mean time per token in batches of {p.batch:g}, best fixed "
+                   f"γ = {batch['g_best']} ({source})")
+           / s.given("τ_ad_B", batch["adaptive"], "", f"the same batches, each request at its batch-1 γ ({source})")
+           - 1, "%",
+           "the round is set by the batch: its longest draft and its total verify tokens")
+    threshold = s.given("G_build", WORTH_BUILDING, "%", "gain that pays for a per-request policy")
+
+    s.assume("Batch 1 (Leviathan et al.): a round costs γ·c + 1 target steps and yields E(α, γ) tokens; every "
+             "request yields the same number of tokens, so the workload's time per token is the mean of its "
+             "requests'. Draft lengths 1 to 16.")
+    s.assume(f"Per-request acceptance ~ Beta with the class mean and concentration {p.spread:g} (i.i.d. per draft "
+             "token within a request); the adaptive policy estimates it after its warm-up from accepted over judged "
+             "drafts with the class mean as prior, then keeps the best γ for that estimate (warm-up cost left out).")
+    s.assume(f"In a batch of {p.batch:g} every request rides the same round: the verify pass carries Σ(γ_r + 1) "
+             f"tokens, free up to {format_number(_ridge_tokens(p), 3)} on {p.gpu.name} (its bf16 ridge in tokens), "
+             "and the drafter runs as many passes as "
+             "the longest draft.")
+    s.slip("the gain quoted in time saved (1 − τ_policy/τ_fixed) instead of throughput", on="gain_adaptive",
+           factor=(1 - sim["adaptive"] / sim["fixed"]) / gain)
+    _batching_holds(s, p, sim)
+    s.regime_by(G_a, threshold, tie="above", above=Side(
+        "expensive-drafter",
+        f"At c = {format_number(p.draft_cost, 3)} every wasted draft pass costs real time, so matching each "
+        f"request's γ to its own acceptance gains {format_number(100 * gain, 3)}% over one γ for all: worth "
+        "building, at batch 1.",
+        "With a cheap drafter long drafts cost little even when rejected, so one long γ serves nearly every request "
+        "and per-request adaptivity gains only a few percent."),
+        below=Side(
+        "cheap-drafter",
+        f"At c = {format_number(p.draft_cost, 3)} a rejected draft costs little, so one long γ serves nearly every "
+        f"request: per-request adaptivity gains {format_number(100 * gain, 3)}%, not worth its complexity.",
+        "With an expensive drafter each wasted pass costs real time: matching γ to each request's acceptance then "
+        "gains well over 10% at batch 1."))
+
+
+def _batching_holds(s: Sheet, p, sim: dict) -> None:
+    key, batch = "batching", sim["batch"]
+    in_batch = batch["fixed"] / batch["adaptive"] - 1
+    s.judge(key, "the batch-1 per-request rule still gains 5% or more in these batches", in_batch >= 0.05,
+            f"{format_number(100 * in_batch, 3)}% against the best fixed γ = {batch['g_best']} for the batch")
+    s.judge(key, "the best fixed draft length in a batch differs from the batch-1 one",
+            batch["g_best"] != sim["g_fixed"],
+            f"γ = {batch['g_best']} in batches of {format_number(p.batch)}, γ = {sim['g_fixed']} alone")
+    tokens, ridge = p.batch * (batch["g_best"] + 1), _ridge_tokens(p)
+    s.judge(key, "the verify pass at that draft length is compute-bound", tokens > ridge,
+            f"{format_number(tokens)} tokens against the ridge of {format_number(ridge, 3)}")
+    s.judge(key, "the per-request rule loses to one fixed γ in these batches", in_batch < 0,
+            "each round is as long as its longest draft, so a request's short draft saves it nothing"
+            if in_batch < 0 else "the batch's verify tokens cost math, so short drafts still save some of it")
+    if len(set(s.results[key].values())) == 1:
+        raise Reject("all of these hold or none")
