@@ -387,3 +387,59 @@ def test_adaptive_sample_is_reproducible(variant):
     a = variant("adaptive-draft-length@11").expected
     b = variant("adaptive-draft-length@11").expected
     assert a == b
+
+
+# --- spec-decode-exactness --------------------------------------------------------------------
+
+
+def _rejection_output(p, q):
+    """The distribution modified rejection sampling emits, analytically: accept x ~ q with probability
+    min(1, p/q), else resample from max(0, p − q) normalised (Leviathan et al., Theorem 3.5)."""
+    p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
+    accepted = q * np.minimum(1, np.divide(p, q, out=np.ones_like(p), where=q > 0))
+    residual = np.maximum(0, p - q)
+    rejected = 1 - accepted.sum()
+    return accepted + (rejected * residual / residual.sum() if residual.sum() > 0 else 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 50))
+def test_modified_rejection_sampling_emits_the_target_exactly(seed, vocab):
+    rng = np.random.default_rng(seed)
+    p, q = rng.dirichlet(np.full(vocab, 0.5)), rng.dirichlet(np.full(vocab, 0.5))
+    assert np.max(np.abs(_rejection_output(p, q) - p)) < 1e-12
+    # Acceptance is 1 − total variation, whatever the vocabulary.
+    assert np.minimum(p, q).sum() == pytest.approx(1 - 0.5 * np.abs(p - q).sum(), abs=1e-12)
+
+
+def test_exactness_default_by_hand(variant):
+    solution = variant("spec-decode-exactness@default")
+    x = solution.expected
+    p = [0.62, 0.2, 0.1, 0.05, 0.03]
+    q, p8, q8 = [0.5, 0.31, 0.08, 0.07, 0.04], [0.588, 0.221, 0.107, 0.052, 0.032], [0.465, 0.34, 0.085, 0.07, 0.04]
+    assert x["acceptance"] == pytest.approx(0.86, abs=1e-12)
+    assert x["residual_top"] == pytest.approx(0.12 / 0.14, rel=1e-12)
+    assert x["output_top"] == pytest.approx(0.62, abs=1e-12)  # the target's own probability, exactly
+    assert x["acceptance_fp8_draft"] == pytest.approx(float(np.minimum(p, q8).sum()), abs=1e-12)
+    assert x["shift_fp8_target"] == pytest.approx(0.5 * float(np.abs(np.subtract(p, p8)).sum()), abs=1e-12)
+    assert np.max(np.abs(_rejection_output(p, q) - p)) < 1e-12
+    assert np.max(np.abs(_rejection_output(p8, q8) - p8)) < 1e-12  # the FP8 pair is lossless w.r.t. p8
+    assert sorted(x["positions"]) == ["position 2", "position 5"]  # gaps 0.018 and 0.007 under 2(0.02 + 0.005)
+    assert x["fixes"] == ["both of these together"]
+
+
+def test_exactness_draws_follow_their_own_tables(variant):
+    for seed in range(60):
+        solution = variant(f"spec-decode-exactness@{seed}")
+        rows = np.array([_value(solution, f"token_{i}") for i in range(1, 6)])
+        p, q = rows[:, 0], rows[:, 1]
+        assert rows.sum(axis=0) == pytest.approx([1, 1, 1, 1], abs=1e-9)
+        assert solution.expected["output_top"] == pytest.approx(p.max(), abs=1e-12)
+        assert np.max(np.abs(_rejection_output(p, q) - p)) < 1e-12
+        bound = 2 * (_value(solution, "delta_kernel") + _value(solution, "delta_batch"))
+        gaps = _value(solution, "gaps")
+        assert sorted(solution.expected["positions"]) == sorted(
+            f"position {i + 1}" for i, g in enumerate(gaps) if g < bound)
+        fixes = solution.sheet.results["fixes"]
+        assert fixes["verify with the decode pass's kernels"] == all(g >= 2 * _value(solution, "delta_batch")
+                                                                     for g in gaps)

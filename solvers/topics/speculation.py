@@ -912,3 +912,95 @@ def _batching_holds(s: Sheet, p, sim: dict) -> None:
             if in_batch < 0 else "the batch's verify tokens cost math, so short drafts still save some of it")
     if len(set(s.results[key].values())) == 1:
         raise Reject("all of these hold or none")
+
+
+# --- spec-decode-exactness ------------------------------------------------------------------
+
+_COLUMNS = {"p": "p, bf16 target", "q": "q, draft", "p8": "p, FP8 target", "q8": "q, FP8 draft"}
+SPEC_TOKENS = ("the", "a", "this", "its", "our")  # the candidates generators.spec_position lists, in order
+
+
+def spec_decode_exactness(p, s: Sheet) -> None:
+    """Modified rejection sampling keeps the verifying model's distribution exactly, whatever the draft;
+    a quantized target changes which distribution that is, and FP8 kernels that differ between the
+    verify and decode passes, or across batch shapes, flip greedy tokens where the top-2 gap is small."""
+    rows = [dict(zip(("token", *_COLUMNS.values()), (token, *p[f"token_{i + 1}"])))
+            for i, token in enumerate(SPEC_TOKENS)]
+    col = {key: [s.given(f"{key}_{i + 1}", row[name], "", f"{name}, '{row['token']}'") for i, row in enumerate(rows)]
+           for key, name in _COLUMNS.items()}
+    P, Q, P8, Q8 = col["p"], col["q"], col["p8"], col["q8"]
+    top = max(range(len(rows)), key=lambda i: rows[i][_COLUMNS["p"]])
+    alpha = s.step("acceptance", "Acceptance probability at this position", "α", sympy.Add(*map(min_of, P, Q)), "%",
+                   "a draft token x is kept with probability min(1, p/q): Σ q·min(1, p/q) = Σ min(p, q)")
+    Z = s.step("", "Mass the rejection leaves to the residual", "Z",
+               sympy.Add(*(max_of(0, a - b) for a, b in zip(P, Q))), "",
+               "Σ max(0, p − q) = 1 − α: what the target wants and the draft under-proposes")
+    resid = s.step("residual_top", f"Residual probability of '{rows[top]['token']}'", "r_top",
+                   max_of(0, P[top] - Q[top]) / Z, "%", "after a rejection, resample from max(0, p − q)/Z")
+    s.step("output_top", f"Probability the round emits '{rows[top]['token']}'", "P_out",
+           Q[top] * min_of(1, P[top] / Q[top]) + (1 - alpha) * resid, "%",
+           "accepted when drafted, or resampled after a rejection: q·min(1, p/q) + (1 − α)·r = p exactly")
+    alpha8 = s.step("acceptance_fp8_draft", "Acceptance with the FP8 drafter", "α_8",
+                    sympy.Add(*map(min_of, P, Q8)), "%", "the same rule against the same bf16 target: only the "
+                    "acceptance moves, the output still follows p")
+    shift = s.step("shift_fp8_target", "Distance of the FP8 target from the bf16 target", "TV",
+                   sympy.Add(*(max_of(a - b, b - a) for a, b in zip(P, P8))) / 2, "%",
+                   "total variation ½Σ|p − p₈|: with the FP8 target verifying, the output follows p₈, exactly, "
+                   "and differs from the bf16 model's by this much without any error")
+    d_k = s.param("δ_k", "delta_kernel")
+    d_b = s.param("δ_b", "delta_batch")
+    bound = s.step("flip_bound", "Largest change of a top-2 gap between plain and speculative decoding", "Δ",
+                   2 * (d_k + d_b), "", "each of the two logits can move by δ_k (verify kernel against decode "
+                   "kernel) plus δ_b (a different batch shape), in opposite directions")
+    gaps = list(p.gaps)
+    if any(abs(g / s.value(bound) - 1) < 0.02 for g in gaps):
+        raise Reject("a gap within 2% of the bound")
+    if len({g < s.value(bound) for g in gaps}) == 1:
+        raise Reject("every greedy position at risk, or none")
+    for i, g in enumerate(gaps):
+        s.judge("positions", f"position {i + 1}", g < s.value(bound),
+                f"gap {format_number(g)} {'<' if g < s.value(bound) else '>'} {format_number(s.value(bound), 3)}")
+    _exactness_fixes(s, p, gaps)
+    _exactness_holds(s, rows, alpha=s.value(alpha), alpha8=s.value(alpha8), shift=s.value(shift))
+
+    s.assume("Sampling at temperature 1 over the five listed tokens (the rest of the vocabulary has no mass here); "
+             "the rule is Leviathan et al.'s: accept x ~ q with probability min(1, p(x)/q(x)), else resample from "
+             "max(0, p − q) normalised. Greedy decoding is its temperature-0 limit: keep the draft if it is the "
+             "target's argmax.")
+    s.assume("FP8 perturbs logits by at most δ_k between the verify pass's kernels (γ+1 query tokens per sequence) "
+             "and the decode pass's, and by at most δ_b between batch shapes (split-K and tile choices change the "
+             "summation order); a greedy token can differ from plain decoding where its top-2 gap is under "
+             "2(δ_k + δ_b).")
+    s.slip("acceptance taken as Σ p·q (the chance both pick the same token)", on="acceptance",
+           factor=s.evaluate(sympy.Add(*(a * b for a, b in zip(P, Q)))) / s.value(alpha))
+
+
+def _exactness_fixes(s: Sheet, p, gaps: list[float]) -> None:
+    key, d_k, d_b = "fixes", p.delta_kernel, p.delta_batch
+    left_k, left_b = [g for g in gaps if g < 2 * d_b], [g for g in gaps if g < 2 * d_k]
+    s.judge(key, "verify with the decode pass's kernels", not left_k,
+            "the batch-shape term 2δ_b = " + format_number(2 * d_b, 3) + " remains"
+            + (f": {len(left_k)} gap(s) still below it" if left_k else ": no gap is below it"))
+    s.judge(key, "batch-invariant kernels", not left_b,
+            "the kernel term 2δ_k = " + format_number(2 * d_k, 3) + " remains"
+            + (f": {len(left_b)} gap(s) still below it" if left_b else ": no gap is below it"))
+    s.judge(key, "both of these together", True, "with both terms gone plain and speculative passes compute "
+            "the same logits bit for bit")
+    s.judge(key, "a bf16 drafter", False, "the drafter never decides a greedy token: the target's argmax does")
+    s.judge(key, "a shorter draft length", False, "every verified token still goes through the verify kernels")
+
+
+def _exactness_holds(s: Sheet, rows, alpha: float, alpha8: float, shift: float) -> None:
+    key = "holds"
+    argmax = {name: max(rows, key=lambda r: r[name])["token"] for name in _COLUMNS.values()}
+    s.judge(key, "with the FP8 drafter the output still follows the bf16 target exactly", True,
+            "the rejection rule corrects any draft: only the acceptance changes")
+    s.judge(key, "with the FP8 target the output still follows the bf16 target exactly", False,
+            f"it follows the FP8 target instead, {format_number(100 * shift, 3)}% away in total variation")
+    s.judge(key, "the FP8 drafter lowers the acceptance rate here", alpha8 < alpha,
+            f"{format_number(100 * alpha8, 3)}% against {format_number(100 * alpha, 3)}%")
+    s.judge(key, "the FP8 target's most likely token differs from the bf16 target's",
+            argmax[_COLUMNS["p8"]] != argmax[_COLUMNS["p"]],
+            f"'{argmax[_COLUMNS['p8']]}' against '{argmax[_COLUMNS['p']]}'")
+    s.judge(key, "the FP8 target moves the output distribution by over 2% (total variation)", shift > 0.02,
+            f"{format_number(100 * shift, 3)}%")
