@@ -235,6 +235,10 @@ def test_step_accounting_default_by_hand(variant):
     assert x["compute_batch"] == pytest.approx(t_w / (5 * t_f - t_kv), rel=1e-9)
     assert x["break_even"] == pytest.approx(405.6, abs=0.1)
     assert x["regime"] == "helps"
+    # At the 409 sequences the budget can hold, past break-even: 3.3616 tokens per 61.5 ms round.
+    plain_409 = max(t_w + 409 * t_kv, 409 * t_f)
+    round_409 = max(t_w + 409 * t_kv, 409 * 5 * t_f) + 2e-3 + 4 * 0.05 * plain_409
+    assert x["per_user_budget_batch"] == pytest.approx(e / round_409, rel=1e-9)
 
 
 def test_rollback_discards_the_expected_tail(variant):
@@ -443,3 +447,33 @@ def test_exactness_draws_follow_their_own_tables(variant):
         fixes = solution.sheet.results["fixes"]
         assert fixes["verify with the decode pass's kernels"] == all(g >= 2 * _value(solution, "delta_batch")
                                                                      for g in gaps)
+
+
+# --- the step-time model's decode costs (steptime.decode_costs) ------------------------------------
+
+
+@pytest.mark.parametrize("model_id, gpu_id, tp, batch, tokens, context", [
+    ("llama-3-70b", "h100-sxm", 8, 1, 1, 1024),
+    ("llama-3-70b", "h100-sxm", 8, 1024, 5, 1024),  # a verify pass at the peak batch
+    ("llama-3-8b", "h100-sxm", 1, 256, 5, 512),
+    ("qwen2.5-72b", "h200-sxm", 4, 64, 3, 8000),
+])
+def test_decode_costs_are_the_step_time_model(catalog, model_id, gpu_id, tp, batch, tokens, context):
+    """kernels(B, k) + overhead is step_time of a step with B·k tokens, B·k·S attended pairs and B·S cached
+    tokens, all-reduces included: the same model split into per-batch terms, not a second one."""
+    import sympy
+
+    from solvers.derivation import Sheet
+    from solvers.topics.collective import tp_all_reduce
+    from solvers.topics.steptime import decode_costs, engine, step_time, step_work
+
+    model, gpu = catalog.get("models", model_id), catalog.get("gpus", gpu_id)
+    s = Sheet()
+    e = engine(s, model, gpu, tp, communication=tp > 1)
+    S = s.given("S", context, "tokens")
+    costs = decode_costs(s, e, model, gpu, tp, S)
+    B, k = sympy.Integer(batch), sympy.Integer(tokens)
+    work = step_work(s, e, "x", "step", B * k, B * k * S, B * S)
+    comm = tp_all_reduce(s, model, gpu, tp, B * k, tag="x", label="step")
+    reference = s.value(step_time(s, e, "x", "step", work, communication=comm))
+    assert s.evaluate(costs.kernels(B, k) + e.t_oh) == pytest.approx(reference, rel=1e-12)

@@ -435,8 +435,8 @@ def spec_decode_step_accounting(p, s: Sheet) -> None:
     n_dec = s.step("decode_tokens", "Decode tokens in a step, speculating", "n_dec", B * (gamma + 1), "tokens",
                    "each sequence's γ drafts and one more are scored in the verify pass: every one counts against "
                    "max_num_batched_tokens like a prompt token")
-    s.step("max_spec_batch", "Largest batch that can speculate inside the budget", "B_τ",
-           sympy.floor(tau / (gamma + 1)), "sequences", "a batch this size fills the budget with verify tokens")
+    B_tau = s.step("max_spec_batch", "Largest batch that can speculate inside the budget", "B_τ",
+                   sympy.floor(tau / (gamma + 1)), "sequences", "a batch this size fills the budget with verify tokens")
     left = s.step("prefill_left", "Prefill tokens left per step, speculating", "c_s", tau - n_dec, "tokens",
                   "what the budget leaves a waiting prompt's chunk")
     steps_p = s.step("prefill_steps_plain", "Steps to prefill the waiting prompt, no speculation", "n_p",
@@ -456,6 +456,9 @@ def spec_decode_step_accounting(p, s: Sheet) -> None:
                "the verify pass of B·(γ+1) tokens, the overhead once, γ drafts at c of the plain step's kernels")
     S_B = s.step("speedup", "Speedup at this batch", "S_B", E * t_p / T, "x", "E tokens per round against one per step")
     s.step("per_user", "Tokens/s per user, speculating", "X_s", E / T, "tokens/s", "E tokens per round")
+    s.step("per_user_budget_batch", "Tokens/s per user at the largest batch that fits the budget", "X_τ",
+           E / _round(e, costs, B_tau, gamma, c, costs.kernels(B_tau) + e.t_oh), "tokens/s",
+           "the same round with B_τ sequences, no prompt waiting")
     B_c = s.step("compute_batch", "Batch where the verify pass turns compute-bound", "B_c",
                  costs.weights / ((gamma + 1) * costs.math - costs.kv), "sequences",
                  "B·(γ+1)·t_F = t_W + B·t_KV: each sequence adds γ+1 tokens of math but one KV read")
