@@ -159,3 +159,46 @@ def plateau_reading(rng: np.random.Generator, incident: list[dict], signal: str,
     if signal == "rank grad norms":
         return [value for name, value in rows.items() if name.startswith("grad norm, rank")]
     return rows[signal]
+
+
+# --- spec-decode-exactness: one position's distributions, and greedy positions' logit gaps -------
+
+_SPEC_TOKENS = ("the", "a", "this", "its", "our")
+
+
+def _rounded_distribution(logits: np.ndarray) -> list[float]:
+    """softmax, rounded to 3 decimals, summing to exactly 1 (the rounding lands on the largest)."""
+    weights = np.exp(logits - logits.max())
+    probs = [round(float(v), 3) for v in weights / weights.sum()]
+    top = int(np.argmax(probs))
+    probs[top] = round(1 - sum(v for i, v in enumerate(probs) if i != top), 3)
+    return [max(v, 0.001) if i != top else v for i, v in enumerate(probs)]
+
+
+@generator("spec_position")
+def spec_position(rng: np.random.Generator, draft_noise: float, fp8_noise: float) -> list[dict]:
+    """Next-token distributions at one position over five candidate tokens: the bf16 target, its
+    drafter (the target's logits plus noise of `draft_noise`), and both again with FP8 weights
+    (logits perturbed by `fp8_noise`). Every column sums to exactly 1 at three decimals."""
+    while True:
+        target = np.sort(rng.normal(0, 1.5, len(_SPEC_TOKENS)))[::-1]
+        draft = target + rng.normal(0, draft_noise, len(target))
+        columns = [_rounded_distribution(x) for x in (target, draft, target + rng.normal(0, fp8_noise, len(target)),
+                                                       draft + rng.normal(0, fp8_noise, len(target)))]
+        if all(abs(sum(col) - 1) < 1e-9 and min(col) > 0 for col in columns):
+            break
+    names = ("p, bf16 target", "q, draft", "p, FP8 target", "q, FP8 draft")
+    return [{"token": token, **{name: col[i] for name, col in zip(names, columns)}}
+            for i, token in enumerate(_SPEC_TOKENS)]
+
+
+@generator("spec_row")
+def spec_row(rng: np.random.Generator, table: list[dict], row: int) -> list[float]:
+    """One token's four probabilities from spec_position's table, in its column order (no randomness)."""
+    return [value for name, value in table[int(row)].items() if name != "token"]
+
+
+@generator("greedy_gaps")
+def greedy_gaps(rng: np.random.Generator, positions: int, low: float, high: float) -> list[float]:
+    """The FP8 target's gap between its top two logits at `positions` greedy positions, log-uniform."""
+    return [round(float(g), 3) for g in np.exp(rng.uniform(np.log(low), np.log(high), int(positions)))]

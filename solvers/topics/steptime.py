@@ -187,3 +187,33 @@ def require_fit(s: Sheet, e: Engine, gpu: Record, cached: sympy.Expr) -> None:
     """Reject a draw whose weights plus `cached` tokens of KV overflow a GPU's usable HBM."""
     if s.evaluate(e.W / e.TP + e.KV * cached) > hbm_bytes(gpu) * GPU_MEMORY_UTILIZATION:
         raise Reject(f"weights and KV cache do not fit on {gpu.name}")
+
+
+
+@dataclass(frozen=True)
+class DecodeCosts:
+    """A decode step at one context split into what does not grow with the batch (one GPU's share
+    of the weights) and what grows with each sequence (its KV read) or each token (its math and
+    all-reduce bytes): the step-time model in a form a question can tabulate over batches."""
+
+    weights: sympy.Symbol  # seconds to read one GPU's share of the weights
+    kv: sympy.Symbol  # seconds to read one sequence's KV at the context
+    math: sympy.Symbol  # seconds of the group's math per token at the context
+    comm: AllReduceTerms  # the step's all-reduces: fixed + per token
+
+    def kernels(self, batch: sympy.Expr, tokens: sympy.Expr = sympy.S.One) -> sympy.Expr:
+        """Kernel time of a step of `batch` sequences, each putting `tokens` query tokens through the
+        model (1 for plain decode, γ+1 for a speculative verify pass) and reading its KV once."""
+        return max_of(self.weights + batch * self.kv, batch * tokens * self.math) + self.comm.of(batch * tokens)
+
+
+def decode_costs(s: Sheet, e: Engine, model: Record, gpu: Record, tp: int, context: sympy.Expr) -> DecodeCosts:
+    """The step-time model's terms for decode at `context` tokens per sequence, as steps."""
+    comm = all_reduce_steps(s, model, gpu, tp)
+    weights = s.step("weight_read", "Weight read per step", "t_W", e.W / e.TP / e.byte_rate, "ms",
+                     "each GPU's share of the weights, once per step however many tokens ride on it")
+    kv = s.step("kv_read", "KV read per sequence", "t_KV", e.KV * context / e.byte_rate, "us",
+                "its cached tokens' keys and values on each GPU, once per step")
+    math = s.step("token_math", "Math per token", "t_F", (2 * e.N + e.A * context) / e.flop_rate, "us",
+                  "2N through the weights plus attention to the whole context, at the group's achievable FLOP/s")
+    return DecodeCosts(weights, kv, math, comm)

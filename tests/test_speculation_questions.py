@@ -1,0 +1,479 @@
+"""Golden checks for the speculative-decoding questions (group D) and their shared helper
+solvers/topics/speculation.py: the closed forms against a seeded simulation of acceptance, the
+default variants against the catalogue's figures (recomputed here in plain Python), and the
+decisions near their boundaries."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from solvers.topics.speculation import batch1_speedup, expected_tokens
+
+SEEDS = range(80)
+
+
+def _value(solution, name):
+    return solution.param(name).value
+
+
+# --- the helper ---------------------------------------------------------------------------
+
+
+def test_expected_tokens_closed_form_and_its_limit():
+    """E = (1 − α^(γ+1))/(1 − α): 3.3616 at α = 0.8, γ = 4; γ + 1 at α = 1; 1 at α = 0."""
+    assert expected_tokens(0.8, 4) == pytest.approx(3.3616, rel=1e-12)
+    assert expected_tokens(1, 4) == 5
+    assert expected_tokens(0.0, 7) == 1
+    assert expected_tokens(1 - 1e-9, 4) == pytest.approx(5, rel=1e-6)  # continuous at the limit
+
+
+def test_leviathan_speedup_formula():
+    """Leviathan et al. 2023, Corollary 3.9: (1 − α^(γ+1)) / ((1 − α)(γc + 1))."""
+    assert batch1_speedup(0.8, 4, 0.05) == pytest.approx((1 - 0.8**5) / (0.2 * 1.2), rel=1e-12)
+    assert batch1_speedup(0.8, 4, 0) == expected_tokens(0.8, 4)
+
+
+@pytest.mark.parametrize("alpha, gamma", [(0.5, 2), (0.8, 4), (0.9, 8), (0.6, 3)])
+def test_simulated_acceptance_matches_the_closed_form(alpha, gamma):
+    """A seeded simulation of rounds: drafts accepted i.i.d. with probability α until the first
+    rejection, plus the target's own token. The mean lands within 4 standard errors of E."""
+    rng = np.random.default_rng(1234)
+    accepted = rng.random((200_000, gamma)) < alpha
+    run = np.cumprod(accepted, axis=1).sum(axis=1)  # drafts kept: the prefix before the first rejection
+    tokens = run + 1
+    se = tokens.std() / np.sqrt(tokens.size)
+    assert abs(tokens.mean() - expected_tokens(alpha, gamma)) < 4 * se
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(0.01, 0.99), st.integers(1, 12))
+def test_expected_tokens_is_the_geometric_sum(alpha, gamma):
+    assert expected_tokens(alpha, gamma) == pytest.approx(sum(alpha**i for i in range(gamma + 1)), rel=1e-9)
+
+
+# --- spec-decode-batch-ceiling --------------------------------------------------------------
+
+
+def _ceiling_by_hand(solution):
+    model, gpu = _value(solution, "model"), _value(solution, "gpu")
+    dtype = _value(solution, "dtype")
+    alpha, gamma, c, batch = (_value(solution, n) for n in ("alpha", "gamma", "draft_cost", "batch"))
+    b_w = 2 if dtype == "bf16" else 1
+    peak = (gpu.bf16_dense_tflops if dtype == "bf16" else gpu.fp8_dense_tflops) * 1e12
+    bw = gpu.hbm_tb_s * 1e12
+    n = model.params_b * 1e9
+    e = expected_tokens(alpha, gamma)
+
+    def step(tokens):
+        return max(n * b_w / bw, 2 * n * tokens / peak)
+
+    plain, verify = step(batch), step(batch * (gamma + 1))
+    ceiling = int(b_w * peak / bw / (2 * (gamma + 1)))
+    round_at_ceiling = step(ceiling * (gamma + 1)) + gamma * c * step(ceiling)
+    return {
+        "tokens_per_round": e,
+        "ceiling": ceiling,
+        "speedup": e * plain / (verify + gamma * c * plain),
+        "per_user_ceiling": e / round_at_ceiling,
+        "break_even": b_w * peak / (2 * bw) * (e - gamma * c) / (gamma + 1),
+    }
+
+
+def test_batch_ceiling_default_is_59_on_an_h100_in_bf16(variant):
+    """The catalogue's figure: γ = 4 keeps the verify pass memory-bound while B·5 ≤ 295 (989.4/3.35)."""
+    solution = variant("spec-decode-batch-ceiling@default")
+    assert solution.expected["ridge"] == pytest.approx(989.4 / 3.35, rel=1e-12)
+    assert solution.expected["ceiling"] == 59
+    assert solution.expected["tokens_per_round"] == pytest.approx(3.3616, rel=1e-12)
+    assert solution.expected["speedup_batch1"] == pytest.approx(3.3616 / 1.2, rel=1e-12)
+    assert solution.expected["break_even"] == pytest.approx(295.34 * 3.1616 / 5, rel=1e-4)  # ≈ 187
+    assert solution.expected["regime"] == "helps"
+    for key, value in _ceiling_by_hand(solution).items():
+        assert solution.expected[key] == pytest.approx(value, rel=1e-9), key
+
+
+def test_batch_ceiling_draws_match_plain_arithmetic(variant):
+    for seed in SEEDS:
+        solution = variant(f"spec-decode-batch-ceiling@{seed}")
+        for key, value in _ceiling_by_hand(solution).items():
+            assert solution.expected[key] == pytest.approx(value, rel=1e-9), (seed, key)
+        helps = _value(solution, "batch") < solution.expected["break_even"]
+        assert solution.expected["regime"] == ("helps" if helps else "hurts")
+        assert (solution.expected["speedup"] > 1) == helps
+
+
+def test_the_ceiling_is_exact_and_within_it_the_speedup_is_the_batch1_one(variant):
+    """At the ceiling the verify pass is still at or under the ridge, one sequence more and it is
+    over; every batch up to the ceiling gets the batch-1 speedup exactly."""
+    base = variant("spec-decode-batch-ceiling@default")
+    ceiling = int(base.expected["ceiling"])
+    ridge = base.expected["ridge"]
+    assert 2 * ceiling * 5 / 2 <= ridge < 2 * (ceiling + 1) * 5 / 2
+    at = variant(f"spec-decode-batch-ceiling@default+batch={ceiling}")
+    assert at.expected["speedup"] == pytest.approx(at.expected["speedup_batch1"], rel=1e-12)
+    past = variant(f"spec-decode-batch-ceiling@default+batch={ceiling + 1}")
+    assert past.expected["speedup"] < past.expected["speedup_batch1"]
+
+
+def test_fp8_leaves_the_ceiling_where_bf16_has_it(variant):
+    """Twice the peak and half the bytes per weight: the same ceiling (H100: 1,978.9/3.35 → 59 at γ = 4)."""
+    fp8 = variant("spec-decode-batch-ceiling@default+dtype=fp8")
+    assert fp8.expected["ceiling"] == 59
+
+
+def test_break_even_is_where_the_speedup_crosses_one(variant):
+    base = variant("spec-decode-batch-ceiling@default")
+    even = base.expected["break_even"]
+    below = variant(f"spec-decode-batch-ceiling@default+batch={int(even)}")
+    above = variant(f"spec-decode-batch-ceiling@default+batch={int(even) + 1}")
+    assert below.expected["speedup"] > 1 > above.expected["speedup"]
+    assert (below.expected["regime"], above.expected["regime"]) == ("helps", "hurts")
+
+
+# --- spec-decode-by-load --------------------------------------------------------------------
+
+ETA_C, ETA_BW, OVERHEAD, AR_LATENCY = 0.6, 0.8, 2e-3, 10e-6  # the conventions card's step model
+
+
+class _ByHand:
+    """The step-time model of a TP group in plain Python from the catalogue records (bf16, tp ≤ KV heads)."""
+
+    def __init__(self, solution):
+        m, g = _value(solution, "model"), _value(solution, "gpu")
+        self.tp, self.m, self.g = _value(solution, "tp"), m, g
+        self.n = m.params_b * 1e9
+        self.kv = 2 * m.layers * (m.kv_heads // self.tp) * m.head_dim * 2  # per GPU per token
+        self.pair = 4 * m.layers * m.heads * m.head_dim
+        self.bw = ETA_BW * g.hbm_tb_s * 1e12
+        self.rate = self.tp * ETA_C * g.bf16_dense_tflops * 1e12
+        self.link = g.nvlink_gb_s * 1e9 / 2
+
+    def kernels(self, batch, tokens, context):
+        reads = (self.n * 2 / self.tp + self.kv * batch * context) / self.bw
+        math = (2 * self.n + self.pair * context) * batch * tokens / self.rate
+        comm = 0 if self.tp == 1 else 2 * self.m.layers * (
+            AR_LATENCY + 2 * (self.tp - 1) / self.tp * batch * tokens * self.m.hidden * 2 / self.link)
+        return max(reads, math) + comm
+
+    def speedup(self, batch, context, gamma, alpha, c):
+        plain = self.kernels(batch, 1, context)
+        return expected_tokens(alpha, gamma) * (plain + OVERHEAD) / (
+            self.kernels(batch, gamma + 1, context) + OVERHEAD + gamma * c * plain)
+
+    def peak(self, context, cap):
+        room = (0.9 * self.g.hbm_gb * 1e9 - self.n * 2 / self.tp) // (self.kv * context)
+        return min(cap, int(room))
+
+
+def test_by_load_default_triples_at_night_and_costs_a_third_at_peak(variant):
+    """The catalogue's Llama-3.3-70B on 8 H100, α 0.8, γ 4: ≈3x at batch 1, ≈0.67x at the peak batch."""
+    solution = variant("spec-decode-by-load@default")
+    x = solution.expected
+    assert x["speedup_batch1"] == pytest.approx(3.147, abs=0.001)
+    assert x["peak_batch"] == 1024  # max_num_seqs binds: 1,296 would fit at 1,024 tokens
+    assert x["speedup_peak"] == pytest.approx(0.7067, abs=0.001)
+    # Its compute-bound limit: E/(γ+1+γc) = 3.3616/5.08 = 0.662, approached as the fixed costs shrink.
+    limit = expected_tokens(0.8, 4) / (5 + 4 * 0.02)
+    assert limit == pytest.approx(0.662, abs=0.001) and limit < x["speedup_peak"]
+    assert x["per_user_peak"] == pytest.approx(22.2, abs=0.05)
+    assert (x["gamma_32"], x["gamma_128"], x["last_bucket"]) == (6, 2, 256)
+    assert x["regime"] == "turn-off"
+
+
+def test_by_load_draws_match_plain_arithmetic(variant):
+    for seed in range(40):
+        solution = variant(f"spec-decode-by-load@{seed}")
+        g = _ByHand(solution)
+        alpha, gamma, c, context = (_value(solution, n) for n in ("alpha", "gamma", "draft_cost", "context"))
+        peak = g.peak(context, _value(solution, "max_num_seqs"))
+        x = solution.expected
+        assert x["peak_batch"] == peak
+        assert x["speedup_batch1"] == pytest.approx(g.speedup(1, context, gamma, alpha, c), rel=1e-9)
+        assert x["speedup_peak"] == pytest.approx(g.speedup(peak, context, gamma, alpha, c), rel=1e-9)
+        for bucket in (32, 128):
+            speedups = {k: g.speedup(bucket, context, k, alpha, c) for k in range(1, 9)}
+            best = max(speedups, key=speedups.get)
+            assert x[f"gamma_{bucket}"] == (best if speedups[best] > 1 else 0), (seed, bucket)
+        paying = [b for b in (2 ** k for k in range(11)) if b <= peak
+                  and max(g.speedup(b, context, k, alpha, c) for k in range(1, 9)) > 1]
+        assert x["last_bucket"] == paying[-1]
+        assert x["regime"] == ("keep-on" if x["speedup_peak"] > 1 else "turn-off")
+
+
+def test_by_load_best_draft_length_falls_with_the_batch(variant):
+    """SmartSpec's observation: the best draft length shrinks as load grows, to 0 at high load."""
+    for seed in range(40):
+        x = variant(f"spec-decode-by-load@{seed}").expected
+        assert x["gamma_32"] >= x["gamma_128"]
+
+
+def test_by_load_longer_context_keeps_speculation_on_at_peak(variant):
+    """At 8K tokens the peak batch is KV-bound and the step is KV reads, which the verify pass shares."""
+    long = variant("spec-decode-by-load@default+context=8192")
+    assert long.expected["peak_batch"] < 1024
+    assert long.expected["speedup_peak"] > 1 and long.expected["regime"] == "keep-on"
+
+
+# --- spec-decode-step-accounting --------------------------------------------------------------
+
+
+def test_step_accounting_default_by_hand(variant):
+    """Llama-3.1-8B on one H100, budget 2,048, 256 sequences at 512 tokens, α 0.8, γ 4, c 0.05."""
+    x = variant("spec-decode-step-accounting@default").expected
+    e = expected_tokens(0.8, 4)
+    assert (x["decode_tokens"], x["max_spec_batch"], x["prefill_left"]) == (1280, 409, 768)
+    assert (x["prefill_steps_plain"], x["prefill_steps_spec"]) == (3, 6)  # ⌈4000/1792⌉, ⌈4000/768⌉
+    assert x["discarded"] == pytest.approx(256 * (5 - e), rel=1e-12)
+    assert x["discarded_share"] == pytest.approx((5 - e) / 5, rel=1e-12)
+    t_w, t_kv = 8.03e9 * 2 / (0.8 * 3.35e12), 131072 * 512 / (0.8 * 3.35e12)
+    t_f = (2 * 8.03e9 + 4 * 32 * 32 * 128 * 512) / (0.6 * 989.4e12)
+    plain = max(t_w + 256 * t_kv, 256 * t_f) + 2e-3
+    round_ = max(t_w + 256 * t_kv, 256 * 5 * t_f) + 2e-3 + 4 * 0.05 * (plain - 2e-3)
+    assert x["speedup"] == pytest.approx(e * plain / round_, rel=1e-9)
+    assert x["compute_batch"] == pytest.approx(t_w / (5 * t_f - t_kv), rel=1e-9)
+    assert x["break_even"] == pytest.approx(405.6, abs=0.1)
+    assert x["regime"] == "helps"
+    # At the 409 sequences the budget can hold, past break-even: 3.3616 tokens per 61.5 ms round.
+    plain_409 = max(t_w + 409 * t_kv, 409 * t_f)
+    round_409 = max(t_w + 409 * t_kv, 409 * 5 * t_f) + 2e-3 + 4 * 0.05 * plain_409
+    assert x["per_user_budget_batch"] == pytest.approx(e / round_409, rel=1e-9)
+
+
+def test_rollback_discards_the_expected_tail(variant):
+    """A seeded simulation of verify passes: the positions after the first rejection are discarded;
+    their mean is γ + 1 − E, the closed form the key uses."""
+    rng = np.random.default_rng(7)
+    for alpha, gamma in ((0.8, 4), (0.6, 6), (0.9, 2)):
+        accepted = np.cumprod(rng.random((200_000, gamma)) < alpha, axis=1).sum(axis=1)
+        discarded = gamma - accepted  # γ+1 positions scored, accepted + 1 kept
+        se = discarded.std() / np.sqrt(discarded.size)
+        assert abs(discarded.mean() - (gamma + 1 - expected_tokens(alpha, gamma))) < 4 * se
+
+
+def test_step_accounting_break_even_is_where_the_speedup_crosses_one(variant):
+    """The region formula's root, checked by hand: the speedup is 1 there, above 1 below it, under 1 past it."""
+    for seed in range(40):
+        solution = variant(f"spec-decode-step-accounting@{seed}")
+        g = _ByHand(solution)
+        alpha, gamma, c, context = (_value(solution, n) for n in ("alpha", "gamma", "draft_cost", "context"))
+        x = solution.expected
+        even = x["break_even"]
+        assert g.speedup(even, context, gamma, alpha, c) == pytest.approx(1, rel=1e-9), seed
+        assert g.speedup(0.97 * even, context, gamma, alpha, c) > 1 > g.speedup(1.03 * even, context, gamma, alpha, c)
+        assert x["speedup"] == pytest.approx(g.speedup(_value(solution, "batch"), context, gamma, alpha, c), rel=1e-9)
+        helps = _value(solution, "batch") < even
+        assert x["regime"] == ("helps" if helps else "hurts")
+        assert (x["speedup"] > 1) == helps, seed
+
+
+def test_step_accounting_budget_counts_every_verify_token(variant):
+    for seed in range(40):
+        solution = variant(f"spec-decode-step-accounting@{seed}")
+        batch, gamma, budget, prompt = (_value(solution, n) for n in ("batch", "gamma", "budget", "prompt"))
+        x = solution.expected
+        assert x["decode_tokens"] == batch * (gamma + 1)
+        assert x["prefill_left"] == budget - batch * (gamma + 1)
+        assert x["prefill_steps_spec"] == -(-prompt // (budget - batch * (gamma + 1)))
+        assert x["prefill_steps_plain"] == -(-prompt // (budget - batch))
+
+
+# --- spec-decode-tail -----------------------------------------------------------------------
+
+
+def test_tail_default_by_hand(variant):
+    """Llama-3.1-70B on 8 H100, γ 4, c 0.03, 2,000 tokens: code α 0.85 off-peak at batch 4, chat α 0.5 at 256."""
+    solution = variant("spec-decode-tail@default")
+    g, x = _ByHand(solution), solution.expected
+    for batch, key in ((4, "even_tokens_low"), (256, "even_tokens_peak")):
+        plain = g.kernels(batch, 1, 2000)
+        round_ = g.kernels(batch, 5, 2000) + OVERHEAD + 4 * 0.03 * plain
+        assert x[key] == pytest.approx(round_ / (plain + OVERHEAD), rel=1e-9)
+    assert x["p99_off"] == pytest.approx(g.kernels(256, 1, 2000) + OVERHEAD, rel=1e-9)
+    assert x["speedup_worst"] == pytest.approx(expected_tokens(0.5, 4) / x["even_tokens_peak"], rel=1e-9)
+    assert x["speedup_best"] == pytest.approx(expected_tokens(0.85, 4) / x["even_tokens_low"], rel=1e-9)
+    assert x["alpha_even_peak"] == pytest.approx(0.7106, abs=1e-4)
+    assert x["regime"] == "slowdown"  # chat at peak (0.5) is below the break-even acceptance
+    assert x["p99_on"] == pytest.approx(x["even_tokens_peak"] * x["p99_off"] / expected_tokens(0.5, 4), rel=1e-9)
+    assert x["owners"] == ["low-acceptance requests at peak"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(1.0001, 8.99), st.integers(1, 8))
+def test_break_even_alpha_inverts_the_expected_tokens(tokens, gamma):
+    from solvers.topics.speculation import break_even_alpha
+    if tokens >= gamma + 1:
+        return
+    assert expected_tokens(break_even_alpha(tokens, gamma), gamma) == pytest.approx(tokens, rel=1e-9)
+
+
+def test_tail_p99_matches_a_seeded_sample_of_requests(variant):
+    """The closed form (sort the four cells, add their shares to 1%) against a seeded sample of 100,000
+    requests drawn by class and moment: the sample's p99 TPOT is the cell the key names."""
+    for seed in range(0, 30, 3):
+        solution = variant(f"spec-decode-tail@{seed}")
+        g, x = _ByHand(solution), solution.expected
+        gamma, c, context = (_value(solution, n) for n in ("gamma", "draft_cost", "context"))
+        rng = np.random.default_rng(seed)
+        low = rng.random(100_000) < _value(solution, "low_share")
+        peak = rng.random(100_000) < _value(solution, "peak_share")
+        cell = {}
+        for is_peak, batch in ((False, _value(solution, "batch_low")), (True, _value(solution, "batch_peak"))):
+            plain = g.kernels(batch, 1, context)
+            round_ = g.kernels(batch, gamma + 1, context) + OVERHEAD + gamma * c * plain
+            for is_low, alpha in ((False, _value(solution, "alpha_high")), (True, _value(solution, "alpha_low"))):
+                cell[(is_low, is_peak)] = round_ / expected_tokens(alpha, gamma)
+        tpot = np.where(low, np.where(peak, cell[(True, True)], cell[(True, False)]),
+                        np.where(peak, cell[(False, True)], cell[(False, False)]))
+        assert np.quantile(tpot, 0.99, method="higher") == pytest.approx(x["p99_on"], rel=1e-9), seed
+
+
+def test_tail_selective_policy_never_loses_the_tail(variant):
+    for seed in range(40):
+        solution = variant(f"spec-decode-tail@{seed}")
+        policy = solution.sheet.results["policy"]
+        assert policy["speculate only where the request's acceptance beats the break-even for the current batch"]
+        assert not policy["switch speculation off for every request"]
+        x = solution.expected
+        assert (x["regime"] == "slowdown") == (x["speedup_worst"] < 1)
+        assert policy["keep speculation on for every request"] == (x["p99_on"] <= x["p99_off"])
+
+
+# --- adaptive-draft-length --------------------------------------------------------------------
+
+
+def test_adaptive_default_reproduces_the_catalogue(variant):
+    """Class means 0.9 and 0.6 with per-request spread: ≈19% with an expensive drafter (c 0.12), ≈5% with a
+    cheap one (c 0.007); with constant acceptance per class the per-class gain stays under 13%."""
+    x = variant("adaptive-draft-length@default").expected
+    assert x["gain_adaptive"] == pytest.approx(0.19, abs=0.015)
+    assert x["gain_class_constant"] < 0.13 and x["gain_class"] < 0.13
+    assert 7 <= x["gamma_code"] <= 9 and 2 <= x["gamma_chat"] <= 3  # code wants ≈8, chat ≈2
+    assert x["regime"] == "expensive-drafter"
+    cheap = variant("adaptive-draft-length@default+draft_cost=0.007").expected
+    assert cheap["gain_adaptive"] == pytest.approx(0.05, abs=0.01)
+    assert cheap["regime"] == "cheap-drafter"
+    assert x["gain_batch"] < 0  # in a batch the round is set by the longest draft: the rule loses
+
+
+@pytest.mark.parametrize("c", [0.005, 0.01, 0.03, 0.07, 0.12, 0.2])
+def test_per_class_gain_with_constant_acceptance_stays_under_13_percent(variant, c):
+    x = variant(f"adaptive-draft-length@default+draft_cost={c}").expected
+    assert 0 <= x["gain_class_constant"] < 0.13
+
+
+def test_adaptive_sample_against_the_closed_form():
+    """With a very tight spread every request sits at its class mean: the sample's per-class time per token
+    equals the closed form, and the per-request (estimated) policy gains no more than per-class."""
+    from solvers.data import Record
+    from solvers.topics.speculation import DRAFT_LENGTHS, adaptive_sample
+
+    class P(dict):
+        __getattr__ = dict.__getitem__
+
+    p = P(code_share=0.5, alpha_code=0.9, alpha_chat=0.6, spread=1e7, draft_cost=0.12, warmup=64, batch=32,
+          gpu=Record(bf16_dense_tflops=989.4, hbm_tb_s=3.35, name="H100"))
+    sim = adaptive_sample(p)
+
+    def tpot(a, g):
+        return (g * 0.12 + 1) / expected_tokens(a, g)
+
+    g_code = min(DRAFT_LENGTHS, key=lambda g: tpot(0.9, g))
+    g_chat = min(DRAFT_LENGTHS, key=lambda g: tpot(0.6, g))
+    assert (sim["g_code"], sim["g_chat"]) == (g_code, g_chat)
+    # The sample's class shares are drawn, so compare per class through the sample's own mix.
+    assert sim["class"] == pytest.approx(0.5 * tpot(0.9, g_code) + 0.5 * tpot(0.6, g_chat), rel=0.02)
+    assert sim["fixed"] / sim["adaptive"] - 1 <= sim["fixed"] / sim["class"] - 1 + 1e-3
+
+
+def test_adaptive_sample_is_reproducible(variant):
+    a = variant("adaptive-draft-length@11").expected
+    b = variant("adaptive-draft-length@11").expected
+    assert a == b
+
+
+# --- spec-decode-exactness --------------------------------------------------------------------
+
+
+def _rejection_output(p, q):
+    """The distribution modified rejection sampling emits, analytically: accept x ~ q with probability
+    min(1, p/q), else resample from max(0, p − q) normalised (Leviathan et al., Theorem 3.5)."""
+    p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
+    accepted = q * np.minimum(1, np.divide(p, q, out=np.ones_like(p), where=q > 0))
+    residual = np.maximum(0, p - q)
+    rejected = 1 - accepted.sum()
+    return accepted + (rejected * residual / residual.sum() if residual.sum() > 0 else 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 50))
+def test_modified_rejection_sampling_emits_the_target_exactly(seed, vocab):
+    rng = np.random.default_rng(seed)
+    p, q = rng.dirichlet(np.full(vocab, 0.5)), rng.dirichlet(np.full(vocab, 0.5))
+    assert np.max(np.abs(_rejection_output(p, q) - p)) < 1e-12
+    # Acceptance is 1 − total variation, whatever the vocabulary.
+    assert np.minimum(p, q).sum() == pytest.approx(1 - 0.5 * np.abs(p - q).sum(), abs=1e-12)
+
+
+def test_exactness_default_by_hand(variant):
+    solution = variant("spec-decode-exactness@default")
+    x = solution.expected
+    p = [0.62, 0.2, 0.1, 0.05, 0.03]
+    q, p8, q8 = [0.5, 0.31, 0.08, 0.07, 0.04], [0.588, 0.221, 0.107, 0.052, 0.032], [0.465, 0.34, 0.085, 0.07, 0.04]
+    assert x["acceptance"] == pytest.approx(0.86, abs=1e-12)
+    assert x["residual_top"] == pytest.approx(0.12 / 0.14, rel=1e-12)
+    assert x["output_top"] == pytest.approx(0.62, abs=1e-12)  # the target's own probability, exactly
+    assert x["acceptance_fp8_draft"] == pytest.approx(float(np.minimum(p, q8).sum()), abs=1e-12)
+    assert x["shift_fp8_target"] == pytest.approx(0.5 * float(np.abs(np.subtract(p, p8)).sum()), abs=1e-12)
+    assert np.max(np.abs(_rejection_output(p, q) - p)) < 1e-12
+    assert np.max(np.abs(_rejection_output(p8, q8) - p8)) < 1e-12  # the FP8 pair is lossless w.r.t. p8
+    assert sorted(x["positions"]) == ["position 2", "position 5"]  # gaps 0.018 and 0.007 under 2(0.02 + 0.005)
+    assert x["fixes"] == ["both of these together"]
+
+
+def test_exactness_draws_follow_their_own_tables(variant):
+    for seed in range(60):
+        solution = variant(f"spec-decode-exactness@{seed}")
+        rows = np.array([_value(solution, f"token_{i}") for i in range(1, 6)])
+        p, q = rows[:, 0], rows[:, 1]
+        assert rows.sum(axis=0) == pytest.approx([1, 1, 1, 1], abs=1e-9)
+        assert solution.expected["output_top"] == pytest.approx(p.max(), abs=1e-12)
+        assert np.max(np.abs(_rejection_output(p, q) - p)) < 1e-12
+        bound = 2 * (_value(solution, "delta_kernel") + _value(solution, "delta_batch"))
+        gaps = _value(solution, "gaps")
+        assert sorted(solution.expected["positions"]) == sorted(
+            f"position {i + 1}" for i, g in enumerate(gaps) if g < bound)
+        fixes = solution.sheet.results["fixes"]
+        assert fixes["verify with the decode pass's kernels"] == all(g >= 2 * _value(solution, "delta_batch")
+                                                                     for g in gaps)
+
+
+# --- the step-time model's decode costs (steptime.decode_costs) ------------------------------------
+
+
+@pytest.mark.parametrize("model_id, gpu_id, tp, batch, tokens, context", [
+    ("llama-3-70b", "h100-sxm", 8, 1, 1, 1024),
+    ("llama-3-70b", "h100-sxm", 8, 1024, 5, 1024),  # a verify pass at the peak batch
+    ("llama-3-8b", "h100-sxm", 1, 256, 5, 512),
+    ("qwen2.5-72b", "h200-sxm", 4, 64, 3, 8000),
+])
+def test_decode_costs_are_the_step_time_model(catalog, model_id, gpu_id, tp, batch, tokens, context):
+    """kernels(B, k) + overhead is step_time of a step with B·k tokens, B·k·S attended pairs and B·S cached
+    tokens, all-reduces included: the same model split into per-batch terms, not a second one."""
+    import sympy
+
+    from solvers.derivation import Sheet
+    from solvers.topics.collective import tp_all_reduce
+    from solvers.topics.steptime import decode_costs, engine, step_time, step_work
+
+    model, gpu = catalog.get("models", model_id), catalog.get("gpus", gpu_id)
+    s = Sheet()
+    e = engine(s, model, gpu, tp, communication=tp > 1)
+    S = s.given("S", context, "tokens")
+    costs = decode_costs(s, e, model, gpu, tp, S)
+    B, k = sympy.Integer(batch), sympy.Integer(tokens)
+    work = step_work(s, e, "x", "step", B * k, B * k * S, B * S)
+    comm = tp_all_reduce(s, model, gpu, tp, B * k, tag="x", label="step")
+    reference = s.value(step_time(s, e, "x", "step", work, communication=comm))
+    assert s.evaluate(costs.kernels(B, k) + e.t_oh) == pytest.approx(reference, rel=1e-12)
