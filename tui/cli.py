@@ -259,7 +259,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         reviewer = Reviewer(store, bank.questions.values(), ReviewSettings.load(store))
         now = now_utc()
         summary = summarize(store.attempts(), bank.questions, reviewer.retrievability(now), now, reviewer.tz,
-                            reviewer.summary(now), mocks=len(store.mocks()))
+                            reviewer.summary(now), mocks=len(store.mocks()), cards=store.cards())
         if args.json:
             print(json.dumps(summary_dict(summary), indent=2))
         else:
