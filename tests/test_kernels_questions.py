@@ -150,6 +150,17 @@ def test_split_kv_counts_match_fa2_split_ranges(variant, seed):
     assert r["empty_splits"] == sum(start >= end for start, end in bounds)
     assert sum(end - start for start, end in bounds if end > start) == p["context"]
     assert r["regime"] == ("grid-filled" if blocks >= p["gpu"].sms else "split-needed")
+    assert splits <= math.ceil(p["context"] / 128)  # no split count beyond the key tiles is drawn
+
+
+@pytest.mark.parametrize(("batch", "context"), [(17, 8192), (32, 2048), (128, 1024)])
+def test_split_kv_one_split_writes_no_partials(variant, batch, context):
+    """A grid the batch fills runs one split: the output is written directly (FA2's non-split path), so
+    there are no FP32 partials, no merge, and the split speed is the unsplit one."""
+    results = variant(f"split-kv-decode-merge@default+batch={batch}+context={context}").sheet.results
+    assert results["regime"] == "grid-filled" and results["splits"] == 1
+    assert results["partial_bytes"] == 0 and results["partial_overhead"] == 0
+    assert results["per_user_split"] == results["per_user_unsplit"]
 
 
 @pytest.mark.parametrize("seed", range(5))
