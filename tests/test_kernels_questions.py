@@ -253,12 +253,22 @@ def test_deepgemm_measured_peak_sits_under_the_ceilings(variant):
 
 
 @pytest.mark.parametrize("tile_n", [64, 128, 256])
-@pytest.mark.parametrize("block", [16, 32, 64, 128])
+@pytest.mark.parametrize("block", [16, 64, 128])
 def test_promotion_share_is_independent_of_the_tile(variant, tile_n, block):
     results = variant(f"fp8-block-scale-mainloop@default+tile_n={tile_n}+scale_block={block}").sheet.results
     assert results["promotion_share"] == 8192 / (2 * 128 * block)
-    # At N_C = 32 the FFMAs take exactly the MMA time: with no slack the promotion is not hidden.
     assert results["regime"] == ("promotion-hidden" if block > 32 else "promotion-exposed")
+    assert results["overlap_ceiling"] == min(1, 2 * 128 * block / 8192)
+    # At N_C = 64 halving ties the FFMAs with the MMAs: they do not outlast them.
+    assert results["scale_facts"]["halving the scale block along K would make the FFMAs outlast the MMAs"] == (
+        block < 64)
+
+
+def test_no_scale_block_ties_the_promotion_with_the_mma(variant):
+    """N_C = 32 on Hopper gives FFMAs exactly as long as the MMAs (8,192 / (2·128·32) = 1): never drawn."""
+    for seed in range(60):
+        solution = variant(f"fp8-block-scale-mainloop@{seed}")
+        assert solution.sheet.results["promotion_share"] != 1
 
 
 # --- tma-warp-specialization -----------------------------------------------------------------

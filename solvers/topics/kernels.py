@@ -395,7 +395,7 @@ def fp8_block_scale_mainloop(p, s: Sheet) -> None:
     r_b = s.step("blackwell_share", f"The same software promotion on {blackwell.name}", "r_B",
                  F_b / (2 * A_b * N_C), "%", "the tensor rate doubled, the CUDA cores did not")
     _scale_judgements(s, r=s.value(r), r_b=s.value(r_b), regs=2 * s.value(M) * s.value(N) / s.value(threads),
-                      budget=s.value(budget))
+                      budget=s.value(budget), block=s.value(N_C))
     s.assume("Per K-block the tile's M row scales are multiplied by the block's weight scale once (M FMULs, 1/N of "
              "the FFMAs, left out); the FFMA count is one per output element. The CUDA cores' other work (address "
              "math, barrier waits) is left out.")
@@ -405,13 +405,16 @@ def fp8_block_scale_mainloop(p, s: Sheet) -> None:
     _promotion_regime(s, N_C, N_star, r)
 
 
-def _scale_judgements(s: Sheet, *, r: float, r_b: float, regs: float, budget: float) -> None:
+MX_BLOCK = 32  # OCP MX formats: one shared E8M0 scale per 32 elements
+
+
+def _scale_judgements(s: Sheet, *, r: float, r_b: float, regs: float, budget: float, block: float) -> None:
     key = "scale_facts"
     pct = lambda x: format_number(100 * x, 3) + "%"  # noqa: E731
     s.judge(key, "ping-pong across two consumer warpgroups hides this variant's promotion entirely", r < 1,
             f"the FFMAs take {pct(r)} of the MMA time")
-    s.judge(key, "halving the scale block along K would still leave the promotion hideable", 2 * r < 1,
-            f"it would take {pct(2 * r)} of the MMA time")
+    s.judge(key, "halving the scale block along K would make the FFMAs outlast the MMAs", 2 * r > 1,
+            f"they would take {pct(2 * r)} of the MMA time")
     s.judge(key, "the main and temporary accumulators together fit the 232-register consumer budget", regs <= budget,
             f"{format_number(regs)} registers per thread for the two")
     s.judge(key, "on B200 the same software promotion would outlast the MMAs", r_b > 1,
@@ -420,8 +423,8 @@ def _scale_judgements(s: Sheet, *, r: float, r_b: float, regs: float, budget: fl
             True, "tcgen05.mma.kind::mxf8f6f4.block_scale multiplies by the scales as it accumulates")
     s.judge(key, "its scale factors are read from TMEM, copied there from shared memory", True,
             "tcgen05.cp moves them; the MMA takes their TMEM addresses")
-    s.judge(key, "MXFP8 scales are 8-bit powers of two (E8M0), one per 32 elements along K", True,
-            "the OCP MX format: 32-element blocks, an exponent-only scale")
+    s.judge(key, "MXFP8's scales (E8M0, one per 32 elements along K) are finer-grained along K than this variant's",
+            block > MX_BLOCK, f"the OCP MX format's 32-element blocks against N_C = {format_number(block)}")
     s.judge(key, "the block-scaled MMA takes an arbitrary FP32 scale per 128 × 128 weight block", False,
             "its scales are E8M0 (or E4M3 for NVFP4) per 32 (or 16) elements along K; FP32 per-block scales stay "
             "in software")
