@@ -243,6 +243,27 @@ def test_operand_bytes_per_clock_do_not_depend_on_m(variant, n):
                                                                                                         <= 232)
 
 
+def test_smem_rate_reached_exactly_counts_as_bound(variant):
+    """Hopper's 64-row MMAs at N = 64 and the 1-SM MMA at N = 128 read exactly 128 B per clock: at the rate,
+    with the TMA writes on top, shared memory is the limit."""
+    hopper = variant("blackwell-tmem-tiles@default+tile_n=64").sheet.results
+    one = variant("blackwell-tmem-tiles@default+tile_n=128").sheet.results
+    assert hopper["hopper_demand"] == 128 and one["one_sm_demand"] == 128
+    assert hopper["tile_facts"]["at Hopper's rate, its 64-row warpgroup MMAs read operands at least as fast as "
+                                "shared memory's 128 B per clock"]
+    assert one["tile_facts"]["at B200's rate, 1-SM MMAs read operands at least as fast as shared memory's 128 B "
+                             "per clock"]
+
+
+@pytest.mark.parametrize(("m", "n", "exact"), [(128, 64, True), (128, 192, False), (256, 192, False),
+                                               (256, 256, True)])
+def test_tmem_allocation_is_a_power_of_two(variant, m, n, exact):
+    """tcgen05.alloc takes a power of two of columns (at least 32): 192 or 384 used columns allocate 256 or 512."""
+    results = variant(f"blackwell-tmem-tiles@default+tile_m={m}+tile_n={n}").sheet.results
+    assert results["tmem_columns"] == m // 128 * n
+    assert results["tile_facts"]["tcgen05.alloc can give this accumulator exactly the TMEM columns it uses"] == exact
+
+
 # --- fp8-block-scale-mainloop ----------------------------------------------------------------
 
 

@@ -2,6 +2,8 @@
 or GEMM kernel asks of them. Every rate comes from hardware.yaml's per-SM figures."""
 from __future__ import annotations
 
+import math
+
 import sympy
 
 from solvers.derivation import Sheet, Side, max_of, min_of
@@ -286,6 +288,7 @@ CONSUMER_WARPGROUPS = 2  # Hopper's cooperative GEMM: two consumer warpgroups sh
 WARPGROUP_THREADS = 128
 CONSUMER_REGISTERS = 232  # CUTLASS sm90's consumer budget under setmaxnreg (40 producer / 232 consumer)
 K_SLICE = 64  # bf16 elements per k-slice: one 128-byte swizzled row of each operand
+TMEM_MIN_ALLOC = 32  # tcgen05.alloc: a power of two of columns, at least 32
 
 
 def blackwell_tmem_tiles(p, s: Sheet) -> None:
@@ -307,8 +310,8 @@ def blackwell_tmem_tiles(p, s: Sheet) -> None:
                    "on Hopper the accumulator lives in the consumer warpgroups' registers")
     regs = s.step("acc_registers", "Accumulator registers per consumer thread", "r_acc", M * N / threads, "",
                   "the tile's elements spread over the consumer threads, one 32-bit register each")
-    tmem = s.step("tmem_columns", "TMEM columns the accumulator takes", "n_tmem", M / lanes * N, "",
-                  "128 lanes hold 128 rows; each row of N FP32 values takes N columns")
+    tmem = s.step("tmem_columns", "TMEM columns the accumulator uses", "n_tmem", M / lanes * N, "",
+                  "128 lanes hold 128 rows; each row of N FP32 values takes N columns (the allocation rounds up)")
 
     # Operand bytes shared memory delivers per k-slice, one SM, 128 B of every operand row read.
     K = s.given("K", K_SLICE, "", "elements of each operand row per k-slice (128 B of bf16)")
@@ -353,13 +356,18 @@ def _tile_judgements(s: Sheet, *, share, regs, budget, tmem, cols, demand, limit
             f"{format_number(regs)} registers per thread for the accumulator alone")
     s.judge(key, "TMEM holds two of these accumulators, so one tile's epilogue can overlap the next one's MMAs",
             2 * tmem <= cols, f"{format_number(tmem)} of {format_number(cols)} columns each")
-    for name, option in (("hopper", "at Hopper's rate, its 64-row warpgroup MMAs read operands faster than "
+    # At the rate itself shared memory is already the limit: the TMA writes into it come on top of the reads.
+    for name, option in (("hopper", "at Hopper's rate, its 64-row warpgroup MMAs read operands at least as fast as "
                                     "shared memory's 128 B per clock"),
-                         ("one", "at B200's rate, 1-SM MMAs read operands faster than 128 B per clock"),
-                         ("two", "at B200's rate, 2-CTA MMAs read operands faster than 128 B per clock"),
-                         ("hopper_style", "at B200's rate, Hopper-style 64-row MMAs would read operands faster "
-                                          "than 128 B per clock")):
-        s.judge(key, option, demand[name] > limit, f"{rate(name)} against {format_number(limit)}")
+                         ("one", "at B200's rate, 1-SM MMAs read operands at least as fast as shared memory's 128 B "
+                                 "per clock"),
+                         ("two", "at B200's rate, 2-CTA MMAs read operands at least as fast as shared memory's 128 B "
+                                 "per clock")):
+        s.judge(key, option, demand[name] >= limit, f"{rate(name)} against {format_number(limit)}")
+    allocated = max(TMEM_MIN_ALLOC, 2 ** math.ceil(math.log2(tmem)))
+    s.judge(key, "tcgen05.alloc can give this accumulator exactly the TMEM columns it uses", allocated == tmem,
+            f"{format_number(tmem)} columns used; the allocation is a power of two of at least 32: "
+            f"{format_number(allocated)}")
     s.judge(key, "the 2-CTA MMA at least halves the operand bytes per SM against Hopper's", halved,
             f"{format_number(bytes_kib[0])} KiB against {format_number(bytes_kib[1])} KiB: B is split between "
             "the pair instead of read again for every 64 rows")
