@@ -311,17 +311,30 @@ def test_no_scale_block_ties_the_promotion_with_the_mma(variant):
 
 def test_tma_default_counts(variant):
     """256 x 128 x 64 bf16: 48 KiB a k-step, 3,072 16-byte copies, 96 warp-wide copies plus 192 address and
-    bounds instructions, against 2 TMA instructions; 256 ldmatrix.x4 (warp tiles 128 x 32) and 1,024 mma.sync
-    in 4,096 issue slots. Two consumer warpgroups: 128 accumulator registers, 168 even, 232 under setmaxnreg."""
+    bounds instructions, against 2 TMA instructions; 256 ldmatrix.x4 (4 x 2 warps, 64 x 64 warp tiles as in
+    CUTLASS's Ampere 256 x 128 configurations) and 1,024 mma.sync in 4,096 issue slots. Two consumer
+    warpgroups: 128 accumulator registers, 168 even, 232 under setmaxnreg."""
     results = variant("tma-warp-specialization@default").sheet.results
     assert results["tile_bytes"] == 48 * 1024
     assert results["copies"] == 3072
     assert results["cp_instructions"] == 288
     assert results["tma_removed"] == 286
-    assert results["ldmatrix"] == 8 * (128 + 32) * 64 * 2 / 512
-    assert results["issue_share"] == pytest.approx((288 + 320 + 1024) / 4096)
+    assert results["ldmatrix"] == 8 * (64 + 64) * 64 * 2 / 512 == 256
+    assert results["issue_share"] == pytest.approx((288 + 256 + 1024) / 4096)
     assert (results["acc_registers"], results["even_split"], results["consumer_budget"]) == (128, 168, 232)
     assert results["regime"] == "even-split-fits"
+
+
+@pytest.mark.parametrize(("m", "n", "warp_m", "warp_n"), [(256, 128, 64, 64), (128, 256, 64, 64), (128, 128, 64, 32),
+                                                          (192, 64, 48, 32), (192, 256, 96, 64)])
+def test_ldmatrix_follows_the_squarer_warp_tile(variant, m, n, warp_m, warp_n):
+    """8 warps split the longer side four ways; each stages its warp tile's A and B rows, 512 B an ldmatrix.x4."""
+    consumers = 3 if m == 192 else 2  # whole 64-row slices per consumer warpgroup
+    code = f"tma-warp-specialization@default+tile_m={m}+tile_n={n}+consumers={consumers}+reserve=16"
+    results = variant(code).sheet.results
+    assert results["ldmatrix"] == 8 * (warp_m + warp_n) * 64 * 2 / 512
+    layout = results["pipeline_facts"]["a 4 × 2 warp layout stages fewer operand bytes than a 2 × 4 one for this tile"]
+    assert layout == (m > n)
 
 
 def cutlass_register_split(consumers: int, producer: int) -> tuple[int, int]:
