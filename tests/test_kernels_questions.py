@@ -149,6 +149,10 @@ def test_split_kv_default_reproduces_the_catalogue(variant):
     weights = 70.55e9 / (0.8 * 4.8e12)
     kv = 32768 * 327_680
     assert results["per_user_unsplit"] == pytest.approx(1 / (weights + kv / (0.8 * 4.8e12 * 8 / 132) + 2e-3))
+    # The empty 17th split exits at once: 8 x 16 blocks with keys stream the KV cache and the partials.
+    partials = 2 * 80 * 8 * 17 * 8 * 129 * 4
+    assert results["per_user_split"] == pytest.approx(1 / (weights + (kv + partials) / (0.8 * 4.8e12 * 128 / 132)
+                                                           + 2e-3))
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -181,8 +181,9 @@ def split_kv_decode_merge(p, s: Sheet) -> None:
     tiles = sympy.ceiling(T / tile)  # key tiles per sequence, the last one maybe partial
     per_split = s.step("tiles_per_split", "Key tiles per split", "n_per", sympy.ceiling(tiles / n_split), "",
                        "⌈T/tile⌉ tiles divided by the splits, rounded up (FlashAttention-2's n_blocks_per_split)")
-    s.step("empty_splits", "Splits left with no keys", "n_empty", n_split - sympy.ceiling(tiles / per_split), "",
-           "the rounding up hands all tiles to the first splits; the ones after them get none")
+    n_empty = s.step("empty_splits", "Splits left with no keys", "n_empty",
+                     n_split - sympy.ceiling(tiles / per_split), "",
+                     "the rounding up hands all tiles to the first splits; the ones after them get none")
 
     # The exact merge, on two of the splits.
     gap = s.param("Δ", "lse_gap")
@@ -213,8 +214,9 @@ def split_kv_decode_merge(p, s: Sheet) -> None:
                     kv_read / (e.byte_rate * min_of(1, blocks / n_sm)), "ms",
                     "only the busy SMs pull from HBM: the KV read gets their share of the bandwidth")
     t_att1 = s.step("attention_split", "Attention read with the splits", "t_att1",
-                    (kv_read + partial) / (e.byte_rate * min_of(1, blocks * n_split / n_sm)), "ms",
-                    "the KV read and the partials, on the blocks × splits busy SMs")
+                    (kv_read + partial) / (e.byte_rate * min_of(1, blocks * (n_split - n_empty) / n_sm)), "ms",
+                    "the KV read and the partials, on the SMs the splits with keys keep busy (an empty one exits "
+                    "at once)")
     t_math = s.step("", "Math time of the step", "t_F", (2 * e.N * B + e.A * B * T) / e.flop_rate, "ms",
                     "2 FLOPs per weight per token plus attention over the context, at achievable FLOP/s")
     ar = tp_all_reduce(s, p.model, p.gpu, p.tp, B, tag="dec", label="decode step")
