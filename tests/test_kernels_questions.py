@@ -72,7 +72,7 @@ def test_exp_bound_ratios_follow_the_per_sm_rates(variant, seed):
     softmax = exp_ratio + tensor * 4 / (4 * d * gpu.fp32_fma_per_clk_sm)
     assert r["exp_ratio"] == pytest.approx(exp_ratio)
     assert r["overlap_ceiling"] == pytest.approx(min(1, 1 / softmax))
-    assert r["regime"] == ("matmul-bound" if softmax < 1 else "exp-bound")
+    assert r["regime"] == ("matmul-bound" if softmax <= 1 else "softmax-bound")
 
 
 def test_fp8_and_blackwell_turn_d128_exp_bound(variant):
@@ -80,8 +80,22 @@ def test_fp8_and_blackwell_turn_d128_exp_bound(variant):
     for code in ("flash-attention-exp-bound@default+dtype=fp8", "flash-attention-exp-bound@default+gpu=b200"):
         results = variant(code).sheet.results
         assert results["exp_ratio"] == 1
-        assert results["regime"] == "exp-bound"
+        assert results["regime"] == "softmax-bound"
         assert results["overlap_ceiling"] == pytest.approx(1 / 1.5)
+
+
+def test_exp_levers_read_the_ceilings_the_prompt_names(variant):
+    """Halving the MUFU time at d = 128 on H100 bf16 lifts the exps-in-series ceiling from 66.7% to 80% (the
+    whole-softmax one would only reach 66.7%); in series H100 reaches 565 TFLOP/s, under FA3's 740, while B200
+    bf16 in series (40% of 2,250) beats it."""
+    levers = variant("flash-attention-exp-bound@default").sheet.results["levers"]
+    assert levers["emulating half the exp2s with FMA polynomials, counting only MUFU time, would lift the "
+                  "exps-in-series ceiling to 75% or more"]
+    beats = ("even with the softmax in series this variant beats FA3's overlapped H100 measurement (740 TFLOP/s, "
+             "bf16, head dim 128)")
+    assert not levers[beats]
+    b200 = variant("flash-attention-exp-bound@default+gpu=b200").sheet.results
+    assert b200["serial_ceiling"] == pytest.approx(1 / 2.5) and b200["levers"][beats]
 
 
 # --- split-kv-decode-merge -------------------------------------------------------------------
@@ -135,6 +149,10 @@ def test_split_kv_default_reproduces_the_catalogue(variant):
     weights = 70.55e9 / (0.8 * 4.8e12)
     kv = 32768 * 327_680
     assert results["per_user_unsplit"] == pytest.approx(1 / (weights + kv / (0.8 * 4.8e12 * 8 / 132) + 2e-3))
+    # The empty 17th split exits at once: 8 x 16 blocks with keys stream the KV cache and the partials.
+    partials = 2 * 80 * 8 * 17 * 8 * 129 * 4
+    assert results["per_user_split"] == pytest.approx(1 / (weights + (kv + partials) / (0.8 * 4.8e12 * 128 / 132)
+                                                           + 2e-3))
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -150,6 +168,17 @@ def test_split_kv_counts_match_fa2_split_ranges(variant, seed):
     assert r["empty_splits"] == sum(start >= end for start, end in bounds)
     assert sum(end - start for start, end in bounds if end > start) == p["context"]
     assert r["regime"] == ("grid-filled" if blocks >= p["gpu"].sms else "split-needed")
+    assert splits <= math.ceil(p["context"] / 128)  # no split count beyond the key tiles is drawn
+
+
+@pytest.mark.parametrize(("batch", "context"), [(17, 8192), (32, 2048), (128, 1024)])
+def test_split_kv_one_split_writes_no_partials(variant, batch, context):
+    """A grid the batch fills runs one split: the output is written directly (FA2's non-split path), so
+    there are no FP32 partials, no merge, and the split speed is the unsplit one."""
+    results = variant(f"split-kv-decode-merge@default+batch={batch}+context={context}").sheet.results
+    assert results["regime"] == "grid-filled" and results["splits"] == 1
+    assert results["partial_bytes"] == 0 and results["partial_overhead"] == 0
+    assert results["per_user_split"] == results["per_user_unsplit"]
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -218,6 +247,27 @@ def test_operand_bytes_per_clock_do_not_depend_on_m(variant, n):
                                                                                                         <= 232)
 
 
+def test_smem_rate_reached_exactly_counts_as_bound(variant):
+    """Hopper's 64-row MMAs at N = 64 and the 1-SM MMA at N = 128 read exactly 128 B per clock: at the rate,
+    with the TMA writes on top, shared memory is the limit."""
+    hopper = variant("blackwell-tmem-tiles@default+tile_n=64").sheet.results
+    one = variant("blackwell-tmem-tiles@default+tile_n=128").sheet.results
+    assert hopper["hopper_demand"] == 128 and one["one_sm_demand"] == 128
+    assert hopper["tile_facts"]["at Hopper's rate, its 64-row warpgroup MMAs read operands at least as fast as "
+                                "shared memory's 128 B per clock"]
+    assert one["tile_facts"]["at B200's rate, 1-SM MMAs read operands at least as fast as shared memory's 128 B "
+                             "per clock"]
+
+
+@pytest.mark.parametrize(("m", "n", "exact"), [(128, 64, True), (128, 192, False), (256, 192, False),
+                                               (256, 256, True)])
+def test_tmem_allocation_is_a_power_of_two(variant, m, n, exact):
+    """tcgen05.alloc takes a power of two of columns (at least 32): 192 or 384 used columns allocate 256 or 512."""
+    results = variant(f"blackwell-tmem-tiles@default+tile_m={m}+tile_n={n}").sheet.results
+    assert results["tmem_columns"] == m // 128 * n
+    assert results["tile_facts"]["tcgen05.alloc can give this accumulator exactly the TMEM columns it uses"] == exact
+
+
 # --- fp8-block-scale-mainloop ----------------------------------------------------------------
 
 
@@ -242,12 +292,22 @@ def test_deepgemm_measured_peak_sits_under_the_ceilings(variant):
 
 
 @pytest.mark.parametrize("tile_n", [64, 128, 256])
-@pytest.mark.parametrize("block", [16, 32, 64, 128])
+@pytest.mark.parametrize("block", [16, 64, 128])
 def test_promotion_share_is_independent_of_the_tile(variant, tile_n, block):
     results = variant(f"fp8-block-scale-mainloop@default+tile_n={tile_n}+scale_block={block}").sheet.results
     assert results["promotion_share"] == 8192 / (2 * 128 * block)
-    # At N_C = 32 the FFMAs take exactly the MMA time: with no slack the promotion is not hidden.
     assert results["regime"] == ("promotion-hidden" if block > 32 else "promotion-exposed")
+    assert results["overlap_ceiling"] == min(1, 2 * 128 * block / 8192)
+    # At N_C = 64 halving ties the FFMAs with the MMAs: they do not outlast them.
+    assert results["scale_facts"]["halving the scale block along K would make the FFMAs outlast the MMAs"] == (
+        block < 64)
+
+
+def test_no_scale_block_ties_the_promotion_with_the_mma(variant):
+    """N_C = 32 on Hopper gives FFMAs exactly as long as the MMAs (8,192 / (2·128·32) = 1): never drawn."""
+    for seed in range(60):
+        solution = variant(f"fp8-block-scale-mainloop@{seed}")
+        assert solution.sheet.results["promotion_share"] != 1
 
 
 # --- tma-warp-specialization -----------------------------------------------------------------
@@ -255,17 +315,30 @@ def test_promotion_share_is_independent_of_the_tile(variant, tile_n, block):
 
 def test_tma_default_counts(variant):
     """256 x 128 x 64 bf16: 48 KiB a k-step, 3,072 16-byte copies, 96 warp-wide copies plus 192 address and
-    bounds instructions, against 2 TMA instructions; 256 ldmatrix.x4 (warp tiles 128 x 32) and 1,024 mma.sync
-    in 4,096 issue slots. Two consumer warpgroups: 128 accumulator registers, 168 even, 232 under setmaxnreg."""
+    bounds instructions, against 2 TMA instructions; 256 ldmatrix.x4 (4 x 2 warps, 64 x 64 warp tiles as in
+    CUTLASS's Ampere 256 x 128 configurations) and 1,024 mma.sync in 4,096 issue slots. Two consumer
+    warpgroups: 128 accumulator registers, 168 even, 232 under setmaxnreg."""
     results = variant("tma-warp-specialization@default").sheet.results
     assert results["tile_bytes"] == 48 * 1024
     assert results["copies"] == 3072
     assert results["cp_instructions"] == 288
     assert results["tma_removed"] == 286
-    assert results["ldmatrix"] == 8 * (128 + 32) * 64 * 2 / 512
-    assert results["issue_share"] == pytest.approx((288 + 320 + 1024) / 4096)
+    assert results["ldmatrix"] == 8 * (64 + 64) * 64 * 2 / 512 == 256
+    assert results["issue_share"] == pytest.approx((288 + 256 + 1024) / 4096)
     assert (results["acc_registers"], results["even_split"], results["consumer_budget"]) == (128, 168, 232)
     assert results["regime"] == "even-split-fits"
+
+
+@pytest.mark.parametrize(("m", "n", "warp_m", "warp_n"), [(256, 128, 64, 64), (128, 256, 64, 64), (128, 128, 64, 32),
+                                                          (192, 64, 48, 32), (192, 256, 96, 64)])
+def test_ldmatrix_follows_the_squarer_warp_tile(variant, m, n, warp_m, warp_n):
+    """8 warps split the longer side four ways; each stages its warp tile's A and B rows, 512 B an ldmatrix.x4."""
+    consumers = 3 if m == 192 else 2  # whole 64-row slices per consumer warpgroup
+    code = f"tma-warp-specialization@default+tile_m={m}+tile_n={n}+consumers={consumers}+reserve=16"
+    results = variant(code).sheet.results
+    assert results["ldmatrix"] == 8 * (warp_m + warp_n) * 64 * 2 / 512
+    layout = results["pipeline_facts"]["a 4 × 2 warp layout stages fewer operand bytes than a 2 × 4 one for this tile"]
+    assert layout == (m > n)
 
 
 def cutlass_register_split(consumers: int, producer: int) -> tuple[int, int]:
