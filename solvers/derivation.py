@@ -281,6 +281,14 @@ class Sheet:
     def evaluate(self, expr: sympy.Expr) -> float:
         return float(self._evaluate_exact(expr))
 
+    def symbol(self, name: str) -> sympy.Symbol:
+        """An earlier given or step by its symbol: a shared helper's result (the engine's KV heads per
+        GPU) that a solver writes into its own formulas."""
+        sym = sympy.Symbol(name)
+        if sym not in self._values:
+            raise KeyError(f"no given or step named {name} on this sheet")
+        return sym
+
     def integer(self, n: int) -> sympy.Expr:
         """A whole number written into a formula (a layout's TP degree), kept exact in its arithmetic."""
         return sympy.Integer(n)
@@ -395,6 +403,11 @@ class QuickSheet(Sheet):
 
     def value(self, sym: sympy.Symbol) -> float:
         return self.evaluate(sym)
+
+    def symbol(self, name: str) -> sympy.Symbol:
+        if name not in self._named:
+            raise KeyError(f"no given or step named {name} on this sheet")
+        return self._named[name]  # type: ignore[return-value]
 
     def integer(self, n: int) -> sympy.Expr:
         return int(n)  # type: ignore[return-value]

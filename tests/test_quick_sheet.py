@@ -66,5 +66,8 @@ def test_a_quick_solve_reads_a_symbol_the_solver_names_again():
         sheet.step("heads", "KV heads per GPU", "H_gpu", sheet.given("H", 8) / sheet.given("n", 2))
         blocks = sheet.step("blocks", "Blocks", "n_blk", 3 * sympy.Symbol("H_gpu"))
         assert sheet.value(blocks) == 12 and sheet.compare(sympy.Symbol("H_gpu"), 4) == 0
+        assert sheet.value(sheet.step("twice", "Twice", "t", 2 * sheet.symbol("H_gpu"))) == 8
+        with pytest.raises(KeyError):
+            sheet.symbol("nowhere")
     with pytest.raises(Reject):
         QuickSheet().step("x", "a symbol never declared", "x", 2 * sympy.Symbol("nowhere"))

@@ -163,7 +163,7 @@ def split_kv_decode_merge(p, s: Sheet) -> None:
     T = s.param("T", "context")
     n_sm = s.given("n_SM", p.gpu.sms, "", f"{p.gpu.name} SMs")
     # KV heads per GPU: the engine's own step (kvcache.kv_heads_per_gpu), carried rather than declared again.
-    H_g = next(sympy.Symbol(step.symbol) for step in s.steps if step.key == "kv_heads_per_gpu")
+    H_g = s.symbol("H_gpu")
     H = s.given("H_q", p.model.heads, "", "query heads")
     H_kv = s.given("H_kv", p.model.kv_heads, "", "KV heads")
     d = s.given("d_h", p.model.head_dim, "", "head dim")
