@@ -9,6 +9,8 @@ import html
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from solvers.answers import Answer
+from solvers.answers.choice import Choice
 from solvers.bank import Bank, Question
 from solvers.conventions import conventions
 from solvers.data import Catalog
@@ -96,9 +98,16 @@ def candidate_markdown(solutions: list[Solution]) -> str:
     for number, solution in enumerate(solutions, 1):
         lines += _heading(number, solution) + [solution.prompt, "", "Given:", ""]
         lines += [f"- {param.label}: {param.shown}" for param in solution.problem_data()] + ["", "Answers:", ""]
-        lines += [f"- {a.label}{f' ({a.unit})' if a.unit and a.numeric else ''}:" for a in solution.question.answers]
+        lines += [f"- {_blank(a)}:" for a in solution.question.answers]
         lines.append("")
     return "\n".join(lines)
+
+
+def _blank(answer: Answer) -> str:
+    """An answer's line on the candidate's sheet: its label, and its unit or its options."""
+    if isinstance(answer, Choice):
+        return f"{answer.label} (one of: {' / '.join(answer.choices)})"
+    return f"{answer.label}{f' ({answer.unit})' if answer.unit and answer.numeric else ''}"
 
 
 def key_markdown(solutions: list[Solution]) -> str:

@@ -24,7 +24,9 @@ def test_markdown_sheet_and_key(tmp_path, capsys):
     assert len(headings) == 4 and headings == re.findall(r"^## \d+\. (.+)$", key, re.M)
     codes = re.findall(r"Variant `([^`]+)`", candidate)
     assert codes == re.findall(r"Variant `([^`]+)`", key) and len(set(codes)) == 4
-    assert "Regime" not in candidate and "capacity-limited" not in candidate  # no answers on the candidate's sheet
+    # No answers on the candidate's sheet: a choice's options are listed, never which one holds.
+    assert "Regime" not in candidate and "capacity-limited" not in candidate.replace(
+        "(one of: capacity-limited / latency-limited)", "")
     assert key.count("### Regime:") == 4 and "$KV_{tok} = " in key  # formulas as LaTeX
 
 
@@ -75,7 +77,7 @@ def _anki_notes(path):
 
 def test_anki_deck_has_one_note_per_variant_with_stable_ids(tmp_path, capsys):
     for name in ("first", "second"):
-        code, _, _ = run_cli(capsys, "export", "--group", "F", "--count", "2", "--format", "anki",
+        code, _, _ = run_cli(capsys, "export", "--group", "F", "--count", "2", "--format", "anki", "--seed", "1",
                              "--out", str(tmp_path / name))
         assert code == 0
     first, second = _anki_notes(tmp_path / "first.apkg"), _anki_notes(tmp_path / "second.apkg")
@@ -138,3 +140,21 @@ def test_a_long_export_draws_a_bar_on_a_terminal_and_nothing_elsewhere(monkeypat
     with cli._progress("Solving variants", after=0) as update:
         update(4, 4)
     assert piped.getvalue() == ""
+
+
+def test_an_export_to_standard_output_and_its_seeds_cannot_be_guessed(capsys):
+    """Seeds 1, 2, 3 let a candidate look every variant of the sheet up in the app."""
+    code, out, _ = run_cli(capsys, "export", "kv-bytes-per-token", "--count", "2", "--format", "json", "--out", "-")
+    first = [v["code"] for v in json.loads(out)]
+    _, again, _ = run_cli(capsys, "export", "kv-bytes-per-token", "--count", "2", "--format", "json", "--out", "-")
+    assert code == 0 and len(first) == 2 and first != [v["code"] for v in json.loads(again)]
+    assert all(int(c.split("@")[1]) > 1000 for c in first)
+    code, out, _ = run_cli(capsys, "export", "kv-bytes-per-token", "--count", "1", "--seed", "5", "--out", "-")
+    assert code == 0 and out.startswith("# Answer key") and "kv-bytes-per-token@5" in out
+    assert run_cli(capsys, "export", "--format", "anki", "--out", "-")[0] == 2
+
+
+def test_the_candidate_sheet_lists_a_choice_answers_options(tmp_path, capsys):
+    run_cli(capsys, "export", "kv-bytes-per-token", "--count", "1", "--out", str(tmp_path / "s"))
+    assert "What caps concurrency? (one of: capacity-limited / latency-limited):" in (
+        tmp_path / "s-candidate.md").read_text()
