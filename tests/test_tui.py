@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from rich.console import Console
+from textual.command import CommandList, CommandPalette
 from textual.widgets import DataTable, Input
 
 import tui.service
@@ -148,18 +149,38 @@ def test_variant_code_opens_exactly_that_variant():
     asyncio.run(_variant_code())
 
 
+async def _palette_pick(app, pilot, typed: str, first_hit: str) -> None:
+    """Open the palette, type, wait until `first_hit` leads the list (the search runs in a task), take it."""
+    await pilot.press("ctrl+p")
+    await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
+    await pilot.press(*typed)
+    hits = app.screen.query_one(CommandList)
+
+    def leading() -> bool:
+        return hits.option_count > 0 and first_hit in str(hits.get_option_at_index(0).prompt)
+
+    await wait_for(pilot, leading)
+    await pilot.press("enter")
+
+
 async def _palette():
     async with running_app() as (app, pilot):
-        await pilot.press("ctrl+p")
-        await pilot.press(*"block-count")
-        await pilot.pause(0.5)
-        await pilot.press("enter")
+        await _palette_pick(app, pilot, "block-count", "kv-cache-block-count")
         await wait_for(pilot, lambda: question_ready(app))
         return app.screen.solution.question.id
 
 
 def test_command_palette_finds_a_question():
     assert asyncio.run(_palette()) == "kv-cache-block-count"
+
+
+def test_command_palette_offers_the_apps_actions():
+    async def scenario():
+        async with running_app() as (app, pilot):
+            await _palette_pick(app, pilot, "statistics", "Statistics")
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "StatsScreen")
+
+    asyncio.run(scenario())
 
 
 async def _giving_up_needs_a_second_submit():

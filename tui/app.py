@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from textual import work
 from textual.app import App
 from textual.binding import Binding
-from textual.command import Hit, Hits, Provider
+from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.notifications import SeverityLevel
 
 from tui.modes import Mode
@@ -47,6 +47,34 @@ class QuestionCommands(Provider):
                           help="open a fresh variant")
 
 
+class ActionCommands(Provider):
+    """Command palette: the app's own actions, as posting's palette offers them."""
+
+    ACTIONS = (
+        ("Drill what is due", "action_drill", "the next due review, else a new question"),
+        ("Browse the bank", "action_browse", "every question, by group and topic"),
+        ("Random question", "action_random_question", "a fresh variant of any question"),
+        ("Enter a variant code", "action_enter_code", "exactly the variant a code names"),
+        ("Mock interview", "action_mock", "questions across topics against the clock"),
+        ("Past mock interviews", "action_past_mocks", "score sheets of earlier mocks"),
+        ("Statistics", "action_stats", "reviews, retention, slips, the forecast"),
+        ("Conventions card", "action_conventions", "the counting rules every question assumes"),
+        ("Help", "action_help", "keys and how grading works"),
+    )
+
+    async def discover(self) -> Hits:
+        """Listed as soon as the palette opens, before anything is typed."""
+        for title, action, help_text in self.ACTIONS:
+            yield DiscoveryHit(title, getattr(self.app, action), text=title, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for title, action, help_text in self.ACTIONS:
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(score, matcher.highlight(title), getattr(self.app, action), text=title, help=help_text)
+
+
 @dataclass
 class FirstRound:
     """A question's first round, submitted and saved, while its follow-up is asked."""
@@ -75,7 +103,7 @@ class MockRun:
 
 class InfradrillApp(App):
     TITLE = "infradrill"
-    COMMANDS = App.COMMANDS | {QuestionCommands}
+    COMMANDS = App.COMMANDS | {ActionCommands, QuestionCommands}
     BINDINGS = [
         Binding("f1", "help", "Help"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
