@@ -403,3 +403,25 @@ def test_a_key_pressed_while_the_bank_loads_opens_its_screen_once_it_is_in(monke
             await wait_for(pilot, lambda: question_ready(app))
 
     asyncio.run(scenario())
+
+
+def test_help_lists_the_keys_of_the_screen_it_opens_over():
+    """The help page was a hand-kept text, the same on every screen."""
+    async def scenario():
+        async with running_app() as (app, pilot):
+            pages = []
+            for opened in ("home", "question"):
+                if opened == "question":
+                    await open_default(app, pilot, "kv-bytes-per-token")
+                await pilot.press("f1")
+                await wait_for(pilot, lambda: type(app.screen).__name__ == "HelpScreen")
+                console = Console(width=80, record=True, file=io.StringIO())
+                console.print(app.screen.body())
+                pages.append(console.export_text())
+                await pilot.press("escape")
+            return pages
+
+    home, question = asyncio.run(scenario())
+    assert "Mock interview" in home and "Submit" not in home
+    assert "Submit" in question and "Hint" in question and "Mock interview" not in question
+    assert "Copy selected text" not in home + question

@@ -249,7 +249,7 @@ class InfradrillApp(App):
     def action_help(self) -> None:
         from tui.screens.dialogs import HelpScreen
 
-        self.push_screen(HelpScreen())
+        self.push_screen(HelpScreen(self.screen))
 
     def action_conventions(self) -> None:
         from tui.screens.dialogs import ConventionsScreen

@@ -1,49 +1,21 @@
 """Small modal screens: enter a variant code, the help page, the conventions card."""
 from __future__ import annotations
 
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Input, Label, Static
 
-HELP = """\
-[b]Everywhere[/b]
-  ctrl+p   command palette: find a question by id, title or topic
-  F1       this help          ctrl+q  quit
-
-[b]Home[/b]
-  d  drill what is due (new questions start with group F, a few a day)
-  b  browse the bank   r  random question   v  enter a variant code
-  m  mock interview (5 questions, 5 min each, no hints)   p  past mocks
-  s  statistics        q  quit
-
-[b]Browse[/b]
-  ↑/↓  move   enter  open a fresh variant   d  the default variant
-  i    open as interviewer (the key beside it; space reveals a step)
-  esc  back
-
-[b]Question[/b] (printable keys go to the answer boxes)
-  tab / enter   next answer (enter on the last one submits)
-  ctrl+s  submit        ctrl+t  show a hint      ctrl+n  new variant
-  f2      the conventions card (usable HBM, dense peaks, FLOPs per token...)
-  esc     back          after the answers, the interviewer pushes: a follow-up
-                        round (ctrl+k skips it, except in a mock interview)
-
-[b]Solution[/b]
-  1 2 3 4  rate it Again / Hard / Good / Easy (the grade suggests one)
-  n  next (a new variant, or the next due question when drilling)
-  a  answer the same variant again    w  what-if (←/→ step, ↑/↓ parameter)
-  ↑/↓ pgup/pgdn  scroll               esc  back
-
-[b]Answers[/b]
-  Numbers with units, as you would write them: 320 GiB, 343.6GB, 3.4e11, 40%,
-  1.2 ms, 6,200, 2.4×10^25 (or 2.4e25), $1.2M. A bare number is read in the unit
-  shown beside the answer. Choices: type the start of an option, e.g. "mem".
-  Orderings: the letters in order, e.g. CADB. Checklists: tick them on the solution.
-  A variant code (like kv-bytes-per-token@4821) reproduces a variant exactly.
-"""
+ANSWERS_HELP = (
+    "[b]Answers[/b]  tab or enter moves to the next box (enter on the last one submits). Type numbers "
+    "with units as you would write them: 320 GiB, 343.6GB, 3.4e11, 40%, 1.2 ms, 6,200, 2.4×10^25 (or "
+    "2.4e25), $1.2M, 120 rps; a bare number is read in the unit shown beside the box. Choices: the start of "
+    "an option (\"mem\"). Orderings: the letters in order (CADB). Selections: every letter that holds (ACD). "
+    "Checklists are ticked on the solution. A variant code (kv-bytes-per-token@4821) reproduces a variant "
+    "exactly."
+)
 
 
 class CardScreen(ModalScreen):
@@ -63,11 +35,38 @@ class CardScreen(ModalScreen):
             yield Static(self.body())
 
 
+_NOT_HELP = {"screen.copy_text", "app.copy_text", "copy_text"}  # Textual's own, not this app's
+
+
 class HelpScreen(CardScreen):
+    """The keys of the screen it was opened over, read from its bindings (and the app's), then how
+    answers are typed: the page follows the screen instead of a hand-kept list."""
+
     BINDINGS = [Binding("escape,f1,q", "dismiss", "Close")]
 
+    def __init__(self, over: Screen) -> None:
+        super().__init__()
+        self.over = over
+
     def body(self) -> RenderableType:
-        return HELP
+        from rich.table import Table
+        from rich.text import Text
+
+        keys = Table(show_header=False, box=None, pad_edge=False)
+        keys.add_column(style="bold", no_wrap=True)
+        keys.add_column()
+        seen: set[str] = set()
+        for active in self.over.active_bindings.values():
+            binding = active.binding
+            described = binding.description
+            if active.node not in (self.over, self.app) or not described or described in seen or \
+                    binding.action in _NOT_HELP:
+                continue  # a focused widget's own keys (an input's cursor keys) are not the screen's
+            seen.add(described)
+            keys.add_row(self.app.get_key_display(binding), described)
+        name = getattr(self.over, "HELP_TITLE", "") or type(self.over).__name__.removesuffix("Screen")
+        title = Text.assemble(("Keys on this screen", "bold"), (f"  {name}\n", "dim"))
+        return Group(title, keys, Text.from_markup("\n" + ANSWERS_HELP))
 
 
 class ConventionsScreen(CardScreen):
