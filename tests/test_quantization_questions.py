@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from solvers.engine import VariantError
 from solvers.topics.fp8 import E4M3, E5M2, amax_scale, quantize, sqnr_db
 
 GiB = 2**30
@@ -23,14 +24,47 @@ def test_fp8_kv_cache_default(variant):
     """Llama-3-70B (320 KiB/token in bf16), E4M3, 128K context, scale from 512 tokens, headroom 1."""
     results = variant("fp8-kv-cache@default").sheet.results
     assert results["kv_context_fp8"] == 131072 * 327_680 / 2 == 20 * GiB
-    assert results["rounding_bound"] == 2**-4
+    assert results["rounding_bound"] == 2**-4  # the unit roundoff; the supremum u/(1 + u) = 5.88% sits under it
     assert results["normal_binades"] == pytest.approx(math.log2(448 * 64))  # 14.81
     assert results["clip_probability"] == pytest.approx(131072 / (131072 + 512))  # the catalogue's 99.6%
     assert round(100 * results["clip_probability"], 1) == 99.6
     assert results["even_context"] == 512
     assert results["clip_ratio"] == pytest.approx(4.0)  # (131072/512)^(1/4) = 256^(1/4)
     assert results["regime"] == "clipping-dominated"
-    assert _selected(results, "levers") == {"a scale computed per token as it is written (dynamic per-token scales)"}
+    assert _selected(results, "levers") == {"the other FP8 format widens the normal range by more than 10 binades"}
+
+
+FORMAT_LEVER = "the other FP8 format, same calibration and headroom, leaves clipping less likely than not"
+
+
+@pytest.mark.parametrize("code, safe", [("default+headroom=4.48", True),
+                                        ("default+calib_tokens=1048576+context=32768", True),
+                                        ("default", False), ("default+kv_format=e5m2", False)])
+def test_fp8_kv_cache_the_format_lever_holds_exactly_where_the_context_is_safe(variant, code, safe):
+    """The first version judged the format lever false in safe variants (@1: P = 0.4%), where the context
+    stays under the clip point in either format: the option is judged by where P ends up, as the others."""
+    results = variant(f"fp8-kv-cache@{code}").sheet.results
+    assert (results["regime"] == "safe") == safe
+    assert results["levers"][FORMAT_LEVER] is safe
+    # Halving the headroom at 4.48 (even at 512·2.24^4 = 12,886 tokens) does not keep a 128K context safe;
+    # from a 1M-token calibration at headroom 1/2 it is 65,536 tokens, still past a 32K context.
+    assert results["levers"]["half the headroom (the same calibration) leaves clipping less likely than not"] is (
+        code == "default+calib_tokens=1048576+context=32768")
+
+
+def test_fp8_kv_cache_safe_variants_are_not_all_true(variant):
+    """In the safe half the right set must not be "every option": the other format's rounding fails one way."""
+    for seed in range(40):
+        levers = variant(f"fp8-kv-cache@{seed}").sheet.results["levers"]
+        assert not all(levers.values()) and any(levers.values())
+        assert levers["the other FP8 format halves the unit roundoff"] != levers[
+            "the other FP8 format widens the normal range by more than 10 binades"]
+
+
+def test_fp8_kv_cache_vllm_headroom_is_not_drawn_for_e5m2(variant):
+    """vLLM's amax/200 and amax/100 are 2.24 and 4.48 of E4M3's 448 only; E5M2's 57,344 would make them 287x."""
+    with pytest.raises(VariantError, match="vllm_headroom_is_e4m3"):
+        variant("fp8-kv-cache@default+kv_format=e5m2+headroom=2.24")
 
 
 def test_fp8_kv_cache_e5m2_figures(variant):
@@ -59,7 +93,7 @@ def test_fp8_kv_cache_ties_are_exact(variant):
     assert even["clip_probability"] == 0.5 and even["clip_ratio"] == 1.0
     assert even["regime"] == "clipping-dominated"
     eighth = variant("fp8-kv-cache@default+context=16384+calib_tokens=2048").sheet.results
-    assert eighth["levers"]["a context an eighth as long"] is False
+    assert eighth["levers"]["a context an eighth as long leaves clipping less likely than not"] is False
 
 
 def _exact_clip_probability(N: int, n: int, h: float, nu: float) -> float:
@@ -103,7 +137,7 @@ def test_fp8_kv_cache_regime_follows_the_probability(variant):
         results = variant(f"fp8-kv-cache@{seed}").sheet.results
         clipping = results["regime"] == "clipping-dominated"
         assert clipping == (results["clip_probability"] >= 0.5) == (results["clip_ratio"] >= 1)
-        assert results["levers"]["a scale computed per token as it is written (dynamic per-token scales)"]
+        assert results["levers"][FORMAT_LEVER] is not clipping
 
 
 # --- kv-quant-keys-vs-values ---------------------------------------------------------------

@@ -73,9 +73,10 @@ def fp8_kv_cache(p, s: Sheet) -> None:
 
     # Rounding: the scale slides values along a grid whose relative spacing does not depend on where.
     m = s.given("m", fmt.mantissa_bits, "", f"fraction bits of {fmt.name}")
-    s.step("rounding_bound", "Worst relative rounding error of a normal value", "eps", 2 ** -(m + 1), "%",
+    s.step("rounding_bound", "Unit roundoff: the bound on a normal value's relative rounding error", "eps",
+           2 ** -(m + 1), "%",
            f"half a unit in the last place of a significand in [1, 2): {fmt.name}'s exponent, and so the scale, "
-           "drops out")
+           "drops out (the supremum of |fl(x) − x|/|x| is u/(1 + u), a hair under u, at x just past 1 + u)")
     top = s.given("x_max", fmt.max, "", f"largest {fmt.name} value")
     bottom = s.given("x_min", fmt.min_normal, "", f"smallest normal {fmt.name} value")
     s.step("normal_binades", "Span of the normal range", "R", sympy.log(top / bottom, 2), "binades",
@@ -90,7 +91,7 @@ def fp8_kv_cache(p, s: Sheet) -> None:
                     f"a power-law tail makes a value {format_number(p.headroom)}× past the calibration max "
                     f"{format_number(p.headroom)}^{format_number(p.tail_index)} times rarer: the headroom counts as "
                     "that many times the calibration tokens")
-    P = s.step("clip_probability", "Chance the context holds a value past the clip point", "P_clip",
+    P = s.step("clip_probability", "Chance one layer's keys in the context pass their clip point", "P_clip",
                N / (N + n * h**nu), "%", headroom_why)
     N_even = s.step("even_context", "Context at which clipping turns more likely than not", "N_half", n * h**nu,
                     "tokens", "P_clip = 1/2 where N = n·h^ν")
@@ -102,12 +103,14 @@ def fp8_kv_cache(p, s: Sheet) -> None:
            "it is stored as the clip point: 1 − 1/r of it is gone, against a rounding error of at most ε")
 
     _fp8_kv_emulation(s, p, fmt)
-    _fp8_kv_levers(s, p)
+    _fp8_kv_levers(s, p, fmt)
 
     s.assume("One static scale per layer for keys and one for values (vLLM's k_scale and v_scale): the clip point "
              "is headroom × the calibration amax. vLLM's calculate_kv_scales takes amax/200 for keys and "
              "amax/100 for values from the first batch it sees (headroom 2.24 and 4.48 in E4M3); a calibrated "
-             "checkpoint maps the amax to the format's max (headroom 1).")
+             "checkpoint maps the amax to the format's max (headroom 1). The chance is one scale's: with a key and a "
+             "value scale in each of L layers the chance that some scale clips is higher still. Dynamic per-token "
+             "scales remove clipping altogether, at a scale per token and head stored beside the cache.")
     s.assume("Cache entries i.i.d. across tokens, with a power-law tail P(|x| > t) ∝ t^-ν; the channels cancel "
              "(n·d calibration values against N·d). At headroom 1 the clip probability is exact for any "
              "continuous distribution; with headroom it is the power-law tail's large-sample limit. Real caches "
@@ -143,9 +146,11 @@ def _fp8_kv_emulation(s: Sheet, p, fmt) -> None:
             f"sampling noise ({_pct(low_up)} below the normal range)")
 
 
-def _fp8_kv_levers(s: Sheet, p) -> None:
-    """Which changes leave this context more likely than not to fit under the clip point: N < n·h^ν,
-    decided in exact fractions (the parameters are short decimals and ν an integer)."""
+def _fp8_kv_levers(s: Sheet, p, fmt) -> None:
+    """Which single changes leave this context more likely than not to fit under the clip point:
+    N < n·h^ν after the change, decided in exact fractions (the parameters are short decimals and ν an
+    integer). Changes both ways, so the set that holds moves with the variant on either side; the other
+    format's rounding and range, one of which always holds, keep a true and a false option in every draw."""
     N, n, h, nu = Fraction(p.context), Fraction(p.calib_tokens), Fraction(str(p.headroom)), int(p.tail_index)
 
     def say(option: str, context: Fraction, calib: Fraction, headroom: Fraction, why: str) -> None:
@@ -153,16 +158,28 @@ def _fp8_kv_levers(s: Sheet, p) -> None:
         s.judge("levers", option, context < even, f"{why}: clipping turns even at {format_number(float(even), 3)} "
                 f"tokens against a context of {format_number(float(context), 3)}")
 
-    say("twice the headroom (the same calibration, the scale doubled)", N, n, 2 * h,
+    say("twice the headroom (the same calibration) leaves clipping less likely than not", N, n, 2 * h,
         "the clip point doubles, worth 2^ν times the calibration tokens")
-    say("calibrating on 16 times as many tokens", N, 16 * n, h, "16 times the calibration draws")
-    say("a context an eighth as long", N / 8, n, h, "an eighth of the draws that could pass the clip point")
-    s.judge("levers", "the other FP8 format (E4M3 for E5M2 or back), from the same calibration and headroom", False,
-            "the scale maps headroom × amax onto the format's max in either format: the clip point, and so "
-            "the chance of passing it, is the same; only the rounding changes")
-    s.judge("levers", "a scale computed per token as it is written (dynamic per-token scales)", True,
-            "every token's own amax sets its scale, so nothing clips; the price is a scale per token and head, "
-            "stored beside the cache and applied in the attention kernel")
+    say("half the headroom (the same calibration) leaves clipping less likely than not", N, n, h / 2,
+        "the clip point halves, worth 2^-ν times the calibration tokens")
+    say("16 times the calibration tokens leave clipping less likely than not", N, 16 * n, h,
+        "16 times the calibration draws")
+    say("a context an eighth as long leaves clipping less likely than not", N / 8, n, h,
+        "an eighth of the draws that could pass the clip point")
+    say("a context 8 times as long leaves clipping less likely than not", 8 * N, n, h,
+        "8 times the draws that could pass the clip point")
+    say("the other FP8 format, same calibration and headroom, leaves clipping less likely than not", N, n, h,
+        "the scale maps headroom × amax onto the format's max in either format, so the clip point and the chance "
+        "of passing it stay where they are; only the rounding changes")
+    other = FORMATS["e5m2" if fmt is E4M3 else "e4m3"]
+    s.judge("levers", "the other FP8 format halves the unit roundoff", other.mantissa_bits == fmt.mantissa_bits + 1,
+            f"{other.name} keeps {other.mantissa_bits} fraction bits against {fmt.name}'s {fmt.mantissa_bits}: "
+            f"u = 2^-{other.mantissa_bits + 1} against 2^-{fmt.mantissa_bits + 1}")
+    widen = math.log2(other.max / other.min_normal) - math.log2(fmt.max / fmt.min_normal)
+    s.judge("levers", "the other FP8 format widens the normal range by more than 10 binades", widen > 10,
+            f"{other.name}'s normal range spans {format_number(math.log2(other.max / other.min_normal), 3)} binades "
+            f"against {format_number(math.log2(fmt.max / fmt.min_normal), 3)}: "
+            f"{format_number(abs(widen), 3)} {'more' if widen > 0 else 'fewer'}")
 
 
 def _fp8_kv_regime(s: Sheet, p, N, N_even, r) -> None:
