@@ -217,9 +217,8 @@ def test_kv_quant_simulation_orders_the_layouts(variant):
 
 # --- fp8-scale-formats ---------------------------------------------------------------------
 
-REQUANTISE = "re-quantising from the bf16 master, not converting the FP8 checkpoint, avoids rounding twice"
-OWN_EVAL = "users may be routed to the Blackwell pool only after this build passes its own eval"
-SAME_NUMERICS = "the Blackwell pool computes exactly the numerics that were evaluated"
+SAME_ACTIVATIONS = "the pool quantises activations to the tested build's bytes and scales"
+WEIGHTS_LOSE = "the weights reach this pool more than 2 dB below the SQNR that was tested"
 
 
 def test_fp8_scale_formats_default(variant):
@@ -234,7 +233,7 @@ def test_fp8_scale_formats_default(variant):
     assert results["act_saturating_share"] == pytest.approx(1 - math.log2(1.75))  # 19.3%
     assert results["regime"] == "saturating"
     saturate = "more than 10% of this pool's activation blocks saturate"
-    assert _selected(results, "gates") == {OWN_EVAL, REQUANTISE, saturate}
+    assert _selected(results, "gates") == {WEIGHTS_LOSE, saturate}
 
 
 def test_fp8_scale_formats_one_checkpoint_for_both_pools(variant):
@@ -243,7 +242,33 @@ def test_fp8_scale_formats_one_checkpoint_for_both_pools(variant):
     assert results["sqnr_weights_blackwell"] == pytest.approx(results["sqnr_normal"])
     assert results["act_overshoot"] == 1 and results["act_saturating_share"] == 0
     assert results["regime"] == "clip-free"  # amax exactly at most 448: the tie goes to clip-free
-    assert results["gates"][SAME_NUMERICS] and not results["gates"][OWN_EVAL]
+    assert _selected(results, "gates") == {SAME_ACTIVATIONS, "the pool's activation scales keep the tested 1×128 "
+                                           "granularity", "the Blackwell pool can load the tested weights, bytes and "
+                                           "scales, unchanged"}
+
+
+def test_fp8_scale_formats_no_blackwell_build_skips_its_own_eval(variant):
+    """The first version called ue8m0 + round-up + 128 bit-identical numerics, exempt from its own eval; the
+    block-scaled MMA applies scales and accumulates unlike Hopper's WGMMA with CUDA-core promotion, so the
+    eval gate is an assumption of every variant and no option claims the tested numerics."""
+    sheet = variant("fp8-scale-formats@default+hopper_scales=ue8m0+mx_rule=up+act_block=128").sheet
+    assert any("own eval" in text and "whatever its bytes" in text for text in sheet.assumptions)
+    assert not any("numerics" in option for option in sheet.results["gates"])
+    # The activation bytes match only where the checkpoint's rule, block and scales all match.
+    fp32 = variant("fp8-scale-formats@default+mx_rule=up+act_block=128").sheet
+    assert not fp32.results["gates"][SAME_ACTIVATIONS]
+    assert "used FP32 scales per 128" in fp32.reasons["gates"][SAME_ACTIVATIONS]  # what the tested build ran
+
+
+@pytest.mark.parametrize("code", ["default+act_block=128", "default", "default+mx_rule=nearest+act_block=128"])
+def test_fp8_scale_formats_saturating_share_of_the_emulation(variant, code):
+    """The emulation's share of saturating blocks (4,096 blocks; the first version's 32 gave 6.2% against 19.3%)
+    within four binomial sigmas of the closed form, on both distributions."""
+    sheet = variant(f"fp8-scale-formats@{code}").sheet
+    given = {g.symbol: g.value for g in sheet.givens}
+    share = sheet.results["act_saturating_share"]
+    sigma = math.sqrt(share * (1 - share) / 4096)
+    assert abs(given["s_sat_g"] - share) <= 4 * sigma and abs(given["s_sat_t"] - share) <= 4 * sigma
 
 
 @pytest.mark.parametrize("rule, overshoot, share", [("up", 1, 0), ("nearest", math.sqrt(2), 0.5), ("floor", 2, 1),
