@@ -147,7 +147,6 @@ KIVI_FACTS = {
     "the cache is under a quarter of its bf16 size",
     "twice the query scale would make the key road outweigh the value road, even with per-channel keys",
     "KIVI's layout leaves under a third of the output error of per-token scales for both",
-    "a value can be quantised as its token is written; a key waits for a group of 32 tokens",
 }
 
 
@@ -168,6 +167,34 @@ def test_kv_quant_default(variant):
     assert results["compression"] == pytest.approx(4096 * 327_680 / cache)  # 4.70x
     assert results["regime"] == "values-dominate"
     assert _selected(results, "facts") == KIVI_FACTS
+
+
+def test_kv_quant_options_follow_the_variant(variant):
+    """The first version's "per-channel values cut >2×" and "a key waits for 32 tokens" never changed; their
+    replacements follow α, b, the window and the context. Per-token keys at b + 3 bits match per-channel keys
+    at b where 2^(b+3) − 1 ≥ (α + 1)(2^b − 1): at 2 bits α = 9 just does (31 ≥ 30), α = 10 does not (33)."""
+    match = "per-token key scales would match per-channel keys with 3 more bits"
+    assert variant("kv-quant-keys-vs-values@default+outlier=9").sheet.results["facts"][match]
+    assert not variant("kv-quant-keys-vs-values@default").sheet.results["facts"][match]
+    assert variant("kv-quant-keys-vs-values@default+bits=3+outlier=8").sheet.results["facts"][match]  # 63 = 63
+    # Halving the window: 64 tokens from 16 to 3 bits, 64·13/16 = 52 of 872 bf16 tokens' worth (5.96%) at the
+    # default; 128 of 256 tokens at 1,024 tokens move 128·13/16 = 104 of 256 + 768·3/16 = 400 (26%).
+    window = "halving the bf16 window would shrink this sequence's cache by more than 10%"
+    assert not variant("kv-quant-keys-vs-values@default").sheet.results["facts"][window]
+    short = variant("kv-quant-keys-vs-values@default+residual=256+context=1024").sheet
+    assert short.results["facts"][window] and "26%" in short.reasons["facts"][window]
+
+
+def test_kv_quant_prompt_asks_for_the_estimate_the_key_is(variant):
+    """The keys are step/√12 with a group's range the full spread, and first-order roads: at 2 bits the exact
+    per-token RMS is ~2.9 (the ±1 channels all round to the inner levels) against the estimate's 2.12, so the
+    prompt must ask for the estimate, and say the spread is uniform (σ_v = 1/√3 rests on it)."""
+    solution = variant("kv-quant-keys-vs-values@default")
+    prompt = " ".join(solution.question.prompt.split())
+    assert "step/√12, a group's range the full spread" in prompt and "first order" in prompt
+    assert "uniform over ±1" in prompt
+    labels = {a.key: a.label for a in solution.question.answers}
+    assert "estimate" in labels["key_error_token"] and "first order" in labels["roads_token"]
 
 
 def test_kv_quant_follow_up_sharpens_attention(variant):

@@ -284,15 +284,18 @@ def kv_quant_keys_vs_values(p, s: Sheet) -> None:
     sim = _kv_roads_simulation(p)
     _kv_roads_givens(s, sim)
     share, compression = _kv_bookkeeping(s, p, b)
-    _kv_quant_select(s, sim, alpha=alpha, share=share, compression=compression, roads=R_ch, roads_token=R_tok)
+    _kv_quant_select(s, p, sim, alpha=alpha, share=share, compression=compression, roads=R_ch, roads_token=R_tok)
 
     s.assume(f"Keys: {OUTLIER_CHANNELS} of the {p.model.head_dim} channels sit at ±α (half each way), every entry "
              "spread uniformly over ±1 about its channel's mean; values the same with no outlier channels; query "
              "entries Gaussian with RMS β. Real key outliers (KIVI, KVQuant) are channel-fixed the same way. A "
              "per-token key scale spans the head's channels, outliers included, as any group holding one would.")
-    s.assume("Errors of step/√12 assume the entries spread across the step, and the key road is first order in "
-             "δs. Both fail for per-token keys at few bits: the ±1 channels all land on the inner levels, the score "
-             "noise outgrows the scores, and the simulated error exceeds the estimate; the ordering only sharpens.")
+    s.assume("The errors are the step/√12 estimate with each group's range the spread's full width (±1, or "
+             "±(α + 1) for a token's keys), as the prompt asks; a group of 32 uniform entries spans about ±0.94, "
+             "some 6% less. The estimate assumes the entries spread across the step, and the key road is first order "
+             "in δs. Both fail for per-token keys at few bits: the ±1 channels all land on the inner levels (at 2 "
+             "bits and α = 10 the exact RMS is about 2.9 against 2.1), the score noise outgrows the scores, and the "
+             "simulated output error exceeds the estimate; the ordering only sharpens.")
     s.assume(f"KIVI's layout: keys per channel over groups of {KIVI_GROUP} tokens, values per token over groups of "
              f"{KIVI_GROUP} channels, an fp16 scale and zero point per group; the newest R tokens stay in bf16 "
              "until a full group can be quantised.")
@@ -333,7 +336,7 @@ def _kv_bookkeeping(s: Sheet, p, b: sympy.Symbol) -> tuple[sympy.Symbol, sympy.S
                          "bf16 for every token, over the mix")
 
 
-def _kv_quant_select(s: Sheet, sim: dict[str, float], *, alpha, share, compression, roads, roads_token) -> None:
+def _kv_quant_select(s: Sheet, p, sim: dict[str, float], *, alpha, share, compression, roads, roads_token) -> None:
     """Which statements hold for this variant, each decided on the sheet's exact values; the
     simulation's figures stand in the reasons as a check."""
     results = s.results
@@ -345,16 +348,24 @@ def _kv_quant_select(s: Sheet, sim: dict[str, float], *, alpha, share, compressi
             f"{_pct(results['residual_share'])} of it")
     s.judge("facts", "the cache is under a quarter of its bf16 size", s.compare(compression, 4) > 0,
             f"{format_number(results['compression'], 3)}× smaller than bf16")
-    gain = sim["values_token"] / sim["values_channel"]
-    s.judge("facts", "per-channel values would cut the value error by more than 2×", False,
-            f"values have no channel structure: the simulation gives {format_number(gain, 3)}× (per token over "
-            "per channel), and per-token values can be quantised the moment a token is written")
     s.judge("facts", "twice the query scale would make the key road outweigh the value road, even with per-channel "
             "keys", s.compare(2 * roads, 1) > 0,
             f"the ratio doubles to {format_number(2 * results['roads_channel'], 3)}")
-    s.judge("facts", "a value can be quantised as its token is written; a key waits for a group of 32 tokens", True,
-            "a value's scale spans its own token's channels; a key channel's scale spans 32 tokens, so the newest "
-            "keys wait (KIVI keeps them in the bf16 window and quantises a full group at a time)")
+    # Per-token keys at b + 3 bits against per-channel ones at b: the step shrinks with 2^b − 1, the range by α + 1.
+    bits, alpha_value = int(p.bits), int(p.outlier)
+    needed = (alpha_value + 1) * (2**bits - 1)
+    s.judge("facts", "per-token key scales would match per-channel keys with 3 more bits",
+            2 ** (bits + 3) - 1 >= needed,
+            f"per-token keys need 2^b' − 1 ≥ (α + 1)(2^b − 1) = {needed} levels; {bits + 3} bits give "
+            f"{2 ** (bits + 3) - 1}")
+    # Exact in fractions, in bf16 tokens' worth: the window at 16 bits, the rest at b_eff = b + 2·16/G.
+    T, R, b_eff = Fraction(p.context), Fraction(p.residual), bits + Fraction(2 * 16, KIVI_GROUP)
+    whole = R + (T - R) * b_eff / 16
+    saved = (R / 2) * (16 - b_eff) / 16 / whole
+    s.judge("facts", "halving the bf16 window would shrink this sequence's cache by more than 10%",
+            saved > Fraction(1, 10),
+            f"{format_number(float(R / 2))} tokens move from 16 to {format_number(float(b_eff), 3)} bits: "
+            f"{_pct(float(saved))} of the cache")
     # Independent roads add in quadrature: output error ∝ √(R² + 1) for either key layout.
     estimate = float(np.sqrt((results["roads_token"] ** 2 + 1) / (results["roads_channel"] ** 2 + 1)))
     s.judge("facts", "KIVI's layout leaves under a third of the output error of per-token scales for both",
