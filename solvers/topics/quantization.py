@@ -73,9 +73,10 @@ def fp8_kv_cache(p, s: Sheet) -> None:
 
     # Rounding: the scale slides values along a grid whose relative spacing does not depend on where.
     m = s.given("m", fmt.mantissa_bits, "", f"fraction bits of {fmt.name}")
-    s.step("rounding_bound", "Worst relative rounding error of a normal value", "eps", 2 ** -(m + 1), "%",
+    s.step("rounding_bound", "Unit roundoff: the bound on a normal value's relative rounding error", "eps",
+           2 ** -(m + 1), "%",
            f"half a unit in the last place of a significand in [1, 2): {fmt.name}'s exponent, and so the scale, "
-           "drops out")
+           "drops out (the supremum of |fl(x) − x|/|x| is u/(1 + u), a hair under u, at x just past 1 + u)")
     top = s.given("x_max", fmt.max, "", f"largest {fmt.name} value")
     bottom = s.given("x_min", fmt.min_normal, "", f"smallest normal {fmt.name} value")
     s.step("normal_binades", "Span of the normal range", "R", sympy.log(top / bottom, 2), "binades",
@@ -90,7 +91,7 @@ def fp8_kv_cache(p, s: Sheet) -> None:
                     f"a power-law tail makes a value {format_number(p.headroom)}× past the calibration max "
                     f"{format_number(p.headroom)}^{format_number(p.tail_index)} times rarer: the headroom counts as "
                     "that many times the calibration tokens")
-    P = s.step("clip_probability", "Chance the context holds a value past the clip point", "P_clip",
+    P = s.step("clip_probability", "Chance one layer's keys in the context pass their clip point", "P_clip",
                N / (N + n * h**nu), "%", headroom_why)
     N_even = s.step("even_context", "Context at which clipping turns more likely than not", "N_half", n * h**nu,
                     "tokens", "P_clip = 1/2 where N = n·h^ν")
@@ -102,12 +103,14 @@ def fp8_kv_cache(p, s: Sheet) -> None:
            "it is stored as the clip point: 1 − 1/r of it is gone, against a rounding error of at most ε")
 
     _fp8_kv_emulation(s, p, fmt)
-    _fp8_kv_levers(s, p)
+    _fp8_kv_levers(s, p, fmt)
 
     s.assume("One static scale per layer for keys and one for values (vLLM's k_scale and v_scale): the clip point "
              "is headroom × the calibration amax. vLLM's calculate_kv_scales takes amax/200 for keys and "
              "amax/100 for values from the first batch it sees (headroom 2.24 and 4.48 in E4M3); a calibrated "
-             "checkpoint maps the amax to the format's max (headroom 1).")
+             "checkpoint maps the amax to the format's max (headroom 1). The chance is one scale's: with a key and a "
+             "value scale in each of L layers the chance that some scale clips is higher still. Dynamic per-token "
+             "scales remove clipping altogether, at a scale per token and head stored beside the cache.")
     s.assume("Cache entries i.i.d. across tokens, with a power-law tail P(|x| > t) ∝ t^-ν; the channels cancel "
              "(n·d calibration values against N·d). At headroom 1 the clip probability is exact for any "
              "continuous distribution; with headroom it is the power-law tail's large-sample limit. Real caches "
@@ -143,9 +146,11 @@ def _fp8_kv_emulation(s: Sheet, p, fmt) -> None:
             f"sampling noise ({_pct(low_up)} below the normal range)")
 
 
-def _fp8_kv_levers(s: Sheet, p) -> None:
-    """Which changes leave this context more likely than not to fit under the clip point: N < n·h^ν,
-    decided in exact fractions (the parameters are short decimals and ν an integer)."""
+def _fp8_kv_levers(s: Sheet, p, fmt) -> None:
+    """Which single changes leave this context more likely than not to fit under the clip point:
+    N < n·h^ν after the change, decided in exact fractions (the parameters are short decimals and ν an
+    integer). Changes both ways, so the set that holds moves with the variant on either side; the other
+    format's rounding and range, one of which always holds, keep a true and a false option in every draw."""
     N, n, h, nu = Fraction(p.context), Fraction(p.calib_tokens), Fraction(str(p.headroom)), int(p.tail_index)
 
     def say(option: str, context: Fraction, calib: Fraction, headroom: Fraction, why: str) -> None:
@@ -153,16 +158,28 @@ def _fp8_kv_levers(s: Sheet, p) -> None:
         s.judge("levers", option, context < even, f"{why}: clipping turns even at {format_number(float(even), 3)} "
                 f"tokens against a context of {format_number(float(context), 3)}")
 
-    say("twice the headroom (the same calibration, the scale doubled)", N, n, 2 * h,
+    say("twice the headroom (the same calibration) leaves clipping less likely than not", N, n, 2 * h,
         "the clip point doubles, worth 2^ν times the calibration tokens")
-    say("calibrating on 16 times as many tokens", N, 16 * n, h, "16 times the calibration draws")
-    say("a context an eighth as long", N / 8, n, h, "an eighth of the draws that could pass the clip point")
-    s.judge("levers", "the other FP8 format (E4M3 for E5M2 or back), from the same calibration and headroom", False,
-            "the scale maps headroom × amax onto the format's max in either format: the clip point, and so "
-            "the chance of passing it, is the same; only the rounding changes")
-    s.judge("levers", "a scale computed per token as it is written (dynamic per-token scales)", True,
-            "every token's own amax sets its scale, so nothing clips; the price is a scale per token and head, "
-            "stored beside the cache and applied in the attention kernel")
+    say("half the headroom (the same calibration) leaves clipping less likely than not", N, n, h / 2,
+        "the clip point halves, worth 2^-ν times the calibration tokens")
+    say("16 times the calibration tokens leave clipping less likely than not", N, 16 * n, h,
+        "16 times the calibration draws")
+    say("a context an eighth as long leaves clipping less likely than not", N / 8, n, h,
+        "an eighth of the draws that could pass the clip point")
+    say("a context 8 times as long leaves clipping less likely than not", 8 * N, n, h,
+        "8 times the draws that could pass the clip point")
+    say("the other FP8 format, same calibration and headroom, leaves clipping less likely than not", N, n, h,
+        "the scale maps headroom × amax onto the format's max in either format, so the clip point and the chance "
+        "of passing it stay where they are; only the rounding changes")
+    other = FORMATS["e5m2" if fmt is E4M3 else "e4m3"]
+    s.judge("levers", "the other FP8 format halves the unit roundoff", other.mantissa_bits == fmt.mantissa_bits + 1,
+            f"{other.name} keeps {other.mantissa_bits} fraction bits against {fmt.name}'s {fmt.mantissa_bits}: "
+            f"u = 2^-{other.mantissa_bits + 1} against 2^-{fmt.mantissa_bits + 1}")
+    widen = math.log2(other.max / other.min_normal) - math.log2(fmt.max / fmt.min_normal)
+    s.judge("levers", "the other FP8 format widens the normal range by more than 10 binades", widen > 10,
+            f"{other.name}'s normal range spans {format_number(math.log2(other.max / other.min_normal), 3)} binades "
+            f"against {format_number(math.log2(fmt.max / fmt.min_normal), 3)}: "
+            f"{format_number(abs(widen), 3)} {'more' if widen > 0 else 'fewer'}")
 
 
 def _fp8_kv_regime(s: Sheet, p, N, N_even, r) -> None:
@@ -267,15 +284,18 @@ def kv_quant_keys_vs_values(p, s: Sheet) -> None:
     sim = _kv_roads_simulation(p)
     _kv_roads_givens(s, sim)
     share, compression = _kv_bookkeeping(s, p, b)
-    _kv_quant_select(s, sim, alpha=alpha, share=share, compression=compression, roads=R_ch, roads_token=R_tok)
+    _kv_quant_select(s, p, sim, alpha=alpha, share=share, compression=compression, roads=R_ch, roads_token=R_tok)
 
     s.assume(f"Keys: {OUTLIER_CHANNELS} of the {p.model.head_dim} channels sit at ±α (half each way), every entry "
              "spread uniformly over ±1 about its channel's mean; values the same with no outlier channels; query "
              "entries Gaussian with RMS β. Real key outliers (KIVI, KVQuant) are channel-fixed the same way. A "
              "per-token key scale spans the head's channels, outliers included, as any group holding one would.")
-    s.assume("Errors of step/√12 assume the entries spread across the step, and the key road is first order in "
-             "δs. Both fail for per-token keys at few bits: the ±1 channels all land on the inner levels, the score "
-             "noise outgrows the scores, and the simulated error exceeds the estimate; the ordering only sharpens.")
+    s.assume("The errors are the step/√12 estimate with each group's range the spread's full width (±1, or "
+             "±(α + 1) for a token's keys), as the prompt asks; a group of 32 uniform entries spans about ±0.94, "
+             "some 6% less. The estimate assumes the entries spread across the step, and the key road is first order "
+             "in δs. Both fail for per-token keys at few bits: the ±1 channels all land on the inner levels (at 2 "
+             "bits and α = 10 the exact RMS is about 2.9 against 2.1), the score noise outgrows the scores, and the "
+             "simulated output error exceeds the estimate; the ordering only sharpens.")
     s.assume(f"KIVI's layout: keys per channel over groups of {KIVI_GROUP} tokens, values per token over groups of "
              f"{KIVI_GROUP} channels, an fp16 scale and zero point per group; the newest R tokens stay in bf16 "
              "until a full group can be quantised.")
@@ -316,7 +336,7 @@ def _kv_bookkeeping(s: Sheet, p, b: sympy.Symbol) -> tuple[sympy.Symbol, sympy.S
                          "bf16 for every token, over the mix")
 
 
-def _kv_quant_select(s: Sheet, sim: dict[str, float], *, alpha, share, compression, roads, roads_token) -> None:
+def _kv_quant_select(s: Sheet, p, sim: dict[str, float], *, alpha, share, compression, roads, roads_token) -> None:
     """Which statements hold for this variant, each decided on the sheet's exact values; the
     simulation's figures stand in the reasons as a check."""
     results = s.results
@@ -328,16 +348,24 @@ def _kv_quant_select(s: Sheet, sim: dict[str, float], *, alpha, share, compressi
             f"{_pct(results['residual_share'])} of it")
     s.judge("facts", "the cache is under a quarter of its bf16 size", s.compare(compression, 4) > 0,
             f"{format_number(results['compression'], 3)}× smaller than bf16")
-    gain = sim["values_token"] / sim["values_channel"]
-    s.judge("facts", "per-channel values would cut the value error by more than 2×", False,
-            f"values have no channel structure: the simulation gives {format_number(gain, 3)}× (per token over "
-            "per channel), and per-token values can be quantised the moment a token is written")
     s.judge("facts", "twice the query scale would make the key road outweigh the value road, even with per-channel "
             "keys", s.compare(2 * roads, 1) > 0,
             f"the ratio doubles to {format_number(2 * results['roads_channel'], 3)}")
-    s.judge("facts", "a value can be quantised as its token is written; a key waits for a group of 32 tokens", True,
-            "a value's scale spans its own token's channels; a key channel's scale spans 32 tokens, so the newest "
-            "keys wait (KIVI keeps them in the bf16 window and quantises a full group at a time)")
+    # Per-token keys at b + 3 bits against per-channel ones at b: the step shrinks with 2^b − 1, the range by α + 1.
+    bits, alpha_value = int(p.bits), int(p.outlier)
+    needed = (alpha_value + 1) * (2**bits - 1)
+    s.judge("facts", "per-token key scales would match per-channel keys with 3 more bits",
+            2 ** (bits + 3) - 1 >= needed,
+            f"per-token keys need 2^b' − 1 ≥ (α + 1)(2^b − 1) = {needed} levels; {bits + 3} bits give "
+            f"{2 ** (bits + 3) - 1}")
+    # Exact in fractions, in bf16 tokens' worth: the window at 16 bits, the rest at b_eff = b + 2·16/G.
+    T, R, b_eff = Fraction(p.context), Fraction(p.residual), bits + Fraction(2 * 16, KIVI_GROUP)
+    whole = R + (T - R) * b_eff / 16
+    saved = (R / 2) * (16 - b_eff) / 16 / whole
+    s.judge("facts", "halving the bf16 window would shrink this sequence's cache by more than 10%",
+            saved > Fraction(1, 10),
+            f"{format_number(float(R / 2))} tokens move from 16 to {format_number(float(b_eff), 3)} bits: "
+            f"{_pct(float(saved))} of the cache")
     # Independent roads add in quadrature: output error ∝ √(R² + 1) for either key layout.
     estimate = float(np.sqrt((results["roads_token"] ** 2 + 1) / (results["roads_channel"] ** 2 + 1)))
     s.judge("facts", "KIVI's layout leaves under a third of the output error of per-token scales for both",
@@ -371,6 +399,8 @@ def _kv_roads_regime(s: Sheet, R_ch) -> None:
 # --- fp8-scale-formats ----------------------------------------------------------------------
 
 FORMAT_BLOCKS = 32  # blocks of 128 in the simulation: 4,096 values per distribution
+SAT_BLOCKS = 4096  # blocks in the saturating-share sample: its binomial noise under 0.7 points
+SAT_SHAPES = 256  # distinct blocks drawn for it, each placed at 16 magnitudes
 HOPPER_BLOCK = 128  # DeepSeek-V3: 1x128 activation tiles, 128x128 weight blocks, FP32 scales
 MX_BLOCK = 32  # OCP MX: 32 elements per E8M0 scale
 SCALE_RULES = {  # each E8M0 rule, and where it lands a block's amax
@@ -403,11 +433,12 @@ def _scale_rule_steps(s: Sheet, rule: str, x_max) -> tuple[sympy.Symbol, sympy.S
                              share, "%", why)
 
 
-def _format_blocks(rng: np.random.Generator, tail: str) -> np.ndarray:
-    """FORMAT_BLOCKS rows of 128 (a token's channels), each row at its own magnitude over 8 binades."""
-    shape = (FORMAT_BLOCKS, HOPPER_BLOCK)
+def _format_blocks(rng: np.random.Generator, tail: str, rows: int = FORMAT_BLOCKS,
+                   width: int = HOPPER_BLOCK) -> np.ndarray:
+    """`rows` rows of `width` (a token's channels), each row at its own magnitude over 8 binades."""
+    shape = (rows, width)
     x = rng.standard_normal(shape) if tail == "gaussian" else rng.standard_t(3, shape)
-    return x * np.exp2(rng.uniform(0, 8, (FORMAT_BLOCKS, 1)))
+    return x * np.exp2(rng.uniform(0, 8, (rows, 1)))
 
 
 def _format_simulation(s: Sheet, p) -> dict[str, tuple[float, float]]:
@@ -421,8 +452,10 @@ def _format_simulation(s: Sheet, p) -> dict[str, tuple[float, float]]:
         x = _format_blocks(rng, tail)
         ref = quantize_blocks(x, E4M3, HOPPER_BLOCK, "fp32")
         pool = quantize_blocks(x, E4M3, p.act_block, p.mx_rule)
-        blocks = x.reshape(-1, p.act_block)
-        amax = np.max(np.abs(blocks), axis=1)
+        # The saturating share on its own larger sample (a few dozen blocks would leave it several points off
+        # the closed form): SAT_SHAPES blocks' amaxes, each at SAT_BLOCKS/SAT_SHAPES magnitudes over 8 binades.
+        shapes = np.max(np.abs(_format_blocks(rng, tail, SAT_SHAPES, p.act_block)), axis=1)
+        amax = np.repeat(shapes, SAT_BLOCKS // SAT_SHAPES) * np.exp2(rng.uniform(0, 8, SAT_BLOCKS))
         found[tag] = sqnr_db(x, ref), sqnr_db(x, pool), float(np.mean(clipped(amax, E4M3, amax_scale(
             amax, E4M3, p.mx_rule))))
         source = (f"seeded E4M3 emulation, {x.size:,} {name} values in rows of 128 over 8 binades (seed from the "
@@ -430,7 +463,9 @@ def _format_simulation(s: Sheet, p) -> dict[str, tuple[float, float]]:
         s.given(f"S_ref_{tag}", found[tag][0], "dB", f"{source}: SQNR, FP32 scales per 128")
         s.given(f"S_pool_{tag}", found[tag][1], "dB",
                 f"the same values through this pool: {p.mx_rule} E8M0 scales per {p.act_block}")
-        s.given(f"s_sat_{tag}", found[tag][2], "%", "the same: share of this pool's blocks whose amax saturates")
+        s.given(f"s_sat_{tag}", found[tag][2], "%", f"the same emulation, {SAT_BLOCKS:,} {name} blocks of "
+                f"{p.act_block} ({SAT_SHAPES} drawn, each at 16 magnitudes over 8 binades): share whose amax "
+                f"saturates under the {p.mx_rule} rule")
         if tag == "g":
             scale = amax_scale(np.max(np.abs(x), axis=1, keepdims=True), E4M3, "fp32")
             once = quantize(x, E4M3, scale)
@@ -463,12 +498,13 @@ def fp8_scale_formats(p, s: Sheet) -> None:
         s.step("sqnr_weights_blackwell", "SQNR of the weights as the Blackwell pool holds them", "S_w", S0 - loss,
                "dB", "the tested weights, converted: a model nobody evaluated")
     else:
+        loss = s.given("dS", 0, "dB", "SQNR lost loading power-of-two scales into E8M0: none")
         s.step("sqnr_weights_blackwell", "SQNR of the weights as the Blackwell pool holds them", "S_w", S0, "dB",
                "the scales are powers of two already: E8M0 holds them exactly, each 128-block as four MX blocks, "
                "and the tested bytes load unchanged")
     overshoot, share = _scale_rule_steps(s, p.mx_rule, x_max)
     losses = _format_simulation(s, p)
-    _format_select(s, p, share)
+    _format_select(s, p, share, loss)
 
     s.assume("Hopper's block-scaled FP8 as in DeepSeek-V3: E4M3 everywhere, activations in 1×128 tiles quantised "
              "online, weights in 128×128 blocks, FP32 scales applied on CUDA cores between 128-deep WGMMA "
@@ -478,7 +514,10 @@ def fp8_scale_formats(p, s: Sheet) -> None:
              "per 32 along K; a 1×128 activation scale is fed as four equal MX scales.")
     s.assume("A block's amax sits anywhere in its binade, log-uniformly (activations span many binades): this sets "
              "the share of saturating blocks. The SQNR figure is the normal range's; clipping and subnormals are "
-             "what the simulation adds.")
+             "what the simulation adds. FP32-scaled weights convert onto E8M0 scales rounded up (no weight clips).")
+    s.assume("Users reach the Blackwell pool only after its build passes its own eval, whatever its bytes: the "
+             "block-scaled MMA applies scales and accumulates inside the tensor core, where Hopper's WGMMA "
+             "promotes partial sums to CUDA cores every 128, so no Blackwell build computes the tested numerics.")
     if p.mx_rule == "ocp-mx":
         s.slip("the OCP rule taken as floor(log2(amax/448)): every block saturating", 1 / s.value(share),
                on="act_saturating_share")
@@ -488,25 +527,27 @@ def fp8_scale_formats(p, s: Sheet) -> None:
     _format_regime(s, p, overshoot, losses)
 
 
-def _format_select(s: Sheet, p, share) -> None:
+def _format_select(s: Sheet, p, share, loss) -> None:
     """Gates and fallbacks: each statement holds or not from the checkpoint's scales, the pool's rule and
-    its activation blocks."""
+    its activation blocks. Whether the pool needs its own eval is no option: it always does (an assumption)."""
     same_bytes = p.hopper_scales == "ue8m0"
-    same_numerics = same_bytes and p.mx_rule == "up" and p.act_block == HOPPER_BLOCK
-    rule = f"the pool's activations use {p.mx_rule} E8M0 scales per {p.act_block}"
+    same_activations = same_bytes and p.mx_rule == "up" and p.act_block == HOPPER_BLOCK
+    tested = "round-up power-of-two scales per 128" if same_bytes else "FP32 scales per 128"
     s.judge("gates", "the Blackwell pool can load the tested weights, bytes and scales, unchanged", same_bytes,
             "power-of-two scales are exact in E8M0 and a 128-block is four MX blocks" if same_bytes else
             "FP32 scales are not powers of two: every block must be re-rounded onto a new grid")
-    s.judge("gates", "the Blackwell pool computes exactly the numerics that were evaluated", same_numerics,
-            f"{'the same bytes' if same_bytes else 'converted weights'}, and {rule} against the tested round-up "
-            "per 128" + ("" if same_numerics else ": a different model, numerically"))
-    s.judge("gates", "users may be routed to the Blackwell pool only after this build passes its own eval",
-            not same_numerics, "its numerics differ from the tested build, so the Hopper eval does not cover it"
-            if not same_numerics else "bit-identical numerics: the Hopper eval covers it (a canary still checks)")
+    s.judge("gates", "the pool quantises activations to the tested build's bytes and scales", same_activations,
+            f"the pool's activations use {p.mx_rule} E8M0 scales per {p.act_block}; the tested build's used "
+            f"{tested}" + (": the same scale on every block, so the same codes" if same_activations else
+                           ": other scales, so other codes"))
     s.judge("gates", "more than 10% of this pool's activation blocks saturate", s.compare(share, sympy.Rational(1, 10))
             > 0, f"{_pct(s.results['act_saturating_share'])} of blocks under the {p.mx_rule} rule")
-    s.judge("gates", "re-quantising from the bf16 master, not converting the FP8 checkpoint, avoids rounding twice",
-            True, "one rounding from the master weights, whatever the scale rule; the result still needs its eval")
+    s.judge("gates", "more than a quarter of this pool's activation blocks saturate",
+            s.compare(share, sympy.Rational(1, 4)) > 0,
+            f"{_pct(s.results['act_saturating_share'])} of blocks under the {p.mx_rule} rule")
+    s.judge("gates", "the weights reach this pool more than 2 dB below the SQNR that was tested",
+            s.compare(loss, 2) > 0, f"{format_number(s.value(loss), 3)} dB lost on the way: " + (
+                "the tested bytes load as they are" if same_bytes else "rounded again onto power-of-two scales"))
     s.judge("gates", "the pool's activation scales keep the tested 1×128 granularity", p.act_block == HOPPER_BLOCK,
             f"one scale per {p.act_block} activations" + ("" if p.act_block == HOPPER_BLOCK else
                                                           ": each 32-block takes its own amax, a finer grid"))
@@ -646,7 +687,7 @@ def fp8_attention_quant_points(p, s: Sheet) -> None:
                   "", "quantise k − mean(k), keep q·mean(k) exact (it is the same for every token): only the "
                   "unit spread is rounded")
     jitter = s.given("c_TV", math.sqrt(2 * math.pi), "", "√(2π): E|δ| = δ_rms·√(2/π) for Gaussian jitter")
-    r_K = s.step("", "Key point: attention mass misplaced", "r_K", ds / jitter, "%",
+    r_K = s.step("key_misplaced", "Key point: share of the output misplaced", "r_K", ds / jitter, "%",
                  "scores jittered by δ move half of E|δ| of the mass: δ_rms/√(2π)")
     # 2. Probabilities: exp(s − m) ≤ 1 lives near zero, where E4M3 runs out of range.
     e_sub = s.given("e_sub", E4M3.mantissa_bits - E4M3.min_exponent, "", "E4M3's smallest subnormal is 2^-9")
@@ -671,7 +712,7 @@ def fp8_attention_quant_points(p, s: Sheet) -> None:
     k_mma = s.given("k_mma", MMA_K, "tokens", "tokens per FP8 WGMMA (k = 32)")
     e_acc = s.step("acc_error", "Bound on P·V's relative error, accumulated in the tensor core", "e_acc",
                    T / k_mma * 2**-f_acc, "%", "T/32 chopped adds, each losing under one unit of the 13th bit")
-    e_typ = s.step("", "Its typical size", "e_typ", e_acc / (8 * sympy.log(2)), "%",
+    e_typ = s.step("acc_error_typical", "Its typical size", "e_typ", e_acc / (8 * sympy.log(2)), "%",
                    "each chop loses half a unit on average, a unit being 2^-13/f of the sum (E[1/f] = 1/(2 ln 2)), "
                    "and the sum has grown to half its final size on average")
     s.step("acc_error_promoted", "The bound, promoted to FP32 every N_c tokens", "e_acc_p",
@@ -683,8 +724,8 @@ def fp8_attention_quant_points(p, s: Sheet) -> None:
     probs = _probability_point(rng, p.score_spread, int(p.context))
     acc = _accumulator_point(rng, probs["p"][:ACC_TOKENS], int(p.promote))
     _attention_points_givens(s, keys, probs, acc)
-    _attention_fixes(s, p, keys, ds=ds, ds_c=ds_c, flushed=(f_P, f_P448), promoted=N_c / k_mma * 2**-f_acc,
-                     e_acc=e_acc)  # the fixes judge the bound, as DeepSeek-V3 reports its maximum
+    _attention_fixes(s, p, ds=ds, ds_c=ds_c, flushed=(f_P, f_P448), promoted=N_c / k_mma * 2**-f_acc,
+                     e_acc=e_acc, r_K=r_K)  # the fixes judge the bound, as DeepSeek-V3 reports its maximum
 
     s.assume(f"One head of dim {HEAD_DIM}; keys with unit spread and {ATTN_OUTLIERS} channels offset by ±α; scores "
              "Gaussian with spread β across tokens (queries and centred keys alike), so the largest of T sits near "
@@ -692,8 +733,14 @@ def fp8_attention_quant_points(p, s: Sheet) -> None:
     s.assume("P is cast as exp(s − m) with m the row's final max (online softmax flushes a little more early "
              "on); flushing is the loss that counts, subnormals keep the rest at reduced precision.")
     s.assume("The FP8 tensor-core accumulator is modelled as keeping 13 fraction bits and chopping the rest at each "
-             "k = 32 WGMMA (DeepSeek-V3 measures about 14 bits on H800); values of one sign are the worst case. "
-             "The three errors are compared as the share of the output they misplace.")
+             "k = 32 WGMMA (DeepSeek-V3 measures about 14 bits on H800). The bound is relative to Σ p·|v|, the "
+             "output itself for values of one sign (the simulation's); mixed-sign values cancel in o and not in "
+             "the chopped bits, so the error relative to |o| can pass it, as DeepSeek-V3's ~2% at K = 4096 passes "
+             "this 1.56%.")
+    s.assume("The three errors are compared as the share of the output they misplace, each at its typical size: "
+             "the keys' δs_rms/√(2π), the flushed mass, the accumulator's typical error (its bound over 8 ln 2). "
+             "Significands of the rounded keys are taken log-uniform (E[1/f²] = 3/(8 ln 2)); the outlier entries "
+             "near ±α sit in one binade and move this by a few percent.")
     s.slip("promotion forgotten", s.evaluate(T / N_c), on="acc_error_promoted")
     s.slip("the √(1 + n_o·α²/d) of the outlier offsets left out", s.evaluate(1 / k_rms), on="key_score_error")
     _attention_regime(s, {"keys": r_K, "probabilities": f_P, "accumulator": e_typ})
@@ -712,25 +759,32 @@ def _attention_points_givens(s: Sheet, keys: dict, probs: dict, acc: dict) -> No
     s.given("e_acc_p_sim", acc["promoted"], "%", "the same, promoted to FP32 every N_c tokens")
 
 
-def _attention_fixes(s: Sheet, p, keys: dict, *, ds, ds_c, flushed, promoted, e_acc) -> None:
+def _attention_fixes(s: Sheet, p, *, ds, ds_c, flushed, promoted, e_acc, r_K) -> None:
     """Which fix addresses which point, judged on this variant's numbers."""
-    s.judge("fixes", "per-channel key scales would cut the key score error by more than 2×", False,
-            f"E4M3's grid is relative: a channel's own scale slides its values, it does not refine them (the "
-            f"simulation: {_pct(keys['tensor'])} misplaced per tensor, {_pct(keys['channel'])} per channel)")
-    s.judge("fixes", "subtracting the keys' channel means would cut the key score error by more than 2×",
-            s.compare(ds, 2 * ds_c) > 0, f"√(1 + n_o·α²/d) = {format_number(s.value(ds) / s.value(ds_c), 3)}×")
-    s.judge("fixes", "after subtracting the key means, the q·mean(k) term can be dropped from the scores", True,
-            "it adds the same amount to every score of a row, and softmax ignores a shift")
     unscaled, scaled = flushed
-    s.judge("fixes", "scaling P by 448 before the cast would keep more than 1% of the attention mass",
-            s.compare(unscaled - scaled, sympy.Rational(1, 100)) > 0,
+    # The flushed masses are floats (Φ evaluated numerically), so their comparisons are on values: no exact
+    # tie exists to decide, and sympy's comparison of them costs milliseconds.
+    s.judge("fixes", "the FP8 keys misplace more of the output than an unscaled P flushes",
+            s.value(r_K) > s.value(unscaled),
+            f"{_pct(s.value(r_K))} misplaced by the keys against {_pct(s.value(unscaled))} flushed")
+    s.judge("fixes", "subtracting the keys' channel means would cut the key score error by more than 2.5×",
+            s.compare(ds, sympy.Rational(5, 2) * ds_c) > 0,
+            f"√(1 + n_o·α²/d) = {format_number(s.value(ds) / s.value(ds_c), 3)}× (per-channel scales would not help: "
+            "E4M3's grid is relative, a channel's own scale slides its values without refining them)")
+    s.judge("fixes", "promoting every N_c tokens cuts the accumulator's bound by more than 200×",
+            s.compare(e_acc, 200 * promoted) > 0,
+            f"T/N_c = {format_number(p.context / p.promote, 3)}: the bound scales with the chopped adds in a chain")
+    s.judge("fixes", "an unscaled P flushes more than 10% of the attention mass",
+            s.value(unscaled) > 0.1, f"{_pct(s.value(unscaled))} of it below 2^-10")
+    s.judge("fixes", "scaling P by 448 before the cast would leave under 0.1% of the attention mass flushed",
+            s.value(scaled) < 0.001,
             f"{_pct(s.value(unscaled))} flushed unscaled, {_pct(s.value(scaled))} scaled")
     s.judge("fixes", "promoting the accumulator to FP32 every N_c tokens keeps its error under 0.1%",
             s.compare(promoted, sympy.Rational(1, 1000)) < 0,
             f"{format_number(p.promote / MMA_K)} chopped adds: {_pct(s.results['acc_error_promoted'])}")
-    s.judge("fixes", "without promotion the accumulator misses by more than DeepSeek-V3's ~2% at K = 4096",
+    s.judge("fixes", "over this context the unpromoted bound passes the ~2% DeepSeek-V3 measured at K = 4096",
             s.compare(e_acc, sympy.Rational(2, 100)) > 0, f"{_pct(s.value(e_acc))} over {format_number(p.context)} "
-            "tokens")
+            "tokens (1.56% at 4,096)")
 
 
 def _attention_regime(s: Sheet, errors: dict[str, sympy.Symbol]) -> None:
@@ -743,7 +797,7 @@ def _attention_regime(s: Sheet, errors: dict[str, sympy.Symbol]) -> None:
            "accumulator": "promote the accumulator to FP32 every 128 tokens"}  # DeepSeek-V3's N_C
     summary = (f"The {first} point dominates: {shown[first]} of the output misplaced against {shown[second]} for the "
                f"{second} and {shown[ranked[2]]} for the {ranked[2]} (the accumulator's figure is its typical error, "
-               f"a fifth of its bound). Fix it first: {fix[first]}.")
+               f"its bound over 8 ln 2). Fix it first: {fix[first]}.")
     s.set_regime(first, summary, errors[second], errors[first],
                  f"Were the {second} point's error past {shown[first]}, it would lead, and the first fix would be "
                  f"to {fix[second]}.")
