@@ -106,7 +106,7 @@ class InfradrillApp(App):
     COMMANDS = App.COMMANDS | {ActionCommands, QuestionCommands}
     BINDINGS = [
         Binding("f1", "help", "Help"),
-        Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("ctrl+q", "quit", "Quit", priority=True, show=False),  # the footer's 80 columns go to the screen
     ]
 
     mock_questions = 5

@@ -32,7 +32,7 @@ class BrowseScreen(AppScreen):
         for q in self.questions:
             table.add_row(*plain(q.group, q.id, q.topic, q.title), key=q.id)
         yield table
-        yield Footer()
+        yield Footer(compact=True)
 
     def _selected(self) -> str | None:
         return selected_key(self.query_one(DataTable))

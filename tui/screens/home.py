@@ -27,8 +27,8 @@ class HomeScreen(AppScreen):
         Binding("d", "app.drill", "Drill"),
         Binding("b", "app.browse", "Browse"),
         Binding("r", "app.random_question", "Random"),
-        Binding("v", "app.enter_code", "Variant code"),
-        Binding("m", "app.mock", "Mock interview"),
+        Binding("v", "app.enter_code", "Code"),
+        Binding("m", "app.mock", "Mock"),
         Binding("p", "app.past_mocks", "Past mocks", show=False),
         Binding("s", "app.stats", "Stats"),
         Binding("f1", "app.help", "Help"),
@@ -52,7 +52,7 @@ class HomeScreen(AppScreen):
                 id="menu",
             )
             yield Static("Loading the bank…", id="bank-status")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.call_after_refresh(self.infradrill.after_first_paint)

@@ -49,7 +49,7 @@ class InterviewerScreen(AppScreen):
             with Horizontal(id="sides"):
                 yield Static(solution.prompt, id="candidate-side")
                 yield Static(self._key(), id="key-side")
-        yield Footer()
+        yield Footer(compact=True)
 
     def _key(self) -> Table:
         table = Table(title="Answer key", show_header=False, expand=True)

@@ -55,7 +55,7 @@ class MockSheetScreen(AppScreen):
             table.add_row(*plain(attempt.question_id, f"{right}/{len(attempt.answers)}", time_taken, slips),
                           key=attempt.uid)
         yield table
-        yield Footer()
+        yield Footer(compact=True)
 
     def action_review(self) -> None:
         if (uid := selected_key(self.query_one(DataTable))) is not None:
@@ -86,7 +86,7 @@ class PastMocksScreen(Screen):
         yield table
         if not table.row_count:
             yield Static("No mock interviews yet: press m on the home screen to start one.")
-        yield Footer()
+        yield Footer(compact=True)
 
     def action_open(self) -> None:
         if (mock_id := selected_key(self.query_one(DataTable))) is not None:

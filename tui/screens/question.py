@@ -90,7 +90,7 @@ class QuestionScreen(AppScreen):
             for number, spec in enumerate(asked, 1):
                 yield AnswerField(spec, number, self.solution.shown.get(spec.key, ()))
             yield Static("", id="hints")
-        yield Footer()
+        yield Footer(compact=True)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "skip_followup":

@@ -110,7 +110,7 @@ class SolutionScreen(AppScreen):
             if self.solution.question.chart:
                 yield Static("[dim]Sweeping the variant for the chart…[/dim]", id="chart")
             yield Static(notes(self.solution), id="notes")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#solution-body").focus()

@@ -50,4 +50,4 @@ class StatsScreen(Screen):
                          classes="caption")
             yield Sparkline([summary.per_day.get(day, 0) for day in days], summary_function=max, id="per-day")
             yield Static(escape(format_summary(summary)), id="stats")
-        yield Footer()
+        yield Footer(compact=True)

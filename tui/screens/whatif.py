@@ -95,7 +95,7 @@ class WhatIfScreen(Screen):
             yield Static(id="whatif-answers")
             yield Static(id="whatif-regime")
             yield Static(id="whatif-chart")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self._solve()
