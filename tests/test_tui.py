@@ -422,6 +422,6 @@ def test_help_lists_the_keys_of_the_screen_it_opens_over():
             return pages
 
     home, question = asyncio.run(scenario())
-    assert "Mock interview" in home and "Submit" not in home
-    assert "Submit" in question and "Hint" in question and "Mock interview" not in question
+    assert "Drill" in home and "Mock" in home and "Submit" not in home
+    assert "Submit" in question and "Hint" in question and "Mock" not in question
     assert "Copy selected text" not in home + question
