@@ -289,27 +289,45 @@ class Reviewer:
         return not self.questions or question_id in self.questions
 
     def due_now(self, now: datetime | None = None) -> list[str]:
-        """Question ids due at `now`, most overdue first."""
-        return [qid for qid, _ in self.store.due_cards(utc(now or now_utc())) if self._known(qid)]
+        """Question ids due at `now`, most overdue first (none suspended or buried)."""
+        now = utc(now or now_utc())
+        held = self.store.held(now)
+        return [qid for qid, _ in self.store.due_cards(now) if self._known(qid) and qid not in held]
 
     def due_today(self, now: datetime | None = None) -> list[str]:
         """Question ids due before the end of the local day (those due now included)."""
+        now = utc(now or now_utc())
+        _, end = day_bounds(now, self.tz)
+        held = self.store.held(now)
+        return [qid for qid, _ in self.store.due_cards(end - timedelta(microseconds=1))
+                if self._known(qid) and qid not in held]
+
+    def suspend(self, question_id: str) -> None:
+        """Out of the drill until released (its card and history are kept)."""
+        self.store.hold(question_id, "suspended")
+
+    def bury(self, question_id: str, now: datetime | None = None) -> datetime:
+        """Out of the drill until the start of the next local day; returns that time."""
         _, end = day_bounds(utc(now or now_utc()), self.tz)
-        return [qid for qid, _ in self.store.due_cards(end - timedelta(microseconds=1)) if self._known(qid)]
+        self.store.hold(question_id, "buried", end)
+        return end
+
+    def release(self, question_id: str) -> None:
+        self.store.release(question_id)
 
     def introduced_today(self, now: datetime | None = None) -> int:
         start, end = day_bounds(utc(now or now_utc()), self.tz)
         return sum(start <= first < end for qid, first in self.store.first_reviews().items() if self._known(qid))
 
-    def introduction_order(self) -> list[str]:
-        """Every question of the bank never reviewed, in the order new users meet them."""
-        seen = set(self.store.first_reviews())
+    def introduction_order(self, now: datetime | None = None) -> list[str]:
+        """Every question of the bank never reviewed nor held out, in the order new users meet them."""
+        seen = set(self.store.first_reviews()) | set(self.store.held(utc(now or now_utc())))
         return [q.id for q in prerequisites_first(self.questions.values()) if q.id not in seen]
 
     def new_questions(self, now: datetime | None = None) -> list[str]:
         """New questions still allowed today, under the daily cap, in introduction order."""
         left = max(0, self.settings.new_per_day - self.introduced_today(now))
-        return self.introduction_order()[:left]
+        return self.introduction_order(now)[:left]
 
     def next_question(self, now: datetime | None = None) -> str | None:
         """What a drill session asks next: the most overdue card, else a new question, else None."""
@@ -323,7 +341,7 @@ class Reviewer:
         now = utc(now or now_utc())
         introduced = self.introduced_today(now)
         return DueSummary(len(self.due_now(now)), len(self.due_today(now)),
-                          min(max(0, self.settings.new_per_day - introduced), len(self.introduction_order())),
+                          min(max(0, self.settings.new_per_day - introduced), len(self.introduction_order(now))),
                           introduced)
 
     def retrievability(self, now: datetime | None = None) -> dict[str, float]:

@@ -84,6 +84,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE attempts ADD COLUMN suggested INTEGER CHECK (suggested BETWEEN 1 AND 4)",
         "CREATE INDEX attempts_by_mock ON attempts (mock_id)",
     ),
+    (  # v3: questions held out of the drill, as Anki's suspend (until released) and bury (until a time)
+        """CREATE TABLE holds (
+            question_id TEXT PRIMARY KEY,
+            kind TEXT NOT NULL CHECK (kind IN ('suspended', 'buried')),
+            until TEXT
+        )""",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -273,6 +280,7 @@ _ROW_CHECKS = (
                                   ("card_before", lambda v: v is None or _is_card(v)))),
     ("cards", "card", "question_id", (("card", _is_card), ("due", _is_time))),
     ("mocks", "mock interview", "id", (("started", _is_time), ("finished", lambda v: v is None or _is_time(v)))),
+    ("holds", "suspended or buried question", "question_id", (("until", lambda v: v is None or _is_time(v)),)),
 )
 
 

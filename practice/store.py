@@ -203,6 +203,23 @@ class ProgressStore:
                           (to_text(before),))
         return [(qid, card_from_json(text)) for qid, text in rows]
 
+    # Holds: questions kept out of the drill ----------------------------------------------------
+    def hold(self, question_id: str, kind: str, until: datetime | None = None) -> None:
+        """Suspend a question (kind 'suspended': until released) or bury it ('buried': until `until`)."""
+        with self.transaction() as conn:
+            conn.execute("INSERT INTO holds (question_id, kind, until) VALUES (?, ?, ?) ON CONFLICT (question_id) "
+                         "DO UPDATE SET kind = excluded.kind, until = excluded.until",
+                         (question_id, kind, to_text(until) if until is not None else None))
+
+    def release(self, question_id: str) -> None:
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM holds WHERE question_id = ?", (question_id,))
+
+    def held(self, now: datetime) -> dict[str, str]:
+        """Questions held out at `now`, with how: suspended, or buried until a time still to come."""
+        rows = self._read("SELECT question_id, kind, until FROM holds")
+        return {qid: kind for qid, kind, until in rows if kind == "suspended" or (until and from_text(until) > now)}
+
     def save_card(self, question_id: str, card: Card) -> None:
         with self.transaction() as conn:
             put_card(conn, question_id, card)

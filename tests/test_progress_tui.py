@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+from practice.records import now_utc
 from practice.store import open_store
 from solvers.bank import load_bank
 from solvers.data import load_catalog
@@ -237,3 +238,23 @@ def test_leaving_a_mock_asks_first(tmp_path, monkeypatch):
     asked, notices, mock = asyncio.run(_leaving_a_mock())
     assert asked and any("Press Esc again to leave the mock" in n for n in notices)
     assert mock is None
+
+
+def test_browse_suspends_and_releases_the_question_under_the_cursor(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path))
+
+    async def scenario():
+        async with running_app() as (app, pilot):
+            await pilot.press("b")
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "BrowseScreen")
+            table = app.screen.query_one("#bank")
+            qid = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+            store = app.loaded_drill.reviewer.store
+            await pilot.press("s")
+            suspended = (dict(store.held(now_utc())), str(table.get_row(qid)[-1]))
+            await pilot.press("s")
+            return qid, suspended, dict(store.held(now_utc())), str(table.get_row(qid)[-1])
+
+    qid, (held, cell), released, cleared = asyncio.run(scenario())
+    assert held == {qid: "suspended"} and cell == "suspended"
+    assert released == {} and cleared == ""

@@ -339,3 +339,19 @@ def test_pick_mock_spreads_across_topics():
     assert picked == pick_mock(bank, 3, random.Random(1))  # seeded: reproducible
     assert len(pick_mock(bank, 5, random.Random(2))) == 5
     assert sorted(pick_mock(bank, 50, random.Random(3))) == sorted(q.id for q in bank)
+
+
+def test_a_suspended_question_leaves_the_drill_until_released_and_a_buried_one_until_tomorrow(store):
+    reviewer = Reviewer(store, [Q("f-one", "F"), Q("f-two", "F"), Q("f-three", "F")], tz=UTC)
+    for qid in ("f-one", "f-two"):
+        submit(reviewer, question_id=qid, verdicts=(WRONG, WRONG))  # Again: due in a minute
+    later = T0 + timedelta(minutes=5)
+    assert reviewer.due_now(later) == ["f-one", "f-two"]
+    reviewer.suspend("f-one")
+    assert reviewer.bury("f-two", later) == datetime(2025, 3, 4, tzinfo=UTC)  # the next local midnight
+    reviewer.suspend("f-three")  # never reviewed: not introduced either
+    assert reviewer.due_now(later) == [] and reviewer.due_today(later) == []
+    assert "f-three" not in reviewer.introduction_order(later)
+    assert reviewer.due_now(datetime(2025, 3, 4, 1, tzinfo=UTC)) == ["f-two"]  # the bury ran out; suspend did not
+    reviewer.release("f-one")
+    assert reviewer.due_now(later) == ["f-one"] and store.card("f-one") is not None  # its schedule kept

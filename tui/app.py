@@ -171,10 +171,12 @@ class InfradrillApp(App):
 
     # Actions bound on the screens ------------------------------------------------------
     def action_browse(self) -> None:
+        from practice.records import now_utc
         from tui.screens.browse import BrowseScreen
 
         if (drill := self._bank_ready(then=self.action_browse)) is not None:
-            self.push_screen(BrowseScreen(drill.questions()))
+            held = drill.reviewer.store.held(now_utc()) if drill.reviewer is not None else {}
+            self.push_screen(BrowseScreen(drill.questions(), held))
 
     def action_random_question(self) -> None:
         if (drill := self._bank_ready(then=self.action_random_question)) is not None and drill.bank.questions:
@@ -212,11 +214,14 @@ class InfradrillApp(App):
 
     def action_mock(self) -> None:
         """A mock interview: questions across topics, a clock per question, no hints, a score sheet."""
+        from practice.records import now_utc
         from practice.review import pick_mock
 
         if (drill := self._bank_ready(then=self.action_mock)) is None or drill.reviewer is None:
             return
-        questions = pick_mock(drill.bank.questions.values(), self.mock_questions, drill.rng)
+        held = drill.reviewer.store.held(now_utc())  # a suspended question stays out of mocks too
+        questions = pick_mock([q for q in drill.bank.questions.values() if held.get(q.id) != "suspended"],
+                              self.mock_questions, drill.rng)
         mock_id = drill.reviewer.store.start_mock(len(questions), self.mock_budget_seconds)
         self.mock = MockRun(mock_id, questions, self.mock_budget_seconds, drill.reviewer.store)
         self.notify(f"Mock interview: {len(questions)} questions, {self.mock_budget_seconds // 60} minutes each, "

@@ -18,21 +18,37 @@ class BrowseScreen(AppScreen):
         Binding("enter", "open", "Open (new variant)", priority=True),
         Binding("d", "open_default", "Default variant"),
         Binding("i", "open_as_interviewer", "As interviewer"),
+        Binding("s", "toggle_suspend", "Suspend/release", show=False),
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
-    def __init__(self, questions: list[Question]) -> None:
+    def __init__(self, questions: list[Question], held: dict[str, str] | None = None) -> None:
         super().__init__()
         self.questions = questions
+        self.held = dict(held or {})  # question id -> suspended | buried
 
     def compose(self) -> ComposeResult:
         yield Header()
         table: DataTable[Text] = DataTable(cursor_type="row", zebra_stripes=True, id="bank")
-        table.add_columns("group", "id", "topic", "title")
+        table.add_columns("group", "id", "topic", "title", "held")
         for q in self.questions:
-            table.add_row(*plain(q.group, q.id, q.topic, q.title), key=q.id)
+            table.add_row(*plain(q.group, q.id, q.topic, q.title, self.held.get(q.id, "")), key=q.id)
         yield table
         yield Footer(compact=True)
+
+    def action_toggle_suspend(self) -> None:
+        """Suspend the question under the cursor, or release it if it is held (suspended or buried)."""
+        reviewer = self.infradrill.loaded_drill.reviewer
+        if (qid := self._selected()) is None or reviewer is None:
+            return
+        if qid in self.held:
+            reviewer.release(qid)
+            del self.held[qid]
+        else:
+            reviewer.suspend(qid)
+            self.held[qid] = "suspended"
+        table = self.query_one(DataTable)
+        table.update_cell(qid, table.ordered_columns[-1].key, Text(self.held.get(qid, "")))
 
     def _selected(self) -> str | None:
         return selected_key(self.query_one(DataTable))

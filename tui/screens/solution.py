@@ -42,6 +42,8 @@ class SolutionScreen(AppScreen):
         Binding("3", "rate(3)", "Good", show=False),
         Binding("4", "rate(4)", "Easy", show=False),
         Binding("u", "undo_rating", "Undo rating", show=False),
+        Binding("minus", "bury", "Bury until tomorrow", show=False),  # Anki's keys
+        Binding("at", "suspend", "Suspend", show=False),
         Binding("n", "new_variant", "Next"),
         Binding("a", "again", "Answer again"),
         Binding("w", "what_if", "What if"),
@@ -184,6 +186,18 @@ class SolutionScreen(AppScreen):
         if self._rate(rating):
             self.rating, self.rated = rating, previous is not None
             self.query_one("#rating", Static).update(self._rating_text())
+
+    def action_bury(self) -> None:
+        """Out of the drill until tomorrow (Anki's bury): its card keeps its schedule."""
+        if (reviewer := self.infradrill.loaded_drill.reviewer) is not None:
+            until = reviewer.bury(self.solution.question.id)
+            self.notify(f"Buried until {until.astimezone():%a %d %b %H:%M}: the drill skips it till then.")
+
+    def action_suspend(self) -> None:
+        """Out of the drill until released from the bank's list (s there)."""
+        if (reviewer := self.infradrill.loaded_drill.reviewer) is not None:
+            reviewer.suspend(self.solution.question.id)
+            self.notify("Suspended: the drill skips it until you release it (Browse, s).")
 
     def _rate(self, rating: int) -> bool:
         reviewer = self.infradrill.loaded_drill.reviewer
