@@ -76,7 +76,7 @@ def test_experts_per_batch_default(variant):
     shared = 671e9 - ROUTED  # 17.1 GB outside the routed experts
     assert results["touched"] == pytest.approx(256 * phi)  # 163.3
     assert results["batch_95"] == pytest.approx(math.log(0.05) / math.log(31 / 32))  # 94.4
-    assert results["active_bytes"] == 37.5e9  # the published active count, one byte each
+    assert results["active_bytes"] == 37.5e9  # the catalogue's config count (input embedding in), one byte each
     assert results["step_bytes"] == pytest.approx(shared + phi * ROUTED)  # 434 GB
     assert results["bytes_ratio"] == pytest.approx((shared + phi * ROUTED) / 37.5e9)  # 11.6x
     assert results["tokens_per_expert"] == pytest.approx(32 * 8 / (256 * phi))  # 1.57
@@ -110,6 +110,19 @@ def test_experts_per_batch_follow_up_crosses_into_compute(variant, catalog):
     assert results["step_time"] == pytest.approx(step)
     assert results["advantage"]["A dense model of the same total size would take at least twice as long for this step"]
     assert not results["advantage"]["A dense model of the active size would run this step at least twice as fast"]
+
+
+def test_experts_per_batch_step_time_sums_each_piece_on_its_roofline(variant):
+    """1,500 tokens: the shared weights are compute-bound (1,500 > 295 tokens) while each expert, with 47 tokens,
+    waits on its read. The prompt's step time sums max(read, math) piece by piece: 13.8 ms, where one roofline over
+    the step's totals (max of all bytes, all FLOPs) would give 12.5 ms."""
+    results = variant("moe-experts-per-batch@default+batch=1500").sheet.results
+    phi = 1 - (31 / 32) ** 1500
+    shared = 671e9 - ROUTED
+    pieces = (max(shared / 3.35e12, 2 * shared * 1500 / 1978.9e12) + phi * ROUTED / 3.35e12) / 16
+    whole = max((shared + phi * ROUTED) / 3.35e12, 2 * (shared + ROUTED / 32) * 1500 / 1978.9e12) / 16
+    assert results["step_time"] == pytest.approx(pieces)  # 13.8 ms
+    assert abs(whole / pieces - 1) > 0.05  # 12.5 ms: the reading the prompt rules out
 
 
 def test_experts_per_batch_crossover_is_exact(variant):
