@@ -356,8 +356,19 @@ def test_training_layout_default(variant, catalog):
     assert results["a2a_nic"] == pytest.approx(tokens * per_token / 2 / 50e9)  # 4.3 s
     assert results["hot_stretch"] == pytest.approx(49 / 48)  # one hot expert among 48 on the GPU
     assert results["regime"] == "ep-stays-in-nvlink"
-    assert results["failure_modes"]["All-to-all congestion if the EP group spanned two NVLink domains"]
-    assert not results["failure_modes"]["Router imbalance stretches each MoE layer by more than 10%"]
+    modes = results["failure_modes"]
+    assert modes["Spread over two NVLink domains, the all-to-all would take a third of the compute time or more"]
+    assert not modes["Router imbalance stretches each MoE layer by 15% or more"]
+    assert modes["Even with EP inside NVLink, the all-to-all takes more than 8% of the step"]  # 0.42 of 3.84 s: 10.9%
+    assert modes["Holding the training state alone takes at least 2% of the job's GPUs"]  # 122 of 4,096: 3.0%
+    assert modes["The state forces a pipeline of 4 stages or more"]
+
+
+def test_training_layout_prompt_gives_what_the_depth_needs(variant):
+    """PP_min = 4.2 rounds to 8 only because EP·PP·DP must fill the GPUs in powers of two, and the 4.2 needs the
+    expert width (N_experts = 60 x 384 x 3 x 7168 x 2048): the prompt states both."""
+    prompt = variant("moe-1t-training-layout@default").prompt
+    assert "EP·PP·DP = the GPUs, each a power of two" in prompt and "width 2,048" in prompt
 
 
 def test_deepseek_v3_gpu_hours_follow_the_active_parameters(variant):
