@@ -17,7 +17,7 @@ import sympy
 
 from solvers.conventions import scale_up_domain
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, Side, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of, min_of
 from solvers.topics.common import dtype_bytes, hbm_bandwidth, hbm_bytes, peak_flops
 from solvers.topics.training import FLOPS_PER_PARAM_TOKEN
 from solvers.units import format_number, format_quantity
@@ -462,8 +462,7 @@ def _dispatch_regime(s: Sheet, p, nodes: int, t_nic, t_nvl, G, domain: int) -> N
 
 # --- ep-load-skew ----------------------------------------------------------------------------------
 
-SKEW_COST = sympy.Rational(11, 10)  # a GPU "at least 10% longer" than the balanced step
-HALF = 0.5
+SKEW_COST = sympy.Rational(5, 4)  # a GPU "within 25%" of the balanced step
 
 
 @dataclass(frozen=True)
@@ -603,13 +602,13 @@ def ep_load_skew(p, s: Sheet) -> None:
                     "the hottest expert reaches the crossover: m·B·k/E = t_c")
     T_bal = s.step("balanced_time", "GPU time, perfectly balanced", "T_bal", n_g * max_of(t_r, n_bar * t_tok), "us",
                    "every expert at the mean")
-    T_hot = s.step("hot_gpu_time", "Time of the GPU holding the hottest expert", "T_hot",
-                   max_of(t_r, n_hot * t_tok) + (n_g - 1) * max_of(t_r, n_c * t_tok), "us",
+    t_hot, t_rest = max_of(t_r, n_hot * t_tok), (n_g - 1) * max_of(t_r, n_c * t_tok)
+    T_hot = s.step("hot_gpu_time", "Time of the GPU holding the hottest expert", "T_hot", t_hot + t_rest, "us",
                    "the sum over its experts of max(read, tokens × math per token)")
     s.step("skew_cost", "Busiest GPU against the balanced step", "S_skew", T_hot / T_bal, "x",
            "EP waits for the busiest GPU at every MoE layer")
-    r = s.step("replicas", "Copies of the hottest expert to bring each to the mean", "r", sympy.ceiling(m), "",
-               "each copy takes 1/r of its tokens")
+    r = s.step("replicas", "Copies of the hottest expert to bring each to the mean", "r", ceil_of(m), "",
+               "the original among them, each on its own GPU: each copy takes 1/r of its tokens")
     T_rep = s.step("replicated_time", "Busiest GPU with the hottest expert replicated", "T_rep",
                    n_g * max_of(t_r, n_c * t_tok) + max_of(t_r, n_hot * t_tok / r), "us",
                    "a GPU that hosts a copy beside its own experts: one more weight read, a share of the hot tokens")
@@ -622,13 +621,13 @@ def ep_load_skew(p, s: Sheet) -> None:
                   "(same simulation)")
     S_y = s.given("T_yday", sim.fit_yesterday, "us", "busiest GPU, the placement fit to yesterday's loads "
                   f"(log-popularity correlated {format_number(p.correlation)} with today's; same simulation)")
-    recovered = s.step("recovered", "Share of the naive placement's excess that today's fit removes", "R_today",
-                       (S_n - S_t) / (S_n - T_bal) if sim.naive > s.value(T_bal) * (1 + 1e-12) else sympy.Integer(0),
-                       "%", "against the balanced step; 0 where there is no excess to remove")
+    s.step("recovered", "Share of the naive placement's excess that today's fit removes", "R_today",
+           (S_n - S_t) / (S_n - T_bal) if sim.naive > s.value(T_bal) * (1 + 1e-12) else sympy.Integer(0),
+           "%", "against the balanced step; 0 where there is no excess to remove")
     kept = s.step("kept", "Share of that gain a placement fit to yesterday keeps", "K_yday",
                   (S_n - S_y) / (S_n - S_t) if sim.naive > sim.fit_today * (1 + 1e-12) else sympy.Integer(0), "%",
                   "0 where today's fit gains nothing")
-    _placement_judgements(s, p, T_hot, T_bal, T_rep, recovered, kept, sim)
+    _placement_judgements(s, p, T_hot, T_bal, T_rep, t_hot, t_rest, (n_hot, t_tok, t_r), kept)
     _skew_regime(s, B, B_star, T_hot, T_bal, n_hot, t_c)
 
     s.assume("A GPU's time for one MoE layer is the sum over the experts it holds of max(weight read, tokens × math "
@@ -644,27 +643,39 @@ def ep_load_skew(p, s: Sheet) -> None:
     s.slip("skew read as free (the balanced time)", s.evaluate(T_bal / T_hot), on="hot_gpu_time")
 
 
-def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, recovered, kept, sim: SkewSimulation) -> None:
-    key = "placement"
+STALE_FIT = 0.95  # the correlation from which yesterday's hot set still holds most of today's (test: seeded means)
+
+
+def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, t_hot, t_rest, ridge, kept) -> None:
+    key, (n_hot, t_tok, t_r) = "placement", ridge
     hot, bal, rep = (s.value(x) for x in (T_hot, T_bal, T_rep))
     us = lambda x: format_quantity(x, "us")  # noqa: E731
-    s.judge(key, "The GPU holding the hottest expert takes at least 10% longer than a balanced one",
-            s.compare(T_hot, SKEW_COST * T_bal) >= 0, f"{us(hot)} against {us(bal)} balanced")
-    s.judge(key, "Replicating the hottest expert shortens the step", s.compare(T_rep, T_hot) < 0,
+    s.judge(key, "The GPU holding the hottest expert stays within 25% of a balanced one",
+            s.compare(T_hot, SKEW_COST * T_bal) <= 0, f"{us(hot)} against {us(bal)} balanced")
+    pays = s.compare(T_rep, T_hot) < 0
+    s.judge(key, "Replicating the hottest expert shortens the step", pays,
             f"{us(rep)} with {format_number(math.ceil(p.hot))} copies against {us(hot)}: "
             + ("the copies split compute that was binding" if rep < hot else
                "its GPU was waiting on weight reads, and a copy only adds one more"))
-    done = s.value(recovered)
-    s.judge(key, "Rebalancing fit to today's loads removes at least half of the naive placement's excess",
-            done >= HALF, f"{format_number(100 * done, 3)}% of the excess removed" if sim.naive > bal * (1 + 1e-12)
-            else "there is no excess: every expert waits on its weight read")
-    held = s.value(kept)
-    s.judge(key, "A placement fit to yesterday's loads keeps at least half of today's fit's gain",
-            held >= HALF and sim.naive > sim.fit_today,
-            f"{format_number(100 * held, 3)}% of the gain kept at correlation {format_number(p.correlation)}"
-            if sim.naive > sim.fit_today else "today's fit gains nothing to keep")
-    s.judge(key, "A redundant expert on every GPU costs time when no expert is compute-bound",
-            True, "each GPU reads one more expert's weights; with every expert memory-bound that is pure cost")
+    # The hot GPU runs over the balanced step exactly when its hottest expert passes the ridge; comparing the two
+    # times themselves would compare n·t_r with itself below it, which floats may not see as a tie.
+    excess = s.compare(n_hot * t_tok, t_r) > 0
+    s.judge(key, "Replicating the hottest expert removes at least half of its GPU's excess over a balanced one",
+            excess and s.compare(2 * (T_hot - T_rep), T_hot - T_bal) >= 0,
+            f"{us(hot - rep)} saved of {us(hot - bal)} excess" if excess else
+            "there is no excess: every expert waits on its weight read")
+    s.judge(key, "The hottest expert alone takes longer than the other experts on its GPU together",
+            s.compare(t_hot, t_rest) > 0, f"{us(s.evaluate(t_hot))} against {us(s.evaluate(t_rest))}")
+    fresh = p.correlation >= STALE_FIT
+    s.judge(key, "A placement fit to yesterday's loads would keep most of today's fit's gain", fresh and pays,
+            f"at correlation {format_number(p.correlation)} yesterday's hot experts "
+            + ("are mostly today's" if fresh else "have largely moved")
+            + f" (this variant's seeded replay keeps {format_number(100 * s.value(kept), 3)}%; the key follows the "
+            "expected share over router draws, which crosses half between 0.7 and 0.95)" if pays else
+            "a spare does not pay at this batch (above), so there is no gain to keep")
+    s.judge(key, "The skew costs nothing at this batch: the busiest GPU takes the balanced time", not excess,
+            "every expert, the hottest included, waits on its weight read" if not excess else
+            f"{us(hot - bal)} over the balanced {us(bal)}")
     s.judge(key, "Twice the batch would leave the busiest GPU's time unchanged",
             s.compare(2 * s.results["hot_tokens"], s.results["expert_crossover"]) <= 0,
             "the hottest expert would still sit below the crossover" if 2 * s.results["hot_tokens"] <=
@@ -727,7 +738,7 @@ def moe_1t_training_layout(p, s: Sheet) -> None:
     b_z = s.given("b_z", SHARDED_BYTES, "B", "of it, fp32 master and moments (sharded over all GPUs)")
     S = s.step("total_state", "Training state of the whole model", "S", N * b, "TB",
                "every parameter, active for a token or not, keeps weights, gradients and Adam state")
-    s.step("state_gpus", "GPUs just to hold the state", "G_min", sympy.ceiling(S / (u * M)), "GPUs",
+    s.step("state_gpus", "GPUs just to hold the state", "G_min", ceil_of(S / (u * M)), "GPUs",
            "the state over each GPU's share of HBM for it, rounded up: storage follows the total")
     F = s.prerequisite("training-compute-budget", "F", FLOPS_PER_PARAM_TOKEN * s.value(N_a) * s.value(D), "FLOP",
                        "training FLOPs, 6·N·D with N the active parameters")
@@ -795,16 +806,18 @@ def _training_a2a(s: Sheet, p, model: Record, G, N_a, P, mfu, E_p, ep: int) -> N
     m = s.param("m", "hot")
     n_g = s.step("experts_per_gpu", "Routed experts per GPU in each MoE layer", "n_g", model.experts / E_p, "experts",
                  "E over the EP group")
-    stretch = s.step("hot_stretch", "MoE layer stretched by the hottest expert", "S_hot", (m + n_g - 1) / n_g, "x",
-                     "training GEMMs are compute-bound, so a GPU's time follows its tokens: its hot expert adds "
-                     "m − 1 experts' worth")
+    E = s.given("E", model.experts, "", "routed experts per MoE layer")
+    stretch = s.step("hot_stretch", "MoE layer stretched by the hottest expert", "S_hot",
+                     (m + (n_g - 1) * (E - m) / (E - 1)) / n_g, "x",
+                     "training GEMMs are compute-bound, so a GPU's time follows its tokens: the hot expert at m times "
+                     "the mean, its other experts at an even share of the rest (as in ep-load-skew)")
     _failure_modes(s, model, int(p.gpus), stretch, a_in, a_out, t_c)
     _layout_regime(s, a_out, t_c, a_in, ep)
 
 
 STATE_GPU_SHARE = sympy.Rational(1, 50)  # the state "takes" a job's GPUs at 2% of them or more
 DEEP_PIPELINE = 4  # a pipeline this deep pays a bubble a dense plan of the active size never needs
-A2A_SHARE = sympy.Rational(2, 25)  # the all-to-all "costs" the step past 8% of it
+A2A_SHARE = sympy.Rational(3, 40)  # the all-to-all "costs" the step past 7.5% of it
 
 
 def _failure_modes(s: Sheet, model: Record, gpus: int, stretch, a_in, a_out, t_c) -> None:
@@ -819,7 +832,7 @@ def _failure_modes(s: Sheet, model: Record, gpus: int, stretch, a_in, a_out, t_c
             + ("more than overlap can hide" if s.value(a_out) > s.value(t_c) else
                "an overlapped schedule must hide it" if 3 * s.value(a_out) >= s.value(t_c) else "a small share"))
     share = r["nvlink_share"]
-    s.judge(key, "Even with EP inside NVLink, the all-to-all takes more than 8% of the step", share > A2A_SHARE,
+    s.judge(key, "Even with EP inside NVLink, the all-to-all takes more than 7.5% of the step", share > A2A_SHARE,
             f"{sec(a_in)} against {sec(t_c)} of compute: {format_number(100 * share, 3)}% of the step")
     fold = model.params_b / model.active_params_b
     s.judge(key, "Counting compute by the total parameters would overstate it more than 20-fold", fold > LOWEST_FOLD,
