@@ -202,8 +202,9 @@ DEEPEP_LOW_LATENCY = [(8, 77, 98, 114, 127), (16, 118, 63, 195, 74), (32, 155, 4
 
 @pytest.mark.parametrize(("ep", "d_us", "d_gb_s", "c_us", "c_gb_s"), DEEPEP_LOW_LATENCY)
 def test_dispatch_bytes_match_deepep_low_latency(variant, ep, d_us, d_gb_s, c_us, c_gb_s):
-    """DeepEP's latency x bandwidth is the bytes a rank moves: 7.57 MB of dispatch, 14.68 MB of combine at 128
-    tokens, within 2% at every EP size (its bandwidth counts all k copies, as the per-rank figures here do)."""
+    """DeepEP prints latency and GB/s, not bytes; their product is the bytes a rank moves, 7.57 MB of dispatch and
+    14.68 MB of combine at 128 tokens to about 2% at every EP size (its bandwidth counts all k copies, as the
+    per-rank figures here do). Its test counts 16 B more per dispatched copy (7,408 B, a header): 0.2%."""
     results = variant("moe-dispatch-bytes@default").sheet.results
     assert results["rank_dispatch"] == 128 * 8 * 7392 == 7_569_408
     assert results["rank_combine"] == 128 * 8 * 14336 == 14_680_064
@@ -238,12 +239,40 @@ def test_dispatch_two_nodes_flip_with_the_nic(variant):
     assert cx8["comm_step"] == pytest.approx(58 * 128 * 7 * COPY / 450e9)
 
 
-def test_dispatch_follow_up_moves_into_one_domain(variant, catalog):
-    """EP 8 on H200 (DeepSeek-V3's fp8 weights do not fit 8 H100): nothing crosses a NIC."""
-    pushed = follow_up(variant("moe-dispatch-bytes@default+gpu=h200-sxm"), catalog)
+def test_dispatch_follow_up_flips_to_nvlink(variant, catalog):
+    """From the default, the follow-up takes EP 16 with a CX-8: one remote node a token at most (69/70), and NVLink's
+    forwarding of 7 copies at 450 GB/s outlasts 0.986 copies at 100 GB/s."""
+    pushed = follow_up(variant("moe-dispatch-bytes@default"), catalog)
     results = pushed.solution.sheet.results
-    assert str(pushed.solution.code).endswith("+ep=8") and results["regime"] == "nvlink-bound"
-    assert results["nic_copies"] == 0 and results["comm_step"] == pytest.approx(58 * 128 * 7 * COPY / 450e9)
+    assert str(pushed.solution.code).endswith("+ep=16+nic=connectx-8") and results["regime"] == "nvlink-bound"
+    assert results["comm_step"] == pytest.approx(58 * 128 * 7 * COPY / 450e9)
+    assert results["levers"]["NVLink of twice the bandwidth"] and not results["levers"]["NICs of twice the bandwidth"]
+
+
+def test_dispatch_group_inside_one_domain_is_refused(variant):
+    """EP 64 inside a 72-GPU GB200 rack: no copy meets a NIC, every NIC answer would be 0; the question's rule
+    refuses it (the EP choices start at 16, past an HGX node)."""
+    from solvers.engine import VariantError
+
+    with pytest.raises(VariantError, match="crosses_nodes"):
+        variant("moe-dispatch-bytes@default+gpu=gb200")
+
+
+def test_dispatch_levers_default_and_node_limit(variant):
+    """DeepSeek-V3 already routes to at most 4 nodes, so the limit buys nothing; Kimi K2 over 8 nodes reaches
+    7·(1 − C(336, 8)/C(384, 8)) = 4.6 remote nodes a token, 3.5 once limited to 4: NIC time falls to 0.76x."""
+    levers = variant("moe-dispatch-bytes@default").sheet.results["levers"]
+    assert levers == {
+        "NICs of twice the bandwidth": True,
+        "NVLink of twice the bandwidth": False,
+        "FP8 dispatch (with its scales) in place of this one's dtype": False,  # FP8 already
+        "Node-limited routing: each token's experts on at most 4 nodes": False,
+        "NVLink domains twice as large (half as many nodes)": True,  # 8 -> 4 nodes: 3.5 -> 2.36 remote
+    }
+    kimi = variant("moe-dispatch-bytes@default+model=kimi-k2").sheet.results
+    unlimited = 7 * (1 - math.comb(336, 8) / math.comb(384, 8))
+    assert kimi["nic_copies"] == pytest.approx(unlimited)  # 4.6
+    assert 3.5 / unlimited < 0.8 and kimi["levers"]["Node-limited routing: each token's experts on at most 4 nodes"]
 
 
 # --- ep-load-skew --------------------------------------------------------------------------------

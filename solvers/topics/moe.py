@@ -294,6 +294,7 @@ SCALE_BLOCK = 128  # FP8 dispatch carries one FP32 scale per 128 values (DeepEP,
 SCALE_BYTES = 4
 COMBINE_BYTES = 2  # combine returns bf16 outputs
 LINK_LEVER = sympy.Rational(4, 5)  # a change "cuts" the all-to-all when it leaves 80% of the time or less
+NODE_LIMIT = 4  # DeepSeek-V3's node-limited routing: a token's experts on at most 4 nodes
 
 
 def copy_bytes(s: Sheet, h: sympy.Symbol, dispatch_dtype: str = "fp8") -> tuple[sympy.Symbol, sympy.Symbol]:
@@ -348,7 +349,8 @@ def moe_dispatch_bytes(p, s: Sheet) -> None:
     NVLink, with and without node-aware dispatch under node-limited routing."""
     model, gpu, nic = p.model, p.gpu, p.nic
     domain, ep = scale_up_domain(gpu), int(p.ep)
-    per_domain = min(ep, domain)
+    # The question's constraint keeps the group wider than one domain: within one, no copy meets a NIC.
+    per_domain = domain
     if ep % per_domain:
         raise Reject(f"EP {ep} does not fill whole {domain}-GPU NVLink domains")
     nodes = ep // per_domain
@@ -381,15 +383,15 @@ def moe_dispatch_bytes(p, s: Sheet) -> None:
                    T * nvl * per / B_nvl, "us", "the forwarded copies, out and back, over NVLink")
     comm = s.step("comm_step", "All-to-all time per step, all MoE layers", "t_A2A", L * max_of(t_nic, t_nvl), "ms",
                   "NIC and NVLink run at once, so the slower sets each layer's pace")
-    s.step("saving", "NIC bytes saved by node-aware dispatch", "S", direct / remote if nodes > 1 else sympy.Integer(1),
-           "x", "k copies per remote expert against one per remote node" if nodes > 1 else
-           "no NIC traffic at all: the group sits in one NVLink domain")
+    s.step("saving", "NIC bytes saved by node-aware dispatch", "S", direct / remote, "x",
+           "k copies per remote expert against one per remote node")
     _dispatch_levers(s, p, nodes, per_domain, {n: s.evaluate(x) for n, x in (
         ("T", T), ("k", k), ("remote", remote), ("nvl", nvl), ("per", per), ("B_nic", B_nic), ("B_nvl", B_nvl),
         ("c", c_copy), ("comm", comm))})
-    _dispatch_regime(s, p, nodes, t_nic, t_nvl, G, domain)
+    _dispatch_regime(s, t_nic, t_nvl)
 
-    s.assume("A balanced router: a token's experts (or, node-limited, its groups) fall uniformly over the nodes; "
+    s.assume("A balanced router: a token's experts (or, node-limited, its groups) fall uniformly over the nodes, "
+             "each picked group getting at least one of its experts (so the nodes reached are an upper bound); "
              "the NICs and NVLink run at their datasheet rates per direction (decimal-units) with no latency per "
              "call; dispatch and combine move the same copies, one way each.")
     s.assume("Node-aware dispatch (DeepEP's normal kernels): a token crosses the NIC once per remote node, to the GPU "
@@ -400,7 +402,7 @@ def moe_dispatch_bytes(p, s: Sheet) -> None:
         s.slip("FP8 scales left out", s.evaluate(h * dtype_bytes("fp8") / d_copy), on="dispatch_copy")
     s.slip("one direction only (dispatch without combine)", s.evaluate(d_copy / per), on="token_bytes")
     s.slip("one MoE layer only", s.evaluate(1 / L), on="token_bytes")
-    s.slip("every copy over the NIC", s.evaluate(k / remote) if nodes > 1 else 1, on="nic_time")
+    s.slip("every copy over the NIC", s.evaluate(k / remote), on="nic_time")
 
 
 def _dispatch_levers(s: Sheet, p, nodes: int, per_domain: int, v: dict[str, float]) -> None:
@@ -414,38 +416,27 @@ def _dispatch_levers(s: Sheet, p, nodes: int, per_domain: int, v: dict[str, floa
                 f"{format_quantity(after, 'ms')} against {format_quantity(base, 'ms')}: {why}")
 
     say("NICs of twice the bandwidth", comm(b_nic=2 * v["B_nic"]),
-        "no NIC traffic to speed up" if nodes == 1 else "the NIC's share halves; NVLink's stays")
+        "the NIC's share halves; NVLink's stays")
     say("NVLink of twice the bandwidth", comm(b_nvl=2 * v["B_nvl"]), "the forwarded copies move twice as fast")
     h = p.model.hidden
-    fp8_copy = h + h / SCALE_BLOCK * SCALE_BYTES
-    say("FP8 with scales both ways (dispatch and combine)", comm(per=2 * fp8_copy),
-        f"{format_quantity(2 * fp8_copy, 'B')} a copy out and back against {format_quantity(v['per'], 'B')}")
-    direct = v["k"] * (nodes - 1) / nodes
-    say("Sending each copy straight to its expert's GPU (no forwarding)",
-        comm(remote=direct, nvl=v["k"] * (per_domain - 1) / (per_domain * nodes)),
-        f"{format_number(direct, 3)} NIC copies a token against {format_number(v['remote'], 3)}")
-    if nodes == 1:
-        s.judge(key, "NVLink domains twice as large (half as many nodes)", False,
-                "the group already sits in one domain: no copy crosses a NIC")
-    else:
-        wider = per_domain * 2
-        fewer = remote_nodes(p.model, nodes // 2)
-        say("NVLink domains twice as large (half as many nodes)", comm(remote=fewer, nvl=v["k"] * (wider - 1) / wider),
-            f"{format_number(fewer, 3)} remote nodes a token against {format_number(v['remote'], 3)}")
+    fp8_per = h + h / SCALE_BLOCK * SCALE_BYTES + v["c"]
+    say("FP8 dispatch (with its scales) in place of this one's dtype", comm(per=fp8_per),
+        f"{format_quantity(fp8_per, 'B')} a copy out and back against {format_quantity(v['per'], 'B')}"
+        + (": it is FP8 already" if p.dispatch_dtype == "fp8" else ""))
+    # Node-limited routing as DeepSeek-V3's: a token's experts on at most NODE_LIMIT nodes, each node one group.
+    limited = min(v["remote"], (nodes - 1) * min(NODE_LIMIT, nodes) / nodes)
+    say(f"Node-limited routing: each token's experts on at most {NODE_LIMIT} nodes", comm(remote=limited),
+        f"{format_number(limited, 3)} remote nodes a token against {format_number(v['remote'], 3)}"
+        + ("" if limited < v["remote"] else ": the limit binds nothing here"))
+    wider = per_domain * 2
+    fewer = remote_nodes(p.model, nodes // 2)
+    say("NVLink domains twice as large (half as many nodes)", comm(remote=fewer, nvl=v["k"] * (wider - 1) / wider),
+        f"{format_number(fewer, 3)} remote nodes a token against {format_number(v['remote'], 3)}"
+        + (": the group would sit in one domain" if nodes == 2 else ""))
 
 
-def _dispatch_regime(s: Sheet, p, nodes: int, t_nic, t_nvl, G, domain: int) -> None:
+def _dispatch_regime(s: Sheet, t_nic, t_nvl) -> None:
     nic, nvl = (format_quantity(s.value(x), "us") for x in (t_nic, t_nvl))
-    if nodes == 1:
-        size = s.given("N_dom", domain, "GPUs", f"GPUs in one {p.gpu.name} NVLink domain")
-        s.set_regime(
-            "nvlink-bound",
-            f"EP {format_number(p.ep)} fits one NVLink domain: no copy crosses a NIC, and the {nvl} per layer over "
-            "NVLink is all the all-to-all costs.",
-            size, G,
-            "Spread the group over more nodes and the NIC, 4-18x slower per GPU than NVLink, takes over even "
-            "though fewer copies cross it.")
-        return
     s.regime_by(t_nic, t_nvl, tie="above", above=Side(
         "nic-bound",
         f"The remote copies take {nic} per layer on the NIC against {nvl} of forwarding on NVLink: the NIC sets "
