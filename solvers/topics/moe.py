@@ -415,9 +415,11 @@ def _dispatch_levers(s: Sheet, p, nodes: int, per_domain: int, v: dict[str, floa
         s.judge(key, option, after <= float(LINK_LEVER) * base,
                 f"{format_quantity(after, 'ms')} against {format_quantity(base, 'ms')}: {why}")
 
+    nic_bound = v["remote"] / v["B_nic"] >= v["nvl"] / v["B_nvl"]
     say("NICs of twice the bandwidth", comm(b_nic=2 * v["B_nic"]),
-        "the NIC's share halves; NVLink's stays")
-    say("NVLink of twice the bandwidth", comm(b_nvl=2 * v["B_nvl"]), "the forwarded copies move twice as fast")
+        "the NIC's share halves" + ("" if nic_bound else ", but NVLink's forwarding binds"))
+    say("NVLink of twice the bandwidth", comm(b_nvl=2 * v["B_nvl"]),
+        "the forwarded copies move twice as fast" + (", but the NIC binds" if nic_bound else ""))
     h = p.model.hidden
     fp8_per = h + h / SCALE_BLOCK * SCALE_BYTES + v["c"]
     say("FP8 dispatch (with its scales) in place of this one's dtype", comm(per=fp8_per),
