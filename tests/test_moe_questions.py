@@ -76,7 +76,7 @@ def test_experts_per_batch_default(variant):
     shared = 671e9 - ROUTED  # 17.1 GB outside the routed experts
     assert results["touched"] == pytest.approx(256 * phi)  # 163.3
     assert results["batch_95"] == pytest.approx(math.log(0.05) / math.log(31 / 32))  # 94.4
-    assert results["active_bytes"] == 37.5e9  # the published active count, one byte each
+    assert results["active_bytes"] == 37.5e9  # the catalogue's config count (input embedding in), one byte each
     assert results["step_bytes"] == pytest.approx(shared + phi * ROUTED)  # 434 GB
     assert results["bytes_ratio"] == pytest.approx((shared + phi * ROUTED) / 37.5e9)  # 11.6x
     assert results["tokens_per_expert"] == pytest.approx(32 * 8 / (256 * phi))  # 1.57
@@ -110,6 +110,19 @@ def test_experts_per_batch_follow_up_crosses_into_compute(variant, catalog):
     assert results["step_time"] == pytest.approx(step)
     assert results["advantage"]["A dense model of the same total size would take at least twice as long for this step"]
     assert not results["advantage"]["A dense model of the active size would run this step at least twice as fast"]
+
+
+def test_experts_per_batch_step_time_sums_each_piece_on_its_roofline(variant):
+    """1,500 tokens: the shared weights are compute-bound (1,500 > 295 tokens) while each expert, with 47 tokens,
+    waits on its read. The prompt's step time sums max(read, math) piece by piece: 13.8 ms, where one roofline over
+    the step's totals (max of all bytes, all FLOPs) would give 12.5 ms."""
+    results = variant("moe-experts-per-batch@default+batch=1500").sheet.results
+    phi = 1 - (31 / 32) ** 1500
+    shared = 671e9 - ROUTED
+    pieces = (max(shared / 3.35e12, 2 * shared * 1500 / 1978.9e12) + phi * ROUTED / 3.35e12) / 16
+    whole = max((shared + phi * ROUTED) / 3.35e12, 2 * (shared + ROUTED / 32) * 1500 / 1978.9e12) / 16
+    assert results["step_time"] == pytest.approx(pieces)  # 13.8 ms
+    assert abs(whole / pieces - 1) > 0.05  # 12.5 ms: the reading the prompt rules out
 
 
 def test_experts_per_batch_crossover_is_exact(variant):
@@ -189,8 +202,9 @@ DEEPEP_LOW_LATENCY = [(8, 77, 98, 114, 127), (16, 118, 63, 195, 74), (32, 155, 4
 
 @pytest.mark.parametrize(("ep", "d_us", "d_gb_s", "c_us", "c_gb_s"), DEEPEP_LOW_LATENCY)
 def test_dispatch_bytes_match_deepep_low_latency(variant, ep, d_us, d_gb_s, c_us, c_gb_s):
-    """DeepEP's latency x bandwidth is the bytes a rank moves: 7.57 MB of dispatch, 14.68 MB of combine at 128
-    tokens, within 2% at every EP size (its bandwidth counts all k copies, as the per-rank figures here do)."""
+    """DeepEP prints latency and GB/s, not bytes; their product is the bytes a rank moves, 7.57 MB of dispatch and
+    14.68 MB of combine at 128 tokens to about 2% at every EP size (its bandwidth counts all k copies, as the
+    per-rank figures here do). Its test counts 16 B more per dispatched copy (7,408 B, a header): 0.2%."""
     results = variant("moe-dispatch-bytes@default").sheet.results
     assert results["rank_dispatch"] == 128 * 8 * 7392 == 7_569_408
     assert results["rank_combine"] == 128 * 8 * 14336 == 14_680_064
@@ -225,12 +239,40 @@ def test_dispatch_two_nodes_flip_with_the_nic(variant):
     assert cx8["comm_step"] == pytest.approx(58 * 128 * 7 * COPY / 450e9)
 
 
-def test_dispatch_follow_up_moves_into_one_domain(variant, catalog):
-    """EP 8 on H200 (DeepSeek-V3's fp8 weights do not fit 8 H100): nothing crosses a NIC."""
-    pushed = follow_up(variant("moe-dispatch-bytes@default+gpu=h200-sxm"), catalog)
+def test_dispatch_follow_up_flips_to_nvlink(variant, catalog):
+    """From the default, the follow-up takes EP 16 with a CX-8: one remote node a token at most (69/70), and NVLink's
+    forwarding of 7 copies at 450 GB/s outlasts 0.986 copies at 100 GB/s."""
+    pushed = follow_up(variant("moe-dispatch-bytes@default"), catalog)
     results = pushed.solution.sheet.results
-    assert str(pushed.solution.code).endswith("+ep=8") and results["regime"] == "nvlink-bound"
-    assert results["nic_copies"] == 0 and results["comm_step"] == pytest.approx(58 * 128 * 7 * COPY / 450e9)
+    assert str(pushed.solution.code).endswith("+ep=16+nic=connectx-8") and results["regime"] == "nvlink-bound"
+    assert results["comm_step"] == pytest.approx(58 * 128 * 7 * COPY / 450e9)
+    assert results["levers"]["NVLink of twice the bandwidth"] and not results["levers"]["NICs of twice the bandwidth"]
+
+
+def test_dispatch_group_inside_one_domain_is_refused(variant):
+    """EP 64 inside a 72-GPU GB200 rack: no copy meets a NIC, every NIC answer would be 0; the question's rule
+    refuses it (the EP choices start at 16, past an HGX node)."""
+    from solvers.engine import VariantError
+
+    with pytest.raises(VariantError, match="crosses_nodes"):
+        variant("moe-dispatch-bytes@default+gpu=gb200")
+
+
+def test_dispatch_levers_default_and_node_limit(variant):
+    """DeepSeek-V3 already routes to at most 4 nodes, so the limit buys nothing; Kimi K2 over 8 nodes reaches
+    7·(1 − C(336, 8)/C(384, 8)) = 4.6 remote nodes a token, 3.5 once limited to 4: NIC time falls to 0.76x."""
+    levers = variant("moe-dispatch-bytes@default").sheet.results["levers"]
+    assert levers == {
+        "NICs of twice the bandwidth": True,
+        "NVLink of twice the bandwidth": False,
+        "FP8 dispatch (with its scales) in place of this one's dtype": False,  # FP8 already
+        "Node-limited routing: each token's experts on at most 4 nodes": False,
+        "NVLink domains twice as large (half as many nodes)": True,  # 8 -> 4 nodes: 3.5 -> 2.36 remote
+    }
+    kimi = variant("moe-dispatch-bytes@default+model=kimi-k2").sheet.results
+    unlimited = 7 * (1 - math.comb(336, 8) / math.comb(384, 8))
+    assert kimi["nic_copies"] == pytest.approx(unlimited)  # 4.6
+    assert 3.5 / unlimited < 0.8 and kimi["levers"]["Node-limited routing: each token's experts on at most 4 nodes"]
 
 
 # --- ep-load-skew --------------------------------------------------------------------------------
@@ -252,9 +294,32 @@ def test_load_skew_default(variant):
     assert results["hot_gpu_time"] == pytest.approx(2048 * TOKEN + 7 * others * TOKEN)  # 249 us
     assert results["replicated_time"] == pytest.approx(8 * others * TOKEN + 512 * TOKEN)  # 4 copies: 203 us
     assert results["regime"] == "skew-costs-compute"
-    placement = results["placement"]
-    assert placement["Replicating the hottest expert shortens the step"]
-    assert not placement["Twice the batch would leave the busiest GPU's time unchanged"]
+    assert results["placement"] == {
+        "The GPU holding the hottest expert stays within 25% of a balanced one": False,  # 1.37x
+        "Replicating the hottest expert shortens the step": True,
+        "Replicating the hottest expert removes at least half of its GPU's excess over a balanced one": True,
+        "The hottest expert alone takes longer than the other experts on its GPU together": False,  # 91 against 157 us
+        "A placement fit to yesterday's loads would keep most of today's fit's gain": False,  # correlation 0.7
+        "The skew costs nothing at this batch: the busiest GPU takes the balanced time": False,
+        "Twice the batch would leave the busiest GPU's time unchanged": False,
+    }
+    assert results["replicas"] == 4  # the original and three copies, each at the mean
+
+
+def test_stale_placement_key_follows_the_seeded_simulation_on_average(variant):
+    """The yesterday option is keyed by the correlation (0.95 and up keeps most of the gain) wherever a spare pays.
+    Over the bank's own draws where it pays, the seeded replays agree on average: over half kept at 0.95 and 0.99,
+    under half at 0.7 and 0.5."""
+    kept: dict[float, list[float]] = {}
+    for seed in range(120):
+        solution = variant(f"ep-load-skew@{seed}")
+        results = solution.sheet.results
+        if results["placement"]["Replicating the hottest expert shortens the step"]:
+            rho = next(param.value for param in solution.params if param.name == "correlation")
+            kept.setdefault(rho, []).append(results["kept"])
+    means = {rho: float(np.mean(shares)) for rho, shares in kept.items()}
+    assert set(means) == {0.5, 0.7, 0.95, 0.99}
+    assert means[0.99] > means[0.95] > 0.5 > means[0.7] > means[0.5]
 
 
 def test_load_skew_boundary_is_exact(variant):
@@ -341,10 +406,21 @@ def test_training_layout_default(variant, catalog):
     assert results["compute_step"] == pytest.approx(6 * active * 64e6 / (4096 * 2250e12 * 0.4))  # 3.4 s
     assert results["a2a_nvlink"] == pytest.approx(tokens * per_token * 7 / 8 / 900e9)  # 0.42 s
     assert results["a2a_nic"] == pytest.approx(tokens * per_token / 2 / 50e9)  # 4.3 s
-    assert results["hot_stretch"] == pytest.approx(49 / 48)  # one hot expert among 48 on the GPU
+    assert results["hot_stretch"] == pytest.approx((2 + 47 * 382 / 383) / 48)  # one hot expert among 48: 1.02x
     assert results["regime"] == "ep-stays-in-nvlink"
-    assert results["failure_modes"]["All-to-all congestion if the EP group spanned two NVLink domains"]
-    assert not results["failure_modes"]["Router imbalance stretches each MoE layer by more than 10%"]
+    modes = results["failure_modes"]
+    assert modes["Spread over two NVLink domains, the all-to-all would take a third of the compute time or more"]
+    assert not modes["Router imbalance stretches each MoE layer by 15% or more"]
+    assert modes["Even with EP inside NVLink, the all-to-all takes more than 7.5% of the step"]  # 0.42 of 3.84 s: 10.9%
+    assert modes["Holding the training state alone takes at least 2% of the job's GPUs"]  # 122 of 4,096: 3.0%
+    assert modes["The state forces a pipeline of 4 stages or more"]
+
+
+def test_training_layout_prompt_gives_what_the_depth_needs(variant):
+    """PP_min = 4.2 rounds to 8 only because EP·PP·DP must fill the GPUs in powers of two, and the 4.2 needs the
+    expert width (N_experts = 60 x 384 x 3 x 7168 x 2048): the prompt states both."""
+    prompt = variant("moe-1t-training-layout@default").prompt
+    assert "EP·PP·DP = the GPUs, each a power of two" in prompt and "width 2,048" in prompt
 
 
 def test_deepseek_v3_gpu_hours_follow_the_active_parameters(variant):
@@ -370,7 +446,8 @@ def test_training_layout_follow_up_crosses_with_a_faster_nic(variant, catalog):
 @pytest.mark.parametrize("seed", range(25))
 def test_training_layout_is_the_shallowest_that_fits(variant, seed):
     """Every draw: the state per GPU fits its share of HBM at the chosen depth and would not at half of it; the
-    regime is the NIC all-to-all against the compute; imbalance is (m + n - 1)/n."""
+    regime is the NIC all-to-all against the compute; imbalance is (m + (n - 1)(E - m)/(E - 1))/n, as
+    ep-load-skew counts it."""
     solution = variant(f"moe-1t-training-layout@{seed}")
     p = {param.name: param.value for param in solution.params}
     results = solution.sheet.results
@@ -382,4 +459,5 @@ def test_training_layout_is_the_shallowest_that_fits(variant, seed):
     crosses = results["a2a_nic"] < results["compute_step"]
     assert results["regime"] == ("ep-could-cross-nodes" if crosses else "ep-stays-in-nvlink")
     n = results["experts_per_gpu"]
-    assert results["hot_stretch"] == pytest.approx((p["hot"] + n - 1) / n)
+    E = p["model"].experts
+    assert results["hot_stretch"] == pytest.approx((p["hot"] + (n - 1) * (E - p["hot"]) / (E - 1)) / n)

@@ -17,7 +17,7 @@ import sympy
 
 from solvers.conventions import scale_up_domain
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, Side, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of, min_of
 from solvers.topics.common import dtype_bytes, hbm_bandwidth, hbm_bytes, peak_flops
 from solvers.topics.training import FLOPS_PER_PARAM_TOKEN
 from solvers.units import format_number, format_quantity
@@ -162,7 +162,7 @@ def moe_experts_per_batch(p, s: Sheet) -> None:
                  "attention, " + ("dense MLPs, shared experts, " if model.get("dense_layers") else "")
                  + "routers and embeddings: every token uses them")
     count = parameter_count(model)
-    N_a = s.given("N_act", model.active_params_b * 1e9, "", f"{model.name} active parameters (published)")
+    N_a = s.given("N_act", model.active_params_b * 1e9, "", f"{model.name} active parameters (the catalogue's count)")
     W_a = s.step("active_bytes", "Bytes of one token's active parameters", "W_act", N_a * b, "GB",
                  f"what 'active parameters' predicts a token reads (the config's shapes give "
                  f"{format_number(count.active / 1e9, 3)}B: the shared weights plus k of E experts per layer)")
@@ -240,7 +240,8 @@ def _advantage(s: Sheet, model: Record, p, values: dict[str, float]) -> None:
     dense_total = max(W / BW, 2 * W / b * B / P) / n
     s.judge(key, "A dense model of the same total size would take at least twice as long for this step",
             dense_total >= DENSE_GAP * t, f"{ms(dense_total)} against {ms(t)}: "
-            + ("its FLOPs follow the total parameters" if bound else "both mostly wait on reads"))
+            + ("its FLOPs follow the total parameters" if 2 * W / b * B / P > W / BW else
+               "it waits on reading every weight"))
     dense_active = max(W_a / BW, 2 * W_a / b * B / P) / n
     s.judge(key, "A dense model of the active size would run this step at least twice as fast",
             DENSE_GAP * dense_active <= t, f"{ms(dense_active)} against {ms(t)}: "
@@ -293,6 +294,25 @@ SCALE_BLOCK = 128  # FP8 dispatch carries one FP32 scale per 128 values (DeepEP,
 SCALE_BYTES = 4
 COMBINE_BYTES = 2  # combine returns bf16 outputs
 LINK_LEVER = sympy.Rational(4, 5)  # a change "cuts" the all-to-all when it leaves 80% of the time or less
+NODE_LIMIT = 4  # DeepSeek-V3's node-limited routing: a token's experts on at most 4 nodes
+
+
+def copy_bytes(s: Sheet, h: sympy.Symbol, dispatch_dtype: str = "fp8") -> tuple[sympy.Symbol, sympy.Symbol]:
+    """Bytes of one token's copy each way of an expert-parallel all-to-all, as DeepEP moves them: the hidden
+    vector out in the dispatch dtype (FP8 with one FP32 scale per 128 values), the expert's output back in bf16."""
+    b_d = s.given("b_d", dtype_bytes(dispatch_dtype), "B", f"bytes per dispatched value ({dispatch_dtype})")
+    if dispatch_dtype == "fp8":
+        blk = s.given("n_blk", SCALE_BLOCK, "", "values per FP8 scale")
+        b_s = s.given("b_s", SCALE_BYTES, "B", "bytes per scale (FP32)")
+        d_copy = s.step("dispatch_copy", "Bytes of one dispatched copy", "d", h * b_d + h / blk * b_s, "B",
+                        "the token's hidden vector in FP8 plus one FP32 scale per 128 values")
+    else:
+        d_copy = s.step("dispatch_copy", "Bytes of one dispatched copy", "d", h * b_d, "B",
+                        "the token's hidden vector in bf16, no scales")
+    b_c = s.given("b_c", COMBINE_BYTES, "B", "bytes per combined value (bf16)")
+    c_copy = s.step("combine_copy", "Bytes of one combined copy", "c", h * b_c, "B",
+                    "each expert's output comes back in bf16 to be weighted and summed")
+    return d_copy, c_copy
 
 
 def remote_nodes(model: Record, nodes: int) -> float:
@@ -329,7 +349,8 @@ def moe_dispatch_bytes(p, s: Sheet) -> None:
     NVLink, with and without node-aware dispatch under node-limited routing."""
     model, gpu, nic = p.model, p.gpu, p.nic
     domain, ep = scale_up_domain(gpu), int(p.ep)
-    per_domain = min(ep, domain)
+    # The question's constraint keeps the group wider than one domain: within one, no copy meets a NIC.
+    per_domain = domain
     if ep % per_domain:
         raise Reject(f"EP {ep} does not fill whole {domain}-GPU NVLink domains")
     nodes = ep // per_domain
@@ -341,18 +362,7 @@ def moe_dispatch_bytes(p, s: Sheet) -> None:
     g = s.given("g", per_domain, "", f"EP GPUs per NVLink domain ({format_number(domain)} GPUs on {gpu.name})")
     D = s.step("nodes", "NVLink domains (nodes) the EP group spans", "D", G / g, "", "the EP group in whole domains")
     fp8 = p.dispatch_dtype == "fp8"
-    b_d = s.given("b_d", dtype_bytes(p.dispatch_dtype), "B", f"bytes per dispatched value ({p.dispatch_dtype})")
-    if fp8:
-        blk = s.given("n_blk", SCALE_BLOCK, "", "values per FP8 scale")
-        b_s = s.given("b_s", SCALE_BYTES, "B", "bytes per scale (FP32)")
-        d_copy = s.step("dispatch_copy", "Bytes of one dispatched copy", "d", h * b_d + h / blk * b_s, "B",
-                        "the token's hidden vector in FP8 plus one FP32 scale per 128 values")
-    else:
-        d_copy = s.step("dispatch_copy", "Bytes of one dispatched copy", "d", h * b_d, "B",
-                        "the token's hidden vector in bf16, no scales")
-    b_c = s.given("b_c", COMBINE_BYTES, "B", "bytes per combined value (bf16)")
-    c_copy = s.step("combine_copy", "Bytes of one combined copy", "c", h * b_c, "B",
-                    "each expert's output comes back in bf16 to be weighted and summed")
+    d_copy, c_copy = copy_bytes(s, h, p.dispatch_dtype)
     s.step("token_bytes", "Dispatch and combine bytes per token, all MoE layers", "V_tok", L * k * (d_copy + c_copy),
            "MB", "k copies out and k back in every MoE layer")
     s.step("rank_dispatch", "Dispatch bytes a GPU sends per MoE layer", "V_d", T * k * d_copy, "MB",
@@ -373,15 +383,15 @@ def moe_dispatch_bytes(p, s: Sheet) -> None:
                    T * nvl * per / B_nvl, "us", "the forwarded copies, out and back, over NVLink")
     comm = s.step("comm_step", "All-to-all time per step, all MoE layers", "t_A2A", L * max_of(t_nic, t_nvl), "ms",
                   "NIC and NVLink run at once, so the slower sets each layer's pace")
-    s.step("saving", "NIC bytes saved by node-aware dispatch", "S", direct / remote if nodes > 1 else sympy.Integer(1),
-           "x", "k copies per remote expert against one per remote node" if nodes > 1 else
-           "no NIC traffic at all: the group sits in one NVLink domain")
+    s.step("saving", "NIC bytes saved by node-aware dispatch", "S", direct / remote, "x",
+           "k copies per remote expert against one per remote node")
     _dispatch_levers(s, p, nodes, per_domain, {n: s.evaluate(x) for n, x in (
         ("T", T), ("k", k), ("remote", remote), ("nvl", nvl), ("per", per), ("B_nic", B_nic), ("B_nvl", B_nvl),
         ("c", c_copy), ("comm", comm))})
-    _dispatch_regime(s, p, nodes, t_nic, t_nvl, G, domain)
+    _dispatch_regime(s, t_nic, t_nvl)
 
-    s.assume("A balanced router: a token's experts (or, node-limited, its groups) fall uniformly over the nodes; "
+    s.assume("A balanced router: a token's experts (or, node-limited, its groups) fall uniformly over the nodes, "
+             "each picked group getting at least one of its experts (so the nodes reached are an upper bound); "
              "the NICs and NVLink run at their datasheet rates per direction (decimal-units) with no latency per "
              "call; dispatch and combine move the same copies, one way each.")
     s.assume("Node-aware dispatch (DeepEP's normal kernels): a token crosses the NIC once per remote node, to the GPU "
@@ -389,10 +399,10 @@ def moe_dispatch_bytes(p, s: Sheet) -> None:
              "Sending each copy straight to its expert (DeepEP's low-latency kernels) puts k·(D − 1)/D copies on "
              "the NIC.")
     if fp8:
-        s.slip("FP8 scales left out", s.evaluate(h * b_d / d_copy), on="dispatch_copy")
+        s.slip("FP8 scales left out", s.evaluate(h * dtype_bytes("fp8") / d_copy), on="dispatch_copy")
     s.slip("one direction only (dispatch without combine)", s.evaluate(d_copy / per), on="token_bytes")
     s.slip("one MoE layer only", s.evaluate(1 / L), on="token_bytes")
-    s.slip("every copy over the NIC", s.evaluate(k / remote) if nodes > 1 else 1, on="nic_time")
+    s.slip("every copy over the NIC", s.evaluate(k / remote), on="nic_time")
 
 
 def _dispatch_levers(s: Sheet, p, nodes: int, per_domain: int, v: dict[str, float]) -> None:
@@ -405,39 +415,30 @@ def _dispatch_levers(s: Sheet, p, nodes: int, per_domain: int, v: dict[str, floa
         s.judge(key, option, after <= float(LINK_LEVER) * base,
                 f"{format_quantity(after, 'ms')} against {format_quantity(base, 'ms')}: {why}")
 
+    nic_bound = v["remote"] / v["B_nic"] >= v["nvl"] / v["B_nvl"]
     say("NICs of twice the bandwidth", comm(b_nic=2 * v["B_nic"]),
-        "no NIC traffic to speed up" if nodes == 1 else "the NIC's share halves; NVLink's stays")
-    say("NVLink of twice the bandwidth", comm(b_nvl=2 * v["B_nvl"]), "the forwarded copies move twice as fast")
+        "the NIC's share halves" + ("" if nic_bound else ", but NVLink's forwarding binds"))
+    say("NVLink of twice the bandwidth", comm(b_nvl=2 * v["B_nvl"]),
+        "the forwarded copies move twice as fast" + (", but the NIC binds" if nic_bound else ""))
     h = p.model.hidden
-    fp8_copy = h + h / SCALE_BLOCK * SCALE_BYTES
-    say("FP8 with scales both ways (dispatch and combine)", comm(per=2 * fp8_copy),
-        f"{format_quantity(2 * fp8_copy, 'B')} a copy out and back against {format_quantity(v['per'], 'B')}")
-    direct = v["k"] * (nodes - 1) / nodes
-    say("Sending each copy straight to its expert's GPU (no forwarding)",
-        comm(remote=direct, nvl=v["k"] * (per_domain - 1) / (per_domain * nodes)),
-        f"{format_number(direct, 3)} NIC copies a token against {format_number(v['remote'], 3)}")
-    if nodes == 1:
-        s.judge(key, "NVLink domains twice as large (half as many nodes)", False,
-                "the group already sits in one domain: no copy crosses a NIC")
-    else:
-        wider = per_domain * 2
-        fewer = remote_nodes(p.model, nodes // 2)
-        say("NVLink domains twice as large (half as many nodes)", comm(remote=fewer, nvl=v["k"] * (wider - 1) / wider),
-            f"{format_number(fewer, 3)} remote nodes a token against {format_number(v['remote'], 3)}")
+    fp8_per = h + h / SCALE_BLOCK * SCALE_BYTES + v["c"]
+    say("FP8 dispatch (with its scales) in place of this one's dtype", comm(per=fp8_per),
+        f"{format_quantity(fp8_per, 'B')} a copy out and back against {format_quantity(v['per'], 'B')}"
+        + (": it is FP8 already" if p.dispatch_dtype == "fp8" else ""))
+    # Node-limited routing as DeepSeek-V3's: a token's experts on at most NODE_LIMIT nodes, each node one group.
+    limited = min(v["remote"], (nodes - 1) * min(NODE_LIMIT, nodes) / nodes)
+    say(f"Node-limited routing: each token's experts on at most {NODE_LIMIT} nodes", comm(remote=limited),
+        f"{format_number(limited, 3)} remote nodes a token against {format_number(v['remote'], 3)}"
+        + ("" if limited < v["remote"] else ": the limit binds nothing here"))
+    wider = per_domain * 2
+    fewer = remote_nodes(p.model, nodes // 2)
+    say("NVLink domains twice as large (half as many nodes)", comm(remote=fewer, nvl=v["k"] * (wider - 1) / wider),
+        f"{format_number(fewer, 3)} remote nodes a token against {format_number(v['remote'], 3)}"
+        + (": the group would sit in one domain" if nodes == 2 else ""))
 
 
-def _dispatch_regime(s: Sheet, p, nodes: int, t_nic, t_nvl, G, domain: int) -> None:
+def _dispatch_regime(s: Sheet, t_nic, t_nvl) -> None:
     nic, nvl = (format_quantity(s.value(x), "us") for x in (t_nic, t_nvl))
-    if nodes == 1:
-        size = s.given("N_dom", domain, "GPUs", f"GPUs in one {p.gpu.name} NVLink domain")
-        s.set_regime(
-            "nvlink-bound",
-            f"EP {format_number(p.ep)} fits one NVLink domain: no copy crosses a NIC, and the {nvl} per layer over "
-            "NVLink is all the all-to-all costs.",
-            size, G,
-            "Spread the group over more nodes and the NIC, 4-18x slower per GPU than NVLink, takes over even "
-            "though fewer copies cross it.")
-        return
     s.regime_by(t_nic, t_nvl, tie="above", above=Side(
         "nic-bound",
         f"The remote copies take {nic} per layer on the NIC against {nvl} of forwarding on NVLink: the NIC sets "
@@ -454,8 +455,7 @@ def _dispatch_regime(s: Sheet, p, nodes: int, t_nic, t_nvl, G, domain: int) -> N
 
 # --- ep-load-skew ----------------------------------------------------------------------------------
 
-SKEW_COST = sympy.Rational(11, 10)  # a GPU "at least 10% longer" than the balanced step
-HALF = 0.5
+SKEW_COST = sympy.Rational(5, 4)  # a GPU "within 25%" of the balanced step
 
 
 @dataclass(frozen=True)
@@ -595,13 +595,13 @@ def ep_load_skew(p, s: Sheet) -> None:
                     "the hottest expert reaches the crossover: m·B·k/E = t_c")
     T_bal = s.step("balanced_time", "GPU time, perfectly balanced", "T_bal", n_g * max_of(t_r, n_bar * t_tok), "us",
                    "every expert at the mean")
-    T_hot = s.step("hot_gpu_time", "Time of the GPU holding the hottest expert", "T_hot",
-                   max_of(t_r, n_hot * t_tok) + (n_g - 1) * max_of(t_r, n_c * t_tok), "us",
+    t_hot, t_rest = max_of(t_r, n_hot * t_tok), (n_g - 1) * max_of(t_r, n_c * t_tok)
+    T_hot = s.step("hot_gpu_time", "Time of the GPU holding the hottest expert", "T_hot", t_hot + t_rest, "us",
                    "the sum over its experts of max(read, tokens × math per token)")
     s.step("skew_cost", "Busiest GPU against the balanced step", "S_skew", T_hot / T_bal, "x",
            "EP waits for the busiest GPU at every MoE layer")
-    r = s.step("replicas", "Copies of the hottest expert to bring each to the mean", "r", sympy.ceiling(m), "",
-               "each copy takes 1/r of its tokens")
+    r = s.step("replicas", "Copies of the hottest expert to bring each to the mean", "r", ceil_of(m), "",
+               "the original among them, each on its own GPU: each copy takes 1/r of its tokens")
     T_rep = s.step("replicated_time", "Busiest GPU with the hottest expert replicated", "T_rep",
                    n_g * max_of(t_r, n_c * t_tok) + max_of(t_r, n_hot * t_tok / r), "us",
                    "a GPU that hosts a copy beside its own experts: one more weight read, a share of the hot tokens")
@@ -614,13 +614,13 @@ def ep_load_skew(p, s: Sheet) -> None:
                   "(same simulation)")
     S_y = s.given("T_yday", sim.fit_yesterday, "us", "busiest GPU, the placement fit to yesterday's loads "
                   f"(log-popularity correlated {format_number(p.correlation)} with today's; same simulation)")
-    recovered = s.step("recovered", "Share of the naive placement's excess that today's fit removes", "R_today",
-                       (S_n - S_t) / (S_n - T_bal) if sim.naive > s.value(T_bal) * (1 + 1e-12) else sympy.Integer(0),
-                       "%", "against the balanced step; 0 where there is no excess to remove")
+    s.step("recovered", "Share of the naive placement's excess that today's fit removes", "R_today",
+           (S_n - S_t) / (S_n - T_bal) if sim.naive > s.value(T_bal) * (1 + 1e-12) else sympy.Integer(0),
+           "%", "against the balanced step; 0 where there is no excess to remove")
     kept = s.step("kept", "Share of that gain a placement fit to yesterday keeps", "K_yday",
                   (S_n - S_y) / (S_n - S_t) if sim.naive > sim.fit_today * (1 + 1e-12) else sympy.Integer(0), "%",
                   "0 where today's fit gains nothing")
-    _placement_judgements(s, p, T_hot, T_bal, T_rep, recovered, kept, sim)
+    _placement_judgements(s, p, T_hot, T_bal, T_rep, t_hot, t_rest, (n_hot, t_tok, t_r), kept)
     _skew_regime(s, B, B_star, T_hot, T_bal, n_hot, t_c)
 
     s.assume("A GPU's time for one MoE layer is the sum over the experts it holds of max(weight read, tokens × math "
@@ -636,27 +636,39 @@ def ep_load_skew(p, s: Sheet) -> None:
     s.slip("skew read as free (the balanced time)", s.evaluate(T_bal / T_hot), on="hot_gpu_time")
 
 
-def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, recovered, kept, sim: SkewSimulation) -> None:
-    key = "placement"
+STALE_FIT = 0.95  # the correlation from which yesterday's hot set still holds most of today's (test: seeded means)
+
+
+def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, t_hot, t_rest, ridge, kept) -> None:
+    key, (n_hot, t_tok, t_r) = "placement", ridge
     hot, bal, rep = (s.value(x) for x in (T_hot, T_bal, T_rep))
     us = lambda x: format_quantity(x, "us")  # noqa: E731
-    s.judge(key, "The GPU holding the hottest expert takes at least 10% longer than a balanced one",
-            s.compare(T_hot, SKEW_COST * T_bal) >= 0, f"{us(hot)} against {us(bal)} balanced")
-    s.judge(key, "Replicating the hottest expert shortens the step", s.compare(T_rep, T_hot) < 0,
+    s.judge(key, "The GPU holding the hottest expert stays within 25% of a balanced one",
+            s.compare(T_hot, SKEW_COST * T_bal) <= 0, f"{us(hot)} against {us(bal)} balanced")
+    pays = s.compare(T_rep, T_hot) < 0
+    s.judge(key, "Replicating the hottest expert shortens the step", pays,
             f"{us(rep)} with {format_number(math.ceil(p.hot))} copies against {us(hot)}: "
             + ("the copies split compute that was binding" if rep < hot else
                "its GPU was waiting on weight reads, and a copy only adds one more"))
-    done = s.value(recovered)
-    s.judge(key, "Rebalancing fit to today's loads removes at least half of the naive placement's excess",
-            done >= HALF, f"{format_number(100 * done, 3)}% of the excess removed" if sim.naive > bal * (1 + 1e-12)
-            else "there is no excess: every expert waits on its weight read")
-    held = s.value(kept)
-    s.judge(key, "A placement fit to yesterday's loads keeps at least half of today's fit's gain",
-            held >= HALF and sim.naive > sim.fit_today,
-            f"{format_number(100 * held, 3)}% of the gain kept at correlation {format_number(p.correlation)}"
-            if sim.naive > sim.fit_today else "today's fit gains nothing to keep")
-    s.judge(key, "A redundant expert on every GPU costs time when no expert is compute-bound",
-            True, "each GPU reads one more expert's weights; with every expert memory-bound that is pure cost")
+    # The hot GPU runs over the balanced step exactly when its hottest expert passes the ridge; comparing the two
+    # times themselves would compare n·t_r with itself below it, which floats may not see as a tie.
+    excess = s.compare(n_hot * t_tok, t_r) > 0
+    s.judge(key, "Replicating the hottest expert removes at least half of its GPU's excess over a balanced one",
+            excess and s.compare(2 * (T_hot - T_rep), T_hot - T_bal) >= 0,
+            f"{us(hot - rep)} saved of {us(hot - bal)} excess" if excess else
+            "there is no excess: every expert waits on its weight read")
+    s.judge(key, "The hottest expert alone takes longer than the other experts on its GPU together",
+            s.compare(t_hot, t_rest) > 0, f"{us(s.evaluate(t_hot))} against {us(s.evaluate(t_rest))}")
+    fresh = p.correlation >= STALE_FIT
+    s.judge(key, "A placement fit to yesterday's loads would keep most of today's fit's gain", fresh and pays,
+            f"at correlation {format_number(p.correlation)} yesterday's hot experts "
+            + ("are mostly today's" if fresh else "have largely moved")
+            + f" (this variant's seeded replay keeps {format_number(100 * s.value(kept), 3)}%; the key follows the "
+            "expected share over router draws, which crosses half between 0.7 and 0.95)" if pays else
+            "a spare does not pay at this batch (above), so there is no gain to keep")
+    s.judge(key, "The skew costs nothing at this batch: the busiest GPU takes the balanced time", not excess,
+            "every expert, the hottest included, waits on its weight read" if not excess else
+            f"{us(hot - bal)} over the balanced {us(bal)}")
     s.judge(key, "Twice the batch would leave the busiest GPU's time unchanged",
             s.compare(2 * s.results["hot_tokens"], s.results["expert_crossover"]) <= 0,
             "the hottest expert would still sit below the crossover" if 2 * s.results["hot_tokens"] <=
@@ -687,7 +699,7 @@ def _skew_regime(s: Sheet, B, B_star, T_hot, T_bal, n_hot, t_c) -> None:
 STATE_BYTES = 16  # mixed-precision Adam: bf16 weights and grads (2 + 2), fp32 master and two moments (12)
 SHARDED_BYTES = 12  # the fp32 part, sharded over every GPU by ZeRO-1
 A2A_PASSES = 4  # forward dispatch and combine, and both again in the backward pass
-IMBALANCE = sympy.Rational(11, 10)  # router imbalance "matters" past a 10% stretch of the MoE layer
+IMBALANCE = sympy.Rational(23, 20)  # router imbalance "matters" from a 15% stretch of the MoE layer
 LOWEST_FOLD = 20  # counting compute by the total "overstates it more than 20-fold"
 
 
@@ -719,7 +731,7 @@ def moe_1t_training_layout(p, s: Sheet) -> None:
     b_z = s.given("b_z", SHARDED_BYTES, "B", "of it, fp32 master and moments (sharded over all GPUs)")
     S = s.step("total_state", "Training state of the whole model", "S", N * b, "TB",
                "every parameter, active for a token or not, keeps weights, gradients and Adam state")
-    s.step("state_gpus", "GPUs just to hold the state", "G_min", sympy.ceiling(S / (u * M)), "GPUs",
+    s.step("state_gpus", "GPUs just to hold the state", "G_min", ceil_of(S / (u * M)), "GPUs",
            "the state over each GPU's share of HBM for it, rounded up: storage follows the total")
     F = s.prerequisite("training-compute-budget", "F", FLOPS_PER_PARAM_TOKEN * s.value(N_a) * s.value(D), "FLOP",
                        "training FLOPs, 6·N·D with N the active parameters")
@@ -746,7 +758,8 @@ def moe_1t_training_layout(p, s: Sheet) -> None:
            "GB", "bf16 weights and grads of its stage's slice, plus its ZeRO-1 slice of the fp32 state")
     _training_a2a(s, p, model, G, N_a, P, mfu, E_p, ep)
 
-    s.assume("Mixed-precision Adam (16 B per parameter: ZeRO's 2 + 2 + 12); ZeRO-1 shards the fp32 master and "
+    s.assume("Mixed-precision Adam (16 B per parameter: ZeRO's 2 + 2 + 12; Kimi K2 trained with MuonClip, one "
+             "moment instead of two); ZeRO-1 shards the fp32 master and "
              "moments over every GPU; the expert weights and grads split over the EP group and the pipeline "
              "stages, the rest over the stages only (replicated across the EP group, as attention is).")
     s.assume("All-to-all in bf16 both ways, four passes per MoE layer (dispatch and combine, forward and backward); "
@@ -786,35 +799,46 @@ def _training_a2a(s: Sheet, p, model: Record, G, N_a, P, mfu, E_p, ep: int) -> N
     m = s.param("m", "hot")
     n_g = s.step("experts_per_gpu", "Routed experts per GPU in each MoE layer", "n_g", model.experts / E_p, "experts",
                  "E over the EP group")
-    stretch = s.step("hot_stretch", "MoE layer stretched by the hottest expert", "S_hot", (m + n_g - 1) / n_g, "x",
-                     "training GEMMs are compute-bound, so a GPU's time follows its tokens: its hot expert adds "
-                     "m − 1 experts' worth")
-    _failure_modes(s, model, stretch, a_in, a_out, t_c)
+    E = s.given("E", model.experts, "", "routed experts per MoE layer")
+    stretch = s.step("hot_stretch", "MoE layer stretched by the hottest expert", "S_hot",
+                     (m + (n_g - 1) * (E - m) / (E - 1)) / n_g, "x",
+                     "training GEMMs are compute-bound, so a GPU's time follows its tokens: the hot expert at m times "
+                     "the mean, its other experts at an even share of the rest (as in ep-load-skew)")
+    _failure_modes(s, model, int(p.gpus), stretch, a_in, a_out, t_c)
     _layout_regime(s, a_out, t_c, a_in, ep)
 
 
-def _failure_modes(s: Sheet, model: Record, stretch, a_in, a_out, t_c) -> None:
-    key = "failure_modes"
+STATE_GPU_SHARE = sympy.Rational(1, 50)  # the state "takes" a job's GPUs at 2% of them or more
+DEEP_PIPELINE = 4  # a pipeline this deep pays a bubble a dense plan of the active size never needs
+A2A_SHARE = sympy.Rational(3, 40)  # the all-to-all "costs" the step past 7.5% of it
+
+
+def _failure_modes(s: Sheet, model: Record, gpus: int, stretch, a_in, a_out, t_c) -> None:
+    key, r = "failure_modes", s.results
     hot = s.value(stretch)
-    s.judge(key, "Router imbalance stretches each MoE layer by more than 10%", s.compare(stretch, IMBALANCE) > 0,
+    s.judge(key, "Router imbalance stretches each MoE layer by 15% or more", s.compare(stretch, IMBALANCE) >= 0,
             f"the hottest expert's GPU runs {format_number(hot, 3)}x the mean"
-            + ("" if hot > 1.1 else ": its load is diluted over many experts per GPU"))
+            + ("" if hot >= IMBALANCE else ": its load is diluted over many experts per GPU"))
     sec = lambda x: format_quantity(s.value(x), "s")  # noqa: E731
-    s.judge(key, "All-to-all congestion with EP inside NVLink: dispatch and combine outlast the compute",
-            s.compare(a_in, t_c) > 0, f"{sec(a_in)} of all-to-all against {sec(t_c)} of compute per step")
-    s.judge(key, "All-to-all congestion if the EP group spanned two NVLink domains", s.compare(a_out, t_c) > 0,
-            f"{sec(a_out)} over the NIC against {sec(t_c)} of compute per step")
+    s.judge(key, "Spread over two NVLink domains, the all-to-all would take a third of the compute time or more",
+            s.compare(3 * a_out, t_c) >= 0, f"{sec(a_out)} over the NIC against {sec(t_c)} of compute per step: "
+            + ("more than overlap can hide" if s.value(a_out) > s.value(t_c) else
+               "an overlapped schedule must hide it" if 3 * s.value(a_out) >= s.value(t_c) else "a small share"))
+    share = r["nvlink_share"]
+    s.judge(key, "Even with EP inside NVLink, the all-to-all takes more than 7.5% of the step", share > A2A_SHARE,
+            f"{sec(a_in)} against {sec(t_c)} of compute: {format_number(100 * share, 3)}% of the step")
     fold = model.params_b / model.active_params_b
     s.judge(key, "Counting compute by the total parameters would overstate it more than 20-fold", fold > LOWEST_FOLD,
             f"total / active = {format_number(fold, 3)}")
-    s.judge(key, "Weights, gradients and Adam state for parameters a token never uses", True,
-            f"the state follows the {format_number(model.params_b)}B total; each token runs "
-            f"{format_number(model.active_params_b)}B of them")
-    s.judge(key, "Tensor-parallel all-reduces over the NIC", False,
-            "no tensor parallelism crosses the domain in this layout: EP and the pipeline split the model")
-    s.judge(key, "Activation memory that grows with the total parameter count", False,
-            "activations follow the tokens, the hidden size and the k experts each token visits, not the experts "
-            "it skips")
+    held = r["state_gpus"]
+    s.judge(key, "Holding the training state alone takes at least 2% of the job's GPUs",
+            held >= STATE_GPU_SHARE * gpus, f"{format_number(held)} of {format_number(gpus)} GPUs, for the "
+            f"{format_number(model.params_b)}B total (a dense model of the active size: "
+            f"1/{format_number(fold, 3)} of it)")
+    stages = r["pipeline_stages"]
+    s.judge(key, "The state forces a pipeline of 4 stages or more", stages >= DEEP_PIPELINE,
+            f"{format_number(stages)} stages with EP inside NVLink: the experts' bf16 weights and grads split only "
+            "EP ways")
 
 
 def _layout_regime(s: Sheet, a_out, t_c, a_in, ep: int) -> None:
@@ -822,8 +846,10 @@ def _layout_regime(s: Sheet, a_out, t_c, a_in, ep: int) -> None:
     s.regime_by(a_out, t_c, tie="above", above=Side(
         "ep-stays-in-nvlink",
         f"Spread over two domains, the all-to-all would take {nic} a step over the NIC, more than the {comp} of "
-        f"compute: not even a perfect overlap would hide it. Inside NVLink it takes {nvl}: EP {ep} stays in the "
-        "domain and the pipeline crosses the nodes.",
+        f"compute: at these bytes not even a perfect overlap would hide it. Inside NVLink it takes {nvl}: EP {ep} "
+        "stays in the domain and the pipeline crosses the nodes. Real runs that crossed (DeepSeek-V3: EP 64 over 8 "
+        "nodes; Kimi K2: EP 16 over two) first cut the bytes: node-limited routing, FP8 dispatch, and schedules "
+        "that overlap it (DualPipe, interleaved 1F1B).",
         "With a faster NIC, or slower compute per token, the NIC all-to-all would fit under the compute and a "
         "DualPipe-style overlap could hide an EP group spread over nodes."),
         below=Side(
