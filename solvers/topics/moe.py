@@ -295,6 +295,24 @@ COMBINE_BYTES = 2  # combine returns bf16 outputs
 LINK_LEVER = sympy.Rational(4, 5)  # a change "cuts" the all-to-all when it leaves 80% of the time or less
 
 
+def copy_bytes(s: Sheet, h: sympy.Symbol, dispatch_dtype: str = "fp8") -> tuple[sympy.Symbol, sympy.Symbol]:
+    """Bytes of one token's copy each way of an expert-parallel all-to-all, as DeepEP moves them: the hidden
+    vector out in the dispatch dtype (FP8 with one FP32 scale per 128 values), the expert's output back in bf16."""
+    b_d = s.given("b_d", dtype_bytes(dispatch_dtype), "B", f"bytes per dispatched value ({dispatch_dtype})")
+    if dispatch_dtype == "fp8":
+        blk = s.given("n_blk", SCALE_BLOCK, "", "values per FP8 scale")
+        b_s = s.given("b_s", SCALE_BYTES, "B", "bytes per scale (FP32)")
+        d_copy = s.step("dispatch_copy", "Bytes of one dispatched copy", "d", h * b_d + h / blk * b_s, "B",
+                        "the token's hidden vector in FP8 plus one FP32 scale per 128 values")
+    else:
+        d_copy = s.step("dispatch_copy", "Bytes of one dispatched copy", "d", h * b_d, "B",
+                        "the token's hidden vector in bf16, no scales")
+    b_c = s.given("b_c", COMBINE_BYTES, "B", "bytes per combined value (bf16)")
+    c_copy = s.step("combine_copy", "Bytes of one combined copy", "c", h * b_c, "B",
+                    "each expert's output comes back in bf16 to be weighted and summed")
+    return d_copy, c_copy
+
+
 def remote_nodes(model: Record, nodes: int) -> float:
     """Expected remote nodes a token reaches (once each) over `nodes` nodes: see _remote_nodes."""
     units, picks = ((model.expert_groups, model.groups_per_token) if model.get("expert_groups")
@@ -341,18 +359,7 @@ def moe_dispatch_bytes(p, s: Sheet) -> None:
     g = s.given("g", per_domain, "", f"EP GPUs per NVLink domain ({format_number(domain)} GPUs on {gpu.name})")
     D = s.step("nodes", "NVLink domains (nodes) the EP group spans", "D", G / g, "", "the EP group in whole domains")
     fp8 = p.dispatch_dtype == "fp8"
-    b_d = s.given("b_d", dtype_bytes(p.dispatch_dtype), "B", f"bytes per dispatched value ({p.dispatch_dtype})")
-    if fp8:
-        blk = s.given("n_blk", SCALE_BLOCK, "", "values per FP8 scale")
-        b_s = s.given("b_s", SCALE_BYTES, "B", "bytes per scale (FP32)")
-        d_copy = s.step("dispatch_copy", "Bytes of one dispatched copy", "d", h * b_d + h / blk * b_s, "B",
-                        "the token's hidden vector in FP8 plus one FP32 scale per 128 values")
-    else:
-        d_copy = s.step("dispatch_copy", "Bytes of one dispatched copy", "d", h * b_d, "B",
-                        "the token's hidden vector in bf16, no scales")
-    b_c = s.given("b_c", COMBINE_BYTES, "B", "bytes per combined value (bf16)")
-    c_copy = s.step("combine_copy", "Bytes of one combined copy", "c", h * b_c, "B",
-                    "each expert's output comes back in bf16 to be weighted and summed")
+    d_copy, c_copy = copy_bytes(s, h, p.dispatch_dtype)
     s.step("token_bytes", "Dispatch and combine bytes per token, all MoE layers", "V_tok", L * k * (d_copy + c_copy),
            "MB", "k copies out and k back in every MoE layer")
     s.step("rank_dispatch", "Dispatch bytes a GPU sends per MoE layer", "V_d", T * k * d_copy, "MB",
@@ -389,7 +396,7 @@ def moe_dispatch_bytes(p, s: Sheet) -> None:
              "Sending each copy straight to its expert (DeepEP's low-latency kernels) puts k·(D − 1)/D copies on "
              "the NIC.")
     if fp8:
-        s.slip("FP8 scales left out", s.evaluate(h * b_d / d_copy), on="dispatch_copy")
+        s.slip("FP8 scales left out", s.evaluate(h * dtype_bytes("fp8") / d_copy), on="dispatch_copy")
     s.slip("one direction only (dispatch without combine)", s.evaluate(d_copy / per), on="token_bytes")
     s.slip("one MoE layer only", s.evaluate(1 / L), on="token_bytes")
     s.slip("every copy over the NIC", s.evaluate(k / remote) if nodes > 1 else 1, on="nic_time")

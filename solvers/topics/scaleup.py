@@ -10,14 +10,12 @@ from dataclasses import dataclass
 import sympy
 
 from solvers.conventions import convention, scale_up_domain
-from solvers.derivation import Reject, Sheet, Side, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of, min_of
 from solvers.topics.collective import link_bandwidth
 from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bandwidth, hbm_bytes, peak_flops
 from solvers.topics.kvcache import kv_bytes_per_token_given
+from solvers.topics.moe import copy_bytes
 from solvers.units import format_number, format_quantity
-
-SCALE_BYTES = 4 / 128  # DeepEP's FP8 dispatch: one FP32 scale per 128 values
-TRAINING_GPUS = 1024  # the cross-rack training job the select names
 
 
 def _a2a_time(s: Sheet, tag: str, label: str, V, ep, D, bw_nvl, bw_nic) -> sympy.Symbol:
@@ -39,8 +37,7 @@ def nvl72_boundary(p, s: Sheet) -> None:
     G_pre = s.param("G_pre", "prefill_gpus")
     h = s.given("h", model.hidden, "", "hidden size")
     k = s.given("k", model.experts_per_token, "", "routed experts per token")
-    b_d = s.given("b_d", 1 + SCALE_BYTES, "B", "bytes per dispatched value (FP8 + an FP32 scale per 128)")
-    b_c = s.given("b_c", 2, "B", "bytes per combined value (bf16)")
+    d_copy, c_copy = copy_bytes(s, h)
     D_b = s.given("D_HGX", scale_up_domain(hgx), "GPUs", f"{hgx.name} NVLink domain")
     D_a = s.given("D_NVL", scale_up_domain(rack), "GPUs", f"{rack.name} NVLink domain")
     bw_hgx = link_bandwidth(s, hgx, scale_up_domain(hgx), group="HGX")
@@ -49,9 +46,9 @@ def nvl72_boundary(p, s: Sheet) -> None:
 
     ratio = s.step("link_ratio", "NVLink inside the rack over the NIC, each direction", "ρ", bw_nvl / bw_nic, "",
                    "the factor every byte that stays in the domain gains")
-    V_d = s.step("dispatch_bytes", "Dispatch bytes each GPU sends per MoE layer", "V_d", T_g * k * h * b_d, "MB",
+    V_d = s.step("dispatch_bytes", "Dispatch bytes each GPU sends per MoE layer", "V_d", T_g * k * d_copy, "MB",
                  "a copy of every token's hidden state for each of its k experts")
-    V_c = s.step("combine_bytes", "Combine bytes each GPU receives per MoE layer", "V_c", T_g * k * h * b_c, "MB",
+    V_c = s.step("combine_bytes", "Combine bytes each GPU receives per MoE layer", "V_c", T_g * k * c_copy, "MB",
                  "each expert's output comes back in bf16")
     V = V_d + V_c
     t_b = _a2a_time(s, "hgx", f"on {hgx.name} nodes", V, ep, D_b, bw_hgx, bw_nic)
@@ -83,23 +80,25 @@ def nvl72_boundary(p, s: Sheet) -> None:
                  "interruptions/GPU-day", "Llama 3's record, taken per GPU-day")
     s.step("mtbf_before", "Time between stalls of the EP group, HGX nodes", "MTBF_HGX", 1 / (ep * lam), "days",
            "any of its GPUs failing stalls the all-to-all; nodes outside the group run on")
-    blast = s.step("blast_after", "GPUs one fault stalls, NVL72 racks", "B_NVL", max_of(ep, D_a), "GPUs",
-                   "a fault takes down its whole NVLink domain, whatever groups share it")
+    blast = s.step("blast_after", "GPUs of the racks the group touches, NVL72", "B_NVL", ceil_of(ep / D_a) * D_a,
+                   "GPUs", "the group fills ⌈EP/72⌉ racks, and a fault anywhere in one of them stalls the group")
     s.step("mtbf_after", "Time between stalls of the EP group, NVL72 racks", "MTBF_NVL", 1 / (blast * lam), "days",
-           "a fault in any GPU of the racks the group touches")
+           "a fault in any GPU of those racks")
 
     _crosses(s, p, in_rack)
     s.assume("Decode with DeepEP-style low-latency all-to-all: each GPU sends its tokens' k copies (FP8 with "
              "1-in-128 FP32 scales) and gets the k results back in bf16; routing is uniform over the group's "
              "GPUs, so a share min(EP, D)/EP of the copies stays in the domain; dispatch and combine of one "
-             "layer are not overlapped with compute.")
+             "layer are not overlapped with compute, and no fixed latency per call is counted.")
     s.assume(f"Links at their datasheet rate each direction ({hgx.name} and {rack.name} NVLink at half the "
              f"bidirectional figure; one {p.nic.name} per GPU); DeepEP measures 80-90% of the NIC's rate.")
     s.assume("The KV handoff moves one request's whole latent cache (bf16) from one prefill GPU to one decode GPU "
              "(data-parallel attention), over the decode GPU's own link.")
     s.assume(f"Failure rate: Llama 3 405B's {format_number(p.ref_interruptions)} unexpected interruptions in "
              f"{format_quantity(p.ref_days, 'days')} on {format_number(p.ref_gpus)} GPUs, taken as independent per "
-             "GPU; on NVL72 a GPU or NVLink fault stalls its whole domain until the rack's fabric is back.")
+             "GPU; on NVL72 a GPU or NVLink fault stalls its whole domain until the rack's fabric is back. That is "
+             "the bank's simplification, the worst case: NVLink partitions or an in-rack spare would shrink it "
+             "towards the group's own GPUs.")
     s.slip("x8: bits and bytes mixed on the NIC", 8, on="link_ratio")
     s.slip("NVLink's bidirectional figure taken for one direction", 2, on="link_ratio")
     s.slip("combine counted at the dispatch's FP8 size", s.evaluate((V_d + V_d) / V), on="a2a_step_after")
@@ -117,9 +116,12 @@ def _crosses(s: Sheet, p, in_rack: bool) -> None:
             f"EP {format_number(2 * p.ep)} {'spans' if 2 * p.ep > domain else 'fits'} the domain")
     s.judge("crosses", "the TP all-reduces of a TP-8 attention group", False,
             "eight GPUs never leave a 72-GPU domain")
-    s.judge("crosses", f"the gradient all-reduce of a {format_number(TRAINING_GPUS)}-GPU training job", True,
-            f"{format_number(TRAINING_GPUS)} GPUs are {format_number(-(-TRAINING_GPUS // domain))} racks: data "
-            "parallelism between racks runs over the NICs")
+    pool = 2 * p.prefill_gpus + p.ep
+    s.judge("crosses", "the KV handoff from a prefill pool twice this size", pool > domain,
+            f"{format_number(2 * p.prefill_gpus)} prefill + {format_number(p.ep)} decode GPUs "
+            f"{'overflow' if pool > domain else 'fit'} one rack of {domain}")
+    s.judge("crosses", "the all-to-all of an EP group half this size", p.ep / 2 > domain,
+            f"EP {format_number(p.ep / 2)} {'spans' if p.ep / 2 > domain else 'fits'} the domain")
 
 
 def _regime(s: Sheet, p, ep, D_a, ratio) -> None:
@@ -234,8 +236,7 @@ def b200_h100_roles(p, s: Sheet) -> None:
     d_c = s.given("d_c", model.kv_lora_rank, "", "latent rank")
     h = s.given("h", model.hidden, "", "hidden size")
     k = s.given("k", model.experts_per_token, "", "routed experts per token")
-    b_d = s.given("b_d", 1 + SCALE_BYTES, "B", "bytes per dispatched value (FP8 + an FP32 scale per 128)")
-    b_c = s.given("b_c", 2, "B", "bytes per combined value (bf16)")
+    d_copy, c_copy = copy_bytes(s, h)
     nic = s.given("BW_NIC", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name} per GPU, each direction")
     u = s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable HBM (usable-hbm)")
     eta_c = s.given("η_c", convention("step-compute").value, "%", "achievable compute (step-compute)")
@@ -249,7 +250,7 @@ def b200_h100_roles(p, s: Sheet) -> None:
                  "keys of d_h + d_r and values of d_h per head, a multiply-add each, in every layer")
     A_d = s.step("", "Decode attention FLOPs per cached token (absorbed MLA)", "A_d", 2 * L * H * (2 * d_c + d_r),
                  "FLOP", "scores over d_c + d_r and values over d_c per head, in every layer")
-    v = s.step("", "All-to-all bytes of one token per MoE layer", "v", k * h * (b_d + b_c), "KB",
+    v = s.step("", "All-to-all bytes of one token per MoE layer", "v", k * (d_copy + c_copy), "KB",
                "k copies out in FP8, k results back in bf16")
     m = {"G_n": G_n, "f": f, "u": u, "eta_c": eta_c, "eta_bw": eta_bw, "t_oh": t_oh, "N_a": N_a, "A_p": A_p,
          "A_d": A_d, "P_in": P_in, "S": S, "KV": kv, "tpot": tpot, "L_moe": L_moe, "v": v, "nic": nic,
