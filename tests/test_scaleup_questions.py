@@ -44,10 +44,10 @@ def test_million_token_context_rescue_default(variant):
     rank is 90 GiB, windows keep half; only 16 x the plan's one node holds it, 2 nodes do not."""
     results = variant("million-token-context@default").sheet.results
     assert [o for o, holds in results["rescue"].items() if holds] == \
-        ["context parallelism over 16 times this plan's nodes"]
+        ["context parallelism over 16 times this plan's nodes", "context parallelism over 64 times this plan's nodes"]
     assert results["breaks"] == {"MHA: a KV head for every query head": True, "twice the KV heads": True,
                                  "twice the query heads, the same KV heads": False,
-                                 "twice the layers at the same width": True}
+                                 "twice the layers at the same width": True, "a vocabulary twice as large": False}
 
 
 def test_million_token_context_spills_at_2m(variant):
@@ -66,6 +66,32 @@ def test_million_token_context_matches_cp_paper(variant):
     assert flops / (128 * 989.4e12 * 0.63) == pytest.approx(77, rel=0.15)
 
 
+def test_million_token_context_fp8_weights_attend_at_bf16(variant):
+    """fp8 weights over a bf16 cache: the GEMMs run at the fp8 peak, attention (91% of the FLOPs at 1M tokens)
+    at the bf16 peak, since FlashAttention-3's fp8 path needs fp8 K and V."""
+    bf16 = variant("million-token-context@default").sheet.results
+    fp8 = variant("million-token-context@default+weight_dtype=fp8").sheet.results
+    F_w = bf16["prefill_weight_flops"]
+    saved = F_w / (8 * 0.6 * 989.4e12) - F_w / (8 * 0.6 * 1978.9e12)  # only the weights' FLOPs speed up
+    assert fp8["prefill_time"] == pytest.approx(bf16["prefill_time"] - saved)
+
+
+def test_million_token_context_model_changes_count_their_weights(variant):
+    """Llama 3.1 405B, fp8 weights, 1M tokens on H100: 50.7 GB of weights a GPU leave 21.3 GB for 67.6 GB
+    of KV, four nodes. Twice the query heads keeps the KV but widens q and o by 67.6B parameters (8.5 GB a
+    GPU): six nodes, so it breaks the plan. MHA's K and V projections add 63.4B more weights."""
+    r = variant("million-token-context@default+model=llama-3.1-405b+weight_dtype=fp8").sheet.results
+    room = 72e9 - 405.85e9 / 8
+    kv_gpu = 2 * 126 * 128 * 2 * 2**20  # one KV head a GPU
+    assert r["nodes"] == math.ceil(kv_gpu / room) == 4
+    q_room = room - 126 * 2 * 16384 * 128 * 128 / 8
+    assert math.ceil(kv_gpu / q_room) == 6
+    assert r["breaks"]["twice the query heads, the same KV heads"]
+    mha_room = room - 126 * 2 * 16384 * 120 * 128 / 8
+    assert r["kv_room_mha"] == pytest.approx(mha_room)
+    assert r["nodes_mha"] == math.ceil(16 * kv_gpu / mha_room) == 82
+
+
 @pytest.mark.parametrize("seed", range(25))
 def test_million_token_context_matches_plain_arithmetic(variant, seed):
     solution = variant(f"million-token-context@{seed}")
@@ -79,8 +105,14 @@ def test_million_token_context_matches_plain_arithmetic(variant, seed):
     assert r["nodes"] == math.ceil(kv_gpu / room - 1e-12)
     assert (r["regime"] == "fits") == (kv_gpu <= room)
     heads = model.heads / model.kv_heads
-    assert r["nodes_mha"] == math.ceil(kv_gpu * heads / room - 1e-12) > 1  # mha_spills: MHA never fits one node
-    assert r["rescue"]["context parallelism over 16 times this plan's nodes"]
+    b_w = {"bf16": 2, "fp8": 1}[p["weight_dtype"]]
+    # MHA's K and V projections widen from kv_heads to heads, every layer
+    room_mha = room - model.layers * 2 * model.hidden * (model.heads - model.kv_heads) * model.head_dim * b_w / 8
+    assert r["nodes_mha"] == math.ceil(kv_gpu * heads / room_mha - 1e-12) > 1  # mha_spills: MHA never fits a node
+    q_room = room - model.layers * 2 * model.hidden * model.heads * model.head_dim * b_w / 8  # q and o doubled
+    assert r["breaks"]["twice the query heads, the same KV heads"] == (
+        q_room <= 0 or math.ceil(kv_gpu / q_room - 1e-12) > r["nodes"])
+    assert r["rescue"]["context parallelism over 16 times this plan's nodes"] == (r["nodes_mha"] <= 16 * r["nodes"])
     assert not r["rescue"]["smaller KV blocks in the paged cache, on one node"]
 
 
