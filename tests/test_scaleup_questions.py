@@ -245,15 +245,15 @@ def test_nvl72_boundary_matches_plain_arithmetic(variant, seed):
 
 def test_b200_h100_roles_default(variant):
     """1 TB of FP8 weights within 70% of HBM: one B200 node (1,008 GB) against four H100 nodes (3 would do,
-    the next power of two is 4). The B200 node prefills 5x an H100 node but decodes only 1.26x (its 37 GB
+    the next power of two is 4). The B200 node prefills ~5x an H100 node but decodes only 1.26x (its 37 GB
     of KV room a GPU caps the batch), so the B200s prefill and the H100s decode."""
     results = variant("b200-h100-roles@default").sheet.results
     assert results["nodes_B"] == 1 and results["nodes_H"] == 4
-    # prefill per token: weights and causal attention at 60% of FP8 peak, then 58 all-to-alls
-    flops = 2 * 37.5e9 + 2 * 61 * 128 * (2 * 128 + 64) * 8192 / 2
+    # prefill per token: weight FLOPs at 60% of the FP8 peak, causal attention at 60% of bf16, then 58 all-to-alls
+    weights, attention = 2 * 37.5e9, 2 * 61 * 128 * (2 * 128 + 64) * 8192 / 2
     copies = 8 * 7168 * (2 + 1 + 4 / 128)
-    tau_b = flops / (8 * 0.6 * 4500e12) + 58 * copies / 8 / 900e9  # one node: every copy on NVLink
-    tau_h = flops / (32 * 0.6 * 1978.9e12) + 58 * copies * 24 / 32**2 / 50e9
+    tau_b = (weights / 4500e12 + attention / 2250e12) / (8 * 0.6) + 58 * copies / 8 / 900e9  # all on NVLink
+    tau_h = (weights / 1978.9e12 + attention / 989.4e12) / (32 * 0.6) + 58 * copies * 24 / 32**2 / 50e9
     assert results["prefill_B"] == pytest.approx(1 / tau_b)
     assert results["prefill_H"] == pytest.approx(1 / tau_h / 4)
     kv = 70_272 * (8192 + 512)
@@ -262,10 +262,29 @@ def test_b200_h100_roles_default(variant):
     step_b = 1e12 / (8 * 0.8 * 8e12) + 2e-3 + 483 * (kv / (8 * 0.8 * 8e12) + 58 * copies / 8 / 900e9)
     assert results["decode_B"] == pytest.approx(483 / step_b)
     assert results["regime"] == "b200-prefill"
-    assert results["prefill_pool"] == 1 and results["decode_pool"] == 4
-    assert results["ttft"] == pytest.approx(8192 * tau_b)
+    # 20 req/s x 8,192 tokens (111% of a B200 node with attention in bf16): two nodes; replies at full
+    # 2,131-sequence batches: one 4-node H100 replica
+    assert results["prefill_pool"] == math.ceil(20 * 8192 * tau_b / 0.8) == 2 and results["decode_pool"] == 4
+    read_b = 1e12 / (8 * 0.8 * 8e12)  # 19.5 ms: no prompt prefills faster than one read of the weights
+    assert results["ttft"] == pytest.approx(max(8192 * tau_b, read_b) + 2e-3)
+    # At 20 req/s the one H100 replica runs B = a·(t0 + B·t1), a = 20 x 1,024 reply tokens/s
+    t0 = 1e12 / (32 * 0.8 * 3.35e12) + 2e-3
+    t1 = kv / (32 * 0.8 * 3.35e12) + 58 * copies * 24 / 32**2 / 50e9
+    a = 20 * 1024
+    batch = a * t0 / (1 - a * t1)
+    assert results["load_batch"] == pytest.approx(batch) and 300 < batch < 450
+    assert results["per_user"] == pytest.approx(1 / (t0 + batch * t1))
     assert results["kv_handoff"] == pytest.approx(70_272 * 8192 / 50e9)
     assert results["mismatch"] == pytest.approx(2**-3 * math.sqrt(3 / (8 * math.log(2)) / 12))  # 2.65%
+
+
+def test_b200_h100_roles_short_prompt_prefill_reads_the_weights(variant):
+    """A 2,048-token prompt on one B200 node: its FLOPs and all-to-all take ~11 ms, but the node still reads
+    its 1 TB of weights once (19.5 ms at 80% of 8 x 8 TB/s), plus a step's overhead."""
+    r = variant("b200-h100-roles@default+prompt=2048").sheet.results
+    assert 2048 / (r["prefill_B"] * r["nodes_B"]) < 1e12 / (8 * 0.8 * 8e12)
+    assert r["regime"] == "b200-prefill" and r["nodes_B"] == 1
+    assert r["ttft"] == pytest.approx(1e12 / (8 * 0.8 * 8e12) + 2e-3)
 
 
 def test_b200_h100_roles_follow_up_flips_roles(variant):
@@ -316,7 +335,9 @@ def test_b200_h100_roles_decisions(variant, seed):
     assert (r["regime"] == "b200-prefill") == (r["edge_prefill"] >= r["edge_decode"])
     pool_gpu = "B" if r["regime"] == "b200-prefill" else "H"
     replica = r[f"prefill_{pool_gpu}"] * r[f"nodes_{pool_gpu}"]
-    assert r["prefill_pool"] == r[f"nodes_{pool_gpu}"] * math.ceil(p["rate"] * p["prompt"] / replica - 1e-9)
+    assert r["prefill_pool"] == r[f"nodes_{pool_gpu}"] * math.ceil(p["rate"] * p["prompt"] / (0.8 * replica) - 1e-9)
+    assert 0 < r["load_batch"] <= r[f"batch_{'H' if pool_gpu == 'B' else 'B'}"] + 1e-9
     fix = "one FP8 checkpoint quantized with power-of-two scales, served by both pools, closes the gap"
     assert r["why"][fix] == (p["b200_format"] == "fp8")
+    assert r["why"]["the prefill pool takes more nodes than the decode pool"] == (r["prefill_pool"] > r["decode_pool"])
     assert not r["why"]["power-of-two scales leave every weight as the older pool holds it"]
