@@ -141,6 +141,21 @@ def test_mla_absorption_two_query_tokens_compute_bound(variant):
     assert results["regime"] == "compute-bound"
 
 
+def test_mla_absorption_statements_follow_the_variant(variant):
+    """On H200 (989.4 TFLOP/s over 4.8 TB/s: ridge 206) one query token with all 128 heads already sits past
+    the ridge; on H100 (ridge 295) it does not. FlashMLA's deep-dive measures 660 TFLOP/s at ~3.0 TB/s on H800:
+    on those achieved ceilings the ridge is 220, also under one token's 242 FLOP/B."""
+    key = "with one query token and every head on one GPU it would sit at or past the ridge"
+    h100 = variant("mla-absorption@default").sheet.results
+    h200 = variant("mla-absorption@default+gpu=h200-sxm").sheet.results
+    assert not h100["statements"][key] and h200["statements"][key]
+    assert h200["ridge"] == pytest.approx(989.4 / 4.8) and h200["ridge"] < h100["intensity"]
+    assert 660 / 3.0 < h100["intensity"] < h100["ridge"]
+    gqa = "the GQA model's attention at eight times this many query tokens would sit at or past the ridge"
+    assert not h100["statements"][gqa]  # 8 x 8 = 64 FLOP/B
+    assert variant("mla-absorption@default+kv_dtype=fp8+query_tokens=4").sheet.results["statements"][gqa]  # 512
+
+
 def test_mla_latent_matches_vllm_page(variant):
     """vLLM's MLA page holds one 576-value 'head' per token per layer (no K/V factor of 2): DeepSeek-V3's
     61 layers give 70,272 B per token in bf16 (REFERENCE-DATA), the same as the latent read here."""
