@@ -189,8 +189,9 @@ def test_nvl72_boundary_default(variant):
     results = variant("nvl72-boundary@default").sheet.results
     assert results["link_ratio"] == 18  # 900 GB/s each way over 400 Gb/s = 50 GB/s
     copies = 128 * 8 * (7168 * (1 + 4 / 128) + 7168 * 2)
-    assert results["a2a_step_before"] == pytest.approx(58 * copies * 56 / 64 / 50e9)  # 22.6 ms
-    assert results["a2a_step_after"] == pytest.approx(58 * copies / 900e9)  # 1.43 ms
+    # dispatch and combine each pay a fixed latency: 30 us crossing the NICs, 10 us inside one domain
+    assert results["a2a_step_before"] == pytest.approx(58 * (copies * 56 / 64 / 50e9 + 60e-6))  # 26.1 ms
+    assert results["a2a_step_after"] == pytest.approx(58 * (copies / 900e9 + 20e-6))  # 2.59 ms
     assert results["kv_before"] == pytest.approx(70_272 * 32768 / 50e9)  # 46 ms
     assert results["kv_after"] == pytest.approx(70_272 * 32768 / 900e9)  # 8 + 64 GPUs share the rack
     assert results["regime"] == "inside-domain"
@@ -216,7 +217,7 @@ def test_nvl72_group_past_the_rack(variant):
     results = variant("nvl72-boundary@default+ep=144").sheet.results
     copies = 128 * 8 * 7168 * (2 + 1 + 4 / 128)
     assert results["regime"] == "outside-domain"
-    assert results["a2a_step_after"] == pytest.approx(58 * copies * 72 / 144 / 50e9)
+    assert results["a2a_step_after"] == pytest.approx(58 * (copies * 72 / 144 / 50e9 + 60e-6))
     assert results["crosses"]["this decode group's EP all-to-all"]
     assert results["crosses"]["the KV handoff from its prefill pool"]
     assert results["blast_after"] == 144
@@ -243,7 +244,8 @@ def test_nvl72_boundary_matches_plain_arithmetic(variant, seed):
     ep = p["ep"]
 
     def layer(domain, nvlink):
-        return max(copies * min(ep, domain) / ep / nvlink, copies * max(ep - domain, 0) / ep / nic)
+        latency = 30e-6 if ep > domain else 10e-6
+        return max(copies * min(ep, domain) / ep / nvlink, copies * max(ep - domain, 0) / ep / nic) + 2 * latency
 
     assert r["a2a_step_before"] == pytest.approx(58 * layer(8, p["gpu"].nvlink_gb_s / 2 * 1e9))
     assert r["a2a_step_after"] == pytest.approx(58 * layer(72, 900e9))

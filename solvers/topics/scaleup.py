@@ -18,14 +18,16 @@ from solvers.topics.moe import copy_bytes
 from solvers.units import format_number, format_quantity
 
 
-def _a2a_time(s: Sheet, tag: str, label: str, V, ep, D, bw_nvl, bw_nic) -> sympy.Symbol:
+def _a2a_time(s: Sheet, tag: str, label: str, V, ep, D, bw_nvl, bw_nic, latency) -> sympy.Symbol:
     """One layer's dispatch and combine: the share of a GPU's copies bound for GPUs inside its domain
-    goes over NVLink, the rest over its NIC, both at once; the slower sets the time."""
+    goes over NVLink, the rest over its NIC, both at once; the slower sets the time, and each of the
+    two calls adds the fixed latency of the slowest link it uses."""
     inside = min_of(ep, D) / ep
     outside = max_of(ep - D, 0) / ep
     return s.step(f"a2a_layer_{tag}", f"All-to-all per MoE layer, {label}", f"t_L_{tag}",
-                  max_of(V * inside / bw_nvl, V * outside / bw_nic), "us",
-                  "the copies for GPUs in the domain over NVLink, the rest over the NIC, in parallel")
+                  max_of(V * inside / bw_nvl, V * outside / bw_nic) + 2 * latency, "us",
+                  "the copies for GPUs in the domain over NVLink, the rest over the NIC, in parallel; plus a "
+                  "fixed latency for each of dispatch and combine")
 
 
 def nvl72_boundary(p, s: Sheet) -> None:
@@ -51,15 +53,22 @@ def nvl72_boundary(p, s: Sheet) -> None:
     V_c = s.step("combine_bytes", "Combine bytes each GPU receives per MoE layer", "V_c", T_g * k * c_copy, "MB",
                  "each expert's output comes back in bf16")
     V = V_d + V_c
-    t_b = _a2a_time(s, "hgx", f"on {hgx.name} nodes", V, ep, D_b, bw_hgx, bw_nic)
-    t_a = _a2a_time(s, "nvl", "on NVL72 racks", V, ep, D_a, bw_nvl, bw_nic)
+    lat_nvl = s.given("t_lat_NVL", convention("all-reduce-latency-nvlink").value * 1e-6, "us",
+                      "fixed latency of a call inside one NVLink domain (all-reduce-latency-nvlink)")
+    lat_nic = s.given("t_lat_NIC", convention("all-reduce-latency-nic").value * 1e-6, "us",
+                      "fixed latency of a call that crosses the NICs (all-reduce-latency-nic)")
+    t_b = _a2a_time(s, "hgx", f"on {hgx.name} nodes", V, ep, D_b, bw_hgx, bw_nic,
+                    lat_nic if p.ep > scale_up_domain(hgx) else lat_nvl)
+    t_a = _a2a_time(s, "nvl", "on NVL72 racks", V, ep, D_a, bw_nvl, bw_nic,
+                    lat_nic if p.ep > scale_up_domain(rack) else lat_nvl)
     before = s.step("a2a_step_before", "All-to-all per decode step, HGX nodes", "t_A_HGX", L_moe * t_b, "ms",
                     "every MoE layer dispatches and combines once per step")
     after = s.step("a2a_step_after", "All-to-all per decode step, NVL72 racks", "t_A_NVL", L_moe * t_a, "ms",
                    "the same bytes, the domain now holding the group" if p.ep <= scale_up_domain(rack)
                    else "the group spans racks: the copies to other racks still cross the NIC")
-    s.step("", "All-to-all speed-up", "γ", before / after, "", "below ρ wherever part of the traffic stayed on NVLink "
-           "before or still crosses the NIC after")
+    s.step("", "All-to-all speed-up", "γ", before / after, "",
+           "below ρ: part of the traffic stayed on NVLink before or still crosses the NIC after, and the fixed "
+           "latencies do not shrink with the bytes")
 
     kv_tok = kv_bytes_per_token_given(s, model, 2, "bf16")
     kv_req = s.step("kv_request", "KV of one request to hand from prefill to decode", "KV_req", kv_tok * S, "GB",
@@ -89,7 +98,8 @@ def nvl72_boundary(p, s: Sheet) -> None:
     s.assume("Decode with DeepEP-style low-latency all-to-all: each GPU sends its tokens' k copies (FP8 with "
              "1-in-128 FP32 scales) and gets the k results back in bf16; routing is uniform over the group's "
              "GPUs, so a share min(EP, D)/EP of the copies stays in the domain; dispatch and combine of one "
-             "layer are not overlapped with compute, and no fixed latency per call is counted.")
+             "layer are not overlapped with compute; each call pays the bank's fixed latency of the links it crosses "
+             "(all-reduce-latency-nvlink or -nic, taken for an all-to-all too).")
     s.assume(f"Links at their datasheet rate each direction ({hgx.name} and {rack.name} NVLink at half the "
              f"bidirectional figure; one {p.nic.name} per GPU); DeepEP measures 80-90% of the NIC's rate.")
     s.assume("The KV handoff moves one request's whole latent cache (bf16) from one prefill GPU to one decode GPU "
