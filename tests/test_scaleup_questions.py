@@ -47,7 +47,8 @@ def test_million_token_context_rescue_default(variant):
         ["context parallelism over 16 times this plan's nodes", "context parallelism over 64 times this plan's nodes"]
     assert results["breaks"] == {"MHA: a KV head for every query head": True, "twice the KV heads": True,
                                  "twice the query heads, the same KV heads": False,
-                                 "twice the layers at the same width": True, "a vocabulary twice as large": False}
+                                 "twice the layers at the same width": True, "a vocabulary twice as large": False,
+                                 "an MLP twice as wide": True}
 
 
 def test_million_token_context_spills_at_2m(variant):
@@ -112,6 +113,8 @@ def test_million_token_context_matches_plain_arithmetic(variant, seed):
     q_room = room - model.layers * 2 * model.hidden * model.heads * model.head_dim * b_w / 8  # q and o doubled
     assert r["breaks"]["twice the query heads, the same KV heads"] == (
         q_room <= 0 or math.ceil(kv_gpu / q_room - 1e-12) > r["nodes"])
+    mlp_room = room - 3 * model.hidden * model.ffn * model.layers * b_w / 8  # gate, up and down twice as wide
+    assert r["breaks"]["an MLP twice as wide"] == (mlp_room <= 0 or math.ceil(kv_gpu / mlp_room - 1e-12) > r["nodes"])
     assert r["rescue"]["context parallelism over 16 times this plan's nodes"] == (r["nodes_mha"] <= 16 * r["nodes"])
     assert not r["rescue"]["smaller KV blocks in the paged cache, on one node"]
 

@@ -12,7 +12,7 @@ from solvers.data import Record
 from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
 from solvers.topics.collective import crosses_domain, tp_all_reduce
 from solvers.topics.common import GPU_MEMORY_UTILIZATION, dtype_bytes, hbm_bytes, peak_flops
-from solvers.topics.moe import attention_params
+from solvers.topics.moe import GATED_MATRICES, attention_params
 from solvers.topics.steptime import engine
 from solvers.units import format_number, format_quantity
 
@@ -109,7 +109,8 @@ def million_token_context(p, s: Sheet) -> None:
         "mha": added_params(model, kv_heads=model.heads) * b_w / tp,
         "kv": added_params(model, kv_heads=2 * model.kv_heads) * b_w / tp,
         "q": added_params(model, heads=2 * model.heads) * b_w / tp,
-        "vocab": 2 * model.vocab * model.hidden * b_w / tp})  # untied input and output tables
+        "vocab": 2 * model.vocab * model.hidden * b_w / tp,  # untied input and output tables
+        "mlp": GATED_MATRICES * model.hidden * model.ffn * model.layers * b_w / tp})
     _rescue(s, p, room=s.value(room_mha), kv_mha=s.value(kv_gpu) * model.heads / model.kv_heads,
             T_value=p.context, c_mha=s.value(c_mha), nodes=n_c)
 
@@ -152,6 +153,8 @@ def _breaks(s: Sheet, p, *, room: float, kv: float, w: float, nodes: float, adde
         ("twice the layers at the same width", 2, 2 * w, "2x the KV and 2x the weights per GPU"),
         ("a vocabulary twice as large", 1, w + added["vocab"],
          f"the KV unchanged, the embedding and output tables twice as long: {grown(added['vocab'])}"),
+        ("an MLP twice as wide", 1, w + added["mlp"],
+         f"the KV unchanged, the gate, up and down projections twice as wide: {grown(added['mlp'])}"),
     )
     for option, kv_factor, weights, what in changes:
         left = usable - weights
