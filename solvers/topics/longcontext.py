@@ -8,23 +8,24 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, max_of
+from solvers.data import Record
+from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
 from solvers.topics.collective import crosses_domain, tp_all_reduce
-from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bytes
+from solvers.topics.common import GPU_MEMORY_UTILIZATION, dtype_bytes, hbm_bytes, peak_flops
+from solvers.topics.moe import GATED_MATRICES, attention_params
 from solvers.topics.steptime import engine
 from solvers.units import format_number, format_quantity
 
 WINDOW = 4096  # the sliding window of the rescue option: Gemma-2's, on every other layer
 MLA_LATENT = 576  # DeepSeek-V2/V3: kv_lora_rank 512 + decoupled RoPE key 64 per layer
 CP_OPTIONS = ((2, "context parallelism over twice this plan's nodes"),
-              (16, "context parallelism over 16 times this plan's nodes"))  # MHA: 8x or 16x the KV, so 16x holds
+              (16, "context parallelism over 16 times this plan's nodes"),
+              (64, "context parallelism over 64 times this plan's nodes"))
 
 
-def _nodes_for(s: Sheet, room, kv_gpu_request) -> float:
-    """Nodes of TP 8 whose per-GPU KV room holds a request whose KV per GPU (on one node) is given."""
-    if s.evaluate(room) <= 0:
-        return float("inf")
-    return float(s.evaluate(sympy.ceiling(kv_gpu_request / room)))
+def added_params(model: Record, **change: int) -> int:
+    """Parameters a change of attention heads adds to the model: its attention projections, every layer."""
+    return model.layers * (attention_params(Record({**model, **change})) - attention_params(model))
 
 
 def million_token_context(p, s: Sheet) -> None:
@@ -51,7 +52,7 @@ def million_token_context(p, s: Sheet) -> None:
     T_max = s.step("longest_context", "Longest context one node holds", "T_max", room / e.KV, "tokens",
                    "the KV room over one token's KV on a GPU")
     c = s.step("nodes", "Nodes that hold the request (TP 8 each, context parallel across them)", "c",
-               sympy.ceiling(kv_gpu / room), "nodes",
+               ceil_of(kv_gpu / room), "nodes",
                "each node keeps the whole weights and 1/c of the tokens' KV")
     n_c = s.value(c)
     if n_c > 16:
@@ -68,8 +69,15 @@ def million_token_context(p, s: Sheet) -> None:
                     "tokens", "2·N·T = 2·L·d·T² at T = N/(L·d)")
     ar = tp_all_reduce(s, p.model, p.gpu, p.tp, T / c, tag="pre", label="prefill's share of each node")
     nic = s.given("BW_nic", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name} per GPU, each direction")
-    t_math = s.step("", "Prefill math, spread over every node", "t_F", (F_w + F_a) / (c * e.flop_rate), "s",
-                    "the step model's compute across c·TP GPUs (zig-zag ring attention balances the causal work)")
+    att_dtype = "fp8" if p.weight_dtype == p.kv_dtype == "fp8" else "bf16"
+    if att_dtype == p.weight_dtype:
+        att_rate = e.flop_rate
+    else:  # fp8 GEMMs, but the attention reads a bf16 cache: its matmuls run at the bf16 peak
+        att_rate = e.TP * e.eta_c * s.given("P_att", peak_flops(p.gpu, "bf16"), "TFLOP/s",
+                                            f"{p.gpu.name} dense bf16 peak (attention over a bf16 cache)")
+    t_math = s.step("", "Prefill math, spread over every node", "t_F", (F_w / e.flop_rate + F_a / att_rate) / c, "s",
+                    "the step model's compute across c·TP GPUs, attention at its cache's dtype (zig-zag ring "
+                    "attention balances the causal work)")
     t_ring = s.step("ring_pass", "KV passed around the ring between nodes", "t_ring",
                     (c - 1) / c * kv_req / (e.TP * nic), "s",
                     "each node receives every other node's KV shard over its TP NICs (0 on one node)")
@@ -77,7 +85,7 @@ def million_token_context(p, s: Sheet) -> None:
                    max_of(t_math, t_ring) + ar + e.t_oh, "s",
                    "ring attention overlaps the KV passing with the math; the node's all-reduces come on top")
     t_dec = s.step("decode_step", "Decode step at this context", "t_dec",
-                   max_of((w_gpu + kv_gpu / c) / e.byte_rate, (2 * e.N + e.A * T) / (c * e.flop_rate))
+                   max_of((w_gpu + kv_gpu / c) / e.byte_rate, (2 * e.N / e.flop_rate + e.A * T / att_rate) / c)
                    + tp_all_reduce(s, p.model, p.gpu, p.tp, 1, tag="dec", label="decode step") + e.t_oh, "ms",
                    "every GPU reads its weights and its 1/c of the KV for one token")
     s.step("per_user", "Decode speed of the request", "X_user", 1 / t_dec, "tokens/s", "one token per step")
@@ -85,21 +93,40 @@ def million_token_context(p, s: Sheet) -> None:
     # The model changes: MHA multiplies the KV by H_q/H_kv, and what would hold that instead.
     s.step("kv_request_mha", "KV of the request if the model were MHA", "KV_MHA", kv_req * H / H_kv,
                     "GiB", "one KV head per query head: H_q/H_kv times the GQA cache")
-    c_mha = s.step("nodes_mha", "Nodes that hold the MHA request", "c_MHA", sympy.ceiling(kv_gpu * H / H_kv / room),
-                   "nodes", "the same split, H_q/H_kv times the KV per GPU")
-    _breaks(s, p, room=s.value(room), kv=s.value(kv_gpu), w=s.value(w_gpu), nodes=n_c)
-    _rescue(s, p, room=s.value(room), kv_mha=s.value(kv_gpu) * p.model.heads / p.model.kv_heads,
+    model, b_w = p.model, dtype_bytes(p.weight_dtype)
+    dN = s.given("ΔN_MHA", added_params(model, kv_heads=model.heads), "",
+                 "parameters MHA adds: K and V projections of H_q heads instead of H_kv, every layer")
+    room_mha = s.step("kv_room_mha", "KV room on each GPU, were it MHA", "R_MHA", room - dN * e.W / (e.N * e.TP), "GB",
+                      "the larger K and V projections, at the weights' bytes per parameter, split by TP")
+    if s.value(room_mha) <= 0:
+        raise Reject("the MHA model's weights alone fill the node")
+    c_mha = s.step("nodes_mha", "Nodes that hold the MHA request", "c_MHA", ceil_of(kv_gpu * H / H_kv / room_mha),
+                   "nodes", "H_q/H_kv times the KV per GPU, in the MHA model's room")
+    if s.value(c_mha) > CP_OPTIONS[-1][0] * n_c:
+        raise Reject("were it MHA, not even the widest context-parallel rescue would hold it")
+    tp = p.tp
+    _breaks(s, p, room=s.value(room), kv=s.value(kv_gpu), w=s.value(w_gpu), nodes=n_c, added={
+        "mha": added_params(model, kv_heads=model.heads) * b_w / tp,
+        "kv": added_params(model, kv_heads=2 * model.kv_heads) * b_w / tp,
+        "q": added_params(model, heads=2 * model.heads) * b_w / tp,
+        "vocab": 2 * model.vocab * model.hidden * b_w / tp,  # untied input and output tables
+        "mlp": GATED_MATRICES * model.hidden * model.ffn * model.layers * b_w / tp})
+    _rescue(s, p, room=s.value(room_mha), kv_mha=s.value(kv_gpu) * model.heads / model.kv_heads,
             T_value=p.context, c_mha=s.value(c_mha), nodes=n_c)
 
     s.assume(f"{p.model.name}'s architecture stretched to {format_number(p.context)} tokens by RoPE scaling and "
              "long-context fine-tuning (Gradient's Llama-3-70B-Instruct-Gradient-1048k did this): the weights "
-             "and KV layout are unchanged.")
+             "and KV layout are unchanged. A model change counts its own weights: more heads mean larger "
+             "attention projections (q and o for query heads, k and v for KV heads), at the same bytes per "
+             "parameter.")
     s.assume("One request at a time; each node is one TP group of its GPUs; across nodes the sequence is split "
              "(context parallelism): prefill passes KV shards around a ring (pass-KV ring attention) and decode "
              "merges each node's partial attention, a few KB per layer, left out.")
     if p.weight_dtype == "fp8":
-        s.assume("With fp8 weights every GEMM and the attention run at the fp8 dense peak (FlashAttention-3 has "
-                 "an fp8 path); at bf16 attention the prefill would take up to twice as long.")
+        s.assume("With fp8 weights the GEMMs run at the fp8 dense peak; attention runs at fp8 only over an fp8 "
+                 "cache (FlashAttention-3's fp8 path), at the bf16 peak over a bf16 one."
+                 if p.kv_dtype == "fp8" else "With fp8 weights the GEMMs run at the fp8 dense peak; attention "
+                 "reads the bf16 cache and runs at the bf16 peak (FlashAttention-3's fp8 path needs fp8 K and V).")
     s.assume("Activations and the attention kernel's workspace are left out of the memory; prefill is chunked "
              "so that its activations stay small beside the cache.")
     s.slip("causal mask left out (T² pairs instead of T²/2)",
@@ -109,20 +136,28 @@ def million_token_context(p, s: Sheet) -> None:
     _regime(s, T, T_max, T_half, share, n_c)
 
 
-def _breaks(s: Sheet, p, *, room: float, kv: float, w: float, nodes: float) -> None:
-    """Which single change to the model would need more nodes than the plan has: KV and weight
-    multipliers against the same per-GPU room."""
+def _breaks(s: Sheet, p, *, room: float, kv: float, w: float, nodes: float, added: dict[str, float]) -> None:
+    """Which single change to the model would need more nodes than the plan has: its KV multiplier and the
+    weights it adds per GPU, against the same usable HBM."""
     heads, kv_heads, usable = p.model.heads, p.model.kv_heads, room + w
+
+    def grown(extra: float) -> str:
+        return f"+{format_quantity(extra, 'GB')} of weights a GPU"
+
     changes = (
-        ("MHA: a KV head for every query head", heads / kv_heads, 1,
-         f"{format_number(heads / kv_heads)}x the KV per GPU"),
-        ("twice the KV heads", 2, 1, "2x the KV per GPU (TP 8 still splits them evenly)"),
-        ("twice the query heads, the same KV heads", 1, 1,
-         "the KV is unchanged (only the attention FLOPs double, and with them the prefill time)"),
-        ("twice the layers at the same width", 2, 2, "2x the KV and 2x the weights per GPU"),
+        ("MHA: a KV head for every query head", heads / kv_heads, w + added["mha"],
+         f"{format_number(heads / kv_heads)}x the KV per GPU, {grown(added['mha'])}"),
+        ("twice the KV heads", 2, w + added["kv"], f"2x the KV per GPU, {grown(added['kv'])}"),
+        ("twice the query heads, the same KV heads", 1, w + added["q"],
+         f"the KV unchanged, but q and o projections twice as wide: {grown(added['q'])}"),
+        ("twice the layers at the same width", 2, 2 * w, "2x the KV and 2x the weights per GPU"),
+        ("a vocabulary twice as large", 1, w + added["vocab"],
+         f"the KV unchanged, the embedding and output tables twice as long: {grown(added['vocab'])}"),
+        ("an MLP twice as wide", 1, w + added["mlp"],
+         f"the KV unchanged, the gate, up and down projections twice as wide: {grown(added['mlp'])}"),
     )
-    for option, kv_factor, w_factor, what in changes:
-        left = usable - w * w_factor
+    for option, kv_factor, weights, what in changes:
+        left = usable - weights
         need = float("inf") if left <= 0 else -(-kv * kv_factor // left)
         more = need > nodes
         s.judge("breaks", option, more, f"{what}: {format_number(need)} node(s) against the plan's "
@@ -131,7 +166,7 @@ def _breaks(s: Sheet, p, *, room: float, kv: float, w: float, nodes: float) -> N
 
 def _rescue(s: Sheet, p, *, room: float, kv_mha: float, T_value: int, c_mha: float, nodes: float) -> None:
     """With MHA's cache, which of these holds the request again."""
-    fits = f"{format_quantity(room, 'GB')} of KV room per GPU on one node"
+    fits = f"{format_quantity(room, 'GB')} of KV room per GPU on one node beside the MHA weights"
     if p.kv_dtype == "fp8":
         s.judge("rescue", "an fp8 KV cache, on one node", False, "the cache is already fp8")
     else:

@@ -7,9 +7,7 @@ all the heads on the GPU. FLOPs per byte then grow with the heads and the query 
 step, which is why the kernel can be compute-bound where GQA, at H_q/H_kv per byte, never is."""
 from __future__ import annotations
 
-import sympy
-
-from solvers.derivation import Sheet, Side
+from solvers.derivation import Sheet, Side, ceil_of
 from solvers.topics.common import dtype_bytes, hbm_bandwidth, peak_flops
 from solvers.units import format_number
 
@@ -37,7 +35,7 @@ def mla_absorption(p, s: Sheet) -> None:
     ridge = s.step("ridge", "Ridge point (bf16)", "I_ridge", P / BW, "FLOP/B",
                    "the math runs in bf16 whatever the cache dtype")
     s.step("q_min", "Fewest query tokens per step that make it compute-bound", "q_min",
-           sympy.ceiling(ridge * M / (2 * h_g * (2 * d_c + d_r))), "tokens",
+           ceil_of(ridge * M / (2 * h_g * (2 * d_c + d_r))), "tokens",
            "each query token adds the same FLOPs over the same bytes")
     F_d = s.step("flops_decompressed", "FLOPs per cached token per layer over decompressed per-head K/V", "F_dec",
                  2 * h_g * q * (d_h + d_r + d_h), "FLOP",
@@ -53,9 +51,9 @@ def mla_absorption(p, s: Sheet) -> None:
                  2 * g * q / b, "FLOP/B",
                  "4·d_h FLOPs per query head per token over 2·d_h·b bytes of K and V per KV head: 2·g·q/b")
     s.step("gqa_q_min", f"{gqa.name}: fewest query tokens per step that make it compute-bound", "q_GQA",
-           sympy.ceiling(ridge * b / (2 * g)), "tokens", "the group size sets the intensity per query token")
+           ceil_of(ridge * b / (2 * g)), "tokens", "the group size sets the intensity per query token")
 
-    _statements(s, p, I_a, ridge, I_g, q)
+    _statements(s, p, I_a, ridge, I_g, q, n)
     s.assume("Per cached token and layer, on one GPU, for one sequence: the latent is read from HBM once per step "
              "and every head and query token on the GPU reuses it from on-chip memory (FlashMLA).")
     s.assume("The query's absorption (q·W_UK) and the output's (·W_UV) are per query token, not per cached token, "
@@ -63,12 +61,17 @@ def mla_absorption(p, s: Sheet) -> None:
     s.assume("An fp8 cache is dequantized on the fly and the math stays bf16 (FlashMLA's fp8 path), so the ridge "
              "is the bf16 one; a split of the heads over TP_a GPUs gives each GPU 1/TP_a of them and the whole "
              "latent.")
+    s.assume("The ridge is the datasheet's (dense-peaks). FlashMLA's authors (docs/20250422-new-kernel-deep-dive.md) "
+             "call the kernel compute-bound from 128 query heads per token on H800, against a throttled 865 "
+             "TFLOP/s; at the 660 TFLOP/s and 3.0 TB/s it achieves the ridge is ~220 FLOP/B, under one token's "
+             "242. Near the ridge the regime depends on which ceilings one takes.")
+    s.assume("The GQA model's K/V cache is taken in the same dtype as the latent cache.")
     s.slip("x2: FLOPs not doubled (a multiply-add counted once)", 0.5, on=("flops", "intensity", "gqa_intensity"))
     s.slip("latent counted without the RoPE key", s.evaluate((d_c + d_r) / d_c), on="intensity")
     _regime(s, I_a, ridge, I_g, p.gqa_model.name)
 
 
-def _statements(s: Sheet, p, I_a, ridge, I_g, q) -> None:
+def _statements(s: Sheet, p, I_a, ridge, I_g, q, n) -> None:
     """Each statement decided exactly on the sheet's values (a tie counts as at the ridge)."""
     fp8 = p.kv_dtype == "fp8"
 
@@ -88,12 +91,14 @@ def _statements(s: Sheet, p, I_a, ridge, I_g, q) -> None:
     bound = not past(I_a)
     s.judge("statements", "a GPU with twice the HBM bandwidth (the same peak) would run it faster", bound,
             shown(I_a) + ("; the reads set its time" if bound else "; the math sets its time, the reads already wait"))
-    s.judge("statements", "a larger batch would raise its intensity", False,
-            "every sequence reads its own latents: batch adds bytes and FLOPs alike")
-    s.judge("statements", "a longer context would raise its intensity", False,
-            "both FLOPs and bytes are per cached token: context scales them together")
-    s.judge("statements", "the GQA model's attention at this many query tokens would sit at or past the ridge",
-            past(I_g), f"{p.gqa_model.name}: " + shown(I_g))
+    one = I_a / q * n  # one query token, every head on this GPU
+    s.judge("statements", "with one query token and every head on one GPU it would sit at or past the ridge",
+            past(one), "data-parallel attention, no draft token: " + shown(one))
+    s.judge("statements", "on a GPU with twice the peak (the same bandwidth) it would still sit at or past the ridge",
+            s.compare(I_a, 2 * ridge) >= 0, f"{format_number(s.value(I_a), 3)} FLOP/B against a ridge of "
+            f"{format_number(2 * s.value(ridge), 3)}")
+    s.judge("statements", "the GQA model's attention at eight times this many query tokens would sit at or past "
+            "the ridge", past(8 * I_g), f"{p.gqa_model.name}: " + shown(8 * I_g))
 
 
 def _regime(s: Sheet, I_a, ridge, I_g, gqa_name: str) -> None:

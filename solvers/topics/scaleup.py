@@ -10,24 +10,24 @@ from dataclasses import dataclass
 import sympy
 
 from solvers.conventions import convention, scale_up_domain
-from solvers.derivation import Reject, Sheet, Side, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
 from solvers.topics.collective import link_bandwidth
 from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bandwidth, hbm_bytes, peak_flops
 from solvers.topics.kvcache import kv_bytes_per_token_given
+from solvers.topics.moe import copy_bytes
 from solvers.units import format_number, format_quantity
 
-SCALE_BYTES = 4 / 128  # DeepEP's FP8 dispatch: one FP32 scale per 128 values
-TRAINING_GPUS = 1024  # the cross-rack training job the select names
 
-
-def _a2a_time(s: Sheet, tag: str, label: str, V, ep, D, bw_nvl, bw_nic) -> sympy.Symbol:
+def _a2a_time(s: Sheet, tag: str, label: str, V, ep, D, bw_nvl, bw_nic, latency) -> sympy.Symbol:
     """One layer's dispatch and combine: the share of a GPU's copies bound for GPUs inside its domain
-    goes over NVLink, the rest over its NIC, both at once; the slower sets the time."""
+    goes over NVLink, the rest over its NIC, both at once; the slower sets the time, and each of the
+    two calls adds the fixed latency of the slowest link it uses."""
     inside = min_of(ep, D) / ep
     outside = max_of(ep - D, 0) / ep
     return s.step(f"a2a_layer_{tag}", f"All-to-all per MoE layer, {label}", f"t_L_{tag}",
-                  max_of(V * inside / bw_nvl, V * outside / bw_nic), "us",
-                  "the copies for GPUs in the domain over NVLink, the rest over the NIC, in parallel")
+                  max_of(V * inside / bw_nvl, V * outside / bw_nic) + 2 * latency, "us",
+                  "the copies for GPUs in the domain over NVLink, the rest over the NIC, in parallel; plus a "
+                  "fixed latency for each of dispatch and combine")
 
 
 def nvl72_boundary(p, s: Sheet) -> None:
@@ -39,8 +39,7 @@ def nvl72_boundary(p, s: Sheet) -> None:
     G_pre = s.param("G_pre", "prefill_gpus")
     h = s.given("h", model.hidden, "", "hidden size")
     k = s.given("k", model.experts_per_token, "", "routed experts per token")
-    b_d = s.given("b_d", 1 + SCALE_BYTES, "B", "bytes per dispatched value (FP8 + an FP32 scale per 128)")
-    b_c = s.given("b_c", 2, "B", "bytes per combined value (bf16)")
+    d_copy, c_copy = copy_bytes(s, h)
     D_b = s.given("D_HGX", scale_up_domain(hgx), "GPUs", f"{hgx.name} NVLink domain")
     D_a = s.given("D_NVL", scale_up_domain(rack), "GPUs", f"{rack.name} NVLink domain")
     bw_hgx = link_bandwidth(s, hgx, scale_up_domain(hgx), group="HGX")
@@ -49,20 +48,27 @@ def nvl72_boundary(p, s: Sheet) -> None:
 
     ratio = s.step("link_ratio", "NVLink inside the rack over the NIC, each direction", "ρ", bw_nvl / bw_nic, "",
                    "the factor every byte that stays in the domain gains")
-    V_d = s.step("dispatch_bytes", "Dispatch bytes each GPU sends per MoE layer", "V_d", T_g * k * h * b_d, "MB",
+    V_d = s.step("dispatch_bytes", "Dispatch bytes each GPU sends per MoE layer", "V_d", T_g * k * d_copy, "MB",
                  "a copy of every token's hidden state for each of its k experts")
-    V_c = s.step("combine_bytes", "Combine bytes each GPU receives per MoE layer", "V_c", T_g * k * h * b_c, "MB",
+    V_c = s.step("combine_bytes", "Combine bytes each GPU receives per MoE layer", "V_c", T_g * k * c_copy, "MB",
                  "each expert's output comes back in bf16")
     V = V_d + V_c
-    t_b = _a2a_time(s, "hgx", f"on {hgx.name} nodes", V, ep, D_b, bw_hgx, bw_nic)
-    t_a = _a2a_time(s, "nvl", "on NVL72 racks", V, ep, D_a, bw_nvl, bw_nic)
+    lat_nvl = s.given("t_lat_NVL", convention("all-reduce-latency-nvlink").value * 1e-6, "us",
+                      "fixed latency of a call inside one NVLink domain (all-reduce-latency-nvlink)")
+    lat_nic = s.given("t_lat_NIC", convention("all-reduce-latency-nic").value * 1e-6, "us",
+                      "fixed latency of a call that crosses the NICs (all-reduce-latency-nic)")
+    t_b = _a2a_time(s, "hgx", f"on {hgx.name} nodes", V, ep, D_b, bw_hgx, bw_nic,
+                    lat_nic if p.ep > scale_up_domain(hgx) else lat_nvl)
+    t_a = _a2a_time(s, "nvl", "on NVL72 racks", V, ep, D_a, bw_nvl, bw_nic,
+                    lat_nic if p.ep > scale_up_domain(rack) else lat_nvl)
     before = s.step("a2a_step_before", "All-to-all per decode step, HGX nodes", "t_A_HGX", L_moe * t_b, "ms",
                     "every MoE layer dispatches and combines once per step")
     after = s.step("a2a_step_after", "All-to-all per decode step, NVL72 racks", "t_A_NVL", L_moe * t_a, "ms",
                    "the same bytes, the domain now holding the group" if p.ep <= scale_up_domain(rack)
                    else "the group spans racks: the copies to other racks still cross the NIC")
-    s.step("", "All-to-all speed-up", "γ", before / after, "", "below ρ wherever part of the traffic stayed on NVLink "
-           "before or still crosses the NIC after")
+    s.step("", "All-to-all speed-up", "γ", before / after, "",
+           "below ρ: part of the traffic stayed on NVLink before or still crosses the NIC after, and the fixed "
+           "latencies do not shrink with the bytes")
 
     kv_tok = kv_bytes_per_token_given(s, model, 2, "bf16")
     kv_req = s.step("kv_request", "KV of one request to hand from prefill to decode", "KV_req", kv_tok * S, "GB",
@@ -83,23 +89,26 @@ def nvl72_boundary(p, s: Sheet) -> None:
                  "interruptions/GPU-day", "Llama 3's record, taken per GPU-day")
     s.step("mtbf_before", "Time between stalls of the EP group, HGX nodes", "MTBF_HGX", 1 / (ep * lam), "days",
            "any of its GPUs failing stalls the all-to-all; nodes outside the group run on")
-    blast = s.step("blast_after", "GPUs one fault stalls, NVL72 racks", "B_NVL", max_of(ep, D_a), "GPUs",
-                   "a fault takes down its whole NVLink domain, whatever groups share it")
+    blast = s.step("blast_after", "GPUs of the racks the group touches, NVL72", "B_NVL", ceil_of(ep / D_a) * D_a,
+                   "GPUs", "the group fills ⌈EP/72⌉ racks, and a fault anywhere in one of them stalls the group")
     s.step("mtbf_after", "Time between stalls of the EP group, NVL72 racks", "MTBF_NVL", 1 / (blast * lam), "days",
-           "a fault in any GPU of the racks the group touches")
+           "a fault in any GPU of those racks")
 
     _crosses(s, p, in_rack)
     s.assume("Decode with DeepEP-style low-latency all-to-all: each GPU sends its tokens' k copies (FP8 with "
              "1-in-128 FP32 scales) and gets the k results back in bf16; routing is uniform over the group's "
              "GPUs, so a share min(EP, D)/EP of the copies stays in the domain; dispatch and combine of one "
-             "layer are not overlapped with compute.")
+             "layer are not overlapped with compute; each call pays the bank's fixed latency of the links it crosses "
+             "(all-reduce-latency-nvlink or -nic, taken for an all-to-all too).")
     s.assume(f"Links at their datasheet rate each direction ({hgx.name} and {rack.name} NVLink at half the "
              f"bidirectional figure; one {p.nic.name} per GPU); DeepEP measures 80-90% of the NIC's rate.")
     s.assume("The KV handoff moves one request's whole latent cache (bf16) from one prefill GPU to one decode GPU "
              "(data-parallel attention), over the decode GPU's own link.")
     s.assume(f"Failure rate: Llama 3 405B's {format_number(p.ref_interruptions)} unexpected interruptions in "
              f"{format_quantity(p.ref_days, 'days')} on {format_number(p.ref_gpus)} GPUs, taken as independent per "
-             "GPU; on NVL72 a GPU or NVLink fault stalls its whole domain until the rack's fabric is back.")
+             "GPU; on NVL72 a GPU or NVLink fault stalls its whole domain until the rack's fabric is back. That is "
+             "the bank's simplification, the worst case: NVLink partitions or an in-rack spare would shrink it "
+             "towards the group's own GPUs.")
     s.slip("x8: bits and bytes mixed on the NIC", 8, on="link_ratio")
     s.slip("NVLink's bidirectional figure taken for one direction", 2, on="link_ratio")
     s.slip("combine counted at the dispatch's FP8 size", s.evaluate((V_d + V_d) / V), on="a2a_step_after")
@@ -117,9 +126,12 @@ def _crosses(s: Sheet, p, in_rack: bool) -> None:
             f"EP {format_number(2 * p.ep)} {'spans' if 2 * p.ep > domain else 'fits'} the domain")
     s.judge("crosses", "the TP all-reduces of a TP-8 attention group", False,
             "eight GPUs never leave a 72-GPU domain")
-    s.judge("crosses", f"the gradient all-reduce of a {format_number(TRAINING_GPUS)}-GPU training job", True,
-            f"{format_number(TRAINING_GPUS)} GPUs are {format_number(-(-TRAINING_GPUS // domain))} racks: data "
-            "parallelism between racks runs over the NICs")
+    pool = 2 * p.prefill_gpus + p.ep
+    s.judge("crosses", "the KV handoff from a prefill pool twice this size", pool > domain,
+            f"{format_number(2 * p.prefill_gpus)} prefill + {format_number(p.ep)} decode GPUs "
+            f"{'overflow' if pool > domain else 'fit'} one rack of {domain}")
+    s.judge("crosses", "the all-to-all of an EP group half this size", p.ep / 2 > domain,
+            f"EP {format_number(p.ep / 2)} {'spans' if p.ep / 2 > domain else 'fits'} the domain")
 
 
 def _regime(s: Sheet, p, ep, D_a, ratio) -> None:
@@ -155,6 +167,9 @@ class _Pool:
     prefill: sympy.Symbol  # prefill tokens/s per node
     batch: sympy.Symbol  # decode batch of one replica
     step: sympy.Symbol  # decode step at that batch
+    t0: sympy.Symbol  # decode step before any sequence
+    t1: sympy.Symbol  # decode step time each sequence adds
+    read: sympy.Symbol  # one read of this GPU's weights, the floor of any step
     decode: sympy.Symbol  # decode tokens/s per node at the TPOT target
     room: sympy.Symbol  # KV room per GPU
     capped_by_room: bool  # the decode batch is set by KV room, not by the TPOT
@@ -163,15 +178,17 @@ class _Pool:
 
 def _pool(s: Sheet, tag: str, gpu, W, W_bytes: float, m) -> _Pool:
     """A replica of `gpu` nodes holding the weights `W` at the stated share of HBM, timed by the
-    step model: prefill compute-bound, decode memory-bound at the batch the TPOT and KV room allow,
-    both with the MoE all-to-all over NVLink inside a node and over the NIC between nodes."""
+    step model: prefill by its FLOPs (GEMMs in FP8, attention in bf16) and all-to-all, decode
+    memory-bound at the batch the TPOT and KV room allow; the MoE all-to-all goes over NVLink inside
+    a node and over the NIC between nodes."""
     G_n = m["G_n"]
     M = s.given(f"M_{tag}", hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
     P = s.given(f"P_{tag}", peak_flops(gpu, "fp8"), "TFLOP/s", f"{gpu.name} dense fp8 peak")
+    P16 = s.given(f"P16_{tag}", peak_flops(gpu, "bf16"), "TFLOP/s", f"{gpu.name} dense bf16 peak (attention)")
     BW = s.given(f"BW_{tag}", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
     nvl = link_bandwidth(s, gpu, GPUS_PER_NODE, group=tag)
     nodes = s.step(f"nodes_{tag}", f"{gpu.name} nodes per replica", f"n_{tag}",
-                   2 ** sympy.ceiling(sympy.log(max_of(1, W / (m["f"] * G_n * M)), 2)), "nodes",
+                   2 ** ceil_of(sympy.log(max_of(1, W / (m["f"] * G_n * M)), 2)), "nodes",
                    "the fewest power-of-two nodes (at least one) whose HBM holds the weights within the stated share")
     G = nodes * G_n
     # A replica fills whole nodes (G ≥ D): D/G of a token's copies stay in its node.
@@ -179,20 +196,22 @@ def _pool(s: Sheet, tag: str, gpu, W, W_bytes: float, m) -> _Pool:
                  max_of(m["v"] * m["D"] / (G**2 * nvl), m["v"] * (G - m["D"]) / (G**2 * m["nic"])), "us",
                  "each GPU's 1/G share of a token's copies: D/G of them over NVLink, the rest over the NIC, at once")
     prefill = s.step(f"prefill_{tag}", f"Prefill tokens/s per {gpu.name} node", f"x_p_{tag}",
-                     1 / (nodes * ((2 * m["N_a"] + m["A_p"] * m["P_in"] / 2) / (G * m["eta_c"] * P)
+                     1 / (nodes * ((2 * m["N_a"] / P + m["A_p"] * m["P_in"] / 2 / P16) / (G * m["eta_c"])
                                    + m["L_moe"] * t_a)), "tokens/s",
-                     "compute-bound: each token's FLOPs (weights, causal attention) over the replica's compute, "
-                     "then its all-to-all; the replica's rate shared by its nodes")
+                     "each token's FLOPs over the replica's compute (weights in FP8, causal attention in bf16), "
+                     "then its all-to-all, not overlapped; the replica's rate shared by its nodes")
     room = s.step(f"room_{tag}", f"KV room per {gpu.name} GPU", f"R_{tag}", m["u"] * M - W / G, "GB",
                   "usable HBM less this GPU's share of the weights")
     rate = m["eta_bw"] * BW
-    t0 = s.step("", f"Decode step before any sequence, {gpu.name}", f"t0_{tag}", W / (G * rate) + m["t_oh"], "ms",
+    read = s.step("", f"One read of a {gpu.name} GPU's weights", f"t_W_{tag}", W / (G * rate), "ms",
+                  "its share of the weights at the achievable bandwidth")
+    t0 = s.step("", f"Decode step before any sequence, {gpu.name}", f"t0_{tag}", read + m["t_oh"], "ms",
                 "every weight read once a step (at this batch every expert is hit), plus the overhead")
     t1 = s.step("", f"Decode step time each sequence adds, {gpu.name}", f"t1_{tag}",
                 m["S"] * m["KV"] / (G * rate) + m["L_moe"] * t_a, "us",
                 "its KV read on one GPU's share of the bandwidth, and its token's all-to-all")
-    B_slo = sympy.floor((m["tpot"] - t0) / t1)
-    B_mem = sympy.floor(G * room / (m["S"] * m["KV"]))
+    B_slo = floor_of((m["tpot"] - t0) / t1)
+    B_mem = floor_of(G * room / (m["S"] * m["KV"]))
     B = s.step(f"batch_{tag}", f"Decode batch of one {gpu.name} replica", f"B_{tag}", min_of(B_slo, B_mem),
                "sequences", "the smaller of what the TPOT target leaves for the per-sequence time and what the KV "
                "room holds")
@@ -205,11 +224,11 @@ def _pool(s: Sheet, tag: str, gpu, W, W_bytes: float, m) -> _Pool:
                                               ("KV", m["KV"]), ("c", m["eta_c"]), ("bw", m["eta_bw"]),
                                               ("L", m["L_moe"]), ("t_a", t_a))}
     reads = (W_bytes + f["B"] * f["S"] * f["KV"]) / (f["bw"] * hbm_bandwidth(gpu))
-    if f["B"] * (2 * f["N"] + f["A"] * f["S"]) / (f["c"] * peak_flops(gpu, "fp8")) >= reads:
+    if f["B"] * (2 * f["N"] / peak_flops(gpu, "fp8") + f["A"] * f["S"] / peak_flops(gpu, "bf16")) / f["c"] >= reads:
         raise Reject(f"{gpu.name} decode would be compute-bound at its batch")
     decode = s.step(f"decode_{tag}", f"Decode tokens/s per {gpu.name} node", f"x_d_{tag}", B / (step * nodes),
                     "tokens/s", "one token per sequence per step, shared by the replica's nodes")
-    return _Pool(gpu.name, nodes, prefill, B, step, decode, room,
+    return _Pool(gpu.name, nodes, prefill, B, step, t0, t1, read, decode, room,
                  capped_by_room=s.compare(B, B_slo) < 0,
                  a2a_heavier=f["B"] * f["L"] * f["t_a"]
                  > W_bytes / (f["bw"] * hbm_bandwidth(gpu) * s.value(nodes) * GPUS_PER_NODE))
@@ -224,6 +243,7 @@ def b200_h100_roles(p, s: Sheet) -> None:
     n_out = s.param("O", "output")
     tpot = s.param("TPOT", "tpot")
     R = s.param("λ_req", "rate")
+    busy = s.param("ρ_max", "max_busy")
     L_moe = s.param("L_moe", "moe_layers")
     G_n = s.given("G_n", GPUS_PER_NODE, "GPUs", "GPUs per node")
     N_a = s.given("N_a", model.active_params_b * 1e9, "", f"active parameters per token ({model.name})")
@@ -234,8 +254,7 @@ def b200_h100_roles(p, s: Sheet) -> None:
     d_c = s.given("d_c", model.kv_lora_rank, "", "latent rank")
     h = s.given("h", model.hidden, "", "hidden size")
     k = s.given("k", model.experts_per_token, "", "routed experts per token")
-    b_d = s.given("b_d", 1 + SCALE_BYTES, "B", "bytes per dispatched value (FP8 + an FP32 scale per 128)")
-    b_c = s.given("b_c", 2, "B", "bytes per combined value (bf16)")
+    d_copy, c_copy = copy_bytes(s, h)
     nic = s.given("BW_NIC", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name} per GPU, each direction")
     u = s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable HBM (usable-hbm)")
     eta_c = s.given("η_c", convention("step-compute").value, "%", "achievable compute (step-compute)")
@@ -249,7 +268,7 @@ def b200_h100_roles(p, s: Sheet) -> None:
                  "keys of d_h + d_r and values of d_h per head, a multiply-add each, in every layer")
     A_d = s.step("", "Decode attention FLOPs per cached token (absorbed MLA)", "A_d", 2 * L * H * (2 * d_c + d_r),
                  "FLOP", "scores over d_c + d_r and values over d_c per head, in every layer")
-    v = s.step("", "All-to-all bytes of one token per MoE layer", "v", k * h * (b_d + b_c), "KB",
+    v = s.step("", "All-to-all bytes of one token per MoE layer", "v", k * (d_copy + c_copy), "KB",
                "k copies out in FP8, k results back in bf16")
     m = {"G_n": G_n, "f": f, "u": u, "eta_c": eta_c, "eta_bw": eta_bw, "t_oh": t_oh, "N_a": N_a, "A_p": A_p,
          "A_d": A_d, "P_in": P_in, "S": S, "KV": kv, "tpot": tpot, "L_moe": L_moe, "v": v, "nic": nic,
@@ -263,15 +282,21 @@ def b200_h100_roles(p, s: Sheet) -> None:
                    "B200 node over H100 node, each at the TPOT target")
     b200_prefills = s.compare(r_pre, r_dec) >= 0
     pre, dec = (B2, H1) if b200_prefills else (H1, B2)
-    s.step("prefill_pool", f"Prefill pool ({pre.name})", "N_pre",
-           pre.nodes * sympy.ceiling(R * P_in / (pre.prefill * pre.nodes)), "nodes",
-           "whole replicas for the prompt tokens arriving each second")
-    s.step("decode_pool", f"Decode pool ({dec.name})", "N_dec",
-           dec.nodes * sympy.ceiling(R * n_out * dec.step / dec.batch), "nodes",
-           "whole replicas for the reply tokens due each second at the TPOT target")
-    s.step("ttft", "Prefill time of one prompt", "t_pre", P_in / (pre.prefill * pre.nodes), "s",
-           "one replica of the prefill pool, no queue")
-    s.step("per_user", "Decode tokens/s per user", "X_u", 1 / dec.step, "tokens/s", "one token per decode step")
+    N_pre = s.step("prefill_pool", f"Prefill pool ({pre.name})", "N_pre",
+                   pre.nodes * ceil_of(R * P_in / (pre.prefill * pre.nodes * busy)), "nodes",
+                   "whole replicas for the prompt tokens arriving each second, none busier than the cap")
+    N_dec = s.step("decode_pool", f"Decode pool ({dec.name})", "N_dec",
+                   dec.nodes * ceil_of(R * n_out * dec.step / dec.batch), "nodes",
+                   "whole replicas for the reply tokens due each second, each at most its full batch")
+    s.step("ttft", "Prefill time of one prompt, before any queue", "t_pre",
+           max_of(P_in / (pre.prefill * pre.nodes), pre.read) + t_oh, "s",
+           "one replica's rate on the prompt, but never under one read of its weights; plus a step's overhead")
+    a = s.step("", "Reply tokens due each second on each decode replica", "a", R * n_out / (N_dec / dec.nodes),
+               "tokens/s", "the load spread over the decode pool's replicas")
+    B_load = s.step("load_batch", "Decode batch of a replica at this load", "B_λ", a * dec.t0 / (1 - a * dec.t1),
+                    "sequences", "Little's law: B = a·(t0 + B·t1), the batch at which the step time keeps pace")
+    s.step("per_user", "Decode tokens/s per user at this load", "X_u", 1 / (dec.t0 + B_load * dec.t1), "tokens/s",
+           "one token per decode step, the step at this load's batch")
     s.step("kv_handoff", "KV handoff of one request between the pools", "t_KV", P_in * kv / nic, "ms",
            "the pools are different nodes: the prompt's latent cache over one NIC")
     s.step("mismatch", "RMS gap between the two pools' weights", "δ",
@@ -281,16 +306,25 @@ def b200_h100_roles(p, s: Sheet) -> None:
            "E[4^-f] = 3/(8 ln 2) for a mantissa spread evenly in log")
 
     _roles_judged(s, p, B2, H1, r_dec)
+    more_prefill = s.compare(N_pre, N_dec) > 0
+    s.judge("why", "the prefill pool takes more nodes than the decode pool", more_prefill,
+            f"{format_number(s.value(N_pre))} prefill node(s) against {format_number(s.value(N_dec))} for decode")
     s.assume("The B200 pool runs Blackwell's block-scaled MMA, which takes power-of-two (UE8M0) scales: it "
              f"re-quantizes the FP8 checkpoint the older pool serves as is ({p.b200_format}), each block's scale "
-             "rounded up to a power of two (DeepGEMM's ceil_to_ue8m0); activations and math in FP8 on both. The "
+             "rounded up to a power of two (DeepGEMM's ceil_to_ue8m0); activations and GEMMs in FP8 on both (MXFP4 "
+             "weights run W4A8 at the FP8 peak), attention in bf16. The "
              "pools then compute with weights that differ by one more rounding, and decode attends to KV that the "
              "other pool's weights wrote.")
     s.assume("Each replica is EP over its nodes with data-parallel attention; the MoE all-to-all (DeepEP-style: "
              "FP8 dispatch, bf16 combine, uniform routing) goes over NVLink inside a node and the NIC between "
-             "nodes, not overlapped. Decode reads every weight each step (large batches touch every expert).")
+             "nodes, not overlapped with compute (DeepSeek's two-micro-batch overlap would hide part of it). "
+             "Decode reads every weight each step (large batches touch every expert).")
     s.assume("Step model (step-compute, step-bandwidth, step-overhead); decode must stay memory-bound at its batch; "
-             "KV in bf16 latents, no prefix cache; pools sized in whole replicas for the average load, no queueing.")
+             "KV in bf16 latents, no prefix cache; pools sized in whole replicas for the average load, the prefill "
+             "pool no busier than the cap, and a prompt's prefill time taken before any queue.")
+    s.assume("The older nodes are a fleet already owned: the question is how to split the roles, not whether to "
+             "replace them (per node a B200 leads in both phases). Comparative advantage, as Splitwise (ISCA 2024) "
+             "splits prompt and token phases across GPU generations.")
     s.slip("x2: power-of-two rounding ignored (nodes from the bare ratio)", 0.5, on="nodes_H")
     _roles_regime(s, r_pre, r_dec, s.value(B2.nodes), s.value(H1.nodes))
 
@@ -331,5 +365,5 @@ def _roles_regime(s: Sheet, r_pre, r_dec, nodes_b: float, nodes_h: float) -> Non
         f"A B200 node does {dec}x an older node's decode against {pre}x its prefill: the B200s decode, "
         + ("one node a replica keeping every step's all-to-all on NVLink" if nodes_b == 1 else
            f"{format_number(nodes_b)} nodes a replica with room for a larger batch")
-        + ", and the older GPUs prefill, where compute is the whole cost.",
+        + ", and the older GPUs prefill, where FLOPs and the all-to-all set the pace.",
         "Were the B200's prefill edge the larger, the roles would swap: B200 prefills, the older GPUs decode."))
