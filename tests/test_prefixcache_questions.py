@@ -39,35 +39,44 @@ def _vllm_hit(cached: set[bytes], prompt: list[int], block: int, seed: bytes) ->
     return hit
 
 
-def _vllm_after_eviction(history: list[int], system: int, prompt: list[int], block: int, evicted: int) -> int:
-    """The finished chat's blocks join the free queue tail first; the system prompt's full blocks stay in use
-    (other chats run on them); the queue's head is evicted, one block per block of room needed."""
+def _vllm_after_eviction(history: list[int], system: int, prompt: list[int], block: int, room: int) -> int:
+    """The finished chat's blocks, its unhashed partial last block included, join the free queue tail first;
+    the system prompt's full blocks stay in use (other chats run on them); one block per block of room is
+    popped from the queue's head, and a popped block with a hash leaves the cache."""
     seed = b"process"
     chain = _chained_hashes(history, block, seed)
     shared = system // block
-    free_queue = list(reversed(chain[shared:]))  # this chat is the least recently used: at the head
-    gone = set(free_queue[:-(-evicted // block)])
+    partial = [None] if len(history) % block else []
+    free_queue = list(reversed(chain[shared:] + partial))  # this chat is the least recently used: at the head
+    gone = set(free_queue[:-(-room // block)]) - {None}
     return _vllm_hit(set(chain) - gone, prompt, block, seed)
 
 
 class _Node:
     def __init__(self, parent=None, tokens=(), locked=False):
         self.parent, self.tokens, self.children, self.locked = parent, list(tokens), [], locked
+        if parent is not None:
+            parent.children.append(self)
 
 
-def _radix_after_eviction(history: list[int], system: int, prompt: list[int], evicted: int) -> int:
-    """SGLang's tree: the system prompt node (locked by running chats) and this chat's leaf below it, plus a
-    locked sibling leaf; evict() frees whole unlocked leaves until the room is made."""
+def _radix_after_eviction(history: list[int], system: int, reply: int, prompt: list[int], room: int,
+                          chunk: int = 8192) -> int:
+    """SGLang's tree after a chat's first turn: the system prompt node (locked by running chats, with a locked
+    sibling branch), the first prompt's prefill chunks as a chain of nodes, the reply as the leaf. evict()
+    pops the least recently used unlocked leaf whole; a parent left childless and unlocked becomes a leaf."""
     root = _Node()
-    shared = _Node(root, history[:system], locked=True)
-    own = _Node(shared, history[system:])
-    sibling = _Node(shared, [-1, -2, -3], locked=True)
-    root.children, shared.children = [shared], [own, sibling]
-    freed, leaves = 0, [own]  # this chat's leaf is the least recently used unlocked leaf
-    while freed < evicted and leaves:
-        leaf = leaves.pop(0)
+    node = _Node(root, history[:system], locked=True)
+    _Node(node, [-1, -2, -3], locked=True)
+    first_prompt = history[system:len(history) - reply]
+    for start in range(0, len(first_prompt), chunk):
+        node = _Node(node, first_prompt[start:start + chunk])
+    _Node(node, history[len(history) - reply:])
+    leaf, freed = node.children[0], 0
+    while freed < room and leaf is not None and not leaf.locked:
         freed += len(leaf.tokens)
-        leaf.parent.children.remove(leaf)
+        parent = leaf.parent
+        parent.children.remove(leaf)
+        leaf = parent if not parent.children else None
     matched, node, rest = 0, root, prompt[:len(prompt) - 1]
     while True:
         child = next((c for c in node.children if c.tokens and rest[:1] == c.tokens[:1]), None)
@@ -99,10 +108,29 @@ def test_prefix_cache_engines_default(variant):
     assert results["mean_gap"] == 7.5
     assert results["boundary_prompt"] == pytest.approx(1500)
     assert results["regime"] == "gap-negligible"
-    # 256 tokens of room: vLLM drops the chat's last 16 blocks, SGLang its whole 900-token branch.
-    assert results["block_after"] == 16 * (118 - 16)
-    assert results["radix_after"] == 1000
+    # 256 tokens of room: vLLM pops 16 blocks, the first its partial last one (1,900 mod 16 = 12 tokens, no
+    # hash), so 15 cached blocks go; SGLang frees its least recently used leaf, the whole 300-token reply.
+    assert results["block_after"] == 16 * (118 - 15)
+    assert results["radix_after"] == 1900 - 300
     assert results["after_eviction"] == "block-hash"
+
+
+@pytest.mark.parametrize(("sets", "block_after", "radix_after", "order"), [
+    # The reply is smaller than the room: its parent, the first prompt's one chunk node, goes too.
+    ("reply=200", 1648, 1000, "block-hash"),
+    # A reply just over the room: SGLang frees 260 tokens, vLLM 15 whole blocks, 240 tokens, yet their ends differ.
+    ("reply=260", 1648, 1640, "block-hash"),
+    ("reply=257+evicted=257", 1632, 1643, "radix"),
+    # A 9,000-token first prompt is two chunk nodes, 8,192 and 808: a 1,000-token room past a 300-token reply
+    # takes the 808-token one and stops there.
+    ("history=10300+prompt=10400+evicted=1000", 16 * (643 - 62), 10300 - 300 - 808, "block-hash"),
+])
+def test_sglang_frees_whole_nodes_per_turn_and_chunk(variant, sets, block_after, radix_after, order):
+    """SGLang's branch below the system prompt is one node per prefill chunk, then the reply as the leaf:
+    eviction frees whole nodes from the leaf up, not the whole branch."""
+    expected = variant(f"prefix-cache-engines@default+{sets}").expected
+    assert (expected["block_after"], expected["radix_after"], expected["after_eviction"]) == \
+        (block_after, radix_after, order)
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -117,7 +145,7 @@ def test_prefix_cache_engines_match_toy_engines(variant, seed):
                                               seed_bytes)
     assert expected["radix_hit"] == min(p["history"], p["prompt"] - 1)
     assert expected["block_after"] == _vllm_after_eviction(history, p["system"], prompt, block, p["evicted"])
-    assert expected["radix_after"] == _radix_after_eviction(history, p["system"], prompt, p["evicted"])
+    assert expected["radix_after"] == _radix_after_eviction(history, p["system"], p["reply"], prompt, p["evicted"])
 
 
 def test_hashes_from_another_process_never_match():
@@ -143,7 +171,7 @@ def test_mean_gap_matches_a_seeded_draw_of_endings(variant, block):
                                                  ("fixed", "none"), ("fixed", "per-tenant")])
 def test_key_scope_follows_the_seed_and_the_salt(variant, seed_kind, salt):
     holds = set(variant(f"prefix-cache-engines@default+hash_seed={seed_kind}+salt={salt}").expected["key_scope"])
-    expected = {"a later request to this same server process with the same prefix"}
+    expected = {"a later request of the same tenant to this same server process with the same prefix"}
     if salt == "none":
         expected.add("a request from another tenant with the same system prompt")
     if seed_kind == "fixed":
@@ -160,7 +188,7 @@ def test_prefix_cache_engines_ties_are_exact(variant):
     assert at_bar.regime.name == "gap-negligible"
     below = variant("prefix-cache-engines@default+prompt=1499+history=1400").sheet
     assert below.regime.name == "gap-material"
-    tie = variant("prefix-cache-engines@default+system=1024+history=1100+evicted=4096").expected
+    tie = variant("prefix-cache-engines@default+system=1024+history=1100+reply=40+evicted=4096").expected
     assert tie["block_after"] == tie["radix_after"] == 1024
     assert tie["after_eviction"] == "tie"
 
@@ -282,11 +310,11 @@ def test_per_shard_lru_strands_where_one_shard_runs_short():
        evicted=st.integers(16, 16384))
 def test_prefix_cache_invariants(variant, block, prompt, share, evicted):
     """Any chat: the gap stays within B − 1 and the worst case, and an eviction never adds a hit."""
-    history = max(64 + block, int(share * prompt))
+    history = max(64 + 32 + block, int(share * prompt))
     if history > prompt:
         return
     r = variant(f"prefix-cache-engines@default+block_size={block}+prompt={prompt}+history={history}"
-                f"+system=64+evicted={evicted}").sheet.results
+                f"+system=64+reply=32+evicted={evicted}").sheet.results
     assert 0 <= r["gap"] <= block - 1
     assert r["gap_share"] <= r["gap_bound"]
     assert r["block_after"] <= r["block_hit"] and r["radix_after"] <= r["radix_hit"]
