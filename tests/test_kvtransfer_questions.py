@@ -105,7 +105,7 @@ def test_pd_transfer_bandwidth_default(variant):
     assert results["regime"] == "link-suffices"
 
 
-@pytest.mark.parametrize("prompt", [4000, 16000, 32000])
+@pytest.mark.parametrize("prompt", [4000, 12000, 20000])
 def test_prompt_length_cancels_but_for_attention(variant, prompt):
     """The bound is the same for every prompt; attention lowers the rate, the more the longer the prompt (past
     the few thousand tokens where the all-reduces' fixed latency still shows)."""
@@ -154,3 +154,34 @@ def test_longer_prompts_judged_as_solving_them(variant, seed):
     longer = variant(f"pd-transfer-bandwidth@{seed}+prompt={int(4 * p['prompt'])}").sheet
     holds = "prompts four times as long" in solution.expected["breakers"]
     assert holds == (longer.regime.name == "link-breaks")
+
+
+FASTER = "GPUs with four times the FLOP/s and twice the NVLink bandwidth (Blackwell at fp8 against Hopper at bf16)"
+
+
+def test_four_times_the_flops_leaves_the_all_reduce_latency(variant):
+    """Llama-3.1-70B at TP 8 on H100, 1,100-token prompts, a 25 Gb/s link: 4x the FLOP/s alone would send
+    3.44 GB/s, past 3.125, but the all-reduces shrink only by the doubled NVLink: 2.63 GB/s, the link holds."""
+    solution = variant("pd-transfer-bandwidth@2")
+    p = _params(solution)
+    assert (p["tp"], p["prompt"], p["link"], p["fan_in"]) == (8, 1100, 25e9 / 8, 1)
+    assert set(solution.expected["breakers"]) == {
+        "an MHA model of the same size (as many KV heads as query heads)",
+        "an MHA model of the same size on those GPUs (four times the FLOP/s, twice the NVLink)",
+        "four times as many prefill GPUs feeding each decode GPU"}
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_faster_gpus_judged_by_plain_arithmetic(variant, seed):
+    """4x the peak, 2x the NVLink, the same 10 us per all-reduce: the prefill time redone from scratch."""
+    solution = variant(f"pd-transfer-bandwidth@{seed}")
+    p = _params(solution)
+    model, gpu, tp = p["model"], p["gpu"], int(p["tp"])
+    n = model.get("active_params_b", model.params_b) * 1e9
+    kv = _kv_per_token(model) * (0.5 if p["kv_dtype"] == "fp8" else 1)
+    peak = 4 * (gpu.fp8_dense_tflops if p["weight_dtype"] == "fp8" else gpu.bf16_dense_tflops) * 1e12
+    per_token = 2 * n + 4 * model.layers * model.heads * model.head_dim * p["prompt"] / 2
+    prefill = (p["prompt"] * per_token / (tp * p["mfu"] * peak)
+               + _all_reduces(model.layers, model.hidden, tp, 2 * gpu.nvlink_gb_s * 1e9, p["prompt"]))
+    need = p["fan_in"] * p["prompt"] * kv / tp / prefill
+    assert (FASTER in solution.expected["breakers"]) == (need > p["link"])

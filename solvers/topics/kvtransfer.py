@@ -5,7 +5,8 @@ Both turn on one figure of the model, the FLOPs it spends per byte of KV it prod
 Recomputing a token costs 2N FLOPs at the group's achievable rate; moving it costs KV bytes over
 a link. Per GPU under tensor parallelism both shrink by TP (each GPU computes 1/TP and holds
 and moves its own KV heads), so TP cancels. The achievable compute is the step-time model's
-(steptime.StepConstants, the conventions card's step-compute) unless the question draws an MFU.
+(steptime.StepConstants, the conventions card's step-compute) unless the question draws a matmul
+efficiency.
 """
 from __future__ import annotations
 
@@ -157,7 +158,7 @@ def pd_transfer_bandwidth(p, s: Sheet) -> None:
     kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype)
     KV = kv_bytes_per_token_per_gpu_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype, TP)
     P = s.given("P", peak_flops(gpu, p.weight_dtype), "TFLOP/s", f"{gpu.name} dense {p.weight_dtype} peak")
-    mfu = s.param("MFU", "mfu")
+    mfu = s.param("η", "mfu")
     T = s.param("T", "prompt")
     k = s.param("k", "fan_in")
     link = s.step("", "The decode GPU's link in bytes", "BW_D", s.param("BW_b", "link"), "GB/s",
@@ -170,23 +171,26 @@ def pd_transfer_bandwidth(p, s: Sheet) -> None:
                    "GFLOP", "2N through the weights, plus T/2 query-key pairs per token under the causal mask")
     t_ar = tp_all_reduce(s, model, gpu, p.tp, T, tag="pre", label="prefill")
     t_pre = s.step("prefill_time", "Prefill time of the prompt", "t_pre", T * flops / (TP * mfu * P) + t_ar, "s",
-                   "the prompt's FLOPs over the group's FLOP/s at this MFU"
+                   "the prompt's FLOPs over the group's FLOP/s at this matmul efficiency"
                    + ("" if p.tp == 1 else ", then the TP all-reduces (tp-all-reduce card)"))
     b = s.step("per_gpu", "KV each prefill GPU sends per second", "b", T * KV / t_pre, "GB/s",
-               "its share of the prompt's KV over the prefill time: the prompt length cancels but for attention")
-    bound = s.step("per_gpu_bound", "The same without attention: prompt length gone", "b_max",
-                   mfu * P / (2 * N / kv_tok), "GB/s", "F_eff/(2N/KV): compute per GPU over the FLOPs per KV byte; "
-                   "attention only adds FLOPs per token, so this is the most any prompt length needs")
+               "its share of the prompt's KV over the prefill time: the prompt length cancels but for attention"
+               + ("" if p.tp == 1 else " and the all-reduces' latency"))
+    if s.compare(KV * TP, kv_tok) > 0:
+        raise Reject("TP past the KV heads replicates them: each GPU sends more than its share")
+    bound = s.step("per_gpu_bound", "The same with neither attention nor all-reduces: prompt length gone", "b_max",
+                   mfu * P / (2 * N / kv_tok), "GB/s", "η·peak/(2N/KV): compute per GPU over the FLOPs per KV byte; "
+                   "attention and the all-reduces only add time, so no prompt length needs more")
     need = s.step("decode_need", "KV a decode GPU's link carries per second", "b_D", k * b, "GB/s",
                   "each decode GPU takes the KV of the prefill GPUs that feed it")
     s.step("link_share", "Share of the decode GPU's link", "u", need / link, "%",
            "what the transfer leaves for everything else on that link")
-    if s.compare(b, bound) > 0:
-        raise Reject("TP past the KV heads replicates them: each GPU sends more than its share")
     _link_breakers(s, p, need=s.value(need), link=s.value(link))
 
-    s.assume("Prefill runs back to back on every prefill GPU at the given MFU, and its KV leaves as it is made "
-             "(layer by layer, as NIXL/Mooncake transfers do), so the link sees the average rate, not a burst.")
+    s.assume("Prefill runs back to back on every prefill GPU, its matmuls at the given efficiency (a share of "
+             "peak for the FLOPs alone: the all-reduces come on top, so end-to-end MFU is lower), and its KV "
+             "leaves as it is made (layer by layer, as NIXL/Mooncake transfers do), so the link sees the average "
+             "rate, not a burst.")
     s.assume("Each GPU of the prefill group sends its own KV heads; a decode GPU receives the KV of the prefill "
              "GPUs that feed it (the fan-in) over its link, with no other traffic on it.")
     s.assume("FLOPs: 2 per active parameter per token plus the attention-flops card's causal pairs; the prefill "
@@ -200,8 +204,8 @@ def pd_transfer_bandwidth(p, s: Sheet) -> None:
 
 BREAKERS = (
     "an MHA model of the same size (as many KV heads as query heads)",
-    "GPUs with four times the FLOP/s at the same MFU (Blackwell at fp8 against Hopper at bf16)",
-    "an MHA model of the same size on GPUs with four times the FLOP/s",
+    "GPUs with four times the FLOP/s and twice the NVLink bandwidth (Blackwell at fp8 against Hopper at bf16)",
+    "an MHA model of the same size on those GPUs (four times the FLOP/s, twice the NVLink)",
     "four times as many prefill GPUs feeding each decode GPU",
     "prompts four times as long",
     "an fp8 KV cache (half the bytes per token)",
@@ -224,19 +228,29 @@ def _link_breakers(s: Sheet, p, *, need: float, link: float) -> None:
     fixed, per_token = s.evaluate(ar.fixed), s.evaluate(ar.per_token)
     compute = p.tp * p.mfu * peak_flops(p.gpu, p.weight_dtype)
 
-    def rate(prompt: float) -> float:
-        return prompt / (prompt * (2 * n + pair * prompt / 2) / compute + fixed + per_token * prompt)
+    def rate(prompt: float, speed: float = 1.0, nvlink: float = 1.0) -> float:
+        # Tokens per second of prefill: compute `speed` times faster, the all-reduces' bytes over `nvlink`
+        # times the bandwidth, their latency unchanged.
+        return prompt / (prompt * (2 * n + pair * prompt / 2) / (speed * compute) + fixed
+                         + per_token * prompt / nvlink)
 
     longer = rate(4 * p.prompt) / rate(p.prompt)
+    blackwell = rate(p.prompt, 4, 2) / rate(p.prompt)
     heads = f"{format_number(groups)}x the KV bytes per token for the same FLOPs" if groups > 1 else \
         "already MHA: the KV per token stays"
+    speed = (f"{format_number(blackwell, 3)}x the tokens per second, each with the same KV: the compute "
+             "shrinks fourfold, the all-reduces' bytes only twofold and their latency not at all"
+             if p.tp > 1 else "four times the tokens per second, each with the same KV")
     mha, faster, both, fan, long_prompts, fp8_kv, nic = BREAKERS
     cases = (
         (mha, verdict(groups), heads),
-        (faster, verdict(4), "four times the tokens per second, each with the same KV"),
-        (both, verdict(4 * groups), f"{heads}, and four times the tokens per second"),
+        (faster, verdict(blackwell), speed),
+        (both, verdict(groups * blackwell), f"{heads}, and {format_number(blackwell, 3)}x the tokens per second"),
         (fan, verdict(4), "four times the senders into the same link"),
-        (long_prompts, verdict(longer), "more attention FLOPs per token: the KV comes out slower"),
+        (long_prompts, verdict(longer),
+         "more attention FLOPs per token: the KV comes out slower" if longer < 1 else
+         "the all-reduces' fixed latency spread over more tokens outweighs the extra attention: the KV comes "
+         "out faster"),
         (fp8_kv, verdict(0.5 if p.kv_dtype == "bf16" else 1.0),
          "half the bytes per token" if p.kv_dtype == "bf16" else "already fp8: nothing changes"),
         (nic, verdict(1, 2 * link), "twice the link for the same flow"))
