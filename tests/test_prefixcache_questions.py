@@ -205,23 +205,25 @@ class _Block:
 
 
 def _tree(p, rng) -> tuple[list[_Block], list[_Block]]:
-    """The system prompt's full blocks, cached A_S minutes ago, then each chat's own full blocks, cached
-    later; every chat's last turn (a hit on its whole path) at a seeded time since."""
-    block, system = p["block_size"], p["system"]
-    age = p["system_age"] / 60  # the parameter is in seconds; minutes here
+    """The system prompt's full blocks, cached A_S ago, then each chat's own full blocks, cached over its turns
+    from a seeded start to its last turn (the latest chat's A_c ago, the others' at seeded times before);
+    each last turn is a hit on the chat's whole path. Times in seconds, negative: in the past."""
+    block, system, idle = p["block_size"], p["system"], p["idle"]
+    age = p["system_age"]
     chain, parent = [], None
     for _ in range(system // block):
         parent = _Block(parent, -age)
         chain.append(parent)
     blocks = list(chain)
-    for own in p["chats"]:
-        start = -age * rng.uniform(0, 1)
+    for i, own in enumerate(p["chats"]):
+        start = rng.uniform(-age, -idle)
+        last_turn = -idle if i == 0 else rng.uniform(start, -idle)
+        count = (system + own) // block - system // block
         node, path = chain[-1], list(chain)
-        for _ in range((system + own) // block - system // block):
-            node = _Block(node, start)
+        for cached_at in np.linspace(start, last_turn, count):
+            node = _Block(node, cached_at)
             path.append(node)
             blocks.append(node)
-        last_turn = rng.uniform(start, 0)
         for b in path:  # a hit refreshes every block on its path
             b.used_at = max(b.used_at, last_turn)
     return chain, blocks
@@ -263,6 +265,27 @@ def test_prefix_eviction_stranding_default(variant):
         "FIFO: the block cached first is evicted first",
         "cost-aware: the block cheapest to recompute is evicted first",
         "a CPU tier below the GPU cache evicting by its own LRU of write times"}
+    # The hole at the very front: every returning chat re-prefills the whole 2,000-token system prompt.
+    assert results["recompute_per_chat"] == 2000
+    assert solution.sheet.regime.name == "hole-early"
+
+
+@pytest.mark.parametrize(("victim", "served", "side"), [(63, 992, "hole-early"), (64, 1008, "hole-late"),
+                                                        (100, 1584, "hole-late")])
+def test_hole_regime_turns_at_half_the_system_prompt(variant, victim, served, side):
+    """Block j leaves (j − 1)·16 tokens hitting: past 1,000 of the 2,000-token system prompt from block 64 on."""
+    sheet = variant(f"prefix-eviction-stranding@default+victim={victim}").sheet
+    assert sheet.results["served_after"] == served
+    assert sheet.regime.name == side
+
+
+@pytest.mark.parametrize(("age", "idle", "holds"), [(180, 5, False), (240, 5, True), (300, 239, True),
+                                                    (300, 240, False)])
+def test_ttl_strands_once_the_system_prompt_expires_above_fresh_chats(variant, age, idle, holds):
+    """TTL 240 min, counted from caching: the system prompt expires at 240 min; it strands only while the latest
+    chat blocks are younger than that (both expired: the whole tree is gone together)."""
+    expected = variant(f"prefix-eviction-stranding@default+system_age={age}min+idle={idle}min").expected
+    assert ("expiry at the TTL above, counted from when a block was cached" in expected["policies"]) == holds
 
 
 def _first_stranding(blocks: list[_Block], rank) -> bool:
@@ -278,7 +301,8 @@ def _first_stranding(blocks: list[_Block], rank) -> bool:
 @pytest.mark.parametrize("seed", range(10))
 def test_orders_on_a_seeded_tree(variant, seed):
     """Seeded simulation (the variant's tree, timestamps from its seed): LRU with path refresh and deepest-first
-    ties never strands; FIFO and cheapest-first do; the TTL strands exactly when the system prompt outlives it."""
+    ties never strands; FIFO and cheapest-first do; the TTL strands exactly when the system prompt has expired
+    and the latest chat blocks have not."""
     solution = variant(f"prefix-eviction-stranding@{seed}")
     p = _params(solution)
     p["chats"] = [int(x) for x in solution.param("chats").value]
@@ -286,10 +310,10 @@ def test_orders_on_a_seeded_tree(variant, seed):
     assert not _first_stranding(blocks, lambda b: (b.used_at, -b.depth))
     assert _first_stranding(blocks, lambda b: (b.cached_at, b.depth))
     assert _first_stranding(blocks, lambda b: b.depth)  # recompute cost grows with the context before a block
-    ttl, age = p["ttl"], p["system_age"]
-    expired = [b for b in blocks if b.cached_at * 60 < -ttl]
+    ttl, age, idle = p["ttl"], p["system_age"], p["idle"]
+    expired = {b for b in blocks if -b.cached_at >= ttl}
     strands = any(c not in expired for b in expired for c in b.children)
-    assert strands == (age > ttl)
+    assert strands == (age >= ttl > idle)
     judged = set(solution.expected["policies"])
     assert ("expiry at the TTL above, counted from when a block was cached" in judged) == strands
 
@@ -297,7 +321,7 @@ def test_orders_on_a_seeded_tree(variant, seed):
 def test_per_shard_lru_strands_where_one_shard_runs_short():
     """Blocks hashed over four shards, each evicting its own LRU block: some shard's victim has a child elsewhere."""
     rng = np.random.default_rng(0)
-    p = {"block_size": 16, "system": 2000, "system_age": 180 * 60,
+    p = {"block_size": 16, "system": 2000, "system_age": 180 * 60, "idle": 5 * 60,
          "chats": [3000, 1200, 8000, 500, 2500, 4000, 1500, 6000]}
     _, blocks = _tree(p, rng)
     shard = {id(b): int(rng.integers(4)) for b in blocks}

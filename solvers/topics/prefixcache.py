@@ -219,8 +219,10 @@ def prefix_eviction_stranding(p, s: Sheet) -> None:
            "the descendants over all the tree's blocks")
     served = s.step("served_after", "Prompt tokens a returning chat serves from cache", "H", (j - 1) * B, "tokens",
                     "only the blocks before the hole still match")
-    s.step("recompute_per_chat", "System-prompt tokens each chat's next turn prefills again", "ΔP", S - served,
-           "tokens", "everything from the hole on, though its KV is still sitting in the pool")
+    redo = s.step("recompute_per_chat", "System-prompt tokens each chat's next turn prefills again", "ΔP",
+                  S - served, "tokens", "everything from the hole on, though its KV is still sitting in the pool")
+    half = s.step("half_system", "Half the system prompt", "S_half", S / 2, "tokens",
+                  "where the hole starts to cost a returning chat more of the shared prefix than it keeps")
     _stranding_policies(s, j, lost)
 
     s.assume("Every chat's history sits in the cache as full blocks (a partial last block is never hashed); "
@@ -231,6 +233,26 @@ def prefix_eviction_stranding(p, s: Sheet) -> None:
     s.slip("the system prompt's own blocks below the victim forgotten", on="stranded_blocks",
            factor=s.value(own) / s.value(below))
     s.slip("x2: K and V counted once", 0.5, on="stranded_bytes")
+    _hole_regime(s, served, half, redo, lost, n)
+
+
+def _hole_regime(s: Sheet, served, half, redo, lost, n) -> None:
+    kept, again = format_quantity(s.value(served), "tokens"), format_quantity(s.value(redo), "tokens")
+    gib, chats = format_quantity(s.value(lost), "GiB"), format_number(s.value(n))
+    s.regime_by(served, half, tie="below", above=Side(
+        "hole-late",
+        f"The hole is in the second half of the system prompt: a returning chat still serves {kept} of it and "
+        f"prefills {again} again; the {gib} below the hole, every chat's own KV included, sits unreachable "
+        "until it is evicted in turn.",
+        "A hole nearer the front (FIFO and cheapest-first orders pick the very first block) costs each "
+        "returning chat most of the shared prompt as well as its own history."),
+        below=Side(
+        "hole-early",
+        f"The hole is in the first half of the system prompt: each of the {chats} chats re-prefills {again} of "
+        f"the shared prompt, more than the {kept} it still serves, besides its own history, while the "
+        f"{gib} that would have served them stays resident and unreachable.",
+        "A hole in the second half still leaves most of the shared prompt hitting; what is lost is the tail of "
+        "it and every chat's own history below."))
 
 
 STRANDING_POLICIES = (
@@ -247,20 +269,23 @@ def _stranding_policies(s: Sheet, j, lost) -> None:
     """Which orders could take a block of this tree while blocks below it stay: the TTL and the shard count
     decide two of them."""
     ttl, age, shards = s.param("τ", "ttl"), s.param("A_S", "system_age"), s.param("k", "shards")
+    idle = s.param("A_c", "idle")
     gib = format_quantity(s.value(lost), "GiB")
     safe, fifo, expiry, cost, sharded, tier = STRANDING_POLICIES
     s.judge("policies", safe, False, "a parent's last use is never older than its children's, and on a tie the "
             "deepest goes first: every descendant leaves before its ancestor")
     s.judge("policies", fifo, True, "the system prompt was cached before any chat: its first block goes first "
             f"and strands the whole tree below it (losing block {format_number(s.value(j))} strands {gib})")
-    expired = s.compare(age, ttl) > 0
-    s.judge("policies", expiry, expired,
-            f"the system prompt is {format_quantity(s.value(age), 'min')} old, past the "
-            f"{format_quantity(s.value(ttl), 'min')} TTL, while the chats' latest blocks are fresh: it expires "
-            "above them" if expired else
-            f"the system prompt is {format_quantity(s.value(age), 'min')} old, inside the "
-            f"{format_quantity(s.value(ttl), 'min')} TTL, and every chat block is younger: nothing has expired "
-            "above a live descendant yet")
+    # A block expires once its age reaches the TTL.
+    system_expired, chat_fresh = s.compare(age, ttl) >= 0, s.compare(idle, ttl) < 0
+    old, fresh = format_quantity(s.value(age), "min"), format_quantity(s.value(idle), "min")
+    limit = format_quantity(s.value(ttl), "min")
+    s.judge("policies", expiry, system_expired and chat_fresh,
+            f"the system prompt, cached {old} ago, has reached the {limit} TTL, while the latest chat blocks, cached "
+            f"{fresh} ago, are not: the prompt has already expired above them" if system_expired and chat_fresh else
+            f"the latest chat blocks, cached {fresh} ago, have reached the {limit} TTL too: the whole tree has expired "
+            "together, with nothing left below a hole" if system_expired else
+            f"the system prompt, cached {old} ago, is inside the {limit} TTL: nothing has expired yet")
     s.judge("policies", cost, True, "the first block has the least context before it, so it is the cheapest to "
             "recompute and the first to go, with every chain below it")
     split = s.compare(shards, 1) > 0
