@@ -30,9 +30,20 @@ def test_recompute_vs_fetch_default(variant):
     attention = 4 * 80 * 64 * 128 * 2048**2 / 2 / (4 * 0.6 * 989.4e12)
     assert results["recompute_time"] == pytest.approx(2048 * results["recompute_per_token"] + attention)
     assert results["fetch_time"] == pytest.approx(0.5e-3 + 2048 * 80 * KIB / 50e9)
-    per_token_gain = results["recompute_per_token"] - results["fetch_per_token"]
-    assert results["break_even"] == pytest.approx(0.5e-3 / per_token_gain)
+    # 0.5 ms = T·(t_r − t_f) + attention: 8.65 tokens, so a 9-token hit is the shortest worth fetching.
+    assert results["crossing"] == pytest.approx(_crossing(results, 0.5e-3, 4 * 80 * 64 * 128 / (4 * 0.6 * 989.4e12)))
+    assert results["break_even"] == 9
     assert results["regime"] == "fetch-wins"
+
+
+def _crossing(results, t0: float, a: float) -> float:
+    """The positive root of a/2·T² + (t_r − t_f)·T − t_0 = 0, by bisection (not the closed form the solver uses)."""
+    gain = results["recompute_per_token"] - results["fetch_per_token"]
+    low, high = 0.0, t0 / gain
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if a * mid**2 / 2 + gain * mid < t0 else (low, mid)
+    return low
 
 
 @pytest.mark.parametrize("tp", [2, 4, 8])
@@ -66,18 +77,31 @@ def test_recompute_vs_fetch_matches_plain_arithmetic(variant, seed):
     assert expected["advantage"] == pytest.approx(r / f)
     assert expected["recompute_time"] == pytest.approx(recompute)
     assert expected["fetch_time"] == pytest.approx(fetch)
-    assert expected["break_even"] == pytest.approx(p["overhead"] / (r - f))
+    crossing = _crossing(solution.sheet.results, p["overhead"], 4 * model.layers * model.heads * model.head_dim / rate)
+    assert solution.sheet.results["crossing"] == pytest.approx(crossing)
+    assert expected["break_even"] == int(crossing) + 1
     assert expected["regime"] == ("fetch-wins" if recompute > fetch else "recompute-wins")
 
 
 def test_break_even_is_exact_either_side(variant):
-    """Without attention the crossing sits at t_0/(t_r − t_f); attention only pulls it lower, never past it."""
+    """Attention pulls the crossing under t_0/(t_r − t_f) (346 tokens at a 20 ms fixed cost): the shortest hit
+    worth fetching wins by a hair, one token fewer loses."""
     base = variant("recompute-vs-fetch@default+overhead=20").sheet.results
-    star = base["break_even"]  # 346 tokens at a 20 ms fixed cost
-    longer = variant(f"recompute-vs-fetch@default+overhead=20+hit={int(star) + 10}").sheet
-    shorter = variant(f"recompute-vs-fetch@default+overhead=20+hit={int(star) - 40}").sheet
-    assert longer.regime.name == "fetch-wins"
-    assert shorter.regime.name == "recompute-wins"
+    star = base["break_even"]
+    assert star < 20e-3 / (base["recompute_per_token"] - base["fetch_per_token"])
+    longer = variant(f"recompute-vs-fetch@default+overhead=20+hit={star}").sheet
+    shorter = variant(f"recompute-vs-fetch@default+overhead=20+hit={star - 1}").sheet
+    assert longer.regime.name == "fetch-wins" and longer.results["speedup"] > 1
+    assert shorter.regime.name == "recompute-wins" and shorter.results["speedup"] <= 1
+
+
+def test_situations_ask_what_flips_the_winner(variant):
+    """Llama-2-7B at TP 1, a 22-token hit: recomputing wins, and only a hundredfold hit flips it; a no-op such as
+    'an MHA model' (it is MHA already) never counts."""
+    solution = variant("recompute-vs-fetch@100")
+    p = _params(solution)
+    assert (p["model"].id, p["hit"], solution.sheet.regime.name) == ("llama-2-7b", 22, "recompute-wins")
+    assert set(solution.expected["situations"]) == {"a hit a hundred times this long"}
 
 
 # --- pd-transfer-bandwidth ---------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side
+from solvers.derivation import Reject, Sheet, Side, floor_of
 from solvers.topics.collective import all_reduce_terms, tp_all_reduce
 from solvers.topics.common import dtype_bytes, peak_flops
 from solvers.topics.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
@@ -74,13 +74,19 @@ def recompute_vs_fetch(p, s: Sheet) -> None:
                  "the fixed cost of one fetch (lookup, connection, first byte), then the bytes")
     speedup = s.step("speedup", "Fetching's speedup on this hit", "G", T_r / T_f, "x",
                      "above 1 the fetch pays; below it recomputing is faster")
-    s.step("break_even", "Shortest hit worth fetching", "T_star", t0 / (r - f), "tokens",
-           "solve t_0 + T·t_f = T·t_r for T (attention, which adds to recomputing, only lowers it)")
+    # t_0 + T·t_f = T·t_r + a·T²/2, a = A/F_eff: the positive root, written without the cancellation.
+    star = s.step("crossing", "Hit length where fetching and recomputing take as long", "T_x",
+                  2 * t0 / ((r - f) + sympy.sqrt((r - f) ** 2 + 2 * (A / F) * t0)), "tokens",
+                  "solve t_0 + T·t_f = T·t_r + (A/F_eff)·T²/2 for T: the positive root of the quadratic")
+    s.step("break_even", "Shortest hit worth fetching", "T_star", floor_of(star) + 1, "tokens",
+           "the first whole number of tokens past the crossing")
     _situations(s, p, r=s.value(r), f=s.value(f), t0=s.value(t0), hit=s.value(T), a=s.value(A) / s.value(F))
 
     s.assume("Recomputing rides in the request's own prefill pass at the step-time model's achievable compute "
              "(step-compute card): the pass's step overhead and all-reduce latencies are paid either way, and the "
              "all-reduce bytes of the extra tokens are left out, which flatters recomputing a little.")
+    s.assume("That pass is compute-bound (hundreds of tokens or more in it): the hit's tokens cost their FLOPs. "
+             "A few tokens alone would be weight-read bound, and recomputing them nearly free.")
     s.assume("Every GPU of the TP group fetches its own share of the KV over a link of the bandwidth given, all in "
              "parallel; the fixed overhead is paid once per hit, and the fetched KV is in the serving dtype (bf16).")
     s.assume("FLOPs: 2 per active parameter per token, plus the attention-flops card's 4·d_h per query head per "
@@ -90,8 +96,7 @@ def recompute_vs_fetch(p, s: Sheet) -> None:
     if model.get("active_params_b") is not None:
         s.slip("2N from all the experts' parameters", on="advantage", factor=model.params_b / model.active_params_b)
     s.slip("the fixed overhead forgotten", on="speedup", factor=s.evaluate((t0 + T * f) / (T * f)))
-    one = s.given("1", 1, "x", "break-even: fetch and recompute take as long")
-    _fetch_regime(s, speedup, one, adv, T)
+    _fetch_regime(s, speedup, star, adv, T)
 
 
 SITUATIONS = (
@@ -106,13 +111,13 @@ SITUATIONS = (
 
 
 def _situations(s: Sheet, p, *, r: float, f: float, t0: float, hit: float, a: float) -> None:
-    """Which single change leaves recomputing this hit faster than fetching it: each one redone on the
-    variant's numbers (r, f per token; a = attention FLOPs per pair over the group's FLOP/s)."""
+    """Which single change flips which is faster for this hit: each one redone on the variant's numbers
+    (r, f per token; a = attention FLOPs per pair over the group's FLOP/s)."""
     groups = p.model.heads / p.model.kv_heads
 
     def recompute_wins(r=r, f=f, hit=hit, a=a) -> tuple[bool, str]:
         rec, fet = hit * r + a * hit**2 / 2, t0 + hit * f
-        return rec < fet, f"recompute {format_quantity(rec, 'ms')} against fetch {format_quantity(fet, 'ms')}"
+        return rec <= fet, f"recompute {format_quantity(rec, 'ms')} against fetch {format_quantity(fet, 'ms')}"
 
     tier, mha, block, longer, fast, fp8, wide = SITUATIONS
     cases = (
@@ -126,16 +131,21 @@ def _situations(s: Sheet, p, *, r: float, f: float, t0: float, hit: float, a: fl
         (fp8, recompute_wins(f=f / 2), "half the bytes: fetching only gets faster"),
         (wide, recompute_wins(r=r / 2, f=f / 2, a=a / 2),
          "both per-token costs halve and the fixed cost stays, so only short hits move"))
-    if len({holds for _, (holds, _), _ in cases}) == 1:
-        raise Reject("every change leaves the same side faster: nothing to tell apart")
-    for option, (holds, times), why in cases:
-        s.judge("situations", option, holds, f"{why}; {times}")
+    now, _ = recompute_wins()
+    flips = [(option, wins != now, times, why) for option, (wins, times), why in cases]
+    if len({flipped for _, flipped, _, _ in flips}) == 1:
+        raise Reject("every change leaves the winner as it is, or every change flips it: nothing to tell apart")
+    for option, flipped, times, why in flips:
+        s.judge("situations", option, flipped, f"{why}; {times}: " + (
+            ("recomputing" if not now else "fetching") + " becomes the faster" if flipped else
+            ("recomputing" if now else "fetching") + " stays the faster"))
 
 
-def _fetch_regime(s: Sheet, speedup, one, adv, T) -> None:
+def _fetch_regime(s: Sheet, speedup, star, adv, T) -> None:
     gain, per_token = format_number(s.value(speedup), 3), format_number(s.value(adv), 3)
     hit = format_number(s.value(T))
-    s.regime_by(speedup, one, tie="below", above=Side(
+    # Recompute minus fetch grows with T past the root, so the hit's side of T_x is the winner.
+    s.regime_by(T, star, tie="below", above=Side(
         "fetch-wins",
         f"Fetching the {hit}-token hit is {gain}x faster than recomputing it: per token the link beats the GPU "
         f"{per_token}x, and the hit is long enough to bury the fixed overhead.",
