@@ -106,7 +106,7 @@ SITUATIONS = (
     "a hit a hundred times this long",
     "a GPU with four times the tensor peak at the same efficiency",
     "an fp8 KV cache (half the bytes to fetch)",
-    "tensor parallelism twice as wide, each GPU fetching its share over its own link",
+    "tensor parallelism twice as wide (all-reduces aside), each GPU fetching its share over its own link",
 )
 
 
@@ -224,7 +224,7 @@ BREAKERS = (
 
 
 def _link_breakers(s: Sheet, p, *, need: float, link: float) -> None:
-    """Which single change leaves the decode GPU's link short: each redone on the variant's numbers."""
+    """Which single change flips whether the decode GPU's link holds: each redone on the variant's numbers."""
     model = p.model
     groups = model.heads / model.kv_heads
     n = model.get("active_params_b", model.params_b) * 1e9
@@ -264,10 +264,14 @@ def _link_breakers(s: Sheet, p, *, need: float, link: float) -> None:
         (fp8_kv, verdict(0.5 if p.kv_dtype == "bf16" else 1.0),
          "half the bytes per token" if p.kv_dtype == "bf16" else "already fp8: nothing changes"),
         (nic, verdict(1, 2 * link), "twice the link for the same flow"))
-    if len({holds for _, (holds, _), _ in cases}) == 1:
-        raise Reject("every change leaves the link on the same side: nothing to tell apart")
-    for option, (holds, numbers), why in cases:
-        s.judge("breakers", option, holds, f"{why}: {numbers}")
+    short = need > link
+    flips = [(option, breaks != short, numbers, why) for option, (breaks, numbers), why in cases]
+    if len({flipped for _, flipped, _, _ in flips}) == 1:
+        raise Reject("every change leaves the link on the same side, or every change moves it: nothing to tell apart")
+    for option, flipped, numbers, why in flips:
+        now = ("the link comes up short" if not short else "the flow fits") if flipped else \
+            ("it stays short" if short else "it still fits")
+        s.judge("breakers", option, flipped, f"{why}: {numbers}: {now}")
 
 
 def _link_regime(s: Sheet, need, link, bound, k, request) -> None:
