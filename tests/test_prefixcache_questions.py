@@ -176,8 +176,13 @@ def test_key_scope_follows_the_seed_and_the_salt(variant, seed_kind, salt):
         expected.add("a request from another tenant with the same system prompt")
     if seed_kind == "fixed":
         expected |= {"a KV-aware router that hashes each prompt's blocks itself to pick the replica",
-                     "this server after a restart, reading a shared CPU/SSD tier keyed by block hash"}
+                     "this server after a restart, reading a shared CPU/SSD tier keyed by block hash",
+                     "another replica of the same model with 16-token blocks, reading the same shared tier"}
     assert holds == expected
+    # Other block boundaries give other chains: a 32-token replica shares nothing with a 16-token one.
+    wider = variant(f"prefix-cache-engines@default+block_size=32+hash_seed={seed_kind}+salt={salt}").expected
+    assert "another replica of the same model with 16-token blocks, reading the same shared tier" not in \
+        wider["key_scope"]
 
 
 def test_prefix_cache_engines_ties_are_exact(variant):

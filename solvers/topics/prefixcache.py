@@ -133,7 +133,7 @@ SCOPE_OPTIONS = (
     "a request from another tenant with the same system prompt",
     "a KV-aware router that hashes each prompt's blocks itself to pick the replica",
     "this server after a restart, reading a shared CPU/SSD tier keyed by block hash",
-    "another replica serving the same model with blocks of twice the size",
+    "another replica of the same model with 16-token blocks, reading the same shared tier",
     "a request for a LoRA adapter of the same base model",
 )
 
@@ -145,7 +145,8 @@ def _key_scope(s: Sheet, p) -> None:
     seed = ("PYTHONHASHSEED is fixed fleet-wide, so NONE_HASH and every chained hash are the same in any process"
             if fixed else "PYTHONHASHSEED is unset: NONE_HASH is os.urandom(32), so every chained hash is private "
             "to this process")
-    first, tenant, router, restart, wider, lora = SCOPE_OPTIONS
+    first, tenant, router, restart, sixteen, lora = SCOPE_OPTIONS
+    same_blocks = p.block_size == 16
     s.judge("key_scope", first, True, "same process, same NONE_HASH, same tokens: the same chained hashes")
     s.judge("key_scope", tenant, not salted,
             "each tenant's cache_salt enters the first block's extra keys, so its chain never meets another's"
@@ -154,8 +155,10 @@ def _key_scope(s: Sheet, p) -> None:
     s.judge("key_scope", restart, fixed,
             seed + ("; a restarted process recomputes the same keys" if fixed else
                     "; a restarted process draws a new NONE_HASH and none of the stored keys match"))
-    s.judge("key_scope", wider, False, "a block hash covers its own B tokens: other block boundaries give other "
-            "chains from the first block on")
+    s.judge("key_scope", sixteen, fixed and same_blocks,
+            (seed + "; its blocks end where this replica's do" if same_blocks else
+             f"this replica's blocks are {p.block_size} tokens, and a block hash covers its own tokens: 16-token "
+             "boundaries give other chains from the first block on"))
     s.judge("key_scope", lora, False, "the LoRA adapter's name enters every block's extra keys")
 
 
