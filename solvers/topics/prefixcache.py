@@ -157,8 +157,8 @@ def _key_scope(s: Sheet, p) -> None:
                     "; a restarted process draws a new NONE_HASH and none of the stored keys match"))
     s.judge("key_scope", sixteen, fixed and same_blocks,
             (seed + "; its blocks end where this replica's do" if same_blocks else
-             f"this replica's blocks are {format_number(p.block_size)} tokens, and a block hash covers its own tokens: 16-token "
-             "boundaries give other chains from the first block on"))
+             f"this replica's blocks are {format_number(p.block_size)} tokens, and a block hash covers its own "
+             "tokens: 16-token boundaries give other chains from the first block on"))
     s.judge("key_scope", lora, False, "the LoRA adapter's name enters every block's extra keys")
 
 
