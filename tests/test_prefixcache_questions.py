@@ -39,35 +39,44 @@ def _vllm_hit(cached: set[bytes], prompt: list[int], block: int, seed: bytes) ->
     return hit
 
 
-def _vllm_after_eviction(history: list[int], system: int, prompt: list[int], block: int, evicted: int) -> int:
-    """The finished chat's blocks join the free queue tail first; the system prompt's full blocks stay in use
-    (other chats run on them); the queue's head is evicted, one block per block of room needed."""
+def _vllm_after_eviction(history: list[int], system: int, prompt: list[int], block: int, room: int) -> int:
+    """The finished chat's blocks, its unhashed partial last block included, join the free queue tail first;
+    the system prompt's full blocks stay in use (other chats run on them); one block per block of room is
+    popped from the queue's head, and a popped block with a hash leaves the cache."""
     seed = b"process"
     chain = _chained_hashes(history, block, seed)
     shared = system // block
-    free_queue = list(reversed(chain[shared:]))  # this chat is the least recently used: at the head
-    gone = set(free_queue[:-(-evicted // block)])
+    partial = [None] if len(history) % block else []
+    free_queue = list(reversed(chain[shared:] + partial))  # this chat is the least recently used: at the head
+    gone = set(free_queue[:-(-room // block)]) - {None}
     return _vllm_hit(set(chain) - gone, prompt, block, seed)
 
 
 class _Node:
     def __init__(self, parent=None, tokens=(), locked=False):
         self.parent, self.tokens, self.children, self.locked = parent, list(tokens), [], locked
+        if parent is not None:
+            parent.children.append(self)
 
 
-def _radix_after_eviction(history: list[int], system: int, prompt: list[int], evicted: int) -> int:
-    """SGLang's tree: the system prompt node (locked by running chats) and this chat's leaf below it, plus a
-    locked sibling leaf; evict() frees whole unlocked leaves until the room is made."""
+def _radix_after_eviction(history: list[int], system: int, reply: int, prompt: list[int], room: int,
+                          chunk: int = 8192) -> int:
+    """SGLang's tree after a chat's first turn: the system prompt node (locked by running chats, with a locked
+    sibling branch), the first prompt's prefill chunks as a chain of nodes, the reply as the leaf. evict()
+    pops the least recently used unlocked leaf whole; a parent left childless and unlocked becomes a leaf."""
     root = _Node()
-    shared = _Node(root, history[:system], locked=True)
-    own = _Node(shared, history[system:])
-    sibling = _Node(shared, [-1, -2, -3], locked=True)
-    root.children, shared.children = [shared], [own, sibling]
-    freed, leaves = 0, [own]  # this chat's leaf is the least recently used unlocked leaf
-    while freed < evicted and leaves:
-        leaf = leaves.pop(0)
+    node = _Node(root, history[:system], locked=True)
+    _Node(node, [-1, -2, -3], locked=True)
+    first_prompt = history[system:len(history) - reply]
+    for start in range(0, len(first_prompt), chunk):
+        node = _Node(node, first_prompt[start:start + chunk])
+    _Node(node, history[len(history) - reply:])
+    leaf, freed = node.children[0], 0
+    while freed < room and leaf is not None and not leaf.locked:
         freed += len(leaf.tokens)
-        leaf.parent.children.remove(leaf)
+        parent = leaf.parent
+        parent.children.remove(leaf)
+        leaf = parent if not parent.children else None
     matched, node, rest = 0, root, prompt[:len(prompt) - 1]
     while True:
         child = next((c for c in node.children if c.tokens and rest[:1] == c.tokens[:1]), None)
@@ -99,10 +108,29 @@ def test_prefix_cache_engines_default(variant):
     assert results["mean_gap"] == 7.5
     assert results["boundary_prompt"] == pytest.approx(1500)
     assert results["regime"] == "gap-negligible"
-    # 256 tokens of room: vLLM drops the chat's last 16 blocks, SGLang its whole 900-token branch.
-    assert results["block_after"] == 16 * (118 - 16)
-    assert results["radix_after"] == 1000
+    # 256 tokens of room: vLLM pops 16 blocks, the first its partial last one (1,900 mod 16 = 12 tokens, no
+    # hash), so 15 cached blocks go; SGLang frees its least recently used leaf, the whole 300-token reply.
+    assert results["block_after"] == 16 * (118 - 15)
+    assert results["radix_after"] == 1900 - 300
     assert results["after_eviction"] == "block-hash"
+
+
+@pytest.mark.parametrize(("sets", "block_after", "radix_after", "order"), [
+    # The reply is smaller than the room: its parent, the first prompt's one chunk node, goes too.
+    ("reply=200", 1648, 1000, "block-hash"),
+    # A reply just over the room: SGLang frees 260 tokens, vLLM 15 whole blocks, 240 tokens, yet their ends differ.
+    ("reply=260", 1648, 1640, "block-hash"),
+    ("reply=257+evicted=257", 1632, 1643, "radix"),
+    # A 9,000-token first prompt is two chunk nodes, 8,192 and 808: a 1,000-token room past a 300-token reply
+    # takes the 808-token one and stops there.
+    ("history=10300+prompt=10400+evicted=1000", 16 * (643 - 62), 10300 - 300 - 808, "block-hash"),
+])
+def test_sglang_frees_whole_nodes_per_turn_and_chunk(variant, sets, block_after, radix_after, order):
+    """SGLang's branch below the system prompt is one node per prefill chunk, then the reply as the leaf:
+    eviction frees whole nodes from the leaf up, not the whole branch."""
+    expected = variant(f"prefix-cache-engines@default+{sets}").expected
+    assert (expected["block_after"], expected["radix_after"], expected["after_eviction"]) == \
+        (block_after, radix_after, order)
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -117,7 +145,7 @@ def test_prefix_cache_engines_match_toy_engines(variant, seed):
                                               seed_bytes)
     assert expected["radix_hit"] == min(p["history"], p["prompt"] - 1)
     assert expected["block_after"] == _vllm_after_eviction(history, p["system"], prompt, block, p["evicted"])
-    assert expected["radix_after"] == _radix_after_eviction(history, p["system"], prompt, p["evicted"])
+    assert expected["radix_after"] == _radix_after_eviction(history, p["system"], p["reply"], prompt, p["evicted"])
 
 
 def test_hashes_from_another_process_never_match():
@@ -143,13 +171,18 @@ def test_mean_gap_matches_a_seeded_draw_of_endings(variant, block):
                                                  ("fixed", "none"), ("fixed", "per-tenant")])
 def test_key_scope_follows_the_seed_and_the_salt(variant, seed_kind, salt):
     holds = set(variant(f"prefix-cache-engines@default+hash_seed={seed_kind}+salt={salt}").expected["key_scope"])
-    expected = {"a later request to this same server process with the same prefix"}
+    expected = {"a later request of the same tenant to this same server process with the same prefix"}
     if salt == "none":
         expected.add("a request from another tenant with the same system prompt")
     if seed_kind == "fixed":
         expected |= {"a KV-aware router that hashes each prompt's blocks itself to pick the replica",
-                     "this server after a restart, reading a shared CPU/SSD tier keyed by block hash"}
+                     "this server after a restart, reading a shared CPU/SSD tier keyed by block hash",
+                     "another replica of the same model with 16-token blocks, reading the same shared tier"}
     assert holds == expected
+    # Other block boundaries give other chains: a 32-token replica shares nothing with a 16-token one.
+    wider = variant(f"prefix-cache-engines@default+block_size=32+hash_seed={seed_kind}+salt={salt}").expected
+    assert "another replica of the same model with 16-token blocks, reading the same shared tier" not in \
+        wider["key_scope"]
 
 
 def test_prefix_cache_engines_ties_are_exact(variant):
@@ -160,7 +193,7 @@ def test_prefix_cache_engines_ties_are_exact(variant):
     assert at_bar.regime.name == "gap-negligible"
     below = variant("prefix-cache-engines@default+prompt=1499+history=1400").sheet
     assert below.regime.name == "gap-material"
-    tie = variant("prefix-cache-engines@default+system=1024+history=1100+evicted=4096").expected
+    tie = variant("prefix-cache-engines@default+system=1024+history=1100+reply=40+evicted=4096").expected
     assert tie["block_after"] == tie["radix_after"] == 1024
     assert tie["after_eviction"] == "tie"
 
@@ -177,23 +210,25 @@ class _Block:
 
 
 def _tree(p, rng) -> tuple[list[_Block], list[_Block]]:
-    """The system prompt's full blocks, cached A_S minutes ago, then each chat's own full blocks, cached
-    later; every chat's last turn (a hit on its whole path) at a seeded time since."""
-    block, system = p["block_size"], p["system"]
-    age = p["system_age"] / 60  # the parameter is in seconds; minutes here
+    """The system prompt's full blocks, cached A_S ago, then each chat's own full blocks, cached over its turns
+    from a seeded start to its last turn (the latest chat's A_c ago, the others' at seeded times before);
+    each last turn is a hit on the chat's whole path. Times in seconds, negative: in the past."""
+    block, system, idle = p["block_size"], p["system"], p["idle"]
+    age = p["system_age"]
     chain, parent = [], None
     for _ in range(system // block):
         parent = _Block(parent, -age)
         chain.append(parent)
     blocks = list(chain)
-    for own in p["chats"]:
-        start = -age * rng.uniform(0, 1)
+    for i, own in enumerate(p["chats"]):
+        start = rng.uniform(-age, -idle)
+        last_turn = -idle if i == 0 else rng.uniform(start, -idle)
+        count = (system + own) // block - system // block
         node, path = chain[-1], list(chain)
-        for _ in range((system + own) // block - system // block):
-            node = _Block(node, start)
+        for cached_at in np.linspace(start, last_turn, count):
+            node = _Block(node, cached_at)
             path.append(node)
             blocks.append(node)
-        last_turn = rng.uniform(start, 0)
         for b in path:  # a hit refreshes every block on its path
             b.used_at = max(b.used_at, last_turn)
     return chain, blocks
@@ -235,6 +270,27 @@ def test_prefix_eviction_stranding_default(variant):
         "FIFO: the block cached first is evicted first",
         "cost-aware: the block cheapest to recompute is evicted first",
         "a CPU tier below the GPU cache evicting by its own LRU of write times"}
+    # The hole at the very front: every returning chat re-prefills the whole 2,000-token system prompt.
+    assert results["recompute_per_chat"] == 2000
+    assert solution.sheet.regime.name == "hole-early"
+
+
+@pytest.mark.parametrize(("victim", "served", "side"), [(63, 992, "hole-early"), (64, 1008, "hole-late"),
+                                                        (100, 1584, "hole-late")])
+def test_hole_regime_turns_at_half_the_system_prompt(variant, victim, served, side):
+    """Block j leaves (j − 1)·16 tokens hitting: past 1,000 of the 2,000-token system prompt from block 64 on."""
+    sheet = variant(f"prefix-eviction-stranding@default+victim={victim}").sheet
+    assert sheet.results["served_after"] == served
+    assert sheet.regime.name == side
+
+
+@pytest.mark.parametrize(("age", "idle", "holds"), [(180, 5, False), (240, 5, True), (300, 239, True),
+                                                    (300, 240, False)])
+def test_ttl_strands_once_the_system_prompt_expires_above_fresh_chats(variant, age, idle, holds):
+    """TTL 240 min, counted from caching: the system prompt expires at 240 min; it strands only while the latest
+    chat blocks are younger than that (both expired: the whole tree is gone together)."""
+    expected = variant(f"prefix-eviction-stranding@default+system_age={age}min+idle={idle}min").expected
+    assert ("expiry at the TTL above, counted from when a block was cached" in expected["policies"]) == holds
 
 
 def _first_stranding(blocks: list[_Block], rank) -> bool:
@@ -250,7 +306,8 @@ def _first_stranding(blocks: list[_Block], rank) -> bool:
 @pytest.mark.parametrize("seed", range(10))
 def test_orders_on_a_seeded_tree(variant, seed):
     """Seeded simulation (the variant's tree, timestamps from its seed): LRU with path refresh and deepest-first
-    ties never strands; FIFO and cheapest-first do; the TTL strands exactly when the system prompt outlives it."""
+    ties never strands; FIFO and cheapest-first do; the TTL strands exactly when the system prompt has expired
+    and the latest chat blocks have not."""
     solution = variant(f"prefix-eviction-stranding@{seed}")
     p = _params(solution)
     p["chats"] = [int(x) for x in solution.param("chats").value]
@@ -258,10 +315,10 @@ def test_orders_on_a_seeded_tree(variant, seed):
     assert not _first_stranding(blocks, lambda b: (b.used_at, -b.depth))
     assert _first_stranding(blocks, lambda b: (b.cached_at, b.depth))
     assert _first_stranding(blocks, lambda b: b.depth)  # recompute cost grows with the context before a block
-    ttl, age = p["ttl"], p["system_age"]
-    expired = [b for b in blocks if b.cached_at * 60 < -ttl]
+    ttl, age, idle = p["ttl"], p["system_age"], p["idle"]
+    expired = {b for b in blocks if -b.cached_at >= ttl}
     strands = any(c not in expired for b in expired for c in b.children)
-    assert strands == (age > ttl)
+    assert strands == (age >= ttl > idle)
     judged = set(solution.expected["policies"])
     assert ("expiry at the TTL above, counted from when a block was cached" in judged) == strands
 
@@ -269,7 +326,7 @@ def test_orders_on_a_seeded_tree(variant, seed):
 def test_per_shard_lru_strands_where_one_shard_runs_short():
     """Blocks hashed over four shards, each evicting its own LRU block: some shard's victim has a child elsewhere."""
     rng = np.random.default_rng(0)
-    p = {"block_size": 16, "system": 2000, "system_age": 180 * 60,
+    p = {"block_size": 16, "system": 2000, "system_age": 180 * 60, "idle": 5 * 60,
          "chats": [3000, 1200, 8000, 500, 2500, 4000, 1500, 6000]}
     _, blocks = _tree(p, rng)
     shard = {id(b): int(rng.integers(4)) for b in blocks}
@@ -282,11 +339,11 @@ def test_per_shard_lru_strands_where_one_shard_runs_short():
        evicted=st.integers(16, 16384))
 def test_prefix_cache_invariants(variant, block, prompt, share, evicted):
     """Any chat: the gap stays within B − 1 and the worst case, and an eviction never adds a hit."""
-    history = max(64 + block, int(share * prompt))
+    history = max(64 + 32 + block, int(share * prompt))
     if history > prompt:
         return
     r = variant(f"prefix-cache-engines@default+block_size={block}+prompt={prompt}+history={history}"
-                f"+system=64+evicted={evicted}").sheet.results
+                f"+system=64+reply=32+evicted={evicted}").sheet.results
     assert 0 <= r["gap"] <= block - 1
     assert r["gap_share"] <= r["gap_bound"]
     assert r["block_after"] <= r["block_hit"] and r["radix_after"] <= r["radix_hit"]

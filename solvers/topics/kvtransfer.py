@@ -5,13 +5,14 @@ Both turn on one figure of the model, the FLOPs it spends per byte of KV it prod
 Recomputing a token costs 2N FLOPs at the group's achievable rate; moving it costs KV bytes over
 a link. Per GPU under tensor parallelism both shrink by TP (each GPU computes 1/TP and holds
 and moves its own KV heads), so TP cancels. The achievable compute is the step-time model's
-(steptime.StepConstants, the conventions card's step-compute) unless the question draws an MFU.
+(steptime.StepConstants, the conventions card's step-compute) unless the question draws a matmul
+efficiency.
 """
 from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side
+from solvers.derivation import Reject, Sheet, Side, floor_of
 from solvers.topics.collective import all_reduce_terms, tp_all_reduce
 from solvers.topics.common import dtype_bytes, peak_flops
 from solvers.topics.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
@@ -73,13 +74,19 @@ def recompute_vs_fetch(p, s: Sheet) -> None:
                  "the fixed cost of one fetch (lookup, connection, first byte), then the bytes")
     speedup = s.step("speedup", "Fetching's speedup on this hit", "G", T_r / T_f, "x",
                      "above 1 the fetch pays; below it recomputing is faster")
-    s.step("break_even", "Shortest hit worth fetching", "T_star", t0 / (r - f), "tokens",
-           "solve t_0 + T·t_f = T·t_r for T (attention, which adds to recomputing, only lowers it)")
+    # t_0 + T·t_f = T·t_r + a·T²/2, a = A/F_eff: the positive root, written without the cancellation.
+    star = s.step("crossing", "Hit length where fetching and recomputing take as long", "T_x",
+                  2 * t0 / ((r - f) + sympy.sqrt((r - f) ** 2 + 2 * (A / F) * t0)), "tokens",
+                  "solve t_0 + T·t_f = T·t_r + (A/F_eff)·T²/2 for T: the positive root of the quadratic")
+    s.step("break_even", "Shortest hit worth fetching", "T_star", floor_of(star) + 1, "tokens",
+           "the first whole number of tokens past the crossing")
     _situations(s, p, r=s.value(r), f=s.value(f), t0=s.value(t0), hit=s.value(T), a=s.value(A) / s.value(F))
 
     s.assume("Recomputing rides in the request's own prefill pass at the step-time model's achievable compute "
              "(step-compute card): the pass's step overhead and all-reduce latencies are paid either way, and the "
              "all-reduce bytes of the extra tokens are left out, which flatters recomputing a little.")
+    s.assume("That pass is compute-bound (hundreds of tokens or more in it): the hit's tokens cost their FLOPs. "
+             "A few tokens alone would be weight-read bound, and recomputing them nearly free.")
     s.assume("Every GPU of the TP group fetches its own share of the KV over a link of the bandwidth given, all in "
              "parallel; the fixed overhead is paid once per hit, and the fetched KV is in the serving dtype (bf16).")
     s.assume("FLOPs: 2 per active parameter per token, plus the attention-flops card's 4·d_h per query head per "
@@ -89,8 +96,7 @@ def recompute_vs_fetch(p, s: Sheet) -> None:
     if model.get("active_params_b") is not None:
         s.slip("2N from all the experts' parameters", on="advantage", factor=model.params_b / model.active_params_b)
     s.slip("the fixed overhead forgotten", on="speedup", factor=s.evaluate((t0 + T * f) / (T * f)))
-    one = s.given("1", 1, "x", "break-even: fetch and recompute take as long")
-    _fetch_regime(s, speedup, one, adv, T)
+    _fetch_regime(s, speedup, star, adv, T)
 
 
 SITUATIONS = (
@@ -100,18 +106,18 @@ SITUATIONS = (
     "a hit a hundred times this long",
     "a GPU with four times the tensor peak at the same efficiency",
     "an fp8 KV cache (half the bytes to fetch)",
-    "tensor parallelism twice as wide, each GPU fetching its share over its own link",
+    "tensor parallelism twice as wide (all-reduces aside), each GPU fetching its share over its own link",
 )
 
 
 def _situations(s: Sheet, p, *, r: float, f: float, t0: float, hit: float, a: float) -> None:
-    """Which single change leaves recomputing this hit faster than fetching it: each one redone on the
-    variant's numbers (r, f per token; a = attention FLOPs per pair over the group's FLOP/s)."""
+    """Which single change flips which is faster for this hit: each one redone on the variant's numbers
+    (r, f per token; a = attention FLOPs per pair over the group's FLOP/s)."""
     groups = p.model.heads / p.model.kv_heads
 
     def recompute_wins(r=r, f=f, hit=hit, a=a) -> tuple[bool, str]:
         rec, fet = hit * r + a * hit**2 / 2, t0 + hit * f
-        return rec < fet, f"recompute {format_quantity(rec, 'ms')} against fetch {format_quantity(fet, 'ms')}"
+        return rec <= fet, f"recompute {format_quantity(rec, 'ms')} against fetch {format_quantity(fet, 'ms')}"
 
     tier, mha, block, longer, fast, fp8, wide = SITUATIONS
     cases = (
@@ -125,16 +131,21 @@ def _situations(s: Sheet, p, *, r: float, f: float, t0: float, hit: float, a: fl
         (fp8, recompute_wins(f=f / 2), "half the bytes: fetching only gets faster"),
         (wide, recompute_wins(r=r / 2, f=f / 2, a=a / 2),
          "both per-token costs halve and the fixed cost stays, so only short hits move"))
-    if len({holds for _, (holds, _), _ in cases}) == 1:
-        raise Reject("every change leaves the same side faster: nothing to tell apart")
-    for option, (holds, times), why in cases:
-        s.judge("situations", option, holds, f"{why}; {times}")
+    now, _ = recompute_wins()
+    flips = [(option, wins != now, times, why) for option, (wins, times), why in cases]
+    if len({flipped for _, flipped, _, _ in flips}) == 1:
+        raise Reject("every change leaves the winner as it is, or every change flips it: nothing to tell apart")
+    for option, flipped, times, why in flips:
+        s.judge("situations", option, flipped, f"{why}; {times}: " + (
+            ("recomputing" if not now else "fetching") + " becomes the faster" if flipped else
+            ("recomputing" if now else "fetching") + " stays the faster"))
 
 
-def _fetch_regime(s: Sheet, speedup, one, adv, T) -> None:
+def _fetch_regime(s: Sheet, speedup, star, adv, T) -> None:
     gain, per_token = format_number(s.value(speedup), 3), format_number(s.value(adv), 3)
     hit = format_number(s.value(T))
-    s.regime_by(speedup, one, tie="below", above=Side(
+    # Recompute minus fetch grows with T past the root, so the hit's side of T_x is the winner.
+    s.regime_by(T, star, tie="below", above=Side(
         "fetch-wins",
         f"Fetching the {hit}-token hit is {gain}x faster than recomputing it: per token the link beats the GPU "
         f"{per_token}x, and the hit is long enough to bury the fixed overhead.",
@@ -157,7 +168,7 @@ def pd_transfer_bandwidth(p, s: Sheet) -> None:
     kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype)
     KV = kv_bytes_per_token_per_gpu_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype, TP)
     P = s.given("P", peak_flops(gpu, p.weight_dtype), "TFLOP/s", f"{gpu.name} dense {p.weight_dtype} peak")
-    mfu = s.param("MFU", "mfu")
+    mfu = s.param("η", "mfu")
     T = s.param("T", "prompt")
     k = s.param("k", "fan_in")
     link = s.step("", "The decode GPU's link in bytes", "BW_D", s.param("BW_b", "link"), "GB/s",
@@ -170,23 +181,26 @@ def pd_transfer_bandwidth(p, s: Sheet) -> None:
                    "GFLOP", "2N through the weights, plus T/2 query-key pairs per token under the causal mask")
     t_ar = tp_all_reduce(s, model, gpu, p.tp, T, tag="pre", label="prefill")
     t_pre = s.step("prefill_time", "Prefill time of the prompt", "t_pre", T * flops / (TP * mfu * P) + t_ar, "s",
-                   "the prompt's FLOPs over the group's FLOP/s at this MFU"
+                   "the prompt's FLOPs over the group's FLOP/s at this matmul efficiency"
                    + ("" if p.tp == 1 else ", then the TP all-reduces (tp-all-reduce card)"))
     b = s.step("per_gpu", "KV each prefill GPU sends per second", "b", T * KV / t_pre, "GB/s",
-               "its share of the prompt's KV over the prefill time: the prompt length cancels but for attention")
-    bound = s.step("per_gpu_bound", "The same without attention: prompt length gone", "b_max",
-                   mfu * P / (2 * N / kv_tok), "GB/s", "F_eff/(2N/KV): compute per GPU over the FLOPs per KV byte; "
-                   "attention only adds FLOPs per token, so this is the most any prompt length needs")
+               "its share of the prompt's KV over the prefill time: the prompt length cancels but for attention"
+               + ("" if p.tp == 1 else " and the all-reduces' latency"))
+    if s.compare(KV * TP, kv_tok) > 0:
+        raise Reject("TP past the KV heads replicates them: each GPU sends more than its share")
+    bound = s.step("per_gpu_bound", "The same with neither attention nor all-reduces: prompt length gone", "b_max",
+                   mfu * P / (2 * N / kv_tok), "GB/s", "η·peak/(2N/KV): compute per GPU over the FLOPs per KV byte; "
+                   "attention and the all-reduces only add time, so no prompt length needs more")
     need = s.step("decode_need", "KV a decode GPU's link carries per second", "b_D", k * b, "GB/s",
                   "each decode GPU takes the KV of the prefill GPUs that feed it")
     s.step("link_share", "Share of the decode GPU's link", "u", need / link, "%",
            "what the transfer leaves for everything else on that link")
-    if s.compare(b, bound) > 0:
-        raise Reject("TP past the KV heads replicates them: each GPU sends more than its share")
     _link_breakers(s, p, need=s.value(need), link=s.value(link))
 
-    s.assume("Prefill runs back to back on every prefill GPU at the given MFU, and its KV leaves as it is made "
-             "(layer by layer, as NIXL/Mooncake transfers do), so the link sees the average rate, not a burst.")
+    s.assume("Prefill runs back to back on every prefill GPU, its matmuls at the given efficiency (a share of "
+             "peak for the FLOPs alone: the all-reduces come on top, so end-to-end MFU is lower), and its KV "
+             "leaves as it is made (layer by layer, as NIXL/Mooncake transfers do), so the link sees the average "
+             "rate, not a burst.")
     s.assume("Each GPU of the prefill group sends its own KV heads; a decode GPU receives the KV of the prefill "
              "GPUs that feed it (the fan-in) over its link, with no other traffic on it.")
     s.assume("FLOPs: 2 per active parameter per token plus the attention-flops card's causal pairs; the prefill "
@@ -200,8 +214,8 @@ def pd_transfer_bandwidth(p, s: Sheet) -> None:
 
 BREAKERS = (
     "an MHA model of the same size (as many KV heads as query heads)",
-    "GPUs with four times the FLOP/s at the same MFU (Blackwell at fp8 against Hopper at bf16)",
-    "an MHA model of the same size on GPUs with four times the FLOP/s",
+    "GPUs with four times the FLOP/s and twice the NVLink bandwidth (Blackwell at fp8 against Hopper at bf16)",
+    "an MHA model of the same size on those GPUs (four times the FLOP/s, twice the NVLink)",
     "four times as many prefill GPUs feeding each decode GPU",
     "prompts four times as long",
     "an fp8 KV cache (half the bytes per token)",
@@ -210,7 +224,7 @@ BREAKERS = (
 
 
 def _link_breakers(s: Sheet, p, *, need: float, link: float) -> None:
-    """Which single change leaves the decode GPU's link short: each redone on the variant's numbers."""
+    """Which single change flips whether the decode GPU's link holds: each redone on the variant's numbers."""
     model = p.model
     groups = model.heads / model.kv_heads
     n = model.get("active_params_b", model.params_b) * 1e9
@@ -224,26 +238,40 @@ def _link_breakers(s: Sheet, p, *, need: float, link: float) -> None:
     fixed, per_token = s.evaluate(ar.fixed), s.evaluate(ar.per_token)
     compute = p.tp * p.mfu * peak_flops(p.gpu, p.weight_dtype)
 
-    def rate(prompt: float) -> float:
-        return prompt / (prompt * (2 * n + pair * prompt / 2) / compute + fixed + per_token * prompt)
+    def rate(prompt: float, speed: float = 1.0, nvlink: float = 1.0) -> float:
+        # Tokens per second of prefill: compute `speed` times faster, the all-reduces' bytes over `nvlink`
+        # times the bandwidth, their latency unchanged.
+        return prompt / (prompt * (2 * n + pair * prompt / 2) / (speed * compute) + fixed
+                         + per_token * prompt / nvlink)
 
     longer = rate(4 * p.prompt) / rate(p.prompt)
+    blackwell = rate(p.prompt, 4, 2) / rate(p.prompt)
     heads = f"{format_number(groups)}x the KV bytes per token for the same FLOPs" if groups > 1 else \
         "already MHA: the KV per token stays"
+    speed = (f"{format_number(blackwell, 3)}x the tokens per second, each with the same KV: the compute "
+             "shrinks fourfold, the all-reduces' bytes only twofold and their latency not at all"
+             if p.tp > 1 else "four times the tokens per second, each with the same KV")
     mha, faster, both, fan, long_prompts, fp8_kv, nic = BREAKERS
     cases = (
         (mha, verdict(groups), heads),
-        (faster, verdict(4), "four times the tokens per second, each with the same KV"),
-        (both, verdict(4 * groups), f"{heads}, and four times the tokens per second"),
+        (faster, verdict(blackwell), speed),
+        (both, verdict(groups * blackwell), f"{heads}, and {format_number(blackwell, 3)}x the tokens per second"),
         (fan, verdict(4), "four times the senders into the same link"),
-        (long_prompts, verdict(longer), "more attention FLOPs per token: the KV comes out slower"),
+        (long_prompts, verdict(longer),
+         "more attention FLOPs per token: the KV comes out slower" if longer < 1 else
+         "the all-reduces' fixed latency spread over more tokens outweighs the extra attention: the KV comes "
+         "out faster"),
         (fp8_kv, verdict(0.5 if p.kv_dtype == "bf16" else 1.0),
          "half the bytes per token" if p.kv_dtype == "bf16" else "already fp8: nothing changes"),
         (nic, verdict(1, 2 * link), "twice the link for the same flow"))
-    if len({holds for _, (holds, _), _ in cases}) == 1:
-        raise Reject("every change leaves the link on the same side: nothing to tell apart")
-    for option, (holds, numbers), why in cases:
-        s.judge("breakers", option, holds, f"{why}: {numbers}")
+    short = need > link
+    flips = [(option, breaks != short, numbers, why) for option, (breaks, numbers), why in cases]
+    if len({flipped for _, flipped, _, _ in flips}) == 1:
+        raise Reject("every change leaves the link on the same side, or every change moves it: nothing to tell apart")
+    for option, flipped, numbers, why in flips:
+        now = ("the link comes up short" if not short else "the flow fits") if flipped else \
+            ("it stays short" if short else "it still fits")
+        s.judge("breakers", option, flipped, f"{why}: {numbers}: {now}")
 
 
 def _link_regime(s: Sheet, need, link, bound, k, request) -> None:
