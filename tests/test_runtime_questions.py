@@ -294,6 +294,19 @@ def test_runner_choice_follows_the_unsupported_list(bank, catalog, features, run
     assert sheet.results["realized"] == (sheet.results["speedup"] if runner == "model-runner-v2" else 1)
 
 
+def test_model_runner_v2_pins_the_release_its_fallbacks_belong_to(bank, variant):
+    """The logits-processor fallback is v0.28.0's (vllm/config/vllm.py lists custom logits processors, passed
+    in or installed as a plugin); PR #56497 took them off that list afterwards, so the prompt and the runner
+    answer name the release, and MRV2's CPU time is a given of the prompt, not a hidden constant."""
+    question = bank.get(MRV2)
+    solution = variant(f"{MRV2}@default")
+    assert "vLLM v0.28.0" in solution.prompt and "{v2_cpu}" in question.prompt
+    assert any("v0.28.0" in ref and "custom logits processors" in ref for ref in question.references)
+    assert any("#56497" in ref for ref in question.references)
+    r = variant(f"{MRV2}@default+v2_cpu=0.2").sheet.results
+    assert r["cpu_new"] == pytest.approx(0.5e-3 + 0.2e-3)
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_model_runner_v2_properties(variant, seed):
     r = variant(f"{MRV2}@{seed}").sheet.results
