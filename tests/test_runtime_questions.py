@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import sympy
 
 DAY = 86400.0
 
@@ -105,8 +106,32 @@ def test_h200_nvl_datasheet():
     assert (nvl["tdp_w"], sxm["tdp_w"]) == (600, 700)
 
 
+def test_h200_pins_the_release_whose_config_names_miss_the_nvl(bank, variant):
+    """PR #23642 (after v0.10.1.1, fixed by #28349) points every H200 at the NVIDIA_H200 files, so the missing
+    NVL configs of the default variant hold only on a release before it: the prompt says which. gpt-oss
+    (MXFP4, served on Hopper by its MXFP4 kernels) is not drawn for a question about fused-MoE config files."""
+    question = bank.get(H200)
+    assert "vLLM v0.10.1.1" in variant(f"{H200}@default").prompt
+    assert any("#23642" in ref for ref in question.references)
+    assert "gpt-oss-120b" not in question.parameter("model").choices
+    assert {"power-cap-clocks", "nvl-bridge-groups"} <= set(question.prompt.replace(",", " ").replace(")", " ").split())
+
+
+def test_h200_bridged_ring_runs_over_pcie_and_says_so(variant):
+    """TP 8 on H200 NVL leaves the 4-way bridge group: 64 GB/s each way and 30 us a call (nvl-bridge-groups),
+    shown as PCIe, not as a NIC; a decode step's FLOPs carry the batch's attention (attention-flops)."""
+    sheet = variant(f"{H200}@default+model=qwen3-235b-a22b+dtype=fp8+tp=8").sheet
+    r = sheet.results
+    assert sheet.value(sympy.Symbol("BW_link_n")) == pytest.approx(64e9)
+    assert sheet.value(sympy.Symbol("α_PCIe")) == pytest.approx(30e-6)
+    step = next(s for s in sheet.steps if s.key == "allreduce_dec_n")
+    assert "PCIe between bridge groups" in step.why and "NIC" not in step.why
+    pair = 4 * 94 * 64 * 128
+    assert r["flops_dec_n"] == pytest.approx(r["batch_n"] * (2 * 22e9 + pair * 2048), rel=0.01)
+
+
 def test_vllm_config_names_and_capture_size():
-    """vLLM names a tuning file by torch's device name with spaces as underscores, so 'NVIDIA H200 NVL'
+    """vLLM v0.10.1 names a tuning file by torch's device name with spaces as underscores, so 'NVIDIA H200 NVL'
     never finds an 'NVIDIA_H200' file; the largest capture size is min(2 x max_num_seqs, 512)."""
     from solvers.data import load_catalog
     from solvers.topics.deployment import CAPTURE_LIMIT, device_name
