@@ -222,6 +222,21 @@ def test_moe_calibration_follow_up(variant):
     assert r["regime"] == "hessian-usable"
 
 
+def test_moe_calibration_prompt_gives_the_crossover_the_key_uses(bank, variant):
+    """Regime and recipe turn on the crossover, so the prompt prints it: the simulation's figure at the fixed
+    damping (1%, GPTQ's default) to 3 figures. The rank asked is the widest-input matrix's: down_proj for
+    Mixtral (d_in 14,336), up/gate for Qwen3 (4,096)."""
+    from solvers.topics.calibration import simulate
+    question = bank.get(MOE)
+    assert question.parameter("damping").choices == (0.01,)
+    crossover = question.parameter("crossover").choices[0]
+    assert crossover == pytest.approx(simulate(0.01).crossover, abs=0.005)
+    solution = variant(f"{MOE}@default")
+    assert "from 2.45 tokens per input dimension" in solution.prompt and "widest input" in solution.prompt
+    mixtral = variant(f"{MOE}@default+model=mixtral-8x7b+samples=2048+rare=30").sheet.results
+    assert mixtral["d_in"] == 14_336 and mixtral["hessian_rank"] == min(int(2048 * 2048 * 2 / 8 * 0.3), 14_336)
+
+
 def test_gptq_crossover_is_a_few_times_d_in():
     """The published rule: at GPTQ's default 1% damping, GPTQ loses to rounding below a few times d_in
     tokens; more damping trusts the thin Hessian less and moves the crossover down."""
