@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import sympy
 
 DAY = 86400.0
 
@@ -22,9 +23,10 @@ def test_kv_cache_tiers_default(variant):
     assert r["fetch_ssd"] == pytest.approx(kv_gpu / (14e9 / 8))  # 46.8 us: one drive for eight GPUs
     assert r["value_hbm"] == pytest.approx(0.30 * t_re)
     assert r["value_ssd"] == pytest.approx(0.15 * (t_re - kv_gpu / 1.75e9))  # 3.6 us: it pays, barely
-    assert r["write_rate"] == pytest.approx(8 * kv_gpu / t_re)  # 9.3 GB/s
-    assert 7 < r["lifetime"] / DAY < 9  # about a week
-    assert r["admit_share"] == pytest.approx(3.84e12 / DAY / r["write_rate"])  # 0.48%
+    assert r["kv_produced"] == pytest.approx(8 * kv_gpu / t_re)  # 9.3 GB/s, more than one drive writes
+    assert r["write_rate"] == pytest.approx(7e9)  # the drive flat out
+    assert r["lifetime"] / DAY == pytest.approx(3.84e12 * 1826 / 7e9 / DAY)  # 11.6 days
+    assert r["admit_share"] == pytest.approx(3.84e12 / DAY / r["kv_produced"])  # 0.48%
     assert r["regime"] == "nvme-pays"
     assert r["admission"]["admit a block to the SSD on its second hit, if 1 in 1,000 prefilled blocks gets one"]
     assert not r["admission"]["admit a block to the SSD on its second hit, if 1 in 100 prefilled blocks gets one"]
@@ -36,6 +38,19 @@ def test_ssd_endurance_arithmetic():
     tbw = 3.84e12 * 1 * 1826
     assert tbw == pytest.approx(7.0e15, rel=0.005)
     assert tbw / 11e9 / DAY == pytest.approx(7.38, abs=0.01)
+
+
+def test_kv_cache_tiers_pins_what_the_key_assumes(bank, variant):
+    """The key's TP all-reduces, the drives shared by all eight GPUs and the node prefilling back to back are
+    in the prompt; a write-through faster than the drives write is capped at their write rate (9.3 GB/s of
+    KV into one drive that writes 7 GB/s runs it flat out: 11.6 days, not 8.7)."""
+    prompt = variant("kv-cache-tiers@default").prompt
+    assert "tp-all-reduce" in prompt and "shared by the node" in prompt and "back to back" in prompt
+    r = variant("kv-cache-tiers@default+ssd_write=3.5").sheet.results
+    assert r["write_rate"] == pytest.approx(3.5e9)
+    assert r["lifetime"] == pytest.approx(3.84e12 * 1826 / 3.5e9)
+    more = variant("kv-cache-tiers@default+drives=4").sheet.results
+    assert more["write_rate"] == pytest.approx(more["kv_produced"])  # four drives keep up
 
 
 def test_kv_cache_tiers_warranty_figures(variant):
@@ -61,7 +76,8 @@ def test_kv_cache_tiers_properties(variant, seed):
     solution = variant(f"kv-cache-tiers@{seed}")
     r = solution.sheet.results
     assert (r["regime"] == "nvme-pays") == (r["value_ssd"] > 0)
-    assert r["admit_share"] == pytest.approx(r["lifetime"] / (1826 * DAY))
+    assert r["write_rate"] == pytest.approx(min(r["kv_produced"], r["write_capacity"]))
+    assert r["admit_share"] * r["kv_produced"] == pytest.approx(r["lifetime"] * r["write_rate"] / (1826 * DAY))
     assert r["ttft_tiers"] < r["prefill_time"]
     assert r["design"]["keep an NVMe tier: its hits beat recomputing"] == (r["regime"] == "nvme-pays")
 
@@ -105,8 +121,32 @@ def test_h200_nvl_datasheet():
     assert (nvl["tdp_w"], sxm["tdp_w"]) == (600, 700)
 
 
+def test_h200_pins_the_release_whose_config_names_miss_the_nvl(bank, variant):
+    """PR #23642 (after v0.10.1.1, fixed by #28349) points every H200 at the NVIDIA_H200 files, so the missing
+    NVL configs of the default variant hold only on a release before it: the prompt says which. gpt-oss
+    (MXFP4, served on Hopper by its MXFP4 kernels) is not drawn for a question about fused-MoE config files."""
+    question = bank.get(H200)
+    assert "vLLM v0.10.1.1" in variant(f"{H200}@default").prompt
+    assert any("#23642" in ref for ref in question.references)
+    assert "gpt-oss-120b" not in question.parameter("model").choices
+    assert {"power-cap-clocks", "nvl-bridge-groups"} <= set(question.prompt.replace(",", " ").replace(")", " ").split())
+
+
+def test_h200_bridged_ring_runs_over_pcie_and_says_so(variant):
+    """TP 8 on H200 NVL leaves the 4-way bridge group: 64 GB/s each way and 30 us a call (nvl-bridge-groups),
+    shown as PCIe, not as a NIC; a decode step's FLOPs carry the batch's attention (attention-flops)."""
+    sheet = variant(f"{H200}@default+model=qwen3-235b-a22b+dtype=fp8+tp=8").sheet
+    r = sheet.results
+    assert sheet.value(sympy.Symbol("BW_link_n")) == pytest.approx(64e9)
+    assert sheet.value(sympy.Symbol("α_PCIe")) == pytest.approx(30e-6)
+    step = next(s for s in sheet.steps if s.key == "allreduce_dec_n")
+    assert "PCIe between bridge groups" in step.why and "NIC" not in step.why
+    pair = 4 * 94 * 64 * 128
+    assert r["flops_dec_n"] == pytest.approx(r["batch_n"] * (2 * 22e9 + pair * 2048), rel=0.01)
+
+
 def test_vllm_config_names_and_capture_size():
-    """vLLM names a tuning file by torch's device name with spaces as underscores, so 'NVIDIA H200 NVL'
+    """vLLM v0.10.1 names a tuning file by torch's device name with spaces as underscores, so 'NVIDIA H200 NVL'
     never finds an 'NVIDIA_H200' file; the largest capture size is min(2 x max_num_seqs, 512)."""
     from solvers.data import load_catalog
     from solvers.topics.deployment import CAPTURE_LIMIT, device_name
@@ -180,6 +220,21 @@ def test_moe_calibration_follow_up(variant):
     r = variant(f"{MOE}@default+samples=2048").sheet.results
     assert r["ratio_rare"] == pytest.approx(6.4)
     assert r["regime"] == "hessian-usable"
+
+
+def test_moe_calibration_prompt_gives_the_crossover_the_key_uses(bank, variant):
+    """Regime and recipe turn on the crossover, so the prompt prints it: the simulation's figure at the fixed
+    damping (1%, GPTQ's default) to 3 figures. The rank asked is the widest-input matrix's: down_proj for
+    Mixtral (d_in 14,336), up/gate for Qwen3 (4,096)."""
+    from solvers.topics.calibration import simulate
+    question = bank.get(MOE)
+    assert question.parameter("damping").choices == (0.01,)
+    crossover = question.parameter("crossover").choices[0]
+    assert crossover == pytest.approx(simulate(0.01).crossover, abs=0.005)
+    solution = variant(f"{MOE}@default")
+    assert "from 2.45 tokens per input dimension" in solution.prompt and "widest input" in solution.prompt
+    mixtral = variant(f"{MOE}@default+model=mixtral-8x7b+samples=2048+rare=30").sheet.results
+    assert mixtral["d_in"] == 14_336 and mixtral["hessian_rank"] == min(int(2048 * 2048 * 2 / 8 * 0.3), 14_336)
 
 
 def test_gptq_crossover_is_a_few_times_d_in():
@@ -292,6 +347,19 @@ def test_runner_choice_follows_the_unsupported_list(bank, catalog, features, run
     _, sheet = solve_values(question, default_values(question) | {"features": features}, catalog)
     assert sheet.results["runner"] == runner
     assert sheet.results["realized"] == (sheet.results["speedup"] if runner == "model-runner-v2" else 1)
+
+
+def test_model_runner_v2_pins_the_release_its_fallbacks_belong_to(bank, variant):
+    """The logits-processor fallback is v0.28.0's (vllm/config/vllm.py lists custom logits processors, passed
+    in or installed as a plugin); PR #56497 took them off that list afterwards, so the prompt and the runner
+    answer name the release, and MRV2's CPU time is a given of the prompt, not a hidden constant."""
+    question = bank.get(MRV2)
+    solution = variant(f"{MRV2}@default")
+    assert "vLLM v0.28.0" in solution.prompt and "{v2_cpu}" in question.prompt
+    assert any("v0.28.0" in ref and "custom logits processors" in ref for ref in question.references)
+    assert any("#56497" in ref for ref in question.references)
+    r = variant(f"{MRV2}@default+v2_cpu=0.2").sheet.results
+    assert r["cpu_new"] == pytest.approx(0.5e-3 + 0.2e-3)
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -144,12 +144,15 @@ def moe_calibration_starvation(p, s: Sheet) -> None:
     s.step("hessian_rank", "Rank of the rarest expert's Hessian", "rank_H", min_of(sympy.floor(rare), d), "",
            "XᵀX from n tokens has rank at most n: below d_in, damping alone fills the missing directions")
     curve = simulate(s.value(lam))
-    r_star = s.given("r_star", curve.crossover, "",
-                     f"tokens/d_in where GPTQ's error meets RTN's at damping {format_number(p.damping)} (seeded "
-                     f"simulation: d_in = {SIM_WIDTH}, {SIM_REPEATS} calibration draws per ratio, "
-                     f"error in expectation over the activations, seed {curve.seed})")
+    # The prompt gives the crossover (the simulation's, to 3 figures), so the candidate and the key use one figure.
+    r_star = s.param("r_star", "crossover")
+    if abs(p.crossover / curve.crossover - 1) > 0.01:
+        raise ValueError(f"the prompt's crossover {p.crossover} is not the simulation's {curve.crossover:.3f}")
+    s.assume(f"The crossover is the bank's seeded simulation at damping {format_number(p.damping)}: d_in = "
+             f"{SIM_WIDTH}, {SIM_REPEATS} calibration draws per ratio, error in expectation over the activations, "
+             f"seed {curve.seed}, giving {format_number(curve.crossover, 4)} tokens per d_in.")
     ratio = s.value(r)
-    if 1 / TOO_CLOSE < ratio / curve.crossover < TOO_CLOSE:
+    if 1 / TOO_CLOSE < ratio / p.crossover < TOO_CLOSE:
         raise Reject("the rarest expert sits within 1.5x of the crossover: the simulation's noise decides")
     s.given("g_rare", curve.at(ratio), "x", "GPTQ error / RTN error at the rarest expert's ratio (same "
             "simulation, interpolated in log ratio; held flat outside its grid)")
@@ -158,7 +161,7 @@ def moe_calibration_starvation(p, s: Sheet) -> None:
                   "solve n_s·l_s·(k/E)·ρ = m·d_in for n_s, whole samples")
     shortfall = s.step("experts_short", "Calibration set multiple the target needs", "x_need", need / n_s, "x",
                        "how many times today's set a router-fed calibration needs")
-    _recipe(s, p, curve, ratio, s.value(N) / s.value(d), s.value(need))
+    _recipe(s, p, ratio, s.value(N) / s.value(d), s.value(need))
 
     s.assume(f"Routing is the model's own gate on calibration text: the average expert gets k/E of the tokens and "
              f"the rarest ρ times that; GPTQ's calibration is {SEQUENCE}-token samples (its C4 default), "
@@ -177,9 +180,9 @@ def moe_calibration_starvation(p, s: Sheet) -> None:
     _regime(s, p, r, r_star, rare, d, shortfall)
 
 
-def _recipe(s: Sheet, p, curve: Curve, ratio: float, all_ratio: float, need: float) -> None:
+def _recipe(s: Sheet, p, ratio: float, all_ratio: float, need: float) -> None:
     """Which recipe moves hold for this model and set, judged on its token counts and the crossover."""
-    star = curve.crossover
+    star = p.crossover
 
     def fmt(x: float) -> str:
         return format_number(x, 3)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 import sympy
 
+from solvers.conventions import convention
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, max_of, min_of
 from solvers.topics.collective import all_reduce_terms, crosses_domain, tp_all_reduce
@@ -15,10 +16,12 @@ from solvers.topics.kvcache import kv_bytes_per_token_per_gpu_given
 from solvers.topics.steptime import DEFAULT_CONSTANTS
 from solvers.units import format_number, format_quantity
 
-# vLLM's largest CUDA-graph capture size by default: min(2 x max_num_seqs, 512) (vllm/config, set_cudagraph_sizes).
+# vLLM v0.10.1's largest CUDA-graph capture size by default: SchedulerConfig.cuda_graph_sizes = [min(2 x
+# max_num_seqs, 512)] (PR #20628), and every draw's max_num_seqs is at least 256.
 CAPTURE_LIMIT = 512
-# Between NVLink bridge groups an H200 NVL ring runs over PCIe Gen5 x16: 64 GB/s each way.
-PCIE_GEN5 = Record(name="PCIe Gen5 x16", gbit_s=512)
+# Between NVLink bridge groups an H200 NVL ring runs over PCIe Gen5 x16 (the nvl-bridge-groups card).
+PCIE_GEN5 = Record(name="PCIe Gen5 x16", gbit_s=convention("nvl-bridge-groups").value * 8)
+VLLM = "v0.10.1.1"  # the release the question pins: it names an H200 NVL's config files NVIDIA_H200_NVL
 SLOWER = 1.05  # a phase "got slower" at 5% or more; a mechanism explains it when removing it alone gains 5%
 TOO_CLOSE = 0.02  # a ratio within 2% of that bar: "slower or not" would turn on rounding
 MECHANISMS = {
@@ -33,7 +36,8 @@ MECHANISMS = {
 
 
 def device_name(gpu: Record) -> str:
-    """What torch.cuda.get_device_name() reports, as vLLM writes it into a config file name."""
+    """What torch.cuda.get_device_name() reports, as vLLM v0.10.1 writes it into a config file name (spaces to
+    underscores, nothing else). From PR #23642 (after v0.10.1.1) an H200 NVL reads the NVIDIA_H200 files."""
     return {"H100 SXM": "NVIDIA_H100_80GB_HBM3", "H200 SXM": "NVIDIA_H200", "H200 NVL": "NVIDIA_H200_NVL"}[gpu.name]
 
 
@@ -100,7 +104,8 @@ def h200_slower_than_h100(p, s: Sheet) -> None:
     tuned = device_name(new) in names
     bridged = crosses_domain(new, n_tp)
     phi = s.step("throttle", "Compute throughput left under the power cap", "φ", cap ** sympy.Rational(1, 3), "%",
-                 "dynamic power ∝ f·V² with V ∝ f, so the clock falls as the cube root of the power allowed")
+                 "the power-cap-clocks card: dynamic power ∝ f·V² with V ∝ f, so the clock falls as the cube root "
+                 "of the power allowed")
     # Times on the H100 (tuned, uncapped, NVLink), then on the H200 part with every mechanism acting.
     gpu_o, P_o, BW_o, Bo = sides["o"]
     gpu_n, P_n, BW_n, Bn = sides["n"]
@@ -109,15 +114,18 @@ def h200_slower_than_h100(p, s: Sheet) -> None:
                "2 per active parameter per token, plus the causal attention: the same on both GPUs")
     ttft_o = _prefill(s, p, "o", gpu_o, P_o, BW_o, one, one, W, TP, T, F, share_pre, eta_c, eta_bw, t_oh, None)
     eager_o = L * e_l if B_o > CAPTURE_LIMIT else 0
-    tpot_o = _decode(s, p, "o", gpu_o, P_o, BW_o, one, one, W, TP, C, KV, Bo, N_a, share_dec, eta_c, eta_bw, t_oh,
-                     None, eager_o)
+    tpot_o = _decode(s, p, "o", gpu_o, P_o, BW_o, one, one, W, TP, C, KV, Bo, N_a, A, share_dec, eta_c, eta_bw,
+                     t_oh, None, eager_o)
     penalty_n = one if tuned else pi
     eager_n = L * e_l if B_n > CAPTURE_LIMIT else 0
     link_n = PCIE_GEN5 if bridged else None
+    alpha_n = None if not bridged else s.given(
+        "α_PCIe", convention("all-reduce-latency-nic").value * 1e-6, "us",
+        "latency of one all-reduce across PCIe between bridge groups (nvl-bridge-groups)")
     ttft_n = _prefill(s, p, "n", gpu_n, P_n, BW_n, phi, penalty_n, W, TP, T, F, share_pre, eta_c, eta_bw, t_oh,
-                      link_n)
-    tpot_n = _decode(s, p, "n", gpu_n, P_n, BW_n, phi, penalty_n, W, TP, C, KV, Bn, N_a, share_dec, eta_c, eta_bw,
-                     t_oh, link_n, eager_n)
+                      link_n, alpha_n)
+    tpot_n = _decode(s, p, "n", gpu_n, P_n, BW_n, phi, penalty_n, W, TP, C, KV, Bn, N_a, A, share_dec, eta_c, eta_bw,
+                     t_oh, link_n, eager_n, alpha_n)
     r_ttft = s.step("ttft_ratio", "TTFT on the H200 part / on H100", "R_TTFT", ttft_n / ttft_o, "x",
                     "5% or more above 1: users see the first token later")
     r_tpot = s.step("tpot_ratio", "TPOT on the H200 part / on H100", "R_TPOT", tpot_n / tpot_o, "x",
@@ -139,6 +147,9 @@ def h200_slower_than_h100(p, s: Sheet) -> None:
              "a step is the slower of its reads over η_bw·HBM and its FLOPs over TP·η_c·peak, plus the TP "
              "all-reduces (tp-all-reduce) and the fixed overhead. FLOPs count the active parameters, 2 per token, "
              "plus attention (attention-flops); a decode step at these batches reads every expert.")
+    s.assume(f"vLLM {VLLM} on both GPUs: it looks a fused-MoE config up by the device name with spaces as "
+             "underscores, so an H200 NVL wants NVIDIA_H200_NVL files; from PR #23642 (later releases) every H200 "
+             "reads the NVIDIA_H200 ones.")
     s.assume("TTFT is one prompt prefilled alone; TPOT is a decode step at the batch the KV pool admits, every "
              "sequence at the given context, KV in bf16. The H100 runs with tuned MoE configs, no power cap, "
              "NVLink; either GPU runs eager where its batch passes the capture size.")
@@ -149,28 +160,32 @@ def h200_slower_than_h100(p, s: Sheet) -> None:
              "layer on top of its kernels; a captured step does not.")
     s.assume("Power cap: a compute-bound phase's clock falls as the cube root of the power allowed (dynamic power "
              "∝ f·V², V ∝ f; static power ignored): it slows the math, so a memory-bound decode step keeps its "
-             "speed. Bridged H200 NVL cards reach each other at the datasheet's 900 GB/s (an upper bound on a "
-             "4-way bridge).")
+             "speed (power-cap-clocks). Bridged H200 NVL cards reach each other at the datasheet's 900 GB/s (an "
+             "upper bound on a 4-way bridge); past a bridge group the ring runs over PCIe (nvl-bridge-groups).")
     s.slip("the batch ratio taken as the per-user change", on="tpot_ratio", factor=(B_n / B_o) / ratios[1])
 
 
-def _prefill(s: Sheet, p, tag, gpu, P, BW, phi, penalty, W, TP, T, F, share, eta_c, eta_bw, t_oh, link):
+def _prefill(s: Sheet, p, tag, gpu, P, BW, phi, penalty, W, TP, T, F, share, eta_c, eta_bw, t_oh, link,
+             alpha=None):
     kernels = max_of(W / TP / (eta_bw * BW), F / (TP * eta_c * P * phi))
     ar = tp_all_reduce(s, p.model, gpu, p.tp, T, tag=f"pre_{tag}", label=f"prefill on {gpu.name}",
-                       nic=link, group=tag)
+                       nic=link, latency=alpha, group=tag, where="PCIe between bridge groups")
     return s.step(f"ttft_{tag}", f"TTFT on {gpu.name}", f"TTFT_{tag}",
                   kernels * (1 + share * (penalty - 1)) + ar + t_oh, "ms",
                   "compute-bound math (the experts' share stretched by π where untuned), then all-reduces and "
                   "overhead")
 
 
-def _decode(s: Sheet, p, tag, gpu, P, BW, phi, penalty, W, TP, C, KV, B, N_a, share, eta_c, eta_bw, t_oh, link,
-            eager):
+def _decode(s: Sheet, p, tag, gpu, P, BW, phi, penalty, W, TP, C, KV, B, N_a, A, share, eta_c, eta_bw, t_oh, link,
+            eager, alpha=None):
     moved = s.step(f"bytes_dec_{tag}", f"Bytes each GPU reads per decode step on {gpu.name}", f"M_dec_{tag}",
                    W / TP + B * C * KV, "GB", "its share of every expert and of the batch's KV")
-    kernels = max_of(moved / (eta_bw * BW), 2 * N_a * B / (TP * eta_c * P * phi))
+    flops = s.step(f"flops_dec_{tag}", f"FLOPs of a decode step on {gpu.name}", f"F_dec_{tag}",
+                   2 * N_a * B + A * B * C, "TFLOP", "2 per active parameter per sequence, plus each one's attention "
+                   "over its context (attention-flops)")
+    kernels = max_of(moved / (eta_bw * BW), flops / (TP * eta_c * P * phi))
     ar = tp_all_reduce(s, p.model, gpu, p.tp, B, tag=f"dec_{tag}", label=f"decode step on {gpu.name}",
-                       nic=link, group=f"{tag}d")
+                       nic=link, latency=alpha, group=f"{tag}d", where="PCIe between bridge groups")
     return s.step(f"tpot_{tag}", f"TPOT on {gpu.name}", f"TPOT_{tag}",
                   kernels * (1 + share * W / TP / moved * (penalty - 1)) + ar + t_oh + eager, "ms",
                   "the step's reads, the expert weights' share of them stretched where untuned, all-reduces, "
@@ -204,7 +219,9 @@ def _times(p, knobs: Knobs, kv: float, rings: dict[bool, tuple[float, float]]) -
     pre = max(W / n / (c.bandwidth * bw), F / compute)
     ttft = pre * (1 + pre_share * (knobs.penalty - 1)) + fixed + per_token * p.prompt + c.overhead
     B = knobs.batch
-    dec = max((W / n + B * p.context * kv) / (c.bandwidth * bw), 2 * m.active_params_b * 1e9 * B / compute)
+    pair = 4 * m.layers * m.heads * m.head_dim
+    dec = max((W / n + B * p.context * kv) / (c.bandwidth * bw), (2 * m.active_params_b * 1e9 + pair * p.context) * B
+              / compute)
     eager = m.layers * p.eager_per_layer if B > CAPTURE_LIMIT and not knobs.graphs else 0.0
     expert_share = dec_share * (W / n) / (W / n + B * p.context * kv)
     tpot = dec * (1 + expert_share * (knobs.penalty - 1)) + fixed + per_token * B + c.overhead + eager

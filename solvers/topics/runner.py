@@ -10,13 +10,11 @@ from solvers.topics.collective import tp_all_reduce
 from solvers.topics.steptime import StepConstants, engine, step_time, step_work
 from solvers.units import format_number, format_quantity
 
-# MRV2's CPU work per step once inputs are built on the GPU: stage the few rows that changed and
-# launch its Triton kernels. A named assumption (no published per-step figure).
-V2_CPU = 0.1e-3
 BLOCK_SIZE = 16  # vLLM's default KV block size
 SLOT_BYTES = 4  # int32 token ids and block ids
-# vllm/config/vllm.py _get_v2_model_runner_unsupported_features (and the Triton check before it): with
-# VLLM_USE_V2_MODEL_RUNNER unset, any of these puts the engine on the V1 runner with one warning line.
+# vLLM v0.28.0 vllm/config/vllm.py _get_v2_model_runner_unsupported_features (and the Triton check before it):
+# with VLLM_USE_V2_MODEL_RUNNER unset, any of these puts a dense model on the V1 runner with one warning line.
+# Custom logits processors left that list after v0.28.0 (PR #56497), which is why the prompt pins the release.
 FEATURES = {
     "prefix caching, EAGLE-3 speculative decoding": (),
     "prefix caching, ngram speculative decoding": ("ngram",),
@@ -52,7 +50,7 @@ def model_runner_v2(p, s: Sheet) -> None:
     t_s, t_p, c_r = s.param("t_sched", "sched"), s.param("t_prep", "prep"), s.param("c_req", "per_req")
     cpu_old = s.step("cpu_old", "CPU time per step, old runner", "t_CPU1", t_s + t_p + c_r * B, "ms",
                      "scheduler, then input tensors and output processing in Python, plus a share per request")
-    t_v2 = s.given("t_v2", V2_CPU, "ms", "MRV2's CPU work per step (stage diffs, launch Triton kernels)")
+    t_v2 = s.param("t_v2", "v2_cpu")
     cpu_new = s.step("cpu_new", "CPU time per step, Model Runner V2", "t_CPU2", t_s + t_v2, "ms",
                      "the scheduler did not change; the per-request work moved into GPU kernels")
     old = s.step("tpot_old", "Step time, old runner", "t_1", max_of(gpu, cpu_old), "ms",
@@ -80,17 +78,20 @@ def model_runner_v2(p, s: Sheet) -> None:
              "of the batch decodes one token at the given context; the CPU's time is modelled here instead of "
              "the card's fixed step overhead.")
     s.assume("Async scheduling: the CPU prepares step N+1 while the GPU runs step N, so a step lasts as long "
-             "as the slower of the two; the scheduler and the runner share one CPU thread at TP 1.")
+             "as the slower of the two. The runner prepares a step's inputs from the scheduler's output, so the "
+             "two CPU costs add; at TP > 1 each worker prepares its own inputs in its own process at the same "
+             "time, so one worker's time counts, at every TP alike.")
     s.assume("The old runner's CPU costs are the variant's profile (a fixed part and a part per request); "
-             f"MRV2's is a named assumption of {format_quantity(V2_CPU, 'ms')} per step plus the scheduler, its "
-             "Triton input kernels taking microseconds of GPU time (left out).")
-    s.assume("Runner choice as vLLM makes it with VLLM_USE_V2_MODEL_RUNNER unset (vllm/config/vllm.py "
-             "use_v2_model_runner): dense models default to MRV2 unless Triton is missing or a feature in "
-             "_get_v2_model_runner_unsupported_features is on; the list changes between releases.")
+             "MRV2's is the scheduler plus the variant's staging and launch time, its Triton input kernels "
+             "taking microseconds of GPU time (left out).")
+    s.assume("Runner choice as vLLM v0.28.0 makes it with VLLM_USE_V2_MODEL_RUNNER unset (vllm/config/vllm.py "
+             "use_v2_model_runner): dense models, quantized ones included, default to MRV2 unless Triton is "
+             "missing or a feature in _get_v2_model_runner_unsupported_features is on. Later releases run "
+             "custom logits processors on MRV2 (PR #56497).")
     s.slip("CPU and GPU times added (no async overlap)", on="tpot_old",
            factor=(s.value(gpu) + s.value(cpu_old)) / s.value(old))
     s.slip("the whole step's CPU time removed, scheduler included", on="speedup",
-           factor=(s.value(old) / max(s.value(gpu), V2_CPU)) / s.value(speedup))
+           factor=(s.value(old) / max(s.value(gpu), p.v2_cpu)) / s.value(speedup))
     _regime(s, p, gpu, cpu_old, work, e)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from solvers.conventions import scale_up_domain
-from solvers.derivation import Reject, Sheet, Side, max_of
+from solvers.derivation import Reject, Sheet, Side, max_of, min_of
 from solvers.topics.collective import all_reduce_terms, tp_all_reduce
 from solvers.topics.steptime import StepConstants, engine, step_time, step_work
 from solvers.units import format_number, format_quantity
@@ -64,9 +64,15 @@ def kv_cache_tiers(p, s: Sheet) -> None:
            D * (t_re - v_H - max_of(v_D, 0) - max_of(v_S, 0)), "ms",
            "a tier that loses is bypassed (its hits recomputed), so it saves nothing rather than costing")
 
-    # Write-through: every token the node prefills leaves its KV for the SSD tier.
-    write = s.step("write_rate", "KV the node's prefills write through to the SSD", "R_w", G * e.KV / t_re, "GB/s",
-                   "every GPU of the node prefilling: its share of each token's KV, one token per t_re")
+    # Write-through: every token the node prefills leaves its KV for the SSD tier, as fast as the drives take it.
+    made = s.step("kv_produced", "KV the node's prefills produce for the SSD", "R_KV", G * e.KV / t_re, "GB/s",
+                  "every GPU of the node prefilling: its share of each token's KV, one token per t_re")
+    W_s = s.param("W_ssd", "ssd_write")
+    cap = s.step("write_capacity", "What the drives can write", "R_cap", n_d * W_s, "GB/s",
+                 "every drive at its sequential write rate")
+    write = s.step("write_rate", "Write-through rate into the NVMe tier", "R_w", min_of(made, cap), "GB/s",
+                   "what the prefills produce, up to what the drives can write: past that the tier keeps only "
+                   "the blocks it has time to write")
     Y = s.given("Y", WARRANTY_DAYS, "", "days in a 5-year warranty (5 × 365 + one leap day)")
     day = s.given("t_day", 86400, "h", "one day")
     tbw = s.step("tbw", "Bytes the drives are warranted to take", "TBW", n_d * C * dwpd * Y, "PB",
@@ -75,8 +81,8 @@ def kv_cache_tiers(p, s: Sheet) -> None:
                   "the warranty's bytes at the write-through rate")
     budget = s.step("write_budget", "Write rate that lasts the warranty", "R_max", n_d * C * dwpd / day, "MB/s",
                     "DWPD drive capacities a day, spread over the day")
-    admit = s.step("admit_share", "Largest share of prefilled KV the SSD may take", "a_max", budget / write, "%",
-                   "the warranty's rate over the write-through rate (= lifetime / 5 years)")
+    admit = s.step("admit_share", "Largest share of prefilled KV the SSD may take", "a_max", budget / made, "%",
+                   "the warranty's rate over the rate the prefills produce KV")
 
     pays = s.compare(t_re, t_ssd) > 0
     _design(s, p, e, work, D, (t_re, t_dram, t_ssd), (v_H, v_D, v_S), comm)
@@ -86,8 +92,9 @@ def kv_cache_tiers(p, s: Sheet) -> None:
     s.assume("Hit rates are marginal: the share of the prompt's tokens found in that tier and in no faster one. "
              "A fetch is on the request's critical path and is not overlapped with its own recompute.")
     s.assume(f"Write-through is the upper bound: all {p.gpu.nvlink_domain} GPUs of the node prefill misses "
-             "back to back (a prefill node, or a prefill-heavy load), and every prefilled block goes to the SSD. "
-             "Decode's new tokens are not written.")
+             "back to back (a prefill node, or a prefill-heavy load), and every prefilled block goes to the SSD "
+             "as fast as the drives' sequential write rate allows (the rest is dropped, not queued). Decode's new "
+             "tokens are not written.")
     s.assume("Drive endurance as the datasheet's DWPD over a 5-year warranty: TBW = capacity × DWPD × 1826 days. "
              "Write amplification inside the drive is taken as 1 (sequential block writes); random writes wear "
              "it faster.")
