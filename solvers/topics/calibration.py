@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-import sympy
 
-from solvers.derivation import Reject, Sheet, Side, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 
 SIM_WIDTH = 64  # d_in of the simulated layer: GPTQ's column loop stays cheap
@@ -141,7 +140,7 @@ def moe_calibration_starvation(p, s: Sheet) -> None:
                "up/gate read the hidden state, down reads the FFN activations: the wider needs more tokens")
     r = s.step("ratio_rare", "Rarest expert: tokens per input dimension", "r_rare", rare / d, "",
                "the Hessian XᵀX is d_in × d_in, estimated from this many tokens per dimension")
-    s.step("hessian_rank", "Rank of the rarest expert's Hessian", "rank_H", min_of(sympy.floor(rare), d), "",
+    s.step("hessian_rank", "Rank of the rarest expert's Hessian", "rank_H", min_of(floor_of(rare), d), "",
            "XᵀX from n tokens has rank at most n: below d_in, damping alone fills the missing directions")
     curve = simulate(s.value(lam))
     # The prompt gives the crossover (the simulation's, to 3 figures), so the candidate and the key use one figure.
@@ -157,7 +156,7 @@ def moe_calibration_starvation(p, s: Sheet) -> None:
     s.given("g_rare", curve.at(ratio), "x", "GPTQ error / RTN error at the rarest expert's ratio (same "
             "simulation, interpolated in log ratio; held flat outside its grid)")
     need = s.step("samples_needed", "Samples for the target at the rarest expert", "n_need",
-                  sympy.ceiling(target * d * E / (k * rho * l_s)), "",
+                  ceil_of(target * d * E / (k * rho * l_s)), "",
                   "solve n_s·l_s·(k/E)·ρ = m·d_in for n_s, whole samples")
     shortfall = s.step("experts_short", "Calibration set multiple the target needs", "x_need", need / n_s, "x",
                        "how many times today's set a router-fed calibration needs")

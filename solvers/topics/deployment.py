@@ -9,7 +9,7 @@ import sympy
 
 from solvers.conventions import convention
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, max_of, min_of
+from solvers.derivation import Reject, Sheet, floor_of, max_of, min_of
 from solvers.topics.collective import all_reduce_terms, crosses_domain, tp_all_reduce
 from solvers.topics.common import GPU_MEMORY_UTILIZATION, dtype_bytes, hbm_bandwidth, hbm_bytes, peak_flops
 from solvers.topics.kvcache import kv_bytes_per_token_per_gpu_given
@@ -93,7 +93,7 @@ def h200_slower_than_h100(p, s: Sheet) -> None:
         pool = s.step(f"pool_{tag}", f"KV pool per GPU on {gpu.name}", f"F_{tag}", M * u - W / TP, "GB",
                       "usable HBM less this GPU's share of the weights")
         batch = s.step(f"batch_{tag}", f"Decode batch on {gpu.name}", f"B_{tag}",
-                       min_of(B_max, sympy.floor(pool / (C * KV))), "sequences",
+                       min_of(B_max, floor_of(pool / (C * KV))), "sequences",
                        "as many sequences of the context as the pool holds, up to max_num_seqs")
         sides[tag] = (gpu, P, BW, batch)
     B_o, B_n = (s.value(sides[t][3]) for t in ("o", "n"))

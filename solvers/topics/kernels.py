@@ -6,7 +6,7 @@ import math
 
 import sympy
 
-from solvers.derivation import Sheet, Side, max_of, min_of
+from solvers.derivation import Sheet, Side, ceil_of, floor_of, max_of, min_of
 from solvers.topics.collective import tp_all_reduce
 from solvers.topics.common import dtype_bytes, peak_flops
 from solvers.topics.steptime import engine
@@ -175,14 +175,14 @@ def split_kv_decode_merge(p, s: Sheet) -> None:
            "each block runs on one SM; the rest idle through the attention")
     B_star = s.step("boundary_batch", "Batch that fills the SMs without a split", "B_star", n_sm / H_g, "sequences",
                     "solve B·H_gpu = n_SM for B")
-    n_split = s.step("splits", "Splits per sequence that fill the SMs", "n_split", sympy.ceiling(n_sm / blocks), "",
+    n_split = s.step("splits", "Splits per sequence that fill the SMs", "n_split", ceil_of(n_sm / blocks), "",
                      "the fewest splits with blocks × splits ≥ SMs (1 once the batch alone fills them)")
     tile = s.param("t_kv", "kv_tile")
-    tiles = sympy.ceiling(T / tile)  # key tiles per sequence, the last one maybe partial
-    per_split = s.step("tiles_per_split", "Key tiles per split", "n_per", sympy.ceiling(tiles / n_split), "",
+    tiles = ceil_of(T / tile)  # key tiles per sequence, the last one maybe partial
+    per_split = s.step("tiles_per_split", "Key tiles per split", "n_per", ceil_of(tiles / n_split), "",
                        "⌈T/tile⌉ tiles divided by the splits, rounded up (FlashAttention-2's n_blocks_per_split)")
     n_empty = s.step("empty_splits", "Splits left with no keys", "n_empty",
-                     n_split - sympy.ceiling(tiles / per_split), "",
+                     n_split - ceil_of(tiles / per_split), "",
                      "the rounding up hands all tiles to the first splits; the ones after them get none")
 
     # The exact merge, on two of the splits.
@@ -517,10 +517,10 @@ def tma_warp_specialization(p, s: Sheet) -> None:
     # Registers: the even split every thread gets without setmaxnreg, and the split CUTLASS computes.
     R = s.given("R", p.gpu.regfile_kib_sm * 256, "", "32-bit registers per SM")
     T = s.given("T_wg", WARPGROUP_THREADS, "", "threads per warpgroup")
-    even = s.step("even_split", "Registers per thread, even split", "r_even", 8 * sympy.floor(R / (T * (n + 1)) / 8),
+    even = s.step("even_split", "Registers per thread, even split", "r_even", 8 * floor_of(R / (T * (n + 1)) / 8),
                   "", "the register file over the producer and consumer warpgroups, in units of 8")
     budget = s.step("consumer_budget", "Consumer registers per thread under setmaxnreg", "r_c",
-                    min_of(SETMAXNREG_MAX, 8 * sympy.floor((even * (n + 1) - r_p) / (8 * n))), "",
+                    min_of(SETMAXNREG_MAX, 8 * floor_of((even * (n + 1) - r_p) / (8 * n))), "",
                     "what the producer gives up, shared by the consumers, in units of 8 (CUTLASS's formula)")
     acc = s.step("acc_registers", "Accumulator registers per consumer thread", "r_acc", M * N / (T * n), "",
                  "the FP32 tile spread over the consumer warpgroups")

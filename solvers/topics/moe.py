@@ -315,24 +315,6 @@ def copy_bytes(s: Sheet, h: sympy.Symbol, dispatch_dtype: str = "fp8") -> tuple[
     return d_copy, c_copy
 
 
-def copy_bytes(s: Sheet, h: sympy.Symbol, dispatch_dtype: str = "fp8") -> tuple[sympy.Symbol, sympy.Symbol]:
-    """Bytes of one token's copy each way of an expert-parallel all-to-all, as DeepEP moves them: the hidden
-    vector out in the dispatch dtype (FP8 with one FP32 scale per 128 values), the expert's output back in bf16."""
-    b_d = s.given("b_d", dtype_bytes(dispatch_dtype), "B", f"bytes per dispatched value ({dispatch_dtype})")
-    if dispatch_dtype == "fp8":
-        blk = s.given("n_blk", SCALE_BLOCK, "", "values per FP8 scale")
-        b_s = s.given("b_s", SCALE_BYTES, "B", "bytes per scale (FP32)")
-        d_copy = s.step("dispatch_copy", "Bytes of one dispatched copy", "d", h * b_d + h / blk * b_s, "B",
-                        "the token's hidden vector in FP8 plus one FP32 scale per 128 values")
-    else:
-        d_copy = s.step("dispatch_copy", "Bytes of one dispatched copy", "d", h * b_d, "B",
-                        "the token's hidden vector in bf16, no scales")
-    b_c = s.given("b_c", COMBINE_BYTES, "B", "bytes per combined value (bf16)")
-    c_copy = s.step("combine_copy", "Bytes of one combined copy", "c", h * b_c, "B",
-                    "each expert's output comes back in bf16 to be weighted and summed")
-    return d_copy, c_copy
-
-
 def remote_nodes(model: Record, nodes: int) -> float:
     """Expected remote nodes a token reaches (once each) over `nodes` nodes: see _remote_nodes."""
     units, picks = ((model.expert_groups, model.groups_per_token) if model.get("expert_groups")

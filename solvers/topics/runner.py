@@ -3,9 +3,7 @@ per step that moving input preparation onto the GPU saves against the step-time 
 the features that silently keep a deployment on the old runner."""
 from __future__ import annotations
 
-import sympy
-
-from solvers.derivation import Reject, Sheet, Side, max_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
 from solvers.topics.collective import tp_all_reduce
 from solvers.topics.steptime import StepConstants, engine, step_time, step_work
 from solvers.units import format_number, format_quantity
@@ -72,7 +70,7 @@ def model_runner_v2(p, s: Sheet) -> None:
     s.step("token_buffer", "Prefill token ids, one persistent row per request slot (pinned host, UVA)", "M_tok",
            R * L_max * b, "MiB", "max_num_reqs rows of max_model_len ids: GPU kernels read it over UVA")
     s.step("block_table", "Block table, one persistent row per request slot (GPU)", "M_bt",
-           R * sympy.ceiling(L_max / blk) * b, "MiB", "a block id per block of the longest sequence, per slot")
+           R * ceil_of(L_max / blk) * b, "MiB", "a block id per block of the longest sequence, per slot")
     _runner(s, p, speedup, old, new)
     s.assume("Step-time model for the GPU side with its constants (step-compute, step-bandwidth): every sequence "
              "of the batch decodes one token at the given context; the CPU's time is modelled here instead of "
