@@ -1,0 +1,210 @@
+"""Serving design and cost questions on the shared step-time model (steptime.py): what a
+request costs in replica-seconds and dollars, where the bill comes from, and the levers on it.
+
+Each question prices a replica (one TP group) by the time its work holds it: a prompt holds
+it for its prefill step, an output token for its share of a decode step at the batch the
+per-user speed target allows. A lever is judged by re-running the sheet's formulas in floats with
+one input changed (ledger_time); a test holds the two to the same value.
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+
+from solvers.derivation import Reject, Sheet, Side, min_of
+from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bytes, require_context
+from solvers.topics.steptime import DEFAULT_CONSTANTS, all_reduce_steps, engine, step_time, step_work
+from solvers.units import format_number, format_quantity
+
+MIN_BATCH = 4  # a speed target that leaves fewer decode slots than this calls for another layout, not a ledger
+
+
+def _pct(value: float) -> str:
+    return format_quantity(value, "%", 3)
+
+
+# --- serving-cost-ledger ------------------------------------------------------------------
+
+LEVER_CUT = 0.2  # a lever "matters" when it cuts the cost per request by at least this share
+NO_LEVER = "none of these alone"
+CROWDED = 0.9  # a utilisation ceiling past which queueing delay grows fast (1/(1 − ρ))
+
+
+def serving_cost_ledger(p, s: Sheet) -> None:
+    require_context(p.model, p.prompt + p.reply)
+    e = engine(s, p.model, p.gpu, p.tp, DEFAULT_CONSTANTS, communication=p.tp > 1, kv_prerequisite=True)
+    P_in = s.param("P_in", "prompt")
+    L_out = s.param("L_out", "reply")
+    v = s.param("v", "speed")
+    lam = s.param("λ", "rate")
+    u = s.param("u", "ceiling")
+    c_gpu = s.param("c_GPU", "price")
+    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
+    u_hbm = s.given("u_HBM", GPU_MEMORY_UTILIZATION, "%", "usable fraction of HBM (the card's usable-hbm)")
+    ar = all_reduce_steps(s, p.model, p.gpu, p.tp)
+
+    # Prefill: one prompt alone in a step, compute-bound for any prompt worth a ledger.
+    pre = step_work(s, e, "pre", "prefill of one prompt", P_in, P_in**2 / 2, 0)
+    t_pre = step_time(s, e, "pre", "prefill of one prompt", pre, key="prefill_time", communication=ar.of(P_in),
+                      why="the prompt's math at the group's achievable compute, its all-reduces, the overhead")
+    s.step("prefill_rate", "Prompt tokens per second per replica, prefilling", "X_pre", P_in / t_pre, "tokens/s",
+           "one prompt per prefill step")
+
+    # Decode: the batch the speed target allows, capped by the KV pool.
+    S = s.step("mean_context", "Mean context of a decoding request", "S_avg", P_in + L_out / 2, "tokens",
+               "a request grows from P_in to P_in + L_out; staggered requests hold the midpoint on average")
+    room = s.step("step_room", "Step time the speed target leaves for the kernels", "t_room",
+                  1 / v - e.t_oh - ar.fixed, "ms", "1/v per step, less the overhead and the all-reduce latencies")
+    b_mem = s.step("batch_by_bandwidth", "Batch at the speed target, by bandwidth", "B_mem",
+                   (room - e.W / (e.TP * e.byte_rate)) / (e.KV * S / e.byte_rate + ar.per_token), "requests",
+                   "the time left after the weights' read, in one mean context's KV read (and its all-reduce bytes)")
+    b_cmp = s.step("batch_by_compute", "Batch at the speed target, by compute", "B_cmp",
+                   room / ((2 * e.N + e.A * S) / e.flop_rate + ar.per_token), "requests",
+                   "the time left, in one decode token's math at the mean context (and its all-reduce bytes)")
+    pool = s.step("pool_tokens", "Tokens the KV pool holds", "K",
+                  (M * u_hbm - e.W / e.TP) / e.KV, "tokens", "usable HBM less the weights' share, in KV per token")
+    b_pool = s.step("batch_by_pool", "Batch the KV pool holds", "B_pool", pool / S, "requests",
+                    "the pool over the mean context")
+    B = s.step("batch", "Decode batch per replica", "B", sympy.floor(min_of(b_mem, b_cmp, b_pool)), "requests",
+               "the tightest of the three caps, in whole requests")
+    if s.value(B) < MIN_BATCH:
+        raise Reject("the speed target leaves too few decode slots")
+    dec = step_work(s, e, "dec", "decode step at that batch", B, B * S, B * S)
+    t_dec = step_time(s, e, "dec", "decode step at that batch", dec, key="decode_step", communication=ar.of(B),
+                      why="the slower of the reads and the math, then the all-reduces and the overhead")
+    s.step("per_user", "Per-user speed at that batch", "v_user", 1 / t_dec, "tokens/s", "one token per step each")
+    s.step("decode_rate", "Output tokens per second per replica, decoding", "X_dec", B / t_dec, "tokens/s",
+           "B tokens per step")
+
+    # The ledger: replica-seconds, replicas, dollars.
+    c_p = s.step("prompt_token_cost", "Replica-seconds per prompt token", "c_p", t_pre / P_in, "us",
+                 "the prefill step's time shared by its tokens")
+    c_d = s.step("output_token_cost", "Replica-seconds per output token", "c_d", t_dec / B, "us",
+                 "a decode step's time shared by the batch")
+    r = s.step("cost_ratio", "Output token over prompt token, in replica-seconds", "r", c_d / c_p, "x",
+               "how many prompt tokens one output token costs")
+    T_req = s.step("replica_seconds", "Replica-seconds per request", "T_req", t_pre + L_out * c_d, "s",
+                   "its prefill plus its reply's share of decode steps")
+    share = s.step("prompt_share", "Prompt's share of replica-seconds", "f_P", t_pre / T_req, "%",
+                   "the prefill's part of the request's time")
+    busy = s.step("busy_replicas", "Replica-seconds per second at the peak rate", "R_busy", lam * T_req, "",
+                  "requests per second × replica-seconds each: replicas busy on average")
+    if s.value(busy) < 1:
+        raise Reject("the peak keeps less than one replica busy: a fleet of one has no ledger to balance")
+    n = s.step("replicas", "Replicas to run", "n", sympy.ceiling(busy / u), "",
+               "busy replicas over the utilisation ceiling, in whole replicas")
+    cost_h = s.step("fleet_cost", "Fleet cost per hour", "C_h", n * e.TP * c_gpu, "$/h",
+                    "replicas × GPUs each × price per GPU-hour")
+    per_req = s.step("cost_per_request", "Dollars per request at the peak rate", "C_req", cost_h / lam, "$",
+                     "the fleet's cost per second over requests per second")
+    mtok = s.given("M_tok", 1e6, "tokens", "tokens in a million")
+    s.step("cost_per_mtok", "Dollars per million tokens (prompt and reply)", "C_Mtok",
+           per_req * mtok / (P_in + L_out), "$", "the request's cost spread over all its tokens")
+    rate = e.TP * c_gpu / u  # what a replica-second costs once the ceiling's idle share is paid for
+    s.step("prompt_price", "Cost-based price per million prompt tokens", "C_P", c_p * rate * mtok, "$",
+           "a prompt token's replica-seconds at the ceiling's price")
+    s.step("output_price", "Cost-based price per million output tokens", "C_O", c_d * rate * mtok, "$",
+           "an output token's replica-seconds at the same price: r times the prompt's")
+    mix = s.step("token_ratio", "Prompt tokens per output token", "P/O", P_in / L_out, "x",
+                 "the request's token mix")
+    x = s.step("share_rule", "Prompt's part over the reply's", "x", mix / r, "x",
+               "(P/O) / r: the prompt's share is x / (1 + x), so x = 2 gives two thirds")
+
+    _ledger_assumptions(s)
+    s.slip("the bill split by token counts, not by replica-seconds", s.evaluate(P_in / (P_in + L_out)) / s.value(share),
+           on="prompt_share")
+    s.slip("busy replicas not divided by the utilisation ceiling",
+           s.evaluate(sympy.ceiling(busy)) / s.value(n), on=("replicas", "cost_per_request"))
+    s.slip("an output token priced at a whole decode step", s.value(B), on="cost_ratio")
+    _ledger_levers(s, e, T_req, u, v, P_in, L_out, ar, pool)
+    _ledger_regime(s, mix, r, share, x)
+
+
+def _ledger_assumptions(s: Sheet) -> None:
+    s.assume("A replica is one TP group. A prompt holds it for one prefill step of its own; an output token for "
+             "1/B of a decode step at the batch the speed target allows (the cap the KV pool sets included). "
+             "Chunked prefill would mix the two in one step but spend the same replica-seconds on each.")
+    s.assume("Requests arrive at the peak rate given; the fleet is sized for it at the utilisation ceiling, "
+             "which leaves the headroom queueing needs. Off-peak hours cost the same replicas unless the fleet "
+             "scales down, so dollars per request are those at the peak.")
+    s.assume("The GPU-hour price is an on-demand rental assumption (mid-2026: H100 SXM about $2-5, H200 about "
+             "$2.5-7 a GPU-hour, as the references list); it scales every dollar figure and none of the "
+             "replica-seconds.")
+
+
+def ledger_time(g: dict[str, float], warm: float = 0.0) -> float:
+    """Replica-seconds per request over the ceiling, in floats: the sheet's formulas, re-run for a lever
+    (evaluating them symbolically with a given changed costs sympy seconds). `warm`: the share of each
+    prompt read from a prefix cache instead of computed."""
+    P, R, N, A = g["P"], g["R"], g["N"], g["A"]
+    new = P * (1 - warm)
+    t_pre = (max(g["W_gpu"] / g["br"], (2 * N * new + A * (P**2 - (P - new) ** 2) / 2) / g["fr"])
+             + g["ar0"] + g["ar_tok"] * new + g["t_oh"])
+    S = P + R / 2
+    room = 1 / g["v"] - g["t_oh"] - g["ar0"]
+    caps = ((room - g["W_gpu"] / g["br"]) / (g["KV"] * S / g["br"] + g["ar_tok"]),
+            room / ((2 * N + A * S) / g["fr"] + g["ar_tok"]), g["pool"] / (g["KV"] * S))
+    B = math.floor(min(caps))
+    if B < 1:
+        return math.inf
+    t_dec = (max((g["W_gpu"] + g["KV"] * B * S) / g["br"], (2 * N * B + A * B * S) / g["fr"])
+             + g["ar0"] + g["ar_tok"] * B + g["t_oh"])
+    return (t_pre + R * t_dec / B) / g["u"]
+
+
+def _ledger_levers(s: Sheet, e, T_req, u, v, P_in, L_out, ar, pool) -> None:
+    """Which single change cuts the cost per request (replica-seconds over the ceiling) by LEVER_CUT or more."""
+    value = s.evaluate
+    g = {"P": value(P_in), "R": value(L_out), "N": value(e.N), "A": value(e.A), "W_gpu": value(e.W / e.TP),
+         "br": value(e.byte_rate), "fr": value(e.flop_rate), "ar0": value(ar.fixed), "ar_tok": value(ar.per_token),
+         "t_oh": value(e.t_oh), "v": value(v), "KV": value(e.KV), "pool": value(pool * e.KV), "u": value(u)}
+    now = value(T_req / u)
+
+    def judge(option: str, why: str, warm: float = 0.0, **changed: float) -> None:
+        cut = 1 - ledger_time(g | changed, warm) / now
+        s.judge("levers", option, cut >= LEVER_CUT, f"{why}: the cost per request falls {_pct(cut)}")
+
+    judge("half of every prompt served warm from a prefix cache",
+          f"the prefill is {_pct(value(s.results['prompt_share']))} of the time and computes half the tokens",
+          warm=0.5)
+    judge("an fp8 KV cache", "half the KV bytes per context: a larger decode batch at the same speed",
+          KV=g["KV"] / 2, pool=g["pool"])
+    judge("a per-user speed target half as fast", "twice the step time: a larger batch shares each step",
+          v=g["v"] / 2)
+    judge("a GPU with 1.5× the HBM bandwidth at the same peak and price",
+          "faster reads: decode steps shorten, a compute-bound prefill does not", br=1.5 * g["br"])
+    judge("twice the tensor peak (fp8 GEMMs) at the same bandwidth",
+          "faster math: the prefill shortens, memory-bound decode steps do not", fr=2 * g["fr"])
+    judge("running replicas up to 90% busy", "less idle headroom paid per busy replica-second, bought with "
+          "queueing delay", u=CROWDED)
+    judged = s.results["levers"]
+    if all(judged.values()):
+        raise Reject("every lever cuts the bill by a fifth: nothing to tell apart")
+    s.judge("levers", NO_LEVER, not any(judged.values()),
+            "no single change above reaches a fifth here" if not any(judged.values())
+            else "at least one change above reaches a fifth")
+
+
+def _ledger_regime(s: Sheet, mix, r, share, x) -> None:
+    ratio, tokens, part = format_number(s.value(r), 3), format_number(s.value(mix), 3), _pct(s.value(share))
+    rule = (f"the prompt's share is x/(1 + x) with x = (P/O)/r = {format_number(s.value(x), 3)}; "
+            "P/O = 2r gives two thirds")
+    s.regime_by(mix, r, tie="above", above=Side(
+        "prompt-dominated",
+        f"An output token costs {ratio} prompt tokens, and each request brings {tokens} prompt tokens per output "
+        f"token: the prompt is {part} of the replica-seconds ({rule}). Prefill compute is where the money goes: "
+        "prefix caching, fp8 GEMMs and shorter system prompts move the bill; decode tuning barely does.",
+        "With replies long enough that P/O falls below r, decode steps take most of the time: then the batch the "
+        "speed target allows, KV bytes and HBM bandwidth set the bill.",
+        near=f"An output token costs {ratio} prompt tokens and requests bring {tokens} per output token: the prompt "
+             f"is {part}, barely the larger part ({rule}). Both phases matter; a lever on either moves the bill."),
+        below=Side(
+        "reply-dominated",
+        f"An output token costs {ratio} prompt tokens, but requests bring only {tokens} prompt tokens per output "
+        f"token: the reply is {_pct(1 - s.value(share))} of the replica-seconds ({rule}). Decode sets the bill: "
+        "a larger batch at the speed target (fp8 KV, more bandwidth, a looser target) is what cuts it.",
+        "With prompts long enough that P/O exceeds r, prefill compute takes most of the time: then prefix caching "
+        "and FLOP/s set the bill.",
+        near=f"An output token costs {ratio} prompt tokens and requests bring {tokens} per output token: the reply "
+             f"is {_pct(1 - s.value(share))}, barely the larger part ({rule}). Both phases matter."))
