@@ -160,3 +160,82 @@ def test_ledger_follow_up_moves_the_bill_to_the_reply(variant, catalog):
 def test_ledger_refuses_a_fleet_of_one(variant):
     with pytest.raises(VariantError, match="less than one replica busy"):
         variant("serving-cost-ledger@default+rate=2")
+
+
+# --- cold-prefill-pools --------------------------------------------------------------------
+
+
+def test_cold_prefill_default_matches_the_teaser(variant):
+    """A cold 32K prompt on a 70B over 8 x H100: 2·N·T + 2·L·d·T² = 6.03 PFLOP, 0.76 s at peak, about 1 s
+    at 75% MFU ("barely fits a second of compute"), 1.35 s once its all-reduces are in."""
+    solution = variant("cold-prefill-pools@default")
+    expected = solution.expected
+    T, N, L, d = 32768, 70.55e9, 80, 8192
+    flops = 2 * N * T + 2 * L * d * T**2
+    assert expected["flops_cold"] == pytest.approx(flops)
+    assert expected["peak_time"] == pytest.approx(flops / (8 * 989.4e12))
+    assert expected["peak_time"] == pytest.approx(0.76, abs=0.005)
+    assert expected["mfu_time"] == pytest.approx(1.0, abs=0.02)
+    g = Replica(_value(solution, "model"), _value(solution, "gpu"), 8)
+    assert expected["cold_ttft"] == pytest.approx(flops / (8 * 0.75 * 989.4e12) + g.ar0 + g.ar_tok * T + OVERHEAD)
+    assert expected["regime"] == "warm-required"
+
+
+def test_cold_prefill_attention_term_is_the_card_and_chinchilla(variant):
+    """The card's A·T²/2 with A = 4·L·H·d_h is the teaser's 2·L·d·T² (H·d_h = d for Llama): Chinchilla's
+    App. F counts 2·L·d·T attention FLOPs per token in the forward pass, over a causal half."""
+    model = _value(variant("cold-prefill-pools@default"), "model")
+    assert model.heads * model.head_dim == model.hidden
+    A = 4 * model.layers * model.heads * model.head_dim
+    assert A * 32768**2 / 2 == 2 * model.layers * model.hidden * 32768**2
+
+
+def by_hand_warm_share(solution):
+    """The warm fraction by bisection on the prefill time, independent of the closed-form root."""
+    g = Replica(_value(solution, "model"), _value(solution, "gpu"), _value(solution, "tp"))
+    g.fr = _value(solution, "tp") * _value(solution, "mfu") * _value(solution, "gpu").bf16_dense_tflops * 1e12
+    T, tau = _value(solution, "prompt"), _value(solution, "ttft")
+
+    def time(h):
+        return g.step((1 - h) * T, (T**2 - (h * T) ** 2) / 2, h * T)
+
+    if time(0) <= tau:
+        return 0.0, time(0)
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if time(mid) > tau else (low, mid)
+    return high, time(0)
+
+
+def test_cold_prefill_default_pools(variant):
+    """At a 0.5 s target the cache must serve 67% of each prompt; 10 requests/s then need 8 prefill
+    replicas instead of 20 cold (96 GPUs saved), and 6 decode replicas whose batch the KV pool caps
+    (40 requests of 32K context on 54 GB per GPU)."""
+    solution = variant("cold-prefill-pools@default")
+    expected = solution.expected
+    warm, _ = by_hand_warm_share(solution)
+    assert expected["warm_needed"] == pytest.approx(warm, abs=1e-9)
+    assert expected["warm_needed"] == pytest.approx(0.671, abs=0.001)
+    assert (expected["prefill_replicas"], expected["decode_replicas"], expected["gpus_saved"]) == (8, 6, 96)
+    assert solution.sheet.results["batch"] == 40
+    assert solution.sheet.results["facts"]["the decode batch is capped by the KV pool, not the TPOT target"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_cold_prefill_warm_share_by_bisection(variant, seed):
+    solution = variant(f"cold-prefill-pools@{seed}")
+    warm, cold = by_hand_warm_share(solution)
+    results = solution.sheet.results
+    assert results["warm_needed"] == pytest.approx(warm, abs=1e-9)
+    assert results["cold_ttft"] == pytest.approx(cold, rel=1e-9)
+    assert results["regime"] == ("cold-fits" if cold <= _value(solution, "ttft") else "warm-required")
+    if results["regime"] == "warm-required":
+        assert results["warm_ttft"] == pytest.approx(_value(solution, "ttft"), rel=1e-9)
+
+
+def test_cold_prefill_follow_up_shortens_the_prompt(variant, catalog):
+    round_two = follow_up(variant("cold-prefill-pools@default"), catalog)
+    assert round_two is not None
+    assert round_two.solution.expected["regime"] == "cold-fits"
+    assert round_two.solution.expected["warm_needed"] == 0

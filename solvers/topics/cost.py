@@ -9,12 +9,22 @@ one input changed (ledger_time); a test holds the two to the same value.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, min_of
+from solvers.derivation import Reject, Sheet, Side, max_of, min_of
+from solvers.topics.collective import AllReduceTerms
 from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bytes, require_context
-from solvers.topics.steptime import DEFAULT_CONSTANTS, all_reduce_steps, engine, step_time, step_work
+from solvers.topics.steptime import (
+    DEFAULT_CONSTANTS,
+    Engine,
+    StepConstants,
+    all_reduce_steps,
+    engine,
+    step_time,
+    step_work,
+)
 from solvers.units import format_number, format_quantity
 
 MIN_BATCH = 4  # a speed target that leaves fewer decode slots than this calls for another layout, not a ledger
@@ -22,6 +32,45 @@ MIN_BATCH = 4  # a speed target that leaves fewer decode slots than this calls f
 
 def _pct(value: float) -> str:
     return format_quantity(value, "%", 3)
+
+
+@dataclass(frozen=True)
+class Decode:
+    batch: sympy.Symbol  # requests per replica
+    step: sympy.Symbol  # seconds per decode step at that batch
+    pool: sympy.Symbol  # tokens the KV pool holds
+
+
+def decode_at_speed(s: Sheet, e: Engine, gpu, ar: AllReduceTerms, S: sympy.Expr, budget: sympy.Expr,
+                    budget_why: str) -> Decode:
+    """The decode batch of a replica whose steps must finish within `budget`, every request at the mean
+    context S: the tightest of bandwidth, compute and the KV pool; then its step time and speeds."""
+    M = s.given("M", hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
+    u_hbm = s.given("u_HBM", GPU_MEMORY_UTILIZATION, "%", "usable fraction of HBM (the card's usable-hbm)")
+    room = s.step("step_room", "Step time the target leaves for the kernels", "t_room",
+                  budget - e.t_oh - ar.fixed, "ms", f"{budget_why}, less the overhead and the all-reduce latencies")
+    b_mem = s.step("batch_by_bandwidth", "Batch at the target, by bandwidth", "B_mem",
+                   (room - e.W / (e.TP * e.byte_rate)) / (e.KV * S / e.byte_rate + ar.per_token), "requests",
+                   "the time left after the weights' read, in one mean context's KV read (and its all-reduce bytes)")
+    b_cmp = s.step("batch_by_compute", "Batch at the target, by compute", "B_cmp",
+                   room / ((2 * e.N + e.A * S) / e.flop_rate + ar.per_token), "requests",
+                   "the time left, in one decode token's math at the mean context (and its all-reduce bytes)")
+    pool = s.step("pool_tokens", "Tokens the KV pool holds", "K",
+                  (M * u_hbm - e.W / e.TP) / e.KV, "tokens", "usable HBM less the weights' share, in KV per token")
+    b_pool = s.step("batch_by_pool", "Batch the KV pool holds", "B_pool", pool / S, "requests",
+                    "the pool over the mean context")
+    B = s.step("batch", "Decode batch per replica", "B", sympy.floor(min_of(b_mem, b_cmp, b_pool)), "requests",
+               "the tightest of the three caps, in whole requests")
+    if s.value(B) < MIN_BATCH:
+        raise Reject("the speed target leaves too few decode slots")
+    dec = step_work(s, e, "dec", "decode step at that batch", B, B * S, B * S)
+    t_dec = step_time(s, e, "dec", "decode step at that batch", dec, key="decode_step", communication=ar.of(B),
+                      why="the slower of the reads and the math, then the all-reduces and the overhead")
+    s.step("per_user", "Per-user speed at that batch", "v_user", 1 / t_dec, "tokens/s", "one token per step each")
+    s.step("decode_rate", "Output tokens per second per replica, decoding", "X_dec", B / t_dec, "tokens/s",
+           "B tokens per step")
+    return Decode(B, t_dec, pool)
+
 
 
 # --- serving-cost-ledger ------------------------------------------------------------------
@@ -40,8 +89,6 @@ def serving_cost_ledger(p, s: Sheet) -> None:
     lam = s.param("λ", "rate")
     u = s.param("u", "ceiling")
     c_gpu = s.param("c_GPU", "price")
-    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
-    u_hbm = s.given("u_HBM", GPU_MEMORY_UTILIZATION, "%", "usable fraction of HBM (the card's usable-hbm)")
     ar = all_reduce_steps(s, p.model, p.gpu, p.tp)
 
     # Prefill: one prompt alone in a step, compute-bound for any prompt worth a ledger.
@@ -51,31 +98,10 @@ def serving_cost_ledger(p, s: Sheet) -> None:
     s.step("prefill_rate", "Prompt tokens per second per replica, prefilling", "X_pre", P_in / t_pre, "tokens/s",
            "one prompt per prefill step")
 
-    # Decode: the batch the speed target allows, capped by the KV pool.
     S = s.step("mean_context", "Mean context of a decoding request", "S_avg", P_in + L_out / 2, "tokens",
                "a request grows from P_in to P_in + L_out; staggered requests hold the midpoint on average")
-    room = s.step("step_room", "Step time the speed target leaves for the kernels", "t_room",
-                  1 / v - e.t_oh - ar.fixed, "ms", "1/v per step, less the overhead and the all-reduce latencies")
-    b_mem = s.step("batch_by_bandwidth", "Batch at the speed target, by bandwidth", "B_mem",
-                   (room - e.W / (e.TP * e.byte_rate)) / (e.KV * S / e.byte_rate + ar.per_token), "requests",
-                   "the time left after the weights' read, in one mean context's KV read (and its all-reduce bytes)")
-    b_cmp = s.step("batch_by_compute", "Batch at the speed target, by compute", "B_cmp",
-                   room / ((2 * e.N + e.A * S) / e.flop_rate + ar.per_token), "requests",
-                   "the time left, in one decode token's math at the mean context (and its all-reduce bytes)")
-    pool = s.step("pool_tokens", "Tokens the KV pool holds", "K",
-                  (M * u_hbm - e.W / e.TP) / e.KV, "tokens", "usable HBM less the weights' share, in KV per token")
-    b_pool = s.step("batch_by_pool", "Batch the KV pool holds", "B_pool", pool / S, "requests",
-                    "the pool over the mean context")
-    B = s.step("batch", "Decode batch per replica", "B", sympy.floor(min_of(b_mem, b_cmp, b_pool)), "requests",
-               "the tightest of the three caps, in whole requests")
-    if s.value(B) < MIN_BATCH:
-        raise Reject("the speed target leaves too few decode slots")
-    dec = step_work(s, e, "dec", "decode step at that batch", B, B * S, B * S)
-    t_dec = step_time(s, e, "dec", "decode step at that batch", dec, key="decode_step", communication=ar.of(B),
-                      why="the slower of the reads and the math, then the all-reduces and the overhead")
-    s.step("per_user", "Per-user speed at that batch", "v_user", 1 / t_dec, "tokens/s", "one token per step each")
-    s.step("decode_rate", "Output tokens per second per replica, decoding", "X_dec", B / t_dec, "tokens/s",
-           "B tokens per step")
+    decode = decode_at_speed(s, e, p.gpu, ar, S, 1 / v, "1/v per step")
+    B, t_dec, pool = decode.batch, decode.step, decode.pool
 
     # The ledger: replica-seconds, replicas, dollars.
     c_p = s.step("prompt_token_cost", "Replica-seconds per prompt token", "c_p", t_pre / P_in, "us",
@@ -208,3 +234,139 @@ def _ledger_regime(s: Sheet, mix, r, share, x) -> None:
         "and FLOP/s set the bill.",
         near=f"An output token costs {ratio} prompt tokens and requests bring {tokens} per output token: the reply "
              f"is {_pct(1 - s.value(share))}, barely the larger part ({rule}). Both phases matter."))
+
+
+# --- cold-prefill-pools -------------------------------------------------------------------
+
+MAX_WARM = 0.98  # a cache that must hit more than this of every prompt is not a plan anyone can promise
+
+
+def cold_prefill_pools(p, s: Sheet) -> None:
+    require_context(p.model, p.prompt)
+    constants = StepConstants(compute=p.mfu, bandwidth=DEFAULT_CONSTANTS.bandwidth, overhead=DEFAULT_CONSTANTS.overhead)
+    e = engine(s, p.model, p.gpu, p.tp, constants, communication=True, kv_prerequisite=True)
+    T = s.param("T", "prompt")
+    tau = s.param("τ", "ttft")
+    L_out = s.param("L_out", "reply")
+    tpot = s.param("TPOT", "tpot")
+    lam = s.param("λ", "rate")
+    u = s.param("u", "ceiling")
+    ar = all_reduce_steps(s, p.model, p.gpu, p.tp)
+
+    cold = step_work(s, e, "cold", "cold prefill", T, T**2 / 2, 0)
+    s.step("peak_time", "Compute time of the cold prefill at peak", "t_peak", cold.flops / (e.TP * e.P), "s",
+           "2·N·T + 2·L·d·T² FLOPs (A·T²/2 = 2·L·H·d_h·T²) over the group's dense peak")
+    s.step("mfu_time", "Compute time at the prefill MFU", "t_MFU", cold.flops / e.flop_rate, "s",
+           "the same FLOPs at the MFU a long prefill reaches")
+    s.step("cold_allreduce", "All-reduces of the cold prefill", "t_AR", ar.of(T), "s",
+           "two per layer of all T tokens' activations over NVLink, not overlapped (tp-all-reduce)")
+    t_cold = step_time(s, e, "cold", "cold prefill", cold, key="cold_ttft", communication=ar.of(T),
+                       why="its math at the MFU, then its all-reduces and the overhead: a TTFT floor before any queue")
+
+    # A warm fraction h is read from the cache; the rest, (1−h)·T tokens, attends to the whole prompt:
+    # t(h) = a·(1−h) + b·(1 − h²) + c, solved for t(h) = τ.
+    a = s.step("linear_cost", "Time linear in the computed tokens", "a", 2 * e.N * T / e.flop_rate + ar.per_token * T,
+               "s", "the weights' math and the all-reduce bytes of every prompt token")
+    b = s.step("quadratic_cost", "Attention time of the whole cold prompt", "b", e.A * T**2 / (2 * e.flop_rate), "s",
+               "A·T²/2 pairs; a warm prefix of h·T leaves T² − (hT)² of them to compute, over 2")
+    c = s.step("fixed_cost", "Time paid whatever is cached", "c", e.t_oh + ar.fixed, "s",
+               "the step overhead and the all-reduce latencies")
+    y = s.step("cold_share", "Share of the prompt that may stay cold", "y",
+               min_of(1, ((a + 2 * b) - sympy.sqrt(max_of(0, (a + 2 * b)**2 - 4 * b * (tau - c)))) / (2 * b)), "%",
+               "the smaller root of b·y² − (a + 2b)·y + (τ − c) = 0, with y = 1 − h; all of it where cold fits")
+    h = s.step("warm_needed", "Warm fraction the prefix cache must reach", "h*", 1 - y, "%",
+               "what the cache must serve of a typical prompt for its prefill to make the TTFT target")
+    if s.value(h) > MAX_WARM:
+        raise Reject("the prompt would have to be almost entirely cached")
+    warm = step_work(s, e, "warm", "prefill at that warm fraction", y * T, (T**2 - (h * T)**2) / 2, h * T)
+    t_warm = step_time(s, e, "warm", "prefill at that warm fraction", warm, key="warm_ttft",
+                       communication=ar.of(y * T), why="the cold remainder's math, all-reduces and overhead")
+    if s.evaluate(warm.bytes / e.byte_rate) > s.evaluate(warm.flops / e.flop_rate):
+        raise Reject("the warm remainder's prefill is memory-bound: the quadratic's compute model does not hold")
+
+    n_cold = s.step("cold_prefill_replicas", "Prefill replicas if every prompt ran cold", "n_cold",
+                    sympy.ceiling(lam * t_cold / u), "", "λ × cold prefill time, over the utilisation ceiling")
+    n_pre = s.step("prefill_replicas", "Prefill replicas at the warm fraction", "n_pre",
+                   sympy.ceiling(lam * t_warm / u), "", "λ × prefill time of the cold remainder, over the ceiling")
+    s.step("gpus_saved", "Prefill GPUs the cache saves", "G_saved", (n_cold - n_pre) * e.TP, "GPUs",
+                   "replicas no longer needed, times the GPUs in each")
+
+    S = s.step("mean_context", "Mean context of a decoding request", "S_avg", T + L_out / 2, "tokens",
+               "the whole prompt, plus half the reply on average")
+    decode = decode_at_speed(s, e, p.gpu, ar, S, tpot, "the TPOT target")
+    n_dec = s.step("decode_replicas", "Decode replicas", "n_dec",
+                   sympy.ceiling(lam * L_out * decode.step / decode.batch / u), "",
+                   "λ × reply tokens × replica-seconds per output token, over the ceiling")
+    _cold_assumptions(s)
+    s.slip("attention left out (2·N·T only)", s.evaluate(2 * e.N * T / cold.flops), on="mfu_time")
+    s.slip("attention counted without the causal half", s.evaluate((cold.flops + e.A * T**2 / 2) / cold.flops),
+           on="mfu_time")
+    s.slip("prefill pool sized cold", s.value(n_cold) / s.value(n_pre), on="prefill_replicas")
+    _cold_judgements(s, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar)
+    _cold_regime(s, t_cold, tau, h, n_pre, n_dec)
+
+
+AR_SHARE = 0.2  # the all-reduces "matter" to a cold prefill past this share of its time
+
+
+def _cold_assumptions(s: Sheet) -> None:
+    s.assume("The MFU is the share of dense peak the prefill's GEMMs and attention reach; decode math runs at the "
+             "same efficiency (it rarely binds). The TP all-reduces come on top, not overlapped (tp-all-reduce).")
+    s.assume("A warm prefix is read from the prefix cache (vLLM automatic prefix caching, SGLang RadixAttention): "
+             "its tokens skip the weights but the cold remainder still attends to them. Where the cache lives "
+             "(HBM, host memory) and what it costs to route a session back to it are left out.")
+    s.assume("The warm fraction is a share of each prompt's tokens. A request that misses the cache entirely "
+             "pays the whole cold time, so the share of requests allowed to go fully cold is bounded by the "
+             "percentile the TTFT target is held at.")
+    s.assume("Every request brings the same prompt and reply lengths; prefill and decode run on separate pools "
+             "of the same replicas (disaggregated, as DistServe or Mooncake), the KV handed over between them "
+             "for free; queueing within the utilisation ceiling is left out of the TTFT.")
+
+
+def _cold_judgements(s: Sheet, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar) -> None:
+    r, v = s.results, s.value
+    seconds = format_quantity
+
+    def judge(option: str, holds: bool, why: str) -> None:
+        s.judge("facts", option, holds, why)
+
+    judge("a cold prompt makes the TTFT target", s.compare(t_cold, tau) <= 0,
+          f"cold it takes {seconds(v(t_cold), 's')} against {seconds(v(tau), 's')}")
+    fp8 = max_of(cold.bytes / e.byte_rate, cold.flops / (2 * e.flop_rate)) + ar.of(T) + e.t_oh
+    judge("fp8 GEMMs at twice the peak would let a cold prompt make it", s.compare(fp8, tau) <= 0,
+          f"half the math leaves {seconds(s.evaluate(fp8), 's')}: the all-reduces and overhead do not halve")
+    by_pool = r["batch_by_pool"] < min(r["batch_by_bandwidth"], r["batch_by_compute"])
+    judge("the decode batch is capped by the KV pool, not the TPOT target", by_pool,
+          f"the pool holds {format_number(r['batch_by_pool'], 3)} requests at this context; the target allows "
+          f"{format_number(min(r['batch_by_bandwidth'], r['batch_by_compute']), 3)}")
+    judge("the prefill pool needs more replicas than the decode pool", s.compare(n_pre, n_dec) > 0,
+          f"{format_number(v(n_pre))} prefill against {format_number(v(n_dec))} decode replicas")
+    judge("without the cache the prefill pool would be at least twice as large", s.compare(n_cold, 2 * n_pre) >= 0,
+          f"{format_number(v(n_cold))} replicas cold against {format_number(v(n_pre))} warm")
+    share = s.evaluate(ar.of(T) / t_cold)
+    judge("the TP all-reduces are over a fifth of the cold prefill", share > AR_SHARE,
+          f"they take {_pct(share)} of it")
+    if len(set(s.results["facts"].values())) == 1:
+        raise Reject("every fact holds, or none does: nothing to tell apart")
+
+
+def _cold_regime(s: Sheet, t_cold, tau, h, n_pre, n_dec) -> None:
+    cold, target, warm = format_quantity(s.value(t_cold), "s"), format_quantity(s.value(tau), "s"), _pct(s.value(h))
+    pools = f"{format_number(s.value(n_pre))} prefill and {format_number(s.value(n_dec))} decode replicas"
+    s.regime_by(t_cold, tau, tie="below", above=Side(
+        "warm-required",
+        f"A cold prompt takes {cold} of prefill against a {target} TTFT target, before any queue: no amount of "
+        f"replicas fixes one request's latency. The cache must serve {warm} of a typical prompt; sized on what "
+        f"remains, the fleet is {pools}.",
+        "Below the boundary a cold prompt makes the target on its own: the cache then saves GPUs, not latency, "
+        "and a miss costs money rather than an SLO.",
+        near=f"A cold prompt takes {cold} against a {target} target: just over it, so a modest warm share ({warm}) "
+             f"or a faster GEMM gets there; the fleet is {pools}."),
+        below=Side(
+        "cold-fits",
+        f"A cold prompt takes {cold} against a {target} TTFT target: it fits with no cache, so prefix hits are a "
+        f"cost lever only. Sized cold, the fleet is {pools}.",
+        "Past the boundary (a longer prompt, a tighter target, a slower group) the cold prefill alone misses the "
+        "target: then the warm fraction becomes a requirement and misses become SLO violations.",
+        near=f"A cold prompt takes {cold} against a {target} target, only just inside it: any queueing pushes a "
+             f"cold request over, so the cache is nearly a requirement already; the fleet is {pools}."))
