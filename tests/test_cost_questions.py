@@ -239,3 +239,87 @@ def test_cold_prefill_follow_up_shortens_the_prompt(variant, catalog):
     assert round_two is not None
     assert round_two.solution.expected["regime"] == "cold-fits"
     assert round_two.solution.expected["warm_needed"] == 0
+
+
+# --- slo-capacity-unit ---------------------------------------------------------------------
+
+
+def decode_by_hand(g, S, budget):
+    """Batch, step time and output tokens/s of a replica whose decode steps must fit `budget`."""
+    room = budget - OVERHEAD - g.ar0
+    B = math.floor(min((room - g.weights / g.br) / (g.kv * S / g.br + g.ar_tok),
+                       room / ((2 * g.N + g.A * S) / g.fr + g.ar_tok), g.pool / (g.kv * S)))
+    t = g.step(B, B * S, B * S)
+    return B, t, B / t
+
+
+def capacity_by_hand(solution):
+    model, tp = _value(solution, "model"), _value(solution, "tp")
+    P, R, tpot = (_value(solution, n) for n in ("prompt", "reply", "tpot"))
+    n_old, n_new = _value(solution, "old_replicas"), _value(solution, "new_replicas")
+    units, batches = {}, {}
+    for tag in ("old", "new"):
+        batches[tag], _, rate = decode_by_hand(Replica(model, _value(solution, f"{tag}_gpu"), tp), P + R / 2, tpot)
+        units[tag] = rate / R
+    fleet = n_old * units["old"] + n_new * units["new"]
+    ratio = units["new"] / units["old"]
+    prices = _value(solution, "new_price") / _value(solution, "old_price")
+    return {"batch_old": batches["old"], "batch_new": batches["new"], "unit_old": units["old"],
+            "unit_new": units["new"], "unit_ratio": ratio, "fleet_capacity": fleet,
+            "count_routing_limit": (n_old + n_new) * units["old"], "new_share": n_new * units["new"] / fleet,
+            "replacement": math.ceil(n_old * units["old"] / units["new"]),
+            "regime": "buy-new" if ratio > prices else "buy-old"}
+
+
+def test_capacity_unit_default(variant):
+    """Llama-3-70B at TP 4, 2,000 + 500 tokens, TPOT 40 ms: an H100 replica holds 199 requests in its KV pool
+    (31 tokens/s each, 12.4 requests/s at the SLO), a B200 replica 687: one B200 replica is worth 3.48 H100
+    ones, more than the datasheet's 2.27x compute or 2.39x bandwidth, because the pool binds on both."""
+    solution = variant("slo-capacity-unit@default")
+    expected = solution.expected
+    assert (expected["batch_old"], expected["batch_new"]) == (199, 687)
+    assert expected["per_user_old"] == pytest.approx(31.07, rel=1e-3)
+    assert expected["unit_old"] == pytest.approx(12.36, rel=1e-3)
+    assert expected["unit_ratio"] == pytest.approx(3.484, rel=1e-3)
+    assert expected["binds_old"] == expected["binds_new"] == "the KV pool"
+    assert expected["fleet_capacity"] == pytest.approx(542.4, rel=1e-3)
+    assert expected["count_routing_limit"] == pytest.approx(296.8, rel=1e-3)
+    assert expected["replacement"] == 5
+    assert expected["regime"] == "buy-new"
+
+
+def test_capacity_datasheet_ratios(variant):
+    """B200 over H100 on the datasheets: 2,250 / 989.4 = 2.27x dense bf16, 8 / 3.35 = 2.39x HBM bandwidth."""
+    results = variant("slo-capacity-unit@default").sheet.results
+    assert results["compute_ratio"] == pytest.approx(2250 / 989.4)
+    assert results["bandwidth_ratio"] == pytest.approx(8 / 3.35)
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_capacity_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"slo-capacity-unit@{seed}")
+    for key, value in capacity_by_hand(solution).items():
+        got = solution.sheet.results[key]
+        assert got == (value if isinstance(value, (str, int)) else pytest.approx(value, rel=1e-9)), key
+
+
+def test_capacity_routing_by_count_never_beats_units(variant):
+    """An even split saturates the slower pool first: it can only match routing by units when the two units
+    are equal, and the share routed to the new pool is its share of the capacity."""
+    for seed in SEEDS:
+        results = variant(f"slo-capacity-unit@{seed}").sheet.results
+        assert results["count_routing_limit"] <= results["fleet_capacity"] * (1 + 1e-12)
+        assert results["facts"]["routing by replica count leaves over half the new pool idle at the old pool's "
+                                "limit"] == (results["unit_ratio"] > 2)
+
+
+def test_capacity_buying_is_the_unit_ratio_against_the_price_ratio(variant, catalog):
+    """Buy-new exactly when the new GPU's price per unit is lower; at $12 a B200 GPU-hour (4x the H100's)
+    the H100 becomes the cheaper unit."""
+    for seed in SEEDS:
+        results = variant(f"slo-capacity-unit@{seed}").sheet.results
+        assert (results["regime"] == "buy-new") == (results["unit_cost_new"] < results["unit_cost_old"])
+    round_two = follow_up(variant("slo-capacity-unit@default"), catalog)
+    assert round_two is not None and round_two.solution.expected["regime"] == "buy-old"
+    with pytest.raises(VariantError, match="newer_costs_more"):
+        variant("slo-capacity-unit@default+new_gpu=h200-sxm+new_price=2.8+old_price=3")

@@ -9,13 +9,13 @@ one input changed (ledger_time); a test holds the two to the same value.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side, max_of, min_of
-from solvers.topics.collective import AllReduceTerms
-from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bytes, require_context
+from solvers.topics.collective import AllReduceTerms, all_reduce_terms
+from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bandwidth, hbm_bytes, peak_flops, require_context
 from solvers.topics.steptime import (
     DEFAULT_CONSTANTS,
     Engine,
@@ -39,37 +39,45 @@ class Decode:
     batch: sympy.Symbol  # requests per replica
     step: sympy.Symbol  # seconds per decode step at that batch
     pool: sympy.Symbol  # tokens the KV pool holds
+    rate: sympy.Symbol  # output tokens per second per replica
 
 
 def decode_at_speed(s: Sheet, e: Engine, gpu, ar: AllReduceTerms, S: sympy.Expr, budget: sympy.Expr,
-                    budget_why: str) -> Decode:
+                    budget_why: str, tag: str = "") -> Decode:
     """The decode batch of a replica whose steps must finish within `budget`, every request at the mean
-    context S: the tightest of bandwidth, compute and the KV pool; then its step time and speeds."""
-    M = s.given("M", hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
+    context S: the tightest of bandwidth, compute and the KV pool; then its step time and speeds.
+    tag: names this replica's steps apart where one sheet sizes two GPU types."""
+    def k(name: str) -> str:
+        return f"{name}_{tag}" if tag else name
+
+    on = f" on {gpu.name}" if tag else ""
+    M = s.given(k("M"), hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
     u_hbm = s.given("u_HBM", GPU_MEMORY_UTILIZATION, "%", "usable fraction of HBM (the card's usable-hbm)")
-    room = s.step("step_room", "Step time the target leaves for the kernels", "t_room",
+    room = s.step(k("step_room"), "Step time the target leaves for the kernels" + on, k("t_room"),
                   budget - e.t_oh - ar.fixed, "ms", f"{budget_why}, less the overhead and the all-reduce latencies")
-    b_mem = s.step("batch_by_bandwidth", "Batch at the target, by bandwidth", "B_mem",
+    b_mem = s.step(k("batch_by_bandwidth"), "Batch at the target, by bandwidth" + on, k("B_mem"),
                    (room - e.W / (e.TP * e.byte_rate)) / (e.KV * S / e.byte_rate + ar.per_token), "requests",
                    "the time left after the weights' read, in one mean context's KV read (and its all-reduce bytes)")
-    b_cmp = s.step("batch_by_compute", "Batch at the target, by compute", "B_cmp",
+    b_cmp = s.step(k("batch_by_compute"), "Batch at the target, by compute" + on, k("B_cmp"),
                    room / ((2 * e.N + e.A * S) / e.flop_rate + ar.per_token), "requests",
                    "the time left, in one decode token's math at the mean context (and its all-reduce bytes)")
-    pool = s.step("pool_tokens", "Tokens the KV pool holds", "K",
+    pool = s.step(k("pool_tokens"), "Tokens the KV pool holds" + on, k("K"),
                   (M * u_hbm - e.W / e.TP) / e.KV, "tokens", "usable HBM less the weights' share, in KV per token")
-    b_pool = s.step("batch_by_pool", "Batch the KV pool holds", "B_pool", pool / S, "requests",
+    b_pool = s.step(k("batch_by_pool"), "Batch the KV pool holds" + on, k("B_pool"), pool / S, "requests",
                     "the pool over the mean context")
-    B = s.step("batch", "Decode batch per replica", "B", sympy.floor(min_of(b_mem, b_cmp, b_pool)), "requests",
-               "the tightest of the three caps, in whole requests")
+    B = s.step(k("batch"), "Decode batch per replica" + on, k("B"), sympy.floor(min_of(b_mem, b_cmp, b_pool)),
+               "requests", "the tightest of the three caps, in whole requests")
     if s.value(B) < MIN_BATCH:
         raise Reject("the speed target leaves too few decode slots")
-    dec = step_work(s, e, "dec", "decode step at that batch", B, B * S, B * S)
-    t_dec = step_time(s, e, "dec", "decode step at that batch", dec, key="decode_step", communication=ar.of(B),
+    dec = step_work(s, e, k("dec"), "decode step at that batch" + on, B, B * S, B * S)
+    t_dec = step_time(s, e, k("dec"), "decode step at that batch" + on, dec, key=k("decode_step"),
+                      communication=ar.of(B),
                       why="the slower of the reads and the math, then the all-reduces and the overhead")
-    s.step("per_user", "Per-user speed at that batch", "v_user", 1 / t_dec, "tokens/s", "one token per step each")
-    s.step("decode_rate", "Output tokens per second per replica, decoding", "X_dec", B / t_dec, "tokens/s",
-           "B tokens per step")
-    return Decode(B, t_dec, pool)
+    s.step(k("per_user"), "Per-user speed at that batch" + on, k("v_user"), 1 / t_dec, "tokens/s",
+           "one token per step each")
+    rate = s.step(k("decode_rate"), "Output tokens per second per replica, decoding" + on, k("X_dec"), B / t_dec,
+                  "tokens/s", "B tokens per step")
+    return Decode(B, t_dec, pool, rate)
 
 
 
@@ -370,3 +378,129 @@ def _cold_regime(s: Sheet, t_cold, tau, h, n_pre, n_dec) -> None:
         "target: then the warm fraction becomes a requirement and misses become SLO violations.",
         near=f"A cold prompt takes {cold} against a {target} target, only just inside it: any queueing pushes a "
              f"cold request over, so the cache is nearly a requirement already; the fleet is {pools}."))
+
+
+# --- slo-capacity-unit --------------------------------------------------------------------
+
+COUNT_REACH = 0.8  # routing by count "holds" when it reaches this share of the capacity routing by units gives
+_CAPS = {"batch_by_pool": "the KV pool", "batch_by_bandwidth": "bandwidth at the TPOT target",
+         "batch_by_compute": "compute at the TPOT target"}
+
+
+def _binding(s: Sheet, tag: str) -> str:
+    """Which of the three caps sets this GPU's batch (ties go to the first listed: memory, then reads)."""
+    caps = {name: s.results[f"{name}_{tag}"] for name in _CAPS}
+    return _CAPS[min(caps, key=caps.get)]
+
+
+def slo_capacity_unit(p, s: Sheet) -> None:
+    old, new = p.old_gpu, p.new_gpu
+    if old.id == new.id or hbm_bandwidth(new) <= hbm_bandwidth(old):
+        raise Reject("not a newer generation: the second GPU must stream faster")
+    require_context(p.model, p.prompt + p.reply)
+    e_old = engine(s, p.model, old, p.tp, DEFAULT_CONSTANTS, communication=p.tp > 1, kv_prerequisite=True)
+    e_new = replace(e_old, P=s.given("P_new", peak_flops(new, "bf16"), "TFLOP/s", f"{new.name} dense bf16 peak"),
+                    BW=s.given("BW_new", hbm_bandwidth(new), "TB/s", f"{new.name} HBM bandwidth"))
+    P_in = s.param("P_in", "prompt")
+    L_out = s.param("L_out", "reply")
+    tpot = s.param("TPOT", "tpot")
+    n_old, n_new = s.param("n_old", "old_replicas"), s.param("n_new", "new_replicas")
+    c_old, c_new = s.param("c_old", "old_price"), s.param("c_new", "new_price")
+    S = s.step("mean_context", "Mean context of a decoding request", "S_avg", P_in + L_out / 2, "tokens",
+               "a request grows from P_in to P_in + L_out; staggered requests hold the midpoint on average")
+
+    units = {}
+    for tag, gpu, e in (("old", old, e_old), ("new", new, e_new)):
+        ar = all_reduce_terms(s, p.model, gpu, p.tp, group=tag)
+        decode = decode_at_speed(s, e, gpu, ar, S, tpot, "the TPOT target", tag)
+        units[tag] = s.step(f"unit_{tag}", f"Capacity unit: requests/s one {gpu.name} replica serves at the SLO",
+                            f"U_{tag}", decode.rate / L_out, "requests/s",
+                            "its output tokens per second at the TPOT target, over the reply length")
+        s.choose(f"binds_{tag}", _binding(s, tag))
+    U_old, U_new = units["old"], units["new"]
+    ratio = s.step("unit_ratio", f"Capacity ratio, {new.name} over {old.name} replica", "ρ_U", U_new / U_old, "x",
+                   "what one new replica is worth in old ones at the SLO")
+    s.step("compute_ratio", "Datasheet compute ratio", "ρ_P", e_new.P / e_old.P, "x", "dense bf16 peaks")
+    s.step("bandwidth_ratio", "Datasheet bandwidth ratio", "ρ_BW", e_new.BW / e_old.BW, "x", "HBM bandwidths")
+
+    C = s.step("fleet_capacity", "Fleet capacity in units", "C", n_old * U_old + n_new * U_new, "requests/s",
+               "each pool's replicas times its unit")
+    s.step("new_share", f"Share of traffic to route to the {new.name} pool", "f_new", n_new * U_new / C, "%",
+           "in proportion to capacity units, so both pools sit at the same share of their SLO capacity")
+    by_count = s.step("count_routing_limit", "Rate at which routing by replica count breaks the SLO", "λ_count",
+                      (n_old + n_new) * U_old, "requests/s",
+                      f"an even split gives every replica λ/(n_old + n_new): the {old.name} pool saturates first")
+
+    mtok = s.given("M_tok", 1e6, "tokens", "tokens in a million")
+    cost_old = s.step("unit_cost_old", f"Dollars per million output tokens at the SLO, {old.name}", "D_old",
+                      e_old.TP * c_old / (U_old * L_out) * mtok, "$", "a replica's price over its SLO output")
+    cost_new = s.step("unit_cost_new", f"Dollars per million output tokens at the SLO, {new.name}", "D_new",
+                      e_new.TP * c_new / (U_new * L_out) * mtok, "$", "the same for the new replica")
+    s.step("replacement", f"{new.name} replicas that carry the {old.name} pool's load", "n_repl",
+           sympy.ceiling(n_old * U_old / U_new), "", "the old pool's capacity in new units, in whole replicas")
+    price_ratio = s.step("price_ratio", "Price ratio per GPU-hour, new over old", "ρ_c", c_new / c_old, "x",
+                         "what a new GPU-hour costs in old ones")
+    _capacity_assumptions(s)
+    s.slip("units taken as the datasheet bandwidth ratio", s.evaluate(e_new.BW / e_old.BW) / s.value(ratio),
+           on="unit_ratio")
+    s.slip("fleet capacity counted in old replicas", s.evaluate((n_old + n_new) * U_old / C), on="fleet_capacity")
+    _capacity_judgements(s, ratio, e_old, e_new, C, by_count, n_old, U_old)
+    _capacity_regime(s, old, new, cost_old, cost_new, ratio, price_ratio, C, by_count)
+
+
+def _capacity_assumptions(s: Sheet) -> None:
+    s.assume("The pools decode only (prefill runs elsewhere): a replica's unit is the requests per second its "
+             "decode batch finishes at the TPOT target, every request at the mean context. Both pools use the same "
+             "TP and the card's step model; each GPU's all-reduces run over its own NVLink.")
+    s.assume("GPU-hour prices are on-demand rental assumptions (mid-2026: A100 about $1.2-2.5, H100 $2-5, H200 "
+             "$2.5-7, B200 $4.5-8), as the references list; the buying verdict turns on their ratio.")
+
+
+def _capacity_judgements(s: Sheet, ratio, e_old, e_new, C, by_count, n_old, U_old) -> None:
+    r, v = s.results, s.value
+    units = format_number(v(ratio), 3)
+
+    def judge(option: str, holds: bool, why: str) -> None:
+        s.judge("facts", option, holds, why)
+
+    judge("a new replica is worth more old ones than the bandwidth ratio", s.compare(ratio, e_new.BW / e_old.BW) > 0,
+          f"{units} against {format_number(s.evaluate(e_new.BW / e_old.BW), 3)}")
+    judge("a new replica is worth more old ones than the compute ratio", s.compare(ratio, e_new.P / e_old.P) > 0,
+          f"{units} against {format_number(s.evaluate(e_new.P / e_old.P), 3)}")
+    judge("the old GPU's batch is capped by its KV pool", r["binds_old"] == _CAPS["batch_by_pool"],
+          f"its batch is set by {r['binds_old']}")
+    judge("the new GPU's batch is capped by its KV pool", r["binds_new"] == _CAPS["batch_by_pool"],
+          f"its batch is set by {r['binds_new']}")
+    judge("routing by replica count leaves over half the new pool idle at the old pool's limit",
+          s.compare(ratio, 2) > 0, f"each new replica then runs at 1/{units} of its unit")
+    judge("routing by replica count reaches 80% of the fleet's capacity in units",
+          s.compare(by_count, COUNT_REACH * C) >= 0,
+          f"{format_quantity(v(by_count), 'requests/s')} against {format_quantity(v(C), 'requests/s')}")
+    judge("the old pool carries over half the fleet's capacity", s.compare(2 * n_old * U_old, C) > 0,
+          f"{_pct(s.evaluate(n_old * U_old / C))} of it")
+    if len(set(r["facts"].values())) == 1:
+        raise Reject("every fact holds, or none does: nothing to tell apart")
+
+
+def _capacity_regime(s: Sheet, old, new, cost_old, cost_new, ratio, price_ratio, C, by_count) -> None:
+    units, prices = format_number(s.value(ratio), 3), format_number(s.value(price_ratio), 3)
+    dollars = (f"{format_quantity(s.value(cost_new), '$')} against {format_quantity(s.value(cost_old), '$')} per "
+               "million output tokens at the SLO")
+    routing = (f"Routed by replica count the fleet takes {format_quantity(s.value(by_count), 'requests/s')} before "
+               f"the {old.name} pool breaks its TPOT; routed by units, {format_quantity(s.value(C), 'requests/s')}.")
+    s.regime_by(ratio, price_ratio, tie="below", above=Side(
+        "buy-new",
+        f"A {new.name} replica is worth {units} {old.name} replicas at the SLO and costs {prices}× as much: "
+        f"{dollars}. Buy the next capacity unit on the new GPU. " + routing,
+        f"If the new GPU cost more than {units}× the old per hour, the old GPU would be the cheaper unit; a new "
+        "SLO or context length moves what caps each batch, and with it the unit ratio itself.",
+        near=f"A {new.name} replica is worth {units} {old.name} replicas and costs {prices}× as much: {dollars}, "
+             "close enough that a price change or a new SLO flips the purchase. " + routing),
+        below=Side(
+        "buy-old",
+        f"A {new.name} replica is worth only {units} {old.name} replicas at the SLO but costs {prices}× as much: "
+        f"{dollars}. The older GPU is the cheaper capacity unit. " + routing,
+        f"Once the new GPU costs less than {units}× the old per hour, it becomes the cheaper unit; a new SLO or "
+        "context length moves what caps each batch, and with it the unit ratio itself.",
+        near=f"A {new.name} replica is worth {units} {old.name} replicas and costs {prices}× as much: {dollars}, "
+             "close enough that a price change or a new SLO flips the purchase. " + routing))
