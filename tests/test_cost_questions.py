@@ -323,3 +323,76 @@ def test_capacity_buying_is_the_unit_ratio_against_the_price_ratio(variant, cata
     assert round_two is not None and round_two.solution.expected["regime"] == "buy-old"
     with pytest.raises(VariantError, match="newer_costs_more"):
         variant("slo-capacity-unit@default+new_gpu=h200-sxm+new_price=2.8+old_price=3")
+
+
+# --- voice-latency-budget ------------------------------------------------------------------
+
+
+def clause_by_hand(solution, tp, batch=None):
+    """Seconds to the first clause on TP `tp`: the turn's step (its tokens beside the other sessions' decode
+    tokens), then k − 1 decode steps; None where the weights and KV do not fit."""
+    model, gpu = _value(solution, "model"), _value(solution, "gpu")
+    g = Replica(model, gpu, tp)
+    B = _value(solution, "batch") if batch is None else batch
+    S, T_u, k = _value(solution, "context"), _value(solution, "turn"), _value(solution, "clause")
+    if g.weights + g.kv * B * S > gpu.hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION:
+        return None
+    return g.step(B - 1 + T_u, (B - 1 + T_u) * S, B * S) + (k - 1) * g.step(B, B * S, B * S)
+
+
+def test_voice_default_budget(variant):
+    """300 ms = 120 endpointing + 50 network + 20 ASR + 30 TTS + 80 for the LLM: the largest line is the
+    endpointer, not a model. Llama-3-70B needs TP 8 on H100 for a 6-token clause at 16 sessions (65.6 ms;
+    TP 4 takes 108 ms), and a replica holds 74 sessions within the line."""
+    solution = variant("voice-latency-budget@default")
+    expected = solution.expected
+    assert expected["llm_line"] == pytest.approx(0.080)
+    assert (expected["largest_line"], expected["regime"]) == ("endpointing", "not-a-model")
+    assert expected["smallest_layout"] == "TP 8"
+    assert expected["first_clause"] == pytest.approx(clause_by_hand(solution, 8), rel=1e-9)
+    assert expected["first_clause"] == pytest.approx(0.0656, rel=1e-3)
+    assert clause_by_hand(solution, 4) == pytest.approx(0.1078, rel=1e-3)
+    assert expected["sessions"] == 74
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_voice_layouts_match_plain_arithmetic(variant, seed):
+    """Every layout's verdict and the derived layout's clause time, by hand."""
+    from solvers.topics.cost import LAYOUTS
+
+    solution = variant(f"voice-latency-budget@{seed}")
+    results = solution.sheet.results
+    line = results["llm_line"]
+    for tp, name in LAYOUTS.items():
+        t = clause_by_hand(solution, tp)
+        assert results["layouts"][name] == (t is not None and t <= line), name
+    smallest = min(tp for tp, name in LAYOUTS.items() if results["layouts"][name])
+    assert results["first_clause"] == pytest.approx(clause_by_hand(solution, smallest), rel=1e-9)
+
+
+def test_voice_sessions_closed_form_against_the_step_model(variant):
+    """The linear solve for sessions within the line agrees with timing the clause directly: the count
+    makes the line, one more session breaks it (where the line, not the pool, binds)."""
+    from solvers.topics.cost import LAYOUTS
+
+    checked = 0
+    for seed in SEEDS:
+        solution = variant(f"voice-latency-budget@{seed}")
+        results = solution.sheet.results
+        tp = next(tp for tp, name in LAYOUTS.items() if name == results["smallest_layout"])
+        most = int(results["sessions"])
+        assert clause_by_hand(solution, tp, most) <= results["llm_line"] * (1 + 1e-12)
+        if results["sessions_by_line"] < results["sessions_by_pool"]:
+            assert clause_by_hand(solution, tp, most + 1) > results["llm_line"]
+            checked += 1
+    assert checked >= 10
+
+
+def test_voice_follow_up_turns_the_llm_into_the_largest_line(variant, catalog):
+    """A semantic turn detector at 60 ms: the LLM's line grows to 140 ms, becomes the largest, and TP 4
+    (108 ms) now makes it."""
+    round_two = follow_up(variant("voice-latency-budget@default"), catalog)
+    assert round_two is not None
+    expected = round_two.solution.expected
+    assert (expected["regime"], expected["largest_line"], expected["smallest_layout"]) == ("a-model", "LLM", "TP 4")
+    assert expected["llm_line"] == pytest.approx(0.140)
