@@ -396,3 +396,64 @@ def test_voice_follow_up_turns_the_llm_into_the_largest_line(variant, catalog):
     expected = round_two.solution.expected
     assert (expected["regime"], expected["largest_line"], expected["smallest_layout"]) == ("a-model", "LLM", "TP 4")
     assert expected["llm_line"] == pytest.approx(0.140)
+
+
+# --- multi-model-fleet-tiering -------------------------------------------------------------
+
+
+def tiers_by_hand(solution):
+    """Every model's tier by enumeration (not the closed-form rank cut-offs the sheet uses)."""
+    g = Replica(_value(solution, "model"), _value(solution, "gpu"), _value(solution, "tp"))
+    P, R, tpot = (_value(solution, n) for n in ("prompt", "reply", "tpot"))
+    _, _, rate = decode_by_hand(g, P + R / 2, tpot)
+    U = rate / R
+    n, Lam, a = _value(solution, "models"), _value(solution, "rate"), _value(solution, "zipf")
+    peak, u, cold_rate = _value(solution, "peak_ratio"), _value(solution, "ceiling"), _value(solution, "cold_rate")
+    H = sum(i**-a for i in range(1, n + 1))
+    busy = {i: Lam * i**-a / H / U for i in range(1, n + 1)}
+    dedicated = [i for i in busy if busy[i] >= 0.5]
+    cold = [i for i in busy if Lam * i**-a / H / peak < cold_rate]
+    shared = [i for i in busy if i not in dedicated and i not in cold]
+    k = math.floor(0.5 * GPU_MEMORY_UTILIZATION * _value(solution, "tp") * _value(solution, "gpu").hbm_gb * 1e9
+                   / (2 * g.N))
+    replicas = {"dedicated_replicas": sum(math.ceil(busy[i] / u) for i in dedicated),
+                "shared_replicas": max(math.ceil(sum(busy[i] for i in shared) / u), math.ceil(len(shared) / k)),
+                "cold_replicas": math.ceil(sum(busy[i] for i in cold) / u)}
+    gpus = _value(solution, "tp") * sum(replicas.values())
+    return {"unit": U, "util_peak": Lam / (n * 2 * U), "util_avg": Lam / (peak * n * 2 * U),
+            "dedicated": len(dedicated), "shared": len(shared), "cold": len(cold), **replicas,
+            "gpus_saved": _value(solution, "tp") * n * 2 - gpus,
+            "regime": "dedicated" if busy[_value(solution, "rank")] >= 0.5 else "shared"}
+
+
+def test_tiering_default(variant):
+    """20 fine-tunes of Llama-3-70B on TP 8 H100, Zipf 1.4, 400 requests/s at peak: a replica serves 74.8
+    requests/s at a 40 ms TPOT, so the 40 replicas run 13% busy at peak and 5% on average ("mostly
+    idle"). Two models earn 6 dedicated replicas, seven share 4, eleven go cold on 1: 232 of 320 GPUs saved."""
+    expected = variant("multi-model-fleet-tiering@default").expected
+    assert expected["unit"] == pytest.approx(74.82, rel=1e-3)
+    assert expected["util_peak"] == pytest.approx(0.1337, rel=1e-3)
+    assert (expected["dedicated"], expected["shared"], expected["cold"]) == (2, 7, 11)
+    assert (expected["dedicated_replicas"], expected["shared_replicas"]) == (6, 4)
+    assert expected["gpus_saved"] == 232
+    assert expected["cold_start"] == pytest.approx(141.1e9 / (8 * 5e9))
+    assert expected["regime"] == "shared"
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_tiering_matches_enumeration(variant, seed):
+    solution = variant(f"multi-model-fleet-tiering@{seed}")
+    for key, value in tiers_by_hand(solution).items():
+        got = solution.sheet.results[key]
+        assert got == (value if isinstance(value, (str, int)) else pytest.approx(value, rel=1e-9)), key
+
+
+def test_tiering_zipf_normaliser_is_the_harmonic_number(variant):
+    """At exponent 1 the Zipf normaliser over 20 models is the 20th harmonic number, 3.5977."""
+    results = variant("multi-model-fleet-tiering@default+zipf=1").sheet.results
+    assert results["zipf_norm"] == pytest.approx(3.597739657, rel=1e-9)
+
+
+def test_tiering_follow_up_dedicates_the_team_model(variant, catalog):
+    round_two = follow_up(variant("multi-model-fleet-tiering@default"), catalog)
+    assert round_two is not None and round_two.solution.expected["regime"] == "dedicated"

@@ -639,3 +639,149 @@ def _voice_regime(s: Sheet, lines, largest) -> None:
         "GPU spend recovers it.",
         near=f"A model line is the largest ({name}), only just above the longest wait "
              f"({format_quantity(s.value(wait), 'ms')}): both kinds of line need work."))
+
+
+# --- multi-model-fleet-tiering ------------------------------------------------------------
+
+DEDICATED_BUSY = sympy.Rational(1, 2)  # a model earns its own replicas once it keeps half of one busy at peak
+SHARED_HBM = sympy.Rational(1, 2)  # a shared replica keeps its models' weights in half its usable HBM, KV in the rest
+
+
+class FiniteSum(sympy.Sum):
+    """A sum over a few ranks, evaluated term by term in floats: sympy's Sum.evalf runs Euler-Maclaurin on
+    exact radicals, several times slower for twenty terms."""
+
+    def _eval_evalf(self, prec):
+        (index, low, high), = self.limits
+        if not (low.is_Integer and high.is_Integer):
+            return None
+        # A float index keeps each term numeric: an exact radical inside a ceiling is what made Sum slow.
+        ranks = range(int(low), int(high) + 1)
+        terms = (self.function.xreplace({index: sympy.Float(k, prec)}).evalf(prec) for k in ranks)
+        return sympy.Float(sum(terms, sympy.Float(0, prec)), prec)
+
+
+def multi_model_fleet_tiering(p, s: Sheet) -> None:
+    require_context(p.model, p.prompt + p.reply)
+    e = engine(s, p.model, p.gpu, p.tp, DEFAULT_CONSTANTS, communication=p.tp > 1, kv_prerequisite=True)
+    n = s.param("n_models", "models")
+    per_model = s.param("r_0", "replicas")
+    Lam = s.param("Λ", "rate")
+    alpha = s.param("s_Z", "zipf")
+    peak = s.param("k_peak", "peak_ratio")
+    u = s.param("u", "ceiling")
+    rank = s.param("r", "rank")
+    cold_rate = s.param("λ_cold", "cold_rate")
+    load_bw = s.param("BW_load", "load_bandwidth")
+    P_in, L_out, tpot = s.param("P_in", "prompt"), s.param("L_out", "reply"), s.param("TPOT", "tpot")
+    ar = all_reduce_steps(s, p.model, p.gpu, p.tp)
+    S = s.step("mean_context", "Mean context of a decoding request", "S_avg", P_in + L_out / 2, "tokens",
+               "the prompt plus half the reply on average")
+    decode = decode_at_speed(s, e, p.gpu, ar, S, tpot, "the TPOT target")
+    U = s.step("unit", "Requests/s one replica serves at the SLO", "U", decode.rate / L_out, "requests/s",
+               "its output tokens per second at the TPOT target, over the reply length")
+
+    i = sympy.Symbol("i", integer=True, positive=True)
+    H = s.step("zipf_norm", "Zipf normaliser over the models", "H", FiniteSum(i**-alpha, (i, 1, n)), "",
+               "model i gets Λ·i^(−α)/H of the traffic")
+    s.step("util_peak", "Fleet utilisation at peak, two replicas each", "ρ_peak", Lam / (n * per_model * U), "%",
+           "the peak rate over the fleet's capacity at the SLO")
+    s.step("util_avg", "Fleet utilisation on average", "ρ_avg", Lam / (peak * n * per_model * U), "%",
+           "the average rate is the peak over the peak-to-average ratio")
+    top = s.step("top_busy", "Replicas the top model keeps busy at peak", "b_1", Lam / (H * U), "",
+                 "its share of the peak over one replica's unit")
+    d = s.step("dedicated", "Models that earn dedicated replicas", "n_ded",
+               min_of(n, sympy.floor((Lam / (H * U * DEDICATED_BUSY)) ** (1 / alpha))), "",
+               "ranks i with Λ·i^(−α)/(H·U) ≥ 1/2: half a replica busy at peak")
+    w = s.step("warm", "Models kept warm (dedicated or shared)", "n_warm",
+               min_of(n, sympy.floor((Lam / (H * peak * cold_rate)) ** (1 / alpha))), "",
+               "ranks whose average rate stays at or above the cold threshold")
+    if s.value(w) < s.value(d):
+        raise Reject("a dedicated model would be cold on average: the thresholds contradict")
+    s.step("shared", "Models in the shared tier", "n_sh", w - d, "", "warm but not dedicated")
+    ded_share = s.step("dedicated_share", "Share of the traffic the dedicated models take", "f_ded",
+                       FiniteSum(i**-alpha, (i, 1, d)) / H, "%", "their Zipf weights over the normaliser")
+    s.step("cold", "Models in the cold tier", "n_cold", n - w, "", "loaded on demand")
+    ded = s.step("dedicated_replicas", "Dedicated replicas", "R_ded",
+                 FiniteSum(sympy.ceiling(Lam * i**-alpha / (H * U * u)), (i, 1, d)), "",
+                 "each dedicated model's peak busy replicas over the ceiling, in whole replicas")
+    k = s.step("models_per_shared", "Models' weights one shared replica holds", "k",
+               sympy.floor(SHARED_HBM * GPU_MEMORY_UTILIZATION * e.TP * hbm_bytes(p.gpu) / e.W), "",
+               "half the group's usable HBM in weight copies, the rest left for KV")
+    if s.value(k) < 2:
+        raise Reject("a shared replica cannot hold two models' weights")
+    busy_sh = s.step("shared_busy", "Replicas the shared models keep busy at peak", "b_sh",
+                     FiniteSum(Lam * i**-alpha / (H * U), (i, d + 1, w)), "", "their peak load in replica units")
+    sh = s.step("shared_replicas", "Shared replicas", "R_sh",
+                max_of(sympy.ceiling(busy_sh / u), sympy.ceiling((w - d) / k)), "",
+                "enough for their load at the ceiling and for their weights to stay resident")
+    busy_cold = s.step("cold_busy", "Replicas the cold models keep busy at peak", "b_cold",
+                       FiniteSum(Lam * i**-alpha / (H * U), (i, w + 1, n)), "", "their peak load in replica units")
+    cold_r = s.step("cold_replicas", "Cold-tier replicas", "R_cold", sympy.ceiling(busy_cold / u), "",
+                    "one replica that loads a cold model on demand, more only if their load needs it")
+    gpus = s.step("gpus_after", "GPUs after tiering", "G_tier", e.TP * (ded + sh + cold_r), "GPUs",
+                  "every tier's replicas times the GPUs in each")
+    saved = s.step("gpus_saved", "GPUs saved against two replicas each", "G_saved", e.TP * n * per_model - gpus, "GPUs",
+           "today's fleet less the tiered one")
+    s.step("cold_start", "Cold start: loading one model's weights", "t_load", e.W / (e.TP * load_bw), "s",
+           "each GPU reads its share of the weights at the load bandwidth")
+    b_r = s.step("rank_busy", "Replicas the ranked model keeps busy at peak", "b_r", Lam * rank**-alpha / (H * U), "",
+                 "its Zipf share of the peak over one replica's unit")
+    _tier_judgements(s, top, u, per_model, k, w, d, busy_sh, ded_share, n, saved, e.TP * n * per_model)
+    _tier_assumptions(s)
+    _tier_regime(s, b_r, w, rank)
+
+
+def _tier_assumptions(s: Sheet) -> None:
+    s.assume("Traffic over the models follows Zipf's law with the listed exponent; every model is the same "
+             "architecture with its own weights (full fine-tunes), and every request has the listed lengths.")
+    s.assume("Tiers: a model that keeps half a replica busy at peak gets its own replicas; one whose average rate "
+             "falls below the cold threshold is loaded on demand; the rest share replicas that keep their weights "
+             "resident in half of usable HBM. Queueing inside the ceiling and the swap cost of sharing are left out.")
+
+
+def _tier_judgements(s: Sheet, top, u, per_model, k, w, d, busy_sh, ded_share, n, saved, today) -> None:
+    v = s.evaluate
+
+    def judge(option: str, holds: bool, why: str) -> None:
+        s.judge("facts", option, holds, why)
+
+    judge("the top model overloads its two replicas at peak", s.compare(top, per_model * u) > 0,
+          f"it keeps {format_number(v(top), 3)} replicas busy against {format_number(v(per_model * u), 3)} "
+          "its two allow at the ceiling")
+    by_hbm = s.compare(sympy.ceiling((w - d) / k), sympy.ceiling(busy_sh / u)) > 0
+    judge("the shared tier is sized by resident weights, not by load", by_hbm,
+          f"{format_number(v(w - d))} models at {format_number(v(k))} a replica against "
+          f"{format_number(v(busy_sh), 3)} busy replicas of load")
+    judge("more than half the models go cold", s.compare(2 * (n - w), n) > 0,
+          f"{format_number(v(n - w))} of {format_number(v(n))}")
+    judge("the dedicated tier carries most of the traffic", s.compare(2 * ded_share, 1) > 0,
+          f"it carries {_pct(v(ded_share))}")
+    judge("tiering frees more than three quarters of today's GPUs", s.compare(4 * saved, 3 * today) > 0,
+          f"{format_number(v(saved))} of {format_number(v(today))} GPUs")
+    if len(set(s.results["facts"].values())) == 1:
+        raise Reject("every fact holds, or none does: nothing to tell apart")
+
+
+def _tier_regime(s: Sheet, b_r, w, rank) -> None:
+    busy, r = format_number(s.value(b_r), 3), format_number(s.value(rank))
+    cold = s.compare(rank, w) > 0
+    where = ("below the cold threshold on average: it goes to the cold tier and pays a load on its first request"
+             if cold else "warm: it shares a replica whose weights stay resident")
+    line = s.given("b_ded", DEDICATED_BUSY, "", "busy replicas at peak that earn a model its own")
+    s.regime_by(b_r, line, tie="above", above=Side(
+        "dedicated",
+        f"The rank-{r} model keeps {busy} replicas busy at peak, at least half a replica: it pays for its own "
+        "replicas, sized at the ceiling, and nothing from the long tail queues in front of it.",
+        "Below half a replica of peak load a model's own replicas mostly idle: it belongs on shared replicas, "
+        "or cold if it is rarely called at all.",
+        near=f"The rank-{r} model keeps {busy} replicas busy at peak, just over the half-replica line: dedicated, "
+             "but a shift in traffic would move it to the shared tier."),
+        below=Side(
+        "shared",
+        f"The rank-{r} model keeps only {busy} replicas busy at peak, under half a replica: two replicas of its "
+        f"own would idle; it is {where}.",
+        "Past half a replica of peak load it earns dedicated replicas, where its SLO no longer depends on its "
+        "neighbours' bursts.",
+        near=f"The rank-{r} model keeps {busy} replicas busy at peak, just under the half-replica line: shared "
+             "for now, the first candidate for its own replicas as traffic grows."))
