@@ -457,3 +457,85 @@ def test_tiering_zipf_normaliser_is_the_harmonic_number(variant):
 def test_tiering_follow_up_dedicates_the_team_model(variant, catalog):
     round_two = follow_up(variant("multi-model-fleet-tiering@default"), catalog)
     assert round_two is not None and round_two.solution.expected["regime"] == "dedicated"
+
+
+# --- cost-audit-rollout --------------------------------------------------------------------
+
+
+def audit_by_hand(solution):
+    rows, slo = _value(solution, "ledger"), _value(solution, "slo")
+    gate, noise = _value(solution, "gate"), _value(solution, "noise")
+    cost = [row["$/GPU-h"] / 3600 / row["tokens/s per GPU"] * 1e6 for row in rows]
+    real = {row["change"] for row, c in zip(rows[1:], cost[1:])
+            if 1 - c / cost[0] > noise and row["p99 TPOT (ms)"] / 1e3 <= slo and -row["quality (pts)"] <= gate}
+    headline = min(range(1, len(rows)), key=lambda i: cost[i])
+    best = min((i for i in range(1, len(rows)) if rows[i]["change"] in real), key=lambda i: cost[i])
+    return {"baseline_cost": cost[0], "headline": rows[headline]["change"], "headline_cost": cost[headline],
+            "regime": "real" if rows[headline]["change"] in real else "misleading",
+            "rollout": rows[best]["change"], "rollout_saving": 1 - cost[best] / cost[0],
+            "real_wins": real}
+
+
+def test_audit_default(variant):
+    """Doubling the batch cap tops the ledger at $0.39 per million output tokens (36% off) but its p99 TPOT is
+    54.1 ms against 50; fp8 saves 30% but loses 1 point against a 0.5-point gate; the A100 move misses the SLO.
+    The new decode kernel (12.7% off) and speculative decoding are the real wins; the kernel rolls out."""
+    solution = variant("cost-audit-rollout@default")
+    expected = solution.expected
+    assert expected["baseline_cost"] == pytest.approx(2.89 / (1310 * 3600) * 1e6)
+    assert expected["headline"] == "twice the batch cap"
+    assert expected["headline_cost"] == pytest.approx(0.3935, rel=1e-3)
+    assert expected["regime"] == "misleading"
+    assert {k for k, v in solution.sheet.results["headline_fails"].items() if v} == {"the p99 TPOT SLO"}
+    assert {k for k, v in solution.sheet.results["real_wins"].items() if v} == {
+        "a new decode attention kernel", "speculative decoding with a draft model"}
+    assert expected["rollout"] == "a new decode attention kernel"
+    assert expected["rollout_saving"] == pytest.approx(1 - 1310 / 1500)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_audit_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"cost-audit-rollout@{seed}")
+    results = solution.sheet.results
+    for key, value in audit_by_hand(solution).items():
+        if key == "real_wins":
+            assert {k for k, v in results[key].items() if v and k != "none of them"} == value
+        else:
+            assert results[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
+
+
+def test_audit_ledger_generator_stays_in_its_ranges():
+    """The seeded ledger: the baseline meets every SLO drawn, every change's price, throughput and p99 are the
+    baseline's times a multiplier within its declared range (rounding aside), and its quality delta in range."""
+    import numpy as np
+
+    from solvers.generators import LEDGER_CHANGES, cost_ledger
+
+    for seed in range(200):
+        rows = cost_ledger(np.random.default_rng(seed))
+        base = rows[0]
+        assert 24 <= base["p99 TPOT (ms)"] <= 36  # within the tightest SLO drawn, 40 ms
+        for row in rows[1:]:
+            price, tps, tpot, quality = LEDGER_CHANGES[row["change"]]
+            for field, (low, high), slack in (("$/GPU-h", price, 0.006), ("tokens/s per GPU", tps, 5.1),
+                                              ("p99 TPOT (ms)", tpot, 0.051)):
+                assert low * base[field] - slack <= row[field] <= high * base[field] + slack, field
+            assert quality[0] - 0.05 <= row["quality (pts)"] <= quality[1] + 0.05
+
+
+def test_audit_follow_up_loosens_the_slo(variant, catalog):
+    """At an 80 ms SLO the doubled batch cap (p99 54.1 ms) passes every gate: the headline becomes the real win
+    and rolls out, and the A100 move (65.2 ms, 7.3% off) joins the real wins."""
+    round_two = follow_up(variant("cost-audit-rollout@default"), catalog)
+    assert round_two is not None
+    expected = round_two.solution.expected
+    assert (expected["regime"], expected["rollout"]) == ("real", "twice the batch cap")
+    assert expected["rollout_saving"] == pytest.approx(1 - 1310 / 2040)
+    assert round_two.solution.sheet.results["real_wins"]["A100s instead of H100s"]
+
+
+def test_audit_quality_gate_tie_passes(variant):
+    """fp8's drop of exactly 1.0 point passes a 1-point gate (exact comparison, a tie passes)."""
+    results = variant("cost-audit-rollout@default+gate=1.0").sheet.results
+    assert results["real_wins"]["fp8 weights and GEMMs"]
+    assert results["rollout"] == "fp8 weights and GEMMs"

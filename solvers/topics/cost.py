@@ -785,3 +785,104 @@ def _tier_regime(s: Sheet, b_r, w, rank) -> None:
         "neighbours' bursts.",
         near=f"The rank-{r} model keeps {busy} replicas busy at peak, just under the half-replica line: shared "
              "for now, the first candidate for its own replicas as traffic grows."))
+
+
+# --- cost-audit-rollout -------------------------------------------------------------------
+
+NO_WIN = "none of them"
+THIN = 0.1  # a gate passed with less than this margin is one the canary must confirm at peak
+
+
+def cost_audit_rollout(p, s: Sheet) -> None:
+    """Dollars per million output tokens for every ledger row; a row is a real win only if it is cheaper by more
+    than the noise, meets the p99 TPOT SLO and loses no more quality than the gate allows."""
+    slo = s.param("TPOT_SLO", "slo")
+    gate = s.param("q_gate", "gate")
+    noise = s.param("ε", "noise")
+    mtok = s.given("M_tok", 1e6, "tokens", "tokens in a million")
+    rows = p.ledger
+    costs, checks = [], []
+    for index, row in enumerate(rows):
+        price = s.given(f"c_{index}", row["$/GPU-h"] / 3600, "$/h", f"{row['change']}: price per GPU-hour")
+        tps = s.given(f"X_{index}", row["tokens/s per GPU"], "tokens/s", f"{row['change']}: tokens/s per GPU")
+        tpot = s.given(f"τ_{index}", row["p99 TPOT (ms)"] * 1e-3, "ms", f"{row['change']}: p99 TPOT")
+        quality = s.given(f"q_{index}", row["quality (pts)"], "", f"{row['change']}: quality delta (points)")
+        key = "baseline_cost" if index == 0 else f"cost_{index}"
+        costs.append(s.step(key, f"Dollars per million output tokens: {row['change']}", f"D_{index}",
+                            price / tps * mtok, "$", "a GPU-hour's price over the tokens that GPU-hour produces"))
+        checks.append((row["change"], tpot, quality))
+    base = costs[0]
+    candidates = list(range(1, len(rows)))
+    cheapest = min(candidates, key=lambda i: s.value(costs[i]))
+    s.choose("headline", rows[cheapest]["change"])
+    if s.compare(costs[cheapest], base) >= 0:
+        raise Reject("no row is cheaper than the baseline: nothing to audit")
+    s.step("headline_cost", "The headline: the cheapest row", "D_min", costs[cheapest], "$",
+           "what a ledger sorted by cost puts on top")
+    real = []
+    for i in candidates:
+        change, tpot, quality = checks[i]
+        saving = 1 - costs[i] / base
+        passes = {"the noise floor": s.compare(saving, noise) > 0, "the p99 TPOT SLO": s.compare(tpot, slo) <= 0,
+                  "the quality gate": s.compare(-quality, gate) <= 0}
+        if all(passes.values()):
+            real.append(i)
+        failed = [name for name, ok in passes.items() if not ok]
+        s.judge("real_wins", change, not failed,
+                f"saves {_pct(s.evaluate(saving))}, p99 {format_quantity(s.value(tpot), 'ms')}, quality "
+                f"{format_number(s.value(quality), 2)} pts" + (f": fails {', '.join(failed)}" if failed else ""))
+        if i == cheapest:
+            for name, ok in passes.items():
+                s.judge("headline_fails", name, not ok, "passes" if ok else "fails")
+            s.judge("headline_fails", "none: it is a real win", not failed,
+                    "it passes every gate" if not failed else f"it fails {', '.join(failed)}")
+    s.judge("real_wins", NO_WIN, not real, "no row passes every gate" if not real else "at least one row does")
+    if not real:
+        raise Reject("no real win to roll out")
+    best = min(real, key=lambda i: s.value(costs[i]))
+    s.choose("rollout", rows[best]["change"])
+    s.step("rollout_saving", "Saving of the row to roll out", "f_save", 1 - costs[best] / base, "%",
+           "the cheapest row that passes every gate, against the baseline")
+    _rollout_margins(s, checks[best], costs[best], base, slo, gate, noise)
+    _audit_regime(s, rows, cheapest, checks[cheapest], costs[cheapest], base, slo, gate, noise)
+    s.assume("The ledger's rows are shadow measurements at production traffic; a row's cost is its GPU-hour price "
+             "over the output tokens one GPU produces in that hour (prefill and idle time are in both alike).")
+    s.assume("A win must clear three gates: cheaper than the baseline by more than the run-to-run noise, p99 TPOT "
+             "within the SLO, and a quality delta no worse than the gate on the eval suite.")
+
+
+def _rollout_margins(s: Sheet, check, cost, base, slo, gate, noise) -> None:
+    _, tpot, quality = check
+    margins = {"the p99 TPOT SLO": s.evaluate(1 - tpot / slo),
+               "the quality gate": s.evaluate((gate + quality) / gate),
+               "the noise floor": s.evaluate((1 - cost / base - noise) / noise)}
+    for name, margin in margins.items():
+        s.judge("thin_gates", name, margin < THIN, f"margin {_pct(margin)}")
+    s.judge("thin_gates", "none: every margin is wide", all(m >= THIN for m in margins.values()),
+            "every gate passes by 10% or more" if all(m >= THIN for m in margins.values())
+            else "at least one gate is thin")
+
+
+def _audit_regime(s: Sheet, rows, cheapest, check, cost, base, slo, gate, noise) -> None:
+    change, tpot, quality = check
+    worst = s.step("headline_gate_use", "Headline's worst gate, as a share of its limit", "g_max",
+                   max_of(tpot / slo, -quality / gate, noise / (1 - cost / base)), "x",
+                   "p99 over the SLO, quality lost over the gate, noise over the saving: above 1 a gate fails")
+    one = s.given("g_1", 1, "x", "a gate used to its limit")
+    name = rows[cheapest]["change"]
+    failed = " and ".join(gate for gate, fails in s.results["headline_fails"].items() if fails and "none" not in gate)
+    s.regime_by(worst, one, tie="below", above=Side(
+        "misleading",
+        f"The cheapest row, {name}, fails {failed} (worst at {format_number(s.value(worst), 3)}× its limit): a "
+        "ledger sorted by dollars would roll out a change that a gate exists to stop.",
+        "Were its p99, quality and saving all within their gates, the headline would be the real win to roll out.",
+        near=f"The cheapest row, {name}, fails {failed} by a hair ({format_number(s.value(worst), 3)}× its limit): "
+             "re-measure before arguing about it, but do not roll it out on this ledger."),
+        below=Side(
+        "real",
+        f"The cheapest row, {name}, passes every gate (worst at {format_number(s.value(worst), 3)}× its limit): the "
+        "headline is a real win; roll it out behind a canary.",
+        "A p99 over the SLO, a quality drop past the gate or a saving inside the noise would make the same headline "
+        "a misleading win.",
+        near=f"The cheapest row, {name}, passes every gate, but one sits at {format_number(s.value(worst), 3)}× its "
+             "limit: a real win on paper that the canary must confirm at peak."))
