@@ -653,8 +653,8 @@ class FiniteSum(sympy.Sum):
 
     def _eval_evalf(self, prec):
         (index, low, high), = self.limits
-        if not (low.is_Integer and high.is_Integer):
-            return None
+        if not (low.is_number and high.is_number and float(low).is_integer() and float(high).is_integer()):
+            return None  # bounds not yet known; a whole float (20.0) counts
         # A float index keeps each term numeric: an exact radical inside a ceiling is what made Sum slow.
         ranks = range(int(low), int(high) + 1)
         terms = (self.function.xreplace({index: sympy.Float(k, prec)}).evalf(prec) for k in ranks)
