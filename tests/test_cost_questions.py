@@ -539,3 +539,22 @@ def test_audit_quality_gate_tie_passes(variant):
     results = variant("cost-audit-rollout@default+gate=1.0").sheet.results
     assert results["real_wins"]["fp8 weights and GEMMs"]
     assert results["rollout"] == "fp8 weights and GEMMs"
+
+
+def test_voice_all_reduce_is_the_nccl_ring(variant):
+    """Each token's all-reduce bytes follow NCCL's ring bus bandwidth, 2(n−1)/n of the message over each GPU's
+    link (nccl-tests PERFORMANCE.md): at TP 8 a Llama-3-70B token moves 2·80·(14/8)·8,192·2 B = 4.59 MB over
+    450 GB/s of NVLink each way, 10.2 us, beside 10 us of latency per call."""
+    results = variant("voice-latency-budget@default").sheet.results
+    assert results["allreduce_per_token"] == pytest.approx(2 * 80 * (2 * 7 / 8) * 8192 * 2 / 450e9)
+    assert results["allreduce_latency_per_step"] == pytest.approx(2 * 80 * 10e-6)
+
+
+def test_audit_speculative_decoding_is_lossless_in_the_ledger():
+    """Speculative decoding keeps the target model's distribution (Leviathan et al. 2023): its quality delta
+    is drawn as eval noise around zero, like the kernel's, never as fp8's systematic drop."""
+    from solvers.generators import LEDGER_CHANGES
+
+    low, high = LEDGER_CHANGES["speculative decoding with a draft model"][3]
+    assert low == -high
+    assert LEDGER_CHANGES["fp8 weights and GEMMs"][3][0] < low
