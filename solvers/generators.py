@@ -202,3 +202,44 @@ def spec_row(rng: np.random.Generator, table: list[dict], row: int) -> list[floa
 def greedy_gaps(rng: np.random.Generator, positions: int, low: float, high: float) -> list[float]:
     """The FP8 target's gap between its top two logits at `positions` greedy positions, log-uniform."""
     return [round(float(g), 3) for g in np.exp(rng.uniform(np.log(low), np.log(high), int(positions)))]
+
+
+# --- cost-audit-rollout: a cost ledger of candidate changes against a baseline --------------
+
+# Each change's effect on the baseline, as (price, output tokens/s per GPU, p99 TPOT) multipliers drawn
+# uniformly, and the spread of its quality delta: the ranges real changes of this kind show.
+LEDGER_CHANGES = {
+    "A100s instead of H100s": ((0.45, 0.65), (0.35, 0.6), (1.2, 2.2), (-0.3, 0.3)),
+    "fp8 weights and GEMMs": ((1, 1), (1.3, 1.8), (0.6, 0.85), (-2.5, 0.2)),
+    "twice the batch cap": ((1, 1), (1.3, 1.9), (1.2, 1.8), (-0.3, 0.3)),
+    "a new decode attention kernel": ((1, 1), (1.0, 1.15), (0.85, 1.0), (-0.3, 0.3)),
+    "speculative decoding with a draft model": ((1, 1), (0.8, 1.5), (0.5, 1.0), (-0.3, 0.3)),
+}
+
+
+@generator("cost_ledger")
+def cost_ledger(rng: np.random.Generator) -> list[dict]:
+    """A week of shadow measurements: the baseline (H100, bf16) within the tightest SLO a question sets
+    (40 ms), then each change's
+    price, output tokens/s per GPU, p99 TPOT and quality delta (eval points against the baseline),
+    rounded as a dashboard shows them."""
+    price = round(rng.uniform(2.5, 4.0), 2)
+    tps = round(rng.uniform(800, 2500), -1)
+    tpot = round(rng.uniform(24, 36), 1)
+    rows = [{"change": "baseline", "$/GPU-h": price, "tokens/s per GPU": tps, "p99 TPOT (ms)": tpot,
+             "quality (pts)": 0.0}]
+    for change, (p, t, lat, q) in LEDGER_CHANGES.items():
+        rows.append({"change": change, "$/GPU-h": round(price * rng.uniform(*p), 2),
+                     "tokens/s per GPU": round(tps * rng.uniform(*t), -1),
+                     "p99 TPOT (ms)": round(tpot * rng.uniform(*lat), 1),
+                     "quality (pts)": round(rng.uniform(*q), 1) + 0.0})  # + 0.0: no "-0.0" on the dashboard
+    return rows
+
+
+@generator("ledger_row")
+def ledger_row(rng: np.random.Generator, ledger: list[dict], change: str) -> str:
+    """One ledger row as the parameter table shows it (no randomness): the figures the solver uses."""
+    row = next(r for r in ledger if r["change"] == change)
+    quality = "" if change == "baseline" else f", quality {row['quality (pts)']:+.1f} pts"
+    return (f"${row['$/GPU-h']:.2f}/GPU-h, {row['tokens/s per GPU']:,.0f} tokens/s per GPU, "
+            f"p99 TPOT {row['p99 TPOT (ms)']:.1f} ms{quality}")
