@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import sympy
 
 from solvers.conventions import convention
-from solvers.derivation import Reject, Sheet, Side, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
 from solvers.topics.collective import AllReduceTerms, all_reduce_terms
 from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bandwidth, hbm_bytes, peak_flops, require_context
 from solvers.topics.steptime import (
@@ -66,7 +66,7 @@ def decode_at_speed(s: Sheet, e: Engine, gpu, ar: AllReduceTerms, S: sympy.Expr,
                   (M * u_hbm - e.W / e.TP) / e.KV, "tokens", "usable HBM less the weights' share, in KV per token")
     b_pool = s.step(k("batch_by_pool"), "Batch the KV pool holds" + on, k("B_pool"), pool / S, "requests",
                     "the pool over the mean context")
-    B = s.step(k("batch"), "Decode batch per replica" + on, k("B"), sympy.floor(min_of(b_mem, b_cmp, b_pool)),
+    B = s.step(k("batch"), "Decode batch per replica" + on, k("B"), floor_of(min_of(b_mem, b_cmp, b_pool)),
                "requests", "the tightest of the three caps, in whole requests")
     if s.value(B) < MIN_BATCH:
         raise Reject("the speed target leaves too few decode slots")
@@ -127,7 +127,7 @@ def serving_cost_ledger(p, s: Sheet) -> None:
                   "requests per second × replica-seconds each: replicas busy on average")
     if s.value(busy) < 1:
         raise Reject("the peak keeps less than one replica busy: a fleet of one has no ledger to balance")
-    n = s.step("replicas", "Replicas to run", "n", sympy.ceiling(busy / u), "",
+    n = s.step("replicas", "Replicas to run", "n", ceil_of(busy / u), "",
                "busy replicas over the utilisation ceiling, in whole replicas")
     cost_h = s.step("fleet_cost", "Fleet cost per hour", "C_h", n * e.TP * c_gpu, "$/h",
                     "replicas × GPUs each × price per GPU-hour")
@@ -150,7 +150,7 @@ def serving_cost_ledger(p, s: Sheet) -> None:
     s.slip("the bill split by token counts, not by replica-seconds", s.evaluate(P_in / (P_in + L_out)) / s.value(share),
            on="prompt_share")
     s.slip("busy replicas not divided by the utilisation ceiling",
-           s.evaluate(sympy.ceiling(busy)) / s.value(n), on=("replicas", "cost_per_request"))
+           s.evaluate(ceil_of(busy)) / s.value(n), on=("replicas", "cost_per_request"))
     s.slip("an output token priced at a whole decode step", s.value(B), on="cost_ratio")
     _ledger_levers(s, e, T_req, u, v, P_in, L_out, ar, pool)
     _ledger_regime(s, mix, r, share, x)
@@ -294,9 +294,9 @@ def cold_prefill_pools(p, s: Sheet) -> None:
         raise Reject("the warm remainder's prefill is memory-bound: the quadratic's compute model does not hold")
 
     n_cold = s.step("cold_prefill_replicas", "Prefill replicas if every prompt ran cold", "n_cold",
-                    sympy.ceiling(lam * t_cold / u), "", "λ × cold prefill time, over the utilisation ceiling")
+                    ceil_of(lam * t_cold / u), "", "λ × cold prefill time, over the utilisation ceiling")
     n_pre = s.step("prefill_replicas", "Prefill replicas at the warm fraction", "n_pre",
-                   sympy.ceiling(lam * t_warm / u), "", "λ × prefill time of the cold remainder, over the ceiling")
+                   ceil_of(lam * t_warm / u), "", "λ × prefill time of the cold remainder, over the ceiling")
     s.step("gpus_saved", "Prefill GPUs the cache saves", "G_saved", (n_cold - n_pre) * e.TP, "GPUs",
                    "replicas no longer needed, times the GPUs in each")
 
@@ -304,7 +304,7 @@ def cold_prefill_pools(p, s: Sheet) -> None:
                "the whole prompt, plus half the reply on average")
     decode = decode_at_speed(s, e, p.gpu, ar, S, tpot, "the TPOT target")
     n_dec = s.step("decode_replicas", "Decode replicas", "n_dec",
-                   sympy.ceiling(lam * L_out * decode.step / decode.batch / u), "",
+                   ceil_of(lam * L_out * decode.step / decode.batch / u), "",
                    "λ × reply tokens × replica-seconds per output token, over the ceiling")
     _cold_assumptions(s)
     s.slip("attention left out (2·N·T only)", s.evaluate(2 * e.N * T / cold.flops), on="mfu_time")
@@ -438,7 +438,7 @@ def slo_capacity_unit(p, s: Sheet) -> None:
     cost_new = s.step("unit_cost_new", f"Dollars per million output tokens at the SLO, {new.name}", "D_new",
                       e_new.TP * c_new / (U_new * L_out) * mtok, "$", "the same for the new replica")
     s.step("replacement", f"{new.name} replicas that carry the {old.name} pool's load", "n_repl",
-           sympy.ceiling(n_old * U_old / U_new), "", "the old pool's capacity in new units, in whole replicas")
+           ceil_of(n_old * U_old / U_new), "", "the old pool's capacity in new units, in whole replicas")
     price_ratio = s.step("price_ratio", "Price ratio per GPU-hour, new over old", "ρ_c", c_new / c_old, "x",
                          "what a new GPU-hour costs in old ones")
     _capacity_assumptions(s)
@@ -590,12 +590,12 @@ def _voice_llm(s: Sheet, p, tp: int, llm) -> None:
                          k * (e.KV * S / e.byte_rate + ar.per_token), "ms",
                          "its context's KV read and its token's all-reduce bytes, in each of the k steps")
     by_line = s.step("sessions_by_line", "Sessions the line allows, by bandwidth", "B_line",
-                     sympy.floor((llm - fixed) / per_session), "users",
+                     floor_of((llm - fixed) / per_session), "users",
                      "the line less the fixed part, in sessions, while every step stays memory-bound")
     M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
     u_hbm = s.given("u_HBM", GPU_MEMORY_UTILIZATION, "%", "usable fraction of HBM (the card's usable-hbm)")
     by_pool = s.step("sessions_by_pool", "Sessions the KV pool holds", "B_pool",
-                     sympy.floor((M * u_hbm - e.W / e.TP) / (e.KV * S)), "users", "the pool over one context")
+                     floor_of((M * u_hbm - e.W / e.TP) / (e.KV * S)), "users", "the pool over one context")
     most = s.step("sessions", "Sessions per replica within the LLM line", "B_max", min_of(by_line, by_pool),
                   "users", "the tighter of the line and the pool")
     busiest = step_work(s, e, "max", "turn's step at that many sessions", most - 1 + T_u, (most - 1 + T_u) * S,
@@ -691,10 +691,10 @@ def multi_model_fleet_tiering(p, s: Sheet) -> None:
     top = s.step("top_busy", "Replicas the top model keeps busy at peak", "b_1", Lam / (H * U), "",
                  "its share of the peak over one replica's unit")
     d = s.step("dedicated", "Models that earn dedicated replicas", "n_ded",
-               min_of(n, sympy.floor((Lam / (H * U * DEDICATED_BUSY)) ** (1 / alpha))), "",
+               min_of(n, floor_of((Lam / (H * U * DEDICATED_BUSY)) ** (1 / alpha))), "",
                "ranks i with Λ·i^(−α)/(H·U) ≥ 1/2: half a replica busy at peak")
     w = s.step("warm", "Models kept warm (dedicated or shared)", "n_warm",
-               min_of(n, sympy.floor((Lam / (H * peak * cold_rate)) ** (1 / alpha))), "",
+               min_of(n, floor_of((Lam / (H * peak * cold_rate)) ** (1 / alpha))), "",
                "ranks whose average rate stays at or above the cold threshold")
     if s.value(w) < s.value(d):
         raise Reject("a dedicated model would be cold on average: the thresholds contradict")
@@ -703,21 +703,21 @@ def multi_model_fleet_tiering(p, s: Sheet) -> None:
                        FiniteSum(i**-alpha, (i, 1, d)) / H, "%", "their Zipf weights over the normaliser")
     s.step("cold", "Models in the cold tier", "n_cold", n - w, "", "loaded on demand")
     ded = s.step("dedicated_replicas", "Dedicated replicas", "R_ded",
-                 FiniteSum(sympy.ceiling(Lam * i**-alpha / (H * U * u)), (i, 1, d)), "",
+                 FiniteSum(ceil_of(Lam * i**-alpha / (H * U * u)), (i, 1, d)), "",
                  "each dedicated model's peak busy replicas over the ceiling, in whole replicas")
     k = s.step("models_per_shared", "Models' weights one shared replica holds", "k",
-               sympy.floor(SHARED_HBM * GPU_MEMORY_UTILIZATION * e.TP * hbm_bytes(p.gpu) / e.W), "",
+               floor_of(SHARED_HBM * GPU_MEMORY_UTILIZATION * e.TP * hbm_bytes(p.gpu) / e.W), "",
                "half the group's usable HBM in weight copies, the rest left for KV")
     if s.value(k) < 2:
         raise Reject("a shared replica cannot hold two models' weights")
     busy_sh = s.step("shared_busy", "Replicas the shared models keep busy at peak", "b_sh",
                      FiniteSum(Lam * i**-alpha / (H * U), (i, d + 1, w)), "", "their peak load in replica units")
     sh = s.step("shared_replicas", "Shared replicas", "R_sh",
-                max_of(sympy.ceiling(busy_sh / u), sympy.ceiling((w - d) / k)), "",
+                max_of(ceil_of(busy_sh / u), ceil_of((w - d) / k)), "",
                 "enough for their load at the ceiling and for their weights to stay resident")
     busy_cold = s.step("cold_busy", "Replicas the cold models keep busy at peak", "b_cold",
                        FiniteSum(Lam * i**-alpha / (H * U), (i, w + 1, n)), "", "their peak load in replica units")
-    cold_r = s.step("cold_replicas", "Cold-tier replicas", "R_cold", sympy.ceiling(busy_cold / u), "",
+    cold_r = s.step("cold_replicas", "Cold-tier replicas", "R_cold", ceil_of(busy_cold / u), "",
                     "one replica that loads a cold model on demand, more only if their load needs it")
     gpus = s.step("gpus_after", "GPUs after tiering", "G_tier", e.TP * (ded + sh + cold_r), "GPUs",
                   "every tier's replicas times the GPUs in each")
@@ -749,7 +749,7 @@ def _tier_judgements(s: Sheet, top, u, per_model, k, w, d, busy_sh, ded_share, n
     judge("the top model overloads its two replicas at peak", s.compare(top, per_model * u) > 0,
           f"it keeps {format_number(v(top), 3)} replicas busy against {format_number(v(per_model * u), 3)} "
           "its two allow at the ceiling")
-    by_hbm = s.compare(sympy.ceiling((w - d) / k), sympy.ceiling(busy_sh / u)) > 0
+    by_hbm = s.compare(ceil_of((w - d) / k), ceil_of(busy_sh / u)) > 0
     judge("the shared tier is sized by resident weights, not by load", by_hbm,
           f"{format_number(v(w - d))} models at {format_number(v(k))} a replica against "
           f"{format_number(v(busy_sh), 3)} busy replicas of load")
