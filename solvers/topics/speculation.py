@@ -262,6 +262,8 @@ def spec_decode_by_load(p, s: Sheet) -> None:
     room = math.floor((GPU_MEMORY_UTILIZATION * hbm_bytes(p.gpu) - model.weight_bytes) / (model.kv_bytes * p.context))
     peak = min(p.max_num_seqs, room)
     table = _buckets(model, p, peak)  # every reason to redraw, before the sheet
+    if abs(model.speedup(peak, int(p.gamma), p.alpha, p.draft_cost) - 1) < GAMMA_TIE:
+        raise Reject("speculation left on breaks even at the peak batch")
     _context_what_if(s, p, model, peak, table["last"][0])
     e = engine(s, p.model, p.gpu, p.tp, communication=True, kv_prerequisite=True)
     S = s.param("S", "context")
@@ -322,7 +324,7 @@ def spec_decode_by_load(p, s: Sheet) -> None:
     s.slip("the compute-bound limit E/(γ+1) taken at the peak batch (overheads and drafts ignored)",
            on="speedup_peak", factor=s.evaluate(E / (gamma + 1)) / s.value(S_pk))
     s.slip("the batch-1 speedup kept at the peak batch", on="speedup_peak", factor=s.value(S_1) / s.value(S_pk))
-    _by_load_regime(s, p, S_pk, peak, last)
+    _by_load_regime(s, p, model, S_pk, peak, last)
 
 
 def _buckets(model: _LoadModel, p, peak: float) -> dict:
@@ -378,20 +380,24 @@ def _context_what_if(s: Sheet, p, model: _LoadModel, peak: float, last: int) -> 
         raise Reject("four times the context changes all of these or none")
 
 
-def _by_load_regime(s: Sheet, p, S_pk, peak: float, last: int) -> None:
+def _by_load_regime(s: Sheet, p, model: _LoadModel, S_pk, peak: float, last: int) -> None:
     at = format_number(s.value(S_pk), 3)
+    kv_reads = peak * model.kv_token * p.context  # seconds of KV reads in the peak step
+    why = (f"at {format_number(p.context)} tokens of context the peak step is mostly KV reads "
+           f"({format_quantity(kv_reads, 'ms')} against {format_quantity(model.weights, 'ms')} of weights), which the "
+           "verify pass shares across its γ+1 tokens" if kv_reads > model.weights else
+           f"the batch cap of {format_number(p.max_num_seqs)} keeps the verify pass's extra math short of the step's "
+           "reads")
     s.regime_by(S_pk, s.given("S_even", 1, "x", "break-even"), tie="below", above=Side(
         "keep-on",
-        f"Even at the peak batch of {format_number(peak)} speculation pays ({at}x): at {format_number(p.context)} "
-        "tokens of context the step is still dominated by KV reads, which the verify pass shares across its γ+1 "
-        "tokens.",
-        "At shorter contexts the peak batch grows and the verify pass turns compute-bound: then speculation left "
-        "on costs peak throughput and must switch off in the top buckets."),
+        f"Even at the peak batch of {format_number(peak)} speculation pays ({at}x): {why}.",
+        "With a larger peak batch (shorter contexts, a higher cap) the verify pass turns compute-bound: then "
+        "speculation left on costs peak throughput and must switch off in the top buckets."),
         below=Side(
         "turn-off",
         f"Left on at the peak batch of {format_number(peak)}, speculation costs throughput ({at}x): the verify "
-        f"pass's γ extra tokens per sequence are paid in math and all-reduce bytes. It pays up to batch "
-        f"{format_number(last)} and must be off above.",
+        f"pass's γ extra tokens per sequence are paid in math and all-reduce bytes. With the best draft length "
+        f"per bucket it still pays up to batch {format_number(last)}, and must be off above.",
         "At longer contexts the KV reads dominate the step and the verify pass rides on them: speculation keeps "
         "paying at the (smaller) peak batch."))
 
