@@ -561,7 +561,8 @@ def _accounting_regime(s: Sheet, p, B, even, S_B, B_c) -> None:
         above=Side(
         "hurts",
         f"At batch {format_number(p.batch)} speculation loses ({at}x): past {where} sequences the verify pass's "
-        f"extra tokens cost more math than the accepted ones save (compute-bound from {flip}).",
+        f"extra tokens cost more, in math and all-reduce bytes, than the accepted ones save (it is compute-bound "
+        f"from {flip}).",
         "Below break-even the verify pass's extra tokens ride on reads the step makes anyway: speculation pays, "
         "and the rejected positions cost next to nothing."))
 
