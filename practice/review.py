@@ -241,6 +241,16 @@ class Reviewer:
         self.store.set_rating(uid, rating, self._rescheduled(review, rating))
         return self.store.card(review.question_id)
 
+    def intervals(self, uid: str) -> dict[int, timedelta]:
+        """What each rating would give an attempt's card: the time from its review to the next, as
+        Anki prints on its buttons. Empty for an attempt that was not scheduled."""
+        review = self.store.review_of(uid)
+        if review is None:
+            return {}
+        before = review.card_before or Card(card_id=card_id_for(review.question_id), due=review.reviewed)
+        return {int(rating): self.scheduler.review_card(before, rating, review.reviewed, review.duration_ms)[0].due
+                - review.reviewed for rating in Rating}
+
     def regrade(self, uid: str, grades: Sequence[Any], typed: Mapping[str, str]) -> Rating:
         """New grades for an attempt (a checklist ticked after the reveal): the answers and
         the suggestion are updated and, unless the user has rated it, so is the card."""

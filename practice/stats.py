@@ -1,9 +1,11 @@
 """Statistics over the progress store, for the statistics screen and `infradrill stats`.
 
-Pure functions of attempts (and of the retrievability the reviewer computes): reviews per
-day for a calendar heatmap, retention per week (share of attempts with every answer
-correct), accuracy by group and topic, the most frequent slips, the weakest questions.
-Days and weeks are local (a `tz` argument); no Textual here.
+Pure functions of attempts and cards (and of the retrievability the reviewer computes):
+reviews per day for a calendar heatmap, retention per week (share of attempts with every
+answer correct), accuracy by group and topic, the most frequent slips and whether they were
+put right since, the weakest questions in review, the cards by state, and a forecast of the
+reviews due per day, as Anki shows them. Days and weeks are local (a `tz` argument); no
+Textual here.
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, tzinfo
 from typing import Any
+
+from fsrs import Card, State
 
 from practice.review import GROUP_ORDER
 from practice.store import Attempt
@@ -126,14 +130,53 @@ def accuracy_by_topic(attempts: Iterable[Attempt], questions: Mapping[str, Any])
     return accuracy_by(attempts, lambda a: getattr(questions.get(a.question_id), "topic", "?"))
 
 
-def top_slips(attempts: Iterable[Attempt], limit: int = 5) -> list[tuple[str, int]]:
-    """The slips diagnosed most often, with their counts."""
-    return Counter(x.slip for a in attempts for x in a.answers if x.slip).most_common(limit)
+@dataclass(frozen=True)
+class SlipTally:
+    slip: str
+    count: int  # times it was diagnosed
+    places: int  # (question, answer) pairs it was made on
+    fixed: int  # of those, the ones whose latest answer since is correct
+
+
+def top_slips(attempts: Iterable[Attempt], limit: int = 5) -> list[SlipTally]:
+    """The slips diagnosed most often, and on how many of the answers they were made on the
+    latest attempt since got it right (a slip that keeps coming back is the one to drill)."""
+    ordered = sorted(attempts, key=lambda a: a.submitted)
+    counts: Counter[str] = Counter()
+    places: dict[str, set[tuple[str, str]]] = {}
+    latest: dict[tuple[str, str], str] = {}  # (question, answer key) -> its latest verdict
+    for attempt in ordered:
+        for answer in attempt.answers:
+            place = (attempt.question_id, answer.key)
+            latest[place] = answer.verdict
+            if answer.slip:
+                counts[answer.slip] += 1
+                places.setdefault(answer.slip, set()).add(place)
+    return [SlipTally(slip, n, len(places[slip]), sum(latest[place] == "correct" for place in places[slip]))
+            for slip, n in counts.most_common(limit)]
 
 
 def lowest_retrievability(retrievability: Mapping[str, float], limit: int = 5) -> list[tuple[str, float]]:
     """The questions most likely forgotten now (from Reviewer.retrievability)."""
     return sorted(retrievability.items(), key=lambda item: (item[1], item[0]))[:limit]
+
+
+STATES = ("new", "learning", "review", "relearning")
+_STATE_NAMES = {State.Learning: "learning", State.Review: "review", State.Relearning: "relearning"}
+
+
+def card_states(cards: Mapping[str, Card], questions: Iterable[str]) -> dict[str, int]:
+    """Questions by FSRS state, a question never reviewed being new."""
+    tally = Counter(_STATE_NAMES[card.state] for card in cards.values())
+    tally["new"] = sum(1 for qid in questions if qid not in cards)
+    return {state: tally[state] for state in STATES}
+
+
+def forecast(cards: Mapping[str, Card], now: datetime, tz: tzinfo, days: int = 14) -> list[tuple[date, int]]:
+    """Reviews due on each of the next `days` local days, today first (what is overdue counts today)."""
+    today = local_day(now, tz)
+    per_day = Counter(max(local_day(card.due, tz), today) for card in cards.values())
+    return [(today + timedelta(days=d), per_day.get(today + timedelta(days=d), 0)) for d in range(days)]
 
 
 # The summary (CLI and the top of the statistics screen) -----------------------------------------
@@ -147,8 +190,10 @@ class Summary:
     retention: list[WeekRetention]
     by_group: dict[str, Accuracy]
     by_topic: dict[str, Accuracy]
-    slips: list[tuple[str, int]]
-    weakest: list[tuple[str, float]]
+    slips: list[SlipTally]
+    weakest: list[tuple[str, float]]  # cards in review only: a card in its learning steps is not yet at risk
+    states: dict[str, int]
+    forecast: list[tuple[date, int]]
     due_now: int = 0
     due_today: int = 0
     new_today: int = 0
@@ -156,15 +201,28 @@ class Summary:
 
 
 def summarize(attempts: Sequence[Attempt], questions: Mapping[str, Any], retrievability: Mapping[str, float],
-              now: datetime, tz: tzinfo, due: Any = None, mocks: int = 0) -> Summary:
-    """Everything the statistics screen shows. `due` is a review.DueSummary (or None)."""
+              now: datetime, tz: tzinfo, due: Any = None, mocks: int = 0,
+              cards: Mapping[str, Card] | None = None) -> Summary:
+    """Everything the statistics screen shows. `due` is a review.DueSummary (or None); `cards` the
+    FSRS cards by question (Store.cards)."""
+    cards = {} if cards is None else {qid: card for qid, card in cards.items() if not questions or qid in questions}
     per_day = reviews_per_day(attempts, tz)
+    # A card in (re)learning has a stability of days and a due time of minutes: its retrievability reads
+    # 100% while it is due. Only cards in review are ranked by it.
+    in_review = {qid: r for qid, r in retrievability.items() if qid in cards and cards[qid].state == State.Review}
     return Summary(
         today=local_day(now, tz), attempts=len(attempts), days=len(per_day), first=min(per_day, default=None),
         per_day=per_day, retention=retention_by_week(attempts, tz), by_group=accuracy_by_group(attempts, questions),
         by_topic=accuracy_by_topic(attempts, questions), slips=top_slips(attempts),
-        weakest=lowest_retrievability(retrievability), due_now=getattr(due, "due_now", 0),
+        weakest=lowest_retrievability(in_review), states=card_states(cards, questions),
+        forecast=forecast(cards, now, tz), due_now=getattr(due, "due_now", 0),
         due_today=getattr(due, "due_today", 0), new_today=getattr(due, "new_today", 0), mocks=mocks)
+
+
+def _bar(share: float, width: int) -> str:
+    """A bar `width` cells wide at 100%, in eighths of a cell."""
+    eighths = round(max(0.0, min(share, 1.0)) * width * 8)
+    return "█" * (eighths // 8) + (" ▏▎▍▌▋▊▉"[eighths % 8] if eighths % 8 else "")
 
 
 def _pct(share: float | None) -> str:
@@ -176,21 +234,27 @@ def format_summary(s: Summary, weeks: int = 8) -> str:
         return (f"No attempts yet. Due now {s.due_now}, today {s.due_today}; "
                 f"{s.new_today} new question(s) to meet today.\n")
     lines = [f"{s.attempts} attempt(s) on {s.days} day(s) since {s.first}; {s.mocks} mock interview(s)",
-             f"Due now {s.due_now}, today {s.due_today}; {s.new_today} new question(s) left today", "",
-             "Retention (attempts with every answer correct), by week:"]
+             f"Due now {s.due_now}, today {s.due_today}; {s.new_today} new question(s) left today",
+             "Cards: " + ", ".join(f"{n} {state}" for state, n in s.states.items()), "",
+             "Retention (attempts with every answer correct), by week (a full bar is 100%):"]
     for w in s.retention[-weeks:]:
-        bar = "█" * round(10 * (w.share or 0))
-        lines.append(f"  week of {w.week}  {_pct(w.share)} of {w.attempts:<3} {bar}")
+        lines.append(f"  week of {w.week}  {_pct(w.share)} of {w.attempts:<3} {_bar(w.share or 0, 20)}")
+    if s.forecast:
+        top = max(n for _, n in s.forecast)
+        lines += ["", f"Reviews due, next {len(s.forecast)} days (what is overdue counts today):"]
+        lines += [f"  {day:%a %d %b}  {n:>3}  {_bar(n / top if top else 0, 20)}" for day, n in s.forecast]
     for title, table in (("group", s.by_group), ("topic", s.by_topic)):
         lines += ["", f"Accuracy by {title} (answers correct; attempts all correct):"]
         width = max(len(k) for k in table)
         lines += [f"  {k:<{width}}  {_pct(a.answer_share)} of {a.answers:<4} {_pct(a.attempt_share)} of {a.attempts}"
                   for k, a in table.items()]
     if s.slips:
-        lines += ["", "Most frequent slips:"] + [f"  {n:>3}×  {slip}" for slip, n in s.slips]
+        lines += ["", "Most frequent slips (put right since: the latest answer where it was made is correct):"]
+        lines += [f"  {t.count:>3}×  {t.slip}  (put right {t.fixed} of {t.places})" for t in s.slips]
     if s.weakest:
         width = max(len(q) for q, _ in s.weakest)
-        lines += ["", "Lowest retrievability now:"] + [f"  {q:<{width}}  {r:4.0%}" for q, r in s.weakest]
+        lines += ["", "Lowest retrievability now (cards in review):"]
+        lines += [f"  {q:<{width}}  {r:6.1%}" for q, r in s.weakest]
     lines += ["", "Reviews per day, last 26 weeks:", heatmap_text(s.per_day, s.today)]
     return "\n".join(lines) + "\n"
 
@@ -208,5 +272,6 @@ def summary_dict(s: Summary) -> dict[str, Any]:
             "retention": [{"week": w.week.isoformat(), "attempts": w.attempts, "all_correct": w.all_correct}
                           for w in s.retention],
             "by_group": accuracy(s.by_group), "by_topic": accuracy(s.by_topic),
-            "slips": [{"slip": slip, "count": n} for slip, n in s.slips],
-            "weakest": [{"question_id": q, "retrievability": r} for q, r in s.weakest]}
+            "slips": [{"slip": t.slip, "count": t.count, "places": t.places, "fixed": t.fixed} for t in s.slips],
+            "weakest": [{"question_id": q, "retrievability": r} for q, r in s.weakest],
+            "states": s.states, "forecast": [{"day": d.isoformat(), "due": n} for d, n in s.forecast]}

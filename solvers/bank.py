@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from solvers.answers import KIND_FIELDS, Answer, SpecError, make_answer
+from solvers.bankcache import QuestionCache
 from solvers.paths import questions_dir
 from solvers.realism import RULE_NAMES, Constraint, ConstraintError, constraints_for, declared
 from solvers.units import UnitError, parse_unit
@@ -405,12 +406,14 @@ def load_question(question_id: str, root: Path | None = None) -> Bank:
     return bank
 
 
-def load_bank(root: Path | None = None) -> Bank:
+def load_bank(root: Path | None = None, cache: QuestionCache | None = None) -> Bank:
+    """Every question under `root`; files unchanged since the last load come from the cache."""
     bank = Bank()
     root = questions_dir() if root is None else root
+    cache = QuestionCache(root) if cache is None else cache
     for path in sorted(root.glob("**/*.yaml")):
         try:
-            question = read_question(path)
+            question = cache.question(path, read_question)
         except QuestionError as error:
             bank.problems.append(str(error))
             continue
@@ -418,5 +421,6 @@ def load_bank(root: Path | None = None) -> Bank:
             bank.problems.append(f"{path}: id: '{question.id}' already defined in {bank.questions[question.id].path}")
             continue
         bank.questions[question.id] = question
+    cache.save()
     bank.problems += requirement_problems(bank)
     return bank

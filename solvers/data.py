@@ -20,6 +20,10 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
         "bf16_dense_tflops": (_NUMBER, True), "fp8_dense_tflops": (_NUMBER, False),
         "fp4_dense_tflops": (_NUMBER, False), "hbm_gb": (_NUMBER, True), "hbm_tb_s": (_NUMBER, True),
         "nvlink_gb_s": (_NUMBER, False), "nvlink_domain": (int, False), "tdp_w": (_NUMBER, False), "sms": (int, False),
+        # Per-SM figures for the kernel questions (units in the names; see hardware.yaml's header).
+        "tensor_clock_ghz": (_NUMBER, False), "bf16_flop_per_clk_sm": (int, False), "fp8_flop_per_clk_sm": (int, False),
+        "fp32_fma_per_clk_sm": (int, False), "mufu_per_clk_sm": (int, False), "regfile_kib_sm": (int, False),
+        "smem_kib_sm": (int, False), "smem_bytes_per_clk_sm": (int, False), "tmem_kib_sm": (int, False),
     },
     "nics": {"name": (str, True), "gbit_s": (_NUMBER, True)},
     "models": {
@@ -27,7 +31,11 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
         "layers": (int, True), "hidden": (int, True), "heads": (int, True), "kv_heads": (int, False),
         "head_dim": (int, True), "ffn": (int, True), "vocab": (int, True), "experts": (int, False),
         "experts_per_token": (int, False), "attention": (str, True), "kv_lora_rank": (int, False),
-        "qk_rope_head_dim": (int, False),
+        "qk_rope_head_dim": (int, False), "q_lora_rank": (int, False),
+        # MoE: each routed expert's FFN width, shared experts and leading dense layers (absent: none), and
+        # group-limited routing (experts in expert_groups groups, each token's picks within groups_per_token).
+        "expert_ffn": (int, False), "shared_experts": (int, False), "dense_layers": (int, False),
+        "expert_groups": (int, False), "groups_per_token": (int, False),
         # Local/global models: the window in tokens, how many layers use it, the longest context served.
         "sliding_window": (int, False), "sliding_window_layers": (int, False), "max_context": (int, False),
     },
@@ -61,6 +69,9 @@ class Catalog:
 MAX_FIGURE = 1e8  # above any real figure here (TFLOP/s, GB, parameters in billions, tokens of context)
 # What each attention kind needs to size its KV cache (a solver would otherwise fail on the entry).
 ATTENTION_NEEDS = {"gqa": ("kv_heads",), "mla": ("kv_lora_rank", "qk_rope_head_dim")}
+# What the MoE helper reads of an expert model; a model without dense layers or shared experts says 0.
+MOE_NEEDS = ("experts_per_token", "active_params_b", "expert_ffn", "dense_layers", "shared_experts")
+ZERO_ALLOWED = frozenset({"dense_layers", "shared_experts"})  # counts where none is a real config value
 
 
 def _shown(value: Any) -> str:
@@ -68,7 +79,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _figure_problem(value: Any, kind: type | tuple[type, ...]) -> str | None:
+def _figure_problem(value: Any, kind: type | tuple[type, ...], zero_allowed: bool = False) -> str | None:
     if isinstance(value, bool) or not isinstance(value, kind):
         return f"expected {_type_name(kind)}, got {_shown(value)}"
     if isinstance(value, _NUMBER):
@@ -78,8 +89,8 @@ def _figure_problem(value: Any, kind: type | tuple[type, ...]) -> str | None:
             finite = False
         if not finite or value > MAX_FIGURE:
             return f"{_shown(value)} is not a figure a real part has (at most {MAX_FIGURE:.0e})"
-        if value <= 0:
-            return "must be positive"
+        if value < 0 or (value == 0 and not zero_allowed):
+            return "must be positive" if not zero_allowed else "must not be negative"
     return None
 
 
@@ -104,7 +115,7 @@ def _check_entry(where: str, collection: str, key: str, entry: Any) -> list[str]
                 problems.append(f"{at(name)}: missing")
             continue
         value = entry[name]
-        if (problem := _figure_problem(value, kind)) is not None:
+        if (problem := _figure_problem(value, kind, name in ZERO_ALLOWED)) is not None:
             problems.append(f"{at(name)}: {problem}")
         elif isinstance(value, _NUMBER) and not (entry.get("source") or sources.get(name)):
             problems.append(f"{at(name)}: figure has no source")
@@ -121,6 +132,11 @@ def _check_entry(where: str, collection: str, key: str, entry: Any) -> list[str]
                          for name in ATTENTION_NEEDS[attention] if name not in entry]
         if ("sliding_window" in entry) != ("sliding_window_layers" in entry):
             problems.append(f"{at('sliding_window')}: give sliding_window and sliding_window_layers together")
+        if "experts" in entry:
+            problems += [f"{at(name)}: missing (a MoE model needs it)"
+                         for name in MOE_NEEDS if name not in entry]
+        if ("expert_groups" in entry) != ("groups_per_token" in entry):
+            problems.append(f"{at('expert_groups')}: give expert_groups and groups_per_token together")
     return problems
 
 

@@ -8,7 +8,9 @@ unit of a given or a step only says how to show it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -23,13 +25,57 @@ _FUNCTION_NAMES = (("Max(", "max("), ("Min(", "min("), ("ceiling(", "ceil("), ("
 
 def max_of(*args: sympy.Expr) -> sympy.Expr:
     """max(...) left unevaluated: sympy's own simplification of Max over positive symbols
-    costs milliseconds per call, and the sheet evaluates it numerically anyway."""
+    costs milliseconds per call, and the sheet evaluates it numerically anyway. On a
+    QuickSheet's numbers it is Python's max."""
+    numbers = [_quick_number(a) for a in args]
+    if None not in numbers:
+        return max(numbers)  # type: ignore[return-value, type-var]
     return sympy.Max(*args, evaluate=False)
 
 
 def min_of(*args: sympy.Expr) -> sympy.Expr:
     """min(...) left unevaluated, for the same reason as max_of."""
+    numbers = [_quick_number(a) for a in args]
+    if None not in numbers:
+        return min(numbers)  # type: ignore[return-value, type-var]
     return sympy.Min(*args, evaluate=False)
+
+
+# Set while a QuickSheet's solver runs: the helpers below then compute on floats, however the
+# number reached them (a float times a sympy Rational constant is a sympy Float).
+_QUICK: ContextVar[bool] = ContextVar("quick_sheet", default=False)
+
+
+def _near_integer(x: float) -> int | None:
+    """x as a whole number where it is one up to float rounding (a QuickSheet's 511.99999999...)."""
+    nearest = round(x)
+    return nearest if abs(x - nearest) <= 1e-9 * max(1.0, abs(x)) else None
+
+
+def _quick_number(x: object) -> float | None:
+    """x as a float inside a QuickSheet's solve, where it is a number at all; else None."""
+    if not _QUICK.get() or not isinstance(x, (int, float, sympy.Number)):
+        return None
+    return float(x)
+
+
+def floor_of(x: sympy.Expr) -> sympy.Expr:
+    """floor(x): sympy's on a Sheet (exact), Python's on a QuickSheet's floats (sympy's floor of
+    a float costs a millisecond)."""
+    number = _quick_number(x)
+    if number is None:
+        return x.p // x.q if isinstance(x, sympy.Rational) else sympy.floor(x)  # type: ignore[return-value]
+    whole = _near_integer(number)
+    return whole if whole is not None else math.floor(number)  # type: ignore[return-value]
+
+
+def ceil_of(x: sympy.Expr) -> sympy.Expr:
+    """ceil(x), as floor_of."""
+    number = _quick_number(x)
+    if number is None:
+        return -(-x.p // x.q) if isinstance(x, sympy.Rational) else sympy.ceiling(x)  # type: ignore[return-value]
+    whole = _near_integer(number)
+    return whole if whole is not None else math.ceil(number)  # type: ignore[return-value]
 
 
 class Reject(Exception):
@@ -223,13 +269,34 @@ class Sheet:
         return sym
 
     def _evaluate_exact(self, expr: sympy.Expr) -> sympy.Basic:
-        exact = _exact(sympy.sympify(expr).xreplace(self._values))
-        if not exact.is_number or not math.isfinite(float(exact)):
+        value = sympy.sympify(expr).xreplace(self._values)
+        try:
+            exact = _exact(value) if value.is_number else None
+        except TypeError:  # zoo, nan: sympy's division by zero
+            exact = None
+        if exact is None or not math.isfinite(float(exact)):
             raise Reject(f"non-finite result in {expr}")
         return exact
 
     def evaluate(self, expr: sympy.Expr) -> float:
         return float(self._evaluate_exact(expr))
+
+    def symbol(self, name: str) -> sympy.Symbol:
+        """An earlier given or step by its symbol: a shared helper's result (the engine's KV heads per
+        GPU) that a solver writes into its own formulas."""
+        sym = sympy.Symbol(name)
+        if sym not in self._values:
+            raise KeyError(f"no given or step named {name} on this sheet")
+        return sym
+
+    def integer(self, n: int) -> sympy.Expr:
+        """A whole number written into a formula (a layout's TP degree), kept exact in its arithmetic."""
+        return sympy.Integer(n)
+
+    @contextmanager
+    def solving(self) -> Iterator[None]:
+        """Around the solver's run: a Sheet needs nothing; a QuickSheet switches the helpers to floats."""
+        yield
 
     def value(self, sym: sympy.Symbol) -> float:
         return float(self._values[sym])
@@ -287,3 +354,80 @@ class Sheet:
         if "/" in unit or " " in shown and "×" in shown:
             shown = f"({shown})"
         self._shown[sym] = shown
+
+
+@dataclass
+class QuickSheet(Sheet):
+    """The same solver run on floats, for scans (the follow-up search, the sweep chart): it keeps
+    each answer's value and the regime's side and margin, and none of the printed derivation.
+    Its decisions are float comparisons, so a scan point at an exact tie may fall either way;
+    whatever a scan finds is solved again on a Sheet before anyone sees it."""
+
+    _named: dict[str, float] = field(default_factory=dict)  # values by symbol name, for solvers that name one again
+
+    def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> sympy.Symbol:
+        # A number where a Sheet gives a symbol: whole numbers stay integers, as a Sheet keeps them.
+        number = float(value)
+        kept = int(number) if number.is_integer() and abs(number) < 2**62 else number
+        self._named[symbol] = kept
+        return kept  # type: ignore[return-value]
+
+    def step(self, key: str, title: str, symbol: str, expr: sympy.Expr, unit: str = "", why: str = "") -> sympy.Symbol:
+        value = self.evaluate(expr)
+        if key:
+            self.results[key] = value
+        self._named[symbol] = value
+        return value  # type: ignore[return-value]
+
+    def evaluate(self, expr: sympy.Expr) -> float:
+        try:
+            value = float(expr)
+        except TypeError:  # a symbol an earlier step declared, named again by the solver: its value
+            value = self._by_name(expr)
+        except ValueError:
+            raise Reject(f"non-finite result in {expr}") from None
+        if not math.isfinite(value):
+            raise Reject(f"non-finite result in {expr}")
+        return value
+
+    def _by_name(self, expr: sympy.Expr) -> float:
+        """`expr` with the symbols earlier givens and steps declared put in; Reject as a Sheet would
+        for what is still not a finite number (zoo, nan, a symbol never declared)."""
+        free = getattr(expr, "free_symbols", None)
+        if free and all(s.name in self._named for s in free):
+            try:
+                return float(expr.xreplace({s: self._named[s.name] for s in free}))
+            except (TypeError, ValueError):
+                pass
+        raise Reject(f"non-finite result in {expr}")
+
+    def value(self, sym: sympy.Symbol) -> float:
+        return self.evaluate(sym)
+
+    def symbol(self, name: str) -> sympy.Symbol:
+        if name not in self._named:
+            raise KeyError(f"no given or step named {name} on this sheet")
+        return self._named[name]  # type: ignore[return-value]
+
+    def integer(self, n: int) -> sympy.Expr:
+        return int(n)  # type: ignore[return-value]
+
+    @contextmanager
+    def solving(self) -> Iterator[None]:
+        token = _QUICK.set(True)
+        try:
+            yield
+        finally:
+            _QUICK.reset(token)
+
+    def compare(self, a: sympy.Expr, b: sympy.Expr) -> int:
+        difference = self.evaluate(a) - self.evaluate(b)
+        return (difference > 0) - (difference < 0)
+
+    def set_regime(self, name: str, summary: str, boundary: sympy.Symbol, position: sympy.Symbol,
+                   other_side: str, key: str = "regime") -> None:
+        def point(value: sympy.Symbol) -> Step:
+            return Step("", "", "", float(value), "", "")
+
+        self.regime = Regime(name, summary, point(boundary), point(position), other_side)
+        self.results[key] = name

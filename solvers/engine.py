@@ -17,7 +17,7 @@ import numpy as np
 from solvers.answers import Grade
 from solvers.bank import PLACEHOLDER, Bank, ParamSpec, Question
 from solvers.data import Catalog, MissingField
-from solvers.derivation import Reject, Sheet
+from solvers.derivation import QuickSheet, Reject, Sheet
 from solvers.realism import broken
 from solvers.sampling import (
     Param,
@@ -142,25 +142,32 @@ def _reflow(text: str) -> str:
     return "\n".join(out)
 
 
-def solve_values(question: Question, raw: dict[str, Any], catalog: Catalog) -> tuple[list[Param], Sheet]:
-    """Solve for exactly these parameter values (raises Reject for an impossible set)."""
+def solve_values(question: Question, raw: dict[str, Any], catalog: Catalog, *,
+                 quick: bool = False) -> tuple[list[Param], Sheet]:
+    """Solve for exactly these parameter values (raises Reject for an impossible set); `quick`
+    solves on floats for a scan (QuickSheet: answers and regime, no derivation)."""
     params = resolve(question, raw, catalog)
     values = {p.name: p.value for p in params}
     reason = broken(question.constraints, values)
     if reason is not None:
         raise Reject(reason)
-    return params, run_solver(question, values)
+    return params, run_solver(question, values, QuickSheet if quick else Sheet)
 
 
-def run_solver(question: Question, values: dict[str, Any]) -> Sheet:
+def run_solver(question: Question, values: dict[str, Any], sheet_type: type[Sheet] = Sheet) -> Sheet:
     """The question's solver on these values (as the solver sees them: records, base units),
     with its results checked against the answers' kinds. Raises Reject for an impossible set."""
-    sheet = Sheet(parameters={spec.name: (values[spec.name], spec.unit, spec.label or spec.name)
-                              for spec in question.parameters if isinstance(values.get(spec.name), (int, float))})
+    sheet = sheet_type(parameters={spec.name: (values[spec.name], spec.unit, spec.label or spec.name)
+                                   for spec in question.parameters if isinstance(values.get(spec.name), (int, float))})
     try:
-        solver_function(question)(_Values(values), sheet)
+        with sheet.solving():
+            solver_function(question)(_Values(values), sheet)
     except MissingField as missing:  # an entry this question cannot use: not a solver bug
         raise Reject(f"{question.id} cannot use this entry: {missing}") from None
+    except (ZeroDivisionError, OverflowError) as error:  # on floats; a Sheet's sympy rejects the same as non-finite
+        if sheet_type is Sheet:
+            raise
+        raise Reject(f"{question.id}: {error}") from None
     keys = {a.key for a in question.answers}
     for spec in question.answers:
         if spec.self_graded:
@@ -253,12 +260,13 @@ def _solution(question: Question, code: VariantCode, params: list[Param], sheet:
     return Solution(question, code, params, prompt, sheet, expected, shown)
 
 
-def solve_changed(solution: Solution, catalog: Catalog, changes: dict[str, Any]) -> tuple[list[Param], Sheet]:
+def solve_changed(solution: Solution, catalog: Catalog, changes: dict[str, Any], *,
+                  quick: bool = False) -> tuple[list[Param], Sheet]:
     """This variant's values with `changes` (raw values), every generated parameter that depends
     on them drawn again, solved: sweeps, the what-if explorer, the follow-up. Raises Reject."""
     raw = {p.name: p.raw for p in solution.params} | changes
     return solve_values(solution.question, regenerate(solution.question, raw, set(changes), solution.code.seed),
-                        catalog)
+                        catalog, quick=quick)
 
 
 def revise(solution: Solution, catalog: Catalog, changes: dict[str, Any]) -> Solution:
@@ -298,7 +306,7 @@ def sweep(solution: Solution, catalog: Catalog, parameter: str, answer: str, poi
     curve = []
     for x in sorted(xs):
         try:
-            _, sheet = solve_changed(solution, catalog, {parameter: x})
+            _, sheet = solve_changed(solution, catalog, {parameter: x}, quick=True)
         except Reject:
             continue
         y = unit.from_base(float(sheet.results[answer]))

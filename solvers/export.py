@@ -6,8 +6,11 @@ question in one sheet differ in their answers, not only in their seeds.
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from solvers.answers import Answer
+from solvers.answers.choice import Choice
 from solvers.bank import Bank, Question
 from solvers.conventions import conventions
 from solvers.data import Catalog
@@ -51,9 +54,10 @@ def _answers(solution: Solution) -> tuple:
     return tuple(str(solution.expected[a.key]) for a in solution.question.answers)
 
 
-def variants(bank: Bank, catalog: Catalog, questions: list[Question], count: int, base_seed: int) -> list[Solution]:
+def variants(bank: Bank, catalog: Catalog, questions: list[Question], count: int, base_seed: int,
+             progress: Callable[[int, int], None] | None = None) -> list[Solution]:
     """`count` variants per question from seeds base_seed, base_seed+1, ..., skipping any whose
-    answers repeat an earlier variant's."""
+    answers repeat an earlier variant's. `progress(done, total)` hears of each variant made."""
     if count < 1:
         raise SelectionError("the count must be at least 1")
     if not 0 <= base_seed <= MAX_SEED:
@@ -74,6 +78,8 @@ def variants(bank: Bank, catalog: Catalog, questions: list[Question], count: int
             if _answers(solution) not in seen:
                 seen.add(_answers(solution))
                 sheet.append(solution)
+                if progress is not None:
+                    progress(len(sheet), count * len(questions))
     return sheet
 
 
@@ -92,9 +98,16 @@ def candidate_markdown(solutions: list[Solution]) -> str:
     for number, solution in enumerate(solutions, 1):
         lines += _heading(number, solution) + [solution.prompt, "", "Given:", ""]
         lines += [f"- {param.label}: {param.shown}" for param in solution.problem_data()] + ["", "Answers:", ""]
-        lines += [f"- {a.label}{f' ({a.unit})' if a.unit and a.numeric else ''}:" for a in solution.question.answers]
+        lines += [f"- {_blank(a)}:" for a in solution.question.answers]
         lines.append("")
     return "\n".join(lines)
+
+
+def _blank(answer: Answer) -> str:
+    """An answer's line on the candidate's sheet: its label, and its unit or its options."""
+    if isinstance(answer, Choice):
+        return f"{answer.label} (one of: {' / '.join(answer.choices)})"
+    return f"{answer.label}{f' ({answer.unit})' if answer.unit and answer.numeric else ''}"
 
 
 def key_markdown(solutions: list[Solution]) -> str:

@@ -85,7 +85,7 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec) -> Solution
 
     def side(value) -> str | None:  # the scan solves only: no prompt, no listing; None: no valid variant
         try:
-            _, sheet = solve_changed(solution, catalog, {spec.name: value})
+            _, sheet = solve_changed(solution, catalog, {spec.name: value}, quick=True)
         except Reject:
             return None
         return sheet.regime.name if sheet.regime is not None else None

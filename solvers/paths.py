@@ -26,3 +26,13 @@ def user_config_dir() -> Path:
     from platformdirs import user_config_dir as platform_config_dir
 
     return Path(platform_config_dir("infradrill"))
+
+
+def user_cache_dir() -> Path:
+    """Where the parsed bank is cached between runs (INFRADRILL_CACHE_DIR overrides)."""
+    override = os.environ.get("INFRADRILL_CACHE_DIR")
+    if override:
+        return Path(override)
+    from platformdirs import user_cache_dir as platform_cache_dir
+
+    return Path(platform_cache_dir("infradrill"))

@@ -92,7 +92,18 @@ def declared(name: str, text: str, parameters: set[str]) -> Constraint:
     except SyntaxError as error:
         raise ConstraintError(f"not an expression: {error.msg}") from None
     _check_syntax(tree, parameters)
-    return Constraint(name, text, lambda values: None if _evaluate(tree, values) else f"{name}: {text} fails")
+    return Constraint(name, text, _Declared(name, text, tree))
+
+
+@dataclass(frozen=True)
+class _Declared:
+    """A declared constraint's check: a value (not a closure) so that a parsed question can be cached."""
+    name: str
+    text: str
+    tree: ast.Expression
+
+    def __call__(self, values: Mapping[str, Any]) -> str | None:
+        return None if _evaluate(self.tree, values) else f"{self.name}: {self.text} fails"
 
 
 # Bank-wide rules ---------------------------------------------------------------------------------

@@ -47,13 +47,20 @@ _COUNT_NOUNS = (
     "frame frames overflow overflows postmortem postmortems link links rank ranks"
 )
 _atom(_COUNT_NOUNS, 1.0, DIMENSIONLESS)
+# Numerics: factors of two of dynamic range, signal-to-noise ratios and score gaps (log scales, read as typed).
+_atom("binade binades nat nats", 1.0, DIMENSIONLESS)
+_atom("dB", 1.0, DIMENSIONLESS)
 _SINGULAR = {noun: noun[:-1] for noun in _COUNT_NOUNS.split() if noun.endswith("s") and noun[:-1] in _ATOMS}
 # Rates people write as one word: "TFLOPS", "Gbps", "GBps".
 _atom("FLOPS", 1.0, (0, 1, -1, 0, 0))
 _atom("bps", 1 / 8, (1, 0, -1, 0, 0))
 _atom("Bps", 1.0, (1, 0, -1, 0, 0))
+_atom("rps qps", 1.0, (0, 0, -1, 0, 0))  # requests (queries) per second
+# Binary sizes typed in lower case mean bytes ("gib"), whatever the case says about bits.
+for _power, _name in enumerate(("kib", "mib", "gib", "tib"), start=1):
+    _atom(_name, 2.0 ** (10 * _power), _BYTE)
 
-_SI = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+_SI = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "Z": 1e21,
        "m": 1e-3, "u": 1e-6, "µ": 1e-6, "μ": 1e-6, "n": 1e-9}
 _IEC = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
 # Prefixes may stand alone on a number: "6.2k", "1.5M tokens", "3 bn".
@@ -117,6 +124,8 @@ def parse_unit(text: str) -> Unit:
     scale, dim = 1.0, DIMENSIONLESS
     for index, part in enumerate(parts):
         tokens = [t for t in _PRODUCT.split(part) if t]
+        if not tokens and index == 0 and len(parts) > 1:
+            continue  # "/s": per second, of whatever the box counts
         if not tokens:
             raise UnitError(f"malformed unit '{raw}'")
         for token in tokens:

@@ -9,6 +9,8 @@ import pytest
 os.environ["INFRADRILL_CONFIG_DIR"] = tempfile.mkdtemp(prefix="infradrill-config-")
 # ...nor the developer's own progress store.
 os.environ["INFRADRILL_DATA_DIR"] = tempfile.mkdtemp(prefix="infradrill-data-")
+# ...nor its cache of the parsed bank.
+os.environ["INFRADRILL_CACHE_DIR"] = tempfile.mkdtemp(prefix="infradrill-cache-")
 
 from solvers.bank import load_bank
 from solvers.data import load_catalog

@@ -105,3 +105,19 @@ def test_solve_reads_only_its_question_and_what_it_requires(capsys, monkeypatch)
     code, out, _ = run_cli(capsys, "solve", "paged-block-size", "--default")
     assert code == 0 and "paged-block-size@default" in out
     assert sorted(read) == ["kv-bytes-per-token", "paged-block-size"]
+
+
+def test_version_prints_the_installed_version(capsys):
+    from importlib.metadata import version
+
+    code, out, _ = run_cli(capsys, "--version")
+    assert code == 0 and out.strip() == f"infradrill {version('infradrill')}"
+
+
+def test_check_json_gives_each_grade_and_the_exit_code(capsys):
+    code, out, _ = run_cli(capsys, "check", "kv-bytes-per-token", "--default", "kv_per_token=320 KiB", "--json")
+    data = json.loads(out)
+    assert code == 1 and data["code"] == "kv-bytes-per-token@default" and data["correct"] is False
+    first = data["answers"][0]
+    assert (first["key"], first["typed"], first["verdict"]) == ("kv_per_token", "320 KiB", "correct")
+    assert {a["verdict"] for a in data["answers"][1:]} == {"unparsed"}  # not given: nothing to read

@@ -1,13 +1,16 @@
 """`infradrill export`: candidate sheet and answer key in Markdown, JSON, and bad input."""
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections import defaultdict
 
 import pytest
 
+from solvers.export import variants
 from tests.test_cli import run_cli
+from tui import cli
 
 
 def test_markdown_sheet_and_key(tmp_path, capsys):
@@ -21,7 +24,9 @@ def test_markdown_sheet_and_key(tmp_path, capsys):
     assert len(headings) == 4 and headings == re.findall(r"^## \d+\. (.+)$", key, re.M)
     codes = re.findall(r"Variant `([^`]+)`", candidate)
     assert codes == re.findall(r"Variant `([^`]+)`", key) and len(set(codes)) == 4
-    assert "Regime" not in candidate and "capacity-limited" not in candidate  # no answers on the candidate's sheet
+    # No answers on the candidate's sheet: a choice's options are listed, never which one holds.
+    assert "Regime" not in candidate and "capacity-limited" not in candidate.replace(
+        "(one of: capacity-limited / latency-limited)", "")
     assert key.count("### Regime:") == 4 and "$KV_{tok} = " in key  # formulas as LaTeX
 
 
@@ -72,7 +77,7 @@ def _anki_notes(path):
 
 def test_anki_deck_has_one_note_per_variant_with_stable_ids(tmp_path, capsys):
     for name in ("first", "second"):
-        code, _, _ = run_cli(capsys, "export", "--group", "F", "--count", "2", "--format", "anki",
+        code, _, _ = run_cli(capsys, "export", "--group", "F", "--count", "2", "--format", "anki", "--seed", "1",
                              "--out", str(tmp_path / name))
         assert code == 0
     first, second = _anki_notes(tmp_path / "first.apkg"), _anki_notes(tmp_path / "second.apkg")
@@ -106,3 +111,50 @@ def test_the_candidate_sheet_gives_every_parameter_the_app_shows(variant):
     sheet = candidate_markdown([solution])
     assert all(f"- {param.label}: {param.shown}" in sheet for param in solution.problem_data())
     assert any(param.name == "weight_dtype" for param in solution.problem_data())
+
+
+def test_progress_hears_of_every_variant_in_order(bank, catalog):
+    heard = []
+    questions = [bank.get("kv-bytes-per-token"), bank.get("weight-read-intensity")]
+    sheet = variants(bank, catalog, questions, 3, 1, progress=lambda done, total: heard.append((done, total)))
+    assert heard == [(n, 6) for n in range(1, 7)] and len(sheet) == 6
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_long_export_draws_a_bar_on_a_terminal_and_nothing_elsewhere(monkeypatch):
+    clock = iter([0.0, 0.5, 2.0])
+    terminal = _Terminal()
+    monkeypatch.setattr(cli.sys, "stderr", terminal)
+    with cli._progress("Solving variants", clock=lambda: next(clock)) as update:
+        update(1, 4)  # half a second in: no bar yet
+        assert terminal.getvalue() == ""
+        update(2, 4)
+        update(4, 4)
+    assert "Solving variants" in terminal.getvalue()
+    piped = io.StringIO()
+    monkeypatch.setattr(cli.sys, "stderr", piped)
+    with cli._progress("Solving variants", after=0) as update:
+        update(4, 4)
+    assert piped.getvalue() == ""
+
+
+def test_an_export_to_standard_output_and_its_seeds_cannot_be_guessed(capsys):
+    """Seeds 1, 2, 3 let a candidate look every variant of the sheet up in the app."""
+    code, out, _ = run_cli(capsys, "export", "kv-bytes-per-token", "--count", "2", "--format", "json", "--out", "-")
+    first = [v["code"] for v in json.loads(out)]
+    _, again, _ = run_cli(capsys, "export", "kv-bytes-per-token", "--count", "2", "--format", "json", "--out", "-")
+    assert code == 0 and len(first) == 2 and first != [v["code"] for v in json.loads(again)]
+    assert all(int(c.split("@")[1]) > 1000 for c in first)
+    code, out, _ = run_cli(capsys, "export", "kv-bytes-per-token", "--count", "1", "--seed", "5", "--out", "-")
+    assert code == 0 and out.startswith("# Answer key") and "kv-bytes-per-token@5" in out
+    assert run_cli(capsys, "export", "--format", "anki", "--out", "-")[0] == 2
+
+
+def test_the_candidate_sheet_lists_a_choice_answers_options(tmp_path, capsys):
+    run_cli(capsys, "export", "kv-bytes-per-token", "--count", "1", "--out", str(tmp_path / "s"))
+    assert "What caps concurrency? (one of: capacity-limited / latency-limited):" in (
+        tmp_path / "s-candidate.md").read_text()

@@ -37,6 +37,13 @@ from solvers.units import DIMENSIONLESS, UnitError, format_number, format_quanti
     ("$8,738/GPU", 8738, "$/GPU"),
     ("−3", -3, None),
     (".5", 0.5, None),
+    ("120 rps", 120, "rps"),  # rates as people write them
+    ("35 qps", 35, "qps"),
+    ("48 tok/s", 48, "tok/s"),
+    ("7 /s", 7, "/s"),
+    ("3 kib", 3 * 2**10, "kib"),  # lower-case binary sizes mean bytes
+    ("1.5 gib", 1.5 * 2**30, "gib"),
+    ("2.4 ZFLOP", 2.4e21, "ZFLOP"),
 ])
 def test_accepts_what_people_type(text, value, unit):
     quantity = parse_quantity(text)

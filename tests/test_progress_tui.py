@@ -27,6 +27,12 @@ async def _drill_and_rate():
         assert app.screen.mode == "drill" and question.group == "F"  # new users start with group F
         await reveal(app, pilot, ("ctrl+s", "ctrl+s"))  # give up: reveal with empty answers
         suggested = int(app.screen.submitted.suggested)
+        keys = str(app.screen.query_one("#rating").content)
+        assert "1 Again 1m" in keys and "3 Good 10m" in keys  # each key shows the interval it gives
+        await pilot.press("2", "u")  # Hard, then undone: back to the suggestion
+        assert (app.screen.rating, app.screen.rated) == (suggested, False)
+        assert app.screen.infradrill.loaded_drill.reviewer.store.attempt(app.screen.submitted.attempt.uid).rating \
+            == suggested
         await pilot.press("3")
         return question.id, suggested, app.screen.submitted.attempt.uid
 

@@ -195,6 +195,29 @@ def test_rating_an_older_attempt_replays_the_log(store):
     assert all(b.card_before == a.card_after for a, b in zip(log, log[1:]))
 
 
+def test_each_rating_previews_the_interval_it_gives_and_the_preview_does_not_move_with_the_choice(store):
+    reviewer = Reviewer(store)
+    done = submit(reviewer)
+    intervals = reviewer.intervals(done.attempt.uid)
+    assert intervals[1] == timedelta(minutes=1) and intervals[3] == timedelta(minutes=10)  # the learning steps
+    assert intervals[1] < intervals[2] < intervals[3] < intervals[4] and intervals[4] >= timedelta(days=1)
+    for rating in (A, H, G, E):
+        reviewer.rate(done.attempt.uid, rating)
+        assert store.card("q").due - T0 == intervals[int(rating)]  # what the key said is what it gave
+        assert reviewer.intervals(done.attempt.uid) == intervals
+    assert reviewer.intervals(submit(reviewer, schedule=False).attempt.uid) == {}
+
+
+@pytest.mark.parametrize("delta, text", [
+    (timedelta(seconds=20), "1m"), (timedelta(minutes=10), "10m"), (timedelta(hours=3), "3h"),
+    (timedelta(days=4), "4d"), (timedelta(days=75), "2.5mo"), (timedelta(days=60), "2mo"),
+    (timedelta(days=438), "1.2y")])
+def test_intervals_read_as_anki_prints_them(delta, text):
+    from tui.render import interval_text
+
+    assert interval_text(delta) == text
+
+
 def test_rating_an_attempt_that_was_not_scheduled(store):
     done = submit(Reviewer(store), schedule=False)
     assert Reviewer(store).rate(done.attempt.uid, G) is None

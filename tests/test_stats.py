@@ -5,11 +5,16 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
 
+from fsrs import Card, State
+
 from practice.records import AnswerRecord, Attempt
 from practice.review import DueSummary
 from practice.stats import (
+    SlipTally,
     accuracy_by_group,
     accuracy_by_topic,
+    card_states,
+    forecast,
     format_summary,
     heatmap_text,
     heatmap_weeks,
@@ -91,20 +96,55 @@ def test_accuracy_by_group_and_topic():
 
 
 def test_top_slips_and_weakest():
-    assert top_slips(ATTEMPTS) == [(X2, 3), (X8, 1)]
-    assert top_slips(ATTEMPTS, limit=1) == [(X2, 3)]
+    assert top_slips(ATTEMPTS) == [SlipTally(X2, 3, 3, 0), SlipTally(X8, 1, 1, 0)]
+    assert top_slips(ATTEMPTS, limit=1) == [SlipTally(X2, 3, 3, 0)]
+    later = [*ATTEMPTS, attempt("roof", T0 + timedelta(days=20), RIGHT, WRONG_X2)]  # k0 put right, k1 now slips
+    assert top_slips(later)[0] == SlipTally(X2, 4, 4, 1)
     assert lowest_retrievability({"a": 0.9, "b": 0.4, "c": 0.4, "d": 0.7}, limit=3) == [
         ("b", 0.4), ("c", 0.4), ("d", 0.7)]
 
 
+def card(state: State, due: datetime) -> Card:
+    return Card(state=state, due=due, stability=5.0, difficulty=5.0, step=0 if state != State.Review else None,
+                last_review=due - timedelta(days=1))
+
+
+def test_cards_by_state_and_the_forecast_of_reviews_due():
+    now = T0 + timedelta(hours=3)
+    cards = {"kv": card(State.Learning, now - timedelta(minutes=5)),  # overdue: counts today
+             "roof": card(State.Review, now + timedelta(days=2)), "gone": card(State.Relearning, now)}
+    assert card_states(cards, ["kv", "roof", "batch"]) == {"new": 1, "learning": 1, "review": 1, "relearning": 1}
+    days = forecast(cards, now, UTC, days=4)
+    assert days == [(date(2025, 3, 3), 2), (date(2025, 3, 4), 0), (date(2025, 3, 5), 1), (date(2025, 3, 6), 0)]
+
+
+def test_a_card_in_its_learning_steps_is_not_ranked_by_retrievability():
+    """Seven cards due in their learning steps all read 100%: the ranking showed nothing but them."""
+    now = T0 + timedelta(days=16)
+    cards = {"kv": card(State.Learning, now), "roof": card(State.Review, now + timedelta(days=3))}
+    summary = summarize(ATTEMPTS, QUESTIONS, {"kv": 0.9999, "roof": 0.62}, now, UTC, cards=cards)
+    assert summary.weakest == [("roof", 0.62)]
+    assert "roof   62.0%" in format_summary(summary) and "kv " not in format_summary(summary).split("(cards")[1]
+
+
+def test_retention_bars_are_on_a_zero_to_hundred_percent_scale():
+    """One week at 33% was drawn as a full-width block (a sparkline scales to its own range)."""
+    week = [attempt("kv", T0, RIGHT), attempt("kv", T0, WRONG_X2), attempt("roof", T0, WRONG_X8)]
+    text = format_summary(summarize(week, QUESTIONS, {}, T0, UTC))
+    bar = next(line for line in text.splitlines() if "week of 2025-03-03" in line).split("of 3")[1].strip()
+    assert bar.startswith("██████") and len(bar) == 7  # a third of 20 cells, in eighths: 6⅝
+
+
 def test_summary_text_and_json():
     now = T0 + timedelta(days=16)
-    summary = summarize(ATTEMPTS, QUESTIONS, {"kv": 0.8, "roof": 0.3}, now, UTC, DueSummary(2, 3, 4, 1), mocks=1)
+    summary = summarize(ATTEMPTS, QUESTIONS, {"kv": 0.8, "roof": 0.3}, now, UTC, DueSummary(2, 3, 4, 1), mocks=1,
+                        cards={"kv": card(State.Review, now), "roof": card(State.Review, now)})
     assert (summary.attempts, summary.days, summary.first) == (5, 3, date(2025, 3, 3))
     text = format_summary(summary)
     for expected in ("5 attempt(s) on 3 day(s) since 2025-03-03; 1 mock interview(s)", "Due now 2, today 3",
                      "week of 2025-03-17", "Accuracy by group", "Accuracy by topic", f"3×  {X2}",
-                     "roof   30%", "Reviews per day"):
+                     "roof   30.0%", "put right 0 of 3", "Cards: 1 new, 0 learning, 2 review",
+                     "Reviews due, next 14 days", "Reviews per day"):
         assert expected in text, expected
     data = json.loads(json.dumps(summary_dict(summary)))
     assert data["attempts"] == 5 and data["due"] == {"now": 2, "today": 3, "new_today": 4}

@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from rich.console import Console
+from textual.command import CommandList, CommandPalette
 from textual.widgets import DataTable, Input
 
 import tui.service
@@ -145,18 +149,38 @@ def test_variant_code_opens_exactly_that_variant():
     asyncio.run(_variant_code())
 
 
+async def _palette_pick(app, pilot, typed: str, first_hit: str) -> None:
+    """Open the palette, type, wait until `first_hit` leads the list (the search runs in a task), take it."""
+    await pilot.press("ctrl+p")
+    await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
+    await pilot.press(*typed)
+    hits = app.screen.query_one(CommandList)
+
+    def leading() -> bool:
+        return hits.option_count > 0 and first_hit in str(hits.get_option_at_index(0).prompt)
+
+    await wait_for(pilot, leading)
+    await pilot.press("enter")
+
+
 async def _palette():
     async with running_app() as (app, pilot):
-        await pilot.press("ctrl+p")
-        await pilot.press(*"block-count")
-        await pilot.pause(0.5)
-        await pilot.press("enter")
+        await _palette_pick(app, pilot, "block-count", "kv-cache-block-count")
         await wait_for(pilot, lambda: question_ready(app))
         return app.screen.solution.question.id
 
 
 def test_command_palette_finds_a_question():
     assert asyncio.run(_palette()) == "kv-cache-block-count"
+
+
+def test_command_palette_offers_the_apps_actions():
+    async def scenario():
+        async with running_app() as (app, pilot):
+            await _palette_pick(app, pilot, "statistics", "Statistics")
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "StatsScreen")
+
+    asyncio.run(scenario())
 
 
 async def _giving_up_needs_a_second_submit():
@@ -198,17 +222,28 @@ def test_a_broken_question_file_gives_a_notice_and_the_rest_loads(tmp_path):
     assert "could not be loaded" in status
 
 
+async def _open_what_if(app, pilot, question_id: str):
+    await open_default(app, pilot, question_id)
+    await reveal(app, pilot, ("ctrl+s", "ctrl+s"))
+    await pilot.press("w")
+    await wait_for(pilot, lambda: type(app.screen).__name__ == "WhatIfScreen")
+    screen = app.screen
+    await wait_for(pilot, lambda: screen.solved == screen.asked)
+    return screen
+
+
+async def _press_and_wait(pilot, screen, key: str) -> None:
+    """A move is solved in a worker: wait until its result is on screen."""
+    await pilot.press(key)
+    await wait_for(pilot, lambda: screen.solved == screen.asked)
+
+
 async def _what_if_flips_the_regime():
     async with running_app() as (app, pilot):
-        await open_default(app, pilot, "weight-read-intensity")
-        await reveal(app, pilot, ("ctrl+s", "ctrl+s"))
-        await pilot.press("w")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "WhatIfScreen")
-        screen = app.screen
+        screen = await _open_what_if(app, pilot, "weight-read-intensity")
         seen = [screen.solution.sheet.regime.name]
         for _ in range(12):  # decode batch: 32 -> x1.41 per press, past the ~455 where 512-token contexts cross
-            await pilot.press("right")
-            await pilot.pause(0.05)
+            await _press_and_wait(pilot, screen, "right")
             seen.append(screen.solution.sheet.regime.name)
         tokens = screen.solution.param("batch").raw
         return seen, tokens, str(screen.query_one("#whatif-regime").content)
@@ -218,6 +253,28 @@ def test_what_if_explorer_steps_a_parameter_across_the_regime_boundary():
     seen, tokens, regime_text = asyncio.run(_what_if_flips_the_regime())
     assert seen[0] == "memory-bound" and seen[-1] == "compute-bound"
     assert tokens > 455 and "compute-bound" in regime_text
+
+
+def test_what_if_selects_every_parameter_and_steps_a_choice_through_its_options():
+    """Up and down pick a parameter (the scroll container used to take them); a GPU, a model or a dtype
+    moves to its next option, and the chart still sweeps the question's own parameter."""
+    async def scenario():
+        async with running_app() as (app, pilot):
+            screen = await _open_what_if(app, pilot, "weight-read-intensity")
+            names = [spec.name for spec in screen.specs]
+            assert names == [p.name for p in screen.solution.question.parameters]
+            while screen.specs[screen.selected].name != "gpu":
+                await _press_and_wait(pilot, screen, "up")
+            await _press_and_wait(pilot, screen, "right")
+            console = Console(width=80, record=True, file=io.StringIO())
+            console.print(screen.query_one("#whatif-params").content)
+            rows = console.export_text()
+            return screen.solution.param("gpu").raw, screen.points, rows
+
+    gpu, points, rows = asyncio.run(scenario())
+    assert gpu == "h200-sxm"  # the option after the default h100-sxm
+    selected = [line for line in rows.splitlines() if line.startswith("▶")]
+    assert points and len(selected) == 1 and "GPU" in selected[0] and "H200" in selected[0]
 
 
 async def _interviewer_reveals_step_by_step():
@@ -322,5 +379,27 @@ def test_a_question_opens_at_its_prompt_with_the_first_answer_box_focused():
             body = app.screen.query_one("#question-body")
             await wait_for(pilot, lambda: body.scroll_y == 0 and body.max_scroll_y > 0)
             assert isinstance(app.screen.focused, Input) and app.screen.focused.id == "answer-kv_per_token"
+
+    asyncio.run(scenario())
+
+
+def test_a_key_pressed_while_the_bank_loads_opens_its_screen_once_it_is_in(monkeypatch):
+    """`r` pressed right after launch used to say "still loading" and do nothing: the key was lost."""
+    release = threading.Event()
+    load = tui.service.Drill.load
+
+    def slow_load(*args, **kwargs):
+        release.wait(30)
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(tui.service.Drill, "load", staticmethod(slow_load))
+
+    async def scenario():
+        app = InfradrillApp()
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("r")
+            assert app.drill is None and not isinstance(app.screen, QuestionScreen)
+            release.set()
+            await wait_for(pilot, lambda: question_ready(app))
 
     asyncio.run(scenario())

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from textual import work
 from textual.app import App
 from textual.binding import Binding
-from textual.command import Hit, Hits, Provider
+from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.notifications import SeverityLevel
 
 from tui.modes import Mode
@@ -47,6 +47,34 @@ class QuestionCommands(Provider):
                           help="open a fresh variant")
 
 
+class ActionCommands(Provider):
+    """Command palette: the app's own actions, as posting's palette offers them."""
+
+    ACTIONS = (
+        ("Drill what is due", "action_drill", "the next due review, else a new question"),
+        ("Browse the bank", "action_browse", "every question, by group and topic"),
+        ("Random question", "action_random_question", "a fresh variant of any question"),
+        ("Enter a variant code", "action_enter_code", "exactly the variant a code names"),
+        ("Mock interview", "action_mock", "questions across topics against the clock"),
+        ("Past mock interviews", "action_past_mocks", "score sheets of earlier mocks"),
+        ("Statistics", "action_stats", "reviews, retention, slips, the forecast"),
+        ("Conventions card", "action_conventions", "the counting rules every question assumes"),
+        ("Help", "action_help", "keys and how grading works"),
+    )
+
+    async def discover(self) -> Hits:
+        """Listed as soon as the palette opens, before anything is typed."""
+        for title, action, help_text in self.ACTIONS:
+            yield DiscoveryHit(title, getattr(self.app, action), text=title, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for title, action, help_text in self.ACTIONS:
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(score, matcher.highlight(title), getattr(self.app, action), text=title, help=help_text)
+
+
 @dataclass
 class FirstRound:
     """A question's first round, submitted and saved, while its follow-up is asked."""
@@ -75,7 +103,7 @@ class MockRun:
 
 class InfradrillApp(App):
     TITLE = "infradrill"
-    COMMANDS = App.COMMANDS | {QuestionCommands}
+    COMMANDS = App.COMMANDS | {ActionCommands, QuestionCommands}
     BINDINGS = [
         Binding("f1", "help", "Help"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
@@ -88,6 +116,7 @@ class InfradrillApp(App):
         super().__init__()
         self.drill: Drill | None = None
         self.mock: MockRun | None = None  # the mock interview in progress
+        self._pending: Callable[[], None] | None = None  # an action asked for while the bank loads
 
     def on_mount(self) -> None:
         self.push_screen(HomeScreen())
@@ -112,8 +141,11 @@ class InfradrillApp(App):
 
     def _loaded(self, drill: Drill) -> None:
         self.drill = drill
+        pending, self._pending = self._pending, None
         if isinstance(self.screen, HomeScreen):
             self.screen.refresh_status()
+            if pending is not None:  # asked for during the load, from this screen
+                pending()
         for problem in drill.problems:
             self.notify(problem, title="Not loaded", severity="warning", timeout=15)
         for notice in drill.notices:
@@ -126,20 +158,26 @@ class InfradrillApp(App):
             raise RuntimeError("the bank is not loaded yet")
         return self.drill
 
-    def _bank_ready(self) -> Drill | None:
+    def _bank_ready(self, then: Callable[[], None] | None = None) -> Drill | None:
+        """The drill once loaded; before that None, and `then` (the action asked for) runs when
+        the bank is in, so a key pressed during the load is not lost."""
         if self.drill is None:
-            self.notify("Still loading the bank…")
+            if then is not None:
+                self._pending = then
+                self.notify("Loading the bank: this opens as soon as it is in.")
+            else:
+                self.notify("Still loading the bank…")
         return self.drill
 
     # Actions bound on the screens ------------------------------------------------------
     def action_browse(self) -> None:
         from tui.screens.browse import BrowseScreen
 
-        if (drill := self._bank_ready()) is not None:
+        if (drill := self._bank_ready(then=self.action_browse)) is not None:
             self.push_screen(BrowseScreen(drill.questions()))
 
     def action_random_question(self) -> None:
-        if (drill := self._bank_ready()) is not None and drill.bank.questions:
+        if (drill := self._bank_ready(then=self.action_random_question)) is not None and drill.bank.questions:
             self.open_question(drill.rng.choice(sorted(drill.bank.questions)))
 
     def action_enter_code(self) -> None:
@@ -158,7 +196,7 @@ class InfradrillApp(App):
 
     def action_drill(self, replace: bool = False) -> None:
         """The next question the schedule wants: due reviews first, then new ones."""
-        if (drill := self._bank_ready()) is None:
+        if (drill := self._bank_ready(then=self.action_drill)) is None:
             return
         if drill.reviewer is None:
             self.notify("Drilling needs the progress store, which could not be opened.", severity="error")
@@ -176,7 +214,7 @@ class InfradrillApp(App):
         """A mock interview: questions across topics, a clock per question, no hints, a score sheet."""
         from practice.review import pick_mock
 
-        if (drill := self._bank_ready()) is None or drill.reviewer is None:
+        if (drill := self._bank_ready(then=self.action_mock)) is None or drill.reviewer is None:
             return
         questions = pick_mock(drill.bank.questions.values(), self.mock_questions, drill.rng)
         mock_id = drill.reviewer.store.start_mock(len(questions), self.mock_budget_seconds)
@@ -188,7 +226,7 @@ class InfradrillApp(App):
     def action_past_mocks(self) -> None:
         from tui.screens.mock import PastMocksScreen
 
-        if (drill := self._bank_ready()) is not None and drill.reviewer is not None:
+        if (drill := self._bank_ready(then=self.action_past_mocks)) is not None and drill.reviewer is not None:
             self.push_screen(PastMocksScreen(drill.reviewer.store))
 
     def _next_mock_question(self, mock: MockRun) -> None:
@@ -205,7 +243,7 @@ class InfradrillApp(App):
     def action_stats(self) -> None:
         from tui.screens.stats import StatsScreen
 
-        if (drill := self._bank_ready()) is not None and drill.reviewer is not None:
+        if (drill := self._bank_ready(then=self.action_stats)) is not None and drill.reviewer is not None:
             self.push_screen(StatsScreen(drill.reviewer, drill.bank.questions))
 
     def action_help(self) -> None:

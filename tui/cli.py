@@ -8,7 +8,9 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
@@ -37,6 +39,46 @@ def _write_whole(target: Path, content: str | Callable[[Path], None]) -> None:
         _fail(f"cannot write {target}: {error.strerror or error}")
 
 
+@contextmanager
+def _progress(label: str, *, after: float = 1.0,
+              clock: Callable[[], float] = time.monotonic) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on standard error for work that runs past `after` seconds; silent when
+    standard error is not a terminal (a pipe, a log, a test)."""
+    if not sys.stderr.isatty():
+        yield lambda done, total: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    started = clock()
+    bar = Progress(console=Console(file=sys.stderr), transient=True)
+    task = None
+
+    def update(done: int, total: int) -> None:
+        nonlocal task
+        if task is None:
+            if clock() - started < after:
+                return
+            bar.start()
+            task = bar.add_task(label, total=total)
+        bar.update(task, completed=done)
+
+    try:
+        yield update
+    finally:
+        if task is not None:
+            bar.stop()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("infradrill")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def _stop_slow_solve(signum: int, frame: object) -> NoReturn:
     _fail(f"solving this variant took over {SOLVE_SECONDS} s and was stopped (its overrides are probably "
           "far from any real system)")
@@ -49,6 +91,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="infradrill", description="Drill LLM inference and AI infrastructure interview questions.")
+    parser.add_argument("--version", action="version", version=f"infradrill {_version()}")
     parser.add_argument("--data-dir", metavar="DIR",
                         help="where progress is kept (default: $INFRADRILL_DATA_DIR, else the user data directory)")
     commands = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -68,6 +111,7 @@ def _build_parser() -> argparse.ArgumentParser:
             form.add_argument("--markdown", action="store_true")
         else:
             sub.add_argument("answers", nargs="*", metavar="KEY=ANSWER", help="e.g. kv_per_token='320 KiB'")
+            sub.add_argument("--json", action="store_true", help="machine-readable grades")
     stats = commands.add_parser("stats", help="a summary of your progress")
     stats.add_argument("--json", action="store_true", help="machine-readable output")
     progress = commands.add_parser("progress", help="move progress between machines (JSON), or check it")
@@ -86,11 +130,13 @@ def _build_parser() -> argparse.ArgumentParser:
     sheet.add_argument("--topic", help="only this topic")
     sheet.add_argument("--difficulty", type=int, help="only this difficulty")
     sheet.add_argument("--count", type=int, default=3, help="variants per question (default 3)")
-    sheet.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
+    sheet.add_argument("--seed", type=int, help="first seed (default: a random one, so that a candidate cannot "
+                                                "look the variants up from their codes)")
     sheet.add_argument("--format", choices=("markdown", "json", "anki"), default="markdown")
     sheet.add_argument("--out", default="infradrill-sheet",
                        help="markdown: OUT-candidate.md and OUT-key.md; json: OUT.json; anki: OUT.apkg "
-                            "(default infradrill-sheet)")
+                            "(default infradrill-sheet); '-' writes JSON or the answer key's Markdown to "
+                            "standard output")
     sheet.add_argument("--force", action="store_true", help="overwrite existing files")
     check = commands.add_parser("validate", help="check question files (default: the whole bank)")
     check.add_argument("paths", nargs="*", metavar="PATH", help="question files or folders")
@@ -192,6 +238,13 @@ def cmd_check(args: argparse.Namespace) -> int:
             _fail(f"{solution.question.id} has no answer '{key}' (it has: {', '.join(keys)})")
         answers[key] = text
     grades = solution.grade(answers)
+    if args.json:
+        print(json.dumps({"code": str(solution.code), "correct": all(g.correct for g in grades),
+                          "answers": [{"key": key, "typed": typed, "expected": expected, "error": error,
+                                       "verdict": verdict, "note": note}
+                                      for key, (_, typed, expected, error, verdict, note)
+                                      in zip((g.key for g in grades), grade_rows(solution, grades))]}, indent=2))
+        return 0 if all(g.correct for g in grades) else 1
     rows = [("answer", "yours", "expected", "error", "verdict", "note"), *grade_rows(solution, grades)]
     widths = [max(len(row[i]) for row in rows) for i in range(6)]
     print(f"{solution.question.title}  [{solution.code}]")
@@ -226,7 +279,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         reviewer = Reviewer(store, bank.questions.values(), ReviewSettings.load(store))
         now = now_utc()
         summary = summarize(store.attempts(), bank.questions, reviewer.retrievability(now), now, reviewer.tz,
-                            reviewer.summary(now), mocks=len(store.mocks()))
+                            reviewer.summary(now), mocks=len(store.mocks()), cards=store.cards())
         if args.json:
             print(json.dumps(summary_dict(summary), indent=2))
         else:
@@ -302,9 +355,12 @@ def _import(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Candidate sheet + answer key (Markdown) or JSON; never overwrites unless --force."""
+    import secrets
     from pathlib import Path
 
+    from solvers.engine import MAX_SEED
     from solvers.export import (
+        MAX_TRIES,
         Selection,
         SelectionError,
         as_json,
@@ -317,17 +373,29 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     if not 1 <= args.count <= MAX_EXPORT_COUNT:
         _fail(f"--count must be between 1 and {MAX_EXPORT_COUNT} variants per question")
+    to_stdout = args.out == "-"
+    if to_stdout and args.format == "anki":
+        _fail("an Anki deck is a file: give --out a file name")
     out = Path(args.out)
-    if not out.name or out.name in (".", "..") or out.is_dir():
+    if to_stdout:
+        pass
+    elif not out.name or out.name in (".", "..") or out.is_dir():
         _fail(f"--out '{args.out}' names no file: give a file name such as week-1")
     if not out.parent.is_dir():
         _fail(f"cannot write {out}: no directory {out.parent}")
     bank, catalog = _load()
+    # Seeds a candidate holding the sheet cannot guess (1, 2, 3 could be looked up in the app).
+    seed = args.seed if args.seed is not None else secrets.randbelow(MAX_SEED - MAX_TRIES * args.count)
     try:
         questions = select(bank, Selection(tuple(args.ids), args.group, args.topic, args.difficulty))
-        solutions = variants(bank, catalog, questions, args.count, args.seed)
+        with _progress("Solving variants") as progress:
+            solutions = variants(bank, catalog, questions, args.count, seed, progress)
     except SelectionError as error:
         _fail(str(error))
+    if to_stdout:
+        sys.stdout.write(json.dumps(as_json(solutions), indent=2) + "\n" if args.format == "json"
+                         else key_markdown(solutions))
+        return 0
     base = out.with_suffix("") if out.suffix in (".md", ".json", ".apkg") else out
     outputs: dict[Path, str | None]  # a file and its text; None: genanki writes the file itself
     if args.format == "anki":

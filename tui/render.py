@@ -1,6 +1,7 @@
 """Rich renderables for a solved variant: grade table, derivation steps, regime panel."""
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from rich.console import Group
@@ -97,3 +98,18 @@ def notes(solution: Solution) -> Group:
     lines += [Text(""), Text("References", style="bold")]
     lines += [Text(f" • {r}") for r in solution.question.references]
     return Group(*lines)
+
+
+def interval_text(delta: timedelta) -> str:
+    """A review interval as Anki prints it on a rating key: 1m, 10m, 3h, 4d, 2.5mo, 1.2y."""
+    minutes = delta.total_seconds() / 60
+    if minutes < 60:
+        return f"{max(1, round(minutes))}m"
+    if minutes < 24 * 60:
+        return f"{round(minutes / 60)}h"
+    days = minutes / (24 * 60)
+    if days < 30:
+        return f"{round(days)}d"
+    if days < 365:
+        return f"{days / 30:.1f}".rstrip("0").rstrip(".") + "mo"
+    return f"{days / 365:.1f}".rstrip("0").rstrip(".") + "y"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side
+from solvers.derivation import Reject, Sheet, Side, ceil_of
 from solvers.topics.common import dtype_bytes, hbm_bytes, model_params, peak_flops
 from solvers.units import format_number, format_quantity
 
@@ -158,10 +158,10 @@ def _job_size(s: Sheet, need: sympy.Symbol, rule: str) -> tuple[sympy.Expr, symp
     """(job size, the next smaller size under the rule, the rule in words): the smallest size the
     lab's rule allows that covers the need."""
     if rule == "next-power-of-two":
-        job = 2 ** sympy.ceiling(sympy.log(need, 2))
+        job = 2 ** ceil_of(sympy.log(need, 2))
         return job, job / 2, "next-power-of-two"
     U = s.param("U", "pod") if rule == "whole-pods" else s.param("U", "block")
-    job = U * sympy.ceiling(need / U)
+    job = U * ceil_of(need / U)
     return job, job - U, rule
 
 
@@ -196,7 +196,7 @@ def fleet_gpu_count(p, s: Sheet) -> None:
     s.step("job_days", "Compute days on that job", "T_job", F / (job * X), "days",
            "more GPUs than the need finish early: slack for restarts and an MFU below plan")
     fleet = s.step("fleet_gpus", "GPUs to buy, margin included, in whole nodes", "G_fleet",
-                   g * sympy.ceiling(job * (1 + m) / g), "GPUs",
+                   g * ceil_of(job * (1 + m) / g), "GPUs",
                    "hot spares to swap in after failures, nodes in repair and burn-in, and room for evals and "
                    "debugging beside the main job")
     if s.value(fleet) > MAX_FLEET_GPUS:
@@ -205,7 +205,7 @@ def fleet_gpu_count(p, s: Sheet) -> None:
                       "what the job-size rule costs over the arithmetic")
     spare = s.step("margin_gpus", "GPUs the margin adds", "G_margin", fleet - job, "GPUs",
                    "what the fleet carries beside the job")
-    pod = s.param("E_pod", "pod") if p.rule != "whole-pods" else sympy.Symbol("U")
+    pod = s.param("E_pod", "pod") if p.rule != "whole-pods" else s.param("U", "pod")
     _fleet_judgements(s, need, job, smaller_expr, pod, p.rule)
 
     s.assume("Model FLOPs are 6·N·D (the conventions card's flops-per-token; Kaplan et al. 2020), taken from "
@@ -219,10 +219,10 @@ def fleet_gpu_count(p, s: Sheet) -> None:
     s.slip("x1/3: 2·N·D counts the forward pass only", 1 / 3, on="gpus_needed")
     s.slip("MFU left out: the GPUs at datasheet peak", p.mfu, on="gpus_needed")
     s.slip("margin added to the need instead of the job", on="fleet_gpus",
-           factor=s.evaluate(g * sympy.ceiling(need * (1 + m) / g)) / s.value(fleet))
+           factor=s.evaluate(g * ceil_of(need * (1 + m) / g)) / s.value(fleet))
     if p.rule != "next-power-of-two":
         s.slip("rounded to a power of two against the lab's rule", on="job_gpus",
-               factor=s.evaluate(2 ** sympy.ceiling(sympy.log(need, 2))) / s.value(job))
+               factor=s.evaluate(2 ** ceil_of(sympy.log(need, 2))) / s.value(job))
 
     extra, margin_text = (format_number(s.value(x)) for x in (rounding, spare))
     s.regime_by(rounding, spare, tie="below", above=Side(
@@ -256,7 +256,7 @@ def _fleet_judgements(s: Sheet, need, job, smaller, pod, rule: str) -> None:
     """What the chosen job buys, judged on this variant's numbers."""
     ratio = s.value(job) / s.value(need)
     over = f"the job is {format_number(ratio, 3)}× the need"
-    power = 2 ** sympy.ceiling(sympy.log(need, 2))
+    power = 2 ** ceil_of(sympy.log(need, 2))
     size = int(s.value(job))
     is_power = size & (size - 1) == 0
     s.judge("judgement", "the job is a power of two", bool(is_power),
@@ -415,11 +415,11 @@ def cluster_bill_of_materials(p, s: Sheet) -> None:
                   "the fleet equation F = G·T·P·MFU solved for G")
     if s.value(need) < MIN_CLUSTER_GPUS:
         raise Reject("a few racks, not a cluster fabric")
-    n_job = s.step("job_nodes", "Nodes the job runs on", "n_job", sympy.ceiling(need / g), "nodes",
+    n_job = s.step("job_nodes", "Nodes the job runs on", "n_job", ceil_of(need / g), "nodes",
                    "the need in whole nodes")
     down = s.step("nodes_down", "Nodes down at any moment (average)", "n_down", n_job * T_r / M_n, "nodes",
                   "Little's law: failures arrive at n_job/M per day and each stays out T_rep days")
-    pool = s.step("spare_pool", "Spare pool", "n_spare", sympy.ceiling(down + SPARE_SIGMAS * sympy.sqrt(down)),
+    pool = s.step("spare_pool", "Spare pool", "n_spare", ceil_of(down + SPARE_SIGMAS * sympy.sqrt(down)),
                   "nodes", "the mean nodes down plus two standard deviations (a Poisson count's is √mean): the job "
                   "rarely waits for a repair")
     E0 = s.step("gpus_wanted", "GPUs with the spares", "E_0", g * (n_job + pool), "GPUs", "job nodes plus spares")
@@ -430,13 +430,13 @@ def cluster_bill_of_materials(p, s: Sheet) -> None:
     if three_tier:
         pod = s.step("pod_gpus", "GPUs per pod", "E_pod", (k / 2) ** 2, "GPUs",
                      "k/2 leaves of k/2 GPUs under k/2 spines, whose other half of ports faces the core")
-        E = s.step("gpus", "GPUs installed: whole pods", "E", pod * sympy.ceiling(E0 / pod), "GPUs",
+        E = s.step("gpus", "GPUs installed: whole pods", "E", pod * ceil_of(E0 / pod), "GPUs",
                    "the fabric is bought pod by pod; the last pod's free slots hold more spares")
         s.step("pods", "Pods", "pods", E / pod, "pods", "whole pods of (k/2)² GPUs")
     else:
-        E = s.step("gpus", "GPUs installed: whole leaves", "E", (k / 2) * sympy.ceiling(E0 / (k / 2)), "GPUs",
+        E = s.step("gpus", "GPUs installed: whole leaves", "E", (k / 2) * ceil_of(E0 / (k / 2)), "GPUs",
                    "one two-tier pod, bought leaf by leaf; the last leaf's free ports hold more spares")
-        s.step("pods", "Pods", "pods", sympy.ceiling(E / E2), "pods", "the whole fabric is one two-tier pod")
+        s.step("pods", "Pods", "pods", ceil_of(E / E2), "pods", "the whole fabric is one two-tier pod")
     if s.value(E) > MAX_CLUSTER_GPUS:
         raise Reject("past what a three-tier fat tree of 64-port switches reaches")
     nodes = s.step("nodes", "Nodes", "n", E / g, "nodes", "eight GPUs to a node, job and spares alike")
@@ -468,7 +468,7 @@ def cluster_bill_of_materials(p, s: Sheet) -> None:
     s.slip("MFU left out: the GPUs at datasheet peak", p.mfu, on="gpus_needed")
     s.slip("GPUs per node forgotten: one node per GPU", p.gpus_per_node, on="nodes")
     s.slip("the spares' mean only, no cover for its spread", on="spare_pool",
-           factor=s.evaluate(sympy.ceiling(down)) / s.value(pool))
+           factor=s.evaluate(ceil_of(down)) / s.value(pool))
     s.slip("bf16 weights only in the checkpoint", 2 / CHECKPOINT_BYTES, on="storage_rate")
     s.slip("PUE left out", 1 / p.pue, on="facility_power")
 
@@ -478,16 +478,16 @@ def cluster_bill_of_materials(p, s: Sheet) -> None:
 def fat_tree_switches(s: Sheet, E, k, r, three_tier: bool) -> sympy.Symbol:
     """Leaves, spines and (under three tiers) core switches of a fat tree of k-port switches joining E GPUs,
     the core thinned by the oversubscription r; returns the total's symbol."""
-    L = s.step("leaves", "Leaf switches", "L", sympy.ceiling(E / (k / 2)), "switches",
+    L = s.step("leaves", "Leaf switches", "L", ceil_of(E / (k / 2)), "switches",
                "half of each leaf's ports face GPUs, half face up: non-blocking at the first hop")
     if three_tier:
         S = s.step("spines", "Spine switches", "S", L, "switches",
                    "each spine takes one uplink from each of k/2 leaves: one spine per leaf, full bandwidth in the pod")
-        core = s.step("core", "Core switches", "C", sympy.ceiling(S * (k / 2) / (r * k)), "switches",
+        core = s.step("core", "Core switches", "C", ceil_of(S * (k / 2) / (r * k)), "switches",
                       "the spines' k/2 uplinks each, thinned by the oversubscription, over k ports per core switch")
         return s.step("switches", "Switches in the compute fabric", "N_sw", L + S + core, "switches",
                       "three tiers: leaves, spines and core")
-    S = s.step("spines", "Spine switches", "S", sympy.ceiling(L * (k / 2) / k), "switches",
+    S = s.step("spines", "Spine switches", "S", ceil_of(L * (k / 2) / k), "switches",
                "with no tier above, every spine port faces a leaf uplink")
     return s.step("switches", "Switches in the compute fabric", "N_sw", L + S, "switches",
                   "two tiers: leaves and spines")

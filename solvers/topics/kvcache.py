@@ -11,7 +11,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.data import Record
-from solvers.derivation import Sheet, max_of
+from solvers.derivation import Sheet, ceil_of, floor_of, max_of
 
 
 def _mla_latent(sheet: Sheet, model: Record) -> sympy.Expr:
@@ -46,7 +46,7 @@ def kv_bytes_per_token_given(sheet: Sheet, model: Record, kv_bytes: float, dtype
 def kv_heads_per_gpu(sheet: Sheet, model: Record, tp: sympy.Symbol, key: str = "kv_heads_per_gpu") -> sympy.Symbol:
     """KV heads one GPU stores under TP: H_kv // TP, but never fewer than one (replication)."""
     kv_heads = sheet.given("H_kv", model.kv_heads, "", "KV heads")
-    return sheet.step(key, "KV heads per GPU", "H_gpu", max_of(1, sympy.floor(kv_heads / tp)), "",
+    return sheet.step(key, "KV heads per GPU", "H_gpu", max_of(1, floor_of(kv_heads / tp)), "",
                       "heads split across the TP ranks; past H_kv ranks each one keeps a replicated head")
 
 
@@ -81,5 +81,5 @@ def kv_bytes_per_token_per_gpu_given(sheet: Sheet, model: Record, kv_bytes: floa
 def blocks_for_tokens(sheet: Sheet, tokens: sympy.Symbol, block_size: sympy.Symbol,
                       key: str = "blocks_per_sequence") -> sympy.Symbol:
     """Blocks a sequence of `tokens` occupies: the last one may be partly empty."""
-    return sheet.step(key, "Blocks for one sequence", "n_blk", sympy.ceiling(tokens / block_size), "blocks",
+    return sheet.step(key, "Blocks for one sequence", "n_blk", ceil_of(tokens / block_size), "blocks",
                       "whole blocks only: the last block holds the remainder")

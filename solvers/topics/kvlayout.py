@@ -12,7 +12,7 @@ from dataclasses import replace
 import sympy
 
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, Side, max_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
 from solvers.topics.collective import ACTIVATION_BYTES, link_bandwidth, link_latency, tp_all_reduce
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
@@ -112,12 +112,12 @@ def preemption_policies(p, s: Sheet) -> None:
     T = s.param("T", "tpot")
     s.step("t_free", "Time until the nearest request finishes", "t_free", R * T, "s",
            "the first blocks to come free, if the batch could keep decoding")
-    S = s.step("steps_bought", "Decode steps one eviction buys", "S", sympy.floor(C / b), "steps",
+    S = s.step("steps_bought", "Decode steps one eviction buys", "S", floor_of(C / b), "steps",
                "the victim frees C tokens of KV; the running streams write b tokens of it per step")
     s.step("reserve", "KV the batch writes before that completion (each GPU)", "V_res", b * R * kv_gpu, "GB",
            "what a scheduler must hold back for waiting to be safe: b streams, R tokens each")
     k = s.step("evictions", "Victims of this size evicted before the nearest completion", "k",
-               sympy.ceiling((b + 1) * R / (C + R)), "requests",
+               ceil_of((b + 1) * R / (C + R)), "requests",
                "k victims free k·C tokens and stop writing; the b + 1 − k left write R each: k·C ≥ (b + 1 − k)·R")
 
     s.assume(f"Recompute at {format_number(p.mfu * 100)}% of the dense {p.weight_dtype} peak across the TP group "
@@ -145,7 +145,7 @@ def preemption_policies(p, s: Sheet) -> None:
         s.slip("TP all-reduces left out", s.value(t_math) / s.value(t_rec), on="t_recompute")
         s.slip("TP all-reduces left out", s.value(t_rec) / s.value(t_math), on="breakeven_bw")
 
-    stall = sympy.Min(t_rec, t_swap, evaluate=False)
+    stall = min_of(t_rec, t_swap)
     s.judge("who_pays", "Waiting with no one evicted stalls every running stream, not just the one that asked", True,
             "the pool is full: every stream needs a block within one block's worth of tokens, and the nearest "
             f"completion is {format_number(p.remaining)} tokens away, so the whole batch stops (or deadlocks)")
@@ -202,7 +202,7 @@ def _mla_requests(s: Sheet, usable, W, kv, C, G, tp: int) -> float:
     room = usable - W / tp
     if s.evaluate(room) <= 0:
         return 0.0
-    return s.evaluate(G / tp * sympy.floor(room / (kv * C)))
+    return s.evaluate(G / tp * floor_of(room / (kv * C)))
 
 
 def mla_vs_gqa_under_tp(p, s: Sheet) -> None:
@@ -223,16 +223,16 @@ def mla_vs_gqa_under_tp(p, s: Sheet) -> None:
                     2 * H_kv * d_h / (d_c + d_r), "GPUs",
                     "2·H_kv·d_h/n = d_c + d_r per layer: a boundary, not a layout")
     s.step("tp_flip", "Smallest deployable TP at which GQA's share is the smaller", "n_flip",
-           2 ** sympy.ceiling(sympy.log(n_star, 2)), "GPUs", "TP degrees come in powers of two; this n* is not one")
+           2 ** ceil_of(sympy.log(n_star, 2)), "GPUs", "TP degrees come in powers of two; this n* is not one")
 
     usable = _usable(s, p.gpu)
     room = s.step("room", "KV room per GPU (the same weights either way)", "F", usable - e.W / e.TP, "GB",
                   "usable memory less this GPU's 1/TP of the weights")
     C = s.param("C", "context")
     G = s.given("G", GPUS_PER_NODE, "GPUs", "GPUs in the node")
-    per_g = s.step("per_replica_gqa", "GQA: requests one replica holds", "U_GQA", sympy.floor(room / (kv_g * C)),
+    per_g = s.step("per_replica_gqa", "GQA: requests one replica holds", "U_GQA", floor_of(room / (kv_g * C)),
                    "requests", "every GPU of the replica holds its heads' share of every request")
-    per_m = s.step("per_replica_mla", "MLA: requests one replica holds", "U_MLA", sympy.floor(room / (kv_m * C)),
+    per_m = s.step("per_replica_mla", "MLA: requests one replica holds", "U_MLA", floor_of(room / (kv_m * C)),
                    "requests", "every GPU of the replica holds every request's whole latent")
     if s.value(per_g) < 1 or s.value(per_m) < 1:
         raise Reject("a replica holds no request of this length")
@@ -269,7 +269,7 @@ def mla_vs_gqa_under_tp(p, s: Sheet) -> None:
     s.slip(f"x{p.tp}: the whole GQA token per GPU, not its share", p.tp, on="kv_per_token_gpu")
     s.slip("MLA counted with K and V separately", 2.0, on="kv_gpu_mla")
     s.slip("the MLA latent split over TP like KV heads", on="requests_mla",
-           factor=s.evaluate(G / e.TP * sympy.floor(room * e.TP / (kv_m * C))) / s.value(req_m))
+           factor=s.evaluate(G / e.TP * floor_of(room * e.TP / (kv_m * C))) / s.value(req_m))
     s.slip("one replica only: the other G/TP − 1 forgotten", 1 / (GPUS_PER_NODE / p.tp), on=("requests_gqa",
                                                                                             "requests_mla"))
     _mla_levers(s, p, usable, e, kv_m, C, G, req_m)
@@ -286,7 +286,7 @@ def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m) -> None:
                     "attention parameters (q, o, and k, v at the GQA size the retrofit keeps)")
     W_att = N_att * e.W / e.N
     room_dp = usable - (e.W - W_att) / e.TP - W_att
-    dp_total = G * sympy.floor(max_of(room_dp, 0) / (kv_m * C))
+    dp_total = G * floor_of(max_of(room_dp, 0) / (kv_m * C))
     dp_held = format_number(s.evaluate(dp_total))
     s.judge(key, "data-parallel attention, each GPU keeping only its own requests' latents",
             s.compare(dp_total, req_m) > 0,
@@ -338,7 +338,7 @@ def _dp_requests(s: Sheet, room, A, E, kv_tok, C, n, dp: int) -> float:
     room_dp = room - (A * (dp / n - 1 / n) + E * (1 - 1 / n))
     if s.evaluate(room_dp) <= 0:
         return 0.0
-    return s.evaluate(dp * sympy.floor(room_dp / (kv_tok * C)))
+    return s.evaluate(dp * floor_of(room_dp / (kv_tok * C)))
 
 
 def mla_tp_duplication(p, s: Sheet) -> None:
@@ -361,7 +361,7 @@ def mla_tp_duplication(p, s: Sheet) -> None:
            "every GPU holds the same latents: one GPU's pool is the useful copy, the other n − 1 repeat it")
     C = s.param("C", "context")
     req_tp = s.step("requests_tp", "Requests the node holds (TP attention)", "U_TP",
-                    sympy.floor(room / (kv_tok * C)), "requests",
+                    floor_of(room / (kv_tok * C)), "requests",
                     "each GPU keeps every request's whole latent: what one GPU fits is what the node fits")
 
     q_r = s.param("q_r", "q_lora_rank")
@@ -386,7 +386,7 @@ def mla_tp_duplication(p, s: Sheet) -> None:
     room_dp = s.step("room_dp", "KV memory per GPU (DP attention)", "F_DP", room - extra, "GB",
                      "the replicated weights come out of the KV room")
     req_dp = s.step("requests_dp", "Requests the node holds (DP attention)", "U_DP",
-                    d * sympy.floor(room_dp / (kv_tok * C)), "requests",
+                    d * floor_of(room_dp / (kv_tok * C)), "requests",
                     "each group's GPUs keep only that group's latents: d independent pools")
     s.step("capacity_gain", "KV capacity gained by DP attention", "g", d * room_dp / room, "x",
            "d pools of unique tokens, each a little smaller, against one duplicated pool")
@@ -395,9 +395,9 @@ def mla_tp_duplication(p, s: Sheet) -> None:
         raise Reject("neither layout holds the demand on one node")
 
     # The latency side: one decode step of each layout, at the batch it runs.
-    busiest = s.step("busiest_group", "Requests in the busiest attention group", "U_g", sympy.ceiling(demand / d),
+    busiest = s.step("busiest_group", "Requests in the busiest attention group", "U_g", ceil_of(demand / d),
                      "requests", "the whole demand, spread as evenly as whole requests allow")
-    run_tp = s.step("running_tp", "Requests TP attention runs", "U_run", sympy.Min(demand, req_tp, evaluate=False),
+    run_tp = s.step("running_tp", "Requests TP attention runs", "U_run", min_of(demand, req_tp),
                     "requests", "the demand, or as many as fit")
     tpot_tp, tpot_dp = _attention_step_times(s, p, weights, A, kv_tok, C, n, a, d, L, h, H, d_c, d_r, b_w,
                                              run_tp, demand, busiest)
@@ -501,7 +501,7 @@ def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, 
     s.judge(key, "Twice the DP size would hold more requests at this context", then > s.value(req_dp),
             f"DP {wider} exceeds the {p.tp} GPUs" if wider > p.tp else
             f"DP {wider}: {format_number(then)} requests against {format_number(s.value(req_dp))}")
-    held_tp = s.evaluate(sympy.floor(room / (kv_tok * C)))
+    held_tp = s.evaluate(floor_of(room / (kv_tok * C)))
     s.judge(key, "TP attention would still hold twice the demand", held_tp >= 2 * p.demand,
             f"TP attention holds {format_number(held_tp)} requests, against {format_number(2 * p.demand)}")
     s.judge(key, "A GQA cache with as many KV heads as GPUs would hold no redundant copies at this TP", True,
@@ -541,7 +541,7 @@ def _restorable(s: Sheet, interval, block, C) -> float:
     """Tokens of a C-token context a next turn restores, with snapshots every `interval` and KV blocks of
     `block` tokens: the last position both land on."""
     R = lcm(interval, block)
-    return s.evaluate(R * sympy.floor(C / R))
+    return s.evaluate(R * floor_of(C / R))
 
 
 def recurrent_state_inventory(p, s: Sheet) -> None:
@@ -571,14 +571,14 @@ def recurrent_state_inventory(p, s: Sheet) -> None:
 
     k = s.param("k", "interval")
     B = s.param("B", "block_size")
-    taken = s.step("snapshots_taken", "Snapshots taken over the context", "n_snap", sympy.floor(C / k), "",
+    taken = s.step("snapshots_taken", "Snapshots taken over the context", "n_snap", floor_of(C / k), "",
                    "one every k tokens")
     R = s.step("restart_boundary", "Positions every layer can restore", "R", lcm(k, B), "tokens",
                "attention restores at whole blocks, the Mamba layers only at snapshots: both at lcm(k, B)")
-    usable = s.step("snapshots_usable", "Snapshots at a restart point", "n_use", sympy.floor(C / R), "",
+    usable = s.step("snapshots_usable", "Snapshots at a restart point", "n_use", floor_of(C / R), "",
                     "only these can ever seed a cache hit; the rest are dropped")
     keep = s.param("n_keep", "keep")
-    kept = s.step("snapshots_kept", "Snapshots the engine keeps", "n_kept", sympy.Min(keep, usable, evaluate=False),
+    kept = s.step("snapshots_kept", "Snapshots the engine keeps", "n_kept", min_of(keep, usable),
                   "", "the newest usable ones, up to the per-request cap")
     s.step("snapshot_bytes", "Memory of the kept snapshots", "S_snap", kept * state, "MiB",
            "each is a full copy of the recurrent state of every Mamba layer")
@@ -625,9 +625,9 @@ def _snapshot_judgements(s: Sheet, p, state, kv, taken, R, reuse, k, B, C) -> No
     s.judge(key, "Snapshots at every block boundary would restore more of the next turn", per_block > now,
             f"restart points every {format_number(p.block_size)} tokens restore {format_number(per_block)} tokens "
             f"against {format_number(now)}")
-    stranded = s.value(taken) > s.evaluate(sympy.floor(C / R))
+    stranded = s.value(taken) > s.evaluate(floor_of(C / R))
     s.judge(key, "Some snapshots taken can never serve as a restart point", stranded,
-            f"{format_number(s.value(taken))} taken, {format_number(s.evaluate(sympy.floor(C / R)))} on a multiple of "
+            f"{format_number(s.value(taken))} taken, {format_number(s.evaluate(floor_of(C / R)))} on a multiple of "
             f"lcm(k, B) = {format_number(s.value(R))}")
     s.judge(key, "Keeping more snapshots per request would restore more of the next turn", False,
             "a turn that resends the whole context resumes from the newest restart point; older snapshots only "

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
 from solvers.topics.collective import ACTIVATION_BYTES, all_reduce_terms, link_bandwidth, tp_all_reduce
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
@@ -36,7 +36,7 @@ def kv_bytes_per_token_question(p, s: Sheet) -> None:
     W = s.step("weights", "Weight bytes", "W", N * b_w, "GB", "every parameter once, split evenly over the TP group")
     free = s.step("kv_memory", "KV memory across the group", "M_KV", n * M * u - W, "GB",
                   "usable HBM of all GPUs minus one copy of the weights; the KV heads split across the GPUs")
-    users = s.step("users", "Requests that fit at this context", "U", sympy.floor(free / kv_req), "requests",
+    users = s.step("users", "Requests that fit at this context", "U", floor_of(free / kv_req), "requests",
                    "whole requests: the KV memory over one request's cache")
     if s.value(users) < 1:
         raise Reject("not one request fits: nothing to compare")
@@ -71,7 +71,7 @@ class _DecodeStep:
         kv_req = self.kv_req if kv_req is None else kv_req
         by_reads = (T - self.ar_fixed - self.W / (self.n * byte_rate)) / (kv_req / (self.n * byte_rate) + self.ar_req)
         by_math = (T - self.ar_fixed) / (self.flops_req / flop_rate + self.ar_req)
-        return sympy.floor(sympy.Min(by_reads, by_math, evaluate=False))
+        return floor_of(min_of(by_reads, by_math))
 
 
 def _decode_step(p, s: Sheet, M_use, N, W, kv_req, users) -> _DecodeStep:
@@ -103,13 +103,13 @@ def _decode_step(p, s: Sheet, M_use, N, W, kv_req, users) -> _DecodeStep:
     if p.tp > 1:
         fixed = s.step("", "All-reduce latency per step", "t_α", ar_fixed, "ms", "two all-reduces per layer")
     batch = s.step("batch_tpot", "Requests a step carries within the TPOT target", "B_T",
-                   sympy.floor(sympy.Min((T - fixed - t_w) / t_kv, (T - fixed) / t_f, evaluate=False)), "requests",
+                   floor_of(min_of((T - fixed - t_w) / t_kv, (T - fixed) / t_f)), "requests",
                    "t(B) ≤ T on each side of the roofline: the time left after the fixed costs over what each "
                    "request adds")
     if s.value(batch) < 1:
         raise Reject("the TPOT target is shorter than a step with one request")
     reads_bind = s.compare((T - fixed - t_w) / t_kv, (T - fixed) / t_f) <= 0
-    s.step("served", "Users served within the TPOT target", "U_T", sympy.Min(users, batch, evaluate=False),
+    s.step("served", "Users served within the TPOT target", "U_T", min_of(users, batch),
            "requests", "as many as fit, but no more than a step can carry in time")
     return replace(step, batch=batch, reads_bind=reads_bind)
 
@@ -118,9 +118,9 @@ def _kv_slips(p, s: Sheet, free, kv_req, users) -> None:
     s.slip("x layers: one layer's KV instead of all of them", on=("kv_per_token", "kv_per_request"),
            factor=1 / p.model.layers)
     s.slip("x layers: one layer's KV instead of all of them", on="users",
-           factor=s.evaluate(sympy.floor(free * p.model.layers / kv_req)) / s.value(users))
+           factor=s.evaluate(floor_of(free * p.model.layers / kv_req)) / s.value(users))
     s.slip("x2: K and V counted once", 0.5, on=("kv_per_token", "kv_per_request"))
-    s.slip("x2: K and V counted once", on="users", factor=s.evaluate(sympy.floor(2 * free / kv_req)) / s.value(users))
+    s.slip("x2: K and V counted once", on="users", factor=s.evaluate(floor_of(2 * free / kv_req)) / s.value(users))
     s.assume(f"Usable HBM {format_number(GPU_MEMORY_UTILIZATION * 100)}% (card: usable-hbm); activations, "
              "CUDA graphs and fragmentation are ignored. Weights and KV heads split evenly over the TP group "
              "(TP stays within the KV heads).")
@@ -134,8 +134,8 @@ def _kv_slips(p, s: Sheet, free, kv_req, users) -> None:
 def _served(s: Sheet, step: _DecodeStep, M_use=None, kv_req=None, **batch) -> float:
     """Users served within the TPOT target: the smaller of what fits and what a step carries."""
     M_use = step.M_use if M_use is None else M_use
-    fit = sympy.floor((M_use - step.W) / (step.kv_req if kv_req is None else kv_req))
-    return s.evaluate(sympy.Min(fit, step.batch_at(kv_req=kv_req, **batch), evaluate=False))
+    fit = floor_of((M_use - step.W) / (step.kv_req if kv_req is None else kv_req))
+    return s.evaluate(min_of(fit, step.batch_at(kv_req=kv_req, **batch)))
 
 
 def _concurrency_regime(s: Sheet, users, step: _DecodeStep) -> None:
@@ -193,12 +193,12 @@ def users_per_gpu_question(p, s: Sheet) -> None:
     kv16 = s.step("kv_per_request_gpu", "bf16 KV per request per GPU, one TP group", "KV_16", kv_req / G, "GiB",
                   "each GPU keeps H_kv/G of the KV heads of every request")
     users16 = s.step("users_16", "Full-context requests, one bf16 group over the node", "B_16",
-                     sympy.floor((usable - w16) / kv16), "requests",
+                     floor_of((usable - w16) / kv16), "requests",
                      "what the weights leave on each GPU over each GPU's share of one request")
     if s.value(users16) < 1:
         raise Reject("the bf16 weights leave no room for a request even over the whole node")
     s.step("users_8", "Full-context requests, one fp8 group (weights and KV)", "B_8",
-                    sympy.floor((usable - w16 * b8 / b16) / (kv16 * b8 / b16)), "requests",
+                    floor_of((usable - w16 * b8 / b16) / (kv16 * b8 / b16)), "requests",
                     "one byte per element halves the weights and every request's KV")
     n_fit = s.step("", "TP at which the bf16 weights and one request just fit", "n_fit", (W + kv_req) / usable, "",
                    "N·b/n + KV_req/n = M_use")
@@ -246,18 +246,18 @@ def users_per_gpu_question(p, s: Sheet) -> None:
 
 def _layout(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> sympy.Symbol:
     """G/n replicas of TP n: what one replica holds, what its step carries within the TPOT, and the node's total."""
-    terms = all_reduce_terms(s, p.model, p.gpu, n, tp_symbol=sympy.Integer(n))  # one layout among several
+    terms = all_reduce_terms(s, p.model, p.gpu, n, tp_symbol=s.integer(n))  # one layout among several
     fixed, per = terms.fixed, terms.per_token
     fit = s.step(f"fit_tp{n}", f"Requests one TP{n} replica holds", f"B_fit{n}",
-                 sympy.floor((usable - W / n) / (kv_req / n)), "requests",
+                 floor_of((usable - W / n) / (kv_req / n)), "requests",
                  "each of its GPUs holds 1/n of the weights and of every request")
     within = s.step(f"batch_tp{n}", f"Requests a TP{n} step carries within the TPOT", f"B_T{n}",
-                    max_of(0, sympy.floor(min_of((T - fixed - W / (n * BW)) / (kv_req / (n * BW) + per),
+                    max_of(0, floor_of(min_of((T - fixed - W / (n * BW)) / (kv_req / (n * BW) + per),
                                                  (T - fixed) / (2 * N / (n * P) + per)))),
                     "requests", "t(B) ≤ T on both sides of the roofline"
                     + ("" if n == 1 else ", all-reduce latency and traffic included"))
     return s.step(f"served_tp{n}", f"Users served by {p.gpus // n} × TP{n}", f"U_{n}",
-                  (G / n) * sympy.Min(fit, within, evaluate=False), "requests",
+                  (G / n) * min_of(fit, within), "requests",
                   "each replica serves what fits, capped by what its step carries in time")
 
 
@@ -267,15 +267,15 @@ def _pipeline(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> sympy.S
     one micro-batch's stage times, and the slowest (most layers) stage sets the pace of all."""
     S = s.step("pp_stages", f"Pipeline stages of TP{n}", "S", G / n, "", "the node's GPUs over the TP width")
     L = s.given("L", p.model.layers, "", "layers")
-    L_s = s.step("pp_layers", "Layers in the largest stage", "L_s", sympy.ceiling(L / S), "",
+    L_s = s.step("pp_layers", "Layers in the largest stage", "L_s", ceil_of(L / S), "",
                  "whole layers per stage; an uneven split leaves one stage heavier")
     w_pp = s.step("pp_weights_gpu", "bf16 weights per GPU of the pipeline", "w_pp", W * L_s / (L * n), "GB",
                   "its stage's layers, split over the stage's TP group")
     kv_pp = s.step("pp_kv_gpu", "bf16 KV per request per GPU of the pipeline", "KV_pp", kv_req * L_s / (L * n),
                    "GiB", "each stage keeps its layers' KV for every request in flight")
-    fit = s.step("pp_fit", "Requests the pipeline holds", "B_fitPP", sympy.floor((usable - w_pp) / kv_pp),
+    fit = s.step("pp_fit", "Requests the pipeline holds", "B_fitPP", floor_of((usable - w_pp) / kv_pp),
                  "requests", "what the stage's weights leave on each GPU over its share of one request")
-    terms = all_reduce_terms(s, p.model, p.gpu, n, tp_symbol=sympy.Integer(n))
+    terms = all_reduce_terms(s, p.model, p.gpu, n, tp_symbol=s.integer(n))
     stage = L_s / L  # the largest stage's share of the layers' all-reduces
     link = link_bandwidth(s, p.gpu, p.gpus)
     h = s.given("h", p.model.hidden, "", "hidden size")
@@ -285,12 +285,12 @@ def _pipeline(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> sympy.S
     fixed = S * stage * terms.fixed
     per = S * stage * terms.per_token + (S - 1) * send  # seconds of TPOT each request of a micro-batch adds
     micro = s.step("pp_micro", "Micro-batch a token's pass carries within the TPOT", "m_T",
-                   max_of(0, sympy.floor(min_of((T - fixed - S * w_pp / BW) / (S * kv_pp / BW + per),
+                   max_of(0, floor_of(min_of((T - fixed - S * w_pp / BW) / (S * kv_pp / BW + per),
                                                 (T - fixed) / (S * 2 * N * stage / (n * P) + per)))),
                    "requests", "S·t_stage(m) + (S − 1)·m·x ≤ T on both sides of the roofline: the token passes "
                    "every stage once" + ("" if n == 1 else ", each stage's all-reduces included"))
     return s.step("served_pp", f"Users one TP{n} × PP{p.gpus // n} pipeline serves", "U_PP",
-                  sympy.Min(fit, S * micro, evaluate=False), "requests",
+                  min_of(fit, S * micro), "requests",
                   "S micro-batches in flight keep every stage busy: what fits, capped by S micro-batches in time")
 
 
@@ -374,22 +374,22 @@ def kv_cache_block_count_question(p, s: Sheet) -> None:
                   "vLLM's page_size_bytes: the block's tokens times one layer's K and V for the heads this GPU keeps")
     block = s.step("block_bytes", "Bytes per block, all layers, per GPU", "B_blk", page * L, "MiB",
                    "a block id covers the same token slots in every layer")
-    blocks = s.step("num_blocks", "KV cache blocks", "N_blk", sympy.floor(avail / block), "blocks",
+    blocks = s.step("num_blocks", "KV cache blocks", "N_blk", floor_of(avail / block), "blocks",
                     "vLLM: available // page_size // num_layers (two floors give the same as one)")
     s.step("token_capacity", "Token slots in the cache", "K_tok", blocks * bs, "tokens",
            "what vLLM logs as the GPU KV cache size")
     C = s.param("C", "context")
-    per_seq = s.step("blocks_per_sequence", "Blocks per full-context sequence", "k", sympy.ceiling(C / bs),
+    per_seq = s.step("blocks_per_sequence", "Blocks per full-context sequence", "k", ceil_of(C / bs),
                      "blocks", "a sequence's last block is allocated whole, however few tokens it holds")
     seqs = s.step("max_sequences", "Full-context sequences the blocks hold", "B_max",
-                  sympy.floor(blocks / per_seq), "sequences",
+                  floor_of(blocks / per_seq), "sequences",
                   "vLLM's 'maximum concurrency' line: the blocks over one sequence's blocks")
     if s.value(seqs) < 1:
         raise Reject("not one sequence fits at this context: vLLM refuses to start")
     cap = s.param("S_max", "max_num_seqs")
     if s.compare(seqs, cap) == 0:
         raise Reject("the blocks hold exactly max_num_seqs sequences: neither cap is the one that binds")
-    s.step("concurrency", "Full-context sequences that run at once", "B_run", sympy.Min(seqs, cap, evaluate=False),
+    s.step("concurrency", "Full-context sequences that run at once", "B_run", min_of(seqs, cap),
            "sequences", "the scheduler admits no more than max_num_seqs, and no more than the blocks hold")
 
     s.assume("total_memory is the datasheet capacity in GB; the driver reports about that figure in GiB (an "
@@ -407,10 +407,10 @@ def kv_cache_block_count_question(p, s: Sheet) -> None:
 
 def _block_slips(p, s: Sheet, avail, page, blocks, per_seq, seqs) -> None:
     s.slip("x layers: one layer's page, not the whole block", 1 / p.model.layers, on="block_bytes")
-    per_layer = sympy.floor(avail / page)  # blocks when the layers are not divided out
+    per_layer = floor_of(avail / page)  # blocks when the layers are not divided out
     s.slip("blocks counted per layer", s.evaluate(per_layer) / s.value(blocks), on="num_blocks")
     s.slip("blocks counted per layer", on="max_sequences",
-           factor=s.evaluate(sympy.floor(per_layer / per_seq)) / s.value(seqs))
+           factor=s.evaluate(floor_of(per_layer / per_seq)) / s.value(seqs))
     kept = max(1, p.model.kv_heads // p.tp)  # KV heads each GPU holds
     if p.tp > p.model.kv_heads:
         s.slip("KV heads split past their count (no replication)", p.model.kv_heads / p.tp, on="block_bytes")
@@ -439,7 +439,7 @@ def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks, per_seq, seqs, cap
     s.judge("ceiling", "the CUDA graphs captured after start-up take blocks back", False,
             "the blocks are allocated before the graphs are captured; the graphs come out of the memory "
             "outside gpu_memory_utilization, or OOM there")
-    gained = s.evaluate(sympy.floor((avail + A / 2) / block) / blocks - 1)
+    gained = s.evaluate(floor_of((avail + A / 2) / block) / blocks - 1)
     s.judge("ceiling", "halving max_num_batched_tokens would add over 5% more blocks", gained > 0.05,
             f"half the {format_quantity(s.value(A), 'GiB')} activation peak returns "
             f"{format_quantity(s.value(A) / 2, 'GiB')}: {format_quantity(gained, '%')} more blocks")
@@ -623,10 +623,10 @@ def paged_reservation_waste(p, s: Sheet) -> None:
     res = _reservation(p, s)
     kv_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes("bf16"), "bf16")
     pool = s.param("K", "kv_pool")
-    slots = s.step("pool_tokens", "Token slots in the pool", "K_tok", sympy.floor(pool / kv_tok), "tokens",
+    slots = s.step("pool_tokens", "Token slots in the pool", "K_tok", floor_of(pool / kv_tok), "tokens",
                    "the pool over the bytes of one token's keys and values")
     before = s.step("requests_before", "Requests that fit with max-context reservation", "N_res",
-                    sympy.floor(slots / res["M"]), "requests", "every request holds the maximum from admission on")
+                    floor_of(slots / res["M"]), "requests", "every request holds the maximum from admission on")
     if s.value(before) < 1:
         raise Reject("the pool cannot hold one max-context reservation")
     s.step("", "Slots no reservation can use (external fragmentation)", "X", slots - before * res["M"], "tokens",
@@ -640,14 +640,14 @@ def paged_reservation_waste(p, s: Sheet) -> None:
                    "only the last one is partly empty")
     waste = s.step("paged_waste", "Share of block slots empty with paging", "W_pg", tail / paged, "%",
                    "the partly filled last block is all that is left of the waste")
-    after = s.step("requests_after", "Requests that fit with paging", "N_pg", sympy.floor(slots / paged),
+    after = s.step("requests_after", "Requests that fit with paging", "N_pg", floor_of(slots / paged),
                    "requests", "the pool over what a request holds on average")
     gain = s.step("capacity_gain", "Capacity paging returns", "G", after / before, "x",
                   "requests in flight with paging over requests with reservation")
     final = s.step("", "Slots a paged request holds at its last token", "A_end", res["prompt"] + res["output"] + tail,
                    "tokens", "prompt and the whole output, in whole blocks")
     s.step("requests_final", "Requests that fit if all reach their final length at once", "N_end",
-           sympy.floor(slots / final), "requests",
+           floor_of(slots / final), "requests",
            "admit more than this and a pool that fills up must preempt someone to let the others grow")
 
     s.assume("Every request is the mean one: its prompt and output lengths are the means, and averages over "
@@ -664,7 +664,7 @@ def paged_reservation_waste(p, s: Sheet) -> None:
         s.slip("the final lengths counted as used, not the average over the decode", on="paged_waste",
                factor=s.value(paged) / s.value(final))
     s.slip("the final lengths counted as used, not the average over the decode", on="requests_after",
-           factor=s.evaluate(sympy.floor(slots / final)) / s.value(after))
+           factor=s.evaluate(floor_of(slots / final)) / s.value(after))
     _paging_judgements(s, res, waste, gain)
     _waste_regime(s, res)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side
+from solvers.derivation import Reject, Sheet, Side, floor_of
 from solvers.units import format_number, format_quantity
 
 BITS_PER_PAUSE_QUANTUM = 512  # IEEE 802.1Qbb / 802.3x: one pause quantum is 512 bit times
@@ -161,7 +161,7 @@ def incast_buffer(p, s: Sheet) -> None:
            "the queue keeps growing for one round trip after the first mark; past XOFF, PFC steps in first")
     room = s.step("room", "Extra senders the headroom absorbs in one round trip", "m", (X - K) / (R * RTT), "",
                   "(N−1)·R·RTT ≤ X − K keeps the queue at or below XOFF when DCQCN's cut arrives")
-    n_pfc = s.step("n_pfc", "Fewest senders that set off PFC first", "N_pfc", sympy.floor(room) + 2, "senders",
+    n_pfc = s.step("n_pfc", "Fewest senders that set off PFC first", "N_pfc", floor_of(room) + 2, "senders",
                    "the first whole sender count with (N−1)·R·RTT > X − K: reaching XOFF exactly is not passing it")
 
     s.assume("Both thresholds are read against the one congested egress queue, as the switch is configured "
@@ -175,7 +175,7 @@ def incast_buffer(p, s: Sheet) -> None:
     s.slip("N senders instead of N−1 (the port drains one line rate)", on=("t_ecn", "t_xoff"),
            factor=(p.senders - 1) / p.senders)
     s.slip("N senders instead of N−1 (the port drains one line rate)", on="n_pfc",
-           factor=s.evaluate(sympy.floor(room) + 1) / s.value(n_pfc))
+           factor=s.evaluate(floor_of(room) + 1) / s.value(n_pfc))
     s.slip("one sender's rate instead of the excess of all of them", p.senders - 1, on=("t_ecn", "t_xoff"))
 
     pfc_first = s.compare(N, n_pfc) >= 0

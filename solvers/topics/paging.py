@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side
+from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, min_of
 from solvers.topics.collective import crosses_domain, tp_all_reduce
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
@@ -51,7 +51,7 @@ def paged_block_size_question(p, s: Sheet) -> None:
     s.step("page_bytes", "One block in one layer (vLLM's page)", "P_pg", B * kv_tok / layers, "KiB",
            "the unit the attention kernel gathers: a block's keys and values for one layer")
     blocks = blocks_for_tokens(s, L_avg, B)
-    hit = s.step("prefix_hit", "System-prompt tokens in full blocks (cache hits)", "P_hit", B * sympy.floor(P / B),
+    hit = s.step("prefix_hit", "System-prompt tokens in full blocks (cache hits)", "P_hit", B * floor_of(P / B),
                  "tokens", "only full blocks are hashed, and the block where the shared prompt ends also holds "
                  "each request's own text")
     s.step("prefix_recompute", "System-prompt tokens each new request prefills again", "P_miss", P - hit, "tokens",
@@ -82,7 +82,7 @@ def _block_choices(s: Sheet, B, L_avg, P, tau, blocks) -> None:
         return (size - 1) / 2 / (L_avg + (size - 1) / 2)
 
     def tail(size):
-        return P - size * sympy.floor(P / size)
+        return P - size * floor_of(P / size)
 
     half, double = B / 2, 2 * B
     bar = format_quantity(s.value(tau), "%")
@@ -92,17 +92,17 @@ def _block_choices(s: Sheet, B, L_avg, P, tau, blocks) -> None:
         s.judge("block_choice", option, s.compare(share(size), tau) < 0,
                 f"at {word} the block size, (B' − 1)/2 ÷ (L + (B' − 1)/2) = "
                 f"{format_quantity(s.evaluate(share(size)), '%')} against the {bar} bar")
-    now, at_half = format_number(s.value(P) - s.evaluate(B * sympy.floor(P / B))), format_number(s.evaluate(tail(half)))
+    now, at_half = format_number(s.value(P) - s.evaluate(B * floor_of(P / B))), format_number(s.evaluate(tail(half)))
     s.judge("block_choice", "half the block size would cache more of the system prompt",
             s.compare(tail(half), tail(B)) < 0,
             f"the uncached tail P mod B' goes from {now} to {at_half} tokens")
-    full_double = s.evaluate(double * sympy.floor(P / double))
+    full_double = s.evaluate(double * floor_of(P / double))
     s.judge("block_choice", "twice the block size would leave the whole system prompt uncached", full_double == 0,
             f"{format_number(s.evaluate(double))}-token blocks: {format_number(full_double)} of the "
             f"{format_number(s.value(P))} prompt tokens fill whole blocks")
-    more = s.evaluate(sympy.ceiling(L_avg / half))
+    more = s.evaluate(ceil_of(L_avg / half))
     s.judge("block_choice", "half the block size would give the kernel more and smaller blocks to gather per sequence",
-            s.compare(sympy.ceiling(L_avg / half), blocks) > 0,
+            s.compare(ceil_of(L_avg / half), blocks) > 0,
             f"⌈L/(B/2)⌉ = {format_number(more)} page-table entries per layer instead of "
             f"{format_number(s.value(blocks))}, each half the bytes: the kernel's side of the trade")
     s.judge("block_choice", "twice the block size would leave fewer slots empty per sequence", False,
@@ -175,10 +175,10 @@ def tp_past_kv_heads_question(p, s: Sheet) -> None:
     s.step("headroom", "Usable HBM left per GPU", "M_free", u * M - held, "GB",
            "the fit check: it must not go negative")
 
-    T = s.step("tp_capped", "TP degree capped at the KV heads", "n_tp", sympy.Min(n, H, evaluate=False), "GPUs",
+    T = s.step("tp_capped", "TP degree capped at the KV heads", "n_tp", min_of(n, H), "GPUs",
                "the widest TP that still splits heads")
     S = s.step("pp_stages", "Pipeline stages", "S", n / T, "", "the rest of the GPUs, as stages of whole layers")
-    L_s = s.step("stage_layers", "Layers on the busiest stage", "L_s", sympy.ceiling(L / S), "",
+    L_s = s.step("stage_layers", "Layers on the busiest stage", "L_s", ceil_of(L / S), "",
                  "stages take whole layers, so one may hold a layer more than L/S")
     pp = s.step("kv_per_gpu_pp", "KV per GPU on the busiest stage, TP capped at the KV heads", "KV_pp",
                 total / T * L_s / L, "GiB",
@@ -205,7 +205,7 @@ def tp_past_kv_heads_question(p, s: Sheet) -> None:
     s.slip("all stored KV counted as beyond one copy", r / (r - 1) if r > 1 else 1, on="duplicate")
     s.slip("x layers: one layer's KV counted for the model", 1 / model.layers, on=("kv_per_gpu", "duplicate"))
     s.slip("one all-reduce per layer instead of two", 0.5, on="allreduce")
-    _tp_levers(s, p, n, H, per_gpu, pp, total * sympy.ceiling(R / n) / R)
+    _tp_levers(s, p, n, H, per_gpu, pp, total * ceil_of(R / n) / R)
     _tp_regime(s, p, n, H, per_gpu, dup, t_ar, t_read)
 
 
@@ -279,7 +279,7 @@ def sliding_window_savings_question(p, s: Sheet) -> None:
     full = s.step("kv_full", "KV per request, every layer at full context", "KV_full", kv_tok * C, "GiB",
                   "what the request would hold if no layer were windowed")
     f = s.step("windowed_share", "Share of layers windowed", "f", L_w / L, "%", "windowed layers over all layers")
-    W_eff = s.step("window_tokens", "Tokens a windowed layer keeps", "W_eff", sympy.Min(W, C, evaluate=False), "tokens",
+    W_eff = s.step("window_tokens", "Tokens a windowed layer keeps", "W_eff", min_of(W, C), "tokens",
                    "the last W tokens, or the whole context if it is shorter")
     saving = s.step("saving", "KV saved by the windows", "S", f * (1 - W_eff / C), "%",
                     "the windowed share of layers, times the part of the context they drop")
@@ -287,7 +287,7 @@ def sliding_window_savings_question(p, s: Sheet) -> None:
                     "GiB", "full layers keep the whole context, windowed layers only their window")
     full_blocks = blocks_for_tokens(s, C, B, key="full_layer_blocks")
     n_win = s.step("window_blocks", "Blocks a windowed layer holds per request while decoding", "n_win",
-                   sympy.Min(sympy.ceiling(W_eff / B) + 1, full_blocks, evaluate=False), "blocks",
+                   min_of(ceil_of(W_eff / B) + 1, full_blocks), "blocks",
                    "vLLM's bound at one token per step: the window may start mid-block, so one block more than "
                    "W/B; blocks that slide out are freed (a prefill chunk of T tokens needs up to "
                    "⌈(W − 1 + T)/B⌉ + 1)")
@@ -375,10 +375,10 @@ def cow_block_sharing_question(p, s: Sheet) -> None:
     alone = s.step("blocks_without", "Blocks without sharing", "N_0", k * per_sample, "blocks",
                    "every sample holds its own copy of the prompt")
     if v0:
-        shared = s.step("shared_blocks", "Full prompt blocks shared by all samples", "n_s", sympy.floor(P / B),
+        shared = s.step("shared_blocks", "Full prompt blocks shared by all samples", "n_s", floor_of(P / B),
                         "blocks", "full blocks of prompt are never written again: one copy, reference-counted")
     else:
-        shared = s.step("shared_blocks", "Prompt blocks the prefix cache shares", "n_s", sympy.floor((P - 1) / B),
+        shared = s.step("shared_blocks", "Prompt blocks the prefix cache shares", "n_s", floor_of((P - 1) / B),
                         "blocks", "whole blocks only, and at most P − 1 tokens: the last prompt token is always "
                         "recomputed for its logits")
     own = s.step("own_blocks", "Blocks each sample holds alone", "n_own", per_sample - shared, "blocks",
@@ -393,7 +393,7 @@ def cow_block_sharing_question(p, s: Sheet) -> None:
     nothing = sympy.Mul(k - 1, 0, evaluate=False)  # shown as (k − 1)·0: the later samples pay nothing here
     if v0:
         misaligned = s.step("partial_prompt_block", "Prompt ends inside a block", "m",
-                            sympy.ceiling(P / B) - sympy.floor(P / B), "", "1 if P is not a multiple of B")
+                            ceil_of(P / B) - floor_of(P / B), "", "1 if P is not a multiple of B")
         copies = s.step("copies", "Copy-on-write copies", "N_cow", (k - 1) * misaligned, "blocks",
                         "each sample's first token lands in the shared partial block: all but the last writer "
                         "copy it")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side, floor_of, max_of, min_of
 from solvers.topics.collective import all_reduce_terms, link_latency, tp_all_reduce
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
@@ -240,9 +240,9 @@ def datasheet_speedup_regimes(p, s: Sheet) -> None:
                  dec_o / dec_n, "x", "both steps read the same bytes: close to the ratio of HBM bandwidths")
 
     # Capacity-bound workload: the batch is whatever fits next to the weights.
-    batch_o = s.step("batch_old", f"Largest batch on {old.name}", "B_old", sympy.floor((n * o.M * u - W) / kv_req),
+    batch_o = s.step("batch_old", f"Largest batch on {old.name}", "B_old", floor_of((n * o.M * u - W) / kv_req),
                      "requests", "usable HBM of the replica minus the weights, in whole requests' KV caches")
-    batch_n = s.step("batch_new", f"Largest batch on {new.name}", "B_new", sympy.floor((n * w.M * u - W) / kv_req),
+    batch_n = s.step("batch_new", f"Largest batch on {new.name}", "B_new", floor_of((n * w.M * u - W) / kv_req),
                      "requests", "the weights cost the same, so every extra byte of HBM goes to KV cache")
     if s.value(batch_o) < p.small_batch:
         raise Reject("the small batch does not fit on the current GPUs")
@@ -264,7 +264,7 @@ def datasheet_speedup_regimes(p, s: Sheet) -> None:
     room_mem = (cap_o - fixed - W / (n * w.BW)) / (kv_req / (n * w.BW) + a_n)
     room_math = (cap_o - fixed) / (2 * N / (n * w.P) + a_n)
     B_iso = s.step("batch_iso", f"Largest batch on {new.name} at the {old.name} TPOT", "B_iso",
-                   min_of(batch_n, sympy.floor(room_mem), sympy.floor(room_math)), "requests",
+                   min_of(batch_n, floor_of(room_mem), floor_of(room_math)), "requests",
                    "solve the new step time = the old TPOT for the batch (reads and math alike), capped by memory")
     t_iso = _step(s, "", f"Decode step at that batch on {new.name}", "t_iso", w, n, W + B_iso * kv_req,
                   2 * N * B_iso, fixed + a_n * B_iso, "no longer than the old TPOT")

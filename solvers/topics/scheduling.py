@@ -6,7 +6,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, Side, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
 from solvers.topics.collective import crosses_domain, tp_all_reduce
 from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bytes, model_params, require_context
 from solvers.topics.steptime import (
@@ -85,7 +85,7 @@ def _chunk_cap(s: Sheet, e: Engine, p, B, L_p, tau, dec, key: str, title: str):
                  "token costs more, so no step breaks the target")
     t_c = s.step("chunk_token_time", "Time per chunk token", "t_c", f_c / e.flop_rate + ar.per_token, "us",
                  "its math at the group's achievable compute, plus its activations in the all-reduces")
-    c_max = s.step(key, title, "c_max", sympy.floor((tau - t_x) / t_c), "tokens",
+    c_max = s.step(key, title, "c_max", floor_of((tau - t_x) / t_c), "tokens",
                    "what the TPOT target leaves after the fixed cost, in chunk tokens")
     if s.value(c_max) < 1:
         raise Reject("no prompt token fits in a step under the TPOT target")
@@ -125,7 +125,7 @@ def chunked_prefill_budget(p, s: Sheet) -> None:
         raise Reject("the TPOT-capped chunk holds the whole prompt: nothing to chunk")
     s.step("token_budget", "Per-step token budget", "τ_tok", B + c_max, "tokens",
            "decode tokens count against the budget too (vLLM's max_num_batched_tokens)")
-    n = s.step("chunks", "Steps to prefill the prompt", "n", sympy.ceiling(P_in / c_max), "steps",
+    n = s.step("chunks", "Steps to prefill the prompt", "n", ceil_of(P_in / c_max), "steps",
                "the prompt sliced into chunks of at most c_max tokens")
     F_p = s.step("prompt_flops", "FLOPs of the prompt itself", "F_p", 2 * e.N * P_in + e.A * P_in**2 / 2, "TFLOP",
                  "chunking does not change the prompt's own work: P²/2 pairs under the causal mask")
@@ -146,7 +146,7 @@ def chunked_prefill_budget(p, s: Sheet) -> None:
     if p.tp > 1:
         s.slip("stall without the TP all-reduces", on="stall", factor=s.evaluate(stall - t_ar_full) / s.value(stall))
         s.slip("budget without the TP all-reduces", on="token_budget",
-               factor=s.evaluate(B + sympy.floor((tau - e.t_oh - dec.flops / e.flop_rate) * e.flop_rate
+               factor=s.evaluate(B + floor_of((tau - e.t_oh - dec.flops / e.flop_rate) * e.flop_rate
                                                  / (2 * e.N + e.A * P_in))) / s.evaluate(B + c_max))
 
     solo = step_work(s, e, "solo", "prefill alone on an idle group", P_in, P_in**2 / 2, 0)
@@ -194,9 +194,9 @@ def _chunk_regime(s: Sheet, p, ttft, T_f, t_p, t_x, n, c_max, P_in) -> None:
                            f"and the prompt needs more compute: {_tp_advice(p)}.")
     else:
         n_max = s.step("ttft_steps", "Most steps the TTFT target allows", "n_max",
-                       sympy.floor((T_f - t_p) / t_x), "steps", "what the target leaves after the prompt's own time")
+                       floor_of((T_f - t_p) / t_x), "steps", "what the target leaves after the prompt's own time")
         c_min = s.step("ttft_chunk", "Smallest chunk that meets the TTFT target", "c_min",
-                       sympy.ceiling(P_in / n_max), "tokens", "the prompt in at most n_max chunks")
+                       ceil_of(P_in / n_max), "tokens", "the prompt in at most n_max chunks")
         by_ttft_summary = (f"At the TPOT-capped chunk of {budget} tokens the first token comes after {took}, past "
                            f"the {target} TTFT target: meeting it takes chunks of {_tokens(s, c_min)} tokens, so "
                            "the TTFT target would set the budget and the running streams' TPOT would break while "
@@ -227,13 +227,13 @@ def coupled_slo_admission(p, s: Sheet) -> None:
                       why="a prompt token attends on average to half its prompt: the mean step, under the TPOT target")
     X_p = s.step("prefill_rate", "The chunk caps prefill throughput", "X_p", c_max / t_mix, "tokens/s",
                  "one chunk of prompt tokens per mean step")
-    n_max = s.step("ttft_steps", "Whole steps within the TTFT target", "n_T", sympy.floor(T_f / t_mix), "steps",
+    n_max = s.step("ttft_steps", "Whole steps within the TTFT target", "n_T", floor_of(T_f / t_mix), "steps",
                    "the first token comes out at the end of a step")
     Q_max = s.step("backlog_limit", "Largest prompt backlog that meets the TTFT target", "Q_max", n_max * c_max,
                    "tokens", "one full chunk of waiting prompt tokens per step")
     Q = s.step("backlog", "Prompt backlog with the new request", "Q", (q + 1) * L_p, "tokens",
                "the waiting prompts plus the new one, served in arrival order")
-    n = s.step("backlog_steps", "Steps to clear the backlog", "n", sympy.ceiling(Q / c_max), "steps",
+    n = s.step("backlog_steps", "Steps to clear the backlog", "n", ceil_of(Q / c_max), "steps",
                "full chunks (one may hold the end of one prompt and the start of the next); the last may be partial")
     ttft = s.step("ttft", "TTFT of the new request if admitted", "TTFT", n * t_mix, "s",
                   "its first token comes out with the step that finishes its prompt")
@@ -253,15 +253,15 @@ def coupled_slo_admission(p, s: Sheet) -> None:
              "batch and its context stay as they are while the backlog drains, and the first token comes out "
              "with the step that holds the request's last prompt token. The TTFT clock starts at arrival, "
              "wherever the request waits.")
-    c_mean = s.evaluate(sympy.floor((tau - t_x) / ((2 * e.N + e.A * L_p / 2) / e.flop_rate + ar.per_token)))
+    c_mean = s.evaluate(floor_of((tau - t_x) / ((2 * e.N + e.A * L_p / 2) / e.flop_rate + ar.per_token)))
     s.slip("chunk sized for the mean prompt token (late chunks then break the TPOT target)", on="chunk",
            factor=c_mean / s.value(c_max))
     s.slip("chunk taken as the whole TPOT step (decode batch's share forgotten)", on="chunk",
-           factor=s.evaluate(sympy.floor((tau - e.t_oh) / t_c)) / s.value(c_max))
+           factor=s.evaluate(floor_of((tau - e.t_oh) / t_c)) / s.value(c_max))
     s.slip("TTFT as backlog over prefill rate (whole steps not counted)", on="ttft",
            factor=s.evaluate(Q / X_p) / s.value(ttft))
     s.slip("backlog limit from the TPOT target instead of the TTFT target", on="backlog_limit",
-           factor=s.evaluate(sympy.floor(tau / t_mix)) / s.value(n_max))
+           factor=s.evaluate(floor_of(tau / t_mix)) / s.value(n_max))
 
     _admission_remedies(s, Q, Q_max, L_p, ttft, T_f, t_solo, delay)
     _admission_regime(s, p, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay)
@@ -455,12 +455,12 @@ def long_reply_batching(p, s: Sheet) -> None:
                   "usable HBM less this GPU's share of the weights")
     if s.value(pool) <= 0:
         raise Reject("the weights do not fit")
-    K = s.step("pool_tokens", "Tokens the pool holds", "K", sympy.floor(pool / e.KV), "tokens",
+    K = s.step("pool_tokens", "Tokens the pool holds", "K", floor_of(pool / e.KV), "tokens",
                "pool bytes over one token's KV on this GPU")
     S_avg = s.step("mean_footprint", "Mean footprint of a request", "S_avg", P_in + L_out / 2, "tokens",
                    "a request grows one token per step from P_in to P_in + L_out; staggered requests hold the "
                    "midpoint on average")
-    B_pool = s.step("pool_batch", "Batch the pool sustains (the memory cap)", "B_pool", sympy.floor(K / S_avg),
+    B_pool = s.step("pool_batch", "Batch the pool sustains (the memory cap)", "B_pool", floor_of(K / S_avg),
                     "requests", "the pool over the mean footprint: admitting more means preempting as they grow")
     if s.value(B_pool) < MIN_POOL_BATCH:
         raise Reject("the pool holds too few requests to batch")
@@ -493,11 +493,11 @@ def long_reply_batching(p, s: Sheet) -> None:
                    room / ((2 * e.N + e.A * S_avg) / e.flop_rate + ar.per_token), "requests",
                    "the time left, in one decode token's math at the mean footprint (and its all-reduce bytes) each")
     B_slo = s.step("slo_batch", "Largest batch that meets the speed target (the speed cap)", "B_SLO",
-                   sympy.floor(sympy.Min(b_mem, b_cmp, evaluate=False)), "requests",
+                   floor_of(min_of(b_mem, b_cmp)), "requests",
                    "the step must fit the target on both counts")
     if s.value(B_slo) < 1:
         raise Reject("even a batch of one misses the speed target")
-    s.step("batch", "Batch to run (max_num_seqs)", "B_run", sympy.Min(B_pool, B_slo, evaluate=False), "requests",
+    s.step("batch", "Batch to run (max_num_seqs)", "B_run", min_of(B_pool, B_slo), "requests",
            "the smaller cap binds")
 
     # The victim sits halfway through its reply: its context is the mean footprint.
@@ -520,9 +520,9 @@ def long_reply_batching(p, s: Sheet) -> None:
              "re-enters as chunked prefill on decode steps that are mostly memory-bound, using compute that would "
              "otherwise idle, where a swap would stall on PCIe.")
     s.slip("batch sized by the prompt alone (the footprint at admission)", on="pool_batch",
-           factor=s.evaluate(sympy.floor(K / P_in)) / s.value(B_pool))
+           factor=s.evaluate(floor_of(K / P_in)) / s.value(B_pool))
     s.slip("batch sized at the final footprint", on="pool_batch",
-           factor=s.evaluate(sympy.floor(K / (P_in + L_out))) / s.value(B_pool))
+           factor=s.evaluate(floor_of(K / (P_in + L_out))) / s.value(B_pool))
     s.slip("speed cap taken as the smaller of the two caps", on="slo_batch",
            factor=s.evaluate(min_of(B_pool, B_slo)) / s.value(B_slo))
     if p.tp > 1:

@@ -6,7 +6,7 @@ import math
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, max_of
+from solvers.derivation import Reject, Sheet, Side, max_of, min_of
 from solvers.units import format_number, format_quantity
 
 GAIN_BOUNDARY = 2  # a 2x gain: the longest request runs twice the mean, static utilisation 50%
@@ -41,7 +41,7 @@ def continuous_batching_padding(p, s: Sheet) -> None:
                   "B tokens per step instead of S/L_max: the inverse of the static utilisation")
     s.step("wait_static", "Static: a queued request's wait for a slot", "W_static", L_max * t, "s",
            "no slot frees until the whole batch ends")
-    L_min = s.step("shortest", "Steps until the first request ends", "L_min", sympy.Min(*L, evaluate=False), "steps",
+    L_min = s.step("shortest", "Steps until the first request ends", "L_min", min_of(*L), "steps",
                    "the shortest request frees its slot first")
     s.step("wait_continuous", "Iteration-level: a queued request's wait for a slot", "W_cont", L_min * t, "s",
            "the first slot to free takes it at the next step")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, max_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
 from solvers.topics.common import dtype_bytes, hbm_bytes, peak_flops
 from solvers.units import format_number, format_quantity
 
@@ -150,7 +150,7 @@ def training_state_bytes(p, s: Sheet) -> None:
     node = s.step("node_hbm", "HBM per node", "M_node", g * M, "GB", "all GPUs of one node")
     room = s.step("node_room", "Room for state per node", "R", u * node, "GB",
                   "activations, buffers and fragmentation take the rest")
-    nodes = s.step("nodes", "Nodes to hold the state, fully sharded", "n", sympy.ceiling(S / room), "nodes",
+    nodes = s.step("nodes", "Nodes to hold the state, fully sharded", "n", ceil_of(S / room), "nodes",
                    "whole nodes: the state over one node's room, rounded up")
     s.step("state_per_gpu", "State per GPU, sharded over those nodes", "S_gpu", S / (nodes * g), "GB",
            "ZeRO-3 / FSDP gives every GPU an equal slice of weights, gradients and optimizer state")
@@ -182,7 +182,7 @@ def training_state_bytes(p, s: Sheet) -> None:
         s.slip(label, wrong / s.value(b), on=("bytes_per_param", "state"))
         # Sharded over the nodes that smaller state would need: fewer nodes, so more per GPU.
         s.slip(label, on="state_per_gpu",
-               factor=wrong / s.value(b) * s.value(nodes) / s.evaluate(sympy.ceiling(N * wrong / room)))
+               factor=wrong / s.value(b) * s.value(nodes) / s.evaluate(ceil_of(N * wrong / room)))
     s.slip("state per node, not per GPU", p.gpus_per_node, on="state_per_gpu")
     s.slip("the NIC's Gb/s read as GB/s", 1 / 8, on="fsdp_comm")
     s.slip("every byte a GPU moves sent through one NIC", on=("fsdp_nic", "fsdp_comm"),

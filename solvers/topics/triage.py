@@ -5,7 +5,7 @@ import math
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side
+from solvers.derivation import Reject, Sheet, Side, floor_of, min_of
 from solvers.units import format_number, format_quantity
 
 # --- loss-plateau-triage ---------------------------------------------------------------------
@@ -156,7 +156,7 @@ def first_month_plan(p, s: Sheet) -> None:
     planned = s.step("planned_hours", "Hours the plan needs", "P", reading + M + X, "h",
                      "reading, the map and the fix; the list of open questions is written along the way")
     readable = s.step("readable", "Postmortems you can read after the map and the fix", "n_max",
-                      sympy.Min(n, sympy.floor((F - M - X) / r), evaluate=False), "",
+                      min_of(n, floor_of((F - M - X) / r)), "",
                       "whole postmortems in the hours the other two leave, and no more than the team has written")
     if s.value(readable) < 3:
         raise Reject("the month leaves almost no time to read")
@@ -167,7 +167,7 @@ def first_month_plan(p, s: Sheet) -> None:
              "follows one real training job from submission to checkpoint (scheduler, nodes, network, storage).")
     no_meetings = p.weeks * (p.hours_per_week - p.shadow_hours) / s.value(F)
     s.slip("meetings not taken off the focus hours", no_meetings, on="focus_hours")
-    readable_no_meetings = s.evaluate(sympy.Min(n, sympy.floor((weeks * (H - o) - M - X) / r), evaluate=False))
+    readable_no_meetings = s.evaluate(min_of(n, floor_of((weeks * (H - o) - M - X) / r)))
     s.slip("meetings not taken off the focus hours", readable_no_meetings / s.value(readable), on="readable")
     fits = s.compare(planned, F) <= 0
     _month_choices(s, fits, planned, F, readable)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from textual import work
@@ -15,7 +16,7 @@ from solvers.answers import CORRECT, Checklist, Grade
 from solvers.followup import both_rounds
 from tui.chart import sweep_chart
 from tui.modes import Mode
-from tui.render import givens_table, grade_table, judgement_table, notes, regime_panel, step_renderable
+from tui.render import givens_table, grade_table, interval_text, judgement_table, notes, regime_panel, step_renderable
 from tui.screens.base import AppScreen
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class SolutionScreen(AppScreen):
         Binding("2", "rate(2)", "Hard", show=False),
         Binding("3", "rate(3)", "Good", show=False),
         Binding("4", "rate(4)", "Easy", show=False),
+        Binding("u", "undo_rating", "Undo rating", show=False),
         Binding("n", "new_variant", "Next"),
         Binding("a", "again", "Answer again"),
         Binding("w", "what_if", "What if"),
@@ -61,6 +63,8 @@ class SolutionScreen(AppScreen):
         self.mode = mode
         self.rating = int(submitted.suggested) if submitted else None
         self.rated = False  # the user picked a rating (else the suggestion stands)
+        self.earlier: list[int | None] = []  # ratings picked before the current one (None: the suggestion)
+        self.intervals: dict[int, timedelta] = {}  # what each rating gives the card (read once, after saving)
         self.followup = followup  # (the push, its grades), or None where it was skipped or there was none
         self.revealed = revealed  # answered again after the key was shown: not a review
 
@@ -153,21 +157,40 @@ class SolutionScreen(AppScreen):
         if self.revealed:
             return "Saved as practice: you had seen this variant's key, so the schedule does not move."
         names = {1: "Again", 2: "Hard", 3: "Good", 4: "Easy"}
-        choices = "  ".join(f"[reverse] {n} {name} [/reverse]" if n == self.rating else f"{n} {name}"
-                            for n, name in names.items())
         reviewer = self.infradrill.loaded_drill.reviewer
-        card = reviewer.card(self.solution.question.id) if reviewer is not None else None
-        due = f" · next review {card.due.astimezone():%a %d %b %H:%M}" if card is not None else ""
-        state = "your rating" if self.rated else f"suggested {names[int(self.submitted.suggested)]}"
-        return f"Saved. Rate it: {choices}  ({state}{due})"
+        if not self.intervals and reviewer is not None:
+            self.intervals = reviewer.intervals(self.submitted.attempt.uid)
+
+        def key(n: int, name: str) -> str:
+            label = f"{n} {name} {interval_text(self.intervals[n])}" if n in self.intervals else f"{n} {name}"
+            return f"[reverse] {label} [/reverse]" if n == self.rating else label
+
+        choices = "  ".join(key(n, name) for n, name in names.items())
+        state = "your rating, u undoes it" if self.rated else f"suggested {names[int(self.submitted.suggested)]}"
+        return f"Saved. Rate it: {choices}  ({state})"
 
     def action_rate(self, rating: int) -> None:
+        if self._rate(rating):
+            self.earlier.append(self.rating if self.rated else None)
+            self.rating, self.rated = rating, True
+            self.query_one("#rating", Static).update(self._rating_text())
+
+    def action_undo_rating(self) -> None:
+        """Back to the rating before the last one picked (the suggestion, at the first)."""
+        if not self.earlier or self.submitted is None:
+            return
+        previous = self.earlier.pop()
+        rating = previous if previous is not None else int(self.submitted.suggested)
+        if self._rate(rating):
+            self.rating, self.rated = rating, previous is not None
+            self.query_one("#rating", Static).update(self._rating_text())
+
+    def _rate(self, rating: int) -> bool:
         reviewer = self.infradrill.loaded_drill.reviewer
         if self.submitted is None or reviewer is None or self.revealed:
-            return
+            return False
         reviewer.rate(self.submitted.attempt.uid, rating)
-        self.rating, self.rated = rating, True
-        self.query_one("#rating", Static).update(self._rating_text())
+        return True
 
     def action_new_variant(self) -> None:
         if self.mode == Mode.DRILL:

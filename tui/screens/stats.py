@@ -1,4 +1,5 @@
-"""Statistics: reviews per day, retention by week, accuracy by group and topic, slips, weak spots."""
+"""Statistics: reviews per day, cards by state, the forecast, retention by week (bars on a 0-100%
+scale, not a sparkline, which scales to its own range), accuracy, slips, weak spots."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -40,15 +41,13 @@ class StatsScreen(Screen):
         reviewer = self.reviewer
         now = now_utc()
         summary = summarize(reviewer.store.attempts(), self.questions, reviewer.retrievability(now), now,
-                            reviewer.tz, reviewer.summary(now), mocks=len(reviewer.store.mocks()))
+                            reviewer.tz, reviewer.summary(now), mocks=len(reviewer.store.mocks()),
+                            cards=reviewer.store.cards())
         days = [summary.today - timedelta(days=back) for back in range(SPARK_DAYS - 1, -1, -1)]
         yield Header()
         with VerticalScroll(id="stats-body"):
             yield Static(f"Reviews per day, last {SPARK_DAYS} days (peak {max(summary.per_day.values(), default=0)})",
                          classes="caption")
             yield Sparkline([summary.per_day.get(day, 0) for day in days], summary_function=max, id="per-day")
-            if summary.retention:
-                yield Static("Retention by week (share of attempts all correct)", classes="caption")
-                yield Sparkline([week.share or 0 for week in summary.retention], id="retention")
             yield Static(escape(format_summary(summary)), id="stats")
         yield Footer()

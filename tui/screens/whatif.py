@@ -1,19 +1,22 @@
 """What-if explorer: step one parameter of a variant and watch the answers and the regime move.
 
-Every number comes from re-solving through the engine (solve_values, sweep); this screen
+Every number comes from re-solving through the engine (revise, sweep) in a worker; this screen
 only keeps the parameter values and renders.
 """
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.markup import escape
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
+from textual.worker import get_current_worker
 
 from solvers.report import expected_text
 from tui.chart import sweep_chart
@@ -22,7 +25,7 @@ from tui.render import plain
 if TYPE_CHECKING:
     from solvers.bank import ParamSpec
     from solvers.data import Catalog
-    from solvers.engine import Solution
+    from solvers.engine import Solution, SweepPoint
 
 LOG_STEP = math.sqrt(2)  # one press moves a log-uniform parameter by this factor
 
@@ -41,34 +44,52 @@ def stepped(spec: ParamSpec, value: float, direction: int) -> float:
     return moved
 
 
+def next_choice(spec: ParamSpec, value: Any, direction: int) -> Any:
+    """The option after (or before) `value` in the parameter's list; the same value at either end."""
+    index = spec.choices.index(value) if value in spec.choices else 0
+    return spec.choices[min(max(index + direction, 0), len(spec.choices) - 1)]
+
+
 class WhatIfScreen(Screen):
+    """Every parameter of the variant, one selected; left/right move it (a choice steps through its
+    options) and a worker re-solves the variant and sweeps its chart, so a key press never waits
+    on sympy. `solved` counts the moves whose result is on screen (tests wait on it)."""
+
     DEFAULT_CSS = """
     #whatif-title { padding: 0 1; background: $boost; height: auto; }
     #whatif-body { padding: 0 1; }
     #whatif-params, #whatif-answers, #whatif-regime, #whatif-chart { margin-top: 1; }
     """
-    BINDINGS = [
-        Binding("up", "select(-1)", "Previous parameter"),
-        Binding("down", "select(1)", "Next parameter"),
-        Binding("left,minus", "step(-1)", "Step down"),
-        Binding("right,plus,equals_sign", "step(1)", "Step up"),
+    BINDINGS = [  # priority: the scroll container would take up and down for itself
+        Binding("up", "select(-1)", "Previous parameter", priority=True),
+        Binding("down", "select(1)", "Next parameter", priority=True),
+        Binding("left,minus", "step(-1)", "Step down", priority=True),
+        Binding("right,plus,equals_sign", "step(1)", "Step up", priority=True),
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
     def __init__(self, solution: Solution, catalog: Catalog) -> None:
         super().__init__()
-        self.solution = solution
+        self.base = solution  # the variant opened; every move is solved as changes to it
+        self.solution = solution  # what is on screen
         self.catalog = catalog
         question = solution.question
-        self.numeric = [p for p in question.parameters if p.kind in ("int", "uniform", "loguniform")]
-        self.selected = 0
-        if question.chart:
-            self.selected = next((i for i, p in enumerate(self.numeric) if p.name == question.chart[0]), 0)
+        self.specs = list(question.parameters)
+        self.selected = next((i for i, p in enumerate(self.specs) if question.chart and p.name == question.chart[0]),
+                             next((i for i, p in enumerate(self.specs) if self._movable(p)), 0))
+        self.raw = {p.name: p.raw for p in solution.params}  # the values asked for, ahead of the solver
+        self.asked = 0  # moves asked for
+        self.solved = 0  # moves whose result is on screen
         self.message = ""
+        self.points: list[SweepPoint] = []
+
+    @staticmethod
+    def _movable(spec: ParamSpec) -> bool:
+        return spec.kind in ("int", "uniform", "loguniform") or (spec.kind == "choice" and len(spec.choices) > 1)
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(f"[b]What if[/b]: {self.solution.question.title}  (from {self.solution.code})", id="whatif-title")
+        yield Static(f"[b]What if[/b]: {self.solution.question.title}  (from {self.base.code})", id="whatif-title")
         with VerticalScroll(id="whatif-body"):
             yield Static(id="whatif-params")
             yield Static(id="whatif-answers")
@@ -77,69 +98,116 @@ class WhatIfScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        if not self.numeric:
-            self.message = "This question has no numeric parameter to move."
-        self._show()
+        self._solve()
 
     def action_select(self, direction: int) -> None:
-        if self.numeric:
-            self.selected = (self.selected + direction) % len(self.numeric)
-            self._show()
+        self.selected = (self.selected + direction) % len(self.specs)
+        self.message = ""
+        self._show()
+        self._solve()  # the chart follows the selected parameter
 
     def action_step(self, direction: int) -> None:
+        spec = self.specs[self.selected]
+        label = spec.label or spec.name
+        if spec.kind == "fixed":
+            self.message = f"{label} is fixed by the question: the prompt states it."
+        elif spec.kind == "generate":
+            self.message = f"{label} is drawn from the variant's seed: move the parameters it is drawn from."
+        elif not self._movable(spec):
+            self.message = f"{label} has a single option."
+        else:
+            current = self.raw[spec.name]
+            moved = (next_choice(spec, current, direction) if spec.kind == "choice"
+                     else stepped(spec, current, direction))
+            if moved == current:
+                self.message = f"{label} is at the end of its range."
+            else:
+                self.raw[spec.name] = moved
+                self.message = ""
+                self._solve()
+                return
+        self._show()
+
+    def _solve(self) -> None:
+        self.asked += 1
+        changes = {name: value for name, value in self.raw.items() if value != self.base.param(name).raw}
+        self._solve_in_worker(self.asked, changes, self.specs[self.selected].name)
+
+    @work(thread=True, exclusive=True, group="whatif")
+    def _solve_in_worker(self, asked: int, changes: dict[str, Any], selected: str) -> None:
         from solvers.derivation import Reject
         from solvers.engine import revise
 
-        if not self.numeric:
-            return
-        spec = self.numeric[self.selected]
-        raw = {p.name: p.raw for p in self.solution.params}
-        new_value = stepped(spec, raw[spec.name], direction)
-        if new_value == raw[spec.name]:
-            self.message = f"{spec.label or spec.name} is at the end of its range."
-            self._show()
-            return
-        try:
-            self.solution = revise(self.solution, self.catalog, {spec.name: new_value})
-        except Reject as reason:
-            self.message = f"No valid variant at {spec.name} = {new_value}: {reason}"
-            self._show()
-            return
-        self.message = ""
+        message = ""
+        solution: Solution | None = self.base
+        if changes:
+            try:
+                solution = revise(self.base, self.catalog, changes)
+            except Reject as reason:
+                shown = ", ".join(f"{name} = {value}" for name, value in changes.items())
+                message, solution = f"No valid variant at {shown}: {reason}", None
+        points = self._sweep(solution or self.solution, selected)
+        if not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._solved, asked, solution, message, points)
+
+    def _sweep(self, solution: Solution, selected: str) -> list[SweepPoint]:
+        """The chart: the selected parameter swept if it is numeric, else the question's own chart."""
+        from solvers.engine import sweep
+
+        question = solution.question
+        numeric = [a.key for a in question.answers if a.numeric]
+        spec = question.parameter(selected)
+        if spec.kind not in ("int", "uniform", "loguniform"):
+            spec = next((s for s in self.specs if question.chart and s.name == question.chart[0]), spec)
+        if spec.kind not in ("int", "uniform", "loguniform") or not numeric:
+            return []
+        return sweep(solution, self.catalog, spec.name, question.chart[1] if question.chart else numeric[0],
+                     points=32)
+
+    def _solved(self, asked: int, solution: Solution | None, message: str, points: list[SweepPoint]) -> None:
+        if asked != self.asked:
+            return  # a later move is being solved: its result replaces this one
+        if solution is None:  # no variant there: back to the last one that solved
+            self.raw = {p.name: p.raw for p in self.solution.params}
+        else:
+            self.solution = solution
+        self.message, self.points = message, points
+        self.solved = asked
         self._show()
 
     def _show(self) -> None:
         params = Table(show_header=False, box=None, pad_edge=False)
-        for param in self.solution.params:
-            chosen = self.numeric and param.name == self.numeric[self.selected].name
-            params.add_row(*plain("▶" if chosen else " ", param.label, param.shown),
+        for index, spec in enumerate(self.specs):
+            chosen = index == self.selected
+            param = self.solution.param(spec.name)
+            how = {"fixed": "fixed", "generate": "drawn"}.get(spec.kind, "◀ ▶" if self._movable(spec) else "")
+            params.add_row(*plain("▶" if chosen else " ", param.label, param.shown, how),
                            style="bold reverse" if chosen else "")
         self.query_one("#whatif-params", Static).update(params)
         answers = Table(show_header=False, box=None, pad_edge=False)
-        for spec in self.solution.question.answers:
-            if not spec.self_graded:
-                answers.add_row(*plain(spec.label, expected_text(self.solution, spec.key)))
+        for answer_spec in self.solution.question.answers:
+            if not answer_spec.self_graded:
+                answers.add_row(*plain(answer_spec.label, expected_text(self.solution, answer_spec.key)))
         self.query_one("#whatif-answers", Static).update(answers)
         regime = self.solution.sheet.regime
-        text = "" if regime is None else (f"[b]Regime: {regime.name}[/b] — {regime.position.symbol} = "
+        text = "" if regime is None else (f"[b]Regime: {escape(regime.name)}[/b] — {escape(regime.position.symbol)} = "
                                           f"{regime.position.result}, boundary {regime.boundary.result} "
                                           f"({regime.margin_text})")
         if self.message:
-            text += f"\n[$warning]{self.message}[/]"
+            text += f"\n[$warning]{escape(self.message)}[/]"
         self.query_one("#whatif-regime", Static).update(text)
-        self._chart()
-
-    def _chart(self) -> None:
-        from solvers.engine import sweep
-
         chart = self.query_one("#whatif-chart", Static)
-        numeric_answers = [a for a in self.solution.question.answers if a.numeric]
-        if not self.numeric or not numeric_answers:
+        if not self.points:
             chart.update("")
             return
-        spec = self.numeric[self.selected]
-        answer = self.solution.question.chart[1] if self.solution.question.chart else numeric_answers[0].key
-        points = sweep(self.solution, self.catalog, spec.name, answer, points=32)
-        if points:
-            chart.update(sweep_chart(points, self.solution.param(spec.name).raw, spec.label or spec.name,
-                                     self.solution.question.answer(answer).label))
+        question = self.solution.question
+        answer = question.chart[1] if question.chart else next(a.key for a in question.answers if a.numeric)
+        name = self._charted()
+        chart.update(sweep_chart(self.points, self.solution.param(name).raw, question.parameter(name).label or name,
+                                 question.answer(answer).label))
+
+    def _charted(self) -> str:
+        spec = self.specs[self.selected]
+        if spec.kind in ("int", "uniform", "loguniform"):
+            return spec.name
+        return self.solution.question.chart[0] if self.solution.question.chart else spec.name

@@ -1,0 +1,109 @@
+"""Parsed question files kept between runs, in the user's cache directory.
+
+A file is parsed again only when its bytes changed, or when the parser itself did (the
+cache's name carries a hash of the code that builds a Question). A file with a problem is
+never kept, so its error is found afresh with file, field and line. A cache that cannot be
+read or written is ignored: the bank loads as if there were none.
+
+The cache is a pickle in the user's own cache directory: whoever can write there can already
+run code as the user, so reading it back trusts no one new.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import tempfile
+from collections.abc import Callable
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from solvers.paths import user_cache_dir
+from solvers.yamlload import MAX_BYTES
+
+if TYPE_CHECKING:
+    from solvers.bank import Question
+
+_PACKAGE = Path(__file__).resolve().parent
+_Entry = tuple[bytes, "Question"]  # a hash of the file, the question parsed from it
+
+
+@lru_cache(maxsize=1)
+def parser_version() -> str:
+    """A hash of the code a cached Question depends on: everything in solvers/ but the solvers."""
+    digest = hashlib.sha256()
+    for path in sorted(_PACKAGE.glob("*.py")) + sorted(_PACKAGE.glob("answers/*.py")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class QuestionCache:
+    """Questions by file, read from and written back to one cache file."""
+
+    def __init__(self, root: Path, directory: Path | None = None):
+        self.directory = user_cache_dir() if directory is None else directory
+        # One file per bank directory, so that loading another (a test's, a user's pack) keeps this one.
+        self._root = hashlib.blake2b(str(root.resolve()).encode(), digest_size=8).hexdigest()
+        self.path = self.directory / f"bank-{self._root}-{parser_version()}.pickle"
+        self._entries: dict[str, _Entry] = self._read()
+        self._used: set[str] = set()
+        self._changed = False
+        self.parsed = 0  # files parsed this time (the rest came from the cache)
+
+    def _read(self) -> dict[str, _Entry]:
+        try:
+            with self.path.open("rb") as file:
+                entries = pickle.load(file)
+        except Exception:  # absent, truncated, written by other code: start afresh
+            return {}
+        return entries if isinstance(entries, dict) else {}
+
+    def question(self, path: Path, parse: Callable[[Path], Question]) -> Question:
+        """The question in `path`: the cached one while the file's bytes are the same (a hash, not
+        the modification time, which a quick rewrite can leave unchanged), else `parse(path)`,
+        whose errors pass through and are not cached."""
+        key = str(path.resolve())
+        self._used.add(key)
+        try:
+            with path.open("rb") as file:
+                data = file.read(MAX_BYTES + 1)
+        except OSError:
+            return parse(path)  # the parser says why it cannot be read
+        if len(data) > MAX_BYTES:
+            return parse(path)
+        digest = hashlib.blake2b(data, digest_size=16).digest()
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] == digest:
+            return entry[1]
+        question = parse(path)
+        self.parsed += 1
+        self._entries[key] = (digest, question)
+        self._changed = True
+        return question
+
+    def save(self) -> None:
+        """Write back what changed (files gone from the bank are dropped); this bank's caches from
+        other versions of the parser are removed."""
+        stale = set(self._entries) - self._used
+        for key in stale:
+            del self._entries[key]
+        if not (self._changed or stale):
+            return
+        temporary = None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=".bank-", suffix=".tmp")
+            with os.fdopen(handle, "wb") as file:
+                pickle.dump(self._entries, file, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(temporary, self.path)
+            temporary = None
+            for old in self.directory.glob(f"bank-{self._root}-*.pickle"):
+                if old != self.path:
+                    old.unlink(missing_ok=True)
+        except OSError:
+            pass  # a read-only or full cache directory costs speed, nothing else
+        finally:
+            if temporary is not None:
+                Path(temporary).unlink(missing_ok=True)

@@ -1,0 +1,335 @@
+"""Scale-up domains: what a bigger NVLink domain moves off the NIC, what it cannot, and what it
+costs when a GPU in it fails; and how two GPU generations split the roles of one deployment.
+
+Links come from collective.py (link_bandwidth: NVLink each direction inside a GPU's domain, the
+NIC outside it; scale_up_domain: how many GPUs share the domain)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from solvers.conventions import convention, scale_up_domain
+from solvers.derivation import Reject, Sheet, Side, max_of, min_of
+from solvers.topics.collective import link_bandwidth
+from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bandwidth, hbm_bytes, peak_flops
+from solvers.topics.kvcache import kv_bytes_per_token_given
+from solvers.units import format_number, format_quantity
+
+SCALE_BYTES = 4 / 128  # DeepEP's FP8 dispatch: one FP32 scale per 128 values
+TRAINING_GPUS = 1024  # the cross-rack training job the select names
+
+
+def _a2a_time(s: Sheet, tag: str, label: str, V, ep, D, bw_nvl, bw_nic) -> sympy.Symbol:
+    """One layer's dispatch and combine: the share of a GPU's copies bound for GPUs inside its domain
+    goes over NVLink, the rest over its NIC, both at once; the slower sets the time."""
+    inside = min_of(ep, D) / ep
+    outside = max_of(ep - D, 0) / ep
+    return s.step(f"a2a_layer_{tag}", f"All-to-all per MoE layer, {label}", f"t_L_{tag}",
+                  max_of(V * inside / bw_nvl, V * outside / bw_nic), "us",
+                  "the copies for GPUs in the domain over NVLink, the rest over the NIC, in parallel")
+
+
+def nvl72_boundary(p, s: Sheet) -> None:
+    model, hgx, rack = p.model, p.gpu, p.rack_gpu
+    ep = s.param("EP", "ep")
+    T_g = s.param("T_g", "tokens")
+    L_moe = s.param("L_moe", "moe_layers")
+    S = s.param("S", "context")
+    G_pre = s.param("G_pre", "prefill_gpus")
+    h = s.given("h", model.hidden, "", "hidden size")
+    k = s.given("k", model.experts_per_token, "", "routed experts per token")
+    b_d = s.given("b_d", 1 + SCALE_BYTES, "B", "bytes per dispatched value (FP8 + an FP32 scale per 128)")
+    b_c = s.given("b_c", 2, "B", "bytes per combined value (bf16)")
+    D_b = s.given("D_HGX", scale_up_domain(hgx), "GPUs", f"{hgx.name} NVLink domain")
+    D_a = s.given("D_NVL", scale_up_domain(rack), "GPUs", f"{rack.name} NVLink domain")
+    bw_hgx = link_bandwidth(s, hgx, scale_up_domain(hgx), group="HGX")
+    bw_nvl = link_bandwidth(s, rack, scale_up_domain(rack), group="NVL")
+    bw_nic = s.given("BW_NIC", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name} per GPU, each direction")
+
+    ratio = s.step("link_ratio", "NVLink inside the rack over the NIC, each direction", "ρ", bw_nvl / bw_nic, "",
+                   "the factor every byte that stays in the domain gains")
+    V_d = s.step("dispatch_bytes", "Dispatch bytes each GPU sends per MoE layer", "V_d", T_g * k * h * b_d, "MB",
+                 "a copy of every token's hidden state for each of its k experts")
+    V_c = s.step("combine_bytes", "Combine bytes each GPU receives per MoE layer", "V_c", T_g * k * h * b_c, "MB",
+                 "each expert's output comes back in bf16")
+    V = V_d + V_c
+    t_b = _a2a_time(s, "hgx", f"on {hgx.name} nodes", V, ep, D_b, bw_hgx, bw_nic)
+    t_a = _a2a_time(s, "nvl", "on NVL72 racks", V, ep, D_a, bw_nvl, bw_nic)
+    before = s.step("a2a_step_before", "All-to-all per decode step, HGX nodes", "t_A_HGX", L_moe * t_b, "ms",
+                    "every MoE layer dispatches and combines once per step")
+    after = s.step("a2a_step_after", "All-to-all per decode step, NVL72 racks", "t_A_NVL", L_moe * t_a, "ms",
+                   "the same bytes, the domain now holding the group" if p.ep <= scale_up_domain(rack)
+                   else "the group spans racks: the copies to other racks still cross the NIC")
+    s.step("", "All-to-all speed-up", "γ", before / after, "", "below ρ wherever part of the traffic stayed on NVLink "
+           "before or still crosses the NIC after")
+
+    kv_tok = kv_bytes_per_token_given(s, model, 2, "bf16")
+    kv_req = s.step("kv_request", "KV of one request to hand from prefill to decode", "KV_req", kv_tok * S, "GB",
+                    "the latent cache of every prompt token")
+    in_rack = s.compare(G_pre + ep, D_a) <= 0
+    s.step("kv_before", "KV handoff, HGX nodes", "t_KV_HGX", kv_req / bw_nic, "ms",
+           "prefill and decode GPUs sit in different nodes: one GPU's NIC")
+    s.step("kv_after", "KV handoff, NVL72 racks", "t_KV_NVL", kv_req / (bw_nvl if in_rack else bw_nic), "ms",
+           f"both pools ({format_number(p.prefill_gpus)} + {format_number(p.ep)} GPUs) fit one rack: NVLink"
+           if in_rack else f"the pools ({format_number(p.prefill_gpus)} + {format_number(p.ep)} GPUs) overflow the "
+           "rack's 72: the handoff still crosses the NIC")
+
+    # The failure mode: a fault stalls every GPU of the NVLink domain, not just the group's.
+    I_ref = s.param("I_ref", "ref_interruptions")
+    T_ref = s.param("T_ref", "ref_days")
+    G_ref = s.param("G_ref", "ref_gpus")
+    lam = s.step("failure_rate", "Unexpected interruptions per GPU-day", "λ", I_ref / (T_ref * G_ref),
+                 "interruptions/GPU-day", "Llama 3's record, taken per GPU-day")
+    s.step("mtbf_before", "Time between stalls of the EP group, HGX nodes", "MTBF_HGX", 1 / (ep * lam), "days",
+           "any of its GPUs failing stalls the all-to-all; nodes outside the group run on")
+    blast = s.step("blast_after", "GPUs one fault stalls, NVL72 racks", "B_NVL", max_of(ep, D_a), "GPUs",
+                   "a fault takes down its whole NVLink domain, whatever groups share it")
+    s.step("mtbf_after", "Time between stalls of the EP group, NVL72 racks", "MTBF_NVL", 1 / (blast * lam), "days",
+           "a fault in any GPU of the racks the group touches")
+
+    _crosses(s, p, in_rack)
+    s.assume("Decode with DeepEP-style low-latency all-to-all: each GPU sends its tokens' k copies (FP8 with "
+             "1-in-128 FP32 scales) and gets the k results back in bf16; routing is uniform over the group's "
+             "GPUs, so a share min(EP, D)/EP of the copies stays in the domain; dispatch and combine of one "
+             "layer are not overlapped with compute.")
+    s.assume(f"Links at their datasheet rate each direction ({hgx.name} and {rack.name} NVLink at half the "
+             f"bidirectional figure; one {p.nic.name} per GPU); DeepEP measures 80-90% of the NIC's rate.")
+    s.assume("The KV handoff moves one request's whole latent cache (bf16) from one prefill GPU to one decode GPU "
+             "(data-parallel attention), over the decode GPU's own link.")
+    s.assume(f"Failure rate: Llama 3 405B's {format_number(p.ref_interruptions)} unexpected interruptions in "
+             f"{format_quantity(p.ref_days, 'days')} on {format_number(p.ref_gpus)} GPUs, taken as independent per "
+             "GPU; on NVL72 a GPU or NVLink fault stalls its whole domain until the rack's fabric is back.")
+    s.slip("x8: bits and bytes mixed on the NIC", 8, on="link_ratio")
+    s.slip("NVLink's bidirectional figure taken for one direction", 2, on="link_ratio")
+    s.slip("combine counted at the dispatch's FP8 size", s.evaluate((V_d + V_d) / V), on="a2a_step_after")
+    _regime(s, p, ep, D_a, ratio)
+
+
+def _crosses(s: Sheet, p, in_rack: bool) -> None:
+    domain = scale_up_domain(p.rack_gpu)
+    s.judge("crosses", "this decode group's EP all-to-all", p.ep > domain,
+            f"EP {format_number(p.ep)} {'spans' if p.ep > domain else 'fits'} a {domain}-GPU domain")
+    s.judge("crosses", "the KV handoff from its prefill pool", not in_rack,
+            f"{format_number(p.prefill_gpus)} prefill + {format_number(p.ep)} decode GPUs "
+            f"{'fit' if in_rack else 'overflow'} one rack of {domain}")
+    s.judge("crosses", "the all-to-all of an EP group twice this size", 2 * p.ep > domain,
+            f"EP {format_number(2 * p.ep)} {'spans' if 2 * p.ep > domain else 'fits'} the domain")
+    s.judge("crosses", "the TP all-reduces of a TP-8 attention group", False,
+            "eight GPUs never leave a 72-GPU domain")
+    s.judge("crosses", f"the gradient all-reduce of a {format_number(TRAINING_GPUS)}-GPU training job", True,
+            f"{format_number(TRAINING_GPUS)} GPUs are {format_number(-(-TRAINING_GPUS // domain))} racks: data "
+            "parallelism between racks runs over the NICs")
+
+
+def _regime(s: Sheet, p, ep, D_a, ratio) -> None:
+    r = format_number(s.value(ratio), 3)
+    s.regime_by(ep, D_a, tie="below", below=Side(
+        "inside-domain",
+        f"EP {format_number(p.ep)} fits one NVL72 rack: every dispatch and combine stays on NVLink, {r}x the NIC's "
+        "bandwidth each way, where on HGX nodes all but a node's share crossed the NIC. The price is the blast "
+        "radius: one GPU fault now stalls all 72 GPUs of the rack, the group and whatever shares it.",
+        "Past 72 GPUs the group spans racks: the copies bound for other racks cross the NIC again, and the "
+        "speed-up shrinks towards what one rack's share of the group saves."),
+        above=Side(
+        "outside-domain",
+        f"EP {format_number(p.ep)} spans racks: the share of copies bound for other racks still crosses the NIC, so "
+        f"the all-to-all gains far less than NVLink's {r}x; every rack the group touches stalls it on a fault.",
+        "At 72 GPUs or fewer the whole group sits in one NVLink domain and its all-to-all never touches the NIC."))
+
+
+# --- b200-h100-roles -------------------------------------------------------------------------
+
+GPUS_PER_NODE = 8  # HGX baseboards
+# Weight formats of the pool that re-quantizes: bytes per weight (MXFP4 carries an E8M0 scale per
+# 32 values) and mantissa bits of the element type (E4M3: 3, E2M1: 1).
+FORMATS = {"fp8": (1.0, 3), "mxfp4": (0.5 + 1 / 32, 1)}
+
+
+@dataclass(frozen=True)
+class _Pool:
+    """One generation's replica on the sheet: its size and its two throughputs."""
+
+    name: str
+    nodes: sympy.Symbol
+    prefill: sympy.Symbol  # prefill tokens/s per node
+    batch: sympy.Symbol  # decode batch of one replica
+    step: sympy.Symbol  # decode step at that batch
+    decode: sympy.Symbol  # decode tokens/s per node at the TPOT target
+    room: sympy.Symbol  # KV room per GPU
+    capped_by_room: bool  # the decode batch is set by KV room, not by the TPOT
+    a2a_heavier: bool  # the decode step's all-to-all outlasts its weight reads
+
+
+def _pool(s: Sheet, tag: str, gpu, W, W_bytes: float, m) -> _Pool:
+    """A replica of `gpu` nodes holding the weights `W` at the stated share of HBM, timed by the
+    step model: prefill compute-bound, decode memory-bound at the batch the TPOT and KV room allow,
+    both with the MoE all-to-all over NVLink inside a node and over the NIC between nodes."""
+    G_n = m["G_n"]
+    M = s.given(f"M_{tag}", hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
+    P = s.given(f"P_{tag}", peak_flops(gpu, "fp8"), "TFLOP/s", f"{gpu.name} dense fp8 peak")
+    BW = s.given(f"BW_{tag}", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
+    nvl = link_bandwidth(s, gpu, GPUS_PER_NODE, group=tag)
+    nodes = s.step(f"nodes_{tag}", f"{gpu.name} nodes per replica", f"n_{tag}",
+                   2 ** sympy.ceiling(sympy.log(max_of(1, W / (m["f"] * G_n * M)), 2)), "nodes",
+                   "the fewest power-of-two nodes (at least one) whose HBM holds the weights within the stated share")
+    G = nodes * G_n
+    # A replica fills whole nodes (G ≥ D): D/G of a token's copies stay in its node.
+    t_a = s.step(f"a2a_layer_{tag}", f"All-to-all per MoE layer per token, {gpu.name} replica", f"t_L_{tag}",
+                 max_of(m["v"] * m["D"] / (G**2 * nvl), m["v"] * (G - m["D"]) / (G**2 * m["nic"])), "us",
+                 "each GPU's 1/G share of a token's copies: D/G of them over NVLink, the rest over the NIC, at once")
+    prefill = s.step(f"prefill_{tag}", f"Prefill tokens/s per {gpu.name} node", f"x_p_{tag}",
+                     1 / (nodes * ((2 * m["N_a"] + m["A_p"] * m["P_in"] / 2) / (G * m["eta_c"] * P)
+                                   + m["L_moe"] * t_a)), "tokens/s",
+                     "compute-bound: each token's FLOPs (weights, causal attention) over the replica's compute, "
+                     "then its all-to-all; the replica's rate shared by its nodes")
+    room = s.step(f"room_{tag}", f"KV room per {gpu.name} GPU", f"R_{tag}", m["u"] * M - W / G, "GB",
+                  "usable HBM less this GPU's share of the weights")
+    rate = m["eta_bw"] * BW
+    t0 = s.step("", f"Decode step before any sequence, {gpu.name}", f"t0_{tag}", W / (G * rate) + m["t_oh"], "ms",
+                "every weight read once a step (at this batch every expert is hit), plus the overhead")
+    t1 = s.step("", f"Decode step time each sequence adds, {gpu.name}", f"t1_{tag}",
+                m["S"] * m["KV"] / (G * rate) + m["L_moe"] * t_a, "us",
+                "its KV read on one GPU's share of the bandwidth, and its token's all-to-all")
+    B_slo = sympy.floor((m["tpot"] - t0) / t1)
+    B_mem = sympy.floor(G * room / (m["S"] * m["KV"]))
+    B = s.step(f"batch_{tag}", f"Decode batch of one {gpu.name} replica", f"B_{tag}", min_of(B_slo, B_mem),
+               "sequences", "the smaller of what the TPOT target leaves for the per-sequence time and what the KV "
+               "room holds")
+    if s.value(B) < 1:
+        raise Reject(f"no sequence fits a {gpu.name} decode step under the TPOT target")
+    step = s.step(f"step_{tag}", f"Decode step at that batch, {gpu.name}", f"t_{tag}", t0 + B * t1, "ms",
+                  "memory-bound: the reads and the all-to-all grow with the batch")
+    # Guards and judgements in floats, off the sheet: none is an answer or near a tie that matters.
+    f = {name: s.value(sym) for name, sym in (("B", B), ("S", m["S"]), ("N", m["N_a"]), ("A", m["A_d"]),
+                                              ("KV", m["KV"]), ("c", m["eta_c"]), ("bw", m["eta_bw"]),
+                                              ("L", m["L_moe"]), ("t_a", t_a))}
+    reads = (W_bytes + f["B"] * f["S"] * f["KV"]) / (f["bw"] * hbm_bandwidth(gpu))
+    if f["B"] * (2 * f["N"] + f["A"] * f["S"]) / (f["c"] * peak_flops(gpu, "fp8")) >= reads:
+        raise Reject(f"{gpu.name} decode would be compute-bound at its batch")
+    decode = s.step(f"decode_{tag}", f"Decode tokens/s per {gpu.name} node", f"x_d_{tag}", B / (step * nodes),
+                    "tokens/s", "one token per sequence per step, shared by the replica's nodes")
+    return _Pool(gpu.name, nodes, prefill, B, step, decode, room,
+                 capped_by_room=s.compare(B, B_slo) < 0,
+                 a2a_heavier=f["B"] * f["L"] * f["t_a"]
+                 > W_bytes / (f["bw"] * hbm_bandwidth(gpu) * s.value(nodes) * GPUS_PER_NODE))
+
+
+def b200_h100_roles(p, s: Sheet) -> None:
+    model, new, old = p.model, p.new_gpu, p.old_gpu
+    b_new, mantissa = FORMATS[p.b200_format]
+    W = s.param("W", "weights_tb")
+    f = s.param("f", "share")
+    P_in = s.param("P_in", "prompt")
+    n_out = s.param("O", "output")
+    tpot = s.param("TPOT", "tpot")
+    R = s.param("λ_req", "rate")
+    L_moe = s.param("L_moe", "moe_layers")
+    G_n = s.given("G_n", GPUS_PER_NODE, "GPUs", "GPUs per node")
+    N_a = s.given("N_a", model.active_params_b * 1e9, "", f"active parameters per token ({model.name})")
+    L = s.given("L", model.layers, "", "layers")
+    H = s.given("H_q", model.heads, "", "query heads")
+    d_h = s.given("d_h", model.head_dim, "", "head dim (no-RoPE key, value)")
+    d_r = s.given("d_r", model.qk_rope_head_dim, "", "RoPE key dim")
+    d_c = s.given("d_c", model.kv_lora_rank, "", "latent rank")
+    h = s.given("h", model.hidden, "", "hidden size")
+    k = s.given("k", model.experts_per_token, "", "routed experts per token")
+    b_d = s.given("b_d", 1 + SCALE_BYTES, "B", "bytes per dispatched value (FP8 + an FP32 scale per 128)")
+    b_c = s.given("b_c", 2, "B", "bytes per combined value (bf16)")
+    nic = s.given("BW_NIC", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name} per GPU, each direction")
+    u = s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable HBM (usable-hbm)")
+    eta_c = s.given("η_c", convention("step-compute").value, "%", "achievable compute (step-compute)")
+    eta_bw = s.given("η_bw", convention("step-bandwidth").value, "%", "achievable bandwidth (step-bandwidth)")
+    t_oh = s.given("t_oh", convention("step-overhead").value * 1e-3, "ms", "overhead per step (step-overhead)")
+    b_B = s.given("b_B", b_new, "B", f"bytes per weight in the B200 pool ({p.b200_format})")
+    kv = kv_bytes_per_token_given(s, model, 2, "bf16")
+    S = s.step("decode_context", "Average context while decoding", "S", P_in + n_out / 2, "tokens",
+               "the prompt plus half the reply")
+    A_p = s.step("", "Prefill attention FLOPs per query-key pair", "A_p", 2 * L * H * (2 * d_h + d_r), "FLOP",
+                 "keys of d_h + d_r and values of d_h per head, a multiply-add each, in every layer")
+    A_d = s.step("", "Decode attention FLOPs per cached token (absorbed MLA)", "A_d", 2 * L * H * (2 * d_c + d_r),
+                 "FLOP", "scores over d_c + d_r and values over d_c per head, in every layer")
+    v = s.step("", "All-to-all bytes of one token per MoE layer", "v", k * h * (b_d + b_c), "KB",
+               "k copies out in FP8, k results back in bf16")
+    m = {"G_n": G_n, "f": f, "u": u, "eta_c": eta_c, "eta_bw": eta_bw, "t_oh": t_oh, "N_a": N_a, "A_p": A_p,
+         "A_d": A_d, "P_in": P_in, "S": S, "KV": kv, "tpot": tpot, "L_moe": L_moe, "v": v, "nic": nic,
+         "D": s.given("D", GPUS_PER_NODE, "GPUs", "NVLink domain of an HGX node")}
+    B2 = _pool(s, "B", new, W * b_B, p.weights_tb * b_new, m)
+    H1 = _pool(s, "H", old, W, p.weights_tb, m)
+
+    r_pre = s.step("edge_prefill", "B200's per-node edge at prefill", "e_p", B2.prefill / H1.prefill, "",
+                   "B200 node over H100 node")
+    r_dec = s.step("edge_decode", "B200's per-node edge at decode", "e_d", B2.decode / H1.decode, "",
+                   "B200 node over H100 node, each at the TPOT target")
+    b200_prefills = s.compare(r_pre, r_dec) >= 0
+    pre, dec = (B2, H1) if b200_prefills else (H1, B2)
+    s.step("prefill_pool", f"Prefill pool ({pre.name})", "N_pre",
+           pre.nodes * sympy.ceiling(R * P_in / (pre.prefill * pre.nodes)), "nodes",
+           "whole replicas for the prompt tokens arriving each second")
+    s.step("decode_pool", f"Decode pool ({dec.name})", "N_dec",
+           dec.nodes * sympy.ceiling(R * n_out * dec.step / dec.batch), "nodes",
+           "whole replicas for the reply tokens due each second at the TPOT target")
+    s.step("ttft", "Prefill time of one prompt", "t_pre", P_in / (pre.prefill * pre.nodes), "s",
+           "one replica of the prefill pool, no queue")
+    s.step("per_user", "Decode tokens/s per user", "X_u", 1 / dec.step, "tokens/s", "one token per decode step")
+    s.step("kv_handoff", "KV handoff of one request between the pools", "t_KV", P_in * kv / nic, "ms",
+           "the pools are different nodes: the prompt's latent cache over one NIC")
+    s.step("mismatch", "RMS gap between the two pools' weights", "δ",
+           2 ** -s.given("m", mantissa, "", f"mantissa bits of the B200 pool's elements ({p.b200_format})")
+           * sympy.sqrt(sympy.Rational(3, 8) / sympy.log(2) / 12), "%",
+           "re-rounding onto a grid with other scales: one more rounding, 2^-m·sqrt(E[4^-f]/12) of the RMS weight, "
+           "E[4^-f] = 3/(8 ln 2) for a mantissa spread evenly in log")
+
+    _roles_judged(s, p, B2, H1, r_dec)
+    s.assume("The B200 pool runs Blackwell's block-scaled MMA, which takes power-of-two (UE8M0) scales: it "
+             f"re-quantizes the FP8 checkpoint the older pool serves as is ({p.b200_format}), each block's scale "
+             "rounded up to a power of two (DeepGEMM's ceil_to_ue8m0); activations and math in FP8 on both. The "
+             "pools then compute with weights that differ by one more rounding, and decode attends to KV that the "
+             "other pool's weights wrote.")
+    s.assume("Each replica is EP over its nodes with data-parallel attention; the MoE all-to-all (DeepEP-style: "
+             "FP8 dispatch, bf16 combine, uniform routing) goes over NVLink inside a node and the NIC between "
+             "nodes, not overlapped. Decode reads every weight each step (large batches touch every expert).")
+    s.assume("Step model (step-compute, step-bandwidth, step-overhead); decode must stay memory-bound at its batch; "
+             "KV in bf16 latents, no prefix cache; pools sized in whole replicas for the average load, no queueing.")
+    s.slip("x2: power-of-two rounding ignored (nodes from the bare ratio)", 0.5, on="nodes_H")
+    _roles_regime(s, r_pre, r_dec, s.value(B2.nodes), s.value(H1.nodes))
+
+
+def _roles_judged(s: Sheet, p, B2: _Pool, H1: _Pool, r_dec) -> None:
+    s.judge("why", "the B200 decode batch is capped by KV room, not by the TPOT", B2.capped_by_room,
+            f"{format_quantity(s.value(B2.room), 'GB')} of KV room per B200 GPU after the weights")
+    s.judge("why", "the older GPU's decode batch is capped by KV room, not by the TPOT", H1.capped_by_room,
+            f"{format_quantity(s.value(H1.room), 'GB')} of KV room per {H1.name} GPU after the weights")
+    s.judge("why", "per node, B200 beats the older GPU at decode", s.compare(r_dec, 1) > 0,
+            f"{format_number(s.value(r_dec), 3)}x per node at the TPOT target")
+    s.judge("why", "the older GPU's decode all-to-all outlasts its weight reads", H1.a2a_heavier,
+            f"its replica spans {format_number(s.value(H1.nodes))} node(s): the copies to other nodes cross the NIC"
+            if s.value(H1.nodes) > 1 else "its replica is one node: the all-to-all stays on NVLink")
+    fp8 = p.b200_format == "fp8"
+    s.judge("why", "one FP8 checkpoint quantized with power-of-two scales, served by both pools, closes the gap", fp8,
+            "Hopper runs FP8 with any scales, so UE8M0-scaled FP8 (as DeepSeek-V3.1 ships) serves both alike" if fp8
+            else "the B200 pool runs MXFP4: sharing an FP8 checkpoint means giving up its FP4 weights, and Hopper "
+            "has no FP4 tensor cores to share the MXFP4 one")
+    s.judge("why", "power-of-two scales leave every weight as the older pool holds it", False,
+            "a scale rounded to a power of two moves the grid: most values round again, to other codes")
+    more = s.compare(B2.room, H1.room) > 0
+    s.judge("why", "a B200 GPU keeps more KV room than an older GPU", more,
+            f"{format_quantity(s.value(B2.room), 'GB')} against {format_quantity(s.value(H1.room), 'GB')}")
+
+
+def _roles_regime(s: Sheet, r_pre, r_dec, nodes_b: float, nodes_h: float) -> None:
+    """Comparative advantage: the B200s take the role where their per-node edge is the larger."""
+    pre, dec = format_number(s.value(r_pre), 3), format_number(s.value(r_dec), 3)
+    s.regime_by(r_pre, r_dec, tie="above", above=Side(
+        "b200-prefill",
+        f"A B200 node does {pre}x an older node's prefill but only {dec}x its decode: the B200s take prefill, "
+        f"where FP8 FLOP/s pay, and the older GPUs decode, their {format_number(nodes_h)}-node replicas pooling "
+        "HBM for the batch's KV.",
+        "Were the B200's decode edge the larger, the roles would swap: B200 decodes, the older GPUs prefill."),
+        below=Side(
+        "b200-decode",
+        f"A B200 node does {dec}x an older node's decode against {pre}x its prefill: the B200s decode, "
+        + ("one node a replica keeping every step's all-to-all on NVLink" if nodes_b == 1 else
+           f"{format_number(nodes_b)} nodes a replica with room for a larger batch")
+        + ", and the older GPUs prefill, where compute is the whole cost.",
+        "Were the B200's prefill edge the larger, the roles would swap: B200 prefills, the older GPUs decode."))

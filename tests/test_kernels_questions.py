@@ -1,0 +1,386 @@
+"""Golden checks for the kernel questions (group N) and the per-SM figures they read from hardware.yaml."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+PER_SM_GPUS = ("a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200")
+
+
+@pytest.mark.parametrize("key", PER_SM_GPUS)
+def test_per_sm_figures_rebuild_the_dense_peaks(catalog, key):
+    """SMs x tensor FLOP per clock per SM x the tensor clock = the datasheet's dense peak, per dtype."""
+    gpu = catalog.get("gpus", key)
+    per_clock = gpu.sms * gpu.tensor_clock_ghz * 1e9 / 1e12
+    assert gpu.bf16_dense_tflops == pytest.approx(gpu.bf16_flop_per_clk_sm * per_clock, rel=1e-3)
+    if "fp8_dense_tflops" in gpu:
+        assert gpu.fp8_dense_tflops == pytest.approx(gpu.fp8_flop_per_clk_sm * per_clock, rel=1e-3)
+
+
+def test_fa3_special_function_throughput(catalog):
+    """FlashAttention-3 sec. 3.1: H100 SXM5 has 3.9 TFLOPS of special functions (16 x 132 x 1.83 GHz)."""
+    gpu = catalog.get("gpus", "h100-sxm")
+    assert gpu.mufu_per_clk_sm * gpu.sms * gpu.tensor_clock_ghz * 1e9 == pytest.approx(3.9e12, rel=0.01)
+
+
+def test_tmem_is_128_lanes_by_512_columns_of_32_bits(catalog):
+    assert catalog.get("gpus", "b200").tmem_kib_sm * 1024 == 128 * 512 * 4
+    assert catalog.get("gpus", "b200").regfile_kib_sm * 1024 == 65536 * 4
+
+
+def _params(solution) -> dict:
+    return {param.name: param.value for param in solution.params}
+
+
+# --- flash-attention-exp-bound ---------------------------------------------------------------
+
+
+def test_exp_bound_default_reproduces_64_over_d(variant):
+    """H100 bf16, d = 128: exp/matmul = 64/d = 0.5, so 66.7% of the tensor peak if they never overlap."""
+    results = variant("flash-attention-exp-bound@default").sheet.results
+    assert results["exp_ratio"] == 64 / 128
+    assert results["exp_ceiling"] == pytest.approx(2 / 3)
+    assert results["fp32_ratio"] == pytest.approx(4 / 128 / (4 * 128 / 4096))
+    assert results["serial_ceiling"] == pytest.approx(1 / 1.75)
+    assert results["serial_tflops"] == pytest.approx(989.4e12 / 1.75)
+    assert results["boundary_head_dim"] == 96
+    assert results["regime"] == "matmul-bound"
+    assert results["overlap_ceiling"] == 1
+
+
+def test_exp_bound_matches_the_fa3_paper(variant):
+    """FA3 sec. 3.1: 989 TFLOPS of matmul against 3.9 TFLOPS of exp (256x), 512x more matmul FLOPs than
+    exponentials at d = 128, so the exponentials can take half the matmul's cycles; FA3's measured 740 TFLOP/s
+    (75%) lies above what a kernel with the softmax in series can reach, FA2's ~35% below it."""
+    results = variant("flash-attention-exp-bound@default").sheet.results
+    assert 989.4 / 3.865 == pytest.approx(256, rel=0.01)
+    assert results["exp_ratio"] == pytest.approx(256 / 512)
+    assert 0.35 * 989.4e12 < results["serial_tflops"] < 740e12
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_exp_bound_ratios_follow_the_per_sm_rates(variant, seed):
+    solution = variant(f"flash-attention-exp-bound@{seed}")
+    p, r = _params(solution), solution.expected
+    gpu, d = p["gpu"], p["head_dim"]
+    tensor = gpu.bf16_flop_per_clk_sm if p["dtype"] == "bf16" else gpu.fp8_flop_per_clk_sm
+    exp_ratio = tensor / (4 * d * gpu.mufu_per_clk_sm)
+    softmax = exp_ratio + tensor * 4 / (4 * d * gpu.fp32_fma_per_clk_sm)
+    assert r["exp_ratio"] == pytest.approx(exp_ratio)
+    assert r["overlap_ceiling"] == pytest.approx(min(1, 1 / softmax))
+    assert r["regime"] == ("matmul-bound" if softmax <= 1 else "softmax-bound")
+
+
+def test_fp8_and_blackwell_turn_d128_exp_bound(variant):
+    """Twice the tensor rate per SM (fp8 on Hopper, bf16 on Blackwell) doubles the ratio: 128/d."""
+    for code in ("flash-attention-exp-bound@default+dtype=fp8", "flash-attention-exp-bound@default+gpu=b200"):
+        results = variant(code).sheet.results
+        assert results["exp_ratio"] == 1
+        assert results["regime"] == "softmax-bound"
+        assert results["overlap_ceiling"] == pytest.approx(1 / 1.5)
+
+
+def test_exp_levers_read_the_ceilings_the_prompt_names(variant):
+    """Halving the MUFU time at d = 128 on H100 bf16 lifts the exps-in-series ceiling from 66.7% to 80% (the
+    whole-softmax one would only reach 66.7%); in series H100 reaches 565 TFLOP/s, under FA3's 740, while B200
+    bf16 in series (40% of 2,250) beats it."""
+    levers = variant("flash-attention-exp-bound@default").sheet.results["levers"]
+    assert levers["emulating half the exp2s with FMA polynomials, counting only MUFU time, would lift the "
+                  "exps-in-series ceiling to 75% or more"]
+    beats = ("even with the softmax in series this variant beats FA3's overlapped H100 measurement (740 TFLOP/s, "
+             "bf16, head dim 128)")
+    assert not levers[beats]
+    b200 = variant("flash-attention-exp-bound@default+gpu=b200").sheet.results
+    assert b200["serial_ceiling"] == pytest.approx(1 / 2.5) and b200["levers"][beats]
+
+
+# --- split-kv-decode-merge -------------------------------------------------------------------
+
+
+def lse_merge(outputs: np.ndarray, lses: np.ndarray) -> tuple[np.ndarray, float]:
+    """Merge split attention states (normalised partial output, log-sum-exp) as the key says: weights
+    exp(LSE_i - m) with m the largest LSE, so an empty split (LSE = -inf, output 0) drops out."""
+    m = lses.max()
+    if m == -np.inf:
+        return np.zeros(outputs.shape[1]), -np.inf
+    w = np.exp(lses - m)
+    return (w[:, None] * outputs).sum(0) / w.sum(), m + np.log(w.sum())
+
+
+def split_attention(q, keys, values, bounds):
+    """Each split's normalised output and LSE over keys[start:end]; an empty split writes 0 and -inf
+    (as FlashAttention-2's compute_attn_1rowblock_splitkv does)."""
+    outputs, lses = [], []
+    for start, end in bounds:
+        if start >= end:
+            outputs.append(np.zeros(values.shape[1]))
+            lses.append(-np.inf)
+            continue
+        scores = keys[start:end] @ q
+        m = scores.max()
+        p = np.exp(scores - m)
+        outputs.append(p @ values[start:end] / p.sum())
+        lses.append(m + np.log(p.sum()))
+    return np.array(outputs), np.array(lses)
+
+
+def fa2_split_bounds(tokens: int, tile: int, splits: int) -> list[tuple[int, int]]:
+    """FlashAttention-2's split ranges in tokens: n_blocks_per_split = ceil(ceil(T / tile) / splits)."""
+    n_blocks = -(-tokens // tile)
+    per = -(-n_blocks // splits)
+    return [(min(i * per, n_blocks) * tile, min(min((i + 1) * per, n_blocks) * tile, tokens)) for i in range(splits)]
+
+
+def test_split_kv_default_reproduces_the_catalogue(variant):
+    """Llama-3-70B at batch 1, TP1 on a 132-SM Hopper: 8 blocks (6%), 17 splits, the 17th empty."""
+    results = variant("split-kv-decode-merge@default").sheet.results
+    assert results["blocks"] == 8
+    assert results["fill"] == pytest.approx(8 / 132)
+    assert results["splits"] == 17
+    assert results["tiles_per_split"] == 16  # ceil(256 / 17)
+    assert results["empty_splits"] == 1
+    assert results["merge_weight"] == pytest.approx(1 / (1 + math.e**2))
+    assert results["partial_overhead"] == pytest.approx(2 * 80 * 8 * 17 * 8 * 129 * 4 / (32768 * 327_680))
+    assert results["regime"] == "split-needed"
+    weights = 70.55e9 / (0.8 * 4.8e12)
+    kv = 32768 * 327_680
+    assert results["per_user_unsplit"] == pytest.approx(1 / (weights + kv / (0.8 * 4.8e12 * 8 / 132) + 2e-3))
+    # The empty 17th split exits at once: 8 x 16 blocks with keys stream the KV cache and the partials.
+    partials = 2 * 80 * 8 * 17 * 8 * 129 * 4
+    assert results["per_user_split"] == pytest.approx(1 / (weights + (kv + partials) / (0.8 * 4.8e12 * 128 / 132)
+                                                           + 2e-3))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_split_kv_counts_match_fa2_split_ranges(variant, seed):
+    """The empty splits the solver counts are the splits FA2's own range arithmetic leaves empty."""
+    solution = variant(f"split-kv-decode-merge@{seed}")
+    p, r = _params(solution), solution.expected
+    heads = max(1, p["model"].kv_heads // p["tp"])
+    blocks = p["batch"] * heads
+    splits = math.ceil(p["gpu"].sms / blocks)
+    bounds = fa2_split_bounds(p["context"], 128, splits)
+    assert r["blocks"] == blocks and r["splits"] == splits
+    assert r["empty_splits"] == sum(start >= end for start, end in bounds)
+    assert sum(end - start for start, end in bounds if end > start) == p["context"]
+    assert r["regime"] == ("grid-filled" if blocks >= p["gpu"].sms else "split-needed")
+    assert splits <= math.ceil(p["context"] / 128)  # no split count beyond the key tiles is drawn
+
+
+@pytest.mark.parametrize(("batch", "context"), [(17, 8192), (32, 2048), (128, 1024)])
+def test_split_kv_one_split_writes_no_partials(variant, batch, context):
+    """A grid the batch fills runs one split: the output is written directly (FA2's non-split path), so
+    there are no FP32 partials, no merge, and the split speed is the unsplit one."""
+    results = variant(f"split-kv-decode-merge@default+batch={batch}+context={context}").sheet.results
+    assert results["regime"] == "grid-filled" and results["splits"] == 1
+    assert results["partial_bytes"] == 0 and results["partial_overhead"] == 0
+    assert results["per_user_split"] == results["per_user_unsplit"]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_lse_merge_is_exact_and_survives_the_empty_split(seed):
+    """The default's layout in miniature: 32,768 keys in FA2's 17 splits (the last empty), merged by LSE,
+    equal to one softmax over all keys to 1e-12 in float64, with no NaN from the empty split."""
+    rng = np.random.default_rng(seed)
+    q, keys, values = rng.normal(size=128), rng.normal(size=(32768, 128)) / 4, rng.normal(size=(32768, 128))
+    bounds = fa2_split_bounds(32768, 128, 17)
+    assert bounds[-1][0] >= bounds[-1][1]
+    outputs, lses = split_attention(q, keys, values, bounds)
+    merged, lse = lse_merge(outputs, lses)
+    scores = keys @ q
+    m = scores.max()
+    reference = np.exp(scores - m) @ values / np.exp(scores - m).sum()
+    assert np.all(np.isfinite(merged))
+    assert np.max(np.abs(merged - reference)) < 1e-12
+    assert lse == pytest.approx(m + np.log(np.exp(scores - m).sum()), abs=1e-12)
+
+
+def test_lse_merge_of_only_empty_splits_gives_zero_not_nan():
+    merged, lse = lse_merge(np.zeros((3, 4)), np.full(3, -np.inf))
+    assert np.all(merged == 0) and lse == -np.inf
+
+
+def test_two_split_merge_weight_matches_the_key(variant):
+    results = variant("split-kv-decode-merge@default+lse_gap=3.5").sheet.results
+    merged, lse = lse_merge(np.array([[1.0], [0.0]]), np.array([0.0, 3.5]))
+    assert results["merge_weight"] == pytest.approx(merged[0], rel=1e-12)
+    assert results["merged_lse"] == pytest.approx(lse - 3.5, rel=1e-12)
+
+
+# --- blackwell-tmem-tiles --------------------------------------------------------------------
+
+
+def test_tmem_tiles_default_gives_back_half_the_register_file(variant):
+    """128 x 256 FP32 = 128 KiB = half of Hopper's 256 KiB register file (128 registers a consumer thread);
+    in TMEM it takes 256 of 512 columns. Operand bytes per 64-deep k-slice: 80, 48 and 32 KiB."""
+    results = variant("blackwell-tmem-tiles@default").sheet.results
+    assert results["accumulator"] == 128 * 1024
+    assert results["rf_share"] == 0.5
+    assert results["acc_registers"] == 128
+    assert results["tmem_columns"] == 256
+    assert (results["hopper_bytes"], results["one_sm_bytes"], results["two_cta_bytes"]) == (80 * 1024, 48 * 1024,
+                                                                                             32 * 1024)
+    assert results["tile_facts"]["TMEM holds two of these accumulators, so one tile's epilogue can overlap the "
+                                 "next one's MMAs"]
+
+
+def test_hopper_demand_matches_one_wgmma_instruction(variant):
+    """wgmma m64n256k16 bf16: A 64x16 and B 256x16 from shared memory (10 KiB) for 2*64*256*16 FLOPs,
+    128 clocks at 4,096 FLOP/clock: 80 B per clock."""
+    instruction = (64 * 16 + 256 * 16) * 2 / (2 * 64 * 256 * 16 / 4096)
+    assert variant("blackwell-tmem-tiles@default").sheet.results["hopper_demand"] == instruction == 80
+
+
+@pytest.mark.parametrize("n", [64, 128, 192, 256])
+def test_operand_bytes_per_clock_do_not_depend_on_m(variant, n):
+    """Bytes per clock are set per MMA instruction: doubling M doubles the bytes and the FLOPs alike."""
+    small = variant(f"blackwell-tmem-tiles@default+tile_m=128+tile_n={n}").sheet.results
+    large = variant(f"blackwell-tmem-tiles@default+tile_m=256+tile_n={n}").sheet.results
+    for key in ("hopper_demand", "one_sm_demand", "two_cta_demand"):
+        assert small[key] == pytest.approx(large[key])
+    assert small["two_cta_demand"] == pytest.approx(64 * (128 + n / 2) / n)  # 8,192 FLOP/clock, B split in two
+    assert large["tile_facts"]["on Hopper the accumulator fits the consumers' 232-register budget"] == (256 * n / 256
+                                                                                                        <= 232)
+
+
+def test_smem_rate_reached_exactly_counts_as_bound(variant):
+    """Hopper's 64-row MMAs at N = 64 and the 1-SM MMA at N = 128 read exactly 128 B per clock: at the rate,
+    with the TMA writes on top, shared memory is the limit."""
+    hopper = variant("blackwell-tmem-tiles@default+tile_n=64").sheet.results
+    one = variant("blackwell-tmem-tiles@default+tile_n=128").sheet.results
+    assert hopper["hopper_demand"] == 128 and one["one_sm_demand"] == 128
+    assert hopper["tile_facts"]["at Hopper's rate, its 64-row warpgroup MMAs read operands at least as fast as "
+                                "shared memory's 128 B per clock"]
+    assert one["tile_facts"]["at B200's rate, 1-SM MMAs read operands at least as fast as shared memory's 128 B "
+                             "per clock"]
+
+
+@pytest.mark.parametrize(("m", "n", "exact"), [(128, 64, True), (128, 192, False), (256, 192, False),
+                                               (256, 256, True)])
+def test_tmem_allocation_is_a_power_of_two(variant, m, n, exact):
+    """tcgen05.alloc takes a power of two of columns (at least 32): 192 or 384 used columns allocate 256 or 512."""
+    results = variant(f"blackwell-tmem-tiles@default+tile_m={m}+tile_n={n}").sheet.results
+    assert results["tmem_columns"] == m // 128 * n
+    assert results["tile_facts"]["tcgen05.alloc can give this accumulator exactly the TMEM columns it uses"] == exact
+
+
+# --- fp8-block-scale-mainloop ----------------------------------------------------------------
+
+
+def test_block_scale_default_costs_a_quarter_of_the_mma(variant):
+    """N_C = 128 on H100: 2*128*128*128 / 8,192 = 512 MMA clocks against 128*128 / 128 = 128 FFMA clocks,
+    25%, so 80% of the fp8 peak if not overlapped; twice the tensor rate on B200 makes it 50%."""
+    results = variant("fp8-block-scale-mainloop@default").sheet.results
+    assert (results["mma_clocks"], results["ffma_clocks"]) == (512, 128)
+    assert results["promotion_share"] == 0.25
+    assert results["serial_ceiling"] == 0.8
+    assert results["serial_tflops"] == pytest.approx(0.8 * 1978.9e12)
+    assert results["temp_registers"] == 64
+    assert results["regime"] == "promotion-hidden" and results["overlap_ceiling"] == 1
+    assert results["blackwell_share"] == 0.5
+
+
+def test_deepgemm_measured_peak_sits_under_the_ceilings(variant):
+    """DeepGEMM's release README: up to 1,358 FP8 TFLOP/s on H800 (H100's SM and clocks) with this main loop,
+    overlapped: under the 80% serial ceiling of 1,583 TFLOP/s, so overlap is not all that it loses."""
+    results = variant("fp8-block-scale-mainloop@default").sheet.results
+    assert 1358e12 < results["serial_tflops"] < results["overlap_ceiling"] * 1978.9e12
+
+
+@pytest.mark.parametrize("tile_n", [64, 128, 256])
+@pytest.mark.parametrize("block", [16, 64, 128])
+def test_promotion_share_is_independent_of_the_tile(variant, tile_n, block):
+    results = variant(f"fp8-block-scale-mainloop@default+tile_n={tile_n}+scale_block={block}").sheet.results
+    assert results["promotion_share"] == 8192 / (2 * 128 * block)
+    assert results["regime"] == ("promotion-hidden" if block > 32 else "promotion-exposed")
+    assert results["overlap_ceiling"] == min(1, 2 * 128 * block / 8192)
+    # At N_C = 64 halving ties the FFMAs with the MMAs: they do not outlast them.
+    assert results["scale_facts"]["halving the scale block along K would make the FFMAs outlast the MMAs"] == (
+        block < 64)
+
+
+def test_no_scale_block_ties_the_promotion_with_the_mma(variant):
+    """N_C = 32 on Hopper gives FFMAs exactly as long as the MMAs (8,192 / (2·128·32) = 1): never drawn."""
+    for seed in range(60):
+        solution = variant(f"fp8-block-scale-mainloop@{seed}")
+        assert solution.sheet.results["promotion_share"] != 1
+
+
+# --- tma-warp-specialization -----------------------------------------------------------------
+
+
+def test_tma_default_counts(variant):
+    """256 x 128 x 64 bf16: 48 KiB a k-step, 3,072 16-byte copies, 96 warp-wide copies plus 192 address and
+    bounds instructions, against 2 TMA instructions; 256 ldmatrix.x4 (4 x 2 warps, 64 x 64 warp tiles as in
+    CUTLASS's Ampere 256 x 128 configurations) and 1,024 mma.sync in 4,096 issue slots. Two consumer
+    warpgroups: 128 accumulator registers, 168 even, 232 under setmaxnreg."""
+    results = variant("tma-warp-specialization@default").sheet.results
+    assert results["tile_bytes"] == 48 * 1024
+    assert results["copies"] == 3072
+    assert results["cp_instructions"] == 288
+    assert results["tma_removed"] == 286
+    assert results["ldmatrix"] == 8 * (64 + 64) * 64 * 2 / 512 == 256
+    assert results["issue_share"] == pytest.approx((288 + 256 + 1024) / 4096)
+    assert (results["acc_registers"], results["even_split"], results["consumer_budget"]) == (128, 168, 232)
+    assert results["regime"] == "even-split-fits"
+
+
+@pytest.mark.parametrize(("m", "n", "warp_m", "warp_n"), [(256, 128, 64, 64), (128, 256, 64, 64), (128, 128, 64, 32),
+                                                          (192, 64, 48, 32), (192, 256, 96, 64)])
+def test_ldmatrix_follows_the_squarer_warp_tile(variant, m, n, warp_m, warp_n):
+    """8 warps split the longer side four ways; each stages its warp tile's A and B rows, 512 B an ldmatrix.x4."""
+    consumers = 3 if m == 192 else 2  # whole 64-row slices per consumer warpgroup
+    code = f"tma-warp-specialization@default+tile_m={m}+tile_n={n}+consumers={consumers}+reserve=16"
+    results = variant(code).sheet.results
+    assert results["ldmatrix"] == 8 * (warp_m + warp_n) * 64 * 2 / 512
+    layout = results["pipeline_facts"]["a 4 × 2 warp layout stages fewer operand bytes than a 2 × 4 one for this tile"]
+    assert layout == (m > n)
+
+
+def cutlass_register_split(consumers: int, producer: int) -> tuple[int, int]:
+    """CUTLASS / FlashAttention-3's arithmetic: the even share per thread in units of 8, then the producer's
+    surplus spread over the consumer warpgroups (at most 256)."""
+    even = 65536 // (128 * (consumers + 1)) // 8 * 8
+    return even, min(256, (even * (consumers + 1) - producer) // consumers // 8 * 8)
+
+
+def test_register_splits_match_cutlass_and_fa3(variant):
+    """CUTLASS sm90 cooperative/ping-pong: 40 / 232 with two consumer warpgroups; FA3: 24 / 240 with two and
+    32 / 160 with three."""
+    assert cutlass_register_split(2, 40) == (168, 232)
+    assert cutlass_register_split(2, 24)[1] == 240
+    assert cutlass_register_split(3, 32) == (128, 160)
+    for consumers, producer, tile_m in ((2, 40, 128), (2, 24, 128), (3, 32, 192)):
+        code = f"tma-warp-specialization@default+consumers={consumers}+producer_regs={producer}+tile_m={tile_m}"
+        results = variant(code + "+tile_n=128").sheet.results
+        assert (results["even_split"], results["consumer_budget"]) == cutlass_register_split(consumers, producer)
+        # Producer plus consumers never hold more than the register file.
+        assert producer * 128 + results["consumer_budget"] * 128 * consumers <= 65536
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_tma_regime_follows_the_even_split(variant, seed):
+    solution = variant(f"tma-warp-specialization@{seed}")
+    p, r = _params(solution), solution.expected
+    even, budget = cutlass_register_split(p["consumers"], p["producer_regs"])
+    need = p["tile_m"] * p["tile_n"] / (128 * p["consumers"]) + p["reserve"]
+    assert need <= budget
+    assert r["regime"] == ("even-split-fits" if need <= even else "needs-setmaxnreg")
+
+
+@settings(max_examples=60, deadline=None)
+@given(tokens=st.integers(1, 3000), splits=st.integers(1, 40), tile=st.sampled_from([16, 64, 128]),
+       seed=st.integers(0, 2**31))
+def test_lse_merge_is_exact_for_any_split_layout(tokens, splits, tile, seed):
+    """Whatever FA2's range arithmetic gives (empty splits included), the LSE merge equals one softmax."""
+    rng = np.random.default_rng(seed)
+    q, keys, values = rng.normal(size=16), rng.normal(size=(tokens, 16)) * 2, rng.normal(size=(tokens, 4))
+    merged, lse = lse_merge(*split_attention(q, keys, values, fa2_split_bounds(tokens, tile, splits)))
+    scores = keys @ q
+    p = np.exp(scores - scores.max())
+    assert np.max(np.abs(merged - p @ values / p.sum())) < 1e-12
+    assert lse == pytest.approx(scores.max() + np.log(p.sum()), abs=1e-12)

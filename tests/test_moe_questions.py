@@ -1,0 +1,385 @@
+"""Golden checks for the MoE helper (solvers/topics/moe.py) and the MoE questions of group M:
+moe-experts-per-batch, moe-dispatch-bytes, ep-load-skew, moe-1t-training-layout."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from solvers.followup import follow_up
+from solvers.topics.moe import batch_for_share, experts_touched, parameter_count
+
+# --- the helper ----------------------------------------------------------------------------------
+
+
+def test_deepseek_v3_fields_give_671b_total_and_37b_active(catalog):
+    """The config fields alone (58 MoE layers of 256 routed + 1 shared expert of 3 x 7168 x 2048, 3 dense MLPs,
+    MLA projections, embeddings) give the technical report's 671B total and 37B active."""
+    count = parameter_count(catalog.get("models", "deepseek-v3"))
+    assert count.routed == 58 * 256 * 3 * 7168 * 2048  # 653.9B
+    assert count.total == pytest.approx(671e9, rel=1e-3)
+    assert count.active == pytest.approx(37.5e9, rel=2e-3)
+
+
+@pytest.mark.parametrize(("model", "total_rel", "active_rel"), [
+    ("mixtral-8x7b", 1e-3, 1e-3), ("qwen3-235b-a22b", 1e-3, 0.01), ("kimi-k2", 1e-4, 1e-3)])
+def test_published_total_and_active_counts(catalog, model, total_rel, active_rel):
+    """Mixtral's paper (46.7B / 12.9B), Qwen3's card (235B / 22B); Kimi K2's entry holds the config count, which
+    its README rounds to 1T / 32B."""
+    entry = catalog.get("models", model)
+    count = parameter_count(entry)
+    assert count.total == pytest.approx(entry.params_b * 1e9, rel=total_rel)
+    assert count.active == pytest.approx(entry.active_params_b * 1e9, rel=active_rel)
+
+
+@pytest.mark.parametrize("model", ["gpt-oss-120b", "gpt-oss-20b"])
+def test_gpt_oss_counts_leave_out_the_input_embedding(catalog, model):
+    """The gpt-oss card counts active parameters without the embedding table (a lookup, not a matmul):
+    5.13B and 3.61B; the helper counts it, as DeepSeek, Mixtral and Qwen do."""
+    entry = catalog.get("models", model)
+    count = parameter_count(entry)
+    assert count.total == pytest.approx(entry.params_b * 1e9, rel=2e-3)  # biases and sinks left out
+    assert count.active - entry.vocab * entry.hidden == pytest.approx(entry.active_params_b * 1e9, rel=5e-3)
+
+
+def test_experts_touched_matches_the_catalogue():
+    """DeepSeek-V3: ~163 of 256 experts at batch 32, 95% from a batch of ~94."""
+    assert experts_touched(256, 8, 32) == pytest.approx(163.3, abs=0.05)
+    assert batch_for_share(256, 8, 0.95) == pytest.approx(94.36, abs=0.01)
+
+
+@pytest.mark.parametrize(("experts", "k", "batch"), [(256, 8, 32), (8, 2, 5), (128, 4, 300)])
+def test_experts_touched_matches_a_seeded_simulation(experts, k, batch):
+    """Tokens drawing k distinct experts each, 4,000 seeded trials: the mean distinct count is the closed form
+    (each token misses a given expert with probability 1 - k/E exactly)."""
+    rng = np.random.default_rng(experts * 1000 + batch)
+    trials = 4000
+    picks = np.argsort(rng.random((trials, batch, experts)), axis=2)[:, :, :k]
+    seen = np.zeros((trials, experts), dtype=bool)
+    np.put_along_axis(seen, picks.reshape(trials, -1), True, axis=1)
+    counts = seen.sum(axis=1)
+    standard_error = counts.std() / math.sqrt(trials)
+    assert abs(counts.mean() - experts_touched(experts, k, batch)) < 4 * standard_error + 1e-9
+
+
+# --- moe-experts-per-batch -----------------------------------------------------------------------
+
+ROUTED = 58 * 256 * 3 * 7168 * 2048  # DeepSeek-V3's routed experts, parameters (fp8: bytes)
+
+
+def test_experts_per_batch_default(variant):
+    """DeepSeek-V3 fp8 on 16 H100, 32 tokens: 163 experts a layer, 434 GB read (11.6x the 37.5 GB of active
+    weights), 1.6 tokens per expert against a crossover of 295, so the experts stay memory-bound to ~9,450."""
+    results = variant("moe-experts-per-batch@default").sheet.results
+    phi = 1 - (31 / 32) ** 32
+    shared = 671e9 - ROUTED  # 17.1 GB outside the routed experts
+    assert results["touched"] == pytest.approx(256 * phi)  # 163.3
+    assert results["batch_95"] == pytest.approx(math.log(0.05) / math.log(31 / 32))  # 94.4
+    assert results["active_bytes"] == 37.5e9  # the published active count, one byte each
+    assert results["step_bytes"] == pytest.approx(shared + phi * ROUTED)  # 434 GB
+    assert results["bytes_ratio"] == pytest.approx((shared + phi * ROUTED) / 37.5e9)  # 11.6x
+    assert results["tokens_per_expert"] == pytest.approx(32 * 8 / (256 * phi))  # 1.57
+    assert results["expert_crossover"] == pytest.approx(1978.9 / (2 * 3.35))  # 295.4 tokens
+    assert results["batch_compute"] == pytest.approx(1978.9 / (2 * 3.35) * 32)  # 9,452
+    # Every piece memory-bound: the shared weights once, each expert read once, over 16 GPUs' HBM.
+    step = (shared + phi * ROUTED) / 3.35e12 / 16
+    assert results["step_time"] == pytest.approx(step)  # 8.1 ms
+    assert results["per_user"] == pytest.approx(1 / step)  # 123 tokens/s
+    assert results["regime"] == "some-experts-read"
+    assert results["advantage"] == {
+        "The step reads at least 25% fewer weight bytes than a dense model of the same total size": True,
+        "An expert's GEMM is compute-bound at this batch": False,
+        "A dense model of the same total size would take at least twice as long for this step": False,  # 1.55x
+        "A dense model of the active size would run this step at least twice as fast": True,  # 11.6x
+        "Experts stored at half the bytes (same tensor peak) would cut the step time by 20% or more": True,
+        "Twice the batch would cost less than 25% more step time": False,  # 64 tokens read 87% of the experts
+    }
+
+
+def test_experts_per_batch_follow_up_crosses_into_compute(variant, catalog):
+    """16,384 tokens: 512 per expert, past the 295 crossover; the step follows the active FLOPs, 18x fewer
+    than a dense model of the total size."""
+    pushed = follow_up(variant("moe-experts-per-batch@default"), catalog)
+    assert str(pushed.solution.code).endswith("+batch=16384")
+    results = pushed.solution.sheet.results
+    assert results["regime"] == "experts-compute-bound"
+    assert results["tokens_per_expert"] == pytest.approx(512, rel=1e-6)
+    shared = 671e9 - ROUTED
+    step = (2 * shared * 16384 + 2 * (ROUTED / 32) * 16384) / 1978.9e12 / 16
+    assert results["step_time"] == pytest.approx(step)
+    assert results["advantage"]["A dense model of the same total size would take at least twice as long for this step"]
+    assert not results["advantage"]["A dense model of the active size would run this step at least twice as fast"]
+
+
+def test_experts_per_batch_crossover_is_exact(variant):
+    """B_c = 9,451.6 for DeepSeek-V3 fp8 on H100: 9,400 tokens leave the experts memory-bound, 9,500 do not."""
+    below = variant("moe-experts-per-batch@default+batch=9400").sheet.results
+    above = variant("moe-experts-per-batch@default+batch=9500").sheet.results
+    assert below["regime"] == "all-experts-read" and above["regime"] == "experts-compute-bound"
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_experts_per_batch_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"moe-experts-per-batch@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    model, gpu, batch = p["model"], p["gpu"], p["batch"]
+    E, k = model.experts, model.experts_per_token
+    b = {"fp8": 1, "bf16": 2}[p["weight_dtype"]]
+    peak = gpu[{"fp8": "fp8_dense_tflops", "bf16": "bf16_dense_tflops"}[p["weight_dtype"]]] * 1e12
+    bandwidth = gpu.hbm_tb_s * 1e12
+    routed = (model.layers - model.dense_layers) * E * 3 * model.hidden * model.expert_ffn * b
+    phi = 1 - (1 - k / E) ** batch
+    expected = solution.expected
+    assert expected["touched"] == pytest.approx(E * phi)
+    assert expected["step_bytes"] == pytest.approx(model.params_b * 1e9 * b - routed + phi * routed)
+    crossover = b * peak / (2 * bandwidth)
+    regime = ("some-experts-read" if batch < batch_for_share(E, k, 0.95) else
+              "all-experts-read" if batch * k / E < crossover else "experts-compute-bound")
+    assert expected["regime"] == regime
+    assert solution.sheet.results["advantage"]["An expert's GEMM is compute-bound at this batch"] == (
+        regime == "experts-compute-bound")
+
+
+def test_a_user_moe_model_needs_the_expert_fields(tmp_path):
+    """A user's MoE entry without its expert width is refused at load (a solver would fail on it); no dense
+    layers is a real config value (0), a negative count is not."""
+    from solvers.data import load_catalog
+
+    entry = ("    name: Tiny-MoE\n    params_b: 1\n    active_params_b: 0.3\n    layers: 4\n    hidden: 512\n"
+             "    heads: 8\n    kv_heads: 2\n    head_dim: 64\n    ffn: 1024\n    vocab: 1000\n    experts: 8\n"
+             "    experts_per_token: 2\n    attention: gqa\n    source: test\n")
+    (tmp_path / "models.yaml").write_text(
+        "models:\n  no-width:\n" + entry + "    dense_layers: 0\n    shared_experts: 0\n"
+        "  negative:\n" + entry + "    expert_ffn: 256\n    dense_layers: -1\n    shared_experts: 0\n"
+        "  fine:\n" + entry + "    expert_ffn: 256\n    dense_layers: 0\n    shared_experts: 0\n")
+    catalog = load_catalog(user_dir=tmp_path)
+    problems = "\n".join(catalog.problems)
+    assert "models.no-width.expert_ffn: missing (a MoE model needs it)" in problems
+    assert "models.negative.dense_layers: must not be negative" in problems
+    assert "fine" in catalog.collections["models"] and "no-width" not in catalog.collections["models"]
+
+
+# --- moe-dispatch-bytes --------------------------------------------------------------------------
+
+COPY = 7168 + 7168 // 128 * 4 + 7168 * 2  # DeepSeek-V3: FP8 dispatch with scales + bf16 combine, 21,728 B
+
+
+def test_dispatch_bytes_default(variant):
+    """DeepSeek-V3 over EP 64 (8 HGX H100 nodes, one CX-7 each), 128 tokens per GPU: 7,392 B out and 14,336 B
+    back per copy, 10.08 MB per token over 58 layers; node-aware dispatch halves the NIC copies (7 -> 3.5)."""
+    results = variant("moe-dispatch-bytes@default").sheet.results
+    assert results["dispatch_copy"] == 7392 and results["combine_copy"] == 14336
+    assert results["token_bytes"] == 58 * 8 * COPY  # 10,081,792 B
+    assert results["nic_copies_direct"] == 7  # 8 experts, 7/8 of them off the node
+    assert results["nic_copies"] == 3.5  # 4 of 8 groups, one per node: each other node hit with probability 1/2
+    nic, nvlink = 128 * 3.5 * COPY / 50e9, 128 * 7 * COPY / 450e9
+    assert results["nic_time"] == pytest.approx(nic)  # 195 us
+    assert results["nvlink_time"] == pytest.approx(nvlink)  # 43 us
+    assert results["comm_step"] == pytest.approx(58 * nic)  # 11.3 ms a step
+    assert results["saving"] == 2
+    assert results["regime"] == "nic-bound"
+
+
+# DeepEP docs/legacy.md, low-latency kernels on H800 + CX-7, 128 tokens per rank, hidden 7168, top-8, FP8
+# dispatch, BF16 combine: (EP, dispatch us, dispatch GB/s, combine us, combine GB/s).
+DEEPEP_LOW_LATENCY = [(8, 77, 98, 114, 127), (16, 118, 63, 195, 74), (32, 155, 48, 273, 53),
+                      (64, 173, 43, 314, 46), (128, 192, 39, 369, 39), (256, 194, 39, 360, 40)]
+
+
+@pytest.mark.parametrize(("ep", "d_us", "d_gb_s", "c_us", "c_gb_s"), DEEPEP_LOW_LATENCY)
+def test_dispatch_bytes_match_deepep_low_latency(variant, ep, d_us, d_gb_s, c_us, c_gb_s):
+    """DeepEP's latency x bandwidth is the bytes a rank moves: 7.57 MB of dispatch, 14.68 MB of combine at 128
+    tokens, within 2% at every EP size (its bandwidth counts all k copies, as the per-rank figures here do)."""
+    results = variant("moe-dispatch-bytes@default").sheet.results
+    assert results["rank_dispatch"] == 128 * 8 * 7392 == 7_569_408
+    assert results["rank_combine"] == 128 * 8 * 14336 == 14_680_064
+    assert d_us * 1e-6 * d_gb_s * 1e9 == pytest.approx(results["rank_dispatch"], rel=0.02)
+    assert c_us * 1e-6 * c_gb_s * 1e9 == pytest.approx(results["rank_combine"], rel=0.02)
+
+
+@pytest.mark.parametrize(("model", "nodes"), [("deepseek-v3", 2), ("deepseek-v3", 4), ("deepseek-v3", 8),
+                                              ("kimi-k2", 4), ("qwen3-235b-a22b", 16)])
+def test_remote_nodes_match_a_seeded_simulation(catalog, model, nodes):
+    """Tokens on node 0 pick m of U units (groups, or experts) laid out evenly over the nodes: the mean count of
+    other nodes reached, over 20,000 seeded tokens, is the closed form (D - 1)(1 - C(U - U/D, m)/C(U, m))."""
+    from solvers.topics.moe import remote_nodes
+
+    entry = catalog.get("models", model)
+    units, picks = ((entry.expert_groups, entry.groups_per_token) if entry.get("expert_groups")
+                    else (entry.experts, entry.experts_per_token))
+    rng = np.random.default_rng(nodes * 7919 + units)
+    chosen = np.argsort(rng.random((20_000, units)), axis=1)[:, :picks]
+    node_of = chosen // (units // nodes)
+    reached = np.array([len(set(row) - {0}) for row in node_of])
+    assert abs(reached.mean() - remote_nodes(entry, nodes)) < 4 * reached.std() / math.sqrt(len(reached)) + 1e-9
+
+
+def test_dispatch_two_nodes_flip_with_the_nic(variant):
+    """EP 16 on two H100 nodes: a token reaches the other node with probability 69/70 (4 of 8 groups miss its 4
+    only one way in 70). A CX-7 takes 0.020 us per token against NVLink's 0.016: NIC-bound; a CX-8 halves it."""
+    cx7 = variant("moe-dispatch-bytes@default+ep=16").sheet.results
+    cx8 = variant("moe-dispatch-bytes@default+ep=16+nic=connectx-8").sheet.results
+    assert cx7["nic_copies"] == pytest.approx(69 / 70)
+    assert cx7["regime"] == "nic-bound" and cx8["regime"] == "nvlink-bound"
+    assert cx8["comm_step"] == pytest.approx(58 * 128 * 7 * COPY / 450e9)
+
+
+def test_dispatch_follow_up_moves_into_one_domain(variant, catalog):
+    """EP 8 on H200 (DeepSeek-V3's fp8 weights do not fit 8 H100): nothing crosses a NIC."""
+    pushed = follow_up(variant("moe-dispatch-bytes@default+gpu=h200-sxm"), catalog)
+    results = pushed.solution.sheet.results
+    assert str(pushed.solution.code).endswith("+ep=8") and results["regime"] == "nvlink-bound"
+    assert results["nic_copies"] == 0 and results["comm_step"] == pytest.approx(58 * 128 * 7 * COPY / 450e9)
+
+
+# --- ep-load-skew --------------------------------------------------------------------------------
+
+EXPERT = 3 * 7168 * 2048  # one DeepSeek-V3 expert, parameters (fp8: bytes)
+READ, TOKEN = EXPERT / 3.35e12, 2 * EXPERT / 1978.9e12  # on H100: 13.1 us a read, 44.5 ns a token
+
+
+def test_load_skew_default(variant):
+    """DeepSeek-V3 fp8, EP 32 on H100, 16,384 tokens, the hottest expert at 4x the mean: it gets 2,048 tokens,
+    past the 295-token crossover (skew costs from B* = 2,363), and its GPU runs 1.37x the balanced 182 us."""
+    results = variant("ep-load-skew@default").sheet.results
+    assert results["read_time"] == pytest.approx(READ)
+    assert results["expert_crossover"] == pytest.approx(1978.9 / (2 * 3.35))
+    assert results["hot_tokens"] == 2048
+    assert results["batch_star"] == pytest.approx(1978.9 / (2 * 3.35) * 256 / (8 * 4))  # 2,363
+    others = 512 * 252 / 255
+    assert results["balanced_time"] == pytest.approx(8 * 512 * TOKEN)
+    assert results["hot_gpu_time"] == pytest.approx(2048 * TOKEN + 7 * others * TOKEN)  # 249 us
+    assert results["replicated_time"] == pytest.approx(8 * others * TOKEN + 512 * TOKEN)  # 4 copies: 203 us
+    assert results["regime"] == "skew-costs-compute"
+    placement = results["placement"]
+    assert placement["Replicating the hottest expert shortens the step"]
+    assert not placement["Twice the batch would leave the busiest GPU's time unchanged"]
+
+
+def test_load_skew_boundary_is_exact(variant):
+    """B* = 2,363.3: at 2,300 tokens the hottest expert (288 tokens) still waits on its read, at 2,400 (300) not."""
+    below = variant("ep-load-skew@default+batch=2300").sheet.results
+    above = variant("ep-load-skew@default+batch=2400").sheet.results
+    assert below["regime"] == "skew-hidden" and above["regime"] == "skew-costs-compute"
+    assert below["hot_gpu_time"] == pytest.approx(below["balanced_time"]) == pytest.approx(8 * READ)
+
+
+def test_load_skew_follow_up_hides_the_skew(variant, catalog):
+    """1,024 tokens: 128 on the hottest expert, under the crossover; every GPU reads 8 experts, and a copy of the
+    hottest one would add a ninth read."""
+    pushed = follow_up(variant("ep-load-skew@default"), catalog)
+    results = pushed.solution.sheet.results
+    assert str(pushed.solution.code).endswith("+batch=1024") and results["regime"] == "skew-hidden"
+    assert results["hot_gpu_time"] == pytest.approx(8 * READ)
+    assert results["replicated_time"] == pytest.approx(9 * READ)
+    assert not results["placement"]["Replicating the hottest expert shortens the step"]
+
+
+def test_skew_simulation_matches_the_closed_form_below_the_ridge():
+    """Every expert under the crossover: the naive placement takes E/G reads on every GPU, whatever the skew, and
+    one spare per GPU adds exactly one read (redundant experts cost time here)."""
+    from solvers.topics.moe import simulate_skew
+
+    for seed in range(10):
+        sim = simulate_skew(seed, 256, 32, 512 * 8, 4, 0.7, READ, TOKEN)  # hottest: 64 tokens, under 295
+        assert sim.naive == pytest.approx(8 * READ) and sim.fit_today == pytest.approx(9 * READ)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_skew_simulation_bounds_and_perfect_correlation(seed):
+    """The popularity's hottest expert is exactly m x the mean; the naive busiest GPU is at least the hottest
+    expert's math plus the other reads on its GPU; at correlation 1 yesterday's fit is today's."""
+    from solvers.topics.moe import popularity, simulate_skew
+
+    today, _, _ = popularity(np.random.default_rng(seed), 256, 4.0, 0.7)
+    assert today.max() * 256 == pytest.approx(4.0, rel=1e-6)
+    picks = 16384 * 8
+    sim = simulate_skew(seed, 256, 32, picks, 4, 0.7, READ, TOKEN)
+    assert sim.naive >= max(READ, 4 * picks / 256 * TOKEN) + 7 * READ
+    assert sim.fit_today < sim.naive  # the spares, fit to the day, pay above the ridge
+    same = simulate_skew(seed, 256, 32, picks, 4, 1.0, READ, TOKEN)
+    assert same.fit_yesterday == pytest.approx(same.fit_today)
+
+
+def test_a_stale_placement_decays_with_the_correlation():
+    """Averaged over 12 seeds, the gain a placement fit to yesterday keeps falls with the correlation: most of it
+    at 0.99, under half at 0.7 and 0.5."""
+    from solvers.topics.moe import simulate_skew
+
+    def kept(rho: float) -> float:
+        runs = [simulate_skew(seed, 256, 32, 16384 * 8, 4, rho, READ, TOKEN) for seed in range(12)]
+        return float(np.mean([(r.naive - r.fit_yesterday) / (r.naive - r.fit_today) for r in runs]))
+
+    shares = [kept(rho) for rho in (0.99, 0.95, 0.7, 0.5)]
+    assert shares == sorted(shares, reverse=True)
+    assert shares[0] > 0.8 and shares[1] > 0.5 and shares[2] < 0.5 and shares[3] < 0.3
+
+
+# --- moe-1t-training-layout ----------------------------------------------------------------------
+
+
+def test_training_layout_default(variant, catalog):
+    """Kimi K2 (1,026B total, 32.9B active by its config) on 4,096 B200 at 40% MFU, 15.5T tokens, 64M a step:
+    16.4 TB of state that 122 GPUs could hold, 9.6 days of compute by the active parameters; EP 8 in the node
+    needs 8 pipeline stages; the all-to-all takes 0.42 s a step inside NVLink and would take 4.3 s over two nodes'
+    NICs, past the 3.4 s of compute."""
+    results = variant("moe-1t-training-layout@default").sheet.results
+    count = parameter_count(catalog.get("models", "kimi-k2"))
+    total, active = 1026.41e9, 32.86e9
+    assert results["total_state"] == pytest.approx(16 * total)
+    assert results["state_gpus"] == math.ceil(16 * total / (0.75 * 180e9)) == 122
+    assert results["compute_days"] == pytest.approx(6 * active * 15.5e12 / (4096 * 2250e12 * 0.4))  # 9.6 days, in s
+    room = 0.75 * 180e9 - 12 * total / 4096
+    rest = count.total - count.routed
+    need = 4 * (count.routed / 8 + rest) / room  # 4.2 stages
+    assert results["pp_need"] == pytest.approx(need) and results["pipeline_stages"] == 8
+    assert results["state_per_gpu"] == pytest.approx(4 * (count.routed / 8 + rest) / 8 + 12 * total / 4096)  # 72 GB
+    per_token = 60 * 4 * 8 * 7168 * 2  # 27.5 MB
+    assert results["a2a_bytes"] == per_token
+    tokens = 64e6 / 4096
+    assert results["compute_step"] == pytest.approx(6 * active * 64e6 / (4096 * 2250e12 * 0.4))  # 3.4 s
+    assert results["a2a_nvlink"] == pytest.approx(tokens * per_token * 7 / 8 / 900e9)  # 0.42 s
+    assert results["a2a_nic"] == pytest.approx(tokens * per_token / 2 / 50e9)  # 4.3 s
+    assert results["hot_stretch"] == pytest.approx(49 / 48)  # one hot expert among 48 on the GPU
+    assert results["regime"] == "ep-stays-in-nvlink"
+    assert results["failure_modes"]["All-to-all congestion if the EP group spanned two NVLink domains"]
+    assert not results["failure_modes"]["Router imbalance stretches each MoE layer by more than 10%"]
+
+
+def test_deepseek_v3_gpu_hours_follow_the_active_parameters(variant):
+    """DeepSeek-V3 pretrained on 14.8T tokens in 2.664M H800 GPU-hours (technical report, Table 1). With
+    6·N·D on the 37.5B active parameters that is 35% MFU of an H800's 989 dense TFLOP/s (an H100's); on the
+    671B total it would take 630% MFU: compute follows the active parameters."""
+    results = variant("moe-1t-training-layout@default+model=deepseek-v3+gpu=h100-sxm+gpus=2048+tokens=14.8"
+                      "+mfu=35").sheet.results
+    gpu_hours = results["compute_days"] / 3600 * 2048  # the sheet holds seconds
+    assert gpu_hours == pytest.approx(2.664e6, rel=0.01)
+    assert 6 * 671e9 * 14.8e12 / (2.664e6 * 3600 * 989.4e12) > 6  # an MFU past 600%
+
+
+def test_training_layout_follow_up_crosses_with_a_faster_nic(variant, catalog):
+    """A ConnectX-8 halves the NIC all-to-all to 2.2 s, under the compute: an overlapped schedule could hide an
+    EP group over two nodes."""
+    pushed = follow_up(variant("moe-1t-training-layout@default"), catalog)
+    results = pushed.solution.sheet.results
+    assert str(pushed.solution.code).endswith("+nic=connectx-8") and results["regime"] == "ep-could-cross-nodes"
+    assert results["a2a_nic"] == pytest.approx(64e6 / 4096 * 60 * 4 * 8 * 7168 * 2 / 2 / 100e9)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_training_layout_is_the_shallowest_that_fits(variant, seed):
+    """Every draw: the state per GPU fits its share of HBM at the chosen depth and would not at half of it; the
+    regime is the NIC all-to-all against the compute; imbalance is (m + n - 1)/n."""
+    solution = variant(f"moe-1t-training-layout@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    results = solution.sheet.results
+    room = p["usable"] * p["gpu"].hbm_gb * 1e9
+    assert results["state_per_gpu"] <= room * (1 + 1e-12)
+    if results["pipeline_stages"] > 1:
+        halved = (results["state_per_gpu"] - 12 * p["model"].params_b * 1e9 / p["gpus"]) * 2
+        assert halved + 12 * p["model"].params_b * 1e9 / p["gpus"] > room
+    crosses = results["a2a_nic"] < results["compute_step"]
+    assert results["regime"] == ("ep-could-cross-nodes" if crosses else "ep-stays-in-nvlink")
+    n = results["experts_per_gpu"]
+    assert results["hot_stretch"] == pytest.approx((p["hot"] + n - 1) / n)

@@ -1,0 +1,293 @@
+"""Golden checks for the prefix-cache questions: prefix-cache-engines."""
+from __future__ import annotations
+
+import hashlib
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+TOKENS = "tokens"
+
+
+def _params(solution) -> dict:
+    return {param.name: int(param.value) if isinstance(param.value, float) else param.value
+            for param in solution.params}
+
+
+# --- prefix-cache-engines: toy engines, built from the engines' rules, not from the solver -------
+
+
+def _chained_hashes(tokens: list[int], block: int, seed: bytes) -> list[bytes]:
+    """vLLM's block hashes: full blocks only, each hash(parent hash, block tokens), the first parent seeded."""
+    hashes, parent = [], seed
+    for start in range(0, len(tokens) - block + 1, block):
+        parent = hashlib.sha256(pickle.dumps((parent, tuple(tokens[start:start + block])))).digest()
+        hashes.append(parent)
+    return hashes
+
+
+def _vllm_hit(cached: set[bytes], prompt: list[int], block: int, seed: bytes) -> int:
+    """Tokens served: the run of cached block hashes from the first block, the last prompt token never."""
+    hit = 0
+    for h in _chained_hashes(prompt[:len(prompt) - 1], block, seed):
+        if h not in cached:
+            break
+        hit += block
+    return hit
+
+
+def _vllm_after_eviction(history: list[int], system: int, prompt: list[int], block: int, evicted: int) -> int:
+    """The finished chat's blocks join the free queue tail first; the system prompt's full blocks stay in use
+    (other chats run on them); the queue's head is evicted, one block per block of room needed."""
+    seed = b"process"
+    chain = _chained_hashes(history, block, seed)
+    shared = system // block
+    free_queue = list(reversed(chain[shared:]))  # this chat is the least recently used: at the head
+    gone = set(free_queue[:-(-evicted // block)])
+    return _vllm_hit(set(chain) - gone, prompt, block, seed)
+
+
+class _Node:
+    def __init__(self, parent=None, tokens=(), locked=False):
+        self.parent, self.tokens, self.children, self.locked = parent, list(tokens), [], locked
+
+
+def _radix_after_eviction(history: list[int], system: int, prompt: list[int], evicted: int) -> int:
+    """SGLang's tree: the system prompt node (locked by running chats) and this chat's leaf below it, plus a
+    locked sibling leaf; evict() frees whole unlocked leaves until the room is made."""
+    root = _Node()
+    shared = _Node(root, history[:system], locked=True)
+    own = _Node(shared, history[system:])
+    sibling = _Node(shared, [-1, -2, -3], locked=True)
+    root.children, shared.children = [shared], [own, sibling]
+    freed, leaves = 0, [own]  # this chat's leaf is the least recently used unlocked leaf
+    while freed < evicted and leaves:
+        leaf = leaves.pop(0)
+        freed += len(leaf.tokens)
+        leaf.parent.children.remove(leaf)
+    matched, node, rest = 0, root, prompt[:len(prompt) - 1]
+    while True:
+        child = next((c for c in node.children if c.tokens and rest[:1] == c.tokens[:1]), None)
+        if child is None:
+            return matched
+        common = 0
+        while common < min(len(child.tokens), len(rest)) and child.tokens[common] == rest[common]:
+            common += 1
+        matched, rest, node = matched + common, rest[common:], child
+        if common < len(child.tokens):
+            return matched
+
+
+def _chat(rng, p) -> tuple[list[int], list[int]]:
+    history = [int(t) for t in rng.integers(0, 128_000, size=p["history"])]
+    prompt = history + [int(t) for t in rng.integers(0, 128_000, size=p["prompt"] - p["history"])]
+    return history, prompt
+
+
+def test_prefix_cache_engines_default(variant):
+    """2,048-token prompt, 16-token blocks: the gap is at most 15/2048 = 0.73% (the catalogue's figure)."""
+    results = variant("prefix-cache-engines@default").sheet.results
+    assert results["radix_hit"] == 1900
+    assert results["block_hit"] == 1888  # 118 full blocks of 16
+    assert results["gap"] == 12
+    assert results["gap_share"] == pytest.approx(12 / 2048)
+    assert results["gap_bound"] == pytest.approx(15 / 2048)
+    assert round(100 * results["gap_bound"], 2) == 0.73
+    assert results["mean_gap"] == 7.5
+    assert results["boundary_prompt"] == pytest.approx(1500)
+    assert results["regime"] == "gap-negligible"
+    # 256 tokens of room: vLLM drops the chat's last 16 blocks, SGLang its whole 900-token branch.
+    assert results["block_after"] == 16 * (118 - 16)
+    assert results["radix_after"] == 1000
+    assert results["after_eviction"] == "block-hash"
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_prefix_cache_engines_match_toy_engines(variant, seed):
+    """Chained sha256 block hashes and a token trie, on random token ids: the solver's four hit counts."""
+    solution = variant(f"prefix-cache-engines@{seed}")
+    p, expected = _params(solution), solution.expected
+    history, prompt = _chat(np.random.default_rng(seed), p)
+    block = p["block_size"]
+    seed_bytes = b"process"
+    assert expected["block_hit"] == _vllm_hit(set(_chained_hashes(history, block, seed_bytes)), prompt, block,
+                                              seed_bytes)
+    assert expected["radix_hit"] == min(p["history"], p["prompt"] - 1)
+    assert expected["block_after"] == _vllm_after_eviction(history, p["system"], prompt, block, p["evicted"])
+    assert expected["radix_after"] == _radix_after_eviction(history, p["system"], prompt, p["evicted"])
+
+
+def test_hashes_from_another_process_never_match():
+    """A different NONE_HASH (PYTHONHASHSEED unset: os.urandom per process) gives no common block hash."""
+    tokens = list(range(4096))
+    ours, theirs = (set(_chained_hashes(tokens, 16, seed)) for seed in (b"process-a", b"process-b"))
+    assert not ours & theirs
+    assert not set(_chained_hashes(tokens, 16, b"a")) & set(_chained_hashes(tokens, 32, b"a"))
+
+
+@pytest.mark.parametrize("block", [16, 64, 128])
+def test_mean_gap_matches_a_seeded_draw_of_endings(variant, block):
+    """Seeded simulation, n = 200,000 history lengths: the mean gap tends to (B − 1)/2 and never passes B − 1."""
+    lengths = np.random.default_rng(block).integers(1_000, 30_000, size=200_000)
+    gaps = lengths % block
+    expected = variant(f"prefix-cache-engines@default+block_size={block}").sheet.results["mean_gap"]
+    assert expected == (block - 1) / 2
+    assert gaps.mean() == pytest.approx(expected, rel=0.01)
+    assert gaps.max() == block - 1
+
+
+@pytest.mark.parametrize(("seed_kind", "salt"), [("unset", "none"), ("unset", "per-tenant"),
+                                                 ("fixed", "none"), ("fixed", "per-tenant")])
+def test_key_scope_follows_the_seed_and_the_salt(variant, seed_kind, salt):
+    holds = set(variant(f"prefix-cache-engines@default+hash_seed={seed_kind}+salt={salt}").expected["key_scope"])
+    expected = {"a later request to this same server process with the same prefix"}
+    if salt == "none":
+        expected.add("a request from another tenant with the same system prompt")
+    if seed_kind == "fixed":
+        expected |= {"a KV-aware router that hashes each prompt's blocks itself to pick the replica",
+                     "this server after a restart, reading a shared CPU/SSD tier keyed by block hash"}
+    assert holds == expected
+
+
+def test_prefix_cache_engines_ties_are_exact(variant):
+    """At P = (B − 1)/τ = 1,500 the worst case is exactly 1%: negligible by the bar's tie rule; a chat whose
+    branch fits in one evicted block's worth of full blocks serves as much from either engine after eviction."""
+    at_bar = variant("prefix-cache-engines@default+prompt=1500+history=1400").sheet
+    assert at_bar.results["gap_bound"] == pytest.approx(0.01)
+    assert at_bar.regime.name == "gap-negligible"
+    below = variant("prefix-cache-engines@default+prompt=1499+history=1400").sheet
+    assert below.regime.name == "gap-material"
+    tie = variant("prefix-cache-engines@default+system=1024+history=1100+evicted=4096").expected
+    assert tie["block_after"] == tie["radix_after"] == 1024
+    assert tie["after_eviction"] == "tie"
+
+
+# --- prefix-eviction-stranding: an explicit block tree, evicted by each order ------------------
+
+
+class _Block:
+    def __init__(self, parent, cached_at):
+        self.parent, self.children, self.cached_at, self.used_at = parent, [], cached_at, cached_at
+        self.depth = 0 if parent is None else parent.depth + 1
+        if parent is not None:
+            parent.children.append(self)
+
+
+def _tree(p, rng) -> tuple[list[_Block], list[_Block]]:
+    """The system prompt's full blocks, cached A_S minutes ago, then each chat's own full blocks, cached
+    later; every chat's last turn (a hit on its whole path) at a seeded time since."""
+    block, system = p["block_size"], p["system"]
+    age = p["system_age"] / 60  # the parameter is in seconds; minutes here
+    chain, parent = [], None
+    for _ in range(system // block):
+        parent = _Block(parent, -age)
+        chain.append(parent)
+    blocks = list(chain)
+    for own in p["chats"]:
+        start = -age * rng.uniform(0, 1)
+        node, path = chain[-1], list(chain)
+        for _ in range((system + own) // block - system // block):
+            node = _Block(node, start)
+            path.append(node)
+            blocks.append(node)
+        last_turn = rng.uniform(start, 0)
+        for b in path:  # a hit refreshes every block on its path
+            b.used_at = max(b.used_at, last_turn)
+    return chain, blocks
+
+
+def _unreachable_after(victim: _Block) -> int:
+    count, stack = 0, list(victim.children)
+    while stack:
+        block = stack.pop()
+        count += 1
+        stack.extend(block.children)
+    return count
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_stranded_blocks_are_the_descendants_in_an_explicit_tree(variant, seed):
+    solution = variant(f"prefix-eviction-stranding@{seed}")
+    p = _params(solution)
+    p["chats"] = [int(x) for x in solution.param("chats").value]
+    chain, blocks = _tree(p, np.random.default_rng(seed))
+    expected = solution.expected
+    assert len(blocks) == solution.sheet.results["tree_blocks"]
+    assert expected["stranded_blocks"] == _unreachable_after(chain[p["victim"] - 1])
+    kv = 2 * p["model"].layers * p["model"].kv_heads * p["model"].head_dim * {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    assert expected["stranded_bytes"] == pytest.approx(expected["stranded_blocks"] * p["block_size"] * kv)
+    assert expected["served_after"] == (p["victim"] - 1) * p["block_size"]
+
+
+def test_prefix_eviction_stranding_default(variant):
+    """Llama-3-70B bf16 (320 KiB/token, 5 MiB per 16-token block): losing the first block strands 1,791 blocks."""
+    solution = variant("prefix-eviction-stranding@default")
+    results = solution.sheet.results
+    assert results["block_bytes"] == 16 * 327_680
+    assert results["chat_blocks"] == 2667 - 8 * 125
+    assert results["stranded_blocks"] == 124 + 1667
+    assert results["stranded_bytes"] == pytest.approx(1791 * 5 * 2**20)  # 8.75 GiB
+    assert results["served_after"] == 0
+    assert set(solution.expected["policies"]) == {
+        "FIFO: the block cached first is evicted first",
+        "cost-aware: the block cheapest to recompute is evicted first",
+        "a CPU tier below the GPU cache evicting by its own LRU of write times"}
+
+
+def _first_stranding(blocks: list[_Block], rank) -> bool:
+    """Evict the whole tree one block at a time in `rank` order: does any block leave before a descendant?"""
+    resident = set(blocks)
+    for b in sorted(blocks, key=rank):
+        if any(c in resident for c in b.children):
+            return True
+        resident.discard(b)
+    return False
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_orders_on_a_seeded_tree(variant, seed):
+    """Seeded simulation (the variant's tree, timestamps from its seed): LRU with path refresh and deepest-first
+    ties never strands; FIFO and cheapest-first do; the TTL strands exactly when the system prompt outlives it."""
+    solution = variant(f"prefix-eviction-stranding@{seed}")
+    p = _params(solution)
+    p["chats"] = [int(x) for x in solution.param("chats").value]
+    chain, blocks = _tree(p, np.random.default_rng(seed))
+    assert not _first_stranding(blocks, lambda b: (b.used_at, -b.depth))
+    assert _first_stranding(blocks, lambda b: (b.cached_at, b.depth))
+    assert _first_stranding(blocks, lambda b: b.depth)  # recompute cost grows with the context before a block
+    ttl, age = p["ttl"], p["system_age"]
+    expired = [b for b in blocks if b.cached_at * 60 < -ttl]
+    strands = any(c not in expired for b in expired for c in b.children)
+    assert strands == (age > ttl)
+    judged = set(solution.expected["policies"])
+    assert ("expiry at the TTL above, counted from when a block was cached" in judged) == strands
+
+
+def test_per_shard_lru_strands_where_one_shard_runs_short():
+    """Blocks hashed over four shards, each evicting its own LRU block: some shard's victim has a child elsewhere."""
+    rng = np.random.default_rng(0)
+    p = {"block_size": 16, "system": 2000, "system_age": 180 * 60,
+         "chats": [3000, 1200, 8000, 500, 2500, 4000, 1500, 6000]}
+    _, blocks = _tree(p, rng)
+    shard = {id(b): int(rng.integers(4)) for b in blocks}
+    victims = [min((b for b in blocks if shard[id(b)] == k), key=lambda b: (b.used_at, -b.depth)) for k in range(4)]
+    assert any(v.children for v in victims)
+
+
+@settings(max_examples=40, deadline=None)
+@given(block=st.sampled_from([16, 32, 64, 128]), prompt=st.integers(512, 32768), share=st.floats(0.05, 1.0),
+       evicted=st.integers(16, 16384))
+def test_prefix_cache_invariants(variant, block, prompt, share, evicted):
+    """Any chat: the gap stays within B − 1 and the worst case, and an eviction never adds a hit."""
+    history = max(64 + block, int(share * prompt))
+    if history > prompt:
+        return
+    r = variant(f"prefix-cache-engines@default+block_size={block}+prompt={prompt}+history={history}"
+                f"+system=64+evicted={evicted}").sheet.results
+    assert 0 <= r["gap"] <= block - 1
+    assert r["gap_share"] <= r["gap_bound"]
+    assert r["block_after"] <= r["block_hit"] and r["radix_after"] <= r["radix_hit"]
+    assert r["block_hit"] % block == 0

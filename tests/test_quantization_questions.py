@@ -1,0 +1,328 @@
+"""Golden checks for the quantisation questions: fp8-kv-cache, kv-quant-keys-vs-values,
+fp8-scale-formats; their seeded simulations against closed forms."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from solvers.topics.fp8 import E4M3, E5M2, amax_scale, quantize, sqnr_db
+
+GiB = 2**30
+
+
+def _selected(results, key: str) -> set[str]:
+    return {option for option, holds in results[key].items() if holds}
+
+
+# --- fp8-kv-cache --------------------------------------------------------------------------
+
+
+def test_fp8_kv_cache_default(variant):
+    """Llama-3-70B (320 KiB/token in bf16), E4M3, 128K context, scale from 512 tokens, headroom 1."""
+    results = variant("fp8-kv-cache@default").sheet.results
+    assert results["kv_context_fp8"] == 131072 * 327_680 / 2 == 20 * GiB
+    assert results["rounding_bound"] == 2**-4
+    assert results["normal_binades"] == pytest.approx(math.log2(448 * 64))  # 14.81
+    assert results["clip_probability"] == pytest.approx(131072 / (131072 + 512))  # the catalogue's 99.6%
+    assert round(100 * results["clip_probability"], 1) == 99.6
+    assert results["even_context"] == 512
+    assert results["clip_ratio"] == pytest.approx(4.0)  # (131072/512)^(1/4) = 256^(1/4)
+    assert results["regime"] == "clipping-dominated"
+    assert _selected(results, "levers") == {"a scale computed per token as it is written (dynamic per-token scales)"}
+
+
+def test_fp8_kv_cache_e5m2_figures(variant):
+    results = variant("fp8-kv-cache@default+kv_format=e5m2").sheet.results
+    assert results["rounding_bound"] == 2**-3
+    assert results["normal_binades"] == pytest.approx(math.log2(E5M2.max / E5M2.min_normal))  # 29.81
+    assert results["clip_probability"] == pytest.approx(131072 / 131584)  # the clip point does not care
+
+
+def test_fp8_kv_cache_vllm_dynamic_scales(variant):
+    """vLLM's calculate_kv_scales: k_scale = amax / 200 (K_SCALE_CONSTANT), v_scale = amax / 100, so the
+    amax lands at 200 or 100 of E4M3's 448: headroom 2.24 and 4.48."""
+    assert 448 / 200 == 2.24 and 448 / 100 == 4.48
+    keys = variant("fp8-kv-cache@default+headroom=2.24").sheet.results
+    assert keys["even_context"] == pytest.approx(512 * 2.24**4)  # 12,886 tokens: a 128K context still clips
+    assert keys["regime"] == "clipping-dominated"
+    values = variant("fp8-kv-cache@default+headroom=4.48").sheet.results
+    assert values["clip_probability"] == pytest.approx(131072 / (131072 + 512 * 4.48**4))  # 38.9%
+    assert values["regime"] == "safe"
+
+
+def test_fp8_kv_cache_ties_are_exact(variant):
+    """N = n·h^ν exactly: a probability of one half, called clipping-dominated; the lever that lands the
+    context exactly on the even point does not make clipping less likely than not."""
+    even = variant("fp8-kv-cache@default+context=2048+calib_tokens=2048").sheet.results
+    assert even["clip_probability"] == 0.5 and even["clip_ratio"] == 1.0
+    assert even["regime"] == "clipping-dominated"
+    eighth = variant("fp8-kv-cache@default+context=16384+calib_tokens=2048").sheet.results
+    assert eighth["levers"]["a context an eighth as long"] is False
+
+
+def _exact_clip_probability(N: int, n: int, h: float, nu: float) -> float:
+    """1 − E[(1 − h^-ν·U)^N] for a Pareto tail, U the tail mass beyond the calibration max (Beta(1, n))."""
+    u = np.concatenate([[0.0], np.geomspace(1e-12, 1, 200_001)[:-1]])  # fine where the density n(1 − u)^(n−1) peaks
+    density = n * (1 - u) ** (n - 1)
+    survive = np.exp(N * np.log1p(-(h**-nu) * u))
+    return 1 - float(np.trapezoid(density * survive, u))
+
+
+@pytest.mark.parametrize("code", ["default", "default+headroom=2.24", "default+context=8192+calib_tokens=8192",
+                                  "default+headroom=1.5+tail_index=3", "default+calib_tokens=65536+headroom=2.24"])
+def test_fp8_kv_cache_simulation_matches_the_closed_forms(variant, code):
+    sheet = variant(f"fp8-kv-cache@{code}").sheet
+    given = {g.symbol: g.value for g in sheet.givens}
+    N, n, h, nu = given["N"], given["n"], given["h"], given["nu"]
+    exact = _exact_clip_probability(int(N), int(n), h, nu)
+    sigma = math.sqrt(exact * (1 - exact) / 2000)
+    assert abs(given["P_sim"] - exact) <= 4 * sigma + 1e-3
+    # The large-sample formula the key uses is that integral's limit.
+    assert sheet.results["clip_probability"] == pytest.approx(exact, abs=0.01)
+    # Median of (N/n)^(1/ν)·(E1/E2)^(1/ν)/h over exponential ratios, whose median is 1.
+    assert given["r_sim"] == pytest.approx(sheet.results["clip_ratio"], rel=0.1)
+
+
+def test_fp8_kv_cache_rounding_is_scale_invariant_in_the_emulation(variant):
+    """RMS relative error of rounding a significand spread as Benford's law (log-uniform) to m bits:
+    2^-m/√12 · √(E[1/f²]) with E[1/f²] = 3/(8 ln 2); the emulation's entries come close to it, and the
+    same entries at a scale 4x larger give the same error."""
+    closed = 2**-3 / math.sqrt(12) * math.sqrt(3 / (8 * math.log(2)))  # 2.65%
+    for seed in range(6):
+        given = {g.symbol: g.value for g in variant(f"fp8-kv-cache@{seed}").sheet.givens}
+        if given["m"] != E4M3.mantissa_bits:
+            continue
+        assert given["e_sim"] == pytest.approx(closed, rel=0.06)
+        assert given["e_sim_4x"] == pytest.approx(given["e_sim"], rel=0.06)
+
+
+def test_fp8_kv_cache_regime_follows_the_probability(variant):
+    for seed in range(40):
+        results = variant(f"fp8-kv-cache@{seed}").sheet.results
+        clipping = results["regime"] == "clipping-dominated"
+        assert clipping == (results["clip_probability"] >= 0.5) == (results["clip_ratio"] >= 1)
+        assert results["levers"]["a scale computed per token as it is written (dynamic per-token scales)"]
+
+
+# --- kv-quant-keys-vs-values ---------------------------------------------------------------
+
+KIVI_FACTS = {
+    "per-channel keys cut the key error by more than 8×",
+    "the cache is under a quarter of its bf16 size",
+    "twice the query scale would make the key road outweigh the value road, even with per-channel keys",
+    "KIVI's layout leaves under a third of the output error of per-token scales for both",
+    "a value can be quantised as its token is written; a key waits for a group of 32 tokens",
+}
+
+
+def test_kv_quant_default(variant):
+    """Llama-3-70B (320 KiB/token bf16), 2 bits, outliers at ±10, |q| RMS 1, window 128, 4,096 tokens."""
+    results = variant("kv-quant-keys-vs-values@default").sheet.results
+    step = 1 / (3 * math.sqrt(12))  # range 1 over 2^2 − 1 steps, then /√12, for a range of 2: 2·step
+    assert results["key_error_token"] == pytest.approx(22 * step)  # range −11..11
+    assert results["key_error_channel"] == pytest.approx(2 * step) == results["value_error"]
+    assert results["roads_token"] == pytest.approx(11 / math.sqrt(3))  # 6.35
+    assert results["roads_channel"] == pytest.approx(1 / math.sqrt(3))  # 0.577
+    # KIVI-2 with groups of 32 and an fp16 scale and zero point: 2 + 32/32 = 3 bits per element.
+    assert results["bits_effective"] == 3
+    cache = 128 * 327_680 + (4096 - 128) * 327_680 * 3 / 16
+    assert results["cache_per_sequence"] == pytest.approx(cache)  # 272.5 MiB
+    assert cache / 2**20 == pytest.approx(272.5)
+    assert results["residual_share"] == pytest.approx(128 * 327_680 / cache)  # 14.7%
+    assert results["compression"] == pytest.approx(4096 * 327_680 / cache)  # 4.70x
+    assert results["regime"] == "values-dominate"
+    assert _selected(results, "facts") == KIVI_FACTS
+
+
+def test_kv_quant_follow_up_sharpens_attention(variant):
+    results = variant("kv-quant-keys-vs-values@default+q_scale=4").sheet.results
+    assert results["roads_channel"] == pytest.approx(4 / math.sqrt(3))
+    assert results["regime"] == "keys-dominate"
+
+
+def test_kv_quant_ties_are_exact(variant):
+    # α + 1 = 8: not more than 8x.
+    assert variant("kv-quant-keys-vs-values@default+outlier=7").sheet.results["facts"][
+        "per-channel keys cut the key error by more than 8×"] is False
+    # 3 bits (4 with scales), window 128 of 1,152 tokens: 128·16 = (1152 − 128)·4 / 2, a share of exactly 1/3.
+    third = variant("kv-quant-keys-vs-values@default+bits=3+context=1152").sheet.results
+    assert third["residual_share"] == pytest.approx(1 / 3)
+    assert third["facts"]["the bf16 residual window holds more than a third of this sequence's cache"] is False
+    # 2 bits, 1,664 tokens: 16·1664 = 4·(16·128 + 3·1536), exactly a quarter of bf16.
+    quarter = variant("kv-quant-keys-vs-values@default+context=1664").sheet.results
+    assert quarter["compression"] == 4
+    assert quarter["facts"]["the cache is under a quarter of its bf16 size"] is False
+
+
+@pytest.mark.parametrize("code", ["default+bits=4", "default+bits=4+q_scale=2", "default+bits=4+outlier=3",
+                                  "default+bits=3+q_scale=0.5"])
+def test_kv_quant_simulation_matches_the_first_order_roads(variant, code):
+    """Where the errors are small (per-channel keys, any values), the simulated output errors follow the
+    closed forms: value road e_V·√Σp², key road β·σ_v·e_K·√Σp²."""
+    sheet = variant(f"kv-quant-keys-vs-values@{code}").sheet
+    given, results = {g.symbol: g.value for g in sheet.givens}, sheet.results
+    averaging = given["sqrt_sum_p2"]
+    # Four queries over 256 tokens, and min-max groups of 32 whose ends are exact: within a quarter.
+    assert given["o_V_tok"] == pytest.approx(results["value_error"] * averaging, rel=0.25)
+    key_road = given["beta"] / math.sqrt(3) * results["key_error_channel"] * averaging
+    assert given["o_K_ch"] == pytest.approx(key_road, rel=0.25)
+    assert given["o_K_ch"] / given["o_V_tok"] == pytest.approx(results["roads_channel"], rel=0.3)
+
+
+def test_kv_quant_simulation_orders_the_layouts(variant):
+    """Over many variants: KIVI's layout beats per-token scales for both, per-channel keys beat per-token
+    keys, and per-channel values gain nothing over per-token values."""
+    for seed in range(30):
+        given = {g.symbol: g.value for g in variant(f"kv-quant-keys-vs-values@{seed}").sheet.givens}
+        assert given["o_KIVI"] < given["o_tok"]
+        assert given["o_K_ch"] < given["o_K_tok"] / 2
+        assert given["o_V_ch"] == pytest.approx(given["o_V_tok"], rel=0.3)
+
+
+# --- fp8-scale-formats ---------------------------------------------------------------------
+
+REQUANTISE = "re-quantising from the bf16 master, not converting the FP8 checkpoint, avoids rounding twice"
+OWN_EVAL = "users may be routed to the Blackwell pool only after this build passes its own eval"
+SAME_NUMERICS = "the Blackwell pool computes exactly the numerics that were evaluated"
+
+
+def test_fp8_scale_formats_default(variant):
+    """FP32-scaled Hopper checkpoint, a Blackwell pool on the OCP MX rule over 32-element blocks."""
+    sheet = variant("fp8-scale-formats@default").sheet
+    results = sheet.results
+    normal = 10 * math.log10(12 * 4**3 * 3 / (2 * math.log(2)))  # 32.21 dB
+    assert results["sqnr_normal"] == pytest.approx(normal)
+    assert round(normal, 2) == 32.21
+    assert results["sqnr_weights_blackwell"] == pytest.approx(normal - 10 * math.log10(2))  # 29.2 dB
+    assert results["act_overshoot"] == pytest.approx(512 / 448)  # amax lands in [256, 512)
+    assert results["act_saturating_share"] == pytest.approx(1 - math.log2(1.75))  # 19.3%
+    assert results["regime"] == "saturating"
+    saturate = "more than 10% of this pool's activation blocks saturate"
+    assert _selected(results, "gates") == {OWN_EVAL, REQUANTISE, saturate}
+
+
+def test_fp8_scale_formats_one_checkpoint_for_both_pools(variant):
+    """DeepSeek-V3.1's answer: UE8M0 scales rounded up, 1x128 activation scales on both pools."""
+    results = variant("fp8-scale-formats@default+hopper_scales=ue8m0+mx_rule=up+act_block=128").sheet.results
+    assert results["sqnr_weights_blackwell"] == pytest.approx(results["sqnr_normal"])
+    assert results["act_overshoot"] == 1 and results["act_saturating_share"] == 0
+    assert results["regime"] == "clip-free"  # amax exactly at most 448: the tie goes to clip-free
+    assert results["gates"][SAME_NUMERICS] and not results["gates"][OWN_EVAL]
+
+
+@pytest.mark.parametrize("rule, overshoot, share", [("up", 1, 0), ("nearest", math.sqrt(2), 0.5), ("floor", 2, 1),
+                                                    ("ocp-mx", 8 / 7, 1 - math.log2(1.75))])
+def test_fp8_scale_rules_against_the_emulation(variant, rule, overshoot, share):
+    """The closed forms against the shared emulation's scale rules over 20,000 blocks whose amax spans
+    8 binades; the OCP rule's landing range [256, 512) is the MX spec's 2^(floor(log2 amax) − 8)."""
+    results = variant(f"fp8-scale-formats@default+mx_rule={rule}").sheet.results
+    assert results["act_overshoot"] == pytest.approx(overshoot)
+    assert results["act_saturating_share"] == pytest.approx(share)
+    rng = np.random.default_rng(0)
+    amax = np.exp2(rng.uniform(0, 8, 20_000))
+    landing = amax / amax_scale(amax, E4M3, rule)
+    assert np.max(landing) / 448 == pytest.approx(overshoot, rel=1e-3)
+    assert np.mean(landing > 448) == pytest.approx(share, abs=0.01)
+    if rule == "ocp-mx":
+        assert np.all((landing >= 256) & (landing < 512))
+
+
+def test_double_rounding_costs_three_decibels():
+    """Re-rounding E4M3 values onto a grid shifted by a random non-power-of-two factor doubles the noise."""
+    rng = np.random.default_rng(1)
+    x = np.exp2(rng.uniform(-4, 4, 20_000)) * rng.choice((-1.0, 1.0), 20_000)
+    once = quantize(x, E4M3)
+    shift = np.exp2(rng.uniform(0, 1, 20_000))
+    twice = quantize(once * shift, E4M3) / shift
+    assert sqnr_db(x, once) - sqnr_db(x, twice) == pytest.approx(10 * math.log10(2), abs=0.3)
+    # And the closed-form normal-range SQNR is what log-uniform significands give.
+    assert sqnr_db(x, once) == pytest.approx(10 * math.log10(12 * 4**3 * 3 / (2 * math.log(2))), abs=0.3)
+
+
+def test_fp8_scale_formats_simulation(variant):
+    """The variant's own emulation: FP32 scales per 128 near the closed form, the conversion 3-4.5 dB
+    below it, round-up scales never saturating."""
+    for code in ("default", "default+mx_rule=up", "default+mx_rule=up+act_block=128"):
+        given = {g.symbol: g.value for g in variant(f"fp8-scale-formats@{code}").sheet.givens}
+        assert given["S_ref_g"] == pytest.approx(32.21, abs=1.5)
+        assert 3.0 <= given["S_ref_g"] - given["S_conv_g"] <= 4.5
+        if "up" in code:
+            assert given["s_sat_g"] == given["s_sat_t"] == 0
+            assert abs(given["S_ref_g"] - given["S_pool_g"]) < 2  # the same relative grid at any scale
+
+
+# --- fp8-attention-quant-points ------------------------------------------------------------
+
+EPS_E4M3 = 2**-3 * math.sqrt(3 / (8 * math.log(2)) / 12)  # 2.654%: RMS relative rounding error
+
+
+def _flushed_mass(beta: float, tokens: int, gap: float) -> float:
+    """Share of softmax mass more than `gap` nats below the max, Gaussian scores of spread β."""
+    root = math.sqrt(2 * math.log(tokens))
+    top = root - (math.log(math.log(tokens)) + math.log(4 * math.pi) - 2 * np.euler_gamma) / (2 * root)
+    return 0.5 * math.erfc(-((beta * top - gap - beta**2) / beta) / math.sqrt(2))
+
+
+def test_fp8_attention_default(variant):
+    """α = 10, β = 2, 4,096 tokens, promotion every 128."""
+    sheet = variant("fp8-attention-quant-points@default").sheet
+    results = sheet.results
+    assert results["key_score_error"] == pytest.approx(2 * EPS_E4M3 * math.sqrt(1 + 4 * 100 / 128))  # 0.108
+    assert results["key_score_error_centred"] == pytest.approx(2 * EPS_E4M3)  # 0.053
+    assert results["p_flushed_mass"] == pytest.approx(_flushed_mass(2, 4096, 10 * math.log(2)))  # 3.5%
+    # DeepSeek-V3: K = 4,096 with ~14-bit accumulation misses by up to ~2%; the bound here is 128 adds of 2^-13.
+    assert results["acc_error"] == 4096 / 32 * 2**-13 == 1 / 64
+    assert results["acc_error_promoted"] == 128 / 32 * 2**-13
+    assert results["regime"] == "keys"  # 4.3% misplaced by the keys against 3.5% flushed and 0.28% accumulated
+    assert _selected(results, "fixes") == {
+        "subtracting the keys' channel means would cut the key score error by more than 2×",
+        "after subtracting the key means, the q·mean(k) term can be dropped from the scores",
+        "scaling P by 448 before the cast would keep more than 1% of the attention mass",
+        "promoting the accumulator to FP32 every N_c tokens keeps its error under 0.1%"}
+
+
+def test_fp8_attention_follow_up_long_context(variant):
+    results = variant("fp8-attention-quant-points@default+context=65536").sheet.results
+    assert results["acc_error"] == 0.25
+    assert results["regime"] == "probabilities"
+    assert results["fixes"]["without promotion the accumulator misses by more than DeepSeek-V3's ~2% at K = 4096"]
+
+
+def test_fp8_attention_flush_rule_is_the_cast():
+    """The simulation counts P as flushed at or below 2^-10; the emulated cast sends exactly those to zero."""
+    p = np.exp(-np.random.default_rng(0).uniform(0, 12, 20_000))
+    p = np.concatenate([p, [2.0**-10, np.nextafter(2.0**-10, 1)]])
+    assert np.array_equal(quantize(p, E4M3) == 0, p <= E4M3.min_subnormal / 2)
+
+
+@pytest.mark.parametrize("code", ["default", "default+score_spread=3", "default+context=16384+score_spread=1.5",
+                                  "default+outlier=20", "default+outlier=1+context=16384"])
+def test_fp8_attention_simulation_matches_the_closed_forms(variant, code):
+    sheet = variant(f"fp8-attention-quant-points@{code}").sheet
+    given, results = {g.symbol: g.value for g in sheet.givens}, sheet.results
+    # Keys: misplaced mass ≈ δs/√(2π); per-channel no better than per-tensor; centring leaves β·ε.
+    assert given["tv_K_tensor"] == pytest.approx(results["key_score_error"] / math.sqrt(2 * math.pi), rel=0.4)
+    assert given["tv_K_centred"] == pytest.approx(results["key_score_error_centred"] / math.sqrt(2 * math.pi),
+                                                  rel=0.4)
+    assert 0.6 < given["tv_K_channel"] / given["tv_K_tensor"] < 1.6
+    # P: the flushed mass over a few rows against the tilted-Gaussian estimate at the mean max, within the
+    # half-decade the answer allows (each row's own max moves its flushed mass a lot).
+    if results["p_flushed_mass"] > 1e-3:
+        assert abs(math.log10(given["f_P_sim"] / results["p_flushed_mass"])) < 0.5
+    assert given["f_P448_sim"] < given["f_P_sim"] / 10 or given["f_P_sim"] < 1e-4
+    # Accumulator (simulated over at most 16,384 tokens): under the bound, near the typical T/32·2^-13/(8 ln 2).
+    tokens = min(given["T"], 16384)
+    bound = tokens / 32 * 2**-13
+    assert given["e_acc_sim"] <= bound
+    assert given["e_acc_sim"] == pytest.approx(bound / (8 * math.log(2)), rel=0.5)
+    assert given["e_acc_p_sim"] <= results["acc_error_promoted"]
+
+
+def test_fp8_attention_regime_is_the_largest_share(variant):
+    for seed in range(40):
+        sheet = variant(f"fp8-attention-quant-points@{seed}").sheet
+        regime = sheet.regime
+        assert regime.position.value >= regime.boundary.value
+        assert not sheet.results["fixes"]["per-channel key scales would cut the key score error by more than 2×"]

@@ -1,0 +1,73 @@
+"""QuickSheet (the scans' float solve) against Sheet (the exact one) on every question of the bank:
+a scan may only decide what the exact solve would decide, or the follow-up it finds is not the one
+a full search would find."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import sympy
+
+from solvers.bank import load_bank
+from solvers.derivation import QuickSheet, Reject, Sheet, ceil_of, floor_of
+from solvers.engine import VariantCode, make_variant, run_solver
+
+SEEDS = 8
+IDS = sorted(load_bank().questions)
+
+
+def _values(solution):
+    return {p.name: p.value for p in solution.params}
+
+
+@pytest.mark.parametrize("qid", IDS)
+def test_quick_and_exact_solves_agree_on_every_answer_and_the_regime(bank, catalog, qid):
+    question = bank.get(qid)
+    for seed in [None, *range(SEEDS)]:
+        exact = make_variant(bank, catalog, VariantCode(qid, seed)).sheet
+        quick = run_solver(question, _values(make_variant(bank, catalog, VariantCode(qid, seed))), QuickSheet)
+        assert quick.results.keys() == exact.results.keys(), f"{qid}@{seed}"
+        for key, value in exact.results.items():
+            if isinstance(value, float):
+                assert math.isclose(quick.results[key], value, rel_tol=1e-9, abs_tol=1e-12), f"{qid}@{seed}: {key}"
+            else:
+                assert quick.results[key] == value, f"{qid}@{seed}: {key}"
+        assert (quick.regime is None) == (exact.regime is None)
+        if exact.regime is not None:
+            assert math.isclose(quick.regime.margin, exact.regime.margin, rel_tol=1e-9), f"{qid}@{seed}"
+        assert not quick.steps and not quick.givens, "a scan builds no derivation"
+
+
+@pytest.mark.parametrize("x, floor, ceil", [
+    (3.0, 3, 3), (3.5, 3, 4), (-3.5, -4, -3),
+    (511.99999999999994, 512, 512),  # 512 computed in floats: the whole number it stands for
+    (512.0000000001, 512, 512), (512.001, 512, 513), (0.1 + 0.2, 0, 1)])
+def test_a_quick_solve_floors_floats_snapping_their_noise_only(x, floor, ceil):
+    with QuickSheet().solving():
+        assert (floor_of(x), ceil_of(x)) == (floor, ceil)
+
+
+@pytest.mark.parametrize("x", [sympy.Rational(1023, 2), sympy.Rational(-7, 3), sympy.Integer(5), 511.99999999999994,
+                               sympy.Float("2.99999999999999999", 20)])
+def test_an_exact_solve_floors_as_sympy_does(x):
+    assert (floor_of(x), ceil_of(x)) == (sympy.floor(x), sympy.ceiling(x))
+
+
+@pytest.mark.parametrize("expr", [math.inf, math.nan, sympy.zoo, sympy.Symbol("free")])
+def test_a_quick_step_rejects_what_an_exact_step_rejects(expr):
+    for sheet in (Sheet(), QuickSheet()):
+        with pytest.raises(Reject):
+            sheet.step("x", "not a finite number", "x", expr)
+
+
+def test_a_quick_solve_reads_a_symbol_the_solver_names_again():
+    """Solvers may name an earlier step's symbol again (sympy.Symbol('H_gpu')) rather than carry it."""
+    for sheet in (Sheet(), QuickSheet()):
+        sheet.step("heads", "KV heads per GPU", "H_gpu", sheet.given("H", 8) / sheet.given("n", 2))
+        blocks = sheet.step("blocks", "Blocks", "n_blk", 3 * sympy.Symbol("H_gpu"))
+        assert sheet.value(blocks) == 12 and sheet.compare(sympy.Symbol("H_gpu"), 4) == 0
+        assert sheet.value(sheet.step("twice", "Twice", "t", 2 * sheet.symbol("H_gpu"))) == 8
+        with pytest.raises(KeyError):
+            sheet.symbol("nowhere")
+    with pytest.raises(Reject):
+        QuickSheet().step("x", "a symbol never declared", "x", 2 * sympy.Symbol("nowhere"))
