@@ -282,6 +282,9 @@ def test_step_accounting_budget_counts_every_verify_token(variant):
 # --- spec-decode-tail -----------------------------------------------------------------------
 
 
+SELECTIVE = "speculate only where the request's acceptance beats the break-even for the current batch"
+
+
 def test_tail_default_by_hand(variant):
     """Llama-3.1-70B on 8 H100, γ 4, c 0.03, 2,000 tokens: code α 0.85 off-peak at batch 4, chat α 0.5 at 256."""
     solution = variant("spec-decode-tail@default")
@@ -297,6 +300,15 @@ def test_tail_default_by_hand(variant):
     assert x["regime"] == "slowdown"  # chat at peak (0.5) is below the break-even acceptance
     assert x["p99_on"] == pytest.approx(x["even_tokens_peak"] * x["p99_off"] / expected_tokens(0.5, 4), rel=1e-9)
     assert x["owners"] == ["low-acceptance requests at peak"]
+    # Only code (60% of 256) drafts: the round carries 0.6·256·5 + 0.4·256 tokens and 4 draft passes over the
+    # code sequences; a chat request waits it all for one token (the checker's 41.0 ms).
+    mixed = g.kernels(256, 0.6 * 5 + 0.4, 2000) + OVERHEAD + 4 * 0.03 * g.kernels(0.6 * 256, 1, 2000)
+    assert x["tpot_chat_mixed"] == pytest.approx(mixed, rel=1e-9)
+    assert x["tpot_chat_mixed"] == pytest.approx(41.03e-3, rel=1e-3)
+    policy = variant("spec-decode-tail@default").sheet.results["policy"]
+    # Turning chat off at peak (α 0.5 < 0.71) leaves it riding code's rounds: 41 ms per token against 20.6 off.
+    assert not policy[SELECTIVE]
+    assert policy["a draft length of 1 for every request"]
 
 
 @settings(max_examples=60, deadline=None)
@@ -329,15 +341,35 @@ def test_tail_p99_matches_a_seeded_sample_of_requests(variant):
         assert np.quantile(tpot, 0.99, method="higher") == pytest.approx(x["p99_on"], rel=1e-9), seed
 
 
-def test_tail_selective_policy_never_loses_the_tail(variant):
+def test_mixed_round_is_the_uniform_round_when_every_class_drafts_alike(variant):
+    """The mixed round with one γ for both classes is the sheet's round; with nobody drafting it is the
+    plain step; and a class that drafts less never makes the round longer than all drafting the most."""
+    from solvers.data import Record
+    from solvers.topics.speculation import _LoadModel
+    for seed in range(0, 40, 4):
+        solution = variant(f"spec-decode-tail@{seed}")
+        model = _LoadModel(Record({p.name: p.value for p in solution.params}))
+        rounds = {step.key: step.value for step in solution.sheet.steps}
+        gamma, c, share = (int(_value(solution, "gamma")), _value(solution, "draft_cost"),
+                           _value(solution, "low_share"))
+        for tag, batch in (("lo", _value(solution, "batch_low")), ("pk", _value(solution, "batch_peak"))):
+            uniform = model.mixed_round(batch, ((1 - share, gamma), (share, gamma)), c)
+            assert uniform == pytest.approx(rounds[f"round_{tag}"], rel=1e-9)
+            assert model.mixed_round(batch, ((1 - share, 0), (share, 0)), c) == pytest.approx(model.plain(batch))
+            assert model.mixed_round(batch, ((1 - share, gamma), (share, 0)), c) < uniform
+
+
+def test_tail_policies_hold_to_their_definitions(variant):
     for seed in range(40):
         solution = variant(f"spec-decode-tail@{seed}")
         policy = solution.sheet.results["policy"]
-        assert policy["speculate only where the request's acceptance beats the break-even for the current batch"]
-        assert not policy["switch speculation off for every request"]
         x = solution.expected
         assert (x["regime"] == "slowdown") == (x["speedup_worst"] < 1)
         assert policy["keep speculation on for every request"] == (x["p99_on"] <= x["p99_off"])
+        # Chat switched off at peak while code drafts: chat waits the mixed round for one token.
+        if _value(solution, "alpha_low") < x["alpha_even_peak"] < _value(solution, "alpha_high"):
+            assert x["tpot_chat_mixed"] > x["p99_off"]
+            assert not policy[SELECTIVE]
 
 
 # --- adaptive-draft-length --------------------------------------------------------------------
