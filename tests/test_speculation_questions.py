@@ -279,6 +279,18 @@ def test_step_accounting_budget_counts_every_verify_token(variant):
         assert x["prefill_steps_plain"] == -(-prompt // (budget - batch))
 
 
+def test_accounting_prompt_names_every_card_the_key_uses_and_the_batch_fits(variant):
+    """At TP 8 the key adds two all-reduces per layer (leaving them out moves per-user speed by ~40%) and
+    attention math at the context: the prompt names those cards. Every batch and break-even fits the KV."""
+    for seed in range(12):
+        solution = variant(f"spec-decode-step-accounting@{seed}")
+        if _value(solution, "tp") > 1:
+            assert "tp-all-reduce" in solution.prompt and "all-reduce-latency-nvlink" in solution.prompt
+        assert "attention-flops" in solution.prompt
+        steps = {step.key: step.value for step in solution.sheet.steps}
+        assert _value(solution, "batch") <= steps["kv_room"] and steps["break_even"] <= steps["kv_room"]
+
+
 # --- spec-decode-tail -----------------------------------------------------------------------
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import sympy
 
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, Side, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
 from solvers.topics.collective import all_reduce_terms
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
@@ -100,7 +100,7 @@ def spec_decode_batch_ceiling(p, s: Sheet) -> None:
     s.step("verify_intensity", "Intensity of the verify pass at this batch", "I_v", 2 * B * (gamma + 1) / b_w,
            "FLOP/B", "B·(γ+1) tokens share one read of every weight")
     ceiling = s.step("ceiling", "Largest batch whose verify pass stays memory-bound", "B_v",
-                     sympy.floor(b_w * ridge / (2 * (gamma + 1))), "sequences",
+                     floor_of(b_w * ridge / (2 * (gamma + 1))), "sequences",
                      "solve 2·B·(γ+1)/b_w ≤ ridge for B: the γ extra tokens per sequence ride free up to here")
     W = s.step("weights", "Weight bytes", "W", N * b_w, "GB", "read once per pass, whatever it carries")
     t_p = s.step("plain_step", "Plain decode step at this batch", "t_p", _roofline(W, 2 * N * B, BW, P), "ms",
@@ -284,7 +284,7 @@ def spec_decode_by_load(p, s: Sheet) -> None:
     u = s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable HBM (usable-hbm)")
     M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
     fits = s.step("kv_room", "Sequences whose KV fits at this context", "B_kv",
-                  sympy.floor((u * M - e.W / e.TP) / (e.KV * S)), "sequences",
+                  floor_of((u * M - e.W / e.TP) / (e.KV * S)), "sequences",
                   "usable HBM per GPU less its share of the weights, over each sequence's KV on that GPU")
     B_pk = s.step("peak_batch", "Peak batch", "B_pk", min_of(B_max, fits), "sequences",
                   "the scheduler's max_num_seqs or the KV pool, whichever runs out first")
@@ -454,13 +454,13 @@ def spec_decode_step_accounting(p, s: Sheet) -> None:
                    "each sequence's γ drafts and one more are scored in the verify pass: every one counts against "
                    "max_num_batched_tokens like a prompt token")
     B_tau = s.step("max_spec_batch", "Largest batch that can speculate inside the budget", "B_τ",
-                   sympy.floor(tau / (gamma + 1)), "sequences", "a batch this size fills the budget with verify tokens")
+                   floor_of(tau / (gamma + 1)), "sequences", "a batch this size fills the budget with verify tokens")
     left = s.step("prefill_left", "Prefill tokens left per step, speculating", "c_s", tau - n_dec, "tokens",
                   "what the budget leaves a waiting prompt's chunk")
     steps_p = s.step("prefill_steps_plain", "Steps to prefill the waiting prompt, no speculation", "n_p",
-                     sympy.ceiling(P_in / (tau - B)), "steps", "one decode token per sequence leaves τ − B")
+                     ceil_of(P_in / (tau - B)), "steps", "one decode token per sequence leaves τ − B")
     steps_s = s.step("prefill_steps_spec", "Steps to prefill the waiting prompt, speculating", "n_s",
-                     sympy.ceiling(P_in / left), "steps", "the verify tokens leave less room for its chunks")
+                     ceil_of(P_in / left), "steps", "the verify tokens leave less room for its chunks")
     # Rollback.
     waste = s.step("discarded", "KV entries written and discarded per step", "n_rb", B * (gamma + 1 - E), "tokens",
                    "the verify pass writes KV for all γ+1 positions; the rejected tail is rolled back by moving the "
@@ -484,7 +484,7 @@ def spec_decode_step_accounting(p, s: Sheet) -> None:
         raise Reject("the verify pass never turns compute-bound at this context")
     even = _break_even(s, e, costs, E, gamma, c)
     room = s.step("kv_room", "Sequences whose KV fits", "B_kv",
-                  sympy.floor((s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable HBM (usable-hbm)")
+                  floor_of((s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable HBM (usable-hbm)")
                                * s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM") - e.W / e.TP)
                               / (e.KV * (S + gamma + 1))), "sequences",
                   "usable HBM less the weights, over each sequence's KV with room for its γ+1 lookahead slots")
@@ -494,8 +494,9 @@ def spec_decode_step_accounting(p, s: Sheet) -> None:
     s.assume("Chunked prefill with a token budget per step (vLLM's max_num_batched_tokens): a prompt waits, and "
              "every step fills the budget with its chunk after the decode tokens. The verify pass's γ+1 tokens per "
              "sequence are scheduled tokens (vLLM V1 counts them in num_scheduled_tokens).")
-    s.assume("Step-time model (steptime.py, the card's step constants) for the decode-only step"
-             + (", TP all-reduces by tp-all-reduce" if p.tp > 1 else "") + "; a round is one engine step: the "
+    s.assume("Step-time model (steptime.py, the card's step constants, attention by attention-flops) for the "
+             "decode-only step" + (", TP all-reduces by tp-all-reduce at the all-reduce-latency-nvlink latency"
+                                   if p.tp > 1 else "") + "; a round is one engine step: the "
              "overhead once, the verify pass, γ draft passes at c of the plain step's kernels each.")
     s.assume("Rejection costs no copy: the paged KV of the rejected positions is left in place and overwritten "
              "(vLLM rolls back the sequence's computed-token count; blocks allocated for the lookahead stay with "
