@@ -394,6 +394,7 @@ def _context_what_if(s: Sheet, p, model: _LoadModel, peak: float, last: int) -> 
 
 def _by_load_regime(s: Sheet, p, model: _LoadModel, S_pk, peak: float, last: int) -> None:
     at = format_number(s.value(S_pk), 3)
+    limit = expected_tokens(p.alpha, int(p.gamma)) / (p.gamma + 1 + p.gamma * p.draft_cost)
     kv_reads = peak * model.kv_token * p.context  # seconds of KV reads in the peak step
     why = (f"at {format_number(p.context)} tokens of context the peak step is mostly KV reads "
            f"({format_quantity(kv_reads, 'ms')} against {format_quantity(model.weights, 'ms')} of weights), which the "
@@ -408,8 +409,11 @@ def _by_load_regime(s: Sheet, p, model: _LoadModel, S_pk, peak: float, last: int
         below=Side(
         "turn-off",
         f"Left on at the peak batch of {format_number(peak)}, speculation costs throughput ({at}x): the verify "
-        f"pass's γ extra tokens per sequence are paid in math and all-reduce bytes. With the best draft length "
-        f"per bucket it still pays up to batch {format_number(last)}, and must be off above.",
+        f"pass's γ extra tokens per sequence are paid in math and all-reduce bytes. It stays above the "
+        f"compute-bound limit E/(γ+1+γc) = {format_number(limit, 3)}x: the step overhead and the all-reduce "
+        f"latency do not grow with the batch and a round pays them once for E tokens, and the verify pass reads "
+        f"each sequence's KV once for its γ+1 tokens. With the best "
+        f"draft length per bucket it still pays up to batch {format_number(last)}, and must be off above.",
         "At longer contexts the KV reads dominate the step and the verify pass rides on them: speculation keeps "
         "paying at the (smaller) peak batch."))
 
