@@ -72,6 +72,7 @@ def batch1_speedup_step(s: Sheet, E: sympy.Symbol, gamma: sympy.Expr, c: sympy.S
 
 WORTH_SPECULATING = 1.1  # a draw whose batch-1 speedup is below this has nothing to lose
 LEVER_GAIN = 1.2  # a change "raises" the speedup when it gains at least this factor
+LEVER_TIE = 0.01  # a lever within 1% of that line is redrawn: no side to grade
 
 
 def _roofline(weights, flops, BW, P):
@@ -159,6 +160,8 @@ def _ceiling_levers(s: Sheet, p, value: float) -> None:
 
     def say(option: str, why: str, **change) -> None:
         ratio = _speedup(p, **(base | change)) / value
+        if abs(ratio / LEVER_GAIN - 1) < LEVER_TIE:
+            raise Reject(f"{option}: within 1% of the 20% line")
         s.judge("levers", option, ratio >= LEVER_GAIN, f"{why}: {format_number(ratio, 3)}x the speedup")
 
     gamma = int(p.gamma)
@@ -168,7 +171,8 @@ def _ceiling_levers(s: Sheet, p, value: float) -> None:
     say("twice the draft length", f"γ = {2 * gamma}: more tokens per round if they ride free", gamma=2 * gamma)
     say("a drafter half as costly", f"γ·c falls from {format_number(p.gamma * p.draft_cost, 3)} to "
         f"{format_number(p.gamma * p.draft_cost / 2, 3)} plain steps", c=p.draft_cost / 2)
-    say("acceptance 0.1 higher", f"α = {format_number(p.alpha + 0.1, 3)}", alpha=p.alpha + 0.1)
+    higher = (1 + p.alpha) / 2  # halfway to a perfect drafter: never past α = 1
+    say("acceptance halfway to 1", f"α = {format_number(higher, 3)}", alpha=higher)
     say("a GPU with twice the tensor peak", "the ceiling doubles; the verify pass's math halves", peak=2 * peak)
     if not any(s.results["levers"].values()):
         raise Reject("no single change gains 20%: nothing to choose between")
