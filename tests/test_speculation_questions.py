@@ -520,30 +520,47 @@ def test_exactness_default_by_hand(variant):
     q, p8, q8 = [0.5, 0.31, 0.08, 0.07, 0.04], [0.588, 0.221, 0.107, 0.052, 0.032], [0.465, 0.34, 0.085, 0.07, 0.04]
     assert x["acceptance"] == pytest.approx(0.86, abs=1e-12)
     assert x["residual_top"] == pytest.approx(0.12 / 0.14, rel=1e-12)
-    assert x["output_top"] == pytest.approx(0.62, abs=1e-12)  # the target's own probability, exactly
+    assert x["keep_top"] == 1  # q 0.5 under p 0.62: a drafted 'the' is always kept
+    assert x["output_top_fp8"] == pytest.approx(0.588, abs=1e-12)  # the verifier's own probability, not 0.62
     assert x["acceptance_fp8_draft"] == pytest.approx(float(np.minimum(p, q8).sum()), abs=1e-12)
     assert x["shift_fp8_target"] == pytest.approx(0.5 * float(np.abs(np.subtract(p, p8)).sum()), abs=1e-12)
     assert np.max(np.abs(_rejection_output(p, q) - p)) < 1e-12
     assert np.max(np.abs(_rejection_output(p8, q8) - p8)) < 1e-12  # the FP8 pair is lossless w.r.t. p8
     assert sorted(x["positions"]) == ["position 2", "position 5"]  # gaps 0.018 and 0.007 under 2(0.02 + 0.005)
-    assert x["fixes"] == ["both of these together"]
+    # Gap 0.007 is under 2δ_b = 0.01 and 2δ_k = 0.04: no single change fixes position 5.
+    assert x["fixes"] == ["none of these alone"]
+    assert solution.sheet.results["holds"] == {
+        "the FP8 drafter lowers the acceptance rate here": True,  # 83% against 86%
+        "the FP8 target moves the output distribution by over 2% (total variation)": True,  # 3.2%
+        "with the FP8 target verifying, the top token comes out more often than with the bf16 target": False,
+        "the drafter under-proposes the target's top token, so a rejection can resample it": True,  # 0.5 < 0.62
+        "over a fifth of the drafts are rejected here": False}  # 14%
 
 
 def test_exactness_draws_follow_their_own_tables(variant):
+    seen = set()
     for seed in range(60):
         solution = variant(f"spec-decode-exactness@{seed}")
         rows = np.array([_value(solution, f"token_{i}") for i in range(1, 6)])
         p, q = rows[:, 0], rows[:, 1]
         assert rows.sum(axis=0) == pytest.approx([1, 1, 1, 1], abs=1e-9)
-        assert solution.expected["output_top"] == pytest.approx(p.max(), abs=1e-12)
+        assert solution.expected["output_top_fp8"] == pytest.approx(rows[:, 2][p.argmax()], abs=1e-12)
+        assert solution.expected["keep_top"] == pytest.approx(min(1, p.max() / q[p.argmax()]), abs=1e-12)
         assert np.max(np.abs(_rejection_output(p, q) - p)) < 1e-12
         bound = 2 * (_value(solution, "delta_kernel") + _value(solution, "delta_batch"))
         gaps = _value(solution, "gaps")
         assert sorted(solution.expected["positions"]) == sorted(
             f"position {i + 1}" for i, g in enumerate(gaps) if g < bound)
         fixes = solution.sheet.results["fixes"]
-        assert fixes["verify with the decode pass's kernels"] == all(g >= 2 * _value(solution, "delta_batch")
-                                                                     for g in gaps)
+        d_k, d_b = _value(solution, "delta_kernel"), _value(solution, "delta_batch")
+        assert fixes["verify with the decode pass's attention kernel"] == all(g >= 2 * d_b for g in gaps)
+        assert fixes["batch-invariant kernels"] == all(g >= 2 * d_k for g in gaps)
+        assert fixes["none of these alone"] == (min(gaps) < 2 * min(d_b, d_k, (d_k + d_b) / 2))
+        seen.update(f"{option}={holds}" for option, holds in
+                    (solution.sheet.results["holds"] | solution.sheet.results["fixes"]).items())
+    # Every option of both selects takes both truths over these draws: none can be memorised.
+    for option in solution.sheet.results["holds"] | solution.sheet.results["fixes"]:
+        assert {f"{option}=True", f"{option}=False"} <= seen, option
 
 
 # --- the step-time model's decode costs (steptime.decode_costs) ------------------------------------
