@@ -219,6 +219,8 @@ def test_by_load_draws_match_plain_arithmetic(variant):
             speedups = {k: g.speedup(bucket, context, k, alpha, c) for k in range(1, 9)}
             best = max(speedups, key=speedups.get)
             assert x[f"gamma_{bucket}"] == (best if speedups[best] > 1 else 0), (seed, bucket)
+            shown = {step.key: step.value for step in solution.sheet.steps}[f"speedup_b{bucket}"]
+            assert shown == pytest.approx(speedups[best], rel=1e-9)  # the search's figures are the formula's
         paying = [b for b in (2 ** k for k in range(11)) if b <= peak
                   and max(g.speedup(b, context, k, alpha, c) for k in range(1, 9)) > 1]
         assert x["last_bucket"] == paying[-1]

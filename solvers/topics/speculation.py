@@ -237,11 +237,14 @@ class _LoadModel:
     def plain(self, batch: float, context: float | None = None) -> float:
         return self.kernels(batch, 1, context or self.context) + self.overhead
 
-    def speedup(self, batch: float, gamma: int, alpha: float, c: float, context: float | None = None) -> float:
+    def speedup_round(self, batch: float, gamma: int, c: float, context: float | None = None) -> float:
+        """A round: the verify pass, the overhead once, γ drafts at c of the plain step's kernels."""
         context = context or self.context
-        plain = self.kernels(batch, 1, context)
-        round_ = self.kernels(batch, gamma + 1, context) + self.overhead + gamma * c * plain
-        return expected_tokens(alpha, gamma) * (plain + self.overhead) / round_
+        return (self.kernels(batch, gamma + 1, context) + self.overhead
+                + gamma * c * self.kernels(batch, 1, context))
+
+    def speedup(self, batch: float, gamma: int, alpha: float, c: float, context: float | None = None) -> float:
+        return expected_tokens(alpha, gamma) * self.plain(batch, context) / self.speedup_round(batch, gamma, c, context)
 
     def mixed_round(self, batch: float, plan: tuple, c: float) -> float:
         """A round of a batch whose classes, in shares (share, γ), draft different lengths (0: not
@@ -313,13 +316,14 @@ def spec_decode_by_load(p, s: Sheet) -> None:
                   "below 1 means speculation costs throughput and per-user speed alike")
     for bucket in BUCKETS:
         best, tried = table[bucket]
-        B_b = s.given(f"B_{bucket}", bucket, "sequences", "batch bucket")
         g = s.given(f"γ_{bucket}", tried, "", f"best of the draft lengths {', '.join(map(str, GAMMAS))} at this "
                     "batch" + ("" if best else " (still below 1: off)"))
-        t_b = s.step("", f"Plain step at batch {bucket}", f"t_{bucket}", costs.kernels(B_b) + e.t_oh, "ms",
-                     "the same terms at this batch")
-        T_b = s.step("", f"Round at batch {bucket}", f"T_{bucket}", _round(e, costs, B_b, g, c, t_b), "ms",
-                     "with this bucket's draft length")
+        # The bucket's step and round are the peak's formulas at another batch: shown as the search's
+        # figures, not derived again (each round's formula costs a millisecond to print).
+        t_b = s.given(f"t_{bucket}", model.plain(bucket), "ms", f"plain step at batch {bucket}: the same terms as "
+                      "t_pk at this batch (the bucket search)")
+        T_b = s.given(f"T_{bucket}", model.speedup_round(bucket, tried, p.draft_cost), "ms",
+                      f"round at batch {bucket} with γ = {tried}: the same terms as T_pk (the bucket search)")
         s.step(f"speedup_b{bucket}", f"Speedup at batch {bucket}, best draft length", f"S_{bucket}",
                (1 - alpha ** (g + 1)) / (1 - alpha) * t_b / T_b, "x",
                "speculation is on in this bucket only if this beats 1")
@@ -520,23 +524,31 @@ def spec_decode_step_accounting(p, s: Sheet) -> None:
 
 def _break_even(s: Sheet, e: Engine, costs: DecodeCosts, E, gamma, c) -> sympy.Symbol:
     """The batch where the round costs exactly E plain steps, in the region of the rooflines where
-    that root lies (each region's equation is linear in B)."""
+    that root lies (each region's equation is linear in B). The regions are searched on floats; only
+    the root found goes on the sheet."""
     terms = (E, gamma, c, costs.weights, costs.kv, costs.math, costs.comm.per_token, costs.comm.fixed, e.t_oh)
-    for plain_compute, verify_compute, expr in _even_regions(*terms):
-        try:
-            root = s.evaluate(expr)
-        except Reject:
-            continue  # no root in this region (a zero denominator)
-        if root <= 0:
-            continue
-        plain_is = s.evaluate(root * costs.math) > s.evaluate(costs.weights + root * costs.kv)
-        verify_is = s.evaluate(root * (gamma + 1) * costs.math) > s.evaluate(costs.weights + root * costs.kv)
+    values = [s.evaluate(x) for x in terms]
+    _, g, _, t_W, t_KV, t_F = values[:6]
+    roots = [_region_root(values, k) for k in range(3)]
+    for (plain_compute, verify_compute, expr), root in zip(_even_regions(*terms), roots):
+        if root is None or root <= 0:
+            continue  # no root in this region
+        plain_is = root * t_F > t_W + root * t_KV
+        verify_is = root * (g + 1) * t_F > t_W + root * t_KV
         if (plain_is, verify_is) == (plain_compute, verify_compute):
             return s.step("break_even", "Batch where speculation starts losing", "B_even", expr, "sequences",
                           f"E·t_plain(B) = t_round(B) with the plain step {'compute' if plain_compute else 'memory'}"
                           f"-bound and the verify pass {'compute' if verify_compute else 'memory'}-bound, where the "
                           "root lies: linear in B there")
     raise Reject("speculation pays at every batch")
+
+
+def _region_root(values: list[float], k: int) -> float | None:
+    """Region k's root on floats; None where its denominator is zero (no root there)."""
+    try:
+        return _even_regions(*values)[k][2]
+    except ZeroDivisionError:
+        return None
 
 
 def _accounting_holds(s: Sheet, p, overhead: float, steps: tuple[float, float], B_c: float, costs: DecodeCosts) -> None:
