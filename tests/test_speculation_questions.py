@@ -345,7 +345,12 @@ def test_tail_default_by_hand(variant):
     policy = variant("spec-decode-tail@default").sheet.results["policy"]
     # Turning chat off at peak (α 0.5 < 0.71) leaves it riding code's rounds: 41 ms per token against 20.6 off.
     assert not policy[SELECTIVE]
+    # γ = 1 for all: at peak a round of 2 tokens per sequence; chat's 1.5 tokens per round set the p99.
+    one = g.kernels(256, 2, 2000) + OVERHEAD + 0.03 * g.kernels(256, 1, 2000)
+    assert one / expected_tokens(0.5, 1) == pytest.approx(16.77e-3, rel=1e-3) and one / 1.5 < x["p99_off"]
     assert policy["a draft length of 1 for every request"]
+    # Off at peak, on off-peak: the p99 is the plain peak step itself ("no worse"), the mean falls.
+    assert policy["keep it on at a batch only where it lowers that batch's mean TPOT"]
 
 
 @settings(max_examples=60, deadline=None)
