@@ -85,7 +85,7 @@ finite = st.floats(min_value=1e-12, max_value=1e30, allow_nan=False, allow_infin
 
 @settings(max_examples=500)
 @given(finite, st.sampled_from(["", "GiB", "GB", "KiB", "ms", "s", "days", "TFLOP", "FLOP/B", "tokens/s", "%", "TB/s",
-                                "$", "$/GPU", "x", "epochs"]))
+                                "$", "$/GPU", "$/h", "$/M tokens", "x", "epochs"]))
 def test_formatted_values_parse_back(value, unit):
     text = format_quantity(value, unit)
     quantity = parse_quantity(text)
