@@ -245,8 +245,8 @@ BIG_BANK = 1000
 
 
 def synthetic_bank(root: Path, size: int) -> None:
-    """`size` valid question files: the shipped bank copied again and again, each copy's ids
-    (and the prerequisites they name) given a suffix of their own."""
+    """`size` valid question files: the shipped bank copied again and again, each copy's ids given a
+    suffix of their own; the prerequisites they name are those of the first copy, which is whole."""
     from solvers.paths import questions_dir
 
     files = sorted(questions_dir().glob("**/*.yaml"))
@@ -259,8 +259,10 @@ def synthetic_bank(root: Path, size: int) -> None:
                 return
             target = root / path.parent.name / f"{path.stem}-x{copy}.yaml"
             target.parent.mkdir(parents=True, exist_ok=True)
-            suffix = f"-x{copy}"
-            target.write_text(pattern.sub(lambda m, suffix=suffix: m.group(1) + suffix, path.read_text()))
+            def renamed(m: re.Match, stem: str = path.stem, copy: int = copy) -> str:
+                return m.group(1) + (f"-x{copy}" if m.group(1) == stem else "-x0")
+
+            target.write_text(pattern.sub(renamed, path.read_text()))
             made += 1
 
 
