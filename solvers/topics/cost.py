@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from fractions import Fraction
 
 import sympy
 
@@ -84,7 +85,7 @@ def decode_at_speed(s: Sheet, e: Engine, gpu, ar: AllReduceTerms, S: sympy.Expr,
 
 # --- serving-cost-ledger ------------------------------------------------------------------
 
-LEVER_CUT = 0.2  # a lever "matters" when it cuts the cost per request by at least this share
+LEVER_CUT = Fraction(1, 5)  # a lever "matters" when it cuts the cost per request by at least this share
 NO_LEVER = "none of these alone"
 CROWDED = 0.9  # a utilisation ceiling past which queueing delay grows fast (1/(1 − ρ))
 
@@ -152,7 +153,7 @@ def serving_cost_ledger(p, s: Sheet) -> None:
     s.slip("busy replicas not divided by the utilisation ceiling",
            s.evaluate(ceil_of(busy)) / s.value(n), on=("replicas", "cost_per_request"))
     s.slip("an output token priced at a whole decode step", s.value(B), on="cost_ratio")
-    _ledger_levers(s, e, T_req, u, v, P_in, L_out, ar, pool)
+    _ledger_levers(s, e, T_req, u, v, P_in, L_out, ar, pool, lam, n)
     _ledger_regime(s, mix, r, share, x)
 
 
@@ -188,17 +189,21 @@ def ledger_time(g: dict[str, float], warm: float = 0.0) -> float:
     return (t_pre + R * t_dec / B) / g["u"]
 
 
-def _ledger_levers(s: Sheet, e, T_req, u, v, P_in, L_out, ar, pool) -> None:
-    """Which single change cuts the cost per request (replica-seconds over the ceiling) by LEVER_CUT or more."""
+def _ledger_levers(s: Sheet, e, T_req, u, v, P_in, L_out, ar, pool, lam, n) -> None:
+    """Which single change cuts the graded cost per request by LEVER_CUT or more. Every lever keeps the price and
+    the GPUs per replica, so the cost per request moves with the whole replicas run: ceil(λ·T_req/u)."""
     value = s.evaluate
     g = {"P": value(P_in), "R": value(L_out), "N": value(e.N), "A": value(e.A), "W_gpu": value(e.W / e.TP),
          "br": value(e.byte_rate), "fr": value(e.flop_rate), "ar0": value(ar.fixed), "ar_tok": value(ar.per_token),
          "t_oh": value(e.t_oh), "v": value(v), "KV": value(e.KV), "pool": value(pool * e.KV), "u": value(u)}
-    now = value(T_req / u)
+    rate, now = value(lam), int(s.value(n))
 
     def judge(option: str, why: str, warm: float = 0.0, **changed: float) -> None:
-        cut = 1 - ledger_time(g | changed, warm) / now
-        s.judge("levers", option, cut >= LEVER_CUT, f"{why}: the cost per request falls {_pct(cut)}")
+        after = math.ceil(rate * ledger_time(g | changed, warm))
+        # Whole replicas compared exactly: 5 -> 4 replicas is a cut of 20% "or more" (a float 1 - 4/5 is not).
+        s.judge("levers", option, after <= (1 - LEVER_CUT) * now,
+                f"{why}: {format_number(after)} replicas instead of {format_number(now)}, the cost per request "
+                f"falls {_pct(1 - after / now)}")
 
     judge("half of every prompt served warm from a prefix cache",
           f"the prefill is {_pct(value(s.results['prompt_share']))} of the time and computes half the tokens",
