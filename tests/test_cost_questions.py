@@ -437,7 +437,8 @@ def tiers_by_hand(solution):
     return {"unit": U, "util_peak": Lam / (n * 2 * U), "util_avg": Lam / (peak * n * 2 * U),
             "dedicated": len(dedicated), "shared": len(shared), "cold": len(cold), **replicas,
             "gpus_saved": _value(solution, "tp") * n * 2 - gpus,
-            "regime": "dedicated" if busy[_value(solution, "rank")] >= 0.5 else "shared"}
+            "regime": "dedicated" if busy[_value(solution, "rank")] >= 0.5
+            else "cold" if _value(solution, "rank") in cold else "shared"}
 
 
 def test_tiering_default(variant):
@@ -460,6 +461,15 @@ def test_tiering_matches_enumeration(variant, seed):
     for key, value in tiers_by_hand(solution).items():
         got = solution.sheet.results[key]
         assert got == (value if isinstance(value, (str, int)) else pytest.approx(value, rel=1e-9)), key
+
+
+def test_tiering_team_model_can_go_cold(variant):
+    """At the default nine models stay warm: a rank-12 team model averages under the 3 requests/s threshold,
+    so its tier is cold (a choice of dedicated or shared alone could not say so)."""
+    solution = variant("multi-model-fleet-tiering@default+rank=12")
+    assert solution.expected["regime"] == "cold"
+    assert solution.sheet.results["rank_average"] < _value(solution, "cold_rate")
+    assert variant("multi-model-fleet-tiering@default+rank=9").expected["regime"] == "shared"
 
 
 def test_tiering_zipf_normaliser_is_the_harmonic_number(variant):

@@ -732,9 +732,11 @@ def multi_model_fleet_tiering(p, s: Sheet) -> None:
            "each GPU reads its share of the weights at the load bandwidth")
     b_r = s.step("rank_busy", "Replicas the ranked model keeps busy at peak", "b_r", Lam * rank**-alpha / (H * U), "",
                  "its Zipf share of the peak over one replica's unit")
+    avg_r = s.step("rank_average", "Average rate of the ranked model", "λ_r", Lam * rank**-alpha / (H * peak),
+                   "requests/s", "its Zipf share of the peak over the peak-to-average ratio")
     _tier_judgements(s, top, u, per_model, k, w, d, busy_sh, ded_share, n, saved, e.TP * n * per_model)
     _tier_assumptions(s)
-    _tier_regime(s, b_r, w, rank)
+    _tier_regime(s, b_r, avg_r, cold_rate, rank)
 
 
 def _tier_assumptions(s: Sheet) -> None:
@@ -768,28 +770,44 @@ def _tier_judgements(s: Sheet, top, u, per_model, k, w, d, busy_sh, ded_share, n
         raise Reject("every fact holds, or none does: nothing to tell apart")
 
 
-def _tier_regime(s: Sheet, b_r, w, rank) -> None:
+def _tier_regime(s: Sheet, b_r, avg_r, cold_rate, rank) -> None:
+    """Three tiers, two boundaries: half a replica busy at peak (dedicated), the cold threshold on the average
+    rate (cold). A shared model is shown against the nearer of the two, in ratio."""
     busy, r = format_number(s.value(b_r), 3), format_number(s.value(rank))
-    cold = s.compare(rank, w) > 0
-    where = ("below the cold threshold on average: it goes to the cold tier and pays a load on its first request"
-             if cold else "warm: it shares a replica whose weights stay resident")
+    rate, floor = format_quantity(s.value(avg_r), "requests/s", 3), format_quantity(s.value(cold_rate), "requests/s")
     line = s.given("b_ded", DEDICATED_BUSY, "", "busy replicas at peak that earn a model its own")
-    s.regime_by(b_r, line, tie="above", above=Side(
+    dedicated = Side(
         "dedicated",
         f"The rank-{r} model keeps {busy} replicas busy at peak, at least half a replica: it pays for its own "
         "replicas, sized at the ceiling, and nothing from the long tail queues in front of it.",
         "Below half a replica of peak load a model's own replicas mostly idle: it belongs on shared replicas, "
         "or cold if it is rarely called at all.",
         near=f"The rank-{r} model keeps {busy} replicas busy at peak, just over the half-replica line: dedicated, "
-             "but a shift in traffic would move it to the shared tier."),
-        below=Side(
+             "but a shift in traffic would move it to the shared tier.")
+    shared = Side(
         "shared",
-        f"The rank-{r} model keeps only {busy} replicas busy at peak, under half a replica: two replicas of its "
-        f"own would idle; it is {where}.",
-        "Past half a replica of peak load it earns dedicated replicas, where its SLO no longer depends on its "
-        "neighbours' bursts.",
-        near=f"The rank-{r} model keeps {busy} replicas busy at peak, just under the half-replica line: shared "
-             "for now, the first candidate for its own replicas as traffic grows."))
+        f"The rank-{r} model keeps only {busy} replicas busy at peak, under half a replica, and averages {rate}, "
+        f"at or above the {floor} cold threshold: two replicas of its own would idle; it shares a replica whose "
+        "weights stay resident.",
+        "Past half a replica of peak load it earns dedicated replicas; under the cold threshold on average it is "
+        "loaded on demand instead.",
+        near=f"The rank-{r} model keeps {busy} replicas busy at peak and averages {rate}: shared, but close to a "
+             "tier boundary, so a shift in traffic moves it.")
+    cold = Side(
+        "cold",
+        f"The rank-{r} model averages only {rate}, under the {floor} cold threshold: it goes to the cold tier and "
+        "pays a weight load on the request that finds it evicted.",
+        "At or above the cold threshold on average it would keep its weights resident on a shared replica.",
+        near=f"The rank-{r} model averages {rate}, just under the {floor} cold threshold: cold for now, the first "
+             "to return to the shared tier as traffic grows.")
+    if s.compare(b_r, line) >= 0:
+        s.regime_by(b_r, line, tie="above", above=dedicated, below=shared)
+    elif s.compare(avg_r, cold_rate) < 0:
+        s.regime_by(avg_r, cold_rate, tie="above", above=shared, below=cold)
+    elif s.value(b_r) / s.value(line) > s.value(cold_rate) / s.value(avg_r):  # nearer the dedicated line
+        s.regime_by(b_r, line, tie="above", above=dedicated, below=shared)
+    else:
+        s.regime_by(avg_r, cold_rate, tie="above", above=shared, below=cold)
 
 
 # --- cost-audit-rollout -------------------------------------------------------------------
