@@ -328,8 +328,8 @@ def test_capacity_routing_by_count_never_beats_units(variant):
 
 
 def test_capacity_buying_is_the_unit_ratio_against_the_price_ratio(variant, catalog):
-    """Buy-new exactly when the new GPU's price per unit is lower; at $12 a B200 GPU-hour (4x the H100's)
-    the H100 becomes the cheaper unit."""
+    """Buy-new exactly when the new GPU's price per unit is lower; the follow-up makes the older pool H200s at
+    the same $3, and the B200 at twice the price is no longer worth it."""
     for seed in SEEDS:
         results = variant(f"slo-capacity-unit@{seed}").sheet.results
         assert (results["regime"] == "buy-new") == (results["unit_cost_new"] < results["unit_cost_old"])
@@ -337,6 +337,17 @@ def test_capacity_buying_is_the_unit_ratio_against_the_price_ratio(variant, cata
     assert round_two is not None and round_two.solution.expected["regime"] == "buy-old"
     with pytest.raises(VariantError, match="newer_costs_more"):
         variant("slo-capacity-unit@default+new_gpu=h200-sxm+new_price=2.8+old_price=3")
+
+
+def test_capacity_purchase_is_never_a_coin_toss(variant):
+    """The unit ratio is graded at 3%: draws where it is within 3% of the price ratio are refused, so the
+    purchase never turns on a difference the grading forgives (an H200 at $5.90 is worth 1.94 H100s and costs
+    1.97 of them)."""
+    for seed in SEEDS:
+        results = variant(f"slo-capacity-unit@{seed}").sheet.results
+        assert abs(results["unit_ratio"] / results["price_ratio"] - 1) >= 0.03
+    with pytest.raises(VariantError, match="no verdict"):
+        variant("slo-capacity-unit@default+new_gpu=h200-sxm+new_price=5.9")
 
 
 # --- voice-latency-budget ------------------------------------------------------------------

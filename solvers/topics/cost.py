@@ -388,6 +388,7 @@ def _cold_regime(s: Sheet, t_cold, tau, h, n_pre, n_dec) -> None:
 
 # --- slo-capacity-unit --------------------------------------------------------------------
 
+BUY_MARGIN = 0.03  # the unit ratio is graded at 3%: a purchase decided by less than that is a coin toss
 COUNT_REACH = 0.8  # routing by count "holds" when it reaches this share of the capacity routing by units gives
 _CAPS = {"batch_by_pool": "the KV pool", "batch_by_bandwidth": "bandwidth at the TPOT target",
          "batch_by_compute": "compute at the TPOT target"}
@@ -446,6 +447,8 @@ def slo_capacity_unit(p, s: Sheet) -> None:
            ceil_of(n_old * U_old / U_new), "", "the old pool's capacity in new units, in whole replicas")
     price_ratio = s.step("price_ratio", "Price ratio per GPU-hour, new over old", "ρ_c", c_new / c_old, "x",
                          "what a new GPU-hour costs in old ones")
+    if abs(s.value(ratio) / s.value(price_ratio) - 1) < BUY_MARGIN:
+        raise Reject("the unit ratio and the price ratio agree within the unit ratio's tolerance: no verdict")
     _capacity_assumptions(s)
     s.slip("units taken as the datasheet bandwidth ratio", s.evaluate(e_new.BW / e_old.BW) / s.value(ratio),
            on="unit_ratio")
@@ -458,8 +461,8 @@ def _capacity_assumptions(s: Sheet) -> None:
     s.assume("The pools decode only (prefill runs elsewhere): a replica's unit is the requests per second its "
              "decode batch finishes at the TPOT target, every request at the mean context. Both pools use the same "
              "TP and the card's step model; each GPU's all-reduces run over its own NVLink.")
-    s.assume("GPU-hour prices are on-demand rental assumptions (mid-2026: A100 about $1.2-2.5, H100 $2-5, H200 "
-             "$2.5-7, B200 $4.5-8), as the references list; the buying verdict turns on their ratio.")
+    s.assume("GPU-hour prices are on-demand rental assumptions (mid-2026: A100 $0.8-3, H100 $2-5, H200 $2.5-7, "
+             "B200 $4.5-6), as the references list; the buying verdict turns on their ratio.")
 
 
 def _capacity_judgements(s: Sheet, ratio, e_old, e_new, C, by_count, n_old, U_old) -> None:
