@@ -236,6 +236,17 @@ def test_cold_prefill_default_pools(variant):
     assert solution.sheet.results["facts"]["the decode batch is capped by the KV pool, not the TPOT target"]
 
 
+def test_cold_prefill_refuses_a_whole_pool(variant):
+    """Sized at the warm share that just makes TTFT, a prefill takes τ itself: 3.5/s × 1.2 s / 70% is 6
+    replicas exactly, which a float solve rounds up to 7. Such draws are refused."""
+    with pytest.raises(VariantError, match="whole number of replicas"):
+        variant("cold-prefill-pools@default+rate=3.5+ttft=1.2s+ceiling=70")
+    for seed in SEEDS:
+        solution = variant(f"cold-prefill-pools@{seed}")
+        busy = _value(solution, "rate") * solution.sheet.results["warm_ttft"] / _value(solution, "ceiling")
+        assert abs(busy - round(busy)) > 1e-6 * busy
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_cold_prefill_warm_share_by_bisection(variant, seed):
     solution = variant(f"cold-prefill-pools@{seed}")

@@ -298,10 +298,15 @@ def cold_prefill_pools(p, s: Sheet) -> None:
     if s.evaluate(warm.bytes / e.byte_rate) > s.evaluate(warm.flops / e.flop_rate):
         raise Reject("the warm remainder's prefill is memory-bound: the quadratic's compute model does not hold")
 
+    for busy in (lam * t_cold / u, lam * t_warm / u):
+        # Sized to the target, the warm prefill takes τ exactly: λ·τ/u whole would leave the ceiling to float noise.
+        if abs(s.evaluate(busy) - round(s.evaluate(busy))) < 1e-6 * s.evaluate(busy):
+            raise Reject("a prefill pool lands on a whole number of replicas: a tie for the ceiling")
     n_cold = s.step("cold_prefill_replicas", "Prefill replicas if every prompt ran cold", "n_cold",
                     ceil_of(lam * t_cold / u), "", "λ × cold prefill time, over the utilisation ceiling")
     n_pre = s.step("prefill_replicas", "Prefill replicas at the warm fraction", "n_pre",
-                   ceil_of(lam * t_warm / u), "", "λ × prefill time of the cold remainder, over the ceiling")
+                   ceil_of(lam * t_warm / u), "", "λ × prefill time of the cold remainder, over the ceiling "
+                   "(sized to the target, that time is τ itself)")
     s.step("gpus_saved", "Prefill GPUs the cache saves", "G_saved", (n_cold - n_pre) * e.TP, "GPUs",
                    "replicas no longer needed, times the GPUs in each")
 
@@ -317,7 +322,7 @@ def cold_prefill_pools(p, s: Sheet) -> None:
            on="mfu_time")
     s.slip("prefill pool sized cold", s.value(n_cold) / s.value(n_pre), on="prefill_replicas")
     _cold_judgements(s, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar)
-    _cold_regime(s, t_cold, tau, h, n_pre, n_dec)
+    _cold_regime(s, t_cold, tau, h, n_pre, n_dec, s.evaluate(ar.of(T) / t_cold))
 
 
 AR_SHARE = 0.2  # the all-reduces "matter" to a cold prefill past this share of its time
@@ -364,9 +369,11 @@ def _cold_judgements(s: Sheet, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar
         raise Reject("every fact holds, or none does: nothing to tell apart")
 
 
-def _cold_regime(s: Sheet, t_cold, tau, h, n_pre, n_dec) -> None:
+def _cold_regime(s: Sheet, t_cold, tau, h, n_pre, n_dec, ar_share: float) -> None:
     cold, target, warm = format_quantity(s.value(t_cold), "s"), format_quantity(s.value(tau), "s"), _pct(s.value(h))
-    pools = f"{format_number(s.value(n_pre))} prefill and {format_number(s.value(n_dec))} decode replicas"
+    pools = (f"{format_number(s.value(n_pre))} prefill and {format_number(s.value(n_dec))} decode replicas. The "
+             f"all-reduces are {_pct(ar_share)} of the cold time as tp-all-reduce counts them, unoverlapped: the "
+             "card's pessimism, since engines overlap part of them with the GEMMs")
     s.regime_by(t_cold, tau, tie="below", above=Side(
         "warm-required",
         f"A cold prompt takes {cold} of prefill against a {target} TTFT target, before any queue: no amount of "
