@@ -580,6 +580,21 @@ def test_audit_follow_up_loosens_the_slo(variant, catalog):
     assert round_two.solution.sheet.results["real_wins"]["A100s instead of H100s"]
 
 
+def test_audit_cheaper_gpu_missing_the_slo_is_a_headline(variant):
+    """The issue's featured trap: the A100 tops the ledger on price and misses the p99 SLO in a good share of
+    weeks. The headline always clears the noise by far (its saving is at least 25%), so the noise floor is no
+    option for the gates it fails; the rolled-out row's thin gates vary with the week."""
+    trap = thin_none = 0
+    seeds = range(60)
+    for seed in seeds:
+        results = variant(f"cost-audit-rollout@{seed}").sheet.results
+        trap += results["headline"] == "A100s instead of H100s" and results["headline_fails"]["the p99 TPOT SLO"]
+        thin_none += results["thin_gates"]["none: both margins are wide"]
+        assert 1 - results["headline_cost"] / results["baseline_cost"] > 0.2
+    assert trap >= 0.08 * len(seeds)
+    assert thin_none <= 0.8 * len(seeds)
+
+
 def test_audit_quality_gate_tie_passes(variant):
     """fp8's drop of exactly 1.0 point passes a 1-point gate (exact comparison, a tie passes)."""
     results = variant("cost-audit-rollout@default+gate=1.0").sheet.results

@@ -823,7 +823,7 @@ def _tier_regime(s: Sheet, b_r, avg_r, cold_rate, rank) -> None:
 # --- cost-audit-rollout -------------------------------------------------------------------
 
 NO_WIN = "none of them"
-THIN = 0.1  # a gate passed with less than this margin is one the canary must confirm at peak
+THIN = 0.25  # a gate passed with less than this margin is one the canary must confirm at peak
 
 
 def cost_audit_rollout(p, s: Sheet) -> None:
@@ -864,9 +864,10 @@ def cost_audit_rollout(p, s: Sheet) -> None:
         s.judge("real_wins", change, not failed,
                 f"saves {_pct(s.evaluate(saving))}, p99 {format_quantity(s.value(tpot), 'ms')}, quality "
                 f"{format_number(s.value(quality), 2)} pts" + (f": fails {', '.join(failed)}" if failed else ""))
-        if i == cheapest:
+        if i == cheapest:  # the cheapest row's saving always clears the noise: only two gates can stop it
             for name, ok in passes.items():
-                s.judge("headline_fails", name, not ok, "passes" if ok else "fails")
+                if name != "the noise floor":
+                    s.judge("headline_fails", name, not ok, "passes" if ok else "fails")
             s.judge("headline_fails", "none: it is a real win", not failed,
                     "it passes every gate" if not failed else f"it fails {', '.join(failed)}")
     s.judge("real_wins", NO_WIN, not real, "no row passes every gate" if not real else "at least one row does")
@@ -876,24 +877,27 @@ def cost_audit_rollout(p, s: Sheet) -> None:
     s.choose("rollout", rows[best]["change"])
     s.step("rollout_saving", "Saving of the row to roll out", "f_save", 1 - costs[best] / base, "%",
            "the cheapest row that passes every gate, against the baseline")
-    _rollout_margins(s, checks[best], costs[best], base, slo, gate, noise)
+    _rollout_margins(s, checks[best], slo, gate)
     _audit_regime(s, rows, cheapest, checks[cheapest], costs[cheapest], base, slo, gate, noise)
     s.assume("The ledger's rows are shadow measurements at production traffic; a row's cost is its GPU-hour price "
              "over the output tokens one GPU produces in that hour (prefill and idle time are in both alike).")
     s.assume("A win must clear three gates: cheaper than the baseline by more than the run-to-run noise, p99 TPOT "
              "within the SLO, and a quality delta no worse than the gate on the eval suite.")
+    s.assume("The A100, kernel and speculative-decoding rows keep the model's math (speculative decoding is lossless "
+             "against its target model): their quality deltas are eval noise, still held to the gate as measured.")
 
 
-def _rollout_margins(s: Sheet, check, cost, base, slo, gate, noise) -> None:
+def _rollout_margins(s: Sheet, check, slo, gate) -> None:
+    """The two gates whose margin a canary can erode: p99 headroom 1 − p99/SLO and the share of the quality
+    gate left, (gate + delta)/gate. (The rolled-out row is the cheapest that passes: its saving clears the noise
+    by far, so that gate is never the thin one.)"""
     _, tpot, quality = check
-    margins = {"the p99 TPOT SLO": s.evaluate(1 - tpot / slo),
-               "the quality gate": s.evaluate((gate + quality) / gate),
-               "the noise floor": s.evaluate((1 - cost / base - noise) / noise)}
+    margins = {"the p99 TPOT SLO": s.evaluate(1 - tpot / slo), "the quality gate": s.evaluate((gate + quality) / gate)}
     for name, margin in margins.items():
         s.judge("thin_gates", name, margin < THIN, f"margin {_pct(margin)}")
-    s.judge("thin_gates", "none: every margin is wide", all(m >= THIN for m in margins.values()),
-            "every gate passes by 10% or more" if all(m >= THIN for m in margins.values())
-            else "at least one gate is thin")
+    wide = all(m >= THIN for m in margins.values())
+    s.judge("thin_gates", "none: both margins are wide", wide,
+            f"both gates pass by {_pct(THIN)} or more" if wide else "at least one gate is thin")
 
 
 def _audit_regime(s: Sheet, rows, cheapest, check, cost, base, slo, gate, noise) -> None:
