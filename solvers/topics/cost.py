@@ -649,7 +649,9 @@ def _voice_regime(s: Sheet, lines, largest) -> None:
         below=Side(
         "a-model",
         f"A model line is the largest ({name}, {format_quantity(s.value(model), 'ms')}), above the longest "
-        f"wait ({format_quantity(s.value(wait), 'ms')}): here the budget is bought with GPUs and model choices.",
+        f"wait ({format_quantity(s.value(wait), 'ms')}). The LLM's line is whatever the budget leaves after the "
+        "other four, so short waits hand it the slack: the budget is then bought with GPUs and model choices, "
+        "and a tighter LLM line is a choice, not a given.",
         "With a longer endpointing wait or a farther network path the largest line stops being a model, and no "
         "GPU spend recovers it.",
         near=f"A model line is the largest ({name}), only just above the longest wait "
