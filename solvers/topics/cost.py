@@ -9,6 +9,7 @@ one input changed (ledger_time); a test holds the two to the same value.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
@@ -672,10 +673,49 @@ class FiniteSum(sympy.Sum):
         (index, low, high), = self.limits
         if not (low.is_number and high.is_number and float(low).is_integer() and float(high).is_integer()):
             return None  # bounds not yet known; a whole float (20.0) counts
-        # A float index keeps each term numeric: an exact radical inside a ceiling is what made Sum slow.
+        # Each term in Python floats (math.ceil for a ceiling): sympy's ceiling of a float, built per term,
+        # costs a millisecond, and an exact radical inside one more.
         ranks = range(int(low), int(high) + 1)
-        terms = (self.function.xreplace({index: sympy.Float(k, prec)}).evalf(prec) for k in ranks)
-        return sympy.Float(sum(terms, sympy.Float(0, prec)), prec)
+        return sympy.Float(math.fsum(_float_term(self.function, index, float(k)) for k in ranks), prec)
+
+
+class RankCeiling(sympy.Function):
+    """ceiling(x) inside a rank sum, left as written: sympy's ceiling of an expression in the rank index
+    works through the index's assumptions each time the sheet puts values in (milliseconds a sum)."""
+
+    def _sympystr(self, printer) -> str:
+        return f"ceiling({printer._print(self.args[0])})"
+
+    def _eval_evalf(self, prec):
+        number = self.args[0].evalf(prec)
+        return sympy.Float(math.ceil(number), prec) if number.is_Number else None
+
+
+def rank_ceiling(x: sympy.Expr) -> sympy.Expr:
+    """ceil(x) for a rank sum's term: a RankCeiling on a Sheet, Python's on a QuickSheet's numbers."""
+    return ceil_of(x) if isinstance(x, (int, float)) else RankCeiling(x)
+
+
+_FLOAT_OPS = {sympy.Add: math.fsum, sympy.Mul: math.prod, sympy.Pow: lambda a: a[0] ** a[1],
+              RankCeiling: lambda a: math.ceil(a[0])}
+
+
+def _float_term(expr: sympy.Expr, index: sympy.Symbol, k: float) -> float:
+    """A sum's term at rank k in floats: the few node kinds a rank sum holds (numbers, +, ×, powers, ceilings)."""
+    if expr == index:
+        return k
+    if expr.is_Number:
+        return float(expr)
+    return _FLOAT_OPS[expr.func]([_float_term(arg, index, k) for arg in expr.args])
+
+
+def rank_sum(term: Callable[[sympy.Expr], sympy.Expr], low, high) -> sympy.Expr:
+    """Σ term(i) over the ranks low..high: a FiniteSum the sheet prints as one; on a QuickSheet's numbers
+    (the follow-up scan) a plain sum of floats, since a sympy Sum built per scan point costs milliseconds."""
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+        return sum((term(k) for k in range(round(low), round(high) + 1)), 0.0)
+    i = sympy.Symbol("i", integer=True, positive=True)
+    return FiniteSum(term(i), (i, low, high))
 
 
 def multi_model_fleet_tiering(p, s: Sheet) -> None:
@@ -698,8 +738,7 @@ def multi_model_fleet_tiering(p, s: Sheet) -> None:
     U = s.step("unit", "Requests/s one replica serves at the SLO", "U", decode.rate / L_out, "requests/s",
                "its output tokens per second at the TPOT target, over the reply length")
 
-    i = sympy.Symbol("i", integer=True, positive=True)
-    H = s.step("zipf_norm", "Zipf normaliser over the models", "H", FiniteSum(i**-alpha, (i, 1, n)), "",
+    H = s.step("zipf_norm", "Zipf normaliser over the models", "H", rank_sum(lambda i: i**-alpha, 1, n), "",
                "model i gets Λ·i^(−α)/H of the traffic")
     s.step("util_peak", "Fleet utilisation at peak, two replicas each", "ρ_peak", Lam / (n * per_model * U), "%",
            "the peak rate over the fleet's capacity at the SLO")
@@ -717,10 +756,10 @@ def multi_model_fleet_tiering(p, s: Sheet) -> None:
         raise Reject("a dedicated model would be cold on average: the thresholds contradict")
     s.step("shared", "Models in the shared tier", "n_sh", w - d, "", "warm but not dedicated")
     ded_share = s.step("dedicated_share", "Share of the traffic the dedicated models take", "f_ded",
-                       FiniteSum(i**-alpha, (i, 1, d)) / H, "%", "their Zipf weights over the normaliser")
+                       rank_sum(lambda i: i**-alpha, 1, d) / H, "%", "their Zipf weights over the normaliser")
     s.step("cold", "Models in the cold tier", "n_cold", n - w, "", "loaded on demand")
     ded = s.step("dedicated_replicas", "Dedicated replicas", "R_ded",
-                 FiniteSum(ceil_of(Lam * i**-alpha / (H * U * u)), (i, 1, d)), "",
+                 rank_sum(lambda i: rank_ceiling(Lam * i**-alpha / (H * U * u)), 1, d), "",
                  "each dedicated model's peak busy replicas over the ceiling, in whole replicas")
     k = s.step("models_per_shared", "Models' weights one shared replica holds", "k",
                floor_of(SHARED_HBM * GPU_MEMORY_UTILIZATION * e.TP * hbm_bytes(p.gpu) / e.W), "",
@@ -728,12 +767,12 @@ def multi_model_fleet_tiering(p, s: Sheet) -> None:
     if s.value(k) < 2:
         raise Reject("a shared replica cannot hold two models' weights")
     busy_sh = s.step("shared_busy", "Replicas the shared models keep busy at peak", "b_sh",
-                     FiniteSum(Lam * i**-alpha / (H * U), (i, d + 1, w)), "", "their peak load in replica units")
+                     rank_sum(lambda i: Lam * i**-alpha / (H * U), d + 1, w), "", "their peak load in replica units")
     sh = s.step("shared_replicas", "Shared replicas", "R_sh",
                 max_of(ceil_of(busy_sh / u), ceil_of((w - d) / k)), "",
                 "enough for their load at the ceiling and for their weights to stay resident")
     busy_cold = s.step("cold_busy", "Replicas the cold models keep busy at peak", "b_cold",
-                       FiniteSum(Lam * i**-alpha / (H * U), (i, w + 1, n)), "", "their peak load in replica units")
+                       rank_sum(lambda i: Lam * i**-alpha / (H * U), w + 1, n), "", "their peak load in replica units")
     cold_r = s.step("cold_replicas", "Cold-tier replicas", "R_cold", ceil_of(busy_cold / u), "",
                     "one replica that loads a cold model on demand, more only if their load needs it")
     gpus = s.step("gpus_after", "GPUs after tiering", "G_tier", e.TP * (ded + sh + cold_r), "GPUs",
