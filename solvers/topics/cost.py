@@ -253,6 +253,23 @@ def _ledger_regime(s: Sheet, mix, r, share, x) -> None:
 
 # --- cold-prefill-pools -------------------------------------------------------------------
 
+
+class SquareRoot(sympy.Function):
+    """√x left as written: sympy's sqrt of an exact rational looks for square factors (milliseconds)."""
+
+    def _sympystr(self, printer) -> str:
+        return f"sqrt({printer._print(self.args[0])})"
+
+    def _eval_evalf(self, prec):
+        number = self.args[0].evalf(prec)
+        return sympy.Float(math.sqrt(number), prec) if number.is_Number else None
+
+
+def square_root(x: sympy.Expr) -> sympy.Expr:
+    """√x: a SquareRoot on a Sheet, Python's on a QuickSheet's numbers."""
+    return math.sqrt(x) if isinstance(x, (int, float)) else SquareRoot(x)
+
+
 MAX_WARM = 0.98  # a cache that must hit more than this of every prompt is not a plan anyone can promise
 
 
@@ -287,7 +304,7 @@ def cold_prefill_pools(p, s: Sheet) -> None:
     c = s.step("fixed_cost", "Time paid whatever is cached", "c", e.t_oh + ar.fixed, "s",
                "the step overhead and the all-reduce latencies")
     y = s.step("cold_share", "Share of the prompt that may stay cold", "y",
-               min_of(1, ((a + 2 * b) - sympy.sqrt(max_of(0, (a + 2 * b)**2 - 4 * b * (tau - c)))) / (2 * b)), "%",
+               min_of(1, ((a + 2 * b) - square_root(max_of(0, (a + 2 * b)**2 - 4 * b * (tau - c)))) / (2 * b)), "%",
                "the smaller root of b·y² − (a + 2b)·y + (τ − c) = 0, with y = 1 − h; all of it where cold fits")
     h = s.step("warm_needed", "Warm fraction the prefix cache must reach", "h*", 1 - y, "%",
                "what the cache must serve of a typical prompt for its prefill to make the TTFT target")
@@ -796,6 +813,12 @@ def _tier_assumptions(s: Sheet) -> None:
     s.assume("Tiers: a model that keeps half a replica busy at peak gets its own replicas; one whose average rate "
              "falls below the cold threshold is loaded on demand; the rest share replicas that keep their weights "
              "resident in half of usable HBM. Queueing inside the ceiling and the swap cost of sharing are left out.")
+    s.assume("Shared replicas are sized at the single-model unit U, an optimistic bound: their KV pool has half the "
+             "HBM, and requests for different full fine-tunes cannot share a decode step (each step reads one "
+             "model's weights), so a real shared tier needs more replicas, or LoRA adapters over one base.")
+    s.assume("The cold tier is sized by load alone. With a threshold in requests per second a cold model is still "
+             "called every second or so, far more often than a weight load takes: in practice it would stay "
+             "loaded (or thrash one replica); on-demand loading pays only for models called minutes apart.")
 
 
 def _tier_judgements(s: Sheet, top, u, per_model, k, w, d, busy_sh, ded_share, n, saved, today) -> None:
