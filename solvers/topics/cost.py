@@ -517,6 +517,7 @@ def _capacity_judgements(s: Sheet, ratio, e_old, e_new, C, by_count, n_old, U_ol
 
 
 def _capacity_regime(s: Sheet, old, new, cost_old, cost_new, ratio, price_ratio, C, by_count) -> None:
+    a_new = "An" if new.name[0] in "AEFHILMNORSX" else "A"  # "an H200", said as letters
     units, prices = format_number(s.value(ratio), 3), format_number(s.value(price_ratio), 3)
     dollars = (f"{format_quantity(s.value(cost_new), '$')} against {format_quantity(s.value(cost_old), '$')} per "
                "million output tokens at the SLO")
@@ -524,19 +525,19 @@ def _capacity_regime(s: Sheet, old, new, cost_old, cost_new, ratio, price_ratio,
                f"the {old.name} pool breaks its TPOT; routed by units, {format_quantity(s.value(C), 'requests/s')}.")
     s.regime_by(ratio, price_ratio, tie="below", above=Side(
         "buy-new",
-        f"A {new.name} replica is worth {units} {old.name} replicas at the SLO and costs {prices}× as much: "
+        f"{a_new} {new.name} replica is worth {units} {old.name} replicas at the SLO and costs {prices}× as much: "
         f"{dollars}. Buy the next capacity unit on the new GPU. " + routing,
         f"If the new GPU cost more than {units}× the old per hour, the old GPU would be the cheaper unit; a new "
         "SLO or context length moves what caps each batch, and with it the unit ratio itself.",
-        near=f"A {new.name} replica is worth {units} {old.name} replicas and costs {prices}× as much: {dollars}, "
+        near=f"{a_new} {new.name} replica is worth {units} {old.name} replicas and costs {prices}× as much: {dollars}, "
              "close enough that a price change or a new SLO flips the purchase. " + routing),
         below=Side(
         "buy-old",
-        f"A {new.name} replica is worth only {units} {old.name} replicas at the SLO but costs {prices}× as much: "
+        f"{a_new} {new.name} replica is worth only {units} {old.name} replicas at the SLO but costs {prices}× as much: "
         f"{dollars}. The older GPU is the cheaper capacity unit. " + routing,
         f"Once the new GPU costs less than {units}× the old per hour, it becomes the cheaper unit; a new SLO or "
         "context length moves what caps each batch, and with it the unit ratio itself.",
-        near=f"A {new.name} replica is worth {units} {old.name} replicas and costs {prices}× as much: {dollars}, "
+        near=f"{a_new} {new.name} replica is worth {units} {old.name} replicas and costs {prices}× as much: {dollars}, "
              "close enough that a price change or a new SLO flips the purchase. " + routing))
 
 
