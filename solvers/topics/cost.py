@@ -739,6 +739,12 @@ def rank_sum(term: Callable[[sympy.Expr], sympy.Expr], low, high) -> sympy.Expr:
 def multi_model_fleet_tiering(p, s: Sheet) -> None:
     require_context(p.model, p.prompt + p.reply)
     e = engine(s, p.model, p.gpu, p.tp, DEFAULT_CONSTANTS, communication=p.tp > 1, kv_prerequisite=True)
+    # First: a layout whose group cannot hold two models' weights is refused before any decode sizing.
+    k = s.step("models_per_shared", "Models' weights one shared replica holds", "k",
+               floor_of(SHARED_HBM * GPU_MEMORY_UTILIZATION * e.TP * hbm_bytes(p.gpu) / e.W), "",
+               "half the group's usable HBM in weight copies, the rest left for KV")
+    if s.value(k) < 2:
+        raise Reject("a shared replica cannot hold two models' weights")
     n = s.param("n_models", "models")
     per_model = s.param("r_0", "replicas")
     Lam = s.param("Λ", "rate")
@@ -779,11 +785,6 @@ def multi_model_fleet_tiering(p, s: Sheet) -> None:
     ded = s.step("dedicated_replicas", "Dedicated replicas", "R_ded",
                  rank_sum(lambda i: rank_ceiling(Lam * i**-alpha / (H * U * u)), 1, d), "",
                  "each dedicated model's peak busy replicas over the ceiling, in whole replicas")
-    k = s.step("models_per_shared", "Models' weights one shared replica holds", "k",
-               floor_of(SHARED_HBM * GPU_MEMORY_UTILIZATION * e.TP * hbm_bytes(p.gpu) / e.W), "",
-               "half the group's usable HBM in weight copies, the rest left for KV")
-    if s.value(k) < 2:
-        raise Reject("a shared replica cannot hold two models' weights")
     busy_sh = s.step("shared_busy", "Replicas the shared models keep busy at peak", "b_sh",
                      rank_sum(lambda i: Lam * i**-alpha / (H * U), d + 1, w), "", "their peak load in replica units")
     sh = s.step("shared_replicas", "Shared replicas", "R_sh",
