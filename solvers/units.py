@@ -185,6 +185,9 @@ def format_quantity(value_base: float, unit: str, sig: int = 4) -> str:
     if unit in ("$", "USD"):
         number = format_number(value_base, sig)
         return f"-${number[1:]}" if number.startswith("-") else f"${number}"
+    if unit.startswith("$/"):  # a price per something reads "$3/h", not "3 $/h"
+        number = format_number(parse_unit(unit).from_base(value_base), sig)
+        return f"-${number[1:]}{unit[1:]}" if number.startswith("-") else f"${number}{unit[1:]}"
     number = format_number(parse_unit(unit).from_base(value_base), sig)
     if unit.startswith("$/"):  # a price per something reads "$3/h", not "3 $/h"
         return f"-${number[1:]}{unit[1:]}" if number.startswith("-") else f"${number}{unit[1:]}"

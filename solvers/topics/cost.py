@@ -9,7 +9,9 @@ one input changed (ledger_time); a test holds the two to the same value.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from fractions import Fraction
 
 import sympy
 
@@ -84,7 +86,7 @@ def decode_at_speed(s: Sheet, e: Engine, gpu, ar: AllReduceTerms, S: sympy.Expr,
 
 # --- serving-cost-ledger ------------------------------------------------------------------
 
-LEVER_CUT = 0.2  # a lever "matters" when it cuts the cost per request by at least this share
+LEVER_CUT = Fraction(1, 5)  # a lever "matters" when it cuts the cost per request by at least this share
 NO_LEVER = "none of these alone"
 CROWDED = 0.9  # a utilisation ceiling past which queueing delay grows fast (1/(1 − ρ))
 
@@ -152,7 +154,7 @@ def serving_cost_ledger(p, s: Sheet) -> None:
     s.slip("busy replicas not divided by the utilisation ceiling",
            s.evaluate(ceil_of(busy)) / s.value(n), on=("replicas", "cost_per_request"))
     s.slip("an output token priced at a whole decode step", s.value(B), on="cost_ratio")
-    _ledger_levers(s, e, T_req, u, v, P_in, L_out, ar, pool)
+    _ledger_levers(s, e, T_req, u, v, P_in, L_out, ar, pool, lam, n)
     _ledger_regime(s, mix, r, share, x)
 
 
@@ -188,17 +190,21 @@ def ledger_time(g: dict[str, float], warm: float = 0.0) -> float:
     return (t_pre + R * t_dec / B) / g["u"]
 
 
-def _ledger_levers(s: Sheet, e, T_req, u, v, P_in, L_out, ar, pool) -> None:
-    """Which single change cuts the cost per request (replica-seconds over the ceiling) by LEVER_CUT or more."""
+def _ledger_levers(s: Sheet, e, T_req, u, v, P_in, L_out, ar, pool, lam, n) -> None:
+    """Which single change cuts the graded cost per request by LEVER_CUT or more. Every lever keeps the price and
+    the GPUs per replica, so the cost per request moves with the whole replicas run: ceil(λ·T_req/u)."""
     value = s.evaluate
     g = {"P": value(P_in), "R": value(L_out), "N": value(e.N), "A": value(e.A), "W_gpu": value(e.W / e.TP),
          "br": value(e.byte_rate), "fr": value(e.flop_rate), "ar0": value(ar.fixed), "ar_tok": value(ar.per_token),
          "t_oh": value(e.t_oh), "v": value(v), "KV": value(e.KV), "pool": value(pool * e.KV), "u": value(u)}
-    now = value(T_req / u)
+    rate, now = value(lam), int(s.value(n))
 
     def judge(option: str, why: str, warm: float = 0.0, **changed: float) -> None:
-        cut = 1 - ledger_time(g | changed, warm) / now
-        s.judge("levers", option, cut >= LEVER_CUT, f"{why}: the cost per request falls {_pct(cut)}")
+        after = math.ceil(rate * ledger_time(g | changed, warm))
+        # Whole replicas compared exactly: 5 -> 4 replicas is a cut of 20% "or more" (a float 1 - 4/5 is not).
+        s.judge("levers", option, after <= (1 - LEVER_CUT) * now,
+                f"{why}: {format_number(after)} replicas instead of {format_number(now)}, the cost per request "
+                f"falls {_pct(1 - after / now)}")
 
     judge("half of every prompt served warm from a prefix cache",
           f"the prefill is {_pct(value(s.results['prompt_share']))} of the time and computes half the tokens",
@@ -247,6 +253,23 @@ def _ledger_regime(s: Sheet, mix, r, share, x) -> None:
 
 # --- cold-prefill-pools -------------------------------------------------------------------
 
+
+class SquareRoot(sympy.Function):
+    """√x left as written: sympy's sqrt of an exact rational looks for square factors (milliseconds)."""
+
+    def _sympystr(self, printer) -> str:
+        return f"sqrt({printer._print(self.args[0])})"
+
+    def _eval_evalf(self, prec):
+        number = self.args[0].evalf(prec)
+        return sympy.Float(math.sqrt(number), prec) if number.is_Number else None
+
+
+def square_root(x: sympy.Expr) -> sympy.Expr:
+    """√x: a SquareRoot on a Sheet, Python's on a QuickSheet's numbers."""
+    return math.sqrt(x) if isinstance(x, (int, float)) else SquareRoot(x)
+
+
 MAX_WARM = 0.98  # a cache that must hit more than this of every prompt is not a plan anyone can promise
 
 
@@ -281,7 +304,7 @@ def cold_prefill_pools(p, s: Sheet) -> None:
     c = s.step("fixed_cost", "Time paid whatever is cached", "c", e.t_oh + ar.fixed, "s",
                "the step overhead and the all-reduce latencies")
     y = s.step("cold_share", "Share of the prompt that may stay cold", "y",
-               min_of(1, ((a + 2 * b) - sympy.sqrt(max_of(0, (a + 2 * b)**2 - 4 * b * (tau - c)))) / (2 * b)), "%",
+               min_of(1, ((a + 2 * b) - square_root(max_of(0, (a + 2 * b)**2 - 4 * b * (tau - c)))) / (2 * b)), "%",
                "the smaller root of b·y² − (a + 2b)·y + (τ − c) = 0, with y = 1 − h; all of it where cold fits")
     h = s.step("warm_needed", "Warm fraction the prefix cache must reach", "h*", 1 - y, "%",
                "what the cache must serve of a typical prompt for its prefill to make the TTFT target")
@@ -293,10 +316,15 @@ def cold_prefill_pools(p, s: Sheet) -> None:
     if s.evaluate(warm.bytes / e.byte_rate) > s.evaluate(warm.flops / e.flop_rate):
         raise Reject("the warm remainder's prefill is memory-bound: the quadratic's compute model does not hold")
 
+    for busy in (lam * t_cold / u, lam * t_warm / u):
+        # Sized to the target, the warm prefill takes τ exactly: λ·τ/u whole would leave the ceiling to float noise.
+        if abs(s.evaluate(busy) - round(s.evaluate(busy))) < 1e-6 * s.evaluate(busy):
+            raise Reject("a prefill pool lands on a whole number of replicas: a tie for the ceiling")
     n_cold = s.step("cold_prefill_replicas", "Prefill replicas if every prompt ran cold", "n_cold",
                     ceil_of(lam * t_cold / u), "", "λ × cold prefill time, over the utilisation ceiling")
     n_pre = s.step("prefill_replicas", "Prefill replicas at the warm fraction", "n_pre",
-                   ceil_of(lam * t_warm / u), "", "λ × prefill time of the cold remainder, over the ceiling")
+                   ceil_of(lam * t_warm / u), "", "λ × prefill time of the cold remainder, over the ceiling "
+                   "(sized to the target, that time is τ itself)")
     s.step("gpus_saved", "Prefill GPUs the cache saves", "G_saved", (n_cold - n_pre) * e.TP, "GPUs",
                    "replicas no longer needed, times the GPUs in each")
 
@@ -312,7 +340,7 @@ def cold_prefill_pools(p, s: Sheet) -> None:
            on="mfu_time")
     s.slip("prefill pool sized cold", s.value(n_cold) / s.value(n_pre), on="prefill_replicas")
     _cold_judgements(s, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar)
-    _cold_regime(s, t_cold, tau, h, n_pre, n_dec)
+    _cold_regime(s, t_cold, tau, h, n_pre, n_dec, s.evaluate(ar.of(T) / t_cold))
 
 
 AR_SHARE = 0.2  # the all-reduces "matter" to a cold prefill past this share of its time
@@ -359,9 +387,11 @@ def _cold_judgements(s: Sheet, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar
         raise Reject("every fact holds, or none does: nothing to tell apart")
 
 
-def _cold_regime(s: Sheet, t_cold, tau, h, n_pre, n_dec) -> None:
+def _cold_regime(s: Sheet, t_cold, tau, h, n_pre, n_dec, ar_share: float) -> None:
     cold, target, warm = format_quantity(s.value(t_cold), "s"), format_quantity(s.value(tau), "s"), _pct(s.value(h))
-    pools = f"{format_number(s.value(n_pre))} prefill and {format_number(s.value(n_dec))} decode replicas"
+    pools = (f"{format_number(s.value(n_pre))} prefill and {format_number(s.value(n_dec))} decode replicas. The "
+             f"all-reduces are {_pct(ar_share)} of the cold time as tp-all-reduce counts them, unoverlapped: the "
+             "card's pessimism, since engines overlap part of them with the GEMMs")
     s.regime_by(t_cold, tau, tie="below", above=Side(
         "warm-required",
         f"A cold prompt takes {cold} of prefill against a {target} TTFT target, before any queue: no amount of "
@@ -383,6 +413,7 @@ def _cold_regime(s: Sheet, t_cold, tau, h, n_pre, n_dec) -> None:
 
 # --- slo-capacity-unit --------------------------------------------------------------------
 
+BUY_MARGIN = 0.03  # the unit ratio is graded at 3%: a purchase decided by less than that is a coin toss
 COUNT_REACH = 0.8  # routing by count "holds" when it reaches this share of the capacity routing by units gives
 _CAPS = {"batch_by_pool": "the KV pool", "batch_by_bandwidth": "bandwidth at the TPOT target",
          "batch_by_compute": "compute at the TPOT target"}
@@ -441,6 +472,8 @@ def slo_capacity_unit(p, s: Sheet) -> None:
            ceil_of(n_old * U_old / U_new), "", "the old pool's capacity in new units, in whole replicas")
     price_ratio = s.step("price_ratio", "Price ratio per GPU-hour, new over old", "ρ_c", c_new / c_old, "x",
                          "what a new GPU-hour costs in old ones")
+    if abs(s.value(ratio) / s.value(price_ratio) - 1) < BUY_MARGIN:
+        raise Reject("the unit ratio and the price ratio agree within the unit ratio's tolerance: no verdict")
     _capacity_assumptions(s)
     s.slip("units taken as the datasheet bandwidth ratio", s.evaluate(e_new.BW / e_old.BW) / s.value(ratio),
            on="unit_ratio")
@@ -453,8 +486,8 @@ def _capacity_assumptions(s: Sheet) -> None:
     s.assume("The pools decode only (prefill runs elsewhere): a replica's unit is the requests per second its "
              "decode batch finishes at the TPOT target, every request at the mean context. Both pools use the same "
              "TP and the card's step model; each GPU's all-reduces run over its own NVLink.")
-    s.assume("GPU-hour prices are on-demand rental assumptions (mid-2026: A100 about $1.2-2.5, H100 $2-5, H200 "
-             "$2.5-7, B200 $4.5-8), as the references list; the buying verdict turns on their ratio.")
+    s.assume("GPU-hour prices are on-demand rental assumptions (mid-2026: A100 $0.8-3, H100 $2-5, H200 $2.5-7, "
+             "B200 $4.5-6), as the references list; the buying verdict turns on their ratio.")
 
 
 def _capacity_judgements(s: Sheet, ratio, e_old, e_new, C, by_count, n_old, U_old) -> None:
@@ -484,6 +517,7 @@ def _capacity_judgements(s: Sheet, ratio, e_old, e_new, C, by_count, n_old, U_ol
 
 
 def _capacity_regime(s: Sheet, old, new, cost_old, cost_new, ratio, price_ratio, C, by_count) -> None:
+    a_new = "An" if new.name[0] in "AEFHILMNORSX" else "A"  # "an H200", said as letters
     units, prices = format_number(s.value(ratio), 3), format_number(s.value(price_ratio), 3)
     dollars = (f"{format_quantity(s.value(cost_new), '$')} against {format_quantity(s.value(cost_old), '$')} per "
                "million output tokens at the SLO")
@@ -491,19 +525,19 @@ def _capacity_regime(s: Sheet, old, new, cost_old, cost_new, ratio, price_ratio,
                f"the {old.name} pool breaks its TPOT; routed by units, {format_quantity(s.value(C), 'requests/s')}.")
     s.regime_by(ratio, price_ratio, tie="below", above=Side(
         "buy-new",
-        f"A {new.name} replica is worth {units} {old.name} replicas at the SLO and costs {prices}× as much: "
+        f"{a_new} {new.name} replica is worth {units} {old.name} replicas at the SLO and costs {prices}× as much: "
         f"{dollars}. Buy the next capacity unit on the new GPU. " + routing,
         f"If the new GPU cost more than {units}× the old per hour, the old GPU would be the cheaper unit; a new "
         "SLO or context length moves what caps each batch, and with it the unit ratio itself.",
-        near=f"A {new.name} replica is worth {units} {old.name} replicas and costs {prices}× as much: {dollars}, "
+        near=f"{a_new} {new.name} replica is worth {units} {old.name} replicas and costs {prices}× as much: {dollars}, "
              "close enough that a price change or a new SLO flips the purchase. " + routing),
         below=Side(
         "buy-old",
-        f"A {new.name} replica is worth only {units} {old.name} replicas at the SLO but costs {prices}× as much: "
+        f"{a_new} {new.name} replica is worth only {units} {old.name} replicas at the SLO but costs {prices}× as much: "
         f"{dollars}. The older GPU is the cheaper capacity unit. " + routing,
         f"Once the new GPU costs less than {units}× the old per hour, it becomes the cheaper unit; a new SLO or "
         "context length moves what caps each batch, and with it the unit ratio itself.",
-        near=f"A {new.name} replica is worth {units} {old.name} replicas and costs {prices}× as much: {dollars}, "
+        near=f"{a_new} {new.name} replica is worth {units} {old.name} replicas and costs {prices}× as much: {dollars}, "
              "close enough that a price change or a new SLO flips the purchase. " + routing))
 
 
@@ -634,7 +668,9 @@ def _voice_regime(s: Sheet, lines, largest) -> None:
         below=Side(
         "a-model",
         f"A model line is the largest ({name}, {format_quantity(s.value(model), 'ms')}), above the longest "
-        f"wait ({format_quantity(s.value(wait), 'ms')}): here the budget is bought with GPUs and model choices.",
+        f"wait ({format_quantity(s.value(wait), 'ms')}). The LLM's line is whatever the budget leaves after the "
+        "other four, so short waits hand it the slack: the budget is then bought with GPUs and model choices, "
+        "and a tighter LLM line is a choice, not a given.",
         "With a longer endpointing wait or a farther network path the largest line stops being a model, and no "
         "GPU spend recovers it.",
         near=f"A model line is the largest ({name}), only just above the longest wait "
@@ -655,15 +691,60 @@ class FiniteSum(sympy.Sum):
         (index, low, high), = self.limits
         if not (low.is_number and high.is_number and float(low).is_integer() and float(high).is_integer()):
             return None  # bounds not yet known; a whole float (20.0) counts
-        # A float index keeps each term numeric: an exact radical inside a ceiling is what made Sum slow.
+        # Each term in Python floats (math.ceil for a ceiling): sympy's ceiling of a float, built per term,
+        # costs a millisecond, and an exact radical inside one more.
         ranks = range(int(low), int(high) + 1)
-        terms = (self.function.xreplace({index: sympy.Float(k, prec)}).evalf(prec) for k in ranks)
-        return sympy.Float(sum(terms, sympy.Float(0, prec)), prec)
+        return sympy.Float(math.fsum(_float_term(self.function, index, float(k)) for k in ranks), prec)
+
+
+class RankCeiling(sympy.Function):
+    """ceiling(x) inside a rank sum, left as written: sympy's ceiling of an expression in the rank index
+    works through the index's assumptions each time the sheet puts values in (milliseconds a sum)."""
+
+    def _sympystr(self, printer) -> str:
+        return f"ceiling({printer._print(self.args[0])})"
+
+    def _eval_evalf(self, prec):
+        number = self.args[0].evalf(prec)
+        return sympy.Float(math.ceil(number), prec) if number.is_Number else None
+
+
+def rank_ceiling(x: sympy.Expr) -> sympy.Expr:
+    """ceil(x) for a rank sum's term: a RankCeiling on a Sheet, Python's on a QuickSheet's numbers."""
+    return ceil_of(x) if isinstance(x, (int, float)) else RankCeiling(x)
+
+
+_FLOAT_OPS = {sympy.Add: math.fsum, sympy.Mul: math.prod, sympy.Pow: lambda a: a[0] ** a[1],
+              RankCeiling: lambda a: math.ceil(a[0])}
+
+
+def _float_term(expr: sympy.Expr, index: sympy.Symbol, k: float) -> float:
+    """A sum's term at rank k in floats: the few node kinds a rank sum holds (numbers, +, ×, powers, ceilings)."""
+    if expr == index:
+        return k
+    if expr.is_Number:
+        return float(expr)
+    return _FLOAT_OPS[expr.func]([_float_term(arg, index, k) for arg in expr.args])
+
+
+def rank_sum(term: Callable[[sympy.Expr], sympy.Expr], low, high) -> sympy.Expr:
+    """Σ term(i) over the ranks low..high: a FiniteSum the sheet prints as one; on a QuickSheet's numbers
+    (the follow-up scan) a plain sum of floats, since a sympy Sum built per scan point costs milliseconds."""
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+        return sum((term(k) for k in range(round(low), round(high) + 1)), 0.0)
+    i = sympy.Symbol("i", integer=True, positive=True)
+    return FiniteSum(term(i), (i, low, high))
 
 
 def multi_model_fleet_tiering(p, s: Sheet) -> None:
     require_context(p.model, p.prompt + p.reply)
     e = engine(s, p.model, p.gpu, p.tp, DEFAULT_CONSTANTS, communication=p.tp > 1, kv_prerequisite=True)
+    # First: a layout whose group cannot hold two models' weights is refused before any decode sizing.
+    k = s.step("models_per_shared", "Models' weights one shared replica holds", "k",
+               floor_of(SHARED_HBM * GPU_MEMORY_UTILIZATION * e.TP * hbm_bytes(p.gpu) / e.W), "",
+               "half the group's usable HBM in weight copies, the rest left for KV")
+    if s.value(k) < 2:
+        raise Reject("a shared replica cannot hold two models' weights")
     n = s.param("n_models", "models")
     per_model = s.param("r_0", "replicas")
     Lam = s.param("Λ", "rate")
@@ -681,8 +762,7 @@ def multi_model_fleet_tiering(p, s: Sheet) -> None:
     U = s.step("unit", "Requests/s one replica serves at the SLO", "U", decode.rate / L_out, "requests/s",
                "its output tokens per second at the TPOT target, over the reply length")
 
-    i = sympy.Symbol("i", integer=True, positive=True)
-    H = s.step("zipf_norm", "Zipf normaliser over the models", "H", FiniteSum(i**-alpha, (i, 1, n)), "",
+    H = s.step("zipf_norm", "Zipf normaliser over the models", "H", rank_sum(lambda i: i**-alpha, 1, n), "",
                "model i gets Λ·i^(−α)/H of the traffic")
     s.step("util_peak", "Fleet utilisation at peak, two replicas each", "ρ_peak", Lam / (n * per_model * U), "%",
            "the peak rate over the fleet's capacity at the SLO")
@@ -700,23 +780,18 @@ def multi_model_fleet_tiering(p, s: Sheet) -> None:
         raise Reject("a dedicated model would be cold on average: the thresholds contradict")
     s.step("shared", "Models in the shared tier", "n_sh", w - d, "", "warm but not dedicated")
     ded_share = s.step("dedicated_share", "Share of the traffic the dedicated models take", "f_ded",
-                       FiniteSum(i**-alpha, (i, 1, d)) / H, "%", "their Zipf weights over the normaliser")
+                       rank_sum(lambda i: i**-alpha, 1, d) / H, "%", "their Zipf weights over the normaliser")
     s.step("cold", "Models in the cold tier", "n_cold", n - w, "", "loaded on demand")
     ded = s.step("dedicated_replicas", "Dedicated replicas", "R_ded",
-                 FiniteSum(ceil_of(Lam * i**-alpha / (H * U * u)), (i, 1, d)), "",
+                 rank_sum(lambda i: rank_ceiling(Lam * i**-alpha / (H * U * u)), 1, d), "",
                  "each dedicated model's peak busy replicas over the ceiling, in whole replicas")
-    k = s.step("models_per_shared", "Models' weights one shared replica holds", "k",
-               floor_of(SHARED_HBM * GPU_MEMORY_UTILIZATION * e.TP * hbm_bytes(p.gpu) / e.W), "",
-               "half the group's usable HBM in weight copies, the rest left for KV")
-    if s.value(k) < 2:
-        raise Reject("a shared replica cannot hold two models' weights")
     busy_sh = s.step("shared_busy", "Replicas the shared models keep busy at peak", "b_sh",
-                     FiniteSum(Lam * i**-alpha / (H * U), (i, d + 1, w)), "", "their peak load in replica units")
+                     rank_sum(lambda i: Lam * i**-alpha / (H * U), d + 1, w), "", "their peak load in replica units")
     sh = s.step("shared_replicas", "Shared replicas", "R_sh",
                 max_of(ceil_of(busy_sh / u), ceil_of((w - d) / k)), "",
                 "enough for their load at the ceiling and for their weights to stay resident")
     busy_cold = s.step("cold_busy", "Replicas the cold models keep busy at peak", "b_cold",
-                       FiniteSum(Lam * i**-alpha / (H * U), (i, w + 1, n)), "", "their peak load in replica units")
+                       rank_sum(lambda i: Lam * i**-alpha / (H * U), w + 1, n), "", "their peak load in replica units")
     cold_r = s.step("cold_replicas", "Cold-tier replicas", "R_cold", ceil_of(busy_cold / u), "",
                     "one replica that loads a cold model on demand, more only if their load needs it")
     gpus = s.step("gpus_after", "GPUs after tiering", "G_tier", e.TP * (ded + sh + cold_r), "GPUs",
@@ -727,9 +802,11 @@ def multi_model_fleet_tiering(p, s: Sheet) -> None:
            "each GPU reads its share of the weights at the load bandwidth")
     b_r = s.step("rank_busy", "Replicas the ranked model keeps busy at peak", "b_r", Lam * rank**-alpha / (H * U), "",
                  "its Zipf share of the peak over one replica's unit")
+    avg_r = s.step("rank_average", "Average rate of the ranked model", "λ_r", Lam * rank**-alpha / (H * peak),
+                   "requests/s", "its Zipf share of the peak over the peak-to-average ratio")
     _tier_judgements(s, top, u, per_model, k, w, d, busy_sh, ded_share, n, saved, e.TP * n * per_model)
     _tier_assumptions(s)
-    _tier_regime(s, b_r, w, rank)
+    _tier_regime(s, b_r, avg_r, cold_rate, rank)
 
 
 def _tier_assumptions(s: Sheet) -> None:
@@ -738,6 +815,12 @@ def _tier_assumptions(s: Sheet) -> None:
     s.assume("Tiers: a model that keeps half a replica busy at peak gets its own replicas; one whose average rate "
              "falls below the cold threshold is loaded on demand; the rest share replicas that keep their weights "
              "resident in half of usable HBM. Queueing inside the ceiling and the swap cost of sharing are left out.")
+    s.assume("Shared replicas are sized at the single-model unit U, an optimistic bound: their KV pool has half the "
+             "HBM, and requests for different full fine-tunes cannot share a decode step (each step reads one "
+             "model's weights), so a real shared tier needs more replicas, or LoRA adapters over one base.")
+    s.assume("The cold tier is sized by load alone. With a threshold in requests per second a cold model is still "
+             "called every second or so, far more often than a weight load takes: in practice it would stay "
+             "loaded (or thrash one replica); on-demand loading pays only for models called minutes apart.")
 
 
 def _tier_judgements(s: Sheet, top, u, per_model, k, w, d, busy_sh, ded_share, n, saved, today) -> None:
@@ -763,34 +846,50 @@ def _tier_judgements(s: Sheet, top, u, per_model, k, w, d, busy_sh, ded_share, n
         raise Reject("every fact holds, or none does: nothing to tell apart")
 
 
-def _tier_regime(s: Sheet, b_r, w, rank) -> None:
+def _tier_regime(s: Sheet, b_r, avg_r, cold_rate, rank) -> None:
+    """Three tiers, two boundaries: half a replica busy at peak (dedicated), the cold threshold on the average
+    rate (cold). A shared model is shown against the nearer of the two, in ratio."""
     busy, r = format_number(s.value(b_r), 3), format_number(s.value(rank))
-    cold = s.compare(rank, w) > 0
-    where = ("below the cold threshold on average: it goes to the cold tier and pays a load on its first request"
-             if cold else "warm: it shares a replica whose weights stay resident")
+    rate, floor = format_quantity(s.value(avg_r), "requests/s", 3), format_quantity(s.value(cold_rate), "requests/s")
     line = s.given("b_ded", DEDICATED_BUSY, "", "busy replicas at peak that earn a model its own")
-    s.regime_by(b_r, line, tie="above", above=Side(
+    dedicated = Side(
         "dedicated",
         f"The rank-{r} model keeps {busy} replicas busy at peak, at least half a replica: it pays for its own "
         "replicas, sized at the ceiling, and nothing from the long tail queues in front of it.",
         "Below half a replica of peak load a model's own replicas mostly idle: it belongs on shared replicas, "
         "or cold if it is rarely called at all.",
         near=f"The rank-{r} model keeps {busy} replicas busy at peak, just over the half-replica line: dedicated, "
-             "but a shift in traffic would move it to the shared tier."),
-        below=Side(
+             "but a shift in traffic would move it to the shared tier.")
+    shared = Side(
         "shared",
-        f"The rank-{r} model keeps only {busy} replicas busy at peak, under half a replica: two replicas of its "
-        f"own would idle; it is {where}.",
-        "Past half a replica of peak load it earns dedicated replicas, where its SLO no longer depends on its "
-        "neighbours' bursts.",
-        near=f"The rank-{r} model keeps {busy} replicas busy at peak, just under the half-replica line: shared "
-             "for now, the first candidate for its own replicas as traffic grows."))
+        f"The rank-{r} model keeps only {busy} replicas busy at peak, under half a replica, and averages {rate}, "
+        f"at or above the {floor} cold threshold: two replicas of its own would idle; it shares a replica whose "
+        "weights stay resident.",
+        "Past half a replica of peak load it earns dedicated replicas; under the cold threshold on average it is "
+        "loaded on demand instead.",
+        near=f"The rank-{r} model keeps {busy} replicas busy at peak and averages {rate}: shared, but close to a "
+             "tier boundary, so a shift in traffic moves it.")
+    cold = Side(
+        "cold",
+        f"The rank-{r} model averages only {rate}, under the {floor} cold threshold: it goes to the cold tier and "
+        "pays a weight load on the request that finds it evicted.",
+        "At or above the cold threshold on average it would keep its weights resident on a shared replica.",
+        near=f"The rank-{r} model averages {rate}, just under the {floor} cold threshold: cold for now, the first "
+             "to return to the shared tier as traffic grows.")
+    if s.compare(b_r, line) >= 0:
+        s.regime_by(b_r, line, tie="above", above=dedicated, below=shared)
+    elif s.compare(avg_r, cold_rate) < 0:
+        s.regime_by(avg_r, cold_rate, tie="above", above=shared, below=cold)
+    elif s.value(b_r) / s.value(line) > s.value(cold_rate) / s.value(avg_r):  # nearer the dedicated line
+        s.regime_by(b_r, line, tie="above", above=dedicated, below=shared)
+    else:
+        s.regime_by(avg_r, cold_rate, tie="above", above=shared, below=cold)
 
 
 # --- cost-audit-rollout -------------------------------------------------------------------
 
 NO_WIN = "none of them"
-THIN = 0.1  # a gate passed with less than this margin is one the canary must confirm at peak
+THIN = 0.25  # a gate passed with less than this margin is one the canary must confirm at peak
 
 
 def cost_audit_rollout(p, s: Sheet) -> None:
@@ -831,9 +930,10 @@ def cost_audit_rollout(p, s: Sheet) -> None:
         s.judge("real_wins", change, not failed,
                 f"saves {_pct(s.evaluate(saving))}, p99 {format_quantity(s.value(tpot), 'ms')}, quality "
                 f"{format_number(s.value(quality), 2)} pts" + (f": fails {', '.join(failed)}" if failed else ""))
-        if i == cheapest:
+        if i == cheapest:  # the cheapest row's saving always clears the noise: only two gates can stop it
             for name, ok in passes.items():
-                s.judge("headline_fails", name, not ok, "passes" if ok else "fails")
+                if name != "the noise floor":
+                    s.judge("headline_fails", name, not ok, "passes" if ok else "fails")
             s.judge("headline_fails", "none: it is a real win", not failed,
                     "it passes every gate" if not failed else f"it fails {', '.join(failed)}")
     s.judge("real_wins", NO_WIN, not real, "no row passes every gate" if not real else "at least one row does")
@@ -843,24 +943,27 @@ def cost_audit_rollout(p, s: Sheet) -> None:
     s.choose("rollout", rows[best]["change"])
     s.step("rollout_saving", "Saving of the row to roll out", "f_save", 1 - costs[best] / base, "%",
            "the cheapest row that passes every gate, against the baseline")
-    _rollout_margins(s, checks[best], costs[best], base, slo, gate, noise)
+    _rollout_margins(s, checks[best], slo, gate)
     _audit_regime(s, rows, cheapest, checks[cheapest], costs[cheapest], base, slo, gate, noise)
     s.assume("The ledger's rows are shadow measurements at production traffic; a row's cost is its GPU-hour price "
              "over the output tokens one GPU produces in that hour (prefill and idle time are in both alike).")
     s.assume("A win must clear three gates: cheaper than the baseline by more than the run-to-run noise, p99 TPOT "
              "within the SLO, and a quality delta no worse than the gate on the eval suite.")
+    s.assume("The A100, kernel and speculative-decoding rows keep the model's math (speculative decoding is lossless "
+             "against its target model): their quality deltas are eval noise, still held to the gate as measured.")
 
 
-def _rollout_margins(s: Sheet, check, cost, base, slo, gate, noise) -> None:
+def _rollout_margins(s: Sheet, check, slo, gate) -> None:
+    """The two gates whose margin a canary can erode: p99 headroom 1 − p99/SLO and the share of the quality
+    gate left, (gate + delta)/gate. (The rolled-out row is the cheapest that passes: its saving clears the noise
+    by far, so that gate is never the thin one.)"""
     _, tpot, quality = check
-    margins = {"the p99 TPOT SLO": s.evaluate(1 - tpot / slo),
-               "the quality gate": s.evaluate((gate + quality) / gate),
-               "the noise floor": s.evaluate((1 - cost / base - noise) / noise)}
+    margins = {"the p99 TPOT SLO": s.evaluate(1 - tpot / slo), "the quality gate": s.evaluate((gate + quality) / gate)}
     for name, margin in margins.items():
         s.judge("thin_gates", name, margin < THIN, f"margin {_pct(margin)}")
-    s.judge("thin_gates", "none: every margin is wide", all(m >= THIN for m in margins.values()),
-            "every gate passes by 10% or more" if all(m >= THIN for m in margins.values())
-            else "at least one gate is thin")
+    wide = all(m >= THIN for m in margins.values())
+    s.judge("thin_gates", "none: both margins are wide", wide,
+            f"both gates pass by {_pct(THIN)} or more" if wide else "at least one gate is thin")
 
 
 def _audit_regime(s: Sheet, rows, cheapest, check, cost, base, slo, gate, noise) -> None:
