@@ -189,8 +189,6 @@ def format_quantity(value_base: float, unit: str, sig: int = 4) -> str:
         number = format_number(parse_unit(unit).from_base(value_base), sig)
         return f"-${number[1:]}{unit[1:]}" if number.startswith("-") else f"${number}{unit[1:]}"
     number = format_number(parse_unit(unit).from_base(value_base), sig)
-    if unit.startswith("$/"):  # a price per something reads "$3/h", not "3 $/h"
-        return f"-${number[1:]}{unit[1:]}" if number.startswith("-") else f"${number}{unit[1:]}"
     if number == "1" and unit in _SINGULAR:
         unit = _SINGULAR[unit]
     return f"{number} {unit}".rstrip()
