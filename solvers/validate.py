@@ -164,6 +164,32 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
     return problems + bar
 
 
+MIN_SHOWINGS = 5  # an option shown fewer times than this says nothing about whether it varies
+
+
+def constant_options(question: Question, bank: Bank, catalog: Catalog, seeds: int) -> list[str]:
+    """Options of the question's select answers that hold (or fail) in every draw that shows them,
+    over the default and `seeds` draws: a fact on purpose, or judgement that does not follow from
+    the variant. A report for authors, not a problem: validate's bar checks whole selects."""
+    selects = [a for a in question.answers if isinstance(a, Select)]
+    tally: dict[tuple[str, str], list[int]] = {}  # (answer, option) -> [shown, held]
+    for seed in [None, *range(seeds)] if selects else []:
+        try:
+            solution = make_variant(bank, catalog, VariantCode(question.id, seed))
+        except (VariantError, Reject):
+            continue
+        for spec in selects:
+            judged = solution.sheet.results.get(spec.key)
+            for option in solution.shown.get(spec.key, ()):
+                if isinstance(judged, dict) and option in judged:
+                    counts = tally.setdefault((spec.key, option), [0, 0])
+                    counts[0] += 1
+                    counts[1] += bool(judged[option])
+    return [f"{question.path}: answers.{key}: '{option}' {'holds' if held else 'fails'} in all {shown} draws "
+            "that show it" for (key, option), (shown, held) in tally.items()
+            if shown >= MIN_SHOWINGS and held in (0, shown)]
+
+
 def validate(paths: list[Path], catalog: Catalog, seeds: int = 50, strict: bool = False) -> list[str]:
     """Every problem found in the question files under `paths`, one line each."""
     bank, problems = read_questions(paths)

@@ -80,3 +80,22 @@ def test_strict_flags_keys_that_never_move_and_a_missing_follow_up(bank, catalog
     assert any("followups: the default variant has no follow-up round" in p for p in strict)
     assert not any("one key in" in p or "followups" in p for p in lenient)
     assert any("answers.levers" in p and "the same options hold in every variant" in p for p in lenient)
+
+
+def test_constant_select_options_are_reported_and_varying_ones_are_not(bank, catalog):
+    """The bar checks whole selects; this report finds single options whose truth never moves."""
+    from solvers.engine import VariantCode, make_variant
+    from solvers.validate import constant_options
+
+    question = bank.get("flash-attention-exp-bound")
+    reported = constant_options(question, bank, catalog, seeds=20)
+    assert any("answers.fa3_techniques: 'ping-pong across two warpgroups hides" in line for line in reported)
+    truths: dict[tuple[str, str], set[bool]] = {}
+    for seed in [None, *range(20)]:
+        solution = make_variant(bank, catalog, VariantCode(question.id, seed))
+        for key in ("fa3_techniques", "levers"):
+            for option in solution.shown.get(key, ()):
+                truths.setdefault((key, option), set()).add(bool(solution.sheet.results[key][option]))
+    for (key, option), seen in truths.items():
+        listed = any(f"answers.{key}: '{option}'" in line for line in reported)
+        assert not (listed and len(seen) == 2), option  # an option seen both ways is never reported

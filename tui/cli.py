@@ -141,6 +141,8 @@ def _build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("validate", help="check question files (default: the whole bank)")
     check.add_argument("paths", nargs="*", metavar="PATH", help="question files or folders")
     check.add_argument("--seeds", type=int, default=50, help="random variants solved per question (default 50)")
+    check.add_argument("--options", action="store_true",
+                       help="also list select options whose truth is the same in every draw (on standard error)")
     check.add_argument("--strict", action="store_true",
                        help="the interview-grade bar: prompts of at most 8 lines at 78 columns, no graded answer "
                             "the same in every draw, a follow-up round for every question")
@@ -426,6 +428,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from solvers.validate import (
         PROMPT_LINES,
         PROMPT_WIDTH,
+        constant_options,
         constraint_report,
         prompt_report,
         question_files,
@@ -459,6 +462,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if rates:
         print("Realism constraints (share of raw draws each refuses; the sampler redraws):", file=sys.stderr)
         for line in rates:
+            print(f"  {line}", file=sys.stderr)
+    if args.options:
+        constant = [line for q in bank.questions.values()
+                    for line in constant_options(q, bank, catalog, args.seeds)]
+        print(f"Select options with the same truth in every draw that shows them ({len(constant)}; facts on "
+              "purpose, or judgement that does not follow from the variant):", file=sys.stderr)
+        for line in constant:
             print(f"  {line}", file=sys.stderr)
     print(f"{count} question file(s), {len(problems)} problem(s)", file=sys.stderr)
     return 1 if problems else 0
