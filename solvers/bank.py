@@ -16,7 +16,7 @@ from solvers.bankcache import QuestionCache
 from solvers.paths import questions_dir
 from solvers.realism import RULE_NAMES, Constraint, ConstraintError, constraints_for, declared
 from solvers.units import UnitError, parse_unit
-from solvers.yamlload import LineDict, YamlError, load_with_lines, read_text
+from solvers.yamlload import LineDict, YamlError, decode_text, load_with_lines, read_bytes
 
 DISTRIBUTIONS = ("choice", "int", "uniform", "loguniform", "fixed", "generate")
 DATA_COLLECTIONS = ("gpus", "models", "nics")
@@ -311,12 +311,24 @@ def requirement_problems(bank: Bank) -> list[str]:
 
 def read_question(path: Path) -> Question:
     """The question in a file; QuestionError (one line) for anything wrong, reading included."""
+    return question_from_bytes(path, _file_bytes(path))
+
+
+def _file_bytes(path: Path) -> bytes:
     try:
-        text = read_text(path)
+        return read_bytes(path)
     except YamlError as error:
         raise QuestionError(f"{path}:{error.line}: {error.what}") from None
     except OSError as error:
         raise QuestionError(f"{path}: cannot read: {error.strerror or error}") from None
+
+
+def question_from_bytes(path: Path, data: bytes) -> Question:
+    """The question in a file's bytes (already read, and bounded); QuestionError for anything wrong."""
+    try:
+        text = decode_text(data)
+    except YamlError as error:
+        raise QuestionError(f"{path}:{error.line}: {error.what}") from None
     return parse_question(path, text)
 
 
@@ -413,7 +425,8 @@ def load_bank(root: Path | None = None, cache: QuestionCache | None = None) -> B
     cache = QuestionCache(root) if cache is None else cache
     for path in sorted(root.glob("**/*.yaml")):
         try:
-            question = cache.question(path, read_question)
+            data = _file_bytes(path)
+            question = cache.question(path, data, lambda path=path, data=data: question_from_bytes(path, data))
         except QuestionError as error:
             bank.problems.append(str(error))
             continue

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from solvers.paths import user_cache_dir
-from solvers.yamlload import MAX_BYTES
 
 if TYPE_CHECKING:
     from solvers.bank import Question
@@ -60,24 +59,17 @@ class QuestionCache:
             return {}
         return entries if isinstance(entries, dict) else {}
 
-    def question(self, path: Path, parse: Callable[[Path], Question]) -> Question:
-        """The question in `path`: the cached one while the file's bytes are the same (a hash, not
-        the modification time, which a quick rewrite can leave unchanged), else `parse(path)`,
+    def question(self, path: Path, data: bytes, parse: Callable[[], Question]) -> Question:
+        """The question in `path`, whose bytes are `data`: the cached one while they hash the same (a
+        hash, not the modification time, which a quick rewrite can leave unchanged), else `parse()`,
         whose errors pass through and are not cached."""
         key = str(path.resolve())
         self._used.add(key)
-        try:
-            with path.open("rb") as file:
-                data = file.read(MAX_BYTES + 1)
-        except OSError:
-            return parse(path)  # the parser says why it cannot be read
-        if len(data) > MAX_BYTES:
-            return parse(path)
         digest = hashlib.blake2b(data, digest_size=16).digest()
         entry = self._entries.get(key)
         if entry is not None and entry[0] == digest:
             return entry[1]
-        question = parse(path)
+        question = parse()
         self.parsed += 1
         self._entries[key] = (digest, question)
         self._changed = True

@@ -96,10 +96,21 @@ def load_with_lines(text: str) -> Any:
 def read_text(path: Path) -> str:
     """A file's text, refusing what is too large or not UTF-8 with one line. Raises YamlError
     (OSError passes through: the caller names the path)."""
+    return decode_text(read_bytes(path))
+
+
+def read_bytes(path: Path) -> bytes:
+    """A file's bytes, refusing one too large to be a question or data file. Raises YamlError
+    (OSError passes through)."""
     with open(path, "rb") as file:
         data = file.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
         raise YamlError(1, _TOO_LARGE)
+    return data
+
+
+def decode_text(data: bytes) -> str:
+    """UTF-8 text, or YamlError naming the line of the first byte that is not."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
