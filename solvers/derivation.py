@@ -417,6 +417,8 @@ class QuickSheet(Sheet):
         token = _QUICK.set(True)
         try:
             yield
+        except (ZeroDivisionError, OverflowError) as error:  # floats raise where sympy gives zoo, a Sheet's Reject
+            raise Reject(f"non-finite result: {error}") from None
         finally:
             _QUICK.reset(token)
 

@@ -71,3 +71,11 @@ def test_a_quick_solve_reads_a_symbol_the_solver_names_again():
             sheet.symbol("nowhere")
     with pytest.raises(Reject):
         QuickSheet().step("x", "a symbol never declared", "x", 2 * sympy.Symbol("nowhere"))
+
+
+def test_a_float_division_by_zero_in_a_quick_solve_is_a_reject_as_sympy_s_zoo_is():
+    sheet = QuickSheet()
+    with pytest.raises(Reject), sheet.solving():
+        sheet.step("x", "a rate over no time", "x", sheet.given("a", 1.0) / sheet.given("t", 0.0))
+    with pytest.raises(ZeroDivisionError), Sheet().solving():
+        raise ZeroDivisionError("on a Sheet a Python division by zero is a solver bug and stays one")
