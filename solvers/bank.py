@@ -19,6 +19,7 @@ from solvers.units import UnitError, parse_unit
 from solvers.yamlload import LineDict, YamlError, decode_text, load_with_lines, read_bytes
 
 DISTRIBUTIONS = ("choice", "int", "uniform", "loguniform", "fixed", "generate")
+RANGES = ("int", "uniform", "loguniform")
 DATA_COLLECTIONS = ("gpus", "models", "nics")
 PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)(?:\.([a-z_][a-z0-9_]*))?\}")
 _ID = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*$")
@@ -44,6 +45,11 @@ class ParamSpec:
     step: float | None = None  # then to a multiple of step
     generator: str = ""
     args: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def ranged(self) -> bool:
+        """A numeric range (int, uniform, loguniform): what a sweep, a chart or a push can step."""
+        return self.kind in RANGES
 
 
 @dataclass(frozen=True)
@@ -241,7 +247,7 @@ def _parse_chart(reader: _Reader, document: LineDict, parameters: tuple[ParamSpe
         return None
     line = document.line_of("chart")
     x, y = chart.get("x"), chart.get("y")
-    if not any(p.name == x and p.kind in ("int", "uniform", "loguniform") for p in parameters):
+    if not any(p.name == x and p.ranged for p in parameters):
         raise reader.fail("chart.x", line, f"{x!r} is not a numeric range parameter")
     if not any(a.key == y and a.numeric for a in answers):
         raise reader.fail("chart.y", line, f"{y!r} is not a numeric answer")

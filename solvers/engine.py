@@ -295,7 +295,7 @@ def grid(spec: ParamSpec, points: int) -> set[float | int]:
 def sweep(solution: Solution, catalog: Catalog, parameter: str, answer: str, points: int = 40) -> list[SweepPoint]:
     """Re-solve the variant with one parameter stepped across its range (all else fixed)."""
     spec = solution.question.parameter(parameter)
-    if spec.kind not in ("int", "uniform", "loguniform"):
+    if not spec.ranged:
         raise ValueError(f"{parameter} is not a numeric range")
     xs = grid(spec, points) | {solution.param(parameter).raw}
     unit = parse_unit(solution.question.answer(answer).unit)

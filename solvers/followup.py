@@ -69,7 +69,7 @@ def _candidates(solution: Solution) -> list[ParamSpec]:
     A generator's own settings (a spread) are not something an interviewer pushes."""
     settings = solution.question.generator_settings
     pushable = [p for p in solution.question.parameters if p.name not in settings]
-    numeric = [p for p in pushable if p.kind in ("int", "uniform", "loguniform")]
+    numeric = [p for p in pushable if p.ranged]
     chart_x = solution.question.chart[0] if solution.question.chart else None
     choices = [p for p in pushable if p.kind == "choice" and len(p.choices) > 1]
     return sorted(numeric, key=lambda p: p.name != chart_x) + choices

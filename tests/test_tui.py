@@ -269,7 +269,7 @@ def test_what_if_selects_every_parameter_and_steps_a_choice_through_its_options(
             console = Console(width=80, record=True, file=io.StringIO())
             console.print(screen.query_one("#whatif-params").content)
             rows = console.export_text()
-            return screen.solution.param("gpu").raw, screen.points, rows
+            return screen.solution.param("gpu").raw, screen.chart[1], rows
 
     gpu, points, rows = asyncio.run(scenario())
     assert gpu == "h200-sxm"  # the option after the default h100-sxm

@@ -81,11 +81,11 @@ class WhatIfScreen(Screen):
         self.asked = 0  # moves asked for
         self.solved = 0  # moves whose result is on screen
         self.message = ""
-        self.points: list[SweepPoint] = []
+        self.chart: tuple[tuple[str, str] | None, list[SweepPoint]] = (None, [])  # (axes, points) on screen
 
     @staticmethod
     def _movable(spec: ParamSpec) -> bool:
-        return spec.kind in ("int", "uniform", "loguniform") or (spec.kind == "choice" and len(spec.choices) > 1)
+        return spec.ranged or (spec.kind == "choice" and len(spec.choices) > 1)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -131,12 +131,24 @@ class WhatIfScreen(Screen):
     def _solve(self) -> None:
         self.asked += 1
         changes = {name: value for name, value in self.raw.items() if value != self.base.param(name).raw}
-        self._solve_in_worker(self.asked, changes, self.specs[self.selected].name)
+        self._solve_in_worker(self.asked, changes, self._chart_axes())
+
+    def _chart_axes(self) -> tuple[str, str] | None:
+        """(parameter, answer) the chart sweeps: the selected parameter if it is a range, else the
+        question's own chart parameter; the question's chart answer, else its first number."""
+        question = self.base.question
+        numbers = [a.key for a in question.answers if a.numeric]
+        spec = self.specs[self.selected]
+        if not spec.ranged and question.chart:
+            spec = question.parameter(question.chart[0])
+        if not spec.ranged or not numbers:
+            return None
+        return spec.name, question.chart[1] if question.chart else numbers[0]
 
     @work(thread=True, exclusive=True, group="whatif")
-    def _solve_in_worker(self, asked: int, changes: dict[str, Any], selected: str) -> None:
+    def _solve_in_worker(self, asked: int, changes: dict[str, Any], axes: tuple[str, str] | None) -> None:
         from solvers.derivation import Reject
-        from solvers.engine import revise
+        from solvers.engine import revise, sweep
 
         message = ""
         solution: Solution | None = self.base
@@ -146,32 +158,19 @@ class WhatIfScreen(Screen):
             except Reject as reason:
                 shown = ", ".join(f"{name} = {value}" for name, value in changes.items())
                 message, solution = f"No valid variant at {shown}: {reason}", None
-        points = self._sweep(solution or self.solution, selected)
+        points = sweep(solution or self.solution, self.catalog, *axes, points=32) if axes else []
         if not get_current_worker().is_cancelled:
-            self.app.call_from_thread(self._solved, asked, solution, message, points)
+            self.app.call_from_thread(self._solved, asked, solution, message, axes, points)
 
-    def _sweep(self, solution: Solution, selected: str) -> list[SweepPoint]:
-        """The chart: the selected parameter swept if it is numeric, else the question's own chart."""
-        from solvers.engine import sweep
-
-        question = solution.question
-        numeric = [a.key for a in question.answers if a.numeric]
-        spec = question.parameter(selected)
-        if spec.kind not in ("int", "uniform", "loguniform"):
-            spec = next((s for s in self.specs if question.chart and s.name == question.chart[0]), spec)
-        if spec.kind not in ("int", "uniform", "loguniform") or not numeric:
-            return []
-        return sweep(solution, self.catalog, spec.name, question.chart[1] if question.chart else numeric[0],
-                     points=32)
-
-    def _solved(self, asked: int, solution: Solution | None, message: str, points: list[SweepPoint]) -> None:
+    def _solved(self, asked: int, solution: Solution | None, message: str, axes: tuple[str, str] | None,
+                points: list[SweepPoint]) -> None:
         if asked != self.asked:
             return  # a later move is being solved: its result replaces this one
         if solution is None:  # no variant there: back to the last one that solved
             self.raw = {p.name: p.raw for p in self.solution.params}
         else:
             self.solution = solution
-        self.message, self.points = message, points
+        self.message, self.chart = message, (axes, points)
         self.solved = asked
         self._show()
 
@@ -197,17 +196,11 @@ class WhatIfScreen(Screen):
             text += f"\n[$warning]{escape(self.message)}[/]"
         self.query_one("#whatif-regime", Static).update(text)
         chart = self.query_one("#whatif-chart", Static)
-        if not self.points:
+        axes, points = self.chart
+        if axes is None or not points:
             chart.update("")
             return
+        name, answer = axes
         question = self.solution.question
-        answer = question.chart[1] if question.chart else next(a.key for a in question.answers if a.numeric)
-        name = self._charted()
-        chart.update(sweep_chart(self.points, self.solution.param(name).raw, question.parameter(name).label or name,
+        chart.update(sweep_chart(points, self.solution.param(name).raw, question.parameter(name).label or name,
                                  question.answer(answer).label))
-
-    def _charted(self) -> str:
-        spec = self.specs[self.selected]
-        if spec.kind in ("int", "uniform", "loguniform"):
-            return spec.name
-        return self.solution.question.chart[0] if self.solution.question.chart else spec.name
