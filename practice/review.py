@@ -291,14 +291,14 @@ class Reviewer:
     def due_now(self, now: datetime | None = None) -> list[str]:
         """Question ids due at `now`, most overdue first (none suspended or buried)."""
         now = utc(now or now_utc())
-        held = self.store.held(now)
+        held = self.held(now)
         return [qid for qid, _ in self.store.due_cards(now) if self._known(qid) and qid not in held]
 
     def due_today(self, now: datetime | None = None) -> list[str]:
         """Question ids due before the end of the local day (those due now included)."""
         now = utc(now or now_utc())
         _, end = day_bounds(now, self.tz)
-        held = self.store.held(now)
+        held = self.held(now)
         return [qid for qid, _ in self.store.due_cards(end - timedelta(microseconds=1))
                 if self._known(qid) and qid not in held]
 
@@ -315,13 +315,17 @@ class Reviewer:
     def release(self, question_id: str) -> None:
         self.store.release(question_id)
 
+    def held(self, now: datetime | None = None) -> dict[str, str]:
+        """Questions held out of the drill now: suspended, or buried till later."""
+        return self.store.held(utc(now or now_utc()))
+
     def introduced_today(self, now: datetime | None = None) -> int:
         start, end = day_bounds(utc(now or now_utc()), self.tz)
         return sum(start <= first < end for qid, first in self.store.first_reviews().items() if self._known(qid))
 
     def introduction_order(self, now: datetime | None = None) -> list[str]:
         """Every question of the bank never reviewed nor held out, in the order new users meet them."""
-        seen = set(self.store.first_reviews()) | set(self.store.held(utc(now or now_utc())))
+        seen = set(self.store.first_reviews()) | set(self.held(now))
         return [q.id for q in prerequisites_first(self.questions.values()) if q.id not in seen]
 
     def new_questions(self, now: datetime | None = None) -> list[str]:

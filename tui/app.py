@@ -171,11 +171,10 @@ class InfradrillApp(App):
 
     # Actions bound on the screens ------------------------------------------------------
     def action_browse(self) -> None:
-        from practice.records import now_utc
         from tui.screens.browse import BrowseScreen
 
         if (drill := self._bank_ready(then=self.action_browse)) is not None:
-            held = drill.reviewer.store.held(now_utc()) if drill.reviewer is not None else {}
+            held = drill.reviewer.held() if drill.reviewer is not None else {}
             self.push_screen(BrowseScreen(drill.questions(), held))
 
     def action_random_question(self) -> None:
@@ -214,12 +213,11 @@ class InfradrillApp(App):
 
     def action_mock(self) -> None:
         """A mock interview: questions across topics, a clock per question, no hints, a score sheet."""
-        from practice.records import now_utc
         from practice.review import pick_mock
 
         if (drill := self._bank_ready(then=self.action_mock)) is None or drill.reviewer is None:
             return
-        held = drill.reviewer.store.held(now_utc())  # a suspended question stays out of mocks too
+        held = drill.reviewer.held()  # a suspended question stays out of mocks too
         questions = pick_mock([q for q in drill.bank.questions.values() if held.get(q.id) != "suspended"],
                               self.mock_questions, drill.rng)
         mock_id = drill.reviewer.store.start_mock(len(questions), self.mock_budget_seconds)
