@@ -10,78 +10,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import sympy
 
 from solvers.conventions import convention
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
-from solvers.topics.collective import AllReduceTerms, all_reduce_terms
+from solvers.topics.collective import all_reduce_terms
 from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bandwidth, hbm_bytes, peak_flops, require_context
 from solvers.topics.steptime import (
     DEFAULT_CONSTANTS,
-    Engine,
     StepConstants,
     all_reduce_steps,
+    decode_at_speed,
     engine,
+    on_gpu,
     step_time,
     step_work,
 )
 from solvers.units import format_number, format_quantity
 
-MIN_BATCH = 4  # a speed target that leaves fewer decode slots than this calls for another layout, not a ledger
-
 
 def _pct(value: float) -> str:
     return format_quantity(value, "%", 3)
-
-
-@dataclass(frozen=True)
-class Decode:
-    batch: sympy.Symbol  # requests per replica
-    step: sympy.Symbol  # seconds per decode step at that batch
-    pool: sympy.Symbol  # tokens the KV pool holds
-    rate: sympy.Symbol  # output tokens per second per replica
-
-
-def decode_at_speed(s: Sheet, e: Engine, gpu, ar: AllReduceTerms, S: sympy.Expr, budget: sympy.Expr,
-                    budget_why: str, tag: str = "") -> Decode:
-    """The decode batch of a replica whose steps must finish within `budget`, every request at the mean
-    context S: the tightest of bandwidth, compute and the KV pool; then its step time and speeds.
-    tag: names this replica's steps apart where one sheet sizes two GPU types."""
-    def k(name: str) -> str:
-        return f"{name}_{tag}" if tag else name
-
-    on = f" on {gpu.name}" if tag else ""
-    M = s.given(k("M"), hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
-    u_hbm = s.given("u_HBM", GPU_MEMORY_UTILIZATION, "%", "usable fraction of HBM (the card's usable-hbm)")
-    room = s.step(k("step_room"), "Step time the target leaves for the kernels" + on, k("t_room"),
-                  budget - e.t_oh - ar.fixed, "ms", f"{budget_why}, less the overhead and the all-reduce latencies")
-    b_mem = s.step(k("batch_by_bandwidth"), "Batch at the target, by bandwidth" + on, k("B_mem"),
-                   (room - e.W / (e.TP * e.byte_rate)) / (e.KV * S / e.byte_rate + ar.per_token), "requests",
-                   "the time left after the weights' read, in one mean context's KV read (and its all-reduce bytes)")
-    b_cmp = s.step(k("batch_by_compute"), "Batch at the target, by compute" + on, k("B_cmp"),
-                   room / ((2 * e.N + e.A * S) / e.flop_rate + ar.per_token), "requests",
-                   "the time left, in one decode token's math at the mean context (and its all-reduce bytes)")
-    pool = s.step(k("pool_tokens"), "Tokens the KV pool holds" + on, k("K"),
-                  (M * u_hbm - e.W / e.TP) / e.KV, "tokens", "usable HBM less the weights' share, in KV per token")
-    b_pool = s.step(k("batch_by_pool"), "Batch the KV pool holds" + on, k("B_pool"), pool / S, "requests",
-                    "the pool over the mean context")
-    B = s.step(k("batch"), "Decode batch per replica" + on, k("B"), floor_of(min_of(b_mem, b_cmp, b_pool)),
-               "requests", "the tightest of the three caps, in whole requests")
-    if s.value(B) < MIN_BATCH:
-        raise Reject("the speed target leaves too few decode slots")
-    dec = step_work(s, e, k("dec"), "decode step at that batch" + on, B, B * S, B * S)
-    t_dec = step_time(s, e, k("dec"), "decode step at that batch" + on, dec, key=k("decode_step"),
-                      communication=ar.of(B),
-                      why="the slower of the reads and the math, then the all-reduces and the overhead")
-    s.step(k("per_user"), "Per-user speed at that batch" + on, k("v_user"), 1 / t_dec, "tokens/s",
-           "one token per step each")
-    rate = s.step(k("decode_rate"), "Output tokens per second per replica, decoding" + on, k("X_dec"), B / t_dec,
-                  "tokens/s", "B tokens per step")
-    return Decode(B, t_dec, pool, rate)
-
 
 
 # --- serving-cost-ledger ------------------------------------------------------------------
@@ -431,8 +382,7 @@ def slo_capacity_unit(p, s: Sheet) -> None:
         raise Reject("not a newer generation: the second GPU must stream faster")
     require_context(p.model, p.prompt + p.reply)
     e_old = engine(s, p.model, old, p.tp, DEFAULT_CONSTANTS, communication=p.tp > 1, kv_prerequisite=True)
-    e_new = replace(e_old, P=s.given("P_new", peak_flops(new, "bf16"), "TFLOP/s", f"{new.name} dense bf16 peak"),
-                    BW=s.given("BW_new", hbm_bandwidth(new), "TB/s", f"{new.name} HBM bandwidth"))
+    e_new = on_gpu(s, e_old, new, "new")
     P_in = s.param("P_in", "prompt")
     L_out = s.param("L_out", "reply")
     tpot = s.param("TPOT", "tpot")

@@ -24,13 +24,13 @@ pass them in, or model the overhead itself (overhead=None); the sheet states wha
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy
 
 from solvers.conventions import convention
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, max_of
+from solvers.derivation import Reject, Sheet, floor_of, max_of, min_of
 from solvers.topics.collective import AllReduceTerms, all_reduce_terms
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
@@ -217,3 +217,59 @@ def decode_costs(s: Sheet, e: Engine, model: Record, gpu: Record, tp: int, conte
     math = s.step("token_math", "Math per token", "t_F", (2 * e.N + e.A * context) / e.flop_rate, "us",
                   "2N through the weights plus attention to the whole context, at the group's achievable FLOP/s")
     return DecodeCosts(weights, kv, math, comm)
+
+
+def on_gpu(s: Sheet, e: Engine, gpu: Record, tag: str, dtype: str = "bf16") -> Engine:
+    """The same TP group of the same model on another GPU, in the same sheet: that GPU's own peak
+    and bandwidth, named apart by `tag` (P_tag, BW_tag); the model's symbols are shared."""
+    return replace(e, P=s.given(f"P_{tag}", peak_flops(gpu, dtype), "TFLOP/s", f"{gpu.name} dense {dtype} peak"),
+                   BW=s.given(f"BW_{tag}", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth"))
+
+
+MIN_DECODE_BATCH = 4  # a speed target that leaves fewer decode slots than this calls for another layout
+
+
+@dataclass(frozen=True)
+class Decode:
+    batch: sympy.Symbol  # requests per replica
+    step: sympy.Symbol  # seconds per decode step at that batch
+    pool: sympy.Symbol  # tokens the KV pool holds
+    rate: sympy.Symbol  # output tokens per second per replica
+
+
+def decode_at_speed(s: Sheet, e: Engine, gpu, ar: AllReduceTerms, S: sympy.Expr, budget: sympy.Expr,
+                    budget_why: str, tag: str = "") -> Decode:
+    """The decode batch of a replica whose steps must finish within `budget`, every request at the mean
+    context S: the tightest of bandwidth, compute and the KV pool; then its step time and speeds.
+    tag: names this replica's steps apart where one sheet sizes two GPU types."""
+    def k(name: str) -> str:
+        return f"{name}_{tag}" if tag else name
+
+    on = f" on {gpu.name}" if tag else ""
+    M = s.given(k("M"), hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
+    u_hbm = s.given("u_HBM", GPU_MEMORY_UTILIZATION, "%", "usable fraction of HBM (the card's usable-hbm)")
+    room = s.step(k("step_room"), "Step time the target leaves for the kernels" + on, k("t_room"),
+                  budget - e.t_oh - ar.fixed, "ms", f"{budget_why}, less the overhead and the all-reduce latencies")
+    b_mem = s.step(k("batch_by_bandwidth"), "Batch at the target, by bandwidth" + on, k("B_mem"),
+                   (room - e.W / (e.TP * e.byte_rate)) / (e.KV * S / e.byte_rate + ar.per_token), "requests",
+                   "the time left after the weights' read, in one mean context's KV read (and its all-reduce bytes)")
+    b_cmp = s.step(k("batch_by_compute"), "Batch at the target, by compute" + on, k("B_cmp"),
+                   room / ((2 * e.N + e.A * S) / e.flop_rate + ar.per_token), "requests",
+                   "the time left, in one decode token's math at the mean context (and its all-reduce bytes)")
+    pool = s.step(k("pool_tokens"), "Tokens the KV pool holds" + on, k("K"),
+                  (M * u_hbm - e.W / e.TP) / e.KV, "tokens", "usable HBM less the weights' share, in KV per token")
+    b_pool = s.step(k("batch_by_pool"), "Batch the KV pool holds" + on, k("B_pool"), pool / S, "requests",
+                    "the pool over the mean context")
+    B = s.step(k("batch"), "Decode batch per replica" + on, k("B"), floor_of(min_of(b_mem, b_cmp, b_pool)),
+               "requests", "the tightest of the three caps, in whole requests")
+    if s.value(B) < MIN_DECODE_BATCH:
+        raise Reject("the speed target leaves too few decode slots")
+    dec = step_work(s, e, k("dec"), "decode step at that batch" + on, B, B * S, B * S)
+    t_dec = step_time(s, e, k("dec"), "decode step at that batch" + on, dec, key=k("decode_step"),
+                      communication=ar.of(B),
+                      why="the slower of the reads and the math, then the all-reduces and the overhead")
+    s.step(k("per_user"), "Per-user speed at that batch" + on, k("v_user"), 1 / t_dec, "tokens/s",
+           "one token per step each")
+    rate = s.step(k("decode_rate"), "Output tokens per second per replica, decoding" + on, k("X_dec"), B / t_dec,
+                  "tokens/s", "B tokens per step")
+    return Decode(B, t_dec, pool, rate)
