@@ -18,7 +18,7 @@ test: $(STAMP)
 	$(BIN)/ruff check solvers practice tui tests
 	$(BIN)/lint-imports
 	$(BIN)/mypy
-	$(BIN)/python -m pytest  # runs the bank self-test of `infradrill validate --strict` once
+	$(BIN)/python -m pytest -n auto  # one worker a core; runs the bank self-test of `infradrill validate --strict` once
 
 bench: $(STAMP)
 	$(BIN)/python tests/benchmark.py
