@@ -106,15 +106,14 @@ class ProgressStore:
     def schema_version(self) -> int:
         return self._read("PRAGMA user_version")[0][0]
 
-    # Settings (meta) -----------------------------------------------------------------------
-    def setting(self, key: str, default: str | None = None) -> str | None:
-        rows = self._read("SELECT value FROM meta WHERE key = ?", (f"setting.{key}",))
-        return rows[0][0] if rows else default
+    # Settings an older infradrill kept in the store (meta); practice.config has them now ----------
+    def legacy_settings(self) -> dict[str, str]:
+        rows = self._read("SELECT key, value FROM meta WHERE key LIKE 'setting.%'")
+        return {key.removeprefix("setting."): value for key, value in rows}
 
-    def set_setting(self, key: str, value: str) -> None:
+    def drop_legacy_settings(self) -> None:
         with self.transaction() as conn:
-            conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = "
-                         "excluded.value", (f"setting.{key}", value))
+            conn.execute("DELETE FROM meta WHERE key LIKE 'setting.%'")
 
     # Attempts --------------------------------------------------------------------------------
     def record_attempt(self, attempt: Attempt,
