@@ -110,8 +110,9 @@ class InfradrillApp(App):
     TITLE = "infradrill"
     COMMANDS = App.COMMANDS | {ActionCommands, QuestionCommands}
     BINDINGS = [
-        Binding("f1", "help", "Help"),
-        Binding("ctrl+q", "quit", "Quit", priority=True, show=False),  # the footer's 80 columns go to the screen
+        Binding("f1", "help", "Help", id="app.help", tooltip="the keys of this screen"),
+        Binding("ctrl+q", "quit", "Quit", priority=True, show=False,  # the footer's 80 columns go to the screen
+                id="app.quit", tooltip="leave infradrill; progress is already saved"),
     ]
 
     mock_questions = 5
