@@ -24,6 +24,7 @@ from practice.records import (
     MODES,
     AnswerRecord,
     Attempt,
+    Hold,
     Mock,
     MockSheet,
     Review,
@@ -213,6 +214,11 @@ class ProgressStore:
     def release(self, question_id: str) -> None:
         with self.transaction() as conn:
             conn.execute("DELETE FROM holds WHERE question_id = ?", (question_id,))
+
+    def holds(self) -> list[Hold]:
+        """Every hold as kept, those whose time has passed included (an export carries them as they are)."""
+        rows = self._read("SELECT question_id, kind, until FROM holds ORDER BY question_id")
+        return [Hold(qid, kind, from_text(until) if until else None) for qid, kind, until in rows]
 
     def held(self, now: datetime) -> dict[str, str]:
         """Questions held out at `now`, with how: suspended, or buried until a time still to come."""

@@ -324,7 +324,8 @@ def _export(args: argparse.Namespace) -> int:
         return 0
     _write_whole(target, text)
     print(f"exported {len(data['attempts'])} attempt(s), {len(data['reviews'])} review(s), "
-          f"{len(data['cards'])} card(s) and {len(data['mocks'])} mock interview(s) to {target}")
+          f"{len(data['cards'])} card(s), {len(data['mocks'])} mock interview(s) and {len(data['holds'])} "
+          f"suspended or buried question(s) to {target}")
     return 0
 
 
