@@ -99,6 +99,18 @@ class Mock:
     finished: datetime | None = None
 
 
+HOLD_KINDS = ("suspended", "buried")  # the holds table's CHECK (practice.schema)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A question kept out of the drill: suspended (until released) or buried (until `until`)."""
+
+    question_id: str
+    kind: str
+    until: datetime | None = None
+
+
 @dataclass(frozen=True)
 class MockSheet:
     mock: Mock

@@ -15,10 +15,12 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, time, timedelta, tzinfo
+from pathlib import Path
 from typing import Any, Protocol
 
 from fsrs import Card, Rating, Scheduler
 
+from practice.config import Setting, SettingsError, read_table, write_table
 from practice.records import AnswerRecord, Attempt, Review, card_id_for, now_utc, utc
 from practice.store import ProgressStore
 
@@ -89,6 +91,17 @@ def answers_from_grades(grades: Sequence[Any], typed: Mapping[str, str]) -> tupl
 
 
 # Settings ------------------------------------------------------------------------------------------
+REVIEW_TABLE = "review"  # their table in the settings file (practice.config)
+REVIEW_SETTINGS = (
+    Setting("new_per_day", "New questions per day", NEW_PER_DAY, 0, 1000,
+            help="new questions the drill brings in a day, besides the reviews due"),
+    Setting("desired_retention", "Desired retention", DESIRED_RETENTION, 0.7, 0.99,
+            help="the recall FSRS aims for: higher means shorter intervals"),
+    Setting("quick_seconds_per_answer", "Quick answer (seconds)", QUICK_SECONDS_PER_ANSWER, 1, 3600,
+            help="all correct this fast, per answer, suggests Easy, not Good"),
+)
+
+
 @dataclass(frozen=True)
 class ReviewSettings:
     desired_retention: float = DESIRED_RETENTION
@@ -103,23 +116,39 @@ class ReviewSettings:
                          relearning_steps=self.relearning_steps, enable_fuzzing=self.enable_fuzzing)
 
     @classmethod
-    def load(cls, store: ProgressStore) -> ReviewSettings:
-        """Settings saved in the store; a missing or unreadable value keeps its default."""
-        saved: dict[str, Any] = {}
-        for name, kind, low, high in (("desired_retention", float, 0.7, 0.99), ("new_per_day", int, 0, 1000),
-                                      ("quick_seconds_per_answer", float, 1.0, 3600.0)):
-            text = store.setting(name)
-            try:
-                value = kind(text) if text is not None else None
-            except ValueError:
-                value = None
-            if value is not None and low <= value <= high:
-                saved[name] = value
-        return replace(cls(), **saved)
+    def load(cls, store: ProgressStore | None = None, path: Path | None = None) -> tuple[ReviewSettings, list[str]]:
+        """The settings in the settings file (a missing or invalid value keeps its default), and a
+        notice for each problem. With `store`, a setting an older infradrill kept in the store, for
+        which the file holds no valid value, is moved to the file first (once: the store forgets it)."""
+        notices = cls._migrate(store, path) if store is not None else []
+        values, problems = read_table(REVIEW_TABLE, REVIEW_SETTINGS, path)
+        return replace(cls(), **values), notices + problems
 
-    def save(self, store: ProgressStore) -> None:
-        for name in ("desired_retention", "new_per_day", "quick_seconds_per_answer"):
-            store.set_setting(name, str(getattr(self, name)))
+    def save(self, path: Path | None = None) -> Path:
+        """Write these settings to the settings file; raises practice.config.SettingsError."""
+        return write_table(REVIEW_TABLE, {s.name: getattr(self, s.name) for s in REVIEW_SETTINGS}, path)
+
+    @staticmethod
+    def _migrate(store: ProgressStore, path: Path | None) -> list[str]:
+        legacy = store.legacy_settings()
+        if not legacy:
+            return []
+        in_file, _ = read_table(REVIEW_TABLE, REVIEW_SETTINGS, path)
+        moved: dict[str, Any] = {}
+        for setting in REVIEW_SETTINGS:
+            text = legacy.get(setting.name)
+            if text is None or setting.name in in_file:
+                continue
+            try:
+                moved[setting.name] = setting.parse(text)
+            except ValueError:
+                continue  # never valid: the default it had all along stands
+        try:
+            target = write_table(REVIEW_TABLE, moved, path) if moved else None
+        except SettingsError as error:
+            return [f"settings stay in the progress store for now: {error}"]
+        store.drop_legacy_settings()
+        return [f"moved {', '.join(moved)} from the progress store to {target}"] if target else []
 
 
 # Results -------------------------------------------------------------------------------------------
@@ -198,9 +227,13 @@ class Reviewer:
                  settings: ReviewSettings | None = None, tz: tzinfo | None = None) -> None:
         self.store = store
         self.questions = {q.id: q for q in questions}
-        self.settings = settings or ReviewSettings()
-        self.scheduler = self.settings.scheduler()
+        self.apply(settings or ReviewSettings())
         self.tz = tz or local_tz()
+
+    def apply(self, settings: ReviewSettings) -> None:
+        """Schedule with these settings from now on (cards already scheduled keep their due dates)."""
+        self.settings = settings
+        self.scheduler = settings.scheduler()
 
     # Reviewing --------------------------------------------------------------------------------
     def _review_from(self, question_id: str, rating: Rating, when: datetime, duration_ms: int | None,

@@ -24,6 +24,7 @@ from practice.records import (
     MODES,
     AnswerRecord,
     Attempt,
+    Hold,
     Mock,
     MockSheet,
     Review,
@@ -106,15 +107,14 @@ class ProgressStore:
     def schema_version(self) -> int:
         return self._read("PRAGMA user_version")[0][0]
 
-    # Settings (meta) -----------------------------------------------------------------------
-    def setting(self, key: str, default: str | None = None) -> str | None:
-        rows = self._read("SELECT value FROM meta WHERE key = ?", (f"setting.{key}",))
-        return rows[0][0] if rows else default
+    # Settings an older infradrill kept in the store (meta); practice.config has them now ----------
+    def legacy_settings(self) -> dict[str, str]:
+        rows = self._read("SELECT key, value FROM meta WHERE key LIKE 'setting.%'")
+        return {key.removeprefix("setting."): value for key, value in rows}
 
-    def set_setting(self, key: str, value: str) -> None:
+    def drop_legacy_settings(self) -> None:
         with self.transaction() as conn:
-            conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = "
-                         "excluded.value", (f"setting.{key}", value))
+            conn.execute("DELETE FROM meta WHERE key LIKE 'setting.%'")
 
     # Attempts --------------------------------------------------------------------------------
     def record_attempt(self, attempt: Attempt,
@@ -214,6 +214,11 @@ class ProgressStore:
     def release(self, question_id: str) -> None:
         with self.transaction() as conn:
             conn.execute("DELETE FROM holds WHERE question_id = ?", (question_id,))
+
+    def holds(self) -> list[Hold]:
+        """Every hold as kept, those whose time has passed included (an export carries them as they are)."""
+        rows = self._read("SELECT question_id, kind, until FROM holds ORDER BY question_id")
+        return [Hold(qid, kind, from_text(until) if until else None) for qid, kind, until in rows]
 
     def held(self, now: datetime) -> dict[str, str]:
         """Questions held out at `now`, with how: suspended, or buried until a time still to come."""

@@ -9,12 +9,12 @@ import math
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from fsrs import Card, Scheduler
 
-from practice.records import MODES, AnswerRecord, Attempt, Mock, Review, from_text, now_utc, to_text
+from practice.records import HOLD_KINDS, MODES, AnswerRecord, Attempt, Hold, Mock, Review, from_text, now_utc, to_text
 from practice.review import replay
 from practice.store import (
     ProgressStore,
@@ -27,7 +27,8 @@ from practice.store import (
 )
 
 EXPORT_FORMAT = "infradrill-progress"
-EXPORT_SCHEMA = 1  # the JSON layout of export_progress; bump (and refuse the old one) when it changes
+EXPORT_SCHEMA = 2  # the JSON layout of export_progress; bump it when the layout changes
+READS_SCHEMAS = (1, 2)  # 1 had no holds: such a file imports with none
 
 
 class ProgressFormatError(ValueError):
@@ -46,11 +47,12 @@ class ImportResult:
     reviews_added: int = 0
     mocks_added: int = 0
     cards_changed: int = 0
+    holds_changed: int = 0
 
     def summary(self) -> str:
         return (f"{self.attempts_added} attempt(s) added, {self.attempts_present} already present; "
                 f"{self.reviews_added} review(s) and {self.mocks_added} mock interview(s) added; "
-                f"{self.cards_changed} card(s) updated")
+                f"{self.cards_changed} card(s) and {self.holds_changed} hold(s) updated")
 
 
 
@@ -66,6 +68,7 @@ def export_progress(store: ProgressStore) -> dict[str, Any]:
         "mocks": [_mock_to_json(m) for m in store.mocks()],
         "reviews": [_review_to_json(r) for r in store.reviews()],
         "cards": [{"question_id": qid, "card": card.to_dict()} for qid, card in sorted(store.cards().items())],
+        "holds": [_hold_to_json(h) for h in store.holds()],
     }
 
 def import_progress(store: ProgressStore, data: Any, scheduler: Scheduler | None = None) -> ImportResult:
@@ -73,8 +76,10 @@ def import_progress(store: ProgressStore, data: Any, scheduler: Scheduler | None
     reviews by uid, mocks by id). A card whose question gained reviews from the file is
     the file's card if we had no reviews of it; otherwise, with a scheduler, it is
     rebuilt by replaying the merged review log, and without one the card reviewed last
-    wins. Raises ProgressFormatError, writing nothing, for a file of another format."""
-    attempts, mocks, reviews, cards = _parse_export(data)
+    wins. A hold (suspended, buried) in the file is taken where it holds longer than ours: a
+    suspension over a burial, a later burial over an earlier one. Raises ProgressFormatError,
+    writing nothing, for a file of another format."""
+    attempts, mocks, reviews, cards, holds = _parse_export(data)
     added = present = reviews_added = mocks_added = 0
     with store.transaction() as conn:
         had_reviews = {row[0] for row in conn.execute("SELECT DISTINCT question_id FROM reviews")}
@@ -127,7 +132,25 @@ def import_progress(store: ProgressStore, data: Any, scheduler: Scheduler | None
             else:
                 continue
             changed += 1
-    return ImportResult(added, present, reviews_added, mocks_added, changed)
+        holds_changed = sum(_merge_hold(conn, hold) for hold in holds)
+    return ImportResult(added, present, reviews_added, mocks_added, changed, holds_changed)
+
+
+def _merge_hold(conn: sqlite3.Connection, hold: Hold) -> bool:
+    """Keep `hold` if it holds the question out longer than the store's own; whether it did."""
+    row = conn.execute("SELECT kind, until FROM holds WHERE question_id = ?", (hold.question_id,)).fetchone()
+    if row is not None and _reach(Hold(hold.question_id, row[0], from_text(row[1]) if row[1] else None)) \
+            >= _reach(hold):
+        return False
+    conn.execute("INSERT INTO holds (question_id, kind, until) VALUES (?, ?, ?) ON CONFLICT (question_id) "
+                 "DO UPDATE SET kind = excluded.kind, until = excluded.until",
+                 (hold.question_id, hold.kind, to_text(hold.until) if hold.until else None))
+    return True
+
+
+def _reach(hold: Hold) -> tuple[bool, datetime]:
+    """How long a hold keeps its question out: a suspension beyond any burial."""
+    return hold.kind == "suspended", hold.until or datetime.min.replace(tzinfo=UTC)
 
 
 def _replay(conn: sqlite3.Connection, question_id: str, scheduler: Scheduler) -> None:
@@ -158,6 +181,10 @@ def _attempt_to_json(a: Attempt) -> dict[str, Any]:
 def _mock_to_json(m: Mock) -> dict[str, Any]:
     return {"id": m.id, "started": to_text(m.started), "finished": to_text(m.finished) if m.finished else None,
             "planned": m.planned, "budget_seconds": m.budget_seconds}
+
+
+def _hold_to_json(h: Hold) -> dict[str, Any]:
+    return {"question_id": h.question_id, "kind": h.kind, "until": to_text(h.until) if h.until else None}
 
 
 def _review_to_json(r: Review) -> dict[str, Any]:
@@ -205,12 +232,14 @@ class _Reader:
             raise ProgressFormatError(f"{self.where}: field '{name}' is not an FSRS card") from error
 
 
-def _parse_export(data: Any) -> tuple[list[Attempt], list[Mock], list[Review], dict[str, Card]]:
+def _parse_export(data: Any) -> tuple[list[Attempt], list[Mock], list[Review], dict[str, Card], list[Hold]]:
     if not isinstance(data, Mapping) or data.get("format") != EXPORT_FORMAT:
         raise ProgressFormatError("not an infradrill progress export (no \"format\": \"infradrill-progress\")")
-    if data.get("schema") != EXPORT_SCHEMA:
-        raise ProgressFormatError(f"this export has progress schema {data.get('schema')!r}; this infradrill reads "
-                                  f"schema {EXPORT_SCHEMA} only — export it again with a matching infradrill version")
+    schema = data.get("schema")
+    if isinstance(schema, bool) or schema not in READS_SCHEMAS:
+        raise ProgressFormatError(f"this export has progress schema {schema!r}; this infradrill reads schemas "
+                                  f"{', '.join(map(str, READS_SCHEMAS))} — export it again with a matching "
+                                  "infradrill version")
 
     def records(name: str) -> list[Any]:
         value = data.get(name, [])
@@ -234,12 +263,13 @@ def _parse_export(data: Any) -> tuple[list[Attempt], list[Mock], list[Review], d
     mocks = each("mocks", _mock)
     reviews = each("reviews", _review)
     cards = dict(each("cards", _card))
+    holds = each("holds", _hold)
     known_mocks = {m.id for m in mocks}
     problems += [f"attempt {a.uid} names mock interview {a.mock_id}, which the file lacks"
                  for a in attempts if a.mock_id is not None and a.mock_id not in known_mocks]
     if problems:  # nothing is half-imported: every refused record is named, and none is written
         raise ProgressFormatError(f"{len(problems)} record(s) refused, nothing imported", problems)
-    return attempts, mocks, reviews, cards
+    return attempts, mocks, reviews, cards, holds
 
 
 _NUMBER = (int, float)
@@ -282,6 +312,17 @@ def _review(raw: Any, where: str) -> Review:
 def _card(raw: Any, where: str) -> tuple[str, Card]:
     r = _Reader(raw, where)
     return r.get("question_id", str), r.card("card")  # type: ignore[return-value]
+
+
+def _hold(raw: Any, where: str) -> Hold:
+    r = _Reader(raw, where)
+    kind = r.get("kind", str)
+    if kind not in HOLD_KINDS:
+        raise ProgressFormatError(f"{where}: kind {kind!r} is not one of {', '.join(HOLD_KINDS)}")
+    until = r.time("until", True)
+    if kind == "buried" and until is None:
+        raise ProgressFormatError(f"{where}: a buried question needs 'until'")
+    return Hold(r.get("question_id", str), kind, until)
 
 
 def _rating(r: _Reader, name: str, optional: bool = False) -> int | None:

@@ -101,7 +101,8 @@ def test_export_import_round_trip(capsys, tmp_path):
     source, target, exported = tmp_path / "a", tmp_path / "b", tmp_path / "progress.json"
     uids = fill(source, mock=True)
     code, out, _ = run_cli(capsys, "--data-dir", str(source), "progress", "export", str(exported))
-    assert code == 0 and out.startswith("exported 3 attempt(s), 3 review(s), 1 card(s) and 1 mock interview(s)")
+    assert code == 0 and out.startswith("exported 3 attempt(s), 3 review(s), 1 card(s), 1 mock interview(s) and 0 "
+                                        "suspended or buried question(s)")
     data = json.loads(exported.read_text())
     assert data["format"] == "infradrill-progress" and data["schema"] == EXPORT_SCHEMA
     assert sorted(a["uid"] for a in data["attempts"]) == sorted(uids)
@@ -122,7 +123,7 @@ def test_import_merges_two_machines(capsys, tmp_path):
     fill(desktop, question_id="users-per-gpu", count=1)
     assert run_cli(capsys, "--data-dir", str(laptop), "progress", "export", str(exported))[0] == 0
     code, out, _ = run_cli(capsys, "--data-dir", str(desktop), "progress", "import", str(exported))
-    assert code == 0 and "2 attempt(s) added" in out and "1 card(s) updated" in out
+    assert code == 0 and "2 attempt(s) added" in out and "1 card(s) and 0 hold(s) updated" in out
     store, _ = open_store(desktop)
     with store:
         assert len(store.attempts()) == 5
@@ -164,6 +165,11 @@ def test_export_into_a_missing_directory(capsys, tmp_path):
     ('{"format": "infradrill-progress", "schema": 1, "attempts": [{"uid": "x"}]}', "attempts[0]"),
     ('{"format": "infradrill-progress", "schema": 1, "attempts": [], "reviews": [{"uid": "r", "question_id": "q",'
      ' "rating": 7, "reviewed": "2025-03-03T09:00:00+00:00"}]}', "'rating' must be 1 (Again) to 4 (Easy)"),
+    ('{"format": "infradrill-progress", "schema": 2, "holds": [{"question_id": "q", "kind": "frozen"}]}',
+     "holds[0]: kind 'frozen' is not one of suspended, buried"),
+    ('{"format": "infradrill-progress", "schema": 2, "holds": [{"question_id": "q", "kind": "buried"}]}',
+     "holds[0]: a buried question needs 'until'"),
+    ('{"format": "infradrill-progress", "schema": true}', "progress schema True"),
 ])
 def test_import_refuses_other_files(capsys, tmp_path, content, message):
     fill(tmp_path / "store", count=1)
@@ -185,3 +191,66 @@ def test_import_a_file_that_is_not_there(capsys, tmp_path):
 def test_progress_needs_an_action(capsys, tmp_path):
     code, _, err = run_cli(capsys, "--data-dir", str(tmp_path), "progress")
     assert code == 2 and "infradrill progress --help" in err
+
+
+# Suspended and buried questions ---------------------------------------------------------------------
+FAR = datetime(2100, 1, 1, tzinfo=UTC)  # a burial still in force whenever the test runs
+
+
+def holds(directory: Path) -> list:
+    store, _ = open_store(directory)
+    with store:
+        return store.holds()
+
+
+def test_suspended_and_buried_questions_travel_in_an_export(capsys, tmp_path):
+    source, target, exported = tmp_path / "a", tmp_path / "b", tmp_path / "progress.json"
+    fill(source, count=1)
+    store, _ = open_store(source)
+    with store:
+        store.hold("kv-bytes-per-token", "suspended")
+        store.hold("users-per-gpu", "buried", FAR)
+    code, out, _ = run_cli(capsys, "--data-dir", str(source), "progress", "export", str(exported))
+    assert code == 0 and "and 2 suspended or buried question(s)" in out
+    assert json.loads(exported.read_text())["holds"] == [
+        {"question_id": "kv-bytes-per-token", "kind": "suspended", "until": None},
+        {"question_id": "users-per-gpu", "kind": "buried", "until": "2100-01-01T00:00:00.000000+00:00"}]
+    code, out, _ = run_cli(capsys, "--data-dir", str(target), "progress", "import", str(exported))
+    assert code == 0 and "2 hold(s) updated" in out
+    assert holds(target) == holds(source) and snapshot(target) == snapshot(source)
+    store, _ = open_store(target)
+    with store:  # in force on the other machine: the drill skips them there too
+        assert store.held(datetime.now(UTC)) == {"kv-bytes-per-token": "suspended", "users-per-gpu": "buried"}
+    code, out, _ = run_cli(capsys, "--data-dir", str(target), "progress", "import", str(exported))
+    assert code == 0 and "0 hold(s) updated" in out
+
+
+def test_an_imported_hold_is_taken_where_it_holds_longer(capsys, tmp_path):
+    here, exported = tmp_path / "here", tmp_path / "there.json"
+    there = {"format": "infradrill-progress", "schema": 2, "holds": [
+        {"question_id": "kept-suspended", "kind": "buried", "until": "2100-01-01T00:00:00+00:00"},
+        {"question_id": "buried-longer", "kind": "buried", "until": "2100-01-01T00:00:00+00:00"},
+        {"question_id": "now-suspended", "kind": "suspended", "until": None},
+        {"question_id": "new", "kind": "suspended", "until": None}]}
+    exported.write_text(json.dumps(there))
+    store, _ = open_store(here)
+    with store:
+        store.hold("kept-suspended", "suspended")
+        store.hold("buried-longer", "buried", datetime(2099, 1, 1, tzinfo=UTC))
+        store.hold("now-suspended", "buried", FAR)
+    code, out, _ = run_cli(capsys, "--data-dir", str(here), "progress", "import", str(exported))
+    assert code == 0 and "3 hold(s) updated" in out
+    assert {h.question_id: (h.kind, h.until) for h in holds(here)} == {
+        "kept-suspended": ("suspended", None), "buried-longer": ("buried", FAR),
+        "now-suspended": ("suspended", None), "new": ("suspended", None)}
+
+
+def test_an_export_from_before_holds_still_imports(capsys, tmp_path):
+    source, old = tmp_path / "a", tmp_path / "old.json"
+    fill(source, count=2)
+    data = snapshot(source)
+    del data["holds"]
+    old.write_text(json.dumps({**data, "schema": 1, "exported": "2025-03-05T09:00:00+00:00"}))
+    code, out, _ = run_cli(capsys, "--data-dir", str(tmp_path / "b"), "progress", "import", str(old))
+    assert code == 0 and "2 attempt(s) added" in out and "0 hold(s) updated" in out
+    assert holds(tmp_path / "b") == []

@@ -323,15 +323,6 @@ def test_retrievability(store):
     assert reviewer.retrievability(T0)["strong"] == pytest.approx(1.0)
 
 
-def test_settings_round_trip_through_the_store(store):
-    assert ReviewSettings.load(store) == ReviewSettings()
-    ReviewSettings(desired_retention=0.85, new_per_day=8).save(store)
-    assert ReviewSettings.load(store).desired_retention == 0.85 and ReviewSettings.load(store).new_per_day == 8
-    store.set_setting("desired_retention", "lots")
-    store.set_setting("new_per_day", "-3")
-    assert ReviewSettings.load(store) == ReviewSettings(quick_seconds_per_answer=30.0)
-
-
 def test_pick_mock_spreads_across_topics():
     bank = [Q(f"{topic}-{i}", "F", topic) for topic in ("memory", "roofline", "serving") for i in range(4)]
     picked = pick_mock(bank, 3, random.Random(1))

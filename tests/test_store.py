@@ -187,11 +187,16 @@ def test_mock_interview_sheet(store):
         store.record_attempt(make_attempt(mode="mock", mock_id="no-such-mock"))
 
 
-def test_settings(store):
-    assert store.setting("new_per_day") is None and store.setting("x", "d") == "d"
-    store.set_setting("new_per_day", "7")
-    store.set_setting("new_per_day", "8")
-    assert store.setting("new_per_day") == "8"
+def test_legacy_settings_are_read_and_dropped(store):
+    """Settings an older infradrill kept in meta (the settings file has them now, practice.config)."""
+    assert store.legacy_settings() == {}
+    with sqlite3.connect(store.path) as conn:
+        conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
+                         [("setting.new_per_day", "8"), ("setting.desired_retention", "0.85")])
+    assert store.legacy_settings() == {"new_per_day": "8", "desired_retention": "0.85"}
+    store.drop_legacy_settings()
+    assert store.legacy_settings() == {}
+    assert store._read("SELECT COUNT(*) FROM meta WHERE key = 'created'") == [(1,)]  # the rest of meta stays
 
 
 # Nothing is lost -----------------------------------------------------------------------------------

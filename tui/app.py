@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from textual import work
 from textual.app import App
@@ -17,12 +17,16 @@ from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.notifications import SeverityLevel
 
-from tui.modes import Mode
+from tui.app_settings import APP_SETTINGS, APP_TABLE, AppSettings
+from tui.modes import FollowUps, Mode
 from tui.screens.home import HomeScreen
 
 # Everything not needed for the first paint (other screens, the bank, the engine) is
 # imported where it is first used, so that start-up costs little more than Textual itself.
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from practice.config import Setting, Value
     from practice.review import Submitted
     from practice.store import ProgressStore
     from solvers.answers import Grade
@@ -58,6 +62,7 @@ class ActionCommands(Provider):
         ("Mock interview", "action_mock", "questions across topics against the clock"),
         ("Past mock interviews", "action_past_mocks", "score sheets of earlier mocks"),
         ("Statistics", "action_stats", "reviews, retention, slips, the forecast"),
+        ("Settings", "action_settings", "new questions a day, retention, theme, follow-ups"),
         ("Conventions card", "action_conventions", "the counting rules every question assumes"),
         ("Help", "action_help", "keys and how grading works"),
     )
@@ -105,8 +110,9 @@ class InfradrillApp(App):
     TITLE = "infradrill"
     COMMANDS = App.COMMANDS | {ActionCommands, QuestionCommands}
     BINDINGS = [
-        Binding("f1", "help", "Help"),
-        Binding("ctrl+q", "quit", "Quit", priority=True, show=False),  # the footer's 80 columns go to the screen
+        Binding("f1", "help", "Help", id="app.help", tooltip="the keys of this screen"),
+        Binding("ctrl+q", "quit", "Quit", priority=True, show=False,  # the footer's 80 columns go to the screen
+                id="app.quit", tooltip="leave infradrill; progress is already saved"),
     ]
 
     mock_questions = 5
@@ -117,9 +123,14 @@ class InfradrillApp(App):
         self.drill: Drill | None = None
         self.mock: MockRun | None = None  # the mock interview in progress
         self._pending: Callable[[], None] | None = None  # an action asked for while the bank loads
+        self.app_settings, self._setting_notices = AppSettings.load()
+        self.theme = self.app_settings.theme  # before the first paint: no flash of the default theme
 
     def on_mount(self) -> None:
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
         self.push_screen(HomeScreen())
+        for notice in self._setting_notices:
+            self.notify(notice, title="Settings", severity="warning", timeout=20)
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = False) -> None:
@@ -150,6 +161,9 @@ class InfradrillApp(App):
             self.notify(problem, title="Not loaded", severity="warning", timeout=15)
         for notice in drill.notices:
             self.notify(notice, title="Progress", severity="warning", timeout=20)
+        for notice in drill.setting_notices:
+            if notice not in self._setting_notices:  # a line that is not TOML was told once, at start
+                self.notify(notice, title="Settings", severity="warning", timeout=20)
 
     @property
     def loaded_drill(self) -> Drill:
@@ -168,6 +182,53 @@ class InfradrillApp(App):
             else:
                 self.notify("Still loading the bank…")
         return self.drill
+
+    # Settings ----------------------------------------------------------------------------------
+    @property
+    def settings_file(self) -> Path:
+        from practice.config import settings_path
+
+        return settings_path()
+
+    def current_settings(self) -> list[tuple[str, Setting, Value]]:
+        """Every setting with its table in the settings file and the value in force (the review
+        settings are the loaded drill's, so the bank must be in)."""
+        from practice.review import REVIEW_SETTINGS, REVIEW_TABLE
+
+        review = self.loaded_drill.settings
+        return ([(REVIEW_TABLE, s, getattr(review, s.name)) for s in REVIEW_SETTINGS]
+                + [(APP_TABLE, s, str(getattr(self.app_settings, s.name))) for s in APP_SETTINGS])
+
+    def change_setting(self, table: str, name: str, value: Value) -> str | None:
+        """Apply one setting at once and save it; what went wrong saving it, if anything (it is
+        applied for the session all the same)."""
+        from practice.config import SettingsError
+
+        change: dict[str, Any] = {name: value}  # a Setting checked it is of the field's kind
+        try:
+            if table == APP_TABLE:
+                self.app_settings = replace(self.app_settings, **change)
+                self.app_settings.save()
+                self.theme = self.app_settings.theme
+            else:
+                drill = self.loaded_drill
+                drill.apply_settings(replace(drill.settings, **change))
+                drill.settings.save()
+        except SettingsError as error:
+            return str(error)
+        return None
+
+    def _theme_changed(self, _theme: object) -> None:
+        """A theme picked elsewhere (the palette's own Theme command) is kept as well."""
+        from practice.config import SettingsError
+
+        if self.theme == self.app_settings.theme:
+            return  # set from the settings (at start, or on the settings screen, which saved it)
+        self.app_settings = replace(self.app_settings, theme=self.theme)
+        try:
+            self.app_settings.save()
+        except SettingsError as error:
+            self.notify(f"The theme is not saved: {error}", title="Settings", severity="error", timeout=15)
 
     # Actions bound on the screens ------------------------------------------------------
     def action_browse(self) -> None:
@@ -249,6 +310,12 @@ class InfradrillApp(App):
         if (drill := self._bank_ready(then=self.action_stats)) is not None and drill.reviewer is not None:
             self.push_screen(StatsScreen(drill.reviewer, drill.bank.questions))
 
+    def action_settings(self) -> None:
+        from tui.screens.settings import SettingsScreen
+
+        if self._bank_ready(then=self.action_settings) is not None:
+            self.push_screen(SettingsScreen())
+
     def action_help(self) -> None:
         from tui.screens.dialogs import HelpScreen
 
@@ -300,7 +367,22 @@ class InfradrillApp(App):
         checklists = {a.key for a in solution.question.answers if a.self_graded}
         grades = solution.grade({k: ("" if k in checklists else v) for k, v in answers.items()})
         submitted = self._record(solution, answers, grades, elapsed, hints_used, started, mode, schedule=not revealed)
-        self._prepare_followup(FirstRound(solution, answers, grades, elapsed, hints_used, mode, submitted, revealed))
+        first = FirstRound(solution, answers, grades, elapsed, hints_used, mode, submitted, revealed)
+        if self._asks_followup(first):
+            self._prepare_followup(first)
+        else:
+            self.reveal(first, None)
+
+    def _asks_followup(self, first: FirstRound) -> bool:
+        """Whether a follow-up comes after this first round: always in a mock, else as the setting says."""
+        from solvers.answers import CORRECT
+
+        policy = self.app_settings.followups
+        if first.mode == Mode.MOCK or policy == FollowUps.ASK:
+            return True
+        self_graded = {a.key for a in first.solution.question.answers if a.self_graded}
+        return policy == FollowUps.IF_CORRECT and all(g.verdict == CORRECT for g in first.grades
+                                                      if g.key not in self_graded)
 
     @work(thread=True, exclusive=True, group="variant")
     def _prepare_followup(self, first: FirstRound) -> None:

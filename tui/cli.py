@@ -278,7 +278,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     for problem in bank.problems:
         print(f"infradrill: warning: {problem}", file=sys.stderr)
     with _store(args) as store:
-        reviewer = Reviewer(store, bank.questions.values(), ReviewSettings.load(store))
+        settings, problems = ReviewSettings.load(store)
+        for problem in problems:
+            print(f"infradrill: warning: {problem}", file=sys.stderr)
+        reviewer = Reviewer(store, bank.questions.values(), settings)
         now = now_utc()
         summary = summarize(store.attempts(), bank.questions, reviewer.retrievability(now), now, reviewer.tz,
                             reviewer.summary(now), mocks=len(store.mocks()), cards=store.cards())
@@ -321,14 +324,15 @@ def _export(args: argparse.Namespace) -> int:
         return 0
     _write_whole(target, text)
     print(f"exported {len(data['attempts'])} attempt(s), {len(data['reviews'])} review(s), "
-          f"{len(data['cards'])} card(s) and {len(data['mocks'])} mock interview(s) to {target}")
+          f"{len(data['cards'])} card(s), {len(data['mocks'])} mock interview(s) and {len(data['holds'])} "
+          f"suspended or buried question(s) to {target}")
     return 0
 
 
 def _import(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from practice.review import Reviewer, ReviewSettings
+    from practice.review import ReviewSettings
     from practice.transfer import ProgressFormatError, import_progress
 
     try:
@@ -346,7 +350,7 @@ def _import(args: argparse.Namespace) -> int:
     with _store(args) as store:
         try:
             # Cards of questions reviewed on both sides are replayed from the merged log.
-            result = import_progress(store, data, Reviewer(store, settings=ReviewSettings.load(store)).scheduler)
+            result = import_progress(store, data, ReviewSettings.load(store)[0].scheduler())
         except ProgressFormatError as error:
             for problem in error.problems:  # one line per refused record, then the verdict
                 print(f"infradrill: {args.file}: {problem}", file=sys.stderr)

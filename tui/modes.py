@@ -11,3 +11,12 @@ class Mode(StrEnum):
     MOCK = "mock"  # a mock interview: a clock, no hints, the solutions on its score sheet
     INTERVIEWER = "interviewer"  # the key beside the question, for whoever asks it: nothing is saved
     REVIEW = "review"  # a saved attempt shown again, regraded: nothing is saved
+
+
+class FollowUps(StrEnum):
+    """When the interviewer's follow-up round comes after a first round (a setting). A mock
+    interview asks every follow-up whatever this says: it is the interview."""
+
+    ASK = "ask"  # always asked; ctrl+k skips one
+    IF_CORRECT = "if-correct"  # asked only after a first round answered all correct, as an interviewer pushes
+    SKIP = "skip"  # never asked outside a mock: the solution comes straight after the first round

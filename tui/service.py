@@ -14,7 +14,7 @@ from solvers.bank import Bank, Question, load_bank
 from solvers.data import Catalog, load_catalog
 
 if TYPE_CHECKING:
-    from practice.review import Reviewer
+    from practice.review import Reviewer, ReviewSettings
     from solvers.engine import Solution
 
 
@@ -22,8 +22,10 @@ if TYPE_CHECKING:
 class Drill:
     bank: Bank
     catalog: Catalog
+    settings: ReviewSettings
     reviewer: Reviewer | None = None  # None: progress cannot be saved this session
     notices: list[str] = field(default_factory=list)  # about the progress store
+    setting_notices: list[str] = field(default_factory=list)  # about the settings file
     rng: random.Random = field(default_factory=random.Random)
 
     @classmethod
@@ -35,10 +37,19 @@ class Drill:
         bank = load_bank()
         try:
             store, notices = open_store()
-            reviewer = Reviewer(store, bank.questions.values(), ReviewSettings.load(store))
         except StoreError as error:
-            return cls(bank, load_catalog(), None, [f"Progress will not be saved this session: {error}"])
-        return cls(bank, load_catalog(), reviewer, notices)
+            settings, problems = ReviewSettings.load()
+            return cls(bank, load_catalog(), settings, None, [f"Progress will not be saved this session: {error}"],
+                       problems)
+        settings, problems = ReviewSettings.load(store)  # moves settings an older version kept in the store
+        return cls(bank, load_catalog(), settings, Reviewer(store, bank.questions.values(), settings), notices,
+                   problems)
+
+    def apply_settings(self, settings: ReviewSettings) -> None:
+        """Review with these settings from now on (the caller saves them)."""
+        self.settings = settings
+        if self.reviewer is not None:
+            self.reviewer.apply(settings)
 
     @property
     def problems(self) -> list[str]:

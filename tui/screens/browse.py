@@ -15,11 +15,15 @@ from tui.widgets.tables import selected_key
 
 class BrowseScreen(AppScreen):
     BINDINGS = [
-        Binding("enter", "open", "Open (new variant)", priority=True),
-        Binding("d", "open_default", "Default variant"),
-        Binding("i", "open_as_interviewer", "As interviewer"),
-        Binding("s", "toggle_suspend", "Suspend/release", show=False),
-        Binding("escape", "app.pop_screen", "Back"),
+        Binding("enter", "open", "Open (new variant)", priority=True, id="browse.open",
+                tooltip="a fresh variant of the question under the cursor"),
+        Binding("d", "open_default", "Default variant", id="browse.default",
+                tooltip="every parameter at its default: the catalogue's variant"),
+        Binding("i", "open_as_interviewer", "As interviewer", id="browse.interviewer",
+                tooltip="the variant with its key beside it, revealed a step at a time"),
+        Binding("s", "toggle_suspend", "Suspend/release", show=False, id="browse.suspend",
+                tooltip="keep it out of the drill and mocks, or let it back in"),
+        Binding("escape", "app.pop_screen", "Back", id="browse.back", tooltip="back to the previous screen"),
     ]
 
     def __init__(self, questions: list[Question], held: dict[str, str] | None = None) -> None:

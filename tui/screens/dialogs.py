@@ -39,10 +39,10 @@ _NOT_HELP = {"screen.copy_text", "app.copy_text", "copy_text"}  # Textual's own,
 
 
 class HelpScreen(CardScreen):
-    """The keys of the screen it was opened over, read from its bindings (and the app's), then how
-    answers are typed: the page follows the screen instead of a hand-kept list."""
+    """The keys of the screen it was opened over, read from its bindings (and the app's), each with
+    its tooltip, then how answers are typed: the page follows the screen instead of a hand-kept list."""
 
-    BINDINGS = [Binding("escape,f1,q", "dismiss", "Close")]
+    BINDINGS = [Binding("escape,f1,q", "dismiss", "Close", id="help.close", tooltip="back to the screen")]
 
     def __init__(self, over: Screen) -> None:
         super().__init__()
@@ -63,7 +63,10 @@ class HelpScreen(CardScreen):
                     binding.action in _NOT_HELP:
                 continue  # a focused widget's own keys (an input's cursor keys) are not the screen's
             seen.add(described)
-            keys.add_row(self.app.get_key_display(binding), described)
+            what = Text(described)
+            if binding.tooltip:  # the binding's own line on what it does
+                what.append(f"  {binding.tooltip}", style="dim")
+            keys.add_row(self.app.get_key_display(binding), what)
         name = getattr(self.over, "HELP_TITLE", "") or type(self.over).__name__.removesuffix("Screen")
         title = Text.assemble(("Keys on this screen", "bold"), (f"  {name}\n", "dim"))
         return Group(title, keys, Text.from_markup("\n" + ANSWERS_HELP))
@@ -72,7 +75,7 @@ class HelpScreen(CardScreen):
 class ConventionsScreen(CardScreen):
     """The bank's conventions card: what every question assumes unless it says otherwise."""
 
-    BINDINGS = [Binding("escape,f2,q", "dismiss", "Close")]
+    BINDINGS = [Binding("escape,f2,q", "dismiss", "Close", id="conventions.close", tooltip="back to the screen")]
 
     def body(self) -> RenderableType:
         from rich.text import Text
@@ -99,7 +102,7 @@ class CodeScreen(ModalScreen[str | None]):
 
     """Asks for a variant code; dismisses with the text, or None."""
 
-    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="code.cancel", tooltip="open nothing")]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="code-box"):

@@ -19,20 +19,23 @@ class HomeScreen(AppScreen):
     DEFAULT_CSS = """
     #home { padding: 1 2; }
     #intro { margin-bottom: 1; }
-    #menu { height: auto; max-height: 12; margin-bottom: 1; }
+    #menu { height: 1fr; max-height: 12; margin-bottom: 1; }  /* shrinks and scrolls at 60x20 */
     #bank-status { color: $text-muted; }
     """
 
     BINDINGS = [
-        Binding("d", "app.drill", "Drill"),
-        Binding("b", "app.browse", "Browse"),
-        Binding("r", "app.random_question", "Random"),
-        Binding("v", "app.enter_code", "Code"),
-        Binding("m", "app.mock", "Mock"),
-        Binding("p", "app.past_mocks", "Past mocks", show=False),
-        Binding("s", "app.stats", "Stats"),
-        Binding("f1", "app.help", "Help"),
-        Binding("q", "app.quit", "Quit", show=False),
+        Binding("d", "app.drill", "Drill", id="home.drill", tooltip="the next due review, else a new question"),
+        Binding("b", "app.browse", "Browse", id="home.browse", tooltip="every question, by group and topic"),
+        Binding("r", "app.random_question", "Random", id="home.random", tooltip="a fresh variant of any question"),
+        Binding("v", "app.enter_code", "Code", id="home.code", tooltip="exactly the variant a code names"),
+        Binding("m", "app.mock", "Mock", id="home.mock", tooltip="questions across topics against the clock"),
+        Binding("p", "app.past_mocks", "Past mocks", show=False, id="home.past-mocks",
+                tooltip="score sheets of earlier mock interviews"),
+        Binding("s", "app.stats", "Stats", id="home.stats", tooltip="reviews, retention, slips, the forecast"),
+        Binding("comma", "app.settings", "Settings", show=False, id="home.settings",
+                tooltip="new questions a day, retention, theme, follow-ups"),
+        Binding("f1", "app.help", "Help", id="home.help", tooltip="the keys of this screen"),
+        Binding("q", "app.quit", "Quit", show=False, id="home.quit", tooltip="leave infradrill"),
     ]
 
     def compose(self) -> ComposeResult:
@@ -47,6 +50,7 @@ class HomeScreen(AppScreen):
                 Option("Mock interview             m", id="mock"),
                 Option("Past mock interviews       p", id="past_mocks"),
                 Option("Statistics                 s", id="stats"),
+                Option("Settings                   ,", id="settings"),
                 Option("Help and key bindings      F1", id="help"),
                 Option("Quit                       q", id="quit"),
                 id="menu",

@@ -29,10 +29,11 @@ class InterviewerScreen(AppScreen):
     .revealed-step { margin-top: 1; }
     """
     BINDINGS = [
-        Binding("space,right", "reveal", "Reveal next step"),
-        Binding("left", "hide", "Hide last step"),
-        Binding("n", "new_variant", "New variant"),
-        Binding("escape", "app.pop_screen", "Back"),
+        Binding("space,right", "reveal", "Reveal next step", id="interviewer.reveal",
+                tooltip="one more step of the solution, then the regime"),
+        Binding("left", "hide", "Hide last step", id="interviewer.hide", tooltip="take the last step back"),
+        Binding("n", "new_variant", "New variant", id="interviewer.new", tooltip="another draw of this question"),
+        Binding("escape", "app.pop_screen", "Back", id="interviewer.back", tooltip="back to the previous screen"),
     ]
 
     def __init__(self, solution: Solution) -> None:

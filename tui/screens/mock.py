@@ -30,8 +30,9 @@ class MockSheetScreen(AppScreen):
     #sheet-title { padding: 0 1; background: $boost; height: auto; }
     """
     BINDINGS = [
-        Binding("enter", "review", "Review this answer", priority=True),
-        Binding("escape", "app.pop_screen", "Back"),
+        Binding("enter", "review", "Review this answer", priority=True, id="mock-sheet.review",
+                tooltip="the saved answers against the solution; nothing is recorded"),
+        Binding("escape", "app.pop_screen", "Back", id="mock-sheet.back", tooltip="back to the previous screen"),
     ]
 
     def __init__(self, store: ProgressStore, mock_id: str) -> None:
@@ -66,8 +67,9 @@ class MockSheetScreen(AppScreen):
 
 class PastMocksScreen(Screen):
     BINDINGS = [
-        Binding("enter", "open", "Open score sheet", priority=True),
-        Binding("escape", "app.pop_screen", "Back"),
+        Binding("enter", "open", "Open score sheet", priority=True, id="past-mocks.open",
+                tooltip="per question: answers correct, time, slips"),
+        Binding("escape", "app.pop_screen", "Back", id="past-mocks.back", tooltip="back to the previous screen"),
     ]
 
     def __init__(self, store: ProgressStore) -> None:

@@ -48,13 +48,18 @@ class QuestionScreen(AppScreen):
     """
 
     BINDINGS = [
-        Binding("ctrl+s", "submit", "Submit", priority=True),
-        Binding("ctrl+t", "hint", "Hint", priority=True),
-        Binding("ctrl+n", "new_variant", "New variant", priority=True),
-        Binding("ctrl+k", "skip_followup", "Skip follow-up", priority=True),
-        Binding("f1", "app.help", "Help"),
-        Binding("f2", "app.conventions", "Conventions"),
-        Binding("escape", "back", "Back"),
+        Binding("ctrl+s", "submit", "Submit", priority=True, id="question.submit",
+                tooltip="grade the answers (with a box empty, press it twice)"),
+        Binding("ctrl+t", "hint", "Hint", priority=True, id="question.hint",
+                tooltip="one more hint; a hint lowers the suggested rating a step"),
+        Binding("ctrl+n", "new_variant", "New variant", priority=True, id="question.new",
+                tooltip="another draw of this question"),
+        Binding("ctrl+k", "skip_followup", "Skip follow-up", priority=True, id="question.skip-followup",
+                tooltip="straight to the solution (the first round is saved)"),
+        Binding("f1", "app.help", "Help", id="question.help", tooltip="the keys of this screen"),
+        Binding("f2", "app.conventions", "Conventions", id="question.conventions",
+                tooltip="the counting rules every question assumes"),
+        Binding("escape", "back", "Back", id="question.back", tooltip="leave the question (a mock asks first)"),
     ]
 
     def __init__(self, solution: Solution, mode: Mode = Mode.PRACTICE, followup: FollowUp | None = None,

@@ -37,19 +37,25 @@ class SolutionScreen(AppScreen):
     """
 
     BINDINGS = [
-        Binding("1", "rate(1)", "Again", show=False),
-        Binding("2", "rate(2)", "Hard", show=False),
-        Binding("3", "rate(3)", "Good", show=False),
-        Binding("4", "rate(4)", "Easy", show=False),
-        Binding("u", "undo_rating", "Undo rating", show=False),
-        Binding("minus", "bury", "Bury until tomorrow", show=False),  # Anki's keys
-        Binding("at", "suspend", "Suspend", show=False),
-        Binding("n", "new_variant", "Next"),
-        Binding("a", "again", "Answer again"),
-        Binding("w", "what_if", "What if"),
-        Binding("f1", "app.help", "Help"),
-        Binding("f2", "app.conventions", "Conventions"),
-        Binding("escape", "app.pop_screen", "Back"),
+        Binding("1", "rate(1)", "Again", show=False, id="solution.again", tooltip="forgot it: ask again soon"),
+        Binding("2", "rate(2)", "Hard", show=False, id="solution.hard", tooltip="got there with trouble"),
+        Binding("3", "rate(3)", "Good", show=False, id="solution.good", tooltip="recalled it"),
+        Binding("4", "rate(4)", "Easy", show=False, id="solution.easy", tooltip="recalled it at once"),
+        Binding("u", "undo_rating", "Undo rating", show=False, id="solution.undo",
+                tooltip="back to the rating before the last one"),
+        Binding("minus", "bury", "Bury until tomorrow", show=False, id="solution.bury",  # Anki's keys
+                tooltip="out of the drill until the next day"),
+        Binding("at", "suspend", "Suspend", show=False, id="solution.suspend",
+                tooltip="out of the drill until released (Browse, s)"),
+        Binding("n", "new_variant", "Next", id="solution.next",
+                tooltip="a new variant, or the next due question when drilling"),
+        Binding("a", "again", "Answer again", id="solution.answer-again",
+                tooltip="the same variant again, as practice: the schedule does not move"),
+        Binding("w", "what_if", "What if", id="solution.what-if", tooltip="move a parameter, watch the answers"),
+        Binding("f1", "app.help", "Help", id="solution.help", tooltip="the keys of this screen"),
+        Binding("f2", "app.conventions", "Conventions", id="solution.conventions",
+                tooltip="the counting rules every question assumes"),
+        Binding("escape", "app.pop_screen", "Back", id="solution.back", tooltip="back to the previous screen"),
     ]
 
     def __init__(self, solution: Solution, answers: dict[str, str], grades: list[Grade], elapsed: float,

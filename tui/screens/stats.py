@@ -25,7 +25,7 @@ class StatsScreen(Screen):
     StatsScreen Sparkline { height: 3; margin-bottom: 1; }
     .caption { color: $text-muted; }
     """
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back", id="stats.back", tooltip="back to the previous screen")]
 
     def __init__(self, reviewer: Reviewer, questions: Mapping[str, Question]) -> None:
         super().__init__()

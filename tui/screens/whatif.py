@@ -61,11 +61,15 @@ class WhatIfScreen(Screen):
     #whatif-params, #whatif-answers, #whatif-regime, #whatif-chart { margin-top: 1; }
     """
     BINDINGS = [  # priority: the scroll container would take up and down for itself
-        Binding("up", "select(-1)", "Previous parameter", priority=True),
-        Binding("down", "select(1)", "Next parameter", priority=True),
-        Binding("left,minus", "step(-1)", "Step down", priority=True),
-        Binding("right,plus,equals_sign", "step(1)", "Step up", priority=True),
-        Binding("escape", "app.pop_screen", "Back"),
+        Binding("up", "select(-1)", "Previous parameter", priority=True, id="what-if.previous",
+                tooltip="select the parameter above"),
+        Binding("down", "select(1)", "Next parameter", priority=True, id="what-if.next",
+                tooltip="select the parameter below"),
+        Binding("left,minus", "step(-1)", "Step down", priority=True, id="what-if.down",
+                tooltip="the selected parameter one step down, or the option before"),
+        Binding("right,plus,equals_sign", "step(1)", "Step up", priority=True, id="what-if.up",
+                tooltip="the selected parameter one step up, or the option after"),
+        Binding("escape", "app.pop_screen", "Back", id="what-if.back", tooltip="back to the solution"),
     ]
 
     def __init__(self, solution: Solution, catalog: Catalog) -> None:

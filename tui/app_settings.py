@@ -1,0 +1,39 @@
+"""The application's own settings, the [app] table of the settings file (practice.config):
+the theme and when follow-up rounds are asked. The scheduler's settings are practice.review's."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from textual.theme import BUILTIN_THEMES
+
+from practice.config import Setting, read_table, write_table
+from tui.modes import FollowUps
+
+APP_TABLE = "app"
+DEFAULT_THEME = "textual-dark"
+APP_SETTINGS = (
+    Setting("theme", "Theme", DEFAULT_THEME, choices=tuple(sorted(BUILTIN_THEMES)),
+            help="applies at once; the palette's Theme command (ctrl+p) sets it too"),
+    Setting("followups", "Follow-up rounds", FollowUps.ASK.value, choices=tuple(f.value for f in FollowUps),
+            help="ask: always · if-correct: after all correct · skip: never (mocks ask)"),
+)
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    theme: str = DEFAULT_THEME
+    followups: FollowUps = FollowUps.ASK
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "followups", FollowUps(self.followups))  # as read from the file: a str
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> tuple[AppSettings, list[str]]:
+        """The [app] table (an invalid or missing value keeps its default), and a notice per problem."""
+        values, notices = read_table(APP_TABLE, APP_SETTINGS, path)
+        return replace(cls(), **values), notices
+
+    def save(self, path: Path | None = None) -> Path:
+        """Raises practice.config.SettingsError when the file cannot be written."""
+        return write_table(APP_TABLE, {"theme": self.theme, "followups": str(self.followups)}, path)
