@@ -171,6 +171,82 @@ def test_fleet_default_matches_catalogue(variant):
         "the job spans more than one fabric pod", "a power-of-two job would exceed the need by more than a quarter"}
 
 
+def _holding(solution, key):
+    return {option for option, holds in solution.sheet.results[key].items() if holds}
+
+
+def test_fleet_margin_default_is_judged_on_spares_and_restarts(variant):
+    """Issue #12: the margin was a bare percentage. At the default the 8,192-GPU job runs on 1,024 nodes: at
+    one failure per 240 node-days it sees 1,024/240 = 4.27 failures a day, each costing 15 min, so restarts
+    take 4.27 x 15 / 1,440 = 4.44% of its time, well inside the 1 - 6,190/8,192 = 24.4% the round-up leaves.
+    Nodes out at once: 1,024 x 3/240 = 12.8 (Little's law); the pool 12.8 + 2 x sqrt(12.8) = 19.96, up to 20
+    nodes; at twice the rate 25.6 + 2 x sqrt(25.6) = 35.7, up to 36. The margin holds 1,232/8 = 154 nodes."""
+    solution = variant("fleet-gpu-count@default")
+    results = solution.sheet.results
+    assert results["job_nodes"] == 1_024
+    assert results["failure_rate"] * DAY == pytest.approx(1_024 / 240)
+    assert results["restart_loss"] == pytest.approx(1_024 / 240 * 15 / 1_440)  # 4.44%
+    assert results["nodes_down"] == pytest.approx(12.8)
+    assert results["spare_pool"] == 20 and results["margin_nodes"] == 154
+    assert _holding(solution, "margin") == {
+        "the margin holds the spare pool for the nodes in repair",
+        "the margin would still hold the spare pool at twice the failure rate",
+        "the round-up's slack absorbs the time restarts cost"}
+
+
+def test_fleet_margin_short_mtbf_and_long_repairs_outgrow_it(variant):
+    """Nodes failing once per 60 days and out for 14 on a 10% margin: 1,024 x 14/60 = 238.9 nodes out, a pool
+    of 238.9 + 2 x sqrt(238.9) = 269.8, up to 270, against a margin of 8 x ceil(9,011.2/8) - 8,192 = 824 GPUs,
+    103 nodes. The job sees 1,024/60 = 17.1 failures a day (one every 1.4 h); at 15 min each restarts take
+    17.1 x 15/1,440 = 17.8% of its time: still inside the 24.4% slack (8,192 x 0.822 = 6,735 >= 6,190)."""
+    solution = variant("fleet-gpu-count@default+node_mtbf=60+repair=14+margin=10")
+    results = solution.sheet.results
+    assert results["spare_pool"] == 270 and results["margin_nodes"] == 103
+    assert results["restart_loss"] == pytest.approx(1_024 / 60 * 15 / 1_440)
+    assert _holding(solution, "margin") == {
+        "the spare pool takes over half of the margin", "the round-up's slack absorbs the time restarts cost",
+        "restarts cost the job more than a twentieth of its time",
+        "the job loses a node more than once every four hours"}
+
+
+def test_fleet_rejects_a_run_that_restarts_away_half_of_its_time(variant):
+    """At one failure per 60 node-days and 30 min each, the 16,384-GPU job for 24T tokens (2,048 nodes) would
+    lose 2,048/60 x 30/1,440 = 71% of its time: no plan, a recovery problem."""
+    with pytest.raises(VariantError, match="more than half"):
+        variant("fleet-gpu-count@default+tokens=24+node_mtbf=60+restart_cost=30")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_fleet_margin_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"fleet-gpu-count@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    expected = solution.expected
+    need, job, fleet = expected["gpus_needed"], expected["job_gpus"], expected["fleet_gpus"]
+    nodes, mtbf, repair = job // 8, p["node_mtbf"] / DAY, p["repair"] / DAY
+    rate = nodes / mtbf  # failures a day
+    loss = rate * p["restart_cost"] / DAY
+    down = nodes * repair / mtbf
+    pool, doubled = math.ceil(down + 2 * math.sqrt(down)), math.ceil(2 * down + 2 * math.sqrt(2 * down))
+    room = (fleet - job) // 8
+    truth = {"the margin holds the spare pool for the nodes in repair": pool <= room,
+             "the margin would still hold the spare pool at twice the failure rate": doubled <= room,
+             "the spare pool takes over half of the margin": 2 * pool > room,
+             "the round-up's slack absorbs the time restarts cost": job * (1 - loss) >= need,
+             "restarts cost the job more than a twentieth of its time": loss > 0.05,
+             "the job loses a node more than once every four hours": rate > 6}
+    assert solution.sheet.results["margin"] == truth
+
+
+def test_fleet_margin_judgements_follow_the_variant(variant):
+    """Over 200 draws every margin statement holds in some and fails in others, and the right sets differ."""
+    sets = Counter()
+    for seed in range(200):
+        sets[frozenset(_holding(variant(f"fleet-gpu-count@{seed}"), "margin"))] += 1
+    options = set().union(*sets)
+    assert len(options) == 6 and all(any(option not in held for held in sets) for option in options)
+    assert len(sets) >= 8 and max(sets.values()) < 0.5 * 200
+
+
 def test_fleet_matches_llama3_405b_flops(variant):
     """Llama 3 405B: 15.6T tokens, published as 3.8e25 FLOPs; 6·N·D with models.yaml's 405.85B agrees."""
     solution = variant("fleet-gpu-count@default+model=llama-3.1-405b+tokens=15.6")
@@ -210,6 +286,10 @@ def test_fleet_job_follows_the_stated_rule_not_a_power_of_two(variant):
     units = variant(f"{base}+rule=whole-scheduler-units")
     assert units.expected["gpus_needed"] == pytest.approx(5_263.1, rel=1e-4)
     assert units.expected["regime"] == "margin-dominates"  # 113 GPUs of rounding vs 1,080 of margin
+    # The finer rule leaves 1 - 5,263.1/5,376 = 2.1% slack, less than the 672/240 x 15/1,440 = 2.92% restarts cost.
+    assert "the round-up's slack absorbs the time restarts cost" not in _holding(units, "margin")
+    assert "the round-up's slack absorbs the time restarts cost" in _holding(variant(f"{base}+rule=whole-pods"),
+                                                                             "margin")
     assert "whole-scheduler-units" in units.prompt  # the rule is the variant's, stated, not taught as a law
 
 

@@ -254,6 +254,70 @@ def test_tp_all_reduce_leaves_the_node_past_its_nvlink_domain(variant):
     assert "leaves the 8-GPU NVLink domain" in variant("tp-past-kv-heads@default").sheet.regime.summary
 
 
+def test_capped_layout_is_priced_with_its_communication(variant):
+    """Issue #12: TP 8 x 2 stages was graded on its KV alone. Default (TP 16 on H100, 64 requests of 8K):
+    the capped layout decodes two micro-batches of 32. Its TP 8 all-reduces stay on NVLink:
+    2 x 80 x (10 us + 2 x 7/8 x 32 x 8,192 x 2 B / 450 GB/s) = 160 x 12.04 us = 1.926 ms; one stage boundary
+    sends 32 x 8,192 x 2 B over the ConnectX-7 (the stages are two nodes): 524,288 B / 50 GB/s = 10.5 us;
+    together 1.937 ms. Its reads: 2 x (141.1 GB x 40/(80 x 8) + 10 GiB x 32/64) / 3.35 TB/s
+    = 2 x (8.819 + 5.369) GB / 3.35 TB/s = 8.470 ms; its step 10.41 ms against TP 16's 9.093 ms of reads plus
+    11.09 ms of all-reduces over the NIC, 20.18 ms: the capped layout decodes faster."""
+    results = variant("tp-past-kv-heads@default").sheet.results
+    message = 32 * 8192 * 2
+    comm = 2 * 80 * (10e-6 + 2 * 7 / 8 * message / 450e9) + message / 50e9
+    assert results["comm_capped"] == pytest.approx(comm) == pytest.approx(1.937e-3, rel=1e-3)
+    reads = 2 * (141.1e9 * 40 / (80 * 8) + 10 * GiB * 32 / 64) / 3.35e12
+    assert results["read_capped"] == pytest.approx(reads)
+    assert results["step_capped"] == pytest.approx(reads + comm)
+    assert results["step_tp"] == pytest.approx(results["read_time"] + results["allreduce"]) == pytest.approx(
+        20.18e-3, rel=1e-3)
+    assert results["faster_layout"] == "capped"
+
+
+def test_inside_nvl72_the_wide_group_decodes_faster(variant):
+    """Llama-3.1-405B bf16 at TP 16 on GB200 NVL72 (one NVLink domain, 900 GB/s each way, 8 TB/s HBM): the
+    ring stays on NVLink, 2 x 126 x (10 us + 2 x 15/16 x 64 x 16,384 x 2 B / 900 GB/s) = 3.621 ms, and TP 16
+    reads 85.08 GB per GPU, 10.64 ms: 14.26 ms. TP 8 x 2 stages reads 2 x (811.7 GB x 63/(126 x 8) + 15.75 GiB
+    x 32/64) = 118.4 GB, 14.80 ms, plus 3.035 ms of communication: 17.83 ms. With 811.7 GB of weights against
+    270.6 GB of KV, reading half the weights per GPU beats storing the KV once: the copies buy speed."""
+    results = variant("tp-past-kv-heads@default+model=llama-3.1-405b+gpu=gb200").sheet.results
+    assert results["step_tp"] == pytest.approx(14.26e-3, rel=1e-3)
+    assert results["read_capped"] == pytest.approx(2 * (811.7e9 * 63 / (126 * 8) + 15.75 * GiB / 2) / 8e12)
+    assert results["step_capped"] == pytest.approx(17.83e-3, rel=1e-3)
+    assert results["faster_layout"] == "as-drawn"
+
+
+def test_within_the_kv_heads_capping_changes_nothing(variant):
+    results = variant("tp-past-kv-heads@default+tp=8").sheet.results
+    assert results["pp_stages"] == 1 and results["comm_capped"] == results["allreduce"]
+    assert results["faster_layout"] == "same-layout"
+
+
+@pytest.mark.parametrize("seed", ["default", *range(20)])
+def test_capped_layout_step_matches_plain_arithmetic(variant, seed):
+    """Both decode steps re-derived in plain Python from the printed parameters and hardware.yaml."""
+    solution = variant(f"tp-past-kv-heads@{seed}")
+    p, results = _params(solution), solution.sheet.results
+    model, gpu, tp, R = p["model"], p["gpu"], p["tp"], p["batch"]
+    if tp <= model.kv_heads:
+        assert results["faster_layout"] == "same-layout"
+        return
+    T, S = model.kv_heads, tp // model.kv_heads
+    element = {"bf16": 2, "fp8": 1}[p["dtype"]]
+    L_s = math.ceil(model.layers / S)
+    kv_total = 2 * model.layers * model.kv_heads * model.head_dim * element * p["context"] * R
+    m = R / S
+    nvlink = gpu.nvlink_gb_s * 1e9 / 2
+    send_link = nvlink if tp <= gpu.nvlink_domain else p["nic"].gbit_s * 1e9 / 8
+    ring = 2 * model.layers * (10e-6 + 2 * (T - 1) / T * m * model.hidden * 2 / nvlink)
+    comm = S * L_s / model.layers * ring + (S - 1) * m * model.hidden * 2 / send_link
+    weights = model.params_b * 1e9 * element * L_s / (model.layers * T)
+    reads = S * (weights + kv_total / T * L_s / model.layers * m / R) / (gpu.hbm_tb_s * 1e12)
+    assert results["comm_capped"] == pytest.approx(comm, rel=1e-9)
+    assert results["step_capped"] == pytest.approx(reads + comm, rel=1e-9)
+    assert results["faster_layout"] == ("capped" if reads + comm < results["step_tp"] else "as-drawn")
+
+
 def _holding(solution, key: str) -> set[str]:
     """Every option of a select that holds, listed or not (the prompt lists `show` of them)."""
     return {option for option, holds in solution.sheet.results[key].items() if holds}

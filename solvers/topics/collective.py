@@ -4,7 +4,8 @@ The conventions card (tp-all-reduce) states the model: two all-reduces per layer
 tokens × hidden × 2 bytes, over a ring that sends 2(n−1)/n of the message across each GPU's
 link in each direction, plus a fixed latency per call. The link is NVLink while the group
 fits the GPU's scale-up domain (hardware.yaml `nvlink_domain`) and the NIC once it leaves it:
-that is why TP past the domain is rarely worth it.
+that is why TP past the domain is rarely worth it. A pipeline's stages send each token's hidden
+state to the next stage over the same links (stage_send).
 """
 from __future__ import annotations
 
@@ -91,3 +92,16 @@ def tp_all_reduce(s: Sheet, model: Record, gpu: Record, tp: int, tokens: sympy.E
     where = "NVLink" if not crosses_domain(gpu, tp) else where or "the NIC"
     return s.step(key or f"allreduce_{tag}", f"TP all-reduces of the {label}", f"t_AR_{tag}", terms.of(tokens), "ms",
                   f"two per layer, each a latency plus 2(TP−1)/TP of the {label}'s activations over {where}")
+
+
+def stage_send(s: Sheet, model: Record, gpu: Record, span: int, *, nic: Record | None = None) -> sympy.Symbol:
+    """Time one request's token adds at one pipeline-stage boundary: its hidden state, in bf16, over the
+    link between the stages. The stages share the link a ring over all `span` GPUs would use: NVLink while
+    they fit the domain, the NIC once they span nodes. The send's latency (microseconds, against the
+    milliseconds of a step's all-reduces) is left out."""
+    link = link_bandwidth(s, gpu, span, nic)
+    h = s.given("h", model.hidden, "", "hidden size")
+    b_a = s.given("b_a", ACTIVATION_BYTES, "B", "bytes per activation (bf16)")
+    where = "the NIC" if crosses_domain(gpu, span) else "NVLink"
+    return s.step("pp_send", "Stage-to-stage send per request", "x_PP", h * b_a / link, "us",
+                  f"one token's hidden state over {where} at each of the S − 1 boundaries")

@@ -147,6 +147,21 @@ def _restart_regime(s: Sheet, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, 
              "count here."))
 
 
+# --- spares: shared by fleet-gpu-count and cluster-bill-of-materials ---------------------------
+
+SPARE_SIGMAS = 2  # the pool covers the mean nodes down plus two standard deviations (Poisson: √mean)
+
+
+def spare_pool(s: Sheet, n_job, M_n, T_r) -> tuple[sympy.Symbol, sympy.Symbol]:
+    """(nodes down at once by Little's law, the spare pool that covers them: the mean plus two
+    standard deviations of a Poisson count)."""
+    down = s.step("nodes_down", "Nodes down at any moment (average)", "n_down", n_job * T_r / M_n, "nodes",
+                  "Little's law: failures arrive at n_job/M per day and each stays out T_rep days")
+    return down, s.step("spare_pool", "Spare pool", "n_spare", ceil_of(down + SPARE_SIGMAS * sympy.sqrt(down)),
+                        "nodes", "the mean nodes down plus two standard deviations (a Poisson count's is √mean): the "
+                        "job rarely waits for a repair")
+
+
 # --- fleet-gpu-count -------------------------------------------------------------------------
 
 SCHEDULE_MISS = sympy.Rational(11, 10)  # a tenth over the schedule is a slip one can negotiate
@@ -207,6 +222,7 @@ def fleet_gpu_count(p, s: Sheet) -> None:
                    "what the fleet carries beside the job")
     pod = s.param("E_pod", "pod") if p.rule != "whole-pods" else s.param("U", "pod")
     _fleet_judgements(s, need, job, smaller_expr, pod, p.rule)
+    _margin_judgements(s, need, job, spare, g)
 
     s.assume("Model FLOPs are 6·N·D (the conventions card's flops-per-token; Kaplan et al. 2020), taken from "
              "training-compute-budget; MFU as stated for the whole run, against the dense bf16 datasheet peak "
@@ -214,8 +230,13 @@ def fleet_gpu_count(p, s: Sheet) -> None:
     s.assume("The job-size rule is the lab's and is given: a power of two is a convenience (parallel degrees and "
              "collectives that split evenly), not a law. DP need only divide the global batch and PP stages need "
              "not be 2^k (Llama 3 405B: 126 layers; its 16K-GPU job is 2^14, its 24K clusters are not).")
-    s.assume("The schedule is pure compute time; restarts and checkpoint stalls come out of the slack the "
-             "round-up leaves.")
+    s.assume("The schedule is compute time. Each node failure stops the whole job for the stated cost "
+             "(detection, rescheduling, reload, rewound work: restart-goodput prices them), paid out of the "
+             "slack the round-up leaves; a spare node swaps in, so the job keeps its size. Checkpoint stalls "
+             "and slow nodes are left out.")
+    s.assume("Node failures arrive at random, one per node MTBF per node (Llama 3 405B: 466 interruptions in 54 "
+             "days on 2,048 nodes, one per ~240 node-days); a failed node is out for the repair time. The spare "
+             "pool covers the mean nodes out plus two standard deviations of a Poisson count.")
     s.slip("x1/3: 2·N·D counts the forward pass only", 1 / 3, on="gpus_needed")
     s.slip("MFU left out: the GPUs at datasheet peak", p.mfu, on="gpus_needed")
     s.slip("margin added to the need instead of the job", on="fleet_gpus",
@@ -241,6 +262,57 @@ def fleet_gpu_count(p, s: Sheet) -> None:
         "the larger overhead: then a longer schedule or fewer tokens can bring the need under a smaller job.",
         near=f"The {words} rule adds {extra} GPUs, about as many as the {margin_text} of margin: a small change "
              "in the need moves which overhead is larger."))
+
+
+MAX_RESTART_LOSS = sympy.Rational(1, 2)  # a run that would lose half its time to restarts fixes recovery first
+RESTART_BAR = sympy.Rational(1, 20)  # restarts past a twentieth of the time are a line item of their own
+FAILURES_PER_DAY = sympy.Rational(6, 86_400)  # six a day (per second): recovery on someone's pager every shift
+KNIFE_EDGE = 0.005  # a judgement within half a percent of its bar turns on rounding, not on the plan
+
+
+def _margin_judgements(s: Sheet, need, job, spare, g) -> None:
+    """What the margin and the round-up's slack must carry: the spare nodes that stand in for nodes in
+    repair, and the time each failure costs the job; which of them binds follows from the job's size and
+    its failure and repair figures."""
+    M_n = s.param("M_node", "node_mtbf")
+    T_r = s.param("T_rep", "repair")
+    C_r = s.param("C_r", "restart_cost")
+    n_job = s.step("job_nodes", "Nodes the job runs on", "n_job", job / g, "nodes", "the job in whole nodes")
+    rate = s.step("failure_rate", "Node failures the job sees", "λ", n_job / M_n, "interruptions/day",
+                  "each of its nodes fails once per MTBF, and any one of them stops the job")
+    loss = s.step("restart_loss", "Share of the job's time lost to restarts", "f_r", rate * C_r, "%",
+                  "failures per day times what each costs, over a day")
+    if s.compare(loss, MAX_RESTART_LOSS) > 0:
+        raise Reject("restarts would take more than half of the run: recovery comes before fleet size")
+    down, pool = spare_pool(s, n_job, M_n, T_r)
+    room = s.step("margin_nodes", "Nodes the margin holds", "n_margin", spare / g, "nodes",
+                  "the margin's GPUs in whole nodes")
+    doubled = ceil_of(2 * down + SPARE_SIGMAS * sympy.sqrt(2 * down))
+    for value, bar, what in ((job * (1 - loss), need, "the slack against the restarts"),
+                             (loss, RESTART_BAR, "the restart loss against a twentieth"),
+                             (rate, FAILURES_PER_DAY, "the failure rate against six a day")):
+        if abs(s.evaluate(value / bar) - 1) < KNIFE_EDGE:
+            raise Reject(f"{what} sits within {KNIFE_EDGE:.1%} of its bar")
+    spares, holds = format_number(s.value(pool)), format_number(s.value(room))
+    against = (f"a pool of {spares} nodes (mean {format_number(s.value(down), 3)} out) against the {holds} the "
+               "margin holds")
+    s.judge("margin", "the margin holds the spare pool for the nodes in repair", s.compare(pool, room) <= 0,
+            against)
+    s.judge("margin", "the margin would still hold the spare pool at twice the failure rate",
+            s.compare(doubled, room) <= 0,
+            f"at twice the rate {format_number(s.evaluate(doubled))} spare nodes against the {holds} the margin holds")
+    s.judge("margin", "the spare pool takes over half of the margin", s.compare(2 * pool, room) > 0, against)
+    lost = format_quantity(s.value(loss), "%", 3)
+    per_day = format_quantity(s.value(rate), "interruptions/day", 3)
+    slack = format_quantity(s.evaluate(1 - need / job), "%", 3)
+    s.judge("margin", "the round-up's slack absorbs the time restarts cost", s.compare(job * (1 - loss), need) >= 0,
+            f"restarts take {lost} of the job's time; the round-up leaves {slack} of the schedule free")
+    s.judge("margin", "restarts cost the job more than a twentieth of its time", s.compare(loss, RESTART_BAR) > 0,
+            f"{per_day} at {format_quantity(s.value(C_r), 'min')} each: {lost}")
+    s.judge("margin", "the job loses a node more than once every four hours",
+            s.compare(rate, FAILURES_PER_DAY) > 0,
+            f"{format_number(s.value(n_job))} nodes at one failure per {format_quantity(s.value(M_n), 'days')} "
+            f"each: {per_day}")
 
 
 def _smaller_why(s: Sheet, need, smaller) -> str:
@@ -389,7 +461,6 @@ def _overlap_regime(s: Sheet, need, best, B_nic, t_comm, t_mb) -> None:
 
 
 CHECKPOINT_BYTES = 12  # fp32 master weights and two fp32 Adam moments; the bf16 weights are a cast of the master
-SPARE_SIGMAS = 2  # the pool covers the mean nodes down plus two standard deviations (Poisson: √mean)
 SMALL_POOL = sympy.Rational(2, 100)  # a spare pool under 2% of the job is one finance signs off without a fight
 FAST_STORAGE = 100e9  # past 100 GB/s of sustained writes the filesystem is a project of its own
 BIG_FEED = 20e6  # past 20 MW the site is a utility negotiation (substation, years of lead time)
@@ -417,11 +488,7 @@ def cluster_bill_of_materials(p, s: Sheet) -> None:
         raise Reject("a few racks, not a cluster fabric")
     n_job = s.step("job_nodes", "Nodes the job runs on", "n_job", ceil_of(need / g), "nodes",
                    "the need in whole nodes")
-    down = s.step("nodes_down", "Nodes down at any moment (average)", "n_down", n_job * T_r / M_n, "nodes",
-                  "Little's law: failures arrive at n_job/M per day and each stays out T_rep days")
-    pool = s.step("spare_pool", "Spare pool", "n_spare", ceil_of(down + SPARE_SIGMAS * sympy.sqrt(down)),
-                  "nodes", "the mean nodes down plus two standard deviations (a Poisson count's is √mean): the job "
-                  "rarely waits for a repair")
+    down, pool = spare_pool(s, n_job, M_n, T_r)
     E0 = s.step("gpus_wanted", "GPUs with the spares", "E_0", g * (n_job + pool), "GPUs", "job nodes plus spares")
     E2 = s.step("two_tier_max", "Most GPUs a two-tier fat tree reaches", "E_2", k**2 / 2, "GPUs",
                 "k leaves' worth of spine ports, each leaf with k/2 GPUs below: k·k/2")

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
-from solvers.topics.collective import ACTIVATION_BYTES, all_reduce_terms, link_bandwidth, tp_all_reduce
+from solvers.topics.collective import all_reduce_terms, stage_send, tp_all_reduce
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
@@ -215,20 +216,18 @@ def users_per_gpu_question(p, s: Sheet) -> None:
                     "plus the all-reduces")
     s.slip("the all-reduces left out", s.evaluate(tpot16 - t_ar) / s.value(tpot16), on="tpot_16")
     T = s.param("T", "tpot")
-    served = {}
+    layouts: dict[str, _Served] = {}
     for n in (2**k for k in range(int(math.log2(p.gpus)) + 1)):
         if s.compare(n, n_min) >= 0:
-            served[n] = _layout(p, s, n, G, usable, W, N, kv_req, BW, P, T)
+            layouts[f"TP{n}"] = _layout(p, s, n, G, usable, W, N, kv_req, BW, P, T)
     n_pp = min(first, p.gpus // 2)  # the narrowest TP that holds the model alone, but at least two stages
-    pp = _pipeline(p, s, n_pp, G, usable, W, N, kv_req, BW, P, T)
-    if max(s.value(v) for v in (*served.values(), pp)) < 1:
+    layouts["PP"] = _pipeline(p, s, n_pp, G, usable, W, N, kv_req, BW, P, T)
+    if max(s.value(layout.users) for layout in layouts.values()) < 1:
         raise Reject("no layout meets the TPOT target with one request")
+    served = {int(name[2:]): layout.users for name, layout in layouts.items() if name != "PP"}
+    pp = layouts["PP"].users
     best = max(served, key=lambda n: (s.value(served[n]), n))  # a tie goes to the wider group: fewer replicas
-    piped = s.compare(pp, served[best]) > 0  # a tie goes to the layout without a pipeline
-    s.choose("best_layout", "PP" if piped else f"TP{best}")
-    s.step("served_best", "Users the best layout serves within the TPOT", "U_best", pp if piped else served[best],
-           "requests", (f"one TP{n_pp} × PP{p.gpus // n_pp} pipeline" if piped else f"TP{best} × {p.gpus // best}")
-           + ": the most of the layouts above")
+    piped = _best_layout(p, s, layouts, n_pp) == "PP"
     s.assume(f"Usable HBM {format_number(GPU_MEMORY_UTILIZATION * 100)}% of each GPU (card: usable-hbm), less "
              f"a reserve of {format_number(p.reserve / 2**30)} GiB for activations, CUDA graphs and NCCL buffers.")
     s.assume("Weights and KV heads split evenly over a TP group; no TP here exceeds the 8 KV heads, so none "
@@ -244,7 +243,50 @@ def users_per_gpu_question(p, s: Sheet) -> None:
     _layout_regime(s, p, served, best, users16, tpot16, _pipeline_note(s, p, n_pp, pp, piped))
 
 
-def _layout(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> sympy.Symbol:
+TIED_TPOT = 0.02  # layouts serving as many users with tokens this close are a coin toss, not a choice
+
+
+@dataclass(frozen=True)
+class _Served:
+    """One layout of the node: the users it serves within the TPOT, and its TPOT as a function of the
+    users it carries (each step's reads, math and communication at that load)."""
+
+    users: sympy.Symbol
+    tpot: Callable[[sympy.Expr], sympy.Expr]
+
+
+def _best_layout(p, s: Sheet, layouts: dict[str, _Served], n_pp: int) -> str:
+    """The layout that serves the most users; among layouts that serve as many (memory caps the wide
+    group and the pipeline alike, both storing the weights once), the one with the faster token at that
+    load. Each layout's TPOT at its load is a step: capacity comes with its latency."""
+    at_load = {name: s.step(f"tpot_{name.lower()}", f"TPOT of {_layout_name(p, name, n_pp)} at its load",
+                            f"t_{name}", layout.tpot(layout.users), "ms",
+                            "the step's reads, math and communication with the users it serves")
+               for name, layout in layouts.items()}
+    top = max(s.value(layout.users) for layout in layouts.values())
+    tied = [name for name, layout in layouts.items() if s.compare(layout.users, top) == 0]
+    fastest = sorted(s.value(at_load[name]) for name in tied)
+    if len(fastest) > 1 and fastest[1] < (1 + TIED_TPOT) * fastest[0]:
+        raise Reject(f"layouts serving as many users have TPOTs within {TIED_TPOT:.0%}: the choice turns on rounding")
+    best = min(tied, key=lambda name: s.value(at_load[name]))
+    s.choose("best_layout", best)
+    why = ": the most of the layouts above" if len(tied) == 1 else (
+        f": as many users as {', '.join(_layout_name(p, n, n_pp) for n in tied if n != best)}, with the faster token")
+    s.step("served_best", "Users the best layout serves within the TPOT", "U_best", layouts[best].users,
+           "requests", _layout_name(p, best, n_pp) + why)
+    s.step("tpot_best", "TPOT of the best layout at that load", "t_best", at_load[best], "ms",
+           f"what each of its users waits per token with {format_number(s.value(layouts[best].users))} served")
+    return best
+
+
+def _layout_name(p, name: str, n_pp: int) -> str:
+    if name == "PP":
+        return f"one TP{n_pp} × PP{p.gpus // n_pp} pipeline"
+    n = int(name[2:])
+    return f"{p.gpus // n} × TP{n}"
+
+
+def _layout(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> _Served:
     """G/n replicas of TP n: what one replica holds, what its step carries within the TPOT, and the node's total."""
     terms = all_reduce_terms(s, p.model, p.gpu, n, tp_symbol=s.integer(n))  # one layout among several
     fixed, per = terms.fixed, terms.per_token
@@ -256,12 +298,17 @@ def _layout(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> sympy.Sym
                                                  (T - fixed) / (2 * N / (n * P) + per)))),
                     "requests", "t(B) ≤ T on both sides of the roofline"
                     + ("" if n == 1 else ", all-reduce latency and traffic included"))
-    return s.step(f"served_tp{n}", f"Users served by {p.gpus // n} × TP{n}", f"U_{n}",
-                  (G / n) * min_of(fit, within), "requests",
-                  "each replica serves what fits, capped by what its step carries in time")
+    users = s.step(f"served_tp{n}", f"Users served by {p.gpus // n} × TP{n}", f"U_{n}",
+                   (G / n) * min_of(fit, within), "requests",
+                   "each replica serves what fits, capped by what its step carries in time")
+
+    def tpot(load: sympy.Expr) -> sympy.Expr:
+        b = load / (G / n)  # each replica's batch
+        return max_of((W / n + b * kv_req / n) / BW, 2 * N * b / (n * P)) + fixed + per * b
+    return _Served(users, tpot)
 
 
-def _pipeline(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> sympy.Symbol:
+def _pipeline(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> _Served:
     """One replica over the node: TP n within each of G/n pipeline stages of whole layers. Decode keeps every
     stage busy with G/n micro-batches in flight; each token passes every stage once, so the TPOT is the sum of
     one micro-batch's stage times, and the slowest (most layers) stage sets the pace of all."""
@@ -277,11 +324,7 @@ def _pipeline(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> sympy.S
                  "requests", "what the stage's weights leave on each GPU over its share of one request")
     terms = all_reduce_terms(s, p.model, p.gpu, n, tp_symbol=s.integer(n))
     stage = L_s / L  # the largest stage's share of the layers' all-reduces
-    link = link_bandwidth(s, p.gpu, p.gpus)
-    h = s.given("h", p.model.hidden, "", "hidden size")
-    b_a = s.given("b_a", ACTIVATION_BYTES, "B", "bytes per activation (bf16)")
-    send = s.step("pp_send", "Stage-to-stage send per request", "x_PP", h * b_a / link, "us",
-                  "one token's hidden state over NVLink at each of the S − 1 boundaries")
+    send = stage_send(s, p.model, p.gpu, p.gpus)
     fixed = S * stage * terms.fixed
     per = S * stage * terms.per_token + (S - 1) * send  # seconds of TPOT each request of a micro-batch adds
     micro = s.step("pp_micro", "Micro-batch a token's pass carries within the TPOT", "m_T",
@@ -289,18 +332,34 @@ def _pipeline(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> sympy.S
                                                 (T - fixed) / (S * 2 * N * stage / (n * P) + per)))),
                    "requests", "S·t_stage(m) + (S − 1)·m·x ≤ T on both sides of the roofline: the token passes "
                    "every stage once" + ("" if n == 1 else ", each stage's all-reduces included"))
-    return s.step("served_pp", f"Users one TP{n} × PP{p.gpus // n} pipeline serves", "U_PP",
-                  min_of(fit, S * micro), "requests",
-                  "S micro-batches in flight keep every stage busy: what fits, capped by S micro-batches in time")
+    users = s.step("served_pp", f"Users one TP{n} × PP{p.gpus // n} pipeline serves", "U_PP",
+                   min_of(fit, S * micro), "requests",
+                   "S micro-batches in flight keep every stage busy: what fits, capped by S micro-batches in time")
+
+    def tpot(load: sympy.Expr) -> sympy.Expr:
+        m = load / S  # micro-batches of the load's S-th part, on average
+        return max_of(S * (w_pp + m * kv_pp) / BW, S * 2 * N * stage * m / (n * P)) + fixed + per * m
+    return _Served(users, tpot)
 
 
 def _pipeline_note(s: Sheet, p, n: int, pp, piped: bool) -> str:
     """Why the pipeline does or does not serve the most, from which of its caps binds."""
     results = s.results
     layout, users = f"One TP{n} × PP{p.gpus // n} pipeline", format_number(s.value(pp))
+    replicas = {key[7:]: value for key, value in results.items() if key.startswith("served_tp")}
+    tied = max(replicas.values()) == results["served_pp"]
+    t_pp = format_quantity(results["tpot_pp"], "ms")
+    if piped and tied:
+        rival = min(results[f"tpot_{n}"] for n, users in replicas.items() if users == results["served_pp"])
+        return (f" {layout} serves as many, {users}, with the faster token: {t_pp} against "
+                f"{format_quantity(rival, 'ms')}, its TP{n} all-reduces lighter than the wider group's.")
     if piped:
         return (f" {layout} serves more still, {users}: it stores the weights once, like the wide group, while a "
                 f"token meets only TP{n} all-reduces, and each stage's run while the other stages compute.")
+    if tied:
+        return (f" {layout} serves as many, {users}, but its token is slower ({t_pp} against "
+                f"{format_quantity(results['tpot_best'], 'ms')}): each token reads a TP{n} replica's share of the "
+                "weights, stage after stage.")
     if results["pp_fit"] <= results["pp_stages"] * results["pp_micro"]:
         return f" {layout} holds the same {users} requests as one wide group, and no more: memory caps both."
     return (f" {layout} serves {users}: a token's pass reads the weights stage after stage, a TP{n} replica's "

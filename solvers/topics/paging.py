@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, min_of
-from solvers.topics.collective import crosses_domain, tp_all_reduce
+from solvers.topics.collective import all_reduce_terms, crosses_domain, stage_send, tp_all_reduce
 from solvers.topics.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
@@ -188,6 +188,9 @@ def tp_past_kv_heads_question(p, s: Sheet) -> None:
     BW = s.given("BW", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
     t_read = s.step("read_time", "HBM read time of one decode step", "t_rd", held / BW, "ms",
                     "each GPU streams its weights and its KV once per step (roofline-time card, at peak)")
+    wide = s.step("step_tp", f"Decode step at TP {int(p.tp)}: reads plus all-reduces", "t_TP", t_read + t_ar, "ms",
+                  "the reads and the all-reduces of one step, not overlapped (tp-all-reduce card)")
+    capped = _capped_step(s, p, N, b, L, R, T, S, L_s, pp, BW, t_ar, wide)
 
     s.assume(f"Weights and KV cache both in {p.dtype}. Every weight matrix (embeddings included) shards evenly "
              "over TP except k_proj and v_proj, which go with the KV heads they produce.")
@@ -196,8 +199,9 @@ def tp_past_kv_heads_question(p, s: Sheet) -> None:
              "and buffers are left out of the fit check.")
     s.assume("The alternative keeps TP at H_kv and spends the other GPUs on pipeline stages of whole layers, "
              "or on data-parallel attention (each rank holds whole heads for its own requests): both store "
-             "each byte once; pipeline bubbles, the stages' point-to-point sends and DP load balance are not "
-             "priced here.")
+             "each byte once. The pipeline decodes S micro-batches of R/S requests so no stage idles in steady "
+             "state (its fill and drain are left out); its stage-to-stage sends use the NIC once the GPUs span "
+             "nodes, NVLink inside one domain. DP attention's load balance is not priced.")
     s.assume("TP all-reduces follow the tp-all-reduce card (bf16 activations, ring, not overlapped with compute); "
              "a group wider than the GPU's NVLink domain runs them over the NIC, at its per-GPU rate.")
     r = s.value(copies)
@@ -206,7 +210,41 @@ def tp_past_kv_heads_question(p, s: Sheet) -> None:
     s.slip("x layers: one layer's KV counted for the model", 1 / model.layers, on=("kv_per_gpu", "duplicate"))
     s.slip("one all-reduce per layer instead of two", 0.5, on="allreduce")
     _tp_levers(s, p, n, H, per_gpu, pp, total * ceil_of(R / n) / R)
-    _tp_regime(s, p, n, H, per_gpu, dup, t_ar, t_read)
+    _tp_regime(s, p, n, H, per_gpu, dup, t_ar, t_read, wide, capped)
+
+
+CLOSE_STEPS = 0.03  # two decode steps this close are a draw the model cannot call
+
+
+def _capped_step(s: Sheet, p, N, b, L, R, T, S, L_s, pp, BW, t_ar, wide) -> sympy.Symbol:
+    """The capped layout's decode step with its communication: TP T within each of S stages of whole
+    layers, decoding S micro-batches of R/S so every stage stays busy; a token passes every stage once,
+    so its step is S stage times plus S − 1 sends. Past the KV heads it reads more weights per GPU and
+    less KV than TP n, and its all-reduces stay on NVLink; the faster step is chosen on both."""
+    if s.compare(S, 1) == 0:  # TP within the KV heads: capping changes nothing
+        s.step("comm_capped", "Communication of a decode step, TP capped at the KV heads", "t_comm_cap", t_ar,
+               "ms", "TP is already within the KV heads: the capped layout is this one")
+        s.choose("faster_layout", "same-layout")
+        return wide
+    m = s.step("pp_micro", "Requests per micro-batch", "m", R / S, "requests",
+               "S micro-batches in flight keep every stage busy")
+    w_pp = s.step("pp_weights_gpu", "Weights per GPU of the busiest stage", "w_pp", N * b * L_s / (L * T), "GB",
+                  "its layers' weights, split over the stage's TP group (all heads split: no copies)")
+    terms = all_reduce_terms(s, p.model, p.gpu, int(s.value(T)), group="cap", tp_symbol=T)
+    send = stage_send(s, p.model, p.gpu, int(p.tp), nic=p.nic)
+    comm = s.step("comm_capped", "Communication of a decode step, TP capped at the KV heads", "t_comm_cap",
+                  S * (L_s / L) * terms.of(m) + (S - 1) * m * send, "ms",
+                  "a micro-batch's TP all-reduces in every stage (two per layer, on NVLink) plus its hidden states "
+                  "sent across the S − 1 stage boundaries")
+    reads = s.step("read_capped", "HBM reads of the capped layout's decode step", "t_rd_cap",
+                   S * (w_pp + pp * m / R) / BW, "ms",
+                   "each of the S stages reads its weights and the micro-batch's KV once per micro-batch")
+    capped = s.step("step_capped", "Decode step, TP capped plus stages: reads plus communication", "t_cap",
+                    reads + comm, "ms", "a token passes every stage once: S stage times and the sends between them")
+    if abs(s.evaluate(capped / wide) - 1) < CLOSE_STEPS:
+        raise Reject(f"the two layouts' decode steps are within {CLOSE_STEPS:.0%}")
+    s.choose("faster_layout", "capped" if s.compare(capped, wide) < 0 else "as-drawn")
+    return capped
 
 
 def _tp_levers(s: Sheet, p, n, H, per_gpu, pp, dp) -> None:
@@ -239,7 +277,7 @@ def _tp_levers(s: Sheet, p, n, H, per_gpu, pp, dp) -> None:
             "each replica serves half the requests at the same TP: half the KV on every GPU")
 
 
-def _tp_regime(s: Sheet, p, n, H, per_gpu, dup, t_ar, t_read) -> None:
+def _tp_regime(s: Sheet, p, n, H, per_gpu, dup, t_ar, t_read, wide, capped) -> None:
     kv, extra = format_quantity(s.value(per_gpu), "GiB"), format_quantity(s.value(dup), "GiB")
     heads, tp = format_number(s.value(H)), format_number(s.value(n))
     comm, read = format_quantity(s.value(t_ar), "ms"), format_quantity(s.value(t_read), "ms")
@@ -247,6 +285,15 @@ def _tp_regime(s: Sheet, p, n, H, per_gpu, dup, t_ar, t_read) -> None:
             f"run over the {p.nic.name}: {comm} per decode step against {read} of HBM reads"
             if crosses_domain(p.gpu, int(p.tp)) else
             f"its all-reduces stay on NVLink: {comm} per decode step against {read} of HBM reads")
+    if s.compare(n, H) > 0:
+        t_wide, t_cap = format_quantity(s.value(wide), "ms"), format_quantity(s.value(capped), "ms")
+        results = s.results
+        cap_comm, cap_read = (format_quantity(results[k], "ms") for k in ("comm_capped", "read_capped"))
+        layout = f"TP {heads} × {format_number(s.value(n) / s.value(H))} stages"
+        link += (f". With communication counted, {layout} takes {t_cap} per decode step ({cap_read} of reads, "
+                 f"{cap_comm} of all-reduces and sends) against {t_wide} at TP {tp}: "
+                 + ("the capped layout is faster as well as free of copies" if results["faster_layout"] == "capped"
+                    else f"TP {tp} is faster, and the copies are the price of its speed"))
     s.regime_by(n, H, tie="below", above=Side(
         "kv-replicated",
         f"TP {tp} is past the {heads} KV heads: each GPU still holds one whole head, so KV per GPU stays at {kv} "
