@@ -165,9 +165,9 @@ def format_number(value: float, sig: int = 4) -> str:
         if "." in text:
             text = text.rstrip("0").rstrip(".")
         return text
-    mantissa, exponent = f"{value:.{sig - 1}e}".split("e")
+    mantissa, power = f"{value:.{sig - 1}e}".split("e")
     mantissa = mantissa.rstrip("0").rstrip(".")
-    return f"{mantissa}×10^{int(exponent)}"
+    return f"{mantissa}×10^{int(power)}"
 
 
 def format_exact(value: float) -> str:

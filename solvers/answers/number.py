@@ -105,14 +105,14 @@ class Number(Answer):
         if expected == 0:
             return Grade(self.key, CORRECT if given == 0 else WRONG, given_text, key_text)
         ratio = given / expected
-        error = self.error_of(ratio)
-        verdict = (CORRECT if error <= self.tolerance else CLOSE if error <= self.close_factor * self.tolerance
+        relative = self.error_of(ratio)
+        verdict = (CORRECT if relative <= self.tolerance else CLOSE if relative <= self.close_factor * self.tolerance
                    else WRONG)
         near = max(0.01, min(self.tolerance, 0.05))
         # The answer's own slips first: on a tie (1/8 is also bits vs bytes) they say more.
         candidates = [*slips, *generic_slips(parse_unit(self.unit))]
         slip = None if verdict == CORRECT else diagnose(ratio, candidates, near)
-        return Grade(self.key, verdict, given_text, key_text, error=error, slip=slip)
+        return Grade(self.key, verdict, given_text, key_text, error=relative, slip=slip)
 
     def error_text(self, grade: Grade) -> str:
         if grade.error is None:

@@ -259,10 +259,10 @@ def pause_storm_origin(p, s: Sheet) -> None:
     leaf_of = {node: leaf for node, leaf in _LINK_ENDS[::2][:4]}
     victims = [node for node in NODES if sent[(leaf_of[node], node)] > 0]
     for node in NODES:
-        frames = format_number(sent[(leaf_of[node], node)])
+        received = format_number(sent[(leaf_of[node], node)])
         s.judge("paused", node, node in victims,
                 "it stopped draining and started the storm; its own traffic is not counted" if node == origin else
-                f"{leaf_of[node]} sent it {frames} pause frames" if node in victims else
+                f"{leaf_of[node]} sent it {received} pause frames" if node in victims else
                 f"{leaf_of[node]} sent it no pause frames: it was not sending into the storm")
 
     Q = s.param("Q", "quanta")
