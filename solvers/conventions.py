@@ -49,9 +49,17 @@ def convention(key: str) -> Convention:
     raise KeyError(f"no convention '{key}' in conventions.yaml")
 
 
+def convention_value(key: str) -> float:
+    """The number a numeric convention states (most are; a counting rule may be text only)."""
+    value = convention(key).value
+    if value is None:
+        raise ConventionError(f"conventions.yaml: {key}: states no value")
+    return value
+
+
 def scale_up_domain(gpu: Mapping[str, Any] | None) -> int:
     """GPUs that share one NVLink domain: the GPU's own `nvlink_domain`, else the card's value."""
-    return int((gpu.get("nvlink_domain") if gpu is not None else None) or convention("scale-up-domain").value)
+    return int((gpu.get("nvlink_domain") if gpu is not None else None) or convention_value("scale-up-domain"))
 
 
 def card_text() -> str:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from solvers.conventions import convention, scale_up_domain
+from solvers.conventions import convention_value, scale_up_domain
 from solvers.dtypes import DTYPE_BYTES
 
 
@@ -136,7 +136,7 @@ def _weights_fit(values: Mapping[str, Any]) -> str | None:
     model, gpu = values["model"], values["gpu"]
     share = values.get("tp", values.get("gpus", 1))
     dtype, per_gpu = _weights(values, share)
-    room = (convention("usable-hbm").value - convention("minimal-kv-pool").value) * gpu["hbm_gb"] * 1e9
+    room = (convention_value("usable-hbm") - convention_value("minimal-kv-pool")) * gpu["hbm_gb"] * 1e9
     if per_gpu <= room:
         return None
     return (f"{model['name']} in {dtype} over {share} GPU(s) needs {per_gpu / 1e9:.0f} GB of weights per "
@@ -146,7 +146,7 @@ def _weights_fit(values: Mapping[str, Any]) -> str | None:
 def _tp_suits_model(values: Mapping[str, Any]) -> str | None:
     model, gpu, tp = values["model"], values["gpu"], values["tp"]
     _, per_gpu = _weights(values, tp)
-    least = convention("tp-width").value * gpu["hbm_gb"] * 1e9
+    least = convention_value("tp-width") * gpu["hbm_gb"] * 1e9
     if tp == 1 or per_gpu >= least:
         return None
     return (f"TP {tp} leaves {per_gpu / 1e9:.1f} GB of {model['name']} per {gpu['name']}: a model that size "

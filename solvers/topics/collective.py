@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from solvers.conventions import convention, scale_up_domain
+from solvers.conventions import convention_value, scale_up_domain
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet
 
@@ -45,9 +45,9 @@ def link_latency(s: Sheet, gpu: Record, tp: int, group: str = "") -> sympy.Symbo
     """The card's fixed latency of one all-reduce, inside the domain or across nodes."""
     symbol = _suffix("α", group)
     if not crosses_domain(gpu, tp):
-        return s.given(symbol, convention("all-reduce-latency-nvlink").value * 1e-6, "us",
+        return s.given(symbol, convention_value("all-reduce-latency-nvlink") * 1e-6, "us",
                        "latency of one all-reduce in the NVLink domain")
-    return s.given(symbol, convention("all-reduce-latency-nic").value * 1e-6, "us",
+    return s.given(symbol, convention_value("all-reduce-latency-nic") * 1e-6, "us",
                    "latency of one all-reduce across nodes")
 
 

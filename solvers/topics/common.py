@@ -1,12 +1,12 @@
 """Helpers shared by the topic solvers: dtypes, datasheet lookups, engine defaults."""
 from __future__ import annotations
 
-from solvers.conventions import convention
+from solvers.conventions import convention_value
 from solvers.data import Record
 from solvers.derivation import Reject
 from solvers.dtypes import DTYPE_BYTES
 
-GPU_MEMORY_UTILIZATION = convention("usable-hbm").value  # the conventions card says it once
+GPU_MEMORY_UTILIZATION = convention_value("usable-hbm")  # the conventions card says it once
 _PEAK_FIELD = {"bf16": "bf16_dense_tflops", "fp16": "bf16_dense_tflops", "fp8": "fp8_dense_tflops",
                "fp4": "fp4_dense_tflops"}
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from solvers.conventions import convention, scale_up_domain
+from solvers.conventions import convention_value, scale_up_domain
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
 from solvers.topics.collective import link_bandwidth
 from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bandwidth, hbm_bytes, peak_flops
@@ -53,9 +53,9 @@ def nvl72_boundary(p, s: Sheet) -> None:
     V_c = s.step("combine_bytes", "Combine bytes each GPU receives per MoE layer", "V_c", T_g * k * c_copy, "MB",
                  "each expert's output comes back in bf16")
     V = V_d + V_c
-    lat_nvl = s.given("t_lat_NVL", convention("all-reduce-latency-nvlink").value * 1e-6, "us",
+    lat_nvl = s.given("t_lat_NVL", convention_value("all-reduce-latency-nvlink") * 1e-6, "us",
                       "fixed latency of a call inside one NVLink domain (all-reduce-latency-nvlink)")
-    lat_nic = s.given("t_lat_NIC", convention("all-reduce-latency-nic").value * 1e-6, "us",
+    lat_nic = s.given("t_lat_NIC", convention_value("all-reduce-latency-nic") * 1e-6, "us",
                       "fixed latency of a call that crosses the NICs (all-reduce-latency-nic)")
     t_b = _a2a_time(s, "hgx", f"on {hgx.name} nodes", V, ep, D_b, bw_hgx, bw_nic,
                     lat_nic if p.ep > scale_up_domain(hgx) else lat_nvl)
@@ -268,9 +268,9 @@ def b200_h100_roles(p, s: Sheet) -> None:
     nic_H = s.given("BW_NIC_H", p.old_nic.gbit_s * 1e9 / 8, "GB/s",
                     f"{p.old_nic.name} per {old.name} GPU, each direction (kept: a PCIe Gen5 host)")
     u = s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable HBM (usable-hbm)")
-    eta_c = s.given("η_c", convention("step-compute").value, "%", "achievable compute (step-compute)")
-    eta_bw = s.given("η_bw", convention("step-bandwidth").value, "%", "achievable bandwidth (step-bandwidth)")
-    t_oh = s.given("t_oh", convention("step-overhead").value * 1e-3, "ms", "overhead per step (step-overhead)")
+    eta_c = s.given("η_c", convention_value("step-compute"), "%", "achievable compute (step-compute)")
+    eta_bw = s.given("η_bw", convention_value("step-bandwidth"), "%", "achievable bandwidth (step-bandwidth)")
+    t_oh = s.given("t_oh", convention_value("step-overhead") * 1e-3, "ms", "overhead per step (step-overhead)")
     b_B = s.given("b_B", b_new, "B", f"bytes per weight in the B200 pool ({p.b200_format})")
     kv = kv_bytes_per_token_given(s, model, 2, "bf16")
     S = s.step("decode_context", "Average context while decoding", "S", P_in + n_out / 2, "tokens",

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from solvers.conventions import convention
+from solvers.conventions import convention_value
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, floor_of, max_of, min_of
 from solvers.topics.collective import AllReduceTerms, all_reduce_terms
@@ -43,16 +43,18 @@ from solvers.topics.common import (
 from solvers.topics.kvcache import kv_bytes_per_token_per_gpu, kv_bytes_per_token_per_gpu_given
 from solvers.units import format_quantity
 
+STEP_OVERHEAD = convention_value("step-overhead") * 1e-3  # the card's fixed seconds per step
+
 
 @dataclass(frozen=True)
 class StepConstants:
     """The model's named assumptions; the defaults are the conventions card's step-compute,
     step-bandwidth and step-overhead."""
 
-    compute: float = convention("step-compute").value  # achievable fraction of dense peak FLOP/s
-    bandwidth: float = convention("step-bandwidth").value  # achievable fraction of HBM bandwidth
+    compute: float = convention_value("step-compute")  # achievable fraction of dense peak FLOP/s
+    bandwidth: float = convention_value("step-bandwidth")  # achievable fraction of HBM bandwidth
     # seconds per step outside the kernels; None: the question models it
-    overhead: float | None = convention("step-overhead").value * 1e-3
+    overhead: float | None = STEP_OVERHEAD
 
 
 DEFAULT_CONSTANTS = StepConstants()
@@ -129,7 +131,7 @@ def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstan
     A = s.step("attention_pair_flops", "Attention FLOPs per query-key pair", "A", 4 * L * H * d_h, "FLOP",
                "QKᵀ and PV: a multiply-add per head dimension each, for every query head in every layer")
 
-    overhead = ("the CPU's time per step is modelled separately" if t_oh is None
+    overhead = ("the CPU's time per step is modelled separately" if constants.overhead is None
                 else f"t_oh = {format_quantity(constants.overhead, 'ms')} per step")
     s.assume(
         "Step-time model: t = max(bytes each GPU reads / (η_bw·BW), FLOPs / (TP·η_c·peak)) + overhead, with "
