@@ -7,20 +7,27 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from solvers.conventions import convention
+from solvers.conventions import convention_value
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, floor_of, max_of, min_of
 from solvers.topics.collective import all_reduce_terms, crosses_domain, tp_all_reduce
-from solvers.topics.common import GPU_MEMORY_UTILIZATION, dtype_bytes, hbm_bandwidth, hbm_bytes, peak_flops
+from solvers.topics.common import (
+    GPU_MEMORY_UTILIZATION,
+    dtype_bytes,
+    hbm_bandwidth,
+    hbm_bytes,
+    judgements,
+    peak_flops,
+)
 from solvers.topics.kvcache import kv_bytes_per_token_per_gpu_given
-from solvers.topics.steptime import DEFAULT_CONSTANTS
+from solvers.topics.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD
 from solvers.units import format_number, format_quantity
 
 # vLLM v0.10.1's largest CUDA-graph capture size by default: SchedulerConfig.cuda_graph_sizes = [min(2 x
 # max_num_seqs, 512)] (PR #20628), and every draw's max_num_seqs is at least 256.
 CAPTURE_LIMIT = 512
 # Between NVLink bridge groups an H200 NVL ring runs over PCIe Gen5 x16 (the nvl-bridge-groups card).
-PCIE_GEN5 = Record(name="PCIe Gen5 x16", gbit_s=convention("nvl-bridge-groups").value * 8)
+PCIE_GEN5 = Record(name="PCIe Gen5 x16", gbit_s=convention_value("nvl-bridge-groups") * 8)
 VLLM = "v0.10.1.1"  # the release the question pins: it names an H200 NVL's config files NVIDIA_H200_NVL
 SLOWER = 1.05  # a phase "got slower" at 5% or more; a mechanism explains it when removing it alone gains 5%
 TOO_CLOSE = 0.02  # a ratio within 2% of that bar: "slower or not" would turn on rounding
@@ -72,7 +79,7 @@ def h200_slower_than_h100(p, s: Sheet) -> None:
     cap = s.param("c", "power_cap")
     eta_c = s.given("η_c", DEFAULT_CONSTANTS.compute, "%", "achievable fraction of peak compute")
     eta_bw = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%", "achievable fraction of HBM bandwidth")
-    t_oh = s.given("t_oh", DEFAULT_CONSTANTS.overhead, "ms", "fixed overhead per step")
+    t_oh = s.given("t_oh", STEP_OVERHEAD, "ms", "fixed overhead per step")
     u = s.given("u", GPU_MEMORY_UTILIZATION, "", "usable fraction of HBM")
     H_q, d_h = s.given("H_q", m.heads, "", "query heads"), s.given("d_h", m.head_dim, "", "head dim")
     A = s.step("attention_pair_flops", "Attention FLOPs per query-key pair", "A", 4 * L * H_q * d_h, "FLOP",
@@ -120,7 +127,7 @@ def h200_slower_than_h100(p, s: Sheet) -> None:
     eager_n = L * e_l if B_n > CAPTURE_LIMIT else 0
     link_n = PCIE_GEN5 if bridged else None
     alpha_n = None if not bridged else s.given(
-        "α_PCIe", convention("all-reduce-latency-nic").value * 1e-6, "us",
+        "α_PCIe", convention_value("all-reduce-latency-nic") * 1e-6, "us",
         "latency of one all-reduce across PCIe between bridge groups (nvl-bridge-groups)")
     ttft_n = _prefill(s, p, "n", gpu_n, P_n, BW_n, phi, penalty_n, W, TP, T, F, share_pre, eta_c, eta_bw, t_oh,
                       link_n, alpha_n)
@@ -135,7 +142,7 @@ def h200_slower_than_h100(p, s: Sheet) -> None:
     ratios = s.value(r_ttft), s.value(r_tpot)
     if any(abs(r / SLOWER - 1) < TOO_CLOSE for r in ratios):
         raise Reject("TTFT or TPOT within 2% of 5% slower: too close to call")
-    worse = tuple(r >= SLOWER for r in ratios)
+    worse = (ratios[0] >= SLOWER, ratios[1] >= SLOWER)
     s.choose("regressed", {(True, True): "ttft-and-tpot", (True, False): "ttft-only", (False, True): "tpot-only",
                            (False, False): "neither"}[worse])
 
@@ -263,5 +270,5 @@ def _mechanisms(s: Sheet, p, knobs: Knobs, kv: float, B_o: int, tuned: bool, bri
     s.judge("mechanisms", MECHANISMS["hbm"], False,
             f"{format_quantity(hbm_bandwidth(p.part), 'TB/s')} of HBM3e against the H100's "
             f"{format_quantity(hbm_bandwidth(p.old), 'TB/s')}: more, not less")
-    if not any(s.results["mechanisms"].values()):
+    if not any(judgements(s, "mechanisms").values()):
         raise Reject(f"no mechanism slows this deployment by 5% (TTFT {ratios[0]:.3f}x, TPOT {ratios[1]:.3f}x)")

@@ -226,7 +226,7 @@ def split_kv_decode_merge(p, s: Sheet) -> None:
                "one token per step: reads (weights, then attention) or math, whichever is longer"
                + (", plus the all-reduces" if p.tp > 1 else "") + ", plus the step's overhead")
 
-    _merge_judgements(s, splits=s.value(n_split), empty=s.results["empty_splits"], overhead=s.value(overhead),
+    _merge_judgements(s, splits=s.value(n_split), empty=s.value(n_empty), overhead=s.value(overhead),
                       gain=s.value(t_att0) / s.value(t_att1))
     s.assume("One thread block per (sequence, KV head) with its query heads packed together (FlashAttention-2's "
              "decode path swaps the query-head group into the rows; FlashInfer and FlashDecoding do the same); "

@@ -8,6 +8,8 @@ sequence occupies ceil(tokens / block_size) blocks.
 """
 from __future__ import annotations
 
+from typing import Protocol
+
 import sympy
 
 from solvers.data import Record
@@ -35,7 +37,14 @@ def kv_bytes_per_token(sheet: Sheet, model: Record, kv_bytes: sympy.Symbol, key:
                       "a key and a value vector per KV head in every layer")
 
 
-def kv_bytes_per_token_given(sheet: Sheet, model: Record, kv_bytes: float, dtype: str) -> sympy.Symbol:
+class TakesPrerequisites(Protocol):
+    """What a result taken from an earlier question needs of a sheet: a Sheet, or a view of one
+    that tags the symbol (two models' bytes per token side by side)."""
+
+    def prerequisite(self, question_id: str, symbol: str, value: float, unit: str, label: str) -> sympy.Symbol: ...
+
+
+def kv_bytes_per_token_given(sheet: TakesPrerequisites, model: Record, kv_bytes: float, dtype: str) -> sympy.Symbol:
     """KV bytes per token as a result of kv-bytes-per-token (the question must require it): the
     same formula, evaluated on a scratch sheet, stands here as one given instead of a derivation."""
     scratch = Sheet()

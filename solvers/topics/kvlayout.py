@@ -19,6 +19,7 @@ from solvers.topics.common import (
     dtype_bytes,
     hbm_bandwidth,
     hbm_bytes,
+    judgements,
     model_params,
     peak_flops,
 )
@@ -26,7 +27,7 @@ from solvers.topics.kvcache import (
     kv_bytes_per_token_given,
     kv_bytes_per_token_per_gpu_given,
 )
-from solvers.topics.steptime import DEFAULT_CONSTANTS, engine, step_time, step_work
+from solvers.topics.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD, engine, step_time, step_work
 from solvers.units import format_number, format_quantity
 
 GPUS_PER_NODE = 8  # an HGX/DGX or MI300X platform board
@@ -305,7 +306,7 @@ def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m) -> None:
                    "the latent is copied on every GPU either way, so only the weights' share moves, and not enough"))
     s.judge(key, "splitting the latent over the TP ranks like KV heads", False,
             "every head attends over the whole latent: there is nothing per head to split")
-    if not any(s.results[key].values()):
+    if not any(judgements(s, key).values()):
         raise Reject("no lever holds more requests on this node: nothing to choose between")
 
 
@@ -436,7 +437,7 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
     BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
     eta_c = s.given("η_c", c.compute, "%", "achievable fraction of peak compute")
     eta_bw = s.given("η_bw", c.bandwidth, "%", "achievable fraction of HBM bandwidth")
-    t_oh = s.given("t_oh", c.overhead, "ms", "fixed overhead per step")
+    t_oh = s.given("t_oh", STEP_OVERHEAD, "ms", "fixed overhead per step")
     N_a = s.given("N_act", model.active_params_b * 1e9, "", "active parameters per token")
     E_x = s.given("E_x", model.experts, "", "routed experts per MoE layer")
     k_x = s.given("k_x", model.experts_per_token, "", "routed experts per token")
@@ -480,8 +481,8 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
                      "the busiest group sets the pace, then the collectives, plus overhead")
     s.assume(f"Step model as the roofline-time card with the bank's step constants: reads at "
              f"{format_quantity(c.bandwidth, '%')} of HBM bandwidth, math at {format_quantity(c.compute, '%')} of "
-             f"the dense bf16 peak, {format_quantity(c.overhead, 'ms')} of overhead per step; a routed expert is read "
-             "when any token of the step picks it (tokens pick independently and uniformly); the MoE stays "
+             f"the dense bf16 peak, {format_quantity(STEP_OVERHEAD, 'ms')} of overhead per step; a routed expert is "
+             "read when any token of the step picks it (tokens pick independently and uniformly); the MoE stays "
              "tensor-parallel over the node.")
     s.slip("every routed expert read, whatever the batch", on="tpot_tp",
            factor=s.evaluate(max_of((weights / n + run_tp * C * kv_tok) / (eta_bw * BW), F_tp / (eta_c * P))

@@ -16,6 +16,7 @@ from solvers.topics.common import (
     hbm_bytes,
     model_params,
     peak_flops,
+    step_result,
 )
 from solvers.topics.kvcache import kv_bytes_per_token, kv_bytes_per_token_given, kv_heads_per_gpu
 from solvers.units import format_number, format_quantity
@@ -344,13 +345,15 @@ def _pipeline(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> _Served
 
 def _pipeline_note(s: Sheet, p, n: int, pp, piped: bool) -> str:
     """Why the pipeline does or does not serve the most, from which of its caps binds."""
-    results = s.results
+    def result(key: str) -> float:
+        return step_result(s, key)
+
     layout, users = f"One TP{n} × PP{p.gpus // n} pipeline", format_number(s.value(pp))
-    replicas = {key[7:]: value for key, value in results.items() if key.startswith("served_tp")}
-    tied = max(replicas.values()) == results["served_pp"]
-    t_pp = format_quantity(results["tpot_pp"], "ms")
+    replicas = {key[7:]: result(key) for key in s.results if key.startswith("served_tp")}
+    tied = max(replicas.values()) == result("served_pp")
+    t_pp = format_quantity(result("tpot_pp"), "ms")
     if piped and tied:
-        rival = min(results[f"tpot_{n}"] for n, users in replicas.items() if users == results["served_pp"])
+        rival = min(result(f"tpot_{n}") for n, users in replicas.items() if users == result("served_pp"))
         return (f" {layout} serves as many, {users}, with the faster token: {t_pp} against "
                 f"{format_quantity(rival, 'ms')}, its TP{n} all-reduces lighter than the wider group's.")
     if piped:
@@ -358,9 +361,9 @@ def _pipeline_note(s: Sheet, p, n: int, pp, piped: bool) -> str:
                 f"token meets only TP{n} all-reduces, and each stage's run while the other stages compute.")
     if tied:
         return (f" {layout} serves as many, {users}, but its token is slower ({t_pp} against "
-                f"{format_quantity(results['tpot_best'], 'ms')}): each token reads a TP{n} replica's share of the "
+                f"{format_quantity(result('tpot_best'), 'ms')}): each token reads a TP{n} replica's share of the "
                 "weights, stage after stage.")
-    if results["pp_fit"] <= results["pp_stages"] * results["pp_micro"]:
+    if result("pp_fit") <= result("pp_stages") * result("pp_micro"):
         return f" {layout} holds the same {users} requests as one wide group, and no more: memory caps both."
     return (f" {layout} serves {users}: a token's pass reads the weights stage after stage, a TP{n} replica's "
             "share per GPU in all, so the TPOT caps its micro-batches.")

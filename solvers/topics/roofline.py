@@ -296,7 +296,7 @@ def _speedup_regime(s: Sheet, speedups: dict[str, sympy.Symbol], batch_o, batch_
     if second >= best * (1 - TIE):
         # Within the answers' tolerance a candidate could not tell which workload wins.
         raise Reject("two workloads gain within 2%: no clear winner")
-    if max(value, key=value.get) == "bandwidth":
+    if max(value, key=value.__getitem__) == "bandwidth":
         # Only where the new GPU's largest batch turns compute-bound; the drawn pairs never do.
         raise Reject("small-batch decode gains most: a corner the pairs drawn here do not reach")
     shown = {name: format_number(v, 3) for name, v in value.items()}

@@ -641,7 +641,7 @@ def roofline_model_breaks(p, s: Sheet) -> None:
 
     costs = {"bandwidth": s.value(d_bw), "all-reduce": s.value(t_ar), "overhead": s.value(e.t_oh)}
     _require_clear_call(s.value(ratio), sorted(costs.values()), [c / s.value(t) for c in costs.values()])
-    dominant = max(_CORRECTIONS, key=costs.get)
+    dominant = max(_CORRECTIONS, key=costs.__getitem__)
     s.choose("dominant", dominant)
     _judge_breaks(s, costs, s.value(t), padding)
     _roofline_regime(s, ratio, reach, costs, dominant)
