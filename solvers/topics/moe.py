@@ -18,7 +18,7 @@ import sympy
 from solvers.conventions import scale_up_domain
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of, min_of
-from solvers.topics.common import dtype_bytes, hbm_bandwidth, hbm_bytes, peak_flops
+from solvers.topics.common import dtype_bytes, hbm_bandwidth, hbm_bytes, peak_flops, step_result
 from solvers.topics.training import FLOPS_PER_PARAM_TOKEN
 from solvers.units import format_number, format_quantity
 
@@ -468,7 +468,8 @@ class SkewSimulation:
     sigma: float  # spread of log-popularity that gives the hottest expert m times the mean
 
 
-def popularity(rng: np.random.Generator, experts: int, hot: float, correlation: float) -> tuple[np.ndarray, ...]:
+def popularity(rng: np.random.Generator, experts: int, hot: float,
+               correlation: float) -> tuple[np.ndarray, np.ndarray, float]:
     """Today's and yesterday's share of the routed tokens per expert: log-normal popularity scaled so the
     hottest expert gets `hot` times the mean today, yesterday's log-popularity correlated `correlation` with it."""
     z_today, noise = rng.standard_normal(experts), rng.standard_normal(experts)
@@ -494,7 +495,8 @@ def _busiest(gpu_of: np.ndarray, expert_of: np.ndarray, counts: np.ndarray, toke
     return float(np.bincount(gpu_of, weights=per_copy, minlength=gpus).max())
 
 
-def _rebalanced(loads: np.ndarray, gpus: int, t_read: float, t_tok: float) -> tuple[np.ndarray, ...]:
+def _rebalanced(loads: np.ndarray, gpus: int, t_read: float,
+                t_tok: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """EPLB-style: one redundant slot per GPU goes to the expert whose copies are heaviest (again and again),
     then balanced packing: copies heaviest first, one per GPU per round, the least-loaded GPU taking the heaviest
     (every GPU ends with E/G + 1 copies). Returns each copy's GPU and expert, and the copies per expert."""
@@ -669,11 +671,11 @@ def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, t_hot, t_rest, ridge
     s.judge(key, "The skew costs nothing at this batch: the busiest GPU takes the balanced time", not excess,
             "every expert, the hottest included, waits on its weight read" if not excess else
             f"{us(hot - bal)} over the balanced {us(bal)}")
+    hot_tokens, crossover = step_result(s, "hot_tokens"), step_result(s, "expert_crossover")
     s.judge(key, "Twice the batch would leave the busiest GPU's time unchanged",
-            s.compare(2 * s.results["hot_tokens"], s.results["expert_crossover"]) <= 0,
-            "the hottest expert would still sit below the crossover" if 2 * s.results["hot_tokens"] <=
-            s.results["expert_crossover"] else "the hottest expert's math would outlast its read, and grow with the "
-            "batch")
+            s.compare(2 * hot_tokens, crossover) <= 0,
+            "the hottest expert would still sit below the crossover" if 2 * hot_tokens <= crossover
+            else "the hottest expert's math would outlast its read, and grow with the batch")
 
 
 def _skew_regime(s: Sheet, B, B_star, T_hot, T_bal, n_hot, t_c) -> None:
@@ -814,7 +816,7 @@ A2A_SHARE = sympy.Rational(3, 40)  # the all-to-all "costs" the step past 7.5% o
 
 
 def _failure_modes(s: Sheet, model: Record, gpus: int, stretch, a_in, a_out, t_c) -> None:
-    key, r = "failure_modes", s.results
+    key = "failure_modes"
     hot = s.value(stretch)
     s.judge(key, "Router imbalance stretches each MoE layer by 15% or more", s.compare(stretch, IMBALANCE) >= 0,
             f"the hottest expert's GPU runs {format_number(hot, 3)}x the mean"
@@ -824,18 +826,18 @@ def _failure_modes(s: Sheet, model: Record, gpus: int, stretch, a_in, a_out, t_c
             s.compare(3 * a_out, t_c) >= 0, f"{sec(a_out)} over the NIC against {sec(t_c)} of compute per step: "
             + ("more than overlap can hide" if s.value(a_out) > s.value(t_c) else
                "an overlapped schedule must hide it" if 3 * s.value(a_out) >= s.value(t_c) else "a small share"))
-    share = r["nvlink_share"]
+    share = step_result(s, "nvlink_share")
     s.judge(key, "Even with EP inside NVLink, the all-to-all takes more than 7.5% of the step", share > A2A_SHARE,
             f"{sec(a_in)} against {sec(t_c)} of compute: {format_number(100 * share, 3)}% of the step")
     fold = model.params_b / model.active_params_b
     s.judge(key, "Counting compute by the total parameters would overstate it more than 20-fold", fold > LOWEST_FOLD,
             f"total / active = {format_number(fold, 3)}")
-    held = r["state_gpus"]
+    held = step_result(s, "state_gpus")
     s.judge(key, "Holding the training state alone takes at least 2% of the job's GPUs",
             held >= STATE_GPU_SHARE * gpus, f"{format_number(held)} of {format_number(gpus)} GPUs, for the "
             f"{format_number(model.params_b)}B total (a dense model of the active size: "
             f"1/{format_number(fold, 3)} of it)")
-    stages = r["pipeline_stages"]
+    stages = step_result(s, "pipeline_stages")
     s.judge(key, "The state forces a pipeline of 4 stages or more", stages >= DEEP_PIPELINE,
             f"{format_number(stages)} stages with EP inside NVLink: the experts' bf16 weights and grads split only "
             "EP ways")

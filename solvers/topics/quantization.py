@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 import zlib
 from fractions import Fraction
+from typing import TypedDict
 
 import numpy as np
 import sympy
 
 from solvers.derivation import Sheet, Side, max_of
-from solvers.topics.common import dtype_bytes
+from solvers.topics.common import dtype_bytes, step_result
 from solvers.topics.fp8 import E4M3, FORMATS, amax_scale, chop_mask, clipped, quantize, quantize_blocks, sqnr_db
 from solvers.topics.kvcache import kv_bytes_per_token_given
 from solvers.units import format_number
@@ -184,7 +185,7 @@ def _fp8_kv_levers(s: Sheet, p, fmt) -> None:
 
 def _fp8_kv_regime(s: Sheet, p, N, N_even, r) -> None:
     ratio, even = format_number(s.value(r), 3), format_number(s.value(N_even), 3)
-    probability = _pct(s.results["clip_probability"])
+    probability = _pct(step_result(s, "clip_probability"))
     s.regime_by(N, N_even, tie="above", above=Side(
         "clipping-dominated",
         f"A {format_number(p.context)}-token context passes the clip point with probability {probability} "
@@ -339,18 +340,20 @@ def _kv_bookkeeping(s: Sheet, p, b: sympy.Symbol) -> tuple[sympy.Symbol, sympy.S
 def _kv_quant_select(s: Sheet, p, sim: dict[str, float], *, alpha, share, compression, roads, roads_token) -> None:
     """Which statements hold for this variant, each decided on the sheet's exact values; the
     simulation's figures stand in the reasons as a check."""
-    results = s.results
-    ratio = results["key_error_token"] / results["key_error_channel"]
+    def result(key: str) -> float:
+        return step_result(s, key)
+
+    ratio = result("key_error_token") / result("key_error_channel")
     s.judge("facts", "per-channel keys cut the key error by more than 8×", s.compare(alpha + 1, 8) > 0,
             f"(α + 1) = {format_number(ratio, 3)}× smaller error per element")
     s.judge("facts", "the bf16 residual window holds more than a third of this sequence's cache",
             s.compare(share, sympy.Rational(1, 3)) > 0,
-            f"{_pct(results['residual_share'])} of it")
+            f"{_pct(result('residual_share'))} of it")
     s.judge("facts", "the cache is under a quarter of its bf16 size", s.compare(compression, 4) > 0,
-            f"{format_number(results['compression'], 3)}× smaller than bf16")
+            f"{format_number(result('compression'), 3)}× smaller than bf16")
     s.judge("facts", "twice the query scale would make the key road outweigh the value road, even with per-channel "
             "keys", s.compare(2 * roads, 1) > 0,
-            f"the ratio doubles to {format_number(2 * results['roads_channel'], 3)}")
+            f"the ratio doubles to {format_number(2 * result('roads_channel'), 3)}")
     # Per-token keys at b + 3 bits against per-channel ones at b: the step shrinks with 2^b − 1, the range by α + 1.
     bits, alpha_value = int(p.bits), int(p.outlier)
     needed = (alpha_value + 1) * (2**bits - 1)
@@ -367,7 +370,7 @@ def _kv_quant_select(s: Sheet, p, sim: dict[str, float], *, alpha, share, compre
             f"{format_number(float(R / 2))} tokens move from 16 to {format_number(float(b_eff), 3)} bits: "
             f"{_pct(float(saved))} of the cache")
     # Independent roads add in quadrature: output error ∝ √(R² + 1) for either key layout.
-    estimate = float(np.sqrt((results["roads_token"] ** 2 + 1) / (results["roads_channel"] ** 2 + 1)))
+    estimate = float(np.sqrt((result("roads_token") ** 2 + 1) / (result("roads_channel") ** 2 + 1)))
     s.judge("facts", "KIVI's layout leaves under a third of the output error of per-token scales for both",
             s.compare(roads_token**2 + 1, 9 * (roads**2 + 1)) > 0,
             f"the roads add in quadrature: √(R_tok² + 1)/√(R_ch² + 1) = {format_number(estimate, 3)}× (the "
@@ -522,7 +525,7 @@ def fp8_scale_formats(p, s: Sheet) -> None:
         s.slip("the OCP rule taken as floor(log2(amax/448)): every block saturating", 1 / s.value(share),
                on="act_saturating_share")
     if p.hopper_scales == "fp32":
-        s.slip("the conversion taken as free", s.value(S0) / s.results["sqnr_weights_blackwell"],
+        s.slip("the conversion taken as free", s.value(S0) / step_result(s, "sqnr_weights_blackwell"),
                on="sqnr_weights_blackwell")
     _format_regime(s, p, overshoot, losses)
 
@@ -541,10 +544,10 @@ def _format_select(s: Sheet, p, share, loss) -> None:
             f"{tested}" + (": the same scale on every block, so the same codes" if same_activations else
                            ": other scales, so other codes"))
     s.judge("gates", "more than 10% of this pool's activation blocks saturate", s.compare(share, sympy.Rational(1, 10))
-            > 0, f"{_pct(s.results['act_saturating_share'])} of blocks under the {p.mx_rule} rule")
+            > 0, f"{_pct(step_result(s, 'act_saturating_share'))} of blocks under the {p.mx_rule} rule")
     s.judge("gates", "more than a quarter of this pool's activation blocks saturate",
             s.compare(share, sympy.Rational(1, 4)) > 0,
-            f"{_pct(s.results['act_saturating_share'])} of blocks under the {p.mx_rule} rule")
+            f"{_pct(step_result(s, 'act_saturating_share'))} of blocks under the {p.mx_rule} rule")
     s.judge("gates", "the weights reach this pool more than 2 dB below the SQNR that was tested",
             s.compare(loss, 2) > 0, f"{format_number(s.value(loss), 3)} dB lost on the way: " + (
                 "the tested bytes load as they are" if same_bytes else "rounded again onto power-of-two scales"))
@@ -556,7 +559,7 @@ def _format_select(s: Sheet, p, share, loss) -> None:
 def _format_regime(s: Sheet, p, overshoot, losses: dict[str, tuple[float, float]]) -> None:
     one = s.given("k_fit", 1, "x", "amax landing exactly on max")
     land = format_number(s.value(overshoot), 3)
-    share = _pct(s.results["act_saturating_share"])
+    share = _pct(step_result(s, "act_saturating_share"))
     emulated = ("the emulation gives " + " and ".join(
         f"{format_number(pool, 3)} dB against {format_number(ref, 3)} dB with FP32 scales per 128 on {name} blocks"
         for name, (ref, pool) in (("Gaussian", losses["gaussian"]), ("heavy-tailed", losses["t3"]))))
@@ -627,7 +630,14 @@ def _key_point(rng: np.random.Generator, alpha: float, beta: float) -> dict[str,
             "centred": _softmax_tv(exact, probs(centred))}
 
 
-def _probability_point(rng: np.random.Generator, beta: float, tokens: int) -> dict[str, float]:
+class _ProbabilityPoint(TypedDict):
+    flushed: float  # share of the mass flushed, P unscaled
+    flushed_scaled: float  # the same, P scaled by 448
+    p: np.ndarray  # the first row's exp(s − m), the accumulator's input
+    rows: int  # query rows simulated
+
+
+def _probability_point(rng: np.random.Generator, beta: float, tokens: int) -> _ProbabilityPoint:
     """exp(s − m) cast to E4M3 as it is, and scaled by 448, over a few query rows (each row has its own
     max, which the flushed mass is sensitive to): what flushes to zero is what the cast sends to 0, at or
     below half the smallest subnormal (the tie goes to the even code, zero)."""
@@ -746,7 +756,7 @@ def fp8_attention_quant_points(p, s: Sheet) -> None:
     _attention_regime(s, {"keys": r_K, "probabilities": f_P, "accumulator": e_typ})
 
 
-def _attention_points_givens(s: Sheet, keys: dict, probs: dict, acc: dict) -> None:
+def _attention_points_givens(s: Sheet, keys: dict, probs: _ProbabilityPoint, acc: dict) -> None:
     source = "seeded simulation (seed from the variant)"
     s.given("tv_K_tensor", keys["tensor"], "%", f"{source}, {ATTN_TOKENS} tokens × {HEAD_DIM}: mass misplaced, "
             "keys per tensor")
@@ -781,7 +791,7 @@ def _attention_fixes(s: Sheet, p, *, ds, ds_c, flushed, promoted, e_acc, r_K) ->
             f"{_pct(s.value(unscaled))} flushed unscaled, {_pct(s.value(scaled))} scaled")
     s.judge("fixes", "promoting the accumulator to FP32 every N_c tokens keeps its error under 0.1%",
             s.compare(promoted, sympy.Rational(1, 1000)) < 0,
-            f"{format_number(p.promote / MMA_K)} chopped adds: {_pct(s.results['acc_error_promoted'])}")
+            f"{format_number(p.promote / MMA_K)} chopped adds: {_pct(step_result(s, 'acc_error_promoted'))}")
     s.judge("fixes", "over this context the unpromoted bound passes the ~2% DeepSeek-V3 measured at K = 4096",
             s.compare(e_acc, sympy.Rational(2, 100)) > 0, f"{_pct(s.value(e_acc))} over {format_number(p.context)} "
             "tokens (1.56% at 4,096)")
