@@ -390,7 +390,7 @@ def test_mixed_round_is_the_uniform_round_when_every_class_drafts_alike(variant)
     from solvers.topics.speculation import _LoadModel
     for seed in range(0, 40, 4):
         solution = variant(f"spec-decode-tail@{seed}")
-        model = _LoadModel(Record({p.name: p.value for p in solution.params}))
+        model = _LoadModel.of(Record({p.name: p.value for p in solution.params}))
         rounds = {step.key: step.value for step in solution.sheet.steps}
         gamma, c, share = (int(_value(solution, "gamma")), _value(solution, "draft_cost"),
                            _value(solution, "low_share"))

@@ -21,6 +21,7 @@ import functools
 import json
 import math
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 import sympy
@@ -33,6 +34,7 @@ from solvers.topics.common import (
     dtype_bytes,
     hbm_bandwidth,
     hbm_bytes,
+    judgements,
     model_params,
     peak_flops,
     require_context,
@@ -174,7 +176,7 @@ def _ceiling_levers(s: Sheet, p, value: float) -> None:
     higher = (1 + p.alpha) / 2  # halfway to a perfect drafter: never past α = 1
     say("acceptance halfway to 1", f"α = {format_number(higher, 3)}", alpha=higher)
     say("a GPU with twice the tensor peak", "the ceiling doubles; the verify pass's math halves", peak=2 * peak)
-    if not any(s.results["levers"].values()):
+    if not any(judgements(s, "levers").values()):
         raise Reject("no single change gains 20%: nothing to choose between")
 
 
@@ -219,15 +221,27 @@ def _group_figures(model_key: str, gpu_key: str, tp: int) -> dict[str, float]:
             "overhead": s.value(e.t_oh), "ar_fixed": s.evaluate(comm.fixed), "ar_token": s.evaluate(comm.per_token)}
 
 
+@dataclass(frozen=True)
 class _LoadModel:
     """The question's decode costs as floats (the same step model, the same all-reduce terms), for
     the search over draft lengths, batches and a longer context that the sheet then shows at the
-    chosen points."""
+    chosen points. Times in seconds, bytes per GPU."""
 
-    def __init__(self, p):
-        figures = _group_figures(json.dumps(p.model, sort_keys=True), json.dumps(p.gpu, sort_keys=True), int(p.tp))
-        self.__dict__.update(figures)
-        self.context = p.context
+    context: float  # the question's context
+    weights: float  # reading one GPU's share of the weights
+    kv_bytes: float  # KV bytes of one cached token
+    kv_token: float  # reading one cached token's KV
+    token_flops: float  # one token's math through the weights
+    pair: float  # attention math per query-key pair
+    weight_bytes: float  # one GPU's share of the weights
+    overhead: float  # the fixed overhead per step
+    ar_fixed: float  # the all-reduces' latency per step
+    ar_token: float  # the all-reduces' time per token
+
+    @classmethod
+    def of(cls, p) -> _LoadModel:
+        key = json.dumps(p.model, sort_keys=True), json.dumps(p.gpu, sort_keys=True), int(p.tp)
+        return cls(context=p.context, **_group_figures(*key))
 
     def kernels(self, batch: float, tokens: int, context: float) -> float:
         math = self.token_flops + self.pair * context
@@ -277,7 +291,7 @@ def spec_decode_by_load(p, s: Sheet) -> None:
     """One drafter left on from 3 a.m. to 6 p.m.: the step-time model at batch 1 and at the peak
     batch, the best draft length per batch bucket, and how the context moves all of it."""
     require_context(p.model, 4 * p.context)  # the what-if asks for four times the context
-    model = _LoadModel(p)
+    model = _LoadModel.of(p)
     room = math.floor((GPU_MEMORY_UTILIZATION * hbm_bytes(p.gpu) - model.weight_bytes) / (model.kv_bytes * p.context))
     peak = min(p.max_num_seqs, room)
     table = _buckets(model, p, peak)  # every reason to redraw, before the sheet
@@ -396,7 +410,7 @@ def _context_what_if(s: Sheet, p, model: _LoadModel, peak: float, last: int) -> 
     s.judge(key, "speculation pays up to a larger power-of-two batch", last4 > last,
             f"up to {format_number(last4)} instead of {format_number(last)}"
             + (f", capped by the {format_number(peak4)} sequences that fit" if last4 * 2 > peak4 else ""))
-    if len(set(s.results[key].values())) == 1:
+    if len(set(judgements(s, key).values())) == 1:
         raise Reject("four times the context changes all of these or none")
 
 
@@ -567,7 +581,7 @@ def _accounting_holds(s: Sheet, p, overhead: float, steps: tuple[float, float], 
             f"{format_number(gamma + 1 - kept, 3)} of {gamma + 1} positions per sequence")
     one = _step_speedup(s, costs, B, 1, p.alpha, p.draft_cost, overhead)
     s.judge(key, "a draft length of 1 would pay at this batch", one > 1, f"{format_number(one, 3)}x at γ = 1")
-    if len(set(s.results[key].values())) == 1:
+    if len(set(judgements(s, key).values())) == 1:
         raise Reject("all of these hold or none")
 
 
@@ -622,7 +636,7 @@ _CELLS = ("high-acceptance requests off-peak", "high-acceptance requests at peak
 def spec_decode_tail(p, s: Sheet) -> None:
     """Speculation over a day's requests: the speedup of each (acceptance, batch) cell, the break-even
     acceptance per batch, the cells that own the p99 TPOT, and a policy that keeps the tail."""
-    model = _LoadModel(p)
+    model = _LoadModel.of(p)
     for batch in (p.batch_low, p.batch_peak):
         room = (GPU_MEMORY_UTILIZATION * hbm_bytes(p.gpu) - model.weight_bytes) / (model.kv_bytes * p.context)
         if batch > room:
@@ -917,7 +931,7 @@ def _in_batches(p, alpha, chosen) -> dict:
         return float((rounds[:, None] / expected_tokens_array(a, gammas)).mean())
 
     fixed = {int(k): time_per_token(np.full_like(g, k)) for k in DRAFT_LENGTHS}
-    best = min(fixed, key=fixed.get)
+    best = min(fixed, key=fixed.__getitem__)
     if sorted(fixed.values())[1] < (1 + GAMMA_FLAT) * fixed[best]:
         raise Reject("two fixed draft lengths within 0.5% in batches")
     return {"g_best": best, "fixed": fixed[best], "adaptive": time_per_token(g)}
@@ -1049,7 +1063,7 @@ def _batching_holds(s: Sheet, p, sim: dict) -> None:
             batch["adaptive"] > plain,
             f"{format_number(batch['adaptive'], 3)} target steps per token against {format_number(plain, 3)} without "
             "a drafter: each round waits for its batch's longest draft and many requests keep few of its tokens")
-    if len(set(s.results[key].values())) == 1:
+    if len(set(judgements(s, key).values())) == 1:
         raise Reject("all of these hold or none")
 
 
@@ -1180,6 +1194,6 @@ def _exactness_fixes(s: Sheet, p, gaps: list[float]) -> None:
         under = [g for g in gaps if g < 2 * left]
         s.judge(key, option, not under, f"{why}: 2·{format_number(left, 3)} = {format_number(2 * left, 3)}"
                 + (f", {len(under)} gap(s) still below it" if under else ", no gap below it"))
-    fixed = [option for option, holds in s.results[key].items() if holds]
+    fixed = [option for option, holds in judgements(s, key).items() if holds]
     s.judge(key, "none of these alone", not fixed, "the smallest gap, " + format_number(min(gaps)) + ", is under "
             + ("what each of them leaves" if not fixed else "what some leave, not under what " + fixed[0] + " leaves"))
