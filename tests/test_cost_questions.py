@@ -463,8 +463,8 @@ def tiers_by_hand(solution):
     """Every model's tier by enumeration (not the closed-form rank cut-offs the sheet uses)."""
     g = Replica(_value(solution, "model"), _value(solution, "gpu"), _value(solution, "tp"))
     P, R, tpot = (_value(solution, n) for n in ("prompt", "reply", "tpot"))
-    _, _, rate = decode_by_hand(g, P + R / 2, tpot)
-    U = rate / R
+    B, t, _ = decode_by_hand(g, P + R / 2, tpot)
+    U = 1 / (g.step(P, P**2 / 2, 0) + R * t / B)  # a replica prefills and decodes its own model's requests
     n, Lam, a = _value(solution, "models"), _value(solution, "rate"), _value(solution, "zipf")
     peak, u, cold_rate = _value(solution, "peak_ratio"), _value(solution, "ceiling"), _value(solution, "cold_rate")
     H = sum(i**-a for i in range(1, n + 1))
@@ -486,17 +486,42 @@ def tiers_by_hand(solution):
 
 
 def test_tiering_default(variant):
-    """20 fine-tunes of Llama-3-70B on TP 8 H100, Zipf 1.4, 400 requests/s at peak: a replica serves 74.8
-    requests/s at a 40 ms TPOT, so the 40 replicas run 13% busy at peak and 5% on average ("mostly
-    idle"). Two models earn 6 dedicated replicas, seven share 4, eleven go cold on 1: 232 of 320 GPUs saved."""
+    """20 fine-tunes of Llama-3-70B on TP 8 H100, Zipf 1.4, 100 requests/s at peak. A replica does both phases of
+    its own model: a 1,000-token prompt prefills in 30.0 ms of math (1.42e14 FLOPs at 60% of 8 x 989.4 TFLOP/s)
+    + 11.8 ms of all-reduces + 2 ms = 43.8 ms, and the 300-token reply takes 300 x 40.0 ms / 897 = 13.4 ms of
+    decode steps at the batch a 40 ms TPOT allows: 57.1 ms a request, 17.5 requests/s a replica (decode alone
+    would say 74.8). The 40 replicas run 14.3% busy at peak and 5.7% on average ("mostly idle"). Three models
+    earn 7 dedicated replicas, four share 2, thirteen go cold on 2: 232 of 320 GPUs saved."""
     expected = variant("multi-model-fleet-tiering@default").expected
-    assert expected["unit"] == pytest.approx(74.82, rel=1e-3)
-    assert expected["util_peak"] == pytest.approx(0.1337, rel=1e-3)
-    assert (expected["dedicated"], expected["shared"], expected["cold"]) == (2, 7, 11)
-    assert (expected["dedicated_replicas"], expected["shared_replicas"]) == (6, 4)
+    assert expected["unit"] == pytest.approx(1 / (0.043781 + 300 * 0.039964 / 897), rel=1e-4)
+    assert expected["unit"] == pytest.approx(17.50, rel=1e-3)
+    assert expected["util_peak"] == pytest.approx(100 / (40 * 17.50), rel=1e-3)
+    assert (expected["dedicated"], expected["shared"], expected["cold"]) == (3, 4, 13)
+    assert (expected["dedicated_replicas"], expected["shared_replicas"]) == (7, 2)
     assert expected["gpus_saved"] == 232
     assert expected["cold_start"] == pytest.approx(141.1e9 / (8 * 5e9))
     assert expected["regime"] == "shared"
+
+
+def test_tiering_refuses_a_fleet_already_busy(variant):
+    """At 1,000 requests/s the default's 40 replicas would run 1,000 / (40 x 17.5) = 143% busy at peak: not the
+    idle fleet the question is about (before prefill counted, such draws read as 1,322% busy). Refused."""
+    with pytest.raises(VariantError, match="already runs above its ceiling"):
+        variant("multi-model-fleet-tiering@default+rate=1000")
+
+
+def test_tiering_shared_tier_tie_is_not_weights_over_load(variant):
+    """The shared tier's replicas for weights and for load can be equal: the option says weights need more, so a
+    tie does not hold (the old wording, "sized by resident weights, not by load", left it to taste)."""
+    for seed in SEEDS:
+        solution = variant(f"multi-model-fleet-tiering@{seed}")
+        results = solution.sheet.results
+        if results["shared"] == 0:
+            continue
+        by_weights = math.ceil(results["shared"] / results["models_per_shared"])
+        by_load = math.ceil(results["shared_busy"] / _value(solution, "ceiling"))
+        option = "the shared tier needs more replicas for weights than for load"
+        assert results["facts"][option] == (by_weights > by_load)
 
 
 @pytest.mark.parametrize("seed", range(15))
@@ -508,12 +533,13 @@ def test_tiering_matches_enumeration(variant, seed):
 
 
 def test_tiering_team_model_can_go_cold(variant):
-    """At the default nine models stay warm: a rank-12 team model averages under the 3 requests/s threshold,
-    so its tier is cold (a choice of dedicated or shared alone could not say so)."""
-    solution = variant("multi-model-fleet-tiering@default+rank=12")
+    """At the default seven models stay warm: a rank-8 team model averages 100 x 8^-1.4 / 2.359 / 2.5 = 0.92
+    requests/s, under the 1 request/s threshold, so its tier is cold (a choice of dedicated or shared alone could
+    not say so)."""
+    solution = variant("multi-model-fleet-tiering@default+rank=8")
     assert solution.expected["regime"] == "cold"
-    assert solution.sheet.results["rank_average"] < _value(solution, "cold_rate")
-    assert variant("multi-model-fleet-tiering@default+rank=9").expected["regime"] == "shared"
+    assert solution.sheet.results["rank_average"] == pytest.approx(100 * 8**-1.4 / 2.35873 / 2.5, rel=1e-4)
+    assert variant("multi-model-fleet-tiering@default+rank=7").expected["regime"] == "shared"
 
 
 def test_tiering_zipf_normaliser_is_the_harmonic_number(variant):
@@ -523,8 +549,12 @@ def test_tiering_zipf_normaliser_is_the_harmonic_number(variant):
 
 
 def test_tiering_follow_up_dedicates_the_team_model(variant, catalog):
+    """Traffic up half, to 150 requests/s: the rank-4 model keeps 0.348 x 1.5 = 0.52 replicas busy at peak, past
+    the half-replica line, and earns its own replicas."""
     round_two = follow_up(variant("multi-model-fleet-tiering@default"), catalog)
-    assert round_two is not None and round_two.solution.expected["regime"] == "dedicated"
+    assert round_two is not None and dict(round_two.solution.code.overrides) == {"rate": "150"}
+    assert round_two.solution.expected["regime"] == "dedicated"
+    assert round_two.solution.sheet.results["rank_busy"] == pytest.approx(0.34788 * 1.5, rel=1e-4)
 
 
 # --- cost-audit-rollout --------------------------------------------------------------------

@@ -714,13 +714,22 @@ def multi_model_fleet_tiering(p, s: Sheet) -> None:
     ar = all_reduce_steps(s, p.model, p.gpu, p.tp)
     S = mean_decode_context(s, P_in, L_out)
     decode = decode_at_speed(s, e, p.gpu, ar, S, tpot, "the TPOT target")
-    U = s.step("unit", "Requests/s one replica serves at the SLO", "U", decode.rate / L_out, "requests/s",
-               "its output tokens per second at the TPOT target, over the reply length")
+    # A full fine-tune's prompts can only be prefilled where its weights are: its replicas do both phases.
+    pre = step_work(s, e, "pre", "prefill of one prompt", P_in, P_in**2 / 2, 0)
+    t_pre = step_time(s, e, "pre", "prefill of one prompt", pre, key="prefill_time", communication=ar.of(P_in),
+                      why="the prompt's math at the group's achievable compute, its all-reduces, the overhead")
+    T_req = s.step("replica_seconds", "Replica-seconds per request", "T_req",
+                   t_pre + L_out * decode.step / decode.batch, "s",
+                   "its prefill step plus its reply's share of decode steps at the TPOT batch")
+    U = s.step("unit", "Requests/s one replica serves at the SLO", "U", 1 / T_req, "requests/s",
+               "one replica-second over the replica-seconds each request holds")
 
     H = s.step("zipf_norm", "Zipf normaliser over the models", "H", rank_sum(lambda i: i**-alpha, 1, n), "",
                "model i gets Λ·i^(−α)/H of the traffic")
-    s.step("util_peak", "Fleet utilisation at peak, two replicas each", "ρ_peak", Lam / (n * per_model * U), "%",
-           "the peak rate over the fleet's capacity at the SLO")
+    busy_now = s.step("util_peak", "Fleet utilisation at peak, two replicas each", "ρ_peak", Lam / (n * per_model * U),
+                      "%", "the peak rate over the fleet's capacity at the SLO")
+    if s.compare(busy_now, u) > 0:
+        raise Reject("today's fleet already runs above its ceiling at peak: not the idle fleet tiering is for")
     s.step("util_avg", "Fleet utilisation on average", "ρ_avg", Lam / (peak * n * per_model * U), "%",
            "the average rate is the peak over the peak-to-average ratio")
     top = s.step("top_busy", "Replicas the top model keeps busy at peak", "b_1", Lam / (H * U), "",
@@ -752,7 +761,9 @@ def multi_model_fleet_tiering(p, s: Sheet) -> None:
     gpus = s.step("gpus_after", "GPUs after tiering", "G_tier", e.TP * (ded + sh + cold_r), "GPUs",
                   "every tier's replicas times the GPUs in each")
     saved = s.step("gpus_saved", "GPUs saved against two replicas each", "G_saved", e.TP * n * per_model - gpus, "GPUs",
-           "today's fleet less the tiered one")
+                   "today's fleet less the tiered one")
+    if s.value(saved) <= 0:
+        raise Reject("tiering saves no GPUs: the fleet is already as small as its load")
     s.step("cold_start", "Cold start: loading one model's weights", "t_load", e.W / (e.TP * load_bw), "s",
            "each GPU reads its share of the weights at the load bandwidth")
     b_r = s.step("rank_busy", "Replicas the ranked model keeps busy at peak", "b_r", Lam * rank**-alpha / (H * U), "",
@@ -770,6 +781,9 @@ def _tier_assumptions(s: Sheet) -> None:
     s.assume("Tiers: a model that keeps half a replica busy at peak gets its own replicas; one whose average rate "
              "falls below the cold threshold is loaded on demand; the rest share replicas that keep their weights "
              "resident in half of usable HBM. Queueing inside the ceiling and the swap cost of sharing are left out.")
+    s.assume("A replica prefills its own model's prompts, one a step, between its decode steps: a full fine-tune's "
+             "prompts can only run where its weights are. Chunked prefill would mix the two in one step but spend "
+             "the same replica-seconds; the stalls a prefill puts between decode steps are left out of the TPOT.")
     s.assume("Shared replicas are sized at the single-model unit U, an optimistic bound: their KV pool has half the "
              "HBM, and requests for different full fine-tunes cannot share a decode step (each step reads one "
              "model's weights), so a real shared tier needs more replicas, or LoRA adapters over one base.")
@@ -784,13 +798,13 @@ def _tier_judgements(s: Sheet, top, u, per_model, k, w, d, busy_sh, ded_share, n
     def judge(option: str, holds: bool, why: str) -> None:
         s.judge("facts", option, holds, why)
 
-    judge("the top model overloads its two replicas at peak", s.compare(top, per_model * u) > 0,
+    judge("the top model needs more than its two replicas at the ceiling", s.compare(top, per_model * u) > 0,
           f"it keeps {format_number(v(top), 3)} replicas busy against {format_number(v(per_model * u), 3)} "
           "its two allow at the ceiling")
-    by_hbm = s.compare(ceil_of((w - d) / k), ceil_of(busy_sh / u)) > 0
-    judge("the shared tier is sized by resident weights, not by load", by_hbm,
-          f"{format_number(v(w - d))} models at {format_number(v(k))} a replica against "
-          f"{format_number(v(busy_sh), 3)} busy replicas of load")
+    for_weights, for_load = ceil_of((w - d) / k), ceil_of(busy_sh / u)
+    judge("the shared tier needs more replicas for weights than for load", s.compare(for_weights, for_load) > 0,
+          f"{format_number(v(w - d))} models at {format_number(v(k))} a replica need {format_number(v(for_weights))}; "
+          f"{format_number(v(busy_sh), 3)} busy replicas of load need {format_number(v(for_load))} at the ceiling")
     judge("more than half the models go cold", s.compare(2 * (n - w), n) > 0,
           f"{format_number(v(n - w))} of {format_number(v(n))}")
     judge("the dedicated tier carries most of the traffic", s.compare(2 * ded_share, 1) > 0,
