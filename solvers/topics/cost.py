@@ -17,7 +17,14 @@ import sympy
 from solvers.conventions import convention
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
 from solvers.topics.collective import all_reduce_terms
-from solvers.topics.common import GPU_MEMORY_UTILIZATION, hbm_bandwidth, hbm_bytes, peak_flops, require_context
+from solvers.topics.common import (
+    GPU_MEMORY_UTILIZATION,
+    dtype_bytes,
+    hbm_bandwidth,
+    hbm_bytes,
+    peak_flops,
+    require_context,
+)
 from solvers.topics.steptime import (
     DEFAULT_CONSTANTS,
     StepConstants,
@@ -500,21 +507,26 @@ def _capacity_regime(s: Sheet, old, new, cost_old, cost_new, ratio, price_ratio,
 # --- voice-latency-budget -----------------------------------------------------------------
 
 LAYOUTS = {1: "one GPU", 2: "TP 2", 4: "TP 4", 8: "TP 8"}
+NO_LAYOUT = "none of them"
 _WAITS = ("endpointing", "network")  # the lines that are not a model
 _LINES = {"endpointing": "endpointing", "network": "network", "asr": "ASR", "llm": "LLM", "tts": "TTS"}
 
 
-def first_clause_time(model, gpu, tp: int, batch: int, context: float, turn: float, clause: int) -> float | None:
+def first_clause_time(model, gpu, tp: int, batch: int, context: float, turn: float, clause: int,
+                      dtype: str = "bf16") -> float | None:
     """Seconds from the end of the user's turn to the LLM's first clause on a TP group, in floats (the
-    sheet's formulas, for the layouts it does not derive); None where the weights and the batch's KV do not
-    fit. The turn's prefill rides in one step with the other sessions' decode tokens, then clause − 1 steps."""
+    sheet's formulas, for the layouts it does not derive); None where the weights (in `dtype`; the KV in
+    bf16) crowd out the card's minimal KV pool or the batch's KV does not fit. The turn's prefill rides in one
+    step with the other sessions' decode tokens, then clause − 1 steps."""
     c = DEFAULT_CONSTANTS
     N, A = model.params_b * 1e9, 4 * model.layers * model.heads * model.head_dim
     kv = 2 * model.layers * max(1, model.kv_heads // tp) * model.head_dim * 2
-    weights = 2 * N / tp
-    if weights + kv * batch * context > GPU_MEMORY_UTILIZATION * hbm_bytes(gpu):
+    weights = dtype_bytes(dtype) * N / tp
+    usable = GPU_MEMORY_UTILIZATION * hbm_bytes(gpu)
+    crowded = weights > usable - convention("minimal-kv-pool").value * hbm_bytes(gpu)
+    if crowded or weights + kv * batch * context > usable:
         return None
-    fr, br = tp * c.compute * peak_flops(gpu, "bf16"), c.bandwidth * hbm_bandwidth(gpu)
+    fr, br = tp * c.compute * peak_flops(gpu, dtype), c.bandwidth * hbm_bandwidth(gpu)
     if tp == 1:
         ar0 = ar_tok = 0.0
     else:
@@ -540,25 +552,27 @@ def voice_latency_budget(p, s: Sheet) -> None:
     largest = max(lines, key=lambda name: (s.value(lines[name]), name in _WAITS))
     s.choose("largest_line", _LINES[largest])
 
-    times = {tp: first_clause_time(p.model, p.gpu, tp, p.batch, p.context, p.turn, p.clause) for tp in LAYOUTS}
+    times = {tp: first_clause_time(p.model, p.gpu, tp, p.batch, p.context, p.turn, p.clause, p.dtype)
+             for tp in LAYOUTS}
     fits = [tp for tp, t in times.items() if t is not None and t <= s.value(llm)]
-    if not fits or len(fits) == len(LAYOUTS):
-        raise Reject("no layout of this GPU makes the LLM line, or every one does: nothing to size")
-    tp = min(fits)
     for layout, name in LAYOUTS.items():
         t = times[layout]
         s.judge("layouts", name, layout in fits,
                 "the weights and the sessions' KV do not fit" if t is None else
                 f"first clause in {format_quantity(t, 'ms')} against {format_quantity(s.value(llm), 'ms')}")
-    s.choose("smallest_layout", LAYOUTS[tp])
+    s.judge("layouts", NO_LAYOUT, not fits, "every layout misses the line at this many sessions" if not fits
+            else "at least one layout makes the line")
+    # Where none makes it, the widest is derived: how far it misses, and how many sessions it could hold.
+    tp = min(fits) if fits else max(LAYOUTS)
+    s.choose("smallest_layout", LAYOUTS[tp] if fits else NO_LAYOUT)
     _voice_llm(s, p, tp, llm)
     _voice_regime(s, lines, largest)
 
 
 def _voice_llm(s: Sheet, p, tp: int, llm) -> None:
-    """The LLM line's derivation on the smallest layout that makes it: first clause, speed after it, and the
-    sessions one replica carries within the line."""
-    e = engine(s, p.model, p.gpu, tp, DEFAULT_CONSTANTS, communication=tp > 1, kv_prerequisite=True)
+    """The LLM line's derivation on the smallest layout that makes it (the widest where none does): first
+    clause, speed after it, and the sessions one replica carries within the line."""
+    e = engine(s, p.model, p.gpu, tp, DEFAULT_CONSTANTS, dtype=p.dtype, communication=tp > 1, kv_prerequisite=True)
     B, S = s.param("B", "batch"), s.param("S", "context")
     T_u, k = s.param("T_u", "turn"), s.param("k", "clause")
     ar = all_reduce_steps(s, p.model, p.gpu, tp)
@@ -588,6 +602,8 @@ def _voice_llm(s: Sheet, p, tp: int, llm) -> None:
                      floor_of((M * u_hbm - e.W / e.TP) / (e.KV * S)), "users", "the pool over one context")
     most = s.step("sessions", "Sessions per replica within the LLM line", "B_max", min_of(by_line, by_pool),
                   "users", "the tighter of the line and the pool")
+    if s.value(most) < 1:
+        raise Reject("not one session makes the LLM line on the widest layout: the model is too big for it")
     busiest = step_work(s, e, "max", "turn's step at that many sessions", most - 1 + T_u, (most - 1 + T_u) * S,
                         most * S)
     if s.evaluate(busiest.flops / e.flop_rate) > s.evaluate(busiest.bytes / e.byte_rate):
@@ -600,7 +616,9 @@ def _voice_llm(s: Sheet, p, tp: int, llm) -> None:
              "of the audio up and the first audio down; ASR and TTS are their final-transcript and first-chunk "
              "latencies.")
     s.assume("Layouts other than the one derived are timed by the same model (first_clause_time); a layout "
-             "whose weights and sessions' KV do not fit its usable HBM cannot serve.")
+             "whose weights leave less than the card's minimal KV pool, or whose sessions' KV does not fit its "
+             "usable HBM, cannot serve. Where no layout makes the line, TP 8 is derived: the sessions it holds "
+             "within the line are what a replica can take.")
 
 
 def _voice_regime(s: Sheet, lines, largest) -> None:
