@@ -600,8 +600,10 @@ def audit_by_hand(solution):
             if 1 - c / cost[0] > noise and row["p99 TPOT (ms)"] / 1e3 <= slo and -row["quality (pts)"] <= gate}
     headline = min(range(1, len(rows)), key=lambda i: cost[i])
     best = min((i for i in range(1, len(rows)) if rows[i]["change"] in real), key=lambda i: cost[i])
-    return {"baseline_cost": cost[0], "headline": rows[headline]["change"], "headline_cost": cost[headline],
-            "regime": "real" if rows[headline]["change"] in real else "misleading",
+    top = rows[headline]
+    regime = ("misses-slo" if top["p99 TPOT (ms)"] / 1e3 > slo else "fails-quality" if -top["quality (pts)"] > gate
+              else "real")
+    return {"baseline_cost": cost[0], "headline": top["change"], "headline_cost": cost[headline], "regime": regime,
             "rollout": rows[best]["change"], "rollout_saving": 1 - cost[best] / cost[0],
             "real_wins": real}
 
@@ -615,8 +617,7 @@ def test_audit_default(variant):
     assert expected["baseline_cost"] == pytest.approx(2.89 / (1310 * 3600) * 1e6)
     assert expected["headline"] == "twice the batch cap"
     assert expected["headline_cost"] == pytest.approx(0.3935, rel=1e-3)
-    assert expected["regime"] == "misleading"
-    assert {k for k, v in solution.sheet.results["headline_fails"].items() if v} == {"the p99 TPOT SLO"}
+    assert expected["regime"] == "misses-slo"
     assert {k for k, v in solution.sheet.results["real_wins"].items() if v} == {
         "a new decode attention kernel", "speculative decoding with a draft model"}
     assert expected["rollout"] == "a new decode attention kernel"
@@ -629,7 +630,7 @@ def test_audit_matches_plain_arithmetic(variant, seed):
     results = solution.sheet.results
     for key, value in audit_by_hand(solution).items():
         if key == "real_wins":
-            assert {k for k, v in results[key].items() if v and k != "none of them"} == value
+            assert {k for k, v in results[key].items() if v} == value
         else:
             assert results[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
 
@@ -647,6 +648,7 @@ def test_audit_ledger_generator_stays_in_its_ranges():
         assert 24 <= base["p99 TPOT (ms)"] <= 36  # within the tightest SLO drawn, 40 ms
         for row in rows[1:]:
             price, tps, tpot, quality = LEDGER_CHANGES[row["change"]]
+            quality = quality or (-0.2, 0.2)  # the default eval noise
             for field, (low, high), slack in (("$/GPU-h", price, 0.006), ("tokens/s per GPU", tps, 5.1),
                                               ("p99 TPOT (ms)", tpot, 0.051)):
                 assert low * base[field] - slack <= row[field] <= high * base[field] + slack, field
@@ -672,7 +674,7 @@ def test_audit_cheaper_gpu_missing_the_slo_is_a_headline(variant):
     seeds = range(60)
     for seed in seeds:
         results = variant(f"cost-audit-rollout@{seed}").sheet.results
-        trap += results["headline"] == "A100s instead of H100s" and results["headline_fails"]["the p99 TPOT SLO"]
+        trap += results["headline"] == "A100s instead of H100s" and results["regime"] == "misses-slo"
         thin_none += results["thin_gates"]["none: both margins are wide"]
         assert 1 - results["headline_cost"] / results["baseline_cost"] > 0.2
     assert trap >= 0.08 * len(seeds)
@@ -695,11 +697,29 @@ def test_voice_all_reduce_is_the_nccl_ring(variant):
     assert results["allreduce_latency_per_step"] == pytest.approx(2 * 80 * 10e-6)
 
 
-def test_audit_speculative_decoding_is_lossless_in_the_ledger():
+def test_audit_speculative_decoding_is_lossless_in_the_ledger(variant):
     """Speculative decoding keeps the target model's distribution (Leviathan et al. 2023): its quality delta
-    is drawn as eval noise around zero, like the kernel's, never as fp8's systematic drop."""
+    is eval noise within the ±0.2 points the prompt states, like the kernel's and the A100's, never fp8's
+    systematic drop (the ledger once showed it +0.3, a gain no lossless method makes)."""
     from solvers.generators import LEDGER_CHANGES
 
-    low, high = LEDGER_CHANGES["speculative decoding with a draft model"][3]
-    assert low == -high
-    assert LEDGER_CHANGES["fp8 weights and GEMMs"][3][0] < low
+    for change in ("speculative decoding with a draft model", "a new decode attention kernel", "A100s instead of H100s"):
+        assert LEDGER_CHANGES[change][3] is None, change  # drawn within the question's eval noise
+    for seed in SEEDS:
+        solution = variant(f"cost-audit-rollout@{seed}")
+        noise = _value(solution, "quality_noise")
+        row = next(r for r in _value(solution, "ledger") if r["change"] == "speculative decoding with a draft model")
+        assert abs(row["quality (pts)"]) <= noise
+        assert f"within {noise:g} points either way are eval noise" in solution.prompt
+
+
+def test_audit_regime_names_the_gate_that_stops_the_headline(variant):
+    """The regime says what to tell whoever sorted the ledger: a real win, or which gate stops it (it used to be
+    real/misleading beside a select of failed gates that said the same twice). At the default the doubled batch
+    cap runs p99 54.1 ms against 50 ms: misses-slo, 1.082x; at a 1-point gate fp8 (-1.0) passes, and with an
+    80 ms SLO the batch cap is real."""
+    assert variant("cost-audit-rollout@default").sheet.results["headline_slo_use"] == pytest.approx(54.1 / 50)
+    assert variant("cost-audit-rollout@default").expected["regime"] == "misses-slo"
+    assert variant("cost-audit-rollout@default+slo=80").expected["regime"] == "real"
+    seen = {variant(f"cost-audit-rollout@{seed}").expected["regime"] for seed in SEEDS}
+    assert seen == {"real", "misses-slo", "fails-quality"}
