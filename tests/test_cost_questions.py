@@ -703,7 +703,8 @@ def test_audit_speculative_decoding_is_lossless_in_the_ledger(variant):
     systematic drop (the ledger once showed it +0.3, a gain no lossless method makes)."""
     from solvers.generators import LEDGER_CHANGES
 
-    for change in ("speculative decoding with a draft model", "a new decode attention kernel", "A100s instead of H100s"):
+    lossless = ("speculative decoding with a draft model", "a new decode attention kernel", "A100s instead of H100s")
+    for change in lossless:
         assert LEDGER_CHANGES[change][3] is None, change  # drawn within the question's eval noise
     for seed in SEEDS:
         solution = variant(f"cost-audit-rollout@{seed}")
