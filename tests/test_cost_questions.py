@@ -304,14 +304,16 @@ def capacity_by_hand(solution):
     model, tp = _value(solution, "model"), _value(solution, "tp")
     P, R, tpot = (_value(solution, n) for n in ("prompt", "reply", "tpot"))
     n_old, n_new = _value(solution, "old_replicas"), _value(solution, "new_replicas")
-    units, batches = {}, {}
+    units, batches, speeds = {}, {}, {}
     for tag in ("old", "new"):
-        batches[tag], _, rate = decode_by_hand(Replica(model, _value(solution, f"{tag}_gpu"), tp), P + R / 2, tpot)
+        batches[tag], step, rate = decode_by_hand(Replica(model, _value(solution, f"{tag}_gpu"), tp), P + R / 2, tpot)
         units[tag] = rate / R
+        speeds[tag] = 1 / step
     fleet = n_old * units["old"] + n_new * units["new"]
     ratio = units["new"] / units["old"]
     prices = _value(solution, "new_price") / _value(solution, "old_price")
-    return {"batch_old": batches["old"], "batch_new": batches["new"], "unit_old": units["old"],
+    return {"batch_old": batches["old"], "batch_new": batches["new"], "per_user_old": speeds["old"],
+            "per_user_new": speeds["new"], "unit_old": units["old"],
             "unit_new": units["new"], "unit_ratio": ratio, "fleet_capacity": fleet,
             "count_routing_limit": (n_old + n_new) * units["old"], "new_share": n_new * units["new"] / fleet,
             "replacement": math.ceil(n_old * units["old"] / units["new"]),
@@ -326,6 +328,12 @@ def test_capacity_unit_default(variant):
     expected = solution.expected
     assert (expected["batch_old"], expected["batch_new"]) == (199, 687)
     assert expected["per_user_old"] == pytest.approx(31.07, rel=1e-3)
+    # The B200 replica's speed at its batch: (35.3 GB of weights + 687 x 2,250 x 81,920 B of KV) per GPU at
+    # 6.4 TB/s = 25.3 ms, over its 18.7 ms of math; 1.6 ms of all-reduce latency, 687 x 4.37 us of all-reduce
+    # bytes (3.0 ms) and 2 ms on top: 31.9 ms, 31.3 tokens/s, capacity bought at the same per-user speed.
+    reads = (70.55e9 * 2 / 4 + 687 * 2250 * 2 * 80 * 2 * 128 * 2) / (0.8 * 8e12)
+    all_reduce = 2 * 80 * 10e-6 + 687 * 2 * 80 * 2 * 3 / 4 * 8192 * 2 / 900e9
+    assert expected["per_user_new"] == pytest.approx(1 / (reads + all_reduce + 2e-3), rel=1e-9)
     assert expected["unit_old"] == pytest.approx(12.36, rel=1e-3)
     assert expected["unit_ratio"] == pytest.approx(3.484, rel=1e-3)
     assert expected["binds_old"] == expected["binds_new"] == "the KV pool"
