@@ -59,6 +59,24 @@ def ledger_by_hand(solution):
             "regime": "prompt-dominated" if P / R >= c_d / c_p else "reply-dominated"}
 
 
+# --- the group's shared rule ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("qid", ["serving-cost-ledger", "multi-model-fleet-tiering", "cold-prefill-pools",
+                                 "slo-capacity-unit"])
+def test_decode_context_is_the_cards_rule_and_the_prompt_names_it(variant, qid):
+    """Every decode batch in the group is sized at P + O/2, the card's mean-decode-context (it was a rule no
+    prompt stated: at P + O a third of the ledger's batches move by more than 3%). The card says it once and
+    the prompts name it."""
+    from solvers.conventions import convention
+
+    assert convention("mean-decode-context").value == 0.5
+    for seed in ["default", *range(5)]:
+        solution = variant(f"{qid}@{seed}")
+        assert solution.sheet.results["mean_context"] == _value(solution, "prompt") + _value(solution, "reply") / 2
+        assert "mean-decode-context" in solution.prompt
+
+
 # --- serving-cost-ledger -------------------------------------------------------------------
 
 
