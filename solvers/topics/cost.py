@@ -172,8 +172,8 @@ def _ledger_levers(s: Sheet, e, u, v, P_in, L_out, ar, pool, lam, n) -> None:
             raise Reject(f"'{option}' cuts the cost per request by {_pct(cut)}: too close to a fifth to call")
         replicas = math.ceil(rate * after)
         s.judge("levers", option, cut >= LEVER_CUT,
-                f"{why}: the replica-seconds per request fall {_pct(cut)} (at this peak {format_number(replicas)} "
-                f"replicas instead of {format_number(now)})")
+                f"{why}: the replica-seconds provisioned per request, at the ceiling, fall {_pct(cut)} (at this peak "
+                f"{format_number(replicas)} replicas instead of {format_number(now)})")
 
     judge("half of every prompt served warm from a prefix cache",
           f"the prefill is {_pct(value(s.results['prompt_share']))} of the time and computes half the tokens",
@@ -965,9 +965,9 @@ def _audit_regime(s: Sheet, name: str, check, slo, gate) -> None:
     one = s.given("g_1", 1, "x", "a gate used to its limit")
     real = Side(
         "real",
-        f"The cheapest row, {name}, passes every gate (p99 at {format_number(s.value(slo_use), 3)}× the SLO, "
-        f"quality at {format_number(s.value(quality_use), 3)}× the gate): the headline is a real win; roll it out "
-        "behind a canary.",
+        f"The cheapest row, {name}, passes every gate (p99 {format_quantity(s.value(tpot), 'ms')} against a "
+        f"{format_quantity(s.value(slo), 'ms')} SLO, quality {s.value(quality):+.1f} points against a "
+        f"{format_number(s.value(gate))}-point gate): the headline is a real win; roll it out behind a canary.",
         "A p99 over the SLO or a quality drop past the gate would make the same headline a misleading win.",
         near=f"The cheapest row, {name}, passes every gate, but one sits near its limit: a real win on paper that "
              "the canary must confirm at peak.")
