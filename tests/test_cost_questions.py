@@ -59,6 +59,24 @@ def ledger_by_hand(solution):
             "regime": "prompt-dominated" if P / R >= c_d / c_p else "reply-dominated"}
 
 
+# --- the group's shared rule ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("qid", ["serving-cost-ledger", "multi-model-fleet-tiering", "cold-prefill-pools",
+                                 "slo-capacity-unit"])
+def test_decode_context_is_the_cards_rule_and_the_prompt_names_it(variant, qid):
+    """Every decode batch in the group is sized at P + O/2, the card's mean-decode-context (it was a rule no
+    prompt stated: at P + O a third of the ledger's batches move by more than 3%). The card says it once and
+    the prompts name it."""
+    from solvers.conventions import convention
+
+    assert convention("mean-decode-context").value == 0.5
+    for seed in ["default", *range(5)]:
+        solution = variant(f"{qid}@{seed}")
+        assert solution.sheet.results["mean_context"] == _value(solution, "prompt") + _value(solution, "reply") / 2
+        assert "mean-decode-context" in solution.prompt
+
+
 # --- serving-cost-ledger -------------------------------------------------------------------
 
 
@@ -125,16 +143,18 @@ def test_ledger_levers_rerun_the_sheet(variant):
                   "v": _value(solution, "speed"), "KV": g.kv, "pool": g.pool, "u": _value(solution, "ceiling")}
         assert cost.ledger_time(inputs) == pytest.approx(results["replica_seconds"] / _value(solution, "ceiling"),
                                                          rel=1e-9)
-        levers = results["levers"]
-        assert levers[cost.NO_LEVER] == (not any(v for k, v in levers.items() if k != cost.NO_LEVER))
 
 
 def test_ledger_levers_follow_the_regime(variant):
     """A prefix cache is a lever on a prompt-dominated bill; an fp8 KV cache on a reply-dominated one with a
-    bandwidth-bound decode batch. The default's right set is the prefix cache alone: fp8 GEMMs and a 90%
-    ceiling cut the replica-seconds by 24% and 22% but the fleet only from 6 to 5 replicas (16.7%)."""
+    bandwidth-bound decode batch. Judged on the replica-seconds a request is provisioned at the ceiling, the
+    default's right set is the prefix cache (32.4% off: half of a 67% prefill share, less the attention the
+    warm half still pays) and a GPU with twice the tensor peak (24.5%: the 125.8 ms prefill falls to 63.7 ms,
+    its all-reduces and overhead do not halve). A 1.5x-bandwidth GPU takes 17.3% and an 85% ceiling
+    1 - 70/85 = 17.6%, though each takes the fleet from 6 to 5 replicas, the same 16.7% as the 2x peak."""
     levers = variant("serving-cost-ledger@default").sheet.results["levers"]
-    assert {k for k, v in levers.items() if v} == {"half of every prompt served warm from a prefix cache"}
+    assert {k for k, v in levers.items() if v} == {"half of every prompt served warm from a prefix cache",
+                                                   "a GPU with twice the tensor peak at the same bandwidth and price"}
     long_replies = variant("serving-cost-ledger@default+reply=3000").sheet.results
     assert long_replies["regime"] == "reply-dominated"
     assert long_replies["levers"]["an fp8 KV cache"]
@@ -142,21 +162,41 @@ def test_ledger_levers_follow_the_regime(variant):
 
 
 @pytest.mark.parametrize("seed", ["default", *range(20)])
-def test_ledger_levers_judge_the_graded_dollars(variant, seed):
-    """A lever the question can state as a parameter (half the speed target, a 90% ceiling) is judged on the
-    graded dollars per request of that variant: whole replicas, not replica-seconds."""
+def test_ledger_levers_judge_the_provisioned_replica_seconds(variant, seed):
+    """A lever the question can state as a parameter (half the speed target, an 85% ceiling) is judged on the
+    replica-seconds per request of the variant it makes, over its ceiling: the cost per request at scale, not
+    the whole replicas a small fleet rounds to (at the default both the 85% ceiling and the 2x peak take 6
+    replicas to 5, though only one cuts a fifth)."""
     base = variant(f"serving-cost-ledger@{seed}")
     levers = base.sheet.results["levers"]
+    before = base.sheet.results["replica_seconds"] / _value(base, "ceiling")
     speed = _value(base, "speed") / 2
     for option, change in (("a per-user speed target half as fast", f"speed={speed:g}"),
-                           ("running replicas up to 90% busy", "ceiling=90")):
-        if option not in levers:
-            continue
+                           ("running replicas up to 85% busy", "ceiling=85")):
         try:
-            after = variant(f"serving-cost-ledger@{seed}+{change}").expected["cost_per_request"]
+            after = variant(f"serving-cost-ledger@{seed}+{change}")
         except VariantError:
             continue
-        assert levers[option] == (after <= 0.8 * base.expected["cost_per_request"] * (1 + 1e-9)), option
+        provisioned = after.sheet.results["replica_seconds"] / _value(after, "ceiling")
+        assert levers[option] == (provisioned <= 0.8 * before), option
+
+
+def test_ledger_levers_near_a_fifth_are_refused(variant):
+    """A lever within a point of 20% is too close to call from a candidate's arithmetic: at a 68% ceiling an
+    85% one cuts 1 - 68/85 = 20.0% exactly, and the draw is refused."""
+    with pytest.raises(VariantError, match="too close to a fifth"):
+        variant("serving-cost-ledger@default+ceiling=68")
+
+
+def test_ledger_refuses_a_replica_too_narrow_to_batch(variant):
+    """Llama-3.1-70B on TP 2 of H200 at 36 tokens/s and 13,000-token prompts: reading 70.6 GB of weights per GPU
+    takes 18.4 ms of the 27.8 ms step, and each 13,100-token context another 0.56 ms, so the batch is 10 and the
+    fleet 355 replicas. Nobody deploys that; a wider TP group is the answer, and the draw is refused."""
+    with pytest.raises(VariantError, match="a handful of requests"):
+        variant("serving-cost-ledger@default+gpu=h200-sxm+tp=2+prompt=13000+reply=200+speed=36+rate=90+ceiling=60"
+                "+price=4")
+
+
 def test_ledger_regime_is_the_share_past_half(variant):
     """Prompt-dominated exactly when the prompt holds at least half the replica-seconds: P/O ≥ r."""
     for seed in SEEDS:
@@ -282,14 +322,16 @@ def capacity_by_hand(solution):
     model, tp = _value(solution, "model"), _value(solution, "tp")
     P, R, tpot = (_value(solution, n) for n in ("prompt", "reply", "tpot"))
     n_old, n_new = _value(solution, "old_replicas"), _value(solution, "new_replicas")
-    units, batches = {}, {}
+    units, batches, speeds = {}, {}, {}
     for tag in ("old", "new"):
-        batches[tag], _, rate = decode_by_hand(Replica(model, _value(solution, f"{tag}_gpu"), tp), P + R / 2, tpot)
+        batches[tag], step, rate = decode_by_hand(Replica(model, _value(solution, f"{tag}_gpu"), tp), P + R / 2, tpot)
         units[tag] = rate / R
+        speeds[tag] = 1 / step
     fleet = n_old * units["old"] + n_new * units["new"]
     ratio = units["new"] / units["old"]
     prices = _value(solution, "new_price") / _value(solution, "old_price")
-    return {"batch_old": batches["old"], "batch_new": batches["new"], "unit_old": units["old"],
+    return {"batch_old": batches["old"], "batch_new": batches["new"], "per_user_old": speeds["old"],
+            "per_user_new": speeds["new"], "unit_old": units["old"],
             "unit_new": units["new"], "unit_ratio": ratio, "fleet_capacity": fleet,
             "count_routing_limit": (n_old + n_new) * units["old"], "new_share": n_new * units["new"] / fleet,
             "replacement": math.ceil(n_old * units["old"] / units["new"]),
@@ -304,6 +346,12 @@ def test_capacity_unit_default(variant):
     expected = solution.expected
     assert (expected["batch_old"], expected["batch_new"]) == (199, 687)
     assert expected["per_user_old"] == pytest.approx(31.07, rel=1e-3)
+    # The B200 replica's speed at its batch: (35.3 GB of weights + 687 x 2,250 x 81,920 B of KV) per GPU at
+    # 6.4 TB/s = 25.3 ms, over its 18.7 ms of math; 1.6 ms of all-reduce latency, 687 x 4.37 us of all-reduce
+    # bytes (3.0 ms) and 2 ms on top: 31.9 ms, 31.3 tokens/s, capacity bought at the same per-user speed.
+    reads = (70.55e9 * 2 / 4 + 687 * 2250 * 2 * 80 * 2 * 128 * 2) / (0.8 * 8e12)
+    all_reduce = 2 * 80 * 10e-6 + 687 * 2 * 80 * 2 * 3 / 4 * 8192 * 2 / 900e9
+    assert expected["per_user_new"] == pytest.approx(1 / (reads + all_reduce + 2e-3), rel=1e-9)
     assert expected["unit_old"] == pytest.approx(12.36, rel=1e-3)
     assert expected["unit_ratio"] == pytest.approx(3.484, rel=1e-3)
     assert expected["binds_old"] == expected["binds_new"] == "the KV pool"
@@ -366,12 +414,17 @@ def test_capacity_purchase_is_never_a_coin_toss(variant):
 
 def clause_by_hand(solution, tp, batch=None):
     """Seconds to the first clause on TP `tp`: the turn's step (its tokens beside the other sessions' decode
-    tokens), then k − 1 decode steps; None where the weights and KV do not fit."""
+    tokens), then k − 1 decode steps; None where the weights leave under 10% of HBM for KV (minimal-kv-pool)
+    or the sessions' KV does not fit. fp8 weights: one byte each, at the fp8 peak; the KV stays bf16."""
     model, gpu = _value(solution, "model"), _value(solution, "gpu")
     g = Replica(model, gpu, tp)
+    if _value(solution, "dtype") == "fp8":
+        g.weights /= 2
+        g.fr = tp * ETA_C * gpu.fp8_dense_tflops * 1e12
     B = _value(solution, "batch") if batch is None else batch
     S, T_u, k = _value(solution, "context"), _value(solution, "turn"), _value(solution, "clause")
-    if g.weights + g.kv * B * S > gpu.hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION:
+    usable = gpu.hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION
+    if g.weights > usable - 0.1 * gpu.hbm_gb * 1e9 or g.weights + g.kv * B * S > usable:
         return None
     return g.step(B - 1 + T_u, (B - 1 + T_u) * S, B * S) + (k - 1) * g.step(B, B * S, B * S)
 
@@ -402,8 +455,10 @@ def test_voice_layouts_match_plain_arithmetic(variant, seed):
     for tp, name in LAYOUTS.items():
         t = clause_by_hand(solution, tp)
         assert results["layouts"][name] == (t is not None and t <= line), name
-    smallest = min(tp for tp, name in LAYOUTS.items() if results["layouts"][name])
-    assert results["first_clause"] == pytest.approx(clause_by_hand(solution, smallest), rel=1e-9)
+    making = [tp for tp, name in LAYOUTS.items() if results["layouts"][name]]
+    assert results["layouts"]["none of them"] == (not making)
+    derived = min(making) if making else 8
+    assert results["first_clause"] == pytest.approx(clause_by_hand(solution, derived), rel=1e-9)
 
 
 def test_voice_sessions_closed_form_against_the_step_model(variant):
@@ -415,13 +470,38 @@ def test_voice_sessions_closed_form_against_the_step_model(variant):
     for seed in SEEDS:
         solution = variant(f"voice-latency-budget@{seed}")
         results = solution.sheet.results
-        tp = next(tp for tp, name in LAYOUTS.items() if name == results["smallest_layout"])
+        tp = next((tp for tp, name in LAYOUTS.items() if name == results["smallest_layout"]), 8)
         most = int(results["sessions"])
         assert clause_by_hand(solution, tp, most) <= results["llm_line"] * (1 + 1e-12)
         if results["sessions_by_line"] < results["sessions_by_pool"]:
             assert clause_by_hand(solution, tp, most + 1) > results["llm_line"]
             checked += 1
     assert checked >= 10
+
+
+def test_voice_one_gpu_can_make_the_line(variant):
+    """fp8 weights put Llama-3.1-70B on one B200 (70.6 GB of 180): a decode step reads them in 70.55 / 6.4 TB/s =
+    11.0 ms, the 16 sessions' bf16 KV (16 x 2,000 x 327,680 B) in 1.6 ms, plus 2 ms, 14.66 ms, memory-bound; the
+    turn's step takes as long. Six of them are 88.0 ms, within the 140 ms a 60 ms endpointer leaves: every layout
+    makes the line, one GPU the smallest, at 68.2 tokens/s, and (140 - 6 x 13.02 ms) / (6 x 0.1024 ms) = 100
+    sessions fit the line."""
+    results = variant("voice-latency-budget@default+gpu=b200+dtype=fp8+endpointing=60").sheet.results
+    assert {k for k, v in results["layouts"].items() if v} == {"one GPU", "TP 2", "TP 4", "TP 8"}
+    assert results["smallest_layout"] == "one GPU"
+    assert results["first_clause"] == pytest.approx(6 * (70.55e9 + 16 * 2000 * 327680) / 6.4e12 + 6 * 2e-3)
+    assert results["per_user"] == pytest.approx(68.20, rel=1e-3)
+    assert results["sessions"] == 100
+
+
+def test_voice_no_layout_can_make_the_line(variant):
+    """64 sessions of 8,000 tokens against a 90 ms line: TP 8 needs 6 x (6.6 ms of weights + 1.6 ms of all-reduce
+    latency + 2 ms) = 61.7 ms before any session, and 0.79 ms more for each, so 112.6 ms at 64. No layout makes
+    it; TP 8 holds floor((90 - 61.7) / 0.795) = 35 sessions within the line."""
+    results = variant("voice-latency-budget@default+batch=64+context=8000+endpointing=110").sheet.results
+    assert {k for k, v in results["layouts"].items() if v} == {"none of them"}
+    assert results["smallest_layout"] == "none of them"
+    assert results["first_clause"] == pytest.approx(0.1126, rel=1e-3)
+    assert results["sessions"] == 35
 
 
 def test_voice_follow_up_turns_the_llm_into_the_largest_line(variant, catalog):
@@ -441,8 +521,8 @@ def tiers_by_hand(solution):
     """Every model's tier by enumeration (not the closed-form rank cut-offs the sheet uses)."""
     g = Replica(_value(solution, "model"), _value(solution, "gpu"), _value(solution, "tp"))
     P, R, tpot = (_value(solution, n) for n in ("prompt", "reply", "tpot"))
-    _, _, rate = decode_by_hand(g, P + R / 2, tpot)
-    U = rate / R
+    B, t, _ = decode_by_hand(g, P + R / 2, tpot)
+    U = 1 / (g.step(P, P**2 / 2, 0) + R * t / B)  # a replica prefills and decodes its own model's requests
     n, Lam, a = _value(solution, "models"), _value(solution, "rate"), _value(solution, "zipf")
     peak, u, cold_rate = _value(solution, "peak_ratio"), _value(solution, "ceiling"), _value(solution, "cold_rate")
     H = sum(i**-a for i in range(1, n + 1))
@@ -464,17 +544,42 @@ def tiers_by_hand(solution):
 
 
 def test_tiering_default(variant):
-    """20 fine-tunes of Llama-3-70B on TP 8 H100, Zipf 1.4, 400 requests/s at peak: a replica serves 74.8
-    requests/s at a 40 ms TPOT, so the 40 replicas run 13% busy at peak and 5% on average ("mostly
-    idle"). Two models earn 6 dedicated replicas, seven share 4, eleven go cold on 1: 232 of 320 GPUs saved."""
+    """20 fine-tunes of Llama-3-70B on TP 8 H100, Zipf 1.4, 100 requests/s at peak. A replica does both phases of
+    its own model: a 1,000-token prompt prefills in 30.0 ms of math (1.42e14 FLOPs at 60% of 8 x 989.4 TFLOP/s)
+    + 11.8 ms of all-reduces + 2 ms = 43.8 ms, and the 300-token reply takes 300 x 40.0 ms / 897 = 13.4 ms of
+    decode steps at the batch a 40 ms TPOT allows: 57.1 ms a request, 17.5 requests/s a replica (decode alone
+    would say 74.8). The 40 replicas run 14.3% busy at peak and 5.7% on average ("mostly idle"). Three models
+    earn 7 dedicated replicas, four share 2, thirteen go cold on 2: 232 of 320 GPUs saved."""
     expected = variant("multi-model-fleet-tiering@default").expected
-    assert expected["unit"] == pytest.approx(74.82, rel=1e-3)
-    assert expected["util_peak"] == pytest.approx(0.1337, rel=1e-3)
-    assert (expected["dedicated"], expected["shared"], expected["cold"]) == (2, 7, 11)
-    assert (expected["dedicated_replicas"], expected["shared_replicas"]) == (6, 4)
+    assert expected["unit"] == pytest.approx(1 / (0.043781 + 300 * 0.039964 / 897), rel=1e-4)
+    assert expected["unit"] == pytest.approx(17.50, rel=1e-3)
+    assert expected["util_peak"] == pytest.approx(100 / (40 * 17.50), rel=1e-3)
+    assert (expected["dedicated"], expected["shared"], expected["cold"]) == (3, 4, 13)
+    assert (expected["dedicated_replicas"], expected["shared_replicas"]) == (7, 2)
     assert expected["gpus_saved"] == 232
     assert expected["cold_start"] == pytest.approx(141.1e9 / (8 * 5e9))
     assert expected["regime"] == "shared"
+
+
+def test_tiering_refuses_a_fleet_already_busy(variant):
+    """At 1,000 requests/s the default's 40 replicas would run 1,000 / (40 x 17.5) = 143% busy at peak: not the
+    idle fleet the question is about (before prefill counted, such draws read as 1,322% busy). Refused."""
+    with pytest.raises(VariantError, match="already runs above its ceiling"):
+        variant("multi-model-fleet-tiering@default+rate=1000")
+
+
+def test_tiering_shared_tier_tie_is_not_weights_over_load(variant):
+    """The shared tier's replicas for weights and for load can be equal: the option says weights need more, so a
+    tie does not hold (the old wording, "sized by resident weights, not by load", left it to taste)."""
+    for seed in SEEDS:
+        solution = variant(f"multi-model-fleet-tiering@{seed}")
+        results = solution.sheet.results
+        if results["shared"] == 0:
+            continue
+        by_weights = math.ceil(results["shared"] / results["models_per_shared"])
+        by_load = math.ceil(results["shared_busy"] / _value(solution, "ceiling"))
+        option = "the shared tier needs more replicas for weights than for load"
+        assert results["facts"][option] == (by_weights > by_load)
 
 
 @pytest.mark.parametrize("seed", range(15))
@@ -486,12 +591,13 @@ def test_tiering_matches_enumeration(variant, seed):
 
 
 def test_tiering_team_model_can_go_cold(variant):
-    """At the default nine models stay warm: a rank-12 team model averages under the 3 requests/s threshold,
-    so its tier is cold (a choice of dedicated or shared alone could not say so)."""
-    solution = variant("multi-model-fleet-tiering@default+rank=12")
+    """At the default seven models stay warm: a rank-8 team model averages 100 x 8^-1.4 / 2.359 / 2.5 = 0.92
+    requests/s, under the 1 request/s threshold, so its tier is cold (a choice of dedicated or shared alone could
+    not say so)."""
+    solution = variant("multi-model-fleet-tiering@default+rank=8")
     assert solution.expected["regime"] == "cold"
-    assert solution.sheet.results["rank_average"] < _value(solution, "cold_rate")
-    assert variant("multi-model-fleet-tiering@default+rank=9").expected["regime"] == "shared"
+    assert solution.sheet.results["rank_average"] == pytest.approx(100 * 8**-1.4 / 2.35873 / 2.5, rel=1e-4)
+    assert variant("multi-model-fleet-tiering@default+rank=7").expected["regime"] == "shared"
 
 
 def test_tiering_zipf_normaliser_is_the_harmonic_number(variant):
@@ -501,8 +607,12 @@ def test_tiering_zipf_normaliser_is_the_harmonic_number(variant):
 
 
 def test_tiering_follow_up_dedicates_the_team_model(variant, catalog):
+    """Traffic up half, to 150 requests/s: the rank-4 model keeps 0.348 x 1.5 = 0.52 replicas busy at peak, past
+    the half-replica line, and earns its own replicas."""
     round_two = follow_up(variant("multi-model-fleet-tiering@default"), catalog)
-    assert round_two is not None and round_two.solution.expected["regime"] == "dedicated"
+    assert round_two is not None and dict(round_two.solution.code.overrides) == {"rate": "150"}
+    assert round_two.solution.expected["regime"] == "dedicated"
+    assert round_two.solution.sheet.results["rank_busy"] == pytest.approx(0.34788 * 1.5, rel=1e-4)
 
 
 # --- cost-audit-rollout --------------------------------------------------------------------
@@ -516,8 +626,10 @@ def audit_by_hand(solution):
             if 1 - c / cost[0] > noise and row["p99 TPOT (ms)"] / 1e3 <= slo and -row["quality (pts)"] <= gate}
     headline = min(range(1, len(rows)), key=lambda i: cost[i])
     best = min((i for i in range(1, len(rows)) if rows[i]["change"] in real), key=lambda i: cost[i])
-    return {"baseline_cost": cost[0], "headline": rows[headline]["change"], "headline_cost": cost[headline],
-            "regime": "real" if rows[headline]["change"] in real else "misleading",
+    top = rows[headline]
+    regime = ("misses-slo" if top["p99 TPOT (ms)"] / 1e3 > slo else "fails-quality" if -top["quality (pts)"] > gate
+              else "real")
+    return {"baseline_cost": cost[0], "headline": top["change"], "headline_cost": cost[headline], "regime": regime,
             "rollout": rows[best]["change"], "rollout_saving": 1 - cost[best] / cost[0],
             "real_wins": real}
 
@@ -531,8 +643,7 @@ def test_audit_default(variant):
     assert expected["baseline_cost"] == pytest.approx(2.89 / (1310 * 3600) * 1e6)
     assert expected["headline"] == "twice the batch cap"
     assert expected["headline_cost"] == pytest.approx(0.3935, rel=1e-3)
-    assert expected["regime"] == "misleading"
-    assert {k for k, v in solution.sheet.results["headline_fails"].items() if v} == {"the p99 TPOT SLO"}
+    assert expected["regime"] == "misses-slo"
     assert {k for k, v in solution.sheet.results["real_wins"].items() if v} == {
         "a new decode attention kernel", "speculative decoding with a draft model"}
     assert expected["rollout"] == "a new decode attention kernel"
@@ -545,7 +656,7 @@ def test_audit_matches_plain_arithmetic(variant, seed):
     results = solution.sheet.results
     for key, value in audit_by_hand(solution).items():
         if key == "real_wins":
-            assert {k for k, v in results[key].items() if v and k != "none of them"} == value
+            assert {k for k, v in results[key].items() if v} == value
         else:
             assert results[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
 
@@ -563,6 +674,7 @@ def test_audit_ledger_generator_stays_in_its_ranges():
         assert 24 <= base["p99 TPOT (ms)"] <= 36  # within the tightest SLO drawn, 40 ms
         for row in rows[1:]:
             price, tps, tpot, quality = LEDGER_CHANGES[row["change"]]
+            quality = quality or (-0.2, 0.2)  # the default eval noise
             for field, (low, high), slack in (("$/GPU-h", price, 0.006), ("tokens/s per GPU", tps, 5.1),
                                               ("p99 TPOT (ms)", tpot, 0.051)):
                 assert low * base[field] - slack <= row[field] <= high * base[field] + slack, field
@@ -588,7 +700,7 @@ def test_audit_cheaper_gpu_missing_the_slo_is_a_headline(variant):
     seeds = range(60)
     for seed in seeds:
         results = variant(f"cost-audit-rollout@{seed}").sheet.results
-        trap += results["headline"] == "A100s instead of H100s" and results["headline_fails"]["the p99 TPOT SLO"]
+        trap += results["headline"] == "A100s instead of H100s" and results["regime"] == "misses-slo"
         thin_none += results["thin_gates"]["none: both margins are wide"]
         assert 1 - results["headline_cost"] / results["baseline_cost"] > 0.2
     assert trap >= 0.08 * len(seeds)
@@ -611,11 +723,31 @@ def test_voice_all_reduce_is_the_nccl_ring(variant):
     assert results["allreduce_latency_per_step"] == pytest.approx(2 * 80 * 10e-6)
 
 
-def test_audit_speculative_decoding_is_lossless_in_the_ledger():
+def test_audit_speculative_decoding_is_lossless_in_the_ledger(variant):
     """Speculative decoding keeps the target model's distribution (Leviathan et al. 2023): its quality delta
-    is drawn as eval noise around zero, like the kernel's, never as fp8's systematic drop."""
+    is eval noise within the ±0.2 points the prompt states, like every row's but fp8's systematic drop (the
+    ledger once showed it +0.3, a gain no lossless method makes)."""
     from solvers.generators import LEDGER_CHANGES
 
-    low, high = LEDGER_CHANGES["speculative decoding with a draft model"][3]
-    assert low == -high
-    assert LEDGER_CHANGES["fp8 weights and GEMMs"][3][0] < low
+    lossless = ("speculative decoding with a draft model", "a new decode attention kernel", "A100s instead of H100s",
+                "twice the batch cap")
+    for change in lossless:
+        assert LEDGER_CHANGES[change][3] is None, change  # drawn within the question's eval noise
+    for seed in SEEDS:
+        solution = variant(f"cost-audit-rollout@{seed}")
+        noise = _value(solution, "quality_noise")
+        row = next(r for r in _value(solution, "ledger") if r["change"] == "speculative decoding with a draft model")
+        assert abs(row["quality (pts)"]) <= noise
+        assert f"within {noise:g} points either way are eval noise" in solution.prompt
+
+
+def test_audit_regime_names_the_gate_that_stops_the_headline(variant):
+    """The regime says what to tell whoever sorted the ledger: a real win, or which gate stops it (it used to be
+    real/misleading beside a select of failed gates that said the same twice). At the default the doubled batch
+    cap runs p99 54.1 ms against 50 ms: misses-slo, 1.082x; at a 1-point gate fp8 (-1.0) passes, and with an
+    80 ms SLO the batch cap is real."""
+    assert variant("cost-audit-rollout@default").sheet.results["headline_slo_use"] == pytest.approx(54.1 / 50)
+    assert variant("cost-audit-rollout@default").expected["regime"] == "misses-slo"
+    assert variant("cost-audit-rollout@default+slo=80").expected["regime"] == "real"
+    seen = {variant(f"cost-audit-rollout@{seed}").expected["regime"] for seed in SEEDS}
+    assert seen == {"real", "misses-slo", "fails-quality"}

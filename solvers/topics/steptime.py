@@ -228,6 +228,15 @@ def on_gpu(s: Sheet, e: Engine, gpu: Record, tag: str, dtype: str = "bf16") -> E
                    BW=s.given(f"BW_{tag}", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth"))
 
 
+def mean_decode_context(s: Sheet, prompt: sympy.Expr, reply: sympy.Expr) -> sympy.Symbol:
+    """The context every decoding request is sized at: the prompt and the reply's share the card's
+    mean-decode-context gives (half: a context growing linearly from P to P + O, averaged)."""
+    f_O = s.given("f_O", convention("mean-decode-context").value, "",
+                  "share of its reply a decoding request holds on average (mean-decode-context)")
+    return s.step("mean_context", "Mean context of a decoding request", "S_avg", prompt + f_O * reply, "tokens",
+                  "a request grows from its prompt to prompt + reply; staggered requests hold the midpoint on average")
+
+
 MIN_DECODE_BATCH = 4  # a speed target that leaves fewer decode slots than this calls for another layout
 
 
