@@ -231,7 +231,7 @@ def on_gpu(s: Sheet, e: Engine, gpu: Record, tag: str, dtype: str = "bf16") -> E
 def mean_decode_context(s: Sheet, prompt: sympy.Expr, reply: sympy.Expr) -> sympy.Symbol:
     """The context every decoding request is sized at: the prompt and the reply's share the card's
     mean-decode-context gives (half: a context growing linearly from P to P + O, averaged)."""
-    f_O = s.given("f_O", convention("mean-decode-context").value, "",
+    f_O = s.given("f_O", convention_value("mean-decode-context"), "",
                   "share of its reply a decoding request holds on average (mean-decode-context)")
     return s.step("mean_context", "Mean context of a decoding request", "S_avg", prompt + f_O * reply, "tokens",
                   "a request grows from its prompt to prompt + reply; staggered requests hold the midpoint on average")
