@@ -466,8 +466,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.options:
         constant = [line for q in bank.questions.values()
                     for line in constant_options(q, bank, catalog, args.seeds)]
-        print(f"Select options with the same truth in every draw that shows them ({len(constant)}; facts on "
-              "purpose, or judgement that does not follow from the variant):", file=sys.stderr)
+        print(f"Select options with the same truth in every draw that shows them ({len(constant)}; declared "
+              "facts, or judgement that does not follow from the variant, which --strict fails):", file=sys.stderr)
         for line in constant:
             print(f"  {line}", file=sys.stderr)
     print(f"{count} question file(s), {len(problems)} problem(s)", file=sys.stderr)
