@@ -438,7 +438,7 @@ def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks, per_seq, seqs, cap
             + (f"the last block holds {spare}" if spare else "the blocks fill exactly"))
     s.judge("ceiling", "the CUDA graphs captured after start-up take blocks back", False,
             "the blocks are allocated before the graphs are captured; the graphs come out of the memory "
-            "outside gpu_memory_utilization, or OOM there")
+            "outside gpu_memory_utilization, or OOM there", fact=True)
     gained = s.evaluate(floor_of((avail + A / 2) / block) / blocks - 1)
     s.judge("ceiling", "halving max_num_batched_tokens would add over 5% more blocks", gained > 0.05,
             f"half the {format_quantity(s.value(A), 'GiB')} activation peak returns "
