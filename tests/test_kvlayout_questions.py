@@ -208,7 +208,7 @@ def test_mla_vs_gqa_levers_follow_the_layout(variant):
     solution = variant("mla-vs-gqa-under-tp@default")
     levers, reasons = solution.sheet.results["mla_levers"], solution.sheet.reasons["mla_levers"]
     assert levers["halving its TP"] and "60 requests" in reasons["halving its TP"]
-    assert not levers["doubling its TP"]  # TP 16 leaves the node
+    assert not levers["splitting the latent over the TP ranks like KV heads"]  # a declared fact
     assert levers["an fp8 KV cache"]
     assert not variant("mla-vs-gqa-under-tp@default+kv_dtype=fp8").sheet.results["mla_levers"]["an fp8 KV cache"]
 
@@ -305,6 +305,16 @@ def test_mla_duplication_extra_weights_follow_the_dp_size(variant):
               for d in (2, 4, 8)}
     assert extras[2] == pytest.approx(ATTENTION / 8 + 2 * EMBEDDING * 7 / 8)
     assert extras[2] < extras[4] < extras[8]
+
+
+def test_mla_duplication_copied_weights_against_the_room(variant):
+    """DP 8 copies 11.6 GB into an H200's 42.8 GB of room (27%); DP 2 on a B200 copies 3.0 GB of 78.1 GB."""
+    option = "DP attention's extra weights take over a tenth of each GPU's KV room"
+    assert variant("mla-tp-duplication@default").sheet.results["dp_tradeoffs"][option]
+    b200 = variant("mla-tp-duplication@default+dp=2+gpu=b200+demand=16").sheet
+    room = 180e9 * 0.9 - (671e9 + 2 * EMBEDDING) / 8
+    assert b200.results["room_tp"] == pytest.approx(room)
+    assert (ATTENTION / 8 + 2 * EMBEDDING * 7 / 8) / room < 0.1 and not b200.results["dp_tradeoffs"][option]
 
 
 def test_mla_duplication_rejects_a_demand_neither_layout_holds(variant):

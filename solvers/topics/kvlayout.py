@@ -294,17 +294,14 @@ def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m) -> None:
             f"requests' latents: the node holds {dp_held} against {held} with TP attention")
     s.judge(key, "an fp8 KV cache", p.kv_dtype != "fp8",
             "it halves every latent" if p.kv_dtype != "fp8" else "the cache is already fp8")
-    for option, tp in (("doubling its TP", 2 * p.tp), ("halving its TP", p.tp // 2)):
-        if tp > GPUS_PER_NODE or tp < 1:
-            s.judge(key, option, False, f"TP {tp} leaves the {GPUS_PER_NODE}-GPU node")
-            continue
-        then = _mla_requests(s, usable, e.W, kv_m, C, G, tp)
-        s.judge(key, option, then > now, f"TP {tp}: {format_number(then)} requests on the node against {held}: "
-                + ("fewer weights per GPU outweigh the fewer replicas" if tp > p.tp and then > now else
-                   "more replicas outweigh the weights each GPU gains" if then > now else
-                   "the latent is copied on every GPU either way, so only the weights' share moves, and not enough"))
+    # Doubling the TP pays only where the weights fill over 2/3 of each GPU: 3 draws in 100, too rare to ask.
+    tp = p.tp // 2
+    then = _mla_requests(s, usable, e.W, kv_m, C, G, tp)
+    s.judge(key, "halving its TP", then > now, f"TP {tp}: {format_number(then)} requests on the node against {held}: "
+            + ("more replicas outweigh the weights each GPU gains" if then > now else
+               "the latent is copied on every GPU either way, so only the weights' share moves, and not enough"))
     s.judge(key, "splitting the latent over the TP ranks like KV heads", False,
-            "every head attends over the whole latent: there is nothing per head to split")
+            "every head attends over the whole latent: there is nothing per head to split", fact=True)
     if not any(s.results[key].values()):
         raise Reject("no lever holds more requests on this node: nothing to choose between")
 
@@ -491,11 +488,10 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
 
 def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, demand) -> None:
     key = "dp_tradeoffs"
-    one = s.evaluate(kv_tok * C)
-    costly = s.value(extra) > one
-    s.judge(key, "DP attention's extra weights per GPU outweigh one request's latent", costly,
-            f"{format_quantity(s.value(extra), 'GB')} of copied weights against {format_quantity(one, 'GB')} "
-            "per request")
+    share = s.value(extra) / s.value(room)
+    s.judge(key, "DP attention's extra weights take over a tenth of each GPU's KV room", share > 0.1,
+            f"{format_quantity(s.value(extra), 'GB')} of copied weights out of {format_quantity(s.value(room), 'GB')} "
+            f"of room: {format_quantity(share, '%')}, for {format_number(p.dp)} groups")
     wider = 2 * p.dp
     then = _dp_requests(s, room, A, E, kv_tok, C, n, wider) if wider <= p.tp else 0.0
     s.judge(key, "Twice the DP size would hold more requests at this context", then > s.value(req_dp),
@@ -504,14 +500,12 @@ def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, 
     held_tp = s.evaluate(floor_of(room / (kv_tok * C)))
     s.judge(key, "TP attention would still hold twice the demand", held_tp >= 2 * p.demand,
             f"TP attention holds {format_number(held_tp)} requests, against {format_number(2 * p.demand)}")
-    s.judge(key, "A GQA cache with as many KV heads as GPUs would hold no redundant copies at this TP", True,
-            "TP splits a GQA cache by KV head, so each GPU keeps its own heads; only a latent shared by every "
-            "head is copied whole")
     s.judge(key, "Under DP attention a decode step waits for its busiest attention group", True,
             "the groups meet at every MoE layer, so the step runs at the pace of the group with the most requests "
-            "(or the longest ones)")
+            "(or the longest ones)", fact=True)
     s.judge(key, "DP attention also splits each request's latent over the GPUs of its group", False,
-            "no: within a group the latent is still copied onto each GPU; DP only stops other groups holding it")
+            "no: within a group the latent is still copied onto each GPU; DP only stops other groups holding it",
+            fact=True)
 
 
 def _attention_regime(s: Sheet, req_tp, req_dp, demand, tpot_tp, tpot_dp) -> None:

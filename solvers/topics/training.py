@@ -249,7 +249,7 @@ def _judge_links(s: Sheet, fsdp: bool) -> None:
     s.judge("links", "activations and their gradients at stage boundaries", not fsdp,
             f"{layout}: " + ("there are no stages" if fsdp else "each node hands its micro-batches to the next"))
     s.judge("links", "tensor-parallel all-reduces", False,
-            "tensor parallel, if any, stays inside the node's NVLink domain in either layout")
+            "tensor parallel, if any, stays inside the node's NVLink domain in either layout", fact=True)
 
 
 def _layout_regime(s: Sheet, fsdp_side, pp_side, t_comp, t_comm, nodes) -> None:
