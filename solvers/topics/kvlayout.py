@@ -71,6 +71,7 @@ def _fp8_latent_note(s: Sheet, kv_dtype: str) -> None:
 
 # A stall that hits more than this share of a stream's decode steps sets its p99 inter-token latency.
 P99_SHARE = sympy.Rational(1, 100)
+MEAN_SHARE = sympy.Rational(1, 10)  # stalls that add this much to the mean time per token are more than a tail effect
 
 
 def preemption_policies(p, s: Sheet) -> None:
@@ -148,7 +149,11 @@ def preemption_policies(p, s: Sheet) -> None:
     stall = min_of(t_rec, t_swap)
     s.judge("who_pays", "Waiting with no one evicted stalls every running stream, not just the one that asked", True,
             "the pool is full: every stream needs a block within one block's worth of tokens, and the nearest "
-            f"completion is {format_number(p.remaining)} tokens away, so the whole batch stops (or deadlocks)")
+            f"completion is {format_number(p.remaining)} tokens away, so the whole batch stops (or deadlocks)",
+            fact=True)
+    s.judge("who_pays", "Evicting the victim stalls only the victim; the running streams decode on", False,
+            "the re-prefill shares the engine step with the decode streams (a swap runs before the forward pass): "
+            "every running stream waits out the eviction once", fact=True)
     one = s.compare(S, R) >= 0
     s.judge("who_pays", "One eviction of this victim frees enough KV for the batch to reach its next completion", one,
             f"{format_number(p.context)} tokens freed last the {format_number(p.batch)} streams "
@@ -162,10 +167,11 @@ def preemption_policies(p, s: Sheet) -> None:
     s.judge("who_pays", "The stalls land in more than 1 decode step in 100, so they set every stream's p99 "
             "inter-token latency", tail, f"one eviction every {format_number(s.value(S))} steps: "
             + ("above 1%, inside the p99" if tail else "under 1%, beyond the p99 (p99.9 and the maximum)"))
-    median = s.compare(2 / S, 1) > 0
-    s.judge("who_pays", "The stalls land in more than half the decode steps, so they move the median inter-token "
-            "latency", median, f"one eviction every {format_number(s.value(S))} steps: "
-            + ("more than half of them" if median else "far fewer than half: a tail effect, not a median one"))
+    added, mean = s.evaluate(stall / (S * T)), s.compare(stall / (S * T), MEAN_SHARE) > 0
+    s.judge("who_pays", "Spread over the steps one eviction buys, the stalls add over 10% to every stream's mean "
+            "time per token", mean, f"{format_quantity(s.evaluate(stall), 'ms')} every "
+            f"{format_number(s.value(S))} steps of {format_quantity(p.tpot, 'ms')}: "
+            f"{format_quantity(added, '%')} on the mean" + ("" if mean else ", a tail effect more than a mean one"))
     _preemption_regime(s, t_rec, t_swap, W_star, W)
 
 

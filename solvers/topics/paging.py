@@ -104,10 +104,10 @@ def _block_choices(s: Sheet, B, L_avg, P, tau, blocks) -> None:
     s.judge("block_choice", "half the block size would give the kernel more and smaller blocks to gather per sequence",
             s.compare(ceil_of(L_avg / half), blocks) > 0,
             f"⌈L/(B/2)⌉ = {format_number(more)} page-table entries per layer instead of "
-            f"{format_number(s.value(blocks))}, each half the bytes: the kernel's side of the trade")
+            f"{format_number(s.value(blocks))}, each half the bytes: the kernel's side of the trade", fact=True)
     s.judge("block_choice", "twice the block size would leave fewer slots empty per sequence", False,
             f"the expected empty slots grow with the block, (B' − 1)/2: {format_number(s.evaluate((double - 1) / 2))} "
-            f"instead of {format_number(s.evaluate((B - 1) / 2))}")
+            f"instead of {format_number(s.evaluate((B - 1) / 2))}", fact=True)
 
 
 def _block_regime(s: Sheet, share, tau, L_star, L_avg, blocks, waste) -> None:
