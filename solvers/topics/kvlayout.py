@@ -631,9 +631,10 @@ def _snapshot_judgements(s: Sheet, p, state, kv, taken, R, reuse, k, B, C) -> No
             f"lcm(k, B) = {format_number(s.value(R))}")
     s.judge(key, "Keeping more snapshots per request would restore more of the next turn", False,
             "a turn that resends the whole context resumes from the newest restart point; older snapshots only "
-            "serve a branch from earlier in the conversation")
+            "serve a branch from earlier in the conversation", fact=True)
     s.judge(key, "What the next turn restores depends only on the newest restart point within the context", True,
-            "everything up to it comes from the snapshot and the KV blocks, everything after it is prefilled again")
+            "everything up to it comes from the snapshot and the KV blocks, everything after it is prefilled again",
+            fact=True)
 
 
 def _state_regime(s: Sheet, state, kv, C_star, C) -> None:

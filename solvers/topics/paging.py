@@ -330,9 +330,10 @@ def _window_allocator(s: Sheet, saving, n_win, full_blocks, W, C) -> None:
             "the window is shorter than the context, so the saving must be made" if saves else
             f"the {window}-token window covers all {context} tokens: the saving is zero whatever the allocator")
     s.judge("allocator", "use a block size that divides the window", False,
-            "the window still starts mid-block as it slides: ⌈W/B⌉ + 1 blocks whatever B divides")
+            "the window still starts mid-block as it slides: ⌈W/B⌉ + 1 blocks whatever B divides", fact=True)
     s.judge("allocator", "store the KV cache in fp8", False,
-            "fp8 halves the bytes of every layer alike: it makes the windows save nothing they did not already")
+            "fp8 halves the bytes of every layer alike: it makes the windows save nothing they did not already",
+            fact=True)
 
 
 def _window_regime(s: Sheet, f, saving, kept_full, kept_win, C_star, C) -> None:
