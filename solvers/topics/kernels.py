@@ -440,14 +440,13 @@ def _scale_judgements(s: Sheet, *, r: float, r_b: float, regs: float, budget: fl
     s.judge(key, "on B200 the same software promotion would outlast the MMAs", r_b > 1,
             f"{pct(r_b)} at B200's rate")
     s.judge(key, "Blackwell's block-scaled MMA applies the scales inside the MMA: no temporary, no FFMA per output",
-            True, "tcgen05.mma.kind::mxf8f6f4.block_scale multiplies by the scales as it accumulates")
-    s.judge(key, "its scale factors are read from TMEM, copied there from shared memory", True,
-            "tcgen05.cp moves them; the MMA takes their TMEM addresses")
+            True, "tcgen05.mma.kind::mxf8f6f4.block_scale multiplies by the scales as it accumulates (its scale "
+            "factors read from TMEM, copied there from shared memory by tcgen05.cp)", fact=True)
     s.judge(key, "MXFP8's scales (E8M0, one per 32 elements along K) are finer-grained along K than this variant's",
             block > MX_BLOCK, f"the OCP MX format's 32-element blocks against N_C = {format_number(block)}")
     s.judge(key, "the block-scaled MMA takes an arbitrary FP32 scale per 128 × 128 weight block", False,
             "its scales are E8M0 (or E4M3 for NVFP4) per 32 (or 16) elements along K; FP32 per-block scales stay "
-            "in software")
+            "in software", fact=True)
 
 
 def _promotion_regime(s: Sheet, N_C, N_star, r) -> None:
