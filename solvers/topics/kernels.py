@@ -260,11 +260,11 @@ def _merge_judgements(s: Sheet, *, splits: float, empty: float, overhead: float,
     s.judge(key, "splitting at least halves this step's attention time", gain >= 2,
             f"{format_number(gain, 3)}x faster split")
     s.judge(key, "an empty split must still write LSE = −inf and a zero output before the merge", True,
-            "the merge reads every split's slot; left unwritten it holds garbage (FlashAttention-2 writes both)")
-    s.judge(key, "weights exp(LSE_i − max LSE) give an empty split weight 0 and no NaN while one split has keys", True,
-            "exp(−inf − m) = 0 for finite m; the NaN comes only from −inf − (−inf)")
+            "the merge reads every split's slot; left unwritten it holds garbage (FlashAttention-2 writes both)",
+            fact=True)
     s.judge(key, "an empty split's −inf LSE minus the finite merged LSE gives NaN", False,
-            "−inf minus a finite number is −inf, and exp(−inf) = 0")
+            "−inf minus a finite number is −inf, and exp(−inf) = 0: weights exp(LSE_i − max LSE) give an empty "
+            "split weight 0 while one split has keys; the NaN comes only from −inf − (−inf)", fact=True)
     s.judge(key, "the merged LSE is the largest split's LSE", splits == 1,
             "one split: its LSE is the result" if splits == 1 else
             "it is log Σ exp(LSE_i), above the largest by log(1 + the others' relative mass)")
