@@ -557,13 +557,12 @@ def _specialization_judgements(s: Sheet, *, share: float, gain: float, tile: tup
             f"rows staged per warp: M/4 + N/2 = {format_number(m / 4 + n / 2)} against M/2 + N/4 = "
             f"{format_number(m / 2 + n / 4)}")
     s.judge(key, "the producer waits on a stage's 'empty' barrier, arms 'full' with the bytes to expect, then "
-            "issues the TMA copies", True, "the transaction count on 'full' completes when the bytes land")
-    s.judge(key, "consumers wait on 'full', run their WGMMAs and arrive on 'empty' to release the stage", True,
-            "no CTA-wide __syncthreads: each stage has its own pair of barriers")
-    s.judge(key, "with TMA every consumer thread still computes the global addresses of its share of the tile",
-            False, "the tensor map and one coordinate per copy replace them")
+            "issues the TMA copies", True, "the transaction count on 'full' completes when the bytes land; the "
+            "consumers wait on 'full', run their WGMMAs and arrive on 'empty' to release the stage: no CTA-wide "
+            "__syncthreads, each stage has its own pair of barriers", fact=True)
     s.judge(key, "the producer warpgroup needs its registers for the addresses it generates", False,
-            "TMA generates them, so the producer runs on 24 to 56 registers and gives the rest away")
+            "TMA generates them from the tensor map and one coordinate per copy (no thread computes a tile's "
+            "addresses), so the producer runs on 24 to 56 registers and gives the rest away", fact=True)
 
 
 def _register_regime(s: Sheet, need, even, budget) -> None:
