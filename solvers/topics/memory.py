@@ -475,17 +475,17 @@ def _ceiling_regime(s: Sheet, seqs, cap) -> None:
 # subtracts; from v0.21 start-up also captures the CUDA graphs in a trial and subtracts their estimate.
 # v0.11 is left out: whether its first release has the change is not pinned down here.
 BEFORE_25359, FROM_V021 = "v0.10", "v0.21"  # and v0.12-v0.20 between them
-CONSUMERS = ("the model weights", "the profile run's activation peak", "other non-torch growth in the profile run",
-             "the CUDA runtime context", "the NCCL communicators", "the CUDA graphs",
-             "allocator fragmentation while serving")
+# Two facts of every release's ledger, and the two consumers the releases move. The weights (plainly
+# subtracted) and fragmentation (plainly not: it builds up under load) are graded through the KV and the
+# unbudgeted memory instead: four constants would outnumber what the release decides.
+PROFILED = "the profile run's activation peak and its other non-torch growth"
+CONSUMERS = (PROFILED, "the CUDA runtime context", "the NCCL communicators", "the CUDA graphs")
 
 
 def _measured(release: str) -> dict[str, bool]:
     """Which consumers start-up subtracts before it sizes the KV cache, in this release."""
-    return {"the model weights": True, "the profile run's activation peak": True,
-            "other non-torch growth in the profile run": True, "the CUDA runtime context": False,
-            "the NCCL communicators": release == BEFORE_25359, "the CUDA graphs": release == FROM_V021,
-            "allocator fragmentation while serving": False}
+    return {PROFILED: True, "the CUDA runtime context": False,
+            "the NCCL communicators": release == BEFORE_25359, "the CUDA graphs": release == FROM_V021}
 
 
 MIN_KV_MEMORY = 2 * 2**30  # below 2 GiB of KV cache per GPU nobody would deploy this: it holds a few contexts
@@ -529,7 +529,8 @@ def hidden_memory_budget(p, s: Sheet) -> None:
     s.step("max_util", "Highest gpu_memory_utilization that fits", "u_max", 1 - unbudgeted / M, "%",
            "leave exactly the unbudgeted memory outside the budget")
     for item in CONSUMERS:
-        s.judge("subtracted", item, measured[item], _accounting_why(item, p.release, measured[item]))
+        s.judge("subtracted", item, measured[item], _accounting_why(item, p.release, measured[item]),
+                fact=item in (PROFILED, "the CUDA runtime context"))
 
     s.assume("Total memory is the datasheet capacity in GB; vLLM reads the device's total from the driver, "
              "which for most GPUs is a few percent more. One GPU of the TP group stands for all of them.")
@@ -557,11 +558,10 @@ def _accounting_why(item: str, release: str, subtracted: bool) -> str:
     if item == "the CUDA graphs":
         return ("v0.21 captures them in a trial and subtracts the estimate" if subtracted else
                 "captured after the KV cache is sized; this release makes no estimate by default")
-    return {"the model weights": "measured while loading",
-            "the profile run's activation peak": "the torch peak of the profile run",
-            "other non-torch growth in the profile run": "the non-torch increase over the snapshot",
-            "the CUDA runtime context": "created before the first snapshot: in the baseline, never subtracted",
-            "allocator fragmentation while serving": "builds up only under load, after start-up"}[item]
+    return {PROFILED: "the torch peak of the profile run and its non-torch increase over the snapshot, beside "
+                      "the weights measured while loading",
+            "the CUDA runtime context": "created before the first snapshot: in the baseline, never subtracted "
+                                        "(nor is fragmentation, which builds up only under load)"}[item]
 
 
 def _budget_regime(s: Sheet, release: str, headroom, unbudgeted, u) -> None:

@@ -455,7 +455,7 @@ def _decode_step_levers(s: Sheet, p, *, weights: float, cache: float, flops: flo
         f"the weights are {format_number(100 - 100 * cache / (weights + cache), 2)}% of the step's bytes")
     s.judge("levers", "fusing the norms, RoPE and activations into the GEMMs (CUDA graphs too)", False,
             "fusion removes launch gaps and activation round trips, not one byte of weights or KV: no op's "
-            "intensity moves, so a read-bound step stays as long")
+            "intensity moves, so a read-bound step stays as long", fact=True)
     say("a GPU with twice the tensor peak", gain(pk=2 * peak),
         "the math sets the pace and halves" if flops / peak > (weights + cache) / bandwidth
         else "the math is not what the step waits on")
