@@ -677,13 +677,15 @@ def _judge_breaks(s: Sheet, costs: dict[str, float], step: float, padding: float
         matters = cost > MATTERS * step
         s.judge("breaks", _BREAKS[name], matters, f"{format_quantity(cost, 'ms')}, {share} of the corrected step")
         s.judge("catch", _CATCH[name], matters, f"it measures the {name} correction, {share} of the step here")
+    # Facts of these dense decode steps: padding adds math, never reads, and a read-bound step hides it.
     s.judge("breaks", _PADDING, padding > MATTERS * step,
-            f"the dummy slots carry no KV, only math and activations: {format_quantity(padding, 'ms')} here")
-    s.judge("breaks", _EXPERTS, False, "a dense model: every token goes through every weight")
+            f"the dummy slots carry no KV, only math and activations: {format_quantity(padding, 'ms')} here, "
+            f"{format_quantity(padding / step, '%', 2)} of the step", fact=True)
+    s.judge("breaks", _EXPERTS, False, "a dense model: every token goes through every weight", fact=True)
     s.judge("catch", _BIG_MESSAGES, False,
             "a decode all-reduce carries kilobytes to a few MB, where latency rules: GB-size bus bandwidth "
-            "says nothing about it")
-    s.judge("catch", _ROUTER, False, "a dense model has no router")
+            "says nothing about it", fact=True)
+    s.judge("catch", _ROUTER, False, "a dense model has no router", fact=True)
 
 
 def _roofline_regime(s: Sheet, ratio, reach, costs: dict[str, float], dominant: str) -> None:
