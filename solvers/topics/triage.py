@@ -131,14 +131,11 @@ def _lr_slips(p, s: Sheet, step: int, lr: float) -> None:
 
 # --- first-month-plan ------------------------------------------------------------------------
 
-# The plan that lands, whatever the numbers: learn how the system fails before changing it.
-MONTH_ALWAYS = ("map one training job's path end to end: submission, scheduling, nodes, network, storage, "
-                "checkpoint, restart",
-                "ship one small fix through the team's normal review, test and deploy path",
-                "end the month with a written list of questions nobody on the team could answer")
-# What fails: changes and roadmaps before the month has taught you how this system breaks.
-MONTH_NEVER = ("hand your manager a roadmap of larger changes at the end of week 2",
-               "fix the first flaky thing you find in week one, to show impact early")
+# The plan that lands, whatever the numbers, and the one that fails: facts of the month. The map and the
+# fix are budgeted in the prompt itself, and the week-one flaky fix is the roadmap's mistake again, so the
+# select keeps one of each beside the reading, which the hours decide.
+MONTH_ALWAYS = ("end the month with a written list of questions nobody on the team could answer",)
+MONTH_NEVER = ("hand your manager a roadmap of larger changes at the end of week 2",)
 READ_ALL = "read every postmortem the team has written, with its dashboards and fixes"
 READ_SOME = "read the most recent and the most severe postmortems, and stop when the hours run out"
 
@@ -182,11 +179,13 @@ def _month_choices(s: Sheet, fits: bool, planned, F, readable) -> None:
     s.judge("month", READ_SOME, not fits, f"{budget}: " + ("nothing needs cutting" if fits else
             "cut the reading by recency and severity, not the map or the fix"))
     for option in MONTH_ALWAYS:
-        s.judge("month", option, True, "the answer that lands reads, maps, ships one small thing through the real "
-                "path, and ends with the questions nobody could answer")
+        s.judge("month", option, True, "the answer that lands reads, maps one job's path, ships one small fix "
+                "through the real review and deploy path, and ends with the questions nobody could answer",
+                fact=True)
     for option in MONTH_NEVER:
-        s.judge("month", option, False, "the answer that fails proposes changes before it knows how this system "
-                "fails: the roadmap comes after the month, built on its list of open questions")
+        s.judge("month", option, False, "the answer that fails proposes changes (a roadmap, a week-one fix of the "
+                "first flaky thing) before it knows how this system fails: the roadmap comes after the month, "
+                "built on its list of open questions", fact=True)
 
 
 def _month_regime(s: Sheet, planned, F, readable, n) -> None:
