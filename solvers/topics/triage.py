@@ -113,9 +113,10 @@ def _checks_run(s: Sheet, found: int) -> None:
         why = ("clean: on to the next check" if index < found else
                "fails: it names the cause, and triage stops here" if index == found else
                "never reached: an earlier check already found the cause")
-        s.judge("checks", check, index <= found, why)
+        # The first check runs in every triage, a frozen counter voiding every other reading: a fact.
+        s.judge("checks", check, index <= found, why, fact=index == 0)
     s.judge("checks", ACT_BEFORE_READING, False,
-            "acting before reading the log throws away the evidence and can repeat the stall")
+            "acting before reading the log throws away the evidence and can repeat the stall", fact=True)
 
 
 def _lr_slips(p, s: Sheet, step: int, lr: float) -> None:
