@@ -87,10 +87,10 @@ def _cheaper_fleets(solution):
 
 def test_ib_vs_roce_each_depth_has_its_own_flip(variant):
     """The default's 3-tier flip is 1,920 GPUs, but a 2,048-GPU fleet fits two tiers, saves 3 ports' worth
-    per GPU instead of 5, and flips only at 3,200: RoCE is cheaper at 4,096 and above, not at 2,048.
-    Seed 1 flips at 4,754 (3 tiers) and 7,924 (2 tiers): only 16,384 and 65,536 go to RoCE."""
-    assert _cheaper_fleets(variant("ib-vs-roce@default")) == {"4,096 GPUs", "16,384 GPUs", "65,536 GPUs"}
-    assert _cheaper_fleets(variant("ib-vs-roce@1")) == {"16,384 GPUs", "65,536 GPUs"}
+    per GPU instead of 5, and flips only at 3,200: RoCE is cheaper from 3,072 (three tiers) up, not at 2,048.
+    Seed 1 flips at 4,754 (3 tiers) and 7,924 (2 tiers): of the fleets listed only 65,536 goes to RoCE."""
+    assert _cheaper_fleets(variant("ib-vs-roce@default")) == {"3,072 GPUs", "4,096 GPUs", "65,536 GPUs"}
+    assert _cheaper_fleets(variant("ib-vs-roce@1")) == {"65,536 GPUs"}
 
 
 def test_ib_vs_roce_staff_grows_with_the_fleet(variant):

@@ -84,7 +84,10 @@ def ib_vs_roce(p, s: Sheet) -> None:
     _fleet_regime(s, G, flip, ib, roce, _depth_caveat(s.value(flip), p.radix, s.value(t)))
 
 
-FLEET_SIZES = (256, 1024, 2048, 4096, 16384, 65536)  # the select's options, as fleets of GPUs
+FLEET_SIZES = (256, 1024, 1536, 2048, 3072, 4096, 65536)  # the select's options, as fleets of GPUs
+# At any prices drawn, 256 GPUs save at most 3 × $38,000 / 64 a GPU, under $0.46M against at least $0.6M
+# of extra staff, and 65,536 GPUs at least 5 × $2,000 / 64, over $10M against at most $8M: the two ends.
+FLEET_FACTS = (256, 65536)
 
 
 def _fleet_sizes(s: Sheet, p, k, S_ib, S_eth, extra_staff) -> None:
@@ -97,7 +100,7 @@ def _fleet_sizes(s: Sheet, p, k, S_ib, S_eth, extra_staff) -> None:
         flip = format_number(s.evaluate(extra_staff / saving), 3)
         s.judge("cheaper_fleets", f"{format_number(gpus)} GPUs", cheaper,
                 f"{tiers} tiers: {format_quantity(s.evaluate(saving), '$')} saved per GPU, so RoCE pays for its "
-                f"extra engineers from {flip} GPUs at this depth")
+                f"extra engineers from {flip} GPUs at this depth", fact=gpus in FLEET_FACTS)
 
 
 def _depth_caveat(flip: float, radix: int, tiers: float) -> str:
