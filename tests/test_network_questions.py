@@ -155,8 +155,7 @@ def test_incast_few_senders_leave_ecn_in_time(variant):
 
 PAUSE_COUNTERS = {"pause frames sent by the switch on the senders' ingress ports (per priority)",
                   "pause frames received by the senders' NICs on the RDMA priority"}
-MARK_COUNTERS = {"ECN-marked packets on the receiver's egress queue",
-                 "CNPs sent by the receiver's NIC and handled by the senders' NICs"}
+MARK_COUNTERS = {"ECN-marks on the receiver's egress queue, and the CNPs they send back to the senders' NICs"}
 
 
 @pytest.mark.parametrize("senders, pauses", [(8, False), (9, True), (32, True)])

@@ -189,25 +189,25 @@ def incast_buffer(p, s: Sheet) -> None:
 # Counters an on-call engineer reads to tell which mechanism acted: ECN marks and CNPs rise in
 # every incast that passes the marking threshold; pause frames only where PFC fired; drops and
 # retransmissions never on a lossless priority.
-_ALWAYS = ("ECN-marked packets on the receiver's egress queue",
-           "CNPs sent by the receiver's NIC and handled by the senders' NICs")
+# Beside the two pause counters, which the burst decides, one counter that rises in every burst and one
+# that never does, declared facts: two pairs of constants would outnumber what the numbers decide.
+_ALWAYS = ("ECN-marks on the receiver's egress queue, and the CNPs they send back to the senders' NICs",)
 _IF_PFC = ("pause frames sent by the switch on the senders' ingress ports (per priority)",
            "pause frames received by the senders' NICs on the RDMA priority")
-_NEVER = ("drops on the RDMA priority's egress queue",
-          "retransmissions (out-of-sequence NAKs) at the senders' NICs")
+_NEVER = ("drops on the RDMA priority's egress queue, or the retransmissions (out-of-sequence NAKs) they cause",)
 
 
 def _incast_counters(s: Sheet, pfc_first: bool) -> None:
     for option in _ALWAYS:
         s.judge("counters", option, True, "the queue passes the marking threshold in every such burst, so "
-                "DCQCN's marks and CNPs rise whichever mechanism acts first")
+                "DCQCN's marks and CNPs rise whichever mechanism acts first", fact=True)
     why = ("the queue passes XOFF before DCQCN's cut arrives, so the switch pauses the senders' links" if pfc_first
            else "DCQCN's cut arrives before the queue reaches XOFF: no pause frame is sent")
     for option in _IF_PFC:
         s.judge("counters", option, pfc_first, why)
     for option in _NEVER:
         s.judge("counters", option, False, "the RDMA priority is lossless: PFC pauses before the buffer "
-                "overflows, so nothing is dropped and nothing is retransmitted")
+                "overflows, so nothing is dropped and nothing is retransmitted", fact=True)
 
 
 def _incast_regime(s: Sheet, N, n_pfc, RTT) -> None:
