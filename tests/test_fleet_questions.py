@@ -270,6 +270,15 @@ def test_nic_default_shows_both_windows(variant):
     assert solution.expected["regime"] == "comms-hidden"
 
 
+def test_nic_tenth_of_the_rate_follows_the_whole_step_bound(variant):
+    """The default's whole-step bound, 24 Gb/s, is under a tenth of 400 Gb/s; at 4 micro-batches it is 96 Gb/s
+    and the tenth of the NIC no longer does, while the strict need stays 384 Gb/s."""
+    tenth = "a NIC of a tenth of this rate would hide it over the whole step's backward"
+    assert variant("nic-bandwidth-per-gpu@default").sheet.results["nic"][tenth]
+    fewer = variant("nic-bandwidth-per-gpu@default+microbatches=4").sheet.results
+    assert fewer["bandwidth_step"] * 8 / 1e9 > 40 and not fewer["nic"][tenth]
+
+
 def test_nic_strict_need_does_not_depend_on_the_batch_or_the_shard(variant):
     """The port speed follows from one sequence's backward: (d−1)/d·P·MFU/S, whatever the micro-batch count,
     the model or the pipeline (bar the small activation term); the whole-step bound falls with the batch."""

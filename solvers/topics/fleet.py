@@ -346,17 +346,20 @@ def nic_bandwidth_per_gpu(p, s: Sheet) -> None:
 def _nic_judgements(s: Sheet, best, need, B_nic) -> None:
     """Which links and levers hide the reduction, from this variant's two needs."""
     line, strict, loose = (format_quantity(s.value(x), "Gb/s") for x in (B_nic, need, best))
-    s.judge("nic", "this NIC hides it if the whole step's backward were the window", s.compare(best, B_nic) <= 0,
-            f"the best case needs {loose} against {line}")
+    tenth = s.compare(10 * best, B_nic) <= 0
+    s.judge("nic", "a NIC of a tenth of this rate would hide it over the whole step's backward", tenth,
+            f"the best case needs {loose} against a tenth of {line}" + (": on paper the whole-step bound makes "
+            "even a tenth of the NIC look enough" if tenth else ""))
     s.judge("nic", "a NIC of half this rate would hide it over the whole step's backward",
             s.compare(2 * best, B_nic) <= 0, f"{loose} against half of {line}")
     s.judge("nic", "a NIC of twice this rate hides it in the last micro-batch's backward",
             s.compare(need, 2 * B_nic) <= 0, f"{strict} against twice {line}")
     s.judge("nic", "more micro-batches per step lower the need in the last micro-batch's window", False,
             f"the real need, {strict}, is one sequence's backward over the same bytes: more micro-batches lengthen "
-            "the step, not the window")
+            "the step, not the window", fact=True)
     s.judge("nic", "more micro-batches per step lower the whole-step bound", True,
-            f"the bound, {loose}, falls as the tokens per replica grow: it is what a bigger batch buys on paper")
+            f"the bound, {loose}, falls as the tokens per replica grow: it is what a bigger batch buys on paper",
+            fact=True)
 
 
 def _overlap_regime(s: Sheet, need, best, B_nic, t_comm, t_mb) -> None:
