@@ -312,9 +312,8 @@ def test_pause_storm_pinned_seed(variant):
 WATCHDOG = "a PFC watchdog on the switches (Junos defaults: a stall after 200 ms)"
 NIC_STALL = "the origin NIC's PFC stall prevention at its mlx5 default (8 s)"
 LOSSY_SPINE = "PFC off on the leaf-spine links (lossless only inside a leaf)"
-NEVER = {"ECN marking at a lower queue threshold on the leaves",
-         "more buffer headroom and a higher XOFF threshold on the leaves",
-         "rate-limiting every sender to half its line rate"}
+NEVER = {"tuning the leaves' queues: more buffer headroom, a higher XOFF, ECN marking at a lower threshold, "
+         "or every sender rate-limited to half its line rate"}
 
 
 def _fixes(solution):

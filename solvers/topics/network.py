@@ -298,6 +298,10 @@ def pause_storm_origin(p, s: Sheet) -> None:
     s.slip("x8: a quantum taken as 512 bytes, not bits", 8, on=("lost_bandwidth", "lost_share"))
 
 
+QUEUE_TUNING = ("tuning the leaves' queues: more buffer headroom, a higher XOFF, ECN marking at a lower threshold, "
+                "or every sender rate-limited to half its line rate")
+
+
 def _pause_storm_fixes(p, s: Sheet, origin: str, victims: list[str], leaf_of: dict[str, str],
                        Q: sympy.Symbol, b: sympy.Symbol, R: sympy.Symbol) -> None:
     """Which measure, in place before the storm, would have had every stalled node sending again
@@ -314,7 +318,8 @@ def _pause_storm_fixes(p, s: Sheet, origin: str, victims: list[str], leaf_of: di
     key = "fixes"
     s.judge(key, "a PFC watchdog on the switches (Junos defaults: a stall after 200 ms)", s.compare(storm, w_sw) > 0,
             f"{home} saw its queue to {origin} paused without a break for {lasted}: the watchdog fires 200 ms in, "
-            f"drops that queue and stops pausing upstream, so every stalled node sends again within a second")
+            f"drops that queue and stops pausing upstream, so every stalled node sends again within a second",
+            fact=True)
     nic_fires = s.compare(storm, w_nic) > 0
     s.judge(key, "the origin NIC's PFC stall prevention at its mlx5 default (8 s)", nic_fires,
             f"{origin} has been stalled {lasted}, past 8 s: its NIC stops sending pauses at 8 s, "
@@ -331,12 +336,11 @@ def _pause_storm_fixes(p, s: Sheet, origin: str, victims: list[str], leaf_of: di
             f"{format_number(sum(p[f'{home}_to_{node}'] for node in mates))} pause frames on its own link: "
             f"lossy spine links spare only {away}'s nodes")
     per_mb = format_quantity(1e6 / s.value(R), "µs")  # one MB at line rate (R is held in bytes per second)
-    s.judge(key, "ECN marking at a lower queue threshold on the leaves", False,
-            f"ECN slows senders only through the CNPs the receiver returns, and {origin} has received nothing "
-            f"for {lasted}: marks do not release a pause")
-    s.judge(key, "more buffer headroom and a higher XOFF threshold on the leaves", False,
+    # Two facts of any storm, one of each: a 200 ms watchdog always fires within storms of seconds, and no
+    # queue tuning releases a receiver that drains nothing (ECN and rate limits in one option with buffer).
+    s.judge(key, QUEUE_TUNING, False,
             f"{origin} drains nothing, so any buffer fills: each extra MB fills in {per_mb} at "
-            f"{format_quantity(s.value(R), 'Gb/s')}, against a storm of {lasted}")
-    s.judge(key, "rate-limiting every sender to half its line rate", False,
-            f"a queue that drains at zero fills at any arrival rate: at half the rate each MB of buffer fills "
-            f"in {format_quantity(2e6 / s.value(R), 'µs')} instead of {per_mb}, and the storm has lasted {lasted}")
+            f"{format_quantity(s.value(R), 'Gb/s')}, and at half the rate in "
+            f"{format_quantity(2e6 / s.value(R), 'µs')}, against a storm of {lasted}; ECN slows senders only "
+            f"through the CNPs {origin} would return, and it has received nothing: marks do not release a pause",
+            fact=True)
