@@ -589,11 +589,15 @@ def voice_latency_budget(p, s: Sheet) -> None:
     if not fits or len(fits) == len(LAYOUTS):
         raise Reject("no layout of this GPU makes the LLM line, or every one does: nothing to size")
     tp = min(fits)
+    widest, alone = max(LAYOUTS), min(LAYOUTS)
     for layout, name in LAYOUTS.items():
         t = times[layout]
+        # The ends are facts of the draws kept: some layout makes the line and not all do, so the widest
+        # (the fastest first clause) always makes it and one GPU never does.
         s.judge("layouts", name, layout in fits,
                 "the weights and the sessions' KV do not fit" if t is None else
-                f"first clause in {format_quantity(t, 'ms')} against {format_quantity(s.value(llm), 'ms')}")
+                f"first clause in {format_quantity(t, 'ms')} against {format_quantity(s.value(llm), 'ms')}",
+                fact=layout in (widest, alone))
     s.choose("smallest_layout", LAYOUTS[tp])
     _voice_llm(s, p, tp, llm)
     _voice_regime(s, lines, largest)
@@ -936,7 +940,8 @@ def cost_audit_rollout(p, s: Sheet) -> None:
                     s.judge("headline_fails", name, not ok, "passes" if ok else "fails")
             s.judge("headline_fails", "none: it is a real win", not failed,
                     "it passes every gate" if not failed else f"it fails {', '.join(failed)}")
-    s.judge("real_wins", NO_WIN, not real, "no row passes every gate" if not real else "at least one row does")
+    s.judge("real_wins", NO_WIN, not real, "no row passes every gate" if not real else "at least one row does",
+            fact=True)  # a draw with no real win has nothing to roll out and is refused below
     if not real:
         raise Reject("no real win to roll out")
     best = min(real, key=lambda i: s.value(costs[i]))
