@@ -142,10 +142,12 @@ def _build_parser() -> argparse.ArgumentParser:
     check.add_argument("paths", nargs="*", metavar="PATH", help="question files or folders")
     check.add_argument("--seeds", type=int, default=50, help="random variants solved per question (default 50)")
     check.add_argument("--options", action="store_true",
-                       help="also list select options whose truth is the same in every draw (on standard error)")
+                       help="also list select options whose truth is the same in every draw, declared facts "
+                            "marked (on standard error)")
     check.add_argument("--strict", action="store_true",
                        help="the interview-grade bar: prompts of at most 8 lines at 78 columns, no graded answer "
-                            "the same in every draw, a follow-up round for every question")
+                            "the same in every draw, no select option that never varies unless the solver declares "
+                            "it a fact, a follow-up round for every question")
     return parser
 
 
