@@ -222,6 +222,7 @@ class Sheet:
     results: dict[str, object] = field(default_factory=dict)
     slips: dict[str, list[Slip]] = field(default_factory=dict)  # by the answer they diagnose
     reasons: dict[str, dict[str, str]] = field(default_factory=dict)  # select answers: option -> why
+    facts: dict[str, set[str]] = field(default_factory=dict)  # select answers: options declared fixed facts
     prerequisites: set[str] = field(default_factory=set)  # questions whose results stand here as givens
     # The question's parameters as the solver sees them: name -> (value, display unit, label).
     parameters: Mapping[str, tuple[float, str, str]] = field(default_factory=dict)
@@ -312,10 +313,14 @@ class Sheet:
         """A non-numeric answer (a choice, an ordering) the solver decided."""
         self.results[key] = choice
 
-    def judge(self, key: str, option: str, holds: bool, why: str) -> None:
-        """One option of a select answer: whether it holds for this variant, and why."""
+    def judge(self, key: str, option: str, holds: bool, why: str, *, fact: bool = False) -> None:
+        """One option of a select answer: whether it holds for this variant, and why. `fact`: the
+        option is a conceptual anchor whose truth is the same in every variant on purpose, and
+        `why` is the reason it holds or not (validate --strict checks that it never varies)."""
         self.results.setdefault(key, {})[option] = bool(holds)  # type: ignore[index]
         self.reasons.setdefault(key, {})[option] = why
+        if fact:
+            self.facts.setdefault(key, set()).add(option)
 
     def assume(self, text: str) -> None:
         self.assumptions.append(text)

@@ -6,7 +6,9 @@ inputs (correct, wrong, invalid) grading as they should, the key unchanged when 
 from the figures as the prompt prints them, judgement (select answers) that
 changes between variants, each regime side reached by at least 10% of draws, unique ids.
 Under `strict` (the interview-grade bar, QUESTION-BAR.md) also: no graded answer the same in
-every draw, a follow-up round for the default variant, and (in the CLI) a short prompt.
+every draw, no select option the same in every draw unless declared a fact (and facts at most
+half of what a draw shows), a follow-up round for the default variant, and (in the CLI) a short
+prompt.
 Each problem is one line naming the file (and the field or seed where it applies).
 """
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import math
 import textwrap
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -126,6 +129,7 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
     # Self-graded checklists are the same list in every variant by nature; the bar limits their use instead.
     keys: dict[str, Counter[object]] = {a.key: Counter() for a in question.answers if not isinstance(a, Checklist)}
     bar: list[str] = []  # the interview-grade bar (strict): kept apart so the seeds still run
+    options: dict[tuple[str, str], OptionTally] = {}
     for seed in [None, *range(seeds)]:
         label = "default variant" if seed is None else f"seed {seed}"
         try:
@@ -140,6 +144,7 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
         problems += [f"{where}: answers.{key}: {label}: {problem}" for key, problem in printed_problems(solution)]
         for key, seen in keys.items():
             seen[_key_form(solution.expected[key], question.answer(key))] += 1
+        tally_options(options, solution)
         if strict and seed is None and follow_up(solution, catalog) is None:
             bar.append(f"{where}: followups: the default variant has no follow-up round (declare one, "
                        "or give the question a regime the engine can push across)")
@@ -157,6 +162,8 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
         if strict and seeds and max(seen.values(), default=0) > MAX_SAME_KEY * sum(seen.values()):
             bar.append(f"{where}: answers.{key}: one key in {max(seen.values())} of {sum(seen.values())} variants: "
                        "a graded answer that barely depends on the variant")
+    if strict and seeds:
+        bar += option_problems(question, options)
     for side in question.regime_sides:
         if seeds and regimes[side] < MIN_SIDE_SHARE * seeds:
             problems.append(f"{where}: regime_sides: '{side}' reached by {regimes[side]} of {seeds} draws "
@@ -164,30 +171,81 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
     return problems + bar
 
 
-MIN_SHOWINGS = 5  # an option shown fewer times than this says nothing about whether it varies
+MIN_SHOWINGS = 5  # an option shown fewer times than this is too rarely seen to judge
+
+
+@dataclass
+class OptionTally:
+    """One select option over the draws of a question: how often it was judged, shown, held,
+    and declared a fact."""
+    judged: int = 0
+    held: int = 0
+    shown: int = 0
+    declared: int = 0
+
+    @property
+    def constant(self) -> bool:
+        """The same truth in every draw, for an option shown often enough to tell. The solver judges
+        every option in every draw and the listing only samples which are shown, so the truth is
+        counted over all the draws, a larger sample than the shown ones at no cost: an option true
+        in 90% of draws is not failed by the luck of which draws happened to list it."""
+        return self.shown >= MIN_SHOWINGS and self.held in (0, self.judged)
+
+
+def tally_options(tally: dict[tuple[str, str], OptionTally], solution: Solution) -> None:
+    """Add one solved variant's select judgements to `tally`, by (answer key, option)."""
+    for spec in solution.question.answers:
+        judged = solution.sheet.results.get(spec.key)
+        if not isinstance(spec, Select) or not isinstance(judged, dict):
+            continue
+        shown = set(solution.shown.get(spec.key, ()))
+        facts = solution.sheet.facts.get(spec.key, set())
+        for option, holds in judged.items():
+            counts = tally.setdefault((spec.key, option), OptionTally())
+            counts.judged += 1
+            counts.held += bool(holds)
+            counts.declared += option in facts
+            counts.shown += option in shown
+
+
+def option_problems(question: Question, tally: dict[tuple[str, str], OptionTally]) -> list[str]:
+    """The bar on single select options: each follows the variant's numbers or is a declared fact
+    (Sheet.judge(..., fact=True)) that never varies, and facts are at most half of what a draw
+    shows, so that every draw's right set still depends on the variant."""
+    where, problems = question.path, []
+    for (key, option), counts in tally.items():
+        if counts.declared and counts.declared < counts.judged:
+            problems.append(f"{where}: answers.{key}: '{option}' is declared a fact in {counts.declared} of "
+                            f"{counts.judged} draws only")
+        elif counts.declared and 0 < counts.held < counts.judged:
+            problems.append(f"{where}: answers.{key}: '{option}' is declared a fact but holds in {counts.held} "
+                            f"of {counts.judged} draws")
+        elif not counts.declared and counts.constant:
+            problems.append(f"{where}: answers.{key}: '{option}' {'holds' if counts.held else 'fails'} in "
+                            f"all {counts.judged} draws (shown in {counts.shown}): make it follow the numbers, or "
+                            "declare it a fact with its reason")
+    for spec in question.answers:
+        if isinstance(spec, Select):
+            facts = sum(1 for (k, _), counts in tally.items() if k == spec.key and counts.declared)
+            if 2 * facts > (spec.show or len(spec.pool)):
+                problems.append(f"{where}: answers.{spec.key}: {facts} declared facts, more than half of "
+                                f"the {spec.show or len(spec.pool)} options a draw shows")
+    return problems
 
 
 def constant_options(question: Question, bank: Bank, catalog: Catalog, seeds: int) -> list[str]:
-    """Options of the question's select answers that hold (or fail) in every draw that shows them,
-    over the default and `seeds` draws: a fact on purpose, or judgement that does not follow from
-    the variant. A report for authors, not a problem: validate's bar checks whole selects."""
-    selects = [a for a in question.answers if isinstance(a, Select)]
-    tally: dict[tuple[str, str], list[int]] = {}  # (answer, option) -> [shown, held]
-    for seed in [None, *range(seeds)] if selects else []:
+    """Options of the question's select answers that hold (or fail) in every draw,
+    over the default and `seeds` draws, declared facts marked: a report for authors (validate
+    --strict fails the ones not declared)."""
+    tally: dict[tuple[str, str], OptionTally] = {}
+    for seed in [None, *range(seeds)] if any(isinstance(a, Select) for a in question.answers) else []:
         try:
-            solution = make_variant(bank, catalog, VariantCode(question.id, seed))
+            tally_options(tally, make_variant(bank, catalog, VariantCode(question.id, seed)))
         except (VariantError, Reject):
             continue
-        for spec in selects:
-            judged = solution.sheet.results.get(spec.key)
-            for option in solution.shown.get(spec.key, ()):
-                if isinstance(judged, dict) and option in judged:
-                    counts = tally.setdefault((spec.key, option), [0, 0])
-                    counts[0] += 1
-                    counts[1] += bool(judged[option])
-    return [f"{question.path}: answers.{key}: '{option}' {'holds' if held else 'fails'} in all {shown} draws "
-            "that show it" for (key, option), (shown, held) in tally.items()
-            if shown >= MIN_SHOWINGS and held in (0, shown)]
+    return [f"{question.path}: answers.{key}: '{option}' {'holds' if counts.held else 'fails'} in all "
+            f"{counts.judged} draws (shown in {counts.shown}){' (a declared fact)' if counts.declared else ''}"
+            for (key, option), counts in tally.items() if counts.constant]
 
 
 def validate(paths: list[Path], catalog: Catalog, seeds: int = 50, strict: bool = False) -> list[str]:

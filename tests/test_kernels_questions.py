@@ -84,6 +84,26 @@ def test_fp8_and_blackwell_turn_d128_exp_bound(variant):
         assert results["overlap_ceiling"] == pytest.approx(1 / 1.5)
 
 
+def test_fa3_technique_options_read_this_variants_ratios(variant):
+    """H100 bf16 at d = 128 (exps 0.5x the matmuls, softmax 0.75x): ping-pong hides all of it, the next block's
+    QKᵀ (half the matmuls) exactly covers the exps, and FP8's rate (1.5x) leaves a 67% ceiling. Under FP8 on
+    H100 the exps reach 1x and the softmax 1.5x: ping-pong still hides the exps, not the softmax. B200 FP8 at
+    d = 64: the softmax at 6x, a 17% ceiling."""
+    def right(code):
+        return {o for o, holds in variant(code).sheet.results["fa3_techniques"].items() if holds}
+
+    facts = {"producer warps issuing TMA loads (warp specialization) hide the K/V tile loads from HBM"}
+    pingpong = "ping-pong across two warpgroups could hide all of this variant's softmax behind GEMMs"
+    fp8_rate = "twice the tensor rate (FP8) would raise this variant's TFLOP/s under perfect overlap"
+    exps_only = "ping-pong could hide this variant's exponentials but not the whole softmax"
+    pipelined = ("intra-warpgroup pipelining alone, overlapping a block's exponentials with the next block's QKᵀ "
+                 "GEMM (half the matmuls), could hide them here")
+    below_half = "at FP8's tensor rate the perfectly overlapped ceiling here would fall below half the tensor peak"
+    assert right("flash-attention-exp-bound@default") == facts | {pingpong, fp8_rate, pipelined}
+    assert right("flash-attention-exp-bound@default+dtype=fp8") == facts | {exps_only}
+    assert right("flash-attention-exp-bound@default+gpu=b200+dtype=fp8+head_dim=64") == facts | {below_half}
+
+
 def test_exp_levers_read_the_ceilings_the_prompt_names(variant):
     """Halving the MUFU time at d = 128 on H100 bf16 lifts the exps-in-series ceiling from 66.7% to 80% (the
     whole-softmax one would only reach 66.7%); in series H100 reaches 565 TFLOP/s, under FA3's 740, while B200

@@ -267,7 +267,6 @@ def test_prefix_eviction_stranding_default(variant):
     assert results["stranded_bytes"] == pytest.approx(1791 * 5 * 2**20)  # 8.75 GiB
     assert results["served_after"] == 0
     assert set(solution.expected["policies"]) == {
-        "FIFO: the block cached first is evicted first",
         "cost-aware: the block cheapest to recompute is evicted first",
         "a CPU tier below the GPU cache evicting by its own LRU of write times"}
     # The hole at the very front: every returning chat re-prefills the whole 2,000-token system prompt.
@@ -291,6 +290,14 @@ def test_ttl_strands_once_the_system_prompt_expires_above_fresh_chats(variant, a
     chat blocks are younger than that (both expired: the whole tree is gone together)."""
     expected = variant(f"prefix-eviction-stranding@default+system_age={age}min+idle={idle}min").expected
     assert ("expiry at the TTL above, counted from when a block was cached" in expected["policies"]) == holds
+
+
+@pytest.mark.parametrize(("age", "holds"), [(300, False), (480, True)])
+def test_twice_the_ttl_strands_once_the_prompt_outlives_it(variant, age, holds):
+    """Twice the 240-min TTL is 480 min: a system prompt cached 300 min ago is inside it, one cached 480 min ago
+    has expired above chat blocks 5 min old."""
+    expected = variant(f"prefix-eviction-stranding@default+system_age={age}min").expected
+    assert ("expiry at twice the TTL above, counted from when a block was cached" in expected["policies"]) == holds
 
 
 def _first_stranding(blocks: list[_Block], rank) -> bool:

@@ -408,6 +408,9 @@ def test_tail_policies_hold_to_their_definitions(variant):
         x = solution.expected
         assert (x["regime"] == "slowdown") == (x["speedup_worst"] < 1)
         assert policy["keep speculation on for every request"] == (x["p99_on"] <= x["p99_off"])
+        # Only code drafting, chat waits the mixed round for one token at peak: a declared fact of the select.
+        assert x["tpot_chat_mixed"] > x["p99_off"] and not policy["speculate on code requests only (chat never drafts)"]
+        assert not {"high-acceptance requests off-peak", "low-acceptance requests off-peak"} & set(x["owners"])
         # Chat switched off at peak while code drafts: chat waits the mixed round for one token.
         if _value(solution, "alpha_low") < x["alpha_even_peak"] < _value(solution, "alpha_high"):
             assert x["tpot_chat_mixed"] > x["p99_off"]

@@ -83,13 +83,14 @@ def test_strict_flags_keys_that_never_move_and_a_missing_follow_up(bank, catalog
 
 
 def test_constant_select_options_are_reported_and_varying_ones_are_not(bank, catalog):
-    """The bar checks whole selects; this report finds single options whose truth never moves."""
+    """This report lists single options whose truth never moves, declared facts marked."""
     from solvers.engine import VariantCode, make_variant
     from solvers.validate import constant_options
 
     question = bank.get("flash-attention-exp-bound")
     reported = constant_options(question, bank, catalog, seeds=20)
-    assert any("answers.fa3_techniques: 'ping-pong across two warpgroups hides" in line for line in reported)
+    assert any("answers.fa3_techniques: 'producer warps issuing TMA loads (warp specialization) hide" in line
+               and line.endswith("(a declared fact)") for line in reported)
     truths: dict[tuple[str, str], set[bool]] = {}
     for seed in [None, *range(20)]:
         solution = make_variant(bank, catalog, VariantCode(question.id, seed))
@@ -99,3 +100,56 @@ def test_constant_select_options_are_reported_and_varying_ones_are_not(bank, cat
     for (key, option), seen in truths.items():
         listed = any(f"answers.{key}: '{option}'" in line for line in reported)
         assert not (listed and len(seen) == 2), option  # an option seen both ways is never reported
+
+
+def _options_bar(bank, catalog, monkeypatch, rejudge) -> list[str]:
+    """The strict bar's lines about single options of weight-read-intensity's levers, its solver
+    followed by `rejudge(p, sheet)`, which judges some options again."""
+    import solvers.topics.roofline as roofline
+    import solvers.validate as validate_module
+
+    monkeypatch.undo()  # a second call in one test wraps the real solver, not the first wrapper
+    real = roofline.weight_read_intensity
+
+    def solver(p, s):
+        real(p, s)
+        rejudge(p, s)
+
+    monkeypatch.setattr(roofline, "weight_read_intensity", solver)
+    problems = validate_module.check_question(bank.get("weight-read-intensity"), bank, catalog, seeds=20, strict=True)
+    return [line for line in problems if "answers.levers:" in line and ("fact" in line or "draws that show" in line)]
+
+
+BATCH, SPEED = "twice the batch", "a GPU with twice the HBM bandwidth"
+
+
+def test_strict_fails_a_constant_option_unless_declared_a_fact(bank, catalog, monkeypatch):
+    """An option that holds in every draw is judgement the candidate can memorise: strict fails
+    it, unless the solver declares it a fact (with its reason as the why)."""
+    undeclared = _options_bar(bank, catalog, monkeypatch, lambda p, s: s.judge("levers", BATCH, True, "toy"))
+    assert len(undeclared) == 1
+    assert f"'{BATCH}' holds in all 21 draws" in undeclared[0] and "declare it a fact" in undeclared[0]
+    declared = _options_bar(bank, catalog, monkeypatch,
+                            lambda p, s: s.judge("levers", BATCH, True, "a fact here", fact=True))
+    assert declared == []
+
+
+def test_strict_fails_a_declared_fact_that_varies_or_is_declared_in_some_draws(bank, catalog, monkeypatch):
+    varying = _options_bar(bank, catalog, monkeypatch,
+                           lambda p, s: s.judge("levers", BATCH, p.batch > 200, "toy", fact=True))
+    assert len(varying) == 1 and f"'{BATCH}' is declared a fact but holds in" in varying[0]
+    sometimes = _options_bar(bank, catalog, monkeypatch,
+                             lambda p, s: s.judge("levers", BATCH, True, "toy", fact=p.batch > 200))
+    assert len(sometimes) == 1 and f"'{BATCH}' is declared a fact in" in sometimes[0]
+
+
+def test_declared_facts_are_at_most_half_of_what_a_draw_shows(bank, catalog, monkeypatch):
+    """show: 4, so two facts (the question's own and one more) leave every draw two options that follow
+    the numbers; three do not."""
+    def facts(*options):
+        return lambda p, s: [s.judge("levers", o, o == BATCH, "a fact here", fact=True) for o in options]
+
+    assert _options_bar(bank, catalog, monkeypatch, facts(BATCH)) == []
+    three = _options_bar(bank, catalog, monkeypatch, facts(BATCH, SPEED))
+    assert any("answers.levers: 3 declared facts, more than half of the 4 options a draw shows" in line
+               for line in three)

@@ -142,10 +142,12 @@ def _build_parser() -> argparse.ArgumentParser:
     check.add_argument("paths", nargs="*", metavar="PATH", help="question files or folders")
     check.add_argument("--seeds", type=int, default=50, help="random variants solved per question (default 50)")
     check.add_argument("--options", action="store_true",
-                       help="also list select options whose truth is the same in every draw (on standard error)")
+                       help="also list select options whose truth is the same in every draw, declared facts "
+                            "marked (on standard error)")
     check.add_argument("--strict", action="store_true",
                        help="the interview-grade bar: prompts of at most 8 lines at 78 columns, no graded answer "
-                            "the same in every draw, a follow-up round for every question")
+                            "the same in every draw, no select option that never varies unless the solver declares "
+                            "it a fact, a follow-up round for every question")
     return parser
 
 
@@ -470,8 +472,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.options:
         constant = [line for q in bank.questions.values()
                     for line in constant_options(q, bank, catalog, args.seeds)]
-        print(f"Select options with the same truth in every draw that shows them ({len(constant)}; facts on "
-              "purpose, or judgement that does not follow from the variant):", file=sys.stderr)
+        print(f"Select options with the same truth in every draw that shows them ({len(constant)}; declared "
+              "facts, or judgement that does not follow from the variant, which --strict fails):", file=sys.stderr)
         for line in constant:
             print(f"  {line}", file=sys.stderr)
     print(f"{count} question file(s), {len(problems)} problem(s)", file=sys.stderr)

@@ -269,6 +269,6 @@ def _mechanisms(s: Sheet, p, knobs: Knobs, kv: float, B_o: int, tuned: bool, bri
                 f"the H100's batch of {format_number(B_o)} ran eager too: not what changed")
     s.judge("mechanisms", MECHANISMS["hbm"], False,
             f"{format_quantity(hbm_bandwidth(p.part), 'TB/s')} of HBM3e against the H100's "
-            f"{format_quantity(hbm_bandwidth(p.old), 'TB/s')}: more, not less")
+            f"{format_quantity(hbm_bandwidth(p.old), 'TB/s')}: more, not less", fact=True)
     if not any(judgements(s, "mechanisms").values()):
         raise Reject(f"no mechanism slows this deployment by 5% (TTFT {ratios[0]:.3f}x, TPOT {ratios[1]:.3f}x)")

@@ -54,7 +54,7 @@ def flash_attention_exp_bound(p, s: Sheet) -> None:
     d_star = s.step("boundary_head_dim", "Head dim where softmax and matmuls take equally long", "d_star",
                     F * (1 / E + n / A) / 4, "", "solve 4d/F_tc = 1/R_exp + n/R_fma for d")
 
-    _fa3_techniques(s, s.value(r_sm))
+    _fa3_techniques(s, s.value(r_exp), s.value(r_sm), p.dtype == "fp8")
     _exp_levers(s, s.value(r_exp), s.value(r_fp), s.value(serial))
     s.assume("Forward pass, per SM: the tensor cores, the MUFU and the FP32 pipe run at their per-clock peaks "
              "(hardware.yaml), the same clock for all three; memory traffic is hidden (attention at long "
@@ -78,34 +78,37 @@ def flash_attention_exp_bound(p, s: Sheet) -> None:
 FA3_TECHNIQUES = "fa3_techniques"
 
 
-def _fa3_techniques(s: Sheet, r_sm: float) -> None:
-    """Which stall each FA3 technique hides (facts about the kernel), and what two of them buy here."""
+def _fa3_techniques(s: Sheet, r_exp: float, r_sm: float, fp8: bool) -> None:
+    """What each FA3 technique could hide of this variant's softmax, judged on its ratios, and three facts
+    about which stall a technique addresses at all."""
     ratio = f"the softmax takes {format_number(r_sm, 3)}x the matmul time"
     s.judge(FA3_TECHNIQUES, "ping-pong across two warpgroups could hide all of this variant's softmax behind GEMMs",
             r_sm <= 1, ratio + (": the other warpgroup's GEMMs outlast it" if r_sm <= 1 else ": it outlasts them"))
     s.judge(FA3_TECHNIQUES, "twice the tensor rate (FP8) would raise this variant's TFLOP/s under perfect overlap",
             r_sm < 1, ratio + ("; halved GEMMs still hide part of it and finish sooner" if r_sm < 1 else
                                "; the softmax already sets the pace, so halving the GEMMs gains nothing"))
+    s.judge(FA3_TECHNIQUES, "ping-pong could hide this variant's exponentials but not the whole softmax",
+            r_exp <= 1 < r_sm, f"the exponentials take {format_number(r_exp, 3)}x the matmul time and the whole "
+            f"softmax {format_number(r_sm, 3)}x: " + ("the FP32 work beside the exp2 tips it past the GEMMs"
+                                                        if r_exp <= 1 < r_sm else "both sit on the same side of 1"))
+    s.judge(FA3_TECHNIQUES, "intra-warpgroup pipelining alone, overlapping a block's exponentials with the next "
+            "block's QKᵀ GEMM (half the matmuls), could hide them here", r_exp <= 0.5,
+            f"the exponentials take {format_number(r_exp, 3)}x the matmul time, "
+            + ("within" if r_exp < 0.5 else "exactly" if r_exp == 0.5 else "past") + " the QKᵀ half of it")
+    with_fp8 = r_sm if fp8 else 2 * r_sm
+    s.judge(FA3_TECHNIQUES, "at FP8's tensor rate the perfectly overlapped ceiling here would fall below half the "
+            "tensor peak", with_fp8 > 2, f"at the FP8 rate the softmax takes {format_number(with_fp8, 3)}x the "
+            f"matmul time, a ceiling of {format_number(min(100, 100 / with_fp8), 3)}%: FP8 moves the tensor side, "
+            "not the softmax, so the exponentials weigh relatively more")
     for option, holds, why in (
         ("producer warps issuing TMA loads (warp specialization) hide the K/V tile loads from HBM", True,
          "a producer warp issues the copies and the consumers only wait on a barrier"),
-        ("ping-pong across two warpgroups hides one warpgroup's softmax behind the other's GEMMs", True,
-         "barriers order the two: while one runs its exponentials the other holds the tensor cores"),
-        ("intra-warpgroup pipelining overlaps a block's softmax with the next block's QKᵀ GEMM", True,
-         "the asynchronous WGMMA of block j+1 runs while the same warpgroup does block j's softmax"),
-        ("FP8 with incoherent processing hides no stall: it halves matmul time, and its Hadamard rotation "
-         "spreads outliers so FP8 loses less accuracy", True,
-         "it moves the tensor side, not the softmax, which makes the exponentials relatively worse"),
         ("producer warps issuing TMA loads hide the exponentials", False,
          "TMA moves bytes; the exponentials still run on the consumers' MUFU"),
         ("ping-pong across warpgroups raises the MUFU's exp2 throughput", False,
          "it overlaps the exponentials with GEMMs; the MUFU's rate per clock is fixed"),
-        ("incoherent processing (the Hadamard rotation) hides the K/V loads", False,
-         "it is an accuracy measure for FP8, applied to Q and K"),
-        ("intra-warpgroup pipelining removes the online softmax's rescaling of the output", False,
-         "the rescale stays; pipelining only reorders the work so the GEMM and the softmax overlap"),
     ):
-        s.judge(FA3_TECHNIQUES, option, holds, why)
+        s.judge(FA3_TECHNIQUES, option, holds, why, fact=True)
 
 
 FA3_TFLOPS = 740e12  # FA3's measured bf16 forward at head dim 128 on H100 SXM (arXiv:2407.08608)
@@ -257,11 +260,11 @@ def _merge_judgements(s: Sheet, *, splits: float, empty: float, overhead: float,
     s.judge(key, "splitting at least halves this step's attention time", gain >= 2,
             f"{format_number(gain, 3)}x faster split")
     s.judge(key, "an empty split must still write LSE = −inf and a zero output before the merge", True,
-            "the merge reads every split's slot; left unwritten it holds garbage (FlashAttention-2 writes both)")
-    s.judge(key, "weights exp(LSE_i − max LSE) give an empty split weight 0 and no NaN while one split has keys", True,
-            "exp(−inf − m) = 0 for finite m; the NaN comes only from −inf − (−inf)")
+            "the merge reads every split's slot; left unwritten it holds garbage (FlashAttention-2 writes both)",
+            fact=True)
     s.judge(key, "an empty split's −inf LSE minus the finite merged LSE gives NaN", False,
-            "−inf minus a finite number is −inf, and exp(−inf) = 0")
+            "−inf minus a finite number is −inf, and exp(−inf) = 0: weights exp(LSE_i − max LSE) give an empty "
+            "split weight 0 while one split has keys; the NaN comes only from −inf − (−inf)", fact=True)
     s.judge(key, "the merged LSE is the largest split's LSE", splits == 1,
             "one split: its LSE is the result" if splits == 1 else
             "it is log Σ exp(LSE_i), above the largest by log(1 + the others' relative mass)")
@@ -437,14 +440,13 @@ def _scale_judgements(s: Sheet, *, r: float, r_b: float, regs: float, budget: fl
     s.judge(key, "on B200 the same software promotion would outlast the MMAs", r_b > 1,
             f"{pct(r_b)} at B200's rate")
     s.judge(key, "Blackwell's block-scaled MMA applies the scales inside the MMA: no temporary, no FFMA per output",
-            True, "tcgen05.mma.kind::mxf8f6f4.block_scale multiplies by the scales as it accumulates")
-    s.judge(key, "its scale factors are read from TMEM, copied there from shared memory", True,
-            "tcgen05.cp moves them; the MMA takes their TMEM addresses")
+            True, "tcgen05.mma.kind::mxf8f6f4.block_scale multiplies by the scales as it accumulates (its scale "
+            "factors read from TMEM, copied there from shared memory by tcgen05.cp)", fact=True)
     s.judge(key, "MXFP8's scales (E8M0, one per 32 elements along K) are finer-grained along K than this variant's",
             block > MX_BLOCK, f"the OCP MX format's 32-element blocks against N_C = {format_number(block)}")
     s.judge(key, "the block-scaled MMA takes an arbitrary FP32 scale per 128 × 128 weight block", False,
             "its scales are E8M0 (or E4M3 for NVFP4) per 32 (or 16) elements along K; FP32 per-block scales stay "
-            "in software")
+            "in software", fact=True)
 
 
 def _promotion_regime(s: Sheet, N_C, N_star, r) -> None:
@@ -555,13 +557,12 @@ def _specialization_judgements(s: Sheet, *, share: float, gain: float, tile: tup
             f"rows staged per warp: M/4 + N/2 = {format_number(m / 4 + n / 2)} against M/2 + N/4 = "
             f"{format_number(m / 2 + n / 4)}")
     s.judge(key, "the producer waits on a stage's 'empty' barrier, arms 'full' with the bytes to expect, then "
-            "issues the TMA copies", True, "the transaction count on 'full' completes when the bytes land")
-    s.judge(key, "consumers wait on 'full', run their WGMMAs and arrive on 'empty' to release the stage", True,
-            "no CTA-wide __syncthreads: each stage has its own pair of barriers")
-    s.judge(key, "with TMA every consumer thread still computes the global addresses of its share of the tile",
-            False, "the tensor map and one coordinate per copy replace them")
+            "issues the TMA copies", True, "the transaction count on 'full' completes when the bytes land; the "
+            "consumers wait on 'full', run their WGMMAs and arrive on 'empty' to release the stage: no CTA-wide "
+            "__syncthreads, each stage has its own pair of barriers", fact=True)
     s.judge(key, "the producer warpgroup needs its registers for the addresses it generates", False,
-            "TMA generates them, so the producer runs on 24 to 56 registers and gives the rest away")
+            "TMA generates them from the tensor map and one coordinate per copy (no thread computes a tile's "
+            "addresses), so the producer runs on 24 to 56 registers and gives the rest away", fact=True)
 
 
 def _register_regime(s: Sheet, need, even, budget) -> None:

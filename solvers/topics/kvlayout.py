@@ -72,6 +72,7 @@ def _fp8_latent_note(s: Sheet, kv_dtype: str) -> None:
 
 # A stall that hits more than this share of a stream's decode steps sets its p99 inter-token latency.
 P99_SHARE = sympy.Rational(1, 100)
+MEAN_SHARE = sympy.Rational(1, 10)  # stalls that add this much to the mean time per token are more than a tail effect
 
 
 def preemption_policies(p, s: Sheet) -> None:
@@ -149,7 +150,11 @@ def preemption_policies(p, s: Sheet) -> None:
     stall = min_of(t_rec, t_swap)
     s.judge("who_pays", "Waiting with no one evicted stalls every running stream, not just the one that asked", True,
             "the pool is full: every stream needs a block within one block's worth of tokens, and the nearest "
-            f"completion is {format_number(p.remaining)} tokens away, so the whole batch stops (or deadlocks)")
+            f"completion is {format_number(p.remaining)} tokens away, so the whole batch stops (or deadlocks)",
+            fact=True)
+    s.judge("who_pays", "Evicting the victim stalls only the victim; the running streams decode on", False,
+            "the re-prefill shares the engine step with the decode streams (a swap runs before the forward pass): "
+            "every running stream waits out the eviction once", fact=True)
     one = s.compare(S, R) >= 0
     s.judge("who_pays", "One eviction of this victim frees enough KV for the batch to reach its next completion", one,
             f"{format_number(p.context)} tokens freed last the {format_number(p.batch)} streams "
@@ -163,10 +168,11 @@ def preemption_policies(p, s: Sheet) -> None:
     s.judge("who_pays", "The stalls land in more than 1 decode step in 100, so they set every stream's p99 "
             "inter-token latency", tail, f"one eviction every {format_number(s.value(S))} steps: "
             + ("above 1%, inside the p99" if tail else "under 1%, beyond the p99 (p99.9 and the maximum)"))
-    median = s.compare(2 / S, 1) > 0
-    s.judge("who_pays", "The stalls land in more than half the decode steps, so they move the median inter-token "
-            "latency", median, f"one eviction every {format_number(s.value(S))} steps: "
-            + ("more than half of them" if median else "far fewer than half: a tail effect, not a median one"))
+    added, mean = s.evaluate(stall / (S * T)), s.compare(stall / (S * T), MEAN_SHARE) > 0
+    s.judge("who_pays", "Spread over the steps one eviction buys, the stalls add over 10% to every stream's mean "
+            "time per token", mean, f"{format_quantity(s.evaluate(stall), 'ms')} every "
+            f"{format_number(s.value(S))} steps of {format_quantity(p.tpot, 'ms')}: "
+            f"{format_quantity(added, '%')} on the mean" + ("" if mean else ", a tail effect more than a mean one"))
     _preemption_regime(s, t_rec, t_swap, W_star, W)
 
 
@@ -295,17 +301,14 @@ def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m) -> None:
             f"requests' latents: the node holds {dp_held} against {held} with TP attention")
     s.judge(key, "an fp8 KV cache", p.kv_dtype != "fp8",
             "it halves every latent" if p.kv_dtype != "fp8" else "the cache is already fp8")
-    for option, tp in (("doubling its TP", 2 * p.tp), ("halving its TP", p.tp // 2)):
-        if tp > GPUS_PER_NODE or tp < 1:
-            s.judge(key, option, False, f"TP {tp} leaves the {GPUS_PER_NODE}-GPU node")
-            continue
-        then = _mla_requests(s, usable, e.W, kv_m, C, G, tp)
-        s.judge(key, option, then > now, f"TP {tp}: {format_number(then)} requests on the node against {held}: "
-                + ("fewer weights per GPU outweigh the fewer replicas" if tp > p.tp and then > now else
-                   "more replicas outweigh the weights each GPU gains" if then > now else
-                   "the latent is copied on every GPU either way, so only the weights' share moves, and not enough"))
+    # Doubling the TP pays only where the weights fill over 2/3 of each GPU: 3 draws in 100, too rare to ask.
+    tp = p.tp // 2
+    then = _mla_requests(s, usable, e.W, kv_m, C, G, tp)
+    s.judge(key, "halving its TP", then > now, f"TP {tp}: {format_number(then)} requests on the node against {held}: "
+            + ("more replicas outweigh the weights each GPU gains" if then > now else
+               "the latent is copied on every GPU either way, so only the weights' share moves, and not enough"))
     s.judge(key, "splitting the latent over the TP ranks like KV heads", False,
-            "every head attends over the whole latent: there is nothing per head to split")
+            "every head attends over the whole latent: there is nothing per head to split", fact=True)
     if not any(judgements(s, key).values()):
         raise Reject("no lever holds more requests on this node: nothing to choose between")
 
@@ -492,11 +495,10 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
 
 def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, demand) -> None:
     key = "dp_tradeoffs"
-    one = s.evaluate(kv_tok * C)
-    costly = s.value(extra) > one
-    s.judge(key, "DP attention's extra weights per GPU outweigh one request's latent", costly,
-            f"{format_quantity(s.value(extra), 'GB')} of copied weights against {format_quantity(one, 'GB')} "
-            "per request")
+    share = s.value(extra) / s.value(room)
+    s.judge(key, "DP attention's extra weights take over a tenth of each GPU's KV room", share > 0.1,
+            f"{format_quantity(s.value(extra), 'GB')} of copied weights out of {format_quantity(s.value(room), 'GB')} "
+            f"of room: {format_quantity(share, '%')}, for {format_number(p.dp)} groups")
     wider = 2 * p.dp
     then = _dp_requests(s, room, A, E, kv_tok, C, n, wider) if wider <= p.tp else 0.0
     s.judge(key, "Twice the DP size would hold more requests at this context", then > s.value(req_dp),
@@ -505,14 +507,12 @@ def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, 
     held_tp = s.evaluate(floor_of(room / (kv_tok * C)))
     s.judge(key, "TP attention would still hold twice the demand", held_tp >= 2 * p.demand,
             f"TP attention holds {format_number(held_tp)} requests, against {format_number(2 * p.demand)}")
-    s.judge(key, "A GQA cache with as many KV heads as GPUs would hold no redundant copies at this TP", True,
-            "TP splits a GQA cache by KV head, so each GPU keeps its own heads; only a latent shared by every "
-            "head is copied whole")
     s.judge(key, "Under DP attention a decode step waits for its busiest attention group", True,
             "the groups meet at every MoE layer, so the step runs at the pace of the group with the most requests "
-            "(or the longest ones)")
+            "(or the longest ones)", fact=True)
     s.judge(key, "DP attention also splits each request's latent over the GPUs of its group", False,
-            "no: within a group the latent is still copied onto each GPU; DP only stops other groups holding it")
+            "no: within a group the latent is still copied onto each GPU; DP only stops other groups holding it",
+            fact=True)
 
 
 def _attention_regime(s: Sheet, req_tp, req_dp, demand, tpot_tp, tpot_dp) -> None:
@@ -632,9 +632,10 @@ def _snapshot_judgements(s: Sheet, p, state, kv, taken, R, reuse, k, B, C) -> No
             f"lcm(k, B) = {format_number(s.value(R))}")
     s.judge(key, "Keeping more snapshots per request would restore more of the next turn", False,
             "a turn that resends the whole context resumes from the newest restart point; older snapshots only "
-            "serve a branch from earlier in the conversation")
+            "serve a branch from earlier in the conversation", fact=True)
     s.judge(key, "What the next turn restores depends only on the newest restart point within the context", True,
-            "everything up to it comes from the snapshot and the KV blocks, everything after it is prefilled again")
+            "everything up to it comes from the snapshot and the KV blocks, everything after it is prefilled again",
+            fact=True)
 
 
 def _state_regime(s: Sheet, state, kv, C_star, C) -> None:

@@ -19,8 +19,11 @@ from solvers.units import format_number, format_quantity
 WINDOW = 4096  # the sliding window of the rescue option: Gemma-2's, on every other layer
 MLA_LATENT = 576  # DeepSeek-V2/V3: kv_lora_rank 512 + decoupled RoPE key 64 per layer
 CP_OPTIONS = ((2, "context parallelism over twice this plan's nodes"),
+              (8, "context parallelism over 8 times this plan's nodes"),
               (16, "context parallelism over 16 times this plan's nodes"),
               (64, "context parallelism over 64 times this plan's nodes"))
+MHA, VOCAB = "MHA: a KV head for every query head", "a vocabulary twice as large"
+WIDEST_CP = 64  # a rescue past 64 times the plan's nodes is no rescue: such draws are refused
 
 
 def added_params(model: Record, **change: int) -> int:
@@ -102,7 +105,7 @@ def million_token_context(p, s: Sheet) -> None:
         raise Reject("the MHA model's weights alone fill the node")
     c_mha = s.step("nodes_mha", "Nodes that hold the MHA request", "c_MHA", ceil_of(kv_gpu * H / H_kv / room_mha),
                    "nodes", "H_q/H_kv times the KV per GPU, in the MHA model's room")
-    if s.value(c_mha) > CP_OPTIONS[-1][0] * n_c:
+    if s.value(c_mha) > WIDEST_CP * n_c:
         raise Reject("were it MHA, not even the widest context-parallel rescue would hold it")
     tp = p.tp
     _breaks(s, p, room=s.value(room), kv=s.value(kv_gpu), w=s.value(w_gpu), nodes=n_c, added={
@@ -145,13 +148,13 @@ def _breaks(s: Sheet, p, *, room: float, kv: float, w: float, nodes: float, adde
         return f"+{format_quantity(extra, 'GB')} of weights a GPU"
 
     changes = (
-        ("MHA: a KV head for every query head", heads / kv_heads, w + added["mha"],
+        (MHA, heads / kv_heads, w + added["mha"],
          f"{format_number(heads / kv_heads)}x the KV per GPU, {grown(added['mha'])}"),
         ("twice the KV heads", 2, w + added["kv"], f"2x the KV per GPU, {grown(added['kv'])}"),
         ("twice the query heads, the same KV heads", 1, w + added["q"],
          f"the KV unchanged, but q and o projections twice as wide: {grown(added['q'])}"),
         ("twice the layers at the same width", 2, 2 * w, "2x the KV and 2x the weights per GPU"),
-        ("a vocabulary twice as large", 1, w + added["vocab"],
+        (VOCAB, 1, w + added["vocab"],
          f"the KV unchanged, the embedding and output tables twice as long: {grown(added['vocab'])}"),
         ("an MLP twice as wide", 1, w + added["mlp"],
          f"the KV unchanged, the gate, up and down projections twice as wide: {grown(added['mlp'])}"),
@@ -160,8 +163,11 @@ def _breaks(s: Sheet, p, *, room: float, kv: float, w: float, nodes: float, adde
         left = usable - weights
         need = float("inf") if left <= 0 else -(-kv * kv_factor // left)
         more = need > nodes
+        # MHA multiplies the KV by H_q/H_kv = 8 for every model drawn; a longer vocabulary adds no KV and
+        # under a GB of weights a GPU: facts of these models, whatever the context.
         s.judge("breaks", option, more, f"{what}: {format_number(need)} node(s) against the plan's "
-                f"{format_number(nodes)}" if left > 0 else f"{what}: the weights alone fill the GPUs")
+                f"{format_number(nodes)}" if left > 0 else f"{what}: the weights alone fill the GPUs",
+                fact=option in (MHA, VOCAB))
 
 
 def _rescue(s: Sheet, p, *, room: float, kv_mha: float, T_value: int, c_mha: float, nodes: float) -> None:
@@ -183,11 +189,11 @@ def _rescue(s: Sheet, p, *, room: float, kv_mha: float, T_value: int, c_mha: flo
             f"against {fits}")
     s.judge("rescue", "smaller KV blocks in the paged cache, on one node", False,
             f"paging trims the empty tail of the last block, not the bytes: {format_quantity(kv_mha, 'GiB')} "
-            f"per GPU against {fits}")
-    for times, option in CP_OPTIONS:
+            f"per GPU against {fits}", fact=True)
+    for times, option in CP_OPTIONS:  # the widest always holds: draws it would not hold are refused
         s.judge("rescue", option, c_mha <= times * nodes,
                 f"the MHA cache needs {format_number(c_mha)} node(s) of TP 8; {times} x this plan's "
-                f"{format_number(nodes)} is {format_number(times * nodes)}")
+                f"{format_number(nodes)} is {format_number(times * nodes)}", fact=times == WIDEST_CP)
 
 
 def _regime(s: Sheet, T, T_max, T_half, share, nodes: float) -> None:

@@ -500,7 +500,7 @@ def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks, per_seq, seqs, cap
             + (f"the last block holds {spare}" if spare else "the blocks fill exactly"))
     s.judge("ceiling", "the CUDA graphs captured after start-up take blocks back", False,
             "the blocks are allocated before the graphs are captured; the graphs come out of the memory "
-            "outside gpu_memory_utilization, or OOM there")
+            "outside gpu_memory_utilization, or OOM there", fact=True)
     gained = s.evaluate(floor_of((avail + A / 2) / block) / blocks - 1)
     s.judge("ceiling", "halving max_num_batched_tokens would add over 5% more blocks", gained > 0.05,
             f"half the {format_quantity(s.value(A), 'GiB')} activation peak returns "
@@ -537,17 +537,17 @@ def _ceiling_regime(s: Sheet, seqs, cap) -> None:
 # subtracts; from v0.21 start-up also captures the CUDA graphs in a trial and subtracts their estimate.
 # v0.11 is left out: whether its first release has the change is not pinned down here.
 BEFORE_25359, FROM_V021 = "v0.10", "v0.21"  # and v0.12-v0.20 between them
-CONSUMERS = ("the model weights", "the profile run's activation peak", "other non-torch growth in the profile run",
-             "the CUDA runtime context", "the NCCL communicators", "the CUDA graphs",
-             "allocator fragmentation while serving")
+# Two facts of every release's ledger, and the two consumers the releases move. The weights (plainly
+# subtracted) and fragmentation (plainly not: it builds up under load) are graded through the KV and the
+# unbudgeted memory instead: four constants would outnumber what the release decides.
+PROFILED = "the profile run's activation peak and its other non-torch growth"
+CONSUMERS = (PROFILED, "the CUDA runtime context", "the NCCL communicators", "the CUDA graphs")
 
 
 def _measured(release: str) -> dict[str, bool]:
     """Which consumers start-up subtracts before it sizes the KV cache, in this release."""
-    return {"the model weights": True, "the profile run's activation peak": True,
-            "other non-torch growth in the profile run": True, "the CUDA runtime context": False,
-            "the NCCL communicators": release == BEFORE_25359, "the CUDA graphs": release == FROM_V021,
-            "allocator fragmentation while serving": False}
+    return {PROFILED: True, "the CUDA runtime context": False,
+            "the NCCL communicators": release == BEFORE_25359, "the CUDA graphs": release == FROM_V021}
 
 
 MIN_KV_MEMORY = 2 * 2**30  # below 2 GiB of KV cache per GPU nobody would deploy this: it holds a few contexts
@@ -591,7 +591,8 @@ def hidden_memory_budget(p, s: Sheet) -> None:
     s.step("max_util", "Highest gpu_memory_utilization that fits", "u_max", 1 - unbudgeted / M, "%",
            "leave exactly the unbudgeted memory outside the budget")
     for item in CONSUMERS:
-        s.judge("subtracted", item, measured[item], _accounting_why(item, p.release, measured[item]))
+        s.judge("subtracted", item, measured[item], _accounting_why(item, p.release, measured[item]),
+                fact=item in (PROFILED, "the CUDA runtime context"))
 
     s.assume("Total memory is the datasheet capacity in GB; vLLM reads the device's total from the driver, "
              "which for most GPUs is a few percent more. One GPU of the TP group stands for all of them.")
@@ -619,11 +620,10 @@ def _accounting_why(item: str, release: str, subtracted: bool) -> str:
     if item == "the CUDA graphs":
         return ("v0.21 captures them in a trial and subtracts the estimate" if subtracted else
                 "captured after the KV cache is sized; this release makes no estimate by default")
-    return {"the model weights": "measured while loading",
-            "the profile run's activation peak": "the torch peak of the profile run",
-            "other non-torch growth in the profile run": "the non-torch increase over the snapshot",
-            "the CUDA runtime context": "created before the first snapshot: in the baseline, never subtracted",
-            "allocator fragmentation while serving": "builds up only under load, after start-up"}[item]
+    return {PROFILED: "the torch peak of the profile run and its non-torch increase over the snapshot, beside "
+                      "the weights measured while loading",
+            "the CUDA runtime context": "created before the first snapshot: in the baseline, never subtracted "
+                                        "(nor is fragmentation, which builds up only under load)"}[item]
 
 
 def _budget_regime(s: Sheet, release: str, headroom, unbudgeted, u) -> None:
@@ -740,14 +740,18 @@ def _paging_judgements(s: Sheet, res: dict[str, sympy.Symbol], waste, gain) -> N
     s.judge("holds", "paging returns more than three times the requests", s.compare(gain, 3) > 0,
             f"the gain is {g}")
     s.judge("holds", "paging leaves under 4% of the slots empty, as the PagedAttention paper reports",
-            s.compare(waste, sympy.Rational(4, 100)) < 0, f"{w} of a paged request's slots sit empty")
+            s.compare(waste, sympy.Rational(4, 100)) < 0, f"{w} of a paged request's slots sit empty: only the last "
+            "block is partly filled, whatever the lengths drawn here", fact=True)
+    s.judge("holds", "paging leaves under 1% of the slots empty, a quarter of the PagedAttention paper's 4%",
+            s.compare(waste, sympy.Rational(1, 100)) < 0, f"{w} of a paged request's slots sit empty: (block − 1)/2 "
+            "against what the request holds, so long requests in small blocks waste least")
     untouched = s.compare(res["frag"], res["M"] / 2) > 0
     s.judge("holds", "most of each reservation is never touched at all", untouched,
             f"{format_quantity(s.value(res['frag']), 'tokens')} of {format_quantity(s.value(res['M']), 'tokens')} "
             "are never used")
     s.judge("holds", "a paged request's blocks must sit next to each other in the pool", False,
             "the block table maps each logical block to any free physical block: no contiguity is needed, "
-            "which is what removes external fragmentation")
+            "which is what removes external fragmentation", fact=True)
 
 
 def _waste_regime(s: Sheet, res: dict[str, sympy.Symbol]) -> None:

@@ -84,7 +84,10 @@ def ib_vs_roce(p, s: Sheet) -> None:
     _fleet_regime(s, G, flip, ib, roce, _depth_caveat(s.value(flip), p.radix, s.value(t)))
 
 
-FLEET_SIZES = (256, 1024, 2048, 4096, 16384, 65536)  # the select's options, as fleets of GPUs
+FLEET_SIZES = (256, 1024, 1536, 2048, 3072, 4096, 65536)  # the select's options, as fleets of GPUs
+# At any prices drawn, 256 GPUs save at most 3 × $38,000 / 64 a GPU, under $0.46M against at least $0.6M
+# of extra staff, and 65,536 GPUs at least 5 × $2,000 / 64, over $10M against at most $8M: the two ends.
+FLEET_FACTS = (256, 65536)
 
 
 def _fleet_sizes(s: Sheet, p, k, S_ib, S_eth, extra_staff) -> None:
@@ -97,7 +100,7 @@ def _fleet_sizes(s: Sheet, p, k, S_ib, S_eth, extra_staff) -> None:
         flip = format_number(s.evaluate(extra_staff / saving), 3)
         s.judge("cheaper_fleets", f"{format_number(gpus)} GPUs", cheaper,
                 f"{tiers} tiers: {format_quantity(s.evaluate(saving), '$')} saved per GPU, so RoCE pays for its "
-                f"extra engineers from {flip} GPUs at this depth")
+                f"extra engineers from {flip} GPUs at this depth", fact=gpus in FLEET_FACTS)
 
 
 def _depth_caveat(flip: float, radix: int, tiers: float) -> str:
@@ -186,25 +189,25 @@ def incast_buffer(p, s: Sheet) -> None:
 # Counters an on-call engineer reads to tell which mechanism acted: ECN marks and CNPs rise in
 # every incast that passes the marking threshold; pause frames only where PFC fired; drops and
 # retransmissions never on a lossless priority.
-_ALWAYS = ("ECN-marked packets on the receiver's egress queue",
-           "CNPs sent by the receiver's NIC and handled by the senders' NICs")
+# Beside the two pause counters, which the burst decides, one counter that rises in every burst and one
+# that never does, declared facts: two pairs of constants would outnumber what the numbers decide.
+_ALWAYS = ("ECN-marks on the receiver's egress queue, and the CNPs they send back to the senders' NICs",)
 _IF_PFC = ("pause frames sent by the switch on the senders' ingress ports (per priority)",
            "pause frames received by the senders' NICs on the RDMA priority")
-_NEVER = ("drops on the RDMA priority's egress queue",
-          "retransmissions (out-of-sequence NAKs) at the senders' NICs")
+_NEVER = ("drops on the RDMA priority's egress queue, or the retransmissions (out-of-sequence NAKs) they cause",)
 
 
 def _incast_counters(s: Sheet, pfc_first: bool) -> None:
     for option in _ALWAYS:
         s.judge("counters", option, True, "the queue passes the marking threshold in every such burst, so "
-                "DCQCN's marks and CNPs rise whichever mechanism acts first")
+                "DCQCN's marks and CNPs rise whichever mechanism acts first", fact=True)
     why = ("the queue passes XOFF before DCQCN's cut arrives, so the switch pauses the senders' links" if pfc_first
            else "DCQCN's cut arrives before the queue reaches XOFF: no pause frame is sent")
     for option in _IF_PFC:
         s.judge("counters", option, pfc_first, why)
     for option in _NEVER:
         s.judge("counters", option, False, "the RDMA priority is lossless: PFC pauses before the buffer "
-                "overflows, so nothing is dropped and nothing is retransmitted")
+                "overflows, so nothing is dropped and nothing is retransmitted", fact=True)
 
 
 def _incast_regime(s: Sheet, N, n_pfc, RTT) -> None:
@@ -295,6 +298,10 @@ def pause_storm_origin(p, s: Sheet) -> None:
     s.slip("x8: a quantum taken as 512 bytes, not bits", 8, on=("lost_bandwidth", "lost_share"))
 
 
+QUEUE_TUNING = ("tuning the leaves' queues: more buffer headroom, a higher XOFF, ECN marking at a lower threshold, "
+                "or every sender rate-limited to half its line rate")
+
+
 def _pause_storm_fixes(p, s: Sheet, origin: str, victims: list[str], leaf_of: dict[str, str],
                        Q: sympy.Symbol, b: sympy.Symbol, R: sympy.Symbol) -> None:
     """Which measure, in place before the storm, would have had every stalled node sending again
@@ -311,7 +318,8 @@ def _pause_storm_fixes(p, s: Sheet, origin: str, victims: list[str], leaf_of: di
     key = "fixes"
     s.judge(key, "a PFC watchdog on the switches (Junos defaults: a stall after 200 ms)", s.compare(storm, w_sw) > 0,
             f"{home} saw its queue to {origin} paused without a break for {lasted}: the watchdog fires 200 ms in, "
-            f"drops that queue and stops pausing upstream, so every stalled node sends again within a second")
+            f"drops that queue and stops pausing upstream, so every stalled node sends again within a second",
+            fact=True)
     nic_fires = s.compare(storm, w_nic) > 0
     s.judge(key, "the origin NIC's PFC stall prevention at its mlx5 default (8 s)", nic_fires,
             f"{origin} has been stalled {lasted}, past 8 s: its NIC stops sending pauses at 8 s, "
@@ -328,12 +336,11 @@ def _pause_storm_fixes(p, s: Sheet, origin: str, victims: list[str], leaf_of: di
             f"{format_number(sum(p[f'{home}_to_{node}'] for node in mates))} pause frames on its own link: "
             f"lossy spine links spare only {away}'s nodes")
     per_mb = format_quantity(1e6 / s.value(R), "µs")  # one MB at line rate (R is held in bytes per second)
-    s.judge(key, "ECN marking at a lower queue threshold on the leaves", False,
-            f"ECN slows senders only through the CNPs the receiver returns, and {origin} has received nothing "
-            f"for {lasted}: marks do not release a pause")
-    s.judge(key, "more buffer headroom and a higher XOFF threshold on the leaves", False,
+    # Two facts of any storm, one of each: a 200 ms watchdog always fires within storms of seconds, and no
+    # queue tuning releases a receiver that drains nothing (ECN and rate limits in one option with buffer).
+    s.judge(key, QUEUE_TUNING, False,
             f"{origin} drains nothing, so any buffer fills: each extra MB fills in {per_mb} at "
-            f"{format_quantity(s.value(R), 'Gb/s')}, against a storm of {lasted}")
-    s.judge(key, "rate-limiting every sender to half its line rate", False,
-            f"a queue that drains at zero fills at any arrival rate: at half the rate each MB of buffer fills "
-            f"in {format_quantity(2e6 / s.value(R), 'µs')} instead of {per_mb}, and the storm has lasted {lasted}")
+            f"{format_quantity(s.value(R), 'Gb/s')}, and at half the rate in "
+            f"{format_quantity(2e6 / s.value(R), 'µs')}, against a storm of {lasted}; ECN slows senders only "
+            f"through the CNPs {origin} would return, and it has received nothing: marks do not release a pause",
+            fact=True)

@@ -105,10 +105,10 @@ def _block_choices(s: Sheet, B, L_avg, P, tau, blocks) -> None:
     s.judge("block_choice", "half the block size would give the kernel more and smaller blocks to gather per sequence",
             s.compare(ceil_of(L_avg / half), blocks) > 0,
             f"⌈L/(B/2)⌉ = {format_number(more)} page-table entries per layer instead of "
-            f"{format_number(s.value(blocks))}, each half the bytes: the kernel's side of the trade")
+            f"{format_number(s.value(blocks))}, each half the bytes: the kernel's side of the trade", fact=True)
     s.judge("block_choice", "twice the block size would leave fewer slots empty per sequence", False,
             f"the expected empty slots grow with the block, (B' − 1)/2: {format_number(s.evaluate((double - 1) / 2))} "
-            f"instead of {format_number(s.evaluate((B - 1) / 2))}")
+            f"instead of {format_number(s.evaluate((B - 1) / 2))}", fact=True)
 
 
 def _block_regime(s: Sheet, share, tau, L_star, L_avg, blocks, waste) -> None:
@@ -275,7 +275,7 @@ def _tp_levers(s: Sheet, p, n, H, per_gpu, pp, dp) -> None:
             f"{p.dtype} KV takes {format_number(dtype_bytes(p.dtype))} bytes per element: fp8 takes 1" if fp8 else
             "the cache is already in fp8")
     s.judge("levers", "twice the GPUs as two replicas", True,
-            "each replica serves half the requests at the same TP: half the KV on every GPU")
+            "each replica serves half the requests at the same TP: half the KV on every GPU", fact=True)
 
 
 def _tp_regime(s: Sheet, p, n, H, per_gpu, dup, t_ar, t_read, wide, capped) -> None:
@@ -378,9 +378,10 @@ def _window_allocator(s: Sheet, saving, n_win, full_blocks, W, C) -> None:
             "the window is shorter than the context, so the saving must be made" if saves else
             f"the {window}-token window covers all {context} tokens: the saving is zero whatever the allocator")
     s.judge("allocator", "use a block size that divides the window", False,
-            "the window still starts mid-block as it slides: ⌈W/B⌉ + 1 blocks whatever B divides")
+            "the window still starts mid-block as it slides: ⌈W/B⌉ + 1 blocks whatever B divides", fact=True)
     s.judge("allocator", "store the KV cache in fp8", False,
-            "fp8 halves the bytes of every layer alike: it makes the windows save nothing they did not already")
+            "fp8 halves the bytes of every layer alike: it makes the windows save nothing they did not already",
+            fact=True)
 
 
 def _window_regime(s: Sheet, f, saving, kept_full, kept_win, C_star, C) -> None:

@@ -147,7 +147,8 @@ def _key_scope(s: Sheet, p) -> None:
             "to this process")
     first, tenant, router, restart, sixteen, lora = SCOPE_OPTIONS
     same_blocks = p.block_size == 16
-    s.judge("key_scope", first, True, "same process, same NONE_HASH, same tokens: the same chained hashes")
+    s.judge("key_scope", first, True, "same process, same NONE_HASH, same tokens: the same chained hashes",
+            fact=True)
     s.judge("key_scope", tenant, not salted,
             "each tenant's cache_salt enters the first block's extra keys, so its chain never meets another's"
             if salted else "no cache_salt is set, so equal tokens give equal hashes whoever sends them")
@@ -159,7 +160,7 @@ def _key_scope(s: Sheet, p) -> None:
             (seed + "; its blocks end where this replica's do" if same_blocks else
              f"this replica's blocks are {format_number(p.block_size)} tokens, and a block hash covers its own "
              "tokens: 16-token boundaries give other chains from the first block on"))
-    s.judge("key_scope", lora, False, "the LoRA adapter's name enters every block's extra keys")
+    s.judge("key_scope", lora, False, "the LoRA adapter's name enters every block's extra keys", fact=True)
 
 
 def _gap_regime(s: Sheet, bound, tau, P, P_star, gap) -> None:
@@ -260,12 +261,26 @@ def _hole_regime(s: Sheet, served, half, redo, lost, n) -> None:
 
 STRANDING_POLICIES = (
     "LRU where a hit refreshes the whole path, the deepest block first on ties",
-    "FIFO: the block cached first is evicted first",
     "expiry at the TTL above, counted from when a block was cached",
+    "expiry at twice the TTL above, counted from when a block was cached",
     "cost-aware: the block cheapest to recompute is evicted first",
     "LRU run on its own by each shard the blocks are spread over",
     "a CPU tier below the GPU cache evicting by its own LRU of write times",
 )
+
+
+def _expiry(s: Sheet, age, idle, ttl) -> tuple[bool, str]:
+    """A TTL counted from caching strands while the system prompt has expired and the latest chat blocks
+    have not (a block expires once its age reaches the TTL)."""
+    system_expired, chat_fresh = s.compare(age, ttl) >= 0, s.compare(idle, ttl) < 0
+    old, fresh = format_quantity(s.value(age), "min"), format_quantity(s.evaluate(idle), "min")
+    limit = format_quantity(s.evaluate(ttl), "min")
+    return system_expired and chat_fresh, (
+        f"the system prompt, cached {old} ago, has reached the {limit} TTL, while the latest chat blocks, cached "
+        f"{fresh} ago, are not: the prompt has already expired above them" if system_expired and chat_fresh else
+        f"the latest chat blocks, cached {fresh} ago, have reached the {limit} TTL too: the whole tree has expired "
+        "together, with nothing left below a hole" if system_expired else
+        f"the system prompt, cached {old} ago, is inside the {limit} TTL: nothing has expired yet")
 
 
 def _stranding_policies(s: Sheet, j, lost) -> None:
@@ -274,27 +289,20 @@ def _stranding_policies(s: Sheet, j, lost) -> None:
     ttl, age, shards = s.param("τ", "ttl"), s.param("A_S", "system_age"), s.param("k", "shards")
     idle = s.param("A_c", "idle")
     gib = format_quantity(s.value(lost), "GiB")
-    safe, fifo, expiry, cost, sharded, tier = STRANDING_POLICIES
+    # The three orders that never look at this variant's numbers are declared facts. FIFO is the TTL's order
+    # without the clock: it is asked through two TTLs, whose answers follow the ages.
+    safe, expiry, longer, cost, sharded, tier = STRANDING_POLICIES
     s.judge("policies", safe, False, "a parent's last use is never older than its children's, and on a tie the "
-            "deepest goes first: every descendant leaves before its ancestor")
-    s.judge("policies", fifo, True, "the system prompt was cached before any chat: its first block goes first "
-            f"and strands the whole tree below it (losing block {format_number(s.value(j))} strands {gib})")
-    # A block expires once its age reaches the TTL.
-    system_expired, chat_fresh = s.compare(age, ttl) >= 0, s.compare(idle, ttl) < 0
-    old, fresh = format_quantity(s.value(age), "min"), format_quantity(s.value(idle), "min")
-    limit = format_quantity(s.value(ttl), "min")
-    s.judge("policies", expiry, system_expired and chat_fresh,
-            f"the system prompt, cached {old} ago, has reached the {limit} TTL, while the latest chat blocks, cached "
-            f"{fresh} ago, are not: the prompt has already expired above them" if system_expired and chat_fresh else
-            f"the latest chat blocks, cached {fresh} ago, have reached the {limit} TTL too: the whole tree has expired "
-            "together, with nothing left below a hole" if system_expired else
-            f"the system prompt, cached {old} ago, is inside the {limit} TTL: nothing has expired yet")
+            "deepest goes first: every descendant leaves before its ancestor", fact=True)
+    for option, limit in ((expiry, ttl), (longer, 2 * ttl)):
+        s.judge("policies", option, *_expiry(s, age, idle, limit))
     s.judge("policies", cost, True, "the first block has the least context before it, so it is the cheapest to "
-            "recompute and the first to go, with every chain below it")
+            f"recompute and the first to go, with every chain below it (losing block {format_number(s.value(j))} "
+            f"strands {gib})", fact=True)
     split = s.compare(shards, 1) > 0
     s.judge("policies", sharded, split,
             f"with {format_number(s.value(shards))} shards, a shard short of room evicts its own least recently "
             "used block while that block's descendants sit on other shards" if split else
             "one shard holds every block, so this is the global LRU above")
     s.judge("policies", tier, True, "a hit on the GPU does not refresh the CPU copy's write time: the tier drops "
-            "the system prompt's blocks, written first, below copies of every chat it still holds")
+            "the system prompt's blocks, written first, below copies of every chat it still holds", fact=True)

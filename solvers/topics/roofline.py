@@ -92,6 +92,7 @@ def weight_read_intensity(p, s: Sheet) -> None:
 
 
 LEVER_GAIN = 1.25  # a lever "raises" decode tokens/s when it gains at least this factor
+UPGRADE = 1.3  # a modest GPU generation: it gains LEVER_GAIN only while the all-reduces are under 13% of the step
 
 
 def _decode_levers(s: Sheet, p, *, weights: float, cache: float, flops: float, comm: float,
@@ -129,8 +130,15 @@ def _decode_levers(s: Sheet, p, *, weights: float, cache: float, flops: float, c
     say("a GPU with twice the HBM bandwidth", gain(bw=2 * bandwidth), reads)
     say("a GPU with twice the tensor peak", gain(pk=2 * peak),
         "the math halves" if t_math > t_read else "the math already waits on the reads")
-    say("a GPU with twice the bandwidth and twice the peak", gain(bw=2 * bandwidth, pk=2 * peak),
-        "both sides halve; the all-reduces stay" if comm else "both sides halve")
+    share = f"the all-reduces are {format_number(100 * comm / (comm + max(t_read, t_math)), 2)}% of the step"
+    say("a GPU 30% faster in both HBM bandwidth and tensor peak (same NVLink)",
+        gain(bw=UPGRADE * bandwidth, pk=UPGRADE * peak),
+        f"both sides shrink by 1/1.3; {share} and do not" if comm
+        else "both sides shrink by 1/1.3 and there are no all-reduces at TP 1")
+    s.judge("levers", "a GPU with twice the bandwidth and twice the peak", True,
+            f"both sides halve whichever binds; {share}, and draws where they pass 60% are refused: "
+            f"{format_number(gain(bw=2 * bandwidth, pk=2 * peak), 3)}x the tokens/s" if comm else
+            "both sides halve whichever binds and there are no all-reduces: 2x the tokens/s", fact=True)
 
 
 def _decode_regime(s: Sheet, p, I_dec, ridge, T, kv_tok, N, BW, P) -> None:
@@ -447,7 +455,7 @@ def _decode_step_levers(s: Sheet, p, *, weights: float, cache: float, flops: flo
         f"the weights are {format_number(100 - 100 * cache / (weights + cache), 2)}% of the step's bytes")
     s.judge("levers", "fusing the norms, RoPE and activations into the GEMMs (CUDA graphs too)", False,
             "fusion removes launch gaps and activation round trips, not one byte of weights or KV: no op's "
-            "intensity moves, so a read-bound step stays as long")
+            "intensity moves, so a read-bound step stays as long", fact=True)
     say("a GPU with twice the tensor peak", gain(pk=2 * peak),
         "the math sets the pace and halves" if flops / peak > (weights + cache) / bandwidth
         else "the math is not what the step waits on")

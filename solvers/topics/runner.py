@@ -100,8 +100,8 @@ def _runner(s: Sheet, p, speedup, old, new) -> None:
         s.judge("fallback", option, cause in causes,
                 f"'{p.features}' includes it: vLLM logs one warning and builds the V1 runner" if cause in causes
                 else f"'{p.features}' does not include it")
-    for option, why in SUPPORTED.items():
-        s.judge("fallback", option, False, why)
+    for option, why in SUPPORTED.items():  # features MRV2 runs, whatever the deployment: facts of v0.28.0
+        s.judge("fallback", option, False, why, fact=True)
     s.judge("fallback", STAYS, not causes, "nothing in it is on the unsupported list" if not causes else
             "one unsupported feature is enough, and nothing fails: the engine just runs the old code")
     s.choose("runner", "v1-runner" if causes else "model-runner-v2")

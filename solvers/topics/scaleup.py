@@ -125,7 +125,7 @@ def _crosses(s: Sheet, p, in_rack: bool) -> None:
     s.judge("crosses", "the all-to-all of an EP group twice this size", 2 * p.ep > domain,
             f"EP {format_number(2 * p.ep)} {'spans' if 2 * p.ep > domain else 'fits'} the domain")
     s.judge("crosses", "the TP all-reduces of a TP-8 attention group", False,
-            "eight GPUs never leave a 72-GPU domain")
+            "eight GPUs never leave a 72-GPU domain", fact=True)
     pool = 2 * p.prefill_gpus + p.ep
     s.judge("crosses", "the KV handoff from a prefill pool twice this size", pool > domain,
             f"{format_number(2 * p.prefill_gpus)} prefill + {format_number(p.ep)} decode GPUs "

@@ -166,7 +166,8 @@ def _chunk_remedies(s: Sheet, ttft, T_f, t_solo, c_max) -> None:
     s.judge(key, "keep the TPOT-capped budget: the prompt still makes its TTFT", s.compare(ttft, T_f) <= 0,
             f"under it the first token comes after {took}, against {target}")
     s.judge(key, "raise the budget for this prompt's steps until it makes its TTFT", False,
-            f"any chunk past {_tokens(s, c_max)} tokens breaks every running stream's TPOT while the prompt runs")
+            f"any chunk past {_tokens(s, c_max)} tokens breaks every running stream's TPOT while the prompt runs",
+            fact=True)
     fits_alone = s.compare(t_solo, T_f) <= 0
     s.judge(key, "prefill it on a prefill-only replica of the same GPUs and hand its KV over", fits_alone,
             f"alone on the group, in one step, its prefill takes {alone}, against {target}")
@@ -277,7 +278,7 @@ def _admission_remedies(s: Sheet, Q, Q_max, L_p, ttft, T_f, t_solo, delay) -> No
             f"behind the backlog its first token comes after {late}, against {target}")
     s.judge(key, "hold it outside the engine until the backlog drains", False,
             f"its TTFT clock runs while it waits: it sees at least the {late} it sees admitted now, and every later "
-            "arrival still waits behind it")
+            "arrival still waits behind it", fact=True)
     s.judge(key, "let it overtake the waiting prompts", own,
             f"its prompt alone {'fits' if own else 'exceeds'} the {_tokens(s, Q_max)} tokens this replica prefills "
             f"within {target}; the prompts it overtakes each pay its {cost}")
@@ -398,8 +399,9 @@ def decode_loop_overlap(p, s: Sheet) -> None:
     gpu, cpu = _ms(s, t_gpu), _ms(s, t_cpu)
     cpu_bound = s.compare(t_cpu, t_gpu) > 0
     kind = p.request
-    for option, kinds in _PLACEHOLDERS.items():
-        s.judge("placeholders", option, kind in kinds, _PLACEHOLDER_WHY.get(option, _PLACEHOLDER_WHY[kind]))
+    for option, kinds in _PLACEHOLDERS.items():  # the two places no request's token is are facts of the loop
+        s.judge("placeholders", option, kind in kinds, _PLACEHOLDER_WHY.get(option, _PLACEHOLDER_WHY[kind]),
+                fact=not kinds)
     _judge_payers(s, kind, cpu_bound, gpu, cpu, L_out, t_seq, t_ovl)
     s.regime_by(t_cpu, t_gpu, tie="below", above=Side(
         "CPU-bound",
@@ -427,7 +429,8 @@ def _judge_payers(s: Sheet, kind: str, cpu_bound: bool, gpu: str, cpu: str, L_ou
             f"the serial step, {_ms(s, t_seq)} per token, instead of {_ms(s, t_ovl)}" if not free
             else "its step n+1 is launched on a placeholder before step n is processed")
     s.judge(key, "every token reaches its user one step later", False,
-            "step n's tokens are processed and streamed while step n+1 runs, as soon as in the serial loop")
+            "step n's tokens are processed and streamed while step n+1 runs, as soon as in the serial loop",
+            fact=True)
     s.judge(key, "the GPU still waits for the CPU every step", cpu_bound,
             f"the CPU's {cpu} per step against the GPU's {gpu}")
     s.judge(key, "the CPU now waits for the GPU every step", not cpu_bound,
@@ -674,13 +677,15 @@ def _judge_breaks(s: Sheet, costs: dict[str, float], step: float, padding: float
         matters = cost > MATTERS * step
         s.judge("breaks", _BREAKS[name], matters, f"{format_quantity(cost, 'ms')}, {share} of the corrected step")
         s.judge("catch", _CATCH[name], matters, f"it measures the {name} correction, {share} of the step here")
+    # Facts of these dense decode steps: padding adds math, never reads, and a read-bound step hides it.
     s.judge("breaks", _PADDING, padding > MATTERS * step,
-            f"the dummy slots carry no KV, only math and activations: {format_quantity(padding, 'ms')} here")
-    s.judge("breaks", _EXPERTS, False, "a dense model: every token goes through every weight")
+            f"the dummy slots carry no KV, only math and activations: {format_quantity(padding, 'ms')} here, "
+            f"{format_quantity(padding / step, '%', 2)} of the step", fact=True)
+    s.judge("breaks", _EXPERTS, False, "a dense model: every token goes through every weight", fact=True)
     s.judge("catch", _BIG_MESSAGES, False,
             "a decode all-reduce carries kilobytes to a few MB, where latency rules: GB-size bus bandwidth "
-            "says nothing about it")
-    s.judge("catch", _ROUTER, False, "a dense model has no router")
+            "says nothing about it", fact=True)
+    s.judge("catch", _ROUTER, False, "a dense model has no router", fact=True)
 
 
 def _roofline_regime(s: Sheet, ratio, reach, costs: dict[str, float], dominant: str) -> None:

@@ -138,6 +138,7 @@ def _check_draw(s: Sheet, model: dict[str, sympy.Symbol], both, lam_star) -> Non
 
 
 ALREADY = "p99 TTFT already meets its SLO at today's load"
+HALVED = "prefill time per prompt halved would put p99 TTFT within its SLO"
 DECODE_LEVER = "halving the decode pool's TPOT excess would shorten p99 TTFT"
 
 
@@ -147,7 +148,8 @@ def _ttft_levers(mu, lam):
     return ((ALREADY, mu - lam),
             ("a second prefill server like this one, arrivals split between the two," + within, mu - lam / 2),
             ("prefill time per prompt cut by 20%" + within, mu / sympy.Rational(4, 5) - lam),
-            ("prefill time per prompt halved" + within, 2 * mu - lam),
+            ("prefill time per prompt cut by 10%" + within, mu / sympy.Rational(9, 10) - lam),
+            (HALVED, 2 * mu - lam),
             ("shedding 10% of arrivals at admission" + within, mu - sympy.Rational(9, 10) * lam))
 
 
@@ -159,9 +161,13 @@ def _judge_levers(s: Sheet, model: dict[str, sympy.Symbol]) -> None:
     for option, rate in _ttft_levers(model["mu"], model["lam"]):
         p99 = format_quantity(s.evaluate(P99_MEANS / rate), "s")
         lead = "today" if option == ALREADY else f"μ − λ becomes {format_quantity(s.evaluate(rate), 'requests/s')}"
-        s.judge("ttft_levers", option, s.compare(rate, needed) >= 0, f"{lead}: p99 TTFT {p99} against {slo}")
+        # Halving the prefill always suffices: draws whose knee sits below half the capacity are refused, so
+        # the rate needed is at most μ/2, and 2μ − λ > μ.
+        s.judge("ttft_levers", option, s.compare(rate, needed) >= 0, f"{lead}: p99 TTFT {p99} against {slo}",
+                fact=option == HALVED)
     s.judge("ttft_levers", DECODE_LEVER, False,
-            f"TTFT ends with prefill, on other GPUs: p99 TTFT stays {format_quantity(s.value(ttft99), 's')}")
+            f"TTFT ends with prefill, on other GPUs: p99 TTFT stays {format_quantity(s.value(ttft99), 's')}",
+            fact=True)
 
 
 def slo_goodput(p, s: Sheet) -> None:

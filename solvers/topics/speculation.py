@@ -629,6 +629,7 @@ def break_even_alpha(tokens: float, gamma: int) -> float:
     return (low + high) / 2
 
 
+CODE_ONLY = "speculate on code requests only (chat never drafts)"
 _CELLS = ("high-acceptance requests off-peak", "high-acceptance requests at peak",
           "low-acceptance requests off-peak", "low-acceptance requests at peak")
 
@@ -698,9 +699,12 @@ def spec_decode_tail(p, s: Sheet) -> None:
            "chat scores one token per round but shares the round: the code sequences' verify tokens and their γ "
            "draft passes (over the code sequences only) set its length, for one chat token")
     for option, holds, why in cells["owns"]:
-        s.judge("owners", option, holds, why)
+        # Off-peak batches (16 or fewer) are weight-bound: even a poor round costs less per token there
+        # than a plain step at the peak batch, so the tail is always at peak.
+        s.judge("owners", option, holds, why, fact=option.endswith("off-peak"))
     for option, holds, why in policies:
-        s.judge("policy", option, holds, why)
+        # Chat at peak (3% of requests or more) waits a longer round than a plain step for one token.
+        s.judge("policy", option, holds, why, fact=option == CODE_ONLY)
 
     s.assume("Step-time model (steptime.py, the card's step constants, tp-all-reduce over NVLink); a round is one "
              "engine step: the overhead once, the verify pass, γ drafts at c of a plain step's kernels each.")
@@ -788,7 +792,8 @@ def _tail_policies(model: _LoadModel, p, cells: dict) -> list:
         "speculate only where the request's acceptance beats the break-even for the current batch":
             tuple(tuple(gamma if a > evens[j] else 0 for a in alphas) for j in range(2)),
         "a draft length of 1 for every request": ((1, 1), (1, 1)),
-        "a draft length of 5 for every request": ((5, 5), (5, 5)),  # long drafts: true in ~1 draw of 4 (8 never was)
+        "a draft length of 5 for every request": ((5, 5), (5, 5)),
+        CODE_ONLY: ((gamma, 0), (gamma, 0)),
         "one draft length per batch, the one with the lowest mean TPOT there (0 = off)": per_batch,
     }
     plain_cells = tpots((off, off))

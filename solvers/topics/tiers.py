@@ -116,7 +116,8 @@ def _design(s: Sheet, p, e, work, D, times, values, comm) -> None:
 
     re, dram, ssd = (s.value(x) for x in times)
     s.judge("design", "keep a host-DRAM tier: its hits beat recomputing", dram < re,
-            f"a DRAM fetch takes {us(dram)} a token against {us(re)} to recompute it")
+            f"a DRAM fetch takes {us(dram)} a token against {us(re)} to recompute it: the host link "
+            "brings a token's KV back faster than any GPU and model drawn here recomputes it", fact=True)
     s.judge("design", "keep an NVMe tier: its hits beat recomputing", ssd < re,
             f"an NVMe fetch takes {us(ssd)} a token against {us(re)} to recompute it")
     hbm, from_dram, from_ssd = (s.value(v) for v in values)
@@ -149,15 +150,11 @@ def _admission(s: Sheet, pays: bool, admit) -> None:
     if not pays:
         for _, option in SECOND_HIT_SHARES:
             s.judge("admission", option, False, "no admission rule helps: every SSD hit is slower than recomputing")
-        s.judge("admission", "write every prefilled block through to the SSD", False,
-                "the tier loses to recomputing whatever it holds")
         s.judge("admission", "admit nothing: recompute what the faster tiers miss", True,
                 "an SSD hit costs more than recomputing its tokens: the tier should not exist here")
         s.judge("admission", "cap SSD writes at the drives' warranted rate, whatever the hit pattern", False,
                 "there should be no SSD tier to write to")
         return
-    s.judge("admission", "write every prefilled block through to the SSD", share >= 1,
-            f"the warranty allows {cap} of the write-through rate")
     for one_in, option in SECOND_HIT_SHARES:
         s.judge("admission", option, share * one_in >= 1,
                 f"1 in {format_number(one_in)} is {format_quantity(1 / one_in, '%')} of the prefilled KV, "

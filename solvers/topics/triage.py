@@ -113,9 +113,10 @@ def _checks_run(s: Sheet, found: int) -> None:
         why = ("clean: on to the next check" if index < found else
                "fails: it names the cause, and triage stops here" if index == found else
                "never reached: an earlier check already found the cause")
-        s.judge("checks", check, index <= found, why)
+        # The first check runs in every triage, a frozen counter voiding every other reading: a fact.
+        s.judge("checks", check, index <= found, why, fact=index == 0)
     s.judge("checks", ACT_BEFORE_READING, False,
-            "acting before reading the log throws away the evidence and can repeat the stall")
+            "acting before reading the log throws away the evidence and can repeat the stall", fact=True)
 
 
 def _lr_slips(p, s: Sheet, step: int, lr: float) -> None:
@@ -131,14 +132,11 @@ def _lr_slips(p, s: Sheet, step: int, lr: float) -> None:
 
 # --- first-month-plan ------------------------------------------------------------------------
 
-# The plan that lands, whatever the numbers: learn how the system fails before changing it.
-MONTH_ALWAYS = ("map one training job's path end to end: submission, scheduling, nodes, network, storage, "
-                "checkpoint, restart",
-                "ship one small fix through the team's normal review, test and deploy path",
-                "end the month with a written list of questions nobody on the team could answer")
-# What fails: changes and roadmaps before the month has taught you how this system breaks.
-MONTH_NEVER = ("hand your manager a roadmap of larger changes at the end of week 2",
-               "fix the first flaky thing you find in week one, to show impact early")
+# The plan that lands, whatever the numbers, and the one that fails: facts of the month. The map and the
+# fix are budgeted in the prompt itself, and the week-one flaky fix is the roadmap's mistake again, so the
+# select keeps one of each beside the reading, which the hours decide.
+MONTH_ALWAYS = ("end the month with a written list of questions nobody on the team could answer",)
+MONTH_NEVER = ("hand your manager a roadmap of larger changes at the end of week 2",)
 READ_ALL = "read every postmortem the team has written, with its dashboards and fixes"
 READ_SOME = "read the most recent and the most severe postmortems, and stop when the hours run out"
 
@@ -182,11 +180,13 @@ def _month_choices(s: Sheet, fits: bool, planned, F, readable) -> None:
     s.judge("month", READ_SOME, not fits, f"{budget}: " + ("nothing needs cutting" if fits else
             "cut the reading by recency and severity, not the map or the fix"))
     for option in MONTH_ALWAYS:
-        s.judge("month", option, True, "the answer that lands reads, maps, ships one small thing through the real "
-                "path, and ends with the questions nobody could answer")
+        s.judge("month", option, True, "the answer that lands reads, maps one job's path, ships one small fix "
+                "through the real review and deploy path, and ends with the questions nobody could answer",
+                fact=True)
     for option in MONTH_NEVER:
-        s.judge("month", option, False, "the answer that fails proposes changes before it knows how this system "
-                "fails: the roadmap comes after the month, built on its list of open questions")
+        s.judge("month", option, False, "the answer that fails proposes changes (a roadmap, a week-one fix of the "
+                "first flaky thing) before it knows how this system fails: the roadmap comes after the month, "
+                "built on its list of open questions", fact=True)
 
 
 def _month_regime(s: Sheet, planned, F, readable, n) -> None:
