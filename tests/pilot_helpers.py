@@ -50,9 +50,11 @@ def notice_posted(app: InfradrillApp, text: str) -> Callable[[], bool]:
 
 def question_ready(app: InfradrillApp) -> bool:
     """A question screen whose answer boxes are mounted and whose own start-up focus has landed
-    (pushing it is not enough to type into it: a focus set before then would be taken back)."""
+    (pushing it is not enough to type into it: a focus set before then would be taken back), its
+    Focus event handled too: until then the box would still select, on focus, what a test typed."""
+    focused = app.screen.focused
     return (isinstance(app.screen, QuestionScreen) and bool(app.screen.query("AnswerField Input"))
-            and isinstance(app.screen.focused, Input))
+            and isinstance(focused, Input) and focused.has_focus)
 
 
 def followup_showing(app: InfradrillApp) -> bool:
