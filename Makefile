@@ -3,12 +3,14 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The exact Textual and Rich the screen snapshots were taken with (see .ci/constraints.txt).
+CONSTRAINTS := .ci/constraints.txt
 
 .PHONY: run test bench fuzz clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(CONSTRAINTS) -e '.[test]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -27,4 +29,4 @@ fuzz: $(STAMP)
 	$(BIN)/python -m tests.test_fuzz_answers 100000
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist .pytest_cache .hypothesis snapshot_report.html

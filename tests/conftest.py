@@ -17,6 +17,15 @@ from solvers.data import load_catalog
 from solvers.engine import VariantCode, make_variant
 
 
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    """A progress store of the test's own (the app and open_store() find it through
+    INFRADRILL_DATA_DIR): no test sees another's reviews, whatever order they run in."""
+    path = tmp_path / "data"
+    monkeypatch.setenv("INFRADRILL_DATA_DIR", str(path))
+    return path
+
+
 @pytest.fixture(scope="session")
 def bank():
     return load_bank()

@@ -9,11 +9,10 @@ import sympy
 from textual.widgets import SelectionList
 
 import solvers.engine
-import tui.service
 from solvers.bank import Bank, parse_question
 from solvers.engine import VariantCode, make_variant
 from solvers.report import typed_key
-from tests.test_tui import question_ready, wait_for
+from tests.pilot_helpers import on_screen, question_ready, running_app, wait_for
 
 TOY = parse_question(Path("toy.yaml"), """\
 id: toy
@@ -58,10 +57,8 @@ def test_ordering_items_are_listed_shuffled_and_stable(toy_bank, catalog):
     assert [g.verdict for g in grades] == ["correct"] * 4
 
 
-async def _tick_the_checklist():
-    app = tui.app.InfradrillApp()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.drill is not None)
+async def _tick_the_checklist(bank):
+    async with running_app(bank_loader=lambda: bank) as (app, pilot):
         app.open_question("toy")
         await wait_for(pilot, lambda: question_ready(app))
         solution = app.screen.solution
@@ -70,7 +67,7 @@ async def _tick_the_checklist():
         app.screen.query_one("#answer-why").focus()
         await pilot.press(*"watchdog")
         await pilot.press("ctrl+s")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "SolutionScreen")
+        await wait_for(pilot, on_screen(app, "SolutionScreen"))
         before = {g.key: g.verdict for g in app.screen.grades}
         ticks = app.screen.query_one("#tick-why", SelectionList)
         screen = app.screen
@@ -87,11 +84,8 @@ async def _tick_the_checklist():
         return before, partly, {g.key: g.verdict for g in screen.grades}
 
 
-def test_checklist_is_ticked_after_the_reveal(toy_bank, catalog, monkeypatch):
-    import tui.app
-
-    monkeypatch.setattr(tui.service, "load_bank", lambda: toy_bank)
-    before, partly, after = asyncio.run(_tick_the_checklist())
+def test_checklist_is_ticked_after_the_reveal(toy_bank, data_dir):
+    before, partly, after = asyncio.run(_tick_the_checklist(toy_bank))
     assert before == {"lr": "correct", "epochs": "correct", "checks": "correct", "why": "unparsed"}
     assert partly["why"] == ("close", "2/3 points")
     assert after["why"] == "correct"

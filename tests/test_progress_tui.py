@@ -15,7 +15,16 @@ from solvers.data import load_catalog
 from solvers.engine import VariantCode, make_variant
 from solvers.followup import follow_up
 from solvers.report import typed_key
-from tests.test_tui import followup_showing, past_followup, question_ready, reveal, running_app, wait_for
+from tests.pilot_helpers import (
+    followup_showing,
+    notice_posted,
+    on_screen,
+    past_followup,
+    question_ready,
+    reveal,
+    running_app,
+    wait_for,
+)
 from tui.screens.question import QuestionScreen
 from tui.screens.solution import SolutionScreen
 
@@ -38,10 +47,9 @@ async def _drill_and_rate():
         return question.id, suggested, app.screen.submitted.attempt.uid
 
 
-def test_a_drill_review_is_saved_rated_and_scheduled(tmp_path, monkeypatch):
-    monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path))
+def test_a_drill_review_is_saved_rated_and_scheduled(data_dir):
     question_id, suggested, uid = asyncio.run(_drill_and_rate())
-    store, notices = open_store(tmp_path)
+    store, notices = open_store(data_dir)
     assert notices == []
     attempt = store.attempt(uid)
     assert attempt.question_id == question_id and attempt.mode == "drill"
@@ -51,9 +59,7 @@ def test_a_drill_review_is_saved_rated_and_scheduled(tmp_path, monkeypatch):
 
 KILLED_AFTER_SUBMIT = textwrap.dedent("""
     import asyncio, os, signal
-    from tests.test_tui import past_followup, question_ready, reveal, running_app, wait_for
-    from tui.screens.question import QuestionScreen
-    from tui.screens.solution import SolutionScreen
+    from tests.pilot_helpers import question_ready, reveal, running_app, wait_for
 
     async def main():
         async with running_app() as (app, pilot):
@@ -68,13 +74,12 @@ KILLED_AFTER_SUBMIT = textwrap.dedent("""
 """)
 
 
-def test_sigkill_right_after_submitting_loses_nothing(tmp_path):
-    env = dict(os.environ, INFRADRILL_DATA_DIR=str(tmp_path))
-    result = subprocess.run([sys.executable, "-c", KILLED_AFTER_SUBMIT], env=env, capture_output=True, text=True,
-                            timeout=120, check=False)
+def test_sigkill_right_after_submitting_loses_nothing(data_dir):
+    result = subprocess.run([sys.executable, "-c", KILLED_AFTER_SUBMIT], env=dict(os.environ), capture_output=True,
+                            text=True, timeout=120, check=False)
     assert result.returncode == -9, result.stderr[-4000:]
     uid = result.stdout.split()[-1]
-    store, _ = open_store(tmp_path)
+    store, _ = open_store(data_dir)
     attempt = store.attempt(uid)
     assert attempt is not None and attempt.question_id == "kv-bytes-per-token"
     assert {a.key: a.verdict for a in attempt.answers}["kv_per_token"] == "correct"
@@ -98,7 +103,7 @@ async def _two_question_mock():
         screen = app.screen
         await pilot.press("ctrl+s", "ctrl+s")
         await past_followup(app, pilot, screen, answer=True)
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "MockSheetScreen")
+        await wait_for(pilot, on_screen(app, "MockSheetScreen"))
         rows = app.screen.query_one("#sheet").row_count
         sheet = app.screen.sheet
         table = app.screen.query_one("#sheet")
@@ -111,11 +116,10 @@ async def _two_question_mock():
         return first, second, rows, sheet, reviewed
 
 
-def test_a_two_question_mock_ends_on_a_saved_score_sheet(tmp_path, monkeypatch):
-    monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path))
+def test_a_two_question_mock_ends_on_a_saved_score_sheet(data_dir):
     first, second, rows, sheet, reviewed = asyncio.run(_two_question_mock())
     assert rows == 2 and [a.question_id for a in sheet.attempts] == [first, second]
-    store, _ = open_store(tmp_path)
+    store, _ = open_store(data_dir)
     (mock,) = store.mocks()
     assert mock.finished is not None and mock.planned == 2
     assert all(a.mode == "mock" and a.mock_id == mock.id for a in store.attempts())
@@ -138,12 +142,11 @@ async def _stats_after_a_review():
         await reveal(app, pilot, ("ctrl+s", "ctrl+s"))
         await pilot.press("escape")
         await pilot.press("s")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "StatsScreen")
+        await wait_for(pilot, on_screen(app, "StatsScreen"))
         return list(app.screen.query_one("#per-day").data), str(app.screen.query_one("#stats").content)
 
 
-def test_stats_screen_counts_todays_review(tmp_path, monkeypatch):
-    monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path))
+def test_stats_screen_counts_todays_review(data_dir):
     per_day, text = asyncio.run(_stats_after_a_review())
     assert per_day[-1] == 1 and sum(per_day) == 1
     assert "1 attempt(s) on 1 day(s)" in text
@@ -176,13 +179,12 @@ async def _follow_up_round():
                 solution.submitted.attempt.uid)
 
 
-def test_a_follow_up_round_is_asked_graded_shown_and_saved(tmp_path, monkeypatch):
-    monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path))
+def test_a_follow_up_round_is_asked_graded_shown_and_saved(data_dir):
     followup, grades, title, uid = asyncio.run(_follow_up_round())
     assert [g.key for g in grades] == list(followup.ask) and len(grades) == 2
     assert grades[0].verdict == "correct" and grades[1].verdict != "correct"
     assert "follow-up 1/2" in title
-    store, _ = open_store(tmp_path)
+    store, _ = open_store(data_dir)
     saved = {a.key: a.verdict for a in store.attempt(uid).answers}
     assert saved[f"followup.{followup.ask[0]}"] == "correct" and saved[f"followup.{followup.ask[1]}"] != "correct"
     assert all(v == "correct" for k, v in saved.items() if not k.startswith("followup."))
@@ -207,12 +209,11 @@ async def _answer_again():
                 str(solution.query_one("#rating").content), [g.verdict for g in solution.grades])
 
 
-def test_answering_a_revealed_variant_again_is_saved_but_never_scheduled(tmp_path, monkeypatch):
-    monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path))
+def test_answering_a_revealed_variant_again_is_saved_but_never_scheduled(data_dir):
     first_uid, again_uid, card_before, card_after, rating, verdicts = asyncio.run(_answer_again())
     assert set(verdicts) == {"correct"} and "schedule does not move" in rating
     assert card_after == card_before  # a half-failed card is not moved to days away by a copied key
-    store, _ = open_store(tmp_path)
+    store, _ = open_store(data_dir)
     assert store.attempt(again_uid) is not None and store.review_of(again_uid) is None
     assert store.review_of(first_uid) is not None
 
@@ -225,7 +226,7 @@ async def _leaving_a_mock():
         await pilot.press("m")
         await wait_for(pilot, lambda: question_ready(app))
         await pilot.press("escape")
-        await pilot.pause()
+        await wait_for(pilot, notice_posted(app, "Press Esc again"))
         asked = isinstance(app.screen, QuestionScreen) and app.mock is not None
         notices = [n.message for n in app._notifications]
         await pilot.press("escape")
@@ -233,20 +234,18 @@ async def _leaving_a_mock():
         return asked, notices, app.mock
 
 
-def test_leaving_a_mock_asks_first(tmp_path, monkeypatch):
-    monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path))
+def test_leaving_a_mock_asks_first(data_dir):
     asked, notices, mock = asyncio.run(_leaving_a_mock())
     assert asked and any("Press Esc again to leave the mock" in n for n in notices)
     assert mock is None
 
 
-def test_browse_suspends_and_releases_the_question_under_the_cursor(tmp_path, monkeypatch):
-    monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path))
+def test_browse_suspends_and_releases_the_question_under_the_cursor(data_dir):
 
     async def scenario():
         async with running_app() as (app, pilot):
             await pilot.press("b")
-            await wait_for(pilot, lambda: type(app.screen).__name__ == "BrowseScreen")
+            await wait_for(pilot, on_screen(app, "BrowseScreen"))
             table = app.screen.query_one("#bank")
             qid = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
             store = app.loaded_drill.reviewer.store

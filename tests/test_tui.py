@@ -2,79 +2,36 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import threading
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-from rich.console import Console
-from textual.command import CommandList, CommandPalette
+import pytest
 from textual.widgets import DataTable, Input
 
-import tui.service
 from solvers.bank import load_bank
 from solvers.report import answer_value, typed_key
+from tests.pilot_helpers import (
+    SIZE,
+    followup_showing,
+    notice_posted,
+    notices,
+    on_screen,
+    open_default,
+    open_what_if,
+    palette_pick,
+    question_ready,
+    reveal,
+    running_app,
+    step_what_if,
+    text_of,
+    wait_for,
+)
 from tui.app import InfradrillApp
 from tui.screens.browse import BrowseScreen
 from tui.screens.question import QuestionScreen
 from tui.screens.solution import SolutionScreen
 
-SIZE = (80, 24)
-
-
-async def wait_for(pilot, predicate, timeout: float = 30.0) -> None:
-    """Workers run in threads: poll until the UI reflects their result."""
-    for _ in range(int(timeout / 0.05)):
-        if predicate():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError("condition not reached")
-
-
-def question_ready(app) -> bool:
-    """A question screen whose answer boxes are mounted and whose own start-up focus has landed
-    (pushing it is not enough to type into it: a focus set before then would be taken back)."""
-    return (isinstance(app.screen, QuestionScreen) and bool(app.screen.query("AnswerField Input"))
-            and isinstance(app.screen.focused, Input))
-
-
-def followup_showing(app) -> bool:
-    return question_ready(app) and app.screen.followup is not None
-
-
-async def past_followup(app, pilot, screen, answer: bool = False) -> None:
-    """After submitting the first round on `screen`: skip the follow-up if one is asked (or, as
-    a mock interview must, reveal it unanswered)."""
-    def moved_on() -> bool:
-        if app.screen is screen:
-            return False
-        return not isinstance(app.screen, QuestionScreen) or question_ready(app)
-
-    await wait_for(pilot, moved_on)
-    if followup_showing(app):
-        await pilot.press(*(("ctrl+s", "ctrl+s") if answer else ("ctrl+k",)))
-
-
-async def reveal(app, pilot, keys=("ctrl+s",)) -> None:
-    """Submit the question on screen, skip any follow-up, and wait for the solution."""
-    screen = app.screen
-    await pilot.press(*keys)
-    await past_followup(app, pilot, screen)
-    await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
-
-
-@asynccontextmanager
-async def running_app():
-    """The app at 80x24, once its bank has loaded."""
-    app = InfradrillApp()
-    async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.drill is not None)
-        yield app, pilot
-
-
-async def open_default(app, pilot, question_id: str) -> None:
-    app.open_question(question_id, default=True)
-    await wait_for(pilot, lambda: question_ready(app))
+pytestmark = pytest.mark.usefixtures("data_dir")  # each test's app has a progress store of its own
 
 
 async def _answer_default_variant(answers):
@@ -120,7 +77,7 @@ async def _unreadable_answer_is_not_submitted():
         await open_default(app, pilot, "weight-read-intensity")
         await pilot.press(*"12 parsecs")
         await pilot.press("ctrl+s")
-        await pilot.pause(0.2)
+        await wait_for(pilot, notice_posted(app, "Answer 1 cannot be read"))  # refused, and says which
         assert isinstance(app.screen, QuestionScreen)
         note = app.screen.query_one("#field-flops .note")
         assert "unknown unit" in str(note.render())
@@ -141,7 +98,7 @@ async def _variant_code():
         await pilot.press("escape")
         await pilot.press("v")
         await pilot.press(*"nonsense", "enter")
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: any(n.title == "Cannot open" for n in app._notifications))
         assert not isinstance(app.screen, QuestionScreen)
 
 
@@ -149,23 +106,9 @@ def test_variant_code_opens_exactly_that_variant():
     asyncio.run(_variant_code())
 
 
-async def _palette_pick(app, pilot, typed: str, first_hit: str) -> None:
-    """Open the palette, type, wait until `first_hit` leads the list (the search runs in a task), take it."""
-    await pilot.press("ctrl+p")
-    await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
-    await pilot.press(*typed)
-    hits = app.screen.query_one(CommandList)
-
-    def leading() -> bool:
-        return hits.option_count > 0 and first_hit in str(hits.get_option_at_index(0).prompt)
-
-    await wait_for(pilot, leading)
-    await pilot.press("enter")
-
-
 async def _palette():
     async with running_app() as (app, pilot):
-        await _palette_pick(app, pilot, "block-count", "kv-cache-block-count")
+        await palette_pick(app, pilot, "block-count", "kv-cache-block-count")
         await wait_for(pilot, lambda: question_ready(app))
         return app.screen.solution.question.id
 
@@ -177,8 +120,8 @@ def test_command_palette_finds_a_question():
 def test_command_palette_offers_the_apps_actions():
     async def scenario():
         async with running_app() as (app, pilot):
-            await _palette_pick(app, pilot, "statistics", "Statistics")
-            await wait_for(pilot, lambda: type(app.screen).__name__ == "StatsScreen")
+            await palette_pick(app, pilot, "statistics", "Statistics")
+            await wait_for(pilot, on_screen(app, "StatsScreen"))
 
     asyncio.run(scenario())
 
@@ -187,7 +130,7 @@ async def _giving_up_needs_a_second_submit():
     async with running_app() as (app, pilot):
         await open_default(app, pilot, "kv-bytes-per-token")
         await pilot.press("ctrl+s")
-        await pilot.pause(0.1)
+        await wait_for(pilot, notice_posted(app, "press ctrl+s again to reveal"))
         assert isinstance(app.screen, QuestionScreen)
         await reveal(app, pilot)
         assert {g.verdict for g in app.screen.grades} == {"unparsed"}
@@ -199,16 +142,11 @@ def test_giving_up_needs_a_second_submit_and_the_chart_appears():
 
 
 async def _broken_file_notice(root):
-    original = tui.service.load_bank
-    tui.service.load_bank = lambda: load_bank(root)
-    try:
-        async with running_app() as (app, pilot):
-            await pilot.pause(0.1)
-            notices = [n.message for n in app._notifications]
-            status = str(app.screen.query_one("#bank-status").content)
-            return notices, status, sorted(app.drill.bank.questions)
-    finally:
-        tui.service.load_bank = original
+    async with running_app(bank_loader=lambda: load_bank(root)) as (app, pilot):
+        problems = app.drill.problems + app.drill.notices
+        await wait_for(pilot, lambda: len(notices(app)) >= len(problems))  # each is posted as a message
+        status = str(app.screen.query_one("#bank-status").content)
+        return notices(app), status, sorted(app.drill.bank.questions)
 
 
 def test_a_broken_question_file_gives_a_notice_and_the_rest_loads(tmp_path):
@@ -222,28 +160,12 @@ def test_a_broken_question_file_gives_a_notice_and_the_rest_loads(tmp_path):
     assert "could not be loaded" in status
 
 
-async def _open_what_if(app, pilot, question_id: str):
-    await open_default(app, pilot, question_id)
-    await reveal(app, pilot, ("ctrl+s", "ctrl+s"))
-    await pilot.press("w")
-    await wait_for(pilot, lambda: type(app.screen).__name__ == "WhatIfScreen")
-    screen = app.screen
-    await wait_for(pilot, lambda: screen.solved == screen.asked)
-    return screen
-
-
-async def _press_and_wait(pilot, screen, key: str) -> None:
-    """A move is solved in a worker: wait until its result is on screen."""
-    await pilot.press(key)
-    await wait_for(pilot, lambda: screen.solved == screen.asked)
-
-
 async def _what_if_flips_the_regime():
     async with running_app() as (app, pilot):
-        screen = await _open_what_if(app, pilot, "weight-read-intensity")
+        screen = await open_what_if(app, pilot, "weight-read-intensity")
         seen = [screen.solution.sheet.regime.name]
         for _ in range(12):  # decode batch: 32 -> x1.41 per press, past the ~455 where 512-token contexts cross
-            await _press_and_wait(pilot, screen, "right")
+            await step_what_if(pilot, screen, "right")
             seen.append(screen.solution.sheet.regime.name)
         tokens = screen.solution.param("batch").raw
         return seen, tokens, str(screen.query_one("#whatif-regime").content)
@@ -260,15 +182,13 @@ def test_what_if_selects_every_parameter_and_steps_a_choice_through_its_options(
     moves to its next option, and the chart still sweeps the question's own parameter."""
     async def scenario():
         async with running_app() as (app, pilot):
-            screen = await _open_what_if(app, pilot, "weight-read-intensity")
+            screen = await open_what_if(app, pilot, "weight-read-intensity")
             names = [spec.name for spec in screen.specs]
             assert names == [p.name for p in screen.solution.question.parameters]
             while screen.specs[screen.selected].name != "gpu":
-                await _press_and_wait(pilot, screen, "up")
-            await _press_and_wait(pilot, screen, "right")
-            console = Console(width=80, record=True, file=io.StringIO())
-            console.print(screen.query_one("#whatif-params").content)
-            rows = console.export_text()
+                await step_what_if(pilot, screen, "up")
+            await step_what_if(pilot, screen, "right")
+            rows = text_of(screen.query_one("#whatif-params").content)
             return screen.solution.param("gpu").raw, screen.chart[1], rows
 
     gpu, points, rows = asyncio.run(scenario())
@@ -281,7 +201,7 @@ async def _interviewer_reveals_step_by_step():
     async with running_app() as (app, pilot):
         await pilot.press("b")
         await pilot.press("i")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "InterviewerScreen")
+        await wait_for(pilot, on_screen(app, "InterviewerScreen"))
         screen = app.screen
         steps = len(screen.solution.sheet.steps)
         key = str(screen.query_one("#key-side").content.title)
@@ -343,8 +263,7 @@ async def _enter_on_every_menu_entry():
                 not isinstance(app.screen, QuestionScreen) or question_ready(app)))
             opened[option_id] = type(app.screen).__name__
             while not isinstance(app.screen, HomeScreen):
-                app.pop_screen()
-                await pilot.pause()
+                await app.pop_screen()
     return opened
 
 
@@ -383,19 +302,16 @@ def test_a_question_opens_at_its_prompt_with_the_first_answer_box_focused():
     asyncio.run(scenario())
 
 
-def test_a_key_pressed_while_the_bank_loads_opens_its_screen_once_it_is_in(monkeypatch):
+def test_a_key_pressed_while_the_bank_loads_opens_its_screen_once_it_is_in():
     """`r` pressed right after launch used to say "still loading" and do nothing: the key was lost."""
     release = threading.Event()
-    load = tui.service.Drill.load
 
-    def slow_load(*args, **kwargs):
+    def slow_load():
         release.wait(30)
-        return load(*args, **kwargs)
-
-    monkeypatch.setattr(tui.service.Drill, "load", staticmethod(slow_load))
+        return load_bank()
 
     async def scenario():
-        app = InfradrillApp()
+        app = InfradrillApp(bank_loader=slow_load)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("r")
             assert app.drill is None and not isinstance(app.screen, QuestionScreen)
@@ -414,10 +330,8 @@ def test_help_lists_the_keys_of_the_screen_it_opens_over():
                 if opened == "question":
                     await open_default(app, pilot, "kv-bytes-per-token")
                 await pilot.press("f1")
-                await wait_for(pilot, lambda: type(app.screen).__name__ == "HelpScreen")
-                console = Console(width=80, record=True, file=io.StringIO())
-                console.print(app.screen.body())
-                pages.append(console.export_text())
+                await wait_for(pilot, on_screen(app, "HelpScreen"))
+                pages.append(text_of(app.screen.body()))
                 await pilot.press("escape")
             return pages
 

@@ -7,15 +7,15 @@ import asyncio
 import pytest
 from textual.widgets import Input
 
+from tests.pilot_helpers import open_default, reveal, running_app, wait_for
 from tests.test_hostile_files import HOSTILE
-from tests.test_tui import open_default, reveal, running_app, wait_for
 from tui.screens.solution import SolutionScreen
 
 TYPED = ["[/", "[/x] [b]", "1e-300", "2.4×10⁻⁻⁵", "5×10⁻", "0 T T T T", "-", "1e400", "nan", "inf", "9" * 5000,
          "\x00", "٣"]
 
 
-def test_every_crash_kind_typed_into_an_answer_is_read_or_refused_and_the_app_stays_up():
+def test_every_crash_kind_typed_into_an_answer_is_read_or_refused_and_the_app_stays_up(data_dir):
     async def scenario():
         async with running_app() as (app, pilot):
             await open_default(app, pilot, "weight-read-intensity")
@@ -34,7 +34,7 @@ def test_every_crash_kind_typed_into_an_answer_is_read_or_refused_and_the_app_st
 
 @pytest.mark.parametrize("name", ["binary", "alias bomb", "deep nesting", "NaN figure", "latin-1",
                                   "model without kv_heads"])
-def test_the_app_starts_past_a_hostile_user_file_and_names_it(tmp_path, monkeypatch, name):
+def test_the_app_starts_past_a_hostile_user_file_and_names_it(tmp_path, monkeypatch, data_dir, name):
     content, says = HOSTILE[name]
     target = tmp_path / ("models.yaml" if content.startswith(b"models:") else "hardware.yaml")
     target.write_bytes(content)

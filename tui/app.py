@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from practice.review import Submitted
     from practice.store import ProgressStore
     from solvers.answers import Grade
+    from solvers.bank import Bank
     from solvers.engine import Solution
     from solvers.followup import FollowUp
     from tui.service import Drill
@@ -118,8 +119,11 @@ class InfradrillApp(App):
     mock_questions = 5
     mock_budget_seconds = 5 * 60
 
-    def __init__(self) -> None:
+    def __init__(self, bank_loader: Callable[[], Bank] | None = None) -> None:
+        """`bank_loader` loads the bank after first paint, in a worker: the shipped bank unless it is
+        given (tests give a small, fixed or broken one)."""
         super().__init__()
+        self.bank_loader = bank_loader
         self.drill: Drill | None = None
         self.mock: MockRun | None = None  # the mock interview in progress
         self._pending: Callable[[], None] | None = None  # an action asked for while the bank loads
@@ -146,7 +150,7 @@ class InfradrillApp(App):
     def _load(self) -> None:
         from tui.service import Drill, warm_up
 
-        drill = Drill.load()
+        drill = Drill.load(self.bank_loader)
         self.call_from_thread(self._loaded, drill)
         warm_up()
 

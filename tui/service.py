@@ -7,6 +7,7 @@ off the start-up path.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -29,12 +30,13 @@ class Drill:
     rng: random.Random = field(default_factory=random.Random)
 
     @classmethod
-    def load(cls) -> Drill:
+    def load(cls, bank_loader: Callable[[], Bank] | None = None) -> Drill:
+        """The bank (from `bank_loader`, else the shipped one), the catalogue and the progress store."""
         from practice.review import Reviewer, ReviewSettings
         from practice.schema import StoreError
         from practice.store import open_store
 
-        bank = load_bank()
+        bank = (bank_loader or load_bank)()
         try:
             store, notices = open_store()
         except StoreError as error:
