@@ -15,12 +15,10 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import sympy
-from sympy.printing.str import StrPrinter
 
+from solvers import printing, rational
 from solvers.answers.base import Slip
 from solvers.units import format_number, format_quantity
-
-_FUNCTION_NAMES = (("Max(", "max("), ("Min(", "min("), ("ceiling(", "ceil("), ("sqrt(", "√("))
 
 
 def max_of(*args: sympy.Expr) -> sympy.Expr:
@@ -99,20 +97,20 @@ class Step:
 
     @cached_property
     def formula(self) -> str:
-        return self.symbol if self.expr is None else _tidy(sympy.sstr(self.expr))
+        return self.symbol if self.expr is None else printing.formula(self.expr)
 
     @cached_property
     def substituted(self) -> str:
         """The formula with every symbol printed as its value (same tree, same order)."""
         if self.expr is None:
             return self.given_text
-        return _tidy(_ValuePrinter(self.shown_values).doprint(self.expr))
+        return printing.substituted(self.expr, self.shown_values)
 
     @property
     def latex(self) -> str:
         """'I = \\frac{F}{W}' for Markdown viewers that render math."""
-        lhs = sympy.latex(sympy.Symbol(self.symbol))
-        return lhs if self.expr is None else f"{lhs} = {sympy.latex(self.expr)}"
+        lhs = printing.latex(sympy.Symbol(self.symbol))
+        return lhs if self.expr is None else f"{lhs} = {printing.latex(self.expr)}"
 
     @property
     def result(self) -> str:
@@ -180,25 +178,6 @@ class Side:
     near: str = ""
 
 
-class _ValuePrinter(StrPrinter):
-    """Prints known symbols as their values (with units) so the substituted form keeps
-    exactly the structure and order of the symbolic one."""
-
-    def __init__(self, shown: dict[sympy.Symbol, str]):
-        super().__init__()
-        self._shown = shown
-
-    def _print_Symbol(self, expr):
-        return self._shown.get(expr, expr.name)
-
-
-def _tidy(text: str) -> str:
-    text = text.replace("**", "^").replace("*", "·")
-    for old, new in _FUNCTION_NAMES:
-        text = text.replace(old, new)
-    return text
-
-
 def _to_sympy(value: float) -> sympy.Basic:
     """A value as an exact number: integers as integers, other floats as the decimal they
     stand for (0.9 is 9/10; 35% read as 0.35000000000000003 is 7/20): 15 significant figures,
@@ -226,6 +205,7 @@ class Sheet:
     # The question's parameters as the solver sees them: name -> (value, display unit, label).
     parameters: Mapping[str, tuple[float, str, str]] = field(default_factory=dict)
     _values: dict[sympy.Symbol, sympy.Basic] = field(default_factory=dict)
+    _rationals: dict[sympy.Symbol, rational.Exact] = field(default_factory=dict)  # the rational ones of _values
     _shown: dict[sympy.Symbol, str] = field(default_factory=dict)
 
     def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> sympy.Symbol:
@@ -269,11 +249,17 @@ class Sheet:
         return sym
 
     def _evaluate_exact(self, expr: sympy.Expr) -> sympy.Basic:
-        value = sympy.sympify(expr).xreplace(self._values)
-        try:
-            exact = _exact(value) if value.is_number else None
-        except TypeError:  # zoo, nan: sympy's division by zero
-            exact = None
+        expr = sympy.sympify(expr)
+        fast = rational.value(expr, self._rationals)  # the same number sympy gives, without its objects
+        exact: sympy.Basic | None
+        if fast is not None:
+            exact = rational.to_sympy(fast)
+        else:
+            value = expr.xreplace(self._values)
+            try:
+                exact = _exact(value) if value.is_number else None
+            except TypeError:  # zoo, nan: sympy's division by zero
+                exact = None
         if exact is None or not math.isfinite(float(exact)):
             raise Reject(f"non-finite result in {expr}")
         return exact
@@ -303,7 +289,11 @@ class Sheet:
 
     def compare(self, a: sympy.Expr, b: sympy.Expr) -> int:
         """-1, 0 or 1 as a < b, a = b or a > b, decided on exact values: a tie is a tie."""
-        difference = sympy.sympify(a).xreplace(self._values) - sympy.sympify(b).xreplace(self._values)
+        a, b = sympy.sympify(a), sympy.sympify(b)
+        exact_a, exact_b = rational.value(a, self._rationals), rational.value(b, self._rationals)
+        if exact_a is not None and exact_b is not None:
+            return (exact_a > exact_b) - (exact_a < exact_b)
+        difference = a.xreplace(self._values) - b.xreplace(self._values)
         if difference.is_Rational:
             return int(sympy.sign(difference))
         return int(sympy.sign(difference.evalf(40)))
@@ -350,6 +340,9 @@ class Sheet:
 
     def _remember(self, sym: sympy.Symbol, exact: sympy.Basic, unit: str) -> None:
         self._values[sym] = exact
+        number = rational.from_sympy(exact)
+        if number is not None:
+            self._rationals[sym] = number
         shown = format_quantity(float(exact), unit)
         if "/" in unit or " " in shown and "×" in shown:
             shown = f"({shown})"
