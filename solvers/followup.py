@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from solvers.answers import Grade
 from solvers.bank import ParamSpec
 from solvers.data import Catalog
-from solvers.derivation import Reject
+from solvers.derivation import Regime, Reject
 from solvers.engine import Solution, grid, listings, revise, solve_changed
 from solvers.sampling import ParameterError, parse_override, round_value
 
@@ -80,15 +80,26 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec) -> Solution
     the other side of the boundary (a round number for a range, another option for a choice);
     failing that, the nearest value across at all. A range whose farthest valid points on either
     side both stay in the regime is skipped (regimes move one way with a parameter); otherwise it is
-    scanned on the chart's grid, and only a point that crosses is rounded."""
-    regime, current = solution.sheet.regime.name, solution.param(spec.name).raw
+    scanned on the chart's grid, and only a point that crosses is rounded.
 
-    def side(value) -> str | None:  # the scan solves only: no prompt, no listing; None: no valid variant
-        try:
-            _, sheet = solve_changed(solution, catalog, {spec.name: value}, quick=True)
-        except Reject:
-            return None
-        return sheet.regime.name if sheet.regime is not None else None
+    The scan and the rounded values are judged on floats (QuickSheet); a value is solved exactly
+    only where it is the push to make, or where floats sit too near a boundary or the clear margin
+    to tell. Exactly solved is what is returned."""
+    regime, current = solution.sheet.regime.name, solution.param(spec.name).raw
+    scanned: dict = {}
+
+    def scan(value) -> Regime | None:  # the scan solves only: no prompt, no listing; None: no valid variant
+        if value not in scanned:
+            try:
+                _, sheet = solve_changed(solution, catalog, {spec.name: value}, quick=True)
+            except Reject:
+                sheet = None
+            scanned[value] = None if sheet is None else sheet.regime
+        return scanned[value]
+
+    def side(value) -> str | None:
+        found = scan(value)
+        return None if found is None else found.name
 
     def crosses(value) -> bool:
         return side(value) not in (None, regime)
@@ -96,9 +107,7 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec) -> Solution
     def outermost(points) -> str | None:  # the regime at the farthest valid point
         return next((found for found in map(side, points) if found is not None), None)
 
-    def across(value) -> Solution | None:
-        if value == current:
-            return None
+    def across(value) -> Solution | None:  # solved exactly
         try:
             pushed = revise(solution, catalog, {spec.name: value})
         except Reject:
@@ -111,22 +120,44 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec) -> Solution
         ends = (outermost(grid_points), outermost(reversed(grid_points)))
         if all(end in (None, regime) for end in ends):
             return None  # neither end of the range crosses: a regime that moves one way with it never will
-    nearest, looked = None, 0
+    across_at_all: list = []  # values (or exact solutions) that cross, nearest first: the fallback
+    looked = 0
     for point in pushes:
         if not crosses(point):
             continue
         for value in _round_values(spec, point) if spec.kind != "choice" else [point]:
+            if value == current:
+                continue
+            quick = scan(value)
+            if quick is None or _float_sure(quick.margin) and (quick.name == regime or not _clear(quick.margin)):
+                if quick is not None and quick.name != regime:
+                    across_at_all.append(value)  # across, not clearly: solved only if nothing clear comes
+                continue
             pushed = across(value)
             if pushed is None:
                 continue
-            margin = pushed.sheet.regime.margin
-            if math.isfinite(margin) and margin > 0 and abs(math.log(margin)) >= math.log(CLEAR_MARGIN):
+            if _clear(pushed.sheet.regime.margin):
                 return pushed
-            nearest = nearest or pushed
+            across_at_all.append(pushed)
         looked += 1
-        if nearest is not None and looked > LOOK_PAST:
+        if across_at_all and looked > LOOK_PAST:
             break
-    return nearest
+    for candidate in across_at_all:
+        pushed = candidate if isinstance(candidate, Solution) else across(candidate)
+        if pushed is not None:
+            return pushed
+    return None
+
+
+def _clear(margin: float) -> bool:
+    """Whether a variant at this margin sits clearly on its side of the boundary."""
+    return math.isfinite(margin) and margin > 0 and abs(math.log(margin)) >= math.log(CLEAR_MARGIN)
+
+
+def _float_sure(margin: float) -> bool:
+    """Whether a float solve's margin is far enough from the boundary and from the clear margin that the
+    exact solve decides its side and its clearness the same way."""
+    return not any(math.isclose(margin, edge, rel_tol=1e-9) for edge in (1, CLEAR_MARGIN, 1 / CLEAR_MARGIN))
 
 
 def _pushes(spec: ParamSpec, current) -> list:
