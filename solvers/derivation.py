@@ -76,6 +76,24 @@ def ceil_of(x: sympy.Expr) -> sympy.Expr:
     return whole if whole is not None else math.ceil(number)  # type: ignore[return-value]
 
 
+def log_of(x: sympy.Expr) -> sympy.Expr:
+    """log(x): sympy's on a Sheet, Python's on a QuickSheet's numbers (sympy's log of a float, and
+    the expression around it, cost a millisecond a step); a log of no positive number is a Reject,
+    as sympy's complex or infinite one is on a Sheet."""
+    number = _quick_number(x)
+    if number is None:
+        return sympy.log(x)
+    if number <= 0:
+        raise Reject(f"log of {number}")
+    return math.log(number)  # type: ignore[return-value]
+
+
+def exp_of(x: sympy.Expr) -> sympy.Expr:
+    """exp(x), as log_of."""
+    number = _quick_number(x)
+    return sympy.exp(x) if number is None else math.exp(number)  # type: ignore[return-value]
+
+
 class Reject(Exception):
     """Raised by a solver for a draw that makes no sense (the sampler redraws)."""
 
