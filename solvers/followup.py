@@ -5,6 +5,7 @@ say ("now the batch is 256"). The pushed variant is a variant code of its own.""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from solvers.answers import Grade
@@ -39,9 +40,12 @@ def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
     what it asks (crossing the regime if it asks for it), else a generated one where the question
     has a regime; None where there is none to ask."""
     question = solution.question
+    scanned: dict = {}  # float solves by the changes they make, shared by every try below
     for declared in question.followups:
         try:
             changes = {name: parse_override(question.parameter(name), text, catalog) for name, text in declared.set}
+            if "regime" in declared.ask and _stays(solution, _scan(solution, catalog, changes, scanned)):
+                continue  # floats say it stays on this side: no exact solve to learn that
             pushed = revise(solution, catalog, changes)
         except (Reject, ParameterError):
             continue
@@ -52,7 +56,7 @@ def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
     if solution.sheet.regime is None:
         return None
     for spec in _candidates(solution):
-        pushed = _crossing(solution, catalog, spec)
+        pushed = _crossing(solution, catalog, spec, scanned)
         if pushed is not None:
             ask = _asked(solution, pushed)
             if ask:
@@ -75,37 +79,25 @@ def _candidates(solution: Solution) -> list[ParamSpec]:
     return sorted(numeric, key=lambda p: p.name != chart_x) + choices
 
 
-def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec) -> Solution | None:
+def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec, scanned: dict) -> Solution | None:
     """The variant with `spec` moved to the nearest value a person would say that lands clearly on
     the other side of the boundary (a round number for a range, another option for a choice);
     failing that, the nearest value across at all. A range whose farthest valid points on either
-    side both stay in the regime is skipped (regimes move one way with a parameter); otherwise it is
-    scanned on the chart's grid, and only a point that crosses is rounded.
+    side both stay in the regime is skipped (regimes move one way with a parameter), and so is the side
+    whose far end stays; the other is scanned on the chart's grid nearest first, and only a point that
+    crosses is rounded.
 
     The scan and the rounded values are judged on floats (QuickSheet); a value is solved exactly
     only where it is the push to make, or where floats sit too near a boundary or the clear margin
     to tell. Exactly solved is what is returned."""
     regime, current = solution.sheet.regime.name, solution.param(spec.name).raw
-    scanned: dict = {}
-
-    def scan(value) -> Regime | None:  # the scan solves only: no prompt, no listing; None: no valid variant
-        if value not in scanned:
-            try:
-                _, sheet = solve_changed(solution, catalog, {spec.name: value}, quick=True)
-            except Reject:
-                sheet = None
-            scanned[value] = None if sheet is None else sheet.regime
-        return scanned[value]
 
     def side(value) -> str | None:
-        found = scan(value)
+        found = _scan(solution, catalog, {spec.name: value}, scanned)
         return None if found is None else found.name
 
     def crosses(value) -> bool:
         return side(value) not in (None, regime)
-
-    def outermost(points) -> str | None:  # the regime at the farthest valid point
-        return next((found for found in map(side, points) if found is not None), None)
 
     def across(value) -> Solution | None:  # solved exactly
         try:
@@ -115,11 +107,13 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec) -> Solution
         return pushed if pushed.sheet.regime is not None and pushed.sheet.regime.name != regime else None
 
     pushes = _pushes(spec, current)
-    if spec.kind != "choice" and pushes:
-        grid_points = sorted(pushes)
-        ends = (outermost(grid_points), outermost(reversed(grid_points)))
-        if all(end in (None, regime) for end in ends):
+    if spec.kind != "choice":
+        walked = {x for run in (sorted((x for x in pushes if x < current), reverse=True),
+                                       sorted(x for x in pushes if x > current))
+                         for x in _crossing_side(run, crosses, side)}
+        if not walked:
             return None  # neither end of the range crosses: a regime that moves one way with it never will
+        pushes = [x for x in pushes if x in walked]
     across_at_all: list = []  # values (or exact solutions) that cross, nearest first: the fallback
     looked = 0
     for point in pushes:
@@ -128,10 +122,11 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec) -> Solution
         for value in _round_values(spec, point) if spec.kind != "choice" else [point]:
             if value == current:
                 continue
-            quick = scan(value)
-            if quick is None or _float_sure(quick.margin) and (quick.name == regime or not _clear(quick.margin)):
-                if quick is not None and quick.name != regime:
-                    across_at_all.append(value)  # across, not clearly: solved only if nothing clear comes
+            quick = _scan(solution, catalog, {spec.name: value}, scanned)
+            if quick is None or _stays(solution, quick):
+                continue
+            if _float_sure(quick.margin) and not _clear(quick.margin):
+                across_at_all.append(value)  # across, not clearly: solved only if nothing clear comes
                 continue
             pushed = across(value)
             if pushed is None:
@@ -147,6 +142,35 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec) -> Solution
         if pushed is not None:
             return pushed
     return None
+
+
+def _crossing_side(run: list, crosses: Callable[[object], bool], side: Callable[[object], str | None]) -> list:
+    """`run` (the grid on one side of the variant, nearest first) if its farthest valid point crosses, else
+    nothing: as for the whole range, a side whose far end stays in the regime is taken to stay throughout.
+    The side that crosses is walked nearest first, not bisected: a regime that tips back and forth within
+    it (fleet-gpu-count's round-up against its margin, as the need grows) would bisect to a farther crossing."""
+    farthest = next((x for x in reversed(run) if side(x) is not None), None)
+    return run if farthest is not None and crosses(farthest) else []
+
+
+def _scan(solution: Solution, catalog: Catalog, changes: dict, scanned: dict) -> Regime | None:
+    """The regime of the variant with `changes`, solved on floats only (no prompt, no listing); None where
+    that is no valid variant or has no regime. `scanned` keeps what this search has solved."""
+    key = tuple(sorted(changes.items()))
+    if key not in scanned:
+        try:
+            _, sheet = solve_changed(solution, catalog, changes, quick=True)
+        except Reject:
+            scanned[key] = None
+        else:
+            scanned[key] = sheet.regime
+    return scanned[key]
+
+
+def _stays(solution: Solution, scanned: Regime | None) -> bool:
+    """Whether a float solve's regime is, beyond float noise, the one the variant is in already."""
+    regime = solution.sheet.regime
+    return regime is not None and scanned is not None and scanned.name == regime.name and _float_sure(scanned.margin)
 
 
 def _clear(margin: float) -> bool:
