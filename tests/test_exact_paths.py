@@ -25,7 +25,9 @@ def _long_way(expr, shown):
 
 def _sheet_facts(solution):
     sheet = solution.sheet
-    return {"params": [(p.name, p.raw) for p in solution.params], "values": dict(sheet._values),
+    irrational = {sym: v for sym, v in sheet._values.items() if sym not in sheet._rationals}
+    return {"params": [(p.name, p.raw) for p in solution.params], "numbers": dict(sheet._numbers),
+            "rationals": dict(sheet._rationals), "irrational": irrational,
             "results": sheet.results, "expected": solution.expected, "json": to_dict(solution)}
 
 
