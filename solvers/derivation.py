@@ -3,7 +3,8 @@
 A solver declares the givens (values from the variant), then steps (symbolic formula,
 the same formula with the numbers put in, the result with its unit, one line of why),
 then the regime analysis. Values are held in base units (bytes, FLOP, seconds); the
-unit of a given or a step only says how to show it.
+unit of a given or a step only says how to show it. Rational formulas are evaluated in
+Python's fractions (solvers.rational), the rest by sympy; both give the same exact numbers.
 """
 from __future__ import annotations
 
