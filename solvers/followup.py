@@ -108,9 +108,8 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec, scanned: di
 
     pushes = _pushes(spec, current)
     if spec.kind != "choice":
-        walked = {x for run in (sorted((x for x in pushes if x < current), reverse=True),
-                                       sorted(x for x in pushes if x > current))
-                         for x in _crossing_side(run, crosses, side)}
+        runs = (sorted((x for x in pushes if x < current), reverse=True), sorted(x for x in pushes if x > current))
+        walked = {x for run in runs for x in _crossing_side(run, side, regime)}
         if not walked:
             return None  # neither end of the range crosses: a regime that moves one way with it never will
         pushes = [x for x in pushes if x in walked]
@@ -144,13 +143,13 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec, scanned: di
     return None
 
 
-def _crossing_side(run: list, crosses: Callable[[object], bool], side: Callable[[object], str | None]) -> list:
+def _crossing_side(run: list, side: Callable[[object], str | None], regime: str) -> list:
     """`run` (the grid on one side of the variant, nearest first) if its farthest valid point crosses, else
     nothing: as for the whole range, a side whose far end stays in the regime is taken to stay throughout.
     The side that crosses is walked nearest first, not bisected: a regime that tips back and forth within
     it (fleet-gpu-count's round-up against its margin, as the need grows) would bisect to a farther crossing."""
-    farthest = next((x for x in reversed(run) if side(x) is not None), None)
-    return run if farthest is not None and crosses(farthest) else []
+    farthest = next((found for found in map(side, reversed(run)) if found is not None), regime)
+    return run if farthest != regime else []
 
 
 def _scan(solution: Solution, catalog: Catalog, changes: dict, scanned: dict) -> Regime | None:
