@@ -3,7 +3,8 @@
 A solver declares the givens (values from the variant), then steps (symbolic formula,
 the same formula with the numbers put in, the result with its unit, one line of why),
 then the regime analysis. Values are held in base units (bytes, FLOP, seconds); the
-unit of a given or a step only says how to show it.
+unit of a given or a step only says how to show it. Rational formulas are evaluated in
+Python's fractions (solvers.rational), the rest by sympy; both give the same exact numbers.
 """
 from __future__ import annotations
 
@@ -12,15 +13,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from functools import cached_property
 
 import sympy
-from sympy.printing.str import StrPrinter
 
+from solvers import printing, rational
 from solvers.answers.base import Slip
 from solvers.units import format_number, format_quantity
-
-_FUNCTION_NAMES = (("Max(", "max("), ("Min(", "min("), ("ceiling(", "ceil("), ("sqrt(", "√("))
 
 
 def max_of(*args: sympy.Expr) -> sympy.Expr:
@@ -78,6 +78,24 @@ def ceil_of(x: sympy.Expr) -> sympy.Expr:
     return whole if whole is not None else math.ceil(number)  # type: ignore[return-value]
 
 
+def log_of(x: sympy.Expr, base: int | None = None) -> sympy.Expr:
+    """log(x) (to `base`): sympy's on a Sheet, Python's on a QuickSheet's numbers (sympy's log of a
+    float, and the expression around it, cost a millisecond a step); a log of no positive number is
+    a Reject, as sympy's complex or infinite one is on a Sheet."""
+    number = _quick_number(x)
+    if number is None:
+        return sympy.log(x) if base is None else sympy.log(x, base)
+    if number <= 0:
+        raise Reject(f"log of {number}")
+    return math.log(number) if base is None else math.log(number) / math.log(base)  # type: ignore[return-value]
+
+
+def exp_of(x: sympy.Expr) -> sympy.Expr:
+    """exp(x), as log_of."""
+    number = _quick_number(x)
+    return sympy.exp(x) if number is None else math.exp(number)  # type: ignore[return-value]
+
+
 class Reject(Exception):
     """Raised by a solver for a draw that makes no sense (the sampler redraws)."""
 
@@ -99,20 +117,20 @@ class Step:
 
     @cached_property
     def formula(self) -> str:
-        return self.symbol if self.expr is None else _tidy(sympy.sstr(self.expr))
+        return self.symbol if self.expr is None else printing.formula(self.expr)
 
     @cached_property
     def substituted(self) -> str:
         """The formula with every symbol printed as its value (same tree, same order)."""
         if self.expr is None:
             return self.given_text
-        return _tidy(_ValuePrinter(self.shown_values).doprint(self.expr))
+        return printing.substituted(self.expr, self.shown_values)
 
     @property
     def latex(self) -> str:
         """'I = \\frac{F}{W}' for Markdown viewers that render math."""
-        lhs = sympy.latex(sympy.Symbol(self.symbol))
-        return lhs if self.expr is None else f"{lhs} = {sympy.latex(self.expr)}"
+        lhs = printing.latex(sympy.Symbol(self.symbol))
+        return lhs if self.expr is None else f"{lhs} = {printing.latex(self.expr)}"
 
     @property
     def result(self) -> str:
@@ -180,32 +198,15 @@ class Side:
     near: str = ""
 
 
-class _ValuePrinter(StrPrinter):
-    """Prints known symbols as their values (with units) so the substituted form keeps
-    exactly the structure and order of the symbolic one."""
-
-    def __init__(self, shown: dict[sympy.Symbol, str]):
-        super().__init__()
-        self._shown = shown
-
-    def _print_Symbol(self, expr):
-        return self._shown.get(expr, expr.name)
-
-
-def _tidy(text: str) -> str:
-    text = text.replace("**", "^").replace("*", "·")
-    for old, new in _FUNCTION_NAMES:
-        text = text.replace(old, new)
-    return text
-
-
-def _to_sympy(value: float) -> sympy.Basic:
+def _to_exact(value: float) -> rational.Exact:
     """A value as an exact number: integers as integers, other floats as the decimal they
     stand for (0.9 is 9/10; 35% read as 0.35000000000000003 is 7/20): 15 significant figures,
     all a float carries, so that floors, ceilings and comparisons on them are exact."""
     if isinstance(value, bool) or (isinstance(value, (int,)) or float(value).is_integer()) and abs(value) < 2**62:
-        return sympy.Integer(int(value))
-    return sympy.Rational(f"{float(value):.15g}")
+        return int(value)
+    if not math.isfinite(float(value)):
+        raise TypeError(f"invalid input: {value}")  # as sympy's Rational('inf') does
+    return Fraction(f"{float(value):.15g}")
 
 
 def _exact(value: sympy.Basic) -> sympy.Basic:
@@ -226,6 +227,9 @@ class Sheet:
     prerequisites: set[str] = field(default_factory=set)  # questions whose results stand here as givens
     # The question's parameters as the solver sees them: name -> (value, display unit, label).
     parameters: Mapping[str, tuple[float, str, str]] = field(default_factory=dict)
+    _numbers: dict[sympy.Symbol, float] = field(default_factory=dict)  # every given and step, as a float
+    _rationals: dict[sympy.Symbol, rational.Exact] = field(default_factory=dict)  # those that are rational, exactly
+    # As sympy numbers, for sympy's own evaluation: the others at once, the rationals once needed (_sympy_values).
     _values: dict[sympy.Symbol, sympy.Basic] = field(default_factory=dict)
     _shown: dict[sympy.Symbol, str] = field(default_factory=dict)
 
@@ -234,11 +238,12 @@ class Sheet:
 
         Shared helpers may state the same fact again: the same value returns the same symbol."""
         sym = sympy.Symbol(symbol)
-        if sym in self._values:
-            if self._values[sym] == _to_sympy(value):
+        exact = _to_exact(value)
+        if sym in self._numbers:
+            if self._rationals.get(sym) == exact or sym not in self._rationals and self._values[sym] == exact:
                 return sym
             raise ValueError(f"symbol {symbol} declared twice with different values")
-        self._remember(sym, _to_sympy(value), unit)
+        self._remember(sym, exact, unit)
         self.givens.append(Given(symbol, label or symbol, float(value), unit))
         return sym
 
@@ -257,7 +262,7 @@ class Sheet:
     def step(self, key: str, title: str, symbol: str, expr: sympy.Expr, unit: str = "", why: str = "") -> sympy.Symbol:
         """Evaluate `expr` on the values known so far and record it as a step."""
         sym = sympy.Symbol(symbol)
-        if sym in self._values:
+        if sym in self._numbers:
             raise ValueError(f"symbol {symbol} declared twice")
         exact = self._evaluate_exact(expr)
         value = float(exact)
@@ -269,15 +274,33 @@ class Sheet:
             self.results[key] = value
         return sym
 
-    def _evaluate_exact(self, expr: sympy.Expr) -> sympy.Basic:
-        value = sympy.sympify(expr).xreplace(self._values)
+    def _evaluate_exact(self, expr: sympy.Expr) -> rational.Exact | sympy.Float:
+        """`expr` on the values so far: a rational as a Python int or Fraction, else a 17-digit sympy Float."""
+        expr = sympy.sympify(expr)
+        fast = rational.value(expr, self._rationals)  # the same number sympy gives, without its objects
+        if fast is not None:
+            try:
+                float(fast)
+            except OverflowError:  # sympy's float of it is inf
+                raise Reject(f"non-finite result in {expr}") from None
+            return fast
+        value = expr.xreplace(self._sympy_values())
         try:
             exact = _exact(value) if value.is_number else None
         except TypeError:  # zoo, nan: sympy's division by zero
             exact = None
         if exact is None or not math.isfinite(float(exact)):
             raise Reject(f"non-finite result in {expr}")
-        return exact
+        number = rational.from_sympy(exact)
+        return exact if number is None else number
+
+    def _sympy_values(self) -> dict[sympy.Symbol, sympy.Basic]:
+        """Every value so far as a sympy number, for what sympy evaluates itself."""
+        if len(self._values) < len(self._numbers):
+            for sym, number in self._rationals.items():
+                if sym not in self._values:
+                    self._values[sym] = rational.to_sympy(number)
+        return self._values
 
     def evaluate(self, expr: sympy.Expr) -> float:
         return float(self._evaluate_exact(expr))
@@ -286,7 +309,7 @@ class Sheet:
         """An earlier given or step by its symbol: a shared helper's result (the engine's KV heads per
         GPU) that a solver writes into its own formulas."""
         sym = sympy.Symbol(name)
-        if sym not in self._values:
+        if sym not in self._numbers:
             raise KeyError(f"no given or step named {name} on this sheet")
         return sym
 
@@ -300,11 +323,16 @@ class Sheet:
         yield
 
     def value(self, sym: sympy.Symbol) -> float:
-        return float(self._values[sym])
+        return self._numbers[sym]
 
     def compare(self, a: sympy.Expr, b: sympy.Expr) -> int:
         """-1, 0 or 1 as a < b, a = b or a > b, decided on exact values: a tie is a tie."""
-        difference = sympy.sympify(a).xreplace(self._values) - sympy.sympify(b).xreplace(self._values)
+        a, b = sympy.sympify(a), sympy.sympify(b)
+        exact_a, exact_b = rational.value(a, self._rationals), rational.value(b, self._rationals)
+        if exact_a is not None and exact_b is not None:
+            return (exact_a > exact_b) - (exact_a < exact_b)
+        values = self._sympy_values()
+        difference = a.xreplace(values) - b.xreplace(values)
         if difference.is_Rational:
             return int(sympy.sign(difference))
         return int(sympy.sign(difference.evalf(40)))
@@ -336,10 +364,16 @@ class Sheet:
     def set_regime(self, name: str, summary: str, boundary: sympy.Symbol, position: sympy.Symbol,
                    other_side: str, key: str = "regime") -> None:
         """The regime analysis. `boundary` and `position` are step symbols in one unit."""
-        by_symbol = {s.symbol: s for s in self.steps} | {
-            g.symbol: Step("", g.label, g.symbol, g.value, g.unit, "", given_text=g.shown) for g in self.givens}
-        self.regime = Regime(name, summary, by_symbol[boundary.name], by_symbol[position.name], other_side)
+        self.regime = Regime(name, summary, self._as_step(boundary.name), self._as_step(position.name), other_side)
         self.results[key] = name
+
+    def _as_step(self, symbol: str) -> Step:
+        """The step of this symbol, or its given standing in as one."""
+        step = next((s for s in self.steps if s.symbol == symbol), None)
+        if step is not None:
+            return step
+        g = next(g for g in self.givens if g.symbol == symbol)
+        return Step("", g.label, g.symbol, g.value, g.unit, "", given_text=g.shown)
 
     def regime_by(self, position: sympy.Symbol, boundary: sympy.Symbol, *, above: Side, below: Side,
                   tie: str = "above", key: str = "regime") -> None:
@@ -353,9 +387,13 @@ class Sheet:
             self.regime = replace(regime, summary=side.near or (
                 f"{side.summary} It sits only {regime.margin_text}: a modest change tips it to {other.name}."))
 
-    def _remember(self, sym: sympy.Symbol, exact: sympy.Basic, unit: str) -> None:
-        self._values[sym] = exact
-        shown = format_quantity(float(exact), unit)
+    def _remember(self, sym: sympy.Symbol, exact: rational.Exact | sympy.Float, unit: str) -> None:
+        number = self._numbers[sym] = float(exact)
+        if isinstance(exact, (int, Fraction)):
+            self._rationals[sym] = exact
+        else:
+            self._values[sym] = exact
+        shown = format_quantity(number, unit)
         if "/" in unit or " " in shown and "×" in shown:
             shown = f"({shown})"
         self._shown[sym] = shown

@@ -292,20 +292,41 @@ def grid(spec: ParamSpec, points: int) -> set[float | int]:
     return {round_value(spec, float(x)) for x in spaced(spec.low, spec.high, points)}
 
 
-def sweep(solution: Solution, catalog: Catalog, parameter: str, answer: str, points: int = 40) -> list[SweepPoint]:
-    """Re-solve the variant with one parameter stepped across its range (all else fixed)."""
+def sweep(solution: Solution, catalog: Catalog, parameter: str, answer: str, points: int = 40,
+          solved: dict[str, SweepPoint | None] | None = None) -> list[SweepPoint]:
+    """Re-solve the variant with one parameter stepped across its range (all else fixed).
+
+    `solved` is a memo the caller keeps between sweeps (the what-if screen, whose every step sweeps
+    the same grid again): a point whose parameters are all as before is taken from it, not solved."""
     spec = solution.question.parameter(parameter)
     if not spec.ranged:
         raise ValueError(f"{parameter} is not a numeric range")
     xs = grid(spec, points) | {solution.param(parameter).raw}
     unit = parse_unit(solution.question.answer(answer).unit)
+    own = {p.name: p.raw for p in solution.params}
+    own_key = repr((answer, tuple(own.items())))  # every value as it is solved: numbers, names, tables
+    memo = {} if solved is None else solved
     curve = []
     for x in sorted(xs):
-        try:
-            _, sheet = solve_changed(solution, catalog, {parameter: x}, quick=True)
-        except Reject:
-            continue
-        y = unit.from_base(float(sheet.results[answer]))
-        if math.isfinite(y):
-            curve.append(SweepPoint(float(x), y, sheet.regime.name if sheet.regime else ""))
+        raw = regenerate(solution.question, own | {parameter: x}, {parameter}, solution.code.seed)
+        key = repr((answer, tuple(raw.items())))
+        if key not in memo:
+            memo[key] = _sweep_point(solution, catalog, None if key == own_key else raw, answer, unit, float(x))
+        if memo[key] is not None:
+            curve.append(memo[key])
     return curve
+
+
+def _sweep_point(solution: Solution, catalog: Catalog, raw: dict[str, Any] | None, answer: str, unit: Any,
+                 x: float) -> SweepPoint | None:
+    """One point of a sweep solved on floats (raw None: the variant's own point, from its exact sheet).
+    None: no valid variant there, or no finite answer."""
+    if raw is None:
+        sheet = solution.sheet
+    else:
+        try:
+            _, sheet = solve_values(solution.question, raw, catalog, quick=True)
+        except Reject:
+            return None
+    y = unit.from_base(float(sheet.results[answer]))
+    return SweepPoint(x, y, sheet.regime.name if sheet.regime else "") if math.isfinite(y) else None

@@ -5,12 +5,13 @@ say ("now the batch is 256"). The pushed variant is a variant code of its own.""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from solvers.answers import Grade
 from solvers.bank import ParamSpec
 from solvers.data import Catalog
-from solvers.derivation import Reject
+from solvers.derivation import Regime, Reject
 from solvers.engine import Solution, grid, listings, revise, solve_changed
 from solvers.sampling import ParameterError, parse_override, round_value
 
@@ -39,9 +40,12 @@ def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
     what it asks (crossing the regime if it asks for it), else a generated one where the question
     has a regime; None where there is none to ask."""
     question = solution.question
+    scanned: dict = {}  # float solves by the changes they make, shared by every try below
     for declared in question.followups:
         try:
             changes = {name: parse_override(question.parameter(name), text, catalog) for name, text in declared.set}
+            if "regime" in declared.ask and _stays(solution, _scan(solution, catalog, changes, scanned)):
+                continue  # floats say it stays on this side: no exact solve to learn that
             pushed = revise(solution, catalog, changes)
         except (Reject, ParameterError):
             continue
@@ -52,7 +56,7 @@ def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
     if solution.sheet.regime is None:
         return None
     for spec in _candidates(solution):
-        pushed = _crossing(solution, catalog, spec)
+        pushed = _crossing(solution, catalog, spec, scanned)
         if pushed is not None:
             ask = _asked(solution, pushed)
             if ask:
@@ -75,30 +79,27 @@ def _candidates(solution: Solution) -> list[ParamSpec]:
     return sorted(numeric, key=lambda p: p.name != chart_x) + choices
 
 
-def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec) -> Solution | None:
+def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec, scanned: dict) -> Solution | None:
     """The variant with `spec` moved to the nearest value a person would say that lands clearly on
     the other side of the boundary (a round number for a range, another option for a choice);
     failing that, the nearest value across at all. A range whose farthest valid points on either
-    side both stay in the regime is skipped (regimes move one way with a parameter); otherwise it is
-    scanned on the chart's grid, and only a point that crosses is rounded."""
+    side both stay in the regime is skipped (regimes move one way with a parameter), and so is the side
+    whose far end stays; the other is scanned on the chart's grid nearest first, and only a point that
+    crosses is rounded.
+
+    The scan and the rounded values are judged on floats (QuickSheet); a value is solved exactly
+    only where it is the push to make, or where floats sit too near a boundary or the clear margin
+    to tell. Exactly solved is what is returned."""
     regime, current = solution.sheet.regime.name, solution.param(spec.name).raw
 
-    def side(value) -> str | None:  # the scan solves only: no prompt, no listing; None: no valid variant
-        try:
-            _, sheet = solve_changed(solution, catalog, {spec.name: value}, quick=True)
-        except Reject:
-            return None
-        return sheet.regime.name if sheet.regime is not None else None
+    def side(value) -> str | None:
+        found = _scan(solution, catalog, {spec.name: value}, scanned)
+        return None if found is None else found.name
 
     def crosses(value) -> bool:
         return side(value) not in (None, regime)
 
-    def outermost(points) -> str | None:  # the regime at the farthest valid point
-        return next((found for found in map(side, points) if found is not None), None)
-
-    def across(value) -> Solution | None:
-        if value == current:
-            return None
+    def across(value) -> Solution | None:  # solved exactly
         try:
             pushed = revise(solution, catalog, {spec.name: value})
         except Reject:
@@ -106,27 +107,80 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec) -> Solution
         return pushed if pushed.sheet.regime is not None and pushed.sheet.regime.name != regime else None
 
     pushes = _pushes(spec, current)
-    if spec.kind != "choice" and pushes:
-        grid_points = sorted(pushes)
-        ends = (outermost(grid_points), outermost(reversed(grid_points)))
-        if all(end in (None, regime) for end in ends):
+    if spec.kind != "choice":
+        runs = (sorted((x for x in pushes if x < current), reverse=True), sorted(x for x in pushes if x > current))
+        walked = {x for run in runs for x in _crossing_side(run, side, regime)}
+        if not walked:
             return None  # neither end of the range crosses: a regime that moves one way with it never will
-    nearest, looked = None, 0
+        pushes = [x for x in pushes if x in walked]
+    across_at_all: list = []  # values (or exact solutions) that cross, nearest first: the fallback
+    looked = 0
     for point in pushes:
         if not crosses(point):
             continue
         for value in _round_values(spec, point) if spec.kind != "choice" else [point]:
+            if value == current:
+                continue
+            quick = _scan(solution, catalog, {spec.name: value}, scanned)
+            if quick is None or _stays(solution, quick):
+                continue
+            if _float_sure(quick.margin) and not _clear(quick.margin):
+                across_at_all.append(value)  # across, not clearly: solved only if nothing clear comes
+                continue
             pushed = across(value)
             if pushed is None:
                 continue
-            margin = pushed.sheet.regime.margin
-            if math.isfinite(margin) and margin > 0 and abs(math.log(margin)) >= math.log(CLEAR_MARGIN):
+            if _clear(pushed.sheet.regime.margin):
                 return pushed
-            nearest = nearest or pushed
+            across_at_all.append(pushed)
         looked += 1
-        if nearest is not None and looked > LOOK_PAST:
+        if across_at_all and looked > LOOK_PAST:
             break
-    return nearest
+    for candidate in across_at_all:
+        pushed = candidate if isinstance(candidate, Solution) else across(candidate)
+        if pushed is not None:
+            return pushed
+    return None
+
+
+def _crossing_side(run: list, side: Callable[[object], str | None], regime: str) -> list:
+    """`run` (the grid on one side of the variant, nearest first) if its farthest valid point crosses, else
+    nothing: as for the whole range, a side whose far end stays in the regime is taken to stay throughout.
+    The side that crosses is walked nearest first, not bisected: a regime that tips back and forth within
+    it (fleet-gpu-count's round-up against its margin, as the need grows) would bisect to a farther crossing."""
+    farthest = next((found for found in map(side, reversed(run)) if found is not None), regime)
+    return run if farthest != regime else []
+
+
+def _scan(solution: Solution, catalog: Catalog, changes: dict, scanned: dict) -> Regime | None:
+    """The regime of the variant with `changes`, solved on floats only (no prompt, no listing); None where
+    that is no valid variant or has no regime. `scanned` keeps what this search has solved."""
+    key = tuple(sorted(changes.items()))
+    if key not in scanned:
+        try:
+            _, sheet = solve_changed(solution, catalog, changes, quick=True)
+        except Reject:
+            scanned[key] = None
+        else:
+            scanned[key] = sheet.regime
+    return scanned[key]
+
+
+def _stays(solution: Solution, scanned: Regime | None) -> bool:
+    """Whether a float solve's regime is, beyond float noise, the one the variant is in already."""
+    regime = solution.sheet.regime
+    return regime is not None and scanned is not None and scanned.name == regime.name and _float_sure(scanned.margin)
+
+
+def _clear(margin: float) -> bool:
+    """Whether a variant at this margin sits clearly on its side of the boundary."""
+    return math.isfinite(margin) and margin > 0 and abs(math.log(margin)) >= math.log(CLEAR_MARGIN)
+
+
+def _float_sure(margin: float) -> bool:
+    """Whether a float solve's margin is far enough from the boundary and from the clear margin that the
+    exact solve decides its side and its clearness the same way."""
+    return not any(math.isclose(margin, edge, rel_tol=1e-9) for edge in (1, CLEAR_MARGIN, 1 / CLEAR_MARGIN))
 
 
 def _pushes(spec: ParamSpec, current) -> list:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 # Exponents over (byte, flop, second, watt, dollar).
 Dim = tuple[int, int, int, int, int]
@@ -115,6 +116,7 @@ _SEPARATORS = re.compile(r"\s*(?:/|\bper\b)\s*")
 _PRODUCT = re.compile(r"\s*[·*\-]\s*|\s+")
 
 
+@lru_cache(maxsize=1024)  # a sheet formats hundreds of values in a few dozen units
 def parse_unit(text: str) -> Unit:
     """Parse 'GiB', 'TFLOP/s', 'FLOP/B', 'tokens/s', 'GPU-days', 'Gb/s', '%' ..."""
     raw = text.strip()

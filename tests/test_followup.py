@@ -108,3 +108,22 @@ def test_a_broken_follow_up_names_its_field(text, field):
 
     with pytest.raises(QuestionError, match=rf": {re.escape(field)}: "):
         _with_followups(text)
+
+
+def test_the_search_solves_exactly_only_the_push_it_makes(bank, catalog, monkeypatch):
+    """The scan and the rounded values it tries are judged on floats; the push it settles on is the one
+    variant solved exactly (slo-goodput@0 tries 24 values: an exact solve of each took 60 ms)."""
+    import solvers.engine as engine
+
+    first = make_variant(bank, catalog, VariantCode("slo-goodput", 0))
+    solves = {True: 0, False: 0}
+    solve_values = engine.solve_values
+
+    def counted(question, raw, catalog, *, quick=False):
+        solves[quick] += 1
+        return solve_values(question, raw, catalog, quick=quick)
+
+    monkeypatch.setattr(engine, "solve_values", counted)
+    followup = follow_up(first, catalog)
+    assert followup is not None and followup.solution.sheet.regime.name != first.sheet.regime.name
+    assert solves[False] == 1 and solves[True] > 10

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, log_of
 from solvers.topics.common import dtype_bytes, hbm_bytes, model_params, peak_flops
 from solvers.units import format_number, format_quantity
 
@@ -179,7 +179,7 @@ def _job_size(s: Sheet, need: sympy.Symbol, rule: str) -> tuple[sympy.Expr, symp
     """(job size, the next smaller size under the rule, the rule in words): the smallest size the
     lab's rule allows that covers the need."""
     if rule == "next-power-of-two":
-        job = 2 ** ceil_of(sympy.log(need, 2))
+        job = 2 ** ceil_of(log_of(need, 2))
         return job, job / 2, "next-power-of-two"
     U = s.param("U", "pod") if rule == "whole-pods" else s.param("U", "block")
     job = U * ceil_of(need / U)
@@ -249,7 +249,7 @@ def fleet_gpu_count(p, s: Sheet) -> None:
            factor=s.evaluate(g * ceil_of(need * (1 + m) / g)) / s.value(fleet))
     if p.rule != "next-power-of-two":
         s.slip("rounded to a power of two against the lab's rule", on="job_gpus",
-               factor=s.evaluate(2 ** ceil_of(sympy.log(need, 2))) / s.value(job))
+               factor=s.evaluate(2 ** ceil_of(log_of(need, 2))) / s.value(job))
 
     extra, margin_text = (format_number(s.value(x)) for x in (rounding, spare))
     s.regime_by(rounding, spare, tie="below", above=Side(
@@ -334,7 +334,7 @@ def _fleet_judgements(s: Sheet, need, job, smaller, pod, rule: str) -> None:
     """What the chosen job buys, judged on this variant's numbers."""
     ratio = s.value(job) / s.value(need)
     over = f"the job is {format_number(ratio, 3)}× the need"
-    power = 2 ** ceil_of(sympy.log(need, 2))
+    power = 2 ** ceil_of(log_of(need, 2))
     size = int(s.value(job))
     is_power = size & (size - 1) == 0
     s.judge("judgement", "the job is a power of two", bool(is_power),

@@ -6,7 +6,7 @@ import math
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side, exp_of, log_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 
 GAIN_BOUNDARY = 2  # a 2x gain: the longest request runs twice the mean, static utilisation 50%
@@ -93,7 +93,12 @@ def _gain_regime(s: Sheet, gain: sympy.Symbol, L_max: sympy.Symbol, L_star: symp
 MIN_RATE_SHARE = 0.5  # the goal must hold up to half the prefill capacity: past that the queue, not prefill, decides
 MAX_ATTAINMENT = 0.999  # fewer than 1 request in 1,000 missing leaves nothing to diagnose
 TIE_SHARE = 0.005  # an arrival rate within 0.5% of the goodput would read as a tie
-P99_MEANS = sympy.log(100)  # an exponential's 99th percentile, in means
+
+
+def _p99_means() -> sympy.Expr:
+    """An exponential's 99th percentile, in means: ln 100."""
+    return log_of(100)
+
 
 
 def _latency_model(s: Sheet) -> dict[str, sympy.Symbol]:
@@ -101,24 +106,25 @@ def _latency_model(s: Sheet) -> dict[str, sympy.Symbol]:
     S, rho, T, t0, theta, P = (s.param(sym, name) for sym, name in (
         ("S", "prefill_mean"), ("ρ", "load"), ("T_SLO", "ttft_slo"), ("t_0", "tpot_floor"),
         ("θ", "tpot_tail"), ("P_SLO", "tpot_slo")))
+    p99_means = _p99_means()
     mu = s.step("capacity", "Prefill capacity", "μ", 1 / S, "requests/s",
                 "one prompt at a time: a busy server finishes 1/S prompts per second")
     lam = s.step("arrival_rate", "Arrival rate (= throughput served)", "λ", rho * mu, "requests/s",
                  "the server is busy ρ of the time; below capacity it serves every arrival, so this is "
                  "also the throughput a dashboard shows")
-    s.step("ttft_p50", "Median TTFT", "TTFT_50", sympy.log(2) / (mu - lam), "s",
+    s.step("ttft_p50", "Median TTFT", "TTFT_50", log_of(2) / (mu - lam), "s",
            "in an M/M/1 queue, wait plus own service is exponential with rate μ − λ: median = ln 2 / (μ − λ)")
-    ttft99 = s.step("ttft_p99", "p99 TTFT", "TTFT_99", P99_MEANS / (mu - lam), "s",
+    ttft99 = s.step("ttft_p99", "p99 TTFT", "TTFT_99", p99_means / (mu - lam), "s",
                     "the exponential's 99th percentile: ln 100 ≈ 4.6 mean times, and the mean is 1/(μ − λ)")
-    s.step("tpot_p50", "Median TPOT", "TPOT_50", t0 + theta * sympy.log(2), "ms",
+    s.step("tpot_p50", "Median TPOT", "TPOT_50", t0 + theta * log_of(2), "ms",
            "the floor plus the median of the exponential excess")
-    s.step("tpot_p99", "p99 TPOT", "TPOT_99", t0 + theta * P99_MEANS, "ms",
+    s.step("tpot_p99", "p99 TPOT", "TPOT_99", t0 + theta * p99_means, "ms",
            "the floor plus the excess's 99th percentile")
-    a_ttft = s.step("ttft_attainment", "Share meeting the TTFT SLO", "A_TTFT", 1 - sympy.exp(-(mu - lam) * T),
+    a_ttft = s.step("ttft_attainment", "Share meeting the TTFT SLO", "A_TTFT", 1 - exp_of(-(mu - lam) * T),
                     "%", "the exponential's CDF at the SLO")
-    a_tpot = s.step("tpot_attainment", "Share meeting the TPOT SLO", "A_TPOT", 1 - sympy.exp(-(P - t0) / theta),
+    a_tpot = s.step("tpot_attainment", "Share meeting the TPOT SLO", "A_TPOT", 1 - exp_of(-(P - t0) / theta),
                     "%", "the excess must stay within the SLO minus the floor")
-    knee = s.step("knee_load", "Highest load at which p99 TTFT meets its SLO", "ρ_99", 1 - P99_MEANS / (mu * T),
+    knee = s.step("knee_load", "Highest load at which p99 TTFT meets its SLO", "ρ_99", 1 - p99_means / (mu * T),
                   "%", "solve ln 100 / (μ − λ) = T_SLO for λ/μ: p99 TTFT grows as 1/(1 − ρ), so it crosses the "
                   "SLO well before the server runs out of capacity")
     return {"S": S, "rho": rho, "T": T, "mu": mu, "lam": lam, "ttft99": ttft99, "a_ttft": a_ttft,
@@ -147,19 +153,20 @@ def _ttft_levers(mu, lam):
     within = " would put p99 TTFT within its SLO"
     return ((ALREADY, mu - lam),
             ("a second prefill server like this one, arrivals split between the two," + within, mu - lam / 2),
-            ("prefill time per prompt cut by 20%" + within, mu / sympy.Rational(4, 5) - lam),
-            ("prefill time per prompt cut by 10%" + within, mu / sympy.Rational(9, 10) - lam),
+            ("prefill time per prompt cut by 20%" + within, mu * 5 / 4 - lam),
+            ("prefill time per prompt cut by 10%" + within, mu * 10 / 9 - lam),
             (HALVED, 2 * mu - lam),
-            ("shedding 10% of arrivals at admission" + within, mu - sympy.Rational(9, 10) * lam))
+            ("shedding 10% of arrivals at admission" + within, mu - lam * 9 / 10))
 
 
 def _judge_levers(s: Sheet, model: dict[str, sympy.Symbol]) -> None:
     """Which lever brings p99 TTFT within its SLO follows from how far past the knee the load sits."""
     T, ttft99 = model["T"], model["ttft99"]
-    needed = P99_MEANS / T  # the rate μ − λ at which p99 TTFT equals the SLO
+    p99_means = _p99_means()
+    needed = p99_means / T  # the rate μ − λ at which p99 TTFT equals the SLO
     slo = format_quantity(s.value(T), "s")
     for option, rate in _ttft_levers(model["mu"], model["lam"]):
-        p99 = format_quantity(s.evaluate(P99_MEANS / rate), "s")
+        p99 = format_quantity(s.evaluate(p99_means / rate), "s")
         lead = "today" if option == ALREADY else f"μ − λ becomes {format_quantity(s.evaluate(rate), 'requests/s')}"
         # Halving the prefill always suffices: draws whose knee sits below half the capacity are refused, so
         # the rate needed is at most μ/2, and 2μ − λ > μ.
@@ -180,7 +187,7 @@ def slo_goodput(p, s: Sheet) -> None:
                   "prefill and decode run on separate GPUs, so a request's TTFT and TPOT are independent: "
                   "a request that misses either SLO does not count")
     lam_star = s.step("max_rate", "Goodput: highest arrival rate that meets the goal", "λ_max",
-                      mu + sympy.log(1 - target / a_tpot) / T, "requests/s",
+                      mu + log_of(1 - target / a_tpot) / T, "requests/s",
                       "solve (1 − e^(−(μ−λ)·T_SLO))·A_TPOT = g_goal for λ; DistServe calls this rate the goodput")
     _check_draw(s, model, both, lam_star)
     _judge_levers(s, model)

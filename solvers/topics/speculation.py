@@ -772,14 +772,15 @@ def _tail_policies(model: _LoadModel, p, cells: dict) -> list:
     alphas, shares = (p.alpha_high, p.alpha_low), (1 - p.low_share, p.low_share)
     batches = (p.batch_low, p.batch_peak)
     evens = [break_even_alpha(cells["round"][j] / cells["plain"][j], gamma) for j in range(2)]
+    mixed_round = functools.cache(model.mixed_round)  # the plans below share most of their rounds
 
     def tpots(plan: tuple) -> list:
         """Cell k = class k // 2 at moment k % 2, given (γ_code, γ_chat) per moment."""
-        rounds = [model.mixed_round(batches[j], tuple(zip(shares, plan[j])), c) for j in range(2)]
+        rounds = [mixed_round(batches[j], tuple(zip(shares, plan[j])), c) for j in range(2)]
         return [rounds[k % 2] / expected_tokens(alphas[k // 2], plan[k % 2][k // 2]) for k in range(4)]
 
     def mean_at(j: int, g: int) -> float:
-        round_ = model.mixed_round(batches[j], tuple((w, g) for w in shares), c)
+        round_ = mixed_round(batches[j], tuple((w, g) for w in shares), c)
         return sum(w * round_ / expected_tokens(a, g) for w, a in zip(shares, alphas))
 
     on, off = (gamma, gamma), (0, 0)

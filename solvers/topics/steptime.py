@@ -203,7 +203,7 @@ class DecodeCosts:
     math: sympy.Symbol  # seconds of the group's math per token at the context
     comm: AllReduceTerms  # the step's all-reduces: fixed + per token
 
-    def kernels(self, batch: sympy.Expr, tokens: sympy.Expr = sympy.S.One) -> sympy.Expr:
+    def kernels(self, batch: sympy.Expr, tokens: sympy.Expr = 1) -> sympy.Expr:
         """Kernel time of a step of `batch` sequences, each putting `tokens` query tokens through the
         model (1 for plain decode, γ+1 for a speculative verify pass) and reading its KV once."""
         return max_of(self.weights + batch * self.kv, batch * tokens * self.math) + self.comm.of(batch * tokens)

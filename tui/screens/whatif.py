@@ -86,6 +86,7 @@ class WhatIfScreen(Screen):
         self.solved = 0  # moves whose result is on screen
         self.message = ""
         self.chart: tuple[tuple[str, str] | None, list[SweepPoint]] = (None, [])  # (axes, points) on screen
+        self.swept: dict[str, SweepPoint | None] = {}  # every chart point solved so far: a step re-sweeps the same grid
 
     @staticmethod
     def _movable(spec: ParamSpec) -> bool:
@@ -162,7 +163,7 @@ class WhatIfScreen(Screen):
             except Reject as reason:
                 shown = ", ".join(f"{name} = {value}" for name, value in changes.items())
                 message, solution = f"No valid variant at {shown}: {reason}", None
-        points = sweep(solution or self.solution, self.catalog, *axes, points=32) if axes else []
+        points = sweep(solution or self.solution, self.catalog, *axes, points=32, solved=self.swept) if axes else []
         if not get_current_worker().is_cancelled:
             self.app.call_from_thread(self._solved, asked, solution, message, axes, points)
 

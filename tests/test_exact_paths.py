@@ -1,0 +1,106 @@
+"""The exact solve's fast paths against sympy's own: formulas evaluated in Python fractions
+(solvers.rational) and printed from a template (solvers.printing) must give, on every step of
+every question over the bank's seeds, the very numbers, decisions and text sympy gives."""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+import sympy
+
+from solvers import printing, rational
+from solvers.bank import load_bank
+from solvers.derivation import Reject, Sheet, ceil_of, floor_of, max_of, min_of
+from solvers.engine import VariantCode, make_variant
+from solvers.report import to_dict
+
+SEEDS = 6
+IDS = sorted(load_bank().questions)
+
+
+def _long_way(expr, shown):
+    return printing.tidy(printing._ValuePrinter(shown).doprint(expr))
+
+
+def _sheet_facts(solution):
+    sheet = solution.sheet
+    irrational = {sym: v for sym, v in sheet._values.items() if sym not in sheet._rationals}
+    return {"params": [(p.name, p.raw) for p in solution.params], "numbers": dict(sheet._numbers),
+            "rationals": dict(sheet._rationals), "irrational": irrational,
+            "results": sheet.results, "expected": solution.expected, "json": to_dict(solution)}
+
+
+@pytest.mark.parametrize("qid", IDS)
+def test_the_fast_exact_solve_is_sympy_s_on_every_step(bank, catalog, qid, monkeypatch):
+    fast = {seed: make_variant(bank, catalog, VariantCode(qid, seed)) for seed in [None, *range(SEEDS)]}
+    for seed, solution in fast.items():
+        for step in solution.sheet.steps:  # the template filled is the formula printed with its values
+            assert step.substituted == _long_way(step.expr, step.shown_values), f"{qid}@{seed}: {step.symbol}"
+    with monkeypatch.context() as patched:  # every formula through sympy's evaluation and printer
+        patched.setattr(rational, "value", lambda expr, env: None)
+        patched.setattr(printing, "substituted", _long_way)
+        slow = {seed: _sheet_facts(make_variant(bank, catalog, VariantCode(qid, seed))) for seed in fast}
+    for seed in fast:
+        a, b = _sheet_facts(fast[seed]), slow[seed]
+        for name in a:
+            assert a[name] == b[name], f"{qid}@{seed}: {name} differs between the fast and the sympy path"
+
+
+def test_the_fast_path_carries_most_steps(bank, catalog):
+    """Not a vacuous comparison: most steps of the bank are rational and evaluated without sympy."""
+    fast = total = 0
+    for qid in IDS:
+        sheet = make_variant(bank, catalog, VariantCode(qid, 0)).sheet
+        env = dict(sheet._rationals)
+        for step in sheet.steps:
+            total += 1
+            fast += rational.value(sympy.sympify(step.expr), env) is not None
+    assert fast > 0.8 * total
+
+
+X, Y, Z = sympy.symbols("X Y Z")
+
+
+@pytest.mark.parametrize("expr, env, exact", [
+    (X * Y / Z, {X: 3, Y: Fraction(1, 3), Z: 7}, Fraction(1, 7)),
+    (X ** -2, {X: 4}, Fraction(1, 16)),
+    (X ** (Y + 1), {X: Fraction(2, 3), Y: 2}, Fraction(8, 27)),
+    (sympy.floor(X / Y), {X: 1023, Y: 2}, 511),
+    (sympy.floor(X / Y), {X: 1024, Y: 2}, 512),  # a whole ratio floors to itself
+    (sympy.ceiling(X / Y), {X: 1025, Y: 2}, 513),
+    (max_of(X, Y), {X: Fraction(1, 3), Y: Fraction(2, 6)}, Fraction(1, 3)),  # a tie is a tie
+    (min_of(X - Y, 0), {X: 1, Y: 2}, -1),
+    (X - sympy.Rational(7, 20), {X: Fraction(7, 20)}, 0),
+])
+def test_a_rational_formula_evaluates_exactly(expr, env, exact):
+    assert rational.value(expr, env) == exact
+    assert rational.to_sympy(rational.value(expr, env)) == expr.xreplace(
+        {s: rational.to_sympy(v) for s, v in env.items()})
+
+
+@pytest.mark.parametrize("expr, env", [
+    (X / Y, {X: 1, Y: 0}),  # sympy's zoo: the sheet rejects it the way it always has
+    (sympy.sqrt(X), {X: 2}),  # a radical
+    (X ** Y, {X: 2, Y: Fraction(1, 2)}),  # a root by a power
+    (sympy.log(X), {X: 8}),
+    (X * sympy.Float(0.5), {X: 2}),  # a float in a formula
+    (X + Y, {X: 1}),  # a value that is not rational (kept by sympy to 17 digits) or not there
+])
+def test_anything_else_is_left_to_sympy(expr, env):
+    assert rational.value(expr, env) is None
+
+
+def test_a_sheet_decides_ties_and_floors_exactly_on_either_path():
+    sheet = Sheet()
+    with sheet.solving():
+        a = sheet.given("a", 0.1)
+        b = sheet.given("b", 0.2)
+        c = sheet.step("c", "sum", "c", a + b)
+        assert sheet.compare(c, sheet.given("d", 0.3)) == 0  # 1/10 + 2/10 is 3/10, not 0.30000000000000004
+        n = sheet.step("n", "whole tenths", "n", floor_of(c * 10))
+        m = sheet.step("m", "whole tenths up", "m", ceil_of(c * 10))
+    assert sheet.value(n) == sheet.value(m) == 3
+    with pytest.raises(Reject):
+        sheet.step("inf", "over nothing", "q", a / (c - sheet.symbol("d")))
+    assert math.isclose(sheet.value(c), 0.3)
