@@ -12,7 +12,7 @@ from textual.widgets import Input, Select
 
 from practice.config import SETTINGS_FILE
 from practice.review import ReviewSettings
-from tests.test_tui import SIZE, _palette_pick, open_default, question_ready, reveal, running_app, wait_for
+from tests.pilot_helpers import SIZE, open_default, palette_pick, question_ready, reveal, running_app, wait_for
 from tui.modes import FollowUps
 from tui.render import interval_text
 from tui.screens.home import HomeScreen
@@ -201,7 +201,7 @@ def test_the_palette_opens_the_settings_and_a_theme_picked_there_is_kept(config)
 
     async def scenario():
         async with running_app() as (app, pilot):
-            await _palette_pick(app, pilot, "settings", "Settings")
+            await palette_pick(app, pilot, "settings", "Settings")
             await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
             await pilot.press("escape")
             await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen))
