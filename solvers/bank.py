@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -306,8 +307,12 @@ def requirement_problems(bank: Bank) -> list[str]:
 
     def reaches(start: str, target: str, seen: set[str]) -> bool:
         for r in bank.questions[start].requires if start in bank.questions else ():
-            if r == target or (r not in seen and (seen.add(r) or reaches(r, target, seen))):
+            if r == target:
                 return True
+            if r not in seen:
+                seen.add(r)
+                if reaches(r, target, seen):
+                    return True
         return False
 
     problems += [f"{q.path}: requires: a cycle leads back to {q.id}" for q in bank.questions.values()
@@ -432,7 +437,7 @@ def load_bank(root: Path | None = None, cache: QuestionCache | None = None) -> B
     for path in sorted(root.glob("**/*.yaml")):
         try:
             data = _file_bytes(path)
-            question = cache.question(path, data, lambda path=path, data=data: question_from_bytes(path, data))
+            question = cache.question(path, data, partial(question_from_bytes, path, data))
         except QuestionError as error:
             bank.problems.append(str(error))
             continue

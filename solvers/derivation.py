@@ -27,17 +27,17 @@ def max_of(*args: sympy.Expr) -> sympy.Expr:
     """max(...) left unevaluated: sympy's own simplification of Max over positive symbols
     costs milliseconds per call, and the sheet evaluates it numerically anyway. On a
     QuickSheet's numbers it is Python's max."""
-    numbers = [_quick_number(a) for a in args]
-    if None not in numbers:
-        return max(numbers)  # type: ignore[return-value, type-var]
+    numbers = [n for a in args if (n := _quick_number(a)) is not None]
+    if len(numbers) == len(args):
+        return max(numbers)
     return sympy.Max(*args, evaluate=False)
 
 
 def min_of(*args: sympy.Expr) -> sympy.Expr:
     """min(...) left unevaluated, for the same reason as max_of."""
-    numbers = [_quick_number(a) for a in args]
-    if None not in numbers:
-        return min(numbers)  # type: ignore[return-value, type-var]
+    numbers = [n for a in args if (n := _quick_number(a)) is not None]
+    if len(numbers) == len(args):
+        return min(numbers)
     return sympy.Min(*args, evaluate=False)
 
 
@@ -64,18 +64,18 @@ def floor_of(x: sympy.Expr) -> sympy.Expr:
     a float costs a millisecond)."""
     number = _quick_number(x)
     if number is None:
-        return x.p // x.q if isinstance(x, sympy.Rational) else sympy.floor(x)  # type: ignore[return-value]
+        return x.p // x.q if isinstance(x, sympy.Rational) else sympy.floor(x)
     whole = _near_integer(number)
-    return whole if whole is not None else math.floor(number)  # type: ignore[return-value]
+    return whole if whole is not None else math.floor(number)
 
 
 def ceil_of(x: sympy.Expr) -> sympy.Expr:
     """ceil(x), as floor_of."""
     number = _quick_number(x)
     if number is None:
-        return -(-x.p // x.q) if isinstance(x, sympy.Rational) else sympy.ceiling(x)  # type: ignore[return-value]
+        return -(-x.p // x.q) if isinstance(x, sympy.Rational) else sympy.ceiling(x)
     whole = _near_integer(number)
-    return whole if whole is not None else math.ceil(number)  # type: ignore[return-value]
+    return whole if whole is not None else math.ceil(number)
 
 
 def log_of(x: sympy.Expr, base: int | None = None) -> sympy.Expr:
@@ -87,13 +87,13 @@ def log_of(x: sympy.Expr, base: int | None = None) -> sympy.Expr:
         return sympy.log(x) if base is None else sympy.log(x, base)
     if number <= 0:
         raise Reject(f"log of {number}")
-    return math.log(number) if base is None else math.log(number) / math.log(base)  # type: ignore[return-value]
+    return math.log(number) if base is None else math.log(number) / math.log(base)
 
 
 def exp_of(x: sympy.Expr) -> sympy.Expr:
     """exp(x), as log_of."""
     number = _quick_number(x)
-    return sympy.exp(x) if number is None else math.exp(number)  # type: ignore[return-value]
+    return sympy.exp(x) if number is None else math.exp(number)
 
 
 class Reject(Exception):
@@ -325,6 +325,20 @@ class Sheet:
     def value(self, sym: sympy.Symbol) -> float:
         return self._numbers[sym]
 
+    def number(self, key: str) -> float:
+        """A step's number by its answer key (`results` also holds choices and judgements)."""
+        value = self.results[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"result {key} is {value!r}, not a step's number")
+        return float(value)
+
+    def judged(self, key: str) -> dict[str, bool]:
+        """A select answer's options judged so far: option -> whether it holds."""
+        value = self.results[key]
+        if not isinstance(value, dict):
+            raise TypeError(f"result {key} is {value!r}, not a select answer's judgements")
+        return value
+
     def compare(self, a: sympy.Expr, b: sympy.Expr) -> int:
         """-1, 0 or 1 as a < b, a = b or a > b, decided on exact values: a tie is a tie."""
         a, b = sympy.sympify(a), sympy.sympify(b)
@@ -413,14 +427,14 @@ class QuickSheet(Sheet):
         number = float(value)
         kept = int(number) if number.is_integer() and abs(number) < 2**62 else number
         self._named[symbol] = kept
-        return kept  # type: ignore[return-value]
+        return kept
 
     def step(self, key: str, title: str, symbol: str, expr: sympy.Expr, unit: str = "", why: str = "") -> sympy.Symbol:
         value = self.evaluate(expr)
         if key:
             self.results[key] = value
         self._named[symbol] = value
-        return value  # type: ignore[return-value]
+        return value
 
     def evaluate(self, expr: sympy.Expr) -> float:
         try:
@@ -450,10 +464,10 @@ class QuickSheet(Sheet):
     def symbol(self, name: str) -> sympy.Symbol:
         if name not in self._named:
             raise KeyError(f"no given or step named {name} on this sheet")
-        return self._named[name]  # type: ignore[return-value]
+        return self._named[name]
 
     def integer(self, n: int) -> sympy.Expr:
-        return int(n)  # type: ignore[return-value]
+        return int(n)
 
     @contextmanager
     def solving(self) -> Iterator[None]:

@@ -60,8 +60,8 @@ class VariantCode:
         seed = None if match["seed"] == "default" else int(match["seed"])
         if seed is not None and seed > MAX_SEED:
             raise VariantError(f"seed must be between 0 and {MAX_SEED}")
-        sets = tuple(tuple(item.split("=", 1)) for item in match["sets"].split("+")[1:])
-        return cls(match["id"], seed, sets)  # type: ignore[arg-type]
+        sets = tuple((name, value) for name, value in (item.split("=", 1) for item in match["sets"].split("+")[1:]))
+        return cls(match["id"], seed, sets)
 
 
 @dataclass
@@ -312,8 +312,8 @@ def sweep(solution: Solution, catalog: Catalog, parameter: str, answer: str, poi
         key = repr((answer, tuple(raw.items())))
         if key not in memo:
             memo[key] = _sweep_point(solution, catalog, None if key == own_key else raw, answer, unit, float(x))
-        if memo[key] is not None:
-            curve.append(memo[key])
+        if (point := memo[key]) is not None:
+            curve.append(point)
     return curve
 
 
@@ -328,5 +328,5 @@ def _sweep_point(solution: Solution, catalog: Catalog, raw: dict[str, Any] | Non
             _, sheet = solve_values(solution.question, raw, catalog, quick=True)
         except Reject:
             return None
-    y = unit.from_base(float(sheet.results[answer]))
+    y = unit.from_base(sheet.number(answer))
     return SweepPoint(x, y, sheet.regime.name if sheet.regime else "") if math.isfinite(y) else None

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from solvers.answers import Grade
+from solvers.answers import Grade, Number
 from solvers.bank import ParamSpec
 from solvers.data import Catalog
 from solvers.derivation import Regime, Reject
@@ -56,11 +56,11 @@ def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
     if solution.sheet.regime is None:
         return None
     for spec in _candidates(solution):
-        pushed = _crossing(solution, catalog, spec, scanned)
-        if pushed is not None:
-            ask = _asked(solution, pushed)
+        crossing = _crossing(solution, catalog, spec, scanned)
+        if crossing is not None:
+            ask = _asked(solution, crossing)
             if ask:
-                return FollowUp(pushed, ask, _say(solution, pushed, {spec.name: pushed.param(spec.name).raw}))
+                return FollowUp(crossing, ask, _say(solution, crossing, {spec.name: crossing.param(spec.name).raw}))
     return None
 
 
@@ -90,7 +90,9 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec, scanned: di
     The scan and the rounded values are judged on floats (QuickSheet); a value is solved exactly
     only where it is the push to make, or where floats sit too near a boundary or the clear margin
     to tell. Exactly solved is what is returned."""
-    regime, current = solution.sheet.regime.name, solution.param(spec.name).raw
+    regime, current = _regime(solution), solution.param(spec.name).raw
+    if regime is None:
+        return None
 
     def side(value) -> str | None:
         found = _scan(solution, catalog, {spec.name: value}, scanned)
@@ -130,7 +132,7 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec, scanned: di
             pushed = across(value)
             if pushed is None:
                 continue
-            if _clear(pushed.sheet.regime.margin):
+            if pushed.sheet.regime is not None and _clear(pushed.sheet.regime.margin):
                 return pushed
             across_at_all.append(pushed)
         looked += 1
@@ -218,7 +220,7 @@ def _asked(before: Solution, after: Solution) -> tuple[str, ...]:
     keys = [a.key for a in before.question.answers]
     ask = ["regime"] if "regime" in keys else []
     chart_y = before.question.chart[1] if before.question.chart else None
-    numbers = sorted((a for a in before.question.answers if a.numeric), key=lambda a: a.key != chart_y)
+    numbers = sorted((a for a in before.question.answers if isinstance(a, Number)), key=lambda a: a.key != chart_y)
     for spec in numbers:
         old, new = float(before.expected[spec.key]), float(after.expected[spec.key])
         if old != new and (old == 0 or abs(new / old - 1) > 3 * spec.tolerance):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from solvers.answers import Number
 from solvers.bank import PLACEHOLDER
 from solvers.data import Record
 from solvers.derivation import Reject
@@ -48,15 +49,14 @@ def printed_problems(solution: Solution) -> list[tuple[str, str]]:
     for spec in solution.question.answers:
         if spec.self_graded:
             continue
-        key, printed = solution.sheet.results[spec.key], sheet.results[spec.key]
-        if spec.numeric:
-            key, printed = float(key), float(printed)
+        if isinstance(spec, Number):
+            key, printed = solution.sheet.number(spec.key), sheet.number(spec.key)
             if key == printed or (key != 0 and printed / key > 0 and spec.error_of(printed / key) <= spec.tolerance):
                 continue
             text = spec.key_text
             problems.append((spec.key, f"the figures as printed give {text(printed, ())}, the key is {text(key, ())}"))
-        elif key != printed:
-            problems.append((spec.key, f"the figures as printed give {printed!r}, the key is {key!r}"))
+        elif (shown := sheet.results[spec.key]) != (kept := solution.sheet.results[spec.key]):
+            problems.append((spec.key, f"the figures as printed give {shown!r}, the key is {kept!r}"))
     return problems
 
 

@@ -114,7 +114,7 @@ def _key_form(value: object, spec: Answer) -> object:
     if isinstance(value, dict):
         return frozenset(k for k, holds in value.items() if holds)
     if isinstance(spec, Select):
-        return frozenset(value)  # type: ignore[arg-type]
+        return frozenset(value) if isinstance(value, (list, tuple, set, frozenset)) else value
     if isinstance(value, (list, tuple)):
         return tuple(value)
     return value

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from solvers.conventions import convention_value
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet
+from solvers.derivation import Reject
 from solvers.dtypes import DTYPE_BYTES
 
 GPU_MEMORY_UTILIZATION = convention_value("usable-hbm")  # the conventions card says it once
@@ -33,22 +33,6 @@ def hbm_bandwidth(gpu: Record) -> float:
 
 def model_params(model: Record) -> float:
     return model.params_b * 1e9
-
-
-def step_result(s: Sheet, key: str) -> float:
-    """A step's number by its answer key: `Sheet.results` also holds choices and judgements."""
-    value = s.results[key]
-    if not isinstance(value, float):
-        raise TypeError(f"result {key} is {value!r}, not a step's number")
-    return value
-
-
-def judgements(s: Sheet, key: str) -> dict[str, bool]:
-    """A select answer's options judged so far: option -> whether it holds."""
-    value = s.results[key]
-    if not isinstance(value, dict):
-        raise TypeError(f"result {key} is {value!r}, not a select answer's judgements")
-    return value
 
 
 def require_context(model: Record, tokens: int) -> None:

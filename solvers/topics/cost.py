@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import sympy
 
-from solvers.conventions import convention
+from solvers.conventions import convention_value
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
 from solvers.topics.collective import all_reduce_terms
 from solvers.topics.common import (
@@ -188,7 +188,7 @@ def _ledger_levers(s: Sheet, e, u, v, P_in, L_out, ar, pool, lam, n) -> None:
           "faster math: the prefill shortens, memory-bound decode steps do not", fr=2 * g["fr"])
     judge("running replicas up to 85% busy", "less idle headroom paid per busy replica-second, bought with "
           "queueing delay", u=CROWDED)
-    judged = s.results["levers"]
+    judged = s.judged("levers")
     if len(set(judged.values())) == 1:
         raise Reject("every lever cuts the bill by a fifth, or none does: nothing to tell apart")
 
@@ -326,7 +326,7 @@ def _cold_assumptions(s: Sheet) -> None:
 
 
 def _cold_judgements(s: Sheet, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar) -> None:
-    r, v = s.results, s.value
+    v = s.value
     seconds = format_quantity
 
     def judge(option: str, holds: bool, why: str) -> None:
@@ -337,10 +337,10 @@ def _cold_judgements(s: Sheet, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar
     fp8 = max_of(cold.bytes / e.byte_rate, cold.flops / (2 * e.flop_rate)) + ar.of(T) + e.t_oh
     judge("fp8 GEMMs at twice the peak would let a cold prompt make it", s.compare(fp8, tau) <= 0,
           f"half the math leaves {seconds(s.evaluate(fp8), 's')}: the all-reduces and overhead do not halve")
-    by_pool = r["batch_by_pool"] < min(r["batch_by_bandwidth"], r["batch_by_compute"])
+    by_pool = s.number("batch_by_pool") < min(s.number("batch_by_bandwidth"), s.number("batch_by_compute"))
     judge("the decode batch is capped by the KV pool, not the TPOT target", by_pool,
-          f"the pool holds {format_number(r['batch_by_pool'], 3)} requests at this context; the target allows "
-          f"{format_number(min(r['batch_by_bandwidth'], r['batch_by_compute']), 3)}")
+          f"the pool holds {format_number(s.number('batch_by_pool'), 3)} requests at this context; the target "
+          f"allows {format_number(min(s.number('batch_by_bandwidth'), s.number('batch_by_compute')), 3)}")
     judge("the prefill pool needs more replicas than the decode pool", s.compare(n_pre, n_dec) > 0,
           f"{format_number(v(n_pre))} prefill against {format_number(v(n_dec))} decode replicas")
     judge("without the cache the prefill pool would be at least twice as large", s.compare(n_cold, 2 * n_pre) >= 0,
@@ -348,7 +348,7 @@ def _cold_judgements(s: Sheet, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar
     share = s.evaluate(ar.of(T) / t_cold)
     judge("the TP all-reduces are over a fifth of the cold prefill", share > AR_SHARE,
           f"they take {_pct(share)} of it")
-    if len(set(s.results["facts"].values())) == 1:
+    if len(set(s.judged("facts").values())) == 1:
         raise Reject("every fact holds, or none does: nothing to tell apart")
 
 
@@ -386,8 +386,8 @@ _CAPS = {"batch_by_pool": "the KV pool", "batch_by_bandwidth": "bandwidth at the
 
 def _binding(s: Sheet, tag: str) -> str:
     """Which of the three caps sets this GPU's batch (ties go to the first listed: memory, then reads)."""
-    caps = {name: s.results[f"{name}_{tag}"] for name in _CAPS}
-    return _CAPS[min(caps, key=caps.get)]
+    caps = {name: s.number(f"{name}_{tag}") for name in _CAPS}
+    return _CAPS[min(caps, key=caps.__getitem__)]
 
 
 def slo_capacity_unit(p, s: Sheet) -> None:
@@ -475,7 +475,7 @@ def _capacity_judgements(s: Sheet, ratio, e_old, e_new, C, by_count, n_old, U_ol
           f"{format_quantity(v(by_count), 'requests/s')} against {format_quantity(v(C), 'requests/s')}")
     judge("the old pool carries over half the fleet's capacity", s.compare(2 * n_old * U_old, C) > 0,
           f"{_pct(s.evaluate(n_old * U_old / C))} of it")
-    if len(set(r["facts"].values())) == 1:
+    if len(set(s.judged("facts").values())) == 1:
         raise Reject("every fact holds, or none does: nothing to tell apart")
 
 
@@ -523,14 +523,14 @@ def first_clause_time(model, gpu, tp: int, batch: int, context: float, turn: flo
     kv = 2 * model.layers * max(1, model.kv_heads // tp) * model.head_dim * 2
     weights = dtype_bytes(dtype) * N / tp
     usable = GPU_MEMORY_UTILIZATION * hbm_bytes(gpu)
-    crowded = weights > usable - convention("minimal-kv-pool").value * hbm_bytes(gpu)
+    crowded = weights > usable - convention_value("minimal-kv-pool") * hbm_bytes(gpu)
     if crowded or weights + kv * batch * context > usable:
         return None
     fr, br = tp * c.compute * peak_flops(gpu, dtype), c.bandwidth * hbm_bandwidth(gpu)
     if tp == 1:
         ar0 = ar_tok = 0.0
     else:
-        ar0 = 2 * model.layers * convention("all-reduce-latency-nvlink").value * 1e-6
+        ar0 = 2 * model.layers * convention_value("all-reduce-latency-nvlink") * 1e-6
         ar_tok = 2 * model.layers * 2 * (tp - 1) / tp * model.hidden * 2 / (gpu.nvlink_gb_s * 1e9 / 2)
     reads = (weights + kv * batch * context) / br
 
@@ -829,7 +829,7 @@ def _tier_judgements(s: Sheet, top, u, per_model, k, w, d, busy_sh, ded_share, n
           f"it carries {_pct(v(ded_share))}")
     judge("tiering frees more than three quarters of today's GPUs", s.compare(4 * saved, 3 * today) > 0,
           f"{format_number(v(saved))} of {format_number(v(today))} GPUs")
-    if len(set(s.results["facts"].values())) == 1:
+    if len(set(s.judged("facts").values())) == 1:
         raise Reject("every fact holds, or none does: nothing to tell apart")
 
 

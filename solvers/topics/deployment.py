@@ -16,7 +16,6 @@ from solvers.topics.common import (
     dtype_bytes,
     hbm_bandwidth,
     hbm_bytes,
-    judgements,
     peak_flops,
 )
 from solvers.topics.kvcache import kv_bytes_per_token_per_gpu_given
@@ -270,5 +269,5 @@ def _mechanisms(s: Sheet, p, knobs: Knobs, kv: float, B_o: int, tuned: bool, bri
     s.judge("mechanisms", MECHANISMS["hbm"], False,
             f"{format_quantity(hbm_bandwidth(p.part), 'TB/s')} of HBM3e against the H100's "
             f"{format_quantity(hbm_bandwidth(p.old), 'TB/s')}: more, not less", fact=True)
-    if not any(judgements(s, "mechanisms").values()):
+    if not any(s.judged("mechanisms").values()):
         raise Reject(f"no mechanism slows this deployment by 5% (TTFT {ratios[0]:.3f}x, TPOT {ratios[1]:.3f}x)")

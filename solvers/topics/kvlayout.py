@@ -19,7 +19,6 @@ from solvers.topics.common import (
     dtype_bytes,
     hbm_bandwidth,
     hbm_bytes,
-    judgements,
     model_params,
     peak_flops,
 )
@@ -309,7 +308,7 @@ def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m) -> None:
                "the latent is copied on every GPU either way, so only the weights' share moves, and not enough"))
     s.judge(key, "splitting the latent over the TP ranks like KV heads", False,
             "every head attends over the whole latent: there is nothing per head to split", fact=True)
-    if not any(judgements(s, key).values()):
+    if not any(s.judged(key).values()):
         raise Reject("no lever holds more requests on this node: nothing to choose between")
 
 

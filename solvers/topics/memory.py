@@ -16,7 +16,6 @@ from solvers.topics.common import (
     hbm_bytes,
     model_params,
     peak_flops,
-    step_result,
 )
 from solvers.topics.kvcache import kv_bytes_per_token, kv_bytes_per_token_given, kv_heads_per_gpu
 from solvers.units import format_number, format_quantity
@@ -346,7 +345,7 @@ def _pipeline(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> _Served
 def _pipeline_note(s: Sheet, p, n: int, pp, piped: bool) -> str:
     """Why the pipeline does or does not serve the most, from which of its caps binds."""
     def result(key: str) -> float:
-        return step_result(s, key)
+        return s.number(key)
 
     layout, users = f"One TP{n} × PP{p.gpus // n} pipeline", format_number(s.value(pp))
     replicas = {key[7:]: result(key) for key in s.results if key.startswith("served_tp")}

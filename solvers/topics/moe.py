@@ -18,7 +18,7 @@ import sympy
 from solvers.conventions import scale_up_domain
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of, min_of
-from solvers.topics.common import dtype_bytes, hbm_bandwidth, hbm_bytes, peak_flops, step_result
+from solvers.topics.common import dtype_bytes, hbm_bandwidth, hbm_bytes, peak_flops
 from solvers.topics.training import FLOPS_PER_PARAM_TOKEN
 from solvers.units import format_number, format_quantity
 
@@ -671,7 +671,7 @@ def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, t_hot, t_rest, ridge
     s.judge(key, "The skew costs nothing at this batch: the busiest GPU takes the balanced time", not excess,
             "every expert, the hottest included, waits on its weight read" if not excess else
             f"{us(hot - bal)} over the balanced {us(bal)}")
-    hot_tokens, crossover = step_result(s, "hot_tokens"), step_result(s, "expert_crossover")
+    hot_tokens, crossover = s.number("hot_tokens"), s.number("expert_crossover")
     s.judge(key, "Twice the batch would leave the busiest GPU's time unchanged",
             s.compare(2 * hot_tokens, crossover) <= 0,
             "the hottest expert would still sit below the crossover" if 2 * hot_tokens <= crossover
@@ -826,18 +826,18 @@ def _failure_modes(s: Sheet, model: Record, gpus: int, stretch, a_in, a_out, t_c
             s.compare(3 * a_out, t_c) >= 0, f"{sec(a_out)} over the NIC against {sec(t_c)} of compute per step: "
             + ("more than overlap can hide" if s.value(a_out) > s.value(t_c) else
                "an overlapped schedule must hide it" if 3 * s.value(a_out) >= s.value(t_c) else "a small share"))
-    share = step_result(s, "nvlink_share")
+    share = s.number("nvlink_share")
     s.judge(key, "Even with EP inside NVLink, the all-to-all takes more than 7.5% of the step", share > A2A_SHARE,
             f"{sec(a_in)} against {sec(t_c)} of compute: {format_number(100 * share, 3)}% of the step")
     fold = model.params_b / model.active_params_b
     s.judge(key, "Counting compute by the total parameters would overstate it more than 20-fold", fold > LOWEST_FOLD,
             f"total / active = {format_number(fold, 3)}")
-    held = step_result(s, "state_gpus")
+    held = s.number("state_gpus")
     s.judge(key, "Holding the training state alone takes at least 2% of the job's GPUs",
             held >= STATE_GPU_SHARE * gpus, f"{format_number(held)} of {format_number(gpus)} GPUs, for the "
             f"{format_number(model.params_b)}B total (a dense model of the active size: "
             f"1/{format_number(fold, 3)} of it)")
-    stages = step_result(s, "pipeline_stages")
+    stages = s.number("pipeline_stages")
     s.judge(key, "The state forces a pipeline of 4 stages or more", stages >= DEEP_PIPELINE,
             f"{format_number(stages)} stages with EP inside NVLink: the experts' bf16 weights and grads split only "
             "EP ways")

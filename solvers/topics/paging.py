@@ -18,7 +18,6 @@ from solvers.topics.common import (
     hbm_bytes,
     model_params,
     require_context,
-    step_result,
 )
 from solvers.topics.kvcache import (
     blocks_for_tokens,
@@ -289,7 +288,7 @@ def _tp_regime(s: Sheet, p, n, H, per_gpu, dup, t_ar, t_read, wide, capped) -> N
     if s.compare(n, H) > 0:
         t_wide, t_cap = format_quantity(s.value(wide), "ms"), format_quantity(s.value(capped), "ms")
         results = s.results
-        cap_comm, cap_read = (format_quantity(step_result(s, k), "ms") for k in ("comm_capped", "read_capped"))
+        cap_comm, cap_read = (format_quantity(s.number(k), "ms") for k in ("comm_capped", "read_capped"))
         layout = f"TP {heads} × {format_number(s.value(n) / s.value(H))} stages"
         link += (f". With communication counted, {layout} takes {t_cap} per decode step ({cap_read} of reads, "
                  f"{cap_comm} of all-reduces and sends) against {t_wide} at TP {tp}: "

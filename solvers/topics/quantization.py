@@ -17,7 +17,7 @@ import numpy as np
 import sympy
 
 from solvers.derivation import Sheet, Side, max_of
-from solvers.topics.common import dtype_bytes, step_result
+from solvers.topics.common import dtype_bytes
 from solvers.topics.fp8 import E4M3, FORMATS, amax_scale, chop_mask, clipped, quantize, quantize_blocks, sqnr_db
 from solvers.topics.kvcache import kv_bytes_per_token_given
 from solvers.units import format_number
@@ -185,7 +185,7 @@ def _fp8_kv_levers(s: Sheet, p, fmt) -> None:
 
 def _fp8_kv_regime(s: Sheet, p, N, N_even, r) -> None:
     ratio, even = format_number(s.value(r), 3), format_number(s.value(N_even), 3)
-    probability = _pct(step_result(s, "clip_probability"))
+    probability = _pct(s.number("clip_probability"))
     s.regime_by(N, N_even, tie="above", above=Side(
         "clipping-dominated",
         f"A {format_number(p.context)}-token context passes the clip point with probability {probability} "
@@ -341,7 +341,7 @@ def _kv_quant_select(s: Sheet, p, sim: dict[str, float], *, alpha, share, compre
     """Which statements hold for this variant, each decided on the sheet's exact values; the
     simulation's figures stand in the reasons as a check."""
     def result(key: str) -> float:
-        return step_result(s, key)
+        return s.number(key)
 
     ratio = result("key_error_token") / result("key_error_channel")
     s.judge("facts", "per-channel keys cut the key error by more than 8×", s.compare(alpha + 1, 8) > 0,
@@ -525,7 +525,7 @@ def fp8_scale_formats(p, s: Sheet) -> None:
         s.slip("the OCP rule taken as floor(log2(amax/448)): every block saturating", 1 / s.value(share),
                on="act_saturating_share")
     if p.hopper_scales == "fp32":
-        s.slip("the conversion taken as free", s.value(S0) / step_result(s, "sqnr_weights_blackwell"),
+        s.slip("the conversion taken as free", s.value(S0) / s.number("sqnr_weights_blackwell"),
                on="sqnr_weights_blackwell")
     _format_regime(s, p, overshoot, losses)
 
@@ -544,10 +544,10 @@ def _format_select(s: Sheet, p, share, loss) -> None:
             f"{tested}" + (": the same scale on every block, so the same codes" if same_activations else
                            ": other scales, so other codes"))
     s.judge("gates", "more than 10% of this pool's activation blocks saturate", s.compare(share, sympy.Rational(1, 10))
-            > 0, f"{_pct(step_result(s, 'act_saturating_share'))} of blocks under the {p.mx_rule} rule")
+            > 0, f"{_pct(s.number('act_saturating_share'))} of blocks under the {p.mx_rule} rule")
     s.judge("gates", "more than a quarter of this pool's activation blocks saturate",
             s.compare(share, sympy.Rational(1, 4)) > 0,
-            f"{_pct(step_result(s, 'act_saturating_share'))} of blocks under the {p.mx_rule} rule")
+            f"{_pct(s.number('act_saturating_share'))} of blocks under the {p.mx_rule} rule")
     s.judge("gates", "the weights reach this pool more than 2 dB below the SQNR that was tested",
             s.compare(loss, 2) > 0, f"{format_number(s.value(loss), 3)} dB lost on the way: " + (
                 "the tested bytes load as they are" if same_bytes else "rounded again onto power-of-two scales"))
@@ -559,7 +559,7 @@ def _format_select(s: Sheet, p, share, loss) -> None:
 def _format_regime(s: Sheet, p, overshoot, losses: dict[str, tuple[float, float]]) -> None:
     one = s.given("k_fit", 1, "x", "amax landing exactly on max")
     land = format_number(s.value(overshoot), 3)
-    share = _pct(step_result(s, "act_saturating_share"))
+    share = _pct(s.number("act_saturating_share"))
     emulated = ("the emulation gives " + " and ".join(
         f"{format_number(pool, 3)} dB against {format_number(ref, 3)} dB with FP32 scales per 128 on {name} blocks"
         for name, (ref, pool) in (("Gaussian", losses["gaussian"]), ("heavy-tailed", losses["t3"]))))
@@ -791,7 +791,7 @@ def _attention_fixes(s: Sheet, p, *, ds, ds_c, flushed, promoted, e_acc, r_K) ->
             f"{_pct(s.value(unscaled))} flushed unscaled, {_pct(s.value(scaled))} scaled")
     s.judge("fixes", "promoting the accumulator to FP32 every N_c tokens keeps its error under 0.1%",
             s.compare(promoted, sympy.Rational(1, 1000)) < 0,
-            f"{format_number(p.promote / MMA_K)} chopped adds: {_pct(step_result(s, 'acc_error_promoted'))}")
+            f"{format_number(p.promote / MMA_K)} chopped adds: {_pct(s.number('acc_error_promoted'))}")
     s.judge("fixes", "over this context the unpromoted bound passes the ~2% DeepSeek-V3 measured at K = 4096",
             s.compare(e_acc, sympy.Rational(2, 100)) > 0, f"{_pct(s.value(e_acc))} over {format_number(p.context)} "
             "tokens (1.56% at 4,096)")

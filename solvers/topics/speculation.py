@@ -34,7 +34,6 @@ from solvers.topics.common import (
     dtype_bytes,
     hbm_bandwidth,
     hbm_bytes,
-    judgements,
     model_params,
     peak_flops,
     require_context,
@@ -176,7 +175,7 @@ def _ceiling_levers(s: Sheet, p, value: float) -> None:
     higher = (1 + p.alpha) / 2  # halfway to a perfect drafter: never past α = 1
     say("acceptance halfway to 1", f"α = {format_number(higher, 3)}", alpha=higher)
     say("a GPU with twice the tensor peak", "the ceiling doubles; the verify pass's math halves", peak=2 * peak)
-    if not any(judgements(s, "levers").values()):
+    if not any(s.judged("levers").values()):
         raise Reject("no single change gains 20%: nothing to choose between")
 
 
@@ -410,7 +409,7 @@ def _context_what_if(s: Sheet, p, model: _LoadModel, peak: float, last: int) -> 
     s.judge(key, "speculation pays up to a larger power-of-two batch", last4 > last,
             f"up to {format_number(last4)} instead of {format_number(last)}"
             + (f", capped by the {format_number(peak4)} sequences that fit" if last4 * 2 > peak4 else ""))
-    if len(set(judgements(s, key).values())) == 1:
+    if len(set(s.judged(key).values())) == 1:
         raise Reject("four times the context changes all of these or none")
 
 
@@ -581,7 +580,7 @@ def _accounting_holds(s: Sheet, p, overhead: float, steps: tuple[float, float], 
             f"{format_number(gamma + 1 - kept, 3)} of {gamma + 1} positions per sequence")
     one = _step_speedup(s, costs, B, 1, p.alpha, p.draft_cost, overhead)
     s.judge(key, "a draft length of 1 would pay at this batch", one > 1, f"{format_number(one, 3)}x at γ = 1")
-    if len(set(judgements(s, key).values())) == 1:
+    if len(set(s.judged(key).values())) == 1:
         raise Reject("all of these hold or none")
 
 
@@ -1069,7 +1068,7 @@ def _batching_holds(s: Sheet, p, sim: dict) -> None:
             batch["adaptive"] > plain,
             f"{format_number(batch['adaptive'], 3)} target steps per token against {format_number(plain, 3)} without "
             "a drafter: each round waits for its batch's longest draft and many requests keep few of its tokens")
-    if len(set(judgements(s, key).values())) == 1:
+    if len(set(s.judged(key).values())) == 1:
         raise Reject("all of these hold or none")
 
 
@@ -1200,6 +1199,6 @@ def _exactness_fixes(s: Sheet, p, gaps: list[float]) -> None:
         under = [g for g in gaps if g < 2 * left]
         s.judge(key, option, not under, f"{why}: 2·{format_number(left, 3)} = {format_number(2 * left, 3)}"
                 + (f", {len(under)} gap(s) still below it" if under else ", no gap below it"))
-    fixed = [option for option, holds in judgements(s, key).items() if holds]
+    fixed = [option for option, holds in s.judged(key).items() if holds]
     s.judge(key, "none of these alone", not fixed, "the smallest gap, " + format_number(min(gaps)) + ", is under "
             + ("what each of them leaves" if not fixed else "what some leave, not under what " + fixed[0] + " leaves"))

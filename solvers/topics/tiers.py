@@ -5,7 +5,6 @@ from __future__ import annotations
 from solvers.conventions import scale_up_domain
 from solvers.derivation import Reject, Sheet, Side, max_of, min_of
 from solvers.topics.collective import all_reduce_terms, tp_all_reduce
-from solvers.topics.common import judgements
 from solvers.topics.steptime import StepConstants, engine, step_time, step_work
 from solvers.units import format_number, format_quantity
 
@@ -139,7 +138,7 @@ def _design(s: Sheet, p, e, work, D, times, values, comm) -> None:
     s.judge("design", "the NVMe tier would pay for prompts four times this long", ssd < long,
             f"attention's share of the recompute grows with the prompt: {us(long)} a token at "
             f"{format_number(4 * s.value(D))} tokens against {us(ssd)} to fetch")
-    if all(judgements(s, "design").values()):
+    if all(s.judged("design").values()):
         raise Reject("every design option holds: nothing to tell apart")
 
 
