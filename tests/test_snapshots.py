@@ -346,3 +346,26 @@ class TestDialogs:
             await wait_for(pilot, on_screen(app, "ConventionsScreen"))
 
         snapshot(snap_compare, app, steps)
+
+
+SETTINGS_DIR = "/tmp/infradrill-snapshot-config"  # the screen prints the file's path: one that never varies
+
+
+@pytest.fixture
+def settings_app(monkeypatch, clock, small_bank):
+    """The app with its settings file in a fixed, empty directory (defaults on screen)."""
+    import shutil
+
+    shutil.rmtree(SETTINGS_DIR, ignore_errors=True)
+    monkeypatch.setenv("INFRADRILL_CONFIG_DIR", SETTINGS_DIR)
+    yield InfradrillApp(bank_loader=lambda: small_bank)
+    shutil.rmtree(SETTINGS_DIR, ignore_errors=True)
+
+
+class TestSettings:
+    def test_settings(self, snap_compare, settings_app):
+        async def steps(app, pilot):
+            await pilot.press("comma")
+            await wait_for(pilot, lambda: on_screen(app, "SettingsScreen")() and app.screen.focused is not None)
+
+        snapshot(snap_compare, settings_app, steps)
