@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from solvers.answers import KIND_FIELDS, Answer, SpecError, make_answer
-from solvers.bankindex import question_files
-from solvers.paths import questions_dir
+from solvers.paths import question_files, questions_dir
 from solvers.realism import RULE_NAMES, Constraint, ConstraintError, constraints_for, declared
 from solvers.units import UnitError, parse_unit
 from solvers.yamlload import LineDict, YamlError, decode_text, load_with_lines, read_bytes

@@ -20,7 +20,7 @@ from contextlib import suppress
 from functools import lru_cache
 from pathlib import Path
 
-from solvers.paths import questions_dir, user_cache_dir
+from solvers.paths import question_files, questions_dir, user_cache_dir
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -28,11 +28,6 @@ _PACKAGE = Path(__file__).resolve().parent
 # typing's NamedTuple would cost the command a tenth of its time.
 Listed = dict[str, str | int]
 LISTED_FIELDS = {"id": str, "title": str, "group": str, "topic": str, "difficulty": int}
-
-
-def question_files(root: Path) -> list[Path]:
-    """The bank's files under `root`, in the order every load reads them."""
-    return sorted(root.glob("**/*.yaml"))
 
 
 def file_digest(data: bytes) -> bytes:

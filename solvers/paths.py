@@ -18,6 +18,11 @@ def questions_dir() -> Path:
     return DATA_ROOT / "questions"
 
 
+def question_files(root: Path) -> list[Path]:
+    """A bank's question files under `root`, in the order every load reads them."""
+    return sorted(root.glob("**/*.yaml"))
+
+
 def user_config_dir() -> Path:
     """The user's own hardware.yaml / models.yaml live here (INFRADRILL_CONFIG_DIR overrides)."""
     override = os.environ.get("INFRADRILL_CONFIG_DIR")
