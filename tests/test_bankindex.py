@@ -150,3 +150,19 @@ def test_list_reads_neither_yaml_nor_the_parser_nor_sympy_once_the_listing_is_ke
     assert "solvers.bank" in modules_full.split()  # the first run took the full way and kept a listing
     heavy = {"yaml", "sympy", "numpy", "solvers.bank", "solvers.answers"} & set(modules_kept.split())
     assert not heavy
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the XDG rule is said for Linux only")
+@pytest.mark.parametrize("xdg", [None, "/tmp/xdg-cache", "relative/ignored"])
+def test_the_cache_directory_is_the_one_platformdirs_names(monkeypatch, xdg):
+    """`list` finds the cache without importing platformdirs: both must name the same folder."""
+    import platformdirs
+
+    from solvers.paths import user_cache_dir
+
+    monkeypatch.delenv("INFRADRILL_CACHE_DIR", raising=False)
+    if xdg is None:
+        monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+    assert str(user_cache_dir()) == platformdirs.user_cache_dir("infradrill")
