@@ -10,14 +10,16 @@ import re
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from solvers.answers import KIND_FIELDS, Answer, SpecError, make_answer
-from solvers.bankcache import QuestionCache
-from solvers.paths import questions_dir
+from solvers.paths import question_files, questions_dir
 from solvers.realism import RULE_NAMES, Constraint, ConstraintError, constraints_for, declared
 from solvers.units import UnitError, parse_unit
 from solvers.yamlload import LineDict, YamlError, decode_text, load_with_lines, read_bytes
+
+if TYPE_CHECKING:
+    from solvers.bankcache import QuestionCache
 
 DISTRIBUTIONS = ("choice", "int", "uniform", "loguniform", "fixed", "generate")
 RANGES = ("int", "uniform", "loguniform")
@@ -412,7 +414,7 @@ def load_question(question_id: str, root: Path | None = None) -> Bank:
     """A bank of one question and those it requires, for a command about one question: a file is
     named after its question's id, so only those files are read (a bank of any size costs the same)."""
     root = questions_dir() if root is None else root
-    files = {path.stem: path for path in sorted(root.glob("**/*.yaml"))}
+    files = {path.stem: path for path in question_files(root)}
     bank = Bank()
     wanted = [question_id]
     while wanted:
@@ -431,10 +433,12 @@ def load_question(question_id: str, root: Path | None = None) -> Bank:
 
 def load_bank(root: Path | None = None, cache: QuestionCache | None = None) -> Bank:
     """Every question under `root`; files unchanged since the last load come from the cache."""
+    from solvers.bankcache import QuestionCache  # pickle and tempfile: not for one question's load
+
     bank = Bank()
     root = questions_dir() if root is None else root
     cache = QuestionCache(root) if cache is None else cache
-    for path in sorted(root.glob("**/*.yaml")):
+    for path in question_files(root):
         try:
             data = _file_bytes(path)
             question = cache.question(path, data, partial(question_from_bytes, path, data))

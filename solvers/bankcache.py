@@ -10,32 +10,20 @@ run code as the user, so reading it back trusts no one new.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import tempfile
 from collections.abc import Callable
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from solvers.bankindex import cache_file, file_digest, other_versions
 from solvers.paths import user_cache_dir
 
 if TYPE_CHECKING:
     from solvers.bank import Question
 
-_PACKAGE = Path(__file__).resolve().parent
 _Entry = tuple[bytes, "Question"]  # a hash of the file, the question parsed from it
-
-
-@lru_cache(maxsize=1)
-def parser_version() -> str:
-    """A hash of the code a cached Question depends on: everything in solvers/ but the solvers."""
-    digest = hashlib.sha256()
-    for path in sorted(_PACKAGE.glob("*.py")) + sorted(_PACKAGE.glob("answers/*.py")):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 class QuestionCache:
@@ -43,13 +31,13 @@ class QuestionCache:
 
     def __init__(self, root: Path, directory: Path | None = None):
         self.directory = user_cache_dir() if directory is None else directory
-        # One file per bank directory, so that loading another (a test's, a user's pack) keeps this one.
-        self._root = hashlib.blake2b(str(root.resolve()).encode(), digest_size=8).hexdigest()
-        self.path = self.directory / f"bank-{self._root}-{parser_version()}.pickle"
+        self._root = root
+        self.path = cache_file(self.directory, root, "bank", ".pickle")
         self._entries: dict[str, _Entry] = self._read()
         self._used: set[str] = set()
         self._changed = False
         self.parsed = 0  # files parsed this time (the rest came from the cache)
+        self.read: dict[Path, tuple[int, bytes]] = {}  # each file asked for: its size and hash, as read
 
     def _read(self) -> dict[str, _Entry]:
         try:
@@ -65,7 +53,8 @@ class QuestionCache:
         whose errors pass through and are not cached."""
         key = str(path.resolve())
         self._used.add(key)
-        digest = hashlib.blake2b(data, digest_size=16).digest()
+        digest = file_digest(data)
+        self.read[path] = (len(data), digest)
         entry = self._entries.get(key)
         if entry is not None and entry[0] == digest:
             return entry[1]
@@ -91,9 +80,8 @@ class QuestionCache:
                 pickle.dump(self._entries, file, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(temporary, self.path)
             temporary = None
-            for old in self.directory.glob(f"bank-{self._root}-*.pickle"):
-                if old != self.path:
-                    old.unlink(missing_ok=True)
+            for old in other_versions(self.directory, self._root, "bank", ".pickle"):
+                old.unlink(missing_ok=True)
         except OSError:
             pass  # a read-only or full cache directory costs speed, nothing else
         finally:

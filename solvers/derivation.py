@@ -59,12 +59,19 @@ def _quick_number(x: object) -> float | None:
     return float(x)
 
 
+def _is_number(x: object) -> bool:
+    """Whether a floor or ceiling of x can be evaluated now. One of symbols is left as written: the
+    sheet evaluates it exactly once the values are put in, and sympy's attempt to simplify it first
+    asks the assumptions system (25 of the 42 ms of a first kv-bytes-per-token solve)."""
+    return not getattr(x, "free_symbols", None)
+
+
 def floor_of(x: sympy.Expr) -> sympy.Expr:
     """floor(x): sympy's on a Sheet (exact), Python's on a QuickSheet's floats (sympy's floor of
     a float costs a millisecond)."""
     number = _quick_number(x)
     if number is None:
-        return x.p // x.q if isinstance(x, sympy.Rational) else sympy.floor(x)
+        return x.p // x.q if isinstance(x, sympy.Rational) else sympy.floor(x, evaluate=_is_number(x))
     whole = _near_integer(number)
     return whole if whole is not None else math.floor(number)
 
@@ -73,7 +80,7 @@ def ceil_of(x: sympy.Expr) -> sympy.Expr:
     """ceil(x), as floor_of."""
     number = _quick_number(x)
     if number is None:
-        return -(-x.p // x.q) if isinstance(x, sympy.Rational) else sympy.ceiling(x)
+        return -(-x.p // x.q) if isinstance(x, sympy.Rational) else sympy.ceiling(x, evaluate=_is_number(x))
     whole = _near_integer(number)
     return whole if whole is not None else math.ceil(number)
 

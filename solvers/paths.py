@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -16,6 +17,11 @@ def data_file(name: str) -> Path:
 
 def questions_dir() -> Path:
     return DATA_ROOT / "questions"
+
+
+def question_files(root: Path) -> list[Path]:
+    """A bank's question files under `root`, in the order every load reads them."""
+    return sorted(root.glob("**/*.yaml"))
 
 
 def user_config_dir() -> Path:
@@ -33,6 +39,12 @@ def user_cache_dir() -> Path:
     override = os.environ.get("INFRADRILL_CACHE_DIR")
     if override:
         return Path(override)
+    if sys.platform == "linux":
+        # platformdirs' rule on Linux (XDG), said here so that `infradrill list` does not import it
+        # (with tempfile and copy, a sixth of that command). Were the two ever to differ, a cache
+        # is only a cache: the cost is one cold load.
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        return Path(xdg if os.path.isabs(xdg) else os.path.expanduser("~/.cache")) / "infradrill"
     from platformdirs import user_cache_dir as platform_cache_dir
 
     return Path(platform_cache_dir("infradrill"))

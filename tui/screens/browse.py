@@ -4,12 +4,13 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header
+from textual.widgets import DataTable, Header
 
 from solvers.bank import Question
 from tui.modes import Mode
 from tui.render import plain
 from tui.screens.base import AppScreen
+from tui.widgets.footer import KeysFooter
 from tui.widgets.tables import selected_key
 
 
@@ -38,7 +39,7 @@ class BrowseScreen(AppScreen):
         for q in self.questions:
             table.add_row(*plain(q.group, q.id, q.topic, q.title, self.held.get(q.id, "")), key=q.id)
         yield table
-        yield Footer(compact=True)
+        yield KeysFooter()
 
     def action_toggle_suspend(self) -> None:
         """Suspend the question under the cursor, or release it if it is held (suspended or buried)."""

@@ -4,10 +4,11 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.widgets import Footer, Header, OptionList, Static
+from textual.widgets import Header, OptionList, Static
 from textual.widgets.option_list import Option
 
 from tui.screens.base import AppScreen
+from tui.widgets.footer import KeysFooter
 
 INTRO = (
     "[b]infradrill[/b] — drill the arithmetic of LLM inference and AI infrastructure.\n"
@@ -56,7 +57,7 @@ class HomeScreen(AppScreen):
                 id="menu",
             )
             yield Static("Loading the bank…", id="bank-status")
-        yield Footer(compact=True)
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.call_after_refresh(self.infradrill.after_first_paint)

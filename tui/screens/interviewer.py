@@ -9,12 +9,13 @@ from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from solvers.report import expected_text
 from tui.modes import Mode
 from tui.render import plain, regime_panel, step_renderable
 from tui.screens.base import AppScreen
+from tui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
     from solvers.engine import Solution
@@ -50,7 +51,7 @@ class InterviewerScreen(AppScreen):
             with Horizontal(id="sides"):
                 yield Static(solution.prompt, id="candidate-side")
                 yield Static(self._key(), id="key-side")
-        yield Footer(compact=True)
+        yield KeysFooter()
 
     def _key(self) -> Table:
         table = Table(title="Answer key", show_header=False, expand=True)

@@ -7,10 +7,11 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from tui.render import plain
 from tui.screens.base import AppScreen
+from tui.widgets.footer import KeysFooter
 from tui.widgets.tables import selected_key
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ class MockSheetScreen(AppScreen):
             table.add_row(*plain(attempt.question_id, f"{right}/{len(attempt.answers)}", time_taken, slips),
                           key=attempt.uid)
         yield table
-        yield Footer(compact=True)
+        yield KeysFooter()
 
     def action_review(self) -> None:
         if (uid := selected_key(self.query_one(DataTable))) is not None:
@@ -88,7 +89,7 @@ class PastMocksScreen(Screen):
         yield table
         if not table.row_count:
             yield Static("No mock interviews yet: press m on the home screen to start one.")
-        yield Footer(compact=True)
+        yield KeysFooter()
 
     def action_open(self) -> None:
         if (mock_id := selected_key(self.query_one(DataTable))) is not None:

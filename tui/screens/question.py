@@ -10,12 +10,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.markup import escape
-from textual.widgets import Footer, Header, Input, Static
+from textual.widgets import Header, Input, Static
 
 from tui.modes import Mode
 from tui.render import plain
 from tui.screens.base import AppScreen
 from tui.widgets.answer_field import AnswerField
+from tui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
     from solvers.engine import Solution
@@ -95,7 +96,7 @@ class QuestionScreen(AppScreen):
             for number, spec in enumerate(asked, 1):
                 yield AnswerField(spec, number, self.solution.shown.get(spec.key, ()))
             yield Static("", id="hints")
-        yield Footer(compact=True)
+        yield KeysFooter()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "skip_followup":

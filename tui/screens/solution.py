@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.markup import escape
-from textual.widgets import Footer, Header, SelectionList, Static
+from textual.widgets import Header, SelectionList, Static
 
 from solvers.answers import CORRECT, Checklist, Grade
 from solvers.followup import both_rounds
@@ -18,6 +18,7 @@ from tui.chart import sweep_chart
 from tui.modes import Mode
 from tui.render import givens_table, grade_table, interval_text, judgement_table, notes, regime_panel, step_renderable
 from tui.screens.base import AppScreen
+from tui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
     from practice.review import Submitted
@@ -118,7 +119,7 @@ class SolutionScreen(AppScreen):
             if self.solution.question.chart:
                 yield Static("[dim]Sweeping the variant for the chart…[/dim]", id="chart")
             yield Static(notes(self.solution), id="notes")
-        yield Footer(compact=True)
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#solution-body").focus()

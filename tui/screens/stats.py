@@ -10,7 +10,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Sparkline, Static
+from textual.widgets import Header, Sparkline, Static
+
+from tui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
     from practice.review import Reviewer
@@ -50,4 +52,4 @@ class StatsScreen(Screen):
                          classes="caption")
             yield Sparkline([summary.per_day.get(day, 0) for day in days], summary_function=max, id="per-day")
             yield Static(escape(format_summary(summary)), id="stats")
-        yield Footer(compact=True)
+        yield KeysFooter()

@@ -15,12 +15,13 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.markup import escape
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 from textual.worker import get_current_worker
 
 from solvers.report import expected_text
 from tui.chart import sweep_chart
 from tui.render import plain
+from tui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
     from solvers.bank import ParamSpec
@@ -100,7 +101,7 @@ class WhatIfScreen(Screen):
             yield Static(id="whatif-answers")
             yield Static(id="whatif-regime")
             yield Static(id="whatif-chart")
-        yield Footer(compact=True)
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self._solve()

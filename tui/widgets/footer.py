@@ -1,0 +1,24 @@
+"""The screens' footer: Textual's, rebuilt only when the keys it shows change."""
+from __future__ import annotations
+
+from textual.widgets import Footer
+
+
+class KeysFooter(Footer):
+    """Textual rebuilds its footer on every change of bindings, and a question opening makes three
+    (the push, the stack, the focus on the first answer) with the same keys each time: each
+    rebuild mounts its keys again (~50 ms of CPU between the question and an idle app)."""
+
+    def __init__(self) -> None:
+        super().__init__(compact=True)
+        self._shown: tuple[tuple[str, str, str, bool, str], ...] | None = None
+
+    async def recompose(self) -> None:
+        if not self.is_attached:  # a screen popped while its rebuild was queued
+            return
+        shown = tuple((binding.key, binding.action, binding.description, enabled, tooltip)
+                      for _, binding, enabled, tooltip in self.screen.active_bindings.values() if binding.show)
+        if shown == self._shown and self.children:  # (no children: not built yet, or nothing to show)
+            return
+        self._shown = shown
+        await super().recompose()
