@@ -591,3 +591,10 @@ def test_paged_waste_pinned_seed(variant):
     assert solution.expected["requests_before"] == 25  # 206,438 slots / 8,192
     assert solution.expected["requests_after"] == 47  # 206,438 / (1,900 + 2,450 + 7.5)
     assert solution.expected["regime"] == "reservation-dominated"  # 4,900 > 2(8,192 - 1,900)/3 = 4,195
+
+
+def test_paged_waste_past_the_papers_four_percent_is_refused(variant):
+    """Prompts of 50 and replies of 300 in 32-token blocks: 15.5 empty slots of the 215.5 a request holds,
+    7.2%. The select's 'under 4%, as the paper reports' is a fact of the draws kept, so this one is refused."""
+    with pytest.raises(VariantError, match="blocks too large"):
+        variant("paged-reservation-waste@default+block_size=32+prompt_mean=50+output_mean=300")

@@ -701,6 +701,8 @@ def paged_reservation_waste(p, s: Sheet) -> None:
                    "only the last one is partly empty")
     waste = s.step("paged_waste", "Share of block slots empty with paging", "W_pg", tail / paged, "%",
                    "the partly filled last block is all that is left of the waste")
+    if s.compare(waste, sympy.Rational(4, 100)) >= 0:  # blocks as long as the requests: under 1% of draws
+        raise Reject("blocks too large for these requests: the paper's under-4% paged waste would not hold")
     after = s.step("requests_after", "Requests that fit with paging", "N_pg", floor_of(slots / paged),
                    "requests", "the pool over what a request holds on average")
     gain = s.step("capacity_gain", "Capacity paging returns", "G", after / before, "x",
