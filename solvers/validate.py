@@ -7,8 +7,8 @@ from the figures as the prompt prints them, judgement (select answers) that
 changes between variants, each regime side reached by at least 10% of draws, unique ids.
 Under `strict` (the interview-grade bar, QUESTION-BAR.md) also: no graded answer the same in
 every draw, no select option the same in every draw unless declared a fact (and facts at most
-half of what a draw shows), a follow-up round for the default variant, and (in the CLI) a short
-prompt.
+half of what a draw shows), a follow-up round for the default variant, and a short prompt in
+every variant checked (drawn names and figures lengthen it).
 Each problem is one line naming the file (and the field or seed where it applies).
 """
 from __future__ import annotations
@@ -76,7 +76,8 @@ def constraint_report(bank: Bank, catalog: Catalog) -> tuple[list[str], list[str
 
 
 def prompt_report(bank: Bank, catalog: Catalog) -> list[tuple[str, int]]:
-    """(question file, prompt lines of its default variant) for every prompt over the limit."""
+    """(question file, prompt lines of its default variant) for every prompt over the limit: the
+    quick notice of a lenient `validate`; under `strict` the self-test checks every variant."""
     long = []
     for question in bank.questions.values():
         try:
@@ -130,6 +131,7 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
     keys: dict[str, Counter[object]] = {a.key: Counter() for a in question.answers if not isinstance(a, Checklist)}
     bar: list[str] = []  # the interview-grade bar (strict): kept apart so the seeds still run
     options: dict[tuple[str, str], OptionTally] = {}
+    prompts: list[tuple[int, str]] = []  # (lines, variant): drawn names and figures lengthen some prompts
     for seed in [None, *range(seeds)]:
         label = "default variant" if seed is None else f"seed {seed}"
         try:
@@ -145,6 +147,8 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
         for key, seen in keys.items():
             seen[_key_form(solution.expected[key], question.answer(key))] += 1
         tally_options(options, solution)
+        if strict:
+            prompts.append((prompt_lines(solution), label))
         if strict and seed is None and follow_up(solution, catalog) is None:
             bar.append(f"{where}: followups: the default variant has no follow-up round (declare one, "
                        "or give the question a regime the engine can push across)")
@@ -164,6 +168,10 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
                        "a graded answer that barely depends on the variant")
     if strict and seeds:
         bar += option_problems(question, options)
+    if over := [(lines, label) for lines, label in prompts if lines > PROMPT_LINES]:
+        lines, label = max(over, key=lambda entry: entry[0])  # the first of the longest: default, then seed order
+        bar.append(f"{where}: prompt: {lines} lines at {PROMPT_WIDTH} columns ({label}), over {PROMPT_LINES} in "
+                   f"{len(over)} of {len(prompts)} variants")
     for side in question.regime_sides:
         if seeds and regimes[side] < MIN_SIDE_SHARE * seeds:
             problems.append(f"{where}: regime_sides: '{side}' reached by {regimes[side]} of {seeds} draws "

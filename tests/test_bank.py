@@ -6,7 +6,7 @@ import pytest
 from solvers.bank import load_bank, requirement_problems
 from solvers.engine import VariantCode, make_variant, solver_function
 from solvers.printed import printed_problems
-from solvers.validate import check_question, constraint_report, prompt_report
+from solvers.validate import check_question, constraint_report
 
 SEEDS = 50
 BANK = load_bank()
@@ -36,14 +36,14 @@ def test_fifty_seeds(bank, catalog, qid):
     """The self-test `infradrill validate --strict` runs, here the one run of `make test`: every
     answer kind's correct / wrong (twice the key for a number) / invalid input, the key re-solved
     from the figures as printed, select answers that change, each regime side reached by 10% of
-    draws, and the interview-grade bar (no key the same in 90% of draws, a follow-up round)."""
+    draws, and the interview-grade bar (no key the same in 90% of draws, a follow-up round, a
+    prompt of at most 8 lines at 78 columns in every draw)."""
     assert check_question(bank.get(qid), bank, catalog, SEEDS, strict=True) == []
 
 
 def test_the_bank_meets_the_bar_validate_checks_beside_the_self_test(bank, catalog):
-    """What else `validate --strict` checks: prompts of at most 8 lines at 78 columns, constraints
-    that leave enough draws, prerequisites that exist and form no cycle."""
-    assert prompt_report(bank, catalog) == []
+    """What else `validate --strict` checks: constraints that leave enough draws, prerequisites
+    that exist and form no cycle."""
     assert constraint_report(bank, catalog)[1] == []
     assert requirement_problems(bank) == []
 
