@@ -1,7 +1,8 @@
 """The follow-up round: the interviewer moves one parameter across the regime boundary and
 asks again. Declared in the question file (`followups:`), or found by sweeping a numeric
 parameter the way the regime chart does and rounding the crossing to a value a person would
-say ("now the batch is 256"). The pushed variant is a variant code of its own."""
+say ("now the batch is 256"); where no value in range crosses, one figure is doubled or halved (or a
+choice moved) and the regime that holds is asked. The pushed variant is a variant code of its own."""
 from __future__ import annotations
 
 import math
@@ -61,7 +62,27 @@ def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
             ask = _asked(solution, crossing)
             if ask:
                 return FollowUp(crossing, ask, _say(solution, crossing, {spec.name: crossing.param(spec.name).raw}))
+    # Nothing in range crosses the boundary: an interviewer still moves one figure and asks what follows.
+    # The regime holds there, and saying so is part of the answer.
+    for spec in _candidates(solution):
+        for value in _nearby(spec, solution.param(spec.name).raw):
+            try:
+                pushed = revise(solution, catalog, {spec.name: value})
+            except (Reject, ParameterError):
+                continue
+            ask = _asked(solution, pushed)
+            if ask:
+                return FollowUp(pushed, ask, _say(solution, pushed, {spec.name: pushed.param(spec.name).raw}))
     return None
+
+
+def _nearby(spec: ParamSpec, current) -> list:
+    """Moves an interviewer makes without a boundary to cross: the nearest other options of a choice,
+    or the value doubled and halved, rounded as a person would say it."""
+    if spec.kind == "choice":
+        return _pushes(spec, current)[:2]
+    said = [_round_values(spec, x)[0] for x in (2 * float(current), float(current) / 2) if x > 0]
+    return [value for value in dict.fromkeys(said) if value != current]
 
 
 def _regime(solution: Solution) -> str | None:

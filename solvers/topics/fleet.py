@@ -112,6 +112,8 @@ def _restart_levers(s: Sheet, R, t_det, t_sch, L, f_today, f_int, f_best, f_res,
         s.judge("levers", option, s.compare(win, LEVER_SHARE * f_today) >= 0,
                 f"wins back {format_quantity(s.evaluate(win), '%', 3)} of training time against a fifth of "
                 f"today's loss, {bar}" + (best if option == ASYNC_TODAY else ""))
+    if len(set(s.judged("levers").values())) == 1:
+        raise Reject("every lever clears a fifth of the loss, or none does: nothing to choose between")
 
 
 def _restart_regime(s: Sheet, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, tau_m) -> None:
