@@ -10,10 +10,12 @@ run code as the user, so reading it back trusts no one new.
 """
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +26,19 @@ if TYPE_CHECKING:
     from solvers.bank import Question
 
 _Entry = tuple[bytes, "Question"]  # a hash of the file, the question parsed from it
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """No garbage collection while unpickling: the objects it makes are all kept, and in a process that
+    already holds many (the app after a session, the benchmark) each collection walks them all."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class QuestionCache:
@@ -41,7 +56,7 @@ class QuestionCache:
 
     def _read(self) -> dict[str, _Entry]:
         try:
-            with self.path.open("rb") as file:
+            with self.path.open("rb") as file, _no_gc():
                 entries = pickle.load(file)
         except Exception:  # absent, truncated, written by other code: start afresh
             return {}
@@ -51,7 +66,7 @@ class QuestionCache:
         """The question in `path`, whose bytes are `data`: the cached one while they hash the same (a
         hash, not the modification time, which a quick rewrite can leave unchanged), else `parse()`,
         whose errors pass through and are not cached."""
-        key = str(path.resolve())
+        key = os.path.abspath(path)  # not resolve(): a symlink walk per file was a third of a warm load
         self._used.add(key)
         digest = file_digest(data)
         self.read[path] = (len(data), digest)
