@@ -66,7 +66,8 @@ def suggest_rating(grades: Sequence[Any], seconds: float, hints_used: int = 0, a
     """The rating a grade suggests.
 
     all correct and quick (at most `quick_seconds_per_answer` per graded answer) -> Easy;
-    all correct -> Good; some correct or close -> Hard; all wrong (or unparsed) -> Again.
+    all correct -> Good; at least half correct or close -> Hard; less (a question mostly given up,
+    two right of fifteen) -> Again, as an Anki user would press it.
     Hints used lower it one step, never below Again. `grades` are solvers.answers.Grade
     objects or their verdict strings; `answer_count` defaults to their number.
     """
@@ -76,7 +77,7 @@ def suggest_rating(grades: Sequence[Any], seconds: float, hints_used: int = 0, a
     count = len(verdicts) if answer_count is None else answer_count
     if all(v == _CORRECT for v in verdicts):
         rating = Rating.Easy if seconds <= quick_seconds_per_answer * max(count, 1) else Rating.Good
-    elif any(v in (_CORRECT, _CLOSE) for v in verdicts):
+    elif 2 * sum(v in (_CORRECT, _CLOSE) for v in verdicts) >= len(verdicts):
         rating = Rating.Hard
     else:
         rating = Rating.Again

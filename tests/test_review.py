@@ -54,7 +54,9 @@ def grades(*verdicts: str) -> list[Grade]:
     ((CORRECT, CORRECT), 61, 0, G),
     ((CORRECT, CLOSE), 10, 0, H),  # close
     ((CLOSE, CLOSE), 10, 0, H),
-    ((CORRECT, WRONG, WRONG), 10, 0, H),  # partial: some correct
+    ((CORRECT, WRONG), 10, 0, H),  # partial: half correct
+    ((CORRECT, CLOSE, WRONG), 10, 0, H),
+    ((CORRECT, WRONG, WRONG), 10, 0, A),  # mostly missed: under half correct or close
     ((WRONG,), 10, 0, A),
     ((WRONG, UNPARSED, MISMATCH), 10, 0, A),  # nothing usable counts as wrong
     ((CORRECT,), 10, 1, G),  # hints lower it one step...
