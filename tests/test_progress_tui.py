@@ -257,3 +257,25 @@ def test_browse_suspends_and_releases_the_question_under_the_cursor(data_dir):
     qid, (held, cell), released, cleared = asyncio.run(scenario())
     assert held == {qid: "suspended"} and cell == "suspended"
     assert released == {} and cleared == ""
+
+
+async def _mock_keys():
+    from textual.widgets import Static
+    from textual.widgets._footer import FooterKey
+
+    async with running_app() as (app, pilot):
+        app.mock_questions = 2
+        await pilot.press("m")
+        await wait_for(pilot, lambda: question_ready(app))
+        keys = [str(k.description) for k in app.screen.query(FooterKey)]
+        screen, code = app.screen, app.screen.solution.code
+        await pilot.press("ctrl+t", "ctrl+n")
+        await pilot.pause()
+        hints = str(screen.query_one("#hints", Static).content)
+        return keys, hints, app.screen is screen and app.screen.solution.code == code
+
+
+def test_a_mock_shows_no_hint_or_new_variant_key_and_runs_neither(data_dir):
+    keys, hints, same_question = asyncio.run(_mock_keys())
+    assert "Submit" in keys and "Hint" not in keys and "New variant" not in keys and "Skip follow-up" not in keys
+    assert hints == "" and same_question

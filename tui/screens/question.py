@@ -99,6 +99,10 @@ class QuestionScreen(AppScreen):
         yield KeysFooter()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A mock interview has no hints, keeps its questions and asks every follow-up: those keys are
+        neither shown nor run there."""
+        if self.mode == Mode.MOCK and action in ("hint", "new_variant", "skip_followup"):
+            return False
         if action == "skip_followup":
             return self.followup is not None
         if action == "new_variant":
@@ -160,7 +164,7 @@ class QuestionScreen(AppScreen):
     def action_back(self) -> None:
         """Back out; from a follow-up that is the same as skipping it (the first round is saved and
         its solution still shows), which a mock interview does not allow. Leaving a mock asks first."""
-        if self.followup is not None:
+        if self.followup is not None and self.mode != Mode.MOCK:
             self.action_skip_followup()
         elif self.mode == Mode.MOCK and not self.confirm_leave:
             self.confirm_leave = True
@@ -173,15 +177,9 @@ class QuestionScreen(AppScreen):
     def action_skip_followup(self) -> None:
         if self.followup is None or self.first is None:
             return
-        if self.mode == Mode.MOCK:
-            self.notify("A mock interview asks every follow-up.")
-            return
         self.infradrill.reveal(self.first, None)
 
     def action_hint(self) -> None:
-        if self.mode == Mode.MOCK:
-            self.notify("No hints in a mock interview.")
-            return
         hints = self.solution.question.hints
         if self.hints_shown >= len(hints):
             self.notify("No more hints for this question.")
@@ -193,7 +191,4 @@ class QuestionScreen(AppScreen):
         hint_box.scroll_visible()
 
     def action_new_variant(self) -> None:
-        if self.mode == Mode.MOCK:
-            self.notify("A mock interview keeps its questions.")
-            return
         self.infradrill.open_question(self.solution.question.id, replace=True, mode=self.mode)
