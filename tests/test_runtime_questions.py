@@ -45,7 +45,8 @@ def test_kv_cache_tiers_pins_what_the_key_assumes(bank, variant):
     in the prompt; a write-through faster than the drives write is capped at their write rate (9.3 GB/s of
     KV into one drive that writes 7 GB/s runs it flat out: 11.6 days, not 8.7)."""
     prompt = variant("kv-cache-tiers@default").prompt
-    assert "tp-all-reduce" in prompt and "shared by the node" in prompt and "back to back" in prompt
+    assert "tp-all-reduce" in prompt and "all eight GPUs read at once" in prompt and "back to back" in prompt
+    assert "(1 drive of 3.84 TB" in prompt  # the drive count reads as a count, not "1 drive(s)"
     r = variant("kv-cache-tiers@default+ssd_write=3.5").sheet.results
     assert r["write_rate"] == pytest.approx(3.5e9)
     assert r["lifetime"] == pytest.approx(3.84e12 * 1826 / 3.5e9)
