@@ -191,10 +191,15 @@ def test_kv_quant_prompt_asks_for_the_estimate_the_key_is(variant):
     prompt must ask for the estimate, and say the spread is uniform (σ_v = 1/√3 rests on it)."""
     solution = variant("kv-quant-keys-vs-values@default")
     prompt = " ".join(solution.question.prompt.split())
-    assert "step/√12, a group's range the full spread" in prompt and "first order" in prompt
+    assert "step/√12, a group's range its full spread" in prompt and "first order" in prompt
     assert "uniform over ±1" in prompt
+    # The key's token range runs from −α−1 to α+1: outliers both ways, inside the scale's group of 128 channels.
+    solved = solution.prompt
+    assert "two sit offset at +10 and two at −10" in solved and "a per-token scale spanning the head" in solved
+    assert solution.sheet.results["key_error_token"] == pytest.approx(2 * 11 / (3 * math.sqrt(12)))
     labels = {a.key: a.label for a in solution.question.answers}
     assert "estimate" in labels["key_error_token"] and "first order" in labels["roads_token"]
+    assert "bf16 size over this cache" in labels["compression"]  # 4.7×, not the cache's 21% share of bf16
 
 
 def test_kv_quant_follow_up_sharpens_attention(variant):

@@ -333,7 +333,7 @@ def _kv_bookkeeping(s: Sheet, p, b: sympy.Symbol) -> tuple[sympy.Symbol, sympy.S
                "scaled until G tokens of it exist, so recent tokens wait unquantised")
     share = s.step("residual_share", "Share of that cache in the bf16 residual window", "s_R", R * kv_tok / M, "%",
                    "a fixed cost per sequence: large on short contexts, fading on long ones")
-    return share, s.step("compression", "Cache size against bf16", "C", T * kv_tok / M, "x",
+    return share, s.step("compression", "Compression: bf16 size over this cache", "C", T * kv_tok / M, "x",
                          "bf16 for every token, over the mix")
 
 
