@@ -375,6 +375,21 @@ def test_fp8_attention_default(variant):
         "promoting the accumulator to FP32 every N_c tokens keeps its error under 0.1%"}
 
 
+def test_fp8_attention_states_the_max_and_the_typical_error_it_keys_on(variant):
+    """The flushed mass takes the row max at the Gumbel-corrected mean of the largest of T (3.65β at 4,096
+    tokens); the bare β·√(2 ln T) of a first version's hint (4.08β) gives 8.3%, not 3.5%, and flips the regime.
+    The typical accumulator error (the bound over 8 ln 2) rests on log-uniform significands, half a unit lost a
+    chop and a half-grown sum: the prompt and the label say so, and the hint no longer contradicts the key."""
+    solution = variant("fp8-attention-quant-points@default")
+    assert "row max at its Gumbel-corrected mean" in solution.prompt
+    assert "Taking significands as log-uniform" in solution.prompt  # the accumulator's E[1/f] too, not only keys
+    assert "half a unit lost a chop, the sum half-grown" in solution.question.answer("acc_error_typical").label
+    assert not any("max near β·√(2 ln T)" in hint for hint in solution.question.hints)
+    bare = 0.5 * math.erfc(-((2 * math.sqrt(2 * math.log(4096)) - 10 * math.log(2) - 4) / 2) / math.sqrt(2))
+    assert bare == pytest.approx(0.083, abs=0.001)  # the other reading: 8.3% against the key's 3.5%
+    assert bare > 2 * solution.sheet.results["p_flushed_mass"]
+
+
 @pytest.mark.parametrize("seed", [4, 21, *range(40)])
 def test_fp8_attention_regime_ranks_graded_answers(variant, seed):
     """The first version ranked the accumulator by a typical error the candidate was never asked for (@4, @21:
