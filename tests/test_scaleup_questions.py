@@ -216,6 +216,9 @@ def test_nvl72_dispatch_bytes_match_deepep(variant):
     assert results["combine_bytes"] == 128 * 8 * 14336
     assert results["dispatch_bytes"] / 173e-6 == pytest.approx(43e9, rel=0.02)
     assert results["combine_bytes"] / 314e-6 == pytest.approx(46e9, rel=0.02)
+    # The scales are the card's (moe-all-to-all), which the prompt names: without them dispatch is 7.34 MB.
+    assert "moe-all-to-all" in variant("nvl72-boundary@default").prompt
+    assert results["dispatch_bytes"] > 1.03 * 128 * 8 * 7168
 
 
 def test_nvl72_group_past_the_rack(variant):
