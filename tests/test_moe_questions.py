@@ -423,7 +423,19 @@ def test_training_layout_prompt_gives_what_the_depth_needs(variant):
     """PP_min = 4.2 rounds to 8 only because EP·PP·DP must fill the GPUs in powers of two, and the 4.2 needs the
     expert width (N_experts = 60 x 384 x 3 x 7168 x 2048): the prompt states both."""
     prompt = variant("moe-1t-training-layout@default").prompt
-    assert "EP·PP·DP = the GPUs, each a power of two" in prompt and "width 2,048" in prompt
+    assert "EP·PP·DP = GPUs, powers of two" in prompt and "width 2,048" in prompt
+
+
+def test_training_layout_prompt_gives_the_all_to_all_the_key_counts(variant):
+    """bf16 both ways, dispatch and combine forward and back (four passes), not overlapped: FP8 dispatch, as the
+    inference questions of group M have it, would give 0.76x the bytes. Crossing two domains is judged by the
+    NIC all-to-all against the compute, which the prompt now says."""
+    solution = variant("moe-1t-training-layout@default")
+    assert "All-to-all in bf16 both ways, forward and back, unoverlapped" in solution.prompt
+    assert "its all-to-all under the compute" in solution.prompt
+    fp8 = 60 * 8 * 7168 * (2 * (1 + 4 / 128 + 2))  # FP8 dispatch and bf16 combine, forward and back
+    assert fp8 / solution.sheet.results["a2a_bytes"] == pytest.approx(0.76, abs=0.01)
+    assert "16,384 GPUs ×" not in variant("moe-1t-training-layout@60").prompt  # "16,384 GPUs of GB200 NVL72"
 
 
 def test_deepseek_v3_gpu_hours_follow_the_active_parameters(variant):
