@@ -318,6 +318,13 @@ def test_fp8_scale_rules_against_the_emulation(variant, rule, overshoot, share):
     assert np.mean(landing > 448) == pytest.approx(share, abs=0.01)
     if rule == "ocp-mx":
         assert np.all((landing >= 256) & (landing < 512))
+    # The prompt prints the rule the key applies, not its slug ("the ocp-mx rule").
+    prompt = variant(f"fp8-scale-formats@default+mx_rule={rule}").prompt
+    assert f": {RULE_TEXT[rule]}." in prompt and rule + " rule" not in prompt
+
+
+RULE_TEXT = {"ocp-mx": "OCP MX v1.0's 2^(⌊log2 amax⌋ − 8)", "up": "2^⌈log2(amax/448)⌉ (rounded up)",
+             "nearest": "2^round(log2(amax/448)) (to nearest)", "floor": "2^⌊log2(amax/448)⌋ (rounded down)"}
 
 
 def test_double_rounding_costs_three_decibels():

@@ -111,6 +111,18 @@ def test_h200_default(variant):
     assert not m["TP all-reduces crossing PCIe between NVLink bridge groups"]
 
 
+def test_h200_prompt_gives_the_capture_size_and_readable_device_names(variant):
+    """The key runs a batch past 512 eager (vLLM's min(2·max_num_seqs, 512), every draw's max_num_seqs at least
+    256): the prompt says where graphs stop and names usable-hbm, which sizes the pools; the tuned device names
+    read as a list, not the comma-joined value the solver splits."""
+    solution = variant(f"{H200}@default")
+    assert "CUDA graphs captured to 512" in solution.prompt and "usable-hbm" in solution.prompt
+    assert "ship for NVIDIA_H100_80GB_HBM3 and NVIDIA_H200;" in solution.prompt
+    assert solution.param("tuned_for").raw == "NVIDIA_H100_80GB_HBM3,NVIDIA_H200"
+    assert solution.sheet.results["batch_n"] > 512 and solution.sheet.results["mechanisms"][
+        "batches past the CUDA-graph capture size running eager"]
+
+
 def test_h200_nvl_datasheet():
     """The NVL card's dense peaks are its sparse datasheet figures halved, 84% of the SXM part's."""
     from solvers.data import load_catalog
