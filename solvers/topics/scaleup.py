@@ -334,10 +334,11 @@ def b200_h100_roles(p, s: Sheet) -> None:
              "pools then compute with weights that differ by one more rounding, and decode attends to KV that the "
              "other pool's weights wrote.")
     s.assume("Each replica is EP over its nodes with data-parallel attention; the MoE all-to-all (moe-all-to-all, "
-             "DeepEP-style: FP8 dispatch with its scales, bf16 combine, uniform routing) goes over NVLink inside a node and the NIC between "
-             "nodes (the owned Hopper nodes keep their ConnectX-7: a PCIe Gen5 x16 host link cannot feed an 800 Gb/s "
-             "ConnectX-8), not overlapped with compute (DeepSeek's two-micro-batch overlap would hide part of it). "
-             "Decode reads every weight each step (large batches touch every expert).")
+             "DeepEP-style: FP8 dispatch with its scales, bf16 combine, uniform routing) goes over NVLink inside a "
+             "node and the NIC between nodes (the owned Hopper nodes keep their ConnectX-7: a PCIe Gen5 x16 host "
+             "link cannot feed an 800 Gb/s ConnectX-8), not overlapped with compute (DeepSeek's two-micro-batch "
+             "overlap would hide part of it). Decode reads every weight each step (large batches touch every "
+             "expert).")
     s.assume("Step model (step-compute, step-bandwidth, step-overhead); decode must stay memory-bound at its batch; "
              "KV in bf16 latents, no prefix cache; pools sized in whole replicas for the average load, the prefill "
              "pool no busier than the cap, and a prompt's prefill time taken before any queue.")
