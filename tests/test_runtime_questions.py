@@ -328,6 +328,15 @@ def test_model_runner_v2_default(variant):
     assert r["runner"] == "v1-runner" and r["realized"] == 1
 
 
+def test_model_runner_v2_prompt_says_kv_dtype_and_asks_for_triton(variant):
+    """The 1.339 ms reads KV in bf16 (fp8 KV gives 1.297 ms, past 3%): the prompt says 'fp8 weights, bf16 KV'.
+    The graded checklist on why V2 needs Triton is asked in the prompt, not only graded."""
+    solution = variant(f"{MRV2}@default")
+    assert "(fp8 weights, bf16 KV, TP 1)" in solution.prompt and "need Triton?" in solution.prompt
+    fp8_kv = (8.03e9 + 8 * 512 * 131_072 / 2) / (0.8 * 8e12)
+    assert fp8_kv < solution.sheet.results["gpu_step"] / 1.03
+
+
 def test_persistent_buffers_match_vllm_layout(variant):
     """vLLM's RequestState keeps prefill_token_ids as int32 [max_num_reqs, max_model_len] (1,024 rows by default):
     512 MiB at 128K, which is why MRV2 leaves it in pinned host memory behind UVA."""
