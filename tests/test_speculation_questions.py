@@ -602,8 +602,10 @@ def test_exactness_default_by_hand(variant):
     assert np.max(np.abs(_rejection_output(p, q) - p)) < 1e-12
     assert np.max(np.abs(_rejection_output(p8, q8) - p8)) < 1e-12  # the FP8 pair is lossless w.r.t. p8
     assert sorted(x["positions"]) == ["position 2", "position 5"]  # gaps 0.018 and 0.007 under 2(0.02 + 0.005)
-    # Gap 0.007 is under 2δ_b = 0.01 and 2δ_k = 0.04: no single change fixes position 5.
+    # Gap 0.007 is under 2δ_b = 0.01 and 2δ_k = 0.04: no single change fixes position 5. That rests on δ moving
+    # each logit (a gap moves 2δ), which the prompt says; δ as the gap's own move would let a fix pass at 0.007.
     assert x["fixes"] == ["none of these alone"]
+    assert "each logit can move by up to 0.02" in solution.prompt
     assert solution.sheet.results["holds"] == {
         "the FP8 drafter lowers the acceptance rate here": True,  # 83% against 86%
         "the FP8 target moves the output distribution by over 2% (total variation)": True,  # 3.2%
