@@ -92,6 +92,8 @@ def test_batch_ceiling_default_is_59_on_an_h100_in_bf16(variant):
     assert solution.expected["regime"] == "helps"
     for key, value in _ceiling_by_hand(solution).items():
         assert solution.expected[key] == pytest.approx(value, rel=1e-9), key
+    # The drafter's c is of a plain step at the batch (2.17x cheaper than the verify pass there): the prompt says so.
+    assert "c = 0.05 of a plain decode step at the same batch" in solution.prompt
 
 
 def test_batch_ceiling_draws_match_plain_arithmetic(variant):
