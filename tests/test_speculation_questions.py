@@ -446,6 +446,19 @@ def test_adaptive_default_reproduces_the_catalogue(variant):
     assert x["gain_batch"] < 0  # in a batch the round is set by the longest draft: the rule loses
 
 
+def test_adaptive_prompt_states_the_rules_the_keys_rest_on(variant):
+    """The 19.7% (rel 10%) and the batch figure (rel 15%) turn on the estimator, the batches and the verify
+    cost past the ridge: each request's α estimated as its Beta posterior mean (the class Beta as prior, of
+    weight κ), batches drawn at random from the mix, the verify pass linear past the ridge, the drafter's c
+    of a plain step at the batch, and time per token averaged over requests."""
+    solution = variant("adaptive-draft-length@default")
+    prompt = solution.prompt
+    assert "posterior mean after 64 judged drafts, the class Beta as prior" in prompt
+    assert "In random batches" in prompt and "free up to the ridge, then linear in its tokens" in prompt
+    assert "c = 0.12 of a plain step at its batch" in prompt
+    assert "averaged over requests" in solution.question.answer("gain_batch").label
+
+
 @pytest.mark.parametrize("c", [0.008, 0.01, 0.03, 0.07, 0.12, 0.2])  # chat ties 8 and 16 at 0.005
 def test_per_class_gain_with_constant_acceptance_stays_under_13_percent(variant, c):
     x = variant(f"adaptive-draft-length@default+draft_cost={c}").expected
