@@ -48,6 +48,10 @@ class ParamSpec:
     step: float | None = None  # then to a multiple of step
     generator: str = ""
     args: tuple[tuple[str, Any], ...] = ()
+    shown: tuple[tuple[Any, str], ...] = ()  # how a choice reads in the prompt and table, where not as written
+
+    def shown_as(self, value: Any) -> str:
+        return next((text for choice, text in self.shown if choice == value), str(value))
 
     @property
     def ranged(self) -> bool:
@@ -151,7 +155,7 @@ _NUM = (int, float)
 _TOP_FIELDS = {"id", "title", "group", "topic", "difficulty", "solver", "catalogue", "prompt", "parameters",
                "answers", "hints", "references", "regime_sides", "chart", "followups",
                "requires", "constraints"}
-_PARAM_FIELDS = {*DISTRIBUTIONS, "default", "label", "unit", "weights", "from", "round", "args"}
+_PARAM_FIELDS = {*DISTRIBUTIONS, "default", "label", "unit", "weights", "from", "round", "args", "shown"}
 _ANSWER_FIELDS = {"key", "label", "unit", *KIND_FIELDS}
 
 
@@ -175,6 +179,8 @@ def _parse_param(reader: _Reader, name: str, spec: Any, line: int) -> ParamSpec:
     if len(kinds) != 1:
         raise reader.fail(where, spec.line, f"needs exactly one of {', '.join(DISTRIBUTIONS)}")
     kind = kinds[0]
+    if "shown" in spec and kind != "choice":
+        raise reader.fail(f"{where}.shown", spec.line_of("shown"), "only a choice can name how its values read")
     common = dict(name=name, kind=kind, label=reader.field(spec, "label", str, where, required=False, default=""),
                   unit=_unit(reader, spec, where))
     if kind == "fixed":
@@ -195,7 +201,13 @@ def _parse_param(reader: _Reader, name: str, spec: Any, line: int) -> ParamSpec:
             raise reader.fail(f"{where}.from", spec.line_of("from"), f"expected one of {', '.join(DATA_COLLECTIONS)}")
         if default not in choices:
             raise reader.fail(f"{where}.default", spec.line_of("default"), f"{default!r} is not one of the choices")
-        return ParamSpec(default=default, choices=tuple(choices), weights=weights, source=source, **common)
+        # A choice a solver reads as written (a device-name list, a rule's slug) may read otherwise to a person.
+        shown = reader.field(spec, "shown", dict, where, required=False, default={})
+        if source and shown or any(c not in choices or not isinstance(t, str) or not t for c, t in shown.items()):
+            raise reader.fail(f"{where}.shown", spec.line_of("shown"),
+                              "expected a mapping from choices to the text they read as (not for data entries)")
+        return ParamSpec(default=default, choices=tuple(choices), weights=weights, source=source,
+                         shown=tuple(shown.items()), **common)
     if kind == "generate":
         generator = reader.field(spec, "generate", str, where)
         args = reader.field(spec, "args", dict, where, required=False, default={})

@@ -183,8 +183,10 @@ class Regime:
     @property
     def margin_text(self) -> str:
         ratio = self.margin
-        if not math.isfinite(ratio) or ratio <= 0:
-            return "at the boundary" if ratio == 0 else "no finite boundary"
+        if ratio == 0:  # a variant at zero is as far below a positive boundary as it can be, not at it
+            return "at zero, below the boundary"
+        if not math.isfinite(ratio) or ratio < 0:
+            return "no finite boundary"
         if ratio >= 1:
             return f"{format_number(ratio, 3)}× above the boundary"
         return f"{format_number(1 / ratio, 3)}× below the boundary"

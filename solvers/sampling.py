@@ -174,5 +174,5 @@ def resolve(question: Question, raw: dict[str, Any], catalog: Catalog) -> list[P
             shown = format_quantity(base, spec.unit)  # "40%", "1 request", "8,192 tokens"
             params.append(Param(spec.name, spec.label or spec.name, value, shown, base))
             continue
-        params.append(Param(spec.name, spec.label or spec.name, value, str(value), value))
+        params.append(Param(spec.name, spec.label or spec.name, value, spec.shown_as(value), value))
     return params

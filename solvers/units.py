@@ -45,7 +45,7 @@ _COUNT_NOUNS = (
     "GPU GPUs gpu gpus node nodes param params parameter parameters block blocks "
     "step steps expert experts switch switches pod pods interruption interruptions "
     "slot slots layer layers restart restarts stream streams epoch epochs sender senders port ports "
-    "frame frames overflow overflows postmortem postmortems link links rank ranks"
+    "frame frames overflow overflows postmortem postmortems link links rank ranks drive drives shard shards"
 )
 _atom(_COUNT_NOUNS, 1.0, DIMENSIONLESS)
 # Numerics: factors of two of dynamic range, signal-to-noise ratios and score gaps (log scales, read as typed).
@@ -191,6 +191,7 @@ def format_quantity(value_base: float, unit: str, sig: int = 4) -> str:
         number = format_number(parse_unit(unit).from_base(value_base), sig)
         return f"-${number[1:]}{unit[1:]}" if number.startswith("-") else f"${number}{unit[1:]}"
     number = format_number(parse_unit(unit).from_base(value_base), sig)
-    if number == "1" and unit in _SINGULAR:
-        unit = _SINGULAR[unit]
+    head, slash, rate = unit.partition("/")
+    if number == "1" and head in _SINGULAR:  # "1 drive", and per time "1 request/s"
+        unit = _SINGULAR[head] + slash + rate
     return f"{number} {unit}".rstrip()

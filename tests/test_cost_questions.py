@@ -77,6 +77,23 @@ def test_decode_context_is_the_cards_rule_and_the_prompt_names_it(variant, qid):
         assert "mean-decode-context" in solution.prompt
 
 
+@pytest.mark.parametrize("qid, cards", [
+    ("serving-cost-ledger", ("tp-all-reduce", "attention-flops", "usable-hbm")),
+    ("slo-capacity-unit", ("tp-all-reduce", "attention-flops", "usable-hbm")),
+    ("multi-model-fleet-tiering", ("tp-all-reduce", "attention-flops", "usable HBM")),
+    ("voice-latency-budget", ("tp-all-reduce", "attention-flops", "usable-hbm", "minimal-kv-pool")),
+    ("cold-prefill-pools", ("tp-all-reduce", "attention-flops"))])
+def test_prompts_name_what_their_step_model_charges(variant, qid, cards):
+    """'The card's step model' alone left out what the keys charge: the TP all-reduces (26% of the ledger's
+    125.8 ms prefill), attention FLOPs, and the KV pool in usable HBM (with the minimal pool in voice)."""
+    solution = variant(f"{qid}@default")
+    assert all(card in solution.prompt for card in cards), qid
+    if qid == "serving-cost-ledger":  # the math alone: 435 TFLOP at 60% of 8 x 989.4, plus the 2 ms overhead
+        r = solution.sheet.results
+        math_only = r["flops_pre"] / (0.6 * 8 * 989.4e12) + 2e-3
+        assert 1 - math_only / r["prefill_time"] == pytest.approx(0.26, abs=0.01)  # the all-reduces' share
+
+
 # --- serving-cost-ledger -------------------------------------------------------------------
 
 
@@ -556,7 +573,10 @@ def test_tiering_default(variant):
     assert expected["util_peak"] == pytest.approx(100 / (40 * 17.50), rel=1e-3)
     assert (expected["dedicated"], expected["shared"], expected["cold"]) == (3, 4, 13)
     assert (expected["dedicated_replicas"], expected["shared_replicas"]) == (7, 2)
-    assert expected["gpus_saved"] == 232
+    assert expected["gpus_saved"] == 232  # cold models on 2 replicas for their load: none would say 248
+    solution = variant("multi-model-fleet-tiering@default")
+    assert "pool sized to their load" in solution.question.answer("gpus_saved").label
+    assert "cold below 1 request/s on average" in solution.prompt  # not "1 requests/s"
     assert expected["cold_start"] == pytest.approx(141.1e9 / (8 * 5e9))
     assert expected["regime"] == "shared"
 

@@ -302,6 +302,9 @@ def test_block_scale_default_costs_a_quarter_of_the_mma(variant):
     assert results["temp_registers"] == 64
     assert results["regime"] == "promotion-hidden" and results["overlap_ceiling"] == 1
     assert results["blackwell_share"] == 0.5
+    # 50% is FFMA time over MMA time, as for H100's 25%; the label says so (a share of the step would be 33%).
+    label = variant("fp8-block-scale-mainloop@default").question.answer("blackwell_share").label
+    assert "its time over MMA time" in label
 
 
 def test_deepgemm_measured_peak_sits_under_the_ceilings(variant):

@@ -195,7 +195,7 @@ def test_four_times_the_flops_leaves_the_all_reduce_latency(variant):
     assert (p["tp"], p["prompt"], p["link"], p["fan_in"]) == (8, 1100, 25e9 / 8, 1)
     assert set(solution.expected["breakers"]) == {
         "an MHA model of the same size (as many KV heads as query heads)",
-        "an MHA model of the same size on those GPUs (four times the FLOP/s, twice the NVLink)",
+        "an MHA model of the same size, and GPUs with four times the FLOP/s and twice the NVLink bandwidth",
         "four times as many prefill GPUs feeding each decode GPU"}
 
 

@@ -156,6 +156,10 @@ def test_tp_past_kv_heads_default(variant):
     assert results["duplicate"] == 160 * GiB
     assert results["kv_per_gpu_pp"] == 10 * GiB
     assert results["regime"] == "kv-replicated"
+    # The duplicate is the group's total (8x a GPU's 20 GiB), not per GPU as the answers before it: both say so.
+    solution = variant("tp-past-kv-heads@default")
+    assert "in all, GiB beyond one copy?" in solution.prompt
+    assert "summed over the whole TP group" in solution.question.answer("duplicate").label
 
 
 def test_kv_per_gpu_stops_at_the_kv_heads_while_weights_keep_falling(variant):

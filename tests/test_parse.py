@@ -116,4 +116,8 @@ def test_format_number_is_readable():
     assert not math.isnan(parse_quantity(format_number(1e-5)).value)
     assert format_quantity(1, "slots") == "1 slot"
     assert format_quantity(2, "slots") == "2 slots"
+    assert format_quantity(1, "drives") == "1 drive"
+    assert format_quantity(1, "requests/s") == "1 request/s"  # a rate's count noun too
+    assert format_quantity(2, "requests/s") == "2 requests/s"
+    assert format_quantity(1e9, "GB/s") == "1 GB/s"
     assert format_quantity(1.5, "x") == "1.5×"

@@ -272,6 +272,10 @@ def test_prefix_eviction_stranding_default(variant):
     # The hole at the very front: every returning chat re-prefills the whole 2,000-token system prompt.
     assert results["recompute_per_chat"] == 2000
     assert solution.sheet.regime.name == "hole-early"
+    assert solution.sheet.regime.margin_text == "at zero, below the boundary"  # 0 tokens served, not "at" 1,000
+    # Block 1 is the first block (a 0-based reading would serve 16 tokens and strand 1,790); one shard reads so.
+    assert "block 1 of the system prompt (its first block is block 1)" in solution.prompt
+    assert "1 shard)" in solution.prompt
 
 
 @pytest.mark.parametrize(("victim", "served", "side"), [(63, 992, "hole-early"), (64, 1008, "hole-late"),

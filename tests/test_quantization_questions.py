@@ -191,10 +191,15 @@ def test_kv_quant_prompt_asks_for_the_estimate_the_key_is(variant):
     prompt must ask for the estimate, and say the spread is uniform (σ_v = 1/√3 rests on it)."""
     solution = variant("kv-quant-keys-vs-values@default")
     prompt = " ".join(solution.question.prompt.split())
-    assert "step/√12, a group's range the full spread" in prompt and "first order" in prompt
+    assert "step/√12, a group's range its full spread" in prompt and "first order" in prompt
     assert "uniform over ±1" in prompt
+    # The key's token range runs from −α−1 to α+1: outliers both ways, inside the scale's group of 128 channels.
+    solved = solution.prompt
+    assert "two sit offset at +10 and two at −10" in solved and "a per-token scale spanning the head" in solved
+    assert solution.sheet.results["key_error_token"] == pytest.approx(2 * 11 / (3 * math.sqrt(12)))
     labels = {a.key: a.label for a in solution.question.answers}
     assert "estimate" in labels["key_error_token"] and "first order" in labels["roads_token"]
+    assert "bf16 size over this cache" in labels["compression"]  # 4.7×, not the cache's 21% share of bf16
 
 
 def test_kv_quant_follow_up_sharpens_attention(variant):
@@ -313,6 +318,13 @@ def test_fp8_scale_rules_against_the_emulation(variant, rule, overshoot, share):
     assert np.mean(landing > 448) == pytest.approx(share, abs=0.01)
     if rule == "ocp-mx":
         assert np.all((landing >= 256) & (landing < 512))
+    # The prompt prints the rule the key applies, not its slug ("the ocp-mx rule").
+    prompt = variant(f"fp8-scale-formats@default+mx_rule={rule}").prompt
+    assert f": {RULE_TEXT[rule]}." in prompt and rule + " rule" not in prompt
+
+
+RULE_TEXT = {"ocp-mx": "OCP MX v1.0's 2^(⌊log2 amax⌋ − 8)", "up": "2^⌈log2(amax/448)⌉ (rounded up)",
+             "nearest": "2^round(log2(amax/448)) (to nearest)", "floor": "2^⌊log2(amax/448)⌋ (rounded down)"}
 
 
 def test_double_rounding_costs_three_decibels():
@@ -368,6 +380,21 @@ def test_fp8_attention_default(variant):
         "the FP8 keys misplace more of the output than an unscaled P flushes",
         "scaling P by 448 before the cast would leave under 0.1% of the attention mass flushed",
         "promoting the accumulator to FP32 every N_c tokens keeps its error under 0.1%"}
+
+
+def test_fp8_attention_states_the_max_and_the_typical_error_it_keys_on(variant):
+    """The flushed mass takes the row max at the Gumbel-corrected mean of the largest of T (3.65β at 4,096
+    tokens); the bare β·√(2 ln T) of a first version's hint (4.08β) gives 8.3%, not 3.5%, and flips the regime.
+    The typical accumulator error (the bound over 8 ln 2) rests on log-uniform significands, half a unit lost a
+    chop and a half-grown sum: the prompt and the label say so, and the hint no longer contradicts the key."""
+    solution = variant("fp8-attention-quant-points@default")
+    assert "row max at its Gumbel-corrected mean" in solution.prompt
+    assert "Taking significands as log-uniform" in solution.prompt  # the accumulator's E[1/f] too, not only keys
+    assert "half a unit lost a chop, the sum half-grown" in solution.question.answer("acc_error_typical").label
+    assert not any("max near β·√(2 ln T)" in hint for hint in solution.question.hints)
+    bare = 0.5 * math.erfc(-((2 * math.sqrt(2 * math.log(4096)) - 10 * math.log(2) - 4) / 2) / math.sqrt(2))
+    assert bare == pytest.approx(0.083, abs=0.001)  # the other reading: 8.3% against the key's 3.5%
+    assert bare > 2 * solution.sheet.results["p_flushed_mass"]
 
 
 @pytest.mark.parametrize("seed", [4, 21, *range(40)])

@@ -45,7 +45,8 @@ def test_kv_cache_tiers_pins_what_the_key_assumes(bank, variant):
     in the prompt; a write-through faster than the drives write is capped at their write rate (9.3 GB/s of
     KV into one drive that writes 7 GB/s runs it flat out: 11.6 days, not 8.7)."""
     prompt = variant("kv-cache-tiers@default").prompt
-    assert "tp-all-reduce" in prompt and "shared by the node" in prompt and "back to back" in prompt
+    assert "tp-all-reduce" in prompt and "all eight GPUs read at once" in prompt and "back to back" in prompt
+    assert "(1 drive of 3.84 TB" in prompt  # the drive count reads as a count, not "1 drive(s)"
     r = variant("kv-cache-tiers@default+ssd_write=3.5").sheet.results
     assert r["write_rate"] == pytest.approx(3.5e9)
     assert r["lifetime"] == pytest.approx(3.84e12 * 1826 / 3.5e9)
@@ -108,6 +109,18 @@ def test_h200_default(variant):
     m = r["mechanisms"]
     assert m[NVL_MISS] and m["batches past the CUDA-graph capture size running eager"]
     assert not m["TP all-reduces crossing PCIe between NVLink bridge groups"]
+
+
+def test_h200_prompt_gives_the_capture_size_and_readable_device_names(variant):
+    """The key runs a batch past 512 eager (vLLM's min(2·max_num_seqs, 512), every draw's max_num_seqs at least
+    256): the prompt says where graphs stop and names usable-hbm, which sizes the pools; the tuned device names
+    read as a list, not the comma-joined value the solver splits."""
+    solution = variant(f"{H200}@default")
+    assert "CUDA graphs captured to 512" in solution.prompt and "usable-hbm" in solution.prompt
+    assert "ship for NVIDIA_H100_80GB_HBM3 and NVIDIA_H200;" in solution.prompt
+    assert solution.param("tuned_for").raw == "NVIDIA_H100_80GB_HBM3,NVIDIA_H200"
+    assert solution.sheet.results["batch_n"] > 512 and solution.sheet.results["mechanisms"][
+        "batches past the CUDA-graph capture size running eager"]
 
 
 def test_h200_nvl_datasheet():
@@ -212,7 +225,9 @@ def test_moe_calibration_default(variant):
     assert r["hessian_rank"] == 1638
     assert r["samples_needed"] == 1280  # 4 x 4,096 tokens / (2,048 x 8/128 x 10%)
     assert r["regime"] == "worse-than-rounding"
-    assert r["recipe"]["needed here: a per-expert gate that rounds (RTN) any expert below the crossover"]
+    # Needed while the router feeds calibration; sending every token through every expert would make it moot.
+    assert r["recipe"]["needed while calibration stays router-fed: a per-expert gate that rounds (RTN) any expert "
+                       "below the crossover"]
 
 
 def test_moe_calibration_follow_up(variant):
@@ -313,6 +328,15 @@ def test_model_runner_v2_default(variant):
     assert r["regime"] == "cpu-bound"
     assert (r["token_buffer"], r["block_table"]) == (128 * MiB, 8 * MiB)
     assert r["runner"] == "v1-runner" and r["realized"] == 1
+
+
+def test_model_runner_v2_prompt_says_kv_dtype_and_asks_for_triton(variant):
+    """The 1.339 ms reads KV in bf16 (fp8 KV gives 1.297 ms, past 3%): the prompt says 'fp8 weights, bf16 KV'.
+    The graded checklist on why V2 needs Triton is asked in the prompt, not only graded."""
+    solution = variant(f"{MRV2}@default")
+    assert "(fp8 weights, bf16 KV, TP 1)" in solution.prompt and "need Triton?" in solution.prompt
+    fp8_kv = (8.03e9 + 8 * 512 * 131_072 / 2) / (0.8 * 8e12)
+    assert fp8_kv < solution.sheet.results["gpu_step"] / 1.03
 
 
 def test_persistent_buffers_match_vllm_layout(variant):

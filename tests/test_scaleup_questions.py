@@ -216,6 +216,9 @@ def test_nvl72_dispatch_bytes_match_deepep(variant):
     assert results["combine_bytes"] == 128 * 8 * 14336
     assert results["dispatch_bytes"] / 173e-6 == pytest.approx(43e9, rel=0.02)
     assert results["combine_bytes"] / 314e-6 == pytest.approx(46e9, rel=0.02)
+    # The scales are the card's (moe-all-to-all), which the prompt names: without them dispatch is 7.34 MB.
+    assert "moe-all-to-all" in variant("nvl72-boundary@default").prompt
+    assert results["dispatch_bytes"] > 1.03 * 128 * 8 * 7168
 
 
 def test_nvl72_group_past_the_rack(variant):
@@ -301,6 +304,24 @@ def test_b200_h100_roles_default(variant):
     assert results["per_user"] == pytest.approx(1 / (t0 + batch * t1))
     assert results["kv_handoff"] == pytest.approx(70_272 * 8192 / 50e9)
     assert results["mismatch"] == pytest.approx(2**-3 * math.sqrt(3 / (8 * math.log(2)) / 12))  # 2.65%
+
+
+def test_b200_h100_roles_names_what_the_key_counts(variant):
+    """The all-to-all (FP8 dispatch with its 1-in-128 scales, bf16 combine, uniform, legs at once, not overlapped:
+    61% of an H100 replica's prefill), MLA's attention widths (2·(2·d_h + d_r) per head and pair, where a bare
+    4·head_dim gives 512 not 640), the RMS-gap model and the handoff's one NIC are the card's or the labels'."""
+    from solvers.conventions import convention
+
+    solution = variant("b200-h100-roles@default")
+    assert all(name in solution.prompt for name in ("moe-all-to-all", "attention-flops", "usable-hbm"))
+    card = convention("moe-all-to-all").text
+    assert "one FP32 scale per 128 values" in card and "both legs at once" in card and "not overlapped" in card
+    assert "2 per key dimension plus 2 per value dimension" in convention("attention-flops").text
+    labels = {a.key: a.label for a in solution.question.answers}
+    assert "log-uniform" in labels["mismatch"] and "one GPU's NIC" in labels["kv_handoff"]
+    r = solution.sheet.results
+    share = 1 - r["prefill_H"] * 4 * (2 * 37.5e9 / 1978.9e12 + 2 * 61 * 128 * 320 * 8192 / 2 / 989.4e12) / (32 * 0.6)
+    assert share == pytest.approx(0.61, abs=0.01)  # the all-to-all's share of the H100 prefill the card now states
 
 
 def _prefill_step(weights_tb: float, prompt: int, nodes: int, gpu: tuple, nic: float) -> float:

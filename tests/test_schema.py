@@ -42,6 +42,8 @@ def test_good_file_parses():
     (("rel: 0.02", "rel: 2"), "answers[0].rel", 10),
     (('"{n} items"', '"{m} items"'), "prompt", 6),
     (("id: toy", "id: other"), "id", 1),
+    (("n: {int: [1, 10], default: 3}", "n: {int: [1, 10], default: 3, shown: {3: three}}"), "parameters.n.shown", 8),
+    (("n: {int: [1, 10], default: 3}", "n: {choice: [a, b], default: a, shown: {c: C}}"), "parameters.n.shown", 8),
     (("group: F\n", "group: F\ncolour: blue\n"), "colour", 4),
 ])
 def test_broken_files_name_field_and_line(change, field, line):
@@ -50,6 +52,19 @@ def test_broken_files_name_field_and_line(change, field, line):
         parse(GOOD.replace(old, new))
     message = str(error.value)
     assert message.startswith(f"toy.yaml:{line}: {field}:"), message
+
+
+def test_a_choice_reads_as_its_shown_text():
+    """A value a solver reads as written (a comma-joined list, a slug) prints as its `shown` text; the variant
+    keeps the value itself (overrides and codes name it)."""
+    from solvers.data import load_catalog
+    from solvers.sampling import resolve
+
+    question = parse(GOOD.replace("n: {int: [1, 10], default: 3}",
+                                  'n: {choice: ["a,b", c], default: "a,b", shown: {"a,b": a and b}}'))
+    (param,) = resolve(question, {"n": "a,b"}, load_catalog())
+    assert (param.raw, param.shown, param.value) == ("a,b", "a and b", "a,b")
+    assert resolve(question, {"n": "c"}, load_catalog())[0].shown == "c"
 
 
 def test_invalid_yaml_names_the_line():

@@ -92,6 +92,8 @@ def test_batch_ceiling_default_is_59_on_an_h100_in_bf16(variant):
     assert solution.expected["regime"] == "helps"
     for key, value in _ceiling_by_hand(solution).items():
         assert solution.expected[key] == pytest.approx(value, rel=1e-9), key
+    # The drafter's c is of a plain step at the batch (2.17x cheaper than the verify pass there): the prompt says so.
+    assert "c = 0.05 of a plain decode step at the same batch" in solution.prompt
 
 
 def test_batch_ceiling_draws_match_plain_arithmetic(variant):
@@ -444,6 +446,19 @@ def test_adaptive_default_reproduces_the_catalogue(variant):
     assert x["gain_batch"] < 0  # in a batch the round is set by the longest draft: the rule loses
 
 
+def test_adaptive_prompt_states_the_rules_the_keys_rest_on(variant):
+    """The 19.7% (rel 10%) and the batch figure (rel 15%) turn on the estimator, the batches and the verify
+    cost past the ridge: each request's α estimated as its Beta posterior mean (the class Beta as prior, of
+    weight κ), batches drawn at random from the mix, the verify pass linear past the ridge, the drafter's c
+    of a plain step at the batch, and time per token averaged over requests."""
+    solution = variant("adaptive-draft-length@default")
+    prompt = solution.prompt
+    assert "posterior mean after 64 judged drafts, the class Beta as prior" in prompt
+    assert "In random batches" in prompt and "free up to the ridge, then linear in its tokens" in prompt
+    assert "c = 0.12 of a plain step at its batch" in prompt
+    assert "averaged over requests" in solution.question.answer("gain_batch").label
+
+
 @pytest.mark.parametrize("c", [0.008, 0.01, 0.03, 0.07, 0.12, 0.2])  # chat ties 8 and 16 at 0.005
 def test_per_class_gain_with_constant_acceptance_stays_under_13_percent(variant, c):
     x = variant(f"adaptive-draft-length@default+draft_cost={c}").expected
@@ -602,8 +617,10 @@ def test_exactness_default_by_hand(variant):
     assert np.max(np.abs(_rejection_output(p, q) - p)) < 1e-12
     assert np.max(np.abs(_rejection_output(p8, q8) - p8)) < 1e-12  # the FP8 pair is lossless w.r.t. p8
     assert sorted(x["positions"]) == ["position 2", "position 5"]  # gaps 0.018 and 0.007 under 2(0.02 + 0.005)
-    # Gap 0.007 is under 2δ_b = 0.01 and 2δ_k = 0.04: no single change fixes position 5.
+    # Gap 0.007 is under 2δ_b = 0.01 and 2δ_k = 0.04: no single change fixes position 5. That rests on δ moving
+    # each logit (a gap moves 2δ), which the prompt says; δ as the gap's own move would let a fix pass at 0.007.
     assert x["fixes"] == ["none of these alone"]
+    assert "each logit can move by up to 0.02" in solution.prompt
     assert solution.sheet.results["holds"] == {
         "the FP8 drafter lowers the acceptance rate here": True,  # 83% against 86%
         "the FP8 target moves the output distribution by over 2% (total variation)": True,  # 3.2%

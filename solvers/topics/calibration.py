@@ -193,8 +193,9 @@ def _recipe(s: Sheet, p, ratio: float, all_ratio: float, need: float) -> None:
             all_ratio >= star and not usable,
             f"each expert would see the whole set, {fmt(all_ratio)} tokens per d_in against {fmt(star)}"
             + ("; not needed, the rarest already has enough" if usable else ""))
-    s.judge("recipe", "needed here: a per-expert gate that rounds (RTN) any expert below the crossover",
-            not usable, "the rarest expert's GPTQ would be worse than rounding" if not usable else
+    s.judge("recipe", "needed while calibration stays router-fed: a per-expert gate that rounds (RTN) any expert "
+            "below the crossover", not usable,
+            "the rarest expert's GPTQ would be worse than rounding" if not usable else
             "no expert is below the crossover: the gate never fires")
     s.judge("recipe", "doubling the calibration set would lift the rarest expert past the crossover",
             not usable and 2 * ratio >= star,

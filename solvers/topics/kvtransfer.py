@@ -215,7 +215,7 @@ def pd_transfer_bandwidth(p, s: Sheet) -> None:
 BREAKERS = (
     "an MHA model of the same size (as many KV heads as query heads)",
     "GPUs with four times the FLOP/s and twice the NVLink bandwidth (Blackwell at fp8 against Hopper at bf16)",
-    "an MHA model of the same size on those GPUs (four times the FLOP/s, twice the NVLink)",
+    "an MHA model of the same size, and GPUs with four times the FLOP/s and twice the NVLink bandwidth",
     "four times as many prefill GPUs feeding each decode GPU",
     "prompts four times as long",
     "an fp8 KV cache (half the bytes per token)",

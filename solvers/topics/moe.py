@@ -639,6 +639,9 @@ def ep_load_skew(p, s: Sheet) -> None:
 
 
 STALE_FIT = 0.95  # the correlation from which yesterday's hot set still holds most of today's (test: seeded means)
+# The option states STALE_FIT: the log-normal spread behind it is the simulation's, which no candidate sees.
+YESTERDAY_FIT = ("A placement fit to yesterday's loads would keep most of today's fit's gain (hot sets hold from a "
+                 f"correlation of {STALE_FIT})")
 
 
 def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, t_hot, t_rest, ridge, kept) -> None:
@@ -662,7 +665,7 @@ def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, t_hot, t_rest, ridge
     s.judge(key, "The hottest expert alone takes longer than the other experts on its GPU together",
             s.compare(t_hot, t_rest) > 0, f"{us(s.evaluate(t_hot))} against {us(s.evaluate(t_rest))}")
     fresh = p.correlation >= STALE_FIT
-    s.judge(key, "A placement fit to yesterday's loads would keep most of today's fit's gain", fresh and pays,
+    s.judge(key, YESTERDAY_FIT, fresh and pays,
             f"at correlation {format_number(p.correlation)} yesterday's hot experts "
             + ("are mostly today's" if fresh else "have largely moved")
             + f" (this variant's seeded replay keeps {format_number(100 * s.value(kept), 3)}%; the key follows the "

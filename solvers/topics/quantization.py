@@ -333,7 +333,7 @@ def _kv_bookkeeping(s: Sheet, p, b: sympy.Symbol) -> tuple[sympy.Symbol, sympy.S
                "scaled until G tokens of it exist, so recent tokens wait unquantised")
     share = s.step("residual_share", "Share of that cache in the bf16 residual window", "s_R", R * kv_tok / M, "%",
                    "a fixed cost per sequence: large on short contexts, fading on long ones")
-    return share, s.step("compression", "Cache size against bf16", "C", T * kv_tok / M, "x",
+    return share, s.step("compression", "Compression: bf16 size over this cache", "C", T * kv_tok / M, "x",
                          "bf16 for every token, over the mix")
 
 
@@ -738,8 +738,8 @@ def fp8_attention_quant_points(p, s: Sheet) -> None:
                      e_acc=e_acc, r_K=r_K)  # the fixes judge the bound, as DeepSeek-V3 reports its maximum
 
     s.assume(f"One head of dim {HEAD_DIM}; keys with unit spread and {ATTN_OUTLIERS} channels offset by ±α; scores "
-             "Gaussian with spread β across tokens (queries and centred keys alike), so the largest of T sits near "
-             "β√(2 ln T). E4M3 throughout, FP32 scales from the amax.")
+             "Gaussian with spread β across tokens (queries and centred keys alike); the row max is the mean of the "
+             "largest of T, β√(2 ln T) less the Gumbel correction. E4M3 throughout, FP32 scales from the amax.")
     s.assume("P is cast as exp(s − m) with m the row's final max (online softmax flushes a little more early "
              "on); flushing is the loss that counts, subnormals keep the rest at reduced precision.")
     s.assume("The FP8 tensor-core accumulator is modelled as keeping 13 fraction bits and chopping the rest at each "

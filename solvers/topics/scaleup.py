@@ -276,7 +276,8 @@ def b200_h100_roles(p, s: Sheet) -> None:
     S = s.step("decode_context", "Average context while decoding", "S", P_in + n_out / 2, "tokens",
                "the prompt plus half the reply")
     A_p = s.step("", "Prefill attention FLOPs per query-key pair", "A_p", 2 * L * H * (2 * d_h + d_r), "FLOP",
-                 "keys of d_h + d_r and values of d_h per head, a multiply-add each, in every layer")
+                 "attention-flops at MLA's widths: keys of d_h + d_r and values of d_h per head, a multiply-add "
+                 "each, in every layer")
     A_d = s.step("", "Decode attention FLOPs per cached token (absorbed MLA)", "A_d", 2 * L * H * (2 * d_c + d_r),
                  "FLOP", "scores over d_c + d_r and values over d_c per head, in every layer")
     v = s.step("", "All-to-all bytes of one token per MoE layer", "v", k * (d_copy + c_copy), "KB",
@@ -332,11 +333,12 @@ def b200_h100_roles(p, s: Sheet) -> None:
              "weights run W4A8 at the FP8 peak), attention in bf16. The "
              "pools then compute with weights that differ by one more rounding, and decode attends to KV that the "
              "other pool's weights wrote.")
-    s.assume("Each replica is EP over its nodes with data-parallel attention; the MoE all-to-all (DeepEP-style: "
-             "FP8 dispatch, bf16 combine, uniform routing) goes over NVLink inside a node and the NIC between "
-             "nodes (the owned Hopper nodes keep their ConnectX-7: a PCIe Gen5 x16 host link cannot feed an 800 Gb/s "
-             "ConnectX-8), not overlapped with compute (DeepSeek's two-micro-batch overlap would hide part of it). "
-             "Decode reads every weight each step (large batches touch every expert).")
+    s.assume("Each replica is EP over its nodes with data-parallel attention; the MoE all-to-all (moe-all-to-all, "
+             "DeepEP-style: FP8 dispatch with its scales, bf16 combine, uniform routing) goes over NVLink inside a "
+             "node and the NIC between nodes (the owned Hopper nodes keep their ConnectX-7: a PCIe Gen5 x16 host "
+             "link cannot feed an 800 Gb/s ConnectX-8), not overlapped with compute (DeepSeek's two-micro-batch "
+             "overlap would hide part of it). Decode reads every weight each step (large batches touch every "
+             "expert).")
     s.assume("Step model (step-compute, step-bandwidth, step-overhead); decode must stay memory-bound at its batch; "
              "KV in bf16 latents, no prefix cache; pools sized in whole replicas for the average load, the prefill "
              "pool no busier than the cap, and a prompt's prefill time taken before any queue.")

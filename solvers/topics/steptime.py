@@ -154,7 +154,8 @@ def step_work(s: Sheet, e: Engine, tag: str, label: str, tokens: sympy.Expr, att
     flops = s.step(f"flops_{tag}", f"FLOPs of the {label}", f"F_{tag}", 2 * e.N * tokens + e.A * attended,
                    "TFLOP", "2 per weight per token, plus the attention's query-key pairs")
     moved = s.step(f"bytes_{tag}", f"Bytes each GPU reads in the {label}", f"M_{tag}", e.W / e.TP + e.KV * cached,
-                   "GB", "its share of the weights, read once for all tokens, plus the cached KV attended to")
+                   "GB", "its share of the weights, read once for all tokens"
+                   + (", plus the cached KV attended to" if cached != 0 else ""))
     return StepWork(flops, moved)
 
 
