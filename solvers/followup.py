@@ -54,16 +54,14 @@ def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
         if crossed and any(pushed.expected[k] != solution.expected[k] for k in declared.ask):
             return FollowUp(pushed, declared.ask, declared.say or _say(solution, pushed, changes))
     # No declared push suits this variant (one that asks the regime must cross it): push one parameter.
-    if solution.sheet.regime is None:
-        return None
-    for spec in _candidates(solution):
+    for spec in _candidates(solution) if solution.sheet.regime is not None else ():
         crossing = _crossing(solution, catalog, spec, scanned)
         if crossing is not None:
             ask = _asked(solution, crossing)
             if ask:
                 return FollowUp(crossing, ask, _say(solution, crossing, {spec.name: crossing.param(spec.name).raw}))
-    # Nothing in range crosses the boundary: an interviewer still moves one figure and asks what follows.
-    # The regime holds there, and saying so is part of the answer.
+    # Nothing in range crosses a boundary (or the variant has none): an interviewer still moves one figure
+    # and asks what follows. A regime holds there, and saying so is part of the answer.
     for spec in _candidates(solution):
         for value in _nearby(spec, solution.param(spec.name).raw):
             try:
@@ -83,6 +81,7 @@ def _nearby(spec: ParamSpec, current) -> list:
         return _pushes(spec, current)[:2]
     said = [_round_values(spec, x)[0] for x in (2 * float(current), float(current) / 2) if x > 0]
     return [value for value in dict.fromkeys(said) if value != current]
+
 
 
 def _regime(solution: Solution) -> str | None:

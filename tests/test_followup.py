@@ -140,3 +140,15 @@ def test_the_search_solves_exactly_only_the_push_it_makes(bank, catalog, monkeyp
     followup = follow_up(first, catalog)
     assert followup is not None and followup.solution.sheet.regime.name != first.sheet.regime.name
     assert solves[False] == 1 and solves[True] > 10
+
+
+def test_a_variant_with_no_regime_and_no_declared_push_that_fits_still_gets_one(bank, catalog):
+    """h200-slower-than-h100 has no regime; at seed 0 none of its declared pushes makes a valid variant that
+    changes what it asks. The first figure moved is the context (6,144 tokens doubled, on its 256-token grid),
+    and the answer asked is the first one that moves with it."""
+    first = make_variant(bank, catalog, VariantCode("h200-slower-than-h100", 0))
+    assert first.sheet.regime is None
+    followup = follow_up(first, catalog)
+    assert followup is not None and followup.ask == ("batch_o",)
+    assert followup.solution.param("context").raw == 9984 and first.param("context").raw == 6144
+    assert followup.solution.expected["batch_o"] != first.expected["batch_o"]
