@@ -98,21 +98,32 @@ _HEADER = re.compile(r"\s*\[\s*([A-Za-z0-9_-]+)\s*\]\s*(#.*)?")
 _KEY = re.compile(r"\s*([A-Za-z0-9_-]+)\s*=")
 
 
-def _tables(path: Path) -> tuple[dict[str, Any], list[str]]:
-    """Every table of the file (none if it is missing), and a line for each part that did not read."""
+def _text(path: Path) -> tuple[str | None, str]:
+    """The file's text ("" where there is no file), or None and why it is no settings file to read."""
     try:
         with path.open("rb") as file:
             raw = file.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        return {}, []
+    except (FileNotFoundError, NotADirectoryError):  # no file there (yet)
+        return "", ""
     except OSError as error:
-        return {}, [f"{path} cannot be read ({error.strerror}): every setting keeps its default"]
+        return None, f"{path} cannot be read ({error.strerror})"
     if len(raw) > MAX_BYTES:
-        return {}, [f"{path} is over {MAX_BYTES // 1024} KB, so not a settings file: every setting keeps its default"]
+        return None, f"{path} is over {MAX_BYTES // 1024} KB, so not a settings file"
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8"), ""
     except UnicodeDecodeError:
-        return {}, [f"{path} is not UTF-8 text: every setting keeps its default"]
+        return None, f"{path} is not UTF-8 text"
+
+
+def _tables(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """Every table of the file (none if it is missing), and a line for each part that did not read."""
+    text, problem = _text(path)
+    if text is None:
+        return {}, [f"{problem}: every setting keeps its default"]
+    return _parsed(path, text)
+
+
+def _parsed(path: Path, text: str) -> tuple[dict[str, Any], list[str]]:
     try:
         return tomllib.loads(text), []
     except tomllib.TOMLDecodeError:
@@ -174,7 +185,10 @@ def write_table(table: str, values: Mapping[str, Value], path: Path | None = Non
     import tomli_w
 
     path = path or settings_path()
-    tables, _ = _tables(path)
+    text, problem = _text(path)
+    if text is None:  # rewriting it would lose whatever it holds
+        raise SettingsError(f"{problem}: left as it is, so nothing in it is lost")
+    tables, _ = _parsed(path, text)
     current = tables.get(table)
     tables[table] = {**(current if isinstance(current, dict) else {}), **values}
     text = HEADER + tomli_w.dumps(tables)

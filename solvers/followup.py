@@ -83,7 +83,6 @@ def _nearby(spec: ParamSpec, current) -> list:
     return [value for value in dict.fromkeys(said) if value != current]
 
 
-
 def _regime(solution: Solution) -> str | None:
     return solution.sheet.regime.name if solution.sheet.regime is not None else None
 

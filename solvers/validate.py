@@ -27,6 +27,7 @@ from solvers.data import Catalog
 from solvers.derivation import Reject
 from solvers.engine import Solution, VariantCode, VariantError, make_variant, render_prompt, solver_function
 from solvers.followup import follow_up
+from solvers.paths import question_files as bank_files
 from solvers.printed import printed_problems
 from solvers.realism import broken
 from solvers.sampling import ParameterError, draw_values, resolve
@@ -90,9 +91,10 @@ def prompt_report(bank: Bank, catalog: Catalog) -> list[tuple[str, int]]:
 
 
 def question_files(paths: list[Path]) -> list[Path]:
+    """The question files named, or under the folders named, each folder as a bank load reads it."""
     files = []
     for path in paths:
-        files.extend(sorted(path.rglob("*.yaml")) if path.is_dir() else [path])
+        files.extend(bank_files(path) if path.is_dir() else [path])
     return files
 
 

@@ -118,7 +118,7 @@ async def open_what_if(app: InfradrillApp, pilot: Pilot, question_id: str) -> An
     await pilot.press("w")
     await wait_for(pilot, on_screen(app, "WhatIfScreen"))
     screen = app.screen
-    await wait_for(pilot, lambda: screen.solved == screen.asked)
+    await wait_for(pilot, lambda: screen.asked > 0 and screen.solved == screen.asked)  # 0 == 0 before its mount
     return screen
 
 

@@ -178,3 +178,13 @@ def test_applied_settings_change_what_the_reviewer_does(tmp_path):
     reviewer.apply(ReviewSettings(new_per_day=2, desired_retention=0.7))
     assert len(reviewer.new_questions(T0)) == 2 and reviewer.scheduler.desired_retention == 0.7
     store.close()
+
+
+def test_a_file_that_does_not_read_is_never_overwritten(path):
+    """Over 64 KB, or not UTF-8: the settings keep their defaults, and a save refuses rather than replace the
+    file with one table (a comment with one Latin-1 byte would otherwise cost the user every other setting)."""
+    original = b"[review]\nnew_per_day = 30\n# caf\xe9\n"
+    path.write_bytes(original)
+    with pytest.raises(SettingsError, match="not UTF-8 text: left as it is"):
+        write_table("app", {"theme": "nord"}, path)
+    assert path.read_bytes() == original

@@ -212,8 +212,8 @@ class InfradrillApp(App):
         try:
             if table == APP_TABLE:
                 self.app_settings = replace(self.app_settings, **change)
+                self.theme = self.app_settings.theme  # applied for the session even if the save fails
                 self.app_settings.save()
-                self.theme = self.app_settings.theme
             else:
                 drill = self.loaded_drill
                 drill.apply_settings(replace(drill.settings, **change))

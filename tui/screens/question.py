@@ -99,9 +99,10 @@ class QuestionScreen(AppScreen):
         yield KeysFooter()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """A mock interview has no hints, keeps its questions and asks every follow-up: those keys are
-        neither shown nor run there."""
-        if self.mode == Mode.MOCK and action in ("hint", "new_variant", "skip_followup"):
+        """A mock interview has no hints and keeps its questions: those keys are neither shown nor run
+        there. Its follow-ups cannot be skipped, but ctrl+k stays bound (a refusal), or the answer box
+        would take it as delete-to-end-of-line."""
+        if self.mode == Mode.MOCK and action in ("hint", "new_variant"):
             return False
         if action == "skip_followup":
             return self.followup is not None
@@ -176,6 +177,9 @@ class QuestionScreen(AppScreen):
 
     def action_skip_followup(self) -> None:
         if self.followup is None or self.first is None:
+            return
+        if self.mode == Mode.MOCK:
+            self.notify("A mock interview asks every follow-up.")
             return
         self.infradrill.reveal(self.first, None)
 
