@@ -19,10 +19,12 @@ from solvers.engine import VariantCode, make_variant
 
 @pytest.fixture
 def data_dir(tmp_path, monkeypatch):
-    """A progress store of the test's own (the app and open_store() find it through
-    INFRADRILL_DATA_DIR): no test sees another's reviews, whatever order they run in."""
+    """A progress store and an (empty) config directory of the test's own (the app finds them through
+    INFRADRILL_DATA_DIR and INFRADRILL_CONFIG_DIR): no test sees another's reviews or settings, a theme
+    picked in one Pilot test included, whatever order they run in."""
     path = tmp_path / "data"
     monkeypatch.setenv("INFRADRILL_DATA_DIR", str(path))
+    monkeypatch.setenv("INFRADRILL_CONFIG_DIR", str(tmp_path / "config"))
     return path
 
 
