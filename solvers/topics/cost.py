@@ -35,6 +35,7 @@ from solvers.topics.steptime import (
     on_gpu,
     step_time,
     step_work,
+    usable_hbm,
 )
 from solvers.units import format_number, format_quantity
 
@@ -596,10 +597,8 @@ def _voice_llm(s: Sheet, p, tp: int, llm) -> None:
     by_line = s.step("sessions_by_line", "Sessions the line allows, by bandwidth", "B_line",
                      floor_of((llm - fixed) / per_session), "users",
                      "the line less the fixed part, in sessions, while every step stays memory-bound")
-    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
-    u_hbm = s.given("u_HBM", GPU_MEMORY_UTILIZATION, "%", "usable fraction of HBM (the card's usable-hbm)")
     by_pool = s.step("sessions_by_pool", "Sessions the KV pool holds", "B_pool",
-                     floor_of((M * u_hbm - e.W / e.TP) / (e.KV * S)), "users", "the pool over one context")
+                     floor_of((usable_hbm(s, p.gpu) - e.W / e.TP) / (e.KV * S)), "users", "the pool over one context")
     most = s.step("sessions", "Sessions per replica within the LLM line", "B_max", min_of(by_line, by_pool),
                   "users", "the tighter of the line and the pool")
     if s.value(most) < 1:

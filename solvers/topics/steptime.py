@@ -249,6 +249,13 @@ class Decode:
     rate: sympy.Symbol  # output tokens per second per replica
 
 
+def usable_hbm(s: Sheet, gpu: Record, name: str = "M") -> sympy.Expr:
+    """The HBM of one GPU that weights and KV may fill: its capacity (given as `name`) times the card's
+    usable-hbm share."""
+    M = s.given(name, hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
+    return M * s.given("u_HBM", GPU_MEMORY_UTILIZATION, "%", "usable fraction of HBM (the card's usable-hbm)")
+
+
 def decode_at_speed(s: Sheet, e: Engine, gpu, ar: AllReduceTerms, S: sympy.Expr, budget: sympy.Expr,
                     budget_why: str, tag: str = "") -> Decode:
     """The decode batch of a replica whose steps must finish within `budget`, every request at the mean
@@ -258,8 +265,7 @@ def decode_at_speed(s: Sheet, e: Engine, gpu, ar: AllReduceTerms, S: sympy.Expr,
         return f"{name}_{tag}" if tag else name
 
     on = f" on {gpu.name}" if tag else ""
-    M = s.given(k("M"), hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
-    u_hbm = s.given("u_HBM", GPU_MEMORY_UTILIZATION, "%", "usable fraction of HBM (the card's usable-hbm)")
+    usable = usable_hbm(s, gpu, k("M"))
     room = s.step(k("step_room"), "Step time the target leaves for the kernels" + on, k("t_room"),
                   budget - e.t_oh - ar.fixed, "ms", f"{budget_why}, less the overhead and the all-reduce latencies")
     b_mem = s.step(k("batch_by_bandwidth"), "Batch at the target, by bandwidth" + on, k("B_mem"),
@@ -269,7 +275,7 @@ def decode_at_speed(s: Sheet, e: Engine, gpu, ar: AllReduceTerms, S: sympy.Expr,
                    room / ((2 * e.N + e.A * S) / e.flop_rate + ar.per_token), "requests",
                    "the time left, in one decode token's math at the mean context (and its all-reduce bytes)")
     pool = s.step(k("pool_tokens"), "Tokens the KV pool holds" + on, k("K"),
-                  (M * u_hbm - e.W / e.TP) / e.KV, "tokens", "usable HBM less the weights' share, in KV per token")
+                  (usable - e.W / e.TP) / e.KV, "tokens", "usable HBM less the weights' share, in KV per token")
     b_pool = s.step(k("batch_by_pool"), "Batch the KV pool holds" + on, k("B_pool"), pool / S, "requests",
                     "the pool over the mean context")
     B = s.step(k("batch"), "Decode batch per replica" + on, k("B"), floor_of(min_of(b_mem, b_cmp, b_pool)),
