@@ -102,9 +102,7 @@ class _Values(dict):
 
 
 def solver_function(question: Question) -> Callable[[_Values, Sheet], None]:
-    module_name, _, function_name = question.solver.rpartition(".")
-    module = importlib.import_module(f"solvers.topics.{module_name}")
-    return getattr(module, function_name)
+    return importlib.import_module(question.solver_module).solve
 
 
 def render_prompt(question: Question, params: list[Param]) -> str:

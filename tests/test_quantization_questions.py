@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from solvers.engine import VariantError
-from solvers.topics.fp8 import E4M3, E5M2, amax_scale, quantize, sqnr_db
+from solvers.models.fp8 import E4M3, E5M2, amax_scale, quantize, sqnr_db
 
 GiB = 2**30
 

@@ -9,7 +9,7 @@ import pytest
 
 from solvers.data import Record
 from solvers.engine import VariantError
-from solvers.topics.memory import GPU_MEMORY_UTILIZATION
+from solvers.models.common import GPU_MEMORY_UTILIZATION
 
 
 def test_weight_read_intensity_default_matches_catalogue(variant):

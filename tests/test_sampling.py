@@ -17,7 +17,7 @@ id: toy
 title: Toy
 group: F
 topic: memory
-solver: memory.kv_bytes_per_token_question
+solver: memory.kv_bytes_per_token
 prompt: "x"
 parameters:
   pick: {choice: [a, b, c], weights: [1, 1, 8], default: a}

@@ -8,14 +8,16 @@ from solvers.validate import validate
 SOURCE = Path("questions/F/weight-read-intensity.yaml").read_text()
 
 
-def write(root: Path, name: str, text: str) -> None:
-    (root / f"{name}.yaml").write_text(text.replace("id: weight-read-intensity", f"id: {name}"))
+def write(root: Path, name: str, text: str, solver: str = "roofline.weight_read_intensity") -> None:
+    """A copy of weight-read-intensity under another id, reusing its solver (as a user's pack may)."""
+    copy = text.replace("id: weight-read-intensity", f"id: {name}" + (f"\nsolver: {solver}" if solver else ""))
+    (root / f"{name}.yaml").write_text(copy)
 
 
 def test_each_problem_is_reported(tmp_path, catalog):
     write(tmp_path, "fine", SOURCE)
     write(tmp_path, "bad-unit", SOURCE.replace("unit: GB, rel", "unit: furlongs, rel"))
-    write(tmp_path, "no-solver", SOURCE.replace("roofline.weight_read_intensity", "roofline.nothing_here"))
+    write(tmp_path, "no-solver", SOURCE, solver="roofline.nothing_here")
     write(tmp_path, "unbound", SOURCE.replace("a prompt of {prompt}", "a prompt of {tokens}"))
     extra_key = "  - {key: bogus, label: B, rel: 0.1}\n  - {key: flops,"
     write(tmp_path, "no-key", SOURCE.replace("  - {key: flops,", extra_key))
@@ -129,17 +131,17 @@ def test_constant_select_options_are_reported_and_varying_ones_are_not(bank, cat
 def _options_bar(bank, catalog, monkeypatch, rejudge) -> list[str]:
     """The strict bar's lines about single options of weight-read-intensity's levers, its solver
     followed by `rejudge(p, sheet)`, which judges some options again."""
-    import solvers.topics.roofline as roofline
+    import solvers.topics.roofline.weight_read_intensity as roofline
     import solvers.validate as validate_module
 
     monkeypatch.undo()  # a second call in one test wraps the real solver, not the first wrapper
-    real = roofline.weight_read_intensity
+    real = roofline.solve
 
     def solver(p, s):
         real(p, s)
         rejudge(p, s)
 
-    monkeypatch.setattr(roofline, "weight_read_intensity", solver)
+    monkeypatch.setattr(roofline, "solve", solver)
     problems = validate_module.check_question(bank.get("weight-read-intensity"), bank, catalog, seeds=20, strict=True)
     return [line for line in problems if "answers.levers:" in line and ("fact" in line or "draws that show" in line)]
 
@@ -177,3 +179,14 @@ def test_declared_facts_are_at_most_half_of_what_a_draw_shows(bank, catalog, mon
     three = _options_bar(bank, catalog, monkeypatch, facts(BATCH, SPEED))
     assert any("answers.levers: 3 declared facts, more than half of the 4 options a draw shows" in line
                for line in three)
+
+
+def test_a_solver_is_found_by_convention_and_a_redundant_field_is_reported(tmp_path, catalog):
+    """No `solver:` means solvers/topics/<topic>/<id>.py; naming that same module is reported as noise."""
+    (tmp_path / "weight-read-intensity.yaml").write_text(SOURCE)
+    write(tmp_path, "stray", SOURCE, solver="")
+    write(tmp_path, "noisy", SOURCE, solver="roofline.noisy")
+    problems = validate([tmp_path], catalog, seeds=2)
+    assert not [p for p in problems if "weight-read-intensity.yaml" in p]
+    assert any("stray.yaml: solver: no solve(p, s) in solvers/topics/roofline/stray.py" in p for p in problems)
+    assert any("noisy.yaml: solver: 'roofline.noisy' is where the convention puts it" in p for p in problems)
