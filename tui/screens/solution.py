@@ -21,6 +21,8 @@ from tui.screens.base import AppScreen
 from tui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from practice.review import Submitted
     from solvers.engine import Solution
     from solvers.followup import FollowUp
@@ -135,7 +137,10 @@ class SolutionScreen(AppScreen):
         if points:
             chart = sweep_chart(points, self.solution.param(x).raw, self.solution.param(x).label,
                                 self.solution.question.answer(y).label)
-            self.app.call_from_thread(self.query_one("#chart", Static).update, chart)
+            self.app.call_from_thread(self._show_chart, chart)
+
+    def _show_chart(self, chart: Text) -> None:
+        self.query_one("#chart", Static).update(chart)  # on the UI thread: a worker never touches a widget
 
     def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:
         if event.selection_list.id is None:
