@@ -367,9 +367,7 @@ class InfradrillApp(App):
     def show_solution(self, solution: Solution, answers: dict[str, str], elapsed: float, hints_used: int,
                       started: datetime, mode: Mode, revealed: bool = False) -> None:
         """The first round is submitted: save it, then ask the follow-up, or reveal."""
-        # A checklist is ticked on the solution screen; what was typed were notes.
-        checklists = {a.key for a in solution.question.answers if a.self_graded}
-        grades = solution.grade({k: ("" if k in checklists else v) for k, v in answers.items()})
+        grades = solution.grade_typed(answers)
         submitted = self._record(solution, answers, grades, elapsed, hints_used, started, mode, schedule=not revealed)
         first = FirstRound(solution, answers, grades, elapsed, hints_used, mode, submitted, revealed)
         if self._asks_followup(first):
@@ -379,14 +377,10 @@ class InfradrillApp(App):
 
     def _asks_followup(self, first: FirstRound) -> bool:
         """Whether a follow-up comes after this first round: always in a mock, else as the setting says."""
-        from solvers.answers import CORRECT
-
         policy = self.app_settings.followups
         if first.mode == Mode.MOCK or policy == FollowUps.ASK:
             return True
-        self_graded = {a.key for a in first.solution.question.answers if a.self_graded}
-        return policy == FollowUps.IF_CORRECT and all(g.verdict == CORRECT for g in first.grades
-                                                      if g.key not in self_graded)
+        return policy == FollowUps.IF_CORRECT and first.solution.typed_all_correct(first.grades)
 
     @work(thread=True, exclusive=True, group="variant")
     def _prepare_followup(self, first: FirstRound) -> None:

@@ -50,12 +50,11 @@ class MockSheetScreen(AppScreen):
         table: DataTable[Text] = DataTable(cursor_type="row", zebra_stripes=True, id="sheet")
         table.add_columns("question", "correct", "time", "slips")
         for attempt in sheet.attempts:  # ids, not titles, and short slips: the sheet fits 80 columns
-            right = sum(a.verdict == "correct" for a in attempt.answers)
             over = mock.budget_seconds is not None and attempt.seconds > mock.budget_seconds
             slips = "; ".join(sorted({a.slip.split(":")[0] for a in attempt.answers if a.slip})) or "—"
             time_taken = _clock(attempt.seconds) + (" over" if over else "")
-            table.add_row(*plain(attempt.question_id, f"{right}/{len(attempt.answers)}", time_taken, slips),
-                          key=attempt.uid)
+            right = f"{attempt.answers_correct}/{len(attempt.answers)}"
+            table.add_row(*plain(attempt.question_id, right, time_taken, slips), key=attempt.uid)
         yield table
         yield KeysFooter()
 
