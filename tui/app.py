@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.notifications import SeverityLevel
 
+from tui import messages
 from tui.app_settings import APP_SETTINGS, APP_TABLE, AppSettings
 from tui.modes import FollowUps, Mode
 from tui.screens.home import HomeScreen
@@ -473,6 +474,32 @@ class InfradrillApp(App):
         from tui.screens.question import QuestionScreen
 
         self.switch_screen(QuestionScreen(solution, mode, revealed=True))
+
+    # What the screens ask (tui.messages) -------------------------------------------------
+    def on_open_question(self, message: messages.OpenQuestion) -> None:
+        self.open_question(message.question_id, default=message.default, replace=message.replace, mode=message.mode)
+
+    def on_round_submitted(self, message: messages.RoundSubmitted) -> None:
+        self.show_solution(message.solution, message.answers, message.elapsed, message.hints_used, message.started,
+                           message.mode, revealed=message.revealed)
+
+    def on_follow_up_submitted(self, message: messages.FollowUpSubmitted) -> None:
+        self.finish_followup(message.first, message.followup, message.answers)
+
+    def on_follow_up_skipped(self, message: messages.FollowUpSkipped) -> None:
+        self.reveal(message.first, None)
+
+    def on_mock_left(self, _message: messages.MockLeft) -> None:
+        self.mock = None
+
+    def on_review_attempt(self, message: messages.ReviewAttempt) -> None:
+        self.review_attempt(message.variant, message.typed, message.seconds, message.hints_used)
+
+    def on_next_in_drill(self, _message: messages.NextInDrill) -> None:
+        self.action_drill(replace=True)
+
+    def on_reopen(self, message: messages.Reopen) -> None:
+        self.reopen(message.solution, message.mode)
 
 
 def run() -> int:

@@ -9,6 +9,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
+from tui import messages
 from tui.render import plain
 from tui.screens.base import AppScreen
 from tui.widgets.footer import KeysFooter
@@ -61,8 +62,8 @@ class MockSheetScreen(AppScreen):
     def action_review(self) -> None:
         if (uid := selected_key(self.query_one(DataTable))) is not None:
             attempt = next(a for a in self.sheet.attempts if a.uid == uid)
-            self.infradrill.review_attempt(attempt.variant, {a.key: a.typed for a in attempt.answers}, attempt.seconds,
-                                    attempt.hints_used)
+            typed = {a.key: a.typed for a in attempt.answers}
+            self.post_message(messages.ReviewAttempt(attempt.variant, typed, attempt.seconds, attempt.hints_used))
 
 
 class PastMocksScreen(Screen):
