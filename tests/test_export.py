@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import pytest
 
-from solvers.export import variants
+from solvers.export import Sheet, candidate_sheet, key_sheet, variants, write_sheets
 from tests.test_cli import run_cli
 from tui import cli
 
@@ -88,27 +88,30 @@ def test_anki_deck_has_one_note_per_variant_with_stable_ids(tmp_path, capsys):
     assert "group::F" in first[0][2]
 
 
+def _text(sheet: Sheet, solutions) -> str:
+    out = io.StringIO()
+    write_sheets(solutions, [(sheet, out)])
+    return out.getvalue()
+
+
 def test_sheets_carry_the_conventions_card_and_the_judgements(bank, catalog):
     from solvers.conventions import convention
     from solvers.engine import VariantCode, make_variant
-    from solvers.export import candidate_markdown, key_markdown
 
     solution = make_variant(bank, catalog, VariantCode("weight-read-intensity", None))
     usable = convention("usable-hbm")
-    for text in (candidate_markdown([solution]), key_markdown([solution])):
+    candidate, key = _text(candidate_sheet(), [solution]), _text(key_sheet(), [solution])
+    for text in (candidate, key):
         assert "## Conventions" in text and usable.text in text
-    key = key_markdown([solution])
     assert "### Judgements" in key and "✓ a GPU with twice the HBM bandwidth" in key
-    assert "✓" not in candidate_markdown([solution])  # the candidate sees the options, not the verdicts
+    assert "✓" not in candidate  # the candidate sees the options, not the verdicts
 
 
 def test_the_candidate_sheet_gives_every_parameter_the_app_shows(variant):
     """An independent check answered from a sheet that printed no parameters (a weight dtype the prompt
     does not name was nowhere): the sheet lists what the app's parameter table lists."""
-    from solvers.export import candidate_markdown
-
     solution = variant("mla-vs-gqa-under-tp@11")
-    sheet = candidate_markdown([solution])
+    sheet = _text(candidate_sheet(), [solution])
     assert all(f"- {param.label}: {param.shown}" in sheet for param in solution.problem_data())
     assert any(param.name == "weight_dtype" for param in solution.problem_data())
 
@@ -116,8 +119,11 @@ def test_the_candidate_sheet_gives_every_parameter_the_app_shows(variant):
 def test_progress_hears_of_every_variant_in_order(bank, catalog):
     heard = []
     questions = [bank.get("kv-bytes-per-token"), bank.get("weight-read-intensity")]
-    sheet = variants(bank, catalog, questions, 3, 1, progress=lambda done, total: heard.append((done, total)))
-    assert heard == [(n, 6) for n in range(1, 7)] and len(sheet) == 6
+    made = variants(bank, catalog, questions, 3, 1, progress=lambda done, total: heard.append((done, total)))
+    assert heard == []  # each variant is made as the writer asks for it
+    for number, _ in enumerate(made, 1):
+        assert heard[-1] == (number, 6)
+    assert heard == [(n, 6) for n in range(1, 7)]
 
 
 class _Terminal(io.StringIO):
