@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import re
 from collections import defaultdict
@@ -164,3 +165,93 @@ def test_the_candidate_sheet_lists_a_choice_answers_options(tmp_path, capsys):
     run_cli(capsys, "export", "kv-bytes-per-token", "--count", "1", "--out", str(tmp_path / "s"))
     assert "What caps concurrency? (one of: capacity-limited / latency-limited):" in (
         tmp_path / "s-candidate.md").read_text()
+
+
+def test_a_streamed_sheet_is_the_text_the_whole_sheet_was(tmp_path, capsys, bank, catalog):
+    """Written a variant at a time, each file is what the sheet made whole at the end gave: the JSON array
+    dumped at once, each Markdown sheet every line of its head and its variants joined by newlines."""
+    from solvers.export import _candidate_entry, _conventions_markdown, _key_entry
+    from solvers.report import to_dict
+
+    ids = ("kv-bytes-per-token", "weight-read-intensity")
+    made = list(variants(bank, catalog, [bank.get(qid) for qid in ids], 2, 3))
+    whole_json = json.dumps([to_dict(s) for s in made], indent=2) + "\n"
+    whole = {heading: "\n".join([heading, "", *_conventions_markdown()]
+                                + [line for n, s in enumerate(made, 1) for line in entry(n, s)])
+             for heading, entry in (("# Candidate sheet", _candidate_entry), ("# Answer key", _key_entry))}
+    for form in ("json", "markdown"):
+        assert run_cli(capsys, "export", *ids, "--count", "2", "--seed", "3", "--format", form,
+                       "--out", str(tmp_path / "s"))[0] == 0
+    assert (tmp_path / "s.json").read_text() == whole_json
+    assert (tmp_path / "s-candidate.md").read_text() == whole["# Candidate sheet"]
+    assert (tmp_path / "s-key.md").read_text() == whole["# Answer key"]
+    for form, text in (("json", whole_json), ("markdown", whole["# Answer key"])):
+        code, out, _ = run_cli(capsys, "export", *ids, "--count", "2", "--seed", "3", "--format", form, "--out", "-")
+        assert code == 0 and out == text
+
+
+class _Stop(Exception):
+    """A bug in the fourth solve."""
+
+
+@pytest.mark.parametrize("form", ["json", "markdown", "anki"])
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, _Stop, "short of distinct variants"])
+def test_an_export_stopped_midway_leaves_no_file_behind(tmp_path, capsys, monkeypatch, form, stop):
+    """Ctrl+C, a bug or a question short of distinct variants, three variants into the sheet: no sheet, no
+    partial file, no temporary file (the Anki collection's included), and a file it was to replace kept."""
+    import tempfile
+
+    import solvers.export as export
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    solved = export.make_variant
+    calls = itertools.count()
+
+    def solve(*args):
+        if next(calls) == 3 and not isinstance(stop, str):
+            raise stop()
+        return solved(*args)
+
+    monkeypatch.setattr(export, "make_variant", solve)
+    if isinstance(stop, str):  # every variant after a question's first repeats its answers
+        monkeypatch.setattr(export, "_answers", lambda solution: ())
+        monkeypatch.setattr(export, "MAX_TRIES", 1)
+    out = tmp_path / "out"
+    out.mkdir()
+    kept = out / {"json": "s.json", "markdown": "s-key.md", "anki": "s.apkg"}[form]
+    kept.write_text("the last sheet")
+    argv = ("export", "--group", "F", "--count", "2", "--seed", "0", "--format", form, "--out", str(out / "s"),
+            "--force")
+    if stop is KeyboardInterrupt:
+        with pytest.raises(KeyboardInterrupt):
+            run_cli(capsys, *argv)
+    else:
+        code, _, err = run_cli(capsys, *argv)
+        assert (code, err.count("\n")) == ((1, 1) if stop is _Stop else (2, 1))
+        assert ("internal error" if stop is _Stop else "could not find 2 variants") in err
+    assert [p.name for p in out.iterdir()] == [kept.name] and kept.read_text() == "the last sheet"
+    assert list(scratch.iterdir()) == []
+
+
+def test_an_anki_export_leaves_no_temporary_file(tmp_path, capsys, monkeypatch):
+    """genanki's own write_to_file leaves its SQLite collection in the temporary folder, every time."""
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    code, _, _ = run_cli(capsys, "export", "kv-bytes-per-token", "--format", "anki", "--out", str(tmp_path / "d"))
+    assert code == 0 and len(_anki_notes(tmp_path / "d.apkg")) == 3 and list(scratch.iterdir()) == []
+
+
+def test_a_sheet_streamed_to_standard_output_goes_there_while_the_bar_runs(capsys, monkeypatch):
+    """The bar draws on standard error (a terminal) while the variants go to standard output (a pipe)."""
+    terminal = _Terminal()
+    monkeypatch.setattr(cli.sys, "stderr", terminal)
+    progress = cli._progress
+    monkeypatch.setattr(cli, "_progress", lambda label: progress(label, after=0))
+    code, out, _ = run_cli(capsys, "export", "kv-bytes-per-token", "--count", "3", "--format", "json", "--out", "-")
+    assert code == 0 and len(json.loads(out)) == 3
+    assert "Solving variants" in terminal.getvalue() and "kv-bytes-per-token@" not in terminal.getvalue()
