@@ -2,7 +2,7 @@
 
 Each variant is headed by its code, so the app reproduces it exactly. Variants of one
 question in one sheet differ in their answers, not only in their seeds. Every format is written
-a variant at a time, as each is solved: an export of thousands holds one solution at once.
+a variant at a time, as each is solved: an export of thousands holds one solution at a time.
 """
 from __future__ import annotations
 
