@@ -552,6 +552,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `infradrill list | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 0
+    except KeyboardInterrupt:  # Ctrl+C: what was being written is already cleaned up
+        print("infradrill: interrupted", file=sys.stderr)
+        return 130
     except Exception as error:  # a bug, not bad input: one line, the traceback on request
         if os.environ.get("INFRADRILL_DEBUG"):
             raise
