@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
 from solvers.models.calibration import BITS, SIM_REPEATS, SIM_SPREAD, SIM_WIDTH, simulate
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 SEQUENCE = 2048  # tokens per calibration sample (GPTQ's 2,048-token C4 segments)
 
@@ -40,9 +40,9 @@ def _recipe(s: Sheet, p, ratio: float, all_ratio: float, need: float) -> None:
 
 
 def _regime(s: Sheet, p, r, r_star, rare, d, shortfall) -> None:
-    ratio, star = format_number(s.value(r), 3), format_number(s.value(r_star), 3)
-    tokens, width = format_number(s.value(rare)), format_number(s.value(d))
-    times = format_quantity(s.value(shortfall), "x")
+    ratio, star = s.text(r, 3), s.text(r_star, 3)
+    tokens, width = format_number(s.value(rare)), s.text(d)
+    times = s.text(shortfall)
     s.regime_by(r, r_star, tie="above", above=Side(
         "hessian-usable",
         f"The rarest expert sees {tokens} tokens for a {width}-wide input, {ratio} per dimension, past the "

@@ -34,7 +34,7 @@ def _merge_judgements(s: Sheet, *, splits: float, empty: float, overhead: float,
 
 
 def _split_regime(s: Sheet, B, B_star, blocks, n_split, n_sm) -> None:
-    count, splits = format_number(s.value(blocks)), format_number(s.value(n_split))
+    count, splits = s.text(blocks), s.text(n_split)
     idle = format_number(max(0, s.value(n_sm) - s.value(blocks)))
     s.regime_by(B, B_star, tie="above", above=Side(
         "grid-filled",
@@ -44,7 +44,7 @@ def _split_regime(s: Sheet, B, B_star, blocks, n_split, n_sm) -> None:
         "and merge the partials by their LSEs."),
         below=Side(
         "split-needed",
-        f"{count} blocks leave {idle} of {format_number(s.value(n_sm))} SMs idle while the attention streams the "
+        f"{count} blocks leave {idle} of {s.text(n_sm)} SMs idle while the attention streams the "
         f"KV cache: {splits} splits per sequence fill them, at the price of FP32 partials and a merge.",
         "From the boundary batch up the batch fills the SMs by itself and splitting only adds traffic."))
 

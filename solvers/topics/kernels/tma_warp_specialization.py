@@ -44,7 +44,7 @@ def _specialization_judgements(s: Sheet, *, share: float, gain: float, tile: tup
 
 
 def _register_regime(s: Sheet, need, even, budget) -> None:
-    shown = {k: format_number(s.value(v)) for k, v in (("need", need), ("even", even), ("budget", budget))}
+    shown = {k: s.text(v) for k, v in (("need", need), ("even", even), ("budget", budget))}
     s.regime_by(need, even, tie="below", below=Side(
         "even-split-fits",
         f"A consumer needs {shown['need']} registers and the even split gives {shown['even']}: the tile runs "

@@ -94,7 +94,7 @@ def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, 
     key = "dp_tradeoffs"
     share = s.value(extra) / s.value(room)
     s.judge(key, "DP attention's extra weights take over a tenth of each GPU's KV room", share > 0.1,
-            f"{format_quantity(s.value(extra), 'GB')} of copied weights out of {format_quantity(s.value(room), 'GB')} "
+            f"{s.text(extra)} of copied weights out of {s.text(room)} "
             f"of room: {format_quantity(share, '%')}, for {format_number(p.dp)} groups")
     wider = 2 * p.dp
     then = _dp_requests(s, room, A, E, kv_tok, C, n, wider) if wider <= p.tp else 0.0
@@ -114,8 +114,8 @@ def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, 
 
 def _attention_regime(s: Sheet, req_tp, req_dp, demand, tpot_tp, tpot_dp) -> None:
     tp, dp, want = (format_number(s.value(x)) for x in (req_tp, req_dp, demand))
-    speed = (f"A decode step takes {format_quantity(s.value(tpot_tp), 'ms')} under TP attention (the requests it "
-             f"runs) and {format_quantity(s.value(tpot_dp), 'ms')} under DP attention (all {want}).")
+    speed = (f"A decode step takes {s.text(tpot_tp)} under TP attention (the requests it "
+             f"runs) and {s.text(tpot_dp)} under DP attention (all {want}).")
     s.regime_by(demand, req_tp, tie="below", above=Side(
         "dp-attention",
         f"TP attention holds {tp} requests, fewer than the {want} you must hold: the copies of the latents are the "
@@ -210,8 +210,8 @@ def solve(p, s: Sheet) -> None:
     s.slip("/d: DP capacity of one group, not the node", 1 / p.dp, on="requests_dp")
     faster = s.compare(tpot_dp, tpot_tp) < 0
     s.judge("dp_tradeoffs", "DP attention runs the whole demand at a shorter time per token than TP attention runs "
-            "what it holds", faster, f"{format_quantity(s.value(tpot_dp), 'ms')} against "
-            f"{format_quantity(s.value(tpot_tp), 'ms')}: "
+            "what it holds", faster, f"{s.text(tpot_dp)} against "
+            f"{s.text(tpot_tp)}: "
             + ("each GPU reads only its group's latents" if faster else
                "the larger batch touches more experts and its busiest group reads more than TP's batch"))
     _attention_judgements(s, p, room, A, E, kv_tok, C, n, extra, req_dp, demand)

@@ -77,8 +77,8 @@ def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m) -> None:
 def _layout_regime(s: Sheet, TP, n_star, req_g, req_m, tpot) -> None:
     gqa, mla = format_number(s.value(req_g)), format_number(s.value(req_m))
     crossover = format_number(s.value(n_star), 3)
-    speed = (f"At those batches a decode step takes {format_quantity(s.value(tpot['gqa']), 'ms')} (GQA) and "
-             f"{format_quantity(s.value(tpot['mla']), 'ms')} (MLA) per token.")
+    speed = (f"At those batches a decode step takes {s.text(tpot['gqa'])} (GQA) and "
+             f"{s.text(tpot['mla'])} (MLA) per token.")
     s.regime_by(TP, n_star, tie="above", above=Side(
         "gqa-holds-more",
         f"Past TP {crossover} each GPU's slice of the GQA heads is smaller than the whole latent every GPU "

@@ -25,7 +25,7 @@ def _block_choices(s: Sheet, B, L_avg, P, tau, blocks) -> None:
         return P - size * floor_of(P / size)
 
     half, double = B / 2, 2 * B
-    bar = format_quantity(s.value(tau), "%")
+    bar = s.text(tau)
     for size, option, word in ((half, "with half the block size the empty share would be under 4%", "half"),
                                (double, "with twice the block size the empty share would still be under 4%",
                                 "twice")):
@@ -51,8 +51,8 @@ def _block_choices(s: Sheet, B, L_avg, P, tau, blocks) -> None:
 
 
 def _block_regime(s: Sheet, share, tau, L_star, L_avg, blocks, waste) -> None:
-    pct, bar = format_quantity(s.value(share), "%"), format_quantity(s.value(tau), "%")
-    count, empty = format_number(s.value(blocks)), format_quantity(s.value(waste), "GiB")
+    pct, bar = s.text(share), s.text(tau)
+    count, empty = format_number(s.value(blocks)), s.text(waste)
     if s.compare(L_avg, L_star) > 0:
         s.set_regime(
             "waste-negligible",

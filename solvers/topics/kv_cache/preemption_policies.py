@@ -23,8 +23,8 @@ MEAN_SHARE = sympy.Rational(1, 10)  # stalls that add this much to the mean time
 
 
 def _preemption_regime(s: Sheet, t_rec, t_swap, W_star, W) -> None:
-    rec, swap = format_quantity(s.value(t_rec), "ms"), format_quantity(s.value(t_swap), "ms")
-    breakeven = format_quantity(s.value(W_star), "GB/s")
+    rec, swap = s.text(t_rec), s.text(t_swap)
+    breakeven = s.text(W_star)
     s.regime_by(W, W_star, tie="below", above=Side(
         "swap-cheaper",
         f"Copying the victim's KV out and back takes {swap}, against {rec} to recompute it: swap is "
@@ -127,7 +127,7 @@ def solve(p, s: Sheet) -> None:
     one = s.compare(S, R) >= 0
     s.judge("who_pays", "One eviction of this victim frees enough KV for the batch to reach its next completion", one,
             f"{format_number(p.context)} tokens freed last the {format_number(p.batch)} streams "
-            f"{format_number(s.value(S))} steps, {'at least' if one else 'short of'} the "
+            f"{s.text(S)}, {'at least' if one else 'short of'} the "
             f"{format_number(p.remaining)} the nearest request needs: {format_number(s.value(k))} victim(s) go first")
     long_stall = s.compare(stall, T) > 0
     s.judge("who_pays", "Even the cheaper eviction stalls every running stream for longer than one TPOT",
@@ -135,12 +135,12 @@ def solve(p, s: Sheet) -> None:
             f"{'more' if long_stall else 'less'} than the {format_quantity(p.tpot, 'ms')} TPOT")
     tail = s.compare(1 / S, P99_SHARE) > 0
     s.judge("who_pays", "The stalls land in more than 1 decode step in 100, so they set every stream's p99 "
-            "inter-token latency", tail, f"one eviction every {format_number(s.value(S))} steps: "
+            "inter-token latency", tail, f"one eviction every {s.text(S)}: "
             + ("above 1%, inside the p99" if tail else "under 1%, beyond the p99 (p99.9 and the maximum)"))
     added, mean = s.evaluate(stall / (S * T)), s.compare(stall / (S * T), MEAN_SHARE) > 0
     s.judge("who_pays", "Spread over the steps one eviction buys, the stalls add over 10% to every stream's mean "
             "time per token", mean, f"{format_quantity(s.evaluate(stall), 'ms')} every "
-            f"{format_number(s.value(S))} steps of {format_quantity(p.tpot, 'ms')}: "
+            f"{s.text(S)} of {format_quantity(p.tpot, 'ms')}: "
             f"{format_quantity(added, '%')} on the mean" + ("" if mean else ", a tail effect more than a mean one"))
     _preemption_regime(s, t_rec, t_swap, W_star, W)
 

@@ -10,7 +10,7 @@ from solvers.models.kvcache import (
     blocks_for_tokens,
     kv_bytes_per_token_given,
 )
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 
 def _window_allocator(s: Sheet, saving, n_win, full_blocks, W, C) -> None:
@@ -37,8 +37,8 @@ def _window_allocator(s: Sheet, saving, n_win, full_blocks, W, C) -> None:
 
 
 def _window_regime(s: Sheet, f, saving, kept_full, kept_win, C_star, C) -> None:
-    cap, got = format_quantity(s.value(f), "%"), format_quantity(s.value(saving), "%")
-    full, win = format_quantity(s.value(kept_full), "%"), format_quantity(s.value(kept_win), "%")
+    cap, got = s.text(f), s.text(saving)
+    full, win = s.text(kept_full), s.text(kept_win)
     if s.compare(C, C_star) > 0:
         s.set_regime(
             "layer-ratio",

@@ -55,14 +55,14 @@ def _capped_step(s: Sheet, p, N, b, L, R, T, S, L_s, pp, BW, t_ar, wide) -> symp
 def _tp_levers(s: Sheet, p, n, H, per_gpu, pp, dp) -> None:
     """Which changes cut the KV per GPU follows from where TP sits against the KV heads.
     dp: KV on the busiest rank under data-parallel attention (whole requests, ceil(R/TP) of them)."""
-    tp, heads, kv = format_number(s.value(n)), format_number(s.value(H)), format_quantity(s.value(per_gpu), "GiB")
+    tp, heads, kv = format_number(s.value(n)), s.text(H), s.text(per_gpu)
     splits_more = s.compare(2 * n, H) <= 0
     wider = format_number(2 * s.value(n))
     s.judge("levers", "doubling TP", splits_more,
             f"TP {wider} still splits the {heads} KV heads: each GPU holds half as many" if splits_more else
             f"TP {wider} is past the {heads} KV heads: each GPU keeps a whole head and KV per GPU stays at {kv}")
     past = s.compare(n, H) > 0
-    capped = format_quantity(s.value(pp), "GiB")
+    capped = s.text(pp)
     s.judge("levers", "capping TP at the KV heads and adding pipeline stages on the same GPUs", past,
             f"TP {heads} × {format_number(s.value(n) / s.value(H))} stages stores each byte once: {capped} on the "
             f"busiest GPU instead of {kv}" if past else f"TP {tp} is already within the {heads} heads: there are no "
@@ -83,15 +83,15 @@ def _tp_levers(s: Sheet, p, n, H, per_gpu, pp, dp) -> None:
 
 
 def _tp_regime(s: Sheet, p, n, H, per_gpu, dup, t_ar, t_read, wide, capped) -> None:
-    kv, extra = format_quantity(s.value(per_gpu), "GiB"), format_quantity(s.value(dup), "GiB")
-    heads, tp = format_number(s.value(H)), format_number(s.value(n))
-    comm, read = format_quantity(s.value(t_ar), "ms"), format_quantity(s.value(t_read), "ms")
+    kv, extra = s.text(per_gpu), s.text(dup)
+    heads, tp = s.text(H), format_number(s.value(n))
+    comm, read = s.text(t_ar), s.text(t_read)
     link = (f"the group leaves the {format_number(p.gpu.nvlink_domain)}-GPU NVLink domain, so its all-reduces "
             f"run over the {p.nic.name}: {comm} per decode step against {read} of HBM reads"
             if crosses_domain(p.gpu, int(p.tp)) else
             f"its all-reduces stay on NVLink: {comm} per decode step against {read} of HBM reads")
     if s.compare(n, H) > 0:
-        t_wide, t_cap = format_quantity(s.value(wide), "ms"), format_quantity(s.value(capped), "ms")
+        t_wide, t_cap = s.text(wide), s.text(capped)
         results = s.results
         cap_comm, cap_read = (format_quantity(s.number(k), "ms") for k in ("comm_capped", "read_capped"))
         layout = f"TP {heads} × {format_number(s.value(n) / s.value(H))} stages"

@@ -71,9 +71,9 @@ def _link_breakers(s: Sheet, p, *, need: float, link: float) -> None:
 
 
 def _link_regime(s: Sheet, need, link, bound, k, request) -> None:
-    got, nic = format_quantity(s.value(need), "GB/s"), format_quantity(s.value(link), "GB/s")
-    size = format_quantity(s.value(request), "GB")
-    per_gpu = format_quantity(s.value(bound), "GB/s")
+    got, nic = s.text(need), s.text(link)
+    size = s.text(request)
+    per_gpu = s.text(bound)
     fan = format_number(s.value(k))
     s.regime_by(need, link, tie="below", above=Side(
         "link-breaks",

@@ -94,7 +94,7 @@ def _rescue(s: Sheet, p, *, room: float, kv_mha: float, T_value: int, c_mha: flo
 def _regime(s: Sheet, T, T_max, T_half, share, nodes: float) -> None:
     longest = format_number(s.value(T_max), 3)
     crossover = format_number(s.value(T_half), 3)
-    att = format_quantity(s.value(share), "%")
+    att = s.text(share)
     s.regime_by(T, T_max, tie="below", below=Side(
         "fits",
         f"The request's KV fits the node's KV room up to {longest} tokens: TP 8 alone holds it, one KV head per "

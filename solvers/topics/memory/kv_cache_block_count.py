@@ -25,7 +25,7 @@ def _block_slips(p, s: Sheet, avail, page, blocks, per_seq, seqs) -> None:
 
 def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks, per_seq, seqs, cap) -> None:
     """Why fewer full-context sequences run than a naive count suggests, judged on this variant."""
-    count, limit = format_number(s.value(seqs)), format_number(s.value(cap))
+    count, limit = format_number(s.value(seqs)), s.text(cap)
     s.judge("ceiling", "max_num_seqs admits fewer sequences than the blocks hold", s.compare(cap, seqs) < 0,
             f"the blocks hold {count} full-context sequences; max_num_seqs is {limit}")
     s.judge("ceiling", "sequences shorter than the full context would let more of them run", s.compare(seqs, cap) < 0,
@@ -47,12 +47,12 @@ def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks, per_seq, seqs, cap
             "outside gpu_memory_utilization, or OOM there", fact=True)
     gained = s.evaluate(floor_of((avail + A / 2) / block) / blocks - 1)
     s.judge("ceiling", "halving max_num_batched_tokens would add over 5% more blocks", gained > 0.05,
-            f"half the {format_quantity(s.value(A), 'GiB')} activation peak returns "
+            f"half the {s.text(A)} activation peak returns "
             f"{format_quantity(s.value(A) / 2, 'GiB')}: {format_quantity(gained, '%')} more blocks")
 
 
 def _ceiling_regime(s: Sheet, seqs, cap) -> None:
-    count, limit = format_number(s.value(seqs)), format_number(s.value(cap))
+    count, limit = format_number(s.value(seqs)), s.text(cap)
     s.regime_by(seqs, cap, tie="above", below=Side(
         "block-limited",
         f"The blocks hold {count} full-context sequences, fewer than max_num_seqs = {limit}: the KV cache is the "

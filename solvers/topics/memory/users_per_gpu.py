@@ -152,7 +152,7 @@ def _layout_regime(s: Sheet, p, served, best, users16, tpot16, pp_note: str) -> 
     split = s.step("served_split", "Users the best narrower layout serves", "U_split",
                    others[runner] if others else sympy.Integer(0), "requests",
                    f"TP{runner} × {p.gpus // runner}" if others else "no narrower TP holds the bf16 weights")
-    fit16, t16 = format_number(s.value(users16)), format_quantity(s.value(tpot16), "ms")
+    fit16, t16 = format_number(s.value(users16)), s.text(tpot16)
     n_wide, u_wide = p.gpus, format_number(s.value(wide))
     u_split = format_number(s.value(split))
     alone = (f"Only TP{n_wide} holds the bf16 weights with room for a request: the node runs one group, which "

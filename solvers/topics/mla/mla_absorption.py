@@ -30,14 +30,14 @@ def _statements(s: Sheet, p, I_a, ridge, I_g, q, n) -> None:
     s.judge("statements", "with one query token and every head on one GPU it would sit at or past the ridge",
             past(one), "data-parallel attention, no draft token: " + shown(one))
     s.judge("statements", "on a GPU with twice the peak (the same bandwidth) it would still sit at or past the ridge",
-            s.compare(I_a, 2 * ridge) >= 0, f"{format_number(s.value(I_a), 3)} FLOP/B against a ridge of "
+            s.compare(I_a, 2 * ridge) >= 0, f"{s.text(I_a, 3)} against a ridge of "
             f"{format_number(2 * s.value(ridge), 3)}")
     s.judge("statements", "the GQA model's attention at eight times this many query tokens would sit at or past "
             "the ridge", past(8 * I_g), f"{p.gqa_model.name}: " + shown(8 * I_g))
 
 
 def _regime(s: Sheet, I_a, ridge, I_g, gqa_name: str) -> None:
-    at = f"{format_number(s.value(I_a), 3)} FLOP/B against a ridge of {format_number(s.value(ridge), 3)}"
+    at = f"{s.text(I_a, 3)} against a ridge of {format_number(s.value(ridge), 3)}"
     s.regime_by(I_a, ridge, tie="above", above=Side(
         "compute-bound",
         f"Absorbed attention runs at {at}: the tensor cores, not HBM, set its time, a regime decode attention "

@@ -34,10 +34,10 @@ def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, t_hot, t_rest, ridge
     hot, bal, rep = (s.value(x) for x in (T_hot, T_bal, T_rep))
     us = lambda x: format_quantity(x, "us")  # noqa: E731
     s.judge(key, "The GPU holding the hottest expert stays within 25% of a balanced one",
-            s.compare(T_hot, SKEW_COST * T_bal) <= 0, f"{us(hot)} against {us(bal)} balanced")
+            s.compare(T_hot, SKEW_COST * T_bal) <= 0, f"{s.text(T_hot)} against {s.text(T_bal)} balanced")
     pays = s.compare(T_rep, T_hot) < 0
     s.judge(key, "Replicating the hottest expert shortens the step", pays,
-            f"{us(rep)} with {format_number(math.ceil(p.hot))} copies against {us(hot)}: "
+            f"{s.text(T_rep)} with {format_number(math.ceil(p.hot))} copies against {s.text(T_hot)}: "
             + ("the copies split compute that was binding" if rep < hot else
                "its GPU was waiting on weight reads, and a copy only adds one more"))
     # The hot GPU runs over the balanced step exactly when its hottest expert passes the ridge; comparing the two
@@ -58,7 +58,7 @@ def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, t_hot, t_rest, ridge
             "a spare does not pay at this batch (above), so there is no gain to keep")
     s.judge(key, "The skew costs nothing at this batch: the busiest GPU takes the balanced time", not excess,
             "every expert, the hottest included, waits on its weight read" if not excess else
-            f"{us(hot - bal)} over the balanced {us(bal)}")
+            f"{us(hot - bal)} over the balanced {s.text(T_bal)}")
     hot_tokens, crossover = s.number("hot_tokens"), s.number("expert_crossover")
     s.judge(key, "Twice the batch would leave the busiest GPU's time unchanged",
             s.compare(2 * hot_tokens, crossover) <= 0,
@@ -70,14 +70,14 @@ def _skew_regime(s: Sheet, B, B_star, T_hot, T_bal, n_hot, t_c) -> None:
     cost = format_number(s.evaluate(T_hot / T_bal), 3) + "x"
     s.regime_by(B, B_star, tie="above", above=Side(
         "skew-costs-compute",
-        f"The hottest expert gets {format_number(s.value(n_hot), 3)} tokens, past the crossover of "
+        f"The hottest expert gets {s.text(n_hot, 3)}, past the crossover of "
         f"{format_number(s.value(t_c), 3)}: its math outlasts its read, and its GPU runs {cost} the balanced step. "
         "Replication and placement now pay.",
         "Below B* every expert waits on its own weight read, so the busiest GPU reads what every GPU reads: "
         "skew costs nothing, and redundant experts only add reads."),
         below=Side(
         "skew-hidden",
-        f"Even the hottest expert ({format_number(s.value(n_hot), 3)} tokens) sits below the crossover of "
+        f"Even the hottest expert ({s.text(n_hot, 3)}) sits below the crossover of "
         f"{format_number(s.value(t_c), 3)}: every GPU reads the same weights and takes the same time, so the skew "
         "is free; replicas would only add reads.",
         "Past B* the hottest expert's math outlasts its read: its GPU falls behind, and every MoE layer waits "

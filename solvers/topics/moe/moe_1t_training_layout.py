@@ -9,7 +9,7 @@ from solvers.derivation import Reject, Sheet, Side, ceil_of
 from solvers.models.common import hbm_bytes, peak_flops
 from solvers.models.moe import COMBINE_BYTES, moe_layers, parameter_count
 from solvers.models.training import FLOPS_PER_PARAM_TOKEN
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 STATE_BYTES = 16  # mixed-precision Adam: bf16 weights and grads (2 + 2), fp32 master and two moments (12)
 
@@ -88,14 +88,13 @@ def _failure_modes(s: Sheet, model: Record, gpus: int, stretch, a_in, a_out, t_c
     s.judge(key, "Router imbalance stretches each MoE layer by 15% or more", s.compare(stretch, IMBALANCE) >= 0,
             f"the hottest expert's GPU runs {format_number(hot, 3)}x the mean"
             + ("" if hot >= IMBALANCE else ": its load is diluted over many experts per GPU"))
-    sec = lambda x: format_quantity(s.value(x), "s")  # noqa: E731
     s.judge(key, "Spread over two NVLink domains, the all-to-all would take a third of the compute time or more",
-            s.compare(3 * a_out, t_c) >= 0, f"{sec(a_out)} over the NIC against {sec(t_c)} of compute per step: "
+            s.compare(3 * a_out, t_c) >= 0, f"{s.text(a_out)} over the NIC against {s.text(t_c)} of compute per step: "
             + ("more than overlap can hide" if s.value(a_out) > s.value(t_c) else
                "an overlapped schedule must hide it" if 3 * s.value(a_out) >= s.value(t_c) else "a small share"))
     share = s.number("nvlink_share")
     s.judge(key, "Even with EP inside NVLink, the all-to-all takes more than 7.5% of the step", share > A2A_SHARE,
-            f"{sec(a_in)} against {sec(t_c)} of compute: {format_number(100 * share, 3)}% of the step")
+            f"{s.text(a_in)} against {s.text(t_c)} of compute: {format_number(100 * share, 3)}% of the step")
     fold = model.params_b / model.active_params_b
     s.judge(key, "Counting compute by the total parameters would overstate it more than 20-fold", fold > LOWEST_FOLD,
             f"total / active = {format_number(fold, 3)}")
@@ -111,7 +110,7 @@ def _failure_modes(s: Sheet, model: Record, gpus: int, stretch, a_in, a_out, t_c
 
 
 def _layout_regime(s: Sheet, a_out, t_c, a_in, ep: int) -> None:
-    nic, comp, nvl = (format_quantity(s.value(x), "s") for x in (a_out, t_c, a_in))
+    nic, comp, nvl = (s.text(x) for x in (a_out, t_c, a_in))
     s.regime_by(a_out, t_c, tie="above", above=Side(
         "ep-stays-in-nvlink",
         f"Spread over two domains, the all-to-all would take {nic} a step over the NIC, more than the {comp} of "

@@ -71,7 +71,7 @@ def _dispatch_levers(s: Sheet, p, nodes: int, per_domain: int, v: dict[str, floa
 
 
 def _dispatch_regime(s: Sheet, t_nic, t_nvl) -> None:
-    nic, nvl = (format_quantity(s.value(x), "us") for x in (t_nic, t_nvl))
+    nic, nvl = (s.text(x) for x in (t_nic, t_nvl))
     s.regime_by(t_nic, t_nvl, tie="above", above=Side(
         "nic-bound",
         f"The remote copies take {nic} per layer on the NIC against {nvl} of forwarding on NVLink: the NIC sets "

@@ -34,16 +34,16 @@ def _bom_judgements(s: Sheet, E0, E, pod, n_job, g, pool, rate, site) -> None:
         whole_pod, why = False, "a two-tier fabric is a single pod: losing it is losing the cluster"
     else:
         whole_pod = s.compare(E - pod, g * n_job) >= 0
-        why = (f"{format_number(s.value(E))} GPUs less a pod of {format_number(s.value(pod))} against a job of "
+        why = (f"{s.text(E)} less a pod of {format_number(s.value(pod))} against a job of "
                f"{format_number(s.evaluate(g * n_job))}")
     s.judge("bom", "the job keeps its full size with one whole pod out", whole_pod, why)
     s.judge("bom", "losing one whole pod would shrink the job", not whole_pod, why)
     s.judge("bom", "the spare pool is under 2% of the job's nodes", s.compare(pool, SMALL_POOL * n_job) < 0,
             f"{format_number(s.value(pool))} spare nodes for a job of {format_number(s.value(n_job))}")
     s.judge("bom", "the checkpoint needs more than 100 GB/s of storage writes", s.value(rate) > FAST_STORAGE,
-            f"it needs {format_quantity(s.value(rate), 'GB/s')}")
+            f"it needs {s.text(rate)}")
     s.judge("bom", "the site needs a feed of more than 20 MW", s.value(site) > BIG_FEED,
-            f"the site draws {format_quantity(s.value(site), 'MW')}")
+            f"the site draws {s.text(site)}")
 
 
 def _tier_regime(s: Sheet, E0, E2, k) -> None:

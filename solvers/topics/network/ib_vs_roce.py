@@ -47,7 +47,7 @@ def _depth_caveat(flip: float, radix: int, tiers: float) -> str:
 
 def _fleet_regime(s: Sheet, G, flip, ib, roce, caveat: str) -> None:
     fleet, boundary = format_number(s.value(G)), format_number(s.value(flip), 3)
-    per_gpu = f"{format_quantity(s.value(ib), '$')} on InfiniBand against {format_quantity(s.value(roce), '$')}"
+    per_gpu = f"{s.text(ib)} on InfiniBand against {s.text(roce)}"
     order = s.compare(G, flip)
     if order <= 0:
         summary = (f"At {fleet} GPUs the switch saving per GPU does not pay for RoCE's extra engineers: {per_gpu} "

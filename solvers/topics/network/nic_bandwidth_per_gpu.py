@@ -3,14 +3,13 @@ from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import dtype_bytes, hbm_bytes, model_params, peak_flops
-from solvers.units import format_quantity
 
 ADAM_STATE_BYTES = 16  # bf16 weights and grads, fp32 master weights and two moments (ZeRO)
 
 
 def _nic_judgements(s: Sheet, best, need, B_nic) -> None:
     """Which links and levers hide the reduction, from this variant's two needs."""
-    line, strict, loose = (format_quantity(s.value(x), "Gb/s") for x in (B_nic, need, best))
+    line, strict, loose = (s.text(x) for x in (B_nic, need, best))
     tenth = s.compare(10 * best, B_nic) <= 0
     s.judge("nic", "a NIC of a tenth of this rate would hide it over the whole step's backward", tenth,
             f"the best case needs {loose} against a tenth of {line}" + (": on paper the whole-step bound makes "
@@ -28,8 +27,8 @@ def _nic_judgements(s: Sheet, best, need, B_nic) -> None:
 
 
 def _overlap_regime(s: Sheet, need, best, B_nic, t_comm, t_mb) -> None:
-    needed, line, loose = (format_quantity(s.value(x), "Gb/s") for x in (need, B_nic, best))
-    comm, window = format_quantity(s.value(t_comm), "ms"), format_quantity(s.value(t_mb), "ms")
+    needed, line, loose = (s.text(x) for x in (need, B_nic, best))
+    comm, window = s.text(t_comm), s.text(t_mb)
     s.regime_by(need, B_nic, tie="below", below=Side(
         "comms-hidden",
         f"The reduction needs {needed} in the last micro-batch's backward and the NIC gives {line}: it takes {comm} "

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 # The teaser's bar: on a chat prompt the two hit rates differ by under one percent of the prompt.
 MATERIAL_GAP = 0.01
@@ -100,7 +100,7 @@ def _key_scope(s: Sheet, p) -> None:
 
 
 def _gap_regime(s: Sheet, bound, tau, P, P_star, gap) -> None:
-    worst, bar = format_quantity(s.value(bound), "%"), format_quantity(s.value(tau), "%")
+    worst, bar = s.text(bound), s.text(tau)
     now = format_number(s.value(gap))
     s.regime_by(P, P_star, tie="above", above=Side(
         "gap-negligible",

@@ -141,7 +141,7 @@ def _attention_fixes(s: Sheet, p, *, ds, ds_c, flushed, promoted, e_acc, r_K) ->
     # tie exists to decide, and sympy's comparison of them costs milliseconds.
     s.judge("fixes", "the FP8 keys misplace more of the output than an unscaled P flushes",
             s.value(r_K) > s.value(unscaled),
-            f"{pct_text(s.value(r_K))} misplaced by the keys against {pct_text(s.value(unscaled))} flushed")
+            f"{s.text(r_K, 3)} misplaced by the keys against {s.text(unscaled, 3)} flushed")
     s.judge("fixes", "subtracting the keys' channel means would cut the key score error by more than 2.5×",
             s.compare(ds, sympy.Rational(5, 2) * ds_c) > 0,
             f"√(1 + n_o·α²/d) = {format_number(s.value(ds) / s.value(ds_c), 3)}× (per-channel scales would not help: "
@@ -150,15 +150,15 @@ def _attention_fixes(s: Sheet, p, *, ds, ds_c, flushed, promoted, e_acc, r_K) ->
             s.compare(e_acc, 200 * promoted) > 0,
             f"T/N_c = {format_number(p.context / p.promote, 3)}: the bound scales with the chopped adds in a chain")
     s.judge("fixes", "an unscaled P flushes more than 10% of the attention mass",
-            s.value(unscaled) > 0.1, f"{pct_text(s.value(unscaled))} of it below 2^-10")
+            s.value(unscaled) > 0.1, f"{s.text(unscaled, 3)} of it below 2^-10")
     s.judge("fixes", "scaling P by 448 before the cast would leave under 0.1% of the attention mass flushed",
             s.value(scaled) < 0.001,
-            f"{pct_text(s.value(unscaled))} flushed unscaled, {pct_text(s.value(scaled))} scaled")
+            f"{s.text(unscaled, 3)} flushed unscaled, {s.text(scaled, 3)} scaled")
     s.judge("fixes", "promoting the accumulator to FP32 every N_c tokens keeps its error under 0.1%",
             s.compare(promoted, sympy.Rational(1, 1000)) < 0,
             f"{format_number(p.promote / MMA_K)} chopped adds: {pct_text(s.number('acc_error_promoted'))}")
     s.judge("fixes", "over this context the unpromoted bound passes the ~2% DeepSeek-V3 measured at K = 4096",
-            s.compare(e_acc, sympy.Rational(2, 100)) > 0, f"{pct_text(s.value(e_acc))} over {format_number(p.context)} "
+            s.compare(e_acc, sympy.Rational(2, 100)) > 0, f"{s.text(e_acc, 3)} over {format_number(p.context)} "
             "tokens (1.56% at 4,096)")
 
 
@@ -166,7 +166,7 @@ def _attention_regime(s: Sheet, errors: dict[str, sympy.Symbol]) -> None:
     """Three sides: the point whose misplaced share is largest; the boundary is the runner-up's."""
     ranked = sorted(errors, key=lambda name: s.value(errors[name]), reverse=True)
     first, second = ranked[0], ranked[1]
-    shown = {name: pct_text(s.value(sym)) for name, sym in errors.items()}
+    shown = {name: s.text(sym, 3) for name, sym in errors.items()}
     fix = {"keys": "subtract the keys' channel means (per-channel scales do not help in FP8)",
            "probabilities": "scale P by 448 before the cast (or keep P in bf16)",
            "accumulator": "promote the accumulator to FP32 every 128 tokens"}  # DeepSeek-V3's N_C

@@ -16,7 +16,7 @@ from solvers.models.common import (
 )
 from solvers.models.kvcache import kv_bytes_per_token
 from solvers.models.roofline import require_full_xgmi_ring
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 
 class _Gpu:
@@ -47,9 +47,9 @@ def _speedup_regime(s: Sheet, speedups: dict[str, sympy.Symbol], batch_o, batch_
         # Only where the new GPU's largest batch turns compute-bound; the drawn pairs never do.
         raise Reject("small-batch decode gains most: a corner the pairs drawn here do not reach")
     shown = {name: format_number(v, 3) for name, v in value.items()}
-    fit = f"{format_number(s.value(batch_n))} requests fit instead of {format_number(s.value(batch_o))}"
-    tpot = (f"the step at that batch takes {format_quantity(s.value(cap_n), 'ms')} instead of "
-            f"{format_quantity(s.value(cap_o), 'ms')}, so each user "
+    fit = f"{s.text(batch_n)} fit instead of {format_number(s.value(batch_o))}"
+    tpot = (f"the step at that batch takes {s.text(cap_n)} instead of "
+            f"{s.text(cap_o)}, so each user "
             + ("waits longer per token" if s.compare(cap_n, cap_o) > 0 else "also gets tokens sooner"))
     s.regime_by(speedups["capacity"], speedups["compute"], tie="below", above=Side(
         "capacity",

@@ -108,11 +108,11 @@ def _pool(s: Sheet, tag: str, gpu, W, W_bytes: float, nic, m) -> _Pool:
 
 def _roles_judged(s: Sheet, p, B2: _Pool, H1: _Pool, r_dec, pre: _Pool, P_in) -> None:
     s.judge("why", "the B200 decode batch is capped by KV room, not by the TPOT", B2.capped_by_room,
-            f"{format_quantity(s.value(B2.room), 'GB')} of KV room per B200 GPU after the weights")
+            f"{s.text(B2.room)} of KV room per B200 GPU after the weights")
     s.judge("why", "the older GPU's decode batch is capped by KV room, not by the TPOT", H1.capped_by_room,
-            f"{format_quantity(s.value(H1.room), 'GB')} of KV room per {H1.name} GPU after the weights")
+            f"{s.text(H1.room)} of KV room per {H1.name} GPU after the weights")
     s.judge("why", "per node, B200 beats the older GPU at decode", s.compare(r_dec, 1) > 0,
-            f"{format_number(s.value(r_dec), 3)}x per node at the TPOT target")
+            f"{s.text(r_dec, 3)}x per node at the TPOT target")
     where = (f"its {format_number(s.value(H1.nodes))}-node replica sends most copies over the NIC"
              if s.value(H1.nodes) > 1 else "its one-node replica keeps the all-to-all on NVLink")
     s.judge("why", "the older GPU's decode all-to-all outlasts its weight reads", H1.a2a_heavier,
@@ -125,16 +125,16 @@ def _roles_judged(s: Sheet, p, B2: _Pool, H1: _Pool, r_dec, pre: _Pool, P_in) ->
             "has no FP4 tensor cores to share the MXFP4 one")
     waits = s.compare(pre.read, P_in * pre.compute) > 0
     s.judge("why", "one prompt's prefill waits on the weight read, not on its FLOPs", waits,
-            f"one read of a {pre.name} GPU's weights takes {format_quantity(s.value(pre.read), 'ms')}, the prompt's "
+            f"one read of a {pre.name} GPU's weights takes {s.text(pre.read)}, the prompt's "
             f"FLOPs {format_quantity(s.evaluate(P_in * pre.compute), 'ms')}")
     more = s.compare(B2.room, H1.room) > 0
     s.judge("why", "a B200 GPU keeps more KV room than an older GPU", more,
-            f"{format_quantity(s.value(B2.room), 'GB')} against {format_quantity(s.value(H1.room), 'GB')}")
+            f"{s.text(B2.room)} against {s.text(H1.room)}")
 
 
 def _roles_regime(s: Sheet, r_pre, r_dec, nodes_b: float, nodes_h: float, a2a_share: float) -> None:
     """Comparative advantage: the B200s take the role where their per-node edge is the larger."""
-    pre, dec = format_number(s.value(r_pre), 3), format_number(s.value(r_dec), 3)
+    pre, dec = s.text(r_pre, 3), s.text(r_dec, 3)
     # What slows the older node's prefill: on a multi-node replica mostly its all-to-all over the NIC.
     slow = (f"an older node spends {format_number(100 * a2a_share, 2)}% of its prefill in the all-to-all over "
             "the NIC" if nodes_h > 1 else "an older node has under half the B200's FP8 FLOP/s")
@@ -232,7 +232,7 @@ def solve(p, s: Sheet) -> None:
 
     _roles_judged(s, p, B2, H1, r_dec, pre, P_in)
     s.judge("why", "the KV handoff takes longer than a decode step at this load", s.compare(handoff, step_load) > 0,
-            f"{format_quantity(s.value(handoff), 'ms')} to hand the prompt's KV over, "
+            f"{s.text(handoff)} to hand the prompt's KV over, "
             f"{format_quantity(s.evaluate(step_load), 'ms')} a decode step")
     more_prefill = s.compare(N_pre, N_dec) > 0
     s.judge("why", "the prefill pool takes more nodes than the decode pool", more_prefill,

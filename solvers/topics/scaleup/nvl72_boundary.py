@@ -43,7 +43,7 @@ def _crosses(s: Sheet, p, in_rack: bool) -> None:
 
 
 def _regime(s: Sheet, p, ep, D_a, ratio) -> None:
-    r = format_number(s.value(ratio), 3)
+    r = s.text(ratio, 3)
     s.regime_by(ep, D_a, tie="below", below=Side(
         "inside-domain",
         f"EP {format_number(p.ep)} fits one NVL72 rack: every dispatch and combine stays on NVLink, {r}x the NIC's "

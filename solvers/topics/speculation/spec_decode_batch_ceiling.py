@@ -70,13 +70,13 @@ def _ceiling_regime(s: Sheet, p, B, even, ceiling, S_B, S1) -> None:
              f"tokens in math and the speedup falls from {flat}x to {at}x")
     s.regime_by(B, even, tie="above", below=Side(
         "helps",
-        f"Speculation pays: {where}; it stops paying at about {format_number(s.value(even), 3)} sequences.",
+        f"Speculation pays: {where}; it stops paying at about {s.text(even, 3)}.",
         "Past break-even the round costs more plain steps than it yields tokens: speculation slows every user "
         "and cuts throughput, so it must shrink its draft or switch off as the batch grows."),
         above=Side(
         "hurts",
         f"Speculation loses: {where}, below 1 because the batch ({format_number(p.batch)}) is past break-even at "
-        f"about {format_number(s.value(even), 3)} sequences.",
+        f"about {s.text(even, 3)}.",
         "Below break-even the weight read has idle bandwidth to spare and the drafts turn it into tokens: at small "
         "batch the speedup returns to the batch-1 figure."))
 

@@ -6,7 +6,7 @@ import sympy
 from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
 from solvers.models.common import dtype_bytes, hbm_bytes, peak_flops
 from solvers.models.training import FLOPS_PER_PARAM_TOKEN
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 ADAM_FP32_COPIES = 3  # fp32 master weights, first moment m, second moment v
 
@@ -64,8 +64,8 @@ def _judge_links(s: Sheet, fsdp: bool) -> None:
 def _layout_regime(s: Sheet, fsdp_side, pp_side, t_comp, t_comm, nodes) -> None:
     """The layout with the shorter step wins; the text quotes the share of the step each loses."""
     (loss_fsdp, step_fsdp), (loss_pp, step_pp) = fsdp_side, pp_side
-    fsdp, pp = (format_quantity(s.value(x), "%") for x in (loss_fsdp, loss_pp))
-    comm, comp = (format_quantity(s.value(x), "s") for x in (t_comm, t_comp))
+    fsdp, pp = (s.text(x) for x in (loss_fsdp, loss_pp))
+    comm, comp = (s.text(x) for x in (t_comm, t_comp))
     stages = format_number(s.value(nodes))
     s.regime_by(step_fsdp, step_pp, tie="below", below=Side(
         "fsdp-across-nodes",
