@@ -5,6 +5,7 @@ import sympy
 
 from solvers.derivation import Sheet, Side, ceil_of, max_of, min_of
 from solvers.models.collective import tp_all_reduce
+from solvers.models.common import given_config
 from solvers.models.steptime import engine
 from solvers.units import format_number
 
@@ -59,10 +60,10 @@ def solve(p, s: Sheet) -> None:
     n_sm = s.given("n_SM", p.gpu.sms, "", f"{p.gpu.name} SMs")
     # KV heads per GPU: the engine's own step (kvcache.kv_heads_per_gpu), carried rather than declared again.
     H_g = s.symbol("H_gpu")
-    H = s.given("H_q", p.model.heads, "", "query heads")
-    H_kv = s.given("H_kv", p.model.kv_heads, "", "KV heads")
-    d = s.given("d_h", p.model.head_dim, "", "head dim")
-    L = s.given("L", p.model.layers, "", "layers")
+    H = given_config(s, p.model, "heads")
+    H_kv = given_config(s, p.model, "kv_heads")
+    d = given_config(s, p.model, "head_dim")
+    L = given_config(s, p.model, "layers")
 
     blocks = s.step("blocks", "Thread blocks without a split", "n_blk", B * H_g, "",
                     "one per sequence and KV head this GPU holds; the query heads sharing a KV head ride in it")

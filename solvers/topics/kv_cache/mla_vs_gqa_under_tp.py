@@ -8,14 +8,12 @@ import sympy
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of
 from solvers.models.collective import tp_all_reduce
-from solvers.models.common import (
-    dtype_bytes,
-)
+from solvers.models.common import dtype_bytes
 from solvers.models.kvcache import (
     kv_bytes_per_token_given,
 )
-from solvers.models.kvlayout import fp8_latent_note, usable_memory
-from solvers.models.steptime import engine, step_time, step_work
+from solvers.models.kvlayout import fp8_latent_note
+from solvers.models.steptime import engine, step_time, step_work, usable_hbm
 from solvers.units import format_number, format_quantity
 
 GPUS_PER_NODE = 8  # an HGX/DGX or MI300X platform board
@@ -115,7 +113,7 @@ def solve(p, s: Sheet) -> None:
     s.step("tp_flip", "Smallest deployable TP at which GQA's share is the smaller", "n_flip",
            2 ** ceil_of(sympy.log(n_star, 2)), "GPUs", "TP degrees come in powers of two; this n* is not one")
 
-    usable = usable_memory(s, p.gpu)
+    usable = usable_hbm(s, p.gpu)
     room = s.step("room", "KV room per GPU (the same weights either way)", "F", usable - e.W / e.TP, "GB",
                   "usable memory less this GPU's 1/TP of the weights")
     C = s.param("C", "context")

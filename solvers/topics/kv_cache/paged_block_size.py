@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 from solvers.derivation import Sheet, ceil_of, floor_of
-from solvers.models.common import (
-    dtype_bytes,
-)
+from solvers.models.common import dtype_bytes, given_config
 from solvers.models.kvcache import (
     blocks_for_tokens,
     kv_bytes_per_token_given,
@@ -86,7 +84,7 @@ def solve(p, s: Sheet) -> None:
                    "every sequence in flight pays its own partial last block, in every layer")
     share = s.step("waste_share", "Share of the allocated KV left empty", "f_w", w / (L_avg + w), "%",
                    "empty slots over slots allocated (tokens stored plus empty ones)")
-    layers = s.given("L", p.model.layers, "", "layers")
+    layers = given_config(s, p.model, "layers")
     s.step("page_bytes", "One block in one layer (vLLM's page)", "P_pg", B * kv_tok / layers, "KiB",
            "the unit the attention kernel gathers: a block's keys and values for one layer")
     blocks = blocks_for_tokens(s, L_avg, B)

@@ -5,11 +5,7 @@ import sympy
 
 from solvers.derivation import Sheet, Side, ceil_of, floor_of, min_of
 from solvers.models.collective import tp_all_reduce
-from solvers.models.common import (
-    dtype_bytes,
-    model_params,
-    peak_flops,
-)
+from solvers.models.common import dtype_bytes, given_config, given_model_params, given_peak_flops
 from solvers.models.kvcache import (
     kv_bytes_per_token_per_gpu_given,
 )
@@ -46,21 +42,20 @@ def _preemption_regime(s: Sheet, t_rec, t_swap, W_star, W) -> None:
 
 def solve(p, s: Sheet) -> None:
     model, n_gpus = p.model, p.tp
-    peak = peak_flops(p.gpu, p.weight_dtype)
 
     n = s.param("TP", "tp")
     C = s.param("C", "context")
-    N = s.given("N", model_params(model), "", "parameters (dense: all of them work on every token)")
-    L = s.given("L", model.layers, "", "layers")
-    H = s.given("H_q", model.heads, "", "query heads")
-    d = s.given("d_h", model.head_dim, "", "head dim")
+    N = given_model_params(s, model)
+    L = given_config(s, model, "layers")
+    H = given_config(s, model, "heads")
+    d = given_config(s, model, "head_dim")
     F_w = s.step("flops_weights", "Weight FLOPs of the re-prefill", "F_w", 2 * N * C, "TFLOP",
                  "a multiply-add (2 FLOPs) per parameter per token, embeddings included")
     F_a = s.step("flops_attention", "Attention FLOPs of the re-prefill", "F_a", 2 * L * H * d * C**2, "TFLOP",
                  "QKᵀ and AV cost 4·C²·H·d per layer; the causal mask halves it")
     F = s.step("flops", "FLOPs recompute redoes", "F", F_w + F_a, "TFLOP",
                "the victim's whole prefill, done again")
-    P = s.given("P", peak, "TFLOP/s", f"{p.gpu.name} dense {p.weight_dtype} peak")
+    P = given_peak_flops(s, p.gpu, p.weight_dtype)
     eta = s.param("eta", "mfu")
     t_math = s.step("t_recompute_math", "Recompute math", "t_math", F / (n * P * eta), "ms",
                     "the TP group shares the prefill at its achievable compute")

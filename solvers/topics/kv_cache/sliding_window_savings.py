@@ -2,10 +2,7 @@
 from __future__ import annotations
 
 from solvers.derivation import Sheet, ceil_of, min_of
-from solvers.models.common import (
-    dtype_bytes,
-    require_context,
-)
+from solvers.models.common import dtype_bytes, given_config, require_context
 from solvers.models.kvcache import (
     blocks_for_tokens,
     kv_bytes_per_token_given,
@@ -66,7 +63,7 @@ def solve(p, s: Sheet) -> None:
     model = p.model
     require_context(model, p.context)
     kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype)
-    L = s.given("L", model.layers, "", "layers")
+    L = given_config(s, model, "layers")
     L_w = s.given("L_w", model.sliding_window_layers, "", "layers with a sliding window")
     W = s.given("W", model.sliding_window, "tokens", "sliding window")
     C = s.param("C", "context")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import all_reduce_terms, tp_all_reduce
-from solvers.models.common import dtype_bytes, peak_flops
+from solvers.models.common import dtype_bytes, given_peak_flops, peak_flops
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
 from solvers.models.kvtransfer import active_params, attention_pair_flops
 from solvers.units import format_number, format_quantity
@@ -97,7 +97,7 @@ def solve(p, s: Sheet) -> None:
     TP = s.param("TP", "tp")
     kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype)
     KV = kv_bytes_per_token_per_gpu_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype, TP)
-    P = s.given("P", peak_flops(gpu, p.weight_dtype), "TFLOP/s", f"{gpu.name} dense {p.weight_dtype} peak")
+    P = given_peak_flops(s, gpu, p.weight_dtype)
     mfu = s.param("η", "mfu")
     T = s.param("T", "prompt")
     k = s.param("k", "fan_in")

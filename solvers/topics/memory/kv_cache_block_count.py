@@ -2,10 +2,7 @@
 from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, min_of
-from solvers.models.common import (
-    GPU_MEMORY_UTILIZATION,
-    dtype_bytes,
-)
+from solvers.models.common import GPU_MEMORY_UTILIZATION, dtype_bytes, given_config
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_heads_per_gpu
 from solvers.models.memory import profile_run_inputs
 from solvers.units import format_number, format_quantity
@@ -82,8 +79,8 @@ def solve(p, s: Sheet) -> None:
     if s.value(avail) <= 0:
         raise Reject("no memory for cache blocks: vLLM refuses to start")
     kv_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes(p.kv_dtype), p.kv_dtype)
-    L = s.given("L", p.model.layers, "", "layers")
-    H = s.given("H_kv", p.model.kv_heads, "", "KV heads")
+    L = given_config(s, p.model, "layers")
+    H = given_config(s, p.model, "kv_heads")
     bs = s.param("S_b", "block_size")
     heads = kv_heads_per_gpu(s, p.model, n)
     page = s.step("page_bytes", "Page per layer (one block)", "P", bs * kv_tok * heads / (H * L), "KiB",

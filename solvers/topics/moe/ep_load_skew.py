@@ -7,7 +7,7 @@ import zlib
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
-from solvers.models.common import dtype_bytes, hbm_bandwidth, peak_flops
+from solvers.models.common import given_config, given_hbm_bandwidth, given_peak_flops, given_weight_bytes
 from solvers.models.moe import GATED_MATRICES, REPLAYS, simulate_skew
 from solvers.units import format_number, format_quantity
 
@@ -90,13 +90,13 @@ def solve(p, s: Sheet) -> None:
     model, gpu = p.model, p.gpu
     if model.experts % int(p.ep):
         raise Reject(f"{model.experts} experts do not split evenly over {p.ep} GPUs")
-    b = s.given("b_w", dtype_bytes(p.weight_dtype), "B", f"bytes per weight ({p.weight_dtype})")
-    P = s.given("P", peak_flops(gpu, p.weight_dtype), "TFLOP/s", f"{gpu.name} dense {p.weight_dtype} peak")
-    BW = s.given("BW", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
-    E = s.given("E", model.experts, "", "routed experts per MoE layer")
-    k = s.given("k", model.experts_per_token, "", "routed experts each token picks")
-    h = s.given("h", model.hidden, "", "hidden size")
-    f = s.given("f_x", model.expert_ffn, "", "FFN width of one expert")
+    b = given_weight_bytes(s, p.weight_dtype)
+    P = given_peak_flops(s, gpu, p.weight_dtype)
+    BW = given_hbm_bandwidth(s, gpu)
+    E = given_config(s, model, "experts")
+    k = given_config(s, model, "experts_per_token")
+    h = given_config(s, model, "hidden")
+    f = given_config(s, model, "expert_ffn")
     G = s.param("G", "ep")
     B = s.param("B", "batch")
     m = s.param("m", "hot")

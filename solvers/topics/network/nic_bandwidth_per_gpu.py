@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import dtype_bytes, hbm_bytes, model_params, peak_flops
+from solvers.models.common import dtype_bytes, given_config, given_peak_flops, hbm_bytes, model_params
 
 ADAM_STATE_BYTES = 16  # bf16 weights and grads, fp32 master weights and two moments (ZeRO)
 
@@ -57,14 +57,14 @@ def solve(p, s: Sheet) -> None:
     if shard * ADAM_STATE_BYTES > hbm_bytes(p.gpu):
         raise Reject("the training state of one GPU's shard does not fit its HBM")
     N = s.given("N", model_params(p.model), "billion params", f"{p.model.name} parameters")
-    h = s.given("h", p.model.hidden, "", f"{p.model.name} hidden size")
+    h = given_config(s, p.model, "hidden")
     tp = s.param("TP", "tp")
     pp = s.param("PP", "pp")
     d = s.param("d", "dp")
     m = s.param("m", "microbatches")
     S = s.param("S", "seq")
     b = s.given("b", dtype_bytes("bf16"), "B", "bytes per bf16 gradient")
-    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    P = given_peak_flops(s, p.gpu, "bf16")
     u = s.param("MFU", "mfu")
     B_nic = s.given("B_nic", p.nic.gbit_s * 1e9 / 8, "Gb/s", f"{p.nic.name} line rate")
 

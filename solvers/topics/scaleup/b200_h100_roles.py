@@ -8,7 +8,16 @@ import sympy
 from solvers.conventions import convention_value
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
 from solvers.models.collective import link_bandwidth
-from solvers.models.common import GPU_MEMORY_UTILIZATION, hbm_bandwidth, hbm_bytes, peak_flops
+from solvers.models.common import (
+    GPU_MEMORY_UTILIZATION,
+    given_active_params,
+    given_config,
+    given_hbm_bandwidth,
+    given_hbm_bytes,
+    given_peak_flops,
+    hbm_bandwidth,
+    peak_flops,
+)
 from solvers.models.kvcache import kv_bytes_per_token_given
 from solvers.models.moe import copy_bytes
 from solvers.units import format_number, format_quantity
@@ -49,10 +58,10 @@ def _pool(s: Sheet, tag: str, gpu, W, W_bytes: float, nic, m) -> _Pool:
     memory-bound at the batch the TPOT and KV room allow; the MoE all-to-all goes over NVLink inside
     a node and over the NIC between nodes."""
     G_n = m["G_n"]
-    M = s.given(f"M_{tag}", hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
-    P = s.given(f"P_{tag}", peak_flops(gpu, "fp8"), "TFLOP/s", f"{gpu.name} dense fp8 peak")
+    M = given_hbm_bytes(s, gpu, f"M_{tag}")
+    P = given_peak_flops(s, gpu, "fp8", f"P_{tag}")
     P16 = s.given(f"P16_{tag}", peak_flops(gpu, "bf16"), "TFLOP/s", f"{gpu.name} dense bf16 peak (attention)")
-    BW = s.given(f"BW_{tag}", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
+    BW = given_hbm_bandwidth(s, gpu, f"BW_{tag}")
     nvl = link_bandwidth(s, gpu, GPUS_PER_NODE, group=tag)
     nodes = s.step(f"nodes_{tag}", f"{gpu.name} nodes per replica", f"n_{tag}",
                    2 ** ceil_of(sympy.log(max_of(1, W / (m["f"] * G_n * M)), 2)), "nodes",
@@ -165,14 +174,14 @@ def solve(p, s: Sheet) -> None:
     busy = s.param("ρ_max", "max_busy")
     L_moe = s.param("L_moe", "moe_layers")
     G_n = s.given("G_n", GPUS_PER_NODE, "GPUs", "GPUs per node")
-    N_a = s.given("N_a", model.active_params_b * 1e9, "", f"active parameters per token ({model.name})")
-    L = s.given("L", model.layers, "", "layers")
-    H = s.given("H_q", model.heads, "", "query heads")
+    N_a = given_active_params(s, model, "N_a")
+    L = given_config(s, model, "layers")
+    H = given_config(s, model, "heads")
     d_h = s.given("d_h", model.head_dim, "", "head dim (no-RoPE key, value)")
-    d_r = s.given("d_r", model.qk_rope_head_dim, "", "RoPE key dim")
-    d_c = s.given("d_c", model.kv_lora_rank, "", "latent rank")
-    h = s.given("h", model.hidden, "", "hidden size")
-    k = s.given("k", model.experts_per_token, "", "routed experts per token")
+    d_r = given_config(s, model, "qk_rope_head_dim")
+    d_c = given_config(s, model, "kv_lora_rank")
+    h = given_config(s, model, "hidden")
+    k = given_config(s, model, "experts_per_token")
     d_copy, c_copy = copy_bytes(s, h)
     nic_B = s.given("BW_NIC_B", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name} per B200 GPU, each direction")
     nic_H = s.given("BW_NIC_H", p.old_nic.gbit_s * 1e9 / 8, "GB/s",

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import peak_flops
+from solvers.models.common import given_peak_flops
 from solvers.models.training import FLOPS_PER_PARAM_TOKEN
 from solvers.units import format_number, format_quantity
 
@@ -65,7 +65,7 @@ def _schedule_regime(s: Sheet, W, T_dl, T_c) -> None:
 def solve(p, s: Sheet) -> None:
     N, D, G, u, T_dl = (s.param(sym, name) for sym, name in (
         ("N", "params"), ("D", "tokens"), ("G", "gpus"), ("MFU", "mfu"), ("T_dl", "deadline")))
-    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    P = given_peak_flops(s, p.gpu, "bf16")
     I_ref, T_ref, G_ref = (s.param(sym, name) for sym, name in (
         ("I_ref", "ref_interruptions"), ("T_ref", "ref_days"), ("G_ref", "ref_gpus")))
     tau, C, R = (s.param(sym, name) for sym, name in (
