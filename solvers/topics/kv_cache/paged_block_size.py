@@ -9,11 +9,9 @@ from solvers.models.kvcache import (
 )
 from solvers.units import format_number, format_quantity
 
+
 # PagedAttention (Kwon et al., SOSP 2023) reports vLLM wasting under 4% of the KV cache: the bar
 # below which fragmentation is called negligible here.
-WASTE_TOLERANCE = 0.04
-
-
 def _block_choices(s: Sheet, B, L_avg, P, tau, blocks) -> None:
     """The trade at half and twice this block size, judged on the variant's numbers."""
     def share(size):
@@ -93,7 +91,7 @@ def solve(p, s: Sheet) -> None:
                  "each request's own text")
     s.step("prefix_recompute", "System-prompt tokens each new request prefills again", "P_miss", P - hit, "tokens",
            "the tail of the prompt past its last full block misses the cache")
-    tau = s.given("tau", WASTE_TOLERANCE, "%", "waste counted as negligible (PagedAttention: under 4%)")
+    tau = s.param("tau", "waste_tolerance")
     L_star = s.step("boundary_length", "Mean length at which the waste reaches the bar", "L_star",
                     w * (1 - tau) / tau, "tokens", "solve w / (L + w) = τ for L")
 

@@ -9,13 +9,10 @@ MATERIAL_GAP = 0.01
 
 
 # SGLang's chunked_prefill_size as the question states it: every prefill chunk becomes a node of the tree.
-SGLANG_CHUNK = 8192
-
-
 def _after_eviction(s: Sheet, B, P, D, S, R, M) -> None:
     """What each engine still serves once the allocator needed room for R tokens, this chat least recently used."""
     Y = s.param("Y", "reply")
-    C = s.given("C", SGLANG_CHUNK, "tokens", "SGLang prefill chunk (chunked_prefill_size)")
+    C = s.param("C", "sglang_chunk")
     if s.compare(S + Y + B, D) > 0:
         raise Reject("the first prompt must hold more than the system prompt")
     c = s.step("cached_blocks", "Full blocks the previous turn left cached", "c", floor_of(D / B), "blocks",
