@@ -1,7 +1,7 @@
 """Choosing the KV block size - empty slots, kernel gathers, prefix hits."""
 from __future__ import annotations
 
-from solvers.derivation import Sheet, ceil_of, floor_of
+from solvers.derivation import Sheet, Side, ceil_of, floor_of
 from solvers.models.common import dtype_bytes, given_config
 from solvers.models.kvcache import (
     blocks_for_tokens,
@@ -49,24 +49,19 @@ def _block_choices(s: Sheet, B, L_avg, P, tau, blocks) -> None:
 def _block_regime(s: Sheet, share, tau, L_star, L_avg, blocks, waste) -> None:
     pct, bar = s.text(share), s.text(tau)
     count, empty = format_number(s.value(blocks)), s.text(waste)
-    if s.compare(L_avg, L_star) > 0:
-        s.set_regime(
-            "waste-negligible",
-            f"Sequences are long next to the block: {pct} of the cache ({empty}) sits empty, under the {bar} "
-            f"bar. A bigger block would cut the {count} blocks per sequence the kernel walks and feed it larger "
-            "contiguous reads; what it costs is coarser prefix matching more than memory.",
-            L_star, L_avg,
-            "With shorter sequences (or a bigger block) the partial last block becomes a visible share of the "
-            "cache and costs concurrency: smaller blocks win back memory at the price of more, smaller gathers.")
-    else:
-        s.set_regime(
-            "waste-material",
-            f"Sequences are short next to the block: {pct} of the cache ({empty}) sits empty, above the {bar} "
-            "bar. A smaller block returns that memory as extra concurrency and matches prefixes more finely, "
-            f"at the price of more than the {count} blocks per sequence the kernel walks now.",
-            L_star, L_avg,
-            "With longer sequences (or a smaller block) the partial last block is a rounding error, and the "
-            "block size is chosen for kernel efficiency: fewer page-table entries and longer contiguous reads.")
+    s.regime_by(L_avg, L_star, tie="below", above=Side(
+        "waste-negligible",
+        f"Sequences are long next to the block: {pct} of the cache ({empty}) sits empty, under the {bar} "
+        f"bar. A bigger block would cut the {count} blocks per sequence the kernel walks and feed it larger "
+        "contiguous reads; what it costs is coarser prefix matching more than memory.",
+        "With shorter sequences (or a bigger block) the partial last block becomes a visible share of the cache "
+        "and costs concurrency: smaller blocks win back memory at the price of more, smaller gathers."), below=Side(
+        "waste-material",
+        f"Sequences are short next to the block: {pct} of the cache ({empty}) sits empty, above the {bar} "
+        "bar. A smaller block returns that memory as extra concurrency and matches prefixes more finely, "
+        f"at the price of more than the {count} blocks per sequence the kernel walks now.",
+        "With longer sequences (or a smaller block) the partial last block is a rounding error, and the "
+        "block size is chosen for kernel efficiency: fewer page-table entries and longer contiguous reads."))
 
 
 def solve(p, s: Sheet) -> None:

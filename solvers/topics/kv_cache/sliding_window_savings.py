@@ -1,7 +1,7 @@
 """What sliding-window layers save in KV cache, and who decides."""
 from __future__ import annotations
 
-from solvers.derivation import Sheet, ceil_of, min_of
+from solvers.derivation import Sheet, Side, ceil_of, min_of
 from solvers.models.common import dtype_bytes, given_config, require_context
 from solvers.models.kvcache import (
     blocks_for_tokens,
@@ -36,27 +36,22 @@ def _window_allocator(s: Sheet, saving, n_win, full_blocks, W, C) -> None:
 def _window_regime(s: Sheet, f, saving, kept_full, kept_win, C_star, C) -> None:
     cap, got = s.text(f), s.text(saving)
     full, win = s.text(kept_full), s.text(kept_win)
-    if s.compare(C, C_star) > 0:
-        s.set_regime(
-            "layer-ratio",
-            f"The full-context layers keep {full} of the full cache, the windowed ones only {win}: the saving "
-            f"({got}) is capped by the windowed share of layers ({cap}), and even a zero-length window would add "
-            f"no more than {win}. More windowed layers, not a shorter window, is the bigger lever.",
-            C_star, C,
-            "Below the boundary context the windowed layers keep more KV than the full ones: the window length, "
-            "not the layer ratio, decides the saving, and at or below the window it is zero.")
-    else:
-        detail = (f"the window covers the whole context, so the saving is zero of a possible {cap}"
-                  if s.value(saving) == 0 else
-                  f"the window length decides the saving, {got} of a possible {cap}, and a shorter window "
-                  "could win back at least half of what is left")
-        s.set_regime(
-            "window",
-            f"The windowed layers keep {win} of the full cache, at least the {full} the full-context layers keep: "
-            f"{detail}.",
-            C_star, C,
-            "At longer contexts the windows drop most of the context and the saving approaches the windowed "
-            "share of layers: then the layer ratio, not the window, sets it.")
+    detail = (f"the window covers the whole context, so the saving is zero of a possible {cap}"
+              if s.value(saving) == 0 else
+              f"the window length decides the saving, {got} of a possible {cap}, and a shorter window "
+              "could win back at least half of what is left")
+    s.regime_by(C, C_star, tie="below", above=Side(
+        "layer-ratio",
+        f"The full-context layers keep {full} of the full cache, the windowed ones only {win}: the saving "
+        f"({got}) is capped by the windowed share of layers ({cap}), and even a zero-length window would add "
+        f"no more than {win}. More windowed layers, not a shorter window, is the bigger lever.",
+        "Below the boundary context the windowed layers keep more KV than the full ones: the window length, "
+        "not the layer ratio, decides the saving, and at or below the window it is zero."), below=Side(
+        "window",
+        f"The windowed layers keep {win} of the full cache, at least the {full} the full-context layers keep: "
+        f"{detail}.",
+        "At longer contexts the windows drop most of the context and the saving approaches the windowed "
+        "share of layers: then the layer ratio, not the window, sets it."))
 
 
 def solve(p, s: Sheet) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, floor_of
+from solvers.derivation import Reject, Sheet, Side, floor_of
 from solvers.models.common import (
     dtype_bytes,
 )
@@ -59,22 +59,17 @@ def _paging_judgements(s: Sheet, res: dict[str, sympy.Symbol], waste, gain) -> N
 
 def _waste_regime(s: Sheet, res: dict[str, sympy.Symbol]) -> None:
     reserved, frag = (s.text(res[k]) for k in ("reserved", "frag"))
-    if s.compare(res["output"], res["boundary"]) > 0:
-        s.set_regime(
-            "reservation-dominated",
-            f"Outputs run long enough to fill most of the maximum: the slots held for tokens still to come "
-            f"({reserved} on average) outweigh the slots never used ({frag}).",
-            res["boundary"], res["output"],
-            "With shorter outputs, or a generous maximum context, most of each reservation is never touched: "
-            "the waste is fragmentation, and paging returns many times the capacity.")
-    else:
-        s.set_regime(
-            "fragmentation-dominated",
-            f"Requests stop far short of the maximum they reserve: the slots never used ({frag}) outweigh "
-            f"those held for tokens still to come ({reserved} on average).",
-            res["boundary"], res["output"],
-            "When outputs fill most of the maximum context, the bigger waste is slots reserved for tokens that "
-            "arrive later; paging still removes it, but there is less to win.")
+    s.regime_by(res["output"], res["boundary"], tie="below", above=Side(
+        "reservation-dominated",
+        f"Outputs run long enough to fill most of the maximum: the slots held for tokens still to come "
+        f"({reserved} on average) outweigh the slots never used ({frag}).",
+        "With shorter outputs, or a generous maximum context, most of each reservation is never touched: "
+        "the waste is fragmentation, and paging returns many times the capacity."), below=Side(
+        "fragmentation-dominated",
+        f"Requests stop far short of the maximum they reserve: the slots never used ({frag}) outweigh "
+        f"those held for tokens still to come ({reserved} on average).",
+        "When outputs fill most of the maximum context, the bigger waste is slots reserved for tokens that "
+        "arrive later; paging still removes it, but there is less to win."))
 
 
 def solve(p, s: Sheet) -> None:
