@@ -241,6 +241,7 @@ class Sheet:
     # As sympy numbers, for sympy's own evaluation: the others at once, the rationals once needed (_sympy_values).
     _values: dict[sympy.Symbol, sympy.Basic] = field(default_factory=dict)
     _shown: dict[sympy.Symbol, str] = field(default_factory=dict)
+    _units: dict[sympy.Symbol, str] = field(default_factory=dict)  # the unit each was declared in
 
     def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> sympy.Symbol:
         """A number the variant supplies (parameter, datasheet figure, assumption).
@@ -334,6 +335,11 @@ class Sheet:
     def value(self, sym: sympy.Symbol) -> float:
         return self._numbers[sym]
 
+    def text(self, sym: sympy.Symbol, digits: int | None = None) -> str:
+        """A given's or step's value as the solution shows it: in the unit it was declared in, to
+        `digits` significant figures (the sheet's 4 by default)."""
+        return format_quantity(self._numbers[sym], self._units[sym], 4 if digits is None else digits)
+
     def number(self, key: str) -> float:
         """A step's number by its answer key (`results` also holds choices and judgements)."""
         value = self.results[key]
@@ -412,6 +418,7 @@ class Sheet:
 
     def _remember(self, sym: sympy.Symbol, exact: rational.Exact | sympy.Float, unit: str) -> None:
         number = self._numbers[sym] = float(exact)
+        self._units[sym] = unit
         if isinstance(exact, (int, Fraction)):
             self._rationals[sym] = exact
         else:
@@ -469,6 +476,9 @@ class QuickSheet(Sheet):
 
     def value(self, sym: sympy.Symbol) -> float:
         return self.evaluate(sym)
+
+    def text(self, sym: sympy.Symbol, digits: int | None = None) -> str:
+        return ""  # a scan prints nothing: the text goes only into what a Sheet shows
 
     def symbol(self, name: str) -> sympy.Symbol:
         if name not in self._named:

@@ -228,7 +228,7 @@ def test_mla_vs_gqa_levers_follow_the_layout(variant):
 
 def test_mla_vs_gqa_pinned_seed(variant):
     solution = variant("mla-vs-gqa-under-tp@0")
-    assert [p.raw for p in solution.params] == ["qwen2.5-72b", "b200", "fp8", 8, 512, "fp8", 4096]
+    assert [p.raw for p in solution.params] == ["qwen2.5-72b", "b200", "fp8", 8, 512, "fp8", 4096, 64, 8]
     assert solution.expected["requests_gqa"] == 1822
     assert solution.expected["requests_mla"] == 810
     assert solution.expected["regime"] == "gqa-holds-more"

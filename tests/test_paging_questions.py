@@ -75,7 +75,7 @@ def test_paged_block_size_matches_plain_arithmetic(variant, seed):
 def test_paged_block_size_pinned_seed(variant):
     """Pinned again after the prefix-shorter constraint and the narrower prefix range changed the draws."""
     solution = variant("paged-block-size@3")
-    assert [p.raw for p in solution.params] == ["llama-3-70b", "bf16", 128, 24, 850, 481]
+    assert [p.raw for p in solution.params] == ["llama-3-70b", "bf16", 128, 24, 850, 481, 4]
     assert solution.expected["waste_share"] == pytest.approx(63.5 / 913.5)
     assert solution.expected["regime"] == "waste-material"
 

@@ -79,3 +79,13 @@ def test_a_float_division_by_zero_in_a_quick_solve_is_a_reject_as_sympy_s_zoo_is
         sheet.step("x", "a rate over no time", "x", sheet.given("a", 1.0) / sheet.given("t", 0.0))
     with pytest.raises(ZeroDivisionError), Sheet().solving():
         raise ZeroDivisionError("on a Sheet a Python division by zero is a solver bug and stays one")
+
+
+def test_a_value_shows_in_the_unit_it_was_declared_in_and_a_scan_prints_nothing():
+    sheet = Sheet()
+    t = sheet.step("t", "Step time", "t", sheet.given("W", 140e9, "GB") / sheet.given("BW", 4.8e12, "TB/s"), "ms")
+    share = sheet.given("u", 0.9, "%")
+    assert (sheet.text(t), sheet.text(t, 3), sheet.text(share)) == ("29.17 ms", "29.2 ms", "90%")
+    assert sheet.text(sheet.given("n", 1, "tokens")) == "1 token"
+    quick = QuickSheet()
+    assert quick.text(quick.step("t", "Step time", "t", quick.given("W", 140e9, "GB") / 4.8e12, "ms")) == ""

@@ -271,6 +271,6 @@ def test_gain_matches_a_scheduling_simulation(variant, code):
 
 def test_padding_pinned_seed(variant):
     solution = variant("continuous-batching-padding@0")
-    assert [p.raw for p in solution.params] == [8, 110, 0.1, [111, 104, 114, 125, 121, 103, 97, 103], 15]
+    assert [p.raw for p in solution.params] == [8, 110, 0.1, [111, 104, 114, 125, 121, 103, 97, 103], 15, 2]
     assert solution.expected["waste"] == 122
     assert solution.expected["regime"] == "small-gain"

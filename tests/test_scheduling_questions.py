@@ -706,6 +706,6 @@ def test_roofline_matches_plain_arithmetic(variant, seed):
 
 def test_roofline_pinned_seed(variant):
     solution = variant("roofline-model-breaks@7")
-    assert [p.raw for p in solution.params] == ["qwen2.5-72b", "b200", 8, 240, 1200, 65, 15, 0.55, 60]
+    assert [p.raw for p in solution.params] == ["qwen2.5-72b", "b200", 8, 240, 1200, 65, 15, 0.55, 60, 10, 2]
     assert solution.expected["dominant"] == "all-reduce"
     assert solution.expected["regime"] == "off-by-a-factor"

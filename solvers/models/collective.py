@@ -15,6 +15,7 @@ import sympy
 from solvers.conventions import convention_value, scale_up_domain
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet
+from solvers.models.common import given_config, given_nvlink
 
 ACTIVATION_BYTES = 2  # bf16 activations cross the link
 
@@ -33,7 +34,7 @@ def link_bandwidth(s: Sheet, gpu: Record, tp: int, nic: Record | None = None, gr
     apart where one sheet prices several groups (two GPU types, two TP widths)."""
     symbol = _suffix("BW_link", group)
     if not crosses_domain(gpu, tp):
-        return s.given(symbol, gpu.nvlink_gb_s * 1e9 / 2, "GB/s", f"{gpu.name} NVLink per GPU, each direction")
+        return given_nvlink(s, gpu, symbol)
     if nic is None:
         raise Reject(f"TP {tp} leaves the {gpu.name} NVLink domain and the variant names no NIC")
     return s.given(symbol, nic.gbit_s * 1e9 / 8, "GB/s",
@@ -74,8 +75,8 @@ def all_reduce_terms(s: Sheet, model: Record, gpu: Record, tp: int, *, nic: Reco
     bandwidth = link_bandwidth(s, gpu, tp, nic, group)
     alpha = link_latency(s, gpu, tp, group) if latency is None else latency
     n = tp_symbol if tp_symbol is not None else s.given("TP", tp, "GPUs", "GPUs in the tensor-parallel group")
-    L = s.given("L", model.layers, "", "layers")
-    h = s.given("h", model.hidden, "", "hidden size")
+    L = given_config(s, model, "layers")
+    h = given_config(s, model, "hidden")
     b_a = s.given("b_a", ACTIVATION_BYTES, "B", "bytes per activation (bf16)")
     return AllReduceTerms(2 * L * alpha, 2 * L * 2 * (n - 1) / n * h * b_a / bandwidth)
 
@@ -99,7 +100,7 @@ def stage_send(s: Sheet, model: Record, gpu: Record, span: int, *, nic: Record |
     they fit the domain, the NIC once they span nodes. The send's latency (microseconds, against the
     milliseconds of a step's all-reduces) is left out."""
     link = link_bandwidth(s, gpu, span, nic)
-    h = s.given("h", model.hidden, "", "hidden size")
+    h = given_config(s, model, "hidden")
     b_a = s.given("b_a", ACTIVATION_BYTES, "B", "bytes per activation (bf16)")
     where = "the NIC" if crosses_domain(gpu, span) else "NVLink"
     return s.step("pp_send", "Stage-to-stage send per request", "x_PP", h * b_a / link, "us",

@@ -1,9 +1,12 @@
-"""Helpers shared by the topic solvers: dtypes, datasheet lookups, engine defaults, typed results."""
+"""Helpers shared by the topic solvers: dtypes, datasheet lookups, engine defaults, typed results, and
+the datasheet and model figures as givens, each with its unit and label said here once."""
 from __future__ import annotations
+
+import sympy
 
 from solvers.conventions import convention_value
 from solvers.data import Record
-from solvers.derivation import Reject
+from solvers.derivation import Reject, Sheet
 from solvers.dtypes import DTYPE_BYTES
 
 GPU_MEMORY_UTILIZATION = convention_value("usable-hbm")  # the conventions card says it once
@@ -35,6 +38,64 @@ def hbm_bandwidth(gpu: Record) -> float:
 
 def model_params(model: Record) -> float:
     return model.params_b * 1e9
+
+
+def given_peak_flops(s: Sheet, gpu: Record, dtype: str, symbol: str = "P") -> sympy.Symbol:
+    return s.given(symbol, peak_flops(gpu, dtype), "TFLOP/s", f"{gpu.name} dense {dtype} peak")
+
+
+def given_hbm_bandwidth(s: Sheet, gpu: Record, symbol: str = "BW") -> sympy.Symbol:
+    return s.given(symbol, hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
+
+
+def given_hbm_bytes(s: Sheet, gpu: Record, symbol: str = "M") -> sympy.Symbol:
+    return s.given(symbol, hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
+
+
+def given_nvlink(s: Sheet, gpu: Record, symbol: str = "BW_NVL") -> sympy.Symbol:
+    """A GPU's NVLink bandwidth each way: half the datasheet's figure, which counts both directions."""
+    return s.given(symbol, gpu.nvlink_gb_s * 1e9 / 2, "GB/s", f"{gpu.name} NVLink per GPU, each direction")
+
+
+def given_nic(s: Sheet, nic: Record, symbol: str = "BW_NIC") -> sympy.Symbol:
+    """A NIC's line rate in bytes, each way: one NIC per GPU."""
+    return s.given(symbol, nic.gbit_s * 1e9 / 8, "GB/s", f"{nic.name} per GPU, each direction")
+
+
+def given_model_params(s: Sheet, model: Record, symbol: str = "N") -> sympy.Symbol:
+    return s.given(symbol, model_params(model), "", f"{model.name} parameters")
+
+
+def given_active_params(s: Sheet, model: Record, symbol: str = "N_act") -> sympy.Symbol:
+    return s.given(symbol, model.active_params_b * 1e9, "", f"{model.name} active parameters per token")
+
+
+def given_weight_bytes(s: Sheet, dtype: str, symbol: str = "b_w") -> sympy.Symbol:
+    return s.given(symbol, dtype_bytes(dtype), "B", f"bytes per weight ({dtype})")
+
+
+def given_kv_bytes(s: Sheet, dtype: str, symbol: str = "b_kv") -> sympy.Symbol:
+    return s.given(symbol, dtype_bytes(dtype), "B", f"bytes per KV value ({dtype})")
+
+
+# A model's config fields as givens: the symbol formulas call each by, and its label.
+CONFIG_FIELDS = {
+    "layers": ("L", "layers"),
+    "heads": ("H_q", "query heads"),
+    "kv_heads": ("H_kv", "KV heads"),
+    "head_dim": ("d_h", "head dim"),
+    "hidden": ("h", "hidden size"),
+    "kv_lora_rank": ("d_c", "KV latent rank (kv_lora_rank)"),
+    "qk_rope_head_dim": ("d_r", "decoupled RoPE key dim"),
+    "experts": ("E", "routed experts per MoE layer"),
+    "experts_per_token": ("k", "routed experts each token picks"),
+    "expert_ffn": ("f_x", "FFN width of one expert"),
+}
+
+
+def given_config(s: Sheet, model: Record, field: str, symbol: str | None = None) -> sympy.Symbol:
+    default, label = CONFIG_FIELDS[field]
+    return s.given(symbol or default, getattr(model, field), "", label)
 
 
 def require_context(model: Record, tokens: int) -> None:

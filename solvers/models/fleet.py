@@ -5,7 +5,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Sheet, ceil_of
-from solvers.models.common import model_params, peak_flops
+from solvers.models.common import given_peak_flops, model_params
 from solvers.models.training import FLOPS_PER_PARAM_TOKEN
 
 BACKWARD_SHARE = sympy.Rational(2, 3)  # the backward pass's 4 of those 6 FLOPs
@@ -29,7 +29,7 @@ def training_run(p, s: Sheet) -> tuple[sympy.Symbol, ...]:
     compute, the GPU's dense peak and the MFU."""
     F = s.prerequisite("training-compute-budget", "F", FLOPS_PER_PARAM_TOKEN * model_params(p.model) * p.tokens,
                        "FLOP", f"training FLOPs, 6·N·D for {p.model.name} on the run's tokens")
-    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    P = given_peak_flops(s, p.gpu, "bf16")
     return F, s.param("T", "days"), P, s.param("MFU", "mfu")
 
 

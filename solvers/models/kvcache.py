@@ -13,25 +13,26 @@ import sympy
 
 from solvers.data import Record
 from solvers.derivation import Sheet, ceil_of, floor_of, max_of
+from solvers.models.common import given_config
 
 
 def _mla_latent(sheet: Sheet, model: Record) -> sympy.Expr:
     """Elements MLA caches per layer: the compressed latent plus the decoupled RoPE key."""
-    latent = sheet.given("d_c", model.kv_lora_rank, "", "KV latent rank (kv_lora_rank)")
-    rope = sheet.given("d_r", model.qk_rope_head_dim, "", "decoupled RoPE key dim")
+    latent = given_config(sheet, model, "kv_lora_rank")
+    rope = given_config(sheet, model, "qk_rope_head_dim")
     return latent + rope
 
 
 def kv_bytes_per_token(sheet: Sheet, model: Record, kv_bytes: sympy.Symbol, key: str = "kv_per_token",
                        unit: str = "KiB") -> sympy.Symbol:
     """Per-token KV cache bytes across all layers: GQA/MHA/MQA, or MLA's shared latent."""
-    layers = sheet.given("L", model.layers, "", "layers")
+    layers = given_config(sheet, model, "layers")
     if model.attention == "mla":
         return sheet.step(key, "KV cache bytes per token (MLA: one latent per layer)", "KV_tok",
                           layers * _mla_latent(sheet, model) * kv_bytes, unit,
                           "MLA caches one compressed latent plus the RoPE key per layer, shared by all heads")
-    kv_heads = sheet.given("H_kv", model.kv_heads, "", "KV heads")
-    head_dim = sheet.given("d_h", model.head_dim, "", "head dim")
+    kv_heads = given_config(sheet, model, "kv_heads")
+    head_dim = given_config(sheet, model, "head_dim")
     return sheet.step(key, "KV cache bytes per token", "KV_tok", 2 * layers * kv_heads * head_dim * kv_bytes, unit,
                       "a key and a value vector per KV head in every layer")
 
@@ -53,7 +54,7 @@ def kv_bytes_per_token_given(sheet: TakesPrerequisites, model: Record, kv_bytes:
 
 def kv_heads_per_gpu(sheet: Sheet, model: Record, tp: sympy.Symbol, key: str = "kv_heads_per_gpu") -> sympy.Symbol:
     """KV heads one GPU stores under TP: H_kv // TP, but never fewer than one (replication)."""
-    kv_heads = sheet.given("H_kv", model.kv_heads, "", "KV heads")
+    kv_heads = given_config(sheet, model, "kv_heads")
     return sheet.step(key, "KV heads per GPU", "H_gpu", max_of(1, floor_of(kv_heads / tp)), "",
                       "heads split across the TP ranks; past H_kv ranks each one keeps a replicated head")
 
@@ -61,13 +62,13 @@ def kv_heads_per_gpu(sheet: Sheet, model: Record, tp: sympy.Symbol, key: str = "
 def kv_bytes_per_token_per_gpu(sheet: Sheet, model: Record, kv_bytes: sympy.Symbol, tp: sympy.Symbol,
                                key: str = "kv_per_token_gpu", unit: str = "KiB") -> sympy.Symbol:
     """The KV bytes of one token that one GPU holds under tensor parallelism."""
-    layers = sheet.given("L", model.layers, "", "layers")
+    layers = given_config(sheet, model, "layers")
     if model.attention == "mla":
         return sheet.step(key, "KV bytes per token on each GPU (MLA)", "KV_gpu",
                           layers * _mla_latent(sheet, model) * kv_bytes, unit,
                           "the latent has no heads to split: every TP rank keeps all of it")
     heads = kv_heads_per_gpu(sheet, model, tp)
-    head_dim = sheet.given("d_h", model.head_dim, "", "head dim")
+    head_dim = given_config(sheet, model, "head_dim")
     return sheet.step(key, "KV bytes per token on each GPU", "KV_gpu", 2 * layers * heads * head_dim * kv_bytes,
                       unit, "a key and a value per layer for each KV head this GPU holds")
 
@@ -81,7 +82,7 @@ def kv_bytes_per_token_per_gpu_given(sheet: Sheet, model: Record, kv_bytes: floa
         return sheet.step("kv_per_token_gpu", "KV bytes per token on each GPU (MLA)", "KV_gpu", kv_tok, "KiB",
                           "the latent has no heads to split: every TP rank keeps all of it")
     heads = kv_heads_per_gpu(sheet, model, tp)
-    H_kv = sheet.given("H_kv", model.kv_heads, "", "KV heads")
+    H_kv = given_config(sheet, model, "kv_heads")
     return sheet.step("kv_per_token_gpu", "KV bytes per token on each GPU", "KV_gpu", kv_tok * heads / H_kv, "KiB",
                       "the KV heads this GPU holds, out of all of them")
 

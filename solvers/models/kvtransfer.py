@@ -12,21 +12,21 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Sheet
+from solvers.models.common import given_active_params, given_config, given_model_params
 
 
 def active_params(s: Sheet, model) -> sympy.Symbol:
     """Parameters a token's forward pass multiplies by: all of them, or an MoE's active share."""
-    active = model.get("active_params_b")
-    if active is None:
-        return s.given("N", model.params_b * 1e9, "", f"{model.name} parameters")
-    return s.given("N", active * 1e9, "", f"{model.name} active parameters per token (MoE)")
+    if model.get("active_params_b") is None:
+        return given_model_params(s, model)
+    return given_active_params(s, model, "N")
 
 
 def attention_pair_flops(s: Sheet, model) -> sympy.Symbol:
     """The attention-flops card: 4·d_h FLOPs per query head per layer for each query-key pair."""
-    L = s.given("L", model.layers, "", "layers")
-    H = s.given("H_q", model.heads, "", "query heads")
-    d_h = s.given("d_h", model.head_dim, "", "head dim")
+    L = given_config(s, model, "layers")
+    H = given_config(s, model, "heads")
+    d_h = given_config(s, model, "head_dim")
     return s.step("attention_pair_flops", "Attention FLOPs per query-key pair", "A", 4 * L * H * d_h, "FLOP",
                   "QKᵀ and PV, a multiply-add per head dimension each, for every query head in every layer")
 

@@ -14,17 +14,13 @@ from solvers.models.steptime import (
     all_reduce_steps,
     engine,
 )
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 
 def step_constants(p, overhead: bool = True) -> StepConstants:
     """The step-time model's constants as the question file states them."""
     return StepConstants(compute=p.compute_eff, bandwidth=p.bandwidth_eff,
                          overhead=p.overhead if overhead else None)
-
-
-def ms_text(s: Sheet, sym: sympy.Symbol) -> str:
-    return format_quantity(s.value(sym), "ms")
 
 
 def tokens_text(s: Sheet, sym: sympy.Symbol) -> str:

@@ -34,10 +34,14 @@ from solvers.models.collective import AllReduceTerms, all_reduce_terms
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
-    hbm_bandwidth,
+    given_config,
+    given_hbm_bandwidth,
+    given_hbm_bytes,
+    given_kv_bytes,
+    given_model_params,
+    given_peak_flops,
+    given_weight_bytes,
     hbm_bytes,
-    model_params,
-    peak_flops,
 )
 from solvers.models.kvcache import kv_bytes_per_token_per_gpu, kv_bytes_per_token_per_gpu_given
 from solvers.units import format_quantity
@@ -109,20 +113,20 @@ def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstan
     weight bytes, KV bytes per token per GPU and attention FLOPs per query-key pair.
     communication: the question adds TP communication itself (the stated model says so).
     kv_prerequisite: KV bytes per token stand as kv-bytes-per-token's result (the question requires it)."""
-    N = s.given("N", model_params(model), "", f"{model.name} parameters")
-    b_w = s.given("b_w", dtype_bytes(dtype), "B", f"bytes per weight ({dtype})")
-    b_kv = s.given("b_kv", dtype_bytes(kv_dtype), "B", f"bytes per KV value ({kv_dtype})")
+    N = given_model_params(s, model)
+    b_w = given_weight_bytes(s, dtype)
+    b_kv = given_kv_bytes(s, kv_dtype)
     TP = s.given("TP", tp, "GPUs", "GPUs in the tensor-parallel group")
-    P = s.given("P", peak_flops(gpu, dtype), "TFLOP/s", f"{gpu.name} dense {dtype} peak")
-    BW = s.given("BW", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
+    P = given_peak_flops(s, gpu, dtype)
+    BW = given_hbm_bandwidth(s, gpu)
     eta_c = s.given("η_c", constants.compute, "%", "achievable fraction of peak compute")
     eta_bw = s.given("η_bw", constants.bandwidth, "%", "achievable fraction of HBM bandwidth")
     t_oh = None
     if constants.overhead is not None:
         t_oh = s.given("t_oh", constants.overhead, "ms", "fixed overhead per step")
-    L = s.given("L", model.layers, "", "layers")
-    H = s.given("H_q", model.heads, "", "query heads")
-    d_h = s.given("d_h", model.head_dim, "", "head dim")
+    L = given_config(s, model, "layers")
+    H = given_config(s, model, "heads")
+    d_h = given_config(s, model, "head_dim")
 
     W = s.step("weights", "Weight bytes", "W", N * b_w, "GB", "every parameter once; each GPU holds 1/TP of them")
     KV = (kv_bytes_per_token_per_gpu_given(s, model, dtype_bytes(kv_dtype), kv_dtype, TP) if kv_prerequisite
@@ -223,8 +227,7 @@ def decode_costs(s: Sheet, e: Engine, model: Record, gpu: Record, tp: int, conte
 def on_gpu(s: Sheet, e: Engine, gpu: Record, tag: str, dtype: str = "bf16") -> Engine:
     """The same TP group of the same model on another GPU, in the same sheet: that GPU's own peak
     and bandwidth, named apart by `tag` (P_tag, BW_tag); the model's symbols are shared."""
-    return replace(e, P=s.given(f"P_{tag}", peak_flops(gpu, dtype), "TFLOP/s", f"{gpu.name} dense {dtype} peak"),
-                   BW=s.given(f"BW_{tag}", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth"))
+    return replace(e, P=given_peak_flops(s, gpu, dtype, f"P_{tag}"), BW=given_hbm_bandwidth(s, gpu, f"BW_{tag}"))
 
 
 def mean_decode_context(s: Sheet, prompt: sympy.Expr, reply: sympy.Expr) -> sympy.Symbol:
@@ -250,7 +253,7 @@ class Decode:
 def usable_hbm(s: Sheet, gpu: Record, name: str = "M") -> sympy.Expr:
     """The HBM of one GPU that weights and KV may fill: its capacity (given as `name`) times the card's
     usable-hbm share."""
-    M = s.given(name, hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
+    M = given_hbm_bytes(s, gpu, name)
     return M * s.given("u_HBM", GPU_MEMORY_UTILIZATION, "%", "usable fraction of HBM (the card's usable-hbm)")
 
 

@@ -3,10 +3,7 @@ from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
 from solvers.models.calibration import BITS, SIM_REPEATS, SIM_SPREAD, SIM_WIDTH, simulate
-from solvers.units import format_number, format_quantity
-
-SEQUENCE = 2048  # tokens per calibration sample (GPTQ's 2,048-token C4 segments)
-
+from solvers.units import format_number
 
 TOO_CLOSE = 1.5  # within this factor of the crossover the verdict would turn on the simulation's noise
 
@@ -40,9 +37,9 @@ def _recipe(s: Sheet, p, ratio: float, all_ratio: float, need: float) -> None:
 
 
 def _regime(s: Sheet, p, r, r_star, rare, d, shortfall) -> None:
-    ratio, star = format_number(s.value(r), 3), format_number(s.value(r_star), 3)
-    tokens, width = format_number(s.value(rare)), format_number(s.value(d))
-    times = format_quantity(s.value(shortfall), "x")
+    ratio, star = s.text(r, 3), s.text(r_star, 3)
+    tokens, width = format_number(s.value(rare)), s.text(d)
+    times = s.text(shortfall)
     s.regime_by(r, r_star, tie="above", above=Side(
         "hessian-usable",
         f"The rarest expert sees {tokens} tokens for a {width}-wide input, {ratio} per dimension, past the "
@@ -66,7 +63,7 @@ def solve(p, s: Sheet) -> None:
     h = s.given("h", m.hidden, "", "hidden size (d_in of the up and gate projections)")
     f = s.given("f", m.ffn, "", "expert FFN size (d_in of the down projection)")
     n_s = s.param("n_s", "samples")
-    l_s = s.given("l_s", SEQUENCE, "tokens", "tokens per calibration sample")
+    l_s = s.param("l_s", "sequence")
     rho = s.param("ρ", "rare")
     target = s.param("m", "target")
     lam = s.param("λ", "damping")
@@ -103,8 +100,8 @@ def solve(p, s: Sheet) -> None:
     _recipe(s, p, ratio, s.value(N) / s.value(d), s.value(need))
 
     s.assume(f"Routing is the model's own gate on calibration text: the average expert gets k/E of the tokens and "
-             f"the rarest ρ times that; GPTQ's calibration is {SEQUENCE}-token samples (its C4 default), "
-             "every layer's expert inputs counted the same way.")
+             f"the rarest ρ times that; GPTQ's calibration is {format_number(p.sequence)}-token samples (its C4 "
+             "default), every layer's expert inputs counted the same way.")
     s.assume(f"Simulation: GPTQ (no grouping, no act-order) against round-to-nearest, {BITS}-bit symmetric "
              f"per-row scales, on a {SIM_WIDTH}-wide layer whose activations are Gaussian with variances spread "
              f"log-evenly over {format_number(SIM_SPREAD)} decade in a random basis; the crossover is taken "

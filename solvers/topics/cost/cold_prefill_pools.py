@@ -60,25 +60,22 @@ def _cold_assumptions(s: Sheet) -> None:
 
 
 def _cold_judgements(s: Sheet, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar) -> None:
-    v = s.value
-    seconds = format_quantity
-
     def judge(option: str, holds: bool, why: str) -> None:
         s.judge("facts", option, holds, why)
 
     judge("a cold prompt makes the TTFT target", s.compare(t_cold, tau) <= 0,
-          f"cold it takes {seconds(v(t_cold), 's')} against {seconds(v(tau), 's')}")
+          f"cold it takes {format_quantity(s.value(t_cold), 's')} against {s.text(tau)}")
     fp8 = max_of(cold.bytes / e.byte_rate, cold.flops / (2 * e.flop_rate)) + ar.of(T) + e.t_oh
     judge("fp8 GEMMs at twice the peak would let a cold prompt make it", s.compare(fp8, tau) <= 0,
-          f"half the math leaves {seconds(s.evaluate(fp8), 's')}: the all-reduces and overhead do not halve")
+          f"half the math leaves {format_quantity(s.evaluate(fp8), 's')}: the all-reduces and overhead do not halve")
     by_pool = s.number("batch_by_pool") < min(s.number("batch_by_bandwidth"), s.number("batch_by_compute"))
     judge("the decode batch is capped by the KV pool, not the TPOT target", by_pool,
           f"the pool holds {format_number(s.number('batch_by_pool'), 3)} requests at this context; the target "
           f"allows {format_number(min(s.number('batch_by_bandwidth'), s.number('batch_by_compute')), 3)}")
     judge("the prefill pool needs more replicas than the decode pool", s.compare(n_pre, n_dec) > 0,
-          f"{format_number(v(n_pre))} prefill against {format_number(v(n_dec))} decode replicas")
+          f"{s.text(n_pre)} prefill against {s.text(n_dec)} decode replicas")
     judge("without the cache the prefill pool would be at least twice as large", s.compare(n_cold, 2 * n_pre) >= 0,
-          f"{format_number(v(n_cold))} replicas cold against {format_number(v(n_pre))} warm")
+          f"{s.text(n_cold)} replicas cold against {s.text(n_pre)} warm")
     share = s.evaluate(ar.of(T) / t_cold)
     judge("the TP all-reduces are over a fifth of the cold prefill", share > AR_SHARE,
           f"they take {pct_text(share)} of it")
@@ -87,8 +84,8 @@ def _cold_judgements(s: Sheet, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar
 
 
 def _cold_regime(s: Sheet, t_cold, tau, h, n_pre, n_dec, ar_share: float) -> None:
-    cold, target, warm = format_quantity(s.value(t_cold), "s"), format_quantity(s.value(tau), "s"), pct_text(s.value(h))
-    pools = (f"{format_number(s.value(n_pre))} prefill and {format_number(s.value(n_dec))} decode replicas. The "
+    cold, target, warm = format_quantity(s.value(t_cold), "s"), s.text(tau), s.text(h, 3)
+    pools = (f"{s.text(n_pre)} prefill and {s.text(n_dec)} decode replicas. The "
              f"all-reduces are {pct_text(ar_share)} of the cold time as tp-all-reduce counts them, unoverlapped: the "
              "card's pessimism, since engines overlap part of them with the GEMMs")
     s.regime_by(t_cold, tau, tie="below", above=Side(

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.cost import pct_text
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 THIN = 0.25  # a gate passed with less than this margin is one the canary must confirm at peak
 
@@ -33,9 +33,9 @@ def _audit_regime(s: Sheet, name: str, check, slo, gate) -> None:
     one = s.given("g_1", 1, "x", "a gate used to its limit")
     real = Side(
         "real",
-        f"The cheapest row, {name}, passes every gate (p99 {format_quantity(s.value(tpot), 'ms')} against a "
-        f"{format_quantity(s.value(slo), 'ms')} SLO, quality {s.value(quality):+.1f} points against a "
-        f"{format_number(s.value(gate))}-point gate): the headline is a real win; roll it out behind a canary.",
+        f"The cheapest row, {name}, passes every gate (p99 {s.text(tpot)} against a "
+        f"{s.text(slo)} SLO, quality {s.value(quality):+.1f} points against a "
+        f"{s.text(gate)}-point gate): the headline is a real win; roll it out behind a canary.",
         "A p99 over the SLO or a quality drop past the gate would make the same headline a misleading win.",
         near=f"The cheapest row, {name}, passes every gate, but one sits near its limit: a real win on paper that "
              "the canary must confirm at peak.")
@@ -104,8 +104,8 @@ def solve(p, s: Sheet) -> None:
         if i == cheapest:
             headline_fails = failed
         s.judge("real_wins", change, not failed,
-                f"saves {pct_text(s.evaluate(saving))}, p99 {format_quantity(s.value(tpot), 'ms')}, quality "
-                f"{format_number(s.value(quality), 2)} pts" + (f": fails {', '.join(failed)}" if failed else ""))
+                f"saves {pct_text(s.evaluate(saving))}, p99 {s.text(tpot)}, quality "
+                f"{s.text(quality, 2)} pts" + (f": fails {', '.join(failed)}" if failed else ""))
     if not real:
         raise Reject("no real win to roll out")
     if len(real) == len(candidates):

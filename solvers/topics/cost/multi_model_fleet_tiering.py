@@ -22,7 +22,7 @@ from solvers.models.steptime import (
     step_time,
     step_work,
 )
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 DEDICATED_BUSY = sympy.Rational(1, 2)  # a model earns its own replicas once it keeps half of one busy at peak
 
@@ -126,8 +126,8 @@ def _tier_judgements(s: Sheet, top, u, per_model, k, w, d, busy_sh, ded_share, n
 def _tier_regime(s: Sheet, b_r, avg_r, cold_rate, rank) -> None:
     """Three tiers, two boundaries: half a replica busy at peak (dedicated), the cold threshold on the average
     rate (cold). A shared model is shown against the nearer of the two, in ratio."""
-    busy, r = format_number(s.value(b_r), 3), format_number(s.value(rank))
-    rate, floor = format_quantity(s.value(avg_r), "requests/s", 3), format_quantity(s.value(cold_rate), "requests/s")
+    busy, r = s.text(b_r, 3), s.text(rank)
+    rate, floor = s.text(avg_r, 3), s.text(cold_rate)
     line = s.given("b_ded", DEDICATED_BUSY, "", "busy replicas at peak that earn a model its own")
     dedicated = Side(
         "dedicated",

@@ -86,7 +86,7 @@ def _ledger_levers(s: Sheet, e, u, v, P_in, L_out, ar, pool, lam, n) -> None:
 
 
 def _ledger_regime(s: Sheet, mix, r, share, x) -> None:
-    ratio, tokens, part = format_number(s.value(r), 3), format_number(s.value(mix), 3), pct_text(s.value(share))
+    ratio, tokens, part = format_number(s.value(r), 3), format_number(s.value(mix), 3), s.text(share, 3)
     rule = (f"the prompt's share is x/(1 + x) with x = (P/O)/r = {format_number(s.value(x), 3)}; "
             "P/O = 2r gives two thirds")
     s.regime_by(mix, r, tie="above", above=Side(

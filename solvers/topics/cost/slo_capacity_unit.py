@@ -15,7 +15,7 @@ from solvers.models.steptime import (
     mean_decode_context,
     on_gpu,
 )
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 BUY_MARGIN = 0.03  # the unit ratio is graded at 3%: a purchase decided by less than that is a coin toss
 
@@ -60,7 +60,7 @@ def _capacity_judgements(s: Sheet, ratio, e_old, e_new, C, by_count, n_old, U_ol
           s.compare(ratio, 2) > 0, f"each new replica then runs at 1/{units} of its unit")
     judge("routing by replica count reaches 80% of the fleet's capacity in units",
           s.compare(by_count, COUNT_REACH * C) >= 0,
-          f"{format_quantity(v(by_count), 'requests/s')} against {format_quantity(v(C), 'requests/s')}")
+          f"{s.text(by_count)} against {s.text(C)}")
     judge("the old pool carries over half the fleet's capacity", s.compare(2 * n_old * U_old, C) > 0,
           f"{pct_text(s.evaluate(n_old * U_old / C))} of it")
     if len(set(s.judged("facts").values())) == 1:
@@ -70,10 +70,10 @@ def _capacity_judgements(s: Sheet, ratio, e_old, e_new, C, by_count, n_old, U_ol
 def _capacity_regime(s: Sheet, old, new, cost_old, cost_new, ratio, price_ratio, C, by_count) -> None:
     a_new = "An" if new.name[0] in "AEFHILMNORSX" else "A"  # "an H200", said as letters
     units, prices = format_number(s.value(ratio), 3), format_number(s.value(price_ratio), 3)
-    dollars = (f"{format_quantity(s.value(cost_new), '$')} against {format_quantity(s.value(cost_old), '$')} per "
+    dollars = (f"{s.text(cost_new)} against {s.text(cost_old)} per "
                "million output tokens at the SLO")
-    routing = (f"Routed by replica count the fleet takes {format_quantity(s.value(by_count), 'requests/s')} before "
-               f"the {old.name} pool breaks its TPOT; routed by units, {format_quantity(s.value(C), 'requests/s')}.")
+    routing = (f"Routed by replica count the fleet takes {s.text(by_count)} before "
+               f"the {old.name} pool breaks its TPOT; routed by units, {s.text(C)}.")
     s.regime_by(ratio, price_ratio, tie="below", above=Side(
         "buy-new",
         f"{a_new} {new.name} replica is worth {units} {old.name} replicas at the SLO and costs {prices}× as much: "

@@ -118,25 +118,25 @@ def _voice_regime(s: Sheet, lines, largest) -> None:
     name = _LINES[largest]
     s.regime_by(wait, model, tie="above", above=Side(
         "not-a-model",
-        f"The largest line is {name}, {format_quantity(s.value(wait), 'ms')}, against at most "
-        f"{format_quantity(s.value(model), 'ms')} for any model: a faster GPU cannot buy it back. Tune the "
+        f"The largest line is {name}, {s.text(wait)}, against at most "
+        f"{s.text(model)} for any model: a faster GPU cannot buy it back. Tune the "
         "endpointer (a turn detector instead of a long silence timeout), move the edge closer, and stream every "
         "stage so each starts on its predecessor's first output.",
         "If the waits shrink below the model lines (a semantic turn detector, an edge region), the LLM's line "
         "becomes the one to buy down: a smaller model, a wider TP group, speculative decoding.",
-        near=f"The largest line is {name}, {format_quantity(s.value(wait), 'ms')}, barely above the largest "
-             f"model line ({format_quantity(s.value(model), 'ms')}): waits and models share the budget almost "
+        near=f"The largest line is {name}, {s.text(wait)}, barely above the largest "
+             f"model line ({s.text(model)}): waits and models share the budget almost "
              "evenly, so both the endpointer and the LLM tier are worth tuning."),
         below=Side(
         "a-model",
-        f"A model line is the largest ({name}, {format_quantity(s.value(model), 'ms')}), above the longest "
-        f"wait ({format_quantity(s.value(wait), 'ms')}). The LLM's line is whatever the budget leaves after the "
+        f"A model line is the largest ({name}, {s.text(model)}), above the longest "
+        f"wait ({s.text(wait)}). The LLM's line is whatever the budget leaves after the "
         "other four, so short waits hand it the slack: the budget is then bought with GPUs and model choices, "
         "and a tighter LLM line is a choice, not a given.",
         "With a longer endpointing wait or a farther network path the largest line stops being a model, and no "
         "GPU spend recovers it.",
         near=f"A model line is the largest ({name}), only just above the longest wait "
-             f"({format_quantity(s.value(wait), 'ms')}): both kinds of line need work."))
+             f"({s.text(wait)}): both kinds of line need work."))
 
 
 def solve(p, s: Sheet) -> None:
@@ -158,7 +158,7 @@ def solve(p, s: Sheet) -> None:
         t = times[layout]
         s.judge("layouts", name, layout in fits,
                 "the weights and the sessions' KV do not fit" if t is None else
-                f"first clause in {format_quantity(t, 'ms')} against {format_quantity(s.value(llm), 'ms')}")
+                f"first clause in {format_quantity(t, 'ms')} against {s.text(llm)}")
     s.judge("layouts", NO_LAYOUT, not fits, "every layout misses the line at this many sessions" if not fits
             else "at least one layout makes the line")
     # Where none makes it, the widest is derived: how far it misses, and how many sessions it could hold.

@@ -12,8 +12,13 @@ from solvers.models.collective import crosses_domain, tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
+    given_active_params,
+    given_hbm_bandwidth,
+    given_hbm_bytes,
+    given_model_params,
+    given_peak_flops,
+    given_weight_bytes,
     hbm_bandwidth,
-    hbm_bytes,
     peak_flops,
 )
 from solvers.models.deployment import CAPTURE_LIMIT, PCIE_GEN5, Knobs, bridge_ring, device_name, step_times
@@ -111,14 +116,14 @@ def _mechanisms(s: Sheet, p, knobs: Knobs, kv: float, B_o: int, tuned: bool, bri
 def solve(p, s: Sheet) -> None:
     old, new, m = p.old, p.part, p.model
     n_tp = p.tp
-    N = s.given("N", m.params_b * 1e9, "", f"{m.name} parameters")
-    N_a = s.given("N_act", m.active_params_b * 1e9, "", "active parameters per token")
+    N = given_model_params(s, m)
+    N_a = given_active_params(s, m)
     L = s.given("L", m.layers, "", "layers")
     E = s.given("E", m.experts, "", "experts per MoE layer")
     k = s.given("k", m.experts_per_token, "", "experts per token")
     h = s.given("h", m.hidden, "", "hidden size")
     f = s.given("f", m.ffn, "", "expert FFN size")
-    b_w = s.given("b_w", dtype_bytes(p.dtype), "B", f"bytes per weight ({p.dtype})")
+    b_w = given_weight_bytes(s, p.dtype)
     TP = s.param("TP", "tp")
     C, T = s.param("C", "context"), s.param("T", "prompt")
     B_max = s.param("B_max", "max_num_seqs")
@@ -142,9 +147,9 @@ def solve(p, s: Sheet) -> None:
 
     sides = {}
     for tag, gpu in (("o", old), ("n", new)):
-        P = s.given(f"P_{tag}", peak_flops(gpu, p.dtype), "TFLOP/s", f"{gpu.name} dense {p.dtype} peak")
-        BW = s.given(f"BW_{tag}", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
-        M = s.given(f"M_{tag}", hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
+        P = given_peak_flops(s, gpu, p.dtype, f"P_{tag}")
+        BW = given_hbm_bandwidth(s, gpu, f"BW_{tag}")
+        M = given_hbm_bytes(s, gpu, f"M_{tag}")
         pool = s.step(f"pool_{tag}", f"KV pool per GPU on {gpu.name}", f"F_{tag}", M * u - W / TP, "GB",
                       "usable HBM less this GPU's share of the weights")
         batch = s.step(f"batch_{tag}", f"Decode batch on {gpu.name}", f"B_{tag}",

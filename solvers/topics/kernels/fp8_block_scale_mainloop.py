@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from solvers.derivation import Sheet, Side, min_of
-from solvers.models.common import peak_flops
+from solvers.models.common import given_peak_flops
 from solvers.models.kernels import CONSUMER_REGISTERS, CONSUMER_WARPGROUPS, WARPGROUP_THREADS
 from solvers.units import format_number
 
@@ -57,7 +57,7 @@ def solve(p, s: Sheet) -> None:
     N_C = s.param("N_C", "scale_block")
     F = s.given("F_fp8", gpu.fp8_flop_per_clk_sm, "", f"{gpu.name} dense fp8 tensor FLOP per clock per SM")
     A = s.given("R_fma", gpu.fp32_fma_per_clk_sm, "", "FP32 FMA results per clock per SM")
-    P = s.given("P", peak_flops(gpu, "fp8"), "TFLOP/s", f"{gpu.name} dense fp8 peak")
+    P = given_peak_flops(s, gpu, "fp8")
     threads = s.given("n_thr", CONSUMER_WARPGROUPS * WARPGROUP_THREADS, "", "consumer threads (two warpgroups)")
     budget = s.given("R_max", CONSUMER_REGISTERS, "", "consumer registers per thread under setmaxnreg (CUTLASS sm90)")
 

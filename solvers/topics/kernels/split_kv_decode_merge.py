@@ -5,6 +5,7 @@ import sympy
 
 from solvers.derivation import Sheet, Side, ceil_of, max_of, min_of
 from solvers.models.collective import tp_all_reduce
+from solvers.models.common import given_config
 from solvers.models.steptime import engine
 from solvers.units import format_number
 
@@ -34,7 +35,7 @@ def _merge_judgements(s: Sheet, *, splits: float, empty: float, overhead: float,
 
 
 def _split_regime(s: Sheet, B, B_star, blocks, n_split, n_sm) -> None:
-    count, splits = format_number(s.value(blocks)), format_number(s.value(n_split))
+    count, splits = s.text(blocks), s.text(n_split)
     idle = format_number(max(0, s.value(n_sm) - s.value(blocks)))
     s.regime_by(B, B_star, tie="above", above=Side(
         "grid-filled",
@@ -44,7 +45,7 @@ def _split_regime(s: Sheet, B, B_star, blocks, n_split, n_sm) -> None:
         "and merge the partials by their LSEs."),
         below=Side(
         "split-needed",
-        f"{count} blocks leave {idle} of {format_number(s.value(n_sm))} SMs idle while the attention streams the "
+        f"{count} blocks leave {idle} of {s.text(n_sm)} SMs idle while the attention streams the "
         f"KV cache: {splits} splits per sequence fill them, at the price of FP32 partials and a merge.",
         "From the boundary batch up the batch fills the SMs by itself and splitting only adds traffic."))
 
@@ -59,10 +60,10 @@ def solve(p, s: Sheet) -> None:
     n_sm = s.given("n_SM", p.gpu.sms, "", f"{p.gpu.name} SMs")
     # KV heads per GPU: the engine's own step (kvcache.kv_heads_per_gpu), carried rather than declared again.
     H_g = s.symbol("H_gpu")
-    H = s.given("H_q", p.model.heads, "", "query heads")
-    H_kv = s.given("H_kv", p.model.kv_heads, "", "KV heads")
-    d = s.given("d_h", p.model.head_dim, "", "head dim")
-    L = s.given("L", p.model.layers, "", "layers")
+    H = given_config(s, p.model, "heads")
+    H_kv = given_config(s, p.model, "kv_heads")
+    d = given_config(s, p.model, "head_dim")
+    L = given_config(s, p.model, "layers")
 
     blocks = s.step("blocks", "Thread blocks without a split", "n_blk", B * H_g, "",
                     "one per sequence and KV head this GPU holds; the query heads sharing a KV head ride in it")

@@ -6,9 +6,6 @@ from solvers.models.common import dtype_bytes
 from solvers.models.kernels import WARPGROUP_THREADS
 from solvers.units import format_number
 
-COPY_BYTES = 16  # cp.async moves at most 16 bytes per thread-instruction
-
-
 WARP = 32
 
 
@@ -44,7 +41,7 @@ def _specialization_judgements(s: Sheet, *, share: float, gain: float, tile: tup
 
 
 def _register_regime(s: Sheet, need, even, budget) -> None:
-    shown = {k: format_number(s.value(v)) for k, v in (("need", need), ("even", even), ("budget", budget))}
+    shown = {k: s.text(v) for k, v in (("need", need), ("even", even), ("budget", budget))}
     s.regime_by(need, even, tie="below", below=Side(
         "even-split-fits",
         f"A consumer needs {shown['need']} registers and the even split gives {shown['even']}: the tile runs "
@@ -72,7 +69,7 @@ def solve(p, s: Sheet) -> None:
     r_p = s.param("r_p", "producer_regs")
     reserve = s.param("r_0", "reserve")
     b = s.given("b", dtype_bytes("bf16"), "B", "bytes per operand element (bf16)")
-    c = s.given("c", COPY_BYTES, "B", "bytes per cp.async")
+    c = s.param("c", "copy_bytes")
     w = s.given("w", WARP, "", "threads per warp")
 
     tile_bytes = s.step("tile_bytes", "Operand bytes per k-step", "Q", (M + N) * K * b, "KiB",

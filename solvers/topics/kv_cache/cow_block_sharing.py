@@ -11,12 +11,12 @@ from solvers.models.kvcache import (
     blocks_for_tokens,
     kv_bytes_per_token_given,
 )
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 
 def _cow_regime(s: Sheet, G, P, saving, ceiling, half) -> None:
     out, prompt = format_number(s.value(G)), format_number(s.value(P))
-    got, cap = format_quantity(s.value(saving), "%"), format_quantity(s.value(ceiling), "%")
+    got, cap = s.text(saving), s.text(ceiling)
     s.regime_by(saving, half, tie="below", above=Side(
         "large-saving",
         f"The saving ({got}) is more than half its {cap} ceiling: outputs ({out} tokens) are short next to the "

@@ -8,15 +8,18 @@ from solvers.models.collective import ACTIVATION_BYTES, link_bandwidth, link_lat
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
-    hbm_bandwidth,
-    model_params,
-    peak_flops,
+    given_active_params,
+    given_config,
+    given_hbm_bandwidth,
+    given_model_params,
+    given_peak_flops,
+    given_weight_bytes,
 )
 from solvers.models.kvcache import (
     kv_bytes_per_token_given,
 )
-from solvers.models.kvlayout import fp8_latent_note, usable_memory
-from solvers.models.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD
+from solvers.models.kvlayout import fp8_latent_note
+from solvers.models.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD, usable_hbm
 from solvers.units import format_number, format_quantity
 
 
@@ -33,14 +36,14 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
     """TPOT of a decode step under TP and DP attention: a roofline over each GPU's reads (its weight share, the
     routed experts the batch touches, the latents it holds) and math, then the collectives and the overhead."""
     model, c = p.model, DEFAULT_CONSTANTS
-    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
-    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
+    P = given_peak_flops(s, p.gpu, "bf16")
+    BW = given_hbm_bandwidth(s, p.gpu)
     eta_c = s.given("η_c", c.compute, "%", "achievable fraction of peak compute")
     eta_bw = s.given("η_bw", c.bandwidth, "%", "achievable fraction of HBM bandwidth")
     t_oh = s.given("t_oh", STEP_OVERHEAD, "ms", "fixed overhead per step")
-    N_a = s.given("N_act", model.active_params_b * 1e9, "", "active parameters per token")
-    E_x = s.given("E_x", model.experts, "", "routed experts per MoE layer")
-    k_x = s.given("k_x", model.experts_per_token, "", "routed experts per token")
+    N_a = given_active_params(s, model)
+    E_x = given_config(s, model, "experts", "E_x")
+    k_x = given_config(s, model, "experts_per_token", "k_x")
     L_m = s.param("L_moe", "moe_layers")
     f_x = s.param("f_x", "moe_ffn")
     X = s.step("expert_weights", "Routed-expert weights", "X", L_m * E_x * 3 * h * f_x * b_w, "GB",
@@ -94,7 +97,7 @@ def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, 
     key = "dp_tradeoffs"
     share = s.value(extra) / s.value(room)
     s.judge(key, "DP attention's extra weights take over a tenth of each GPU's KV room", share > 0.1,
-            f"{format_quantity(s.value(extra), 'GB')} of copied weights out of {format_quantity(s.value(room), 'GB')} "
+            f"{s.text(extra)} of copied weights out of {s.text(room)} "
             f"of room: {format_quantity(share, '%')}, for {format_number(p.dp)} groups")
     wider = 2 * p.dp
     then = _dp_requests(s, room, A, E, kv_tok, C, n, wider) if wider <= p.tp else 0.0
@@ -114,8 +117,8 @@ def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, 
 
 def _attention_regime(s: Sheet, req_tp, req_dp, demand, tpot_tp, tpot_dp) -> None:
     tp, dp, want = (format_number(s.value(x)) for x in (req_tp, req_dp, demand))
-    speed = (f"A decode step takes {format_quantity(s.value(tpot_tp), 'ms')} under TP attention (the requests it "
-             f"runs) and {format_quantity(s.value(tpot_dp), 'ms')} under DP attention (all {want}).")
+    speed = (f"A decode step takes {s.text(tpot_tp)} under TP attention (the requests it "
+             f"runs) and {s.text(tpot_dp)} under DP attention (all {want}).")
     s.regime_by(demand, req_tp, tie="below", above=Side(
         "dp-attention",
         f"TP attention holds {tp} requests, fewer than the {want} you must hold: the copies of the latents are the "
@@ -136,11 +139,11 @@ def solve(p, s: Sheet) -> None:
     model = p.model
     kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype)
     n = s.param("n", "tp")
-    usable = usable_memory(s, p.gpu)
-    N = s.given("N", model_params(model), "", "parameters")
-    b_w = s.given("b_w", dtype_bytes("fp8"), "B", "bytes per weight (fp8 as served)")
+    usable = usable_hbm(s, p.gpu)
+    N = given_model_params(s, model)
+    b_w = given_weight_bytes(s, "fp8")
     V = s.given("V", model.vocab, "", "vocabulary size")
-    h = s.given("h", model.hidden, "", "hidden size")
+    h = given_config(s, model, "hidden")
     b_e = s.given("b_e", dtype_bytes("bf16"), "B", "bytes per embedding and LM-head weight (bf16)")
     weights = s.step("weights", "Weight bytes of the model", "W", N * b_w + 2 * V * h * (b_e - b_w), "GB",
                      "every parameter at 1 byte, plus a second byte for the embedding and LM head (V × h each)")
@@ -156,12 +159,12 @@ def solve(p, s: Sheet) -> None:
                     "each GPU keeps every request's whole latent: what one GPU fits is what the node fits")
 
     q_r = s.param("q_r", "q_lora_rank")
-    H = s.given("H", model.heads, "", "attention heads")
+    H = given_config(s, model, "heads", "H")
     d_n = s.param("d_n", "qk_nope_head_dim")
-    d_r = s.given("d_r", model.qk_rope_head_dim, "", "decoupled RoPE key dim")
-    d_c = s.given("d_c", model.kv_lora_rank, "", "KV latent rank (kv_lora_rank)")
+    d_r = given_config(s, model, "qk_rope_head_dim")
+    d_c = given_config(s, model, "kv_lora_rank")
     d_v = s.param("d_v", "v_head_dim")
-    L = s.given("L", model.layers, "", "layers")
+    L = given_config(s, model, "layers")
     A_l = s.step("attn_params_layer", "Attention weights per layer", "A_l",
                  h * q_r + q_r * H * (d_n + d_r) + h * (d_c + d_r) + d_c * H * (d_n + d_v) + H * d_v * h, "",
                  "q_a, q_b, kv_a (latent plus RoPE key), kv_b (up-projection to keys and values), o")
@@ -210,8 +213,8 @@ def solve(p, s: Sheet) -> None:
     s.slip("/d: DP capacity of one group, not the node", 1 / p.dp, on="requests_dp")
     faster = s.compare(tpot_dp, tpot_tp) < 0
     s.judge("dp_tradeoffs", "DP attention runs the whole demand at a shorter time per token than TP attention runs "
-            "what it holds", faster, f"{format_quantity(s.value(tpot_dp), 'ms')} against "
-            f"{format_quantity(s.value(tpot_tp), 'ms')}: "
+            "what it holds", faster, f"{s.text(tpot_dp)} against "
+            f"{s.text(tpot_tp)}: "
             + ("each GPU reads only its group's latents" if faster else
                "the larger batch touches more experts and its busiest group reads more than TP's batch"))
     _attention_judgements(s, p, room, A, E, kv_tok, C, n, extra, req_dp, demand)

@@ -8,17 +8,13 @@ import sympy
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of
 from solvers.models.collective import tp_all_reduce
-from solvers.models.common import (
-    dtype_bytes,
-)
+from solvers.models.common import dtype_bytes
 from solvers.models.kvcache import (
     kv_bytes_per_token_given,
 )
-from solvers.models.kvlayout import fp8_latent_note, usable_memory
-from solvers.models.steptime import engine, step_time, step_work
+from solvers.models.kvlayout import fp8_latent_note
+from solvers.models.steptime import engine, step_time, step_work, usable_hbm
 from solvers.units import format_number, format_quantity
-
-GPUS_PER_NODE = 8  # an HGX/DGX or MI300X platform board
 
 
 class _Tagged:
@@ -30,9 +26,6 @@ class _Tagged:
 
     def prerequisite(self, question_id: str, symbol: str, value: float, unit: str, label: str) -> sympy.Symbol:
         return self._sheet.prerequisite(question_id, f"{symbol}_{self._tag}", value, unit, f"{label}, {self._name}")
-
-
-ROPE_DIM = 64  # the decoupled RoPE key MLA caches beside its latent (DeepSeek-V2/V3 qk_rope_head_dim)
 
 
 def _mla_requests(s: Sheet, usable, W, kv, C, G, tp: int) -> float:
@@ -77,8 +70,8 @@ def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m) -> None:
 def _layout_regime(s: Sheet, TP, n_star, req_g, req_m, tpot) -> None:
     gqa, mla = format_number(s.value(req_g)), format_number(s.value(req_m))
     crossover = format_number(s.value(n_star), 3)
-    speed = (f"At those batches a decode step takes {format_quantity(s.value(tpot['gqa']), 'ms')} (GQA) and "
-             f"{format_quantity(s.value(tpot['mla']), 'ms')} (MLA) per token.")
+    speed = (f"At those batches a decode step takes {s.text(tpot['gqa'])} (GQA) and "
+             f"{s.text(tpot['mla'])} (MLA) per token.")
     s.regime_by(TP, n_star, tie="above", above=Side(
         "gqa-holds-more",
         f"Past TP {crossover} each GPU's slice of the GQA heads is smaller than the whole latent every GPU "
@@ -98,7 +91,7 @@ def _layout_regime(s: Sheet, TP, n_star, req_g, req_m, tpot) -> None:
 def solve(p, s: Sheet) -> None:
     gqa = p.model
     mla = Record(name=f"{gqa.name} with MLA", layers=gqa.layers, kv_lora_rank=p.kv_lora_rank,
-                 qk_rope_head_dim=ROPE_DIM, attention="mla")
+                 qk_rope_head_dim=p.rope_dim, attention="mla")
     e = engine(s, gqa, p.gpu, p.tp, dtype=p.weight_dtype, kv_dtype=p.kv_dtype, communication=True,
                kv_prerequisite=True)
     kv_g = e.KV  # kv_per_token_gpu: TP splits the GQA cache by KV head
@@ -108,18 +101,18 @@ def solve(p, s: Sheet) -> None:
     H_kv = s.given("H_kv", gqa.kv_heads, "", "KV heads")
     d_h = s.given("d_h", gqa.head_dim, "", "head dim")
     d_c = s.param("d_c", "kv_lora_rank")
-    d_r = s.given("d_r", ROPE_DIM, "", "decoupled RoPE key dim")
+    d_r = s.param("d_r", "rope_dim")
     n_star = s.step("tp_crossover", "TP at which the two per-GPU shares are equal", "n_star",
                     2 * H_kv * d_h / (d_c + d_r), "GPUs",
                     "2·H_kv·d_h/n = d_c + d_r per layer: a boundary, not a layout")
     s.step("tp_flip", "Smallest deployable TP at which GQA's share is the smaller", "n_flip",
            2 ** ceil_of(sympy.log(n_star, 2)), "GPUs", "TP degrees come in powers of two; this n* is not one")
 
-    usable = usable_memory(s, p.gpu)
+    usable = usable_hbm(s, p.gpu)
     room = s.step("room", "KV room per GPU (the same weights either way)", "F", usable - e.W / e.TP, "GB",
                   "usable memory less this GPU's 1/TP of the weights")
     C = s.param("C", "context")
-    G = s.given("G", GPUS_PER_NODE, "GPUs", "GPUs in the node")
+    G = s.param("G", "gpus_per_node")
     per_g = s.step("per_replica_gqa", "GQA: requests one replica holds", "U_GQA", floor_of(room / (kv_g * C)),
                    "requests", "every GPU of the replica holds its heads' share of every request")
     per_m = s.step("per_replica_mla", "MLA: requests one replica holds", "U_MLA", floor_of(room / (kv_m * C)),
@@ -146,21 +139,21 @@ def solve(p, s: Sheet) -> None:
                               communication=t_ar)
 
     s.assume(f"The MLA variant is {gqa.name} retrofitted with multi-head latent attention (as TransMLA and "
-             f"MHA2MLA convert GQA models): a latent of {format_number(p.kv_lora_rank)} plus a {ROPE_DIM}-dim "
+             f"MHA2MLA convert GQA models): a latent of {format_number(p.kv_lora_rank)} plus a {p.rope_dim}-dim "
              "RoPE key per layer, the same layers, heads and weights (the K/V projections change, a few percent "
              "of the parameters, taken as equal).")
     s.assume("MLA decodes in the absorbed form (DeepSeek-V2, section 2.1.3; vLLM and SGLang MLA kernels): each "
              "query head scores against the latent and RoPE key and sums values in the latent, 2·(2·d_c + d_r) "
              "FLOPs per query-key pair per head per layer instead of GQA's 4·d_h.")
     fp8_latent_note(s, p.kv_dtype)
-    s.assume(f"Both run TP {p.tp} replicas over the node's {GPUS_PER_NODE} GPUs, attention tensor-parallel too; "
-             "data-parallel attention for the MLA variant is mla-tp-duplication's subject.")
+    s.assume(f"Both run TP {p.tp} replicas over the node's {format_number(p.gpus_per_node)} GPUs, attention "
+             "tensor-parallel too; data-parallel attention for the MLA variant is mla-tp-duplication's subject.")
     s.slip("the MLA latent split over TP like KV heads", 1 / p.tp, on="kv_gpu_mla")
     s.slip(f"x{p.tp}: the whole GQA token per GPU, not its share", p.tp, on="kv_per_token_gpu")
     s.slip("MLA counted with K and V separately", 2.0, on="kv_gpu_mla")
     s.slip("the MLA latent split over TP like KV heads", on="requests_mla",
            factor=s.evaluate(G / e.TP * floor_of(room * e.TP / (kv_m * C))) / s.value(req_m))
-    s.slip("one replica only: the other G/TP − 1 forgotten", 1 / (GPUS_PER_NODE / p.tp), on=("requests_gqa",
+    s.slip("one replica only: the other G/TP − 1 forgotten", 1 / (p.gpus_per_node / p.tp), on=("requests_gqa",
                                                                                             "requests_mla"))
     _mla_levers(s, p, usable, e, kv_m, C, G, req_m)
     _layout_regime(s, e.TP, n_star, req_g, req_m, tpot)

@@ -1,21 +1,17 @@
 """Choosing the KV block size - empty slots, kernel gathers, prefix hits."""
 from __future__ import annotations
 
-from solvers.derivation import Sheet, ceil_of, floor_of
-from solvers.models.common import (
-    dtype_bytes,
-)
+from solvers.derivation import Sheet, Side, ceil_of, floor_of
+from solvers.models.common import dtype_bytes, given_config
 from solvers.models.kvcache import (
     blocks_for_tokens,
     kv_bytes_per_token_given,
 )
 from solvers.units import format_number, format_quantity
 
+
 # PagedAttention (Kwon et al., SOSP 2023) reports vLLM wasting under 4% of the KV cache: the bar
 # below which fragmentation is called negligible here.
-WASTE_TOLERANCE = 0.04
-
-
 def _block_choices(s: Sheet, B, L_avg, P, tau, blocks) -> None:
     """The trade at half and twice this block size, judged on the variant's numbers."""
     def share(size):
@@ -25,7 +21,7 @@ def _block_choices(s: Sheet, B, L_avg, P, tau, blocks) -> None:
         return P - size * floor_of(P / size)
 
     half, double = B / 2, 2 * B
-    bar = format_quantity(s.value(tau), "%")
+    bar = s.text(tau)
     for size, option, word in ((half, "with half the block size the empty share would be under 4%", "half"),
                                (double, "with twice the block size the empty share would still be under 4%",
                                 "twice")):
@@ -51,26 +47,21 @@ def _block_choices(s: Sheet, B, L_avg, P, tau, blocks) -> None:
 
 
 def _block_regime(s: Sheet, share, tau, L_star, L_avg, blocks, waste) -> None:
-    pct, bar = format_quantity(s.value(share), "%"), format_quantity(s.value(tau), "%")
-    count, empty = format_number(s.value(blocks)), format_quantity(s.value(waste), "GiB")
-    if s.compare(L_avg, L_star) > 0:
-        s.set_regime(
-            "waste-negligible",
-            f"Sequences are long next to the block: {pct} of the cache ({empty}) sits empty, under the {bar} "
-            f"bar. A bigger block would cut the {count} blocks per sequence the kernel walks and feed it larger "
-            "contiguous reads; what it costs is coarser prefix matching more than memory.",
-            L_star, L_avg,
-            "With shorter sequences (or a bigger block) the partial last block becomes a visible share of the "
-            "cache and costs concurrency: smaller blocks win back memory at the price of more, smaller gathers.")
-    else:
-        s.set_regime(
-            "waste-material",
-            f"Sequences are short next to the block: {pct} of the cache ({empty}) sits empty, above the {bar} "
-            "bar. A smaller block returns that memory as extra concurrency and matches prefixes more finely, "
-            f"at the price of more than the {count} blocks per sequence the kernel walks now.",
-            L_star, L_avg,
-            "With longer sequences (or a smaller block) the partial last block is a rounding error, and the "
-            "block size is chosen for kernel efficiency: fewer page-table entries and longer contiguous reads.")
+    pct, bar = s.text(share), s.text(tau)
+    count, empty = format_number(s.value(blocks)), s.text(waste)
+    s.regime_by(L_avg, L_star, tie="below", above=Side(
+        "waste-negligible",
+        f"Sequences are long next to the block: {pct} of the cache ({empty}) sits empty, under the {bar} "
+        f"bar. A bigger block would cut the {count} blocks per sequence the kernel walks and feed it larger "
+        "contiguous reads; what it costs is coarser prefix matching more than memory.",
+        "With shorter sequences (or a bigger block) the partial last block becomes a visible share of the cache "
+        "and costs concurrency: smaller blocks win back memory at the price of more, smaller gathers."), below=Side(
+        "waste-material",
+        f"Sequences are short next to the block: {pct} of the cache ({empty}) sits empty, above the {bar} "
+        "bar. A smaller block returns that memory as extra concurrency and matches prefixes more finely, "
+        f"at the price of more than the {count} blocks per sequence the kernel walks now.",
+        "With longer sequences (or a smaller block) the partial last block is a rounding error, and the "
+        "block size is chosen for kernel efficiency: fewer page-table entries and longer contiguous reads."))
 
 
 def solve(p, s: Sheet) -> None:
@@ -86,7 +77,7 @@ def solve(p, s: Sheet) -> None:
                    "every sequence in flight pays its own partial last block, in every layer")
     share = s.step("waste_share", "Share of the allocated KV left empty", "f_w", w / (L_avg + w), "%",
                    "empty slots over slots allocated (tokens stored plus empty ones)")
-    layers = s.given("L", p.model.layers, "", "layers")
+    layers = given_config(s, p.model, "layers")
     s.step("page_bytes", "One block in one layer (vLLM's page)", "P_pg", B * kv_tok / layers, "KiB",
            "the unit the attention kernel gathers: a block's keys and values for one layer")
     blocks = blocks_for_tokens(s, L_avg, B)
@@ -95,7 +86,7 @@ def solve(p, s: Sheet) -> None:
                  "each request's own text")
     s.step("prefix_recompute", "System-prompt tokens each new request prefills again", "P_miss", P - hit, "tokens",
            "the tail of the prompt past its last full block misses the cache")
-    tau = s.given("tau", WASTE_TOLERANCE, "%", "waste counted as negligible (PagedAttention: under 4%)")
+    tau = s.param("tau", "waste_tolerance")
     L_star = s.step("boundary_length", "Mean length at which the waste reaches the bar", "L_star",
                     w * (1 - tau) / tau, "tokens", "solve w / (L + w) = τ for L")
 

@@ -5,11 +5,7 @@ import sympy
 
 from solvers.derivation import Sheet, Side, ceil_of, floor_of, min_of
 from solvers.models.collective import tp_all_reduce
-from solvers.models.common import (
-    dtype_bytes,
-    model_params,
-    peak_flops,
-)
+from solvers.models.common import dtype_bytes, given_config, given_model_params, given_peak_flops
 from solvers.models.kvcache import (
     kv_bytes_per_token_per_gpu_given,
 )
@@ -23,8 +19,8 @@ MEAN_SHARE = sympy.Rational(1, 10)  # stalls that add this much to the mean time
 
 
 def _preemption_regime(s: Sheet, t_rec, t_swap, W_star, W) -> None:
-    rec, swap = format_quantity(s.value(t_rec), "ms"), format_quantity(s.value(t_swap), "ms")
-    breakeven = format_quantity(s.value(W_star), "GB/s")
+    rec, swap = s.text(t_rec), s.text(t_swap)
+    breakeven = s.text(W_star)
     s.regime_by(W, W_star, tie="below", above=Side(
         "swap-cheaper",
         f"Copying the victim's KV out and back takes {swap}, against {rec} to recompute it: swap is "
@@ -46,21 +42,20 @@ def _preemption_regime(s: Sheet, t_rec, t_swap, W_star, W) -> None:
 
 def solve(p, s: Sheet) -> None:
     model, n_gpus = p.model, p.tp
-    peak = peak_flops(p.gpu, p.weight_dtype)
 
     n = s.param("TP", "tp")
     C = s.param("C", "context")
-    N = s.given("N", model_params(model), "", "parameters (dense: all of them work on every token)")
-    L = s.given("L", model.layers, "", "layers")
-    H = s.given("H_q", model.heads, "", "query heads")
-    d = s.given("d_h", model.head_dim, "", "head dim")
+    N = given_model_params(s, model)
+    L = given_config(s, model, "layers")
+    H = given_config(s, model, "heads")
+    d = given_config(s, model, "head_dim")
     F_w = s.step("flops_weights", "Weight FLOPs of the re-prefill", "F_w", 2 * N * C, "TFLOP",
                  "a multiply-add (2 FLOPs) per parameter per token, embeddings included")
     F_a = s.step("flops_attention", "Attention FLOPs of the re-prefill", "F_a", 2 * L * H * d * C**2, "TFLOP",
                  "QKᵀ and AV cost 4·C²·H·d per layer; the causal mask halves it")
     F = s.step("flops", "FLOPs recompute redoes", "F", F_w + F_a, "TFLOP",
                "the victim's whole prefill, done again")
-    P = s.given("P", peak, "TFLOP/s", f"{p.gpu.name} dense {p.weight_dtype} peak")
+    P = given_peak_flops(s, p.gpu, p.weight_dtype)
     eta = s.param("eta", "mfu")
     t_math = s.step("t_recompute_math", "Recompute math", "t_math", F / (n * P * eta), "ms",
                     "the TP group shares the prefill at its achievable compute")
@@ -127,7 +122,7 @@ def solve(p, s: Sheet) -> None:
     one = s.compare(S, R) >= 0
     s.judge("who_pays", "One eviction of this victim frees enough KV for the batch to reach its next completion", one,
             f"{format_number(p.context)} tokens freed last the {format_number(p.batch)} streams "
-            f"{format_number(s.value(S))} steps, {'at least' if one else 'short of'} the "
+            f"{s.text(S)}, {'at least' if one else 'short of'} the "
             f"{format_number(p.remaining)} the nearest request needs: {format_number(s.value(k))} victim(s) go first")
     long_stall = s.compare(stall, T) > 0
     s.judge("who_pays", "Even the cheaper eviction stalls every running stream for longer than one TPOT",
@@ -135,12 +130,12 @@ def solve(p, s: Sheet) -> None:
             f"{'more' if long_stall else 'less'} than the {format_quantity(p.tpot, 'ms')} TPOT")
     tail = s.compare(1 / S, P99_SHARE) > 0
     s.judge("who_pays", "The stalls land in more than 1 decode step in 100, so they set every stream's p99 "
-            "inter-token latency", tail, f"one eviction every {format_number(s.value(S))} steps: "
+            "inter-token latency", tail, f"one eviction every {s.text(S)}: "
             + ("above 1%, inside the p99" if tail else "under 1%, beyond the p99 (p99.9 and the maximum)"))
     added, mean = s.evaluate(stall / (S * T)), s.compare(stall / (S * T), MEAN_SHARE) > 0
     s.judge("who_pays", "Spread over the steps one eviction buys, the stalls add over 10% to every stream's mean "
             "time per token", mean, f"{format_quantity(s.evaluate(stall), 'ms')} every "
-            f"{format_number(s.value(S))} steps of {format_quantity(p.tpot, 'ms')}: "
+            f"{s.text(S)} of {format_quantity(p.tpot, 'ms')}: "
             f"{format_quantity(added, '%')} on the mean" + ("" if mean else ", a tail effect more than a mean one"))
     _preemption_regime(s, t_rec, t_swap, W_star, W)
 

@@ -39,15 +39,15 @@ def _snapshot_judgements(s: Sheet, p, state, kv, taken, R, reuse, k, B, C) -> No
     every = s.value(taken) * s.value(state)
     costly = every > s.value(kv)
     s.judge(key, "Keeping every snapshot taken would cost more than the request's KV cache", costly,
-            f"{format_number(s.value(taken))} snapshots of {format_quantity(s.value(state), 'MiB')}: "
-            f"{format_quantity(every, 'MiB')} against {format_quantity(s.value(kv), 'MiB')} of KV")
+            f"{s.text(taken)} snapshots of {s.text(state)}: "
+            f"{format_quantity(every, 'MiB')} against {s.text(kv)} of KV")
     per_block = _restorable(s, B, B, C)
     s.judge(key, "Snapshots at every block boundary would restore more of the next turn", per_block > now,
             f"restart points every {format_number(p.block_size)} tokens restore {format_number(per_block)} tokens "
             f"against {format_number(now)}")
     stranded = s.value(taken) > s.evaluate(floor_of(C / R))
     s.judge(key, "Some snapshots taken can never serve as a restart point", stranded,
-            f"{format_number(s.value(taken))} taken, {format_number(s.evaluate(floor_of(C / R)))} on a multiple of "
+            f"{s.text(taken)} taken, {format_number(s.evaluate(floor_of(C / R)))} on a multiple of "
             f"lcm(k, B) = {format_number(s.value(R))}")
     s.judge(key, "Keeping more snapshots per request would restore more of the next turn", False,
             "a turn that resends the whole context resumes from the newest restart point; older snapshots only "
@@ -58,7 +58,7 @@ def _snapshot_judgements(s: Sheet, p, state, kv, taken, R, reuse, k, B, C) -> No
 
 
 def _state_regime(s: Sheet, state, kv, C_star, C) -> None:
-    live, cache = format_quantity(s.value(state), "MiB"), format_quantity(s.value(kv), "MiB")
+    live, cache = s.text(state), s.text(kv)
     crossover = format_number(s.value(C_star))
     s.regime_by(C, C_star, tie="above", above=Side(
         "kv-dominated",

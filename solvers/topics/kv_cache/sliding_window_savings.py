@@ -1,16 +1,13 @@
 """What sliding-window layers save in KV cache, and who decides."""
 from __future__ import annotations
 
-from solvers.derivation import Sheet, ceil_of, min_of
-from solvers.models.common import (
-    dtype_bytes,
-    require_context,
-)
+from solvers.derivation import Sheet, Side, ceil_of, min_of
+from solvers.models.common import dtype_bytes, given_config, require_context
 from solvers.models.kvcache import (
     blocks_for_tokens,
     kv_bytes_per_token_given,
 )
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 
 def _window_allocator(s: Sheet, saving, n_win, full_blocks, W, C) -> None:
@@ -37,36 +34,31 @@ def _window_allocator(s: Sheet, saving, n_win, full_blocks, W, C) -> None:
 
 
 def _window_regime(s: Sheet, f, saving, kept_full, kept_win, C_star, C) -> None:
-    cap, got = format_quantity(s.value(f), "%"), format_quantity(s.value(saving), "%")
-    full, win = format_quantity(s.value(kept_full), "%"), format_quantity(s.value(kept_win), "%")
-    if s.compare(C, C_star) > 0:
-        s.set_regime(
-            "layer-ratio",
-            f"The full-context layers keep {full} of the full cache, the windowed ones only {win}: the saving "
-            f"({got}) is capped by the windowed share of layers ({cap}), and even a zero-length window would add "
-            f"no more than {win}. More windowed layers, not a shorter window, is the bigger lever.",
-            C_star, C,
-            "Below the boundary context the windowed layers keep more KV than the full ones: the window length, "
-            "not the layer ratio, decides the saving, and at or below the window it is zero.")
-    else:
-        detail = (f"the window covers the whole context, so the saving is zero of a possible {cap}"
-                  if s.value(saving) == 0 else
-                  f"the window length decides the saving, {got} of a possible {cap}, and a shorter window "
-                  "could win back at least half of what is left")
-        s.set_regime(
-            "window",
-            f"The windowed layers keep {win} of the full cache, at least the {full} the full-context layers keep: "
-            f"{detail}.",
-            C_star, C,
-            "At longer contexts the windows drop most of the context and the saving approaches the windowed "
-            "share of layers: then the layer ratio, not the window, sets it.")
+    cap, got = s.text(f), s.text(saving)
+    full, win = s.text(kept_full), s.text(kept_win)
+    detail = (f"the window covers the whole context, so the saving is zero of a possible {cap}"
+              if s.value(saving) == 0 else
+              f"the window length decides the saving, {got} of a possible {cap}, and a shorter window "
+              "could win back at least half of what is left")
+    s.regime_by(C, C_star, tie="below", above=Side(
+        "layer-ratio",
+        f"The full-context layers keep {full} of the full cache, the windowed ones only {win}: the saving "
+        f"({got}) is capped by the windowed share of layers ({cap}), and even a zero-length window would add "
+        f"no more than {win}. More windowed layers, not a shorter window, is the bigger lever.",
+        "Below the boundary context the windowed layers keep more KV than the full ones: the window length, "
+        "not the layer ratio, decides the saving, and at or below the window it is zero."), below=Side(
+        "window",
+        f"The windowed layers keep {win} of the full cache, at least the {full} the full-context layers keep: "
+        f"{detail}.",
+        "At longer contexts the windows drop most of the context and the saving approaches the windowed "
+        "share of layers: then the layer ratio, not the window, sets it."))
 
 
 def solve(p, s: Sheet) -> None:
     model = p.model
     require_context(model, p.context)
     kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype)
-    L = s.given("L", model.layers, "", "layers")
+    L = given_config(s, model, "layers")
     L_w = s.given("L_w", model.sliding_window_layers, "", "layers with a sliding window")
     W = s.given("W", model.sliding_window, "tokens", "sliding window")
     C = s.param("C", "context")

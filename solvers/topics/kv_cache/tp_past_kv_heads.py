@@ -8,9 +8,10 @@ from solvers.models.collective import all_reduce_terms, crosses_domain, stage_se
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
-    hbm_bandwidth,
-    hbm_bytes,
-    model_params,
+    given_config,
+    given_hbm_bandwidth,
+    given_hbm_bytes,
+    given_model_params,
 )
 from solvers.models.kvcache import (
     kv_bytes_per_token_given,
@@ -55,14 +56,14 @@ def _capped_step(s: Sheet, p, N, b, L, R, T, S, L_s, pp, BW, t_ar, wide) -> symp
 def _tp_levers(s: Sheet, p, n, H, per_gpu, pp, dp) -> None:
     """Which changes cut the KV per GPU follows from where TP sits against the KV heads.
     dp: KV on the busiest rank under data-parallel attention (whole requests, ceil(R/TP) of them)."""
-    tp, heads, kv = format_number(s.value(n)), format_number(s.value(H)), format_quantity(s.value(per_gpu), "GiB")
+    tp, heads, kv = format_number(s.value(n)), s.text(H), s.text(per_gpu)
     splits_more = s.compare(2 * n, H) <= 0
     wider = format_number(2 * s.value(n))
     s.judge("levers", "doubling TP", splits_more,
             f"TP {wider} still splits the {heads} KV heads: each GPU holds half as many" if splits_more else
             f"TP {wider} is past the {heads} KV heads: each GPU keeps a whole head and KV per GPU stays at {kv}")
     past = s.compare(n, H) > 0
-    capped = format_quantity(s.value(pp), "GiB")
+    capped = s.text(pp)
     s.judge("levers", "capping TP at the KV heads and adding pipeline stages on the same GPUs", past,
             f"TP {heads} × {format_number(s.value(n) / s.value(H))} stages stores each byte once: {capped} on the "
             f"busiest GPU instead of {kv}" if past else f"TP {tp} is already within the {heads} heads: there are no "
@@ -83,15 +84,15 @@ def _tp_levers(s: Sheet, p, n, H, per_gpu, pp, dp) -> None:
 
 
 def _tp_regime(s: Sheet, p, n, H, per_gpu, dup, t_ar, t_read, wide, capped) -> None:
-    kv, extra = format_quantity(s.value(per_gpu), "GiB"), format_quantity(s.value(dup), "GiB")
-    heads, tp = format_number(s.value(H)), format_number(s.value(n))
-    comm, read = format_quantity(s.value(t_ar), "ms"), format_quantity(s.value(t_read), "ms")
+    kv, extra = s.text(per_gpu), s.text(dup)
+    heads, tp = s.text(H), format_number(s.value(n))
+    comm, read = s.text(t_ar), s.text(t_read)
     link = (f"the group leaves the {format_number(p.gpu.nvlink_domain)}-GPU NVLink domain, so its all-reduces "
             f"run over the {p.nic.name}: {comm} per decode step against {read} of HBM reads"
             if crosses_domain(p.gpu, int(p.tp)) else
             f"its all-reduces stay on NVLink: {comm} per decode step against {read} of HBM reads")
     if s.compare(n, H) > 0:
-        t_wide, t_cap = format_quantity(s.value(wide), "ms"), format_quantity(s.value(capped), "ms")
+        t_wide, t_cap = s.text(wide), s.text(capped)
         results = s.results
         cap_comm, cap_read = (format_quantity(s.number(k), "ms") for k in ("comm_capped", "read_capped"))
         layout = f"TP {heads} × {format_number(s.value(n) / s.value(H))} stages"
@@ -130,22 +131,22 @@ def solve(p, s: Sheet) -> None:
     kv_tok_gpu = kv_bytes_per_token_per_gpu(s, model, b, n)
     per_gpu = s.step("kv_per_gpu", "KV per GPU under TP", "KV_n", kv_tok_gpu * C * R, "GiB",
                      "each GPU stores its KV heads for every token of every request")
-    H = s.given("H_kv", model.kv_heads, "", "KV heads")
+    H = given_config(s, model, "kv_heads")
     copies = s.step("copies", "Copies of each KV head", "r", n * per_gpu / total, "x",
                     "KV stored across the group over one copy")
     dup = s.step("duplicate", "KV stored beyond one copy", "D", total * (copies - 1), "GiB",
                  "every copy beyond the first")
 
-    N = s.given("N", model_params(model), "", "parameters")
-    L = s.given("L", model.layers, "", "layers")
-    h = s.given("h", model.hidden, "", "hidden size")
-    d = s.given("d_h", model.head_dim, "", "head dim")
+    N = given_model_params(s, model)
+    L = given_config(s, model, "layers")
+    h = given_config(s, model, "hidden")
+    d = given_config(s, model, "head_dim")
     W_kv = s.step("kv_proj_weights", "K and V projection weights, all layers", "W_kv", 2 * L * h * H * d * b, "GB",
                   "k_proj and v_proj map the hidden state to H_kv heads of d_h each, in every layer")
     w = s.step("weights_per_gpu", "Weights per GPU", "w", N * b / n + W_kv * (kv_tok_gpu / kv_tok - 1 / n), "GB",
                "every matrix shards evenly except k_proj and v_proj, which follow the KV heads: a GPU holds the "
                "same share of them as of the cache (vLLM's QKVParallelLinear replicates them past H_kv GPUs)")
-    M = s.given("M", hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
+    M = given_hbm_bytes(s, gpu)
     u = s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable share of HBM (usable-hbm card)")
     held = s.step("held_per_gpu", "Weights and KV per GPU", "M_n", w + per_gpu, "GB",
                   "what each GPU must hold before activations")
@@ -164,7 +165,7 @@ def solve(p, s: Sheet) -> None:
                 "TP splits the heads, the stages split the layers: every byte is stored once")
 
     t_ar = tp_all_reduce(s, model, gpu, int(p.tp), R, tag="dec", label="decode step", key="allreduce", nic=p.nic)
-    BW = s.given("BW", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
+    BW = given_hbm_bandwidth(s, gpu)
     t_read = s.step("read_time", "HBM read time of one decode step", "t_rd", held / BW, "ms",
                     "each GPU streams its weights and its KV once per step (roofline-time card, at peak)")
     wide = s.step("step_tp", f"Decode step at TP {int(p.tp)}: reads plus all-reduces", "t_TP", t_read + t_ar, "ms",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import all_reduce_terms, tp_all_reduce
-from solvers.models.common import dtype_bytes, peak_flops
+from solvers.models.common import dtype_bytes, given_peak_flops, peak_flops
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
 from solvers.models.kvtransfer import active_params, attention_pair_flops
 from solvers.units import format_number, format_quantity
@@ -71,9 +71,9 @@ def _link_breakers(s: Sheet, p, *, need: float, link: float) -> None:
 
 
 def _link_regime(s: Sheet, need, link, bound, k, request) -> None:
-    got, nic = format_quantity(s.value(need), "GB/s"), format_quantity(s.value(link), "GB/s")
-    size = format_quantity(s.value(request), "GB")
-    per_gpu = format_quantity(s.value(bound), "GB/s")
+    got, nic = s.text(need), s.text(link)
+    size = s.text(request)
+    per_gpu = s.text(bound)
     fan = format_number(s.value(k))
     s.regime_by(need, link, tie="below", above=Side(
         "link-breaks",
@@ -97,7 +97,7 @@ def solve(p, s: Sheet) -> None:
     TP = s.param("TP", "tp")
     kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype)
     KV = kv_bytes_per_token_per_gpu_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype, TP)
-    P = s.given("P", peak_flops(gpu, p.weight_dtype), "TFLOP/s", f"{gpu.name} dense {p.weight_dtype} peak")
+    P = given_peak_flops(s, gpu, p.weight_dtype)
     mfu = s.param("η", "mfu")
     T = s.param("T", "prompt")
     k = s.param("k", "fan_in")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side, floor_of
-from solvers.models.common import dtype_bytes, peak_flops
+from solvers.models.common import dtype_bytes, given_peak_flops
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
 from solvers.models.kvtransfer import active_params, attention_pair_flops
 from solvers.models.steptime import DEFAULT_CONSTANTS
@@ -75,7 +75,7 @@ def solve(p, s: Sheet) -> None:
     TP = s.param("TP", "tp")
     kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes("bf16"), "bf16")
     KV = kv_bytes_per_token_per_gpu_given(s, model, dtype_bytes("bf16"), "bf16", TP)
-    P = s.given("P", peak_flops(gpu, "bf16"), "TFLOP/s", f"{gpu.name} dense bf16 peak")
+    P = given_peak_flops(s, gpu, "bf16")
     eta = s.given("η_c", DEFAULT_CONSTANTS.compute, "%", "achievable fraction of peak compute (step-compute card)")
     BW = s.param("BW", "bandwidth")
     t0 = s.param("t_0", "overhead")

@@ -6,7 +6,14 @@ import sympy
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
 from solvers.models.collective import crosses_domain, tp_all_reduce
-from solvers.models.common import GPU_MEMORY_UTILIZATION, dtype_bytes, hbm_bytes, peak_flops
+from solvers.models.common import (
+    GPU_MEMORY_UTILIZATION,
+    dtype_bytes,
+    given_config,
+    given_hbm_bytes,
+    given_nic,
+    peak_flops,
+)
 from solvers.models.moe import GATED_MATRICES, attention_params
 from solvers.models.steptime import engine
 from solvers.units import format_number, format_quantity
@@ -94,7 +101,7 @@ def _rescue(s: Sheet, p, *, room: float, kv_mha: float, T_value: int, c_mha: flo
 def _regime(s: Sheet, T, T_max, T_half, share, nodes: float) -> None:
     longest = format_number(s.value(T_max), 3)
     crossover = format_number(s.value(T_half), 3)
-    att = format_quantity(s.value(share), "%")
+    att = s.text(share)
     s.regime_by(T, T_max, tie="below", below=Side(
         "fits",
         f"The request's KV fits the node's KV room up to {longest} tokens: TP 8 alone holds it, one KV head per "
@@ -117,10 +124,10 @@ def solve(p, s: Sheet) -> None:
                kv_prerequisite=True)
     T = s.param("T", "context")
     KV_tok = sympy.Symbol("KV_tok")  # kv-bytes-per-token's figure, stated by the engine above
-    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
+    M = given_hbm_bytes(s, p.gpu)
     u = s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable share of HBM (usable-hbm)")
     H = sympy.Symbol("H_q")
-    H_kv = s.given("H_kv", p.model.kv_heads, "", "KV heads")
+    H_kv = given_config(s, p.model, "kv_heads")
 
     kv_req = s.step("kv_request", "KV cache of one request", "KV_req", KV_tok * T, "GiB",
                     "every token keeps its key and value in every layer")
@@ -150,7 +157,7 @@ def solve(p, s: Sheet) -> None:
     T_half = s.step("", "Prompt length where attention and weights cost the same", "T_eq", 2 * e.N * 2 / e.A,
                     "tokens", "2·N·T = 2·L·d·T² at T = N/(L·d)")
     ar = tp_all_reduce(s, p.model, p.gpu, p.tp, T / c, tag="pre", label="prefill's share of each node")
-    nic = s.given("BW_nic", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name} per GPU, each direction")
+    nic = given_nic(s, p.nic, "BW_nic")
     att_dtype = "fp8" if p.weight_dtype == p.kv_dtype == "fp8" else "bf16"
     if att_dtype == p.weight_dtype:
         att_rate = e.flop_rate

@@ -5,7 +5,6 @@ import sympy
 
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.memory import profile_run_inputs
-from solvers.units import format_number, format_quantity
 
 # The three vLLM v1 start-ups the question draws from: before PR #25359 (September 2025) the first memory
 # snapshot came before the NCCL communicators were set up, so their buffers showed up as non-torch growth in
@@ -48,8 +47,8 @@ def _accounting_why(item: str, release: str, subtracted: bool) -> str:
 
 
 def _budget_regime(s: Sheet, release: str, headroom, unbudgeted, u) -> None:
-    room, need = format_quantity(s.value(headroom), "GiB"), format_quantity(s.value(unbudgeted), "GiB")
-    util = format_number(s.value(u))
+    room, need = s.text(headroom), s.text(unbudgeted)
+    util = s.text(u)
     fixes = ("lower gpu_memory_utilization to the highest value that fits, capture fewer CUDA graph sizes, "
              + ("" if release == FROM_V021 else "move to v0.21's graph estimate, ")
              + "or set the KV cache size explicitly (kv_cache_memory_bytes) from a measured run")

@@ -9,11 +9,12 @@ from solvers.derivation import Reject, Sheet, Side, floor_of, max_of, min_of
 from solvers.models.collective import all_reduce_terms, tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
-    dtype_bytes,
-    hbm_bandwidth,
-    hbm_bytes,
-    model_params,
-    peak_flops,
+    given_hbm_bandwidth,
+    given_hbm_bytes,
+    given_kv_bytes,
+    given_model_params,
+    given_peak_flops,
+    given_weight_bytes,
 )
 from solvers.models.kvcache import kv_bytes_per_token
 from solvers.units import format_number
@@ -52,8 +53,8 @@ def _decode_step(p, s: Sheet, M_use, N, W, kv_req, users) -> _DecodeStep:
     """The card's roofline step (weights and every request's KV read once, 2 FLOPs per parameter
     per token at dense peak) plus the TP all-reduces, at the batch that fits and at the TPOT target."""
     n = s.param("n", "tp")
-    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
-    P = s.given("P", peak_flops(p.gpu, p.weight_dtype), "TFLOP/s", f"{p.gpu.name} dense {p.weight_dtype} peak")
+    BW = given_hbm_bandwidth(s, p.gpu)
+    P = given_peak_flops(s, p.gpu, p.weight_dtype)
     t_ar = tp_all_reduce(s, p.model, p.gpu, p.tp, users, tag="fit", label="decode step at that batch")
     tpot = s.step("tpot_fit", "TPOT at the batch that fits", "t_fit",
            max_of((W + users * kv_req) / (n * BW), 2 * N * users / (n * P)) + t_ar, "ms",
@@ -150,16 +151,16 @@ def _concurrency_regime(s: Sheet, users, step: _DecodeStep) -> None:
 def solve(p, s: Sheet) -> None:
     if p.model.attention != "gqa" or p.model.get("active_params_b") is not None:
         raise Reject("dense GQA models only: the step below reads every weight for every token")
-    b_kv = s.given("b_kv", dtype_bytes(p.kv_dtype), "B", f"bytes per KV element ({p.kv_dtype})")
+    b_kv = given_kv_bytes(s, p.kv_dtype)
     kv_tok = kv_bytes_per_token(s, p.model, b_kv)
     C = s.param("C", "context")
     kv_req = s.step("kv_per_request", "KV cache per request", "KV_req", kv_tok * C, "GiB",
                     "every token of the context keeps its keys and values")
     n = s.param("n", "tp")
-    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
+    M = given_hbm_bytes(s, p.gpu)
     u = s.given("u", GPU_MEMORY_UTILIZATION, "", "usable share of HBM (card: usable-hbm)")
-    N = s.given("N", model_params(p.model), "", f"{p.model.name} parameters")
-    b_w = s.given("b_w", dtype_bytes(p.weight_dtype), "B", f"bytes per weight ({p.weight_dtype})")
+    N = given_model_params(s, p.model)
+    b_w = given_weight_bytes(s, p.weight_dtype)
     W = s.step("weights", "Weight bytes", "W", N * b_w, "GB", "every parameter once, split evenly over the TP group")
     free = s.step("kv_memory", "KV memory across the group", "M_KV", n * M * u - W, "GB",
                   "usable HBM of all GPUs minus one copy of the weights; the KV heads split across the GPUs")

@@ -2,10 +2,7 @@
 from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, min_of
-from solvers.models.common import (
-    GPU_MEMORY_UTILIZATION,
-    dtype_bytes,
-)
+from solvers.models.common import GPU_MEMORY_UTILIZATION, dtype_bytes, given_config
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_heads_per_gpu
 from solvers.models.memory import profile_run_inputs
 from solvers.units import format_number, format_quantity
@@ -25,7 +22,7 @@ def _block_slips(p, s: Sheet, avail, page, blocks, per_seq, seqs) -> None:
 
 def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks, per_seq, seqs, cap) -> None:
     """Why fewer full-context sequences run than a naive count suggests, judged on this variant."""
-    count, limit = format_number(s.value(seqs)), format_number(s.value(cap))
+    count, limit = format_number(s.value(seqs)), s.text(cap)
     s.judge("ceiling", "max_num_seqs admits fewer sequences than the blocks hold", s.compare(cap, seqs) < 0,
             f"the blocks hold {count} full-context sequences; max_num_seqs is {limit}")
     s.judge("ceiling", "sequences shorter than the full context would let more of them run", s.compare(seqs, cap) < 0,
@@ -47,12 +44,12 @@ def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks, per_seq, seqs, cap
             "outside gpu_memory_utilization, or OOM there", fact=True)
     gained = s.evaluate(floor_of((avail + A / 2) / block) / blocks - 1)
     s.judge("ceiling", "halving max_num_batched_tokens would add over 5% more blocks", gained > 0.05,
-            f"half the {format_quantity(s.value(A), 'GiB')} activation peak returns "
+            f"half the {s.text(A)} activation peak returns "
             f"{format_quantity(s.value(A) / 2, 'GiB')}: {format_quantity(gained, '%')} more blocks")
 
 
 def _ceiling_regime(s: Sheet, seqs, cap) -> None:
-    count, limit = format_number(s.value(seqs)), format_number(s.value(cap))
+    count, limit = format_number(s.value(seqs)), s.text(cap)
     s.regime_by(seqs, cap, tie="above", below=Side(
         "block-limited",
         f"The blocks hold {count} full-context sequences, fewer than max_num_seqs = {limit}: the KV cache is the "
@@ -82,8 +79,8 @@ def solve(p, s: Sheet) -> None:
     if s.value(avail) <= 0:
         raise Reject("no memory for cache blocks: vLLM refuses to start")
     kv_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes(p.kv_dtype), p.kv_dtype)
-    L = s.given("L", p.model.layers, "", "layers")
-    H = s.given("H_kv", p.model.kv_heads, "", "KV heads")
+    L = given_config(s, p.model, "layers")
+    H = given_config(s, p.model, "kv_heads")
     bs = s.param("S_b", "block_size")
     heads = kv_heads_per_gpu(s, p.model, n)
     page = s.step("page_bytes", "Page per layer (one block)", "P", bs * kv_tok * heads / (H * L), "KiB",

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, floor_of
+from solvers.derivation import Reject, Sheet, Side, floor_of
 from solvers.models.common import (
     dtype_bytes,
 )
 from solvers.models.kvcache import kv_bytes_per_token_given
-from solvers.units import format_quantity
 
 
 def _reservation(p, s: Sheet) -> dict[str, sympy.Symbol]:
@@ -40,7 +39,7 @@ MAX_OUTPUT_PER_PROMPT = 20  # a workload averaging a tiny prompt and a reply 20+
 
 def _paging_judgements(s: Sheet, res: dict[str, sympy.Symbol], waste, gain) -> None:
     """What this workload says about reservation and paging, judged on its numbers."""
-    g, w = format_quantity(s.value(gain), "x"), format_quantity(s.value(waste), "%")
+    g, w = s.text(gain), s.text(waste)
     s.judge("holds", "paging returns more than three times the requests", s.compare(gain, 3) > 0,
             f"the gain is {g}")
     s.judge("holds", "paging leaves under 4% of the slots empty, as the PagedAttention paper reports",
@@ -51,7 +50,7 @@ def _paging_judgements(s: Sheet, res: dict[str, sympy.Symbol], waste, gain) -> N
             "against what the request holds, so long requests in small blocks waste least")
     untouched = s.compare(res["frag"], res["M"] / 2) > 0
     s.judge("holds", "most of each reservation is never touched at all", untouched,
-            f"{format_quantity(s.value(res['frag']), 'tokens')} of {format_quantity(s.value(res['M']), 'tokens')} "
+            f"{s.text(res['frag'])} of {s.text(res['M'])} "
             "are never used")
     s.judge("holds", "a paged request's blocks must sit next to each other in the pool", False,
             "the block table maps each logical block to any free physical block: no contiguity is needed, "
@@ -59,23 +58,18 @@ def _paging_judgements(s: Sheet, res: dict[str, sympy.Symbol], waste, gain) -> N
 
 
 def _waste_regime(s: Sheet, res: dict[str, sympy.Symbol]) -> None:
-    reserved, frag = (format_quantity(s.value(res[k]), "tokens") for k in ("reserved", "frag"))
-    if s.compare(res["output"], res["boundary"]) > 0:
-        s.set_regime(
-            "reservation-dominated",
-            f"Outputs run long enough to fill most of the maximum: the slots held for tokens still to come "
-            f"({reserved} on average) outweigh the slots never used ({frag}).",
-            res["boundary"], res["output"],
-            "With shorter outputs, or a generous maximum context, most of each reservation is never touched: "
-            "the waste is fragmentation, and paging returns many times the capacity.")
-    else:
-        s.set_regime(
-            "fragmentation-dominated",
-            f"Requests stop far short of the maximum they reserve: the slots never used ({frag}) outweigh "
-            f"those held for tokens still to come ({reserved} on average).",
-            res["boundary"], res["output"],
-            "When outputs fill most of the maximum context, the bigger waste is slots reserved for tokens that "
-            "arrive later; paging still removes it, but there is less to win.")
+    reserved, frag = (s.text(res[k]) for k in ("reserved", "frag"))
+    s.regime_by(res["output"], res["boundary"], tie="below", above=Side(
+        "reservation-dominated",
+        f"Outputs run long enough to fill most of the maximum: the slots held for tokens still to come "
+        f"({reserved} on average) outweigh the slots never used ({frag}).",
+        "With shorter outputs, or a generous maximum context, most of each reservation is never touched: "
+        "the waste is fragmentation, and paging returns many times the capacity."), below=Side(
+        "fragmentation-dominated",
+        f"Requests stop far short of the maximum they reserve: the slots never used ({frag}) outweigh "
+        f"those held for tokens still to come ({reserved} on average).",
+        "When outputs fill most of the maximum context, the bigger waste is slots reserved for tokens that "
+        "arrive later; paging still removes it, but there is less to win."))
 
 
 def solve(p, s: Sheet) -> None:

@@ -12,10 +12,11 @@ from solvers.models.collective import all_reduce_terms, stage_send, tp_all_reduc
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
-    hbm_bandwidth,
-    hbm_bytes,
-    model_params,
-    peak_flops,
+    given_config,
+    given_hbm_bandwidth,
+    given_hbm_bytes,
+    given_model_params,
+    given_peak_flops,
 )
 from solvers.models.kvcache import kv_bytes_per_token
 from solvers.units import format_number, format_quantity
@@ -90,7 +91,7 @@ def _pipeline(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> _Served
     stage busy with G/n micro-batches in flight; each token passes every stage once, so the TPOT is the sum of
     one micro-batch's stage times, and the slowest (most layers) stage sets the pace of all."""
     S = s.step("pp_stages", f"Pipeline stages of TP{n}", "S", G / n, "", "the node's GPUs over the TP width")
-    L = s.given("L", p.model.layers, "", "layers")
+    L = given_config(s, p.model, "layers")
     L_s = s.step("pp_layers", "Layers in the largest stage", "L_s", ceil_of(L / S), "",
                  "whole layers per stage; an uneven split leaves one stage heavier")
     w_pp = s.step("pp_weights_gpu", "bf16 weights per GPU of the pipeline", "w_pp", W * L_s / (L * n), "GB",
@@ -152,7 +153,7 @@ def _layout_regime(s: Sheet, p, served, best, users16, tpot16, pp_note: str) -> 
     split = s.step("served_split", "Users the best narrower layout serves", "U_split",
                    others[runner] if others else sympy.Integer(0), "requests",
                    f"TP{runner} × {p.gpus // runner}" if others else "no narrower TP holds the bf16 weights")
-    fit16, t16 = format_number(s.value(users16)), format_quantity(s.value(tpot16), "ms")
+    fit16, t16 = format_number(s.value(users16)), s.text(tpot16)
     n_wide, u_wide = p.gpus, format_number(s.value(wide))
     u_split = format_number(s.value(split))
     alone = (f"Only TP{n_wide} holds the bf16 weights with room for a request: the node runs one group, which "
@@ -182,10 +183,10 @@ def _layout_regime(s: Sheet, p, served, best, users16, tpot16, pp_note: str) -> 
 
 def solve(p, s: Sheet) -> None:
     G = s.param("G", "gpus")
-    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
+    M = given_hbm_bytes(s, p.gpu)
     u = s.given("u", GPU_MEMORY_UTILIZATION, "", "usable share of HBM (card: usable-hbm)")
     R = s.param("R", "reserve")
-    N = s.given("N", model_params(p.model), "", f"{p.model.name} parameters")
+    N = given_model_params(s, p.model)
     usable = s.step("usable", "Usable memory per GPU", "M_use", M * u - R, "GB",
                     "the utilisation cap, less what the engine keeps for everything that is not weights or KV")
     b16 = s.given("b_16", dtype_bytes("bf16"), "B", "bytes per bf16 element")
@@ -213,8 +214,8 @@ def solve(p, s: Sheet) -> None:
     first = next(n for n in (2**k for k in range(int(math.log2(p.gpus)) + 1)) if s.compare(n, n_fit) >= 0)
     n_min = s.step("tp_min_16", "Smallest deployable TP for bf16", "n_min", sympy.Integer(first), "",
                    "the first power of two at or above n_fit: a TP group must split the heads evenly")
-    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
-    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    BW = given_hbm_bandwidth(s, p.gpu)
+    P = given_peak_flops(s, p.gpu, "bf16")
     t_ar = tp_all_reduce(s, p.model, p.gpu, p.gpus, users16, tag="wide", label="full batch")
     tpot16 = s.step("tpot_16", "TPOT of the full bf16 batch, one group", "t_16",
                     max_of((W / G + users16 * kv16) / BW, 2 * N * users16 / (G * P)) + t_ar, "ms",

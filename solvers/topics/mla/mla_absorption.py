@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from solvers.derivation import Sheet, Side, ceil_of
-from solvers.models.common import dtype_bytes, hbm_bandwidth, peak_flops
+from solvers.models.common import given_config, given_hbm_bandwidth, given_kv_bytes, given_peak_flops
 from solvers.units import format_number
 
 
@@ -30,14 +30,14 @@ def _statements(s: Sheet, p, I_a, ridge, I_g, q, n) -> None:
     s.judge("statements", "with one query token and every head on one GPU it would sit at or past the ridge",
             past(one), "data-parallel attention, no draft token: " + shown(one))
     s.judge("statements", "on a GPU with twice the peak (the same bandwidth) it would still sit at or past the ridge",
-            s.compare(I_a, 2 * ridge) >= 0, f"{format_number(s.value(I_a), 3)} FLOP/B against a ridge of "
+            s.compare(I_a, 2 * ridge) >= 0, f"{s.text(I_a, 3)} against a ridge of "
             f"{format_number(2 * s.value(ridge), 3)}")
     s.judge("statements", "the GQA model's attention at eight times this many query tokens would sit at or past "
             "the ridge", past(8 * I_g), f"{p.gqa_model.name}: " + shown(8 * I_g))
 
 
 def _regime(s: Sheet, I_a, ridge, I_g, gqa_name: str) -> None:
-    at = f"{format_number(s.value(I_a), 3)} FLOP/B against a ridge of {format_number(s.value(ridge), 3)}"
+    at = f"{s.text(I_a, 3)} against a ridge of {format_number(s.value(ridge), 3)}"
     s.regime_by(I_a, ridge, tie="above", above=Side(
         "compute-bound",
         f"Absorbed attention runs at {at}: the tensor cores, not HBM, set its time, a regime decode attention "
@@ -56,15 +56,15 @@ def _regime(s: Sheet, I_a, ridge, I_g, gqa_name: str) -> None:
 
 def solve(p, s: Sheet) -> None:
     model, gqa = p.model, p.gqa_model
-    h = s.given("H_q", model.heads, "", f"{model.name} query heads")
+    h = given_config(s, model, "heads")
     n = s.param("TP_a", "tp_attn")
     q = s.param("q", "query_tokens")
-    d_c = s.given("d_c", model.kv_lora_rank, "", "latent rank (kv_lora_rank)")
-    d_r = s.given("d_r", model.qk_rope_head_dim, "", "decoupled RoPE key dim")
+    d_c = given_config(s, model, "kv_lora_rank")
+    d_r = given_config(s, model, "qk_rope_head_dim")
     d_h = s.given("d_h", model.head_dim, "", "per-head key (no RoPE) and value dim")
-    b = s.given("b_kv", dtype_bytes(p.kv_dtype), "B", f"bytes per cached value ({p.kv_dtype})")
-    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
-    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
+    b = given_kv_bytes(s, p.kv_dtype)
+    P = given_peak_flops(s, p.gpu, "bf16")
+    BW = given_hbm_bandwidth(s, p.gpu)
 
     h_g = s.step("heads_per_gpu", "Query heads on each GPU", "h", h / n, "", "attention heads split over TP_a GPUs")
     F = s.step("flops", "FLOPs per cached token per layer (absorbed)", "F_abs", 2 * h * q * (2 * d_c + d_r) / n,

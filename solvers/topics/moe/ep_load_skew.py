@@ -7,7 +7,7 @@ import zlib
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
-from solvers.models.common import dtype_bytes, hbm_bandwidth, peak_flops
+from solvers.models.common import given_config, given_hbm_bandwidth, given_peak_flops, given_weight_bytes
 from solvers.models.moe import GATED_MATRICES, REPLAYS, simulate_skew
 from solvers.units import format_number, format_quantity
 
@@ -34,10 +34,10 @@ def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, t_hot, t_rest, ridge
     hot, bal, rep = (s.value(x) for x in (T_hot, T_bal, T_rep))
     us = lambda x: format_quantity(x, "us")  # noqa: E731
     s.judge(key, "The GPU holding the hottest expert stays within 25% of a balanced one",
-            s.compare(T_hot, SKEW_COST * T_bal) <= 0, f"{us(hot)} against {us(bal)} balanced")
+            s.compare(T_hot, SKEW_COST * T_bal) <= 0, f"{s.text(T_hot)} against {s.text(T_bal)} balanced")
     pays = s.compare(T_rep, T_hot) < 0
     s.judge(key, "Replicating the hottest expert shortens the step", pays,
-            f"{us(rep)} with {format_number(math.ceil(p.hot))} copies against {us(hot)}: "
+            f"{s.text(T_rep)} with {format_number(math.ceil(p.hot))} copies against {s.text(T_hot)}: "
             + ("the copies split compute that was binding" if rep < hot else
                "its GPU was waiting on weight reads, and a copy only adds one more"))
     # The hot GPU runs over the balanced step exactly when its hottest expert passes the ridge; comparing the two
@@ -58,7 +58,7 @@ def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, t_hot, t_rest, ridge
             "a spare does not pay at this batch (above), so there is no gain to keep")
     s.judge(key, "The skew costs nothing at this batch: the busiest GPU takes the balanced time", not excess,
             "every expert, the hottest included, waits on its weight read" if not excess else
-            f"{us(hot - bal)} over the balanced {us(bal)}")
+            f"{us(hot - bal)} over the balanced {s.text(T_bal)}")
     hot_tokens, crossover = s.number("hot_tokens"), s.number("expert_crossover")
     s.judge(key, "Twice the batch would leave the busiest GPU's time unchanged",
             s.compare(2 * hot_tokens, crossover) <= 0,
@@ -70,14 +70,14 @@ def _skew_regime(s: Sheet, B, B_star, T_hot, T_bal, n_hot, t_c) -> None:
     cost = format_number(s.evaluate(T_hot / T_bal), 3) + "x"
     s.regime_by(B, B_star, tie="above", above=Side(
         "skew-costs-compute",
-        f"The hottest expert gets {format_number(s.value(n_hot), 3)} tokens, past the crossover of "
+        f"The hottest expert gets {s.text(n_hot, 3)}, past the crossover of "
         f"{format_number(s.value(t_c), 3)}: its math outlasts its read, and its GPU runs {cost} the balanced step. "
         "Replication and placement now pay.",
         "Below B* every expert waits on its own weight read, so the busiest GPU reads what every GPU reads: "
         "skew costs nothing, and redundant experts only add reads."),
         below=Side(
         "skew-hidden",
-        f"Even the hottest expert ({format_number(s.value(n_hot), 3)} tokens) sits below the crossover of "
+        f"Even the hottest expert ({s.text(n_hot, 3)}) sits below the crossover of "
         f"{format_number(s.value(t_c), 3)}: every GPU reads the same weights and takes the same time, so the skew "
         "is free; replicas would only add reads.",
         "Past B* the hottest expert's math outlasts its read: its GPU falls behind, and every MoE layer waits "
@@ -90,13 +90,13 @@ def solve(p, s: Sheet) -> None:
     model, gpu = p.model, p.gpu
     if model.experts % int(p.ep):
         raise Reject(f"{model.experts} experts do not split evenly over {p.ep} GPUs")
-    b = s.given("b_w", dtype_bytes(p.weight_dtype), "B", f"bytes per weight ({p.weight_dtype})")
-    P = s.given("P", peak_flops(gpu, p.weight_dtype), "TFLOP/s", f"{gpu.name} dense {p.weight_dtype} peak")
-    BW = s.given("BW", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
-    E = s.given("E", model.experts, "", "routed experts per MoE layer")
-    k = s.given("k", model.experts_per_token, "", "routed experts each token picks")
-    h = s.given("h", model.hidden, "", "hidden size")
-    f = s.given("f_x", model.expert_ffn, "", "FFN width of one expert")
+    b = given_weight_bytes(s, p.weight_dtype)
+    P = given_peak_flops(s, gpu, p.weight_dtype)
+    BW = given_hbm_bandwidth(s, gpu)
+    E = given_config(s, model, "experts")
+    k = given_config(s, model, "experts_per_token")
+    h = given_config(s, model, "hidden")
+    f = given_config(s, model, "expert_ffn")
     G = s.param("G", "ep")
     B = s.param("B", "batch")
     m = s.param("m", "hot")

@@ -6,10 +6,18 @@ import sympy
 from solvers.conventions import scale_up_domain
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, Side, ceil_of
-from solvers.models.common import hbm_bytes, peak_flops
+from solvers.models.common import (
+    given_active_params,
+    given_config,
+    given_hbm_bytes,
+    given_model_params,
+    given_nic,
+    given_nvlink,
+    given_peak_flops,
+)
 from solvers.models.moe import COMBINE_BYTES, moe_layers, parameter_count
 from solvers.models.training import FLOPS_PER_PARAM_TOKEN
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 STATE_BYTES = 16  # mixed-precision Adam: bf16 weights and grads (2 + 2), fp32 master and two moments (12)
 
@@ -37,8 +45,8 @@ def _ep_in_domain(model: Record, domain: int, gpus: int) -> int:
 def _training_a2a(s: Sheet, p, model: Record, G, N_a, P, mfu, E_p, ep: int) -> None:
     """All-to-all against compute per step, EP inside NVLink and spread over two domains, and the router's
     hottest expert against its GPU's share."""
-    h = s.given("h", model.hidden, "", "hidden size")
-    k = s.given("k", model.experts_per_token, "", "routed experts each token picks")
+    h = given_config(s, model, "hidden")
+    k = given_config(s, model, "experts_per_token")
     L = s.given("L_moe", moe_layers(model), "", "MoE layers")
     B = s.param("B", "batch")
     b_a = s.given("b_a", COMBINE_BYTES, "B", "bytes per activation (bf16)")
@@ -49,8 +57,8 @@ def _training_a2a(s: Sheet, p, model: Record, G, N_a, P, mfu, E_p, ep: int) -> N
                  "every GPU of a stage's EP group takes 1/G of the batch through the stage's MoE layers")
     t_c = s.step("compute_step", "Compute per step", "t_comp", FLOPS_PER_PARAM_TOKEN * N_a * B / (G * P * mfu), "s",
                  "6·N_act FLOPs per token, shared by every GPU at the MFU")
-    B_nvl = s.given("BW_NVL", p.gpu.nvlink_gb_s * 1e9 / 2, "GB/s", f"{p.gpu.name} NVLink per GPU, each direction")
-    B_nic = s.given("BW_NIC", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name} per GPU, each direction")
+    B_nvl = given_nvlink(s, p.gpu)
+    B_nic = given_nic(s, p.nic)
     a_in = s.step("a2a_nvlink", "All-to-all per step, EP inside NVLink", "t_NVL", T_g * V * (E_p - 1) / E_p / B_nvl,
                   "s", "copies for the other EP − 1 GPUs of the domain, over NVLink")
     a_out = s.step("a2a_nic", "All-to-all per step, the same EP group over two domains", "t_NIC",
@@ -64,7 +72,7 @@ def _training_a2a(s: Sheet, p, model: Record, G, N_a, P, mfu, E_p, ep: int) -> N
     m = s.param("m", "hot")
     n_g = s.step("experts_per_gpu", "Routed experts per GPU in each MoE layer", "n_g", model.experts / E_p, "experts",
                  "E over the EP group")
-    E = s.given("E", model.experts, "", "routed experts per MoE layer")
+    E = given_config(s, model, "experts")
     stretch = s.step("hot_stretch", "MoE layer stretched by the hottest expert", "S_hot",
                      (m + (n_g - 1) * (E - m) / (E - 1)) / n_g, "x",
                      "training GEMMs are compute-bound, so a GPU's time follows its tokens: the hot expert at m times "
@@ -88,14 +96,13 @@ def _failure_modes(s: Sheet, model: Record, gpus: int, stretch, a_in, a_out, t_c
     s.judge(key, "Router imbalance stretches each MoE layer by 15% or more", s.compare(stretch, IMBALANCE) >= 0,
             f"the hottest expert's GPU runs {format_number(hot, 3)}x the mean"
             + ("" if hot >= IMBALANCE else ": its load is diluted over many experts per GPU"))
-    sec = lambda x: format_quantity(s.value(x), "s")  # noqa: E731
     s.judge(key, "Spread over two NVLink domains, the all-to-all would take a third of the compute time or more",
-            s.compare(3 * a_out, t_c) >= 0, f"{sec(a_out)} over the NIC against {sec(t_c)} of compute per step: "
+            s.compare(3 * a_out, t_c) >= 0, f"{s.text(a_out)} over the NIC against {s.text(t_c)} of compute per step: "
             + ("more than overlap can hide" if s.value(a_out) > s.value(t_c) else
                "an overlapped schedule must hide it" if 3 * s.value(a_out) >= s.value(t_c) else "a small share"))
     share = s.number("nvlink_share")
     s.judge(key, "Even with EP inside NVLink, the all-to-all takes more than 7.5% of the step", share > A2A_SHARE,
-            f"{sec(a_in)} against {sec(t_c)} of compute: {format_number(100 * share, 3)}% of the step")
+            f"{s.text(a_in)} against {s.text(t_c)} of compute: {format_number(100 * share, 3)}% of the step")
     fold = model.params_b / model.active_params_b
     s.judge(key, "Counting compute by the total parameters would overstate it more than 20-fold", fold > LOWEST_FOLD,
             f"total / active = {format_number(fold, 3)}")
@@ -111,7 +118,7 @@ def _failure_modes(s: Sheet, model: Record, gpus: int, stretch, a_in, a_out, t_c
 
 
 def _layout_regime(s: Sheet, a_out, t_c, a_in, ep: int) -> None:
-    nic, comp, nvl = (format_quantity(s.value(x), "s") for x in (a_out, t_c, a_in))
+    nic, comp, nvl = (s.text(x) for x in (a_out, t_c, a_in))
     s.regime_by(a_out, t_c, tie="above", above=Side(
         "ep-stays-in-nvlink",
         f"Spread over two domains, the all-to-all would take {nic} a step over the NIC, more than the {comp} of "
@@ -138,13 +145,13 @@ def solve(p, s: Sheet) -> None:
     count = parameter_count(model)
     domain, G_n = scale_up_domain(gpu), int(p.gpus)
     ep = _ep_in_domain(model, domain, G_n)
-    N = s.given("N", model.params_b * 1e9, "", f"{model.name} total parameters")
-    N_a = s.given("N_act", model.active_params_b * 1e9, "", f"{model.name} active parameters")
+    N = given_model_params(s, model)
+    N_a = given_active_params(s, model)
     D = s.param("D", "tokens")
     G = s.param("G", "gpus")
-    P = s.given("P", peak_flops(gpu, "bf16"), "TFLOP/s", f"{gpu.name} dense bf16 peak")
+    P = given_peak_flops(s, gpu, "bf16")
     mfu = s.param("MFU", "mfu")
-    M = s.given("M", hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
+    M = given_hbm_bytes(s, gpu)
     u = s.param("u", "usable")
     b = s.given("b_st", STATE_BYTES, "B", "training state per parameter (mixed-precision Adam)")
     b_z = s.given("b_z", SHARDED_BYTES, "B", "of it, fp32 master and moments (sharded over all GPUs)")

@@ -6,7 +6,7 @@ import sympy
 from solvers.conventions import scale_up_domain
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, Side, max_of
-from solvers.models.common import dtype_bytes
+from solvers.models.common import dtype_bytes, given_config, given_nic, given_nvlink
 from solvers.models.moe import SCALE_BLOCK, SCALE_BYTES, copy_bytes, moe_layers, remote_nodes
 from solvers.units import format_number, format_quantity
 
@@ -71,7 +71,7 @@ def _dispatch_levers(s: Sheet, p, nodes: int, per_domain: int, v: dict[str, floa
 
 
 def _dispatch_regime(s: Sheet, t_nic, t_nvl) -> None:
-    nic, nvl = (format_quantity(s.value(x), "us") for x in (t_nic, t_nvl))
+    nic, nvl = (s.text(x) for x in (t_nic, t_nvl))
     s.regime_by(t_nic, t_nvl, tie="above", above=Side(
         "nic-bound",
         f"The remote copies take {nic} per layer on the NIC against {nvl} of forwarding on NVLink: the NIC sets "
@@ -96,8 +96,8 @@ def solve(p, s: Sheet) -> None:
     if ep % per_domain:
         raise Reject(f"EP {ep} does not fill whole {domain}-GPU NVLink domains")
     nodes = ep // per_domain
-    h = s.given("h", model.hidden, "", "hidden size")
-    k = s.given("k", model.experts_per_token, "", "routed experts each token picks")
+    h = given_config(s, model, "hidden")
+    k = given_config(s, model, "experts_per_token")
     L = s.given("L_moe", moe_layers(model), "", "MoE layers")
     G = s.param("G", "ep")
     T = s.param("T", "tokens")
@@ -116,8 +116,8 @@ def solve(p, s: Sheet) -> None:
     remote, _ = _remote_nodes(s, model, D, nodes)
     nvl = s.step("nvlink_copies", "Copies per token over NVLink (node-aware dispatch)", "c_NVL", k * (g - 1) / g, "",
                  "on each node reached, the copy lands on one GPU and is forwarded to the other experts' GPUs")
-    B_nic = s.given("BW_NIC", nic.gbit_s * 1e9 / 8, "GB/s", f"{nic.name} per GPU, each direction")
-    B_nvl = s.given("BW_NVL", gpu.nvlink_gb_s * 1e9 / 2, "GB/s", f"{gpu.name} NVLink per GPU, each direction")
+    B_nic = given_nic(s, nic)
+    B_nvl = given_nvlink(s, gpu)
     per = d_copy + c_copy
     t_nic = s.step("nic_time", "NIC time per MoE layer (dispatch and combine)", "t_NIC", T * remote * per / B_nic,
                    "us", "remote copies of the GPU's tokens, out and back, over its own NIC")

@@ -7,7 +7,14 @@ import sympy
 
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, max_of, min_of
-from solvers.models.common import dtype_bytes, hbm_bandwidth, peak_flops
+from solvers.models.common import (
+    given_active_params,
+    given_config,
+    given_hbm_bandwidth,
+    given_model_params,
+    given_peak_flops,
+    given_weight_bytes,
+)
 from solvers.models.moe import GATED_MATRICES, moe_layers, parameter_count
 from solvers.units import format_number, format_quantity
 
@@ -26,12 +33,12 @@ class Experts:
 
 def routed_experts(s: Sheet, model: Record, b_w: sympy.Symbol) -> Experts:
     """Declare the routing figures and step the routed experts' bytes (what a batch may read)."""
-    E = s.given("E", model.experts, "", "routed experts per MoE layer")
-    k = s.given("k", model.experts_per_token, "", "routed experts each token picks")
+    E = given_config(s, model, "experts")
+    k = given_config(s, model, "experts_per_token")
     L = s.given("L_moe", moe_layers(model), "", "MoE layers" + (
         f" ({model.layers} less {model.dense_layers} dense)" if model.get("dense_layers") else ""))
-    h = s.given("h", model.hidden, "", "hidden size")
-    f = s.given("f_x", model.expert_ffn, "", "FFN width of one expert")
+    h = given_config(s, model, "hidden")
+    f = given_config(s, model, "expert_ffn")
     p_e = s.step("expert_params", "Parameters of one expert", "p_e", GATED_MATRICES * h * f, "",
                  "gate, up and down projections, each hidden × expert width")
     X = s.step("routed_bytes", "Bytes of all routed experts", "W_x", L * E * p_e * b_w, "GB",
@@ -162,12 +169,12 @@ def solve(p, s: Sheet) -> None:
     """How many experts a step of B tokens reads, its bytes against the active parameters', and the batch at
     which an expert's GEMM turns compute-bound: where a MoE's saving over a dense model comes from."""
     model = p.model
-    N = s.given("N", model.params_b * 1e9, "", f"{model.name} total parameters")
-    b = s.given("b_w", dtype_bytes(p.weight_dtype), "B", f"bytes per weight ({p.weight_dtype})")
+    N = given_model_params(s, model)
+    b = given_weight_bytes(s, p.weight_dtype)
     B = s.param("B", "batch")
     n = s.param("n", "gpus")
-    P = s.given("P", peak_flops(p.gpu, p.weight_dtype), "TFLOP/s", f"{p.gpu.name} dense {p.weight_dtype} peak")
-    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
+    P = given_peak_flops(s, p.gpu, p.weight_dtype)
+    BW = given_hbm_bandwidth(s, p.gpu)
     r = routed_experts(s, model, b)
     W = s.step("weights", "Bytes of all weights", "W", N * b, "GB", "the total parameter count, each stored once")
     if s.compare(W, r.X) <= 0:
@@ -176,7 +183,7 @@ def solve(p, s: Sheet) -> None:
                  "attention, " + ("dense MLPs, shared experts, " if model.get("dense_layers") else "")
                  + "routers and embeddings: every token uses them")
     count = parameter_count(model)
-    N_a = s.given("N_act", model.active_params_b * 1e9, "", f"{model.name} active parameters (the catalogue's count)")
+    N_a = given_active_params(s, model)
     W_a = s.step("active_bytes", "Bytes of one token's active parameters", "W_act", N_a * b, "GB",
                  f"what 'active parameters' predicts a token reads (the config's shapes give "
                  f"{format_number(count.active / 1e9, 3)}B: the shared weights plus k of E experts per layer)")

@@ -8,9 +8,6 @@ from solvers.models.common import model_params
 from solvers.models.fleet import fat_tree_switches, spare_pool, training_run
 from solvers.units import format_number, format_quantity
 
-CHECKPOINT_BYTES = 12  # fp32 master weights and two fp32 Adam moments; the bf16 weights are a cast of the master
-
-
 SMALL_POOL = sympy.Rational(2, 100)  # a spare pool under 2% of the job is one finance signs off without a fight
 
 
@@ -34,16 +31,16 @@ def _bom_judgements(s: Sheet, E0, E, pod, n_job, g, pool, rate, site) -> None:
         whole_pod, why = False, "a two-tier fabric is a single pod: losing it is losing the cluster"
     else:
         whole_pod = s.compare(E - pod, g * n_job) >= 0
-        why = (f"{format_number(s.value(E))} GPUs less a pod of {format_number(s.value(pod))} against a job of "
+        why = (f"{s.text(E)} less a pod of {format_number(s.value(pod))} against a job of "
                f"{format_number(s.evaluate(g * n_job))}")
     s.judge("bom", "the job keeps its full size with one whole pod out", whole_pod, why)
     s.judge("bom", "losing one whole pod would shrink the job", not whole_pod, why)
     s.judge("bom", "the spare pool is under 2% of the job's nodes", s.compare(pool, SMALL_POOL * n_job) < 0,
             f"{format_number(s.value(pool))} spare nodes for a job of {format_number(s.value(n_job))}")
     s.judge("bom", "the checkpoint needs more than 100 GB/s of storage writes", s.value(rate) > FAST_STORAGE,
-            f"it needs {format_quantity(s.value(rate), 'GB/s')}")
+            f"it needs {s.text(rate)}")
     s.judge("bom", "the site needs a feed of more than 20 MW", s.value(site) > BIG_FEED,
-            f"the site draws {format_quantity(s.value(site), 'MW')}")
+            f"the site draws {s.text(site)}")
 
 
 def _tier_regime(s: Sheet, E0, E2, k) -> None:
@@ -76,7 +73,7 @@ def solve(p, s: Sheet) -> None:
     k = s.param("k", "radix")
     r = s.param("r", "oversub")
     N = s.given("N", model_params(p.model), "billion params", f"{p.model.name} parameters")
-    b_st = s.given("b_st", CHECKPOINT_BYTES, "B", "checkpoint bytes per parameter (fp32 master weights, Adam m and v)")
+    b_st = s.param("b_st", "checkpoint_bytes")
     T_w = s.param("T_w", "window")
     P_n = s.param("P_node", "node_kw")
     P_port = s.param("P_port", "port_w")
@@ -136,7 +133,7 @@ def solve(p, s: Sheet) -> None:
     s.slip("GPUs per node forgotten: one node per GPU", p.gpus_per_node, on="nodes")
     s.slip("the spares' mean only, no cover for its spread", on="spare_pool",
            factor=s.evaluate(ceil_of(down)) / s.value(pool))
-    s.slip("bf16 weights only in the checkpoint", 2 / CHECKPOINT_BYTES, on="storage_rate")
+    s.slip("bf16 weights only in the checkpoint", 2 / p.checkpoint_bytes, on="storage_rate")
     s.slip("PUE left out", 1 / p.pue, on="facility_power")
 
     _tier_regime(s, E0, E2, k)

@@ -1,7 +1,7 @@
 """InfiniBand or RoCE, in dollars per GPU."""
 from __future__ import annotations
 
-from solvers.derivation import Sheet
+from solvers.derivation import Sheet, Side
 from solvers.units import format_number, format_quantity
 
 
@@ -47,29 +47,23 @@ def _depth_caveat(flip: float, radix: int, tiers: float) -> str:
 
 def _fleet_regime(s: Sheet, G, flip, ib, roce, caveat: str) -> None:
     fleet, boundary = format_number(s.value(G)), format_number(s.value(flip), 3)
-    per_gpu = f"{format_quantity(s.value(ib), '$')} on InfiniBand against {format_quantity(s.value(roce), '$')}"
-    order = s.compare(G, flip)
-    if order <= 0:
-        summary = (f"At {fleet} GPUs the switch saving per GPU does not pay for RoCE's extra engineers: {per_gpu} "
-                   "on RoCE. InfiniBand arrives lossless by design, so the small team buys it.")
-        if order == 0:  # an exact tie: neither is cheaper, and nothing pays for the lossless-Ethernet work
-            summary = (f"At {fleet} GPUs the two cost exactly the same, {per_gpu} on RoCE: with no saving to "
-                       "pay for the extra engineers, keep the fabric that is lossless by design.")
-        s.set_regime(
-            "small-fleet-infiniband",
-            summary,
-            flip, G,
-            f"Above about {boundary} GPUs (at this tree depth) the per-port saving outgrows the fixed cost of "
-            "running lossless Ethernet, and RoCE is cheaper; a deeper tree multiplies the saving per GPU and "
-            "brings the flip closer." + caveat)
-    else:
-        s.set_regime(
-            "large-fleet-roce",
-            f"At {fleet} GPUs the per-port saving, summed over the fleet, outgrows the engineers who keep RoCE "
-            f"lossless: {per_gpu} on RoCE.",
-            flip, G,
-            f"Below about {boundary} GPUs (at this tree depth) the fixed cost of configuring and watching "
-            "PFC/ECN on every port is spread over too few GPUs, and InfiniBand is cheaper." + caveat)
+    per_gpu = f"{s.text(ib)} on InfiniBand against {s.text(roce)}"
+    small = (f"At {fleet} GPUs the switch saving per GPU does not pay for RoCE's extra engineers: {per_gpu} "
+             "on RoCE. InfiniBand arrives lossless by design, so the small team buys it.")
+    if s.compare(G, flip) == 0:  # an exact tie: neither is cheaper, and nothing pays for the lossless-Ethernet work
+        small = (f"At {fleet} GPUs the two cost exactly the same, {per_gpu} on RoCE: with no saving to "
+                 "pay for the extra engineers, keep the fabric that is lossless by design.")
+    s.regime_by(G, flip, tie="below", above=Side(
+        "large-fleet-roce",
+        f"At {fleet} GPUs the per-port saving, summed over the fleet, outgrows the engineers who keep RoCE "
+        f"lossless: {per_gpu} on RoCE.",
+        f"Below about {boundary} GPUs (at this tree depth) the fixed cost of configuring and watching "
+        "PFC/ECN on every port is spread over too few GPUs, and InfiniBand is cheaper." + caveat), below=Side(
+        "small-fleet-infiniband",
+        small,
+        f"Above about {boundary} GPUs (at this tree depth) the per-port saving outgrows the fixed cost of "
+        "running lossless Ethernet, and RoCE is cheaper; a deeper tree multiplies the saving per GPU and "
+        "brings the flip closer." + caveat))
 
 
 def solve(p, s: Sheet) -> None:

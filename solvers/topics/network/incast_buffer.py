@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side, floor_of
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 # Counters an on-call engineer reads to tell which mechanism acted: ECN marks and CNPs rise in
 # every incast that passes the marking threshold; pause frames only where PFC fired; drops and
@@ -33,8 +33,8 @@ def _incast_counters(s: Sheet, pfc_first: bool) -> None:
 
 
 def _incast_regime(s: Sheet, N, n_pfc, RTT) -> None:
-    senders, boundary = format_number(s.value(N)), format_number(s.value(n_pfc))
-    rtt = format_quantity(s.value(RTT), "us")
+    senders, boundary = s.text(N), format_number(s.value(n_pfc))
+    rtt = s.text(RTT)
     s.regime_by(N, n_pfc, tie="above", above=Side(
         "pfc-first",
         f"{senders} senders reach XOFF before DCQCN's {rtt} round trip ends (PFC fires from {boundary} senders): "

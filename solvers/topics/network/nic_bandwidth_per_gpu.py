@@ -2,15 +2,14 @@
 from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import dtype_bytes, hbm_bytes, model_params, peak_flops
-from solvers.units import format_quantity
+from solvers.models.common import dtype_bytes, given_config, given_peak_flops, hbm_bytes, model_params
 
 ADAM_STATE_BYTES = 16  # bf16 weights and grads, fp32 master weights and two moments (ZeRO)
 
 
 def _nic_judgements(s: Sheet, best, need, B_nic) -> None:
     """Which links and levers hide the reduction, from this variant's two needs."""
-    line, strict, loose = (format_quantity(s.value(x), "Gb/s") for x in (B_nic, need, best))
+    line, strict, loose = (s.text(x) for x in (B_nic, need, best))
     tenth = s.compare(10 * best, B_nic) <= 0
     s.judge("nic", "a NIC of a tenth of this rate would hide it over the whole step's backward", tenth,
             f"the best case needs {loose} against a tenth of {line}" + (": on paper the whole-step bound makes "
@@ -28,8 +27,8 @@ def _nic_judgements(s: Sheet, best, need, B_nic) -> None:
 
 
 def _overlap_regime(s: Sheet, need, best, B_nic, t_comm, t_mb) -> None:
-    needed, line, loose = (format_quantity(s.value(x), "Gb/s") for x in (need, B_nic, best))
-    comm, window = format_quantity(s.value(t_comm), "ms"), format_quantity(s.value(t_mb), "ms")
+    needed, line, loose = (s.text(x) for x in (need, B_nic, best))
+    comm, window = s.text(t_comm), s.text(t_mb)
     s.regime_by(need, B_nic, tie="below", below=Side(
         "comms-hidden",
         f"The reduction needs {needed} in the last micro-batch's backward and the NIC gives {line}: it takes {comm} "
@@ -58,14 +57,14 @@ def solve(p, s: Sheet) -> None:
     if shard * ADAM_STATE_BYTES > hbm_bytes(p.gpu):
         raise Reject("the training state of one GPU's shard does not fit its HBM")
     N = s.given("N", model_params(p.model), "billion params", f"{p.model.name} parameters")
-    h = s.given("h", p.model.hidden, "", f"{p.model.name} hidden size")
+    h = given_config(s, p.model, "hidden")
     tp = s.param("TP", "tp")
     pp = s.param("PP", "pp")
     d = s.param("d", "dp")
     m = s.param("m", "microbatches")
     S = s.param("S", "seq")
     b = s.given("b", dtype_bytes("bf16"), "B", "bytes per bf16 gradient")
-    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    P = given_peak_flops(s, p.gpu, "bf16")
     u = s.param("MFU", "mfu")
     B_nic = s.given("B_nic", p.nic.gbit_s * 1e9 / 8, "Gb/s", f"{p.nic.name} line rate")
 

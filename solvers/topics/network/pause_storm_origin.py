@@ -50,7 +50,7 @@ def _pause_storm_fixes(p, s: Sheet, origin: str, victims: list[str], leaf_of: di
     f_o = s.param("f_o", f"{origin}_to_{home}")
     storm = s.step("storm_time", f"How long {origin} has held {home} paused", "T_s", f_o * Q * b / R, "s",
                    "its pauses run back to back from the moment it stopped draining")
-    lasted = format_quantity(s.value(storm), "s")
+    lasted = s.text(storm)
     w_sw = s.given("W_sw", SWITCH_WATCHDOG_S, "s", "switch PFC watchdog: stall after two 100 ms polls (Junos default)")
     w_nic = s.given("W_nic", NIC_STALL_TIMEOUT_S, "s", "NIC PFC stall prevention timeout (mlx5 default)")
     key = "fixes"
@@ -78,7 +78,7 @@ def _pause_storm_fixes(p, s: Sheet, origin: str, victims: list[str], leaf_of: di
     # queue tuning releases a receiver that drains nothing (ECN and rate limits in one option with buffer).
     s.judge(key, QUEUE_TUNING, False,
             f"{origin} drains nothing, so any buffer fills: each extra MB fills in {per_mb} at "
-            f"{format_quantity(s.value(R), 'Gb/s')}, and at half the rate in "
+            f"{s.text(R)}, and at half the rate in "
             f"{format_quantity(2e6 / s.value(R), 'µs')}, against a storm of {lasted}; ECN slows senders only "
             f"through the CNPs {origin} would return, and it has received nothing: marks do not release a pause",
             fact=True)
@@ -115,7 +115,7 @@ def solve(p, s: Sheet) -> None:
     _pause_storm_fixes(p, s, origin, victims, leaf_of, Q, b, R)
 
     s.assume(f"The counters are the fabric's full pause counts over the window; every port runs at "
-             f"{format_quantity(s.value(R), 'Gb/s')} and every pause frame asks for {format_number(p.quanta)} "
+             f"{s.text(R)} and every pause frame asks for {format_number(p.quanta)} "
              "quanta and runs its full length (no early resume, no overlap).")
     s.assume("The origin is read from the counters: a switch sends pauses upstream because one of its ports "
              "is paused, so following the pauses back leads to the one device that sends pauses and "

@@ -2,20 +2,17 @@
 from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 # The teaser's bar: on a chat prompt the two hit rates differ by under one percent of the prompt.
 MATERIAL_GAP = 0.01
 
 
 # SGLang's chunked_prefill_size as the question states it: every prefill chunk becomes a node of the tree.
-SGLANG_CHUNK = 8192
-
-
 def _after_eviction(s: Sheet, B, P, D, S, R, M) -> None:
     """What each engine still serves once the allocator needed room for R tokens, this chat least recently used."""
     Y = s.param("Y", "reply")
-    C = s.given("C", SGLANG_CHUNK, "tokens", "SGLang prefill chunk (chunked_prefill_size)")
+    C = s.param("C", "sglang_chunk")
     if s.compare(S + Y + B, D) > 0:
         raise Reject("the first prompt must hold more than the system prompt")
     c = s.step("cached_blocks", "Full blocks the previous turn left cached", "c", floor_of(D / B), "blocks",
@@ -100,7 +97,7 @@ def _key_scope(s: Sheet, p) -> None:
 
 
 def _gap_regime(s: Sheet, bound, tau, P, P_star, gap) -> None:
-    worst, bar = format_quantity(s.value(bound), "%"), format_quantity(s.value(tau), "%")
+    worst, bar = s.text(bound), s.text(tau)
     now = format_number(s.value(gap))
     s.regime_by(P, P_star, tie="above", above=Side(
         "gap-negligible",

@@ -6,7 +6,7 @@ import sympy
 from solvers.derivation import Reject, Sheet, Side, floor_of
 from solvers.models.common import dtype_bytes
 from solvers.models.kvcache import kv_bytes_per_token_given
-from solvers.units import format_number, format_quantity
+from solvers.units import format_quantity
 
 
 def _chat_symbols(s: Sheet, lengths: list[int]) -> list[sympy.Symbol]:
@@ -17,8 +17,8 @@ def _chat_symbols(s: Sheet, lengths: list[int]) -> list[sympy.Symbol]:
 
 
 def _hole_regime(s: Sheet, served, half, redo, lost, n) -> None:
-    kept, again = format_quantity(s.value(served), "tokens"), format_quantity(s.value(redo), "tokens")
-    gib, chats = format_quantity(s.value(lost), "GiB"), format_number(s.value(n))
+    kept, again = s.text(served), s.text(redo)
+    gib, chats = s.text(lost), s.text(n)
     s.regime_by(served, half, tie="below", above=Side(
         "hole-late",
         f"The hole is in the second half of the system prompt: a returning chat still serves {kept} of it and "
@@ -49,7 +49,7 @@ def _expiry(s: Sheet, age, idle, ttl) -> tuple[bool, str]:
     """A TTL counted from caching strands while the system prompt has expired and the latest chat blocks
     have not (a block expires once its age reaches the TTL)."""
     system_expired, chat_fresh = s.compare(age, ttl) >= 0, s.compare(idle, ttl) < 0
-    old, fresh = format_quantity(s.value(age), "min"), format_quantity(s.evaluate(idle), "min")
+    old, fresh = s.text(age), format_quantity(s.evaluate(idle), "min")
     limit = format_quantity(s.evaluate(ttl), "min")
     return system_expired and chat_fresh, (
         f"the system prompt, cached {old} ago, has reached the {limit} TTL, while the latest chat blocks, cached "
@@ -64,7 +64,7 @@ def _stranding_policies(s: Sheet, j, lost) -> None:
     decide two of them."""
     ttl, age, shards = s.param("τ", "ttl"), s.param("A_S", "system_age"), s.param("k", "shards")
     idle = s.param("A_c", "idle")
-    gib = format_quantity(s.value(lost), "GiB")
+    gib = s.text(lost)
     # The three orders that never look at this variant's numbers are declared facts. FIFO is the TTL's order
     # without the clock: it is asked through two TTLs, whose answers follow the ages.
     safe, expiry, longer, cost, sharded, tier = STRANDING_POLICIES
@@ -73,11 +73,11 @@ def _stranding_policies(s: Sheet, j, lost) -> None:
     for option, limit in ((expiry, ttl), (longer, 2 * ttl)):
         s.judge("policies", option, *_expiry(s, age, idle, limit))
     s.judge("policies", cost, True, "the first block has the least context before it, so it is the cheapest to "
-            f"recompute and the first to go, with every chain below it (losing block {format_number(s.value(j))} "
+            f"recompute and the first to go, with every chain below it (losing block {s.text(j)} "
             f"strands {gib})", fact=True)
     split = s.compare(shards, 1) > 0
     s.judge("policies", sharded, split,
-            f"with {format_number(s.value(shards))} shards, a shard short of room evicts its own least recently "
+            f"with {s.text(shards)}, a shard short of room evicts its own least recently "
             "used block while that block's descendants sit on other shards" if split else
             "one shard holds every block, so this is the global LRU above")
     s.judge("policies", tier, True, "a hit on the GPU does not refresh the CPU copy's write time: the tier drops "

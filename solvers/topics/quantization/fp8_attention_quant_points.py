@@ -12,19 +12,10 @@ from solvers.models.fp8 import E4M3, amax_scale, chop_mask, quantize
 from solvers.models.quantization import pct_text, variant_rng
 from solvers.units import format_number
 
-HEAD_DIM = 128
-
-
 ATTN_OUTLIERS = 4  # key channels at ±α, as in kv-quant-keys-vs-values
 
 
 ATTN_TOKENS = 64  # tokens in the key simulation
-
-
-ACC_BITS = 13  # fraction bits the FP8 tensor-core accumulator keeps (DeepSeek-V3: about 14 bits)
-
-
-MMA_K = 32  # tokens per FP8 WGMMA k-slab: one chopped add into the accumulator each
 
 
 ACC_CHANNELS = 4  # value channels in the accumulator simulation
@@ -57,15 +48,15 @@ def _softmax_tv(p: np.ndarray, q: np.ndarray) -> float:
     return float(np.mean(np.sum(np.abs(p - q), axis=1)) / 2)
 
 
-def _key_point(rng: np.random.Generator, alpha: float, beta: float) -> dict[str, float]:
+def _key_point(rng: np.random.Generator, alpha: float, beta: float, head_dim: int) -> dict[str, float]:
     """Keys with outlier channels through E4M3: per-tensor, per-channel and mean-subtracted scales."""
-    offsets = np.zeros(HEAD_DIM)
+    offsets = np.zeros(head_dim)
     offsets[:ATTN_OUTLIERS] = alpha * np.resize([1.0, -1.0], ATTN_OUTLIERS)
-    k = rng.standard_normal((ATTN_TOKENS, HEAD_DIM)) + offsets
-    q = beta * rng.standard_normal((4, HEAD_DIM))
+    k = rng.standard_normal((ATTN_TOKENS, head_dim)) + offsets
+    q = beta * rng.standard_normal((4, head_dim))
 
     def probs(keys):
-        s = q @ keys.T / np.sqrt(HEAD_DIM)
+        s = q @ keys.T / np.sqrt(head_dim)
         e = np.exp(s - s.max(axis=1, keepdims=True))
         return e / e.sum(axis=1, keepdims=True)
 
@@ -99,19 +90,19 @@ def _probability_point(rng: np.random.Generator, beta: float, tokens: int) -> _P
             "p": p[0], "rows": rows}
 
 
-def _accumulator_point(rng: np.random.Generator, p: np.ndarray, promote: int) -> dict[str, float]:
-    """P·V over the context in WGMMA k-slabs of MMA_K tokens, each slab added into an accumulator that keeps
-    ACC_BITS fraction bits; and the same with the accumulator moved to FP32 every `promote` tokens.
+def _accumulator_point(rng: np.random.Generator, p: np.ndarray, promote: int, k: int, bits: int) -> dict[str, float]:
+    """P·V over the context in WGMMA k-slabs of `k` tokens, each slab added into an accumulator that keeps
+    `bits` fraction bits; and the same with the accumulator moved to FP32 every `promote` tokens.
     Values of one sign (the worst case: nothing cancels the chopped bits)."""
     v = rng.uniform(0, 1, (p.size, ACC_CHANNELS))
-    slabs = (p[:, None] * v).reshape(-1, MMA_K, ACC_CHANNELS).sum(axis=1)  # the products as the MMA forms them
+    slabs = (p[:, None] * v).reshape(-1, k, ACC_CHANNELS).sum(axis=1)  # the products as the MMA forms them
     exact = slabs.sum(axis=0)
-    mask = chop_mask(ACC_BITS)
+    mask = chop_mask(bits)
     acc = np.zeros(ACC_CHANNELS)
     for slab in slabs:  # one chopped add per slab, in order: the accumulator's error only grows
         acc += slab
         acc.view(np.uint64)[...] &= mask
-    per_block = slabs.reshape(-1, promote // MMA_K, ACC_CHANNELS)
+    per_block = slabs.reshape(-1, promote // k, ACC_CHANNELS)
     partial = np.zeros(per_block.shape[::2])
     for step in range(per_block.shape[1]):  # every block's own short chain, all blocks at once
         partial += per_block[:, step]
@@ -121,9 +112,9 @@ def _accumulator_point(rng: np.random.Generator, p: np.ndarray, promote: int) ->
             "promoted": float(np.max(np.abs(promoted - exact) / exact))}
 
 
-def _attention_points_givens(s: Sheet, keys: dict, probs: _ProbabilityPoint, acc: dict) -> None:
+def _attention_points_givens(s: Sheet, keys: dict, probs: _ProbabilityPoint, acc: dict, head_dim: int) -> None:
     source = "seeded simulation (seed from the variant)"
-    s.given("tv_K_tensor", keys["tensor"], "%", f"{source}, {ATTN_TOKENS} tokens × {HEAD_DIM}: mass misplaced, "
+    s.given("tv_K_tensor", keys["tensor"], "%", f"{source}, {ATTN_TOKENS} tokens × {head_dim}: mass misplaced, "
             "keys per tensor")
     s.given("tv_K_channel", keys["channel"], "%", "the same, keys per channel")
     s.given("tv_K_centred", keys["centred"], "%", "the same, keys with their channel means subtracted")
@@ -141,7 +132,7 @@ def _attention_fixes(s: Sheet, p, *, ds, ds_c, flushed, promoted, e_acc, r_K) ->
     # tie exists to decide, and sympy's comparison of them costs milliseconds.
     s.judge("fixes", "the FP8 keys misplace more of the output than an unscaled P flushes",
             s.value(r_K) > s.value(unscaled),
-            f"{pct_text(s.value(r_K))} misplaced by the keys against {pct_text(s.value(unscaled))} flushed")
+            f"{s.text(r_K, 3)} misplaced by the keys against {s.text(unscaled, 3)} flushed")
     s.judge("fixes", "subtracting the keys' channel means would cut the key score error by more than 2.5×",
             s.compare(ds, sympy.Rational(5, 2) * ds_c) > 0,
             f"√(1 + n_o·α²/d) = {format_number(s.value(ds) / s.value(ds_c), 3)}× (per-channel scales would not help: "
@@ -150,15 +141,15 @@ def _attention_fixes(s: Sheet, p, *, ds, ds_c, flushed, promoted, e_acc, r_K) ->
             s.compare(e_acc, 200 * promoted) > 0,
             f"T/N_c = {format_number(p.context / p.promote, 3)}: the bound scales with the chopped adds in a chain")
     s.judge("fixes", "an unscaled P flushes more than 10% of the attention mass",
-            s.value(unscaled) > 0.1, f"{pct_text(s.value(unscaled))} of it below 2^-10")
+            s.value(unscaled) > 0.1, f"{s.text(unscaled, 3)} of it below 2^-10")
     s.judge("fixes", "scaling P by 448 before the cast would leave under 0.1% of the attention mass flushed",
             s.value(scaled) < 0.001,
-            f"{pct_text(s.value(unscaled))} flushed unscaled, {pct_text(s.value(scaled))} scaled")
+            f"{s.text(unscaled, 3)} flushed unscaled, {s.text(scaled, 3)} scaled")
     s.judge("fixes", "promoting the accumulator to FP32 every N_c tokens keeps its error under 0.1%",
             s.compare(promoted, sympy.Rational(1, 1000)) < 0,
-            f"{format_number(p.promote / MMA_K)} chopped adds: {pct_text(s.number('acc_error_promoted'))}")
+            f"{format_number(p.promote / p.mma_k)} chopped adds: {pct_text(s.number('acc_error_promoted'))}")
     s.judge("fixes", "over this context the unpromoted bound passes the ~2% DeepSeek-V3 measured at K = 4096",
-            s.compare(e_acc, sympy.Rational(2, 100)) > 0, f"{pct_text(s.value(e_acc))} over {format_number(p.context)} "
+            s.compare(e_acc, sympy.Rational(2, 100)) > 0, f"{s.text(e_acc, 3)} over {format_number(p.context)} "
             "tokens (1.56% at 4,096)")
 
 
@@ -166,7 +157,7 @@ def _attention_regime(s: Sheet, errors: dict[str, sympy.Symbol]) -> None:
     """Three sides: the point whose misplaced share is largest; the boundary is the runner-up's."""
     ranked = sorted(errors, key=lambda name: s.value(errors[name]), reverse=True)
     first, second = ranked[0], ranked[1]
-    shown = {name: pct_text(s.value(sym)) for name, sym in errors.items()}
+    shown = {name: s.text(sym, 3) for name, sym in errors.items()}
     fix = {"keys": "subtract the keys' channel means (per-channel scales do not help in FP8)",
            "probabilities": "scale P by 448 before the cast (or keep P in bf16)",
            "accumulator": "promote the accumulator to FP32 every 128 tokens"}  # DeepSeek-V3's N_C
@@ -186,7 +177,7 @@ def solve(p, s: Sheet) -> None:
     T = s.param("T", "context")
     N_c = s.param("N_c", "promote")
     m = s.given("m", E4M3.mantissa_bits, "", "fraction bits of E4M3")
-    d = s.given("d", HEAD_DIM, "", "head dim")
+    d = s.param("d", "head_dim")
     n_o = s.given("n_o", ATTN_OUTLIERS, "", "outlier key channels")
     moment = s.given("E_f", 3 / (8 * math.log(2)), "", "E[1/f²] for significands f log-uniform in [1, 2)")
     eps = s.step("", "RMS relative rounding error of E4M3", "eps", 2**-m * sympy.sqrt(moment / 12), "%",
@@ -223,8 +214,8 @@ def solve(p, s: Sheet) -> None:
     f_P448 = s.step("", "Attention mass flushed, P scaled by 448", "f_P448", NormalCDF(gap - shift / beta), "%",
                     "the same tilted scores against the lower flush point")
     # 3. The accumulator: each FP8 WGMMA adds a k-slab into a register that keeps about 14 bits.
-    f_acc = s.given("f_acc", ACC_BITS, "", "fraction bits the FP8 tensor-core accumulator keeps")
-    k_mma = s.given("k_mma", MMA_K, "tokens", "tokens per FP8 WGMMA (k = 32)")
+    f_acc = s.param("f_acc", "acc_bits")
+    k_mma = s.param("k_mma", "mma_k")
     e_acc = s.step("acc_error", "Bound on P·V's relative error, accumulated in the tensor core", "e_acc",
                    T / k_mma * 2**-f_acc, "%", "T/32 chopped adds, each losing under one unit of the 13th bit")
     e_typ = s.step("acc_error_typical", "Its typical size", "e_typ", e_acc / (8 * sympy.log(2)), "%",
@@ -235,14 +226,14 @@ def solve(p, s: Sheet) -> None:
            "only N_c/32 chopped adds before the partial sum moves to an FP32 register on the CUDA cores")
 
     rng = variant_rng(p, "outlier", "score_spread", "context", "promote")
-    keys = _key_point(rng, p.outlier, p.score_spread)
+    keys = _key_point(rng, p.outlier, p.score_spread, p.head_dim)
     probs = _probability_point(rng, p.score_spread, int(p.context))
-    acc = _accumulator_point(rng, probs["p"][:ACC_TOKENS], int(p.promote))
-    _attention_points_givens(s, keys, probs, acc)
+    acc = _accumulator_point(rng, probs["p"][:ACC_TOKENS], int(p.promote), int(p.mma_k), p.acc_bits)
+    _attention_points_givens(s, keys, probs, acc, p.head_dim)
     _attention_fixes(s, p, ds=ds, ds_c=ds_c, flushed=(f_P, f_P448), promoted=N_c / k_mma * 2**-f_acc,
                      e_acc=e_acc, r_K=r_K)  # the fixes judge the bound, as DeepSeek-V3 reports its maximum
 
-    s.assume(f"One head of dim {HEAD_DIM}; keys with unit spread and {ATTN_OUTLIERS} channels offset by ±α; scores "
+    s.assume(f"One head of dim {p.head_dim}; keys with unit spread and {ATTN_OUTLIERS} channels offset by ±α; scores "
              "Gaussian with spread β across tokens (queries and centred keys alike); the row max is the mean of the "
              "largest of T, β√(2 ln T) less the Gumbel correction. E4M3 throughout, FP32 scales from the amax.")
     s.assume("P is cast as exp(s − m) with m the row's final max (online softmax flushes a little more early "

@@ -115,7 +115,7 @@ def _format_select(s: Sheet, p, share, loss) -> None:
             s.compare(share, sympy.Rational(1, 4)) > 0,
             f"{pct_text(s.number('act_saturating_share'))} of blocks under the {p.mx_rule} rule")
     s.judge("gates", "the weights reach this pool more than 2 dB below the SQNR that was tested",
-            s.compare(loss, 2) > 0, f"{format_number(s.value(loss), 3)} dB lost on the way: " + (
+            s.compare(loss, 2) > 0, f"{s.text(loss, 3)} lost on the way: " + (
                 "the tested bytes load as they are" if same_bytes else "rounded again onto power-of-two scales"))
     s.judge("gates", "the pool's activation scales keep the tested 1×128 granularity", p.act_block == HOPPER_BLOCK,
             f"one scale per {p.act_block} activations" + ("" if p.act_block == HOPPER_BLOCK else

@@ -12,9 +12,6 @@ from solvers.models.kvcache import kv_bytes_per_token_given
 from solvers.models.quantization import pct_text, variant_rng
 from solvers.units import format_number
 
-KIVI_GROUP = 32  # KIVI's group: 32 tokens per key channel, 32 channels per value token
-
-
 OUTLIER_CHANNELS = 4  # key channels that sit at ±α (half each way), as KIVI's plots show
 
 
@@ -61,10 +58,10 @@ def _kv_roads_simulation(p) -> dict[str, float]:
     def rms(k_used, v_used) -> float:
         return float(np.sqrt(np.mean((_attention(q, k_used, v_used)[0] - exact) ** 2)))
 
-    k_token, k_channel = _int_quantize(k, bits, axis=1), _grouped(k, bits, KIVI_GROUP)
-    v_groups = v.reshape(SIM_TOKENS, d // KIVI_GROUP, KIVI_GROUP)  # per token, 32 channels a scale (KIVI)
+    k_token, k_channel = _int_quantize(k, bits, axis=1), _grouped(k, bits, p.kivi_group)
+    v_groups = v.reshape(SIM_TOKENS, d // p.kivi_group, p.kivi_group)  # per token, a group of channels a scale (KIVI)
     v_token = _int_quantize(v_groups, bits, axis=2).reshape(v.shape)
-    v_channel = _grouped(v, bits, KIVI_GROUP)
+    v_channel = _grouped(v, bits, p.kivi_group)
     return {"keys_token": rms(k_token, v), "keys_channel": rms(k_channel, v),
             "values_token": rms(k, v_token), "values_channel": rms(k, v_channel),
             "both_token": rms(k_token, v_token), "kivi": rms(k_channel, v_token),
@@ -87,7 +84,7 @@ def _kv_bookkeeping(s: Sheet, p, b: sympy.Symbol) -> tuple[sympy.Symbol, sympy.S
     """What per-channel keys cost to serve: a group of G tokens per scale, so the newest R tokens wait
     in bf16; the scales themselves; the cache of one sequence."""
     kv_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes("bf16"), "bf16")
-    G = s.given("G", KIVI_GROUP, "", "elements per scale group (KIVI)")
+    G = s.param("G", "kivi_group")
     R = s.param("R", "residual")
     T = s.param("T", "context")
     bits = s.step("bits_effective", "Bits per cached element, scales included", "b_eff", b + 2 * 16 / G, "",
@@ -126,7 +123,7 @@ def _kv_quant_select(s: Sheet, p, sim: dict[str, float], *, alpha, share, compre
             f"per-token keys need 2^b' − 1 ≥ (α + 1)(2^b − 1) = {needed} levels; {bits + 3} bits give "
             f"{2 ** (bits + 3) - 1}")
     # Exact in fractions, in bf16 tokens' worth: the window at 16 bits, the rest at b_eff = b + 2·16/G.
-    T, R, b_eff = Fraction(p.context), Fraction(p.residual), bits + Fraction(2 * 16, KIVI_GROUP)
+    T, R, b_eff = Fraction(p.context), Fraction(p.residual), bits + Fraction(2 * 16, p.kivi_group)
     whole = R + (T - R) * b_eff / 16
     saved = (R / 2) * (16 - b_eff) / 16 / whole
     s.judge("facts", "halving the bf16 window would shrink this sequence's cache by more than 10%",
@@ -202,11 +199,11 @@ def solve(p, s: Sheet) -> None:
              "in δs. Both fail for per-token keys at few bits: the ±1 channels all land on the inner levels (at 2 "
              "bits and α = 10 the exact RMS is about 2.9 against 2.1), the score noise outgrows the scores, and the "
              "simulated output error exceeds the estimate; the ordering only sharpens.")
-    s.assume(f"KIVI's layout: keys per channel over groups of {KIVI_GROUP} tokens, values per token over groups of "
-             f"{KIVI_GROUP} channels, an fp16 scale and zero point per group; the newest R tokens stay in bf16 "
+    s.assume(f"KIVI's layout: keys per channel over groups of {p.kivi_group} tokens, values per token over groups of "
+             f"{p.kivi_group} channels, an fp16 scale and zero point per group; the newest R tokens stay in bf16 "
              "until a full group can be quantised.")
     s.slip("√12 left out (the step taken as the error)", float(np.sqrt(12)),
            on=("key_error_token", "key_error_channel", "value_error"))
-    s.slip("the scale and zero point forgotten", s.evaluate(b / (b + 2 * 16 / KIVI_GROUP)), on="bits_effective")
+    s.slip("the scale and zero point forgotten", s.evaluate(b / (b + 2 * 16 / p.kivi_group)), on="bits_effective")
     _kv_roads_regime(s, R_ch)
 

@@ -8,15 +8,18 @@ from solvers.models.collective import all_reduce_terms, link_latency
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
+    given_hbm_bandwidth,
+    given_hbm_bytes,
+    given_model_params,
+    given_peak_flops,
     hbm_bandwidth,
     hbm_bytes,
-    model_params,
     peak_flops,
     require_context,
 )
 from solvers.models.kvcache import kv_bytes_per_token
 from solvers.models.roofline import require_full_xgmi_ring
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 
 class _Gpu:
@@ -24,9 +27,9 @@ class _Gpu:
 
     def __init__(self, s: Sheet, gpu, tag: str):
         self.gpu, self.tag = gpu, tag
-        self.P = s.given(f"P_{tag}", peak_flops(gpu, "bf16"), "TFLOP/s", f"{gpu.name} dense bf16 peak")
-        self.BW = s.given(f"BW_{tag}", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
-        self.M = s.given(f"M_{tag}", hbm_bytes(gpu), "GB", f"{gpu.name} HBM capacity")
+        self.P = given_peak_flops(s, gpu, "bf16", f"P_{tag}")
+        self.BW = given_hbm_bandwidth(s, gpu, f"BW_{tag}")
+        self.M = given_hbm_bytes(s, gpu, f"M_{tag}")
 
 
 def _step(s: Sheet, key: str, title: str, symbol: str, g: _Gpu, n, moved, flops, comm, why: str) -> sympy.Symbol:
@@ -47,9 +50,9 @@ def _speedup_regime(s: Sheet, speedups: dict[str, sympy.Symbol], batch_o, batch_
         # Only where the new GPU's largest batch turns compute-bound; the drawn pairs never do.
         raise Reject("small-batch decode gains most: a corner the pairs drawn here do not reach")
     shown = {name: format_number(v, 3) for name, v in value.items()}
-    fit = f"{format_number(s.value(batch_n))} requests fit instead of {format_number(s.value(batch_o))}"
-    tpot = (f"the step at that batch takes {format_quantity(s.value(cap_n), 'ms')} instead of "
-            f"{format_quantity(s.value(cap_o), 'ms')}, so each user "
+    fit = f"{s.text(batch_n)} fit instead of {format_number(s.value(batch_o))}"
+    tpot = (f"the step at that batch takes {s.text(cap_n)} instead of "
+            f"{s.text(cap_o)}, so each user "
             + ("waits longer per token" if s.compare(cap_n, cap_o) > 0 else "also gets tokens sooner"))
     s.regime_by(speedups["capacity"], speedups["compute"], tie="below", above=Side(
         "capacity",
@@ -77,7 +80,7 @@ def solve(p, s: Sheet) -> None:
     if peak_flops(new, "bf16") < peak_flops(old, "bf16") or hbm_bandwidth(new) < hbm_bandwidth(old):
         raise Reject("not an upgrade: the new GPU is slower in peak or bandwidth")
 
-    N = s.given("N", model_params(p.model), "", f"{p.model.name} parameters")
+    N = given_model_params(s, p.model)
     b = s.given("b", dtype_bytes("bf16"), "B", "bytes per value (bf16 weights and KV cache)")
     n = s.param("n", "gpus")
     u = s.given("u", GPU_MEMORY_UTILIZATION, "", "usable fraction of HBM (usable-hbm)")

@@ -7,10 +7,14 @@ from solvers.derivation import Reject, Sheet, Side, max_of
 from solvers.models.collective import tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
-    dtype_bytes,
+    given_config,
+    given_hbm_bandwidth,
+    given_kv_bytes,
+    given_model_params,
+    given_peak_flops,
+    given_weight_bytes,
     hbm_bandwidth,
     hbm_bytes,
-    model_params,
     peak_flops,
 )
 from solvers.models.roofline import require_full_xgmi_ring
@@ -95,15 +99,15 @@ def solve(p, s: Sheet) -> None:
     B = s.param("B", "batch")
     T = s.param("T", "context")
     n = s.param("TP", "tp")
-    d = s.given("d", model.hidden, "", "hidden size")
-    H = s.given("H_q", model.heads, "", "query heads")
-    H_kv = s.given("H_kv", model.kv_heads, "", "KV heads")
-    d_h = s.given("d_h", model.head_dim, "", "head dim")
+    d = given_config(s, model, "hidden", "d")
+    H = given_config(s, model, "heads")
+    H_kv = given_config(s, model, "kv_heads")
+    d_h = given_config(s, model, "head_dim")
     f = s.given("d_ff", model.ffn, "", "FFN size")
-    L = s.given("L", model.layers, "", "layers")
-    N = s.given("N", model_params(model), "", f"{model.name} parameters")
-    b_w = s.given("b_w", dtype_bytes(p.weight_dtype), "B", f"bytes per weight ({p.weight_dtype})")
-    b_kv = s.given("b_kv", dtype_bytes(p.kv_dtype), "B", f"bytes per KV element ({p.kv_dtype})")
+    L = given_config(s, model, "layers")
+    N = given_model_params(s, model)
+    b_w = given_weight_bytes(s, p.weight_dtype)
+    b_kv = given_kv_bytes(s, p.kv_dtype)
 
     for tag, name, d_in, d_out in (("qkv", "QKV projection", d, (H + 2 * H_kv) * d_h),
                                    ("out", "Output projection", H * d_h, d),
@@ -122,8 +126,8 @@ def solve(p, s: Sheet) -> None:
                     "solve 2B/b_w = 2·(H_q/H_kv)/b_kv for B")
     if s.value(B) == s.value(B_star):
         raise Reject("the batch sits exactly at the flip: attention and the GEMMs tie")
-    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
-    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
+    P = given_peak_flops(s, p.gpu, "bf16")
+    BW = given_hbm_bandwidth(s, p.gpu)
     ridge = s.step("ridge", "Ridge point of the GPU", "I_ridge", P / BW, "FLOP/B",
                    "an op below this intensity waits on HBM")
     s.step("attention_gap", "How far attention sits below the ridge", "R_att", ridge / I_att, "x",

@@ -6,9 +6,13 @@ from solvers.models.collective import tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
+    given_hbm_bandwidth,
+    given_kv_bytes,
+    given_model_params,
+    given_peak_flops,
+    given_weight_bytes,
     hbm_bandwidth,
     hbm_bytes,
-    model_params,
     peak_flops,
 )
 from solvers.models.kvcache import kv_bytes_per_token
@@ -109,14 +113,14 @@ def solve(p, s: Sheet) -> None:
     """One request's two halves on one TP group: a prefill of T tokens, then decode steps of B
     sequences that each read their own KV cache as well as the shared weights."""
     require_full_xgmi_ring(p.gpu, p.tp)
-    N = s.given("N", model_params(p.model), "", f"{p.model.name} parameters")
+    N = given_model_params(s, p.model)
     T = s.param("T", "prompt")
     B = s.param("B", "batch")
     n = s.param("TP", "tp")
-    b = s.given("b_w", dtype_bytes(p.dtype), "B", f"bytes per weight ({p.dtype})")
-    b_kv = s.given("b_kv", dtype_bytes("bf16"), "B", "bytes per KV value (bf16)")
-    P = s.given("P", peak_flops(p.gpu, p.dtype), "TFLOP/s", f"{p.gpu.name} dense {p.dtype} peak")
-    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
+    b = given_weight_bytes(s, p.dtype)
+    b_kv = given_kv_bytes(s, "bf16")
+    P = given_peak_flops(s, p.gpu, p.dtype)
+    BW = given_hbm_bandwidth(s, p.gpu)
 
     W = s.step("weights", "Weight bytes", "W", N * b, "GB", "every weight is read from HBM once per pass")
     ridge = s.step("ridge", "Ridge point of the GPU", "I_ridge", P / BW, "FLOP/B",

@@ -4,7 +4,7 @@ from __future__ import annotations
 from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
 from solvers.models.collective import tp_all_reduce
 from solvers.models.steptime import StepConstants, engine, step_time, step_work
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 BLOCK_SIZE = 16  # vLLM's default KV block size
 
@@ -56,7 +56,7 @@ def _runner(s: Sheet, p, speedup, old, new) -> None:
     s.judge("fallback", STAYS, not causes, "nothing in it is on the unsupported list" if not causes else
             "one unsupported feature is enough, and nothing fails: the engine just runs the old code")
     s.choose("runner", "v1-runner" if causes else "model-runner-v2")
-    gain = format_quantity(s.value(speedup), "x")
+    gain = s.text(speedup)
     run = s.step("tpot_run", "Step time of the runner vLLM builds", "t_run", old if causes else new, "ms",
                  "the old runner's step: one unsupported feature and MRV2 never runs" if causes else
                  "Model Runner V2's step")
@@ -67,7 +67,7 @@ def _runner(s: Sheet, p, speedup, old, new) -> None:
 
 def _regime(s: Sheet, p, gpu, cpu_old, work, e) -> None:
     """CPU-bound (the old runner's CPU time sets the step) against GPU-bound."""
-    g, c = format_quantity(s.value(gpu), "ms"), format_quantity(s.value(cpu_old), "ms")
+    g, c = s.text(gpu), s.text(cpu_old)
     # The batch where the two sides meet: both grow linearly with it (KV reads against per-request CPU work).
     per_seq_gpu = s.evaluate(work.bytes / e.byte_rate) / p.batch - s.evaluate(e.W / e.TP / e.byte_rate) / p.batch
     fixed_gpu = s.evaluate(e.W / e.TP / e.byte_rate)

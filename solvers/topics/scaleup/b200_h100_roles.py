@@ -8,7 +8,16 @@ import sympy
 from solvers.conventions import convention_value
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
 from solvers.models.collective import link_bandwidth
-from solvers.models.common import GPU_MEMORY_UTILIZATION, hbm_bandwidth, hbm_bytes, peak_flops
+from solvers.models.common import (
+    GPU_MEMORY_UTILIZATION,
+    given_active_params,
+    given_config,
+    given_hbm_bandwidth,
+    given_hbm_bytes,
+    given_peak_flops,
+    hbm_bandwidth,
+    peak_flops,
+)
 from solvers.models.kvcache import kv_bytes_per_token_given
 from solvers.models.moe import copy_bytes
 from solvers.units import format_number, format_quantity
@@ -49,10 +58,10 @@ def _pool(s: Sheet, tag: str, gpu, W, W_bytes: float, nic, m) -> _Pool:
     memory-bound at the batch the TPOT and KV room allow; the MoE all-to-all goes over NVLink inside
     a node and over the NIC between nodes."""
     G_n = m["G_n"]
-    M = s.given(f"M_{tag}", hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
-    P = s.given(f"P_{tag}", peak_flops(gpu, "fp8"), "TFLOP/s", f"{gpu.name} dense fp8 peak")
+    M = given_hbm_bytes(s, gpu, f"M_{tag}")
+    P = given_peak_flops(s, gpu, "fp8", f"P_{tag}")
     P16 = s.given(f"P16_{tag}", peak_flops(gpu, "bf16"), "TFLOP/s", f"{gpu.name} dense bf16 peak (attention)")
-    BW = s.given(f"BW_{tag}", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
+    BW = given_hbm_bandwidth(s, gpu, f"BW_{tag}")
     nvl = link_bandwidth(s, gpu, GPUS_PER_NODE, group=tag)
     nodes = s.step(f"nodes_{tag}", f"{gpu.name} nodes per replica", f"n_{tag}",
                    2 ** ceil_of(sympy.log(max_of(1, W / (m["f"] * G_n * M)), 2)), "nodes",
@@ -108,11 +117,11 @@ def _pool(s: Sheet, tag: str, gpu, W, W_bytes: float, nic, m) -> _Pool:
 
 def _roles_judged(s: Sheet, p, B2: _Pool, H1: _Pool, r_dec, pre: _Pool, P_in) -> None:
     s.judge("why", "the B200 decode batch is capped by KV room, not by the TPOT", B2.capped_by_room,
-            f"{format_quantity(s.value(B2.room), 'GB')} of KV room per B200 GPU after the weights")
+            f"{s.text(B2.room)} of KV room per B200 GPU after the weights")
     s.judge("why", "the older GPU's decode batch is capped by KV room, not by the TPOT", H1.capped_by_room,
-            f"{format_quantity(s.value(H1.room), 'GB')} of KV room per {H1.name} GPU after the weights")
+            f"{s.text(H1.room)} of KV room per {H1.name} GPU after the weights")
     s.judge("why", "per node, B200 beats the older GPU at decode", s.compare(r_dec, 1) > 0,
-            f"{format_number(s.value(r_dec), 3)}x per node at the TPOT target")
+            f"{s.text(r_dec, 3)}x per node at the TPOT target")
     where = (f"its {format_number(s.value(H1.nodes))}-node replica sends most copies over the NIC"
              if s.value(H1.nodes) > 1 else "its one-node replica keeps the all-to-all on NVLink")
     s.judge("why", "the older GPU's decode all-to-all outlasts its weight reads", H1.a2a_heavier,
@@ -125,16 +134,16 @@ def _roles_judged(s: Sheet, p, B2: _Pool, H1: _Pool, r_dec, pre: _Pool, P_in) ->
             "has no FP4 tensor cores to share the MXFP4 one")
     waits = s.compare(pre.read, P_in * pre.compute) > 0
     s.judge("why", "one prompt's prefill waits on the weight read, not on its FLOPs", waits,
-            f"one read of a {pre.name} GPU's weights takes {format_quantity(s.value(pre.read), 'ms')}, the prompt's "
+            f"one read of a {pre.name} GPU's weights takes {s.text(pre.read)}, the prompt's "
             f"FLOPs {format_quantity(s.evaluate(P_in * pre.compute), 'ms')}")
     more = s.compare(B2.room, H1.room) > 0
     s.judge("why", "a B200 GPU keeps more KV room than an older GPU", more,
-            f"{format_quantity(s.value(B2.room), 'GB')} against {format_quantity(s.value(H1.room), 'GB')}")
+            f"{s.text(B2.room)} against {s.text(H1.room)}")
 
 
 def _roles_regime(s: Sheet, r_pre, r_dec, nodes_b: float, nodes_h: float, a2a_share: float) -> None:
     """Comparative advantage: the B200s take the role where their per-node edge is the larger."""
-    pre, dec = format_number(s.value(r_pre), 3), format_number(s.value(r_dec), 3)
+    pre, dec = s.text(r_pre, 3), s.text(r_dec, 3)
     # What slows the older node's prefill: on a multi-node replica mostly its all-to-all over the NIC.
     slow = (f"an older node spends {format_number(100 * a2a_share, 2)}% of its prefill in the all-to-all over "
             "the NIC" if nodes_h > 1 else "an older node has under half the B200's FP8 FLOP/s")
@@ -165,14 +174,14 @@ def solve(p, s: Sheet) -> None:
     busy = s.param("ρ_max", "max_busy")
     L_moe = s.param("L_moe", "moe_layers")
     G_n = s.given("G_n", GPUS_PER_NODE, "GPUs", "GPUs per node")
-    N_a = s.given("N_a", model.active_params_b * 1e9, "", f"active parameters per token ({model.name})")
-    L = s.given("L", model.layers, "", "layers")
-    H = s.given("H_q", model.heads, "", "query heads")
+    N_a = given_active_params(s, model, "N_a")
+    L = given_config(s, model, "layers")
+    H = given_config(s, model, "heads")
     d_h = s.given("d_h", model.head_dim, "", "head dim (no-RoPE key, value)")
-    d_r = s.given("d_r", model.qk_rope_head_dim, "", "RoPE key dim")
-    d_c = s.given("d_c", model.kv_lora_rank, "", "latent rank")
-    h = s.given("h", model.hidden, "", "hidden size")
-    k = s.given("k", model.experts_per_token, "", "routed experts per token")
+    d_r = given_config(s, model, "qk_rope_head_dim")
+    d_c = given_config(s, model, "kv_lora_rank")
+    h = given_config(s, model, "hidden")
+    k = given_config(s, model, "experts_per_token")
     d_copy, c_copy = copy_bytes(s, h)
     nic_B = s.given("BW_NIC_B", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name} per B200 GPU, each direction")
     nic_H = s.given("BW_NIC_H", p.old_nic.gbit_s * 1e9 / 8, "GB/s",
@@ -232,7 +241,7 @@ def solve(p, s: Sheet) -> None:
 
     _roles_judged(s, p, B2, H1, r_dec, pre, P_in)
     s.judge("why", "the KV handoff takes longer than a decode step at this load", s.compare(handoff, step_load) > 0,
-            f"{format_quantity(s.value(handoff), 'ms')} to hand the prompt's KV over, "
+            f"{s.text(handoff)} to hand the prompt's KV over, "
             f"{format_quantity(s.evaluate(step_load), 'ms')} a decode step")
     more_prefill = s.compare(N_pre, N_dec) > 0
     s.judge("why", "the prefill pool takes more nodes than the decode pool", more_prefill,

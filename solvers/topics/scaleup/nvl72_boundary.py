@@ -6,6 +6,7 @@ import sympy
 from solvers.conventions import convention_value, scale_up_domain
 from solvers.derivation import Sheet, Side, ceil_of, max_of, min_of
 from solvers.models.collective import link_bandwidth
+from solvers.models.common import given_config, given_nic
 from solvers.models.kvcache import kv_bytes_per_token_given
 from solvers.models.moe import copy_bytes
 from solvers.units import format_number, format_quantity
@@ -43,7 +44,7 @@ def _crosses(s: Sheet, p, in_rack: bool) -> None:
 
 
 def _regime(s: Sheet, p, ep, D_a, ratio) -> None:
-    r = format_number(s.value(ratio), 3)
+    r = s.text(ratio, 3)
     s.regime_by(ep, D_a, tie="below", below=Side(
         "inside-domain",
         f"EP {format_number(p.ep)} fits one NVL72 rack: every dispatch and combine stays on NVLink, {r}x the NIC's "
@@ -65,14 +66,14 @@ def solve(p, s: Sheet) -> None:
     L_moe = s.param("L_moe", "moe_layers")
     S = s.param("S", "context")
     G_pre = s.param("G_pre", "prefill_gpus")
-    h = s.given("h", model.hidden, "", "hidden size")
-    k = s.given("k", model.experts_per_token, "", "routed experts per token")
+    h = given_config(s, model, "hidden")
+    k = given_config(s, model, "experts_per_token")
     d_copy, c_copy = copy_bytes(s, h)
     D_b = s.given("D_HGX", scale_up_domain(hgx), "GPUs", f"{hgx.name} NVLink domain")
     D_a = s.given("D_NVL", scale_up_domain(rack), "GPUs", f"{rack.name} NVLink domain")
     bw_hgx = link_bandwidth(s, hgx, scale_up_domain(hgx), group="HGX")
     bw_nvl = link_bandwidth(s, rack, scale_up_domain(rack), group="NVL")
-    bw_nic = s.given("BW_NIC", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name} per GPU, each direction")
+    bw_nic = given_nic(s, p.nic)
 
     ratio = s.step("link_ratio", "NVLink inside the rack over the NIC, each direction", "ρ", bw_nvl / bw_nic, "",
                    "the factor every byte that stays in the domain gains")

@@ -19,7 +19,7 @@ def _chunk_remedies(s: Sheet, ttft, T_f, t_solo, c_max) -> None:
     s.judge(key, "keep the TPOT-capped budget: the prompt still makes its TTFT", s.compare(ttft, T_f) <= 0,
             f"under it the first token comes after {took}, against {target}")
     s.judge(key, "raise the budget for this prompt's steps until it makes its TTFT", False,
-            f"any chunk past {tokens_text(s, c_max)} tokens breaks every running stream's TPOT while the prompt runs",
+            f"any chunk past {s.text(c_max)} breaks every running stream's TPOT while the prompt runs",
             fact=True)
     fits_alone = s.compare(t_solo, T_f) <= 0
     s.judge(key, "prefill it on a prefill-only replica of the same GPUs and hand its KV over", fits_alone,
@@ -30,7 +30,7 @@ def _chunk_remedies(s: Sheet, ttft, T_f, t_solo, c_max) -> None:
 
 def _chunk_regime(s: Sheet, p, ttft, T_f, t_p, t_x, n, c_max, P_in) -> None:
     budget, steps = tokens_text(s, c_max), tokens_text(s, n)
-    took, target = format_quantity(s.value(ttft), "s"), format_quantity(s.value(T_f), "s")
+    took, target = s.text(ttft), s.text(T_f)
     by_tpot = Side(
         "set-by-TPOT",
         f"At the TPOT-capped chunk of {budget} tokens the prompt takes {steps} steps and its first token comes "
@@ -52,7 +52,7 @@ def _chunk_regime(s: Sheet, p, ttft, T_f, t_p, t_x, n, c_max, P_in) -> None:
         c_min = s.step("ttft_chunk", "Smallest chunk that meets the TTFT target", "c_min",
                        ceil_of(P_in / n_max), "tokens", "the prompt in at most n_max chunks")
         by_ttft_summary = (f"At the TPOT-capped chunk of {budget} tokens the first token comes after {took}, past "
-                           f"the {target} TTFT target: meeting it takes chunks of {tokens_text(s, c_min)} tokens, so "
+                           f"the {target} TTFT target: meeting it takes chunks of {s.text(c_min)}, so "
                            "the TTFT target would set the budget and the running streams' TPOT would break while "
                            "this prompt is prefilled.")
     by_ttft = Side(

@@ -6,8 +6,6 @@ import sympy
 from solvers.derivation import Sheet, Side, max_of, min_of
 from solvers.units import format_number
 
-GAIN_BOUNDARY = 2  # a 2x gain: the longest request runs twice the mean, static utilisation 50%
-
 
 def _length_symbols(s: Sheet, lengths: list[int]) -> list[sympy.Symbol]:
     # Zero-padded names keep sympy's sorted printing in batch order (L_02 before L_10).
@@ -64,7 +62,7 @@ def solve(p, s: Sheet) -> None:
                    "the shortest request frees its slot first")
     s.step("wait_continuous", "Iteration-level: a queued request's wait for a slot", "W_cont", L_min * t, "s",
            "the first slot to free takes it at the next step")
-    G_star = s.given("G_star", GAIN_BOUNDARY, "x", "gain separating small from large")
+    G_star = s.param("G_star", "gain_boundary")
     L_star = s.step("boundary_length", "Longest length at the boundary", "L_star", G_star * S / B, "steps",
                     "gain = L_max ÷ mean length, so the gain reaches G* when L_max = G*·S/B")
 

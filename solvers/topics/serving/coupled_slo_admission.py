@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from solvers.derivation import Sheet, ceil_of, floor_of
 from solvers.models.collective import tp_all_reduce
-from solvers.models.scheduling import chunk_cap, ms_text, require_tpot_room, streams_and_targets, tokens_text, tp_advice
+from solvers.models.scheduling import chunk_cap, require_tpot_room, streams_and_targets, tokens_text, tp_advice
 from solvers.models.steptime import (
     require_fit,
     step_time,
@@ -14,7 +14,7 @@ from solvers.units import format_quantity
 
 def _admission_remedies(s: Sheet, Q, Q_max, L_p, ttft, T_f, t_solo, delay) -> None:
     """Which ways of serving the new request get its first token within the target, and who pays."""
-    late, target, cost = (format_quantity(s.value(x), "s") for x in (ttft, T_f, delay))
+    late, target, cost = (s.text(x) for x in (ttft, T_f, delay))
     alone = format_quantity(s.value(t_solo), "s")
     own = s.compare(L_p, Q_max) <= 0
     key = "remedies"
@@ -24,10 +24,10 @@ def _admission_remedies(s: Sheet, Q, Q_max, L_p, ttft, T_f, t_solo, delay) -> No
             f"its TTFT clock runs while it waits: it sees at least the {late} it sees admitted now, and every later "
             "arrival still waits behind it", fact=True)
     s.judge(key, "let it overtake the waiting prompts", own,
-            f"its prompt alone {'fits' if own else 'exceeds'} the {tokens_text(s, Q_max)} tokens this replica prefills "
+            f"its prompt alone {'fits' if own else 'exceeds'} the {s.text(Q_max)} this replica prefills "
             f"within {target}; the prompts it overtakes each pay its {cost}")
     s.judge(key, "send it to an idle replica of the same kind (same decode batch, empty queue)", own,
-            f"with no queue ahead its prompt of {tokens_text(s, L_p)} tokens against the {tokens_text(s, Q_max)}-token "
+            f"with no queue ahead its prompt of {s.text(L_p)} against the {tokens_text(s, Q_max)}-token "
             "limit decides")
     fits_alone = s.compare(t_solo, T_f) <= 0
     s.judge(key, "send it to a prefill-only replica of the same GPUs (no decode batch, one step)", fits_alone,
@@ -39,10 +39,10 @@ def _admission_remedies(s: Sheet, Q, Q_max, L_p, ttft, T_f, t_solo, delay) -> No
 def _admission_regime(s: Sheet, p, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay) -> None:
     holds = "≤" if s.value(Q) <= s.value(Q_max) else ">"
     rule = (f"admit while (q + 1)·L_p ≤ c_max·floor(T_f / t_step); here {tokens_text(s, Q)} {holds} "
-            f"{tokens_text(s, Q_max)} tokens (c_max = {tokens_text(s, c_max)} tokens per {ms_text(s, t_mix)} step, "
-            f"{tokens_text(s, n_max)} steps)")
-    late, target = format_quantity(s.value(ttft), "s"), format_quantity(s.value(T_f), "s")
-    cost, alone = format_quantity(s.value(delay), "s"), format_quantity(s.value(t_solo), "s")
+            f"{s.text(Q_max)} (c_max = {s.text(c_max)} per {s.text(t_mix)} step, "
+            f"{s.text(n_max)})")
+    late, target = s.text(ttft), s.text(T_f)
+    cost, alone = s.text(delay), format_quantity(s.value(t_solo), "s")
     if s.compare(L_p, Q_max) > 0:
         alone_fits = s.compare(t_solo, T_f) <= 0
         pool = (f"a prefill-only replica ({alone} alone on the group) could still make it" if alone_fits
@@ -50,7 +50,7 @@ def _admission_regime(s: Sheet, p, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max
                      f"{tp_advice(p)}")
         s.set_regime(
             "reject",
-            f"The prompt alone ({tokens_text(s, L_p)} tokens) exceeds the {tokens_text(s, Q_max)} tokens a replica "
+            f"The prompt alone ({s.text(L_p)}) exceeds the {s.text(Q_max)} a replica "
             f"like this "
             f"prefills within {target}: on any queue it misses its TTFT. Fail it fast rather than let it take "
             f"{cost} of chunks from everyone behind it; {pool}. Rule: {rule}.",

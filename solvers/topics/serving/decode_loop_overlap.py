@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from solvers.derivation import Sheet, Side, max_of
 from solvers.models.collective import tp_all_reduce
-from solvers.models.scheduling import ms_text, require_realistic_tp, step_constants, tokens_text
+from solvers.models.scheduling import require_realistic_tp, step_constants, tokens_text
 from solvers.models.steptime import (
     engine,
     require_fit,
@@ -44,7 +44,7 @@ def _judge_payers(s: Sheet, kind: str, cpu_bound: bool, gpu: str, cpu: str, L_ou
             f"its stop is seen a step late ({wasted} of the slots at {tokens_text(s, L_out)}-token replies)" if free
             else "its token reaches the CPU before its next step is planned: its stop is seen in time")
     s.judge(key, "it waits out the CPU's work on each of its tokens (the serial step)", not free,
-            f"the serial step, {ms_text(s, t_seq)} per token, instead of {ms_text(s, t_ovl)}" if not free
+            f"the serial step, {s.text(t_seq)} per token, instead of {s.text(t_ovl)}" if not free
             else "its step n+1 is launched on a placeholder before step n is processed")
     s.judge(key, "every token reaches its user one step later", False,
             "step n's tokens are processed and streamed while step n+1 runs, as soon as in the serial loop",
@@ -96,7 +96,7 @@ def solve(p, s: Sheet) -> None:
     s.slip("idle fraction taken as CPU time over GPU time", on="idle",
            factor=s.evaluate(t_cpu / t_gpu) / s.evaluate(t_cpu / t_seq))
 
-    gpu, cpu = ms_text(s, t_gpu), ms_text(s, t_cpu)
+    gpu, cpu = s.text(t_gpu), s.text(t_cpu)
     cpu_bound = s.compare(t_cpu, t_gpu) > 0
     kind = p.request
     for option, kinds in _PLACEHOLDERS.items():  # the two places no request's token is are facts of the loop

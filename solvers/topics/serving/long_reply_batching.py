@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side, floor_of, min_of
 from solvers.models.collective import tp_all_reduce
-from solvers.models.common import GPU_MEMORY_UTILIZATION, hbm_bytes, require_context
+from solvers.models.common import GPU_MEMORY_UTILIZATION, given_hbm_bytes, require_context
 from solvers.models.scheduling import require_realistic_tp, step_constants, tokens_text
 from solvers.models.steptime import (
     Engine,
@@ -19,8 +19,8 @@ MIN_POOL_BATCH = 8  # a pool for fewer requests calls for more GPUs, not for tun
 
 def _reply_regime(s: Sheet, e: Engine, work, B_pool, B_slo, speed, full, v, usable) -> None:
     fits, allowed = tokens_text(s, B_pool), tokens_text(s, B_slo)
-    got, target = format_quantity(s.value(speed), "tokens/s"), format_quantity(s.value(v), "tokens/s")
-    ceiling = format_quantity(s.value(full), "tokens/s")
+    got, target = s.text(speed), s.text(v)
+    ceiling = s.text(full)
     read = format_quantity(s.evaluate(work.bytes / usable), "%", 3)
     if s.evaluate(work.flops / e.flop_rate) > s.evaluate(work.bytes / e.byte_rate):
         step = (f"a step at that batch is compute-bound (its decode math outlasts the read of {read} of each "
@@ -55,7 +55,7 @@ def solve(p, s: Sheet) -> None:
     P_in = s.param("P_in", "prompt")
     L_out = s.param("L_out", "reply")
     v = s.param("v", "speed")
-    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
+    M = given_hbm_bytes(s, p.gpu)
     u = s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable fraction of HBM (the card's usable-hbm)")
     BW_h = s.param("BW_host", "host_link")
 
@@ -123,7 +123,7 @@ def solve(p, s: Sheet) -> None:
     s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM is usable; activations, CUDA graphs and "
              "NCCL buffers are ignored. Recompute runs as one prefill step; swap moves the victim's KV over "
              "PCIe out and back, without overlap with other work.")
-    s.assume(f"Timed as single operations, recompute costs {format_quantity(s.value(R), 'x', 3)} the swap; vLLM V1 "
+    s.assume(f"Timed as single operations, recompute costs {s.text(R, 3)} the swap; vLLM V1 "
              "recomputes anyway (its docs: lower overhead in V1), having no swap preemption: the recompute "
              "re-enters as chunked prefill on decode steps that are mostly memory-bound, using compute that would "
              "otherwise idle, where a swap would stall on PCIe.")

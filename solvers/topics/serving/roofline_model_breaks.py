@@ -13,18 +13,12 @@ from solvers.models.steptime import (
 )
 from solvers.units import format_number, format_quantity
 
-REACH = 2  # a bare estimate within 2x of the corrected one counts as within reach
-
-
 _CORRECTIONS = ("bandwidth", "all-reduce", "overhead")
 
 
 # Choices are graded without tolerance: a draw this close to the 2x line, or with its two largest
 # corrections this close, would turn on rounding rather than on understanding.
 TOO_CLOSE = 0.05
-
-
-MATTERS = 0.1  # a correction that adds more than this share of the corrected step belongs in the plan
 
 
 # vLLM captures CUDA graphs for decode batches of 1, 2, 4 and then every multiple of 8 (up to 512 by default);
@@ -72,26 +66,27 @@ def _padding_cost(s: Sheet, p, e: Engine, work, ar) -> float:
     return s.evaluate(slower + ar.per_token * extra)
 
 
-def _require_clear_call(ratio: float, ranked_costs: list[float], shares: list[float]) -> None:
-    if abs(ratio / REACH - 1) < TOO_CLOSE:
+def _require_clear_call(ratio: float, ranked_costs: list[float], shares: list[float], reach: float,
+                        matters: float) -> None:
+    if abs(ratio / reach - 1) < TOO_CLOSE:
         raise Reject("the corrected step sits on the 2x line")
     if ranked_costs[-2] > ranked_costs[-1] * (1 - TOO_CLOSE):
         raise Reject("the two largest corrections are too close to call")
-    if any(abs(share / MATTERS - 1) < TOO_CLOSE for share in shares):
+    if any(abs(share / matters - 1) < TOO_CLOSE for share in shares):
         raise Reject("a correction sits on the 10% line")
-    if max(shares) <= MATTERS:
+    if max(shares) <= matters:
         raise Reject("every correction is inside 10%: nothing for the plan to catch")
 
 
-def _judge_breaks(s: Sheet, costs: dict[str, float], step: float, padding: float) -> None:
+def _judge_breaks(s: Sheet, costs: dict[str, float], step: float, padding: float, matters: float) -> None:
     """Which corrections matter for this variant, and which measurements would catch them."""
     for name, cost in costs.items():
         share = format_quantity(cost / step, "%", 2)
-        matters = cost > MATTERS * step
-        s.judge("breaks", _BREAKS[name], matters, f"{format_quantity(cost, 'ms')}, {share} of the corrected step")
-        s.judge("catch", _CATCH[name], matters, f"it measures the {name} correction, {share} of the step here")
+        counts = cost > matters * step
+        s.judge("breaks", _BREAKS[name], counts, f"{format_quantity(cost, 'ms')}, {share} of the corrected step")
+        s.judge("catch", _CATCH[name], counts, f"it measures the {name} correction, {share} of the step here")
     # Facts of these dense decode steps: padding adds math, never reads, and a read-bound step hides it.
-    s.judge("breaks", _PADDING, padding > MATTERS * step,
+    s.judge("breaks", _PADDING, padding > matters * step,
             f"the dummy slots carry no KV, only math and activations: {format_quantity(padding, 'ms')} here, "
             f"{format_quantity(padding / step, '%', 2)} of the step", fact=True)
     s.judge("breaks", _EXPERTS, False, "a dense model: every token goes through every weight", fact=True)
@@ -147,7 +142,7 @@ def solve(p, s: Sheet) -> None:
     X = s.step("corrected_throughput", "Corrected throughput", "X", B / t, "tokens/s",
                "one token per request per step")
     ratio = s.step("ratio", "Corrected over bare", "r", t / t_0, "x", "how far the bare estimate is off")
-    reach = s.given("r_reach", REACH, "x", "within reach: off by at most this factor")
+    reach = s.param("r_reach", "reach")
     padding = _padding_cost(s, p, e, work, all_reduce_steps(s, p.model, p.gpu, p.tp, latency=alpha))
 
     s.assume("All-reduces are not overlapped with compute and use a ring: 2(TP-1)/TP of the message crosses "
@@ -155,7 +150,7 @@ def solve(p, s: Sheet) -> None:
              "batches.")
     s.assume("Corrections add: efficiency stretches the roofline step, then communication and the per-step "
              "overhead (scheduling, sampling, launch gaps) come on top of it.")
-    s.assume(f"A correction matters when it adds more than {format_quantity(MATTERS, '%')} of the corrected step: "
+    s.assume(f"A correction matters when it adds more than {format_quantity(p.matters, '%')} of the corrected step: "
              "below that it is inside the error of the estimate itself.")
     s.slip("one all-reduce per layer instead of two", 0.5, on="allreduce_time")
     s.slip("one all-reduce per layer instead of two", on="corrected_throughput",
@@ -165,9 +160,10 @@ def solve(p, s: Sheet) -> None:
            factor=s.evaluate(B / (t_1 + t_ar / p.model.layers + e.t_oh)) / s.value(X))
 
     costs = {"bandwidth": s.value(d_bw), "all-reduce": s.value(t_ar), "overhead": s.value(e.t_oh)}
-    _require_clear_call(s.value(ratio), sorted(costs.values()), [c / s.value(t) for c in costs.values()])
+    _require_clear_call(s.value(ratio), sorted(costs.values()), [c / s.value(t) for c in costs.values()],
+                        p.reach, p.matters)
     dominant = max(_CORRECTIONS, key=costs.__getitem__)
     s.choose("dominant", dominant)
-    _judge_breaks(s, costs, s.value(t), padding)
+    _judge_breaks(s, costs, s.value(t), padding, p.matters)
     _roofline_regime(s, ratio, reach, costs, dominant)
 

@@ -89,7 +89,7 @@ def _judge_levers(s: Sheet, model: dict[str, sympy.Symbol]) -> None:
     T, ttft99 = model["T"], model["ttft99"]
     p99_means = _p99_means()
     needed = p99_means / T  # the rate μ − λ at which p99 TTFT equals the SLO
-    slo = format_quantity(s.value(T), "s")
+    slo = s.text(T)
     for option, rate in _ttft_levers(model["mu"], model["lam"]):
         p99 = format_quantity(s.evaluate(p99_means / rate), "s")
         lead = "today" if option == ALREADY else f"μ − λ becomes {format_quantity(s.evaluate(rate), 'requests/s')}"
@@ -98,12 +98,12 @@ def _judge_levers(s: Sheet, model: dict[str, sympy.Symbol]) -> None:
         s.judge("ttft_levers", option, s.compare(rate, needed) >= 0, f"{lead}: p99 TTFT {p99} against {slo}",
                 fact=option == HALVED)
     s.judge("ttft_levers", DECODE_LEVER, False,
-            f"TTFT ends with prefill, on other GPUs: p99 TTFT stays {format_quantity(s.value(ttft99), 's')}",
+            f"TTFT ends with prefill, on other GPUs: p99 TTFT stays {s.text(ttft99)}",
             fact=True)
 
 
 def _goodput_regime(s: Sheet, lam, lam_star, attainment, target, knee) -> None:
-    shown = {name: format_quantity(s.value(sym), unit) for name, sym, unit in (
+    shown = {name: s.text(sym) for name, sym, unit in (
         ("rate", lam, "requests/s"), ("limit", lam_star, "requests/s"), ("attainment", attainment, "%"),
         ("target", target, "%"), ("knee", knee, "%"))}
     shown["past"] = format_quantity(s.evaluate(lam / lam_star - 1), "%")

@@ -5,9 +5,11 @@ import sympy
 
 from solvers.derivation import Reject, Sheet, Side, floor_of, max_of
 from solvers.models.common import (
-    dtype_bytes,
+    given_hbm_bandwidth,
+    given_model_params,
+    given_peak_flops,
+    given_weight_bytes,
     hbm_bandwidth,
-    model_params,
     peak_flops,
 )
 from solvers.models.speculation import speedup_of, tokens_per_round
@@ -70,13 +72,13 @@ def _ceiling_regime(s: Sheet, p, B, even, ceiling, S_B, S1) -> None:
              f"tokens in math and the speedup falls from {flat}x to {at}x")
     s.regime_by(B, even, tie="above", below=Side(
         "helps",
-        f"Speculation pays: {where}; it stops paying at about {format_number(s.value(even), 3)} sequences.",
+        f"Speculation pays: {where}; it stops paying at about {s.text(even, 3)}.",
         "Past break-even the round costs more plain steps than it yields tokens: speculation slows every user "
         "and cuts throughput, so it must shrink its draft or switch off as the batch grows."),
         above=Side(
         "hurts",
         f"Speculation loses: {where}, below 1 because the batch ({format_number(p.batch)}) is past break-even at "
-        f"about {format_number(s.value(even), 3)} sequences.",
+        f"about {s.text(even, 3)}.",
         "Below break-even the weight read has idle bandwidth to spare and the drafts turn it into tokens: at small "
         "batch the speedup returns to the batch-1 figure."))
 
@@ -88,10 +90,10 @@ def solve(p, s: Sheet) -> None:
     gamma = s.param("γ", "gamma")
     c = s.param("c", "draft_cost")
     B = s.param("B", "batch")
-    N = s.given("N", model_params(p.model), "", f"{p.model.name} parameters")
-    b_w = s.given("b_w", dtype_bytes(p.dtype), "B", f"bytes per weight ({p.dtype})")
-    P = s.given("P", peak_flops(p.gpu, p.dtype), "TFLOP/s", f"{p.gpu.name} dense {p.dtype} peak")
-    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
+    N = given_model_params(s, p.model)
+    b_w = given_weight_bytes(s, p.dtype)
+    P = given_peak_flops(s, p.gpu, p.dtype)
+    BW = given_hbm_bandwidth(s, p.gpu)
 
     E = tokens_per_round(s, alpha, gamma)
     S1 = batch1_speedup_step(s, E, gamma, c)

@@ -117,7 +117,7 @@ def solve(p, s: Sheet) -> None:
     gaps = list(p.gaps)
     for i, g in enumerate(gaps):
         s.judge("positions", f"position {i + 1}", g < s.value(bound),
-                f"gap {format_number(g)} {'<' if g < s.value(bound) else '>'} {format_number(s.value(bound), 3)}")
+                f"gap {format_number(g)} {'<' if g < s.value(bound) else '>'} {s.text(bound, 3)}")
     _exactness_fixes(s, p, gaps)
     for option, (truth, why) in holds.items():
         s.judge("holds", option, truth, why)

@@ -212,14 +212,14 @@ def solve(p, s: Sheet) -> None:
     s.regime_by(a_lo, a_even_pk, tie="below", above=Side(
         "speedup",
         f"Even the low-acceptance requests at peak (α = {format_number(p.alpha_low, 3)}) sit above the break-even "
-        f"acceptance of {format_number(s.value(a_even_pk), 3)}: speculation speeds up every cell, and the tail "
+        f"acceptance of {s.text(a_even_pk, 3)}: speculation speeds up every cell, and the tail "
         "with it.",
         "Below the break-even acceptance the round costs more than the tokens it yields: those requests at peak "
         "get slower TPOT than with speculation off, and they own the p99."),
         below=Side(
         "slowdown",
         f"The low-acceptance requests at peak (α = {format_number(p.alpha_low, 3)}) sit below the break-even "
-        f"acceptance of {format_number(s.value(a_even_pk), 3)}: speculation slows them down, and they own the "
+        f"acceptance of {s.text(a_even_pk, 3)}: speculation slows them down, and they own the "
         "p99 while the mean improves.",
         "Above the break-even acceptance every cell gains: then speculation can stay on and only the draft length "
         "needs tuning by load."))

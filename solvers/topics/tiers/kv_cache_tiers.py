@@ -37,31 +37,33 @@ def _design(s: Sheet, p, e, work, D, times, values, comm) -> None:
     def us(value: float) -> str:
         return format_quantity(value, "us")
 
+    t_re, t_dram, t_ssd = times
     re, dram, ssd = (s.value(x) for x in times)
     s.judge("design", "keep a host-DRAM tier: its hits beat recomputing", dram < re,
-            f"a DRAM fetch takes {us(dram)} a token against {us(re)} to recompute it: the host link "
+            f"a DRAM fetch takes {s.text(t_dram)} a token against {s.text(t_re)} to recompute it: the host link "
             "brings a token's KV back faster than any GPU and model drawn here recomputes it", fact=True)
     s.judge("design", "keep an NVMe tier: its hits beat recomputing", ssd < re,
-            f"an NVMe fetch takes {us(ssd)} a token against {us(re)} to recompute it")
+            f"an NVMe fetch takes {s.text(t_ssd)} a token against {s.text(t_re)} to recompute it")
+    v_H, v_D, v_S = values
     hbm, from_dram, from_ssd = (s.value(v) for v in values)
     s.judge("design", "the DRAM tier saves more per prompt token than the HBM tier", from_dram > hbm,
-            f"{us(from_dram)} against {us(hbm)}: the hit rates weigh more than the fetch")
+            f"{s.text(v_D)} against {s.text(v_H)}: the hit rates weigh more than the fetch")
     s.judge("design", "the NVMe tier saves more per prompt token than the DRAM tier", from_ssd > from_dram,
-            f"{us(from_ssd)} against {us(from_dram)}")
+            f"{s.text(v_S)} against {s.text(v_D)}")
     s.judge("design", "the NVMe tier would pay with an fp8 KV cache (half the bytes to fetch)", ssd / 2 < re,
-            f"half the bytes: {us(ssd / 2)} a token against {us(re)}")
+            f"half the bytes: {us(ssd / 2)} a token against {s.text(t_re)}")
     s.judge("design", "the NVMe tier would still pay with drives at half the read rate", 2 * ssd < re,
-            f"the fetch doubles to {us(2 * ssd)} a token against {us(re)}")
+            f"the fetch doubles to {us(2 * ssd)} a token against {s.text(t_re)}")
     faster = s.evaluate((max_of(work.bytes / e.byte_rate, work.flops / (2 * e.flop_rate)) + comm) / D)
     s.judge("design", "the NVMe tier would pay on a GPU with twice the tensor peak (same HBM, same drives)",
-            ssd < faster, f"the recompute drops to {us(faster)} a token; the fetch stays {us(ssd)}")
+            ssd < faster, f"the recompute drops to {us(faster)} a token; the fetch stays {s.text(t_ssd)}")
     # The same prefill at four times the prompt: the weights' share per token falls, attention's grows.
     D4 = 4 * D
     comm4 = all_reduce_terms(s, p.model, p.gpu, p.tp).of(D4)
     long = s.evaluate((max_of(work.bytes / e.byte_rate, (2 * e.N * D4 + e.A * D4**2 / 2) / e.flop_rate) + comm4) / D4)
     s.judge("design", "the NVMe tier would pay for prompts four times this long", ssd < long,
             f"attention's share of the recompute grows with the prompt: {us(long)} a token at "
-            f"{format_number(4 * s.value(D))} tokens against {us(ssd)} to fetch")
+            f"{format_number(4 * s.value(D))} tokens against {s.text(t_ssd)} to fetch")
     if all(s.judged("design").values()):
         raise Reject("every design option holds: nothing to tell apart")
 
@@ -69,7 +71,7 @@ def _design(s: Sheet, p, e, work, D, times, values, comm) -> None:
 def _admission(s: Sheet, pays: bool, admit) -> None:
     """Admission rules that keep the drives within their warranty's write budget."""
     share = s.value(admit)
-    cap = format_quantity(share, "%")
+    cap = s.text(admit)
     if not pays:
         for _, option in SECOND_HIT_SHARES:
             s.judge("admission", option, False, "no admission rule helps: every SSD hit is slower than recomputing")
@@ -89,8 +91,8 @@ def _admission(s: Sheet, pays: bool, admit) -> None:
 
 
 def _tier_regime(s: Sheet, p, t_re, t_ssd, life) -> None:
-    re, ssd = format_quantity(s.value(t_re), "us"), format_quantity(s.value(t_ssd), "us")
-    days = format_quantity(s.value(life), "days")
+    re, ssd = s.text(t_re), s.text(t_ssd)
+    days = s.text(life)
     s.regime_by(t_re, t_ssd, tie="below", above=Side(
         "nvme-pays",
         f"Recomputing a token takes {re} and fetching it from the NVMe drives {ssd}: an SSD hit saves time, so "

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side, floor_of, min_of
 from solvers.models.triage import MONTH_ALWAYS, MONTH_NEVER, READ_ALL, READ_SOME
-from solvers.units import format_number, format_quantity
 
 
 def _month_choices(s: Sheet, fits: bool, planned, F, readable) -> None:
-    need, have = format_quantity(s.value(planned), "h"), format_quantity(s.value(F), "h")
+    need, have = s.text(planned), s.text(F)
     budget = f"the plan needs {need} of {have} of focus time"
     s.judge("month", READ_ALL, fits, f"{budget}: " + ("every postmortem fits beside the map and the fix" if fits
-            else f"only {format_number(s.value(readable))} fit beside the map and the fix"))
+            else f"only {s.text(readable)} fit beside the map and the fix"))
     s.judge("month", READ_SOME, not fits, f"{budget}: " + ("nothing needs cutting" if fits else
             "cut the reading by recency and severity, not the map or the fix"))
     for option in MONTH_ALWAYS:
@@ -24,7 +23,7 @@ def _month_choices(s: Sheet, fits: bool, planned, F, readable) -> None:
 
 
 def _month_regime(s: Sheet, planned, F, readable, n) -> None:
-    need, have = format_quantity(s.value(planned), "h"), format_quantity(s.value(F), "h")
+    need, have = s.text(planned), s.text(F)
     s.regime_by(planned, F, tie="below", below=Side(
         "fits-the-month",
         f"The plan needs {need} of the {have} of focus time: read every postmortem, draw the map and ship "
@@ -36,8 +35,8 @@ def _month_regime(s: Sheet, planned, F, readable, n) -> None:
         above=Side(
         "overbooked",
         f"The plan needs {need} but the month has {have} of focus time: reading all "
-        f"{format_number(s.value(n))} postmortems does not fit beside the map and the fix.",
-        f"Read about {format_number(s.value(readable))} of them, the most recent and the most severe "
+        f"{s.text(n)} postmortems does not fit beside the map and the fix.",
+        f"Read about {s.text(readable)} of them, the most recent and the most severe "
         "first, and keep the map and the fix: they are what the month is for. With fewer meetings or "
         "postmortems the whole plan fits."))
 

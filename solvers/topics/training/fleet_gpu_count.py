@@ -79,16 +79,16 @@ def _margin_judgements(s: Sheet, need, job, spare, g) -> None:
             s.compare(doubled, room) <= 0,
             f"at twice the rate {format_number(s.evaluate(doubled))} spare nodes against the {holds} the margin holds")
     s.judge("margin", "the spare pool takes over half of the margin", s.compare(2 * pool, room) > 0, against)
-    lost = format_quantity(s.value(loss), "%", 3)
-    per_day = format_quantity(s.value(rate), "interruptions/day", 3)
+    lost = s.text(loss, 3)
+    per_day = s.text(rate, 3)
     slack = format_quantity(s.evaluate(1 - need / job), "%", 3)
     s.judge("margin", "the round-up's slack absorbs the time restarts cost", s.compare(job * (1 - loss), need) >= 0,
             f"restarts take {lost} of the job's time; the round-up leaves {slack} of the schedule free")
     s.judge("margin", "restarts cost the job more than a twentieth of its time", s.compare(loss, RESTART_BAR) > 0,
-            f"{per_day} at {format_quantity(s.value(C_r), 'min')} each: {lost}")
+            f"{per_day} at {s.text(C_r)} each: {lost}")
     s.judge("margin", "the job loses a node more than once every four hours",
             s.compare(rate, FAILURES_PER_DAY) > 0,
-            f"{format_number(s.value(n_job))} nodes at one failure per {format_quantity(s.value(M_n), 'days')} "
+            f"{s.text(n_job)} at one failure per {s.text(M_n)} "
             f"each: {per_day}")
 
 
@@ -109,7 +109,7 @@ def _fleet_judgements(s: Sheet, need, job, smaller, pod, rule: str) -> None:
     size = int(s.value(job))
     is_power = size & (size - 1) == 0
     s.judge("judgement", "the job is a power of two", bool(is_power),
-            f"{format_number(s.value(job))} GPUs {'is' if is_power else 'is not'} 2^k under the {rule} rule")
+            f"{s.text(job)} {'is' if is_power else 'is not'} 2^k under the {rule} rule")
     s.judge("judgement", "the job meets the schedule even at an MFU a tenth below plan",
             s.compare(job * MFU_SHORTFALL, need) >= 0,
             f"{over}; a tenth less MFU needs {format_number(s.evaluate(need / MFU_SHORTFALL))} GPUs")
@@ -117,7 +117,7 @@ def _fleet_judgements(s: Sheet, need, job, smaller, pod, rule: str) -> None:
             s.compare(job * MFU_SHORTFALL, need) < 0,
             f"{over}: it finishes in {format_number(s.evaluate(need / job), 3)} of the schedule")
     s.judge("judgement", "the job spans more than one fabric pod", s.compare(job, pod) > 0,
-            f"{format_number(s.value(job))} GPUs against pods of {format_number(s.value(pod))}: "
+            f"{s.text(job)} against pods of {format_number(s.value(pod))}: "
             + ("cross-pod traffic goes through the core" if s.compare(job, pod) > 0 else "it stays inside one pod"))
     s.judge("judgement", "the next smaller job under the rule misses the schedule by under a tenth",
             s.compare(smaller * SCHEDULE_MISS, need) >= 0,

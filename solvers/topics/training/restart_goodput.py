@@ -50,9 +50,9 @@ def _restart_levers(s: Sheet, R, t_det, t_sch, L, f_today, f_int, f_best, f_res,
 def _restart_regime(s: Sheet, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, tau_m) -> None:
     """Interval-bound when the interval's two losses (stalls and redone work) outweigh the fixed
     recovery paid per failure; which way to move the interval follows from the larger of the two."""
-    interval, fixed, stalls, redone, best = (format_quantity(s.value(x), "%", 3)
+    interval, fixed, stalls, redone, best = (s.text(x, 3)
                                              for x in (f_int, f_fix, f_ckpt, f_redo, f_best))
-    storage, short = (format_quantity(s.value(x), "min") for x in (tau_s, tau_m))
+    storage, short = (s.text(x) for x in (tau_s, tau_m))
     parts = f"{interval} of training time ({stalls} in save stalls, {redone} in redone work)"
     if s.value(f_int) <= NEAR_OPTIMUM * s.value(f_best):
         move = (f"Today's interval is already near Young's {storage}, where this part bottoms out at {best}: "

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import peak_flops
+from solvers.models.common import given_peak_flops
 from solvers.models.training import FLOPS_PER_PARAM_TOKEN
 from solvers.units import format_number, format_quantity
 
@@ -24,7 +24,7 @@ SHORTER = 0.02  # a lever shortens the schedule when it saves at least this shar
 def _schedule_levers(s: Sheet, v: dict[str, sympy.Symbol]) -> None:
     """Which changes shorten the schedule: each one re-solved on the same wall-clock equation."""
     T_c, C, tau, a, R, W = (v[k] for k in ("T_c", "C", "tau", "a", "R", "W"))
-    now = format_quantity(s.value(W), "days")
+    now = s.text(W)
     options = (  # (option, compute days, checkpoint interval, interruptions per day, restart time)
         ("checkpointing twice as often", T_c, tau / 2, a, R),
         ("checkpointing half as often", T_c, 2 * tau, a, R),
@@ -43,7 +43,7 @@ def _schedule_levers(s: Sheet, v: dict[str, sympy.Symbol]) -> None:
 
 
 def _schedule_regime(s: Sheet, W, T_dl, T_c) -> None:
-    wall, deadline, compute = (format_quantity(s.value(x), "days") for x in (W, T_dl, T_c))
+    wall, deadline, compute = (s.text(x) for x in (W, T_dl, T_c))
     s.regime_by(W, T_dl, tie="below", below=Side(
         "fits-deadline",
         f"{compute} of compute stretch to {wall} with checkpoints and failures, within the deadline of "
@@ -65,7 +65,7 @@ def _schedule_regime(s: Sheet, W, T_dl, T_c) -> None:
 def solve(p, s: Sheet) -> None:
     N, D, G, u, T_dl = (s.param(sym, name) for sym, name in (
         ("N", "params"), ("D", "tokens"), ("G", "gpus"), ("MFU", "mfu"), ("T_dl", "deadline")))
-    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    P = given_peak_flops(s, p.gpu, "bf16")
     I_ref, T_ref, G_ref = (s.param(sym, name) for sym, name in (
         ("I_ref", "ref_interruptions"), ("T_ref", "ref_days"), ("G_ref", "ref_gpus")))
     tau, C, R = (s.param(sym, name) for sym, name in (

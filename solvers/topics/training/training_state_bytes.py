@@ -4,9 +4,9 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
-from solvers.models.common import dtype_bytes, hbm_bytes, peak_flops
+from solvers.models.common import dtype_bytes, given_hbm_bytes, given_peak_flops
 from solvers.models.training import FLOPS_PER_PARAM_TOKEN
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 ADAM_FP32_COPIES = 3  # fp32 master weights, first moment m, second moment v
 
@@ -18,7 +18,7 @@ def _fsdp_side(p, s: Sheet, N, b_w, BW, nodes) -> tuple[sympy.Symbol, sympy.Symb
     """FSDP across nodes: the weights' all-gathers and the gradients' reduce-scatter, the part that
     crosses nodes spread over each node's NICs, against the compute of one step."""
     G, B = s.param("G", "gpus"), s.param("B", "batch_tokens")
-    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    P = given_peak_flops(s, p.gpu, "bf16")
     mfu = s.param("MFU", "mfu")
     V = s.step("fsdp_traffic", "Bytes each GPU moves per step under FSDP", "V", ZERO3_VOLUME * N * b_w, "GB",
                "all-gather the bf16 weights for forward and again for backward, reduce-scatter the gradients: "
@@ -64,8 +64,8 @@ def _judge_links(s: Sheet, fsdp: bool) -> None:
 def _layout_regime(s: Sheet, fsdp_side, pp_side, t_comp, t_comm, nodes) -> None:
     """The layout with the shorter step wins; the text quotes the share of the step each loses."""
     (loss_fsdp, step_fsdp), (loss_pp, step_pp) = fsdp_side, pp_side
-    fsdp, pp = (format_quantity(s.value(x), "%") for x in (loss_fsdp, loss_pp))
-    comm, comp = (format_quantity(s.value(x), "s") for x in (t_comm, t_comp))
+    fsdp, pp = (s.text(x) for x in (loss_fsdp, loss_pp))
+    comm, comp = (s.text(x) for x in (t_comm, t_comp))
     stages = format_number(s.value(nodes))
     s.regime_by(step_fsdp, step_pp, tie="below", below=Side(
         "fsdp-across-nodes",
@@ -92,7 +92,7 @@ def solve(p, s: Sheet) -> None:
     b_g = s.given("b_g", dtype_bytes("bf16"), "B", "bytes per bf16 gradient")
     b_32 = s.given("b_32", dtype_bytes("fp32"), "B", "bytes per fp32 value")
     g = s.param("g", "gpus_per_node")
-    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
+    M = given_hbm_bytes(s, p.gpu)
     u = s.param("u", "usable")
 
     K = s.step("optimizer_bytes", "Optimizer bytes per parameter", "K", ADAM_FP32_COPIES * b_32, "B/param",
