@@ -46,14 +46,15 @@ def step_value(spec: ParamSpec, value: Any, direction: int) -> Any:
     of a choice, else a step rounded as draws are, inside the range; the same value at either end."""
     if spec.kind == "choice":
         return next_choice(spec, value, direction)
-    if spec.kind == "loguniform":
-        proposed = value * LOG_STEP**direction
-    else:
-        proposed = value + direction * (spec.step or max((spec.high - spec.low) / 20, 1 if spec.kind == "int" else 0))
-    moved = round_value(spec, min(max(proposed, spec.low), spec.high))
-    if moved == value and spec.low < proposed < spec.high:  # rounding swallowed the step: take the next one
-        moved = round_value(spec, min(max(value + direction * (spec.step or 1), spec.low), spec.high))
-    return moved
+    stride = spec.step or max((spec.high - spec.low) / 20, 1 if spec.kind == "int" else 0)
+    proposed = value
+    while True:
+        proposed = proposed * LOG_STEP**direction if spec.kind == "loguniform" else proposed + direction * stride
+        moved = round_value(spec, min(max(proposed, spec.low), spec.high))
+        # Rounding may swallow a step (10 at one significant figure, the range's top 16): go on to the
+        # next value a draw could give, or to the end of the range.
+        if moved != value or not spec.low < proposed < spec.high:
+            return moved
 
 
 def next_choice(spec: ParamSpec, value: Any, direction: int) -> Any:

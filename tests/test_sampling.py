@@ -126,3 +126,11 @@ def test_a_what_if_step_moves_to_a_value_a_draw_could_give(spec, where, directio
         assert round_value(spec, spec.high if direction > 0 else spec.low) == value
     else:
         assert (moved - value) * direction > 0
+
+
+def test_a_step_rounding_would_swallow_still_reaches_the_end_of_the_range():
+    """spec-decode-tail's batch_low: 1 to 16 at one significant figure. From 10 the next round value
+    up is 20, past the top: the step goes to the top, 16, rather than staying at 10."""
+    spec = load_bank().get("spec-decode-tail").parameter("batch_low")
+    assert (spec.low, spec.high, spec.sig) == (1, 16, 1)
+    assert step_value(spec, 10, 1) == 16 and step_value(spec, 16, -1) == 10 and step_value(spec, 16, 1) == 16
