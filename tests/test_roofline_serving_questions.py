@@ -12,31 +12,6 @@ from solvers.engine import VariantError
 from solvers.topics.memory import GPU_MEMORY_UTILIZATION
 
 
-def test_weight_read_intensity_default_matches_catalogue(variant):
-    """QUESTION-BAR's worked variant (Llama-3-70B bf16 on H100, decode at 32), served at TP 4 where its
-    weights fit, with a 512-token chat prompt: prefill compute-bound, decode memory-bound with its KV reads."""
-    results = variant("weight-read-intensity@default").sheet.results
-    assert results["ridge"] == pytest.approx(295.3, rel=1e-3)  # 989.4 TFLOP/s / 3.35 TB/s
-    assert results["flops"] == pytest.approx(7.224e13, rel=1e-3)  # 2 x 70.55e9 x 512
-    assert results["prefill_intensity"] == pytest.approx(512)  # 2T/b, above the ridge
-    assert results["prefill_regime"] == "compute-bound"
-    kv = 32 * 512 * 327680  # 320 KiB per token for Llama-3-70B in bf16
-    assert results["bytes"] == pytest.approx(141.1e9 + kv)
-    assert results["decode_intensity"] == pytest.approx(2 * 70.55e9 * 32 / (141.1e9 + kv))  # 30.8, below 2B/b = 32
-    all_reduce = 2 * 80 * (10e-6 + 1.5 * 32 * 8192 * 2 / 450e9)  # ring over NVLink at TP 4: 1.9 ms
-    step = (141.1e9 + kv) / (4 * 3.35e12) + all_reduce
-    assert results["step_time"] == pytest.approx(step)  # 12.8 ms
-    assert results["throughput"] == pytest.approx(32 / step)  # 2,498 tokens/s
-    assert results["per_user"] == pytest.approx(1 / step)  # 78 tokens/s each
-    assert results["crossover"] == pytest.approx(295.3, rel=1e-3)  # B* = b·peak / (2·bandwidth)
-    assert results["regime"] == "memory-bound"
-    assert results["levers"] == {"twice the batch": True, "weights at half the bytes (same tensor peak)": True,
-                                 "an fp8 KV cache": False, "a GPU with twice the HBM bandwidth": True,
-                                 "a GPU with twice the tensor peak": False,
-                                 "a GPU with twice the bandwidth and twice the peak": True,
-                                 "a GPU 30% faster in both HBM bandwidth and tensor peak (same NVLink)": False}
-
-
 def test_weight_read_a_modest_upgrade_is_eaten_by_the_all_reduces(variant):
     """A GPU 30% faster in HBM and peak shortens only the 85% of the default's step that is not
     all-reduce: 1.245x, short of 25%; at TP 1 there is nothing it does not speed up, and it gains 1.3x."""
