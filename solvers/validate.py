@@ -8,8 +8,8 @@ changes between variants, each regime side reached by at least 10% of draws, uni
 every golden: entry's variant solving to the answers the file pins.
 Under `strict` (the interview-grade bar, QUESTION-BAR.md) also: no graded answer the same in
 every draw, no select option the same in every draw unless declared a fact (and facts at most
-half of what a draw shows), a follow-up round for the default variant, and a short prompt in
-every variant checked (drawn names and figures lengthen it).
+half of what a draw shows), a follow-up round for the default variant, a short prompt in
+every variant checked (drawn names and figures lengthen it), and the default variant pinned.
 Each problem is one line naming the file (and the field or seed where it applies).
 """
 from __future__ import annotations
@@ -165,6 +165,9 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
         if seed is None and problems:
             break  # the default variant is broken: the seeds would only repeat it
     problems += golden_problems(question, bank, catalog, default)
+    if strict and not any(entry.variant == "default" for entry in question.golden):
+        bar.append(f"{where}: golden: the default variant is not pinned (add an entry with variant: default, "
+                   "its keys derived by hand)")
     for key, seen in keys.items():
         if seeds and isinstance(question.answer(key), Select) and len(seen) < 2:
             problems.append(f"{where}: answers.{key}: the same options hold in every variant: judgement that "

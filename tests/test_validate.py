@@ -229,3 +229,14 @@ def test_golden_tolerance_whole_numbers_exact_decimals_to_a_thousandth_or_the_en
         "pinned@default: the solver gives 295.3433 FLOP/B, the file pins 295 FLOP/B"]
     assert problems("expect: {ridge: 290}\n    rel: 0.02") == []
 
+
+def test_strict_asks_every_question_for_its_default_pinned(tmp_path, catalog):
+    write(tmp_path, "unpinned", UNPINNED)
+    other = "golden:\n  - {variant: default+batch=64, expect: {ridge: 295.3}, why: the same GPU}\n"
+    write(tmp_path, "other", UNPINNED + other)
+    lenient = validate([tmp_path], catalog, seeds=0)
+    strict = [p for p in validate([tmp_path], catalog, seeds=0, strict=True) if "golden" in p]
+    assert not any("golden" in p for p in lenient)
+    assert [p.split("/")[-1] for p in strict] == [
+        f"{name}.yaml: golden: the default variant is not pinned (add an entry with variant: default, its keys "
+        "derived by hand)" for name in ("other", "unpinned")]
