@@ -1,4 +1,4 @@
-"""Golden checks for the serving design and cost questions (group P), recomputed here in plain
+"""Checks for the serving design and cost questions (group P), recomputed here in plain
 Python from the catalogue records and the step-time model's card constants (60% of peak
 compute, 80% of HBM bandwidth, 2 ms per step, 10 us per all-reduce), independently of sympy."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Golden checks for the fleet questions: restart-goodput, fleet-gpu-count, nic-bandwidth-per-gpu,
+"""Checks for the fleet questions: restart-goodput, fleet-gpu-count, nic-bandwidth-per-gpu,
 cluster-bill-of-materials."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Golden checks for the kernel questions (group N) and the per-SM figures they read from hardware.yaml."""
+"""Checks for the kernel questions (group N) and the per-SM figures they read from hardware.yaml."""
 from __future__ import annotations
 
 import math

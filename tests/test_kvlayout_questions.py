@@ -1,4 +1,4 @@
-"""Golden checks for the KV-layout questions: preemption-policies, mla-vs-gqa-under-tp,
+"""Checks for the KV-layout questions: preemption-policies, mla-vs-gqa-under-tp,
 mla-tp-duplication, recurrent-state-inventory."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Golden checks for the KV transfer questions: recompute-vs-fetch."""
+"""Checks for the KV transfer questions: recompute-vs-fetch."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Golden checks for the memory questions: kv-bytes-per-token, users-per-gpu, kv-cache-block-count,
+"""Checks for the memory questions: kv-bytes-per-token, users-per-gpu, kv-cache-block-count,
 hidden-memory-budget, paged-reservation-waste."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Golden checks for the MoE helper (solvers/topics/moe.py) and the MoE questions of group M:
+"""Checks for the MoE helper (solvers/topics/moe.py) and the MoE questions of group M:
 moe-experts-per-batch, moe-dispatch-bytes, ep-load-skew, moe-1t-training-layout."""
 from __future__ import annotations
 

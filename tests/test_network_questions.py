@@ -1,4 +1,4 @@
-"""Golden checks for the network questions: ib-vs-roce, incast-buffer, pause-storm-origin."""
+"""Checks for the network questions: ib-vs-roce, incast-buffer, pause-storm-origin."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Golden checks for the KV paging questions: paged-block-size, tp-past-kv-heads,
+"""Checks for the KV paging questions: paged-block-size, tp-past-kv-heads,
 sliding-window-savings, cow-block-sharing."""
 from __future__ import annotations
 

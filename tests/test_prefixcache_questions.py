@@ -1,4 +1,4 @@
-"""Golden checks for the prefix-cache questions: prefix-cache-engines."""
+"""Checks for the prefix-cache questions: prefix-cache-engines."""
 from __future__ import annotations
 
 import hashlib

@@ -1,4 +1,4 @@
-"""Golden checks for the quantisation questions: fp8-kv-cache, kv-quant-keys-vs-values,
+"""Checks for the quantisation questions: fp8-kv-cache, kv-quant-keys-vs-values,
 fp8-scale-formats; their seeded simulations against closed forms."""
 from __future__ import annotations
 

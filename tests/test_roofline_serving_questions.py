@@ -1,4 +1,4 @@
-"""Golden checks for weight-read-intensity, datasheet-speedup-regimes and continuous-batching-padding."""
+"""Checks for weight-read-intensity, datasheet-speedup-regimes and continuous-batching-padding."""
 from __future__ import annotations
 
 import heapq

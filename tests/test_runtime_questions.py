@@ -1,4 +1,4 @@
-"""Golden checks for the runtime questions: kv-cache-tiers, h200-slower-than-h100,
+"""Checks for the runtime questions: kv-cache-tiers, h200-slower-than-h100,
 moe-calibration-starvation, model-runner-v2."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Golden checks for the scale-up and long-context questions of group M: million-token-context,
+"""Checks for the scale-up and long-context questions of group M: million-token-context,
 mla-absorption, nvl72-boundary, b200-h100-roles."""
 from __future__ import annotations
 

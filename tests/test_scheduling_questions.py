@@ -1,4 +1,4 @@
-"""Golden checks for the questions on the shared step-time model: chunked-prefill-budget,
+"""Checks for the questions on the shared step-time model: chunked-prefill-budget,
 coupled-slo-admission, decode-loop-overlap, long-reply-batching, roofline-model-breaks.
 
 Each is recomputed here in plain Python from the catalogue records (the model's defaults:

@@ -1,4 +1,4 @@
-"""Golden checks for slo-goodput, decode-op-ranking, hidden-memory-budget and paged-reservation-waste."""
+"""Checks for slo-goodput and decode-op-ranking."""
 from __future__ import annotations
 
 import math

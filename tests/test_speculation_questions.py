@@ -1,7 +1,7 @@
-"""Golden checks for the speculative-decoding questions (group D) and their shared helper
+"""Checks for the speculative-decoding questions (group D) and their shared helper
 solvers/topics/speculation.py: the closed forms against a seeded simulation of acceptance, the
-default variants against the catalogue's figures (recomputed here in plain Python), and the
-decisions near their boundaries."""
+draws against the step model recomputed here in plain Python, and the decisions near their
+boundaries (the default variants' figures are pinned in the question files)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Golden checks for the training questions: training-compute-budget, training-state-bytes."""
+"""Checks for the training questions: training-compute-budget, training-state-bytes."""
 from __future__ import annotations
 
 import math

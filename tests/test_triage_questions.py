@@ -1,4 +1,4 @@
-"""Golden checks for the triage questions: loss-plateau-triage, first-month-plan."""
+"""Checks for the triage questions: loss-plateau-triage, first-month-plan."""
 from __future__ import annotations
 
 import math
