@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 
 from fsrs import Card
 
+from solvers.verdicts import Verdict
+
 MODES = ("practice", "drill", "mock")
 
 
@@ -69,7 +71,11 @@ class Attempt:
 
     @property
     def all_correct(self) -> bool:
-        return bool(self.answers) and all(a.verdict == "correct" for a in self.answers)
+        return bool(self.answers) and self.answers_correct == len(self.answers)
+
+    @property
+    def answers_correct(self) -> int:
+        return sum(a.verdict == Verdict.CORRECT for a in self.answers)
 
     @property
     def effective_rating(self) -> int | None:

@@ -23,12 +23,12 @@ from fsrs import Card, Rating, Scheduler
 from practice.config import Setting, SettingsError, read_table, write_table
 from practice.records import AnswerRecord, Attempt, Review, card_id_for, now_utc, utc
 from practice.store import ProgressStore
+from solvers.verdicts import Verdict
 
 GROUP_ORDER = ("F", "S", "K1", "K2", "M", "T", "N", "D", "P")
 QUICK_SECONDS_PER_ANSWER = 30.0  # "quick": at most this many seconds per graded answer
 NEW_PER_DAY = 5
 DESIRED_RETENTION = 0.9
-_CORRECT, _CLOSE = "correct", "close"  # solvers.answers verdicts; anything else counts as wrong
 
 
 class QuestionLike(Protocol):
@@ -75,9 +75,9 @@ def suggest_rating(grades: Sequence[Any], seconds: float, hints_used: int = 0, a
     if not verdicts:
         raise ValueError("no grades to suggest a rating from")
     count = len(verdicts) if answer_count is None else answer_count
-    if all(v == _CORRECT for v in verdicts):
+    if all(v == Verdict.CORRECT for v in verdicts):
         rating = Rating.Easy if seconds <= quick_seconds_per_answer * max(count, 1) else Rating.Good
-    elif 2 * sum(v in (_CORRECT, _CLOSE) for v in verdicts) >= len(verdicts):
+    elif 2 * sum(v in (Verdict.CORRECT, Verdict.CLOSE) for v in verdicts) >= len(verdicts):
         rating = Rating.Hard
     else:
         rating = Rating.Again

@@ -19,6 +19,7 @@ from fsrs import Card, State
 
 from practice.review import GROUP_ORDER
 from practice.store import Attempt
+from solvers.verdicts import Verdict
 
 HEAT = " ░▒▓█"
 
@@ -40,7 +41,7 @@ class Accuracy:
 
     def add(self, attempt: Attempt) -> Accuracy:
         return Accuracy(self.attempts + 1, self.all_correct + attempt.all_correct, self.answers + len(attempt.answers),
-                        self.correct + sum(a.verdict == "correct" for a in attempt.answers))
+                        self.correct + attempt.answers_correct)
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ def top_slips(attempts: Iterable[Attempt], limit: int = 5) -> list[SlipTally]:
             if answer.slip:
                 counts[answer.slip] += 1
                 places.setdefault(answer.slip, set()).add(place)
-    return [SlipTally(slip, n, len(places[slip]), sum(latest[place] == "correct" for place in places[slip]))
+    return [SlipTally(slip, n, len(places[slip]), sum(latest[place] == Verdict.CORRECT for place in places[slip]))
             for slip, n in counts.most_common(limit)]
 
 

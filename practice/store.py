@@ -207,9 +207,7 @@ class ProgressStore:
     def hold(self, question_id: str, kind: str, until: datetime | None = None) -> None:
         """Suspend a question (kind 'suspended': until released) or bury it ('buried': until `until`)."""
         with self.transaction() as conn:
-            conn.execute("INSERT INTO holds (question_id, kind, until) VALUES (?, ?, ?) ON CONFLICT (question_id) "
-                         "DO UPDATE SET kind = excluded.kind, until = excluded.until",
-                         (question_id, kind, to_text(until) if until is not None else None))
+            put_hold(conn, Hold(question_id, kind, until))
 
     def release(self, question_id: str) -> None:
         with self.transaction() as conn:
@@ -218,7 +216,7 @@ class ProgressStore:
     def holds(self) -> list[Hold]:
         """Every hold as kept, those whose time has passed included (an export carries them as they are)."""
         rows = self._read("SELECT question_id, kind, until FROM holds ORDER BY question_id")
-        return [Hold(qid, kind, from_text(until) if until else None) for qid, kind, until in rows]
+        return [hold_from_row(row) for row in rows]
 
     def held(self, now: datetime) -> dict[str, str]:
         """Questions held out at `now`, with how: suspended, or buried until a time still to come."""
@@ -336,6 +334,17 @@ def replace_review(conn: sqlite3.Connection, r: Review) -> None:
 def card_in(conn: sqlite3.Connection, question_id: str) -> Card | None:
     row = conn.execute("SELECT card FROM cards WHERE question_id = ?", (question_id,)).fetchone()
     return card_from_json(row[0]) if row else None
+
+def put_hold(conn: sqlite3.Connection, hold: Hold) -> None:
+    conn.execute("INSERT INTO holds (question_id, kind, until) VALUES (?, ?, ?) ON CONFLICT (question_id) "
+                 "DO UPDATE SET kind = excluded.kind, until = excluded.until",
+                 (hold.question_id, hold.kind, to_text(hold.until) if hold.until is not None else None))
+
+
+def hold_from_row(row: tuple[str, str, str | None]) -> Hold:
+    question_id, kind, until = row
+    return Hold(question_id, kind, from_text(until) if until else None)
+
 
 def put_card(conn: sqlite3.Connection, question_id: str, card: Card) -> None:
     conn.execute("INSERT INTO cards (question_id, card, due) VALUES (?, ?, ?) ON CONFLICT (question_id) DO UPDATE "

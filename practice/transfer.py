@@ -19,9 +19,11 @@ from practice.review import replay
 from practice.store import (
     ProgressStore,
     card_in,
+    hold_from_row,
     insert_attempt,
     insert_review,
     put_card,
+    put_hold,
     replace_review,
     review_from_row,
 )
@@ -138,13 +140,11 @@ def import_progress(store: ProgressStore, data: Any, scheduler: Scheduler | None
 
 def _merge_hold(conn: sqlite3.Connection, hold: Hold) -> bool:
     """Keep `hold` if it holds the question out longer than the store's own; whether it did."""
-    row = conn.execute("SELECT kind, until FROM holds WHERE question_id = ?", (hold.question_id,)).fetchone()
-    if row is not None and _reach(Hold(hold.question_id, row[0], from_text(row[1]) if row[1] else None)) \
-            >= _reach(hold):
+    row = conn.execute("SELECT question_id, kind, until FROM holds WHERE question_id = ?",
+                       (hold.question_id,)).fetchone()
+    if row is not None and _reach(hold_from_row(row)) >= _reach(hold):
         return False
-    conn.execute("INSERT INTO holds (question_id, kind, until) VALUES (?, ?, ?) ON CONFLICT (question_id) "
-                 "DO UPDATE SET kind = excluded.kind, until = excluded.until",
-                 (hold.question_id, hold.kind, to_text(hold.until) if hold.until else None))
+    put_hold(conn, hold)
     return True
 
 

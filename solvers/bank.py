@@ -29,6 +29,16 @@ _ID = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*$")
 # A variant code after its '@': 'default' or a seed, then '+name=value' overrides (engine.VariantCode).
 VARIANT_TAIL = r"(?P<seed>default|\d+)(?P<sets>(?:\+[a-z0-9_]+=[^+\s]+)*)"
 _VARIANT = re.compile(f"^{VARIANT_TAIL}$")
+_SOLVER = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$")  # <topic folder>.<module> under solvers/topics
+
+
+def conventional_solver(topic: str, question_id: str) -> str:
+    """Where a question's solver lives by convention, under solvers/topics: its topic's folder, its id's file."""
+    return f"{_module_name(topic)}.{_module_name(question_id)}"
+
+
+def _module_name(name: str) -> str:
+    return re.sub(r"[-.]", "_", name)
 
 
 class QuestionError(ValueError):
@@ -90,7 +100,6 @@ class Question:
     group: str
     topic: str
     difficulty: int
-    solver: str
     prompt: str
     parameters: tuple[ParamSpec, ...]
     answers: tuple[Answer, ...]
@@ -103,7 +112,14 @@ class Question:
     requires: tuple[str, ...] = ()  # questions whose results this one takes as givens (drilled first)
     constraints: tuple[Constraint, ...] = ()  # realism: bank rules that apply, then the question's own
     golden: tuple[Golden, ...] = ()  # variants pinned with their expected answers, checked by validate
+    solver: str = ""  # another question's solver module ("memory.kv_bytes_per_token"), where not its own
     path: str = ""
+
+    @property
+    def solver_module(self) -> str:
+        """The module whose solve(p, s) answers this question: solvers/topics/<topic>/<id>.py (with '_'
+        for '-'), or the module `solver:` names (a user's pack reusing a shipped solver)."""
+        return f"solvers.topics.{self.solver or conventional_solver(self.topic, self.id)}"
 
     @property
     def generator_settings(self) -> frozenset[str]:
@@ -365,6 +381,14 @@ def _parse_constraints(reader: _Reader, document: LineDict, names: set[str]) -> 
     return constraints_for(names, tuple(own), frozenset(off))
 
 
+def _parse_solver(reader: _Reader, document: LineDict) -> str:
+    solver = reader.field(document, "solver", str, required=False, default="")
+    if solver and not _SOLVER.match(solver):
+        raise reader.fail("solver", document.line_of("solver"),
+                          "a solver module under solvers/topics as <topic>.<module> (kv_cache.paged_block_size)")
+    return solver
+
+
 def _parse_requires(reader: _Reader, document: LineDict, qid: str) -> tuple[str, ...]:
     requires = reader.field(document, "requires", list, required=False, default=[])
     if not all(isinstance(r, str) and _ID.match(r) and r != qid for r in requires):
@@ -464,7 +488,7 @@ def parse_question(path: Path, text: str) -> Question:
         group=reader.field(document, "group", str),
         topic=reader.field(document, "topic", str),
         difficulty=difficulty,
-        solver=reader.field(document, "solver", str),
+        solver=_parse_solver(reader, document),
         prompt=prompt,
         parameters=parameters,
         answers=answers,

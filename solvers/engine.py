@@ -90,6 +90,16 @@ class Solution:
     def grade(self, answers: dict[str, str]) -> list[Grade]:
         return [self.grade_one(spec.key, answers.get(spec.key, "")) for spec in self.question.answers]
 
+    def grade_typed(self, typed: dict[str, str]) -> list[Grade]:
+        """The answer boxes as submitted: a checklist is ticked on the solution screen after the reveal, so
+        what its box held were notes, and it grades as nothing ticked yet."""
+        notes = {spec.key for spec in self.question.answers if spec.self_graded}
+        return self.grade({key: "" if key in notes else text for key, text in typed.items()})
+
+    def typed_all_correct(self, grades: list[Grade]) -> bool:
+        """Every answer graded from its box is correct (a checklist waits for its ticks)."""
+        return all(g.correct for g in grades if not self.question.answer(g.key).self_graded)
+
 
 class _Values(dict):
     """Parameter values for a solver: p.model.layers, p.context, p['dtype']."""
@@ -102,9 +112,7 @@ class _Values(dict):
 
 
 def solver_function(question: Question) -> Callable[[_Values, Sheet], None]:
-    module_name, _, function_name = question.solver.rpartition(".")
-    module = importlib.import_module(f"solvers.topics.{module_name}")
-    return getattr(module, function_name)
+    return importlib.import_module(question.solver_module).solve
 
 
 def render_prompt(question: Question, params: list[Param]) -> str:

@@ -1,13 +1,22 @@
 """Variant sheets for interviewers: a candidate sheet, an answer key, JSON, or an Anki deck.
 
 Each variant is headed by its code, so the app reproduces it exactly. Variants of one
-question in one sheet differ in their answers, not only in their seeds.
+question in one sheet differ in their answers, not only in their seeds. Every format is written
+a variant at a time, as each is solved: an export of thousands holds one solution at a time.
 """
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+import itertools
+import json
+import sqlite3
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
 
 from solvers.answers import Answer
 from solvers.answers.choice import Choice
@@ -55,14 +64,20 @@ def _answers(solution: Solution) -> tuple:
 
 
 def variants(bank: Bank, catalog: Catalog, questions: list[Question], count: int, base_seed: int,
-             progress: Callable[[int, int], None] | None = None) -> list[Solution]:
+             progress: Callable[[int, int], None] | None = None) -> Iterator[Solution]:
     """`count` variants per question from seeds base_seed, base_seed+1, ..., skipping any whose
-    answers repeat an earlier variant's. `progress(done, total)` hears of each variant made."""
+    answers repeat an earlier variant's, each made as it is asked for. `progress(done, total)`
+    hears of each variant made. A bad count or seed is refused here, before any is made."""
     if count < 1:
         raise SelectionError("the count must be at least 1")
     if not 0 <= base_seed <= MAX_SEED:
         raise SelectionError(f"the seed must be between 0 and {MAX_SEED}")
-    sheet = []
+    return _variants(bank, catalog, questions, count, base_seed, progress)
+
+
+def _variants(bank: Bank, catalog: Catalog, questions: list[Question], count: int, base_seed: int,
+              progress: Callable[[int, int], None] | None) -> Iterator[Solution]:
+    made = 0
     for question in questions:
         seen: set[tuple] = set()
         seed = base_seed
@@ -77,10 +92,35 @@ def variants(bank: Bank, catalog: Catalog, questions: list[Question], count: int
             seed += 1
             if _answers(solution) not in seen:
                 seen.add(_answers(solution))
-                sheet.append(solution)
+                made += 1
                 if progress is not None:
-                    progress(len(sheet), count * len(questions))
-    return sheet
+                    progress(made, count * len(questions))
+                yield solution
+
+
+@dataclass(frozen=True)
+class Sheet:
+    """One text file of an export, written as its variants come: `head`, then `entry(number, solution)`
+    for each variant in turn (numbered from 1), then `tail`."""
+    head: str
+    entry: Callable[[int, Solution], str]
+    tail: str = ""
+
+
+def write_sheets(solutions: Iterable[Solution], outputs: Sequence[tuple[Sheet, TextIO]]) -> None:
+    """Each solution written into every sheet as it comes, then dropped."""
+    for sheet, out in outputs:
+        out.write(sheet.head)
+    for number, solution in enumerate(solutions, 1):
+        for sheet, out in outputs:
+            out.write(sheet.entry(number, solution))
+    for sheet, out in outputs:
+        out.write(sheet.tail)
+
+
+def _markdown(head: list[str], entry: Callable[[int, Solution], list[str]]) -> Sheet:
+    # A sheet is its lines joined by newlines: each entry's lines follow the head's after a newline.
+    return Sheet("\n".join(head), lambda number, solution: "\n" + "\n".join(entry(number, solution)))
 
 
 def _heading(number: int, solution: Solution) -> list[str]:
@@ -93,14 +133,14 @@ def _conventions_markdown() -> list[str]:
     return lines + [f"- **{c.title}**: {c.text} *({c.source})*" for c in conventions()] + [""]
 
 
-def candidate_markdown(solutions: list[Solution]) -> str:
-    lines = ["# Candidate sheet", "", *_conventions_markdown()]
-    for number, solution in enumerate(solutions, 1):
-        lines += _heading(number, solution) + [solution.prompt, "", "Given:", ""]
-        lines += [f"- {param.label}: {param.shown}" for param in solution.problem_data()] + ["", "Answers:", ""]
-        lines += [f"- {_blank(a)}:" for a in solution.question.answers]
-        lines.append("")
-    return "\n".join(lines)
+def candidate_sheet() -> Sheet:
+    return _markdown(["# Candidate sheet", "", *_conventions_markdown()], _candidate_entry)
+
+
+def _candidate_entry(number: int, solution: Solution) -> list[str]:
+    lines = _heading(number, solution) + [solution.prompt, "", "Given:", ""]
+    lines += [f"- {param.label}: {param.shown}" for param in solution.problem_data()] + ["", "Answers:", ""]
+    return lines + [f"- {_blank(a)}:" for a in solution.question.answers] + [""]
 
 
 def _blank(answer: Answer) -> str:
@@ -110,27 +150,35 @@ def _blank(answer: Answer) -> str:
     return f"{answer.label}{f' ({answer.unit})' if answer.unit and answer.numeric else ''}"
 
 
-def key_markdown(solutions: list[Solution]) -> str:
-    lines = ["# Answer key", "", *_conventions_markdown()]
-    for number, solution in enumerate(solutions, 1):
-        lines += _heading(number, solution) + ["| answer | key |", "|---|---|"]
-        lines += [f"| {a.label} | {expected_text(solution, a.key)} |" for a in solution.question.answers]
-        if judged := judgement_lines(solution):
-            lines += ["", "### Judgements", ""] + [f"- {line.strip()}" for line in judged]
-        lines += ["", "### Steps", ""]
-        for step_number, step in enumerate(solution.sheet.steps, 1):
-            lines.append(f"{step_number}. {step.title}: ${step.latex}$ = {step.substituted} = **{step.result}**")
-        regime = solution.sheet.regime
-        if regime is not None:
-            lines += ["", f"### Regime: {regime.name}", "", regime.summary, "",
-                      f"Boundary ${regime.boundary.latex}$ = {regime.boundary.result}; this variant "
-                      f"{regime.position.result} ({regime.margin_text}). Other side: {regime.other_side}"]
-        lines += ["", "### Assumptions", ""] + [f"- {a}" for a in solution.sheet.assumptions] + [""]
-    return "\n".join(lines)
+def key_sheet() -> Sheet:
+    return _markdown(["# Answer key", "", *_conventions_markdown()], _key_entry)
 
 
-def as_json(solutions: list[Solution]) -> list[dict]:
-    return [to_dict(solution) for solution in solutions]
+def _key_entry(number: int, solution: Solution) -> list[str]:
+    lines = _heading(number, solution) + ["| answer | key |", "|---|---|"]
+    lines += [f"| {a.label} | {expected_text(solution, a.key)} |" for a in solution.question.answers]
+    if judged := judgement_lines(solution):
+        lines += ["", "### Judgements", ""] + [f"- {line.strip()}" for line in judged]
+    lines += ["", "### Steps", ""]
+    for step_number, step in enumerate(solution.sheet.steps, 1):
+        lines.append(f"{step_number}. {step.title}: ${step.latex}$ = {step.substituted} = **{step.result}**")
+    regime = solution.sheet.regime
+    if regime is not None:
+        lines += ["", f"### Regime: {regime.name}", "", regime.summary, "",
+                  f"Boundary ${regime.boundary.latex}$ = {regime.boundary.result}; this variant "
+                  f"{regime.position.result} ({regime.margin_text}). Other side: {regime.other_side}"]
+    return lines + ["", "### Assumptions", ""] + [f"- {a}" for a in solution.sheet.assumptions] + [""]
+
+
+def json_sheet() -> Sheet:
+    """The variants as one JSON array, the text `json.dumps(array, indent=2)` gives, and a newline."""
+    return Sheet("[", _json_entry, "\n]\n")
+
+
+def _json_entry(number: int, solution: Solution) -> str:
+    # An element of the array sits one level in: each of its lines two spaces further (a string in
+    # JSON holds no raw newline, so every newline is the layout's).
+    return ("\n  " if number == 1 else ",\n  ") + json.dumps(to_dict(solution), indent=2).replace("\n", "\n  ")
 
 
 # Anki ------------------------------------------------------------------------------------------
@@ -153,9 +201,13 @@ def anki_back(solution: Solution) -> str:
     return f"<table>{rows}</table><ol>{steps}</ol>{regime_html}"
 
 
-def write_anki(solutions: list[Solution], path: str) -> None:
+def write_anki(solutions: Iterable[Solution], path: Path) -> None:
     """One note per variant: front = prompt, back = answers, steps, regime; tagged by group and
-    topic; the note's guid is its variant code, so a re-export updates rather than duplicates."""
+    topic; the note's guid is its variant code, so a re-export updates rather than duplicates.
+
+    Each note goes into the collection (SQLite) as its variant comes; the collection is zipped into
+    `path` at the end. This is genanki's `Package.write_to_file` a note at a time, with its SQLite
+    file in a folder of its own that goes when it is done (genanki's stays in the temporary folder)."""
     import genanki
 
     model = genanki.Model(
@@ -164,9 +216,24 @@ def write_anki(solutions: list[Solution], path: str) -> None:
         templates=[{"name": "Variant", "qfmt": "<small>{{Code}}</small><br>{{Front}}",
                     "afmt": "{{FrontSide}}<hr id=answer>{{Back}}"}])
     deck = genanki.Deck(ANKI_DECK_ID, "infradrill")
-    for solution in solutions:
-        q = solution.question
-        deck.add_note(genanki.Note(
-            model=model, fields=[str(solution.code), _html(solution.prompt), anki_back(solution)],
-            tags=[f"group::{q.group}", f"topic::{q.topic}"], guid=genanki.guid_for(str(solution.code))))
-    genanki.Package(deck).write_to_file(path)
+    deck.add_model(model)  # the deck has no notes yet to bring their model into the collection
+    timestamp = time.time()
+    ids = itertools.count(int(timestamp * 1000))  # the notes' and cards' ids, counted as genanki counts them
+    with tempfile.TemporaryDirectory(prefix="infradrill-anki-") as scratch:
+        collection = Path(scratch) / "collection.anki2"
+        connection = sqlite3.connect(collection)
+        try:
+            cursor = connection.cursor()
+            genanki.Package(deck).write_to_db(cursor, timestamp, ids)
+            for solution in solutions:
+                q = solution.question
+                note = genanki.Note(
+                    model=model, fields=[str(solution.code), _html(solution.prompt), anki_back(solution)],
+                    tags=[f"group::{q.group}", f"topic::{q.topic}"], guid=genanki.guid_for(str(solution.code)))
+                note.write_to_db(cursor, timestamp, ANKI_DECK_ID, ids)
+            connection.commit()
+        finally:
+            connection.close()
+        with zipfile.ZipFile(path, "w") as package:
+            package.write(collection, "collection.anki2")
+            package.writestr("media", "{}")  # no media files

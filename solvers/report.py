@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from solvers.answers import Grade
 from solvers.answers.base import letter
 from solvers.units import parse_unit
+from solvers.verdicts import Verdict
 
 if TYPE_CHECKING:  # the engine imports sympy; this module is used on the TUI's start-up path
     from solvers.engine import Solution
@@ -148,7 +149,7 @@ def to_text(solution: Solution) -> str:
     return "\n".join(out) + "\n"
 
 
-def grade_rows(solution: Solution, grades: list[Grade]) -> list[tuple[str, str, str, str, str, str]]:
+def grade_rows(solution: Solution, grades: list[Grade]) -> list[tuple[str, str, str, str, Verdict, str]]:
     """(answer, yours, expected, error, verdict, note) per answer."""
     rows = []
     for grade in grades:

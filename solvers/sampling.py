@@ -38,6 +38,30 @@ def round_value(spec: ParamSpec, value: float) -> float | int:
     return round(value, 12)
 
 
+LOG_STEP = math.sqrt(2)  # one press moves a log-uniform parameter by this factor
+
+
+def step_value(spec: ParamSpec, value: Any, direction: int) -> Any:
+    """The next value of a parameter in `direction` (the what-if explorer's key press): the next option
+    of a choice, else a step rounded as draws are, inside the range; the same value at either end."""
+    if spec.kind == "choice":
+        return next_choice(spec, value, direction)
+    if spec.kind == "loguniform":
+        proposed = value * LOG_STEP**direction
+    else:
+        proposed = value + direction * (spec.step or max((spec.high - spec.low) / 20, 1 if spec.kind == "int" else 0))
+    moved = round_value(spec, min(max(proposed, spec.low), spec.high))
+    if moved == value and spec.low < proposed < spec.high:  # rounding swallowed the step: take the next one
+        moved = round_value(spec, min(max(value + direction * (spec.step or 1), spec.low), spec.high))
+    return moved
+
+
+def next_choice(spec: ParamSpec, value: Any, direction: int) -> Any:
+    """The option after (or before) `value` in the parameter's list; the same value at either end."""
+    index = spec.choices.index(value) if value in spec.choices else 0
+    return spec.choices[min(max(index + direction, 0), len(spec.choices) - 1)]
+
+
 def _draw_one(spec: ParamSpec, rng: np.random.Generator, drawn: dict[str, Any]) -> Any:
     if spec.kind == "fixed":
         return spec.default

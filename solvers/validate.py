@@ -23,7 +23,15 @@ from pathlib import Path
 import numpy as np
 
 from solvers.answers import CLOSE, CORRECT, UNPARSED, WRONG, Answer, Checklist, Select
-from solvers.bank import Bank, Question, QuestionError, load_bank, read_question, requirement_problems
+from solvers.bank import (
+    Bank,
+    Question,
+    QuestionError,
+    conventional_solver,
+    load_bank,
+    read_question,
+    requirement_problems,
+)
 from solvers.data import Catalog
 from solvers.derivation import Reject
 from solvers.engine import Solution, VariantCode, VariantError, make_variant, render_prompt, solver_function
@@ -308,13 +316,24 @@ def read_questions(paths: list[Path]) -> tuple[Bank, list[str]]:
         if question.id in bank.questions:
             problems.append(f"{path}: id: '{question.id}' already used by {bank.questions[question.id].path}")
             continue
-        try:
-            solver_function(question)
-        except (ImportError, AttributeError, ValueError):
-            problems.append(f"{path}: solver: '{question.solver}' not found in solvers/topics")
+        problem = solver_problem(question)
+        if problem:
+            problems.append(problem)
             continue
         bank.questions[question.id] = question
     return bank, problems
+
+
+def solver_problem(question: Question) -> str:
+    """Why the question's solver cannot be found where the convention puts it (solvers/topics/<topic>/<id>.py,
+    with solve(p, s)), or where its `solver:` points (a user's pack may reuse another question's)."""
+    if question.solver == conventional_solver(question.topic, question.id):
+        return f"{question.path}: solver: '{question.solver}' is where the convention puts it: leave the field out"
+    try:
+        solver_function(question)
+    except (ImportError, AttributeError, ValueError):
+        return f"{question.path}: solver: no solve(p, s) in {question.solver_module.replace('.', '/')}.py"
+    return ""
 
 
 def validate_bank(bank: Bank, catalog: Catalog, seeds: int = 50, strict: bool = False) -> list[str]:

@@ -28,6 +28,15 @@ def data_dir(tmp_path, monkeypatch):
     return path
 
 
+@pytest.fixture
+def config_dir(data_dir):
+    """The test's own config directory (data_dir's): where a test puts a user's hardware.yaml,
+    models.yaml or settings.toml for the app to find."""
+    path = data_dir.parent / "config"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 @pytest.fixture(scope="session")
 def bank():
     return load_bank()

@@ -57,6 +57,18 @@ def test_ordering_items_are_listed_shuffled_and_stable(toy_bank, catalog):
     assert [g.verdict for g in grades] == ["correct"] * 4
 
 
+def test_a_checklist_box_holds_notes_until_the_points_are_ticked(toy_bank, catalog):
+    """Submitted from the boxes, a checklist grades as unanswered, whatever its box says, and
+    the others decide whether the round was all correct."""
+    solution = make_variant(toy_bank, catalog, VariantCode("toy", 3))
+    typed = {spec.key: typed_key(solution, spec.key) for spec in TOY.answers} | {"why": "1,2,3"}
+    by_key = {g.key: g for g in solution.grade_typed(typed)}
+    assert by_key["why"].verdict == "unparsed" and solution.grade_one("why", "1,2,3").verdict == "correct"
+    assert solution.typed_all_correct(list(by_key.values()))
+    wrong = solution.grade_typed(typed | {"lr": "1"})
+    assert not solution.typed_all_correct(wrong)
+
+
 async def _tick_the_checklist(bank):
     async with running_app(bank_loader=lambda: bank) as (app, pilot):
         app.open_question("toy")

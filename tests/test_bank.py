@@ -18,6 +18,20 @@ def test_bank_loads_cleanly(bank):
     assert len(bank.questions) >= 8
 
 
+def test_every_solver_module_is_a_questions_own():
+    """solvers/topics/<topic>/<id>.py holds the solver of question <id> of that topic and nothing else
+    does: no module there is left over from a question renamed, moved or removed."""
+    from pathlib import Path
+
+    import solvers.topics
+
+    root = Path(solvers.topics.__file__).parent
+    modules = {str(p.relative_to(root).with_suffix("")).replace("/", ".") for p in root.glob("*/*.py")
+               if p.name != "__init__.py"}
+    assert {q.solver_module.removeprefix("solvers.topics.") for q in BANK.questions.values()} == modules
+    assert not [q.id for q in BANK.questions.values() if q.solver], "the bank keeps its solvers by convention"
+
+
 @pytest.mark.parametrize("qid", IDS)
 def test_solver_resolves_and_default_variant_solves(bank, catalog, qid):
     question = bank.get(qid)

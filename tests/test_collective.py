@@ -1,12 +1,12 @@
-"""TP all-reduces (solvers/topics/collective.py): the ring over the link the group shares."""
+"""TP all-reduces (solvers/models/collective.py): the ring over the link the group shares."""
 from __future__ import annotations
 
 import pytest
 
 from solvers.derivation import Reject, Sheet
+from solvers.models.collective import crosses_domain, tp_all_reduce
+from solvers.models.steptime import StepConstants, engine, step_time, step_work
 from solvers.realism import constraints_for
-from solvers.topics.collective import crosses_domain, tp_all_reduce
-from solvers.topics.steptime import StepConstants, engine, step_time, step_work
 
 
 def ring(layers, tokens, hidden, tp, bandwidth, latency):

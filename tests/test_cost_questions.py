@@ -9,7 +9,7 @@ import pytest
 
 from solvers.engine import VariantError
 from solvers.followup import follow_up
-from solvers.topics.common import GPU_MEMORY_UTILIZATION
+from solvers.models.common import GPU_MEMORY_UTILIZATION
 
 ETA_C, ETA_BW, OVERHEAD, ALPHA = 0.6, 0.8, 2e-3, 10e-6
 SEEDS = range(40)
@@ -133,7 +133,7 @@ def test_ledger_matches_plain_arithmetic(variant, seed):
 def test_ledger_levers_rerun_the_sheet(variant):
     """The levers re-run the sheet's formulas in floats (ledger_time): with nothing changed they give the
     sheet's own cost per request, so a lever's verdict follows the formulas the candidate sees."""
-    from solvers.topics import cost
+    from solvers.models import cost
 
     for seed in SEEDS:
         solution = variant(f"serving-cost-ledger@{seed}")
@@ -370,7 +370,7 @@ def clause_by_hand(solution, tp, batch=None):
 @pytest.mark.parametrize("seed", range(15))
 def test_voice_layouts_match_plain_arithmetic(variant, seed):
     """Every layout's verdict and the derived layout's clause time, by hand."""
-    from solvers.topics.cost import LAYOUTS
+    from solvers.models.cost import LAYOUTS
 
     solution = variant(f"voice-latency-budget@{seed}")
     results = solution.sheet.results
@@ -387,7 +387,7 @@ def test_voice_layouts_match_plain_arithmetic(variant, seed):
 def test_voice_sessions_closed_form_against_the_step_model(variant):
     """The linear solve for sessions within the line agrees with timing the clause directly: the count
     makes the line, one more session breaks it (where the line, not the pool, binds)."""
-    from solvers.topics.cost import LAYOUTS
+    from solvers.models.cost import LAYOUTS
 
     checked = 0
     for seed in SEEDS:

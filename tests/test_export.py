@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import re
 from collections import defaultdict
 
 import pytest
 
-from solvers.export import variants
+from solvers.export import Sheet, candidate_sheet, key_sheet, variants, write_sheets
 from tests.test_cli import run_cli
 from tui import cli
 
@@ -88,27 +89,30 @@ def test_anki_deck_has_one_note_per_variant_with_stable_ids(tmp_path, capsys):
     assert "group::F" in first[0][2]
 
 
+def _text(sheet: Sheet, solutions) -> str:
+    out = io.StringIO()
+    write_sheets(solutions, [(sheet, out)])
+    return out.getvalue()
+
+
 def test_sheets_carry_the_conventions_card_and_the_judgements(bank, catalog):
     from solvers.conventions import convention
     from solvers.engine import VariantCode, make_variant
-    from solvers.export import candidate_markdown, key_markdown
 
     solution = make_variant(bank, catalog, VariantCode("weight-read-intensity", None))
     usable = convention("usable-hbm")
-    for text in (candidate_markdown([solution]), key_markdown([solution])):
+    candidate, key = _text(candidate_sheet(), [solution]), _text(key_sheet(), [solution])
+    for text in (candidate, key):
         assert "## Conventions" in text and usable.text in text
-    key = key_markdown([solution])
     assert "### Judgements" in key and "✓ a GPU with twice the HBM bandwidth" in key
-    assert "✓" not in candidate_markdown([solution])  # the candidate sees the options, not the verdicts
+    assert "✓" not in candidate  # the candidate sees the options, not the verdicts
 
 
 def test_the_candidate_sheet_gives_every_parameter_the_app_shows(variant):
     """An independent check answered from a sheet that printed no parameters (a weight dtype the prompt
     does not name was nowhere): the sheet lists what the app's parameter table lists."""
-    from solvers.export import candidate_markdown
-
     solution = variant("mla-vs-gqa-under-tp@11")
-    sheet = candidate_markdown([solution])
+    sheet = _text(candidate_sheet(), [solution])
     assert all(f"- {param.label}: {param.shown}" in sheet for param in solution.problem_data())
     assert any(param.name == "weight_dtype" for param in solution.problem_data())
 
@@ -116,8 +120,11 @@ def test_the_candidate_sheet_gives_every_parameter_the_app_shows(variant):
 def test_progress_hears_of_every_variant_in_order(bank, catalog):
     heard = []
     questions = [bank.get("kv-bytes-per-token"), bank.get("weight-read-intensity")]
-    sheet = variants(bank, catalog, questions, 3, 1, progress=lambda done, total: heard.append((done, total)))
-    assert heard == [(n, 6) for n in range(1, 7)] and len(sheet) == 6
+    made = variants(bank, catalog, questions, 3, 1, progress=lambda done, total: heard.append((done, total)))
+    assert heard == []  # each variant is made as the writer asks for it
+    for number, _ in enumerate(made, 1):
+        assert heard[-1] == (number, 6)
+    assert heard == [(n, 6) for n in range(1, 7)]
 
 
 class _Terminal(io.StringIO):
@@ -158,3 +165,90 @@ def test_the_candidate_sheet_lists_a_choice_answers_options(tmp_path, capsys):
     run_cli(capsys, "export", "kv-bytes-per-token", "--count", "1", "--out", str(tmp_path / "s"))
     assert "What caps concurrency? (one of: capacity-limited / latency-limited):" in (
         tmp_path / "s-candidate.md").read_text()
+
+
+def test_a_streamed_sheet_is_the_text_the_whole_sheet_was(tmp_path, capsys, bank, catalog):
+    """Written a variant at a time, each file is what the sheet made whole at the end gave: the JSON array
+    dumped at once, each Markdown sheet every line of its head and its variants joined by newlines."""
+    from solvers.export import _candidate_entry, _conventions_markdown, _key_entry
+    from solvers.report import to_dict
+
+    ids = ("kv-bytes-per-token", "weight-read-intensity")
+    made = list(variants(bank, catalog, [bank.get(qid) for qid in ids], 2, 3))
+    whole_json = json.dumps([to_dict(s) for s in made], indent=2) + "\n"
+    whole = {heading: "\n".join([heading, "", *_conventions_markdown()]
+                                + [line for n, s in enumerate(made, 1) for line in entry(n, s)])
+             for heading, entry in (("# Candidate sheet", _candidate_entry), ("# Answer key", _key_entry))}
+    for form in ("json", "markdown"):
+        assert run_cli(capsys, "export", *ids, "--count", "2", "--seed", "3", "--format", form,
+                       "--out", str(tmp_path / "s"))[0] == 0
+    assert (tmp_path / "s.json").read_text() == whole_json
+    assert (tmp_path / "s-candidate.md").read_text() == whole["# Candidate sheet"]
+    assert (tmp_path / "s-key.md").read_text() == whole["# Answer key"]
+    for form, text in (("json", whole_json), ("markdown", whole["# Answer key"])):
+        code, out, _ = run_cli(capsys, "export", *ids, "--count", "2", "--seed", "3", "--format", form, "--out", "-")
+        assert code == 0 and out == text
+
+
+class _Stop(Exception):
+    """A bug in the fourth solve."""
+
+
+@pytest.mark.parametrize("form", ["json", "markdown", "anki"])
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, _Stop, "short of distinct variants"])
+def test_an_export_stopped_midway_leaves_no_file_behind(tmp_path, capsys, monkeypatch, form, stop):
+    """Ctrl+C, a bug or a question short of distinct variants, three variants into the sheet: no sheet, no
+    partial file, no temporary file (the Anki collection's included), and a file it was to replace kept."""
+    import tempfile
+
+    import solvers.export as export
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    solved = export.make_variant
+    calls = itertools.count()
+
+    def solve(*args):
+        if next(calls) == 3 and not isinstance(stop, str):
+            raise stop()
+        return solved(*args)
+
+    monkeypatch.setattr(export, "make_variant", solve)
+    if isinstance(stop, str):  # every variant after a question's first repeats its answers
+        monkeypatch.setattr(export, "_answers", lambda solution: ())
+        monkeypatch.setattr(export, "MAX_TRIES", 1)
+    out = tmp_path / "out"
+    out.mkdir()
+    kept = out / {"json": "s.json", "markdown": "s-key.md", "anki": "s.apkg"}[form]
+    kept.write_text("the last sheet")
+    argv = ("export", "--group", "F", "--count", "2", "--seed", "0", "--format", form, "--out", str(out / "s"),
+            "--force")
+    code, _, err = run_cli(capsys, *argv)
+    expected = {KeyboardInterrupt: (130, "interrupted"), _Stop: (1, "internal error")}.get(
+        stop, (2, "could not find 2 variants"))
+    assert code == expected[0] and err.count("\n") == 1 and expected[1] in err
+    assert [p.name for p in out.iterdir()] == [kept.name] and kept.read_text() == "the last sheet"
+    assert list(scratch.iterdir()) == []
+
+
+def test_an_anki_export_leaves_no_temporary_file(tmp_path, capsys, monkeypatch):
+    """genanki's own write_to_file leaves its SQLite collection in the temporary folder, every time."""
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    code, _, _ = run_cli(capsys, "export", "kv-bytes-per-token", "--format", "anki", "--out", str(tmp_path / "d"))
+    assert code == 0 and len(_anki_notes(tmp_path / "d.apkg")) == 3 and list(scratch.iterdir()) == []
+
+
+def test_a_sheet_streamed_to_standard_output_goes_there_while_the_bar_runs(capsys, monkeypatch):
+    """The bar draws on standard error (a terminal) while the variants go to standard output (a pipe)."""
+    terminal = _Terminal()
+    monkeypatch.setattr(cli.sys, "stderr", terminal)
+    progress = cli._progress
+    monkeypatch.setattr(cli, "_progress", lambda label: progress(label, after=0))
+    code, out, _ = run_cli(capsys, "export", "kv-bytes-per-token", "--count", "3", "--format", "json", "--out", "-")
+    assert code == 0 and len(json.loads(out)) == 3
+    assert "Solving variants" in terminal.getvalue() and "kv-bytes-per-token@" not in terminal.getvalue()

@@ -57,13 +57,12 @@ def test_a_hostile_question_file_is_one_named_line(tmp_path, name):
     assert problems[0].startswith(f"{tmp_path / 'bad.yaml'}:") and "\n" not in problems[0]
 
 
-def test_a_user_model_a_question_cannot_use_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+def test_a_user_model_a_question_cannot_use_is_refused_in_one_line(config_dir, capsys):
     from tests.test_cli import run_cli
 
-    (tmp_path / "models.yaml").write_text(
+    (config_dir / "models.yaml").write_text(
         "models:\n  mine:\n    name: Mine-8B\n    params_b: 8\n    layers: 32\n    hidden: 4096\n    heads: 32\n"
         "    kv_heads: 8\n    head_dim: 128\n    ffn: 14336\n    vocab: 128256\n    attention: gqa\n"
         "    max_context: 131072\n    source: a test\n", encoding="utf-8")
-    monkeypatch.setenv("INFRADRILL_CONFIG_DIR", str(tmp_path))
     code, _, err = run_cli(capsys, "solve", "sliding-window-savings", "--set", "model=mine")
     assert code == 2 and err.count("\n") == 1 and "cannot use this entry: Mine-8B has no sliding_window" in err

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from solvers.answers import CORRECT
-from solvers.topics.common import GPU_MEMORY_UTILIZATION
+from solvers.models.common import GPU_MEMORY_UTILIZATION
 
 GiB, MiB, KiB = 2**30, 2**20, 2**10
 DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}

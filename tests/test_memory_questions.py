@@ -10,8 +10,8 @@ import pytest
 from solvers.derivation import Sheet
 from solvers.engine import VariantError
 from solvers.followup import follow_up
-from solvers.topics.kvcache import kv_bytes_per_token
-from solvers.topics.memory import GPU_MEMORY_UTILIZATION
+from solvers.models.common import GPU_MEMORY_UTILIZATION
+from solvers.models.kvcache import kv_bytes_per_token
 
 GiB = 2**30
 

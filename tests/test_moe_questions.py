@@ -1,4 +1,4 @@
-"""Checks for the MoE helper (solvers/topics/moe.py) and the MoE questions of group M:
+"""Checks for the MoE helper (solvers/models/moe.py) and the MoE questions of group M:
 moe-experts-per-batch, moe-dispatch-bytes, ep-load-skew, moe-1t-training-layout."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from solvers.followup import follow_up
-from solvers.topics.moe import batch_for_share, experts_touched, parameter_count
+from solvers.models.moe import batch_for_share, experts_touched, parameter_count
 
 # --- the helper ----------------------------------------------------------------------------------
 
@@ -157,7 +157,7 @@ def test_dispatch_bytes_match_deepep_low_latency(variant, ep, d_us, d_gb_s, c_us
 def test_remote_nodes_match_a_seeded_simulation(catalog, model, nodes):
     """Tokens on node 0 pick m of U units (groups, or experts) laid out evenly over the nodes: the mean count of
     other nodes reached, over 20,000 seeded tokens, is the closed form (D - 1)(1 - C(U - U/D, m)/C(U, m))."""
-    from solvers.topics.moe import remote_nodes
+    from solvers.models.moe import remote_nodes
 
     entry = catalog.get("models", model)
     units, picks = ((entry.expert_groups, entry.groups_per_token) if entry.get("expert_groups")
@@ -230,7 +230,7 @@ def test_load_skew_follow_up_hides_the_skew(variant, catalog):
 def test_skew_simulation_matches_the_closed_form_below_the_ridge():
     """Every expert under the crossover: the naive placement takes E/G reads on every GPU, whatever the skew, and
     one spare per GPU adds exactly one read (redundant experts cost time here)."""
-    from solvers.topics.moe import simulate_skew
+    from solvers.models.moe import simulate_skew
 
     for seed in range(10):
         sim = simulate_skew(seed, 256, 32, 512 * 8, 4, 0.7, READ, TOKEN)  # hottest: 64 tokens, under 295
@@ -241,7 +241,7 @@ def test_skew_simulation_matches_the_closed_form_below_the_ridge():
 def test_skew_simulation_bounds_and_perfect_correlation(seed):
     """The popularity's hottest expert is exactly m x the mean; the naive busiest GPU is at least the hottest
     expert's math plus the other reads on its GPU; at correlation 1 yesterday's fit is today's."""
-    from solvers.topics.moe import popularity, simulate_skew
+    from solvers.models.moe import popularity, simulate_skew
 
     today, _, _ = popularity(np.random.default_rng(seed), 256, 4.0, 0.7)
     assert today.max() * 256 == pytest.approx(4.0, rel=1e-6)
@@ -256,7 +256,7 @@ def test_skew_simulation_bounds_and_perfect_correlation(seed):
 def test_a_stale_placement_decays_with_the_correlation():
     """Averaged over 12 seeds, the gain a placement fit to yesterday keeps falls with the correlation: most of it
     at 0.99, under half at 0.7 and 0.5."""
-    from solvers.topics.moe import simulate_skew
+    from solvers.models.moe import simulate_skew
 
     def kept(rho: float) -> float:
         runs = [simulate_skew(seed, 256, 32, 16384 * 8, 4, rho, READ, TOKEN) for seed in range(12)]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from solvers.engine import VariantError
-from solvers.topics.fp8 import E4M3, amax_scale, quantize, sqnr_db
+from solvers.models.fp8 import E4M3, amax_scale, quantize, sqnr_db
 
 # --- fp8-kv-cache --------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import pytest
 
 from solvers.data import Record
 from solvers.engine import VariantError
-from solvers.topics.memory import GPU_MEMORY_UTILIZATION
+from solvers.models.common import GPU_MEMORY_UTILIZATION
 
 
 def test_weight_read_a_modest_upgrade_is_eaten_by_the_all_reduces(variant):

@@ -121,7 +121,7 @@ def test_vllm_config_names_and_capture_size():
     """vLLM v0.10.1 names a tuning file by torch's device name with spaces as underscores, so 'NVIDIA H200 NVL'
     never finds an 'NVIDIA_H200' file; the largest capture size is min(2 x max_num_seqs, 512)."""
     from solvers.data import load_catalog
-    from solvers.topics.deployment import CAPTURE_LIMIT, device_name
+    from solvers.models.deployment import CAPTURE_LIMIT, device_name
     gpus = load_catalog().collections["gpus"]
     for key, torch_name in (("h100-sxm", "NVIDIA H100 80GB HBM3"), ("h200-sxm", "NVIDIA H200"),
                             ("h200-nvl", "NVIDIA H200 NVL")):
@@ -141,7 +141,7 @@ def test_h200_tuning_file_follow_up(variant):
 @pytest.mark.parametrize("seed", range(30))
 def test_h200_what_ifs_match_the_sheet(variant, seed):
     """The judgements' float what-ifs start from the same times the sheet derives."""
-    from solvers.topics.deployment import Knobs, _ring, _times
+    from solvers.models.deployment import Knobs, bridge_ring, step_times
     solution = variant(f"{H200}@{seed}")
     r, p = solution.sheet.results, {param.name: param.value for param in solution.params}
 
@@ -153,10 +153,10 @@ def test_h200_what_ifs_match_the_sheet(variant, seed):
         p["part"]["name"]]) > 0
     bridged = p["tp"] > p["part"]["nvlink_domain"]
     phi = p["power_cap"] ** (1 / 3)
-    from solvers.topics.common import peak_flops
+    from solvers.models.common import peak_flops
     knobs = Knobs(peak=peak_flops(p.part, p.dtype), bridged=bridged, throttle=phi,
                   penalty=1.0 if tuned else p.default_penalty, batch=int(r["batch_n"]), graphs=False)
-    ttft, tpot = _times(p, knobs, r["kv_per_token_gpu"], {bridged: _ring(p, bridged)})
+    ttft, tpot = step_times(p, knobs, r["kv_per_token_gpu"], {bridged: bridge_ring(p, bridged)})
     assert ttft == pytest.approx(r["ttft_n"], rel=1e-9)
     assert tpot == pytest.approx(r["tpot_n"], rel=1e-9)
 
@@ -170,7 +170,7 @@ def test_moe_calibration_prompt_gives_the_crossover_the_key_uses(bank, variant):
     """Regime and recipe turn on the crossover, so the prompt prints it: the simulation's figure at the fixed
     damping (1%, GPTQ's default) to 3 figures. The rank asked is the widest-input matrix's: down_proj for
     Mixtral (d_in 14,336; its rank is pinned in the question file), up/gate for Qwen3 (4,096)."""
-    from solvers.topics.calibration import simulate
+    from solvers.models.calibration import simulate
     question = bank.get(MOE)
     assert question.parameter("damping").choices == (0.01,)
     crossover = question.parameter("crossover").choices[0]
@@ -183,7 +183,7 @@ def test_moe_calibration_prompt_gives_the_crossover_the_key_uses(bank, variant):
 def test_gptq_crossover_is_a_few_times_d_in():
     """The published rule: at GPTQ's default 1% damping, GPTQ loses to rounding below a few times d_in
     tokens; more damping trusts the thin Hessian less and moves the crossover down."""
-    from solvers.topics.calibration import simulate
+    from solvers.models.calibration import simulate
     default, heavy = simulate(0.01), simulate(0.1)
     assert 2 < default.crossover < 4
     assert heavy.crossover < default.crossover
@@ -194,7 +194,7 @@ def test_gptq_crossover_is_a_few_times_d_in():
 def test_rtn_error_matches_the_uniform_noise_closed_form():
     """RTN's error is uniform rounding noise, Δ²/12 per weight: E||x(W − Q)ᵀ||² / E||xWᵀ||² ≈
     Σ_j Δ_j²/12 · tr Σ / tr(W Σ Wᵀ); the simulation's exact figure agrees within 10%."""
-    from solvers.topics.calibration import SIM_WIDTH, population, simulate
+    from solvers.models.calibration import SIM_WIDTH, population, simulate
     curve = simulate(0.01)
     _, W, root, scale = population(curve.seed, SIM_WIDTH)
     sigma = root @ root.T
@@ -205,7 +205,7 @@ def test_rtn_error_matches_the_uniform_noise_closed_form():
 def test_gptq_with_ample_tokens_reaches_the_exact_hessian():
     """At 64 tokens per dimension the simulated GPTQ is within 5% of GPTQ run on the true Hessian 2Σ,
     and that limit beats rounding; held-out errors drawn from the distribution agree with the exact one."""
-    from solvers.topics.calibration import SIM_WIDTH, gptq, population, relative_error, round_to_nearest, simulate
+    from solvers.models.calibration import SIM_WIDTH, gptq, population, relative_error, round_to_nearest, simulate
     curve = simulate(0.01)
     rng, W, root, scale = population(curve.seed, SIM_WIDTH)
     sigma = root @ root.T
@@ -299,7 +299,7 @@ def test_model_runner_v2_properties(variant, seed):
 def test_bartlett_hessian_has_the_wishart_mean():
     """The simulation's Hessians from Bartlett's decomposition average to E[2XᵀX/n] = 2Σ, as drawing the
     tokens themselves does."""
-    from solvers.topics.calibration import SIM_WIDTH, calibration_hessian, population
+    from solvers.models.calibration import SIM_WIDTH, calibration_hessian, population
     rng, _, root, _ = population(1, SIM_WIDTH)
     mean = np.mean([calibration_hessian(rng, root, 256) for _ in range(400)], axis=0)
     target = 2 * root @ root.T

@@ -5,19 +5,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solvers.bank import parse_question
+from solvers.bank import load_bank, parse_question
 from solvers.engine import VariantCode, VariantError, make_variant
-from solvers.sampling import draw_values, round_value
+from solvers.sampling import draw_values, round_value, step_value
 
 TOY = parse_question(Path("toy.yaml"), """\
 id: toy
 title: Toy
 group: F
 topic: memory
-solver: memory.kv_bytes_per_token_question
+solver: memory.kv_bytes_per_token
 prompt: "x"
 parameters:
   pick: {choice: [a, b, c], weights: [1, 1, 8], default: a}
@@ -109,3 +109,20 @@ def test_an_override_regenerates_what_depends_on_it(bank, catalog):
     assert 0 < moved.expected["lost_share"] <= 1  # not the 357% of links lost that a stale table gave
     again = make_variant(bank, catalog, VariantCode.parse(f"pause-storm-origin@4+window={other}"))
     assert again.param("fabric").raw == moved.param("fabric").raw
+
+
+RANGED = [spec for question in load_bank().questions.values() for spec in question.parameters if spec.ranged]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(RANGED), st.floats(0, 1), st.sampled_from([-1, 1]))
+def test_a_what_if_step_moves_to_a_value_a_draw_could_give(spec, where, direction):
+    """One key press in the what-if explorer: a value rounded as draws are, in range, on the side
+    pressed; it stays put only at that end of the range."""
+    value = round_value(spec, spec.low + where * (spec.high - spec.low))
+    moved = step_value(spec, value, direction)
+    assert spec.low <= moved <= spec.high and round_value(spec, moved) == moved
+    if moved == value:
+        assert round_value(spec, spec.high if direction > 0 else spec.low) == value
+    else:
+        assert (moved - value) * direction > 0

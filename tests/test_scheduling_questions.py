@@ -10,7 +10,7 @@ import math
 import pytest
 
 from solvers.engine import VariantError, sweep
-from solvers.topics.common import GPU_MEMORY_UTILIZATION
+from solvers.models.common import GPU_MEMORY_UTILIZATION
 
 ETA_C, ETA_BW, OVERHEAD = 0.6, 0.8, 2e-3
 ALPHA = 10e-6  # the conventions card: one all-reduce's latency inside an NVLink domain

@@ -12,7 +12,7 @@ id: toy
 title: Toy
 group: F
 topic: memory
-solver: memory.kv_bytes_per_token_question
+solver: memory.kv_bytes_per_token
 prompt: "{n} items"
 parameters:
   n: {int: [1, 10], default: 3}

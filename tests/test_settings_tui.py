@@ -23,11 +23,9 @@ from tui.widgets.setting_field import SettingField
 
 
 @pytest.fixture
-def config(tmp_path, monkeypatch):
+def config(config_dir):
     """A config directory (and a store) of the test's own: settings are written there."""
-    monkeypatch.setenv("INFRADRILL_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("INFRADRILL_CONFIG_DIR", str(tmp_path / "cfg"))
-    return tmp_path / "cfg"
+    return config_dir
 
 
 async def open_settings(app, pilot) -> SettingsScreen:
@@ -143,7 +141,6 @@ def test_desired_retention_sets_the_intervals_the_rating_keys_give(config):
 
 
 def test_a_broken_settings_file_gives_a_notice_and_the_rest_loads(config):
-    config.mkdir()
     (config / SETTINGS_FILE).write_text('[review]\nnew_per_day = lots\ndesired_retention = 0.8\n'
                                         'quick_seconds_per_answer = 0\n'
                                         '[app]\ntheme = "nord"\nfollowups = "sometimes"\n')
@@ -169,7 +166,6 @@ def test_a_broken_settings_file_gives_a_notice_and_the_rest_loads(config):
     ("skip", True, False), ("if-correct", False, False), ("if-correct", True, True), ("ask", False, True),
 ])
 def test_the_follow_up_setting_decides_whether_the_round_is_asked(config, policy, answered, asked):
-    config.mkdir()
     (config / SETTINGS_FILE).write_text(f'[app]\nfollowups = "{policy}"\n')
 
     async def scenario():

@@ -1,5 +1,5 @@
 """Checks for the speculative-decoding questions (group D) and their shared helper
-solvers/topics/speculation.py: the closed forms against a seeded simulation of acceptance, the
+solvers/models/speculation.py: the closed forms against a seeded simulation of acceptance, the
 draws against the step model recomputed here in plain Python, and the decisions near their
 boundaries (the default variants' figures are pinned in the question files)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solvers.topics.speculation import batch1_speedup, expected_tokens
+from solvers.models.speculation import batch1_speedup, expected_tokens
 
 SEEDS = range(80)
 
@@ -124,19 +124,19 @@ def test_levers_stay_real_and_off_the_20_percent_line(variant):
     """The acceptance lever goes halfway to 1 (α 0.9 plus 0.1 was a perfect drafter), and no lever's gain
     sits within 1% of the 1.2x line (seed 7 once judged 1.203x)."""
     from solvers.data import Record
-    from solvers.topics.common import hbm_bandwidth, peak_flops
-    from solvers.topics.speculation import _speedup
+    from solvers.models.common import hbm_bandwidth, peak_flops
+    from solvers.models.speculation import speedup_of
     for seed in range(40):
         solution = variant(f"spec-decode-batch-ceiling@{seed}")
         p = Record({q.name: q.value for q in solution.params})
         base = dict(alpha=p.alpha, gamma=p.gamma, c=p.draft_cost, batch=p.batch,
                     peak=peak_flops(p.gpu, p.dtype), bandwidth=hbm_bandwidth(p.gpu))
-        now = _speedup(p, **base)
+        now = speedup_of(p, **base)
         levers = solution.sheet.results["levers"]
         for option, change in (("acceptance halfway to 1", {"alpha": (1 + p.alpha) / 2}),
                                ("a drafter half as costly", {"c": p.draft_cost / 2}),
                                ("a GPU with twice the tensor peak", {"peak": 2 * base["peak"]})):
-            ratio = _speedup(p, **(base | change)) / now
+            ratio = speedup_of(p, **(base | change)) / now
             assert abs(ratio / 1.2 - 1) >= 0.01 and levers[option] == (ratio >= 1.2), (seed, option)
         assert (1 + p.alpha) / 2 < 1
 
@@ -276,7 +276,7 @@ SELECTIVE = "speculate only where the request's acceptance beats the break-even 
 @settings(max_examples=60, deadline=None)
 @given(st.floats(1.0001, 8.99), st.integers(1, 8))
 def test_break_even_alpha_inverts_the_expected_tokens(tokens, gamma):
-    from solvers.topics.speculation import break_even_alpha
+    from solvers.models.speculation import break_even_alpha
     if tokens >= gamma + 1:
         return
     assert expected_tokens(break_even_alpha(tokens, gamma), gamma) == pytest.approx(tokens, rel=1e-9)
@@ -307,10 +307,10 @@ def test_mixed_round_is_the_uniform_round_when_every_class_drafts_alike(variant)
     """The mixed round with one γ for both classes is the sheet's round; with nobody drafting it is the
     plain step; and a class that drafts less never makes the round longer than all drafting the most."""
     from solvers.data import Record
-    from solvers.topics.speculation import _LoadModel
+    from solvers.models.speculation import LoadModel
     for seed in range(0, 40, 4):
         solution = variant(f"spec-decode-tail@{seed}")
-        model = _LoadModel.of(Record({p.name: p.value for p in solution.params}))
+        model = LoadModel.of(Record({p.name: p.value for p in solution.params}))
         rounds = {step.key: step.value for step in solution.sheet.steps}
         gamma, c, share = (int(_value(solution, "gamma")), _value(solution, "draft_cost"),
                            _value(solution, "low_share"))
@@ -411,7 +411,7 @@ def _exact_policies(p):
 @pytest.mark.parametrize("A, B", [(1.8, 0.2), (1.84, 0.16), (1.2, 0.8), (2.0, 2.0), (3.4, 0.6), (2.75, 0.25)])
 def test_beta_quadrature_reproduces_the_moments(A, B):
     """E[α^k] = Π_{i<k} (A + i)/(A + B + i), up to k = 64 (the warm-up's binomial degree)."""
-    from solvers.topics.speculation import beta_quadrature
+    from solvers.models.speculation import beta_quadrature
     alpha, rest, weight = beta_quadrature(A, B)
     assert weight.sum() == pytest.approx(1, abs=1e-12)
     assert alpha + rest == pytest.approx(np.ones_like(alpha), abs=1e-15)
@@ -461,14 +461,14 @@ def test_per_request_rule_against_plain_decoding_in_batches(variant):
     """The batching select's option on plain decoding follows the variant (true in some draws, false in others) and
     compares the simulated rule with a plain step of the batch, max(1, B/ridge) memory-bound passes."""
     from solvers.data import Record
-    from solvers.topics.speculation import PLAIN_TIE, _ridge_tokens
+    from solvers.models.speculation import PLAIN_TIE, ridge_tokens
     option = "the batch-1 per-request rule is slower than plain decoding (no drafter) in these batches"
     seen = set()
     for seed in range(40):
         solution = variant(f"adaptive-draft-length@{seed}")
         p = Record({q.name: q.value for q in solution.params})
         rule = float({given.symbol: given.value for given in solution.sheet.givens}["τ_ad_B"])
-        plain = max(1.0, p.batch / _ridge_tokens(p))
+        plain = max(1.0, p.batch / ridge_tokens(p))
         assert abs(rule / plain - 1) >= PLAIN_TIE
         holds = option in solution.expected["batching"]
         assert holds == (rule > plain), seed
@@ -480,9 +480,9 @@ def test_per_request_rule_against_plain_decoding_in_batches(variant):
 def test_batch_ridge_uses_the_step_model_efficiencies():
     """H100 SXM: 60% of 989.4 TFLOP/s over 80% of 3.35 TB/s = 221.5 tokens per verify pass, not 295."""
     from solvers.data import Record
-    from solvers.topics.speculation import _ridge_tokens
+    from solvers.models.speculation import ridge_tokens
     gpu = Record(bf16_dense_tflops=989.4, hbm_tb_s=3.35, name="H100")
-    assert _ridge_tokens(Record(gpu=gpu)) == pytest.approx(0.6 * 989.4e12 / (0.8 * 3.35e12), rel=1e-9)
+    assert ridge_tokens(Record(gpu=gpu)) == pytest.approx(0.6 * 989.4e12 / (0.8 * 3.35e12), rel=1e-9)
 
 
 def test_adaptive_sample_is_reproducible(variant):
@@ -595,8 +595,8 @@ def test_decode_costs_are_the_step_time_model(catalog, model_id, gpu_id, tp, bat
     import sympy
 
     from solvers.derivation import Sheet
-    from solvers.topics.collective import tp_all_reduce
-    from solvers.topics.steptime import decode_costs, engine, step_time, step_work
+    from solvers.models.collective import tp_all_reduce
+    from solvers.models.steptime import decode_costs, engine, step_time, step_work
 
     model, gpu = catalog.get("models", model_id), catalog.get("gpus", gpu_id)
     s = Sheet()

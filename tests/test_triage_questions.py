@@ -9,7 +9,7 @@ import pytest
 from solvers.derivation import Sheet
 from solvers.engine import VariantCode, make_variant
 from solvers.followup import follow_up
-from solvers.topics.triage import CAUSE_OF_CHECK, CHECKS, READ_ALL, READ_SOME, _lr_at
+from solvers.models.triage import CAUSE_OF_CHECK, CHECKS, READ_ALL, READ_SOME, lr_at
 
 HOUR = 3600
 
@@ -50,7 +50,7 @@ def test_plateau_lr_follows_llama3_schedule(step, lr):
     s = Sheet()
     eta, W = s.given("eta", 8e-5), s.given("W", 8000)
     T, rho = s.given("T", 1_200_000), s.given("rho", 0.01)
-    assert s.value(_lr_at(s, s.given("s_1", step), eta, W, T, rho)) == pytest.approx(lr, rel=1e-9)
+    assert s.value(lr_at(s, s.given("s_1", step), eta, W, T, rho)) == pytest.approx(lr, rel=1e-9)
 
 
 def _diagnose(nine, eleven, p):

@@ -34,11 +34,10 @@ def test_every_crash_kind_typed_into_an_answer_is_read_or_refused_and_the_app_st
 
 @pytest.mark.parametrize("name", ["binary", "alias bomb", "deep nesting", "NaN figure", "latin-1",
                                   "model without kv_heads"])
-def test_the_app_starts_past_a_hostile_user_file_and_names_it(tmp_path, monkeypatch, data_dir, name):
+def test_the_app_starts_past_a_hostile_user_file_and_names_it(config_dir, name):
     content, says = HOSTILE[name]
-    target = tmp_path / ("models.yaml" if content.startswith(b"models:") else "hardware.yaml")
+    target = config_dir / ("models.yaml" if content.startswith(b"models:") else "hardware.yaml")
     target.write_bytes(content)
-    monkeypatch.setenv("INFRADRILL_CONFIG_DIR", str(tmp_path))
 
     async def scenario():
         async with running_app() as (app, pilot):

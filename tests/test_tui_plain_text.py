@@ -18,11 +18,10 @@ def rendered(renderable) -> str:
     return text_of(renderable, width=200)
 
 
-def test_markup_in_a_user_file_and_in_typed_answers_is_shown_as_typed(tmp_path, monkeypatch, data_dir):
-    (tmp_path / "hardware.yaml").write_text(
+def test_markup_in_a_user_file_and_in_typed_answers_is_shown_as_typed(config_dir):
+    (config_dir / "hardware.yaml").write_text(
         'gpus:\n  odd-gpu:\n    name: "[/x] GPU"\n    "[/y]": 1\n    vendor: x\n    bf16_dense_tflops: 1\n'
         "    hbm_gb: 1\n    hbm_tb_s: 1\n    source: a test\n", encoding="utf-8")
-    monkeypatch.setenv("INFRADRILL_CONFIG_DIR", str(tmp_path))
 
     async def scenario():
         async with running_app() as (app, pilot):

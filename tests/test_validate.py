@@ -8,14 +8,16 @@ from solvers.validate import validate
 SOURCE = Path("questions/F/weight-read-intensity.yaml").read_text()
 
 
-def write(root: Path, name: str, text: str) -> None:
-    (root / f"{name}.yaml").write_text(text.replace("id: weight-read-intensity", f"id: {name}"))
+def write(root: Path, name: str, text: str, solver: str = "roofline.weight_read_intensity") -> None:
+    """A copy of weight-read-intensity under another id, reusing its solver (as a user's pack may)."""
+    copy = text.replace("id: weight-read-intensity", f"id: {name}" + (f"\nsolver: {solver}" if solver else ""))
+    (root / f"{name}.yaml").write_text(copy)
 
 
 def test_each_problem_is_reported(tmp_path, catalog):
     write(tmp_path, "fine", SOURCE)
     write(tmp_path, "bad-unit", SOURCE.replace("unit: GB, rel", "unit: furlongs, rel"))
-    write(tmp_path, "no-solver", SOURCE.replace("roofline.weight_read_intensity", "roofline.nothing_here"))
+    write(tmp_path, "no-solver", SOURCE, solver="roofline.nothing_here")
     write(tmp_path, "unbound", SOURCE.replace("a prompt of {prompt}", "a prompt of {tokens}"))
     extra_key = "  - {key: bogus, label: B, rel: 0.1}\n  - {key: flops,"
     write(tmp_path, "no-key", SOURCE.replace("  - {key: flops,", extra_key))
@@ -129,17 +131,17 @@ def test_constant_select_options_are_reported_and_varying_ones_are_not(bank, cat
 def _options_bar(bank, catalog, monkeypatch, rejudge) -> list[str]:
     """The strict bar's lines about single options of weight-read-intensity's levers, its solver
     followed by `rejudge(p, sheet)`, which judges some options again."""
-    import solvers.topics.roofline as roofline
+    import solvers.topics.roofline.weight_read_intensity as roofline
     import solvers.validate as validate_module
 
     monkeypatch.undo()  # a second call in one test wraps the real solver, not the first wrapper
-    real = roofline.weight_read_intensity
+    real = roofline.solve
 
     def solver(p, s):
         real(p, s)
         rejudge(p, s)
 
-    monkeypatch.setattr(roofline, "weight_read_intensity", solver)
+    monkeypatch.setattr(roofline, "solve", solver)
     problems = validate_module.check_question(bank.get("weight-read-intensity"), bank, catalog, seeds=20, strict=True)
     return [line for line in problems if "answers.levers:" in line and ("fact" in line or "draws that show" in line)]
 
@@ -202,7 +204,7 @@ golden:
 def test_golden_answers_are_checked_and_a_wrong_one_names_its_line_key_and_both_values(tmp_path, catalog):
     write(tmp_path, "pinned", UNPINNED + GOLDEN)
     path = tmp_path / "pinned.yaml"
-    golden = UNPINNED.count("\n") + 1  # the line of golden:
+    golden = path.read_text().splitlines().index("golden:") + 1  # its line
     problems = [p for p in validate([tmp_path], catalog, seeds=0) if "golden" in p]
     assert problems == [
         f"{path}:{golden + 4}: golden[1].regime: pinned@default+batch=64: the solver gives memory-bound, "
@@ -240,3 +242,14 @@ def test_strict_asks_every_question_for_its_default_pinned(tmp_path, catalog):
     assert [p.split("/")[-1] for p in strict] == [
         f"{name}.yaml: golden: the default variant is not pinned (add an entry with variant: default, its keys "
         "derived by hand)" for name in ("other", "unpinned")]
+
+
+def test_a_solver_is_found_by_convention_and_a_redundant_field_is_reported(tmp_path, catalog):
+    """No `solver:` means solvers/topics/<topic>/<id>.py; naming that same module is reported as noise."""
+    (tmp_path / "weight-read-intensity.yaml").write_text(SOURCE)
+    write(tmp_path, "stray", SOURCE, solver="")
+    write(tmp_path, "noisy", SOURCE, solver="roofline.noisy")
+    problems = validate([tmp_path], catalog, seeds=2)
+    assert not [p for p in problems if "weight-read-intensity.yaml" in p]
+    assert any("stray.yaml: solver: no solve(p, s) in solvers/topics/roofline/stray.py" in p for p in problems)
+    assert any("noisy.yaml: solver: 'roofline.noisy' is where the convention puts it" in p for p in problems)

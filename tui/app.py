@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.notifications import SeverityLevel
 
+from tui import messages
 from tui.app_settings import APP_SETTINGS, APP_TABLE, AppSettings
 from tui.modes import FollowUps, Mode
 from tui.screens.home import HomeScreen
@@ -367,9 +368,7 @@ class InfradrillApp(App):
     def show_solution(self, solution: Solution, answers: dict[str, str], elapsed: float, hints_used: int,
                       started: datetime, mode: Mode, revealed: bool = False) -> None:
         """The first round is submitted: save it, then ask the follow-up, or reveal."""
-        # A checklist is ticked on the solution screen; what was typed were notes.
-        checklists = {a.key for a in solution.question.answers if a.self_graded}
-        grades = solution.grade({k: ("" if k in checklists else v) for k, v in answers.items()})
+        grades = solution.grade_typed(answers)
         submitted = self._record(solution, answers, grades, elapsed, hints_used, started, mode, schedule=not revealed)
         first = FirstRound(solution, answers, grades, elapsed, hints_used, mode, submitted, revealed)
         if self._asks_followup(first):
@@ -379,14 +378,10 @@ class InfradrillApp(App):
 
     def _asks_followup(self, first: FirstRound) -> bool:
         """Whether a follow-up comes after this first round: always in a mock, else as the setting says."""
-        from solvers.answers import CORRECT
-
         policy = self.app_settings.followups
         if first.mode == Mode.MOCK or policy == FollowUps.ASK:
             return True
-        self_graded = {a.key for a in first.solution.question.answers if a.self_graded}
-        return policy == FollowUps.IF_CORRECT and all(g.verdict == CORRECT for g in first.grades
-                                                      if g.key not in self_graded)
+        return policy == FollowUps.IF_CORRECT and first.solution.typed_all_correct(first.grades)
 
     @work(thread=True, exclusive=True, group="variant")
     def _prepare_followup(self, first: FirstRound) -> None:
@@ -479,6 +474,32 @@ class InfradrillApp(App):
         from tui.screens.question import QuestionScreen
 
         self.switch_screen(QuestionScreen(solution, mode, revealed=True))
+
+    # What the screens ask (tui.messages) -------------------------------------------------
+    def on_open_question(self, message: messages.OpenQuestion) -> None:
+        self.open_question(message.question_id, default=message.default, replace=message.replace, mode=message.mode)
+
+    def on_round_submitted(self, message: messages.RoundSubmitted) -> None:
+        self.show_solution(message.solution, message.answers, message.elapsed, message.hints_used, message.started,
+                           message.mode, revealed=message.revealed)
+
+    def on_follow_up_submitted(self, message: messages.FollowUpSubmitted) -> None:
+        self.finish_followup(message.first, message.followup, message.answers)
+
+    def on_follow_up_skipped(self, message: messages.FollowUpSkipped) -> None:
+        self.reveal(message.first, None)
+
+    def on_mock_left(self, _message: messages.MockLeft) -> None:
+        self.mock = None
+
+    def on_review_attempt(self, message: messages.ReviewAttempt) -> None:
+        self.review_attempt(message.variant, message.typed, message.seconds, message.hints_used)
+
+    def on_next_in_drill(self, _message: messages.NextInDrill) -> None:
+        self.action_drill(replace=True)
+
+    def on_reopen(self, message: messages.Reopen) -> None:
+        self.reopen(message.solution, message.mode)
 
 
 def run() -> int:

@@ -17,6 +17,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING as mypy reads it, without importin
 if TYPE_CHECKING:
     from typing import NoReturn
 
+    from solvers.export import Sheet
+
 USAGE_ERROR = 2
 MAX_EXPORT_COUNT = 200  # variants per question in one export: beyond it, run it again with another --seed
 SOLVE_SECONDS = 10  # a variant solves in milliseconds: one that takes this long is stopped, not waited for
@@ -27,19 +29,27 @@ def _fail(message: str) -> NoReturn:
     raise SystemExit(USAGE_ERROR)
 
 
-def _write_whole(target: Path, content: str | Callable[[Path], None]) -> None:
-    """Write text (or let `content` write a file) under a temporary name, then rename: never a
-    half-written file under the real name (a full disk leaves nothing behind)."""
-    partial = target.with_name(f".{target.name}.partial")
+@contextmanager
+def _whole_files(targets: list[Path]) -> Iterator[list[Path]]:
+    """Temporary names to write the targets under, renamed to them once the block has written them
+    all: never a half-written file under a real name. A full disk, an error or Ctrl+C mid-way leaves
+    neither the targets nor the temporary files."""
+    partials = [target.with_name(f".{target.name}.partial") for target in targets]
     try:
-        if callable(content):
-            content(partial)
-        else:
-            partial.write_text(content, encoding="utf-8")
-        os.replace(partial, target)
-    except OSError as error:
-        partial.unlink(missing_ok=True)
-        _fail(f"cannot write {target}: {error.strerror or error}")
+        yield partials
+        for partial, target in zip(partials, targets):
+            os.replace(partial, target)
+    except BaseException as error:
+        for partial in partials:
+            partial.unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            _fail(f"cannot write {', '.join(map(str, targets))}: {error.strerror or error}")
+        raise
+
+
+def _write_whole(target: Path, text: str) -> None:
+    with _whole_files([target]) as (partial,):
+        partial.write_text(text, encoding="utf-8")
 
 
 @contextmanager
@@ -54,7 +64,8 @@ def _progress(label: str, *, after: float = 1.0,
     from rich.progress import Progress
 
     started = clock()
-    bar = Progress(console=Console(file=sys.stderr), transient=True)
+    # Nothing redirected: a sheet streamed to standard output goes there, not through the bar's console.
+    bar = Progress(console=Console(file=sys.stderr), transient=True, redirect_stdout=False, redirect_stderr=False)
     task = None
 
     def update(done: int, total: int) -> None:
@@ -381,8 +392,10 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """Candidate sheet + answer key (Markdown) or JSON; never overwrites unless --force."""
+    """Candidate sheet + answer key (Markdown), JSON or an Anki deck, each variant written as it is
+    solved; never overwrites unless --force."""
     import secrets
+    from contextlib import ExitStack, nullcontext
     from pathlib import Path
 
     from solvers.engine import MAX_SEED
@@ -390,12 +403,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         MAX_TRIES,
         Selection,
         SelectionError,
-        as_json,
-        candidate_markdown,
-        key_markdown,
+        json_sheet,
+        key_sheet,
         select,
         variants,
         write_anki,
+        write_sheets,
     )
 
     if not 1 <= args.count <= MAX_EXPORT_COUNT:
@@ -413,35 +426,49 @@ def cmd_export(args: argparse.Namespace) -> int:
     bank, catalog = _load()
     # Seeds a candidate holding the sheet cannot guess (1, 2, 3 could be looked up in the app).
     seed = args.seed if args.seed is not None else secrets.randbelow(MAX_SEED - MAX_TRIES * args.count)
+    # A sheet scrolling past on the terminal is its own progress: a bar there would break into it.
+    quiet = to_stdout and sys.stdout.isatty()
     try:
-        questions = select(bank, Selection(tuple(args.ids), args.group, args.topic, args.difficulty))
-        with _progress("Solving variants") as progress:
-            solutions = variants(bank, catalog, questions, args.count, seed, progress)
-    except SelectionError as error:
+        with nullcontext(None) if quiet else _progress("Solving variants") as progress:
+            questions = select(bank, Selection(tuple(args.ids), args.group, args.topic, args.difficulty))
+            solutions = variants(bank, catalog, questions, args.count, seed, progress)  # made as they are written
+            if to_stdout:
+                write_sheets(solutions, [(json_sheet() if args.format == "json" else key_sheet(), sys.stdout)])
+                return 0
+            targets, sheets = _export_files(args.format, out, args.force)
+            with _whole_files(targets) as partials:
+                if not sheets:
+                    write_anki(solutions, partials[0])
+                else:
+                    with ExitStack() as files:
+                        write_sheets(solutions, [(sheet, files.enter_context(partial.open("w", encoding="utf-8")))
+                                                 for partial, sheet in zip(partials, sheets)])
+    except SelectionError as error:  # what the selection names, or a question short of distinct variants
         _fail(str(error))
-    if to_stdout:
-        sys.stdout.write(json.dumps(as_json(solutions), indent=2) + "\n" if args.format == "json"
-                         else key_markdown(solutions))
-        return 0
+    print(f"{args.count * len(questions)} variant(s) of {len(questions)} question(s): {', '.join(map(str, targets))}")
+    return 0
+
+
+def _export_files(form: str, out: Path, force: bool) -> tuple[list[Path], list[Sheet]]:
+    """The files an export writes, each a plain file not there yet (or --force), and the sheet of
+    each; no sheets for an Anki deck."""
+    from solvers.export import candidate_sheet, json_sheet, key_sheet
+
     base = out.with_suffix("") if out.suffix in (".md", ".json", ".apkg") else out
-    outputs: dict[Path, str | None]  # a file and its text; None: genanki writes the file itself
-    if args.format == "anki":
-        outputs = {base.with_name(base.name + ".apkg"): None}
-    elif args.format == "json":
-        outputs = {base.with_name(base.name + ".json"): json.dumps(as_json(solutions), indent=2) + "\n"}
+    if form == "anki":
+        targets, sheets = [base.with_name(base.name + ".apkg")], []
+    elif form == "json":
+        targets, sheets = [base.with_name(base.name + ".json")], [json_sheet()]
     else:
-        outputs = {base.with_name(base.name + "-candidate.md"): candidate_markdown(solutions),
-                   base.with_name(base.name + "-key.md"): key_markdown(solutions)}
-    linked = [str(p) for p in outputs if p.is_symlink()]
+        targets = [base.with_name(base.name + "-candidate.md"), base.with_name(base.name + "-key.md")]
+        sheets = [candidate_sheet(), key_sheet()]
+    linked = [str(p) for p in targets if p.is_symlink()]
     if linked:  # a link (dangling or not) would send the sheet somewhere the user did not name
         _fail(f"{', '.join(linked)} is a symbolic link: give a plain file name")
-    existing = [str(p) for p in outputs if p.exists()]
-    if existing and not args.force:
+    existing = [str(p) for p in targets if p.exists()]
+    if existing and not force:
         _fail(f"{', '.join(existing)} already exists (use --force to overwrite)")
-    for path, text in outputs.items():
-        _write_whole(path, text if text is not None else lambda partial: write_anki(solutions, str(partial)))
-    print(f"{len(solutions)} variant(s) of {len(questions)} question(s): {', '.join(map(str, outputs))}")
-    return 0
+    return targets, sheets
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -525,6 +552,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `infradrill list | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 0
+    except KeyboardInterrupt:  # Ctrl+C: what was being written is already cleaned up
+        print("infradrill: interrupted", file=sys.stderr)
+        return 130
     except Exception as error:  # a bug, not bad input: one line, the traceback on request
         if os.environ.get("INFRADRILL_DEBUG"):
             raise

@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from solvers.parse import ParseError
+from solvers.verdicts import Verdict
 
-CORRECT, CLOSE, WRONG, UNPARSED, MISMATCH = "correct", "close", "wrong", "unparsed", "unit mismatch"
+CORRECT, CLOSE, WRONG, UNPARSED, MISMATCH = Verdict
 
 
 @dataclass(frozen=True)
 class Grade:
     key: str
-    verdict: str
+    verdict: Verdict
     given: str
     expected: str
     error: float | None = None  # relative error, decades for estimates, share missed for the others

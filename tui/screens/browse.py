@@ -7,6 +7,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Header
 
 from solvers.bank import Question
+from tui import messages
 from tui.modes import Mode
 from tui.render import plain
 from tui.screens.base import AppScreen
@@ -60,12 +61,12 @@ class BrowseScreen(AppScreen):
 
     def action_open(self) -> None:
         if (qid := self._selected()) is not None:
-            self.infradrill.open_question(qid)
+            self.post_message(messages.OpenQuestion(qid))
 
     def action_open_default(self) -> None:
         if (qid := self._selected()) is not None:
-            self.infradrill.open_question(qid, default=True)
+            self.post_message(messages.OpenQuestion(qid, default=True))
 
     def action_open_as_interviewer(self) -> None:
         if (qid := self._selected()) is not None:
-            self.infradrill.open_question(qid, mode=Mode.INTERVIEWER)
+            self.post_message(messages.OpenQuestion(qid, mode=Mode.INTERVIEWER))

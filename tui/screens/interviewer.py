@@ -12,6 +12,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Header, Static
 
 from solvers.report import expected_text
+from tui import messages
 from tui.modes import Mode
 from tui.render import plain, regime_panel, step_renderable
 from tui.screens.base import AppScreen
@@ -83,4 +84,4 @@ class InterviewerScreen(AppScreen):
             self.shown -= 1
 
     def action_new_variant(self) -> None:
-        self.infradrill.open_question(self.solution.question.id, replace=True, mode=Mode.INTERVIEWER)
+        self.post_message(messages.OpenQuestion(self.solution.question.id, replace=True, mode=Mode.INTERVIEWER))

@@ -9,6 +9,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
+from tui import messages
 from tui.render import plain
 from tui.screens.base import AppScreen
 from tui.widgets.footer import KeysFooter
@@ -50,20 +51,19 @@ class MockSheetScreen(AppScreen):
         table: DataTable[Text] = DataTable(cursor_type="row", zebra_stripes=True, id="sheet")
         table.add_columns("question", "correct", "time", "slips")
         for attempt in sheet.attempts:  # ids, not titles, and short slips: the sheet fits 80 columns
-            right = sum(a.verdict == "correct" for a in attempt.answers)
             over = mock.budget_seconds is not None and attempt.seconds > mock.budget_seconds
             slips = "; ".join(sorted({a.slip.split(":")[0] for a in attempt.answers if a.slip})) or "—"
             time_taken = _clock(attempt.seconds) + (" over" if over else "")
-            table.add_row(*plain(attempt.question_id, f"{right}/{len(attempt.answers)}", time_taken, slips),
-                          key=attempt.uid)
+            right = f"{attempt.answers_correct}/{len(attempt.answers)}"
+            table.add_row(*plain(attempt.question_id, right, time_taken, slips), key=attempt.uid)
         yield table
         yield KeysFooter()
 
     def action_review(self) -> None:
         if (uid := selected_key(self.query_one(DataTable))) is not None:
             attempt = next(a for a in self.sheet.attempts if a.uid == uid)
-            self.infradrill.review_attempt(attempt.variant, {a.key: a.typed for a in attempt.answers}, attempt.seconds,
-                                    attempt.hints_used)
+            typed = {a.key: a.typed for a in attempt.answers}
+            self.post_message(messages.ReviewAttempt(attempt.variant, typed, attempt.seconds, attempt.hints_used))
 
 
 class PastMocksScreen(Screen):

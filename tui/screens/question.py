@@ -12,6 +12,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.markup import escape
 from textual.widgets import Header, Input, Static
 
+from tui import messages
 from tui.modes import Mode
 from tui.render import plain
 from tui.screens.base import AppScreen
@@ -157,10 +158,11 @@ class QuestionScreen(AppScreen):
             self.notify(f"{len(empty)} answer(s) empty: press ctrl+s again to reveal the solution anyway.")
             return
         if self.followup is not None and self.first is not None:
-            self.infradrill.finish_followup(self.first, self.followup, self.answers())
+            self.post_message(messages.FollowUpSubmitted(self.first, self.followup, self.answers()))
             return
-        self.infradrill.show_solution(self.solution, self.answers(), self.elapsed, self.hints_shown, self.started_at,
-                               self.mode, revealed=self.revealed)
+        self.post_message(messages.RoundSubmitted(self.solution, self.answers(), elapsed=self.elapsed,
+                                                  hints_used=self.hints_shown, started=self.started_at,
+                                                  mode=self.mode, revealed=self.revealed))
 
     def action_back(self) -> None:
         """Back out; from a follow-up that is the same as skipping it (the first round is saved and
@@ -171,8 +173,8 @@ class QuestionScreen(AppScreen):
             self.confirm_leave = True
             self.notify("Press Esc again to leave the mock interview (the answers given so far are kept).")
         else:
-            if self.mode == Mode.MOCK:
-                self.infradrill.mock = None
+            if self.mode == Mode.MOCK:  # straight to the app: this screen closes before its own queue runs
+                self.app.post_message(messages.MockLeft())
             self.app.pop_screen()
 
     def action_skip_followup(self) -> None:
@@ -181,7 +183,7 @@ class QuestionScreen(AppScreen):
         if self.mode == Mode.MOCK:
             self.notify("A mock interview asks every follow-up.")
             return
-        self.infradrill.reveal(self.first, None)
+        self.post_message(messages.FollowUpSkipped(self.first))
 
     def action_hint(self) -> None:
         hints = self.solution.question.hints
@@ -195,4 +197,4 @@ class QuestionScreen(AppScreen):
         hint_box.scroll_visible()
 
     def action_new_variant(self) -> None:
-        self.infradrill.open_question(self.solution.question.id, replace=True, mode=self.mode)
+        self.post_message(messages.OpenQuestion(self.solution.question.id, replace=True, mode=self.mode))

@@ -6,9 +6,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.markup import escape
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from tui.screens.base import AppScreen
+from tui.widgets.footer import KeysFooter
 from tui.widgets.setting_field import SettingField, shown
 
 
@@ -33,7 +34,7 @@ class SettingsScreen(AppScreen):
                 yield SettingField(table, setting, value)
         yield Static("tab: the next setting · enter or tab keeps what you typed · enter opens a list",
                      id="settings-status", markup=False)
-        yield Footer(compact=True)
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one(SettingField).query_one("Input, Select").focus()

@@ -14,6 +14,7 @@ from textual.widgets import Header, SelectionList, Static
 
 from solvers.answers import CORRECT, Checklist, Grade
 from solvers.followup import both_rounds
+from tui import messages
 from tui.chart import sweep_chart
 from tui.modes import Mode
 from tui.render import givens_table, grade_table, interval_text, judgement_table, notes, regime_panel, step_renderable
@@ -21,6 +22,8 @@ from tui.screens.base import AppScreen
 from tui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from practice.review import Submitted
     from solvers.engine import Solution
     from solvers.followup import FollowUp
@@ -135,7 +138,10 @@ class SolutionScreen(AppScreen):
         if points:
             chart = sweep_chart(points, self.solution.param(x).raw, self.solution.param(x).label,
                                 self.solution.question.answer(y).label)
-            self.app.call_from_thread(self.query_one("#chart", Static).update, chart)
+            self.app.call_from_thread(self._show_chart, chart)
+
+    def _show_chart(self, chart: Text) -> None:
+        self.query_one("#chart", Static).update(chart)  # on the UI thread: a worker never touches a widget
 
     def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:
         if event.selection_list.id is None:
@@ -215,9 +221,9 @@ class SolutionScreen(AppScreen):
 
     def action_new_variant(self) -> None:
         if self.mode == Mode.DRILL:
-            self.infradrill.action_drill(replace=True)
+            self.post_message(messages.NextInDrill())
         else:
-            self.infradrill.open_question(self.solution.question.id, replace=True, mode=self._practice_mode)
+            self.post_message(messages.OpenQuestion(self.solution.question.id, replace=True, mode=self._practice_mode))
 
     @property
     def _practice_mode(self) -> Mode:
@@ -230,4 +236,4 @@ class SolutionScreen(AppScreen):
         self.app.push_screen(WhatIfScreen(self.solution, self.infradrill.loaded_drill.catalog))
 
     def action_again(self) -> None:
-        self.infradrill.reopen(self.solution, self._practice_mode)
+        self.post_message(messages.Reopen(self.solution, self._practice_mode))

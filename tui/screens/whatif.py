@@ -5,7 +5,6 @@ only keeps the parameter values and renders.
 """
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
@@ -28,27 +27,6 @@ if TYPE_CHECKING:
     from solvers.data import Catalog
     from solvers.engine import Solution, SweepPoint
 
-LOG_STEP = math.sqrt(2)  # one press moves a log-uniform parameter by this factor
-
-
-def stepped(spec: ParamSpec, value: float, direction: int) -> float:
-    """The next value of a numeric parameter in `direction`, rounded as draws are, inside its range."""
-    from solvers.sampling import round_value
-
-    if spec.kind == "loguniform":
-        proposed = value * LOG_STEP**direction
-    else:
-        proposed = value + direction * (spec.step or max((spec.high - spec.low) / 20, 1 if spec.kind == "int" else 0))
-    moved = round_value(spec, min(max(proposed, spec.low), spec.high))
-    if moved == value and spec.low < proposed < spec.high:  # rounding swallowed the step: take the next one
-        moved = round_value(spec, min(max(value + direction * (spec.step or 1), spec.low), spec.high))
-    return moved
-
-
-def next_choice(spec: ParamSpec, value: Any, direction: int) -> Any:
-    """The option after (or before) `value` in the parameter's list; the same value at either end."""
-    index = spec.choices.index(value) if value in spec.choices else 0
-    return spec.choices[min(max(index + direction, 0), len(spec.choices) - 1)]
 
 
 class WhatIfScreen(Screen):
@@ -123,8 +101,9 @@ class WhatIfScreen(Screen):
             self.message = f"{label} has a single option."
         else:
             current = self.raw[spec.name]
-            moved = (next_choice(spec, current, direction) if spec.kind == "choice"
-                     else stepped(spec, current, direction))
+            from solvers.sampling import step_value  # numpy: loaded with the bank, not at start-up
+
+            moved = step_value(spec, current, direction)
             if moved == current:
                 self.message = f"{label} is at the end of its range."
             else:

@@ -1,0 +1,78 @@
+"""Deployment regressions: why a model moved from H100 SXM to an H200 part can get slower, priced
+mechanism by mechanism with the step-time model's constants (step-compute, step-bandwidth,
+step-overhead) on both GPUs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from solvers.conventions import convention_value
+from solvers.data import Record
+from solvers.derivation import Sheet
+from solvers.models.collective import all_reduce_terms
+from solvers.models.common import (
+    dtype_bytes,
+    hbm_bandwidth,
+)
+from solvers.models.steptime import DEFAULT_CONSTANTS
+
+# vLLM v0.10.1's largest CUDA-graph capture size by default: SchedulerConfig.cuda_graph_sizes = [min(2 x
+# max_num_seqs, 512)] (PR #20628), and every draw's max_num_seqs is at least 256.
+CAPTURE_LIMIT = 512
+
+
+# Between NVLink bridge groups an H200 NVL ring runs over PCIe Gen5 x16 (the nvl-bridge-groups card).
+PCIE_GEN5 = Record(name="PCIe Gen5 x16", gbit_s=convention_value("nvl-bridge-groups") * 8)
+
+
+def device_name(gpu: Record) -> str:
+    """What torch.cuda.get_device_name() reports, as vLLM v0.10.1 writes it into a config file name (spaces to
+    underscores, nothing else). From PR #23642 (after v0.10.1.1) an H200 NVL reads the NVIDIA_H200 files."""
+    return {"H100 SXM": "NVIDIA_H100_80GB_HBM3", "H200 SXM": "NVIDIA_H200", "H200 NVL": "NVIDIA_H200_NVL"}[gpu.name]
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Which mechanisms act on the H200 deployment: each can be switched off to price it alone."""
+
+    peak: float  # dense tensor peak, FLOP/s
+    bridged: bool  # the TP ring crosses PCIe between NVLink bridge groups
+    throttle: float  # compute throughput left under the power cap
+    penalty: float  # MoE kernel time with default configs / with tuned ones
+    batch: int
+    graphs: bool  # False: a batch past the capture size runs eager
+
+
+def bridge_ring(p, bridged: bool) -> tuple[float, float]:
+    """The H200 group's all-reduce time per step and per token (tp-all-reduce), in seconds. Not bridged:
+    the same ring as if every card of the group shared one NVLink fabric."""
+    n = p.tp
+    if n == 1:
+        return 0.0, 0.0
+    gpu = p.part if bridged else Record(p.part, nvlink_domain=max(n, p.part.nvlink_domain))
+    scratch = Sheet()
+    terms = all_reduce_terms(scratch, p.model, gpu, n, nic=PCIE_GEN5 if bridged else None)
+    return scratch.evaluate(terms.fixed), scratch.evaluate(terms.per_token)
+
+
+def step_times(p, knobs: Knobs, kv: float, rings: dict[bool, tuple[float, float]]) -> tuple[float, float]:
+    """TTFT and TPOT of the H200 deployment for a set of knobs, in floats: the judgements' what-ifs,
+    by the same formulas as the sheet's steps."""
+    m, n, c = p.model, p.tp, DEFAULT_CONSTANTS
+    W = m.params_b * 1e9 * dtype_bytes(p.dtype)
+    bw = hbm_bandwidth(p.part)
+    pre_share = 3 * m.layers * m.experts_per_token * m.hidden * m.ffn / (m.active_params_b * 1e9)
+    dec_share = 3 * m.layers * m.experts * m.hidden * m.ffn / (m.params_b * 1e9)
+    F = 2 * m.active_params_b * 1e9 * p.prompt + 4 * m.layers * m.heads * m.head_dim * p.prompt**2 / 2
+    compute = n * c.compute * knobs.peak * knobs.throttle
+    fixed, per_token = rings[knobs.bridged]
+    pre = max(W / n / (c.bandwidth * bw), F / compute)
+    ttft = pre * (1 + pre_share * (knobs.penalty - 1)) + fixed + per_token * p.prompt + c.overhead
+    B = knobs.batch
+    pair = 4 * m.layers * m.heads * m.head_dim
+    dec = max((W / n + B * p.context * kv) / (c.bandwidth * bw), (2 * m.active_params_b * 1e9 + pair * p.context) * B
+              / compute)
+    eager = m.layers * p.eager_per_layer if B > CAPTURE_LIMIT and not knobs.graphs else 0.0
+    expert_share = dec_share * (W / n) / (W / n + B * p.context * kv)
+    tpot = dec * (1 + expert_share * (knobs.penalty - 1)) + fixed + per_token * B + c.overhead + eager
+    return ttft, tpot
+

@@ -1,0 +1,46 @@
+"""What the triage questions share: the checklists they grade, and the learning-rate schedule."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Sheet
+
+# The checks in the order a strong answer runs them: from whether the run does anything at all to the
+# causes particular to its setup. A frozen step counter voids every other reading (and is a job problem,
+# not a training one); then whether the updates have any size (LR, grad norm); then whether the data
+# are new; then fp16's loss scaler; last one rank of the split. The first check that fails is the cause.
+CHECKS = ("is the step counter moving", "learning rate and grad norm", "data repetition (epochs seen)",
+          "loss scale history", "per-rank gradient norms")
+
+
+CAUSE_OF_CHECK = dict(zip(CHECKS, ("job-not-stepping", "lr-or-grad-zero", "data-repeating", "loss-scale-collapsed",
+                                   "rank-sending-zeros")))
+
+
+def lr_at(s: Sheet, k: sympy.Symbol, eta, W, T, rho) -> sympy.Symbol:
+    """The schedule's LR at step k: linear warmup, cosine decay to rho·peak at T, then flat."""
+    step = s.value(k)
+    if step < s.value(W):
+        expr, why = eta * k / W, "still in the linear warmup"
+    elif step <= s.value(T):
+        expr = rho * eta + (1 - rho) * eta * (1 + sympy.cos(sympy.pi * (k - W) / (T - W))) / 2
+        why = "cosine from the peak at the end of warmup to the floor at the decay step"
+    else:
+        expr, why = rho * eta, "past the configured decay steps the schedule holds its floor"
+    return s.step("lr_plateau", "LR at the plateau step", "eta_1", expr, "", why)
+
+
+# The plan that lands, whatever the numbers, and the one that fails: facts of the month. The map and the
+# fix are budgeted in the prompt itself, and the week-one flaky fix is the roadmap's mistake again, so the
+# select keeps one of each beside the reading, which the hours decide.
+MONTH_ALWAYS = ("end the month with a written list of questions nobody on the team could answer",)
+
+
+MONTH_NEVER = ("hand your manager a roadmap of larger changes at the end of week 2",)
+
+
+READ_ALL = "read every postmortem the team has written, with its dashboards and fixes"
+
+
+READ_SOME = "read the most recent and the most severe postmortems, and stop when the hours run out"
+

@@ -1,0 +1,120 @@
+"""Calibration starved by the router - when GPTQ loses to rounding."""
+from __future__ import annotations
+
+from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
+from solvers.models.calibration import BITS, SIM_REPEATS, SIM_SPREAD, SIM_WIDTH, simulate
+from solvers.units import format_number, format_quantity
+
+SEQUENCE = 2048  # tokens per calibration sample (GPTQ's 2,048-token C4 segments)
+
+
+TOO_CLOSE = 1.5  # within this factor of the crossover the verdict would turn on the simulation's noise
+
+
+def _recipe(s: Sheet, p, ratio: float, all_ratio: float, need: float) -> None:
+    """Which recipe moves hold for this model and set, judged on its token counts and the crossover."""
+    star = p.crossover
+
+    def fmt(x: float) -> str:
+        return format_number(x, 3)
+
+    usable = ratio >= star
+    s.judge("recipe", "the current set already gives the rarest expert a usable Hessian", usable,
+            f"{fmt(ratio)} tokens per d_in against a crossover of {fmt(star)}")
+    s.judge("recipe", "needed and enough here: send every calibration token through every expert",
+            all_ratio >= star and not usable,
+            f"each expert would see the whole set, {fmt(all_ratio)} tokens per d_in against {fmt(star)}"
+            + ("; not needed, the rarest already has enough" if usable else ""))
+    s.judge("recipe", "needed while calibration stays router-fed: a per-expert gate that rounds (RTN) any expert "
+            "below the crossover", not usable,
+            "the rarest expert's GPTQ would be worse than rounding" if not usable else
+            "no expert is below the crossover: the gate never fires")
+    s.judge("recipe", "doubling the calibration set would lift the rarest expert past the crossover",
+            not usable and 2 * ratio >= star,
+            f"twice the set gives {fmt(2 * ratio)} tokens per d_in against {fmt(star)}")
+    s.judge("recipe", "the rarest expert's Hessian is full rank", ratio >= 1,
+            f"{fmt(ratio)} tokens per input dimension" + (": full rank is not yet enough to beat rounding"
+                                                            if 1 <= ratio < star else ""))
+    s.judge("recipe", "a stratified set sized from the rarest expert needs no more samples than today's",
+            need <= p.samples, f"{format_number(need)} samples against today's {format_number(p.samples)}")
+
+
+def _regime(s: Sheet, p, r, r_star, rare, d, shortfall) -> None:
+    ratio, star = format_number(s.value(r), 3), format_number(s.value(r_star), 3)
+    tokens, width = format_number(s.value(rare)), format_number(s.value(d))
+    times = format_quantity(s.value(shortfall), "x")
+    s.regime_by(r, r_star, tie="above", above=Side(
+        "hessian-usable",
+        f"The rarest expert sees {tokens} tokens for a {width}-wide input, {ratio} per dimension, past the "
+        f"crossover of {star}: its Hessian is estimated well enough that GPTQ beats rounding.",
+        "Below the crossover the Hessian is rank-deficient or noisy, GPTQ's error compensation chases "
+        "directions the calibration never saw, and it does worse than plain rounding: that expert needs more "
+        "routed tokens, or RTN."),
+        below=Side(
+        "worse-than-rounding",
+        f"The rarest expert sees {tokens} tokens for a {width}-wide input, {ratio} per dimension, below the "
+        f"crossover of {star}: GPTQ's Hessian is too thin and its updates make that expert worse than "
+        f"round-to-nearest. Reaching the target takes {times} today's set through the router.",
+        "Past the crossover GPTQ's compensation pays: every expert's Hessian is usable, and the recipe is the "
+        "ordinary one; what remains is making sure no expert falls back below it."))
+
+
+def solve(p, s: Sheet) -> None:
+    m = p.model
+    E = s.given("E", m.experts, "", "routed experts per layer")
+    k = s.given("k", m.experts_per_token, "", "experts per token")
+    h = s.given("h", m.hidden, "", "hidden size (d_in of the up and gate projections)")
+    f = s.given("f", m.ffn, "", "expert FFN size (d_in of the down projection)")
+    n_s = s.param("n_s", "samples")
+    l_s = s.given("l_s", SEQUENCE, "tokens", "tokens per calibration sample")
+    rho = s.param("ρ", "rare")
+    target = s.param("m", "target")
+    lam = s.param("λ", "damping")
+
+    N = s.step("calib_tokens", "Calibration tokens", "N_cal", n_s * l_s, "tokens", "samples × their length")
+    avg = s.step("tokens_avg", "Tokens an average expert sees", "n_avg", N * k / E, "tokens",
+                 "each token visits k of the E experts: k/E of the set per expert")
+    rare = s.step("tokens_rare", "Tokens the rarest expert sees", "n_rare", avg * rho, "tokens",
+                  "its routing share relative to the average expert's")
+    d = s.step("d_in", "Widest input of an expert's matrices", "d_in", max_of(h, f), "",
+               "up/gate read the hidden state, down reads the FFN activations: the wider needs more tokens")
+    r = s.step("ratio_rare", "Rarest expert: tokens per input dimension", "r_rare", rare / d, "",
+               "the Hessian XᵀX is d_in × d_in, estimated from this many tokens per dimension")
+    s.step("hessian_rank", "Rank of the rarest expert's Hessian", "rank_H", min_of(floor_of(rare), d), "",
+           "XᵀX from n tokens has rank at most n: below d_in, damping alone fills the missing directions")
+    curve = simulate(s.value(lam))
+    # The prompt gives the crossover (the simulation's, to 3 figures), so the candidate and the key use one figure.
+    r_star = s.param("r_star", "crossover")
+    if abs(p.crossover / curve.crossover - 1) > 0.01:
+        raise ValueError(f"the prompt's crossover {p.crossover} is not the simulation's {curve.crossover:.3f}")
+    s.assume(f"The crossover is the bank's seeded simulation at damping {format_number(p.damping)}: d_in = "
+             f"{SIM_WIDTH}, {SIM_REPEATS} calibration draws per ratio, error in expectation over the activations, "
+             f"seed {curve.seed}, giving {format_number(curve.crossover, 4)} tokens per d_in.")
+    ratio = s.value(r)
+    if 1 / TOO_CLOSE < ratio / p.crossover < TOO_CLOSE:
+        raise Reject("the rarest expert sits within 1.5x of the crossover: the simulation's noise decides")
+    s.given("g_rare", curve.at(ratio), "x", "GPTQ error / RTN error at the rarest expert's ratio (same "
+            "simulation, interpolated in log ratio; held flat outside its grid)")
+    need = s.step("samples_needed", "Samples for the target at the rarest expert", "n_need",
+                  ceil_of(target * d * E / (k * rho * l_s)), "",
+                  "solve n_s·l_s·(k/E)·ρ = m·d_in for n_s, whole samples")
+    shortfall = s.step("experts_short", "Calibration set multiple the target needs", "x_need", need / n_s, "x",
+                       "how many times today's set a router-fed calibration needs")
+    _recipe(s, p, ratio, s.value(N) / s.value(d), s.value(need))
+
+    s.assume(f"Routing is the model's own gate on calibration text: the average expert gets k/E of the tokens and "
+             f"the rarest ρ times that; GPTQ's calibration is {SEQUENCE}-token samples (its C4 default), "
+             "every layer's expert inputs counted the same way.")
+    s.assume(f"Simulation: GPTQ (no grouping, no act-order) against round-to-nearest, {BITS}-bit symmetric "
+             f"per-row scales, on a {SIM_WIDTH}-wide layer whose activations are Gaussian with variances spread "
+             f"log-evenly over {format_number(SIM_SPREAD)} decade in a random basis; the crossover is taken "
+             "in tokens per d_in and assumed to carry over to the model's width (the Hessian's estimation error "
+             "scales with d_in / n).")
+    s.assume("Heavier-tailed activations or outlier channels give GPTQ more to gain and move the crossover "
+             "down toward n ≈ d_in; flatter ones move it up: the figure is this spectrum's, not a constant.")
+    s.slip("all tokens counted for every expert (the router forgotten)", on="tokens_avg",
+           factor=m.experts / m.experts_per_token)
+    s.slip("top-k forgotten: 1/E of the tokens per expert", on="tokens_avg", factor=1 / p.model.experts_per_token)
+    s.slip("the hidden size taken as d_in", on="ratio_rare", factor=max(m.hidden, m.ffn) / m.hidden)
+    _regime(s, p, r, r_star, rare, d, shortfall)
+

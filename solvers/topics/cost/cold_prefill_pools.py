@@ -1,0 +1,180 @@
+"""A cold 32K prefill, the warm share it forces, and two pools."""
+from __future__ import annotations
+
+import math
+
+import sympy
+
+from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of, min_of
+from solvers.models.common import (
+    require_context,
+)
+from solvers.models.cost import pct_text
+from solvers.models.steptime import (
+    DEFAULT_CONSTANTS,
+    StepConstants,
+    all_reduce_steps,
+    decode_at_speed,
+    engine,
+    mean_decode_context,
+    step_time,
+    step_work,
+)
+from solvers.units import format_number, format_quantity
+
+
+class SquareRoot(sympy.Function):
+    """√x left as written: sympy's sqrt of an exact rational looks for square factors (milliseconds)."""
+
+    def _sympystr(self, printer) -> str:
+        return f"sqrt({printer._print(self.args[0])})"
+
+    def _eval_evalf(self, prec):
+        number = self.args[0].evalf(prec)
+        return sympy.Float(math.sqrt(number), prec) if number.is_Number else None
+
+
+def square_root(x: sympy.Expr) -> sympy.Expr:
+    """√x: a SquareRoot on a Sheet, Python's on a QuickSheet's numbers."""
+    return math.sqrt(x) if isinstance(x, (int, float)) else SquareRoot(x)
+
+
+MAX_WARM = 0.98  # a cache that must hit more than this of every prompt is not a plan anyone can promise
+
+
+AR_SHARE = 0.2  # the all-reduces "matter" to a cold prefill past this share of its time
+
+
+def _cold_assumptions(s: Sheet) -> None:
+    s.assume("The MFU is the share of dense peak the prefill's GEMMs and attention reach; decode math runs at the "
+             "same efficiency (it rarely binds). The TP all-reduces come on top, not overlapped (tp-all-reduce).")
+    s.assume("A warm prefix is read from the prefix cache (vLLM automatic prefix caching, SGLang RadixAttention): "
+             "its tokens skip the weights but the cold remainder still attends to them. Where the cache lives "
+             "(HBM, host memory) and what it costs to route a session back to it are left out.")
+    s.assume("The warm fraction is a share of each prompt's tokens. A request that misses the cache entirely "
+             "pays the whole cold time, so the share of requests allowed to go fully cold is bounded by the "
+             "percentile the TTFT target is held at.")
+    s.assume("Every request brings the same prompt and reply lengths; prefill and decode run on separate pools "
+             "of the same replicas (disaggregated, as DistServe or Mooncake), the KV handed over between them "
+             "for free; queueing within the utilisation ceiling is left out of the TTFT.")
+
+
+def _cold_judgements(s: Sheet, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar) -> None:
+    v = s.value
+    seconds = format_quantity
+
+    def judge(option: str, holds: bool, why: str) -> None:
+        s.judge("facts", option, holds, why)
+
+    judge("a cold prompt makes the TTFT target", s.compare(t_cold, tau) <= 0,
+          f"cold it takes {seconds(v(t_cold), 's')} against {seconds(v(tau), 's')}")
+    fp8 = max_of(cold.bytes / e.byte_rate, cold.flops / (2 * e.flop_rate)) + ar.of(T) + e.t_oh
+    judge("fp8 GEMMs at twice the peak would let a cold prompt make it", s.compare(fp8, tau) <= 0,
+          f"half the math leaves {seconds(s.evaluate(fp8), 's')}: the all-reduces and overhead do not halve")
+    by_pool = s.number("batch_by_pool") < min(s.number("batch_by_bandwidth"), s.number("batch_by_compute"))
+    judge("the decode batch is capped by the KV pool, not the TPOT target", by_pool,
+          f"the pool holds {format_number(s.number('batch_by_pool'), 3)} requests at this context; the target "
+          f"allows {format_number(min(s.number('batch_by_bandwidth'), s.number('batch_by_compute')), 3)}")
+    judge("the prefill pool needs more replicas than the decode pool", s.compare(n_pre, n_dec) > 0,
+          f"{format_number(v(n_pre))} prefill against {format_number(v(n_dec))} decode replicas")
+    judge("without the cache the prefill pool would be at least twice as large", s.compare(n_cold, 2 * n_pre) >= 0,
+          f"{format_number(v(n_cold))} replicas cold against {format_number(v(n_pre))} warm")
+    share = s.evaluate(ar.of(T) / t_cold)
+    judge("the TP all-reduces are over a fifth of the cold prefill", share > AR_SHARE,
+          f"they take {pct_text(share)} of it")
+    if len(set(s.judged("facts").values())) == 1:
+        raise Reject("every fact holds, or none does: nothing to tell apart")
+
+
+def _cold_regime(s: Sheet, t_cold, tau, h, n_pre, n_dec, ar_share: float) -> None:
+    cold, target, warm = format_quantity(s.value(t_cold), "s"), format_quantity(s.value(tau), "s"), pct_text(s.value(h))
+    pools = (f"{format_number(s.value(n_pre))} prefill and {format_number(s.value(n_dec))} decode replicas. The "
+             f"all-reduces are {pct_text(ar_share)} of the cold time as tp-all-reduce counts them, unoverlapped: the "
+             "card's pessimism, since engines overlap part of them with the GEMMs")
+    s.regime_by(t_cold, tau, tie="below", above=Side(
+        "warm-required",
+        f"A cold prompt takes {cold} of prefill against a {target} TTFT target, before any queue: no amount of "
+        f"replicas fixes one request's latency. The cache must serve {warm} of a typical prompt; sized on what "
+        f"remains, the fleet is {pools}.",
+        "Below the boundary a cold prompt makes the target on its own: the cache then saves GPUs, not latency, "
+        "and a miss costs money rather than an SLO.",
+        near=f"A cold prompt takes {cold} against a {target} target: just over it, so a modest warm share ({warm}) "
+             f"or a faster GEMM gets there; the fleet is {pools}."),
+        below=Side(
+        "cold-fits",
+        f"A cold prompt takes {cold} against a {target} TTFT target: it fits with no cache, so prefix hits are a "
+        f"cost lever only. Sized cold, the fleet is {pools}.",
+        "Past the boundary (a longer prompt, a tighter target, a slower group) the cold prefill alone misses the "
+        "target: then the warm fraction becomes a requirement and misses become SLO violations.",
+        near=f"A cold prompt takes {cold} against a {target} target, only just inside it: any queueing pushes a "
+             f"cold request over, so the cache is nearly a requirement already; the fleet is {pools}."))
+
+
+def solve(p, s: Sheet) -> None:
+    require_context(p.model, p.prompt)
+    constants = StepConstants(compute=p.mfu, bandwidth=DEFAULT_CONSTANTS.bandwidth, overhead=DEFAULT_CONSTANTS.overhead)
+    e = engine(s, p.model, p.gpu, p.tp, constants, communication=True, kv_prerequisite=True)
+    T = s.param("T", "prompt")
+    tau = s.param("τ", "ttft")
+    L_out = s.param("L_out", "reply")
+    tpot = s.param("TPOT", "tpot")
+    lam = s.param("λ", "rate")
+    u = s.param("u", "ceiling")
+    ar = all_reduce_steps(s, p.model, p.gpu, p.tp)
+
+    cold = step_work(s, e, "cold", "cold prefill", T, T**2 / 2, 0)
+    s.step("peak_time", "Compute time of the cold prefill at peak", "t_peak", cold.flops / (e.TP * e.P), "s",
+           "2·N·T + 2·L·d·T² FLOPs (A·T²/2 = 2·L·H·d_h·T²) over the group's dense peak")
+    s.step("mfu_time", "Compute time at the prefill MFU", "t_MFU", cold.flops / e.flop_rate, "s",
+           "the same FLOPs at the MFU a long prefill reaches")
+    s.step("cold_allreduce", "All-reduces of the cold prefill", "t_AR", ar.of(T), "s",
+           "two per layer of all T tokens' activations over NVLink, not overlapped (tp-all-reduce)")
+    t_cold = step_time(s, e, "cold", "cold prefill", cold, key="cold_ttft", communication=ar.of(T),
+                       why="its math at the MFU, then its all-reduces and the overhead: a TTFT floor before any queue")
+
+    # A warm fraction h is read from the cache; the rest, (1−h)·T tokens, attends to the whole prompt:
+    # t(h) = a·(1−h) + b·(1 − h²) + c, solved for t(h) = τ.
+    a = s.step("linear_cost", "Time linear in the computed tokens", "a", 2 * e.N * T / e.flop_rate + ar.per_token * T,
+               "s", "the weights' math and the all-reduce bytes of every prompt token")
+    b = s.step("quadratic_cost", "Attention time of the whole cold prompt", "b", e.A * T**2 / (2 * e.flop_rate), "s",
+               "A·T²/2 pairs; a warm prefix of h·T leaves T² − (hT)² of them to compute, over 2")
+    c = s.step("fixed_cost", "Time paid whatever is cached", "c", e.t_oh + ar.fixed, "s",
+               "the step overhead and the all-reduce latencies")
+    y = s.step("cold_share", "Share of the prompt that may stay cold", "y",
+               min_of(1, ((a + 2 * b) - square_root(max_of(0, (a + 2 * b)**2 - 4 * b * (tau - c)))) / (2 * b)), "%",
+               "the smaller root of b·y² − (a + 2b)·y + (τ − c) = 0, with y = 1 − h; all of it where cold fits")
+    h = s.step("warm_needed", "Warm fraction the prefix cache must reach", "h*", 1 - y, "%",
+               "what the cache must serve of a typical prompt for its prefill to make the TTFT target")
+    if s.value(h) > MAX_WARM:
+        raise Reject("the prompt would have to be almost entirely cached")
+    warm = step_work(s, e, "warm", "prefill at that warm fraction", y * T, (T**2 - (h * T)**2) / 2, h * T)
+    t_warm = step_time(s, e, "warm", "prefill at that warm fraction", warm, key="warm_ttft",
+                       communication=ar.of(y * T), why="the cold remainder's math, all-reduces and overhead")
+    if s.evaluate(warm.bytes / e.byte_rate) > s.evaluate(warm.flops / e.flop_rate):
+        raise Reject("the warm remainder's prefill is memory-bound: the quadratic's compute model does not hold")
+
+    for busy in (lam * t_cold / u, lam * t_warm / u):
+        # Sized to the target, the warm prefill takes τ exactly: λ·τ/u whole would leave the ceiling to float noise.
+        if abs(s.evaluate(busy) - round(s.evaluate(busy))) < 1e-6 * s.evaluate(busy):
+            raise Reject("a prefill pool lands on a whole number of replicas: a tie for the ceiling")
+    n_cold = s.step("cold_prefill_replicas", "Prefill replicas if every prompt ran cold", "n_cold",
+                    ceil_of(lam * t_cold / u), "", "λ × cold prefill time, over the utilisation ceiling")
+    n_pre = s.step("prefill_replicas", "Prefill replicas at the warm fraction", "n_pre",
+                   ceil_of(lam * t_warm / u), "", "λ × prefill time of the cold remainder, over the ceiling "
+                   "(sized to the target, that time is τ itself)")
+    s.step("gpus_saved", "Prefill GPUs the cache saves", "G_saved", (n_cold - n_pre) * e.TP, "GPUs",
+                   "replicas no longer needed, times the GPUs in each")
+
+    S = mean_decode_context(s, T, L_out)
+    decode = decode_at_speed(s, e, p.gpu, ar, S, tpot, "the TPOT target")
+    n_dec = s.step("decode_replicas", "Decode replicas", "n_dec",
+                   ceil_of(lam * L_out * decode.step / decode.batch / u), "",
+                   "λ × reply tokens × replica-seconds per output token, over the ceiling")
+    _cold_assumptions(s)
+    s.slip("attention left out (2·N·T only)", s.evaluate(2 * e.N * T / cold.flops), on="mfu_time")
+    s.slip("attention counted without the causal half", s.evaluate((cold.flops + e.A * T**2 / 2) / cold.flops),
+           on="mfu_time")
+    s.slip("prefill pool sized cold", s.value(n_cold) / s.value(n_pre), on="prefill_replicas")
+    _cold_judgements(s, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar)
+    _cold_regime(s, t_cold, tau, h, n_pre, n_dec, s.evaluate(ar.of(T) / t_cold))
+

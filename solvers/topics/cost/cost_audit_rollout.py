@@ -1,0 +1,129 @@
+"""Audit the cost ledger before a rollout - real and misleading wins."""
+from __future__ import annotations
+
+from solvers.derivation import Reject, Sheet, Side
+from solvers.models.cost import pct_text
+from solvers.units import format_number, format_quantity
+
+THIN = 0.25  # a gate passed with less than this margin is one the canary must confirm at peak
+
+
+def _rollout_margins(s: Sheet, check, slo, gate) -> None:
+    """The two gates whose margin a canary can erode: p99 headroom 1 − p99/SLO and the share of the quality
+    gate left, (gate + delta)/gate. (The rolled-out row is the cheapest that passes: its saving clears the noise
+    by far, so that gate is never the thin one.)"""
+    _, tpot, quality = check
+    margins = {"the p99 TPOT SLO": s.evaluate(1 - tpot / slo), "the quality gate": s.evaluate((gate + quality) / gate)}
+    for name, margin in margins.items():
+        s.judge("thin_gates", name, margin < THIN, f"margin {pct_text(margin)}")
+    wide = all(m >= THIN for m in margins.values())
+    s.judge("thin_gates", "none: both margins are wide", wide,
+            f"both gates pass by {pct_text(THIN)} or more" if wide else "at least one gate is thin")
+
+
+def _audit_regime(s: Sheet, name: str, check, slo, gate) -> None:
+    """Three regimes, one per verdict on the headline: a real win, or misleading because it misses the SLO, or
+    because it fails the quality gate. Each gate's use is p99/SLO or quality lost/gate (above 1 it fails); the
+    regime is read against the gate the headline fails, or where it fails none, the one it uses most."""
+    _, tpot, quality = check
+    slo_use = s.step("headline_slo_use", "Headline's p99 over the SLO", "g_SLO", tpot / slo, "x",
+                     "above 1 it misses the SLO")
+    quality_use = s.step("headline_quality_use", "Headline's quality lost over the gate", "g_q", -quality / gate, "x",
+                         "above 1 it fails the quality gate (a gain counts as negative use)")
+    one = s.given("g_1", 1, "x", "a gate used to its limit")
+    real = Side(
+        "real",
+        f"The cheapest row, {name}, passes every gate (p99 {format_quantity(s.value(tpot), 'ms')} against a "
+        f"{format_quantity(s.value(slo), 'ms')} SLO, quality {s.value(quality):+.1f} points against a "
+        f"{format_number(s.value(gate))}-point gate): the headline is a real win; roll it out behind a canary.",
+        "A p99 over the SLO or a quality drop past the gate would make the same headline a misleading win.",
+        near=f"The cheapest row, {name}, passes every gate, but one sits near its limit: a real win on paper that "
+             "the canary must confirm at peak.")
+    misses = Side(
+        "misses-slo",
+        f"The cheapest row, {name}, runs its p99 TPOT at {format_number(s.value(slo_use), 3)}× the SLO: a ledger "
+        "sorted by dollars would roll out a change the latency gate exists to stop (a cheaper GPU or a bigger "
+        "batch buys its tokens with latency).",
+        "Under a looser SLO the same row would be the real win to roll out.",
+        near=f"The cheapest row, {name}, misses the SLO by a hair ({format_number(s.value(slo_use), 3)}× it): "
+             "re-measure before arguing about it, but do not roll it out on this ledger.")
+    fails = Side(
+        "fails-quality",
+        f"The cheapest row, {name}, loses {format_number(s.value(quality_use), 3)}× the quality the gate allows: "
+        "it is cheaper because it changed the model's math, and the eval suite says by too much.",
+        "Under a looser quality gate (or a better calibration) the same row would be the real win.",
+        near=f"The cheapest row, {name}, fails the quality gate by a hair ({format_number(s.value(quality_use), 3)}× "
+             "it): a re-run of the eval may flip it, but not this ledger.")
+    if s.compare(quality_use, one) > 0:  # it fails quality (and, by the solver's check, only quality)
+        by_quality = True
+    elif s.compare(slo_use, one) > 0:
+        by_quality = False
+    else:  # a real win: read against the gate it uses most
+        by_quality = s.compare(quality_use, slo_use) > 0
+    if by_quality:
+        s.regime_by(quality_use, one, tie="below", above=fails, below=real)
+    else:
+        s.regime_by(slo_use, one, tie="below", above=misses, below=real)
+
+
+def solve(p, s: Sheet) -> None:
+    """Dollars per million output tokens for every ledger row; a row is a real win only if it is cheaper by more
+    than the noise, meets the p99 TPOT SLO and loses no more quality than the gate allows."""
+    slo = s.param("TPOT_SLO", "slo")
+    gate = s.param("q_gate", "gate")
+    noise = s.param("ε", "noise")
+    mtok = s.given("M_tok", 1e6, "tokens", "tokens in a million")
+    rows = p.ledger
+    costs, checks = [], []
+    for index, row in enumerate(rows):
+        price = s.given(f"c_{index}", row["$/GPU-h"] / 3600, "$/h", f"{row['change']}: price per GPU-hour")
+        tps = s.given(f"X_{index}", row["tokens/s per GPU"], "tokens/s", f"{row['change']}: tokens/s per GPU")
+        tpot = s.given(f"τ_{index}", row["p99 TPOT (ms)"] * 1e-3, "ms", f"{row['change']}: p99 TPOT")
+        quality = s.given(f"q_{index}", row["quality (pts)"], "", f"{row['change']}: quality delta (points)")
+        key = "baseline_cost" if index == 0 else f"cost_{index}"
+        costs.append(s.step(key, f"Dollars per million output tokens: {row['change']}", f"D_{index}",
+                            price / tps * mtok, "$", "a GPU-hour's price over the tokens that GPU-hour produces"))
+        checks.append((row["change"], tpot, quality))
+    base = costs[0]
+    candidates = list(range(1, len(rows)))
+    cheapest = min(candidates, key=lambda i: s.value(costs[i]))
+    s.choose("headline", rows[cheapest]["change"])
+    if s.compare(costs[cheapest], base) >= 0:
+        raise Reject("no row is cheaper than the baseline: nothing to audit")
+    s.step("headline_cost", "The headline: the cheapest row", "D_min", costs[cheapest], "$",
+           "what a ledger sorted by cost puts on top")
+    real, headline_fails = [], []
+    for i in candidates:
+        change, tpot, quality = checks[i]
+        saving = 1 - costs[i] / base
+        passes = {"the noise floor": s.compare(saving, noise) > 0, "the p99 TPOT SLO": s.compare(tpot, slo) <= 0,
+                  "the quality gate": s.compare(-quality, gate) <= 0}
+        if all(passes.values()):
+            real.append(i)
+        failed = [name for name, ok in passes.items() if not ok]
+        if i == cheapest:
+            headline_fails = failed
+        s.judge("real_wins", change, not failed,
+                f"saves {pct_text(s.evaluate(saving))}, p99 {format_quantity(s.value(tpot), 'ms')}, quality "
+                f"{format_number(s.value(quality), 2)} pts" + (f": fails {', '.join(failed)}" if failed else ""))
+    if not real:
+        raise Reject("no real win to roll out")
+    if len(real) == len(candidates):
+        raise Reject("every row is a real win: nothing to audit")
+    if len(headline_fails) > 1 or "the noise floor" in headline_fails:
+        # The cheapest row saves a quarter or more, and no row of the generator's fails both gates.
+        raise Reject("the headline fails more than one gate, or the noise: the regime names one")
+    best = min(real, key=lambda i: s.value(costs[i]))
+    s.choose("rollout", rows[best]["change"])
+    s.step("rollout_saving", "Saving of the row to roll out", "f_save", 1 - costs[best] / base, "%",
+           "the cheapest row that passes every gate, against the baseline")
+    _rollout_margins(s, checks[best], slo, gate)
+    _audit_regime(s, rows[cheapest]["change"], checks[cheapest], slo, gate)
+    s.assume("The ledger's rows are shadow measurements at production traffic; a row's cost is its GPU-hour price "
+             "over the output tokens one GPU produces in that hour (prefill and idle time are in both alike).")
+    s.assume("A win must clear three gates: cheaper than the baseline by more than the run-to-run noise, p99 TPOT "
+             "within the SLO, and a quality delta no worse than the gate on the eval suite.")
+    s.assume("Every row but fp8 keeps the model's math (a larger batch only reorders sums in batch-variant kernels; "
+             "speculative decoding is lossless against its target model): their quality deltas are eval noise, "
+             "within the stated noise either way, still held to the gate as measured.")
+

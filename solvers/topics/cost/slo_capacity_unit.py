@@ -1,0 +1,148 @@
+"""One capacity unit at the SLO across two GPU generations."""
+from __future__ import annotations
+
+from solvers.derivation import Reject, Sheet, Side, ceil_of
+from solvers.models.collective import all_reduce_terms
+from solvers.models.common import (
+    hbm_bandwidth,
+    require_context,
+)
+from solvers.models.cost import pct_text
+from solvers.models.steptime import (
+    DEFAULT_CONSTANTS,
+    decode_at_speed,
+    engine,
+    mean_decode_context,
+    on_gpu,
+)
+from solvers.units import format_number, format_quantity
+
+BUY_MARGIN = 0.03  # the unit ratio is graded at 3%: a purchase decided by less than that is a coin toss
+
+
+COUNT_REACH = 0.8  # routing by count "holds" when it reaches this share of the capacity routing by units gives
+
+
+_CAPS = {"batch_by_pool": "the KV pool", "batch_by_bandwidth": "bandwidth at the TPOT target",
+         "batch_by_compute": "compute at the TPOT target"}
+
+
+def _binding(s: Sheet, tag: str) -> str:
+    """Which of the three caps sets this GPU's batch (ties go to the first listed: memory, then reads)."""
+    caps = {name: s.number(f"{name}_{tag}") for name in _CAPS}
+    return _CAPS[min(caps, key=caps.__getitem__)]
+
+
+def _capacity_assumptions(s: Sheet) -> None:
+    s.assume("The pools decode only (prefill runs elsewhere): a replica's unit is the requests per second its "
+             "decode batch finishes at the TPOT target, every request at the mean context. Both pools use the same "
+             "TP and the card's step model; each GPU's all-reduces run over its own NVLink.")
+    s.assume("GPU-hour prices are on-demand rental assumptions (mid-2026: A100 $0.8-3, H100 $2-5, H200 $2.5-7, "
+             "B200 $4.5-6), as the references list; the buying verdict turns on their ratio.")
+
+
+def _capacity_judgements(s: Sheet, ratio, e_old, e_new, C, by_count, n_old, U_old) -> None:
+    r, v = s.results, s.value
+    units = format_number(v(ratio), 3)
+
+    def judge(option: str, holds: bool, why: str) -> None:
+        s.judge("facts", option, holds, why)
+
+    judge("a new replica is worth more old ones than the bandwidth ratio", s.compare(ratio, e_new.BW / e_old.BW) > 0,
+          f"{units} against {format_number(s.evaluate(e_new.BW / e_old.BW), 3)}")
+    judge("a new replica is worth more old ones than the compute ratio", s.compare(ratio, e_new.P / e_old.P) > 0,
+          f"{units} against {format_number(s.evaluate(e_new.P / e_old.P), 3)}")
+    judge("the old GPU's batch is capped by its KV pool", r["binds_old"] == _CAPS["batch_by_pool"],
+          f"its batch is set by {r['binds_old']}")
+    judge("the new GPU's batch is capped by its KV pool", r["binds_new"] == _CAPS["batch_by_pool"],
+          f"its batch is set by {r['binds_new']}")
+    judge("routing by replica count leaves over half the new pool idle at the old pool's limit",
+          s.compare(ratio, 2) > 0, f"each new replica then runs at 1/{units} of its unit")
+    judge("routing by replica count reaches 80% of the fleet's capacity in units",
+          s.compare(by_count, COUNT_REACH * C) >= 0,
+          f"{format_quantity(v(by_count), 'requests/s')} against {format_quantity(v(C), 'requests/s')}")
+    judge("the old pool carries over half the fleet's capacity", s.compare(2 * n_old * U_old, C) > 0,
+          f"{pct_text(s.evaluate(n_old * U_old / C))} of it")
+    if len(set(s.judged("facts").values())) == 1:
+        raise Reject("every fact holds, or none does: nothing to tell apart")
+
+
+def _capacity_regime(s: Sheet, old, new, cost_old, cost_new, ratio, price_ratio, C, by_count) -> None:
+    a_new = "An" if new.name[0] in "AEFHILMNORSX" else "A"  # "an H200", said as letters
+    units, prices = format_number(s.value(ratio), 3), format_number(s.value(price_ratio), 3)
+    dollars = (f"{format_quantity(s.value(cost_new), '$')} against {format_quantity(s.value(cost_old), '$')} per "
+               "million output tokens at the SLO")
+    routing = (f"Routed by replica count the fleet takes {format_quantity(s.value(by_count), 'requests/s')} before "
+               f"the {old.name} pool breaks its TPOT; routed by units, {format_quantity(s.value(C), 'requests/s')}.")
+    s.regime_by(ratio, price_ratio, tie="below", above=Side(
+        "buy-new",
+        f"{a_new} {new.name} replica is worth {units} {old.name} replicas at the SLO and costs {prices}× as much: "
+        f"{dollars}. Buy the next capacity unit on the new GPU. " + routing,
+        f"If the new GPU cost more than {units}× the old per hour, the old GPU would be the cheaper unit; a new "
+        "SLO or context length moves what caps each batch, and with it the unit ratio itself.",
+        near=f"{a_new} {new.name} replica is worth {units} {old.name} replicas and costs {prices}× as much: {dollars}, "
+             "close enough that a price change or a new SLO flips the purchase. " + routing),
+        below=Side(
+        "buy-old",
+        f"{a_new} {new.name} replica is worth only {units} {old.name} replicas at the SLO but costs {prices}× as much: "
+        f"{dollars}. The older GPU is the cheaper capacity unit. " + routing,
+        f"Once the new GPU costs less than {units}× the old per hour, it becomes the cheaper unit; a new SLO or "
+        "context length moves what caps each batch, and with it the unit ratio itself.",
+        near=f"{a_new} {new.name} replica is worth {units} {old.name} replicas and costs {prices}× as much: {dollars}, "
+             "close enough that a price change or a new SLO flips the purchase. " + routing))
+
+
+def solve(p, s: Sheet) -> None:
+    old, new = p.old_gpu, p.new_gpu
+    if old.id == new.id or hbm_bandwidth(new) <= hbm_bandwidth(old):
+        raise Reject("not a newer generation: the second GPU must stream faster")
+    require_context(p.model, p.prompt + p.reply)
+    e_old = engine(s, p.model, old, p.tp, DEFAULT_CONSTANTS, communication=p.tp > 1, kv_prerequisite=True)
+    e_new = on_gpu(s, e_old, new, "new")
+    P_in = s.param("P_in", "prompt")
+    L_out = s.param("L_out", "reply")
+    tpot = s.param("TPOT", "tpot")
+    n_old, n_new = s.param("n_old", "old_replicas"), s.param("n_new", "new_replicas")
+    c_old, c_new = s.param("c_old", "old_price"), s.param("c_new", "new_price")
+    S = mean_decode_context(s, P_in, L_out)
+
+    units = {}
+    for tag, gpu, e in (("old", old, e_old), ("new", new, e_new)):
+        ar = all_reduce_terms(s, p.model, gpu, p.tp, group=tag)
+        decode = decode_at_speed(s, e, gpu, ar, S, tpot, "the TPOT target", tag)
+        units[tag] = s.step(f"unit_{tag}", f"Capacity unit: requests/s one {gpu.name} replica serves at the SLO",
+                            f"U_{tag}", decode.rate / L_out, "requests/s",
+                            "its output tokens per second at the TPOT target, over the reply length")
+        s.choose(f"binds_{tag}", _binding(s, tag))
+    U_old, U_new = units["old"], units["new"]
+    ratio = s.step("unit_ratio", f"Capacity ratio, {new.name} over {old.name} replica", "ρ_U", U_new / U_old, "x",
+                   "what one new replica is worth in old ones at the SLO")
+    s.step("compute_ratio", "Datasheet compute ratio", "ρ_P", e_new.P / e_old.P, "x", "dense bf16 peaks")
+    s.step("bandwidth_ratio", "Datasheet bandwidth ratio", "ρ_BW", e_new.BW / e_old.BW, "x", "HBM bandwidths")
+
+    C = s.step("fleet_capacity", "Fleet capacity in units", "C", n_old * U_old + n_new * U_new, "requests/s",
+               "each pool's replicas times its unit")
+    s.step("new_share", f"Share of traffic to route to the {new.name} pool", "f_new", n_new * U_new / C, "%",
+           "in proportion to capacity units, so both pools sit at the same share of their SLO capacity")
+    by_count = s.step("count_routing_limit", "Rate at which routing by replica count breaks the SLO", "λ_count",
+                      (n_old + n_new) * U_old, "requests/s",
+                      f"an even split gives every replica λ/(n_old + n_new): the {old.name} pool saturates first")
+
+    mtok = s.given("M_tok", 1e6, "tokens", "tokens in a million")
+    cost_old = s.step("unit_cost_old", f"Dollars per million output tokens at the SLO, {old.name}", "D_old",
+                      e_old.TP * c_old / (U_old * L_out) * mtok, "$", "a replica's price over its SLO output")
+    cost_new = s.step("unit_cost_new", f"Dollars per million output tokens at the SLO, {new.name}", "D_new",
+                      e_new.TP * c_new / (U_new * L_out) * mtok, "$", "the same for the new replica")
+    s.step("replacement", f"{new.name} replicas that carry the {old.name} pool's load", "n_repl",
+           ceil_of(n_old * U_old / U_new), "", "the old pool's capacity in new units, in whole replicas")
+    price_ratio = s.step("price_ratio", "Price ratio per GPU-hour, new over old", "ρ_c", c_new / c_old, "x",
+                         "what a new GPU-hour costs in old ones")
+    if abs(s.value(ratio) / s.value(price_ratio) - 1) < BUY_MARGIN:
+        raise Reject("the unit ratio and the price ratio agree within the unit ratio's tolerance: no verdict")
+    _capacity_assumptions(s)
+    s.slip("units taken as the datasheet bandwidth ratio", s.evaluate(e_new.BW / e_old.BW) / s.value(ratio),
+           on="unit_ratio")
+    s.slip("fleet capacity counted in old replicas", s.evaluate((n_old + n_new) * U_old / C), on="fleet_capacity")
+    _capacity_judgements(s, ratio, e_old, e_new, C, by_count, n_old, U_old)
+    _capacity_regime(s, old, new, cost_old, cost_new, ratio, price_ratio, C, by_count)
+

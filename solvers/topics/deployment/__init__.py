@@ -1,0 +1,1 @@
+"""The deployment questions: one module a question, each with solve(p, s)."""

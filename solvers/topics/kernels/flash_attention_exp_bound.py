@@ -1,0 +1,145 @@
+"""Exponentials against matmuls - why FlashAttention-2 stalls on Hopper."""
+from __future__ import annotations
+
+from solvers.derivation import Sheet, Side, min_of
+from solvers.models.common import peak_flops
+from solvers.units import format_number
+
+FA3_UTILISATION = 0.75  # FA3's measured share of the H100 bf16 peak at head dim 128 (arXiv:2407.08608)
+
+
+def tensor_rate(gpu, dtype: str) -> int:
+    """Dense tensor FLOP per clock per SM for the operand dtype."""
+    return gpu.bf16_flop_per_clk_sm if dtype == "bf16" else gpu.fp8_flop_per_clk_sm
+
+
+FA3_TECHNIQUES = "fa3_techniques"
+
+
+def _fa3_techniques(s: Sheet, r_exp: float, r_sm: float, fp8: bool) -> None:
+    """What each FA3 technique could hide of this variant's softmax, judged on its ratios, and three facts
+    about which stall a technique addresses at all."""
+    ratio = f"the softmax takes {format_number(r_sm, 3)}x the matmul time"
+    s.judge(FA3_TECHNIQUES, "ping-pong across two warpgroups could hide all of this variant's softmax behind GEMMs",
+            r_sm <= 1, ratio + (": the other warpgroup's GEMMs outlast it" if r_sm <= 1 else ": it outlasts them"))
+    s.judge(FA3_TECHNIQUES, "twice the tensor rate (FP8) would raise this variant's TFLOP/s under perfect overlap",
+            r_sm < 1, ratio + ("; halved GEMMs still hide part of it and finish sooner" if r_sm < 1 else
+                               "; the softmax already sets the pace, so halving the GEMMs gains nothing"))
+    s.judge(FA3_TECHNIQUES, "ping-pong could hide this variant's exponentials but not the whole softmax",
+            r_exp <= 1 < r_sm, f"the exponentials take {format_number(r_exp, 3)}x the matmul time and the whole "
+            f"softmax {format_number(r_sm, 3)}x: " + ("the FP32 work beside the exp2 tips it past the GEMMs"
+                                                        if r_exp <= 1 < r_sm else "both sit on the same side of 1"))
+    s.judge(FA3_TECHNIQUES, "intra-warpgroup pipelining alone, overlapping a block's exponentials with the next "
+            "block's QKᵀ GEMM (half the matmuls), could hide them here", r_exp <= 0.5,
+            f"the exponentials take {format_number(r_exp, 3)}x the matmul time, "
+            + ("within" if r_exp < 0.5 else "exactly" if r_exp == 0.5 else "past") + " the QKᵀ half of it")
+    with_fp8 = r_sm if fp8 else 2 * r_sm
+    s.judge(FA3_TECHNIQUES, "at FP8's tensor rate the perfectly overlapped ceiling here would fall below half the "
+            "tensor peak", with_fp8 > 2, f"at the FP8 rate the softmax takes {format_number(with_fp8, 3)}x the "
+            f"matmul time, a ceiling of {format_number(min(100, 100 / with_fp8), 3)}%: FP8 moves the tensor side, "
+            "not the softmax, so the exponentials weigh relatively more")
+    for option, holds, why in (
+        ("producer warps issuing TMA loads (warp specialization) hide the K/V tile loads from HBM", True,
+         "a producer warp issues the copies and the consumers only wait on a barrier"),
+        ("producer warps issuing TMA loads hide the exponentials", False,
+         "TMA moves bytes; the exponentials still run on the consumers' MUFU"),
+        ("ping-pong across warpgroups raises the MUFU's exp2 throughput", False,
+         "it overlaps the exponentials with GEMMs; the MUFU's rate per clock is fixed"),
+    ):
+        s.judge(FA3_TECHNIQUES, option, holds, why, fact=True)
+
+
+FA3_TFLOPS = 740e12  # FA3's measured bf16 forward at head dim 128 on H100 SXM (arXiv:2407.08608)
+
+
+def _exp_levers(s: Sheet, r_exp: float, r_fp: float, serial: float) -> None:
+    """Judged on this variant's ratios: what overlap, a faster tensor core or cheaper exps would do."""
+    r_sm = r_exp + r_fp
+    pct = lambda u: format_number(100 * u, 3) + "%"  # noqa: E731
+    s.judge("levers", "with no overlap the exponentials alone cap the kernel below 75% of the tensor peak",
+            1 / (1 + r_exp) < FA3_UTILISATION, f"the exp-only ceiling is {pct(1 / (1 + r_exp))}")
+    s.judge("levers", "with the whole softmax in series the kernel stays under half the tensor peak", r_sm > 1,
+            f"the serial ceiling is {pct(1 / (1 + r_sm))}")
+    s.judge("levers", "even with the softmax in series this variant beats FA3's overlapped H100 measurement "
+            "(740 TFLOP/s, bf16, head dim 128)", serial > FA3_TFLOPS,
+            f"in series it reaches {format_number(serial / 1e12, 3)} TFLOP/s")
+    # Only the MUFU side: the polynomial's ~7 FP32 instructions per emulated exp2 pay off only on an FMA pipe
+    # with room to spare, i.e. once the pipes overlap; in series they would eat the gain.
+    half = 1 / (1 + r_exp / 2)
+    s.judge("levers", "emulating half the exp2s with FMA polynomials, counting only MUFU time, would lift the "
+            "exps-in-series ceiling to 75% or more", half >= FA3_UTILISATION,
+            f"{pct(half)} with half the MUFU time, against {pct(1 / (1 + r_exp))} now")
+    s.judge("levers", "twice the head dim would bring the softmax under half the matmul time", r_sm / 2 < 0.5,
+            f"the ratio would be {format_number(r_sm / 2, 3)}x")
+
+
+def _exp_regime(s: Sheet, d, d_star, r_sm) -> None:
+    ratio = format_number(s.value(r_sm), 3)
+    s.regime_by(d, d_star, tie="above", above=Side(
+        "matmul-bound",
+        f"The softmax takes {ratio}x the matmul time: with perfect overlap the GEMMs set the pace, so the "
+        "ceiling is the tensor peak and the gap to it is scheduling (FA3's ping-pong and pipelining close it). "
+        "Without deliberate overlap (FA2's schedule) the exponentials still cost the share computed above.",
+        "Below the boundary head dim (or with a faster tensor core: FP8, Blackwell) the softmax outlasts the "
+        "GEMMs: no overlap reaches the peak, and only cheaper exponentials (FMA-polynomial exp2, a faster MUFU) "
+        "help."),
+        below=Side(
+        "softmax-bound",
+        f"The softmax takes {ratio}x the matmul time: even perfectly overlapped, the MUFU and the FP32 pipe "
+        "set the pace and the tensor cores wait on them. Cheaper exponentials (FA4 emulates part of exp2 with "
+        "FMA polynomials), not more overlap, raise the ceiling.",
+        "Above the boundary head dim the GEMMs are the longer pipe and overlap alone can reach the peak."))
+
+
+def solve(p, s: Sheet) -> None:
+    """Per score element (one query against one key, in one head) the forward pass does 4d matmul
+    FLOPs on the tensor cores, one exp2 on the MUFU and a few FP32 instructions on the FMA pipe."""
+    d = s.param("d", "head_dim")
+    F = s.given("F_tc", tensor_rate(p.gpu, p.dtype), "", f"{p.gpu.name} dense {p.dtype} tensor FLOP per clock per SM")
+    E = s.given("R_exp", p.gpu.mufu_per_clk_sm, "", "MUFU exp2 results per clock per SM")
+    A = s.given("R_fma", p.gpu.fp32_fma_per_clk_sm, "", "FP32 FMA-pipe results per clock per SM")
+    n = s.param("n_fp32", "fp32_ops")
+
+    t_mm = s.step("matmul_clocks", "Tensor-core clocks per score element", "t_mm", 4 * d / F, "",
+                  "QKᵀ and PV each do a multiply-add per head-dim element: 4d FLOPs per score")
+    t_exp = s.step("", "MUFU clocks per score element", "t_exp", 1 / E, "", "one exp2 per score")
+    r_exp = s.step("exp_ratio", "Exp time over matmul time", "r_exp", t_exp / t_mm, "x",
+                   f"F_tc/(4d·R_exp): {format_number(s.value(F) / (4 * s.value(E)))}/d on this GPU and dtype")
+    s.step("exp_ceiling", "Tensor-peak ceiling with exps and matmuls in series", "u_exp", 1 / (1 + r_exp), "%",
+           "the tensor cores idle while each block's exponentials run")
+    t_fp = s.step("", "FMA-pipe clocks per score element", "t_fp32", n / A, "", "the softmax's other FP32 work")
+    r_fp = s.step("fp32_ratio", "Other FP32 time over matmul time", "r_fp32", t_fp / t_mm, "x",
+                  "max, scale-subtract, sum and cast per score, on the FP32 pipe")
+    r_sm = s.step("softmax_ratio", "Softmax time over matmul time", "r_sm", r_exp + r_fp, "x",
+                  "the exp2 and the FP32 instructions of one score issue from the same warps in a dependent chain")
+    u_serial = s.step("serial_ceiling", "Tensor-peak ceiling with the whole softmax in series", "u_serial",
+                      1 / (1 + r_sm), "%", "what a kernel that never overlaps softmax with the GEMMs can reach")
+    P = s.given("P", peak_flops(p.gpu, p.dtype), "TFLOP/s",
+                f"{p.gpu.name} dense {p.dtype} peak ({p.gpu.sms} SMs × F_tc × {p.gpu.tensor_clock_ghz} GHz)")
+    serial = s.step("serial_tflops", "Attention TFLOP/s at the serial ceiling", "X_serial", u_serial * P,
+                    "TFLOP/s", "the chip's dense peak times the share the serial softmax leaves the tensor cores")
+    s.step("overlap_ceiling", "Tensor-peak ceiling with perfect overlap", "u_overlap", min_of(1, 1 / r_sm), "%",
+           "overlapped, the longer of the two pipes sets the pace")
+    d_star = s.step("boundary_head_dim", "Head dim where softmax and matmuls take equally long", "d_star",
+                    F * (1 / E + n / A) / 4, "", "solve 4d/F_tc = 1/R_exp + n/R_fma for d")
+
+    _fa3_techniques(s, s.value(r_exp), s.value(r_sm), p.dtype == "fp8")
+    _exp_levers(s, s.value(r_exp), s.value(r_fp), s.value(serial))
+    s.assume("Forward pass, per SM: the tensor cores, the MUFU and the FP32 pipe run at their per-clock peaks "
+             "(hardware.yaml), the same clock for all three; memory traffic is hidden (attention at long "
+             "sequence is compute-bound).")
+    s.assume("The FP32 instructions per score beside the exp2: the row max (FMNMX), the scale-and-subtract in "
+             "log2 units (FFMA), the row sum (FADD) and the cast of P (F2F); the output rescale, once per row "
+             "per K/V block, is left out. The cast is counted at the FP32 rate as the prompt states; the CUDA "
+             "guide lists most conversions at 16 per clock per SM, so even packed (two-value) casts rival the exp.")
+    s.assume("A score's exp2 and FP32 instructions form one dependent chain, so their times add (the prompt's "
+             "model). The MUFU and the FMA pipe are separate units and, across enough warps, overlap: the softmax "
+             "then costs the longer of the two, which is what FA4's polynomial exp2 exploits.")
+    s.assume("FA2 measures about 35% of the H100 bf16 peak and FA3 75% (740 TFLOP/s) at head dim 128 "
+             "(Shah et al., FlashAttention-3, arXiv:2407.08608). FA2 sits below even the serial ceiling: on Hopper "
+             "it still runs Ampere's mma.sync and synchronous copies, which the ceiling here does not charge.")
+    s.slip("exp counted per FLOP instead of per score (4d FLOPs per score forgotten)", on="exp_ratio",
+           factor=s.value(r_exp) / (4 * s.value(d)))
+    s.slip("only one matmul (QKᵀ) counted: 2d FLOPs per score", 2.0, on=("exp_ratio", "fp32_ratio"))
+    _exp_regime(s, d, d_star, r_sm)
+

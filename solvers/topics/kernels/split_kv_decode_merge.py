@@ -1,0 +1,141 @@
+"""Split-KV decode - filling the SMs and merging partials by log-sum-exp."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Sheet, Side, ceil_of, max_of, min_of
+from solvers.models.collective import tp_all_reduce
+from solvers.models.steptime import engine
+from solvers.units import format_number
+
+PARTIAL_BYTES = 4  # split-KV kernels keep each partial output and its LSE in FP32
+
+
+def _merge_judgements(s: Sheet, *, splits: float, empty: float, overhead: float, gain: float) -> None:
+    key = "merge_facts"
+    s.judge(key, "every split of this variant gets at least one key tile", empty == 0,
+            f"{format_number(empty)} of {format_number(splits)} splits get none")
+    s.judge(key, "averaging the partial outputs with equal weights would be exact here", splits == 1,
+            "one split: nothing to merge" if splits == 1 else
+            "splits with different LSEs carry different shares of the softmax mass")
+    s.judge(key, "the partial outputs add under 5% to this step's attention traffic", overhead < 0.05,
+            f"they add {format_number(100 * overhead, 3)}%")
+    s.judge(key, "splitting at least halves this step's attention time", gain >= 2,
+            f"{format_number(gain, 3)}x faster split")
+    s.judge(key, "an empty split must still write LSE = −inf and a zero output before the merge", True,
+            "the merge reads every split's slot; left unwritten it holds garbage (FlashAttention-2 writes both)",
+            fact=True)
+    s.judge(key, "an empty split's −inf LSE minus the finite merged LSE gives NaN", False,
+            "−inf minus a finite number is −inf, and exp(−inf) = 0: weights exp(LSE_i − max LSE) give an empty "
+            "split weight 0 while one split has keys; the NaN comes only from −inf − (−inf)", fact=True)
+    s.judge(key, "the merged LSE is the largest split's LSE", splits == 1,
+            "one split: its LSE is the result" if splits == 1 else
+            "it is log Σ exp(LSE_i), above the largest by log(1 + the others' relative mass)")
+
+
+def _split_regime(s: Sheet, B, B_star, blocks, n_split, n_sm) -> None:
+    count, splits = format_number(s.value(blocks)), format_number(s.value(n_split))
+    idle = format_number(max(0, s.value(n_sm) - s.value(blocks)))
+    s.regime_by(B, B_star, tie="above", above=Side(
+        "grid-filled",
+        f"The batch alone gives {count} blocks, enough for every SM: no split is needed, and one would only add "
+        "partial-output traffic and a merge pass.",
+        "Below the boundary batch the blocks leave SMs idle through the attention: split each sequence's keys "
+        "and merge the partials by their LSEs."),
+        below=Side(
+        "split-needed",
+        f"{count} blocks leave {idle} of {format_number(s.value(n_sm))} SMs idle while the attention streams the "
+        f"KV cache: {splits} splits per sequence fill them, at the price of FP32 partials and a merge.",
+        "From the boundary batch up the batch fills the SMs by itself and splitting only adds traffic."))
+
+
+def solve(p, s: Sheet) -> None:
+    """Decode attention at a small batch: one thread block per (sequence, KV head), the query heads of
+    the group packed into it. Splitting each sequence's keys across more blocks fills the SMs; each split
+    returns a partial output and its log-sum-exp, and a second pass merges them exactly."""
+    e = engine(s, p.model, p.gpu, p.tp, dtype=p.dtype, communication=p.tp > 1, kv_prerequisite=True)
+    B = s.param("B", "batch")
+    T = s.param("T", "context")
+    n_sm = s.given("n_SM", p.gpu.sms, "", f"{p.gpu.name} SMs")
+    # KV heads per GPU: the engine's own step (kvcache.kv_heads_per_gpu), carried rather than declared again.
+    H_g = s.symbol("H_gpu")
+    H = s.given("H_q", p.model.heads, "", "query heads")
+    H_kv = s.given("H_kv", p.model.kv_heads, "", "KV heads")
+    d = s.given("d_h", p.model.head_dim, "", "head dim")
+    L = s.given("L", p.model.layers, "", "layers")
+
+    blocks = s.step("blocks", "Thread blocks without a split", "n_blk", B * H_g, "",
+                    "one per sequence and KV head this GPU holds; the query heads sharing a KV head ride in it")
+    s.step("fill", "Share of the SMs those blocks occupy", "u_fill", min_of(1, blocks / n_sm), "%",
+           "each block runs on one SM; the rest idle through the attention")
+    B_star = s.step("boundary_batch", "Batch that fills the SMs without a split", "B_star", n_sm / H_g, "sequences",
+                    "solve B·H_gpu = n_SM for B")
+    n_split = s.step("splits", "Splits per sequence that fill the SMs", "n_split", ceil_of(n_sm / blocks), "",
+                     "the fewest splits with blocks × splits ≥ SMs (1 once the batch alone fills them)")
+    tile = s.param("t_kv", "kv_tile")
+    tiles = ceil_of(T / tile)  # key tiles per sequence, the last one maybe partial
+    per_split = s.step("tiles_per_split", "Key tiles per split", "n_per", ceil_of(tiles / n_split), "",
+                       "⌈T/tile⌉ tiles divided by the splits, rounded up (FlashAttention-2's n_blocks_per_split)")
+    n_empty = s.step("empty_splits", "Splits left with no keys", "n_empty",
+                     n_split - ceil_of(tiles / per_split), "",
+                     "the rounding up hands all tiles to the first splits; the ones after them get none")
+
+    # The exact merge, on two of the splits.
+    gap = s.param("Δ", "lse_gap")
+    s.step("merge_weight", "Weight of the lower-LSE split in the merge", "w_1", 1 / (1 + sympy.exp(gap)), "%",
+           "w_i = exp(LSE_i − LSE) with LSE = log Σ exp(LSE_i): here 1/(1 + e^Δ)")
+    s.step("merged_lse", "Merged LSE above the larger one", "ΔLSE", sympy.log(1 + sympy.exp(-gap)), "",
+           "LSE = LSE_2 + log(1 + e^−Δ): the merged softmax denominator, in log space")
+
+    # Traffic: with splits every split writes its partial output and LSE in FP32 and the merge reads them back;
+    # a single split writes the output directly and launches no merge (FlashAttention-2's non-split path).
+    b_p = s.given("b_p", PARTIAL_BYTES, "B", "bytes per partial value (FP32)")
+    kv_read = s.step("kv_read", "KV bytes each GPU reads per step", "M_KV", e.KV * B * T, "GB",
+                     "every sequence's own keys and values, all layers")
+    if s.value(n_split) > 1:
+        partial = s.step("partial_bytes", "Partial-output traffic per step", "M_part",
+                         2 * L * B * H_g * n_split * (H / H_kv) * (d + 1) * b_p, "MB",
+                         "per layer, split and query head: d output values and one LSE, written then read by the merge")
+    else:
+        partial = s.step("partial_bytes", "Partial-output traffic per step", "M_part", sympy.S.Zero, "MB",
+                         "one split writes the output itself: no FP32 partials, no merge pass")
+    overhead = s.step("partial_overhead", "Partial traffic over the KV read", "r_part", partial / kv_read, "%",
+                      "what the split adds to the attention's traffic")
+
+    # Per-user speed, unsplit and split: the weights stream at full bandwidth, the attention at the SMs' share.
+    weights = s.step("t_weights", "Weight read per step", "t_W", e.W / e.TP / e.byte_rate, "ms",
+                     "each GPU's share of the weights at achievable bandwidth")
+    t_att0 = s.step("attention_unsplit", "Attention read without a split", "t_att0",
+                    kv_read / (e.byte_rate * min_of(1, blocks / n_sm)), "ms",
+                    "only the busy SMs pull from HBM: the KV read gets their share of the bandwidth")
+    t_att1 = s.step("attention_split", "Attention read with the splits", "t_att1",
+                    (kv_read + partial) / (e.byte_rate * min_of(1, blocks * (n_split - n_empty) / n_sm)), "ms",
+                    "the KV read and the partials, on the SMs the splits with keys keep busy (an empty one exits "
+                    "at once)")
+    t_math = s.step("", "Math time of the step", "t_F", (2 * e.N * B + e.A * B * T) / e.flop_rate, "ms",
+                    "2 FLOPs per weight per token plus attention over the context, at achievable FLOP/s")
+    ar = tp_all_reduce(s, p.model, p.gpu, p.tp, B, tag="dec", label="decode step")
+    for tag, t_att, label in (("unsplit", t_att0, "without a split"), ("split", t_att1, "split")):
+        s.step(f"per_user_{tag}", f"Tokens per second per user, {label}", f"X_{tag}",
+               1 / (max_of(weights + t_att, t_math) + ar + e.t_oh), "tokens/s",
+               "one token per step: reads (weights, then attention) or math, whichever is longer"
+               + (", plus the all-reduces" if p.tp > 1 else "") + ", plus the step's overhead")
+
+    _merge_judgements(s, splits=s.value(n_split), empty=s.value(n_empty), overhead=s.value(overhead),
+                      gain=s.value(t_att0) / s.value(t_att1))
+    s.assume("One thread block per (sequence, KV head) with its query heads packed together (FlashAttention-2's "
+             "decode path swaps the query-head group into the rows; FlashInfer and FlashDecoding do the same); "
+             "the blocks of all splits run at once (several fit on one SM).")
+    s.assume("Attention's reads get the busy SMs' share of HBM bandwidth, as the prompt states: 1/SMs of it per "
+             "busy SM. A lone SM can pull several times its share, so the unsplit time is an upper bound and the "
+             "speed-up from splitting is larger here than measured (Flash-Decoding reports up to 8x on attention).")
+    s.assume("Splits: the bank's rule, the fewest that fill the SMs, with ⌈tiles/splits⌉ tiles a split "
+             "(FlashAttention-2's n_blocks_per_split). FlashAttention-2 picks its count differently: at most "
+             "min(SMs, tiles, 128), the fewest within 85% of the best wave efficiency, skipping counts that give "
+             "the same tiles per split as one fewer (those leave a split empty), and no split once the batch fills "
+             "80% of the SMs. In practice empty splits come from mixed-length batches, where the split is sized by "
+             "the longest sequence.")
+    s.slip("query heads counted instead of KV heads", on="blocks", factor=p.model.heads / p.model.kv_heads)
+    s.slip("query heads counted instead of KV heads", on="fill", factor=p.model.heads / p.model.kv_heads)
+    _split_regime(s, B, B_star, blocks, n_split, n_sm)
+

@@ -1,0 +1,128 @@
+"""TMA and warp specialization - the instructions they take off the threads."""
+from __future__ import annotations
+
+from solvers.derivation import Sheet, Side, floor_of, min_of
+from solvers.models.common import dtype_bytes
+from solvers.models.kernels import WARPGROUP_THREADS
+from solvers.units import format_number
+
+COPY_BYTES = 16  # cp.async moves at most 16 bytes per thread-instruction
+
+
+WARP = 32
+
+
+LDMATRIX_BYTES = 512  # ldmatrix.x4: four 8 × 8 tiles of 16-bit values per warp-instruction
+
+
+MMA_SYNC_MACS = 16 * 8 * 16  # mma.sync m16n8k16
+
+
+SETMAXNREG_MAX = 256
+
+
+ISSUE_SHARE_LINE = 0.42  # between the drawn tiles' shares (40.1% and 43.75%), clear of both
+
+
+def _specialization_judgements(s: Sheet, *, share: float, gain: float, tile: tuple[float, float]) -> None:
+    key = "pipeline_facts"
+    s.judge(key, "the Ampere-style k-step issues instructions for over 42% of the MMAs' issue slots",
+            share > ISSUE_SHARE_LINE, f"{format_number(100 * share, 3)}% of them")
+    s.judge(key, "setmaxnreg gives each consumer thread at least 64 registers more than the even split", gain >= 64,
+            f"{format_number(gain)} more")
+    m, n = tile
+    s.judge(key, "a 4 × 2 warp layout stages fewer operand bytes than a 2 × 4 one for this tile", m > n,
+            f"rows staged per warp: M/4 + N/2 = {format_number(m / 4 + n / 2)} against M/2 + N/4 = "
+            f"{format_number(m / 2 + n / 4)}")
+    s.judge(key, "the producer waits on a stage's 'empty' barrier, arms 'full' with the bytes to expect, then "
+            "issues the TMA copies", True, "the transaction count on 'full' completes when the bytes land; the "
+            "consumers wait on 'full', run their WGMMAs and arrive on 'empty' to release the stage: no CTA-wide "
+            "__syncthreads, each stage has its own pair of barriers", fact=True)
+    s.judge(key, "the producer warpgroup needs its registers for the addresses it generates", False,
+            "TMA generates them from the tensor map and one coordinate per copy (no thread computes a tile's "
+            "addresses), so the producer runs on 24 to 56 registers and gives the rest away", fact=True)
+
+
+def _register_regime(s: Sheet, need, even, budget) -> None:
+    shown = {k: format_number(s.value(v)) for k, v in (("need", need), ("even", even), ("budget", budget))}
+    s.regime_by(need, even, tie="below", below=Side(
+        "even-split-fits",
+        f"A consumer needs {shown['need']} registers and the even split gives {shown['even']}: the tile runs "
+        f"without reallocation, and setmaxnreg's {shown['budget']} only buys headroom (deeper pipelining, "
+        "fewer spills).",
+        "A larger tile (or more consumer warpgroups sharing the file) needs more than the even split: then the "
+        "producer must give its registers away with setmaxnreg, or the consumers spill."),
+        above=Side(
+        "needs-setmaxnreg",
+        f"A consumer needs {shown['need']} registers but the even split gives only {shown['even']}: without "
+        f"setmaxnreg it spills; with the producer cut down, consumers get {shown['budget']} and the tile fits.",
+        "A smaller tile fits the even split, and the reallocation becomes headroom rather than a requirement."))
+
+
+def solve(p, s: Sheet) -> None:
+    """One CTA tile's k-step two ways. Ampere-style: every warp issues cp.async copies (with their address
+    and bounds work), waits at __syncthreads, stages operands into registers with ldmatrix and runs mma.sync.
+    Hopper-style: one producer thread issues two TMA copies, consumer warpgroups wait on an mbarrier and run
+    WGMMAs straight from shared memory, and setmaxnreg moves registers from producer to consumers."""
+    M = s.param("M", "tile_m")
+    N = s.param("N", "tile_n")
+    K = s.param("K", "k_step")
+    o = s.param("o", "copy_overhead")
+    n = s.param("n_c", "consumers")
+    r_p = s.param("r_p", "producer_regs")
+    reserve = s.param("r_0", "reserve")
+    b = s.given("b", dtype_bytes("bf16"), "B", "bytes per operand element (bf16)")
+    c = s.given("c", COPY_BYTES, "B", "bytes per cp.async")
+    w = s.given("w", WARP, "", "threads per warp")
+
+    tile_bytes = s.step("tile_bytes", "Operand bytes per k-step", "Q", (M + N) * K * b, "KiB",
+                        "an M × K slice of A and an N × K slice of B land in shared memory")
+    copies = s.step("copies", "cp.async thread copies per k-step", "n_cp", tile_bytes / c, "",
+                    "16 bytes per thread-instruction")
+    cp_warp = s.step("cp_instructions", "Copy-path warp instructions per k-step", "I_cp", copies * (1 + o) / w, "",
+                     "each copy plus its address and bounds instructions, 32 threads to a warp instruction")
+    tma = s.given("I_TMA", 2, "", "TMA instructions per k-step (one per operand tile, from one thread)")
+    s.step("tma_removed", "Instructions TMA removes per k-step", "ΔI_TMA", cp_warp - tma, "",
+           "the tensor map holds shape, strides and bounds: the copy engine generates every address")
+    # The 8 warps split the longer side of the tile four ways: the squarer warp tile stages fewer bytes.
+    rows, cols = (4, 2) if p.tile_m > p.tile_n else (2, 4)
+    warps = s.given("n_w", rows * cols, "", f"warps of the Ampere-style CTA, {rows} × {cols} over the tile")
+    w_m = s.given("w_m", rows, "", "warps along M")
+    w_n = s.given("w_n", cols, "", "warps along N")
+    ldm = s.step("ldmatrix", "ldmatrix staging instructions per k-step", "I_ldm",
+                 warps * (M / w_m + N / w_n) * K * b / LDMATRIX_BYTES, "",
+                 f"each warp stages its (M/{rows} + N/{cols}) × K operand rows into registers, 512 B a warp "
+                 "instruction")
+    F = s.given("F", p.gpu.bf16_flop_per_clk_sm, "", f"{p.gpu.name} bf16 FLOP per clock per SM")
+    slots = s.step("issue_slots", "Issue slots during the k-step's MMAs", "S", 4 * 2 * M * N * K / F, "",
+                   "four schedulers, one warp instruction a clock each, for the clocks the tensor cores take")
+    share = s.step("issue_share", "Ampere-style instructions over those slots", "s_issue",
+                   (cp_warp + ldm + M * N * K / MMA_SYNC_MACS) / slots, "%",
+                   "copies, staging and mma.sync (2,048 multiply-adds each), all from the same warps")
+
+    # Registers: the even split every thread gets without setmaxnreg, and the split CUTLASS computes.
+    R = s.given("R", p.gpu.regfile_kib_sm * 256, "", "32-bit registers per SM")
+    T = s.given("T_wg", WARPGROUP_THREADS, "", "threads per warpgroup")
+    even = s.step("even_split", "Registers per thread, even split", "r_even", 8 * floor_of(R / (T * (n + 1)) / 8),
+                  "", "the register file over the producer and consumer warpgroups, in units of 8")
+    budget = s.step("consumer_budget", "Consumer registers per thread under setmaxnreg", "r_c",
+                    min_of(SETMAXNREG_MAX, 8 * floor_of((even * (n + 1) - r_p) / (8 * n))), "",
+                    "what the producer gives up, shared by the consumers, in units of 8 (CUTLASS's formula)")
+    acc = s.step("acc_registers", "Accumulator registers per consumer thread", "r_acc", M * N / (T * n), "",
+                 "the FP32 tile spread over the consumer warpgroups")
+    need = s.step("consumer_need", "Registers a consumer thread needs", "r_need", acc + reserve, "",
+                  "its accumulator plus the stated reserve")
+    _specialization_judgements(s, share=s.value(share), gain=s.value(budget) - s.value(even),
+                               tile=(s.value(M), s.value(N)))
+    s.assume("Ampere-style path: 16-byte cp.async copies, each with the stated address and bounds instructions, "
+             "eight warps (4 × 2 over a tile taller than wide, else 2 × 4: 64 × 64 warp tiles at 256 × 128, as "
+             "CUTLASS's Ampere configurations) staging with ldmatrix.x4 and computing with mma.sync m16n8k16; "
+             "commit, wait and __syncthreads per k-step are left out. Issue slots are counted over the clocks "
+             "the tensor cores need at the GPU's dense (WGMMA) rate.")
+    s.assume("Hopper path: one producer warp (of a producer warpgroup) issues the two TMA copies after an "
+             "mbarrier wait; consumers' WGMMAs read A and B from shared memory, so nothing is staged in "
+             "registers. Register split: CUTLASS sm90's formula (even share in units of 8, producer's "
+             "surplus to the consumers, at most 256).")
+    s.slip("copies counted per warp instead of per thread (16 B × 32)", on="copies", factor=1 / WARP)
+    _register_regime(s, need, even, budget)
+

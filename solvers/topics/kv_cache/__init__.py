@@ -1,0 +1,1 @@
+"""The kv cache questions: one module a question, each with solve(p, s)."""

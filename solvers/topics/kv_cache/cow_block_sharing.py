@@ -1,0 +1,96 @@
+"""Sharing prompt blocks across samples, and when copy-on-write fires."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Sheet, Side, ceil_of, floor_of
+from solvers.models.common import (
+    dtype_bytes,
+)
+from solvers.models.kvcache import (
+    blocks_for_tokens,
+    kv_bytes_per_token_given,
+)
+from solvers.units import format_number, format_quantity
+
+
+def _cow_regime(s: Sheet, G, P, saving, ceiling, half) -> None:
+    out, prompt = format_number(s.value(G)), format_number(s.value(P))
+    got, cap = format_quantity(s.value(saving), "%"), format_quantity(s.value(ceiling), "%")
+    s.regime_by(saving, half, tie="below", above=Side(
+        "large-saving",
+        f"The saving ({got}) is more than half its {cap} ceiling: outputs ({out} tokens) are short next to the "
+        f"prompt ({prompt}), so the shared prompt blocks are most of what each sample holds.",
+        "Once outputs outgrow the prompt the private output blocks dominate and the saving falls as P/(P + G): "
+        "long reasoning traces or RL rollouts keep little of it.",
+        near=f"The saving ({got}) is just over half its {cap} ceiling: outputs ({out} tokens) are nearly as long as "
+             f"the prompt ({prompt}), and somewhat longer ones would make the private blocks the larger part."),
+        below=Side(
+        "vanishing-saving",
+        f"The saving ({got}) is under half its {cap} ceiling: outputs ({out} tokens) are long next to the prompt "
+        f"({prompt}), private output blocks dominate, and it keeps falling as P/(P + G).",
+        "With outputs shorter than the prompt (short answers to long contexts, best-of-n on a long document) the "
+        "shared blocks dominate and the saving nears its ceiling.",
+        near=f"The saving ({got}) has just fallen under half its {cap} ceiling: outputs ({out} tokens) are about as "
+             f"long as the prompt ({prompt}), and every further output token pulls it lower."))
+
+
+def solve(p, s: Sheet) -> None:
+    kv_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes(p.kv_dtype), p.kv_dtype)
+    k, P, G, B = (s.param(sym, name) for sym, name in
+                  (("k", "samples"), ("P", "prompt"), ("G", "output"), ("B", "block_size")))
+    v0 = p.engine == "vllm-v0"
+
+    T = s.step("sample_tokens", "Tokens per sample", "T", P + G, "tokens", "the prompt plus its own output")
+    per_sample = blocks_for_tokens(s, T, B)
+    alone = s.step("blocks_without", "Blocks without sharing", "N_0", k * per_sample, "blocks",
+                   "every sample holds its own copy of the prompt")
+    if v0:
+        shared = s.step("shared_blocks", "Full prompt blocks shared by all samples", "n_s", floor_of(P / B),
+                        "blocks", "full blocks of prompt are never written again: one copy, reference-counted")
+    else:
+        shared = s.step("shared_blocks", "Prompt blocks the prefix cache shares", "n_s", floor_of((P - 1) / B),
+                        "blocks", "whole blocks only, and at most P − 1 tokens: the last prompt token is always "
+                        "recomputed for its logits")
+    own = s.step("own_blocks", "Blocks each sample holds alone", "n_own", per_sample - shared, "blocks",
+                 "the block the prompt ends in and the output's blocks")
+    together = s.step("blocks_with", "Blocks with sharing", "N_1", shared + k * own, "blocks",
+                      "the shared blocks once, plus every sample's own")
+    saving = s.step("saving", "Blocks saved", "S", 1 - together / alone, "%", "blocks with sharing over blocks without")
+    ceiling = s.step("saving_ceiling", "Saving if the samples held only the prompt", "S_max", (k - 1) / k, "%",
+                     "one prompt copy instead of k; outputs pull the saving down as P/(P + G)")
+    s.step("saved_bytes", "KV memory saved", "M_S", (alone - together) * B * kv_tok, "GiB",
+           "each block holds B tokens in every layer")
+    nothing = sympy.Mul(k - 1, 0, evaluate=False)  # shown as (k − 1)·0: the later samples pay nothing here
+    if v0:
+        misaligned = s.step("partial_prompt_block", "Prompt ends inside a block", "m",
+                            ceil_of(P / B) - floor_of(P / B), "", "1 if P is not a multiple of B")
+        copies = s.step("copies", "Copy-on-write copies", "N_cow", (k - 1) * misaligned, "blocks",
+                        "each sample's first token lands in the shared partial block: all but the last writer "
+                        "copy it")
+        redone = s.step("recomputed", "Prompt tokens prefilled again", "P_re", nothing, "tokens",
+                        "the prompt is prefilled once; the samples share its KV")
+    else:
+        copies = s.step("copies", "Copy-on-write copies", "N_cow", nothing, "blocks",
+                        "no copy-on-write: each sample computes its own copy of the block the prompt ends in")
+        tail = s.step("tail_tokens", "Prompt tokens past the shared blocks", "P_t", P - B * shared, "tokens",
+                      "what the prefix cache cannot hand a later sample")
+        redone = s.step("recomputed", "Prompt tokens prefilled again", "P_re", (k - 1) * tail, "tokens",
+                        "every sample after the first prefills them again")
+    s.choose("tail_cost", "a-copy-at-the-first-decode-step" if s.value(copies) else
+             "a-recompute-at-prefill" if s.value(redone) else "nothing-extra")
+
+    if v0:
+        s.assume("vLLM v0 parallel sampling: the prompt is prefilled once and every sample points at its blocks; "
+                 "a block is copied when a sample writes into it while another still holds it (copy-on-write, "
+                 "PagedAttention §4.4).")
+    else:
+        s.assume("vLLM v1 parallel sampling: the request fans out as k requests of one sample; the first prefills "
+                 "the prompt and the others hit its full blocks in the prefix cache within the same batch, up to "
+                 "P − 1 tokens in whole blocks (the last token is recomputed for its logits). No copy-on-write.")
+    s.assume("Every sample runs to the same output length; KV bytes are those of one model replica, all layers.")
+    s.slip("/k: blocks of one sample", 1 / p.samples, on="blocks_without")
+    half = s.step("saving_half_ceiling", "Half the ceiling", "S_half", ceiling / 2, "%",
+                  "the saving falls through it about where the outputs grow as long as the prompt")
+    _cow_regime(s, G, P, saving, ceiling, half)
+

@@ -1,0 +1,219 @@
+"""The MLA cache copied on every TP rank, and what DP attention buys back."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
+from solvers.models.collective import ACTIVATION_BYTES, link_bandwidth, link_latency, tp_all_reduce
+from solvers.models.common import (
+    GPU_MEMORY_UTILIZATION,
+    dtype_bytes,
+    hbm_bandwidth,
+    model_params,
+    peak_flops,
+)
+from solvers.models.kvcache import (
+    kv_bytes_per_token_given,
+)
+from solvers.models.kvlayout import fp8_latent_note, usable_memory
+from solvers.models.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD
+from solvers.units import format_number, format_quantity
+
+
+def _dp_requests(s: Sheet, room, A, E, kv_tok, C, n, dp: int) -> float:
+    """Requests the node holds with `dp` attention groups of n/dp GPUs each (SGLang's layout)."""
+    room_dp = room - (A * (dp / n - 1 / n) + E * (1 - 1 / n))
+    if s.evaluate(room_dp) <= 0:
+        return 0.0
+    return s.evaluate(dp * floor_of(room_dp / (kv_tok * C)))
+
+
+def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, d_c, d_r, b_w, run_tp, demand,
+                          busiest) -> tuple[sympy.Symbol, sympy.Symbol]:
+    """TPOT of a decode step under TP and DP attention: a roofline over each GPU's reads (its weight share, the
+    routed experts the batch touches, the latents it holds) and math, then the collectives and the overhead."""
+    model, c = p.model, DEFAULT_CONSTANTS
+    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
+    eta_c = s.given("η_c", c.compute, "%", "achievable fraction of peak compute")
+    eta_bw = s.given("η_bw", c.bandwidth, "%", "achievable fraction of HBM bandwidth")
+    t_oh = s.given("t_oh", STEP_OVERHEAD, "ms", "fixed overhead per step")
+    N_a = s.given("N_act", model.active_params_b * 1e9, "", "active parameters per token")
+    E_x = s.given("E_x", model.experts, "", "routed experts per MoE layer")
+    k_x = s.given("k_x", model.experts_per_token, "", "routed experts per token")
+    L_m = s.param("L_moe", "moe_layers")
+    f_x = s.param("f_x", "moe_ffn")
+    X = s.step("expert_weights", "Routed-expert weights", "X", L_m * E_x * 3 * h * f_x * b_w, "GB",
+               "gate, up and down projections of every routed expert: most of the model")
+    A_m = s.step("attention_pair_flops", "Attention FLOPs per query-key pair (absorbed MLA)", "A_pair",
+                 2 * L * H * (2 * d_c + d_r), "FLOP", "scores over d_c + d_r and values over d_c, every head and layer")
+    bw, alpha = link_bandwidth(s, p.gpu, p.tp), link_latency(s, p.gpu, p.tp)
+    b_a = s.given("b_a", ACTIVATION_BYTES, "B", "bytes per activation (bf16)")
+
+    phi_tp = s.step("touched_tp", "Share of routed experts a step reads (TP attention)", "φ_TP",
+                    1 - (1 - k_x / E_x) ** run_tp, "%", "each token picks k of E experts in every MoE layer")
+    M_tp = s.step("bytes_tp", "Bytes each GPU reads per step (TP attention)", "M_TP",
+                  (weights - X + phi_tp * X) / n + run_tp * C * kv_tok, "GB",
+                  "its share of the weights the step touches, and every running request's whole latent")
+    F_tp = s.step("flops_tp", "FLOPs each GPU does per step (TP attention)", "Fl_TP",
+                  (2 * N_a * run_tp + A_m * run_tp * C) / n, "TFLOP", "heads and experts split n ways")
+    t_ar = tp_all_reduce(s, model, p.gpu, p.tp, run_tp, tag="tp", label="TP-attention decode step")
+    tpot_tp = s.step("tpot_tp", "Time per output token (TP attention)", "t_TP",
+                     max_of(M_tp / (eta_bw * BW), F_tp / (eta_c * P)) + t_ar + t_oh, "ms",
+                     "the slower of reads and math, then two all-reduces per layer, plus overhead")
+
+    phi_dp = s.step("touched_dp", "Share of routed experts a step reads (DP attention)", "φ_DP",
+                    1 - (1 - k_x / E_x) ** demand, "%", "the MoE sees every group's tokens at once")
+    M_dp = s.step("bytes_dp", "Bytes each GPU reads per step (DP attention)", "M_DP",
+                  (weights - X + phi_dp * X) / n + A * (d - 1) / n + busiest * C * kv_tok, "GB",
+                  "the same shares, a larger slice of the attention projections, and only its group's latents")
+    F_dp = s.step("flops_dp", "FLOPs each GPU does per step (DP attention)", "Fl_DP",
+                  2 * N_a * demand / n + A_m * busiest * C / a, "TFLOP",
+                  "the weights' math split n ways; attention for the busiest group split a ways")
+    comm = 2 * L * (alpha + (n - 1) / n * demand * h * b_a / bw)
+    why = "an all-gather before and a reduce-scatter after each MoE block, (n − 1)/n of the tokens each"
+    if p.tp // p.dp > 1:
+        comm += L * (alpha + 2 * (a - 1) / a * busiest * h * b_a / bw)
+        why += ", and the group's all-reduce after attention"
+    t_g = s.step("gather_dp", "Collectives of the DP-attention decode step", "t_AG", comm, "ms", why)
+    tpot_dp = s.step("tpot_dp", "Time per output token (DP attention)", "t_DP",
+                     max_of(M_dp / (eta_bw * BW), F_dp / (eta_c * P)) + t_g + t_oh, "ms",
+                     "the busiest group sets the pace, then the collectives, plus overhead")
+    s.assume(f"Step model as the roofline-time card with the bank's step constants: reads at "
+             f"{format_quantity(c.bandwidth, '%')} of HBM bandwidth, math at {format_quantity(c.compute, '%')} of "
+             f"the dense bf16 peak, {format_quantity(STEP_OVERHEAD, 'ms')} of overhead per step; a routed expert is "
+             "read when any token of the step picks it (tokens pick independently and uniformly); the MoE stays "
+             "tensor-parallel over the node.")
+    s.slip("every routed expert read, whatever the batch", on="tpot_tp",
+           factor=s.evaluate(max_of((weights / n + run_tp * C * kv_tok) / (eta_bw * BW), F_tp / (eta_c * P))
+                             + t_ar + t_oh) / s.value(tpot_tp))
+    return tpot_tp, tpot_dp
+
+
+def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, demand) -> None:
+    key = "dp_tradeoffs"
+    share = s.value(extra) / s.value(room)
+    s.judge(key, "DP attention's extra weights take over a tenth of each GPU's KV room", share > 0.1,
+            f"{format_quantity(s.value(extra), 'GB')} of copied weights out of {format_quantity(s.value(room), 'GB')} "
+            f"of room: {format_quantity(share, '%')}, for {format_number(p.dp)} groups")
+    wider = 2 * p.dp
+    then = _dp_requests(s, room, A, E, kv_tok, C, n, wider) if wider <= p.tp else 0.0
+    s.judge(key, "Twice the DP size would hold more requests at this context", then > s.value(req_dp),
+            f"DP {wider} exceeds the {p.tp} GPUs" if wider > p.tp else
+            f"DP {wider}: {format_number(then)} requests against {format_number(s.value(req_dp))}")
+    held_tp = s.evaluate(floor_of(room / (kv_tok * C)))
+    s.judge(key, "TP attention would still hold twice the demand", held_tp >= 2 * p.demand,
+            f"TP attention holds {format_number(held_tp)} requests, against {format_number(2 * p.demand)}")
+    s.judge(key, "Under DP attention a decode step waits for its busiest attention group", True,
+            "the groups meet at every MoE layer, so the step runs at the pace of the group with the most requests "
+            "(or the longest ones)", fact=True)
+    s.judge(key, "DP attention also splits each request's latent over the GPUs of its group", False,
+            "no: within a group the latent is still copied onto each GPU; DP only stops other groups holding it",
+            fact=True)
+
+
+def _attention_regime(s: Sheet, req_tp, req_dp, demand, tpot_tp, tpot_dp) -> None:
+    tp, dp, want = (format_number(s.value(x)) for x in (req_tp, req_dp, demand))
+    speed = (f"A decode step takes {format_quantity(s.value(tpot_tp), 'ms')} under TP attention (the requests it "
+             f"runs) and {format_quantity(s.value(tpot_dp), 'ms')} under DP attention (all {want}).")
+    s.regime_by(demand, req_tp, tie="below", above=Side(
+        "dp-attention",
+        f"TP attention holds {tp} requests, fewer than the {want} you must hold: the copies of the latents are the "
+        f"binding waste, and DP attention raises the node to {dp}, for the price of the replicated weights. "
+        f"{speed}",
+        "With fewer concurrent requests (or shorter contexts) TP attention already holds them all; DP attention "
+        "would still cut each GPU's latent reads, but buys memory no one needs and idles ranks at low or "
+        "uneven load."),
+        below=Side(
+        "tp-attention",
+        f"TP attention already holds {tp} requests, enough for the {want} you must hold: the duplicated latents "
+        f"waste memory, but no request waits for it. {speed}",
+        f"Once you must hold more than {tp} requests at this context the copies bind: DP attention, each group "
+        f"keeping only its own requests' latents, holds {dp}."))
+
+
+def solve(p, s: Sheet) -> None:
+    model = p.model
+    kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype)
+    n = s.param("n", "tp")
+    usable = usable_memory(s, p.gpu)
+    N = s.given("N", model_params(model), "", "parameters")
+    b_w = s.given("b_w", dtype_bytes("fp8"), "B", "bytes per weight (fp8 as served)")
+    V = s.given("V", model.vocab, "", "vocabulary size")
+    h = s.given("h", model.hidden, "", "hidden size")
+    b_e = s.given("b_e", dtype_bytes("bf16"), "B", "bytes per embedding and LM-head weight (bf16)")
+    weights = s.step("weights", "Weight bytes of the model", "W", N * b_w + 2 * V * h * (b_e - b_w), "GB",
+                     "every parameter at 1 byte, plus a second byte for the embedding and LM head (V × h each)")
+    room = s.step("room_tp", "KV memory per GPU (TP attention)", "F", usable - weights / n, "GB",
+                  "usable memory less this GPU's 1/n of the weights")
+    if s.value(room) <= 0:
+        raise Reject("the weights do not fit the node")
+    s.step("duplicate_bytes", "Redundant copies in the node's full KV pool", "D", (n - 1) * room, "GB",
+           "every GPU holds the same latents: one GPU's pool is the useful copy, the other n − 1 repeat it")
+    C = s.param("C", "context")
+    req_tp = s.step("requests_tp", "Requests the node holds (TP attention)", "U_TP",
+                    floor_of(room / (kv_tok * C)), "requests",
+                    "each GPU keeps every request's whole latent: what one GPU fits is what the node fits")
+
+    q_r = s.param("q_r", "q_lora_rank")
+    H = s.given("H", model.heads, "", "attention heads")
+    d_n = s.param("d_n", "qk_nope_head_dim")
+    d_r = s.given("d_r", model.qk_rope_head_dim, "", "decoupled RoPE key dim")
+    d_c = s.given("d_c", model.kv_lora_rank, "", "KV latent rank (kv_lora_rank)")
+    d_v = s.param("d_v", "v_head_dim")
+    L = s.given("L", model.layers, "", "layers")
+    A_l = s.step("attn_params_layer", "Attention weights per layer", "A_l",
+                 h * q_r + q_r * H * (d_n + d_r) + h * (d_c + d_r) + d_c * H * (d_n + d_v) + H * d_v * h, "",
+                 "q_a, q_b, kv_a (latent plus RoPE key), kv_b (up-projection to keys and values), o")
+    A = s.step("attn_weights", "Attention weights, all layers", "A", L * A_l * b_w, "GB",
+               "the projections each attention group splits only over its own GPUs")
+    E = s.step("embedding_bytes", "Token embedding", "E", V * h * b_e, "GB",
+               "copied whole onto every GPU (SGLang turns TP off for the embedding under DP attention)")
+    d = s.param("d", "dp")
+    a = s.step("attn_tp", "GPUs per attention group", "a", n / d, "GPUs", "the node's GPUs split into d groups")
+    extra = s.step("dp_extra_weights", "Extra weight bytes per GPU (DP attention)", "dW",
+                   A * (1 / a - 1 / n) + E * (1 - 1 / n), "GB",
+                   "attention projections split a ways instead of n, and the whole embedding instead of 1/n")
+    room_dp = s.step("room_dp", "KV memory per GPU (DP attention)", "F_DP", room - extra, "GB",
+                     "the replicated weights come out of the KV room")
+    req_dp = s.step("requests_dp", "Requests the node holds (DP attention)", "U_DP",
+                    d * floor_of(room_dp / (kv_tok * C)), "requests",
+                    "each group's GPUs keep only that group's latents: d independent pools")
+    s.step("capacity_gain", "KV capacity gained by DP attention", "g", d * room_dp / room, "x",
+           "d pools of unique tokens, each a little smaller, against one duplicated pool")
+    demand = s.param("U_d", "demand")
+    if s.value(demand) > s.value(req_dp):
+        raise Reject("neither layout holds the demand on one node")
+
+    # The latency side: one decode step of each layout, at the batch it runs.
+    busiest = s.step("busiest_group", "Requests in the busiest attention group", "U_g", ceil_of(demand / d),
+                     "requests", "the whole demand, spread as evenly as whole requests allow")
+    run_tp = s.step("running_tp", "Requests TP attention runs", "U_run", min_of(demand, req_tp),
+                    "requests", "the demand, or as many as fit")
+    tpot_tp, tpot_dp = _attention_step_times(s, p, weights, A, kv_tok, C, n, a, d, L, h, H, d_c, d_r, b_w,
+                                             run_tp, demand, busiest)
+
+    s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable (the usable-hbm card); activations, "
+             "CUDA graphs and communication buffers are ignored.")
+    s.assume("Weights in fp8 at one byte per parameter, except the token embedding and LM head, which the "
+             "released checkpoint keeps in bf16 (block scales, norms and the multi-token-prediction module "
+             "ignored).")
+    fp8_latent_note(s, p.kv_dtype)
+    s.assume("DP attention as SGLang lays it out (--enable-dp-attention --dp d): d attention groups of n/d GPUs, "
+             "each running attention for its own requests with the projections split over its GPUs; the token "
+             "embedding is copied whole onto every GPU; the MoE and dense MLP weights and the LM head stay "
+             "sharded n ways (the LM head is copied too only with --enable-dp-lm-head).")
+    all_shares = "all n GPUs' pools counted, not the n − 1 that repeat one"
+    s.slip(all_shares, p.tp / (p.tp - 1), on="duplicate_bytes")
+    s.slip("the attention projections copied whole onto every GPU, whatever the group", on="dp_extra_weights",
+           factor=s.evaluate(A * (1 - 1 / n) + E * (1 - 1 / n)) / s.value(extra))
+    s.slip("/d: DP capacity of one group, not the node", 1 / p.dp, on="requests_dp")
+    faster = s.compare(tpot_dp, tpot_tp) < 0
+    s.judge("dp_tradeoffs", "DP attention runs the whole demand at a shorter time per token than TP attention runs "
+            "what it holds", faster, f"{format_quantity(s.value(tpot_dp), 'ms')} against "
+            f"{format_quantity(s.value(tpot_tp), 'ms')}: "
+            + ("each GPU reads only its group's latents" if faster else
+               "the larger batch touches more experts and its busiest group reads more than TP's batch"))
+    _attention_judgements(s, p, room, A, E, kv_tok, C, n, extra, req_dp, demand)
+    _attention_regime(s, req_tp, req_dp, demand, tpot_tp, tpot_dp)
+

@@ -1,0 +1,167 @@
+"""MLA vs GQA per GPU - the small cache that does not split."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import sympy
+
+from solvers.data import Record
+from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of
+from solvers.models.collective import tp_all_reduce
+from solvers.models.common import (
+    dtype_bytes,
+)
+from solvers.models.kvcache import (
+    kv_bytes_per_token_given,
+)
+from solvers.models.kvlayout import fp8_latent_note, usable_memory
+from solvers.models.steptime import engine, step_time, step_work
+from solvers.units import format_number, format_quantity
+
+GPUS_PER_NODE = 8  # an HGX/DGX or MI300X platform board
+
+
+class _Tagged:
+    """One model's view of a sheet for the shared KV helper: its prerequisite's symbol gets a suffix and its
+    label the model's name, so two models' bytes per token can stand side by side."""
+
+    def __init__(self, sheet: Sheet, tag: str, name: str):
+        self._sheet, self._tag, self._name = sheet, tag, name
+
+    def prerequisite(self, question_id: str, symbol: str, value: float, unit: str, label: str) -> sympy.Symbol:
+        return self._sheet.prerequisite(question_id, f"{symbol}_{self._tag}", value, unit, f"{label}, {self._name}")
+
+
+ROPE_DIM = 64  # the decoupled RoPE key MLA caches beside its latent (DeepSeek-V2/V3 qk_rope_head_dim)
+
+
+def _mla_requests(s: Sheet, usable, W, kv, C, G, tp: int) -> float:
+    """Requests the node holds with the latent whole on every GPU of TP-`tp` replicas (0 where the weights
+    do not fit)."""
+    room = usable - W / tp
+    if s.evaluate(room) <= 0:
+        return 0.0
+    return s.evaluate(G / tp * floor_of(room / (kv * C)))
+
+
+def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m) -> None:
+    key, now = "mla_levers", s.value(req_m)
+    held = format_number(now)
+    # Data-parallel attention: every GPU copies the attention weights whole and keeps only its own
+    # requests' latents; the MLP stays tensor-parallel.
+    m = p.model
+    N_att = s.given("N_att", m.layers * 2 * m.hidden * (m.heads + m.kv_heads) * m.head_dim, "",
+                    "attention parameters (q, o, and k, v at the GQA size the retrofit keeps)")
+    W_att = N_att * e.W / e.N
+    room_dp = usable - (e.W - W_att) / e.TP - W_att
+    dp_total = G * floor_of(max_of(room_dp, 0) / (kv_m * C))
+    dp_held = format_number(s.evaluate(dp_total))
+    s.judge(key, "data-parallel attention, each GPU keeping only its own requests' latents",
+            s.compare(dp_total, req_m) > 0,
+            f"each GPU copies {format_quantity(s.evaluate(W_att), 'GB')} of attention weights and keeps its own "
+            f"requests' latents: the node holds {dp_held} against {held} with TP attention")
+    s.judge(key, "an fp8 KV cache", p.kv_dtype != "fp8",
+            "it halves every latent" if p.kv_dtype != "fp8" else "the cache is already fp8")
+    # Doubling the TP pays only where the weights fill over 2/3 of each GPU: 3 draws in 100, too rare to ask.
+    tp = p.tp // 2
+    then = _mla_requests(s, usable, e.W, kv_m, C, G, tp)
+    s.judge(key, "halving its TP", then > now, f"TP {tp}: {format_number(then)} requests on the node against {held}: "
+            + ("more replicas outweigh the weights each GPU gains" if then > now else
+               "the latent is copied on every GPU either way, so only the weights' share moves, and not enough"))
+    s.judge(key, "splitting the latent over the TP ranks like KV heads", False,
+            "every head attends over the whole latent: there is nothing per head to split", fact=True)
+    if not any(s.judged(key).values()):
+        raise Reject("no lever holds more requests on this node: nothing to choose between")
+
+
+def _layout_regime(s: Sheet, TP, n_star, req_g, req_m, tpot) -> None:
+    gqa, mla = format_number(s.value(req_g)), format_number(s.value(req_m))
+    crossover = format_number(s.value(n_star), 3)
+    speed = (f"At those batches a decode step takes {format_quantity(s.value(tpot['gqa']), 'ms')} (GQA) and "
+             f"{format_quantity(s.value(tpot['mla']), 'ms')} (MLA) per token.")
+    s.regime_by(TP, n_star, tie="above", above=Side(
+        "gqa-holds-more",
+        f"Past TP {crossover} each GPU's slice of the GQA heads is smaller than the whole latent every GPU "
+        f"keeps: the node holds {gqa} GQA requests against {mla} with MLA, though MLA's token is the smaller. "
+        f"{speed}",
+        f"Below TP {crossover} (fewer GPUs per replica, or a larger latent rank) the GQA share per GPU grows "
+        "past the latent and MLA's compact cache holds more. Data-parallel attention removes MLA's copies "
+        "instead of narrowing TP."),
+        below=Side(
+        "mla-holds-more",
+        f"Below TP {crossover} a GPU still holds more GQA heads than the latent is worth: the node holds {mla} "
+        f"MLA requests against {gqa} GQA. {speed}",
+        f"Past TP {crossover} the GQA heads split thinner while every GPU keeps the whole latent, and the "
+        "reassuring MLA figure becomes the request that does not fit."))
+
+
+def solve(p, s: Sheet) -> None:
+    gqa = p.model
+    mla = Record(name=f"{gqa.name} with MLA", layers=gqa.layers, kv_lora_rank=p.kv_lora_rank,
+                 qk_rope_head_dim=ROPE_DIM, attention="mla")
+    e = engine(s, gqa, p.gpu, p.tp, dtype=p.weight_dtype, kv_dtype=p.kv_dtype, communication=True,
+               kv_prerequisite=True)
+    kv_g = e.KV  # kv_per_token_gpu: TP splits the GQA cache by KV head
+    kv_tok_m = kv_bytes_per_token_given(_Tagged(s, "MLA", "MLA variant"), mla, dtype_bytes(p.kv_dtype), p.kv_dtype)
+    kv_m = s.step("kv_gpu_mla", "MLA: KV bytes per token on each GPU", "KV_gpu_MLA", kv_tok_m, "KiB",
+                  "the latent belongs to every head at once: each TP rank keeps all of it")
+    H_kv = s.given("H_kv", gqa.kv_heads, "", "KV heads")
+    d_h = s.given("d_h", gqa.head_dim, "", "head dim")
+    d_c = s.param("d_c", "kv_lora_rank")
+    d_r = s.given("d_r", ROPE_DIM, "", "decoupled RoPE key dim")
+    n_star = s.step("tp_crossover", "TP at which the two per-GPU shares are equal", "n_star",
+                    2 * H_kv * d_h / (d_c + d_r), "GPUs",
+                    "2·H_kv·d_h/n = d_c + d_r per layer: a boundary, not a layout")
+    s.step("tp_flip", "Smallest deployable TP at which GQA's share is the smaller", "n_flip",
+           2 ** ceil_of(sympy.log(n_star, 2)), "GPUs", "TP degrees come in powers of two; this n* is not one")
+
+    usable = usable_memory(s, p.gpu)
+    room = s.step("room", "KV room per GPU (the same weights either way)", "F", usable - e.W / e.TP, "GB",
+                  "usable memory less this GPU's 1/TP of the weights")
+    C = s.param("C", "context")
+    G = s.given("G", GPUS_PER_NODE, "GPUs", "GPUs in the node")
+    per_g = s.step("per_replica_gqa", "GQA: requests one replica holds", "U_GQA", floor_of(room / (kv_g * C)),
+                   "requests", "every GPU of the replica holds its heads' share of every request")
+    per_m = s.step("per_replica_mla", "MLA: requests one replica holds", "U_MLA", floor_of(room / (kv_m * C)),
+                   "requests", "every GPU of the replica holds every request's whole latent")
+    if s.value(per_g) < 1 or s.value(per_m) < 1:
+        raise Reject("a replica holds no request of this length")
+    req_g = s.step("requests_gqa", "GQA: requests the node holds", "R_GQA", G / e.TP * per_g, "requests",
+                   "G/TP replicas fill the node")
+    req_m = s.step("requests_mla", "MLA: requests the node holds", "R_MLA", G / e.TP * per_m, "requests",
+                   "G/TP replicas fill the node")
+
+    # Each decode step reads every request's cache once; absorbed MLA attends over the latent itself.
+    H = s.given("H_q", gqa.heads, "", "query heads")
+    L = s.given("L", gqa.layers, "", "layers")
+    A_m = s.step("attention_pair_flops_mla", "MLA: attention FLOPs per query-key pair", "A_MLA",
+                 2 * L * H * (2 * d_c + d_r), "FLOP",
+                 "absorbed MLA: scores over d_c + d_r, values over d_c, a multiply-add each, every head and layer")
+    e_m = replace(e, KV=kv_m, A=A_m)
+    tpot = {}
+    for tag, eng, users, name in (("gqa", e, per_g, "GQA"), ("mla", e_m, per_m, "MLA")):
+        work = step_work(s, eng, tag, f"{name} decode step", users, users * C, users * C)
+        t_ar = tp_all_reduce(s, gqa, p.gpu, p.tp, users, tag=tag, label=f"{name} decode step")
+        tpot[tag] = step_time(s, eng, tag, f"{name} decode step at that batch", work, key=f"tpot_{tag}",
+                              communication=t_ar)
+
+    s.assume(f"The MLA variant is {gqa.name} retrofitted with multi-head latent attention (as TransMLA and "
+             f"MHA2MLA convert GQA models): a latent of {format_number(p.kv_lora_rank)} plus a {ROPE_DIM}-dim "
+             "RoPE key per layer, the same layers, heads and weights (the K/V projections change, a few percent "
+             "of the parameters, taken as equal).")
+    s.assume("MLA decodes in the absorbed form (DeepSeek-V2, section 2.1.3; vLLM and SGLang MLA kernels): each "
+             "query head scores against the latent and RoPE key and sums values in the latent, 2·(2·d_c + d_r) "
+             "FLOPs per query-key pair per head per layer instead of GQA's 4·d_h.")
+    fp8_latent_note(s, p.kv_dtype)
+    s.assume(f"Both run TP {p.tp} replicas over the node's {GPUS_PER_NODE} GPUs, attention tensor-parallel too; "
+             "data-parallel attention for the MLA variant is mla-tp-duplication's subject.")
+    s.slip("the MLA latent split over TP like KV heads", 1 / p.tp, on="kv_gpu_mla")
+    s.slip(f"x{p.tp}: the whole GQA token per GPU, not its share", p.tp, on="kv_per_token_gpu")
+    s.slip("MLA counted with K and V separately", 2.0, on="kv_gpu_mla")
+    s.slip("the MLA latent split over TP like KV heads", on="requests_mla",
+           factor=s.evaluate(G / e.TP * floor_of(room * e.TP / (kv_m * C))) / s.value(req_m))
+    s.slip("one replica only: the other G/TP − 1 forgotten", 1 / (GPUS_PER_NODE / p.tp), on=("requests_gqa",
+                                                                                            "requests_mla"))
+    _mla_levers(s, p, usable, e, kv_m, C, G, req_m)
+    _layout_regime(s, e.TP, n_star, req_g, req_m, tpot)
+

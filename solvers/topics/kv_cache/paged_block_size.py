@@ -1,0 +1,116 @@
+"""Choosing the KV block size - empty slots, kernel gathers, prefix hits."""
+from __future__ import annotations
+
+from solvers.derivation import Sheet, ceil_of, floor_of
+from solvers.models.common import (
+    dtype_bytes,
+)
+from solvers.models.kvcache import (
+    blocks_for_tokens,
+    kv_bytes_per_token_given,
+)
+from solvers.units import format_number, format_quantity
+
+# PagedAttention (Kwon et al., SOSP 2023) reports vLLM wasting under 4% of the KV cache: the bar
+# below which fragmentation is called negligible here.
+WASTE_TOLERANCE = 0.04
+
+
+def _block_choices(s: Sheet, B, L_avg, P, tau, blocks) -> None:
+    """The trade at half and twice this block size, judged on the variant's numbers."""
+    def share(size):
+        return (size - 1) / 2 / (L_avg + (size - 1) / 2)
+
+    def tail(size):
+        return P - size * floor_of(P / size)
+
+    half, double = B / 2, 2 * B
+    bar = format_quantity(s.value(tau), "%")
+    for size, option, word in ((half, "with half the block size the empty share would be under 4%", "half"),
+                               (double, "with twice the block size the empty share would still be under 4%",
+                                "twice")):
+        s.judge("block_choice", option, s.compare(share(size), tau) < 0,
+                f"at {word} the block size, (B' − 1)/2 ÷ (L + (B' − 1)/2) = "
+                f"{format_quantity(s.evaluate(share(size)), '%')} against the {bar} bar")
+    now, at_half = format_number(s.value(P) - s.evaluate(B * floor_of(P / B))), format_number(s.evaluate(tail(half)))
+    s.judge("block_choice", "half the block size would cache more of the system prompt",
+            s.compare(tail(half), tail(B)) < 0,
+            f"the uncached tail P mod B' goes from {now} to {at_half} tokens")
+    full_double = s.evaluate(double * floor_of(P / double))
+    s.judge("block_choice", "twice the block size would leave the whole system prompt uncached", full_double == 0,
+            f"{format_number(s.evaluate(double))}-token blocks: {format_number(full_double)} of the "
+            f"{format_number(s.value(P))} prompt tokens fill whole blocks")
+    more = s.evaluate(ceil_of(L_avg / half))
+    s.judge("block_choice", "half the block size would give the kernel more and smaller blocks to gather per sequence",
+            s.compare(ceil_of(L_avg / half), blocks) > 0,
+            f"⌈L/(B/2)⌉ = {format_number(more)} page-table entries per layer instead of "
+            f"{format_number(s.value(blocks))}, each half the bytes: the kernel's side of the trade", fact=True)
+    s.judge("block_choice", "twice the block size would leave fewer slots empty per sequence", False,
+            f"the expected empty slots grow with the block, (B' − 1)/2: {format_number(s.evaluate((double - 1) / 2))} "
+            f"instead of {format_number(s.evaluate((B - 1) / 2))}", fact=True)
+
+
+def _block_regime(s: Sheet, share, tau, L_star, L_avg, blocks, waste) -> None:
+    pct, bar = format_quantity(s.value(share), "%"), format_quantity(s.value(tau), "%")
+    count, empty = format_number(s.value(blocks)), format_quantity(s.value(waste), "GiB")
+    if s.compare(L_avg, L_star) > 0:
+        s.set_regime(
+            "waste-negligible",
+            f"Sequences are long next to the block: {pct} of the cache ({empty}) sits empty, under the {bar} "
+            f"bar. A bigger block would cut the {count} blocks per sequence the kernel walks and feed it larger "
+            "contiguous reads; what it costs is coarser prefix matching more than memory.",
+            L_star, L_avg,
+            "With shorter sequences (or a bigger block) the partial last block becomes a visible share of the "
+            "cache and costs concurrency: smaller blocks win back memory at the price of more, smaller gathers.")
+    else:
+        s.set_regime(
+            "waste-material",
+            f"Sequences are short next to the block: {pct} of the cache ({empty}) sits empty, above the {bar} "
+            "bar. A smaller block returns that memory as extra concurrency and matches prefixes more finely, "
+            f"at the price of more than the {count} blocks per sequence the kernel walks now.",
+            L_star, L_avg,
+            "With longer sequences (or a smaller block) the partial last block is a rounding error, and the "
+            "block size is chosen for kernel efficiency: fewer page-table entries and longer contiguous reads.")
+
+
+def solve(p, s: Sheet) -> None:
+    kv_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes(p.kv_dtype), p.kv_dtype)
+    B, n, L_avg, P = (s.param(sym, name) for sym, name in
+                      (("B", "block_size"), ("n", "batch"), ("L_avg", "mean_length"), ("P", "prefix")))
+
+    w_max = s.step("worst_waste", "Worst-case empty slots per sequence", "w_max", B - 1, "tokens",
+                   "only the last block can be partly full, and it holds at least one token")
+    w = s.step("expected_waste", "Expected empty slots per sequence", "w", w_max / 2, "tokens",
+               "a length ending anywhere in its last block leaves 0 to B−1 slots empty, each equally likely")
+    waste = s.step("batch_waste", "Expected empty KV across the batch", "W", n * w * kv_tok, "GiB",
+                   "every sequence in flight pays its own partial last block, in every layer")
+    share = s.step("waste_share", "Share of the allocated KV left empty", "f_w", w / (L_avg + w), "%",
+                   "empty slots over slots allocated (tokens stored plus empty ones)")
+    layers = s.given("L", p.model.layers, "", "layers")
+    s.step("page_bytes", "One block in one layer (vLLM's page)", "P_pg", B * kv_tok / layers, "KiB",
+           "the unit the attention kernel gathers: a block's keys and values for one layer")
+    blocks = blocks_for_tokens(s, L_avg, B)
+    hit = s.step("prefix_hit", "System-prompt tokens in full blocks (cache hits)", "P_hit", B * floor_of(P / B),
+                 "tokens", "only full blocks are hashed, and the block where the shared prompt ends also holds "
+                 "each request's own text")
+    s.step("prefix_recompute", "System-prompt tokens each new request prefills again", "P_miss", P - hit, "tokens",
+           "the tail of the prompt past its last full block misses the cache")
+    tau = s.given("tau", WASTE_TOLERANCE, "%", "waste counted as negligible (PagedAttention: under 4%)")
+    L_star = s.step("boundary_length", "Mean length at which the waste reaches the bar", "L_star",
+                    w * (1 - tau) / tau, "tokens", "solve w / (L + w) = τ for L")
+
+    s.assume("Lengths are spread widely enough that each sequence ends at a uniformly random slot of its "
+             "last block, so the expected waste is (B − 1)/2 slots; the worst case is B − 1.")
+    s.assume("KV bytes are those of one model replica across all layers; under tensor parallelism each GPU "
+             "holds its share of the same blocks, so the shares and counts are unchanged.")
+    s.assume("The system prompt is followed by text that differs per request, so its last, mixed block never "
+             "matches in a prefix cache that hashes whole blocks (vLLM's rule).")
+    s.slip("/n: one sequence's waste, not the batch's", 1 / p.batch, on="batch_waste")
+    s.slip("x2: the worst case B − 1 instead of the expected (B − 1)/2", 2.0, on="batch_waste")
+    s.slip("x2: the worst case B − 1 instead of the expected (B − 1)/2", on="waste_share",
+           factor=s.evaluate(w_max / (L_avg + w_max)) / s.value(share))
+    s.slip("x layers: KV of one layer counted for the whole model", 1 / p.model.layers, on="batch_waste")
+
+    _block_choices(s, B, L_avg, P, tau, blocks)
+    _block_regime(s, share, tau, L_star, L_avg, blocks, waste)
+

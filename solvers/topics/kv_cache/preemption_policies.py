@@ -1,0 +1,146 @@
+"""Out of KV blocks - recompute, swap, or wait."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Sheet, Side, ceil_of, floor_of, min_of
+from solvers.models.collective import tp_all_reduce
+from solvers.models.common import (
+    dtype_bytes,
+    model_params,
+    peak_flops,
+)
+from solvers.models.kvcache import (
+    kv_bytes_per_token_per_gpu_given,
+)
+from solvers.units import format_number, format_quantity
+
+# A stall that hits more than this share of a stream's decode steps sets its p99 inter-token latency.
+P99_SHARE = sympy.Rational(1, 100)
+
+
+MEAN_SHARE = sympy.Rational(1, 10)  # stalls that add this much to the mean time per token are more than a tail effect
+
+
+def _preemption_regime(s: Sheet, t_rec, t_swap, W_star, W) -> None:
+    rec, swap = format_quantity(s.value(t_rec), "ms"), format_quantity(s.value(t_swap), "ms")
+    breakeven = format_quantity(s.value(W_star), "GB/s")
+    s.regime_by(W, W_star, tie="below", above=Side(
+        "swap-cheaper",
+        f"Copying the victim's KV out and back takes {swap}, against {rec} to recompute it: swap is "
+        f"{format_number(s.value(t_rec) / s.value(t_swap), 3)}x cheaper. Nobody redoes work; the victim waits "
+        "for its copy back and every running stream waits out the copies once, a tail inter-token event.",
+        f"Below {breakeven} of effective PCIe bandwidth recompute wins, and the break-even rises for a model "
+        "that redoes fewer FLOPs per KV byte it would move (a small dense model, bf16 KV) or for faster "
+        "compute (fp8, a newer GPU): the victim then redoes its prefill and every running stream waits for "
+        "it. Engines that only recompute (vLLM V1) lean on the prefix cache to make part of it free."),
+        below=Side(
+        "recompute-cheaper",
+        f"Re-prefilling the victim takes {rec} of the group's compute, less than the {swap} the PCIe copy "
+        f"out and back would take: recompute is {format_number(s.value(t_swap) / s.value(t_rec), 3)}x cheaper. "
+        "The victim waits and redoes its prefill, and every running stream waits for that step.",
+        f"Above {breakeven} of effective PCIe bandwidth swap wins, and the break-even falls for a model "
+        "that redoes more FLOPs per KV byte (a larger model, fp8 KV, a longer context) or for slower "
+        "compute: nobody then redoes work, and the running streams wait only for the copies."))
+
+
+def solve(p, s: Sheet) -> None:
+    model, n_gpus = p.model, p.tp
+    peak = peak_flops(p.gpu, p.weight_dtype)
+
+    n = s.param("TP", "tp")
+    C = s.param("C", "context")
+    N = s.given("N", model_params(model), "", "parameters (dense: all of them work on every token)")
+    L = s.given("L", model.layers, "", "layers")
+    H = s.given("H_q", model.heads, "", "query heads")
+    d = s.given("d_h", model.head_dim, "", "head dim")
+    F_w = s.step("flops_weights", "Weight FLOPs of the re-prefill", "F_w", 2 * N * C, "TFLOP",
+                 "a multiply-add (2 FLOPs) per parameter per token, embeddings included")
+    F_a = s.step("flops_attention", "Attention FLOPs of the re-prefill", "F_a", 2 * L * H * d * C**2, "TFLOP",
+                 "QKᵀ and AV cost 4·C²·H·d per layer; the causal mask halves it")
+    F = s.step("flops", "FLOPs recompute redoes", "F", F_w + F_a, "TFLOP",
+               "the victim's whole prefill, done again")
+    P = s.given("P", peak, "TFLOP/s", f"{p.gpu.name} dense {p.weight_dtype} peak")
+    eta = s.param("eta", "mfu")
+    t_math = s.step("t_recompute_math", "Recompute math", "t_math", F / (n * P * eta), "ms",
+                    "the TP group shares the prefill at its achievable compute")
+    t_ar = tp_all_reduce(s, model, p.gpu, n_gpus, C, tag="rec", label="re-prefill")
+    t_rec = s.step("t_recompute", "Recompute time", "t_rec", t_math + t_ar, "ms",
+                   "the math, then the TP all-reduces it cannot overlap" if n_gpus > 1 else
+                   "one GPU: no all-reduces")
+
+    kv_gpu = kv_bytes_per_token_per_gpu_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype, n)
+    V = s.step("swap_bytes", "Victim's KV on each GPU", "V", kv_gpu * C, "GB",
+               "each GPU holds its KV heads' share of the victim's context")
+    W = s.param("W", "pcie")
+    t_swap = s.step("t_swap", "Swap time (out and back in)", "t_swap", 2 * V / W, "ms",
+                    "each GPU copies its share to host memory and later back, over its own link")
+    W_star = s.step("breakeven_bw", "PCIe bandwidth at which swap and recompute cost the same", "W_star",
+                    2 * V / t_rec, "GB/s", "set 2V/W equal to the recompute time and solve for W")
+
+    b = s.param("b", "batch")
+    R = s.param("R", "remaining")
+    T = s.param("T", "tpot")
+    s.step("t_free", "Time until the nearest request finishes", "t_free", R * T, "s",
+           "the first blocks to come free, if the batch could keep decoding")
+    S = s.step("steps_bought", "Decode steps one eviction buys", "S", floor_of(C / b), "steps",
+               "the victim frees C tokens of KV; the running streams write b tokens of it per step")
+    s.step("reserve", "KV the batch writes before that completion (each GPU)", "V_res", b * R * kv_gpu, "GB",
+           "what a scheduler must hold back for waiting to be safe: b streams, R tokens each")
+    k = s.step("evictions", "Victims of this size evicted before the nearest completion", "k",
+               ceil_of((b + 1) * R / (C + R)), "requests",
+               "k victims free k·C tokens and stop writing; the b + 1 − k left write R each: k·C ≥ (b + 1 − k)·R")
+
+    s.assume(f"Recompute at {format_number(p.mfu * 100)}% of the dense {p.weight_dtype} peak across the TP group "
+             "(prefill is compute-bound), plus the TP all-reduces by the card's tp-all-reduce model; all weights "
+             "and the causal attention over the context counted, nothing of the victim left in a prefix cache.")
+    s.assume(f"Swap at an effective {format_quantity(p.pcie, 'GB/s')} per GPU, each GPU over its own PCIe link: "
+             "PCIe Gen5 x16 carries about 64 GB/s each way, but block-by-block copies of small pages and "
+             "links shared behind a PCIe switch deliver a fraction of it (an assumption; measure it).")
+    s.assume("Either eviction stalls the engine step it runs in: the re-prefill shares the step with the decode "
+             "streams, and vLLM V0 ran its swaps in the worker before the forward pass. So every running stream "
+             "waits out the eviction's time once.")
+    s.assume("The pool is full and nothing is reserved: each running stream needs a new block within one block's "
+             "worth of tokens, so evicting no one stalls them all, the nearest-to-done request included (it "
+             "is R tokens from done). Engines avoid this by stopping admissions early (a watermark or a "
+             "reserve of blocks) and by preempting, never by waiting.")
+    s.assume(f"Victims evicted later are of the same size; the {format_number(p.batch)} other streams grow by one "
+             "token per step and none finishes before the nearest one; block granularity is ignored.")
+    one_gpu = f"x{n_gpus}: one GPU doing the whole recompute or copy, not its 1/{n_gpus} share"
+    s.slip(one_gpu, n_gpus, on="t_swap")
+    s.slip(one_gpu, on="t_recompute", factor=s.evaluate(n * t_math + t_ar) / s.value(t_rec))
+    s.slip("x2: the copy counted one way only", 0.5, on=("t_swap", "breakeven_bw"))
+    s.slip("attention FLOPs left out", s.value(F_w) / s.value(F), on="flops")
+    s.slip("attention FLOPs left out", on="t_recompute", factor=s.evaluate(t_math * F_w / F + t_ar) / s.value(t_rec))
+    if n_gpus > 1:
+        s.slip("TP all-reduces left out", s.value(t_math) / s.value(t_rec), on="t_recompute")
+        s.slip("TP all-reduces left out", s.value(t_rec) / s.value(t_math), on="breakeven_bw")
+
+    stall = min_of(t_rec, t_swap)
+    s.judge("who_pays", "Waiting with no one evicted stalls every running stream, not just the one that asked", True,
+            "the pool is full: every stream needs a block within one block's worth of tokens, and the nearest "
+            f"completion is {format_number(p.remaining)} tokens away, so the whole batch stops (or deadlocks)",
+            fact=True)
+    s.judge("who_pays", "Evicting the victim stalls only the victim; the running streams decode on", False,
+            "the re-prefill shares the engine step with the decode streams (a swap runs before the forward pass): "
+            "every running stream waits out the eviction once", fact=True)
+    one = s.compare(S, R) >= 0
+    s.judge("who_pays", "One eviction of this victim frees enough KV for the batch to reach its next completion", one,
+            f"{format_number(p.context)} tokens freed last the {format_number(p.batch)} streams "
+            f"{format_number(s.value(S))} steps, {'at least' if one else 'short of'} the "
+            f"{format_number(p.remaining)} the nearest request needs: {format_number(s.value(k))} victim(s) go first")
+    long_stall = s.compare(stall, T) > 0
+    s.judge("who_pays", "Even the cheaper eviction stalls every running stream for longer than one TPOT",
+            long_stall, f"the cheaper eviction takes {format_quantity(s.evaluate(stall), 'ms')}, "
+            f"{'more' if long_stall else 'less'} than the {format_quantity(p.tpot, 'ms')} TPOT")
+    tail = s.compare(1 / S, P99_SHARE) > 0
+    s.judge("who_pays", "The stalls land in more than 1 decode step in 100, so they set every stream's p99 "
+            "inter-token latency", tail, f"one eviction every {format_number(s.value(S))} steps: "
+            + ("above 1%, inside the p99" if tail else "under 1%, beyond the p99 (p99.9 and the maximum)"))
+    added, mean = s.evaluate(stall / (S * T)), s.compare(stall / (S * T), MEAN_SHARE) > 0
+    s.judge("who_pays", "Spread over the steps one eviction buys, the stalls add over 10% to every stream's mean "
+            "time per token", mean, f"{format_quantity(s.evaluate(stall), 'ms')} every "
+            f"{format_number(s.value(S))} steps of {format_quantity(p.tpot, 'ms')}: "
+            f"{format_quantity(added, '%')} on the mean" + ("" if mean else ", a tail effect more than a mean one"))
+    _preemption_regime(s, t_rec, t_swap, W_star, W)
+

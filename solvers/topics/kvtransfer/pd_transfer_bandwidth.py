@@ -1,0 +1,143 @@
+"""Prefill-to-decode KV transfer - the bandwidth a disaggregated pool needs."""
+from __future__ import annotations
+
+from solvers.derivation import Reject, Sheet, Side
+from solvers.models.collective import all_reduce_terms, tp_all_reduce
+from solvers.models.common import dtype_bytes, peak_flops
+from solvers.models.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
+from solvers.models.kvtransfer import active_params, attention_pair_flops
+from solvers.units import format_number, format_quantity
+
+BREAKERS = (
+    "an MHA model of the same size (as many KV heads as query heads)",
+    "GPUs with four times the FLOP/s and twice the NVLink bandwidth (Blackwell at fp8 against Hopper at bf16)",
+    "an MHA model of the same size, and GPUs with four times the FLOP/s and twice the NVLink bandwidth",
+    "four times as many prefill GPUs feeding each decode GPU",
+    "prompts four times as long",
+    "an fp8 KV cache (half the bytes per token)",
+    "twice the link bandwidth",
+)
+
+
+def _link_breakers(s: Sheet, p, *, need: float, link: float) -> None:
+    """Which single change flips whether the decode GPU's link holds: each redone on the variant's numbers."""
+    model = p.model
+    groups = model.heads / model.kv_heads
+    n = model.get("active_params_b", model.params_b) * 1e9
+    pair = 4 * model.layers * model.heads * model.head_dim
+
+    def verdict(factor: float, nic: float = link) -> tuple[bool, str]:
+        after = need * factor
+        return after > nic, f"{format_quantity(after, 'GB/s')} against {format_quantity(nic, 'GB/s')} of link"
+
+    ar = all_reduce_terms(s, model, p.gpu, p.tp)  # the givens tp_all_reduce stated: no new ones on the sheet
+    fixed, per_token = s.evaluate(ar.fixed), s.evaluate(ar.per_token)
+    compute = p.tp * p.mfu * peak_flops(p.gpu, p.weight_dtype)
+
+    def rate(prompt: float, speed: float = 1.0, nvlink: float = 1.0) -> float:
+        # Tokens per second of prefill: compute `speed` times faster, the all-reduces' bytes over `nvlink`
+        # times the bandwidth, their latency unchanged.
+        return prompt / (prompt * (2 * n + pair * prompt / 2) / (speed * compute) + fixed
+                         + per_token * prompt / nvlink)
+
+    longer = rate(4 * p.prompt) / rate(p.prompt)
+    blackwell = rate(p.prompt, 4, 2) / rate(p.prompt)
+    heads = f"{format_number(groups)}x the KV bytes per token for the same FLOPs" if groups > 1 else \
+        "already MHA: the KV per token stays"
+    speed = (f"{format_number(blackwell, 3)}x the tokens per second, each with the same KV: the compute "
+             "shrinks fourfold, the all-reduces' bytes only twofold and their latency not at all"
+             if p.tp > 1 else "four times the tokens per second, each with the same KV")
+    mha, faster, both, fan, long_prompts, fp8_kv, nic = BREAKERS
+    cases = (
+        (mha, verdict(groups), heads),
+        (faster, verdict(blackwell), speed),
+        (both, verdict(groups * blackwell), f"{heads}, and {format_number(blackwell, 3)}x the tokens per second"),
+        (fan, verdict(4), "four times the senders into the same link"),
+        (long_prompts, verdict(longer),
+         "more attention FLOPs per token: the KV comes out slower" if longer < 1 else
+         "the all-reduces' fixed latency spread over more tokens outweighs the extra attention: the KV comes "
+         "out faster"),
+        (fp8_kv, verdict(0.5 if p.kv_dtype == "bf16" else 1.0),
+         "half the bytes per token" if p.kv_dtype == "bf16" else "already fp8: nothing changes"),
+        (nic, verdict(1, 2 * link), "twice the link for the same flow"))
+    short = need > link
+    flips = [(option, breaks != short, numbers, why) for option, (breaks, numbers), why in cases]
+    if len({flipped for _, flipped, _, _ in flips}) == 1:
+        raise Reject("every change leaves the link on the same side, or every change moves it: nothing to tell apart")
+    for option, flipped, numbers, why in flips:
+        now = ("the link comes up short" if not short else "the flow fits") if flipped else \
+            ("it stays short" if short else "it still fits")
+        s.judge("breakers", option, flipped, f"{why}: {numbers}: {now}")
+
+
+def _link_regime(s: Sheet, need, link, bound, k, request) -> None:
+    got, nic = format_quantity(s.value(need), "GB/s"), format_quantity(s.value(link), "GB/s")
+    size = format_quantity(s.value(request), "GB")
+    per_gpu = format_quantity(s.value(bound), "GB/s")
+    fan = format_number(s.value(k))
+    s.regime_by(need, link, tie="below", above=Side(
+        "link-breaks",
+        f"Each decode GPU must take {got} from its {fan} prefill GPU(s), past its {nic} link: prefill makes KV "
+        f"faster than the link moves it (up to {per_gpu} per prefill GPU, whatever the prompt length), so decode "
+        "waits on transfers or prefill stalls.",
+        "With more compute per KV byte (GQA with few KV heads, bigger models, MLA), fewer prefill GPUs per "
+        "decode GPU, an fp8 KV cache or a faster link the flow fits, and prompt length never enters."),
+        below=Side(
+        "link-suffices",
+        f"Each decode GPU takes {got} from its {fan} prefill GPU(s), within its {nic} link: a request's KV is "
+        f"{size}, but it trickles out over the prefill time, at most {per_gpu} per prefill GPU whatever the "
+        "prompt length.",
+        "Models that spend little compute per KV byte (MHA, small models), faster GPUs (Blackwell, fp8 compute) "
+        "and a large fan-in of prefill GPUs per decode GPU raise the flow past the link."))
+
+
+def solve(p, s: Sheet) -> None:
+    model, gpu = p.model, p.gpu
+    N = active_params(s, model)
+    TP = s.param("TP", "tp")
+    kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype)
+    KV = kv_bytes_per_token_per_gpu_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype, TP)
+    P = s.given("P", peak_flops(gpu, p.weight_dtype), "TFLOP/s", f"{gpu.name} dense {p.weight_dtype} peak")
+    mfu = s.param("η", "mfu")
+    T = s.param("T", "prompt")
+    k = s.param("k", "fan_in")
+    link = s.step("", "The decode GPU's link in bytes", "BW_D", s.param("BW_b", "link"), "GB/s",
+                  "8 bits a byte: the unit the KV comes in")
+    A = attention_pair_flops(s, model)
+
+    request = s.step("kv_per_request", "KV one prompt produces", "M_req", T * kv_tok, "GB",
+           "every prompt token leaves its keys and values in every layer: the scary number")
+    flops = s.step("flops_per_token", "Prefill FLOPs per prompt token, on average", "F_tok", 2 * N + A * T / 2,
+                   "GFLOP", "2N through the weights, plus T/2 query-key pairs per token under the causal mask")
+    t_ar = tp_all_reduce(s, model, gpu, p.tp, T, tag="pre", label="prefill")
+    t_pre = s.step("prefill_time", "Prefill time of the prompt", "t_pre", T * flops / (TP * mfu * P) + t_ar, "s",
+                   "the prompt's FLOPs over the group's FLOP/s at this matmul efficiency"
+                   + ("" if p.tp == 1 else ", then the TP all-reduces (tp-all-reduce card)"))
+    b = s.step("per_gpu", "KV each prefill GPU sends per second", "b", T * KV / t_pre, "GB/s",
+               "its share of the prompt's KV over the prefill time: the prompt length cancels but for attention"
+               + ("" if p.tp == 1 else " and the all-reduces' latency"))
+    if s.compare(KV * TP, kv_tok) > 0:
+        raise Reject("TP past the KV heads replicates them: each GPU sends more than its share")
+    bound = s.step("per_gpu_bound", "The same with neither attention nor all-reduces: prompt length gone", "b_max",
+                   mfu * P / (2 * N / kv_tok), "GB/s", "η·peak/(2N/KV): compute per GPU over the FLOPs per KV byte; "
+                   "attention and the all-reduces only add time, so no prompt length needs more")
+    need = s.step("decode_need", "KV a decode GPU's link carries per second", "b_D", k * b, "GB/s",
+                  "each decode GPU takes the KV of the prefill GPUs that feed it")
+    s.step("link_share", "Share of the decode GPU's link", "u", need / link, "%",
+           "what the transfer leaves for everything else on that link")
+    _link_breakers(s, p, need=s.value(need), link=s.value(link))
+
+    s.assume("Prefill runs back to back on every prefill GPU, its matmuls at the given efficiency (a share of "
+             "peak for the FLOPs alone: the all-reduces come on top, so end-to-end MFU is lower), and its KV "
+             "leaves as it is made (layer by layer, as NIXL/Mooncake transfers do), so the link sees the average "
+             "rate, not a burst.")
+    s.assume("Each GPU of the prefill group sends its own KV heads; a decode GPU receives the KV of the prefill "
+             "GPUs that feed it (the fan-in) over its link, with no other traffic on it.")
+    s.assume("FLOPs: 2 per active parameter per token plus the attention-flops card's causal pairs; the prefill "
+             "group's all-reduces follow the tp-all-reduce card over NVLink, not overlapped with compute: they "
+             "slow the prefill a little and the KV rate with it.")
+    s.slip("Gb/s and GB/s mixed up", on="link_share", factor=8.0)
+    s.slip("the whole token's KV per GPU (TP forgotten)", on="per_gpu", factor=p.tp)
+    s.slip("the fan-in forgotten", on="decode_need", factor=1 / p.fan_in)
+    _link_regime(s, need, link, bound, k, request)
+

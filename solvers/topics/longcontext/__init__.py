@@ -1,0 +1,1 @@
+"""The longcontext questions: one module a question, each with solve(p, s)."""

@@ -1,0 +1,219 @@
+"""A million tokens of context - the cache, the prefill, and the change that breaks the plan."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.data import Record
+from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
+from solvers.models.collective import crosses_domain, tp_all_reduce
+from solvers.models.common import GPU_MEMORY_UTILIZATION, dtype_bytes, hbm_bytes, peak_flops
+from solvers.models.moe import GATED_MATRICES, attention_params
+from solvers.models.steptime import engine
+from solvers.units import format_number, format_quantity
+
+WINDOW = 4096  # the sliding window of the rescue option: Gemma-2's, on every other layer
+
+
+MLA_LATENT = 576  # DeepSeek-V2/V3: kv_lora_rank 512 + decoupled RoPE key 64 per layer
+
+
+CP_OPTIONS = ((2, "context parallelism over twice this plan's nodes"),
+              (8, "context parallelism over 8 times this plan's nodes"),
+              (16, "context parallelism over 16 times this plan's nodes"),
+              (64, "context parallelism over 64 times this plan's nodes"))
+
+
+MHA, VOCAB = "MHA: a KV head for every query head", "a vocabulary twice as large"
+
+
+WIDEST_CP = 64  # a rescue past 64 times the plan's nodes is no rescue: such draws are refused
+
+
+def added_params(model: Record, **change: int) -> int:
+    """Parameters a change of attention heads adds to the model: its attention projections, every layer."""
+    return model.layers * (attention_params(Record({**model, **change})) - attention_params(model))
+
+
+def _breaks(s: Sheet, p, *, room: float, kv: float, w: float, nodes: float, added: dict[str, float]) -> None:
+    """Which single change to the model would need more nodes than the plan has: its KV multiplier and the
+    weights it adds per GPU, against the same usable HBM."""
+    heads, kv_heads, usable = p.model.heads, p.model.kv_heads, room + w
+
+    def grown(extra: float) -> str:
+        return f"+{format_quantity(extra, 'GB')} of weights a GPU"
+
+    changes = (
+        (MHA, heads / kv_heads, w + added["mha"],
+         f"{format_number(heads / kv_heads)}x the KV per GPU, {grown(added['mha'])}"),
+        ("twice the KV heads", 2, w + added["kv"], f"2x the KV per GPU, {grown(added['kv'])}"),
+        ("twice the query heads, the same KV heads", 1, w + added["q"],
+         f"the KV unchanged, but q and o projections twice as wide: {grown(added['q'])}"),
+        ("twice the layers at the same width", 2, 2 * w, "2x the KV and 2x the weights per GPU"),
+        (VOCAB, 1, w + added["vocab"],
+         f"the KV unchanged, the embedding and output tables twice as long: {grown(added['vocab'])}"),
+        ("an MLP twice as wide", 1, w + added["mlp"],
+         f"the KV unchanged, the gate, up and down projections twice as wide: {grown(added['mlp'])}"),
+    )
+    for option, kv_factor, weights, what in changes:
+        left = usable - weights
+        need = float("inf") if left <= 0 else -(-kv * kv_factor // left)
+        more = need > nodes
+        # MHA multiplies the KV by H_q/H_kv = 8 for every model drawn; a longer vocabulary adds no KV and
+        # under a GB of weights a GPU: facts of these models, whatever the context.
+        s.judge("breaks", option, more, f"{what}: {format_number(need)} node(s) against the plan's "
+                f"{format_number(nodes)}" if left > 0 else f"{what}: the weights alone fill the GPUs",
+                fact=option in (MHA, VOCAB))
+
+
+def _rescue(s: Sheet, p, *, room: float, kv_mha: float, T_value: int, c_mha: float, nodes: float) -> None:
+    """With MHA's cache, which of these holds the request again."""
+    fits = f"{format_quantity(room, 'GB')} of KV room per GPU on one node beside the MHA weights"
+    if p.kv_dtype == "fp8":
+        s.judge("rescue", "an fp8 KV cache, on one node", False, "the cache is already fp8")
+    else:
+        half = kv_mha / 2
+        s.judge("rescue", "an fp8 KV cache, on one node", half <= room,
+                f"half the MHA cache is {format_quantity(half, 'GiB')} per GPU against {fits}")
+    windowed = kv_mha * (0.5 + 0.5 * min(WINDOW, T_value) / T_value)
+    s.judge("rescue", f"a {format_number(WINDOW)}-token sliding window on every other layer, on one node",
+            windowed <= room, f"the full layers keep every token: {format_quantity(windowed, 'GiB')} per GPU "
+            f"against {fits}")
+    latent = p.model.layers * MLA_LATENT * {"bf16": 2, "fp8": 1}[p.kv_dtype] * T_value
+    s.judge("rescue", "an MLA latent of 576 values per layer, on one node (TP 8)", latent <= room,
+            f"the latent has no heads to split, so every GPU keeps all of it: {format_quantity(latent, 'GiB')} "
+            f"against {fits}")
+    s.judge("rescue", "smaller KV blocks in the paged cache, on one node", False,
+            f"paging trims the empty tail of the last block, not the bytes: {format_quantity(kv_mha, 'GiB')} "
+            f"per GPU against {fits}", fact=True)
+    for times, option in CP_OPTIONS:  # the widest always holds: draws it would not hold are refused
+        s.judge("rescue", option, c_mha <= times * nodes,
+                f"the MHA cache needs {format_number(c_mha)} node(s) of TP 8; {times} x this plan's "
+                f"{format_number(nodes)} is {format_number(times * nodes)}", fact=times == WIDEST_CP)
+
+
+def _regime(s: Sheet, T, T_max, T_half, share, nodes: float) -> None:
+    longest = format_number(s.value(T_max), 3)
+    crossover = format_number(s.value(T_half), 3)
+    att = format_quantity(s.value(share), "%")
+    s.regime_by(T, T_max, tie="below", below=Side(
+        "fits",
+        f"The request's KV fits the node's KV room up to {longest} tokens: TP 8 alone holds it, one KV head per "
+        f"GPU. Attention is {att} of the prefill FLOPs (it overtakes the weights past {crossover} tokens), so "
+        "TTFT is the cost, not memory.",
+        "Past the longest context one node holds, the request spills: context parallelism across nodes splits "
+        "the tokens (each node keeps the whole weights), or the cache must shrink (fp8 KV, windows, a latent)."),
+        above=Side(
+        "does-not-fit",
+        f"One node holds at most {longest} tokens of this cache: the request needs {format_number(nodes)} "
+        "nodes, the tokens split across them by context parallelism (ring attention), each a TP 8 group "
+        f"with the whole weights. Attention is {att} of the prefill FLOPs, which the extra nodes also share.",
+        "Below the longest context one node holds, TP 8 alone keeps the request and no KV crosses the NIC."))
+
+
+def solve(p, s: Sheet) -> None:
+    if crosses_domain(p.gpu, p.tp):
+        raise Reject("TP must stay inside the node")
+    e = engine(s, p.model, p.gpu, p.tp, dtype=p.weight_dtype, kv_dtype=p.kv_dtype, communication=True,
+               kv_prerequisite=True)
+    T = s.param("T", "context")
+    KV_tok = sympy.Symbol("KV_tok")  # kv-bytes-per-token's figure, stated by the engine above
+    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
+    u = s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable share of HBM (usable-hbm)")
+    H = sympy.Symbol("H_q")
+    H_kv = s.given("H_kv", p.model.kv_heads, "", "KV heads")
+
+    kv_req = s.step("kv_request", "KV cache of one request", "KV_req", KV_tok * T, "GiB",
+                    "every token keeps its key and value in every layer")
+    w_gpu = s.step("weights_per_gpu", "Weights on each GPU", "W_gpu", e.W / e.TP, "GB", "TP splits every matrix")
+    kv_gpu = s.step("kv_per_gpu", "KV of the request on each GPU of one node", "KV_gpu_req", e.KV * T, "GiB",
+                    "each GPU keeps its own KV heads' share of every token")
+    room = s.step("kv_room", "KV room on each GPU", "R", u * M - w_gpu, "GB",
+                  "usable HBM less this GPU's weights")
+    if s.value(room) <= 0:
+        raise Reject("the weights alone fill the node")
+    T_max = s.step("longest_context", "Longest context one node holds", "T_max", room / e.KV, "tokens",
+                   "the KV room over one token's KV on a GPU")
+    c = s.step("nodes", "Nodes that hold the request (TP 8 each, context parallel across them)", "c",
+               ceil_of(kv_gpu / room), "nodes",
+               "each node keeps the whole weights and 1/c of the tokens' KV")
+    n_c = s.value(c)
+    if n_c > 16:
+        raise Reject("more than 16 nodes for one request")
+
+    # Prefill: the weights' FLOPs grow with T, causal attention's with T²/2.
+    F_w = s.step("prefill_weight_flops", "Prefill FLOPs in the weights", "F_w", 2 * e.N * T, "PFLOP",
+                 "2 FLOPs per parameter per prompt token (flops-per-token)")
+    F_a = s.step("prefill_attention_flops", "Prefill FLOPs in attention", "F_a", e.A * T**2 / 2, "PFLOP",
+                 "A per query-key pair, T²/2 pairs under the causal mask (attention-flops): 2·L·d·T²")
+    share = s.step("attention_share", "Attention's share of the prefill FLOPs", "φ", F_a / (F_w + F_a), "%",
+                   "2·L·d·T² / (2·N·T + 2·L·d·T²): the T² term wins once T passes N/(L·d)")
+    T_half = s.step("", "Prompt length where attention and weights cost the same", "T_eq", 2 * e.N * 2 / e.A,
+                    "tokens", "2·N·T = 2·L·d·T² at T = N/(L·d)")
+    ar = tp_all_reduce(s, p.model, p.gpu, p.tp, T / c, tag="pre", label="prefill's share of each node")
+    nic = s.given("BW_nic", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name} per GPU, each direction")
+    att_dtype = "fp8" if p.weight_dtype == p.kv_dtype == "fp8" else "bf16"
+    if att_dtype == p.weight_dtype:
+        att_rate = e.flop_rate
+    else:  # fp8 GEMMs, but the attention reads a bf16 cache: its matmuls run at the bf16 peak
+        att_rate = e.TP * e.eta_c * s.given("P_att", peak_flops(p.gpu, "bf16"), "TFLOP/s",
+                                            f"{p.gpu.name} dense bf16 peak (attention over a bf16 cache)")
+    t_math = s.step("", "Prefill math, spread over every node", "t_F", (F_w / e.flop_rate + F_a / att_rate) / c, "s",
+                    "the step model's compute across c·TP GPUs, attention at its cache's dtype (zig-zag ring "
+                    "attention balances the causal work)")
+    t_ring = s.step("ring_pass", "KV passed around the ring between nodes", "t_ring",
+                    (c - 1) / c * kv_req / (e.TP * nic), "s",
+                    "each node receives every other node's KV shard over its TP NICs (0 on one node)")
+    s.step("prefill_time", "Prefill time (time to first token)", "t_pre",
+                   max_of(t_math, t_ring) + ar + e.t_oh, "s",
+                   "ring attention overlaps the KV passing with the math; the node's all-reduces come on top")
+    t_dec = s.step("decode_step", "Decode step at this context", "t_dec",
+                   max_of((w_gpu + kv_gpu / c) / e.byte_rate, (2 * e.N / e.flop_rate + e.A * T / att_rate) / c)
+                   + tp_all_reduce(s, p.model, p.gpu, p.tp, 1, tag="dec", label="decode step") + e.t_oh, "ms",
+                   "every GPU reads its weights and its 1/c of the KV for one token")
+    s.step("per_user", "Decode speed of the request", "X_user", 1 / t_dec, "tokens/s", "one token per step")
+
+    # The model changes: MHA multiplies the KV by H_q/H_kv, and what would hold that instead.
+    s.step("kv_request_mha", "KV of the request if the model were MHA", "KV_MHA", kv_req * H / H_kv,
+                    "GiB", "one KV head per query head: H_q/H_kv times the GQA cache")
+    model, b_w = p.model, dtype_bytes(p.weight_dtype)
+    dN = s.given("ΔN_MHA", added_params(model, kv_heads=model.heads), "",
+                 "parameters MHA adds: K and V projections of H_q heads instead of H_kv, every layer")
+    room_mha = s.step("kv_room_mha", "KV room on each GPU, were it MHA", "R_MHA", room - dN * e.W / (e.N * e.TP), "GB",
+                      "the larger K and V projections, at the weights' bytes per parameter, split by TP")
+    if s.value(room_mha) <= 0:
+        raise Reject("the MHA model's weights alone fill the node")
+    c_mha = s.step("nodes_mha", "Nodes that hold the MHA request", "c_MHA", ceil_of(kv_gpu * H / H_kv / room_mha),
+                   "nodes", "H_q/H_kv times the KV per GPU, in the MHA model's room")
+    if s.value(c_mha) > WIDEST_CP * n_c:
+        raise Reject("were it MHA, not even the widest context-parallel rescue would hold it")
+    tp = p.tp
+    _breaks(s, p, room=s.value(room), kv=s.value(kv_gpu), w=s.value(w_gpu), nodes=n_c, added={
+        "mha": added_params(model, kv_heads=model.heads) * b_w / tp,
+        "kv": added_params(model, kv_heads=2 * model.kv_heads) * b_w / tp,
+        "q": added_params(model, heads=2 * model.heads) * b_w / tp,
+        "vocab": 2 * model.vocab * model.hidden * b_w / tp,  # untied input and output tables
+        "mlp": GATED_MATRICES * model.hidden * model.ffn * model.layers * b_w / tp})
+    _rescue(s, p, room=s.value(room_mha), kv_mha=s.value(kv_gpu) * model.heads / model.kv_heads,
+            T_value=p.context, c_mha=s.value(c_mha), nodes=n_c)
+
+    s.assume(f"{p.model.name}'s architecture stretched to {format_number(p.context)} tokens by RoPE scaling and "
+             "long-context fine-tuning (Gradient's Llama-3-70B-Instruct-Gradient-1048k did this): the weights "
+             "and KV layout are unchanged. A model change counts its own weights: more heads mean larger "
+             "attention projections (q and o for query heads, k and v for KV heads), at the same bytes per "
+             "parameter.")
+    s.assume("One request at a time; each node is one TP group of its GPUs; across nodes the sequence is split "
+             "(context parallelism): prefill passes KV shards around a ring (pass-KV ring attention) and decode "
+             "merges each node's partial attention, a few KB per layer, left out.")
+    if p.weight_dtype == "fp8":
+        s.assume("With fp8 weights the GEMMs run at the fp8 dense peak; attention runs at fp8 only over an fp8 "
+                 "cache (FlashAttention-3's fp8 path), at the bf16 peak over a bf16 one."
+                 if p.kv_dtype == "fp8" else "With fp8 weights the GEMMs run at the fp8 dense peak; attention "
+                 "reads the bf16 cache and runs at the bf16 peak (FlashAttention-3's fp8 path needs fp8 K and V).")
+    s.assume("Activations and the attention kernel's workspace are left out of the memory; prefill is chunked "
+             "so that its activations stay small beside the cache.")
+    s.slip("causal mask left out (T² pairs instead of T²/2)",
+           s.evaluate(2 * F_a / (F_w + 2 * F_a)) / s.value(share), on="attention_share")
+    s.slip("KV in GB counted as GiB", 1e9 / 2**30, on="kv_request")
+    s.slip("x8: the request's whole KV on every GPU", p.tp, on="kv_per_gpu")
+    _regime(s, T, T_max, T_half, share, n_c)
+

@@ -1,0 +1,130 @@
+"""The memory beyond weights and KV cache, and where an OOM comes from."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Reject, Sheet, Side
+from solvers.models.memory import profile_run_inputs
+from solvers.units import format_number, format_quantity
+
+# The three vLLM v1 start-ups the question draws from: before PR #25359 (September 2025) the first memory
+# snapshot came before the NCCL communicators were set up, so their buffers showed up as non-torch growth in
+# the profile and were subtracted; from that change they sit in the snapshot's baseline, which the budget never
+# subtracts; from v0.21 start-up also captures the CUDA graphs in a trial and subtracts their estimate.
+# v0.11 is left out: whether its first release has the change is not pinned down here.
+BEFORE_25359, FROM_V021 = "v0.10", "v0.21"  # and v0.12-v0.20 between them
+
+
+# Two facts of every release's ledger, and the two consumers the releases move. The weights (plainly
+# subtracted) and fragmentation (plainly not: it builds up under load) are graded through the KV and the
+# unbudgeted memory instead: four constants would outnumber what the release decides.
+PROFILED = "the profile run's activation peak and its other non-torch growth"
+
+
+CONSUMERS = (PROFILED, "the CUDA runtime context", "the NCCL communicators", "the CUDA graphs")
+
+
+def _measured(release: str) -> dict[str, bool]:
+    """Which consumers start-up subtracts before it sizes the KV cache, in this release."""
+    return {PROFILED: True, "the CUDA runtime context": False,
+            "the NCCL communicators": release == BEFORE_25359, "the CUDA graphs": release == FROM_V021}
+
+
+MIN_KV_MEMORY = 2 * 2**30  # below 2 GiB of KV cache per GPU nobody would deploy this: it holds a few contexts
+
+
+def _accounting_why(item: str, release: str, subtracted: bool) -> str:
+    if item == "the NCCL communicators":
+        return ("set up after the first snapshot in this release: their buffers are non-torch growth the profile "
+                "subtracts" if subtracted else "set up before the first snapshot since PR #25359: part of the "
+                "baseline, which the budget never subtracts")
+    if item == "the CUDA graphs":
+        return ("v0.21 captures them in a trial and subtracts the estimate" if subtracted else
+                "captured after the KV cache is sized; this release makes no estimate by default")
+    return {PROFILED: "the torch peak of the profile run and its non-torch increase over the snapshot, beside "
+                      "the weights measured while loading",
+            "the CUDA runtime context": "created before the first snapshot: in the baseline, never subtracted "
+                                        "(nor is fragmentation, which builds up only under load)"}[item]
+
+
+def _budget_regime(s: Sheet, release: str, headroom, unbudgeted, u) -> None:
+    room, need = format_quantity(s.value(headroom), "GiB"), format_quantity(s.value(unbudgeted), "GiB")
+    util = format_number(s.value(u))
+    fixes = ("lower gpu_memory_utilization to the highest value that fits, capture fewer CUDA graph sizes, "
+             + ("" if release == FROM_V021 else "move to v0.21's graph estimate, ")
+             + "or set the KV cache size explicitly (kv_cache_memory_bytes) from a measured run")
+    s.regime_by(unbudgeted, headroom, tie="below", below=Side(
+        "fits",
+        f"The {need} vLLM did not budget for fit in the {room} that gpu_memory_utilization = {util} leaves "
+        "outside its budget: the deployment runs.",
+        "Raising gpu_memory_utilization for more KV blocks, capturing more CUDA graph sizes or a fragmenting "
+        "workload eats that headroom; past it the process OOMs although weights plus KV cache still fit on paper.",
+        near=f"The {need} vLLM did not budget for just fit in the {room} of headroom: a few hundred MiB more "
+             "graphs or fragmentation and the process OOMs under load."),
+        above=Side(
+        "oom",
+        f"The {need} vLLM did not budget for overflow the {room} that gpu_memory_utilization = {util} leaves "
+        "outside its budget: the process OOMs (at graph capture or under load) although weights plus KV cache fit.",
+        f"To fit, {fixes}.",
+        near=f"The {need} vLLM did not budget for overflow the {room} of headroom by a little: the OOM comes "
+             f"late, under load as fragmentation grows. To fit, {fixes}."))
+
+
+def solve(p, s: Sheet) -> None:
+    M, u, n, A, T, w = profile_run_inputs(p, s, p.util)
+    C = s.param("C", "cuda_context")
+    X = s.param("X", "nccl")
+    G = s.param("G", "cuda_graphs")
+    F = s.param("F", "fragmentation")
+    measured = _measured(p.release)
+    terms = {"the NCCL communicators": X, "the CUDA graphs": G}
+    counted = w + A + T + sum((v for k, v in terms.items() if measured[k]), sympy.Integer(0))
+    outside = C + F + sum((v for k, v in terms.items() if not measured[k]), sympy.Integer(0))
+    requested = s.step("requested", "Memory vLLM lets itself use", "M_req", M * u, "GiB",
+                       "total memory × gpu_memory_utilization")
+    subtracted = s.step("measured", "Non-KV memory start-up subtracts", "M_meas", counted, "GiB",
+                        "weights, the profile's activation peak and non-torch growth"
+                        + (", which here includes the communicators set up after the snapshot"
+                           if measured["the NCCL communicators"] else "")
+                        + (", and the CUDA graphs' trial estimate" if measured["the CUDA graphs"] else ""))
+    kv = s.step("kv_memory", "KV cache vLLM allocates per GPU", "M_KV", requested - subtracted, "GiB",
+                "whatever of the requested memory the subtracted consumers leave")
+    if s.value(kv) < MIN_KV_MEMORY:
+        raise Reject("under 2 GiB of KV cache per GPU: too little to serve, the deployment would be resized")
+    s.step("paper_share", "Weights plus KV cache, share of the GPU", "S_paper", (w + kv) / M, "%",
+           "the two numbers everyone checks: on paper they fit with room to spare")
+    headroom = s.step("headroom", "Memory outside vLLM's budget", "H", M - requested, "GiB",
+                      "the (1 − u) share vLLM never plans for; whatever it did not subtract must fit here")
+    if s.compare(C, headroom) >= 0:
+        raise Reject("the runtime context alone exceeds the headroom: vLLM refuses to start")
+    unbudgeted = s.step("unbudgeted", "Memory vLLM did not budget for", "U", outside, "GiB",
+                        "the snapshot's baseline"
+                        + (" (runtime context and communicators)" if not measured["the NCCL communicators"]
+                           else " (the runtime context)")
+                        + ", fragmentation that builds up while serving"
+                        + ("" if measured["the CUDA graphs"] else ", and the graphs captured after the cache"))
+    s.step("peak_share", "Peak use, share of the GPU", "S_peak", (requested + unbudgeted) / M, "%",
+           "the full budget in use (KV cache allocated up front) plus everything outside it")
+    s.step("max_util", "Highest gpu_memory_utilization that fits", "u_max", 1 - unbudgeted / M, "%",
+           "leave exactly the unbudgeted memory outside the budget")
+    for item in CONSUMERS:
+        s.judge("subtracted", item, measured[item], _accounting_why(item, p.release, measured[item]),
+                fact=item in (PROFILED, "the CUDA runtime context"))
+
+    s.assume("Total memory is the datasheet capacity in GB; vLLM reads the device's total from the driver, "
+             "which for most GPUs is a few percent more. One GPU of the TP group stands for all of them.")
+    s.assume("vLLM v1 start-up: a memory snapshot, weights measured while loading, a profile run at "
+             "max_num_batched_tokens for the activation peak and the non-torch growth, then the KV cache, "
+             "allocated whole; CUDA graphs are captured last. PR #25359 (September 2025) moved the NCCL set-up "
+             "before the snapshot; v0.21 added the graphs' trial estimate (on by default, "
+             "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 turns it off) and raised the default utilisation to 0.92. "
+             "The estimate is taken as equal to the graphs' real pool.")
+    s.assume("Fragmentation builds up only while serving, so no start-up profile sees it.")
+    s.slip("only the CUDA graphs counted as unbudgeted", s.value(G) / s.value(unbudgeted), on="unbudgeted")
+    s.slip("only the CUDA graphs counted as unbudgeted", on="max_util",
+           factor=s.evaluate(1 - G / M) / s.evaluate(1 - unbudgeted / M))
+    kv_room = s.value(kv)
+    s.slip("the activation peak and non-torch memory not subtracted", on="kv_memory",
+           factor=(kv_room + p.activation_peak + p.non_torch) / kv_room)
+    _budget_regime(s, p.release, headroom, unbudgeted, u)
+

@@ -1,0 +1,173 @@
+"""KV cache bytes per token, and who caps concurrency."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import sympy
+
+from solvers.derivation import Reject, Sheet, Side, floor_of, max_of, min_of
+from solvers.models.collective import all_reduce_terms, tp_all_reduce
+from solvers.models.common import (
+    GPU_MEMORY_UTILIZATION,
+    dtype_bytes,
+    hbm_bandwidth,
+    hbm_bytes,
+    model_params,
+    peak_flops,
+)
+from solvers.models.kvcache import kv_bytes_per_token
+from solvers.units import format_number
+
+
+@dataclass(frozen=True)
+class _DecodeStep:
+    """A decode step's time as fixed costs plus a cost per request on each side of the roofline,
+    the batch a TPOT target allows, and the symbols a lever changes."""
+
+    T: sympy.Symbol  # TPOT target
+    M_use: sympy.Expr  # usable HBM of the group
+    W: sympy.Symbol
+    kv_req: sympy.Symbol
+    byte_rate: sympy.Expr  # bytes/s one GPU reads
+    flop_rate: sympy.Expr  # FLOP/s one GPU does
+    flops_req: sympy.Expr  # FLOPs per request per step, one GPU
+    n: sympy.Symbol
+    ar_fixed: sympy.Expr  # all-reduce latency per step
+    ar_req: sympy.Expr  # all-reduce time each request adds
+    batch: sympy.Symbol  # requests within the TPOT target
+    reads_bind: bool = True  # at the TPOT target, the read side caps the batch (else the math side)
+
+    def batch_at(self, T=None, byte_rate=None, flop_rate=None, kv_req=None) -> sympy.Expr:
+        """Requests per step within TPOT T: each side of the roofline bounds the batch."""
+        T = self.T if T is None else T
+        byte_rate = self.byte_rate if byte_rate is None else byte_rate
+        flop_rate = self.flop_rate if flop_rate is None else flop_rate
+        kv_req = self.kv_req if kv_req is None else kv_req
+        by_reads = (T - self.ar_fixed - self.W / (self.n * byte_rate)) / (kv_req / (self.n * byte_rate) + self.ar_req)
+        by_math = (T - self.ar_fixed) / (self.flops_req / flop_rate + self.ar_req)
+        return floor_of(min_of(by_reads, by_math))
+
+
+def _decode_step(p, s: Sheet, M_use, N, W, kv_req, users) -> _DecodeStep:
+    """The card's roofline step (weights and every request's KV read once, 2 FLOPs per parameter
+    per token at dense peak) plus the TP all-reduces, at the batch that fits and at the TPOT target."""
+    n = s.param("n", "tp")
+    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
+    P = s.given("P", peak_flops(p.gpu, p.weight_dtype), "TFLOP/s", f"{p.gpu.name} dense {p.weight_dtype} peak")
+    t_ar = tp_all_reduce(s, p.model, p.gpu, p.tp, users, tag="fit", label="decode step at that batch")
+    tpot = s.step("tpot_fit", "TPOT at the batch that fits", "t_fit",
+           max_of((W + users * kv_req) / (n * BW), 2 * N * users / (n * P)) + t_ar, "ms",
+           "each GPU reads its share of the weights and of every request's KV; the slower side of the roofline "
+           + ("sets the step" if p.tp == 1 else "plus the all-reduces sets the step"))
+    weights_only = s.evaluate(max_of(W / (n * BW), 2 * N * users / (n * P)) + t_ar)
+    s.slip("the KV reads left out of the step", weights_only / s.value(tpot), on="tpot_fit")
+    if p.tp > 1:
+        s.slip("the all-reduces left out", s.evaluate(tpot - t_ar) / s.value(tpot), on="tpot_fit")
+    T = s.param("T", "tpot")
+    terms = all_reduce_terms(s, p.model, p.gpu, p.tp, tp_symbol=n)  # tp_all_reduce's, as fixed + per request
+    ar_fixed, ar_req = terms.fixed, terms.per_token
+    step = _DecodeStep(T, M_use, W, kv_req, BW, P, 2 * N / n, n, ar_fixed, ar_req, users)
+    t_w = s.step("", "Time to read one GPU's share of the weights", "t_W", W / (n * BW), "ms",
+                 "paid once per step, however many requests ride along")
+    t_kv = s.step("", "Time each request adds on the read side", "t_kv", kv_req / (n * BW) + ar_req, "ms",
+                  "its share of the KV read" + ("" if p.tp == 1 else ", plus its activations in the all-reduces"))
+    t_f = s.step("", "Time each request adds on the math side", "t_F", step.flops_req / P + ar_req, "ms",
+                 "2 FLOPs per parameter for its token" + ("" if p.tp == 1 else ", plus its all-reduce traffic"))
+    fixed = sympy.Integer(0)
+    if p.tp > 1:
+        fixed = s.step("", "All-reduce latency per step", "t_α", ar_fixed, "ms", "two all-reduces per layer")
+    batch = s.step("batch_tpot", "Requests a step carries within the TPOT target", "B_T",
+                   floor_of(min_of((T - fixed - t_w) / t_kv, (T - fixed) / t_f)), "requests",
+                   "t(B) ≤ T on each side of the roofline: the time left after the fixed costs over what each "
+                   "request adds")
+    if s.value(batch) < 1:
+        raise Reject("the TPOT target is shorter than a step with one request")
+    reads_bind = s.compare((T - fixed - t_w) / t_kv, (T - fixed) / t_f) <= 0
+    s.step("served", "Users served within the TPOT target", "U_T", min_of(users, batch),
+           "requests", "as many as fit, but no more than a step can carry in time")
+    return replace(step, batch=batch, reads_bind=reads_bind)
+
+
+def _kv_slips(p, s: Sheet, free, kv_req, users) -> None:
+    s.slip("x layers: one layer's KV instead of all of them", on=("kv_per_token", "kv_per_request"),
+           factor=1 / p.model.layers)
+    s.slip("x layers: one layer's KV instead of all of them", on="users",
+           factor=s.evaluate(floor_of(free * p.model.layers / kv_req)) / s.value(users))
+    s.slip("x2: K and V counted once", 0.5, on=("kv_per_token", "kv_per_request"))
+    s.slip("x2: K and V counted once", on="users", factor=s.evaluate(floor_of(2 * free / kv_req)) / s.value(users))
+    s.assume(f"Usable HBM {format_number(GPU_MEMORY_UTILIZATION * 100)}% (card: usable-hbm); activations, "
+             "CUDA graphs and fragmentation are ignored. Weights and KV heads split evenly over the TP group "
+             "(TP stays within the KV heads).")
+    s.assume("Every request holds its full context for the whole step; a real batch mixes ages, so this is "
+             "the worst step the batch can take.")
+    s.assume("Roofline at datasheet peak (cards: roofline-time, dense-peaks, flops-per-token): each step reads "
+             "the weights and every request's KV once; attention FLOPs, kernel launches and the engine's "
+             "own overhead are left out, so real TPOTs are longer.")
+
+
+def _served(s: Sheet, step: _DecodeStep, M_use=None, kv_req=None, **batch) -> float:
+    """Users served within the TPOT target: the smaller of what fits and what a step carries."""
+    M_use = step.M_use if M_use is None else M_use
+    fit = floor_of((M_use - step.W) / (step.kv_req if kv_req is None else kv_req))
+    return s.evaluate(min_of(fit, step.batch_at(kv_req=kv_req, **batch)))
+
+
+def _concurrency_regime(s: Sheet, users, step: _DecodeStep) -> None:
+    fit, batch = format_number(s.value(users)), format_number(s.value(step.batch))
+    served = min(s.value(users), s.value(step.batch))
+    levers = (
+        ("a KV cache half the bytes per token", dict(kv_req=step.kv_req / 2)),
+        ("GPUs with twice the HBM capacity, same bandwidth", dict(M_use=2 * step.M_use)),
+        ("GPUs with twice the HBM bandwidth, same capacity", dict(byte_rate=2 * step.byte_rate)),
+        ("GPUs with twice the dense tensor peak", dict(flop_rate=2 * step.flop_rate)),
+        ("a TPOT target 1.5× as long", dict(T=sympy.Rational(3, 2) * step.T)),
+    )
+    for option, change in levers:
+        after = _served(s, step, **change)
+        s.judge("levers", option, after > served,
+                f"{format_number(served)} users served today ({fit} fit, {batch} within the TPOT); "
+                f"with this change {format_number(after)}")
+    s.regime_by(users, step.batch, tie="above", below=Side(
+        "capacity-limited",
+        f"Only {fit} requests fit in HBM, fewer than the {batch} a step could carry within the TPOT target: "
+        "memory capacity caps concurrency, and every user gets a faster token than promised.",
+        "Past the boundary the step is too slow before memory is full: shorter contexts or fp8 KV then "
+        "let more in only until the TPOT target binds, and the step's bytes and all-reduces set the user count.",
+        near=f"{fit} requests fit in HBM, just under the {batch} the TPOT target allows: memory binds first, "
+             "but at that batch the step is already close to the target, so more capacity buys little."),
+        above=Side(
+        "latency-limited",
+        f"{fit} requests fit in HBM, but a step carrying more than {batch} misses the TPOT target: "
+        + ("the time to read the weights and every request's KV" if step.reads_bind
+           else "the math of every token (at this short context it outlasts the token's KV read)")
+        + ", not capacity, caps concurrency.",
+        "With longer contexts, bf16 KV or fewer GPUs, fewer requests fit and memory becomes the cap: "
+        "then more HBM or smaller KV let more users in, while more bandwidth only makes each token faster.",
+        near=f"{fit} requests fit in HBM, just past the {batch} the TPOT target allows: the step's reads bind "
+             "first, but memory is nearly full too, so only a change that helps both lets many more in."))
+
+
+def solve(p, s: Sheet) -> None:
+    if p.model.attention != "gqa" or p.model.get("active_params_b") is not None:
+        raise Reject("dense GQA models only: the step below reads every weight for every token")
+    b_kv = s.given("b_kv", dtype_bytes(p.kv_dtype), "B", f"bytes per KV element ({p.kv_dtype})")
+    kv_tok = kv_bytes_per_token(s, p.model, b_kv)
+    C = s.param("C", "context")
+    kv_req = s.step("kv_per_request", "KV cache per request", "KV_req", kv_tok * C, "GiB",
+                    "every token of the context keeps its keys and values")
+    n = s.param("n", "tp")
+    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
+    u = s.given("u", GPU_MEMORY_UTILIZATION, "", "usable share of HBM (card: usable-hbm)")
+    N = s.given("N", model_params(p.model), "", f"{p.model.name} parameters")
+    b_w = s.given("b_w", dtype_bytes(p.weight_dtype), "B", f"bytes per weight ({p.weight_dtype})")
+    W = s.step("weights", "Weight bytes", "W", N * b_w, "GB", "every parameter once, split evenly over the TP group")
+    free = s.step("kv_memory", "KV memory across the group", "M_KV", n * M * u - W, "GB",
+                  "usable HBM of all GPUs minus one copy of the weights; the KV heads split across the GPUs")
+    users = s.step("users", "Requests that fit at this context", "U", floor_of(free / kv_req), "requests",
+                   "whole requests: the KV memory over one request's cache")
+    if s.value(users) < 1:
+        raise Reject("not one request fits: nothing to compare")
+    fit = _decode_step(p, s, n * M * u, N, W, kv_req, users)
+    _kv_slips(p, s, free, kv_req, users)
+    _concurrency_regime(s, users, fit)
+

@@ -1,0 +1,122 @@
+"""How many KV cache blocks vLLM allocates, and why that is a ceiling."""
+from __future__ import annotations
+
+from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, min_of
+from solvers.models.common import (
+    GPU_MEMORY_UTILIZATION,
+    dtype_bytes,
+)
+from solvers.models.kvcache import kv_bytes_per_token_given, kv_heads_per_gpu
+from solvers.models.memory import profile_run_inputs
+from solvers.units import format_number, format_quantity
+
+
+def _block_slips(p, s: Sheet, avail, page, blocks, per_seq, seqs) -> None:
+    s.slip("x layers: one layer's page, not the whole block", 1 / p.model.layers, on="block_bytes")
+    per_layer = floor_of(avail / page)  # blocks when the layers are not divided out
+    s.slip("blocks counted per layer", s.evaluate(per_layer) / s.value(blocks), on="num_blocks")
+    s.slip("blocks counted per layer", on="max_sequences",
+           factor=s.evaluate(floor_of(per_layer / per_seq)) / s.value(seqs))
+    kept = max(1, p.model.kv_heads // p.tp)  # KV heads each GPU holds
+    if p.tp > p.model.kv_heads:
+        s.slip("KV heads split past their count (no replication)", p.model.kv_heads / p.tp, on="block_bytes")
+    s.slip("KV heads not split over TP", p.model.kv_heads / kept, on="block_bytes")
+
+
+def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks, per_seq, seqs, cap) -> None:
+    """Why fewer full-context sequences run than a naive count suggests, judged on this variant."""
+    count, limit = format_number(s.value(seqs)), format_number(s.value(cap))
+    s.judge("ceiling", "max_num_seqs admits fewer sequences than the blocks hold", s.compare(cap, seqs) < 0,
+            f"the blocks hold {count} full-context sequences; max_num_seqs is {limit}")
+    s.judge("ceiling", "sequences shorter than the full context would let more of them run", s.compare(seqs, cap) < 0,
+            f"{count} full-context sequences fill the blocks, "
+            + ("below" if s.compare(seqs, cap) < 0 else "above") + f" max_num_seqs = {limit}: "
+            + ("shorter ones need fewer blocks each" if s.compare(seqs, cap) < 0 else "the scheduler's cap binds"))
+    s.judge("ceiling", "past the KV heads, a wider TP stops shrinking each block's bytes (the heads are copied)",
+            p.tp > p.model.kv_heads,
+            f"TP {p.tp} over {p.model.kv_heads} KV heads: "
+            + (f"every GPU holds a copy of one head, {p.tp // p.model.kv_heads} GPUs per head, so a block costs "
+               "each GPU as much as at TP = KV heads (the weights still shard further)"
+               if p.tp > p.model.kv_heads else f"each GPU keeps {p.model.kv_heads // p.tp} heads, none copied"))
+    spare = int(p.context) % int(p.block_size)
+    s.judge("ceiling", "a full-context sequence leaves its last block partly empty", spare != 0,
+            f"{format_number(p.context)} tokens in blocks of {format_number(p.block_size)}: "
+            + (f"the last block holds {spare}" if spare else "the blocks fill exactly"))
+    s.judge("ceiling", "the CUDA graphs captured after start-up take blocks back", False,
+            "the blocks are allocated before the graphs are captured; the graphs come out of the memory "
+            "outside gpu_memory_utilization, or OOM there", fact=True)
+    gained = s.evaluate(floor_of((avail + A / 2) / block) / blocks - 1)
+    s.judge("ceiling", "halving max_num_batched_tokens would add over 5% more blocks", gained > 0.05,
+            f"half the {format_quantity(s.value(A), 'GiB')} activation peak returns "
+            f"{format_quantity(s.value(A) / 2, 'GiB')}: {format_quantity(gained, '%')} more blocks")
+
+
+def _ceiling_regime(s: Sheet, seqs, cap) -> None:
+    count, limit = format_number(s.value(seqs)), format_number(s.value(cap))
+    s.regime_by(seqs, cap, tie="above", below=Side(
+        "block-limited",
+        f"The blocks hold {count} full-context sequences, fewer than max_num_seqs = {limit}: the KV cache is the "
+        "ceiling, and it is reached only if every sequence grows to the full context at once; shorter ones "
+        "leave blocks for more, longer-lived ones force preemption.",
+        "With shorter contexts, fp8 KV, more GPUs or fp8 weights the blocks outgrow max_num_seqs, which then "
+        "caps the batch while blocks sit idle: raise it (and the CUDA-graph capture sizes) to use them.",
+        near=f"The blocks hold {count} full-context sequences, just under max_num_seqs = {limit}: the cache binds "
+             f"first, but more blocks buy at most {format_number(s.value(cap) - s.value(seqs))} more sequences "
+             "before max_num_seqs does."),
+        above=Side(
+        "seqs-limited",
+        f"The blocks hold {count} full-context sequences, but max_num_seqs = {limit} admits fewer: the scheduler's "
+        "cap binds and the rest of the blocks serve only longer sequences or the prefix cache.",
+        "With longer contexts, bf16 KV or narrower TP the blocks run out before max_num_seqs: the KV cache is "
+        "then the ceiling, and every sequence that grows past its share forces a preemption.",
+        near=f"max_num_seqs = {limit} caps the batch just below the {count} sequences the blocks hold: both "
+             "limits are close, so raising max_num_seqs alone soon runs into the blocks."))
+
+
+def solve(p, s: Sheet) -> None:
+    M, u, n, A, T, w = profile_run_inputs(p, s, GPU_MEMORY_UTILIZATION)
+    other = s.step("other_non_kv", "Activation peak plus non-torch memory", "O", A + T, "GiB",
+                   "what the profile run measured besides the weights")
+    avail = s.step("available", "Memory left for the KV cache per GPU", "M_KV", M * u - (w + other), "GiB",
+                   "vLLM: total × gpu_memory_utilization − (weights + activation peak + non-torch)")
+    if s.value(avail) <= 0:
+        raise Reject("no memory for cache blocks: vLLM refuses to start")
+    kv_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes(p.kv_dtype), p.kv_dtype)
+    L = s.given("L", p.model.layers, "", "layers")
+    H = s.given("H_kv", p.model.kv_heads, "", "KV heads")
+    bs = s.param("S_b", "block_size")
+    heads = kv_heads_per_gpu(s, p.model, n)
+    page = s.step("page_bytes", "Page per layer (one block)", "P", bs * kv_tok * heads / (H * L), "KiB",
+                  "vLLM's page_size_bytes: the block's tokens times one layer's K and V for the heads this GPU keeps")
+    block = s.step("block_bytes", "Bytes per block, all layers, per GPU", "B_blk", page * L, "MiB",
+                   "a block id covers the same token slots in every layer")
+    blocks = s.step("num_blocks", "KV cache blocks", "N_blk", floor_of(avail / block), "blocks",
+                    "vLLM: available // page_size // num_layers (two floors give the same as one)")
+    s.step("token_capacity", "Token slots in the cache", "K_tok", blocks * bs, "tokens",
+           "what vLLM logs as the GPU KV cache size")
+    C = s.param("C", "context")
+    per_seq = s.step("blocks_per_sequence", "Blocks per full-context sequence", "k", ceil_of(C / bs),
+                     "blocks", "a sequence's last block is allocated whole, however few tokens it holds")
+    seqs = s.step("max_sequences", "Full-context sequences the blocks hold", "B_max",
+                  floor_of(blocks / per_seq), "sequences",
+                  "vLLM's 'maximum concurrency' line: the blocks over one sequence's blocks")
+    if s.value(seqs) < 1:
+        raise Reject("not one sequence fits at this context: vLLM refuses to start")
+    cap = s.param("S_max", "max_num_seqs")
+    if s.compare(seqs, cap) == 0:
+        raise Reject("the blocks hold exactly max_num_seqs sequences: neither cap is the one that binds")
+    s.step("concurrency", "Full-context sequences that run at once", "B_run", min_of(seqs, cap),
+           "sequences", "the scheduler admits no more than max_num_seqs, and no more than the blocks hold")
+
+    s.assume("total_memory is the datasheet capacity in GB; the driver reports about that figure in GiB (an "
+             "80 GB H100 shows close to 80 GiB, some 85 GB), so a real vLLM log shows several percent more "
+             f"blocks. gpu_memory_utilization = {format_number(GPU_MEMORY_UTILIZATION)} (card: usable-hbm) caps "
+             "everything vLLM allocates; CUDA graphs, captured after the cache is sized, come out of the rest.")
+    s.assume("The activation peak and non-torch memory are what the profile run measured on each GPU at "
+             "max_num_batched_tokens; the peak grows with that token count, so halving it roughly halves the "
+             "peak. The weights split evenly over the TP group (vocab-parallel embeddings and LM head included).")
+    s.assume("KV heads per GPU follow vLLM: H_kv // TP, but at least one; past the KV heads each is replicated.")
+    _block_slips(p, s, avail, page, blocks, per_seq, seqs)
+    _ceiling_judgements(p, s, avail, A, block, blocks, per_seq, seqs, cap)
+    _ceiling_regime(s, seqs, cap)
+

@@ -1,0 +1,189 @@
+"""Training a 1T MoE - total or active, the layout, and what a dense plan misses."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.conventions import scale_up_domain
+from solvers.data import Record
+from solvers.derivation import Reject, Sheet, Side, ceil_of
+from solvers.models.common import hbm_bytes, peak_flops
+from solvers.models.moe import COMBINE_BYTES, moe_layers, parameter_count
+from solvers.models.training import FLOPS_PER_PARAM_TOKEN
+from solvers.units import format_number, format_quantity
+
+STATE_BYTES = 16  # mixed-precision Adam: bf16 weights and grads (2 + 2), fp32 master and two moments (12)
+
+
+SHARDED_BYTES = 12  # the fp32 part, sharded over every GPU by ZeRO-1
+
+
+A2A_PASSES = 4  # forward dispatch and combine, and both again in the backward pass
+
+
+IMBALANCE = sympy.Rational(23, 20)  # router imbalance "matters" from a 15% stretch of the MoE layer
+
+
+LOWEST_FOLD = 20  # counting compute by the total "overstates it more than 20-fold"
+
+
+def _ep_in_domain(model: Record, domain: int, gpus: int) -> int:
+    """The widest EP group inside one NVLink domain: a power of two that divides the experts and the job."""
+    ep = 1
+    while ep * 2 <= domain and model.experts % (ep * 2) == 0 and gpus % (ep * 2) == 0:
+        ep *= 2
+    return ep
+
+
+def _training_a2a(s: Sheet, p, model: Record, G, N_a, P, mfu, E_p, ep: int) -> None:
+    """All-to-all against compute per step, EP inside NVLink and spread over two domains, and the router's
+    hottest expert against its GPU's share."""
+    h = s.given("h", model.hidden, "", "hidden size")
+    k = s.given("k", model.experts_per_token, "", "routed experts each token picks")
+    L = s.given("L_moe", moe_layers(model), "", "MoE layers")
+    B = s.param("B", "batch")
+    b_a = s.given("b_a", COMBINE_BYTES, "B", "bytes per activation (bf16)")
+    n_pass = s.given("n_pass", A2A_PASSES, "", "all-to-all passes per MoE layer (dispatch, combine, forward, backward)")
+    V = s.step("a2a_bytes", "All-to-all bytes per token", "V_tok", L * n_pass * k * h * b_a, "MB",
+               "k copies of the hidden vector, four passes, every MoE layer")
+    T_g = s.step("tokens_per_gpu", "Tokens per GPU per step", "T_g", B / G, "tokens",
+                 "every GPU of a stage's EP group takes 1/G of the batch through the stage's MoE layers")
+    t_c = s.step("compute_step", "Compute per step", "t_comp", FLOPS_PER_PARAM_TOKEN * N_a * B / (G * P * mfu), "s",
+                 "6·N_act FLOPs per token, shared by every GPU at the MFU")
+    B_nvl = s.given("BW_NVL", p.gpu.nvlink_gb_s * 1e9 / 2, "GB/s", f"{p.gpu.name} NVLink per GPU, each direction")
+    B_nic = s.given("BW_NIC", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name} per GPU, each direction")
+    a_in = s.step("a2a_nvlink", "All-to-all per step, EP inside NVLink", "t_NVL", T_g * V * (E_p - 1) / E_p / B_nvl,
+                  "s", "copies for the other EP − 1 GPUs of the domain, over NVLink")
+    a_out = s.step("a2a_nic", "All-to-all per step, the same EP group over two domains", "t_NIC",
+                   T_g * V / 2 / B_nic, "s",
+                   "half the copies now sit in the other domain and cross the NIC, which binds: NVLink carries the "
+                   "rest far faster")
+    s.step("nvlink_share", "Share of the step in the all-to-all, EP inside NVLink", "f_NVL", a_in / (t_c + a_in),
+           "%", "all-to-all on top of the compute")
+    s.step("nic_share", "Share of the step in the all-to-all, EP over two domains", "f_NIC", a_out / (t_c + a_out),
+           "%", "the same, over the NIC")
+    m = s.param("m", "hot")
+    n_g = s.step("experts_per_gpu", "Routed experts per GPU in each MoE layer", "n_g", model.experts / E_p, "experts",
+                 "E over the EP group")
+    E = s.given("E", model.experts, "", "routed experts per MoE layer")
+    stretch = s.step("hot_stretch", "MoE layer stretched by the hottest expert", "S_hot",
+                     (m + (n_g - 1) * (E - m) / (E - 1)) / n_g, "x",
+                     "training GEMMs are compute-bound, so a GPU's time follows its tokens: the hot expert at m times "
+                     "the mean, its other experts at an even share of the rest (as in ep-load-skew)")
+    _failure_modes(s, model, int(p.gpus), stretch, a_in, a_out, t_c)
+    _layout_regime(s, a_out, t_c, a_in, ep)
+
+
+STATE_GPU_SHARE = sympy.Rational(1, 50)  # the state "takes" a job's GPUs at 2% of them or more
+
+
+DEEP_PIPELINE = 4  # a pipeline this deep pays a bubble a dense plan of the active size never needs
+
+
+A2A_SHARE = sympy.Rational(3, 40)  # the all-to-all "costs" the step past 7.5% of it
+
+
+def _failure_modes(s: Sheet, model: Record, gpus: int, stretch, a_in, a_out, t_c) -> None:
+    key = "failure_modes"
+    hot = s.value(stretch)
+    s.judge(key, "Router imbalance stretches each MoE layer by 15% or more", s.compare(stretch, IMBALANCE) >= 0,
+            f"the hottest expert's GPU runs {format_number(hot, 3)}x the mean"
+            + ("" if hot >= IMBALANCE else ": its load is diluted over many experts per GPU"))
+    sec = lambda x: format_quantity(s.value(x), "s")  # noqa: E731
+    s.judge(key, "Spread over two NVLink domains, the all-to-all would take a third of the compute time or more",
+            s.compare(3 * a_out, t_c) >= 0, f"{sec(a_out)} over the NIC against {sec(t_c)} of compute per step: "
+            + ("more than overlap can hide" if s.value(a_out) > s.value(t_c) else
+               "an overlapped schedule must hide it" if 3 * s.value(a_out) >= s.value(t_c) else "a small share"))
+    share = s.number("nvlink_share")
+    s.judge(key, "Even with EP inside NVLink, the all-to-all takes more than 7.5% of the step", share > A2A_SHARE,
+            f"{sec(a_in)} against {sec(t_c)} of compute: {format_number(100 * share, 3)}% of the step")
+    fold = model.params_b / model.active_params_b
+    s.judge(key, "Counting compute by the total parameters would overstate it more than 20-fold", fold > LOWEST_FOLD,
+            f"total / active = {format_number(fold, 3)}")
+    held = s.number("state_gpus")
+    s.judge(key, "Holding the training state alone takes at least 2% of the job's GPUs",
+            held >= STATE_GPU_SHARE * gpus, f"{format_number(held)} of {format_number(gpus)} GPUs, for the "
+            f"{format_number(model.params_b)}B total (a dense model of the active size: "
+            f"1/{format_number(fold, 3)} of it)")
+    stages = s.number("pipeline_stages")
+    s.judge(key, "The state forces a pipeline of 4 stages or more", stages >= DEEP_PIPELINE,
+            f"{format_number(stages)} stages with EP inside NVLink: the experts' bf16 weights and grads split only "
+            "EP ways")
+
+
+def _layout_regime(s: Sheet, a_out, t_c, a_in, ep: int) -> None:
+    nic, comp, nvl = (format_quantity(s.value(x), "s") for x in (a_out, t_c, a_in))
+    s.regime_by(a_out, t_c, tie="above", above=Side(
+        "ep-stays-in-nvlink",
+        f"Spread over two domains, the all-to-all would take {nic} a step over the NIC, more than the {comp} of "
+        f"compute: at these bytes not even a perfect overlap would hide it. Inside NVLink it takes {nvl}: EP {ep} "
+        "stays in the domain and the pipeline crosses the nodes. Real runs that crossed (DeepSeek-V3: EP 64 over 8 "
+        "nodes; Kimi K2: EP 16 over two) first cut the bytes: node-limited routing, FP8 dispatch, and schedules "
+        "that overlap it (DualPipe, interleaved 1F1B).",
+        "With a faster NIC, or slower compute per token, the NIC all-to-all would fit under the compute and a "
+        "DualPipe-style overlap could hide an EP group spread over nodes."),
+        below=Side(
+        "ep-could-cross-nodes",
+        f"Over two domains the all-to-all would take {nic}, under the {comp} of compute: a schedule that "
+        f"overlaps them (DualPipe) could hide it, though run back to back it still costs more than the {nvl} "
+        "inside NVLink.",
+        "With faster GPUs or a higher MFU the compute shrinks below the NIC all-to-all, and EP has to stay "
+        "inside NVLink."))
+
+
+def solve(p, s: Sheet) -> None:
+    """Total against active for a large MoE: the training state follows the total, the FLOPs the active
+    parameters; the pipeline depth the state forces with EP inside NVLink, what the all-to-all costs inside
+    the domain and across two, and the failure modes a dense plan does not have."""
+    model, gpu = p.model, p.gpu
+    count = parameter_count(model)
+    domain, G_n = scale_up_domain(gpu), int(p.gpus)
+    ep = _ep_in_domain(model, domain, G_n)
+    N = s.given("N", model.params_b * 1e9, "", f"{model.name} total parameters")
+    N_a = s.given("N_act", model.active_params_b * 1e9, "", f"{model.name} active parameters")
+    D = s.param("D", "tokens")
+    G = s.param("G", "gpus")
+    P = s.given("P", peak_flops(gpu, "bf16"), "TFLOP/s", f"{gpu.name} dense bf16 peak")
+    mfu = s.param("MFU", "mfu")
+    M = s.given("M", hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
+    u = s.param("u", "usable")
+    b = s.given("b_st", STATE_BYTES, "B", "training state per parameter (mixed-precision Adam)")
+    b_z = s.given("b_z", SHARDED_BYTES, "B", "of it, fp32 master and moments (sharded over all GPUs)")
+    S = s.step("total_state", "Training state of the whole model", "S", N * b, "TB",
+               "every parameter, active for a token or not, keeps weights, gradients and Adam state")
+    s.step("state_gpus", "GPUs just to hold the state", "G_min", ceil_of(S / (u * M)), "GPUs",
+           "the state over each GPU's share of HBM for it, rounded up: storage follows the total")
+    F = s.prerequisite("training-compute-budget", "F", FLOPS_PER_PARAM_TOKEN * s.value(N_a) * s.value(D), "FLOP",
+                       "training FLOPs, 6·N·D with N the active parameters")
+    s.step("compute_days", "Compute days", "T_c", F / (G * P * mfu), "days", "the FLOPs at the run's MFU")
+    E_p = s.given("EP", ep, "GPUs", f"EP group inside one {format_number(domain)}-GPU NVLink domain")
+    W_x = s.given("N_x", count.routed, "", "routed-expert parameters (from the config)")
+    N_s = s.given("N_s", count.total - count.routed, "", "parameters outside the routed experts (from the config)")
+    room = s.step("room", "HBM per GPU for bf16 weights and grads", "R", u * M - b_z * N / G, "GB",
+                  "the share of HBM for state, less this GPU's slice of the fp32 state (ZeRO-1 over all GPUs)")
+    if s.value(room) <= 0:
+        raise Reject("the fp32 optimizer state alone overflows the GPUs")
+    need = s.step("pp_need", "Pipeline stages the state needs", "PP_min", (b - b_z) * (W_x / E_p + N_s) / room, "",
+                  "each stage holds its layers' experts split EP ways and its share of the rest, in bf16 weights "
+                  "and grads")
+    # G and EP are powers of two, so the stage counts that divide the G/EP GPUs per EP rank are too.
+    doublings = next(j for j in range(64) if s.compare(2**j, need) >= 0)
+    j = s.given("j", doublings, "", "doublings: the least j with 2^j ≥ PP_min")
+    PP = s.step("pipeline_stages", "Pipeline stages", "PP", 2**j, "",
+                f"the fewest at least PP_min that divide the {format_number(G_n // ep)} GPUs per EP rank: "
+                "a power of two")
+    if s.value(PP) > model.layers // 2:
+        raise Reject("the state needs more pipeline stages than the layers allow")
+    s.step("state_per_gpu", "State per GPU at that depth", "S_gpu", (b - b_z) * (W_x / E_p + N_s) / PP + b_z * N / G,
+           "GB", "bf16 weights and grads of its stage's slice, plus its ZeRO-1 slice of the fp32 state")
+    _training_a2a(s, p, model, G, N_a, P, mfu, E_p, ep)
+
+    s.assume("Mixed-precision Adam (16 B per parameter: ZeRO's 2 + 2 + 12; Kimi K2 trained with MuonClip, one "
+             "moment instead of two); ZeRO-1 shards the fp32 master and "
+             "moments over every GPU; the expert weights and grads split over the EP group and the pipeline "
+             "stages, the rest over the stages only (replicated across the EP group, as attention is).")
+    s.assume("All-to-all in bf16 both ways, four passes per MoE layer (dispatch and combine, forward and backward); "
+             "a copy crosses a link when its expert sits on another GPU; no overlap with compute (Megatron's "
+             "default; DualPipe-style overlap hides up to the compute time). Links at datasheet rate per direction.")
+    s.slip("FLOPs counted with the total parameters", s.evaluate(N / N_a), on="compute_days")
+    s.slip("state counted with the active parameters", s.evaluate(N_a / N), on="total_state")
+

@@ -1,0 +1,148 @@
+"""Dispatch and combine - a MoE's all-to-all bytes, NIC against NVLink."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.conventions import scale_up_domain
+from solvers.data import Record
+from solvers.derivation import Reject, Sheet, Side, max_of
+from solvers.models.common import dtype_bytes
+from solvers.models.moe import SCALE_BLOCK, SCALE_BYTES, copy_bytes, moe_layers, remote_nodes
+from solvers.units import format_number, format_quantity
+
+LINK_LEVER = sympy.Rational(4, 5)  # a change "cuts" the all-to-all when it leaves 80% of the time or less
+
+
+NODE_LIMIT = 4  # DeepSeek-V3's node-limited routing: a token's experts on at most 4 nodes
+
+
+def _remote_nodes(s: Sheet, model: Record, D, nodes: int) -> tuple[sympy.Symbol, str]:
+    """Expected remote nodes a token reaches when each node receives it once. With node-limited routing
+    (DeepSeek-V3) the token picks groups_per_token of expert_groups groups, each node holding the same number
+    of groups; without it, k of E experts. A given other node is missed with C(U − U/D, m)/C(U, m)."""
+    if model.get("expert_groups"):
+        if nodes > model.expert_groups or model.expert_groups % nodes:
+            raise Reject(f"{nodes} nodes do not hold whole expert groups of {model.name}")
+        U = s.given("U", model.expert_groups, "", "expert groups (node-limited routing)")
+        m = s.given("m", model.groups_per_token, "", "groups each token may use: at most that many nodes")
+        unit = "groups"
+    else:
+        if model.experts % nodes:
+            raise Reject(f"{nodes} nodes do not hold equal shares of {model.name}'s experts")
+        U = s.given("U", model.experts, "", "routed experts per layer (no node limit)")
+        m = s.given("m", model.experts_per_token, "", "experts each token picks")
+        unit = "experts"
+    r = s.step("nic_copies", "Remote nodes a token reaches (node-aware dispatch)", "c_NIC",
+               (D - 1) * (1 - sympy.binomial(U - U / D, m) / sympy.binomial(U, m)), "",
+               f"each other node is missed when all m picked {unit} lie elsewhere; one copy per node reached")
+    return r, unit
+
+
+def _dispatch_levers(s: Sheet, p, nodes: int, per_domain: int, v: dict[str, float]) -> None:
+    key, L, base = "levers", moe_layers(p.model), v["comm"]
+
+    def comm(remote=v["remote"], nvl=v["nvl"], per=v["per"], b_nic=v["B_nic"], b_nvl=v["B_nvl"]) -> float:
+        return L * max(v["T"] * remote * per / b_nic, v["T"] * nvl * per / b_nvl)
+
+    def say(option: str, after: float, why: str) -> None:
+        s.judge(key, option, after <= float(LINK_LEVER) * base,
+                f"{format_quantity(after, 'ms')} against {format_quantity(base, 'ms')}: {why}")
+
+    nic_bound = v["remote"] / v["B_nic"] >= v["nvl"] / v["B_nvl"]
+    say("NICs of twice the bandwidth", comm(b_nic=2 * v["B_nic"]),
+        "the NIC's share halves" + ("" if nic_bound else ", but NVLink's forwarding binds"))
+    say("NVLink of twice the bandwidth", comm(b_nvl=2 * v["B_nvl"]),
+        "the forwarded copies move twice as fast" + (", but the NIC binds" if nic_bound else ""))
+    h = p.model.hidden
+    fp8_per = h + h / SCALE_BLOCK * SCALE_BYTES + v["c"]
+    say("FP8 dispatch (with its scales) in place of this one's dtype", comm(per=fp8_per),
+        f"{format_quantity(fp8_per, 'B')} a copy out and back against {format_quantity(v['per'], 'B')}"
+        + (": it is FP8 already" if p.dispatch_dtype == "fp8" else ""))
+    # Node-limited routing as DeepSeek-V3's: a token's experts on at most NODE_LIMIT nodes, each node one group.
+    limited = min(v["remote"], (nodes - 1) * min(NODE_LIMIT, nodes) / nodes)
+    say(f"Node-limited routing: each token's experts on at most {NODE_LIMIT} nodes", comm(remote=limited),
+        f"{format_number(limited, 3)} remote nodes a token against {format_number(v['remote'], 3)}"
+        + ("" if limited < v["remote"] else ": the limit binds nothing here"))
+    wider = per_domain * 2
+    fewer = remote_nodes(p.model, nodes // 2)
+    say("NVLink domains twice as large (half as many nodes)", comm(remote=fewer, nvl=v["k"] * (wider - 1) / wider),
+        f"{format_number(fewer, 3)} remote nodes a token against {format_number(v['remote'], 3)}"
+        + (": the group would sit in one domain" if nodes == 2 else ""))
+
+
+def _dispatch_regime(s: Sheet, t_nic, t_nvl) -> None:
+    nic, nvl = (format_quantity(s.value(x), "us") for x in (t_nic, t_nvl))
+    s.regime_by(t_nic, t_nvl, tie="above", above=Side(
+        "nic-bound",
+        f"The remote copies take {nic} per layer on the NIC against {nvl} of forwarding on NVLink: the NIC sets "
+        "the pace, so fewer nodes per token or faster NICs pay, NVLink speed does not.",
+        "With fewer remote copies per token (fewer nodes, tighter node limits) or faster NICs, the NVLink "
+        "forwarding becomes the slower leg."),
+        below=Side(
+        "nvlink-bound",
+        f"Few copies cross the NIC ({nic} per layer) against {nvl} of NVLink forwarding: the forwarding inside "
+        "each node binds, so a faster NIC buys nothing.",
+        "Spread over more nodes, or with a slower NIC, the remote copies take longer than the forwarding and "
+        "the NIC binds."))
+
+
+def solve(p, s: Sheet) -> None:
+    """Dispatch and combine bytes per token for a MoE model's expert parallelism, split between the NIC and
+    NVLink, with and without node-aware dispatch under node-limited routing."""
+    model, gpu, nic = p.model, p.gpu, p.nic
+    domain, ep = scale_up_domain(gpu), int(p.ep)
+    # The question's constraint keeps the group wider than one domain: within one, no copy meets a NIC.
+    per_domain = domain
+    if ep % per_domain:
+        raise Reject(f"EP {ep} does not fill whole {domain}-GPU NVLink domains")
+    nodes = ep // per_domain
+    h = s.given("h", model.hidden, "", "hidden size")
+    k = s.given("k", model.experts_per_token, "", "routed experts each token picks")
+    L = s.given("L_moe", moe_layers(model), "", "MoE layers")
+    G = s.param("G", "ep")
+    T = s.param("T", "tokens")
+    g = s.given("g", per_domain, "", f"EP GPUs per NVLink domain ({format_number(domain)} GPUs on {gpu.name})")
+    D = s.step("nodes", "NVLink domains (nodes) the EP group spans", "D", G / g, "", "the EP group in whole domains")
+    fp8 = p.dispatch_dtype == "fp8"
+    d_copy, c_copy = copy_bytes(s, h, p.dispatch_dtype)
+    s.step("token_bytes", "Dispatch and combine bytes per token, all MoE layers", "V_tok", L * k * (d_copy + c_copy),
+           "MB", "k copies out and k back in every MoE layer")
+    s.step("rank_dispatch", "Dispatch bytes a GPU sends per MoE layer", "V_d", T * k * d_copy, "MB",
+           "its T tokens, k copies each (what DeepEP's low-latency kernels count per rank)")
+    s.step("rank_combine", "Combine bytes a GPU receives per MoE layer", "V_c", T * k * c_copy, "MB",
+           "the same copies coming back in bf16")
+    direct = s.step("nic_copies_direct", "Copies per token over the NIC, each sent straight to its expert",
+                    "c_dir", k * (D - 1) / D, "", "an expert sits off the token's node with probability (D − 1)/D")
+    remote, _ = _remote_nodes(s, model, D, nodes)
+    nvl = s.step("nvlink_copies", "Copies per token over NVLink (node-aware dispatch)", "c_NVL", k * (g - 1) / g, "",
+                 "on each node reached, the copy lands on one GPU and is forwarded to the other experts' GPUs")
+    B_nic = s.given("BW_NIC", nic.gbit_s * 1e9 / 8, "GB/s", f"{nic.name} per GPU, each direction")
+    B_nvl = s.given("BW_NVL", gpu.nvlink_gb_s * 1e9 / 2, "GB/s", f"{gpu.name} NVLink per GPU, each direction")
+    per = d_copy + c_copy
+    t_nic = s.step("nic_time", "NIC time per MoE layer (dispatch and combine)", "t_NIC", T * remote * per / B_nic,
+                   "us", "remote copies of the GPU's tokens, out and back, over its own NIC")
+    t_nvl = s.step("nvlink_time", "NVLink time per MoE layer (dispatch and combine)", "t_NVL",
+                   T * nvl * per / B_nvl, "us", "the forwarded copies, out and back, over NVLink")
+    comm = s.step("comm_step", "All-to-all time per step, all MoE layers", "t_A2A", L * max_of(t_nic, t_nvl), "ms",
+                  "NIC and NVLink run at once, so the slower sets each layer's pace")
+    s.step("saving", "NIC bytes saved by node-aware dispatch", "S", direct / remote, "x",
+           "k copies per remote expert against one per remote node")
+    _dispatch_levers(s, p, nodes, per_domain, {n: s.evaluate(x) for n, x in (
+        ("T", T), ("k", k), ("remote", remote), ("nvl", nvl), ("per", per), ("B_nic", B_nic), ("B_nvl", B_nvl),
+        ("c", c_copy), ("comm", comm))})
+    _dispatch_regime(s, t_nic, t_nvl)
+
+    s.assume("A balanced router: a token's experts (or, node-limited, its groups) fall uniformly over the nodes, "
+             "each picked group getting at least one of its experts (so the nodes reached are an upper bound); "
+             "the NICs and NVLink run at their datasheet rates per direction (decimal-units) with no latency per "
+             "call; dispatch and combine move the same copies, one way each.")
+    s.assume("Node-aware dispatch (DeepEP's normal kernels): a token crosses the NIC once per remote node, to the GPU "
+             "of the same rank there, then NVLink forwards it to the experts' GPUs; combine reverses the path. "
+             "Sending each copy straight to its expert (DeepEP's low-latency kernels) puts k·(D − 1)/D copies on "
+             "the NIC.")
+    if fp8:
+        s.slip("FP8 scales left out", s.evaluate(h * dtype_bytes("fp8") / d_copy), on="dispatch_copy")
+    s.slip("one direction only (dispatch without combine)", s.evaluate(d_copy / per), on="token_bytes")
+    s.slip("one MoE layer only", s.evaluate(1 / L), on="token_bytes")
+    s.slip("every copy over the NIC", s.evaluate(k / remote), on="nic_time")
+

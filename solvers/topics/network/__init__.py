@@ -1,0 +1,1 @@
+"""The network questions: one module a question, each with solve(p, s)."""

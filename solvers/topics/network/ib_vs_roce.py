@@ -1,0 +1,131 @@
+"""InfiniBand or RoCE, in dollars per GPU."""
+from __future__ import annotations
+
+from solvers.derivation import Sheet
+from solvers.units import format_number, format_quantity
+
+
+def _fat_tree_tiers(gpus: int, radix: int) -> int:
+    """The fewest tiers of a non-blocking fat tree of `radix`-port switches that hold `gpus`
+    endpoints: t tiers hold 2·(k/2)^t (integer arithmetic, so 2,048 on 64 ports is exactly 2)."""
+    tiers = 1
+    while 2 * (radix // 2) ** tiers < gpus:
+        tiers += 1
+    return tiers
+
+
+FLEET_SIZES = (256, 1024, 1536, 2048, 3072, 4096, 65536)  # the select's options, as fleets of GPUs
+
+
+# At any prices drawn, 256 GPUs save at most 3 × $38,000 / 64 a GPU, under $0.46M against at least $0.6M
+# of extra staff, and 65,536 GPUs at least 5 × $2,000 / 64, over $10M against at most $8M: the two ends.
+FLEET_FACTS = (256, 65536)
+
+
+def _fleet_sizes(s: Sheet, p, k, S_ib, S_eth, extra_staff) -> None:
+    """At which other fleet sizes RoCE is cheaper at these prices: each fleet takes its own tree
+    depth, so the flip point moves with it (a 2-tier tree saves 3 ports' worth per GPU, 3 tiers 5)."""
+    for gpus in FLEET_SIZES:
+        tiers = _fat_tree_tiers(gpus, p.radix)
+        saving = (2 * tiers - 1) * (S_ib - S_eth) / k
+        cheaper = s.compare(gpus * saving, extra_staff) > 0  # a tie keeps InfiniBand, as the regime does
+        flip = format_number(s.evaluate(extra_staff / saving), 3)
+        s.judge("cheaper_fleets", f"{format_number(gpus)} GPUs", cheaper,
+                f"{tiers} tiers: {format_quantity(s.evaluate(saving), '$')} saved per GPU, so RoCE pays for its "
+                f"extra engineers from {flip} GPUs at this depth", fact=gpus in FLEET_FACTS)
+
+
+def _depth_caveat(flip: float, radix: int, tiers: float) -> str:
+    """Whether the flip point lies in the range of fleets this tree depth serves."""
+    low, high = (2 * (radix // 2) ** (tiers - 1) if tiers > 1 else 0), 2 * (radix // 2) ** tiers
+    if low < flip <= high:
+        return ""
+    served = f"{format_number(low + 1)}-{format_number(high)} GPUs a {int(tiers)}-tier tree serves"
+    return (f" That point lies outside the {served}, so at these prices every fleet that needs this depth "
+            "lands on the same side.")
+
+
+def _fleet_regime(s: Sheet, G, flip, ib, roce, caveat: str) -> None:
+    fleet, boundary = format_number(s.value(G)), format_number(s.value(flip), 3)
+    per_gpu = f"{format_quantity(s.value(ib), '$')} on InfiniBand against {format_quantity(s.value(roce), '$')}"
+    order = s.compare(G, flip)
+    if order <= 0:
+        summary = (f"At {fleet} GPUs the switch saving per GPU does not pay for RoCE's extra engineers: {per_gpu} "
+                   "on RoCE. InfiniBand arrives lossless by design, so the small team buys it.")
+        if order == 0:  # an exact tie: neither is cheaper, and nothing pays for the lossless-Ethernet work
+            summary = (f"At {fleet} GPUs the two cost exactly the same, {per_gpu} on RoCE: with no saving to "
+                       "pay for the extra engineers, keep the fabric that is lossless by design.")
+        s.set_regime(
+            "small-fleet-infiniband",
+            summary,
+            flip, G,
+            f"Above about {boundary} GPUs (at this tree depth) the per-port saving outgrows the fixed cost of "
+            "running lossless Ethernet, and RoCE is cheaper; a deeper tree multiplies the saving per GPU and "
+            "brings the flip closer." + caveat)
+    else:
+        s.set_regime(
+            "large-fleet-roce",
+            f"At {fleet} GPUs the per-port saving, summed over the fleet, outgrows the engineers who keep RoCE "
+            f"lossless: {per_gpu} on RoCE.",
+            flip, G,
+            f"Below about {boundary} GPUs (at this tree depth) the fixed cost of configuring and watching "
+            "PFC/ECN on every port is spread over too few GPUs, and InfiniBand is cheaper." + caveat)
+
+
+def solve(p, s: Sheet) -> None:
+    G, k, S_ib, S_eth, c_nic, c_link = (s.param(sym, name) for sym, name in (
+        ("G", "gpus"), ("k", "radix"), ("S_ib", "ib_switch"), ("S_eth", "eth_switch"), ("c_nic", "nic"),
+        ("c_link", "link")))
+    n_ib, n_extra, w, Y = (s.param(sym, name) for sym, name in (
+        ("n_ib", "ib_staff"), ("n_extra", "roce_extra"), ("w", "staff_cost"), ("Y", "years")))
+    t = s.given("t", _fat_tree_tiers(p.gpus, p.radix), "", "fat-tree tiers (the fewest that hold the fleet)")
+
+    s.step("tree_capacity", "GPUs the tree can hold", "C", 2 * (k / 2) ** t, "GPUs",
+           "a non-blocking tree of k-port switches holds 2·(k/2)^t endpoints; fewer tiers would not hold the fleet")
+    P = s.step("ports_per_gpu", "Switch ports per GPU", "P", 2 * t - 1, "",
+               "one leaf down-port, then an up-port and the matching down-port at every tier above; the top "
+               "tier has no up-ports")
+    s.step("switches", "Switches in the fleet", "N_sw", P * G / k, "switches",
+           "every switch contributes k ports; non-blocking, so each tier carries the full GPU bandwidth")
+    hw_ib = s.step("ib_hardware", "InfiniBand hardware per GPU", "h_ib", c_nic + P * S_ib / k + t * c_link, "$",
+                   "the NIC, the GPU's share of switch ports, and one link per tier")
+    hw_eth = s.step("roce_hardware", "RoCE hardware per GPU", "h_roce", c_nic + P * S_eth / k + t * c_link, "$",
+                    "same NIC, same tree and links; only the switch price differs")
+    F_ib = s.step("ib_staff_cost", "InfiniBand operations over the life", "F_ib", n_ib * w * Y, "$",
+                  "the engineers who run the fabric, for as long as it is in service")
+    F_roce = s.step("roce_staff_cost", "RoCE operations over the life", "F_roce", (n_ib + n_extra) * w * Y, "$",
+                    "the same team plus the engineers who keep PFC, ECN and DCQCN right on every port")
+    ib = s.step("ib_per_gpu", "InfiniBand cost per GPU", "c_ib", hw_ib + F_ib / G, "$",
+                "hardware per GPU plus the operations cost shared by every GPU")
+    roce = s.step("roce_per_gpu", "RoCE cost per GPU", "c_roce", hw_eth + F_roce / G, "$",
+                  "cheaper per port, with a larger fixed cost shared by every GPU")
+    flip = s.step("flip_fleet", "Fleet size where the two cost the same", "G_star",
+                  (F_roce - F_ib) / (hw_ib - hw_eth), "GPUs",
+                  "the extra fixed cost over the per-GPU saving; NIC and link prices cancel")
+
+    s.assume("Both fabrics are non-blocking fat trees of 64-port 400G switches with one 400G NIC per GPU; the "
+             "tree has the fewest tiers that hold the fleet. Switches are counted by the ports each GPU uses, "
+             "so a partly filled top tier is prorated.")
+    s.assume("Prices are the ones stated (street prices vary by deal). The same ConnectX-7 card runs either "
+             "protocol, and 400G optics cost the same on both, so only the switch price differs per port.")
+    s.assume("Operations staff are a fixed cost over the service life, whatever the fleet size; RoCE's extra "
+             "engineers own the lossless configuration (PFC priorities, ECN thresholds, DCQCN, watchdogs) on "
+             "every port. Power, space and performance differences are left out.")
+    s.assume("Not priced, and what an interviewer probes next: InfiniBand's SHARP in-network reductions and "
+             "adaptive routing, the blast radius of one PFC mistake on RoCE (a pause storm stalls every job "
+             "behind it; see pause-storm-origin), single-vendor lock-in on InfiniBand, and Ethernet fabrics "
+             "built for AI (Spectrum-X, Ultra Ethernet) that narrow the operations gap.")
+    s.slip("staff cost for one year, not the service life", 1 / p.years, on="flip_fleet")
+    s.slip("staff cost for one year, not the service life", on="ib_per_gpu",
+           factor=s.evaluate(hw_ib + F_ib / (G * Y)) / s.value(ib))
+    s.slip("staff cost for one year, not the service life", on="roce_per_gpu",
+           factor=s.evaluate(hw_eth + F_roce / (G * Y)) / s.value(roce))
+    s.slip("one switch port per GPU instead of 2t−1", s.value(P), on="flip_fleet")
+    s.slip("one switch port per GPU instead of 2t−1", on="ib_per_gpu",
+           factor=s.evaluate(c_nic + S_ib / k + t * c_link + F_ib / G) / s.value(ib))
+    s.slip("one switch port per GPU instead of 2t−1", on="roce_per_gpu",
+           factor=s.evaluate(c_nic + S_eth / k + t * c_link + F_roce / G) / s.value(roce))
+
+    _fleet_sizes(s, p, k, S_ib, S_eth, F_roce - F_ib)
+    _fleet_regime(s, G, flip, ib, roce, _depth_caveat(s.value(flip), p.radix, s.value(t)))
+

@@ -1,0 +1,115 @@
+"""Network bandwidth per GPU for data-parallel training."""
+from __future__ import annotations
+
+from solvers.derivation import Reject, Sheet, Side
+from solvers.models.common import dtype_bytes, hbm_bytes, model_params, peak_flops
+from solvers.units import format_quantity
+
+ADAM_STATE_BYTES = 16  # bf16 weights and grads, fp32 master weights and two moments (ZeRO)
+
+
+def _nic_judgements(s: Sheet, best, need, B_nic) -> None:
+    """Which links and levers hide the reduction, from this variant's two needs."""
+    line, strict, loose = (format_quantity(s.value(x), "Gb/s") for x in (B_nic, need, best))
+    tenth = s.compare(10 * best, B_nic) <= 0
+    s.judge("nic", "a NIC of a tenth of this rate would hide it over the whole step's backward", tenth,
+            f"the best case needs {loose} against a tenth of {line}" + (": on paper the whole-step bound makes "
+            "even a tenth of the NIC look enough" if tenth else ""))
+    s.judge("nic", "a NIC of half this rate would hide it over the whole step's backward",
+            s.compare(2 * best, B_nic) <= 0, f"{loose} against half of {line}")
+    s.judge("nic", "a NIC of twice this rate hides it in the last micro-batch's backward",
+            s.compare(need, 2 * B_nic) <= 0, f"{strict} against twice {line}")
+    s.judge("nic", "more micro-batches per step lower the need in the last micro-batch's window", False,
+            f"the real need, {strict}, is one sequence's backward over the same bytes: more micro-batches lengthen "
+            "the step, not the window", fact=True)
+    s.judge("nic", "more micro-batches per step lower the whole-step bound", True,
+            f"the bound, {loose}, falls as the tokens per replica grow: it is what a bigger batch buys on paper",
+            fact=True)
+
+
+def _overlap_regime(s: Sheet, need, best, B_nic, t_comm, t_mb) -> None:
+    needed, line, loose = (format_quantity(s.value(x), "Gb/s") for x in (need, B_nic, best))
+    comm, window = format_quantity(s.value(t_comm), "ms"), format_quantity(s.value(t_mb), "ms")
+    s.regime_by(need, B_nic, tie="below", below=Side(
+        "comms-hidden",
+        f"The reduction needs {needed} in the last micro-batch's backward and the NIC gives {line}: it takes {comm} "
+        f"inside a {window} window, so the network costs no step time. The whole-step bound, {loose}, would "
+        "suggest a far slower link suffices: it is the last micro-batch, one sequence per GPU, that sets the port.",
+        "A faster GPU or a higher MFU (more FLOP/s per byte of gradient) or shorter sequences shrink the window "
+        "without shrinking the bytes: past the line rate the rest of the reduction is exposed and each step waits.",
+        near=f"The reduction needs {needed} in the last micro-batch's backward, just under the NIC's {line}: it "
+             f"takes {comm} of a {window} window. This is why ports ship near what one GPU's backward of one "
+             "sequence demands: a faster GPU of the next generation would expose it on this port."),
+        above=Side(
+        "comms-exposed",
+        f"The reduction needs {needed} in the last micro-batch's backward but the NIC gives {line}: it takes {comm} "
+        f"against a {window} window, and the step waits for the rest. The whole-step bound, {loose}, hides this: "
+        "the accumulated gradients are final only at the end.",
+        "A faster NIC, longer sequences per micro-batch, or fewer bytes in the window (a distributed optimizer "
+        "sends the reduce-scatter now and leaves the all-gather to the next forward; in-network reduction) bring "
+        "the need under the line rate.",
+        near=f"The reduction needs {needed} in the last micro-batch's backward, just over the NIC's {line}: a "
+             f"small part of the {comm} is exposed past the {window} window; a slightly lower MFU or longer "
+             "sequences would hide it."))
+
+
+def solve(p, s: Sheet) -> None:
+    shard = model_params(p.model) / (p.tp * p.pp)
+    if shard * ADAM_STATE_BYTES > hbm_bytes(p.gpu):
+        raise Reject("the training state of one GPU's shard does not fit its HBM")
+    N = s.given("N", model_params(p.model), "billion params", f"{p.model.name} parameters")
+    h = s.given("h", p.model.hidden, "", f"{p.model.name} hidden size")
+    tp = s.param("TP", "tp")
+    pp = s.param("PP", "pp")
+    d = s.param("d", "dp")
+    m = s.param("m", "microbatches")
+    S = s.param("S", "seq")
+    b = s.given("b", dtype_bytes("bf16"), "B", "bytes per bf16 gradient")
+    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    u = s.param("MFU", "mfu")
+    B_nic = s.given("B_nic", p.nic.gbit_s * 1e9 / 8, "Gb/s", f"{p.nic.name} line rate")
+
+    N_s = s.step("params_per_gpu", "Parameters per GPU", "N_s", N / (tp * pp), "billion params",
+                 "each GPU holds one tensor-parallel slice of one pipeline stage")
+    G = s.step("grad_bytes", "Gradient bytes per GPU", "G", N_s * b, "GB",
+               "the shard the data-parallel group must sum across replicas")
+    V = s.step("bytes_per_step", "Bytes each GPU sends per step for the reduction", "V", 2 * (d - 1) / d * G, "GB",
+               "ring all-reduce: a reduce-scatter and an all-gather, each sending (d−1)/d of the buffer")
+    T = s.step("tokens_per_replica", "Tokens per replica per step", "T", m * S, "tokens",
+               "micro-batches of one sequence each")
+    t_bwd = s.step("backward_time", "Backward pass of the whole step", "t_bwd",
+                   4 * N_s * T / (P * u), "ms",
+                   "4 of the 6 FLOPs per local parameter per token (flops-per-token) are backward, at peak × MFU")
+    best = s.step("bandwidth_step", "Bandwidth if the reduction could spread over the whole backward", "B_step",
+                  V / t_bwd, "Gb/s", "the best case: the shard cancels, (d−1)/d·P·MFU/T, so it falls as the batch "
+                  "per replica grows")
+    t_mb = s.step("micro_backward", "Backward of the last micro-batch", "t_mb", t_bwd / m, "ms",
+                  "the gradients accumulate over the micro-batches and are final only in the last one's backward: "
+                  "the window the reduction really has")
+    moved = V
+    if p.pp > 1:
+        A = s.step("pp_bytes", "Activation gradient sent to the previous stage in that window", "A",
+                   S * h * b / tp, "MB", "one sequence's hidden states, each TP rank sending its 1/TP slice "
+                   "(Megatron's scatter-gather): the pipeline's share of the same link")
+        moved = V + A
+    need = s.step("bandwidth", "Bandwidth per GPU to hide it in the last micro-batch's backward", "B_need",
+                  moved / t_mb, "Gb/s", "the bytes over the real window: ≈ (d−1)/d·P·MFU/S, set by the GPU's speed "
+                  "and one sequence, whatever the batch")
+    t_comm = s.step("comm_time", "Reduction time on the NIC", "t_comm", moved / B_nic, "ms", "the bytes at line rate")
+    _nic_judgements(s, best, need, B_nic)
+
+    s.assume("Data parallelism with a bucketed ring all-reduce overlapping the backward pass (PyTorch DDP, or "
+             "Megatron's overlap_grad_reduce); a distributed optimizer's reduce-scatter plus all-gather moves the "
+             "same bytes. Gradients accumulate locally over the micro-batches and are reduced once per step.")
+    s.assume("One NIC per GPU on its own rail, taken at line rate (large messages reach close to it), no in-network "
+             "reduction (SHARP); tensor-parallel traffic stays on NVLink inside the node.")
+    s.assume("The whole-step window is a bound no schedule reaches: a stage's accumulated gradients are final only "
+             "in its last micro-batch's backward. The first stage finishes last and has only that window (later "
+             "stages also have the pipeline's drain), so it is the window the key grades. Reducing after every "
+             "micro-batch instead would send the bytes m times.")
+    s.slip("all-reduce counted as one pass of the buffer, not two", 0.5, on=("bytes_per_step", "bandwidth"))
+    s.slip("the whole step's backward as the window", on="bandwidth", factor=s.value(best) / s.value(need))
+    s.slip("the whole step (forward too) as the window, not the backward", 2 / 3, on="bandwidth_step")
+
+    _overlap_regime(s, need, best, B_nic, t_comm, t_mb)
+

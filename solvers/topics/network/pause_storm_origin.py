@@ -1,0 +1,128 @@
+"""Find the origin of a PFC pause storm."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Reject, Sheet
+from solvers.units import format_number, format_quantity
+
+BITS_PER_PAUSE_QUANTUM = 512  # IEEE 802.1Qbb / 802.3x: one pause quantum is 512 bit times
+
+
+# PFC watchdogs, as shipped. Junos: polls every 100 ms, a queue paused through two polls is a stall (200 ms).
+# mlx5 (ConnectX) PFC stall prevention: default timeout 8 s, range 80-8,000 ms, 100 ms on auto.
+SWITCH_WATCHDOG_S = 0.2
+
+
+NIC_STALL_TIMEOUT_S = 8
+
+
+# Link ends in the order the question lists their counters: (sender, receiver).
+_LINK_ENDS = (("node1", "leaf1"), ("leaf1", "node1"), ("node2", "leaf1"), ("leaf1", "node2"),
+              ("node3", "leaf2"), ("leaf2", "node3"), ("node4", "leaf2"), ("leaf2", "node4"),
+              ("leaf1", "spine"), ("spine", "leaf1"), ("leaf2", "spine"), ("spine", "leaf2"))
+
+
+NODES = ("node1", "node2", "node3", "node4")
+
+
+def _origin(sent: dict[tuple[str, str], int]) -> str:
+    """Read the counters backward: a device pauses its upstream ports because something pauses it,
+    except the origin, which sends pauses and receives none."""
+    receiving = {receiver for (_, receiver), frames in sent.items() if frames > 0}
+    origins = {sender for (sender, _), frames in sent.items() if frames > 0 and sender not in receiving}
+    if len(origins) != 1:
+        raise Reject(f"the counters show {len(origins)} pause origins, expected one")
+    return origins.pop()
+
+
+QUEUE_TUNING = ("tuning the leaves' queues: more buffer headroom, a higher XOFF, ECN marking at a lower threshold, "
+                "or every sender rate-limited to half its line rate")
+
+
+def _pause_storm_fixes(p, s: Sheet, origin: str, victims: list[str], leaf_of: dict[str, str],
+                       Q: sympy.Symbol, b: sympy.Symbol, R: sympy.Symbol) -> None:
+    """Which measure, in place before the storm, would have had every stalled node sending again
+    before the counters were read: a watchdog that fires within the storm's length, or lossy spine
+    links where no stalled node shares the origin's leaf. Buffer, ECN and rate limits never do."""
+    home = leaf_of[origin]
+    away = "leaf2" if home == "leaf1" else "leaf1"
+    f_o = s.param("f_o", f"{origin}_to_{home}")
+    storm = s.step("storm_time", f"How long {origin} has held {home} paused", "T_s", f_o * Q * b / R, "s",
+                   "its pauses run back to back from the moment it stopped draining")
+    lasted = format_quantity(s.value(storm), "s")
+    w_sw = s.given("W_sw", SWITCH_WATCHDOG_S, "s", "switch PFC watchdog: stall after two 100 ms polls (Junos default)")
+    w_nic = s.given("W_nic", NIC_STALL_TIMEOUT_S, "s", "NIC PFC stall prevention timeout (mlx5 default)")
+    key = "fixes"
+    s.judge(key, "a PFC watchdog on the switches (Junos defaults: a stall after 200 ms)", s.compare(storm, w_sw) > 0,
+            f"{home} saw its queue to {origin} paused without a break for {lasted}: the watchdog fires 200 ms in, "
+            f"drops that queue and stops pausing upstream, so every stalled node sends again within a second",
+            fact=True)
+    nic_fires = s.compare(storm, w_nic) > 0
+    s.judge(key, "the origin NIC's PFC stall prevention at its mlx5 default (8 s)", nic_fires,
+            f"{origin} has been stalled {lasted}, past 8 s: its NIC stops sending pauses at 8 s, "
+            f"{format_quantity(s.value(storm) - NIC_STALL_TIMEOUT_S, 's')} before the counters were read"
+            if nic_fires else
+            f"{origin} has been stalled only {lasted}, under 8 s: its NIC is still sending pauses "
+            "(the 100 ms auto setting would have caught it)")
+    mates = [node for node in victims if leaf_of[node] == home]
+    s.judge(key, "PFC off on the leaf-spine links (lossless only inside a leaf)", not mates,
+            f"every stalled node ({', '.join(victims)}) hangs off {away}: with the spine links lossy, {home} drops "
+            f"what arrives for {origin} instead of pausing the spine, so the storm stays on {home} "
+            "(cross-leaf RDMA pays in drops and retransmissions)" if not mates else
+            f"{', '.join(mates)} shares {home} with {origin} and received "
+            f"{format_number(sum(p[f'{home}_to_{node}'] for node in mates))} pause frames on its own link: "
+            f"lossy spine links spare only {away}'s nodes")
+    per_mb = format_quantity(1e6 / s.value(R), "µs")  # one MB at line rate (R is held in bytes per second)
+    # Two facts of any storm, one of each: a 200 ms watchdog always fires within storms of seconds, and no
+    # queue tuning releases a receiver that drains nothing (ECN and rate limits in one option with buffer).
+    s.judge(key, QUEUE_TUNING, False,
+            f"{origin} drains nothing, so any buffer fills: each extra MB fills in {per_mb} at "
+            f"{format_quantity(s.value(R), 'Gb/s')}, and at half the rate in "
+            f"{format_quantity(2e6 / s.value(R), 'µs')}, against a storm of {lasted}; ECN slows senders only "
+            f"through the CNPs {origin} would return, and it has received nothing: marks do not release a pause",
+            fact=True)
+
+
+def solve(p, s: Sheet) -> None:
+    sent = {(a, b): p[f"{a}_to_{b}"] for a, b in _LINK_ENDS}
+    origin = _origin(sent)
+    s.choose("origin", origin)
+    leaf_of = {node: leaf for node, leaf in _LINK_ENDS[::2][:4]}
+    victims = [node for node in NODES if sent[(leaf_of[node], node)] > 0]
+    for node in NODES:
+        received = format_number(sent[(leaf_of[node], node)])
+        s.judge("paused", node, node in victims,
+                "it stopped draining and started the storm; its own traffic is not counted" if node == origin else
+                f"{leaf_of[node]} sent it {received} pause frames" if node in victims else
+                f"{leaf_of[node]} sent it no pause frames: it was not sending into the storm")
+
+    Q = s.param("Q", "quanta")
+    b = s.given("b_q", BITS_PER_PAUSE_QUANTUM / 8, "b", "one quantum: 512 bit times (the pause-quanta card)")
+    T = s.param("T", "window")
+    R = s.param("R", "line_rate")
+    frames = [s.param(f"f_{node}", f"{leaf_of[node]}_to_{node}") for node in victims]
+    n_v = s.given("n_v", len(victims), "", "nodes whose sends were paused (their jobs stall)")
+
+    F = s.step("victim_frames", "Pause frames the stalled nodes received", "F", sympy.Add(*frames), "",
+               "only NIC ports count: inner links carry the same stall, counted once where a job feels it")
+    pause_time = s.step("paused_time", "Node-seconds spent paused", "T_p", F * Q * b / R, "s",
+                        "each frame stops the link for Q quanta of 512 bit times")
+    lost = s.step("lost_bandwidth", "Bandwidth lost by the stalled jobs", "B_lost", pause_time * R / T, "Gb/s",
+                  "paused time at line rate over the window (a quantum is bit times, so the rate cancels)")
+    s.step("lost_share", "Share of the stalled nodes' line rate lost", "u_lost", lost / (n_v * R), "%",
+           "what the paused nodes could have sent in the window")
+    _pause_storm_fixes(p, s, origin, victims, leaf_of, Q, b, R)
+
+    s.assume(f"The counters are the fabric's full pause counts over the window; every port runs at "
+             f"{format_quantity(s.value(R), 'Gb/s')} and every pause frame asks for {format_number(p.quanta)} "
+             "quanta and runs its full length (no early resume, no overlap).")
+    s.assume("The origin is read from the counters: a switch sends pauses upstream because one of its ports "
+             "is paused, so following the pauses back leads to the one device that sends pauses and "
+             "receives none, a receiver that stopped draining (Guo et al., SIGCOMM 2016).")
+    s.assume("Lost bandwidth is counted at the NICs of the nodes whose sends were paused; the origin's own "
+             "traffic is not counted, since it is the node that stopped.")
+    s.assume("The stuck NIC has paused its link without a break since it stopped draining, so the storm has "
+             "lasted the origin's paused time; a watchdog that fires ends it for every node behind it.")
+    s.slip("x8: a quantum taken as 512 bytes, not bits", 8, on=("lost_bandwidth", "lost_share"))
+

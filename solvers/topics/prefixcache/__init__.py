@@ -1,0 +1,1 @@
+"""The prefixcache questions: one module a question, each with solve(p, s)."""

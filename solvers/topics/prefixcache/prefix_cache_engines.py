@@ -1,0 +1,169 @@
+"""Block-hash cache vs radix tree - where the hit rates differ, and where they don't."""
+from __future__ import annotations
+
+from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
+from solvers.units import format_number, format_quantity
+
+# The teaser's bar: on a chat prompt the two hit rates differ by under one percent of the prompt.
+MATERIAL_GAP = 0.01
+
+
+# SGLang's chunked_prefill_size as the question states it: every prefill chunk becomes a node of the tree.
+SGLANG_CHUNK = 8192
+
+
+def _after_eviction(s: Sheet, B, P, D, S, R, M) -> None:
+    """What each engine still serves once the allocator needed room for R tokens, this chat least recently used."""
+    Y = s.param("Y", "reply")
+    C = s.given("C", SGLANG_CHUNK, "tokens", "SGLang prefill chunk (chunked_prefill_size)")
+    if s.compare(S + Y + B, D) > 0:
+        raise Reject("the first prompt must hold more than the system prompt")
+    c = s.step("cached_blocks", "Full blocks the previous turn left cached", "c", floor_of(D / B), "blocks",
+               "every full block of the history carries a hash")
+    c_s = s.step("shared_blocks", "Full blocks of the system prompt (held by other chats)", "c_S",
+                 floor_of(S / B), "blocks", "the first block holding this chat's own text is its own")
+    # A finished request's blocks join the free queue tail first, so its unhashed partial block
+    # (D mod B ≠ 0) is the first popped and costs the cache nothing.
+    partial = s.step("partial_block", "The chat's partial last block (no hash)", "δ", ceil_of(D / B) - c, "blocks",
+                     "1 when the history ends inside a block; freed first (tail first), it heads this chat's blocks "
+                     "in the free queue")
+    k = s.step("evicted_blocks", "Cached blocks vLLM evicts to make the room", "k", ceil_of(R / B) - partial,
+               "blocks", "one block per B tokens of room, from the queue's head: this chat's tail first; the "
+               "partial block among them frees room but no hit")
+    left = s.step("", "vLLM: this chat's blocks still cached", "c_left", max_of(c_s, c - k), "blocks",
+                  "the tail blocks go first, and the system prompt's blocks are in use elsewhere")
+    after_block = s.step("block_after", "Block-hash cache: tokens served after the eviction", "H_blk2",
+                         B * min_of(left, floor_of((P - 1) / B)), "tokens",
+                         "the chain still cached from the first block, up to the matchable length")
+    # SGLang's branch below the system prompt: the first prompt's prefill chunks (a node each, as
+    # cache_unfinished_req inserted them), then the reply, which cache_finished_req added as the leaf.
+    u = s.step("first_prompt", "Tokens of the first prompt below the system prompt", "U", D - S - Y, "tokens",
+               "the history less the shared system prompt and the reply")
+    if s.compare(R, Y) <= 0:
+        freed = s.step("radix_freed", "Tokens SGLang frees", "F", Y, "tokens",
+                       "evict() frees the least recently used leaf whole: the reply node already covers the room")
+    else:
+        last = s.step("last_chunk", "The first prompt's last prefill-chunk node", "ℓ", u - C * (ceil_of(u / C) - 1),
+                      "tokens", "chunks of C from the system prompt on, each inserted as a node; the last one the rest")
+        freed = s.step("radix_freed", "Tokens SGLang frees", "F",
+                       Y + min_of(u, last + C * ceil_of(max_of(R - Y - last, 0) / C)), "tokens",
+                       "the reply leaf is too small, so its parent chunk node becomes a leaf and goes next, and so "
+                       "on up, whole nodes, until the room is made or only the locked system prompt is left")
+    after_radix = s.step("radix_after", "Radix tree: tokens served after the eviction", "H_rad2", min_of(D - freed, M),
+                         "tokens", "the branch down to the last node still in the tree")
+    order = s.compare(after_block, after_radix)
+    s.choose("after_eviction", "block-hash" if order > 0 else "radix" if order < 0 else "tie")
+    exact = max(s.evaluate(min_of(D - R, M)), s.value(S))
+    if exact != s.value(after_radix):
+        s.slip("SGLang taken to evict only the tokens asked for", on="radix_after", factor=exact / s.value(after_radix))
+    if s.value(S) != s.value(after_radix):
+        s.slip("SGLang taken to free the whole branch below the system prompt", on="radix_after",
+               factor=s.value(S) / s.value(after_radix))
+    if s.value(after_block) > 0:
+        s.slip("vLLM taken to evict the whole conversation", on="block_after",
+               factor=s.evaluate(B * min_of(c_s, floor_of((P - 1) / B))) / s.value(after_block))
+
+
+SCOPE_OPTIONS = (
+    "a later request of the same tenant to this same server process with the same prefix",
+    "a request from another tenant with the same system prompt",
+    "a KV-aware router that hashes each prompt's blocks itself to pick the replica",
+    "this server after a restart, reading a shared CPU/SSD tier keyed by block hash",
+    "another replica of the same model with 16-token blocks, reading the same shared tier",
+    "a request for a LoRA adapter of the same base model",
+)
+
+
+def _key_scope(s: Sheet, p) -> None:
+    """Which lookups can reuse this vLLM replica's block hashes: set by the hash seed and the salt."""
+    fixed = p.hash_seed == "fixed"
+    salted = p.salt == "per-tenant"
+    seed = ("PYTHONHASHSEED is fixed fleet-wide, so NONE_HASH and every chained hash are the same in any process"
+            if fixed else "PYTHONHASHSEED is unset: NONE_HASH is os.urandom(32), so every chained hash is private "
+            "to this process")
+    first, tenant, router, restart, sixteen, lora = SCOPE_OPTIONS
+    same_blocks = p.block_size == 16
+    s.judge("key_scope", first, True, "same process, same NONE_HASH, same tokens: the same chained hashes",
+            fact=True)
+    s.judge("key_scope", tenant, not salted,
+            "each tenant's cache_salt enters the first block's extra keys, so its chain never meets another's"
+            if salted else "no cache_salt is set, so equal tokens give equal hashes whoever sends them")
+    s.judge("key_scope", router, fixed, seed)
+    s.judge("key_scope", restart, fixed,
+            seed + ("; a restarted process recomputes the same keys" if fixed else
+                    "; a restarted process draws a new NONE_HASH and none of the stored keys match"))
+    s.judge("key_scope", sixteen, fixed and same_blocks,
+            (seed + "; its blocks end where this replica's do" if same_blocks else
+             f"this replica's blocks are {format_number(p.block_size)} tokens, and a block hash covers its own "
+             "tokens: 16-token boundaries give other chains from the first block on"))
+    s.judge("key_scope", lora, False, "the LoRA adapter's name enters every block's extra keys", fact=True)
+
+
+def _gap_regime(s: Sheet, bound, tau, P, P_star, gap) -> None:
+    worst, bar = format_quantity(s.value(bound), "%"), format_quantity(s.value(tau), "%")
+    now = format_number(s.value(gap))
+    s.regime_by(P, P_star, tie="above", above=Side(
+        "gap-negligible",
+        f"Even the worst case, B − 1 unhashed tokens, is {worst} of this prompt, under the {bar} bar (this "
+        f"history leaves {now}): the engines' hit rates are the same for practical purposes. What separates "
+        "them is what their eviction takes (blocks against whole nodes) and how far their keys travel (vLLM's "
+        "hashes leave the process only when seeded; SGLang's GPU tree is process-local, its HiCache tiers key "
+        "pages by chained SHA-256).",
+        "Below the boundary length (short prompts, or large blocks such as 64-128-token kernel pages) the "
+        "partial last block is a visible share of the prompt, and token-granular matching starts to pay."),
+        below=Side(
+        "gap-material",
+        f"The worst case, B − 1 unhashed tokens, is {worst} of this prompt, above the {bar} bar (this history "
+        f"leaves {now}): a prompt this short against blocks this large gives token-granular matching a real "
+        "edge, besides the differences in eviction and key scope.",
+        "Past the boundary length the B − 1 tokens are a rounding error of the prompt, and the two caches hit "
+        "alike; only eviction and key scope still tell them apart."))
+
+
+def solve(p, s: Sheet) -> None:
+    B = s.param("B", "block_size")
+    P = s.param("P", "prompt")
+    D = s.param("D", "history")
+    S = s.param("S", "system")
+    R = s.param("R", "evicted")
+
+    # Both engines compute the prompt's last token themselves, so at most P − 1 tokens can hit.
+    M = s.step("matchable", "Prompt tokens a cache may serve", "D_m", min_of(D, P - 1), "tokens",
+               "the repeated history, but never the prompt's last token: its logits must be computed")
+    hit_radix = s.step("radix_hit", "Radix tree: tokens served from cache", "H_rad", M, "tokens",
+                       "the tree matches token by token, so every matchable token hits")
+    hit_block = s.step("block_hit", "Block-hash cache: tokens served from cache", "H_blk", B * floor_of(M / B),
+                       "tokens", "only full blocks carry a hash, so the hit stops at the last full block")
+    gap = s.step("gap", "Tokens the radix tree serves and the block cache does not", "g", hit_radix - hit_block,
+                 "tokens", "the matchable tokens past the last full block: (min(D, P−1) mod B)")
+    s.step("gap_share", "The gap as a share of the prompt", "g_P", gap / P, "%",
+           "the difference between the two hit rates, in points of the prompt")
+    bound = s.step("gap_bound", "Worst case of the gap as a share of the prompt", "g_max", (B - 1) / P, "%",
+                   "at most B − 1 tokens of a block can be left unhashed")
+    s.step("mean_gap", "Mean gap over where the history ends", "g_mean", (B - 1) / 2, "tokens",
+           "an ending equally likely at each of the B slots of a block leaves 0 to B − 1 tokens, (B − 1)/2 on average")
+
+    _after_eviction(s, B, P, D, S, R, M)
+    _key_scope(s, p)
+
+    tau = s.given("τ", MATERIAL_GAP, "%", "a gap counted as material (one point of the prompt)")
+    P_star = s.step("boundary_prompt", "Prompt length below which the worst-case gap passes the bar", "P_star",
+                    (B - 1) / tau, "tokens", "solve (B − 1)/P = τ for P")
+    s.assume("The previous turn was this chat's first: the history D is that turn's prompt (the shared system "
+             "prompt, then the chat's own first prompt U) and its reply Y, counting the tokens whose KV was "
+             "computed (the last sampled token has none yet); vLLM caches every full block of it, SGLang all of "
+             "it (page size 1).")
+    s.assume("SGLang prefilled that first prompt alone, in chunks of C from the end of the system prompt, each "
+             "inserted as a node (cache_unfinished_req); on finishing, the reply became the leaf below them "
+             "(cache_finished_req).")
+    s.assume("Other live conversations hold the system prompt (their requests are running), so neither engine can "
+             "evict it; this chat's blocks and nodes are free and the least recently used. The eviction is a "
+             "demand for room for R tokens: vLLM pops ⌈R/B⌉ free blocks, SGLang frees whole leaves until R.")
+    s.assume("Engine versions: vLLM v1 (chained sha256 block hashes, LRU free-block queue); SGLang RadixCache with "
+             "the default LRU policy and page size 1.")
+    s.slip("the whole history taken as matchable (the last prompt token forgotten)", on="block_hit",
+           factor=s.evaluate(B * floor_of(min_of(D, P) / B)) / s.value(hit_block))
+    s.slip("B/P instead of (B − 1)/P", on="gap_bound", factor=s.value(B) / (s.value(B) - 1))
+    s.slip("B/2 instead of (B − 1)/2", on="mean_gap", factor=s.value(B) / (s.value(B) - 1))
+    _gap_regime(s, bound, tau, P, P_star, gap)
+

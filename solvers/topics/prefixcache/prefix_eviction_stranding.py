@@ -1,0 +1,131 @@
+"""Evicting a block with descendants - the KV that stays and can never hit."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Reject, Sheet, Side, floor_of
+from solvers.models.common import dtype_bytes
+from solvers.models.kvcache import kv_bytes_per_token_given
+from solvers.units import format_number, format_quantity
+
+
+def _chat_symbols(s: Sheet, lengths: list[int]) -> list[sympy.Symbol]:
+    # Zero-padded names keep sympy's sorted printing in chat order.
+    width = len(str(len(lengths)))
+    return [s.given(f"L_{i:0{width}d}", length, "tokens", f"own tokens of chat {i}")
+            for i, length in enumerate(lengths, start=1)]
+
+
+def _hole_regime(s: Sheet, served, half, redo, lost, n) -> None:
+    kept, again = format_quantity(s.value(served), "tokens"), format_quantity(s.value(redo), "tokens")
+    gib, chats = format_quantity(s.value(lost), "GiB"), format_number(s.value(n))
+    s.regime_by(served, half, tie="below", above=Side(
+        "hole-late",
+        f"The hole is in the second half of the system prompt: a returning chat still serves {kept} of it and "
+        f"prefills {again} again; the {gib} below the hole, every chat's own KV included, sits unreachable "
+        "until it is evicted in turn.",
+        "A hole nearer the front (FIFO and cheapest-first orders pick the very first block) costs each "
+        "returning chat most of the shared prompt as well as its own history."),
+        below=Side(
+        "hole-early",
+        f"The hole is in the first half of the system prompt: each of the {chats} chats re-prefills {again} of "
+        f"the shared prompt, more than the {kept} it still serves, besides its own history, while the "
+        f"{gib} that would have served them stays resident and unreachable.",
+        "A hole in the second half still leaves most of the shared prompt hitting; what is lost is the tail of "
+        "it and every chat's own history below."))
+
+
+STRANDING_POLICIES = (
+    "LRU where a hit refreshes the whole path, the deepest block first on ties",
+    "expiry at the TTL above, counted from when a block was cached",
+    "expiry at twice the TTL above, counted from when a block was cached",
+    "cost-aware: the block cheapest to recompute is evicted first",
+    "LRU run on its own by each shard the blocks are spread over",
+    "a CPU tier below the GPU cache evicting by its own LRU of write times",
+)
+
+
+def _expiry(s: Sheet, age, idle, ttl) -> tuple[bool, str]:
+    """A TTL counted from caching strands while the system prompt has expired and the latest chat blocks
+    have not (a block expires once its age reaches the TTL)."""
+    system_expired, chat_fresh = s.compare(age, ttl) >= 0, s.compare(idle, ttl) < 0
+    old, fresh = format_quantity(s.value(age), "min"), format_quantity(s.evaluate(idle), "min")
+    limit = format_quantity(s.evaluate(ttl), "min")
+    return system_expired and chat_fresh, (
+        f"the system prompt, cached {old} ago, has reached the {limit} TTL, while the latest chat blocks, cached "
+        f"{fresh} ago, are not: the prompt has already expired above them" if system_expired and chat_fresh else
+        f"the latest chat blocks, cached {fresh} ago, have reached the {limit} TTL too: the whole tree has expired "
+        "together, with nothing left below a hole" if system_expired else
+        f"the system prompt, cached {old} ago, is inside the {limit} TTL: nothing has expired yet")
+
+
+def _stranding_policies(s: Sheet, j, lost) -> None:
+    """Which orders could take a block of this tree while blocks below it stay: the TTL and the shard count
+    decide two of them."""
+    ttl, age, shards = s.param("τ", "ttl"), s.param("A_S", "system_age"), s.param("k", "shards")
+    idle = s.param("A_c", "idle")
+    gib = format_quantity(s.value(lost), "GiB")
+    # The three orders that never look at this variant's numbers are declared facts. FIFO is the TTL's order
+    # without the clock: it is asked through two TTLs, whose answers follow the ages.
+    safe, expiry, longer, cost, sharded, tier = STRANDING_POLICIES
+    s.judge("policies", safe, False, "a parent's last use is never older than its children's, and on a tie the "
+            "deepest goes first: every descendant leaves before its ancestor", fact=True)
+    for option, limit in ((expiry, ttl), (longer, 2 * ttl)):
+        s.judge("policies", option, *_expiry(s, age, idle, limit))
+    s.judge("policies", cost, True, "the first block has the least context before it, so it is the cheapest to "
+            f"recompute and the first to go, with every chain below it (losing block {format_number(s.value(j))} "
+            f"strands {gib})", fact=True)
+    split = s.compare(shards, 1) > 0
+    s.judge("policies", sharded, split,
+            f"with {format_number(s.value(shards))} shards, a shard short of room evicts its own least recently "
+            "used block while that block's descendants sit on other shards" if split else
+            "one shard holds every block, so this is the global LRU above")
+    s.judge("policies", tier, True, "a hit on the GPU does not refresh the CPU copy's write time: the tier drops "
+            "the system prompt's blocks, written first, below copies of every chat it still holds", fact=True)
+
+
+def solve(p, s: Sheet) -> None:
+    kv_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes(p.kv_dtype), p.kv_dtype)
+    B = s.param("B", "block_size")
+    S = s.param("S", "system")
+    j = s.param("j", "victim")
+    L = _chat_symbols(s, list(p.chats))
+    n = s.given("n", len(L), "", "chats below the system prompt")
+
+    blk = s.step("block_bytes", "KV bytes of one block", "b_blk", B * kv_tok, "MiB",
+                 "B tokens of keys and values in every layer")
+    c_s = s.step("system_blocks", "Full blocks of the system prompt", "c_S", floor_of(S / B), "blocks",
+                 "the shared part of every chat's chain")
+    if s.compare(j, c_s) > 0:
+        raise Reject("the evicted block must lie inside the system prompt")
+    # A chat's first own block is the one its text enters: floor((S + L_i)/B) − floor(S/B) own full blocks.
+    own = s.step("chat_blocks", "Full blocks below the system prompt, all chats", "c_own",
+                 sympy.Add(*[floor_of((S + L_i) / B) for L_i in L]) - n * c_s, "blocks",
+                 "each chat caches ⌊(S + L_i)/B⌋ full blocks; the system prompt's are shared")
+    tree = s.step("tree_blocks", "Blocks the tree holds", "c_tree", c_s + own, "blocks",
+                  "the shared system prompt once, then every chat's own chain")
+    below = s.step("stranded_blocks", "Resident blocks below the evicted one", "c_str", c_s - j + own, "blocks",
+                   "every block after it in the system prompt, and every chat's own blocks: all its descendants")
+    lost = s.step("stranded_bytes", "KV stranded: resident, and never to be hit again", "M_str", below * blk,
+                  "GiB", "a lookup walks the chain from the first block and stops at the hole, so nothing below "
+                  "it can be found; it stays until evicted in turn")
+    s.step("stranded_share", "Share of the tree's cache stranded", "f_str", below / tree, "%",
+           "the descendants over all the tree's blocks")
+    served = s.step("served_after", "Prompt tokens a returning chat serves from cache", "H", (j - 1) * B, "tokens",
+                    "only the blocks before the hole still match")
+    redo = s.step("recompute_per_chat", "System-prompt tokens each chat's next turn prefills again", "ΔP",
+                  S - served, "tokens", "everything from the hole on, though its KV is still sitting in the pool")
+    half = s.step("half_system", "Half the system prompt", "S_half", S / 2, "tokens",
+                  "where the hole starts to cost a returning chat more of the shared prefix than it keeps")
+    _stranding_policies(s, j, lost)
+
+    s.assume("Every chat's history sits in the cache as full blocks (a partial last block is never hashed); "
+             "the chats are idle between turns, so none of their blocks is pinned by a running request.")
+    s.assume("A hit walks the chain from the first block (vLLM's chained hashes, SGLang's tree path) and "
+             "refreshes every block it touches, so a parent is never older than its children.")
+    s.slip("only the evicted block counted", on="stranded_bytes", factor=1 / s.value(below))
+    s.slip("the system prompt's own blocks below the victim forgotten", on="stranded_blocks",
+           factor=s.value(own) / s.value(below))
+    s.slip("x2: K and V counted once", 0.5, on="stranded_bytes")
+    _hole_regime(s, served, half, redo, lost, n)
+

@@ -1,0 +1,262 @@
+"""FP8 attention - keys, probabilities and the accumulator fail for different reasons."""
+from __future__ import annotations
+
+import math
+from typing import TypedDict
+
+import numpy as np
+import sympy
+
+from solvers.derivation import Sheet
+from solvers.models.fp8 import E4M3, amax_scale, chop_mask, quantize
+from solvers.models.quantization import pct_text, variant_rng
+from solvers.units import format_number
+
+HEAD_DIM = 128
+
+
+ATTN_OUTLIERS = 4  # key channels at ±α, as in kv-quant-keys-vs-values
+
+
+ATTN_TOKENS = 64  # tokens in the key simulation
+
+
+ACC_BITS = 13  # fraction bits the FP8 tensor-core accumulator keeps (DeepSeek-V3: about 14 bits)
+
+
+MMA_K = 32  # tokens per FP8 WGMMA k-slab: one chopped add into the accumulator each
+
+
+ACC_CHANNELS = 4  # value channels in the accumulator simulation
+
+
+ACC_TOKENS = 16384  # the accumulator simulation's longest run: 512 chained adds
+
+
+P_SCALE = 448  # SageAttention2's scale on P before the E4M3 cast: its max lands on 448
+
+
+P_ROWS, P_VALUES = 8, 65536  # query rows in the probability simulation, and the scores it aims for
+
+
+class NormalCDF(sympy.Function):
+    """Φ(x), evaluated at once on a number: sympy's own erf costs milliseconds per step on a sheet."""
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_Number:
+            return sympy.Float(0.5 * math.erfc(-float(x) / math.sqrt(2)), 17)
+        return None
+
+    def _sympystr(self, printer) -> str:
+        return f"Φ({printer.doprint(self.args[0])})"
+
+
+def _softmax_tv(p: np.ndarray, q: np.ndarray) -> float:
+    """Mean total-variation distance between rows of two attention distributions: the mass misplaced."""
+    return float(np.mean(np.sum(np.abs(p - q), axis=1)) / 2)
+
+
+def _key_point(rng: np.random.Generator, alpha: float, beta: float) -> dict[str, float]:
+    """Keys with outlier channels through E4M3: per-tensor, per-channel and mean-subtracted scales."""
+    offsets = np.zeros(HEAD_DIM)
+    offsets[:ATTN_OUTLIERS] = alpha * np.resize([1.0, -1.0], ATTN_OUTLIERS)
+    k = rng.standard_normal((ATTN_TOKENS, HEAD_DIM)) + offsets
+    q = beta * rng.standard_normal((4, HEAD_DIM))
+
+    def probs(keys):
+        s = q @ keys.T / np.sqrt(HEAD_DIM)
+        e = np.exp(s - s.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    exact = probs(k)
+    tensor = quantize(k, E4M3, amax_scale(np.max(np.abs(k)), E4M3))
+    channel = quantize(k, E4M3, amax_scale(np.max(np.abs(k), axis=0), E4M3))
+    mean = k.mean(axis=0)
+    centred = quantize(k - mean, E4M3, amax_scale(np.max(np.abs(k - mean)), E4M3)) + mean  # q·mean kept exact
+    return {"tensor": _softmax_tv(exact, probs(tensor)), "channel": _softmax_tv(exact, probs(channel)),
+            "centred": _softmax_tv(exact, probs(centred))}
+
+
+class _ProbabilityPoint(TypedDict):
+    flushed: float  # share of the mass flushed, P unscaled
+    flushed_scaled: float  # the same, P scaled by 448
+    p: np.ndarray  # the first row's exp(s − m), the accumulator's input
+    rows: int  # query rows simulated
+
+
+def _probability_point(rng: np.random.Generator, beta: float, tokens: int) -> _ProbabilityPoint:
+    """exp(s − m) cast to E4M3 as it is, and scaled by 448, over a few query rows (each row has its own
+    max, which the flushed mass is sensitive to): what flushes to zero is what the cast sends to 0, at or
+    below half the smallest subnormal (the tie goes to the even code, zero)."""
+    rows = min(P_ROWS, max(2, P_VALUES // tokens))
+    s = beta * rng.standard_normal((rows, tokens))
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    flush = E4M3.min_subnormal / 2
+    mass = p.sum(axis=1)
+    return {"flushed": float(np.mean(np.sum(np.where(p <= flush, p, 0), axis=1) / mass)),
+            "flushed_scaled": float(np.mean(np.sum(np.where(p * P_SCALE <= flush, p, 0), axis=1) / mass)),
+            "p": p[0], "rows": rows}
+
+
+def _accumulator_point(rng: np.random.Generator, p: np.ndarray, promote: int) -> dict[str, float]:
+    """P·V over the context in WGMMA k-slabs of MMA_K tokens, each slab added into an accumulator that keeps
+    ACC_BITS fraction bits; and the same with the accumulator moved to FP32 every `promote` tokens.
+    Values of one sign (the worst case: nothing cancels the chopped bits)."""
+    v = rng.uniform(0, 1, (p.size, ACC_CHANNELS))
+    slabs = (p[:, None] * v).reshape(-1, MMA_K, ACC_CHANNELS).sum(axis=1)  # the products as the MMA forms them
+    exact = slabs.sum(axis=0)
+    mask = chop_mask(ACC_BITS)
+    acc = np.zeros(ACC_CHANNELS)
+    for slab in slabs:  # one chopped add per slab, in order: the accumulator's error only grows
+        acc += slab
+        acc.view(np.uint64)[...] &= mask
+    per_block = slabs.reshape(-1, promote // MMA_K, ACC_CHANNELS)
+    partial = np.zeros(per_block.shape[::2])
+    for step in range(per_block.shape[1]):  # every block's own short chain, all blocks at once
+        partial += per_block[:, step]
+        partial.view(np.uint64)[...] &= mask
+    promoted = partial.sum(axis=0)  # the FP32 adds on CUDA cores: exact beside the chopped ones
+    return {"chained": float(np.max(np.abs(acc - exact) / exact)),
+            "promoted": float(np.max(np.abs(promoted - exact) / exact))}
+
+
+def _attention_points_givens(s: Sheet, keys: dict, probs: _ProbabilityPoint, acc: dict) -> None:
+    source = "seeded simulation (seed from the variant)"
+    s.given("tv_K_tensor", keys["tensor"], "%", f"{source}, {ATTN_TOKENS} tokens × {HEAD_DIM}: mass misplaced, "
+            "keys per tensor")
+    s.given("tv_K_channel", keys["channel"], "%", "the same, keys per channel")
+    s.given("tv_K_centred", keys["centred"], "%", "the same, keys with their channel means subtracted")
+    s.given("f_P_sim", probs["flushed"], "%", f"{source}, {probs['rows']} rows of T scores: mass flushed, P unscaled")
+    s.given("f_P448_sim", probs["flushed_scaled"], "%", "the same, P scaled by 448")
+    s.given("e_acc_sim", acc["chained"], "%", f"{source}, P·V over the first {ACC_TOKENS:,} tokens at most × "
+            f"{ACC_CHANNELS} channels: worst relative error, chained in the accumulator")
+    s.given("e_acc_p_sim", acc["promoted"], "%", "the same, promoted to FP32 every N_c tokens")
+
+
+def _attention_fixes(s: Sheet, p, *, ds, ds_c, flushed, promoted, e_acc, r_K) -> None:
+    """Which fix addresses which point, judged on this variant's numbers."""
+    unscaled, scaled = flushed
+    # The flushed masses are floats (Φ evaluated numerically), so their comparisons are on values: no exact
+    # tie exists to decide, and sympy's comparison of them costs milliseconds.
+    s.judge("fixes", "the FP8 keys misplace more of the output than an unscaled P flushes",
+            s.value(r_K) > s.value(unscaled),
+            f"{pct_text(s.value(r_K))} misplaced by the keys against {pct_text(s.value(unscaled))} flushed")
+    s.judge("fixes", "subtracting the keys' channel means would cut the key score error by more than 2.5×",
+            s.compare(ds, sympy.Rational(5, 2) * ds_c) > 0,
+            f"√(1 + n_o·α²/d) = {format_number(s.value(ds) / s.value(ds_c), 3)}× (per-channel scales would not help: "
+            "E4M3's grid is relative, a channel's own scale slides its values without refining them)")
+    s.judge("fixes", "promoting every N_c tokens cuts the accumulator's bound by more than 200×",
+            s.compare(e_acc, 200 * promoted) > 0,
+            f"T/N_c = {format_number(p.context / p.promote, 3)}: the bound scales with the chopped adds in a chain")
+    s.judge("fixes", "an unscaled P flushes more than 10% of the attention mass",
+            s.value(unscaled) > 0.1, f"{pct_text(s.value(unscaled))} of it below 2^-10")
+    s.judge("fixes", "scaling P by 448 before the cast would leave under 0.1% of the attention mass flushed",
+            s.value(scaled) < 0.001,
+            f"{pct_text(s.value(unscaled))} flushed unscaled, {pct_text(s.value(scaled))} scaled")
+    s.judge("fixes", "promoting the accumulator to FP32 every N_c tokens keeps its error under 0.1%",
+            s.compare(promoted, sympy.Rational(1, 1000)) < 0,
+            f"{format_number(p.promote / MMA_K)} chopped adds: {pct_text(s.number('acc_error_promoted'))}")
+    s.judge("fixes", "over this context the unpromoted bound passes the ~2% DeepSeek-V3 measured at K = 4096",
+            s.compare(e_acc, sympy.Rational(2, 100)) > 0, f"{pct_text(s.value(e_acc))} over {format_number(p.context)} "
+            "tokens (1.56% at 4,096)")
+
+
+def _attention_regime(s: Sheet, errors: dict[str, sympy.Symbol]) -> None:
+    """Three sides: the point whose misplaced share is largest; the boundary is the runner-up's."""
+    ranked = sorted(errors, key=lambda name: s.value(errors[name]), reverse=True)
+    first, second = ranked[0], ranked[1]
+    shown = {name: pct_text(s.value(sym)) for name, sym in errors.items()}
+    fix = {"keys": "subtract the keys' channel means (per-channel scales do not help in FP8)",
+           "probabilities": "scale P by 448 before the cast (or keep P in bf16)",
+           "accumulator": "promote the accumulator to FP32 every 128 tokens"}  # DeepSeek-V3's N_C
+    summary = (f"The {first} point dominates: {shown[first]} of the output misplaced against {shown[second]} for the "
+               f"{second} and {shown[ranked[2]]} for the {ranked[2]} (the accumulator's figure is its typical error, "
+               f"its bound over 8 ln 2). Fix it first: {fix[first]}.")
+    s.set_regime(first, summary, errors[second], errors[first],
+                 f"Were the {second} point's error past {shown[first]}, it would lead, and the first fix would be "
+                 f"to {fix[second]}.")
+
+
+def solve(p, s: Sheet) -> None:
+    """Three FP8 quantisation points of one attention head, each with its own failure and its own fix;
+    which one dominates this variant's error."""
+    alpha = s.param("alpha", "outlier")
+    beta = s.param("beta", "score_spread")
+    T = s.param("T", "context")
+    N_c = s.param("N_c", "promote")
+    m = s.given("m", E4M3.mantissa_bits, "", "fraction bits of E4M3")
+    d = s.given("d", HEAD_DIM, "", "head dim")
+    n_o = s.given("n_o", ATTN_OUTLIERS, "", "outlier key channels")
+    moment = s.given("E_f", 3 / (8 * math.log(2)), "", "E[1/f²] for significands f log-uniform in [1, 2)")
+    eps = s.step("", "RMS relative rounding error of E4M3", "eps", 2**-m * sympy.sqrt(moment / 12), "%",
+                 "half-quantum uniform errors over significands spread log-uniformly, the same at any scale")
+    # 1. Keys: a relative error on k multiplies the outlier channels' offsets into every score.
+    k_rms = s.step("", "RMS of a key entry", "k_rms", sympy.sqrt(1 + n_o * alpha**2 / d), "",
+                   "unit spread in every channel, plus the outlier channels' offsets ±α")
+    ds = s.step("key_score_error", "Score error from FP8 keys, per-tensor or per-channel scales", "ds_K",
+                beta * eps * k_rms, "",
+                "δs = q·δk/√d with δk = ε·k: the offsets' error does not cancel, and FP8's relative grid makes "
+                "per-channel scales no better than one per tensor")
+    ds_c = s.step("key_score_error_centred", "Score error with the channel means subtracted", "ds_Kc", beta * eps,
+                  "", "quantise k − mean(k), keep q·mean(k) exact (it is the same for every token): only the "
+                  "unit spread is rounded")
+    jitter = s.given("c_TV", math.sqrt(2 * math.pi), "", "√(2π): E|δ| = δ_rms·√(2/π) for Gaussian jitter")
+    r_K = s.step("key_misplaced", "Key point: share of the output misplaced", "r_K", ds / jitter, "%",
+                 "scores jittered by δ move half of E|δ| of the mass: δ_rms/√(2π)")
+    # 2. Probabilities: exp(s − m) ≤ 1 lives near zero, where E4M3 runs out of range.
+    e_sub = s.given("e_sub", E4M3.mantissa_bits - E4M3.min_exponent, "", "E4M3's smallest subnormal is 2^-9")
+    tau = s.step("", "Score gap below the max at which an unscaled P flushes", "tau", (e_sub + 1) * sympy.log(2),
+                 "nats", "below half the smallest subnormal, 2^-10, exp(s − m) rounds to zero")
+    ln_T = s.step("", "ln T", "lnT", sympy.log(T), "", "the Gaussian maximum grows with √(2 ln T)")
+    root = s.step("", "√(2 ln T)", "z_0", sympy.sqrt(2 * ln_T), "", "the leading term of a Gaussian maximum")
+    gumbel = s.given("c_G", float(np.log(4 * np.pi) - 2 * np.euler_gamma), "", "ln 4π − 2γ (the Gumbel mean)")
+    top = s.step("", "Typical largest score over the spread", "z_max", root - (sympy.log(ln_T) + gumbel) / (2 * root),
+                 "", "the mean of the largest of T Gaussians: √(2 ln T) less the Gumbel correction")
+    gap = s.step("", "Flush point below the mass's centre, in spreads", "x_P", (beta * top - tau - beta**2) / beta, "",
+                 "exp-weighting Gaussian scores tilts them to N(β², β²); the flush point sits τ below β·z_max")
+    f_P = s.step("p_flushed_mass", "Attention mass flushed to zero, unscaled P", "f_P", NormalCDF(gap), "%",
+                 "the tilted scores' share below the flush point")
+    scale = s.given("c_P", P_SCALE, "", "scale on P before the cast (its max onto 448)")
+    shift = s.step("", "How much further the scale moves the flush point", "l_P", sympy.log(scale), "nats",
+                   "multiplying P by 448 before the cast lowers its flush point by ln 448")
+    f_P448 = s.step("", "Attention mass flushed, P scaled by 448", "f_P448", NormalCDF(gap - shift / beta), "%",
+                    "the same tilted scores against the lower flush point")
+    # 3. The accumulator: each FP8 WGMMA adds a k-slab into a register that keeps about 14 bits.
+    f_acc = s.given("f_acc", ACC_BITS, "", "fraction bits the FP8 tensor-core accumulator keeps")
+    k_mma = s.given("k_mma", MMA_K, "tokens", "tokens per FP8 WGMMA (k = 32)")
+    e_acc = s.step("acc_error", "Bound on P·V's relative error, accumulated in the tensor core", "e_acc",
+                   T / k_mma * 2**-f_acc, "%", "T/32 chopped adds, each losing under one unit of the 13th bit")
+    e_typ = s.step("acc_error_typical", "Its typical size", "e_typ", e_acc / (8 * sympy.log(2)), "%",
+                   "each chop loses half a unit on average, a unit being 2^-13/f of the sum (E[1/f] = 1/(2 ln 2)), "
+                   "and the sum has grown to half its final size on average")
+    s.step("acc_error_promoted", "The bound, promoted to FP32 every N_c tokens", "e_acc_p",
+           N_c / k_mma * 2**-f_acc, "%",
+           "only N_c/32 chopped adds before the partial sum moves to an FP32 register on the CUDA cores")
+
+    rng = variant_rng(p, "outlier", "score_spread", "context", "promote")
+    keys = _key_point(rng, p.outlier, p.score_spread)
+    probs = _probability_point(rng, p.score_spread, int(p.context))
+    acc = _accumulator_point(rng, probs["p"][:ACC_TOKENS], int(p.promote))
+    _attention_points_givens(s, keys, probs, acc)
+    _attention_fixes(s, p, ds=ds, ds_c=ds_c, flushed=(f_P, f_P448), promoted=N_c / k_mma * 2**-f_acc,
+                     e_acc=e_acc, r_K=r_K)  # the fixes judge the bound, as DeepSeek-V3 reports its maximum
+
+    s.assume(f"One head of dim {HEAD_DIM}; keys with unit spread and {ATTN_OUTLIERS} channels offset by ±α; scores "
+             "Gaussian with spread β across tokens (queries and centred keys alike); the row max is the mean of the "
+             "largest of T, β√(2 ln T) less the Gumbel correction. E4M3 throughout, FP32 scales from the amax.")
+    s.assume("P is cast as exp(s − m) with m the row's final max (online softmax flushes a little more early "
+             "on); flushing is the loss that counts, subnormals keep the rest at reduced precision.")
+    s.assume("The FP8 tensor-core accumulator is modelled as keeping 13 fraction bits and chopping the rest at each "
+             "k = 32 WGMMA (DeepSeek-V3 measures about 14 bits on H800). The bound is relative to Σ p·|v|, the "
+             "output itself for values of one sign (the simulation's); mixed-sign values cancel in o and not in "
+             "the chopped bits, so the error relative to |o| can pass it, as DeepSeek-V3's ~2% at K = 4096 passes "
+             "this 1.56%.")
+    s.assume("The three errors are compared as the share of the output they misplace, each at its typical size: "
+             "the keys' δs_rms/√(2π), the flushed mass, the accumulator's typical error (its bound over 8 ln 2). "
+             "Significands of the rounded keys are taken log-uniform (E[1/f²] = 3/(8 ln 2)); the outlier entries "
+             "near ±α sit in one binade and move this by a few percent.")
+    s.slip("promotion forgotten", s.evaluate(T / N_c), on="acc_error_promoted")
+    s.slip("the √(1 + n_o·α²/d) of the outlier offsets left out", s.evaluate(1 / k_rms), on="key_score_error")
+    _attention_regime(s, {"keys": r_K, "probabilities": f_P, "accumulator": e_typ})
+

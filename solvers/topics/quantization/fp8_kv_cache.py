@@ -1,0 +1,186 @@
+"""FP8 KV cache - the scale barely matters for rounding and decides clipping."""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import sympy
+
+from solvers.derivation import Sheet, Side, max_of
+from solvers.models.common import dtype_bytes
+from solvers.models.fp8 import E4M3, FORMATS, clipped, quantize
+from solvers.models.kvcache import kv_bytes_per_token_given
+from solvers.models.quantization import pct_text, variant_rng
+from solvers.units import format_number
+
+PAIRS = 2000  # simulated (calibration, context) pairs
+
+
+BULK = 4096  # cache entries in the rounding emulation
+
+
+SCALE_STEP = 4  # the emulation's other scale: four times larger
+
+
+def _max_of_draws(rng: np.random.Generator, draws: int, size: int, tail: float) -> np.ndarray:
+    """The largest of `draws` magnitudes with a Pareto tail P(|x| > t) = t^-tail (t >= 1), sampled
+    directly from its distribution (1 - V^(1/draws))^(-1/tail): a 128K context costs one draw."""
+    return (-np.expm1(np.log(rng.random(size)) / draws)) ** (-1 / tail)
+
+
+def _rounding_rms(x: np.ndarray, fmt, scale: float) -> tuple[float, float]:
+    """RMS relative rounding error of the entries that stay normal and unclipped at this scale, and
+    the share that falls below the normal range (subnormal or flushed to zero)."""
+    q = quantize(x, fmt, scale)
+    magnitude = np.abs(x) / scale
+    normal = (magnitude >= fmt.min_normal) & ~clipped(x, fmt, scale)
+    rms = float(np.sqrt(np.mean(((q[normal] - x[normal]) / x[normal]) ** 2)))
+    return rms, float(np.mean(magnitude < fmt.min_normal))
+
+
+def _fp8_kv_emulation(s: Sheet, p, fmt) -> None:
+    """The seeded emulation: sampled calibration and context maxima for the clip share, and a sample
+    of entries rounded at the calibrated scale and at one SCALE_STEP times larger."""
+    rng = variant_rng(p, "kv_format", "context", "calib_tokens", "headroom", "tail_index")
+    calib = _max_of_draws(rng, p.calib_tokens, PAIRS, p.tail_index)
+    context = _max_of_draws(rng, p.context, PAIRS, p.tail_index)
+    s.given("P_sim", float(np.mean(context > p.headroom * calib)), "%",
+            f"seeded simulation, {PAIRS:,} calibration and context maxima sampled from the tail (seed from the "
+            "variant): share where the context's max passes the clip point")
+    s.given("r_sim", float(np.median(context / (p.headroom * calib))), "x",
+            "the same simulation: median of the context's max over the clip point")
+    # Entries with the same tail and a bulk near zero (Pareto II), at the scale a typical calibration sets.
+    entries = rng.choice((-1.0, 1.0), BULK) * (rng.random(BULK) ** (-1 / p.tail_index) - 1)
+    scale = p.headroom * float(np.median(calib)) / fmt.max
+    rms, low = _rounding_rms(entries, fmt, scale)
+    rms_up, low_up = _rounding_rms(entries, fmt, SCALE_STEP * scale)
+    s.given("e_sim", rms, "%", f"seeded {fmt.name} emulation, {BULK:,} entries at the calibrated scale: RMS relative "
+            f"rounding error of the normal ones ({pct_text(low)} fell below the normal range)")
+    s.given("e_sim_4x", rms_up, "%", f"the same entries at a scale {SCALE_STEP}× larger: the same error within "
+            f"sampling noise ({pct_text(low_up)} below the normal range)")
+
+
+def _fp8_kv_levers(s: Sheet, p, fmt) -> None:
+    """Which single changes leave this context more likely than not to fit under the clip point:
+    N < n·h^ν after the change, decided in exact fractions (the parameters are short decimals and ν an
+    integer). Changes both ways, so the set that holds moves with the variant on either side; the other
+    format's rounding and range, one of which always holds, keep a true and a false option in every draw."""
+    N, n, h, nu = Fraction(p.context), Fraction(p.calib_tokens), Fraction(str(p.headroom)), int(p.tail_index)
+
+    def say(option: str, context: Fraction, calib: Fraction, headroom: Fraction, why: str) -> None:
+        even = calib * headroom**nu
+        s.judge("levers", option, context < even, f"{why}: clipping turns even at {format_number(float(even), 3)} "
+                f"tokens against a context of {format_number(float(context), 3)}")
+
+    say("twice the headroom (the same calibration) leaves clipping less likely than not", N, n, 2 * h,
+        "the clip point doubles, worth 2^ν times the calibration tokens")
+    say("half the headroom (the same calibration) leaves clipping less likely than not", N, n, h / 2,
+        "the clip point halves, worth 2^-ν times the calibration tokens")
+    say("16 times the calibration tokens leave clipping less likely than not", N, 16 * n, h,
+        "16 times the calibration draws")
+    say("a context an eighth as long leaves clipping less likely than not", N / 8, n, h,
+        "an eighth of the draws that could pass the clip point")
+    say("a context 8 times as long leaves clipping less likely than not", 8 * N, n, h,
+        "8 times the draws that could pass the clip point")
+    say("the other FP8 format, same calibration and headroom, leaves clipping less likely than not", N, n, h,
+        "the scale maps headroom × amax onto the format's max in either format, so the clip point and the chance "
+        "of passing it stay where they are; only the rounding changes")
+    other = FORMATS["e5m2" if fmt is E4M3 else "e4m3"]
+    s.judge("levers", "the other FP8 format halves the unit roundoff", other.mantissa_bits == fmt.mantissa_bits + 1,
+            f"{other.name} keeps {other.mantissa_bits} fraction bits against {fmt.name}'s {fmt.mantissa_bits}: "
+            f"u = 2^-{other.mantissa_bits + 1} against 2^-{fmt.mantissa_bits + 1}")
+    widen = math.log2(other.max / other.min_normal) - math.log2(fmt.max / fmt.min_normal)
+    s.judge("levers", "the other FP8 format widens the normal range by more than 10 binades", widen > 10,
+            f"{other.name}'s normal range spans {format_number(math.log2(other.max / other.min_normal), 3)} binades "
+            f"against {format_number(math.log2(fmt.max / fmt.min_normal), 3)}: "
+            f"{format_number(abs(widen), 3)} {'more' if widen > 0 else 'fewer'}")
+
+
+def _fp8_kv_regime(s: Sheet, p, N, N_even, r) -> None:
+    ratio, even = format_number(s.value(r), 3), format_number(s.value(N_even), 3)
+    probability = pct_text(s.number("clip_probability"))
+    s.regime_by(N, N_even, tie="above", above=Side(
+        "clipping-dominated",
+        f"A {format_number(p.context)}-token context passes the clip point with probability {probability} "
+        f"(even at {even} tokens), and its largest value typically lands {ratio}× past it: saturation cuts the "
+        f"outliers attention leans on, an error far above the rounding bound. Only prompts shorter than {even} "
+        "tokens usually stay under it, which is why FP8 KV looks free on short prompts.",
+        "Below the even context the clip point usually holds: the cache's error is rounding, bounded by ε "
+        "whatever the scale, and more headroom costs nothing until the bulk slides out of the normal range."),
+        below=Side(
+        "safe",
+        f"Clipping turns even only at {even} tokens: this context passes the clip point with probability "
+        f"{probability}, and its largest value typically sits at {ratio}× the clip point. The error is rounding, "
+        "bounded by ε and the same at any scale within the normal range.",
+        "Past the even context the clip point is usually crossed, and each doubling of the context raises the "
+        "typical outlier by 2^(1/ν) over it: longer contexts, not the format, are what break a static scale."))
+
+
+def solve(p, s: Sheet) -> None:
+    """A per-layer static FP8 scale set from a calibration amax: rounding is scale-invariant in the
+    normal range, clipping is not, and a long context almost surely holds a value past the clip point."""
+    fmt = FORMATS[p.kv_format]
+    kv_bf16 = kv_bytes_per_token_given(s, p.model, dtype_bytes("bf16"), "bf16")
+    N = s.param("N", "context")
+    n = s.param("n", "calib_tokens")
+    h = s.param("h", "headroom")
+    nu = s.param("nu", "tail_index")
+    b16 = s.given("b_bf16", dtype_bytes("bf16"), "B", "bytes per bf16 value")
+    b8 = s.given("b_fp8", 1, "B", f"bytes per {fmt.name} value")
+    s.step("kv_context_fp8", f"KV cache of the context in {fmt.name}", "M_fp8", N * kv_bf16 * b8 / b16, "GiB",
+           f"{format_number(p.context)} tokens at half the bf16 bytes: one byte per value, the per-layer scales "
+           "are a few floats; every decode step reads half the bytes too")
+
+    # Rounding: the scale slides values along a grid whose relative spacing does not depend on where.
+    m = s.given("m", fmt.mantissa_bits, "", f"fraction bits of {fmt.name}")
+    s.step("rounding_bound", "Unit roundoff: the bound on a normal value's relative rounding error", "eps",
+           2 ** -(m + 1), "%",
+           f"half a unit in the last place of a significand in [1, 2): {fmt.name}'s exponent, and so the scale, "
+           "drops out (the supremum of |fl(x) − x|/|x| is u/(1 + u), a hair under u, at x just past 1 + u)")
+    top = s.given("x_max", fmt.max, "", f"largest {fmt.name} value")
+    bottom = s.given("x_min", fmt.min_normal, "", f"smallest normal {fmt.name} value")
+    s.step("normal_binades", "Span of the normal range", "R", sympy.log(top / bottom, 2), "binades",
+           "how far the scale can slide a value before it leaves the range where that bound holds")
+
+    # Clipping: the scale fixes the largest value that fits, h times the calibration max.
+    s.step("", "Chance the context holds a value past the calibration max itself", "P_1", N / (N + n), "%",
+           "of N + n exchangeable draws each is as likely as any other to be the largest: exact for any "
+           "i.i.d. distribution")
+    headroom_why = ("with no headroom the clip point is the calibration max itself: the same exact chance"
+                    if p.headroom == 1 else
+                    f"a power-law tail makes a value {format_number(p.headroom)}× past the calibration max "
+                    f"{format_number(p.headroom)}^{format_number(p.tail_index)} times rarer: the headroom counts as "
+                    "that many times the calibration tokens")
+    P = s.step("clip_probability", "Chance one layer's keys in the context pass their clip point", "P_clip",
+               N / (N + n * h**nu), "%", headroom_why)
+    N_even = s.step("even_context", "Context at which clipping turns more likely than not", "N_half", n * h**nu,
+                    "tokens", "P_clip = 1/2 where N = n·h^ν")
+    r = s.step("clip_ratio", "Typical largest value of the context over the clip point", "r_clip",
+               (N / n) ** (1 / nu) / h, "x",
+               "the largest of N draws sits where the tail is 1/N, so maxima grow as N^(1/ν): (N/n)^(1/ν) over "
+               "the calibration max, divided by the headroom")
+    s.step("", "What the context's largest value loses to saturation", "loss", max_of(0, 1 - 1 / r), "%",
+           "it is stored as the clip point: 1 − 1/r of it is gone, against a rounding error of at most ε")
+
+    _fp8_kv_emulation(s, p, fmt)
+    _fp8_kv_levers(s, p, fmt)
+
+    s.assume("One static scale per layer for keys and one for values (vLLM's k_scale and v_scale): the clip point "
+             "is headroom × the calibration amax. vLLM's calculate_kv_scales takes amax/200 for keys and "
+             "amax/100 for values from the first batch it sees (headroom 2.24 and 4.48 in E4M3); a calibrated "
+             "checkpoint maps the amax to the format's max (headroom 1). The chance is one scale's: with a key and a "
+             "value scale in each of L layers the chance that some scale clips is higher still. Dynamic per-token "
+             "scales remove clipping altogether, at a scale per token and head stored beside the cache.")
+    s.assume("Cache entries i.i.d. across tokens, with a power-law tail P(|x| > t) ∝ t^-ν; the channels cancel "
+             "(n·d calibration values against N·d). At headroom 1 the clip probability is exact for any "
+             "continuous distribution; with headroom it is the power-law tail's large-sample limit. Real caches "
+             "drift with position and topic, which makes a short calibration less representative, not more.")
+    s.assume("Saturating conversion, as vLLM's quantisation kernels clamp to ±max before converting: a value past "
+             "the clip point is stored as ±max·scale, not as NaN.")
+    s.slip("x2: the bf16 bytes kept", 2.0, on="kv_context_fp8")
+    s.slip("a whole unit in the last place instead of half", 2.0, on="rounding_bound")
+    s.slip("the headroom forgotten: N/(N + n)", s.evaluate(N / (N + n)) / s.value(P), on="clip_probability")
+    s.slip("the ν-th root forgotten: maxima taken to grow as N", s.evaluate((N / n) / h) / s.value(r), on="clip_ratio")
+    _fp8_kv_regime(s, p, N, N_even, r)
+

@@ -1,0 +1,197 @@
+"""Block-scaled FP8 on two generations - FP32 scales, power-of-two scales, one tested model."""
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from solvers.derivation import Sheet, Side
+from solvers.models.fp8 import E4M3, amax_scale, clipped, quantize, quantize_blocks, sqnr_db
+from solvers.models.quantization import pct_text, variant_rng
+from solvers.units import format_number
+
+FORMAT_BLOCKS = 32  # blocks of 128 in the simulation: 4,096 values per distribution
+
+
+SAT_BLOCKS = 4096  # blocks in the saturating-share sample: its binomial noise under 0.7 points
+
+
+SAT_SHAPES = 256  # distinct blocks drawn for it, each placed at 16 magnitudes
+
+
+HOPPER_BLOCK = 128  # DeepSeek-V3: 1x128 activation tiles, 128x128 weight blocks, FP32 scales
+
+
+MX_BLOCK = 32  # OCP MX: 32 elements per E8M0 scale
+
+
+SCALE_RULES = {  # each E8M0 rule, and where it lands a block's amax
+    "ocp-mx": "2^(floor(log2 amax) − 8): amax lands in [256, 512)",
+    "up": "2^ceil(log2(amax/448)): amax lands in (224, 448]",
+    "nearest": "2^round(log2(amax/448)): amax lands in [448/√2, 448·√2)",
+    "floor": "2^floor(log2(amax/448)): amax lands in [448, 896)",
+}
+
+
+def _scale_rule_steps(s: Sheet, rule: str, x_max) -> tuple[sympy.Symbol, sympy.Symbol]:
+    """The worst factor by which a block's amax passes max, and the share of blocks it does, for the
+    pool's E8M0 rule (the amax's position in its binade taken log-uniform)."""
+    e = s.given("e_max", E4M3.max_exponent, "", "exponent of E4M3's largest binade (448 = 1.75·2^8)")
+    if rule == "ocp-mx":
+        over, share = 2 ** (e + 1) / x_max, 1 - sympy.log(x_max / 2**e, 2)
+        why = "amax/2^floor(log2 amax) spans [1, 2) evenly in log: past 1.75 it lands beyond 448"
+    elif rule == "up":
+        over, share = sympy.Integer(1), sympy.Integer(0)
+        why = "rounding the scale up never maps amax past 448"
+    elif rule == "nearest":
+        over, share = sympy.sqrt(2), sympy.Rational(1, 2)
+        why = "half the time log2(amax/448) rounds down, and amax lands past 448"
+    else:
+        over, share = sympy.Integer(2), sympy.Integer(1)
+        why = "rounding the scale down maps every amax at or past 448"
+    overshoot = s.step("act_overshoot", "Worst landing of a block's amax, over max", "k_over", over, "x",
+                       SCALE_RULES[rule])
+    return overshoot, s.step("act_saturating_share", "Share of activation blocks whose amax saturates", "s_sat",
+                             share, "%", why)
+
+
+def _format_blocks(rng: np.random.Generator, tail: str, rows: int = FORMAT_BLOCKS,
+                   width: int = HOPPER_BLOCK) -> np.ndarray:
+    """`rows` rows of `width` (a token's channels), each row at its own magnitude over 8 binades."""
+    shape = (rows, width)
+    x = rng.standard_normal(shape) if tail == "gaussian" else rng.standard_t(3, shape)
+    return x * np.exp2(rng.uniform(0, 8, (rows, 1)))
+
+
+def _format_simulation(s: Sheet, p) -> dict[str, tuple[float, float]]:
+    """Seeded E4M3 emulation on Gaussian and Student-t (3 dof) blocks: the Hopper reference (FP32
+    scales per 128), this pool's activation path, and FP32-scaled weights re-rounded onto power-of-two
+    scales; SQNR in dB and the share of blocks whose amax saturates. Returns (reference, pool) SQNR
+    per distribution."""
+    rng = variant_rng(p, "hopper_scales", "mx_rule", "act_block")
+    found = {}
+    for tail, tag, name in (("gaussian", "g", "Gaussian"), ("t3", "t", "Student-t (3 dof)")):
+        x = _format_blocks(rng, tail)
+        ref = quantize_blocks(x, E4M3, HOPPER_BLOCK, "fp32")
+        pool = quantize_blocks(x, E4M3, p.act_block, p.mx_rule)
+        # The saturating share on its own larger sample (a few dozen blocks would leave it several points off
+        # the closed form): SAT_SHAPES blocks' amaxes, each at SAT_BLOCKS/SAT_SHAPES magnitudes over 8 binades.
+        shapes = np.max(np.abs(_format_blocks(rng, tail, SAT_SHAPES, p.act_block)), axis=1)
+        amax = np.repeat(shapes, SAT_BLOCKS // SAT_SHAPES) * np.exp2(rng.uniform(0, 8, SAT_BLOCKS))
+        found[tag] = sqnr_db(x, ref), sqnr_db(x, pool), float(np.mean(clipped(amax, E4M3, amax_scale(
+            amax, E4M3, p.mx_rule))))
+        source = (f"seeded E4M3 emulation, {x.size:,} {name} values in rows of 128 over 8 binades (seed from the "
+                  "variant)")
+        s.given(f"S_ref_{tag}", found[tag][0], "dB", f"{source}: SQNR, FP32 scales per 128")
+        s.given(f"S_pool_{tag}", found[tag][1], "dB",
+                f"the same values through this pool: {p.mx_rule} E8M0 scales per {p.act_block}")
+        s.given(f"s_sat_{tag}", found[tag][2], "%", f"the same emulation, {SAT_BLOCKS:,} {name} blocks of "
+                f"{p.act_block} ({SAT_SHAPES} drawn, each at 16 magnitudes over 8 binades): share whose amax "
+                f"saturates under the {p.mx_rule} rule")
+        if tag == "g":
+            scale = amax_scale(np.max(np.abs(x), axis=1, keepdims=True), E4M3, "fp32")
+            once = quantize(x, E4M3, scale)
+            twice = quantize(once, E4M3, amax_scale(np.max(np.abs(once), axis=1, keepdims=True), E4M3, "up"))
+            s.given("S_conv_g", sqnr_db(x, twice), "dB",
+                    "the Gaussian values FP32-scaled, then re-rounded onto round-up power-of-two scales")
+    return {"gaussian": found["g"][:2], "t3": found["t"][:2]}
+
+
+def _format_select(s: Sheet, p, share, loss) -> None:
+    """Gates and fallbacks: each statement holds or not from the checkpoint's scales, the pool's rule and
+    its activation blocks. Whether the pool needs its own eval is no option: it always does (an assumption)."""
+    same_bytes = p.hopper_scales == "ue8m0"
+    same_activations = same_bytes and p.mx_rule == "up" and p.act_block == HOPPER_BLOCK
+    tested = "round-up power-of-two scales per 128" if same_bytes else "FP32 scales per 128"
+    s.judge("gates", "the Blackwell pool can load the tested weights, bytes and scales, unchanged", same_bytes,
+            "power-of-two scales are exact in E8M0 and a 128-block is four MX blocks" if same_bytes else
+            "FP32 scales are not powers of two: every block must be re-rounded onto a new grid")
+    s.judge("gates", "the pool quantises activations to the tested build's bytes and scales", same_activations,
+            f"the pool's activations use {p.mx_rule} E8M0 scales per {p.act_block}; the tested build's used "
+            f"{tested}" + (": the same scale on every block, so the same codes" if same_activations else
+                           ": other scales, so other codes"))
+    s.judge("gates", "more than 10% of this pool's activation blocks saturate", s.compare(share, sympy.Rational(1, 10))
+            > 0, f"{pct_text(s.number('act_saturating_share'))} of blocks under the {p.mx_rule} rule")
+    s.judge("gates", "more than a quarter of this pool's activation blocks saturate",
+            s.compare(share, sympy.Rational(1, 4)) > 0,
+            f"{pct_text(s.number('act_saturating_share'))} of blocks under the {p.mx_rule} rule")
+    s.judge("gates", "the weights reach this pool more than 2 dB below the SQNR that was tested",
+            s.compare(loss, 2) > 0, f"{format_number(s.value(loss), 3)} dB lost on the way: " + (
+                "the tested bytes load as they are" if same_bytes else "rounded again onto power-of-two scales"))
+    s.judge("gates", "the pool's activation scales keep the tested 1×128 granularity", p.act_block == HOPPER_BLOCK,
+            f"one scale per {p.act_block} activations" + ("" if p.act_block == HOPPER_BLOCK else
+                                                          ": each 32-block takes its own amax, a finer grid"))
+
+
+def _format_regime(s: Sheet, p, overshoot, losses: dict[str, tuple[float, float]]) -> None:
+    one = s.given("k_fit", 1, "x", "amax landing exactly on max")
+    land = format_number(s.value(overshoot), 3)
+    share = pct_text(s.number("act_saturating_share"))
+    emulated = ("the emulation gives " + " and ".join(
+        f"{format_number(pool, 3)} dB against {format_number(ref, 3)} dB with FP32 scales per 128 on {name} blocks"
+        for name, (ref, pool) in (("Gaussian", losses["gaussian"]), ("heavy-tailed", losses["t3"]))))
+    saturating = (f"The {p.mx_rule} rule can land a block's amax {land}× past 448, and does in {share} of blocks: "
+                  f"the largest values, the ones that carry the signal, saturate; {emulated}. Round the scale up "
+                  "instead (NVIDIA's MXFP8 recipe, DeepGEMM's UE8M0).")
+    clip_free = (f"Rounding the scale up maps every block's amax into (224, 448]: nothing saturates, and the values "
+                 f"keep the same relative grid at any scale: {emulated}.")
+    s.regime_by(overshoot, one, tie="below", above=Side(
+        "saturating", saturating,
+        "Rounding the scale up never saturates: it leaves up to one binade unused at the top, and the values keep "
+        "the same relative grid, so it costs next to nothing against FP32 scales.", near=saturating),
+        below=Side(
+        "clip-free", clip_free,
+        "The OCP MX rule (floor of log2 amax, minus 8) lands amax in [256, 512): one block in five saturates its "
+        "largest values, and naive floor or nearest rules do worse.", near=clip_free))
+
+
+def solve(p, s: Sheet) -> None:
+    """One FP8 checkpoint, two pools: Hopper's FP32 block scales against Blackwell's MXFP8 E8M0 scales,
+    what converting costs, what the pool's scale rule clips, and which pool serves the tested model."""
+    m = s.given("m", E4M3.mantissa_bits, "", "fraction bits of E4M3")
+    x_max = s.given("x_max", E4M3.max, "", "largest E4M3 value")
+    S0 = s.step("sqnr_normal", "SQNR of E4M3 rounding in the normal range", "S_0",
+                10 * sympy.log(12 * 4**m * 3 / (2 * sympy.log(2)), 10), "dB",
+                "an error of quantum²/12 against a signal of f²·2^2e, for significands f spread log-uniformly over "
+                "[1, 2) (E[f²] = 3/(2 ln 2)): 12·4^m·E[f²], whatever the block's scale")
+    s.step("", "Scale bits per element, Hopper activations (FP32 per 1×128)", "q_act", 32 / sympy.Integer(128),
+           "", "one 32-bit scale per 128 values")
+    s.step("", "Scale bits per element, Hopper weights (FP32 per 128×128)", "q_w", 32 / sympy.Integer(128 * 128),
+           "", "one scale per 16,384 weights: negligible")
+    s.step("", "Scale bits per element, MXFP8 (E8M0 per 32)", "q_mx", 8 / sympy.Integer(MX_BLOCK), "",
+           "as many bits as Hopper's activations: the gain is hardware that applies them inside the MMA")
+    if p.hopper_scales == "fp32":
+        loss = s.step("", "SQNR lost re-rounding FP32-scaled weights onto power-of-two scales", "dS",
+                      10 * sympy.log(2, 10), "dB",
+                      "a second rounding onto a grid shifted by a non-power-of-two factor: an independent error "
+                      "as large as the first, so the noise power doubles")
+        s.step("sqnr_weights_blackwell", "SQNR of the weights as the Blackwell pool holds them", "S_w", S0 - loss,
+               "dB", "the tested weights, converted: a model nobody evaluated")
+    else:
+        loss = s.given("dS", 0, "dB", "SQNR lost loading power-of-two scales into E8M0: none")
+        s.step("sqnr_weights_blackwell", "SQNR of the weights as the Blackwell pool holds them", "S_w", S0, "dB",
+               "the scales are powers of two already: E8M0 holds them exactly, each 128-block as four MX blocks, "
+               "and the tested bytes load unchanged")
+    overshoot, share = _scale_rule_steps(s, p.mx_rule, x_max)
+    losses = _format_simulation(s, p)
+    _format_select(s, p, share, loss)
+
+    s.assume("Hopper's block-scaled FP8 as in DeepSeek-V3: E4M3 everywhere, activations in 1×128 tiles quantised "
+             "online, weights in 128×128 blocks, FP32 scales applied on CUDA cores between 128-deep WGMMA "
+             "chunks. A 'ue8m0' checkpoint (DeepSeek-V3.1) keeps the same blocks with power-of-two scales, "
+             "rounded up for weights and activations alike (DeepGEMM).")
+    s.assume("Blackwell's pool runs MXFP8 in the tensor cores' block-scaled MMA: E4M3 elements with one E8M0 scale "
+             "per 32 along K; a 1×128 activation scale is fed as four equal MX scales.")
+    s.assume("A block's amax sits anywhere in its binade, log-uniformly (activations span many binades): this sets "
+             "the share of saturating blocks. The SQNR figure is the normal range's; clipping and subnormals are "
+             "what the simulation adds. FP32-scaled weights convert onto E8M0 scales rounded up (no weight clips).")
+    s.assume("Users reach the Blackwell pool only after its build passes its own eval, whatever its bytes: the "
+             "block-scaled MMA applies scales and accumulates inside the tensor core, where Hopper's WGMMA "
+             "promotes partial sums to CUDA cores every 128, so no Blackwell build computes the tested numerics.")
+    if p.mx_rule == "ocp-mx":
+        s.slip("the OCP rule taken as floor(log2(amax/448)): every block saturating", 1 / s.value(share),
+               on="act_saturating_share")
+    if p.hopper_scales == "fp32":
+        s.slip("the conversion taken as free", s.value(S0) / s.number("sqnr_weights_blackwell"),
+               on="sqnr_weights_blackwell")
+    _format_regime(s, p, overshoot, losses)
+

@@ -1,0 +1,170 @@
+"""Which op of a decode step is least intense, and what can fix it."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Reject, Sheet, Side, max_of
+from solvers.models.collective import tp_all_reduce
+from solvers.models.common import (
+    GPU_MEMORY_UTILIZATION,
+    dtype_bytes,
+    hbm_bandwidth,
+    hbm_bytes,
+    model_params,
+    peak_flops,
+)
+from solvers.models.roofline import require_full_xgmi_ring
+from solvers.units import format_number
+
+DECODE_GAIN = 1.2  # a change "raises" the decode step's tokens/s when it gains at least this factor
+
+
+def _gemm_intensity(s: Sheet, tag: str, name: str, d_in, d_out, B, b_w) -> sympy.Symbol:
+    """One weight GEMM of a decode step: its weight bytes, then FLOPs per byte."""
+    shape = " × ".join(format_number(s.evaluate(side)) for side in (d_in, d_out))
+    W = s.step("", f"{name}: weight bytes per layer", f"W_{tag}", d_in * d_out * b_w, "MB",
+               f"{shape} weights, read once per step whatever the batch")
+    return s.step(f"{tag}_intensity", f"{name}: arithmetic intensity", f"I_{tag}", 2 * B * d_in * d_out / W,
+                  "FLOP/B", "one multiply-add per weight for each of the B tokens, over the weight bytes")
+
+
+TOO_CLOSE_TO_CALL = 0.05
+
+
+def _decode_step_levers(s: Sheet, p, *, weights: float, cache: float, flops: float, comm: float,
+                        step: float) -> None:
+    """Which single change raises this decode step's tokens/s by DECODE_GAIN: the answer follows from
+    the KV cache's share of the bytes, not from the ranking by intensity."""
+    n, bandwidth, peak, batch = p.tp, hbm_bandwidth(p.gpu), peak_flops(p.gpu, "bf16"), p.batch
+    share = format_number(100 * cache / (weights + cache), 2) + "%"
+
+    def gain(w=weights, kv=cache, f=flops, b=batch, ar=comm, pk=peak) -> float:
+        return (b / (max((w + kv) / (n * bandwidth), f / (n * pk)) + ar)) / (batch / step)
+
+    def say(option: str, ratio: float, why: str) -> None:
+        s.judge("levers", option, ratio >= DECODE_GAIN, f"{why}: {format_number(ratio, 3)}x the tokens/s")
+
+    if max(gain(kv=cache / 2), gain(w=weights / 2), gain(pk=2 * peak)) < DECODE_GAIN:
+        raise Reject("no single change gains 20%: the step sits at the ridge, reads and math alike")
+
+    if weights + 2 * cache <= n * hbm_bytes(p.gpu) * GPU_MEMORY_UTILIZATION:
+        scratch = Sheet()  # the all-reduces of a step twice as wide, off the candidate's sheet
+        doubled = scratch.evaluate(tp_all_reduce(scratch, p.model, p.gpu, n, 2 * batch, tag="x", label="x"))
+        say("twice the batch", gain(kv=2 * cache, f=2 * flops, b=2 * batch, ar=doubled),
+            f"the KV reads ({share} of the bytes) double with it; only the weight reads are shared")
+    else:
+        s.judge("levers", "twice the batch", False,
+                f"twice the KV cache does not fit beside the weights on {n} × {p.gpu.name}")
+    say("a KV cache at half the bytes (fp8 KV, or half the KV heads)", gain(kv=cache / 2),
+        f"the KV cache is {share} of the step's bytes")
+    say("weights at half the bytes", gain(w=weights / 2),
+        f"the weights are {format_number(100 - 100 * cache / (weights + cache), 2)}% of the step's bytes")
+    s.judge("levers", "fusing the norms, RoPE and activations into the GEMMs (CUDA graphs too)", False,
+            "fusion removes launch gaps and activation round trips, not one byte of weights or KV: no op's "
+            "intensity moves, so a read-bound step stays as long", fact=True)
+    say("a GPU with twice the tensor peak", gain(pk=2 * peak),
+        "the math sets the pace and halves" if flops / peak > (weights + cache) / bandwidth
+        else "the math is not what the step waits on")
+
+
+def _ranking_regime(s: Sheet, B, B_star, I_gemm, I_att, share) -> None:
+    gemm, att = format_number(s.value(I_gemm), 3), format_number(s.value(I_att), 3)
+    flip = format_number(s.value(B_star))
+    part = format_number(100 * s.value(share), 2) + "%"
+    time = (f" By time, though, the KV reads are {part} of the step's bytes: they, not the weights, set its length."
+            if s.value(share) > 0.5 else
+            f" By time, though, attention's KV reads are only {part} of the step's bytes: the weight reads set its "
+            "length.")
+    s.regime_by(B, B_star, tie="above", below=Side(
+        "attention-above",
+        f"Below the flip batch of {flip}, the weight GEMMs ({gemm} FLOP/B) are the least intense ops: "
+        f"attention ({att} FLOP/B) sits above them, and batching more sequences is the lever." + time,
+        "Past the flip batch the GEMMs keep climbing with B while attention stays where it is: attention "
+        "becomes the least intense op, and only the architecture or the KV dtype can move it."),
+        above=Side(
+        "attention-below",
+        f"Past the flip batch of {flip}, the weight GEMMs ({gemm} FLOP/B) have climbed above attention, "
+        f"which stays at {att} FLOP/B whatever the batch: attention is now the least intense op." + time,
+        "Below the flip batch the weight GEMMs are the least intense ops, and adding sequences raises "
+        "their intensity for free; above it, more batch no longer helps the op that limits the step."))
+
+
+def solve(p, s: Sheet) -> None:
+    model = p.model
+    require_full_xgmi_ring(p.gpu, p.tp)
+    B = s.param("B", "batch")
+    T = s.param("T", "context")
+    n = s.param("TP", "tp")
+    d = s.given("d", model.hidden, "", "hidden size")
+    H = s.given("H_q", model.heads, "", "query heads")
+    H_kv = s.given("H_kv", model.kv_heads, "", "KV heads")
+    d_h = s.given("d_h", model.head_dim, "", "head dim")
+    f = s.given("d_ff", model.ffn, "", "FFN size")
+    L = s.given("L", model.layers, "", "layers")
+    N = s.given("N", model_params(model), "", f"{model.name} parameters")
+    b_w = s.given("b_w", dtype_bytes(p.weight_dtype), "B", f"bytes per weight ({p.weight_dtype})")
+    b_kv = s.given("b_kv", dtype_bytes(p.kv_dtype), "B", f"bytes per KV element ({p.kv_dtype})")
+
+    for tag, name, d_in, d_out in (("qkv", "QKV projection", d, (H + 2 * H_kv) * d_h),
+                                   ("out", "Output projection", H * d_h, d),
+                                   ("up_gate", "Up and gate projections", d, 2 * f),
+                                   ("down", "Down projection", f, d)):
+        _gemm_intensity(s, tag, name, d_in, d_out, B, b_w)
+    I_gemm = s.step("gemm_intensity", "Every weight GEMM", "I_GEMM", 2 * B / b_w, "FLOP/B",
+                    "the matrix shape cancels: all four tie at 2B/b_w, and grow with the batch")
+    W_att = s.step("kv_bytes_layer", "Attention: KV bytes read per layer", "W_att", 2 * B * T * H_kv * d_h * b_kv,
+                   "MB", "each sequence reads its own keys and values: nothing is shared across the batch")
+    F_att = s.step("", "Attention: FLOPs per layer", "F_att", 4 * B * T * H * d_h, "GFLOP",
+                   "each query head does a multiply-add per key element (QKᵀ) and per value element (PV)")
+    I_att = s.step("attention_intensity", "Attention: arithmetic intensity", "I_att", F_att / W_att, "FLOP/B",
+                   "batch and context cancel: 2·(H_q/H_kv)/b_kv, set by the query heads sharing each KV head")
+    B_star = s.step("flip_batch", "Batch where the ranking flips", "B_star", H * b_w / (H_kv * b_kv), "sequences",
+                    "solve 2B/b_w = 2·(H_q/H_kv)/b_kv for B")
+    if s.value(B) == s.value(B_star):
+        raise Reject("the batch sits exactly at the flip: attention and the GEMMs tie")
+    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
+    ridge = s.step("ridge", "Ridge point of the GPU", "I_ridge", P / BW, "FLOP/B",
+                   "an op below this intensity waits on HBM")
+    s.step("attention_gap", "How far attention sits below the ridge", "R_att", ridge / I_att, "x",
+           "no batch size closes this gap: more query heads per KV head, MLA, a narrower KV dtype or more "
+           "query tokens per KV read (speculative decoding) do")
+
+    # Intensity ranks the ops; the step's time is set by their bytes.
+    W = s.step("weights", "Weight bytes of the step", "W", N * b_w, "GB", "every weight read once per step")
+    KV = s.step("kv_bytes", "KV bytes of the step", "M_KV", L * W_att, "GB", "every layer's attention reads")
+    share = s.step("attention_share", "Attention's share of the step's reads", "s_att", KV / (W + KV), "%",
+                   "the least intense op need not be the biggest: its share of the bytes sets its share of the time")
+    F = s.step("", "FLOPs of the step", "F", 2 * N * B + L * F_att, "TFLOP", "the GEMMs' 2·N per token plus attention")
+    ar = tp_all_reduce(s, model, p.gpu, p.tp, B, tag="dec", label="decode step")
+    t = s.step("step_time", "Time of the decode step", "t", max_of((W + KV) / (n * BW), F / (n * P)) + ar, "ms",
+               "each GPU reads 1/TP of the weights and KV heads; the slower of reading and math"
+               + ("" if p.tp == 1 else ", then the all-reduces"))
+    s.step("per_user", "Tokens per second per user", "X_user", 1 / t, "tokens/s", "one token per sequence per step")
+    if abs(s.value(KV) / s.value(W) - 1) < TOO_CLOSE_TO_CALL:
+        # Which reads dominate would turn on rounding the parameter count or counting the embeddings.
+        raise Reject("the KV and weight reads are within 5% of each other")
+    s.choose("dominant", "kv-reads" if s.compare(KV, W) > 0 else "weight-reads")
+    _decode_step_levers(s, p, weights=s.value(W), cache=s.value(KV), flops=s.value(F), comm=s.evaluate(ar),
+                        step=s.value(t))
+
+    s.assume("Weight bytes only for the GEMMs: the activations they read and write (B·(d_in + d_out) values) "
+             "are small next to d_in·d_out weights at decode batch sizes.")
+    s.assume("Attention FLOPs count the two matmuls (QKᵀ and PV); softmax, masking and RoPE are left out. "
+             "Attention is fused (scores stay on chip), and all math runs in bf16 (fp8 weights and KV are widened on "
+             "load, as weight-only kernels do), so the bf16 ridge applies.")
+    s.assume("Dense decoder with grouped-query attention; tensor parallelism splits weights, heads and FLOPs "
+             "alike, so no intensity changes with it; its all-reduces follow the tp-all-reduce card.")
+    s.assume("The step time is a roofline (roofline-time) with no launch gaps or activation traffic: what kernel "
+             "fusion and CUDA graphs remove is outside it, which is why fusion cannot move any op's intensity. "
+             "Speculative decoding, which raises the GEMMs' and attention's intensity alike, is left out.")
+    s.slip("per query head instead of per KV head: the sharing forgotten", on=("attention_intensity", "flip_batch"),
+           factor=model.kv_heads / model.heads)
+    s.slip("per query head instead of per KV head: the sharing forgotten", on="attention_gap",
+           factor=model.heads / model.kv_heads)
+    s.slip("K and V bytes counted, but only the QKᵀ FLOPs", 0.5, on=("attention_intensity", "flip_batch"))
+    s.slip("K and V bytes counted, but only the QKᵀ FLOPs", 2.0, on="attention_gap")
+    s.slip("one layer's KV taken for the whole step", on="attention_share",
+           factor=s.evaluate(W_att / (W + W_att)) / s.value(share))
+    _ranking_regime(s, B, B_star, I_gemm, I_att, share)
+

@@ -1,0 +1,171 @@
+"""One request, two halves - prefill and decode on the roofline."""
+from __future__ import annotations
+
+from solvers.derivation import Reject, Sheet, Side, max_of
+from solvers.models.collective import tp_all_reduce
+from solvers.models.common import (
+    GPU_MEMORY_UTILIZATION,
+    dtype_bytes,
+    hbm_bandwidth,
+    hbm_bytes,
+    model_params,
+    peak_flops,
+)
+from solvers.models.kvcache import kv_bytes_per_token
+from solvers.models.roofline import require_full_xgmi_ring
+from solvers.units import format_number, format_quantity
+
+LEVER_GAIN = 1.25  # a lever "raises" decode tokens/s when it gains at least this factor
+
+
+UPGRADE = 1.3  # a modest GPU generation: it gains LEVER_GAIN only while the all-reduces are under 13% of the step
+
+
+def _decode_levers(s: Sheet, p, *, weights: float, cache: float, flops: float, comm: float,
+                   throughput: float) -> None:
+    """Which single change lifts this decode step's tokens/s by LEVER_GAIN or more: the answer
+    follows from the KV cache's share of the bytes and from the side of the roofline."""
+    n, bandwidth, peak = p.tp, hbm_bandwidth(p.gpu), peak_flops(p.gpu, p.dtype)
+    batch = p.batch
+
+    def gain(w=weights, kv=cache, bw=bandwidth, pk=peak, f=flops, b=batch, ar=comm) -> float:
+        return b / (max((w + kv) / (n * bw), f / (n * pk)) + ar) / throughput
+
+    t_read, t_math = (weights + cache) / (n * bandwidth), flops / (n * peak)
+    side = (f"{format_quantity(t_read, 'ms')} of reads vs {format_quantity(t_math, 'ms')} of math"
+            + (f", plus {format_quantity(comm, 'ms')} of all-reduces" if comm else ""))
+
+    def say(option: str, ratio: float, why: str) -> None:
+        s.judge("levers", option, ratio >= LEVER_GAIN, f"{side}; {why}: {format_number(ratio, 3)}x the tokens/s")
+
+    kv_share = format_number(100 * cache / (weights + cache), 2) + "%"
+    if gain(bw=2 * bandwidth, pk=2 * peak) < LEVER_GAIN:
+        raise Reject("not even a GPU twice as fast gains 25%: the all-reduces dominate the step")
+    if weights + 2 * cache <= n * hbm_bytes(p.gpu) * GPU_MEMORY_UTILIZATION:
+        scratch = Sheet()  # the all-reduces of a step twice as wide, off the candidate's sheet
+        doubled = scratch.evaluate(tp_all_reduce(scratch, p.model, p.gpu, n, 2 * batch, tag="x", label="x"))
+        say("twice the batch", gain(kv=2 * cache, f=2 * flops, b=2 * batch, ar=doubled),
+            "one weight read serves twice the tokens while the KV reads and the math double")
+    else:
+        s.judge("levers", "twice the batch", False,
+                f"twice the KV cache does not fit beside the weights on {n} × {p.gpu.name}")
+    reads = "the reads halve" if t_read > t_math else "only the reads, which wait on the math, get shorter"
+    say("weights at half the bytes (same tensor peak)", gain(w=weights / 2),
+        f"the weights are {format_number(100 - 100 * cache / (weights + cache), 2)}% of the bytes")
+    say("an fp8 KV cache", gain(kv=cache / 2), f"the KV cache is {kv_share} of the bytes")
+    say("a GPU with twice the HBM bandwidth", gain(bw=2 * bandwidth), reads)
+    say("a GPU with twice the tensor peak", gain(pk=2 * peak),
+        "the math halves" if t_math > t_read else "the math already waits on the reads")
+    share = f"the all-reduces are {format_number(100 * comm / (comm + max(t_read, t_math)), 2)}% of the step"
+    say("a GPU 30% faster in both HBM bandwidth and tensor peak (same NVLink)",
+        gain(bw=UPGRADE * bandwidth, pk=UPGRADE * peak),
+        f"both sides shrink by 1/1.3; {share} and do not" if comm
+        else "both sides shrink by 1/1.3 and there are no all-reduces at TP 1")
+    s.judge("levers", "a GPU with twice the bandwidth and twice the peak", True,
+            f"both sides halve whichever binds; {share}, and draws where they pass 60% are refused: "
+            f"{format_number(gain(bw=2 * bandwidth, pk=2 * peak), 3)}x the tokens/s" if comm else
+            "both sides halve whichever binds and there are no all-reduces: 2x the tokens/s", fact=True)
+
+
+def _decode_regime(s: Sheet, p, I_dec, ridge, T, kv_tok, N, BW, P) -> None:
+    """Decode's side of the ridge, with KV reads in; the boundary in batch terms exists only while a
+    sequence's KV read is shorter than its token's math."""
+    intensity, at_ridge = format_number(s.value(I_dec), 3), format_number(s.value(ridge), 3)
+    reachable = s.compare(T * kv_tok / BW, 2 * N / P) < 0
+    if reachable:
+        B_kv = s.evaluate((N * dtype_bytes(p.dtype) / BW) / (2 * N / P - T * kv_tok / BW))
+        boundary = (f"with the KV reads in, decode turns compute-bound from about {format_number(B_kv, 3)} "
+                    "sequences, if their KV cache fits")
+    else:
+        limit = s.evaluate(2 * N / (T * kv_tok))
+        boundary = (f"at {format_number(p.prompt)} tokens of context no batch gets there: the step's intensity "
+                    f"tends to 2N/(T·KV_tok) = {format_number(limit, 3)} FLOP/B as sequences are added")
+    prefill_bound = s.results["prefill_regime"] == "compute-bound"
+    beside_memory = ("The prefill of the same request is compute-bound: the two halves sit on opposite sides."
+                     if prefill_bound else
+                     "Even the prefill is memory-bound: the prompt is shorter than the crossover.")
+    beside_compute = ("The prefill is compute-bound too." if prefill_bound else
+                      "The prefill, shorter than the crossover, is memory-bound: the halves have swapped sides.")
+    s.regime_by(I_dec, ridge, tie="above", below=Side(
+        "memory-bound",
+        f"Decode runs at {intensity} FLOP/B against a ridge of {at_ridge}: the step waits on HBM; {boundary}. "
+        + beside_memory,
+        "Above the ridge the tensor cores set the pace: tokens/s stops rising with the batch, and only more "
+        "FLOP/s (or fewer FLOPs per token) helps; the per-user speed falls with every sequence added.",
+        near=f"Decode runs at {intensity} FLOP/B, just below the ridge of {at_ridge}: the reads still set the "
+             f"pace, but the math takes nearly as long; {boundary}. " + beside_memory),
+        above=Side(
+        "compute-bound",
+        f"Decode runs at {intensity} FLOP/B, past the ridge of {at_ridge}: short contexts and a wide batch "
+        "let the weight read amortise until the math binds; tokens/s has stopped rising with the batch. "
+        + beside_compute,
+        "Below the ridge the step waits on HBM: a longer context or a smaller batch moves it there, and then "
+        "bandwidth, smaller weights or a smaller KV cache raise tokens/s.",
+        near=f"Decode runs at {intensity} FLOP/B, just past the ridge of {at_ridge}: the math now sets the pace, "
+             "with the reads nearly as long, so neither side alone buys much. " + beside_compute))
+
+
+def solve(p, s: Sheet) -> None:
+    """One request's two halves on one TP group: a prefill of T tokens, then decode steps of B
+    sequences that each read their own KV cache as well as the shared weights."""
+    require_full_xgmi_ring(p.gpu, p.tp)
+    N = s.given("N", model_params(p.model), "", f"{p.model.name} parameters")
+    T = s.param("T", "prompt")
+    B = s.param("B", "batch")
+    n = s.param("TP", "tp")
+    b = s.given("b_w", dtype_bytes(p.dtype), "B", f"bytes per weight ({p.dtype})")
+    b_kv = s.given("b_kv", dtype_bytes("bf16"), "B", "bytes per KV value (bf16)")
+    P = s.given("P", peak_flops(p.gpu, p.dtype), "TFLOP/s", f"{p.gpu.name} dense {p.dtype} peak")
+    BW = s.given("BW", hbm_bandwidth(p.gpu), "TB/s", f"{p.gpu.name} HBM bandwidth")
+
+    W = s.step("weights", "Weight bytes", "W", N * b, "GB", "every weight is read from HBM once per pass")
+    ridge = s.step("ridge", "Ridge point of the GPU", "I_ridge", P / BW, "FLOP/B",
+                   "below this intensity HBM cannot feed the tensor cores fast enough")
+    # Prefill: every prompt token rides on one read of the weights.
+    F_pre = s.step("flops", "FLOPs of the prefill", "F_pre", 2 * N * T, "TFLOP",
+                   "one multiply-add (2 FLOPs) per weight for each prompt token")
+    I_pre = s.step("prefill_intensity", "Arithmetic intensity of the prefill", "I_pre", F_pre / W, "FLOP/B",
+                   "2T/b_w: every prompt token shares each weight byte read")
+    then = "" if p.tp == 1 else ", then the all-reduces"
+    ar_pre = tp_all_reduce(s, p.model, p.gpu, p.tp, T, tag="pre", label="prefill")
+    s.step("prefill_time", "Time of the prefill", "t_pre", max_of(W / (n * BW), F_pre / (n * P)) + ar_pre, "ms",
+           "each GPU reads 1/TP of the weights and does 1/TP of the math; the slower sets the pace" + then)
+    # Decode: one token per sequence, and every sequence reads its own KV cache.
+    kv_tok = kv_bytes_per_token(s, p.model, b_kv)
+    F_dec = s.step("decode_flops", "FLOPs of one decode step", "F_dec", 2 * N * B, "TFLOP",
+                   "one token per sequence through every weight")
+    M_dec = s.step("bytes", "Bytes read by one decode step", "M_dec", W + B * T * kv_tok, "GB",
+                   "the weights once, plus every sequence's own KV cache of T tokens")
+    I_dec = s.step("decode_intensity", "Arithmetic intensity of the decode step", "I_dec", F_dec / M_dec, "FLOP/B",
+                   "2B/b_w for the weights alone, pulled down by KV reads that no other sequence shares")
+    s.step("crossover", "Batch where the weight reads alone stop binding", "B_star", b * P / (2 * BW), "sequences",
+           "solve 2B/b_w = P/BW for B; the KV reads push the real boundary further out")
+    t_mem = s.step("", "Decode step: time to read", "t_M", M_dec / (n * BW), "ms", "HBM's side of the roofline")
+    t_math = s.step("", "Decode step: time for the math", "t_F", F_dec / (n * P), "ms", "the tensor cores' side")
+    ar_dec = tp_all_reduce(s, p.model, p.gpu, p.tp, B, tag="dec", label="decode step")
+    t = s.step("step_time", "Time of one decode step", "t_dec", max_of(t_mem, t_math) + ar_dec, "ms",
+               "the slower of reading and computing" + then)
+    X = s.step("throughput", "Decode tokens per second", "X", B / t, "tokens/s", "one token per sequence per step")
+    s.step("per_user", "Tokens per second per user", "X_user", 1 / t, "tokens/s", "each sequence gets one token a step")
+    if s.compare(I_dec, ridge) == 0 or s.compare(I_pre, ridge) == 0:
+        raise Reject("exactly on the ridge: no side to name")
+    s.choose("prefill_regime", "compute-bound" if s.compare(I_pre, ridge) > 0 else "memory-bound")
+    _decode_levers(s, p, weights=s.value(W), cache=s.evaluate(B * T * kv_tok), flops=s.value(F_dec),
+                   comm=s.evaluate(ar_dec), throughput=s.value(X))
+
+    s.assume("Datasheet dense peaks and HBM bandwidth with no efficiency factor (dense-peaks, roofline-time); "
+             "real kernels reach 60-80% of both.")
+    s.assume("FLOPs from the weight matmuls only (flops-per-token): attention's own FLOPs over the context add a "
+             "few percent at these lengths and would make the prefill only more compute-bound.")
+    s.assume("The prefill reads the weights once (its KV writes, T·KV_tok, are small beside them); every decode "
+             "sequence holds about the prompt's length of context, its KV cache in bf16.")
+    s.assume("Under tensor parallelism each GPU reads and computes 1/TP of the pass, so intensity and ridge are "
+             "those of one GPU; the all-reduces (tp-all-reduce) come on top, not overlapped.")
+    s.slip("x2: FLOPs not doubled", 0.5, on=("flops", "prefill_intensity", "decode_intensity"))
+    s.slip("x2: FLOPs not doubled", 2.0, on="crossover")
+    s.slip("KV reads left out of the decode step", s.evaluate(W / M_dec), on="bytes")
+    if p.dtype == "bf16":
+        s.slip("x2: a bf16 weight counted as 1 byte", 0.5, on="crossover")
+        s.slip("x2: a bf16 weight counted as 1 byte", 2.0, on="prefill_intensity")
+    _decode_regime(s, p, I_dec, ridge, T, kv_tok, N, BW, P)
+

@@ -1,0 +1,149 @@
+"""The model-runner rewrite - input preparation on the GPU (vLLM Model Runner V2)."""
+from __future__ import annotations
+
+from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
+from solvers.models.collective import tp_all_reduce
+from solvers.models.steptime import StepConstants, engine, step_time, step_work
+from solvers.units import format_number, format_quantity
+
+BLOCK_SIZE = 16  # vLLM's default KV block size
+
+
+SLOT_BYTES = 4  # int32 token ids and block ids
+
+
+# vLLM v0.28.0 vllm/config/vllm.py _get_v2_model_runner_unsupported_features (and the Triton check before it):
+# with VLLM_USE_V2_MODEL_RUNNER unset, any of these puts a dense model on the V1 runner with one warning line.
+# Custom logits processors left that list after v0.28.0 (PR #56497), which is why the prompt pins the release.
+FEATURES = {
+    "prefix caching, EAGLE-3 speculative decoding": (),
+    "prefix caching, ngram speculative decoding": ("ngram",),
+    "structured outputs, a custom logits processor": ("logits",),
+    "chunked prefill, dual batch overlap": ("dbo",),
+    "prefix caching, structured outputs": (),
+    "prefix caching, a logits-processor plugin installed in the image": ("logits",),
+    "prefix caching, an image built without Triton": ("triton",),
+}
+
+
+FALLBACKS = {
+    "ngram": "ngram speculative decoding sends it to the V1 runner",
+    "logits": "a custom logits processor (passed in, or installed as a plugin) sends it to the V1 runner",
+    "dbo": "dual batch overlap sends it to the V1 runner",
+    "triton": "the missing Triton sends it to the V1 runner",
+}
+
+
+SUPPORTED = {
+    "EAGLE-3 speculative decoding sends it to the V1 runner": "EAGLE, EAGLE-3 and MTP drafting run on MRV2",
+    "prefix caching or structured outputs send it to the V1 runner":
+        "both are supported (MRV2 applies the grammar bitmask in its own Triton kernel)",
+}
+
+
+STAYS = "it runs on Model Runner V2"
+
+
+def _runner(s: Sheet, p, speedup, old, new) -> None:
+    """Which runner serves this deployment, and which of its features decide it."""
+    causes = FEATURES[p.features]
+    for cause, option in FALLBACKS.items():
+        s.judge("fallback", option, cause in causes,
+                f"'{p.features}' includes it: vLLM logs one warning and builds the V1 runner" if cause in causes
+                else f"'{p.features}' does not include it")
+    for option, why in SUPPORTED.items():  # features MRV2 runs, whatever the deployment: facts of v0.28.0
+        s.judge("fallback", option, False, why, fact=True)
+    s.judge("fallback", STAYS, not causes, "nothing in it is on the unsupported list" if not causes else
+            "one unsupported feature is enough, and nothing fails: the engine just runs the old code")
+    s.choose("runner", "v1-runner" if causes else "model-runner-v2")
+    gain = format_quantity(s.value(speedup), "x")
+    run = s.step("tpot_run", "Step time of the runner vLLM builds", "t_run", old if causes else new, "ms",
+                 "the old runner's step: one unsupported feature and MRV2 never runs" if causes else
+                 "Model Runner V2's step")
+    s.step("realized", "Gain this deployment actually gets", "S_real", old / run, "x",
+           f"Model Runner V2's {gain} only where it is the runner that runs: a fallback is silent"
+           if causes else "Model Runner V2 is the runner that runs")
+
+
+def _regime(s: Sheet, p, gpu, cpu_old, work, e) -> None:
+    """CPU-bound (the old runner's CPU time sets the step) against GPU-bound."""
+    g, c = format_quantity(s.value(gpu), "ms"), format_quantity(s.value(cpu_old), "ms")
+    # The batch where the two sides meet: both grow linearly with it (KV reads against per-request CPU work).
+    per_seq_gpu = s.evaluate(work.bytes / e.byte_rate) / p.batch - s.evaluate(e.W / e.TP / e.byte_rate) / p.batch
+    fixed_gpu = s.evaluate(e.W / e.TP / e.byte_rate)
+    fixed_cpu, per_seq_cpu = p.sched + p.prep, p.per_req
+    if per_seq_gpu > per_seq_cpu and fixed_cpu > fixed_gpu:
+        batch = (fixed_cpu - fixed_gpu) / (per_seq_gpu - per_seq_cpu)
+        meet = f"the sides meet near a batch of {format_number(batch, 3)} at this context: below it the CPU binds"
+    else:
+        meet = "no batch makes this step CPU-bound at this context"
+    s.regime_by(cpu_old, gpu, tie="below", above=Side(
+        "cpu-bound",
+        f"The old runner spends {c} of CPU per step against {g} of GPU work: the GPU waits on Python, which is "
+        f"where Model Runner V2's GPU-side input preparation pays; {meet}.",
+        "With more work per step (a bigger model, a larger batch, longer contexts, a slower GPU) the GPU's time "
+        "passes the CPU's and the rewrite no longer changes the step time."),
+        below=Side(
+        "gpu-bound",
+        f"The GPU's {g} per step covers the old runner's {c} of CPU work: the async overlap already hides it, "
+        f"so the rewrite changes little here; {meet}.",
+        "With less GPU work per step (a small model, small batches, short contexts, a fast GPU) the CPU's time "
+        "binds, and moving input preparation into Triton kernels is what shortens the step."))
+
+
+def solve(p, s: Sheet) -> None:
+    e = engine(s, p.model, p.gpu, p.tp, StepConstants(overhead=None), dtype=p.dtype, communication=p.tp > 1,
+               kv_prerequisite=True)
+    B, C = s.param("B", "batch"), s.param("C", "context")
+    work = step_work(s, e, "dec", "decode step", B, B * C, B * C)
+    comm = tp_all_reduce(s, p.model, p.gpu, p.tp, B, tag="dec", label="decode step")
+    gpu = step_time(s, e, "dec", "decode step's GPU work", work, key="gpu_step", communication=comm,
+                    why="the step-time model's kernels: the slower of reads and math"
+                        + (", then the all-reduces" if p.tp > 1 else ""))
+    t_s, t_p, c_r = s.param("t_sched", "sched"), s.param("t_prep", "prep"), s.param("c_req", "per_req")
+    cpu_old = s.step("cpu_old", "CPU time per step, old runner", "t_CPU1", t_s + t_p + c_r * B, "ms",
+                     "scheduler, then input tensors and output processing in Python, plus a share per request")
+    t_v2 = s.param("t_v2", "v2_cpu")
+    cpu_new = s.step("cpu_new", "CPU time per step, Model Runner V2", "t_CPU2", t_s + t_v2, "ms",
+                     "the scheduler did not change; the per-request work moved into GPU kernels")
+    old = s.step("tpot_old", "Step time, old runner", "t_1", max_of(gpu, cpu_old), "ms",
+                 "async scheduling overlaps the CPU's next step with the GPU's: the slower sets the pace")
+    new = s.step("tpot_new", "Step time, Model Runner V2", "t_2", max_of(gpu, cpu_new), "ms",
+                 "the same overlap with the smaller CPU share")
+    s.step("per_user_new", "Tokens per second per user, Model Runner V2", "x_2", 1 / new, "tokens/s",
+           "one token per sequence per step")
+    s.step("throughput_new", "Decode tokens per second, Model Runner V2", "X_2", B / new, "tokens/s",
+           "the batch's tokens per step")
+    speedup = s.step("speedup", "Throughput gain of Model Runner V2", "S", old / new, "x",
+                     "the same batch, each step as long as its slower side")
+    if abs(s.value(cpu_old) / s.value(gpu) - 1) < 0.05:
+        raise Reject("CPU and GPU within 5% of each other: which side binds would turn on rounding")
+
+    R, L_max = s.param("R", "max_num_seqs"), s.param("L_max", "max_model_len")
+    b = s.given("b_slot", SLOT_BYTES, "B", "bytes per token id or block id (int32)")
+    blk = s.given("b_blk", BLOCK_SIZE, "tokens", "KV block size")
+    s.step("token_buffer", "Prefill token ids, one persistent row per request slot (pinned host, UVA)", "M_tok",
+           R * L_max * b, "MiB", "max_num_reqs rows of max_model_len ids: GPU kernels read it over UVA")
+    s.step("block_table", "Block table, one persistent row per request slot (GPU)", "M_bt",
+           R * ceil_of(L_max / blk) * b, "MiB", "a block id per block of the longest sequence, per slot")
+    _runner(s, p, speedup, old, new)
+    s.assume("Step-time model for the GPU side with its constants (step-compute, step-bandwidth): every sequence "
+             "of the batch decodes one token at the given context; the CPU's time is modelled here instead of "
+             "the card's fixed step overhead.")
+    s.assume("Async scheduling: the CPU prepares step N+1 while the GPU runs step N, so a step lasts as long "
+             "as the slower of the two. The runner prepares a step's inputs from the scheduler's output, so the "
+             "two CPU costs add; at TP > 1 each worker prepares its own inputs in its own process at the same "
+             "time, so one worker's time counts, at every TP alike.")
+    s.assume("The old runner's CPU costs are the variant's profile (a fixed part and a part per request); "
+             "MRV2's is the scheduler plus the variant's staging and launch time, its Triton input kernels "
+             "taking microseconds of GPU time (left out).")
+    s.assume("Runner choice as vLLM v0.28.0 makes it with VLLM_USE_V2_MODEL_RUNNER unset (vllm/config/vllm.py "
+             "use_v2_model_runner): dense models, quantized ones included, default to MRV2 unless Triton is "
+             "missing or a feature in _get_v2_model_runner_unsupported_features is on. Later releases run "
+             "custom logits processors on MRV2 (PR #56497).")
+    s.slip("CPU and GPU times added (no async overlap)", on="tpot_old",
+           factor=(s.value(gpu) + s.value(cpu_old)) / s.value(old))
+    s.slip("the whole step's CPU time removed, scheduler included", on="speedup",
+           factor=(s.value(old) / max(s.value(gpu), p.v2_cpu)) / s.value(speedup))
+    _regime(s, p, gpu, cpu_old, work, e)
+

@@ -1,0 +1,1 @@
+"""The scaleup questions: one module a question, each with solve(p, s)."""

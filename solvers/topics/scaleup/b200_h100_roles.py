@@ -1,0 +1,261 @@
+"""B200 nodes beside an older fleet - roles, pool sizes, and two pools that disagree about the weights."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from solvers.conventions import convention_value
+from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
+from solvers.models.collective import link_bandwidth
+from solvers.models.common import GPU_MEMORY_UTILIZATION, hbm_bandwidth, hbm_bytes, peak_flops
+from solvers.models.kvcache import kv_bytes_per_token_given
+from solvers.models.moe import copy_bytes
+from solvers.units import format_number, format_quantity
+
+GPUS_PER_NODE = 8  # HGX baseboards
+
+
+# Weight formats of the pool that re-quantizes: bytes per weight (MXFP4 carries an E8M0 scale per
+# 32 values) and mantissa bits of the element type (E4M3: 3, E2M1: 1).
+FORMATS = {"fp8": (1.0, 3), "mxfp4": (0.5 + 1 / 32, 1)}
+
+
+@dataclass(frozen=True)
+class _Pool:
+    """One generation's replica on the sheet: its size and its two throughputs."""
+
+    name: str
+    nodes: sympy.Symbol
+    prefill: sympy.Symbol  # prefill tokens/s per node, batched (no step overhead, no weight-read floor)
+    compute: sympy.Symbol  # prefill compute time per prompt token
+    a2a: sympy.Symbol  # prefill all-to-all time per prompt token, not overlapped with compute
+    batch: sympy.Symbol  # decode batch of one replica
+    step: sympy.Symbol  # decode step at that batch
+    t0: sympy.Symbol  # decode step before any sequence
+    t1: sympy.Symbol  # decode step time each sequence adds
+    read: sympy.Symbol  # one read of this GPU's weights, the floor of any step
+    decode: sympy.Symbol  # decode tokens/s per node at the TPOT target
+    room: sympy.Symbol  # KV room per GPU
+    capped_by_room: bool  # the decode batch is set by KV room, not by the TPOT
+    a2a_heavier: bool  # the decode step's all-to-all outlasts its weight reads
+    a2a_ms: float  # that all-to-all per decode step, ms
+    read_ms: float  # one read of a GPU's weights, ms
+
+
+def _pool(s: Sheet, tag: str, gpu, W, W_bytes: float, nic, m) -> _Pool:
+    """A replica of `gpu` nodes holding the weights `W` at the stated share of HBM, timed by the
+    step model: prefill by its FLOPs (GEMMs in FP8, attention in bf16) and all-to-all, decode
+    memory-bound at the batch the TPOT and KV room allow; the MoE all-to-all goes over NVLink inside
+    a node and over the NIC between nodes."""
+    G_n = m["G_n"]
+    M = s.given(f"M_{tag}", hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
+    P = s.given(f"P_{tag}", peak_flops(gpu, "fp8"), "TFLOP/s", f"{gpu.name} dense fp8 peak")
+    P16 = s.given(f"P16_{tag}", peak_flops(gpu, "bf16"), "TFLOP/s", f"{gpu.name} dense bf16 peak (attention)")
+    BW = s.given(f"BW_{tag}", hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
+    nvl = link_bandwidth(s, gpu, GPUS_PER_NODE, group=tag)
+    nodes = s.step(f"nodes_{tag}", f"{gpu.name} nodes per replica", f"n_{tag}",
+                   2 ** ceil_of(sympy.log(max_of(1, W / (m["f"] * G_n * M)), 2)), "nodes",
+                   "the fewest power-of-two nodes (at least one) whose HBM holds the weights within the stated share")
+    G = nodes * G_n
+    # A replica fills whole nodes (G ≥ D): D/G of a token's copies stay in its node.
+    t_a = s.step(f"a2a_layer_{tag}", f"All-to-all per MoE layer per token, {gpu.name} replica", f"t_L_{tag}",
+                 max_of(m["v"] * m["D"] / (G**2 * nvl), m["v"] * (G - m["D"]) / (G**2 * nic)), "us",
+                 "each GPU's 1/G share of a token's copies: D/G of them over NVLink, the rest over the NIC, at once")
+    compute = s.step("", f"Prefill compute per prompt token, {gpu.name} replica", f"τ_c_{tag}",
+                     (2 * m["N_a"] / P + m["A_p"] * m["P_in"] / 2 / P16) / (G * m["eta_c"]), "us",
+                     "its FLOPs over the replica's compute: weights in FP8, causal attention in bf16")
+    a2a = s.step("", f"Prefill all-to-all per prompt token, {gpu.name} replica", f"τ_a_{tag}",
+                 m["L_moe"] * t_a, "us", "one dispatch and combine in every MoE layer")
+    prefill = s.step(f"prefill_{tag}", f"Prefill tokens/s per {gpu.name} node, batched", f"x_p_{tag}",
+                     1 / (nodes * (compute + a2a)), "tokens/s",
+                     "compute, then the all-to-all, not overlapped; a batched rate (prompts back to back: no step "
+                     "overhead, no weight-read floor), the replica's rate shared by its nodes")
+    room = s.step(f"room_{tag}", f"KV room per {gpu.name} GPU", f"R_{tag}", m["u"] * M - W / G, "GB",
+                  "usable HBM less this GPU's share of the weights")
+    rate = m["eta_bw"] * BW
+    read = s.step("", f"One read of a {gpu.name} GPU's weights", f"t_W_{tag}", W / (G * rate), "ms",
+                  "its share of the weights at the achievable bandwidth")
+    t0 = s.step("", f"Decode step before any sequence, {gpu.name}", f"t0_{tag}", read + m["t_oh"], "ms",
+                "every weight read once a step (at this batch every expert is hit), plus the overhead")
+    t1 = s.step("", f"Decode step time each sequence adds, {gpu.name}", f"t1_{tag}",
+                m["S"] * m["KV"] / (G * rate) + m["L_moe"] * t_a, "us",
+                "its KV read on one GPU's share of the bandwidth, and its token's all-to-all (not overlapped)")
+    B_slo = floor_of((m["tpot"] - t0) / t1)
+    B_mem = floor_of(G * room / (m["S"] * m["KV"]))
+    B = s.step(f"batch_{tag}", f"Decode batch of one {gpu.name} replica", f"B_{tag}", min_of(B_slo, B_mem),
+               "sequences", "the smaller of what the TPOT target leaves for the per-sequence time and what the KV "
+               "room holds")
+    if s.value(B) < 1:
+        raise Reject(f"no sequence fits a {gpu.name} decode step under the TPOT target")
+    step = s.step(f"step_{tag}", f"Decode step at that batch, {gpu.name}", f"t_{tag}", t0 + B * t1, "ms",
+                  "memory-bound: the reads and the all-to-all grow with the batch")
+    # Guards and judgements in floats, off the sheet: none is an answer or near a tie that matters.
+    f = {name: s.value(sym) for name, sym in (("B", B), ("S", m["S"]), ("N", m["N_a"]), ("A", m["A_d"]),
+                                              ("KV", m["KV"]), ("c", m["eta_c"]), ("bw", m["eta_bw"]),
+                                              ("L", m["L_moe"]), ("t_a", t_a))}
+    reads = (W_bytes + f["B"] * f["S"] * f["KV"]) / (f["bw"] * hbm_bandwidth(gpu))
+    if f["B"] * (2 * f["N"] / peak_flops(gpu, "fp8") + f["A"] * f["S"] / peak_flops(gpu, "bf16")) / f["c"] >= reads:
+        raise Reject(f"{gpu.name} decode would be compute-bound at its batch")
+    decode = s.step(f"decode_{tag}", f"Decode tokens/s per {gpu.name} node", f"x_d_{tag}", B / (step * nodes),
+                    "tokens/s", "one token per sequence per step, shared by the replica's nodes")
+    a2a_ms = 1e3 * f["B"] * f["L"] * f["t_a"]
+    read_ms = 1e3 * W_bytes / (f["bw"] * hbm_bandwidth(gpu) * s.value(nodes) * GPUS_PER_NODE)
+    return _Pool(gpu.name, nodes, prefill, compute, a2a, B, step, t0, t1, read, decode, room,
+                 capped_by_room=s.compare(B, B_slo) < 0, a2a_heavier=a2a_ms > read_ms, a2a_ms=a2a_ms,
+                 read_ms=read_ms)
+
+
+def _roles_judged(s: Sheet, p, B2: _Pool, H1: _Pool, r_dec, pre: _Pool, P_in) -> None:
+    s.judge("why", "the B200 decode batch is capped by KV room, not by the TPOT", B2.capped_by_room,
+            f"{format_quantity(s.value(B2.room), 'GB')} of KV room per B200 GPU after the weights")
+    s.judge("why", "the older GPU's decode batch is capped by KV room, not by the TPOT", H1.capped_by_room,
+            f"{format_quantity(s.value(H1.room), 'GB')} of KV room per {H1.name} GPU after the weights")
+    s.judge("why", "per node, B200 beats the older GPU at decode", s.compare(r_dec, 1) > 0,
+            f"{format_number(s.value(r_dec), 3)}x per node at the TPOT target")
+    where = (f"its {format_number(s.value(H1.nodes))}-node replica sends most copies over the NIC"
+             if s.value(H1.nodes) > 1 else "its one-node replica keeps the all-to-all on NVLink")
+    s.judge("why", "the older GPU's decode all-to-all outlasts its weight reads", H1.a2a_heavier,
+            f"{format_quantity(H1.a2a_ms * 1e-3, 'ms')} of all-to-all a step at its batch against "
+            f"{format_quantity(H1.read_ms * 1e-3, 'ms')} of weight reads: {where}")
+    fp8 = p.b200_format == "fp8"
+    s.judge("why", "one FP8 checkpoint quantized with power-of-two scales, served by both pools, closes the gap", fp8,
+            "Hopper runs FP8 with any scales, so UE8M0-scaled FP8 (as DeepSeek-V3.1 ships) serves both alike" if fp8
+            else "the B200 pool runs MXFP4: sharing an FP8 checkpoint means giving up its FP4 weights, and Hopper "
+            "has no FP4 tensor cores to share the MXFP4 one")
+    waits = s.compare(pre.read, P_in * pre.compute) > 0
+    s.judge("why", "one prompt's prefill waits on the weight read, not on its FLOPs", waits,
+            f"one read of a {pre.name} GPU's weights takes {format_quantity(s.value(pre.read), 'ms')}, the prompt's "
+            f"FLOPs {format_quantity(s.evaluate(P_in * pre.compute), 'ms')}")
+    more = s.compare(B2.room, H1.room) > 0
+    s.judge("why", "a B200 GPU keeps more KV room than an older GPU", more,
+            f"{format_quantity(s.value(B2.room), 'GB')} against {format_quantity(s.value(H1.room), 'GB')}")
+
+
+def _roles_regime(s: Sheet, r_pre, r_dec, nodes_b: float, nodes_h: float, a2a_share: float) -> None:
+    """Comparative advantage: the B200s take the role where their per-node edge is the larger."""
+    pre, dec = format_number(s.value(r_pre), 3), format_number(s.value(r_dec), 3)
+    # What slows the older node's prefill: on a multi-node replica mostly its all-to-all over the NIC.
+    slow = (f"an older node spends {format_number(100 * a2a_share, 2)}% of its prefill in the all-to-all over "
+            "the NIC" if nodes_h > 1 else "an older node has under half the B200's FP8 FLOP/s")
+    s.regime_by(r_pre, r_dec, tie="above", above=Side(
+        "b200-prefill",
+        f"A B200 node does {pre}x an older node's prefill but only {dec}x its decode: the B200s take prefill "
+        f"({slow}), and the older GPUs decode, their {format_number(nodes_h)}-node replicas pooling "
+        "HBM for the batch's KV.",
+        "Were the B200's decode edge the larger, the roles would swap: B200 decodes, the older GPUs prefill."),
+        below=Side(
+        "b200-decode",
+        f"A B200 node does {dec}x an older node's decode against {pre}x its prefill: the B200s decode, "
+        + ("one node a replica keeping every step's all-to-all on NVLink" if nodes_b == 1 else
+           f"{format_number(nodes_b)} nodes a replica with room for a larger batch")
+        + ", and the older GPUs prefill, where FLOPs and the all-to-all set the pace.",
+        "Were the B200's prefill edge the larger, the roles would swap: B200 prefills, the older GPUs decode."))
+
+
+def solve(p, s: Sheet) -> None:
+    model, new, old = p.model, p.new_gpu, p.old_gpu
+    b_new, mantissa = FORMATS[p.b200_format]
+    W = s.param("W", "weights_tb")
+    f = s.param("f", "share")
+    P_in = s.param("P_in", "prompt")
+    n_out = s.param("O", "output")
+    tpot = s.param("TPOT", "tpot")
+    R = s.param("λ_req", "rate")
+    busy = s.param("ρ_max", "max_busy")
+    L_moe = s.param("L_moe", "moe_layers")
+    G_n = s.given("G_n", GPUS_PER_NODE, "GPUs", "GPUs per node")
+    N_a = s.given("N_a", model.active_params_b * 1e9, "", f"active parameters per token ({model.name})")
+    L = s.given("L", model.layers, "", "layers")
+    H = s.given("H_q", model.heads, "", "query heads")
+    d_h = s.given("d_h", model.head_dim, "", "head dim (no-RoPE key, value)")
+    d_r = s.given("d_r", model.qk_rope_head_dim, "", "RoPE key dim")
+    d_c = s.given("d_c", model.kv_lora_rank, "", "latent rank")
+    h = s.given("h", model.hidden, "", "hidden size")
+    k = s.given("k", model.experts_per_token, "", "routed experts per token")
+    d_copy, c_copy = copy_bytes(s, h)
+    nic_B = s.given("BW_NIC_B", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name} per B200 GPU, each direction")
+    nic_H = s.given("BW_NIC_H", p.old_nic.gbit_s * 1e9 / 8, "GB/s",
+                    f"{p.old_nic.name} per {old.name} GPU, each direction (kept: a PCIe Gen5 host)")
+    u = s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable HBM (usable-hbm)")
+    eta_c = s.given("η_c", convention_value("step-compute"), "%", "achievable compute (step-compute)")
+    eta_bw = s.given("η_bw", convention_value("step-bandwidth"), "%", "achievable bandwidth (step-bandwidth)")
+    t_oh = s.given("t_oh", convention_value("step-overhead") * 1e-3, "ms", "overhead per step (step-overhead)")
+    b_B = s.given("b_B", b_new, "B", f"bytes per weight in the B200 pool ({p.b200_format})")
+    kv = kv_bytes_per_token_given(s, model, 2, "bf16")
+    S = s.step("decode_context", "Average context while decoding", "S", P_in + n_out / 2, "tokens",
+               "the prompt plus half the reply")
+    A_p = s.step("", "Prefill attention FLOPs per query-key pair", "A_p", 2 * L * H * (2 * d_h + d_r), "FLOP",
+                 "attention-flops at MLA's widths: keys of d_h + d_r and values of d_h per head, a multiply-add "
+                 "each, in every layer")
+    A_d = s.step("", "Decode attention FLOPs per cached token (absorbed MLA)", "A_d", 2 * L * H * (2 * d_c + d_r),
+                 "FLOP", "scores over d_c + d_r and values over d_c per head, in every layer")
+    v = s.step("", "All-to-all bytes of one token per MoE layer", "v", k * (d_copy + c_copy), "KB",
+               "k copies out in FP8, k results back in bf16")
+    m = {"G_n": G_n, "f": f, "u": u, "eta_c": eta_c, "eta_bw": eta_bw, "t_oh": t_oh, "N_a": N_a, "A_p": A_p,
+         "A_d": A_d, "P_in": P_in, "S": S, "KV": kv, "tpot": tpot, "L_moe": L_moe, "v": v,
+         "D": s.given("D", GPUS_PER_NODE, "GPUs", "NVLink domain of an HGX node")}
+    B2 = _pool(s, "B", new, W * b_B, p.weights_tb * b_new, nic_B, m)
+    H1 = _pool(s, "H", old, W, p.weights_tb, nic_H, m)
+
+    r_pre = s.step("edge_prefill", "B200's per-node edge at prefill", "e_p", B2.prefill / H1.prefill, "",
+                   "B200 node over H100 node")
+    r_dec = s.step("edge_decode", "B200's per-node edge at decode", "e_d", B2.decode / H1.decode, "",
+                   "B200 node over H100 node, each at the TPOT target")
+    b200_prefills = s.compare(r_pre, r_dec) >= 0
+    pre, dec = (B2, H1) if b200_prefills else (H1, B2)
+    N_pre = s.step("prefill_pool", f"Prefill pool ({pre.name})", "N_pre",
+                   pre.nodes * ceil_of(R * P_in / (pre.prefill * pre.nodes * busy)), "nodes",
+                   "whole replicas for the prompt tokens arriving each second, none busier than the cap")
+    N_dec = s.step("decode_pool", f"Decode pool ({dec.name})", "N_dec",
+                   dec.nodes * ceil_of(R * n_out * dec.step / dec.batch), "nodes",
+                   "whole replicas for the reply tokens due each second, each at most its full batch")
+    s.step("ttft", "Prefill time of one prompt, before any queue", "t_pre",
+           t_oh + max_of(pre.read, P_in * pre.compute) + P_in * pre.a2a, "s",
+           "one step on one replica: its overhead, the longer of one read of its weights and the prompt's FLOPs, "
+           "then the prompt's all-to-all on top (not overlapped, as in the decode step)")
+    a = s.step("", "Reply tokens due each second on each decode replica", "a", R * n_out / (N_dec / dec.nodes),
+               "tokens/s", "the load spread over the decode pool's replicas")
+    B_load = s.step("load_batch", "Decode batch of a replica at this load", "B_λ", a * dec.t0 / (1 - a * dec.t1),
+                    "sequences", "Little's law: B = a·(t0 + B·t1), the batch at which the step time keeps pace")
+    step_load = dec.t0 + B_load * dec.t1
+    s.step("per_user", "Decode tokens/s per user at this load", "X_u", 1 / step_load, "tokens/s",
+           "one token per decode step, the step at this load's batch")
+    handoff = s.step("kv_handoff", "KV handoff of one request between the pools", "t_KV",
+                     P_in * kv / min_of(nic_B, nic_H), "ms",
+                     "the pools are different nodes: the prompt's latent cache over one NIC, the slower end's")
+    s.step("mismatch", "RMS gap between the two pools' weights", "δ",
+           2 ** -s.given("m", mantissa, "", f"mantissa bits of the B200 pool's elements ({p.b200_format})")
+           * sympy.sqrt(sympy.Rational(3, 8) / sympy.log(2) / 12), "%",
+           "re-rounding onto a grid with other scales: one more rounding, 2^-m·sqrt(E[4^-f]/12) of the RMS weight, "
+           "E[4^-f] = 3/(8 ln 2) for a mantissa spread evenly in log")
+
+    _roles_judged(s, p, B2, H1, r_dec, pre, P_in)
+    s.judge("why", "the KV handoff takes longer than a decode step at this load", s.compare(handoff, step_load) > 0,
+            f"{format_quantity(s.value(handoff), 'ms')} to hand the prompt's KV over, "
+            f"{format_quantity(s.evaluate(step_load), 'ms')} a decode step")
+    more_prefill = s.compare(N_pre, N_dec) > 0
+    s.judge("why", "the prefill pool takes more nodes than the decode pool", more_prefill,
+            f"{format_number(s.value(N_pre))} prefill node(s) against {format_number(s.value(N_dec))} for decode")
+    s.assume("The B200 pool runs Blackwell's block-scaled MMA, which takes power-of-two (UE8M0) scales: it "
+             f"re-quantizes the FP8 checkpoint the older pool serves as is ({p.b200_format}), each block's scale "
+             "rounded up to a power of two (DeepGEMM's ceil_to_ue8m0); activations and GEMMs in FP8 on both (MXFP4 "
+             "weights run W4A8 at the FP8 peak), attention in bf16. The "
+             "pools then compute with weights that differ by one more rounding, and decode attends to KV that the "
+             "other pool's weights wrote.")
+    s.assume("Each replica is EP over its nodes with data-parallel attention; the MoE all-to-all (moe-all-to-all, "
+             "DeepEP-style: FP8 dispatch with its scales, bf16 combine, uniform routing) goes over NVLink inside a "
+             "node and the NIC between nodes (the owned Hopper nodes keep their ConnectX-7: a PCIe Gen5 x16 host "
+             "link cannot feed an 800 Gb/s ConnectX-8), not overlapped with compute (DeepSeek's two-micro-batch "
+             "overlap would hide part of it). Decode reads every weight each step (large batches touch every "
+             "expert).")
+    s.assume("Step model (step-compute, step-bandwidth, step-overhead); decode must stay memory-bound at its batch; "
+             "KV in bf16 latents, no prefix cache; pools sized in whole replicas for the average load, the prefill "
+             "pool no busier than the cap, and a prompt's prefill time taken before any queue.")
+    s.assume("The older nodes are a fleet already owned: the question is how to split the roles, not whether to "
+             "replace them (per node a B200 leads in both phases). Comparative advantage, as Splitwise (ISCA 2024) "
+             "splits prompt and token phases across GPU generations.")
+    s.slip("x2: power-of-two rounding ignored (nodes from the bare ratio)", 0.5, on="nodes_H")
+    _roles_regime(s, r_pre, r_dec, s.value(B2.nodes), s.value(H1.nodes),
+                  s.evaluate(H1.a2a / (H1.compute + H1.a2a)))
+

@@ -1,0 +1,118 @@
+"""The CPU in the decode loop, and what overlapping it costs."""
+from __future__ import annotations
+
+from solvers.derivation import Sheet, Side, max_of
+from solvers.models.collective import tp_all_reduce
+from solvers.models.scheduling import ms_text, require_realistic_tp, step_constants, tokens_text
+from solvers.models.steptime import (
+    engine,
+    require_fit,
+    step_time,
+    step_work,
+)
+from solvers.units import format_quantity
+
+# Where step n's token of the request in question sits while step n+1 runs, by the kind of request:
+# a free-text request rides the overlap; a grammar-constrained one needs its token on the CPU first.
+_PLACEHOLDERS = {
+    "on the GPU, feeding its step n+1 input without a round trip": {"free-text"},
+    "on the CPU as a placeholder, filled in when step n's output is processed": {"free-text"},
+    "on the CPU, before its step n+1 is scheduled: its next mask is built from it": {"grammar-constrained"},
+    "in the KV cache, as a dummy token's KV rewritten once the real token is known": set(),
+    "on the CPU as detokenized text, before step n+1 is planned for anyone": set(),
+}
+
+
+_PLACEHOLDER_WHY = {
+    "free-text": "a free-text request needs nothing from its token on the CPU: the overlap scheduler keeps the "
+                 "sampled ids on the device and counts a placeholder for each (vLLM's num_output_placeholders)",
+    "grammar-constrained": "a grammar-constrained request's next token mask is computed on the CPU from its last "
+                           "token: it cannot be scheduled until that token has arrived",
+    "in the KV cache, as a dummy token's KV rewritten once the real token is known":
+        "step n+1 writes the KV of the real token from its real id on the GPU: nothing is rewritten",
+    "on the CPU as detokenized text, before step n+1 is planned for anyone":
+        "that is the serial loop: the whole batch would wait for the CPU's output processing",
+}
+
+
+def _judge_payers(s: Sheet, kind: str, cpu_bound: bool, gpu: str, cpu: str, L_out, t_seq, t_ovl) -> None:
+    """What running step n+1 before step n's tokens are known costs, and whom, in this variant."""
+    wasted = format_quantity(s.evaluate(1 / (L_out + 1)), "%", 2)
+    free = kind == "free-text"
+    key = "pays"
+    s.judge(key, "it gets one more step at its end, computed and thrown away", free,
+            f"its stop is seen a step late ({wasted} of the slots at {tokens_text(s, L_out)}-token replies)" if free
+            else "its token reaches the CPU before its next step is planned: its stop is seen in time")
+    s.judge(key, "it waits out the CPU's work on each of its tokens (the serial step)", not free,
+            f"the serial step, {ms_text(s, t_seq)} per token, instead of {ms_text(s, t_ovl)}" if not free
+            else "its step n+1 is launched on a placeholder before step n is processed")
+    s.judge(key, "every token reaches its user one step later", False,
+            "step n's tokens are processed and streamed while step n+1 runs, as soon as in the serial loop",
+            fact=True)
+    s.judge(key, "the GPU still waits for the CPU every step", cpu_bound,
+            f"the CPU's {cpu} per step against the GPU's {gpu}")
+    s.judge(key, "the CPU now waits for the GPU every step", not cpu_bound,
+            f"the GPU's {gpu} per step against the CPU's {cpu}")
+
+
+def solve(p, s: Sheet) -> None:
+    require_realistic_tp(p.model, p.tp, p.gpu)
+    e = engine(s, p.model, p.gpu, p.tp, step_constants(p, overhead=False), communication=p.tp > 1,
+               kv_prerequisite=True)
+    B = s.param("B", "batch")
+    S = s.param("S", "context")
+    c_0 = s.param("c_0", "cpu_step")
+    c_r = s.param("c_r", "cpu_request")
+    L_out = s.param("L_out", "reply")
+    require_fit(s, e, p.gpu, B * S)
+
+    work = step_work(s, e, "gpu", "decode step on the GPU", B, B * S, B * S)
+    t_ar = tp_all_reduce(s, p.model, p.gpu, p.tp, B, tag="gpu", label="decode step")
+    t_gpu = step_time(s, e, "gpu", "decode step on the GPU", work, key="gpu_time", communication=t_ar,
+                      why="the GPU's kernels for one token of every request" + (", all-reduces included"
+                                                                                 if p.tp > 1 else ""))
+    t_cpu = s.step("cpu_time", "CPU time per step", "t_cpu", c_0 + B * c_r, "ms",
+                   "plan the batch and prepare inputs, then append, detokenize and stop-check every request")
+    t_seq = s.step("serial_step", "Step without overlap", "t_serial", t_gpu + t_cpu, "ms",
+                   "the GPU waits while the CPU processes its output and plans the next step")
+    s.step("idle", "GPU idle fraction without overlap", "idle", t_cpu / t_seq, "%", "the CPU's share of each step")
+    X_seq = s.step("throughput_serial", "Throughput without overlap", "X_serial", B / t_seq, "tokens/s",
+                   "one token per request per step")
+    t_ovl = s.step("overlap_step", "Step with the overlap scheduler", "t_overlap", max_of(t_gpu, t_cpu), "ms",
+                   "step n+1 is launched before step n's tokens are processed: the slower side sets the pace")
+    s.step("waste", "Placeholder share of the slots", "w", 1 / (L_out + 1), "%",
+           "a request that stops has already been scheduled for one more step: one token per request is "
+           "computed and thrown away")
+    X_ovl = s.step("throughput_overlap", "Useful throughput with overlap", "X_overlap",
+                   B / t_ovl * L_out / (L_out + 1), "tokens/s", "tokens per step, less the discarded placeholders")
+    s.step("gain", "Gain from overlap", "G", X_ovl / X_seq, "x", "sum of the two sides over the larger one")
+
+    s.assume("CPU time per step = a fixed part (scheduling, input preparation) plus a part per request "
+             "(appending the token, detokenizing, checking stop strings); it runs on one thread.")
+    s.assume("With overlap the CPU work of step n runs while the GPU runs step n+1, whose inputs are step n's "
+             "sampled ids, still on the GPU; a request that stops (EOS or a stop string) is found one step late, "
+             "and the token it got in that step is discarded.")
+    s.slip("overlap throughput taken as the serial one", s.value(X_seq) / s.value(X_ovl), on="throughput_overlap")
+    s.slip("idle fraction taken as CPU time over GPU time", on="idle",
+           factor=s.evaluate(t_cpu / t_gpu) / s.evaluate(t_cpu / t_seq))
+
+    gpu, cpu = ms_text(s, t_gpu), ms_text(s, t_cpu)
+    cpu_bound = s.compare(t_cpu, t_gpu) > 0
+    kind = p.request
+    for option, kinds in _PLACEHOLDERS.items():  # the two places no request's token is are facts of the loop
+        s.judge("placeholders", option, kind in kinds, _PLACEHOLDER_WHY.get(option, _PLACEHOLDER_WHY[kind]),
+                fact=not kinds)
+    _judge_payers(s, kind, cpu_bound, gpu, cpu, L_out, t_seq, t_ovl)
+    s.regime_by(t_cpu, t_gpu, tie="below", above=Side(
+        "CPU-bound",
+        f"The CPU needs {cpu} per step against the GPU's {gpu}: even with overlap the GPU waits for the CPU every "
+        "step, and overlap hides only the GPU's share.",
+        "With less CPU work per request (a faster output path, fewer requests per engine process) or a heavier "
+        "GPU step (longer contexts, a bigger model), the GPU becomes the pace-setter and overlap hides the CPU "
+        "entirely."), below=Side(
+        "GPU-bound",
+        f"The GPU's {gpu} per step covers the CPU's {cpu}: with overlap the CPU work disappears behind the GPU, "
+        "and the loop runs at the GPU's pace.",
+        "With a larger batch of cheap steps (a small model, short contexts) the CPU's per-request work outgrows "
+        "the GPU step, and then the CPU sets the pace even with overlap."))
+

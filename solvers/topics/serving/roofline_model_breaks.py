@@ -1,0 +1,173 @@
+"""Where a roofline estimate of a server breaks."""
+from __future__ import annotations
+
+from solvers.derivation import Reject, Sheet, Side, max_of
+from solvers.models.collective import tp_all_reduce
+from solvers.models.scheduling import require_realistic_tp, step_constants
+from solvers.models.steptime import (
+    Engine,
+    all_reduce_steps,
+    engine,
+    require_fit,
+    step_work,
+)
+from solvers.units import format_number, format_quantity
+
+REACH = 2  # a bare estimate within 2x of the corrected one counts as within reach
+
+
+_CORRECTIONS = ("bandwidth", "all-reduce", "overhead")
+
+
+# Choices are graded without tolerance: a draw this close to the 2x line, or with its two largest
+# corrections this close, would turn on rounding rather than on understanding.
+TOO_CLOSE = 0.05
+
+
+MATTERS = 0.1  # a correction that adds more than this share of the corrected step belongs in the plan
+
+
+# vLLM captures CUDA graphs for decode batches of 1, 2, 4 and then every multiple of 8 (up to 512 by default);
+# a batch between two sizes runs padded to the next one.
+CAPTURE_STEP = 8
+
+
+_BREAKS = {
+    "bandwidth": "kernels reaching only part of the datasheet bandwidth and peak",
+    "all-reduce": "the TP all-reduces, two per layer",
+    "overhead": "the per-step overhead (scheduling, sampling, launch gaps)",
+}
+
+
+_CATCH = {
+    "bandwidth": "a streaming-copy kernel for achieved HBM bandwidth, and the decode GEMVs timed in a profiler",
+    "all-reduce": "nccl-tests all_reduce_perf (or the engine's custom all-reduce) at the decode message size",
+    "overhead": "an Nsight Systems trace of one decode step, reading the gaps between kernels",
+}
+
+
+_PADDING = "CUDA-graph padding of the batch to the next captured size"
+
+
+_EXPERTS = "expert load imbalance"
+
+
+_BIG_MESSAGES = "nccl-tests at gigabyte messages, for the ring's bus bandwidth"
+
+
+_ROUTER = "a histogram of the router's tokens per expert"
+
+
+def _captured(batch: int) -> int:
+    """The CUDA-graph batch size a decode batch runs padded to."""
+    return next(size for size in (1, 2, 4) if batch <= size) if batch <= 4 else -(-batch // CAPTURE_STEP) * CAPTURE_STEP
+
+
+def _padding_cost(s: Sheet, p, e: Engine, work, ar) -> float:
+    """What running the batch padded to its CUDA-graph size adds: the dummy slots carry no KV, only math
+    and activations."""
+    extra = _captured(p.batch) - p.batch
+    reads = work.bytes / e.byte_rate
+    slower = max_of(reads, (work.flops + 2 * e.N * extra) / e.flop_rate) - max_of(reads, work.flops / e.flop_rate)
+    return s.evaluate(slower + ar.per_token * extra)
+
+
+def _require_clear_call(ratio: float, ranked_costs: list[float], shares: list[float]) -> None:
+    if abs(ratio / REACH - 1) < TOO_CLOSE:
+        raise Reject("the corrected step sits on the 2x line")
+    if ranked_costs[-2] > ranked_costs[-1] * (1 - TOO_CLOSE):
+        raise Reject("the two largest corrections are too close to call")
+    if any(abs(share / MATTERS - 1) < TOO_CLOSE for share in shares):
+        raise Reject("a correction sits on the 10% line")
+    if max(shares) <= MATTERS:
+        raise Reject("every correction is inside 10%: nothing for the plan to catch")
+
+
+def _judge_breaks(s: Sheet, costs: dict[str, float], step: float, padding: float) -> None:
+    """Which corrections matter for this variant, and which measurements would catch them."""
+    for name, cost in costs.items():
+        share = format_quantity(cost / step, "%", 2)
+        matters = cost > MATTERS * step
+        s.judge("breaks", _BREAKS[name], matters, f"{format_quantity(cost, 'ms')}, {share} of the corrected step")
+        s.judge("catch", _CATCH[name], matters, f"it measures the {name} correction, {share} of the step here")
+    # Facts of these dense decode steps: padding adds math, never reads, and a read-bound step hides it.
+    s.judge("breaks", _PADDING, padding > MATTERS * step,
+            f"the dummy slots carry no KV, only math and activations: {format_quantity(padding, 'ms')} here, "
+            f"{format_quantity(padding / step, '%', 2)} of the step", fact=True)
+    s.judge("breaks", _EXPERTS, False, "a dense model: every token goes through every weight", fact=True)
+    s.judge("catch", _BIG_MESSAGES, False,
+            "a decode all-reduce carries kilobytes to a few MB, where latency rules: GB-size bus bandwidth "
+            "says nothing about it", fact=True)
+    s.judge("catch", _ROUTER, False, "a dense model has no router", fact=True)
+
+
+def _roofline_regime(s: Sheet, ratio, reach, costs: dict[str, float], dominant: str) -> None:
+    off = format_number(s.value(ratio), 3)
+    parts = ", ".join(f"{name} +{format_quantity(cost, 'ms')}" for name, cost in costs.items())
+    summary = (f"The corrected step is {off}x the bare roofline ({parts}); the {dominant} correction dominates: "
+               f"catch it with {_CATCH[dominant]}.")
+    within = Side(
+        "within-reach", summary,
+        "The fixed costs (all-reduce latencies, per-step overhead) are weighed against the roofline step, "
+        "which at decode is mostly each GPU's share of the weights: a smaller batch barely shrinks it, but a "
+        "smaller model, a higher TP degree or faster HBM does, and a slower engine loop or slower all-reduces "
+        "grow the fixed costs; past 2x the bare estimate is off by a factor.")
+    off_by = Side(
+        "off-by-a-factor", summary,
+        "More bytes per GPU per step (a larger model per GPU, a lower TP degree, a large batch at long "
+        "contexts) or smaller fixed costs (CUDA graphs, an overlapped scheduler, fast all-reduce kernels) "
+        "shrink the corrections relative to the step: the bare estimate comes within reach, short mostly by "
+        "the efficiency factor.")
+    s.regime_by(ratio, reach, tie="below", above=off_by, below=within)
+
+
+def solve(p, s: Sheet) -> None:
+    require_realistic_tp(p.model, p.tp, p.gpu)
+    e = engine(s, p.model, p.gpu, p.tp, step_constants(p), communication=True, kv_prerequisite=True)
+    B = s.param("B", "batch")
+    S = s.param("S", "context")
+    alpha = s.param("α", "allreduce_latency")
+    require_fit(s, e, p.gpu, B * S)
+
+    work = step_work(s, e, "dec", "decode step", B, B * S, B * S)
+    t_0 = s.step("bare_time", "Bare roofline step", "t_bare",
+                 max_of(work.bytes / e.BW, work.flops / (e.TP * e.P)), "ms",
+                 "datasheet bandwidth and FLOP/s, nothing else")
+    s.step("bare_throughput", "Bare roofline throughput", "X_bare", B / t_0, "tokens/s",
+           "one token per request per step")
+    t_1 = s.step("efficient_time", "Step at achievable bandwidth and compute", "t_1",
+                 max_of(work.bytes / e.byte_rate, work.flops / e.flop_rate), "ms",
+                 "kernels reach only part of the datasheet figures")
+    d_bw = s.step("bandwidth_cost", "Correction 1: achievable bandwidth and compute", "Δ_bw", t_1 - t_0, "ms",
+                  "what the efficiency factors add")
+    t_ar = tp_all_reduce(s, p.model, p.gpu, p.tp, B, tag="dec", label="decode step", key="allreduce_time",
+                         latency=alpha)
+    t = s.step("corrected_time", "Corrected step", "t", t_1 + t_ar + e.t_oh, "ms",
+               "the efficient step, then the all-reduces and the per-step overhead on top (correction 3)")
+    X = s.step("corrected_throughput", "Corrected throughput", "X", B / t, "tokens/s",
+               "one token per request per step")
+    ratio = s.step("ratio", "Corrected over bare", "r", t / t_0, "x", "how far the bare estimate is off")
+    reach = s.given("r_reach", REACH, "x", "within reach: off by at most this factor")
+    padding = _padding_cost(s, p, e, work, all_reduce_steps(s, p.model, p.gpu, p.tp, latency=alpha))
+
+    s.assume("All-reduces are not overlapped with compute and use a ring: 2(TP-1)/TP of the message crosses "
+             "each GPU's link in each direction, plus a fixed latency per call, which outweighs the bytes at small "
+             "batches.")
+    s.assume("Corrections add: efficiency stretches the roofline step, then communication and the per-step "
+             "overhead (scheduling, sampling, launch gaps) come on top of it.")
+    s.assume(f"A correction matters when it adds more than {format_quantity(MATTERS, '%')} of the corrected step: "
+             "below that it is inside the error of the estimate itself.")
+    s.slip("one all-reduce per layer instead of two", 0.5, on="allreduce_time")
+    s.slip("one all-reduce per layer instead of two", on="corrected_throughput",
+           factor=s.evaluate(B / (t_1 + t_ar / 2 + e.t_oh)) / s.value(X))
+    s.slip("all-reduces of one layer only", 1 / p.model.layers, on="allreduce_time")
+    s.slip("all-reduces of one layer only", on="corrected_throughput",
+           factor=s.evaluate(B / (t_1 + t_ar / p.model.layers + e.t_oh)) / s.value(X))
+
+    costs = {"bandwidth": s.value(d_bw), "all-reduce": s.value(t_ar), "overhead": s.value(e.t_oh)}
+    _require_clear_call(s.value(ratio), sorted(costs.values()), [c / s.value(t) for c in costs.values()])
+    dominant = max(_CORRECTIONS, key=costs.__getitem__)
+    s.choose("dominant", dominant)
+    _judge_breaks(s, costs, s.value(t), padding)
+    _roofline_regime(s, ratio, reach, costs, dominant)
+

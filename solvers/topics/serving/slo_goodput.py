@@ -1,0 +1,169 @@
+"""Throughput against goodput under TTFT and TPOT SLOs."""
+from __future__ import annotations
+
+import math
+
+import sympy
+
+from solvers.derivation import Reject, Sheet, Side, exp_of, log_of
+from solvers.units import format_quantity
+
+MIN_RATE_SHARE = 0.5  # the goal must hold up to half the prefill capacity: past that the queue, not prefill, decides
+
+
+MAX_ATTAINMENT = 0.999  # fewer than 1 request in 1,000 missing leaves nothing to diagnose
+
+
+TIE_SHARE = 0.005  # an arrival rate within 0.5% of the goodput would read as a tie
+
+
+def _p99_means() -> sympy.Expr:
+    """An exponential's 99th percentile, in means: ln 100."""
+    return log_of(100)
+
+
+def _latency_model(s: Sheet) -> dict[str, sympy.Symbol]:
+    """The prefill queue (M/M/1) and the decode pool's TPOT, as the model predicts them."""
+    S, rho, T, t0, theta, P = (s.param(sym, name) for sym, name in (
+        ("S", "prefill_mean"), ("ρ", "load"), ("T_SLO", "ttft_slo"), ("t_0", "tpot_floor"),
+        ("θ", "tpot_tail"), ("P_SLO", "tpot_slo")))
+    p99_means = _p99_means()
+    mu = s.step("capacity", "Prefill capacity", "μ", 1 / S, "requests/s",
+                "one prompt at a time: a busy server finishes 1/S prompts per second")
+    lam = s.step("arrival_rate", "Arrival rate (= throughput served)", "λ", rho * mu, "requests/s",
+                 "the server is busy ρ of the time; below capacity it serves every arrival, so this is "
+                 "also the throughput a dashboard shows")
+    s.step("ttft_p50", "Median TTFT", "TTFT_50", log_of(2) / (mu - lam), "s",
+           "in an M/M/1 queue, wait plus own service is exponential with rate μ − λ: median = ln 2 / (μ − λ)")
+    ttft99 = s.step("ttft_p99", "p99 TTFT", "TTFT_99", p99_means / (mu - lam), "s",
+                    "the exponential's 99th percentile: ln 100 ≈ 4.6 mean times, and the mean is 1/(μ − λ)")
+    s.step("tpot_p50", "Median TPOT", "TPOT_50", t0 + theta * log_of(2), "ms",
+           "the floor plus the median of the exponential excess")
+    s.step("tpot_p99", "p99 TPOT", "TPOT_99", t0 + theta * p99_means, "ms",
+           "the floor plus the excess's 99th percentile")
+    a_ttft = s.step("ttft_attainment", "Share meeting the TTFT SLO", "A_TTFT", 1 - exp_of(-(mu - lam) * T),
+                    "%", "the exponential's CDF at the SLO")
+    a_tpot = s.step("tpot_attainment", "Share meeting the TPOT SLO", "A_TPOT", 1 - exp_of(-(P - t0) / theta),
+                    "%", "the excess must stay within the SLO minus the floor")
+    knee = s.step("knee_load", "Highest load at which p99 TTFT meets its SLO", "ρ_99", 1 - p99_means / (mu * T),
+                  "%", "solve ln 100 / (μ − λ) = T_SLO for λ/μ: p99 TTFT grows as 1/(1 − ρ), so it crosses the "
+                  "SLO well before the server runs out of capacity")
+    return {"S": S, "rho": rho, "T": T, "mu": mu, "lam": lam, "ttft99": ttft99, "a_ttft": a_ttft,
+            "a_tpot": a_tpot, "knee": knee}
+
+
+def _check_draw(s: Sheet, model: dict[str, sympy.Symbol], both, lam_star) -> None:
+    """Keep draws whose limit comes from the queue, that are not trivially met, and whose verdict is no tie."""
+    mu, lam = s.value(model["mu"]), s.value(model["lam"])
+    if s.value(lam_star) < MIN_RATE_SHARE * mu:
+        raise Reject("the goal fails below half the prefill capacity: prefill is too slow for the TTFT SLO, "
+                     "the queue is not the story")
+    if s.value(both) > MAX_ATTAINMENT:
+        raise Reject("nearly every request meets both SLOs: nothing to diagnose")
+    if abs(lam / s.value(lam_star) - 1) < TIE_SHARE:
+        raise Reject("the arrival rate is within 0.5% of the goodput: the verdict would read as a tie")
+
+
+ALREADY = "p99 TTFT already meets its SLO at today's load"
+
+
+HALVED = "prefill time per prompt halved would put p99 TTFT within its SLO"
+
+
+DECODE_LEVER = "halving the decode pool's TPOT excess would shorten p99 TTFT"
+
+
+def _ttft_levers(mu, lam):
+    """Each prefill lever alone, at today's arrival rate: (option, the rate μ' − λ' of the TTFT exponential)."""
+    within = " would put p99 TTFT within its SLO"
+    return ((ALREADY, mu - lam),
+            ("a second prefill server like this one, arrivals split between the two," + within, mu - lam / 2),
+            ("prefill time per prompt cut by 20%" + within, mu * 5 / 4 - lam),
+            ("prefill time per prompt cut by 10%" + within, mu * 10 / 9 - lam),
+            (HALVED, 2 * mu - lam),
+            ("shedding 10% of arrivals at admission" + within, mu - lam * 9 / 10))
+
+
+def _judge_levers(s: Sheet, model: dict[str, sympy.Symbol]) -> None:
+    """Which lever brings p99 TTFT within its SLO follows from how far past the knee the load sits."""
+    T, ttft99 = model["T"], model["ttft99"]
+    p99_means = _p99_means()
+    needed = p99_means / T  # the rate μ − λ at which p99 TTFT equals the SLO
+    slo = format_quantity(s.value(T), "s")
+    for option, rate in _ttft_levers(model["mu"], model["lam"]):
+        p99 = format_quantity(s.evaluate(p99_means / rate), "s")
+        lead = "today" if option == ALREADY else f"μ − λ becomes {format_quantity(s.evaluate(rate), 'requests/s')}"
+        # Halving the prefill always suffices: draws whose knee sits below half the capacity are refused, so
+        # the rate needed is at most μ/2, and 2μ − λ > μ.
+        s.judge("ttft_levers", option, s.compare(rate, needed) >= 0, f"{lead}: p99 TTFT {p99} against {slo}",
+                fact=option == HALVED)
+    s.judge("ttft_levers", DECODE_LEVER, False,
+            f"TTFT ends with prefill, on other GPUs: p99 TTFT stays {format_quantity(s.value(ttft99), 's')}",
+            fact=True)
+
+
+def _goodput_regime(s: Sheet, lam, lam_star, attainment, target, knee) -> None:
+    shown = {name: format_quantity(s.value(sym), unit) for name, sym, unit in (
+        ("rate", lam, "requests/s"), ("limit", lam_star, "requests/s"), ("attainment", attainment, "%"),
+        ("target", target, "%"), ("knee", knee, "%"))}
+    shown["past"] = format_quantity(s.evaluate(lam / lam_star - 1), "%")
+    shown["shed"] = format_quantity(s.evaluate(1 - lam_star / lam), "%")
+    s.regime_by(lam, lam_star, tie="below", below=Side(
+        "healthy",
+        f"Arrivals of {shown['rate']} stay within the goodput of {shown['limit']}: {shown['attainment']} of "
+        f"requests meet both SLOs, against a goal of {shown['target']}.",
+        "Past that rate the server still serves every request, so throughput keeps rising, but the "
+        f"queue's TTFT tail grows as 1/(μ − λ) (p99 TTFT passes its SLO above {shown['knee']} load) and the "
+        "attainment falls through the goal long before capacity.",
+        near=f"Arrivals of {shown['rate']} sit just under the goodput of {shown['limit']}: {shown['attainment']} "
+             f"of requests meet both SLOs against {shown['target']}, with little headroom, since TTFT's tail "
+             "grows as 1/(μ − λ): a few percent more traffic breaks the goal."),
+        above=Side(
+        "throughput-high-goodput-low",
+        f"The server keeps up with {shown['rate']}, so throughput looks fine, but the queue puts so many TTFTs "
+        f"past the SLO that only {shown['attainment']} of requests meet both, short of {shown['target']}: "
+        f"the goodput, the highest rate that meets the goal, is {shown['limit']}.",
+        "Below that rate (admission control, more prefill GPUs, or faster prefill) the queue shortens and "
+        "the attainment clears the goal; the throughput given up is the price of the tail.",
+        near=f"Arrivals of {shown['rate']} run only {shown['past']} past the goodput of {shown['limit']}, yet just "
+             f"{shown['attainment']} of requests meet both SLOs against {shown['target']}: TTFT's tail grows as "
+             f"1/(μ − λ), so a little excess traffic costs many requests, and {shown['shed']} less restores "
+             "the goal."))
+
+
+def solve(p, s: Sheet) -> None:
+    model = _latency_model(s)
+    a_ttft, a_tpot, mu, lam, T = (model[k] for k in ("a_ttft", "a_tpot", "mu", "lam", "T"))
+    target = s.param("g_goal", "target")
+    if s.value(a_tpot) <= s.value(target):
+        raise Reject("TPOT alone misses the target: no arrival rate meets it")
+    both = s.step("attainment", "SLO attainment: share of requests meeting both SLOs", "A", a_ttft * a_tpot, "%",
+                  "prefill and decode run on separate GPUs, so a request's TTFT and TPOT are independent: "
+                  "a request that misses either SLO does not count")
+    lam_star = s.step("max_rate", "Goodput: highest arrival rate that meets the goal", "λ_max",
+                      mu + log_of(1 - target / a_tpot) / T, "requests/s",
+                      "solve (1 − e^(−(μ−λ)·T_SLO))·A_TPOT = g_goal for λ; DistServe calls this rate the goodput")
+    _check_draw(s, model, both, lam_star)
+    _judge_levers(s, model)
+
+    s.assume("Prefill runs on its own GPUs as one first-come-first-served server with Poisson arrivals and "
+             "exponential prefill times (prompt lengths roughly exponential): an M/M/1 queue. TTFT ends with "
+             "the prefill; the KV transfer and the first decode step are left out.")
+    s.assume("Decode runs on other GPUs, so the prefill queue does not slow it: a request's TPOT is independent "
+             "of its TTFT, a fixed floor plus an exponential excess from interference. TPOT is per request (its "
+             "decode time over its output tokens, as vLLM's benchmark reports it); the per-token inter-token "
+             "latency (ITL) has a longer tail, since one prefill stall lands on a single token.")
+    s.assume("Goodput in DistServe's sense: the highest request rate at which the SLO attainment still meets "
+             "the goal. The share of requests meeting both SLOs is the attainment.")
+    s.slip("the mean, not the median (an exponential's mean is its median / ln 2)", 1 / math.log(2), on="ttft_p50")
+    s.slip("the mean, not the median (an exponential's mean is its median / ln 2)", on="tpot_p50",
+           factor=(p.tpot_floor + p.tpot_tail) / (p.tpot_floor + p.tpot_tail * math.log(2)))
+    s.slip("the queue ignored: the prefill time alone", 1 - p.load, on=("ttft_p50", "ttft_p99"))
+    tail99 = p.tpot_tail * math.log(100)
+    s.slip("the floor left out of the p99 TPOT", tail99 / (p.tpot_floor + tail99), on="tpot_p99")
+    s.slip("the worse single SLO taken for both together", on="attainment",
+           factor=min(s.value(a_ttft), s.value(a_tpot)) / s.value(both))
+    s.slip("the mean TTFT held to the SLO, not the p99", on="knee_load",
+           factor=s.evaluate((1 - 1 / (mu * T)) / model["knee"]))
+    _goodput_regime(s, lam, lam_star, both, target, model["knee"])
+

@@ -1,0 +1,139 @@
+"""Lossless with respect to which model - speculation under FP8."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Reject, Sheet, max_of, min_of
+from solvers.units import format_number
+
+_COLUMNS = {"p": "p, bf16 target", "q": "q, draft", "p8": "p, FP8 target", "q8": "q, FP8 draft"}
+
+
+SPEC_TOKENS = ("the", "a", "this", "its", "our")  # the candidates generators.spec_position lists, in order
+
+
+def _fix_changes(d_k: float, d_b: float) -> tuple:
+    """Each single change of the fixes select, with the per-logit difference it leaves."""
+    return (
+        ("verify with the decode pass's attention kernel", d_b, "only the batch-size term remains"),
+        ("batch-invariant kernels", d_k, "only the verify-kernel term remains"),
+        ("both logit differences halved", (d_k + d_b) / 2, "half of each term remains"),
+        ("the verify-kernel difference cut to a tenth", d_k / 10 + d_b, "a tenth of δ_k and all of δ_b remain"),
+        ("the batch-size difference cut to a tenth", d_k + d_b / 10, "all of δ_k and a tenth of δ_b remain"),
+    )
+
+
+def _exactness_draw(p, rows, top: int) -> dict:
+    """The draw's redraws, on floats: a gap at the bound or at what a change leaves, every position at
+    risk or none, every change a fix, a statement at its line, all statements alike. Returns the holds
+    select's judgements (truth, why)."""
+    gaps, d_k, d_b = list(p.gaps), p.delta_kernel, p.delta_batch
+    bound = 2 * (d_k + d_b)
+    if any(abs(g / bound - 1) < 0.02 for g in gaps):
+        raise Reject("a gap within 2% of the bound")
+    if len({g < bound for g in gaps}) == 1:
+        raise Reject("every greedy position at risk, or none")
+    changes = _fix_changes(d_k, d_b)
+    for option, left, _ in changes:
+        if any(abs(g / (2 * left) - 1) < 0.02 for g in gaps):
+            raise Reject(f"{option}: a gap within 2% of what it leaves")
+    if all(min(gaps) >= 2 * left for _, left, _ in changes):
+        raise Reject("every single change fixes every position")
+    P, Q, P8, Q8 = ([row[_COLUMNS[c]] for row in rows] for c in ("p", "q", "p8", "q8"))
+    alpha, alpha8 = sum(map(min, P, Q)), sum(map(min, P, Q8))
+    shift = sum(abs(a - b) for a, b in zip(P, P8)) / 2
+    if abs(shift - 0.02) < 0.0015 or abs(1 - alpha - 0.2) < 0.005:
+        raise Reject("a statement sits at its line")
+    p_top, q_top, p8_top = P[top], Q[top], P8[top]
+    holds = {
+        "the FP8 drafter lowers the acceptance rate here": (
+            alpha8 < alpha, f"{format_number(100 * alpha8, 3)}% against {format_number(100 * alpha, 3)}%"),
+        "the FP8 target moves the output distribution by over 2% (total variation)": (
+            shift > 0.02, f"{format_number(100 * shift, 3)}%"),
+        "the FP8 target verifying emits the bf16 target's top token more often than the bf16 target does": (
+            p8_top > p_top, f"the output follows the verifier: {format_number(p8_top)} against "
+            f"{format_number(p_top)}, whatever drafts"),
+        "the drafter under-proposes the bf16 target's top token, so a rejection can resample it": (
+            q_top < p_top, f"q = {format_number(q_top)} against p = {format_number(p_top)}"),
+        "over a fifth of the drafts are rejected here": (
+            1 - alpha > 0.2, f"1 − α = {format_number(100 * (1 - alpha), 3)}%"),
+    }
+    if len({truth for truth, _ in holds.values()}) == 1:
+        raise Reject("all of these hold or none")
+    return holds
+
+
+def _exactness_fixes(s: Sheet, p, gaps: list[float]) -> None:
+    """Each single change by the greedy bound it leaves: a change fixes every listed position if no gap
+    is under what remains."""
+    key = "fixes"
+    changes = _fix_changes(p.delta_kernel, p.delta_batch)
+    for option, left, why in changes:
+        under = [g for g in gaps if g < 2 * left]
+        s.judge(key, option, not under, f"{why}: 2·{format_number(left, 3)} = {format_number(2 * left, 3)}"
+                + (f", {len(under)} gap(s) still below it" if under else ", no gap below it"))
+    fixed = [option for option, holds in s.judged(key).items() if holds]
+    s.judge(key, "none of these alone", not fixed, "the smallest gap, " + format_number(min(gaps)) + ", is under "
+            + ("what each of them leaves" if not fixed else "what some leave, not under what " + fixed[0] + " leaves"))
+
+
+def solve(p, s: Sheet) -> None:
+    """Modified rejection sampling keeps the verifying model's distribution exactly, whatever the draft;
+    a quantized target changes which distribution that is, and FP8 kernels that differ between the
+    verify and decode passes, or across batch sizes, flip greedy tokens where the top-2 gap is small."""
+    rows = [dict(zip(("token", *_COLUMNS.values()), (token, *p[f"token_{i + 1}"])))
+            for i, token in enumerate(SPEC_TOKENS)]
+    top = max(range(len(rows)), key=lambda i: rows[i][_COLUMNS["p"]])
+    holds = _exactness_draw(p, rows, top)  # every redraw on floats first: a rejected draw builds no sheet
+    col = {key: [s.given(f"{key}_{i + 1}", row[name], "", f"{name}, '{row['token']}'") for i, row in enumerate(rows)]
+           for key, name in _COLUMNS.items()}
+    P, Q, P8, Q8 = col["p"], col["q"], col["p8"], col["q8"]
+    word = rows[top]["token"]
+    alpha = s.step("acceptance", "Acceptance probability at this position", "α", sympy.Add(*map(min_of, P, Q)), "%",
+                   "a draft token x is kept with probability min(1, p/q): Σ q·min(1, p/q) = Σ min(p, q)")
+    Z = s.step("", "Mass the rejection leaves to the residual", "Z", 1 - alpha, "",
+               "Σ max(0, p − q) = 1 − α: what the target wants and the draft under-proposes")
+    resid = s.step("residual_top", f"Residual probability of '{word}'", "r_top",
+                   max_of(0, P[top] - Q[top]) / Z, "%", "after a rejection, resample from max(0, p − q)/Z")
+    s.step("keep_top", f"Chance a drafted '{word}' is kept", "a_top", min_of(1, P[top] / Q[top]), "%",
+           "min(1, p/q): certain where the drafter under-proposes it, p/q where it over-proposes")
+    s.step("", f"Probability the round emits '{word}'", "P_out", Q[top] * min_of(1, P[top] / Q[top]) + Z * resid,
+           "%", "accepted when drafted, or resampled after a rejection: q·min(1, p/q) + (1 − α)·r = p exactly")
+    s.step("acceptance_fp8_draft", "Acceptance with the FP8 drafter", "α_8",
+           sympy.Add(*map(min_of, P, Q8)), "%", "the same rule against the same bf16 target: only the "
+           "acceptance moves, the output still follows p")
+    s.step("shift_fp8_target", "Distance of the FP8 target from the bf16 target", "TV",
+           sympy.Add(*(max_of(a - b, b - a) for a, b in zip(P, P8))) / 2, "%",
+           "total variation ½Σ|p − p₈|: with the FP8 target verifying, the output follows p₈, exactly, "
+           "and differs from the bf16 model's by this much without any error")
+    s.step("output_top_fp8", f"Probability FP8 target and drafter emit '{word}' (the bf16 target's top)", "P_8",
+           P8[top], "%",
+           "the rule makes the output follow whichever model verifies, whatever drafts: p₈, not the bf16 p")
+    d_k = s.param("δ_k", "delta_kernel")
+    d_b = s.param("δ_b", "delta_batch")
+    bound = s.step("flip_bound", "Largest change of a top-2 gap between plain and speculative decoding", "Δ",
+                   2 * (d_k + d_b), "", "each of the two logits can move by δ_k (verify kernel against decode "
+                   "kernel) plus δ_b (another batch size), in opposite directions")
+    gaps = list(p.gaps)
+    for i, g in enumerate(gaps):
+        s.judge("positions", f"position {i + 1}", g < s.value(bound),
+                f"gap {format_number(g)} {'<' if g < s.value(bound) else '>'} {format_number(s.value(bound), 3)}")
+    _exactness_fixes(s, p, gaps)
+    for option, (truth, why) in holds.items():
+        s.judge("holds", option, truth, why)
+
+    s.assume("Sampling at temperature 1 over the five listed tokens (the rest of the vocabulary has no mass here); "
+             "the rule is Leviathan et al.'s: accept x ~ q with probability min(1, p(x)/q(x)), else resample from "
+             "max(0, p − q) normalised. Greedy decoding is its temperature-0 limit: keep the draft if it is the "
+             "target's argmax.")
+    s.assume("Two FP8 logit differences: δ_k between two kernels, the verify pass's attention kernel (γ+1 queries "
+             "per sequence) and decode's (one query), at any batch size; δ_b within one kernel between batch sizes "
+             "(split-K and tile choices change its summation order). Batch-invariant kernels fix each kernel's "
+             "order at every batch size, so they remove δ_b; only verifying with decode's kernel removes δ_k. A "
+             "greedy token can differ from plain decoding where its top-2 gap is under 2(δ_k + δ_b).")
+    s.slip("acceptance taken as Σ p·q (the chance both pick the same token)", on="acceptance",
+           factor=s.evaluate(sympy.Add(*(a * b for a, b in zip(P, Q)))) / s.value(alpha))
+    if rows[top][_COLUMNS["p"]] != rows[top][_COLUMNS["p8"]]:
+        s.slip("the bf16 target's probability kept with the FP8 target verifying", on="output_top_fp8",
+               factor=rows[top][_COLUMNS["p"]] / rows[top][_COLUMNS["p8"]])
+

@@ -1,0 +1,186 @@
+"""HBM, DRAM or NVMe - what a KV-cache tier is worth, and how fast it wears out."""
+from __future__ import annotations
+
+from solvers.conventions import scale_up_domain
+from solvers.derivation import Reject, Sheet, Side, max_of, min_of
+from solvers.models.collective import all_reduce_terms, tp_all_reduce
+from solvers.models.steptime import StepConstants, engine, step_time, step_work
+from solvers.units import format_number, format_quantity
+
+WARRANTY_DAYS = 1826  # a 5-year drive warranty: 5 × 365 days plus one leap day
+
+
+TOO_CLOSE = 0.1  # fetch within 10% of recompute: which side wins would turn on the step model's constants
+
+
+SECOND_HIT_SHARES = ((10, "admit a block to the SSD on its second hit, if 1 in 10 prefilled blocks gets one"),
+                     (100, "admit a block to the SSD on its second hit, if 1 in 100 prefilled blocks gets one"),
+                     (1000, "admit a block to the SSD on its second hit, if 1 in 1,000 prefilled blocks gets one"))
+
+
+def _engine(s: Sheet, p):
+    # The step overhead is paid whether a prefix is fetched or recomputed: it cancels, so it is left out.
+    return engine(s, p.model, p.gpu, p.tp, StepConstants(overhead=None), dtype=p.dtype, communication=p.tp > 1,
+                  kv_prerequisite=True)
+
+
+def _prefill(s: Sheet, p, e, D, tag: str, label: str, key: str = "", why: str = ""):
+    """Time of prefilling a D-token prompt from scratch by the step-time model, TP all-reduces included:
+    (the time, the step's work, the all-reduce time)."""
+    work = step_work(s, e, tag, label, D, D**2 / 2, 0)
+    comm = tp_all_reduce(s, p.model, p.gpu, p.tp, D, tag=tag, label=label)
+    return step_time(s, e, tag, label, work, key=key, why=why, communication=comm), work, comm
+
+
+def _design(s: Sheet, p, e, work, D, times, values, comm) -> None:
+    """Which tiers pay here, and which changes would move the NVMe tier across the line."""
+    def us(value: float) -> str:
+        return format_quantity(value, "us")
+
+    re, dram, ssd = (s.value(x) for x in times)
+    s.judge("design", "keep a host-DRAM tier: its hits beat recomputing", dram < re,
+            f"a DRAM fetch takes {us(dram)} a token against {us(re)} to recompute it: the host link "
+            "brings a token's KV back faster than any GPU and model drawn here recomputes it", fact=True)
+    s.judge("design", "keep an NVMe tier: its hits beat recomputing", ssd < re,
+            f"an NVMe fetch takes {us(ssd)} a token against {us(re)} to recompute it")
+    hbm, from_dram, from_ssd = (s.value(v) for v in values)
+    s.judge("design", "the DRAM tier saves more per prompt token than the HBM tier", from_dram > hbm,
+            f"{us(from_dram)} against {us(hbm)}: the hit rates weigh more than the fetch")
+    s.judge("design", "the NVMe tier saves more per prompt token than the DRAM tier", from_ssd > from_dram,
+            f"{us(from_ssd)} against {us(from_dram)}")
+    s.judge("design", "the NVMe tier would pay with an fp8 KV cache (half the bytes to fetch)", ssd / 2 < re,
+            f"half the bytes: {us(ssd / 2)} a token against {us(re)}")
+    s.judge("design", "the NVMe tier would still pay with drives at half the read rate", 2 * ssd < re,
+            f"the fetch doubles to {us(2 * ssd)} a token against {us(re)}")
+    faster = s.evaluate((max_of(work.bytes / e.byte_rate, work.flops / (2 * e.flop_rate)) + comm) / D)
+    s.judge("design", "the NVMe tier would pay on a GPU with twice the tensor peak (same HBM, same drives)",
+            ssd < faster, f"the recompute drops to {us(faster)} a token; the fetch stays {us(ssd)}")
+    # The same prefill at four times the prompt: the weights' share per token falls, attention's grows.
+    D4 = 4 * D
+    comm4 = all_reduce_terms(s, p.model, p.gpu, p.tp).of(D4)
+    long = s.evaluate((max_of(work.bytes / e.byte_rate, (2 * e.N * D4 + e.A * D4**2 / 2) / e.flop_rate) + comm4) / D4)
+    s.judge("design", "the NVMe tier would pay for prompts four times this long", ssd < long,
+            f"attention's share of the recompute grows with the prompt: {us(long)} a token at "
+            f"{format_number(4 * s.value(D))} tokens against {us(ssd)} to fetch")
+    if all(s.judged("design").values()):
+        raise Reject("every design option holds: nothing to tell apart")
+
+
+def _admission(s: Sheet, pays: bool, admit) -> None:
+    """Admission rules that keep the drives within their warranty's write budget."""
+    share = s.value(admit)
+    cap = format_quantity(share, "%")
+    if not pays:
+        for _, option in SECOND_HIT_SHARES:
+            s.judge("admission", option, False, "no admission rule helps: every SSD hit is slower than recomputing")
+        s.judge("admission", "admit nothing: recompute what the faster tiers miss", True,
+                "an SSD hit costs more than recomputing its tokens: the tier should not exist here")
+        s.judge("admission", "cap SSD writes at the drives' warranted rate, whatever the hit pattern", False,
+                "there should be no SSD tier to write to")
+        return
+    for one_in, option in SECOND_HIT_SHARES:
+        s.judge("admission", option, share * one_in >= 1,
+                f"1 in {format_number(one_in)} is {format_quantity(1 / one_in, '%')} of the prefilled KV, "
+                f"against the {cap} the warranty allows")
+    s.judge("admission", "admit nothing: recompute what the faster tiers miss", False,
+            "an SSD hit is faster than recomputing its tokens: the tier pays for what it holds")
+    s.judge("admission", "cap SSD writes at the drives' warranted rate, whatever the hit pattern", True,
+            "a hit pattern that shifts would otherwise wear the drives out early; the cap degrades to fewer hits")
+
+
+def _tier_regime(s: Sheet, p, t_re, t_ssd, life) -> None:
+    re, ssd = format_quantity(s.value(t_re), "us"), format_quantity(s.value(t_ssd), "us")
+    days = format_quantity(s.value(life), "days")
+    s.regime_by(t_re, t_ssd, tie="below", above=Side(
+        "nvme-pays",
+        f"Recomputing a token takes {re} and fetching it from the NVMe drives {ssd}: an SSD hit saves time, so "
+        f"the tier earns its place, but written through it wears out in {days}: admission has to be selective.",
+        "Below the line (a small model, a faster GPU, fewer drives) an SSD hit costs more than the recompute it "
+        "replaces: the tier should not exist, and DRAM is the last tier worth having."),
+        below=Side(
+        "nvme-loses",
+        f"Recomputing a token takes {re}, fetching it from the NVMe drives {ssd}: {p.model.name} computes its "
+        "KV faster than the drives can return it, so every SSD hit makes the prefill slower. The tier should "
+        "not exist; the HBM and DRAM tiers carry the reuse.",
+        "Above the line (a bigger model per GPU, more drives, fp8 KV) an SSD hit saves time, and the question "
+        "becomes endurance: a write-through tier wears its drives out in days."))
+
+
+def solve(p, s: Sheet) -> None:
+    e = _engine(s, p)
+    D = s.param("D", "prompt")
+    h_H, h_D, h_S = (s.param(sym, name) for sym, name in (("h_HBM", "hit_hbm"), ("h_DRAM", "hit_dram"),
+                                                          ("h_SSD", "hit_ssd")))
+    B_h = s.param("B_host", "host_link")
+    R, n_d, C, dwpd = (s.param(sym, name) for sym, name in (("R_ssd", "ssd_read"), ("n_d", "drives"),
+                                                            ("C", "ssd_tb"), ("DWPD", "dwpd")))
+    G = s.given("G", scale_up_domain(p.gpu), "GPUs", "GPUs in the node")
+
+    t_full, work, comm = _prefill(s, p, e, D, "pre", "prefill of the whole prompt", key="prefill_time",
+                            why="every token recomputed: the slower of the weight reads and the math, then the "
+                                "all-reduces" if p.tp > 1 else
+                                "every token recomputed: the slower of the weight reads and the math")
+    t_re = s.step("recompute", "Recompute time per prompt token", "t_re", t_full / D, "us",
+                  "the prefill averaged over its tokens: what a hit in any tier saves before its fetch is paid")
+    t_dram = s.step("fetch_dram", "DRAM fetch time per token", "t_DRAM", e.KV / B_h, "us",
+                    "each GPU copies its own share of the token's KV over its own host link, all in parallel")
+    B_s = s.step("ssd_per_gpu", "NVMe read bandwidth per GPU", "B_SSD", n_d * R / G, "GB/s",
+                 "the node's drives serve all its GPUs, which fetch at the same time")
+    t_ssd = s.step("fetch_ssd", "NVMe fetch time per token", "t_SSD", e.KV / B_s, "us",
+                   "each GPU's share of the token's KV at its share of the drives' read bandwidth")
+    for tier, fetch in (("DRAM", t_dram), ("SSD", t_ssd)):
+        if abs(s.evaluate(fetch / t_re) - 1) < TOO_CLOSE:
+            raise Reject(f"the {tier} fetch is within 10% of the recompute: too close to call")
+    v_H = s.step("value_hbm", "HBM tier: time saved per prompt token", "v_HBM", h_H * t_re, "us",
+                 "a hit in HBM is already where attention reads it: it saves the whole recompute")
+    v_D = s.step("value_dram", "DRAM tier: time saved per prompt token", "v_DRAM", h_D * (t_re - t_dram), "us",
+                 "its hit rate times recompute less fetch")
+    v_S = s.step("value_ssd", "NVMe tier: time saved per prompt token", "v_SSD", h_S * (t_re - t_ssd), "us",
+                 "its hit rate times recompute less fetch; negative: every hit is slower than recomputing")
+    s.step("ttft_tiers", "Prefill time of the prompt with the tiers that pay", "t_tiers",
+           D * (t_re - v_H - max_of(v_D, 0) - max_of(v_S, 0)), "ms",
+           "a tier that loses is bypassed (its hits recomputed), so it saves nothing rather than costing")
+
+    # Write-through: every token the node prefills leaves its KV for the SSD tier, as fast as the drives take it.
+    made = s.step("kv_produced", "KV the node's prefills produce for the SSD", "R_KV", G * e.KV / t_re, "GB/s",
+                  "every GPU of the node prefilling: its share of each token's KV, one token per t_re")
+    W_s = s.param("W_ssd", "ssd_write")
+    cap = s.step("write_capacity", "What the drives can write", "R_cap", n_d * W_s, "GB/s",
+                 "every drive at its sequential write rate")
+    write = s.step("write_rate", "Write-through rate into the NVMe tier", "R_w", min_of(made, cap), "GB/s",
+                   "what the prefills produce, up to what the drives can write: past that the tier keeps only "
+                   "the blocks it has time to write")
+    Y = s.given("Y", WARRANTY_DAYS, "", "days in a 5-year warranty (5 × 365 + one leap day)")
+    day = s.given("t_day", 86400, "h", "one day")
+    tbw = s.step("tbw", "Bytes the drives are warranted to take", "TBW", n_d * C * dwpd * Y, "PB",
+                 "DWPD full-drive writes every day of the warranty, on every drive")
+    life = s.step("lifetime", "Time to write the warranted bytes", "T_life", tbw / write, "days",
+                  "the warranty's bytes at the write-through rate")
+    budget = s.step("write_budget", "Write rate that lasts the warranty", "R_max", n_d * C * dwpd / day, "MB/s",
+                    "DWPD drive capacities a day, spread over the day")
+    admit = s.step("admit_share", "Largest share of prefilled KV the SSD may take", "a_max", budget / made, "%",
+                   "the warranty's rate over the rate the prefills produce KV")
+
+    pays = s.compare(t_re, t_ssd) > 0
+    _design(s, p, e, work, D, (t_re, t_dram, t_ssd), (v_H, v_D, v_S), comm)
+    _admission(s, pays, admit)
+    s.assume("The step-time model's fixed overhead per step is left out: a step pays it whether its prefix is "
+             "fetched or recomputed, so it cancels from every tier's worth.")
+    s.assume("Hit rates are marginal: the share of the prompt's tokens found in that tier and in no faster one. "
+             "A fetch is on the request's critical path and is not overlapped with its own recompute.")
+    s.assume(f"Write-through is the upper bound: all {p.gpu.nvlink_domain} GPUs of the node prefill misses "
+             "back to back (a prefill node, or a prefill-heavy load), and every prefilled block goes to the SSD "
+             "as fast as the drives' sequential write rate allows (the rest is dropped, not queued). Decode's new "
+             "tokens are not written.")
+    s.assume("Drive endurance as the datasheet's DWPD over a 5-year warranty: TBW = capacity × DWPD × 1826 days. "
+             "Write amplification inside the drive is taken as 1 (sequential block writes); random writes wear "
+             "it faster.")
+    s.assume("Host DRAM bandwidth is per GPU with all GPUs copying at once; on an HGX board two GPUs share a PCIe "
+             "switch's uplink to the CPU, which is why the figure can be half of a Gen5 x16 link's.")
+    s.slip("the node's SSD bandwidth taken for each GPU (not shared)", 1 / p.gpu.nvlink_domain, on="fetch_ssd")
+    s.slip(f"the whole token's KV per GPU (the TP {p.tp} split forgotten)", p.tp, on=("fetch_dram", "fetch_ssd"))
+    s.slip("recompute at one GPU's compute (the TP group forgotten)", p.tp, on="recompute")
+    s.slip("DWPD taken over the whole warranty, not per day", 1 / WARRANTY_DAYS, on="lifetime")
+    s.slip("one drive's endurance for all of them", 1 / p.drives, on="lifetime")
+    _tier_regime(s, p, t_re, t_ssd, life)
+

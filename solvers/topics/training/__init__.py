@@ -1,0 +1,1 @@
+"""The training questions: one module a question, each with solve(p, s)."""

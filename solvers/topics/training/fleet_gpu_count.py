@@ -1,0 +1,204 @@
+"""How many GPUs a pretraining run needs."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Reject, Sheet, Side, ceil_of, log_of
+from solvers.models.common import model_params, peak_flops
+from solvers.models.fleet import SPARE_SIGMAS, spare_pool, training_run
+from solvers.models.training import FLOPS_PER_PARAM_TOKEN
+from solvers.units import format_number, format_quantity
+
+MIN_FLEET_GPUS = 64  # below eight nodes the question is not about a fleet
+
+
+MAX_FLEET_GPUS = 100_000  # about the largest single training clusters built so far
+
+
+SCHEDULE_MISS = sympy.Rational(11, 10)  # a tenth over the schedule is a slip one can negotiate
+
+
+MFU_SHORTFALL = sympy.Rational(9, 10)  # an MFU a tenth below plan is a common first-month surprise
+
+
+POWER_OF_TWO_WASTE = sympy.Rational(5, 4)  # a round-up past a quarter of the need is worth arguing
+
+
+def _job_size(s: Sheet, need: sympy.Symbol, rule: str) -> tuple[sympy.Expr, sympy.Expr, str]:
+    """(job size, the next smaller size under the rule, the rule in words): the smallest size the
+    lab's rule allows that covers the need."""
+    if rule == "next-power-of-two":
+        job = 2 ** ceil_of(log_of(need, 2))
+        return job, job / 2, "next-power-of-two"
+    U = s.param("U", "pod") if rule == "whole-pods" else s.param("U", "block")
+    job = U * ceil_of(need / U)
+    return job, job - U, rule
+
+
+MAX_RESTART_LOSS = sympy.Rational(1, 2)  # a run that would lose half its time to restarts fixes recovery first
+
+
+RESTART_BAR = sympy.Rational(1, 20)  # restarts past a twentieth of the time are a line item of their own
+
+
+FAILURES_PER_DAY = sympy.Rational(6, 86_400)  # six a day (per second): recovery on someone's pager every shift
+
+
+KNIFE_EDGE = 0.005  # a judgement within half a percent of its bar turns on rounding, not on the plan
+
+
+def _margin_judgements(s: Sheet, need, job, spare, g) -> None:
+    """What the margin and the round-up's slack must carry: the spare nodes that stand in for nodes in
+    repair, and the time each failure costs the job; which of them binds follows from the job's size and
+    its failure and repair figures."""
+    M_n = s.param("M_node", "node_mtbf")
+    T_r = s.param("T_rep", "repair")
+    C_r = s.param("C_r", "restart_cost")
+    n_job = s.step("job_nodes", "Nodes the job runs on", "n_job", job / g, "nodes", "the job in whole nodes")
+    rate = s.step("failure_rate", "Node failures the job sees", "λ", n_job / M_n, "interruptions/day",
+                  "each of its nodes fails once per MTBF, and any one of them stops the job")
+    loss = s.step("restart_loss", "Share of the job's time lost to restarts", "f_r", rate * C_r, "%",
+                  "failures per day times what each costs, over a day")
+    if s.compare(loss, MAX_RESTART_LOSS) > 0:
+        raise Reject("restarts would take more than half of the run: recovery comes before fleet size")
+    down, pool = spare_pool(s, n_job, M_n, T_r)
+    room = s.step("margin_nodes", "Nodes the margin holds", "n_margin", spare / g, "nodes",
+                  "the margin's GPUs in whole nodes")
+    doubled = ceil_of(2 * down + SPARE_SIGMAS * sympy.sqrt(2 * down))
+    for value, bar, what in ((job * (1 - loss), need, "the slack against the restarts"),
+                             (loss, RESTART_BAR, "the restart loss against a twentieth"),
+                             (rate, FAILURES_PER_DAY, "the failure rate against six a day")):
+        if abs(s.evaluate(value / bar) - 1) < KNIFE_EDGE:
+            raise Reject(f"{what} sits within {KNIFE_EDGE:.1%} of its bar")
+    spares, holds = format_number(s.value(pool)), format_number(s.value(room))
+    against = (f"a pool of {spares} nodes (mean {format_number(s.value(down), 3)} out) against the {holds} the "
+               "margin holds")
+    s.judge("margin", "the margin holds the spare pool for the nodes in repair", s.compare(pool, room) <= 0,
+            against)
+    s.judge("margin", "the margin would still hold the spare pool at twice the failure rate",
+            s.compare(doubled, room) <= 0,
+            f"at twice the rate {format_number(s.evaluate(doubled))} spare nodes against the {holds} the margin holds")
+    s.judge("margin", "the spare pool takes over half of the margin", s.compare(2 * pool, room) > 0, against)
+    lost = format_quantity(s.value(loss), "%", 3)
+    per_day = format_quantity(s.value(rate), "interruptions/day", 3)
+    slack = format_quantity(s.evaluate(1 - need / job), "%", 3)
+    s.judge("margin", "the round-up's slack absorbs the time restarts cost", s.compare(job * (1 - loss), need) >= 0,
+            f"restarts take {lost} of the job's time; the round-up leaves {slack} of the schedule free")
+    s.judge("margin", "restarts cost the job more than a twentieth of its time", s.compare(loss, RESTART_BAR) > 0,
+            f"{per_day} at {format_quantity(s.value(C_r), 'min')} each: {lost}")
+    s.judge("margin", "the job loses a node more than once every four hours",
+            s.compare(rate, FAILURES_PER_DAY) > 0,
+            f"{format_number(s.value(n_job))} nodes at one failure per {format_quantity(s.value(M_n), 'days')} "
+            f"each: {per_day}")
+
+
+def _smaller_why(s: Sheet, need, smaller) -> str:
+    if s.evaluate(smaller) <= 0:
+        return "no smaller job under the rule"
+    stretch = s.evaluate(need / smaller)
+    close = stretch <= SCHEDULE_MISS
+    return (f"{format_number(s.evaluate(smaller))} GPUs would take {format_number(stretch, 3)}× the schedule"
+            + (": worth asking for the extra days instead of the extra GPUs" if close else ""))
+
+
+def _fleet_judgements(s: Sheet, need, job, smaller, pod, rule: str) -> None:
+    """What the chosen job buys, judged on this variant's numbers."""
+    ratio = s.value(job) / s.value(need)
+    over = f"the job is {format_number(ratio, 3)}× the need"
+    power = 2 ** ceil_of(log_of(need, 2))
+    size = int(s.value(job))
+    is_power = size & (size - 1) == 0
+    s.judge("judgement", "the job is a power of two", bool(is_power),
+            f"{format_number(s.value(job))} GPUs {'is' if is_power else 'is not'} 2^k under the {rule} rule")
+    s.judge("judgement", "the job meets the schedule even at an MFU a tenth below plan",
+            s.compare(job * MFU_SHORTFALL, need) >= 0,
+            f"{over}; a tenth less MFU needs {format_number(s.evaluate(need / MFU_SHORTFALL))} GPUs")
+    s.judge("judgement", "the round-up leaves under a tenth of the schedule as slack",
+            s.compare(job * MFU_SHORTFALL, need) < 0,
+            f"{over}: it finishes in {format_number(s.evaluate(need / job), 3)} of the schedule")
+    s.judge("judgement", "the job spans more than one fabric pod", s.compare(job, pod) > 0,
+            f"{format_number(s.value(job))} GPUs against pods of {format_number(s.value(pod))}: "
+            + ("cross-pod traffic goes through the core" if s.compare(job, pod) > 0 else "it stays inside one pod"))
+    s.judge("judgement", "the next smaller job under the rule misses the schedule by under a tenth",
+            s.compare(smaller * SCHEDULE_MISS, need) >= 0,
+            _smaller_why(s, need, smaller))
+    s.judge("judgement", "a power-of-two job would exceed the need by more than a quarter",
+            s.compare(power, POWER_OF_TWO_WASTE * need) > 0,
+            f"the next power of two is {format_number(s.evaluate(power))} GPUs, "
+            f"{format_number(s.evaluate(power / need), 3)}× the need")
+
+
+def solve(p, s: Sheet) -> None:
+    flops = FLOPS_PER_PARAM_TOKEN * model_params(p.model) * p.tokens
+    if p.rule == "whole-pods" and flops / (p.days * peak_flops(p.gpu, "bf16") * p.mfu) < p.pod:
+        raise Reject("a job smaller than one pod is not rounded to pods")
+    F, T, P, u = training_run(p, s)
+    m = s.param("m", "margin")
+    g = s.param("g", "gpus_per_node")
+
+    X = s.step("per_gpu_rate", "Sustained FLOP/s per GPU", "X", P * u, "TFLOP/s", "dense peak times MFU")
+    need = s.step("gpus_needed", "GPUs the arithmetic calls for", "G", F / (T * X), "GPUs",
+                  "the fleet equation F = G·T·P·MFU solved for G")
+    if s.value(need) < MIN_FLEET_GPUS:
+        raise Reject("a few nodes, not a fleet")
+    job_expr, smaller_expr, words = _job_size(s, need, p.rule)
+    unit_why = {"next-power-of-two": "the lab's rule: every parallel degree a power of two, so the job is one too",
+                "whole-pods": "the lab's rule: the job takes whole non-blocking pods, so no ring crosses the "
+                              "oversubscribed core more than it must",
+                "whole-scheduler-units": "the lab's rule: the scheduler hands out whole 32-node scalable units"}[p.rule]
+    job = s.step("job_gpus", f"Job size by the lab's rule ({words})", "G_job", job_expr, "GPUs", unit_why)
+    s.step("job_days", "Compute days on that job", "T_job", F / (job * X), "days",
+           "more GPUs than the need finish early: slack for restarts and an MFU below plan")
+    fleet = s.step("fleet_gpus", "GPUs to buy, margin included, in whole nodes", "G_fleet",
+                   g * ceil_of(job * (1 + m) / g), "GPUs",
+                   "hot spares to swap in after failures, nodes in repair and burn-in, and room for evals and "
+                   "debugging beside the main job")
+    if s.value(fleet) > MAX_FLEET_GPUS:
+        raise Reject("a fleet larger than any single cluster built so far")
+    rounding = s.step("round_up", "GPUs the rounding adds", "G_round", job - need, "GPUs",
+                      "what the job-size rule costs over the arithmetic")
+    spare = s.step("margin_gpus", "GPUs the margin adds", "G_margin", fleet - job, "GPUs",
+                   "what the fleet carries beside the job")
+    pod = s.param("E_pod", "pod") if p.rule != "whole-pods" else s.param("U", "pod")
+    _fleet_judgements(s, need, job, smaller_expr, pod, p.rule)
+    _margin_judgements(s, need, job, spare, g)
+
+    s.assume("Model FLOPs are 6·N·D (the conventions card's flops-per-token; Kaplan et al. 2020), taken from "
+             "training-compute-budget; MFU as stated for the whole run, against the dense bf16 datasheet peak "
+             "(dense-peaks; Llama 3 405B: 38-43%).")
+    s.assume("The job-size rule is the lab's and is given: a power of two is a convenience (parallel degrees and "
+             "collectives that split evenly), not a law. DP need only divide the global batch and PP stages need "
+             "not be 2^k (Llama 3 405B: 126 layers; its 16K-GPU job is 2^14, its 24K clusters are not).")
+    s.assume("The schedule is compute time. Each node failure stops the whole job for the stated cost "
+             "(detection, rescheduling, reload, rewound work: restart-goodput prices them), paid out of the "
+             "slack the round-up leaves; a spare node swaps in, so the job keeps its size. Checkpoint stalls "
+             "and slow nodes are left out.")
+    s.assume("Node failures arrive at random, one per node MTBF per node (Llama 3 405B: 466 interruptions in 54 "
+             "days on 2,048 nodes, one per ~240 node-days); a failed node is out for the repair time. The spare "
+             "pool covers the mean nodes out plus two standard deviations of a Poisson count.")
+    s.slip("x1/3: 2·N·D counts the forward pass only", 1 / 3, on="gpus_needed")
+    s.slip("MFU left out: the GPUs at datasheet peak", p.mfu, on="gpus_needed")
+    s.slip("margin added to the need instead of the job", on="fleet_gpus",
+           factor=s.evaluate(g * ceil_of(need * (1 + m) / g)) / s.value(fleet))
+    if p.rule != "next-power-of-two":
+        s.slip("rounded to a power of two against the lab's rule", on="job_gpus",
+               factor=s.evaluate(2 ** ceil_of(log_of(need, 2))) / s.value(job))
+
+    extra, margin_text = (format_number(s.value(x)) for x in (rounding, spare))
+    s.regime_by(rounding, spare, tie="below", above=Side(
+        "rounding-dominates",
+        f"The {words} rule adds {extra} GPUs to the need, more than the {margin_text} of margin: the layout "
+        "rule, not the spares, is the larger overhead.",
+        "Where the need sits just under a job size (or the rule is finer: whole scheduler units), the round-up "
+        "shrinks below the margin and the spares become the main overhead.",
+        near=f"The {words} rule adds {extra} GPUs, about as many as the {margin_text} of margin: a small change "
+             "in the need moves which overhead is larger."),
+        below=Side(
+        "margin-dominates",
+        f"The {words} rule adds only {extra} GPUs to the need, fewer than the {margin_text} of margin: the "
+        "spares are the larger overhead, and the job finishes close to the schedule.",
+        "A coarser rule (a power of two, whole large pods) or a need just past a job size would make the round-up "
+        "the larger overhead: then a longer schedule or fewer tokens can bring the need under a smaller job.",
+        near=f"The {words} rule adds {extra} GPUs, about as many as the {margin_text} of margin: a small change "
+             "in the need moves which overhead is larger."))
+

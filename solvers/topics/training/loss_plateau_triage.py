@@ -1,0 +1,110 @@
+"""Triage a loss that stopped moving."""
+from __future__ import annotations
+
+import math
+
+import sympy
+
+from solvers.derivation import Reject, Sheet
+from solvers.models.triage import CAUSE_OF_CHECK, CHECKS, lr_at
+
+ACT_BEFORE_READING = "a restart from the last checkpoint to see if it clears"  # acting before diagnosing
+
+
+VANISHED_GRAD_NORM = 1e-4  # healthy global grad norms in LLM pretraining sit around 0.1-1
+
+
+NEAR_FLOOR = 0.1  # an LR above its floor but under a tenth of the peak reads as the floor
+
+
+def _lr_share_why(share: float) -> str:
+    if share <= 0.0101:
+        return "at the floor: every update is a hundredth of the peak's, too small to move the loss"
+    if share < 0.1:
+        return "near the floor: the updates are small, and the loss moves slowly by design"
+    return "far from the floor: the schedule alone does not explain a flat loss"
+
+
+def _checks_run(s: Sheet, found: int) -> None:
+    """The checks run in order up to the first that fails, which names the cause."""
+    for index, check in enumerate(CHECKS):
+        why = ("clean: on to the next check" if index < found else
+               "fails: it names the cause, and triage stops here" if index == found else
+               "never reached: an earlier check already found the cause")
+        # The first check runs in every triage, a frozen counter voiding every other reading: a fact.
+        s.judge("checks", check, index <= found, why, fact=index == 0)
+    s.judge("checks", ACT_BEFORE_READING, False,
+            "acting before reading the log throws away the evidence and can repeat the stall", fact=True)
+
+
+def _lr_slips(p, s: Sheet, step: int, lr: float) -> None:
+    """Two classic ways to misread the cosine part of the schedule."""
+    if not p.warmup <= step <= p.decay_steps:
+        return
+    peak, floor = p.peak_lr, p.lr_floor * p.peak_lr
+    linear = floor + (peak - floor) * (1 - (step - p.warmup) / (p.decay_steps - p.warmup))
+    no_warmup = floor + (peak - floor) * (1 + math.cos(math.pi * step / p.decay_steps)) / 2
+    s.slip("linear decay instead of cosine", linear / lr, on="lr_plateau")
+    s.slip("cosine counted from step 0, ignoring the warmup", no_warmup / lr, on="lr_plateau")
+
+
+def solve(p, s: Sheet) -> None:
+    eta = s.param("eta", "peak_lr")
+    W = s.param("W", "warmup")
+    T = s.param("T", "decay_steps")
+    rho = s.param("rho", "lr_floor")
+    B = s.param("B", "batch")
+    L = s.param("L", "seq_len")
+    D = s.param("D", "dataset")
+    S0 = s.given("S_0", 2 ** p.scale_power, "", "initial loss scale")
+    S11 = s.param("S_11", "scale_1100")
+    s1 = s.param("s_1", "step_0900")
+    s2 = s.param("s_2", "step_1100")
+
+    s.step("advance", "Steps taken between the two readings", "ds", s2 - s1, "steps",
+           "a healthy run advances hundreds of steps in two hours")
+    lr = lr_at(s, s1, eta, W, T, rho)
+    share = s.evaluate(lr / eta)
+    if s.compare(lr, rho * eta) > 0 and share < NEAR_FLOOR:
+        # A reading of 1.02% of peak beside a floor of 1% cannot be told from the floor: the LR check
+        # would turn on a rounding, not on the triage.
+        raise Reject("the LR sits just above its floor: its check reads either way")
+    s.step("lr_share", "LR at the plateau against the peak", "r_lr", lr / eta, "%", _lr_share_why(share))
+    epochs = s.step("epochs", "Epochs of data seen by 11:00", "E", s2 * B * L / D, "",
+                    "tokens consumed over unique tokens; above 1 the run is re-reading its data")
+    s.step("halvings", "Fewest overflows from the initial scale to the 11:00 one", "n_h",
+           sympy.log(S0 / S11, 2), "", "each overflow halves the scale and skips its step; regrowth only adds "
+           "overflows, so the skipped-steps counter must be at least this")
+
+    ranks = list(p.rank_norms)
+    fired = [check for check, firing in zip(CHECKS, (
+        p.step_1100 == p.step_0900,
+        s.compare(lr, rho * eta) <= 0 or p.grad_norm < VANISHED_GRAD_NORM,
+        s.compare(epochs, 1) > 0,
+        p.scale_1100 <= 1,
+        min(ranks) == 0,
+    )) if firing]
+    if len(fired) != 1:
+        raise Reject(f"the incident points to {len(fired)} causes, expected one")
+    cause = CAUSE_OF_CHECK[fired[0]]
+    s.choose("cause", cause)
+    # A flat loss with a frozen step counter is no training pathology: the job has stopped stepping.
+    s.choose("kind", "job-not-training" if cause == "job-not-stepping" else "training-problem")
+    _checks_run(s, CHECKS.index(fired[0]))
+
+    s.assume("The schedule is Megatron-style (the lr-schedule card): linear warmup to the peak, cosine decay to "
+             "the floor at the configured decay step (warmup included), then flat at the floor. The floor of 1% "
+             "of the peak is Llama 3 405B's (8e-5 decaying to 8e-7).")
+    s.assume("The run was planned as a single pass over its data, so more than one epoch means the loader "
+             "re-reads data it has seen. Every step consumes the full global batch.")
+    s.assume("fp16 dynamic loss scaling (the loss-scaling card) halves the scale on each overflowing step and "
+             "skips that step's update; at the floor of 1 it can fall no further and every step is wasted. A "
+             "bf16 run would need no scaler: this cause belongs to legacy fp16 recipes (V100-era fleets). A "
+             "skipped step logs no grad norm, so the norms shown are those of the last step that updated.")
+    s.assume("Each rank's gradient norm covers the weight gradients of its own slice of the layers, so a rank "
+             "at exactly zero is a slice whose weights get no gradient (left frozen after a reload, or its "
+             "gradient buffers zeroed before the step) while it still passes gradients back to the stages "
+             "before it, which stay healthy.")
+    s.slip("epochs from sequences, not tokens", 1 / p.seq_len, on="epochs")
+    _lr_slips(p, s, p.step_0900, s.value(lr))
+

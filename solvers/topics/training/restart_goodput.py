@@ -1,0 +1,150 @@
+"""What restarts cost a training job, and the checkpoint interval."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Reject, Sheet, Side
+from solvers.units import format_quantity
+
+MAX_STALL_SHARE = 0.05  # a save that stalls more than 5% of training is a setup no team keeps
+
+
+NEAR_OPTIMUM = 1.1  # within 10% of Young's minimum, retuning the interval gains little
+
+
+LEVER_SHARE = sympy.Rational(1, 5)  # a lever worth naming first wins back at least a fifth of the loss
+
+
+TOO_CLOSE = 0.03  # a lever or the regime this near its line is refused: readings of the stall differ by more
+
+
+ASYNC_TODAY = "asynchronous saves, keeping today's interval"
+
+
+def _restart_levers(s: Sheet, R, t_det, t_sch, L, f_today, f_int, f_best, f_res, C_s, C_m, tau) -> None:
+    """Each lever's saving on today's loss, against a fifth of it: which ones matter follows from how
+    this job's loss splits."""
+    wins = {
+        "detection in seconds (a watchdog instead of the collective timeout)": R * t_det,
+        "booted hot spares that halve the rescheduling": R * t_sch / 2,
+        "a watchdog and booted hot spares together: detection and rescheduling in seconds": R * (t_det + t_sch),
+        "today's synchronous saves at Young's interval": f_int - f_best,
+        ASYNC_TODAY: (C_s - C_m) / tau,
+        "a quarter fewer failures (burn-in, draining flaky nodes)": R * L / 4,
+    }
+    bar = format_quantity(s.evaluate(LEVER_SHARE * f_today), "%", 3)
+    close = [o for o, win in wins.items() if abs(s.evaluate(win / (LEVER_SHARE * f_today)) - 1) < TOO_CLOSE]
+    if close:  # a lever a hair either side of the bar turns on how the stall is read, not on judgement
+        raise Reject(f"'{close[0]}' sits within {TOO_CLOSE:.0%} of a fifth of the loss")
+    # Asynchronous saves pay mostly through the shorter interval they allow, which the residual answer grades.
+    best = (f"; at their own best interval they would win {format_quantity(s.evaluate(f_today - f_res), '%', 3)}, "
+            "the redone work shrinking with the interval")
+    for option, win in wins.items():
+        s.judge("levers", option, s.compare(win, LEVER_SHARE * f_today) >= 0,
+                f"wins back {format_quantity(s.evaluate(win), '%', 3)} of training time against a fifth of "
+                f"today's loss, {bar}" + (best if option == ASYNC_TODAY else ""))
+    if len(set(s.judged("levers").values())) == 1:
+        raise Reject("every lever clears a fifth of the loss, or none does: nothing to choose between")
+
+
+def _restart_regime(s: Sheet, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, tau_m) -> None:
+    """Interval-bound when the interval's two losses (stalls and redone work) outweigh the fixed
+    recovery paid per failure; which way to move the interval follows from the larger of the two."""
+    interval, fixed, stalls, redone, best = (format_quantity(s.value(x), "%", 3)
+                                             for x in (f_int, f_fix, f_ckpt, f_redo, f_best))
+    storage, short = (format_quantity(s.value(x), "min") for x in (tau_s, tau_m))
+    parts = f"{interval} of training time ({stalls} in save stalls, {redone} in redone work)"
+    if s.value(f_int) <= NEAR_OPTIMUM * s.value(f_best):
+        move = (f"Today's interval is already near Young's {storage}, where this part bottoms out at {best}: "
+                f"retuning it gains little, and only a cheaper save (asynchronous, best every {short}) cuts it.")
+    elif s.value(tau) < s.value(tau_s):
+        move = (f"The stalls are the larger part: checkpoint less often, toward Young's {storage}, or make each "
+                "save cheaper.")
+    else:
+        move = (f"The redone work is the larger part: checkpoint more often, toward Young's {storage}; a "
+                f"cheaper asynchronous save lets the interval shrink to {short}.")
+    if abs(s.value(f_int) / s.value(f_fix) - 1) < TOO_CLOSE:
+        raise Reject("the interval's part and fixed recovery are within 3% of each other")
+    s.regime_by(f_int, f_fix, tie="below", above=Side(
+        "interval-bound",
+        f"Today the checkpoint interval costs {parts}, more than the {fixed} that fixed recovery costs, "
+        f"paid per failure: the interval sets most of the loss. {move}",
+        f"With the interval's part below {fixed} the loss would be failure-bound. With synchronous saves "
+        f"that part falls at best to {best} (at Young's interval), and only a cheaper save takes it lower; "
+        "past that, faster detection, hot spares, faster reload and fewer failures are the levers.",
+        near=f"The checkpoint interval costs {parts}, only a little more than the {fixed} of fixed recovery: "
+             f"both halves matter, and fixing the interval alone leaves the loss failure-bound. {move}"),
+        below=Side(
+        "failure-bound",
+        f"Today the checkpoint interval costs {parts}, less than the {fixed} that fixed recovery costs, paid "
+        "per failure: the failures set the loss. Retuning the interval moves only the smaller part; the "
+        "levers are faster detection, hot spares, faster reload, and above all fewer failures.",
+        f"An interval far from Young's {storage} (much shorter: stalls; much longer: redone work) would push "
+        f"the interval's part above {fixed}, and the interval would become the lever.",
+        near=f"The checkpoint interval costs {parts}, a little less than the {fixed} of fixed recovery: the "
+             "failures set slightly more of the loss, but a worse interval would tip it; both kinds of lever "
+             "count here."))
+
+
+def solve(p, s: Sheet) -> None:
+    if p.ckpt_storage / p.interval > MAX_STALL_SHARE:
+        raise Reject("the checkpoint stalls take more than 5% of training time")
+    R = s.param("R", "restarts")
+    t_det = s.param("t_det", "detect")
+    t_sch = s.param("t_sch", "reschedule")
+    t_rel = s.param("t_rel", "reload")
+    tau = s.param("tau", "interval")
+    C_s = s.param("C_s", "ckpt_storage")
+    C_m = s.param("C_m", "ckpt_memory")
+
+    M = s.step("mtbf", "Mean time between failures of the job", "M", 1 / R, "h",
+               "failures arrive at random at the job's rate, so the mean gap is its inverse")
+    F = s.step("fixed_recovery", "Fixed recovery per restart", "F", t_det + t_sch + t_rel, "min",
+               "detect, reschedule and reload cost the same whenever the failure strikes")
+    W = s.step("rewound", "Rewound work per restart (average)", "W", tau / 2, "min",
+               "a failure lands anywhere in the interval, on average halfway: that work since the last "
+               "checkpoint is redone")
+    L = s.step("lost_per_restart", "Time lost per restart", "L", F + W, "min", "fixed recovery plus rewound work")
+    f_restart = s.step("restart_loss", "Share of training time lost to restarts", "f_restart", R * L, "%",
+                       "restarts per day times the minutes each costs, over the minutes of a day")
+    f_ckpt = s.step("ckpt_overhead", "Share lost to save stalls today", "f_ckpt", C_s / tau, "%",
+                    "one stall per interval: the price of the interval that bounds the rewound work")
+    f_today = s.step("today_loss", "Share lost today to stalls and restarts together", "f_today", f_ckpt + f_restart,
+                     "%", "the two losses add: stalls on every save, restarts on every failure")
+    f_redo = s.step("redo_loss", "Share lost to redone work today", "f_redo", R * W, "%",
+                    "the part of the restart loss the interval sets")
+    f_int = s.step("interval_loss", "Share the checkpoint interval sets today", "f_int", f_ckpt + f_redo, "%",
+                   "stalls plus redone work: the two losses the interval trades against each other")
+    f_fix = s.step("failure_floor", "Share paid per failure whatever the interval", "f_fix", R * F, "%",
+                   "the fixed recovery alone: no checkpoint setting removes it")
+    tau_s = s.step("young_storage", "Optimal interval, synchronous saves (Young)", "tau_s", sympy.sqrt(2 * C_s * M),
+                   "min", "minimises C/τ + τ/(2M): stalls fall as 1/τ, rewound work grows with τ, and they "
+                   "balance at √(2·C·M)")
+    f_best = s.step("interval_loss_best", "Interval's share at the synchronous optimum", "f_best",
+                    C_s / tau_s + tau_s / (2 * M), "%",
+                    "the least the interval can cost with today's saves: √(2·C/M), stalls and redone work equal")
+    tau_m = s.step("young_memory", "Optimal interval, asynchronous saves (Young)", "tau_m",
+                   sympy.sqrt(2 * C_m * M), "min",
+                   "the same balance with the smaller stall: the interval shrinks as √C")
+    f_res = s.step("residual", "Share still lost with asynchronous saves at their optimum", "f_residual",
+                   C_m / tau_m + R * (F + tau_m / 2), "%",
+                   "stalls plus restarts at the new interval: the interval's part nearly vanishes, the fixed "
+                   "recovery stays")
+    _restart_levers(s, R, t_det, t_sch, L, f_today, f_int, f_best, f_res, C_s, C_m, tau)
+
+    s.assume("Failures are independent and memoryless (a Poisson process at the stated rate), so a failure "
+             "falls on average halfway through a checkpoint interval.")
+    s.assume("Young's first-order optimum τ = √(2·C·M) (Young 1974), valid while the stall C is far shorter than "
+             "the MTBF M; Daly's higher-order correction changes little at these ratios.")
+    s.assume("An asynchronous save (a snapshot to host memory, then written to storage or copied to peers in the "
+             "background: PyTorch DCP async_save, Gemini, NVIDIA's resiliency extension) cuts only the stall; "
+             "detection, rescheduling and reload are kept as stated, although restoring from a peer's memory "
+             "also shortens the reload in practice.")
+    s.slip("the whole interval rewound, not half of it", on=("lost_per_restart", "restart_loss"),
+           factor=s.evaluate(F + tau) / s.value(L))
+    s.slip("the whole interval rewound, not half of it", on="today_loss",
+           factor=s.evaluate(f_ckpt + R * (F + tau)) / s.evaluate(f_ckpt + f_restart))
+    s.slip("Young's interval without the factor 2", 1 / 2**0.5, on=("young_storage", "young_memory"))
+
+    _restart_regime(s, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, tau_m)
+

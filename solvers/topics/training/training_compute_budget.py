@@ -1,0 +1,131 @@
+"""Pretraining compute budget, schedule and failures."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Reject, Sheet, Side
+from solvers.models.common import peak_flops
+from solvers.models.training import FLOPS_PER_PARAM_TOKEN
+from solvers.units import format_number, format_quantity
+
+MAX_FAILURE_LOSS = 0.4  # a plan that loses 40% of its wall-clock to failures is not one anyone runs
+
+
+def _wall_clock(T_c, C, tau, a, R):
+    """Wall-clock days of a run with T_c days of compute: every interval τ of work stalls C for its
+    checkpoint, and interruptions, a per day of wall-clock, each cost the restart R plus half an
+    interval of rewound work. W = T_c(1 + C/τ) + a·W·(R + τ/2), solved for W."""
+    return T_c * (1 + C / tau) / (1 - a * (R + tau / 2))
+
+
+SHORTER = 0.02  # a lever shortens the schedule when it saves at least this share of it
+
+
+def _schedule_levers(s: Sheet, v: dict[str, sympy.Symbol]) -> None:
+    """Which changes shorten the schedule: each one re-solved on the same wall-clock equation."""
+    T_c, C, tau, a, R, W = (v[k] for k in ("T_c", "C", "tau", "a", "R", "W"))
+    now = format_quantity(s.value(W), "days")
+    options = (  # (option, compute days, checkpoint interval, interruptions per day, restart time)
+        ("checkpointing twice as often", T_c, tau / 2, a, R),
+        ("checkpointing half as often", T_c, 2 * tau, a, R),
+        ("halving the restart time", T_c, tau, a, R / 2),
+        ("four times the GPUs (same MFU)", T_c / 4, tau, 4 * a, R),  # and four times the interruptions
+    )
+    for option, days, interval, rate, restart in options:
+        if s.compare(rate * (restart + interval / 2), 1) >= 0:
+            s.judge("levers", option, False, "interruptions would come faster than the work between them: no end")
+            continue
+        wall = _wall_clock(days, C, interval, rate, restart)
+        saved = 1 - s.evaluate(wall / W)
+        s.judge("levers", option, s.compare(wall, (1 - SHORTER) * W) <= 0,
+                f"{format_quantity(s.evaluate(wall), 'days')} against {now} today: "
+                + (f"{format_quantity(saved, '%')} shorter" if saved > 0 else f"{format_quantity(-saved, '%')} longer"))
+
+
+def _schedule_regime(s: Sheet, W, T_dl, T_c) -> None:
+    wall, deadline, compute = (format_quantity(s.value(x), "days") for x in (W, T_dl, T_c))
+    s.regime_by(W, T_dl, tie="below", below=Side(
+        "fits-deadline",
+        f"{compute} of compute stretch to {wall} with checkpoints and failures, within the deadline of "
+        f"{deadline}: the schedule survives its own arithmetic.",
+        "Past the deadline the fix is more GPUs (which also fail more often), a higher MFU, fewer tokens, or "
+        "less time lost per failure: faster restarts, a checkpoint interval nearer √(2·C·MTBF).",
+        near=f"{compute} of compute stretch to {wall} against a deadline of {deadline}: it fits, with almost "
+             "no slack; one bad week of failures or a few points of MFU and it slips."),
+        above=Side(
+        "misses-deadline",
+        f"{compute} of compute stretch to {wall} with checkpoints and failures, past the deadline of "
+        f"{deadline}.",
+        "Within the deadline the slack absorbs the failures; here the schedule needs more GPUs (more "
+        "failures per day too), a higher MFU, fewer tokens, or less time lost per failure.",
+        near=f"{compute} of compute stretch to {wall}, just past the deadline of {deadline}: the time lost to "
+             "failures is the difference, so faster restarts or a better checkpoint interval would save it."))
+
+
+def solve(p, s: Sheet) -> None:
+    N, D, G, u, T_dl = (s.param(sym, name) for sym, name in (
+        ("N", "params"), ("D", "tokens"), ("G", "gpus"), ("MFU", "mfu"), ("T_dl", "deadline")))
+    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    I_ref, T_ref, G_ref = (s.param(sym, name) for sym, name in (
+        ("I_ref", "ref_interruptions"), ("T_ref", "ref_days"), ("G_ref", "ref_gpus")))
+    tau, C, R = (s.param(sym, name) for sym, name in (
+        ("τ", "ckpt_interval"), ("C", "ckpt_write"), ("R", "restart")))
+
+    F = s.step("flops", "Training FLOPs", "F", FLOPS_PER_PARAM_TOKEN * N * D, "FLOP",
+               "each parameter does a multiply-add per token forward and two backward")
+    X = s.step("cluster_flops", "Sustained cluster throughput", "X", G * P * u, "EFLOP/s",
+               "every GPU at its dense peak, scaled by the MFU the run achieves")
+    T_c = s.step("days", "Days of pure compute", "T_c", F / X, "days", "the work over the rate, no interruptions")
+    s.step("data_rate", "Tokens per second the data pipeline feeds", "r_D", D / T_c, "tokens/s",
+           "the training tokens over the compute time: the loader must sustain this while the GPUs run")
+    s.step("interruptions_compute", "Interruptions over the compute days alone", "I_c",
+           I_ref / (G_ref * T_ref) * G * T_c, "interruptions", "the first estimate, before the schedule stretches")
+    lam = s.step("failure_rate", "Interruptions per GPU-day (Llama 3)", "λ", I_ref / (G_ref * T_ref),
+                 "interruptions/GPU-day", "failures come from parts, so the rate scales with GPUs × wall-clock time")
+    a = s.step("cluster_rate", "Interruptions per day of this job", "a", lam * G, "interruptions/day",
+               "every GPU of the job can stop it")
+    s.step("mtbf", "Mean time between interruptions", "M", 1 / a, "h", "the job's MTBF: 1 / a")
+    loss = s.step("lost_per_failure", "Time lost per interruption", "t_f", R + tau / 2, "h",
+                  "detect, reschedule and reload, plus the work since the last checkpoint: half an interval on average")
+    if s.value(a) * s.value(loss) >= MAX_FAILURE_LOSS:
+        raise Reject("failures eat most of the schedule: no one would plan this checkpoint interval")
+    W = s.step("wall_days", "Wall-clock days of the schedule", "W", _wall_clock(T_c, C, tau, a, R), "days",
+               "W = T_c·(1 + C/τ) + a·W·t_f: checkpoint stalls on every interval, and interruptions that grow "
+               "with the wall-clock time itself")
+    s.step("interruptions", "Interruptions over the schedule", "I", a * W, "interruptions",
+           "the job's rate over its wall-clock days")
+    s.step("lost_days", "Days lost to checkpoints and failures", "T_lost", W - T_c, "days",
+           "wall-clock minus compute")
+    s.step("effective_share", "Effective training time", "E", T_c / W, "%",
+           "the share of wall-clock spent on useful steps (Llama 3 405B reported over 90%)")
+    s.step("", "Checkpoint interval with the least lost time (Young)", "τ_Y", sympy.sqrt(2 * C / a), "min",
+           "first-order optimum √(2·C·M): the write cost against the rewound work")
+
+    s.assume(f"Model FLOPs are {FLOPS_PER_PARAM_TOKEN}·N·D (the flops-per-token card; Kaplan et al. 2020): "
+             "attention over the context and the embeddings are left out; activation recomputation is not "
+             "counted, since MFU is defined on model FLOPs.")
+    s.assume("MFU as stated for the whole run, against the dense bf16 datasheet peak (dense-peaks; Llama 3 405B "
+             "reached 38-43% on H100).")
+    s.assume(f"Failure rate from Llama 3 405B (The Llama 3 Herd of Models, sec. 3.3.4): "
+             f"{format_number(p.ref_interruptions)} job interruptions (47 planned, 419 unexpected) over "
+             f"{format_quantity(p.ref_days, 'days')} on {format_number(p.ref_gpus)} H100s, taken per GPU-day of "
+             "wall-clock time, so a schedule stretched by failures sees more of them.")
+    s.assume("Each interruption rewinds to the last checkpoint (on average half an interval of work) and costs the "
+             "restart time; checkpoint writes stall training (no asynchronous save); interruptions do not "
+             "overlap.")
+    s.slip("x1/3: 2·N·D counts the forward pass only", 1 / 3, on=("flops", "days"))
+    s.slip("x4/3: 8·N·D counts activation recomputation, which MFU excludes", on=("flops", "days"), factor=4 / 3)
+    s.slip("MFU left out: the run at datasheet peak", p.mfu, on="days")
+    s.slip("one GPU's time, not the cluster's", p.gpus, on="days")
+    s.slip("Llama 3's interruptions per day copied without scaling by GPU count", on="interruptions",
+           factor=p.ref_gpus / p.gpus)
+    s.slip("interruptions over the compute days, not the wall-clock schedule", on="interruptions",
+           factor=s.value(T_c) / s.value(W))
+    s.slip("interruptions counted over the compute days: the schedule's stretch ignored", on="wall_days",
+           factor=s.evaluate(T_c * (1 + C / tau) + lam * G * T_c * loss) / s.value(W))
+    s.slip("a whole interval rewound per failure, not half", on="lost_per_failure",
+           factor=(p.restart + p.ckpt_interval) / (p.restart + p.ckpt_interval / 2))
+
+    _schedule_levers(s, {"T_c": T_c, "C": C, "tau": tau, "a": a, "R": R, "W": W})
+    _schedule_regime(s, W, T_dl, T_c)
+

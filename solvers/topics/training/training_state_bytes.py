@@ -1,0 +1,159 @@
+"""Training state per parameter, and FSDP against pipeline across nodes."""
+from __future__ import annotations
+
+import sympy
+
+from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
+from solvers.models.common import dtype_bytes, hbm_bytes, peak_flops
+from solvers.models.training import FLOPS_PER_PARAM_TOKEN
+from solvers.units import format_number, format_quantity
+
+ADAM_FP32_COPIES = 3  # fp32 master weights, first moment m, second moment v
+
+
+ZERO3_VOLUME = 3  # ZeRO-3 moves 3Ψ elements per step per GPU: two weight all-gathers, one grad reduce-scatter
+
+
+def _fsdp_side(p, s: Sheet, N, b_w, BW, nodes) -> tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol]:
+    """FSDP across nodes: the weights' all-gathers and the gradients' reduce-scatter, the part that
+    crosses nodes spread over each node's NICs, against the compute of one step."""
+    G, B = s.param("G", "gpus"), s.param("B", "batch_tokens")
+    P = s.given("P", peak_flops(p.gpu, "bf16"), "TFLOP/s", f"{p.gpu.name} dense bf16 peak")
+    mfu = s.param("MFU", "mfu")
+    V = s.step("fsdp_traffic", "Bytes each GPU moves per step under FSDP", "V", ZERO3_VOLUME * N * b_w, "GB",
+               "all-gather the bf16 weights for forward and again for backward, reduce-scatter the gradients: "
+               "1.5x plain data parallel's all-reduce (ZeRO, sec. 7)")
+    r = s.param("r", "nics_per_node")
+    V_nic = s.step("fsdp_nic", "Of it, bytes through each NIC per step", "V_nic", V * (nodes - 1) / nodes / r, "GB",
+                   "a node holds 1/n of the shards; the other (n−1)/n come in (and go out) over its r NICs, "
+                   "the rest moves over NVLink")
+    t_comm = s.step("fsdp_comm", "FSDP communication per step over the NICs", "t_comm", V_nic / BW, "s",
+                    "each NIC at its line rate, all of them at once")
+    F = s.prerequisite("training-compute-budget", "F_step", FLOPS_PER_PARAM_TOKEN * s.value(N) * s.value(B), "FLOP",
+                       "training FLOPs of one step, 6·N·D over the global batch")
+    t_comp = s.step("step_compute", "Compute per step", "t_comp", F / (G * P * mfu), "s",
+                    "the step's FLOPs shared by every GPU of the job, at the MFU the run sustains")
+    loss = s.step("fsdp_loss", "Step time FSDP loses to exposed communication", "f_FSDP",
+                  1 - t_comp / max_of(t_comp, t_comm), "%",
+                  "prefetching hides the traffic behind compute; what exceeds the compute stalls the step")
+    return loss, t_comp, t_comm
+
+
+def _pipeline_side(p, s: Sheet, nodes) -> sympy.Symbol:
+    m = s.param("m", "microbatches")
+    if p.microbatches < s.value(nodes):
+        raise Reject("fewer micro-batches than pipeline stages: the pipeline never fills")
+    return s.step("bubble", "Pipeline bubble, one stage per node", "f_PP", (nodes - 1) / (m + nodes - 1), "%",
+                  "1F1B: the first and last p − 1 micro-batch slots of each step leave stages idle")
+
+
+def _judge_links(s: Sheet, fsdp: bool) -> None:
+    """What crosses the NIC every step follows from the layout that loses less."""
+    layout = "FSDP across nodes" if fsdp else "a pipeline across nodes"
+    s.judge("links", "all-gathers of the bf16 weights", fsdp,
+            f"{layout}: " + ("the shards live on other nodes" if fsdp else "each stage's weights stay in its node"))
+    s.judge("links", "a reduce-scatter of the whole model's gradients", fsdp,
+            f"{layout}: " + ("every GPU reduces its shard of all gradients across nodes" if fsdp
+                             else "a stage reduces only its own slice, with its replicas"))
+    s.judge("links", "activations and their gradients at stage boundaries", not fsdp,
+            f"{layout}: " + ("there are no stages" if fsdp else "each node hands its micro-batches to the next"))
+    s.judge("links", "tensor-parallel all-reduces", False,
+            "tensor parallel, if any, stays inside the node's NVLink domain in either layout", fact=True)
+
+
+def _layout_regime(s: Sheet, fsdp_side, pp_side, t_comp, t_comm, nodes) -> None:
+    """The layout with the shorter step wins; the text quotes the share of the step each loses."""
+    (loss_fsdp, step_fsdp), (loss_pp, step_pp) = fsdp_side, pp_side
+    fsdp, pp = (format_quantity(s.value(x), "%") for x in (loss_fsdp, loss_pp))
+    comm, comp = (format_quantity(s.value(x), "s") for x in (t_comm, t_comp))
+    stages = format_number(s.value(nodes))
+    s.regime_by(step_fsdp, step_pp, tie="below", below=Side(
+        "fsdp-across-nodes",
+        f"FSDP's {comm} of NIC traffic per step against {comp} of compute loses {fsdp} of the step, less "
+        f"than the {pp} bubble of a {stages}-stage pipeline: shard across the nodes.",
+        "With fewer tokens per GPU (a smaller global batch or more GPUs) or a slower NIC the traffic outgrows "
+        "the compute, the exposed part passes the bubble, and pipeline stages across nodes win.",
+        near=f"FSDP loses {fsdp} of the step, just under the {pp} bubble of a {stages}-stage pipeline: a close "
+             "call that a few more GPUs or a smaller batch would flip to pipeline stages."),
+        above=Side(
+        "pipeline-across-nodes",
+        f"FSDP's {comm} of NIC traffic per step cannot hide behind {comp} of compute: it loses {fsdp} of the "
+        f"step, more than the {pp} bubble of a {stages}-stage pipeline. Put pipeline stages across nodes and "
+        "keep sharding inside NVLink.",
+        "With more tokens per GPU (a larger global batch) or a faster NIC the compute covers FSDP's traffic, "
+        "and sharding across nodes loses less than the bubble.",
+        near=f"FSDP loses {fsdp} of the step, just over the {pp} bubble of a {stages}-stage pipeline: a close "
+             "call; more micro-batches shrink the bubble, a larger batch hides FSDP's traffic."))
+
+
+def solve(p, s: Sheet) -> None:
+    N = s.param("N", "params")
+    b_w = s.given("b_w", dtype_bytes("bf16"), "B", "bytes per bf16 weight")
+    b_g = s.given("b_g", dtype_bytes("bf16"), "B", "bytes per bf16 gradient")
+    b_32 = s.given("b_32", dtype_bytes("fp32"), "B", "bytes per fp32 value")
+    g = s.param("g", "gpus_per_node")
+    M = s.given("M", hbm_bytes(p.gpu), "GB", f"{p.gpu.name} HBM")
+    u = s.param("u", "usable")
+
+    K = s.step("optimizer_bytes", "Optimizer bytes per parameter", "K", ADAM_FP32_COPIES * b_32, "B/param",
+               "Adam keeps an fp32 master copy and two fp32 moments for every weight (ZeRO's K = 12)")
+    if p.grad_accum == "fp32":
+        per_param = b_w + b_g + b_32 + K
+        why = "bf16 weights and gradients, an fp32 buffer accumulating the gradients, and the optimizer state"
+    else:
+        per_param = b_w + b_g + K
+        why = "bf16 weights and gradients plus the optimizer state"
+    b = s.step("bytes_per_param", "Training state per parameter", "b", per_param, "B/param", why)
+    S = s.step("state", "Total training state", "S", N * b, "TB", "every parameter carries all of it")
+    node = s.step("node_hbm", "HBM per node", "M_node", g * M, "GB", "all GPUs of one node")
+    room = s.step("node_room", "Room for state per node", "R", u * node, "GB",
+                  "activations, buffers and fragmentation take the rest")
+    nodes = s.step("nodes", "Nodes to hold the state, fully sharded", "n", ceil_of(S / room), "nodes",
+                   "whole nodes: the state over one node's room, rounded up")
+    s.step("state_per_gpu", "State per GPU, sharded over those nodes", "S_gpu", S / (nodes * g), "GB",
+           "ZeRO-3 / FSDP gives every GPU an equal slice of weights, gradients and optimizer state")
+    if s.value(nodes) < 2:
+        raise Reject("the state fits one node: nothing crosses the network to decide")
+    BW = s.given("BW_nic", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name}, each direction")
+    loss_fsdp, t_comp, t_comm = _fsdp_side(p, s, N, b_w, BW, nodes)
+    loss_pp = _pipeline_side(p, s, nodes)
+    s.step("", "Pipeline: gradient all-reduce of a GPU's slice across replicas", "t_DP",
+           2 * N * b_g / (g * nodes) / BW, "s",
+           "a ring all-reduce moves twice the slice; it overlaps the backward pass, two thirds of the compute")
+
+    s.assume("Mixed-precision Adam as in the ZeRO paper (Rajbhandari et al. 2020): 2 + 2 + 12 = 16 bytes per "
+             "parameter. An fp32 gradient-accumulation buffer beside the bf16 gradients adds 4 (Megatron's "
+             "20 B/param row); writing gradients straight into fp32 drops the bf16 copy (18).")
+    s.assume(f"{format_number(p.gpus_per_node)} GPUs and {format_number(p.nics_per_node)} NICs per node; the "
+             "share of HBM left for state is an assumption: activations (after checkpointing), buffers and "
+             "fragmentation need the rest.")
+    s.assume("FSDP / ZeRO-3 across the nodes: each GPU all-gathers the bf16 weights for forward and again for "
+             "backward and reduce-scatters the gradients, 3× the bf16 weights per step (ring volume, the "
+             "(k−1)/k factor taken as 1). Only what other nodes hold crosses the network: each node takes in "
+             "(n−1)/n of every all-gather and sends as much of the reduce-scatter, spread over all its NICs "
+             "(NCCL runs a ring per NIC rail), the rest over NVLink; prefetching overlaps it with compute, so "
+             "only the excess over the compute is exposed.")
+    s.assume("Pipeline across the nodes: one stage per node, 1F1B schedule, no interleaving; only boundary "
+             "activations (megabytes per micro-batch) cross the NIC, and the data-parallel gradient reduction "
+             "of each stage's slice hides behind the backward pass. Tensor parallel stays inside NVLink.")
+    for label, wrong in (("weights only, 2 B/param", 2), ("fp32 master weights and moments left out", 4)):
+        s.slip(label, wrong / s.value(b), on=("bytes_per_param", "state"))
+        # Sharded over the nodes that smaller state would need: fewer nodes, so more per GPU.
+        s.slip(label, on="state_per_gpu",
+               factor=wrong / s.value(b) * s.value(nodes) / s.evaluate(ceil_of(N * wrong / room)))
+    s.slip("state per node, not per GPU", p.gpus_per_node, on="state_per_gpu")
+    s.slip("the NIC's Gb/s read as GB/s", 1 / 8, on="fsdp_comm")
+    s.slip("every byte a GPU moves sent through one NIC", on=("fsdp_nic", "fsdp_comm"),
+           factor=s.value(nodes) * p.nics_per_node / (s.value(nodes) - 1))
+    s.slip("plain data parallel's 2x the weights, not ZeRO-3's 3x", 2 / 3, on=("fsdp_traffic", "fsdp_comm"))
+    s.slip("x1/3: 2·N per token counts the forward pass only", 1 / 3, on="step_compute")
+    s.slip("the bubble as (p−1)/m, not (p−1)/(m+p−1)", on="bubble",
+           factor=s.evaluate((nodes - 1) / p.microbatches) / s.value(loss_pp))
+
+    step_fsdp = s.step("fsdp_step", "Step time with FSDP across nodes", "t_FSDP", max_of(t_comp, t_comm), "s",
+                       "the slower of the compute and the traffic it overlaps")
+    step_pp = s.step("pp_step", "Step time with a pipeline across nodes", "t_PP", t_comp / (1 - loss_pp), "s",
+                     "the same compute per GPU, stretched by the bubble")
+    _layout_regime(s, (loss_fsdp, step_fsdp), (loss_pp, step_pp), t_comp, t_comm, nodes)
+    _judge_links(s, s.compare(step_fsdp, step_pp) <= 0)
+
