@@ -26,6 +26,9 @@ RANGES = ("int", "uniform", "loguniform")
 DATA_COLLECTIONS = ("gpus", "models", "nics")
 PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)(?:\.([a-z_][a-z0-9_]*))?\}")
 _ID = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*$")
+# A variant code after its '@': 'default' or a seed, then '+name=value' overrides (engine.VariantCode).
+VARIANT_TAIL = r"(?P<seed>default|\d+)(?P<sets>(?:\+[a-z0-9_]+=[^+\s]+)*)"
+_VARIANT = re.compile(f"^{VARIANT_TAIL}$")
 _SOLVER = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$")  # <topic folder>.<module> under solvers/topics
 
 
@@ -79,6 +82,18 @@ class DeclaredFollowUp:
 
 
 @dataclass(frozen=True)
+class Golden:
+    """A variant the question file pins (golden:): its code after the '@', the answers it expects
+    (each as its kind's pin takes it), the hand derivation of those figures, and its line."""
+
+    variant: str
+    expect: tuple[tuple[str, Any], ...]
+    why: str
+    rel: float | None = None  # the entry's own tolerance for its numbers
+    line: int = 0
+
+
+@dataclass(frozen=True)
 class Question:
     id: str
     title: str
@@ -96,6 +111,7 @@ class Question:
     followups: tuple[DeclaredFollowUp, ...] = ()
     requires: tuple[str, ...] = ()  # questions whose results this one takes as givens (drilled first)
     constraints: tuple[Constraint, ...] = ()  # realism: bank rules that apply, then the question's own
+    golden: tuple[Golden, ...] = ()  # variants pinned with their expected answers, checked by validate
     solver: str = ""  # another question's solver module ("memory.kv_bytes_per_token"), where not its own
     path: str = ""
 
@@ -170,7 +186,7 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 _NUM = (int, float)
 _TOP_FIELDS = {"id", "title", "group", "topic", "difficulty", "solver", "catalogue", "prompt", "parameters",
                "answers", "hints", "references", "regime_sides", "chart", "followups",
-               "requires", "constraints"}
+               "requires", "constraints", "golden"}
 _PARAM_FIELDS = {*DISTRIBUTIONS, "default", "label", "unit", "weights", "from", "round", "args", "shown"}
 _ANSWER_FIELDS = {"key", "label", "unit", *KIND_FIELDS}
 
@@ -302,6 +318,48 @@ def _parse_followups(reader: _Reader, document: LineDict, names: set[str], keys:
         followups.append(DeclaredFollowUp(tuple((str(k), str(v)) for k, v in changes.items()), tuple(ask),
                                           reader.field(item, "say", str, where, required=False, default="")))
     return tuple(followups)
+
+
+def _parse_golden(reader: _Reader, document: LineDict, names: set[str],
+                  answers: tuple[Answer, ...]) -> tuple[Golden, ...]:
+    raw = reader.field(document, "golden", list, required=False, default=[])
+    by_key = {a.key: a for a in answers}
+    entries = []
+    for index, item in enumerate(raw):
+        where = f"golden[{index}]"
+        if not isinstance(item, LineDict):
+            raise reader.fail(where, document.line_of("golden"), "expected {variant: ..., expect: {...}, why: ...}")
+        for name in item:
+            if name not in ("variant", "expect", "why", "rel"):
+                raise reader.fail(f"{where}.{name}", item.line_of(name), "unknown field")
+        variant = str(reader.field(item, "variant", (str, int), where))  # a bare seed reads as an integer
+        match = _VARIANT.match(variant)
+        if match is None:
+            raise reader.fail(f"{where}.variant", item.line_of("variant"),
+                              f"{variant!r} is not a variant code's part after the '@' (default, 7, default+tp=1)")
+        for override in match["sets"].split("+")[1:]:
+            if override.split("=", 1)[0] not in names:
+                raise reader.fail(f"{where}.variant", item.line_of("variant"),
+                                  f"'{override}' names no parameter of this question")
+        expect = reader.field(item, "expect", dict, where)
+        if not expect:
+            raise reader.fail(f"{where}.expect", item.line_of("expect"), "pin at least one answer")
+        pins = []
+        for key, value in expect.items():
+            if key not in by_key:
+                raise reader.fail(f"{where}.expect.{key}", expect.line_of(key), "names no answer of this question")
+            try:
+                pins.append((str(key), by_key[key].pin(value)))
+            except SpecError as error:
+                raise reader.fail(f"{where}.expect.{key}", expect.line_of(key), str(error)) from None
+        why = reader.field(item, "why", str, where)
+        if not why.strip():
+            raise reader.fail(f"{where}.why", item.line_of("why"), "say where the figures come from")
+        rel = reader.field(item, "rel", (int, float), where, required=False)
+        if rel is not None and not 0 < rel < 1:
+            raise reader.fail(f"{where}.rel", item.line_of("rel"), "a relative tolerance in (0, 1)")
+        entries.append(Golden(variant, tuple(pins), why, None if rel is None else float(rel), item.line))
+    return tuple(entries)
 
 
 def _parse_constraints(reader: _Reader, document: LineDict, names: set[str]) -> tuple[Constraint, ...]:
@@ -442,6 +500,7 @@ def parse_question(path: Path, text: str) -> Question:
         followups=_parse_followups(reader, document, names, set(keys)),
         requires=_parse_requires(reader, document, qid),
         constraints=_parse_constraints(reader, document, names),
+        golden=_parse_golden(reader, document, names, answers),
         path=str(path),
     )
 

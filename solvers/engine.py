@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from solvers.answers import Grade
-from solvers.bank import PLACEHOLDER, Bank, ParamSpec, Question
+from solvers.bank import PLACEHOLDER, VARIANT_TAIL, Bank, ParamSpec, Question
 from solvers.data import Catalog, MissingField
 from solvers.derivation import QuickSheet, Reject, Sheet
 from solvers.realism import broken
@@ -33,7 +33,7 @@ from solvers.units import format_exact, parse_unit
 
 MAX_SEED = 2**31 - 1
 MAX_REDRAWS = 64
-_CODE = re.compile(r"^(?P<id>[a-z0-9.-]+)@(?P<seed>default|\d+)(?P<sets>(?:\+[a-z0-9_]+=[^+\s]+)*)$")
+_CODE = re.compile(f"^(?P<id>[a-z0-9.-]+)@{VARIANT_TAIL}$")
 
 
 class VariantError(ValueError):

@@ -4,11 +4,12 @@ Schema and units (bank.parse_question), the solver importable, the default varia
 every answer key produced and valid for its kind over many seeds, each answer's own test
 inputs (correct, wrong, invalid) grading as they should, the key unchanged when re-solved
 from the figures as the prompt prints them, judgement (select answers) that
-changes between variants, each regime side reached by at least 10% of draws, unique ids.
+changes between variants, each regime side reached by at least 10% of draws, unique ids, and
+every golden: entry's variant solving to the answers the file pins.
 Under `strict` (the interview-grade bar, QUESTION-BAR.md) also: no graded answer the same in
 every draw, no select option the same in every draw unless declared a fact (and facts at most
-half of what a draw shows), a follow-up round for the default variant, and a short prompt in
-every variant checked (drawn names and figures lengthen it).
+half of what a draw shows), a follow-up round for the default variant, a short prompt in
+every variant checked (drawn names and figures lengthen it), and the default variant pinned.
 Each problem is one line naming the file (and the field or seed where it applies).
 """
 from __future__ import annotations
@@ -142,6 +143,7 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
     bar: list[str] = []  # the interview-grade bar (strict): kept apart so the seeds still run
     options: dict[tuple[str, str], OptionTally] = {}
     prompts: list[tuple[int, str]] = []  # (lines, variant): drawn names and figures lengthen some prompts
+    default: Solution | None = None
     for seed in [None, *range(seeds)]:
         label = "default variant" if seed is None else f"seed {seed}"
         try:
@@ -152,6 +154,8 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
         except Exception as error:  # a solver bug: report it with the variant that shows it
             problems.append(f"{where}: {label}: solver failed: {type(error).__name__}: {error}")
             continue
+        if seed is None:
+            default = solution
         problems += [f"{where}: answers.{key}: {label}: {problem}" for key, problem in self_test(solution)]
         problems += [f"{where}: answers.{key}: {label}: {problem}" for key, problem in printed_problems(solution)]
         for key, seen in keys.items():
@@ -168,6 +172,10 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
             regimes[solution.sheet.regime.name] += 1
         if seed is None and problems:
             break  # the default variant is broken: the seeds would only repeat it
+    problems += golden_problems(question, bank, catalog, default)
+    if strict and not any(entry.variant == "default" for entry in question.golden):
+        bar.append(f"{where}: golden: the default variant is not pinned (add an entry with variant: default, "
+                   "its keys derived by hand)")
     for key, seen in keys.items():
         if seeds and isinstance(question.answer(key), Select) and len(seen) < 2:
             problems.append(f"{where}: answers.{key}: the same options hold in every variant: judgement that "
@@ -187,6 +195,29 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
             problems.append(f"{where}: regime_sides: '{side}' reached by {regimes[side]} of {seeds} draws "
                             f"(needs {MIN_SIDE_SHARE:.0%})")
     return problems + bar
+
+
+def golden_problems(question: Question, bank: Bank, catalog: Catalog, default: Solution | None = None) -> list[str]:
+    """A line for every answer a golden: entry pins that its variant's solver does not give (within
+    the pin's tolerance), and for an entry whose variant cannot be made. `default`: the default
+    variant, already solved."""
+    problems = []
+    for index, entry in enumerate(question.golden):
+        where, code = f"{question.path}:{entry.line}: golden[{index}]", f"{question.id}@{entry.variant}"
+        try:
+            solution = default if entry.variant == "default" and default else make_variant(
+                bank, catalog, VariantCode.parse(code))
+        except (VariantError, Reject) as error:
+            problems.append(f"{where}: {code}: no variant ({error})")
+            continue
+        except Exception as error:  # a solver bug: report it with the entry that shows it
+            problems.append(f"{where}: {code}: solver failed: {type(error).__name__}: {error}")
+            continue
+        for key, pinned in entry.expect:
+            mismatch = question.answer(key).pin_mismatch(pinned, solution.sheet.results[key], entry.rel)
+            if mismatch is not None:
+                problems.append(f"{where}.{key}: {code}: the solver gives {mismatch[0]}, the file pins {mismatch[1]}")
+    return problems
 
 
 MIN_SHOWINGS = 5  # an option shown fewer times than this is too rarely seen to judge

@@ -1,4 +1,4 @@
-"""Golden checks for the serving design and cost questions (group P), recomputed here in plain
+"""Checks for the serving design and cost questions (group P), recomputed here in plain
 Python from the catalogue records and the step-time model's card constants (60% of peak
 compute, 80% of HBM bandwidth, 2 ms per step, 10 us per all-reduce), independently of sympy."""
 from __future__ import annotations
@@ -97,22 +97,6 @@ def test_prompts_name_what_their_step_model_charges(variant, qid, cards):
 # --- serving-cost-ledger -------------------------------------------------------------------
 
 
-def test_ledger_default_prompt_is_two_thirds_of_the_bill(variant):
-    """3,000-in / 300-out on Llama-3.3-70B (Llama-3.1-70B's architecture) over 8 x H100 at 70 tokens/s per
-    user: a decode batch of 70, an output token costing 4.86 prompt tokens, the prompt 67% of the
-    replica-seconds, as the catalogue says (the teaser's "two thirds")."""
-    expected = variant("serving-cost-ledger@default").expected
-    assert expected["prefill_time"] == pytest.approx(0.1258, rel=1e-3)
-    assert expected["batch"] == 70
-    assert expected["per_user"] == pytest.approx(70.1, rel=1e-3)
-    assert expected["cost_ratio"] == pytest.approx(4.86, rel=1e-3)
-    assert expected["prompt_share"] == pytest.approx(2 / 3, abs=0.01)
-    assert expected["replicas"] == 6  # 3.74 busy replicas at a 70% ceiling
-    assert expected["cost_per_request"] == pytest.approx(6 * 8 * 3 / 3600 / 20)
-    assert expected["cost_per_mtok"] == pytest.approx(0.606, rel=1e-3)
-    assert expected["regime"] == "prompt-dominated"
-
-
 def test_ledger_two_thirds_rule(variant):
     """The teaser's rule: the prompt is two thirds of the bill when P/O = 2 x (decode cost per token /
     prefill cost per token); in general its share is x / (1 + x) with x = (P/O) / r."""
@@ -160,22 +144,6 @@ def test_ledger_levers_rerun_the_sheet(variant):
                   "v": _value(solution, "speed"), "KV": g.kv, "pool": g.pool, "u": _value(solution, "ceiling")}
         assert cost.ledger_time(inputs) == pytest.approx(results["replica_seconds"] / _value(solution, "ceiling"),
                                                          rel=1e-9)
-
-
-def test_ledger_levers_follow_the_regime(variant):
-    """A prefix cache is a lever on a prompt-dominated bill; an fp8 KV cache on a reply-dominated one with a
-    bandwidth-bound decode batch. Judged on the replica-seconds a request is provisioned at the ceiling, the
-    default's right set is the prefix cache (32.4% off: half of a 67% prefill share, less the attention the
-    warm half still pays) and a GPU with twice the tensor peak (24.5%: the 125.8 ms prefill falls to 63.7 ms,
-    its all-reduces and overhead do not halve). A 1.5x-bandwidth GPU takes 17.3% and an 85% ceiling
-    1 - 70/85 = 17.6%, though each takes the fleet from 6 to 5 replicas, the same 16.7% as the 2x peak."""
-    levers = variant("serving-cost-ledger@default").sheet.results["levers"]
-    assert {k for k, v in levers.items() if v} == {"half of every prompt served warm from a prefix cache",
-                                                   "a GPU with twice the tensor peak at the same bandwidth and price"}
-    long_replies = variant("serving-cost-ledger@default+reply=3000").sheet.results
-    assert long_replies["regime"] == "reply-dominated"
-    assert long_replies["levers"]["an fp8 KV cache"]
-    assert not long_replies["levers"]["half of every prompt served warm from a prefix cache"]
 
 
 @pytest.mark.parametrize("seed", ["default", *range(20)])
@@ -236,22 +204,6 @@ def test_ledger_refuses_a_fleet_of_one(variant):
 # --- cold-prefill-pools --------------------------------------------------------------------
 
 
-def test_cold_prefill_default_matches_the_teaser(variant):
-    """A cold 32K prompt on a 70B over 8 x H100: 2·N·T + 2·L·d·T² = 6.03 PFLOP, 0.76 s at peak, about 1 s
-    at 75% MFU ("barely fits a second of compute"), 1.35 s once its all-reduces are in."""
-    solution = variant("cold-prefill-pools@default")
-    expected = solution.expected
-    T, N, L, d = 32768, 70.55e9, 80, 8192
-    flops = 2 * N * T + 2 * L * d * T**2
-    assert expected["flops_cold"] == pytest.approx(flops)
-    assert expected["peak_time"] == pytest.approx(flops / (8 * 989.4e12))
-    assert expected["peak_time"] == pytest.approx(0.76, abs=0.005)
-    assert expected["mfu_time"] == pytest.approx(1.0, abs=0.02)
-    g = Replica(_value(solution, "model"), _value(solution, "gpu"), 8)
-    assert expected["cold_ttft"] == pytest.approx(flops / (8 * 0.75 * 989.4e12) + g.ar0 + g.ar_tok * T + OVERHEAD)
-    assert expected["regime"] == "warm-required"
-
-
 def test_cold_prefill_attention_term_is_the_card_and_chinchilla(variant):
     """The card's A·T²/2 with A = 4·L·H·d_h is the teaser's 2·L·d·T² (H·d_h = d for Llama): Chinchilla's
     App. F counts 2·L·d·T attention FLOPs per token in the forward pass, over a causal half."""
@@ -280,17 +232,9 @@ def by_hand_warm_share(solution):
 
 
 def test_cold_prefill_default_pools(variant):
-    """At a 0.5 s target the cache must serve 67% of each prompt; 10 requests/s then need 8 prefill
-    replicas instead of 20 cold (96 GPUs saved), and 6 decode replicas whose batch the KV pool caps
-    (40 requests of 32K context on 54 GB per GPU)."""
-    solution = variant("cold-prefill-pools@default")
-    expected = solution.expected
-    warm, _ = by_hand_warm_share(solution)
-    assert expected["warm_needed"] == pytest.approx(warm, abs=1e-9)
-    assert expected["warm_needed"] == pytest.approx(0.671, abs=0.001)
-    assert (expected["prefill_replicas"], expected["decode_replicas"], expected["gpus_saved"]) == (8, 6, 96)
-    assert solution.sheet.results["batch"] == 40
-    assert solution.sheet.results["facts"]["the decode batch is capped by the KV pool, not the TPOT target"]
+    """At a 0.5 s target the cache must serve 67% of each prompt (the pools are pinned in the question file); the
+    decode replicas' batch is what the KV pool caps, 40 requests of 32K context on 54 GB per GPU."""
+    assert variant("cold-prefill-pools@default").sheet.results["batch"] == 40
 
 
 def test_cold_prefill_refuses_a_whole_pool(variant):
@@ -353,29 +297,6 @@ def capacity_by_hand(solution):
             "count_routing_limit": (n_old + n_new) * units["old"], "new_share": n_new * units["new"] / fleet,
             "replacement": math.ceil(n_old * units["old"] / units["new"]),
             "regime": "buy-new" if ratio > prices else "buy-old"}
-
-
-def test_capacity_unit_default(variant):
-    """Llama-3-70B at TP 4, 2,000 + 500 tokens, TPOT 40 ms: an H100 replica holds 199 requests in its KV pool
-    (31 tokens/s each, 12.4 requests/s at the SLO), a B200 replica 687: one B200 replica is worth 3.48 H100
-    ones, more than the datasheet's 2.27x compute or 2.39x bandwidth, because the pool binds on both."""
-    solution = variant("slo-capacity-unit@default")
-    expected = solution.expected
-    assert (expected["batch_old"], expected["batch_new"]) == (199, 687)
-    assert expected["per_user_old"] == pytest.approx(31.07, rel=1e-3)
-    # The B200 replica's speed at its batch: (35.3 GB of weights + 687 x 2,250 x 81,920 B of KV) per GPU at
-    # 6.4 TB/s = 25.3 ms, over its 18.7 ms of math; 1.6 ms of all-reduce latency, 687 x 4.37 us of all-reduce
-    # bytes (3.0 ms) and 2 ms on top: 31.9 ms, 31.3 tokens/s, capacity bought at the same per-user speed.
-    reads = (70.55e9 * 2 / 4 + 687 * 2250 * 2 * 80 * 2 * 128 * 2) / (0.8 * 8e12)
-    all_reduce = 2 * 80 * 10e-6 + 687 * 2 * 80 * 2 * 3 / 4 * 8192 * 2 / 900e9
-    assert expected["per_user_new"] == pytest.approx(1 / (reads + all_reduce + 2e-3), rel=1e-9)
-    assert expected["unit_old"] == pytest.approx(12.36, rel=1e-3)
-    assert expected["unit_ratio"] == pytest.approx(3.484, rel=1e-3)
-    assert expected["binds_old"] == expected["binds_new"] == "the KV pool"
-    assert expected["fleet_capacity"] == pytest.approx(542.4, rel=1e-3)
-    assert expected["count_routing_limit"] == pytest.approx(296.8, rel=1e-3)
-    assert expected["replacement"] == 5
-    assert expected["regime"] == "buy-new"
 
 
 def test_capacity_datasheet_ratios(variant):
@@ -446,21 +367,6 @@ def clause_by_hand(solution, tp, batch=None):
     return g.step(B - 1 + T_u, (B - 1 + T_u) * S, B * S) + (k - 1) * g.step(B, B * S, B * S)
 
 
-def test_voice_default_budget(variant):
-    """300 ms = 120 endpointing + 50 network + 20 ASR + 30 TTS + 80 for the LLM: the largest line is the
-    endpointer, not a model. Llama-3-70B needs TP 8 on H100 for a 6-token clause at 16 sessions (65.6 ms;
-    TP 4 takes 108 ms), and a replica holds 74 sessions within the line."""
-    solution = variant("voice-latency-budget@default")
-    expected = solution.expected
-    assert expected["llm_line"] == pytest.approx(0.080)
-    assert (expected["largest_line"], expected["regime"]) == ("endpointing", "not-a-model")
-    assert expected["smallest_layout"] == "TP 8"
-    assert expected["first_clause"] == pytest.approx(clause_by_hand(solution, 8), rel=1e-9)
-    assert expected["first_clause"] == pytest.approx(0.0656, rel=1e-3)
-    assert clause_by_hand(solution, 4) == pytest.approx(0.1078, rel=1e-3)
-    assert expected["sessions"] == 74
-
-
 @pytest.mark.parametrize("seed", range(15))
 def test_voice_layouts_match_plain_arithmetic(variant, seed):
     """Every layout's verdict and the derived layout's clause time, by hand."""
@@ -494,31 +400,6 @@ def test_voice_sessions_closed_form_against_the_step_model(variant):
             assert clause_by_hand(solution, tp, most + 1) > results["llm_line"]
             checked += 1
     assert checked >= 10
-
-
-def test_voice_one_gpu_can_make_the_line(variant):
-    """fp8 weights put Llama-3.1-70B on one B200 (70.6 GB of 180): a decode step reads them in 70.55 / 6.4 TB/s =
-    11.0 ms, the 16 sessions' bf16 KV (16 x 2,000 x 327,680 B) in 1.6 ms, plus 2 ms, 14.66 ms, memory-bound; the
-    turn's step takes as long. Six of them are 88.0 ms, within the 140 ms a 60 ms endpointer leaves: every layout
-    makes the line, one GPU the smallest, at 68.2 tokens/s, and (140 - 6 x 13.02 ms) / (6 x 0.1024 ms) = 100
-    sessions fit the line."""
-    results = variant("voice-latency-budget@default+gpu=b200+dtype=fp8+endpointing=60").sheet.results
-    assert {k for k, v in results["layouts"].items() if v} == {"one GPU", "TP 2", "TP 4", "TP 8"}
-    assert results["smallest_layout"] == "one GPU"
-    assert results["first_clause"] == pytest.approx(6 * (70.55e9 + 16 * 2000 * 327680) / 6.4e12 + 6 * 2e-3)
-    assert results["per_user"] == pytest.approx(68.20, rel=1e-3)
-    assert results["sessions"] == 100
-
-
-def test_voice_no_layout_can_make_the_line(variant):
-    """64 sessions of 8,000 tokens against a 90 ms line: TP 8 needs 6 x (6.6 ms of weights + 1.6 ms of all-reduce
-    latency + 2 ms) = 61.7 ms before any session, and 0.79 ms more for each, so 112.6 ms at 64. No layout makes
-    it; TP 8 holds floor((90 - 61.7) / 0.795) = 35 sessions within the line."""
-    results = variant("voice-latency-budget@default+batch=64+context=8000+endpointing=110").sheet.results
-    assert {k for k, v in results["layouts"].items() if v} == {"none of them"}
-    assert results["smallest_layout"] == "none of them"
-    assert results["first_clause"] == pytest.approx(0.1126, rel=1e-3)
-    assert results["sessions"] == 35
 
 
 def test_voice_follow_up_turns_the_llm_into_the_largest_line(variant, catalog):
@@ -561,24 +442,11 @@ def tiers_by_hand(solution):
 
 
 def test_tiering_default(variant):
-    """20 fine-tunes of Llama-3-70B on TP 8 H100, Zipf 1.4, 100 requests/s at peak. A replica does both phases of
-    its own model: a 1,000-token prompt prefills in 30.0 ms of math (1.42e14 FLOPs at 60% of 8 x 989.4 TFLOP/s)
-    + 11.8 ms of all-reduces + 2 ms = 43.8 ms, and the 300-token reply takes 300 x 40.0 ms / 897 = 13.4 ms of
-    decode steps at the batch a 40 ms TPOT allows: 57.1 ms a request, 17.5 requests/s a replica (decode alone
-    would say 74.8). The 40 replicas run 14.3% busy at peak and 5.7% on average ("mostly idle"). Three models
-    earn 7 dedicated replicas, four share 2, thirteen go cold on 2: 232 of 320 GPUs saved."""
-    expected = variant("multi-model-fleet-tiering@default").expected
-    assert expected["unit"] == pytest.approx(1 / (0.043781 + 300 * 0.039964 / 897), rel=1e-4)
-    assert expected["unit"] == pytest.approx(17.50, rel=1e-3)
-    assert expected["util_peak"] == pytest.approx(100 / (40 * 17.50), rel=1e-3)
-    assert (expected["dedicated"], expected["shared"], expected["cold"]) == (3, 4, 13)
-    assert (expected["dedicated_replicas"], expected["shared_replicas"]) == (7, 2)
-    assert expected["gpus_saved"] == 232  # cold models on 2 replicas for their load: none would say 248
+    """20 fine-tunes of Llama-3-70B on TP 8 H100 (the tiers are pinned in the question file): the saving is labelled
+    with the cold pool sized to its load (232 GPUs, not 248), and the prompt counts requests in the singular."""
     solution = variant("multi-model-fleet-tiering@default")
     assert "pool sized to their load" in solution.question.answer("gpus_saved").label
     assert "cold below 1 request/s on average" in solution.prompt  # not "1 requests/s"
-    assert expected["cold_start"] == pytest.approx(141.1e9 / (8 * 5e9))
-    assert expected["regime"] == "shared"
 
 
 def test_tiering_refuses_a_fleet_already_busy(variant):
@@ -612,12 +480,10 @@ def test_tiering_matches_enumeration(variant, seed):
 
 def test_tiering_team_model_can_go_cold(variant):
     """At the default seven models stay warm: a rank-8 team model averages 100 x 8^-1.4 / 2.359 / 2.5 = 0.92
-    requests/s, under the 1 request/s threshold, so its tier is cold (a choice of dedicated or shared alone could
-    not say so)."""
+    requests/s, under the 1 request/s threshold, so its tier is cold (pinned in the question file; a choice of
+    dedicated or shared alone could not say so)."""
     solution = variant("multi-model-fleet-tiering@default+rank=8")
-    assert solution.expected["regime"] == "cold"
     assert solution.sheet.results["rank_average"] == pytest.approx(100 * 8**-1.4 / 2.35873 / 2.5, rel=1e-4)
-    assert variant("multi-model-fleet-tiering@default+rank=7").expected["regime"] == "shared"
 
 
 def test_tiering_zipf_normaliser_is_the_harmonic_number(variant):
@@ -652,22 +518,6 @@ def audit_by_hand(solution):
     return {"baseline_cost": cost[0], "headline": top["change"], "headline_cost": cost[headline], "regime": regime,
             "rollout": rows[best]["change"], "rollout_saving": 1 - cost[best] / cost[0],
             "real_wins": real}
-
-
-def test_audit_default(variant):
-    """Doubling the batch cap tops the ledger at $0.39 per million output tokens (36% off) but its p99 TPOT is
-    54.1 ms against 50; fp8 saves 30% but loses 1 point against a 0.5-point gate; the A100 move misses the SLO.
-    The new decode kernel (12.7% off) and speculative decoding are the real wins; the kernel rolls out."""
-    solution = variant("cost-audit-rollout@default")
-    expected = solution.expected
-    assert expected["baseline_cost"] == pytest.approx(2.89 / (1310 * 3600) * 1e6)
-    assert expected["headline"] == "twice the batch cap"
-    assert expected["headline_cost"] == pytest.approx(0.3935, rel=1e-3)
-    assert expected["regime"] == "misses-slo"
-    assert {k for k, v in solution.sheet.results["real_wins"].items() if v} == {
-        "a new decode attention kernel", "speculative decoding with a draft model"}
-    assert expected["rollout"] == "a new decode attention kernel"
-    assert expected["rollout_saving"] == pytest.approx(1 - 1310 / 1500)
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -727,13 +577,6 @@ def test_audit_cheaper_gpu_missing_the_slo_is_a_headline(variant):
     assert thin_none <= 0.8 * len(seeds)
 
 
-def test_audit_quality_gate_tie_passes(variant):
-    """fp8's drop of exactly 1.0 point passes a 1-point gate (exact comparison, a tie passes)."""
-    results = variant("cost-audit-rollout@default+gate=1.0").sheet.results
-    assert results["real_wins"]["fp8 weights and GEMMs"]
-    assert results["rollout"] == "fp8 weights and GEMMs"
-
-
 def test_voice_all_reduce_is_the_nccl_ring(variant):
     """Each token's all-reduce bytes follow NCCL's ring bus bandwidth, 2(n−1)/n of the message over each GPU's
     link (nccl-tests PERFORMANCE.md): at TP 8 a Llama-3-70B token moves 2·80·(14/8)·8,192·2 B = 4.59 MB over
@@ -764,10 +607,8 @@ def test_audit_speculative_decoding_is_lossless_in_the_ledger(variant):
 def test_audit_regime_names_the_gate_that_stops_the_headline(variant):
     """The regime says what to tell whoever sorted the ledger: a real win, or which gate stops it (it used to be
     real/misleading beside a select of failed gates that said the same twice). At the default the doubled batch
-    cap runs p99 54.1 ms against 50 ms: misses-slo, 1.082x; at a 1-point gate fp8 (-1.0) passes, and with an
-    80 ms SLO the batch cap is real."""
+    cap runs p99 54.1 ms against 50 ms: misses-slo, 1.082x (the verdicts are pinned in the question file); the
+    draws reach all three."""
     assert variant("cost-audit-rollout@default").sheet.results["headline_slo_use"] == pytest.approx(54.1 / 50)
-    assert variant("cost-audit-rollout@default").expected["regime"] == "misses-slo"
-    assert variant("cost-audit-rollout@default+slo=80").expected["regime"] == "real"
     seen = {variant(f"cost-audit-rollout@{seed}").expected["regime"] for seed in SEEDS}
     assert seen == {"real", "misses-slo", "fails-quality"}

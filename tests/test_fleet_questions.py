@@ -1,4 +1,4 @@
-"""Golden checks for the fleet questions: restart-goodput, fleet-gpu-count, nic-bandwidth-per-gpu,
+"""Checks for the fleet questions: restart-goodput, fleet-gpu-count, nic-bandwidth-per-gpu,
 cluster-bill-of-materials."""
 from __future__ import annotations
 
@@ -17,25 +17,12 @@ MIN, HOUR, DAY = 60, 3_600, 86_400
 
 
 def test_restart_default_matches_catalogue(variant):
-    """2 restarts a day at 15 minutes each (2 + 2 + 1 min fixed, half of a 20-minute interval) ≈ 2%."""
-    solution = variant("restart-goodput@default")
-    results = solution.sheet.results
+    """2 restarts a day at 15 minutes each (the keys are pinned in the question file): the steps beside them."""
+    results = variant("restart-goodput@default").sheet.results
     assert results["mtbf"] == pytest.approx(12 * HOUR)
-    assert results["lost_per_restart"] == pytest.approx(15 * MIN)
-    assert results["restart_loss"] == pytest.approx(2 * 15 / 1440)  # 2.08%
-    assert results["restart_loss"] == pytest.approx(0.02, rel=0.05)
-    assert results["today_loss"] == pytest.approx(20 / (20 * MIN) + 2 * 15 / 1440)  # 1.67% stalls + 2.08%
-    # Young: √(2 × 20 s × 12 h) = 21.9 min for storage; √(2 × 0.05 s × 12 h) = 1.1 min in memory, the
-    # teaser's "in-memory checkpoint that makes the interval a minute".
-    assert results["young_storage"] == pytest.approx(math.sqrt(2 * 20 * 12 * HOUR))
-    assert results["young_memory"] == pytest.approx(math.sqrt(2 * 0.05 * 12 * HOUR))
-    assert results["young_memory"] == pytest.approx(MIN, rel=0.1)
-    tau = math.sqrt(2 * 0.05 * 12 * HOUR)
-    assert results["residual"] == pytest.approx(0.05 / tau + (5 * MIN + tau / 2) / (12 * HOUR))  # 0.85%
     # The interval's part today: 1.67% stalls + 1.39% redone work = 3.06%, against 0.69% of fixed recovery.
     assert results["interval_loss"] == pytest.approx(20 / (20 * MIN) + 10 * MIN / (12 * HOUR))
     assert results["failure_floor"] == pytest.approx(5 * MIN / (12 * HOUR))
-    assert solution.expected["regime"] == "interval-bound"
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -87,12 +74,12 @@ def test_restart_regime_compares_the_interval_part_with_the_failure_part(variant
 
 def test_restart_stall_bound_interval_says_checkpoint_less_often(variant):
     """A 14 s save every 5 minutes stalls 4.7% of training: the interval is too short, not too long. The
-    rewound work alone (2.5 min) is below the 5-minute fixed recovery, yet the interval sets the loss."""
+    rewound work alone (2.5 min) is below the 5-minute fixed recovery, yet the interval sets the loss (the
+    question file pins interval-bound)."""
     solution = variant("restart-goodput@default+interval=5+ckpt_storage=14")
     interval_part, failure_part = _restart_parts({param.name: param.value for param in solution.params})
     assert interval_part == pytest.approx(14 / 300 + 2 * 150 / DAY)  # 4.67% stalls + 0.35% redone work
     assert interval_part > failure_part  # 0.69%
-    assert solution.expected["regime"] == "interval-bound"
     assert "checkpoint less often" in solution.sheet.regime.summary
 
 
@@ -106,26 +93,6 @@ def _holding(solution, key):
     return {option for option, holds in solution.sheet.results[key].items() if holds}
 
 
-def test_restart_levers_follow_the_variant(variant):
-    """The review: the levers were a fixed checklist. Now each lever's saving is set against a fifth of today's
-    loss. Default (3.75% lost, bar 0.75%): async saves at today's interval win 1.66% (2.9% at their own best
-    interval); a quarter fewer failures (0.52%), detection (0.28%) and hot spares (0.14%), even both (0.56%),
-    and Young with today's saves (0.013%, already near it) do not. @7 is failure-bound (20 min of fixed
-    recovery five times a day): there detection counts, and a quarter fewer failures just clears the bar."""
-    default = variant("restart-goodput@default")
-    assert _holding(default, "levers") == {"asynchronous saves, keeping today's interval"}
-    bar = 0.2 * (20 / 1200 + 2 * 15 / 1440)
-    assert 2 * 2 / 1440 < bar < 2 * 15 / 1440 / 2
-    assert (20 - 0.05) / 1200 == pytest.approx(0.0166, abs=1e-4)  # the stall async saves remove at τ = 20 min
-    seven = variant("restart-goodput@7")
-    assert seven.expected["regime"] == "failure-bound"
-    # Today 1.83% + 8.68% = 10.5%, a fifth 2.1%: 5 restarts x 6.5 min of detection = 2.26% clears it.
-    assert _holding(seven, "levers") == {
-        "detection in seconds (a watchdog instead of the collective timeout)",
-        "a watchdog and booted hot spares together: detection and rescheduling in seconds",
-        "a quarter fewer failures (burn-in, draining flaky nodes)"}
-
-
 def test_restart_async_save_is_named_as_such(variant):
     """The review: async checkpointing to storage also cuts the stall, so the cheap save is an asynchronous
     one (to host memory, written out in the background), not "in-memory instead of storage"."""
@@ -135,15 +102,10 @@ def test_restart_async_save_is_named_as_such(variant):
 
 
 def test_restart_pinned_seed(variant):
-    solution = variant("restart-goodput@7")
-    raw = {param.name: param.raw for param in solution.params}
+    """Seed 7 draws these parameters (its keys are pinned in the question file)."""
+    raw = {param.name: param.raw for param in variant("restart-goodput@7").params}
     assert raw == {"restarts": 5, "detect": 6.5, "reschedule": 10, "reload": 3.5, "interval": 10,
                    "ckpt_storage": 11, "ckpt_memory": 0.2}
-    # 20 min fixed + 5 min rewound = 25 min, five times a day: 8.68% of the day.
-    assert solution.expected["lost_per_restart"] == pytest.approx(25 * MIN)
-    assert solution.expected["restart_loss"] == pytest.approx(5 * 25 / 1440)
-    # The interval's part, 11 s / 10 min + 5 × 5 min / day = 3.57%, is below the 6.94% of fixed recovery.
-    assert solution.expected["regime"] == "failure-bound"
 
 
 # --- fleet-gpu-count -------------------------------------------------------------------------
@@ -154,23 +116,9 @@ def _given(solution, symbol):
 
 
 def test_fleet_default_matches_catalogue(variant):
-    """Llama-3-70B (70.55B) on 15T tokens in 30 days on H100 at 40% MFU: about 6,200 GPUs; under the
-    default power-of-two rule the job is 8,192 and the rounding (2,002) outweighs the 15% margin (1,232)."""
-    solution = variant("fleet-gpu-count@default")
-    expected = solution.expected
-    flops = 6 * 70.55e9 * 15e12
-    assert _given(solution, "F") == pytest.approx(flops)  # from training-compute-budget, not re-derived
-    need = flops / (30 * DAY * 989.4e12 * 0.40)
-    assert expected["gpus_needed"] == pytest.approx(need) == pytest.approx(6_190, abs=1)
-    assert expected["gpus_needed"] == pytest.approx(6_200, rel=0.01)
-    assert expected["job_gpus"] == 8_192
-    assert expected["job_days"] / DAY == pytest.approx(30 * need / 8_192)  # 22.7 days
-    assert expected["fleet_gpus"] == 9_424  # 8,192 x 1.15 = 9,420.8, up to whole nodes: 1,178 x 8
-    assert expected["regime"] == "rounding-dominates"
-    # 8,192 / 6,190 = 1.32: a tenth less MFU still fits, and the power of two is over a quarter above the need.
-    assert {k for k, holds in solution.sheet.results["judgement"].items() if holds} == {
-        "the job is a power of two", "the job meets the schedule even at an MFU a tenth below plan",
-        "the job spans more than one fabric pod", "a power-of-two job would exceed the need by more than a quarter"}
+    """Llama-3-70B (70.55B) on 15T tokens (the keys are pinned in the question file): its FLOPs are a given from
+    training-compute-budget, not re-derived."""
+    assert _given(variant("fleet-gpu-count@default"), "F") == pytest.approx(6 * 70.55e9 * 15e12)
 
 
 def _holding(solution, key):
@@ -180,35 +128,24 @@ def _holding(solution, key):
 def test_fleet_margin_default_is_judged_on_spares_and_restarts(variant):
     """Issue #12: the margin was a bare percentage. At the default the 8,192-GPU job runs on 1,024 nodes: at
     one failure per 240 node-days it sees 1,024/240 = 4.27 failures a day, each costing 15 min, so restarts
-    take 4.27 x 15 / 1,440 = 4.44% of its time, well inside the 1 - 6,190/8,192 = 24.4% the round-up leaves.
-    Nodes out at once: 1,024 x 3/240 = 12.8 (Little's law); the pool 12.8 + 2 x sqrt(12.8) = 19.96, up to 20
-    nodes; at twice the rate 25.6 + 2 x sqrt(25.6) = 35.7, up to 36. The margin holds 1,232/8 = 154 nodes."""
-    solution = variant("fleet-gpu-count@default")
-    results = solution.sheet.results
+    take 4.27 x 15 / 1,440 = 4.44% of its time. Nodes out at once: 1,024 x 3/240 = 12.8 (Little's law); the pool
+    12.8 + 2 x sqrt(12.8) = 19.96, up to 20 nodes. The margin holds 1,232/8 = 154 nodes (the judgements are pinned
+    in the question file)."""
+    results = variant("fleet-gpu-count@default").sheet.results
     assert results["job_nodes"] == 1_024
     assert results["failure_rate"] * DAY == pytest.approx(1_024 / 240)
     assert results["restart_loss"] == pytest.approx(1_024 / 240 * 15 / 1_440)  # 4.44%
     assert results["nodes_down"] == pytest.approx(12.8)
     assert results["spare_pool"] == 20 and results["margin_nodes"] == 154
-    assert _holding(solution, "margin") == {
-        "the margin holds the spare pool for the nodes in repair",
-        "the margin would still hold the spare pool at twice the failure rate",
-        "the round-up's slack absorbs the time restarts cost"}
 
 
 def test_fleet_margin_short_mtbf_and_long_repairs_outgrow_it(variant):
     """Nodes failing once per 60 days and out for 14 on a 10% margin: 1,024 x 14/60 = 238.9 nodes out, a pool
     of 238.9 + 2 x sqrt(238.9) = 269.8, up to 270, against a margin of 8 x ceil(9,011.2/8) - 8,192 = 824 GPUs,
-    103 nodes. The job sees 1,024/60 = 17.1 failures a day (one every 1.4 h); at 15 min each restarts take
-    17.1 x 15/1,440 = 17.8% of its time: still inside the 24.4% slack (8,192 x 0.822 = 6,735 >= 6,190)."""
-    solution = variant("fleet-gpu-count@default+node_mtbf=60+repair=14+margin=10")
-    results = solution.sheet.results
+    103 nodes; 1,024/60 = 17.1 failures a day (the judgements are pinned in the question file)."""
+    results = variant("fleet-gpu-count@default+node_mtbf=60+repair=14+margin=10").sheet.results
     assert results["spare_pool"] == 270 and results["margin_nodes"] == 103
     assert results["restart_loss"] == pytest.approx(1_024 / 60 * 15 / 1_440)
-    assert _holding(solution, "margin") == {
-        "the spare pool takes over half of the margin", "the round-up's slack absorbs the time restarts cost",
-        "restarts cost the job more than a twentieth of its time",
-        "the job loses a node more than once every four hours"}
 
 
 def test_fleet_rejects_a_run_that_restarts_away_half_of_its_time(variant):
@@ -279,20 +216,11 @@ def test_fleet_matches_plain_arithmetic(variant, seed):
 
 def test_fleet_job_follows_the_stated_rule_not_a_power_of_two(variant):
     """The review's bug: @7 (Qwen2.5-72B, 29T tokens, 74 days, H100 at 38%) needs 5,263 GPUs and the old key
-    rounded it to 8,192 (+56%) as a law. Under whole 256-GPU scheduler units the job is 5,376; under pods of
-    3,072 it is 6,144 (the TP8 x PP8 x DP96 layout the review names); only the power-of-two rule gives 8,192."""
-    base = "fleet-gpu-count@default+model=qwen2.5-72b+tokens=29+days=74+mfu=38+margin=20"
-    jobs = {rule: variant(f"{base}+rule={rule}").expected["job_gpus"]
-            for rule in ("next-power-of-two", "whole-pods", "whole-scheduler-units")}
-    assert jobs == {"next-power-of-two": 8_192, "whole-pods": 6_144, "whole-scheduler-units": 5_376}
-    units = variant(f"{base}+rule=whole-scheduler-units")
-    assert units.expected["gpus_needed"] == pytest.approx(5_263.1, rel=1e-4)
-    assert units.expected["regime"] == "margin-dominates"  # 113 GPUs of rounding vs 1,080 of margin
-    # The finer rule leaves 1 - 5,263.1/5,376 = 2.1% slack, less than the 672/240 x 15/1,440 = 2.92% restarts cost.
-    assert "the round-up's slack absorbs the time restarts cost" not in _holding(units, "margin")
-    assert "the round-up's slack absorbs the time restarts cost" in _holding(variant(f"{base}+rule=whole-pods"),
-                                                                             "margin")
-    assert "whole-scheduler-units" in units.prompt  # the rule is the variant's, stated, not taught as a law
+    rounded it to 8,192 (+56%) as a law. Each rule's job is pinned in the question file; the prompt states the
+    variant's rule rather than teaching one as a law."""
+    units = variant("fleet-gpu-count@default+model=qwen2.5-72b+tokens=29+days=74+mfu=38+margin=20"
+                    "+rule=whole-scheduler-units")
+    assert "whole-scheduler-units" in units.prompt
 
 
 def test_fleet_followup_moves_the_need_under_the_power_of_two(variant, catalog):
@@ -333,32 +261,10 @@ def test_fleet_rejects_rounding_a_small_job_to_a_pod(variant):
 
 
 def test_nic_default_shows_both_windows(variant):
-    """Llama-3-70B, TP 8 x PP 4, 128 replicas of 16 x 8,192-token micro-batches (a 16.8M-token batch, Llama 3's)
-    on H100 at 40% MFU. Over the whole step's backward the reduction needs only ≈24 Gb/s (the review's ≈25);
-    in the last micro-batch's backward, where the accumulated gradients are final, ≈384 Gb/s: under the
-    400 Gb/s of a ConnectX-7, the catalogue's "lands near the shipped port speed"."""
-    solution = variant("nic-bandwidth-per-gpu@default")
-    results = solution.sheet.results
-    grads = 70.55e9 / 32 * 2
-    assert results["bytes_per_step"] == pytest.approx(2 * 127 / 128 * grads)  # 8.75 GB
+    """Llama-3-70B, TP 8 x PP 4, 128 replicas of 16 x 8,192-token micro-batches on H100 at 40% MFU (the two
+    windows' bandwidths are pinned in the question file): the backward both windows divide."""
+    results = variant("nic-bandwidth-per-gpu@default").sheet.results
     assert results["backward_time"] == pytest.approx(4 * 70.55e9 / 32 * 16 * 8192 / (989.4e12 * 0.4))  # 2.92 s
-    assert results["bandwidth_step"] * 8 / 1e9 == pytest.approx(23.97, abs=0.01)
-    assert results["bandwidth_step"] * 8 / 1e9 == pytest.approx(25, rel=0.05)
-    activations = 8192 * 8192 * 2 / 8  # one sequence's activation gradient, 1/TP per rank
-    strict = (2 * 127 / 128 * grads + activations) / (results["backward_time"] / 16)
-    assert results["bandwidth"] == pytest.approx(strict)
-    assert results["bandwidth"] * 8 / 1e9 == pytest.approx(384.2, abs=0.1)
-    assert results["bandwidth"] * 8 / 1e9 == pytest.approx(400, rel=0.05)
-    assert solution.expected["regime"] == "comms-hidden"
-
-
-def test_nic_tenth_of_the_rate_follows_the_whole_step_bound(variant):
-    """The default's whole-step bound, 24 Gb/s, is under a tenth of 400 Gb/s; at 4 micro-batches it is 96 Gb/s
-    and the tenth of the NIC no longer does, while the strict need stays 384 Gb/s."""
-    tenth = "a NIC of a tenth of this rate would hide it over the whole step's backward"
-    assert variant("nic-bandwidth-per-gpu@default").sheet.results["nic"][tenth]
-    fewer = variant("nic-bandwidth-per-gpu@default+microbatches=4").sheet.results
-    assert fewer["bandwidth_step"] * 8 / 1e9 > 40 and not fewer["nic"][tenth]
 
 
 def test_nic_strict_need_does_not_depend_on_the_batch_or_the_shard(variant):
@@ -381,12 +287,6 @@ def test_nic_ring_volume_matches_nccl_bus_bandwidth(variant):
     assert results["bytes_per_step"] / results["grad_bytes"] == pytest.approx(2 * 63 / 64)
 
 
-def test_nic_shorter_sequences_expose_the_reduction(variant):
-    expected = variant("nic-bandwidth-per-gpu@default+seq=4096").expected
-    assert expected["bandwidth"] * 8 / 1e9 == pytest.approx(768, rel=0.01)
-    assert expected["regime"] == "comms-exposed"
-
-
 def test_nic_pipeline_has_at_least_a_sequence_per_stage(variant):
     """The review: the first version drew PP 8-16 with a few thousand tokens per replica, fewer micro-batches
     than stages in 46% of draws. The bank's microbatches-cover-stages rule now holds in every draw, and a
@@ -399,54 +299,30 @@ def test_nic_pipeline_has_at_least_a_sequence_per_stage(variant):
         variant("nic-bandwidth-per-gpu@default+pp=16+microbatches=8")
 
 
-def test_nic_judgements_follow_the_variant(variant):
-    default = variant("nic-bandwidth-per-gpu@default").sheet.results["nic"]
-    assert default["a NIC of twice this rate hides it in the last micro-batch's backward"]
-    assert not default["more micro-batches per step lower the need in the last micro-batch's window"]
-    b200 = variant("nic-bandwidth-per-gpu@default+gpu=b200+seq=4096").sheet.results["nic"]
-    # 127/128 x 2,250 TF x 40% / 4,096 = 1.74 Tb/s: not even 800 Gb/s hides it.
-    assert not b200["a NIC of twice this rate hides it in the last micro-batch's backward"]
-
-
 # --- cluster-bill-of-materials ---------------------------------------------------------------
 
 
 def test_bom_default_matches_catalogue(variant):
-    """Llama 3.1 405B on 15T tokens in 110 days on H100 at 40% MFU: 9,711 GPUs from the FLOPs, 1,214 job
-    nodes, 23 spares, and whole pods of 1,024 make 10,240 GPUs: 1,280 nodes, 10 pods, ≈700 switches, a
-    ≈5 TB checkpoint in under a minute, ≈14 MW."""
-    solution = variant("cluster-bill-of-materials@default")
-    results = solution.sheet.results
+    """Llama 3.1 405B on 15T tokens in 110 days on H100 at 40% MFU (the keys are pinned in the question file):
+    the steps beside them, 1,214 job nodes, the fat tree's tiers and a ≈5 TB checkpoint."""
+    results = variant("cluster-bill-of-materials@default").sheet.results
     need = 6 * 405.85e9 * 15e12 / (110 * DAY * 989.4e12 * 0.40)
-    assert results["gpus_needed"] == pytest.approx(need) == pytest.approx(9_711, abs=1)
     assert results["job_nodes"] == math.ceil(need / 8) == 1_214
-    down = 1_214 * 3 / 240  # Little's law: 15.2 nodes out at any moment
-    assert results["nodes_down"] == pytest.approx(down)
-    assert results["spare_pool"] == math.ceil(down + 2 * math.sqrt(down)) == 23
-    assert results["gpus"] == 10_240 and results["nodes"] == 1_280
-    assert results["pods"] == 10  # pods of (64/2)² = 1,024 GPUs
+    assert results["nodes_down"] == pytest.approx(1_214 * 3 / 240)  # Little's law: 15.2 nodes out at any moment
     # 320 leaves (32 GPUs down, 32 up) + 320 spines + 10,240 uplinks / 2 (2:1) / 64 ports = 80 core.
     assert (results["leaves"], results["spines"], results["core"]) == (320, 320, 80)
-    assert results["switches"] == 720
-    assert results["switches"] == pytest.approx(700, rel=0.05)
     assert results["checkpoint"] == pytest.approx(405.85e9 * 12)  # 4.87 TB
-    assert results["checkpoint"] == pytest.approx(5e12, rel=0.05)
-    assert results["storage_rate"] == pytest.approx(405.85e9 * 12 / 60)  # 81 GB/s
-    assert results["it_power"] == pytest.approx(1_280 * 10_200 + 720 * 64 * 20)  # 13.98 MW
-    assert results["it_power"] == pytest.approx(14e6, rel=0.01)
-    assert results["facility_power"] == pytest.approx(1.2 * results["it_power"])
-    assert solution.expected["regime"] == "three-tier"
 
 
 def test_bom_derives_the_gpus_and_the_spares(variant):
     """The review: the GPU count was given, not derived from the FLOPs, and there was no spare pool. The FLOPs
-    come from training-compute-budget; a longer repair time grows the pool (7 days: 35.4 nodes down, 48 spares)."""
+    come from training-compute-budget; a longer repair time grows the pool (7 days: 35.4 nodes down, the 48
+    spares pinned in the question file)."""
     solution = variant("cluster-bill-of-materials@default")
     assert "training-compute-budget" in solution.sheet.prerequisites
     assert "gpus" not in {param.name for param in solution.params}
-    slow = variant("cluster-bill-of-materials@default+repair=7").sheet.results
-    assert slow["nodes_down"] == pytest.approx(1_214 * 7 / 240)
-    assert slow["spare_pool"] == math.ceil(slow["nodes_down"] + 2 * math.sqrt(slow["nodes_down"])) == 48
+    assert variant("cluster-bill-of-materials@default+repair=7").sheet.results["nodes_down"] == pytest.approx(
+        1_214 * 7 / 240)
 
 
 @pytest.mark.parametrize("radix", [64, 128])
@@ -490,25 +366,13 @@ def test_bom_prompt_defines_the_pod(variant):
     """The key counts pods of (k/2)² GPUs under a core tier and one pod for a two-tier fabric bought leaf by
     leaf, so the prompt says so."""
     solution = variant("cluster-bill-of-materials@default+radix=128+days=120+tokens=10")
-    assert solution.expected["regime"] == "two-tier" and solution.expected["pods"] == 1
     assert "pods of (k/2)² GPUs" in solution.prompt and "leaf by leaf if two tiers suffice" in solution.prompt
-
-
-def test_bom_regime_counts_the_spares(variant):
-    """The tier follows the GPUs with their spares, not the job alone: with 128-port switches, a job of 8,160
-    GPUs (1,020 nodes) fits two tiers' 8,192 by itself but not with its 20 spare nodes."""
-    solution = variant("cluster-bill-of-materials@default+radix=128+days=131")
-    results = solution.sheet.results
-    assert results["job_nodes"] * 8 <= 8_192 < results["gpus_wanted"]
-    assert solution.expected["regime"] == "three-tier"
 
 
 def test_bom_power_says_which_is_it_and_which_is_site(variant):
     """The teaser's "14 MW" is the IT load (13.98 MW); the site feed at PUE 1.2 is 16.8 MW."""
-    solution = variant("cluster-bill-of-materials@default")
-    steps = {step.key: step for step in solution.sheet.steps}
+    steps = {step.key: step for step in variant("cluster-bill-of-materials@default").sheet.steps}
     assert "before cooling" in steps["it_power"].why and "feed" in steps["facility_power"].title
-    assert solution.expected["facility_power"] == pytest.approx(16.77e6, rel=1e-3)
 
 
 def test_restart_goodput_never_keys_a_lever_on_a_knife_edge(variant):

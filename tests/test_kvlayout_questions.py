@@ -1,4 +1,4 @@
-"""Golden checks for the KV-layout questions: preemption-policies, mla-vs-gqa-under-tp,
+"""Checks for the KV-layout questions: preemption-policies, mla-vs-gqa-under-tp,
 mla-tp-duplication, recurrent-state-inventory."""
 from __future__ import annotations
 
@@ -28,22 +28,13 @@ def _all_reduce(model, gpu, tp, tokens) -> float:
 
 
 def test_preemption_default_six_k_victim(variant):
-    """Llama-3-70B on 4 x H100 (bf16), a 6,144-token victim beside 64 streams, 50% MFU, 25 GB/s PCIe,
-    500 tokens x 30 ms to the nearest completion."""
+    """Llama-3-70B on 4 x H100 (bf16), a 6,144-token victim beside 64 streams (the keys are pinned in the question
+    file): the recompute's math and all-reduce parts, and the bytes a swap moves."""
     results = variant("preemption-policies@default").sheet.results
     flops = 2 * 70.55e9 * 6144 + 2 * 80 * 64 * 128 * 6144**2  # 866.9 + 49.5 TFLOP
-    assert results["flops"] == pytest.approx(flops)
     assert results["t_recompute_math"] == pytest.approx(flops / (4 * 989.4e12 * 0.5))  # 463 ms
     assert results["allreduce_rec"] == pytest.approx(160 * (10e-6 + 1.5 * 6144 * 8192 * 2 / 450e9))  # 55 ms
-    assert results["t_recompute"] == pytest.approx(0.5184, rel=1e-3)
     assert results["swap_bytes"] == 327_680 / 4 * 6144  # 80 KiB per token per GPU: 503 MB
-    assert results["t_swap"] == pytest.approx(2 * 327_680 / 4 * 6144 / 25e9)  # 40.3 ms
-    # PagedAttention-style break-even: 2.17 GB/s on the math alone, 1.94 with the prefill's all-reduces.
-    assert results["breakeven_bw"] == pytest.approx(1.942e9, rel=1e-3)
-    assert results["regime"] == "swap-cheaper"
-    assert results["t_free"] == pytest.approx(15.0)
-    assert results["steps_bought"] == 96  # 6,144 tokens feed 64 streams for 96 steps
-    assert results["evictions"] == 5  # 5 x 6,144 >= (65 - 5) x 500
 
 
 def test_preemption_attention_flops_follow_flash_attention_convention(variant):
@@ -102,30 +93,6 @@ def test_preemption_wait_stalls_the_whole_batch(variant):
         assert "onto the blocked request" not in regime.other_side
 
 
-def test_preemption_tail_percentile_follows_the_eviction_rate(variant):
-    """One eviction every C/b steps: 6,144 / 64 = 96 steps is just over 1%, so the stalls reach the p99;
-    with 32 streams (192 steps) they sit beyond it."""
-    p99 = "The stalls land in more than 1 decode step in 100, so they set every stream's p99 inter-token latency"
-    assert variant("preemption-policies@default").sheet.results["who_pays"][p99] is True
-    assert variant("preemption-policies@default+batch=32").sheet.results["who_pays"][p99] is False
-    # The tie, exactly: 61 streams get 100 steps, one stalled step in 100, not more than 1%; 62 get 99.
-    assert variant("preemption-policies@default+batch=61").sheet.results["who_pays"][p99] is False
-    assert variant("preemption-policies@default+batch=62").sheet.results["who_pays"][p99] is True
-
-
-def test_preemption_mean_cost_is_the_stall_over_the_steps_it_buys(variant):
-    """The default's 40.3 ms swap every 96 steps of 30 ms adds 1.4% to the mean: a tail effect. Over
-    2 GB/s of PCIe the swap takes 503 ms, still just under the 518 ms recompute, and adds 17% to the mean."""
-    mean = "Spread over the steps one eviction buys, the stalls add over 10% to every stream's mean time per token"
-    solution = variant("preemption-policies@default")
-    stall = solution.expected["t_swap"]
-    assert stall / (96 * 30e-3) == pytest.approx(0.01398, rel=1e-3)
-    assert solution.sheet.results["who_pays"][mean] is False
-    slow = variant("preemption-policies@default+pcie=2")
-    stall = min(slow.expected["t_swap"], slow.expected["t_recompute"])
-    assert stall / (96 * 30e-3) > 0.1 and slow.sheet.results["who_pays"][mean] is True
-
-
 def test_preemption_prompt_names_its_conventions(variant):
     """The prompt names the cards it counts by instead of retyping them, and prints a dense model."""
     for seed in range(10):
@@ -136,42 +103,20 @@ def test_preemption_prompt_names_its_conventions(variant):
 
 
 def test_preemption_pinned_seed(variant):
-    solution = variant("preemption-policies@2")
-    assert [p.raw for p in solution.params] == ["llama-3-8b", "h100-sxm", 4, "bf16", "bf16", 29000, 85, 40, 2.1, 98,
-                                                38]
-    assert solution.expected["t_swap"] == pytest.approx(0.90502, rel=1e-4)
-    assert solution.expected["regime"] == "recompute-cheaper"
-    assert solution.expected["evictions"] == 1
+    """Seed 2 draws these parameters (its keys are pinned in the question file)."""
+    assert [p.raw for p in variant("preemption-policies@2").params] == [
+        "llama-3-8b", "h100-sxm", 4, "bf16", "bf16", 29000, 85, 40, 2.1, 98, 38]
 
 
 # --- mla-vs-gqa-under-tp ---------------------------------------------------------------------
 
 
 def test_mla_vs_gqa_default(variant):
-    """Llama-3-70B bf16 and its MLA retrofit (latent 512 + RoPE 64), both TP 8 on an H200 node, 32K requests."""
+    """Llama-3-70B bf16 and its MLA retrofit, both TP 8 on an H200 node (the keys are pinned in the question file):
+    the crossover TP is a boundary, not an answer, and both share one room."""
     results = variant("mla-vs-gqa-under-tp@default").sheet.results
-    assert results["kv_per_token_gpu"] == 40 * KiB  # 320 KiB per token, one KV head per GPU
-    assert results["kv_gpu_mla"] == 80 * 576 * 2  # 90 KiB: the whole latent on every rank
-    assert results["tp_crossover"] == pytest.approx(2 * 8 * 128 / 576)  # 3.56: a boundary, not an answer
-    assert results["tp_flip"] == 4
-    room = 126.9e9 - 141.1e9 / 8  # 109.3 GB per GPU, the same for both
-    assert results["room"] == pytest.approx(room)
-    assert results["requests_gqa"] == math.floor(room / (40 * KiB * 32768)) == 81
-    assert results["requests_mla"] == math.floor(room / (92_160 * 32768)) == 36
-    # Decode at those batches is memory-bound: weights share + the batch's cache over 80% of 4.8 TB/s, plus the
-    # all-reduces of 81 (36) tokens and 2 ms of overhead.
-    for key, users, kv in (("tpot_gqa", 81, 40 * KiB), ("tpot_mla", 36, 92_160)):
-        reads = (141.1e9 / 8 + users * 32768 * kv) / (0.8 * 4.8e12)
-        all_reduce = 160 * (10e-6 + 1.75 * users * 8192 * 2 / 450e9)
-        assert results[key] == pytest.approx(reads + all_reduce + 2e-3)
-    assert results["regime"] == "gqa-holds-more"
-
-
-def test_mla_page_matches_vllm(variant):
-    """vLLM's MLAAttentionSpec: one 'head' of kv_lora_rank + rope dim per layer, no factor 2; at DeepSeek's
-    rank in fp8 that is 576 bytes per layer."""
-    results = variant("mla-vs-gqa-under-tp@default+kv_dtype=fp8").sheet.results
-    assert results["kv_gpu_mla"] == 80 * (512 + 64) * 1
+    assert results["tp_crossover"] == pytest.approx(2 * 8 * 128 / 576)  # 3.56
+    assert results["room"] == pytest.approx(126.9e9 - 141.1e9 / 8)  # 109.3 GB per GPU, the same for both
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -200,8 +145,7 @@ def test_mla_vs_gqa_compares_like_with_like(variant):
         assert "mla_model" not in {param.name for param in solution.params}
         assert solution.expected["tp_flip"] in (2, 4, 8)
         assert "tp_crossover" not in solution.expected
-    narrow = variant("mla-vs-gqa-under-tp@default+tp=2").expected
-    assert narrow["regime"] == "mla-holds-more"  # TP 2 < 3.56: each GPU holds 4 GQA heads, 2,048 B > 1,152 B
+    narrow = variant("mla-vs-gqa-under-tp@default+tp=2").expected  # mla-holds-more, pinned in the question file
     assert narrow["requests_mla"] > narrow["requests_gqa"]
 
 
@@ -217,21 +161,16 @@ def test_mla_vs_gqa_context_stays_within_the_model(variant):
 
 
 def test_mla_vs_gqa_levers_follow_the_layout(variant):
-    """Halving TP doubles the replicas; at TP 8 on the default that beats the heavier weight share (60 vs 36)."""
-    solution = variant("mla-vs-gqa-under-tp@default")
-    levers, reasons = solution.sheet.results["mla_levers"], solution.sheet.reasons["mla_levers"]
-    assert levers["halving its TP"] and "60 requests" in reasons["halving its TP"]
-    assert not levers["splitting the latent over the TP ranks like KV heads"]  # a declared fact
-    assert levers["an fp8 KV cache"]
-    assert not variant("mla-vs-gqa-under-tp@default+kv_dtype=fp8").sheet.results["mla_levers"]["an fp8 KV cache"]
+    """Halving TP doubles the replicas; at TP 8 on the default that beats the heavier weight share (60 vs 36; the
+    verdicts are pinned in the question file)."""
+    reasons = variant("mla-vs-gqa-under-tp@default").sheet.reasons["mla_levers"]
+    assert "60 requests" in reasons["halving its TP"]
 
 
 def test_mla_vs_gqa_pinned_seed(variant):
-    solution = variant("mla-vs-gqa-under-tp@0")
-    assert [p.raw for p in solution.params] == ["qwen2.5-72b", "b200", "fp8", 8, 512, "fp8", 4096, 64, 8]
-    assert solution.expected["requests_gqa"] == 1822
-    assert solution.expected["requests_mla"] == 810
-    assert solution.expected["regime"] == "gqa-holds-more"
+    """Seed 0 draws these parameters (its keys are pinned in the question file)."""
+    assert [p.raw for p in variant("mla-vs-gqa-under-tp@0").params] == [
+        "qwen2.5-72b", "b200", "fp8", 8, 512, "fp8", 4096, 64, 8]
 
 
 # --- mla-tp-duplication ----------------------------------------------------------------------
@@ -242,30 +181,11 @@ ATTENTION = 61 * 187_105_280  # the five attention projections of all 61 layers
 
 
 def test_mla_duplication_default_h200_node(variant):
-    """DeepSeek-V3, fp8 weights (bf16 embedding and LM head), TP 8 on 8 x H200, bf16 latents, 32K-token
-    requests, 64 to hold, DP attention in 8 groups."""
+    """DeepSeek-V3 at TP 8 on 8 x H200 (the keys are pinned in the question file): DP attention's capacity gain."""
     results = variant("mla-tp-duplication@default").sheet.results
     room = 141e9 * 0.9 - (671e9 + 2 * EMBEDDING) / 8  # 42.8 GB per GPU
-    assert results["room_tp"] == pytest.approx(room)
-    assert results["duplicate_bytes"] == pytest.approx(7 * room)  # 300 GB of the 342 GB pool repeat one GPU's
-    assert results["requests_tp"] == 18
     extra = (ATTENTION + 2 * EMBEDDING) * 7 / 8  # 9.99 GB of projections + 1.62 GB of embedding
-    assert results["dp_extra_weights"] == pytest.approx(extra)
-    assert results["requests_dp"] == 104  # 13 per GPU: 13.5 fit, not the 14 an unreplicated embedding allows
     assert results["capacity_gain"] == pytest.approx(8 * (room - extra) / room)
-    assert results["regime"] == "dp-attention"
-    # TPOT, memory-bound both ways: each GPU's weight share with the routed experts the batch touches, plus the
-    # latents it reads (TP: all 18 it runs; DP: its group's 8 of 64), then the collectives and 2 ms.
-    latent = 61 * 576 * 2 * 32768  # 2.3 GB per request
-    weights, experts = 671e9 + 2 * EMBEDDING, 58 * 256 * 3 * 7168 * 2048  # 672.9 GB, 653.9 GB routed
-    for key, tokens, latents, attention, collectives in (
-            ("tpot_tp", 18, 18, 0, 122 * (10e-6 + 1.75 * 18 * 7168 * 2 / 450e9)),
-            ("tpot_dp", 64, 8, ATTENTION * 7 / 8, 122 * (10e-6 + 0.875 * 64 * 7168 * 2 / 450e9))):
-        touched = 1 - (1 - 8 / 256) ** tokens  # 44% of the experts at 18 tokens, 87% at 64
-        reads = (weights - experts + touched * experts) / 8 + attention + latents * latent
-        assert results[key] == pytest.approx(reads / (0.8 * 4.8e12) + collectives + 2e-3)
-    assert results["tpot_tp"] == pytest.approx(0.02402, rel=1e-3)
-    assert results["tpot_dp"] == pytest.approx(0.02995, rel=1e-3)
 
 
 def test_mla_attention_weights_match_checkpoint_shapes(variant):
@@ -284,12 +204,6 @@ def test_deepseek_parts_add_up_to_its_published_size(variant):
     shared, dense = 58 * 3 * 7168 * 2048, 3 * 3 * 7168 * 18432
     assert routed == 58 * 256 * 3 * 7168 * 2048
     assert routed + ATTENTION + shared + dense + 2 * EMBEDDING == pytest.approx(671e9, rel=1e-3)
-
-
-def test_mla_duplication_tie_goes_to_tp_attention(variant):
-    """Exactly as many requests as TP attention holds: no copy binds yet."""
-    assert variant("mla-tp-duplication@default+demand=18").expected["regime"] == "tp-attention"
-    assert variant("mla-tp-duplication@default+demand=19").expected["regime"] == "dp-attention"
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -311,25 +225,6 @@ def test_mla_duplication_regime_follows_demand(variant, seed):
     assert solution.expected["regime"] == ("dp-attention" if p["demand"] > held else "tp-attention")
 
 
-def test_mla_duplication_extra_weights_follow_the_dp_size(variant):
-    """The review's bug: the extra weight bytes were one figure in every draw. With d attention groups the
-    projections split 8/d ways, so the extra falls from 11.6 GB (d = 8) to 3.0 GB (d = 2)."""
-    extras = {d: variant(f"mla-tp-duplication@default+dp={d}+demand=16").expected["dp_extra_weights"]
-              for d in (2, 4, 8)}
-    assert extras[2] == pytest.approx(ATTENTION / 8 + 2 * EMBEDDING * 7 / 8)
-    assert extras[2] < extras[4] < extras[8]
-
-
-def test_mla_duplication_copied_weights_against_the_room(variant):
-    """DP 8 copies 11.6 GB into an H200's 42.8 GB of room (27%); DP 2 on a B200 copies 3.0 GB of 78.1 GB."""
-    option = "DP attention's extra weights take over a tenth of each GPU's KV room"
-    assert variant("mla-tp-duplication@default").sheet.results["dp_tradeoffs"][option]
-    b200 = variant("mla-tp-duplication@default+dp=2+gpu=b200+demand=16").sheet
-    room = 180e9 * 0.9 - (671e9 + 2 * EMBEDDING) / 8
-    assert b200.results["room_tp"] == pytest.approx(room)
-    assert (ATTENTION / 8 + 2 * EMBEDDING * 7 / 8) / room < 0.1 and not b200.results["dp_tradeoffs"][option]
-
-
 def test_mla_duplication_rejects_a_demand_neither_layout_holds(variant):
     from solvers.engine import VariantError
 
@@ -347,33 +242,20 @@ def test_mla_duplication_asks_for_redundant_copies(variant):
 
 
 def test_mla_duplication_pinned_seed(variant):
-    solution = variant("mla-tp-duplication@1")
-    assert [p.raw for p in solution.params] == ["deepseek-v3", "h200-sxm", 8, 1536, 128, 128, 58, 2048, 8, "bf16",
-                                                110080, 29]
-    assert solution.expected["requests_tp"] == 5
-    assert solution.expected["requests_dp"] == 32
-    assert solution.expected["regime"] == "dp-attention"
-    # DP attention holds all 29, but their step touches more experts than TP's 5 and reads 4 latents of 110K.
-    assert solution.expected["tpot_tp"] == pytest.approx(0.017067, rel=1e-4)
-    assert solution.expected["tpot_dp"] == pytest.approx(0.027403, rel=1e-4)
+    """Seed 1 draws these parameters (its keys are pinned in the question file)."""
+    assert [p.raw for p in variant("mla-tp-duplication@1").params] == [
+        "deepseek-v3", "h200-sxm", 8, 1536, 128, 128, 58, 2048, 8, "bf16", 110080, 29]
 
 
 # --- recurrent-state-inventory ---------------------------------------------------------------
 
 
 def test_recurrent_state_default(variant):
-    """Nemotron-H-8B layout, fp32 SSM state, bf16 KV, a 4,096-token request, snapshots every 512, blocks of 768."""
+    """Nemotron-H-8B layout, a 4,096-token request, snapshots every 512, blocks of 768 (the keys are pinned in the
+    question file): eight snapshots taken, two on restart points."""
     results = variant("recurrent-state-inventory@default").sheet.results
-    state = 24 * (128 * 64 * 128 * 4 + 3 * 10_240 * 2)
-    assert results["state_per_request"] == state  # 97.4 MiB
-    assert results["kv_per_request"] == 4096 * 16 * KiB  # 2 x 4 layers x 8 heads x 128 x 2 B per token
-    assert results["crossover"] == pytest.approx(state / (16 * KiB))  # 6,234 tokens
     assert results["snapshots_taken"] == 8
-    assert results["restart_boundary"] == 1536
     assert results["snapshots_usable"] == 2  # at 1,536 and 3,072: the other six cannot seed a hit
-    assert results["snapshot_bytes"] == 2 * state  # the cap of 2, both on restart points
-    assert results["reusable"] == 3072
-    assert results["regime"] == "state-dominated"
 
 
 def test_mamba2_state_shapes_match_published_figures(variant):
@@ -435,12 +317,11 @@ def test_snapshots_are_bounded(variant):
 
 
 def test_recurrent_state_pinned_seed(variant):
+    """Seed 2 draws these parameters (its restart points are pinned in the question file): three usable
+    snapshots, two kept."""
     solution = variant("recurrent-state-inventory@2")
     assert [p.raw for p in solution.params][9:] == ["fp32", "bf16", 52992, 512, 528, 2]
-    assert solution.expected["restart_boundary"] == 16_896
-    assert solution.expected["reusable"] == 50_688
-    assert solution.expected["snapshot_bytes"] == 2 * solution.expected["state_per_request"]  # 3 usable, 2 kept
-    assert solution.expected["regime"] == "kv-dominated"
+    assert solution.expected["snapshot_bytes"] == 2 * solution.expected["state_per_request"]
 
 
 @pytest.mark.parametrize("seed", range(0, 80, 4))

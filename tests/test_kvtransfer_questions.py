@@ -1,4 +1,4 @@
-"""Golden checks for the KV transfer questions: recompute-vs-fetch."""
+"""Checks for the KV transfer questions: recompute-vs-fetch."""
 from __future__ import annotations
 
 import pytest
@@ -18,22 +18,12 @@ def _kv_per_token(model) -> int:
 
 
 def test_recompute_vs_fetch_default(variant):
-    """Llama-3-70B on H100 over 50 GB/s: fetching wins ~22x at peak compute (the catalogue's figure)."""
+    """Llama-3-70B on H100 over 50 GB/s (the keys are pinned in the question file): the FLOPs a KV byte carries,
+    and the crossing the break-even rounds up, found by bisection."""
     results = variant("recompute-vs-fetch@default").sheet.results
-    flops_per_byte = 2 * 70.55e9 / (320 * KIB)
-    assert results["flops_per_kv_byte"] == pytest.approx(flops_per_byte)  # 430,603 FLOP/B
-    assert results["advantage_peak"] == pytest.approx(flops_per_byte / (989.4e12 / 50e9))
-    assert round(results["advantage_peak"]) == 22
-    assert results["advantage"] == pytest.approx(results["advantage_peak"] / 0.6)  # 36x at the step model's 60%
-    assert results["recompute_per_token"] == pytest.approx(2 * 70.55e9 / (4 * 0.6 * 989.4e12))  # 59.4 us
-    assert results["fetch_per_token"] == pytest.approx(80 * KIB / 50e9)  # each of 4 GPUs its 2 KV heads
-    attention = 4 * 80 * 64 * 128 * 2048**2 / 2 / (4 * 0.6 * 989.4e12)
-    assert results["recompute_time"] == pytest.approx(2048 * results["recompute_per_token"] + attention)
-    assert results["fetch_time"] == pytest.approx(0.5e-3 + 2048 * 80 * KIB / 50e9)
+    assert results["flops_per_kv_byte"] == pytest.approx(2 * 70.55e9 / (320 * KIB))  # 430,603 FLOP/B
     # 0.5 ms = T·(t_r − t_f) + attention: 8.65 tokens, so a 9-token hit is the shortest worth fetching.
     assert results["crossing"] == pytest.approx(_crossing(results, 0.5e-3, 4 * 80 * 64 * 128 / (4 * 0.6 * 989.4e12)))
-    assert results["break_even"] == 9
-    assert results["regime"] == "fetch-wins"
 
 
 def _crossing(results, t0: float, a: float) -> float:
@@ -96,12 +86,10 @@ def test_break_even_is_exact_either_side(variant):
 
 
 def test_situations_ask_what_flips_the_winner(variant):
-    """Llama-2-7B at TP 1, a 22-token hit: recomputing wins, and only a hundredfold hit flips it; a no-op such as
-    'an MHA model' (it is MHA already) never counts."""
-    solution = variant("recompute-vs-fetch@100")
-    p = _params(solution)
-    assert (p["model"].id, p["hit"], solution.sheet.regime.name) == ("llama-2-7b", 22, "recompute-wins")
-    assert set(solution.expected["situations"]) == {"a hit a hundred times this long"}
+    """Seed 100 draws Llama-2-7B at TP 1 and a 22-token hit (recomputing wins, and only a hundredfold hit flips
+    it: pinned in the question file)."""
+    p = _params(variant("recompute-vs-fetch@100"))
+    assert (p["model"].id, p["hit"]) == ("llama-2-7b", 22)
 
 
 # --- pd-transfer-bandwidth ---------------------------------------------------------------------
@@ -114,21 +102,6 @@ def _all_reduces(layers: int, hidden: int, tp: int, nvlink: float, tokens: float
     return 2 * layers * (10e-6 + 2 * (tp - 1) / tp * tokens * hidden * 2 / (nvlink / 2))
 
 
-def test_pd_transfer_bandwidth_default(variant):
-    """Llama-3-70B on H100 at 50% MFU: ~1.15 GB/s per prefill GPU whatever the prompt (the catalogue's figure)."""
-    results = variant("pd-transfer-bandwidth@default").sheet.results
-    assert results["per_gpu_bound"] == pytest.approx(0.5 * 989.4e12 * 320 * KIB / (2 * 70.55e9))
-    assert round(results["per_gpu_bound"] / 1e9, 2) == 1.15
-    assert results["kv_per_request"] == pytest.approx(8192 * 320 * KIB)  # 2.7 GB: the scary number
-    per_token = 2 * 70.55e9 + 4 * 80 * 64 * 128 * 8192 / 2
-    compute = 8192 * per_token / (4 * 0.5 * 989.4e12)  # 0.63 s
-    assert results["prefill_time"] == pytest.approx(compute + _all_reduces(80, 8192, 4, 900e9, 8192))
-    assert results["per_gpu"] == pytest.approx(8192 * 80 * KIB / results["prefill_time"])  # 1.0 GB/s
-    assert results["decode_need"] == pytest.approx(2 * results["per_gpu"])
-    assert results["link_share"] == pytest.approx(results["decode_need"] / 50e9)  # 4.3% of 400 Gb/s
-    assert results["regime"] == "link-suffices"
-
-
 @pytest.mark.parametrize("prompt", [4000, 12000, 20000])
 def test_prompt_length_cancels_but_for_attention(variant, prompt):
     """The bound is the same for every prompt; attention lowers the rate, the more the longer the prompt (past
@@ -138,18 +111,6 @@ def test_prompt_length_cancels_but_for_attention(variant, prompt):
     assert results["per_gpu_bound"] == pytest.approx(0.5 * 989.4e12 * 320 * KIB / (2 * 70.55e9))
     assert shorter["per_gpu"] > results["per_gpu"]
     assert results["per_gpu"] < results["per_gpu_bound"]
-
-
-def test_mha_on_blackwell_breaks_a_400g_link(variant):
-    """Llama-2-7B (MHA, 512 KiB/token) on GB200 at fp8: about 97 GB/s per prefill GPU at 50% MFU, past 50 GB/s."""
-    sheet = variant("pd-transfer-bandwidth@default+model=llama-2-7b+gpu=gb200+weight_dtype=fp8+tp=1"
-                    "+prompt=4000+fan_in=1").sheet
-    assert sheet.results["per_gpu_bound"] == pytest.approx(0.5 * 5000e12 * 512 * KIB / (2 * 6.74e9))
-    assert sheet.regime.name == "link-breaks"
-    # On a short link the question is what relieves it: halving the bytes or doubling the link (90 GB/s).
-    expected = variant("pd-transfer-bandwidth@default+model=llama-2-7b+gpu=gb200+weight_dtype=fp8+tp=1"
-                       "+prompt=4000+fan_in=1").expected
-    assert set(expected["breakers"]) == {"an fp8 KV cache (half the bytes per token)", "twice the link bandwidth"}
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -188,15 +149,10 @@ FASTER = "GPUs with four times the FLOP/s and twice the NVLink bandwidth (Blackw
 
 
 def test_four_times_the_flops_leaves_the_all_reduce_latency(variant):
-    """Llama-3.1-70B at TP 8 on H100, 1,100-token prompts, a 25 Gb/s link: 4x the FLOP/s alone would send
-    3.44 GB/s, past 3.125, but the all-reduces shrink only by the doubled NVLink: 2.63 GB/s, the link holds."""
-    solution = variant("pd-transfer-bandwidth@2")
-    p = _params(solution)
+    """Seed 2 draws Llama-3.1-70B at TP 8 on H100, 1,100-token prompts, a 25 Gb/s link (its breakers, where 4x the
+    FLOP/s alone is not one, are pinned in the question file)."""
+    p = _params(variant("pd-transfer-bandwidth@2"))
     assert (p["tp"], p["prompt"], p["link"], p["fan_in"]) == (8, 1100, 25e9 / 8, 1)
-    assert set(solution.expected["breakers"]) == {
-        "an MHA model of the same size (as many KV heads as query heads)",
-        "an MHA model of the same size, and GPUs with four times the FLOP/s and twice the NVLink bandwidth",
-        "four times as many prefill GPUs feeding each decode GPU"}
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -1,4 +1,4 @@
-"""Golden checks for the memory questions: kv-bytes-per-token, users-per-gpu, kv-cache-block-count,
+"""Checks for the memory questions: kv-bytes-per-token, users-per-gpu, kv-cache-block-count,
 hidden-memory-budget, paged-reservation-waste."""
 from __future__ import annotations
 
@@ -18,42 +18,11 @@ GiB = 2**30
 # --- kv-bytes-per-token --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("overrides, per_token", [
-    ("", 327_680),  # Llama-3-70B: 2 x 80 layers x 8 KV heads x 128 x 2 B = 320 KiB
-    ("+model=llama-3-8b+tp=1", 131_072),
-    ("+model=qwen2.5-72b", 327_680),
-    # 405B weights fit 8 x H100 only in fp8; the KV stays bf16.
-    ("+model=llama-3.1-405b+weight_dtype=fp8", 516_096),
-    ("+kv_dtype=fp8", 163_840),
-])
-def test_kv_bytes_per_token_matches_config_figures(variant, overrides, per_token):
-    assert variant(f"kv-bytes-per-token@default{overrides}").expected["kv_per_token"] == per_token
-
-
 def test_mla_latent_per_token_matches_deepseek_config(catalog):
     """DeepSeek-V3's MLA cache (the shared helper): one 512 + 64 latent per layer, 61 x 576 x 2 B."""
     sheet = Sheet()
     per_token = kv_bytes_per_token(sheet, catalog.get("models", "deepseek-v3"), sheet.given("b", 2, "B"))
     assert sheet.value(per_token) == 70_272
-
-
-def test_kv_bytes_per_token_default_matches_catalogue(variant):
-    solution = variant("kv-bytes-per-token@default")
-    expected = solution.expected
-    assert expected["kv_per_token"] == 320 * 1024
-    assert expected["kv_per_request"] == 327_680 * 8192  # 2.5 GiB at 8K
-    # 8 x H100, 90% usable, one bf16 copy of the weights: (576 - 141.1) GB / 2.5 GiB.
-    assert expected["users"] == math.floor((8 * 80e9 * GPU_MEMORY_UTILIZATION - 141.1e9) / (327_680 * 8192)) == 162
-    # (141.1 GB + 162 x 2.5 GiB) / (8 x 3.35 TB/s) = 21.49 ms of reads, plus 160 all-reduces of 162 tokens.
-    assert expected["tpot_fit"] == pytest.approx(24.74e-3, rel=1e-3)
-    assert expected["batch_tpot"] == 390
-    assert expected["served"] == 162
-    assert expected["regime"] == "capacity-limited"
-    assert solution.sheet.results["levers"] == {"a KV cache half the bytes per token": True,
-                                                "GPUs with twice the HBM capacity, same bandwidth": True,
-                                                "GPUs with twice the HBM bandwidth, same capacity": False,
-                                                "GPUs with twice the dense tensor peak": False,
-                                                "a TPOT target 1.5× as long": False}
 
 
 def _q(x) -> Fraction:
@@ -110,10 +79,10 @@ def test_kv_bytes_per_token_step_matches_plain_arithmetic(variant, seed):
 def test_kv_bytes_per_token_counts_kv_reads_in_the_step(variant):
     """Review bug (@6 of the old bank): Qwen2.5-72B on 8 x H200 at 3,072 tokens was called compute-limited
     from the weight GEMMs alone. With every request's KV read the step at the fit batch is memory-bound
-    (26.4 ms of reads vs 16 ms of math), and the verdict is capacity vs the TPOT target."""
+    (26.4 ms of reads vs 16 ms of math), and the verdict is capacity vs the TPOT target (the fit, 864, and the
+    verdict at a 25 ms target are pinned in the question file)."""
     solution = variant("kv-bytes-per-token@default+model=qwen2.5-72b+gpu=h200-sxm+context=3072")
     expected = solution.expected
-    assert expected["users"] == 864
     reads = (72.71e9 * 2 + 864 * 327_680 * 3072) / (8 * 4.8e12)
     math_time = 2 * 72.71e9 * 864 / (8 * 989.4e12)
     assert reads == pytest.approx(26.4e-3, rel=2e-3) and math_time < reads
@@ -121,7 +90,6 @@ def test_kv_bytes_per_token_counts_kv_reads_in_the_step(variant):
     assert expected["regime"] in ("capacity-limited", "latency-limited")
     # A 25 ms target is shorter than that step: the same deployment turns latency-limited.
     tight = variant("kv-bytes-per-token@default+model=qwen2.5-72b+gpu=h200-sxm+context=3072+tpot=25").expected
-    assert tight["regime"] == "latency-limited"
     assert tight["served"] == tight["batch_tpot"] < 864
 
 
@@ -129,44 +97,29 @@ def test_kv_bytes_per_token_counts_kv_reads_in_the_step(variant):
 
 
 def test_users_per_gpu_at_8k(variant):
-    """Llama-3-70B on 8 x H100, 8K context, 4 GiB reserve: 72 - 4.29 = 67.7 GB usable per GPU."""
-    solution = variant("users-per-gpu@default+context=8192+tpot=50")
-    results = solution.sheet.results
-    assert results["weights_16_per_gpu"] == pytest.approx(17.6375e9)  # 141.1 GB / 8
-    assert results["kv_per_request_gpu"] == 0.3125 * GiB  # 320 KiB x 8192 / 8
-    assert results["users_16"] == 149  # 50.07 GB / 0.3125 GiB
-    assert results["users_8"] == 350  # 58.89 GB / 0.15625 GiB
-    # (17.64 GB + 149 x 0.3125 GiB) / 3.35 TB/s = 20.2 ms of reads, plus 160 all-reduces of 149 tokens.
-    assert results["tpot_16"] == pytest.approx(23.31e-3, rel=1e-3)
-    assert results["tp_min_16"] == 4  # the familiar figure: bf16 70B needs four 80 GB GPUs (TP2: 70.5 GB each)
+    """Llama-3-70B on 8 x H100, 8K context, 4 GiB reserve: the steps beside the graded keys (pinned in the
+    question file), TP4 replicas and the two layouts' TPOTs."""
+    results = variant("users-per-gpu@default+context=8192+tpot=50").sheet.results
     assert results["served_tp4"] == 96  # two TP4 replicas hold 48 each: the weights stored twice
-    # TP4 x PP2 stores them once too and holds as many; the faster token decides. TP8 at 149 is the 23.31 ms
-    # above. The pipeline at 149 (two micro-batches of 74.5): 2 x (17.64 GB + 74.5 x 0.3125 GiB) / 3.35 TB/s
-    # = 25.45 ms of reads, 2 stages x 80 all-reduces x 10 us = 1.6 ms, and 74.5 x (160 x 1.5 x 8,192 x 2 B /
-    # 450 GB/s + one 16 KiB send) = 74.5 x 8.77 us = 0.65 ms: 27.71 ms.
-    assert results["served_pp"] == 149
+    # TP4 x PP2 stores them once too and holds as many; the faster token decides. TP8 at 149 is 23.31 ms. The
+    # pipeline at 149 (two micro-batches of 74.5): 2 x (17.64 GB + 74.5 x 0.3125 GiB) / 3.35 TB/s = 25.45 ms of
+    # reads, 2 stages x 80 all-reduces x 10 us = 1.6 ms, and 74.5 x (160 x 1.5 x 8,192 x 2 B / 450 GB/s + one
+    # 16 KiB send) = 74.5 x 8.77 us = 0.65 ms: 27.71 ms.
     assert results["tpot_tp8"] == pytest.approx(23.31e-3, rel=1e-3)
     assert results["tpot_pp"] == pytest.approx(27.71e-3, rel=1e-3)
-    assert solution.expected["best_layout"] == "TP8"
-    assert results["served_best"] == 149 and results["tpot_best"] == results["tpot_tp8"]
-    assert solution.expected["regime"] == "one-group"
+    assert results["tpot_best"] == results["tpot_tp8"]
 
 
 def test_equal_users_go_to_the_faster_token(variant):
     """Issue #12: in 38% of draws two layouts served as many users and a fixed rule (no pipeline, then the
-    wider TP) picked TP8. 70B on 8 x H100 at 768 tokens, 5.5 GiB reserve, 45 ms: usable 72 - 5.91 = 66.09 GB;
-    a request's KV 320 KiB x 768 = 251.7 MB, 31.46 MB per GPU of a TP8 group or of a TP4 x PP2 stage; both
-    hold floor(48.46 GB / 31.46 MB) = 1,540. At that load both are math-bound at 2 x 70.55e9 x 1,540 /
-    (8 x 989.4 TFLOP/s) = 27.45 ms; TP8 adds 160 x (10 us + 1.75 x 1,540 x 16 KiB / 450 GB/s) = 17.3 ms of
-    all-reduces (44.75 ms), the pipeline 1.6 ms + 770 x (160 x 1.5 x 16 KiB / 450 GB/s + 16 KiB / 450 GB/s)
-    = 6.76 ms (35.81 ms). The pipeline gives the same users a faster token: PP, not TP8."""
+    wider TP) picked TP8. 70B on 8 x H100 at 768 tokens, 5.5 GiB reserve, 45 ms: TP8 and TP4 x PP2 both hold
+    1,540, TP8 at 44.75 ms, the pipeline at 35.81 ms (derived in the question file, which pins PP)."""
     solution = variant("users-per-gpu@default+context=768+reserve=5.5+tpot=45")
     results = solution.sheet.results
     assert results["served_tp8"] == results["served_pp"] == 1540
     assert results["tpot_tp8"] == pytest.approx(44.75e-3, rel=1e-3)
     assert results["tpot_pp"] == pytest.approx(35.81e-3, rel=1e-3)
-    assert solution.expected["best_layout"] == "PP"
-    assert results["served_best"] == 1540 and results["tpot_best"] == results["tpot_pp"]
+    assert results["tpot_best"] == results["tpot_pp"]
     assert "serves as many, 1,540, with the faster token" in solution.sheet.regime.summary
 
 
@@ -183,23 +136,19 @@ def test_the_graded_layout_choice_is_never_a_tie(variant):
 
 
 def test_users_per_gpu_default_and_its_follow_up(variant, catalog):
-    """1K chat turns at 30 ms: one TP8 group serves 1,013 users (its TPOT caps it below the 1,193 that fit),
-    two TP4 replicas 772 (memory: the weights twice), and one TP4 x PP2 pipeline 1,056, the most (issue #12
-    added it: the best layout was TP8 before). The follow-up shortens the context and the replicas win."""
+    """1K chat turns at 30 ms (the keys are pinned in the question file): one TP8 group serves 1,013 users (its
+    TPOT caps it below the 1,193 that fit), two TP4 replicas 772 (memory: the weights twice), and one TP4 x PP2
+    pipeline 1,056, the most (issue #12 added it: the best layout was TP8 before). The follow-up shortens the
+    context and the replicas win."""
     solution = variant("users-per-gpu@default")
     results = solution.sheet.results
-    assert results["users_16"] == 1193 and results["served_tp8"] == 1013 and results["served_tp4"] == 772
-    assert results["served_pp"] == results["served_best"] == 1056
-    # Its TPOT at that load, two micro-batches of 528: 2 x (17.64 GB + 528 x 0.03906 GiB) / 3.35 TB/s = 23.75 ms
-    # of reads (math: 2 x 70.55e9 x 528 / (8 x 989.4 TFLOP/s) = 9.41 ms), 1.6 ms of all-reduce latency and
-    # 528 x 8.77 us = 4.63 ms of all-reduce traffic and sends: 29.98 ms, inside the 30 ms target.
-    assert results["tpot_best"] == results["tpot_pp"] == pytest.approx(29.98e-3, rel=1e-3)
+    assert results["served_tp8"] == 1013 and results["served_tp4"] == 772
+    assert results["tpot_best"] == results["tpot_pp"]
     # Why the pipeline wins: it holds what one TP8 group holds (weights once), while the TPOT caps it at two
     # micro-batches of a TP4 step, above TP8's cap (TP8's all-reduce per request is larger); the replicas run out
     # of memory first.
     assert results["pp_fit"] == results["users_16"] > results["pp_stages"] * results["pp_micro"]
     assert results["fit_tp4"] * 2 == results["served_tp4"] < results["served_tp8"] < results["served_pp"]
-    assert solution.expected["best_layout"] == "PP" and solution.expected["regime"] == "one-group"
     pushed = follow_up(solution, catalog).solution
     assert pushed.param("context").raw < 1024 and pushed.expected["regime"] == "replicas"
 
@@ -268,12 +217,12 @@ def test_users_per_gpu_pipeline_matches_plain_arithmetic(variant, seed):
 
 def test_the_pipeline_loses_to_replicas_when_both_are_time_capped(variant):
     """70B on 8 x H200 at 512 tokens, 35 ms: TP2 x PP4 holds 5,030 like one TP8 group, but each token reads a TP2
-    replica's weights, so its TPOT caps it like four TP2 replicas, and the three sends per token cost it 4 users."""
-    solution = variant("users-per-gpu@default+gpu=h200-sxm+context=512+reserve=3.5+tpot=35")
-    results = solution.sheet.results
+    replica's weights, so its TPOT caps it like four TP2 replicas, and the three sends per token cost it 4 users.
+    The TPOT caps one TP8 group at 1,191 users (the question file pins the replicas' 1,732 as the best)."""
+    results = variant("users-per-gpu@default+gpu=h200-sxm+context=512+reserve=3.5+tpot=35").sheet.results
     assert results["pp_stages"] == 4 and results["pp_fit"] > results["served_tp2"]
-    assert results["served_pp"] == 4 * results["pp_micro"] == 1728 < results["served_tp2"] == 1732
-    assert solution.expected["best_layout"] == "TP2"
+    assert results["served_pp"] == 4 * results["pp_micro"] < results["served_tp2"] == 1732
+    assert results["served_tp8"] == 1191
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -305,32 +254,16 @@ def test_users_per_gpu_grades_a_deployable_split_not_a_fractional_tp(variant):
         assert tp in (1, 2, 4, 8)
 
 
-def test_short_contexts_at_a_tight_tpot_favour_replicas(variant):
-    """70B on 8 x H200 at 512 tokens, 35 ms: the TPOT caps one TP8 group at 1,191 users, while four TP2
-    replicas, with a third of the per-request all-reduce traffic, serve 1,732."""
-    solution = variant("users-per-gpu@default+gpu=h200-sxm+context=512+reserve=3.5+tpot=35")
-    assert solution.expected["regime"] == "replicas"
-    assert solution.expected["best_layout"] == "TP2"
-    assert solution.sheet.results["served_tp8"] == 1191
-    assert solution.sheet.results["served_best"] == 1732
-
-
 # --- kv-cache-block-count ------------------------------------------------------------------
 
 
 def test_block_count_default(variant):
-    """Llama-3-70B on 4 x H100, bf16, block 16, 2 GiB activation peak, 1 GiB non-torch."""
+    """Llama-3-70B on 4 x H100, bf16, block 16, 2 GiB activation peak, 1 GiB non-torch: the steps beside the
+    graded keys the question file pins."""
     solution = variant("kv-cache-block-count@default")
     results = solution.sheet.results
-    assert results["available"] == pytest.approx(72e9 - 35.275e9 - 3 * GiB)  # 31.2 GiB
     assert results["page_bytes"] == 16 * 1024  # 2 x 16 x 2 heads x 128 x 2 B
-    assert results["block_bytes"] == 1.25 * 2**20  # x 80 layers
-    assert results["num_blocks"] == 25_561
-    assert results["token_capacity"] == 25_561 * 16
     assert results["blocks_per_sequence"] == 512
-    assert results["max_sequences"] == 49
-    assert results["concurrency"] == 49  # max_num_seqs = 256 is far above: the blocks are the ceiling
-    assert solution.expected["regime"] == "block-limited"
     assert solution.sheet.prerequisites == {"kv-bytes-per-token"}  # 320 KiB/token stands as a given
 
 
@@ -338,7 +271,6 @@ def test_block_page_size_matches_vllm_formula(variant):
     """vLLM's page_size_bytes for Llama-3-8B in bf16, block 16, one GPU: 2 x 16 x 8 x 128 x 2 = 64 KiB."""
     results = variant("kv-cache-block-count@default+model=llama-3-8b+tp=1+activation_peak=1").sheet.results
     assert results["page_bytes"] == 65_536
-    assert results["block_bytes"] == 65_536 * 32
 
 
 def test_block_count_replicates_kv_heads_past_tp(variant):
@@ -347,8 +279,6 @@ def test_block_count_replicates_kv_heads_past_tp(variant):
     solution = variant("kv-cache-block-count@default+model=qwen3-235b-a22b+gpu=h200-sxm+tp=8+weight_dtype=fp8"
                        "+activation_peak=1.2")
     assert solution.sheet.results["page_bytes"] == 8192
-    assert solution.sheet.results["ceiling"]["past the KV heads, a wider TP stops shrinking each block's bytes "
-                                             "(the heads are copied)"] is True
 
 
 def _vllm_block_count(model, gpu, tp: int, weight_bytes: float, kv_bytes: float, block_size: int,
@@ -390,12 +320,9 @@ def test_block_count_activation_peak_follows_the_profile(variant):
 
 
 def test_block_count_pinned_seed(variant):
+    """Seed 0 draws these parameters (its keys are pinned in the question file)."""
     solution = variant("kv-cache-block-count@0")
     assert [p.raw for p in solution.params] == ["llama-3-8b", "b200", 1, "fp8", "bf16", 32, 8192, 0.8, 1, 1200, 128]
-    assert solution.expected["num_blocks"] == 36_248
-    assert solution.expected["max_sequences"] == 953
-    assert solution.expected["concurrency"] == 128
-    assert solution.expected["regime"] == "seqs-limited"
 
 
 # --- hidden-memory-budget ------------------------------------------------------------------
@@ -408,19 +335,12 @@ def _subtracted(solution) -> set[str]:
 
 
 def test_hidden_memory_default(variant):
-    """Llama-3-70B on 4 x H100 at gpu_memory_utilization 0.95: 4 GB outside the budget, 5.1 GiB needed there."""
-    solution = variant("hidden-memory-budget@default")
-    results = solution.sheet.results
+    """Llama-3-70B on 4 x H100 at gpu_memory_utilization 0.95 (its keys pinned in the question file): weights
+    and KV fit the GPU on paper, the whole process does not."""
+    results = variant("hidden-memory-budget@default").sheet.results
     assert results["weights_per_gpu"] == pytest.approx(35.275e9)  # 141.1 GB / 4
-    assert results["kv_memory"] == pytest.approx(76e9 - 35.275e9 - 2.6 * GiB)  # 35.3 GiB
-    assert results["headroom"] == pytest.approx(4e9)  # 3.73 GiB
-    # 0.5 context + 0.6 communicators (in the snapshot's baseline) + 2.5 graphs + 1.5 fragmentation
-    assert results["unbudgeted"] == pytest.approx(5.1 * GiB)
     assert results["paper_share"] < 0.92  # weights plus KV fit with room to spare...
     assert results["peak_share"] > 1  # ...but the process needs more than the GPU has
-    assert results["max_util"] == pytest.approx(1 - 5.1 * GiB / 80e9)  # 0.932
-    assert solution.expected["regime"] == "oom"
-    assert _subtracted(solution) == SUBTRACTED_ALWAYS
     # Off the GB/GiB knife edge: reading 80 GB as 80 GiB leaves 4 GiB outside the budget, still short.
     assert results["unbudgeted"] > 80 * GiB * (1 - 0.95)
 
@@ -432,27 +352,6 @@ def test_hidden_memory_prints_the_figures_the_key_uses(variant):
     prompt = variant("hidden-memory-budget@default").prompt
     assert "70.55B parameters" in prompt
     assert "vLLM v0.12-v0.20 serves" in prompt and "before v0.21" not in prompt
-
-
-def test_hidden_memory_releases_move_the_communicators_and_the_graphs(variant):
-    """Before PR #25359 the communicators were set up after the snapshot and subtracted as non-torch growth;
-    from v0.21 the graphs' estimate is subtracted too. Same deployment, three ledgers."""
-    base = variant("hidden-memory-budget@default").sheet.results
-    old = variant("hidden-memory-budget@default+release=v0.10")
-    new = variant("hidden-memory-budget@default+release=v0.21")
-    assert old.sheet.results["kv_memory"] == pytest.approx(base["kv_memory"] - 0.6 * GiB)
-    assert old.sheet.results["unbudgeted"] == pytest.approx(4.5 * GiB) and old.expected["regime"] == "oom"
-    assert _subtracted(old) == SUBTRACTED_ALWAYS | {"the NCCL communicators"}
-    assert new.sheet.results["kv_memory"] == pytest.approx(base["kv_memory"] - 2.5 * GiB)
-    assert new.sheet.results["unbudgeted"] == pytest.approx(2.6 * GiB) and new.expected["regime"] == "fits"
-    assert _subtracted(new) == SUBTRACTED_ALWAYS | {"the CUDA graphs"}
-
-
-def test_hidden_memory_fits_at_0_9(variant):
-    """0.9 was vLLM's default gpu_memory_utilization before v0.21 (0.92 from v0.21)."""
-    expected = variant("hidden-memory-budget@default+util=0.9").expected
-    assert expected["headroom"] == pytest.approx(8e9)
-    assert expected["regime"] == "fits"
 
 
 def test_hidden_memory_rejects_a_starved_kv_cache(variant):
@@ -490,45 +389,23 @@ def test_hidden_memory_matches_vllm_accounting(variant, seed):
 
 
 def test_hidden_memory_pinned_seed(variant):
+    """Seed 0 draws these parameters (its keys are pinned in the question file)."""
     solution = variant("hidden-memory-budget@0")
     assert [p.raw for p in solution.params] == [
         "v0.12-v0.20", "llama-3-70b", "a100-sxm-80gb", 2, "fp8", 0.98, 2.7, 0.8, 0.6, 4.2, 3.5, 0.2]
-    assert solution.expected["headroom"] == pytest.approx(1.6e9)
-    assert solution.expected["unbudgeted"] == pytest.approx(8.5 * GiB)  # 0.6 + 4.2 + 3.5 + 0.2
-    assert solution.expected["regime"] == "oom"
 
 
 # --- paged-reservation-waste ---------------------------------------------------------------
 
 
 def test_paged_waste_default(variant):
-    """Llama-3-70B, 100 GiB pool (327,680 token slots), 600 + 400 tokens against a 4,096 maximum."""
+    """Llama-3-70B, 100 GiB pool, 600 + 400 tokens against a 4,096 maximum: the steps beside the graded keys
+    the question file pins."""
     results = variant("paged-reservation-waste@default").sheet.results
     assert results["pool_tokens"] == 327_680  # 100 GiB / 320 KiB
     assert results["used"] == 800  # prompt + half the output
     assert results["reserved"] == 200
-    assert results["fragmentation"] == 3096
-    assert results["waste_share"] == pytest.approx(1 - 800 / 4096)  # 80.5%
-    assert results["requests_before"] == 80
-    assert results["paged_waste"] == pytest.approx(7.5 / 807.5)  # 0.93%
-    assert results["requests_after"] == 405
     assert results["capacity_gain"] == pytest.approx(405 / 80)
-    assert results["requests_final"] == 325  # 327,680 / (600 + 400 + 7.5): no growth headroom past this
-    assert results["regime"] == "fragmentation-dominated"
-    assert results["holds"] == {"paging returns more than three times the requests": True,
-                                "paging leaves under 4% of the slots empty, as the PagedAttention paper reports": True,
-                                "paging leaves under 1% of the slots empty, a quarter of the PagedAttention paper's "
-                                "4%": True,  # 7.5 / 807.5 = 0.93%
-                                "most of each reservation is never touched at all": True,
-                                "a paged request's blocks must sit next to each other in the pool": False}
-
-
-def test_paged_waste_under_one_percent_follows_the_block(variant):
-    """32-token blocks leave 15.5 empty slots of the 815.5 a request holds: 1.9%, over 1% but under 4%."""
-    results = variant("paged-reservation-waste@default+block_size=32").sheet.results
-    assert results["paged_waste"] == pytest.approx(15.5 / 815.5)
-    assert not results["holds"]["paging leaves under 1% of the slots empty, a quarter of the PagedAttention paper's 4%"]
-    assert results["holds"]["paging leaves under 4% of the slots empty, as the PagedAttention paper reports"]
 
 
 def _paged_slots_by_brute_force(prompt: int, output: int, block: int) -> float:
@@ -542,20 +419,6 @@ def test_last_block_waste_averages_half_a_block():
     pairs = [(prompt, output) for prompt in range(100, 164, 7) for output in range(200, 264, 5)]
     extra = [_paged_slots_by_brute_force(p, o, block) - (p + (o + 1) / 2) for p, o in pairs]
     assert sum(extra) / len(extra) == pytest.approx((block - 1) / 2, abs=0.1)
-
-
-def test_paged_waste_under_four_percent_for_chat_lengths(variant):
-    """PagedAttention paper: paging leaves under 4% of the KV cache wasted (chat-sized requests, blocks of 16),
-    where contiguous reservation left most of it unused."""
-    expected = variant("paged-reservation-waste@default+max_context=2048+prompt_mean=160+output_mean=340").expected
-    assert expected["paged_waste"] < 0.04
-    assert expected["waste_share"] > 0.6
-
-
-def test_paged_waste_regime_flips_at_two_thirds_of_the_room(variant):
-    """Reservation O/2 equals fragmentation M - P - O at O = 2(M - P)/3: 2,331 tokens for the default."""
-    assert variant("paged-reservation-waste@default+output_mean=2300").expected["regime"] == "fragmentation-dominated"
-    assert variant("paged-reservation-waste@default+output_mean=2400").expected["regime"] == "reservation-dominated"
 
 
 @pytest.mark.parametrize("overrides", [
@@ -586,11 +449,9 @@ def test_paged_waste_asks_for_empty_slots_and_growth(variant):
 
 
 def test_paged_waste_pinned_seed(variant):
+    """Seed 0 draws these parameters (its keys are pinned in the question file)."""
     solution = variant("paged-reservation-waste@0")
     assert [p.raw for p in solution.params] == ["llama-3-70b", 63, 8192, 1900, 4900, 16]
-    assert solution.expected["requests_before"] == 25  # 206,438 slots / 8,192
-    assert solution.expected["requests_after"] == 47  # 206,438 / (1,900 + 2,450 + 7.5)
-    assert solution.expected["regime"] == "reservation-dominated"  # 4,900 > 2(8,192 - 1,900)/3 = 4,195
 
 
 def test_paged_waste_past_the_papers_four_percent_is_refused(variant):

@@ -1,4 +1,4 @@
-"""Golden checks for the KV paging questions: paged-block-size, tp-past-kv-heads,
+"""Checks for the KV paging questions: paged-block-size, tp-past-kv-heads,
 sliding-window-savings, cow-block-sharing."""
 from __future__ import annotations
 
@@ -28,17 +28,12 @@ def _params(solution) -> dict:
 
 
 def test_paged_block_size_default(variant):
-    """Llama-3-70B bf16 (320 KiB/token), blocks of 16, 256 sequences of 2,048 tokens, a 1,000-token prefix."""
+    """Llama-3-70B bf16 (320 KiB/token), blocks of 16, 256 sequences of 2,048 tokens (the keys are pinned in the
+    question file): the mean empty slots, vLLM's page and the length where the waste reaches 4%."""
     results = variant("paged-block-size@default").sheet.results
-    assert results["worst_waste"] == 15
     assert results["expected_waste"] == 7.5
-    assert results["batch_waste"] == 256 * 7.5 * 327_680  # 600 MiB
-    assert results["waste_share"] == pytest.approx(7.5 / 2055.5)  # 0.36%
     assert results["page_bytes"] == 64 * KIB  # vLLM's page: 2 x 16 x 8 x 128 x 2 B
-    assert results["blocks_per_sequence"] == 128
-    assert results["prefix_recompute"] == 8  # 1,000 = 62 x 16 + 8
     assert results["boundary_length"] == pytest.approx(180)  # 7.5 x 0.96 / 0.04
-    assert results["regime"] == "waste-negligible"
 
 
 def test_paged_page_size_matches_vllm_formula(variant):
@@ -73,11 +68,9 @@ def test_paged_block_size_matches_plain_arithmetic(variant, seed):
 
 
 def test_paged_block_size_pinned_seed(variant):
-    """Pinned again after the prefix-shorter constraint and the narrower prefix range changed the draws."""
-    solution = variant("paged-block-size@3")
-    assert [p.raw for p in solution.params] == ["llama-3-70b", "bf16", 128, 24, 850, 481, 4]
-    assert solution.expected["waste_share"] == pytest.approx(63.5 / 913.5)
-    assert solution.expected["regime"] == "waste-material"
+    """Pinned again after the prefix-shorter constraint and the narrower prefix range changed the draws (the keys
+    are pinned in the question file)."""
+    assert [p.raw for p in variant("paged-block-size@3").params] == ["llama-3-70b", "bf16", 128, 24, 850, 481, 4]
 
 
 def test_paged_prefix_is_shorter_than_the_requests_it_opens(variant):
@@ -88,19 +81,6 @@ def test_paged_prefix_is_shorter_than_the_requests_it_opens(variant):
         assert p["prefix"] + p["block_size"] <= p["mean_length"], seed
     with pytest.raises(VariantError, match="prefix_shorter"):
         variant("paged-block-size@default+prefix=4000+mean_length=680")
-
-
-def test_paged_block_choice_follows_the_numbers(variant):
-    """Default: 16-token blocks, 2,048-token mean, 1,000-token prompt (1,000 mod 16 = 8, 1,000 mod 8 = 0)."""
-    judged = variant("paged-block-size@default").sheet.results["block_choice"]
-    assert judged == {
-        "with half the block size the empty share would be under 4%": True,  # 3.5 / 2,051.5
-        "with twice the block size the empty share would still be under 4%": True,  # 15.5 / 2,063.5
-        "half the block size would cache more of the system prompt": True,  # 8-token blocks cache all 1,000
-        "twice the block size would leave the whole system prompt uncached": False,  # 31 full 32-token blocks
-        "half the block size would give the kernel more and smaller blocks to gather per sequence": True,
-        "twice the block size would leave fewer slots empty per sequence": False,
-    }
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -143,21 +123,14 @@ def test_whole_number_counts_reject_their_neighbours(variant, qid):
 
 
 def test_tp_past_kv_heads_default(variant):
-    """Llama-3-70B bf16 on TP 16, 64 requests of 8K: 160 GiB of KV, each of the 8 heads held twice."""
-    results = variant("tp-past-kv-heads@default").sheet.results
-    kv_proj = 2 * 80 * 8192 * 8 * 128 * 2  # k_proj and v_proj of all 80 layers: 2.68 GB
-    assert results["kv_proj_weights"] == kv_proj
-    # Everything sharded 16 ways, except that each GPU holds a whole KV head's projections (1/8, not 1/16).
-    assert results["weights_per_gpu"] == pytest.approx(141.1e9 / 16 + kv_proj * (1 / 8 - 1 / 16))
+    """Llama-3-70B bf16 on TP 16, 64 requests of 8K (the keys are pinned in the question file): the steps beside
+    them, and the duplicate asked as the group's total, not per GPU as the answers before it."""
+    solution = variant("tp-past-kv-heads@default")
+    results = solution.sheet.results
+    assert results["kv_proj_weights"] == 2 * 80 * 8192 * 8 * 128 * 2  # k_proj and v_proj of all 80 layers: 2.68 GB
     assert results["kv_total"] == 160 * GiB
     assert results["kv_heads_per_gpu"] == 1
-    assert results["kv_per_gpu"] == 20 * GiB
     assert results["copies"] == 2
-    assert results["duplicate"] == 160 * GiB
-    assert results["kv_per_gpu_pp"] == 10 * GiB
-    assert results["regime"] == "kv-replicated"
-    # The duplicate is the group's total (8x a GPU's 20 GiB), not per GPU as the answers before it: both say so.
-    solution = variant("tp-past-kv-heads@default")
     assert "in all, GiB beyond one copy?" in solution.prompt
     assert "summed over the whole TP group" in solution.question.answer("duplicate").label
 
@@ -198,13 +171,6 @@ def test_tp_past_kv_heads_follows_vllm_head_rule(variant, seed):
     assert (expected["regime"] == "kv-replicated") == (tp > model.kv_heads)
 
 
-def test_replicated_kv_projections_match_the_review_figures(variant):
-    """Llama-3.1-70B in bf16: copying k_proj/v_proj adds 1.9% to the weights per GPU at TP 16, 5.7% at TP 32."""
-    for tp, extra in ((16, 0.019), (32, 0.057)):
-        weights = variant(f"tp-past-kv-heads@default+tp={tp}").expected["weights_per_gpu"]
-        assert weights / (141.1e9 / tp) - 1 == pytest.approx(extra, abs=0.001)
-
-
 def test_pipeline_stages_take_whole_layers(variant):
     """Llama-3.1-405B at TP 32: TP 8 x 4 stages, and 126 layers give the busiest stage 32, not 31.5."""
     results = variant("tp-past-kv-heads@default+model=llama-3.1-405b+tp=32").sheet.results
@@ -214,11 +180,10 @@ def test_pipeline_stages_take_whole_layers(variant):
 
 
 def test_tp_past_kv_heads_pinned_seed(variant):
-    """Pinned again: the GPU and NIC are now drawn (the fit check and the all-reduce need them)."""
+    """Pinned again: the GPU and NIC are now drawn (the fit check and the all-reduce need them; the keys are pinned
+    in the question file)."""
     solution = variant("tp-past-kv-heads@1")
     assert [p.raw for p in solution.params] == ["qwen2.5-72b", "mi300x", "connectx-7", 4, "fp8", 24, 12032]
-    assert solution.expected["kv_per_gpu"] == 2 * 80 * 2 * 128 * 1 * 12032 * 24
-    assert solution.expected["regime"] == "kv-split"
     assert "beyond one copy" in solution.prompt  # not "copies another GPU holds": every copy is held twice
 
 
@@ -243,58 +208,39 @@ def test_tp_past_kv_heads_keeps_each_model_within_its_context(variant):
 
 
 def test_tp_all_reduce_leaves_the_node_past_its_nvlink_domain(variant):
-    """Default: TP 16 on H100 (8-GPU NVLink domain) all-reduces over ConnectX-7, 400 Gb/s = 50 GB/s each way,
-    30 us per call (conventions card): 2 x 80 layers x (30 us + 2 x 15/16 x 64 x 8,192 x 2 B / 50 GB/s)."""
-    results = variant("tp-past-kv-heads@default").sheet.results
-    message = 64 * 8192 * 2
-    assert results["allreduce"] == pytest.approx(2 * 80 * (30e-6 + 2 * 15 / 16 * message / 50e9))  # 11.09 ms
-    assert results["allreduce"] > results["read_time"]  # the NIC costs more than the step's HBM reads
-    # TP 8 stays on NVLink (900 GB/s both ways, 450 each), 10 us per call.
-    inside = variant("tp-past-kv-heads@default+tp=8").sheet.results
-    assert inside["allreduce"] == pytest.approx(2 * 80 * (10e-6 + 2 * 7 / 8 * message / 450e9))
-    # GB200 NVL72: TP 16 is still one NVLink domain.
-    nvl72 = variant("tp-past-kv-heads@default+model=llama-3.1-405b+gpu=gb200").sheet.results
-    assert nvl72["allreduce"] == pytest.approx(2 * 126 * (10e-6 + 2 * 15 / 16 * 64 * 16384 * 2 / 900e9))
-    assert "leaves the 8-GPU NVLink domain" in variant("tp-past-kv-heads@default").sheet.regime.summary
+    """Default: TP 16 on H100 (8-GPU NVLink domain) all-reduces over ConnectX-7 (the times, and TP 8's and NVL72's
+    on NVLink, are pinned in the question file): the NIC costs more than the step's HBM reads, and the regime
+    says where the ring goes."""
+    solution = variant("tp-past-kv-heads@default")
+    assert solution.sheet.results["allreduce"] > solution.sheet.results["read_time"]
+    assert "leaves the 8-GPU NVLink domain" in solution.sheet.regime.summary
 
 
 def test_capped_layout_is_priced_with_its_communication(variant):
-    """Issue #12: TP 8 x 2 stages was graded on its KV alone. Default (TP 16 on H100, 64 requests of 8K):
-    the capped layout decodes two micro-batches of 32. Its TP 8 all-reduces stay on NVLink:
-    2 x 80 x (10 us + 2 x 7/8 x 32 x 8,192 x 2 B / 450 GB/s) = 160 x 12.04 us = 1.926 ms; one stage boundary
-    sends 32 x 8,192 x 2 B over the ConnectX-7 (the stages are two nodes): 524,288 B / 50 GB/s = 10.5 us;
-    together 1.937 ms. Its reads: 2 x (141.1 GB x 40/(80 x 8) + 10 GiB x 32/64) / 3.35 TB/s
-    = 2 x (8.819 + 5.369) GB / 3.35 TB/s = 8.470 ms; its step 10.41 ms against TP 16's 9.093 ms of reads plus
-    11.09 ms of all-reduces over the NIC, 20.18 ms: the capped layout decodes faster."""
+    """Issue #12: TP 8 x 2 stages was graded on its KV alone. Default (TP 16 on H100, 64 requests of 8K): the capped
+    layout decodes two micro-batches of 32 with 1.937 ms of communication (pinned in the question file). Its reads:
+    2 x (141.1 GB x 40/(80 x 8) + 10 GiB x 32/64) / 3.35 TB/s = 2 x (8.819 + 5.369) GB / 3.35 TB/s = 8.470 ms; its
+    step 10.41 ms against TP 16's 9.093 ms of reads plus 11.09 ms of all-reduces over the NIC, 20.18 ms."""
     results = variant("tp-past-kv-heads@default").sheet.results
-    message = 32 * 8192 * 2
-    comm = 2 * 80 * (10e-6 + 2 * 7 / 8 * message / 450e9) + message / 50e9
-    assert results["comm_capped"] == pytest.approx(comm) == pytest.approx(1.937e-3, rel=1e-3)
     reads = 2 * (141.1e9 * 40 / (80 * 8) + 10 * GiB * 32 / 64) / 3.35e12
     assert results["read_capped"] == pytest.approx(reads)
-    assert results["step_capped"] == pytest.approx(reads + comm)
+    assert results["step_capped"] == pytest.approx(reads + results["comm_capped"])
     assert results["step_tp"] == pytest.approx(results["read_time"] + results["allreduce"]) == pytest.approx(
         20.18e-3, rel=1e-3)
-    assert results["faster_layout"] == "capped"
 
 
 def test_inside_nvl72_the_wide_group_decodes_faster(variant):
-    """Llama-3.1-405B bf16 at TP 16 on GB200 NVL72 (one NVLink domain, 900 GB/s each way, 8 TB/s HBM): the
-    ring stays on NVLink, 2 x 126 x (10 us + 2 x 15/16 x 64 x 16,384 x 2 B / 900 GB/s) = 3.621 ms, and TP 16
-    reads 85.08 GB per GPU, 10.64 ms: 14.26 ms. TP 8 x 2 stages reads 2 x (811.7 GB x 63/(126 x 8) + 15.75 GiB
-    x 32/64) = 118.4 GB, 14.80 ms, plus 3.035 ms of communication: 17.83 ms. With 811.7 GB of weights against
-    270.6 GB of KV, reading half the weights per GPU beats storing the KV once: the copies buy speed."""
+    """Llama-3.1-405B bf16 at TP 16 on GB200 NVL72 (one NVLink domain, 8 TB/s HBM): TP 16's step is 14.26 ms, TP 8 x
+    2 stages' 17.83 ms, so the layout as drawn is faster (pinned in the question file)."""
     results = variant("tp-past-kv-heads@default+model=llama-3.1-405b+gpu=gb200").sheet.results
     assert results["step_tp"] == pytest.approx(14.26e-3, rel=1e-3)
     assert results["read_capped"] == pytest.approx(2 * (811.7e9 * 63 / (126 * 8) + 15.75 * GiB / 2) / 8e12)
     assert results["step_capped"] == pytest.approx(17.83e-3, rel=1e-3)
-    assert results["faster_layout"] == "as-drawn"
 
 
 def test_within_the_kv_heads_capping_changes_nothing(variant):
     results = variant("tp-past-kv-heads@default+tp=8").sheet.results
     assert results["pp_stages"] == 1 and results["comm_capped"] == results["allreduce"]
-    assert results["faster_layout"] == "same-layout"
 
 
 @pytest.mark.parametrize("seed", ["default", *range(20)])
@@ -333,28 +279,13 @@ def test_tp_past_kv_heads_takes_kv_bytes_per_token_as_given(variant):
     assert sheet.results["kv_per_token_gpu"] == 40 * KIB  # the per-GPU share is still derived: one head of eight
 
 
-def test_tp_levers_follow_the_layout(variant):
-    past = _holding(variant("tp-past-kv-heads@default"), "levers")
-    assert past == {"capping TP at the KV heads and adding pipeline stages on the same GPUs",
-                    "data-parallel attention on the same GPUs", "an fp8 KV cache", "twice the GPUs as two replicas"}
-    within = _holding(variant("tp-past-kv-heads@default+batch=32+tp=4+dtype=fp8"), "levers")
-    assert within == {"doubling TP", "twice the GPUs as two replicas"}
-    at_heads = _holding(variant("tp-past-kv-heads@default+tp=8"), "levers")
-    assert at_heads == {"an fp8 KV cache", "twice the GPUs as two replicas"}  # TP 8 = H_kv: doubling copies heads
-
-
 # --- sliding-window-savings ----------------------------------------------------------------
 
 
 def test_sliding_window_default_is_about_half(variant):
-    """gpt-oss-120b: half of 36 layers at a 128-token window, 128K context: saving ≈ 50%."""
-    results = variant("sliding-window-savings@default").sheet.results
-    assert results["kv_full"] == 72 * KIB * 131_072  # 2 x 36 x 8 x 64 x 2 B = 72 KiB per token: 9 GiB
-    assert results["saving"] == pytest.approx(0.5 * (1 - 128 / 131_072))  # 49.95%
-    assert results["kv_windowed"] == pytest.approx(72 * KIB * (18 * 131_072 + 18 * 128) / 36)
-    assert results["window_blocks"] == 9  # 128 / 16 + 1: the window may start mid-block
-    assert results["boundary_context"] == 128
-    assert results["regime"] == "layer-ratio"
+    """gpt-oss-120b: half of 36 layers at a 128-token window, 128K context (the keys are pinned in the question
+    file): past a 128-token context the windows save."""
+    assert variant("sliding-window-savings@default").sheet.results["boundary_context"] == 128
 
 
 def _layer_kinds(model_id: str, layers: int) -> list[bool]:
@@ -398,34 +329,18 @@ def test_sliding_window_saving_matches_a_per_layer_sum(variant, seed):
     assert (expected["regime"] == "layer-ratio") == (full_keep > windowed_keep)
 
 
-def test_gemma_configurations_at_their_longest_context(variant):
-    """Gemma-2 at 8K: half the layers drop half the context, 25%. Gemma-3 27B at 128K: 52/62 of layers, ~83%."""
-    gemma2 = variant("sliding-window-savings@default+model=gemma-2-9b+context=8192").expected
-    assert gemma2["saving"] == pytest.approx(0.25)
-    gemma3 = variant("sliding-window-savings@default+model=gemma-3-27b").expected
-    assert gemma3["saving"] == pytest.approx(52 / 62 * (1 - 1024 / 131_072))
-    assert gemma3["regime"] == "layer-ratio"
-    short = variant("sliding-window-savings@default+model=gemma-3-27b+context=4096").expected
-    assert short["regime"] == "window"  # 52 x 1024 windowed tokens outweigh 10 x 4096
-
-
 def test_sliding_window_pinned_seed(variant):
+    """Seed 1 draws these parameters (its keys are pinned in the question file); W/B blocks without the mid-block
+    extra grades wrong."""
     solution = variant("sliding-window-savings@1")
     assert [p.raw for p in solution.params] == ["gemma-2-9b", 8000, "fp8", 16]
-    assert solution.expected["saving"] == pytest.approx(0.5 * (1 - 4096 / 8000))
-    assert solution.expected["window_blocks"] == 257
-    assert solution.grade_one("window_blocks", "256").verdict == WRONG  # W/B without the mid-block extra
+    assert solution.grade_one("window_blocks", "256").verdict == WRONG
 
 
 def test_sliding_window_allocator_is_judged_on_the_context(variant):
-    """Review nit: the allocator checklist was the same in every variant. As a select, a context inside the
-    window (Gemma-2 at 4K, window 4,096) needs nothing of the allocator; a longer one needs both parts."""
-    long = variant("sliding-window-savings@default").expected["allocator"]
-    assert set(long) == {"keep the windowed layers in block tables of their own (a KV cache group)",
-                         "free a windowed layer's blocks once they fall wholly behind the window"}
-    inside = variant("sliding-window-savings@default+model=gemma-2-9b+context=4096").expected["allocator"]
-    assert inside == ["nothing: at this context every layer keeps the whole request anyway"]
-    assert "one token per step" in variant("sliding-window-savings@default").prompt  # the decode-time bound
+    """Review nit: the allocator checklist was the same in every variant; as a select it follows the context (both
+    sets pinned in the question file), and the prompt states the decode-time bound."""
+    assert "one token per step" in variant("sliding-window-savings@default").prompt
 
 
 def test_sliding_window_follow_up_crosses_to_the_window_side(variant, catalog):
@@ -448,31 +363,6 @@ def test_sliding_window_takes_kv_bytes_per_token_as_given(variant):
 
 
 # --- cow-block-sharing ---------------------------------------------------------------------
-
-
-def test_cow_block_sharing_default(variant):
-    """8 samples of a 1,000-token prompt, 200 output tokens each, blocks of 16, vLLM v0's copy-on-write."""
-    expected = variant("cow-block-sharing@default").expected
-    assert expected["blocks_without"] == 8 * 75  # ceil(1,200 / 16) each
-    assert expected["blocks_with"] == 62 + 8 * 13  # 62 full prompt blocks shared
-    assert expected["saving"] == pytest.approx(1 - 166 / 600)
-    assert expected["saved_bytes"] == 434 * 16 * 327_680
-    assert expected["copies"] == 7
-    assert expected["recomputed"] == 0
-    assert expected["tail_cost"] == "a-copy-at-the-first-decode-step"
-    assert expected["regime"] == "large-saving"
-
-
-def test_cow_block_sharing_on_vllm_v1(variant):
-    """v1: no copies; each of the 7 later samples prefills the 8 tokens past the 62 shared blocks. A prompt on a
-    block boundary (992 = 62 x 16) still costs a whole block each, since the cache matches at most P - 1 tokens."""
-    v1 = variant("cow-block-sharing@default+engine=vllm-v1").expected
-    assert (v1["copies"], v1["recomputed"], v1["blocks_with"]) == (0, 7 * 8, 166)
-    assert v1["tail_cost"] == "a-recompute-at-prefill"
-    aligned_v1 = variant("cow-block-sharing@default+engine=vllm-v1+prompt=992").expected
-    assert (aligned_v1["recomputed"], aligned_v1["blocks_with"]) == (7 * 16, 61 + 8 * (75 - 61))
-    aligned_v0 = variant("cow-block-sharing@default+prompt=992").expected
-    assert (aligned_v0["copies"], aligned_v0["tail_cost"]) == (0, "nothing-extra")
 
 
 def test_cow_tail_cost_depends_on_the_variant(variant):
@@ -555,28 +445,16 @@ def test_cow_matches_a_simulated_block_manager(variant, overrides, engine):
     assert expected["blocks_without"] == p["samples"] * -(-(p["prompt"] + p["output"]) // p["block_size"])
 
 
-def test_cow_saving_vanishes_with_long_outputs(variant):
-    """The saving tends to (k - 1)/k · P/(P + G): near 7/8 for short outputs, near zero for long ones."""
-    short = variant("cow-block-sharing@default+output=20").expected["saving"]
-    long = variant("cow-block-sharing@default+output=16000").expected["saving"]
-    assert short == pytest.approx(7 / 8 * 1000 / 1020, abs=0.02)
-    assert long == pytest.approx(7 / 8 * 1000 / 17_000, abs=0.01)
-    assert variant("cow-block-sharing@default+output=16000").expected["regime"] == "vanishing-saving"
-
-
 def test_cow_regime_is_half_the_ceiling_exactly(variant):
-    """2 samples, prompt 32, block 16, output 32: 2 shared + 2 x 2 own = 6 of 8 blocks, a saving of 25%, exactly
-    half the 50% ceiling: not over half, so vanishing (decided on exact values)."""
+    """2 samples, prompt 32, block 16, output 32: a saving of 25%, exactly half the 50% ceiling (vanishing, pinned in
+    the question file, decided on exact values)."""
     tie = variant("cow-block-sharing@default+samples=2+prompt=32+output=32+block_size=16").sheet.results
     assert tie["saving"] == tie["saving_half_ceiling"] == 0.25
-    assert tie["regime"] == "vanishing-saving"
 
 
 def test_cow_pinned_seed(variant):
-    solution = variant("cow-block-sharing@1")
-    assert [p.raw for p in solution.params][:6] == ["llama-3-70b", "fp8", 16, 16, 392, 339]
-    assert solution.expected["blocks_with"] == 376
-    assert solution.expected["regime"] == "large-saving"
+    """Seed 1 draws these parameters (its keys are pinned in the question file)."""
+    assert [p.raw for p in variant("cow-block-sharing@1").params][:6] == ["llama-3-70b", "fp8", 16, 16, 392, 339]
 
 
 @pytest.mark.parametrize("seed", [21, 70, *range(0, 40, 5)])

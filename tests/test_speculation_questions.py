@@ -1,7 +1,7 @@
-"""Golden checks for the speculative-decoding questions (group D) and their shared helper
+"""Checks for the speculative-decoding questions (group D) and their shared helper
 solvers/models/speculation.py: the closed forms against a seeded simulation of acceptance, the
-default variants against the catalogue's figures (recomputed here in plain Python), and the
-decisions near their boundaries."""
+draws against the step model recomputed here in plain Python, and the decisions near their
+boundaries (the default variants' figures are pinned in the question files)."""
 from __future__ import annotations
 
 import numpy as np
@@ -82,18 +82,10 @@ def _ceiling_by_hand(solution):
 
 
 def test_batch_ceiling_default_is_59_on_an_h100_in_bf16(variant):
-    """The catalogue's figure: γ = 4 keeps the verify pass memory-bound while B·5 ≤ 295 (989.4/3.35)."""
-    solution = variant("spec-decode-batch-ceiling@default")
-    assert solution.expected["ridge"] == pytest.approx(989.4 / 3.35, rel=1e-12)
-    assert solution.expected["ceiling"] == 59
-    assert solution.expected["tokens_per_round"] == pytest.approx(3.3616, rel=1e-12)
-    assert solution.expected["speedup_batch1"] == pytest.approx(3.3616 / 1.2, rel=1e-12)
-    assert solution.expected["break_even"] == pytest.approx(295.34 * 3.1616 / 5, rel=1e-4)  # ≈ 187
-    assert solution.expected["regime"] == "helps"
-    for key, value in _ceiling_by_hand(solution).items():
-        assert solution.expected[key] == pytest.approx(value, rel=1e-9), key
-    # The drafter's c is of a plain step at the batch (2.17x cheaper than the verify pass there): the prompt says so.
-    assert "c = 0.05 of a plain decode step at the same batch" in solution.prompt
+    """The catalogue's figure, γ = 4 keeping the verify pass memory-bound while B·5 ≤ 295, is pinned in the question
+    file. The drafter's c is of a plain step at the batch (2.17x cheaper than the verify pass there): the prompt
+    says so."""
+    assert "c = 0.05 of a plain decode step at the same batch" in variant("spec-decode-batch-ceiling@default").prompt
 
 
 def test_batch_ceiling_draws_match_plain_arithmetic(variant):
@@ -117,12 +109,6 @@ def test_the_ceiling_is_exact_and_within_it_the_speedup_is_the_batch1_one(varian
     assert at.expected["speedup"] == pytest.approx(at.expected["speedup_batch1"], rel=1e-12)
     past = variant(f"spec-decode-batch-ceiling@default+batch={ceiling + 1}")
     assert past.expected["speedup"] < past.expected["speedup_batch1"]
-
-
-def test_fp8_leaves_the_ceiling_where_bf16_has_it(variant):
-    """Twice the peak and half the bytes per weight: the same ceiling (H100: 1,978.9/3.35 → 59 at γ = 4)."""
-    fp8 = variant("spec-decode-batch-ceiling@default+dtype=fp8")
-    assert fp8.expected["ceiling"] == 59
 
 
 def test_break_even_is_where_the_speedup_crosses_one(variant):
@@ -191,19 +177,11 @@ class _ByHand:
 
 
 def test_by_load_default_triples_at_night_and_costs_a_third_at_peak(variant):
-    """The catalogue's Llama 3.3 70B (Llama-3.1-70B's architecture) on 8 H100, α 0.8, γ 4: ≈3x at batch 1;
-    at the peak batch 0.707x, above the seed's ≈0.67x, its compute-bound limit (the regime says why)."""
+    """The catalogue's Llama 3.3 70B on 8 H100, α 0.8, γ 4: ≈3x at batch 1, 0.707x at the peak batch (pinned in the
+    question file), above its compute-bound limit E/(γ+1+γc) = 3.3616/5.08 = 0.662, which the regime names."""
     solution = variant("spec-decode-by-load@default")
-    x = solution.expected
-    assert x["speedup_batch1"] == pytest.approx(3.147, abs=0.001)
-    assert x["peak_batch"] == 1024  # max_num_seqs binds: 1,296 would fit at 1,024 tokens
-    assert x["speedup_peak"] == pytest.approx(0.7067, abs=0.001)
-    # Its compute-bound limit: E/(γ+1+γc) = 3.3616/5.08 = 0.662, approached as the fixed costs shrink.
     limit = expected_tokens(0.8, 4) / (5 + 4 * 0.02)
-    assert limit == pytest.approx(0.662, abs=0.001) and limit < x["speedup_peak"]
-    assert x["per_user_peak"] == pytest.approx(22.2, abs=0.05)
-    assert (x["gamma_32"], x["gamma_128"], x["last_bucket"]) == (6, 2, 256)
-    assert x["regime"] == "turn-off"
+    assert limit == pytest.approx(0.662, abs=0.001) and limit < solution.expected["speedup_peak"]
     assert "0.662x" in solution.sheet.regime.summary and "0.707x" in solution.sheet.regime.summary
 
 
@@ -236,36 +214,7 @@ def test_by_load_best_draft_length_falls_with_the_batch(variant):
         assert x["gamma_32"] >= x["gamma_128"]
 
 
-def test_by_load_longer_context_keeps_speculation_on_at_peak(variant):
-    """At 8K tokens the peak batch is KV-bound and the step is KV reads, which the verify pass shares."""
-    long = variant("spec-decode-by-load@default+context=8192")
-    assert long.expected["peak_batch"] < 1024
-    assert long.expected["speedup_peak"] > 1 and long.expected["regime"] == "keep-on"
-
-
 # --- spec-decode-step-accounting --------------------------------------------------------------
-
-
-def test_step_accounting_default_by_hand(variant):
-    """Llama-3.1-8B on one H100, budget 2,048, 256 sequences at 512 tokens, α 0.8, γ 4, c 0.05."""
-    x = variant("spec-decode-step-accounting@default").expected
-    e = expected_tokens(0.8, 4)
-    assert (x["decode_tokens"], x["max_spec_batch"], x["prefill_left"]) == (1280, 409, 768)
-    assert (x["prefill_steps_plain"], x["prefill_steps_spec"]) == (3, 6)  # ⌈4000/1792⌉, ⌈4000/768⌉
-    assert x["discarded"] == pytest.approx(256 * (5 - e), rel=1e-12)
-    assert x["discarded_share"] == pytest.approx((5 - e) / 5, rel=1e-12)
-    t_w, t_kv = 8.03e9 * 2 / (0.8 * 3.35e12), 131072 * 512 / (0.8 * 3.35e12)
-    t_f = (2 * 8.03e9 + 4 * 32 * 32 * 128 * 512) / (0.6 * 989.4e12)
-    plain = max(t_w + 256 * t_kv, 256 * t_f) + 2e-3
-    round_ = max(t_w + 256 * t_kv, 256 * 5 * t_f) + 2e-3 + 4 * 0.05 * (plain - 2e-3)
-    assert x["speedup"] == pytest.approx(e * plain / round_, rel=1e-9)
-    assert x["compute_batch"] == pytest.approx(t_w / (5 * t_f - t_kv), rel=1e-9)
-    assert x["break_even"] == pytest.approx(405.6, abs=0.1)
-    assert x["regime"] == "helps"
-    # At the 409 sequences the budget can hold, past break-even: 3.3616 tokens per 61.5 ms round.
-    plain_409 = max(t_w + 409 * t_kv, 409 * t_f)
-    round_409 = max(t_w + 409 * t_kv, 409 * 5 * t_f) + 2e-3 + 4 * 0.05 * plain_409
-    assert x["per_user_budget_batch"] == pytest.approx(e / round_409, rel=1e-9)
 
 
 def test_rollback_discards_the_expected_tail(variant):
@@ -322,37 +271,6 @@ def test_accounting_prompt_names_every_card_the_key_uses_and_the_batch_fits(vari
 
 
 SELECTIVE = "speculate only where the request's acceptance beats the break-even for the current batch"
-
-
-def test_tail_default_by_hand(variant):
-    """Llama-3.1-70B on 8 H100, γ 4, c 0.03, 2,000 tokens: code α 0.85 off-peak at batch 4, chat α 0.5 at 256."""
-    solution = variant("spec-decode-tail@default")
-    g, x = _ByHand(solution), solution.expected
-    for batch, key in ((4, "even_tokens_low"), (256, "even_tokens_peak")):
-        plain = g.kernels(batch, 1, 2000)
-        round_ = g.kernels(batch, 5, 2000) + OVERHEAD + 4 * 0.03 * plain
-        assert x[key] == pytest.approx(round_ / (plain + OVERHEAD), rel=1e-9)
-    assert x["p99_off"] == pytest.approx(g.kernels(256, 1, 2000) + OVERHEAD, rel=1e-9)
-    assert x["speedup_worst"] == pytest.approx(expected_tokens(0.5, 4) / x["even_tokens_peak"], rel=1e-9)
-    assert x["speedup_best"] == pytest.approx(expected_tokens(0.85, 4) / x["even_tokens_low"], rel=1e-9)
-    assert x["alpha_even_peak"] == pytest.approx(0.7106, abs=1e-4)
-    assert x["regime"] == "slowdown"  # chat at peak (0.5) is below the break-even acceptance
-    assert x["p99_on"] == pytest.approx(x["even_tokens_peak"] * x["p99_off"] / expected_tokens(0.5, 4), rel=1e-9)
-    assert x["owners"] == ["low-acceptance requests at peak"]
-    # Only code (60% of 256) drafts: the round carries 0.6·256·5 + 0.4·256 tokens and 4 draft passes over the
-    # code sequences; a chat request waits it all for one token (the checker's 41.0 ms).
-    mixed = g.kernels(256, 0.6 * 5 + 0.4, 2000) + OVERHEAD + 4 * 0.03 * g.kernels(0.6 * 256, 1, 2000)
-    assert x["tpot_chat_mixed"] == pytest.approx(mixed, rel=1e-9)
-    assert x["tpot_chat_mixed"] == pytest.approx(41.03e-3, rel=1e-3)
-    policy = variant("spec-decode-tail@default").sheet.results["policy"]
-    # Turning chat off at peak (α 0.5 < 0.71) leaves it riding code's rounds: 41 ms per token against 20.6 off.
-    assert not policy[SELECTIVE]
-    # γ = 1 for all: at peak a round of 2 tokens per sequence; chat's 1.5 tokens per round set the p99.
-    one = g.kernels(256, 2, 2000) + OVERHEAD + 0.03 * g.kernels(256, 1, 2000)
-    assert one / expected_tokens(0.5, 1) == pytest.approx(16.77e-3, rel=1e-3) and one / 1.5 < x["p99_off"]
-    assert policy["a draft length of 1 for every request"]
-    # Off at peak, on off-peak: the p99 is the plain peak step itself ("no worse"), the mean falls.
-    assert policy["keep it on at a batch only where it lowers that batch's mean TPOT"]
 
 
 @settings(max_examples=60, deadline=None)
@@ -433,17 +351,12 @@ def test_tail_fixed_draft_length_options_follow_the_variant(variant):
 
 
 def test_adaptive_default_reproduces_the_catalogue(variant):
-    """Class means 0.9 and 0.6 with per-request spread: ≈19% with an expensive drafter (c 0.12), ≈5% with a
-    cheap one (c 0.007); with constant acceptance per class the per-class gain stays under 13%."""
+    """Class means 0.9 and 0.6 with per-request spread (the draft lengths and gains are pinned in the question file):
+    with constant acceptance per class the per-class gain stays under 13%, and in a batch the round is set by the
+    longest draft, so the per-request rule loses."""
     x = variant("adaptive-draft-length@default").expected
-    assert x["gain_adaptive"] == pytest.approx(0.19, abs=0.015)
     assert x["gain_class_constant"] < 0.13 and x["gain_class"] < 0.13
-    assert 7 <= x["gamma_code"] <= 9 and 2 <= x["gamma_chat"] <= 3  # code wants ≈8, chat ≈2
-    assert x["regime"] == "worth-building"
-    cheap = variant("adaptive-draft-length@default+draft_cost=0.007").expected
-    assert cheap["gain_adaptive"] == pytest.approx(0.05, abs=0.01)
-    assert cheap["regime"] == "not-worth-it"
-    assert x["gain_batch"] < 0  # in a batch the round is set by the longest draft: the rule loses
+    assert x["gain_batch"] < 0
 
 
 def test_adaptive_prompt_states_the_rules_the_keys_rest_on(variant):
@@ -508,16 +421,14 @@ def test_beta_quadrature_reproduces_the_moments(A, B):
         assert weight @ rest ** k == pytest.approx(np.prod([(B + i) / (A + B + i) for i in range(k)]), rel=1e-9), k
 
 
-@pytest.mark.parametrize("code, gain_class, gain_adaptive", [("default", 0.04489, 0.1974), ("4", 0.02275, 0.1114)])
-def test_adaptive_batch1_figures_are_exact_over_the_spread(variant, code, gain_class, gain_adaptive):
+@pytest.mark.parametrize("code", ["default", "4"])
+def test_adaptive_batch1_figures_are_exact_over_the_spread(variant, code):
     """The batch-1 figures integrate the Beta spread exactly: a 4,000-request sample put the default's per-class gain
     at 4.04% (exact 4.49%, 11% off, outside the 10% a candidate gets) and seed 4's at 2.69% (exact 2.28%). Checked
-    against an independent mpmath integration and the key check's 4-million-request simulation."""
+    here against an independent mpmath integration (the figures are pinned in the question file)."""
     from solvers.data import Record
     solution = variant(f"adaptive-draft-length@{code}")
     p, x = Record({q.name: q.value for q in solution.params}), solution.expected
-    assert x["gain_class"] == pytest.approx(gain_class, rel=2e-3)
-    assert x["gain_adaptive"] == pytest.approx(gain_adaptive, rel=2e-3)
     fixed, times, adaptive = _exact_policies(p)
     givens = {given.symbol: float(given.value) for given in solution.sheet.givens}
     best = min(fixed, key=fixed.get)
@@ -604,29 +515,16 @@ def test_modified_rejection_sampling_emits_the_target_exactly(seed, vocab):
 
 
 def test_exactness_default_by_hand(variant):
+    """The default's five tokens (its keys pinned in the question file): rejection sampling is lossless for the
+    bf16 pair and for the FP8 pair with respect to the FP8 target; the prompt says δ moves each logit."""
     solution = variant("spec-decode-exactness@default")
-    x = solution.expected
     p = [0.62, 0.2, 0.1, 0.05, 0.03]
     q, p8, q8 = [0.5, 0.31, 0.08, 0.07, 0.04], [0.588, 0.221, 0.107, 0.052, 0.032], [0.465, 0.34, 0.085, 0.07, 0.04]
-    assert x["acceptance"] == pytest.approx(0.86, abs=1e-12)
-    assert x["residual_top"] == pytest.approx(0.12 / 0.14, rel=1e-12)
-    assert x["keep_top"] == 1  # q 0.5 under p 0.62: a drafted 'the' is always kept
-    assert x["output_top_fp8"] == pytest.approx(0.588, abs=1e-12)  # the verifier's own probability, not 0.62
-    assert x["acceptance_fp8_draft"] == pytest.approx(float(np.minimum(p, q8).sum()), abs=1e-12)
-    assert x["shift_fp8_target"] == pytest.approx(0.5 * float(np.abs(np.subtract(p, p8)).sum()), abs=1e-12)
     assert np.max(np.abs(_rejection_output(p, q) - p)) < 1e-12
     assert np.max(np.abs(_rejection_output(p8, q8) - p8)) < 1e-12  # the FP8 pair is lossless w.r.t. p8
-    assert sorted(x["positions"]) == ["position 2", "position 5"]  # gaps 0.018 and 0.007 under 2(0.02 + 0.005)
     # Gap 0.007 is under 2δ_b = 0.01 and 2δ_k = 0.04: no single change fixes position 5. That rests on δ moving
     # each logit (a gap moves 2δ), which the prompt says; δ as the gap's own move would let a fix pass at 0.007.
-    assert x["fixes"] == ["none of these alone"]
     assert "each logit can move by up to 0.02" in solution.prompt
-    assert solution.sheet.results["holds"] == {
-        "the FP8 drafter lowers the acceptance rate here": True,  # 83% against 86%
-        "the FP8 target moves the output distribution by over 2% (total variation)": True,  # 3.2%
-        "the FP8 target verifying emits the bf16 target's top token more often than the bf16 target does": False,
-        "the drafter under-proposes the bf16 target's top token, so a rejection can resample it": True,  # 0.5 < 0.62
-        "over a fifth of the drafts are rejected here": False}  # 14%
 
 
 def test_exactness_names_the_bf16_targets_top_token_where_fp8_has_another(variant):

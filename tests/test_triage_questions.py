@@ -1,4 +1,4 @@
-"""Golden checks for the triage questions: loss-plateau-triage, first-month-plan."""
+"""Checks for the triage questions: loss-plateau-triage, first-month-plan."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,7 @@ import pytest
 from solvers.derivation import Sheet
 from solvers.engine import VariantCode, make_variant
 from solvers.followup import follow_up
-from solvers.models.triage import CAUSE_OF_CHECK, CHECKS, MONTH_ALWAYS, MONTH_NEVER, READ_ALL, READ_SOME, lr_at
+from solvers.models.triage import CAUSE_OF_CHECK, CHECKS, READ_ALL, READ_SOME, lr_at
 
 HOUR = 3600
 
@@ -36,18 +36,6 @@ def _readings(solution):
 
 def _checks(solution):
     return [check for check in CHECKS if solution.sheet.results["checks"][check]]
-
-
-def test_plateau_default_is_not_a_training_problem(variant):
-    """The default log's step counter did not move in two hours: the job is not stepping, and the first
-    check finds it."""
-    solution = variant("loss-plateau-triage@default")
-    expected = solution.expected
-    assert expected["cause"] == "job-not-stepping"
-    assert _checks(solution) == ["is the step counter moving"]
-    assert expected["lr_plateau"] == pytest.approx(_cosine_lr(683_640, 8e-5, 8000, 1_200_000, 0.01))  # 3.2e-5
-    assert expected["epochs"] == pytest.approx(683_640 * 2048 * 8192 / 15.6e12)  # 0.735
-    assert expected["halvings"] == 1  # 2^16 down to 32,768
 
 
 @pytest.mark.parametrize("step, lr", [
@@ -143,6 +131,7 @@ def test_plateau_every_cause_is_drawn(variant):
 
 
 def test_plateau_pinned_seed(variant):
+    """Seed 1 draws these parameters and readings (its cause and halvings are pinned in the question file)."""
     solution = variant("loss-plateau-triage@1")
     raw = {param.name: param.raw for param in solution.params if param.name in (
         "peak_lr", "warmup", "decay_steps", "lr_floor", "batch", "seq_len", "dataset", "scale_power")}
@@ -152,8 +141,6 @@ def test_plateau_pinned_seed(variant):
     assert (nine["step"], eleven["step"]) == (20_160, 20_828)
     assert (nine["loss scale"], eleven["loss scale"]) == (1, 1)
     assert (nine["skipped steps"], eleven["skipped steps"]) == (45, 713)  # 45 ≥ 32 halvings; all 668 steps skip
-    assert solution.expected["cause"] == "loss-scale-collapsed"
-    assert solution.expected["halvings"] == 32  # Megatron's 2^32 down to 1
 
 
 # --- first-month-plan ------------------------------------------------------------------------
@@ -164,37 +151,9 @@ def _month(solution):
 
 
 def test_first_month_default(variant):
-    """4 weeks × (40 h × 75% − 4 h) = 104 focus hours; 24 postmortems × 2 h = 48 h of them."""
-    solution = variant("first-month-plan@default")
-    expected = solution.expected
-    assert expected["focus_hours"] == pytest.approx(104 * HOUR)
-    assert expected["readable"] == 24  # all 24: the 64 h left after the map and the fix would hold 32
-    assert solution.sheet.results["planned_hours"] == pytest.approx(88 * HOUR)
-    assert expected["regime"] == "fits-the-month"
-    assert _month(solution) == {READ_ALL, *MONTH_ALWAYS}
-
-
-def test_first_month_plan_follows_the_numbers(variant):
-    """The first version keyed one ordering in every draw, with "propose larger changes" plainly last.
-    Now what the month holds depends on whether the reading fits: 60 postmortems of 2 h do not fit
-    beside the map and the fix, and the plan reads the recent and severe ones instead."""
-    overbooked = variant("first-month-plan@default+postmortems=60")
-    assert overbooked.expected["regime"] == "overbooked" and overbooked.expected["readable"] == 32
-    assert _month(overbooked) == {READ_SOME, *MONTH_ALWAYS}
-    assert not set(MONTH_NEVER) & _month(overbooked)
-
-
-def test_first_month_exact_tie_fits(variant):
-    """4 × (45 h × 70% − 2 h) is 117.99999999999999 h in floats but 118 h exactly, and 30 postmortems of 2 h,
-    a 30 h map and a 28 h fix need exactly 118 h: the plan fits and all 30 are read. The first version's
-    float floor read 29 of them and called the month overbooked."""
-    assert 4 * (45 * (1 - 0.3) - 2) < 118
-    tie = variant("first-month-plan@default+hours_per_week=45+meetings=30+shadow_hours=2+postmortems=30"
-                  "+hours_per_postmortem=2+map_hours=30+fix_hours=28")
-    assert tie.expected["focus_hours"] == pytest.approx(118 * HOUR)
-    assert tie.expected["readable"] == 30
-    assert tie.expected["regime"] == "fits-the-month"
-    assert READ_ALL in _month(tie)
+    """4 weeks × (40 h × 75% − 4 h) = 104 focus hours (the keys are pinned in the question file), of which the plan
+    takes 48 h of postmortems, the map and the fix."""
+    assert variant("first-month-plan@default").sheet.results["planned_hours"] == pytest.approx(88 * HOUR)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -224,13 +183,10 @@ def test_first_month_never_reads_more_postmortems_than_exist(variant):
 
 
 def test_first_month_pinned_seed(variant):
-    solution = variant("first-month-plan@1")
-    raw = {param.name: param.raw for param in solution.params}
+    """Seed 1 draws these parameters (its keys are pinned in the question file)."""
+    raw = {param.name: param.raw for param in variant("first-month-plan@1").params}
     assert raw == {"weeks": 4, "hours_per_week": 45, "meetings": 40, "shadow_hours": 4, "postmortems": 11,
                    "hours_per_postmortem": 4, "map_hours": 16, "fix_hours": 16}
-    assert solution.expected["focus_hours"] == pytest.approx(92 * HOUR)  # 4 × (27 − 4)
-    assert solution.expected["readable"] == 11  # all 11: the 60 h left would hold 15
-    assert solution.expected["regime"] == "fits-the-month"
 
 
 def test_loss_plateau_lr_is_at_its_floor_or_well_above_it(variant):

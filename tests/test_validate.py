@@ -181,6 +181,69 @@ def test_declared_facts_are_at_most_half_of_what_a_draw_shows(bank, catalog, mon
                for line in three)
 
 
+UNPINNED = SOURCE.split("\ngolden:\n")[0].rstrip("\n") + "\n"
+GOLDEN = """\
+golden:
+  - variant: default
+    expect: {ridge: 295.3, step_time: 12.81, regime: memory-bound}
+    why: 989.4 / 3.35 = 295.3 FLOP/B; (141.1 GB + 5.369 GB of KV) / 13.4 TB/s + 1.88 ms of all-reduce.
+  - variant: default+batch=64
+    expect:
+      regime: compute-bound
+      per_user: 80
+    why: Wrong on purpose (151.8 GB / 13.4 TB/s + 2.16 ms of all-reduce = 13.49 ms, 74.13 tokens/s).
+  - variant: default+tp=1
+    expect: {regime: memory-bound}
+    why: 141.1 GB of weights do not fit one H100.
+  - variant: "99999999999"
+    expect: {regime: memory-bound}
+    why: No such seed.
+"""
+
+
+def test_golden_answers_are_checked_and_a_wrong_one_names_its_line_key_and_both_values(tmp_path, catalog):
+    write(tmp_path, "pinned", UNPINNED + GOLDEN)
+    path = tmp_path / "pinned.yaml"
+    golden = path.read_text().splitlines().index("golden:") + 1  # its line
+    problems = [p for p in validate([tmp_path], catalog, seeds=0) if "golden" in p]
+    assert problems == [
+        f"{path}:{golden + 4}: golden[1].regime: pinned@default+batch=64: the solver gives memory-bound, "
+        "the file pins compute-bound",
+        f"{path}:{golden + 4}: golden[1].per_user: pinned@default+batch=64: the solver gives 74.12684 tokens/s, "
+        "the file pins 80 tokens/s",
+        f"{path}:{golden + 9}: golden[2]: pinned@default+tp=1: no variant (pinned@default+tp=1: no valid variant "
+        "with tp=1 (weights-fit: Llama-3.1-70B in bf16 over 1 GPU(s) needs 141 GB of weights per H100 SXM, past "
+        "the 64 GB that leaves room for a KV pool))",
+        f"{path}:{golden + 12}: golden[3]: pinned@99999999999: no variant (seed must be between 0 and 2147483647)",
+    ], problems
+
+
+def test_golden_tolerance_whole_numbers_exact_decimals_to_a_thousandth_or_the_entrys_rel(tmp_path, catalog):
+    """The default's ridge is 295.343 FLOP/B: 295.3 passes at 1e-3, 295 (whole) must be exact, 290 passes only
+    with the entry's own rel: 0.02."""
+    def problems(expect: str) -> list[str]:
+        write(tmp_path, "pinned", UNPINNED + f"golden:\n  - variant: default\n    {expect}\n    why: by hand\n")
+        return [p for p in validate([tmp_path / "pinned.yaml"], catalog, seeds=0) if "golden" in p]
+
+    assert problems("expect: {ridge: 295.3, prefill_intensity: 512}") == []
+    assert problems("expect: {ridge: 294.9}") != []
+    assert [p.split(": ", 2)[2] for p in problems("expect: {ridge: 295}")] == [
+        "pinned@default: the solver gives 295.3433 FLOP/B, the file pins 295 FLOP/B"]
+    assert problems("expect: {ridge: 290}\n    rel: 0.02") == []
+
+
+def test_strict_asks_every_question_for_its_default_pinned(tmp_path, catalog):
+    write(tmp_path, "unpinned", UNPINNED)
+    other = "golden:\n  - {variant: default+batch=64, expect: {ridge: 295.3}, why: the same GPU}\n"
+    write(tmp_path, "other", UNPINNED + other)
+    lenient = validate([tmp_path], catalog, seeds=0)
+    strict = [p for p in validate([tmp_path], catalog, seeds=0, strict=True) if "golden" in p]
+    assert not any("golden" in p for p in lenient)
+    assert [p.split("/")[-1] for p in strict] == [
+        f"{name}.yaml: golden: the default variant is not pinned (add an entry with variant: default, its keys "
+        "derived by hand)" for name in ("other", "unpinned")]
+
+
 def test_a_solver_is_found_by_convention_and_a_redundant_field_is_reported(tmp_path, catalog):
     """No `solver:` means solvers/topics/<topic>/<id>.py; naming that same module is reported as noise."""
     (tmp_path / "weight-read-intensity.yaml").write_text(SOURCE)

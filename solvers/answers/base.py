@@ -110,6 +110,17 @@ class Answer:
     def test_inputs(self, key: Any, shown: Shown) -> TestInputs:
         raise NotImplementedError
 
+    # Golden pins: the key a question file's golden: entry states for a named variant --------
+    def pin(self, value: Any) -> Any:
+        """A golden entry's value for this answer, checked, in the form `pin_mismatch` compares
+        (raises SpecError). A kind with no key of its own (a self-graded checklist) has nothing to pin."""
+        raise SpecError("golden", f"a {self.kind} answer has no key to pin")
+
+    def pin_mismatch(self, pinned: Any, result: Any, rel: float | None) -> tuple[str, str] | None:
+        """(what the solver gives, what the file pins) where the solver's result for this answer
+        disagrees with the pin; None where they agree. `rel`: the entry's tolerance, if it gives one."""
+        raise NotImplementedError
+
     # Reading and grading ------------------------------------------------------------------
     def read(self, text: str, shown: Shown) -> Any:
         """What the grader will take `text` to mean (raises ParseError or UnitMismatch)."""

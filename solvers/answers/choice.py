@@ -45,6 +45,14 @@ class Choice(Answer):
         other = next(c for c in self.choices if c != key)
         return TestInputs(str(key), other, "none of these")
 
+    def pin(self, value: Any) -> Any:
+        if value not in self.choices:
+            raise SpecError("golden", f"{value!r} is not one of the choices ({', '.join(self.choices)})")
+        return value
+
+    def pin_mismatch(self, pinned: Any, result: Any, rel: float | None) -> tuple[str, str] | None:
+        return None if result == pinned else (str(result), str(pinned))
+
     def read(self, text: str, shown: Shown) -> str:
         picked = match_choice(text, self.choices)
         if picked is None:

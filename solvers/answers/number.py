@@ -25,6 +25,8 @@ from solvers.parse import ParseError, parse_quantity
 from solvers.units import dim_name, format_number, format_quantity, is_multiplier, parse_unit
 
 DEFAULT_REL = 0.02
+PIN_REL = 1e-3  # a golden figure with decimals, where its entry gives no rel:
+PIN_EXACT = 1e-9  # a golden whole number: exact, but for the float rounding of a unit conversion
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,29 @@ class Number(Answer):
         """A typed answer this many times the key must grade wrong: twice the key (the classic
         slip) where the tolerance is tight enough to tell, else ten times."""
         return 2.0 if self.close_factor * self.tolerance < 1 else 10.0
+
+    def pin(self, value: Any) -> Any:
+        """A figure in the answer's unit, as a bare number typed in its box reads."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            hint = ""
+            if isinstance(value, str):
+                try:
+                    float(value)
+                    hint = " (YAML reads an exponent without its sign as text: write 2.4e+25)"
+                except ValueError:
+                    pass
+            raise SpecError("golden", f"expected a number in {self.unit or 'no unit'}, got {value!r}{hint}")
+        return value
+
+    def pin_mismatch(self, pinned: Any, result: Any, rel: float | None) -> tuple[str, str] | None:
+        """A whole number pins the key exactly, any other figure to a relative PIN_REL, unless the
+        entry gives its own rel: (then every figure of the entry, whole or not)."""
+        unit = parse_unit(self.unit)
+        value = unit.from_base(float(result))
+        tolerance = rel if rel is not None else PIN_EXACT if isinstance(pinned, int) else PIN_REL
+        if math.isclose(value, pinned, rel_tol=tolerance, abs_tol=1e-12):
+            return None
+        return format_quantity(float(result), self.unit, sig=7), format_quantity(unit.to_base(pinned), self.unit, sig=7)
 
     def read(self, text: str, shown: Shown) -> float:
         """The value in base units. A bare number is in the answer's unit ("0.4" in a % box

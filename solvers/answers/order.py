@@ -15,6 +15,7 @@ from solvers.answers.base import (
     Grade,
     Shown,
     Slip,
+    SpecError,
     TestInputs,
     letter,
     lettered_list,
@@ -60,6 +61,15 @@ class Order(Answer):
 
     def test_inputs(self, key: Any, shown: Shown) -> TestInputs:
         return TestInputs(letters(key, shown), letters(list(reversed(key)), shown), letter(len(shown)) * len(shown))
+
+    def pin(self, value: Any) -> Any:
+        """The items in their order, each once."""
+        if not isinstance(value, list) or sorted(map(str, value)) != sorted(self.items):
+            raise SpecError("golden", "expected every item of the order once, in order")
+        return tuple(value)
+
+    def pin_mismatch(self, pinned: Any, result: Any, rel: float | None) -> tuple[str, str] | None:
+        return None if tuple(result) == pinned else (" › ".join(result), " › ".join(pinned))
 
     def read(self, text: str, shown: Shown) -> list[str]:
         example = "".join(letter(i) for i in range(len(shown)))[::-1]

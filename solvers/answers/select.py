@@ -88,6 +88,30 @@ class Select(Answer):
         others = [o for o in shown if o not in key]
         return TestInputs(self.typed(key, shown), letters(others, shown) or NONE, letter(len(shown)))
 
+    def pin(self, value: Any) -> Any:
+        """Which options hold: a list names every option of the pool that holds (the others fail),
+        a mapping {option: true or false} pins just the options it names."""
+        if isinstance(value, list) and all(isinstance(o, str) for o in value) and len(set(value)) == len(value):
+            truth = {option: option in value for option in self.pool}
+            named = set(value)
+        elif isinstance(value, dict) and all(isinstance(holds, bool) for holds in value.values()):
+            truth, named = dict(value), set(value)
+        else:
+            raise SpecError("golden", "expected the options that hold (a list), or {option: true or false}")
+        if stray := sorted(named - set(self.pool)):
+            raise SpecError("golden", f"not an option of the pool: {stray[0]!r}")
+        return tuple(truth.items())
+
+    def pin_mismatch(self, pinned: Any, result: Any, rel: float | None) -> tuple[str, str] | None:
+        off = [(option, holds) for option, holds in pinned if bool(result[option]) != holds]
+        if not off:
+            return None
+
+        def said(flip: bool) -> str:
+            return "; ".join(f"'{option}' {'holds' if holds != flip else 'fails'}" for option, holds in off)
+
+        return said(True), said(False)
+
     def read(self, text: str, shown: Shown) -> list[str]:
         if text.strip().lower() == NONE:
             return []
