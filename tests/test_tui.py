@@ -302,6 +302,36 @@ def test_a_question_opens_at_its_prompt_with_the_first_answer_box_focused():
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize(("size", "out_of_sight"), [(SIZE, True), ((80, 60), False)])
+def test_answer_boxes_out_of_sight_are_built_after_the_first_frame(monkeypatch, size, out_of_sight):
+    """Below the fold the fields hold their rows empty for the first frame (the body as tall, so the same
+    scrollbar), then get their boxes and the first takes focus; fields on screen are built with it."""
+    first_frame = []
+    mounted = QuestionScreen.on_mount
+
+    def on_mount(self):
+        mounted(self)
+        self.call_after_refresh(lambda: first_frame.append(
+            ([f.pending for f in self.query("AnswerField")], self.query_one("#question-body").virtual_size)))
+
+    monkeypatch.setattr(QuestionScreen, "on_mount", on_mount)
+
+    async def scenario():
+        app = InfradrillApp()
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: app.drill is not None)
+            await open_default(app, pilot, "kv-bytes-per-token")
+            screen = app.screen
+            fields = list(screen.query("AnswerField"))
+            assert not any(f.pending for f in fields) and len(screen.query(Input)) == len(fields)
+            assert screen.focused is screen.query_one("#answer-kv_per_token")
+            pending, body_size = first_frame[0]
+            assert pending == [out_of_sight] * len(fields)
+            assert body_size == screen.query_one("#question-body").virtual_size
+
+    asyncio.run(scenario())
+
+
 def test_a_key_pressed_while_the_bank_loads_opens_its_screen_once_it_is_in():
     """`r` pressed right after launch used to say "still loading" and do nothing: the key was lost."""
     release = threading.Event()

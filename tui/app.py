@@ -5,6 +5,7 @@ Nothing here computes an answer: variants are made by solvers.engine in thread w
 """
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -151,9 +152,22 @@ class InfradrillApp(App):
     def _load(self) -> None:
         from tui.service import Drill, warm_up
 
-        drill = Drill.load(self.bank_loader)
-        self.call_from_thread(self._loaded, drill)
-        warm_up()
+        # The load creates some 100,000 objects that stay (sympy, the engine, the bank), and the collector would
+        # walk them and the app's own again and again as they come (~60 ms of CPU between the first paint and the
+        # first question) to find a few hundred of garbage. It pauses for the load, and what is alive after it is
+        # frozen: left out of every later collection, until the app exits.
+        gc.disable()
+        try:
+            drill = Drill.load(self.bank_loader)
+            self.call_from_thread(self._loaded, drill)
+            warm_up()
+        finally:
+            if self.is_running:  # (else on_unmount has thawed them already)
+                gc.freeze()
+            gc.enable()
+
+    def on_unmount(self) -> None:
+        gc.unfreeze()  # another app in this process (a test's) collects what this one left
 
     def _loaded(self, drill: Drill) -> None:
         self.drill = drill

@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import time
+from asyncio import gather
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from rich.cells import cell_len
 from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.geometry import Size
 from textual.markup import escape
 from textual.widgets import Header, Input, Static
 
@@ -32,6 +35,17 @@ def _params_table(solution: Solution) -> Table:
     for param in solution.problem_data():
         table.add_row(*plain(param.label, param.shown))
     return table
+
+
+def _below_the_fold(prompt: str, params: Table, size: Size) -> bool:
+    """Whether the first answer box is out of sight when the question opens. It starts at least the
+    prompt's rows and a row a parameter (margins included) down a body no taller than the screen less
+    the header, the title bar and the footer; a line of the prompt wraps to at least its length over
+    the body's width (the screen's less its padding)."""
+    width = max(1, size.width - 2)
+    prompt_rows = sum(max(1, -(-cell_len(line) // width)) for line in prompt.rstrip("\n").splitlines())
+    first_box = 1 + prompt_rows + 1 + params.row_count + 1
+    return first_box >= size.height - 3
 
 
 class QuestionScreen(AppScreen):
@@ -77,6 +91,7 @@ class QuestionScreen(AppScreen):
         self.hints_shown = 0
         self.confirm_empty = False
         self.confirm_leave = False
+        self.boxes_out_of_sight = False  # set in compose: the answer boxes are then built after the first frame
 
     def compose(self) -> ComposeResult:
         q = self.solution.question
@@ -90,12 +105,15 @@ class QuestionScreen(AppScreen):
             yield Static(f"{kind}[b]{escape(q.title)}[/b]  [dim]{q.group} · {q.topic}[/dim]  "
                          f"variant [b]{escape(str(self.solution.code))}[/b]", id="question-title")
             yield Static("0:00", id="timer")
+        prompt = followup.prompt if followup else self.solution.prompt
+        params = _params_table(self.solution)
+        self.boxes_out_of_sight = _below_the_fold(prompt, params, self.app.size)
         with VerticalScroll(id="question-body", can_focus=False):
-            yield Static(followup.prompt if followup else self.solution.prompt, id="prompt", markup=False)
-            yield Static(_params_table(self.solution), id="params")
+            yield Static(prompt, id="prompt", markup=False)
+            yield Static(params, id="params")
             asked = [q.answer(k) for k in followup.ask] if followup else list(q.answers)
             for number, spec in enumerate(asked, 1):
-                yield AnswerField(spec, number, self.solution.shown.get(spec.key, ()))
+                yield AnswerField(spec, number, self.solution.shown.get(spec.key, ()), pending=self.boxes_out_of_sight)
             yield Static("", id="hints")
         yield KeysFooter()
 
@@ -113,7 +131,19 @@ class QuestionScreen(AppScreen):
 
     def on_mount(self) -> None:
         self.set_interval(1, self._tick)
-        self.query(Input).first().focus(scroll_visible=False)
+        if self.boxes_out_of_sight:  # built once the prompt is on screen, after this refresh's other callbacks
+            self.call_after_refresh(self.call_later, self._build_boxes)
+        else:
+            self._focus_first_box()
+
+    async def _build_boxes(self) -> None:
+        await gather(*(field.build() for field in self.query(AnswerField)))
+        self._focus_first_box()  # once every box is in: typing, enter and the tests find them all
+
+    def _focus_first_box(self) -> None:
+        boxes = self.query(Input)
+        if boxes:  # none if the question was left before its boxes were built
+            boxes.first().focus(scroll_visible=False)
 
     def _tick(self) -> None:
         timer = self.query_one("#timer", Static)

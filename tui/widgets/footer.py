@@ -1,7 +1,9 @@
 """The screens' footer: Textual's, rebuilt only when the keys it shows change."""
 from __future__ import annotations
 
+from textual.app import ComposeResult
 from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
 
 
 class KeysFooter(Footer):
@@ -12,6 +14,12 @@ class KeysFooter(Footer):
     def __init__(self) -> None:
         super().__init__(compact=True)
         self._shown: tuple[tuple[str, str, str, bool, str], ...] | None = None
+
+    def compose(self) -> ComposeResult:
+        for widget in super().compose():
+            if isinstance(widget, FooterKey):  # else its `compact` watcher adds the class once mounted: a restyle a key
+                widget.set_class(self.compact, "-compact", update=False)
+            yield widget
 
     async def recompose(self) -> None:
         if not self.is_attached:  # a screen popped while its rebuild was queued
