@@ -132,11 +132,23 @@ def _key_form(value: object, spec: Answer) -> object:
     return value
 
 
+def _solved(bank: Bank, catalog: Catalog, code: VariantCode | str, where: str, problems: list[str]) -> Solution | None:
+    """The variant of `code` solved, or None with a line in `problems`: refused, or a solver bug (reported
+    with the variant that shows it)."""
+    try:
+        return make_variant(bank, catalog, VariantCode.parse(code) if isinstance(code, str) else code)
+    except (VariantError, Reject) as error:
+        problems.append(f"{where}: no variant ({error})")
+    except Exception as error:
+        problems.append(f"{where}: solver failed: {type(error).__name__}: {error}")
+    return None
+
+
 def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int, strict: bool = False) -> list[str]:
     """The bank self-test of one question over its default variant and `seeds` draws (what
     `infradrill validate` and the test suite both run); `strict` adds the interview-grade bar."""
     where = question.path
-    problems = []
+    problems: list[str] = []
     regimes: Counter[str] = Counter()
     # Self-graded checklists are the same list in every variant by nature; the bar limits their use instead.
     keys: dict[str, Counter[object]] = {a.key: Counter() for a in question.answers if not isinstance(a, Checklist)}
@@ -146,13 +158,8 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
     default: Solution | None = None
     for seed in [None, *range(seeds)]:
         label = "default variant" if seed is None else f"seed {seed}"
-        try:
-            solution = make_variant(bank, catalog, VariantCode(question.id, seed))
-        except (VariantError, Reject) as error:
-            problems.append(f"{where}: {label}: no variant ({error})")
-            continue
-        except Exception as error:  # a solver bug: report it with the variant that shows it
-            problems.append(f"{where}: {label}: solver failed: {type(error).__name__}: {error}")
+        solution = _solved(bank, catalog, VariantCode(question.id, seed), f"{where}: {label}", problems)
+        if solution is None:
             continue
         if seed is None:
             default = solution
@@ -201,17 +208,12 @@ def golden_problems(question: Question, bank: Bank, catalog: Catalog, default: S
     """A line for every answer a golden: entry pins that its variant's solver does not give (within
     the pin's tolerance), and for an entry whose variant cannot be made. `default`: the default
     variant, already solved."""
-    problems = []
+    problems: list[str] = []
     for index, entry in enumerate(question.golden):
         where, code = f"{question.path}:{entry.line}: golden[{index}]", f"{question.id}@{entry.variant}"
-        try:
-            solution = default if entry.variant == "default" and default else make_variant(
-                bank, catalog, VariantCode.parse(code))
-        except (VariantError, Reject) as error:
-            problems.append(f"{where}: {code}: no variant ({error})")
-            continue
-        except Exception as error:  # a solver bug: report it with the entry that shows it
-            problems.append(f"{where}: {code}: solver failed: {type(error).__name__}: {error}")
+        solution = default if entry.variant == "default" and default else _solved(
+            bank, catalog, code, f"{where}: {code}", problems)
+        if solution is None:
             continue
         for key, pinned in entry.expect:
             mismatch = question.answer(key).pin_mismatch(pinned, solution.sheet.results[key], entry.rel)
