@@ -48,6 +48,11 @@ def given_hbm_bandwidth(s: Sheet, gpu: Record, symbol: str = "BW") -> sympy.Symb
     return s.given(symbol, hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
 
 
+def given_usable_share(s: Sheet, symbol: str = "u") -> sympy.Symbol:
+    """The share of a GPU's HBM that weights and KV may fill: the conventions card's usable-hbm."""
+    return s.given(symbol, GPU_MEMORY_UTILIZATION, "%", "usable share of HBM (the card's usable-hbm)")
+
+
 def given_hbm_bytes(s: Sheet, gpu: Record, symbol: str = "M") -> sympy.Symbol:
     return s.given(symbol, hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
 

@@ -40,6 +40,7 @@ from solvers.models.common import (
     given_kv_bytes,
     given_model_params,
     given_peak_flops,
+    given_usable_share,
     given_weight_bytes,
     hbm_bytes,
 )
@@ -254,7 +255,7 @@ def usable_hbm(s: Sheet, gpu: Record, name: str = "M") -> sympy.Expr:
     """The HBM of one GPU that weights and KV may fill: its capacity (given as `name`) times the card's
     usable-hbm share."""
     M = given_hbm_bytes(s, gpu, name)
-    return M * s.given("u_HBM", GPU_MEMORY_UTILIZATION, "%", "usable fraction of HBM (the card's usable-hbm)")
+    return M * given_usable_share(s, "u_HBM")
 
 
 def decode_at_speed(s: Sheet, e: Engine, gpu, ar: AllReduceTerms, S: sympy.Expr, budget: sympy.Expr,

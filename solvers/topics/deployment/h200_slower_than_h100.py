@@ -10,13 +10,13 @@ from solvers.data import Record
 from solvers.derivation import Reject, Sheet, floor_of, max_of, min_of
 from solvers.models.collective import crosses_domain, tp_all_reduce
 from solvers.models.common import (
-    GPU_MEMORY_UTILIZATION,
     dtype_bytes,
     given_active_params,
     given_hbm_bandwidth,
     given_hbm_bytes,
     given_model_params,
     given_peak_flops,
+    given_usable_share,
     given_weight_bytes,
     hbm_bandwidth,
     peak_flops,
@@ -133,7 +133,7 @@ def solve(p, s: Sheet) -> None:
     eta_c = s.given("η_c", DEFAULT_CONSTANTS.compute, "%", "achievable fraction of peak compute")
     eta_bw = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%", "achievable fraction of HBM bandwidth")
     t_oh = s.given("t_oh", STEP_OVERHEAD, "ms", "fixed overhead per step")
-    u = s.given("u", GPU_MEMORY_UTILIZATION, "", "usable fraction of HBM")
+    u = given_usable_share(s)
     H_q, d_h = s.given("H_q", m.heads, "", "query heads"), s.given("d_h", m.head_dim, "", "head dim")
     A = s.step("attention_pair_flops", "Attention FLOPs per query-key pair", "A", 4 * L * H_q * d_h, "FLOP",
                "QKᵀ and PV, a multiply-add per head dimension each, per query head and layer")

@@ -6,12 +6,12 @@ import sympy
 from solvers.derivation import Reject, Sheet, Side, ceil_of, min_of
 from solvers.models.collective import all_reduce_terms, crosses_domain, stage_send, tp_all_reduce
 from solvers.models.common import (
-    GPU_MEMORY_UTILIZATION,
     dtype_bytes,
     given_config,
     given_hbm_bandwidth,
     given_hbm_bytes,
     given_model_params,
+    given_usable_share,
 )
 from solvers.models.kvcache import (
     kv_bytes_per_token_given,
@@ -147,7 +147,7 @@ def solve(p, s: Sheet) -> None:
                "every matrix shards evenly except k_proj and v_proj, which follow the KV heads: a GPU holds the "
                "same share of them as of the cache (vLLM's QKVParallelLinear replicates them past H_kv GPUs)")
     M = given_hbm_bytes(s, gpu)
-    u = s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable share of HBM (usable-hbm card)")
+    u = given_usable_share(s)
     held = s.step("held_per_gpu", "Weights and KV per GPU", "M_n", w + per_gpu, "GB",
                   "what each GPU must hold before activations")
     if s.compare(held, u * M) > 0:

@@ -7,11 +7,11 @@ from solvers.data import Record
 from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
 from solvers.models.collective import crosses_domain, tp_all_reduce
 from solvers.models.common import (
-    GPU_MEMORY_UTILIZATION,
     dtype_bytes,
     given_config,
     given_hbm_bytes,
     given_nic,
+    given_usable_share,
     peak_flops,
 )
 from solvers.models.moe import GATED_MATRICES, attention_params
@@ -125,7 +125,7 @@ def solve(p, s: Sheet) -> None:
     T = s.param("T", "context")
     KV_tok = sympy.Symbol("KV_tok")  # kv-bytes-per-token's figure, stated by the engine above
     M = given_hbm_bytes(s, p.gpu)
-    u = s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable share of HBM (usable-hbm)")
+    u = given_usable_share(s)
     H = sympy.Symbol("H_q")
     H_kv = given_config(s, p.model, "kv_heads")
 

@@ -14,6 +14,7 @@ from solvers.models.common import (
     given_kv_bytes,
     given_model_params,
     given_peak_flops,
+    given_usable_share,
     given_weight_bytes,
 )
 from solvers.models.kvcache import kv_bytes_per_token
@@ -158,7 +159,7 @@ def solve(p, s: Sheet) -> None:
                     "every token of the context keeps its keys and values")
     n = s.param("n", "tp")
     M = given_hbm_bytes(s, p.gpu)
-    u = s.given("u", GPU_MEMORY_UTILIZATION, "", "usable share of HBM (card: usable-hbm)")
+    u = given_usable_share(s)
     N = given_model_params(s, p.model)
     b_w = given_weight_bytes(s, p.weight_dtype)
     W = s.step("weights", "Weight bytes", "W", N * b_w, "GB", "every parameter once, split evenly over the TP group")

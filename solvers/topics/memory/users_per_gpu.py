@@ -17,6 +17,7 @@ from solvers.models.common import (
     given_hbm_bytes,
     given_model_params,
     given_peak_flops,
+    given_usable_share,
 )
 from solvers.models.kvcache import kv_bytes_per_token
 from solvers.units import format_number, format_quantity
@@ -184,7 +185,7 @@ def _layout_regime(s: Sheet, p, served, best, users16, tpot16, pp_note: str) -> 
 def solve(p, s: Sheet) -> None:
     G = s.param("G", "gpus")
     M = given_hbm_bytes(s, p.gpu)
-    u = s.given("u", GPU_MEMORY_UTILIZATION, "", "usable share of HBM (card: usable-hbm)")
+    u = given_usable_share(s)
     R = s.param("R", "reserve")
     N = given_model_params(s, p.model)
     usable = s.step("usable", "Usable memory per GPU", "M_use", M * u - R, "GB",

@@ -6,12 +6,12 @@ import sympy
 from solvers.derivation import Reject, Sheet, Side, floor_of, max_of, min_of
 from solvers.models.collective import all_reduce_terms, link_latency
 from solvers.models.common import (
-    GPU_MEMORY_UTILIZATION,
     dtype_bytes,
     given_hbm_bandwidth,
     given_hbm_bytes,
     given_model_params,
     given_peak_flops,
+    given_usable_share,
     hbm_bandwidth,
     hbm_bytes,
     peak_flops,
@@ -83,7 +83,7 @@ def solve(p, s: Sheet) -> None:
     N = given_model_params(s, p.model)
     b = s.given("b", dtype_bytes("bf16"), "B", "bytes per value (bf16 weights and KV cache)")
     n = s.param("n", "gpus")
-    u = s.given("u", GPU_MEMORY_UTILIZATION, "", "usable fraction of HBM (usable-hbm)")
+    u = given_usable_share(s)
     C = s.param("C", "context")
     B_s = s.param("B_s", "small_batch")
     o, w = _Gpu(s, old, "old"), _Gpu(s, new, "new")

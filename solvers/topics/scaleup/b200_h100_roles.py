@@ -9,12 +9,12 @@ from solvers.conventions import convention_value
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
 from solvers.models.collective import link_bandwidth
 from solvers.models.common import (
-    GPU_MEMORY_UTILIZATION,
     given_active_params,
     given_config,
     given_hbm_bandwidth,
     given_hbm_bytes,
     given_peak_flops,
+    given_usable_share,
     hbm_bandwidth,
     peak_flops,
 )
@@ -186,7 +186,7 @@ def solve(p, s: Sheet) -> None:
     nic_B = s.given("BW_NIC_B", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name} per B200 GPU, each direction")
     nic_H = s.given("BW_NIC_H", p.old_nic.gbit_s * 1e9 / 8, "GB/s",
                     f"{p.old_nic.name} per {old.name} GPU, each direction (kept: a PCIe Gen5 host)")
-    u = s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable HBM (usable-hbm)")
+    u = given_usable_share(s)
     eta_c = s.given("η_c", convention_value("step-compute"), "%", "achievable compute (step-compute)")
     eta_bw = s.given("η_bw", convention_value("step-bandwidth"), "%", "achievable bandwidth (step-bandwidth)")
     t_oh = s.given("t_oh", convention_value("step-overhead") * 1e-3, "ms", "overhead per step (step-overhead)")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side, floor_of, min_of
 from solvers.models.collective import tp_all_reduce
-from solvers.models.common import GPU_MEMORY_UTILIZATION, given_hbm_bytes, require_context
+from solvers.models.common import GPU_MEMORY_UTILIZATION, given_hbm_bytes, given_usable_share, require_context
 from solvers.models.scheduling import require_realistic_tp, step_constants, tokens_text
 from solvers.models.steptime import (
     Engine,
@@ -56,7 +56,7 @@ def solve(p, s: Sheet) -> None:
     L_out = s.param("L_out", "reply")
     v = s.param("v", "speed")
     M = given_hbm_bytes(s, p.gpu)
-    u = s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable fraction of HBM (the card's usable-hbm)")
+    u = given_usable_share(s)
     BW_h = s.param("BW_host", "host_link")
 
     pool = s.step("pool_bytes", "KV pool per GPU", "M_KV", M * u - e.W / e.TP, "GB",

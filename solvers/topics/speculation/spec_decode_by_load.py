@@ -4,7 +4,13 @@ from __future__ import annotations
 import math
 
 from solvers.derivation import Reject, Sheet, Side, floor_of, min_of
-from solvers.models.common import GPU_MEMORY_UTILIZATION, given_hbm_bytes, hbm_bytes, require_context
+from solvers.models.common import (
+    GPU_MEMORY_UTILIZATION,
+    given_hbm_bytes,
+    given_usable_share,
+    hbm_bytes,
+    require_context,
+)
 from solvers.models.speculation import GAMMAS, LoadModel, expected_tokens, speculative_round, tokens_per_round
 from solvers.models.steptime import decode_costs, engine
 from solvers.units import format_number, format_quantity
@@ -109,7 +115,7 @@ def solve(p, s: Sheet) -> None:
     S = s.param("S", "context")
     costs = decode_costs(s, e, p.model, p.gpu, p.tp, S)
     B_max = s.param("B_max", "max_num_seqs")
-    u = s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable HBM (usable-hbm)")
+    u = given_usable_share(s)
     M = given_hbm_bytes(s, p.gpu)
     fits = s.step("kv_room", "Sequences whose KV fits at this context", "B_kv",
                   floor_of((u * M - e.W / e.TP) / (e.KV * S)), "sequences",

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of
-from solvers.models.common import GPU_MEMORY_UTILIZATION, given_hbm_bytes
+from solvers.models.common import given_hbm_bytes, given_usable_share
 from solvers.models.speculation import expected_tokens, speculative_round, tokens_per_round
 from solvers.models.steptime import DecodeCosts, Engine, decode_costs, engine
 from solvers.units import format_number, format_quantity
@@ -156,7 +156,7 @@ def solve(p, s: Sheet) -> None:
         raise Reject("the verify pass never turns compute-bound at this context")
     even = _break_even(s, e, costs, E, gamma, c)
     room = s.step("kv_room", "Sequences whose KV fits", "B_kv",
-                  floor_of((s.given("u", GPU_MEMORY_UTILIZATION, "%", "usable HBM (usable-hbm)")
+                  floor_of((given_usable_share(s)
                                * given_hbm_bytes(s, p.gpu) - e.W / e.TP)
                               / (e.KV * (S + gamma + 1))), "sequences",
                   "usable HBM less the weights, over each sequence's KV with room for its γ+1 lookahead slots")
