@@ -31,7 +31,8 @@ def test_kv_cache_tiers_pins_what_the_key_assumes(bank, variant):
     in the prompt; a write-through faster than the drives write is capped at their write rate (pinned in the
     question file), and four drives keep up."""
     prompt = variant("kv-cache-tiers@default").prompt
-    assert "tp-all-reduce" in prompt and "all eight GPUs reading at once" in prompt and "bf16 KV" in prompt and "back to back" in prompt
+    assert "tp-all-reduce" in prompt and "all eight GPUs reading at once" in prompt and "back to back" in prompt
+    assert "(bf16 weights, bf16 KV)" in prompt and "matmul-precision" in prompt
     assert "(1 drive of 3.84 TB" in prompt  # the drive count reads as a count, not "1 drive(s)"
     more = variant("kv-cache-tiers@default+drives=4").sheet.results
     assert more["write_rate"] == pytest.approx(more["kv_produced"])

@@ -55,8 +55,8 @@ def _design(s: Sheet, p, e, work, D, times, values, comm) -> None:
             f"{s.text(v_S)} against {s.text(v_D)}")
     # An fp8 cache halves the fetch and, by matmul-precision, moves attention's recompute to the fp8 peak.
     _, P_fp8 = given_matmul_peaks(s, p.gpu, p.dtype, "fp8", attention_symbol="P_fp8")
-    re_fp8 = s.evaluate((max_of(work.bytes / e.byte_rate, replace(e, P_att=P_fp8).math_time(2 * e.N * D, e.A * D**2 / 2))
-                         + comm) / D)
+    fp8_math = replace(e, P_att=P_fp8).math_time(2 * e.N * D, e.A * D**2 / 2)
+    re_fp8 = s.evaluate((max_of(work.bytes / e.byte_rate, fp8_math) + comm) / D)
     s.judge("design", "the NVMe tier would pay with an fp8 KV cache (half the bytes to fetch)", ssd / 2 < re_fp8,
             f"half the bytes: {us(ssd / 2)} a token against {us(re_fp8)} to recompute it, attention at the fp8 peak")
     s.judge("design", "the NVMe tier would still pay with drives at half the read rate", 2 * ssd < re,
