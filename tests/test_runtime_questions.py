@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import sympy
 
+from solvers.followup import follow_up
+
 DAY = 86400.0
 
 # --- kv-cache-tiers ------------------------------------------------------------------------
@@ -55,6 +57,15 @@ def test_kv_cache_tiers_properties(variant, seed):
     assert r["admit_share"] * r["kv_produced"] == pytest.approx(r["lifetime"] * r["write_rate"] / (1826 * DAY))
     assert r["ttft_tiers"] < r["prefill_time"]
     assert r["design"]["keep an NVMe tier: its hits beat recomputing"] == (r["regime"] == "nvme-pays")
+
+
+def test_kv_cache_tiers_follow_up_is_mostly_a_declared_push(bank, catalog, variant):
+    """Key check 2: '+model=llama-3-8b+tp=1' crosses only where the NVMe tier pays. The declared pushes now
+    cross from either side; a generated one is left only where none of them does (8 of 101 seeds)."""
+    declared = {tuple(sorted(f.set)) for f in bank.get("kv-cache-tiers").followups}
+    taken = [tuple(sorted(follow_up(variant(f"kv-cache-tiers@{seed}"), catalog).solution.code.overrides))
+             for seed in range(7001, 7031)]
+    assert sum(push in declared for push in taken) >= 26, taken
 
 
 def test_longer_prompts_raise_the_recompute(variant):

@@ -6,6 +6,8 @@ import math
 
 import pytest
 
+from solvers.followup import follow_up
+
 GiB = 2**30
 
 
@@ -54,6 +56,15 @@ def test_million_token_context_model_changes_count_their_weights(variant):
     K and V projections leave 405.85 GB / 8 less 126 x 2 x 16,384 x 120 x 128 / 8 B of room a GPU."""
     r = variant("million-token-context@default+model=llama-3.1-405b+weight_dtype=fp8").sheet.results
     assert r["kv_room_mha"] == pytest.approx(72e9 - 405.85e9 / 8 - 126 * 2 * 16384 * 120 * 128 / 8)
+
+
+def test_million_token_context_follow_up_is_a_declared_push(bank, catalog, variant):
+    """Key check 2: '+context=262144' was refused on most seeds and the app fell back to a generated push. The
+    declared pushes now cross from either side: every one of 30 seeds takes one of them."""
+    declared = {tuple(sorted(f.set)) for f in bank.get("million-token-context").followups}
+    for seed in range(7001, 7031):
+        pushed = follow_up(variant(f"million-token-context@{seed}"), catalog).solution
+        assert tuple(sorted(pushed.code.overrides)) in declared, pushed.code
 
 
 @pytest.mark.parametrize("seed", range(25))
