@@ -56,9 +56,10 @@ def _design(s: Sheet, p, e, work, D, times, values, comm) -> None:
     # An fp8 cache halves the fetch and, by matmul-precision, moves attention's recompute to the fp8 peak.
     _, P_fp8 = given_matmul_peaks(s, p.gpu, p.dtype, "fp8", attention_symbol="P_fp8")
     fp8_math = replace(e, P_att=P_fp8).math_time(2 * e.N * D, e.A * D**2 / 2)
-    re_fp8 = s.evaluate((max_of(work.bytes / e.byte_rate, fp8_math) + comm) / D)
-    s.judge("design", "the NVMe tier would pay with an fp8 KV cache (half the bytes to fetch)", ssd / 2 < re_fp8,
-            f"half the bytes: {us(ssd / 2)} a token against {us(re_fp8)} to recompute it, attention at the fp8 peak")
+    re_fp8 = (max_of(work.bytes / e.byte_rate, fp8_math) + comm) / D
+    s.judge("design", "the NVMe tier would pay with an fp8 KV cache (half the bytes to fetch)",
+            s.compare(t_ssd / 2, re_fp8) < 0, f"half the bytes: {us(ssd / 2)} a token against "
+            f"{us(s.evaluate(re_fp8))} to recompute it, attention at the fp8 peak")
     s.judge("design", "the NVMe tier would still pay with drives at half the read rate", 2 * ssd < re,
             f"the fetch doubles to {us(2 * ssd)} a token against {s.text(t_re)}")
     faster = s.evaluate((max_of(work.bytes / e.byte_rate, work.math / 2) + comm) / D)
