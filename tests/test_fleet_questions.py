@@ -37,6 +37,21 @@ def test_restart_young_interval_minimises_the_loss(variant, seed):
         assert solution.expected[key] == pytest.approx(best, rel=1e-4)
 
 
+def test_restart_prompt_names_youngs_interval(variant):
+    """key-check-2: "the best interval" read as Daly's higher-order estimate, √(2CM)·(1 + ⅓·√(C/2M) + C/18M) − C,
+    sits past the 3% tolerance from Young's in some draws (a long save against a short MTBF). The prompt names
+    Young's, the minimum of the question's own first-order loss (tested above)."""
+    assert "Young's interval for each save" in variant("restart-goodput@default").prompt
+    gaps = []
+    for seed in range(100):
+        solution = variant(f"restart-goodput@{seed}")
+        p = {param.name: param.value for param in solution.params}
+        C, M = p["ckpt_storage"], 1 / p["restarts"]
+        daly = (2 * C * M) ** 0.5 * (1 + (C / (2 * M)) ** 0.5 / 3 + C / (18 * M)) - C
+        gaps.append(abs(daly / solution.expected["young_storage"] - 1))
+    assert max(gaps) > 0.03
+
+
 def _restart_parts(p):
     """The loss today split by what sets it: the interval (stalls and redone work) or each failure."""
     interval_part = p["ckpt_storage"] / p["interval"] + p["restarts"] * p["interval"] / 2
