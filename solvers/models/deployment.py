@@ -14,7 +14,7 @@ from solvers.models.common import (
     hbm_bandwidth,
     peak_flops,
 )
-from solvers.models.steptime import DEFAULT_CONSTANTS
+from solvers.models.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD
 
 # vLLM v0.10.1's largest CUDA-graph capture size by default: SchedulerConfig.cuda_graph_sizes = [min(2 x
 # max_num_seqs, 512)] (PR #20628), and every draw's max_num_seqs is at least 256.
@@ -82,8 +82,9 @@ def step_times(p, knobs: Knobs, kv: float, rings: dict[bool, tuple[float, float]
 
     fixed, per_token = rings[knobs.bridged]
     gemm = 2 * m.active_params_b * 1e9
-    ttft = kernels(W, gemm * p.prompt, pair * p.prompt**2 / 2) + fixed + per_token * p.prompt + c.overhead
+    ttft = kernels(W, gemm * p.prompt, pair * p.prompt**2 / 2) + fixed + per_token * p.prompt + STEP_OVERHEAD
     B = knobs.batch
     eager = m.layers * p.eager_per_layer if B > CAPTURE_LIMIT and not knobs.graphs else 0.0
-    tpot = kernels(W + B * p.context * kv, gemm * B, pair * p.context * B) + fixed + per_token * B + c.overhead + eager
+    tpot = (kernels(W + B * p.context * kv, gemm * B, pair * p.context * B) + fixed + per_token * B + STEP_OVERHEAD
+            + eager)
     return ttft, tpot
