@@ -32,7 +32,7 @@ import sympy
 
 from solvers.conventions import convention_value
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, ceil_of, floor_of, max_of, min_of
 from solvers.models.collective import AllReduceTerms, all_reduce_terms
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
@@ -201,6 +201,23 @@ def step_time(s: Sheet, e: Engine, tag: str, label: str, work: StepWork, key: st
                    + ("" if communication == 0 else ", then the all-reduces")
                    + ("" if e.t_oh is None else ", plus overhead"))
     return s.step(key or f"t_{tag}", f"Time of the {label}", f"t_{tag}", expr, "ms", why or default_why)
+
+
+def growing_steps_time(s: Sheet, e: Engine, tag: str, label: str, count: sympy.Expr, first: StepWork,
+                       growth: sympy.Expr, communication: sympy.Expr = sympy.S.Zero, why: str = "") -> sympy.Symbol:
+    """Total time of `count` steps, each priced as step_time prices one, that read the same bytes while
+    their FLOPs grow by `growth` from one step to the next (a prompt's chunks: each attends to the
+    chunks before it). The first steps may be short of math and wait on their reads: k counts them,
+    and the rest sum their FLOPs in closed form. `communication` is per step."""
+    t_read = first.bytes / e.byte_rate
+    k = s.step(f"read_bound_{tag}", f"Of the {label}, steps that wait on their reads", f"k_{tag}",
+               min_of(count, max_of(0, ceil_of((t_read * e.flop_rate - first.flops) / growth))), "steps",
+               "a step whose FLOPs over the achievable FLOP/s fall short of its read time takes the read time")
+    computing = ((count - k) * first.flops + growth * (count * (count - 1) - k * (k - 1)) / 2) / e.flop_rate
+    per_step = communication if e.t_oh is None else communication + e.t_oh
+    return s.step(f"t_{tag}", f"Time of the {label}", f"t_{tag}", k * t_read + computing + count * per_step, "ms",
+                  why or "the read-bound steps at their read time, the others at their FLOPs (an arithmetic "
+                  "series), each with its fixed costs")
 
 
 def all_reduce_steps(s: Sheet, model: Record, gpu: Record, tp: int, nic: Record | None = None,
