@@ -177,8 +177,9 @@ def test_h200_what_ifs_match_the_sheet(variant, seed):
         p["part"]["name"]]) > 0
     bridged = p["tp"] > p["part"]["nvlink_domain"]
     phi = p["power_cap"] ** (1 / 3)
-    from solvers.models.deployment import matmul_peaks
-    knobs = Knobs(peaks=matmul_peaks(p.part, p.dtype), bridged=bridged, throttle=phi,
+    from solvers.models.common import matmul_peaks
+    from solvers.models.deployment import KV_DTYPE
+    knobs = Knobs(peaks=matmul_peaks(p.part, p.dtype, KV_DTYPE), bridged=bridged, throttle=phi,
                   penalty=1.0 if tuned else p.default_penalty, batch=int(r["batch_n"]), graphs=False)
     ttft, tpot = step_times(p, knobs, r["kv_per_token_gpu"], {bridged: bridge_ring(p, bridged)})
     assert ttft == pytest.approx(r["ttft_n"], rel=1e-9)

@@ -12,7 +12,6 @@ from solvers.models.collective import all_reduce_terms
 from solvers.models.common import (
     dtype_bytes,
     hbm_bandwidth,
-    peak_flops,
 )
 from solvers.models.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD
 
@@ -33,11 +32,6 @@ def device_name(gpu: Record) -> str:
 
 # The questions' KV cache is bf16: attention (QKᵀ, PV) runs at its peak, the weight GEMMs at the weights' dtype.
 KV_DTYPE = "bf16"
-
-
-def matmul_peaks(gpu: Record, dtype: str) -> tuple[float, float]:
-    """Dense peaks in FLOP/s of (the weight GEMMs, attention) for `dtype` weights over the bf16 cache."""
-    return peak_flops(gpu, dtype), peak_flops(gpu, KV_DTYPE)
 
 
 @dataclass(frozen=True)

@@ -208,12 +208,13 @@ def growing_steps_time(s: Sheet, e: Engine, tag: str, label: str, count: sympy.E
     """Total time of `count` steps, each priced as step_time prices one, that read the same bytes while
     their FLOPs grow by `growth` from one step to the next (a prompt's chunks: each attends to the
     chunks before it). The first steps may be short of math and wait on their reads: k counts them,
-    and the rest sum their FLOPs in closed form. `communication` is per step."""
+    and the rest sum their math in closed form. `communication` is per step."""
     t_read = first.bytes / e.byte_rate
+    dt = growth / e.attention_rate  # the growth is attention's: priced at the cache's peak
     k = s.step(f"read_bound_{tag}", f"Of the {label}, steps that wait on their reads", f"k_{tag}",
-               min_of(count, max_of(0, ceil_of((t_read * e.flop_rate - first.flops) / growth))), "steps",
-               "a step whose FLOPs over the achievable FLOP/s fall short of its read time takes the read time")
-    computing = ((count - k) * first.flops + growth * (count * (count - 1) - k * (k - 1)) / 2) / e.flop_rate
+               min_of(count, max_of(0, ceil_of((t_read - first.math) / dt))), "steps",
+               "a step whose math falls short of its read time takes the read time")
+    computing = (count - k) * first.math + dt * (count * (count - 1) - k * (k - 1)) / 2
     per_step = communication if e.t_oh is None else communication + e.t_oh
     return s.step(f"t_{tag}", f"Time of the {label}", f"t_{tag}", k * t_read + computing + count * per_step, "ms",
                   why or "the read-bound steps at their read time, the others at their FLOPs (an arithmetic "

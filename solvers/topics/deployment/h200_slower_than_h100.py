@@ -14,11 +14,12 @@ from solvers.models.common import (
     given_active_params,
     given_hbm_bandwidth,
     given_hbm_bytes,
+    given_matmul_peaks,
     given_model_params,
-    given_peak_flops,
     given_usable_share,
     given_weight_bytes,
     hbm_bandwidth,
+    matmul_peaks,
 )
 from solvers.models.deployment import (
     CAPTURE_LIMIT,
@@ -27,7 +28,6 @@ from solvers.models.deployment import (
     Knobs,
     bridge_ring,
     device_name,
-    matmul_peaks,
     step_times,
 )
 from solvers.models.kvcache import kv_bytes_per_token_per_gpu_given
@@ -52,15 +52,6 @@ MECHANISMS = {
     "eager": "batches past the CUDA-graph capture size running eager",
     "hbm": "HBM3e bandwidth lower than the H100's HBM3",
 }
-
-
-def _matmul_peaks(s: Sheet, gpu: Record, dtype: str, tag: str) -> tuple[sympy.Symbol, sympy.Symbol]:
-    """The peaks (weight GEMMs, attention) run at: the weights' dtype and the bf16 KV cache's; one given where
-    they are the same figure."""
-    weights = given_peak_flops(s, gpu, dtype, f"P_{tag}")
-    if dtype == KV_DTYPE:
-        return weights, weights
-    return weights, given_peak_flops(s, gpu, KV_DTYPE, f"P_att_{tag}")
 
 
 @dataclass(frozen=True)
@@ -138,7 +129,8 @@ def _mechanisms(s: Sheet, p, knobs: Knobs, kv: float, B_o: int, tuned: bool, bri
                 f"without it TTFT would be {format_number(g_ttft, 3)}x and TPOT {format_number(g_tpot, 3)}x faster")
 
     nvl = p.part.name == "H200 NVL"
-    judge("nvl", nvl, {"peaks": matmul_peaks(sxm, p.dtype)}, f"an {p.part.name} runs at the H100's tensor peak")
+    judge("nvl", nvl, {"peaks": matmul_peaks(sxm, p.dtype, KV_DTYPE)},
+          f"an {p.part.name} runs at the H100's tensor peak")
     judge("bridge", bridged, {"bridged": False},
           f"TP {p.tp} stays on NVLink" + (" within one bridge group" if nvl else ""))
     judge("cap", p.power_cap < 1, {"throttle": 1.0}, "the board runs at its full rated power")
@@ -191,7 +183,7 @@ def solve(p, s: Sheet) -> None:
 
     sides = {}
     for tag, gpu in (("o", old), ("n", new)):
-        peaks = _matmul_peaks(s, gpu, p.dtype, tag)
+        peaks = given_matmul_peaks(s, gpu, p.dtype, KV_DTYPE, f"P_{tag}", f"P_att_{tag}")
         BW = given_hbm_bandwidth(s, gpu, f"BW_{tag}")
         M = given_hbm_bytes(s, gpu, f"M_{tag}")
         pool = s.step(f"pool_{tag}", f"KV pool per GPU on {gpu.name}", f"F_{tag}", M * u - W / TP, "GB",
@@ -244,7 +236,7 @@ def solve(p, s: Sheet) -> None:
     s.choose("regressed", {(True, True): "ttft-and-tpot", (True, False): "ttft-only", (False, True): "tpot-only",
                            (False, False): "neither"}[worse])
 
-    knobs = Knobs(peaks=matmul_peaks(new, p.dtype), bridged=bridged, throttle=s.value(phi),
+    knobs = Knobs(peaks=matmul_peaks(new, p.dtype, KV_DTYPE), bridged=bridged, throttle=s.value(phi),
                   penalty=1.0 if tuned else p.default_penalty,
                   batch=int(B_n), graphs=False)
     _mechanisms(s, p, knobs, s.value(KV), int(B_o), tuned, bridged, ratios)
