@@ -45,6 +45,10 @@ def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
     for declared in question.followups:
         try:
             changes = {name: parse_override(question.parameter(name), text, catalog) for name, text in declared.set}
+            # A value the variant already has is no move (a push of batch and GPUs drawn at those GPUs).
+            changes = {name: value for name, value in changes.items() if value != solution.param(name).raw}
+            if not changes:
+                continue
             if "regime" in declared.ask and _stays(solution, _scan(solution, catalog, changes, scanned)):
                 continue  # floats say it stays on this side: no exact solve to learn that
             pushed = revise(solution, catalog, changes)

@@ -231,7 +231,42 @@ def test_moe_calibration_prompt_gives_the_crossover_the_key_uses(bank, variant):
     assert crossover == pytest.approx(simulate(0.01).crossover, abs=0.005)
     solution = variant(f"{MOE}@default")
     assert "from 2.45 tokens per input dimension" in solution.prompt and "widest input" in solution.prompt
-    assert variant(f"{MOE}@default+model=mixtral-8x7b+samples=2048+rare=30").sheet.results["d_in"] == 14_336
+    assert variant(f"{MOE}@default+model=mixtral-8x7b+samples=2048+rare=40").sheet.results["d_in"] == 14_336
+
+
+def test_moe_calibration_push_moves_the_set_wherever_a_set_can_cross(variant, catalog):
+    """Where some drawable set size puts the rarest expert clearly on the other side of the crossover, the follow-up
+    is a declared set-size push; the one +samples=2048 crossed in 40 of 100 seeds."""
+    from solvers.engine import VariantError
+    from solvers.followup import follow_up
+
+    def regime(code: str) -> str | None:
+        try:
+            return variant(code).expected["regime"]
+        except VariantError:
+            return None  # within 1.5x of the crossover, or no such draw
+
+    for seed in range(7001, 7041):
+        solution = variant(f"{MOE}@{seed}")
+        here = solution.expected["regime"]
+        crossable = any(regime(f"{MOE}@{seed}+samples={n}") not in (None, here) for n in (128, 256, 512, 1024, 2048))
+        pushed = follow_up(solution, catalog)
+        moved = {name for name, _ in pushed.solution.code.overrides}
+        assert (moved == {"samples"} and pushed.solution.expected["regime"] != here) == crossable, seed
+
+
+def test_moe_calibration_mixtral_rarest_expert_stays_near_the_mean(bank, catalog):
+    """Mixtral's 8 experts each take near 1/8 of the picks (its routing analysis): no draw puts its rarest expert
+    under 40% of the mean; the many-expert routers keep the 2% floor."""
+    from solvers.engine import VariantCode, make_variant
+
+    shares = {}
+    for seed in range(7001, 7201):
+        solution = make_variant(bank, catalog, VariantCode.parse(f"{MOE}@{seed}"))
+        model = solution.param("model").value
+        shares.setdefault(model.experts, []).append(solution.param("rare").value)
+    assert min(shares[8]) >= 0.4
+    assert min(min(v) for e, v in shares.items() if e > 8) < 0.05
 
 
 def test_gptq_crossover_is_a_few_times_d_in():

@@ -256,8 +256,8 @@ def test_b200_h100_roles_decisions(variant, seed):
     replica = r[f"prefill_{pool_gpu}"] * r[f"nodes_{pool_gpu}"]
     assert r["prefill_pool"] == r[f"nodes_{pool_gpu}"] * math.ceil(p["rate"] * p["prompt"] / (0.8 * replica) - 1e-9)
     assert 0 < r["load_batch"] <= r[f"batch_{'H' if pool_gpu == 'B' else 'B'}"] + 1e-9
-    fix = "one FP8 checkpoint quantized with power-of-two scales, served by both pools, closes the gap"
-    assert r["why"][fix] == (p["b200_format"] == "fp8")
+    from solvers.topics.scaleup.b200_h100_roles import ONE_CHECKPOINT
+    assert r["why"][ONE_CHECKPOINT] == (p["b200_format"] == "fp8")
     assert r["why"]["the prefill pool takes more nodes than the decode pool"] == (r["prefill_pool"] > r["decode_pool"])
     handoff = "the KV handoff takes longer than a decode step at this load"
     assert r["why"][handoff] == (r["kv_handoff"] > 1 / r["per_user"])
