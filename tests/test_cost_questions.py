@@ -402,6 +402,22 @@ def test_voice_sessions_closed_form_against_the_step_model(variant):
     assert checked >= 10
 
 
+@pytest.mark.parametrize("code", [f"voice-latency-budget@{seed}" for seed in range(40)]
+                         + ["voice-latency-budget@7090", "voice-latency-budget@117",
+                            "voice-latency-budget@default+endpointing=100"])
+def test_voice_largest_line_is_the_first_of_the_largest_in_the_budget_order(variant, code):
+    """The label's rule by hand, in whole milliseconds: the largest line, a tie to the first in the answer's
+    list (a wait before any model, so the regime's tie agrees); whether it is a model follows from it."""
+    solution = variant(code)
+    ms = {name: round(1000 * _value(solution, name)) for name in ("endpointing", "network", "asr", "tts")}
+    lines = {"endpointing": ms["endpointing"], "network": ms["network"], "ASR": ms["asr"],
+             "LLM": 300 - sum(ms.values()), "TTS": ms["tts"]}
+    assert list(lines) == list(solution.question.answer("largest_line").choices)
+    largest = next(name for name, t in lines.items() if t == max(lines.values()))
+    assert solution.expected["largest_line"] == largest
+    assert solution.expected["regime"] == ("a-model" if largest in ("ASR", "LLM", "TTS") else "not-a-model")
+
+
 def test_voice_follow_up_turns_the_llm_into_the_largest_line(variant, catalog):
     """A semantic turn detector at 60 ms: the LLM's line grows to 140 ms, becomes the largest, and TP 4
     (108 ms) now makes it."""
