@@ -85,6 +85,8 @@ def solve(p, s: Sheet) -> None:
                             price / tps * mtok, "$", "a GPU-hour's price over the tokens that GPU-hour produces"))
         checks.append((row["change"], tpot, quality))
     base = costs[0]
+    if s.compare(checks[0][1], slo) > 0:
+        raise Reject("the baseline already misses the SLO: no change is audited against a service that fails it")
     candidates = list(range(1, len(rows)))
     cheapest = min(candidates, key=lambda i: s.value(costs[i]))
     s.choose("headline", rows[cheapest]["change"])
