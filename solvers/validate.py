@@ -15,6 +15,7 @@ Each problem is one line naming the file (and the field or seed where it applies
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import numpy as np
 
 from solvers.answers import CLOSE, CORRECT, UNPARSED, WRONG, Answer, Checklist, Select
 from solvers.bank import (
+    PLACEHOLDER,
     Bank,
     Question,
     QuestionError,
@@ -99,6 +101,29 @@ def prompt_report(bank: Bank, catalog: Catalog) -> list[tuple[str, int]]:
     return long
 
 
+# A name may hold a digit (fp8, bf16, H100, TP8, E4M3, node1, p99): a word that starts with a letter.
+_NAME = re.compile(r"\b[A-Za-z][A-Za-z0-9_.]*")
+
+
+def typed_figures(question: Question) -> list[str]:
+    """A line for every answer label or listed text that types a digit: a threshold or ratio typed there
+    can disagree with the one the solver compares against, so it must be a {field} of the parameter
+    the solver reads. Names are not figures: a word that starts with a letter, or a text the question
+    declares under `literals:` (a name that starts with a digit or holds a space: 'TP 2', '1-SM')."""
+    problems = []
+    for spec in question.answers:
+        for text in spec.texts:
+            bare = PLACEHOLDER.sub("", text)
+            for literal in sorted(question.literals, key=len, reverse=True):
+                bare = bare.replace(literal, "")
+            if re.search(r"\d", _NAME.sub("", bare)):
+                problems.append(f"{question.path}: answers.{spec.key}: {text!r} types a figure: a threshold or "
+                                "ratio is a {field} of the parameter the solver reads (a fixed: one for a "
+                                "constant); a name with a digit that starts with one or holds a space goes "
+                                "under literals:")
+    return problems
+
+
 def question_files(paths: list[Path]) -> list[Path]:
     """The question files named, or under the folders named, each folder as a bank load reads it."""
     files = []
@@ -156,6 +181,7 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
     options: dict[tuple[str, str], OptionTally] = {}
     prompts: list[tuple[int, str]] = []  # (lines, variant): drawn names and figures lengthen some prompts
     default: Solution | None = None
+    problems += typed_figures(question)
     for seed in [None, *range(seeds)]:
         label = "default variant" if seed is None else f"seed {seed}"
         solution = _solved(bank, catalog, VariantCode(question.id, seed), f"{where}: {label}", problems)

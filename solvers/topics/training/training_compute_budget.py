@@ -18,10 +18,7 @@ def _wall_clock(T_c, C, tau, a, R):
     return T_c * (1 + C / tau) / (1 - a * (R + tau / 2))
 
 
-SHORTER = 0.02  # a lever shortens the schedule when it saves at least this share of it
-
-
-def _schedule_levers(s: Sheet, v: dict[str, sympy.Symbol]) -> None:
+def _schedule_levers(s: Sheet, v: dict[str, sympy.Symbol], shorter: sympy.Expr) -> None:
     """Which changes shorten the schedule: each one re-solved on the same wall-clock equation."""
     T_c, C, tau, a, R, W = (v[k] for k in ("T_c", "C", "tau", "a", "R", "W"))
     now = s.text(W)
@@ -37,7 +34,7 @@ def _schedule_levers(s: Sheet, v: dict[str, sympy.Symbol]) -> None:
             continue
         wall = _wall_clock(days, C, interval, rate, restart)
         saved = 1 - s.evaluate(wall / W)
-        s.judge("levers", option, s.compare(wall, (1 - SHORTER) * W) <= 0,
+        s.judge("levers", option, s.compare(wall, (1 - shorter) * W) <= 0,
                 f"{format_quantity(s.evaluate(wall), 'days')} against {now} today: "
                 + (f"{format_quantity(saved, '%')} shorter" if saved > 0 else f"{format_quantity(-saved, '%')} longer"))
 
@@ -126,6 +123,6 @@ def solve(p, s: Sheet) -> None:
     s.slip("a whole interval rewound per failure, not half", on="lost_per_failure",
            factor=(p.restart + p.ckpt_interval) / (p.restart + p.ckpt_interval / 2))
 
-    _schedule_levers(s, {"T_c": T_c, "C": C, "tau": tau, "a": a, "R": R, "W": W})
+    _schedule_levers(s, {"T_c": T_c, "C": C, "tau": tau, "a": a, "R": R, "W": W}, s.param("s_L", "shorter"))
     _schedule_regime(s, W, T_dl, T_c)
 
