@@ -146,7 +146,7 @@ def _options_bar(bank, catalog, monkeypatch, rejudge) -> list[str]:
     return [line for line in problems if "answers.levers:" in line and ("fact" in line or "draws that show" in line)]
 
 
-BATCH, SPEED = "twice the batch", "a GPU with twice the HBM bandwidth"
+BATCH, SPEED = "twice the batch (its doubled KV cache must fit in usable HBM)", "a GPU with twice the HBM bandwidth"
 
 
 def test_strict_fails_a_constant_option_unless_declared_a_fact(bank, catalog, monkeypatch):
