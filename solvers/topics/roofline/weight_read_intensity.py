@@ -19,7 +19,6 @@ from solvers.models.kvcache import kv_bytes_per_token
 from solvers.models.roofline import require_full_xgmi_ring
 from solvers.units import figures_against, format_number, format_quantity
 
-
 # The doubled batch is a lever only where its KV cache still fits: the option says so, not just the key.
 TWICE_THE_BATCH = "twice the batch (its doubled KV cache must fit in usable HBM)"
 
