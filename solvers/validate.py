@@ -181,7 +181,6 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
     options: dict[tuple[str, str], OptionTally] = {}
     prompts: list[tuple[int, str]] = []  # (lines, variant): drawn names and figures lengthen some prompts
     default: Solution | None = None
-    problems += typed_figures(question)
     for seed in [None, *range(seeds)]:
         label = "default variant" if seed is None else f"seed {seed}"
         solution = _solved(bank, catalog, VariantCode(question.id, seed), f"{where}: {label}", problems)
@@ -205,7 +204,7 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
             regimes[solution.sheet.regime.name] += 1
         if seed is None and problems:
             break  # the default variant is broken: the seeds would only repeat it
-    problems += golden_problems(question, bank, catalog, default)
+    problems += golden_problems(question, bank, catalog, default) + typed_figures(question)
     if strict and not any(entry.variant == "default" for entry in question.golden):
         bar.append(f"{where}: golden: the default variant is not pinned (add an entry with variant: default, "
                    "its keys derived by hand)")

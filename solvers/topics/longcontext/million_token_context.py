@@ -18,7 +18,6 @@ from solvers.models.moe import GATED_MATRICES, attention_params
 from solvers.models.steptime import engine
 from solvers.units import format_number, format_quantity
 
-
 CP_OPTIONS = ((2, "context parallelism over twice this plan's nodes"),
               (8, "context parallelism over 8 times this plan's nodes"),
               (16, "context parallelism over 16 times this plan's nodes"),
