@@ -5,8 +5,6 @@ from solvers.derivation import Sheet, Side, min_of
 from solvers.models.common import peak_flops
 from solvers.units import format_number
 
-FA3_UTILISATION = 0.75  # FA3's measured share of the H100 bf16 peak at head dim 128 (arXiv:2407.08608)
-
 
 def tensor_rate(gpu, dtype: str) -> int:
     """Dense tensor FLOP per clock per SM for the operand dtype."""
@@ -49,25 +47,22 @@ def _fa3_techniques(s: Sheet, r_exp: float, r_sm: float, fp8: bool) -> None:
         s.judge(FA3_TECHNIQUES, option, holds, why, fact=True)
 
 
-FA3_TFLOPS = 740e12  # FA3's measured bf16 forward at head dim 128 on H100 SXM (arXiv:2407.08608)
-
-
-def _exp_levers(s: Sheet, r_exp: float, r_fp: float, serial: float) -> None:
+def _exp_levers(s: Sheet, p, r_exp: float, r_fp: float, serial: float) -> None:
     """Judged on this variant's ratios: what overlap, a faster tensor core or cheaper exps would do."""
     r_sm = r_exp + r_fp
     pct = lambda u: format_number(100 * u, 3) + "%"  # noqa: E731
-    s.judge("levers", "with no overlap the exponentials alone cap the kernel below 75% of the tensor peak",
-            1 / (1 + r_exp) < FA3_UTILISATION, f"the exp-only ceiling is {pct(1 / (1 + r_exp))}")
+    s.judge("levers", "with no overlap the exponentials alone cap the kernel below {fa3_share} of the tensor peak",
+            1 / (1 + r_exp) < p.fa3_share, f"the exp-only ceiling is {pct(1 / (1 + r_exp))}")
     s.judge("levers", "with the whole softmax in series the kernel stays under half the tensor peak", r_sm > 1,
             f"the serial ceiling is {pct(1 / (1 + r_sm))}")
     s.judge("levers", "even with the softmax in series this variant beats FA3's overlapped H100 measurement "
-            "(740 TFLOP/s, bf16, head dim 128)", serial > FA3_TFLOPS,
+            "({fa3_flops}, bf16, head dim 128)", serial > p.fa3_flops,
             f"in series it reaches {format_number(serial / 1e12, 3)} TFLOP/s")
     # Only the MUFU side: the polynomial's ~7 FP32 instructions per emulated exp2 pay off only on an FMA pipe
     # with room to spare, i.e. once the pipes overlap; in series they would eat the gain.
     half = 1 / (1 + r_exp / 2)
     s.judge("levers", "emulating half the exp2s with FMA polynomials, counting only MUFU time, would lift the "
-            "exps-in-series ceiling to 75% or more", half >= FA3_UTILISATION,
+            "exps-in-series ceiling to {fa3_share} or more", half >= p.fa3_share,
             f"{pct(half)} with half the MUFU time, against {pct(1 / (1 + r_exp))} now")
     s.judge("levers", "twice the head dim would bring the softmax under half the matmul time", r_sm / 2 < 0.5,
             f"the ratio would be {format_number(r_sm / 2, 3)}x")
@@ -124,7 +119,7 @@ def solve(p, s: Sheet) -> None:
                     F * (1 / E + n / A) / 4, "", "solve 4d/F_tc = 1/R_exp + n/R_fma for d")
 
     _fa3_techniques(s, s.value(r_exp), s.value(r_sm), p.dtype == "fp8")
-    _exp_levers(s, s.value(r_exp), s.value(r_fp), s.value(serial))
+    _exp_levers(s, p, s.value(r_exp), s.value(r_fp), s.value(serial))
     s.assume("Forward pass, per SM: the tensor cores, the MUFU and the FP32 pipe run at their per-clock peaks "
              "(hardware.yaml), the same clock for all three; memory traffic is hidden (attention at long "
              "sequence is compute-bound).")
