@@ -280,6 +280,7 @@ def test_a_field_must_name_a_parameter_and_a_choice_takes_none(tmp_path):
     write(tmp_path, "stray", SOURCE.replace("{raise_by} or more", "{gain} or more"))
     with pytest.raises(QuestionError, match=r"field \{gain\} names no parameter"):
         read_question(tmp_path / "stray.yaml")
-    write(tmp_path, "chosen", SOURCE.replace("choice: [memory-bound, compute-bound]}", 'choice: [memory-bound, "{tp}-bound"]}'))
+    regimes = "choice: [memory-bound, compute-bound]}"
+    write(tmp_path, "chosen", SOURCE.replace(regimes, 'choice: [memory-bound, "{tp}-bound"]}'))
     with pytest.raises(QuestionError, match="a choice is a name"):
         read_question(tmp_path / "chosen.yaml")

@@ -103,8 +103,8 @@ class SolutionScreen(AppScreen):
                                  classes="section")
                     if self.answers.get(spec.key, "").strip():
                         yield Static(f"[dim]Your notes: {escape(self.answers[spec.key])}[/dim]")
-                    yield SelectionList(*[(item, i) for i, item in enumerate(map(spec.text, spec.points))], id=f"tick-{spec.key}",
-                                        classes="checklist")
+                    points = [(spec.text(item), i) for i, item in enumerate(spec.points)]
+                    yield SelectionList(*points, id=f"tick-{spec.key}", classes="checklist")
             if self.followup is not None:
                 followup, grades = self.followup
                 yield Static(f"[b]Follow-up[/b] [dim]{escape(str(followup.solution.code))}[/dim]", classes="section")

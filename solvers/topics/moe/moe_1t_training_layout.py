@@ -80,7 +80,7 @@ def _failure_modes(s: Sheet, p, model: Record, gpus: int, stretch, a_in, a_out, 
     key = "failure_modes"
     hot, imbalance = s.value(stretch), 1 + exact(p.imbalance)
     s.judge(key, "Router imbalance stretches each MoE layer by {imbalance} or more", s.compare(stretch, imbalance) >= 0,
-            f"the hottest expert's GPU runs {format_number(hot, figures_against(hot, imbalance))}x the mean"
+            f"the hottest expert's GPU runs {format_number(hot, figures_against(hot, float(imbalance)))}x the mean"
             + ("" if hot >= imbalance else ": its load is diluted over many experts per GPU"))
     s.judge(key, "Spread over two NVLink domains, the all-to-all would take a third of the compute time or more",
             s.compare(3 * a_out, t_c) >= 0, f"{s.text(a_out)} over the NIC against {s.text(t_c)} of compute per step: "
