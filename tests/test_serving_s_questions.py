@@ -102,7 +102,7 @@ def test_slo_goodput_names_attainment_and_goodput(variant, bank):
 
 def test_slo_goodput_pinned_seed(variant):
     """Seed 0 draws these parameters (its keys are pinned in the question file)."""
-    assert [p.raw for p in variant("slo-goodput@0").params] == [230, 65, 4.3, 31, 2, 100, 90]
+    assert [p.raw for p in variant("slo-goodput@0").params] == [230, 65, 4.3, 31, 2, 100, 90, 20, 10, 10]
 
 
 # --- decode-op-ranking ---------------------------------------------------------------------
