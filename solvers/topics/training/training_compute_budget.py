@@ -6,7 +6,7 @@ import sympy
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import given_peak_flops
 from solvers.models.training import FLOPS_PER_PARAM_TOKEN
-from solvers.units import format_number, format_quantity
+from solvers.units import figures_against, format_number, format_quantity
 
 MAX_FAILURE_LOSS = 0.4  # a plan that loses 40% of its wall-clock to failures is not one anyone runs
 
@@ -34,9 +34,11 @@ def _schedule_levers(s: Sheet, v: dict[str, sympy.Symbol], shorter: sympy.Expr) 
             continue
         wall = _wall_clock(days, C, interval, rate, restart)
         saved = 1 - s.evaluate(wall / W)
+        sig = figures_against(saved, s.value(shorter), sig=4)  # 4.9996% shorter must not read as the 5% it misses
         s.judge("levers", option, s.compare(wall, (1 - shorter) * W) <= 0,
                 f"{format_quantity(s.evaluate(wall), 'days')} against {now} today: "
-                + (f"{format_quantity(saved, '%')} shorter" if saved > 0 else f"{format_quantity(-saved, '%')} longer"))
+                + (f"{format_quantity(saved, '%', sig)} shorter" if saved > 0 else
+                   f"{format_quantity(-saved, '%')} longer"))
 
 
 def _schedule_regime(s: Sheet, W, T_dl, T_c) -> None:
