@@ -113,6 +113,7 @@ class Question:
     constraints: tuple[Constraint, ...] = ()  # realism: bank rules that apply, then the question's own
     golden: tuple[Golden, ...] = ()  # variants pinned with their expected answers, checked by validate
     solver: str = ""  # another question's solver module ("memory.kv_bytes_per_token"), where not its own
+    literals: tuple[str, ...] = ()  # names with a digit that answers' texts may type (validate.typed_figures)
     path: str = ""
 
     @property
@@ -186,7 +187,7 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 _NUM = (int, float)
 _TOP_FIELDS = {"id", "title", "group", "topic", "difficulty", "solver", "catalogue", "prompt", "parameters",
                "answers", "hints", "references", "regime_sides", "chart", "followups",
-               "requires", "constraints", "golden"}
+               "requires", "constraints", "golden", "literals"}
 _PARAM_FIELDS = {*DISTRIBUTIONS, "default", "label", "unit", "weights", "from", "round", "args", "shown"}
 _ANSWER_FIELDS = {"key", "label", "unit", *KIND_FIELDS}
 
@@ -285,6 +286,13 @@ def _parse_answer(reader: _Reader, index: int, spec: Any, line: int) -> Answer:
         return make_answer(key, label, unit, {name: spec[name] for name in spec if name in KIND_FIELDS})
     except SpecError as error:
         raise reader.fail(f"{where}.{error.field}", spec.line_of(error.field), str(error)) from None
+
+
+def _texts(reader: _Reader, document: LineDict, name: str) -> list[str]:
+    items = reader.field(document, name, list, required=False, default=[])
+    if not all(isinstance(item, str) for item in items):
+        raise reader.fail(name, document.line_of(name), "expected a list of texts")
+    return items
 
 
 def _parse_chart(reader: _Reader, document: LineDict, parameters: tuple[ParamSpec, ...],
@@ -470,6 +478,12 @@ def parse_question(path: Path, text: str) -> Question:
         if match.group(1) not in names:
             raise reader.fail("prompt", document.line_of("prompt"),
                               f"placeholder {{{match.group(0)[1:-1]}}} names no parameter")
+    for index, answer in enumerate(answers):
+        for text in answer.texts:
+            for match in PLACEHOLDER.finditer(text):
+                if match.group(1) not in names:
+                    raise reader.fail(f"answers[{index}]", document.line_of("answers"),
+                                      f"field {{{match.group(0)[1:-1]}}} names no parameter")
     for spec in parameters:
         for arg_name, arg in spec.args:
             if isinstance(arg, str) and arg.startswith("$") and arg[1:] not in names:
@@ -501,6 +515,7 @@ def parse_question(path: Path, text: str) -> Question:
         requires=_parse_requires(reader, document, qid),
         constraints=_parse_constraints(reader, document, names),
         golden=_parse_golden(reader, document, names, answers),
+        literals=tuple(_texts(reader, document, "literals")),
         path=str(path),
     )
 

@@ -207,6 +207,12 @@ class Side:
     near: str = ""
 
 
+def exact(value: float) -> rational.Exact:
+    """A parameter's value as the exact number a Sheet takes it for (10% is 1/10), for a solver that
+    decides in fractions off the sheet."""
+    return _to_exact(value)
+
+
 def _to_exact(value: float) -> rational.Exact:
     """A value as an exact number: integers as integers, other floats as the decimal they
     stand for (0.9 is 9/10; 35% read as 0.35000000000000003 is 7/20): 15 significant figures,

@@ -68,7 +68,7 @@ class VariantCode:
 
 @dataclass
 class Solution:
-    question: Question
+    question: Question  # its answers' texts filled for this variant (fill_answers)
     code: VariantCode
     params: list[Param]
     prompt: str
@@ -117,7 +117,8 @@ def solver_function(question: Question) -> Callable[[_Values, Sheet], None]:
     return importlib.import_module(question.solver_module).solve
 
 
-def render_prompt(question: Question, params: list[Param]) -> str:
+def fill(text: str, params: list[Param]) -> str:
+    """`text` with each {name} (or {name.field} of a data record) as the variant shows it."""
     by_name = {p.name: p for p in params}
 
     def substitute(match: re.Match) -> str:
@@ -130,7 +131,20 @@ def render_prompt(question: Question, params: list[Param]) -> str:
             return figure_text(value) if numeric else str(value)
         return param.shown
 
-    return _reflow(PLACEHOLDER.sub(substitute, question.prompt).strip())
+    return PLACEHOLDER.sub(substitute, text)
+
+
+def render_prompt(question: Question, params: list[Param]) -> str:
+    return _reflow(fill(question.prompt, params).strip())
+
+
+def fill_answers(question: Question, params: list[Param]) -> Question:
+    """The question with its answers' labels and listed texts as this variant reads them: a figure in
+    them is a field filled from the parameter the solver reads, so the two cannot disagree."""
+    answers = tuple(replace(spec, said=said) if (said := tuple((t, fill(t, params)) for t in spec.texts
+                                                               if PLACEHOLDER.search(t))) else spec
+                    for spec in question.answers)
+    return question if answers == question.answers else replace(question, answers=answers)
 
 
 def figure_text(value: float) -> str:
@@ -265,6 +279,7 @@ def listings(question: Question, shown: dict[str, tuple[str, ...]], keys: Iterab
 
 
 def _solution(question: Question, code: VariantCode, params: list[Param], sheet: Sheet) -> Solution:
+    question = fill_answers(question, params)
     expected, shown = _present(question, code, sheet)
     prompt = render_prompt(question, params) + listings(question, shown, (a.key for a in question.answers))
     return Solution(question, code, params, prompt, sheet, expected, shown)

@@ -135,8 +135,8 @@ def _candidate_entry(number: int, solution: Solution) -> list[str]:
 def _blank(answer: Answer) -> str:
     """An answer's line on the candidate's sheet: its label, and its unit or its options."""
     if isinstance(answer, Choice):
-        return f"{answer.label} (one of: {' / '.join(answer.choices)})"
-    return f"{answer.label}{f' ({answer.unit})' if answer.unit and answer.numeric else ''}"
+        return f"{answer.shown_label} (one of: {' / '.join(answer.choices)})"
+    return f"{answer.shown_label}{f' ({answer.unit})' if answer.unit and answer.numeric else ''}"
 
 
 def key_sheet() -> Sheet:
@@ -145,7 +145,7 @@ def key_sheet() -> Sheet:
 
 def _key_entry(number: int, solution: Solution) -> list[str]:
     lines = _heading(number, solution) + ["| answer | key |", "|---|---|"]
-    lines += [f"| {a.label} | {expected_text(solution, a.key)} |" for a in solution.question.answers]
+    lines += [f"| {a.shown_label} | {expected_text(solution, a.key)} |" for a in solution.question.answers]
     if judged := judgement_lines(solution):
         lines += ["", "### Judgements", ""] + [f"- {line.strip()}" for line in judged]
     lines += ["", "### Steps", ""]
@@ -180,7 +180,7 @@ def _html(text: str) -> str:
 
 
 def anki_back(solution: Solution) -> str:
-    rows = "".join(f"<tr><td>{_html(a.label)}</td><td><b>{_html(expected_text(solution, a.key))}</b></td></tr>"
+    rows = "".join(f"<tr><td>{_html(a.shown_label)}</td><td><b>{_html(expected_text(solution, a.key))}</b></td></tr>"
                    for a in solution.question.answers)
     steps = "".join(f"<li>{_html(s.title)}: \\({html.escape(s.latex)}\\) = {_html(s.substituted)} = "
                     f"<b>{_html(s.result)}</b></li>" for s in solution.sheet.steps)

@@ -34,7 +34,8 @@ def judgements(solution: Solution, key: str) -> list[tuple[str, str, bool, str]]
     shown = solution.shown.get(key, ())
     reasons = solution.sheet.reasons.get(key, {})
     right = set(solution.expected[key])
-    return [(letter(i), option, option in right, reasons.get(option, "")) for i, option in enumerate(shown)]
+    said = solution.question.answer(key).text
+    return [(letter(i), said(option), option in right, reasons.get(option, "")) for i, option in enumerate(shown)]
 
 
 def judgement_lines(solution: Solution) -> list[str]:
@@ -42,7 +43,7 @@ def judgement_lines(solution: Solution) -> list[str]:
     lines = []
     for spec in solution.question.answers:
         if spec.key in solution.sheet.reasons:
-            lines.append(f"{spec.label}")
+            lines.append(spec.shown_label)
             lines += [f"  {mark}. {'✓' if holds else '✗'} {option}: {why}"
                       for mark, option, holds, why in judgements(solution, spec.key)]
     return lines
@@ -59,10 +60,10 @@ def quantity(value_si: float, unit: str) -> dict[str, Any]:
 
 def _answer_dict(solution: Solution, spec: Any) -> dict[str, Any]:
     key = solution.expected[spec.key]
-    out: dict[str, Any] = {"key": spec.key, "label": spec.label, "kind": spec.kind}
+    out: dict[str, Any] = {"key": spec.key, "label": spec.shown_label, "kind": spec.kind}
     out |= quantity(float(key), spec.unit) if spec.numeric else {"value": spec.display_value(key), "unit": spec.unit}
     if spec.key in solution.shown:
-        out["listed"] = list(solution.shown[spec.key])
+        out["listed"] = [spec.text(item) for item in solution.shown[spec.key]]
     if spec.key in solution.sheet.reasons:
         out["judgements"] = [{"letter": mark, "option": option, "holds": holds, "why": why}
                              for mark, option, holds, why in judgements(solution, spec.key)]
@@ -103,7 +104,7 @@ def to_markdown(solution: Solution) -> str:
              "## Parameters", "", "| parameter | value |", "|---|---|"]
     lines += [f"| {p.label} | {p.shown} |" for p in solution.problem_data()]
     lines += ["", "## Answers", "", "| answer | expected |", "|---|---|"]
-    lines += [f"| {a.label} | {expected_text(solution, a.key)} |" for a in q.answers]
+    lines += [f"| {a.shown_label} | {expected_text(solution, a.key)} |" for a in q.answers]
     if judged := judgement_lines(solution):
         lines += ["", "## Judgements", ""] + [f"- {line.strip()}" if line.startswith(" ") else f"**{line}**"
                                                 for line in judged]
@@ -129,7 +130,7 @@ def to_text(solution: Solution) -> str:
     prompt = "\n".join(textwrap.fill(par, 88) if par else "" for par in solution.prompt.splitlines())
     out = [f"{q.title}  [{solution.code}]", "", prompt, "", "Parameters:"]
     out += [f"  {p.label}: {p.shown}" for p in solution.problem_data()]
-    out += ["", "Answers:"] + [f"  {a.label}: {expected_text(solution, a.key)}" for a in q.answers]
+    out += ["", "Answers:"] + [f"  {a.shown_label}: {expected_text(solution, a.key)}" for a in q.answers]
     if judged := judgement_lines(solution):
         out += ["", "Judgements:"] + [f"  {line}" for line in judged]
     out += ["", "Given:"] + [f"  {g.symbol} = {g.shown}  ({g.label})" for g in sheet.givens]

@@ -172,6 +172,17 @@ def format_number(value: float, sig: int = 4) -> str:
     return f"{mantissa}×10^{int(power)}"
 
 
+def figures_against(value: float, line: float, sig: int = 3) -> int:
+    """The significant figures that print `value` on its own side of `line`, the threshold it is judged
+    against: 1.245 against 1.25 prints as 1.245, not as 1.25 (which would read as meeting it)."""
+    def side(x: float) -> int:
+        return (x > line) - (x < line)
+
+    while sig < 15 and side(float(f"{value:.{sig - 1}e}")) != side(value):
+        sig += 1
+    return sig
+
+
 def format_exact(value: float) -> str:
     """A data figure as printed in full ('405.85', '1,978.9', '126'): what the solver uses."""
     digits = len(f"{abs(value):.10g}".split("e")[0].replace(".", "").strip("0")) if value else 1

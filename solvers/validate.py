@@ -15,6 +15,7 @@ Each problem is one line naming the file (and the field or seed where it applies
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import numpy as np
 
 from solvers.answers import CLOSE, CORRECT, UNPARSED, WRONG, Answer, Checklist, Select
 from solvers.bank import (
+    PLACEHOLDER,
     Bank,
     Question,
     QuestionError,
@@ -97,6 +99,29 @@ def prompt_report(bank: Bank, catalog: Catalog) -> list[tuple[str, int]]:
         if (lines := prompt_lines(solution)) > PROMPT_LINES:
             long.append((question.path, lines))
     return long
+
+
+# A name may hold a digit (fp8, bf16, H100, TP8, E4M3, node1, p99): a word that starts with a letter.
+_NAME = re.compile(r"\b[A-Za-z][A-Za-z0-9_.]*")
+
+
+def typed_figures(question: Question) -> list[str]:
+    """A line for every answer label or listed text that types a digit: a threshold or ratio typed there
+    can disagree with the one the solver compares against, so it must be a {field} of the parameter
+    the solver reads. Names are not figures: a word that starts with a letter, or a text the question
+    declares under `literals:` (a name that starts with a digit or holds a space: 'TP 2', '1-SM')."""
+    problems = []
+    for spec in question.answers:
+        for text in spec.texts:
+            bare = PLACEHOLDER.sub("", text)
+            for literal in sorted(question.literals, key=len, reverse=True):
+                bare = bare.replace(literal, "")
+            if re.search(r"\d", _NAME.sub("", bare)):
+                problems.append(f"{question.path}: answers.{spec.key}: {text!r} types a figure: a threshold or "
+                                "ratio is a {field} of the parameter the solver reads (a fixed: one for a "
+                                "constant); a name with a digit that starts with one or holds a space goes "
+                                "under literals:")
+    return problems
 
 
 def question_files(paths: list[Path]) -> list[Path]:
@@ -179,7 +204,7 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
             regimes[solution.sheet.regime.name] += 1
         if seed is None and problems:
             break  # the default variant is broken: the seeds would only repeat it
-    problems += golden_problems(question, bank, catalog, default)
+    problems += golden_problems(question, bank, catalog, default) + typed_figures(question)
     if strict and not any(entry.variant == "default" for entry in question.golden):
         bar.append(f"{where}: golden: the default variant is not pinned (add an entry with variant: default, "
                    "its keys derived by hand)")

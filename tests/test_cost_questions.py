@@ -157,7 +157,7 @@ def test_ledger_levers_judge_the_provisioned_replica_seconds(variant, seed):
     before = base.sheet.results["replica_seconds"] / _value(base, "ceiling")
     speed = _value(base, "speed") / 2
     for option, change in (("a per-user speed target half as fast", f"speed={speed:g}"),
-                           ("running replicas up to 85% busy", "ceiling=85")):
+                           ("running replicas up to {crowded} busy", "ceiling=85")):
         try:
             after = variant(f"serving-cost-ledger@{seed}+{change}")
         except VariantError:

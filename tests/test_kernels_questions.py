@@ -164,8 +164,8 @@ def test_operand_bytes_per_clock_do_not_depend_on_m(variant, n):
     for key in ("hopper_demand", "one_sm_demand", "two_cta_demand"):
         assert small[key] == pytest.approx(large[key])
     assert small["two_cta_demand"] == pytest.approx(64 * (128 + n / 2) / n)  # 8,192 FLOP/clock, B split in two
-    assert large["tile_facts"]["on Hopper the accumulator fits the consumers' 232-register budget"] == (256 * n / 256
-                                                                                                        <= 232)
+    fits = "on Hopper the accumulator fits the consumers' {consumer_registers}-register budget"
+    assert large["tile_facts"][fits] == (256 * n / 256 <= 232)
 
 
 # --- fp8-block-scale-mainloop ----------------------------------------------------------------

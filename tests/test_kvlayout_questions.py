@@ -105,7 +105,7 @@ def test_preemption_prompt_names_its_conventions(variant):
 def test_preemption_pinned_seed(variant):
     """Seed 2 draws these parameters (its keys are pinned in the question file)."""
     assert [p.raw for p in variant("preemption-policies@2").params] == [
-        "llama-3-8b", "h100-sxm", 4, "bf16", "bf16", 29000, 85, 40, 2.1, 98, 38]
+        "llama-3-8b", "h100-sxm", 4, "bf16", "bf16", 29000, 85, 40, 2.1, 98, 38, 10]
 
 
 # --- mla-vs-gqa-under-tp ---------------------------------------------------------------------

@@ -322,7 +322,7 @@ def test_block_count_activation_peak_follows_the_profile(variant):
 def test_block_count_pinned_seed(variant):
     """Seed 0 draws these parameters (its keys are pinned in the question file)."""
     solution = variant("kv-cache-block-count@0")
-    assert [p.raw for p in solution.params] == ["llama-3-8b", "b200", 1, "fp8", "bf16", 32, 8192, 0.8, 1, 1200, 128]
+    assert [p.raw for p in solution.params] == ["llama-3-8b", "b200", 1, "fp8", "bf16", 32, 8192, 0.8, 1, 1200, 128, 5]
 
 
 # --- hidden-memory-budget ------------------------------------------------------------------
@@ -451,7 +451,7 @@ def test_paged_waste_asks_for_empty_slots_and_growth(variant):
 def test_paged_waste_pinned_seed(variant):
     """Seed 0 draws these parameters (its keys are pinned in the question file)."""
     solution = variant("paged-reservation-waste@0")
-    assert [p.raw for p in solution.params] == ["llama-3-70b", 63, 8192, 1900, 4900, 16]
+    assert [p.raw for p in solution.params] == ["llama-3-70b", 63, 8192, 1900, 4900, 16, 4, 1]
 
 
 def test_paged_waste_past_the_papers_four_percent_is_refused(variant):

@@ -229,8 +229,8 @@ def test_pause_storm_pinned_seed(variant):
     assert raw == {"line_rate": 400, "window": 60, "quanta": 65_535}
 
 
-WATCHDOG = "a PFC watchdog on the switches (Junos defaults: a stall after 200 ms)"
-NIC_STALL = "the origin NIC's PFC stall prevention at its mlx5 default (8 s)"
+WATCHDOG = "a PFC watchdog on the switches (Junos defaults: a stall after {switch_watchdog})"
+NIC_STALL = "the origin NIC's PFC stall prevention at its mlx5 default ({nic_stall})"
 LOSSY_SPINE = "PFC off on the leaf-spine links (lossless only inside a leaf)"
 NEVER = {"tuning the leaves' queues: more buffer headroom, a higher XOFF, ECN marking at a lower threshold, "
          "or every sender rate-limited to half its line rate"}

@@ -92,8 +92,10 @@ def test_paged_block_choice_matches_plain_arithmetic(variant, seed):
     def share(size):
         return (size - 1) / 2 / (length + (size - 1) / 2)
 
-    assert judged["with half the block size the empty share would be under 4%"] == (share(block / 2) < 0.04)
-    assert judged["with twice the block size the empty share would still be under 4%"] == (share(2 * block) < 0.04)
+    half, twice = (f"with {size} the block size the empty share would{still} be under {{waste_tolerance}}"
+                   for size, still in (("half", ""), ("twice", " still")))
+    assert judged[half] == (share(block / 2) < 0.04)
+    assert judged[twice] == (share(2 * block) < 0.04)
     assert judged["half the block size would cache more of the system prompt"] == (
         prefix % (block // 2) < prefix % block)
     assert judged["twice the block size would leave the whole system prompt uncached"] == (prefix < 2 * block)

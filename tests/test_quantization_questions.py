@@ -22,7 +22,7 @@ def test_fp8_kv_cache_safe_variants_are_not_all_true(variant):
         levers = variant(f"fp8-kv-cache@{seed}").sheet.results["levers"]
         assert not all(levers.values()) and any(levers.values())
         assert levers["the other FP8 format halves the unit roundoff"] != levers[
-            "the other FP8 format widens the normal range by more than 10 binades"]
+            "the other FP8 format widens the normal range by more than {binades} binades"]
 
 
 def test_fp8_kv_cache_vllm_headroom_is_not_drawn_for_e5m2(variant):
@@ -82,7 +82,7 @@ def test_kv_quant_options_follow_the_variant(variant):
     """The first version's "per-channel values cut >2×" and "a key waits for 32 tokens" never changed; their
     replacements follow α, b, the window and the context (the verdicts are pinned in the question file). Halving the
     window at 1,024 tokens moves 128·13/16 = 104 of 256 + 768·3/16 = 400 tokens' worth, and the reason says 26%."""
-    window = "halving the bf16 window would shrink this sequence's cache by more than 10%"
+    window = "halving the bf16 window would shrink this sequence's cache by more than {window_saving}"
     short = variant("kv-quant-keys-vs-values@default+residual=256+context=1024").sheet
     assert "26%" in short.reasons["facts"][window]
 

@@ -102,7 +102,7 @@ def test_slo_goodput_names_attainment_and_goodput(variant, bank):
 
 def test_slo_goodput_pinned_seed(variant):
     """Seed 0 draws these parameters (its keys are pinned in the question file)."""
-    assert [p.raw for p in variant("slo-goodput@0").params] == [230, 65, 4.3, 31, 2, 100, 90]
+    assert [p.raw for p in variant("slo-goodput@0").params] == [230, 65, 4.3, 31, 2, 100, 90, 20, 10, 10]
 
 
 # --- decode-op-ranking ---------------------------------------------------------------------
@@ -172,7 +172,7 @@ def test_decode_op_ranking_fusion_never_moves_a_read_bound_step(variant):
 def test_decode_op_ranking_pinned_seed(variant):
     """Seed 0 draws these parameters (its keys are pinned in the question file)."""
     solution = variant("decode-op-ranking@0")
-    assert [p.raw for p in solution.params] == ["llama-3-8b", "a100-sxm-80gb", 1, "fp8", "fp8", 30, 3300]
+    assert [p.raw for p in solution.params] == ["llama-3-8b", "a100-sxm-80gb", 1, "fp8", "fp8", 30, 3300, 20]
 
 
 @pytest.mark.parametrize("seed", range(0, 60, 3))

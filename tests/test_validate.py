@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from solvers.validate import validate
 
 SOURCE = Path("questions/F/weight-read-intensity.yaml").read_text()
@@ -146,7 +148,7 @@ def _options_bar(bank, catalog, monkeypatch, rejudge) -> list[str]:
     return [line for line in problems if "answers.levers:" in line and ("fact" in line or "draws that show" in line)]
 
 
-BATCH, SPEED = "twice the batch", "a GPU with twice the HBM bandwidth"
+BATCH, SPEED = "twice the batch (its doubled KV cache must fit in usable HBM)", "a GPU with twice the HBM bandwidth"
 
 
 def test_strict_fails_a_constant_option_unless_declared_a_fact(bank, catalog, monkeypatch):
@@ -253,3 +255,32 @@ def test_a_solver_is_found_by_convention_and_a_redundant_field_is_reported(tmp_p
     assert not [p for p in problems if "weight-read-intensity.yaml" in p]
     assert any("stray.yaml: solver: no solve(p, s) in solvers/topics/roofline/stray.py" in p for p in problems)
     assert any("noisy.yaml: solver: 'roofline.noisy' is where the convention puts it" in p for p in problems)
+
+
+LEVERS = "Which of these would raise this decode step's tokens/s by {raise_by} or more?"
+
+
+def test_a_figure_typed_in_a_label_is_refused_and_a_field_or_a_declared_name_is_not(tmp_path, catalog):
+    """A threshold typed in a label can disagree with the one the solver compares against (the label said 5%,
+    the solver 2%): validate refuses a digit outside a {field}, unless it is part of a name, a word that
+    starts with a letter (fp8) or a text the question declares under literals:."""
+    write(tmp_path, "field", SOURCE)
+    write(tmp_path, "typed", SOURCE.replace(LEVERS, LEVERS.replace("{raise_by}", "25%")))
+    named = SOURCE.replace(LEVERS, "Which of these would raise TP 4's tokens/s by {raise_by} or more?")
+    write(tmp_path, "undeclared", named)
+    write(tmp_path, "declared", named.replace("\nanswers:\n", '\nliterals: ["TP 4"]\nanswers:\n', 1))
+    problems = [p for p in validate([tmp_path], catalog, seeds=0) if "types a figure" in p]
+    assert sorted(Path(p.split(":")[0]).name for p in problems) == ["typed.yaml", "undeclared.yaml"]
+    assert all("answers.levers:" in p and "{field}" in p and "literals:" in p for p in problems)
+
+
+def test_a_field_must_name_a_parameter_and_a_choice_takes_none(tmp_path):
+    from solvers.bank import QuestionError, read_question
+
+    write(tmp_path, "stray", SOURCE.replace("{raise_by} or more", "{gain} or more"))
+    with pytest.raises(QuestionError, match=r"field \{gain\} names no parameter"):
+        read_question(tmp_path / "stray.yaml")
+    regimes = "choice: [memory-bound, compute-bound]}"
+    write(tmp_path, "chosen", SOURCE.replace(regimes, 'choice: [memory-bound, "{tp}-bound"]}'))
+    with pytest.raises(QuestionError, match="a choice is a name"):
+        read_question(tmp_path / "chosen.yaml")

@@ -9,7 +9,7 @@ Adding a kind is one module here and one line in `KINDS`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from solvers.parse import ParseError
@@ -72,6 +72,10 @@ class Answer:
     key: str
     label: str
     unit: str = ""
+    # A variant's reading of each text with a {field} (label, listed items): (template, as filled). The
+    # template stays the text's identity (the solver judges it, a golden pin names it); the candidate
+    # reads the filled text (engine.fill_answers).
+    said: tuple[tuple[str, str], ...] = field(default=(), kw_only=True)
 
     kind: ClassVar[str] = ""
     fields: ClassVar[tuple[str, ...]] = ()  # the question-file fields this kind reads
@@ -82,6 +86,19 @@ class Answer:
     def from_fields(cls, key: str, label: str, unit: str, fields: Mapping[str, Any]) -> Answer:
         """Build from the kind's own fields of a question file (raises SpecError)."""
         return cls(key, label, unit)
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """The texts a candidate reads: the label, and the items listed or chosen from."""
+        return (self.label,)
+
+    def text(self, template: str) -> str:
+        """A text as this variant reads it (its fields filled)."""
+        return dict(self.said).get(template, template)
+
+    @property
+    def shown_label(self) -> str:
+        return self.text(self.label)
 
     # The key: what the solver gives, how it is listed and shown --------------------------
     def check_result(self, result: Any) -> str | None:
@@ -150,7 +167,7 @@ class Answer:
     # The answer box -----------------------------------------------------------------------
     @property
     def box_label(self) -> str:
-        return self.label
+        return self.shown_label
 
     def placeholder(self, shown: Shown) -> str:
         return ""

@@ -27,8 +27,15 @@ class Checklist(Answer):
     def present(self, result: Any, seed: str) -> tuple[tuple[str, ...], Any]:
         return (), list(self.points)  # the key is the list itself; the solver gives none
 
+    @property
+    def texts(self) -> tuple[str, ...]:
+        return (self.label, *self.points)
+
     def key_text(self, key: Any, shown: Shown) -> str:
-        return "; ".join(key)
+        return "; ".join(self.text(point) for point in key)
+
+    def display_value(self, key: Any) -> Any:
+        return [self.text(point) for point in key]
 
     def typed(self, key: Any, shown: Shown) -> str:
         return "all"

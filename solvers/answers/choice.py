@@ -36,7 +36,14 @@ class Choice(Answer):
 
     @classmethod
     def from_fields(cls, key: str, label: str, unit: str, fields: Mapping[str, Any]) -> Answer:
-        return cls(key, label, unit, distinct_texts("choice", fields["choice"]))
+        choices = distinct_texts("choice", fields["choice"])
+        if any("{" in choice for choice in choices):  # the candidate types a choice's name: a figure goes in the label
+            raise SpecError("choice", "a choice is a name, typed as written: no {field} in it")
+        return cls(key, label, unit, choices)
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        return (self.label, *self.choices)
 
     def check_result(self, result: Any) -> str | None:
         return None if result in self.choices else f"{result!r} is not one of the choices"

@@ -148,7 +148,7 @@ class Number(Answer):
 
     @property
     def box_label(self) -> str:
-        return f"{self.label} [{self.unit}]" if self.unit else self.label
+        return f"{self.shown_label} [{self.unit}]" if self.unit else self.shown_label
 
     def placeholder(self, shown: Shown) -> str:
         return self.unit or "a number"

@@ -50,11 +50,18 @@ class Order(Answer):
             items = items[1:] + items[:1]
         return tuple(items), list(result)
 
+    @property
+    def texts(self) -> tuple[str, ...]:
+        return (self.label, *self.items)
+
     def listing(self, shown: Shown) -> str:
-        return lettered_list(f"{self.label} (give the letters in order):", shown)
+        return lettered_list(f"{self.shown_label} (give the letters in order):", [self.text(o) for o in shown])
 
     def key_text(self, key: Any, shown: Shown) -> str:
-        return " › ".join(key)
+        return " › ".join(self.text(o) for o in key)
+
+    def display_value(self, key: Any) -> Any:
+        return [self.text(o) for o in key]
 
     def typed(self, key: Any, shown: Shown) -> str:
         return letters(key, shown)

@@ -75,11 +75,18 @@ class Select(Answer):
         rng.shuffle(shown)
         return tuple(shown), [o for o in shown if result[o]]
 
+    @property
+    def texts(self) -> tuple[str, ...]:
+        return (self.label, *self.pool)
+
     def listing(self, shown: Shown) -> str:
-        return lettered_list(f"{self.label} (give every letter that applies):", shown)
+        return lettered_list(f"{self.shown_label} (give every letter that applies):", [self.text(o) for o in shown])
 
     def key_text(self, key: Any, shown: Shown) -> str:
-        return "; ".join(f"{letter(list(shown).index(o))}. {o}" for o in key) if key else NONE
+        return "; ".join(f"{letter(list(shown).index(o))}. {self.text(o)}" for o in key) if key else NONE
+
+    def display_value(self, key: Any) -> Any:
+        return [self.text(o) for o in key]
 
     def typed(self, key: Any, shown: Shown) -> str:
         return letters(key, shown) if key else NONE

@@ -7,6 +7,3 @@ CONSUMER_WARPGROUPS = 2  # Hopper's cooperative GEMM: two consumer warpgroups sh
 
 WARPGROUP_THREADS = 128
 
-
-CONSUMER_REGISTERS = 232  # CUTLASS sm90's consumer budget under setmaxnreg (40 producer / 232 consumer)
-

@@ -59,7 +59,7 @@ class InterviewerScreen(AppScreen):
         table.add_column(ratio=1)
         table.add_column(ratio=1, overflow="fold")
         for spec in self.solution.question.answers:
-            table.add_row(*plain(spec.label, expected_text(self.solution, spec.key)))
+            table.add_row(*plain(spec.shown_label, expected_text(self.solution, spec.key)))
         return table
 
     def action_reveal(self) -> None:

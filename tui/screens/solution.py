@@ -96,15 +96,15 @@ class SolutionScreen(AppScreen):
             yield Static(grade_table(self.solution, self.grades), id="grades")
             for spec in self.solution.question.answers:
                 if spec.key in self.solution.sheet.reasons:
-                    yield Static(f"[b]{escape(spec.label)}[/b]", classes="section")
+                    yield Static(f"[b]{escape(spec.shown_label)}[/b]", classes="section")
                     yield Static(judgement_table(self.solution, spec.key), id=f"judged-{spec.key}")
                 if isinstance(spec, Checklist):  # self-graded: ticked here
-                    yield Static(f"[b]{escape(spec.label)}[/b]: tick the points your answer covered (space)",
+                    yield Static(f"[b]{escape(spec.shown_label)}[/b]: tick the points your answer covered (space)",
                                  classes="section")
                     if self.answers.get(spec.key, "").strip():
                         yield Static(f"[dim]Your notes: {escape(self.answers[spec.key])}[/dim]")
-                    yield SelectionList(*[(item, i) for i, item in enumerate(spec.points)], id=f"tick-{spec.key}",
-                                        classes="checklist")
+                    points = [(spec.text(item), i) for i, item in enumerate(spec.points)]
+                    yield SelectionList(*points, id=f"tick-{spec.key}", classes="checklist")
             if self.followup is not None:
                 followup, grades = self.followup
                 yield Static(f"[b]Follow-up[/b] [dim]{escape(str(followup.solution.code))}[/dim]", classes="section")
@@ -137,7 +137,7 @@ class SolutionScreen(AppScreen):
         points = sweep(self.solution, self.infradrill.loaded_drill.catalog, x, y)
         if points:
             chart = sweep_chart(points, self.solution.param(x).raw, self.solution.param(x).label,
-                                self.solution.question.answer(y).label)
+                                self.solution.question.answer(y).shown_label)
             self.app.call_from_thread(self._show_chart, chart)
 
     def _show_chart(self, chart: Text) -> None:

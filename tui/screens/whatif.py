@@ -171,7 +171,7 @@ class WhatIfScreen(Screen):
         answers = Table(show_header=False, box=None, pad_edge=False)
         for answer_spec in self.solution.question.answers:
             if not answer_spec.self_graded:
-                answers.add_row(*plain(answer_spec.label, expected_text(self.solution, answer_spec.key)))
+                answers.add_row(*plain(answer_spec.shown_label, expected_text(self.solution, answer_spec.key)))
         self.query_one("#whatif-answers", Static).update(answers)
         regime = self.solution.sheet.regime
         text = "" if regime is None else (f"[b]Regime: {escape(regime.name)}[/b] — {escape(regime.position.symbol)} = "
@@ -188,4 +188,4 @@ class WhatIfScreen(Screen):
         name, answer = axes
         question = self.solution.question
         chart.update(sweep_chart(points, self.solution.param(name).raw, question.parameter(name).label or name,
-                                 question.answer(answer).label))
+                                 question.answer(answer).shown_label))

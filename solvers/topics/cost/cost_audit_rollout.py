@@ -5,20 +5,18 @@ from solvers.derivation import Reject, Sheet, Side
 from solvers.models.cost import pct_text
 from solvers.units import format_number
 
-THIN = 0.25  # a gate passed with less than this margin is one the canary must confirm at peak
 
-
-def _rollout_margins(s: Sheet, check, slo, gate) -> None:
+def _rollout_margins(s: Sheet, p, check, slo, gate) -> None:
     """The two gates whose margin a canary can erode: p99 headroom 1 − p99/SLO and the share of the quality
     gate left, (gate + delta)/gate. (The rolled-out row is the cheapest that passes: its saving clears the noise
     by far, so that gate is never the thin one.)"""
     _, tpot, quality = check
     margins = {"the p99 TPOT SLO": s.evaluate(1 - tpot / slo), "the quality gate": s.evaluate((gate + quality) / gate)}
     for name, margin in margins.items():
-        s.judge("thin_gates", name, margin < THIN, f"margin {pct_text(margin)}")
-    wide = all(m >= THIN for m in margins.values())
+        s.judge("thin_gates", name, margin < p.thin, f"margin {pct_text(margin)}")
+    wide = all(m >= p.thin for m in margins.values())
     s.judge("thin_gates", "none: both margins are wide", wide,
-            f"both gates pass by {pct_text(THIN)} or more" if wide else "at least one gate is thin")
+            f"both gates pass by {pct_text(p.thin)} or more" if wide else "at least one gate is thin")
 
 
 def _audit_regime(s: Sheet, name: str, check, slo, gate) -> None:
@@ -129,7 +127,7 @@ def solve(p, s: Sheet) -> None:
     s.choose("rollout", rows[best]["change"])
     s.step("rollout_saving", "Saving of the row to roll out", "f_save", 1 - costs[best] / base, "%",
            "the cheapest row that passes every gate, against the baseline")
-    _rollout_margins(s, checks[best], slo, gate)
+    _rollout_margins(s, p, checks[best], slo, gate)
     _audit_regime(s, rows[cheapest]["change"], checks[cheapest], slo, gate)
     s.assume("The ledger's rows are shadow measurements at production traffic; a row's cost is its GPU-hour price "
              "over the output tokens one GPU produces in that hour (prefill and idle time are in both alike).")

@@ -23,7 +23,6 @@ from solvers.units import format_number
 LEVER_CUT = Fraction(1, 5)  # a lever "matters" when it cuts the cost per request by at least this share
 
 
-CROWDED = 0.85  # a utilisation ceiling past which queueing delay grows fast (1/(1 − ρ))
 
 
 # A replica decoding fewer requests than this spends its steps re-reading the weights for a handful of tokens
@@ -74,12 +73,13 @@ def _ledger_levers(s: Sheet, e, u, v, P_in, L_out, ar, pool, lam, n) -> None:
           KV=g["KV"] / 2, pool=g["pool"])
     judge("a per-user speed target half as fast", "twice the step time: a larger batch shares each step",
           v=g["v"] / 2)
-    judge("a GPU with 1.5× the HBM bandwidth at the same peak and price",
-          "faster reads: decode steps shorten, a compute-bound prefill does not", br=1.5 * g["br"])
+    judge("a GPU with {faster_reads} the HBM bandwidth at the same peak and price",
+          "faster reads: decode steps shorten, a compute-bound prefill does not",
+          br=s.value(s.param("k_br", "faster_reads")) * g["br"])
     judge("a GPU with twice the tensor peak at the same bandwidth and price",
           "faster math: the prefill shortens, memory-bound decode steps do not", fr=2 * g["fr"])
-    judge("running replicas up to 85% busy", "less idle headroom paid per busy replica-second, bought with "
-          "queueing delay", u=CROWDED)
+    judge("running replicas up to {crowded} busy", "less idle headroom paid per busy replica-second, bought with "
+          "queueing delay", u=s.value(s.param("ρ_max", "crowded")))
     judged = s.judged("levers")
     if len(set(judged.values())) == 1:
         raise Reject("every lever cuts the bill by a fifth, or none does: nothing to tell apart")

@@ -20,7 +20,6 @@ from solvers.units import format_number
 BUY_MARGIN = 0.03  # the unit ratio is graded at 3%: a purchase decided by less than that is a coin toss
 
 
-COUNT_REACH = 0.8  # routing by count "holds" when it reaches this share of the capacity routing by units gives
 
 
 _CAPS = {"batch_by_pool": "the KV pool", "batch_by_bandwidth": "bandwidth at the TPOT target",
@@ -58,8 +57,8 @@ def _capacity_judgements(s: Sheet, ratio, e_old, e_new, C, by_count, n_old, U_ol
           f"its batch is set by {r['binds_new']}")
     judge("routing by replica count leaves over half the new pool idle at the old pool's limit",
           s.compare(ratio, 2) > 0, f"each new replica then runs at 1/{units} of its unit")
-    judge("routing by replica count reaches 80% of the fleet's capacity in units",
-          s.compare(by_count, COUNT_REACH * C) >= 0,
+    judge("routing by replica count reaches {count_reach} of the fleet's capacity in units",
+          s.compare(by_count, s.param("f_reach", "count_reach") * C) >= 0,
           f"{s.text(by_count)} against {s.text(C)}")
     judge("the old pool carries over half the fleet's capacity", s.compare(2 * n_old * U_old, C) > 0,
           f"{pct_text(s.evaluate(n_old * U_old / C))} of it")

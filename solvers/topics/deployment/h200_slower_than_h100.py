@@ -37,7 +37,6 @@ from solvers.units import format_number, format_quantity
 VLLM = "v0.10.1.1"  # the release the question pins: it names an H200 NVL's config files NVIDIA_H200_NVL
 
 
-SLOWER = 1.05  # a phase "got slower" at 5% or more; a mechanism explains it when removing it alone gains 5%
 
 
 TOO_CLOSE = 0.02  # a ratio within 2% of that bar: "slower or not" would turn on rounding
@@ -125,7 +124,7 @@ def _mechanisms(s: Sheet, p, knobs: Knobs, kv: float, B_o: int, tuned: bool, bri
             s.judge("mechanisms", option, False, idle)
             return
         g_ttft, g_tpot = gain(**change)
-        s.judge("mechanisms", option, max(g_ttft, g_tpot) >= SLOWER,
+        s.judge("mechanisms", option, max(g_ttft, g_tpot) >= 1 + p.slower,
                 f"without it TTFT would be {format_number(g_ttft, 3)}x and TPOT {format_number(g_tpot, 3)}x faster")
 
     nvl = p.part.name == "H200 NVL"
@@ -230,9 +229,9 @@ def solve(p, s: Sheet) -> None:
     s.step("throughput_ratio", "Decode tokens/s on the H200 part / on H100", "R_X", (Bn / tpot_n) / (Bo / tpot_o),
            "x", "the batch ratio over the TPOT ratio: the fleet can gain while each user loses")
     ratios = s.value(r_ttft), s.value(r_tpot)
-    if any(abs(r / SLOWER - 1) < TOO_CLOSE for r in ratios):
+    if any(abs(r / (1 + p.slower) - 1) < TOO_CLOSE for r in ratios):
         raise Reject("TTFT or TPOT within 2% of 5% slower: too close to call")
-    worse = (ratios[0] >= SLOWER, ratios[1] >= SLOWER)
+    worse = (ratios[0] >= 1 + p.slower, ratios[1] >= 1 + p.slower)
     s.choose("regressed", {(True, True): "ttft-and-tpot", (True, False): "ttft-only", (False, True): "tpot-only",
                            (False, False): "neither"}[worse])
 

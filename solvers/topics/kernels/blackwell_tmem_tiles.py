@@ -5,7 +5,7 @@ import math
 
 from solvers.derivation import Sheet
 from solvers.models.common import dtype_bytes
-from solvers.models.kernels import CONSUMER_REGISTERS, CONSUMER_WARPGROUPS, WARPGROUP_THREADS
+from solvers.models.kernels import CONSUMER_WARPGROUPS, WARPGROUP_THREADS
 from solvers.units import format_number
 
 ACC_BYTES = 4  # FP32 accumulator
@@ -22,17 +22,15 @@ def _tile_judgements(s: Sheet, *, share, regs, budget, tmem, cols, demand, limit
     rate = lambda name: format_number(demand[name], 3) + " B/clock"  # noqa: E731
     s.judge(key, "on Hopper the accumulator leaves at least half the register file for everything else", share <= 0.5,
             f"it takes {format_number(100 * share, 3)}%")
-    s.judge(key, "on Hopper the accumulator fits the consumers' 232-register budget", regs <= budget,
+    s.judge(key, "on Hopper the accumulator fits the consumers' {consumer_registers}-register budget", regs <= budget,
             f"{format_number(regs)} registers per thread for the accumulator alone")
     s.judge(key, "TMEM holds two of these accumulators, so one tile's epilogue can overlap the next one's MMAs",
             2 * tmem <= cols, f"{format_number(tmem)} of {format_number(cols)} columns each")
     # At the rate itself shared memory is already the limit: the TMA writes into it come on top of the reads.
-    for name, option in (("hopper", "at Hopper's rate, its 64-row warpgroup MMAs read operands at least as fast as "
-                                    "shared memory's 128 B per clock"),
-                         ("one", "at B200's rate, 1-SM MMAs read operands at least as fast as shared memory's 128 B "
-                                 "per clock"),
-                         ("two", "at B200's rate, 2-CTA MMAs read operands at least as fast as shared memory's 128 B "
-                                 "per clock")):
+    smem = "shared memory's {hopper.smem_bytes_per_clk_sm} B per clock"
+    for name, who in (("hopper", "at Hopper's rate, its 64-row warpgroup MMAs"), ("one", "at B200's rate, 1-SM MMAs"),
+                      ("two", "at B200's rate, 2-CTA MMAs")):
+        option = f"{who} read operands at least as fast as {smem}"
         s.judge(key, option, demand[name] >= limit, f"{rate(name)} against {format_number(limit)}")
     allocated = max(TMEM_MIN_ALLOC, 2 ** math.ceil(math.log2(tmem)))
     s.judge(key, "tcgen05.alloc can give this accumulator exactly the TMEM columns it uses", allocated == tmem,
@@ -53,7 +51,7 @@ def solve(p, s: Sheet) -> None:
     b_acc = s.given("b_acc", ACC_BYTES, "B", "bytes per FP32 accumulator element")
     RF = s.given("RF", hopper.regfile_kib_sm * 1024, "KiB", f"{hopper.name} register file per SM")
     threads = s.given("n_thr", CONSUMER_WARPGROUPS * WARPGROUP_THREADS, "", "consumer threads (two warpgroups)")
-    budget = s.given("R_max", CONSUMER_REGISTERS, "", "consumer registers per thread under setmaxnreg (CUTLASS sm90)")
+    budget = s.param("R_max", "consumer_registers")
     lanes = s.given("n_lane", 128, "", "TMEM lanes (rows)")
     cols = s.given("n_col", blackwell.tmem_kib_sm * 1024 // (128 * 4), "", "TMEM columns of 32 bits")
 

@@ -7,8 +7,6 @@ from solvers.derivation import Sheet, Side, min_of
 from solvers.models.common import peak_flops
 from solvers.units import format_number
 
-FA3_UTILISATION = 0.75  # FA3's measured share of the H100 bf16 peak at head dim 128 (arXiv:2407.08608)
-
 
 def tensor_rate(gpu, dtype: str) -> int:
     """Dense tensor FLOP per clock per SM for the operand dtype."""
@@ -64,25 +62,23 @@ def _fa3_techniques(s: Sheet, r_exp: sympy.Symbol, r_sm: sympy.Symbol, fp8: bool
         s.judge(FA3_TECHNIQUES, option, holds, why, fact=True)
 
 
-FA3_TFLOPS = 740 * 10**12  # FA3's measured bf16 forward at head dim 128 on H100 SXM (arXiv:2407.08608)
-
-
-def _exp_levers(s: Sheet, r_exp: sympy.Symbol, r_sm: sympy.Symbol, serial: sympy.Symbol) -> None:
+def _exp_levers(s: Sheet, r_exp: sympy.Symbol, r_sm: sympy.Symbol, serial: sympy.Symbol, fa3: sympy.Symbol,
+                fa3_flops: sympy.Symbol) -> None:
     """Judged on this variant's exact ratios: what overlap, a faster tensor core or cheaper exps would do."""
     pct = lambda u: format_number(100 * s.evaluate(u), 3) + "%"  # noqa: E731
-    exp_only, fa3 = 1 / (1 + r_exp), sympy.Rational(FA3_UTILISATION).limit_denominator(100)
-    s.judge("levers", "with no overlap the exponentials alone cap the kernel below 75% of the tensor peak",
+    exp_only = 1 / (1 + r_exp)
+    s.judge("levers", "with no overlap the exponentials alone cap the kernel below {fa3_share} of the tensor peak",
             s.compare(exp_only, fa3) < 0, f"the exp-only ceiling is {pct(exp_only)}")
     s.judge("levers", "with the whole softmax in series the kernel stays under half the tensor peak",
             s.compare(r_sm, 1) > 0, f"the serial ceiling is {pct(1 / (1 + r_sm))}")
     s.judge("levers", "even with the softmax in series this variant beats FA3's overlapped H100 measurement "
-            "(740 TFLOP/s, bf16, head dim 128)", s.compare(serial, FA3_TFLOPS) > 0,
+            "({fa3_flops}, bf16, head dim 128)", s.compare(serial, fa3_flops) > 0,
             f"in series it reaches {format_number(s.value(serial) / 1e12, 3)} TFLOP/s")
     # Only the MUFU side: the polynomial's ~7 FP32 instructions per emulated exp2 pay off only on an FMA pipe
     # with room to spare, i.e. once the pipes overlap; in series they would eat the gain.
     half = 1 / (1 + r_exp / 2)
     s.judge("levers", "emulating half the exp2s with FMA polynomials, counting only MUFU time, would lift the "
-            "exps-in-series ceiling to 75% or more", s.compare(half, fa3) >= 0,
+            "exps-in-series ceiling to {fa3_share} or more", s.compare(half, fa3) >= 0,
             f"{pct(half)} with half the MUFU time, against {pct(exp_only)} now")
     s.judge("levers", "twice the head dim would bring the softmax under half the matmul time",
             s.compare(r_sm / 2, sympy.Rational(1, 2)) < 0, f"the ratio would be {format_number(s.value(r_sm) / 2, 3)}x")
@@ -139,7 +135,7 @@ def solve(p, s: Sheet) -> None:
                     F * (1 / E + n / A) / 4, "", "solve 4d/F_tc = 1/R_exp + n/R_fma for d")
 
     _fa3_techniques(s, r_exp, r_sm, p.dtype == "fp8")
-    _exp_levers(s, r_exp, r_sm, serial)
+    _exp_levers(s, r_exp, r_sm, serial, s.param("η_FA3", "fa3_share"), s.param("F_FA3", "fa3_flops"))
     s.assume("Forward pass, per SM: the tensor cores, the MUFU and the FP32 pipe run at their per-clock peaks "
              "(hardware.yaml), the same clock for all three; memory traffic is hidden (attention at long "
              "sequence is compute-bound).")

@@ -19,7 +19,8 @@ def _merge_judgements(s: Sheet, *, splits: float, empty: float, overhead: float,
     s.judge(key, "averaging the partial outputs with equal weights would be exact here", splits == 1,
             "one split: nothing to merge" if splits == 1 else
             "splits with different LSEs carry different shares of the softmax mass")
-    s.judge(key, "the partial outputs add under 5% to this step's attention traffic", overhead < 0.05,
+    s.judge(key, "the partial outputs add under {merge_share} to this step's attention traffic",
+            overhead < s.value(s.param("f_merge", "merge_share")),
             f"they add {format_number(100 * overhead, 3)}%")
     s.judge(key, "splitting at least halves this step's attention time", gain >= 2,
             f"{format_number(gain, 3)}x faster split")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from solvers.derivation import Sheet, Side, floor_of, min_of
 from solvers.models.common import dtype_bytes
 from solvers.models.kernels import WARPGROUP_THREADS
-from solvers.units import format_number
+from solvers.units import figures_against, format_number, format_quantity
 
 WARP = 32
 
@@ -18,14 +18,12 @@ MMA_SYNC_MACS = 16 * 8 * 16  # mma.sync m16n8k16
 SETMAXNREG_MAX = 256
 
 
-ISSUE_SHARE_LINE = 0.42  # between the drawn tiles' shares (40.1% and 43.75%), clear of both
-
-
-def _specialization_judgements(s: Sheet, *, share: float, gain: float, tile: tuple[float, float]) -> None:
+def _specialization_judgements(s: Sheet, p, *, share: float, gain: float, tile: tuple[float, float]) -> None:
     key = "pipeline_facts"
-    s.judge(key, "the Ampere-style k-step issues instructions for over 42% of the MMAs' issue slots",
-            share > ISSUE_SHARE_LINE, f"{format_number(100 * share, 3)}% of them")
-    s.judge(key, "setmaxnreg gives each consumer thread at least 64 registers more than the even split", gain >= 64,
+    s.judge(key, "the Ampere-style k-step issues instructions for over {issue_line} of the MMAs' issue slots",
+            share > p.issue_line, f"{format_quantity(share, '%', figures_against(share, p.issue_line))} of them")
+    s.judge(key, "setmaxnreg gives each consumer thread at least {more_registers} registers more than the even split",
+            gain >= p.more_registers,
             f"{format_number(gain)} more")
     m, n = tile
     s.judge(key, "a 4 × 2 warp layout stages fewer operand bytes than a 2 × 4 one for this tile", m > n,
@@ -109,7 +107,7 @@ def solve(p, s: Sheet) -> None:
                  "the FP32 tile spread over the consumer warpgroups")
     need = s.step("consumer_need", "Registers a consumer thread needs", "r_need", acc + reserve, "",
                   "its accumulator plus the stated reserve")
-    _specialization_judgements(s, share=s.value(share), gain=s.value(budget) - s.value(even),
+    _specialization_judgements(s, p, share=s.value(share), gain=s.value(budget) - s.value(even),
                                tile=(s.value(M), s.value(N)))
     s.assume("Ampere-style path: 16-byte cp.async copies, each with the stated address and bounds instructions, "
              "eight warps (4 × 2 over a tile taller than wide, else 2 × 4: 64 × 64 warp tiles at 256 × 128, as "

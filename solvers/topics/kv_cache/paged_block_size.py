@@ -22,9 +22,9 @@ def _block_choices(s: Sheet, B, L_avg, P, tau, blocks) -> None:
 
     half, double = B / 2, 2 * B
     bar = s.text(tau)
-    for size, option, word in ((half, "with half the block size the empty share would be under 4%", "half"),
-                               (double, "with twice the block size the empty share would still be under 4%",
-                                "twice")):
+    for size, option, word in (
+            (half, "with half the block size the empty share would be under {waste_tolerance}", "half"),
+            (double, "with twice the block size the empty share would still be under {waste_tolerance}", "twice")):
         s.judge("block_choice", option, s.compare(share(size), tau) < 0,
                 f"at {word} the block size, (B' − 1)/2 ÷ (L + (B' − 1)/2) = "
                 f"{format_quantity(s.evaluate(share(size)), '%')} against the {bar} bar")

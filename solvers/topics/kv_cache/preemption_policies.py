@@ -15,7 +15,6 @@ from solvers.units import format_number, format_quantity
 P99_SHARE = sympy.Rational(1, 100)
 
 
-MEAN_SHARE = sympy.Rational(1, 10)  # stalls that add this much to the mean time per token are more than a tail effect
 
 
 def _preemption_regime(s: Sheet, t_rec, t_swap, W_star, W) -> None:
@@ -132,9 +131,9 @@ def solve(p, s: Sheet) -> None:
     s.judge("who_pays", "The stalls land in more than 1 decode step in 100, so they set every stream's p99 "
             "inter-token latency", tail, f"one eviction every {s.text(S)}: "
             + ("above 1%, inside the p99" if tail else "under 1%, beyond the p99 (p99.9 and the maximum)"))
-    added, mean = s.evaluate(stall / (S * T)), s.compare(stall / (S * T), MEAN_SHARE) > 0
-    s.judge("who_pays", "Spread over the steps one eviction buys, the stalls add over 10% to every stream's mean "
-            "time per token", mean, f"{format_quantity(s.evaluate(stall), 'ms')} every "
+    added, mean = s.evaluate(stall / (S * T)), s.compare(stall / (S * T), s.param("f_mean", "mean_share")) > 0
+    s.judge("who_pays", "Spread over the steps one eviction buys, the stalls add over {mean_share} to every stream's "
+            "mean time per token", mean, f"{format_quantity(s.evaluate(stall), 'ms')} every "
             f"{s.text(S)} of {format_quantity(p.tpot, 'ms')}: "
             f"{format_quantity(added, '%')} on the mean" + ("" if mean else ", a tail effect more than a mean one"))
     _preemption_regime(s, t_rec, t_swap, W_star, W)

@@ -17,12 +17,6 @@ from solvers.models.moe import GATED_MATRICES, attention_params
 from solvers.models.steptime import engine
 from solvers.units import format_number, format_quantity
 
-WINDOW = 4096  # the sliding window of the rescue option: Gemma-2's, on every other layer
-
-
-MLA_LATENT = 576  # DeepSeek-V2/V3: kv_lora_rank 512 + decoupled RoPE key 64 per layer
-
-
 CP_OPTIONS = ((2, "context parallelism over twice this plan's nodes"),
               (8, "context parallelism over 8 times this plan's nodes"),
               (16, "context parallelism over 16 times this plan's nodes"),
@@ -80,12 +74,12 @@ def _rescue(s: Sheet, p, *, room: float, kv_mha: float, T_value: int, c_mha: flo
         half = kv_mha / 2
         s.judge("rescue", "an fp8 KV cache, on one node", half <= room,
                 f"half the MHA cache is {format_quantity(half, 'GiB')} per GPU against {fits}")
-    windowed = kv_mha * (0.5 + 0.5 * min(WINDOW, T_value) / T_value)
-    s.judge("rescue", f"a {format_number(WINDOW)}-token sliding window on every other layer, on one node",
+    windowed = kv_mha * (0.5 + 0.5 * min(p.window, T_value) / T_value)
+    s.judge("rescue", "a {window}-token sliding window on every other layer, on one node",
             windowed <= room, f"the full layers keep every token: {format_quantity(windowed, 'GiB')} per GPU "
             f"against {fits}")
-    latent = p.model.layers * MLA_LATENT * {"bf16": 2, "fp8": 1}[p.kv_dtype] * T_value
-    s.judge("rescue", "an MLA latent of 576 values per layer, on one node (TP 8)", latent <= room,
+    latent = p.model.layers * p.mla_latent * {"bf16": 2, "fp8": 1}[p.kv_dtype] * T_value
+    s.judge("rescue", "an MLA latent of {mla_latent} values per layer, on one node (TP 8)", latent <= room,
             f"the latent has no heads to split, so every GPU keeps all of it: {format_quantity(latent, 'GiB')} "
             f"against {fits}")
     s.judge("rescue", "smaller KV blocks in the paged cache, on one node", False,

@@ -122,7 +122,7 @@ def _concurrency_regime(s: Sheet, users, step: _DecodeStep) -> None:
         ("GPUs with twice the HBM capacity, same bandwidth", dict(M_use=2 * step.M_use)),
         ("GPUs with twice the HBM bandwidth, same capacity", dict(byte_rate=2 * step.byte_rate)),
         ("GPUs with twice the dense tensor peak", dict(flop_rate=2 * step.flop_rate)),
-        ("a TPOT target 1.5× as long", dict(T=sympy.Rational(3, 2) * step.T)),
+        ("a TPOT target {longer_tpot} as long", dict(T=s.param("k_T", "longer_tpot") * step.T)),
     )
     for option, change in levers:
         after = _served(s, step, **change)

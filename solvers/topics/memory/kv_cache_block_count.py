@@ -44,7 +44,8 @@ def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks, per_seq, seqs, cap
             "the blocks are allocated before the graphs are captured; the graphs come out of the memory "
             "outside gpu_memory_utilization, or OOM there", fact=True)
     gained = s.evaluate(floor_of((avail + A / 2) / block) / blocks - 1)
-    s.judge("ceiling", "halving max_num_batched_tokens would add over 5% more blocks", gained > 0.05,
+    s.judge("ceiling", "halving max_num_batched_tokens would add over {more_blocks} more blocks",
+            gained > p.more_blocks,
             f"half the {s.text(A)} activation peak returns "
             f"{format_quantity(s.value(A) / 2, 'GiB')}: {format_quantity(gained, '%')} more blocks")
 

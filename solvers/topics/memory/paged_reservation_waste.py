@@ -42,12 +42,13 @@ def _paging_judgements(s: Sheet, res: dict[str, sympy.Symbol], waste, gain) -> N
     g, w = s.text(gain), s.text(waste)
     s.judge("holds", "paging returns more than three times the requests", s.compare(gain, 3) > 0,
             f"the gain is {g}")
-    s.judge("holds", "paging leaves under 4% of the slots empty, as the PagedAttention paper reports",
-            s.compare(waste, sympy.Rational(4, 100)) < 0, f"{w} of a paged request's slots sit empty: only the last "
-            "block is partly filled, whatever the lengths drawn here", fact=True)
-    s.judge("holds", "paging leaves under 1% of the slots empty, a quarter of the PagedAttention paper's 4%",
-            s.compare(waste, sympy.Rational(1, 100)) < 0, f"{w} of a paged request's slots sit empty: (block − 1)/2 "
-            "against what the request holds, so long requests in small blocks waste least")
+    s.judge("holds", "paging leaves under {paper_waste} of the slots empty, as the PagedAttention paper reports",
+            s.compare(waste, s.param("f_paper", "paper_waste")) < 0, f"{w} of a paged request's slots sit empty: only "
+            "the last block is partly filled, whatever the lengths drawn here", fact=True)
+    s.judge("holds", "paging leaves under {low_waste} of the slots empty, a quarter of the PagedAttention paper's "
+            "{paper_waste}", s.compare(waste, s.param("f_low", "low_waste")) < 0,
+            f"{w} of a paged request's slots sit empty: (block − 1)/2 against what the request holds, so long requests "
+            "in small blocks waste least")
     untouched = s.compare(res["frag"], res["M"] / 2) > 0
     s.judge("holds", "most of each reservation is never touched at all", untouched,
             f"{s.text(res['frag'])} of {s.text(res['M'])} "
@@ -97,7 +98,7 @@ def solve(p, s: Sheet) -> None:
                    "only the last one is partly empty")
     waste = s.step("paged_waste", "Share of block slots empty with paging", "W_pg", tail / paged, "%",
                    "the partly filled last block is all that is left of the waste")
-    if s.compare(waste, sympy.Rational(4, 100)) >= 0:  # blocks as long as the requests: under 1% of draws
+    if s.compare(waste, s.param("f_paper", "paper_waste")) >= 0:  # blocks as long as the requests: under 1% of draws
         raise Reject("blocks too large for these requests: the paper's under-4% paged waste would not hold")
     after = s.step("requests_after", "Requests that fit with paging", "N_pg", floor_of(slots / paged),
                    "requests", "the pool over what a request holds on average")

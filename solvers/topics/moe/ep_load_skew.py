@@ -11,8 +11,6 @@ from solvers.models.common import given_config, given_hbm_bandwidth, given_peak_
 from solvers.models.moe import GATED_MATRICES, REPLAYS, simulate_skew
 from solvers.units import format_number, format_quantity
 
-SKEW_COST = sympy.Rational(5, 4)  # a GPU "within 25%" of the balanced step
-
 
 def _variant_seed(p) -> int:
     """The simulation's seed, from the variant's own figures: the same variant replays the same router."""
@@ -21,21 +19,20 @@ def _variant_seed(p) -> int:
     return zlib.crc32(text.encode())
 
 
-STALE_FIT = 0.95  # the correlation from which yesterday's hot set still holds most of today's (test: seeded means)
-
-
-# The option states STALE_FIT: the log-normal spread behind it is the simulation's, which no candidate sees. It
+# The option states the parameter stale_fit, the correlation from which yesterday's hot set still holds most of
+# today's (test: seeded means); the log-normal spread behind it is the simulation's, which no candidate sees. It
 # also says that a spare must pay first: a fit to yesterday keeps nothing where today's fit gains nothing.
 YESTERDAY_FIT = ("Replicating the hottest expert shortens the step, and a placement fit to yesterday's loads would "
-                 f"keep most of today's fit's gain (hot sets hold from a correlation of {STALE_FIT})")
+                 "keep most of today's fit's gain (hot sets hold from a correlation of {stale_fit})")
 
 
 def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, t_hot, t_rest, ridge, kept) -> None:
     key, (n_hot, t_tok, t_r) = "placement", ridge
     hot, bal, rep = (s.value(x) for x in (T_hot, T_bal, T_rep))
     us = lambda x: format_quantity(x, "us")  # noqa: E731
-    s.judge(key, "The GPU holding the hottest expert stays within 25% of a balanced one",
-            s.compare(T_hot, SKEW_COST * T_bal) <= 0, f"{s.text(T_hot)} against {s.text(T_bal)} balanced")
+    s.judge(key, "The GPU holding the hottest expert stays within {skew} of a balanced one",
+            s.compare(T_hot, (1 + s.param("s_k", "skew")) * T_bal) <= 0,
+            f"{s.text(T_hot)} against {s.text(T_bal)} balanced")
     pays = s.compare(T_rep, T_hot) < 0
     s.judge(key, "Replicating the hottest expert shortens the step", pays,
             f"{s.text(T_rep)} with {format_number(math.ceil(p.hot))} copies against {s.text(T_hot)}: "
@@ -50,7 +47,7 @@ def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, t_hot, t_rest, ridge
             "there is no excess: every expert waits on its weight read")
     s.judge(key, "The hottest expert alone takes longer than the other experts on its GPU together",
             s.compare(t_hot, t_rest) > 0, f"{us(s.evaluate(t_hot))} against {us(s.evaluate(t_rest))}")
-    fresh = p.correlation >= STALE_FIT
+    fresh = p.correlation >= p.stale_fit
     s.judge(key, YESTERDAY_FIT, fresh and pays,
             f"at correlation {format_number(p.correlation)} yesterday's hot experts "
             + ("are mostly today's" if fresh else "have largely moved")

@@ -1,11 +1,9 @@
 """Training a 1T MoE - total or active, the layout, and what a dense plan misses."""
 from __future__ import annotations
 
-import sympy
-
 from solvers.conventions import scale_up_domain
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, Side, ceil_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, exact
 from solvers.models.common import (
     given_active_params,
     given_config,
@@ -17,7 +15,7 @@ from solvers.models.common import (
 )
 from solvers.models.moe import COMBINE_BYTES, moe_layers, parameter_count
 from solvers.models.training import FLOPS_PER_PARAM_TOKEN
-from solvers.units import format_number
+from solvers.units import figures_against, format_number, format_quantity
 
 STATE_BYTES = 16  # mixed-precision Adam: bf16 weights and grads (2 + 2), fp32 master and two moments (12)
 
@@ -26,12 +24,6 @@ SHARDED_BYTES = 12  # the fp32 part, sharded over every GPU by ZeRO-1
 
 
 A2A_PASSES = 4  # forward dispatch and combine, and both again in the backward pass
-
-
-IMBALANCE = sympy.Rational(23, 20)  # router imbalance "matters" from a 15% stretch of the MoE layer
-
-
-LOWEST_FOLD = 20  # counting compute by the total "overstates it more than 20-fold"
 
 
 def _ep_in_domain(model: Record, domain: int, gpus: int) -> int:
@@ -77,42 +69,38 @@ def _training_a2a(s: Sheet, p, model: Record, G, N_a, P, mfu, E_p, ep: int) -> N
                      (m + (n_g - 1) * (E - m) / (E - 1)) / n_g, "x",
                      "training GEMMs are compute-bound, so a GPU's time follows its tokens: the hot expert at m times "
                      "the mean, its other experts at an even share of the rest (as in ep-load-skew)")
-    _failure_modes(s, model, int(p.gpus), stretch, a_in, a_out, t_c)
+    _failure_modes(s, p, model, int(p.gpus), stretch, a_in, a_out, t_c)
     _layout_regime(s, a_out, t_c, a_in, ep)
 
 
-STATE_GPU_SHARE = sympy.Rational(1, 50)  # the state "takes" a job's GPUs at 2% of them or more
 
 
-DEEP_PIPELINE = 4  # a pipeline this deep pays a bubble a dense plan of the active size never needs
-
-
-A2A_SHARE = sympy.Rational(3, 40)  # the all-to-all "costs" the step past 7.5% of it
-
-
-def _failure_modes(s: Sheet, model: Record, gpus: int, stretch, a_in, a_out, t_c) -> None:
+def _failure_modes(s: Sheet, p, model: Record, gpus: int, stretch, a_in, a_out, t_c) -> None:
+    """The failure modes' lines are the question's fixed parameters: the option texts print them."""
     key = "failure_modes"
-    hot = s.value(stretch)
-    s.judge(key, "Router imbalance stretches each MoE layer by 15% or more", s.compare(stretch, IMBALANCE) >= 0,
-            f"the hottest expert's GPU runs {format_number(hot, 3)}x the mean"
-            + ("" if hot >= IMBALANCE else ": its load is diluted over many experts per GPU"))
+    hot, imbalance = s.value(stretch), 1 + exact(p.imbalance)
+    s.judge(key, "Router imbalance stretches each MoE layer by {imbalance} or more", s.compare(stretch, imbalance) >= 0,
+            f"the hottest expert's GPU runs {format_number(hot, figures_against(hot, float(imbalance)))}x the mean"
+            + ("" if hot >= imbalance else ": its load is diluted over many experts per GPU"))
     s.judge(key, "Spread over two NVLink domains, the all-to-all would take a third of the compute time or more",
             s.compare(3 * a_out, t_c) >= 0, f"{s.text(a_out)} over the NIC against {s.text(t_c)} of compute per step: "
             + ("more than overlap can hide" if s.value(a_out) > s.value(t_c) else
                "an overlapped schedule must hide it" if 3 * s.value(a_out) >= s.value(t_c) else "a small share"))
     share = s.number("nvlink_share")
-    s.judge(key, "Even with EP inside NVLink, the all-to-all takes more than 7.5% of the step", share > A2A_SHARE,
-            f"{s.text(a_in)} against {s.text(t_c)} of compute: {format_number(100 * share, 3)}% of the step")
+    s.judge(key, "Even with EP inside NVLink, the all-to-all takes more than {a2a_share} of the step",
+            share > exact(p.a2a_share), f"{s.text(a_in)} against {s.text(t_c)} of compute: "
+            f"{format_quantity(share, '%', figures_against(share, p.a2a_share))} of the step")
     fold = model.params_b / model.active_params_b
-    s.judge(key, "Counting compute by the total parameters would overstate it more than 20-fold", fold > LOWEST_FOLD,
+    s.judge(key, "Counting compute by the total parameters would overstate it more than {lowest_fold}-fold",
+            fold > p.lowest_fold,
             f"total / active = {format_number(fold, 3)}")
     held = s.number("state_gpus")
-    s.judge(key, "Holding the training state alone takes at least 2% of the job's GPUs",
-            held >= STATE_GPU_SHARE * gpus, f"{format_number(held)} of {format_number(gpus)} GPUs, for the "
+    s.judge(key, "Holding the training state alone takes at least {state_share} of the job's GPUs",
+            held >= exact(p.state_share) * gpus, f"{format_number(held)} of {format_number(gpus)} GPUs, for the "
             f"{format_number(model.params_b)}B total (a dense model of the active size: "
             f"1/{format_number(fold, 3)} of it)")
     stages = s.number("pipeline_stages")
-    s.judge(key, "The state forces a pipeline of 4 stages or more", stages >= DEEP_PIPELINE,
+    s.judge(key, "The state forces a pipeline of {deep_pipeline} stages or more", stages >= p.deep_pipeline,
             f"{format_number(stages)} stages with EP inside NVLink: the experts' bf16 weights and grads split only "
             "EP ways")
 

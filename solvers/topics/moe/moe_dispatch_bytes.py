@@ -10,11 +10,6 @@ from solvers.models.common import dtype_bytes, given_config, given_nic, given_nv
 from solvers.models.moe import SCALE_BLOCK, SCALE_BYTES, copy_bytes, moe_layers, remote_nodes
 from solvers.units import format_number, format_quantity
 
-LINK_LEVER = sympy.Rational(4, 5)  # a change "cuts" the all-to-all when it leaves 80% of the time or less
-
-
-NODE_LIMIT = 4  # DeepSeek-V3's node-limited routing: a token's experts on at most 4 nodes
-
 
 def _remote_nodes(s: Sheet, model: Record, D, nodes: int) -> tuple[sympy.Symbol, str]:
     """Expected remote nodes a token reaches when each node receives it once. With node-limited routing
@@ -45,7 +40,7 @@ def _dispatch_levers(s: Sheet, p, nodes: int, per_domain: int, v: dict[str, floa
         return L * max(v["T"] * remote * per / b_nic, v["T"] * nvl * per / b_nvl)
 
     def say(option: str, after: float, why: str) -> None:
-        s.judge(key, option, after <= float(LINK_LEVER) * base,
+        s.judge(key, option, after <= (1 - p.cut) * base,
                 f"{format_quantity(after, 'ms')} against {format_quantity(base, 'ms')}: {why}")
 
     nic_bound = v["remote"] / v["B_nic"] >= v["nvl"] / v["B_nvl"]
@@ -58,9 +53,9 @@ def _dispatch_levers(s: Sheet, p, nodes: int, per_domain: int, v: dict[str, floa
     say("FP8 dispatch (with its scales) in place of this one's dtype", comm(per=fp8_per),
         f"{format_quantity(fp8_per, 'B')} a copy out and back against {format_quantity(v['per'], 'B')}"
         + (": it is FP8 already" if p.dispatch_dtype == "fp8" else ""))
-    # Node-limited routing as DeepSeek-V3's: a token's experts on at most NODE_LIMIT nodes, each node one group.
-    limited = min(v["remote"], (nodes - 1) * min(NODE_LIMIT, nodes) / nodes)
-    say(f"Node-limited routing: each token's experts on at most {NODE_LIMIT} nodes", comm(remote=limited),
+    # Node-limited routing as DeepSeek-V3's: a token's experts on at most node_limit nodes, each node one group.
+    limited = min(v["remote"], (nodes - 1) * min(p.node_limit, nodes) / nodes)
+    say("Node-limited routing: each token's experts on at most {node_limit} nodes", comm(remote=limited),
         f"{format_number(limited, 3)} remote nodes a token against {format_number(v['remote'], 3)}"
         + ("" if limited < v["remote"] else ": the limit binds nothing here"))
     wider = per_domain * 2

@@ -71,10 +71,8 @@ def touched_share(s: Sheet, key: str, r: Experts, tokens: sympy.Expr, title: str
     return s.step(key, title, symbol, 1 - miss_power(1 - r.k / r.E, tokens), "%", why)
 
 
-READ_SHARE = sympy.Rational(95, 100)  # "nearly all experts read": the touched share the boundary asks for
 
 
-LEVER = sympy.Rational(5, 4)  # a change "matters" when it moves the step time by this factor or more
 
 
 DENSE_GAP = 2  # a dense model "twice as fast / slow" as this step
@@ -112,8 +110,8 @@ def _advantage(s: Sheet, model: Record, p, values: dict[str, float]) -> None:
         return format_quantity(seconds, "ms")
 
     t, M, W, W_a = v["t"], v["M"], v["W"], v["W_a"]
-    s.judge(key, "The step reads at least 25% fewer weight bytes than a dense model of the same total size",
-            M <= 0.75 * W, f"{format_quantity(M, 'GB')} of {format_quantity(W, 'GB')}: "
+    s.judge(key, "The step reads at least {fewer_bytes} fewer weight bytes than a dense model of the same total size",
+            M <= (1 - p.fewer_bytes) * W, f"{format_quantity(M, 'GB')} of {format_quantity(W, 'GB')}: "
             f"{format_number(100 * M / W, 3)}% of the weights")
     bound = B * k / E >= v["t_c"]
     s.judge(key, "An expert's GEMM is compute-bound at this batch", bound,
@@ -130,10 +128,10 @@ def _advantage(s: Sheet, model: Record, p, values: dict[str, float]) -> None:
             + ("at this batch both are bound by the same active FLOPs" if bound else
                "it reads only the active weights, the MoE every expert the batch picked"))
     lighter = step(B, b / 2)
-    s.judge(key, "Experts stored at half the bytes (same tensor peak) would cut the step time by 20% or more",
-            t >= float(LEVER) * lighter, f"{ms(lighter)} against {ms(t)}")
+    s.judge(key, "Experts stored at half the bytes (same tensor peak) would cut the step time by {cut} or more",
+            lighter <= (1 - p.cut) * t, f"{ms(lighter)} against {ms(t)}")
     doubled = step(2 * B)
-    s.judge(key, "Twice the batch would cost less than 25% more step time", doubled < float(LEVER) * t,
+    s.judge(key, "Twice the batch would cost less than {more_time} more step time", doubled < (1 + p.more_time) * t,
             f"{ms(doubled)} against {ms(t)}: {format_number(doubled / t, 3)}x for twice the tokens")
 
 
@@ -200,9 +198,10 @@ def solve(p, s: Sheet) -> None:
     s.step("touched", "Experts read per MoE layer", "E_read", r.E * phi, "experts",
            f"{format_number(p.batch)} tokens pick {format_number(p.batch * model.experts_per_token)} slots, "
            "but many land on the same expert")
-    q = s.given("q", READ_SHARE, "%", "touched share taken as 'nearly all experts read'")
-    B95 = s.step("batch_95", "Batch at which 95% of the experts are read", "B_95",
-                 sympy.log(1 - q) / sympy.log(1 - r.k / r.E), "tokens", "solve 1 − (1 − k/E)^B = 95% for B")
+    q = s.param("q", "read_share")
+    share = format_quantity(p.read_share, "%")
+    B95 = s.step("batch_95", f"Batch at which {share} of the experts are read", "B_95",
+                 sympy.log(1 - q) / sympy.log(1 - r.k / r.E), "tokens", f"solve 1 − (1 − k/E)^B = {share} for B")
     M = s.step("step_bytes", "Weight bytes the step reads", "M", W_s + phi * r.X, "GB",
                "the shared weights once, plus every expert some token picked")
     s.step("bytes_ratio", "Step bytes against the active parameters' bytes", "R", M / W_a, "x",

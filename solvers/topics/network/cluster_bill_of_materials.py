@@ -1,21 +1,10 @@
 """Bill of materials for a training cluster."""
 from __future__ import annotations
 
-import sympy
-
 from solvers.derivation import Reject, Sheet, Side, ceil_of
 from solvers.models.common import model_params
 from solvers.models.fleet import fat_tree_switches, spare_pool, training_run
 from solvers.units import format_number, format_quantity
-
-SMALL_POOL = sympy.Rational(2, 100)  # a spare pool under 2% of the job is one finance signs off without a fight
-
-
-FAST_STORAGE = 100e9  # past 100 GB/s of sustained writes the filesystem is a project of its own
-
-
-BIG_FEED = 20e6  # past 20 MW the site is a utility negotiation (substation, years of lead time)
-
 
 MIN_CLUSTER_GPUS = 1024  # below a thousand GPUs the bill is a few racks, not a fabric design
 
@@ -23,10 +12,11 @@ MIN_CLUSTER_GPUS = 1024  # below a thousand GPUs the bill is a few racks, not a 
 MAX_CLUSTER_GPUS = 65_536  # k³/4 for 64-port switches: the most a three-tier fat tree of them reaches
 
 
-def _bom_judgements(s: Sheet, E0, E, pod, n_job, g, pool, rate, site) -> None:
-    wanted = format_number(s.value(E0))
-    s.judge("bom", "with 128-port switches this fabric would need only two tiers", s.value(E0) <= 128**2 / 2,
-            f"{wanted} GPUs against the 8,192 that two tiers of 128-port switches reach (k²/2)")
+def _bom_judgements(s: Sheet, p, E0, E, pod, n_job, g, pool, rate, site) -> None:
+    wanted, radix = format_number(s.value(E0)), p.big_radix
+    s.judge("bom", "with {big_radix}-port switches this fabric would need only two tiers", s.value(E0) <= radix**2 / 2,
+            f"{wanted} GPUs against the {format_number(radix**2 / 2)} that two tiers of {format_number(radix)}-port "
+            "switches reach (k²/2)")
     if pod is None:
         whole_pod, why = False, "a two-tier fabric is a single pod: losing it is losing the cluster"
     else:
@@ -35,11 +25,12 @@ def _bom_judgements(s: Sheet, E0, E, pod, n_job, g, pool, rate, site) -> None:
                f"{format_number(s.evaluate(g * n_job))}")
     s.judge("bom", "the job keeps its full size with one whole pod out", whole_pod, why)
     s.judge("bom", "losing one whole pod would shrink the job", not whole_pod, why)
-    s.judge("bom", "the spare pool is under 2% of the job's nodes", s.compare(pool, SMALL_POOL * n_job) < 0,
+    s.judge("bom", "the spare pool is under {small_pool} of the job's nodes",
+            s.compare(pool, s.param("f_pool", "small_pool") * n_job) < 0,
             f"{format_number(s.value(pool))} spare nodes for a job of {format_number(s.value(n_job))}")
-    s.judge("bom", "the checkpoint needs more than 100 GB/s of storage writes", s.value(rate) > FAST_STORAGE,
+    s.judge("bom", "the checkpoint needs more than {fast_storage} of storage writes", s.value(rate) > p.fast_storage,
             f"it needs {s.text(rate)}")
-    s.judge("bom", "the site needs a feed of more than 20 MW", s.value(site) > BIG_FEED,
+    s.judge("bom", "the site needs a feed of more than {big_feed}", s.value(site) > p.big_feed,
             f"the site draws {s.text(site)}")
 
 
@@ -114,7 +105,7 @@ def solve(p, s: Sheet) -> None:
                 "before cooling")
     site = s.step("facility_power", "Site power: the feed the site must supply", "P_site", IT * pue, "MW",
                   "the IT load times PUE: cooling and power conversion on top")
-    _bom_judgements(s, E0, E, pod, n_job, g, pool, rate, site)
+    _bom_judgements(s, p, E0, E, pod, n_job, g, pool, rate, site)
 
     s.assume("Model FLOPs 6·N·D (flops-per-token, from training-compute-budget) over the dense bf16 peak "
              "(dense-peaks) at the stated MFU; the schedule is compute time.")

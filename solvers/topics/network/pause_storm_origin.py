@@ -9,14 +9,6 @@ from solvers.units import format_number, format_quantity
 BITS_PER_PAUSE_QUANTUM = 512  # IEEE 802.1Qbb / 802.3x: one pause quantum is 512 bit times
 
 
-# PFC watchdogs, as shipped. Junos: polls every 100 ms, a queue paused through two polls is a stall (200 ms).
-# mlx5 (ConnectX) PFC stall prevention: default timeout 8 s, range 80-8,000 ms, 100 ms on auto.
-SWITCH_WATCHDOG_S = 0.2
-
-
-NIC_STALL_TIMEOUT_S = 8
-
-
 # Link ends in the order the question lists their counters: (sender, receiver).
 _LINK_ENDS = (("node1", "leaf1"), ("leaf1", "node1"), ("node2", "leaf1"), ("leaf1", "node2"),
               ("node3", "leaf2"), ("leaf2", "node3"), ("node4", "leaf2"), ("leaf2", "node4"),
@@ -51,19 +43,20 @@ def _pause_storm_fixes(p, s: Sheet, origin: str, victims: list[str], leaf_of: di
     storm = s.step("storm_time", f"How long {origin} has held {home} paused", "T_s", f_o * Q * b / R, "s",
                    "its pauses run back to back from the moment it stopped draining")
     lasted = s.text(storm)
-    w_sw = s.given("W_sw", SWITCH_WATCHDOG_S, "s", "switch PFC watchdog: stall after two 100 ms polls (Junos default)")
-    w_nic = s.given("W_nic", NIC_STALL_TIMEOUT_S, "s", "NIC PFC stall prevention timeout (mlx5 default)")
+    w_sw, w_nic = s.param("W_sw", "switch_watchdog"), s.param("W_nic", "nic_stall")
+    nic = format_quantity(p.nic_stall, "s")
     key = "fixes"
-    s.judge(key, "a PFC watchdog on the switches (Junos defaults: a stall after 200 ms)", s.compare(storm, w_sw) > 0,
-            f"{home} saw its queue to {origin} paused without a break for {lasted}: the watchdog fires 200 ms in, "
+    s.judge(key, "a PFC watchdog on the switches (Junos defaults: a stall after {switch_watchdog})",
+            s.compare(storm, w_sw) > 0, f"{home} saw its queue to {origin} paused without a break for {lasted}: the "
+            f"watchdog fires {format_quantity(p.switch_watchdog, 'ms')} in, "
             f"drops that queue and stops pausing upstream, so every stalled node sends again within a second",
             fact=True)
     nic_fires = s.compare(storm, w_nic) > 0
-    s.judge(key, "the origin NIC's PFC stall prevention at its mlx5 default (8 s)", nic_fires,
-            f"{origin} has been stalled {lasted}, past 8 s: its NIC stops sending pauses at 8 s, "
-            f"{format_quantity(s.value(storm) - NIC_STALL_TIMEOUT_S, 's')} before the counters were read"
+    s.judge(key, "the origin NIC's PFC stall prevention at its mlx5 default ({nic_stall})", nic_fires,
+            f"{origin} has been stalled {lasted}, past {nic}: its NIC stops sending pauses at {nic}, "
+            f"{format_quantity(s.value(storm) - p.nic_stall, 's')} before the counters were read"
             if nic_fires else
-            f"{origin} has been stalled only {lasted}, under 8 s: its NIC is still sending pauses "
+            f"{origin} has been stalled only {lasted}, under {nic}: its NIC is still sending pauses "
             "(the 100 ms auto setting would have caught it)")
     mates = [node for node in victims if leaf_of[node] == home]
     s.judge(key, "PFC off on the leaf-spine links (lossless only inside a leaf)", not mates,

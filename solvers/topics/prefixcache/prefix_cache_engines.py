@@ -5,7 +5,6 @@ from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, m
 from solvers.units import format_number
 
 # The teaser's bar: on a chat prompt the two hit rates differ by under one percent of the prompt.
-MATERIAL_GAP = 0.01
 
 
 # SGLang's chunked_prefill_size as the question states it: every prefill chunk becomes a node of the tree.
@@ -143,7 +142,7 @@ def solve(p, s: Sheet) -> None:
     _after_eviction(s, B, P, D, S, R, M)
     _key_scope(s, p)
 
-    tau = s.given("τ", MATERIAL_GAP, "%", "a gap counted as material (one point of the prompt)")
+    tau = s.param("τ", "material")
     P_star = s.step("boundary_prompt", "Prompt length below which the worst-case gap passes the bar", "P_star",
                     (B - 1) / tau, "tokens", "solve (B − 1)/P = τ for P")
     s.assume("The previous turn was this chat's first: the history D is that turn's prompt (the shared system "

@@ -7,7 +7,7 @@ from typing import TypedDict
 import numpy as np
 import sympy
 
-from solvers.derivation import Sheet
+from solvers.derivation import Sheet, exact
 from solvers.models.fp8 import E4M3, amax_scale, chop_mask, quantize
 from solvers.models.quantization import pct_text, variant_rng
 from solvers.units import format_number
@@ -24,7 +24,6 @@ ACC_CHANNELS = 4  # value channels in the accumulator simulation
 ACC_TOKENS = 16384  # the accumulator simulation's longest run: 512 chained adds
 
 
-P_SCALE = 448  # SageAttention2's scale on P before the E4M3 cast: its max lands on 448
 
 
 P_ROWS, P_VALUES = 8, 65536  # query rows in the probability simulation, and the scores it aims for
@@ -76,7 +75,7 @@ class _ProbabilityPoint(TypedDict):
     rows: int  # query rows simulated
 
 
-def _probability_point(rng: np.random.Generator, beta: float, tokens: int) -> _ProbabilityPoint:
+def _probability_point(rng: np.random.Generator, beta: float, tokens: int, scale: float) -> _ProbabilityPoint:
     """exp(s − m) cast to E4M3 as it is, and scaled by 448, over a few query rows (each row has its own
     max, which the flushed mass is sensitive to): what flushes to zero is what the cast sends to 0, at or
     below half the smallest subnormal (the tie goes to the even code, zero)."""
@@ -86,7 +85,7 @@ def _probability_point(rng: np.random.Generator, beta: float, tokens: int) -> _P
     flush = E4M3.min_subnormal / 2
     mass = p.sum(axis=1)
     return {"flushed": float(np.mean(np.sum(np.where(p <= flush, p, 0), axis=1) / mass)),
-            "flushed_scaled": float(np.mean(np.sum(np.where(p * P_SCALE <= flush, p, 0), axis=1) / mass)),
+            "flushed_scaled": float(np.mean(np.sum(np.where(p * scale <= flush, p, 0), axis=1) / mass)),
             "p": p[0], "rows": rows}
 
 
@@ -133,24 +132,24 @@ def _attention_fixes(s: Sheet, p, *, ds, ds_c, flushed, promoted, e_acc, r_K) ->
     s.judge("fixes", "the FP8 keys misplace more of the output than an unscaled P flushes",
             s.value(r_K) > s.value(unscaled),
             f"{s.text(r_K, 3)} misplaced by the keys against {s.text(unscaled, 3)} flushed")
-    s.judge("fixes", "subtracting the keys' channel means would cut the key score error by more than 2.5×",
-            s.compare(ds, sympy.Rational(5, 2) * ds_c) > 0,
+    s.judge("fixes", "subtracting the keys' channel means would cut the key score error by more than {mean_cut}",
+            s.compare(ds, s.param("k_mean", "mean_cut") * ds_c) > 0,
             f"√(1 + n_o·α²/d) = {format_number(s.value(ds) / s.value(ds_c), 3)}× (per-channel scales would not help: "
             "E4M3's grid is relative, a channel's own scale slides its values without refining them)")
-    s.judge("fixes", "promoting every N_c tokens cuts the accumulator's bound by more than 200×",
-            s.compare(e_acc, 200 * promoted) > 0,
+    s.judge("fixes", "promoting every N_c tokens cuts the accumulator's bound by more than {promote_cut}",
+            s.compare(e_acc, s.param("k_promote", "promote_cut") * promoted) > 0,
             f"T/N_c = {format_number(p.context / p.promote, 3)}: the bound scales with the chopped adds in a chain")
-    s.judge("fixes", "an unscaled P flushes more than 10% of the attention mass",
-            s.value(unscaled) > 0.1, f"{s.text(unscaled, 3)} of it below 2^-10")
-    s.judge("fixes", "scaling P by 448 before the cast would leave under 0.1% of the attention mass flushed",
-            s.value(scaled) < 0.001,
+    s.judge("fixes", "an unscaled P flushes more than {flushed_line} of the attention mass",
+            s.value(unscaled) > exact(p.flushed_line), f"{s.text(unscaled, 3)} of it below 2^-10")
+    s.judge("fixes", "scaling P by {p_scale} before the cast would leave under {small_error} of the attention mass "
+            "flushed", s.value(scaled) < exact(p.small_error),
             f"{s.text(unscaled, 3)} flushed unscaled, {s.text(scaled, 3)} scaled")
-    s.judge("fixes", "promoting the accumulator to FP32 every N_c tokens keeps its error under 0.1%",
-            s.compare(promoted, sympy.Rational(1, 1000)) < 0,
+    s.judge("fixes", "promoting the accumulator to FP32 every N_c tokens keeps its error under {small_error}",
+            s.compare(promoted, s.param("e_small", "small_error")) < 0,
             f"{format_number(p.promote / p.mma_k)} chopped adds: {pct_text(s.number('acc_error_promoted'))}")
-    s.judge("fixes", "over this context the unpromoted bound passes the ~2% DeepSeek-V3 measured at K = 4096",
-            s.compare(e_acc, sympy.Rational(2, 100)) > 0, f"{s.text(e_acc, 3)} over {format_number(p.context)} "
-            "tokens (1.56% at 4,096)")
+    s.judge("fixes", "over this context the unpromoted bound passes the ~{deepseek_error} DeepSeek-V3 measured at "
+            "K = 4096", s.compare(e_acc, s.param("e_DS", "deepseek_error")) > 0,
+            f"{s.text(e_acc, 3)} over {format_number(p.context)} tokens (1.56% at 4,096)")
 
 
 def _attention_regime(s: Sheet, errors: dict[str, sympy.Symbol]) -> None:
@@ -208,7 +207,7 @@ def solve(p, s: Sheet) -> None:
                  "exp-weighting Gaussian scores tilts them to N(β², β²); the flush point sits τ below β·z_max")
     f_P = s.step("p_flushed_mass", "Attention mass flushed to zero, unscaled P", "f_P", NormalCDF(gap), "%",
                  "the tilted scores' share below the flush point")
-    scale = s.given("c_P", P_SCALE, "", "scale on P before the cast (its max onto 448)")
+    scale = s.param("c_P", "p_scale")
     shift = s.step("", "How much further the scale moves the flush point", "l_P", sympy.log(scale), "nats",
                    "multiplying P by 448 before the cast lowers its flush point by ln 448")
     f_P448 = s.step("", "Attention mass flushed, P scaled by 448", "f_P448", NormalCDF(gap - shift / beta), "%",
@@ -227,7 +226,7 @@ def solve(p, s: Sheet) -> None:
 
     rng = variant_rng(p, "outlier", "score_spread", "context", "promote")
     keys = _key_point(rng, p.outlier, p.score_spread, p.head_dim)
-    probs = _probability_point(rng, p.score_spread, int(p.context))
+    probs = _probability_point(rng, p.score_spread, int(p.context), p.p_scale)
     acc = _accumulator_point(rng, probs["p"][:ACC_TOKENS], int(p.promote), int(p.mma_k), p.acc_bits)
     _attention_points_givens(s, keys, probs, acc, p.head_dim)
     _attention_fixes(s, p, ds=ds, ds_c=ds_c, flushed=(f_P, f_P448), promoted=N_c / k_mma * 2**-f_acc,

@@ -77,12 +77,12 @@ def _fp8_kv_levers(s: Sheet, p, fmt) -> None:
         "the clip point doubles, worth 2^ν times the calibration tokens")
     say("half the headroom (the same calibration) leaves clipping less likely than not", N, n, h / 2,
         "the clip point halves, worth 2^-ν times the calibration tokens")
-    say("16 times the calibration tokens leave clipping less likely than not", N, 16 * n, h,
-        "16 times the calibration draws")
+    say("{more_calibration} times the calibration tokens leave clipping less likely than not", N,
+        p.more_calibration * n, h, f"{format_number(p.more_calibration)} times the calibration draws")
     say("a context an eighth as long leaves clipping less likely than not", N / 8, n, h,
         "an eighth of the draws that could pass the clip point")
-    say("a context 8 times as long leaves clipping less likely than not", 8 * N, n, h,
-        "8 times the draws that could pass the clip point")
+    say("a context {longer_context} times as long leaves clipping less likely than not", p.longer_context * N, n, h,
+        f"{format_number(p.longer_context)} times the draws that could pass the clip point")
     say("the other FP8 format, same calibration and headroom, leaves clipping less likely than not", N, n, h,
         "the scale maps headroom × amax onto the format's max in either format, so the clip point and the chance "
         "of passing it stay where they are; only the rounding changes")
@@ -91,7 +91,7 @@ def _fp8_kv_levers(s: Sheet, p, fmt) -> None:
             f"{other.name} keeps {other.mantissa_bits} fraction bits against {fmt.name}'s {fmt.mantissa_bits}: "
             f"u = 2^-{other.mantissa_bits + 1} against 2^-{fmt.mantissa_bits + 1}")
     widen = math.log2(other.max / other.min_normal) - math.log2(fmt.max / fmt.min_normal)
-    s.judge("levers", "the other FP8 format widens the normal range by more than 10 binades", widen > 10,
+    s.judge("levers", "the other FP8 format widens the normal range by more than {binades} binades", widen > p.binades,
             f"{other.name}'s normal range spans {format_number(math.log2(other.max / other.min_normal), 3)} binades "
             f"against {format_number(math.log2(fmt.max / fmt.min_normal), 3)}: "
             f"{format_number(abs(widen), 3)} {'more' if widen > 0 else 'fewer'}")

@@ -109,13 +109,14 @@ def _format_select(s: Sheet, p, share, loss) -> None:
             f"the pool's activations use {p.mx_rule} E8M0 scales per {p.act_block}; the tested build's used "
             f"{tested}" + (": the same scale on every block, so the same codes" if same_activations else
                            ": other scales, so other codes"))
-    s.judge("gates", "more than 10% of this pool's activation blocks saturate", s.compare(share, sympy.Rational(1, 10))
-            > 0, f"{pct_text(s.number('act_saturating_share'))} of blocks under the {p.mx_rule} rule")
+    s.judge("gates", "more than {saturating} of this pool's activation blocks saturate",
+            s.compare(share, s.param("f_sat", "saturating")) > 0,
+            f"{pct_text(s.number('act_saturating_share'))} of blocks under the {p.mx_rule} rule")
     s.judge("gates", "more than a quarter of this pool's activation blocks saturate",
             s.compare(share, sympy.Rational(1, 4)) > 0,
             f"{pct_text(s.number('act_saturating_share'))} of blocks under the {p.mx_rule} rule")
-    s.judge("gates", "the weights reach this pool more than 2 dB below the SQNR that was tested",
-            s.compare(loss, 2) > 0, f"{s.text(loss, 3)} lost on the way: " + (
+    s.judge("gates", "the weights reach this pool more than {sqnr_loss} below the SQNR that was tested",
+            s.compare(loss, p.sqnr_loss) > 0, f"{s.text(loss, 3)} lost on the way: " + (
                 "the tested bytes load as they are" if same_bytes else "rounded again onto power-of-two scales"))
     s.judge("gates", "the pool's activation scales keep the tested 1×128 granularity", p.act_block == HOPPER_BLOCK,
             f"one scale per {p.act_block} activations" + ("" if p.act_block == HOPPER_BLOCK else

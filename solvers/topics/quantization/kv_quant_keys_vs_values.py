@@ -6,7 +6,7 @@ from fractions import Fraction
 import numpy as np
 import sympy
 
-from solvers.derivation import Sheet, Side
+from solvers.derivation import Sheet, Side, exact
 from solvers.models.common import dtype_bytes
 from solvers.models.kvcache import kv_bytes_per_token_given
 from solvers.models.quantization import pct_text, variant_rng
@@ -110,7 +110,8 @@ def _kv_quant_select(s: Sheet, p, sim: dict[str, float], *, alpha, share, compre
         return s.number(key)
 
     ratio = result("key_error_token") / result("key_error_channel")
-    s.judge("facts", "per-channel keys cut the key error by more than 8×", s.compare(alpha + 1, 8) > 0,
+    s.judge("facts", "per-channel keys cut the key error by more than {channel_gain}",
+            s.compare(alpha + 1, s.param("g_c", "channel_gain")) > 0,
             f"(α + 1) = {format_number(ratio, 3)}× smaller error per element")
     s.judge("facts", "the bf16 residual window holds more than a third of this sequence's cache",
             s.compare(share, sympy.Rational(1, 3)) > 0,
@@ -120,19 +121,20 @@ def _kv_quant_select(s: Sheet, p, sim: dict[str, float], *, alpha, share, compre
     s.judge("facts", "twice the query scale would make the key road outweigh the value road, even with per-channel "
             "keys", s.compare(2 * roads, 1) > 0,
             f"the ratio doubles to {format_number(2 * result('roads_channel'), 3)}")
-    # Per-token keys at b + 3 bits against per-channel ones at b: the step shrinks with 2^b − 1, the range by α + 1.
+    # Per-token keys at b + more_bits bits against per-channel ones at b: the step shrinks with 2^b − 1, the range
+    # by α + 1.
     bits, alpha_value = int(p.bits), int(p.outlier)
     needed = (alpha_value + 1) * (2**bits - 1)
-    s.judge("facts", "per-token key scales would match per-channel keys with 3 more bits",
-            2 ** (bits + 3) - 1 >= needed,
-            f"per-token keys need 2^b' − 1 ≥ (α + 1)(2^b − 1) = {needed} levels; {bits + 3} bits give "
-            f"{2 ** (bits + 3) - 1}")
+    more = bits + int(p.more_bits)
+    s.judge("facts", "per-token key scales would match per-channel keys with {more_bits} more bits",
+            2**more - 1 >= needed,
+            f"per-token keys need 2^b' − 1 ≥ (α + 1)(2^b − 1) = {needed} levels; {more} bits give {2**more - 1}")
     # Exact in fractions, in bf16 tokens' worth: the window at 16 bits, the rest at b_eff = b + 2·16/G.
     T, R, b_eff = Fraction(p.context), Fraction(p.residual), bits + Fraction(2 * 16, p.kivi_group)
     whole = R + (T - R) * b_eff / 16
     saved = (R / 2) * (16 - b_eff) / 16 / whole
-    s.judge("facts", "halving the bf16 window would shrink this sequence's cache by more than 10%",
-            saved > Fraction(1, 10),
+    s.judge("facts", "halving the bf16 window would shrink this sequence's cache by more than {window_saving}",
+            saved > exact(p.window_saving),
             f"{format_number(float(R / 2))} tokens move from 16 to {format_number(float(b_eff), 3)} bits: "
             f"{pct_text(float(saved))} of the cache")
     # Independent roads add in quadrature: output error ∝ √(R² + 1) for either key layout.

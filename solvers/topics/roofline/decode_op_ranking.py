@@ -18,9 +18,7 @@ from solvers.models.common import (
     peak_flops,
 )
 from solvers.models.roofline import require_full_xgmi_ring
-from solvers.units import format_number
-
-DECODE_GAIN = 1.2  # a change "raises" the decode step's tokens/s when it gains at least this factor
+from solvers.units import figures_against, format_number, format_quantity
 
 
 def _gemm_intensity(s: Sheet, tag: str, name: str, d_in, d_out, B, b_w) -> sympy.Symbol:
@@ -37,7 +35,7 @@ TOO_CLOSE_TO_CALL = 0.05
 
 def _decode_step_levers(s: Sheet, p, *, weights: float, cache: float, flops: float, comm: float,
                         step: float) -> None:
-    """Which single change raises this decode step's tokens/s by DECODE_GAIN: the answer follows from
+    """Which single change raises this decode step's tokens/s by the parameter `raise_by`: the answer follows from
     the KV cache's share of the bytes, not from the ranking by intensity."""
     n, bandwidth, peak, batch = p.tp, hbm_bandwidth(p.gpu), peak_flops(p.gpu, "bf16"), p.batch
     share = format_number(100 * cache / (weights + cache), 2) + "%"
@@ -46,10 +44,12 @@ def _decode_step_levers(s: Sheet, p, *, weights: float, cache: float, flops: flo
         return (b / (max((w + kv) / (n * bandwidth), f / (n * pk)) + ar)) / (batch / step)
 
     def say(option: str, ratio: float, why: str) -> None:
-        s.judge("levers", option, ratio >= DECODE_GAIN, f"{why}: {format_number(ratio, 3)}x the tokens/s")
+        shown = format_number(ratio, figures_against(ratio, 1 + p.raise_by))
+        s.judge("levers", option, ratio >= 1 + p.raise_by, f"{why}: {shown}x the tokens/s")
 
-    if max(gain(kv=cache / 2), gain(w=weights / 2), gain(pk=2 * peak)) < DECODE_GAIN:
-        raise Reject("no single change gains 20%: the step sits at the ridge, reads and math alike")
+    if max(gain(kv=cache / 2), gain(w=weights / 2), gain(pk=2 * peak)) < 1 + p.raise_by:
+        raise Reject(f"no single change gains {format_quantity(p.raise_by, '%')}: the step sits at the ridge, reads "
+                     "and math alike")
 
     if weights + 2 * cache <= n * hbm_bytes(p.gpu) * GPU_MEMORY_UTILIZATION:
         scratch = Sheet()  # the all-reduces of a step twice as wide, off the candidate's sheet

@@ -17,20 +17,19 @@ from solvers.models.common import (
 )
 from solvers.models.kvcache import kv_bytes_per_token
 from solvers.models.roofline import require_full_xgmi_ring
-from solvers.units import format_number, format_quantity
+from solvers.units import figures_against, format_number, format_quantity
 
-LEVER_GAIN = 1.25  # a lever "raises" decode tokens/s when it gains at least this factor
-
-
-UPGRADE = 1.3  # a modest GPU generation: it gains LEVER_GAIN only while the all-reduces are under 13% of the step
+# The doubled batch is a lever only where its KV cache still fits: the option says so, not just the key.
+TWICE_THE_BATCH = "twice the batch (its doubled KV cache must fit in usable HBM)"
 
 
 def _decode_levers(s: Sheet, p, *, weights: float, cache: float, flops: float, comm: float,
                    throughput: float) -> None:
-    """Which single change lifts this decode step's tokens/s by LEVER_GAIN or more: the answer
-    follows from the KV cache's share of the bytes and from the side of the roofline."""
+    """Which single change lifts this decode step's tokens/s by the parameter `raise_by` or more: the
+    answer follows from the KV cache's share of the bytes and from the side of the roofline. The GPU
+    `upgrade` faster in both (a modest generation) gains it only while the all-reduces are a small share."""
     n, bandwidth, peak = p.tp, hbm_bandwidth(p.gpu), peak_flops(p.gpu, p.dtype)
-    batch = p.batch
+    batch, lever_gain, upgrade = p.batch, 1 + p.raise_by, 1 + p.upgrade
 
     def gain(w=weights, kv=cache, bw=bandwidth, pk=peak, f=flops, b=batch, ar=comm) -> float:
         return b / (max((w + kv) / (n * bw), f / (n * pk)) + ar) / throughput
@@ -40,18 +39,20 @@ def _decode_levers(s: Sheet, p, *, weights: float, cache: float, flops: float, c
             + (f", plus {format_quantity(comm, 'ms')} of all-reduces" if comm else ""))
 
     def say(option: str, ratio: float, why: str) -> None:
-        s.judge("levers", option, ratio >= LEVER_GAIN, f"{side}; {why}: {format_number(ratio, 3)}x the tokens/s")
+        shown = format_number(ratio, figures_against(ratio, lever_gain))
+        s.judge("levers", option, ratio >= lever_gain, f"{side}; {why}: {shown}x the tokens/s")
 
     kv_share = format_number(100 * cache / (weights + cache), 2) + "%"
-    if gain(bw=2 * bandwidth, pk=2 * peak) < LEVER_GAIN:
-        raise Reject("not even a GPU twice as fast gains 25%: the all-reduces dominate the step")
+    if gain(bw=2 * bandwidth, pk=2 * peak) < lever_gain:
+        raise Reject(f"not even a GPU twice as fast gains {format_quantity(p.raise_by, '%')}: the all-reduces "
+                     "dominate the step")
     if weights + 2 * cache <= n * hbm_bytes(p.gpu) * GPU_MEMORY_UTILIZATION:
         scratch = Sheet()  # the all-reduces of a step twice as wide, off the candidate's sheet
         doubled = scratch.evaluate(tp_all_reduce(scratch, p.model, p.gpu, n, 2 * batch, tag="x", label="x"))
-        say("twice the batch", gain(kv=2 * cache, f=2 * flops, b=2 * batch, ar=doubled),
+        say(TWICE_THE_BATCH, gain(kv=2 * cache, f=2 * flops, b=2 * batch, ar=doubled),
             "one weight read serves twice the tokens while the KV reads and the math double")
     else:
-        s.judge("levers", "twice the batch", False,
+        s.judge("levers", TWICE_THE_BATCH, False,
                 f"twice the KV cache does not fit beside the weights on {n} × {p.gpu.name}")
     reads = "the reads halve" if t_read > t_math else "only the reads, which wait on the math, get shorter"
     say("weights at half the bytes (same tensor peak)", gain(w=weights / 2),
@@ -61,10 +62,10 @@ def _decode_levers(s: Sheet, p, *, weights: float, cache: float, flops: float, c
     say("a GPU with twice the tensor peak", gain(pk=2 * peak),
         "the math halves" if t_math > t_read else "the math already waits on the reads")
     share = f"the all-reduces are {format_number(100 * comm / (comm + max(t_read, t_math)), 2)}% of the step"
-    say("a GPU 30% faster in both HBM bandwidth and tensor peak (same NVLink)",
-        gain(bw=UPGRADE * bandwidth, pk=UPGRADE * peak),
-        f"both sides shrink by 1/1.3; {share} and do not" if comm
-        else "both sides shrink by 1/1.3 and there are no all-reduces at TP 1")
+    shrink = f"both sides shrink by 1/{format_number(upgrade)}"
+    say("a GPU {upgrade} faster in both HBM bandwidth and tensor peak (same NVLink)",
+        gain(bw=upgrade * bandwidth, pk=upgrade * peak),
+        f"{shrink}; {share} and do not" if comm else f"{shrink} and there are no all-reduces at TP 1")
     s.judge("levers", "a GPU with twice the bandwidth and twice the peak", True,
             f"both sides halve whichever binds; {share}, and draws where they pass 60% are refused: "
             f"{format_number(gain(bw=2 * bandwidth, pk=2 * peak), 3)}x the tokens/s" if comm else

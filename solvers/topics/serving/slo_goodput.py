@@ -5,7 +5,7 @@ import math
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, exp_of, log_of
+from solvers.derivation import Reject, Sheet, Side, exact, exp_of, log_of
 from solvers.units import format_quantity
 
 MIN_RATE_SHARE = 0.5  # the goal must hold up to half the prefill capacity: past that the queue, not prefill, decides
@@ -73,24 +73,25 @@ HALVED = "prefill time per prompt halved would put p99 TTFT within its SLO"
 DECODE_LEVER = "halving the decode pool's TPOT excess would shorten p99 TTFT"
 
 
-def _ttft_levers(mu, lam):
-    """Each prefill lever alone, at today's arrival rate: (option, the rate μ' − λ' of the TTFT exponential)."""
+def _ttft_levers(p, mu, lam):
+    """Each prefill lever alone, at today's arrival rate: (option, the rate μ' − λ' of the TTFT exponential). The
+    levers' sizes are the question's fixed parameters, which the options print."""
     within = " would put p99 TTFT within its SLO"
     return ((ALREADY, mu - lam),
             ("a second prefill server like this one, arrivals split between the two," + within, mu - lam / 2),
-            ("prefill time per prompt cut by 20%" + within, mu * 5 / 4 - lam),
-            ("prefill time per prompt cut by 10%" + within, mu * 10 / 9 - lam),
+            ("prefill time per prompt cut by {big_cut}" + within, mu / (1 - exact(p.big_cut)) - lam),
+            ("prefill time per prompt cut by {small_cut}" + within, mu / (1 - exact(p.small_cut)) - lam),
             (HALVED, 2 * mu - lam),
-            ("shedding 10% of arrivals at admission" + within, mu - lam * 9 / 10))
+            ("shedding {shed} of arrivals at admission" + within, mu - lam * (1 - exact(p.shed))))
 
 
-def _judge_levers(s: Sheet, model: dict[str, sympy.Symbol]) -> None:
+def _judge_levers(s: Sheet, p, model: dict[str, sympy.Symbol]) -> None:
     """Which lever brings p99 TTFT within its SLO follows from how far past the knee the load sits."""
     T, ttft99 = model["T"], model["ttft99"]
     p99_means = _p99_means()
     needed = p99_means / T  # the rate μ − λ at which p99 TTFT equals the SLO
     slo = s.text(T)
-    for option, rate in _ttft_levers(model["mu"], model["lam"]):
+    for option, rate in _ttft_levers(p, model["mu"], model["lam"]):
         p99 = format_quantity(s.evaluate(p99_means / rate), "s")
         lead = "today" if option == ALREADY else f"μ − λ becomes {format_quantity(s.evaluate(rate), 'requests/s')}"
         # Halving the prefill always suffices: draws whose knee sits below half the capacity are refused, so
@@ -144,7 +145,7 @@ def solve(p, s: Sheet) -> None:
                       mu + log_of(1 - target / a_tpot) / T, "requests/s",
                       "solve (1 − e^(−(μ−λ)·T_SLO))·A_TPOT = g_goal for λ; DistServe calls this rate the goodput")
     _check_draw(s, model, both, lam_star)
-    _judge_levers(s, model)
+    _judge_levers(s, p, model)
 
     s.assume("Prefill runs on its own GPUs as one first-come-first-served server with Poisson arrivals and "
              "exponential prefill times (prompt lengths roughly exponential): an M/M/1 queue. TTFT ends with "

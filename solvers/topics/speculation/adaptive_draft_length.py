@@ -8,7 +8,7 @@ import numpy as np
 
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.speculation import PLAIN_TIE, QUADRATURE_NODES, beta_quadrature, ridge_tokens
-from solvers.units import format_number
+from solvers.units import format_number, format_quantity
 
 # What the policies may choose from: powers of two, as a menu of draft lengths (and of the graphs
 # an engine captures for them). Near the best γ the time per token is flat, so consecutive integers
@@ -22,10 +22,8 @@ GAMMA_FLAT = 0.005  # a runner-up draft length within 0.5% of the best time: no 
 REQUESTS = 4000  # the seeded sample of requests run in batches
 
 
-SLOWER_IN_BATCH = 1.6  # the batching select's line for the per-request rule's time per token over a fixed γ's
 
 
-WORTH_BUILDING = 0.10  # a per-request policy is worth its complexity above this gain over the best fixed γ
 
 
 def _time_per_token(alpha, gamma, c):
@@ -123,10 +121,10 @@ def _best_constant(s: Sheet, p) -> tuple[int, int, int]:
 def _batching_holds(s: Sheet, p, sim: dict) -> None:
     key, batch = "batching", sim["batch"]
     slower = batch["adaptive"] / batch["fixed"]
-    if abs(slower / SLOWER_IN_BATCH - 1) < 0.01:
+    if abs(slower / p.slower - 1) < 0.01:
         raise Reject("the per-request rule's slowdown in batches sits at the line of the batching select")
-    s.judge(key, f"the batch-1 per-request rule stays under {format_number(SLOWER_IN_BATCH)} times the fixed γ's time "
-            "per token in these batches", slower < SLOWER_IN_BATCH,
+    s.judge(key, "the batch-1 per-request rule stays under {slower} times the fixed γ's time per token in these "
+            "batches", slower < p.slower,
             f"{format_number(slower, 3)}x the time per token of the best fixed γ = {batch['g_best']} for the batch")
     s.judge(key, "the best fixed draft length in a batch differs from the batch-1 one",
             batch["g_best"] != sim["g_fixed"],
@@ -150,8 +148,8 @@ def solve(p, s: Sheet) -> None:
     the per-request Beta spread (quadrature); then the same rule inside batches (a seeded sample)."""
     sim = adaptive_exact(p)
     gain = sim["fixed"] / sim["adaptive"] - 1
-    if abs(gain - WORTH_BUILDING) < 0.005:
-        raise Reject("the adaptive gain sits at the 10% line")
+    if abs(gain - p.worth) < 0.005:
+        raise Reject(f"the adaptive gain sits at the {format_quantity(p.worth, '%')} line")
     c = s.param("c", "draft_cost")
     w_code = s.param("f_code", "code_share")
     a_code = s.param("α_code", "alpha_code")
@@ -197,7 +195,7 @@ def solve(p, s: Sheet) -> None:
            / s.given("τ_ad_B", batch["adaptive"], "", f"the same batches, each request at its batch-1 γ ({source})")
            - 1, "%",
            "the round is set by the batch: its longest draft and its total verify tokens")
-    threshold = s.given("G_build", WORTH_BUILDING, "%", "gain that pays for a per-request policy")
+    threshold = s.param("G_build", "worth")
 
     s.assume("Batch 1 (Leviathan et al.): a round costs γ·c + 1 target steps and yields E(α, γ) tokens; every "
              "request yields the same number of tokens, so the workload's time per token is the mean of its "

@@ -13,7 +13,7 @@ from solvers.models.common import (
     peak_flops,
 )
 from solvers.models.speculation import speedup_of, tokens_per_round
-from solvers.units import format_number
+from solvers.units import figures_against, format_number, format_quantity
 
 
 def batch1_speedup_step(s: Sheet, E: sympy.Symbol, gamma: sympy.Expr, c: sympy.Symbol,
@@ -26,7 +26,6 @@ def batch1_speedup_step(s: Sheet, E: sympy.Symbol, gamma: sympy.Expr, c: sympy.S
 WORTH_SPECULATING = 1.1  # a draw whose batch-1 speedup is below this has nothing to lose
 
 
-LEVER_GAIN = 1.2  # a change "raises" the speedup when it gains at least this factor
 
 
 LEVER_TIE = 0.01  # a lever within 1% of that line is redrawn: no side to grade
@@ -38,16 +37,17 @@ def _roofline(weights, flops, BW, P):
 
 
 def _ceiling_levers(s: Sheet, p, value: float) -> None:
-    """Which single change lifts this batch's speedup by LEVER_GAIN: below the ceiling the drafts and
+    """Which single change lifts this batch's speedup by the parameter `raise_by`: below the ceiling the drafts and
     acceptance decide it, above it the verify pass's math does."""
     peak, bandwidth = peak_flops(p.gpu, p.dtype), hbm_bandwidth(p.gpu)
     base = dict(alpha=p.alpha, gamma=p.gamma, c=p.draft_cost, batch=p.batch, peak=peak, bandwidth=bandwidth)
 
     def say(option: str, why: str, **change) -> None:
         ratio = speedup_of(p, **(base | change)) / value
-        if abs(ratio / LEVER_GAIN - 1) < LEVER_TIE:
-            raise Reject(f"{option}: within 1% of the 20% line")
-        s.judge("levers", option, ratio >= LEVER_GAIN, f"{why}: {format_number(ratio, 3)}x the speedup")
+        if abs(ratio / (1 + p.raise_by) - 1) < LEVER_TIE:
+            raise Reject(f"{option}: within 1% of the {format_quantity(p.raise_by, '%')} line")
+        s.judge("levers", option, ratio >= 1 + p.raise_by,
+                f"{why}: {format_number(ratio, figures_against(ratio, 1 + p.raise_by))}x the speedup")
 
     gamma = int(p.gamma)
     half = max(1, gamma // 2)
@@ -60,7 +60,7 @@ def _ceiling_levers(s: Sheet, p, value: float) -> None:
     say("acceptance halfway to 1", f"α = {format_number(higher, 3)}", alpha=higher)
     say("a GPU with twice the tensor peak", "the ceiling doubles; the verify pass's math halves", peak=2 * peak)
     if not any(s.judged("levers").values()):
-        raise Reject("no single change gains 20%: nothing to choose between")
+        raise Reject(f"no single change gains {format_quantity(p.raise_by, '%')}: nothing to choose between")
 
 
 def _ceiling_regime(s: Sheet, p, B, even, ceiling, S_B, S1) -> None:

@@ -64,7 +64,8 @@ def _context_what_if(s: Sheet, p, model: LoadModel, peak: float, last: int) -> N
             f"{format_number(at_peak, 3)}x at {format_number(peak4)} sequences")
     small = BUCKETS[0]
     step, step_long = model.plain(small), model.plain(small, longer)
-    s.judge(key, f"the plain step at batch {small} gets 10% longer or more", step_long >= 1.1 * step,
+    s.judge(key, f"the plain step at batch {small} gets {{longer_by}} longer or more",
+            step_long >= (1 + p.longer_by) * step,
             f"{format_quantity(step_long, 'ms')} instead of {format_quantity(step, 'ms')}: the KV reads' share")
     last4 = _last_paying(model, p, peak4, longer)
     s.judge(key, "speculation pays up to a larger power-of-two batch", last4 > last,

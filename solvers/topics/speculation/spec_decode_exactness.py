@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, max_of, min_of
-from solvers.units import format_number
+from solvers.units import figures_against, format_number, format_quantity
 
 _COLUMNS = {"p": "p, bf16 target", "q": "q, draft", "p8": "p, FP8 target", "q8": "q, FP8 draft"}
 
@@ -42,14 +42,14 @@ def _exactness_draw(p, rows, top: int) -> dict:
     P, Q, P8, Q8 = ([row[_COLUMNS[c]] for row in rows] for c in ("p", "q", "p8", "q8"))
     alpha, alpha8 = sum(map(min, P, Q)), sum(map(min, P, Q8))
     shift = sum(abs(a - b) for a, b in zip(P, P8)) / 2
-    if abs(shift - 0.02) < 0.0015 or abs(1 - alpha - 0.2) < 0.005:
+    if abs(shift - p.moved) < 0.0015 or abs(1 - alpha - 0.2) < 0.005:
         raise Reject("a statement sits at its line")
     p_top, q_top, p8_top = P[top], Q[top], P8[top]
     holds = {
         "the FP8 drafter lowers the acceptance rate here": (
             alpha8 < alpha, f"{format_number(100 * alpha8, 3)}% against {format_number(100 * alpha, 3)}%"),
-        "the FP8 target moves the output distribution by over 2% (total variation)": (
-            shift > 0.02, f"{format_number(100 * shift, 3)}%"),
+        "the FP8 target moves the output distribution by over {moved} (total variation)": (
+            shift > p.moved, format_quantity(shift, "%", figures_against(shift, p.moved))),
         "the FP8 target verifying emits the bf16 target's top token more often than the bf16 target does": (
             p8_top > p_top, f"the output follows the verifier: {format_number(p8_top)} against "
             f"{format_number(p_top)}, whatever drafts"),

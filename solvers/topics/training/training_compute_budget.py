@@ -6,7 +6,7 @@ import sympy
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import given_peak_flops
 from solvers.models.training import FLOPS_PER_PARAM_TOKEN
-from solvers.units import format_number, format_quantity
+from solvers.units import figures_against, format_number, format_quantity
 
 MAX_FAILURE_LOSS = 0.4  # a plan that loses 40% of its wall-clock to failures is not one anyone runs
 
@@ -18,10 +18,7 @@ def _wall_clock(T_c, C, tau, a, R):
     return T_c * (1 + C / tau) / (1 - a * (R + tau / 2))
 
 
-SHORTER = 0.02  # a lever shortens the schedule when it saves at least this share of it
-
-
-def _schedule_levers(s: Sheet, v: dict[str, sympy.Symbol]) -> None:
+def _schedule_levers(s: Sheet, v: dict[str, sympy.Symbol], shorter: sympy.Expr) -> None:
     """Which changes shorten the schedule: each one re-solved on the same wall-clock equation."""
     T_c, C, tau, a, R, W = (v[k] for k in ("T_c", "C", "tau", "a", "R", "W"))
     now = s.text(W)
@@ -37,9 +34,11 @@ def _schedule_levers(s: Sheet, v: dict[str, sympy.Symbol]) -> None:
             continue
         wall = _wall_clock(days, C, interval, rate, restart)
         saved = 1 - s.evaluate(wall / W)
-        s.judge("levers", option, s.compare(wall, (1 - SHORTER) * W) <= 0,
+        sig = figures_against(saved, s.value(shorter), sig=4)  # 4.9996% shorter must not read as the 5% it misses
+        s.judge("levers", option, s.compare(wall, (1 - shorter) * W) <= 0,
                 f"{format_quantity(s.evaluate(wall), 'days')} against {now} today: "
-                + (f"{format_quantity(saved, '%')} shorter" if saved > 0 else f"{format_quantity(-saved, '%')} longer"))
+                + (f"{format_quantity(saved, '%', sig)} shorter" if saved > 0 else
+                   f"{format_quantity(-saved, '%')} longer"))
 
 
 def _schedule_regime(s: Sheet, W, T_dl, T_c) -> None:
@@ -126,6 +125,6 @@ def solve(p, s: Sheet) -> None:
     s.slip("a whole interval rewound per failure, not half", on="lost_per_failure",
            factor=(p.restart + p.ckpt_interval) / (p.restart + p.ckpt_interval / 2))
 
-    _schedule_levers(s, {"T_c": T_c, "C": C, "tau": tau, "a": a, "R": R, "W": W})
+    _schedule_levers(s, {"T_c": T_c, "C": C, "tau": tau, "a": a, "R": R, "W": W}, s.param("s_L", "shorter"))
     _schedule_regime(s, W, T_dl, T_c)
 
