@@ -136,7 +136,7 @@ def test_split_kv_lists_its_own_split_statements_only_where_it_splits(variant, s
     split = r["splits"] > 1
     assert all((truth[o] is None) != split for o in OWN_SPLIT)
     assert not set(solution.shown["merge_facts"]) & {o for o in OWN_SPLIT if truth[o] is None}
-    assert truth["the lower-LSE split carries under an eighth of the merged output"] == (r["merge_weight"] < 12.5)
+    assert truth["the lower-LSE split carries under an eighth of the merged output"] == (r["merge_weight"] < 1 / 8)
     assert truth["the merged LSE is under a tenth above the larger split's"] == (r["merged_lse"] < 0.1)
 
 
