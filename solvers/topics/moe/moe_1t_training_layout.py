@@ -164,7 +164,10 @@ def solve(p, s: Sheet) -> None:
     s.step("compute_days", "Compute days", "T_c", F / (G * P * mfu), "days", "the FLOPs at the run's MFU")
     E_p = s.given("EP", ep, "GPUs", f"EP group inside one {format_number(domain)}-GPU NVLink domain")
     W_x = s.given("N_x", count.routed, "", "routed-expert parameters (from the config)")
-    N_s = s.given("N_s", count.total - count.routed, "", "parameters outside the routed experts (from the config)")
+    # The rest as hint 2 and the prompt's total define it, N − N_experts: a total stated rounded (Qwen3's 235B)
+    # moves it by the rounding, as it moves the ZeRO slice.
+    N_s = s.step("", "Parameters outside the routed experts", "N_s", N - W_x, "",
+                 "the total less the routed experts: attention, embeddings, the dense and shared layers")
     room = s.step("room", "HBM per GPU for bf16 weights and grads", "R", u * M - b_z * N / G, "GB",
                   "the share of HBM for state, less this GPU's slice of the fp32 state (ZeRO-1 over all GPUs)")
     if s.value(room) <= 0:
