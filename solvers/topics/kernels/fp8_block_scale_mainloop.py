@@ -9,22 +9,30 @@ from solvers.units import format_number
 MX_BLOCK = 32  # OCP MX formats: one shared E8M0 scale per 32 elements
 
 
-def _scale_judgements(s: Sheet, *, r: float, r_b: float, regs: float, budget: float, block: float) -> None:
+def _scale_judgements(s: Sheet, *, r, r_b, regs, budget, block) -> None:
+    """Decided on exact values: the rates are whole numbers, so the FFMAs and MMAs often end together, which
+    the prompt calls hidden (done by the MMAs' end) and so not outlasting them."""
     key = "scale_facts"
-    pct = lambda x: format_number(100 * x, 3) + "%"  # noqa: E731
-    s.judge(key, "ping-pong across two consumer warpgroups hides this variant's promotion entirely", r <= 1,
-            f"the FFMAs take {pct(r)} of the MMA time")
-    s.judge(key, "halving the scale block along K would make the FFMAs outlast the MMAs", 2 * r > 1,
-            f"they would take {pct(2 * r)} of the MMA time")
-    s.judge(key, "the main and temporary accumulators together fit the 232-register consumer budget", regs <= budget,
-            f"{format_number(regs)} registers per thread for the two")
-    s.judge(key, "on B200 the same software promotion would outlast the MMAs", r_b > 1,
-            f"{pct(r_b)} at B200's rate")
+
+    def pct(x) -> str:
+        return format_number(100 * s.evaluate(x), 3) + "%"
+
+    def versus(x) -> str:
+        return " (they end together: done by the MMAs' end, not after)" if s.compare(x, 1) == 0 else ""
+
+    s.judge(key, "ping-pong across two consumer warpgroups hides this variant's promotion entirely",
+            s.compare(r, 1) <= 0, f"the FFMAs take {pct(r)} of the MMA time{versus(r)}")
+    s.judge(key, "halving the scale block along K would make the FFMAs outlast the MMAs", s.compare(2 * r, 1) > 0,
+            f"they would take {pct(2 * r)} of the MMA time{versus(2 * r)}")
+    s.judge(key, "the main and temporary accumulators together fit the 232-register consumer budget",
+            s.compare(regs, budget) <= 0, f"{format_number(s.evaluate(regs))} registers per thread for the two")
+    s.judge(key, "on B200 the same software promotion would outlast the MMAs", s.compare(r_b, 1) > 0,
+            f"{pct(r_b)} at B200's rate{versus(r_b)}")
     s.judge(key, "Blackwell's block-scaled MMA applies the scales inside the MMA: no temporary, no FFMA per output",
             True, "tcgen05.mma.kind::mxf8f6f4.block_scale multiplies by the scales as it accumulates (its scale "
             "factors read from TMEM, copied there from shared memory by tcgen05.cp)", fact=True)
     s.judge(key, "MXFP8's scales (E8M0, one per 32 elements along K) are finer-grained along K than this variant's",
-            block > MX_BLOCK, f"the OCP MX format's 32-element blocks against N_C = {format_number(block)}")
+            s.compare(block, MX_BLOCK) > 0, f"the OCP MX format's 32-element blocks against N_C = {s.text(block)}")
     s.judge(key, "the block-scaled MMA takes an arbitrary FP32 scale per 128 × 128 weight block", False,
             "its scales are E8M0 (or E4M3 for NVFP4) per 32 (or 16) elements along K; FP32 per-block scales stay "
             "in software", fact=True)
@@ -80,8 +88,7 @@ def solve(p, s: Sheet) -> None:
     A_b = s.given("R_fma_B", blackwell.fp32_fma_per_clk_sm, "", f"{blackwell.name} FP32 FMA per clock per SM")
     r_b = s.step("blackwell_share", f"The same software promotion on {blackwell.name}", "r_B",
                  F_b / (2 * A_b * N_C), "%", "the tensor rate doubled, the CUDA cores did not")
-    _scale_judgements(s, r=s.value(r), r_b=s.value(r_b), regs=2 * s.value(M) * s.value(N) / s.value(threads),
-                      budget=s.value(budget), block=s.value(N_C))
+    _scale_judgements(s, r=r, r_b=r_b, regs=2 * M * N / threads, budget=budget, block=N_C)
     s.assume("Per K-block the tile's M row scales are multiplied by the block's weight scale once (M FMULs, 1/N of "
              "the FFMAs, left out); the FFMA count is one per output element. The CUDA cores' other work (address "
              "math, barrier waits) is left out.")
