@@ -96,6 +96,19 @@ def test_kv_bytes_per_token_counts_kv_reads_in_the_step(variant):
 # --- users-per-gpu -------------------------------------------------------------------------
 
 
+TIE = "kv-bytes-per-token@default+context=130048+gpu=a100-sxm-80gb+tp=4+tpot=35"
+
+
+def test_kv_bytes_per_token_refuses_a_fit_within_the_tolerance_of_the_tpot_batch(variant):
+    """Key check 2's knife edge: here 3 requests fit and a step carries 3 within 35 ms, so either cap binds
+    and the key chose one silently. A fit within 3% (the answers' tolerance) of the TPOT batch is drawn again;
+    a tighter TPOT, with a batch well under the fit, is asked."""
+    with pytest.raises(VariantError, match="within 3% of the batch the TPOT allows"):
+        variant(TIE)
+    tight = variant(TIE.replace("tpot=35", "tpot=30")).expected
+    assert tight["users"] == 3 and tight["batch_tpot"] < 3 and tight["regime"] == "latency-limited"
+
+
 def test_users_per_gpu_at_8k(variant):
     """Llama-3-70B on 8 x H100, 8K context, 4 GiB reserve: the steps beside the graded keys (pinned in the
     question file), TP4 replicas and the two layouts' TPOTs."""
