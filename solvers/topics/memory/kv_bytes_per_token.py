@@ -114,14 +114,8 @@ def _served(step: _DecodeStep, M_use=None, kv_req=None, **batch) -> sympy.Expr:
     return min_of(fit, step.batch_at(kv_req=kv_req, **batch))
 
 
-# The users and the batch are graded within 3%: a draw with the two that close is one where an answer
-# graded right could still name the other cap (or, at a tie, either cap binds), so it is drawn again.
-KNIFE_EDGE = sympy.Rational(3, 100)
-
-
 def _concurrency_regime(s: Sheet, users, step: _DecodeStep) -> None:
-    if s.compare(users, (1 - KNIFE_EDGE) * step.batch) > 0 and s.compare(users, (1 + KNIFE_EDGE) * step.batch) < 0:
-        raise Reject("the requests that fit are within 3% of the batch the TPOT allows: either could cap it")
+    """At a tie (as many fit as a step carries) hint 3 names the TPOT the cap: tie="above"."""
     fit, batch = format_number(s.value(users)), format_number(s.value(step.batch))
     served = min_of(users, step.batch)
     levers = (
@@ -152,7 +146,8 @@ def _concurrency_regime(s: Sheet, users, step: _DecodeStep) -> None:
         + ", not capacity, caps concurrency.",
         "With longer contexts, bf16 KV or fewer GPUs, fewer requests fit and memory becomes the cap: "
         "then more HBM or smaller KV let more users in, while more bandwidth only makes each token faster.",
-        near=f"{fit} requests fit in HBM, just past the {batch} the TPOT target allows: the step's reads bind "
+        near=f"{fit} requests fit in HBM, {'as many as' if s.compare(users, step.batch) == 0 else 'just past'} the "
+             f"{batch} the TPOT target allows: the step's reads bind "
              "first, but memory is nearly full too, so only a change that helps both lets many more in."))
 
 
