@@ -44,7 +44,9 @@ def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
     scanned: dict = {}  # float solves by the changes they make, shared by every try below
     for declared in question.followups:
         try:
-            changes = {name: parse_override(question.parameter(name), text, catalog) for name, text in declared.set}
+            # A figure the variant already has does not move: the push's code names only what changes.
+            said = {name: parse_override(question.parameter(name), text, catalog) for name, text in declared.set}
+            changes = {name: value for name, value in said.items() if value != solution.param(name).raw}
             if "regime" in declared.ask and _stays(solution, _scan(solution, catalog, changes, scanned)):
                 continue  # floats say it stays on this side: no exact solve to learn that
             pushed = revise(solution, catalog, changes)
