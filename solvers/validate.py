@@ -170,7 +170,7 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
         tally_options(options, solution)
         problems += [f"{where}: answers.{key}: {label}: lists no option that holds, or none that fails"
                      for key, listed in solution.shown.items() if isinstance(question.answer(key), Select)
-                     and len({solution.sheet.results[key][o] for o in listed}) < 2]
+                     and len({solution.sheet.judged(key)[o] for o in listed}) < 2]
         if strict:
             prompts.append((prompt_lines(solution), label))
         if strict and seed is None and follow_up(solution, catalog) is None:

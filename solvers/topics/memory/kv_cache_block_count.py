@@ -1,6 +1,8 @@
 """How many KV cache blocks vLLM allocates, and why that is a ceiling."""
 from __future__ import annotations
 
+import sympy
+
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, min_of
 from solvers.models.common import GPU_MEMORY_UTILIZATION, dtype_bytes, given_config
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_heads_per_gpu
@@ -42,8 +44,10 @@ def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks, per_seq, seqs, cap
     s.judge("ceiling", "the CUDA graphs captured after start-up take blocks back", False,
             "the blocks are allocated before the graphs are captured; the graphs come out of the memory "
             "outside gpu_memory_utilization, or OOM there", fact=True)
-    gained = s.evaluate(floor_of((avail + A / 2) / block) / blocks - 1)
-    s.judge("ceiling", "halving max_num_batched_tokens would add over 5% more blocks", gained > 0.05,
+    more = floor_of((avail + A / 2) / block) / blocks - 1
+    gained = s.evaluate(more)
+    s.judge("ceiling", "halving max_num_batched_tokens would add over 5% more blocks",
+            s.compare(more, sympy.Rational(5, 100)) > 0,
             f"half the {s.text(A)} activation peak returns "
             f"{format_quantity(s.value(A) / 2, 'GiB')}: {format_quantity(gained, '%')} more blocks")
 

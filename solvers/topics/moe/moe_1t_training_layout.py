@@ -92,29 +92,30 @@ A2A_SHARE = sympy.Rational(3, 40)  # the all-to-all "costs" the step past 7.5% o
 
 def _failure_modes(s: Sheet, model: Record, gpus: int, stretch, a_in, a_out, t_c) -> None:
     key = "failure_modes"
-    hot = s.value(stretch)
-    s.judge(key, "Router imbalance stretches each MoE layer by 15% or more", s.compare(stretch, IMBALANCE) >= 0,
-            f"the hottest expert's GPU runs {format_number(hot, 3)}x the mean"
-            + ("" if hot >= IMBALANCE else ": its load is diluted over many experts per GPU"))
+    skewed = s.compare(stretch, IMBALANCE) >= 0
+    s.judge(key, "Router imbalance stretches each MoE layer by 15% or more", skewed,
+            f"the hottest expert's GPU runs {format_number(s.value(stretch), 3)}x the mean"
+            + ("" if skewed else ": its load is diluted over many experts per GPU"))
     s.judge(key, "Spread over two NVLink domains, the all-to-all would take a third of the compute time or more",
             s.compare(3 * a_out, t_c) >= 0, f"{s.text(a_out)} over the NIC against {s.text(t_c)} of compute per step: "
-            + ("more than overlap can hide" if s.value(a_out) > s.value(t_c) else
-               "an overlapped schedule must hide it" if 3 * s.value(a_out) >= s.value(t_c) else "a small share"))
-    share = s.number("nvlink_share")
-    s.judge(key, "Even with EP inside NVLink, the all-to-all takes more than 7.5% of the step", share > A2A_SHARE,
-            f"{s.text(a_in)} against {s.text(t_c)} of compute: {format_number(100 * share, 3)}% of the step")
+            + ("more than overlap can hide" if s.compare(a_out, t_c) > 0 else
+               "an overlapped schedule must hide it" if s.compare(3 * a_out, t_c) >= 0 else "a small share"))
+    share = s.symbol("f_NVL")
+    s.judge(key, "Even with EP inside NVLink, the all-to-all takes more than 7.5% of the step",
+            s.compare(share, A2A_SHARE) > 0,
+            f"{s.text(a_in)} against {s.text(t_c)} of compute: {format_number(100 * s.value(share), 3)}% of the step")
     fold = model.params_b / model.active_params_b
     s.judge(key, "Counting compute by the total parameters would overstate it more than 20-fold", fold > LOWEST_FOLD,
             f"total / active = {format_number(fold, 3)}")
-    held = s.number("state_gpus")
+    held = s.symbol("G_min")
     s.judge(key, "Holding the training state alone takes at least 2% of the job's GPUs",
-            held >= STATE_GPU_SHARE * gpus, f"{format_number(held)} of {format_number(gpus)} GPUs, for the "
-            f"{format_number(model.params_b)}B total (a dense model of the active size: "
-            f"1/{format_number(fold, 3)} of it)")
-    stages = s.number("pipeline_stages")
-    s.judge(key, "The state forces a pipeline of 4 stages or more", stages >= DEEP_PIPELINE,
-            f"{format_number(stages)} stages with EP inside NVLink: the experts' bf16 weights and grads split only "
-            "EP ways")
+            s.compare(held, STATE_GPU_SHARE * gpus) >= 0,
+            f"{format_number(s.value(held))} of {format_number(gpus)} GPUs, for the {format_number(model.params_b)}B "
+            f"total (a dense model of the active size: 1/{format_number(fold, 3)} of it)")
+    stages = s.symbol("PP")
+    s.judge(key, "The state forces a pipeline of 4 stages or more", s.compare(stages, DEEP_PIPELINE) >= 0,
+            f"{format_number(s.value(stages))} stages with EP inside NVLink: the experts' bf16 weights and grads split "
+            "only EP ways")
 
 
 def _layout_regime(s: Sheet, a_out, t_c, a_in, ep: int) -> None:

@@ -11,10 +11,10 @@ from solvers.units import format_number, format_quantity
 SMALL_POOL = sympy.Rational(2, 100)  # a spare pool under 2% of the job is one finance signs off without a fight
 
 
-FAST_STORAGE = 100e9  # past 100 GB/s of sustained writes the filesystem is a project of its own
+FAST_STORAGE = 100 * 10**9  # past 100 GB/s of sustained writes the filesystem is a project of its own
 
 
-BIG_FEED = 20e6  # past 20 MW the site is a utility negotiation (substation, years of lead time)
+BIG_FEED = 20 * 10**6  # past 20 MW the site is a utility negotiation (substation, years of lead time)
 
 
 MIN_CLUSTER_GPUS = 1024  # below a thousand GPUs the bill is a few racks, not a fabric design
@@ -25,7 +25,7 @@ MAX_CLUSTER_GPUS = 65_536  # k³/4 for 64-port switches: the most a three-tier f
 
 def _bom_judgements(s: Sheet, E0, E, pod, n_job, g, pool, rate, site) -> None:
     wanted = format_number(s.value(E0))
-    s.judge("bom", "with 128-port switches this fabric would need only two tiers", s.value(E0) <= 128**2 / 2,
+    s.judge("bom", "with 128-port switches this fabric would need only two tiers", s.compare(2 * E0, 128**2) <= 0,
             f"{wanted} GPUs against the 8,192 that two tiers of 128-port switches reach (k²/2)")
     if pod is None:
         whole_pod, why = False, "a two-tier fabric is a single pod: losing it is losing the cluster"
@@ -37,9 +37,9 @@ def _bom_judgements(s: Sheet, E0, E, pod, n_job, g, pool, rate, site) -> None:
     s.judge("bom", "losing one whole pod would shrink the job", not whole_pod, why)
     s.judge("bom", "the spare pool is under 2% of the job's nodes", s.compare(pool, SMALL_POOL * n_job) < 0,
             f"{format_number(s.value(pool))} spare nodes for a job of {format_number(s.value(n_job))}")
-    s.judge("bom", "the checkpoint needs more than 100 GB/s of storage writes", s.value(rate) > FAST_STORAGE,
+    s.judge("bom", "the checkpoint needs more than 100 GB/s of storage writes", s.compare(rate, FAST_STORAGE) > 0,
             f"it needs {s.text(rate)}")
-    s.judge("bom", "the site needs a feed of more than 20 MW", s.value(site) > BIG_FEED,
+    s.judge("bom", "the site needs a feed of more than 20 MW", s.compare(site, BIG_FEED) > 0,
             f"the site draws {s.text(site)}")
 
 
