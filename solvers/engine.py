@@ -9,7 +9,7 @@ import importlib
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,8 @@ from solvers.sampling import (
     ParameterError,
     default_values,
     draw_values,
+    in_a_code,
+    override_text,
     parse_override,
     regenerate,
     resolve,
@@ -224,6 +226,10 @@ def make_variant(bank: Bank, catalog: Catalog, code: VariantCode) -> Solution:
         except ParameterError as error:
             raise VariantError(str(error)) from None
     raw, params, sheet = _base_draw(question, catalog, code)
+    # The code the solution shows holds each value in a form it can be read back from (--set takes spaces).
+    code = replace(code, overrides=tuple(
+        (name, text if in_a_code(text) else override_text(question.parameter(name), overrides[name]))
+        for name, text in code.overrides))
     if overrides:
         try:
             raw = regenerate(question, raw | overrides, set(overrides), code.seed)
@@ -279,13 +285,10 @@ def revise(solution: Solution, catalog: Catalog, changes: dict[str, Any]) -> Sol
     """The same variant with some parameters changed (raw values), as a solution whose code
     names it ('id@seed+batch=256'). Raises Reject."""
     params, sheet = solve_changed(solution, catalog, changes)
-    overrides = dict(solution.code.overrides) | {name: _override_text(value) for name, value in changes.items()}
+    overrides = dict(solution.code.overrides) | {name: override_text(solution.question.parameter(name), value)
+                                                 for name, value in changes.items()}
     code = VariantCode(solution.code.question_id, solution.code.seed, tuple(overrides.items()))
     return _solution(solution.question, code, params, sheet)
-
-
-def _override_text(value: Any) -> str:
-    return repr(value) if isinstance(value, float) else str(value)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Variant sheets for interviewers: a candidate sheet, an answer key, JSON, or an Anki deck.
 
-Each variant is headed by its code, so the app reproduces it exactly. Variants of one
-question in one sheet differ in their answers, not only in their seeds. Every format is written
+Each variant is headed by its code, so the app reproduces it exactly. `count` variants from a
+seed S are seeds S, S+1, ... of each question, each the variant the app makes from that seed's code:
+a parameter value turns up as often as its weight says. Every format is written
 a variant at a time, as each is solved: an export of thousands holds one solution at a time.
 """
 from __future__ import annotations
@@ -25,8 +26,6 @@ from solvers.conventions import conventions
 from solvers.data import Catalog
 from solvers.engine import MAX_SEED, Solution, VariantCode, VariantError, make_variant
 from solvers.report import expected_text, judgement_lines, to_dict
-
-MAX_TRIES = 50  # seeds tried per wanted variant before giving up on distinct answers
 
 
 class SelectionError(ValueError):
@@ -59,19 +58,17 @@ def select(bank: Bank, selection: Selection) -> list[Question]:
     return chosen
 
 
-def _answers(solution: Solution) -> tuple:
-    return tuple(str(solution.expected[a.key]) for a in solution.question.answers)
-
-
 def variants(bank: Bank, catalog: Catalog, questions: list[Question], count: int, base_seed: int,
              progress: Callable[[int, int], None] | None = None) -> Iterator[Solution]:
-    """`count` variants per question from seeds base_seed, base_seed+1, ..., skipping any whose
-    answers repeat an earlier variant's, each made as it is asked for. `progress(done, total)`
-    hears of each variant made. A bad count or seed is refused here, before any is made."""
+    """`count` variants per question, seeds base_seed to base_seed + count − 1 (a seed whose draw a
+    solver refuses is drawn again from that seed, as the app does: its code still names it), each made
+    as it is asked for. `progress(done, total)` hears of each variant made. A bad count or seed is
+    refused here, before any is made."""
     if count < 1:
         raise SelectionError("the count must be at least 1")
-    if not 0 <= base_seed <= MAX_SEED:
-        raise SelectionError(f"the seed must be between 0 and {MAX_SEED}")
+    if not 0 <= base_seed <= MAX_SEED - count + 1:
+        raise SelectionError(f"the seed must be between 0 and {MAX_SEED - count + 1} for {count} variants "
+                             f"(seeds end at {MAX_SEED})")
     return _variants(bank, catalog, questions, count, base_seed, progress)
 
 
@@ -79,23 +76,15 @@ def _variants(bank: Bank, catalog: Catalog, questions: list[Question], count: in
               progress: Callable[[int, int], None] | None) -> Iterator[Solution]:
     made = 0
     for question in questions:
-        seen: set[tuple] = set()
-        seed = base_seed
-        while len(seen) < count:
-            if seed - base_seed >= count * MAX_TRIES or seed > MAX_SEED:
-                raise SelectionError(f"{question.id}: could not find {count} variants with different answers")
+        for seed in range(base_seed, base_seed + count):
             try:
                 solution = make_variant(bank, catalog, VariantCode(question.id, seed))
-            except VariantError:
-                seed += 1
-                continue
-            seed += 1
-            if _answers(solution) not in seen:
-                seen.add(_answers(solution))
-                made += 1
-                if progress is not None:
-                    progress(made, count * len(questions))
-                yield solution
+            except VariantError as error:  # no draw from this seed is valid: a broken question, said as such
+                raise SelectionError(str(error)) from None
+            made += 1
+            if progress is not None:
+                progress(made, count * len(questions))
+            yield solution
 
 
 @dataclass(frozen=True)

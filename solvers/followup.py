@@ -44,9 +44,11 @@ def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
     scanned: dict = {}  # float solves by the changes they make, shared by every try below
     for declared in question.followups:
         try:
-            # A figure the variant already has does not move: the push's code names only what changes.
-            said = {name: parse_override(question.parameter(name), text, catalog) for name, text in declared.set}
-            changes = {name: value for name, value in said.items() if value != solution.param(name).raw}
+            changes = {name: parse_override(question.parameter(name), text, catalog) for name, text in declared.set}
+            # A value the variant already has is no move (a push of batch and GPUs drawn at those GPUs).
+            changes = {name: value for name, value in changes.items() if value != solution.param(name).raw}
+            if not changes:
+                continue
             if "regime" in declared.ask and _stays(solution, _scan(solution, catalog, changes, scanned)):
                 continue  # floats say it stays on this side: no exact solve to learn that
             pushed = revise(solution, catalog, changes)

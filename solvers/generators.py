@@ -226,8 +226,8 @@ LEDGER_CHANGES = {
 
 @generator("cost_ledger")
 def cost_ledger(rng: np.random.Generator, quality_noise: float = 0.2) -> list[dict]:
-    """A week of shadow measurements: the baseline (H100, bf16) within the tightest SLO a question sets
-    (40 ms), then each change's
+    """A week of shadow measurements: the baseline (H100, bf16) within the SLOs a question draws but its
+    tightest (30 ms, where the solver redraws a baseline that misses it), then each change's
     price, output tokens/s per GPU, p99 TPOT and quality delta (eval points against the baseline; within
     ±quality_noise for a change that keeps the model's math), rounded as a dashboard shows them."""
     price = round(rng.uniform(2.5, 4.0), 2)

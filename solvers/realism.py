@@ -120,6 +120,15 @@ def _context_within_model(values: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _reply_within_model(values: Mapping[str, Any]) -> str | None:
+    prompt, reply = values["prompt"], values.get("reply", values.get("output"))
+    for model in _records(values, "max_context"):
+        if isinstance(reply, (int, float)) and prompt + reply > model["max_context"]:
+            return (f"{model['name']} serves at most {model['max_context']:,} tokens (a {prompt:,.0f}-token prompt "
+                    f"and a {reply:,.0f}-token reply)")
+    return None
+
+
 def _tp_within_scale_up(values: Mapping[str, Any]) -> str | None:
     gpu = values.get("gpu")
     domain = scale_up_domain(gpu if isinstance(gpu, Mapping) else None)
@@ -183,6 +192,9 @@ class _Rule:
 BANK_RULES = (
     _Rule("context-within-model", "a context no longer than the model serves (its max_context)",
           (("model",), ("context", "prompt")), _context_within_model),
+    # An engine refuses a request whose prompt and max_tokens pass the model's context (vLLM's max_model_len).
+    _Rule("reply-within-model", "a prompt and its reply no longer together than the model serves",
+          (("model",), ("prompt",), ("reply", "output")), _reply_within_model),
     _Rule("tp-within-scale-up", "tensor parallelism within one scale-up domain (the conventions card)",
           (("tp",),), _tp_within_scale_up),
     # Only where the draw says how the weights are stored and spread: a question that treats one GPU

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -108,6 +109,24 @@ def default_values(question: Question) -> dict[str, Any]:
     return {spec.name: spec.default for spec in question.parameters}
 
 
+_IN_A_CODE = re.compile(r"[^+\s]+")  # what a variant code's '+name=value' holds (bank.VARIANT_TAIL)
+
+
+def override_text(spec: ParamSpec, value: Any) -> str:
+    """`value` as a variant code writes it, read back by parse_override: a choice as itself, or where
+    that holds a space or a '+' ("prefix caching, structured outputs"), with each run of spaces, commas
+    and '+' as one '-'; a number plainly, its exponent unsigned (1e20, not 1e+20)."""
+    if spec.kind == "choice":
+        text = str(value)
+        return text if _IN_A_CODE.fullmatch(text) else re.sub(r"[\s,+]+", "-", text).strip("-")
+    return (repr(value) if isinstance(value, float) else str(value)).replace("e+", "e")
+
+
+def in_a_code(text: str) -> bool:
+    """Whether a variant code can hold this override text as it is."""
+    return _IN_A_CODE.fullmatch(text) is not None
+
+
 def parse_override(spec: ParamSpec, text: str, catalog: Catalog) -> Any:
     """The value of `--set name=text` for this parameter, or ParameterError."""
     if spec.kind == "choice":
@@ -118,6 +137,9 @@ def parse_override(spec: ParamSpec, text: str, catalog: Catalog) -> Any:
             raise ParameterError(f"{spec.name}: unknown {spec.source[:-1]} '{text}' (known: {known})")
         for choice in spec.choices:
             if str(choice) == text:
+                return choice
+        for choice in spec.choices:  # as a variant code writes it
+            if override_text(spec, choice) == text:
                 return choice
         raise ParameterError(f"{spec.name}: expected one of {', '.join(map(str, spec.choices))}")
     if spec.kind in ("fixed", "generate") and not isinstance(spec.default, (int, float)):

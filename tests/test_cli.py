@@ -121,3 +121,59 @@ def test_check_json_gives_each_grade_and_the_exit_code(capsys):
     first = data["answers"][0]
     assert (first["key"], first["typed"], first["verdict"]) == ("kv_per_token", "320 KiB", "correct")
     assert {a["verdict"] for a in data["answers"][1:]} == {"unparsed"}  # not given: nothing to read
+
+
+def _overrides(question):
+    """One override text of each kind a person types with --set, for each parameter that takes one: every
+    choice of a choice (a catalogue name, a number, a phrase with spaces and commas), and a number with its
+    unit after a space, one with a signed exponent, and a bare one."""
+    for spec in question.parameters:
+        if spec.kind == "choice":
+            yield from ((spec.name, str(choice)) for choice in spec.choices)
+        elif spec.kind not in ("fixed", "generate") and isinstance(spec.default, (int, float)) and spec.unit:
+            yield from ((spec.name, text) for text in (f"{spec.default:g} {spec.unit}",
+                                                        f"{spec.default:.3e}".replace("e", "e+", 1)
+                                                        if spec.kind != "int" else f"{spec.default}"))
+
+
+@pytest.mark.parametrize("qid", ["model-runner-v2", "kv-bytes-per-token", "fp8-scale-formats",
+                                 "voice-latency-budget", "cost-audit-rollout"])
+def test_every_code_the_app_prints_solves_to_the_same_variant(bank, catalog, qid):
+    """A --set value with a space, a comma or a '+' ('features=prefix caching, structured outputs', '2 ms',
+    '1.2e+03') used to be printed into the code as typed, which `solve` then refused; the printed code now
+    solves, to the same variant. A follow-up's or what-if's code (revise) likewise."""
+    from solvers.derivation import Reject
+    from solvers.engine import VariantCode, VariantError, make_variant, revise
+    from solvers.sampling import ParameterError
+
+    question, tried = bank.get(qid), 0
+    for name, text in _overrides(question):
+        try:
+            solution = make_variant(bank, catalog, VariantCode(qid, 3, ((name, text),)))
+        except VariantError:
+            continue  # a value this draw refuses: nothing printed
+        again = make_variant(bank, catalog, VariantCode.parse(str(solution.code)))
+        assert again.expected == solution.expected and again.params == solution.params, (name, text)
+        tried += 1
+    assert tried >= 3
+    base = make_variant(bank, catalog, VariantCode(qid, None))
+    for spec in (spec for spec in question.parameters if spec.kind == "choice"):
+        for choice in spec.choices:
+            try:
+                pushed = revise(base, catalog, {spec.name: choice})
+            except (Reject, ParameterError):  # a refused push prints no code
+                continue
+            assert make_variant(bank, catalog, VariantCode.parse(str(pushed.code))).expected == pushed.expected
+
+
+def test_every_choice_reads_back_from_its_code_text(bank, catalog):
+    """Bank-wide, no solve: each choice's text in a code fits a code and names that choice alone."""
+    from solvers.engine import VariantCode
+    from solvers.sampling import in_a_code, override_text, parse_override
+
+    for question in bank.questions.values():
+        for spec in (spec for spec in question.parameters if spec.kind == "choice"):
+            for choice in spec.choices:
+                text = override_text(spec, choice)
+                assert in_a_code(text) and parse_override(spec, text, catalog) == choice, (question.id, choice)
+                assert VariantCode.parse(f"{question.id}@1+{spec.name}={text}").overrides == ((spec.name, text),)

@@ -5,10 +5,10 @@ import io
 import itertools
 import json
 import re
-from collections import defaultdict
 
 import pytest
 
+from solvers.engine import VariantError
 from solvers.export import Sheet, candidate_sheet, key_sheet, variants, write_sheets
 from tests.test_cli import run_cli
 from tui import cli
@@ -31,15 +31,32 @@ def test_markdown_sheet_and_key(tmp_path, capsys):
     assert key.count("### Regime:") == 4 and "$KV_{tok} = " in key  # formulas as LaTeX
 
 
-def test_json_variants_differ_in_their_answers(tmp_path, capsys):
-    code, _, _ = run_cli(capsys, "export", "--group", "F", "--count", "3", "--format", "json",
-                         "--out", str(tmp_path / "f.json"))
-    assert code == 0
-    variants = json.loads((tmp_path / "f.json").read_text())
-    answers = defaultdict(set)
-    for variant in variants:
-        answers[variant["id"]].add(json.dumps([a["value"] for a in variant["answers"]]))
-    assert len(answers) == 8 and all(len(keys) == 3 for keys in answers.values())
+def test_an_export_writes_the_seeds_it_names(tmp_path, capsys, bank, catalog):
+    """--count N --seed S writes seeds S to S+N−1 of each question, each the variant its code makes in the
+    app, answers repeating or not; and it says which seeds those were."""
+    from solvers.engine import VariantCode, make_variant
+    from solvers.report import to_dict
+
+    code, out, _ = run_cli(capsys, "export", "--group", "F", "--count", "3", "--seed", "7001", "--format", "json",
+                           "--out", str(tmp_path / "f.json"))
+    assert code == 0 and "seeds 7001-7003 of each" in out
+    written = json.loads((tmp_path / "f.json").read_text())
+    ids = sorted({variant["id"] for variant in written})
+    assert len(ids) == 8 and [v["code"] for v in written] == [f"{i}@{s}" for i in ids for s in (7001, 7002, 7003)]
+    for variant in written[::5]:
+        solution = make_variant(bank, catalog, VariantCode.parse(variant["code"]))
+        assert variant == json.loads(json.dumps(to_dict(solution)))
+
+
+def test_a_rare_choice_turns_up_as_often_as_its_weight(bank, catalog):
+    """fp8-scale-formats' round-up rule, weighted 3/8: seeds 7001-7100 all written, so its share is the draw's
+    (the sheet once skipped variants whose answers repeated, and kept 10 of them in seeds 7001-8075)."""
+    from solvers.export import variants
+
+    made = list(variants(bank, catalog, [bank.get("fp8-scale-formats")], 100, 7001))
+    assert [s.code.seed for s in made] == list(range(7001, 7101))
+    up = sum(s.param("mx_rule").raw == "up" for s in made)
+    assert 25 <= up <= 50  # 37.5 expected; the binomial's sd is 4.8
 
 
 def test_never_overwrites_without_force(tmp_path, capsys):
@@ -195,9 +212,9 @@ class _Stop(Exception):
 
 
 @pytest.mark.parametrize("form", ["json", "markdown", "anki"])
-@pytest.mark.parametrize("stop", [KeyboardInterrupt, _Stop, "short of distinct variants"])
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, _Stop, "a seed with no valid draw"])
 def test_an_export_stopped_midway_leaves_no_file_behind(tmp_path, capsys, monkeypatch, form, stop):
-    """Ctrl+C, a bug or a question short of distinct variants, three variants into the sheet: no sheet, no
+    """Ctrl+C, a bug or a seed no draw of the question is valid from, three variants into the sheet: no sheet, no
     partial file, no temporary file (the Anki collection's included), and a file it was to replace kept."""
     import tempfile
 
@@ -210,14 +227,11 @@ def test_an_export_stopped_midway_leaves_no_file_behind(tmp_path, capsys, monkey
     calls = itertools.count()
 
     def solve(*args):
-        if next(calls) == 3 and not isinstance(stop, str):
-            raise stop()
+        if next(calls) == 3:
+            raise VariantError("kv-bytes-per-token@3: no valid variant") if isinstance(stop, str) else stop()
         return solved(*args)
 
     monkeypatch.setattr(export, "make_variant", solve)
-    if isinstance(stop, str):  # every variant after a question's first repeats its answers
-        monkeypatch.setattr(export, "_answers", lambda solution: ())
-        monkeypatch.setattr(export, "MAX_TRIES", 1)
     out = tmp_path / "out"
     out.mkdir()
     kept = out / {"json": "s.json", "markdown": "s-key.md", "anki": "s.apkg"}[form]
@@ -226,7 +240,7 @@ def test_an_export_stopped_midway_leaves_no_file_behind(tmp_path, capsys, monkey
             "--force")
     code, _, err = run_cli(capsys, *argv)
     expected = {KeyboardInterrupt: (130, "interrupted"), _Stop: (1, "internal error")}.get(
-        stop, (2, "could not find 2 variants"))
+        stop, (2, "no valid variant"))
     assert code == expected[0] and err.count("\n") == 1 and expected[1] in err
     assert [p.name for p in out.iterdir()] == [kept.name] and kept.read_text() == "the last sheet"
     assert list(scratch.iterdir()) == []

@@ -269,6 +269,26 @@ def test_tma_regime_follows_the_even_split(variant, seed):
     assert r["regime"] == ("even-split-fits" if need <= even else "needs-setmaxnreg")
 
 
+def test_tma_push_moves_the_reserve_wherever_a_reserve_can_cross(variant, catalog):
+    """Where some drawable reserve (16 to 128, step 8) puts the consumer on the other side of the even split within
+    the setmaxnreg budget, the follow-up is a declared reserve push that crosses; the one +reserve=64 crossed in a
+    quarter of the seeds."""
+    from solvers.followup import follow_up
+
+    for seed in range(7001, 7061):
+        solution = variant(f"tma-warp-specialization@{seed}")
+        p = _params(solution)
+        even, budget = cutlass_register_split(p["consumers"], p["producer_regs"])
+        acc = p["tile_m"] * p["tile_n"] / (128 * p["consumers"])
+        fits = acc + p["reserve"] <= even
+        crossable = any((acc + r <= even) != fits and acc + r <= budget for r in range(16, 129, 8))
+        pushed = follow_up(solution, catalog)
+        moved = {name for name, _ in pushed.solution.code.overrides}
+        assert (moved == {"reserve"}) == crossable, seed
+        if crossable:
+            assert pushed.solution.expected["regime"] != solution.expected["regime"]
+
+
 @settings(max_examples=60, deadline=None)
 @given(tokens=st.integers(1, 3000), splits=st.integers(1, 40), tile=st.sampled_from([16, 64, 128]),
        seed=st.integers(0, 2**31))

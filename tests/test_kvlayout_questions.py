@@ -340,5 +340,6 @@ def test_mla_vs_gqa_dp_attention_is_judged_on_its_weight_copies(variant, seed):
     room = usable - (weights - attention) / tp - attention
     dp = 8 * math.floor(max(room, 0) / (latent * p["context"]))
     held = solution.sheet.results["requests_mla"]
-    option = "data-parallel attention, each GPU keeping only its own requests' latents"
+    option = ("data-parallel attention, each GPU keeping the whole attention weights and only its own "
+              "requests' latents")
     assert solution.sheet.results["mla_levers"][option] is (dp > held)

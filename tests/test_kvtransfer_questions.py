@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from solvers.engine import VariantError
+
 KIB = 1024
 
 
@@ -113,6 +115,15 @@ def test_prompt_length_cancels_but_for_attention(variant, prompt):
     assert results["per_gpu"] < results["per_gpu_bound"]
 
 
+def _peaks(gpu, weight_dtype: str, kv_dtype: str) -> tuple[float, float]:
+    """The card's matmul-precision from the datasheet: the weights' dense peak, and the cache's for attention
+    (bf16 where the GPU has no tensor cores for it)."""
+    def peak(dtype: str) -> float | None:
+        figure = gpu.get({"bf16": "bf16_dense_tflops", "fp8": "fp8_dense_tflops"}[dtype])
+        return None if figure is None else figure * 1e12
+    return peak(weight_dtype), peak(kv_dtype) or peak("bf16")
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_pd_transfer_matches_plain_arithmetic(variant, seed):
     solution = variant(f"pd-transfer-bandwidth@{seed}")
@@ -120,10 +131,10 @@ def test_pd_transfer_matches_plain_arithmetic(variant, seed):
     model, gpu = p["model"], p["gpu"]
     n = model.get("active_params_b", model.params_b) * 1e9
     kv = _kv_per_token(model) * (0.5 if p["kv_dtype"] == "fp8" else 1)
-    peak = (gpu.fp8_dense_tflops if p["weight_dtype"] == "fp8" else gpu.bf16_dense_tflops) * 1e12
-    per_token = 2 * n + 4 * model.layers * model.heads * model.head_dim * p["prompt"] / 2
+    peak, att_peak = _peaks(gpu, p["weight_dtype"], p["kv_dtype"])
+    attention = 4 * model.layers * model.heads * model.head_dim * p["prompt"] / 2
     tp = int(p["tp"])
-    prefill = (p["prompt"] * per_token / (tp * p["mfu"] * peak)
+    prefill = (p["prompt"] * (2 * n / peak + attention / att_peak) / (tp * p["mfu"])
                + _all_reduces(model.layers, model.hidden, tp, gpu.nvlink_gb_s * 1e9, p["prompt"]))
     rate = p["prompt"] * kv / tp / prefill
     assert expected["per_gpu"] == pytest.approx(rate)
@@ -145,6 +156,23 @@ def test_longer_prompts_judged_as_solving_them(variant, seed):
     assert holds == (longer.regime.name != solution.sheet.regime.name)
 
 
+@pytest.mark.parametrize("seed", range(7001, 7041))
+def test_fp8_cache_judged_as_solving_it(variant, seed):
+    """'an fp8 KV cache' is the verdict of the variant with one: half the bytes, and attention at the fp8 peak
+    (matmul-precision), so the prefill that makes the KV is faster too; already fp8, nothing changes."""
+    solution = variant(f"pd-transfer-bandwidth@{seed}")
+    option = "an fp8 KV cache (half the bytes per token, if bf16 now)"
+    holds = option in solution.expected["breakers"]
+    if _params(solution)["kv_dtype"] == "fp8":
+        assert not holds
+        return
+    try:
+        fp8 = variant(f"pd-transfer-bandwidth@{seed}+kv_dtype=fp8").sheet
+    except VariantError:  # the fp8 variant is refused (every breaker on one side): nothing to compare
+        return
+    assert holds == (fp8.regime.name != solution.sheet.regime.name)
+
+
 FASTER = "GPUs with four times the FLOP/s and twice the NVLink bandwidth (Blackwell at fp8 against Hopper at bf16)"
 
 
@@ -163,9 +191,9 @@ def test_faster_gpus_judged_by_plain_arithmetic(variant, seed):
     model, gpu, tp = p["model"], p["gpu"], int(p["tp"])
     n = model.get("active_params_b", model.params_b) * 1e9
     kv = _kv_per_token(model) * (0.5 if p["kv_dtype"] == "fp8" else 1)
-    peak = 4 * (gpu.fp8_dense_tflops if p["weight_dtype"] == "fp8" else gpu.bf16_dense_tflops) * 1e12
-    per_token = 2 * n + 4 * model.layers * model.heads * model.head_dim * p["prompt"] / 2
-    prefill = (p["prompt"] * per_token / (tp * p["mfu"] * peak)
+    peak, att_peak = _peaks(gpu, p["weight_dtype"], p["kv_dtype"])
+    attention = 4 * model.layers * model.heads * model.head_dim * p["prompt"] / 2
+    prefill = (p["prompt"] * (2 * n / peak + attention / att_peak) / (4 * tp * p["mfu"])
                + _all_reduces(model.layers, model.hidden, tp, 2 * gpu.nvlink_gb_s * 1e9, p["prompt"]))
     need = p["fan_in"] * p["prompt"] * kv / tp / prefill
     short = solution.expected["decode_need"] > p["link"]

@@ -75,18 +75,33 @@ def test_experts_per_batch_default(variant):
 
 
 def test_experts_per_batch_follow_up_crosses_into_compute(variant, catalog):
-    """16,384 tokens: 512 per expert, past the 295 crossover; the step follows the active FLOPs, 18x fewer
-    than a dense model of the total size."""
+    """16,384 tokens on 32 GPUs (512 sequences a GPU): 512 tokens per expert, past the 295 crossover; the step
+    follows the active FLOPs, 18x fewer than a dense model of the total size. The input embedding table is
+    read, not multiplied."""
     pushed = follow_up(variant("moe-experts-per-batch@default"), catalog)
-    assert str(pushed.solution.code).endswith("+batch=16384")
+    assert str(pushed.solution.code).endswith("+batch=16384+gpus=32")
     results = pushed.solution.sheet.results
     assert results["regime"] == "experts-compute-bound"
     assert results["tokens_per_expert"] == pytest.approx(512, rel=1e-6)
-    shared = 671e9 - ROUTED
-    step = (2 * shared * 16384 + 2 * (ROUTED / 32) * 16384) / 1978.9e12 / 16
+    shared = 671e9 - ROUTED - 129280 * 7168
+    step = (2 * shared * 16384 + 2 * (ROUTED / 32) * 16384) / 1978.9e12 / 32
     assert results["step_time"] == pytest.approx(step)
     assert results["advantage"]["A dense model of the same total size would take at least twice as long for this step"]
     assert not results["advantage"]["A dense model of the active size would run this step at least twice as fast"]
+
+
+def test_experts_per_batch_pushes_into_compute_on_most_seeds(variant, catalog):
+    """The declared pushes into compute keep 512 sequences a GPU (half the decode cap) on a GPU count the model's
+    size allows; the old +batch=16384 alone was refused wherever fewer than 16 GPUs were drawn."""
+    into_compute = 0
+    for seed in range(7001, 7041):
+        pushed = follow_up(variant(f"moe-experts-per-batch@{seed}"), catalog)
+        assert pushed is not None
+        values = {param.name: param.value for param in pushed.solution.params}
+        if pushed.solution.sheet.results["regime"] == "experts-compute-bound":
+            into_compute += 1
+            assert values["batch"] == 512 * values["gpus"] or "gpus=" not in str(pushed.solution.code)
+    assert into_compute >= 25
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -109,6 +124,14 @@ def test_experts_per_batch_matches_plain_arithmetic(variant, seed):
     assert expected["regime"] == regime
     assert solution.sheet.results["advantage"]["An expert's GEMM is compute-bound at this batch"] == (
         regime == "experts-compute-bound")
+    # Each piece on its own roofline; the shared weights multiply every token but the input embedding's rows.
+    shared_bytes = model.params_b * 1e9 * b - routed
+    shared_math = 2 * (shared_bytes / b - model.vocab * model.hidden) * batch / peak
+    tokens = batch * k / (E * phi)
+    experts = (model.layers - model.dense_layers) * E * phi * max(
+        3 * model.hidden * model.expert_ffn * b / bandwidth, 2 * 3 * model.hidden * model.expert_ffn * tokens / peak)
+    assert expected["step_time"] == pytest.approx((max(shared_bytes / bandwidth, shared_math) + experts)
+                                                  / p["gpus"], rel=1e-9)
 
 
 def test_a_user_moe_model_needs_the_expert_fields(tmp_path):

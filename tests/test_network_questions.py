@@ -275,3 +275,19 @@ def test_pause_storm_fixes_pinned(variant, code, storm):
     solution = variant(f"pause-storm-origin@{code}")
     assert solution.sheet.results["storm_time"] == pytest.approx(storm, rel=1e-4)
     assert "why" not in solution.expected
+
+
+@pytest.mark.parametrize("pp", [4, 8, 16])
+def test_nic_405b_stages_split_as_llama_3_did_stay_near_n_over_pp(catalog, pp):
+    """126 layers over 4, 8 or 16 stages (a 405B draw): the first and last stages take one layer fewer, beside
+    the embedding and the output head (Llama 3, PP 16). Every stage's parameters, from the config's shapes,
+    stay within 4% of the N/PP the key takes per stage."""
+    m = catalog.collections["models"]["llama-3.1-405b"]
+    layer = (2 * m.hidden * m.heads * m.head_dim + 2 * m.hidden * m.kv_heads * m.head_dim
+             + 3 * m.hidden * m.ffn)
+    table = m.vocab * m.hidden
+    per = (m.layers + 2) // pp
+    stages = [(per - 1) * layer + table, *([per * layer] * (pp - 2)), (per - 1) * layer + table]
+    assert (per - 1) * 2 + per * (pp - 2) == m.layers
+    assert sum(stages) == pytest.approx(m.params_b * 1e9, rel=0.001)
+    assert all(abs(stage / (m.params_b * 1e9 / pp) - 1) < 0.04 for stage in stages)

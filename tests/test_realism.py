@@ -41,6 +41,14 @@ def test_an_override_past_the_models_context_is_refused_with_the_reason(bank, ca
         make_variant(bank, catalog, VariantCode.parse("kv-bytes-per-token@default+model=qwen2.5-72b+context=65536"))
 
 
+def test_a_prompt_and_reply_past_the_models_context_are_refused(bank, catalog):
+    """An engine refuses a request whose prompt and reply pass the model's context (vLLM's max_model_len),
+    though the prompt alone fits: a bank rule wherever a model, a prompt and a reply length are drawn."""
+    with pytest.raises(VariantError, match="reply-within-model: Llama-3.1-70B serves at most 131,072 tokens"):
+        make_variant(bank, catalog, VariantCode.parse("cold-prefill-pools@default+prompt=129024+reply=3000"))
+    assert "reply-within-model" in constraint_rates(bank.get("cold-prefill-pools"), catalog, draws=200)
+
+
 def test_weights_that_leave_no_kv_pool_are_redrawn(bank, catalog):
     rates = constraint_rates(bank.get("kv-bytes-per-token"), catalog, draws=200)
     assert rates["weights-fit"] > 0.05 and "context-within-model" in rates

@@ -6,6 +6,8 @@ import math
 
 import pytest
 
+from solvers.followup import follow_up
+
 GiB = 2**30
 
 
@@ -54,6 +56,15 @@ def test_million_token_context_model_changes_count_their_weights(variant):
     K and V projections leave 405.85 GB / 8 less 126 x 2 x 16,384 x 120 x 128 / 8 B of room a GPU."""
     r = variant("million-token-context@default+model=llama-3.1-405b+weight_dtype=fp8").sheet.results
     assert r["kv_room_mha"] == pytest.approx(72e9 - 405.85e9 / 8 - 126 * 2 * 16384 * 120 * 128 / 8)
+
+
+def test_million_token_context_follow_up_is_a_declared_push(bank, catalog, variant):
+    """Key check 2: '+context=262144' was refused on most seeds and the app fell back to a generated push. The
+    declared pushes now cross from either side: every one of 30 seeds takes one of them."""
+    declared = {tuple(sorted(f.set)) for f in bank.get("million-token-context").followups}
+    for seed in range(7001, 7031):
+        pushed = follow_up(variant(f"million-token-context@{seed}"), catalog).solution
+        assert tuple(sorted(pushed.code.overrides)) in declared, pushed.code
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -245,8 +256,8 @@ def test_b200_h100_roles_decisions(variant, seed):
     replica = r[f"prefill_{pool_gpu}"] * r[f"nodes_{pool_gpu}"]
     assert r["prefill_pool"] == r[f"nodes_{pool_gpu}"] * math.ceil(p["rate"] * p["prompt"] / (0.8 * replica) - 1e-9)
     assert 0 < r["load_batch"] <= r[f"batch_{'H' if pool_gpu == 'B' else 'B'}"] + 1e-9
-    fix = "one FP8 checkpoint quantized with power-of-two scales, served by both pools, closes the gap"
-    assert r["why"][fix] == (p["b200_format"] == "fp8")
+    from solvers.topics.scaleup.b200_h100_roles import ONE_CHECKPOINT
+    assert r["why"][ONE_CHECKPOINT] == (p["b200_format"] == "fp8")
     assert r["why"]["the prefill pool takes more nodes than the decode pool"] == (r["prefill_pool"] > r["decode_pool"])
     handoff = "the KV handoff takes longer than a decode step at this load"
     assert r["why"][handoff] == (r["kv_handoff"] > 1 / r["per_user"])

@@ -96,6 +96,20 @@ def test_default_chart_crosses_the_regime_boundary(variant, catalog, qid):
 # --- chunked-prefill-budget ----------------------------------------------------------------
 
 
+def chunk_steps(solution, chunk):
+    """The chunked prefill step by step: each chunk's (read time, math time, all-reduces), its math
+    attending to the chunks before it."""
+    g = _group(solution)
+    B, S, P = (_value(solution, n) for n in ("batch", "context", "prompt"))
+    steps, done = [], 0
+    while done < P:
+        c = min(chunk, P - done)
+        steps.append(((g.weights + g.kv * B * S) / g.bw, g.flops(B + c, B * S + c * done + c**2 / 2) / g.rate,
+                      g.allreduce(B + c)))
+        done += c
+    return steps
+
+
 def chunked_by_hand(solution):
     g = _group(solution)
     B, S, P = (_value(solution, n) for n in ("batch", "context", "prompt"))
@@ -103,8 +117,7 @@ def chunked_by_hand(solution):
     per_token = g.allreduce(1) - g.allreduce(0)
     fixed = OVERHEAD + g.allreduce(B) + g.flops(B, B * S) / g.rate
     chunk = math.floor((tpot - fixed) / ((2 * g.N + g.A * P) / g.rate + per_token))
-    steps = math.ceil(P / chunk)
-    ttft = steps * fixed + g.flops(P, P**2 / 2) / g.rate + per_token * P
+    ttft = sum(max(read, work) + OVERHEAD + comm for read, work, comm in chunk_steps(solution, chunk))
     return {
         "stall": g.time(B + P, B * S + P**2 / 2, B * S) + g.allreduce(B + P),
         "token_budget": B + chunk,
@@ -138,6 +151,21 @@ def test_chunked_matches_plain_arithmetic(variant, seed):
     solution = variant(f"chunked-prefill-budget@{seed}")
     for key, value in chunked_by_hand(solution).items():
         assert solution.expected[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
+
+
+def test_chunked_ttft_is_its_chunks_step_by_step(variant):
+    """key-check-2 (@103: 0.1033 s, correct 0.1143 s): every chunk's step was priced by its FLOPs alone, though
+    a short last chunk still reads every weight and the streams' KV. Over every draw the key is the step-by-step
+    simulation on both sides of the roofline, in closed form; the draws include last chunks and full chunks
+    (seed 36's first 18) that wait on their reads."""
+    read_bound = {"full": 0, "last": 0}
+    for solution in _draws(variant, "chunked-prefill-budget"):
+        assert solution.expected["ttft"] == pytest.approx(chunked_by_hand(solution)["ttft"], rel=1e-9)
+        *full, (read, work, _) = chunk_steps(solution, solution.sheet.results["chunk"])
+        read_bound["last"] += read > work
+        read_bound["full"] += any(r > w for r, w, _ in full)
+        assert solution.sheet.results["read_bound_full_chunks"] == sum(r > w for r, w, _ in full)
+    assert read_bound["full"] >= 1 and read_bound["last"] >= 10
 
 
 def test_chunked_draws_are_not_degenerate(variant):

@@ -253,6 +253,10 @@ def test_step_accounting_budget_counts_every_verify_token(variant):
         assert x["prefill_left"] == budget - batch * (gamma + 1)
         assert x["prefill_steps_spec"] == -(-prompt // (budget - batch * (gamma + 1)))
         assert x["prefill_steps_plain"] == -(-prompt // (budget - batch))
+        # The label's reading: verify tokens may fill the budget exactly; and the batch where speculation starts
+        # losing is one the budget lets speculate (a draw past it has no engine that reaches it).
+        assert x["max_spec_batch"] == budget // (gamma + 1)
+        assert x["break_even"] <= x["max_spec_batch"], seed
 
 
 def test_accounting_prompt_names_every_card_the_key_uses_and_the_batch_fits(variant):

@@ -82,6 +82,24 @@ def test_plateau_readings_point_to_one_cause(variant, seed):
     assert solution.expected["halvings"] == p["scale_power"] - math.log2(eleven["loss scale"])
 
 
+def test_plateau_states_its_two_readings(variant):
+    """key-check-2: lr-or-grad-zero is keyed where the LR sits at its 1% floor (6% of draws), and the checks were
+    asked "in order" but graded as a set. The hint and the assumptions say the floor fails the LR check; the
+    prompt and the label ask which checks run, most decisive first (the hint's order), not an order."""
+    question = variant("loss-plateau-triage@default").question
+    assert "an LR at its floor, a hundredth of the peak, fails this check" in question.hints[0]
+    assert "in order" not in question.prompt and "in order" not in question.answer("checks").label
+    assert "most decisive first" in question.prompt and "most decisive first" in question.answer("checks").label
+    at_floor = 0
+    for seed in range(200):
+        solution = variant(f"loss-plateau-triage@{seed}")
+        if solution.sheet.results["lr_share"] <= 0.01:
+            at_floor += 1
+            assert solution.expected["cause"] == "lr-or-grad-zero", seed
+            assert any("An LR at its floor fails the learning-rate check" in a for a in solution.sheet.assumptions)
+    assert at_floor >= 5
+
+
 def test_plateau_loss_scale_obeys_its_own_rules(variant):
     """The loss-scaling card: every halving is an overflow the skipped-steps counter counts, and only a clean
     stretch doubles the scale back. So from 2^p a scale of 2^k needs at least p − k skipped steps, and between

@@ -157,8 +157,9 @@ def _build_parser() -> argparse.ArgumentParser:
     sheet.add_argument("--topic", help="only this topic")
     sheet.add_argument("--difficulty", type=int, help="only this difficulty")
     sheet.add_argument("--count", type=int, default=3, help="variants per question (default 3)")
-    sheet.add_argument("--seed", type=int, help="first seed (default: a random one, so that a candidate cannot "
-                                                "look the variants up from their codes)")
+    sheet.add_argument("--seed", type=int, help="first seed: each question's variants are seeds S, S+1, ... "
+                                                "(default: a random one, so that a candidate cannot look the "
+                                                "variants up from their codes)")
     sheet.add_argument("--format", choices=("markdown", "json", "anki"), default="markdown")
     sheet.add_argument("--out", default="infradrill-sheet",
                        help="markdown: OUT-candidate.md and OUT-key.md; json: OUT.json; anki: OUT.apkg "
@@ -400,7 +401,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     from solvers.engine import MAX_SEED
     from solvers.export import (
-        MAX_TRIES,
         Selection,
         SelectionError,
         json_sheet,
@@ -425,7 +425,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         _fail(f"cannot write {out}: no directory {out.parent}")
     bank, catalog = _load()
     # Seeds a candidate holding the sheet cannot guess (1, 2, 3 could be looked up in the app).
-    seed = args.seed if args.seed is not None else secrets.randbelow(MAX_SEED - MAX_TRIES * args.count)
+    seed = args.seed if args.seed is not None else secrets.randbelow(MAX_SEED - args.count + 2)
     # A sheet scrolling past on the terminal is its own progress: a bar there would break into it.
     quiet = to_stdout and sys.stdout.isatty()
     try:
@@ -443,9 +443,11 @@ def cmd_export(args: argparse.Namespace) -> int:
                     with ExitStack() as files:
                         write_sheets(solutions, [(sheet, files.enter_context(partial.open("w", encoding="utf-8")))
                                                  for partial, sheet in zip(partials, sheets)])
-    except SelectionError as error:  # what the selection names, or a question short of distinct variants
+    except SelectionError as error:  # what the selection names, or a seed no draw of a question is valid from
         _fail(str(error))
-    print(f"{args.count * len(questions)} variant(s) of {len(questions)} question(s): {', '.join(map(str, targets))}")
+    seeds = f"seed {seed}" if args.count == 1 else f"seeds {seed}-{seed + args.count - 1}"
+    print(f"{args.count * len(questions)} variant(s) of {len(questions)} question(s), {seeds} of each: "
+          f"{', '.join(map(str, targets))}")
     return 0
 
 

@@ -44,6 +44,30 @@ def given_peak_flops(s: Sheet, gpu: Record, dtype: str, symbol: str = "P") -> sy
     return s.given(symbol, peak_flops(gpu, dtype), "TFLOP/s", f"{gpu.name} dense {dtype} peak")
 
 
+def attention_dtype(gpu: Record, kv_dtype: str) -> str:
+    """The dtype attention's matmuls (QKᵀ and PV) run in: the KV cache's, where the GPU has tensor cores
+    for it (the card's matmul-precision); else the cache is dequantised and attention runs in bf16."""
+    return kv_dtype if gpu.get(_PEAK_FIELD[kv_dtype]) is not None else "bf16"
+
+
+def matmul_peaks(gpu: Record, weight_dtype: str, kv_dtype: str) -> tuple[float, float]:
+    """Dense peaks in FLOP/s of (the weight GEMMs, attention): the weights' dtype and the cache's
+    (conventions card, matmul-precision)."""
+    return peak_flops(gpu, weight_dtype), peak_flops(gpu, attention_dtype(gpu, kv_dtype))
+
+
+def given_matmul_peaks(s: Sheet, gpu: Record, weight_dtype: str, kv_dtype: str, symbol: str = "P",
+                       attention_symbol: str = "P_att") -> tuple[sympy.Symbol, sympy.Symbol]:
+    """matmul_peaks as givens: (P for the weight GEMMs, P_att for QKᵀ and PV). Where the two peaks are
+    the same figure, one given serves both (the returned symbols are the same)."""
+    weights = given_peak_flops(s, gpu, weight_dtype, symbol)
+    att = attention_dtype(gpu, kv_dtype)
+    if peak_flops(gpu, att) == peak_flops(gpu, weight_dtype):
+        return weights, weights
+    return weights, s.given(attention_symbol, peak_flops(gpu, att), "TFLOP/s",
+                            f"{gpu.name} dense {att} peak (attention over the {kv_dtype} KV cache)")
+
+
 def given_hbm_bandwidth(s: Sheet, gpu: Record, symbol: str = "BW") -> sympy.Symbol:
     return s.given(symbol, hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
 

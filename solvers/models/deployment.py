@@ -13,7 +13,7 @@ from solvers.models.common import (
     dtype_bytes,
     hbm_bandwidth,
 )
-from solvers.models.steptime import DEFAULT_CONSTANTS
+from solvers.models.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD
 
 # vLLM v0.10.1's largest CUDA-graph capture size by default: SchedulerConfig.cuda_graph_sizes = [min(2 x
 # max_num_seqs, 512)] (PR #20628), and every draw's max_num_seqs is at least 256.
@@ -30,11 +30,15 @@ def device_name(gpu: Record) -> str:
     return {"H100 SXM": "NVIDIA_H100_80GB_HBM3", "H200 SXM": "NVIDIA_H200", "H200 NVL": "NVIDIA_H200_NVL"}[gpu.name]
 
 
+# The questions' KV cache is bf16: attention (QKᵀ, PV) runs at its peak, the weight GEMMs at the weights' dtype.
+KV_DTYPE = "bf16"
+
+
 @dataclass(frozen=True)
 class Knobs:
     """Which mechanisms act on the H200 deployment: each can be switched off to price it alone."""
 
-    peak: float  # dense tensor peak, FLOP/s
+    peaks: tuple[float, float]  # dense peaks of the weight GEMMs and of attention, FLOP/s
     bridged: bool  # the TP ring crosses PCIe between NVLink bridge groups
     throttle: float  # compute throughput left under the power cap
     penalty: float  # MoE kernel time with default configs / with tuned ones
@@ -58,21 +62,23 @@ def step_times(p, knobs: Knobs, kv: float, rings: dict[bool, tuple[float, float]
     """TTFT and TPOT of the H200 deployment for a set of knobs, in floats: the judgements' what-ifs,
     by the same formulas as the sheet's steps."""
     m, n, c = p.model, p.tp, DEFAULT_CONSTANTS
-    W = m.params_b * 1e9 * dtype_bytes(p.dtype)
-    bw = hbm_bandwidth(p.part)
-    pre_share = 3 * m.layers * m.experts_per_token * m.hidden * m.ffn / (m.active_params_b * 1e9)
-    dec_share = 3 * m.layers * m.experts * m.hidden * m.ffn / (m.params_b * 1e9)
-    F = 2 * m.active_params_b * 1e9 * p.prompt + 4 * m.layers * m.heads * m.head_dim * p.prompt**2 / 2
-    compute = n * c.compute * knobs.peak * knobs.throttle
-    fixed, per_token = rings[knobs.bridged]
-    pre = max(W / n / (c.bandwidth * bw), F / compute)
-    ttft = pre * (1 + pre_share * (knobs.penalty - 1)) + fixed + per_token * p.prompt + c.overhead
-    B = knobs.batch
+    W = m.params_b * 1e9 * dtype_bytes(p.dtype) / n  # each GPU's weight read
+    bw = c.bandwidth * hbm_bandwidth(p.part)
+    flops_share = 3 * m.layers * m.experts_per_token * m.hidden * m.ffn / (m.active_params_b * 1e9)
+    expert_bytes = 3 * m.layers * m.experts * m.hidden * m.ffn / (m.params_b * 1e9) * W
     pair = 4 * m.layers * m.heads * m.head_dim
-    dec = max((W / n + B * p.context * kv) / (c.bandwidth * bw), (2 * m.active_params_b * 1e9 + pair * p.context) * B
-              / compute)
-    eager = m.layers * p.eager_per_layer if B > CAPTURE_LIMIT and not knobs.graphs else 0.0
-    expert_share = dec_share * (W / n) / (W / n + B * p.context * kv)
-    tpot = dec * (1 + expert_share * (knobs.penalty - 1)) + fixed + per_token * B + c.overhead + eager
-    return ttft, tpot
+    stretch = knobs.penalty - 1
+    p_gemm, p_att = (n * c.compute * peak * knobs.throttle for peak in knobs.peaks)
 
+    def kernels(read: float, gemm: float, attention: float) -> float:
+        return max((read + expert_bytes * stretch) / bw,
+                   gemm * (1 + flops_share * stretch) / p_gemm + attention / p_att)
+
+    fixed, per_token = rings[knobs.bridged]
+    gemm = 2 * m.active_params_b * 1e9
+    ttft = kernels(W, gemm * p.prompt, pair * p.prompt**2 / 2) + fixed + per_token * p.prompt + STEP_OVERHEAD
+    B = knobs.batch
+    eager = m.layers * p.eager_per_layer if B > CAPTURE_LIMIT and not knobs.graphs else 0.0
+    tpot = (kernels(W + B * p.context * kv, gemm * B, pair * p.context * B) + fixed + per_token * B + STEP_OVERHEAD
+            + eager)
+    return ttft, tpot

@@ -77,7 +77,7 @@ def _group_figures(model_key: str, gpu_key: str, tp: int) -> dict[str, float]:
     comm = all_reduce_terms(s, model, gpu, tp)
     return {"weights": s.evaluate(e.W / e.TP / e.byte_rate), "kv_bytes": s.value(e.KV),
             "kv_token": s.evaluate(e.KV / e.byte_rate), "token_flops": s.evaluate(2 * e.N / e.flop_rate),
-            "pair": s.evaluate(e.A / e.flop_rate), "weight_bytes": s.evaluate(e.W / e.TP),
+            "pair": s.evaluate(e.A / e.attention_rate), "weight_bytes": s.evaluate(e.W / e.TP),
             "overhead": s.value(e.t_oh), "ar_fixed": s.evaluate(comm.fixed), "ar_token": s.evaluate(comm.per_token)}
 
 

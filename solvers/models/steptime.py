@@ -4,13 +4,16 @@ One engine step of a tensor-parallel group runs every scheduled token through th
 once: one decode token per running stream and, in the same step, the prefill tokens of a
 prompt or of a chunk of one. The model times it as
 
-    t = max(bytes per GPU / achievable bandwidth, FLOPs / achievable compute of the group) + overhead
+    t = max(bytes per GPU / achievable bandwidth, math time of the group) + overhead
 
     bytes per GPU = W / TP + KV_gpu × (cached tokens the decode streams attend to)
-    FLOPs         = 2·N × (tokens through the weights) + A × (query-key pairs of attention)
+    math time     = 2·N × (tokens through the weights) / (TP·η_c·P)
+                    + A × (query-key pairs of attention) / (TP·η_c·P_att)
 
 where A = 4·L·H·d_h: QKᵀ and PV each take a multiply-add per head dimension, per query
-head, per layer. Every GPU of the group reads its share of the weights and of the KV heads
+head, per layer. P is the dense peak of the weights' dtype and P_att that of the KV cache's
+(the card's matmul-precision, common.given_matmul_peaks); where they are the same figure the
+math time is the step's FLOPs over one rate. Every GPU of the group reads its share of the weights and of the KV heads
 (kvcache.kv_bytes_per_token_per_gpu, replication included) and does 1/TP of the FLOPs;
 communication between the GPUs comes on top where a question adds it (collective.tp_all_reduce,
 passed to step_time as `communication`; all_reduce_steps splits it into a fixed and a per-token part
@@ -29,7 +32,7 @@ import sympy
 
 from solvers.conventions import convention_value
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, ceil_of, floor_of, max_of, min_of
 from solvers.models.collective import AllReduceTerms, all_reduce_terms
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
@@ -38,8 +41,8 @@ from solvers.models.common import (
     given_hbm_bandwidth,
     given_hbm_bytes,
     given_kv_bytes,
+    given_matmul_peaks,
     given_model_params,
-    given_peak_flops,
     given_usable_share,
     given_weight_bytes,
     hbm_bytes,
@@ -73,7 +76,8 @@ class Engine:
     KV: sympy.Symbol  # KV bytes per cached token held by one GPU
     A: sympy.Symbol  # attention FLOPs per query-key pair, all layers and heads
     TP: sympy.Symbol  # GPUs in the group
-    P: sympy.Symbol  # dense peak FLOP/s per GPU
+    P: sympy.Symbol  # dense peak FLOP/s per GPU of the weight GEMMs (the weights' dtype)
+    P_att: sympy.Symbol  # dense peak FLOP/s per GPU of QKᵀ and PV (the KV cache's dtype); P itself where equal
     BW: sympy.Symbol  # HBM bandwidth per GPU
     eta_c: sympy.Symbol  # achievable fraction of peak compute
     eta_bw: sympy.Symbol  # achievable fraction of HBM bandwidth
@@ -81,8 +85,20 @@ class Engine:
 
     @property
     def flop_rate(self) -> sympy.Expr:
-        """Achievable FLOP/s of the whole group."""
+        """Achievable FLOP/s of the whole group in the weight GEMMs."""
         return self.TP * self.eta_c * self.P
+
+    @property
+    def attention_rate(self) -> sympy.Expr:
+        """Achievable FLOP/s of the whole group in attention's matmuls."""
+        return self.TP * self.eta_c * self.P_att
+
+    def math_time(self, weight_flops: sympy.Expr, attention_flops: sympy.Expr) -> sympy.Expr:
+        """Seconds of the group's math: the weight GEMMs at the weights' peak, attention at the cache's.
+        With one peak for both it is the FLOPs over one rate, as the step's FLOPs are shown."""
+        if self.P_att is self.P:
+            return (weight_flops + attention_flops) / self.flop_rate
+        return weight_flops / self.flop_rate + attention_flops / self.attention_rate
 
     @property
     def byte_rate(self) -> sympy.Expr:
@@ -105,6 +121,7 @@ class Engine:
 class StepWork:
     flops: sympy.Symbol  # FLOPs of the step, whole group
     bytes: sympy.Symbol  # bytes one GPU reads in the step
+    math: sympy.Expr  # seconds of the group's math: Engine.math_time of the weights' and attention's FLOPs
 
 
 def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstants = DEFAULT_CONSTANTS,
@@ -118,7 +135,7 @@ def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstan
     b_w = given_weight_bytes(s, dtype)
     b_kv = given_kv_bytes(s, kv_dtype)
     TP = s.given("TP", tp, "GPUs", "GPUs in the tensor-parallel group")
-    P = given_peak_flops(s, gpu, dtype)
+    P, P_att = given_matmul_peaks(s, gpu, dtype, kv_dtype)
     BW = given_hbm_bandwidth(s, gpu)
     eta_c = s.given("η_c", constants.compute, "%", "achievable fraction of peak compute")
     eta_bw = s.given("η_bw", constants.bandwidth, "%", "achievable fraction of HBM bandwidth")
@@ -144,7 +161,10 @@ def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstan
         + ("TP communication comes on top, below." if communication else "TP communication is left out."))
     s.assume("FLOPs: 2 per parameter per token through the weights, plus 4·d_h per query head per layer for "
              "every query-key pair of attention; embeddings and norms are ignored.")
-    return Engine(N, W, KV, A, TP, P, BW, eta_c, eta_bw, t_oh)
+    if P_att is not P:
+        s.assume(f"Matmul precision (the card's matmul-precision): the weight GEMMs run at the {dtype} peak P, "
+                 f"attention's QKᵀ and PV at the peak P_att of the {kv_dtype} KV cache they read.")
+    return Engine(N, W, KV, A, TP, P, P_att, BW, eta_c, eta_bw, t_oh)
 
 
 def step_work(s: Sheet, e: Engine, tag: str, label: str, tokens: sympy.Expr, attended: sympy.Expr,
@@ -157,23 +177,48 @@ def step_work(s: Sheet, e: Engine, tag: str, label: str, tokens: sympy.Expr, att
     cached:   cached tokens whose KV the step reads (the decode streams' contexts)."""
     flops = s.step(f"flops_{tag}", f"FLOPs of the {label}", f"F_{tag}", 2 * e.N * tokens + e.A * attended,
                    "TFLOP", "2 per weight per token, plus the attention's query-key pairs")
+    if e.P_att is e.P:
+        math = flops / e.flop_rate
+    else:  # two peaks: the weights' FLOPs and attention's, each at its own rate
+        math = e.math_time(s.step("", f"FLOPs in the weights, {label}", f"Fw_{tag}",
+                                  2 * e.N * tokens, "TFLOP", "2 per weight per token"),
+                           s.step("", f"FLOPs in attention, {label}", f"Fa_{tag}",
+                                  e.A * attended, "TFLOP", "the query-key pairs, at the cache's peak"))
     moved = s.step(f"bytes_{tag}", f"Bytes each GPU reads in the {label}", f"M_{tag}", e.W / e.TP + e.KV * cached,
                    "GB", "its share of the weights, read once for all tokens"
                    + (", plus the cached KV attended to" if cached != 0 else ""))
-    return StepWork(flops, moved)
+    return StepWork(flops, moved, math)
 
 
 def step_time(s: Sheet, e: Engine, tag: str, label: str, work: StepWork, key: str = "", why: str = "",
               communication: sympy.Expr = sympy.S.Zero) -> sympy.Symbol:
     """Time of one step: the slower of reading and computing, plus the TP all-reduces
     (collective.tp_all_reduce; not overlapped) and the fixed overhead if modelled."""
-    expr = max_of(work.bytes / e.byte_rate, work.flops / e.flop_rate) + communication
+    expr = max_of(work.bytes / e.byte_rate, work.math) + communication
     if e.t_oh is not None:
         expr = expr + e.t_oh
     default_why = ("the slower of streaming the bytes and doing the math"
                    + ("" if communication == 0 else ", then the all-reduces")
                    + ("" if e.t_oh is None else ", plus overhead"))
     return s.step(key or f"t_{tag}", f"Time of the {label}", f"t_{tag}", expr, "ms", why or default_why)
+
+
+def growing_steps_time(s: Sheet, e: Engine, tag: str, label: str, count: sympy.Expr, first: StepWork,
+                       growth: sympy.Expr, communication: sympy.Expr = sympy.S.Zero, why: str = "") -> sympy.Symbol:
+    """Total time of `count` steps, each priced as step_time prices one, that read the same bytes while
+    their FLOPs grow by `growth` from one step to the next (a prompt's chunks: each attends to the
+    chunks before it). The first steps may be short of math and wait on their reads: k counts them,
+    and the rest sum their math in closed form. `communication` is per step."""
+    t_read = first.bytes / e.byte_rate
+    dt = growth / e.attention_rate  # the growth is attention's: priced at the cache's peak
+    k = s.step(f"read_bound_{tag}", f"Of the {label}, steps that wait on their reads", f"k_{tag}",
+               min_of(count, max_of(0, ceil_of((t_read - first.math) / dt))), "steps",
+               "a step whose math falls short of its read time takes the read time")
+    computing = (count - k) * first.math + dt * (count * (count - 1) - k * (k - 1)) / 2
+    per_step = communication if e.t_oh is None else communication + e.t_oh
+    return s.step(f"t_{tag}", f"Time of the {label}", f"t_{tag}", k * t_read + computing + count * per_step, "ms",
+                  why or "the read-bound steps at their read time, the others at their FLOPs (an arithmetic "
+                  "series), each with its fixed costs")
 
 
 def all_reduce_steps(s: Sheet, model: Record, gpu: Record, tp: int, nic: Record | None = None,
@@ -220,15 +265,16 @@ def decode_costs(s: Sheet, e: Engine, model: Record, gpu: Record, tp: int, conte
                      "each GPU's share of the weights, once per step however many tokens ride on it")
     kv = s.step("kv_read", "KV read per sequence", "t_KV", e.KV * context / e.byte_rate, "us",
                 "its cached tokens' keys and values on each GPU, once per step")
-    math = s.step("token_math", "Math per token", "t_F", (2 * e.N + e.A * context) / e.flop_rate, "us",
+    math = s.step("token_math", "Math per token", "t_F", e.math_time(2 * e.N, e.A * context), "us",
                   "2N through the weights plus attention to the whole context, at the group's achievable FLOP/s")
     return DecodeCosts(weights, kv, math, comm)
 
 
-def on_gpu(s: Sheet, e: Engine, gpu: Record, tag: str, dtype: str = "bf16") -> Engine:
-    """The same TP group of the same model on another GPU, in the same sheet: that GPU's own peak
-    and bandwidth, named apart by `tag` (P_tag, BW_tag); the model's symbols are shared."""
-    return replace(e, P=given_peak_flops(s, gpu, dtype, f"P_{tag}"), BW=given_hbm_bandwidth(s, gpu, f"BW_{tag}"))
+def on_gpu(s: Sheet, e: Engine, gpu: Record, tag: str, dtype: str = "bf16", kv_dtype: str = "bf16") -> Engine:
+    """The same TP group of the same model on another GPU, in the same sheet: that GPU's own peaks
+    and bandwidth, named apart by `tag` (P_tag, P_att_tag, BW_tag); the model's symbols are shared."""
+    P, P_att = given_matmul_peaks(s, gpu, dtype, kv_dtype, f"P_{tag}", f"P_att_{tag}")
+    return replace(e, P=P, P_att=P_att, BW=given_hbm_bandwidth(s, gpu, f"BW_{tag}"))
 
 
 def mean_decode_context(s: Sheet, prompt: sympy.Expr, reply: sympy.Expr) -> sympy.Symbol:
@@ -274,7 +320,7 @@ def decode_at_speed(s: Sheet, e: Engine, gpu, ar: AllReduceTerms, S: sympy.Expr,
                    (room - e.W / (e.TP * e.byte_rate)) / (e.KV * S / e.byte_rate + ar.per_token), "requests",
                    "the time left after the weights' read, in one mean context's KV read (and its all-reduce bytes)")
     b_cmp = s.step(k("batch_by_compute"), "Batch at the target, by compute" + on, k("B_cmp"),
-                   room / ((2 * e.N + e.A * S) / e.flop_rate + ar.per_token), "requests",
+                   room / (e.math_time(2 * e.N, e.A * S) + ar.per_token), "requests",
                    "the time left, in one decode token's math at the mean context (and its all-reduce bytes)")
     pool = s.step(k("pool_tokens"), "Tokens the KV pool holds" + on, k("K"),
                   (usable - e.W / e.TP) / e.KV, "tokens", "usable HBM less the weights' share, in KV per token")

@@ -78,7 +78,8 @@ def solve(p, s: Sheet) -> None:
     r = s.step("ratio_rare", "Rarest expert: tokens per input dimension", "r_rare", rare / d, "",
                "the Hessian XᵀX is d_in × d_in, estimated from this many tokens per dimension")
     s.step("hessian_rank", "Rank of the rarest expert's Hessian", "rank_H", min_of(floor_of(rare), d), "",
-           "XᵀX from n tokens has rank at most n: below d_in, damping alone fills the missing directions")
+           "XᵀX from n whole tokens (the expected count rounded down) has rank at most n: below d_in, damping "
+           "alone fills the missing directions")
     curve = simulate(s.value(lam))
     # The prompt gives the crossover (the simulation's, to 3 figures), so the candidate and the key use one figure.
     r_star = s.param("r_star", "crossover")
@@ -107,6 +108,9 @@ def solve(p, s: Sheet) -> None:
              f"log-evenly over {format_number(SIM_SPREAD)} decade in a random basis; the crossover is taken "
              "in tokens per d_in and assumed to carry over to the model's width (the Hessian's estimation error "
              "scales with d_in / n).")
+    s.assume("GPTQ starts from bf16 weights, as Mixtral and Qwen3 ship them. gpt-oss ships its experts in MXFP4 "
+             "only: its GPTQ starts from their bf16 upcast, as a port to INT4 (W4A16) kernels for GPUs without FP4 "
+             "tensor cores would; the router starves that calibration the same way.")
     s.assume("Heavier-tailed activations or outlier channels give GPTQ more to gain and move the crossover "
              "down toward n ≈ d_in; flatter ones move it up: the figure is this spectrum's, not a constant.")
     s.slip("all tokens counted for every expert (the router forgotten)", on="tokens_avg",

@@ -66,6 +66,16 @@ def _audit_regime(s: Sheet, name: str, check, slo, gate) -> None:
         s.regime_by(slo_use, one, tie="below", above=misses, below=real)
 
 
+def _cheapest(s: Sheet, costs, rows: list[int]) -> int:
+    """The row of least cost by exact comparison; a tie for it is redrawn (a sorted ledger has no one top row)."""
+    least = rows[0]
+    for i in rows[1:]:
+        least = i if s.compare(costs[i], costs[least]) < 0 else least
+    if any(i != least and s.compare(costs[i], costs[least]) == 0 for i in rows):
+        raise Reject("two rows tie for the cheapest")
+    return least
+
+
 def solve(p, s: Sheet) -> None:
     """Dollars per million output tokens for every ledger row; a row is a real win only if it is cheaper by more
     than the noise, meets the p99 TPOT SLO and loses no more quality than the gate allows."""
@@ -85,8 +95,10 @@ def solve(p, s: Sheet) -> None:
                             price / tps * mtok, "$", "a GPU-hour's price over the tokens that GPU-hour produces"))
         checks.append((row["change"], tpot, quality))
     base = costs[0]
+    if s.compare(checks[0][1], slo) > 0:
+        raise Reject("the baseline already misses the SLO: no change is audited against a service that fails it")
     candidates = list(range(1, len(rows)))
-    cheapest = min(candidates, key=lambda i: s.value(costs[i]))
+    cheapest = _cheapest(s, costs, candidates)
     s.choose("headline", rows[cheapest]["change"])
     if s.compare(costs[cheapest], base) >= 0:
         raise Reject("no row is cheaper than the baseline: nothing to audit")
@@ -113,7 +125,7 @@ def solve(p, s: Sheet) -> None:
     if len(headline_fails) > 1 or "the noise floor" in headline_fails:
         # The cheapest row saves a quarter or more, and no row of the generator's fails both gates.
         raise Reject("the headline fails more than one gate, or the noise: the regime names one")
-    best = min(real, key=lambda i: s.value(costs[i]))
+    best = _cheapest(s, costs, real)
     s.choose("rollout", rows[best]["change"])
     s.step("rollout_saving", "Saving of the row to roll out", "f_save", 1 - costs[best] / base, "%",
            "the cheapest row that passes every gate, against the baseline")

@@ -8,7 +8,7 @@ from solvers.models.common import (
     dtype_bytes,
     hbm_bandwidth,
     hbm_bytes,
-    peak_flops,
+    matmul_peaks,
     require_context,
 )
 from solvers.models.cost import LAYOUTS
@@ -28,6 +28,8 @@ NO_LAYOUT = "none of them"
 _WAITS = ("endpointing", "network")  # the lines that are not a model
 
 
+# The lines in the budget's order (the answer's choices, hint 1): a tie for the largest goes to the first,
+# so a wait ties ahead of any model and the regime's tie (not-a-model) agrees.
 _LINES = {"endpointing": "endpointing", "network": "network", "asr": "ASR", "llm": "LLM", "tts": "TTS"}
 
 
@@ -45,7 +47,8 @@ def first_clause_time(model, gpu, tp: int, batch: int, context: float, turn: flo
     crowded = weights > usable - convention_value("minimal-kv-pool") * hbm_bytes(gpu)
     if crowded or weights + kv * batch * context > usable:
         return None
-    fr, br = tp * c.compute * peak_flops(gpu, dtype), c.bandwidth * hbm_bandwidth(gpu)
+    (fr, fr_att), br = (tp * c.compute * peak for peak in matmul_peaks(gpu, dtype, "bf16")), \
+        c.bandwidth * hbm_bandwidth(gpu)
     if tp == 1:
         ar0 = ar_tok = 0.0
     else:
@@ -54,7 +57,7 @@ def first_clause_time(model, gpu, tp: int, batch: int, context: float, turn: flo
     reads = (weights + kv * batch * context) / br
 
     def step(tokens: float) -> float:
-        return max(reads, (2 * N * tokens + A * tokens * context) / fr) + ar0 + ar_tok * tokens + c.overhead
+        return max(reads, 2 * N * tokens / fr + A * tokens * context / fr_att) + ar0 + ar_tok * tokens + c.overhead
 
     return step(batch - 1 + turn) + (clause - 1) * step(batch)
 
@@ -94,7 +97,7 @@ def _voice_llm(s: Sheet, p, tp: int, llm) -> None:
         raise Reject("not one session makes the LLM line on the widest layout: the model is too big for it")
     busiest = step_work(s, e, "max", "turn's step at that many sessions", most - 1 + T_u, (most - 1 + T_u) * S,
                         most * S)
-    if s.evaluate(busiest.flops / e.flop_rate) > s.evaluate(busiest.bytes / e.byte_rate):
+    if s.evaluate(busiest.math) > s.evaluate(busiest.bytes / e.byte_rate):
         raise Reject("at the line's session count the turn's step is compute-bound: the linear solve does not hold")
     s.slip("clause priced as k prefill steps", s.evaluate(k * t_1 / clause), on="first_clause")
     s.assume("The conversation so far is in the prefix cache: a turn prefills only its own tokens, which attend "
@@ -148,7 +151,10 @@ def solve(p, s: Sheet) -> None:
     lines["llm"] = llm
     if s.value(llm) <= 0:
         raise Reject("the other lines already spend the budget")
-    largest = max(lines, key=lambda name: (s.value(lines[name]), name in _WAITS))
+    largest = "endpointing"
+    for name in _LINES:  # exact comparisons: only a strictly larger line displaces an earlier one
+        if s.compare(lines[name], lines[largest]) > 0:
+            largest = name
     s.choose("largest_line", _LINES[largest])
 
     times = {tp: first_clause_time(p.model, p.gpu, tp, p.batch, p.context, p.turn, p.clause, p.dtype)

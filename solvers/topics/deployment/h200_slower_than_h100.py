@@ -1,7 +1,7 @@
 """The upgrade that got slower - H100 SXM to an H200 part."""
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import sympy
 
@@ -14,14 +14,22 @@ from solvers.models.common import (
     given_active_params,
     given_hbm_bandwidth,
     given_hbm_bytes,
+    given_matmul_peaks,
     given_model_params,
-    given_peak_flops,
     given_usable_share,
     given_weight_bytes,
     hbm_bandwidth,
-    peak_flops,
+    matmul_peaks,
 )
-from solvers.models.deployment import CAPTURE_LIMIT, PCIE_GEN5, Knobs, bridge_ring, device_name, step_times
+from solvers.models.deployment import (
+    CAPTURE_LIMIT,
+    KV_DTYPE,
+    PCIE_GEN5,
+    Knobs,
+    bridge_ring,
+    device_name,
+    step_times,
+)
 from solvers.models.kvcache import kv_bytes_per_token_per_gpu_given
 from solvers.models.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD
 from solvers.units import format_number, format_quantity
@@ -46,32 +54,59 @@ MECHANISMS = {
 }
 
 
-def _prefill(s: Sheet, p, tag, gpu, P, BW, phi, penalty, W, TP, T, F, share, eta_c, eta_bw, t_oh, link,
-             alpha=None):
-    kernels = max_of(W / TP / (eta_bw * BW), F / (TP * eta_c * P * phi))
+@dataclass(frozen=True)
+class _Rates:
+    """One deployment's side of the comparison: what its reads and its math run at, and how much longer
+    its untuned expert kernels take (π, 1 where tuned)."""
+
+    BW: sympy.Expr  # HBM bandwidth per GPU
+    P: sympy.Expr  # dense peak of the weight GEMMs
+    P_att: sympy.Expr  # dense peak of attention (QKᵀ, PV)
+    phi: sympy.Expr  # compute throughput left under the power cap
+    penalty: sympy.Expr
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """The symbols both deployments' step times share."""
+
+    TP: sympy.Symbol
+    eta_c: sympy.Symbol
+    eta_bw: sympy.Symbol
+    t_oh: sympy.Symbol
+    s_bytes: sympy.Symbol  # the expert weights' share of the weight bytes
+    s_flops: sympy.Symbol  # the experts' share of the weight GEMMs' FLOPs
+    weights: sympy.Expr  # weight bytes each GPU reads per step
+
+    def kernels(self, r: _Rates, read: sympy.Expr, gemm: sympy.Expr, attention: sympy.Expr) -> sympy.Expr:
+        """A step's kernels on both sides of the roofline (steptime.step_time's max), the untuned expert kernels
+        stretched by π on each side: the expert weights' reads, and the experts' share of the weight GEMMs."""
+        return max_of((read + self.weights * self.s_bytes * (r.penalty - 1)) / (self.eta_bw * r.BW),
+                      (gemm * (1 + self.s_flops * (r.penalty - 1)) / r.P + attention / r.P_att)
+                      / (self.TP * self.eta_c * r.phi))
+
+
+def _prefill(s: Sheet, p, tag, gpu, c: _Shared, r: _Rates, T, F_w, F_att, link, alpha=None):
     ar = tp_all_reduce(s, p.model, gpu, p.tp, T, tag=f"pre_{tag}", label=f"prefill on {gpu.name}",
                        nic=link, latency=alpha, group=tag, where="PCIe between bridge groups")
-    return s.step(f"ttft_{tag}", f"TTFT on {gpu.name}", f"TTFT_{tag}",
-                  kernels * (1 + share * (penalty - 1)) + ar + t_oh, "ms",
-                  "compute-bound math (the experts' share stretched by π where untuned), then all-reduces and "
-                  "overhead")
+    kernels = c.kernels(r, c.weights, F_w, F_att)
+    return s.step(f"ttft_{tag}", f"TTFT on {gpu.name}", f"TTFT_{tag}", kernels + ar + c.t_oh, "ms",
+                  "the slower of the weights' read and the math (the experts' part of each stretched by π where "
+                  "untuned), then all-reduces and overhead")
 
 
-def _decode(s: Sheet, p, tag, gpu, P, BW, phi, penalty, W, TP, C, KV, B, N_a, A, share, eta_c, eta_bw, t_oh, link,
-            eager, alpha=None):
+def _decode(s: Sheet, p, tag, gpu, c: _Shared, r: _Rates, C, KV, B, N_a, A, link, eager, alpha=None):
     moved = s.step(f"bytes_dec_{tag}", f"Bytes each GPU reads per decode step on {gpu.name}", f"M_dec_{tag}",
-                   W / TP + B * C * KV, "GB", "its share of every expert and of the batch's KV")
-    flops = s.step(f"flops_dec_{tag}", f"FLOPs of a decode step on {gpu.name}", f"F_dec_{tag}",
-                   2 * N_a * B + A * B * C, "TFLOP", "2 per active parameter per sequence, plus each one's attention "
-                   "over its context (attention-flops)")
-    kernels = max_of(moved / (eta_bw * BW), flops / (TP * eta_c * P * phi))
+                   c.weights + B * C * KV, "GB", "its share of every expert and of the batch's KV")
+    s.step(f"flops_dec_{tag}", f"FLOPs of a decode step on {gpu.name}", f"F_dec_{tag}",
+           2 * N_a * B + A * B * C, "TFLOP", "2 per active parameter per sequence, plus each one's attention over its "
+           "context (attention-flops)")
     ar = tp_all_reduce(s, p.model, gpu, p.tp, B, tag=f"dec_{tag}", label=f"decode step on {gpu.name}",
                        nic=link, latency=alpha, group=f"{tag}d", where="PCIe between bridge groups")
     return s.step(f"tpot_{tag}", f"TPOT on {gpu.name}", f"TPOT_{tag}",
-                  kernels * (1 + share * W / TP / moved * (penalty - 1)) + ar + t_oh + eager, "ms",
-                  "the step's reads, the expert weights' share of them stretched where untuned, all-reduces, "
-                  "overhead"
-                  + (" and eager launches" if eager else ""))
+                  c.kernels(r, moved, 2 * N_a * B, A * B * C) + ar + c.t_oh + eager, "ms",
+                  "the slower of the step's reads and its math (the experts' part of each stretched by π where "
+                  "untuned), all-reduces, overhead" + (" and eager launches" if eager else ""))
 
 
 def _mechanisms(s: Sheet, p, knobs: Knobs, kv: float, B_o: int, tuned: bool, bridged: bool, ratios) -> None:
@@ -94,7 +129,8 @@ def _mechanisms(s: Sheet, p, knobs: Knobs, kv: float, B_o: int, tuned: bool, bri
                 f"without it TTFT would be {format_number(g_ttft, 3)}x and TPOT {format_number(g_tpot, 3)}x faster")
 
     nvl = p.part.name == "H200 NVL"
-    judge("nvl", nvl, {"peak": peak_flops(sxm, p.dtype)}, f"an {p.part.name} runs at the H100's tensor peak")
+    judge("nvl", nvl, {"peaks": matmul_peaks(sxm, p.dtype, KV_DTYPE)},
+          f"an {p.part.name} runs at the H100's tensor peak")
     judge("bridge", bridged, {"bridged": False},
           f"TP {p.tp} stays on NVLink" + (" within one bridge group" if nvl else ""))
     judge("cap", p.power_cap < 1, {"throttle": 1.0}, "the board runs at its full rated power")
@@ -139,15 +175,15 @@ def solve(p, s: Sheet) -> None:
                "QKᵀ and PV, a multiply-add per head dimension each, per query head and layer")
 
     W = s.step("weights", "Weight bytes", "W", N * b_w, "GB", "every expert is stored, active or not")
-    share_dec = s.step("moe_bytes_share", "Experts' share of the weight bytes", "s_dec", 3 * L * E * h * f / N, "%",
-                       "3·L·E·h·f expert weights: what a decode step at this batch reads, every expert touched")
-    share_pre = s.step("moe_flops_share", "Experts' share of a token's FLOPs", "s_pre", 3 * L * k * h * f / N_a, "%",
-                       "the k active experts' 3·h·f per layer over the active parameters: prefill's share")
-    KV = kv_bytes_per_token_per_gpu_given(s, m, dtype_bytes("bf16"), "bf16", TP)
+    s_bytes = s.step("moe_bytes_share", "Experts' share of the weight bytes", "s_bytes", 3 * L * E * h * f / N, "%",
+                     "3·L·E·h·f expert weights: what the expert kernels read, every expert touched")
+    s_flops = s.step("moe_flops_share", "Experts' share of the weight GEMMs' FLOPs", "s_flops",
+                     3 * L * k * h * f / N_a, "%", "the k active experts' 3·h·f per layer over the active parameters")
+    KV = kv_bytes_per_token_per_gpu_given(s, m, dtype_bytes(KV_DTYPE), KV_DTYPE, TP)
 
     sides = {}
     for tag, gpu in (("o", old), ("n", new)):
-        P = given_peak_flops(s, gpu, p.dtype, f"P_{tag}")
+        peaks = given_matmul_peaks(s, gpu, p.dtype, KV_DTYPE, f"P_{tag}", f"P_att_{tag}")
         BW = given_hbm_bandwidth(s, gpu, f"BW_{tag}")
         M = given_hbm_bytes(s, gpu, f"M_{tag}")
         pool = s.step(f"pool_{tag}", f"KV pool per GPU on {gpu.name}", f"F_{tag}", M * u - W / TP, "GB",
@@ -155,7 +191,7 @@ def solve(p, s: Sheet) -> None:
         batch = s.step(f"batch_{tag}", f"Decode batch on {gpu.name}", f"B_{tag}",
                        min_of(B_max, floor_of(pool / (C * KV))), "sequences",
                        "as many sequences of the context as the pool holds, up to max_num_seqs")
-        sides[tag] = (gpu, P, BW, batch)
+        sides[tag] = (gpu, peaks, BW, batch)
     B_o, B_n = (s.value(sides[t][3]) for t in ("o", "n"))
     if B_o < 1:
         raise Reject("no sequence of this context fits beside the weights on H100")
@@ -167,25 +203,26 @@ def solve(p, s: Sheet) -> None:
                  "the power-cap-clocks card: dynamic power ∝ f·V² with V ∝ f, so the clock falls as the cube root "
                  "of the power allowed")
     # Times on the H100 (tuned, uncapped, NVLink), then on the H200 part with every mechanism acting.
-    gpu_o, P_o, BW_o, Bo = sides["o"]
-    gpu_n, P_n, BW_n, Bn = sides["n"]
+    gpu_o, peaks_o, BW_o, Bo = sides["o"]
+    gpu_n, peaks_n, BW_n, Bn = sides["n"]
     one = sympy.Integer(1)
-    F = s.step("flops_pre", "FLOPs of the prefill", "F_pre", 2 * N_a * T + A * T**2 / 2, "TFLOP",
-               "2 per active parameter per token, plus the causal attention: the same on both GPUs")
-    ttft_o = _prefill(s, p, "o", gpu_o, P_o, BW_o, one, one, W, TP, T, F, share_pre, eta_c, eta_bw, t_oh, None)
+    shared = _Shared(TP, eta_c, eta_bw, t_oh, s_bytes, s_flops, W / TP)
+    rates_o = _Rates(BW_o, *peaks_o, phi=one, penalty=one)
+    rates_n = _Rates(BW_n, *peaks_n, phi=phi, penalty=one if tuned else pi)
+    F_w = s.step("flops_pre_weights", "FLOPs of the prefill's weight GEMMs", "F_w", 2 * N_a * T, "TFLOP",
+                 "2 per active parameter per token: the same on both GPUs")
+    F_att = s.step("flops_pre_attention", "FLOPs of the prefill's attention", "F_att", A * T**2 / 2, "TFLOP",
+                   "the causal attention, T²/2 query-key pairs (attention-flops)")
+    ttft_o = _prefill(s, p, "o", gpu_o, shared, rates_o, T, F_w, F_att, None)
     eager_o = L * e_l if B_o > CAPTURE_LIMIT else 0
-    tpot_o = _decode(s, p, "o", gpu_o, P_o, BW_o, one, one, W, TP, C, KV, Bo, N_a, A, share_dec, eta_c, eta_bw,
-                     t_oh, None, eager_o)
-    penalty_n = one if tuned else pi
+    tpot_o = _decode(s, p, "o", gpu_o, shared, rates_o, C, KV, Bo, N_a, A, None, eager_o)
     eager_n = L * e_l if B_n > CAPTURE_LIMIT else 0
     link_n = PCIE_GEN5 if bridged else None
     alpha_n = None if not bridged else s.given(
         "α_PCIe", convention_value("all-reduce-latency-nic") * 1e-6, "us",
         "latency of one all-reduce across PCIe between bridge groups (nvl-bridge-groups)")
-    ttft_n = _prefill(s, p, "n", gpu_n, P_n, BW_n, phi, penalty_n, W, TP, T, F, share_pre, eta_c, eta_bw, t_oh,
-                      link_n, alpha_n)
-    tpot_n = _decode(s, p, "n", gpu_n, P_n, BW_n, phi, penalty_n, W, TP, C, KV, Bn, N_a, A, share_dec, eta_c, eta_bw,
-                     t_oh, link_n, eager_n, alpha_n)
+    ttft_n = _prefill(s, p, "n", gpu_n, shared, rates_n, T, F_w, F_att, link_n, alpha_n)
+    tpot_n = _decode(s, p, "n", gpu_n, shared, rates_n, C, KV, Bn, N_a, A, link_n, eager_n, alpha_n)
     r_ttft = s.step("ttft_ratio", "TTFT on the H200 part / on H100", "R_TTFT", ttft_n / ttft_o, "x",
                     "5% or more above 1: users see the first token later")
     r_tpot = s.step("tpot_ratio", "TPOT on the H200 part / on H100", "R_TPOT", tpot_n / tpot_o, "x",
@@ -199,14 +236,15 @@ def solve(p, s: Sheet) -> None:
     s.choose("regressed", {(True, True): "ttft-and-tpot", (True, False): "ttft-only", (False, True): "tpot-only",
                            (False, False): "neither"}[worse])
 
-    knobs = Knobs(peak=peak_flops(new, p.dtype), bridged=bridged, throttle=s.value(phi),
+    knobs = Knobs(peaks=matmul_peaks(new, p.dtype, KV_DTYPE), bridged=bridged, throttle=s.value(phi),
                   penalty=1.0 if tuned else p.default_penalty,
                   batch=int(B_n), graphs=False)
     _mechanisms(s, p, knobs, s.value(KV), int(B_o), tuned, bridged, ratios)
     s.assume("Times by the step-time model's constants (step-compute, step-bandwidth, step-overhead) on both GPUs: "
              "a step is the slower of its reads over η_bw·HBM and its FLOPs over TP·η_c·peak, plus the TP "
              "all-reduces (tp-all-reduce) and the fixed overhead. FLOPs count the active parameters, 2 per token, "
-             "plus attention (attention-flops); a decode step at these batches reads every expert.")
+             "at the weights' dtype peak, plus attention (attention-flops) at the bf16 KV cache's peak; a decode "
+             "step at these batches reads every expert.")
     s.assume(f"vLLM {VLLM} on both GPUs: it looks a fused-MoE config up by the device name with spaces as "
              "underscores, so an H200 NVL wants NVIDIA_H200_NVL files; from PR #23642 (later releases) every H200 "
              "reads the NVIDIA_H200 ones.")
@@ -214,8 +252,9 @@ def solve(p, s: Sheet) -> None:
              "sequence at the given context, KV in bf16. The H100 runs with tuned MoE configs, no power cap, "
              "NVLink; either GPU runs eager where its batch passes the capture size.")
     s.assume("Default fused-MoE configs stretch the expert kernels' time by the drawn factor π (vLLM logs 'Using "
-             "default MoE config. Performance might be sub-optimal!'); the experts' share of a step is their "
-             "share of its FLOPs in prefill and of its bytes in decode (expert weights over weights plus KV).")
+             "default MoE config. Performance might be sub-optimal!') on both sides of the roofline: the expert "
+             "weights' reads (their share of the weight bytes) and the experts' GEMMs (their share of the weight "
+             "FLOPs); attention, the KV reads and the dense layers keep their time.")
     s.assume(f"An eager step (batch above vLLM's capture size of {CAPTURE_LIMIT}) pays t_e of CPU launch time per "
              "layer on top of its kernels; a captured step does not.")
     s.assume("Power cap: a compute-bound phase's clock falls as the cube root of the power allowed (dynamic power "

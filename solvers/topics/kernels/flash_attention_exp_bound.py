@@ -1,6 +1,8 @@
 """Exponentials against matmuls - why FlashAttention-2 stalls on Hopper."""
 from __future__ import annotations
 
+import sympy
+
 from solvers.derivation import Sheet, Side, min_of
 from solvers.models.common import peak_flops
 from solvers.units import format_number
@@ -16,27 +18,40 @@ def tensor_rate(gpu, dtype: str) -> int:
 FA3_TECHNIQUES = "fa3_techniques"
 
 
-def _fa3_techniques(s: Sheet, r_exp: float, r_sm: float, fp8: bool) -> None:
-    """What each FA3 technique could hide of this variant's softmax, judged on its ratios, and three facts
+# The exponentials and the QKᵀ half tie exactly in many variants (H100 bf16 at d = 128, the default): the option
+# says a tie hides them, as perfect overlap of equal times does.
+PIPELINE_HIDES = ("intra-warpgroup pipelining alone, overlapping a block's exponentials with the next block's QKᵀ "
+                  "GEMM (half the matmuls), could hide them here: they take no longer than that half")
+
+
+def _fa3_techniques(s: Sheet, r_exp: sympy.Symbol, r_sm: sympy.Symbol, fp8: bool) -> None:
+    """What each FA3 technique could hide of this variant's softmax, judged on its exact ratios, and three facts
     about which stall a technique addresses at all."""
-    ratio = f"the softmax takes {format_number(r_sm, 3)}x the matmul time"
+    e, sm = s.value(r_exp), s.value(r_sm)
+    ratio = f"the softmax takes {format_number(sm, 3)}x the matmul time"
+    hides_all = s.compare(r_sm, 1) <= 0
     s.judge(FA3_TECHNIQUES, "ping-pong across two warpgroups could hide all of this variant's softmax behind GEMMs",
-            r_sm <= 1, ratio + (": the other warpgroup's GEMMs outlast it" if r_sm <= 1 else ": it outlasts them"))
-    s.judge(FA3_TECHNIQUES, "twice the tensor rate (FP8) would raise this variant's TFLOP/s under perfect overlap",
-            r_sm < 1, ratio + ("; halved GEMMs still hide part of it and finish sooner" if r_sm < 1 else
-                               "; the softmax already sets the pace, so halving the GEMMs gains nothing"))
+            hides_all, ratio + (": the other warpgroup's GEMMs outlast it" if hides_all else ": it outlasts them"))
+    # "Twice this variant's rate", not "FP8": on an fp8 variant FP8 is the rate it already has.
+    gains = s.compare(r_sm, 1) < 0
+    s.judge(FA3_TECHNIQUES, "twice this variant's tensor rate would raise its TFLOP/s under perfect overlap",
+            gains, ratio + ("; halved GEMMs still hide part of it and finish sooner" if gains else
+                            "; the softmax already sets the pace, so halving the GEMMs gains nothing"))
+    split = s.compare(r_exp, 1) <= 0 < s.compare(r_sm, 1)
     s.judge(FA3_TECHNIQUES, "ping-pong could hide this variant's exponentials but not the whole softmax",
-            r_exp <= 1 < r_sm, f"the exponentials take {format_number(r_exp, 3)}x the matmul time and the whole "
-            f"softmax {format_number(r_sm, 3)}x: " + ("the FP32 work beside the exp2 tips it past the GEMMs"
-                                                        if r_exp <= 1 < r_sm else "both sit on the same side of 1"))
-    s.judge(FA3_TECHNIQUES, "intra-warpgroup pipelining alone, overlapping a block's exponentials with the next "
-            "block's QKᵀ GEMM (half the matmuls), could hide them here", r_exp <= 0.5,
-            f"the exponentials take {format_number(r_exp, 3)}x the matmul time, "
-            + ("within" if r_exp < 0.5 else "exactly" if r_exp == 0.5 else "past") + " the QKᵀ half of it")
+            split, f"the exponentials take {format_number(e, 3)}x the matmul time and the whole "
+            f"softmax {format_number(sm, 3)}x: " + ("the FP32 work beside the exp2 tips it past the GEMMs"
+                                                    if split else "both sit on the same side of 1"))
+    half = s.compare(r_exp, sympy.Rational(1, 2))
+    s.judge(FA3_TECHNIQUES, PIPELINE_HIDES, half <= 0,
+            f"the exponentials take {format_number(e, 3)}x the matmul time, "
+            + ("within" if half < 0 else "exactly" if half == 0 else "past") + " the QKᵀ half of it")
     with_fp8 = r_sm if fp8 else 2 * r_sm
+    fp8_ratio = s.evaluate(with_fp8)
+    ceiling = format_number(min(100, 100 / fp8_ratio), 3)
     s.judge(FA3_TECHNIQUES, "at FP8's tensor rate the perfectly overlapped ceiling here would fall below half the "
-            "tensor peak", with_fp8 > 2, f"at the FP8 rate the softmax takes {format_number(with_fp8, 3)}x the "
-            f"matmul time, a ceiling of {format_number(min(100, 100 / with_fp8), 3)}%: FP8 moves the tensor side, "
+            "tensor peak", s.compare(with_fp8, 2) > 0, f"at the FP8 rate the softmax takes "
+            f"{format_number(fp8_ratio, 3)}x the matmul time, a ceiling of {ceiling}%: FP8 moves the tensor side, "
             "not the softmax, so the exponentials weigh relatively more")
     for option, holds, why in (
         ("producer warps issuing TMA loads (warp specialization) hide the K/V tile loads from HBM", True,
@@ -49,28 +64,28 @@ def _fa3_techniques(s: Sheet, r_exp: float, r_sm: float, fp8: bool) -> None:
         s.judge(FA3_TECHNIQUES, option, holds, why, fact=True)
 
 
-FA3_TFLOPS = 740e12  # FA3's measured bf16 forward at head dim 128 on H100 SXM (arXiv:2407.08608)
+FA3_TFLOPS = 740 * 10**12  # FA3's measured bf16 forward at head dim 128 on H100 SXM (arXiv:2407.08608)
 
 
-def _exp_levers(s: Sheet, r_exp: float, r_fp: float, serial: float) -> None:
-    """Judged on this variant's ratios: what overlap, a faster tensor core or cheaper exps would do."""
-    r_sm = r_exp + r_fp
-    pct = lambda u: format_number(100 * u, 3) + "%"  # noqa: E731
+def _exp_levers(s: Sheet, r_exp: sympy.Symbol, r_sm: sympy.Symbol, serial: sympy.Symbol) -> None:
+    """Judged on this variant's exact ratios: what overlap, a faster tensor core or cheaper exps would do."""
+    pct = lambda u: format_number(100 * s.evaluate(u), 3) + "%"  # noqa: E731
+    exp_only, fa3 = 1 / (1 + r_exp), sympy.Rational(FA3_UTILISATION).limit_denominator(100)
     s.judge("levers", "with no overlap the exponentials alone cap the kernel below 75% of the tensor peak",
-            1 / (1 + r_exp) < FA3_UTILISATION, f"the exp-only ceiling is {pct(1 / (1 + r_exp))}")
-    s.judge("levers", "with the whole softmax in series the kernel stays under half the tensor peak", r_sm > 1,
-            f"the serial ceiling is {pct(1 / (1 + r_sm))}")
+            s.compare(exp_only, fa3) < 0, f"the exp-only ceiling is {pct(exp_only)}")
+    s.judge("levers", "with the whole softmax in series the kernel stays under half the tensor peak",
+            s.compare(r_sm, 1) > 0, f"the serial ceiling is {pct(1 / (1 + r_sm))}")
     s.judge("levers", "even with the softmax in series this variant beats FA3's overlapped H100 measurement "
-            "(740 TFLOP/s, bf16, head dim 128)", serial > FA3_TFLOPS,
-            f"in series it reaches {format_number(serial / 1e12, 3)} TFLOP/s")
+            "(740 TFLOP/s, bf16, head dim 128)", s.compare(serial, FA3_TFLOPS) > 0,
+            f"in series it reaches {format_number(s.value(serial) / 1e12, 3)} TFLOP/s")
     # Only the MUFU side: the polynomial's ~7 FP32 instructions per emulated exp2 pay off only on an FMA pipe
     # with room to spare, i.e. once the pipes overlap; in series they would eat the gain.
     half = 1 / (1 + r_exp / 2)
     s.judge("levers", "emulating half the exp2s with FMA polynomials, counting only MUFU time, would lift the "
-            "exps-in-series ceiling to 75% or more", half >= FA3_UTILISATION,
-            f"{pct(half)} with half the MUFU time, against {pct(1 / (1 + r_exp))} now")
-    s.judge("levers", "twice the head dim would bring the softmax under half the matmul time", r_sm / 2 < 0.5,
-            f"the ratio would be {format_number(r_sm / 2, 3)}x")
+            "exps-in-series ceiling to 75% or more", s.compare(half, fa3) >= 0,
+            f"{pct(half)} with half the MUFU time, against {pct(exp_only)} now")
+    s.judge("levers", "twice the head dim would bring the softmax under half the matmul time",
+            s.compare(r_sm / 2, sympy.Rational(1, 2)) < 0, f"the ratio would be {format_number(s.value(r_sm) / 2, 3)}x")
 
 
 def _exp_regime(s: Sheet, d, d_star, r_sm) -> None:
@@ -123,8 +138,8 @@ def solve(p, s: Sheet) -> None:
     d_star = s.step("boundary_head_dim", "Head dim where softmax and matmuls take equally long", "d_star",
                     F * (1 / E + n / A) / 4, "", "solve 4d/F_tc = 1/R_exp + n/R_fma for d")
 
-    _fa3_techniques(s, s.value(r_exp), s.value(r_sm), p.dtype == "fp8")
-    _exp_levers(s, s.value(r_exp), s.value(r_fp), s.value(serial))
+    _fa3_techniques(s, r_exp, r_sm, p.dtype == "fp8")
+    _exp_levers(s, r_exp, r_sm, serial)
     s.assume("Forward pass, per SM: the tensor cores, the MUFU and the FP32 pipe run at their per-clock peaks "
              "(hardware.yaml), the same clock for all three; memory traffic is hidden (attention at long "
              "sequence is compute-bound).")

@@ -120,7 +120,7 @@ def solve(p, s: Sheet) -> None:
                     (kv_read + partial) / (e.byte_rate * min_of(1, blocks * (n_split - n_empty) / n_sm)), "ms",
                     "the KV read and the partials, on the SMs the splits with keys keep busy (an empty one exits "
                     "at once)")
-    t_math = s.step("", "Math time of the step", "t_F", (2 * e.N * B + e.A * B * T) / e.flop_rate, "ms",
+    t_math = s.step("", "Math time of the step", "t_F", e.math_time(2 * e.N * B, e.A * B * T), "ms",
                     "2 FLOPs per weight per token plus attention over the context, at achievable FLOP/s")
     ar = tp_all_reduce(s, p.model, p.gpu, p.tp, B, tag="dec", label="decode step")
     for tag, t_att, label in (("unsplit", t_att0, "without a split"), ("split", t_att1, "split")):

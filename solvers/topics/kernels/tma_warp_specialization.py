@@ -79,7 +79,7 @@ def solve(p, s: Sheet) -> None:
     cp_warp = s.step("cp_instructions", "Copy-path warp instructions per k-step", "I_cp", copies * (1 + o) / w, "",
                      "each copy plus its address and bounds instructions, 32 threads to a warp instruction")
     tma = s.given("I_TMA", 2, "", "TMA instructions per k-step (one per operand tile, from one thread)")
-    s.step("tma_removed", "Instructions TMA removes per k-step", "ΔI_TMA", cp_warp - tma, "",
+    s.step("tma_removed", "Instructions TMA removes per k-step, net of its own", "ΔI_TMA", cp_warp - tma, "",
            "the tensor map holds shape, strides and bounds: the copy engine generates every address")
     # The 8 warps split the longer side of the tile four ways: the squarer warp tile stages fewer bytes.
     rows, cols = (4, 2) if p.tile_m > p.tile_n else (2, 4)

@@ -11,8 +11,8 @@ from solvers.models.common import (
     given_active_params,
     given_config,
     given_hbm_bandwidth,
+    given_matmul_peaks,
     given_model_params,
-    given_peak_flops,
     given_weight_bytes,
 )
 from solvers.models.kvcache import (
@@ -36,7 +36,7 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
     """TPOT of a decode step under TP and DP attention: a roofline over each GPU's reads (its weight share, the
     routed experts the batch touches, the latents it holds) and math, then the collectives and the overhead."""
     model, c = p.model, DEFAULT_CONSTANTS
-    P = given_peak_flops(s, p.gpu, "bf16")
+    P, P_att = given_matmul_peaks(s, p.gpu, "fp8", p.kv_dtype)  # matmul-precision: fp8 GEMMs, attention at the latents'
     BW = given_hbm_bandwidth(s, p.gpu)
     eta_c = s.given("η_c", c.compute, "%", "achievable fraction of peak compute")
     eta_bw = s.given("η_bw", c.bandwidth, "%", "achievable fraction of HBM bandwidth")
@@ -58,11 +58,12 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
     M_tp = s.step("bytes_tp", "Bytes each GPU reads per step (TP attention)", "M_TP",
                   (weights - X + phi_tp * X) / n + run_tp * C * kv_tok, "GB",
                   "its share of the weights the step touches, and every running request's whole latent")
-    F_tp = s.step("flops_tp", "FLOPs each GPU does per step (TP attention)", "Fl_TP",
-                  (2 * N_a * run_tp + A_m * run_tp * C) / n, "TFLOP", "heads and experts split n ways")
+    s.step("flops_tp", "FLOPs each GPU does per step (TP attention)", "Fl_TP",
+           (2 * N_a * run_tp + A_m * run_tp * C) / n, "TFLOP", "heads and experts split n ways")
+    math_tp = (2 * N_a * run_tp / P + A_m * run_tp * C / P_att) / (n * eta_c)
     t_ar = tp_all_reduce(s, model, p.gpu, p.tp, run_tp, tag="tp", label="TP-attention decode step")
     tpot_tp = s.step("tpot_tp", "Time per output token (TP attention)", "t_TP",
-                     max_of(M_tp / (eta_bw * BW), F_tp / (eta_c * P)) + t_ar + t_oh, "ms",
+                     max_of(M_tp / (eta_bw * BW), math_tp) + t_ar + t_oh, "ms",
                      "the slower of reads and math, then two all-reduces per layer, plus overhead")
 
     phi_dp = s.step("touched_dp", "Share of routed experts a step reads (DP attention)", "φ_DP",
@@ -70,9 +71,10 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
     M_dp = s.step("bytes_dp", "Bytes each GPU reads per step (DP attention)", "M_DP",
                   (weights - X + phi_dp * X) / n + A * (d - 1) / n + busiest * C * kv_tok, "GB",
                   "the same shares, a larger slice of the attention projections, and only its group's latents")
-    F_dp = s.step("flops_dp", "FLOPs each GPU does per step (DP attention)", "Fl_DP",
-                  2 * N_a * demand / n + A_m * busiest * C / a, "TFLOP",
-                  "the weights' math split n ways; attention for the busiest group split a ways")
+    s.step("flops_dp", "FLOPs each GPU does per step (DP attention)", "Fl_DP",
+           2 * N_a * demand / n + A_m * busiest * C / a, "TFLOP",
+           "the weights' math split n ways; attention for the busiest group split a ways")
+    math_dp = (2 * N_a * demand / (n * P) + A_m * busiest * C / (a * P_att)) / eta_c
     comm = 2 * L * (alpha + (n - 1) / n * demand * h * b_a / bw)
     why = "an all-gather before and a reduce-scatter after each MoE block, (n − 1)/n of the tokens each"
     if p.tp // p.dp > 1:
@@ -80,15 +82,19 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
         why += ", and the group's all-reduce after attention"
     t_g = s.step("gather_dp", "Collectives of the DP-attention decode step", "t_AG", comm, "ms", why)
     tpot_dp = s.step("tpot_dp", "Time per output token (DP attention)", "t_DP",
-                     max_of(M_dp / (eta_bw * BW), F_dp / (eta_c * P)) + t_g + t_oh, "ms",
+                     max_of(M_dp / (eta_bw * BW), math_dp) + t_g + t_oh, "ms",
                      "the busiest group sets the pace, then the collectives, plus overhead")
     s.assume(f"Step model as the roofline-time card with the bank's step constants: reads at "
              f"{format_quantity(c.bandwidth, '%')} of HBM bandwidth, math at {format_quantity(c.compute, '%')} of "
-             f"the dense bf16 peak, {format_quantity(STEP_OVERHEAD, 'ms')} of overhead per step; a routed expert is "
+             f"the dense peak (matmul-precision: the fp8 weights' GEMMs at the fp8 peak, attention at the "
+             f"{p.kv_dtype} latents' peak), {format_quantity(STEP_OVERHEAD, 'ms')} of overhead per step; under DP "
+             "attention an all-gather before and a reduce-scatter after each MoE layer take the place of TP's two "
+             "all-reduces (SGLang's DP attention), plus the group's all-reduce where a group spans GPUs; a routed "
+             "expert is "
              "read when any token of the step picks it (tokens pick independently and uniformly); the MoE stays "
              "tensor-parallel over the node.")
     s.slip("every routed expert read, whatever the batch", on="tpot_tp",
-           factor=s.evaluate(max_of((weights / n + run_tp * C * kv_tok) / (eta_bw * BW), F_tp / (eta_c * P))
+           factor=s.evaluate(max_of((weights / n + run_tp * C * kv_tok) / (eta_bw * BW), math_tp)
                              + t_ar + t_oh) / s.value(tpot_tp))
     return tpot_tp, tpot_dp
 

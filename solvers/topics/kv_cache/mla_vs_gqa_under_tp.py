@@ -49,7 +49,8 @@ def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m) -> None:
     room_dp = usable - (e.W - W_att) / e.TP - W_att
     dp_total = G * floor_of(max_of(room_dp, 0) / (kv_m * C))
     dp_held = format_number(s.evaluate(dp_total))
-    s.judge(key, "data-parallel attention, each GPU keeping only its own requests' latents",
+    s.judge(key, "data-parallel attention, each GPU keeping the whole attention weights and only its own "
+            "requests' latents",
             s.compare(dp_total, req_m) > 0,
             f"each GPU copies {format_quantity(s.evaluate(W_att), 'GB')} of attention weights and keeps its own "
             f"requests' latents: the node holds {dp_held} against {held} with TP attention")
@@ -119,6 +120,8 @@ def solve(p, s: Sheet) -> None:
                    "requests", "every GPU of the replica holds every request's whole latent")
     if s.value(per_g) < 1 or s.value(per_m) < 1:
         raise Reject("a replica holds no request of this length")
+    if s.compare(per_g, per_m) == 0:  # "which holds more" has no answer; whole requests can round both alike
+        raise Reject("both layouts hold the same requests")
     req_g = s.step("requests_gqa", "GQA: requests the node holds", "R_GQA", G / e.TP * per_g, "requests",
                    "G/TP replicas fill the node")
     req_m = s.step("requests_mla", "MLA: requests the node holds", "R_MLA", G / e.TP * per_m, "requests",

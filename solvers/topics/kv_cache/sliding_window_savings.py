@@ -78,7 +78,7 @@ def solve(p, s: Sheet) -> None:
                    min_of(ceil_of(W_eff / B) + 1, full_blocks), "blocks",
                    "vLLM's bound at one token per step: the window may start mid-block, so one block more than "
                    "W/B; blocks that slide out are freed (a prefill chunk of T tokens needs up to "
-                   "⌈(W − 1 + T)/B⌉ + 1)")
+                   "⌈(W − 1 + T)/B⌉ + 1). A request inside the window never reaches it: it holds its own ⌈C/B⌉")
     kept_full = s.step("full_layers_keep", "Share of the full cache the full-context layers keep", "K_f", 1 - f, "%",
                        "they hold every token of the context")
     kept_win = s.step("windowed_layers_keep", "Share of the full cache the windowed layers keep", "K_w",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import all_reduce_terms, tp_all_reduce
-from solvers.models.common import dtype_bytes, given_peak_flops, peak_flops
+from solvers.models.common import dtype_bytes, given_matmul_peaks, matmul_peaks
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
 from solvers.models.kvtransfer import active_params, attention_pair_flops
 from solvers.units import format_number, format_quantity
@@ -14,7 +14,7 @@ BREAKERS = (
     "an MHA model of the same size, and GPUs with four times the FLOP/s and twice the NVLink bandwidth",
     "four times as many prefill GPUs feeding each decode GPU",
     "prompts four times as long",
-    "an fp8 KV cache (half the bytes per token)",
+    "an fp8 KV cache (half the bytes per token, if bf16 now)",
     "twice the link bandwidth",
 )
 
@@ -32,16 +32,17 @@ def _link_breakers(s: Sheet, p, *, need: float, link: float) -> None:
 
     ar = all_reduce_terms(s, model, p.gpu, p.tp)  # the givens tp_all_reduce stated: no new ones on the sheet
     fixed, per_token = s.evaluate(ar.fixed), s.evaluate(ar.per_token)
-    compute = p.tp * p.mfu * peak_flops(p.gpu, p.weight_dtype)
 
-    def rate(prompt: float, speed: float = 1.0, nvlink: float = 1.0) -> float:
+    def rate(prompt: float, speed: float = 1.0, nvlink: float = 1.0, kv_dtype: str = p.kv_dtype) -> float:
         # Tokens per second of prefill: compute `speed` times faster, the all-reduces' bytes over `nvlink`
-        # times the bandwidth, their latency unchanged.
-        return prompt / (prompt * (2 * n + pair * prompt / 2) / (speed * compute) + fixed
+        # times the bandwidth, their latency unchanged; attention at the peak of the cache's dtype.
+        weights, attention = (p.tp * p.mfu * peak for peak in matmul_peaks(p.gpu, p.weight_dtype, kv_dtype))
+        return prompt / (prompt * (2 * n / weights + pair * prompt / 2 / attention) / speed + fixed
                          + per_token * prompt / nvlink)
 
     longer = rate(4 * p.prompt) / rate(p.prompt)
     blackwell = rate(p.prompt, 4, 2) / rate(p.prompt)
+    fp8_cache = 0.5 * rate(p.prompt, kv_dtype="fp8") / rate(p.prompt)  # half the bytes, attention at the fp8 peak
     heads = f"{format_number(groups)}x the KV bytes per token for the same FLOPs" if groups > 1 else \
         "already MHA: the KV per token stays"
     speed = (f"{format_number(blackwell, 3)}x the tokens per second, each with the same KV: the compute "
@@ -57,8 +58,9 @@ def _link_breakers(s: Sheet, p, *, need: float, link: float) -> None:
          "more attention FLOPs per token: the KV comes out slower" if longer < 1 else
          "the all-reduces' fixed latency spread over more tokens outweighs the extra attention: the KV comes "
          "out faster"),
-        (fp8_kv, verdict(0.5 if p.kv_dtype == "bf16" else 1.0),
-         "half the bytes per token" if p.kv_dtype == "bf16" else "already fp8: nothing changes"),
+        (fp8_kv, verdict(fp8_cache if p.kv_dtype == "bf16" else 1.0),
+         f"half the bytes per token, and attention at the fp8 peak: {format_number(fp8_cache, 3)}x the KV rate"
+         if p.kv_dtype == "bf16" else "already fp8: nothing changes"),
         (nic, verdict(1, 2 * link), "twice the link for the same flow"))
     short = need > link
     flips = [(option, breaks != short, numbers, why) for option, (breaks, numbers), why in cases]
@@ -97,7 +99,7 @@ def solve(p, s: Sheet) -> None:
     TP = s.param("TP", "tp")
     kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype)
     KV = kv_bytes_per_token_per_gpu_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype, TP)
-    P = given_peak_flops(s, gpu, p.weight_dtype)
+    P, P_att = given_matmul_peaks(s, gpu, p.weight_dtype, p.kv_dtype)
     mfu = s.param("η", "mfu")
     T = s.param("T", "prompt")
     k = s.param("k", "fan_in")
@@ -110,8 +112,11 @@ def solve(p, s: Sheet) -> None:
     flops = s.step("flops_per_token", "Prefill FLOPs per prompt token, on average", "F_tok", 2 * N + A * T / 2,
                    "GFLOP", "2N through the weights, plus T/2 query-key pairs per token under the causal mask")
     t_ar = tp_all_reduce(s, model, gpu, p.tp, T, tag="pre", label="prefill")
-    t_pre = s.step("prefill_time", "Prefill time of the prompt", "t_pre", T * flops / (TP * mfu * P) + t_ar, "s",
+    math = (T * flops / (TP * mfu * P) if P_att is P  # one peak: the FLOPs over one rate
+            else T * (2 * N / P + A * T / 2 / P_att) / (TP * mfu))  # the weights' peak, and the cache's for attention
+    t_pre = s.step("prefill_time", "Prefill time of the prompt", "t_pre", math + t_ar, "s",
                    "the prompt's FLOPs over the group's FLOP/s at this matmul efficiency"
+                   + ("" if P_att is P else ", attention at its cache's peak (matmul-precision)")
                    + ("" if p.tp == 1 else ", then the TP all-reduces (tp-all-reduce card)"))
     b = s.step("per_gpu", "KV each prefill GPU sends per second", "b", T * KV / t_pre, "GB/s",
                "its share of the prompt's KV over the prefill time: the prompt length cancels but for attention"
@@ -133,7 +138,8 @@ def solve(p, s: Sheet) -> None:
              "rate, not a burst.")
     s.assume("Each GPU of the prefill group sends its own KV heads; a decode GPU receives the KV of the prefill "
              "GPUs that feed it (the fan-in) over its link, with no other traffic on it.")
-    s.assume("FLOPs: 2 per active parameter per token plus the attention-flops card's causal pairs; the prefill "
+    s.assume("FLOPs: 2 per active parameter per token plus the attention-flops card's causal pairs, the weights' "
+             "at the weight dtype's peak and attention's at the KV dtype's (matmul-precision); the prefill "
              "group's all-reduces follow the tp-all-reduce card over NVLink, not overlapped with compute: they "
              "slow the prefill a little and the KV rate with it.")
     s.slip("Gb/s and GB/s mixed up", on="link_share", factor=8.0)

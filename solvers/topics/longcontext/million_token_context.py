@@ -12,7 +12,6 @@ from solvers.models.common import (
     given_hbm_bytes,
     given_nic,
     given_usable_share,
-    peak_flops,
 )
 from solvers.models.moe import GATED_MATRICES, attention_params
 from solvers.models.steptime import engine
@@ -158,13 +157,7 @@ def solve(p, s: Sheet) -> None:
                     "tokens", "2·N·T = 2·L·d·T² at T = N/(L·d)")
     ar = tp_all_reduce(s, p.model, p.gpu, p.tp, T / c, tag="pre", label="prefill's share of each node")
     nic = given_nic(s, p.nic, "BW_nic")
-    att_dtype = "fp8" if p.weight_dtype == p.kv_dtype == "fp8" else "bf16"
-    if att_dtype == p.weight_dtype:
-        att_rate = e.flop_rate
-    else:  # fp8 GEMMs, but the attention reads a bf16 cache: its matmuls run at the bf16 peak
-        att_rate = e.TP * e.eta_c * s.given("P_att", peak_flops(p.gpu, "bf16"), "TFLOP/s",
-                                            f"{p.gpu.name} dense bf16 peak (attention over a bf16 cache)")
-    t_math = s.step("", "Prefill math, spread over every node", "t_F", (F_w / e.flop_rate + F_a / att_rate) / c, "s",
+    t_math = s.step("", "Prefill math, spread over every node", "t_F", e.math_time(F_w, F_a) / c, "s",
                     "the step model's compute across c·TP GPUs, attention at its cache's dtype (zig-zag ring "
                     "attention balances the causal work)")
     t_ring = s.step("ring_pass", "KV passed around the ring between nodes", "t_ring",
@@ -174,7 +167,7 @@ def solve(p, s: Sheet) -> None:
                    max_of(t_math, t_ring) + ar + e.t_oh, "s",
                    "ring attention overlaps the KV passing with the math; the node's all-reduces come on top")
     t_dec = s.step("decode_step", "Decode step at this context", "t_dec",
-                   max_of((w_gpu + kv_gpu / c) / e.byte_rate, (2 * e.N / e.flop_rate + e.A * T / att_rate) / c)
+                   max_of((w_gpu + kv_gpu / c) / e.byte_rate, e.math_time(2 * e.N, e.A * T) / c)
                    + tp_all_reduce(s, p.model, p.gpu, p.tp, 1, tag="dec", label="decode step") + e.t_oh, "ms",
                    "every GPU reads its weights and its 1/c of the KV for one token")
     s.step("per_user", "Decode speed of the request", "X_user", 1 / t_dec, "tokens/s", "one token per step")
@@ -211,11 +204,6 @@ def solve(p, s: Sheet) -> None:
     s.assume("One request at a time; each node is one TP group of its GPUs; across nodes the sequence is split "
              "(context parallelism): prefill passes KV shards around a ring (pass-KV ring attention) and decode "
              "merges each node's partial attention, a few KB per layer, left out.")
-    if p.weight_dtype == "fp8":
-        s.assume("With fp8 weights the GEMMs run at the fp8 dense peak; attention runs at fp8 only over an fp8 "
-                 "cache (FlashAttention-3's fp8 path), at the bf16 peak over a bf16 one."
-                 if p.kv_dtype == "fp8" else "With fp8 weights the GEMMs run at the fp8 dense peak; attention "
-                 "reads the bf16 cache and runs at the bf16 peak (FlashAttention-3's fp8 path needs fp8 K and V).")
     s.assume("Activations and the attention kernel's workspace are left out of the memory; prefill is chunked "
              "so that its activations stay small beside the cache.")
     s.slip("causal mask left out (T² pairs instead of T²/2)",

@@ -31,12 +31,13 @@ def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks, per_seq, seqs, cap
             f"{count} full-context sequences fill the blocks, "
             + ("below" if s.compare(seqs, cap) < 0 else "above") + f" max_num_seqs = {limit}: "
             + ("shorter ones need fewer blocks each" if s.compare(seqs, cap) < 0 else "the scheduler's cap binds"))
-    s.judge("ceiling", "past the KV heads, a wider TP stops shrinking each block's bytes (the heads are copied)",
+    s.judge("ceiling", "this TP exceeds the KV heads, so each GPU holds a copied head and its blocks shrink no further",
             p.tp > p.model.kv_heads,
             f"TP {p.tp} over {p.model.kv_heads} KV heads: "
             + (f"every GPU holds a copy of one head, {p.tp // p.model.kv_heads} GPUs per head, so a block costs "
                "each GPU as much as at TP = KV heads (the weights still shard further)"
-               if p.tp > p.model.kv_heads else f"each GPU keeps {p.model.kv_heads // p.tp} heads, none copied"))
+               if p.tp > p.model.kv_heads else "each GPU keeps one head, none copied yet (a wider TP would copy it)"
+               if p.tp == p.model.kv_heads else f"each GPU keeps {p.model.kv_heads // p.tp} heads, none copied"))
     spare = int(p.context) % int(p.block_size)
     s.judge("ceiling", "a full-context sequence leaves its last block partly empty", spare != 0,
             f"{format_number(p.context)} tokens in blocks of {format_number(p.block_size)}: "

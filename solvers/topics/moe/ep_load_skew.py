@@ -24,9 +24,10 @@ def _variant_seed(p) -> int:
 STALE_FIT = 0.95  # the correlation from which yesterday's hot set still holds most of today's (test: seeded means)
 
 
-# The option states STALE_FIT: the log-normal spread behind it is the simulation's, which no candidate sees.
-YESTERDAY_FIT = ("A placement fit to yesterday's loads would keep most of today's fit's gain (hot sets hold from a "
-                 f"correlation of {STALE_FIT})")
+# The option states STALE_FIT: the log-normal spread behind it is the simulation's, which no candidate sees. It
+# also says that a spare must pay first: a fit to yesterday keeps nothing where today's fit gains nothing.
+YESTERDAY_FIT = ("Replicating the hottest expert shortens the step, and a placement fit to yesterday's loads would "
+                 f"keep most of today's fit's gain (hot sets hold from a correlation of {STALE_FIT})")
 
 
 def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, t_hot, t_rest, ridge, kept) -> None:
@@ -55,7 +56,7 @@ def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, t_hot, t_rest, ridge
             + ("are mostly today's" if fresh else "have largely moved")
             + f" (this variant's seeded replay keeps {format_number(100 * s.value(kept), 3)}%; the key follows the "
             "expected share over router draws, which crosses half between 0.7 and 0.95)" if pays else
-            "a spare does not pay at this batch (above), so there is no gain to keep")
+            "replicating the hottest expert does not shorten the step at this batch, so there is no gain to keep")
     s.judge(key, "The skew costs nothing at this batch: the busiest GPU takes the balanced time", not excess,
             "every expert, the hottest included, waits on its weight read" if not excess else
             f"{us(hot - bal)} over the balanced {s.text(T_bal)}")

@@ -27,6 +27,7 @@ class Experts:
     E: sympy.Symbol
     k: sympy.Symbol
     L: sympy.Symbol
+    h: sympy.Symbol
     p_e: sympy.Symbol
     X: sympy.Symbol
 
@@ -43,7 +44,7 @@ def routed_experts(s: Sheet, model: Record, b_w: sympy.Symbol) -> Experts:
                  "gate, up and down projections, each hidden × expert width")
     X = s.step("routed_bytes", "Bytes of all routed experts", "W_x", L * E * p_e * b_w, "GB",
                "every routed expert of every MoE layer")
-    return Experts(E, k, L, p_e, X)
+    return Experts(E, k, L, h, p_e, X)
 
 
 class miss_power(sympy.Function):
@@ -85,9 +86,10 @@ def _expert_step(r: Experts, b, phi, tokens, BW, P) -> sympy.Expr:
     return r.L * r.E * phi * max_of(r.p_e * b / BW, 2 * r.p_e * tokens / P)
 
 
-def _shared_step(W_s, b, B, BW, P) -> sympy.Expr:
-    """Every weight outside the routed experts: one read serves all B tokens."""
-    return max_of(W_s / BW, 2 * (W_s / b) * B / P)
+def _shared_step(W_s, N_emb, b, B, BW, P) -> sympy.Expr:
+    """Every weight outside the routed experts: one read serves all B tokens; each multiplies them but the
+    input embedding table, whose rows are looked up, not multiplied."""
+    return max_of(W_s / BW, 2 * (W_s / b - N_emb) * B / P)
 
 
 def _advantage(s: Sheet, model: Record, p, values: dict[str, float]) -> None:
@@ -95,12 +97,15 @@ def _advantage(s: Sheet, model: Record, p, values: dict[str, float]) -> None:
     to FLOPs (past the crossover). The what-ifs are the step model again on other inputs, in plain numbers."""
     key, v = "advantage", values
     E, k, n, B = model.experts, model.experts_per_token, p.gpus, p.batch
-    b, P, BW, p_e, L = v["b"], v["P"], v["BW"], v["p_e"], moe_layers(model)
+    b, P, BW, p_e, L, emb = v["b"], v["P"], v["BW"], v["p_e"], moe_layers(model), v["N_emb"]
+
+    def flops(weight_bytes: float, batch: float) -> float:  # 2 a weight a token, the looked-up embedding aside
+        return 2 * (weight_bytes / b - emb) * batch
 
     def step(batch: float, expert_bytes: float = b) -> float:
         phi = 1 - (1 - k / E) ** batch
         tokens = batch * k / (E * phi)
-        shared = max(v["W_s"] / BW, 2 * v["W_s"] / b * batch / P)
+        shared = max(v["W_s"] / BW, flops(v["W_s"], batch) / P)
         return (shared + L * E * phi * max(p_e * expert_bytes / BW, 2 * p_e * tokens / P)) / n
 
     def ms(seconds: float) -> str:
@@ -114,12 +119,12 @@ def _advantage(s: Sheet, model: Record, p, values: dict[str, float]) -> None:
     s.judge(key, "An expert's GEMM is compute-bound at this batch", bound,
             f"B·k/E = {format_number(B * k / E, 3)} tokens per expert against the crossover of "
             f"{format_number(v['t_c'], 3)}")
-    dense_total = max(W / BW, 2 * W / b * B / P) / n
+    dense_total = max(W / BW, flops(W, B) / P) / n
     s.judge(key, "A dense model of the same total size would take at least twice as long for this step",
             dense_total >= DENSE_GAP * t, f"{ms(dense_total)} against {ms(t)}: "
-            + ("its FLOPs follow the total parameters" if 2 * W / b * B / P > W / BW else
+            + ("its FLOPs follow the total parameters" if flops(W, B) / P > W / BW else
                "it waits on reading every weight"))
-    dense_active = max(W_a / BW, 2 * W_a / b * B / P) / n
+    dense_active = max(W_a / BW, flops(W_a, B) / P) / n
     s.judge(key, "A dense model of the active size would run this step at least twice as fast",
             DENSE_GAP * dense_active <= t, f"{ms(dense_active)} against {ms(t)}: "
             + ("at this batch both are bound by the same active FLOPs" if bound else
@@ -182,6 +187,9 @@ def solve(p, s: Sheet) -> None:
     W_s = s.step("shared_bytes", "Bytes outside the routed experts", "W_s", W - r.X, "GB",
                  "attention, " + ("dense MLPs, shared experts, " if model.get("dense_layers") else "")
                  + "routers and embeddings: every token uses them")
+    N_emb = s.step("embedding_params", "Parameters of the input embedding table", "N_emb",
+                   s.given("V", model.vocab, "", "vocabulary size") * r.h, "",
+                   "a row looked up per token, not multiplied: read with the shared weights, no math")
     count = parameter_count(model)
     N_a = given_active_params(s, model)
     W_a = s.step("active_bytes", "Bytes of one token's active parameters", "W_act", N_a * b, "GB",
@@ -205,7 +213,7 @@ def solve(p, s: Sheet) -> None:
                     b * P / (2 * BW), "tokens", "2·t FLOPs per weight against b bytes per weight: 2t/b = P/BW")
     B_c = s.step("batch_compute", "Batch at which experts turn compute-bound", "B_c", t_star * r.E / r.k, "tokens",
                  "B·k/E tokens per expert on average reach the crossover")
-    shared_t = _shared_step(W_s, b, B, BW, P)
+    shared_t = _shared_step(W_s, N_emb, b, B, BW, P)
     t_x = _expert_step(r, b, phi, t_e, BW, P)
     t = s.step("step_time", "Time of the step", "t", (shared_t + t_x) / n, "ms",
                f"shared weights and experts, each on its roofline, spread over {format_number(p.gpus)} GPUs")
@@ -214,6 +222,7 @@ def solve(p, s: Sheet) -> None:
     s.step("throughput", "Tokens per second", "X", B / t, "tokens/s", "B tokens per step")
     _advantage(s, model, p, {name: s.value(sym) for name, sym in
                              (("b", b), ("P", P), ("BW", BW), ("p_e", r.p_e), ("W_s", W_s), ("W", W), ("W_a", W_a),
+                              ("N_emb", N_emb),
                               ("M", M), ("t", t), ("t_c", t_star))})
     _experts_regime(s, B, B95, B_c, phi, M, W, W_a, t_e)
 
@@ -221,7 +230,8 @@ def solve(p, s: Sheet) -> None:
              "E·(1 − (1 − k/E)^B); a skewed router reads fewer distinct experts but loads the hot ones more "
              "(ep-load-skew).")
     s.assume("Weight reads only: the KV cache and attention over the context are left out; every weight outside "
-             "the routed experts (the embedding table included) is read once per step.")
+             "the routed experts (the embedding table included) is read once per step, and every one but the input "
+             "embedding table (a lookup) does 2 FLOPs a token: the output head multiplies, the input table does not.")
     s.assume("Roofline at datasheet peaks (dense-peaks, roofline-time), applied to the shared weights and to each "
              "expert separately: one expert's idle tensor cores do not serve another expert's tokens. The "
              f"{format_number(p.gpus)} GPUs share the reads and the math evenly; "

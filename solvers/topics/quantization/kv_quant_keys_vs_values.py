@@ -18,6 +18,11 @@ OUTLIER_CHANNELS = 4  # key channels that sit at ±α (half each way), as KIVI's
 SIM_TOKENS = 256
 
 
+# The roads' errors are independent: they add in quadrature, which the option says (added linearly, @7077 flips).
+KIVI_THIRD = ("KIVI's layout leaves under a third of the output error of per-token scales for both (the roads add in "
+              "quadrature)")
+
+
 SIM_QUERIES = 4
 
 
@@ -132,7 +137,7 @@ def _kv_quant_select(s: Sheet, p, sim: dict[str, float], *, alpha, share, compre
             f"{pct_text(float(saved))} of the cache")
     # Independent roads add in quadrature: output error ∝ √(R² + 1) for either key layout.
     estimate = float(np.sqrt((result("roads_token") ** 2 + 1) / (result("roads_channel") ** 2 + 1)))
-    s.judge("facts", "KIVI's layout leaves under a third of the output error of per-token scales for both",
+    s.judge("facts", KIVI_THIRD,
             s.compare(roads_token**2 + 1, 9 * (roads**2 + 1)) > 0,
             f"the roads add in quadrature: √(R_tok² + 1)/√(R_ch² + 1) = {format_number(estimate, 3)}× (the "
             f"simulation: {format_number(sim['both_token'] / sim['kivi'], 3)}×)")

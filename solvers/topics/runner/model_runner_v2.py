@@ -26,11 +26,13 @@ FEATURES = {
 }
 
 
+# Each names the deployment ("enabled here"): as bare rules of v0.28.0 all four hold in every variant.
 FALLBACKS = {
-    "ngram": "ngram speculative decoding sends it to the V1 runner",
-    "logits": "a custom logits processor (passed in, or installed as a plugin) sends it to the V1 runner",
-    "dbo": "dual batch overlap sends it to the V1 runner",
-    "triton": "the missing Triton sends it to the V1 runner",
+    "ngram": "ngram speculative decoding, enabled here, sends it to the V1 runner",
+    "logits": ("a custom logits processor, enabled here (passed in, or installed as a plugin), sends it to the V1 "
+               "runner"),
+    "dbo": "dual batch overlap, enabled here, sends it to the V1 runner",
+    "triton": "Triton, missing from this image, sends it to the V1 runner",
 }
 
 

@@ -30,6 +30,12 @@ GPUS_PER_NODE = 8  # HGX baseboards
 FORMATS = {"fp8": (1.0, 3), "mxfp4": (0.5 + 1 / 32, 1)}
 
 
+# Served by both pools, one checkpoint closes the gap in any variant; read that way the option would hold for an
+# MXFP4 pool too, at the cost of its FP4 weights. The option asks for both, so an MXFP4 pool fails it.
+ONE_CHECKPOINT = ("one FP8 checkpoint quantized with power-of-two scales, served by both pools, closes the gap and "
+                  "keeps each pool's weight format")
+
+
 @dataclass(frozen=True)
 class _Pool:
     """One generation's replica on the sheet: its size and its two throughputs."""
@@ -128,10 +134,10 @@ def _roles_judged(s: Sheet, p, B2: _Pool, H1: _Pool, r_dec, pre: _Pool, P_in) ->
             f"{format_quantity(H1.a2a_ms * 1e-3, 'ms')} of all-to-all a step at its batch against "
             f"{format_quantity(H1.read_ms * 1e-3, 'ms')} of weight reads: {where}")
     fp8 = p.b200_format == "fp8"
-    s.judge("why", "one FP8 checkpoint quantized with power-of-two scales, served by both pools, closes the gap", fp8,
+    s.judge("why", ONE_CHECKPOINT, fp8,
             "Hopper runs FP8 with any scales, so UE8M0-scaled FP8 (as DeepSeek-V3.1 ships) serves both alike" if fp8
-            else "the B200 pool runs MXFP4: sharing an FP8 checkpoint means giving up its FP4 weights, and Hopper "
-            "has no FP4 tensor cores to share the MXFP4 one")
+            else "it would close the gap, but the B200 pool runs MXFP4: sharing an FP8 checkpoint means giving up its "
+            "FP4 weights, and Hopper has no FP4 tensor cores to share the MXFP4 one")
     waits = s.compare(pre.read, P_in * pre.compute) > 0
     s.judge("why", "one prompt's prefill waits on the weight read, not on its FLOPs", waits,
             f"one read of a {pre.name} GPU's weights takes {s.text(pre.read)}, the prompt's "

@@ -5,6 +5,7 @@ from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of
 from solvers.models.collective import tp_all_reduce
 from solvers.models.scheduling import chunk_cap, require_tpot_room, streams_and_targets, tokens_text, tp_advice
 from solvers.models.steptime import (
+    growing_steps_time,
     require_fit,
     step_time,
     step_work,
@@ -92,14 +93,25 @@ def solve(p, s: Sheet) -> None:
                  "chunking does not change the prompt's own work: P²/2 pairs under the causal mask")
     t_p = s.step("prompt_compute", "The prompt's own time", "t_p", F_p / e.flop_rate + ar.per_token * P_in, "s",
                  "its math and its activations' all-reduce bytes: a floor under its TTFT, however it is sliced")
-    ttft = s.step("ttft", "TTFT of the long prompt under the budget", "TTFT", n * t_x + t_p, "s",
-                  "the prompt's own time plus, for each of its steps, the fixed cost")
+    m = n - 1  # full chunks before the last
+    first = step_work(s, e, "first", "step of the first chunk", B + c_max, B * S + c_max**2 / 2, B * S)
+    t_full = growing_steps_time(s, e, "full_chunks", "steps of the full chunks", m, first, e.A * c_max**2,
+                                communication=ar.of(B + c_max))
+    r = s.step("last_chunk", "Tokens of the last chunk", "c_last", P_in - m * c_max, "tokens",
+               "what the full chunks leave of the prompt")
+    last = step_work(s, e, "last", "step of the last chunk", B + r, B * S + m * c_max * r + r**2 / 2, B * S)
+    t_last = step_time(s, e, "last", "step of the last chunk", last, communication=ar.of(B + r),
+                       why="the slower of the reads and the math: a short last chunk still reads every weight and "
+                       "the streams' KV")
+    ttft = s.step("ttft", "TTFT of the long prompt under the budget", "TTFT", t_full + t_last, "s",
+                  "its chunks' steps one after another")
 
     s.assume("Every chunk token is priced at attention to the whole prompt (the last chunk's cost, a little "
              "above its exact causal count), so no step breaks the TPOT target; earlier chunks finish sooner, and "
              "the TTFT counts the prompt's exact work (P²/2 pairs).")
-    s.assume("During the chunked prefill every step is compute-bound (the chunk fills the step), and the "
-             "chunk's reads of its own prompt's earlier KV are left out next to the decode streams' reads.")
+    s.assume("Each chunk's step is priced on both sides of the roofline: a chunk whose math is shorter than the "
+             "step's reads (the weights and the streams' KV) waits on them. The chunk's reads of its own "
+             "prompt's earlier KV are left out next to the decode streams' reads.")
     s.assume("Only this prompt is waiting; the decode streams keep their context over the few steps it takes.")
     s.slip("budget without the decode tokens", s.value(c_max) / (s.value(B) + s.value(c_max)), on="token_budget")
     s.slip("stall counted as the prompt's math alone (no decode work, no overhead)", on="stall",

@@ -51,8 +51,8 @@ def _ceiling_levers(s: Sheet, p, value: float) -> None:
 
     gamma = int(p.gamma)
     half = max(1, gamma // 2)
-    say("half the draft length", f"γ = {half}: fewer tokens scored per sequence, fewer expected per round",
-        gamma=half)
+    say("half the draft length (rounded down)",
+        f"γ = {half}: fewer tokens scored per sequence, fewer expected per round", gamma=half)
     say("twice the draft length", f"γ = {2 * gamma}: more tokens per round if they ride free", gamma=2 * gamma)
     say("a drafter half as costly", f"γ·c falls from {format_number(p.gamma * p.draft_cost, 3)} to "
         f"{format_number(p.gamma * p.draft_cost / 2, 3)} plain steps", c=p.draft_cost / 2)

@@ -163,6 +163,8 @@ def solve(p, s: Sheet) -> None:
                   "usable HBM less the weights, over each sequence's KV with room for its γ+1 lookahead slots")
     if s.compare(even, room) > 0 or s.compare(B, room) > 0:
         raise Reject("the batch or the break-even batch does not fit in memory")
+    if s.compare(even, B_tau) > 0:  # no engine with this budget reaches the batch where it would start losing
+        raise Reject("the break-even batch is past the largest batch that can speculate inside the budget")
 
     s.assume("Chunked prefill with a token budget per step (vLLM's max_num_batched_tokens): a prompt waits, and "
              "every step fills the budget with its chunk after the decode tokens. The verify pass's γ+1 tokens per "

@@ -1,9 +1,12 @@
 """HBM, DRAM or NVMe - what a KV-cache tier is worth, and how fast it wears out."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from solvers.conventions import scale_up_domain
 from solvers.derivation import Reject, Sheet, Side, max_of, min_of
 from solvers.models.collective import all_reduce_terms, tp_all_reduce
+from solvers.models.common import given_matmul_peaks
 from solvers.models.steptime import StepConstants, engine, step_time, step_work
 from solvers.units import format_number, format_quantity
 
@@ -49,19 +52,23 @@ def _design(s: Sheet, p, e, work, D, times, values, comm) -> None:
             f"{s.text(v_D)} against {s.text(v_H)}: the hit rates weigh more than the fetch")
     s.judge("design", "the NVMe tier saves more per prompt token than the DRAM tier", s.compare(v_S, v_D) > 0,
             f"{s.text(v_S)} against {s.text(v_D)}")
+    # An fp8 cache halves the fetch and, by matmul-precision, moves attention's recompute to the fp8 peak.
+    _, P_fp8 = given_matmul_peaks(s, p.gpu, p.dtype, "fp8", attention_symbol="P_fp8")
+    fp8_math = replace(e, P_att=P_fp8).math_time(2 * e.N * D, e.A * D**2 / 2)
+    re_fp8 = (max_of(work.bytes / e.byte_rate, fp8_math) + comm) / D
     s.judge("design", "the NVMe tier would pay with an fp8 KV cache (half the bytes to fetch)",
-            s.compare(t_ssd / 2, t_re) < 0,
-            f"half the bytes: {us(ssd / 2)} a token against {s.text(t_re)}")
-    s.judge("design", "the NVMe tier would still pay with drives at half the read rate", s.compare(2 * t_ssd, t_re) < 0,
-            f"the fetch doubles to {us(2 * ssd)} a token against {s.text(t_re)}")
-    faster = (max_of(work.bytes / e.byte_rate, work.flops / (2 * e.flop_rate)) + comm) / D
+            s.compare(t_ssd / 2, re_fp8) < 0, f"half the bytes: {us(ssd / 2)} a token against "
+            f"{us(s.evaluate(re_fp8))} to recompute it, attention at the fp8 peak")
+    s.judge("design", "the NVMe tier would still pay with drives at half the read rate",
+            s.compare(2 * t_ssd, t_re) < 0, f"the fetch doubles to {us(2 * ssd)} a token against {s.text(t_re)}")
+    faster = (max_of(work.bytes / e.byte_rate, work.math / 2) + comm) / D
     s.judge("design", "the NVMe tier would pay on a GPU with twice the tensor peak (same HBM, same drives)",
             s.compare(t_ssd, faster) < 0,
             f"the recompute drops to {us(s.evaluate(faster))} a token; the fetch stays {s.text(t_ssd)}")
     # The same prefill at four times the prompt: the weights' share per token falls, attention's grows.
     D4 = 4 * D
     comm4 = all_reduce_terms(s, p.model, p.gpu, p.tp).of(D4)
-    long = (max_of(work.bytes / e.byte_rate, (2 * e.N * D4 + e.A * D4**2 / 2) / e.flop_rate) + comm4) / D4
+    long = (max_of(work.bytes / e.byte_rate, e.math_time(2 * e.N * D4, e.A * D4**2 / 2)) + comm4) / D4
     s.judge("design", "the NVMe tier would pay for prompts four times this long", s.compare(t_ssd, long) < 0,
             f"attention's share of the recompute grows with the prompt: {us(s.evaluate(long))} a token at "
             f"{format_number(4 * s.value(D))} tokens against {s.text(t_ssd)} to fetch")

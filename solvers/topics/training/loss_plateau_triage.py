@@ -94,7 +94,11 @@ def solve(p, s: Sheet) -> None:
 
     s.assume("The schedule is Megatron-style (the lr-schedule card): linear warmup to the peak, cosine decay to "
              "the floor at the configured decay step (warmup included), then flat at the floor. The floor of 1% "
-             "of the peak is Llama 3 405B's (8e-5 decaying to 8e-7).")
+             "of the peak is Llama 3 405B's (8e-5 decaying to 8e-7). An LR at its floor fails the learning-rate "
+             "check (lr-or-grad-zero): the schedule has run its course, and updates a hundredth of the peak's "
+             "leave the loss flat.")
+    s.assume("The checks run most decisive first, in the hint's order, and stop at the first that fails: the "
+             "answer is the set run, that one included.")
     s.assume("The run was planned as a single pass over its data, so more than one epoch means the loader "
              "re-reads data it has seen. Every step consumes the full global batch.")
     s.assume("fp16 dynamic loss scaling (the loss-scaling card) halves the scale on each overflowing step and "

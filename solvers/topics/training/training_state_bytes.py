@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, log_of, max_of
 from solvers.models.common import dtype_bytes, given_hbm_bytes, given_peak_flops
 from solvers.models.training import FLOPS_PER_PARAM_TOKEN
 from solvers.units import format_number
@@ -86,6 +86,11 @@ def _layout_regime(s: Sheet, fsdp_side, pp_side, t_comp, t_comm, nodes) -> None:
              "call; more micro-batches shrink the bubble, a larger batch hides FSDP's traffic."))
 
 
+def _group_of(nodes):
+    """The least power of two at or above `nodes` (exact: log2 of a power of two is whole)."""
+    return 2 ** ceil_of(log_of(nodes, 2))
+
+
 def solve(p, s: Sheet) -> None:
     N = s.param("N", "params")
     b_w = s.given("b_w", dtype_bytes("bf16"), "B", "bytes per bf16 weight")
@@ -108,12 +113,15 @@ def solve(p, s: Sheet) -> None:
     node = s.step("node_hbm", "HBM per node", "M_node", g * M, "GB", "all GPUs of one node")
     room = s.step("node_room", "Room for state per node", "R", u * node, "GB",
                   "activations, buffers and fragmentation take the rest")
-    nodes = s.step("nodes", "Nodes to hold the state, fully sharded", "n", ceil_of(S / room), "nodes",
+    least = s.step("nodes_least", "Nodes to hold the state, fully sharded", "n_0", ceil_of(S / room), "nodes",
                    "whole nodes: the state over one node's room, rounded up")
+    if s.value(least) < 2:
+        raise Reject("the state fits one node: nothing crosses the network to decide")
+    nodes = s.step("nodes", "Nodes in a sharding group", "n", _group_of(least), "nodes",
+                   "the job's nodes are a power of two, so a group that divides them into whole replicas is one too: "
+                   "the least power of two at or above n_0")
     s.step("state_per_gpu", "State per GPU, sharded over those nodes", "S_gpu", S / (nodes * g), "GB",
            "ZeRO-3 / FSDP gives every GPU an equal slice of weights, gradients and optimizer state")
-    if s.value(nodes) < 2:
-        raise Reject("the state fits one node: nothing crosses the network to decide")
     BW = s.given("BW_nic", p.nic.gbit_s * 1e9 / 8, "GB/s", f"{p.nic.name}, each direction")
     loss_fsdp, t_comp, t_comm = _fsdp_side(p, s, N, b_w, BW, nodes)
     loss_pp = _pipeline_side(p, s, nodes)
@@ -133,6 +141,9 @@ def solve(p, s: Sheet) -> None:
              "(n−1)/n of every all-gather and sends as much of the reduce-scatter, spread over all its NICs "
              "(NCCL runs a ring per NIC rail), the rest over NVLink; prefetching overlaps it with compute, so "
              "only the excess over the compute is exposed.")
+    s.assume("The job runs whole copies of the group (hybrid sharding: shard inside a group, replicate across "
+             "groups; Megatron and PyTorch's device mesh both need the world size to divide into them), so the "
+             "group is the fewest nodes that hold the state and divide the job's nodes.")
     s.assume("Pipeline across the nodes: one stage per node, 1F1B schedule, no interleaving; only boundary "
              "activations (megabytes per micro-batch) cross the NIC, and the data-parallel gradient reduction "
              "of each stage's slice hides behind the backward pass. Tensor parallel stays inside NVLink.")
@@ -140,7 +151,7 @@ def solve(p, s: Sheet) -> None:
         s.slip(label, wrong / s.value(b), on=("bytes_per_param", "state"))
         # Sharded over the nodes that smaller state would need: fewer nodes, so more per GPU.
         s.slip(label, on="state_per_gpu",
-               factor=wrong / s.value(b) * s.value(nodes) / s.evaluate(ceil_of(N * wrong / room)))
+               factor=wrong / s.value(b) * s.value(nodes) / s.evaluate(_group_of(ceil_of(N * wrong / room))))
     s.slip("state per node, not per GPU", p.gpus_per_node, on="state_per_gpu")
     s.slip("the NIC's Gb/s read as GB/s", 1 / 8, on="fsdp_comm")
     s.slip("every byte a GPU moves sent through one NIC", on=("fsdp_nic", "fsdp_comm"),
