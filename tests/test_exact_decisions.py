@@ -123,7 +123,6 @@ def _margin(what: str) -> str:
 
 ALLOWED = {
     ("models/fp8.py", "sqnr_db", "noise == 0"): SAMPLED,
-    ("topics/cost/cost_audit_rollout.py", "solve", "i == cheapest"): NAMES,
     ("topics/cost/serving_cost_ledger.py", "_ledger_levers", "cut >= LEVER_CUT"): _margin("a point (LEVER_MARGIN)"),
     ("topics/cost/voice_latency_budget.py", "solve", "t <= s.value(llm)"): OFF_SHEET,
     ("topics/deployment/h200_slower_than_h100.py", "solve", "B_n > CAPTURE_LIMIT"): WHOLE,
