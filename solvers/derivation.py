@@ -353,8 +353,8 @@ class Sheet:
             raise TypeError(f"result {key} is {value!r}, not a step's number")
         return float(value)
 
-    def judged(self, key: str) -> dict[str, bool]:
-        """A select answer's options judged so far: option -> whether it holds."""
+    def judged(self, key: str) -> dict[str, bool | None]:
+        """A select answer's options judged so far: option -> whether it holds (None: not listed here)."""
         value = self.results[key]
         if not isinstance(value, dict):
             raise TypeError(f"result {key} is {value!r}, not a select answer's judgements")
@@ -376,11 +376,13 @@ class Sheet:
         """A non-numeric answer (a choice, an ordering) the solver decided."""
         self.results[key] = choice
 
-    def judge(self, key: str, option: str, holds: bool, why: str, *, fact: bool = False) -> None:
+    def judge(self, key: str, option: str, holds: bool | None, why: str, *, fact: bool = False) -> None:
         """One option of a select answer: whether it holds for this variant, and why. `fact`: the
         option is a conceptual anchor whose truth is the same in every variant on purpose, and
-        `why` is the reason it holds or not (validate --strict checks that it never varies)."""
-        self.results.setdefault(key, {})[option] = bool(holds)  # type: ignore[index]
+        `why` is the reason it holds or not (validate --strict checks that it never varies).
+        `holds` None: the option cannot be decided in this variant (it asks about something the
+        variant does not have), and `why` says why; it is judged but never listed."""
+        self.results.setdefault(key, {})[option] = None if holds is None else bool(holds)  # type: ignore[index]
         self.reasons.setdefault(key, {})[option] = why
         if fact:
             self.facts.setdefault(key, set()).add(option)

@@ -197,6 +197,8 @@ def run_solver(question: Question, values: dict[str, Any], sheet_type: type[Shee
         problem = spec.check_result(sheet.results[spec.key])
         if problem:
             raise RuntimeError(f"{question.id}: answers.{spec.key}: {problem}")
+        if refused := spec.refusal(sheet.results[spec.key]):
+            raise Reject(f"answers.{spec.key}: {refused}")
     undeclared = sorted(sheet.prerequisites - set(question.requires))
     if undeclared:
         raise RuntimeError(f"{question.id}: takes results of {', '.join(undeclared)} without declaring requires:")

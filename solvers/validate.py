@@ -193,6 +193,9 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
         for key, seen in keys.items():
             seen[_key_form(solution.expected[key], question.answer(key))] += 1
         tally_options(options, solution)
+        problems += [f"{where}: answers.{key}: {label}: lists no option that holds, or none that fails"
+                     for key, listed in solution.shown.items() if isinstance(question.answer(key), Select)
+                     and len({solution.sheet.judged(key)[o] for o in listed}) < 2]
         if strict:
             prompts.append((prompt_lines(solution), label))
         if strict and seed is None and follow_up(solution, catalog) is None:
@@ -248,16 +251,18 @@ def golden_problems(question: Question, bank: Bank, catalog: Catalog, default: S
 
 
 MIN_SHOWINGS = 5  # an option shown fewer times than this is too rarely seen to judge
+MAX_UNDECIDED = 0.5  # strict: an option the variant cannot decide (judged None) in more draws than this
 
 
 @dataclass
 class OptionTally:
     """One select option over the draws of a question: how often it was judged, shown, held,
-    and declared a fact."""
+    declared a fact, and left undecided (judged None: not listable in that draw)."""
     judged: int = 0
     held: int = 0
     shown: int = 0
     declared: int = 0
+    undecided: int = 0
 
     @property
     def constant(self) -> bool:
@@ -278,6 +283,9 @@ def tally_options(tally: dict[tuple[str, str], OptionTally], solution: Solution)
         facts = solution.sheet.facts.get(spec.key, set())
         for option, holds in judged.items():
             counts = tally.setdefault((spec.key, option), OptionTally())
+            if holds is None:
+                counts.undecided += 1
+                continue
             counts.judged += 1
             counts.held += bool(holds)
             counts.declared += option in facts
@@ -290,6 +298,10 @@ def option_problems(question: Question, tally: dict[tuple[str, str], OptionTally
     shows, so that every draw's right set still depends on the variant."""
     where, problems = question.path, []
     for (key, option), counts in tally.items():
+        if counts.undecided > MAX_UNDECIDED * (counts.judged + counts.undecided):
+            problems.append(f"{where}: answers.{key}: '{option}' cannot be decided in {counts.undecided} of "
+                            f"{counts.judged + counts.undecided} draws (at most {MAX_UNDECIDED:.0%}): an option "
+                            "the pool rarely lists")
         if counts.declared and counts.declared < counts.judged:
             problems.append(f"{where}: answers.{key}: '{option}' is declared a fact in {counts.declared} of "
                             f"{counts.judged} draws only")

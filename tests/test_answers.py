@@ -169,23 +169,36 @@ def test_select_lists_what_holds_and_distractors_and_grades_the_set():
     assert SELECT.grade("AA", key, shown).verdict == UNPARSED
 
 
-@given(st.lists(st.booleans(), min_size=5, max_size=5).filter(lambda bits: 0 < sum(bits) < 5),
-       st.integers(0, 10_000), st.integers(2, 5))
-def test_select_always_shows_one_option_that_holds_and_one_that_does_not(bits, seed, show):
+@given(st.lists(st.sampled_from([True, False, None]), min_size=5, max_size=5)
+       .filter(lambda truths: True in truths and False in truths), st.integers(0, 10_000), st.integers(2, 5))
+def test_select_always_shows_one_option_that_holds_and_one_that_does_not(truths, seed, show):
     spec = Select("levers", "Levers", "", POOL, show)
-    truth = dict(zip(POOL, bits))
-    assert spec.check_result(truth) is None
+    truth = dict(zip(POOL, truths))
+    assert spec.check_result(truth) is None and spec.refusal(truth) is None
     shown, key = spec.present(truth, f"q@{seed}:levers")
-    assert len(shown) == show and len(set(shown)) == show
-    assert 0 < len(key) < show and key == [o for o in shown if truth[o]]
+    decidable = [o for o in POOL if truth[o] is not None]
+    assert len(shown) == min(show, len(decidable)) and len(set(shown)) == len(shown)
+    assert set(shown) <= set(decidable)  # an option the variant cannot decide is never listed
+    assert 0 < len(key) < len(shown) and key == [o for o in shown if truth[o]]
 
 
-def test_select_needs_every_option_judged_and_a_mixed_truth():
+def test_select_needs_every_option_judged_and_refuses_a_draw_with_nothing_to_pick():
     assert "unjudged" in SELECT.check_result({"fp8 weights": True})
-    assert SELECT.check_result(dict.fromkeys(POOL, True)) is not None
+    assert SELECT.check_result(dict.fromkeys(POOL, True)) is None
+    assert SELECT.refusal(dict.fromkeys(POOL, True)) == "every listable option holds"
+    assert SELECT.refusal(dict.fromkeys(POOL, False)) == "no listable option holds"
+    undecided_but_one = dict.fromkeys(POOL) | {"fp8 weights": True, "more TP": True}
+    assert SELECT.refusal(undecided_but_one) == "every listable option holds"
     with pytest.raises(SpecError) as error:
         make_answer("k", "K", "", {"select": list(POOL), "show": 9})
     assert error.value.field == "show"
+
+
+def test_a_pin_on_an_option_the_variant_cannot_decide_is_a_mismatch():
+    pinned = SELECT.pin({"fp8 weights": True})
+    result = dict.fromkeys(POOL, False) | {"fp8 weights": None}
+    assert SELECT.pin_mismatch(pinned, result, None) == ("'fp8 weights' is not listed", "'fp8 weights' holds")
+    assert SELECT.pin_mismatch(pinned, result | {"fp8 weights": True}, None) is None
 
 
 def test_checklist_is_self_graded_by_share_ticked():

@@ -1,7 +1,9 @@
 """Floors, ceilings and comparisons are decided on exact values, not floats."""
 from __future__ import annotations
 
+import ast
 import math
+from pathlib import Path
 
 import pytest
 import sympy
@@ -91,3 +93,157 @@ def test_at_an_exact_tie_ib_vs_roce_does_not_call_either_cheaper(bank, catalog):
     assert regime.name == "small-fleet-infiniband" and "exactly the same" in regime.summary
     one_more = make_variant(bank, catalog, VariantCode.parse(tie.replace("gpus=1600", "gpus=1700")))
     assert one_more.sheet.regime.name == "large-fleet-roce"
+
+
+# --- no float comparison decides an answer --------------------------------------------------------
+# Key check 2 (spec-decode-exactness@254): two acceptance rates both 0.789, the first summed in floats to
+# 0.7890000000000001, so "the FP8 drafter lowers the acceptance rate" was keyed as holding. A graded answer
+# or an option's truth is decided by s.compare / regime_by / floor_of on the sheet's exact values. The scan
+# below finds every comparison in the bank's solvers whose operands are floats (Sheet.value, evaluate or
+# number, sum(), float(), or a name assigned from one of them), outside a refusal (`raise`, or an `if` that
+# only raises). Each one it finds is decided exactly instead, or listed here with why it decides nothing.
+
+SOLVERS = Path(__file__).resolve().parent.parent / "solvers"
+ORDERINGS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
+FLOAT_METHODS = {"value", "evaluate", "number"}  # a Sheet's float of a given or step
+FLOAT_BUILTINS = {"sum", "float"}
+
+WHOLE = "whole numbers (counts, floors, a batch): a float holds them exactly"
+TEXT = "picks the words of a why line or a summary; the answer itself is decided on the exact path"
+SLIP = "decides whether a slip is offered, not an answer"
+NAMES = "compares names, indices or flags, not numbers"
+SAMPLED = "a seeded simulation's own sampled numbers: there is no exact value to decide on"
+REGION = "which region's linear root to keep: at a region's edge both regions give the same root"
+OFF_SHEET = "KNOWN, NOT YET EXACT: decided by the solver's own float model, off the sheet"
+
+
+def _margin(what: str) -> str:
+    return f"the draw is refused within {what} of this line, so floats and exact values decide alike"
+
+
+ALLOWED = {
+    ("models/fp8.py", "sqnr_db", "noise == 0"): SAMPLED,
+    ("topics/cost/serving_cost_ledger.py", "_ledger_levers", "cut >= LEVER_CUT"): _margin("a point (LEVER_MARGIN)"),
+    ("topics/cost/voice_latency_budget.py", "solve", "t <= s.value(llm)"): OFF_SHEET,
+    ("topics/deployment/h200_slower_than_h100.py", "solve", "B_n > CAPTURE_LIMIT"): WHOLE,
+    ("topics/deployment/h200_slower_than_h100.py", "solve", "B_o > CAPTURE_LIMIT"): WHOLE,
+    ("topics/deployment/h200_slower_than_h100.py", "solve", "ratios[0] >= SLOWER"): _margin("2%"),
+    ("topics/deployment/h200_slower_than_h100.py", "solve", "ratios[1] >= SLOWER"): _margin("2%"),
+    ("topics/kv_cache/mla_tp_duplication.py", "_attention_judgements", "held_tp >= 2 * p.demand"): WHOLE,
+    ("topics/kv_cache/mla_tp_duplication.py", "_attention_judgements", "then > s.value(req_dp)"): WHOLE,
+    ("topics/kv_cache/mla_vs_gqa_under_tp.py", "_mla_levers", "then > now"): WHOLE,
+    ("topics/kv_cache/recurrent_state_inventory.py", "_snapshot_judgements", "per_block > now"): WHOLE,
+    ("topics/kv_cache/tp_past_kv_heads.py", "solve", "r > 1"): SLIP,
+    ("topics/longcontext/million_token_context.py", "_breaks", "need > nodes"): OFF_SHEET,
+    ("topics/memory/users_per_gpu.py", "_best_layout", "len(tied) == 1"): NAMES,
+    ("topics/memory/users_per_gpu.py", "_best_layout", "n != best"): NAMES,
+    ("topics/memory/users_per_gpu.py", "_pipeline_note", "users == result('served_pp')"): WHOLE,
+    ("topics/moe/ep_load_skew.py", "_placement_judgements", "2 * hot_tokens <= crossover"): TEXT,
+    ("topics/moe/ep_load_skew.py", "_placement_judgements", "rep < hot"): TEXT,
+    ("topics/moe/ep_load_skew.py", "solve", "sim.naive > s.value(T_bal) * (1 + 1e-12)"): SAMPLED,
+    ("topics/moe/ep_load_skew.py", "solve", "sim.naive > sim.fit_today * (1 + 1e-12)"): SAMPLED,
+    ("topics/moe/moe_dispatch_bytes.py", "_dispatch_levers", "after <= float(LINK_LEVER) * base"): OFF_SHEET,
+    ("topics/moe/moe_dispatch_bytes.py", "say", "after <= float(LINK_LEVER) * base"): OFF_SHEET,
+    ("topics/moe/moe_experts_per_batch.py", "_advantage", "doubled < float(LEVER) * t"): OFF_SHEET,
+    ("topics/moe/moe_experts_per_batch.py", "_advantage", "t >= float(LEVER) * lighter"): OFF_SHEET,
+    ("topics/prefixcache/prefix_cache_engines.py", "_after_eviction", "exact != s.value(after_radix)"): SLIP,
+    ("topics/quantization/fp8_attention_quant_points.py", "_attention_fixes", "s.value(r_K) > s.value(unscaled)"):
+        SAMPLED,
+    ("topics/quantization/fp8_attention_quant_points.py", "_attention_fixes", "s.value(scaled) < 0.001"): SAMPLED,
+    ("topics/quantization/fp8_attention_quant_points.py", "_attention_fixes", "s.value(unscaled) > 0.1"): SAMPLED,
+    ("topics/quantization/fp8_scale_formats.py", "_format_simulation", "tag == 'g'"): NAMES,
+    ("topics/runner/model_runner_v2.py", "_regime", "fixed_cpu > fixed_gpu"): TEXT,
+    ("topics/runner/model_runner_v2.py", "_regime", "per_seq_gpu > per_seq_cpu"): TEXT,
+    ("topics/scaleup/b200_h100_roles.py", "_pool", "a2a_ms > read_ms"): OFF_SHEET,
+    ("topics/speculation/spec_decode_exactness.py", "solve", "g < s.value(bound)"): _margin("2%"),
+    ("topics/speculation/spec_decode_step_accounting.py", "_break_even",
+     "(plain_is, verify_is) == (plain_compute, verify_compute)"): REGION,
+    ("topics/speculation/spec_decode_step_accounting.py", "_break_even", "root * (g + 1) * t_F > t_W + root * t_KV"):
+        REGION,
+    ("topics/speculation/spec_decode_step_accounting.py", "_break_even", "root * t_F > t_W + root * t_KV"): REGION,
+    ("topics/training/fleet_gpu_count.py", "_fleet_judgements", "size & size - 1 == 0"): WHOLE,
+    ("topics/training/restart_goodput.py", "_restart_levers",
+     "abs(s.evaluate(win / (LEVER_SHARE * f_today)) - 1) < TOO_CLOSE"): _margin("3% (this is the refusal)"),
+    ("topics/training/training_compute_budget.py", "_schedule_levers", "saved > 0"): TEXT,
+}
+
+
+def _floats(node: ast.AST) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            f = sub.func
+            if isinstance(f, ast.Attribute) and f.attr in FLOAT_METHODS or \
+                    isinstance(f, ast.Name) and f.id in FLOAT_BUILTINS:
+                return True
+    return False
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _exact(node: ast.Compare) -> bool:
+    """s.compare(a, b) < 0: decided on exact values already."""
+    return any(isinstance(o, ast.Call) and isinstance(o.func, ast.Attribute) and o.func.attr == "compare"
+               for o in (node.left, *node.comparators))
+
+
+def _refusal(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """Inside `raise`, or the test of an `if` that only raises: it refuses a draw, it decides no answer."""
+    while node in parents:
+        parent = parents[node]
+        if isinstance(parent, ast.Raise) or isinstance(parent, ast.If) and node is parent.test \
+                and all(isinstance(b, ast.Raise) for b in parent.body):
+            return True
+        if isinstance(parent, (ast.FunctionDef, ast.Lambda)):
+            return False
+        node = parent
+    return False
+
+
+def float_comparisons(source: str) -> set[tuple[str, str]]:
+    """(function, comparison) for every comparison on floats in `source` that is not a refusal."""
+    tree = ast.parse(source)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found = set()
+    for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        floats: set[str] = set()
+        for _ in range(3):  # a float handed on through a few assignments
+            for node in ast.walk(function):
+                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node.value is not None \
+                        and (_floats(node.value) or _names(node.value) & floats):
+                    for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                        floats |= _names(target)
+        for node in ast.walk(function):
+            if isinstance(node, ast.Compare) and any(isinstance(op, ORDERINGS) for op in node.ops) \
+                    and (_floats(node) or _names(node) & floats) and not _exact(node) and not _refusal(node, parents):
+                found.add((function.name, ast.unparse(node)))
+    return found
+
+
+def _bank_float_comparisons() -> set[tuple[str, str, str]]:
+    files = sorted([*(SOLVERS / "topics").rglob("*.py"), *(SOLVERS / "models").rglob("*.py")])
+    return {(path.relative_to(SOLVERS).as_posix(), function, comparison)
+            for path in files for function, comparison in float_comparisons(path.read_text())}
+
+
+def test_no_float_comparison_decides_an_answer():
+    found = _bank_float_comparisons()
+    new = sorted(found - set(ALLOWED))
+    assert not new, "decide these with s.compare / regime_by (or list them in ALLOWED with why they decide " \
+                    "nothing):\n" + "\n".join(f"solvers/{path}: {fn}: {comparison}" for path, fn, comparison in new)
+    assert not sorted(set(ALLOWED) - found), "ALLOWED names comparisons the solvers no longer make: drop them"
+
+
+@pytest.mark.parametrize(("source", "flagged"), [
+    # The key check's bug: sums of floats compared.
+    ("def f(p, s):\n    a = sum(p.x)\n    b = sum(p.y)\n    s.judge('k', 'o', b < a, '')\n", True),
+    ("def f(s, x, y):\n    s.judge('k', 'o', s.value(x) > s.value(y), '')\n", True),
+    ("def f(s, x):\n    share = s.evaluate(x)\n    held = share\n    s.choose('k', 'a' if held >= 0.5 else 'b')\n",
+     True),
+    ("def f(s, x, y):\n    s.judge('k', 'o', s.compare(x, y) > 0, '')\n", False),
+    ("def f(s, x):\n    if s.value(x) < 1:\n        raise Reject('none')\n", False),
+    ("def f(p, s):\n    s.judge('k', 'o', p.batch > 32, '')\n", False),
+])
+def test_the_scan_finds_a_decision_on_floats(source, flagged):
+    assert bool(float_comparisons(source)) == flagged

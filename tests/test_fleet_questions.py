@@ -104,6 +104,21 @@ def test_restart_rejects_a_save_that_stalls_a_third_of_training(variant):
         variant("restart-goodput@default+interval=5+ckpt_storage=110")
 
 
+@pytest.mark.parametrize("seed", [682, 885, 1079, 1188, 2197])
+def test_fleet_a_draw_where_every_margin_statement_holds_is_drawn_again(variant, seed):
+    """Key check 2: on these seeds' first draws all six margin options held, and the engine raised a
+    RuntimeError (an export failed, the app said "No follow-up: RuntimeError"). Such a draw has nothing to
+    pick, so it is refused and the seed draws again; what it lists has a true and a false option."""
+    solution = variant(f"fleet-gpu-count@{seed}")
+    truth = solution.sheet.results["margin"]
+    assert {truth[o] for o in solution.shown["margin"]} == {True, False}
+
+
+def test_fleet_a_pushed_variant_with_nothing_to_pick_is_refused_with_its_reason(variant):
+    with pytest.raises(VariantError, match="answers.margin: every listable option holds"):
+        variant("fleet-gpu-count@7099+tokens=4")
+
+
 def _holding(solution, key):
     return {option for option, holds in solution.sheet.results[key].items() if holds}
 

@@ -121,6 +121,25 @@ def test_split_kv_counts_match_fa2_split_ranges(variant, seed):
     assert splits <= math.ceil(p["context"] / 128)  # no split count beyond the key tiles is drawn
 
 
+OWN_SPLIT = {"every split of this variant gets at least one key tile",
+             "the partial outputs add under 5% to this step's attention traffic",
+             "splitting at least halves this step's attention time"}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_split_kv_lists_its_own_split_statements_only_where_it_splits(variant, seed):
+    """Key check 2 (@7010): where the batch fills the SMs there is one split, and statements about this
+    variant's splits were keyed true or false vacuously. They are judged undecidable there and never listed;
+    the merge statements are decided on the prompt's two splits in every variant, as its merge answers are."""
+    solution = variant(f"split-kv-decode-merge@{seed}")
+    truth, r = solution.sheet.results["merge_facts"], solution.expected
+    split = r["splits"] > 1
+    assert all((truth[o] is None) != split for o in OWN_SPLIT)
+    assert not set(solution.shown["merge_facts"]) & {o for o in OWN_SPLIT if truth[o] is None}
+    assert truth["the lower-LSE split carries under an eighth of the merged output"] == (r["merge_weight"] < 1 / 8)
+    assert truth["the merged LSE is under a tenth above the larger split's"] == (r["merged_lse"] < 0.1)
+
+
 @pytest.mark.parametrize(("batch", "context"), [(17, 8192), (32, 2048), (128, 1024)])
 def test_split_kv_one_split_writes_no_partials(variant, batch, context):
     """A grid the batch fills runs one split (pinned in the question file): the output is written directly

@@ -96,6 +96,20 @@ def test_kv_bytes_per_token_counts_kv_reads_in_the_step(variant):
 # --- users-per-gpu -------------------------------------------------------------------------
 
 
+TIE = "kv-bytes-per-token@default+context=130048+gpu=a100-sxm-80gb+tp=4+tpot=35"
+
+
+def test_kv_bytes_per_token_names_the_cap_at_a_tie_as_its_prompt_says(variant):
+    """Key check 2's knife edge: here 3 requests fit and a step carries 3 within 35 ms, so both caps bind and
+    the key chose one by a rule the text never gave. Hint 3 now says a tie is the TPOT's; a looser target
+    lets the step carry more than fit, and memory caps it."""
+    tie = variant(TIE)
+    assert tie.expected["users"] == tie.expected["batch_tpot"] == 3
+    assert tie.expected["regime"] == "latency-limited" and "equal, the TPOT is the cap" in tie.question.hints[2]
+    loose = variant(TIE.replace("tpot=35", "tpot=40")).expected
+    assert loose["users"] == 3 < loose["batch_tpot"] and loose["regime"] == "capacity-limited"
+
+
 def test_users_per_gpu_at_8k(variant):
     """Llama-3-70B on 8 x H100, 8K context, 4 GiB reserve: the steps beside the graded keys (pinned in the
     question file), TP4 replicas and the two layouts' TPOTs."""

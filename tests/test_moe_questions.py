@@ -295,12 +295,13 @@ def test_a_stale_placement_decays_with_the_correlation():
 
 def test_training_layout_default(variant, catalog):
     """Kimi K2 on 4,096 B200 (the keys are pinned in the question file): the depth the state needs before it is
-    rounded to a power of two, from the helper's count of the routed experts."""
+    rounded to a power of two, from the helper's count of the routed experts and the rest as hint 2 defines
+    it, the stated total less them."""
     results = variant("moe-1t-training-layout@default").sheet.results
     count = parameter_count(catalog.get("models", "kimi-k2"))
     total = 1026.41e9
     room = 0.75 * 180e9 - 12 * total / 4096
-    need = 4 * (count.routed / 8 + count.total - count.routed) / room  # 4.2 stages
+    need = 4 * (count.routed / 8 + total - count.routed) / room  # 4.2 stages
     assert results["pp_need"] == pytest.approx(need)
 
 

@@ -145,7 +145,8 @@ def _options_bar(bank, catalog, monkeypatch, rejudge) -> list[str]:
 
     monkeypatch.setattr(roofline, "solve", solver)
     problems = validate_module.check_question(bank.get("weight-read-intensity"), bank, catalog, seeds=20, strict=True)
-    return [line for line in problems if "answers.levers:" in line and ("fact" in line or "draws that show" in line)]
+    return [line for line in problems if "answers.levers:" in line
+            and ("fact" in line or "draws that show" in line or "cannot be decided" in line)]
 
 
 BATCH, SPEED = "twice the batch (its doubled KV cache must fit in usable HBM)", "a GPU with twice the HBM bandwidth"
@@ -181,6 +182,17 @@ def test_declared_facts_are_at_most_half_of_what_a_draw_shows(bank, catalog, mon
     three = _options_bar(bank, catalog, monkeypatch, facts(BATCH, SPEED))
     assert any("answers.levers: 3 declared facts, more than half of the 4 options a draw shows" in line
                for line in three)
+
+
+def test_strict_fails_an_option_the_variants_cannot_decide_in_most_draws(bank, catalog, monkeypatch):
+    """An option judged None (not decidable in that variant) is never listed there; one undecided in more than
+    half of the draws is an option the pool rarely asks, and strict says so. One undecided in a few passes."""
+    def undecided(share):
+        return lambda p, s: s.judge("levers", SPEED, None if p.batch > share else p.batch > 64, "toy")
+
+    assert _options_bar(bank, catalog, monkeypatch, undecided(1e9)) == []
+    rarely = _options_bar(bank, catalog, monkeypatch, undecided(0))
+    assert len(rarely) == 1 and f"'{SPEED}' cannot be decided in 21 of 21 draws (at most 50%)" in rarely[0]
 
 
 UNPINNED = SOURCE.split("\ngolden:\n")[0].rstrip("\n") + "\n"

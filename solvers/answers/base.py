@@ -105,6 +105,10 @@ class Answer:
         """A problem with the solver's result for this answer, or None."""
         return None
 
+    def refusal(self, result: Any) -> str | None:
+        """Why a well-formed result still makes no question of this variant (the draw is refused), or None."""
+        return None
+
     def present(self, result: Any, seed: str) -> tuple[tuple[str, ...], Any]:
         """(items listed to the candidate, the key) for this variant; `seed` names it."""
         return (), result

@@ -52,21 +52,29 @@ class Select(Answer):
         return cls(key, label, unit, pool, show)
 
     def check_result(self, result: Any) -> str | None:
-        """The solver judged every option of the pool (Sheet.judge); at least one holds and one
-        does not, or there is nothing to judge."""
+        """The solver judged every option of the pool (Sheet.judge): true, false, or None where
+        the variant cannot decide it."""
         if not isinstance(result, dict) or set(result) != set(self.pool):
             judged = set(result) if isinstance(result, dict) else set()
             return f"judge every option of the pool (unjudged: {sorted(set(self.pool) - judged)}, " \
                    f"not in the pool: {sorted(judged - set(self.pool))})"
-        if all(result.values()) or not any(result.values()):
-            return "some options must hold and some must not"
+        return None
+
+    def refusal(self, result: Any) -> str | None:
+        """At least one listable option holds and one does not, or there is nothing to pick: the
+        draw is refused (the sampler draws again) rather than asked."""
+        if True not in result.values():
+            return "no listable option holds"
+        if False not in result.values():
+            return "every listable option holds"
         return None
 
     def present(self, result: Any, seed: str) -> tuple[tuple[str, ...], Any]:
-        """Options that hold and distractors, at least one of each, in a shuffle of this variant."""
+        """Options that hold and distractors, at least one of each, in a shuffle of this variant;
+        never one the variant cannot decide (judged None)."""
         rng = random.Random(seed)
-        holds = [o for o in self.pool if result[o]]
-        fails = [o for o in self.pool if not result[o]]
+        holds = [o for o in self.pool if result[o] is True]
+        fails = [o for o in self.pool if result[o] is False]
         size = self.show or len(self.pool)
         true_count = min(len(holds), size - 1)
         false_count = min(len(fails), size - true_count)
@@ -110,14 +118,12 @@ class Select(Answer):
         return tuple(truth.items())
 
     def pin_mismatch(self, pinned: Any, result: Any, rel: float | None) -> tuple[str, str] | None:
-        off = [(option, holds) for option, holds in pinned if bool(result[option]) != holds]
+        off = [(option, holds) for option, holds in pinned if result[option] is not holds]
         if not off:
             return None
-
-        def said(flip: bool) -> str:
-            return "; ".join(f"'{option}' {'holds' if holds != flip else 'fails'}" for option, holds in off)
-
-        return said(True), said(False)
+        solver = "; ".join(f"'{option}' " + ("is not listed" if result[option] is None else
+                                             "holds" if result[option] else "fails") for option, _ in off)
+        return solver, "; ".join(f"'{option}' {'holds' if holds else 'fails'}" for option, holds in off)
 
     def read(self, text: str, shown: Shown) -> list[str]:
         if text.strip().lower() == NONE:

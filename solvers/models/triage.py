@@ -19,10 +19,9 @@ CAUSE_OF_CHECK = dict(zip(CHECKS, ("job-not-stepping", "lr-or-grad-zero", "data-
 
 def lr_at(s: Sheet, k: sympy.Symbol, eta, W, T, rho) -> sympy.Symbol:
     """The schedule's LR at step k: linear warmup, cosine decay to rho·peak at T, then flat."""
-    step = s.value(k)
-    if step < s.value(W):
+    if s.compare(k, W) < 0:
         expr, why = eta * k / W, "still in the linear warmup"
-    elif step <= s.value(T):
+    elif s.compare(k, T) <= 0:
         expr = rho * eta + (1 - rho) * eta * (1 + sympy.cos(sympy.pi * (k - W) / (T - W))) / 2
         why = "cosine from the peak at the end of warmup to the floor at the decay step"
     else:

@@ -42,7 +42,7 @@ def square_root(x: sympy.Expr) -> sympy.Expr:
 MAX_WARM = 0.98  # a cache that must hit more than this of every prompt is not a plan anyone can promise
 
 
-AR_SHARE = 0.2  # the all-reduces "matter" to a cold prefill past this share of its time
+AR_SHARE = sympy.Rational(1, 5)  # the all-reduces "matter" to a cold prefill past this share of its time
 
 
 def _cold_assumptions(s: Sheet) -> None:
@@ -68,7 +68,7 @@ def _cold_judgements(s: Sheet, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar
     fp8 = max_of(cold.bytes / e.byte_rate, cold.flops / (2 * e.flop_rate)) + ar.of(T) + e.t_oh
     judge("fp8 GEMMs at twice the peak would let a cold prompt make it", s.compare(fp8, tau) <= 0,
           f"half the math leaves {format_quantity(s.evaluate(fp8), 's')}: the all-reduces and overhead do not halve")
-    by_pool = s.number("batch_by_pool") < min(s.number("batch_by_bandwidth"), s.number("batch_by_compute"))
+    by_pool = s.compare(s.symbol("B_pool"), min_of(s.symbol("B_mem"), s.symbol("B_cmp"))) < 0
     judge("the decode batch is capped by the KV pool, not the TPOT target", by_pool,
           f"the pool holds {format_number(s.number('batch_by_pool'), 3)} requests at this context; the target "
           f"allows {format_number(min(s.number('batch_by_bandwidth'), s.number('batch_by_compute')), 3)}")
@@ -76,9 +76,8 @@ def _cold_judgements(s: Sheet, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar
           f"{s.text(n_pre)} prefill against {s.text(n_dec)} decode replicas")
     judge("without the cache the prefill pool would be at least twice as large", s.compare(n_cold, 2 * n_pre) >= 0,
           f"{s.text(n_cold)} replicas cold against {s.text(n_pre)} warm")
-    share = s.evaluate(ar.of(T) / t_cold)
-    judge("the TP all-reduces are over a fifth of the cold prefill", share > AR_SHARE,
-          f"they take {pct_text(share)} of it")
+    judge("the TP all-reduces are over a fifth of the cold prefill", s.compare(ar.of(T), AR_SHARE * t_cold) > 0,
+          f"they take {pct_text(s.evaluate(ar.of(T) / t_cold))} of it")
     if len(set(s.judged("facts").values())) == 1:
         raise Reject("every fact holds, or none does: nothing to tell apart")
 

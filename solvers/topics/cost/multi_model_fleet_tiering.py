@@ -157,7 +157,7 @@ def _tier_regime(s: Sheet, b_r, avg_r, cold_rate, rank) -> None:
         s.regime_by(b_r, line, tie="above", above=dedicated, below=shared)
     elif s.compare(avg_r, cold_rate) < 0:
         s.regime_by(avg_r, cold_rate, tie="above", above=shared, below=cold)
-    elif s.value(b_r) / s.value(line) > s.value(cold_rate) / s.value(avg_r):  # nearer the dedicated line
+    elif s.compare(b_r * avg_r, cold_rate * line) > 0:  # nearer the dedicated line: b_r/line > cold_rate/avg_r
         s.regime_by(b_r, line, tie="above", above=dedicated, below=shared)
     else:
         s.regime_by(avg_r, cold_rate, tie="above", above=shared, below=cold)

@@ -7,24 +7,31 @@ from solvers.models.kernels import CONSUMER_WARPGROUPS, WARPGROUP_THREADS
 from solvers.units import format_number
 
 
-def _scale_judgements(s: Sheet, p, *, r: float, r_b: float, regs: float, budget: float, block: float) -> None:
+def _scale_judgements(s: Sheet, *, r, r_b, regs, budget, block, mx_block) -> None:
+    """Decided on exact values: the rates are whole numbers, so the FFMAs and MMAs often end together, which
+    the prompt calls hidden (done by the MMAs' end) and so not outlasting them."""
     key = "scale_facts"
-    pct = lambda x: format_number(100 * x, 3) + "%"  # noqa: E731
-    s.judge(key, "ping-pong across two consumer warpgroups hides this variant's promotion entirely", r <= 1,
-            f"the FFMAs take {pct(r)} of the MMA time")
-    s.judge(key, "halving the scale block along K would make the FFMAs outlast the MMAs", 2 * r > 1,
-            f"they would take {pct(2 * r)} of the MMA time")
+
+    def pct(x) -> str:
+        return format_number(100 * s.evaluate(x), 3) + "%"
+
+    def versus(x) -> str:
+        return " (they end together: done by the MMAs' end, not after)" if s.compare(x, 1) == 0 else ""
+
+    s.judge(key, "ping-pong across two consumer warpgroups hides this variant's promotion entirely",
+            s.compare(r, 1) <= 0, f"the FFMAs take {pct(r)} of the MMA time{versus(r)}")
+    s.judge(key, "halving the scale block along K would make the FFMAs outlast the MMAs", s.compare(2 * r, 1) > 0,
+            f"they would take {pct(2 * r)} of the MMA time{versus(2 * r)}")
     s.judge(key, "the main and temporary accumulators together fit the {consumer_registers}-register consumer budget",
-            regs <= budget,
-            f"{format_number(regs)} registers per thread for the two")
-    s.judge(key, "on B200 the same software promotion would outlast the MMAs", r_b > 1,
-            f"{pct(r_b)} at B200's rate")
+            s.compare(regs, budget) <= 0, f"{format_number(s.evaluate(regs))} registers per thread for the two")
+    s.judge(key, "on B200 the same software promotion would outlast the MMAs", s.compare(r_b, 1) > 0,
+            f"{pct(r_b)} at B200's rate{versus(r_b)}")
     s.judge(key, "Blackwell's block-scaled MMA applies the scales inside the MMA: no temporary, no FFMA per output",
             True, "tcgen05.mma.kind::mxf8f6f4.block_scale multiplies by the scales as it accumulates (its scale "
             "factors read from TMEM, copied there from shared memory by tcgen05.cp)", fact=True)
     s.judge(key, "MXFP8's scales (E8M0, one per {mx_block} elements along K) are finer-grained along K than this "
-            "variant's", block > p.mx_block,
-            f"the OCP MX format's {format_number(p.mx_block)}-element blocks against N_C = {format_number(block)}")
+            "variant's", s.compare(block, mx_block) > 0,
+            f"the OCP MX format's {s.text(mx_block)}-element blocks against N_C = {s.text(block)}")
     s.judge(key, "the block-scaled MMA takes an arbitrary FP32 scale per 128 × 128 weight block", False,
             "its scales are E8M0 (or E4M3 for NVFP4) per 32 (or 16) elements along K; FP32 per-block scales stay "
             "in software", fact=True)
@@ -80,8 +87,8 @@ def solve(p, s: Sheet) -> None:
     A_b = s.given("R_fma_B", blackwell.fp32_fma_per_clk_sm, "", f"{blackwell.name} FP32 FMA per clock per SM")
     r_b = s.step("blackwell_share", f"The same software promotion on {blackwell.name}", "r_B",
                  F_b / (2 * A_b * N_C), "%", "the tensor rate doubled, the CUDA cores did not")
-    _scale_judgements(s, p, r=s.value(r), r_b=s.value(r_b), regs=2 * s.value(M) * s.value(N) / s.value(threads),
-                      budget=s.value(budget), block=s.value(N_C))
+    _scale_judgements(s, r=r, r_b=r_b, regs=2 * M * N / threads, budget=budget, block=N_C,
+                      mx_block=s.param("N_MX", "mx_block"))
     s.assume("Per K-block the tile's M row scales are multiplied by the block's weight scale once (M FMULs, 1/N of "
              "the FFMAs, left out); the FFMA count is one per output element. The CUDA cores' other work (address "
              "math, barrier waits) is left out.")

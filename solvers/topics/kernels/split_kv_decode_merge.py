@@ -12,27 +12,33 @@ from solvers.units import format_number
 PARTIAL_BYTES = 4  # split-KV kernels keep each partial output and its LSE in FP32
 
 
-def _merge_judgements(s: Sheet, *, splits: float, empty: float, overhead: float, gain: float) -> None:
+ONE_EIGHTH, ONE_TENTH = sympy.Rational(1, 8), sympy.Rational(1, 10)  # the merge options' lines, off the 0.1 grid of Δ
+
+
+def _merge_judgements(s: Sheet, *, splits, empty, overhead, gain, weight, above) -> None:
+    """The merge statements are about the prompt's two splits, decided in every variant; the ones about
+    this variant's own splits cannot be decided where the batch fills the SMs by itself (one split, no
+    partials, nothing split): they are not listed there."""
     key = "merge_facts"
-    s.judge(key, "every split of this variant gets at least one key tile", empty == 0,
-            f"{format_number(empty)} of {format_number(splits)} splits get none")
-    s.judge(key, "averaging the partial outputs with equal weights would be exact here", splits == 1,
-            "one split: nothing to merge" if splits == 1 else
-            "splits with different LSEs carry different shares of the softmax mass")
+    split = s.compare(splits, 1) > 0
+    none = "the batch fills the SMs by itself: one split, no partials, no merge"
+    s.judge(key, "every split of this variant gets at least one key tile", s.compare(empty, 0) == 0 if split else None,
+            f"{s.text(empty)} of {s.text(splits)} splits get none" if split else none)
+    s.judge(key, "the lower-LSE split carries under an eighth of the merged output", s.compare(weight, ONE_EIGHTH) < 0,
+            f"its weight is 1/(1 + e^Δ) = {s.text(weight, 3)}")
     s.judge(key, "the partial outputs add under {merge_share} to this step's attention traffic",
-            overhead < s.value(s.param("f_merge", "merge_share")),
-            f"they add {format_number(100 * overhead, 3)}%")
-    s.judge(key, "splitting at least halves this step's attention time", gain >= 2,
-            f"{format_number(gain, 3)}x faster split")
+            s.compare(overhead, s.param("f_merge", "merge_share")) < 0 if split else None,
+            f"they add {s.text(overhead, 3)}" if split else none)
+    s.judge(key, "splitting at least halves this step's attention time", s.compare(gain, 2) >= 0 if split else None,
+            f"{format_number(s.evaluate(gain), 3)}x faster split" if split else none)
     s.judge(key, "an empty split must still write LSE = −inf and a zero output before the merge", True,
             "the merge reads every split's slot; left unwritten it holds garbage (FlashAttention-2 writes both)",
             fact=True)
     s.judge(key, "an empty split's −inf LSE minus the finite merged LSE gives NaN", False,
             "−inf minus a finite number is −inf, and exp(−inf) = 0: weights exp(LSE_i − max LSE) give an empty "
             "split weight 0 while one split has keys; the NaN comes only from −inf − (−inf)", fact=True)
-    s.judge(key, "the merged LSE is the largest split's LSE", splits == 1,
-            "one split: its LSE is the result" if splits == 1 else
-            "it is log Σ exp(LSE_i), above the largest by log(1 + the others' relative mass)")
+    s.judge(key, "the merged LSE is under a tenth above the larger split's", s.compare(above, ONE_TENTH) < 0,
+            f"log(1 + e^−Δ) = {s.text(above, 3)} above it")
 
 
 def _split_regime(s: Sheet, B, B_star, blocks, n_split, n_sm) -> None:
@@ -84,9 +90,9 @@ def solve(p, s: Sheet) -> None:
 
     # The exact merge, on two of the splits.
     gap = s.param("Δ", "lse_gap")
-    s.step("merge_weight", "Weight of the lower-LSE split in the merge", "w_1", 1 / (1 + sympy.exp(gap)), "%",
+    weight = s.step("merge_weight", "Weight of the lower-LSE split in the merge", "w_1", 1 / (1 + sympy.exp(gap)), "%",
            "w_i = exp(LSE_i − LSE) with LSE = log Σ exp(LSE_i): here 1/(1 + e^Δ)")
-    s.step("merged_lse", "Merged LSE above the larger one", "ΔLSE", sympy.log(1 + sympy.exp(-gap)), "",
+    above = s.step("merged_lse", "Merged LSE above the larger one", "ΔLSE", sympy.log(1 + sympy.exp(-gap)), "",
            "LSE = LSE_2 + log(1 + e^−Δ): the merged softmax denominator, in log space")
 
     # Traffic: with splits every split writes its partial output and LSE in FP32 and the merge reads them back;
@@ -94,7 +100,7 @@ def solve(p, s: Sheet) -> None:
     b_p = s.given("b_p", PARTIAL_BYTES, "B", "bytes per partial value (FP32)")
     kv_read = s.step("kv_read", "KV bytes each GPU reads per step", "M_KV", e.KV * B * T, "GB",
                      "every sequence's own keys and values, all layers")
-    if s.value(n_split) > 1:
+    if s.compare(n_split, 1) > 0:
         partial = s.step("partial_bytes", "Partial-output traffic per step", "M_part",
                          2 * L * B * H_g * n_split * (H / H_kv) * (d + 1) * b_p, "MB",
                          "per layer, split and query head: d output values and one LSE, written then read by the merge")
@@ -123,8 +129,8 @@ def solve(p, s: Sheet) -> None:
                "one token per step: reads (weights, then attention) or math, whichever is longer"
                + (", plus the all-reduces" if p.tp > 1 else "") + ", plus the step's overhead")
 
-    _merge_judgements(s, splits=s.value(n_split), empty=s.value(n_empty), overhead=s.value(overhead),
-                      gain=s.value(t_att0) / s.value(t_att1))
+    _merge_judgements(s, splits=n_split, empty=n_empty, overhead=overhead, gain=t_att0 / t_att1, weight=weight,
+                      above=above)
     s.assume("One thread block per (sequence, KV head) with its query heads packed together (FlashAttention-2's "
              "decode path swaps the query-head group into the rows; FlashInfer and FlashDecoding do the same); "
              "the blocks of all splits run at once (several fit on one SM).")

@@ -26,7 +26,7 @@ from solvers.units import format_number, format_quantity
 def _dp_requests(s: Sheet, room, A, E, kv_tok, C, n, dp: int) -> float:
     """Requests the node holds with `dp` attention groups of n/dp GPUs each (SGLang's layout)."""
     room_dp = room - (A * (dp / n - 1 / n) + E * (1 - 1 / n))
-    if s.evaluate(room_dp) <= 0:
+    if s.compare(room_dp, 0) <= 0:
         return 0.0
     return s.evaluate(dp * floor_of(room_dp / (kv_tok * C)))
 
@@ -101,10 +101,10 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
 
 def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, demand) -> None:
     key = "dp_tradeoffs"
-    share = s.value(extra) / s.value(room)
-    s.judge(key, "DP attention's extra weights take over a tenth of each GPU's KV room", share > 0.1,
+    s.judge(key, "DP attention's extra weights take over a tenth of each GPU's KV room",
+            s.compare(10 * extra, room) > 0,
             f"{s.text(extra)} of copied weights out of {s.text(room)} "
-            f"of room: {format_quantity(share, '%')}, for {format_number(p.dp)} groups")
+            f"of room: {format_quantity(s.evaluate(extra / room), '%')}, for {format_number(p.dp)} groups")
     wider = 2 * p.dp
     then = _dp_requests(s, room, A, E, kv_tok, C, n, wider) if wider <= p.tp else 0.0
     s.judge(key, "Twice the DP size would hold more requests at this context", then > s.value(req_dp),

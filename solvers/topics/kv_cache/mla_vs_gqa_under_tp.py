@@ -32,7 +32,7 @@ def _mla_requests(s: Sheet, usable, W, kv, C, G, tp: int) -> float:
     """Requests the node holds with the latent whole on every GPU of TP-`tp` replicas (0 where the weights
     do not fit)."""
     room = usable - W / tp
-    if s.evaluate(room) <= 0:
+    if s.compare(room, 0) <= 0:
         return 0.0
     return s.evaluate(G / tp * floor_of(room / (kv * C)))
 

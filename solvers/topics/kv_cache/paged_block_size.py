@@ -33,7 +33,8 @@ def _block_choices(s: Sheet, B, L_avg, P, tau, blocks) -> None:
             s.compare(tail(half), tail(B)) < 0,
             f"the uncached tail P mod B' goes from {now} to {at_half} tokens")
     full_double = s.evaluate(double * floor_of(P / double))
-    s.judge("block_choice", "twice the block size would leave the whole system prompt uncached", full_double == 0,
+    s.judge("block_choice", "twice the block size would leave the whole system prompt uncached",
+            s.compare(double * floor_of(P / double), 0) == 0,
             f"{format_number(s.evaluate(double))}-token blocks: {format_number(full_double)} of the "
             f"{format_number(s.value(P))} prompt tokens fill whole blocks")
     more = s.evaluate(ceil_of(L_avg / half))

@@ -36,8 +36,8 @@ def _restorable(s: Sheet, interval, block, C) -> float:
 
 def _snapshot_judgements(s: Sheet, p, state, kv, taken, R, reuse, k, B, C) -> None:
     key, now = "snapshot_policy", s.value(reuse)
-    every = s.value(taken) * s.value(state)
-    costly = every > s.value(kv)
+    every = s.evaluate(taken * state)
+    costly = s.compare(taken * state, kv) > 0
     s.judge(key, "Keeping every snapshot taken would cost more than the request's KV cache", costly,
             f"{s.text(taken)} snapshots of {s.text(state)}: "
             f"{format_quantity(every, 'MiB')} against {s.text(kv)} of KV")
@@ -45,7 +45,7 @@ def _snapshot_judgements(s: Sheet, p, state, kv, taken, R, reuse, k, B, C) -> No
     s.judge(key, "Snapshots at every block boundary would restore more of the next turn", per_block > now,
             f"restart points every {format_number(p.block_size)} tokens restore {format_number(per_block)} tokens "
             f"against {format_number(now)}")
-    stranded = s.value(taken) > s.evaluate(floor_of(C / R))
+    stranded = s.compare(taken, floor_of(C / R)) > 0
     s.judge(key, "Some snapshots taken can never serve as a restart point", stranded,
             f"{s.text(taken)} taken, {format_number(s.evaluate(floor_of(C / R)))} on a multiple of "
             f"lcm(k, B) = {format_number(s.value(R))}")
@@ -141,7 +141,7 @@ def solve(p, s: Sheet) -> None:
            factor=(p.mamba_layers + p.attn_layers) / p.attn_layers)
     s.slip("KV counted over every Mamba and attention layer, not the attention layers alone", on="crossover",
            factor=p.attn_layers / (p.mamba_layers + p.attn_layers))
-    if s.value(kept) > 0:
+    if s.compare(kept, 0) > 0:
         s.slip("every snapshot taken kept, unbounded", s.value(taken) / s.value(kept), on="snapshot_bytes")
     _snapshot_judgements(s, p, state, kv, taken, R, reuse, k, B, C)
     _state_regime(s, state, kv, C_star, C)

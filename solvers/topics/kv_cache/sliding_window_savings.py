@@ -13,7 +13,7 @@ from solvers.units import format_number
 def _window_allocator(s: Sheet, saving, n_win, full_blocks, W, C) -> None:
     """What the allocator must do follows from whether this request's context outgrows the window."""
     window, context = format_number(s.value(W)), format_number(s.value(C))
-    saves = s.value(saving) > 0
+    saves = s.compare(saving, 0) > 0
     frees = s.compare(n_win, full_blocks) < 0
     held, whole = format_number(s.value(n_win)), format_number(s.value(full_blocks))
     s.judge("allocator", "keep the windowed layers in block tables of their own (a KV cache group)", saves,
@@ -37,7 +37,7 @@ def _window_regime(s: Sheet, f, saving, kept_full, kept_win, C_star, C) -> None:
     cap, got = s.text(f), s.text(saving)
     full, win = s.text(kept_full), s.text(kept_win)
     detail = (f"the window covers the whole context, so the saving is zero of a possible {cap}"
-              if s.value(saving) == 0 else
+              if s.compare(saving, 0) == 0 else
               f"the window length decides the saving, {got} of a possible {cap}, and a shorter window "
               "could win back at least half of what is left")
     s.regime_by(C, C_star, tie="below", above=Side(

@@ -107,16 +107,17 @@ def _kv_slips(p, s: Sheet, free, kv_req, users) -> None:
              "own overhead are left out, so real TPOTs are longer.")
 
 
-def _served(s: Sheet, step: _DecodeStep, M_use=None, kv_req=None, **batch) -> float:
+def _served(step: _DecodeStep, M_use=None, kv_req=None, **batch) -> sympy.Expr:
     """Users served within the TPOT target: the smaller of what fits and what a step carries."""
     M_use = step.M_use if M_use is None else M_use
     fit = floor_of((M_use - step.W) / (step.kv_req if kv_req is None else kv_req))
-    return s.evaluate(min_of(fit, step.batch_at(kv_req=kv_req, **batch)))
+    return min_of(fit, step.batch_at(kv_req=kv_req, **batch))
 
 
 def _concurrency_regime(s: Sheet, users, step: _DecodeStep) -> None:
+    """At a tie (as many fit as a step carries) hint 3 names the TPOT the cap: tie="above"."""
     fit, batch = format_number(s.value(users)), format_number(s.value(step.batch))
-    served = min(s.value(users), s.value(step.batch))
+    served = min_of(users, step.batch)
     levers = (
         ("a KV cache half the bytes per token", dict(kv_req=step.kv_req / 2)),
         ("GPUs with twice the HBM capacity, same bandwidth", dict(M_use=2 * step.M_use)),
@@ -125,10 +126,10 @@ def _concurrency_regime(s: Sheet, users, step: _DecodeStep) -> None:
         ("a TPOT target {longer_tpot} as long", dict(T=s.param("k_T", "longer_tpot") * step.T)),
     )
     for option, change in levers:
-        after = _served(s, step, **change)
-        s.judge("levers", option, after > served,
-                f"{format_number(served)} users served today ({fit} fit, {batch} within the TPOT); "
-                f"with this change {format_number(after)}")
+        after = _served(step, **change)
+        s.judge("levers", option, s.compare(after, served) > 0,
+                f"{format_number(s.evaluate(served))} users served today ({fit} fit, {batch} within the TPOT); "
+                f"with this change {format_number(s.evaluate(after))}")
     s.regime_by(users, step.batch, tie="above", below=Side(
         "capacity-limited",
         f"Only {fit} requests fit in HBM, fewer than the {batch} a step could carry within the TPOT target: "
@@ -145,7 +146,8 @@ def _concurrency_regime(s: Sheet, users, step: _DecodeStep) -> None:
         + ", not capacity, caps concurrency.",
         "With longer contexts, bf16 KV or fewer GPUs, fewer requests fit and memory becomes the cap: "
         "then more HBM or smaller KV let more users in, while more bandwidth only makes each token faster.",
-        near=f"{fit} requests fit in HBM, just past the {batch} the TPOT target allows: the step's reads bind "
+        near=f"{fit} requests fit in HBM, {'as many as' if s.compare(users, step.batch) == 0 else 'just past'} the "
+             f"{batch} the TPOT target allows: the step's reads bind "
              "first, but memory is nearly full too, so only a change that helps both lets many more in."))
 
 

@@ -43,9 +43,10 @@ def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks, per_seq, seqs, cap
     s.judge("ceiling", "the CUDA graphs captured after start-up take blocks back", False,
             "the blocks are allocated before the graphs are captured; the graphs come out of the memory "
             "outside gpu_memory_utilization, or OOM there", fact=True)
-    gained = s.evaluate(floor_of((avail + A / 2) / block) / blocks - 1)
+    more = floor_of((avail + A / 2) / block) / blocks - 1
+    gained = s.evaluate(more)
     s.judge("ceiling", "halving max_num_batched_tokens would add over {more_blocks} more blocks",
-            gained > p.more_blocks,
+            s.compare(more, s.param("f_more", "more_blocks")) > 0,
             f"half the {s.text(A)} activation peak returns "
             f"{format_quantity(s.value(A) / 2, 'GiB')}: {format_quantity(gained, '%')} more blocks")
 

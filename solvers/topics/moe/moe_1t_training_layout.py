@@ -78,31 +78,33 @@ def _training_a2a(s: Sheet, p, model: Record, G, N_a, P, mfu, E_p, ep: int) -> N
 def _failure_modes(s: Sheet, p, model: Record, gpus: int, stretch, a_in, a_out, t_c) -> None:
     """The failure modes' lines are the question's fixed parameters: the option texts print them."""
     key = "failure_modes"
-    hot, imbalance = s.value(stretch), 1 + exact(p.imbalance)
-    s.judge(key, "Router imbalance stretches each MoE layer by {imbalance} or more", s.compare(stretch, imbalance) >= 0,
+    imbalance = 1 + exact(p.imbalance)
+    skewed, hot = s.compare(stretch, imbalance) >= 0, s.value(stretch)
+    s.judge(key, "Router imbalance stretches each MoE layer by {imbalance} or more", skewed,
             f"the hottest expert's GPU runs {format_number(hot, figures_against(hot, float(imbalance)))}x the mean"
-            + ("" if hot >= imbalance else ": its load is diluted over many experts per GPU"))
+            + ("" if skewed else ": its load is diluted over many experts per GPU"))
     s.judge(key, "Spread over two NVLink domains, the all-to-all would take a third of the compute time or more",
             s.compare(3 * a_out, t_c) >= 0, f"{s.text(a_out)} over the NIC against {s.text(t_c)} of compute per step: "
-            + ("more than overlap can hide" if s.value(a_out) > s.value(t_c) else
-               "an overlapped schedule must hide it" if 3 * s.value(a_out) >= s.value(t_c) else "a small share"))
-    share = s.number("nvlink_share")
+            + ("more than overlap can hide" if s.compare(a_out, t_c) > 0 else
+               "an overlapped schedule must hide it" if s.compare(3 * a_out, t_c) >= 0 else "a small share"))
+    share = s.symbol("f_NVL")
     s.judge(key, "Even with EP inside NVLink, the all-to-all takes more than {a2a_share} of the step",
-            share > exact(p.a2a_share), f"{s.text(a_in)} against {s.text(t_c)} of compute: "
-            f"{format_quantity(share, '%', figures_against(share, p.a2a_share))} of the step")
+            s.compare(share, exact(p.a2a_share)) > 0, f"{s.text(a_in)} against {s.text(t_c)} of compute: "
+            f"{format_quantity(s.value(share), '%', figures_against(s.value(share), p.a2a_share))} of the step")
     fold = model.params_b / model.active_params_b
     s.judge(key, "Counting compute by the total parameters would overstate it more than {lowest_fold}-fold",
             fold > p.lowest_fold,
             f"total / active = {format_number(fold, 3)}")
-    held = s.number("state_gpus")
+    held = s.symbol("G_min")
     s.judge(key, "Holding the training state alone takes at least {state_share} of the job's GPUs",
-            held >= exact(p.state_share) * gpus, f"{format_number(held)} of {format_number(gpus)} GPUs, for the "
-            f"{format_number(model.params_b)}B total (a dense model of the active size: "
-            f"1/{format_number(fold, 3)} of it)")
-    stages = s.number("pipeline_stages")
-    s.judge(key, "The state forces a pipeline of {deep_pipeline} stages or more", stages >= p.deep_pipeline,
-            f"{format_number(stages)} stages with EP inside NVLink: the experts' bf16 weights and grads split only "
-            "EP ways")
+            s.compare(held, exact(p.state_share) * gpus) >= 0,
+            f"{format_number(s.value(held))} of {format_number(gpus)} GPUs, for the {format_number(model.params_b)}B "
+            f"total (a dense model of the active size: 1/{format_number(fold, 3)} of it)")
+    stages = s.symbol("PP")
+    s.judge(key, "The state forces a pipeline of {deep_pipeline} stages or more",
+            s.compare(stages, p.deep_pipeline) >= 0,
+            f"{format_number(s.value(stages))} stages with EP inside NVLink: the experts' bf16 weights and grads split "
+            "only EP ways")
 
 
 def _layout_regime(s: Sheet, a_out, t_c, a_in, ep: int) -> None:
@@ -152,7 +154,10 @@ def solve(p, s: Sheet) -> None:
     s.step("compute_days", "Compute days", "T_c", F / (G * P * mfu), "days", "the FLOPs at the run's MFU")
     E_p = s.given("EP", ep, "GPUs", f"EP group inside one {format_number(domain)}-GPU NVLink domain")
     W_x = s.given("N_x", count.routed, "", "routed-expert parameters (from the config)")
-    N_s = s.given("N_s", count.total - count.routed, "", "parameters outside the routed experts (from the config)")
+    # The rest as hint 2 and the prompt's total define it, N − N_experts: a total stated rounded (Qwen3's 235B)
+    # moves it by the rounding, as it moves the ZeRO slice.
+    N_s = s.step("", "Parameters outside the routed experts", "N_s", N - W_x, "",
+                 "the total less the routed experts: attention, embeddings, the dense and shared layers")
     room = s.step("room", "HBM per GPU for bf16 weights and grads", "R", u * M - b_z * N / G, "GB",
                   "the share of HBM for state, less this GPU's slice of the fp32 state (ZeRO-1 over all GPUs)")
     if s.value(room) <= 0:

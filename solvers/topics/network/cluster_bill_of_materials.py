@@ -1,7 +1,7 @@
 """Bill of materials for a training cluster."""
 from __future__ import annotations
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, exact
 from solvers.models.common import model_params
 from solvers.models.fleet import fat_tree_switches, spare_pool, training_run
 from solvers.units import format_number, format_quantity
@@ -14,7 +14,8 @@ MAX_CLUSTER_GPUS = 65_536  # k³/4 for 64-port switches: the most a three-tier f
 
 def _bom_judgements(s: Sheet, p, E0, E, pod, n_job, g, pool, rate, site) -> None:
     wanted, radix = format_number(s.value(E0)), p.big_radix
-    s.judge("bom", "with {big_radix}-port switches this fabric would need only two tiers", s.value(E0) <= radix**2 / 2,
+    s.judge("bom", "with {big_radix}-port switches this fabric would need only two tiers",
+            s.compare(2 * E0, radix**2) <= 0,
             f"{wanted} GPUs against the {format_number(radix**2 / 2)} that two tiers of {format_number(radix)}-port "
             "switches reach (k²/2)")
     if pod is None:
@@ -28,9 +29,9 @@ def _bom_judgements(s: Sheet, p, E0, E, pod, n_job, g, pool, rate, site) -> None
     s.judge("bom", "the spare pool is under {small_pool} of the job's nodes",
             s.compare(pool, s.param("f_pool", "small_pool") * n_job) < 0,
             f"{format_number(s.value(pool))} spare nodes for a job of {format_number(s.value(n_job))}")
-    s.judge("bom", "the checkpoint needs more than {fast_storage} of storage writes", s.value(rate) > p.fast_storage,
-            f"it needs {s.text(rate)}")
-    s.judge("bom", "the site needs a feed of more than {big_feed}", s.value(site) > p.big_feed,
+    s.judge("bom", "the checkpoint needs more than {fast_storage} of storage writes",
+            s.compare(rate, exact(p.fast_storage)) > 0, f"it needs {s.text(rate)}")
+    s.judge("bom", "the site needs a feed of more than {big_feed}", s.compare(site, exact(p.big_feed)) > 0,
             f"the site draws {s.text(site)}")
 
 

@@ -52,10 +52,10 @@ def _after_eviction(s: Sheet, B, P, D, S, R, M) -> None:
     exact = max(s.evaluate(min_of(D - R, M)), s.value(S))
     if exact != s.value(after_radix):
         s.slip("SGLang taken to evict only the tokens asked for", on="radix_after", factor=exact / s.value(after_radix))
-    if s.value(S) != s.value(after_radix):
+    if s.compare(S, after_radix) != 0:
         s.slip("SGLang taken to free the whole branch below the system prompt", on="radix_after",
                factor=s.value(S) / s.value(after_radix))
-    if s.value(after_block) > 0:
+    if s.compare(after_block, 0) > 0:
         s.slip("vLLM taken to evict the whole conversation", on="block_after",
                factor=s.evaluate(B * min_of(c_s, floor_of((P - 1) / B))) / s.value(after_block))
 

@@ -28,9 +28,10 @@ def _hole_regime(s: Sheet, served, half, redo, lost, n) -> None:
         "returning chat most of the shared prompt as well as its own history."),
         below=Side(
         "hole-early",
-        f"The hole is in the first half of the system prompt: each of the {chats} chats re-prefills {again} of "
-        f"the shared prompt, more than the {kept} it still serves, besides its own history, while the "
-        f"{gib} that would have served them stays resident and unreachable.",
+        f"The hole leaves no more than half of the system prompt hitting: each of the {chats} chats re-prefills "
+        f"{again} of the shared prompt, {'as much as' if s.compare(served, half) == 0 else 'more than'} the "
+        f"{kept} it still serves, besides its own history, while the {gib} that would have served them stays "
+        "resident and unreachable.",
         "A hole in the second half still leaves most of the shared prompt hitting; what is lost is the tail of "
         "it and every chat's own history below."))
 

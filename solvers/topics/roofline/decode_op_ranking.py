@@ -76,7 +76,7 @@ def _ranking_regime(s: Sheet, B, B_star, I_gemm, I_att, share) -> None:
     flip = format_number(s.value(B_star))
     part = format_number(100 * s.value(share), 2) + "%"
     time = (f" By time, though, the KV reads are {part} of the step's bytes: they, not the weights, set its length."
-            if s.value(share) > 0.5 else
+            if s.compare(2 * share, 1) > 0 else
             f" By time, though, attention's KV reads are only {part} of the step's bytes: the weight reads set its "
             "length.")
     s.regime_by(B, B_star, tie="above", below=Side(

@@ -129,7 +129,7 @@ def _roles_judged(s: Sheet, p, B2: _Pool, H1: _Pool, r_dec, pre: _Pool, P_in) ->
     s.judge("why", "per node, B200 beats the older GPU at decode", s.compare(r_dec, 1) > 0,
             f"{s.text(r_dec, 3)}x per node at the TPOT target")
     where = (f"its {format_number(s.value(H1.nodes))}-node replica sends most copies over the NIC"
-             if s.value(H1.nodes) > 1 else "its one-node replica keeps the all-to-all on NVLink")
+             if s.compare(H1.nodes, 1) > 0 else "its one-node replica keeps the all-to-all on NVLink")
     s.judge("why", "the older GPU's decode all-to-all outlasts its weight reads", H1.a2a_heavier,
             f"{format_quantity(H1.a2a_ms * 1e-3, 'ms')} of all-to-all a step at its batch against "
             f"{format_quantity(H1.read_ms * 1e-3, 'ms')} of weight reads: {where}")

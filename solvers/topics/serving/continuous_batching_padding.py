@@ -75,7 +75,7 @@ def solve(p, s: Sheet) -> None:
              "with decode (Orca's selective batching, chunked prefill), and the KV cache of requests of "
              "unknown length has to grow on demand (paging): those become the next limits.")
     s.slip("/B: the padding of one average slot, not of the batch", 1 / len(lengths), on="waste")
-    if s.value(waste) > 0:
+    if s.compare(waste, 0) > 0:
         s.slip("every occupied slot-step counted as padding", s.value(held) / s.value(waste), on="waste")
     s.slip("padding counted as work: B tokens per step", s.value(gain), on="throughput_static")
     s.slip("the mean length, not the shortest", sum(lengths) / len(lengths) / min(lengths), on="wait_continuous")

@@ -37,7 +37,7 @@ def _admission_remedies(s: Sheet, Q, Q_max, L_p, ttft, T_f, t_solo, delay) -> No
 
 
 def _admission_regime(s: Sheet, p, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay) -> None:
-    holds = "≤" if s.value(Q) <= s.value(Q_max) else ">"
+    holds = "≤" if s.compare(Q, Q_max) <= 0 else ">"
     rule = (f"admit while (q + 1)·L_p ≤ c_max·floor(T_f / t_step); here {tokens_text(s, Q)} {holds} "
             f"{s.text(Q_max)} (c_max = {s.text(c_max)} per {s.text(t_mix)} step, "
             f"{s.text(n_max)})")

@@ -22,7 +22,7 @@ def _reply_regime(s: Sheet, e: Engine, work, B_pool, B_slo, speed, full, v, usab
     got, target = s.text(speed), s.text(v)
     ceiling = s.text(full)
     read = format_quantity(s.evaluate(work.bytes / usable), "%", 3)
-    if s.evaluate(work.flops / e.flop_rate) > s.evaluate(work.bytes / e.byte_rate):
+    if s.compare(work.flops / e.flop_rate, work.bytes / e.byte_rate) > 0:
         step = (f"a step at that batch is compute-bound (its decode math outlasts the read of {read} of each "
                 "GPU's usable HBM)")
         levers = ("Here the pool's batch is so large that its math sets the step; longer footprints mean fewer "

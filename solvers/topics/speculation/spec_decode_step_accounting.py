@@ -65,7 +65,8 @@ def _accounting_holds(s: Sheet, p, overhead: float, steps: tuple[float, float], 
     s.judge(key, "the verify pass at this batch is compute-bound", B > B_c,
             f"it turns compute-bound past {format_number(B_c, 3)} sequences")
     weights, kv, math_ = (s.value(x) for x in (costs.weights, costs.kv, costs.math))
-    s.judge(key, "the plain decode step at this batch is compute-bound", B * math_ > weights + B * kv,
+    s.judge(key, "the plain decode step at this batch is compute-bound",
+            s.compare(B * costs.math, costs.weights + B * costs.kv) > 0,
             f"{format_quantity(B * math_, 'ms')} of math against {format_quantity(weights + B * kv, 'ms')} of reads")
     kept = expected_tokens(p.alpha, gamma)
     s.judge(key, "over a third of the verify tokens are thrown away", 3 * (gamma + 1 - kept) > gamma + 1,

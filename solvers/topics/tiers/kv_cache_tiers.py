@@ -41,17 +41,16 @@ def _design(s: Sheet, p, e, work, D, times, values, comm) -> None:
         return format_quantity(value, "us")
 
     t_re, t_dram, t_ssd = times
-    re, dram, ssd = (s.value(x) for x in times)
-    s.judge("design", "keep a host-DRAM tier: its hits beat recomputing", dram < re,
+    ssd = s.value(t_ssd)
+    s.judge("design", "keep a host-DRAM tier: its hits beat recomputing", s.compare(t_dram, t_re) < 0,
             f"a DRAM fetch takes {s.text(t_dram)} a token against {s.text(t_re)} to recompute it: the host link "
             "brings a token's KV back faster than any GPU and model drawn here recomputes it", fact=True)
-    s.judge("design", "keep an NVMe tier: its hits beat recomputing", ssd < re,
+    s.judge("design", "keep an NVMe tier: its hits beat recomputing", s.compare(t_ssd, t_re) < 0,
             f"an NVMe fetch takes {s.text(t_ssd)} a token against {s.text(t_re)} to recompute it")
     v_H, v_D, v_S = values
-    hbm, from_dram, from_ssd = (s.value(v) for v in values)
-    s.judge("design", "the DRAM tier saves more per prompt token than the HBM tier", from_dram > hbm,
+    s.judge("design", "the DRAM tier saves more per prompt token than the HBM tier", s.compare(v_D, v_H) > 0,
             f"{s.text(v_D)} against {s.text(v_H)}: the hit rates weigh more than the fetch")
-    s.judge("design", "the NVMe tier saves more per prompt token than the DRAM tier", from_ssd > from_dram,
+    s.judge("design", "the NVMe tier saves more per prompt token than the DRAM tier", s.compare(v_S, v_D) > 0,
             f"{s.text(v_S)} against {s.text(v_D)}")
     # An fp8 cache halves the fetch and, by matmul-precision, moves attention's recompute to the fp8 peak.
     _, P_fp8 = given_matmul_peaks(s, p.gpu, p.dtype, "fp8", attention_symbol="P_fp8")
@@ -60,17 +59,18 @@ def _design(s: Sheet, p, e, work, D, times, values, comm) -> None:
     s.judge("design", "the NVMe tier would pay with an fp8 KV cache (half the bytes to fetch)",
             s.compare(t_ssd / 2, re_fp8) < 0, f"half the bytes: {us(ssd / 2)} a token against "
             f"{us(s.evaluate(re_fp8))} to recompute it, attention at the fp8 peak")
-    s.judge("design", "the NVMe tier would still pay with drives at half the read rate", 2 * ssd < re,
-            f"the fetch doubles to {us(2 * ssd)} a token against {s.text(t_re)}")
-    faster = s.evaluate((max_of(work.bytes / e.byte_rate, work.math / 2) + comm) / D)
+    s.judge("design", "the NVMe tier would still pay with drives at half the read rate",
+            s.compare(2 * t_ssd, t_re) < 0, f"the fetch doubles to {us(2 * ssd)} a token against {s.text(t_re)}")
+    faster = (max_of(work.bytes / e.byte_rate, work.math / 2) + comm) / D
     s.judge("design", "the NVMe tier would pay on a GPU with twice the tensor peak (same HBM, same drives)",
-            ssd < faster, f"the recompute drops to {us(faster)} a token; the fetch stays {s.text(t_ssd)}")
+            s.compare(t_ssd, faster) < 0,
+            f"the recompute drops to {us(s.evaluate(faster))} a token; the fetch stays {s.text(t_ssd)}")
     # The same prefill at four times the prompt: the weights' share per token falls, attention's grows.
     D4 = 4 * D
     comm4 = all_reduce_terms(s, p.model, p.gpu, p.tp).of(D4)
-    long = s.evaluate((max_of(work.bytes / e.byte_rate, e.math_time(2 * e.N * D4, e.A * D4**2 / 2)) + comm4) / D4)
-    s.judge("design", "the NVMe tier would pay for prompts four times this long", ssd < long,
-            f"attention's share of the recompute grows with the prompt: {us(long)} a token at "
+    long = (max_of(work.bytes / e.byte_rate, e.math_time(2 * e.N * D4, e.A * D4**2 / 2)) + comm4) / D4
+    s.judge("design", "the NVMe tier would pay for prompts four times this long", s.compare(t_ssd, long) < 0,
+            f"attention's share of the recompute grows with the prompt: {us(s.evaluate(long))} a token at "
             f"{format_number(4 * s.value(D))} tokens against {s.text(t_ssd)} to fetch")
     if all(s.judged("design").values()):
         raise Reject("every design option holds: nothing to tell apart")
@@ -78,7 +78,6 @@ def _design(s: Sheet, p, e, work, D, times, values, comm) -> None:
 
 def _admission(s: Sheet, pays: bool, admit) -> None:
     """Admission rules that keep the drives within their warranty's write budget."""
-    share = s.value(admit)
     cap = s.text(admit)
     if not pays:
         for _, option in SECOND_HIT_SHARES:
@@ -89,7 +88,7 @@ def _admission(s: Sheet, pays: bool, admit) -> None:
                 "there should be no SSD tier to write to")
         return
     for one_in, option in SECOND_HIT_SHARES:
-        s.judge("admission", option, share * one_in >= 1,
+        s.judge("admission", option, s.compare(admit * one_in, 1) >= 0,
                 f"1 in {format_number(one_in)} is {format_quantity(1 / one_in, '%')} of the prefilled KV, "
                 f"against the {cap} the warranty allows")
     s.judge("admission", "admit nothing: recompute what the faster tiers miss", False,

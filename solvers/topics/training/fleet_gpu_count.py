@@ -93,10 +93,10 @@ def _margin_judgements(s: Sheet, need, job, spare, g) -> None:
 
 
 def _smaller_why(s: Sheet, need, smaller) -> str:
-    if s.evaluate(smaller) <= 0:
+    if s.compare(smaller, 0) <= 0:
         return "no smaller job under the rule"
     stretch = s.evaluate(need / smaller)
-    close = stretch <= SCHEDULE_MISS
+    close = s.compare(need, SCHEDULE_MISS * smaller) <= 0
     return (f"{format_number(s.evaluate(smaller))} GPUs would take {format_number(stretch, 3)}× the schedule"
             + (": worth asking for the extra days instead of the extra GPUs" if close else ""))
 

@@ -9,7 +9,7 @@ from solvers.units import format_quantity
 MAX_STALL_SHARE = 0.05  # a save that stalls more than 5% of training is a setup no team keeps
 
 
-NEAR_OPTIMUM = 1.1  # within 10% of Young's minimum, retuning the interval gains little
+NEAR_OPTIMUM = sympy.Rational(11, 10)  # within 10% of Young's minimum, retuning the interval gains little
 
 
 LEVER_SHARE = sympy.Rational(1, 5)  # a lever worth naming first wins back at least a fifth of the loss
@@ -54,10 +54,10 @@ def _restart_regime(s: Sheet, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, 
                                              for x in (f_int, f_fix, f_ckpt, f_redo, f_best))
     storage, short = (s.text(x) for x in (tau_s, tau_m))
     parts = f"{interval} of training time ({stalls} in save stalls, {redone} in redone work)"
-    if s.value(f_int) <= NEAR_OPTIMUM * s.value(f_best):
+    if s.compare(f_int, NEAR_OPTIMUM * f_best) <= 0:
         move = (f"Today's interval is already near Young's {storage}, where this part bottoms out at {best}: "
                 f"retuning it gains little, and only a cheaper save (asynchronous, best every {short}) cuts it.")
-    elif s.value(tau) < s.value(tau_s):
+    elif s.compare(tau, tau_s) < 0:
         move = (f"The stalls are the larger part: checkpoint less often, toward Young's {storage}, or make each "
                 "save cheaper.")
     else:
