@@ -122,7 +122,7 @@ def test_split_kv_counts_match_fa2_split_ranges(variant, seed):
 
 
 OWN_SPLIT = {"every split of this variant gets at least one key tile",
-             "the partial outputs add under 5% to this step's attention traffic",
+             "the partial outputs add under {merge_share} to this step's attention traffic",
              "splitting at least halves this step's attention time"}
 
 

@@ -7,7 +7,7 @@ import sympy
 
 from solvers.conventions import convention_value
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, exact, floor_of, max_of, min_of
 from solvers.models.collective import crosses_domain, tp_all_reduce
 from solvers.models.common import (
     dtype_bytes,
@@ -145,7 +145,7 @@ def _mechanisms(s: Sheet, p, knobs: Knobs, kv: float, B_o: int, tuned: bool, bri
             f"{format_quantity(hbm_bandwidth(p.part), 'TB/s')} of HBM3e against the H100's "
             f"{format_quantity(hbm_bandwidth(p.old), 'TB/s')}: more, not less", fact=True)
     if not any(s.judged("mechanisms").values()):
-        raise Reject(f"no mechanism slows this deployment by 5% (TTFT {ratios[0]:.3f}x, TPOT {ratios[1]:.3f}x)")
+        raise Reject(f"no mechanism slows this deployment by {format_quantity(p.slower, '%')} (TTFT {ratios[0]:.3f}x, TPOT {ratios[1]:.3f}x)")
 
 
 def solve(p, s: Sheet) -> None:
@@ -223,15 +223,15 @@ def solve(p, s: Sheet) -> None:
     ttft_n = _prefill(s, p, "n", gpu_n, shared, rates_n, T, F_w, F_att, link_n, alpha_n)
     tpot_n = _decode(s, p, "n", gpu_n, shared, rates_n, C, KV, Bn, N_a, A, link_n, eager_n, alpha_n)
     r_ttft = s.step("ttft_ratio", "TTFT on the H200 part / on H100", "R_TTFT", ttft_n / ttft_o, "x",
-                    "5% or more above 1: users see the first token later")
+                    f"{format_quantity(p.slower, '%')} or more above 1: users see the first token later")
     r_tpot = s.step("tpot_ratio", "TPOT on the H200 part / on H100", "R_TPOT", tpot_n / tpot_o, "x",
-                    "5% or more above 1: each user's tokens come slower")
+                    f"{format_quantity(p.slower, '%')} or more above 1: each user's tokens come slower")
     s.step("throughput_ratio", "Decode tokens/s on the H200 part / on H100", "R_X", (Bn / tpot_n) / (Bo / tpot_o),
            "x", "the batch ratio over the TPOT ratio: the fleet can gain while each user loses")
     ratios = s.value(r_ttft), s.value(r_tpot)
     if any(abs(r / (1 + p.slower) - 1) < TOO_CLOSE for r in ratios):
-        raise Reject("TTFT or TPOT within 2% of 5% slower: too close to call")
-    worse = (ratios[0] >= 1 + p.slower, ratios[1] >= 1 + p.slower)
+        raise Reject(f"TTFT or TPOT within 2% of {format_quantity(p.slower, '%')} slower: too close to call")
+    worse = tuple(s.compare(r, 1 + exact(p.slower)) >= 0 for r in (r_ttft, r_tpot))
     s.choose("regressed", {(True, True): "ttft-and-tpot", (True, False): "ttft-only", (False, True): "tpot-only",
                            (False, False): "neither"}[worse])
 

@@ -140,9 +140,9 @@ def _attention_fixes(s: Sheet, p, *, ds, ds_c, flushed, promoted, e_acc, r_K) ->
             s.compare(e_acc, s.param("k_promote", "promote_cut") * promoted) > 0,
             f"T/N_c = {format_number(p.context / p.promote, 3)}: the bound scales with the chopped adds in a chain")
     s.judge("fixes", "an unscaled P flushes more than {flushed_line} of the attention mass",
-            s.value(unscaled) > exact(p.flushed_line), f"{s.text(unscaled, 3)} of it below 2^-10")
+            s.compare(unscaled, exact(p.flushed_line)) > 0, f"{s.text(unscaled, 3)} of it below 2^-10")
     s.judge("fixes", "scaling P by {p_scale} before the cast would leave under {small_error} of the attention mass "
-            "flushed", s.value(scaled) < exact(p.small_error),
+            "flushed", s.compare(scaled, exact(p.small_error)) < 0,
             f"{s.text(unscaled, 3)} flushed unscaled, {s.text(scaled, 3)} scaled")
     s.judge("fixes", "promoting the accumulator to FP32 every N_c tokens keeps its error under {small_error}",
             s.compare(promoted, s.param("e_small", "small_error")) < 0,
