@@ -204,15 +204,64 @@ def admission_by_hand(solution):
             "ttft": math.ceil(backlog / chunk) * step, "added_delay": L * step / chunk, "regime": verdict}
 
 
-def test_admission_queueing_saves_nothing_and_says_who_pays(variant):
-    """The review's point: holding a request outside the engine does not save its own TTFT (its clock
-    runs), so "queue" was the wrong verdict. Holding never gets it in time; the key names who pays."""
-    for solution in _draws(variant, "coupled-slo-admission")[:40]:
-        assert solution.sheet.results["remedies"]["hold it outside the engine until the backlog drains"] is False
-    solution = variant("coupled-slo-admission@default")
-    assert "queue" not in solution.question.answer("regime").choices
-    summary = solution.sheet.regime.summary
-    assert "clock is already running" in summary and "every later arrival pays 0.1883 s more" in summary
+def _prefill_finishes(prompts: list[int], chunk: int, start: int = 0) -> list[int]:
+    """Chunked prefill, FCFS, step by step from step `start`: each step takes up to `chunk` waiting prompt tokens
+    from the front of the queue (the end of one prompt and the start of the next may share a step). Returns the
+    step that finishes each prompt: its first token comes out with that step."""
+    finishes, queue, step = [], list(prompts), start
+    while queue:
+        step, room = step + 1, chunk
+        while queue and room:
+            taken = min(room, queue[0])
+            room, queue[0] = room - taken, queue[0] - taken
+            if queue[0] == 0:
+                queue.pop(0)
+                finishes.append(step)
+    return finishes
+
+
+HOLD = "hold it outside the engine until the backlog drains"
+ADMIT = "admit it here now, behind the waiting prompts"
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_admission_backlog_by_step_simulation(variant, seed):
+    """The review's wrong key: holding the request outside until the backlog drains was keyed false in every
+    draw, though the drained backlog and then its own chunks often fit the TTFT target. Simulated step by step:
+    the TTFT admitted now, the drain, the TTFT held, the backlog limit and the options that follow from them."""
+    solution = variant(f"coupled-slo-admission@{seed}")
+    results, expected = solution.sheet.results, solution.expected
+    chunk, step = round(expected["chunk"]), results["step_time"]
+    prompt, queued, target = round(_value(solution, "prompt")), _value(solution, "queued"), _value(solution, "ttft")
+    waiting = [prompt] * queued
+    now = _prefill_finishes([*waiting, prompt], chunk)[-1]
+    assert expected["ttft"] == pytest.approx(now * step, rel=1e-12)
+    drained = _prefill_finishes(waiting, chunk)[-1] if waiting else 0
+    assert results["drain_steps"] == drained
+    held = _prefill_finishes([prompt], chunk, start=drained)[-1]
+    assert results["ttft_held"] == pytest.approx(held * step, rel=1e-12)
+    assert results["remedies"][HOLD] == (held * step <= target)
+    assert results["remedies"][ADMIT] == (now * step <= target)
+    # The limit: the most backlog tokens whose last one comes out within the target, one token more does not.
+    limit = round(expected["backlog_limit"])
+    assert _prefill_finishes([limit], chunk)[-1] * step <= target < _prefill_finishes([limit + 1], chunk)[-1] * step
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_admission_added_delay_is_the_mean_over_later_arrivals(variant, seed):
+    """The delay every later arrival pays, simulated: a later prompt finishes floor or ceil(prompt / chunk) steps
+    later for the new one ahead of it, as it falls in a chunk; over every place it can fall (a whole chunk of
+    lengths), the mean is prompt / prefill rate, the key (the prompt says "mean delay")."""
+    solution = variant(f"coupled-slo-admission@{seed}")
+    chunk, step = round(solution.expected["chunk"]), solution.sheet.results["step_time"]
+    prompt, queued = round(_value(solution, "prompt")), _value(solution, "queued")
+    delays = []
+    for later in range(prompt, prompt + chunk):  # one chunk's worth of lengths: every place it can end in a chunk
+        without = _prefill_finishes([prompt] * queued + [later], chunk)[-1]
+        with_it = _prefill_finishes([prompt] * (queued + 1) + [later], chunk)[-1]
+        delays.append(with_it - without)
+    assert set(delays) <= {prompt // chunk, -(-prompt // chunk)}
+    assert sum(delays) / chunk * step == pytest.approx(solution.expected["added_delay"], rel=1e-12)
 
 
 def test_admission_ttft_targets_scale_with_the_prompt(variant):
@@ -246,10 +295,11 @@ def test_admission_ttft_counts_whole_steps(variant):
 
 
 def test_admission_draws_fit_and_stay_in_context(variant):
-    """The new prompt's KV must fit beside the running batch, and within the model's context."""
+    """The backlog's KV (the waiting prompts and the new one) must fit beside the running batch, and each prompt
+    within the model's context."""
     for solution in _draws(variant, "coupled-slo-admission"):
-        B, S, L = (_value(solution, n) for n in ("batch", "context", "prompt"))
-        assert _fits(_group(solution), B * S + L)
+        B, S, L, q = (_value(solution, n) for n in ("batch", "context", "prompt", "queued"))
+        assert _fits(_group(solution), B * S + (q + 1) * L)
         assert L <= _value(solution, "model").max_context
     # 100 x 13,000 tokens of KV fit 8 x H100 beside the weights (1.33M tokens); 30,000 more do not.
     variant("coupled-slo-admission@default+batch=100+context=13000+prompt=20000+queued=0")
