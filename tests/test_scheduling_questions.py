@@ -639,3 +639,47 @@ def test_roofline_pinned_seed(variant):
     """Seed 7 draws these parameters (its keys are pinned in the question file)."""
     assert [p.raw for p in variant("roofline-model-breaks@7").params] == [
         "qwen2.5-72b", "b200", 8, 240, 1200, 65, 15, 0.55, 60, 10, 2]
+
+
+def _decode_loop(gpu: float, cpu: float, reply: int, batch: int, steps: int, overlap: bool) -> tuple[list[float], int]:
+    """The decode loop step by step. Serial: the CPU processes step n's tokens and plans step n + 1, then the GPU
+    runs it. Overlapped: the GPU runs step n + 1 as soon as step n's CPU planning of it is done, on step n's
+    sampled ids; the CPU processes step n's tokens while it runs. A request's stop is seen only when its tokens
+    are processed, so with overlap one more step was already launched for it: that token is thrown away.
+    Returns when each step ends on the GPU, and the useful tokens."""
+    gpu_end = cpu_end = 0.0
+    ends = []
+    written = [0] * batch  # tokens each slot's request has kept
+    useful = 0
+    for _ in range(steps):
+        start = max(gpu_end, cpu_end) if not overlap else max(gpu_end, cpu_end - cpu)  # planned in the last CPU pass
+        gpu_end = start + gpu
+        cpu_end = max(gpu_end, cpu_end) + cpu
+        ends.append(gpu_end)
+        for slot in range(batch):
+            if written[slot] < reply:
+                written[slot] += 1
+                useful += 1
+            elif overlap and written[slot] == reply:  # launched before its stop was seen: a placeholder
+                written[slot] += 1
+            if written[slot] == reply + (1 if overlap else 0):
+                written[slot] = 0  # the next request takes the slot
+    return ends, useful
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_overlap_step_and_throughput_by_simulation(variant, seed):
+    """The overlap step max(t_GPU, t_CPU) and the useful throughput B/t · L/(L + 1), against the loop simulated
+    step by step over many replies; the serial loop's t_GPU + t_CPU likewise."""
+    solution = variant(f"decode-loop-overlap@{seed}")
+    results = solution.sheet.results
+    gpu, cpu = results["gpu_time"], results["cpu_time"]
+    reply, batch = round(_value(solution, "reply")), round(_value(solution, "batch"))
+    steps = 20 * (reply + 1)  # whole replies in every slot, so the throughput is the steady one
+    sides = ((True, "throughput_overlap", "overlap_step"), (False, "throughput_serial", "serial_step"))
+    for overlap, key, step in sides:
+        ends, useful = _decode_loop(gpu, cpu, reply, batch, steps, overlap)
+        pace = (ends[-1] - ends[steps // 2]) / (steps - 1 - steps // 2)  # the steady pace, past the start
+        assert pace == pytest.approx(results[step], rel=1e-9)
+        assert useful == batch * steps * (reply / (reply + 1) if overlap else 1)  # whole replies: a placeholder each
+        assert useful / (steps * pace) == pytest.approx(results[key], rel=1e-9)
