@@ -3,6 +3,7 @@ cluster-bill-of-materials."""
 from __future__ import annotations
 
 import math
+import random
 import re
 from collections import Counter
 
@@ -416,3 +417,35 @@ def test_restart_goodput_never_keys_a_lever_on_a_knife_edge(variant):
         for why in reasons.values():
             win, bar = (float(x) for x in re.findall(r"([\d.]+)%", why)[:2])
             assert abs(win / bar - 1) >= 0.02, (seed, why)  # 3% before rounding to three figures
+
+
+def _restart_timeline(mtbf: float, recovery: float, interval: float, stall: float, failures: int,
+                      rng: random.Random) -> float:
+    """A job's wall clock, failure by failure: it computes `interval`, stalls `stall` to save, and so on; a failure
+    (Poisson, mean gap `mtbf` of running time) costs the fixed recovery plus the work since the last completed
+    save (a save cut short saves nothing). Returns the share of the wall clock lost to restarts."""
+    lost = wall = 0.0
+    for _ in range(failures):
+        running = rng.expovariate(1 / mtbf)  # wall time until the next failure
+        lost += recovery + running % (interval + stall)  # all since the last completed save
+        wall += running + recovery
+    return lost / wall
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "restart-goodput@4: key 16.6%, the simulated timeline 15.0% (-9.8%); 13 of seeds 0-19 past the answer's 2%. "
+    "R·(F + τ/2) per hour of wall clock leaves out that recovery is wall clock too (M + F per failure, not M) "
+    "and that the save stall is part of the rewound cycle: first-order terms of (F + τ + C)/M. Reported."))
+def test_restart_loss_matches_a_simulated_failure_timeline(variant):
+    """restart_loss = R·(F + τ/2): failures at random land on average halfway through an interval. A simulated
+    timeline of 20,000 failures per seed should agree within the answer's 2%, plus 1% of sampling noise."""
+    off = {}
+    for seed in range(20):
+        solution = variant(f"restart-goodput@{seed}")
+        results = solution.sheet.results
+        interval, stall = solution.param("interval").value, solution.param("ckpt_storage").value
+        simulated = _restart_timeline(results["mtbf"], results["fixed_recovery"], interval, stall, 20_000,
+                                      random.Random(seed))
+        if abs(simulated / results["restart_loss"] - 1) > 0.03:
+            off[seed] = simulated / results["restart_loss"] - 1
+    assert not off, off

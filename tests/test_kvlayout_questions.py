@@ -2,11 +2,14 @@
 mla-tp-duplication, recurrent-state-inventory."""
 from __future__ import annotations
 
+import itertools
 import math
+from fractions import Fraction
 
 import pytest
 
 from solvers.answers import CORRECT
+from solvers.engine import VariantError
 from solvers.models.common import GPU_MEMORY_UTILIZATION
 
 GiB, MiB, KiB = 2**30, 2**20, 2**10
@@ -64,21 +67,73 @@ def test_preemption_matches_plain_arithmetic(variant, seed):
     assert expected["regime"] == ("swap-cheaper" if t_swap < t_rec else "recompute-cheaper")
 
 
-@pytest.mark.parametrize("seed", range(30))
-def test_preemption_eviction_cascade_by_simulation(variant, seed):
-    """Evict victims of C tokens one at a time until the freed KV carries the streams still running
-    to the nearest completion, R tokens away; the count is the closed form ceil((b + 1)·R / (C + R))."""
+def _simulate_evictions(context: int, batch: int, remaining: int) -> tuple[int, Fraction]:
+    """The pool as the key reads it, tokens flowing: the streams still writing drain the free tokens until the
+    pool runs dry (part-way through a step, maybe), then a victim holding `context` tokens is evicted and stops
+    writing. The nearest request is done once `remaining` steps have passed. Returns the evictions and the step
+    at which the last one came, in exact fractions."""
+    free, writers, evicted, now, last = Fraction(0), batch + 1, 0, Fraction(0), Fraction(0)
+    while now < remaining:
+        if free == 0:
+            free, writers, evicted, last = free + context, writers - 1, evicted + 1, now
+        ran = min(free / writers, remaining - now)
+        free, now = free - ran * writers, now + ran
+    return evicted, last
+
+
+def _evictions_in_whole_tokens(context: int, batch: int, remaining: int) -> int:
+    """The engine's reading: before each decode step, evict victims of `context` tokens while the free tokens
+    cannot give every running stream its next one; then they all write it."""
+    free, writers, evicted = 0, batch + 1, 0
+    for _ in range(remaining):
+        while free < writers:
+            free, writers, evicted = free + context, writers - 1, evicted + 1
+        free -= writers
+    return evicted
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_preemption_evictions_follow_the_pool_step_by_step(variant, seed):
+    """The review's wrong key: k·C ≥ (b + 1 − k)·R took each later victim as not having grown before its turn.
+    Simulated, the pool runs dry again at 96, 193.5, 292.6... at the default; the key and its bracket agree."""
     solution = variant(f"preemption-policies@{seed}")
     p = _params(solution)
-    context, running, remaining = p["context"], p["batch"] + 1, p["remaining"]
-    freed = evicted = 0
-    while freed < (running - evicted) * remaining:
-        evicted += 1
-        freed += context
+    context, batch, remaining = (round(p[name]) for name in ("context", "batch", "remaining"))  # whole, as drawn
+    evicted, last = _simulate_evictions(context, batch, remaining)
+    results = solution.sheet.results
     assert solution.expected["evictions"] == evicted
-    assert solution.expected["steps_bought"] == context // p["batch"]
+    # Whole tokens a step (the engine's way) run the pool a little longer at each eviction; never by a victim
+    # within these draws, so either reading gets the same key.
+    assert _evictions_in_whole_tokens(context, batch, remaining) == evicted
+    assert results["t_dry_before"] == pytest.approx(float(last), rel=1e-12)  # the last eviction's step
+    assert results["t_dry_before"] < p["remaining"] <= results["t_dry"]
+    assert solution.expected["steps_bought"] == p["context"] // p["batch"]
     one = "One eviction of this victim frees enough KV for the batch to reach its next completion"
-    assert solution.sheet.results["who_pays"][one] == (evicted == 1)
+    assert results["who_pays"][one] == (evicted == 1)
+
+
+@pytest.mark.parametrize("code, evictions, dry", [
+    ("default", 6, [96, 193.5, 292.6, 393.3, 495.7]),  # the review's timeline: 500 is past the fifth
+    ("7008+pcie=1.7", 95, None),  # the old key said 77
+    ("default+remaining=96", 1, [96]),  # the first victim lasts exactly to the completion: no second
+])
+def test_preemption_eviction_timeline(variant, code, evictions, dry):
+    solution = variant(f"preemption-policies@{code}")
+    p = _params(solution)
+    assert _simulate_evictions(round(p["context"]), round(p["batch"]), round(p["remaining"]))[0] == evictions
+    assert solution.expected["evictions"] == evictions
+    if dry:
+        times = itertools.accumulate(Fraction(round(p["context"]), round(p["batch"]) - i) for i in range(len(dry)))
+        assert [round(float(t), 1) for t in times] == dry
+
+
+def test_preemption_a100_pcie_is_gen4(variant):
+    """A100 links are PCIe Gen4 (about 32 GB/s one way on x16): no draw gives one more than 25 GB/s effective."""
+    for seed in range(300):
+        p = _params(variant(f"preemption-policies@{seed}"))
+        assert p["gpu"].name != "A100 SXM 80GB" or p["pcie"] <= 25e9
+    with pytest.raises(VariantError, match="a100_pcie_gen4"):
+        variant("preemption-policies@default+gpu=a100-sxm-80gb+pcie=30")
 
 
 def test_preemption_wait_stalls_the_whole_batch(variant):

@@ -232,15 +232,64 @@ def admission_by_hand(solution):
             "ttft": math.ceil(backlog / chunk) * step, "added_delay": L * step / chunk, "regime": verdict}
 
 
-def test_admission_queueing_saves_nothing_and_says_who_pays(variant):
-    """The review's point: holding a request outside the engine does not save its own TTFT (its clock
-    runs), so "queue" was the wrong verdict. Holding never gets it in time; the key names who pays."""
-    for solution in _draws(variant, "coupled-slo-admission")[:40]:
-        assert solution.sheet.results["remedies"]["hold it outside the engine until the backlog drains"] is False
-    solution = variant("coupled-slo-admission@default")
-    assert "queue" not in solution.question.answer("regime").choices
-    summary = solution.sheet.regime.summary
-    assert "clock is already running" in summary and "every later arrival pays 0.1883 s more" in summary
+def _prefill_finishes(prompts: list[int], chunk: int, start: int = 0) -> list[int]:
+    """Chunked prefill, FCFS, step by step from step `start`: each step takes up to `chunk` waiting prompt tokens
+    from the front of the queue (the end of one prompt and the start of the next may share a step). Returns the
+    step that finishes each prompt: its first token comes out with that step."""
+    finishes, queue, step = [], list(prompts), start
+    while queue:
+        step, room = step + 1, chunk
+        while queue and room:
+            taken = min(room, queue[0])
+            room, queue[0] = room - taken, queue[0] - taken
+            if queue[0] == 0:
+                queue.pop(0)
+                finishes.append(step)
+    return finishes
+
+
+HOLD = "hold it outside the engine until the backlog drains"
+ADMIT = "admit it here now, behind the waiting prompts"
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_admission_backlog_by_step_simulation(variant, seed):
+    """The review's wrong key: holding the request outside until the backlog drains was keyed false in every
+    draw, though the drained backlog and then its own chunks often fit the TTFT target. Simulated step by step:
+    the TTFT admitted now, the drain, the TTFT held, the backlog limit and the options that follow from them."""
+    solution = variant(f"coupled-slo-admission@{seed}")
+    results, expected = solution.sheet.results, solution.expected
+    chunk, step = round(expected["chunk"]), results["step_time"]
+    prompt, queued, target = round(_value(solution, "prompt")), _value(solution, "queued"), _value(solution, "ttft")
+    waiting = [prompt] * queued
+    now = _prefill_finishes([*waiting, prompt], chunk)[-1]
+    assert expected["ttft"] == pytest.approx(now * step, rel=1e-12)
+    drained = _prefill_finishes(waiting, chunk)[-1] if waiting else 0
+    assert results["drain_steps"] == drained
+    held = _prefill_finishes([prompt], chunk, start=drained)[-1]
+    assert results["ttft_held"] == pytest.approx(held * step, rel=1e-12)
+    assert results["remedies"][HOLD] == (held * step <= target)
+    assert results["remedies"][ADMIT] == (now * step <= target)
+    # The limit: the most backlog tokens whose last one comes out within the target, one token more does not.
+    limit = round(expected["backlog_limit"])
+    assert _prefill_finishes([limit], chunk)[-1] * step <= target < _prefill_finishes([limit + 1], chunk)[-1] * step
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_admission_added_delay_is_the_mean_over_later_arrivals(variant, seed):
+    """The delay every later arrival pays, simulated: a later prompt finishes floor or ceil(prompt / chunk) steps
+    later for the new one ahead of it, as it falls in a chunk; over every place it can fall (a whole chunk of
+    lengths), the mean is prompt / prefill rate, the key (the prompt says "mean delay")."""
+    solution = variant(f"coupled-slo-admission@{seed}")
+    chunk, step = round(solution.expected["chunk"]), solution.sheet.results["step_time"]
+    prompt, queued = round(_value(solution, "prompt")), _value(solution, "queued")
+    delays = []
+    for later in range(prompt, prompt + chunk):  # one chunk's worth of lengths: every place it can end in a chunk
+        without = _prefill_finishes([prompt] * queued + [later], chunk)[-1]
+        with_it = _prefill_finishes([prompt] * (queued + 1) + [later], chunk)[-1]
+        delays.append(with_it - without)
+    assert set(delays) <= {prompt // chunk, -(-prompt // chunk)}
+    assert sum(delays) / chunk * step == pytest.approx(solution.expected["added_delay"], rel=1e-12)
 
 
 def test_admission_ttft_targets_scale_with_the_prompt(variant):
@@ -274,10 +323,11 @@ def test_admission_ttft_counts_whole_steps(variant):
 
 
 def test_admission_draws_fit_and_stay_in_context(variant):
-    """The new prompt's KV must fit beside the running batch, and within the model's context."""
+    """The backlog's KV (the waiting prompts and the new one) must fit beside the running batch, and each prompt
+    within the model's context."""
     for solution in _draws(variant, "coupled-slo-admission"):
-        B, S, L = (_value(solution, n) for n in ("batch", "context", "prompt"))
-        assert _fits(_group(solution), B * S + L)
+        B, S, L, q = (_value(solution, n) for n in ("batch", "context", "prompt", "queued"))
+        assert _fits(_group(solution), B * S + (q + 1) * L)
         assert L <= _value(solution, "model").max_context
     # 100 x 13,000 tokens of KV fit 8 x H100 beside the weights (1.33M tokens); 30,000 more do not.
     variant("coupled-slo-admission@default+batch=100+context=13000+prompt=20000+queued=0")
@@ -617,3 +667,47 @@ def test_roofline_pinned_seed(variant):
     """Seed 7 draws these parameters (its keys are pinned in the question file)."""
     assert [p.raw for p in variant("roofline-model-breaks@7").params] == [
         "qwen2.5-72b", "b200", 8, 240, 1200, 65, 15, 0.55, 60, 10, 2]
+
+
+def _decode_loop(gpu: float, cpu: float, reply: int, batch: int, steps: int, overlap: bool) -> tuple[list[float], int]:
+    """The decode loop step by step. Serial: the CPU processes step n's tokens and plans step n + 1, then the GPU
+    runs it. Overlapped: the GPU runs step n + 1 as soon as step n's CPU planning of it is done, on step n's
+    sampled ids; the CPU processes step n's tokens while it runs. A request's stop is seen only when its tokens
+    are processed, so with overlap one more step was already launched for it: that token is thrown away.
+    Returns when each step ends on the GPU, and the useful tokens."""
+    gpu_end = cpu_end = 0.0
+    ends = []
+    written = [0] * batch  # tokens each slot's request has kept
+    useful = 0
+    for _ in range(steps):
+        start = max(gpu_end, cpu_end) if not overlap else max(gpu_end, cpu_end - cpu)  # planned in the last CPU pass
+        gpu_end = start + gpu
+        cpu_end = max(gpu_end, cpu_end) + cpu
+        ends.append(gpu_end)
+        for slot in range(batch):
+            if written[slot] < reply:
+                written[slot] += 1
+                useful += 1
+            elif overlap and written[slot] == reply:  # launched before its stop was seen: a placeholder
+                written[slot] += 1
+            if written[slot] == reply + (1 if overlap else 0):
+                written[slot] = 0  # the next request takes the slot
+    return ends, useful
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_overlap_step_and_throughput_by_simulation(variant, seed):
+    """The overlap step max(t_GPU, t_CPU) and the useful throughput B/t · L/(L + 1), against the loop simulated
+    step by step over many replies; the serial loop's t_GPU + t_CPU likewise."""
+    solution = variant(f"decode-loop-overlap@{seed}")
+    results = solution.sheet.results
+    gpu, cpu = results["gpu_time"], results["cpu_time"]
+    reply, batch = round(_value(solution, "reply")), round(_value(solution, "batch"))
+    steps = 20 * (reply + 1)  # whole replies in every slot, so the throughput is the steady one
+    sides = ((True, "throughput_overlap", "overlap_step"), (False, "throughput_serial", "serial_step"))
+    for overlap, key, step in sides:
+        ends, useful = _decode_loop(gpu, cpu, reply, batch, steps, overlap)
+        pace = (ends[-1] - ends[steps // 2]) / (steps - 1 - steps // 2)  # the steady pace, past the start
+        assert pace == pytest.approx(results[step], rel=1e-9)
+        assert useful == batch * steps * (reply / (reply + 1) if overlap else 1)  # whole replies: a placeholder each
+        assert useful / (steps * pace) == pytest.approx(results[key], rel=1e-9)

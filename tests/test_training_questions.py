@@ -131,3 +131,38 @@ def test_state_bytes_pinned_seed(variant):
     assert raw == {"params": 830, "gpu": "h200-sxm", "grad_accum": "fp32", "usable": 60, "gpus_per_node": 8,
                    "nics_per_node": 4, "nic": "connectx-7", "gpus": 4096, "batch_tokens": 16_000_000, "mfu": 38,
                    "microbatches": 64}
+
+
+def _one_f_one_b(stages: int, microbatches: int, forward: int = 1, backward: int = 2) -> float:
+    """A 1F1B pipeline step simulated op by op: each stage runs its warm-up forwards, then one forward and one
+    backward in turn, then its last backwards; an op starts once its stage is free and its input has arrived
+    (a forward from the stage before, a backward from the stage after). Returns the idle share of the step."""
+    done: dict[tuple[str, int, int], int] = {}
+    orders = []
+    for stage in range(stages):
+        warm = min(stages - stage - 1, microbatches)
+        order = [("F", j) for j in range(warm)]
+        for j in range(microbatches - warm):
+            order += [("F", warm + j), ("B", j)]
+        orders.append(order + [("B", j) for j in range(microbatches - warm, microbatches)])
+    free, cursor = [0] * stages, [0] * stages
+    while any(cursor[s] < len(orders[s]) for s in range(stages)):
+        for s in range(stages):
+            while cursor[s] < len(orders[s]):
+                kind, j = orders[s][cursor[s]]
+                need = ("F", s - 1, j) if kind == "F" else ("B", s + 1, j) if s < stages - 1 else ("F", s, j)
+                if not (kind == "F" and s == 0) and need not in done:  # the first stage's forwards need nothing
+                    break
+                start = max(free[s], done.get(need, 0))
+                free[s] = done[(kind, s, j)] = start + (forward if kind == "F" else backward)
+                cursor[s] += 1
+    return 1 - microbatches * (forward + backward) / max(free)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_training_state_bubble_matches_a_simulated_1f1b_schedule(variant, seed):
+    """The bubble's closed form (p − 1)/(m + p − 1), against the 1F1B schedule simulated op by op."""
+    solution = variant(f"training-state-bytes@{seed}")
+    stages = round(solution.expected["nodes"])
+    microbatches = round(solution.param("microbatches").value)
+    assert solution.expected["bubble"] == pytest.approx(_one_f_one_b(stages, microbatches), rel=1e-12)

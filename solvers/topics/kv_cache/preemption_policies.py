@@ -1,9 +1,11 @@
 """Out of KV blocks - recompute, swap, or wait."""
 from __future__ import annotations
 
+from fractions import Fraction
+
 import sympy
 
-from solvers.derivation import Sheet, Side, ceil_of, floor_of, min_of
+from solvers.derivation import Reject, Sheet, Side, floor_of, min_of
 from solvers.models.collective import tp_all_reduce
 from solvers.models.common import dtype_bytes, given_config, given_model_params, given_peak_flops
 from solvers.models.kvcache import (
@@ -37,6 +39,29 @@ def _preemption_regime(s: Sheet, t_rec, t_swap, W_star, W) -> None:
         f"Above {breakeven} of effective PCIe bandwidth swap wins, and the break-even falls for a model "
         "that redoes more FLOPs per KV byte (a larger model, fp8 KV, a longer context) or for slower "
         "compute: nobody then redoes work, and the running streams wait only for the copies."))
+
+
+def _evictions(s: Sheet, C, b, R, context: int, batch: int, remaining: int):
+    """Evict one C-token victim each time the pool runs dry. After the i-th eviction b + 1 − i streams write, so
+    the C tokens it frees last C / (b + 1 − i) steps, and after k evictions the pool is dry again at step
+    t_k = C·(1/b + 1/(b − 1) + … + 1/(b − k + 1)). The key is the least k with t_k ≥ R, found exactly in
+    fractions and shown as the bracket t_(k−1) < R ≤ t_k."""
+    dry, count = Fraction(0), 0
+    while dry < remaining:
+        if count >= batch:  # the nearest request itself would be next: never reached within the draws' ranges
+            raise Reject("evicting every other stream does not reach the nearest completion")
+        dry += Fraction(context) / (Fraction(batch) - count)
+        count += 1
+    k = s.step("evictions", "Victims of this size evicted before the nearest completion", "k",
+               s.integer(count), "",
+               "the least k whose freed tokens carry the streams left to the nearest completion: the two steps below")
+    t_k = s.step("t_dry", "Step at which the pool runs dry after k evictions", "t_k",
+                 C * (sympy.harmonic(b) - sympy.harmonic(b - k)), "steps",
+                 "the i-th victim's C tokens feed the b + 1 − i streams still writing; harmonic(n) = 1 + 1/2 + … + 1/n")
+    t_before = s.step("t_dry_before", "Step at which it runs dry after k − 1", "t_k1",
+                      C * (sympy.harmonic(b) - sympy.harmonic(b - k + 1)), "steps",
+                      "one victim fewer: the pool runs dry before the nearest request has written its R tokens")
+    return k, t_k, t_before
 
 
 def solve(p, s: Sheet) -> None:
@@ -81,10 +106,7 @@ def solve(p, s: Sheet) -> None:
                "the victim frees C tokens of KV; the running streams write b tokens of it per step")
     s.step("reserve", "KV the batch writes before that completion (each GPU)", "V_res", b * R * kv_gpu, "GB",
            "what a scheduler must hold back for waiting to be safe: b streams, R tokens each")
-    k = s.step("evictions", "Victims of this size evicted before the nearest completion", "k",
-               ceil_of((b + 1) * R / (C + R)), "requests",
-               "k victims free k·C tokens and stop writing; the b + 1 − k left write R each: k·C ≥ (b + 1 − k)·R")
-
+    k, t_k, t_before = _evictions(s, C, b, R, p.context, p.batch, p.remaining)
     s.assume(f"Recompute at {format_number(p.mfu * 100)}% of the dense {p.weight_dtype} peak across the TP group "
              "(prefill is compute-bound), plus the TP all-reduces by the card's tp-all-reduce model; all weights "
              "and the causal attention over the context counted, nothing of the victim left in a prefix cache.")
@@ -98,8 +120,10 @@ def solve(p, s: Sheet) -> None:
              "worth of tokens, so evicting no one stalls them all, the nearest-to-done request included (it "
              "is R tokens from done). Engines avoid this by stopping admissions early (a watermark or a "
              "reserve of blocks) and by preempting, never by waiting.")
-    s.assume(f"Victims evicted later are of the same size; the {format_number(p.batch)} other streams grow by one "
-             "token per step and none finishes before the nearest one; block granularity is ignored.")
+    s.assume("Each later victim holds the same C tokens when it is evicted, and an evicted stream stops writing; "
+             f"the {format_number(p.batch)} other streams write one token per step each and none finishes before "
+             "the nearest one. Tokens are counted as they flow (the pool runs dry part-way through a step) and "
+             "block granularity is ignored.")
     one_gpu = f"x{n_gpus}: one GPU doing the whole recompute or copy, not its 1/{n_gpus} share"
     s.slip(one_gpu, n_gpus, on="t_swap")
     s.slip(one_gpu, on="t_recompute", factor=s.evaluate(n * t_math + t_ar) / s.value(t_rec))

@@ -12,7 +12,7 @@ from solvers.models.steptime import (
 from solvers.units import format_quantity
 
 
-def _admission_remedies(s: Sheet, Q, Q_max, L_p, ttft, T_f, t_solo, delay) -> None:
+def _admission_remedies(s: Sheet, Q, Q_max, L_p, ttft, T_f, t_solo, t_held, delay) -> None:
     """Which ways of serving the new request get its first token within the target, and who pays."""
     late, target, cost = (s.text(x) for x in (ttft, T_f, delay))
     alone = format_quantity(s.value(t_solo), "s")
@@ -20,9 +20,10 @@ def _admission_remedies(s: Sheet, Q, Q_max, L_p, ttft, T_f, t_solo, delay) -> No
     key = "remedies"
     s.judge(key, "admit it here now, behind the waiting prompts", s.compare(Q, Q_max) <= 0,
             f"behind the backlog its first token comes after {late}, against {target}")
-    s.judge(key, "hold it outside the engine until the backlog drains", False,
-            f"its TTFT clock runs while it waits: it sees at least the {late} it sees admitted now, and every later "
-            "arrival still waits behind it", fact=True)
+    held = s.compare(t_held, T_f) <= 0
+    s.judge(key, "hold it outside the engine until the backlog drains", held,
+            f"its TTFT clock runs while it waits: the waiting prompts drain, then its own chunks run, "
+            f"{s.text(t_held)} in all, {'within' if held else 'past'} {target}")
     s.judge(key, "let it overtake the waiting prompts", own,
             f"its prompt alone {'fits' if own else 'exceeds'} the {s.text(Q_max)} this replica prefills "
             f"within {target}; the prompts it overtakes each pay its {cost}")
@@ -81,7 +82,7 @@ def solve(p, s: Sheet) -> None:
     e, B, S, tau, T_f = streams_and_targets(p, s)
     L_p = s.param("L_p", "prompt")
     q = s.param("q", "queued")
-    require_fit(s, e, p.gpu, B * S + L_p)
+    require_fit(s, e, p.gpu, B * S + (q + 1) * L_p)  # the backlog's KV joins the batch's as it is prefilled
 
     dec = step_work(s, e, "dec", "decode-only step", B, B * S, B * S)
     require_tpot_room(s, e, dec.bytes, tau)
@@ -102,6 +103,11 @@ def solve(p, s: Sheet) -> None:
                "full chunks (one may hold the end of one prompt and the start of the next); the last may be partial")
     ttft = s.step("ttft", "TTFT of the new request if admitted", "TTFT", n * t_mix, "s",
                   "its first token comes out with the step that finishes its prompt")
+    n_q = s.step("drain_steps", "Steps to drain the waiting prompts", "n_q", ceil_of(q * L_p / c_max), "steps",
+                 "the backlog without the new request, in full chunks")
+    t_held = s.step("ttft_held", "TTFT if held outside until the backlog drains", "TTFT_h",
+                    (n_q + ceil_of(L_p / c_max)) * t_mix, "s",
+                    "the drain, then its own chunks: no step shares the end of the backlog with its start")
     delay = s.step("added_delay", "What admitting it costs every later arrival", "Δ", L_p / X_p, "s",
                    "its prompt occupies the chunks of the steps it takes, ahead of anyone who arrives after it")
     solo = step_work(s, e, "solo", "prefill alone on an idle group", L_p, L_p**2 / 2, 0)
@@ -118,6 +124,10 @@ def solve(p, s: Sheet) -> None:
              "batch and its context stay as they are while the backlog drains, and the first token comes out "
              "with the step that holds the request's last prompt token. The TTFT clock starts at arrival, "
              "wherever the request waits.")
+    s.assume("The delay a later arrival pays is the mean: the new prompt over the prefill rate. In whole steps it "
+             "is the floor or the ceiling of prompt ÷ chunk steps, as the later prompt falls in a chunk.")
+    s.assume("The server's peers are replicas like it (the same decode batch): routing elsewhere helps only a "
+             "prompt within the backlog limit; a prefill-only pool is a remedy to weigh, not a peer.")
     c_mean = s.evaluate(floor_of((tau - t_x) / ((2 * e.N + e.A * L_p / 2) / e.flop_rate + ar.per_token)))
     s.slip("chunk sized for the mean prompt token (late chunks then break the TPOT target)", on="chunk",
            factor=c_mean / s.value(c_max))
@@ -128,6 +138,6 @@ def solve(p, s: Sheet) -> None:
     s.slip("backlog limit from the TPOT target instead of the TTFT target", on="backlog_limit",
            factor=s.evaluate(floor_of(tau / t_mix)) / s.value(n_max))
 
-    _admission_remedies(s, Q, Q_max, L_p, ttft, T_f, t_solo, delay)
+    _admission_remedies(s, Q, Q_max, L_p, ttft, T_f, t_solo, t_held, delay)
     _admission_regime(s, p, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay)
 
