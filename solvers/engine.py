@@ -30,6 +30,7 @@ from solvers.sampling import (
     round_value,
 )
 from solvers.units import format_exact, parse_unit
+from solvers.verdicts import Verdict
 
 MAX_SEED = 2**31 - 1
 MAX_REDRAWS = 64
@@ -84,8 +85,12 @@ class Solution:
         return [p for p in self.params if "\n" not in p.shown and p.name not in settings]
 
     def grade_one(self, key: str, text: str) -> Grade:
-        return self.question.answer(key).grade(text, self.expected[key], self.shown.get(key, ()),
-                                               self.sheet.slips.get(key, ()))
+        answer, shown = self.question.answer(key), self.shown.get(key, ())
+        try:
+            return answer.grade(text, self.expected[key], shown, self.sheet.slips.get(key, ()))
+        except Exception as error:  # noqa: BLE001 - a reader's bug must not cost the attempt (the fuzz finds them)
+            return Grade(key, Verdict.UNPARSED, text[:80], answer.key_text(self.expected[key], shown),
+                         message=f"this answer could not be read ({type(error).__name__})")
 
     def grade(self, answers: dict[str, str]) -> list[Grade]:
         return [self.grade_one(spec.key, answers.get(spec.key, "")) for spec in self.question.answers]
