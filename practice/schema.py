@@ -191,6 +191,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if 0 < version < SCHEMA_VERSION and _schema_problem(conn) is None:
+            version = SCHEMA_VERSION  # the tables are already the latest, the number behind (restored by hand)
         if version == 0:
             if _tables(conn) or conn.execute("PRAGMA application_id").fetchone()[0] not in (0, APPLICATION_ID):
                 raise NotOurs("it has tables but no infradrill schema version")
@@ -200,7 +202,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
                 conn.execute(statement)
         if version == 0:
             conn.execute("INSERT INTO meta (key, value) VALUES ('created', ?)", (to_text(now_utc()),))
-        if version < SCHEMA_VERSION:
+        if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:

@@ -436,3 +436,10 @@ def test_r1_every_card_the_scheduler_writes_reads_back_as_sound():
     for rating in [Rating.Easy] * 12 + [Rating.Again, Rating.Hard, Rating.Good]:
         card, _ = Scheduler(enable_fuzzing=False).review_card(card, rating, card.due)
         assert card_from_json(card.to_json()).stability == card.stability
+
+
+def test_r12_a_latest_store_whose_version_says_older_opens_as_it_is(filled):
+    damage(filled, "PRAGMA user_version = 1")  # "table mocks already exists" on every command
+    store, notices = ProgressStore.open(filled)
+    with store:
+        assert notices == [] and store.attempt_count() == 2 and store.schema_version == 3
