@@ -131,10 +131,10 @@ def test_a_card_no_review_can_start_from_costs_no_attempt(data_dir):
 
 def test_the_interviewer_view_shows_a_bracketed_gpu_name_as_text(config_dir):
     (config_dir / "hardware.yaml").write_text(
-        "gpus:\n" + "".join(f"  {key}:\n    name: '{name}'\n    vendor: me\n    bf16_dense_tflops: 1000\n"
+        "gpus:\n" + "".join(f"  '{key}':\n    name: '{name}'\n    vendor: me\n    bf16_dense_tflops: 1000\n"
                             "    fp8_dense_tflops: 2000\n    hbm_gb: 80\n    hbm_tb_s: 3\n    nvlink_gb_s: 900\n"
                             "    nvlink_domain: 8\n    source: me\n"
-                            for key, name in (("my-gpu", "[/x] GPU"), ("sxm", "H100 [SXM5]"))))
+                            for key, name in (("my-gpu", "[/x] GPU"), ("sxm", "H100 [SXM5]"), ("[/x]", "X"))))
 
     async def scenario():
         async with running_app() as (app, pilot):
@@ -147,6 +147,9 @@ def test_the_interviewer_view_shows_a_bracketed_gpu_name_as_text(config_dir):
                 assert name in str(app.screen.query_one("#candidate-side").render()) and app.is_running
                 await pilot.press("escape")
                 await wait_for(pilot, lambda: not on_screen(app, "InterviewerScreen")())
+            # A user GPU keyed `[/x]` puts markup in the variant code itself, shown in every title.
+            await submitted_with(app, pilot, "kv-bytes-per-token@default+gpu=[/x]", "kv_per_token", "1")
+            assert isinstance(app.screen, SolutionScreen) and app.is_running
 
     asyncio.run(scenario())
 
