@@ -66,7 +66,7 @@ class Setting:
         whole = isinstance(self.default, int)
         if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
             raise ValueError(f"must be {self.range_text}")
-        if not math.isfinite(value) or (self.low is not None and value < self.low) or \
+        if isinstance(value, float) and not math.isfinite(value) or (self.low is not None and value < self.low) or \
                 (self.high is not None and value > self.high):
             raise ValueError(f"must be {self.range_text}")
         return int(value) if whole else float(value)
@@ -100,8 +100,10 @@ _KEY = re.compile(r"\s*([A-Za-z0-9_-]+)\s*=")
 
 def _text(path: Path) -> tuple[str | None, str]:
     """The file's text ("" where there is no file), or None and why it is no settings file to read."""
+    from solvers.paths import open_regular
+
     try:
-        with path.open("rb") as file:
+        with open_regular(path) as file:  # a FIFO would block the app before it paints
             raw = file.read(MAX_BYTES + 1)
     except (FileNotFoundError, NotADirectoryError):  # no file there (yet)
         return "", ""
@@ -110,7 +112,7 @@ def _text(path: Path) -> tuple[str | None, str]:
     if len(raw) > MAX_BYTES:
         return None, f"{path} is over {MAX_BYTES // 1024} KB, so not a settings file"
     try:
-        return raw.decode("utf-8"), ""
+        return raw.decode("utf-8").removeprefix("\ufeff"), ""  # a BOM would hide the first table header
     except UnicodeDecodeError:
         return None, f"{path} is not UTF-8 text"
 
@@ -126,8 +128,14 @@ def _tables(path: Path) -> tuple[dict[str, Any], list[str]]:
 def _parsed(path: Path, text: str) -> tuple[dict[str, Any], list[str]]:
     try:
         return tomllib.loads(text), []
-    except tomllib.TOMLDecodeError:
+    except _UNREADABLE:
         return _line_by_line(path, text)
+
+
+# What tomllib raises besides TOMLDecodeError (a ValueError): an integer past Python's 4,300-digit
+# limit is a ValueError, an array nested thousands deep a RecursionError.
+_UNREADABLE = (ValueError, RecursionError)
+MAX_NOTICES = 5  # lines named one by one; more is a file of garbage, said in one line
 
 
 def _line_by_line(path: Path, text: str) -> tuple[dict[str, Any], list[str]]:
@@ -140,15 +148,19 @@ def _line_by_line(path: Path, text: str) -> tuple[dict[str, Any], list[str]]:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         if header := _HEADER.fullmatch(line):
-            table = tables.setdefault(header.group(1), {})
+            if not isinstance(tables.get(header.group(1)), dict):  # after `[[review]]` or `review = 1`
+                tables[header.group(1)] = {}
+            table = tables[header.group(1)]
             continue
         try:
             table.update(tomllib.loads(line))
-        except tomllib.TOMLDecodeError as error:
+        except _UNREADABLE as error:
             key = _KEY.match(line)
             what = f"{key.group(1)} keeps its default" if key else "the line is skipped"
-            reason = str(error).split(" (at ")[0]
+            reason = str(error).split(" (at ")[0].split(": ")[0] or type(error).__name__
             notices.append(f"{path.name} line {number} is not TOML ({reason}): {what}")
+    if len(notices) > MAX_NOTICES:  # not a settings file gone wrong in a line or two: one line for it all
+        notices = [f"{path.name}: {len(notices):,} lines are not TOML and were skipped, the first: {notices[0]}"]
     return tables, notices
 
 

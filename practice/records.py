@@ -3,11 +3,12 @@ and the UTC timestamps they carry (stored as ISO text of one width, so text orde
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from fsrs import Card
+from fsrs import Card, State
 
 from solvers.verdicts import Verdict
 
@@ -31,8 +32,27 @@ def to_text(moment: datetime) -> str:
     return utc(moment).isoformat(timespec="microseconds")
 
 
+# Every time the app writes is now, a start a little before it, or a due date at most the
+# scheduler's 100 years ahead: a stored or imported time outside these years is damage, and
+# refused before date arithmetic (stats' day ranges, time zones) overflows on it.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(3000, 1, 1, tzinfo=UTC)
+
+
+def sane_time(moment: datetime) -> datetime:
+    """`moment` in UTC; ValueError for a naive time or one outside EARLIEST..LATEST."""
+    try:
+        moment = utc(moment)
+    except OverflowError as error:  # year 1 with a positive offset is before year 1 in UTC
+        raise ValueError("timestamp out of range") from error
+    if not EARLIEST <= moment < LATEST:
+        raise ValueError(f"timestamp {moment:%Y-%m-%d} is not between {EARLIEST:%Y} and {LATEST:%Y}")
+    return moment
+
+
 def from_text(text: str) -> datetime:
-    return utc(datetime.fromisoformat(text))
+    """A stored timestamp; ValueError for one that is not ISO, naive, or out of range."""
+    return sane_time(datetime.fromisoformat(text))
 
 
 def card_id_for(question_id: str) -> int:
@@ -40,8 +60,45 @@ def card_id_for(question_id: str) -> int:
     return int(hashlib.sha1(question_id.encode()).hexdigest()[:12], 16)
 
 
+# The widest stability (days) and difficulty range FSRS writes: its intervals stop at 100 years,
+# difficulty is clamped to 1..10. A card outside them (NaN, -1e300) would fail every review.
+MAX_STABILITY = 1e7
+
+
+def sound_card(card: Card) -> Card:
+    """`card` if the scheduler can review it; ValueError naming the field that it cannot."""
+    if not isinstance(card.state, State):
+        raise ValueError("state is not an FSRS state")
+    if card.step is not None and (isinstance(card.step, bool) or not isinstance(card.step, int)
+                                  or not 0 <= card.step < 1000):
+        raise ValueError("step must be a small whole number or null")
+    if card.stability is not None and not 0 < card.stability <= MAX_STABILITY:  # NaN fails too
+        raise ValueError(f"stability {card.stability!r} is not above 0 and at most {MAX_STABILITY:g} days")
+    if card.difficulty is not None and not 1 <= card.difficulty <= 10:
+        raise ValueError(f"difficulty {card.difficulty!r} is not between 1 and 10")
+    card.due = sane_time(card.due)
+    if card.last_review is not None:
+        card.last_review = sane_time(card.last_review)
+    return card
+
+
+def card_from_dict(data: object) -> Card:
+    """A card as the store writes it; ValueError for anything else."""
+    if not isinstance(data, dict):
+        raise ValueError("a card is a JSON object")
+    try:
+        return sound_card(Card.from_dict(data))  # type: ignore[arg-type]
+    except (KeyError, TypeError, OverflowError) as error:
+        raise ValueError(f"not an FSRS card ({type(error).__name__}: {error})") from error
+
+
 def card_from_json(text: str) -> Card:
-    return Card.from_json(text)
+    """A card as the store keeps it (JSON text); ValueError for anything else."""
+    try:
+        data = json.loads(text)
+    except (TypeError, RecursionError) as error:  # not text; nested past the parser's depth
+        raise ValueError(f"not card JSON ({type(error).__name__})") from error
+    return card_from_dict(data)
 
 
 # Records --------------------------------------------------------------------------------------

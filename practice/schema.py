@@ -18,7 +18,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from practice.records import card_from_json, from_text, now_utc, to_text
+from practice.records import HOLD_KINDS, MODES, card_from_json, from_text, now_utc, to_text
 
 FILE_NAME = "progress.sqlite3"
 APPLICATION_ID = 0x49447231  # 'IDr1': marks a file as an infradrill progress store
@@ -154,10 +154,16 @@ def _problem(conn: sqlite3.Connection) -> str | None:
     if version > SCHEMA_VERSION:
         return (f"it was written by a newer infradrill (schema v{version}; this version reads up to "
                 f"v{SCHEMA_VERSION}) — upgrade infradrill and move it back to keep that progress")
-    check = conn.execute("PRAGMA quick_check").fetchall()
-    if [row[0] for row in check] != ["ok"]:
-        return "it is damaged (integrity check: " + "; ".join(str(r[0]) for r in check[:3]) + ")"
+    # A row breaking a CHECK or NOT NULL is one bad row, which repair_rows removes; anything
+    # else (a damaged page, a broken index) is the file's.
+    check = [str(row[0]) for row in conn.execute("PRAGMA quick_check").fetchall()]
+    damage = [line for line in check if line != "ok" and not line.startswith(_ROW_FAULTS)]
+    if damage:
+        return "it is damaged (integrity check: " + "; ".join(damage[:3]) + ")"
     return None
+
+
+_ROW_FAULTS = ("CHECK constraint failed in ", "NULL value in ")
 
 
 def _aside_name(path: Path, stamp: datetime) -> Path:
@@ -185,6 +191,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if 0 < version < SCHEMA_VERSION and _schema_problem(conn) is None:
+            version = SCHEMA_VERSION  # the tables are already the latest, the number behind (restored by hand)
         if version == 0:
             if _tables(conn) or conn.execute("PRAGMA application_id").fetchone()[0] not in (0, APPLICATION_ID):
                 raise NotOurs("it has tables but no infradrill schema version")
@@ -194,7 +202,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
                 conn.execute(statement)
         if version == 0:
             conn.execute("INSERT INTO meta (key, value) VALUES ('created', ?)", (to_text(now_utc()),))
-        if version < SCHEMA_VERSION:
+        if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
@@ -273,29 +281,52 @@ def _is_card(text: object) -> bool:
         return False
 
 
-# Rows a store needs readable: (table, what a row is, key column, checks of its columns).
+def _is_rating(value: object) -> bool:
+    return isinstance(value, int) and 1 <= value <= 4
+
+
+def _is_text(value: object) -> bool:
+    return isinstance(value, str)
+
+
+# Rows a store needs readable: (table, what a row is, key column, checks of its columns). The
+# CHECK constraints are here too: a row written past them (another tool, a bit flip) is removed
+# as one damaged row, not taken as damage to the whole file.
 _ROW_CHECKS = (
-    ("attempts", "attempt", "uid", (("started", _is_time), ("submitted", _is_time))),
-    ("reviews", "review", "uid", (("reviewed", _is_time), ("card_after", _is_card),
-                                  ("card_before", lambda v: v is None or _is_card(v)))),
+    ("attempts", "attempt", "uid", (("question_id", _is_text), ("variant", _is_text), ("mode", MODES.__contains__),
+                                    ("started", _is_time), ("submitted", _is_time))),
+    ("reviews", "review", "uid", (("question_id", _is_text), ("rating", _is_rating), ("reviewed", _is_time),
+                                  ("card_after", _is_card), ("card_before", lambda v: v is None or _is_card(v)))),
     ("cards", "card", "question_id", (("card", _is_card), ("due", _is_time))),
     ("mocks", "mock interview", "id", (("started", _is_time), ("finished", lambda v: v is None or _is_time(v)))),
-    ("holds", "suspended or buried question", "question_id", (("until", lambda v: v is None or _is_time(v)),)),
+    ("holds", "suspended or buried question", "question_id",
+     (("kind", HOLD_KINDS.__contains__), ("until", lambda v: v is None or _is_time(v)))),
 )
+# A rating out of range is forgotten (the attempt stays, as one not rated yet).
+_RATING_RESETS = tuple(f"UPDATE attempts SET {column} = NULL WHERE {column} IS NOT NULL AND "
+                       f"NOT (typeof({column}) = 'integer' AND {column} BETWEEN 1 AND 4)"
+                       for column in ("rating", "suggested"))
 
 
 def repair_rows(conn: sqlite3.Connection) -> list[str]:
-    """Remove rows the store could not read (bad timestamps, cards that are not FSRS JSON), in one
-    transaction, with one notice per kind of row removed; the rest of the progress stays."""
+    """Remove rows the store could not read (bad timestamps, cards that are not sound FSRS
+    cards, values past the schema's CHECKs), in one transaction, with one notice per kind of row
+    removed; the rest of the progress stays."""
     notices = []
     conn.execute("BEGIN IMMEDIATE")
     try:
+        reset = sum(conn.execute(statement).rowcount for statement in _RATING_RESETS)
+        if reset:
+            notices.append(f"The progress store had {reset} rating(s) out of range; they were cleared and the "
+                           "attempts kept.")
         for table, what, key, checks in _ROW_CHECKS:
             names = [column for column, _ in checks]
             bad = [row[0] for row in conn.execute(f"SELECT {key}, {', '.join(names)} FROM {table}")
                    if not all(check(value) for (_, check), value in zip(checks, row[1:], strict=True))]
             if bad:
-                conn.executemany(f"DELETE FROM {table} WHERE {key} = ?", [(k,) for k in bad])
+                if table == "mocks":  # its attempts stay, as practice outside a mock
+                    conn.executemany("UPDATE attempts SET mock_id = NULL WHERE mock_id = ?", [(k,) for k in bad])
+                conn.executemany(f"DELETE FROM {table} WHERE {key} IS ?", [(k,) for k in bad])
                 shown = ", ".join(str(k) for k in bad[:3]) + (" ..." if len(bad) > 3 else "")
                 notices.append(f"The progress store had {len(bad)} damaged {what} row(s) ({shown}); they were "
                                "removed and the rest of your progress kept.")

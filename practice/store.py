@@ -33,7 +33,16 @@ from practice.records import (
     now_utc,
     to_text,
 )
-from practice.schema import NotOurs, StoreError, is_corruption, move_aside, prepare, store_path
+from practice.schema import (
+    APPLICATION_ID,
+    SCHEMA_VERSION,
+    NotOurs,
+    StoreError,
+    is_corruption,
+    move_aside,
+    prepare,
+    store_path,
+)
 
 
 def open_store(directory: Path | str | None = None) -> tuple[ProgressStore, list[str]]:
@@ -73,6 +82,35 @@ class ProgressStore:
                     raise StoreError(f"cannot open {path}: {error}") from error
                 notices.append(move_aside(path, f"it is not a readable SQLite database ({error})"))
         raise StoreError(f"cannot create a fresh progress store at {path}")
+
+    @classmethod
+    def open_to_read(cls, path: Path | str) -> tuple[ProgressStore, list[str]]:
+        """The store for a command that only reads it (stats, progress export): as open(), and where
+        the disk is too full for SQLite's shared-memory file, the file as it lies on disk, read-only,
+        with a notice; so progress can still be exported off a full disk."""
+        try:
+            return cls.open(path)
+        except StoreError as error:
+            cause = error.__cause__
+            if not (isinstance(cause, sqlite3.OperationalError)
+                    and getattr(cause, "sqlite_errorname", "").startswith(("SQLITE_IOERR", "SQLITE_FULL"))):
+                raise
+            path = Path(path).expanduser()
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
+                                   isolation_level=None, check_same_thread=False)
+            try:
+                marks = (conn.execute("PRAGMA application_id").fetchone()[0],
+                         conn.execute("PRAGMA user_version").fetchone()[0])
+            except sqlite3.Error:
+                marks = (0, 0)
+            if marks != (APPLICATION_ID, SCHEMA_VERSION):
+                conn.close()
+                raise
+        wal = Path(f"{path}-wal")
+        unread = " (its last changes, still in the write-ahead log, are not included)" \
+            if wal.exists() and wal.stat().st_size > 0 else ""
+        return cls(conn, path), [f"{path} could not be opened to write ({cause}): it was read as it lies on "
+                                 f"disk{unread}; free some space to save progress again."]
 
     def close(self) -> None:
         with self._lock:
@@ -332,8 +370,14 @@ def replace_review(conn: sqlite3.Connection, r: Review) -> None:
         put_card(conn, r.question_id, r.card_after)
 
 def card_in(conn: sqlite3.Connection, question_id: str) -> Card | None:
+    """The question's card, None where it has none or one the scheduler cannot review (damaged
+    since the store was opened and repaired): the next review starts it afresh and overwrites
+    it, and the attempt it goes with is saved, not rolled back with it."""
     row = conn.execute("SELECT card FROM cards WHERE question_id = ?", (question_id,)).fetchone()
-    return card_from_json(row[0]) if row else None
+    try:
+        return card_from_json(row[0]) if row else None
+    except ValueError:
+        return None
 
 def put_hold(conn: sqlite3.Connection, hold: Hold) -> None:
     conn.execute("INSERT INTO holds (question_id, kind, until) VALUES (?, ?, ?) ON CONFLICT (question_id) "

@@ -14,7 +14,19 @@ from typing import Any
 
 from fsrs import Card, Scheduler
 
-from practice.records import HOLD_KINDS, MODES, AnswerRecord, Attempt, Hold, Mock, Review, from_text, now_utc, to_text
+from practice.records import (
+    HOLD_KINDS,
+    MODES,
+    AnswerRecord,
+    Attempt,
+    Hold,
+    Mock,
+    Review,
+    card_from_dict,
+    from_text,
+    now_utc,
+    to_text,
+)
 from practice.review import replay
 from practice.store import (
     ProgressStore,
@@ -220,16 +232,16 @@ class _Reader:
         try:
             return from_text(text)
         except ValueError as error:
-            raise ProgressFormatError(f"{self.where}: field '{name}' is not a UTC timestamp") from error
+            raise ProgressFormatError(f"{self.where}: field '{name}' is not a UTC timestamp ({error})") from error
 
     def card(self, name: str, optional: bool = False) -> Card | None:
         value = self.get(name, dict, optional)
         if value is None:
             return None
         try:
-            return Card.from_dict(value)
-        except (KeyError, TypeError, ValueError) as error:
-            raise ProgressFormatError(f"{self.where}: field '{name}' is not an FSRS card") from error
+            return card_from_dict(value)
+        except ValueError as error:
+            raise ProgressFormatError(f"{self.where}: field '{name}' is not a sound FSRS card: {error}") from error
 
 
 def _parse_export(data: Any) -> tuple[list[Attempt], list[Mock], list[Review], dict[str, Card], list[Hold]]:

@@ -6,6 +6,7 @@ listing the bank stays fast.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from functools import partial
@@ -185,6 +186,8 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 
 
 _NUM = (int, float)
+MAX_BOUND = 1e300  # a range's bounds: finite, with room for arithmetic on them
+MAX_STEPS = 1e9  # the finest rounding step, as a share of its range
 _TOP_FIELDS = {"id", "title", "group", "topic", "difficulty", "solver", "catalogue", "prompt", "parameters",
                "answers", "hints", "references", "regime_sides", "chart", "followups",
                "requires", "constraints", "golden", "literals"}
@@ -250,6 +253,8 @@ def _parse_param(reader: _Reader, name: str, spec: Any, line: int) -> ParamSpec:
         raise reader.fail(f"{where}.{kind}", spec.line_of(kind), "expected [low, high]")
     low, high = bounds
     ints = all(isinstance(b, int) for b in bounds)
+    if not all(math.isfinite(b) and abs(b) <= MAX_BOUND for b in bounds):
+        raise reader.fail(f"{where}.{kind}", spec.line_of(kind), f"expected finite bounds within ±{MAX_BOUND:g}")
     if not low < high or (kind == "loguniform" and low <= 0) or (kind == "int" and not ints):
         raise reader.fail(f"{where}.{kind}", spec.line_of(kind),
                           "expected low < high (integers for int, positive for loguniform)")
@@ -257,13 +262,16 @@ def _parse_param(reader: _Reader, name: str, spec: Any, line: int) -> ParamSpec:
     rounding = reader.field(spec, "round", (dict, int, float), where, required=False, default=None)
     if isinstance(rounding, dict):
         step, sig = rounding.get("step"), rounding.get("sig")
-        bad_step = step is not None and (not isinstance(step, _NUM) or step <= 0)
-        bad_sig = sig is not None and (not isinstance(sig, int) or sig < 1)
-        if (step is None and sig is None) or bad_step or bad_sig:
-            raise reader.fail(f"{where}.round", spec.line_of("round"),
-                              "expected {step: positive}, {sig: integer >= 1} or both")
     elif rounding is not None:
         step = rounding
+    # A step finer than a billionth of the range (1e-320) rounds to nothing a person says, and overflows.
+    bad_step = step is not None and (isinstance(step, bool) or not isinstance(step, _NUM) or not math.isfinite(step)
+                                     or not (high - low) / MAX_STEPS <= step <= high - low)
+    bad_sig = sig is not None and (isinstance(sig, bool) or not isinstance(sig, int) or not 1 <= sig <= 15)
+    if rounding is not None and ((step is None and sig is None) or bad_step or bad_sig):
+        raise reader.fail(f"{where}.round", spec.line_of("round"),
+                          f"expected {{step: positive, at most the range and at least 1/{MAX_STEPS:g} of it}}, "
+                          "{sig: 1 to 15} or both")
     if kind in ("uniform", "loguniform") and step is None and sig is None:
         raise reader.fail(f"{where}.round", spec.line,
                           "continuous parameters must be rounded (round: {step: ..} or {sig: ..})")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from solvers.bankindex import cache_file, file_digest, other_versions
-from solvers.paths import user_cache_dir
+from solvers.paths import open_regular, user_cache_dir
 
 if TYPE_CHECKING:
     from solvers.bank import Question
@@ -56,7 +56,7 @@ class QuestionCache:
 
     def _read(self) -> dict[str, _Entry]:
         try:
-            with self.path.open("rb") as file, _no_gc():
+            with open_regular(self.path) as file, _no_gc():  # a FIFO would hang "Loading the bank…"
                 entries = pickle.load(file)
         except Exception:  # absent, truncated, written by other code: start afresh
             return {}

@@ -20,7 +20,7 @@ from contextlib import suppress
 from functools import lru_cache
 from pathlib import Path
 
-from solvers.paths import question_files, questions_dir, user_cache_dir
+from solvers.paths import open_regular, question_files, questions_dir, user_cache_dir
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -65,7 +65,8 @@ def read_listing(root: Path, directory: Path) -> list[Listed] | None:
     """The kept listing of the bank under `root`, in file order; None unless it describes every file
     there as it is now (then the bank must be loaded the full way)."""
     try:
-        kept = json.loads(cache_file(directory, root, "listing", ".json").read_bytes())
+        with open_regular(cache_file(directory, root, "listing", ".json")) as listing:  # a FIFO would hang `list`
+            kept = json.loads(listing.read())
         files = question_files(root)
         if not isinstance(kept, dict) or len(kept) != len(files):
             return None
@@ -74,7 +75,7 @@ def read_listing(root: Path, directory: Path) -> list[Listed] | None:
             size, digest, question = kept[path.relative_to(root).as_posix()]
             if path.stat().st_size != size:
                 return None
-            with open(path, "rb") as file:
+            with open_regular(path) as file:
                 data = file.read(size + 1)  # one byte more: a file that grew since is caught
             if len(data) != size or file_digest(data).hex() != digest:
                 return None

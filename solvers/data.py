@@ -82,6 +82,8 @@ def _shown(value: Any) -> str:
 def _figure_problem(value: Any, kind: type | tuple[type, ...], zero_allowed: bool = False) -> str | None:
     if isinstance(value, bool) or not isinstance(value, kind):
         return f"expected {_type_name(kind)}, got {_shown(value)}"
+    if isinstance(value, str) and any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
+        return "contains control characters (an escape sequence would drive the terminal)"
     if isinstance(value, _NUMBER):
         try:
             finite = math.isfinite(float(value))
@@ -94,9 +96,7 @@ def _figure_problem(value: Any, kind: type | tuple[type, ...], zero_allowed: boo
     return None
 
 
-def _check_entry(where: str, collection: str, key: str, entry: Any) -> list[str]:
-    if not isinstance(entry, dict):
-        return [f"{where}: {collection}.{key}: expected a mapping"]
+def _check_entry(where: str, collection: str, key: str, entry: dict) -> list[str]:
     line_of = entry.line_of if isinstance(entry, LineDict) else (lambda name: None)
 
     def at(name: str) -> str:
@@ -137,7 +137,16 @@ def _check_entry(where: str, collection: str, key: str, entry: Any) -> list[str]
                          for name in MOE_NEEDS if name not in entry]
         if ("expert_groups" in entry) != ("groups_per_token" in entry):
             problems.append(f"{at('expert_groups')}: give expert_groups and groups_per_token together")
+        problems += [f"{at(part)}: {entry[part]} is more than {whole} ({entry[whole]}): the model cannot be built"
+                     for part, whole in _PARTS if part in entry and whole in entry and entry[part] > entry[whole]]
     return problems
+
+
+# (a count, the count it is a part of): a model with more KV heads than heads, more experts per
+# token than experts or more windowed layers than layers would solve to numbers of no model.
+_PARTS = (("kv_heads", "heads"), ("experts_per_token", "experts"), ("sliding_window_layers", "layers"),
+          ("dense_layers", "layers"), ("groups_per_token", "expert_groups"))
+MAX_PROBLEMS = 20  # lines named per user file; a file with more is named once for the rest
 
 
 def _type_name(kind: type | tuple[type, ...]) -> str:
@@ -145,29 +154,46 @@ def _type_name(kind: type | tuple[type, ...]) -> str:
 
 
 def _load_file(path: Path, collections: tuple[str, ...], into: Catalog) -> None:
+    problems: list[str] = []
+    _read_file(path, collections, into, problems)
+    if len(problems) > MAX_PROBLEMS:  # a file of thousands of bad entries: its lines on every command help no one
+        problems[MAX_PROBLEMS:] = [f"{path}: {len(problems) - MAX_PROBLEMS:,} more problems not shown "
+                                   "(the rest of the file's entries did load)"]
+    into.problems.extend(problems)
+
+
+def _read_file(path: Path, collections: tuple[str, ...], into: Catalog, problems: list[str]) -> None:
     try:
         document = read_yaml(path) or {}
     except YamlError as error:
-        into.problems.append(f"{path}:{error.line}: {error.what}")
+        problems.append(f"{path}:{error.line}: {error.what}")
         return
     except OSError as error:
-        into.problems.append(f"{path}: cannot read: {error.strerror or error}")
+        problems.append(f"{path}: cannot read: {error.strerror or error}")
         return
     if not isinstance(document, dict):
-        into.problems.append(f"{path}: expected a mapping at the top level")
+        problems.append(f"{path}:{getattr(document, 'line', 1) or 1}: expected a mapping at the top level")
         return
+
+    def line(mapping: Any, key: Any) -> int:
+        return mapping.line_of(key) if isinstance(mapping, LineDict) else 1
+
     for name in document:
         if name not in collections:
-            into.problems.append(f"{path}: {name}: unknown section (expected {', '.join(collections)})")
+            problems.append(f"{path}:{line(document, name)}: {name}: unknown section "
+                            f"(expected {', '.join(collections)})")
     for collection in collections:
         entries = document.get(collection) or {}
         if not isinstance(entries, dict):
-            into.problems.append(f"{path}: {collection}: expected a mapping of id -> entry")
+            problems.append(f"{path}:{line(document, collection)}: {collection}: expected a mapping of id -> entry")
             continue
         for key, entry in entries.items():
-            problems = _check_entry(str(path), collection, str(key), entry)
-            if problems:
-                into.problems.extend(problems)
+            if not isinstance(entry, dict):
+                problems.append(f"{path}:{line(entries, key)}: {collection}.{key}: expected a mapping")
+                continue
+            found = _check_entry(str(path), collection, str(key), entry)
+            if found:
+                problems.extend(found)
                 continue
             into.collections.setdefault(collection, {})[str(key)] = Record(entry)
 
@@ -180,6 +206,11 @@ def load_catalog(user_dir: Path | None = None) -> Catalog:
     user_dir = user_config_dir() if user_dir is None else user_dir
     for filename, collections in FILES.items():
         path = user_dir / filename
-        if path.is_file():
-            _load_file(path, collections, catalog)
+        try:
+            path.stat()
+        except FileNotFoundError:  # none there (or a dangling link): the shipped data alone
+            continue
+        except OSError:
+            pass  # a link loop: reading it says so
+        _load_file(path, collections, catalog)  # a directory or a FIFO is named, not skipped
     return catalog

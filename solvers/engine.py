@@ -32,6 +32,7 @@ from solvers.sampling import (
     round_value,
 )
 from solvers.units import format_exact, parse_unit
+from solvers.verdicts import Verdict
 
 MAX_SEED = 2**31 - 1
 MAX_REDRAWS = 64
@@ -59,7 +60,7 @@ class VariantCode:
             raise VariantError(f"'{text.strip()}' is not a variant code (like kv-bytes-per-token@4821)")
         if match["seed"] != "default" and len(match["seed"].lstrip("0")) > len(str(MAX_SEED)):
             raise VariantError(f"seed must be between 0 and {MAX_SEED}")  # before int(): 5,000 digits raise
-        seed = None if match["seed"] == "default" else int(match["seed"])
+        seed = None if match["seed"] == "default" else int(match["seed"].lstrip("0") or "0")  # 5,000 zeros too
         if seed is not None and seed > MAX_SEED:
             raise VariantError(f"seed must be between 0 and {MAX_SEED}")
         sets = tuple((name, value) for name, value in (item.split("=", 1) for item in match["sets"].split("+")[1:]))
@@ -86,8 +87,12 @@ class Solution:
         return [p for p in self.params if "\n" not in p.shown and p.name not in settings]
 
     def grade_one(self, key: str, text: str) -> Grade:
-        return self.question.answer(key).grade(text, self.expected[key], self.shown.get(key, ()),
-                                               self.sheet.slips.get(key, ()))
+        answer, shown = self.question.answer(key), self.shown.get(key, ())
+        try:
+            return answer.grade(text, self.expected[key], shown, self.sheet.slips.get(key, ()))
+        except Exception as error:  # noqa: BLE001 - a reader's bug must not cost the attempt (the fuzz finds them)
+            return Grade(key, Verdict.UNPARSED, text[:80], answer.key_text(self.expected[key], shown),
+                         message=f"this answer could not be read ({type(error).__name__})")
 
     def grade(self, answers: dict[str, str]) -> list[Grade]:
         return [self.grade_one(spec.key, answers.get(spec.key, "")) for spec in self.question.answers]
@@ -249,11 +254,22 @@ def make_variant(bank: Bank, catalog: Catalog, code: VariantCode) -> Solution:
             raw = regenerate(question, raw | overrides, set(overrides), code.seed)
             params, sheet = solve_values(question, raw, catalog)
         except Reject as reason:
-            changed = ", ".join(f"{k}={v}" for k, v in code.overrides)
-            raise VariantError(f"{code}: no valid variant with {changed} ({reason})") from None
+            raise VariantError(f"{code}: no valid variant with {_changed(code)} ({reason})") from None
         except ParameterError as error:
             raise VariantError(str(error)) from None
+        except SOLVER_FAULTS as error:  # values the range checks pass that the solver cannot take
+            raise VariantError(f"{code}: the solver cannot take {_changed(code)} "
+                               f"({type(error).__name__}: {error})") from None
     return _solution(question, code, params, sheet)
+
+
+# What a solver raises on values it was not written for (a catalogue entry it has no figure of,
+# a select answer whose options all hold): a refusal of the user's override, not a crash.
+SOLVER_FAULTS = (ArithmeticError, LookupError, TypeError, ValueError, RuntimeError, MemoryError)
+
+
+def _changed(code: VariantCode) -> str:
+    return ", ".join(f"{k}={v}" for k, v in code.overrides)
 
 
 def _base_draw(question: Question, catalog: Catalog, code: VariantCode) -> tuple[dict[str, Any], list[Param], Sheet]:

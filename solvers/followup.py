@@ -13,12 +13,15 @@ from solvers.answers import Grade, Number
 from solvers.bank import ParamSpec
 from solvers.data import Catalog
 from solvers.derivation import Regime, Reject
-from solvers.engine import Solution, grid, listings, revise, solve_changed
+from solvers.engine import SOLVER_FAULTS, Solution, grid, listings, revise, solve_changed
 from solvers.sampling import ParameterError, parse_override, round_value
 
 SWEEP_POINTS = 24  # the scan's grid; a crossing found is then rounded and checked
 CLEAR_MARGIN = 1.5  # a push lands at least this far past the boundary where it can
 LOOK_PAST = 6  # crossing points tried beyond the first in search of a clear one
+# A push the solver cannot take (a select whose options all hold there, say) is skipped for the next
+# candidate, as a rejected one is: the follow-up is never a RuntimeError shown to the user.
+_UNSOLVED = (Reject, ParameterError, *SOLVER_FAULTS)
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
             if "regime" in declared.ask and _stays(solution, _scan(solution, catalog, changes, scanned)):
                 continue  # floats say it stays on this side: no exact solve to learn that
             pushed = revise(solution, catalog, changes)
-        except (Reject, ParameterError):
+        except _UNSOLVED:
             continue
         crossed = "regime" not in declared.ask or _regime(pushed) != _regime(solution)
         if crossed and any(pushed.expected[k] != solution.expected[k] for k in declared.ask):
@@ -70,7 +73,7 @@ def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
         for value in _nearby(spec, solution.param(spec.name).raw):
             try:
                 pushed = revise(solution, catalog, {spec.name: value})
-            except (Reject, ParameterError):
+            except _UNSOLVED:
                 continue
             ask = _asked(solution, pushed)
             if ask:
@@ -127,7 +130,7 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec, scanned: di
     def across(value) -> Solution | None:  # solved exactly
         try:
             pushed = revise(solution, catalog, {spec.name: value})
-        except Reject:
+        except _UNSOLVED:
             return None
         return pushed if pushed.sheet.regime is not None and pushed.sheet.regime.name != regime else None
 
@@ -184,7 +187,7 @@ def _scan(solution: Solution, catalog: Catalog, changes: dict, scanned: dict) ->
     if key not in scanned:
         try:
             _, sheet = solve_changed(solution, catalog, changes, quick=True)
-        except Reject:
+        except _UNSOLVED:
             scanned[key] = None
         else:
             scanned[key] = sheet.regime

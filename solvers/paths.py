@@ -1,9 +1,12 @@
 """Where the shipped data lives: inside the wheel (solvers/data/) or in the source tree."""
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 _PACKAGE = Path(__file__).resolve().parent
 # A wheel carries hardware.yaml, models.yaml and questions/ under solvers/data/;
@@ -48,3 +51,17 @@ def user_cache_dir() -> Path:
     from platformdirs import user_cache_dir as platform_cache_dir
 
     return Path(platform_cache_dir("infradrill"))
+
+
+def open_regular(path: Path | str) -> BinaryIO:
+    """`path` open for reading in binary, where it is a regular file (through any links); OSError
+    where it is not one or cannot be opened. The open does not block: a FIFO would wait for a
+    writer for ever, and a device or a directory is no file of ours either."""
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, a device or a directory)", str(path))
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise

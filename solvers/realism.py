@@ -51,7 +51,7 @@ def _evaluate(node: ast.AST, values: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         return values[node.value.id][node.attr]
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        return _BINARY[type(node.op)](_evaluate(node.left, values), _evaluate(node.right, values))
+        return _arithmetic(type(node.op), _evaluate(node.left, values), _evaluate(node.right, values))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not)):
         operand = _evaluate(node.operand, values)
         return -operand if isinstance(node.op, ast.USub) else not operand
@@ -71,7 +71,36 @@ def _evaluate(node: ast.AST, values: Mapping[str, Any]) -> Any:
     raise ConstraintError(f"'{ast.unparse(node)}' is not allowed in a constraint")
 
 
+MAX_BITS = 4096  # a whole number in a constraint past this is no parameter's: refused, not computed
+MAX_DEPTH = 200  # operations nested in one constraint; the interpreter recurses once a level
+
+
+def _arithmetic(op: type[ast.operator], left: Any, right: Any) -> Any:
+    """One operation, on numbers only and bounded in time and memory: `'x' * 10 ** 10` is refused,
+    a power is taken in floats (`9 ** 9 ** 9` in whole numbers would run for minutes) and a whole
+    number past MAX_BITS is an OverflowError, which rules the draw out as any failed check does."""
+    if not all(isinstance(x, (int, float)) for x in (left, right)):
+        raise TypeError(f"arithmetic on {type(left).__name__} and {type(right).__name__}")
+    if op is ast.Pow:
+        left = float(left)
+    result = _BINARY[op](left, right)
+    if isinstance(result, int) and result.bit_length() > MAX_BITS:
+        raise OverflowError(f"a whole number of over {MAX_BITS} bits")
+    return result
+
+
+def _depth(node: ast.AST) -> int:
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        current, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(current))
+    return deepest
+
+
 def _check_syntax(node: ast.AST, names: set[str]) -> None:
+    if _depth(node) > MAX_DEPTH:
+        raise ConstraintError(f"nested over {MAX_DEPTH} operations deep")
     for child in ast.walk(node):
         if isinstance(child, ast.Call) and not (isinstance(child.func, ast.Name) and child.func.id in _FUNCTIONS):
             raise ConstraintError(f"'{ast.unparse(child)}': only {', '.join(_FUNCTIONS)} may be called")
@@ -91,6 +120,8 @@ def declared(name: str, text: str, parameters: set[str]) -> Constraint:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as error:
         raise ConstraintError(f"not an expression: {error.msg}") from None
+    except (RecursionError, MemoryError):  # the parser's own limit, on thousands of terms
+        raise ConstraintError(f"nested over {MAX_DEPTH} operations deep") from None
     _check_syntax(tree, parameters)
     return Constraint(name, text, _Declared(name, text, tree))
 
@@ -226,7 +257,7 @@ def broken(constraints: tuple[Constraint, ...], values: Mapping[str, Any]) -> st
     for constraint in constraints:
         try:
             reason = constraint.check(values)
-        except (KeyError, TypeError, ZeroDivisionError, ValueError) as error:
+        except (KeyError, TypeError, ArithmeticError, ValueError) as error:
             reason = f"cannot be decided ({type(error).__name__}: {error})"  # rules the draw out
         if reason is not None:
             return f"{constraint.name}: {reason}" if not reason.startswith(f"{constraint.name}:") else reason

@@ -1,6 +1,7 @@
 """A solved variant as data (JSON), Markdown or plain text: for the CLI and export."""
 from __future__ import annotations
 
+import math
 import textwrap
 from typing import TYPE_CHECKING, Any
 
@@ -71,8 +72,10 @@ def _answer_dict(solution: Solution, spec: Any) -> dict[str, Any]:
 
 
 def to_dict(solution: Solution) -> dict[str, Any]:
+    """The variant as JSON data; a value with no finite figure (a margin with no boundary in reach)
+    is null, as JSON has no Infinity or NaN."""
     regime = solution.sheet.regime
-    return {
+    return _finite({
         "schema": JSON_SCHEMA,
         "id": solution.question.id,
         "title": solution.question.title,
@@ -95,7 +98,17 @@ def to_dict(solution: Solution) -> dict[str, Any]:
             "margin": regime.margin, "margin_text": regime.margin_text, "other_side": regime.other_side},
         "assumptions": list(solution.sheet.assumptions),
         "references": list(solution.question.references),
-    }
+    })
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: _finite(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(value) for value in data]
+    return data
 
 
 def to_markdown(solution: Solution) -> str:

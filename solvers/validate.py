@@ -77,7 +77,11 @@ def constraint_report(bank: Bank, catalog: Catalog) -> tuple[list[str], list[str
     """(report lines, problems): each question's constraints with the share of draws they refuse."""
     lines, problems = [], []
     for question in bank.questions.values():
-        rates = constraint_rates(question, catalog)
+        try:
+            rates = constraint_rates(question, catalog)
+        except Exception as error:  # noqa: BLE001 - one file's crash is its line, not the end of the run
+            problems.append(crashed(question.path, error))
+            continue
         if rates:
             lines.append(f"{question.id}: " + ", ".join(f"{name} refuses {rate:.0%}" for name, rate in rates.items()))
         together = 1 - math.prod(1 - r for r in rates.values())
@@ -352,6 +356,9 @@ def read_questions(paths: list[Path]) -> tuple[Bank, list[str]]:
         except QuestionError as error:
             problems.append(str(error))
             continue
+        except Exception as error:  # noqa: BLE001 - a reader's bug on one file of a pack hides no other's
+            problems.append(crashed(path, error))
+            continue
         if question.id in bank.questions:
             problems.append(f"{path}: id: '{question.id}' already used by {bank.questions[question.id].path}")
             continue
@@ -383,5 +390,14 @@ def validate_bank(bank: Bank, catalog: Catalog, seeds: int = 50, strict: bool = 
     everything = Bank(load_bank().questions | bank.questions)
     problems += [p for p in requirement_problems(everything) if p.split(":", 1)[0] in paths_checked]
     for question in bank.questions.values():
-        problems.extend(check_question(question, bank, catalog, seeds, strict))
+        try:
+            problems.extend(check_question(question, bank, catalog, seeds, strict))
+        except Exception as error:  # noqa: BLE001 - each file is checked on its own
+            problems.append(crashed(question.path, error))
     return problems
+
+
+def crashed(path: Path | str, error: Exception) -> str:
+    """The line for a file whose check raised: the checker's bug or a case it missed, named with the file."""
+    first = str(error).splitlines()[0][:200] if str(error) else ""
+    return f"{path}: cannot be checked: {type(error).__name__}: {first}"

@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from solvers.paths import open_regular
+
 MAX_BYTES = 1_000_000  # the largest shipped file is ~30 KB
 MAX_DEPTH = 50  # the deepest shipped structure is 5
 MAX_NODES = 200_000  # nodes after alias expansion; the bank's files have a few thousand
@@ -102,7 +104,7 @@ def read_text(path: Path) -> str:
 def read_bytes(path: Path) -> bytes:
     """A file's bytes, refusing one too large to be a question or data file. Raises YamlError
     (OSError passes through)."""
-    with open(path, "rb") as file:
+    with open_regular(path) as file:  # a FIFO would hang the load, /dev/zero is no data file
         data = file.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
         raise YamlError(1, _TOO_LARGE)

@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING as mypy reads it, without importing typing (a few ms of `list`)
@@ -41,10 +41,21 @@ def _whole_files(targets: list[Path]) -> Iterator[list[Path]]:
             os.replace(partial, target)
     except BaseException as error:
         for partial in partials:
-            partial.unlink(missing_ok=True)
+            with suppress(OSError):  # never made (a read-only directory, a name too long): nothing to clean
+                partial.unlink(missing_ok=True)
         if isinstance(error, OSError):
             _fail(f"cannot write {', '.join(map(str, targets))}: {error.strerror or error}")
         raise
+
+
+def _nameable(path: Path) -> Path:
+    """`path`, after a one-line failure where the file system refuses the name itself (a name
+    past 255 bytes, a component that is a file)."""
+    try:
+        path.exists()
+    except OSError as error:
+        _fail(f"cannot write {path}: {error.strerror or error}")
+    return path
 
 
 def _write_whole(target: Path, text: str) -> None:
@@ -288,12 +299,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if all(g.correct for g in grades) else 1
 
 
-def _store(args: argparse.Namespace):
-    from practice.schema import StoreError
-    from practice.store import open_store
+def _store(args: argparse.Namespace, read_only: bool = False):
+    from practice.schema import StoreError, store_path
+    from practice.store import ProgressStore
 
     try:
-        store, notices = open_store(args.data_dir)
+        path = store_path(args.data_dir)
+        store, notices = ProgressStore.open_to_read(path) if read_only else ProgressStore.open(path)
     except StoreError as error:
         _fail(str(error))
     for notice in notices:
@@ -310,7 +322,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     bank = load_bank()
     for problem in bank.problems:
         print(f"infradrill: warning: {problem}", file=sys.stderr)
-    with _store(args) as store:
+    with _store(args, read_only=True) as store:
         settings, problems = ReviewSettings.load(store)
         for problem in problems:
             print(f"infradrill: warning: {problem}", file=sys.stderr)
@@ -344,12 +356,12 @@ def _export(args: argparse.Namespace) -> int:
 
     from practice.transfer import export_progress
 
-    target = None if args.file == "-" else Path(args.file)
+    target = None if args.file == "-" else _nameable(Path(args.file))
     if target is not None and target.exists() and not args.force:
         _fail(f"{target} exists; use --force to overwrite it")
     if target is not None and not target.parent.is_dir():
         _fail(f"cannot write {target}: no directory {target.parent}")
-    with _store(args) as store:
+    with _store(args, read_only=True) as store:
         data = export_progress(store)
     text = json.dumps(data, indent=1) + "\n"
     if target is None:
@@ -368,6 +380,8 @@ def _import(args: argparse.Namespace) -> int:
     from practice.review import ReviewSettings
     from practice.transfer import ProgressFormatError, import_progress
 
+    if args.file == "-" and sys.stdin is None:
+        _fail("cannot read - : standard input is closed")
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
     except OSError as error:
@@ -378,6 +392,8 @@ def _import(args: argparse.Namespace) -> int:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         _fail(f"{args.file} is not an infradrill progress export (not JSON: {error})")
+    except ValueError as error:  # an integer past Python's 4,300-digit limit
+        _fail(f"{args.file} is not an infradrill progress export ({error})")
     except RecursionError:
         _fail(f"{args.file} is not an infradrill progress export (nested too deeply)")
     with _store(args) as store:
@@ -419,7 +435,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if to_stdout:
         pass
-    elif not out.name or out.name in (".", "..") or out.is_dir():
+    elif not _nameable(out).name or out.name in (".", "..") or out.is_dir():
         _fail(f"--out '{args.out}' names no file: give a file name such as week-1")
     if not out.parent.is_dir():
         _fail(f"cannot write {out}: no directory {out.parent}")
@@ -464,7 +480,7 @@ def _export_files(form: str, out: Path, force: bool) -> tuple[list[Path], list[S
     else:
         targets = [base.with_name(base.name + "-candidate.md"), base.with_name(base.name + "-key.md")]
         sheets = [candidate_sheet(), key_sheet()]
-    linked = [str(p) for p in targets if p.is_symlink()]
+    linked = [str(p) for p in targets if _nameable(p).is_symlink()]
     if linked:  # a link (dangling or not) would send the sheet somewhere the user did not name
         _fail(f"{', '.join(linked)} is a symbolic link: give a plain file name")
     existing = [str(p) for p in targets if p.exists()]

@@ -52,7 +52,8 @@ class Checklist(Answer):
             return set()
         if not re.fullmatch(r"\d+(?:[\s,;]+\d+)*", cleaned):
             raise ParseError("tick the points you covered: e.g. 1,3,4, all or none")
-        ticked = {int(n) - 1 for n in re.findall(r"\d+", cleaned)}
+        # A number too long to be a point is out of range without int() (which refuses 4,301 digits).
+        ticked = {int(n) - 1 if len(n) <= 4 else len(self.points) for n in re.findall(r"\d+", cleaned)}
         if not ticked <= set(range(len(self.points))):
             raise ParseError(f"points are numbered 1 to {len(self.points)}")
         return ticked

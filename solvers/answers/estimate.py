@@ -26,6 +26,12 @@ class Estimate(Number):
     def error_of(self, ratio: float) -> float:
         return abs(math.log10(ratio)) if ratio > 0 else math.inf
 
+    def error_between(self, given: float, expected: float) -> float:
+        # In logs: the ratio of a subnormal figure to the key underflows to 0, an infinite error.
+        if given > 0 and expected > 0:
+            return abs(math.log10(given) - math.log10(expected))
+        return self.error_of(given / expected)
+
     def error_text(self, grade: Grade) -> str:
         if grade.error is None:
             return ""

@@ -12,7 +12,9 @@ def read_letters(text: str, shown: Shown, example: str) -> list[str]:
     order typed. Raises ParseError for anything else or a letter nothing was listed under."""
     if not re.fullmatch(r"[\sA-Za-z0-9,;>\-]*", text) or not (tokens := re.findall(r"[A-Za-z]|\d+", text)):
         raise ParseError(f"type the letters, e.g. {example}")
-    positions = [ord(t.upper()) - ord("A") if t.isalpha() else int(t) - 1 for t in tokens]
+    # A number too long to be a position is out of range without int() (which refuses 4,301 digits).
+    positions = [ord(t.upper()) - ord("A") if t.isalpha() else int(t) - 1 if len(t) <= 4 else len(shown)
+                 for t in tokens]
     if any(not 0 <= p < len(shown) for p in positions):
         raise ParseError(f"the letters run from A to {letter(len(shown) - 1)}")
     return [shown[p] for p in positions]

@@ -117,6 +117,10 @@ class Number(Answer):
     def error_of(self, ratio: float) -> float:
         return abs(ratio - 1)
 
+    def error_between(self, given: float, expected: float) -> float:
+        """The error of `given` against a non-zero `expected` (error_of their ratio)."""
+        return self.error_of(given / expected)
+
     def grade(self, text: str, key: Any, shown: Shown = (), slips: Sequence[Slip] = ()) -> Grade:
         expected = float(key)
         key_text = self.key_text(expected, shown)
@@ -130,7 +134,7 @@ class Number(Answer):
         if expected == 0:
             return Grade(self.key, CORRECT if given == 0 else WRONG, given_text, key_text)
         ratio = given / expected
-        relative = self.error_of(ratio)
+        relative = self.error_between(given, expected)
         verdict = (CORRECT if relative <= self.tolerance else CLOSE if relative <= self.close_factor * self.tolerance
                    else WRONG)
         near = max(0.01, min(self.tolerance, 0.05))

@@ -56,7 +56,8 @@ def diagnose(ratio: float, slips: Sequence[Slip], tol: float = 0.005) -> str | N
     """Name the slip whose factor is closest to `ratio`, within `tol` relative."""
     if ratio <= 0 or not math.isfinite(ratio):
         return None
-    best = min(slips, key=lambda s: abs(math.log(ratio / s.factor)), default=None)
+    # log(ratio) - log(factor), not log(ratio / factor): the quotient of a subnormal ratio underflows to 0
+    best = min(slips, key=lambda s: abs(math.log(ratio) - math.log(s.factor)), default=None)
     if best is not None and abs(ratio / best.factor - 1) <= tol:
         return best.label
     return None

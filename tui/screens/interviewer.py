@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -46,11 +47,12 @@ class InterviewerScreen(AppScreen):
     def compose(self) -> ComposeResult:
         solution = self.solution
         yield Header()
-        yield Static(Panel(f"[b]{solution.code}[/b]", title="variant code — read it out", title_align="left",
-                           border_style="bold cyan"), id="code-banner")
+        yield Static(Panel(Text(str(solution.code), style="bold"), title="variant code — read it out",
+                           title_align="left", border_style="bold cyan"), id="code-banner")
         with VerticalScroll(id="revealed"):
             with Horizontal(id="sides"):
-                yield Static(solution.prompt, id="candidate-side")
+                # The prompt names user GPUs and models (`H100 [SXM5]`): text, never markup.
+                yield Static(solution.prompt, id="candidate-side", markup=False)
                 yield Static(self._key(), id="key-side")
         yield KeysFooter()
 

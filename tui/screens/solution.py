@@ -88,7 +88,7 @@ class SolutionScreen(AppScreen):
         if self.followup is not None:
             pushed = f", follow-up {sum(g.verdict == CORRECT for g in self.followup[1])}/{len(self.followup[1])}"
         yield Header()
-        yield Static(f"[b]{escape(q.title)}[/b]   variant [b]{self.solution.code}[/b]   "
+        yield Static(f"[b]{escape(q.title)}[/b]   variant [b]{escape(str(self.solution.code))}[/b]   "
                      f"{right}/{len(self.grades)} correct in {minutes}:{seconds:02d}{pushed}, "
                      f"hints used {self.hints_used}", id="solution-title")
         yield Static(self._rating_text(), id="rating")

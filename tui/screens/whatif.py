@@ -73,7 +73,8 @@ class WhatIfScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(f"[b]What if[/b]: {self.solution.question.title}  (from {self.base.code})", id="whatif-title")
+        yield Static(f"[b]What if[/b]: {escape(self.solution.question.title)}  (from {escape(str(self.base.code))})",
+                     id="whatif-title")
         with VerticalScroll(id="whatif-body"):
             yield Static(id="whatif-params")
             yield Static(id="whatif-answers")
@@ -175,8 +176,8 @@ class WhatIfScreen(Screen):
         self.query_one("#whatif-answers", Static).update(answers)
         regime = self.solution.sheet.regime
         text = "" if regime is None else (f"[b]Regime: {escape(regime.name)}[/b] — {escape(regime.position.symbol)} = "
-                                          f"{regime.position.result}, boundary {regime.boundary.result} "
-                                          f"({regime.margin_text})")
+                                          f"{escape(regime.position.result)}, boundary "
+                                          f"{escape(regime.boundary.result)} ({escape(regime.margin_text)})")
         if self.message:
             text += f"\n[$warning]{escape(self.message)}[/]"
         self.query_one("#whatif-regime", Static).update(text)
