@@ -145,7 +145,8 @@ def _mechanisms(s: Sheet, p, knobs: Knobs, kv: float, B_o: int, tuned: bool, bri
             f"{format_quantity(hbm_bandwidth(p.part), 'TB/s')} of HBM3e against the H100's "
             f"{format_quantity(hbm_bandwidth(p.old), 'TB/s')}: more, not less", fact=True)
     if not any(s.judged("mechanisms").values()):
-        raise Reject(f"no mechanism slows this deployment by {format_quantity(p.slower, '%')} (TTFT {ratios[0]:.3f}x, TPOT {ratios[1]:.3f}x)")
+        raise Reject(f"no mechanism slows this deployment by {format_quantity(p.slower, '%')} "
+                     f"(TTFT {ratios[0]:.3f}x, TPOT {ratios[1]:.3f}x)")
 
 
 def solve(p, s: Sheet) -> None:
@@ -231,7 +232,8 @@ def solve(p, s: Sheet) -> None:
     ratios = s.value(r_ttft), s.value(r_tpot)
     if any(abs(r / (1 + p.slower) - 1) < TOO_CLOSE for r in ratios):
         raise Reject(f"TTFT or TPOT within 2% of {format_quantity(p.slower, '%')} slower: too close to call")
-    worse = tuple(s.compare(r, 1 + exact(p.slower)) >= 0 for r in (r_ttft, r_tpot))
+    line = 1 + exact(p.slower)
+    worse = (s.compare(r_ttft, line) >= 0, s.compare(r_tpot, line) >= 0)
     s.choose("regressed", {(True, True): "ttft-and-tpot", (True, False): "ttft-only", (False, True): "tpot-only",
                            (False, False): "neither"}[worse])
 
