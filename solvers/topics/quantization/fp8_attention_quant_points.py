@@ -144,7 +144,7 @@ def _attention_fixes(s: Sheet, p, *, ds, ds_c, flushed, promoted, e_acc, r_K) ->
     s.judge("fixes", "scaling P by {p_scale} before the cast would leave under {small_error} of the attention mass "
             "flushed", s.compare(scaled, exact(p.small_error)) < 0,
             f"{s.text(unscaled, 3)} flushed unscaled, {s.text(scaled, 3)} scaled")
-    s.judge("fixes", "promoting the accumulator to FP32 every N_c tokens keeps its error under {small_error}",
+    s.judge("fixes", "promoting the accumulator to FP32 every N_c tokens keeps its error bound under {small_error}",
             s.compare(promoted, s.param("e_small", "small_error")) < 0,
             f"{format_number(p.promote / p.mma_k)} chopped adds: {pct_text(s.number('acc_error_promoted'))}")
     s.judge("fixes", "over this context the unpromoted bound passes the ~{deepseek_error} DeepSeek-V3 measured at "
