@@ -169,5 +169,5 @@ def grade_rows(solution: Solution, grades: list[Grade]) -> list[tuple[str, str, 
     for grade in grades:
         spec = solution.question.answer(grade.key)
         note = grade.slip or grade.message or ""
-        rows.append((spec.label, grade.given or "—", grade.expected, spec.error_text(grade), grade.verdict, note))
+        rows.append((spec.shown_label, grade.given or "—", grade.expected, spec.error_text(grade), grade.verdict, note))
     return rows

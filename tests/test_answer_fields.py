@@ -8,7 +8,7 @@ import pytest
 
 from solvers.bank import PLACEHOLDER
 from solvers.engine import VariantCode, make_variant
-from solvers.report import to_dict
+from solvers.report import grade_rows, to_dict, to_markdown, to_text
 from solvers.units import figures_against, format_number
 
 UPGRADE = "a GPU {upgrade} faster in both HBM bandwidth and tensor peak (same NVLink)"
@@ -30,11 +30,13 @@ def test_the_label_reads_the_figure_the_solver_compares_against(variant, raise_b
 
 def test_every_rendered_label_and_option_is_filled(bank, catalog):
     """Over the bank, the default and two draws of every question: no field is left unfilled anywhere the
-    candidate reads (the prompt with its listings, the labels, the options, the JSON a variant exports)."""
+    candidate reads (the prompt with its listings, the labels, the options, the JSON, text and Markdown a
+    variant exports, the grade table after a submit)."""
     for question in bank.questions.values():
         for seed in (None, 0, 1):
             solution = make_variant(bank, catalog, VariantCode(question.id, seed))
-            texts = [solution.prompt, json.dumps(to_dict(solution), ensure_ascii=False)]
+            texts = [solution.prompt, json.dumps(to_dict(solution), ensure_ascii=False), to_text(solution),
+                     to_markdown(solution), *(row[0] for row in grade_rows(solution, solution.grade({})))]
             texts += [spec.text(t) for spec in solution.question.answers for t in spec.texts]
             assert not [t for t in texts if PLACEHOLDER.search(t)], f"{solution.code}"
 
