@@ -341,6 +341,14 @@ def test_tail_policies_hold_to_their_definitions(variant):
             assert not policy[SELECTIVE]
 
 
+def test_tail_regime_label_names_the_reading_it_keys(variant):
+    """Read after the code-only answer, "chat at peak" always slows (its mixed round beats a plain step, asserted
+    above); the key reads it with speculation always on, where chat speeds up in some draws: the label says so."""
+    sped_up = [seed for seed in range(40) if variant(f"spec-decode-tail@{seed}").expected["regime"] == "speedup"]
+    assert sped_up
+    assert "speculation always on" in variant("spec-decode-tail@0").question.answer("regime").label
+
+
 def test_tail_fixed_draft_length_options_follow_the_variant(variant):
     """A draft length of 8 for every request never kept the p99 and cut the mean (0 in 80 draws): 5 does in some."""
     seen = {f"a draft length of {g} for every request": set() for g in (1, 3, 5)}
