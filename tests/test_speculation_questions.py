@@ -171,9 +171,12 @@ class _ByHand:
         return expected_tokens(alpha, gamma) * (plain + OVERHEAD) / (
             self.kernels(batch, gamma + 1, context) + OVERHEAD + gamma * c * plain)
 
-    def peak(self, context, cap):
-        room = (0.9 * self.g.hbm_gb * 1e9 - self.n * 2 / self.tp) // (self.kv * context)
-        return min(cap, int(room))
+    def room(self, context, gamma):
+        """Sequences whose KV fits: each holds slots for its context and the round's γ+1 verify tokens."""
+        return int((0.9 * self.g.hbm_gb * 1e9 - self.n * 2 / self.tp) // (self.kv * (context + gamma + 1)))
+
+    def peak(self, context, gamma, cap):
+        return min(cap, self.room(context, gamma))
 
 
 def test_by_load_default_triples_at_night_and_costs_a_third_at_peak(variant):
@@ -190,7 +193,7 @@ def test_by_load_draws_match_plain_arithmetic(variant):
         solution = variant(f"spec-decode-by-load@{seed}")
         g = _ByHand(solution)
         alpha, gamma, c, context = (_value(solution, n) for n in ("alpha", "gamma", "draft_cost", "context"))
-        peak = g.peak(context, _value(solution, "max_num_seqs"))
+        peak = g.peak(context, gamma, _value(solution, "max_num_seqs"))
         x = solution.expected
         assert x["peak_batch"] == peak
         assert x["speedup_batch1"] == pytest.approx(g.speedup(1, context, gamma, alpha, c), rel=1e-9)
@@ -205,6 +208,21 @@ def test_by_load_draws_match_plain_arithmetic(variant):
                   and max(g.speedup(b, context, k, alpha, c) for k in range(1, 9)) > 1]
         assert x["last_bucket"] == paying[-1]
         assert x["regime"] == ("keep-on" if x["speedup_peak"] > 1 else "turn-off")
+
+
+@pytest.mark.parametrize("qid", ["spec-decode-by-load", "spec-decode-step-accounting"])
+def test_speculating_sequences_hold_their_verify_slots_in_both_questions(variant, qid):
+    """The two questions count a speculating sequence's KV alike: its context and the γ+1 slots the engine allocates
+    for the verify tokens before the pass (vLLM's allocate_slots). At by-load@9104 that is 401 sequences, where the
+    context alone gives 402: with the answer's tolerance at 1e-5 the two readings cannot both be keyed."""
+    for seed in range(20):
+        solution = variant(f"{qid}@{seed}")
+        steps = {step.key: step.value for step in solution.sheet.steps}
+        assert steps["kv_room"] == _ByHand(solution).room(_value(solution, "context"), _value(solution, "gamma")), seed
+    if qid == "spec-decode-by-load":
+        solution = variant("spec-decode-by-load@9104")
+        assert solution.expected["peak_batch"] == 401 == _ByHand(solution).room(6600, 5)
+        assert _ByHand(solution).room(6600 - 6, 5) == 402  # the context alone
 
 
 def test_by_load_best_draft_length_falls_with_the_batch(variant):
@@ -339,6 +357,14 @@ def test_tail_policies_hold_to_their_definitions(variant):
         if _value(solution, "alpha_low") < x["alpha_even_peak"] < _value(solution, "alpha_high"):
             assert x["tpot_chat_mixed"] > x["p99_off"]
             assert not policy[SELECTIVE]
+
+
+def test_tail_regime_label_names_the_reading_it_keys(variant):
+    """Read after the code-only answer, "chat at peak" always slows (its mixed round beats a plain step, asserted
+    above); the key reads it with speculation always on, where chat speeds up in some draws: the label says so."""
+    sped_up = [seed for seed in range(40) if variant(f"spec-decode-tail@{seed}").expected["regime"] == "speedup"]
+    assert sped_up
+    assert "speculation always on" in variant("spec-decode-tail@0").question.answer("regime").label
 
 
 def test_tail_fixed_draft_length_options_follow_the_variant(variant):

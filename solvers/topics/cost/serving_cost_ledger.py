@@ -6,6 +6,7 @@ from fractions import Fraction
 
 from solvers.derivation import Reject, Sheet, Side, ceil_of
 from solvers.models.common import (
+    matmul_peaks,
     require_context,
 )
 from solvers.models.cost import ledger_time, pct_text
@@ -45,13 +46,14 @@ def _ledger_assumptions(s: Sheet) -> None:
 LEVER_MARGIN = 0.01  # a lever whose cut lands within a point of LEVER_CUT is a coin toss for the candidate
 
 
-def _ledger_levers(s: Sheet, e, u, v, P_in, L_out, ar, pool, lam, n) -> None:
+def _ledger_levers(s: Sheet, e, gpu, u, v, P_in, L_out, ar, pool, lam, n) -> None:
     """Which single change cuts the cost per request by LEVER_CUT or more, judged on the replica-seconds a
     request is provisioned at the ceiling (T_req/u): the cost per request at scale. Whole replicas would let a
     small fleet's rounding decide (6 -> 5 replicas is 16.7% whatever the lever); the why shows them too."""
     value = s.evaluate
     g = {"P": value(P_in), "R": value(L_out), "N": value(e.N), "A": value(e.A), "W_gpu": value(e.W / e.TP),
-         "br": value(e.byte_rate), "fr": value(e.flop_rate), "ar0": value(ar.fixed), "ar_tok": value(ar.per_token),
+         "br": value(e.byte_rate), "fr": value(e.flop_rate), "fr_att": value(e.attention_rate),
+         "ar0": value(ar.fixed), "ar_tok": value(ar.per_token),
          "t_oh": value(e.t_oh), "v": value(v), "KV": value(e.KV), "pool": value(pool * e.KV), "u": value(u)}
     rate, now, before = value(lam), int(s.value(n)), ledger_time(g)
 
@@ -69,15 +71,18 @@ def _ledger_levers(s: Sheet, e, u, v, P_in, L_out, ar, pool, lam, n) -> None:
     judge("half of every prompt served warm from a prefix cache",
           f"the prefill is {pct_text(value(s.results['prompt_share']))} of the time and computes half the tokens",
           warm=0.5)
-    judge("an fp8 KV cache", "half the KV bytes per context: a larger decode batch at the same speed",
-          KV=g["KV"] / 2, pool=g["pool"])
+    # An fp8 cache runs fp8 attention (the card's matmul-precision): half the KV bytes and attention's peak.
+    fp8_attention = value(e.TP * e.eta_c) * matmul_peaks(gpu, "bf16", "fp8")[1]
+    judge("an fp8 KV cache", "half the KV bytes per context, and attention at the fp8 peak: a larger decode batch "
+          "at the same speed", KV=g["KV"] / 2, pool=g["pool"], fr_att=fp8_attention)
     judge("a per-user speed target half as fast", "twice the step time: a larger batch shares each step",
           v=g["v"] / 2)
     judge("a GPU with {faster_reads} the HBM bandwidth at the same peak and price",
           "faster reads: decode steps shorten, a compute-bound prefill does not",
           br=s.value(s.param("k_br", "faster_reads")) * g["br"])
     judge("a GPU with twice the tensor peak at the same bandwidth and price",
-          "faster math: the prefill shortens, memory-bound decode steps do not", fr=2 * g["fr"])
+          "faster math: the prefill shortens, memory-bound decode steps do not", fr=2 * g["fr"],
+          fr_att=2 * g["fr_att"])
     judge("running replicas up to {crowded} busy", "less idle headroom paid per busy replica-second, bought with "
           "queueing delay", u=s.value(s.param("ρ_max", "crowded")))
     judged = s.judged("levers")
@@ -173,6 +178,6 @@ def solve(p, s: Sheet) -> None:
     s.slip("busy replicas not divided by the utilisation ceiling",
            s.evaluate(ceil_of(busy)) / s.value(n), on=("replicas", "cost_per_request"))
     s.slip("an output token priced at a whole decode step", s.value(B), on="cost_ratio")
-    _ledger_levers(s, e, u, v, P_in, L_out, ar, pool, lam, n)
+    _ledger_levers(s, e, p.gpu, u, v, P_in, L_out, ar, pool, lam, n)
     _ledger_regime(s, mix, r, share, x)
 

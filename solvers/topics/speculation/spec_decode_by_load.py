@@ -53,7 +53,7 @@ def _context_what_if(s: Sheet, p, model: LoadModel, peak: float, last: int) -> N
     """Every request with four times the context, the same engine: which parts of the table move."""
     key, longer = "context", 4 * p.context
     room = (GPU_MEMORY_UTILIZATION * hbm_bytes(p.gpu) - model.weight_bytes) / model.kv_bytes
-    peak4 = min(p.max_num_seqs, math.floor(room / longer))
+    peak4 = min(p.max_num_seqs, math.floor(room / (longer + p.gamma + 1)))
     if peak4 < 1:
         raise Reject("four times the context does not fit one sequence")
     s.judge(key, "the peak batch shrinks", peak4 < peak,
@@ -106,7 +106,10 @@ def solve(p, s: Sheet) -> None:
     batch, the best draft length per batch bucket, and how the context moves all of it."""
     require_context(p.model, 4 * p.context)  # the what-if asks for four times the context
     model = LoadModel.of(p)
-    room = math.floor((GPU_MEMORY_UTILIZATION * hbm_bytes(p.gpu) - model.weight_bytes) / (model.kv_bytes * p.context))
+    # A speculating sequence holds KV slots for its context and the round's γ+1 verify tokens: the engine
+    # allocates them before the verify pass (vLLM's allocate_slots), as spec-decode-step-accounting counts them.
+    room = math.floor((GPU_MEMORY_UTILIZATION * hbm_bytes(p.gpu) - model.weight_bytes)
+                      / (model.kv_bytes * (p.context + p.gamma + 1)))
     peak = min(p.max_num_seqs, room)
     table = _buckets(model, p, peak)  # every reason to redraw, before the sheet
     if abs(model.speedup(peak, int(p.gamma), p.alpha, p.draft_cost) - 1) < GAMMA_TIE:
@@ -116,16 +119,17 @@ def solve(p, s: Sheet) -> None:
     S = s.param("S", "context")
     costs = decode_costs(s, e, p.model, p.gpu, p.tp, S)
     B_max = s.param("B_max", "max_num_seqs")
+    gamma = s.param("γ", "gamma")
     u = given_usable_share(s)
     M = given_hbm_bytes(s, p.gpu)
     fits = s.step("kv_room", "Sequences whose KV fits at this context", "B_kv",
-                  floor_of((u * M - e.W / e.TP) / (e.KV * S)), "sequences",
-                  "usable HBM per GPU less its share of the weights, over each sequence's KV on that GPU")
+                  floor_of((u * M - e.W / e.TP) / (e.KV * (S + gamma + 1))), "sequences",
+                  "usable HBM per GPU less its share of the weights, over each sequence's KV on that GPU: its "
+                  "context and the γ+1 slots the engine allocates for the round's verify tokens")
     B_pk = s.step("peak_batch", "Peak batch", "B_pk", min_of(B_max, fits), "sequences",
                   "the scheduler's max_num_seqs or the KV pool, whichever runs out first")
 
     alpha = s.param("α_acc", "alpha")  # α is the all-reduce latency on this sheet
-    gamma = s.param("γ", "gamma")
     c = s.param("c", "draft_cost")
     E = tokens_per_round(s, alpha, gamma)
     t_1 = s.step("plain_batch1", "Plain step at batch 1", "t_1", costs.kernels(1) + e.t_oh, "ms",
@@ -166,8 +170,9 @@ def solve(p, s: Sheet) -> None:
     s.assume("A round is one engine step: the overhead once (step-overhead), the verify pass, and γ draft passes at "
              "c of a plain step's kernels each; every TP all-reduce by tp-all-reduce over NVLink, not overlapped.")
     s.assume("Each draft token is accepted with probability α, independently; every sequence holds about the same "
-             "context. The drafter's own weights and KV are left out of the memory, and the γ extra tokens of "
-             "KV a round writes are small beside the context.")
+             "context. The drafter's own weights and KV are left out of the memory; each sequence holds KV slots "
+             "for its context and the round's γ+1 verify tokens, allocated before the verify pass (vLLM's "
+             "scheduler allocates slots for every scheduled token, the drafts included).")
     s.assume("Buckets are judged by draft lengths " + ", ".join(map(str, GAMMAS)) + " (0 = off): the best is the "
              "one with the highest speedup, off where none exceeds 1.")
     s.slip("the compute-bound limit E/(γ+1) taken at the peak batch (overheads and drafts ignored)",
