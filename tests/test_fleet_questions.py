@@ -84,8 +84,9 @@ def test_restart_matches_plain_arithmetic(variant, seed):
 
 
 def test_restart_regime_compares_the_interval_part_with_the_failure_part(variant):
-    """Over 301 seeds: interval-bound exactly when stalls + redone work outweigh the fixed recovery, and no draw stalls more than 5% of training time. The first version compared τ/2 with F
-    alone and keyed 112 of 301 variants the other way (e.g. a 110 s save every 5 minutes as failure-bound)."""
+    """Over 301 seeds: interval-bound exactly when stalls + redone work outweigh the fixed recovery, and no draw
+    stalls more than 5% of training time. The first version compared τ/2 with F alone and keyed 112 of 301
+    variants the other way (e.g. a 110 s save every 5 minutes as failure-bound)."""
     regimes = Counter()
     for seed in range(301):
         solution = variant(f"restart-goodput@{seed}")
