@@ -511,6 +511,18 @@ def test_tiering_matches_enumeration(variant, seed):
         assert got == (value if isinstance(value, (str, int)) else pytest.approx(value, rel=1e-9)), key
 
 
+def test_tiering_hint_names_both_caps_on_the_decode_batch(variant):
+    """The key's decode batch is the least of what the TPOT target and the KV pool allow (decode_by_hand checks
+    it), and the pool is the cap in many draws: the hint said only "the batch the TPOT target allows"."""
+    solution = variant("multi-model-fleet-tiering@default")
+    assert "the batch the TPOT target and the KV pool allow" in solution.question.hints[0]
+    capped = 0
+    for seed in SEEDS:
+        results = variant(f"multi-model-fleet-tiering@{seed}").sheet.results
+        capped += results["batch_by_pool"] < min(results["batch_by_bandwidth"], results["batch_by_compute"])
+    assert 0 < capped < len(SEEDS)
+
+
 def test_tiering_team_model_can_go_cold(variant):
     """At the default seven models stay warm: a rank-8 team model averages 100 x 8^-1.4 / 2.359 / 2.5 = 0.92
     requests/s, under the 1 request/s threshold, so its tier is cold (pinned in the question file; a choice of
