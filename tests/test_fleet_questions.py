@@ -408,6 +408,25 @@ def test_bom_matches_plain_arithmetic(variant, seed):
     assert solution.expected["it_power"] == pytest.approx(it_power, rel=1e-12)
 
 
+@pytest.mark.parametrize("seed", [*range(30), 9101])
+def test_bom_hint_counts_the_switches_the_key_counts(variant, seed):
+    """Hint 3, followed: leaves = GPUs ÷ (k/2); two tiers, spines = ⌈leaves/2⌉; three, spines = leaves and a core
+    of the spine uplinks ÷ oversubscription ÷ k. It said "spines = leaves" for both and gave 110 switches at @9101
+    (1,760 GPUs on 64-port switches: 55 leaves, 28 spines, 83 in the key)."""
+    solution = variant(f"cluster-bill-of-materials@{seed}")
+    p, results = {param.name: param.value for param in solution.params}, solution.sheet.results
+    k, gpus = p["radix"], solution.expected["gpus"]
+    leaves = gpus // (k // 2)
+    if results["regime"] == "two-tier":
+        switches = leaves + math.ceil(leaves / 2)
+    else:
+        switches = 2 * leaves + math.ceil(leaves * (k // 2) / p["oversub"] / k)
+    assert "spines = ⌈leaves/2⌉" in solution.question.hints[2]
+    assert solution.expected["switches"] == switches
+    if seed == 9101:
+        assert (leaves, switches) == (55, 83)
+
+
 def test_bom_prompt_defines_the_pod(variant):
     """The key counts pods of (k/2)² GPUs under a core tier and one pod for a two-tier fabric bought leaf by
     leaf, so the prompt says so."""
