@@ -155,6 +155,10 @@ def solve(p, s: Sheet) -> None:
            factor=s.evaluate(F + tau) / s.value(L))
     s.slip("the whole interval rewound, not half of it", on="today_loss",
            factor=s.evaluate(f_ckpt + (F + tau) / (M + F)) / s.value(f_today))
+    s.slip("half a cycle redone: a failure is likelier early in a run, so less is",
+           on=("lost_per_restart", "restart_loss"), factor=s.evaluate(F + (tau + C_s) / 2) / s.value(L))
+    s.slip("R·(F + τ/2): recovery left off the wall clock, the stall off the rewound cycle", on="restart_loss",
+           factor=s.evaluate(R * (F + tau / 2)) / s.value(f_restart))
     s.slip("Young's interval without the factor 2", 1 / 2**0.5, on=("young_storage", "young_memory"))
 
     _restart_regime(s, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, tau_m)
