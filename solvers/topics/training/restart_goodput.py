@@ -115,7 +115,7 @@ def solve(p, s: Sheet) -> None:
                "the run past its last completed save (a save cut short banks nothing): close to (τ + C)/2, a "
                "little less because a failure is likelier early in a cycle")
     L = s.step("lost_per_restart", "Time lost per restart", "L", F + W, "min", "fixed recovery plus rewound work")
-    f_restart = s.step("restart_loss", "Share of training time lost to restarts", "f_restart", L / (M + F), "%",
+    f_restart = s.step("restart_loss", "Share of wall-clock time lost to restarts", "f_restart", L / (M + F), "%",
                        "each failure's loss over its wall clock, the run plus the recovery")
     f_ckpt = s.step("ckpt_overhead", "Share lost to save stalls today", "f_ckpt", N * C_s / (M + F), "%",
                     "one stall per completed save: the price of the interval that bounds the rewound work")
