@@ -62,8 +62,6 @@ OPEN = {
        "or KV read" for key in ("prefill_time",)},
     **{("pd-transfer-bandwidth", key): "precision's: the prefill priced by its FLOPs alone"
        for key in ("prefill_time", "per_gpu", "per_gpu_bound", "decode_need", "link_share")},
-    **{("preemption-policies", key): "the recompute priced by its FLOPs alone (short contexts are read-bound)"
-       for key in ("t_recompute", "breakeven_bw")},
     **{("recompute-vs-fetch", key): "the recompute priced by its FLOPs alone (short prefixes are read-bound)"
        for key in ("recompute_per_token", "advantage", "advantage_peak", "recompute_time", "speedup", "break_even")},
     **{("b200-h100-roles", key): "the decode step priced by its reads alone ('memory-bound')"

@@ -290,6 +290,23 @@ def test_cold_prefill_warm_share_by_bisection(variant, seed):
         assert results["warm_ttft"] == pytest.approx(_value(solution, "ttft"), rel=1e-9)
 
 
+@pytest.mark.parametrize("seed", [*range(20), 8, 30, 9103])  # 8, 30, 9103: the ones the whole-math halving flipped
+def test_cold_prefill_fp8_halves_only_the_weight_gemms(variant, seed):
+    """fp8 GEMMs at twice the peak (and half the weight bytes): attention over the bf16 cache keeps the bf16 peak
+    (matmul-precision). The first key halved all the math and said a cold prompt makes it at @9103 (2.55 s against
+    2.7 s; by hand 3.26 s)."""
+    solution = variant(f"cold-prefill-pools@{seed}")
+    g = Replica(_value(solution, "model"), _value(solution, "gpu"), _value(solution, "tp"))
+    g.fr = _value(solution, "tp") * _value(solution, "mfu") * _value(solution, "gpu").bf16_dense_tflops * 1e12
+    T = _value(solution, "prompt")
+    math_time = 2 * g.N * T / (2 * g.fr) + g.A * T**2 / 2 / g.fr
+    fp8 = max(g.weights / 2 / g.br, math_time) + g.ar0 + g.ar_tok * T + OVERHEAD
+    option = "fp8 GEMMs at twice the peak would let a cold prompt make it"
+    assert solution.sheet.results["facts"][option] == (fp8 <= _value(solution, "ttft"))
+    if seed == 9103:
+        assert fp8 == pytest.approx(3.262, abs=5e-4) and "leaves 3.262 s" in solution.sheet.reasons["facts"][option]
+
+
 def test_cold_prefill_follow_up_shortens_the_prompt(variant, catalog):
     round_two = follow_up(variant("cold-prefill-pools@default"), catalog)
     assert round_two is not None
@@ -522,6 +539,18 @@ def test_tiering_matches_enumeration(variant, seed):
     for key, value in tiers_by_hand(solution).items():
         got = solution.sheet.results[key]
         assert got == (value if isinstance(value, (str, int)) else pytest.approx(value, rel=1e-9)), key
+
+
+def test_tiering_hint_names_both_caps_on_the_decode_batch(variant):
+    """The key's decode batch is the least of what the TPOT target and the KV pool allow (decode_by_hand checks
+    it), and the pool is the cap in many draws: the hint said only "the batch the TPOT target allows"."""
+    solution = variant("multi-model-fleet-tiering@default")
+    assert "the batch the TPOT target and the KV pool allow" in solution.question.hints[0]
+    capped = 0
+    for seed in SEEDS:
+        results = variant(f"multi-model-fleet-tiering@{seed}").sheet.results
+        capped += results["batch_by_pool"] < min(results["batch_by_bandwidth"], results["batch_by_compute"])
+    assert 0 < capped < len(SEEDS)
 
 
 def test_tiering_team_model_can_go_cold(variant):

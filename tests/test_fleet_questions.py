@@ -18,12 +18,16 @@ MIN, HOUR, DAY = 60, 3_600, 86_400
 
 
 def test_restart_default_matches_catalogue(variant):
-    """2 restarts a day at 15 minutes each (the keys are pinned in the question file): the steps beside them."""
+    """Runs of 12 h between failures, 5 min of recovery after each (the keys are pinned in the question file):
+    the steps beside them."""
     results = variant("restart-goodput@default").sheet.results
     assert results["mtbf"] == pytest.approx(12 * HOUR)
-    # The interval's part today: 1.67% stalls + 1.39% redone work = 3.06%, against 0.69% of fixed recovery.
-    assert results["interval_loss"] == pytest.approx(20 / (20 * MIN) + 10 * MIN / (12 * HOUR))
-    assert results["failure_floor"] == pytest.approx(5 * MIN / (12 * HOUR))
+    saves = 1 / math.expm1((20 * MIN + 20) / (12 * HOUR))  # 34.91 completed saves per run
+    assert results["saves_per_run"] == pytest.approx(saves)
+    # The interval's part today: 1.61% stalls + 1.40% redone work = 3.0%, against 0.69% of fixed recovery.
+    wall = 12 * HOUR + 5 * MIN
+    assert results["interval_loss"] == pytest.approx((saves * 20 + 12 * HOUR - saves * (20 * MIN + 20)) / wall)
+    assert results["failure_floor"] == pytest.approx(5 * MIN / wall)
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -53,29 +57,36 @@ def test_restart_prompt_names_youngs_interval(variant):
     assert max(gaps) > 0.03
 
 
+def _restart_exact(p):
+    """Per failure: the run's mean M, its completed saves N and the wall clock M + F it takes with recovery."""
+    mtbf, fixed = 1 / p["restarts"], p["detect"] + p["reschedule"] + p["reload"]
+    cycle = p["interval"] + p["ckpt_storage"]
+    saves = 1 / math.expm1(cycle / mtbf)
+    return mtbf, fixed, cycle, saves, mtbf + fixed
+
+
 def _restart_parts(p):
     """The loss today split by what sets it: the interval (stalls and redone work) or each failure."""
-    interval_part = p["ckpt_storage"] / p["interval"] + p["restarts"] * p["interval"] / 2
-    failure_part = p["restarts"] * (p["detect"] + p["reschedule"] + p["reload"])
-    return interval_part, failure_part
+    mtbf, fixed, cycle, saves, wall = _restart_exact(p)
+    return (saves * p["ckpt_storage"] + mtbf - saves * cycle) / wall, fixed / wall
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_restart_matches_plain_arithmetic(variant, seed):
     solution = variant(f"restart-goodput@{seed}")
     p = {param.name: param.value for param in solution.params}
-    fixed = p["detect"] + p["reschedule"] + p["reload"]
-    lost = fixed + p["interval"] / 2
+    mtbf, fixed, cycle, saves, wall = _restart_exact(p)
+    lost = fixed + mtbf - saves * cycle
     assert solution.expected["lost_per_restart"] == pytest.approx(lost, rel=1e-12)
-    assert solution.expected["restart_loss"] == pytest.approx(lost * p["restarts"], rel=1e-12)
-    today = p["ckpt_storage"] / p["interval"] + lost * p["restarts"]
+    assert solution.expected["restart_loss"] == pytest.approx(lost / wall, rel=1e-12)
+    today = (saves * p["ckpt_storage"] + lost) / wall
     assert solution.expected["today_loss"] == pytest.approx(today, rel=1e-12)
 
 
 def test_restart_regime_compares_the_interval_part_with_the_failure_part(variant):
-    """Over 301 seeds: interval-bound exactly when stalls + redone work (C/τ + R·τ/2) outweigh the fixed
-    recovery R·F, and no draw stalls more than 5% of training time. The first version compared τ/2 with F
-    alone and keyed 112 of 301 variants the other way (e.g. a 110 s save every 5 minutes as failure-bound)."""
+    """Over 301 seeds: interval-bound exactly when stalls + redone work outweigh the fixed recovery, and no draw
+    stalls more than 5% of training time. The first version compared τ/2 with F alone and keyed 112 of 301
+    variants the other way (e.g. a 110 s save every 5 minutes as failure-bound)."""
     regimes = Counter()
     for seed in range(301):
         solution = variant(f"restart-goodput@{seed}")
@@ -89,12 +100,12 @@ def test_restart_regime_compares_the_interval_part_with_the_failure_part(variant
 
 
 def test_restart_stall_bound_interval_says_checkpoint_less_often(variant):
-    """A 14 s save every 5 minutes stalls 4.7% of training: the interval is too short, not too long. The
-    rewound work alone (2.5 min) is below the 5-minute fixed recovery, yet the interval sets the loss (the
+    """A 14 s save every 5 minutes stalls 4.4% of the wall clock: the interval is too short, not too long. The
+    rewound work alone (2.6 min) is below the 5-minute fixed recovery, yet the interval sets the loss (the
     question file pins interval-bound)."""
     solution = variant("restart-goodput@default+interval=5+ckpt_storage=14")
     interval_part, failure_part = _restart_parts({param.name: param.value for param in solution.params})
-    assert interval_part == pytest.approx(14 / 300 + 2 * 150 / DAY)  # 4.67% stalls + 0.35% redone work
+    assert interval_part == pytest.approx(0.0477, abs=1e-4)  # 4.41% stalls + 0.36% redone work
     assert interval_part > failure_part  # 0.69%
     assert "checkpoint less often" in solution.sheet.regime.summary
 
@@ -133,10 +144,11 @@ def test_restart_async_save_is_named_as_such(variant):
 
 
 def test_restart_pinned_seed(variant):
-    """Seed 7 draws these parameters (its keys are pinned in the question file)."""
+    """Seed 7 draws these parameters (its keys are pinned in the question file). Its first draw (5 a day, 6.5 min
+    of detection) is refused since the exact model: detection's saving sits within 3% of a fifth of the loss."""
     raw = {param.name: param.raw for param in variant("restart-goodput@7").params}
-    assert raw == {"restarts": 5, "detect": 6.5, "reschedule": 10, "reload": 3.5, "interval": 10,
-                   "ckpt_storage": 11, "ckpt_memory": 0.2}
+    assert raw == {"restarts": 4, "detect": 4.5, "reschedule": 10, "reload": 3, "interval": 5,
+                   "ckpt_storage": 9.2, "ckpt_memory": 0.7}
 
 
 # --- fleet-gpu-count -------------------------------------------------------------------------
@@ -396,6 +408,25 @@ def test_bom_matches_plain_arithmetic(variant, seed):
     assert solution.expected["it_power"] == pytest.approx(it_power, rel=1e-12)
 
 
+@pytest.mark.parametrize("seed", [*range(30), 9101])
+def test_bom_hint_counts_the_switches_the_key_counts(variant, seed):
+    """Hint 3, followed: leaves = GPUs ÷ (k/2); two tiers, spines = ⌈leaves/2⌉; three, spines = leaves and a core
+    of the spine uplinks ÷ oversubscription ÷ k. It said "spines = leaves" for both and gave 110 switches at @9101
+    (1,760 GPUs on 64-port switches: 55 leaves, 28 spines, 83 in the key)."""
+    solution = variant(f"cluster-bill-of-materials@{seed}")
+    p, results = {param.name: param.value for param in solution.params}, solution.sheet.results
+    k, gpus = p["radix"], solution.expected["gpus"]
+    leaves = gpus // (k // 2)
+    if results["regime"] == "two-tier":
+        switches = leaves + math.ceil(leaves / 2)
+    else:
+        switches = 2 * leaves + math.ceil(leaves * (k // 2) / p["oversub"] / k)
+    assert "spines = ⌈leaves/2⌉" in solution.question.hints[2]
+    assert solution.expected["switches"] == switches
+    if seed == 9101:
+        assert (leaves, switches) == (55, 83)
+
+
 def test_bom_prompt_defines_the_pod(variant):
     """The key counts pods of (k/2)² GPUs under a core tier and one pod for a two-tier fabric bought leaf by
     leaf, so the prompt says so."""
@@ -420,32 +451,32 @@ def test_restart_goodput_never_keys_a_lever_on_a_knife_edge(variant):
 
 
 def _restart_timeline(mtbf: float, recovery: float, interval: float, stall: float, failures: int,
-                      rng: random.Random) -> float:
+                      rng: random.Random) -> tuple[float, float]:
     """A job's wall clock, failure by failure: it computes `interval`, stalls `stall` to save, and so on; a failure
     (Poisson, mean gap `mtbf` of running time) costs the fixed recovery plus the work since the last completed
-    save (a save cut short saves nothing). Returns the share of the wall clock lost to restarts."""
-    lost = wall = 0.0
+    save (a save cut short saves nothing). Returns the shares of the wall clock lost to restarts and to the
+    completed saves' stalls."""
+    lost = stalls = wall = 0.0
     for _ in range(failures):
-        running = rng.expovariate(1 / mtbf)  # wall time until the next failure
+        running = rng.expovariate(1 / mtbf)  # running time until the next failure
         lost += recovery + running % (interval + stall)  # all since the last completed save
+        stalls += running // (interval + stall) * stall
         wall += running + recovery
-    return lost / wall
+    return lost / wall, stalls / wall
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "restart-goodput@4: key 16.6%, the simulated timeline 15.0% (-9.8%); 13 of seeds 0-19 past the answer's 2%. "
-    "R·(F + τ/2) per hour of wall clock leaves out that recovery is wall clock too (M + F per failure, not M) "
-    "and that the save stall is part of the rewound cycle: first-order terms of (F + τ + C)/M. Reported."))
 def test_restart_loss_matches_a_simulated_failure_timeline(variant):
-    """restart_loss = R·(F + τ/2): failures at random land on average halfway through an interval. A simulated
-    timeline of 20,000 failures per seed should agree within the answer's 2%, plus 1% of sampling noise."""
+    """A simulated timeline of 20,000 failures per seed agrees with restart_loss and today_loss within 1.5% (about
+    two standard errors of the sampling). The first-order key R·(F + τ/2) missed by up to 10% (@4: 16.6% against
+    15.0% simulated): recovery is wall clock too, and the stall is part of the rewound cycle."""
     off = {}
     for seed in range(20):
         solution = variant(f"restart-goodput@{seed}")
         results = solution.sheet.results
         interval, stall = solution.param("interval").value, solution.param("ckpt_storage").value
-        simulated = _restart_timeline(results["mtbf"], results["fixed_recovery"], interval, stall, 20_000,
-                                      random.Random(seed))
-        if abs(simulated / results["restart_loss"] - 1) > 0.03:
-            off[seed] = simulated / results["restart_loss"] - 1
+        restarts, stalls = _restart_timeline(results["mtbf"], results["fixed_recovery"], interval, stall, 20_000,
+                                             random.Random(seed))
+        for key, simulated in (("restart_loss", restarts), ("today_loss", restarts + stalls)):
+            if abs(simulated / results[key] - 1) > 0.015:
+                off[seed, key] = simulated / results[key] - 1
     assert not off, off

@@ -48,14 +48,29 @@ def test_preemption_attention_flops_follow_flash_attention_convention(variant):
     assert results["t_recompute"] == results["t_recompute_math"]  # one GPU: no all-reduce
 
 
-@pytest.mark.parametrize("seed", range(20))
+def test_preemption_a_short_victim_waits_on_the_weight_read(variant):
+    """The step-time model, not the FLOPs alone: 100 tokens of Llama-3-8B in fp8 on a B200 do 0.72 ms of math but
+    read the 8.03 GB of weights at 80% of 8 TB/s, 1.25 ms."""
+    results = variant("preemption-policies@default+model=llama-3-8b+tp=1+context=100+weight_dtype=fp8+gpu=b200"
+                      "+remaining=20+batch=8").sheet.results
+    assert results["t_recompute_math"] < results["t_recompute_read"] == pytest.approx(8.03e9 / (0.8 * 8e12))
+    assert results["t_recompute"] == results["t_recompute_read"]
+
+
+@pytest.mark.parametrize("seed", [*range(20), 22, 30])  # 22: fp8 weights, bf16 attention; 30: the other way
 def test_preemption_matches_plain_arithmetic(variant, seed):
     solution = variant(f"preemption-policies@{seed}")
     p = _params(solution)
     model, tp, context = p["model"], p["tp"], p["context"]
-    flops = 2 * model.params_b * 1e9 * context + 2 * model.layers * model.heads * model.head_dim * context**2
-    peak = p["gpu"][{"bf16": "bf16_dense_tflops", "fp8": "fp8_dense_tflops"}[p["weight_dtype"]]] * 1e12
-    t_rec = flops / (tp * peak * p["mfu"]) + _all_reduce(model, p["gpu"], tp, context)
+    weight_flops = 2 * model.params_b * 1e9 * context
+    attention_flops = 2 * model.layers * model.heads * model.head_dim * context**2
+    # The step-time model: the weights read once against the math, the weight GEMMs at the weights' peak and
+    # attention at the KV cache's (matmul-precision; every GPU drawn here has fp8 tensor cores but the A100).
+    attention_dtype = p["kv_dtype"] if p["gpu"].get("fp8_dense_tflops") else "bf16"
+    peak = {dtype: p["gpu"][f"{dtype}_dense_tflops"] * 1e12 for dtype in {p["weight_dtype"], attention_dtype}}
+    math_time = (weight_flops / peak[p["weight_dtype"]] + attention_flops / peak[attention_dtype]) / (tp * p["mfu"])
+    read = model.params_b * 1e9 * DTYPE_BYTES[p["weight_dtype"]] / tp / (0.8 * p["gpu"].hbm_tb_s * 1e12)
+    t_rec = max(read, math_time) + _all_reduce(model, p["gpu"], tp, context)
     kv_per_gpu = 2 * model.layers * (model.kv_heads // tp) * model.head_dim * DTYPE_BYTES[p["kv_dtype"]] * context
     t_swap = 2 * kv_per_gpu / p["pcie"]
     expected = solution.expected
@@ -152,7 +167,8 @@ def test_preemption_prompt_names_its_conventions(variant):
     """The prompt names the cards it counts by instead of retyping them, and prints a dense model."""
     for seed in range(10):
         solution = variant(f"preemption-policies@{seed}")
-        for card in ("flops-per-token", "dense-peaks", "tp-all-reduce"):
+        for card in ("roofline-time", "step-bandwidth", "flops-per-token", "dense-peaks", "matmul-precision",
+                     "tp-all-reduce"):
             assert card in solution.prompt
         assert "active_params_b" not in solution.param("model").value  # a dense model: every parameter works
 

@@ -258,6 +258,17 @@ def test_users_per_gpu_matches_plain_arithmetic(variant, seed):
         assert solution.expected["regime"] == "one-group"
 
 
+def test_users_per_gpu_regime_leaves_the_pipeline_aside_and_says_so(variant):
+    """@9102 (Qwen2.5-72B on 8 x B200, 512 tokens, 45 ms): one TP1 x PP8 pipeline serves the most, 5,552, yet the
+    regime weighs only one TP8 group (3,293) against TP4 replicas (4,228): replicas. Its label says pipelines are
+    aside, so a candidate who reads "one group" as the pipeline is not marked wrong by a hidden rule."""
+    solution = variant("users-per-gpu@9102")
+    results = solution.sheet.results
+    assert solution.expected["best_layout"] == "PP" and solution.expected["regime"] == "replicas"
+    assert results["served_tp4"] == 4228 > results["served_tp8"] == 3293
+    assert "(pipelines aside)" in solution.question.answer("regime").label
+
+
 def test_users_per_gpu_grades_a_deployable_split_not_a_fractional_tp(variant):
     """Review bug: the split was graded as 'the TP at which weights fill half the memory' (4.168 here), a TP
     nobody runs. Now every graded TP is a deployable power of two, and the layouts are compared as deployed."""

@@ -65,9 +65,12 @@ def _cold_judgements(s: Sheet, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar
 
     judge("a cold prompt makes the TTFT target", s.compare(t_cold, tau) <= 0,
           f"cold it takes {format_quantity(s.value(t_cold), 's')} against {s.text(tau)}")
-    fp8 = max_of(cold.bytes / e.byte_rate, cold.flops / (2 * e.flop_rate)) + ar.of(T) + e.t_oh
+    # fp8 weights: the weight GEMMs at twice the peak and half the weight bytes; attention keeps the bf16 cache's
+    # peak (matmul-precision), and the all-reduces and overhead stay.
+    fp8 = max_of(e.W / (2 * e.TP) / e.byte_rate, e.math_time(2 * e.N * T / 2, e.A * T**2 / 2)) + ar.of(T) + e.t_oh
     judge("fp8 GEMMs at twice the peak would let a cold prompt make it", s.compare(fp8, tau) <= 0,
-          f"half the math leaves {format_quantity(s.evaluate(fp8), 's')}: the all-reduces and overhead do not halve")
+          f"halving the weight GEMMs' time leaves {format_quantity(s.evaluate(fp8), 's')}: attention over the bf16 "
+          "cache keeps its peak (matmul-precision), and the all-reduces and overhead do not halve")
     by_pool = s.compare(s.symbol("B_pool"), min_of(s.symbol("B_mem"), s.symbol("B_cmp"))) < 0
     judge("the decode batch is capped by the KV pool, not the TPOT target", by_pool,
           f"the pool holds {format_number(s.number('batch_by_pool'), 3)} requests at this context; the target "

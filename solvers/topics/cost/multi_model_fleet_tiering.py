@@ -191,7 +191,8 @@ def solve(p, s: Sheet) -> None:
                       why="the prompt's math at the group's achievable compute, its all-reduces, the overhead")
     T_req = s.step("replica_seconds", "Replica-seconds per request", "T_req",
                    t_pre + L_out * decode.step / decode.batch, "s",
-                   "its prefill step plus its reply's share of decode steps at the TPOT batch")
+                   "its prefill step plus its reply's share of decode steps at the batch the TPOT target and the KV "
+                   "pool allow")
     U = s.step("unit", "Requests/s one replica serves at the SLO", "U", 1 / T_req, "requests/s",
                "one replica-second over the replica-seconds each request holds")
 

@@ -5,12 +5,9 @@ from fractions import Fraction
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, floor_of, min_of
+from solvers.derivation import Reject, Sheet, Side, floor_of, max_of, min_of
 from solvers.models.collective import tp_all_reduce
-from solvers.models.common import dtype_bytes, given_config, given_model_params, given_peak_flops
-from solvers.models.kvcache import (
-    kv_bytes_per_token_per_gpu_given,
-)
+from solvers.models.steptime import StepConstants, engine
 from solvers.units import format_number, format_quantity
 
 # A stall that hits more than this share of a stream's decode steps sets its p99 inter-token latency.
@@ -67,31 +64,31 @@ def _evictions(s: Sheet, C, b, R, context: int, batch: int, remaining: int):
 def solve(p, s: Sheet) -> None:
     model, n_gpus = p.model, p.tp
 
-    n = s.param("TP", "tp")
+    # The step-time model at the drawn MFU: the re-prefill reads the weights once and does its math, each matmul
+    # at its own peak (matmul-precision); the all-reduces come on top.
+    e = engine(s, model, p.gpu, n_gpus, StepConstants(compute=p.mfu, overhead=None), dtype=p.weight_dtype,
+               kv_dtype=p.kv_dtype, communication=n_gpus > 1, kv_prerequisite=True)
     C = s.param("C", "context")
-    N = given_model_params(s, model)
-    L = given_config(s, model, "layers")
-    H = given_config(s, model, "heads")
-    d = given_config(s, model, "head_dim")
-    F_w = s.step("flops_weights", "Weight FLOPs of the re-prefill", "F_w", 2 * N * C, "TFLOP",
+    F_w = s.step("flops_weights", "Weight FLOPs of the re-prefill", "F_w", 2 * e.N * C, "TFLOP",
                  "a multiply-add (2 FLOPs) per parameter per token, embeddings included")
-    F_a = s.step("flops_attention", "Attention FLOPs of the re-prefill", "F_a", 2 * L * H * d * C**2, "TFLOP",
-                 "QKᵀ and AV cost 4·C²·H·d per layer; the causal mask halves it")
+    F_a = s.step("flops_attention", "Attention FLOPs of the re-prefill", "F_a", e.A * C**2 / 2, "TFLOP",
+                 "A per query-key pair, C²/2 pairs under the causal mask")
     F = s.step("flops", "FLOPs recompute redoes", "F", F_w + F_a, "TFLOP",
                "the victim's whole prefill, done again")
-    P = given_peak_flops(s, p.gpu, p.weight_dtype)
-    eta = s.param("eta", "mfu")
-    t_math = s.step("t_recompute_math", "Recompute math", "t_math", F / (n * P * eta), "ms",
-                    "the TP group shares the prefill at its achievable compute")
+    t_math = s.step("t_recompute_math", "Recompute math", "t_math", e.math_time(F_w, F_a), "ms",
+                    "the TP group shares the prefill at its achievable compute" + (
+                        "" if e.P_att is e.P else ", the weight GEMMs at P and attention at P_att"))
+    t_read = s.step("t_recompute_read", "Recompute weight read", "t_read", e.W / e.TP / e.byte_rate, "ms",
+                    "each GPU reads its share of the weights once for the whole prefill")
     t_ar = tp_all_reduce(s, model, p.gpu, n_gpus, C, tag="rec", label="re-prefill")
-    t_rec = s.step("t_recompute", "Recompute time", "t_rec", t_math + t_ar, "ms",
-                   "the math, then the TP all-reduces it cannot overlap" if n_gpus > 1 else
-                   "one GPU: no all-reduces")
+    t_rec = s.step("t_recompute", "Recompute time", "t_rec", max_of(t_read, t_math) + t_ar, "ms",
+                   "the slower of the weight read and the math, then the TP all-reduces it cannot overlap"
+                   if n_gpus > 1 else "the slower of the weight read and the math; one GPU: no all-reduces")
 
-    kv_gpu = kv_bytes_per_token_per_gpu_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype, n)
+    kv_gpu = e.KV
     V = s.step("swap_bytes", "Victim's KV on each GPU", "V", kv_gpu * C, "GB",
                "each GPU holds its KV heads' share of the victim's context")
-    W = s.param("W", "pcie")
+    W = s.param("W_PCIe", "pcie")
     t_swap = s.step("t_swap", "Swap time (out and back in)", "t_swap", 2 * V / W, "ms",
                     "each GPU copies its share to host memory and later back, over its own link")
     W_star = s.step("breakeven_bw", "PCIe bandwidth at which swap and recompute cost the same", "W_star",
@@ -107,9 +104,10 @@ def solve(p, s: Sheet) -> None:
     s.step("reserve", "KV the batch writes before that completion (each GPU)", "V_res", b * R * kv_gpu, "GB",
            "what a scheduler must hold back for waiting to be safe: b streams, R tokens each")
     k, t_k, t_before = _evictions(s, C, b, R, p.context, p.batch, p.remaining)
-    s.assume(f"Recompute at {format_number(p.mfu * 100)}% of the dense {p.weight_dtype} peak across the TP group "
-             "(prefill is compute-bound), plus the TP all-reduces by the card's tp-all-reduce model; all weights "
-             "and the causal attention over the context counted, nothing of the victim left in a prefix cache.")
+    s.assume(f"Recompute by the step-time model at {format_number(p.mfu * 100)}% of the dense peaks across the TP "
+             "group (the drawn prefill MFU as η_c), plus the TP all-reduces by the card's tp-all-reduce model; all "
+             "weights and the causal attention over the context counted, nothing of the victim left in a prefix "
+             "cache. No per-step overhead: the re-prefill rides in a step the batch takes anyway.")
     s.assume(f"Swap at an effective {format_quantity(p.pcie, 'GB/s')} per GPU, each GPU over its own PCIe link: "
              "PCIe Gen5 x16 carries about 64 GB/s each way, but block-by-block copies of small pages and "
              "links shared behind a PCIe switch deliver a fraction of it (an assumption; measure it).")
@@ -126,13 +124,17 @@ def solve(p, s: Sheet) -> None:
              "block granularity is ignored.")
     one_gpu = f"x{n_gpus}: one GPU doing the whole recompute or copy, not its 1/{n_gpus} share"
     s.slip(one_gpu, n_gpus, on="t_swap")
-    s.slip(one_gpu, on="t_recompute", factor=s.evaluate(n * t_math + t_ar) / s.value(t_rec))
+    s.slip(one_gpu, on="t_recompute", factor=s.evaluate(max_of(e.TP * t_read, e.TP * t_math) + t_ar) / s.value(t_rec))
     s.slip("x2: the copy counted one way only", 0.5, on=("t_swap", "breakeven_bw"))
     s.slip("attention FLOPs left out", s.value(F_w) / s.value(F), on="flops")
-    s.slip("attention FLOPs left out", on="t_recompute", factor=s.evaluate(t_math * F_w / F + t_ar) / s.value(t_rec))
+    s.slip("attention FLOPs left out", on="t_recompute",
+           factor=s.evaluate(max_of(t_read, e.math_time(F_w, 0)) + t_ar) / s.value(t_rec))
+    if e.P_att is not e.P:
+        s.slip("attention at the weights' peak", on="t_recompute",
+               factor=s.evaluate(max_of(t_read, F / e.flop_rate) + t_ar) / s.value(t_rec))
     if n_gpus > 1:
-        s.slip("TP all-reduces left out", s.value(t_math) / s.value(t_rec), on="t_recompute")
-        s.slip("TP all-reduces left out", s.value(t_rec) / s.value(t_math), on="breakeven_bw")
+        s.slip("TP all-reduces left out", s.evaluate(t_rec - t_ar) / s.value(t_rec), on="t_recompute")
+        s.slip("TP all-reduces left out", s.value(t_rec) / s.evaluate(t_rec - t_ar), on="breakeven_bw")
 
     stall = min_of(t_rec, t_swap)
     s.judge("who_pays", "Waiting with no one evicted stalls every running stream, not just the one that asked", True,

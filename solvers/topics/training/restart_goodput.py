@@ -21,17 +21,25 @@ TOO_CLOSE = 0.03  # a lever or the regime this near its line is refused: reading
 ASYNC_TODAY = "asynchronous saves, keeping today's interval"
 
 
-def _restart_levers(s: Sheet, R, t_det, t_sch, L, f_today, f_int, f_best, f_res, C_s, C_m, tau) -> None:
+def _lost_share(F, M, tau, C):
+    """The share of wall clock lost to stalls and restarts: a run lasts M on average and completes
+    1/(e^((τ+C)/M) − 1) saves, each banking τ of work; each failure then costs F of recovery."""
+    return 1 - tau / (sympy.exp((tau + C) / M) - 1) / (M + F)
+
+
+def _restart_levers(s: Sheet, M, F, t_det, t_sch, f_today, f_res, tau, tau_s, C_s, C_m) -> None:
     """Each lever's saving on today's loss, against a fifth of it: which ones matter follows from how
     this job's loss splits."""
     wins = {
-        "detection in seconds (a watchdog instead of the collective timeout)": R * t_det,
-        "booted hot spares that halve the rescheduling": R * t_sch / 2,
-        "a watchdog and booted hot spares together: detection and rescheduling in seconds": R * (t_det + t_sch),
-        "today's synchronous saves at Young's interval": f_int - f_best,
-        ASYNC_TODAY: (C_s - C_m) / tau,
-        "a quarter fewer failures (burn-in, draining flaky nodes)": R * L / 4,
+        "detection in seconds (a watchdog instead of the collective timeout)": (F - t_det, M, tau, C_s),
+        "booted hot spares that halve the rescheduling": (F - t_sch / 2, M, tau, C_s),
+        "a watchdog and booted hot spares together: detection and rescheduling in seconds":
+            (F - t_det - t_sch, M, tau, C_s),
+        "today's synchronous saves at Young's interval": (F, M, tau_s, C_s),
+        ASYNC_TODAY: (F, M, tau, C_m),
+        "a quarter fewer failures (burn-in, draining flaky nodes)": (F, M * sympy.Rational(4, 3), tau, C_s),
     }
+    wins = {option: f_today - _lost_share(*lever) for option, lever in wins.items()}
     bar = format_quantity(s.evaluate(LEVER_SHARE * f_today), "%", 3)
     close = [o for o, win in wins.items() if abs(s.evaluate(win / (LEVER_SHARE * f_today)) - 1) < TOO_CLOSE]
     if close:  # a lever a hair either side of the bar turns on how the stall is read, not on judgement
@@ -97,43 +105,46 @@ def solve(p, s: Sheet) -> None:
     C_s = s.param("C_s", "ckpt_storage")
     C_m = s.param("C_m", "ckpt_memory")
 
-    M = s.step("mtbf", "Mean time between failures of the job", "M", 1 / R, "h",
-               "failures arrive at random at the job's rate, so the mean gap is its inverse")
+    M = s.step("mtbf", "Mean running time between failures", "M", 1 / R, "h",
+               "failures arrive at random while the job runs, so the mean run between them is the rate's inverse")
     F = s.step("fixed_recovery", "Fixed recovery per restart", "F", t_det + t_sch + t_rel, "min",
                "detect, reschedule and reload cost the same whenever the failure strikes")
-    W = s.step("rewound", "Rewound work per restart (average)", "W", tau / 2, "min",
-               "a failure lands anywhere in the interval, on average halfway: that work since the last "
-               "checkpoint is redone")
+    N = s.step("saves_per_run", "Saves completed per run (average)", "N", 1 / (sympy.exp((tau + C_s) / M) - 1), "",
+               "a run outlasts k cycles of τ + C with probability e^(−k(τ+C)/M); summed over k")
+    W = s.step("rewound", "Rewound work per restart (average)", "W", M - N * (tau + C_s), "min",
+               "the run past its last completed save (a save cut short banks nothing): close to (τ + C)/2, a "
+               "little less because a failure is likelier early in a cycle")
     L = s.step("lost_per_restart", "Time lost per restart", "L", F + W, "min", "fixed recovery plus rewound work")
-    f_restart = s.step("restart_loss", "Share of training time lost to restarts", "f_restart", R * L, "%",
-                       "restarts per day times the minutes each costs, over the minutes of a day")
-    f_ckpt = s.step("ckpt_overhead", "Share lost to save stalls today", "f_ckpt", C_s / tau, "%",
-                    "one stall per interval: the price of the interval that bounds the rewound work")
+    f_restart = s.step("restart_loss", "Share of wall-clock time lost to restarts", "f_restart", L / (M + F), "%",
+                       "each failure's loss over its wall clock, the run plus the recovery")
+    f_ckpt = s.step("ckpt_overhead", "Share lost to save stalls today", "f_ckpt", N * C_s / (M + F), "%",
+                    "one stall per completed save: the price of the interval that bounds the rewound work")
     f_today = s.step("today_loss", "Share lost today to stalls and restarts together", "f_today", f_ckpt + f_restart,
                      "%", "the two losses add: stalls on every save, restarts on every failure")
-    f_redo = s.step("redo_loss", "Share lost to redone work today", "f_redo", R * W, "%",
+    f_redo = s.step("redo_loss", "Share lost to redone work today", "f_redo", W / (M + F), "%",
                     "the part of the restart loss the interval sets")
     f_int = s.step("interval_loss", "Share the checkpoint interval sets today", "f_int", f_ckpt + f_redo, "%",
                    "stalls plus redone work: the two losses the interval trades against each other")
-    f_fix = s.step("failure_floor", "Share paid per failure whatever the interval", "f_fix", R * F, "%",
+    f_fix = s.step("failure_floor", "Share paid per failure whatever the interval", "f_fix", F / (M + F), "%",
                    "the fixed recovery alone: no checkpoint setting removes it")
     tau_s = s.step("young_storage", "Optimal interval, synchronous saves (Young)", "tau_s", sympy.sqrt(2 * C_s * M),
                    "min", "minimises C/τ + τ/(2M): stalls fall as 1/τ, rewound work grows with τ, and they "
                    "balance at √(2·C·M)")
     f_best = s.step("interval_loss_best", "Interval's share at the synchronous optimum", "f_best",
-                    C_s / tau_s + tau_s / (2 * M), "%",
-                    "the least the interval can cost with today's saves: √(2·C/M), stalls and redone work equal")
+                    _lost_share(F, M, tau_s, C_s) - f_fix, "%",
+                    "the least the interval can cost with today's saves, about √(2·C/M): stalls and redone work equal")
     tau_m = s.step("young_memory", "Optimal interval, asynchronous saves (Young)", "tau_m",
                    sympy.sqrt(2 * C_m * M), "min",
                    "the same balance with the smaller stall: the interval shrinks as √C")
     f_res = s.step("residual", "Share still lost with asynchronous saves at their optimum", "f_residual",
-                   C_m / tau_m + R * (F + tau_m / 2), "%",
+                   _lost_share(F, M, tau_m, C_m), "%",
                    "stalls plus restarts at the new interval: the interval's part nearly vanishes, the fixed "
                    "recovery stays")
-    _restart_levers(s, R, t_det, t_sch, L, f_today, f_int, f_best, f_res, C_s, C_m, tau)
+    _restart_levers(s, M, F, t_det, t_sch, f_today, f_res, tau, tau_s, C_s, C_m)
 
-    s.assume("Failures are independent and memoryless (a Poisson process at the stated rate), so a failure "
-             "falls on average halfway through a checkpoint interval.")
+    s.assume("Failures are independent and memoryless (a Poisson process at the stated rate of running time: "
+             "none strike during a recovery), and each restart resumes from the last completed save, so the "
+             "work lost is the run past it, close to half a cycle of τ + C.")
     s.assume("Young's first-order optimum τ = √(2·C·M) (Young 1974), valid while the stall C is far shorter than "
              "the MTBF M; Daly's higher-order correction changes little at these ratios.")
     s.assume("An asynchronous save (a snapshot to host memory, then written to storage or copied to peers in the "
@@ -143,7 +154,11 @@ def solve(p, s: Sheet) -> None:
     s.slip("the whole interval rewound, not half of it", on=("lost_per_restart", "restart_loss"),
            factor=s.evaluate(F + tau) / s.value(L))
     s.slip("the whole interval rewound, not half of it", on="today_loss",
-           factor=s.evaluate(f_ckpt + R * (F + tau)) / s.evaluate(f_ckpt + f_restart))
+           factor=s.evaluate(f_ckpt + (F + tau) / (M + F)) / s.value(f_today))
+    s.slip("half a cycle redone: a failure is likelier early in a run, so less is",
+           on=("lost_per_restart", "restart_loss"), factor=s.evaluate(F + (tau + C_s) / 2) / s.value(L))
+    s.slip("R·(F + τ/2): recovery left off the wall clock, the stall off the rewound cycle", on="restart_loss",
+           factor=s.evaluate(R * (F + tau / 2)) / s.value(f_restart))
     s.slip("Young's interval without the factor 2", 1 / 2**0.5, on=("young_storage", "young_memory"))
 
     _restart_regime(s, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, tau_m)
