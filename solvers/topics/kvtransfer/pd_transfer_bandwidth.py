@@ -1,11 +1,21 @@
 """Prefill-to-decode KV transfer - the bandwidth a disaggregated pool needs."""
 from __future__ import annotations
 
-from solvers.derivation import Reject, Sheet, Side
+from solvers.derivation import Reject, Sheet, Side, max_of
 from solvers.models.collective import all_reduce_terms, tp_all_reduce
-from solvers.models.common import dtype_bytes, given_matmul_peaks, matmul_peaks
+from solvers.models.common import (
+    dtype_bytes,
+    given_hbm_bandwidth,
+    given_matmul_peaks,
+    given_model_params,
+    given_weight_bytes,
+    hbm_bandwidth,
+    matmul_peaks,
+    model_params,
+)
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
 from solvers.models.kvtransfer import active_params, attention_pair_flops
+from solvers.models.steptime import DEFAULT_CONSTANTS
 from solvers.units import format_number, format_quantity
 
 BREAKERS = (
@@ -32,12 +42,15 @@ def _link_breakers(s: Sheet, p, *, need: float, link: float) -> None:
 
     ar = all_reduce_terms(s, model, p.gpu, p.tp)  # the givens tp_all_reduce stated: no new ones on the sheet
     fixed, per_token = s.evaluate(ar.fixed), s.evaluate(ar.per_token)
+    read = dtype_bytes(p.weight_dtype) * model_params(model) / p.tp / (DEFAULT_CONSTANTS.bandwidth
+                                                                       * hbm_bandwidth(p.gpu))
 
     def rate(prompt: float, speed: float = 1.0, nvlink: float = 1.0, kv_dtype: str = p.kv_dtype) -> float:
-        # Tokens per second of prefill: compute `speed` times faster, the all-reduces' bytes over `nvlink`
-        # times the bandwidth, their latency unchanged; attention at the peak of the cache's dtype.
+        # Tokens per second of prefill: compute `speed` times faster (HBM as it is), the all-reduces' bytes over
+        # `nvlink` times the bandwidth, their latency unchanged; attention at the peak of the cache's dtype; the
+        # pass no faster than one read of the weights.
         weights, attention = (p.tp * p.mfu * peak for peak in matmul_peaks(p.gpu, p.weight_dtype, kv_dtype))
-        return prompt / (prompt * (2 * n / weights + pair * prompt / 2 / attention) / speed + fixed
+        return prompt / (max(read, prompt * (2 * n / weights + pair * prompt / 2 / attention) / speed) + fixed
                          + per_token * prompt / nvlink)
 
     longer = rate(4 * p.prompt) / rate(p.prompt)
@@ -114,26 +127,37 @@ def solve(p, s: Sheet) -> None:
     t_ar = tp_all_reduce(s, model, gpu, p.tp, T, tag="pre", label="prefill")
     math = (T * flops / (TP * mfu * P) if P_att is P  # one peak: the FLOPs over one rate
             else T * (2 * N / P + A * T / 2 / P_att) / (TP * mfu))  # the weights' peak, and the cache's for attention
-    t_pre = s.step("prefill_time", "Prefill time of the prompt", "t_pre", math + t_ar, "s",
-                   "the prompt's FLOPs over the group's FLOP/s at this matmul efficiency"
-                   + ("" if P_att is P else ", attention at its cache's peak (matmul-precision)")
+    # The step model's read side: the prompt's pass reads each GPU's share of every weight once.
+    N_all = N if model.get("active_params_b") is None else given_model_params(s, model, "N_tot")
+    b_w = given_weight_bytes(s, p.weight_dtype)
+    BW = given_hbm_bandwidth(s, gpu)
+    eta_bw = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%", "achievable fraction of HBM bandwidth (step-bandwidth)")
+    read = s.step("weight_read", "One read of a prefill GPU's weights", "t_W", N_all * b_w / (TP * eta_bw * BW), "ms",
+                  "its 1/TP share of " + ("every weight" if N_all is N else "every expert's weights") + ", once a pass")
+    t_math = s.step("prefill_math", "Math time of the prompt", "t_F", math, "s",
+                    "the prompt's FLOPs over the group's FLOP/s at this matmul efficiency"
+                    + ("" if P_att is P else ", attention at its cache's peak (matmul-precision)"))
+    t_pre = s.step("prefill_time", "Prefill time of the prompt", "t_pre", max_of(read, t_math) + t_ar, "s",
+                   "the slower of its reads and its math (the step model)"
                    + ("" if p.tp == 1 else ", then the TP all-reduces (tp-all-reduce card)"))
     b = s.step("per_gpu", "KV each prefill GPU sends per second", "b", T * KV / t_pre, "GB/s",
-               "its share of the prompt's KV over the prefill time: the prompt length cancels but for attention"
-               + ("" if p.tp == 1 else " and the all-reduces' latency"))
+               "its share of the prompt's KV over the prefill time: the prompt length cancels but for attention, "
+               "the weight read" + ("" if p.tp == 1 else " and the all-reduces' latency"))
     if s.compare(KV * TP, kv_tok) > 0:
         raise Reject("TP past the KV heads replicates them: each GPU sends more than its share")
     bound = s.step("per_gpu_bound", "The same with neither attention nor all-reduces: prompt length gone", "b_max",
                    mfu * P / (2 * N / kv_tok), "GB/s", "η·peak/(2N/KV): compute per GPU over the FLOPs per KV byte; "
-                   "attention and the all-reduces only add time, so no prompt length needs more")
+                   "attention, the weight read and the all-reduces only add time, so no prompt length needs more")
     need = s.step("decode_need", "KV a decode GPU's link carries per second", "b_D", k * b, "GB/s",
                   "each decode GPU takes the KV of the prefill GPUs that feed it")
     s.step("link_share", "Share of the decode GPU's link", "u", need / link, "%",
            "what the transfer leaves for everything else on that link")
     _link_breakers(s, p, need=s.value(need), link=s.value(link))
 
-    s.assume("Prefill runs back to back on every prefill GPU, its matmuls at the given efficiency (a share of "
-             "peak for the FLOPs alone: the all-reduces come on top, so end-to-end MFU is lower), and its KV "
+    s.assume("Prefill runs back to back on every prefill GPU, one prompt a pass, its matmuls at the given efficiency "
+             "(a share of peak for the FLOPs alone: the all-reduces come on top, so end-to-end MFU is lower), no "
+             "faster than one read of the GPU's share of the weights at step-bandwidth (the step model; the KV it "
+             "writes is left out), and its KV "
              "leaves as it is made (layer by layer, as NIXL/Mooncake transfers do), so the link sees the average "
              "rate, not a burst.")
     s.assume("Each GPU of the prefill group sends its own KV heads; a decode GPU receives the KV of the prefill "
