@@ -60,8 +60,6 @@ ONE_SIDED = {
 
 # One-sided and not yet fixed (issue 26): (question, answer) -> whose question, and what is missing.
 OPEN = {
-    **{("million-token-context", key): "precision's: the prefill's math against the ring's KV passing, no weight "
-       "or KV read" for key in ("prefill_time",)},
     **{("recompute-vs-fetch", key): "the recompute priced by its FLOPs alone (short prefixes are read-bound)"
        for key in ("recompute_per_token", "advantage", "advantage_peak", "recompute_time", "speedup", "break_even")},
     **{("b200-h100-roles", key): "the decode step priced by its reads alone ('memory-bound')"

@@ -132,7 +132,6 @@ ALLOWED = {
     ("topics/kv_cache/mla_vs_gqa_under_tp.py", "_mla_levers", "then > now"): WHOLE,
     ("topics/kv_cache/recurrent_state_inventory.py", "_snapshot_judgements", "per_block > now"): WHOLE,
     ("topics/kv_cache/tp_past_kv_heads.py", "solve", "r > 1"): SLIP,
-    ("topics/longcontext/million_token_context.py", "_breaks", "need > nodes"): OFF_SHEET,
     ("topics/memory/users_per_gpu.py", "_best_layout", "len(tied) == 1"): NAMES,
     ("topics/memory/users_per_gpu.py", "_best_layout", "n != best"): NAMES,
     ("topics/memory/users_per_gpu.py", "_pipeline_note", "users == result('served_pp')"): WHOLE,
