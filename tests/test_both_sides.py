@@ -62,8 +62,6 @@ ONE_SIDED = {
 OPEN = {
     **{("recompute-vs-fetch", key): "the recompute priced by its FLOPs alone (short prefixes are read-bound)"
        for key in ("recompute_per_token", "advantage", "advantage_peak", "recompute_time", "speedup", "break_even")},
-    **{("b200-h100-roles", key): "the decode step priced by its reads alone ('memory-bound')"
-       for key in ("decode_B", "decode_H", "decode_pool", "per_user")},
     ("voice-latency-budget", "sessions"): "the LLM's decode line priced by its reads alone",
 }
 
