@@ -62,7 +62,6 @@ ONE_SIDED = {
 OPEN = {
     **{("recompute-vs-fetch", key): "the recompute priced by its FLOPs alone (short prefixes are read-bound)"
        for key in ("recompute_per_token", "advantage", "advantage_peak", "recompute_time", "speedup", "break_even")},
-    ("voice-latency-budget", "sessions"): "the LLM's decode line priced by its reads alone",
 }
 
 

@@ -124,7 +124,6 @@ def _margin(what: str) -> str:
 ALLOWED = {
     ("models/fp8.py", "sqnr_db", "noise == 0"): SAMPLED,
     ("topics/cost/serving_cost_ledger.py", "_ledger_levers", "cut >= LEVER_CUT"): _margin("a point (LEVER_MARGIN)"),
-    ("topics/cost/voice_latency_budget.py", "solve", "t <= s.value(llm)"): OFF_SHEET,
     ("topics/deployment/h200_slower_than_h100.py", "solve", "B_n > CAPTURE_LIMIT"): WHOLE,
     ("topics/deployment/h200_slower_than_h100.py", "solve", "B_o > CAPTURE_LIMIT"): WHOLE,
     ("topics/kv_cache/mla_tp_duplication.py", "_attention_judgements", "held_tp >= 2 * p.demand"): WHOLE,
