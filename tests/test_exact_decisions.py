@@ -114,7 +114,6 @@ SLIP = "decides whether a slip is offered, not an answer"
 NAMES = "compares names, indices or flags, not numbers"
 SAMPLED = "a seeded simulation's own sampled numbers: there is no exact value to decide on"
 REGION = "which region's linear root to keep: at a region's edge both regions give the same root"
-OFF_SHEET = "KNOWN, NOT YET EXACT: decided by the solver's own float model, off the sheet"
 
 
 def _margin(what: str) -> str:
