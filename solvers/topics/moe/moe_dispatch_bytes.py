@@ -58,7 +58,8 @@ def _dispatch_levers(s: Sheet, p, *, sym: dict[str, sympy.Expr]) -> None:
     h = v["h"]
     fp8_per = h + h / SCALE_BLOCK * SCALE_BYTES + v["c"]
     say("FP8 dispatch (with its scales) in place of this one's dtype", comm(per=fp8_per),
-        f"{format_quantity(s.evaluate(fp8_per), 'B')} a copy out and back against {format_quantity(s.evaluate(v['per']), 'B')}"
+        f"{format_quantity(s.evaluate(fp8_per), 'B')} a copy out and back against "
+        f"{format_quantity(s.evaluate(v['per']), 'B')}"
         + (": it is FP8 already" if p.dispatch_dtype == "fp8" else ""))
     # Node-limited routing as DeepSeek-V3's: a token's experts on at most node_limit nodes, each node one group.
     D, limit = v["D"], s.param("n_lim", "node_limit")
