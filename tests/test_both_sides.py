@@ -60,8 +60,6 @@ ONE_SIDED = {
 
 # One-sided and not yet fixed (issue 26): (question, answer) -> whose question, and what is missing.
 OPEN = {
-    **{("recompute-vs-fetch", key): "the recompute priced by its FLOPs alone (short prefixes are read-bound)"
-       for key in ("recompute_per_token", "advantage", "advantage_peak", "recompute_time", "speedup", "break_even")},
 }
 
 
