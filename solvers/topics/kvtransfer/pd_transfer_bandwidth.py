@@ -45,13 +45,15 @@ def _link_breakers(s: Sheet, p, *, need: float, link: float) -> None:
     read = dtype_bytes(p.weight_dtype) * model_params(model) / p.tp / (DEFAULT_CONSTANTS.bandwidth
                                                                        * hbm_bandwidth(p.gpu))
 
-    def rate(prompt: float, speed: float = 1.0, nvlink: float = 1.0, kv_dtype: str = p.kv_dtype) -> float:
-        # Tokens per second of prefill: compute `speed` times faster (HBM as it is), the all-reduces' bytes over
-        # `nvlink` times the bandwidth, their latency unchanged; attention at the peak of the cache's dtype; the
-        # pass no faster than one read of the weights.
+    def math(prompt: float, speed: float = 1.0, kv_dtype: str = p.kv_dtype) -> float:
+        # Seconds of the prompt's math, `speed` times faster; attention at the peak of the cache's dtype.
         weights, attention = (p.tp * p.mfu * peak for peak in matmul_peaks(p.gpu, p.weight_dtype, kv_dtype))
-        return prompt / (max(read, prompt * (2 * n / weights + pair * prompt / 2 / attention) / speed) + fixed
-                         + per_token * prompt / nvlink)
+        return prompt * (2 * n / weights + pair * prompt / 2 / attention) / speed
+
+    def rate(prompt: float, speed: float = 1.0, nvlink: float = 1.0, kv_dtype: str = p.kv_dtype) -> float:
+        # Tokens per second of prefill: the pass no faster than one read of the weights (HBM as it is), the
+        # all-reduces' bytes over `nvlink` times the bandwidth, their latency unchanged.
+        return prompt / (max(read, math(prompt, speed, kv_dtype)) + fixed + per_token * prompt / nvlink)
 
     longer = rate(4 * p.prompt) / rate(p.prompt)
     blackwell = rate(p.prompt, 4, 2) / rate(p.prompt)
@@ -60,7 +62,9 @@ def _link_breakers(s: Sheet, p, *, need: float, link: float) -> None:
         "already MHA: the KV per token stays"
     speed = (f"{format_number(blackwell, 3)}x the tokens per second, each with the same KV: the compute "
              "shrinks fourfold, the all-reduces' bytes only twofold and their latency not at all"
-             if p.tp > 1 else "four times the tokens per second, each with the same KV")
+             if p.tp > 1 else f"{format_number(blackwell, 3)}x the tokens per second, each with the same KV")
+    if read > math(p.prompt, 4):
+        speed += ", and the pass then waits on its weight read (HBM as it is)"
     mha, faster, both, fan, long_prompts, fp8_kv, nic = BREAKERS
     cases = (
         (mha, verdict(groups), heads),
