@@ -21,6 +21,7 @@ from solvers.models.cost import LAYOUTS
 from solvers.models.kvcache import kv_bytes_per_token_given
 from solvers.models.steptime import (
     DEFAULT_CONSTANTS,
+    STEP_OVERHEAD,
     all_reduce_steps,
     engine,
     step_time,
@@ -52,7 +53,7 @@ def _layout_clause(s: Sheet, p, n: int, llm) -> tuple[bool, str]:
     BW = given_hbm_bandwidth(s, p.gpu)
     eta_c = s.given("η_c", DEFAULT_CONSTANTS.compute, "%", "achievable fraction of peak compute")
     eta_bw = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%", "achievable fraction of HBM bandwidth")
-    t_oh = s.given("t_oh", DEFAULT_CONSTANTS.overhead, "ms", "fixed overhead per step")
+    t_oh = s.given("t_oh", STEP_OVERHEAD, "ms", "fixed overhead per step")
     L, H, d_h, H_kv = (given_config(s, p.model, name) for name in ("layers", "heads", "head_dim", "kv_heads"))
     KV_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes("bf16"), "bf16")
     M = given_hbm_bytes(s, p.gpu)
