@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of, min_of
 from solvers.models.collective import crosses_domain, tp_all_reduce
 from solvers.models.common import (
     given_config,
@@ -62,33 +62,39 @@ def _breaks(s: Sheet, p, *, room, kv, w, nodes, per_param, added: dict[str, int]
         # under a GB of weights a GPU: facts of these models, whatever the context.
         s.judge("breaks", option, more, f"{what}: the weights alone fill the GPUs" if fills else
                 f"{what}: {format_number(s.evaluate(ceil_of(kv_factor * kv / left)))} node(s) against the plan's "
-                f"{s.text(nodes)}", fact=option in (MHA, VOCAB))
+                f"{format_number(s.value(nodes))}", fact=option in (MHA, VOCAB))
 
 
-def _rescue(s: Sheet, p, *, room: float, kv_mha: float, T_value: int, c_mha: float, nodes: float) -> None:
-    """With MHA's cache, which of these holds the request again."""
-    fits = f"{format_quantity(room, 'GB')} of KV room per GPU on one node beside the MHA weights"
+def _rescue(s: Sheet, p, *, room, kv_mha, T, c_mha, nodes) -> None:
+    """With MHA's cache, which of these holds the request again: each decided on the sheet against the MHA
+    model's KV room per GPU on one node (or, for context parallelism, its node count against the plan's)."""
+    fits = f"{s.text(room)} of KV room per GPU on one node beside the MHA weights"
+
+    def gib(x: sympy.Expr) -> str:
+        return format_quantity(s.evaluate(x), "GiB")
+
     if p.kv_dtype == "fp8":
         s.judge("rescue", "an fp8 KV cache, on one node", False, "the cache is already fp8")
     else:
         half = kv_mha / 2
-        s.judge("rescue", "an fp8 KV cache, on one node", half <= room,
-                f"half the MHA cache is {format_quantity(half, 'GiB')} per GPU against {fits}")
-    windowed = kv_mha * (0.5 + 0.5 * min(p.window, T_value) / T_value)
+        s.judge("rescue", "an fp8 KV cache, on one node", s.compare(half, room) <= 0,
+                f"half the MHA cache is {gib(half)} per GPU against {fits}")
+    window = s.param("T_win", "window")
+    windowed = kv_mha * (sympy.Rational(1, 2) + min_of(window, T) / (2 * T))
     s.judge("rescue", "a {window}-token sliding window on every other layer, on one node",
-            windowed <= room, f"the full layers keep every token: {format_quantity(windowed, 'GiB')} per GPU "
+            s.compare(windowed, room) <= 0, f"the full layers keep every token: {gib(windowed)} per GPU "
             f"against {fits}")
-    latent = p.model.layers * p.mla_latent * {"bf16": 2, "fp8": 1}[p.kv_dtype] * T_value
-    s.judge("rescue", "an MLA latent of {mla_latent} values per layer, on one node (TP 8)", latent <= room,
-            f"the latent has no heads to split, so every GPU keeps all of it: {format_quantity(latent, 'GiB')} "
-            f"against {fits}")
+    latent = sympy.Symbol("L") * s.param("d_lat", "mla_latent") * sympy.Symbol("b_kv") * T
+    s.judge("rescue", "an MLA latent of {mla_latent} values per layer, on one node (TP 8)",
+            s.compare(latent, room) <= 0,
+            f"the latent has no heads to split, so every GPU keeps all of it: {gib(latent)} against {fits}")
     s.judge("rescue", "smaller KV blocks in the paged cache, on one node", False,
-            f"paging trims the empty tail of the last block, not the bytes: {format_quantity(kv_mha, 'GiB')} "
-            f"per GPU against {fits}", fact=True)
+            f"paging trims the empty tail of the last block, not the bytes: {gib(kv_mha)} per GPU against {fits}",
+            fact=True)
     for times, option in CP_OPTIONS:  # the widest always holds: draws it would not hold are refused
-        s.judge("rescue", option, c_mha <= times * nodes,
-                f"the MHA cache needs {format_number(c_mha)} node(s) of TP 8; {times} x this plan's "
-                f"{format_number(nodes)} is {format_number(times * nodes)}", fact=times == WIDEST_CP)
+        s.judge("rescue", option, s.compare(c_mha, times * nodes) <= 0,
+                f"the MHA cache needs {format_number(s.value(c_mha))} node(s) of TP 8; {times} x this plan's "
+                f"{format_number(s.value(nodes))} is {format_number(times * s.value(nodes))}", fact=times == WIDEST_CP)
 
 
 def _regime(s: Sheet, T, T_max, T_half, share, nodes: float) -> None:
@@ -189,8 +195,7 @@ def solve(p, s: Sheet) -> None:
         "q": added_params(model, heads=2 * model.heads),
         "vocab": 2 * model.vocab * model.hidden,  # untied input and output tables
         "mlp": GATED_MATRICES * model.hidden * model.ffn * model.layers})
-    _rescue(s, p, room=s.value(room_mha), kv_mha=s.value(kv_gpu) * model.heads / model.kv_heads,
-            T_value=p.context, c_mha=s.value(c_mha), nodes=n_c)
+    _rescue(s, p, room=room_mha, kv_mha=kv_gpu * H / H_kv, T=T, c_mha=c_mha, nodes=c)
 
     s.assume(f"{p.model.name}'s architecture stretched to {format_number(p.context)} tokens by RoPE scaling and "
              "long-context fine-tuning (Gradient's Llama-3-70B-Instruct-Gradient-1048k did this): the weights "
