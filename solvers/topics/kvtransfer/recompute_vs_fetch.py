@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side, floor_of, max_of
-from solvers.models.common import dtype_bytes, given_hbm_bandwidth, given_peak_flops
+from solvers.models.common import dtype_bytes, given_config, given_hbm_bandwidth, given_peak_flops
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
 from solvers.models.kvtransfer import active_params, attention_pair_flops
 from solvers.models.steptime import DEFAULT_CONSTANTS
@@ -21,22 +21,23 @@ SITUATIONS = (
 )
 
 
-def _situations(s: Sheet, p, *, m: float, w: float, f: float, t0: float, hit: float, a: float) -> None:
-    """Which single change flips which is faster for this hit: each one redone on the variant's numbers
+def _situations(s: Sheet, p, *, m, w, f, t0, hit, a) -> None:
+    """Which single change flips which is faster for this hit: each the sheet's two times on changed inputs
     (m, w: recompute's math and KV write per token; f: fetch per token; a = attention FLOPs per pair over the
-    group's FLOP/s)."""
-    groups = p.model.heads / p.model.kv_heads
+    group's FLOP/s), decided on the sheet."""
+    groups = given_config(s, p.model, "heads") / given_config(s, p.model, "kv_heads")
 
     def recompute_wins(m=m, w=w, f=f, hit=hit, a=a) -> tuple[bool, str]:
-        rec, fet = hit * max(m, w) + a * hit**2 / 2, t0 + hit * f
-        return rec <= fet, f"recompute {format_quantity(rec, 'ms')} against fetch {format_quantity(fet, 'ms')}"
+        rec, fet = hit * max_of(m, w) + a * hit**2 / 2, t0 + hit * f
+        return s.compare(rec, fet) <= 0, (f"recompute {format_quantity(s.evaluate(rec), 'ms')} against fetch "
+                                          f"{format_quantity(s.evaluate(fet), 'ms')}")
 
     tier, mha, block, longer, fast, fp8, wide = SITUATIONS
     cases = (
         (tier, recompute_wins(f=100 * f), "a hundredth of the bandwidth: a hundred times the fetch per token"),
         (mha, recompute_wins(f=groups * f, w=groups * w),
-         f"{format_number(groups)}x the KV heads: {format_number(groups)}x the bytes per token, the same FLOPs"
-         if groups > 1 else "already MHA: nothing changes"),
+         f"{format_number(s.evaluate(groups))}x the KV heads: {format_number(s.evaluate(groups))}x the bytes per "
+         "token, the same FLOPs" if p.model.heads > p.model.kv_heads else "already MHA: nothing changes"),
         (block, recompute_wins(hit=16), "16 tokens carry the whole fixed cost of a fetch"),
         (longer, recompute_wins(hit=100 * hit), "the fixed cost is spread over a hundred times the tokens"),
         (fast, recompute_wins(m=m / 4, a=a / 4), "recomputing runs four times faster; the link does not"),
@@ -117,8 +118,7 @@ def solve(p, s: Sheet) -> None:
                   "solve t_0 + T·t_f = T·t_r + (A/F_eff)·T²/2 for T: the positive root of the quadratic")
     s.step("break_even", "Shortest hit worth fetching", "T_star", floor_of(star) + 1, "tokens",
            "the first whole number of tokens past the crossing")
-    _situations(s, p, m=s.value(r_math), w=s.value(r_write), f=s.value(f), t0=s.value(t0), hit=s.value(T),
-                a=s.value(A) / s.value(F))
+    _situations(s, p, m=r_math, w=r_write, f=f, t0=t0, hit=T, a=A / F)
 
     s.assume("Recomputing rides in the request's own prefill pass at the step-time model's achievable compute "
              "(step-compute card): the pass's step overhead and all-reduce latencies are paid either way, and the "
