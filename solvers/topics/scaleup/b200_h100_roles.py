@@ -66,9 +66,8 @@ class _Pool:
 def _pool(s: Sheet, tag: str, gpu, W, nic, m) -> _Pool:
     """A replica of `gpu` nodes holding the weights `W` at the stated share of HBM, timed by the
     step model: prefill by its FLOPs (GEMMs in FP8, attention in bf16) and all-to-all, decode by the
-    slower of its reads and its math at the batch the TPOT and KV room allow (a draw whose decode would
-    wait on its math is refused); the MoE all-to-all goes over NVLink inside a node and over the NIC
-    between nodes."""
+    slower of its reads and its math at the batch the TPOT and KV room allow; the MoE all-to-all goes
+    over NVLink inside a node and over the NIC between nodes."""
     G_n = m["G_n"]
     M = given_hbm_bytes(s, gpu, f"M_{tag}")
     P = given_peak_flops(s, gpu, "fp8", f"P_{tag}")
@@ -108,20 +107,18 @@ def _pool(s: Sheet, tag: str, gpu, W, nic, m) -> _Pool:
                   "its token through the active weights in FP8 and absorbed attention over its context in bf16")
     t1 = s.step("", f"Decode step time each sequence adds, {gpu.name}", f"t1_{tag}", kv + a2a_seq, "us",
                 "its KV read and its all-to-all, while the step waits on its reads")
-    B_slo = floor_of((m["tpot"] - t0) / t1)
+    # The step is within the TPOT when both of its sides are: the reads' and the math's, each with the all-to-all.
+    B_slo = min_of(floor_of((m["tpot"] - t0) / t1), floor_of((m["tpot"] - m["t_oh"]) / (math + a2a_seq)))
     B_mem = floor_of(G * room / (m["S"] * m["KV"]))
     B = s.step(f"batch_{tag}", f"Decode batch of one {gpu.name} replica", f"B_{tag}", min_of(B_slo, B_mem),
-               "sequences", "the smaller of what the TPOT target leaves for the per-sequence time and what the KV "
-               "room holds")
+               "sequences", "the smallest of what the TPOT target leaves for the per-sequence time on either side "
+               "of the roofline (reads, math; the all-to-all on top) and what the KV room holds")
     if s.value(B) < 1:
         raise Reject(f"no sequence fits a {gpu.name} decode step under the TPOT target")
-    if s.compare(B * math, read + B * kv) >= 0:  # the batch was sized on the reads: it must wait on them
-        raise Reject(f"{gpu.name} decode would be compute-bound at its batch")
     pool = _Pool(gpu.name, nodes, prefill, compute, a2a, B, B, t0, t1, read, kv, a2a_seq, math, B, room,
-                 capped_by_room=s.compare(B, B_slo) < 0, a2a_heavier=s.compare(B * a2a_seq, read) > 0)
+                 capped_by_room=s.compare(B_mem, B_slo) < 0, a2a_heavier=s.compare(B * a2a_seq, read) > 0)
     step = s.step(f"step_{tag}", f"Decode step at that batch, {gpu.name}", f"t_{tag}", pool.step_at(B, m["t_oh"]),
-                  "ms", "the slower of the reads and the math (the reads, at a batch sized on them), then the "
-                  "all-to-all and the overhead")
+                  "ms", "the slower of the reads and the math, then the all-to-all and the overhead")
     decode = s.step(f"decode_{tag}", f"Decode tokens/s per {gpu.name} node", f"x_d_{tag}", B / (step * nodes),
                     "tokens/s", "one token per sequence per step, shared by the replica's nodes")
     return replace(pool, step=step, decode=decode)
@@ -237,8 +234,11 @@ def solve(p, s: Sheet) -> None:
            "then the prompt's all-to-all on top (not overlapped, as in the decode step)")
     a = s.step("", "Reply tokens due each second on each decode replica", "a", R * n_out / (N_dec / dec.nodes),
                "tokens/s", "the load spread over the decode pool's replicas")
-    B_load = s.step("load_batch", "Decode batch of a replica at this load", "B_λ", a * dec.t0 / (1 - a * dec.t1),
-                    "sequences", "Little's law: B = a·(t0 + B·t1), the batch at which the step time keeps pace")
+    # B = a·t(B) with t(B) the larger of two lines of slope a·(·) < 1: its fixed point is the larger of theirs.
+    B_load = s.step("load_batch", "Decode batch of a replica at this load", "B_λ",
+                    max_of(a * dec.t0 / (1 - a * dec.t1), a * t_oh / (1 - a * (dec.math + dec.a2a_seq))),
+                    "sequences", "Little's law: B = a·t(B), the batch at which the step time keeps pace; t(B) the "
+                    "larger of t0 + B·t1 (reads) and t_oh + B·(math + all-to-all), so B the larger of their roots")
     step_load = dec.step_at(B_load, t_oh)
     s.step("per_user", "Decode tokens/s per user at this load", "X_u", 1 / step_load, "tokens/s",
            "one token per decode step, the step at this load's batch")
@@ -271,7 +271,7 @@ def solve(p, s: Sheet) -> None:
              "overlap would hide part of it). Decode reads every weight each step (large batches touch every "
              "expert).")
     s.assume("Step model (step-compute, step-bandwidth, step-overhead): a decode step takes the slower of its reads "
-             "and its math, and at the batch sized on its reads it must wait on them (a draw where not is refused); "
+             "and its math, then its all-to-all; "
              "KV in bf16 latents, no prefix cache; pools sized in whole replicas for the average load, the prefill "
              "pool no busier than the cap, and a prompt's prefill time taken before any queue.")
     s.assume("The older nodes are a fleet already owned: the question is how to split the roles, not whether to "
