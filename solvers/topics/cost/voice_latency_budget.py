@@ -102,27 +102,30 @@ def _voice_llm(s: Sheet, p, tp: int, llm) -> None:
     per_session = s.step("clause_per_session", "First-clause time each session adds", "t_1s",
                          k * (e.KV * S / e.byte_rate + ar.per_token), "ms",
                          "its context's KV read and its token's all-reduce bytes, in each of the k steps")
+    # The clause is max(reads, turn's math) + (k − 1)·max(reads, decode math) + the rest: within the line exactly
+    # when every pairing of the sides is. Reads with decode math never binds alone (the turn's math is larger).
     by_line = s.step("sessions_by_line", "Sessions the line allows, by bandwidth", "B_line",
                      floor_of((llm - fixed) / per_session), "users",
-                     "the line less the fixed part, in sessions, while every step stays memory-bound")
-    # Were every step waiting on its math instead: k·B + T_u − 1 tokens' math and all-reduce bytes in the k steps.
-    m_tok = s.step("", "Math and all-reduce bytes of one token at the context", "t_F1",
-                   e.math_time(2 * e.N, e.A * S) + ar.per_token, "us",
+                     "the line less the fixed part, in sessions, every step on its reads")
+    m_tok = s.step("", "Math of one token at the context", "t_F1", e.math_time(2 * e.N, e.A * S), "us",
                    "2N through the weights and attention over the context, at the group's achievable FLOP/s")
     by_compute = s.step("sessions_by_compute", "Sessions the line allows, by compute", "B_cmp",
-                        floor_of((llm - k * (ar.fixed + e.t_oh) - (T_u - 1) * m_tok) / (k * m_tok)), "users",
-                        "the line less the latencies, overheads and the turn's own tokens, in the k steps' math "
-                        "per session")
+                        floor_of((llm - k * (ar.fixed + e.t_oh) - (T_u - 1) * (m_tok + ar.per_token))
+                                 / (k * (m_tok + ar.per_token))), "users",
+                        "every step on its math: k·B + T_u − 1 tokens' math and all-reduce bytes, with k latencies "
+                        "and overheads")
+    read_w, read_kv = e.W / (e.TP * e.byte_rate), e.KV * S / e.byte_rate
+    by_mixed = s.step("sessions_by_mixed", "Sessions the line allows, the turn's step on its math", "B_mix",
+                      floor_of((llm - (T_u - 1) * (m_tok + ar.per_token) - (k - 1) * read_w - k * (ar.fixed + e.t_oh))
+                               / (m_tok + (k - 1) * read_kv + k * ar.per_token)), "users",
+                      "the turn's step on its math, the k − 1 decode steps on their reads")
     by_pool = s.step("sessions_by_pool", "Sessions the KV pool holds", "B_pool",
                      floor_of((usable_hbm(s, p.gpu) - e.W / e.TP) / (e.KV * S)), "users", "the pool over one context")
-    most = s.step("sessions", "Sessions per replica within the LLM line", "B_max", min_of(by_line, by_compute, by_pool),
-                  "users", "the tightest of the line's two sides and the pool")
+    most = s.step("sessions", "Sessions per replica within the LLM line", "B_max",
+                  min_of(by_line, by_compute, by_mixed, by_pool), "users",
+                  "the tightest of the line's sides and the pool")
     if s.value(most) < 1:
         raise Reject("not one session makes the LLM line on the widest layout: the model is too big for it")
-    busiest = step_work(s, e, "max", "turn's step at that many sessions", most - 1 + T_u, (most - 1 + T_u) * S,
-                        most * S)
-    if s.compare(busiest.math, busiest.bytes / e.byte_rate) > 0:
-        raise Reject("at the line's session count the turn's step is compute-bound: the linear solve does not hold")
     s.slip("clause priced as k prefill steps", s.evaluate(k * t_1 / clause), on="first_clause")
     s.assume("The conversation so far is in the prefix cache: a turn prefills only its own tokens, which attend "
              "to the whole context, in one step alongside the other sessions' decode tokens.")
