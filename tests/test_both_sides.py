@@ -59,8 +59,7 @@ ONE_SIDED = {
 }
 
 # One-sided and not yet fixed (issue 26): (question, answer) -> whose question, and what is missing.
-OPEN = {
-}
+OPEN: dict[tuple[str, str], str] = {}
 
 
 def _is_peak(given) -> bool:
