@@ -36,6 +36,8 @@ ONE_SIDED = {
     ("b200-h100-roles", "prefill_B"): "stated: prompts back to back, a batched rate with no weight-read floor",
     ("b200-h100-roles", "prefill_H"): "stated: prompts back to back, a batched rate with no weight-read floor",
     ("b200-h100-roles", "prefill_pool"): "nodes sized by that batched prefill rate",
+    ("pd-transfer-bandwidth", "per_gpu_bound"): "asked by name: the KV rate's bound over prompt lengths, the "
+    "compute cap alone (the weight read, attention and the all-reduces only lower the rate)",
     ("decode-op-ranking", "attention_gap"): "a ratio of arithmetic intensities (the ridge over attention's)",
     ("flash-attention-exp-bound", "serial_tflops"): KERNEL,
     ("fp8-block-scale-mainloop", "serial_tflops"): KERNEL,
@@ -57,17 +59,7 @@ ONE_SIDED = {
 }
 
 # One-sided and not yet fixed (issue 26): (question, answer) -> whose question, and what is missing.
-OPEN = {
-    **{("million-token-context", key): "precision's: the prefill's math against the ring's KV passing, no weight "
-       "or KV read" for key in ("prefill_time",)},
-    **{("pd-transfer-bandwidth", key): "precision's: the prefill priced by its FLOPs alone"
-       for key in ("prefill_time", "per_gpu", "per_gpu_bound", "decode_need", "link_share")},
-    **{("recompute-vs-fetch", key): "the recompute priced by its FLOPs alone (short prefixes are read-bound)"
-       for key in ("recompute_per_token", "advantage", "advantage_peak", "recompute_time", "speedup", "break_even")},
-    **{("b200-h100-roles", key): "the decode step priced by its reads alone ('memory-bound')"
-       for key in ("decode_B", "decode_H", "decode_pool", "per_user")},
-    ("voice-latency-budget", "sessions"): "the LLM's decode line priced by its reads alone",
-}
+OPEN: dict[tuple[str, str], str] = {}
 
 
 def _is_peak(given) -> bool:

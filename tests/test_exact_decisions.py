@@ -114,7 +114,6 @@ SLIP = "decides whether a slip is offered, not an answer"
 NAMES = "compares names, indices or flags, not numbers"
 SAMPLED = "a seeded simulation's own sampled numbers: there is no exact value to decide on"
 REGION = "which region's linear root to keep: at a region's edge both regions give the same root"
-OFF_SHEET = "KNOWN, NOT YET EXACT: decided by the solver's own float model, off the sheet"
 
 
 def _margin(what: str) -> str:
@@ -124,7 +123,6 @@ def _margin(what: str) -> str:
 ALLOWED = {
     ("models/fp8.py", "sqnr_db", "noise == 0"): SAMPLED,
     ("topics/cost/serving_cost_ledger.py", "_ledger_levers", "cut >= LEVER_CUT"): _margin("a point (LEVER_MARGIN)"),
-    ("topics/cost/voice_latency_budget.py", "solve", "t <= s.value(llm)"): OFF_SHEET,
     ("topics/deployment/h200_slower_than_h100.py", "solve", "B_n > CAPTURE_LIMIT"): WHOLE,
     ("topics/deployment/h200_slower_than_h100.py", "solve", "B_o > CAPTURE_LIMIT"): WHOLE,
     ("topics/kv_cache/mla_tp_duplication.py", "_attention_judgements", "held_tp >= 2 * p.demand"): WHOLE,
@@ -132,7 +130,6 @@ ALLOWED = {
     ("topics/kv_cache/mla_vs_gqa_under_tp.py", "_mla_levers", "then > now"): WHOLE,
     ("topics/kv_cache/recurrent_state_inventory.py", "_snapshot_judgements", "per_block > now"): WHOLE,
     ("topics/kv_cache/tp_past_kv_heads.py", "solve", "r > 1"): SLIP,
-    ("topics/longcontext/million_token_context.py", "_breaks", "need > nodes"): OFF_SHEET,
     ("topics/memory/users_per_gpu.py", "_best_layout", "len(tied) == 1"): NAMES,
     ("topics/memory/users_per_gpu.py", "_best_layout", "n != best"): NAMES,
     ("topics/memory/users_per_gpu.py", "_pipeline_note", "users == result('served_pp')"): WHOLE,
@@ -146,7 +143,6 @@ ALLOWED = {
     ("topics/quantization/fp8_scale_formats.py", "_format_simulation", "tag == 'g'"): NAMES,
     ("topics/runner/model_runner_v2.py", "_regime", "fixed_cpu > fixed_gpu"): TEXT,
     ("topics/runner/model_runner_v2.py", "_regime", "per_seq_gpu > per_seq_cpu"): TEXT,
-    ("topics/scaleup/b200_h100_roles.py", "_pool", "a2a_ms > read_ms"): OFF_SHEET,
     ("topics/speculation/spec_decode_exactness.py", "solve", "g < s.value(bound)"): _margin("2%"),
     ("topics/speculation/spec_decode_step_accounting.py", "_break_even",
      "(plain_is, verify_is) == (plain_compute, verify_compute)"): REGION,

@@ -1,19 +1,27 @@
 """300 ms to the first audible clause, line by line."""
 from __future__ import annotations
 
+import sympy
+
 from solvers.conventions import convention_value
 from solvers.derivation import Reject, Sheet, Side, floor_of, max_of, min_of
+from solvers.models.collective import all_reduce_terms
 from solvers.models.common import (
-    GPU_MEMORY_UTILIZATION,
     dtype_bytes,
-    hbm_bandwidth,
-    hbm_bytes,
-    matmul_peaks,
+    given_config,
+    given_hbm_bandwidth,
+    given_hbm_bytes,
+    given_matmul_peaks,
+    given_model_params,
+    given_usable_share,
+    given_weight_bytes,
     require_context,
 )
 from solvers.models.cost import LAYOUTS
+from solvers.models.kvcache import kv_bytes_per_token_given
 from solvers.models.steptime import (
     DEFAULT_CONSTANTS,
+    STEP_OVERHEAD,
     all_reduce_steps,
     engine,
     step_time,
@@ -33,33 +41,41 @@ _WAITS = ("endpointing", "network")  # the lines that are not a model
 _LINES = {"endpointing": "endpointing", "network": "network", "asr": "ASR", "llm": "LLM", "tts": "TTS"}
 
 
-def first_clause_time(model, gpu, tp: int, batch: int, context: float, turn: float, clause: int,
-                      dtype: str = "bf16") -> float | None:
-    """Seconds from the end of the user's turn to the LLM's first clause on a TP group, in floats (the
-    sheet's formulas, for the layouts it does not derive); None where the weights (in `dtype`; the KV in
-    bf16) crowd out the card's minimal KV pool or the batch's KV does not fit. The turn's prefill rides in one
-    step with the other sessions' decode tokens, then clause − 1 steps."""
-    c = DEFAULT_CONSTANTS
-    N, A = model.params_b * 1e9, 4 * model.layers * model.heads * model.head_dim
-    kv = 2 * model.layers * max(1, model.kv_heads // tp) * model.head_dim * 2
-    weights = dtype_bytes(dtype) * N / tp
-    usable = GPU_MEMORY_UTILIZATION * hbm_bytes(gpu)
-    crowded = weights > usable - convention_value("minimal-kv-pool") * hbm_bytes(gpu)
-    if crowded or weights + kv * batch * context > usable:
-        return None
-    (fr, fr_att), br = (tp * c.compute * peak for peak in matmul_peaks(gpu, dtype, "bf16")), \
-        c.bandwidth * hbm_bandwidth(gpu)
-    if tp == 1:
-        ar0 = ar_tok = 0.0
-    else:
-        ar0 = 2 * model.layers * convention_value("all-reduce-latency-nvlink") * 1e-6
-        ar_tok = 2 * model.layers * 2 * (tp - 1) / tp * model.hidden * 2 / (gpu.nvlink_gb_s * 1e9 / 2)
-    reads = (weights + kv * batch * context) / br
+def _layout_clause(s: Sheet, p, n: int, llm) -> tuple[bool, str]:
+    """Whether TP `n` gives the first clause within the LLM's line, decided on the sheet: the step model of
+    _voice_llm written for this width (the weights in the variant's dtype, the KV in bf16), with why. A layout
+    whose weights leave less than the card's minimal KV pool, or whose sessions' KV does not fit its usable
+    HBM, cannot serve. The turn's prefill rides in one step with the other sessions' decode tokens, then
+    k − 1 decode steps."""
+    TP = s.integer(n)
+    N, b_w = given_model_params(s, p.model), given_weight_bytes(s, p.dtype)
+    P, P_att = given_matmul_peaks(s, p.gpu, p.dtype, "bf16")
+    BW = given_hbm_bandwidth(s, p.gpu)
+    eta_c = s.given("η_c", DEFAULT_CONSTANTS.compute, "%", "achievable fraction of peak compute")
+    eta_bw = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%", "achievable fraction of HBM bandwidth")
+    t_oh = s.given("t_oh", STEP_OVERHEAD, "ms", "fixed overhead per step")
+    L, H, d_h, H_kv = (given_config(s, p.model, name) for name in ("layers", "heads", "head_dim", "kv_heads"))
+    KV_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes("bf16"), "bf16")
+    M = given_hbm_bytes(s, p.gpu)
+    usable = M * given_usable_share(s, "u_HBM")
+    f_min = s.given("f_min", convention_value("minimal-kv-pool"), "%", "share of HBM left for KV at least "
+                    "(minimal-kv-pool)")
+    B, S = s.param("B", "batch"), s.param("S", "context")
+    T_u, k = s.param("T_u", "turn"), s.param("k", "clause")
+    weights = N * b_w / TP
+    kv = KV_tok * max_of(1, floor_of(H_kv / TP)) / H_kv  # its KV heads, one at least (replicated past H_kv)
+    if s.compare(weights, usable - f_min * M) > 0 or s.compare(weights + kv * B * S, usable) > 0:
+        return False, "the weights and the sessions' KV do not fit"
+    ar = all_reduce_terms(s, p.model, p.gpu, n, tp_symbol=TP)
+    reads = (weights + kv * B * S) / (eta_bw * BW)
 
-    def step(tokens: float) -> float:
-        return max(reads, 2 * N * tokens / fr + A * tokens * context / fr_att) + ar0 + ar_tok * tokens + c.overhead
+    def step(tokens: sympy.Expr) -> sympy.Expr:
+        math = 2 * N * tokens / (TP * eta_c * P) + 4 * L * H * d_h * tokens * S / (TP * eta_c * P_att)
+        return max_of(reads, math) + ar.of(tokens) + t_oh
 
-    return step(batch - 1 + turn) + (clause - 1) * step(batch)
+    clause = step(B - 1 + T_u) + (k - 1) * step(B)
+    return s.compare(clause, llm) <= 0, f"first clause in {format_quantity(s.evaluate(clause), 'ms')} against " \
+        f"{s.text(llm)}"
 
 
 def _voice_llm(s: Sheet, p, tp: int, llm) -> None:
@@ -86,19 +102,30 @@ def _voice_llm(s: Sheet, p, tp: int, llm) -> None:
     per_session = s.step("clause_per_session", "First-clause time each session adds", "t_1s",
                          k * (e.KV * S / e.byte_rate + ar.per_token), "ms",
                          "its context's KV read and its token's all-reduce bytes, in each of the k steps")
+    # The clause is max(reads, turn's math) + (k − 1)·max(reads, decode math) + the rest: within the line exactly
+    # when every pairing of the sides is. Reads with decode math never binds alone (the turn's math is larger).
     by_line = s.step("sessions_by_line", "Sessions the line allows, by bandwidth", "B_line",
                      floor_of((llm - fixed) / per_session), "users",
-                     "the line less the fixed part, in sessions, while every step stays memory-bound")
+                     "the line less the fixed part, in sessions, every step on its reads")
+    m_tok = s.step("", "Math of one token at the context", "t_F1", e.math_time(2 * e.N, e.A * S), "us",
+                   "2N through the weights and attention over the context, at the group's achievable FLOP/s")
+    by_compute = s.step("sessions_by_compute", "Sessions the line allows, by compute", "B_cmp",
+                        floor_of((llm - k * (ar.fixed + e.t_oh) - (T_u - 1) * (m_tok + ar.per_token))
+                                 / (k * (m_tok + ar.per_token))), "users",
+                        "every step on its math: k·B + T_u − 1 tokens' math and all-reduce bytes, with k latencies "
+                        "and overheads")
+    read_w, read_kv = e.W / (e.TP * e.byte_rate), e.KV * S / e.byte_rate
+    by_mixed = s.step("sessions_by_mixed", "Sessions the line allows, the turn's step on its math", "B_mix",
+                      floor_of((llm - (T_u - 1) * (m_tok + ar.per_token) - (k - 1) * read_w - k * (ar.fixed + e.t_oh))
+                               / (m_tok + (k - 1) * read_kv + k * ar.per_token)), "users",
+                      "the turn's step on its math, the k − 1 decode steps on their reads")
     by_pool = s.step("sessions_by_pool", "Sessions the KV pool holds", "B_pool",
                      floor_of((usable_hbm(s, p.gpu) - e.W / e.TP) / (e.KV * S)), "users", "the pool over one context")
-    most = s.step("sessions", "Sessions per replica within the LLM line", "B_max", min_of(by_line, by_pool),
-                  "users", "the tighter of the line and the pool")
+    most = s.step("sessions", "Sessions per replica within the LLM line", "B_max",
+                  min_of(by_line, by_compute, by_mixed, by_pool), "users",
+                  "the tightest of the line's sides and the pool")
     if s.value(most) < 1:
         raise Reject("not one session makes the LLM line on the widest layout: the model is too big for it")
-    busiest = step_work(s, e, "max", "turn's step at that many sessions", most - 1 + T_u, (most - 1 + T_u) * S,
-                        most * S)
-    if s.evaluate(busiest.math) > s.evaluate(busiest.bytes / e.byte_rate):
-        raise Reject("at the line's session count the turn's step is compute-bound: the linear solve does not hold")
     s.slip("clause priced as k prefill steps", s.evaluate(k * t_1 / clause), on="first_clause")
     s.assume("The conversation so far is in the prefix cache: a turn prefills only its own tokens, which attend "
              "to the whole context, in one step alongside the other sessions' decode tokens.")
@@ -106,7 +133,7 @@ def _voice_llm(s: Sheet, p, tp: int, llm) -> None:
              "Endpointing is the silence (or turn-detector) wait after the user stops; network is the round trip "
              "of the audio up and the first audio down; ASR and TTS are their final-transcript and first-chunk "
              "latencies.")
-    s.assume("Layouts other than the one derived are timed by the same model (first_clause_time); a layout "
+    s.assume("Layouts other than the one derived are timed by the same model, on this sheet's givens; a layout "
              "whose weights leave less than the card's minimal KV pool, or whose sessions' KV does not fit its "
              "usable HBM, cannot serve. Where no layout makes the line, TP 8 is derived: the sessions it holds "
              "within the line are what a replica can take.")
@@ -157,14 +184,10 @@ def solve(p, s: Sheet) -> None:
             largest = name
     s.choose("largest_line", _LINES[largest])
 
-    times = {tp: first_clause_time(p.model, p.gpu, tp, p.batch, p.context, p.turn, p.clause, p.dtype)
-             for tp in LAYOUTS}
-    fits = [tp for tp, t in times.items() if t is not None and t <= s.value(llm)]
+    verdicts = {tp: _layout_clause(s, p, tp, llm) for tp in LAYOUTS}
+    fits = [tp for tp, (makes, _) in verdicts.items() if makes]
     for layout, name in LAYOUTS.items():
-        t = times[layout]
-        s.judge("layouts", name, layout in fits,
-                "the weights and the sessions' KV do not fit" if t is None else
-                f"first clause in {format_quantity(t, 'ms')} against {s.text(llm)}")
+        s.judge("layouts", name, layout in fits, verdicts[layout][1])
     s.judge("layouts", NO_LAYOUT, not fits, "every layout misses the line at this many sessions" if not fits
             else "at least one layout makes the line")
     # Where none makes it, the widest is derived: how far it misses, and how many sessions it could hold.

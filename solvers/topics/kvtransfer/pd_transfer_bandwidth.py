@@ -1,11 +1,21 @@
 """Prefill-to-decode KV transfer - the bandwidth a disaggregated pool needs."""
 from __future__ import annotations
 
-from solvers.derivation import Reject, Sheet, Side
+import sympy
+
+from solvers.derivation import Reject, Sheet, Side, max_of
 from solvers.models.collective import all_reduce_terms, tp_all_reduce
-from solvers.models.common import dtype_bytes, given_matmul_peaks, matmul_peaks
+from solvers.models.common import (
+    dtype_bytes,
+    given_config,
+    given_hbm_bandwidth,
+    given_matmul_peaks,
+    given_model_params,
+    given_weight_bytes,
+)
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
 from solvers.models.kvtransfer import active_params, attention_pair_flops
+from solvers.models.steptime import DEFAULT_CONSTANTS
 from solvers.units import format_number, format_quantity
 
 BREAKERS = (
@@ -19,50 +29,60 @@ BREAKERS = (
 )
 
 
-def _link_breakers(s: Sheet, p, *, need: float, link: float) -> None:
-    """Which single change flips whether the decode GPU's link holds: each redone on the variant's numbers."""
+def _link_breakers(s: Sheet, p, *, need, link, N, A, T, TP, mfu, read) -> None:
+    """Which single change flips whether the decode GPU's link holds: each the sheet's prefill rate on changed
+    inputs, decided against the link on the sheet."""
     model = p.model
-    groups = model.heads / model.kv_heads
-    n = model.get("active_params_b", model.params_b) * 1e9
-    pair = 4 * model.layers * model.heads * model.head_dim
+    groups = given_config(s, model, "heads") / given_config(s, model, "kv_heads")
 
-    def verdict(factor: float, nic: float = link) -> tuple[bool, str]:
+    def verdict(factor: sympy.Expr, nic: sympy.Expr = link) -> tuple[bool, str]:
         after = need * factor
-        return after > nic, f"{format_quantity(after, 'GB/s')} against {format_quantity(nic, 'GB/s')} of link"
+        return s.compare(after, nic) > 0, (f"{format_quantity(s.evaluate(after), 'GB/s')} against "
+                                           f"{format_quantity(s.evaluate(nic), 'GB/s')} of link")
 
     ar = all_reduce_terms(s, model, p.gpu, p.tp)  # the givens tp_all_reduce stated: no new ones on the sheet
-    fixed, per_token = s.evaluate(ar.fixed), s.evaluate(ar.per_token)
+    peaks = {p.kv_dtype: given_matmul_peaks(s, p.gpu, p.weight_dtype, p.kv_dtype)}
+    if p.kv_dtype == "bf16":  # the fp8 cache's attention peak, for that what-if
+        peaks["fp8"] = given_matmul_peaks(s, p.gpu, p.weight_dtype, "fp8", attention_symbol="P_att8")
 
-    def rate(prompt: float, speed: float = 1.0, nvlink: float = 1.0, kv_dtype: str = p.kv_dtype) -> float:
-        # Tokens per second of prefill: compute `speed` times faster, the all-reduces' bytes over `nvlink`
-        # times the bandwidth, their latency unchanged; attention at the peak of the cache's dtype.
-        weights, attention = (p.tp * p.mfu * peak for peak in matmul_peaks(p.gpu, p.weight_dtype, kv_dtype))
-        return prompt / (prompt * (2 * n / weights + pair * prompt / 2 / attention) / speed + fixed
-                         + per_token * prompt / nvlink)
+    def math(prompt: sympy.Expr, speed: int = 1, kv_dtype: str = p.kv_dtype) -> sympy.Expr:
+        # Seconds of the prompt's math, `speed` times faster; attention at the peak of the cache's dtype.
+        P, P_att = peaks[kv_dtype]
+        return prompt * (2 * N / P + A * prompt / 2 / P_att) / (TP * mfu * speed)
 
-    longer = rate(4 * p.prompt) / rate(p.prompt)
-    blackwell = rate(p.prompt, 4, 2) / rate(p.prompt)
-    fp8_cache = 0.5 * rate(p.prompt, kv_dtype="fp8") / rate(p.prompt)  # half the bytes, attention at the fp8 peak
-    heads = f"{format_number(groups)}x the KV bytes per token for the same FLOPs" if groups > 1 else \
-        "already MHA: the KV per token stays"
-    speed = (f"{format_number(blackwell, 3)}x the tokens per second, each with the same KV: the compute "
+    def rate(prompt: sympy.Expr, speed: int = 1, nvlink: int = 1, kv_dtype: str = p.kv_dtype) -> sympy.Expr:
+        # Tokens per second of prefill: the pass no faster than one read of the weights (HBM as it is), the
+        # all-reduces' bytes over `nvlink` times the bandwidth, their latency unchanged.
+        return prompt / (max_of(read, math(prompt, speed, kv_dtype)) + ar.fixed + ar.per_token * prompt / nvlink)
+
+    def x(ratio: sympy.Expr) -> str:
+        return format_number(s.evaluate(ratio), 3)
+
+    longer = rate(4 * T) / rate(T)
+    blackwell = rate(T, 4, 2) / rate(T)
+    fp8_cache = rate(T, kv_dtype="fp8") / (2 * rate(T)) if p.kv_dtype == "bf16" else sympy.Integer(1)
+    heads = (f"{x(groups)}x the KV bytes per token for the same FLOPs" if model.heads > model.kv_heads else
+             "already MHA: the KV per token stays")
+    speed = (f"{x(blackwell)}x the tokens per second, each with the same KV: the compute "
              "shrinks fourfold, the all-reduces' bytes only twofold and their latency not at all"
-             if p.tp > 1 else "four times the tokens per second, each with the same KV")
+             if p.tp > 1 else f"{x(blackwell)}x the tokens per second, each with the same KV")
+    if s.compare(read, math(T, 4)) > 0:
+        speed += ", and the pass then waits on its weight read (HBM as it is)"
     mha, faster, both, fan, long_prompts, fp8_kv, nic = BREAKERS
     cases = (
         (mha, verdict(groups), heads),
         (faster, verdict(blackwell), speed),
-        (both, verdict(groups * blackwell), f"{heads}, and {format_number(blackwell, 3)}x the tokens per second"),
+        (both, verdict(groups * blackwell), f"{heads}, and {x(blackwell)}x the tokens per second"),
         (fan, verdict(4), "four times the senders into the same link"),
         (long_prompts, verdict(longer),
-         "more attention FLOPs per token: the KV comes out slower" if longer < 1 else
+         "more attention FLOPs per token: the KV comes out slower" if s.compare(longer, 1) < 0 else
          "the all-reduces' fixed latency spread over more tokens outweighs the extra attention: the KV comes "
          "out faster"),
-        (fp8_kv, verdict(fp8_cache if p.kv_dtype == "bf16" else 1.0),
-         f"half the bytes per token, and attention at the fp8 peak: {format_number(fp8_cache, 3)}x the KV rate"
+        (fp8_kv, verdict(fp8_cache),
+         f"half the bytes per token, and attention at the fp8 peak: {x(fp8_cache)}x the KV rate"
          if p.kv_dtype == "bf16" else "already fp8: nothing changes"),
         (nic, verdict(1, 2 * link), "twice the link for the same flow"))
-    short = need > link
+    short = s.compare(need, link) > 0
     flips = [(option, breaks != short, numbers, why) for option, (breaks, numbers), why in cases]
     if len({flipped for _, flipped, _, _ in flips}) == 1:
         raise Reject("every change leaves the link on the same side, or every change moves it: nothing to tell apart")
@@ -114,26 +134,37 @@ def solve(p, s: Sheet) -> None:
     t_ar = tp_all_reduce(s, model, gpu, p.tp, T, tag="pre", label="prefill")
     math = (T * flops / (TP * mfu * P) if P_att is P  # one peak: the FLOPs over one rate
             else T * (2 * N / P + A * T / 2 / P_att) / (TP * mfu))  # the weights' peak, and the cache's for attention
-    t_pre = s.step("prefill_time", "Prefill time of the prompt", "t_pre", math + t_ar, "s",
-                   "the prompt's FLOPs over the group's FLOP/s at this matmul efficiency"
-                   + ("" if P_att is P else ", attention at its cache's peak (matmul-precision)")
+    # The step model's read side: the prompt's pass reads each GPU's share of every weight once.
+    N_all = N if model.get("active_params_b") is None else given_model_params(s, model, "N_tot")
+    b_w = given_weight_bytes(s, p.weight_dtype)
+    BW = given_hbm_bandwidth(s, gpu)
+    eta_bw = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%", "achievable fraction of HBM bandwidth (step-bandwidth)")
+    read = s.step("weight_read", "One read of a prefill GPU's weights", "t_W", N_all * b_w / (TP * eta_bw * BW), "ms",
+                  "its 1/TP share of " + ("every weight" if N_all is N else "every expert's weights") + ", once a pass")
+    t_math = s.step("prefill_math", "Math time of the prompt", "t_F", math, "s",
+                    "the prompt's FLOPs over the group's FLOP/s at this matmul efficiency"
+                    + ("" if P_att is P else ", attention at its cache's peak (matmul-precision)"))
+    t_pre = s.step("prefill_time", "Prefill time of the prompt", "t_pre", max_of(read, t_math) + t_ar, "s",
+                   "the slower of its reads and its math (the step model)"
                    + ("" if p.tp == 1 else ", then the TP all-reduces (tp-all-reduce card)"))
     b = s.step("per_gpu", "KV each prefill GPU sends per second", "b", T * KV / t_pre, "GB/s",
-               "its share of the prompt's KV over the prefill time: the prompt length cancels but for attention"
-               + ("" if p.tp == 1 else " and the all-reduces' latency"))
+               "its share of the prompt's KV over the prefill time: the prompt length cancels but for attention, "
+               "the weight read" + ("" if p.tp == 1 else " and the all-reduces' latency"))
     if s.compare(KV * TP, kv_tok) > 0:
         raise Reject("TP past the KV heads replicates them: each GPU sends more than its share")
     bound = s.step("per_gpu_bound", "The same with neither attention nor all-reduces: prompt length gone", "b_max",
                    mfu * P / (2 * N / kv_tok), "GB/s", "η·peak/(2N/KV): compute per GPU over the FLOPs per KV byte; "
-                   "attention and the all-reduces only add time, so no prompt length needs more")
+                   "attention, the weight read and the all-reduces only add time, so no prompt length needs more")
     need = s.step("decode_need", "KV a decode GPU's link carries per second", "b_D", k * b, "GB/s",
                   "each decode GPU takes the KV of the prefill GPUs that feed it")
     s.step("link_share", "Share of the decode GPU's link", "u", need / link, "%",
            "what the transfer leaves for everything else on that link")
-    _link_breakers(s, p, need=s.value(need), link=s.value(link))
+    _link_breakers(s, p, need=need, link=link, N=N, A=A, T=T, TP=TP, mfu=mfu, read=read)
 
-    s.assume("Prefill runs back to back on every prefill GPU, its matmuls at the given efficiency (a share of "
-             "peak for the FLOPs alone: the all-reduces come on top, so end-to-end MFU is lower), and its KV "
+    s.assume("Prefill runs back to back on every prefill GPU, one prompt a pass, its matmuls at the given efficiency "
+             "(a share of peak for the FLOPs alone: the all-reduces come on top, so end-to-end MFU is lower), no "
+             "faster than one read of the GPU's share of the weights at step-bandwidth (the step model; the KV it "
+             "writes is left out), and its KV "
              "leaves as it is made (layer by layer, as NIXL/Mooncake transfers do), so the link sees the average "
              "rate, not a burst.")
     s.assume("Each GPU of the prefill group sends its own KV heads; a decode GPU receives the KV of the prefill "

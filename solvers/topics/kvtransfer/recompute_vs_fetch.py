@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, floor_of
-from solvers.models.common import dtype_bytes, given_peak_flops
+from solvers.derivation import Reject, Sheet, Side, floor_of, max_of
+from solvers.models.common import dtype_bytes, given_config, given_hbm_bandwidth, given_peak_flops
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
 from solvers.models.kvtransfer import active_params, attention_pair_flops
 from solvers.models.steptime import DEFAULT_CONSTANTS
@@ -21,26 +21,28 @@ SITUATIONS = (
 )
 
 
-def _situations(s: Sheet, p, *, r: float, f: float, t0: float, hit: float, a: float) -> None:
-    """Which single change flips which is faster for this hit: each one redone on the variant's numbers
-    (r, f per token; a = attention FLOPs per pair over the group's FLOP/s)."""
-    groups = p.model.heads / p.model.kv_heads
+def _situations(s: Sheet, p, *, m, w, f, t0, hit, a) -> None:
+    """Which single change flips which is faster for this hit: each the sheet's two times on changed inputs
+    (m, w: recompute's math and KV write per token; f: fetch per token; a = attention FLOPs per pair over the
+    group's FLOP/s), decided on the sheet."""
+    groups = given_config(s, p.model, "heads") / given_config(s, p.model, "kv_heads")
 
-    def recompute_wins(r=r, f=f, hit=hit, a=a) -> tuple[bool, str]:
-        rec, fet = hit * r + a * hit**2 / 2, t0 + hit * f
-        return rec <= fet, f"recompute {format_quantity(rec, 'ms')} against fetch {format_quantity(fet, 'ms')}"
+    def recompute_wins(m=m, w=w, f=f, hit=hit, a=a) -> tuple[bool, str]:
+        rec, fet = hit * max_of(m, w) + a * hit**2 / 2, t0 + hit * f
+        return s.compare(rec, fet) <= 0, (f"recompute {format_quantity(s.evaluate(rec), 'ms')} against fetch "
+                                          f"{format_quantity(s.evaluate(fet), 'ms')}")
 
     tier, mha, block, longer, fast, fp8, wide = SITUATIONS
     cases = (
         (tier, recompute_wins(f=100 * f), "a hundredth of the bandwidth: a hundred times the fetch per token"),
-        (mha, recompute_wins(f=groups * f),
-         f"{format_number(groups)}x the KV heads: {format_number(groups)}x the bytes per token, the same FLOPs"
-         if groups > 1 else "already MHA: nothing changes"),
+        (mha, recompute_wins(f=groups * f, w=groups * w),
+         f"{format_number(s.evaluate(groups))}x the KV heads: {format_number(s.evaluate(groups))}x the bytes per "
+         "token, the same FLOPs" if p.model.heads > p.model.kv_heads else "already MHA: nothing changes"),
         (block, recompute_wins(hit=16), "16 tokens carry the whole fixed cost of a fetch"),
         (longer, recompute_wins(hit=100 * hit), "the fixed cost is spread over a hundred times the tokens"),
-        (fast, recompute_wins(r=r / 4, a=a / 4), "recomputing runs four times faster; the link does not"),
-        (fp8, recompute_wins(f=f / 2), "half the bytes: fetching only gets faster"),
-        (wide, recompute_wins(r=r / 2, f=f / 2, a=a / 2),
+        (fast, recompute_wins(m=m / 4, a=a / 4), "recomputing runs four times faster; the link does not"),
+        (fp8, recompute_wins(f=f / 2, w=w / 2), "half the bytes: fetching only gets faster"),
+        (wide, recompute_wins(m=m / 2, w=w / 2, f=f / 2, a=a / 2),
          "both per-token costs halve and the fixed cost stays, so only short hits move"))
     now, _ = recompute_wins()
     flips = [(option, wins != now, times, why) for option, (wins, times), why in cases]
@@ -84,16 +86,23 @@ def solve(p, s: Sheet) -> None:
 
     F = s.step("group_flops", "Achievable FLOP/s of the TP group", "F_eff", TP * eta * P, "TFLOP/s",
                "every GPU of the group computes its 1/TP of each token")
-    r = s.step("recompute_per_token", "Recompute time per token", "t_r", 2 * N / F, "us",
-               "2N FLOPs per token through the weights, at the group's achievable rate")
+    BW_hbm = given_hbm_bandwidth(s, gpu, "BW_HBM")
+    eta_bw = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%", "achievable fraction of HBM bandwidth (step-bandwidth)")
+    r_math = s.step("", "Recompute math per token", "t_rF", 2 * N / F, "us",
+                    "2N FLOPs per token through the weights, at the group's achievable rate")
+    r_write = s.step("", "Recomputed KV written per token", "t_rM", KV / (eta_bw * BW_hbm), "us",
+                     "the bytes recomputing adds to the pass: each GPU writes its share of the token's KV to HBM")
+    r = s.step("recompute_per_token", "Recompute time per token", "t_r", max_of(r_math, r_write), "us",
+               "the slower of its math and its bytes (the step model): the math, by some 2N/KV FLOPs per KV byte")
     f = s.step("fetch_per_token", "Fetch time per token", "t_f", KV / BW, "us",
                "each GPU pulls its own KV heads of the token over its own link, in parallel with the others")
     adv = s.step("advantage", "How many times faster fetching a token is", "R", r / f, "x",
                  "(2N/KV)/(F_eff/BW): TP divides both sides and cancels")
     intensity = s.step("flops_per_kv_byte", "FLOPs the model spends per byte of KV it makes", "I_kv", 2 * N / kv_tok,
                        "FLOP/B", "the model's side of the ratio: compute per byte a recompute would save moving")
-    s.step("advantage_peak", "The same at peak compute", "R_peak", intensity / (P / BW), "x",
-           "(2N/KV)/(P/BW), per GPU: the floor of fetching's lead, since real prefill runs below peak")
+    s.step("advantage_peak", "The same at peak compute", "R_peak", max_of(intensity / (P / BW), BW / BW_hbm), "x",
+           "(2N/KV)/(P/BW), per GPU: the floor of fetching's lead, since real prefill runs below peak (its KV "
+           "written at the full HBM bandwidth, BW/BW_HBM, is far less)")
     if s.compare(r, f) <= 0:
         raise Reject("fetching loses per token: no hit is long enough to pay back the overhead")
 
@@ -109,13 +118,16 @@ def solve(p, s: Sheet) -> None:
                   "solve t_0 + T·t_f = T·t_r + (A/F_eff)·T²/2 for T: the positive root of the quadratic")
     s.step("break_even", "Shortest hit worth fetching", "T_star", floor_of(star) + 1, "tokens",
            "the first whole number of tokens past the crossing")
-    _situations(s, p, r=s.value(r), f=s.value(f), t0=s.value(t0), hit=s.value(T), a=s.value(A) / s.value(F))
+    _situations(s, p, m=r_math, w=r_write, f=f, t0=t0, hit=T, a=A / F)
 
     s.assume("Recomputing rides in the request's own prefill pass at the step-time model's achievable compute "
              "(step-compute card): the pass's step overhead and all-reduce latencies are paid either way, and the "
              "all-reduce bytes of the extra tokens are left out, which flatters recomputing a little.")
     s.assume("That pass is compute-bound (hundreds of tokens or more in it): the hit's tokens cost their FLOPs. "
-             "A few tokens alone would be weight-read bound, and recomputing them nearly free.")
+             "The pass reads the weights whichever way the prefix arrives, so the bytes recomputing adds are the KV "
+             "it writes, shown in the max though 2N/KV FLOPs per KV byte (tens of thousands at least) dwarf any "
+             "GPU's ridge (hundreds); a pass of a few tokens alone would wait on the weight read, and recomputing "
+             "them be nearly free.")
     s.assume("Every GPU of the TP group fetches its own share of the KV over a link of the bandwidth given, all in "
              "parallel; the fixed overhead is paid once per hit, and the fetched KV is in the serving dtype (bf16).")
     s.assume("FLOPs: 2 per active parameter per token, plus the attention-flops card's 4·d_h per query head per "

@@ -4,10 +4,9 @@ from __future__ import annotations
 import sympy
 
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
+from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of, min_of
 from solvers.models.collective import crosses_domain, tp_all_reduce
 from solvers.models.common import (
-    dtype_bytes,
     given_config,
     given_hbm_bytes,
     given_nic,
@@ -34,61 +33,68 @@ def added_params(model: Record, **change: int) -> int:
     return model.layers * (attention_params(Record({**model, **change})) - attention_params(model))
 
 
-def _breaks(s: Sheet, p, *, room: float, kv: float, w: float, nodes: float, added: dict[str, float]) -> None:
+def _breaks(s: Sheet, p, *, room, kv, w, nodes, per_param, added: dict[str, int]) -> None:
     """Which single change to the model would need more nodes than the plan has: its KV multiplier and the
-    weights it adds per GPU, against the same usable HBM."""
-    heads, kv_heads, usable = p.model.heads, p.model.kv_heads, room + w
+    weights it adds per GPU (`added` parameters at `per_param` bytes a GPU), against the same usable HBM;
+    decided on the sheet: ⌈f·KV_gpu / room left⌉ > c exactly when f·KV_gpu > c · room left."""
+    H, H_kv = sympy.Symbol("H_q"), sympy.Symbol("H_kv")
 
-    def grown(extra: float) -> str:
-        return f"+{format_quantity(extra, 'GB')} of weights a GPU"
+    def grown(extra: int) -> str:
+        return f"+{format_quantity(s.evaluate(extra * per_param), 'GB')} of weights a GPU"
 
     changes = (
-        (MHA, heads / kv_heads, w + added["mha"],
-         f"{format_number(heads / kv_heads)}x the KV per GPU, {grown(added['mha'])}"),
-        ("twice the KV heads", 2, w + added["kv"], f"2x the KV per GPU, {grown(added['kv'])}"),
-        ("twice the query heads, the same KV heads", 1, w + added["q"],
+        (MHA, H / H_kv, added["mha"] * per_param,
+         f"{format_number(s.evaluate(H / H_kv))}x the KV per GPU, {grown(added['mha'])}"),
+        ("twice the KV heads", 2, added["kv"] * per_param, f"2x the KV per GPU, {grown(added['kv'])}"),
+        ("twice the query heads, the same KV heads", 1, added["q"] * per_param,
          f"the KV unchanged, but q and o projections twice as wide: {grown(added['q'])}"),
-        ("twice the layers at the same width", 2, 2 * w, "2x the KV and 2x the weights per GPU"),
-        (VOCAB, 1, w + added["vocab"],
+        ("twice the layers at the same width", 2, w, "2x the KV and 2x the weights per GPU"),
+        (VOCAB, 1, added["vocab"] * per_param,
          f"the KV unchanged, the embedding and output tables twice as long: {grown(added['vocab'])}"),
-        ("an MLP twice as wide", 1, w + added["mlp"],
+        ("an MLP twice as wide", 1, added["mlp"] * per_param,
          f"the KV unchanged, the gate, up and down projections twice as wide: {grown(added['mlp'])}"),
     )
-    for option, kv_factor, weights, what in changes:
-        left = usable - weights
-        need = float("inf") if left <= 0 else -(-kv * kv_factor // left)
-        more = need > nodes
+    for option, kv_factor, extra, what in changes:
+        left = room - extra
+        fills = s.compare(left, 0) <= 0
+        more = fills or s.compare(kv_factor * kv, nodes * left) > 0
         # MHA multiplies the KV by H_q/H_kv = 8 for every model drawn; a longer vocabulary adds no KV and
         # under a GB of weights a GPU: facts of these models, whatever the context.
-        s.judge("breaks", option, more, f"{what}: {format_number(need)} node(s) against the plan's "
-                f"{format_number(nodes)}" if left > 0 else f"{what}: the weights alone fill the GPUs",
-                fact=option in (MHA, VOCAB))
+        s.judge("breaks", option, more, f"{what}: the weights alone fill the GPUs" if fills else
+                f"{what}: {format_number(s.evaluate(ceil_of(kv_factor * kv / left)))} node(s) against the plan's "
+                f"{format_number(s.value(nodes))}", fact=option in (MHA, VOCAB))
 
 
-def _rescue(s: Sheet, p, *, room: float, kv_mha: float, T_value: int, c_mha: float, nodes: float) -> None:
-    """With MHA's cache, which of these holds the request again."""
-    fits = f"{format_quantity(room, 'GB')} of KV room per GPU on one node beside the MHA weights"
+def _rescue(s: Sheet, p, *, room, kv_mha, T, c_mha, nodes) -> None:
+    """With MHA's cache, which of these holds the request again: each decided on the sheet against the MHA
+    model's KV room per GPU on one node (or, for context parallelism, its node count against the plan's)."""
+    fits = f"{s.text(room)} of KV room per GPU on one node beside the MHA weights"
+
+    def gib(x: sympy.Expr) -> str:
+        return format_quantity(s.evaluate(x), "GiB")
+
     if p.kv_dtype == "fp8":
         s.judge("rescue", "an fp8 KV cache, on one node", False, "the cache is already fp8")
     else:
         half = kv_mha / 2
-        s.judge("rescue", "an fp8 KV cache, on one node", half <= room,
-                f"half the MHA cache is {format_quantity(half, 'GiB')} per GPU against {fits}")
-    windowed = kv_mha * (0.5 + 0.5 * min(p.window, T_value) / T_value)
+        s.judge("rescue", "an fp8 KV cache, on one node", s.compare(half, room) <= 0,
+                f"half the MHA cache is {gib(half)} per GPU against {fits}")
+    window = s.param("T_win", "window")
+    windowed = kv_mha * (sympy.Rational(1, 2) + min_of(window, T) / (2 * T))
     s.judge("rescue", "a {window}-token sliding window on every other layer, on one node",
-            windowed <= room, f"the full layers keep every token: {format_quantity(windowed, 'GiB')} per GPU "
+            s.compare(windowed, room) <= 0, f"the full layers keep every token: {gib(windowed)} per GPU "
             f"against {fits}")
-    latent = p.model.layers * p.mla_latent * {"bf16": 2, "fp8": 1}[p.kv_dtype] * T_value
-    s.judge("rescue", "an MLA latent of {mla_latent} values per layer, on one node (TP 8)", latent <= room,
-            f"the latent has no heads to split, so every GPU keeps all of it: {format_quantity(latent, 'GiB')} "
-            f"against {fits}")
+    latent = sympy.Symbol("L") * s.param("d_lat", "mla_latent") * sympy.Symbol("b_kv") * T
+    s.judge("rescue", "an MLA latent of {mla_latent} values per layer, on one node (TP 8)",
+            s.compare(latent, room) <= 0,
+            f"the latent has no heads to split, so every GPU keeps all of it: {gib(latent)} against {fits}")
     s.judge("rescue", "smaller KV blocks in the paged cache, on one node", False,
-            f"paging trims the empty tail of the last block, not the bytes: {format_quantity(kv_mha, 'GiB')} "
-            f"per GPU against {fits}", fact=True)
+            f"paging trims the empty tail of the last block, not the bytes: {gib(kv_mha)} per GPU against {fits}",
+            fact=True)
     for times, option in CP_OPTIONS:  # the widest always holds: draws it would not hold are refused
-        s.judge("rescue", option, c_mha <= times * nodes,
-                f"the MHA cache needs {format_number(c_mha)} node(s) of TP 8; {times} x this plan's "
-                f"{format_number(nodes)} is {format_number(times * nodes)}", fact=times == WIDEST_CP)
+        s.judge("rescue", option, s.compare(c_mha, times * nodes) <= 0,
+                f"the MHA cache needs {format_number(s.value(c_mha))} node(s) of TP 8; {times} x this plan's "
+                f"{format_number(s.value(nodes))} is {format_number(times * s.value(nodes))}", fact=times == WIDEST_CP)
 
 
 def _regime(s: Sheet, T, T_max, T_half, share, nodes: float) -> None:
@@ -157,9 +163,12 @@ def solve(p, s: Sheet) -> None:
     t_ring = s.step("ring_pass", "KV passed around the ring between nodes", "t_ring",
                     (c - 1) / c * kv_req / (e.TP * nic), "s",
                     "each node receives every other node's KV shard over its TP NICs (0 on one node)")
+    t_read = s.step("prefill_read", "Prefill reads on each GPU, at least", "t_M", (w_gpu + kv_gpu / c) / e.byte_rate,
+                    "s", "its weights once and its node's shard of the KV once (the step model's bytes side)")
     s.step("prefill_time", "Prefill time (time to first token)", "t_pre",
-                   max_of(t_math, t_ring) + ar + e.t_oh, "s",
-                   "ring attention overlaps the KV passing with the math; the node's all-reduces come on top")
+                   max_of(t_math, t_ring, t_read) + ar + e.t_oh, "s",
+                   "the slowest of the math, the ring's KV passing (overlapped with it) and the GPU's reads; the "
+                   "node's all-reduces come on top")
     t_dec = s.step("decode_step", "Decode step at this context", "t_dec",
                    max_of((w_gpu + kv_gpu / c) / e.byte_rate, e.math_time(2 * e.N, e.A * T) / c)
                    + tp_all_reduce(s, p.model, p.gpu, p.tp, 1, tag="dec", label="decode step") + e.t_oh, "ms",
@@ -169,7 +178,7 @@ def solve(p, s: Sheet) -> None:
     # The model changes: MHA multiplies the KV by H_q/H_kv, and what would hold that instead.
     s.step("kv_request_mha", "KV of the request if the model were MHA", "KV_MHA", kv_req * H / H_kv,
                     "GiB", "one KV head per query head: H_q/H_kv times the GQA cache")
-    model, b_w = p.model, dtype_bytes(p.weight_dtype)
+    model = p.model
     dN = s.given("ΔN_MHA", added_params(model, kv_heads=model.heads), "",
                  "parameters MHA adds: K and V projections of H_q heads instead of H_kv, every layer")
     room_mha = s.step("kv_room_mha", "KV room on each GPU, were it MHA", "R_MHA", room - dN * e.W / (e.N * e.TP), "GB",
@@ -180,15 +189,13 @@ def solve(p, s: Sheet) -> None:
                    "nodes", "H_q/H_kv times the KV per GPU, in the MHA model's room")
     if s.value(c_mha) > WIDEST_CP * n_c:
         raise Reject("were it MHA, not even the widest context-parallel rescue would hold it")
-    tp = p.tp
-    _breaks(s, p, room=s.value(room), kv=s.value(kv_gpu), w=s.value(w_gpu), nodes=n_c, added={
-        "mha": added_params(model, kv_heads=model.heads) * b_w / tp,
-        "kv": added_params(model, kv_heads=2 * model.kv_heads) * b_w / tp,
-        "q": added_params(model, heads=2 * model.heads) * b_w / tp,
-        "vocab": 2 * model.vocab * model.hidden * b_w / tp,  # untied input and output tables
-        "mlp": GATED_MATRICES * model.hidden * model.ffn * model.layers * b_w / tp})
-    _rescue(s, p, room=s.value(room_mha), kv_mha=s.value(kv_gpu) * model.heads / model.kv_heads,
-            T_value=p.context, c_mha=s.value(c_mha), nodes=n_c)
+    _breaks(s, p, room=room, kv=kv_gpu, w=w_gpu, nodes=c, per_param=e.W / (e.N * e.TP), added={
+        "mha": added_params(model, kv_heads=model.heads),
+        "kv": added_params(model, kv_heads=2 * model.kv_heads),
+        "q": added_params(model, heads=2 * model.heads),
+        "vocab": 2 * model.vocab * model.hidden,  # untied input and output tables
+        "mlp": GATED_MATRICES * model.hidden * model.ffn * model.layers})
+    _rescue(s, p, room=room_mha, kv_mha=kv_gpu * H / H_kv, T=T, c_mha=c_mha, nodes=c)
 
     s.assume(f"{p.model.name}'s architecture stretched to {format_number(p.context)} tokens by RoPE scaling and "
              "long-context fine-tuning (Gradient's Llama-3-70B-Instruct-Gradient-1048k did this): the weights "
@@ -200,6 +207,9 @@ def solve(p, s: Sheet) -> None:
              "merges each node's partial attention, a few KB per layer, left out.")
     s.assume("Activations and the attention kernel's workspace are left out of the memory; prefill is chunked "
              "so that its activations stay small beside the cache.")
+    s.assume("The prefill's reads are counted at their least, the weights and the KV shard once each (the step "
+             "model's bytes side, kept in its max): a chunked prefill re-reads them chunk by chunk, but at these "
+             "lengths its math runs for seconds or more, its reads for milliseconds, so the math sets the TTFT.")
     s.slip("causal mask left out (T² pairs instead of T²/2)",
            s.evaluate(2 * F_a / (F_w + 2 * F_a)) / s.value(share), on="attention_share")
     s.slip("KV in GB counted as GiB", 1e9 / 2**30, on="kv_request")

@@ -5,9 +5,9 @@ import sympy
 
 from solvers.conventions import scale_up_domain
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, Side, max_of
+from solvers.derivation import Reject, Sheet, Side, floor_of, max_of, min_of
 from solvers.models.common import dtype_bytes, given_config, given_nic, given_nvlink
-from solvers.models.moe import SCALE_BLOCK, SCALE_BYTES, copy_bytes, moe_layers, remote_nodes
+from solvers.models.moe import SCALE_BLOCK, SCALE_BYTES, copy_bytes, moe_layers
 from solvers.units import format_number, format_quantity
 
 
@@ -33,36 +33,47 @@ def _remote_nodes(s: Sheet, model: Record, D, nodes: int) -> tuple[sympy.Symbol,
     return r, unit
 
 
-def _dispatch_levers(s: Sheet, p, nodes: int, per_domain: int, v: dict[str, float]) -> None:
-    key, L, base = "levers", moe_layers(p.model), v["comm"]
+def _dispatch_levers(s: Sheet, p, *, sym: dict[str, sympy.Expr]) -> None:
+    """Which levers cut the step's all-to-all by the stated share: each lever's time is the comm_step formula
+    on changed inputs, decided against the step's on the sheet."""
+    key, v = "levers", sym
+    base = v["comm"]
+    cut = s.param("x_cut", "cut")
 
-    def comm(remote=v["remote"], nvl=v["nvl"], per=v["per"], b_nic=v["B_nic"], b_nvl=v["B_nvl"]) -> float:
-        return L * max(v["T"] * remote * per / b_nic, v["T"] * nvl * per / b_nvl)
+    def comm(remote=v["remote"], nvl=v["nvl"], per=v["per"], b_nic=v["B_nic"], b_nvl=v["B_nvl"]) -> sympy.Expr:
+        return v["L"] * max_of(v["T"] * remote * per / b_nic, v["T"] * nvl * per / b_nvl)
 
-    def say(option: str, after: float, why: str) -> None:
-        s.judge(key, option, after <= (1 - p.cut) * base,
-                f"{format_quantity(after, 'ms')} against {format_quantity(base, 'ms')}: {why}")
+    def say(option: str, after: sympy.Expr, why: str) -> None:
+        s.judge(key, option, s.compare(after, (1 - cut) * base) <= 0,
+                f"{format_quantity(s.evaluate(after), 'ms')} against {s.text(base)}: {why}")
 
-    nic_bound = v["remote"] / v["B_nic"] >= v["nvl"] / v["B_nvl"]
+    def n(x: sympy.Expr) -> str:
+        return format_number(s.evaluate(x), 3)
+
+    nic_bound = s.compare(v["t_nic"], v["t_nvl"]) >= 0
     say("NICs of twice the bandwidth", comm(b_nic=2 * v["B_nic"]),
         "the NIC's share halves" + ("" if nic_bound else ", but NVLink's forwarding binds"))
     say("NVLink of twice the bandwidth", comm(b_nvl=2 * v["B_nvl"]),
         "the forwarded copies move twice as fast" + (", but the NIC binds" if nic_bound else ""))
-    h = p.model.hidden
+    h = v["h"]
     fp8_per = h + h / SCALE_BLOCK * SCALE_BYTES + v["c"]
     say("FP8 dispatch (with its scales) in place of this one's dtype", comm(per=fp8_per),
-        f"{format_quantity(fp8_per, 'B')} a copy out and back against {format_quantity(v['per'], 'B')}"
+        f"{format_quantity(s.evaluate(fp8_per), 'B')} a copy out and back against "
+        f"{format_quantity(s.evaluate(v['per']), 'B')}"
         + (": it is FP8 already" if p.dispatch_dtype == "fp8" else ""))
     # Node-limited routing as DeepSeek-V3's: a token's experts on at most node_limit nodes, each node one group.
-    limited = min(v["remote"], (nodes - 1) * min(p.node_limit, nodes) / nodes)
+    D, limit = v["D"], s.param("n_lim", "node_limit")
+    limited = min_of(v["remote"], (D - 1) * min_of(limit, D) / D)
     say("Node-limited routing: each token's experts on at most {node_limit} nodes", comm(remote=limited),
-        f"{format_number(limited, 3)} remote nodes a token against {format_number(v['remote'], 3)}"
-        + ("" if limited < v["remote"] else ": the limit binds nothing here"))
-    wider = per_domain * 2
-    fewer = remote_nodes(p.model, nodes // 2)
+        f"{n(limited)} remote nodes a token against {s.text(v['remote'], 3)}"
+        + ("" if s.compare(limited, v["remote"]) < 0 else ": the limit binds nothing here"))
+    # Domains twice as large: half the nodes (whole ones), each reached as _remote_nodes counts.
+    half, U = floor_of(D / 2), v["U"]
+    fewer = (half - 1) * (1 - sympy.binomial(U - floor_of(U / half), v["m"]) / sympy.binomial(U, v["m"]))
+    wider = 2 * v["g"]
     say("NVLink domains twice as large (half as many nodes)", comm(remote=fewer, nvl=v["k"] * (wider - 1) / wider),
-        f"{format_number(fewer, 3)} remote nodes a token against {format_number(v['remote'], 3)}"
-        + (": the group would sit in one domain" if nodes == 2 else ""))
+        f"{n(fewer)} remote nodes a token against {s.text(v['remote'], 3)}"
+        + (": the group would sit in one domain" if s.compare(half, 1) == 0 else ""))
 
 
 def _dispatch_regime(s: Sheet, t_nic, t_nvl) -> None:
@@ -122,9 +133,9 @@ def solve(p, s: Sheet) -> None:
                   "NIC and NVLink run at once, so the slower sets each layer's pace")
     s.step("saving", "NIC bytes saved by node-aware dispatch", "S", direct / remote, "x",
            "k copies per remote expert against one per remote node")
-    _dispatch_levers(s, p, nodes, per_domain, {n: s.evaluate(x) for n, x in (
-        ("T", T), ("k", k), ("remote", remote), ("nvl", nvl), ("per", per), ("B_nic", B_nic), ("B_nvl", B_nvl),
-        ("c", c_copy), ("comm", comm))})
+    _dispatch_levers(s, p, sym={"T": T, "k": k, "L": L, "h": h, "g": g, "D": D, "U": sympy.Symbol("U"),
+                                "m": sympy.Symbol("m"), "remote": remote, "nvl": nvl, "per": per, "c": c_copy,
+                                "B_nic": B_nic, "B_nvl": B_nvl, "comm": comm, "t_nic": t_nic, "t_nvl": t_nvl})
     _dispatch_regime(s, t_nic, t_nvl)
 
     s.assume("A balanced router: a token's experts (or, node-limited, its groups) fall uniformly over the nodes, "

@@ -90,49 +90,50 @@ def _shared_step(W_s, N_emb, b, B, BW, P) -> sympy.Expr:
     return max_of(W_s / BW, 2 * (W_s / b - N_emb) * B / P)
 
 
-def _advantage(s: Sheet, model: Record, p, values: dict[str, float]) -> None:
+def _advantage(s: Sheet, p, r: Experts, v: dict[str, sympy.Expr]) -> None:
     """Which statements about this step hold: the right set moves with the batch, from bytes (small batch)
-    to FLOPs (past the crossover). The what-ifs are the step model again on other inputs, in plain numbers."""
-    key, v = "advantage", values
-    E, k, n, B = model.experts, model.experts_per_token, p.gpus, p.batch
-    b, P, BW, p_e, L, emb = v["b"], v["P"], v["BW"], v["p_e"], moe_layers(model), v["N_emb"]
+    to FLOPs (past the crossover). The what-ifs are the step's formulas on other inputs, decided on the sheet."""
+    key = "advantage"
+    b, P, BW, n, B = v["b"], v["P"], v["BW"], v["n"], v["B"]
+    t, M, W, W_a, N_emb = v["t"], v["M"], v["W"], v["W_a"], v["N_emb"]
 
-    def flops(weight_bytes: float, batch: float) -> float:  # 2 a weight a token, the looked-up embedding aside
-        return 2 * (weight_bytes / b - emb) * batch
+    def step(batch: sympy.Expr, expert_bytes: sympy.Expr = b) -> sympy.Expr:
+        phi = 1 - miss_power(1 - r.k / r.E, batch)
+        return (_shared_step(v["W_s"], N_emb, b, batch, BW, P)
+                + _expert_step(r, expert_bytes, phi, batch * r.k / (r.E * phi), BW, P)) / n
 
-    def step(batch: float, expert_bytes: float = b) -> float:
-        phi = 1 - (1 - k / E) ** batch
-        tokens = batch * k / (E * phi)
-        shared = max(v["W_s"] / BW, flops(v["W_s"], batch) / P)
-        return (shared + L * E * phi * max(p_e * expert_bytes / BW, 2 * p_e * tokens / P)) / n
+    def dense(weights: sympy.Expr) -> sympy.Expr:  # a dense model of these bytes: every weight read, all multiply
+        return _shared_step(weights, N_emb, b, B, BW, P) / n
 
-    def ms(seconds: float) -> str:
-        return format_quantity(seconds, "ms")
+    def ms(x: sympy.Expr) -> str:
+        return format_quantity(s.evaluate(x), "ms")
 
-    t, M, W, W_a = v["t"], v["M"], v["W"], v["W_a"]
+    fewer = s.param("x_fewer", "fewer_bytes")
     s.judge(key, "The step reads at least {fewer_bytes} fewer weight bytes than a dense model of the same total size",
-            M <= (1 - p.fewer_bytes) * W, f"{format_quantity(M, 'GB')} of {format_quantity(W, 'GB')}: "
-            f"{format_number(100 * M / W, 3)}% of the weights")
-    bound = B * k / E >= v["t_c"]
+            s.compare(M, (1 - fewer) * W) <= 0, f"{s.text(M)} of {s.text(W)}: "
+            f"{format_number(100 * s.evaluate(M / W), 3)}% of the weights")
+    per_expert = B * r.k / r.E
+    bound = s.compare(per_expert, v["t_c"]) >= 0
     s.judge(key, "An expert's GEMM is compute-bound at this batch", bound,
-            f"B·k/E = {format_number(B * k / E, 3)} tokens per expert against the crossover of "
-            f"{format_number(v['t_c'], 3)}")
-    dense_total = max(W / BW, flops(W, B) / P) / n
+            f"B·k/E = {format_number(s.evaluate(per_expert), 3)} tokens per expert against the crossover of "
+            f"{s.text(v['t_c'], 3)}")
+    dense_total = dense(W)
+    total_math = s.compare(2 * (W / b - N_emb) * B / P, W / BW) > 0
     s.judge(key, "A dense model of the same total size would take at least twice as long for this step",
-            dense_total >= DENSE_GAP * t, f"{ms(dense_total)} against {ms(t)}: "
-            + ("its FLOPs follow the total parameters" if flops(W, B) / P > W / BW else
-               "it waits on reading every weight"))
-    dense_active = max(W_a / BW, flops(W_a, B) / P) / n
+            s.compare(dense_total, DENSE_GAP * t) >= 0, f"{ms(dense_total)} against {s.text(t)}: "
+            + ("its FLOPs follow the total parameters" if total_math else "it waits on reading every weight"))
+    dense_active = dense(W_a)
     s.judge(key, "A dense model of the active size would run this step at least twice as fast",
-            DENSE_GAP * dense_active <= t, f"{ms(dense_active)} against {ms(t)}: "
+            s.compare(DENSE_GAP * dense_active, t) <= 0, f"{ms(dense_active)} against {s.text(t)}: "
             + ("at this batch both are bound by the same active FLOPs" if bound else
                "it reads only the active weights, the MoE every expert the batch picked"))
     lighter = step(B, b / 2)
     s.judge(key, "Experts stored at half the bytes (same tensor peak) would cut the step time by {cut} or more",
-            lighter <= (1 - p.cut) * t, f"{ms(lighter)} against {ms(t)}")
+            s.compare(lighter, (1 - s.param("x_cut", "cut")) * t) <= 0, f"{ms(lighter)} against {s.text(t)}")
     doubled = step(2 * B)
-    s.judge(key, "Twice the batch would cost less than {more_time} more step time", doubled < (1 + p.more_time) * t,
-            f"{ms(doubled)} against {ms(t)}: {format_number(doubled / t, 3)}x for twice the tokens")
+    s.judge(key, "Twice the batch would cost less than {more_time} more step time",
+            s.compare(doubled, (1 + s.param("x_more", "more_time")) * t) < 0,
+            f"{ms(doubled)} against {s.text(t)}: {format_number(s.evaluate(doubled / t), 3)}x for twice the tokens")
 
 
 def _experts_regime(s: Sheet, B, B95, B_c, phi, M, W, W_a, t_e) -> None:
@@ -219,10 +220,8 @@ def solve(p, s: Sheet) -> None:
     s.step("per_user", "Tokens per second per decoding sequence", "X_user", 1 / t, "tokens/s",
            "one token per sequence per step")
     s.step("throughput", "Tokens per second", "X", B / t, "tokens/s", "B tokens per step")
-    _advantage(s, model, p, {name: s.value(sym) for name, sym in
-                             (("b", b), ("P", P), ("BW", BW), ("p_e", r.p_e), ("W_s", W_s), ("W", W), ("W_a", W_a),
-                              ("N_emb", N_emb),
-                              ("M", M), ("t", t), ("t_c", t_star))})
+    _advantage(s, p, r, {"b": b, "P": P, "BW": BW, "n": n, "B": B, "W_s": W_s, "W": W, "W_a": W_a, "N_emb": N_emb,
+                         "M": M, "t": t, "t_c": t_star})
     _experts_regime(s, B, B95, B_c, phi, M, W, W_a, t_e)
 
     s.assume("Tokens pick their experts independently and uniformly (a balanced router): the expected count "

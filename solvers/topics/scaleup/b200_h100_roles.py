@@ -1,7 +1,7 @@
 """B200 nodes beside an older fleet - roles, pool sizes, and two pools that disagree about the weights."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy
 
@@ -15,7 +15,6 @@ from solvers.models.common import (
     given_hbm_bytes,
     given_peak_flops,
     given_usable_share,
-    hbm_bandwidth,
     peak_flops,
 )
 from solvers.models.kvcache import kv_bytes_per_token_given
@@ -48,21 +47,27 @@ class _Pool:
     batch: sympy.Symbol  # decode batch of one replica
     step: sympy.Symbol  # decode step at that batch
     t0: sympy.Symbol  # decode step before any sequence
-    t1: sympy.Symbol  # decode step time each sequence adds
+    t1: sympy.Symbol  # decode step time each sequence adds while the step waits on its reads
     read: sympy.Symbol  # one read of this GPU's weights, the floor of any step
+    kv: sympy.Symbol  # decode KV read each sequence adds
+    a2a_seq: sympy.Symbol  # decode all-to-all each sequence adds
+    math: sympy.Symbol  # decode math each sequence adds
     decode: sympy.Symbol  # decode tokens/s per node at the TPOT target
     room: sympy.Symbol  # KV room per GPU
     capped_by_room: bool  # the decode batch is set by KV room, not by the TPOT
     a2a_heavier: bool  # the decode step's all-to-all outlasts its weight reads
-    a2a_ms: float  # that all-to-all per decode step, ms
-    read_ms: float  # one read of a GPU's weights, ms
+
+    def step_at(self, batch: sympy.Expr, t_oh: sympy.Expr) -> sympy.Expr:
+        """A decode step of `batch` sequences by the step model: the slower of the reads and the math, then
+        the all-to-all (not overlapped) and the overhead."""
+        return max_of(self.read + batch * self.kv, batch * self.math) + batch * self.a2a_seq + t_oh
 
 
-def _pool(s: Sheet, tag: str, gpu, W, W_bytes: float, nic, m) -> _Pool:
+def _pool(s: Sheet, tag: str, gpu, W, nic, m) -> _Pool:
     """A replica of `gpu` nodes holding the weights `W` at the stated share of HBM, timed by the
-    step model: prefill by its FLOPs (GEMMs in FP8, attention in bf16) and all-to-all, decode
-    memory-bound at the batch the TPOT and KV room allow; the MoE all-to-all goes over NVLink inside
-    a node and over the NIC between nodes."""
+    step model: prefill by its FLOPs (GEMMs in FP8, attention in bf16) and all-to-all, decode by the
+    slower of its reads and its math at the batch the TPOT and KV room allow; the MoE all-to-all goes
+    over NVLink inside a node and over the NIC between nodes."""
     G_n = m["G_n"]
     M = given_hbm_bytes(s, gpu, f"M_{tag}")
     P = given_peak_flops(s, gpu, "fp8", f"P_{tag}")
@@ -93,32 +98,30 @@ def _pool(s: Sheet, tag: str, gpu, W, W_bytes: float, nic, m) -> _Pool:
                   "its share of the weights at the achievable bandwidth")
     t0 = s.step("", f"Decode step before any sequence, {gpu.name}", f"t0_{tag}", read + m["t_oh"], "ms",
                 "every weight read once a step (at this batch every expert is hit), plus the overhead")
-    t1 = s.step("", f"Decode step time each sequence adds, {gpu.name}", f"t1_{tag}",
-                m["S"] * m["KV"] / (G * rate) + m["L_moe"] * t_a, "us",
-                "its KV read on one GPU's share of the bandwidth, and its token's all-to-all (not overlapped)")
-    B_slo = floor_of((m["tpot"] - t0) / t1)
+    kv = s.step("", f"Decode KV read each sequence adds, {gpu.name}", f"t_kv_{tag}", m["S"] * m["KV"] / (G * rate),
+                "us", "its latent cache on one GPU's share of the bandwidth")
+    a2a_seq = s.step("", f"Decode all-to-all each sequence adds, {gpu.name}", f"t_a2a_{tag}", m["L_moe"] * t_a, "us",
+                     "its token's dispatch and combine in every MoE layer (not overlapped)")
+    math = s.step("", f"Decode math each sequence adds, {gpu.name}", f"τ_d_{tag}",
+                  (2 * m["N_a"] / P + m["A_d"] * m["S"] / P16) / (G * m["eta_c"]), "us",
+                  "its token through the active weights in FP8 and absorbed attention over its context in bf16")
+    t1 = s.step("", f"Decode step time each sequence adds, {gpu.name}", f"t1_{tag}", kv + a2a_seq, "us",
+                "its KV read and its all-to-all, while the step waits on its reads")
+    # The step is within the TPOT when both of its sides are: the reads' and the math's, each with the all-to-all.
+    B_slo = min_of(floor_of((m["tpot"] - t0) / t1), floor_of((m["tpot"] - m["t_oh"]) / (math + a2a_seq)))
     B_mem = floor_of(G * room / (m["S"] * m["KV"]))
     B = s.step(f"batch_{tag}", f"Decode batch of one {gpu.name} replica", f"B_{tag}", min_of(B_slo, B_mem),
-               "sequences", "the smaller of what the TPOT target leaves for the per-sequence time and what the KV "
-               "room holds")
+               "sequences", "the smallest of what the TPOT target leaves for the per-sequence time on either side "
+               "of the roofline (reads, math; the all-to-all on top) and what the KV room holds")
     if s.value(B) < 1:
         raise Reject(f"no sequence fits a {gpu.name} decode step under the TPOT target")
-    step = s.step(f"step_{tag}", f"Decode step at that batch, {gpu.name}", f"t_{tag}", t0 + B * t1, "ms",
-                  "memory-bound: the reads and the all-to-all grow with the batch")
-    # Guards and judgements in floats, off the sheet: none is an answer or near a tie that matters.
-    f = {name: s.value(sym) for name, sym in (("B", B), ("S", m["S"]), ("N", m["N_a"]), ("A", m["A_d"]),
-                                              ("KV", m["KV"]), ("c", m["eta_c"]), ("bw", m["eta_bw"]),
-                                              ("L", m["L_moe"]), ("t_a", t_a))}
-    reads = (W_bytes + f["B"] * f["S"] * f["KV"]) / (f["bw"] * hbm_bandwidth(gpu))
-    if f["B"] * (2 * f["N"] / peak_flops(gpu, "fp8") + f["A"] * f["S"] / peak_flops(gpu, "bf16")) / f["c"] >= reads:
-        raise Reject(f"{gpu.name} decode would be compute-bound at its batch")
+    pool = _Pool(gpu.name, nodes, prefill, compute, a2a, B, B, t0, t1, read, kv, a2a_seq, math, B, room,
+                 capped_by_room=s.compare(B_mem, B_slo) < 0, a2a_heavier=s.compare(B * a2a_seq, read) > 0)
+    step = s.step(f"step_{tag}", f"Decode step at that batch, {gpu.name}", f"t_{tag}", pool.step_at(B, m["t_oh"]),
+                  "ms", "the slower of the reads and the math, then the all-to-all and the overhead")
     decode = s.step(f"decode_{tag}", f"Decode tokens/s per {gpu.name} node", f"x_d_{tag}", B / (step * nodes),
                     "tokens/s", "one token per sequence per step, shared by the replica's nodes")
-    a2a_ms = 1e3 * f["B"] * f["L"] * f["t_a"]
-    read_ms = 1e3 * W_bytes / (f["bw"] * hbm_bandwidth(gpu) * s.value(nodes) * GPUS_PER_NODE)
-    return _Pool(gpu.name, nodes, prefill, compute, a2a, B, step, t0, t1, read, decode, room,
-                 capped_by_room=s.compare(B, B_slo) < 0, a2a_heavier=a2a_ms > read_ms, a2a_ms=a2a_ms,
-                 read_ms=read_ms)
+    return replace(pool, step=step, decode=decode)
 
 
 def _roles_judged(s: Sheet, p, B2: _Pool, H1: _Pool, r_dec, pre: _Pool, P_in) -> None:
@@ -131,8 +134,8 @@ def _roles_judged(s: Sheet, p, B2: _Pool, H1: _Pool, r_dec, pre: _Pool, P_in) ->
     where = (f"its {format_number(s.value(H1.nodes))}-node replica sends most copies over the NIC"
              if s.compare(H1.nodes, 1) > 0 else "its one-node replica keeps the all-to-all on NVLink")
     s.judge("why", "the older GPU's decode all-to-all outlasts its weight reads", H1.a2a_heavier,
-            f"{format_quantity(H1.a2a_ms * 1e-3, 'ms')} of all-to-all a step at its batch against "
-            f"{format_quantity(H1.read_ms * 1e-3, 'ms')} of weight reads: {where}")
+            f"{format_quantity(s.evaluate(H1.batch * H1.a2a_seq), 'ms')} of all-to-all a step at its batch "
+            f"against {s.text(H1.read)} of weight reads: {where}")
     fp8 = p.b200_format == "fp8"
     s.judge("why", ONE_CHECKPOINT, fp8,
             "Hopper runs FP8 with any scales, so UE8M0-scaled FP8 (as DeepSeek-V3.1 ships) serves both alike" if fp8
@@ -210,8 +213,8 @@ def solve(p, s: Sheet) -> None:
     m = {"G_n": G_n, "f": f, "u": u, "eta_c": eta_c, "eta_bw": eta_bw, "t_oh": t_oh, "N_a": N_a, "A_p": A_p,
          "A_d": A_d, "P_in": P_in, "S": S, "KV": kv, "tpot": tpot, "L_moe": L_moe, "v": v,
          "D": s.given("D", GPUS_PER_NODE, "GPUs", "NVLink domain of an HGX node")}
-    B2 = _pool(s, "B", new, W * b_B, p.weights_tb * b_new, nic_B, m)
-    H1 = _pool(s, "H", old, W, p.weights_tb, nic_H, m)
+    B2 = _pool(s, "B", new, W * b_B, nic_B, m)
+    H1 = _pool(s, "H", old, W, nic_H, m)
 
     r_pre = s.step("edge_prefill", "B200's per-node edge at prefill", "e_p", B2.prefill / H1.prefill, "",
                    "B200 node over H100 node")
@@ -231,9 +234,12 @@ def solve(p, s: Sheet) -> None:
            "then the prompt's all-to-all on top (not overlapped, as in the decode step)")
     a = s.step("", "Reply tokens due each second on each decode replica", "a", R * n_out / (N_dec / dec.nodes),
                "tokens/s", "the load spread over the decode pool's replicas")
-    B_load = s.step("load_batch", "Decode batch of a replica at this load", "B_λ", a * dec.t0 / (1 - a * dec.t1),
-                    "sequences", "Little's law: B = a·(t0 + B·t1), the batch at which the step time keeps pace")
-    step_load = dec.t0 + B_load * dec.t1
+    # B = a·t(B) with t(B) the larger of two lines of slope a·(·) < 1: its fixed point is the larger of theirs.
+    B_load = s.step("load_batch", "Decode batch of a replica at this load", "B_λ",
+                    max_of(a * dec.t0 / (1 - a * dec.t1), a * t_oh / (1 - a * (dec.math + dec.a2a_seq))),
+                    "sequences", "Little's law: B = a·t(B), the batch at which the step time keeps pace; t(B) the "
+                    "larger of t0 + B·t1 (reads) and t_oh + B·(math + all-to-all), so B the larger of their roots")
+    step_load = dec.step_at(B_load, t_oh)
     s.step("per_user", "Decode tokens/s per user at this load", "X_u", 1 / step_load, "tokens/s",
            "one token per decode step, the step at this load's batch")
     handoff = s.step("kv_handoff", "KV handoff of one request between the pools", "t_KV",
@@ -264,7 +270,8 @@ def solve(p, s: Sheet) -> None:
              "link cannot feed an 800 Gb/s ConnectX-8), not overlapped with compute (DeepSeek's two-micro-batch "
              "overlap would hide part of it). Decode reads every weight each step (large batches touch every "
              "expert).")
-    s.assume("Step model (step-compute, step-bandwidth, step-overhead); decode must stay memory-bound at its batch; "
+    s.assume("Step model (step-compute, step-bandwidth, step-overhead): a decode step takes the slower of its reads "
+             "and its math, then its all-to-all; "
              "KV in bf16 latents, no prefix cache; pools sized in whole replicas for the average load, the prefill "
              "pool no busier than the cap, and a prompt's prefill time taken before any queue.")
     s.assume("The older nodes are a fleet already owned: the question is how to split the roles, not whether to "
