@@ -68,7 +68,8 @@ def _cold_judgements(s: Sheet, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar
     # fp8 weights: the weight GEMMs at twice the peak and half the weight bytes; attention keeps the bf16 cache's
     # peak (matmul-precision), and the all-reduces and overhead stay.
     fp8 = max_of(e.W / (2 * e.TP) / e.byte_rate, e.math_time(2 * e.N * T / 2, e.A * T**2 / 2)) + ar.of(T) + e.t_oh
-    judge("with fp8 weight GEMMs at twice the peak (attention still bf16), a cold prompt makes it", s.compare(fp8, tau) <= 0,
+    judge("with fp8 weight GEMMs at twice the peak (attention still bf16), a cold prompt makes it",
+          s.compare(fp8, tau) <= 0,
           f"halving the weight GEMMs' time leaves {format_quantity(s.evaluate(fp8), 's')}: attention over the bf16 "
           "cache keeps its peak (matmul-precision), and the all-reduces and overhead do not halve")
     by_pool = s.compare(s.symbol("B_pool"), min_of(s.symbol("B_mem"), s.symbol("B_cmp"))) < 0
