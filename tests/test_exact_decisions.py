@@ -303,6 +303,10 @@ def test_no_float_comparison_decides_an_answer():
     ("def f(s, x, y):\n    s.judge('k', 'o', s.compare(x, y) > 0, '')\n", False),
     ("def f(s, x):\n    if s.value(x) < 1:\n        raise Reject('none')\n", False),
     ("def f(p, s):\n    s.judge('k', 'o', p.batch > 32, '')\n", False),
+    # A float handed to a helper, positionally or by keyword, is a float inside it.
+    ("def g(s, t):\n    s.judge('k', 'o', t > 1, '')\n\ndef f(s, x):\n    g(s, s.value(x))\n", True),
+    ("def g(s, *, t):\n    s.judge('k', 'o', t > 1, '')\n\ndef f(s, x):\n    g(s, t=s.evaluate(x))\n", True),
+    ("def g(s, t):\n    s.judge('k', 'o', t > 1, '')\n\ndef f(s, p):\n    g(s, p.batch)\n", False),
 ])
 def test_the_scan_finds_a_decision_on_floats(source, flagged):
     assert bool(float_comparisons(source)) == flagged
