@@ -1,7 +1,7 @@
 """Accumulators in TMEM and B shared across SMs - what Blackwell gives back."""
 from __future__ import annotations
 
-import math
+import sympy
 
 from solvers.derivation import Sheet
 from solvers.models.common import dtype_bytes
@@ -17,28 +17,34 @@ K_SLICE = 64  # bf16 elements per k-slice: one 128-byte swizzled row of each ope
 TMEM_MIN_ALLOC = 32  # tcgen05.alloc: a power of two of columns, at least 32
 
 
-def _tile_judgements(s: Sheet, *, share, regs, budget, tmem, cols, demand, limit, halved, bytes_kib) -> None:
+def _tile_judgements(s: Sheet, *, share: sympy.Expr, regs: sympy.Expr, budget: sympy.Expr, tmem: sympy.Expr,
+                     cols: sympy.Expr, demand: dict[str, sympy.Expr], limit: sympy.Expr, two: sympy.Expr,
+                     hop: sympy.Expr) -> None:
+    """The tile's options, decided on the sheet's exact values (the why lines' figures are floats)."""
     key = "tile_facts"
-    rate = lambda name: format_number(demand[name], 3) + " B/clock"  # noqa: E731
-    s.judge(key, "on Hopper the accumulator leaves at least half the register file for everything else", share <= 0.5,
-            f"it takes {format_number(100 * share, 3)}%")
-    s.judge(key, "on Hopper the accumulator fits the consumers' {consumer_registers}-register budget", regs <= budget,
-            f"{format_number(regs)} registers per thread for the accumulator alone")
+    shown = lambda x: format_number(s.evaluate(x))  # noqa: E731
+    s.judge(key, "on Hopper the accumulator leaves at least half the register file for everything else",
+            s.compare(share, sympy.Rational(1, 2)) <= 0, f"it takes {format_number(100 * s.evaluate(share), 3)}%")
+    s.judge(key, "on Hopper the accumulator fits the consumers' {consumer_registers}-register budget",
+            s.compare(regs, budget) <= 0, f"{shown(regs)} registers per thread for the accumulator alone")
     s.judge(key, "TMEM holds two of these accumulators, so one tile's epilogue can overlap the next one's MMAs",
-            2 * tmem <= cols, f"{format_number(tmem)} of {format_number(cols)} columns each")
+            s.compare(2 * tmem, cols) <= 0, f"{shown(tmem)} of {shown(cols)} columns each")
     # At the rate itself shared memory is already the limit: the TMA writes into it come on top of the reads.
     smem = "shared memory's {hopper.smem_bytes_per_clk_sm} B per clock"
     for name, who in (("hopper", "at Hopper's rate, its 64-row warpgroup MMAs"), ("one", "at B200's rate, 1-SM MMAs"),
                       ("two", "at B200's rate, 2-CTA MMAs")):
         option = f"{who} read operands at least as fast as {smem}"
-        s.judge(key, option, demand[name] >= limit, f"{rate(name)} against {format_number(limit)}")
-    allocated = max(TMEM_MIN_ALLOC, 2 ** math.ceil(math.log2(tmem)))
-    s.judge(key, "tcgen05.alloc can give this accumulator exactly the TMEM columns it uses", allocated == tmem,
-            f"{format_number(tmem)} columns used; the allocation is a power of two of at least 32: "
-            f"{format_number(allocated)}")
-    s.judge(key, "the 2-CTA MMA at least halves the operand bytes per SM against Hopper's", halved,
-            f"{format_number(bytes_kib[0])} KiB against {format_number(bytes_kib[1])} KiB: B is split between "
-            "the pair instead of read again for every 64 rows")
+        s.judge(key, option, s.compare(demand[name], limit) >= 0,
+                f"{format_number(s.evaluate(demand[name]), 3)} B/clock against {shown(limit)}")
+    allocated = TMEM_MIN_ALLOC
+    while s.compare(tmem, allocated) > 0:
+        allocated *= 2
+    s.judge(key, "tcgen05.alloc can give this accumulator exactly the TMEM columns it uses",
+            s.compare(tmem, allocated) == 0, f"{shown(tmem)} columns used; the allocation is a power of two of "
+            f"at least 32: {format_number(allocated)}")
+    s.judge(key, "the 2-CTA MMA at least halves the operand bytes per SM against Hopper's",
+            s.compare(two, hop / 2) <= 0, f"{shown(two / 1024)} KiB against {shown(hop / 1024)} KiB: B is split "
+            "between the pair instead of read again for every 64 rows")
 
 
 def solve(p, s: Sheet) -> None:
@@ -82,9 +88,8 @@ def solve(p, s: Sheet) -> None:
                   ("one", "one_sm_demand", "Blackwell 1-SM: operand bytes per clock", "q_1", one, F_b),
                   ("two", "two_cta_demand", "Blackwell 2-CTA: operand bytes per clock", "q_2", two, F_b),
                   ("hopper_style", "", "64-row MMAs at Blackwell's rate: bytes per clock", "q_HB", hop, F_b))}
-    _tile_judgements(s, share=s.value(share), regs=s.value(regs), budget=s.value(budget), tmem=s.value(tmem),
-                     cols=s.value(cols), demand={k: s.value(v) for k, v in demand.items()}, limit=s.value(S),
-                     halved=s.compare(two, hop / 2) <= 0, bytes_kib=(s.value(two) / 1024, s.value(hop) / 1024))
+    _tile_judgements(s, share=share, regs=regs, budget=budget, tmem=tmem, cols=cols, demand=demand, limit=S,
+                     two=two, hop=hop)
     s.assume("Hopper: a cooperative CTA with two consumer warpgroups splits the tile along M; each issues "
              "64-row WGMMAs with A and B from shared memory. Blackwell: tcgen05.mma, 128 rows per SM, the "
              "accumulator in TMEM; the 2-CTA form (cta_group::2) computes a 256-row pair tile from each SM's "

@@ -40,10 +40,10 @@ def _fa3_techniques(s: Sheet, r_exp: sympy.Symbol, r_sm: sympy.Symbol, fp8: bool
             split, f"the exponentials take {format_number(e, 3)}x the matmul time and the whole "
             f"softmax {format_number(sm, 3)}x: " + ("the FP32 work beside the exp2 tips it past the GEMMs"
                                                     if split else "both sit on the same side of 1"))
-    half = s.compare(r_exp, sympy.Rational(1, 2))
-    s.judge(FA3_TECHNIQUES, PIPELINE_HIDES, half <= 0,
-            f"the exponentials take {format_number(e, 3)}x the matmul time, "
-            + ("within" if half < 0 else "exactly" if half == 0 else "past") + " the QKᵀ half of it")
+    half = sympy.Rational(1, 2)
+    place = ("within", "exactly", "past")[s.compare(r_exp, half) + 1]
+    s.judge(FA3_TECHNIQUES, PIPELINE_HIDES, s.compare(r_exp, half) <= 0,
+            f"the exponentials take {format_number(e, 3)}x the matmul time, {place} the QKᵀ half of it")
     with_fp8 = r_sm if fp8 else 2 * r_sm
     fp8_ratio = s.evaluate(with_fp8)
     ceiling = format_number(min(100, 100 / fp8_ratio), 3)

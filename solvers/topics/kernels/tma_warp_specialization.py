@@ -1,7 +1,9 @@
 """TMA and warp specialization - the instructions they take off the threads."""
 from __future__ import annotations
 
-from solvers.derivation import Sheet, Side, floor_of, min_of
+import sympy
+
+from solvers.derivation import Sheet, Side, exact, floor_of, min_of
 from solvers.models.common import dtype_bytes
 from solvers.models.kernels import WARPGROUP_THREADS
 from solvers.units import figures_against, format_number, format_quantity
@@ -18,17 +20,20 @@ MMA_SYNC_MACS = 16 * 8 * 16  # mma.sync m16n8k16
 SETMAXNREG_MAX = 256
 
 
-def _specialization_judgements(s: Sheet, p, *, share: float, gain: float, tile: tuple[float, float]) -> None:
+def _specialization_judgements(s: Sheet, p, *, share: sympy.Expr, gain: sympy.Expr,
+                               tile: tuple[sympy.Expr, sympy.Expr]) -> None:
+    """The pipeline's options, decided on the sheet's exact values (the why lines' figures are floats)."""
     key = "pipeline_facts"
+    issue = s.evaluate(share)
     s.judge(key, "the Ampere-style k-step issues instructions for over {issue_line} of the MMAs' issue slots",
-            share > p.issue_line, f"{format_quantity(share, '%', figures_against(share, p.issue_line))} of them")
+            s.compare(share, exact(p.issue_line)) > 0,
+            f"{format_quantity(issue, '%', figures_against(issue, p.issue_line))} of them")
     s.judge(key, "setmaxnreg gives each consumer thread at least {more_registers} registers more than the even split",
-            gain >= p.more_registers,
-            f"{format_number(gain)} more")
+            s.compare(gain, exact(p.more_registers)) >= 0, f"{format_number(s.evaluate(gain))} more")
     m, n = tile
-    s.judge(key, "a 4 × 2 warp layout stages fewer operand bytes than a 2 × 4 one for this tile", m > n,
-            f"rows staged per warp: M/4 + N/2 = {format_number(m / 4 + n / 2)} against M/2 + N/4 = "
-            f"{format_number(m / 2 + n / 4)}")
+    s.judge(key, "a 4 × 2 warp layout stages fewer operand bytes than a 2 × 4 one for this tile", s.compare(m, n) > 0,
+            f"rows staged per warp: M/4 + N/2 = {format_number(s.evaluate(m / 4 + n / 2))} against M/2 + N/4 = "
+            f"{format_number(s.evaluate(m / 2 + n / 4))}")
     s.judge(key, "the producer waits on a stage's 'empty' barrier, arms 'full' with the bytes to expect, then "
             "issues the TMA copies", True, "the transaction count on 'full' completes when the bytes land; the "
             "consumers wait on 'full', run their WGMMAs and arrive on 'empty' to release the stage: no CTA-wide "
@@ -107,8 +112,7 @@ def solve(p, s: Sheet) -> None:
                  "the FP32 tile spread over the consumer warpgroups")
     need = s.step("consumer_need", "Registers a consumer thread needs", "r_need", acc + reserve, "",
                   "its accumulator plus the stated reserve")
-    _specialization_judgements(s, p, share=s.value(share), gain=s.value(budget) - s.value(even),
-                               tile=(s.value(M), s.value(N)))
+    _specialization_judgements(s, p, share=share, gain=budget - even, tile=(M, N))
     s.assume("Ampere-style path: 16-byte cp.async copies, each with the stated address and bounds instructions, "
              "eight warps (4 × 2 over a tile taller than wide, else 2 × 4: 64 × 64 warp tiles at 256 × 128, as "
              "CUTLASS's Ampere configurations) staging with ldmatrix.x4 and computing with mma.sync m16n8k16; "
