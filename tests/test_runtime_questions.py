@@ -269,6 +269,18 @@ def test_moe_calibration_mixtral_rarest_expert_stays_near_the_mean(bank, catalog
     assert min(min(v) for e, v in shares.items() if e > 8) < 0.05
 
 
+def test_moe_calibration_recipe_at_exact_ties(variant):
+    """Qwen3-235B-A22B (d_in = hidden 4,096, top-8 of 128): n_s·2048·(8/128)·ρ/4096 = n_s·ρ/32 tokens per d_in.
+    256 samples at ρ = 15.3125% give 1.225, so twice the set lands exactly on the 2.45 crossover: it reaches it,
+    as the regime counts a tie usable. 128 samples at ρ = 25% give exactly d_in tokens: full rank."""
+    doubled = variant(f"{MOE}@default+samples=256+rare=15.3125").sheet.results
+    assert doubled["ratio_rare"] == 1.225 and doubled["regime"] == "worse-than-rounding"
+    assert doubled["recipe"]["doubling the calibration set would lift the rarest expert past the crossover"]
+    full = variant(f"{MOE}@default+samples=128+rare=25").sheet.results
+    assert full["ratio_rare"] == 1 and full["hessian_rank"] == 4096
+    assert full["recipe"]["the rarest expert's Hessian is full rank"]
+
+
 def test_gptq_crossover_is_a_few_times_d_in():
     """The published rule: at GPTQ's default 1% damping, GPTQ loses to rounding below a few times d_in
     tokens; more damping trusts the thin Hessian less and moves the crossover down."""

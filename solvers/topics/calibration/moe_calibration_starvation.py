@@ -8,32 +8,33 @@ from solvers.units import format_number
 TOO_CLOSE = 1.5  # within this factor of the crossover the verdict would turn on the simulation's noise
 
 
-def _recipe(s: Sheet, p, ratio: float, all_ratio: float, need: float) -> None:
+def _recipe(s: Sheet, r, r_star, all_r, need, n_s) -> None:
     """Which recipe moves hold for this model and set, judged on its token counts and the crossover."""
-    star = p.crossover
+    def fmt(x) -> str:
+        return format_number(s.evaluate(x), 3)
 
-    def fmt(x: float) -> str:
-        return format_number(x, 3)
-
-    usable = ratio >= star
+    star = fmt(r_star)
+    usable = s.compare(r, r_star) >= 0  # a tie is usable, as the regime's
     s.judge("recipe", "the current set already gives the rarest expert a usable Hessian", usable,
-            f"{fmt(ratio)} tokens per d_in against a crossover of {fmt(star)}")
+            f"{fmt(r)} tokens per d_in against a crossover of {star}")
     s.judge("recipe", "needed and enough here: send every calibration token through every expert",
-            all_ratio >= star and not usable,
-            f"each expert would see the whole set, {fmt(all_ratio)} tokens per d_in against {fmt(star)}"
+            s.compare(all_r, r_star) >= 0 and not usable,
+            f"each expert would see the whole set, {fmt(all_r)} tokens per d_in against {star}"
             + ("; not needed, the rarest already has enough" if usable else ""))
     s.judge("recipe", "needed while calibration stays router-fed: a per-expert gate that rounds (RTN) any expert "
             "below the crossover", not usable,
             "the rarest expert's GPTQ would be worse than rounding" if not usable else
             "no expert is below the crossover: the gate never fires")
     s.judge("recipe", "doubling the calibration set would lift the rarest expert past the crossover",
-            not usable and 2 * ratio >= star,
-            f"twice the set gives {fmt(2 * ratio)} tokens per d_in against {fmt(star)}")
-    s.judge("recipe", "the rarest expert's Hessian is full rank", ratio >= 1,
-            f"{fmt(ratio)} tokens per input dimension" + (": full rank is not yet enough to beat rounding"
-                                                            if 1 <= ratio < star else ""))
+            not usable and s.compare(2 * r, r_star) >= 0,
+            f"twice the set gives {fmt(2 * r)} tokens per d_in against {star}")
+    full_rank = s.compare(r, 1) >= 0
+    s.judge("recipe", "the rarest expert's Hessian is full rank", full_rank,
+            f"{fmt(r)} tokens per input dimension" + (": full rank is not yet enough to beat rounding"
+                                                      if full_rank and not usable else ""))
     s.judge("recipe", "a stratified set sized from the rarest expert needs no more samples than today's",
-            need <= p.samples, f"{format_number(need)} samples against today's {format_number(p.samples)}")
+            s.compare(need, n_s) <= 0,
+            f"{format_number(s.evaluate(need))} samples against today's {format_number(s.evaluate(n_s))}")
 
 
 def _regime(s: Sheet, p, r, r_star, rare, d, shortfall) -> None:
@@ -98,7 +99,7 @@ def solve(p, s: Sheet) -> None:
                   "solve n_s·l_s·(k/E)·ρ = m·d_in for n_s, whole samples")
     shortfall = s.step("experts_short", "Calibration set multiple the target needs", "x_need", need / n_s, "x",
                        "how many times today's set a router-fed calibration needs")
-    _recipe(s, p, ratio, s.value(N) / s.value(d), s.value(need))
+    _recipe(s, r, r_star, N / d, need, n_s)
 
     s.assume(f"Routing is the model's own gate on calibration text: the average expert gets k/E of the tokens and "
              f"the rarest ρ times that; GPTQ's calibration is {format_number(p.sequence)}-token samples (its C4 "

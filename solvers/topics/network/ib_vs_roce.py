@@ -35,10 +35,10 @@ def _fleet_sizes(s: Sheet, p, k, S_ib, S_eth, extra_staff) -> None:
                 f"extra engineers from {flip} GPUs at this depth", fact=gpus in FLEET_FACTS)
 
 
-def _depth_caveat(flip: float, radix: int, tiers: float) -> str:
+def _depth_caveat(s: Sheet, flip, radix: int, tiers: int) -> str:
     """Whether the flip point lies in the range of fleets this tree depth serves."""
     low, high = (2 * (radix // 2) ** (tiers - 1) if tiers > 1 else 0), 2 * (radix // 2) ** tiers
-    if low < flip <= high:
+    if s.compare(flip, low) > 0 and s.compare(flip, high) <= 0:
         return ""
     served = f"{format_number(low + 1)}-{format_number(high)} GPUs a {int(tiers)}-tier tree serves"
     return (f" That point lies outside the {served}, so at these prices every fleet that needs this depth "
@@ -121,5 +121,5 @@ def solve(p, s: Sheet) -> None:
            factor=s.evaluate(c_nic + S_eth / k + t * c_link + F_roce / G) / s.value(roce))
 
     _fleet_sizes(s, p, k, S_ib, S_eth, F_roce - F_ib)
-    _fleet_regime(s, G, flip, ib, roce, _depth_caveat(s.value(flip), p.radix, s.value(t)))
+    _fleet_regime(s, G, flip, ib, roce, _depth_caveat(s, flip, p.radix, _fat_tree_tiers(p.gpus, p.radix)))
 

@@ -17,10 +17,10 @@ VANISHED_GRAD_NORM = 1e-4  # healthy global grad norms in LLM pretraining sit ar
 NEAR_FLOOR = 0.1  # an LR above its floor but under a tenth of the peak reads as the floor
 
 
-def _lr_share_why(share: float) -> str:
-    if share <= 0.0101:
+def _lr_share_why(s: Sheet, lr, floor, peak) -> str:
+    if s.compare(lr, floor) <= 0:
         return "at the floor: every update is a hundredth of the peak's, too small to move the loss"
-    if share < 0.1:
+    if s.compare(lr, NEAR_FLOOR * peak) < 0:
         return "near the floor: the updates are small, and the loss moves slowly by design"
     return "far from the floor: the schedule alone does not explain a flat loss"
 
@@ -64,12 +64,12 @@ def solve(p, s: Sheet) -> None:
     s.step("advance", "Steps taken between the two readings", "ds", s2 - s1, "steps",
            "a healthy run advances hundreds of steps in two hours")
     lr = lr_at(s, s1, eta, W, T, rho)
-    share = s.evaluate(lr / eta)
-    if s.compare(lr, rho * eta) > 0 and share < NEAR_FLOOR:
+    if s.compare(lr, rho * eta) > 0 and s.compare(lr, NEAR_FLOOR * eta) < 0:
         # A reading of 1.02% of peak beside a floor of 1% cannot be told from the floor: the LR check
         # would turn on a rounding, not on the triage.
         raise Reject("the LR sits just above its floor: its check reads either way")
-    s.step("lr_share", "LR at the plateau against the peak", "r_lr", lr / eta, "%", _lr_share_why(share))
+    s.step("lr_share", "LR at the plateau against the peak", "r_lr", lr / eta, "%",
+           _lr_share_why(s, lr, rho * eta, eta))
     epochs = s.step("epochs", "Epochs of data seen by 11:00", "E", s2 * B * L / D, "",
                     "tokens consumed over unique tokens; above 1 the run is re-reading its data")
     s.step("halvings", "Fewest overflows from the initial scale to the 11:00 one", "n_h",
