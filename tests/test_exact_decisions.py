@@ -114,7 +114,6 @@ SLIP = "decides whether a slip is offered, not an answer"
 NAMES = "compares names, indices or flags, not numbers"
 SAMPLED = "a seeded simulation's own sampled numbers: there is no exact value to decide on"
 REGION = "which region's linear root to keep: at a region's edge both regions give the same root"
-HANDED = "KNOWN, NOT YET EXACT: floats a helper is handed as arguments (found once the scan followed calls)"
 
 
 def _margin(what: str) -> str:
@@ -132,24 +131,8 @@ ALLOWED = {
     ('topics/memory/users_per_gpu.py', '_layout_name', "name == 'PP'"): NAMES,
     ('topics/quantization/fp8_kv_cache.py', '_rounding_rms', 'magnitude < fmt.min_normal'): SAMPLED,
     ('topics/quantization/fp8_kv_cache.py', '_rounding_rms', 'magnitude >= fmt.min_normal'): SAMPLED,
-    ('topics/roofline/decode_op_ranking.py', '_decode_step_levers',
-     'flops / peak > (weights + cache) / bandwidth'): HANDED,
-    ('topics/roofline/decode_op_ranking.py', '_decode_step_levers',
-     'weights + 2 * cache <= n * hbm_bytes(p.gpu) * GPU_MEMORY_UTILIZATION'): HANDED,
-    ('topics/roofline/decode_op_ranking.py', 'say', 'ratio >= 1 + p.raise_by'): HANDED,
-    ('topics/roofline/weight_read_intensity.py', '_decode_levers', 't_math > t_read'): HANDED,
-    ('topics/roofline/weight_read_intensity.py', '_decode_levers', 't_read > t_math'): HANDED,
-    ('topics/roofline/weight_read_intensity.py', '_decode_levers',
-     'weights + 2 * cache <= n * hbm_bytes(p.gpu) * GPU_MEMORY_UTILIZATION'): HANDED,
-    ('topics/roofline/weight_read_intensity.py', 'say', 'ratio >= lever_gain'): HANDED,
     ('topics/scaleup/b200_h100_roles.py', '_roles_regime', 'nodes_b == 1'): WHOLE,
     ('topics/scaleup/b200_h100_roles.py', '_roles_regime', 'nodes_h > 1'): WHOLE,
-    ('topics/serving/roofline_model_breaks.py', '_judge_breaks', 'cost > matters * step'): HANDED,
-    ('topics/serving/roofline_model_breaks.py', '_judge_breaks', 'padding > matters * step'): HANDED,
-    ('topics/speculation/spec_decode_batch_ceiling.py', '_ceiling_levers', 'ratio >= 1 + p.raise_by'): HANDED,
-    ('topics/speculation/spec_decode_step_accounting.py', '_accounting_holds', 'B > B_c'): HANDED,
-    ('topics/speculation/spec_decode_step_accounting.py', '_accounting_holds', 'one > 1'): HANDED,
-    ('topics/speculation/spec_decode_step_accounting.py', '_accounting_holds', 'steps[1] >= 2 * steps[0]'): HANDED,
     ("models/fp8.py", "sqnr_db", "noise == 0"): SAMPLED,
     ("topics/cost/serving_cost_ledger.py", "_ledger_levers", "cut >= LEVER_CUT"): _margin("a point (LEVER_MARGIN)"),
     ("topics/deployment/h200_slower_than_h100.py", "solve", "B_n > CAPTURE_LIMIT"): WHOLE,

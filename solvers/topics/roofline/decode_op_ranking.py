@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, max_of
-from solvers.models.collective import tp_all_reduce
+from solvers.derivation import Reject, Sheet, Side, exact, max_of
+from solvers.models.collective import AllReduceTerms, all_reduce_terms, tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
     given_config,
@@ -13,9 +13,7 @@ from solvers.models.common import (
     given_model_params,
     given_peak_flops,
     given_weight_bytes,
-    hbm_bandwidth,
     hbm_bytes,
-    peak_flops,
 )
 from solvers.models.roofline import require_full_xgmi_ring
 from solvers.units import figures_against, format_number, format_quantity
@@ -33,41 +31,43 @@ def _gemm_intensity(s: Sheet, tag: str, name: str, d_in, d_out, B, b_w) -> sympy
 TOO_CLOSE_TO_CALL = 0.05
 
 
-def _decode_step_levers(s: Sheet, p, *, weights: float, cache: float, flops: float, comm: float,
-                        step: float) -> None:
+def _decode_step_levers(s: Sheet, p, *, weights: sympy.Expr, cache: sympy.Expr, flops: sympy.Expr,
+                        comm: AllReduceTerms, step: sympy.Expr, n: sympy.Expr, bandwidth: sympy.Expr,
+                        peak: sympy.Expr, batch: sympy.Expr) -> None:
     """Which single change raises this decode step's tokens/s by the parameter `raise_by`: the answer follows from
-    the KV cache's share of the bytes, not from the ranking by intensity."""
-    n, bandwidth, peak, batch = p.tp, hbm_bandwidth(p.gpu), peak_flops(p.gpu, "bf16"), p.batch
-    share = format_number(100 * cache / (weights + cache), 2) + "%"
+    the KV cache's share of the bytes, not from the ranking by intensity. Each lever's gain is an expression of the
+    sheet's symbols, judged exactly against 1 + raise_by."""
+    share = format_number(100 * s.evaluate(cache / (weights + cache)), 2) + "%"
+    target, today = 1 + exact(p.raise_by), comm.of(batch)
 
-    def gain(w=weights, kv=cache, f=flops, b=batch, ar=comm, pk=peak) -> float:
-        return (b / (max((w + kv) / (n * bandwidth), f / (n * pk)) + ar)) / (batch / step)
+    def gain(w=weights, kv=cache, f=flops, b=batch, ar=today, pk=peak) -> sympy.Expr:
+        return (b / (max_of((w + kv) / (n * bandwidth), f / (n * pk)) + ar)) / (batch / step)
 
-    def say(option: str, ratio: float, why: str) -> None:
-        shown = format_number(ratio, figures_against(ratio, 1 + p.raise_by))
-        s.judge("levers", option, ratio >= 1 + p.raise_by, f"{why}: {shown}x the tokens/s")
+    def say(option: str, ratio: sympy.Expr, why: str) -> None:
+        shown = s.evaluate(ratio)
+        s.judge("levers", option, s.compare(ratio, target) >= 0,
+                f"{why}: {format_number(shown, figures_against(shown, 1 + p.raise_by))}x the tokens/s")
 
-    if max(gain(kv=cache / 2), gain(w=weights / 2), gain(pk=2 * peak)) < 1 + p.raise_by:
+    if all(s.compare(g, target) < 0 for g in (gain(kv=cache / 2), gain(w=weights / 2), gain(pk=2 * peak))):
         raise Reject(f"no single change gains {format_quantity(p.raise_by, '%')}: the step sits at the ridge, reads "
                      "and math alike")
 
-    if weights + 2 * cache <= n * hbm_bytes(p.gpu) * GPU_MEMORY_UTILIZATION:
-        scratch = Sheet()  # the all-reduces of a step twice as wide, off the candidate's sheet
-        doubled = scratch.evaluate(tp_all_reduce(scratch, p.model, p.gpu, n, 2 * batch, tag="x", label="x"))
-        say("twice the batch", gain(kv=2 * cache, f=2 * flops, b=2 * batch, ar=doubled),
+    usable = n * exact(hbm_bytes(p.gpu)) * exact(GPU_MEMORY_UTILIZATION)
+    if s.compare(weights + 2 * cache, usable) <= 0:
+        say("twice the batch", gain(kv=2 * cache, f=2 * flops, b=2 * batch, ar=comm.of(2 * batch)),
             f"the KV reads ({share} of the bytes) double with it; only the weight reads are shared")
     else:
         s.judge("levers", "twice the batch", False,
-                f"twice the KV cache does not fit beside the weights on {n} × {p.gpu.name}")
+                f"twice the KV cache does not fit beside the weights on {p.tp} × {p.gpu.name}")
     say("a KV cache at half the bytes (fp8 KV, or half the KV heads)", gain(kv=cache / 2),
         f"the KV cache is {share} of the step's bytes")
     say("weights at half the bytes", gain(w=weights / 2),
-        f"the weights are {format_number(100 - 100 * cache / (weights + cache), 2)}% of the step's bytes")
+        f"the weights are {format_number(100 - 100 * s.evaluate(cache / (weights + cache)), 2)}% of the step's bytes")
     s.judge("levers", "fusing the norms, RoPE and activations into the GEMMs (CUDA graphs too)", False,
             "fusion removes launch gaps and activation round trips, not one byte of weights or KV: no op's "
             "intensity moves, so a read-bound step stays as long", fact=True)
     say("a GPU with twice the tensor peak", gain(pk=2 * peak),
-        "the math sets the pace and halves" if flops / peak > (weights + cache) / bandwidth
+        "the math sets the pace and halves" if s.compare(flops / peak, (weights + cache) / bandwidth) > 0
         else "the math is not what the step waits on")
 
 
@@ -149,8 +149,8 @@ def solve(p, s: Sheet) -> None:
         # Which reads dominate would turn on rounding the parameter count or counting the embeddings.
         raise Reject("the KV and weight reads are within 5% of each other")
     s.choose("dominant", "kv-reads" if s.compare(KV, W) > 0 else "weight-reads")
-    _decode_step_levers(s, p, weights=s.value(W), cache=s.value(KV), flops=s.value(F), comm=s.evaluate(ar),
-                        step=s.value(t))
+    _decode_step_levers(s, p, weights=W, cache=KV, flops=F, comm=all_reduce_terms(s, model, p.gpu, p.tp), step=t,
+                        n=n, bandwidth=BW, peak=P, batch=B)
 
     s.assume("Weight bytes only for the GEMMs: the activations they read and write (B·(d_in + d_out) values) "
              "are small next to d_in·d_out weights at decode batch sizes.")

@@ -1,8 +1,10 @@
 """One request, two halves - prefill and decode on the roofline."""
 from __future__ import annotations
 
-from solvers.derivation import Reject, Sheet, Side, max_of
-from solvers.models.collective import tp_all_reduce
+import sympy
+
+from solvers.derivation import Reject, Sheet, Side, exact, max_of
+from solvers.models.collective import AllReduceTerms, all_reduce_terms, tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
@@ -11,9 +13,7 @@ from solvers.models.common import (
     given_model_params,
     given_peak_flops,
     given_weight_bytes,
-    hbm_bandwidth,
     hbm_bytes,
-    peak_flops,
 )
 from solvers.models.kvcache import kv_bytes_per_token
 from solvers.models.roofline import require_full_xgmi_ring
@@ -23,52 +23,55 @@ from solvers.units import figures_against, format_number, format_quantity
 TWICE_THE_BATCH = "twice the batch (its doubled KV cache must fit in usable HBM)"
 
 
-def _decode_levers(s: Sheet, p, *, weights: float, cache: float, flops: float, comm: float,
-                   throughput: float) -> None:
+def _decode_levers(s: Sheet, p, *, weights: sympy.Expr, cache: sympy.Expr, flops: sympy.Expr, comm: AllReduceTerms,
+                   throughput: sympy.Expr, n: sympy.Expr, bandwidth: sympy.Expr, peak: sympy.Expr,
+                   batch: sympy.Expr) -> None:
     """Which single change lifts this decode step's tokens/s by the parameter `raise_by` or more: the
     answer follows from the KV cache's share of the bytes and from the side of the roofline. The GPU
-    `upgrade` faster in both (a modest generation) gains it only while the all-reduces are a small share."""
-    n, bandwidth, peak = p.tp, hbm_bandwidth(p.gpu), peak_flops(p.gpu, p.dtype)
-    batch, lever_gain, upgrade = p.batch, 1 + p.raise_by, 1 + p.upgrade
+    `upgrade` faster in both (a modest generation) gains it only while the all-reduces are a small share.
+    Each lever's gain is an expression of the sheet's symbols, judged exactly against 1 + raise_by."""
+    lever_gain, upgrade, today = 1 + exact(p.raise_by), 1 + exact(p.upgrade), comm.of(batch)
 
-    def gain(w=weights, kv=cache, bw=bandwidth, pk=peak, f=flops, b=batch, ar=comm) -> float:
-        return b / (max((w + kv) / (n * bw), f / (n * pk)) + ar) / throughput
+    def gain(w=weights, kv=cache, bw=bandwidth, pk=peak, f=flops, b=batch, ar=today) -> sympy.Expr:
+        return b / (max_of((w + kv) / (n * bw), f / (n * pk)) + ar) / throughput
 
     t_read, t_math = (weights + cache) / (n * bandwidth), flops / (n * peak)
-    side = (f"{format_quantity(t_read, 'ms')} of reads vs {format_quantity(t_math, 'ms')} of math"
-            + (f", plus {format_quantity(comm, 'ms')} of all-reduces" if comm else ""))
+    reads_bind = s.compare(t_read, t_math) > 0
+    ar_ms = s.evaluate(today)
+    side = (f"{format_quantity(s.evaluate(t_read), 'ms')} of reads vs {format_quantity(s.evaluate(t_math), 'ms')} "
+            "of math" + (f", plus {format_quantity(ar_ms, 'ms')} of all-reduces" if ar_ms else ""))
 
-    def say(option: str, ratio: float, why: str) -> None:
-        shown = format_number(ratio, figures_against(ratio, lever_gain))
-        s.judge("levers", option, ratio >= lever_gain, f"{side}; {why}: {shown}x the tokens/s")
+    def say(option: str, ratio: sympy.Expr, why: str) -> None:
+        shown = s.evaluate(ratio)
+        s.judge("levers", option, s.compare(ratio, lever_gain) >= 0,
+                f"{side}; {why}: {format_number(shown, figures_against(shown, 1 + p.raise_by))}x the tokens/s")
 
-    kv_share = format_number(100 * cache / (weights + cache), 2) + "%"
-    if gain(bw=2 * bandwidth, pk=2 * peak) < lever_gain:
+    kv_share = format_number(100 * s.evaluate(cache / (weights + cache)), 2) + "%"
+    if s.compare(gain(bw=2 * bandwidth, pk=2 * peak), lever_gain) < 0:
         raise Reject(f"not even a GPU twice as fast gains {format_quantity(p.raise_by, '%')}: the all-reduces "
                      "dominate the step")
-    if weights + 2 * cache <= n * hbm_bytes(p.gpu) * GPU_MEMORY_UTILIZATION:
-        scratch = Sheet()  # the all-reduces of a step twice as wide, off the candidate's sheet
-        doubled = scratch.evaluate(tp_all_reduce(scratch, p.model, p.gpu, n, 2 * batch, tag="x", label="x"))
-        say(TWICE_THE_BATCH, gain(kv=2 * cache, f=2 * flops, b=2 * batch, ar=doubled),
+    if s.compare(weights + 2 * cache, n * exact(hbm_bytes(p.gpu)) * exact(GPU_MEMORY_UTILIZATION)) <= 0:
+        say(TWICE_THE_BATCH, gain(kv=2 * cache, f=2 * flops, b=2 * batch, ar=comm.of(2 * batch)),
             "one weight read serves twice the tokens while the KV reads and the math double")
     else:
         s.judge("levers", TWICE_THE_BATCH, False,
-                f"twice the KV cache does not fit beside the weights on {n} × {p.gpu.name}")
-    reads = "the reads halve" if t_read > t_math else "only the reads, which wait on the math, get shorter"
+                f"twice the KV cache does not fit beside the weights on {p.tp} × {p.gpu.name}")
+    reads = "the reads halve" if reads_bind else "only the reads, which wait on the math, get shorter"
     say("weights at half the bytes (same tensor peak)", gain(w=weights / 2),
-        f"the weights are {format_number(100 - 100 * cache / (weights + cache), 2)}% of the bytes")
+        f"the weights are {format_number(100 - 100 * s.evaluate(cache / (weights + cache)), 2)}% of the bytes")
     say("an fp8 KV cache", gain(kv=cache / 2), f"the KV cache is {kv_share} of the bytes")
     say("a GPU with twice the HBM bandwidth", gain(bw=2 * bandwidth), reads)
     say("a GPU with twice the tensor peak", gain(pk=2 * peak),
-        "the math halves" if t_math > t_read else "the math already waits on the reads")
-    share = f"the all-reduces are {format_number(100 * comm / (comm + max(t_read, t_math)), 2)}% of the step"
-    shrink = f"both sides shrink by 1/{format_number(upgrade)}"
+        "the math halves" if s.compare(t_math, t_read) > 0 else "the math already waits on the reads")
+    share = (f"the all-reduces are {format_number(100 * s.evaluate(today / (today + max_of(t_read, t_math))), 2)}% "
+             "of the step")
+    shrink = f"both sides shrink by 1/{format_number(float(upgrade))}"
     say("a GPU {upgrade} faster in both HBM bandwidth and tensor peak (same NVLink)",
         gain(bw=upgrade * bandwidth, pk=upgrade * peak),
-        f"{shrink}; {share} and do not" if comm else f"{shrink} and there are no all-reduces at TP 1")
+        f"{shrink}; {share} and do not" if ar_ms else f"{shrink} and there are no all-reduces at TP 1")
     s.judge("levers", "a GPU with twice the bandwidth and twice the peak", True,
             f"both sides halve whichever binds; {share}, and draws where they pass 60% are refused: "
-            f"{format_number(gain(bw=2 * bandwidth, pk=2 * peak), 3)}x the tokens/s" if comm else
+            f"{format_number(s.evaluate(gain(bw=2 * bandwidth, pk=2 * peak)), 3)}x the tokens/s" if ar_ms else
             "both sides halve whichever binds and there are no all-reduces: 2x the tokens/s", fact=True)
 
 
@@ -155,8 +158,8 @@ def solve(p, s: Sheet) -> None:
     if s.compare(I_dec, ridge) == 0 or s.compare(I_pre, ridge) == 0:
         raise Reject("exactly on the ridge: no side to name")
     s.choose("prefill_regime", "compute-bound" if s.compare(I_pre, ridge) > 0 else "memory-bound")
-    _decode_levers(s, p, weights=s.value(W), cache=s.evaluate(B * T * kv_tok), flops=s.value(F_dec),
-                   comm=s.evaluate(ar_dec), throughput=s.value(X))
+    _decode_levers(s, p, weights=W, cache=B * T * kv_tok, flops=F_dec, comm=all_reduce_terms(s, p.model, p.gpu, p.tp),
+                   throughput=X, n=n, bandwidth=BW, peak=P, batch=B)
 
     s.assume("Datasheet dense peaks and HBM bandwidth with no efficiency factor (dense-peaks, roofline-time); "
              "real kernels reach 60-80% of both.")

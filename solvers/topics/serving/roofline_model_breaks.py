@@ -1,7 +1,9 @@
 """Where a roofline estimate of a server breaks."""
 from __future__ import annotations
 
-from solvers.derivation import Reject, Sheet, Side, max_of
+import sympy
+
+from solvers.derivation import Reject, Sheet, Side, exact, max_of
 from solvers.models.collective import tp_all_reduce
 from solvers.models.scheduling import require_realistic_tp, step_constants
 from solvers.models.steptime import (
@@ -57,13 +59,13 @@ def _captured(batch: int) -> int:
     return next(size for size in (1, 2, 4) if batch <= size) if batch <= 4 else -(-batch // CAPTURE_STEP) * CAPTURE_STEP
 
 
-def _padding_cost(s: Sheet, p, e: Engine, work, ar) -> float:
+def _padding_cost(p, e: Engine, work, ar) -> sympy.Expr:
     """What running the batch padded to its CUDA-graph size adds: the dummy slots carry no KV, only math
     and activations."""
     extra = _captured(p.batch) - p.batch
     reads = work.bytes / e.byte_rate
     slower = max_of(reads, (work.flops + 2 * e.N * extra) / e.flop_rate) - max_of(reads, work.flops / e.flop_rate)
-    return s.evaluate(slower + ar.per_token * extra)
+    return slower + ar.per_token * extra
 
 
 def _require_clear_call(ratio: float, ranked_costs: list[float], shares: list[float], reach: float,
@@ -78,17 +80,20 @@ def _require_clear_call(ratio: float, ranked_costs: list[float], shares: list[fl
         raise Reject("every correction is inside 10%: nothing for the plan to catch")
 
 
-def _judge_breaks(s: Sheet, costs: dict[str, float], step: float, padding: float, matters: float) -> None:
-    """Which corrections matter for this variant, and which measurements would catch them."""
+def _judge_breaks(s: Sheet, costs: dict[str, sympy.Expr], step: sympy.Expr, padding: sympy.Expr,
+                  matters: sympy.Expr) -> None:
+    """Which corrections matter for this variant, and which measurements would catch them: each cost
+    against its share of the corrected step, on the sheet's exact values."""
     for name, cost in costs.items():
-        share = format_quantity(cost / step, "%", 2)
-        counts = cost > matters * step
-        s.judge("breaks", _BREAKS[name], counts, f"{format_quantity(cost, 'ms')}, {share} of the corrected step")
+        share = format_quantity(s.evaluate(cost / step), "%", 2)
+        counts = s.compare(cost, matters * step) > 0
+        s.judge("breaks", _BREAKS[name], counts,
+                f"{format_quantity(s.evaluate(cost), 'ms')}, {share} of the corrected step")
         s.judge("catch", _CATCH[name], counts, f"it measures the {name} correction, {share} of the step here")
     # Facts of these dense decode steps: padding adds math, never reads, and a read-bound step hides it.
-    s.judge("breaks", _PADDING, padding > matters * step,
-            f"the dummy slots carry no KV, only math and activations: {format_quantity(padding, 'ms')} here, "
-            f"{format_quantity(padding / step, '%', 2)} of the step", fact=True)
+    s.judge("breaks", _PADDING, s.compare(padding, matters * step) > 0,
+            f"the dummy slots carry no KV, only math and activations: {format_quantity(s.evaluate(padding), 'ms')} "
+            f"here, {format_quantity(s.evaluate(padding / step), '%', 2)} of the step", fact=True)
     s.judge("breaks", _EXPERTS, False, "a dense model: every token goes through every weight", fact=True)
     s.judge("catch", _BIG_MESSAGES, False,
             "a decode all-reduce carries kilobytes to a few MB, where latency rules: GB-size bus bandwidth "
@@ -143,7 +148,7 @@ def solve(p, s: Sheet) -> None:
                "one token per request per step")
     ratio = s.step("ratio", "Corrected over bare", "r", t / t_0, "x", "how far the bare estimate is off")
     reach = s.param("r_reach", "reach")
-    padding = _padding_cost(s, p, e, work, all_reduce_steps(s, p.model, p.gpu, p.tp, latency=alpha))
+    padding = _padding_cost(p, e, work, all_reduce_steps(s, p.model, p.gpu, p.tp, latency=alpha))
 
     s.assume("All-reduces are not overlapped with compute and use a ring: 2(TP-1)/TP of the message crosses "
              "each GPU's link in each direction, plus a fixed latency per call, which outweighs the bytes at small "
@@ -164,6 +169,6 @@ def solve(p, s: Sheet) -> None:
                         p.reach, p.matters)
     dominant = max(_CORRECTIONS, key=costs.__getitem__)
     s.choose("dominant", dominant)
-    _judge_breaks(s, costs, s.value(t), padding, p.matters)
+    _judge_breaks(s, {"bandwidth": d_bw, "all-reduce": t_ar, "overhead": e.t_oh}, t, padding, exact(p.matters))
     _roofline_regime(s, ratio, reach, costs, dominant)
 

@@ -3,16 +3,14 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, floor_of, max_of
+from solvers.derivation import Reject, Sheet, Side, exact, floor_of, max_of
 from solvers.models.common import (
     given_hbm_bandwidth,
     given_model_params,
     given_peak_flops,
     given_weight_bytes,
-    hbm_bandwidth,
-    peak_flops,
 )
-from solvers.models.speculation import speedup_of, tokens_per_round
+from solvers.models.speculation import tokens_per_round
 from solvers.units import figures_against, format_number, format_quantity
 
 
@@ -36,29 +34,34 @@ def _roofline(weights, flops, BW, P):
     return max_of(weights / BW, flops / P)
 
 
-def _ceiling_levers(s: Sheet, p, value: float) -> None:
+def _ceiling_levers(s: Sheet, p, S_B, *, alpha, gamma, c, N, W, B, BW, P) -> None:
     """Which single change lifts this batch's speedup by the parameter `raise_by`: below the ceiling the drafts and
-    acceptance decide it, above it the verify pass's math does."""
-    peak, bandwidth = peak_flops(p.gpu, p.dtype), hbm_bandwidth(p.gpu)
-    base = dict(alpha=p.alpha, gamma=p.gamma, c=p.draft_cost, batch=p.batch, peak=peak, bandwidth=bandwidth)
+    acceptance decide it, above it the verify pass's math does. Each changed speedup is the sheet's, an expression
+    of its symbols, judged exactly against 1 + raise_by."""
+    target = 1 + exact(p.raise_by)
+
+    def speedup(a=alpha, g=gamma, cost=c, peak=P) -> sympy.Expr:
+        plain = _roofline(W, 2 * N * B, BW, peak)
+        return (1 - a ** (g + 1)) / (1 - a) * plain / (_roofline(W, 2 * N * B * (g + 1), BW, peak) + g * cost * plain)
 
     def say(option: str, why: str, **change) -> None:
-        ratio = speedup_of(p, **(base | change)) / value
-        if abs(ratio / (1 + p.raise_by) - 1) < LEVER_TIE:
+        ratio = speedup(**change) / S_B
+        shown = s.evaluate(ratio)
+        if abs(shown / (1 + p.raise_by) - 1) < LEVER_TIE:
             raise Reject(f"{option}: within 1% of the {format_quantity(p.raise_by, '%')} line")
-        s.judge("levers", option, ratio >= 1 + p.raise_by,
-                f"{why}: {format_number(ratio, figures_against(ratio, 1 + p.raise_by))}x the speedup")
+        s.judge("levers", option, s.compare(ratio, target) >= 0,
+                f"{why}: {format_number(shown, figures_against(shown, 1 + p.raise_by))}x the speedup")
 
-    gamma = int(p.gamma)
-    half = max(1, gamma // 2)
+    drafts = int(p.gamma)
+    half = max(1, drafts // 2)
     say("half the draft length (rounded down)",
-        f"γ = {half}: fewer tokens scored per sequence, fewer expected per round", gamma=half)
-    say("twice the draft length", f"γ = {2 * gamma}: more tokens per round if they ride free", gamma=2 * gamma)
+        f"γ = {half}: fewer tokens scored per sequence, fewer expected per round", g=half)
+    say("twice the draft length", f"γ = {2 * drafts}: more tokens per round if they ride free", g=2 * gamma)
     say("a drafter half as costly", f"γ·c falls from {format_number(p.gamma * p.draft_cost, 3)} to "
-        f"{format_number(p.gamma * p.draft_cost / 2, 3)} plain steps", c=p.draft_cost / 2)
-    higher = (1 + p.alpha) / 2  # halfway to a perfect drafter: never past α = 1
-    say("acceptance halfway to 1", f"α = {format_number(higher, 3)}", alpha=higher)
-    say("a GPU with twice the tensor peak", "the ceiling doubles; the verify pass's math halves", peak=2 * peak)
+        f"{format_number(p.gamma * p.draft_cost / 2, 3)} plain steps", cost=c / 2)
+    higher = (1 + alpha) / 2  # halfway to a perfect drafter: never past α = 1
+    say("acceptance halfway to 1", f"α = {format_number(s.evaluate(higher), 3)}", a=higher)
+    say("a GPU with twice the tensor peak", "the ceiling doubles; the verify pass's math halves", peak=2 * P)
     if not any(s.judged("levers").values()):
         raise Reject(f"no single change gains {format_quantity(p.raise_by, '%')}: nothing to choose between")
 
@@ -143,6 +146,6 @@ def solve(p, s: Sheet) -> None:
     s.slip("the ridge taken as the ceiling (the γ+1 tokens per sequence forgotten)", on="ceiling",
            factor=s.evaluate(b_w * ridge / 2) / s.value(ceiling))
     s.slip("draft cost left out", on=("speedup_batch1", "speedup"), factor=s.evaluate(E * t_p / t_v) / s.value(S_B))
-    _ceiling_levers(s, p, value=s.value(S_B))
+    _ceiling_levers(s, p, S_B, alpha=alpha, gamma=gamma, c=c, N=N, W=W, B=B, BW=BW, P=P)
     _ceiling_regime(s, p, B, even, ceiling, S_B, S1)
 

@@ -5,7 +5,7 @@ import sympy
 
 from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of
 from solvers.models.common import given_hbm_bytes, given_usable_share
-from solvers.models.speculation import expected_tokens, speculative_round, tokens_per_round
+from solvers.models.speculation import speculative_round, tokens_per_round
 from solvers.models.steptime import DecodeCosts, Engine, decode_costs, engine
 from solvers.units import format_number, format_quantity
 
@@ -56,35 +56,31 @@ def _region_root(values: list[float], k: int) -> float | None:
         return None
 
 
-def _accounting_holds(s: Sheet, p, overhead: float, steps: tuple[float, float], B_c: float, costs: DecodeCosts) -> None:
-    key, B, gamma, tau = "holds", p.batch, int(p.gamma), p.budget
-    plain_left, spec_left = tau - B, tau - B * (gamma + 1)
+def _accounting_holds(s: Sheet, p, e: Engine, costs: DecodeCosts, *, B, alpha, E, c, t_p, steps, B_c) -> None:
+    """The statements judged on the sheet's exact values: step counts, the compute-bound batch, the
+    discarded share, and the speedup at γ = 1 (the sheet's round with one draft)."""
+    key, gamma, tau = "holds", int(p.gamma), p.budget
+    plain_left, spec_left = tau - p.batch, tau - p.batch * (gamma + 1)
+    n_p, n_s = steps
     s.judge(key, "speculating at least doubles the steps the waiting prompt's prefill takes",
-            steps[1] >= 2 * steps[0], f"{format_number(steps[1])} steps instead of {format_number(steps[0])}: "
-            f"{format_number(spec_left)} prefill tokens per step instead of {format_number(plain_left)}")
-    s.judge(key, "the verify pass at this batch is compute-bound", B > B_c,
-            f"it turns compute-bound past {format_number(B_c, 3)} sequences")
+            s.compare(n_s, 2 * n_p) >= 0, f"{format_number(s.value(n_s))} steps instead of "
+            f"{format_number(s.value(n_p))}: {format_number(spec_left)} prefill tokens per step instead of "
+            f"{format_number(plain_left)}")
+    s.judge(key, "the verify pass at this batch is compute-bound", s.compare(B, B_c) > 0,
+            f"it turns compute-bound past {format_number(s.value(B_c), 3)} sequences")
     weights, kv, math_ = (s.value(x) for x in (costs.weights, costs.kv, costs.math))
     s.judge(key, "the plain decode step at this batch is compute-bound",
             s.compare(B * costs.math, costs.weights + B * costs.kv) > 0,
-            f"{format_quantity(B * math_, 'ms')} of math against {format_quantity(weights + B * kv, 'ms')} of reads")
-    kept = expected_tokens(p.alpha, gamma)
-    s.judge(key, "over a third of the verify tokens are thrown away", 3 * (gamma + 1 - kept) > gamma + 1,
-            f"{format_number(gamma + 1 - kept, 3)} of {gamma + 1} positions per sequence")
-    one = _step_speedup(s, costs, B, 1, p.alpha, p.draft_cost, overhead)
-    s.judge(key, "a draft length of 1 would pay at this batch", one > 1, f"{format_number(one, 3)}x at γ = 1")
+            f"{format_quantity(p.batch * math_, 'ms')} of math against "
+            f"{format_quantity(weights + p.batch * kv, 'ms')} of reads")
+    s.judge(key, "over a third of the verify tokens are thrown away", s.compare(3 * (gamma + 1 - E), gamma + 1) > 0,
+            f"{format_number(s.evaluate(gamma + 1 - E), 3)} of {gamma + 1} positions per sequence")
+    # At γ = 1 a round yields E = (1 − α²)/(1 − α) = 1 + α tokens.
+    one = (1 + alpha) * t_p / speculative_round(e, costs, B, 1, c, t_p)
+    s.judge(key, "a draft length of 1 would pay at this batch", s.compare(one, 1) > 0,
+            f"{format_number(s.evaluate(one), 3)}x at γ = 1")
     if len(set(s.judged(key).values())) == 1:
         raise Reject("all of these hold or none")
-
-
-def _step_speedup(s: Sheet, costs: DecodeCosts, B: float, gamma: int, alpha: float, c: float,
-                  overhead: float) -> float:
-    """The sheet's decode-only speedup at another draft length, in plain arithmetic."""
-    weights, kv, math_ = (s.value(x) for x in (costs.weights, costs.kv, costs.math))
-    ar_fixed, ar_token = s.evaluate(costs.comm.fixed), s.evaluate(costs.comm.per_token)
-    kernels = max(weights + B * kv, B * math_) + ar_fixed + ar_token * B
-    verify = max(weights + B * kv, B * (gamma + 1) * math_) + ar_fixed + ar_token * B * (gamma + 1)
-    return expected_tokens(alpha, gamma) * (kernels + overhead) / (verify + overhead + gamma * c * kernels)
 
 
 def _accounting_regime(s: Sheet, p, B, even, S_B, B_c) -> None:
@@ -180,7 +176,6 @@ def solve(p, s: Sheet) -> None:
            factor=s.evaluate(tau - B) / s.value(left))
     s.slip("the discarded count taken as γ − α·γ (acceptance per token, no prefix rule)", on="discarded",
            factor=s.evaluate(B * gamma * (1 - alpha)) / s.value(waste))
-    _accounting_holds(s, p, overhead=s.value(e.t_oh), steps=(s.value(steps_p), s.value(steps_s)), B_c=s.value(B_c),
-                      costs=costs)
+    _accounting_holds(s, p, e, costs, B=B, alpha=alpha, E=E, c=c, t_p=t_p, steps=(steps_p, steps_s), B_c=B_c)
     _accounting_regime(s, p, B, even, S_B, B_c)
 
