@@ -133,8 +133,8 @@ def solve(p, s: Sheet) -> None:
                   "NIC and NVLink run at once, so the slower sets each layer's pace")
     s.step("saving", "NIC bytes saved by node-aware dispatch", "S", direct / remote, "x",
            "k copies per remote expert against one per remote node")
-    _dispatch_levers(s, p, sym={"T": T, "k": k, "L": L, "h": h, "g": g, "D": D, "U": sympy.Symbol("U"),
-                                "m": sympy.Symbol("m"), "remote": remote, "nvl": nvl, "per": per, "c": c_copy,
+    _dispatch_levers(s, p, sym={"T": T, "k": k, "L": L, "h": h, "g": g, "D": D, "U": s.symbol("U"),
+                                "m": s.symbol("m"), "remote": remote, "nvl": nvl, "per": per, "c": c_copy,
                                 "B_nic": B_nic, "B_nvl": B_nvl, "comm": comm, "t_nic": t_nic, "t_nvl": t_nvl})
     _dispatch_regime(s, t_nic, t_nvl)
 
