@@ -40,8 +40,10 @@ def _restart_levers(s: Sheet, M, F, t_det, t_sch, f_today, f_res, tau, tau_s, C_
         "a quarter fewer failures (burn-in, draining flaky nodes)": (F, M * sympy.Rational(4, 3), tau, C_s),
     }
     wins = {option: f_today - _lost_share(*lever) for option, lever in wins.items()}
-    bar = format_quantity(s.evaluate(LEVER_SHARE * f_today), "%", 3)
-    close = [o for o, win in wins.items() if abs(s.evaluate(win / (LEVER_SHARE * f_today)) - 1) < TOO_CLOSE]
+    won = {option: s.evaluate(win) for option, win in wins.items()}  # each exp-bearing form evaluated once
+    line = s.evaluate(LEVER_SHARE * f_today)
+    bar = format_quantity(line, "%", 3)
+    close = [o for o in wins if abs(won[o] / line - 1) < TOO_CLOSE]
     if close:  # a lever a hair either side of the bar turns on how the stall is read, not on judgement
         raise Reject(f"'{close[0]}' sits within {TOO_CLOSE:.0%} of a fifth of the loss")
     # Asynchronous saves pay mostly through the shorter interval they allow, which the residual answer grades.
@@ -49,7 +51,7 @@ def _restart_levers(s: Sheet, M, F, t_det, t_sch, f_today, f_res, tau, tau_s, C_
             "the redone work shrinking with the interval")
     for option, win in wins.items():
         s.judge("levers", option, s.compare(win, LEVER_SHARE * f_today) >= 0,
-                f"wins back {format_quantity(s.evaluate(win), '%', 3)} of training time against a fifth of "
+                f"wins back {format_quantity(won[option], '%', 3)} of training time against a fifth of "
                 f"today's loss, {bar}" + (best if option == ASYNC_TODAY else ""))
     if len(set(s.judged("levers").values())) == 1:
         raise Reject("every lever clears a fifth of the loss, or none does: nothing to choose between")
