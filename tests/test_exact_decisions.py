@@ -162,8 +162,6 @@ ALLOWED = {
         REGION,
     ("topics/speculation/spec_decode_step_accounting.py", "_break_even", "root * t_F > t_W + root * t_KV"): REGION,
     ("topics/training/fleet_gpu_count.py", "_fleet_judgements", "size & size - 1 == 0"): WHOLE,
-    ("topics/training/restart_goodput.py", "_restart_levers",
-     "abs(won[o] / line - 1) < TOO_CLOSE"): _margin("3% (this is the refusal)"),
     ("topics/training/training_compute_budget.py", "_schedule_levers", "saved > 0"): TEXT,
 }
 

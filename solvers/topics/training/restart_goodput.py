@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side
+from solvers.derivation import Reject, Sheet, Side, exp_of
 from solvers.units import format_quantity
 
 MAX_STALL_SHARE = 0.05  # a save that stalls more than 5% of training is a setup no team keeps
@@ -19,39 +19,57 @@ TOO_CLOSE = 0.03  # a lever or the regime this near its line is refused: reading
 
 
 ASYNC_TODAY = "asynchronous saves, keeping today's interval"
+YOUNG = "today's synchronous saves at Young's interval"
 
 
-def _lost_share(F, M, tau, C):
-    """The share of wall clock lost to stalls and restarts: a run lasts M on average and completes
-    1/(e^((τ+C)/M) − 1) saves, each banking τ of work; each failure then costs F of recovery."""
-    return 1 - tau / (sympy.exp((tau + C) / M) - 1) / (M + F)
+def _saves_per_run(M, tau, C):
+    """Saves a run completes on average: it outlasts k cycles of τ + C with probability e^(−k(τ+C)/M)."""
+    return 1 / (exp_of((tau + C) / M) - 1)
 
 
-def _restart_levers(s: Sheet, M, F, t_det, t_sch, f_today, f_res, tau, tau_s, C_s, C_m) -> None:
+def _lost_share(F, M, tau, N):
+    """The share of wall clock lost to stalls and restarts: a run lasts M on average and completes N saves,
+    each banking τ of work; each failure then costs F of recovery."""
+    return 1 - tau * N / (M + F)
+
+
+def _lever_losses(F, M, N, t_det, t_sch, tau, C_m, young=None) -> dict[str, sympy.Expr]:
+    """The share each lever leaves lost, on the sheet's symbols or on their floats. The levers that keep
+    today's interval and stall keep today's N, and Young's interval's is the f_best step (`young`; left out
+    where not yet derived): only the two that move the cycle against the MTBF evaluate a new e^x."""
+    saves_hot = 1 / ((1 + 1 / N) ** sympy.Rational(3, 4) - 1)  # M·4/3 in the exponent: e^(3x/4) = (e^x)^(3/4)
+    losses = {
+        "detection in seconds (a watchdog instead of the collective timeout)": _lost_share(F - t_det, M, tau, N),
+        "booted hot spares that halve the rescheduling": _lost_share(F - t_sch / 2, M, tau, N),
+        "a watchdog and booted hot spares together: detection and rescheduling in seconds":
+            _lost_share(F - t_det - t_sch, M, tau, N),
+        YOUNG: young,
+        ASYNC_TODAY: _lost_share(F, M, tau, _saves_per_run(M, tau, C_m)),
+        "a quarter fewer failures (burn-in, draining flaky nodes)": _lost_share(F, M * sympy.Rational(4, 3), tau,
+                                                                                saves_hot),
+    }
+    return {option: loss for option, loss in losses.items() if loss is not None}
+
+
+def _refuse_close(losses: dict[str, sympy.Expr], today: float) -> None:
+    """A lever a hair either side of a fifth of today's loss turns on how the stall is read, not on judgement.
+    Decided on floats, before the exact sheet's costly square roots and e^x: a refusal, within 3%."""
+    for option, loss in losses.items():
+        if abs((today - float(loss)) / (float(LEVER_SHARE) * today) - 1) < TOO_CLOSE:
+            raise Reject(f"'{option}' sits within {TOO_CLOSE:.0%} of a fifth of the loss")
+
+
+def _restart_levers(s: Sheet, losses: dict[str, sympy.Expr], f_today, f_res) -> None:
     """Each lever's saving on today's loss, against a fifth of it: which ones matter follows from how
     this job's loss splits."""
-    wins = {
-        "detection in seconds (a watchdog instead of the collective timeout)": (F - t_det, M, tau, C_s),
-        "booted hot spares that halve the rescheduling": (F - t_sch / 2, M, tau, C_s),
-        "a watchdog and booted hot spares together: detection and rescheduling in seconds":
-            (F - t_det - t_sch, M, tau, C_s),
-        "today's synchronous saves at Young's interval": (F, M, tau_s, C_s),
-        ASYNC_TODAY: (F, M, tau, C_m),
-        "a quarter fewer failures (burn-in, draining flaky nodes)": (F, M * sympy.Rational(4, 3), tau, C_s),
-    }
-    wins = {option: f_today - _lost_share(*lever) for option, lever in wins.items()}
-    won = {option: s.evaluate(win) for option, win in wins.items()}  # each exp-bearing form evaluated once
-    line = s.evaluate(LEVER_SHARE * f_today)
-    bar = format_quantity(line, "%", 3)
-    close = [o for o in wins if abs(won[o] / line - 1) < TOO_CLOSE]
-    if close:  # a lever a hair either side of the bar turns on how the stall is read, not on judgement
-        raise Reject(f"'{close[0]}' sits within {TOO_CLOSE:.0%} of a fifth of the loss")
+    bar = format_quantity(s.evaluate(LEVER_SHARE * f_today), "%", 3)
     # Asynchronous saves pay mostly through the shorter interval they allow, which the residual answer grades.
     best = (f"; at their own best interval they would win {format_quantity(s.evaluate(f_today - f_res), '%', 3)}, "
             "the redone work shrinking with the interval")
-    for option, win in wins.items():
+    for option, loss in losses.items():
+        win = f_today - loss
         s.judge("levers", option, s.compare(win, LEVER_SHARE * f_today) >= 0,
-                f"wins back {format_quantity(won[option], '%', 3)} of training time against a fifth of "
+                f"wins back {format_quantity(s.evaluate(win), '%', 3)} of training time against a fifth of "
                 f"today's loss, {bar}" + (best if option == ASYNC_TODAY else ""))
     if len(set(s.judged("levers").values())) == 1:
         raise Reject("every lever clears a fifth of the loss, or none does: nothing to choose between")
@@ -73,8 +91,6 @@ def _restart_regime(s: Sheet, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, 
     else:
         move = (f"The redone work is the larger part: checkpoint more often, toward Young's {storage}; a "
                 f"cheaper asynchronous save lets the interval shrink to {short}.")
-    if abs(s.value(f_int) / s.value(f_fix) - 1) < TOO_CLOSE:
-        raise Reject("the interval's part and fixed recovery are within 3% of each other")
     s.regime_by(f_int, f_fix, tie="below", above=Side(
         "interval-bound",
         f"Today the checkpoint interval costs {parts}, more than the {fixed} that fixed recovery costs, "
@@ -111,7 +127,7 @@ def solve(p, s: Sheet) -> None:
                "failures arrive at random while the job runs, so the mean run between them is the rate's inverse")
     F = s.step("fixed_recovery", "Fixed recovery per restart", "F", t_det + t_sch + t_rel, "min",
                "detect, reschedule and reload cost the same whenever the failure strikes")
-    N = s.step("saves_per_run", "Saves completed per run (average)", "N", 1 / (sympy.exp((tau + C_s) / M) - 1), "",
+    N = s.step("saves_per_run", "Saves completed per run (average)", "N", _saves_per_run(M, tau, C_s), "",
                "a run outlasts k cycles of τ + C with probability e^(−k(τ+C)/M); summed over k")
     W = s.step("rewound", "Rewound work per restart (average)", "W", M - N * (tau + C_s), "min",
                "the run past its last completed save (a save cut short banks nothing): close to (τ + C)/2, a "
@@ -129,20 +145,25 @@ def solve(p, s: Sheet) -> None:
                    "stalls plus redone work: the two losses the interval trades against each other")
     f_fix = s.step("failure_floor", "Share paid per failure whatever the interval", "f_fix", F / (M + F), "%",
                    "the fixed recovery alone: no checkpoint setting removes it")
+    if abs(s.value(f_int) / s.value(f_fix) - 1) < TOO_CLOSE:  # refused before the costly square roots and e^x
+        raise Reject("the interval's part and fixed recovery are within 3% of each other")
+    levers = (F, M, N, t_det, t_sch, tau, C_m)
+    _refuse_close(_lever_losses(*(s.value(x) for x in levers)), s.value(f_today))
     tau_s = s.step("young_storage", "Optimal interval, synchronous saves (Young)", "tau_s", sympy.sqrt(2 * C_s * M),
                    "min", "minimises C/τ + τ/(2M): stalls fall as 1/τ, rewound work grows with τ, and they "
                    "balance at √(2·C·M)")
     f_best = s.step("interval_loss_best", "Interval's share at the synchronous optimum", "f_best",
-                    _lost_share(F, M, tau_s, C_s) - f_fix, "%",
+                    _lost_share(F, M, tau_s, _saves_per_run(M, tau_s, C_s)) - f_fix, "%",
                     "the least the interval can cost with today's saves, about √(2·C/M): stalls and redone work equal")
+    _refuse_close({YOUNG: s.value(f_best) + s.value(f_fix)}, s.value(f_today))
     tau_m = s.step("young_memory", "Optimal interval, asynchronous saves (Young)", "tau_m",
                    sympy.sqrt(2 * C_m * M), "min",
                    "the same balance with the smaller stall: the interval shrinks as √C")
     f_res = s.step("residual", "Share still lost with asynchronous saves at their optimum", "f_residual",
-                   _lost_share(F, M, tau_m, C_m), "%",
+                   _lost_share(F, M, tau_m, _saves_per_run(M, tau_m, C_m)), "%",
                    "stalls plus restarts at the new interval: the interval's part nearly vanishes, the fixed "
                    "recovery stays")
-    _restart_levers(s, M, F, t_det, t_sch, f_today, f_res, tau, tau_s, C_s, C_m)
+    _restart_levers(s, _lever_losses(*levers, young=f_best + f_fix), f_today, f_res)
 
     s.assume("Failures are independent and memoryless (a Poisson process at the stated rate of running time: "
              "none strike during a recovery), and each restart resumes from the last completed save, so the "
