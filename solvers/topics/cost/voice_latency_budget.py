@@ -31,6 +31,7 @@ from solvers.models.steptime import (
 from solvers.units import format_quantity
 
 NO_LAYOUT = "none of them"
+NO_SESSION = "not one session makes the LLM line on the widest layout: the model is too big for it"
 
 
 _WAITS = ("endpointing", "network")  # the lines that are not a model
@@ -107,6 +108,8 @@ def _voice_llm(s: Sheet, p, tp: int, llm) -> None:
     by_line = s.step("sessions_by_line", "Sessions the line allows, by bandwidth", "B_line",
                      floor_of((llm - fixed) / per_session), "users",
                      "the line less the fixed part, in sessions, every step on its reads")
+    if s.value(by_line) < 1:  # the sessions are the least of the bounds: refused before the costlier ones
+        raise Reject(NO_SESSION)
     m_tok = s.step("", "Math of one token at the context", "t_F1", e.math_time(2 * e.N, e.A * S), "us",
                    "2N through the weights and attention over the context, at the group's achievable FLOP/s")
     by_compute = s.step("sessions_by_compute", "Sessions the line allows, by compute", "B_cmp",
@@ -125,7 +128,7 @@ def _voice_llm(s: Sheet, p, tp: int, llm) -> None:
                   min_of(by_line, by_compute, by_mixed, by_pool), "users",
                   "the tightest of the line's sides and the pool")
     if s.value(most) < 1:
-        raise Reject("not one session makes the LLM line on the widest layout: the model is too big for it")
+        raise Reject(NO_SESSION)
     s.slip("clause priced as k prefill steps", s.evaluate(k * t_1 / clause), on="first_clause")
     s.assume("The conversation so far is in the prefix cache: a turn prefills only its own tokens, which attend "
              "to the whole context, in one step alongside the other sessions' decode tokens.")
