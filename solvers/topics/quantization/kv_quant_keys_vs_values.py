@@ -103,7 +103,8 @@ def _kv_bookkeeping(s: Sheet, p, b: sympy.Symbol) -> tuple[sympy.Symbol, sympy.S
                          "bf16 for every token, over the mix")
 
 
-def _kv_quant_select(s: Sheet, p, sim: dict[str, float] | None, *, alpha, share, compression, roads, roads_token) -> None:
+def _kv_quant_select(s: Sheet, p, sim: dict[str, float] | None, *,
+                     alpha, share, compression, roads, roads_token) -> None:
     """Which statements hold for this variant, each decided on the sheet's exact values; the
     simulation's figures (where it ran) stand in the reasons as a check."""
     def result(key: str) -> float:
