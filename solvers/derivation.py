@@ -15,6 +15,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cached_property
+from typing import ClassVar
 
 import sympy
 
@@ -231,6 +232,9 @@ def _exact(value: sympy.Basic) -> sympy.Basic:
 
 @dataclass
 class Sheet:
+    # Whether anyone reads this sheet's givens and reasons: a scan's QuickSheet keeps only answers and the
+    # regime, so a solver may skip there work that only they show (a seeded simulation quoted as a check).
+    shown: ClassVar[bool] = True
     givens: list[Given] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     regime: Regime | None = None
@@ -444,6 +448,7 @@ class QuickSheet(Sheet):
     Its decisions are float comparisons, so a scan point at an exact tie may fall either way;
     whatever a scan finds is solved again on a Sheet before anyone sees it."""
 
+    shown: ClassVar[bool] = False
     _named: dict[str, float] = field(default_factory=dict)  # values by symbol name, for solvers that name one again
 
     def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> sympy.Symbol:

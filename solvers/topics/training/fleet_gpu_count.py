@@ -1,6 +1,8 @@
 """How many GPUs a pretraining run needs."""
 from __future__ import annotations
 
+import math
+
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side, ceil_of, log_of
@@ -101,11 +103,22 @@ def _smaller_why(s: Sheet, need, smaller) -> str:
             + (": worth asking for the extra days instead of the extra GPUs" if close else ""))
 
 
+def _power_above(s: Sheet, need) -> sympy.Expr:
+    """2^⌈log2 need⌉, the least power of two at or above the need, found by exact comparisons of whole powers
+    (sympy's log of the need took 2 ms a variant); the float log only says where to start looking."""
+    k = math.ceil(math.log2(s.value(need)))
+    while s.compare(s.integer(2) ** k, need) < 0:
+        k += 1
+    while s.compare(s.integer(2) ** (k - 1), need) >= 0:
+        k -= 1
+    return s.integer(2) ** k
+
+
 def _fleet_judgements(s: Sheet, need, job, smaller, pod, rule: str) -> None:
     """What the chosen job buys, judged on this variant's numbers."""
     ratio = s.value(job) / s.value(need)
     over = f"the job is {format_number(ratio, 3)}× the need"
-    power = 2 ** ceil_of(log_of(need, 2))
+    power = _power_above(s, need)
     size = int(s.value(job))
     is_power = size & (size - 1) == 0
     s.judge("judgement", "the job is a power of two", bool(is_power),
