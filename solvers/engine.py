@@ -263,8 +263,9 @@ def make_variant(bank: Bank, catalog: Catalog, code: VariantCode) -> Solution:
     return _solution(question, code, params, sheet)
 
 
-# What a solver raises on values it was not written for (a catalogue entry it has no figure of,
-# a select answer whose options all hold): a refusal of the user's override, not a crash.
+# What a solver raises on values it was not written for (a catalogue entry it has no figure of, a
+# division its draws never reach): a refusal of the user's override, not a crash. A select left with
+# nothing to pick is a Reject already (Answer.refusal).
 SOLVER_FAULTS = (ArithmeticError, LookupError, TypeError, ValueError, RuntimeError, MemoryError)
 
 

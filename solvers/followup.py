@@ -19,7 +19,7 @@ from solvers.sampling import ParameterError, parse_override, round_value
 SWEEP_POINTS = 24  # the scan's grid; a crossing found is then rounded and checked
 CLEAR_MARGIN = 1.5  # a push lands at least this far past the boundary where it can
 LOOK_PAST = 6  # crossing points tried beyond the first in search of a clear one
-# A push the solver cannot take (a select whose options all hold there, say) is skipped for the next
+# A push the solver cannot take (SOLVER_FAULTS: values it was not written for) is skipped for the next
 # candidate, as a rejected one is: the follow-up is never a RuntimeError shown to the user.
 _UNSOLVED = (Reject, ParameterError, *SOLVER_FAULTS)
 

@@ -28,9 +28,7 @@ from solvers.data import Record
 from solvers.derivation import Sheet
 from solvers.models.collective import all_reduce_terms
 from solvers.models.common import (
-    dtype_bytes,
     hbm_bandwidth,
-    model_params,
     peak_flops,
 )
 from solvers.models.steptime import DEFAULT_CONSTANTS, DecodeCosts, Engine, engine
@@ -54,14 +52,6 @@ def tokens_per_round(s: Sheet, alpha: sympy.Symbol, gamma: sympy.Expr, key: str 
     return s.step(key, "Expected tokens per round", symbol, (1 - alpha ** (gamma + 1)) / (1 - alpha), "tokens",
                   "a geometric series: the i-th draft survives with probability α^i, and the target always adds "
                   "one token of its own (the correction or the bonus)")
-
-
-def speedup_of(p, alpha: float, gamma: int, c: float, batch: float, peak: float, bandwidth: float) -> float:
-    """The sheet's speedup in plain arithmetic, for a what-if."""
-    weights = model_params(p.model) * dtype_bytes(p.dtype)
-    plain = max(weights / bandwidth, 2 * model_params(p.model) * batch / peak)
-    verify = max(weights / bandwidth, 2 * model_params(p.model) * batch * (gamma + 1) / peak)
-    return expected_tokens(alpha, gamma) * plain / (verify + gamma * c * plain)
 
 
 GAMMAS = (1, 2, 3, 4, 5, 6, 7, 8)  # draft lengths an engine is configured with (0: speculation off)
