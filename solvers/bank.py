@@ -82,6 +82,30 @@ class DeclaredFollowUp:
     say: str = ""
 
 
+STAGE_KINDS = ("opening", "ask", "recall", "push")
+PUSH_PREFIX = "followup"  # a push's answers are stored as 'followup.<key>' (the first), 'followup2.<key>', ...
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One turn of the interview: what the interviewer says and the answers graded on it. A push
+    moves parameters first (`set`, or the engine's crossing search where `generated`) and asks
+    on the pushed variant; a recall stage asks for a free list the candidate marks themselves."""
+
+    kind: str  # one of STAGE_KINDS
+    say: str  # a template over the parameters and the keys of earlier stages; '' for a push the engine words
+    ask: tuple[str, ...]  # answer keys; a generated push of an old-shape file leaves them to the engine
+    hints: tuple[str, ...] = ()
+    set: tuple[tuple[str, str], ...] = ()  # a declared push: parameter -> value, as --set takes it
+    generated: bool = False  # a push found by the engine's crossing search
+    nudge: str = ""  # a push that need not cross the regime boundary, and why
+    line: int = 0
+
+    @property
+    def push(self) -> bool:
+        return self.kind == "push"
+
+
 @dataclass(frozen=True)
 class Golden:
     """A variant the question file pins (golden:): its code after the '@', the answers it expects
@@ -116,6 +140,17 @@ class Question:
     solver: str = ""  # another question's solver module ("memory.kv_bytes_per_token"), where not its own
     literals: tuple[str, ...] = ()  # names with a digit that answers' texts may type (validate.typed_figures)
     path: str = ""
+    stages: tuple[Stage, ...] = ()  # the interview in order (an old-shape file: every answer, then a push)
+    staged: bool = False  # whether the file declares its stages (old-shape files are given two)
+
+    def stage_of(self, key: str) -> int:
+        """The index of the stage that first asks this answer."""
+        return next(i for i, stage in enumerate(self.stages) if key in stage.ask)
+
+    def push_prefix(self, index: int) -> str:
+        """How the answers of the push at stage `index` are stored: 'followup.' for the first push."""
+        number = sum(stage.push for stage in self.stages[: index + 1])
+        return f"{PUSH_PREFIX}{'' if number == 1 else number}."
 
     @property
     def solver_module(self) -> str:
@@ -128,7 +163,8 @@ class Question:
         """Parameters that only tune a generator (a distribution's spread): not problem data
         unless the prompt prints them."""
         feeding = {v[1:] for p in self.parameters for _, v in p.args if isinstance(v, str) and v.startswith("$")}
-        printed = {m.group(1) for m in PLACEHOLDER.finditer(self.prompt)}
+        printed = {m.group(1) for text in (self.prompt, *(stage.say for stage in self.stages))
+                   for m in PLACEHOLDER.finditer(text)}
         return frozenset(feeding - printed)
 
     def parameter(self, name: str) -> ParamSpec:
@@ -189,7 +225,7 @@ _NUM = (int, float)
 MAX_BOUND = 1e300  # a range's bounds: finite, with room for arithmetic on them
 MAX_STEPS = 1e9  # the finest rounding step, as a share of its range
 _TOP_FIELDS = {"id", "title", "group", "topic", "difficulty", "solver", "catalogue", "prompt", "parameters",
-               "answers", "hints", "references", "regime_sides", "chart", "followups",
+               "answers", "hints", "references", "regime_sides", "chart", "followups", "stages",
                "requires", "constraints", "golden", "literals"}
 _PARAM_FIELDS = {*DISTRIBUTIONS, "default", "label", "unit", "weights", "from", "round", "args", "shown"}
 _ANSWER_FIELDS = {"key", "label", "unit", *KIND_FIELDS}
@@ -334,6 +370,70 @@ def _parse_followups(reader: _Reader, document: LineDict, names: set[str], keys:
         followups.append(DeclaredFollowUp(tuple((str(k), str(v)) for k, v in changes.items()), tuple(ask),
                                           reader.field(item, "say", str, where, required=False, default="")))
     return tuple(followups)
+
+
+_STAGE_FIELDS = {"say", "ask", "hints", "set", "push", "recall", "nudge"}
+
+
+def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers: tuple[Answer, ...]) -> tuple:
+    """The interview's stages as the file declares them (see Stage), checked so that the engine can run
+    them: every answer asked, none twice outside a push, a field in a `say` naming a parameter or the key
+    of an earlier stage (never an answer still to come)."""
+    raw = reader.field(document, "stages", list)
+    line = document.line_of("stages")
+    if not raw:
+        raise reader.fail("stages", line, "at least one stage")
+    keys = {a.key: a for a in answers}
+    stages: list[Stage] = []
+    asked: set[str] = set()  # answered in an earlier stage: a later `say` may quote their keys
+    for index, item in enumerate(raw):
+        where = f"stages[{index}]"
+        if not isinstance(item, LineDict):
+            raise reader.fail(where, line, "expected a mapping with say and ask")
+        for name in item:
+            if name not in _STAGE_FIELDS:
+                raise reader.fail(f"{where}.{name}", item.line_of(name), "unknown field")
+        push = item.get("push")
+        if push is not None and push != "generated":
+            raise reader.fail(f"{where}.push", item.line_of("push"), "the only value is 'generated'")
+        changes = reader.field(item, "set", dict, where, required=False, default={})
+        if any(name not in names for name in changes):
+            raise reader.fail(f"{where}.set", item.line_of("set"), "name parameters of this question")
+        if "set" in item and not changes or changes and push:
+            raise reader.fail(f"{where}.set", item.line_of("set"), "a push sets parameters or is generated, not both")
+        recall = "recall" in item
+        kind = "push" if changes or push else "recall" if recall else "opening" if index == 0 else "ask"
+        if index == 0 and kind != "opening":
+            raise reader.fail(where, item.line, "the first stage opens the interview: neither a push nor a recall")
+        if recall and "ask" in item:
+            raise reader.fail(f"{where}.recall", item.line_of("recall"), "a recall stage asks its list, nothing else")
+        ask = tuple(reader.field(item, "recall" if recall else "ask", list, where))
+        if not ask or not all(isinstance(k, str) and k in keys for k in ask) or len(set(ask)) != len(ask):
+            raise reader.fail(f"{where}.{'recall' if recall else 'ask'}", item.line_of("recall" if recall else "ask"),
+                              "name answers of this question, each once")
+        if recall and not all(keys[k].self_graded for k in ask):
+            raise reader.fail(f"{where}.recall", item.line_of("recall"), "a recall stage asks checklist answers")
+        if kind != "push" and (again := sorted(asked & set(ask))):
+            raise reader.fail(f"{where}.ask", item.line_of("ask"),
+                              f"{', '.join(again)} asked already (only a push re-asks)")
+        say = reader.field(item, "say", str, where, required=kind != "push", default="")
+        for match in PLACEHOLDER.finditer(say):
+            name = match.group(1)
+            if name not in names and (name not in asked or match.group(2)):
+                raise reader.fail(f"{where}.say", item.line_of("say"),
+                                  f"field {match.group(0)} names no parameter nor the key of an earlier stage")
+        nudge = reader.field(item, "nudge", str, where, required=False, default="")
+        if nudge and kind != "push":
+            raise reader.fail(f"{where}.nudge", item.line_of("nudge"), "only a push can be a nudge")
+        hints = _texts(reader, item, "hints")
+        stages.append(Stage(kind, say, ask, tuple(hints), tuple((str(k), str(v)) for k, v in changes.items()),
+                            push == "generated", nudge, item.line))
+        if kind != "push":
+            asked |= set(ask)
+    never = [k for k in keys if not any(k in stage.ask for stage in stages)]
+    if never:
+        raise reader.fail("stages", line, f"{', '.join(never)} asked in no stage")
+    return tuple(stages)
 
 
 def _parse_golden(reader: _Reader, document: LineDict, names: set[str],
@@ -481,7 +581,17 @@ def parse_question(path: Path, text: str) -> Question:
     keys = [a.key for a in answers]
     if len(set(keys)) != len(keys):
         raise reader.fail("answers", document.line_of("answers"), "duplicate answer keys")
-    prompt = reader.field(document, "prompt", str)
+    staged = "stages" in document
+    if staged:
+        for name in ("prompt", "hints", "followups"):
+            if name in document:
+                raise reader.fail(name, document.line_of(name), "a staged file says this in its stages")
+        stages = _parse_stages(reader, document, names, answers)
+        prompt = stages[0].say
+    else:
+        prompt = reader.field(document, "prompt", str)
+        stages = (Stage("opening", prompt, tuple(keys), tuple(_texts(reader, document, "hints"))),
+                  Stage("push", "", (), generated=True))
     for match in PLACEHOLDER.finditer(prompt):
         if match.group(1) not in names:
             raise reader.fail("prompt", document.line_of("prompt"),
@@ -514,7 +624,7 @@ def parse_question(path: Path, text: str) -> Question:
         prompt=prompt,
         parameters=parameters,
         answers=answers,
-        hints=tuple(reader.field(document, "hints", list, required=False, default=[])),
+        hints=stages[0].hints,
         references=tuple(reader.field(document, "references", list, required=False, default=[])),
         regime_sides=sides,
         catalogue=tuple(str(s) for s in reader.field(document, "catalogue", list, required=False, default=[])),
@@ -525,6 +635,8 @@ def parse_question(path: Path, text: str) -> Question:
         golden=_parse_golden(reader, document, names, answers),
         literals=tuple(_texts(reader, document, "literals")),
         path=str(path),
+        stages=stages,
+        staged=staged,
     )
 
 

@@ -2,7 +2,9 @@
 assumes, said once, shown in the app and in exports, named by prompts."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -41,9 +43,27 @@ def conventions() -> tuple[Convention, ...]:
     return tuple(card)
 
 
+# The cards a solver reads while it runs (engine.run_solver records them into its sheet): the question
+# screen lists the conventions in play instead of a prompt naming them.
+_IN_PLAY: ContextVar[list[str] | None] = ContextVar("cards_in_play", default=None)
+
+
+@contextmanager
+def recording(into: list[str]) -> Iterator[None]:
+    """Collect into `into` the id of every card read (convention, convention_value) within."""
+    token = _IN_PLAY.set(into)
+    try:
+        yield
+    finally:
+        _IN_PLAY.reset(token)
+
+
 def convention(key: str) -> Convention:
     for entry in conventions():
         if entry.id == key:
+            cards = _IN_PLAY.get()
+            if cards is not None and key not in cards:
+                cards.append(key)
             return entry
     raise KeyError(f"no convention '{key}' in conventions.yaml")
 

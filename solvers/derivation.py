@@ -244,6 +244,7 @@ class Sheet:
     reasons: dict[str, dict[str, str]] = field(default_factory=dict)  # select answers: option -> why
     facts: dict[str, set[str]] = field(default_factory=dict)  # select answers: options declared fixed facts
     prerequisites: set[str] = field(default_factory=set)  # questions whose results stand here as givens
+    cards: list[str] = field(default_factory=list)  # conventions cards the solver read, in order (engine.run_solver)
     # The question's parameters as the solver sees them: name -> (value, display unit, label).
     parameters: Mapping[str, tuple[float, str, str]] = field(default_factory=dict)
     _numbers: dict[sympy.Symbol, float] = field(default_factory=dict)  # every given and step, as a float

@@ -16,6 +16,7 @@ import numpy as np
 
 from solvers.answers import Grade
 from solvers.bank import PLACEHOLDER, VARIANT_TAIL, Bank, ParamSpec, Question
+from solvers.conventions import conventions, recording
 from solvers.data import Catalog, MissingField
 from solvers.derivation import QuickSheet, Reject, Sheet
 from solvers.realism import broken
@@ -80,6 +81,14 @@ class Solution:
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
 
+    def cards(self) -> list[str]:
+        """The conventions in play: the cards the solver read, then those its derivation names (a counting
+        rule applied in a formula is named in the step's why or an assumption), in the card's order."""
+        sheet = self.sheet
+        texts = " ".join([*sheet.assumptions, *(s.why for s in sheet.steps), *(g.label for g in sheet.givens)])
+        named = {c.id for c in conventions() if re.search(rf"(?<![\w-]){re.escape(c.id)}(?![\w-])", texts)}
+        return [c.id for c in conventions() if c.id in named or c.id in sheet.cards]
+
     def problem_data(self) -> list[Param]:
         """The parameters a candidate is given in the table: generated tables print in the
         prompt, and a generator's own settings (a spread) are not data."""
@@ -122,11 +131,14 @@ def solver_function(question: Question) -> Callable[[_Values, Sheet], None]:
     return importlib.import_module(question.solver_module).solve
 
 
-def fill(text: str, params: list[Param]) -> str:
-    """`text` with each {name} (or {name.field} of a data record) as the variant shows it."""
+def fill(text: str, params: list[Param], keys: dict[str, str] | None = None) -> str:
+    """`text` with each {name} (or {name.field} of a data record) as the variant shows it; a name that
+    is no parameter is one of `keys` (a stage quoting the key of an earlier one)."""
     by_name = {p.name: p for p in params}
 
     def substitute(match: re.Match) -> str:
+        if match.group(1) not in by_name and keys is not None:
+            return keys[match.group(1)]
         param = by_name[match.group(1)]
         if match.group(2):  # a field of a data record; a GPU without fp8 shows "n/a"
             value = param.value.get(match.group(2))
@@ -189,7 +201,7 @@ def run_solver(question: Question, values: dict[str, Any], sheet_type: type[Shee
     sheet = sheet_type(parameters={spec.name: (values[spec.name], spec.unit, spec.label or spec.name)
                                    for spec in question.parameters if isinstance(values.get(spec.name), (int, float))})
     try:
-        with sheet.solving():
+        with sheet.solving(), recording(sheet.cards):
             solver_function(question)(_Values(values), sheet)
     except MissingField as missing:  # an entry this question cannot use: not a solver bug
         raise Reject(f"{question.id} cannot use this entry: {missing}") from None
@@ -300,7 +312,7 @@ def listings(question: Question, shown: dict[str, tuple[str, ...]], keys: Iterab
 def _solution(question: Question, code: VariantCode, params: list[Param], sheet: Sheet) -> Solution:
     question = fill_answers(question, params)
     expected, shown = _present(question, code, sheet)
-    prompt = render_prompt(question, params) + listings(question, shown, (a.key for a in question.answers))
+    prompt = render_prompt(question, params) + listings(question, shown, question.stages[0].ask)
     return Solution(question, code, params, prompt, sheet, expected, shown)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from solvers.answers import Grade, Number
-from solvers.bank import ParamSpec
+from solvers.bank import DeclaredFollowUp, ParamSpec
 from solvers.data import Catalog
 from solvers.derivation import Regime, Reject
 from solvers.engine import SOLVER_FAULTS, Solution, grid, listings, revise, solve_changed
@@ -43,30 +43,50 @@ def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
     """The follow-up for this variant: the first declared one that makes a valid variant and changes
     what it asks (crossing the regime if it asks for it), else a generated one where the question
     has a regime; None where there is none to ask."""
-    question = solution.question
     scanned: dict = {}  # float solves by the changes they make, shared by every try below
-    for declared in question.followups:
-        try:
-            changes = {name: parse_override(question.parameter(name), text, catalog) for name, text in declared.set}
-            # A value the variant already has is no move (a push of batch and GPUs drawn at those GPUs).
-            changes = {name: value for name, value in changes.items() if value != solution.param(name).raw}
-            if not changes:
-                continue
-            if "regime" in declared.ask and _stays(solution, _scan(solution, catalog, changes, scanned)):
-                continue  # floats say it stays on this side: no exact solve to learn that
-            pushed = revise(solution, catalog, changes)
-        except _UNSOLVED:
-            continue
-        crossed = "regime" not in declared.ask or _regime(pushed) != _regime(solution)
-        if crossed and any(pushed.expected[k] != solution.expected[k] for k in declared.ask):
-            return FollowUp(pushed, declared.ask, declared.say or _say(solution, pushed, changes))
-    # No declared push suits this variant (one that asks the regime must cross it): push one parameter.
+    for declared in solution.question.followups:
+        pushed = declared_push(solution, catalog, declared, scanned=scanned)
+        if pushed is not None:
+            return pushed
+    return generated_push(solution, catalog, scanned=scanned)
+
+
+def declared_push(solution: Solution, catalog: Catalog, declared: DeclaredFollowUp, *, cross: bool = True,
+                  scanned: dict | None = None) -> FollowUp | None:
+    """An author's push on this variant, or None where it does not apply: a value the variant has already,
+    a variant realism refuses, no asked answer that moves, or (with `cross`, where it asks the regime) a
+    variant on the same side of the boundary."""
+    question, scanned = solution.question, {} if scanned is None else scanned
+    try:
+        changes = {name: parse_override(question.parameter(name), text, catalog) for name, text in declared.set}
+        # A value the variant already has is no move (a push of batch and GPUs drawn at those GPUs).
+        changes = {name: value for name, value in changes.items() if value != solution.param(name).raw}
+        if not changes:
+            return None
+        crossing = cross and "regime" in declared.ask
+        if crossing and _stays(solution, _scan(solution, catalog, changes, scanned)):
+            return None  # floats say it stays on this side: no exact solve to learn that
+        pushed = revise(solution, catalog, changes)
+    except _UNSOLVED:
+        return None
+    crossed = not crossing or _regime(pushed) != _regime(solution)
+    if crossed and any(pushed.expected[k] != solution.expected[k] for k in declared.ask):
+        return FollowUp(pushed, declared.ask, declared.say or _say(solution, pushed, changes))
+    return None
+
+
+def generated_push(solution: Solution, catalog: Catalog, ask: tuple[str, ...] = (), *,
+                   scanned: dict | None = None) -> FollowUp | None:
+    """The engine's push: one parameter moved across the regime boundary where the question has one,
+    else one figure doubled or halved (or a choice moved). It asks `ask`, or where that is empty the
+    regime and the first number that moved (and then only if one did)."""
+    scanned = {} if scanned is None else scanned
     for spec in _candidates(solution) if solution.sheet.regime is not None else ():
         crossing = _crossing(solution, catalog, spec, scanned)
         if crossing is not None:
-            ask = _asked(solution, crossing)
-            if ask:
-                return FollowUp(crossing, ask, _say(solution, crossing, {spec.name: crossing.param(spec.name).raw}))
+            asked = ask or _asked(solution, crossing)
+            if asked:
+                return FollowUp(crossing, asked, _say(solution, crossing, {spec.name: crossing.param(spec.name).raw}))
     # Nothing in range crosses a boundary (or the variant has none): an interviewer still moves one figure
     # and asks what follows. A regime holds there, and saying so is part of the answer.
     for spec in _candidates(solution):
@@ -75,10 +95,14 @@ def follow_up(solution: Solution, catalog: Catalog) -> FollowUp | None:
                 pushed = revise(solution, catalog, {spec.name: value})
             except _UNSOLVED:
                 continue
-            ask = _asked(solution, pushed)
-            if ask:
-                return FollowUp(pushed, ask, _say(solution, pushed, {spec.name: pushed.param(spec.name).raw}))
+            asked = _asked(solution, pushed) if not ask else ask if _moves(solution, pushed, ask) else ()
+            if asked:
+                return FollowUp(pushed, asked, _say(solution, pushed, {spec.name: pushed.param(spec.name).raw}))
     return None
+
+
+def _moves(before: Solution, after: Solution, ask: tuple[str, ...]) -> bool:
+    return any(after.expected[k] != before.expected[k] for k in ask)
 
 
 def _nearby(spec: ParamSpec, current) -> list:

@@ -320,11 +320,11 @@ def test_answer_boxes_out_of_sight_are_built_after_the_first_frame(monkeypatch, 
         app = InfradrillApp()
         async with app.run_test(size=size) as pilot:
             await wait_for(pilot, lambda: app.drill is not None)
-            await open_default(app, pilot, "kv-bytes-per-token")
+            await open_default(app, pilot, "moe-dispatch-bytes")
             screen = app.screen
             fields = list(screen.query("AnswerField"))
             assert not any(f.pending for f in fields) and len(screen.query(Input)) == len(fields)
-            assert screen.focused is screen.query_one("#answer-kv_per_token")
+            assert screen.focused is screen.query_one("#answer-dispatch_copy")
             pending, body_size = first_frame[0]
             assert pending == [out_of_sight] * len(fields)
             assert body_size == screen.query_one("#question-body").virtual_size

@@ -1,0 +1,179 @@
+"""The interview in stages: a variant asked as a conversation. Each stage says something, asks a few
+answers and is graded on submit; its keys then show with a line of why, and the next stage starts from
+them (a later stage may quote an earlier key, never the candidate's slip). A push moves parameters
+first and asks on the pushed variant, which has a code of its own.
+
+A file without `stages:` runs as two: every answer, then the engine's push (followup.follow_up)."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import sympy
+
+from solvers.answers import Grade
+from solvers.answers.select import Select
+from solvers.bank import DeclaredFollowUp, Stage
+from solvers.data import Catalog
+from solvers.derivation import Step
+from solvers.engine import Solution, _reflow, fill, listings
+from solvers.followup import FollowUp, declared_push, follow_up, generated_push
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """One stage of one variant's interview, ready to ask: its words filled, its answers' keys known."""
+
+    index: int
+    stage: Stage
+    solution: Solution  # the variant this stage is asked on: a push's is the pushed variant
+    ask: tuple[str, ...]
+    say: str
+    moved: tuple[str, ...] = ()  # the parameters a push changed
+
+    @property
+    def kind(self) -> str:
+        return self.stage.kind
+
+    @property
+    def prompt(self) -> str:
+        """What the candidate reads: the words, then the lettered items of the answers asked here."""
+        return self.say + listings(self.solution.question, self.solution.shown, self.ask)
+
+    @property
+    def prefix(self) -> str:
+        """How this stage's answers are stored: a push's under 'followup.' (a second push 'followup2.')."""
+        return self.solution.question.push_prefix(self.index) if self.stage.push else ""
+
+    @property
+    def hints(self) -> tuple[str, ...]:
+        return self.stage.hints
+
+    @property
+    def regime(self) -> str | None:
+        regime = self.solution.sheet.regime
+        return regime.name if regime is not None else None
+
+    def grade(self, answers: dict[str, str]) -> list[Grade]:
+        """The answers of this stage against its own variant's key (a checklist waits for its ticks)."""
+        question = self.solution.question
+        return [self.solution.grade_one(key, "" if question.answer(key).self_graded else answers.get(key, ""))
+                for key in self.ask]
+
+    def key_lines(self) -> list[tuple[str, str]]:
+        """Each asked answer's key with its one line of why, as the interviewer corrects: (key, line)."""
+        return [(key, key_line(self.solution, key)) for key in self.ask]
+
+
+def opening(solution: Solution) -> StageRun:
+    """The first stage: the prompt the variant already holds (no work)."""
+    stage = solution.question.stages[0]
+    return StageRun(0, stage, solution, stage.ask, _reflow(fill(stage.say, solution.params).strip()))
+
+
+def stage_run(solution: Solution, catalog: Catalog, index: int) -> StageRun | None:
+    """Stage `index` of this variant's interview; None for a push that finds nothing to push here (the
+    interview goes on without it). A push searches and solves: run it off the UI thread."""
+    question = solution.question
+    stage = question.stages[index]
+    if index == 0:
+        return opening(solution)
+    if not stage.push:
+        return StageRun(index, stage, solution, stage.ask, _words(stage.say, solution, solution))
+    pushed = _push(solution, catalog, stage)
+    if pushed is None:
+        return None
+    moved = tuple(p.name for p in pushed.solution.params if p.raw != solution.param(p.name).raw)
+    say = _words(stage.say, pushed.solution, solution) if stage.say else pushed.say
+    return StageRun(index, stage, pushed.solution, pushed.ask, say, moved)
+
+
+def _push(solution: Solution, catalog: Catalog, stage: Stage) -> FollowUp | None:
+    if not solution.question.staged:
+        return follow_up(solution, catalog)  # an old-shape file's: its `followups:`, else the engine's
+    scanned: dict = {}
+    if stage.set:
+        pushed = declared_push(solution, catalog, DeclaredFollowUp(stage.set, stage.ask), cross=not stage.nudge,
+                               scanned=scanned)
+        if pushed is not None:
+            return pushed
+    return generated_push(solution, catalog, stage.ask, scanned=scanned)
+
+
+def _words(template: str, solution: Solution, base: Solution) -> str:
+    """A stage's `say` filled: parameters as `solution` has them, keys of earlier stages from `base`."""
+    keys = {spec.key: spec.key_text(base.expected[spec.key], base.shown.get(spec.key, ()))
+            for spec in base.question.answers if not spec.self_graded}
+    return _reflow(fill(template, solution.params, keys).strip())
+
+
+def key_line(solution: Solution, key: str) -> str:
+    """An answer's key and why, from the derivation: the step that gives it substituted with its
+    reason; a regime's summary; a selection's true options with theirs."""
+    spec = solution.question.answer(key)
+    shown = solution.shown.get(key, ())
+    text = spec.key_text(solution.expected[key], shown)
+    step = next((s for s in solution.sheet.steps if s.key == key), None)
+    regime = solution.sheet.regime
+    if step is not None:
+        why = step.substituted if step.substituted != step.result else ""
+        because = f" ({step.why})" if step.why else ""
+        return f"{text}: {why}{because}" if why else f"{text}{because}"
+    if regime is not None and solution.sheet.results.get(key) == regime.name and key == "regime":
+        return f"{text}: {regime.summary}"
+    if isinstance(spec, Select):
+        reasons = solution.sheet.reasons.get(key, {})
+        held = [f"{spec.text(o)}: {reasons[o]}" for o in solution.expected[key] if reasons.get(o)]
+        return f"{text}. " + "; ".join(held) if held else text
+    return text
+
+
+def steps_by_stage(solution: Solution) -> list[list[Step]]:
+    """The derivation's steps grouped by the stage that first needs them (a step feeds an answer through
+    the formulas of the steps after it); a step no stage's number needs closes the last stage before
+    the pushes. Push stages get none: their variant's own sheet is another."""
+    question = solution.question
+    steps = solution.sheet.steps
+    by_symbol = {sympy.Symbol(s.symbol): s for s in steps}
+    needs: dict[str, set[int]] = {}
+    for step in steps:
+        if step.key:
+            needs.setdefault(step.key, set()).update(_feeding(step, by_symbol, steps))
+    regime = solution.sheet.regime
+    if regime is not None:
+        for point in (regime.boundary, regime.position):
+            if point in steps:
+                needs.setdefault("regime", set()).update(_feeding(point, by_symbol, steps))
+    groups: list[list[Step]] = [[] for _ in question.stages]
+    claimed: set[int] = set()
+    for index, stage in enumerate(question.stages):
+        if stage.push:
+            continue
+        wanted = set().union(*(needs.get(key, set()) for key in stage.ask)) - claimed
+        groups[index] = [steps[i] for i in sorted(wanted)]
+        claimed |= wanted
+    last = max(i for i, stage in enumerate(question.stages) if not stage.push)
+    groups[last] += [s for i, s in enumerate(steps) if i not in claimed]
+    groups[last].sort(key=steps.index)
+    return groups
+
+
+def _feeding(step: Step, by_symbol: dict[sympy.Symbol, Step], steps: list[Step]) -> set[int]:
+    """The indices of `step` and of every step its formula reads, transitively."""
+    index = {id(s): i for i, s in enumerate(steps)}
+    found: set[int] = set()
+    todo = [step]
+    while todo:
+        current = todo.pop()
+        i = index.get(id(current))
+        if i is None or i in found:
+            continue
+        found.add(i)
+        if current.expr is not None:
+            todo.extend(by_symbol[s] for s in current.expr.free_symbols if s in by_symbol)
+    return found
+
+
+def asked_keys(runs: Iterable[StageRun]) -> list[str]:
+    """Every stored key of these stages, in order: a push's under its prefix."""
+    return [run.prefix + key for run in runs for key in run.ask]

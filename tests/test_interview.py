@@ -1,0 +1,133 @@
+"""The interview in stages: a staged file's stages as the engine runs them, an old file's synthesized
+pair, the key between stages, the derivation grouped by stage, and the file errors that keep a staged
+file runnable."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from solvers.bank import QuestionError, parse_question, questions_dir
+from solvers.engine import VariantCode, make_variant
+from solvers.interview import asked_keys, key_line, opening, stage_run, steps_by_stage
+
+STAGED = "kv-bytes-per-token"
+OLD = "users-per-gpu"
+SEEDS = range(1, 13)
+
+
+def _runs(bank, catalog, code: str):
+    solution = make_variant(bank, catalog, VariantCode.parse(code))
+    return solution, [stage_run(solution, catalog, i) for i in range(len(solution.question.stages))]
+
+
+def test_an_old_file_runs_as_every_answer_then_the_engines_push(bank, catalog):
+    question = bank.get(OLD)
+    assert not question.staged
+    assert [s.kind for s in question.stages] == ["opening", "push"]
+    assert question.stages[0].ask == tuple(a.key for a in question.answers)
+    assert question.stages[1].generated
+    solution, (first, push) = _runs(bank, catalog, f"{OLD}@7")
+    assert first.prompt == solution.prompt
+    if push is not None:
+        assert push.prefix == "followup." and push.moved
+        assert push.solution.code != solution.code
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_staged_variant_asks_each_answer_once_before_its_push(bank, catalog, seed):
+    question = bank.get(STAGED)
+    solution, runs = _runs(bank, catalog, f"{STAGED}@{seed}")
+    assert question.staged and [r.kind for r in runs if r][:3] == ["opening", "ask", "ask"]
+    before_push = [k for r in runs if r and r.kind != "push" for k in r.ask]
+    assert sorted(before_push) == sorted(a.key for a in question.answers)
+    for run in runs:
+        if run is None:
+            continue
+        assert "{" not in run.say and run.say.strip()
+        assert run.prompt.startswith(run.say)
+    push = runs[-1]
+    if push is not None:
+        assert push.moved and all(push.solution.param(n).raw != solution.param(n).raw for n in push.moved)
+        assert asked_keys([push]) == [f"followup.{k}" for k in push.ask]
+
+
+def test_a_stage_is_graded_on_its_own_keys_whatever_came_before(bank, catalog):
+    """A slip in the opening fails the opening only: the next stage is checked against the key."""
+    solution, runs = _runs(bank, catalog, f"{STAGED}@3")
+    first, second = runs[0], runs[1]
+    wrong = {key: "1" for key in first.ask}
+    assert not any(g.correct for g in first.grade(wrong))
+    right = {key: spec.key_text(solution.expected[key], solution.shown.get(key, ()))
+             for key in second.ask for spec in [solution.question.answer(key)]}
+    assert all(g.correct for g in second.grade(right))
+
+
+def test_a_later_say_quotes_an_earlier_key_never_the_candidates_answer(tmp_path, bank, catalog):
+    text = (questions_dir() / "F" / f"{STAGED}.yaml").read_text()
+    text = text.replace("Your TPOT target is {tpot}.", "With {users} in, your TPOT target is {tpot}.")
+    question = parse_question(tmp_path / f"{STAGED}.yaml", text)
+    solution = make_variant(bank, catalog, VariantCode.parse(f"{STAGED}@5"))
+    run = stage_run(solution.__class__(**{**solution.__dict__, "question": question}), catalog, 2)
+    users = solution.question.answer("users").key_text(solution.expected["users"], ())
+    assert f"With {users} in, your TPOT" in run.say and users.endswith("requests")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_key_line_says_the_key_and_how_it_came(bank, catalog, seed):
+    solution = make_variant(bank, catalog, VariantCode.parse(f"{STAGED}@{seed}"))
+    for key in ("kv_per_token", "users"):
+        spec = solution.question.answer(key)
+        line = key_line(solution, key)
+        assert line.startswith(spec.key_text(solution.expected[key], ())) and "=" not in line.split(":")[0]
+        assert len(line) > len(spec.key_text(solution.expected[key], ())) + 5, "a why follows the key"
+    assert key_line(solution, "regime").startswith(solution.sheet.regime.name)
+
+
+@pytest.mark.parametrize("qid", [STAGED, OLD, "moe-dispatch-bytes"])
+def test_every_step_sits_once_under_the_first_stage_that_needs_it(bank, catalog, qid):
+    solution = make_variant(bank, catalog, VariantCode.parse(f"{qid}@11"))
+    groups = steps_by_stage(solution)
+    flat = [s for group in groups for s in group]
+    assert sorted(map(id, flat)) == sorted(map(id, solution.sheet.steps))
+    for index, stage in enumerate(solution.question.stages):
+        if stage.push:
+            assert groups[index] == []
+            continue
+        for key in stage.ask:
+            step = next((s for s in solution.sheet.steps if s.key == key), None)
+            if step is not None:
+                assert any(step is s for g in groups[:index + 1] for s in g), f"{key} answered before its stage"
+
+
+def test_the_opening_is_the_variants_prompt(bank, catalog):
+    solution = make_variant(bank, catalog, VariantCode.parse(f"{STAGED}@2"))
+    assert opening(solution).prompt == solution.prompt
+
+
+BAD_STAGES = {  # the stages block -> what the error says
+    "push first": ("  - push: generated\n    ask: [regime]\n", "first stage opens"),
+    "key asked twice": ("  - say: a\n    ask: [kv_per_token]\n  - say: b\n    ask: [kv_per_token]\n", "asked already"),
+    "unknown key": ("  - say: a\n    ask: [nope]\n", "name answers of this question"),
+    "a key never asked": ("  - say: a\n    ask: [kv_per_token]\n", "asked in no stage"),
+    "a key quoted before it is asked": ("  - say: '{users} fit'\n    ask: [users]\n", "names no parameter"),
+    "a nudge that is no push": ("  - say: a\n    ask: [kv_per_token]\n    nudge: why\n", "only a push"),
+    "set and generated": ("  - say: a\n    ask: [kv_per_token]\n"
+                          "  - set: {tp: 8}\n    push: generated\n    ask: [regime]\n", "not both"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_STAGES))
+def test_a_stages_block_the_engine_cannot_run_is_one_error(tmp_path, name):
+    block, says = BAD_STAGES[name]
+    text = (questions_dir() / "F" / f"{STAGED}.yaml").read_text()
+    text = re.sub(r"^stages:\n(?:[ -].*\n)+", "stages:\n" + block, text, flags=re.M)
+    with pytest.raises(QuestionError, match=re.escape(says)):
+        parse_question(tmp_path / f"{STAGED}.yaml", text)
+
+
+def test_a_staged_file_keeps_no_prompt_of_its_own(tmp_path):
+    text = (questions_dir() / "F" / f"{STAGED}.yaml").read_text().replace("stages:\n", "prompt: hello\nstages:\n", 1)
+    with pytest.raises(QuestionError, match="prompt"):
+        parse_question(Path(tmp_path / f"{STAGED}.yaml"), text)
