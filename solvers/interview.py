@@ -177,3 +177,8 @@ def _feeding(step: Step, by_symbol: dict[sympy.Symbol, Step], steps: list[Step])
 def asked_keys(runs: Iterable[StageRun]) -> list[str]:
     """Every stored key of these stages, in order: a push's under its prefix."""
     return [run.prefix + key for run in runs for key in run.ask]
+
+
+def stored_stages(runs: Iterable[StageRun]) -> dict[str, tuple[int, str]]:
+    """Each stored key of these stages with the stage that asked it: (index, kind), as progress keeps them."""
+    return {run.prefix + key: (run.index, run.kind) for run in runs for key in run.ask}

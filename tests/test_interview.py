@@ -10,7 +10,7 @@ import pytest
 
 from solvers.bank import QuestionError, parse_question, questions_dir
 from solvers.engine import VariantCode, make_variant
-from solvers.interview import asked_keys, key_line, opening, stage_run, steps_by_stage
+from solvers.interview import asked_keys, key_line, opening, stage_run, steps_by_stage, stored_stages
 
 STAGED = "kv-bytes-per-token"
 OLD = "users-per-gpu"
@@ -131,3 +131,13 @@ def test_a_staged_file_keeps_no_prompt_of_its_own(tmp_path):
     text = (questions_dir() / "F" / f"{STAGED}.yaml").read_text().replace("stages:\n", "prompt: hello\nstages:\n", 1)
     with pytest.raises(QuestionError, match="prompt"):
         parse_question(Path(tmp_path / f"{STAGED}.yaml"), text)
+
+
+def test_progress_keeps_each_stored_key_with_the_stage_that_asked_it(bank, catalog):
+    solution, runs = _runs(bank, catalog, f"{STAGED}@4")
+    runs = [r for r in runs if r is not None]
+    stages = stored_stages(runs)
+    assert list(stages) == asked_keys(runs)
+    assert stages["kv_per_token"] == (0, "opening") and stages["users"] == (1, "ask")
+    if runs[-1].kind == "push":
+        assert all(stages["followup." + k] == (3, "push") for k in runs[-1].ask)
