@@ -141,3 +141,11 @@ def test_progress_keeps_each_stored_key_with_the_stage_that_asked_it(bank, catal
     assert stages["kv_per_token"] == (0, "opening") and stages["users"] == (1, "ask")
     if runs[-1].kind == "push":
         assert all(stages["followup." + k] == (3, "push") for k in runs[-1].ask)
+
+
+def test_the_cards_in_play_include_the_all_reduce_model_a_tp_group_runs(bank, catalog):
+    """The independent re-derivation of kv-bytes-per-token found the all-reduce's bandwidth term unstated:
+    the model's card was never read by name, so the screen did not list it."""
+    grouped = make_variant(bank, catalog, VariantCode.parse(f"{STAGED}@default+tp=8"))
+    alone = make_variant(bank, catalog, VariantCode.parse(f"{STAGED}@default+tp=1+model=llama-3-8b"))
+    assert "tp-all-reduce" in grouped.cards() and "tp-all-reduce" not in alone.cards()
