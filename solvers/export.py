@@ -2,8 +2,9 @@
 
 Each variant is headed by its code, so the app reproduces it exactly. `count` variants from a
 seed S are seeds S, S+1, ... of each question, each the variant the app makes from that seed's code:
-a parameter value turns up as often as its weight says. Every format is written
-a variant at a time, as each is solved: an export of thousands holds one solution at a time.
+a parameter value turns up as often as its weight says. Each comes with its whole interview (its
+script: every stage, its pushes solved). Every format is written a variant at a time, as each is
+solved: an export of thousands holds one variant's script at a time.
 """
 from __future__ import annotations
 
@@ -24,8 +25,11 @@ from solvers.answers.choice import Choice
 from solvers.bank import Bank, Question
 from solvers.conventions import conventions
 from solvers.data import Catalog
-from solvers.engine import MAX_SEED, Solution, VariantCode, VariantError, make_variant
-from solvers.report import expected_text, judgement_lines, to_dict
+from solvers.derivation import Step
+from solvers.engine import MAX_SEED, VariantCode, VariantError, make_variant
+from solvers.interview import StageRun, steps_by_stage
+from solvers.report import expected_text, key_notes, prompt_markdown, script_markdown, to_dict
+from solvers.script import Script, ScriptStage, script
 
 
 class SelectionError(ValueError):
@@ -59,10 +63,10 @@ def select(bank: Bank, selection: Selection) -> list[Question]:
 
 
 def variants(bank: Bank, catalog: Catalog, questions: list[Question], count: int, base_seed: int,
-             progress: Callable[[int, int], None] | None = None) -> Iterator[Solution]:
+             progress: Callable[[int, int], None] | None = None) -> Iterator[Script]:
     """`count` variants per question, seeds base_seed to base_seed + count − 1 (a seed whose draw a
     solver refuses is drawn again from that seed, as the app does: its code still names it), each made
-    as it is asked for. `progress(done, total)` hears of each variant made. A bad count or seed is
+    with its script as it is asked for. `progress(done, total)` hears of each variant made. A bad count or seed is
     refused here, before any is made."""
     if count < 1:
         raise SelectionError("the count must be at least 1")
@@ -73,7 +77,7 @@ def variants(bank: Bank, catalog: Catalog, questions: list[Question], count: int
 
 
 def _variants(bank: Bank, catalog: Catalog, questions: list[Question], count: int, base_seed: int,
-              progress: Callable[[int, int], None] | None) -> Iterator[Solution]:
+              progress: Callable[[int, int], None] | None) -> Iterator[Script]:
     made = 0
     for question in questions:
         for seed in range(base_seed, base_seed + count):
@@ -84,35 +88,36 @@ def _variants(bank: Bank, catalog: Catalog, questions: list[Question], count: in
             made += 1
             if progress is not None:
                 progress(made, count * len(questions))
-            yield solution
+            yield script(solution, catalog)
 
 
 @dataclass(frozen=True)
 class Sheet:
-    """One text file of an export, written as its variants come: `head`, then `entry(number, solution)`
+    """One text file of an export, written as its variants come: `head`, then `entry(number, script)`
     for each variant in turn (numbered from 1), then `tail`."""
     head: str
-    entry: Callable[[int, Solution], str]
+    entry: Callable[[int, Script], str]
     tail: str = ""
 
 
-def write_sheets(solutions: Iterable[Solution], outputs: Sequence[tuple[Sheet, TextIO]]) -> None:
-    """Each solution written into every sheet as it comes, then dropped."""
+def write_sheets(scripts: Iterable[Script], outputs: Sequence[tuple[Sheet, TextIO]]) -> None:
+    """Each variant written into every sheet as it comes, then dropped."""
     for sheet, out in outputs:
         out.write(sheet.head)
-    for number, solution in enumerate(solutions, 1):
+    for number, variant in enumerate(scripts, 1):
         for sheet, out in outputs:
-            out.write(sheet.entry(number, solution))
+            out.write(sheet.entry(number, variant))
     for sheet, out in outputs:
         out.write(sheet.tail)
 
 
-def _markdown(head: list[str], entry: Callable[[int, Solution], list[str]]) -> Sheet:
+def _markdown(head: list[str], entry: Callable[[int, Script], list[str]]) -> Sheet:
     # A sheet is its lines joined by newlines: each entry's lines follow the head's after a newline.
-    return Sheet("\n".join(head), lambda number, solution: "\n" + "\n".join(entry(number, solution)))
+    return Sheet("\n".join(head), lambda number, variant: "\n" + "\n".join(entry(number, variant)))
 
 
-def _heading(number: int, solution: Solution) -> list[str]:
+def _heading(number: int, variant: Script) -> list[str]:
+    solution = variant.solution
     q = solution.question
     return [f"## {number}. {q.title}", "", f"Variant `{solution.code}` · group {q.group} · {q.topic}", ""]
 
@@ -126,10 +131,19 @@ def candidate_sheet() -> Sheet:
     return _markdown(["# Candidate sheet", "", *_conventions_markdown()], _candidate_entry)
 
 
-def _candidate_entry(number: int, solution: Solution) -> list[str]:
-    lines = _heading(number, solution) + [solution.prompt, "", "Given:", ""]
-    lines += [f"- {param.label}: {param.shown}" for param in solution.problem_data()] + ["", "Answers:", ""]
-    return lines + [f"- {_blank(a)}:" for a in solution.question.answers] + [""]
+def _candidate_entry(number: int, variant: Script) -> list[str]:
+    """The givens, then each stage's words with a blank for each answer it asks (a skipped push is left out;
+    a stage whose words quote an earlier key is left to the interviewer to say, as it gives that key)."""
+    solution = variant.solution
+    lines = _heading(number, variant) + ["Given:", ""]
+    lines += [f"- {param.label}: {param.shown}" for param in solution.problem_data()] + [""]
+    for stage in variant.stages:
+        if stage.run is None:
+            continue
+        words = ["(The interviewer asks this one aloud.)"] if stage.quotes_key() else prompt_markdown(stage.run.prompt)
+        lines += [f"### Stage {stage.index + 1}: {stage.kind}", "", *words, ""]
+        lines += [f"- {_blank(stage.run.solution.question.answer(key))}:" for key in stage.run.ask] + [""]
+    return lines
 
 
 def _blank(answer: Answer) -> str:
@@ -143,12 +157,11 @@ def key_sheet() -> Sheet:
     return _markdown(["# Answer key", "", *_conventions_markdown()], _key_entry)
 
 
-def _key_entry(number: int, solution: Solution) -> list[str]:
-    lines = _heading(number, solution) + ["| answer | key |", "|---|---|"]
+def _key_entry(number: int, variant: Script) -> list[str]:
+    solution = variant.solution
+    lines = _heading(number, variant) + ["| answer | key |", "|---|---|"]
     lines += [f"| {a.shown_label} | {expected_text(solution, a.key)} |" for a in solution.question.answers]
-    if judged := judgement_lines(solution):
-        lines += ["", "### Judgements", ""] + [f"- {line.strip()}" for line in judged]
-    lines += ["", "### Steps", ""]
+    lines += ["", *script_markdown(variant, 3), "### Steps", ""]
     for step_number, step in enumerate(solution.sheet.steps, 1):
         lines.append(f"{step_number}. {step.title}: ${step.latex}$ = {step.substituted} = **{step.result}**")
     regime = solution.sheet.regime
@@ -164,10 +177,11 @@ def json_sheet() -> Sheet:
     return Sheet("[", _json_entry, "\n]\n")
 
 
-def _json_entry(number: int, solution: Solution) -> str:
+def _json_entry(number: int, variant: Script) -> str:
     # An element of the array sits one level in: each of its lines two spaces further (a string in
     # JSON holds no raw newline, so every newline is the layout's).
-    return ("\n  " if number == 1 else ",\n  ") + json.dumps(to_dict(solution), indent=2).replace("\n", "\n  ")
+    data = to_dict(variant.solution, variant)
+    return ("\n  " if number == 1 else ",\n  ") + json.dumps(data, indent=2).replace("\n", "\n  ")
 
 
 # Anki ------------------------------------------------------------------------------------------
@@ -179,20 +193,41 @@ def _html(text: str) -> str:
     return html.escape(text).replace("\n", "<br>")
 
 
-def anki_back(solution: Solution) -> str:
-    rows = "".join(f"<tr><td>{_html(a.shown_label)}</td><td><b>{_html(expected_text(solution, a.key))}</b></td></tr>"
-                   for a in solution.question.answers)
-    steps = "".join(f"<li>{_html(s.title)}: \\({html.escape(s.latex)}\\) = {_html(s.substituted)} = "
-                    f"<b>{_html(s.result)}</b></li>" for s in solution.sheet.steps)
-    regime = solution.sheet.regime
+def anki_front(variant: Script, stage: ScriptStage, run: StageRun) -> str:
+    """The conversation up to this stage: each earlier stage's words and its keys as the interviewer gave
+    them, then this stage's words (the opening's card is the opening alone)."""
+    said = [f"<p><small>Stage {stage.index + 1} of {len(variant.stages)}: {stage.kind}</small></p>"]
+    for earlier in variant.stages[:stage.index]:
+        if earlier.run is not None:
+            keys = "".join(f"<li>{_html(line)}</li>" for _, line in earlier.run.key_lines())
+            said.append(f"<p>{_html(earlier.run.prompt)}</p><ul><i>{keys}</i></ul>")
+    return "".join(said) + f"<p>{_html(run.prompt)}</p>"
+
+
+def anki_back(variant: Script, stage: ScriptStage, run: StageRun, steps: list[list[Step]]) -> str:
+    """The stage's keys with their why, the reasons of the options that do not hold and the slips each
+    answer invites; then its steps (`steps`: the variant's, by stage) and, closing the last stage
+    before a push and each push, the regime."""
+    rows = []
+    for key, line in run.key_lines():
+        notes = key_notes(run.solution, key)
+        extra = f"<br><small>{'<br>'.join(map(_html, notes))}</small>" if notes else ""
+        rows.append(f"<tr><td>{_html(run.solution.question.answer(key).shown_label)}</td>"
+                    f"<td><b>{_html(line)}</b>{extra}</td></tr>")
+    listed = "".join(f"<li>{_html(s.title)}: \\({html.escape(s.latex)}\\) = {_html(s.substituted)} = "
+                     f"<b>{_html(s.result)}</b></li>" for s in steps[stage.index])
+    closing = stage.stage.push or stage.index == max(s.index for s in variant.stages if not s.stage.push)
+    regime = run.solution.sheet.regime if closing else None
     regime_html = "" if regime is None else (f"<p><b>Regime: {_html(regime.name)}</b>. {_html(regime.summary)} "
                                              f"Other side: {_html(regime.other_side)}</p>")
-    return f"<table>{rows}</table><ol>{steps}</ol>{regime_html}"
+    return f"<table>{''.join(rows)}</table>{f'<ol>{listed}</ol>' if listed else ''}{regime_html}"
 
 
-def write_anki(solutions: Iterable[Solution], path: Path) -> None:
-    """One note per variant: front = prompt, back = answers, steps, regime; tagged by group and
-    topic; the note's guid is its variant code, so a re-export updates rather than duplicates.
+def write_anki(scripts: Iterable[Script], path: Path) -> None:
+    """One note per stage of each variant, as an interview asks one stage at a time: front = the
+    conversation so far and the stage's words, back = its keys, steps and regime; tagged by group, topic
+    and stage kind. A note's guid is its variant code (the opening's; a later stage's with its number), so
+    a re-export updates rather than duplicates. A push that found nothing to push has no note.
 
     Each note goes into the collection (SQLite) as its variant comes; the collection is zipped into
     `path` at the end. This is genanki's `Package.write_to_file` a note at a time, with its SQLite
@@ -214,12 +249,18 @@ def write_anki(solutions: Iterable[Solution], path: Path) -> None:
         try:
             cursor = connection.cursor()
             genanki.Package(deck).write_to_db(cursor, timestamp, ids)
-            for solution in solutions:
-                q = solution.question
-                note = genanki.Note(
-                    model=model, fields=[str(solution.code), _html(solution.prompt), anki_back(solution)],
-                    tags=[f"group::{q.group}", f"topic::{q.topic}"], guid=genanki.guid_for(str(solution.code)))
-                note.write_to_db(cursor, timestamp, ANKI_DECK_ID, ids)
+            for variant in scripts:
+                q, code = variant.solution.question, str(variant.solution.code)
+                steps = steps_by_stage(variant.solution)
+                for stage in variant.stages:
+                    if (run := stage.run) is None:
+                        continue
+                    fields = [code, anki_front(variant, stage, run), anki_back(variant, stage, run, steps)]
+                    note = genanki.Note(
+                        model=model, fields=fields,
+                        tags=[f"group::{q.group}", f"topic::{q.topic}", f"stage::{stage.kind}"],
+                        guid=genanki.guid_for(code, *(() if stage.index == 0 else (stage.index,))))
+                    note.write_to_db(cursor, timestamp, ANKI_DECK_ID, ids)
             connection.commit()
         finally:
             connection.close()

@@ -12,6 +12,8 @@ from solvers.verdicts import Verdict
 
 if TYPE_CHECKING:  # the engine imports sympy; this module is used on the TUI's start-up path
     from solvers.engine import Solution
+    from solvers.interview import StageRun
+    from solvers.script import Script, ScriptStage
 
 
 def answer_value(solution: Solution, key: str) -> Any:
@@ -50,7 +52,17 @@ def judgement_lines(solution: Solution) -> list[str]:
     return lines
 
 
-JSON_SCHEMA = 2  # 2: every quantity as {value, unit} in display units plus si in base units
+def slips(solution: Solution, key: str) -> list[tuple[str, str]]:
+    """The mistakes the answer's own derivation declares (Sheet.slip), each as (what a candidate making it
+    answers, the mistake); the generic slips of a unit (bits and bytes...) are the grader's, not listed."""
+    spec = solution.question.answer(key)
+    return [(spec.key_text(float(solution.expected[key]) * slip.factor, ()) if spec.numeric else "", slip.label)
+            for slip in solution.sheet.slips.get(key, ())]
+
+
+# 3: "stages", the interview stage by stage, and each answer's declared "slips";
+# 2: every quantity as {value, unit} in display units plus si in base units
+JSON_SCHEMA = 3
 
 
 def quantity(value_si: float, unit: str) -> dict[str, Any]:
@@ -68,13 +80,31 @@ def _answer_dict(solution: Solution, spec: Any) -> dict[str, Any]:
     if spec.key in solution.sheet.reasons:
         out["judgements"] = [{"letter": mark, "option": option, "holds": holds, "why": why}
                              for mark, option, holds, why in judgements(solution, spec.key)]
+    if said := slips(solution, spec.key):
+        out["slips"] = [{"mistake": mistake, "gives": gives} for gives, mistake in said]
     return out
 
 
-def to_dict(solution: Solution) -> dict[str, Any]:
-    """The variant as JSON data; a value with no finite figure (a margin with no boundary in reach)
-    is null, as JSON has no Infinity or NaN."""
+def stage_dict(stage: ScriptStage) -> dict[str, Any]:
+    """One stage as JSON: its words, the keys it asks with their answers on the variant it is asked on (a
+    push's pushed variant) and each key's line of why. A push that found nothing to push is "skipped"."""
+    run, base = stage.run, stage.stage
+    if run is None:
+        return {"kind": stage.kind, "skipped": True, "say": "", "ask": [], "answers": [], "set": None, "code": None,
+                "regime": None, "nudge": base.nudge or None, "hints": list(base.hints), "keys": []}
+    pushed = run.solution
+    return {"kind": stage.kind, "skipped": False, "say": run.say, "ask": list(run.ask),
+            "answers": [_answer_dict(pushed, pushed.question.answer(key)) for key in run.ask],
+            "set": {name: pushed.param(name).raw for name in run.moved} if base.push else None,
+            "code": str(pushed.code), "regime": run.regime if base.push else None, "nudge": base.nudge or None,
+            "hints": list(run.hints), "keys": [line for _, line in run.key_lines()]}
+
+
+def to_dict(solution: Solution, script: Script | None = None) -> dict[str, Any]:
+    """The variant as JSON data, with its interview stage by stage where its `script` is given; a value
+    with no finite figure (a margin with no boundary in reach) is null, as JSON has no Infinity or NaN."""
     regime = solution.sheet.regime
+    stages = {} if script is None else {"stages": [stage_dict(stage) for stage in script.stages]}
     return _finite({
         "schema": JSON_SCHEMA,
         "id": solution.question.id,
@@ -98,7 +128,7 @@ def to_dict(solution: Solution) -> dict[str, Any]:
             "margin": regime.margin, "margin_text": regime.margin_text, "other_side": regime.other_side},
         "assumptions": list(solution.sheet.assumptions),
         "references": list(solution.question.references),
-    })
+    } | stages)
 
 
 def _finite(data: Any) -> Any:
@@ -111,14 +141,19 @@ def _finite(data: Any) -> Any:
     return data
 
 
-def to_markdown(solution: Solution) -> str:
+def to_markdown(solution: Solution, script: Script | None = None) -> str:
+    """The variant as Markdown; with its `script`, the interview stage by stage follows the key table (and
+    carries the options' reasons)."""
     q, sheet = solution.question, solution.sheet
-    lines = [f"# {q.title}", "", f"Variant `{solution.code}` · group {q.group} · {q.topic}", "", solution.prompt, "",
+    opening = [solution.prompt, ""] if script is None else []  # a script's first stage reads it
+    lines = [f"# {q.title}", "", f"Variant `{solution.code}` · group {q.group} · {q.topic}", "", *opening,
              "## Parameters", "", "| parameter | value |", "|---|---|"]
     lines += [f"| {p.label} | {p.shown} |" for p in solution.problem_data()]
     lines += ["", "## Answers", "", "| answer | expected |", "|---|---|"]
     lines += [f"| {a.shown_label} | {expected_text(solution, a.key)} |" for a in q.answers]
-    if judged := judgement_lines(solution):
+    if script is not None:
+        lines += ["", "## Interview", "", *script_markdown(script, 3)]
+    elif judged := judgement_lines(solution):
         lines += ["", "## Judgements", ""] + [f"- {line.strip()}" if line.startswith(" ") else f"**{line}**"
                                                 for line in judged]
     lines += ["", "## Given", "", "| symbol | what | value |", "|---|---|---|"]
@@ -136,6 +171,53 @@ def to_markdown(solution: Solution) -> str:
     lines += ["", "## Assumptions", ""] + [f"- {a}" for a in sheet.assumptions]
     lines += ["", "## References", ""] + [f"- {r}" for r in q.references]
     return "\n".join(line for line in lines) + "\n"
+
+
+def script_markdown(script: Script, depth: int) -> list[str]:
+    """The interview as Markdown, a section a stage (headings of `depth`): the words to read out with the
+    options listed, what a push moved and its code, the hints, then each key with its why, the reasons of
+    the listed options that do not hold (the key's line gives those that do) and the slips it invites."""
+    lines: list[str] = []
+    for stage in script.stages:
+        run, heading = stage.run, f"{'#' * depth} Stage {stage.index + 1} of {len(script.stages)}: {stage.kind}"
+        if run is None:
+            lines += [f"{heading}, none for this variant", "", "The engine found nothing to push here.", ""]
+            continue
+        if stage.stage.push:
+            changes = "; ".join(f"{label} {was} → {now}" for label, was, now in moved(run, script.solution))
+            lines += [f"{heading} to `{run.solution.code}`", "", f"Moved: {changes}."]
+            lines += [f"Regime now: {run.regime}." if run.regime else "", ""]
+        else:
+            lines += [heading, ""]
+        if stage.stage.nudge:
+            lines += [f"A nudge, not a crossing: {stage.stage.nudge}", ""]
+        lines += [*prompt_markdown(run.prompt), ""]
+        if run.hints:
+            lines += ["Hints:", ""] + [f"{n}. {hint}" for n, hint in enumerate(run.hints, 1)] + [""]
+        lines += ["Keys:", ""]
+        for key, line in run.key_lines():
+            lines.append(f"- **{run.solution.question.answer(key).shown_label}** — {line}")
+            lines += [f"  - {note}" for note in key_notes(run.solution, key)]
+        lines.append("")
+    return lines
+
+
+def key_notes(solution: Solution, key: str) -> list[str]:
+    """What an interviewer holds beside a key besides its line of why (which gives the reasons of the options
+    that hold): the reasons of the listed options that do not, and the slips the answer invites."""
+    notes = [f"✗ {mark}. {option}: {why}" for mark, option, holds, why in judgements(solution, key)
+             if not holds] if key in solution.sheet.reasons else []
+    return notes + [f"slip: {f'{gives}, ' if gives else ''}{mistake}" for gives, mistake in slips(solution, key)]
+
+
+def prompt_markdown(prompt: str) -> list[str]:
+    """A stage's prompt as Markdown lines: its listed options (indented items) as a list."""
+    return [f"- {line.strip()}" if line.startswith(" ") else line for line in prompt.splitlines()]
+
+
+def moved(run: StageRun, base: Solution) -> list[tuple[str, str, str]]:
+    """What a push changed: (parameter label, as the base variant has it, as the push has it)."""
+    return [(base.param(name).label, base.param(name).shown, run.solution.param(name).shown) for name in run.moved]
 
 
 def to_text(solution: Solution) -> str:

@@ -110,7 +110,7 @@ asyncio.run(main())
 """
 
 # An export's memory, and its anchor: what any export holds before it writes a variant (the engine, the
-# bank, every question's solver imported, one variant of each solved and written out). An export that
+# bank, every question's solver imported, one variant of each solved with its pushes and written out). An export that
 # streams holds about that; one that kept every solution to the end held 12x.
 _EXPORT = _PEAK_RSS + """
 import json, sys
@@ -124,10 +124,11 @@ from solvers.bank import load_bank
 from solvers.data import load_catalog
 from solvers.engine import VariantCode, make_variant
 from solvers.export import json_sheet
+from solvers.script import script
 
 bank, catalog = load_bank(), load_catalog()
 for qid in sorted(bank.questions):
-    json_sheet().entry(1, make_variant(bank, catalog, VariantCode(qid, 0)))
+    json_sheet().entry(1, script(make_variant(bank, catalog, VariantCode(qid, 0)), catalog))
 print(json.dumps({"rss_kb": peak_rss_kb()}))
 """
 

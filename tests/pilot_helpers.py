@@ -133,3 +133,10 @@ def text_of(renderable: object, width: int = SIZE[0]) -> str:
     console = Console(width=width, record=True, file=io.StringIO())
     console.print(renderable)
     return console.export_text()
+
+
+def interviewer_ready(screen: Any) -> bool:
+    """The interviewer view composed, each of its pushes worded (found, or found to be none) by its worker."""
+    words = screen.query(".stage-words")
+    return len(words) == len(screen.solution.question.stages) and all(
+        "finding the push" not in text_of(w.content) for w in words)

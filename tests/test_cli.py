@@ -34,14 +34,36 @@ def test_solve_json_shape(capsys):
     assert data["parameters"]["context"]["value"] == 8192
     answers = {a["key"]: a for a in data["answers"]}
     expected = {"key": "kv_per_token", "label": "KV bytes per token", "kind": "number", "value": 320.0,
-                "unit": "KiB", "si": 327_680.0}
-    assert answers["kv_per_token"] == expected and data["schema"] == 2
+                "unit": "KiB", "si": 327_680.0,
+                "slips": [{"gives": "4 KiB", "mistake": "x layers: one layer's KV instead of all of them"},
+                          {"gives": "160 KiB", "mistake": "x2: K and V counted once"}]}
+    assert answers["kv_per_token"] == expected and data["schema"] == 3
     assert data["steps"] and data["regime"]["name"] == "capacity-limited"
+    assert [s["kind"] for s in data["stages"]] == ["opening", "ask", "ask", "push"]
+    assert data["stages"][3]["code"] == "kv-bytes-per-token@default+context=512"
+    assert data["stages"][3]["set"] == {"context": 512} and data["stages"][3]["regime"] == "latency-limited"
 
 
 def test_solve_markdown_and_set(capsys):
     code, out, _ = run_cli(capsys, "solve", "kv-bytes-per-token", "--seed", "3", "--set", "context=4096", "--markdown")
     assert code == 0 and out.startswith("# ") and "## Regime" in out and "4,096 tokens" in out
+
+
+@pytest.mark.parametrize("code", ["kv-bytes-per-token@default", "kv-bytes-per-token@17", "weight-read-intensity@8"])
+def test_solve_markdown_reads_the_interview_stage_by_stage(capsys, bank, catalog, code):
+    """Each stage's words, then its keys with their why, in the order the interview asks them."""
+    from solvers.engine import VariantCode, make_variant
+    from solvers.script import script
+
+    made = script(make_variant(bank, catalog, VariantCode.parse(code)), catalog)
+    status, out, _ = run_cli(capsys, "solve", code, "--markdown")
+    assert status == 0
+    said = [text for stage in made.stages if stage.run
+            for text in (stage.run.say, *(line for _, line in stage.run.key_lines()))]
+    assert len(said) > len(made.stages)
+    at = 0
+    for text in said:  # each found after the one before
+        at = out.index(text, at) + len(text)
 
 
 def test_check_exit_codes(capsys):

@@ -1,6 +1,7 @@
 """`infradrill export`: candidate sheet and answer key in Markdown, JSON, and bad input."""
 from __future__ import annotations
 
+import html
 import io
 import itertools
 import json
@@ -10,6 +11,8 @@ import pytest
 
 from solvers.engine import VariantError
 from solvers.export import Sheet, candidate_sheet, key_sheet, variants, write_sheets
+from solvers.report import expected_text, judgements
+from solvers.script import script
 from tests.test_cli import run_cli
 from tui import cli
 
@@ -36,6 +39,7 @@ def test_an_export_writes_the_seeds_it_names(tmp_path, capsys, bank, catalog):
     app, answers repeating or not; and it says which seeds those were."""
     from solvers.engine import VariantCode, make_variant
     from solvers.report import to_dict
+    from solvers.script import script
 
     code, out, _ = run_cli(capsys, "export", "--group", "F", "--count", "3", "--seed", "7001", "--format", "json",
                            "--out", str(tmp_path / "f.json"))
@@ -45,7 +49,7 @@ def test_an_export_writes_the_seeds_it_names(tmp_path, capsys, bank, catalog):
     assert len(ids) == 8 and [v["code"] for v in written] == [f"{i}@{s}" for i in ids for s in (7001, 7002, 7003)]
     for variant in written[::5]:
         solution = make_variant(bank, catalog, VariantCode.parse(variant["code"]))
-        assert variant == json.loads(json.dumps(to_dict(solution)))
+        assert variant == json.loads(json.dumps(to_dict(solution, script(solution, catalog))))
 
 
 def test_a_rare_choice_turns_up_as_often_as_its_weight(bank, catalog):
@@ -53,7 +57,7 @@ def test_a_rare_choice_turns_up_as_often_as_its_weight(bank, catalog):
     (the sheet once skipped variants whose answers repeated, and kept 10 of them in seeds 7001-8075)."""
     from solvers.export import variants
 
-    made = list(variants(bank, catalog, [bank.get("fp8-scale-formats")], 100, 7001))
+    made = [v.solution for v in variants(bank, catalog, [bank.get("fp8-scale-formats")], 100, 7001)]
     assert [s.code.seed for s in made] == list(range(7001, 7101))
     up = sum(s.param("mx_rule").raw == "up" for s in made)
     assert 25 <= up <= 50  # 37.5 expected; the binomial's sd is 4.8
@@ -93,22 +97,37 @@ def _anki_notes(path):
         connection.close()
 
 
-def test_anki_deck_has_one_note_per_variant_with_stable_ids(tmp_path, capsys):
+def test_anki_deck_has_one_note_per_stage_with_stable_ids(tmp_path, capsys, bank, catalog):
+    """A note a stage of each variant (a skipped push has none): the opening's keyed by the variant's code,
+    as a variant's one note was, so a re-export updates an older deck; a later stage's front is the
+    conversation so far, the earlier keys included, and its back that stage's keys."""
+    import genanki
+
     for name in ("first", "second"):
         code, _, _ = run_cli(capsys, "export", "--group", "F", "--count", "2", "--format", "anki", "--seed", "1",
                              "--out", str(tmp_path / name))
         assert code == 0
     first, second = _anki_notes(tmp_path / "first.apkg"), _anki_notes(tmp_path / "second.apkg")
-    assert len(first) == 16
+    made = list(variants(bank, catalog, [q for q in bank.questions.values() if q.group == "F"], 2, 1))
+    stages = [(v, s) for v in made for s in v.stages if s.run is not None]
+    assert len(first) == len(stages) > len(made)
     assert [guid for guid, _, _ in first] == [guid for guid, _, _ in second]  # re-export updates, not duplicates
-    code, front, back = first[0][1].split("\x1f")
-    assert "@" in code and "<table>" in back and "\\(" in back
-    assert "group::F" in first[0][2]
+    notes = {guid: (fields.split("\x1f"), tags) for guid, fields, tags in first}
+    for variant, stage in stages:
+        code = str(variant.solution.code)
+        (named, front, back), tags = notes[genanki.guid_for(code, *((stage.index,) if stage.index else ()))]
+        assert named == code and f"stage::{stage.kind}" in tags and "group::F" in tags
+        assert all(html.escape(line) in back for _, line in stage.run.key_lines())
+        earlier = [line for s in variant.stages[:stage.index] if s.run for _, line in s.run.key_lines()]
+        assert all(html.escape(line) in front for line in earlier)
+        why = [line for key, line in stage.run.key_lines() if line != expected_text(stage.run.solution, key)]
+        assert not any(html.escape(line) in front for line in why if line not in earlier)  # no key before its stage
+    assert any("\\(" in fields for _, fields, _ in first)  # the steps' formulas in LaTeX
 
 
-def _text(sheet: Sheet, solutions) -> str:
+def _text(sheet: Sheet, made) -> str:
     out = io.StringIO()
-    write_sheets(solutions, [(sheet, out)])
+    write_sheets(made, [(sheet, out)])
     return out.getvalue()
 
 
@@ -118,18 +137,22 @@ def test_sheets_carry_the_conventions_card_and_the_judgements(bank, catalog):
 
     solution = make_variant(bank, catalog, VariantCode("weight-read-intensity", None))
     usable = convention("usable-hbm")
-    candidate, key = _text(candidate_sheet(), [solution]), _text(key_sheet(), [solution])
+    made = [script(solution, catalog)]
+    candidate, key = _text(candidate_sheet(), made), _text(key_sheet(), made)
     for text in (candidate, key):
         assert "## Conventions" in text and usable.text in text
-    assert "### Judgements" in key and "✓ a GPU with twice the HBM bandwidth" in key
-    assert "✓" not in candidate  # the candidate sees the options, not the verdicts
+    judged = judgements(solution, "levers")
+    assert {holds for *_, holds, _ in judged} == {True, False}
+    for mark, option, holds, why in judged:  # a reason for every listed option, the key's line giving those that hold
+        assert why in key and (holds or f"✗ {mark}. {option}: {why}" in key)
+        assert why not in candidate  # the candidate sees the options, not the verdicts
 
 
-def test_the_candidate_sheet_gives_every_parameter_the_app_shows(variant):
+def test_the_candidate_sheet_gives_every_parameter_the_app_shows(variant, catalog):
     """An independent check answered from a sheet that printed no parameters (a weight dtype the prompt
     does not name was nowhere): the sheet lists what the app's parameter table lists."""
     solution = variant("mla-vs-gqa-under-tp@11")
-    sheet = _text(candidate_sheet(), [solution])
+    sheet = _text(candidate_sheet(), [script(solution, catalog)])
     assert all(f"- {param.label}: {param.shown}" in sheet for param in solution.problem_data())
     assert any(param.name == "weight_dtype" for param in solution.problem_data())
 
@@ -192,7 +215,7 @@ def test_a_streamed_sheet_is_the_text_the_whole_sheet_was(tmp_path, capsys, bank
 
     ids = ("kv-bytes-per-token", "weight-read-intensity")
     made = list(variants(bank, catalog, [bank.get(qid) for qid in ids], 2, 3))
-    whole_json = json.dumps([to_dict(s) for s in made], indent=2) + "\n"
+    whole_json = json.dumps([to_dict(v.solution, v) for v in made], indent=2) + "\n"
     whole = {heading: "\n".join([heading, "", *_conventions_markdown()]
                                 + [line for n, s in enumerate(made, 1) for line in entry(n, s)])
              for heading, entry in (("# Candidate sheet", _candidate_entry), ("# Answer key", _key_entry))}
@@ -254,7 +277,7 @@ def test_an_anki_export_leaves_no_temporary_file(tmp_path, capsys, monkeypatch):
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     code, _, _ = run_cli(capsys, "export", "kv-bytes-per-token", "--format", "anki", "--out", str(tmp_path / "d"))
-    assert code == 0 and len(_anki_notes(tmp_path / "d.apkg")) == 3 and list(scratch.iterdir()) == []
+    assert code == 0 and len(_anki_notes(tmp_path / "d.apkg")) >= 3 and list(scratch.iterdir()) == []
 
 
 def test_a_sheet_streamed_to_standard_output_goes_there_while_the_bar_runs(capsys, monkeypatch):

@@ -29,6 +29,7 @@ from solvers.report import answer_value, typed_key
 from tests.pilot_helpers import (
     SIZE,
     followup_showing,
+    interviewer_ready,
     on_screen,
     open_default,
     open_what_if,
@@ -305,10 +306,26 @@ class TestMock:
 
 
 class TestInterviewer:
+    async def _opened(self, app, pilot):
+        """The interviewer view of kv-bytes-per-token@default, its push found by the worker."""
+        app.open_question("kv-bytes-per-token", default=True, mode=Mode.INTERVIEWER)
+        await wait_for(pilot, on_screen(app, "InterviewerScreen"))
+        await wait_for(pilot, lambda: interviewer_ready(app.screen))
+
+    def test_interviewer_opening_stage(self, snap_compare, app):
+        snapshot(snap_compare, app, self._opened)
+
+    def test_interviewer_push_stage(self, snap_compare, app):
+        async def steps(app, pilot):
+            await self._opened(app, pilot)
+            app.screen.query_one("#stage-3-words").scroll_visible(animate=False, top=True)
+            await pilot.pause()
+
+        snapshot(snap_compare, app, steps)
+
     def test_interviewer_two_steps_revealed(self, snap_compare, app):
         async def steps(app, pilot):
-            app.open_question("kv-bytes-per-token", default=True, mode=Mode.INTERVIEWER)
-            await wait_for(pilot, on_screen(app, "InterviewerScreen"))
+            await self._opened(app, pilot)
             await pilot.press("space", "space")
             await wait_for(pilot, lambda: len(app.screen.query(".revealed-step")) == 2)
 

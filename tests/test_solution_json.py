@@ -1,4 +1,5 @@
-"""`solve --json`: every quantity is {value, unit} in display units with si in base units."""
+"""`solve --json`: every quantity is {value, unit} in display units with si in base units; the interview
+stage by stage."""
 from __future__ import annotations
 
 import pytest
@@ -6,6 +7,8 @@ import pytest
 from solvers.engine import VariantCode, make_variant
 from solvers.parse import parse_quantity
 from solvers.report import JSON_SCHEMA, to_dict
+from solvers.report import expected_text as answer_text
+from solvers.script import script
 from solvers.units import parse_unit
 
 
@@ -37,3 +40,46 @@ def test_a_consumer_reading_value_and_unit_gets_the_quantity(bank, catalog, qid)
     assert seen > 5
     numeric = [a for a in data["answers"] if a["kind"] in ("number", "estimate")]
     assert numeric and all({"value", "unit", "si"} <= set(a) for a in numeric)
+
+
+STAGED, OLD = "kv-bytes-per-token", "weight-read-intensity"  # a file with stages:, and one without
+
+
+@pytest.mark.parametrize("qid", [STAGED, OLD])
+@pytest.mark.parametrize("seed", [None, 4, 29, 301])
+def test_the_stages_carry_the_whole_interview(bank, catalog, qid, seed):
+    """Every answer is asked in exactly one stage before the pushes; a push asks on the pushed variant,
+    which has a code of its own that makes it again, with the answers, parameters and regime that variant
+    has; every stage gives one key line per answer it asks, starting with the key."""
+    solution = make_variant(bank, catalog, VariantCode(qid, seed))
+    data = to_dict(solution, script(solution, catalog))
+    stages = data["stages"]
+    assert [s["kind"] for s in stages] == [s.kind for s in solution.question.stages]
+    asked = [key for s in stages if s["kind"] != "push" for key in s["ask"]]
+    assert sorted(asked) == sorted(a["key"] for a in data["answers"])
+    assert stages[0]["say"] in data["prompt"] and solution.question.staged == (qid == STAGED)
+    pushes = 0
+    for stage in stages:
+        if stage["skipped"]:
+            assert stage["kind"] == "push" and stage["answers"] == [] and stage["code"] is None
+            continue
+        assert [a["key"] for a in stage["answers"]] == stage["ask"] and len(stage["keys"]) == len(stage["ask"])
+        asked_on = make_variant(bank, catalog, VariantCode.parse(stage["code"]))
+        truth = to_dict(asked_on)
+        assert stage["answers"] == [next(a for a in truth["answers"] if a["key"] == key) for key in stage["ask"]]
+        assert all(line.startswith(answer_text(asked_on, key)) for key, line in zip(stage["ask"], stage["keys"]))
+        if stage["kind"] != "push":
+            assert stage["code"] == data["code"] and stage["set"] is None and stage["regime"] is None
+            continue
+        pushes += 1
+        assert stage["code"] != data["code"] and stage["ask"] and stage["set"]
+        assert stage["set"] == {name: value["value"] for name, value in truth["parameters"].items()
+                                if value["value"] != data["parameters"][name]["value"]}
+        assert stage["regime"] == truth["regime"]["name"]
+    assert pushes or stages[-1]["skipped"]
+
+
+def test_without_its_script_a_variant_is_the_data_it_was(variant):
+    """The engine's own checks read a variant without its pushes: no stages, everything else as before."""
+    solution = variant(f"{STAGED}@default")
+    assert "stages" not in to_dict(solution) and to_dict(solution)["answers"]

@@ -13,6 +13,7 @@ from solvers.report import answer_value, typed_key
 from tests.pilot_helpers import (
     SIZE,
     followup_showing,
+    interviewer_ready,
     notice_posted,
     notices,
     on_screen,
@@ -27,6 +28,7 @@ from tests.pilot_helpers import (
     wait_for,
 )
 from tui.app import InfradrillApp
+from tui.modes import Mode
 from tui.screens.browse import BrowseScreen
 from tui.screens.question import QuestionScreen
 from tui.screens.solution import SolutionScreen
@@ -197,28 +199,54 @@ def test_what_if_selects_every_parameter_and_steps_a_choice_through_its_options(
     assert points and len(selected) == 1 and "GPU" in selected[0] and "H200" in selected[0]
 
 
-async def _interviewer_reveals_step_by_step():
+async def _interviewer_runs_the_interview(code: str):
     async with running_app() as (app, pilot):
         await pilot.press("b")
         await pilot.press("i")
         await wait_for(pilot, on_screen(app, "InterviewerScreen"))
+        banner = app.screen.query_one("#code-banner").content.renderable
+        shown_code = str(app.screen.solution.code)
+        await pilot.press("escape")
+        app._make_variant(lambda drill: drill.variant_from_code(code), replace=False, mode=Mode.INTERVIEWER)
+        await wait_for(pilot, lambda: on_screen(app, "InterviewerScreen")() and str(app.screen.solution.code) == code)
         screen = app.screen
+        await wait_for(pilot, lambda: interviewer_ready(screen))
+        wide = 1000  # a cell's text on one line, to find each line whole
+        said = [(text_of(w.content, wide), text_of(k.content, wide))
+                for w, k in zip(screen.query(".stage-words"), screen.query(".stage-keys"))]
         steps = len(screen.solution.sheet.steps)
-        key = str(screen.query_one("#key-side").content.title)
-        code = str(screen.solution.code)
-        banner = screen.query_one("#code-banner").content.renderable
         await pilot.press("space", "space")
         two = len(screen.query(".revealed-step"))
         await pilot.press("left")
         one = len(screen.query(".revealed-step"))
         for _ in range(steps + 1):
             await pilot.press("space")
-        return key, code, banner, two, one, len(screen.query(".revealed-step")), steps
+        return (shown_code, banner), screen.solution, said, (two, one, len(screen.query(".revealed-step")), steps)
 
 
-def test_interviewer_view_shows_the_key_and_reveals_one_step_at_a_time():
-    key, code, banner, two, one, everything, steps = asyncio.run(_interviewer_reveals_step_by_step())
-    assert key == "Answer key" and code in banner
+@pytest.mark.parametrize("code", ["kv-bytes-per-token@default", "kv-bytes-per-token@12", "weight-read-intensity@3"])
+def test_interviewer_view_shows_every_stage_and_reveals_one_step_at_a_time(catalog, code):
+    """Each stage in order: its words, hints and what a push moved, and its keys with their why, the reasons of the
+    options that do not hold and the slips, on the variant the stage is asked on (a push's own)."""
+    from solvers.report import key_notes
+    from solvers.script import script
+
+    (shown_code, banner), solution, said, (two, one, everything, steps) = asyncio.run(
+        _interviewer_runs_the_interview(code))
+    assert shown_code in banner
+    made = script(solution, catalog)
+    assert len(said) == len(made.stages) == len(solution.question.stages)
+    for stage, (words, keys) in zip(made.stages, said):
+        assert f"Stage {stage.index + 1} of {len(made.stages)}: {stage.kind}" in words
+        if stage.run is None:
+            assert "none for this variant" in words
+            continue
+        assert " ".join(stage.run.say.split()) in " ".join(words.split())
+        assert all(hint in words for hint in stage.run.hints)
+        if stage.stage.push:
+            assert str(stage.run.solution.code) in words and "Moved:" in words
+        for key, line in stage.run.key_lines():
+            assert line in keys and all(note in keys for note in key_notes(stage.run.solution, key))
     assert (two, one) == (2, 1)
     assert everything == steps + 1  # every step, then the regime
 

@@ -23,6 +23,7 @@ from tests.pilot_helpers import (
     question_ready,
     reveal,
     running_app,
+    text_of,
     wait_for,
 )
 from tests.test_hostile_files import HOSTILE
@@ -144,7 +145,7 @@ def test_the_interviewer_view_shows_a_bracketed_gpu_name_as_text(config_dir):
                                   mode=Mode.INTERVIEWER)
                 await wait_for(pilot, on_screen(app, "InterviewerScreen"))
                 await pilot.pause()
-                assert name in str(app.screen.query_one("#candidate-side").render()) and app.is_running
+                assert name in text_of(app.screen.query_one("#stage-0-words").content, 1000) and app.is_running
                 await pilot.press("escape")
                 await wait_for(pilot, lambda: not on_screen(app, "InterviewerScreen")())
             # A user GPU keyed `[/x]` puts markup in the variant code itself, shown in every title.

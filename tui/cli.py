@@ -231,12 +231,13 @@ def _code(args: argparse.Namespace, require_seed: bool):
 
 
 def _variant(args: argparse.Namespace, require_seed: bool):
+    """The variant the arguments name, and the catalogue it was drawn from (a push draws on it too)."""
     from solvers.engine import VariantError, make_variant
 
     code = _code(args, require_seed)
     bank, catalog = _load(code.question_id)
     try:
-        return make_variant(bank, catalog, code)
+        return make_variant(bank, catalog, code), catalog
     except VariantError as error:
         _fail(str(error))
 
@@ -260,11 +261,13 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_solve(args: argparse.Namespace) -> int:
     from solvers.report import to_dict, to_markdown, to_text
 
-    solution = _variant(args, require_seed=False)
-    if args.json:
-        print(json.dumps(to_dict(solution), indent=2))
-    elif args.markdown:
-        print(to_markdown(solution), end="")
+    solution, catalog = _variant(args, require_seed=False)
+    if args.json or args.markdown:  # for scripts and interviewers: the whole interview, its pushes solved
+        from solvers.script import script
+
+        staged = script(solution, catalog)
+        print(json.dumps(to_dict(solution, staged), indent=2) if args.json else to_markdown(solution, staged),
+              end="\n" if args.json else "")
     else:
         print(to_text(solution), end="")
     return 0
@@ -273,7 +276,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from solvers.report import grade_rows
 
-    solution = _variant(args, require_seed=True)
+    solution, _ = _variant(args, require_seed=True)
     keys = [a.key for a in solution.question.answers]
     answers = {}
     for item in args.answers:
@@ -447,17 +450,17 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         with nullcontext(None) if quiet else _progress("Solving variants") as progress:
             questions = select(bank, Selection(tuple(args.ids), args.group, args.topic, args.difficulty))
-            solutions = variants(bank, catalog, questions, args.count, seed, progress)  # made as they are written
+            made = variants(bank, catalog, questions, args.count, seed, progress)  # each with its script, as written
             if to_stdout:
-                write_sheets(solutions, [(json_sheet() if args.format == "json" else key_sheet(), sys.stdout)])
+                write_sheets(made, [(json_sheet() if args.format == "json" else key_sheet(), sys.stdout)])
                 return 0
             targets, sheets = _export_files(args.format, out, args.force)
             with _whole_files(targets) as partials:
                 if not sheets:
-                    write_anki(solutions, partials[0])
+                    write_anki(made, partials[0])
                 else:
                     with ExitStack() as files:
-                        write_sheets(solutions, [(sheet, files.enter_context(partial.open("w", encoding="utf-8")))
+                        write_sheets(made, [(sheet, files.enter_context(partial.open("w", encoding="utf-8")))
                                                  for partial, sheet in zip(partials, sheets)])
     except SelectionError as error:  # what the selection names, or a seed no draw of a question is valid from
         _fail(str(error))

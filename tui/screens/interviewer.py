@@ -1,34 +1,39 @@
-"""Interviewer view: the variant and its answer key side by side, the code large enough to read
-out, and the solution revealed one step at a time during a live interview."""
+"""Interviewer view: the variant's whole interview, stage by stage, for whoever asks it: the code large
+enough to read out, each stage's words, its hints, and its keys with their why, the reasons of the options
+that do not hold and the slips to listen for; a push with what it moved and its own code. The solution is
+revealed one step at a time below during a live interview."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.widgets import Header, Static
 
-from solvers.report import expected_text
+from solvers.report import key_notes, moved
 from tui import messages
 from tui.modes import Mode
-from tui.render import plain, regime_panel, step_renderable
+from tui.render import regime_panel, step_renderable
 from tui.screens.base import AppScreen
 from tui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
+    from solvers.bank import Stage
     from solvers.engine import Solution
+    from solvers.interview import StageRun
 
 
 class InterviewerScreen(AppScreen):
     DEFAULT_CSS = """
     #code-banner { height: auto; padding: 0 1; }
-    #sides { height: auto; }
-    #candidate-side, #key-side { width: 1fr; height: auto; padding: 0 1; }
     #revealed { padding: 0 1; }
+    .stage-words, .stage-keys { margin-top: 1; }
     .revealed-step { margin-top: 1; }
     """
     BINDINGS = [
@@ -45,23 +50,67 @@ class InterviewerScreen(AppScreen):
         self.shown = 0  # steps revealed so far (the regime comes after the last one)
 
     def compose(self) -> ComposeResult:
+        from solvers.interview import stage_run
+
         solution = self.solution
+        stages = solution.question.stages
         yield Header()
         yield Static(Panel(Text(str(solution.code), style="bold"), title="variant code — read it out",
                            title_align="left", border_style="bold cyan"), id="code-banner")
         with VerticalScroll(id="revealed"):
-            with Horizontal(id="sides"):
-                # The prompt names user GPUs and models (`H100 [SXM5]`): text, never markup.
-                yield Static(solution.prompt, id="candidate-side", markup=False)
-                yield Static(self._key(), id="key-side")
+            for index, stage in enumerate(stages):
+                # A push searches and solves: it is worded once the worker has found it (on_mount).
+                run = None if stage.push else stage_run(solution, self.infradrill.loaded_drill.catalog, index)
+                words, keys = self._stage(index, stage, run)
+                yield Static(words, id=f"stage-{index}-words", classes="stage-words")
+                yield Static(keys, id=f"stage-{index}-keys", classes="stage-keys")
         yield KeysFooter()
 
-    def _key(self) -> Table:
-        table = Table(title="Answer key", show_header=False, expand=True)
-        table.add_column(ratio=1)
-        table.add_column(ratio=1, overflow="fold")
-        for spec in self.solution.question.answers:
-            table.add_row(*plain(spec.shown_label, expected_text(self.solution, spec.key)))
+    def on_mount(self) -> None:
+        self._find_pushes()
+
+    @work(thread=True, exclusive=True)
+    def _find_pushes(self) -> None:
+        from solvers.interview import stage_run
+
+        for index, stage in enumerate(self.solution.question.stages):
+            if stage.push:
+                run = stage_run(self.solution, self.infradrill.loaded_drill.catalog, index)
+                self.app.call_from_thread(self._show_push, index, stage, run)
+
+    def _show_push(self, index: int, stage: Stage, run: StageRun | None) -> None:
+        words, keys = self._stage(index, stage, run, searched=True)
+        self.query_one(f"#stage-{index}-words", Static).update(words)
+        self.query_one(f"#stage-{index}-keys", Static).update(keys)
+
+    def _stage(self, index: int, stage: Stage, run: StageRun | None,
+               searched: bool = False) -> tuple[RenderableType, RenderableType]:
+        """A stage's words (its heading, what a push moved, the words and its hints) and its keys."""
+        heading = Text(f"Stage {index + 1} of {len(self.solution.question.stages)}: {stage.kind}", style="bold")
+        if run is None:
+            said = "none for this variant: nothing found to push" if searched else "finding the push…"
+            return Group(Text.assemble(heading, f" — {said}")), Text("")
+        lines: list[RenderableType] = [heading]
+        if stage.push:
+            heading.append(f" to {run.solution.code}", style="bold cyan")
+            changes = "; ".join(f"{label} {was} → {now}" for label, was, now in moved(run, self.solution))
+            lines.append(Text(f"Moved: {changes}." + (f" Regime now: {run.regime}." if run.regime else "")))
+        if stage.nudge:
+            lines.append(Text(f"A nudge, not a crossing: {stage.nudge}", style="italic"))
+        lines.append(Text(run.prompt))  # the words name user GPUs and models (`H100 [SXM5]`): text, never markup
+        lines += [Text(f"Hint {n}: {hint}", style="dim") for n, hint in enumerate(run.hints, 1)]
+        return Group(*lines), self._keys(run)
+
+    def _keys(self, run: StageRun) -> Table:
+        table = Table(show_header=False, expand=True, box=None, padding=(0, 1, 0, 0))
+        table.add_column(ratio=1, style="bold")
+        table.add_column(ratio=2, overflow="fold")
+        for key, line in run.key_lines():
+            notes = key_notes(run.solution, key)
+            why = Text(line, style="green")
+            if notes:
+                why.append("\n" + "\n".join(notes), style="dim")
+            table.add_row(Text(run.solution.question.answer(key).shown_label), why)
         return table
 
     def action_reveal(self) -> None:

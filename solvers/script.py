@@ -1,0 +1,42 @@
+"""A variant's whole interview as the interviewer holds it: every stage run, a push searched and solved.
+`solve --json/--markdown`, every export and the interviewer view read it (solvers.report words it)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from solvers.bank import PLACEHOLDER, Stage
+from solvers.data import Catalog
+from solvers.engine import Solution
+from solvers.interview import StageRun, stage_run
+
+
+@dataclass(frozen=True)
+class ScriptStage:
+    """One stage of the script. `run` is None for a push that found nothing to push in this variant: it
+    stays in the script, marked skipped, so the stages keep the file's numbering."""
+
+    index: int
+    stage: Stage
+    run: StageRun | None
+
+    @property
+    def kind(self) -> str:
+        return self.stage.kind
+
+    def quotes_key(self) -> bool:
+        """Whether the stage's words quote the key of an earlier stage (on paper they would give it away)."""
+        keys = {spec.key for spec in self.run.solution.question.answers} if self.run else set()
+        return any(match.group(1) in keys for match in PLACEHOLDER.finditer(self.stage.say))
+
+
+@dataclass(frozen=True)
+class Script:
+    solution: Solution  # the variant asked; a push's own variant is its stage's run.solution
+    stages: tuple[ScriptStage, ...]
+
+
+def script(solution: Solution, catalog: Catalog) -> Script:
+    """Every stage of this variant's interview, in order. Each push searches and solves: slow work."""
+    return Script(solution, tuple(ScriptStage(index, stage, stage_run(solution, catalog, index))
+                                  for index, stage in enumerate(solution.question.stages)))
+
