@@ -34,9 +34,10 @@ MAX_FACTS = 1  # declared facts a select may hold
 MIN_SHOWINGS = 5  # an option shown fewer times than this is too rarely seen to judge
 _TIE = re.compile(r"\btie", re.IGNORECASE)
 
-# What each finding is, in the report's counts: constant options, few-valued numbers, mostly-zero answers,
-# knife edges, and questions short of variants.
-KINDS = ("constant option", "declared facts", "few values", "mostly trivial", "knife edge", "few variants")
+# Each kind of finding, with how the report counts it.
+KINDS = {"constant option": "constant options", "declared facts": "selects declaring more than one fact",
+         "few values": "few-valued numbers", "mostly trivial": "answers mostly zero or a parameter",
+         "knife edge": "regimes on a knife edge", "few variants": "questions short of 200 variants"}
 
 
 @dataclass(frozen=True)
@@ -125,11 +126,12 @@ def number_findings(question: Question, draws: list[Solution]) -> list[Finding]:
             said = ", ".join(f"{v:g}" for v in sorted(distinct))
             found.append(Finding("few values", spec.key, f"{len(distinct)} distinct values in {len(values)} draws "
                                  f"({said}): a lookup, not a question (or declare lookup: with why)"))
-        trivial = sum(value == 0 or any(math.isclose(value, given, rel_tol=1e-9) for given in _numbers(solution))
-                      for value, solution in zip(values, draws))
-        if trivial > MAX_TRIVIAL * len(values):
-            found.append(Finding("mostly trivial", spec.key, f"zero or a parameter's value in {trivial} of "
-                                 f"{len(values)} draws (at most {MAX_TRIVIAL:.0%})"))
+        zeros = sum(value == 0 for value in values)
+        given = sum(value != 0 and any(math.isclose(value, number, rel_tol=1e-9) for number in _numbers(solution))
+                    for value, solution in zip(values, draws))
+        if zeros + given > MAX_TRIVIAL * len(values):
+            found.append(Finding("mostly trivial", spec.key, f"zero in {zeros} and a parameter's value in {given} "
+                                 f"of {len(values)} draws (together at most {MAX_TRIVIAL:.0%})"))
     return found
 
 

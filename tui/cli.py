@@ -550,8 +550,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"  {line}", file=sys.stderr)
     if args.variety:
         found, counts = variety_report(bank, catalog)
-        print(f"Variety over {DRAWS} draws ({', '.join(f'{counts[kind]} {kind}' for kind in KINDS)}; --strict "
-              "fails a staged file's):", file=sys.stderr)
+        tally = ", ".join(f"{counts[kind]} {said}" for kind, said in KINDS.items())
+        print(f"Variety over {DRAWS} draws ({tally}; --strict fails a staged file's):", file=sys.stderr)
         for line in found:
             print(f"  {line}", file=sys.stderr)
     if shaped := old_shape(bank):
