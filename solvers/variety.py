@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
-from solvers.answers import Number, Select
+from solvers.answers import Estimate, Number, Select
 from solvers.bank import Question
 from solvers.data import Catalog
 from solvers.derivation import Step
@@ -168,7 +168,9 @@ def _regime_tolerance(solution: Solution) -> float:
     graded, else the graded steps they read; 0 where none is graded."""
     regime = solution.sheet.regime
     assert regime is not None
-    numbers = {spec.key: spec.tolerance for spec in solution.question.answers if isinstance(spec, Number)}
+    # An estimate's tolerance is in decades: as a ratio to the key, 10 ** tolerance - 1 above it.
+    numbers = {spec.key: 10 ** spec.tolerance - 1 if isinstance(spec, Estimate) else spec.tolerance
+               for spec in solution.question.answers if isinstance(spec, Number)}
     direct = [numbers[step.key] for step in (regime.position, regime.boundary) if step.key in numbers]
     if direct:
         return max(direct)
