@@ -188,6 +188,7 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
     prompts: list[tuple[int, str]] = []  # (lines, variant): drawn names and figures lengthen some prompts
     default: Solution | None = None
     drawn: list[Solution] = []  # the seeds' variants, for the staged bar and its sweep
+    stopped = False
     for seed in [None, *range(seeds)]:
         label = "default variant" if seed is None else f"seed {seed}"
         solution = _solved(bank, catalog, VariantCode(question.id, seed), f"{where}: {label}", problems)
@@ -214,8 +215,8 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
             problems.append(f"{where}: {label}: no regime analysis")
         elif seed is not None and solution.sheet.regime is not None:
             regimes[solution.sheet.regime.name] += 1
-        if seed is None and problems:
-            break  # the default variant is broken: the seeds would only repeat it
+        if stopped := seed is None and bool(problems):
+            break  # the default variant is broken: the seeds (and the staged bar's draws) would only repeat it
     problems += golden_problems(question, bank, catalog, default) + typed_figures(question)
     if strict and not any(entry.variant == "default" for entry in question.golden):
         bar.append(f"{where}: golden: the default variant is not pinned (add an entry with variant: default, "
@@ -228,16 +229,17 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
         if strict and seeds and max(seen.values(), default=0) > MAX_SAME_KEY * sum(seen.values()):
             bar.append(f"{where}: answers.{key}: one key in {max(seen.values())} of {sum(seen.values())} variants: "
                        "a graded answer that barely depends on the variant")
-    if strict and question.staged:
+    if strict and question.staged and not stopped:
         sweep = _sweep(question, bank, catalog, drawn, bar)
         bar += stagebar.static_problems(question)
         bar += stagebar.draw_problems(question, [default, *drawn] if default else drawn, catalog)
-        options = {}  # the options' bar over the sweep's draws
+        sweep_options: dict[tuple[str, str], OptionTally] = {}  # the options' bar, over the sweep's draws
         for solution in sweep:
-            tally_options(options, solution)
+            tally_options(sweep_options, solution)
+        bar += option_problems(question, sweep_options)
         found = variety.findings(question, sweep, variety.distinct_variants(question, catalog))
         bar += [f.line(question) for f in found if f.kind != "constant option"]  # option_problems names them
-    if strict and seeds:
+    elif strict and seeds:
         bar += option_problems(question, options)
     if over := [(lines, label) for lines, label in prompts if lines > PROMPT_LINES]:
         lines, label = max(over, key=lambda entry: entry[0])  # the first of the longest: default, then seed order

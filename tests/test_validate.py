@@ -359,6 +359,7 @@ def test_variety_names_each_few_valued_number_unless_declared_a_lookup_and_too_f
     few = {p.split("answers.")[1].split(":")[0] for p in problems if "distinct values in 200 draws" in p}
     assert "kv_per_request" in few and "kv_per_token" not in few
     assert any(p.endswith("variants: only 6 distinct in 4000 draws (at least 200)") for p in problems)
+    assert any("answers.levers: 'a KV cache half the bytes per token' holds in all 200 draws" in p for p in problems)
     undeclared = text.replace(', lookup: "the one model\'s config fixes it"', "")
     assert undeclared != text
     problems = _staged_problems(tmp_path, "undeclared", undeclared, catalog, seeds=0)
@@ -443,3 +444,16 @@ def test_validate_notes_the_old_shape_and_reports_variety_on_request(tmp_path, c
     assert sum(counted.values()) == len(listed) and counted["questions short of 200 variants"] == 1
     assert any("staged-stuck.yaml: answers.kv_per_request: 3 distinct values" in line for line in listed)
     assert not [line for line in out.splitlines() if "distinct values" in line]  # lenient: a report only
+
+
+@pytest.mark.parametrize("facts", [1, 2])
+def test_a_select_declares_at_most_one_fact(bank, catalog, facts):
+    from solvers.engine import VariantCode, make_variant
+    from solvers.variety import option_findings
+
+    draws = [make_variant(bank, catalog, VariantCode("kv-bytes-per-token", seed)) for seed in range(10)]
+    for solution in draws:
+        solution.sheet.facts["levers"] = set(list(solution.sheet.judged("levers"))[:facts])
+    found = [f for f in option_findings(draws) if f.kind == "declared facts"]
+    wanted = [("levers", "2 declared facts (at most 1 a select)")] if facts > 1 else []
+    assert [(f.key, f.text) for f in found] == wanted
