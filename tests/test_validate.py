@@ -339,7 +339,8 @@ def test_a_staged_file_breaking_the_stage_bar_is_refused_naming_each_stage(catal
         f"stages[3].set: refused in {tp_one} of {len(checked)} draws (at most 10%) by weights-fit ({tp_one})"]
 
 
-def test_a_push_that_cannot_cross_fails_unless_it_is_a_nudge(tmp_path, catalog):
+def test_a_push_that_cannot_cross_fails_unless_it_is_a_nudge(tmp_path, catalog, monkeypatch):
+    monkeypatch.setattr("solvers.variety.DRAWS", 20)  # the stages' bar runs over the seeds; the sweep is not asked
     text = (STAGED / "staged-stuck.yaml").read_text()
     stuck = [p for p in _staged_problems(tmp_path, "stuck", text, catalog) if "stages[3]" in p]
     assert len(stuck) == 1 and "stages[3]: the push crosses the regime boundary in 0 of 6 draws" in stuck[0]
