@@ -142,6 +142,9 @@ class Question:
     golden: tuple[Golden, ...] = ()  # variants pinned with their expected answers, checked by validate
     solver: str = ""  # another question's solver module ("memory.kv_bytes_per_token"), where not its own
     literals: tuple[str, ...] = ()  # names with a digit that answers' texts may type (validate.typed_figures)
+    # Numbers that take a few values on purpose (`lookup:` on the answer), with why: validate's variety
+    # sweep fails a graded number with three or fewer values over its draws otherwise.
+    lookups: tuple[tuple[str, str], ...] = ()
     path: str = ""
     stages: tuple[Stage, ...] = ()  # the interview in order (an old-shape file: every answer, then a push)
     staged: bool = False  # whether the file declares its stages (old-shape files are given two)
@@ -232,7 +235,7 @@ _TOP_FIELDS = {"id", "title", "group", "topic", "difficulty", "solver", "catalog
                "answers", "hints", "references", "regime_sides", "chart", "followups", "stages",
                "requires", "constraints", "golden", "literals"}
 _PARAM_FIELDS = {*DISTRIBUTIONS, "default", "label", "unit", "weights", "from", "round", "args", "shown"}
-_ANSWER_FIELDS = {"key", "label", "unit", *KIND_FIELDS}
+_ANSWER_FIELDS = {"key", "label", "unit", "lookup", *KIND_FIELDS}
 
 
 def _unit(reader: _Reader, mapping: LineDict, where: str) -> str:
@@ -334,6 +337,20 @@ def _parse_answer(reader: _Reader, index: int, spec: Any, line: int) -> Answer:
         return make_answer(key, label, unit, {name: spec[name] for name in spec if name in KIND_FIELDS})
     except SpecError as error:
         raise reader.fail(f"{where}.{error.field}", spec.line_of(error.field), str(error)) from None
+
+
+def _parse_lookups(reader: _Reader, raw: list, answers: tuple[Answer, ...]) -> tuple[tuple[str, str], ...]:
+    """(key, reason) for each number whose file says it is a lookup (`lookup: "why it takes few values"`)."""
+    lookups = []
+    for index, (item, answer) in enumerate(zip(raw, answers)):
+        if "lookup" not in item:
+            continue
+        reason = item["lookup"]
+        if not answer.numeric or not isinstance(reason, str) or not reason.strip():
+            raise reader.fail(f"answers[{index}].lookup", item.line_of("lookup"),
+                              "a number's reason for taking few values (lookup: \"why\")")
+        lookups.append((answer.key, reason))
+    return tuple(lookups)
 
 
 def _texts(reader: _Reader, document: LineDict, name: str) -> list[str]:
@@ -649,6 +666,7 @@ def parse_question(path: Path, text: str) -> Question:
         constraints=_parse_constraints(reader, document, names),
         golden=_parse_golden(reader, document, names, answers),
         literals=tuple(_texts(reader, document, "literals")),
+        lookups=_parse_lookups(reader, raw_answers, answers),
         path=str(path),
         stages=stages,
         staged=staged,

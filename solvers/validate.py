@@ -8,21 +8,23 @@ changes between variants, each regime side reached by at least 10% of draws, uni
 every golden: entry's variant solving to the answers the file pins.
 Under `strict` (the interview-grade bar, QUESTION-BAR.md) also: no graded answer the same in
 every draw, no select option the same in every draw unless declared a fact (and facts at most
-half of what a draw shows), a follow-up round for the default variant, a short prompt in
-every variant checked (drawn names and figures lengthen it), and the default variant pinned.
+half of what a draw shows), and the default variant pinned; for a file in the old shape (no
+`stages:`) a follow-up round for the default variant and a prompt of at most 8 lines in every
+variant checked (drawn names and figures lengthen it); for a staged file the stages' bar
+(stagebar: short stages, pushes that cross and that realism accepts) and the variety sweep over
+200 draws (variety), which for old-shape files is a report only (`validate --variety`).
 Each problem is one line naming the file (and the field or seed where it applies).
 """
 from __future__ import annotations
 
 import math
 import re
-import textwrap
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from solvers import stagebar, variety
 from solvers.answers import CLOSE, CORRECT, UNPARSED, WRONG, Answer, Checklist, Select
 from solvers.bank import (
     PLACEHOLDER,
@@ -42,16 +44,16 @@ from solvers.paths import question_files as bank_files
 from solvers.printed import printed_problems
 from solvers.realism import broken
 from solvers.sampling import ParameterError, draw_values, resolve
+from solvers.variety import OptionTally, tally_options
 
 MIN_SIDE_SHARE = 0.1
 MAX_SAME_KEY = 0.9  # strict: no graded answer may have one key in more than 90% of variants
-PROMPT_LINES, PROMPT_WIDTH = 8, 78  # QUESTION-BAR: a short prompt, the method in the hints
+PROMPT_LINES, PROMPT_WIDTH = 8, stagebar.WIDTH  # an old-shape file's prompt: short, the method in the hints
 
 
 def prompt_lines(solution: Solution) -> int:
     """Lines the prompt takes at 78 columns before the parameters (listed options excluded)."""
-    text = render_prompt(solution.question, solution.params)
-    return sum(len(textwrap.wrap(par, PROMPT_WIDTH)) or 1 for par in text.splitlines())
+    return stagebar.text_lines(render_prompt(solution.question, solution.params))
 
 
 RULE_DRAWS = 500
@@ -185,6 +187,8 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
     options: dict[tuple[str, str], OptionTally] = {}
     prompts: list[tuple[int, str]] = []  # (lines, variant): drawn names and figures lengthen some prompts
     default: Solution | None = None
+    drawn: list[Solution] = []  # the seeds' variants, for the staged bar and its sweep
+    stopped = False
     for seed in [None, *range(seeds)]:
         label = "default variant" if seed is None else f"seed {seed}"
         solution = _solved(bank, catalog, VariantCode(question.id, seed), f"{where}: {label}", problems)
@@ -192,6 +196,8 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
             continue
         if seed is None:
             default = solution
+        else:
+            drawn.append(solution)
         problems += [f"{where}: answers.{key}: {label}: {problem}" for key, problem in self_test(solution)]
         problems += [f"{where}: answers.{key}: {label}: {problem}" for key, problem in printed_problems(solution)]
         for key, seen in keys.items():
@@ -200,17 +206,17 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
         problems += [f"{where}: answers.{key}: {label}: lists no option that holds, or none that fails"
                      for key, listed in solution.shown.items() if isinstance(question.answer(key), Select)
                      and len({solution.sheet.judged(key)[o] for o in listed}) < 2]
-        if strict:
+        if strict and not question.staged:  # a staged file's stages have a bar of their own (stagebar)
             prompts.append((prompt_lines(solution), label))
-        if strict and seed is None and follow_up(solution, catalog) is None:
+        if strict and seed is None and not question.staged and follow_up(solution, catalog) is None:
             bar.append(f"{where}: followups: the default variant has no follow-up round (declare one, "
                        "or give the question a regime the engine can push across)")
         if question.regime_sides and solution.sheet.regime is None:
             problems.append(f"{where}: {label}: no regime analysis")
         elif seed is not None and solution.sheet.regime is not None:
             regimes[solution.sheet.regime.name] += 1
-        if seed is None and problems:
-            break  # the default variant is broken: the seeds would only repeat it
+        if stopped := seed is None and bool(problems):
+            break  # the default variant is broken: the seeds (and the staged bar's draws) would only repeat it
     problems += golden_problems(question, bank, catalog, default) + typed_figures(question)
     if strict and not any(entry.variant == "default" for entry in question.golden):
         bar.append(f"{where}: golden: the default variant is not pinned (add an entry with variant: default, "
@@ -223,7 +229,17 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
         if strict and seeds and max(seen.values(), default=0) > MAX_SAME_KEY * sum(seen.values()):
             bar.append(f"{where}: answers.{key}: one key in {max(seen.values())} of {sum(seen.values())} variants: "
                        "a graded answer that barely depends on the variant")
-    if strict and seeds:
+    if strict and question.staged and not stopped:
+        sweep = _sweep(question, bank, catalog, drawn, bar)
+        bar += stagebar.static_problems(question)
+        bar += stagebar.draw_problems(question, [default, *drawn] if default else drawn, catalog)
+        sweep_options: dict[tuple[str, str], OptionTally] = {}  # the options' bar, over the sweep's draws
+        for solution in sweep:
+            tally_options(sweep_options, solution)
+        bar += option_problems(question, sweep_options)
+        found = variety.findings(question, sweep, variety.distinct_variants(question, catalog))
+        bar += [f.line(question) for f in found if f.kind != "constant option"]  # option_problems names them
+    elif strict and seeds:
         bar += option_problems(question, options)
     if over := [(lines, label) for lines, label in prompts if lines > PROMPT_LINES]:
         lines, label = max(over, key=lambda entry: entry[0])  # the first of the longest: default, then seed order
@@ -234,6 +250,42 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
             problems.append(f"{where}: regime_sides: '{side}' reached by {regimes[side]} of {seeds} draws "
                             f"(needs {MIN_SIDE_SHARE:.0%})")
     return problems + bar
+
+
+def _sweep(question: Question, bank: Bank, catalog: Catalog, drawn: list[Solution],
+           problems: list[str]) -> list[Solution]:
+    """The variety sweep's variants: seeds 0 to variety.DRAWS - 1, those already solved (`drawn`) reused; a
+    seed with no variant is a line in `problems`."""
+    solved = {solution.code.seed: solution for solution in drawn if solution.code.seed is not None}
+    for seed in range(variety.DRAWS):
+        if seed not in solved:
+            found = _solved(bank, catalog, VariantCode(question.id, seed), f"{question.path}: seed {seed}", problems)
+            if found is not None:
+                solved[seed] = found
+    return [solved[seed] for seed in sorted(solved) if seed < variety.DRAWS]
+
+
+def variety_report(bank: Bank, catalog: Catalog, draws: int = variety.DRAWS) -> tuple[list[str], Counter[str]]:
+    """The variety sweep of every question read: one line a finding (the question's file and answer, its kind
+    in brackets) and the findings counted by kind. A report for old-shape files, which later issues
+    restructure; `--strict` fails a staged file's."""
+    lines, counts = [], Counter[str]()
+    for question in bank.questions.values():
+        try:
+            sweep = [s for seed in range(draws)
+                     if (s := _solved(bank, catalog, VariantCode(question.id, seed), "", [])) is not None]
+            found = variety.findings(question, sweep, variety.distinct_variants(question, catalog))
+        except Exception as error:  # noqa: BLE001 - one file's crash is its line, not the end of the report
+            lines.append(crashed(question.path, error))
+            continue
+        lines += [f"{f.line(question)} [{f.kind}]" for f in found]
+        counts.update(f.kind for f in found)
+    return lines, counts
+
+
+def old_shape(bank: Bank) -> list[str]:
+    """The files read that declare no stages: each runs as one stage of every answer, then the engine's push."""
+    return [question.path for question in bank.questions.values() if not question.staged]
 
 
 def golden_problems(question: Question, bank: Bank, catalog: Catalog, default: Solution | None = None) -> list[str]:
@@ -254,46 +306,7 @@ def golden_problems(question: Question, bank: Bank, catalog: Catalog, default: S
     return problems
 
 
-MIN_SHOWINGS = 5  # an option shown fewer times than this is too rarely seen to judge
 MAX_UNDECIDED = 0.5  # strict: an option the variant cannot decide (judged None) in more draws than this
-
-
-@dataclass
-class OptionTally:
-    """One select option over the draws of a question: how often it was judged, shown, held,
-    declared a fact, and left undecided (judged None: not listable in that draw)."""
-    judged: int = 0
-    held: int = 0
-    shown: int = 0
-    declared: int = 0
-    undecided: int = 0
-
-    @property
-    def constant(self) -> bool:
-        """The same truth in every draw, for an option shown often enough to tell. The solver judges
-        every option in every draw and the listing only samples which are shown, so the truth is
-        counted over all the draws, a larger sample than the shown ones at no cost: an option true
-        in 90% of draws is not failed by the luck of which draws happened to list it."""
-        return self.shown >= MIN_SHOWINGS and self.held in (0, self.judged)
-
-
-def tally_options(tally: dict[tuple[str, str], OptionTally], solution: Solution) -> None:
-    """Add one solved variant's select judgements to `tally`, by (answer key, option)."""
-    for spec in solution.question.answers:
-        judged = solution.sheet.results.get(spec.key)
-        if not isinstance(spec, Select) or not isinstance(judged, dict):
-            continue
-        shown = set(solution.shown.get(spec.key, ()))
-        facts = solution.sheet.facts.get(spec.key, set())
-        for option, holds in judged.items():
-            counts = tally.setdefault((spec.key, option), OptionTally())
-            if holds is None:
-                counts.undecided += 1
-                continue
-            counts.judged += 1
-            counts.held += bool(holds)
-            counts.declared += option in facts
-            counts.shown += option in shown
 
 
 def option_problems(question: Question, tally: dict[tuple[str, str], OptionTally]) -> list[str]:

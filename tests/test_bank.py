@@ -50,8 +50,9 @@ def test_fifty_seeds(bank, catalog, qid):
     """The self-test `infradrill validate --strict` runs, here the one run of `make test`: every
     answer kind's correct / wrong (twice the key for a number) / invalid input, the key re-solved
     from the figures as printed, select answers that change, each regime side reached by 10% of
-    draws, and the interview-grade bar (no key the same in 90% of draws, a follow-up round, a
-    prompt of at most 8 lines at 78 columns in every draw)."""
+    draws, and the interview-grade bar (no key the same in 90% of draws; for an old-shape file a
+    follow-up round and a prompt of at most 8 lines at 78 columns in every draw; for a staged file,
+    kv-bytes-per-token the first, its stages' bar over these draws and the variety sweep over 200)."""
     assert check_question(bank.get(qid), bank, catalog, SEEDS, strict=True) == []
 
 

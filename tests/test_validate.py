@@ -296,3 +296,165 @@ def test_a_field_must_name_a_parameter_and_a_choice_takes_none(tmp_path):
     write(tmp_path, "chosen", SOURCE.replace(regimes, 'choice: [memory-bound, "{tp}-bound"]}'))
     with pytest.raises(QuestionError, match="a choice is a name"):
         read_question(tmp_path / "chosen.yaml")
+
+
+STAGED = Path("tests/fixtures/staged")
+
+
+def _staged_problems(tmp_path: Path, name: str, text: str, catalog, seeds: int = 5, strict: bool = True) -> list[str]:
+    """validate on a staged fixture written as `text` under its own name (the id follows the file)."""
+    (tmp_path / f"{name}.yaml").write_text(text.replace("id: staged-stuck", f"id: {name}", 1))
+    return validate([tmp_path / f"{name}.yaml"], catalog, seeds=seeds, strict=strict)
+
+
+def test_a_staged_file_breaking_the_stage_bar_is_refused_naming_each_stage(catalog):
+    """staged-bar opens in more than 4 lines, goes on in more than 3, asks 5 answers in one stage, names a
+    card, and pushes to TP 1, which realism refuses for a model too large for one GPU: strict names each
+    stage and the refusing constraint; the lenient check names none."""
+    from solvers.bank import read_question
+    from solvers.engine import VariantCode, make_variant
+    from solvers.interview import stage_run
+    from solvers.realism import broken
+    from solvers.stagebar import text_lines
+    from solvers.validate import read_questions
+
+    strict = validate([STAGED / "staged-bar.yaml"], catalog, seeds=5, strict=True)
+    bar = [line.split(": ", 1)[1] for line in strict if ": stages" in line]
+    assert not [line for line in validate([STAGED / "staged-bar.yaml"], catalog, seeds=5) if ": stages" in line]
+    assert any(line.startswith("stages[2]: asks 5 answers (at most 4)") for line in bar), bar
+    assert any(line.startswith("stages[2].say: names the conventions card(s) usable-hbm") for line in bar), bar
+    bank = read_questions([STAGED / "staged-bar.yaml"])[0]
+    for index, limit in ((0, 4), (1, 3)):
+        said = next(line for line in bar if line.startswith(f"stages[{index}].say: "))
+        lines, code = int(said.split(": ")[1].split()[0]), said.split("(")[1].split(")")[0]
+        assert said.endswith(f"over {limit}") and lines > limit
+        solution = make_variant(bank, catalog, VariantCode.parse(code))
+        assert text_lines(stage_run(solution, catalog, index).say) == lines  # the draw named has those lines
+    question = read_question(STAGED / "staged-bar.yaml")
+    checked = [make_variant(bank, catalog, VariantCode(question.id, seed)) for seed in (None, *range(5))]
+    tp_one = sum(broken(question.constraints, {p.name: p.value for p in s.params} | {"tp": 1}) is not None
+                 and s.param("tp").raw != 1 for s in checked)
+    refused = [line for line in bar if line.startswith("stages[3].set: refused")]
+    assert tp_one > 0.1 * len(checked) and refused == [
+        f"stages[3].set: refused in {tp_one} of {len(checked)} draws (at most 10%) by weights-fit ({tp_one})"]
+
+
+def test_a_push_that_cannot_cross_fails_unless_it_is_a_nudge(tmp_path, catalog, monkeypatch):
+    monkeypatch.setattr("solvers.variety.DRAWS", 20)  # the stages' bar runs over the seeds; the sweep is not asked
+    text = (STAGED / "staged-stuck.yaml").read_text()
+    stuck = [p for p in _staged_problems(tmp_path, "stuck", text, catalog) if "stages[3]" in p]
+    assert len(stuck) == 1 and "stages[3]: the push crosses the regime boundary in 0 of 6 draws" in stuck[0]
+    nudge = text.replace("  - push: generated\n", "  - push: generated\n    nudge: the regime cannot move here\n")
+    assert nudge != text
+    assert not [p for p in _staged_problems(tmp_path, "nudged", nudge, catalog) if "stages[" in p]
+    pushless = text.split("  - push: generated\n")[0] + "parameters:" + text.split("\nparameters:", 1)[1]
+    assert any(p.endswith("stages: no push (a stage with set: or push: generated)")
+               for p in _staged_problems(tmp_path, "pushless", pushless, catalog, seeds=0))
+
+
+def test_variety_names_each_few_valued_number_unless_declared_a_lookup_and_too_few_variants(tmp_path, catalog):
+    """staged-stuck draws one model on one GPU, three contexts and two TPOT targets: six variants in all;
+    its KV per token is one value, declared a lookup; KV per request takes the three contexts' values."""
+    text = (STAGED / "staged-stuck.yaml").read_text()
+    problems = _staged_problems(tmp_path, "stuck", text, catalog, seeds=0)
+    few = {p.split("answers.")[1].split(":")[0] for p in problems if "distinct values in 200 draws" in p}
+    assert "kv_per_request" in few and "kv_per_token" not in few
+    assert any(p.endswith("variants: only 6 distinct in 4000 draws (at least 200)") for p in problems)
+    assert any("answers.levers: 'a KV cache half the bytes per token' holds in all 200 draws" in p for p in problems)
+    undeclared = text.replace(', lookup: "the one model\'s config fixes it"', "")
+    assert undeclared != text
+    problems = _staged_problems(tmp_path, "undeclared", undeclared, catalog, seeds=0)
+    assert any("answers.kv_per_token: 1 distinct values in 200 draws (131072)" in p for p in problems)
+    assert not [p for p in _staged_problems(tmp_path, "lenient", text, catalog, seeds=0, strict=False)
+                if "distinct" in p]
+
+
+def test_a_lookup_is_a_number_with_a_reason(tmp_path):
+    from solvers.bank import QuestionError, read_question
+
+    text = (STAGED / "staged-stuck.yaml").read_text()
+    assert read_question(STAGED / "staged-stuck.yaml").lookups == (("kv_per_token", "the one model's config fixes it"),)
+    for name, broken_text in (("empty", text.replace("the one model's config fixes it", " ")),
+                              ("choice", text.replace("choice: [capacity-limited, latency-limited]}",
+                                                      'choice: [capacity-limited, latency-limited], lookup: "x"}'))):
+        assert broken_text != text
+        (tmp_path / f"{name}.yaml").write_text(broken_text.replace("id: staged-stuck", f"id: {name}"))
+        with pytest.raises(QuestionError, match=r"answers\[\d\]\.lookup: a number's reason"):
+            read_question(tmp_path / f"{name}.yaml")
+
+
+def test_a_regime_within_its_answers_tolerance_of_the_boundary_is_a_knife_edge_unless_the_tie_rule_is_said(
+        bank, catalog):
+    """kv-bytes-per-token's pinned knife edge: 3 requests fit and 3 fit the TPOT (margin 1). Its stage says
+    a tie is the TPOT's; without those words the draw is a knife edge, named by its code; a draw far from the
+    boundary is none."""
+    from dataclasses import replace
+
+    from solvers.engine import VariantCode, make_variant
+    from solvers.variety import knife_edges
+
+    question = bank.get("kv-bytes-per-token")
+    edge = make_variant(bank, catalog, VariantCode.parse(
+        "kv-bytes-per-token@default+context=130048+gpu=a100-sxm-80gb+tp=4+tpot=35"))
+    far = make_variant(bank, catalog, VariantCode(question.id, None))
+    assert edge.sheet.regime.margin == 1 and abs(far.sheet.regime.margin - 1) > 0.03
+    assert knife_edges(question, [edge, far]) == []
+    untied = replace(question, stages=tuple(replace(s, say=s.say.replace("(a tie is the TPOT's)", ""),
+                                                    hints=tuple(h for h in s.hints if "tie" not in h))
+                                            for s in question.stages))
+    found = knife_edges(untied, [far, edge, far])
+    assert [(f.kind, f.key) for f in found] == [("knife edge", "regime")]
+    assert f"in 1 of 3 draws ({edge.code}, margin 1)" in found[0].text
+    assert knife_edges(untied, [far, far]) == []
+
+
+@pytest.mark.parametrize("hits", [3, 4])
+def test_a_number_zero_or_a_parameter_in_more_than_30_percent_of_draws_gives_itself_away(bank, catalog, hits):
+    """Of ten draws, three whose users equal the TP degree or zero pass (30%); four do not."""
+    from dataclasses import replace
+
+    from solvers.engine import VariantCode, make_variant
+    from solvers.variety import number_findings
+
+    question = bank.get("kv-bytes-per-token")
+    draws = [make_variant(bank, catalog, VariantCode(question.id, seed)) for seed in range(10)]
+    draws = [replace(s, expected=s.expected | {"users": float(s.param("tp").raw) if i % 2 else 0.0})
+             if i < hits else s for i, s in enumerate(draws)]
+    trivial = [f for f in number_findings(question, draws) if f.kind == "mostly trivial"]
+    assert [f.key for f in trivial] == (["users"] if hits > 3 else [])
+    if trivial:
+        zeros = (hits + 1) // 2  # the even draws of the first `hits`
+        assert trivial[0].text == f"zero in {zeros} and a parameter's value in {hits - zeros} of 10 draws " \
+                                  "(together at most 30%)"
+
+
+def test_validate_notes_the_old_shape_and_reports_variety_on_request(tmp_path, capsys):
+    from tests.test_cli import run_cli
+
+    write(tmp_path, "old", SOURCE)
+    (tmp_path / "staged-stuck.yaml").write_text((STAGED / "staged-stuck.yaml").read_text())
+    code, out, err = run_cli(capsys, "validate", "--seeds", "0", str(tmp_path))
+    assert "1 file(s) in the old shape" in err and f"  {tmp_path / 'old.yaml'}\n" in err
+    assert "staged-stuck.yaml\n" not in err.split("old shape")[1] and "Variety" not in err
+    assert "old.yaml" not in out  # a note, not a problem
+    code, out, err = run_cli(capsys, "validate", "--seeds", "0", "--variety", str(tmp_path))
+    header = next(line for line in err.splitlines() if line.startswith("Variety over 200 draws ("))
+    listed = [line for line in err.splitlines() if line.startswith("  ") and line.endswith("]")]
+    counted = {said: int(n) for n, said in (part.split(" ", 1) for part in header.split("(", 1)[1].split(";")[0]
+                                            .split(", "))}
+    assert sum(counted.values()) == len(listed) and counted["questions short of 200 variants"] == 1
+    assert any("staged-stuck.yaml: answers.kv_per_request: 3 distinct values" in line for line in listed)
+    assert not [line for line in out.splitlines() if "distinct values" in line]  # lenient: a report only
+
+
+@pytest.mark.parametrize("facts", [1, 2])
+def test_a_select_declares_at_most_one_fact(bank, catalog, facts):
+    from solvers.engine import VariantCode, make_variant
+    from solvers.variety import option_findings
+
+    draws = [make_variant(bank, catalog, VariantCode("kv-bytes-per-token", seed)) for seed in range(10)]
+    for solution in draws:
+        solution.sheet.facts["levers"] = set(list(solution.sheet.judged("levers"))[:facts])
+    found = [f for f in option_findings(draws) if f.kind == "declared facts"]
+    wanted = [("levers", "2 declared facts (at most 1 a select)")] if facts > 1 else []
+    assert [(f.key, f.text) for f in found] == wanted

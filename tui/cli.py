@@ -184,9 +184,15 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="also list select options whose truth is the same in every draw, declared facts "
                             "marked (on standard error)")
     check.add_argument("--strict", action="store_true",
-                       help="the interview-grade bar: prompts of at most 8 lines at 78 columns, no graded answer "
-                            "the same in every draw, no select option that never varies unless the solver declares "
-                            "it a fact, a follow-up round for every question")
+                       help="the interview-grade bar: no graded answer the same in every draw, no select option "
+                            "that never varies unless the solver declares it a fact; an old-shape file's prompt of "
+                            "at most 8 lines at 78 columns and a follow-up round; a staged file's stages short "
+                            "(4 lines to open, 3 after, 4 answers each), pushes that cross and that realism "
+                            "accepts, and the variety sweep over 200 draws")
+    check.add_argument("--variety", action="store_true",
+                       help="also report the variety sweep over 200 draws of every file (on standard error): "
+                            "constant options, few-valued numbers, answers mostly zero or a parameter, knife "
+                            "edges, too few variants")
     return parser
 
 
@@ -503,11 +509,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
         PROMPT_WIDTH,
         constant_options,
         constraint_report,
+        old_shape,
         prompt_report,
         question_files,
         read_questions,
         validate_bank,
+        variety_report,
     )
+    from solvers.variety import DRAWS, KINDS
 
     if args.seeds < 0:
         _fail("--seeds must be zero or more")
@@ -542,6 +551,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
               "facts, or judgement that does not follow from the variant, which --strict fails):", file=sys.stderr)
         for line in constant:
             print(f"  {line}", file=sys.stderr)
+    if args.variety:
+        found, counts = variety_report(bank, catalog)
+        tally = ", ".join(f"{counts[kind]} {said}" for kind, said in KINDS.items())
+        print(f"Variety over {DRAWS} draws ({tally}; --strict fails a staged file's):", file=sys.stderr)
+        for line in found:
+            print(f"  {line}", file=sys.stderr)
+    if shaped := old_shape(bank):
+        print(f"{len(shaped)} file(s) in the old shape (no stages: every answer asked at once, then the engine's "
+              "push; a note, not a problem):", file=sys.stderr)
+        for path in shaped:
+            print(f"  {path}", file=sys.stderr)
     print(f"{count} question file(s), {len(problems)} problem(s)", file=sys.stderr)
     return 1 if problems else 0
 
