@@ -242,6 +242,7 @@ class Sheet:
     results: dict[str, object] = field(default_factory=dict)
     slips: dict[str, list[Slip]] = field(default_factory=dict)  # by the answer they diagnose
     reasons: dict[str, dict[str, str]] = field(default_factory=dict)  # select answers: option -> why
+    choice_whys: dict[str, str] = field(default_factory=dict)  # a decided choice's one line of why
     facts: dict[str, set[str]] = field(default_factory=dict)  # select answers: options declared fixed facts
     prerequisites: set[str] = field(default_factory=set)  # questions whose results stand here as givens
     cards: list[str] = field(default_factory=list)  # conventions cards the solver read, in order (engine.run_solver)
@@ -377,9 +378,12 @@ class Sheet:
             return int(sympy.sign(difference))
         return int(sympy.sign(difference.evalf(40)))
 
-    def choose(self, key: str, choice: object) -> None:
-        """A non-numeric answer (a choice, an ordering) the solver decided."""
+    def choose(self, key: str, choice: object, why: str = "") -> None:
+        """A non-numeric answer (a choice, an ordering) the solver decided; `why`, the interviewer's one
+        line for it, shows beside the key between stages."""
         self.results[key] = choice
+        if why:
+            self.choice_whys[key] = why
 
     def judge(self, key: str, option: str, holds: bool | None, why: str, *, fact: bool = False) -> None:
         """One option of a select answer: whether it holds for this variant, and why. `fact`: the

@@ -130,7 +130,8 @@ def key_line(solution: Solution, key: str) -> str:
         reasons = solution.sheet.reasons.get(key, {})
         held = [f"{spec.text(o)}: {reasons[o]}" for o in solution.expected[key] if reasons.get(o)]
         return f"{text}. " + "; ".join(held) if held else text
-    return text
+    decided = solution.sheet.choice_whys.get(key)
+    return f"{text}: {decided}" if decided else text
 
 
 def steps_by_stage(solution: Solution) -> list[list[Step]]:

@@ -201,3 +201,23 @@ def test_a_when_names_a_regime_on_a_push_once_a_turn(tmp_path):
     for wrong, says in cases:
         with pytest.raises(QuestionError, match=says):
             parse_question(tmp_path / f"{STAGED}.yaml", wrong)
+
+
+def test_a_decided_choice_shows_the_solvers_line_of_why_beside_its_key(bank, catalog):
+    """A choice the solver decides with s.choose(key, choice, why) is corrected as an interviewer would,
+    not as a bare word; without a why it stays the bare key."""
+    from solvers.derivation import Sheet
+
+    sheet = Sheet()
+    sheet.choose("prefill_regime", "compute-bound", "2 × 70B FLOPs a token over 8K tokens outruns the reads")
+    assert sheet.results["prefill_regime"] == "compute-bound"
+    assert sheet.choice_whys == {"prefill_regime": "2 × 70B FLOPs a token over 8K tokens outruns the reads"}
+    solution = next(make_variant(bank, catalog, VariantCode.parse(f"{qid}@3")) for qid in bank.questions
+                    if any(a.key == "prefill_regime" for a in bank.get(qid).answers))
+    bare = key_line(solution, "prefill_regime")
+    assert bare == solution.expected["prefill_regime"]
+    solution.sheet.choice_whys["prefill_regime"] = "because"
+    try:
+        assert key_line(solution, "prefill_regime") == f"{bare}: because"
+    finally:  # the variant may be shared by a cache
+        del solution.sheet.choice_whys["prefill_regime"]
