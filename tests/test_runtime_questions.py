@@ -362,6 +362,41 @@ def test_model_runner_v2_opening_says_kv_dtype_and_a_recall_asks_for_triton(bank
     assert set(stages[recall].ask) == {"why_triton", "fallback_list"} and recall < select
 
 
+def test_model_runner_v2_is_four_turns_asking_every_teaser_point(bank):
+    """Two to four turns (the pushes for either side are one), the recall before the select it feeds, and the
+    teaser's points each graded: the regime, the CPU time saved (the gain), persistent slots and GPU input
+    preparation (the recall's checklist), the silent fallbacks (recalled, then judged)."""
+    question = bank.get(MRV2)
+    stages = question.stages
+    turns = [i for i, stage in enumerate(stages) if not (stage.when and i and stages[i - 1].when)]
+    assert 2 <= len(turns) <= 4
+    asked = {key for stage in stages for key in stage.ask}
+    assert {"regime", "speedup", "why_triton", "fallback_list", "runner", "fallback"} <= asked
+    checklist = " ".join(question.answer("why_triton").points)
+    assert "persistent row" in checklist and "Triton kernels" in checklist
+    assert [stage.when for stage in stages if stage.push] == ["gpu-bound", "cpu-bound"]
+
+
+def test_model_runner_v2_push_crosses_in_its_own_words_where_its_move_runs(variant, catalog):
+    """Each side has its declared move (down to 8B on one GPU from GPU-bound, up to 70B on two from CPU-bound),
+    said in the interviewer's words; where it does not cross, the engine's push stands in with its own."""
+    from solvers.interview import stage_run
+    seen = set()
+    for seed in range(24):
+        solution = variant(f"{MRV2}@{seed}")
+        side = solution.sheet.regime.name
+        pushes = [i for i, stage in enumerate(solution.question.stages) if stage.push]
+        runs = [run for run in (stage_run(solution, catalog, i) for i in pushes) if run is not None]
+        assert len(runs) <= 1
+        for run in runs:
+            assert run.stage.when == side and run.regime != side
+            declared = {name: value for name, value in run.stage.set if str(solution.param(name).raw) != value}
+            ours = run.say.startswith("Now the service moves")
+            assert ours == ({name: str(run.solution.param(name).raw) for name in run.moved} == declared)
+            seen.add((side, ours))
+    assert {("gpu-bound", True), ("cpu-bound", True)} <= seen and any(not ours for _, ours in seen)
+
+
 @pytest.mark.parametrize("features, runner", [
     ("prefix caching, EAGLE-3 speculative decoding", "model-runner-v2"),
     ("prefix caching, ngram speculative decoding", "v1-runner"),
