@@ -155,6 +155,8 @@ ALLOWED = {
     ("topics/quantization/fp8_scale_formats.py", "_format_simulation", "tag == 'g'"): NAMES,
     ("topics/runner/model_runner_v2.py", "_regime", "fixed_cpu > fixed_gpu"): TEXT,
     ("topics/runner/model_runner_v2.py", "_regime", "per_seq_gpu > per_seq_cpu"): TEXT,
+    ("topics/runner/model_runner_v2.py", "_regime", "per_seq_gpu != per_seq_cpu"): TEXT,
+    ("topics/runner/model_runner_v2.py", "_regime", "(per_seq_gpu > per_seq_cpu) == (fixed_cpu > fixed_gpu)"): TEXT,
     ("topics/speculation/spec_decode_exactness.py", "solve", "g < s.value(bound)"): _margin("2%"),
     ("topics/speculation/spec_decode_step_accounting.py", "_break_even",
      "(plain_is, verify_is) == (plain_compute, verify_compute)"): REGION,

@@ -14,7 +14,7 @@ SLOT_BYTES = 4  # int32 token ids and block ids
 
 # vLLM v0.28.0 vllm/config/vllm.py _get_v2_model_runner_unsupported_features (and the Triton check before it):
 # with VLLM_USE_V2_MODEL_RUNNER unset, any of these puts a dense model on the V1 runner with one warning line.
-# Custom logits processors left that list after v0.28.0 (PR #56497), which is why the prompt pins the release.
+# Custom logits processors left that list after v0.28.0 (PR #56497), which is why the stage text pins the release.
 FEATURES = {
     "prefix caching, EAGLE-3 speculative decoding": (),
     "prefix caching, ngram speculative decoding": ("ngram",),
@@ -23,48 +23,56 @@ FEATURES = {
     "prefix caching, structured outputs": (),
     "prefix caching, a logits-processor plugin installed in the image": ("logits",),
     "prefix caching, an image built without Triton": ("triton",),
+    "ngram speculative decoding, a custom logits processor": ("ngram", "logits"),
 }
 
 
-# Each names the deployment ("enabled here"): as bare rules of v0.28.0 all four hold in every variant.
-FALLBACKS = {
-    "ngram": "ngram speculative decoding, enabled here, sends it to the V1 runner",
-    "logits": ("a custom logits processor, enabled here (passed in, or installed as a plugin), sends it to the V1 "
-               "runner"),
-    "dbo": "dual batch overlap, enabled here, sends it to the V1 runner",
-    "triton": "Triton, missing from this image, sends it to the V1 runner",
-}
+CAUSE_NAMES = {"ngram": "ngram drafting", "logits": "the custom logits processor", "dbo": "dual batch overlap",
+               "triton": "the missing Triton"}
 
 
-SUPPORTED = {
-    "EAGLE-3 speculative decoding sends it to the V1 runner": "EAGLE, EAGLE-3 and MTP drafting run on MRV2",
-    "prefix caching or structured outputs send it to the V1 runner":
-        "both are supported (MRV2 applies the grammar bitmask in its own Triton kernel)",
-}
+# Listed only where the V1 runner is built (elsewhere nothing keeps MRV2 off): it shortens the step only
+# where Model Runner V2's step is shorter, that is where the old runner's CPU sets the pace.
+REMOVE = "turning off what keeps it on the V1 runner"
+FORCE = "setting VLLM_USE_V2_MODEL_RUNNER to force Model Runner V2"
+FASTER_CPU = "a host CPU twice as fast"
+MORE_BANDWIDTH = "GPUs with twice the HBM bandwidth"
 
 
-STAYS = "it runs on Model Runner V2"
-
-
-def _runner(s: Sheet, p, speedup, old, new) -> None:
-    """Which runner serves this deployment, and which of its features decide it."""
+def _runner(s: Sheet, p, e, work, comm, gpu, cpu_old, cpu_new, old, new, speedup) -> None:
+    """Which runner serves this deployment, and which levers would shorten the step of the runner it builds."""
+    reads = work.bytes / e.byte_rate
     causes = FEATURES[p.features]
-    for cause, option in FALLBACKS.items():
-        s.judge("fallback", option, cause in causes,
-                f"'{p.features}' includes it: vLLM logs one warning and builds the V1 runner" if cause in causes
-                else f"'{p.features}' does not include it")
-    for option, why in SUPPORTED.items():  # features MRV2 runs, whatever the deployment: facts of v0.28.0
-        s.judge("fallback", option, False, why, fact=True)
-    s.judge("fallback", STAYS, not causes, "nothing in it is on the unsupported list" if not causes else
-            "one unsupported feature is enough, and nothing fails: the engine just runs the old code")
     s.choose("runner", "v1-runner" if causes else "model-runner-v2")
     gain = s.text(speedup)
+    named = " and ".join(CAUSE_NAMES[c] for c in causes)
     run = s.step("tpot_run", "Step time of the runner vLLM builds", "t_run", old if causes else new, "ms",
-                 "the old runner's step: one unsupported feature and MRV2 never runs" if causes else
-                 "Model Runner V2's step")
+                 f"the old runner's step: {named} keeps MRV2 from running" if causes else "Model Runner V2's step")
     s.step("realized", "Gain this deployment actually gets", "S_real", old / run, "x",
-           f"Model Runner V2's {gain} only where it is the runner that runs: a fallback is silent"
+           f"Model Runner V2's {gain} only where it is the runner that runs: the fallback is silent"
            if causes else "Model Runner V2 is the runner that runs")
+    faster = s.compare(new, old) < 0
+    s.judge("fallback", REMOVE, faster if causes else None,
+            "nothing keeps MRV2 off here" if not causes else
+            f"without {named} MRV2 runs, and its step is {gain} shorter" if faster else
+            f"without {named} MRV2 runs, but the GPU sets the step either way: MRV2 gains nothing here")
+    s.judge("fallback", FORCE, False, "with an unsupported feature on, vLLM refuses to start (a forced MRV2 is "
+            "checked, not silently dropped); with none, MRV2 already runs", fact=True)
+    cpu_run = cpu_old if causes else cpu_new
+    cpu_binds = s.compare(cpu_run, gpu) > 0
+    s.judge("fallback", FASTER_CPU, cpu_binds,
+            "the CPU's work sets the step: halving it shortens the step" if cpu_binds else
+            "the GPU's step already covers the CPU's work, which async scheduling hides")
+    gpu_fast = max_of(reads / 2, work.math) + comm
+    shorter = s.compare(max_of(gpu_fast, cpu_run), run) < 0
+    s.judge("fallback", MORE_BANDWIDTH, shorter,
+            "the GPU sets the step and waits on its reads, so halving them shortens it" if shorter else
+            "the CPU's work sets the step: a faster GPU only waits longer" if cpu_binds else
+            "the GPU's step is its math, not its reads")
+    if not causes and abs(s.value(cpu_new) / s.value(gpu) - 1) < 0.05:
+        raise Reject("MRV2's CPU and GPU within 5% of each other: which side binds would turn on rounding")
+    if not cpu_binds and abs(s.evaluate(reads) / s.evaluate(work.math) - 1) < 0.05:
+        raise Reject("reads and math within 5% of each other: whether bandwidth helps would turn on rounding")
 
 
 def _regime(s: Sheet, p, gpu, cpu_old, work, e) -> None:
@@ -74,11 +82,13 @@ def _regime(s: Sheet, p, gpu, cpu_old, work, e) -> None:
     per_seq_gpu = s.evaluate(work.bytes / e.byte_rate) / p.batch - s.evaluate(e.W / e.TP / e.byte_rate) / p.batch
     fixed_gpu = s.evaluate(e.W / e.TP / e.byte_rate)
     fixed_cpu, per_seq_cpu = p.sched + p.prep, p.per_req
-    if per_seq_gpu > per_seq_cpu and fixed_cpu > fixed_gpu:
+    if per_seq_gpu != per_seq_cpu and (per_seq_gpu > per_seq_cpu) == (fixed_cpu > fixed_gpu):  # cross at a batch > 0
         batch = (fixed_cpu - fixed_gpu) / (per_seq_gpu - per_seq_cpu)
-        meet = f"the sides meet near a batch of {format_number(batch, 3)} at this context: below it the CPU binds"
+        side = "below" if per_seq_gpu > per_seq_cpu else "above"
+        meet = f"the reads and the CPU's work meet near a batch of {format_number(batch, 3)} at this context: " \
+               f"{side} it the CPU binds"
     else:
-        meet = "no batch makes this step CPU-bound at this context"
+        meet = "the reads and the CPU's work cross at no batch at this context"
     s.regime_by(cpu_old, gpu, tie="below", above=Side(
         "cpu-bound",
         f"The old runner spends {c} of CPU per step against {g} of GPU work: the GPU waits on Python, which is "
@@ -128,7 +138,7 @@ def solve(p, s: Sheet) -> None:
            R * L_max * b, "MiB", "max_num_reqs rows of max_model_len ids: GPU kernels read it over UVA")
     s.step("block_table", "Block table, one persistent row per request slot (GPU)", "M_bt",
            R * ceil_of(L_max / blk) * b, "MiB", "a block id per block of the longest sequence, per slot")
-    _runner(s, p, speedup, old, new)
+    _runner(s, p, e, work, comm, gpu, cpu_old, cpu_new, old, new, speedup)
     s.assume("Step-time model for the GPU side with its constants (step-compute, step-bandwidth): every sequence "
              "of the batch decodes one token at the given context; the CPU's time is modelled here instead of "
              "the card's fixed step overhead.")
@@ -143,8 +153,11 @@ def solve(p, s: Sheet) -> None:
              "use_v2_model_runner): dense models, quantized ones included, default to MRV2 unless Triton is "
              "missing or a feature in _get_v2_model_runner_unsupported_features is on. Later releases run "
              "custom logits processors on MRV2 (PR #56497).")
-    s.slip("CPU and GPU times added (no async overlap)", on="tpot_old",
-           factor=(s.value(gpu) + s.value(cpu_old)) / s.value(old))
+    s.assume("The runners are compared on the same step: drafting and verification, where speculative decoding "
+             "is on, are left out of the step's work, and dual batch overlap has no expert all-to-all to hide "
+             "in a dense model, so turning it off costs nothing here.")
+    s.slip("CPU and GPU times added (no async overlap)", on="speedup",
+           factor=(s.value(gpu) + s.value(cpu_old)) / (s.value(gpu) + s.value(cpu_new)) / s.value(speedup))
     s.slip("the whole step's CPU time removed, scheduler included", on="speedup",
            factor=(s.value(old) / max(s.value(gpu), p.v2_cpu)) / s.value(speedup))
     _regime(s, p, gpu, cpu_old, work, e)
