@@ -10,6 +10,7 @@ import math
 import pytest
 
 from solvers.engine import VariantError, sweep
+from solvers.interview import stage_run
 from solvers.models.common import GPU_MEMORY_UTILIZATION
 
 ETA_C, ETA_BW, OVERHEAD = 0.6, 0.8, 2e-3
@@ -456,8 +457,8 @@ def full_read_speed(solution):
 def test_long_reply_grades_the_speed_cap_apart_from_the_pool(variant):
     """The review's ambiguity: "the batch cap that keeps every user at the target" was keyed at the pool's
     99 when any max_num_seqs from 99 up to the speed cap runs the same batch. The speed cap is now its own
-    answer, past the pool's batch, and the regime says which of the two binds."""
-    solution = variant("long-reply-batching@default")
+    answer, past the pool's batch at a 30 tokens/s target, and the regime says which of the two binds."""
+    solution = variant("long-reply-batching@default+speed=30")
     assert "batch" not in solution.expected
     assert solution.expected["slo_batch"] > solution.expected["pool_batch"]
     assert "from 99 to 113" in solution.sheet.regime.summary
@@ -503,6 +504,23 @@ def test_long_reply_regime_agrees_with_the_full_pool_criterion(variant):
         else:
             assert speed < closed
     assert sides == {"pool-limited", "SLO-limited"}
+
+
+@pytest.mark.parametrize("seed", range(1, 41))
+def test_long_reply_push_relaxes_the_target_to_the_pools_side(variant, catalog, seed):
+    """The interview's push sets the overnight target on every draw (nothing else moves, realism refuses
+    none): a draw the speed target bound lands pool-limited wherever a full pool still beats that target,
+    and a pool-limited draw stays so (the declared nudge) with a speed cap at least as large."""
+    solution = variant(f"long-reply-batching@{seed}")
+    index = next(i for i, stage in enumerate(solution.question.stages) if stage.push)
+    push = stage_run(solution, catalog, index)
+    assert push is not None and push.moved == ("speed",) and push.ask == ("regime", "slo_batch")
+    relaxed = _value(push.solution, "speed")
+    assert relaxed < _value(solution, "speed") and push.solution.param("speed").shown in push.say
+    full_pool_speed = push.solution.expected["per_user_speed"]
+    assert push.regime == ("pool-limited" if relaxed <= full_pool_speed else "SLO-limited")
+    assert push.solution.expected["slo_batch"] >= solution.expected["slo_batch"]
+    assert push.solution.expected["pool_batch"] == solution.expected["pool_batch"]
 
 
 def test_long_reply_chart_shows_the_regime_flip(variant, catalog):
@@ -557,7 +575,7 @@ def test_long_reply_matches_plain_arithmetic(variant, seed):
 def test_long_reply_pinned_seed(variant):
     """Seed 7 draws these parameters (its keys are pinned in the question file)."""
     assert [p.raw for p in variant("long-reply-batching@7").params] == [
-        "llama-3-70b", "mi300x", 8, 200, 4600, 62, 50, 60, 80, 2]
+        "llama-3-70b", "mi300x", 8, 200, 4600, 84, 50, 60, 80, 2]
 
 
 # --- roofline-model-breaks -----------------------------------------------------------------
