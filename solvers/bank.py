@@ -90,7 +90,9 @@ PUSH_PREFIX = "followup"  # a push's answers are stored as 'followup.<key>' (the
 class Stage:
     """One turn of the interview: what the interviewer says and the answers graded on it. A push
     moves parameters first (`set`, or the engine's crossing search where `generated`) and asks
-    on the pushed variant; a recall stage asks for a free list the candidate marks themselves."""
+    on the pushed variant; a recall stage asks for a free list the candidate marks themselves.
+    A declared push moves every draw the same way, so it crosses only from one side: pushes with
+    `when: <regime>` in a row are one turn, each asked of the variants on its side."""
 
     kind: str  # one of STAGE_KINDS
     say: str  # a template over the parameters and the keys of earlier stages; '' for a push the engine words
@@ -100,6 +102,7 @@ class Stage:
     generated: bool = False  # a push found by the engine's crossing search
     nudge: str = ""  # a push that need not cross the regime boundary, and why
     line: int = 0
+    when: str = ""  # a push asked only of variants in this regime: consecutive `when` pushes are one turn
 
     @property
     def push(self) -> bool:
@@ -149,7 +152,8 @@ class Question:
 
     def push_prefix(self, index: int) -> str:
         """How the answers of the push at stage `index` are stored: 'followup.' for the first push."""
-        number = sum(stage.push for stage in self.stages[: index + 1])
+        stages = self.stages[: index + 1]
+        number = sum(stage.push and not (stage.when and i and stages[i - 1].when) for i, stage in enumerate(stages))
         return f"{PUSH_PREFIX}{'' if number == 1 else number}."
 
     @property
@@ -372,7 +376,7 @@ def _parse_followups(reader: _Reader, document: LineDict, names: set[str], keys:
     return tuple(followups)
 
 
-_STAGE_FIELDS = {"say", "ask", "hints", "set", "push", "recall", "nudge"}
+_STAGE_FIELDS = {"say", "ask", "hints", "set", "push", "recall", "nudge", "when"}
 
 
 def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers: tuple[Answer, ...]) -> tuple:
@@ -384,6 +388,7 @@ def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers:
     if not raw:
         raise reader.fail("stages", line, "at least one stage")
     keys = {a.key: a for a in answers}
+    regimes = tuple(getattr(keys["regime"], "choices", ())) if "regime" in keys else ()
     stages: list[Stage] = []
     asked: set[str] = set()  # answered in an earlier stage: a later `say` may quote their keys
     for index, item in enumerate(raw):
@@ -425,11 +430,21 @@ def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers:
         nudge = reader.field(item, "nudge", str, where, required=False, default="")
         if nudge and kind != "push":
             raise reader.fail(f"{where}.nudge", item.line_of("nudge"), "only a push can be a nudge")
+        when = reader.field(item, "when", str, where, required=False, default="")
+        if when and (kind != "push" or when not in regimes):
+            raise reader.fail(f"{where}.when", item.line_of("when"),
+                              "a push's `when` names a choice of the regime answer: "
+                              + (", ".join(regimes) or "this question has none"))
         hints = _texts(reader, item, "hints")
         stages.append(Stage(kind, say, ask, tuple(hints), tuple((str(k), str(v)) for k, v in changes.items()),
-                            push == "generated", nudge, item.line))
+                            push == "generated", nudge, item.line, when))
         if kind != "push":
             asked |= set(ask)
+    for index, stage in enumerate(stages):  # alternatives of one turn: one for each regime at most
+        turn = stages[index + 1:]
+        turn = turn[:next((i for i, other in enumerate(turn) if not other.when), len(turn))]
+        if stage.when and any(other.when == stage.when for other in turn):
+            raise reader.fail(f"stages[{index}].when", stage.line, f"two pushes of one turn for {stage.when}")
     never = [k for k in keys if not any(k in stage.ask for stage in stages)]
     if never:
         raise reader.fail("stages", line, f"{', '.join(never)} asked in no stage")

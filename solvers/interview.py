@@ -72,32 +72,37 @@ def opening(solution: Solution) -> StageRun:
 
 
 def stage_run(solution: Solution, catalog: Catalog, index: int) -> StageRun | None:
-    """Stage `index` of this variant's interview; None for a push that finds nothing to push here (the
-    interview goes on without it). A push searches and solves: run it off the UI thread."""
+    """Stage `index` of this variant's interview; None for a push that finds nothing to push here, or
+    that is written for the other regime (`when`): the interview goes on without it. A push searches
+    and solves: run it off the UI thread."""
     question = solution.question
     stage = question.stages[index]
     if index == 0:
         return opening(solution)
     if not stage.push:
         return StageRun(index, stage, solution, stage.ask, _words(stage.say, solution, solution))
-    pushed = _push(solution, catalog, stage)
+    if stage.when and (solution.sheet.regime is None or solution.sheet.regime.name != stage.when):
+        return None  # the push for the other side of the boundary
+    pushed, declared = _push(solution, catalog, stage)
     if pushed is None:
         return None
     moved = tuple(p.name for p in pushed.solution.params if p.raw != solution.param(p.name).raw)
-    say = _words(stage.say, pushed.solution, solution) if stage.say else pushed.say
+    # A declared push's words describe its own move: where it is refused, the engine's push says its own.
+    say = _words(stage.say, pushed.solution, solution) if stage.say and (declared or stage.generated) else pushed.say
     return StageRun(index, stage, pushed.solution, pushed.ask, say, moved)
 
 
-def _push(solution: Solution, catalog: Catalog, stage: Stage) -> FollowUp | None:
+def _push(solution: Solution, catalog: Catalog, stage: Stage) -> tuple[FollowUp | None, bool]:
+    """The pushed variant, and whether it is the stage's declared move (not the engine's search)."""
     if not solution.question.staged:
-        return follow_up(solution, catalog)  # an old-shape file's: its `followups:`, else the engine's
+        return follow_up(solution, catalog), False  # an old-shape file's: its `followups:`, else the engine's
     scanned: dict = {}
     if stage.set:
         pushed = declared_push(solution, catalog, DeclaredFollowUp(stage.set, stage.ask), cross=not stage.nudge,
                                scanned=scanned)
         if pushed is not None:
-            return pushed
-    return generated_push(solution, catalog, stage.ask, scanned=scanned)
+            return pushed, True
+    return generated_push(solution, catalog, stage.ask, scanned=scanned), False
 
 
 def _words(template: str, solution: Solution, base: Solution) -> str:

@@ -141,3 +141,63 @@ def test_progress_keeps_each_stored_key_with_the_stage_that_asked_it(bank, catal
     assert stages["kv_per_token"] == (0, "opening") and stages["users"] == (1, "ask")
     if runs[-1].kind == "push":
         assert all(stages["followup." + k] == (3, "push") for k in runs[-1].ask)
+
+
+def test_the_cards_in_play_include_the_all_reduce_model_a_tp_group_runs(bank, catalog):
+    """The independent re-derivation of kv-bytes-per-token found the all-reduce's bandwidth term unstated:
+    the model's card was never read by name, so the screen did not list it."""
+    grouped = make_variant(bank, catalog, VariantCode.parse(f"{STAGED}@default+tp=8"))
+    alone = make_variant(bank, catalog, VariantCode.parse(f"{STAGED}@default+tp=1+model=llama-3-8b"))
+    assert "tp-all-reduce" in grouped.cards() and "tp-all-reduce" not in alone.cards()
+
+
+TWO_SIDED = """  - say: |
+      It's a batch job now: {tpot} a token is fine. What caps concurrency?
+    when: latency-limited
+    set: {tpot: 400}
+    ask: [regime, served]
+  - say: |
+      Product wants snappier replies: {tpot} a token. What caps concurrency?
+    when: capacity-limited
+    set: {tpot: 15}
+    ask: [regime, served]
+"""
+
+
+def _two_sided(tmp_path):
+    text = (questions_dir() / "F" / f"{STAGED}.yaml").read_text()
+    text = text.replace("  - push: generated\n    ask: [regime, served]\n", TWO_SIDED)
+    return parse_question(tmp_path / f"{STAGED}.yaml", text)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_declared_push_per_side_is_one_turn_asked_of_its_side_only(tmp_path, bank, catalog, seed):
+    question = _two_sided(tmp_path)
+    assert [s.when for s in question.stages[3:]] == ["latency-limited", "capacity-limited"]
+    assert question.push_prefix(3) == question.push_prefix(4) == "followup."
+    base = make_variant(bank, catalog, VariantCode.parse(f"{STAGED}@{seed}"))
+    solution = base.__class__(**{**base.__dict__, "question": question})
+    runs = {i: stage_run(solution, catalog, i) for i in (3, 4)}
+    side = base.sheet.regime.name
+    for index, run in runs.items():
+        assert (run is not None) == (question.stages[index].when == side) or run is None
+    ran = [run for run in runs.values() if run is not None]
+    assert len(ran) <= 1
+    for run in ran:
+        assert run.prefix == "followup."
+        if run.moved == ("tpot",) and str(run.solution.param("tpot").raw) in ("400", "15"):
+            assert run.say.startswith(("It's a batch job now", "Product wants snappier"))
+        else:  # the declared move does not cross here: the engine's push stands in, in its own words
+            assert run.regime != side and not run.say.startswith(("It's a batch job", "Product wants"))
+
+
+def test_a_when_names_a_regime_on_a_push_once_a_turn(tmp_path):
+    text = (questions_dir() / "F" / f"{STAGED}.yaml").read_text()
+    push = "  - push: generated\n    ask: [regime, served]\n"
+    asks = "    ask: [batch_tpot, served, regime, levers]\n"
+    cases = ((text.replace(push, TWO_SIDED.replace("capacity-limited", "latency-limited")), "two pushes of one turn"),
+             (text.replace(push, TWO_SIDED.replace("when: capacity-limited", "when: roomy")), "names a choice"),
+             (text.replace(asks, asks + "    when: capacity-limited\n"), "names a choice"))  # a stage that is no push
+    for wrong, says in cases:
+        with pytest.raises(QuestionError, match=says):
+            parse_question(tmp_path / f"{STAGED}.yaml", wrong)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from solvers.conventions import convention_value, scale_up_domain
+from solvers.conventions import convention, convention_value, scale_up_domain
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet
 from solvers.models.common import given_config, given_nvlink
@@ -72,6 +72,7 @@ def all_reduce_terms(s: Sheet, model: Record, gpu: Record, tp: int, *, nic: Reco
     among several), instead of the given TP."""
     if tp == 1:
         return AllReduceTerms(sympy.Integer(0), sympy.Integer(0))
+    convention("tp-all-reduce")  # the card this model is: read so that the question lists it in play
     bandwidth = link_bandwidth(s, gpu, tp, nic, group)
     alpha = link_latency(s, gpu, tp, group) if latency is None else latency
     n = tp_symbol if tp_symbol is not None else s.given("TP", tp, "GPUs", "GPUs in the tensor-parallel group")
