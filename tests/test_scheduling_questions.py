@@ -506,21 +506,34 @@ def test_long_reply_regime_agrees_with_the_full_pool_criterion(variant):
     assert sides == {"pool-limited", "SLO-limited"}
 
 
-@pytest.mark.parametrize("seed", range(1, 41))
-def test_long_reply_push_relaxes_the_target_to_the_pools_side(variant, catalog, seed):
-    """The interview's push sets the overnight target on every draw (nothing else moves, realism refuses
-    none): a draw the speed target bound lands pool-limited wherever a full pool still beats that target,
-    and a pool-limited draw stays so (the declared nudge) with a speed cap at least as large."""
-    solution = variant(f"long-reply-batching@{seed}")
-    index = next(i for i, stage in enumerate(solution.question.stages) if stage.push)
-    push = stage_run(solution, catalog, index)
-    assert push is not None and push.moved == ("speed",) and push.ask == ("regime", "slo_batch")
-    relaxed = _value(push.solution, "speed")
-    assert relaxed < _value(solution, "speed") and push.solution.param("speed").shown in push.say
-    full_pool_speed = push.solution.expected["per_user_speed"]
-    assert push.regime == ("pool-limited" if relaxed <= full_pool_speed else "SLO-limited")
-    assert push.solution.expected["slo_batch"] >= solution.expected["slo_batch"]
-    assert push.solution.expected["pool_batch"] == solution.expected["pool_batch"]
+def test_long_reply_push_moves_the_target_across_from_either_side(variant, catalog):
+    """The interview's push is one turn with a declared move per side: an SLO-limited draw gets an overnight
+    target, a pool-limited one a snappier target; only the stage for the draw's side runs, and it crosses.
+    Where realism refuses the snappier target (a batch of one already misses it: 70B at TP 1 on B200), the
+    engine's push stands in with its own words; that stays rare. Nothing but the target moves."""
+    declared = 0
+    seeds = range(1, 61)
+    for seed in seeds:
+        solution = variant(f"long-reply-batching@{seed}")
+        side, stages = solution.expected["regime"], solution.question.stages
+        pushes = [i for i, stage in enumerate(stages) if stage.push]
+        assert {stages[i].when for i in pushes} == {"pool-limited", "SLO-limited"}
+        runs = [(i, run) for i in pushes if (run := stage_run(solution, catalog, i)) is not None]
+        assert [stages[i].when for i, _ in runs] == [side]
+        (index, push), = runs
+        assert push.moved == ("speed",) and push.ask == ("regime", "slo_batch") and push.regime != side
+        target, pushed_target = _value(solution, "speed"), _value(push.solution, "speed")
+        # Tighter target, smaller speed cap; the pool's batch is the target's business only through the regime.
+        assert (pushed_target > target) == (side == "pool-limited")
+        assert (push.solution.expected["slo_batch"] <= solution.expected["slo_batch"]) == (side == "pool-limited")
+        assert push.solution.expected["pool_batch"] == solution.expected["pool_batch"]
+        opening_words = stages[index].say.split("{")[0]
+        if str(push.solution.param("speed").raw) == dict(stages[index].set)["speed"]:
+            declared += 1
+            assert push.say.startswith(opening_words) and push.solution.param("speed").shown in push.say
+        else:
+            assert not push.say.startswith(opening_words)
+    assert declared >= 0.9 * len(seeds)
 
 
 def test_long_reply_chart_shows_the_regime_flip(variant, catalog):
@@ -575,7 +588,7 @@ def test_long_reply_matches_plain_arithmetic(variant, seed):
 def test_long_reply_pinned_seed(variant):
     """Seed 7 draws these parameters (its keys are pinned in the question file)."""
     assert [p.raw for p in variant("long-reply-batching@7").params] == [
-        "llama-3-70b", "mi300x", 8, 200, 4600, 84, 50, 60, 80, 2]
+        "llama-3-70b", "mi300x", 8, 200, 4600, 62, 50, 60, 80, 2]
 
 
 # --- roofline-model-breaks -----------------------------------------------------------------
