@@ -436,12 +436,15 @@ def long_reply_by_hand(solution):
     by_memory = (room - g.weights / g.bw) / (g.kv * mean / g.bw + per_token)
     by_compute = room / ((2 * g.N + g.A * mean) / g.rate + per_token)
     allowed = math.floor(min(by_memory, by_compute))
+    step = g.time(batch, batch * mean, batch * mean) + g.allreduce(batch)
+    swap = 2 * mean * g.kv / _value(solution, "host_link")
     return {
         "pool_batch": batch,
-        "per_user_speed": 1 / (g.time(batch, batch * mean, batch * mean) + g.allreduce(batch)),
+        "per_user_speed": 1 / step,
         "slo_batch": allowed,
         "recompute_time": g.time(mean, mean**2 / 2, 0) + g.allreduce(mean),
-        "swap_time": 2 * mean * g.kv / _value(solution, "host_link"),
+        "swap_time": swap,
+        "swap_hides": "fits-in-a-step" if swap <= step else "outlasts-a-step",
         "regime": "pool-limited" if batch <= allowed else "SLO-limited",
     }
 
@@ -534,6 +537,22 @@ def test_long_reply_push_moves_the_target_across_from_either_side(variant, catal
         else:
             assert not push.say.startswith(opening_words)
     assert declared >= 0.9 * len(seeds)
+
+
+def test_long_reply_swap_hides_in_a_step_or_not_as_the_draw_has_it(variant):
+    """Review point 3: "which preemption is cheaper" has one key in every draw (the swap, ~20x, timed alone),
+    so it decides nothing. Whether the swap out and back fits within one decode step of the full pool does
+    vary: a long reply's swap (past ~9K tokens of mean footprint for 70B at TP 4) outlasts the step. It is
+    asked with the preemption prices, and agrees with the two times the candidate has found."""
+    solution = variant("long-reply-batching@default")
+    stage = solution.question.stages[solution.question.stage_of("swap_hides")]
+    assert stage.ask == ("recompute_time", "swap_time", "swap_hides")
+    outcomes = set()
+    for solution in _draws(variant, "long-reply-batching"):
+        step, swap = 1 / solution.expected["per_user_speed"], solution.expected["swap_time"]
+        assert solution.expected["swap_hides"] == ("fits-in-a-step" if swap <= step else "outlasts-a-step")
+        outcomes.add(solution.expected["swap_hides"])
+    assert outcomes == {"fits-in-a-step", "outlasts-a-step"}
 
 
 def test_long_reply_chart_shows_the_regime_flip(variant, catalog):
