@@ -10,6 +10,7 @@ import math
 import pytest
 
 from solvers.engine import VariantError, sweep
+from solvers.interview import stage_run
 from solvers.models.common import GPU_MEMORY_UTILIZATION
 
 ETA_C, ETA_BW, OVERHEAD = 0.6, 0.8, 2e-3
@@ -435,12 +436,15 @@ def long_reply_by_hand(solution):
     by_memory = (room - g.weights / g.bw) / (g.kv * mean / g.bw + per_token)
     by_compute = room / ((2 * g.N + g.A * mean) / g.rate + per_token)
     allowed = math.floor(min(by_memory, by_compute))
+    step = g.time(batch, batch * mean, batch * mean) + g.allreduce(batch)
+    swap = 2 * mean * g.kv / _value(solution, "host_link")
     return {
         "pool_batch": batch,
-        "per_user_speed": 1 / (g.time(batch, batch * mean, batch * mean) + g.allreduce(batch)),
+        "per_user_speed": 1 / step,
         "slo_batch": allowed,
         "recompute_time": g.time(mean, mean**2 / 2, 0) + g.allreduce(mean),
-        "swap_time": 2 * mean * g.kv / _value(solution, "host_link"),
+        "swap_time": swap,
+        "swap_hides": "fits-in-a-step" if swap <= step else "outlasts-a-step",
         "regime": "pool-limited" if batch <= allowed else "SLO-limited",
     }
 
@@ -456,8 +460,8 @@ def full_read_speed(solution):
 def test_long_reply_grades_the_speed_cap_apart_from_the_pool(variant):
     """The review's ambiguity: "the batch cap that keeps every user at the target" was keyed at the pool's
     99 when any max_num_seqs from 99 up to the speed cap runs the same batch. The speed cap is now its own
-    answer, past the pool's batch, and the regime says which of the two binds."""
-    solution = variant("long-reply-batching@default")
+    answer, past the pool's batch at a 30 tokens/s target, and the regime says which of the two binds."""
+    solution = variant("long-reply-batching@default+speed=30")
     assert "batch" not in solution.expected
     assert solution.expected["slo_batch"] > solution.expected["pool_batch"]
     assert "from 99 to 113" in solution.sheet.regime.summary
@@ -503,6 +507,52 @@ def test_long_reply_regime_agrees_with_the_full_pool_criterion(variant):
         else:
             assert speed < closed
     assert sides == {"pool-limited", "SLO-limited"}
+
+
+def test_long_reply_push_moves_the_target_across_from_either_side(variant, catalog):
+    """The interview's push is one turn with a declared move per side: an SLO-limited draw gets an overnight
+    target, a pool-limited one a snappier target; only the stage for the draw's side runs, and it crosses.
+    Where realism refuses the snappier target (a batch of one already misses it: 70B at TP 1 on B200), the
+    engine's push stands in with its own words; that stays rare. Nothing but the target moves."""
+    declared = 0
+    seeds = range(1, 61)
+    for seed in seeds:
+        solution = variant(f"long-reply-batching@{seed}")
+        side, stages = solution.expected["regime"], solution.question.stages
+        pushes = [i for i, stage in enumerate(stages) if stage.push]
+        assert {stages[i].when for i in pushes} == {"pool-limited", "SLO-limited"}
+        runs = [(i, run) for i in pushes if (run := stage_run(solution, catalog, i)) is not None]
+        assert [stages[i].when for i, _ in runs] == [side]
+        (index, push), = runs
+        assert push.moved == ("speed",) and push.ask == ("regime", "slo_batch") and push.regime != side
+        target, pushed_target = _value(solution, "speed"), _value(push.solution, "speed")
+        # Tighter target, smaller speed cap; the pool's batch is the target's business only through the regime.
+        assert (pushed_target > target) == (side == "pool-limited")
+        assert (push.solution.expected["slo_batch"] <= solution.expected["slo_batch"]) == (side == "pool-limited")
+        assert push.solution.expected["pool_batch"] == solution.expected["pool_batch"]
+        opening_words = stages[index].say.split("{")[0]
+        if str(push.solution.param("speed").raw) == dict(stages[index].set)["speed"]:
+            declared += 1
+            assert push.say.startswith(opening_words) and push.solution.param("speed").shown in push.say
+        else:
+            assert not push.say.startswith(opening_words)
+    assert declared >= 0.9 * len(seeds)
+
+
+def test_long_reply_swap_hides_in_a_step_or_not_as_the_draw_has_it(variant):
+    """Review point 3: "which preemption is cheaper" has one key in every draw (the swap, ~20x, timed alone),
+    so it decides nothing. Whether the swap out and back fits within one decode step of the full pool does
+    vary: a long reply's swap (past ~9K tokens of mean footprint for 70B at TP 4) outlasts the step. It is
+    asked with the preemption prices, and agrees with the two times the candidate has found."""
+    solution = variant("long-reply-batching@default")
+    stage = solution.question.stages[solution.question.stage_of("swap_hides")]
+    assert stage.ask == ("recompute_time", "swap_time", "swap_hides")
+    outcomes = set()
+    for solution in _draws(variant, "long-reply-batching"):
+        step, swap = 1 / solution.expected["per_user_speed"], solution.expected["swap_time"]
+        assert solution.expected["swap_hides"] == ("fits-in-a-step" if swap <= step else "outlasts-a-step")
+        outcomes.add(solution.expected["swap_hides"])
+    assert outcomes == {"fits-in-a-step", "outlasts-a-step"}
 
 
 def test_long_reply_chart_shows_the_regime_flip(variant, catalog):

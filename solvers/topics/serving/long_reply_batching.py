@@ -115,6 +115,9 @@ def solve(p, s: Sheet) -> None:
                        communication=t_ar_redo, why="rebuild its KV from its tokens: a prefill of its whole context")
     t_swap = s.step("swap_time", "Swap the victim out and back in", "t_swap", 2 * S_avg * e.KV / BW_h, "ms",
                     "its KV crosses each GPU's host link twice, every GPU moving its own share")
+    s.step("swap_over_step", "Swap over one decode step at the pool's batch", "r_hide", t_swap / t_pool, "x",
+           "a swap that fits in one step could run behind it, on the copy engines, while the batch decodes")
+    s.choose("swap_hides", "fits-in-a-step" if s.compare(t_swap, t_pool) <= 0 else "outlasts-a-step")
     R = s.step("recompute_over_swap", "Recompute over swap", "R_pre", t_redo / t_swap, "x",
                "compute per token (2N plus attention) against KV bytes per token over PCIe")
 
