@@ -43,7 +43,9 @@ def _runner(s: Sheet, p, e, work, comm, gpu, cpu_old, cpu_new, old, new, speedup
     """Which runner serves this deployment, and which levers would shorten the step of the runner it builds."""
     reads = work.bytes / e.byte_rate
     causes = FEATURES[p.features]
-    s.choose("runner", "v1-runner" if causes else "model-runner-v2")
+    s.choose("runner", "v1-runner" if causes else "model-runner-v2",
+             f"{' and '.join(CAUSE_NAMES[c] for c in causes)} keep{'' if len(causes) > 1 else 's'} it on the old runner"
+             if causes else "none of these features falls back, so V2 runs")
     gain = s.text(speedup)
     named = " and ".join(CAUSE_NAMES[c] for c in causes)
     run = s.step("tpot_run", "Step time of the runner vLLM builds", "t_run", old if causes else new, "ms",

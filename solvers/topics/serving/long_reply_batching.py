@@ -117,7 +117,10 @@ def solve(p, s: Sheet) -> None:
                     "its KV crosses each GPU's host link twice, every GPU moving its own share")
     s.step("swap_over_step", "Swap over one decode step at the pool's batch", "r_hide", t_swap / t_pool, "x",
            "a swap that fits in one step could run behind it, on the copy engines, while the batch decodes")
-    s.choose("swap_hides", "fits-in-a-step" if s.compare(t_swap, t_pool) <= 0 else "outlasts-a-step")
+    hides = s.compare(t_swap, t_pool) <= 0
+    s.choose("swap_hides", "fits-in-a-step" if hides else "outlasts-a-step",
+             "the copy out and back is no longer than one step of the full pool, so it can run behind the batch"
+             if hides else "the copy out and back outlasts one step of the full pool: the batch would wait on it")
     R = s.step("recompute_over_swap", "Recompute over swap", "R_pre", t_redo / t_swap, "x",
                "compute per token (2N plus attention) against KV bytes per token over PCIe")
 
