@@ -1,8 +1,9 @@
 """The follow-up round: the interviewer moves one parameter across the regime boundary and
 asks again. Declared in the question file (`followups:`), or found by sweeping a numeric
 parameter the way the regime chart does and rounding the crossing to a value a person would
-say ("now the batch is 256"); where no value in range crosses, one figure is doubled or halved (or a
-choice moved) and the regime that holds is asked. The pushed variant is a variant code of its own."""
+say ("now the batch is 256"); where no value in range crosses, the figure that moves the regime's margin
+most is doubled or halved (or a choice moved) and the regime that holds is asked, never a figure that
+cannot move what is asked. The pushed variant is a variant code of its own."""
 from __future__ import annotations
 
 import math
@@ -78,8 +79,9 @@ def declared_push(solution: Solution, catalog: Catalog, declared: DeclaredFollow
 def generated_push(solution: Solution, catalog: Catalog, ask: tuple[str, ...] = (), *,
                    scanned: dict | None = None) -> FollowUp | None:
     """The engine's push: one parameter moved across the regime boundary where the question has one,
-    else one figure doubled or halved (or a choice moved). It asks `ask`, or where that is empty the
-    regime and the first number that moved (and then only if one did)."""
+    else the figure that shifts its margin most doubled or halved (or a choice moved). It asks `ask`, or
+    where that is empty the regime and the first number that moved (and then only if one did; the regime
+    only if the move shifted its margin)."""
     scanned = {} if scanned is None else scanned
     for spec in _candidates(solution) if solution.sheet.regime is not None else ():
         crossing = _crossing(solution, catalog, spec, scanned)
@@ -88,17 +90,72 @@ def generated_push(solution: Solution, catalog: Catalog, ask: tuple[str, ...] = 
             if asked:
                 return FollowUp(crossing, asked, _say(solution, crossing, {spec.name: crossing.param(spec.name).raw}))
     # Nothing in range crosses a boundary (or the variant has none): an interviewer still moves one figure
-    # and asks what follows. A regime holds there, and saying so is part of the answer.
-    for spec in _candidates(solution):
-        for value in _nearby(spec, solution.param(spec.name).raw):
-            try:
-                pushed = revise(solution, catalog, {spec.name: value})
-            except _UNSOLVED:
-                continue
-            asked = _asked(solution, pushed) if not ask else ask if _moves(solution, pushed, ask) else ()
-            if asked:
-                return FollowUp(pushed, asked, _say(solution, pushed, {spec.name: pushed.param(spec.name).raw}))
+    # and asks what follows, the figure that moves the regime's margin most. A regime holds there, and saying
+    # so is part of the answer, but only where the move can shift it: the step time of a decode cannot make a
+    # batching gain large, and asking whether it did is no question.
+    for spec, value in _fallbacks(solution, catalog, scanned):
+        try:
+            pushed = revise(solution, catalog, {spec.name: value})
+        except _UNSOLVED:
+            continue
+        asked = _fallback_ask(solution, pushed, ask)
+        if asked:
+            return FollowUp(pushed, asked, _say(solution, pushed, {spec.name: pushed.param(spec.name).raw}))
     return None
+
+
+def _fallbacks(solution: Solution, catalog: Catalog, scanned: dict) -> list[tuple[ParamSpec, object]]:
+    """Each candidate's nearby moves, the parameter whose move shifts the regime's margin most first (and
+    within it the move toward the boundary first); moves that leave the margin where it is keep the
+    candidates' order after them. Judged on float solves, as the crossing search is."""
+    regime = solution.sheet.regime
+    moves = [(spec, value) for spec in _candidates(solution) for value in _nearby(spec, solution.param(spec.name).raw)]
+    if regime is None:
+        return moves
+    scans = {(spec.name, value): _scan(solution, catalog, {spec.name: value}, scanned) for spec, value in moves}
+    shifts = {move: 0.0 if found is None else _shift(regime, found) for move, found in scans.items()}
+    strongest: dict[str, float] = {}
+    for (name, _), shift in shifts.items():
+        strongest[name] = max(strongest.get(name, 0.0), shift)
+
+    def order(move: tuple[ParamSpec, object]) -> tuple[float, bool, float]:
+        found = scans[move[0].name, move[1]]
+        toward = found is not None and _closer(found, regime)
+        return -strongest[move[0].name], not toward, -shifts[move[0].name, move[1]]
+
+    return sorted(moves, key=order)
+
+
+def _shift(before: Regime, after: Regime) -> float:
+    """How far a move shifts the regime's margin, as the log of the ratio of margins; 0 where the margin
+    stays (a parameter that cannot move the regime), infinite where it moves to or from zero or infinity."""
+    old, new = before.margin, after.margin
+    if _finite(old) and _finite(new):
+        return abs(math.log(new / old))
+    return 0.0 if old == new else math.inf
+
+
+def _finite(margin: float) -> bool:
+    return math.isfinite(margin) and margin > 0
+
+
+def _closer(moved: Regime, regime: Regime) -> bool:
+    """Whether a move brings the variant nearer its boundary (in the log of the margin)."""
+    if not (_finite(moved.margin) and _finite(regime.margin)):
+        return False
+    return abs(math.log(moved.margin)) < abs(math.log(regime.margin))
+
+
+def _fallback_ask(before: Solution, after: Solution, ask: tuple[str, ...]) -> tuple[str, ...]:
+    """What a push that crosses nothing asks: `ask` where one of it moves (and, if it holds the regime, the
+    margin shifts); else the regime and the first number that moved, or that number alone where the regime's
+    margin stayed put."""
+    shifted = before.sheet.regime is None or after.sheet.regime is None \
+        or _shift(before.sheet.regime, after.sheet.regime) > 0
+    if ask:
+        return ask if _moves(before, after, ask) and (shifted or "regime" not in ask) else ()
+    asked = _asked(before, after)
+    return asked if shifted or "regime" not in asked else tuple(k for k in asked if k != "regime")
 
 
 def _moves(before: Solution, after: Solution, ask: tuple[str, ...]) -> bool:

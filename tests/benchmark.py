@@ -7,7 +7,9 @@ within 1.5x of that bare paint plus importing and loading the engine plus one va
 and render (the engine loads after the first paint, so a key pressed at once waits for it); `solve` within 1.3x of
 importing sympy, numpy and yaml, `list` within 1.5x of importing yaml (CPU time, whole
 processes); a bank of 1,000 files loaded warm within 2x of the shipped bank's cold load; solve +
-render p95 below 20 ms per question; a follow-up search p95 below 50 ms and a what-if step
+render p95 below 20 ms per question; a follow-up search p95 below 50 ms; a stage's submit until the next
+stage is on screen p95 at most 50 ms for every question (a push is solved in a worker while the stage
+before it is answered: its time is shown beside, against the 5 s a candidate takes at least); a what-if step
 (the variant re-solved and its chart swept) below 33 ms; an export of every question x 100
 variants within 30 s of CPU, its peak RSS within 1.5x of a process that solved and wrote one
 variant of each question; the app's peak RSS below 150 MB. Every measured process but the export runs once unmeasured
@@ -263,6 +265,47 @@ def followup_times() -> dict[str, list[float]]:
     return times
 
 
+STAGE_SEEDS = 10
+
+
+def stage_times() -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """What the question screen does on the submit of a stage that is not the last: grade it, line up its keys
+    with their why, and build the next stage, unless that is a push, which a worker solved while this stage was
+    answered. And those pushes' own search and solve, apart. The answers graded are the keys typed back."""
+    from solvers.bank import load_bank
+    from solvers.data import load_catalog
+    from solvers.engine import VariantCode, make_variant
+    from solvers.interview import opening, stage_run
+    from solvers.report import typed_key
+
+    bank, catalog = load_bank(), load_catalog()
+    submits: dict[str, list[float]] = {}
+    pushes: dict[str, list[float]] = {}
+    for qid in sorted(bank.questions):
+        submits[qid], pushes[qid] = [], []
+        for seed in range(STAGE_SEEDS):
+            solution = make_variant(bank, catalog, VariantCode(qid, seed))
+            stages = solution.question.stages
+            ready = {}
+            for index in (i for i, stage in enumerate(stages) if stage.push):
+                start = time.perf_counter()
+                ready[index] = stage_run(solution, catalog, index)
+                pushes[qid].append(time.perf_counter() - start)
+            current, index = opening(solution), 1
+            while current is not None and index < len(stages):
+                typed = {key: typed_key(current.solution, key) for key in current.ask}
+                start = time.perf_counter()
+                current.grade(typed)
+                current.key_lines()
+                following = None
+                while following is None and index < len(stages):  # a push that found nothing is passed over
+                    following = ready[index] if stages[index].push else stage_run(solution, catalog, index)
+                    index += 1
+                submits[qid].append(time.perf_counter() - start)
+                current = following
+    return submits, pushes
+
+
 def p95(samples: list[float]) -> float:
     return sorted(samples)[max(0, int(round(0.95 * len(samples))) - 1)]
 
@@ -431,6 +474,19 @@ def main() -> int:
     print(f"  median over questions {statistics.median(medians) * 1000:6.1f} ms   "
           f"worst p95 {p95(pushes[slowest]) * 1000:6.1f} ms ({slowest})  (target < 50 ms)"
           f"{verdict(p95(pushes[slowest]), 0.050)}")
+
+    submits, pushes = stage_times()
+    slowest = max(submits, key=lambda q: p95(submits[q]))
+    every = [t for v in submits.values() for t in v]
+    print(f"\nstage submit until the next stage is on screen ({STAGE_SEEDS} seeds each; a push's own run ready)")
+    worst = p95(submits[slowest])
+    print(f"  p95 over every submit {p95(every) * 1000:6.1f} ms   worst question's p95 {worst * 1000:6.1f} ms "
+          f"({slowest})  (target <= 50 ms){verdict(worst, 0.050)}")
+    slowest = max(pushes, key=lambda q: p95(pushes[q]))
+    every = [t for v in pushes.values() for t in v]
+    print(f"  a push's search and solve, in a worker while the stage before it is answered: p95 "
+          f"{p95(every) * 1000:6.1f} ms, worst question's p95 {p95(pushes[slowest]) * 1000:6.1f} ms ({slowest}), "
+          f"slowest {max(every) * 1000:.0f} ms  (target < 5 s){verdict(max(every), 5)}")
     steps, cold = whatif_times()
     slowest = max(steps, key=lambda q: p95(steps[q]))
     print("\nwhat-if step (re-solve, then sweep the chart's 32 points again; the screen keeps what it solved)")

@@ -7,8 +7,9 @@ import pytest
 
 from solvers.answers import CORRECT
 from solvers.bank import load_bank
-from solvers.engine import VariantCode, make_variant
+from solvers.engine import VariantCode, make_variant, revise
 from solvers.followup import follow_up
+from solvers.interview import stage_run
 from solvers.report import typed_key
 
 BANK = load_bank()
@@ -28,7 +29,10 @@ def test_the_push_crosses_the_boundary_and_changes_the_key(bank, catalog, qid):
         pushed = followup.solution
         crossed += pushed.sheet.regime.name != first.sheet.regime.name
         assert any(pushed.expected[k] != first.expected[k] for k in followup.ask)
-        assert "regime" not in {a.key for a in first.question.answers} or "regime" in followup.ask
+        # The regime is asked where it is an answer, unless no figure moved shifts its margin (then asking it
+        # is no question).
+        margin_moved = pushed.sheet.regime.margin != first.sheet.regime.margin
+        assert "regime" in followup.ask or "regime" not in {a.key for a in first.question.answers} or not margin_moved
         moved = [name for name, _ in pushed.code.overrides]
         assert moved and all(pushed.param(n).raw != first.param(n).raw for n in moved)
         kept = [p for p in first.params if p.name not in moved and first.question.parameter(p.name).kind != "generate"]
@@ -42,17 +46,41 @@ def test_the_push_crosses_the_boundary_and_changes_the_key(bank, catalog, qid):
     assert crossed >= len(SEEDS) // 2, f"{qid}: a follow-up across the boundary in only {crossed} of {len(SEEDS)}"
 
 
-def test_where_nothing_crosses_the_interviewer_still_moves_a_figure(bank, catalog):
-    """continuous-batching-padding@50354: sixteen lengths of 251-383 tokens, a 1.23x gain. Only the spread
-    of the lengths (a generator's setting, not the interviewer's) could make it large, so no push crosses:
-    the step time doubles to a round 40 ms instead, the gain stays small and static batching's tokens/s
-    falls to 4,995 / (383 x 40 ms) = 326."""
-    first = make_variant(bank, catalog, VariantCode.parse("continuous-batching-padding@50354"))
+@pytest.mark.parametrize("code", ["continuous-batching-padding@99560", "continuous-batching-padding@50354"])
+def test_where_nothing_crosses_the_push_moves_the_figure_that_moves_the_margin(bank, catalog, code):
+    """Only the spread of the lengths (a generator's setting, not the interviewer's) could make these gains
+    large, so no push crosses. The gain is B · max L / Σ L: the step time cannot move it (it was pushed here
+    once, and asking whether a slower step makes the gain large is no question); the batch draws other
+    lengths and does. The padding is asked with the regime, B · max L − Σ L of the new lengths."""
+    first = make_variant(bank, catalog, VariantCode.parse(code))
+    slower = revise(first, catalog, {"step": 2 * first.param("step").raw})
+    assert slower.sheet.regime.margin == first.sheet.regime.margin  # the step cannot move the gain
     followup = follow_up(first, catalog)
-    assert followup is not None and followup.ask == ("regime", "throughput_static")
-    assert followup.solution.expected["regime"] == first.expected["regime"] == "small-gain"
-    assert followup.solution.expected["throughput_static"] == pytest.approx(4995 / (383 * 0.040))
-    assert "40 ms instead of 21 ms" in followup.say
+    pushed = followup.solution
+    assert [name for name, _ in pushed.code.overrides] == ["batch"] and followup.ask == ("regime", "waste")
+    assert pushed.expected["regime"] == first.expected["regime"] == "small-gain"
+    assert pushed.sheet.regime.margin != first.sheet.regime.margin
+    lengths = pushed.param("lengths").raw
+    assert len(lengths) == pushed.param("batch").raw != first.param("batch").raw
+    assert pushed.expected["waste"] == len(lengths) * max(lengths) - sum(lengths)
+
+
+@pytest.mark.parametrize("qid", WITH_REGIME)
+def test_every_push_crosses_or_moves_what_it_asks(bank, catalog, qid):
+    """Over other seeds, through the interview's push stages: a push crosses the boundary or changes an asked
+    key, and one that asks the regime without crossing it has moved the margin (the figure it moves can tip
+    the regime)."""
+    for seed in range(12, 20):
+        first = make_variant(bank, catalog, VariantCode(qid, seed))
+        for index in (i for i, stage in enumerate(first.question.stages) if stage.push):
+            run = stage_run(first, catalog, index)
+            if run is None or first.sheet.regime is None:
+                continue
+            pushed = run.solution
+            crossed = pushed.sheet.regime.name != first.sheet.regime.name
+            assert crossed or any(pushed.expected[k] != first.expected[k] for k in run.ask), (seed, run.ask)
+            if "regime" in run.ask and not crossed:
+                assert pushed.sheet.regime.margin != first.sheet.regime.margin, (seed, pushed.code)
 
 
 def test_the_pushed_value_is_round(bank, catalog):
