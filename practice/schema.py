@@ -18,7 +18,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from practice.records import HOLD_KINDS, MODES, STAGE_KINDS, card_from_json, from_text, now_utc, to_text
+from practice.records import HOLD_KINDS, MODES, card_from_json, from_text, now_utc, to_text
+from solvers.bank import STAGE_KINDS
 
 FILE_NAME = "progress.sqlite3"
 APPLICATION_ID = 0x49447231  # 'IDr1': marks a file as an infradrill progress store

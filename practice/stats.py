@@ -3,9 +3,9 @@
 Pure functions of attempts and cards (and of the retrievability the reviewer computes):
 reviews per day for a calendar heatmap, retention per week (share of attempts with every
 answer correct), accuracy by group and topic, the answers missed by interview stage kind (the
-opening's numbers, the deeper asks, the recall, the push), the most frequent slips and whether they were
-put right since, the weakest questions in review, the cards by state, and a forecast of the
-reviews due per day, as Anki shows them. Days and weeks are local (a `tz` argument); no
+opening's numbers, the deeper asks, the recall, the push), the most frequent slips and whether
+they were put right since, the weakest questions in review, the cards by state, and a forecast
+of the reviews due per day, as Anki shows them. Days and weeks are local (a `tz` argument); no
 Textual here.
 """
 from __future__ import annotations
