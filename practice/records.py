@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from fsrs import Card, State
 
+from solvers.bank import PUSH_PREFIX, STAGE_KINDS
 from solvers.verdicts import Verdict
 
 MODES = ("practice", "drill", "mock")
@@ -109,6 +110,27 @@ class AnswerRecord:
     verdict: str
     error: float | None = None  # relative error (decades for log answers)
     slip: str | None = None
+    stage: int = 0  # the index of the interview stage that asked it
+    stage_kind: str = "opening"  # that stage's kind, one of STAGE_KINDS
+
+
+def default_stage(key: str) -> tuple[int, str]:
+    """The stage of an answer kept without one (before stages, or written without them): a push's
+    key (followup.<key>, followup2.<key>) the push after the opening, any other the opening. The
+    store's migration v4 backfills the same."""
+    return (1, "push") if key.startswith(PUSH_PREFIX) else (0, "opening")
+
+
+def checked_stage(stage: object) -> tuple[int, str]:
+    """`stage` as (index, kind); ValueError for anything the store would refuse."""
+    if not (isinstance(stage, tuple) and len(stage) == 2):
+        raise ValueError(f"a stage is (index, kind), not {stage!r}")
+    index, kind = stage
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise ValueError(f"a stage index is a whole number, zero or more, not {index!r}")
+    if kind not in STAGE_KINDS:
+        raise ValueError(f"a stage kind is one of {', '.join(STAGE_KINDS)}, not {kind!r}")
+    return index, kind
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,16 @@ from typing import Any, Protocol
 from fsrs import Card, Rating, Scheduler
 
 from practice.config import Setting, SettingsError, read_table, write_table
-from practice.records import AnswerRecord, Attempt, Review, card_id_for, now_utc, utc
+from practice.records import (
+    AnswerRecord,
+    Attempt,
+    Review,
+    card_id_for,
+    checked_stage,
+    default_stage,
+    now_utc,
+    utc,
+)
 from practice.store import ProgressStore
 from solvers.verdicts import Verdict
 
@@ -86,9 +95,16 @@ def suggest_rating(grades: Sequence[Any], seconds: float, hints_used: int = 0, a
     return rating
 
 
-def answers_from_grades(grades: Sequence[Any], typed: Mapping[str, str]) -> tuple[AnswerRecord, ...]:
-    """Store records from solvers.answers.Grade objects and the text typed for each key."""
-    return tuple(AnswerRecord(g.key, typed.get(g.key, ""), g.verdict, g.error, g.slip) for g in grades)
+Stages = Mapping[str, tuple[int, str]]  # stored key -> (stage index, stage kind): solvers.interview.stored_stages
+
+
+def answers_from_grades(grades: Sequence[Any], typed: Mapping[str, str],
+                        stages: Stages | None = None) -> tuple[AnswerRecord, ...]:
+    """Store records from solvers.answers.Grade objects, the text typed for each key and the stage
+    that asked it (a key `stages` lacks: records.default_stage). ValueError for a stage the store refuses."""
+    stages = stages or {}
+    return tuple(AnswerRecord(g.key, typed.get(g.key, ""), g.verdict, g.error, g.slip,
+                              *checked_stage(stages.get(g.key, default_stage(g.key)))) for g in grades)
 
 
 # Settings ------------------------------------------------------------------------------------------
@@ -248,9 +264,11 @@ class Reviewer:
 
     def submit(self, *, question_id: str, variant: str, mode: str, grades: Sequence[Any], typed: Mapping[str, str],
                started: datetime, submitted: datetime | None = None, seconds: float | None = None,
-               hints_used: int = 0, mock_id: str | None = None, schedule: bool = True) -> Submitted:
+               hints_used: int = 0, mock_id: str | None = None, schedule: bool = True,
+               stages: Stages | None = None) -> Submitted:
         """Record a submitted attempt and (with `schedule`) review its card with the suggested
-        rating, all in one transaction. Returns the attempt, the suggestion and the new card."""
+        rating, all in one transaction. Returns the attempt, the suggestion and the new card.
+        `grades` are every stage's; `stages` says which stage asked each key."""
         submitted = utc(submitted or now_utc())
         started = utc(started)
         if seconds is None:
@@ -258,7 +276,7 @@ class Reviewer:
         suggested = suggest_rating(grades, seconds, hints_used,
                                    quick_seconds_per_answer=self.settings.quick_seconds_per_answer)
         attempt = Attempt(question_id=question_id, variant=variant, mode=mode, started=started, submitted=submitted,
-                          seconds=seconds, hints_used=hints_used, answers=answers_from_grades(grades, typed),
+                          seconds=seconds, hints_used=hints_used, answers=answers_from_grades(grades, typed, stages),
                           mock_id=mock_id, suggested=int(suggested))
         review = self._review_from(question_id, suggested, submitted, int(seconds * 1000)) if schedule else None
         self.store.record_attempt(attempt, review)
@@ -285,17 +303,21 @@ class Reviewer:
         return {int(rating): self.scheduler.review_card(before, rating, review.reviewed, review.duration_ms)[0].due
                 - review.reviewed for rating in Rating}
 
-    def regrade(self, uid: str, grades: Sequence[Any], typed: Mapping[str, str]) -> Rating:
+    def regrade(self, uid: str, grades: Sequence[Any], typed: Mapping[str, str],
+                stages: Stages | None = None) -> Rating:
         """New grades for an attempt (a checklist ticked after the reveal): the answers and
-        the suggestion are updated and, unless the user has rated it, so is the card."""
+        the suggestion are updated and, unless the user has rated it, so is the card. Without
+        `stages`, each key keeps the stage it was stored with."""
         attempt = self.store.attempt(uid)
         if attempt is None:
             raise KeyError(f"no attempt {uid}")
+        if stages is None:
+            stages = {a.key: (a.stage, a.stage_kind) for a in attempt.answers}
         suggested = suggest_rating(grades, attempt.seconds, attempt.hints_used,
                                    quick_seconds_per_answer=self.settings.quick_seconds_per_answer)
         review = self.store.review_of(uid)
         reviews = self._rescheduled(review, suggested) if review is not None and attempt.rating is None else []
-        self.store.update_answers(uid, answers_from_grades(grades, typed), int(suggested), reviews)
+        self.store.update_answers(uid, answers_from_grades(grades, typed, stages), int(suggested), reviews)
         return suggested
 
     def _rescheduled(self, review: Review, rating: Rating) -> list[Review]:

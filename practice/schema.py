@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 
 from practice.records import HOLD_KINDS, MODES, card_from_json, from_text, now_utc, to_text
+from solvers.bank import STAGE_KINDS
 
 FILE_NAME = "progress.sqlite3"
 APPLICATION_ID = 0x49447231  # 'IDr1': marks a file as an infradrill progress store
@@ -90,6 +91,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             kind TEXT NOT NULL CHECK (kind IN ('suspended', 'buried')),
             until TEXT
         )""",
+    ),
+    (  # v4: the interview stage that asked each answer. Answers stored before stages came from one
+        # opening and its follow-up (keys 'followup.' ..., 'followup2.' ...), the push after it:
+        # records.default_stage says the same for what is written without a stage.
+        "ALTER TABLE answers ADD COLUMN stage INTEGER NOT NULL DEFAULT 0 CHECK (stage >= 0)",
+        "ALTER TABLE answers ADD COLUMN stage_kind TEXT NOT NULL DEFAULT 'opening' "
+        "CHECK (stage_kind IN ('opening', 'ask', 'recall', 'push'))",
+        "UPDATE answers SET stage = 1, stage_kind = 'push' WHERE key GLOB 'followup*'",
     ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -306,6 +315,11 @@ _ROW_CHECKS = (
 _RATING_RESETS = tuple(f"UPDATE attempts SET {column} = NULL WHERE {column} IS NOT NULL AND "
                        f"NOT (typeof({column}) = 'integer' AND {column} BETWEEN 1 AND 4)"
                        for column in ("rating", "suggested"))
+# An answer's stage out of range is set again from its key, as migration v4 (records.default_stage) sets it.
+_STAGE_RESET = ("UPDATE answers SET stage = CASE WHEN key GLOB 'followup*' THEN 1 ELSE 0 END, "
+                "stage_kind = CASE WHEN key GLOB 'followup*' THEN 'push' ELSE 'opening' END "
+                "WHERE NOT (typeof(stage) = 'integer' AND stage >= 0) OR stage_kind IS NULL "
+                f"OR stage_kind NOT IN ({', '.join(repr(kind) for kind in STAGE_KINDS)})")
 
 
 def repair_rows(conn: sqlite3.Connection) -> list[str]:
@@ -319,6 +333,10 @@ def repair_rows(conn: sqlite3.Connection) -> list[str]:
         if reset:
             notices.append(f"The progress store had {reset} rating(s) out of range; they were cleared and the "
                            "attempts kept.")
+        restaged = conn.execute(_STAGE_RESET).rowcount
+        if restaged:
+            notices.append(f"The progress store had {restaged} answer(s) with a stage out of range; their stage "
+                           "was taken from the answer's key and the answers kept.")
         for table, what, key, checks in _ROW_CHECKS:
             names = [column for column, _ in checks]
             bad = [row[0] for row in conn.execute(f"SELECT {key}, {', '.join(names)} FROM {table}")

@@ -2,9 +2,10 @@
 
 Pure functions of attempts and cards (and of the retrievability the reviewer computes):
 reviews per day for a calendar heatmap, retention per week (share of attempts with every
-answer correct), accuracy by group and topic, the most frequent slips and whether they were
-put right since, the weakest questions in review, the cards by state, and a forecast of the
-reviews due per day, as Anki shows them. Days and weeks are local (a `tz` argument); no
+answer correct), accuracy by group and topic, the answers missed by interview stage kind (the
+opening's numbers, the deeper asks, the recall, the push), the most frequent slips and whether
+they were put right since, the weakest questions in review, the cards by state, and a forecast
+of the reviews due per day, as Anki shows them. Days and weeks are local (a `tz` argument); no
 Textual here.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ from fsrs import Card, State
 
 from practice.review import GROUP_ORDER
 from practice.store import Attempt
+from solvers.bank import STAGE_KINDS
 from solvers.verdicts import Verdict
 
 HEAT = " ░▒▓█"
@@ -132,6 +134,28 @@ def accuracy_by_topic(attempts: Iterable[Attempt], questions: Mapping[str, Any])
 
 
 @dataclass(frozen=True)
+class StageLoss:
+    asked: int = 0  # answers asked in stages of this kind
+    missed: int = 0  # of those, neither correct nor close (wrong, blank, unread, a wrong unit)
+
+    @property
+    def share(self) -> float | None:
+        return self.missed / self.asked if self.asked else None
+
+
+def lost_by_stage(attempts: Iterable[Attempt]) -> dict[str, StageLoss]:
+    """Answers asked and missed by the kind of stage that asked them, every kind in the interview's
+    order: whether a candidate misses the opening's numbers or the reasoning the later stages ask."""
+    asked: Counter[str] = Counter()
+    missed: Counter[str] = Counter()
+    for attempt in attempts:
+        for answer in attempt.answers:
+            asked[answer.stage_kind] += 1
+            missed[answer.stage_kind] += answer.verdict not in (Verdict.CORRECT, Verdict.CLOSE)
+    return {kind: StageLoss(asked[kind], missed[kind]) for kind in STAGE_KINDS}
+
+
+@dataclass(frozen=True)
 class SlipTally:
     slip: str
     count: int  # times it was diagnosed
@@ -192,6 +216,7 @@ class Summary:
     by_group: dict[str, Accuracy]
     by_topic: dict[str, Accuracy]
     slips: list[SlipTally]
+    by_stage: dict[str, StageLoss]
     weakest: list[tuple[str, float]]  # cards in review only: a card in its learning steps is not yet at risk
     states: dict[str, int]
     forecast: list[tuple[date, int]]
@@ -214,7 +239,7 @@ def summarize(attempts: Sequence[Attempt], questions: Mapping[str, Any], retriev
     return Summary(
         today=local_day(now, tz), attempts=len(attempts), days=len(per_day), first=min(per_day, default=None),
         per_day=per_day, retention=retention_by_week(attempts, tz), by_group=accuracy_by_group(attempts, questions),
-        by_topic=accuracy_by_topic(attempts, questions), slips=top_slips(attempts),
+        by_topic=accuracy_by_topic(attempts, questions), slips=top_slips(attempts), by_stage=lost_by_stage(attempts),
         weakest=lowest_retrievability(in_review), states=card_states(cards, questions),
         forecast=forecast(cards, now, tz), due_now=getattr(due, "due_now", 0),
         due_today=getattr(due, "due_today", 0), new_today=getattr(due, "new_today", 0), mocks=mocks)
@@ -240,6 +265,9 @@ def format_summary(s: Summary, weeks: int = 8) -> str:
              "Retention (attempts with every answer correct), by week (a full bar is 100%):"]
     for w in s.retention[-weeks:]:
         lines.append(f"  week of {w.week}  {_pct(w.share)} of {w.attempts:<3} {_bar(w.share or 0, 20)}")
+    lines += ["", "Answers missed by interview stage (neither correct nor close):"]
+    lines += [f"  {kind:<7}  {_pct(loss.share)} of {loss.asked:<4} {_bar(loss.share or 0, 20)}".rstrip()
+              for kind, loss in s.by_stage.items()]
     if s.forecast:
         top = max(n for _, n in s.forecast)
         lines += ["", f"Reviews due, next {len(s.forecast)} days (what is overdue counts today):"]
@@ -273,6 +301,7 @@ def summary_dict(s: Summary) -> dict[str, Any]:
             "retention": [{"week": w.week.isoformat(), "attempts": w.attempts, "all_correct": w.all_correct}
                           for w in s.retention],
             "by_group": accuracy(s.by_group), "by_topic": accuracy(s.by_topic),
+            "by_stage": {kind: {"asked": loss.asked, "missed": loss.missed} for kind, loss in s.by_stage.items()},
             "slips": [{"slip": t.slip, "count": t.count, "places": t.places, "fixed": t.fixed} for t in s.slips],
             "weakest": [{"question_id": q, "retrievability": r} for q, r in s.weakest],
             "states": s.states, "forecast": [{"day": d.isoformat(), "due": n} for d, n in s.forecast]}

@@ -215,7 +215,7 @@ class ProgressStore:
                 f"suggested, rating FROM attempts {clause} ORDER BY submitted, uid", params).fetchall()
             answers: dict[str, list[AnswerRecord]] = {}
             answer_rows = self._conn.execute(
-                "SELECT attempt_uid, key, typed, verdict, error, slip FROM answers "
+                "SELECT attempt_uid, key, typed, verdict, error, slip, stage, stage_kind FROM answers "
                 f"WHERE attempt_uid IN (SELECT uid FROM attempts {clause}) ORDER BY attempt_uid, position",
                 params).fetchall()
         for attempt_uid, *values in answer_rows:
@@ -348,9 +348,10 @@ def insert_attempt(conn: sqlite3.Connection, a: Attempt) -> None:
     insert_answers(conn, a.uid, a.answers)
 
 def insert_answers(conn: sqlite3.Connection, uid: str, answers: Sequence[AnswerRecord]) -> None:
-    conn.executemany("INSERT INTO answers (attempt_uid, position, key, typed, verdict, error, slip) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                     [(uid, i, a.key, a.typed, a.verdict, _finite(a.error), a.slip) for i, a in enumerate(answers)])
+    conn.executemany("INSERT INTO answers (attempt_uid, position, key, typed, verdict, error, slip, stage, stage_kind) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     [(uid, i, a.key, a.typed, a.verdict, _finite(a.error), a.slip, a.stage, a.stage_kind)
+                      for i, a in enumerate(answers)])
 
 def insert_review(conn: sqlite3.Connection, r: Review) -> None:
     conn.execute("INSERT INTO reviews (uid, question_id, attempt_uid, rating, reviewed, duration_ms, card_before, "

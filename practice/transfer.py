@@ -10,6 +10,7 @@ import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from fsrs import Card, Scheduler
@@ -23,6 +24,8 @@ from practice.records import (
     Mock,
     Review,
     card_from_dict,
+    checked_stage,
+    default_stage,
     from_text,
     now_utc,
     to_text,
@@ -41,8 +44,8 @@ from practice.store import (
 )
 
 EXPORT_FORMAT = "infradrill-progress"
-EXPORT_SCHEMA = 2  # the JSON layout of export_progress; bump it when the layout changes
-READS_SCHEMAS = (1, 2)  # 1 had no holds: such a file imports with none
+EXPORT_SCHEMA = 3  # the JSON layout of export_progress; bump it when the layout changes
+READS_SCHEMAS = (1, 2, 3)  # 1 had no holds: such a file imports with none; before 3 answers had no stage
 
 
 class ProgressFormatError(ValueError):
@@ -186,8 +189,8 @@ def _attempt_to_json(a: Attempt) -> dict[str, Any]:
     return {"uid": a.uid, "question_id": a.question_id, "variant": a.variant, "mode": a.mode,
             "started": to_text(a.started), "submitted": to_text(a.submitted), "seconds": a.seconds,
             "hints_used": a.hints_used, "mock_id": a.mock_id, "suggested": a.suggested, "rating": a.rating,
-            "answers": [{"key": x.key, "typed": x.typed, "verdict": x.verdict, "error": x.error, "slip": x.slip}
-                        for x in a.answers]}
+            "answers": [{"key": x.key, "typed": x.typed, "verdict": x.verdict, "error": x.error, "slip": x.slip,
+                         "stage": x.stage, "stage_kind": x.stage_kind} for x in a.answers]}
 
 
 def _mock_to_json(m: Mock) -> dict[str, Any]:
@@ -271,7 +274,7 @@ def _parse_export(data: Any) -> tuple[list[Attempt], list[Mock], list[Review], d
                 problems.append(str(error))
         return parsed
 
-    attempts = each("attempts", _attempt)
+    attempts = each("attempts", partial(_attempt, staged=schema >= 3))
     mocks = each("mocks", _mock)
     reviews = each("reviews", _review)
     cards = dict(each("cards", _card))
@@ -287,7 +290,8 @@ def _parse_export(data: Any) -> tuple[list[Attempt], list[Mock], list[Review], d
 _NUMBER = (int, float)
 
 
-def _attempt(raw: Any, where: str) -> Attempt:
+def _attempt(raw: Any, where: str, staged: bool = True) -> Attempt:
+    """An attempt; `staged`: its answers carry their stage (schema 3 on), else each takes default_stage."""
     r = _Reader(raw, where)
     mode = r.get("mode", str)
     if mode not in MODES:
@@ -295,8 +299,9 @@ def _attempt(raw: Any, where: str) -> Attempt:
     answers = []
     for j, item in enumerate(r.get("answers", list)):
         x = _Reader(item, f"{where}.answers[{j}]")
-        answers.append(AnswerRecord(x.get("key", str), x.get("typed", str), x.get("verdict", str),
-                                    x.get("error", _NUMBER, True), x.get("slip", str, True)))
+        key = x.get("key", str)
+        answers.append(AnswerRecord(key, x.get("typed", str), x.get("verdict", str), x.get("error", _NUMBER, True),
+                                    x.get("slip", str, True), *(_stage(x) if staged else default_stage(key))))
     keys = [a.key for a in answers]
     if len(set(keys)) != len(keys):
         raise ProgressFormatError(f"{where}: an answer key appears twice")
@@ -335,6 +340,13 @@ def _hold(raw: Any, where: str) -> Hold:
     if kind == "buried" and until is None:
         raise ProgressFormatError(f"{where}: a buried question needs 'until'")
     return Hold(r.get("question_id", str), kind, until)
+
+
+def _stage(r: _Reader) -> tuple[int, str]:
+    try:
+        return checked_stage((r.get("stage", int), r.get("stage_kind", str)))
+    except ValueError as error:
+        raise ProgressFormatError(f"{r.where}: {error}") from error
 
 
 def _rating(r: _Reader, name: str, optional: bool = False) -> int | None:

@@ -1,4 +1,5 @@
-"""Statistics: reviews per day (heatmap), retention per week, accuracy, slips, weakest questions."""
+"""Statistics: reviews per day (heatmap), retention per week, accuracy, answers missed by stage, slips,
+weakest questions."""
 from __future__ import annotations
 
 import json
@@ -6,9 +7,12 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
 
 from fsrs import Card, State
+from hypothesis import given
+from hypothesis import strategies as st
 
 from practice.records import AnswerRecord, Attempt
-from practice.review import DueSummary
+from practice.review import DueSummary, Reviewer
+from practice.schema import FILE_NAME
 from practice.stats import (
     SlipTally,
     accuracy_by_group,
@@ -18,6 +22,7 @@ from practice.stats import (
     format_summary,
     heatmap_text,
     heatmap_weeks,
+    lost_by_stage,
     lowest_retrievability,
     retention_by_week,
     reviews_per_day,
@@ -25,6 +30,9 @@ from practice.stats import (
     summary_dict,
     top_slips,
 )
+from practice.store import ProgressStore
+from solvers.answers import CLOSE, CORRECT, MISMATCH, UNPARSED, WRONG, Grade
+from solvers.bank import STAGE_KINDS
 
 T0 = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)  # a Monday
 X2, X8 = "x2: one factor of 2 too many", "x8: bits and bytes mixed up"
@@ -155,3 +163,63 @@ def test_summary_text_and_json():
 def test_empty_summary():
     summary = summarize([], QUESTIONS, {}, T0, UTC, DueSummary(0, 0, 5, 0))
     assert format_summary(summary).startswith("No attempts yet") and summary_dict(summary)["attempts"] == 0
+
+
+# Answers missed by stage kind -----------------------------------------------------------------------------
+VERDICTS = (CORRECT, CLOSE, WRONG, UNPARSED, MISMATCH)
+staged_answers = st.lists(st.tuples(st.sampled_from(STAGE_KINDS), st.sampled_from(VERDICTS)), max_size=12)
+
+
+@given(st.lists(staged_answers, max_size=6))
+def test_lost_by_stage_counts_every_answer_once_under_its_kind(answer_lists):
+    attempts = [Attempt(question_id="q", variant="q@1", mode="drill", started=T0, submitted=T0, seconds=1.0,
+                        answers=tuple(AnswerRecord(f"k{i}", "", v, stage=STAGE_KINDS.index(kind), stage_kind=kind)
+                                      for i, (kind, v) in enumerate(answers)))
+                for answers in answer_lists]
+    lost = lost_by_stage(attempts)
+    assert list(lost) == list(STAGE_KINDS)  # every kind, in the interview's order
+    flat = [pair for answers in answer_lists for pair in answers]
+    for kind, loss in lost.items():
+        verdicts = [v for k, v in flat if k == kind]
+        assert loss.asked == len(verdicts)
+        assert loss.missed == sum(v not in (CORRECT, CLOSE) for v in verdicts)  # close is not a point lost
+        assert loss.share == (loss.missed / loss.asked if verdicts else None)
+
+
+def test_points_lost_by_stage_over_a_store_of_old_and_staged_attempts(tmp_path):
+    """An attempt from before stages (its follow-up counts as the push) beside staged ones."""
+    store, _ = ProgressStore.open(tmp_path / FILE_NAME)
+    with store:
+        reviewer = Reviewer(store)
+
+        def submit(verdicts: dict[str, str], stages=None) -> None:
+            reviewer.submit(question_id="q", variant="q@1", mode="drill", started=T0, submitted=T0,
+                            grades=[Grade(k, v, "1", "1") for k, v in verdicts.items()], typed={}, stages=stages)
+
+        submit({"kv": CORRECT, "users": WRONG, "followup.users": UNPARSED})  # the old shape: no stages
+        submit({"kv": CORRECT, "users": CLOSE, "why": WRONG, "followup.users": CORRECT},
+               {"kv": (0, "opening"), "users": (1, "ask"), "why": (2, "recall"), "followup.users": (3, "push")})
+        submit({"kv": MISMATCH, "users": CORRECT, "followup.users": WRONG, "followup2.kv": CORRECT},
+               {"kv": (0, "opening"), "users": (1, "ask"), "followup.users": (2, "push"),
+                "followup2.kv": (3, "push")})
+        lost = lost_by_stage(store.attempts())
+    assert {kind: (loss.asked, loss.missed) for kind, loss in lost.items()} == {
+        "opening": (4, 2), "ask": (2, 0), "recall": (1, 1), "push": (4, 2)}
+
+
+def test_the_stage_table_in_the_text_and_the_json():
+    staged = [Attempt(question_id="kv", variant="kv@1", mode="drill", started=T0, submitted=T0, seconds=1.0,
+                      answers=(AnswerRecord("a", "", CORRECT), AnswerRecord("b", "", WRONG, stage=1, stage_kind="ask"),
+                               AnswerRecord("followup.c", "", WRONG, stage=2, stage_kind="push"),
+                               AnswerRecord("followup.d", "", CORRECT, stage=2, stage_kind="push")))]
+    summary = summarize(staged, QUESTIONS, {}, T0, UTC)
+    lines = format_summary(summary).splitlines()
+    at = lines.index("Answers missed by interview stage (neither correct nor close):")
+    table = lines[at + 1:at + 1 + len(STAGE_KINDS)]
+    assert [line.split()[:4] for line in table] == [
+        ["opening", "0%", "of", "1"], ["ask", "100%", "of", "1"], ["recall", "–", "of", "0"],
+        ["push", "50%", "of", "2"]]
+    assert table[1].endswith("█" * 20) and table[3].endswith("█" * 10)  # bars on a 0-100% scale
+    assert all(len(line) <= 76 for line in [lines[at], *table])  # inside the 80-column screen's padding
+    assert summary_dict(summary)["by_stage"] == {"opening": {"asked": 1, "missed": 0}, "ask": {"asked": 1, "missed": 1},
+                                                 "recall": {"asked": 0, "missed": 0}, "push": {"asked": 2, "missed": 1}}

@@ -1,5 +1,6 @@
-"""Statistics: reviews per day, cards by state, the forecast, retention by week (bars on a 0-100%
-scale, not a sparkline, which scales to its own range), accuracy, slips, weak spots."""
+"""Statistics: reviews per day, cards by state, retention by week (bars on a 0-100% scale, not a
+sparkline, which scales to its own range), the answers missed by interview stage, the forecast,
+accuracy, slips, weak spots."""
 from __future__ import annotations
 
 from collections.abc import Mapping
