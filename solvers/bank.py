@@ -155,9 +155,14 @@ class Question:
 
     def push_prefix(self, index: int) -> str:
         """How the answers of the push at stage `index` are stored: 'followup.' for the first push."""
-        stages = self.stages[: index + 1]
-        number = sum(stage.push and not (stage.when and i and stages[i - 1].when) for i, stage in enumerate(stages))
+        number = len({self.turn_of(i) for i in range(index + 1) if self.stages[i].push})
         return f"{PUSH_PREFIX}{'' if number == 1 else number}."
+
+    def turn_of(self, index: int) -> int:
+        """The first stage of the turn stage `index` belongs to: pushes with `when` in a row are one turn."""
+        while index and self.stages[index].when and self.stages[index - 1].when:
+            index -= 1
+        return index
 
     @property
     def solver_module(self) -> str:

@@ -65,12 +65,15 @@ def draw_problems(question: Question, draws: list[Solution], catalog: Catalog) -
     pushes: dict[int, _PushTally] = {}
     for solution in draws:
         for index, stage in enumerate(question.stages):
+            if stage.when and stage.when != _regime(solution):
+                continue  # the other side's push of this turn
             run = stage_run(solution, catalog, index)
             if stage.push:
-                tally = pushes.setdefault(index, _PushTally())
-                tally.crossed += run is not None and run.regime is not None and run.regime != _regime(solution)
+                tally = pushes.setdefault(question.turn_of(index), _PushTally())
+                crossed = run is not None and run.regime is not None and run.regime != _regime(solution)
+                tally.crossed += crossed or bool(stage.nudge)
                 if stage.set and (refusal := push_refusal(solution, catalog, stage)):
-                    tally.refused[refusal] += 1
+                    tally.refused[f"stages[{index}]: {refusal}" if stage.when else refusal] += 1
             if run is not None and stage.say and (lines := text_lines(run.say)) > longest.get(index, (0, ""))[0]:
                 longest[index] = (lines, str(run.solution.code))
     problems = []
@@ -79,12 +82,11 @@ def draw_problems(question: Question, draws: list[Solution], catalog: Catalog) -
         if lines > limit:
             problems.append(f"{where}: stages[{index}].say: {lines} lines at {WIDTH} columns ({code}), "
                             f"over {limit}")
-    for index, tally in sorted(pushes.items()):
-        stage = question.stages[index]
-        if not stage.nudge and tally.crossed < MIN_CROSSING * len(draws):
+    for index, tally in sorted(pushes.items()):  # by turn: a push, or one push for each side (`when`)
+        if tally.crossed < MIN_CROSSING * len(draws):
             problems.append(f"{where}: stages[{index}]: the push crosses the regime boundary in {tally.crossed} "
-                            f"of {len(draws)} draws (at least {MIN_CROSSING:.0%}): move what crosses it, or say "
-                            "why it is a nudge (nudge: ...)")
+                            f"of {len(draws)} draws (at least {MIN_CROSSING:.0%}): move what crosses it, give "
+                            "each side its own push (when: ...), or say why it is a nudge (nudge: ...)")
         refused = sum(tally.refused.values())
         if refused > MAX_REFUSED * len(draws):
             which = ", ".join(f"{name} ({count})" for name, count in tally.refused.most_common())

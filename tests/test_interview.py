@@ -221,3 +221,25 @@ def test_a_decided_choice_shows_the_solvers_line_of_why_beside_its_key(bank, cat
         assert key_line(solution, "prefill_regime") == f"{bare}: because"
     finally:  # the variant may be shared by a cache
         del solution.sheet.choice_whys["prefill_regime"]
+
+
+def test_validate_counts_a_turn_of_pushes_per_side_as_one_push_over_every_draw(tmp_path, bank, catalog):
+    """Each side's push runs only on its side's draws: together they must cross in 90% of all draws; one
+    side alone leaves the other side's draws without a push, which counts against it."""
+    from solvers.stagebar import draw_problems
+
+    def draws(question):
+        return [make_variant(bank, catalog, VariantCode.parse(f"{STAGED}@{seed}")) for seed in SEEDS]
+
+    both = _two_sided(tmp_path)
+    assert both.turn_of(4) == both.turn_of(3) == 3
+    swap = [d.__class__(**{**d.__dict__, "question": both}) for d in draws(both)]
+    assert not [p for p in draw_problems(both, swap, catalog) if "regime boundary" in p]
+    text = (questions_dir() / "F" / f"{STAGED}.yaml").read_text()
+    latency_side = "  - say: |\n" + TWO_SIDED.split("  - say: |\n")[1]
+    one_side = text.replace("  - push: generated\n    ask: [regime, served]\n", latency_side)
+    alone = parse_question(tmp_path / f"{STAGED}.yaml", one_side)
+    sides = {d.sheet.regime.name for d in swap}
+    assert sides == {"latency-limited", "capacity-limited"}, "both sides drawn, or the test shows nothing"
+    swap = [d.__class__(**{**d.__dict__, "question": alone}) for d in swap]
+    assert [p for p in draw_problems(alone, swap, catalog) if "stages[3]: the push crosses" in p]
