@@ -208,11 +208,13 @@ class QuestionScreen(AppScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """A mock interview has no hints and keeps its questions: those keys are neither shown nor run
         there. Its pushes cannot be skipped, but ctrl+k stays bound at a push (a refusal), or the answer
-        box would take it as delete-to-end-of-line."""
+        box would take it as delete-to-end-of-line. A new variant is drawn only before the first submit."""
         if self.mode == Mode.MOCK and action in ("hint", "new_variant"):
             return False
         if action == "skip_followup":
             return self.at_push
+        if action == "new_variant":
+            return not self.answered  # once a stage is answered the interview is under way
         return True
 
     @property
@@ -339,6 +341,7 @@ class QuestionScreen(AppScreen):
             box.disabled = True
         if self.plan:  # the last stage's keys wait for the reveal, just after
             await stage.mount(Static(keys_text(done, self.show_keys), classes="keys"))
+        self.refresh_bindings()
         await self._advance()
 
     async def _advance(self) -> None:

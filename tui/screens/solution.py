@@ -114,7 +114,8 @@ class SolutionScreen(AppScreen):
                 run = done.run if done is not None else given.get(index)
                 if stage.push and run is None:
                     continue  # skipped, or nothing to push
-                yield Static(self._stage_title(index, run, done), classes="stage-title", markup=False)
+                yield Static(self._stage_title(index, run, done), classes="stage-title -push" if stage.push
+                             else "stage-title", markup=False)
                 if run is not None:
                     yield Static(run.prompt, classes="say", markup=False)
                 if done is not None:
