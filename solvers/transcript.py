@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from solvers.answers import Grade
+from solvers.bank import Question
 from solvers.data import Catalog
 from solvers.engine import Solution
 from solvers.interview import StageRun, stage_run
@@ -63,6 +64,20 @@ def rebuild(solution: Solution, catalog: Catalog, typed: Mapping[str, str]) -> l
             asked = {key: mine.get(key, "") for key in run.ask}
             answered.append(Answered(run, asked, tuple(run.solution.grade_one(k, asked[k]) for k in run.ask)))
     return answered
+
+
+def by_stage(question: Question, verdicts: Mapping[str, bool]) -> list[tuple[int, int]]:
+    """A saved attempt's score stage by stage, from its stored keys and whether each was right: (right,
+    asked) for each stage it holds answers of, in the interview's order (a push's keys under its prefix)."""
+    first = {key: i for i, stage in reversed(list(enumerate(question.stages))) if not stage.push for key in stage.ask}
+    scores = []
+    for index, stage in enumerate(question.stages):
+        prefix = question.push_prefix(index) if stage.push else ""
+        asked = [right for key, right in verdicts.items()
+                 if (key.startswith(prefix) if prefix else first.get(key) == index)]
+        if asked:
+            scores.append((sum(asked), len(asked)))
+    return scores
 
 
 def first_missed(answered: Iterable[Answered]) -> int | None:

@@ -298,7 +298,7 @@ class InfradrillApp(App):
         from tui.screens.mock import PastMocksScreen
 
         if (drill := self._bank_ready(then=self.action_past_mocks)) is not None and drill.reviewer is not None:
-            self.push_screen(PastMocksScreen(drill.reviewer.store))
+            self.push_screen(PastMocksScreen(drill.reviewer.store, drill.bank.questions))
 
     def _next_mock_question(self, mock: MockRun) -> None:
         from tui.screens.mock import MockSheetScreen
@@ -309,7 +309,7 @@ class InfradrillApp(App):
             return
         mock.store.finish_mock(mock.id)
         self.mock = None
-        self.switch_screen(MockSheetScreen(mock.store, mock.id))
+        self.switch_screen(MockSheetScreen(mock.store, mock.id, self.loaded_drill.bank.questions))
 
     def action_stats(self) -> None:
         from tui.screens.stats import StatsScreen
