@@ -1,6 +1,6 @@
 """What the app's Pilot tests share: the app at 80x24 once its bank is in, a wait on a condition
-(never a fixed sleep), and the steps many scenarios take (open a default variant, reveal it, pick
-from the command palette, step the what-if explorer)."""
+(never a fixed sleep), and the steps many scenarios take (open a default variant, answer its stages,
+reveal it, pick from the command palette, step the what-if explorer)."""
 from __future__ import annotations
 
 import io
@@ -57,8 +57,57 @@ def question_ready(app: InfradrillApp) -> bool:
             and isinstance(focused, Input) and focused.has_focus)
 
 
-def followup_showing(app: InfradrillApp) -> bool:
-    return question_ready(app) and getattr(app.screen, "followup", None) is not None
+def stage_ready(app: InfradrillApp, screen: QuestionScreen) -> bool:
+    """A condition: `screen` is on top asking a stage, its first box focused (the stage below the last
+    one's keys is mounted and can be typed into)."""
+    stage = screen.current
+    if app.screen is not screen or stage is None or not question_ready(app):
+        return False
+    focused = screen.focused
+    return focused is not None and focused in screen.query_one(f"#stage-{stage.index}").query(Input)
+
+
+def push_showing(app: InfradrillApp) -> bool:
+    """A push (the follow-up stage) is being asked on the question screen on top."""
+    screen = app.screen
+    return isinstance(screen, QuestionScreen) and stage_ready(app, screen) and screen.at_push
+
+
+async def submit_stage(app: InfradrillApp, pilot: Pilot, keys: tuple[str, ...] = ("ctrl+s",)) -> None:
+    """Press `keys` on the stage being asked (a second ctrl+s where a box was empty), and wait until
+    the next stage is asked or the question has left the screen."""
+    screen = app.screen
+    assert isinstance(screen, QuestionScreen)
+    await wait_for(pilot, lambda: stage_ready(app, screen))
+    stage = screen.current
+    await pilot.press(*keys)
+
+    def moved() -> bool:
+        return app.screen is not screen or (screen.current is not stage and (
+            screen.current is None or stage_ready(app, screen)))
+
+    await wait_for(pilot, lambda: moved() or screen.confirm_empty)
+    if not moved():
+        await pilot.press("ctrl+s")
+    await wait_for(pilot, lambda: moved() and (app.screen is not screen or screen.current is not None))
+
+
+async def through_stages(app: InfradrillApp, pilot: Pilot, keys: tuple[str, ...] = ("ctrl+s",),
+                         skip_pushes: bool = True) -> None:
+    """Submit every stage of the question on screen with `keys` until it leaves the screen; a push is
+    skipped with ctrl+k where `skip_pushes` (a mock answers it, unanswered)."""
+    screen = app.screen
+    assert isinstance(screen, QuestionScreen)
+    while app.screen is screen:
+        await wait_for(pilot, lambda: app.screen is not screen or stage_ready(app, screen))
+        if app.screen is not screen:
+            break
+        if skip_pushes and screen.at_push and screen.mode != "mock":
+            stage = screen.current
+            await pilot.press("ctrl+k")
+            await wait_for(pilot, lambda s=stage: app.screen is not screen or screen.current is not s)
+        else:
+            await submit_stage(app, pilot, keys)
 
 
 @asynccontextmanager
@@ -76,24 +125,9 @@ async def open_default(app: InfradrillApp, pilot: Pilot, question_id: str) -> No
     await wait_for(pilot, lambda: question_ready(app))
 
 
-async def past_followup(app: InfradrillApp, pilot: Pilot, screen: object, answer: bool = False) -> None:
-    """After submitting the first round on `screen`: skip the follow-up if one is asked (or, as
-    a mock interview must, reveal it unanswered)."""
-    def moved_on() -> bool:
-        if app.screen is screen:
-            return False
-        return not isinstance(app.screen, QuestionScreen) or question_ready(app)
-
-    await wait_for(pilot, moved_on)
-    if followup_showing(app):
-        await pilot.press(*(("ctrl+s", "ctrl+s") if answer else ("ctrl+k",)))
-
-
 async def reveal(app: InfradrillApp, pilot: Pilot, keys: tuple[str, ...] = ("ctrl+s",)) -> None:
-    """Submit the question on screen, skip any follow-up, and wait for the solution."""
-    screen = app.screen
-    await pilot.press(*keys)
-    await past_followup(app, pilot, screen)
+    """Submit every stage of the question on screen with `keys`, skip its pushes, wait for the solution."""
+    await through_stages(app, pilot, keys)
     await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
 
 

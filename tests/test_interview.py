@@ -243,3 +243,12 @@ def test_validate_counts_a_turn_of_pushes_per_side_as_one_push_over_every_draw(t
     assert sides == {"latency-limited", "capacity-limited"}, "both sides drawn, or the test shows nothing"
     swap = [d.__class__(**{**d.__dict__, "question": alone}) for d in swap]
     assert [p for p in draw_problems(alone, swap, catalog) if "stages[3]: the push crosses" in p]
+
+
+def test_a_saved_attempt_scores_a_turn_of_pushes_per_side_once(tmp_path):
+    from solvers.transcript import by_stage
+
+    question = _two_sided(tmp_path)
+    verdicts = {"kv_per_token": True, "kv_per_request": False, "users": True, "tpot_fit": True,
+                "followup.regime": True, "followup.served": False}
+    assert by_stage(question, verdicts) == [(1, 2), (2, 2), (1, 2)]

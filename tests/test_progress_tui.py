@@ -13,16 +13,16 @@ from practice.store import open_store
 from solvers.bank import load_bank
 from solvers.data import load_catalog
 from solvers.engine import VariantCode, make_variant
-from solvers.followup import follow_up
+from solvers.interview import asked_keys, stage_run
 from solvers.report import typed_key
 from tests.pilot_helpers import (
-    followup_showing,
     notice_posted,
     on_screen,
-    past_followup,
+    push_showing,
     question_ready,
     reveal,
     running_app,
+    through_stages,
     wait_for,
 )
 from tui.screens.question import QuestionScreen
@@ -95,14 +95,10 @@ async def _two_question_mock():
         assert app.screen.mode == "mock" and "Mock 1 of 2" in str(app.screen.query_one("#question-title").content)
         await pilot.press("ctrl+t")  # no hints in a mock
         assert app.screen.hints_shown == 0
-        screen = app.screen
-        await pilot.press("ctrl+s", "ctrl+s")
-        await past_followup(app, pilot, screen, answer=True)
+        await through_stages(app, pilot, ("ctrl+s", "ctrl+s"), skip_pushes=False)  # every stage, given up
         await wait_for(pilot, lambda: question_ready(app) and app.screen.solution.question.id != first)
         second = app.screen.solution.question.id
-        screen = app.screen
-        await pilot.press("ctrl+s", "ctrl+s")
-        await past_followup(app, pilot, screen, answer=True)
+        await through_stages(app, pilot, ("ctrl+s", "ctrl+s"), skip_pushes=False)
         await wait_for(pilot, on_screen(app, "MockSheetScreen"))
         rows = app.screen.query_one("#sheet").row_count
         sheet = app.screen.sheet
@@ -129,10 +125,10 @@ def test_a_two_question_mock_ends_on_a_saved_score_sheet(data_dir):
     assert mode == "review" and verdicts == saved and "records nothing" in rating
     assert len(store.attempts()) == 2
     bank, catalog = load_bank(), load_catalog()
-    for attempt in store.attempts():  # a mock asks every follow-up, and its score counts them
-        followup = follow_up(make_variant(bank, catalog, VariantCode.parse(attempt.variant)), catalog)
-        asked = {a.key for a in attempt.answers if a.key.startswith("followup.")}
-        assert asked == ({f"followup.{k}" for k in followup.ask} if followup else set())
+    for attempt in store.attempts():  # a mock asks every stage and every push, and its score counts them
+        solution = make_variant(bank, catalog, VariantCode.parse(attempt.variant))
+        runs = [stage_run(solution, catalog, i) for i in range(len(solution.question.stages))]
+        assert [a.key for a in attempt.answers] == asked_keys(run for run in runs if run is not None)
 
 
 async def _stats_after_a_review():
@@ -160,22 +156,24 @@ async def _follow_up_round():
         for spec in first.solution.question.answers:  # "×10^" cannot be pressed through Pilot: insert it
             first.query_one(f"#answer-{spec.key}").insert_text_at_cursor(typed_key(first.solution, spec.key))
         await pilot.press("ctrl+s")
-        await wait_for(pilot, lambda: followup_showing(app))
+        await wait_for(pilot, lambda: push_showing(app))  # the push below the first round's keys
         screen = app.screen
-        followup = screen.followup
-        boxes = [f.spec.key for f in screen.query("AnswerField")]
-        assert boxes == list(followup.ask) and str(followup.solution.code) in str(screen.query_one("#question-title")
+        followup = screen.current
+        stage = screen.query_one(f"#stage-{followup.index}")
+        boxes = [f.spec.key for f in stage.query("AnswerField")]
+        assert boxes == list(followup.ask) and str(followup.solution.code) in str(stage.query_one(".push-code")
                                                                                   .content)
-        assert screen.query_one("AnswerField Input").region.bottom <= 24  # the first box is on screen
+        await wait_for(pilot, lambda: stage.query_one("AnswerField Input").region.bottom <= 24)  # on screen
         right, wrong = followup.ask[0], followup.ask[-1]
-        screen.query_one(f"#answer-{right}").insert_text_at_cursor(typed_key(followup.solution, right))
+        stage.query_one(f"#answer-{right}").insert_text_at_cursor(typed_key(followup.solution, right))
         if wrong != right:
-            screen.query_one(f"#answer-{wrong}").insert_text_at_cursor(
+            stage.query_one(f"#answer-{wrong}").insert_text_at_cursor(
                 typed_key(first.solution, wrong))  # the first round's answer, unchanged by the push
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
         solution = app.screen
-        return (followup, solution.followup[1], str(solution.query_one("#solution-title").content),
+        pushed = next(done for done in solution.answered if done.run.stage.push)
+        return (followup, list(pushed.grades), str(solution.query_one("#solution-title").content),
                 solution.submitted.attempt.uid)
 
 
@@ -200,8 +198,8 @@ async def _answer_again():
         await pilot.press("a")
         await wait_for(pilot, lambda: question_ready(app))
         screen = app.screen
-        for spec in screen.solution.question.answers:  # the key just read, typed back
-            screen.query_one(f"#answer-{spec.key}").insert_text_at_cursor(typed_key(screen.solution, spec.key))
+        for key in screen.current.ask:  # the key just read, typed back into the stage asked again
+            screen.query_one(f"#answer-{key}").insert_text_at_cursor(typed_key(screen.solution, key))
         await reveal(app, pilot)
         await pilot.press("4")  # Easy: ignored, this was not a review
         solution = app.screen

@@ -12,7 +12,16 @@ from textual.widgets import Input, Select
 
 from practice.config import SETTINGS_FILE
 from practice.review import ReviewSettings
-from tests.pilot_helpers import SIZE, open_default, palette_pick, question_ready, reveal, running_app, wait_for
+from tests.pilot_helpers import (
+    SIZE,
+    open_default,
+    palette_pick,
+    push_showing,
+    question_ready,
+    reveal,
+    running_app,
+    wait_for,
+)
 from tui.modes import FollowUps
 from tui.render import interval_text
 from tui.screens.home import HomeScreen
@@ -53,7 +62,7 @@ def test_every_setting_changed_on_the_screen_is_in_force_after_a_restart(config)
     async def change():
         async with running_app() as (app, pilot):
             screen = await open_settings(app, pilot)
-            fits = all(f.region.right <= SIZE[0] and f.region.bottom <= SIZE[1] - 2 for f in screen.query(SettingField))
+            fits = all(f.region.right <= SIZE[0] for f in screen.query(SettingField))  # six: the list scrolls
             await pilot.press(*"3", "tab", *"0.8", "tab", *"12", "tab")  # each box's text is selected on focus
             await choose(app, pilot, "theme", "nord")
             theme_at_once = app.theme
@@ -76,10 +85,10 @@ def test_every_setting_changed_on_the_screen_is_in_force_after_a_restart(config)
     theme, review, app_settings, shown = asyncio.run(restart())  # a new app on the same directories
     assert theme == "nord" and review == wanted and app_settings.followups == FollowUps.SKIP
     assert shown == {"new_per_day": "3", "desired_retention": "0.8", "quick_seconds_per_answer": "12",
-                     "theme": "nord", "followups": "skip"}
+                     "theme": "nord", "followups": "skip", "between_stages": "key"}
     assert tomllib.loads((config / SETTINGS_FILE).read_text()) == {
         "review": {"new_per_day": 3, "desired_retention": 0.8, "quick_seconds_per_answer": 12.0},
-        "app": {"theme": "nord", "followups": "skip"}}
+        "app": {"theme": "nord", "followups": "skip", "between_stages": "key"}}
 
 
 def test_a_typed_value_that_does_not_read_is_shown_inline_and_never_saved(config):
@@ -178,9 +187,8 @@ def test_the_follow_up_setting_decides_whether_the_round_is_asked(config, policy
                 for spec in first.solution.question.answers:
                     first.query_one(f"#answer-{spec.key}").insert_text_at_cursor(typed_key(first.solution, spec.key))
             await pilot.press("ctrl+s", "ctrl+s")
-            await wait_for(pilot, lambda: app.screen is not first and (
-                isinstance(app.screen, SolutionScreen) or question_ready(app)))
-            return isinstance(app.screen, QuestionScreen) and app.screen.followup is not None
+            await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen) or push_showing(app))
+            return push_showing(app)
 
     assert asyncio.run(scenario()) == asked
 

@@ -28,14 +28,15 @@ from solvers.bank import Bank
 from solvers.report import answer_value, typed_key
 from tests.pilot_helpers import (
     SIZE,
-    followup_showing,
     interviewer_ready,
     on_screen,
     open_default,
     open_what_if,
-    past_followup,
+    push_showing,
     question_ready,
     reveal,
+    submit_stage,
+    through_stages,
     wait_for,
 )
 from tui.app import InfradrillApp
@@ -134,14 +135,22 @@ def snapshot(snap_compare, app: InfradrillApp, steps) -> None:
     assert snap_compare(app, run_before=run_before, terminal_size=SIZE), UPDATE
 
 
-async def type_the_key(app: InfradrillApp, pilot: Pilot) -> None:
-    """Every box of the question on screen filled with its expected answer."""
+async def type_the_key(app: InfradrillApp, pilot: Pilot, slip: bool = False) -> None:
+    """Every box of the stage being asked filled with its expected answer (the first doubled: a slip)."""
     screen = app.screen
-    assert isinstance(screen, QuestionScreen)
-    solution = screen.followup.solution if screen.followup else screen.solution
-    for field in screen.query("AnswerField"):
-        screen.query_one(f"#answer-{field.spec.key}", Input).insert_text_at_cursor(typed_key(solution, field.spec.key))
+    assert isinstance(screen, QuestionScreen) and screen.current is not None
+    run = screen.current
+    for number, key in enumerate(run.ask):
+        typed = f"{answer_value(run.solution, key) * 2}" if slip and number == 0 else typed_key(run.solution, key)
+        screen.query_one(f"#stage-{run.index} #answer-{key}", Input).insert_text_at_cursor(typed)
     await pilot.pause()
+
+
+async def stage_shown(app: InfradrillApp, pilot: Pilot) -> None:
+    """Wait until the stage just asked is scrolled to: the last keys at the top, its first box in sight."""
+    body = app.screen.query_one("#question-body")
+    box = app.screen.focused
+    await wait_for(pilot, lambda: box.region.height > 0 and box.region.bottom <= SIZE[1] and body.scroll_y > 0)
 
 
 class TestHomeAndBank:
@@ -178,24 +187,50 @@ class TestQuestion:
         snapshot(snap_compare, app, steps)
 
     def test_follow_up(self, snap_compare, app):
+        """An old-shape question: every answer, then the engine's push below their keys."""
         async def steps(app, pilot):
             await open_default(app, pilot, "weight-read-intensity")
             await type_the_key(app, pilot)
             await pilot.press("ctrl+s")
-            await wait_for(pilot, lambda: followup_showing(app))
+            await wait_for(pilot, lambda: push_showing(app))
+            await stage_shown(app, pilot)
+
+        snapshot(snap_compare, app, steps)
+
+    def test_second_stage_after_the_first_stages_keys(self, snap_compare, app):
+        """The opening answered with a slip: its verdicts and keys, then the second stage's words and boxes."""
+        async def steps(app, pilot):
+            await open_default(app, pilot, "kv-bytes-per-token")
+            await type_the_key(app, pilot, slip=True)
+            await submit_stage(app, pilot)
+            await stage_shown(app, pilot)
+
+        snapshot(snap_compare, app, steps)
+
+    def test_push(self, snap_compare, app):
+        """A staged question's push: its variant code, the figure it moved (with what it was), its boxes."""
+        async def steps(app, pilot):
+            await open_default(app, pilot, "kv-bytes-per-token")
+            while not push_showing(app):
+                await type_the_key(app, pilot)
+                await submit_stage(app, pilot)
+            await stage_shown(app, pilot)
 
         snapshot(snap_compare, app, steps)
 
 
-async def solved(app: InfradrillApp, pilot: Pilot, question_id: str) -> None:
-    """The solution of a default variant, the first answer doubled (a slip), the rest right, its chart drawn."""
+async def solved(app: InfradrillApp, pilot: Pilot, question_id: str, push: bool = False) -> None:
+    """The solution of a default variant, the first answer doubled (a slip), the rest right (the push
+    answered right too with `push`, else skipped), its chart drawn."""
     await open_default(app, pilot, question_id)
     screen = app.screen
-    first = screen.solution.question.answers[0].key
-    await type_the_key(app, pilot)
-    box = screen.query_one(f"#answer-{first}", Input)
-    box.value = f"{answer_value(screen.solution, first) * 2}"
-    await reveal(app, pilot)
+    await type_the_key(app, pilot, slip=True)
+    await submit_stage(app, pilot)
+    while app.screen is screen and (push or not screen.at_push):
+        await type_the_key(app, pilot)
+        await submit_stage(app, pilot)
+    if app.screen is screen:
+        await reveal(app, pilot)  # skips the push
     await wait_for(pilot, lambda: "Sweeping" not in str(app.screen.query_one("#chart").content))
 
 
@@ -211,6 +246,15 @@ class TestSolution:
             await solved(app, pilot, "kv-bytes-per-token")
             body = app.screen.query_one("#solution-body")
             body.scroll_to_widget(app.screen.query_one("#regime"), animate=False, top=True)
+            await wait_for(pilot, lambda: body.scroll_y > 0)
+
+        snapshot(snap_compare, app, steps)
+
+    def test_solution_push_closes_with_its_regime(self, snap_compare, app):
+        async def steps(app, pilot):
+            await solved(app, pilot, "kv-bytes-per-token", push=True)
+            body = app.screen.query_one("#solution-body")
+            body.scroll_to_widget(app.screen.query_one(".stage-title.-push"), animate=False, top=True)
             await wait_for(pilot, lambda: body.scroll_y > 0)
 
         snapshot(snap_compare, app, steps)
@@ -270,13 +314,12 @@ async def mock_started(app: InfradrillApp, pilot: Pilot) -> None:
 
 async def mock_finished(app: InfradrillApp, pilot: Pilot, clock: Clock) -> None:
     """Both questions given up on after two and then six minutes (over the budget); a mock asks every
-    follow-up: revealed unanswered too."""
+    stage and every push: given up too."""
     await mock_started(app, pilot)
     for minutes in (2, 6):
         clock.advance(60 * minutes)
         screen = app.screen
-        await pilot.press("ctrl+s", "ctrl+s")
-        await past_followup(app, pilot, screen, answer=True)
+        await through_stages(app, pilot, ("ctrl+s", "ctrl+s"), skip_pushes=False)
         await wait_for(pilot, lambda asked=screen: app.screen is not asked and (
             question_ready(app) or type(app.screen).__name__ == "MockSheetScreen"))
     await wait_for(pilot, on_screen(app, "MockSheetScreen"))

@@ -12,7 +12,6 @@ from solvers.bank import load_bank
 from solvers.report import answer_value, typed_key
 from tests.pilot_helpers import (
     SIZE,
-    followup_showing,
     interviewer_ready,
     notice_posted,
     notices,
@@ -20,10 +19,12 @@ from tests.pilot_helpers import (
     open_default,
     open_what_if,
     palette_pick,
+    push_showing,
     question_ready,
     reveal,
     running_app,
     step_what_if,
+    submit_stage,
     text_of,
     wait_for,
 )
@@ -45,11 +46,14 @@ async def _answer_default_variant(answers):
         table.move_cursor(row=row)
         await pilot.press("d")
         await wait_for(pilot, lambda: question_ready(app))
-        solution = app.screen.solution
-        assert str(solution.code) == "kv-bytes-per-token@default"
-        for spec in solution.question.answers:
-            app.screen.query_one(f"#answer-{spec.key}", Input).focus()
-            await pilot.press(*answers(solution, spec))
+        screen = app.screen
+        assert str(screen.solution.code) == "kv-bytes-per-token@default"
+        while not screen.at_push:  # each stage typed as it comes; the push is skipped by reveal
+            run = screen.current
+            for key in run.ask:
+                screen.query_one(f"#stage-{run.index} #answer-{key}", Input).focus()
+                await pilot.press(*answers(run.solution, run.solution.question.answer(key)))
+            await submit_stage(app, pilot)
         await reveal(app, pilot)
         screen = app.screen
         return screen.grades, len(screen.query(".step")), str(screen.query_one("#regime").content.title)
@@ -132,7 +136,7 @@ async def _giving_up_needs_a_second_submit():
     async with running_app() as (app, pilot):
         await open_default(app, pilot, "kv-bytes-per-token")
         await pilot.press("ctrl+s")
-        await wait_for(pilot, notice_posted(app, "press ctrl+s again to reveal"))
+        await wait_for(pilot, notice_posted(app, "press ctrl+s again to submit"))
         assert isinstance(app.screen, QuestionScreen)
         await reveal(app, pilot)
         assert {g.verdict for g in app.screen.grades} == {"unparsed"}
@@ -255,15 +259,15 @@ async def _escape_from_a_follow_up():
     async with running_app() as (app, pilot):
         await open_default(app, pilot, "weight-read-intensity")
         await pilot.press("ctrl+s", "ctrl+s")
-        await wait_for(pilot, lambda: followup_showing(app))
+        await wait_for(pilot, lambda: push_showing(app))
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
-        return app.screen.followup, len(app.screen.grades)
+        return [done.run.kind for done in app.screen.answered], len(app.screen.grades)
 
 
 def test_escape_from_a_follow_up_skips_it_and_still_reveals_the_first_round():
-    followup, graded = asyncio.run(_escape_from_a_follow_up())
-    assert followup is None and graded == 13
+    asked, graded = asyncio.run(_escape_from_a_follow_up())
+    assert asked == ["opening"] and graded == 13
 
 
 MENU = {"drill": "QuestionScreen", "browse": "BrowseScreen", "random_question": "QuestionScreen",

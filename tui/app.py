@@ -6,9 +6,8 @@ Nothing here computes an answer: variants are made by solvers.engine in thread w
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -20,21 +19,24 @@ from textual.notifications import SeverityLevel
 
 from tui import messages
 from tui.app_settings import APP_SETTINGS, APP_TABLE, AppSettings
-from tui.modes import FollowUps, Mode
+from tui.modes import Mode
 from tui.screens.home import HomeScreen
 
 # Everything not needed for the first paint (other screens, the bank, the engine) is
 # imported where it is first used, so that start-up costs little more than Textual itself.
 if TYPE_CHECKING:
+    from datetime import datetime
     from pathlib import Path
+
+    from textual.screen import Screen
 
     from practice.config import Setting, Value
     from practice.review import Submitted
     from practice.store import ProgressStore
-    from solvers.answers import Grade
     from solvers.bank import Bank
     from solvers.engine import Solution
-    from solvers.followup import FollowUp
+    from solvers.interview import StageRun
+    from solvers.transcript import Answered
     from tui.service import Drill
 
 
@@ -81,20 +83,6 @@ class ActionCommands(Provider):
             score = matcher.match(title)
             if score > 0:
                 yield Hit(score, matcher.highlight(title), getattr(self.app, action), text=title, help=help_text)
-
-
-@dataclass
-class FirstRound:
-    """A question's first round, submitted and saved, while its follow-up is asked."""
-
-    solution: Solution
-    answers: dict[str, str]
-    grades: list[Grade]
-    elapsed: float
-    hints_used: int
-    mode: Mode
-    submitted: Submitted | None
-    revealed: bool = False  # answered again after the key was shown: saved, but not a review
 
 
 @dataclass
@@ -310,7 +298,7 @@ class InfradrillApp(App):
         from tui.screens.mock import PastMocksScreen
 
         if (drill := self._bank_ready(then=self.action_past_mocks)) is not None and drill.reviewer is not None:
-            self.push_screen(PastMocksScreen(drill.reviewer.store))
+            self.push_screen(PastMocksScreen(drill.reviewer.store, drill.bank.questions))
 
     def _next_mock_question(self, mock: MockRun) -> None:
         from tui.screens.mock import MockSheetScreen
@@ -321,7 +309,7 @@ class InfradrillApp(App):
             return
         mock.store.finish_mock(mock.id)
         self.mock = None
-        self.switch_screen(MockSheetScreen(mock.store, mock.id))
+        self.switch_screen(MockSheetScreen(mock.store, mock.id, self.loaded_drill.bank.questions))
 
     def action_stats(self) -> None:
         from tui.screens.stats import StatsScreen
@@ -379,129 +367,79 @@ class InfradrillApp(App):
         else:
             self.push_screen(screen)
 
-    def show_solution(self, solution: Solution, answers: dict[str, str], elapsed: float, hints_used: int,
-                      started: datetime, mode: Mode, revealed: bool = False) -> None:
-        """The first round is submitted: save it, then ask the follow-up, or reveal."""
-        grades = solution.grade_typed(answers)
-        submitted = self._record(solution, answers, grades, elapsed, hints_used, started, mode, schedule=not revealed)
-        first = FirstRound(solution, answers, grades, elapsed, hints_used, mode, submitted, revealed)
-        if self._asks_followup(first):
-            self._prepare_followup(first)
-        else:
-            self.reveal(first, None)
-
-    def _asks_followup(self, first: FirstRound) -> bool:
-        """Whether a follow-up comes after this first round: always in a mock, else as the setting says."""
-        policy = self.app_settings.followups
-        if first.mode == Mode.MOCK or policy == FollowUps.ASK:
-            return True
-        return policy == FollowUps.IF_CORRECT and first.solution.typed_all_correct(first.grades)
-
-    @work(thread=True, exclusive=True, group="variant")
-    def _prepare_followup(self, first: FirstRound) -> None:
-        """Find the interviewer's push (a sweep: dozens of solves) off the UI thread."""
-        from solvers.followup import follow_up
-
-        try:
-            followup = follow_up(first.solution, self.loaded_drill.catalog)
-        except Exception as error:  # a solver bug in the push must not cost the user the solution
-            self.call_from_thread(self.notify, f"No follow-up: {type(error).__name__}: {error}", severity="warning")
-            followup = None
-        if followup is None:
-            self.call_from_thread(self.reveal, first, None)
-        else:
-            self.call_from_thread(self._ask_followup, first, followup)
-
-    def _ask_followup(self, first: FirstRound, followup: FollowUp) -> None:
-        from tui.screens.question import QuestionScreen
-
-        self.switch_screen(QuestionScreen(followup.solution, first.mode, followup=followup, first=first))
-
-    def finish_followup(self, first: FirstRound, followup: FollowUp, answers: dict[str, str]) -> None:
-        """Grade the follow-up and save it with the first round's attempt, then reveal both."""
-        from solvers.followup import both_rounds
-
-        grades = followup.grade(answers)
-        reviewer = self.drill.reviewer if self.drill else None
-        if first.submitted is not None and reviewer is not None:
-            all_grades, typed = both_rounds(first.grades, first.answers, grades, answers)
-            try:
-                suggested = reviewer.regrade(first.submitted.attempt.uid, all_grades, typed)
-                first.submitted = replace(first.submitted, suggested=suggested)
-            except Exception as error:
-                self.notify(f"The follow-up was not saved: {error}", title="Progress", severity="error", timeout=15)
-        self.reveal(first, (followup, grades))
-
-    def reveal(self, first: FirstRound, followup: tuple[FollowUp, list[Grade]] | None) -> None:
-        from tui.screens.solution import SolutionScreen
-
-        if first.mode == Mode.MOCK and self.mock is not None:
+    def finish_interview(self, done: messages.InterviewDone) -> None:
+        """Every stage is graded: save the attempt (a push's answers under its prefix), then reveal."""
+        submitted = self._record(done.solution, done.answered, done.elapsed, done.hints_used, done.started,
+                                 done.mode, schedule=not done.revealed)
+        if done.mode == Mode.MOCK and self.mock is not None:
             self._next_mock_question(self.mock)  # solutions wait for the score sheet
             return
-        self.switch_screen(SolutionScreen(first.solution, first.answers, first.grades, first.elapsed,
-                                          first.hints_used, first.submitted, first.mode, followup, first.revealed))
+        self.switch_screen(self._solution_screen(done.solution, done.answered, done.elapsed, done.hints_used,
+                                                 submitted, done.mode, done.revealed, done.given))
 
-    def _record(self, solution: Solution, answers: dict[str, str], grades: list[Grade], elapsed: float,
-                hints_used: int, started: datetime, mode: Mode, schedule: bool = True) -> Submitted | None:
-        """Write the attempt (and, with `schedule`, its review) before the solution shows: a crash
-        now loses nothing."""
+    @staticmethod
+    def _solution_screen(solution: Solution, answered: Sequence[Answered], elapsed: float, hints_used: int,
+                         submitted: Submitted | None, mode: Mode, revealed: bool = False,
+                         given: Sequence[StageRun] = ()) -> Screen:
+        from tui.screens.solution import SolutionScreen
+
+        return SolutionScreen(solution, answered, elapsed, hints_used, submitted, mode, revealed, given)
+
+    def _record(self, solution: Solution, answered: Sequence[Answered], elapsed: float, hints_used: int,
+                started: datetime, mode: Mode, schedule: bool = True) -> Submitted | None:
+        """Write the attempt, every stage's answers in it (and, with `schedule`, its review) before the
+        solution shows: a crash now loses nothing."""
+        from solvers.interview import stored_stages
+        from solvers.transcript import stored
+
         reviewer = self.drill.reviewer if self.drill else None
         if reviewer is None:
             return None
+        grades, typed = stored(answered)
         try:
             mock_id = self.mock.id if mode == Mode.MOCK and self.mock is not None else None
             return reviewer.submit(question_id=solution.question.id, variant=str(solution.code), mode=mode,
-                                   grades=grades, typed=answers, started=started, seconds=elapsed,
-                                   hints_used=hints_used, mock_id=mock_id, schedule=schedule)
+                                   grades=grades, typed=typed, started=started, seconds=elapsed,
+                                   hints_used=hints_used, mock_id=mock_id, schedule=schedule,
+                                   stages=stored_stages(done.run for done in answered))
         except Exception as error:  # the store failing must not cost the user the solution
             self.notify(f"This attempt was not saved: {error}", title="Progress", severity="error", timeout=15)
             return None
 
     def review_attempt(self, variant: str, typed: dict[str, str], seconds: float, hints_used: int) -> None:
         """A saved attempt again, as it was answered (a mock's score sheet): the same variant, its
-        answers regraded, the follow-up as asked. Nothing is recorded or scheduled."""
+        stages regraded, the pushes as asked. Nothing is recorded or scheduled."""
         if self._bank_ready() is not None:
             self._review_attempt(variant, typed, seconds, hints_used)
 
     @work(thread=True, exclusive=True, group="variant")
     def _review_attempt(self, variant: str, typed: dict[str, str], seconds: float, hints_used: int) -> None:
         from solvers.engine import VariantError
-        from solvers.followup import FOLLOWUP_PREFIX, follow_up
-        from tui.screens.solution import SolutionScreen
+        from solvers.transcript import rebuild
 
         drill = self.loaded_drill
         try:
             solution = drill.variant_from_code(variant)
+            answered = rebuild(solution, drill.catalog, typed)  # the pushes as asked: solved again, off the UI
         except VariantError as error:
             self.call_from_thread(self.notify, str(error), title="Cannot open", severity="error")
             return
-        first = {k: v for k, v in typed.items() if not k.startswith(FOLLOWUP_PREFIX)}
-        second = {k.removeprefix(FOLLOWUP_PREFIX): v for k, v in typed.items() if k.startswith(FOLLOWUP_PREFIX)}
-        pushed = follow_up(solution, drill.catalog) if second else None
-        followup = None if pushed is None else (pushed, pushed.grade(second))
-        screen = SolutionScreen(solution, first, solution.grade(first), seconds, hints_used, None, Mode.REVIEW,
-                                followup)
+        screen = self._solution_screen(solution, answered, seconds, hints_used, None, Mode.REVIEW)
         self.call_from_thread(self.push_screen, screen)
 
-    def reopen(self, solution: Solution, mode: Mode) -> None:
-        """The same variant again, after its key was shown: practice that does not move the schedule."""
+    def reopen(self, solution: Solution, mode: Mode, given: tuple[StageRun, ...], stage: StageRun) -> None:
+        """One stage of the same variant again, after its key was shown: practice that does not move the
+        schedule."""
         from tui.screens.question import QuestionScreen
 
-        self.switch_screen(QuestionScreen(solution, mode, revealed=True))
+        self.switch_screen(QuestionScreen(solution, mode, revealed=True, given=given, only=stage))
 
     # What the screens ask (tui.messages) -------------------------------------------------
     def on_open_question(self, message: messages.OpenQuestion) -> None:
         self.open_question(message.question_id, default=message.default, replace=message.replace, mode=message.mode)
 
-    def on_round_submitted(self, message: messages.RoundSubmitted) -> None:
-        self.show_solution(message.solution, message.answers, message.elapsed, message.hints_used, message.started,
-                           message.mode, revealed=message.revealed)
-
-    def on_follow_up_submitted(self, message: messages.FollowUpSubmitted) -> None:
-        self.finish_followup(message.first, message.followup, message.answers)
-
-    def on_follow_up_skipped(self, message: messages.FollowUpSkipped) -> None:
-        self.reveal(message.first, None)
+    def on_interview_done(self, message: messages.InterviewDone) -> None:
+        self.finish_interview(message)
 
     def on_mock_left(self, _message: messages.MockLeft) -> None:
         self.mock = None
@@ -513,7 +451,7 @@ class InfradrillApp(App):
         self.action_drill(replace=True)
 
     def on_reopen(self, message: messages.Reopen) -> None:
-        self.reopen(message.solution, message.mode)
+        self.reopen(message.solution, message.mode, message.given, message.stage)
 
 
 def run() -> int:

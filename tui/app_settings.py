@@ -1,5 +1,6 @@
-"""The application's own settings, the [app] table of the settings file (practice.config):
-the theme and when follow-up rounds are asked. The scheduler's settings are practice.review's."""
+"""The application's own settings, the [app] table of the settings file (practice.config): the theme,
+when follow-up rounds (pushes) are asked and what shows between stages. The scheduler's settings are
+practice.review's."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -8,7 +9,7 @@ from pathlib import Path
 from textual.theme import BUILTIN_THEMES
 
 from practice.config import Setting, read_table, write_table
-from tui.modes import FollowUps
+from tui.modes import BetweenStages, FollowUps
 
 APP_TABLE = "app"
 DEFAULT_THEME = "textual-dark"
@@ -17,6 +18,9 @@ APP_SETTINGS = (
             help="applies at once; the palette's Theme command (ctrl+p) sets it too"),
     Setting("followups", "Follow-up rounds", FollowUps.ASK.value, choices=tuple(f.value for f in FollowUps),
             help="ask: always · if-correct: after all correct · skip: never (mocks ask)"),
+    Setting("between_stages", "Between stages", BetweenStages.KEY.value,
+            choices=tuple(b.value for b in BetweenStages),
+            help="key: each answer's key and why · verdict-only: right or wrong, keys at the end"),
 )
 
 
@@ -24,9 +28,11 @@ APP_SETTINGS = (
 class AppSettings:
     theme: str = DEFAULT_THEME
     followups: FollowUps = FollowUps.ASK
+    between_stages: BetweenStages = BetweenStages.KEY
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "followups", FollowUps(self.followups))  # as read from the file: a str
+    def __post_init__(self) -> None:  # as read from the file: strs
+        object.__setattr__(self, "followups", FollowUps(self.followups))
+        object.__setattr__(self, "between_stages", BetweenStages(self.between_stages))
 
     @classmethod
     def load(cls, path: Path | None = None) -> tuple[AppSettings, list[str]]:
@@ -36,4 +42,5 @@ class AppSettings:
 
     def save(self, path: Path | None = None) -> Path:
         """Raises practice.config.SettingsError when the file cannot be written."""
-        return write_table(APP_TABLE, {"theme": self.theme, "followups": str(self.followups)}, path)
+        return write_table(APP_TABLE, {"theme": self.theme, "followups": str(self.followups),
+                                       "between_stages": str(self.between_stages)}, path)

@@ -11,8 +11,8 @@ from tui.modes import Mode
 
 if TYPE_CHECKING:
     from solvers.engine import Solution
-    from solvers.followup import FollowUp
-    from tui.app import FirstRound
+    from solvers.interview import StageRun
+    from solvers.transcript import Answered
 
 
 class OpenQuestion(Message):
@@ -24,30 +24,15 @@ class OpenQuestion(Message):
         self.question_id, self.default, self.replace, self.mode = question_id, default, replace, mode
 
 
-class RoundSubmitted(Message):
-    """A question's first round, as typed: to be graded, saved, then followed up or revealed."""
+class InterviewDone(Message):
+    """Every stage of a question asked and graded (`given`: those shown before a stage asked again): to be
+    saved as one attempt, then revealed."""
 
-    def __init__(self, solution: Solution, answers: dict[str, str], *, elapsed: float, hints_used: int,
-                 started: datetime, mode: Mode, revealed: bool) -> None:
+    def __init__(self, solution: Solution, answered: tuple[Answered, ...], given: tuple[StageRun, ...], *,
+                 elapsed: float, hints_used: int, started: datetime, mode: Mode, revealed: bool) -> None:
         super().__init__()
-        self.solution, self.answers, self.mode, self.revealed = solution, answers, mode, revealed
+        self.solution, self.answered, self.given, self.mode, self.revealed = solution, answered, given, mode, revealed
         self.elapsed, self.hints_used, self.started = elapsed, hints_used, started
-
-
-class FollowUpSubmitted(Message):
-    """The follow-up's answers, as typed: graded and saved with the first round's attempt."""
-
-    def __init__(self, first: FirstRound, followup: FollowUp, answers: dict[str, str]) -> None:
-        super().__init__()
-        self.first, self.followup, self.answers = first, followup, answers
-
-
-class FollowUpSkipped(Message):
-    """The first round's solution without its follow-up."""
-
-    def __init__(self, first: FirstRound) -> None:
-        super().__init__()
-        self.first = first
 
 
 class MockLeft(Message):
@@ -67,8 +52,8 @@ class NextInDrill(Message):
 
 
 class Reopen(Message):
-    """The same variant asked again after its key was shown."""
+    """One stage of the same variant asked again after its key was shown, the stages before it given."""
 
-    def __init__(self, solution: Solution, mode: Mode) -> None:
+    def __init__(self, solution: Solution, mode: Mode, given: tuple[StageRun, ...], stage: StageRun) -> None:
         super().__init__()
-        self.solution, self.mode = solution, mode
+        self.solution, self.mode, self.given, self.stage = solution, mode, given, stage

@@ -14,9 +14,16 @@ class Mode(StrEnum):
 
 
 class FollowUps(StrEnum):
-    """When the interviewer's follow-up round comes after a first round (a setting). A mock
-    interview asks every follow-up whatever this says: it is the interview."""
+    """When the interviewer's pushes (the follow-up stages, which move parameters) are asked (a setting).
+    The other stages always are; a mock interview asks every push whatever this says: it is the interview."""
 
     ASK = "ask"  # always asked; ctrl+k skips one
-    IF_CORRECT = "if-correct"  # asked only after a first round answered all correct, as an interviewer pushes
-    SKIP = "skip"  # never asked outside a mock: the solution comes straight after the first round
+    IF_CORRECT = "if-correct"  # asked only while every answer so far is correct, as an interviewer pushes
+    SKIP = "skip"  # never asked outside a mock: the solution comes straight after the last other stage
+
+
+class BetweenStages(StrEnum):
+    """What shows between the stages of an interview once one is graded (a setting)."""
+
+    KEY = "key"  # each answer's verdict and its key with its why, as an interviewer corrects (mocks too)
+    VERDICT_ONLY = "verdict-only"  # right or wrong only: the keys wait for the reveal, as in an exam

@@ -73,9 +73,14 @@ class HelpScreen(CardScreen):
 
 
 class ConventionsScreen(CardScreen):
-    """The bank's conventions card: what every question assumes unless it says otherwise."""
+    """The bank's conventions card: what every question assumes unless it says otherwise; over a
+    question, the cards its solver used."""
 
     BINDINGS = [Binding("escape,f2,q", "dismiss", "Close", id="conventions.close", tooltip="back to the screen")]
+
+    def __init__(self, cards: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.cards = cards  # card ids to show (empty: every card)
 
     def body(self) -> RenderableType:
         from rich.text import Text
@@ -84,8 +89,12 @@ class ConventionsScreen(CardScreen):
 
         text = Text()
         text.append("Conventions", style="bold")
-        text.append(" (every question assumes these unless its prompt says otherwise)\n", style="dim")
-        for entry in conventions():
+        if self.cards:
+            text.append(" this question's solver used (every card: the palette's Conventions card, ctrl+p)\n",
+                        style="dim")
+        else:
+            text.append(" (every question assumes these unless its prompt says otherwise)\n", style="dim")
+        for entry in (e for e in conventions() if not self.cards or e.id in self.cards):
             text.append(f"\n{entry.title}", style="bold")
             text.append(f"  {entry.id}\n", style="dim")
             text.append(f"{entry.text}\n")

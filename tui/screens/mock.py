@@ -1,6 +1,7 @@
 """Mock interviews after the fact: the score sheet of one, and the list of past ones."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -17,6 +18,7 @@ from tui.widgets.tables import selected_key
 
 if TYPE_CHECKING:
     from practice.store import ProgressStore
+    from solvers.bank import Question
 
 
 def _clock(seconds: float) -> str:
@@ -25,8 +27,8 @@ def _clock(seconds: float) -> str:
 
 
 class MockSheetScreen(AppScreen):
-    """Per question: answers correct, time against the budget, slips. Enter shows the saved
-    answers against the solution."""
+    """Per question: answers correct stage by stage, time against the budget, slips. Enter shows the
+    saved answers against the solution."""
 
     DEFAULT_CSS = """
     #sheet-title { padding: 0 1; background: $boost; height: auto; }
@@ -37,9 +39,10 @@ class MockSheetScreen(AppScreen):
         Binding("escape", "app.pop_screen", "Back", id="mock-sheet.back", tooltip="back to the previous screen"),
     ]
 
-    def __init__(self, store: ProgressStore, mock_id: str) -> None:
+    def __init__(self, store: ProgressStore, mock_id: str, questions: Mapping[str, Question]) -> None:
         super().__init__()
         self.sheet = store.mock_sheet(mock_id)
+        self.questions = questions  # to place each saved answer in its stage
 
     def compose(self) -> ComposeResult:
         sheet, mock = self.sheet, self.sheet.mock
@@ -49,15 +52,25 @@ class MockSheetScreen(AppScreen):
                      f"{sheet.correct}/{mock.planned} questions all correct in {_clock(sheet.seconds)}{budget}",
                      id="sheet-title")
         table: DataTable[Text] = DataTable(cursor_type="row", zebra_stripes=True, id="sheet")
-        table.add_columns("question", "correct", "time", "slips")
+        table.add_columns("question", "correct by stage", "time", "slips")
         for attempt in sheet.attempts:  # ids, not titles, and short slips: the sheet fits 80 columns
             over = mock.budget_seconds is not None and attempt.seconds > mock.budget_seconds
             slips = "; ".join(sorted({a.slip.split(":")[0] for a in attempt.answers if a.slip})) or "—"
             time_taken = _clock(attempt.seconds) + (" over" if over else "")
-            right = f"{attempt.answers_correct}/{len(attempt.answers)}"
+            right = self._correct(attempt.question_id, {a.key: a.verdict == "correct" for a in attempt.answers})
             table.add_row(*plain(attempt.question_id, right, time_taken, slips), key=attempt.uid)
         yield table
         yield KeysFooter()
+
+    def _correct(self, question_id: str, verdicts: Mapping[str, bool]) -> str:
+        """Answers right over asked, a figure a stage where the question runs in more than one."""
+        from solvers.transcript import by_stage
+
+        question = self.questions.get(question_id)  # a question no longer in the bank: one figure
+        scores = by_stage(question, verdicts) if question is not None else []
+        if len(scores) < 2:
+            return f"{sum(verdicts.values())}/{len(verdicts)}"
+        return " ".join(f"{right}/{asked}" for right, asked in scores)
 
     def action_review(self) -> None:
         if (uid := selected_key(self.query_one(DataTable))) is not None:
@@ -73,9 +86,10 @@ class PastMocksScreen(Screen):
         Binding("escape", "app.pop_screen", "Back", id="past-mocks.back", tooltip="back to the previous screen"),
     ]
 
-    def __init__(self, store: ProgressStore) -> None:
+    def __init__(self, store: ProgressStore, questions: Mapping[str, Question]) -> None:
         super().__init__()
         self.store = store
+        self.questions = questions
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -93,4 +107,4 @@ class PastMocksScreen(Screen):
 
     def action_open(self) -> None:
         if (mock_id := selected_key(self.query_one(DataTable))) is not None:
-            self.app.push_screen(MockSheetScreen(self.store, mock_id))
+            self.app.push_screen(MockSheetScreen(self.store, mock_id, self.questions))

@@ -1,6 +1,9 @@
-"""Reveal: the grade table, the derivation step by step, the regime, assumptions, sources."""
+"""Reveal, stage by stage as the interview went: each stage's words, its grades and keys, the derivation
+steps it needed; the regime closes the last stage on the variant, a push's own regime closes it. Then
+the chart, assumptions and sources."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -13,12 +16,14 @@ from textual.markup import escape
 from textual.widgets import Header, SelectionList, Static
 
 from solvers.answers import CORRECT, Checklist, Grade
-from solvers.followup import both_rounds
+from solvers.interview import StageRun, steps_by_stage, stored_stages
+from solvers.transcript import Answered, first_missed, stored
 from tui import messages
 from tui.chart import sweep_chart
 from tui.modes import Mode
 from tui.render import givens_table, grade_table, interval_text, judgement_table, notes, regime_panel, step_renderable
 from tui.screens.base import AppScreen
+from tui.screens.question import given_text, keys_text
 from tui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
@@ -26,7 +31,6 @@ if TYPE_CHECKING:
 
     from practice.review import Submitted
     from solvers.engine import Solution
-    from solvers.followup import FollowUp
 
 
 class SolutionScreen(AppScreen):
@@ -34,8 +38,10 @@ class SolutionScreen(AppScreen):
     #solution-title { padding: 0 1; background: $boost; height: auto; }
     #rating { padding: 0 1; background: $boost; height: auto; color: $text-muted; }
     #solution-body { padding: 0 1; }
-    #grades { margin: 1 0; }
-    .section, .step, #regime, #chart { margin-top: 1; }
+    .grades { margin: 1 0; }
+    .stage-title { margin-top: 1; background: $boost; }
+    .keys { padding: 0 1; border-left: thick $success; }
+    .section, .step, .regime, #chart { margin-top: 1; }
     #notes { margin: 1 0; color: $text-muted; }
     .checklist { height: auto; max-height: 16; text-wrap: wrap; }
     """
@@ -62,13 +68,14 @@ class SolutionScreen(AppScreen):
         Binding("escape", "app.pop_screen", "Back", id="solution.back", tooltip="back to the previous screen"),
     ]
 
-    def __init__(self, solution: Solution, answers: dict[str, str], grades: list[Grade], elapsed: float,
-                 hints_used: int, submitted: Submitted | None = None, mode: Mode = Mode.PRACTICE,
-                 followup: tuple[FollowUp, list[Grade]] | None = None, revealed: bool = False) -> None:
+    def __init__(self, solution: Solution, answered: Sequence[Answered], elapsed: float, hints_used: int,
+                 submitted: Submitted | None = None, mode: Mode = Mode.PRACTICE, revealed: bool = False,
+                 given: Sequence[StageRun] = ()) -> None:
+        """`answered`: the stages asked, graded; `given`: those shown before a stage asked again."""
         super().__init__()
         self.solution = solution
-        self.answers = answers
-        self.grades = grades
+        self.answered = list(answered)
+        self.given = tuple(given)
         self.elapsed = elapsed
         self.hints_used = hints_used
         self.submitted = submitted  # the saved attempt and its suggested rating (None: not saved)
@@ -77,52 +84,93 @@ class SolutionScreen(AppScreen):
         self.rated = False  # the user picked a rating (else the suggestion stands)
         self.earlier: list[int | None] = []  # ratings picked before the current one (None: the suggestion)
         self.intervals: dict[int, timedelta] = {}  # what each rating gives the card (read once, after saving)
-        self.followup = followup  # (the push, its grades), or None where it was skipped or there was none
         self.revealed = revealed  # answered again after the key was shown: not a review
+        self.ticks: dict[SelectionList, tuple[int, str]] = {}  # each checklist: (stage index, answer key)
+
+    @property
+    def grades(self) -> list[Grade]:
+        """The grades of the variant's own stages (a push's are its pushed variant's)."""
+        return [g for done in self.answered if not done.run.stage.push for g in done.grades]
 
     def compose(self) -> ComposeResult:
         q = self.solution.question
         right = sum(g.verdict == CORRECT for g in self.grades)
         minutes, seconds = divmod(int(self.elapsed), 60)
-        pushed = ""
-        if self.followup is not None:
-            pushed = f", follow-up {sum(g.verdict == CORRECT for g in self.followup[1])}/{len(self.followup[1])}"
+        pushes = [g for done in self.answered if done.run.stage.push for g in done.grades]
+        pushed = f", follow-up {sum(g.verdict == CORRECT for g in pushes)}/{len(pushes)}" if pushes else ""
         yield Header()
         yield Static(f"[b]{escape(q.title)}[/b]   variant [b]{escape(str(self.solution.code))}[/b]   "
                      f"{right}/{len(self.grades)} correct in {minutes}:{seconds:02d}{pushed}, "
                      f"hints used {self.hints_used}", id="solution-title")
         yield Static(self._rating_text(), id="rating")
+        answered = {done.run.index: done for done in self.answered}
+        given = {run.index: run for run in self.given}
+        steps = steps_by_stage(self.solution)
+        last = max(i for i, stage in enumerate(q.stages) if not stage.push)
+        number = 0
         with VerticalScroll(id="solution-body"):
-            yield Static(grade_table(self.solution, self.grades), id="grades")
-            for spec in self.solution.question.answers:
-                if spec.key in self.solution.sheet.reasons:
-                    yield Static(f"[b]{escape(spec.shown_label)}[/b]", classes="section")
-                    yield Static(judgement_table(self.solution, spec.key), id=f"judged-{spec.key}")
-                if isinstance(spec, Checklist):  # self-graded: ticked here
-                    yield Static(f"[b]{escape(spec.shown_label)}[/b]: tick the points your answer covered (space)",
-                                 classes="section")
-                    if self.answers.get(spec.key, "").strip():
-                        yield Static(f"[dim]Your notes: {escape(self.answers[spec.key])}[/dim]")
-                    points = [(spec.text(item), i) for i, item in enumerate(spec.points)]
-                    yield SelectionList(*points, id=f"tick-{spec.key}", classes="checklist")
-            if self.followup is not None:
-                followup, grades = self.followup
-                yield Static(f"[b]Follow-up[/b] [dim]{escape(str(followup.solution.code))}[/dim]", classes="section")
-                yield Static(followup.say, markup=False)
-                yield Static(grade_table(followup.solution, grades), id="followup-grades")
-                if followup.solution.sheet.regime is not None:
-                    yield Static(regime_panel(followup.solution), id="followup-regime")
-            yield Static("[b]Given[/b]", classes="section")
-            yield Static(givens_table(self.solution), id="givens")
-            yield Static("[b]Derivation[/b]", classes="section")
-            for number, step in enumerate(self.solution.sheet.steps, 1):
-                yield Static(step_renderable(number, step), classes="step")
-            if self.solution.sheet.regime is not None:
-                yield Static(regime_panel(self.solution), id="regime")
+            for index, stage in enumerate(q.stages):
+                done = answered.get(index)
+                run = done.run if done is not None else given.get(index)
+                if stage.push and run is None:
+                    continue  # skipped, or nothing to push
+                yield Static(self._stage_title(index, run, done), classes="stage-title -push" if stage.push
+                             else "stage-title", markup=False)
+                if run is not None:
+                    yield Static(run.prompt, classes="say", markup=False)
+                if done is not None:
+                    yield from self._graded(done)
+                elif run is not None:
+                    yield Static(given_text(run), classes="keys")
+                if stage.push:
+                    if run is not None and run.solution.sheet.regime is not None:
+                        yield Static(regime_panel(run.solution), id=f"regime-{index}", classes="regime")
+                    continue
+                if number == 0:
+                    yield Static("[b]Given[/b]", classes="section")
+                    yield Static(givens_table(self.solution), id="givens")
+                for step in steps[index]:
+                    number += 1
+                    yield Static(step_renderable(number, step), classes="step")
+                if index == last and self.solution.sheet.regime is not None:
+                    yield Static(regime_panel(self.solution), id="regime", classes="regime")
             if self.solution.question.chart:
                 yield Static("[dim]Sweeping the variant for the chart…[/dim]", id="chart")
             yield Static(notes(self.solution), id="notes")
         yield KeysFooter()
+
+    def _stage_title(self, index: int, run: StageRun | None, done: Answered | None) -> str:
+        """A stage's heading: which turn of the interview, how it went; a push names its variant."""
+        stage = self.solution.question.stages[index]
+        name = "Opening" if index == 0 else f"Stage {index + 1}: {stage.kind}"
+        if stage.push and run is not None:
+            name = f"Stage {index + 1}: push to {run.solution.code}"
+        if done is None:
+            return f"{name}  (given)" if run is not None else name
+        right = sum(g.verdict == CORRECT for g in done.grades)
+        return f"{name}  {right}/{len(done.grades)} correct"
+
+    def _graded(self, done: Answered) -> ComposeResult:
+        """A stage as answered: its grade table, each key with its why, the options judged, the
+        checklists to tick."""
+        run = done.run
+        yield Static(grade_table(run.solution, list(done.grades)), id=f"grades-{run.index}", classes="grades")
+        yield Static(keys_text(done, show_keys=True), classes="keys")
+        for key in run.ask:
+            spec = run.solution.question.answer(key)
+            if key in run.solution.sheet.reasons:
+                yield Static(f"[b]{escape(spec.shown_label)}[/b]", classes="section")
+                yield Static(judgement_table(run.solution, key), classes="judged")
+            if isinstance(spec, Checklist):  # self-graded: ticked here
+                yield Static(f"[b]{escape(spec.shown_label)}[/b]: tick the points your answer covered (space)",
+                             classes="section")
+                if done.typed.get(key, "").strip():
+                    yield Static(f"[dim]Your notes: {escape(done.typed[key])}[/dim]")
+                points = [(spec.text(item), i) for i, item in enumerate(spec.points)]
+                ticks: SelectionList[int] = SelectionList(*points, id=None if run.stage.push else f"tick-{key}",
+                                                          classes="checklist")
+                self.ticks[ticks] = (run.index, key)
+                yield ticks
 
     def on_mount(self) -> None:
         self.query_one("#solution-body").focus()
@@ -144,21 +192,18 @@ class SolutionScreen(AppScreen):
         self.query_one("#chart", Static).update(chart)  # on the UI thread: a worker never touches a widget
 
     def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:
-        if event.selection_list.id is None:
+        if event.selection_list not in self.ticks:
             return
-        key = event.selection_list.id.removeprefix("tick-")
+        index, key = self.ticks[event.selection_list]
         ticked = sorted(event.selection_list.selected)
         ticks = ",".join(str(i + 1) for i in ticked) if ticked else "none"
-        grade = self.solution.grade_one(key, ticks)
-        self.grades = [grade if g.key == key else g for g in self.grades]
-        self.query_one("#grades", Static).update(grade_table(self.solution, self.grades))
+        position = next(i for i, done in enumerate(self.answered) if done.run.index == index)
+        done = self.answered[position] = self.answered[position].regraded(key, ticks)
+        self.query_one(f"#grades-{index}", Static).update(grade_table(done.run.solution, list(done.grades)))
         reviewer = self.infradrill.loaded_drill.reviewer
         if self.submitted and reviewer is not None:
-            grades, typed = self.grades, {**self.answers, key: ticks}
-            if self.followup is not None:
-                followup, pushed_grades = self.followup
-                grades, typed = both_rounds(grades, typed, pushed_grades, {})
-            suggested = reviewer.regrade(self.submitted.attempt.uid, grades, typed)
+            suggested = reviewer.regrade(self.submitted.attempt.uid, *stored(self.answered),
+                                         stages=stored_stages(done.run for done in self.answered))
             if not self.rated:
                 self.rating = int(suggested)
             self.submitted = replace(self.submitted, suggested=suggested)
@@ -236,4 +281,11 @@ class SolutionScreen(AppScreen):
         self.app.push_screen(WhatIfScreen(self.solution, self.infradrill.loaded_drill.catalog))
 
     def action_again(self) -> None:
-        self.post_message(messages.Reopen(self.solution, self._practice_mode))
+        """Ask again the first stage that went wrong (else the first asked), the stages before it given
+        with their keys; saved as practice, the schedule does not move."""
+        if not self.answered:
+            return
+        runs = sorted([*self.given, *(done.run for done in self.answered)], key=lambda run: run.index)
+        target = self.answered[first_missed(self.answered) or 0].run
+        given = tuple(run for run in runs if run.index < target.index)
+        self.post_message(messages.Reopen(self.solution, self._practice_mode, given, target))
