@@ -22,6 +22,7 @@ from tests.pilot_helpers import (
     open_default,
     question_ready,
     reveal,
+    submit_stage,
     running_app,
     text_of,
     wait_for,
@@ -82,9 +83,12 @@ CRASH_KINDS = [  # (variant, answer box, text): each once raised in the live not
 
 
 async def submitted_with(app, pilot, code: str, key: str, text: str) -> None:
-    """Open `code`, type `text` into the box of `key`, and submit with the other boxes empty."""
+    """Open `code`, type `text` into the box of `key` (in whichever stage asks it), and submit with the
+    other boxes empty."""
     app.open_code(code)
-    await wait_for(pilot, lambda: question_ready(app) and bool(app.screen.query(f"#answer-{key}")))
+    await wait_for(pilot, lambda: question_ready(app))
+    while not app.screen.query(f"#answer-{key}"):  # a later stage's box: the stages before it submitted empty
+        await submit_stage(app, pilot, keys=("ctrl+s", "ctrl+s"))
     box = app.screen.query_one(f"#answer-{key}", Input)
     box.value = text
     await wait_for(pilot, lambda: box.value == text and app.screen.query_one(f"#field-{key} .note") is not None)
