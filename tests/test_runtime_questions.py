@@ -378,8 +378,9 @@ def test_model_runner_v2_is_four_turns_asking_every_teaser_point(bank):
 
 
 def test_model_runner_v2_push_crosses_in_its_own_words_where_its_move_runs(variant, catalog):
-    """Each side has its declared move (down to 8B on one GPU from GPU-bound, up to 70B on two from CPU-bound),
-    said in the interviewer's words; where it does not cross, the engine's push stands in with its own."""
+    """Each side has its declared move (down to 8B in fp8 on one B200 from GPU-bound, up to 70B on two from
+    CPU-bound), said in the interviewer's words; where it does not cross, the engine's push stands in with
+    its own."""
     from solvers.interview import stage_run
     seen = set()
     for seed in range(24):
