@@ -344,8 +344,9 @@ MRV2 = "model-runner-v2"
 
 
 def test_model_runner_v2_default(variant):
-    """Llama-3.1-8B fp8 on one B200, 8 sequences at 512 tokens: MRV2 would gain 1.33x (pinned in the question file),
-    but a logits-processor plugin keeps it on the V1 runner, so the gain realised is none."""
+    """Llama-3.1-8B fp8 on one B200, 8 sequences at 512 tokens: MRV2 would decode 5,976 tokens/s, 1.33x the old
+    runner's (the tokens/s pinned in the question file), but a logits-processor plugin keeps it on the V1 runner,
+    so the gain realised is none."""
     assert variant(f"{MRV2}@default").sheet.results["realized"] == 1
 
 
@@ -364,22 +365,24 @@ def test_model_runner_v2_opening_says_kv_dtype_and_a_recall_asks_for_triton(bank
 
 def test_model_runner_v2_is_four_turns_asking_every_teaser_point(bank):
     """Two to four turns (the pushes for either side are one), the recall before the select it feeds, and the
-    teaser's points each graded: the regime, the CPU time saved (the gain), persistent slots and GPU input
-    preparation (the recall's checklist), the silent fallbacks (recalled, then judged)."""
+    teaser's points each graded: the regime, what V2 delivers once the CPU time is saved (its tokens/s),
+    persistent slots and GPU input preparation (the recall's checklist), the silent fallbacks (recalled, then
+    judged)."""
     question = bank.get(MRV2)
     stages = question.stages
     turns = [i for i, stage in enumerate(stages) if not (stage.when and i and stages[i - 1].when)]
     assert 2 <= len(turns) <= 4
     asked = {key for stage in stages for key in stage.ask}
-    assert {"regime", "speedup", "why_triton", "fallback_list", "runner", "fallback"} <= asked
+    assert {"regime", "throughput_new", "why_triton", "fallback_list", "runner", "fallback"} <= asked
     checklist = " ".join(question.answer("why_triton").points)
     assert "persistent row" in checklist and "Triton kernels" in checklist
     assert [stage.when for stage in stages if stage.push] == ["gpu-bound", "cpu-bound"]
 
 
 def test_model_runner_v2_push_crosses_in_its_own_words_where_its_move_runs(variant, catalog):
-    """Each side has its declared move (down to 8B on one GPU from GPU-bound, up to 70B on two from CPU-bound),
-    said in the interviewer's words; where it does not cross, the engine's push stands in with its own."""
+    """Each side has its declared move (down to 8B in fp8 on one B200 from GPU-bound, up to 70B on two from
+    CPU-bound), said in the interviewer's words; where it does not cross, the engine's push stands in with
+    its own."""
     from solvers.interview import stage_run
     seen = set()
     for seed in range(24):
@@ -441,6 +444,13 @@ def test_model_runner_v2_properties(variant, seed):
     old, new = max(r["gpu_step"], r["cpu_old"]), max(r["gpu_step"], cpu_new)
     assert r["speedup"] == pytest.approx(old / new)
     assert (r["regime"] == "cpu-bound") == (r["speedup"] > 1)
+    # The graded figure is V2's tokens/s: the batch over V2's step, the old runner's exactly where GPU-bound.
+    batch = solution.param("batch").raw
+    assert r["throughput_new"] == pytest.approx(batch / new)
+    assert (r["throughput_new"] == pytest.approx(batch / old)) == (r["regime"] == "gpu-bound")
+    slips = {slip.label: slip.factor for slip in solution.sheet.slips["throughput_new"]}
+    assert slips["CPU and GPU times added (no async overlap)"] == pytest.approx(new / (r["gpu_step"] + cpu_new))
+    assert ("the old runner's step kept (its CPU time still in it)" in slips) == (r["regime"] == "cpu-bound")
     levers = r["fallback"]
     on_v1 = r["runner"] == "v1-runner"
     run, cpu_run = (old, r["cpu_old"]) if on_v1 else (new, cpu_new)
