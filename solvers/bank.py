@@ -158,6 +158,19 @@ class Question:
         number = len({self.turn_of(i) for i in range(index + 1) if self.stages[i].push})
         return f"{PUSH_PREFIX}{'' if number == 1 else number}."
 
+    def turn_number(self, index: int) -> int:
+        """Which turn of the interview stage `index` is, from 1 (each side's push of a turn counts once)."""
+        return len({self.turn_of(i) for i in range(index + 1)})
+
+    @property
+    def turn_count(self) -> int:
+        return self.turn_number(len(self.stages) - 1)
+
+    def asks_on(self, index: int, regime: str | None) -> bool:
+        """Whether stage `index` is asked of a variant in `regime` (a push for the other side is not)."""
+        when = self.stages[index].when
+        return not when or when == regime
+
     def turn_of(self, index: int) -> int:
         """The first stage of the turn stage `index` belongs to: pushes with `when` in a row are one turn."""
         while index and self.stages[index].when and self.stages[index - 1].when:

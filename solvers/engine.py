@@ -81,6 +81,11 @@ class Solution:
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
 
+    @property
+    def regime_name(self) -> str | None:
+        """The side of the boundary this variant is on (None: the question has no regimes)."""
+        return self.sheet.regime.name if self.sheet.regime is not None else None
+
     def cards(self) -> list[str]:
         """The conventions in play: the cards the solver read, then those its derivation names (a counting
         rule applied in a formula is named in the step's why or an assumption), in the card's order."""

@@ -141,7 +141,7 @@ def _candidate_entry(number: int, variant: Script) -> list[str]:
         if stage.run is None:
             continue
         words = ["(The interviewer asks this one aloud.)"] if stage.quotes_key() else prompt_markdown(stage.run.prompt)
-        lines += [f"### Stage {stage.index + 1}: {stage.kind}", "", *words, ""]
+        lines += [f"### Stage {stage.turn}: {stage.kind}", "", *words, ""]
         lines += [f"- {_blank(stage.run.solution.question.answer(key))}:" for key in stage.run.ask] + [""]
     return lines
 
@@ -196,7 +196,7 @@ def _html(text: str) -> str:
 def anki_front(variant: Script, stage: ScriptStage, run: StageRun) -> str:
     """The conversation up to this stage: each earlier stage's words and its keys as the interviewer gave
     them, then this stage's words (the opening's card is the opening alone)."""
-    said = [f"<p><small>Stage {stage.index + 1} of {len(variant.stages)}: {stage.kind}</small></p>"]
+    said = [f"<p><small>Stage {stage.turn} of {stage.turns}: {stage.kind}</small></p>"]
     for earlier in variant.stages[:stage.index]:
         if earlier.run is not None:
             keys = "".join(f"<li>{_html(line)}</li>" for _, line in earlier.run.key_lines())

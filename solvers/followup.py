@@ -70,7 +70,7 @@ def declared_push(solution: Solution, catalog: Catalog, declared: DeclaredFollow
         pushed = revise(solution, catalog, changes)
     except _UNSOLVED:
         return None
-    crossed = not crossing or _regime(pushed) != _regime(solution)
+    crossed = not crossing or pushed.regime_name != solution.regime_name
     if crossed and any(pushed.expected[k] != solution.expected[k] for k in declared.ask):
         return FollowUp(pushed, declared.ask, declared.say or _say(solution, pushed, changes))
     return None
@@ -171,10 +171,6 @@ def _nearby(spec: ParamSpec, current) -> list:
     return [value for value in dict.fromkeys(said) if value != current]
 
 
-def _regime(solution: Solution) -> str | None:
-    return solution.sheet.regime.name if solution.sheet.regime is not None else None
-
-
 def _candidates(solution: Solution) -> list[ParamSpec]:
     """Numeric range parameters, the chart's own first; then choices (a TP degree, a GPU, a model).
     A generator's own settings (a spread) are not something an interviewer pushes."""
@@ -197,7 +193,7 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec, scanned: di
     The scan and the rounded values are judged on floats (QuickSheet); a value is solved exactly
     only where it is the push to make, or where floats sit too near a boundary or the clear margin
     to tell. Exactly solved is what is returned."""
-    regime, current = _regime(solution), solution.param(spec.name).raw
+    regime, current = solution.regime_name, solution.param(spec.name).raw
     if regime is None:
         return None
 

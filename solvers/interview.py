@@ -51,8 +51,7 @@ class StageRun:
 
     @property
     def regime(self) -> str | None:
-        regime = self.solution.sheet.regime
-        return regime.name if regime is not None else None
+        return self.solution.regime_name
 
     def grade(self, answers: dict[str, str]) -> list[Grade]:
         """The answers of this stage against its own variant's key (a checklist waits for its ticks)."""
@@ -81,7 +80,7 @@ def stage_run(solution: Solution, catalog: Catalog, index: int) -> StageRun | No
         return opening(solution)
     if not stage.push:
         return StageRun(index, stage, solution, stage.ask, _words(stage.say, solution, solution))
-    if stage.when and (solution.sheet.regime is None or solution.sheet.regime.name != stage.when):
+    if not question.asks_on(index, solution.regime_name):
         return None  # the push for the other side of the boundary
     pushed, declared = _push(solution, catalog, stage)
     if pushed is None:

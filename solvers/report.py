@@ -179,7 +179,7 @@ def script_markdown(script: Script, depth: int) -> list[str]:
     the listed options that do not hold (the key's line gives those that do) and the slips it invites."""
     lines: list[str] = []
     for stage in script.stages:
-        run, heading = stage.run, f"{'#' * depth} Stage {stage.index + 1} of {len(script.stages)}: {stage.kind}"
+        run, heading = stage.run, f"{'#' * depth} Stage {stage.turn} of {stage.turns}: {stage.kind}"
         if run is None:
             lines += [f"{heading}, none for this variant", "", "The engine found nothing to push here.", ""]
             continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from solvers.bank import PLACEHOLDER, Stage
+from solvers.bank import PLACEHOLDER, Question, Stage
 from solvers.data import Catalog
 from solvers.engine import Solution
 from solvers.interview import StageRun, stage_run
@@ -13,15 +13,26 @@ from solvers.interview import StageRun, stage_run
 @dataclass(frozen=True)
 class ScriptStage:
     """One stage of the script. `run` is None for a push that found nothing to push in this variant: it
-    stays in the script, marked skipped, so the stages keep the file's numbering."""
+    stays in the script, marked skipped, so the stages keep the file's numbering. A push written for the
+    other side of the boundary (`when`) is not in it."""
 
     index: int
     stage: Stage
     run: StageRun | None
+    question: Question
 
     @property
     def kind(self) -> str:
         return self.stage.kind
+
+    @property
+    def turn(self) -> int:
+        """Its place in the conversation, from 1: each side's push of one turn is the same turn."""
+        return self.question.turn_number(self.index)
+
+    @property
+    def turns(self) -> int:
+        return self.question.turn_count
 
     def quotes_key(self) -> bool:
         """Whether the stage's words quote the key of an earlier stage (on paper they would give it away)."""
@@ -37,6 +48,7 @@ class Script:
 
 def script(solution: Solution, catalog: Catalog) -> Script:
     """Every stage of this variant's interview, in order. Each push searches and solves: slow work."""
-    return Script(solution, tuple(ScriptStage(index, stage, stage_run(solution, catalog, index))
-                                  for index, stage in enumerate(solution.question.stages)))
+    question, side = solution.question, solution.regime_name
+    return Script(solution, tuple(ScriptStage(index, stage, stage_run(solution, catalog, index), question)
+                                  for index, stage in enumerate(question.stages) if question.asks_on(index, side)))
 

@@ -65,12 +65,12 @@ def draw_problems(question: Question, draws: list[Solution], catalog: Catalog) -
     pushes: dict[int, _PushTally] = {}
     for solution in draws:
         for index, stage in enumerate(question.stages):
-            if stage.when and stage.when != _regime(solution):
+            if stage.when and stage.when != solution.regime_name:
                 continue  # the other side's push of this turn
             run = stage_run(solution, catalog, index)
             if stage.push:
                 tally = pushes.setdefault(question.turn_of(index), _PushTally())
-                crossed = run is not None and run.regime is not None and run.regime != _regime(solution)
+                crossed = run is not None and run.regime is not None and run.regime != solution.regime_name
                 tally.crossed += crossed or bool(stage.nudge)
                 if stage.set and (refusal := push_refusal(solution, catalog, stage)):
                     tally.refused[f"stages[{index}]: {refusal}" if stage.when else refusal] += 1
@@ -108,7 +108,3 @@ def push_refusal(solution: Solution, catalog: Catalog, stage: Stage) -> str | No
     except SOLVER_FAULTS as error:
         return f"the solver cannot take it ({type(error).__name__})"
     return None
-
-
-def _regime(solution: Solution) -> str | None:
-    return solution.sheet.regime.name if solution.sheet.regime is not None else None

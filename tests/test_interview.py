@@ -252,3 +252,10 @@ def test_a_saved_attempt_scores_a_turn_of_pushes_per_side_once(tmp_path):
     verdicts = {"kv_per_token": True, "kv_per_request": False, "users": True, "tpot_fit": True,
                 "followup.regime": True, "followup.served": False}
     assert by_stage(question, verdicts) == [(1, 2), (2, 2), (1, 2)]
+
+
+def test_a_step_timed_by_the_step_model_lists_the_roofline_rule_in_play(bank, catalog):
+    """The long-reply-batching re-derivation could not tell whether a step adds its reads and its math or
+    takes the longer: the step model never named the card whose rule it is."""
+    solution = make_variant(bank, catalog, VariantCode.parse("long-reply-batching@6404"))
+    assert "roofline-time" in solution.cards()

@@ -22,8 +22,8 @@ from tests.pilot_helpers import (
     open_default,
     question_ready,
     reveal,
-    submit_stage,
     running_app,
+    submit_stage,
     text_of,
     wait_for,
 )

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from solvers.conventions import convention_value
+from solvers.conventions import convention, convention_value
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, ceil_of, floor_of, max_of, min_of
 from solvers.models.collective import AllReduceTerms, all_reduce_terms
@@ -194,6 +194,7 @@ def step_time(s: Sheet, e: Engine, tag: str, label: str, work: StepWork, key: st
               communication: sympy.Expr = sympy.S.Zero) -> sympy.Symbol:
     """Time of one step: the slower of reading and computing, plus the TP all-reduces
     (collective.tp_all_reduce; not overlapped) and the fixed overhead if modelled."""
+    convention("roofline-time")  # the card whose rule this is: the question lists it in play
     expr = max_of(work.bytes / e.byte_rate, work.math) + communication
     if e.t_oh is not None:
         expr = expr + e.t_oh
@@ -209,6 +210,7 @@ def growing_steps_time(s: Sheet, e: Engine, tag: str, label: str, count: sympy.E
     their FLOPs grow by `growth` from one step to the next (a prompt's chunks: each attends to the
     chunks before it). The first steps may be short of math and wait on their reads: k counts them,
     and the rest sum their math in closed form. `communication` is per step."""
+    convention("roofline-time")
     t_read = first.bytes / e.byte_rate
     dt = growth / e.attention_rate  # the growth is attention's: priced at the cache's peak
     k = s.step(f"read_bound_{tag}", f"Of the {label}, steps that wait on their reads", f"k_{tag}",

@@ -59,6 +59,8 @@ class InterviewerScreen(AppScreen):
                            title_align="left", border_style="bold cyan"), id="code-banner")
         with VerticalScroll(id="revealed"):
             for index, stage in enumerate(stages):
+                if not solution.question.asks_on(index, solution.regime_name):
+                    continue  # the other side's push of this turn
                 # A push searches and solves: it is worded once the worker has found it (on_mount).
                 run = None if stage.push else stage_run(solution, self.infradrill.loaded_drill.catalog, index)
                 words, keys = self._stage(index, stage, run)
@@ -73,8 +75,9 @@ class InterviewerScreen(AppScreen):
     def _find_pushes(self) -> None:
         from solvers.interview import stage_run
 
-        for index, stage in enumerate(self.solution.question.stages):
-            if stage.push:
+        solution = self.solution
+        for index, stage in enumerate(solution.question.stages):
+            if stage.push and solution.question.asks_on(index, solution.regime_name):
                 run = stage_run(self.solution, self.infradrill.loaded_drill.catalog, index)
                 self.app.call_from_thread(self._show_push, index, stage, run)
 
@@ -86,7 +89,8 @@ class InterviewerScreen(AppScreen):
     def _stage(self, index: int, stage: Stage, run: StageRun | None,
                searched: bool = False) -> tuple[RenderableType, RenderableType]:
         """A stage's words (its heading, what a push moved, the words and its hints) and its keys."""
-        heading = Text(f"Stage {index + 1} of {len(self.solution.question.stages)}: {stage.kind}", style="bold")
+        question = self.solution.question
+        heading = Text(f"Stage {question.turn_number(index)} of {question.turn_count}: {stage.kind}", style="bold")
         if run is None:
             said = "none for this variant: nothing found to push" if searched else "finding the push…"
             return Group(Text.assemble(heading, f" — {said}")), Text("")

@@ -142,9 +142,10 @@ class SolutionScreen(AppScreen):
     def _stage_title(self, index: int, run: StageRun | None, done: Answered | None) -> str:
         """A stage's heading: which turn of the interview, how it went; a push names its variant."""
         stage = self.solution.question.stages[index]
-        name = "Opening" if index == 0 else f"Stage {index + 1}: {stage.kind}"
+        turn = self.solution.question.turn_number(index)
+        name = "Opening" if index == 0 else f"Stage {turn}: {stage.kind}"
         if stage.push and run is not None:
-            name = f"Stage {index + 1}: push to {run.solution.code}"
+            name = f"Stage {turn}: push to {run.solution.code}"
         if done is None:
             return f"{name}  (given)" if run is not None else name
         right = sum(g.verdict == CORRECT for g in done.grades)
