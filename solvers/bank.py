@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -225,6 +226,15 @@ class _Reader:
     def fail(self, where: str, line: int, message: str) -> QuestionError:
         return QuestionError(f"{self.path}:{line}: {where}: {message}")
 
+    def mapping(self, value: Any, where: str, line: int, fields: Collection[str], shape: str) -> LineDict:
+        """`value` as a mapping of only the known `fields`; `shape` says what is expected where it is none."""
+        if not isinstance(value, LineDict):
+            raise self.fail(where, line, f"expected {shape}")
+        for name in value:
+            if name not in fields:
+                raise self.fail(f"{where}.{name}", value.line_of(name), "unknown field")
+        return value
+
     def field(self, mapping: LineDict, name: str, kind: type | tuple[type, ...], where: str = "",
               required: bool = True, default: Any = None) -> Any:
         label = f"{where}.{name}" if where else name
@@ -267,11 +277,7 @@ def _unit(reader: _Reader, mapping: LineDict, where: str) -> str:
 
 def _parse_param(reader: _Reader, name: str, spec: Any, line: int) -> ParamSpec:
     where = f"parameters.{name}"
-    if not isinstance(spec, LineDict):
-        raise reader.fail(where, line, "expected a mapping such as {choice: [...], default: ...}")
-    for key in spec:
-        if key not in _PARAM_FIELDS:
-            raise reader.fail(f"{where}.{key}", spec.line_of(key), "unknown field")
+    spec = reader.mapping(spec, where, line, _PARAM_FIELDS, "a mapping such as {choice: [...], default: ...}")
     kinds = [k for k in DISTRIBUTIONS if k in spec]
     if len(kinds) != 1:
         raise reader.fail(where, spec.line, f"needs exactly one of {', '.join(DISTRIBUTIONS)}")
@@ -343,11 +349,7 @@ def _parse_param(reader: _Reader, name: str, spec: Any, line: int) -> ParamSpec:
 
 def _parse_answer(reader: _Reader, index: int, spec: Any, line: int) -> Answer:
     where = f"answers[{index}]"
-    if not isinstance(spec, LineDict):
-        raise reader.fail(where, line, "expected a mapping with key, label and a comparison")
-    for key in spec:
-        if key not in _ANSWER_FIELDS:
-            raise reader.fail(f"{where}.{key}", spec.line_of(key), "unknown field")
+    spec = reader.mapping(spec, where, line, _ANSWER_FIELDS, "a mapping with key, label and a comparison")
     key = reader.field(spec, "key", str, where)
     label = reader.field(spec, "label", str, where)
     unit = _unit(reader, spec, where)
@@ -428,11 +430,7 @@ def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers:
     asked: set[str] = set()  # answered in an earlier stage: a later `say` may quote their keys
     for index, item in enumerate(raw):
         where = f"stages[{index}]"
-        if not isinstance(item, LineDict):
-            raise reader.fail(where, line, "expected a mapping with say and ask")
-        for name in item:
-            if name not in _STAGE_FIELDS:
-                raise reader.fail(f"{where}.{name}", item.line_of(name), "unknown field")
+        item = reader.mapping(item, where, line, _STAGE_FIELDS, "a mapping with say and ask")
         push = item.get("push")
         if push is not None and push != "generated":
             raise reader.fail(f"{where}.push", item.line_of("push"), "the only value is 'generated'")
@@ -493,11 +491,8 @@ def _parse_golden(reader: _Reader, document: LineDict, names: set[str],
     entries = []
     for index, item in enumerate(raw):
         where = f"golden[{index}]"
-        if not isinstance(item, LineDict):
-            raise reader.fail(where, document.line_of("golden"), "expected {variant: ..., expect: {...}, why: ...}")
-        for name in item:
-            if name not in ("variant", "expect", "why", "rel"):
-                raise reader.fail(f"{where}.{name}", item.line_of(name), "unknown field")
+        item = reader.mapping(item, where, document.line_of("golden"), ("variant", "expect", "why", "rel"),
+                              "{variant: ..., expect: {...}, why: ...}")
         variant = str(reader.field(item, "variant", (str, int), where))  # a bare seed reads as an integer
         match = _VARIANT.match(variant)
         if match is None:
