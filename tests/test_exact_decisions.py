@@ -153,10 +153,12 @@ ALLOWED = {
     ("topics/quantization/fp8_attention_quant_points.py", "_attention_fixes", "s.value(r_K) > s.value(unscaled)"):
         SAMPLED,
     ("topics/quantization/fp8_scale_formats.py", "_format_simulation", "tag == 'g'"): NAMES,
-    ("topics/runner/model_runner_v2.py", "_regime", "fixed_cpu > fixed_gpu"): TEXT,
-    ("topics/runner/model_runner_v2.py", "_regime", "per_seq_gpu > per_seq_cpu"): TEXT,
-    ("topics/runner/model_runner_v2.py", "_regime", "per_seq_gpu != per_seq_cpu"): TEXT,
-    ("topics/runner/model_runner_v2.py", "_regime", "(per_seq_gpu > per_seq_cpu) == (fixed_cpu > fixed_gpu)"): TEXT,
+    ("topics/runner/model_runner_v2.py", "crossings", "per_seq + ar_1 != cpu_1"): TEXT,
+    ("topics/runner/model_runner_v2.py", "crossings", "1 <= batch <= cap"): TEXT,
+    ("topics/runner/model_runner_v2.py", "crossings", "reads_0 + reads_1 * batch >= math_1 * batch"): TEXT,
+    ("topics/runner/model_runner_v2.py", "crossings", "(reads_0 + reads_1 * batch >= math_1 * batch) == longer"):
+        TEXT,
+    ("topics/runner/model_runner_v2.py", "crossings", "gpu_at_1 < cpu_0 + cpu_1"): TEXT,
     ("topics/speculation/spec_decode_exactness.py", "solve", "g < s.value(bound)"): _margin("2%"),
     ("topics/speculation/spec_decode_step_accounting.py", "_break_even",
      "(plain_is, verify_is) == (plain_compute, verify_compute)"): REGION,

@@ -2,6 +2,8 @@
 moe-calibration-starvation, model-runner-v2."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import sympy
@@ -341,6 +343,7 @@ def test_samples_needed_is_the_smallest_that_reaches_the_target(variant, seed):
 # --- model-runner-v2 -----------------------------------------------------------------------
 
 MRV2 = "model-runner-v2"
+REMOVE = "turning off what keeps it on the V1 runner"
 
 
 def test_model_runner_v2_default(variant):
@@ -373,7 +376,7 @@ def test_model_runner_v2_is_four_turns_asking_every_teaser_point(bank):
     turns = [i for i, stage in enumerate(stages) if not (stage.when and i and stages[i - 1].when)]
     assert 2 <= len(turns) <= 4
     asked = {key for stage in stages for key in stage.ask}
-    assert {"regime", "throughput_new", "why_triton", "fallback_list", "runner", "fallback"} <= asked
+    assert {"regime", "throughput_new", "why_triton", "fallback_list", "fallback"} <= asked
     checklist = " ".join(question.answer("why_triton").points)
     assert "persistent row" in checklist and "Triton kernels" in checklist
     assert [stage.when for stage in stages if stage.push] == ["gpu-bound", "cpu-bound"]
@@ -400,38 +403,90 @@ def test_model_runner_v2_push_crosses_in_its_own_words_where_its_move_runs(varia
     assert {("gpu-bound", True), ("cpu-bound", True)} <= seen and any(not ours for _, ours in seen)
 
 
-@pytest.mark.parametrize("features, runner", [
-    ("prefix caching, EAGLE-3 speculative decoding", "model-runner-v2"),
-    ("prefix caching, ngram speculative decoding", "v1-runner"),
-    ("chunked prefill, dual batch overlap", "v1-runner"),
-    ("prefix caching, structured outputs", "model-runner-v2"),
-    ("prefix caching, an image built without Triton", "v1-runner"),
-    ("ngram speculative decoding, a custom logits processor", "v1-runner"),
+def _gap_at(solution, batch: float) -> float:
+    """The variant's GPU step re-timed at another batch (the solver's own GPU side, on a fresh sheet), less
+    the old runner's CPU time there: negative where the CPU binds."""
+    from types import SimpleNamespace
+
+    from solvers.derivation import Sheet
+    from solvers.topics.runner.model_runner_v2 import gpu_side
+    values = {param.name: param.value for param in solution.params} | {"batch": batch}
+    sheet = Sheet(parameters={spec.name: (values[spec.name], spec.unit, spec.label or spec.name)
+                              for spec in solution.question.parameters if isinstance(values[spec.name], (int, float))})
+    gpu = sheet.value(gpu_side(sheet, SimpleNamespace(**values)).time)
+    return gpu - (values["sched"] + values["prep"] + values["per_req"] * batch)
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+MEET = re.compile(r"meet near a batch of ([\d,.]+) at this context: (below|above) it the CPU binds")
+BETWEEN = re.compile(r"the CPU binds only between batches of ([\d,.]+) and ([\d,.]+)")
+EVERY = re.compile(r"the (CPU|GPU) binds at every batch from 1 to ([\d,]+)")
+
+
+@pytest.mark.parametrize("code", [f"{MRV2}@{seed}" for seed in range(20)]
+                         + [f"{MRV2}@7303+model=llama-3-70b+tp=2", f"{MRV2}@7202+model=llama-3-70b+tp=2",
+                            f"{MRV2}@default+model=llama-3-70b+tp=2", f"{MRV2}@default+batch=64+context=256"])
+def test_model_runner_v2_crossing_batch_is_where_the_step_meets_the_cpu(variant, code):
+    """The regime names the batch where, at this context, the GPU's step (reads or math, whichever is longer,
+    plus the all-reduces) equals the old runner's CPU time: re-timing the step just either side of it finds
+    the sides swap as stated; where it names none, the stated side binds from a batch of 1 to the cap."""
+    solution = variant(code)
+    summary = solution.sheet.regime.summary
+    # @7303's push meets the CPU at 162 only with its all-reduces in the step (the reads alone said 62.8).
+    assert (MEET.search(summary) is not None) or code != f"{MRV2}@7303+model=llama-3-70b+tp=2"
+    if meet := MEET.search(summary):
+        at = _number(meet.group(1))
+        below, above = _gap_at(solution, at * 0.99), _gap_at(solution, at * 1.01)
+        assert (below < 0 < above) if meet.group(2) == "below" else (above < 0 < below)
+    elif between := BETWEEN.search(summary):
+        low, high = _number(between.group(1)), _number(between.group(2))
+        assert _gap_at(solution, low * 0.99) > 0 > _gap_at(solution, (low + high) / 2)
+        assert _gap_at(solution, high * 1.01) > 0
+    else:
+        every = EVERY.search(summary)
+        assert every is not None, summary
+        cap = _number(every.group(2))
+        cap_seqs = solution.param("max_num_seqs").raw
+        assert cap <= cap_seqs
+        for batch in np.geomspace(1, cap, 9):
+            assert (_gap_at(solution, batch) < 0) == (every.group(1) == "CPU")
+
+
+@pytest.mark.parametrize("features, on_v1", [
+    ("prefix caching and EAGLE-3 speculative decoding", False),
+    ("prefix caching and ngram speculative decoding", True),
+    ("chunked prefill and dual batch overlap", True),
+    ("prefix caching and structured outputs", False),
+    ("prefix caching and an image built without Triton", True),
+    ("ngram speculative decoding and a custom logits processor", True),
 ])
-def test_runner_choice_follows_the_unsupported_list(bank, catalog, features, runner):
+def test_runner_choice_follows_the_unsupported_list(bank, catalog, features, on_v1):
     """vllm/config/vllm.py: ngram drafting, dual batch overlap, custom logits processors and a missing Triton
     send a dense model to the V1 runner when VLLM_USE_V2_MODEL_RUNNER is unset; EAGLE-3 and structured
-    outputs do not."""
+    outputs do not. The runner is not asked (the recall's list would give it away): it shows in the step
+    the levers are judged against, and in whether turning a feature off is a lever at all."""
     from solvers.engine import solve_values
     from solvers.sampling import default_values
     question = bank.get(MRV2)
     _, sheet = solve_values(question, default_values(question) | {"features": features}, catalog)
-    assert sheet.results["runner"] == runner
-    assert sheet.results["realized"] == (sheet.results["speedup"] if runner == "model-runner-v2" else 1)
+    assert (sheet.results["fallback"][REMOVE] is not None) == on_v1
+    assert sheet.results["realized"] == (1 if on_v1 else sheet.results["speedup"])
+    assert "runner" not in {answer.key for answer in question.answers}
 
 
 def test_model_runner_v2_pins_the_release_its_fallbacks_belong_to(bank, variant):
     """The logits-processor fallback is v0.28.0's (vllm/config/vllm.py lists custom logits processors, passed
     in or installed as a plugin); PR #56497 took them off that list afterwards, so the stage that asks for the
-    runner names the release, and MRV2's CPU time is a given of a stage, not a hidden constant."""
+    levers names the release, and MRV2's CPU time is a given of a stage, not a hidden constant."""
     question = bank.get(MRV2)
-    runner = next(stage for stage in question.stages if "runner" in stage.ask)
+    runner = next(stage for stage in question.stages if "fallback" in stage.ask)
     assert "vLLM v0.28.0" in runner.say and any("{v2_cpu}" in stage.say for stage in question.stages)
     assert any("v0.28.0" in ref and "custom logits processors" in ref for ref in question.references)
     assert any("#56497" in ref for ref in question.references)
 
-
-REMOVE = "turning off what keeps it on the V1 runner"
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -452,9 +507,9 @@ def test_model_runner_v2_properties(variant, seed):
     assert slips["CPU and GPU times added (no async overlap)"] == pytest.approx(new / (r["gpu_step"] + cpu_new))
     assert ("the old runner's step kept (its CPU time still in it)" in slips) == (r["regime"] == "cpu-bound")
     levers = r["fallback"]
-    on_v1 = r["runner"] == "v1-runner"
+    on_v1 = levers[REMOVE] is not None  # the lever is listed only where the V1 runner is built
     run, cpu_run = (old, r["cpu_old"]) if on_v1 else (new, cpu_new)
-    assert (levers[REMOVE] is None) == (not on_v1)
+    assert r["tpot_run"] == pytest.approx(run)
     if on_v1:
         assert levers[REMOVE] == (new < old)
     assert levers["a host CPU twice as fast"] == (max(r["gpu_step"], cpu_run / 2) < run)

@@ -1,9 +1,13 @@
 """The model-runner rewrite - input preparation on the GPU (vLLM Model Runner V2)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import sympy
+
 from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
-from solvers.models.collective import tp_all_reduce
-from solvers.models.steptime import StepConstants, engine, step_time, step_work
+from solvers.models.collective import AllReduceTerms, all_reduce_terms, tp_all_reduce
+from solvers.models.steptime import Engine, StepConstants, StepWork, engine, step_time, step_work
 from solvers.units import format_number
 
 BLOCK_SIZE = 16  # vLLM's default KV block size
@@ -16,14 +20,14 @@ SLOT_BYTES = 4  # int32 token ids and block ids
 # with VLLM_USE_V2_MODEL_RUNNER unset, any of these puts a dense model on the V1 runner with one warning line.
 # Custom logits processors left that list after v0.28.0 (PR #56497), which is why the stage text pins the release.
 FEATURES = {
-    "prefix caching, EAGLE-3 speculative decoding": (),
-    "prefix caching, ngram speculative decoding": ("ngram",),
-    "structured outputs, a custom logits processor": ("logits",),
-    "chunked prefill, dual batch overlap": ("dbo",),
-    "prefix caching, structured outputs": (),
-    "prefix caching, a logits-processor plugin installed in the image": ("logits",),
-    "prefix caching, an image built without Triton": ("triton",),
-    "ngram speculative decoding, a custom logits processor": ("ngram", "logits"),
+    "prefix caching and EAGLE-3 speculative decoding": (),
+    "prefix caching and ngram speculative decoding": ("ngram",),
+    "structured outputs and a custom logits processor": ("logits",),
+    "chunked prefill and dual batch overlap": ("dbo",),
+    "prefix caching and structured outputs": (),
+    "prefix caching and a logits-processor plugin installed in the image": ("logits",),
+    "prefix caching and an image built without Triton": ("triton",),
+    "ngram speculative decoding and a custom logits processor": ("ngram", "logits"),
 }
 
 
@@ -43,13 +47,13 @@ def _runner(s: Sheet, p, e, work, comm, gpu, cpu_old, cpu_new, old, new, speedup
     """Which runner serves this deployment, and which levers would shorten the step of the runner it builds."""
     reads = work.bytes / e.byte_rate
     causes = FEATURES[p.features]
-    s.choose("runner", "v1-runner" if causes else "model-runner-v2",
-             f"{' and '.join(CAUSE_NAMES[c] for c in causes)} keep{'' if len(causes) > 1 else 's'} it on the old runner"
-             if causes else "none of these features falls back, so V2 runs")
     gain = s.text(speedup)
     named = " and ".join(CAUSE_NAMES[c] for c in causes)
+    # The runner is no graded answer: the recall's fallback list, shown before, names it. It stays here, in
+    # the step the levers are judged against.
     run = s.step("tpot_run", "Step time of the runner vLLM builds", "t_run", old if causes else new, "ms",
-                 f"the old runner's step: {named} keeps MRV2 from running" if causes else "Model Runner V2's step")
+                 f"the V1 runner's step: {named} keep{'s' if len(causes) == 1 else ''} MRV2 from running"
+                 if causes else "Model Runner V2's step: none of these features falls back")
     s.step("realized", "Gain this deployment actually gets", "S_real", old / run, "x",
            f"Model Runner V2's {gain} only where it is the runner that runs: the fallback is silent"
            if causes else "Model Runner V2 is the runner that runs")
@@ -77,21 +81,47 @@ def _runner(s: Sheet, p, e, work, comm, gpu, cpu_old, cpu_new, old, new, speedup
         raise Reject("reads and math within 5% of each other: whether bandwidth helps would turn on rounding")
 
 
-def _regime(s: Sheet, p, gpu, cpu_old, work, e) -> None:
+def crossings(s: Sheet, p, side: GpuSide) -> tuple[list[float], int, bool]:
+    """The batches, at this context, where the GPU's step (the same max(reads, math) + all-reduces as the
+    gpu_step key) equals the old runner's CPU time; the largest batch that could run (max_num_seqs, or the
+    most sequences whose KV fits in HBM beside the weights); and whether the CPU binds at a batch of 1.
+    Every piece is linear in the batch, so each branch of the max meets the CPU's line at one batch, which
+    counts where that branch is the longer."""
+    e, B, C = side.e, s.param("B", "batch"), s.param("C", "context")
+    reads_0, reads_1 = s.evaluate(e.W / e.TP / e.byte_rate), s.evaluate(C * e.KV / e.byte_rate)
+    math_1 = s.evaluate(side.work.math / B)  # decode math is all per sequence: the weights' and its context's
+    ar_0, ar_1 = s.evaluate(side.all_reduce.fixed), s.evaluate(side.all_reduce.per_token)
+    cpu_0 = s.evaluate(s.param("t_sched", "sched") + s.param("t_prep", "prep"))
+    cpu_1 = s.evaluate(s.param("c_req", "per_req"))
+    cap = min(int(p.max_num_seqs), int(s.evaluate((p.gpu.hbm_gb * 1e9 - e.W / e.TP) / (C * e.KV))))
+    found = []
+    for fixed, per_seq, longer in ((reads_0, reads_1, True), (0.0, math_1, False)):
+        if per_seq + ar_1 != cpu_1:
+            batch = (cpu_0 - fixed - ar_0) / (per_seq + ar_1 - cpu_1)
+            if 1 <= batch <= cap and (reads_0 + reads_1 * batch >= math_1 * batch) == longer:
+                found.append(batch)
+    gpu_at_1 = max(reads_0 + reads_1, math_1) + ar_0 + ar_1
+    return sorted(found), cap, gpu_at_1 < cpu_0 + cpu_1
+
+
+def _meet(s: Sheet, p, side: GpuSide) -> str:
+    """Where, at this context, the two sides cross as the batch moves, in words."""
+    found, cap, cpu_at_1 = crossings(s, p, side)
+    at = [format_number(batch, 3) for batch in found]
+    if len(found) == 2:
+        return f"at this context the CPU binds only between batches of {at[0]} and {at[1]}"
+    if found:
+        return (f"the GPU's step and the CPU's work meet near a batch of {at[0]} at this context: "
+                f"{'below' if cpu_at_1 else 'above'} it the CPU binds")
+    return (f"at this context the {'CPU' if cpu_at_1 else 'GPU'} binds at every batch from 1 to {cap:,}, "
+            f"the most that max_num_seqs and the HBM allow")
+
+
+def _regime(s: Sheet, p, side: GpuSide, cpu_old) -> None:
     """CPU-bound (the old runner's CPU time sets the step) against GPU-bound."""
-    g, c = s.text(gpu), s.text(cpu_old)
-    # The batch where the two sides meet: both grow linearly with it (KV reads against per-request CPU work).
-    per_seq_gpu = s.evaluate(work.bytes / e.byte_rate) / p.batch - s.evaluate(e.W / e.TP / e.byte_rate) / p.batch
-    fixed_gpu = s.evaluate(e.W / e.TP / e.byte_rate)
-    fixed_cpu, per_seq_cpu = p.sched + p.prep, p.per_req
-    if per_seq_gpu != per_seq_cpu and (per_seq_gpu > per_seq_cpu) == (fixed_cpu > fixed_gpu):  # cross at a batch > 0
-        batch = (fixed_cpu - fixed_gpu) / (per_seq_gpu - per_seq_cpu)
-        side = "below" if per_seq_gpu > per_seq_cpu else "above"
-        meet = f"the reads and the CPU's work meet near a batch of {format_number(batch, 3)} at this context: " \
-               f"{side} it the CPU binds"
-    else:
-        meet = "the reads and the CPU's work cross at no batch at this context"
-    s.regime_by(cpu_old, gpu, tie="below", above=Side(
+    g, c = s.text(side.time), s.text(cpu_old)
+    meet = _meet(s, p, side)
+    s.regime_by(cpu_old, side.time, tie="below", above=Side(
         "cpu-bound",
         f"The old runner spends {c} of CPU per step against {g} of GPU work: the GPU waits on Python, which is "
         f"where Model Runner V2's GPU-side input preparation pays; {meet}.",
@@ -105,15 +135,34 @@ def _regime(s: Sheet, p, gpu, cpu_old, work, e) -> None:
         "binds, and moving input preparation into Triton kernels is what shortens the step."))
 
 
-def solve(p, s: Sheet) -> None:
-    e = engine(s, p.model, p.gpu, p.tp, StepConstants(overhead=None), dtype=p.dtype, communication=p.tp > 1,
+@dataclass(frozen=True)
+class GpuSide:
+    """The decode step's GPU time and the pieces it is made of, each linear in the batch at a fixed context."""
+
+    e: Engine
+    work: StepWork
+    all_reduce: AllReduceTerms  # per step: fixed + per_token × batch (0 at TP 1)
+    comm: sympy.Expr  # the step's all-reduces, as the sheet states them
+    time: sympy.Symbol  # the gpu_step key: max(reads, math) + all-reduces
+
+
+def gpu_side(s: Sheet, p) -> GpuSide:
+    """The GPU's time per decode step: every sequence of the batch decodes one token at the context."""
+    e = engine(s, p.model, p.gpu, p.tp, StepConstants(overhead=None), dtype=p.dtype, communication=True,
                kv_prerequisite=True)
     B, C = s.param("B", "batch"), s.param("C", "context")
     work = step_work(s, e, "dec", "decode step", B, B * C, B * C)
     comm = tp_all_reduce(s, p.model, p.gpu, p.tp, B, tag="dec", label="decode step")
-    gpu = step_time(s, e, "dec", "decode step's GPU work", work, key="gpu_step", communication=comm,
-                    why="the step-time model's kernels: the slower of reads and math"
-                        + (", then the all-reduces" if p.tp > 1 else ""))
+    time = step_time(s, e, "dec", "decode step's GPU work", work, key="gpu_step", communication=comm,
+                     why="the step-time model's kernels: the slower of reads and math"
+                         + (", then the all-reduces" if p.tp > 1 else ""))
+    return GpuSide(e, work, all_reduce_terms(s, p.model, p.gpu, p.tp), comm, time)
+
+
+def solve(p, s: Sheet) -> None:
+    side = gpu_side(s, p)
+    e, work, comm, gpu = side.e, side.work, side.comm, side.time
+    B = s.param("B", "batch")
     t_s, t_p, c_r = s.param("t_sched", "sched"), s.param("t_prep", "prep"), s.param("c_req", "per_req")
     cpu_old = s.step("cpu_old", "CPU time per step, old runner", "t_CPU1", t_s + t_p + c_r * B, "ms",
                      "scheduler, then input tensors and output processing in Python, plus a share per request")
@@ -127,7 +176,7 @@ def solve(p, s: Sheet) -> None:
     s.step("per_user_new", "Tokens per second per user, Model Runner V2", "x_2", 1 / new, "tokens/s",
            "one token per sequence per step")
     s.step("throughput_new", "Decode tokens per second, Model Runner V2", "X_2", B / new, "tokens/s",
-           "the batch's tokens per step")
+           "steps per second × batch: one token per sequence per step")
     speedup = s.step("speedup", "Throughput gain of Model Runner V2", "S", old / new, "x",
                      "the same batch, each step as long as its slower side")
     if abs(s.value(cpu_old) / s.value(gpu) - 1) < 0.05:
@@ -155,9 +204,13 @@ def solve(p, s: Sheet) -> None:
              "use_v2_model_runner): dense models, quantized ones included, default to MRV2 unless Triton is "
              "missing or a feature in _get_v2_model_runner_unsupported_features is on. Later releases run "
              "custom logits processors on MRV2 (PR #56497).")
-    s.assume("The runners are compared on the same step: drafting and verification, where speculative decoding "
-             "is on, are left out of the step's work, and dual batch overlap has no expert all-to-all to hide "
-             "in a dense model, so turning it off costs nothing here.")
+    s.assume("At TP > 1 the step's two all-reduces per layer (the tp-all-reduce card) come after the kernels, "
+             "not overlapped; at TP 1 there are none.")
+    s.assume("Tokens per second count one token per sequence per step (steps per second × batch). Where "
+             "speculative decoding is on, its drafting and verification are left out of the step's work and its "
+             "accepted drafts out of the count: the question is about the CPU's side of the step, and accepted "
+             "drafts would multiply both runners' tokens per step alike. Dual batch overlap has no expert "
+             "all-to-all to hide in a dense model, so turning it off costs nothing here.")
     # Slips on the tokens/s V2 delivers: V2's step over the step each mistake times (the old runner's step
     # is V2's in a GPU-bound draw, a factor of 1 the sheet drops).
     t_new = s.value(new)
@@ -165,5 +218,5 @@ def solve(p, s: Sheet) -> None:
            factor=t_new / (s.value(gpu) + s.value(cpu_new)))
     s.slip("the old runner's step kept (its CPU time still in it)", on="throughput_new", factor=t_new / s.value(old))
     s.slip("one sequence's tokens per second, not the batch's", on="throughput_new", factor=1 / p.batch)
-    _regime(s, p, gpu, cpu_old, work, e)
+    _regime(s, p, side, cpu_old)
 
