@@ -151,6 +151,7 @@ def test_the_cards_in_play_include_the_all_reduce_model_a_tp_group_runs(bank, ca
     assert "tp-all-reduce" in grouped.cards() and "tp-all-reduce" not in alone.cards()
 
 
+GENERATED = "  - push: generated\n    ask: [regime, served, levers]\n"  # the file's own push
 TWO_SIDED = """  - say: |
       It's a batch job now: {tpot} a token is fine. What caps concurrency?
     when: latency-limited
@@ -166,7 +167,7 @@ TWO_SIDED = """  - say: |
 
 def _two_sided(tmp_path):
     text = (questions_dir() / "F" / f"{STAGED}.yaml").read_text()
-    text = text.replace("  - push: generated\n    ask: [regime, served]\n", TWO_SIDED)
+    text = text.replace(GENERATED, TWO_SIDED)
     return parse_question(tmp_path / f"{STAGED}.yaml", text)
 
 
@@ -193,7 +194,7 @@ def test_a_declared_push_per_side_is_one_turn_asked_of_its_side_only(tmp_path, b
 
 def test_a_when_names_a_regime_on_a_push_once_a_turn(tmp_path):
     text = (questions_dir() / "F" / f"{STAGED}.yaml").read_text()
-    push = "  - push: generated\n    ask: [regime, served]\n"
+    push = GENERATED
     asks = "    ask: [batch_tpot, served, regime, levers]\n"
     cases = ((text.replace(push, TWO_SIDED.replace("capacity-limited", "latency-limited")), "two pushes of one turn"),
              (text.replace(push, TWO_SIDED.replace("when: capacity-limited", "when: roomy")), "names a choice"),
@@ -237,7 +238,7 @@ def test_validate_counts_a_turn_of_pushes_per_side_as_one_push_over_every_draw(t
     assert not [p for p in draw_problems(both, swap, catalog) if "regime boundary" in p]
     text = (questions_dir() / "F" / f"{STAGED}.yaml").read_text()
     latency_side = "  - say: |\n" + TWO_SIDED.split("  - say: |\n")[1]
-    one_side = text.replace("  - push: generated\n    ask: [regime, served]\n", latency_side)
+    one_side = text.replace(GENERATED, latency_side)
     alone = parse_question(tmp_path / f"{STAGED}.yaml", one_side)
     sides = {d.sheet.regime.name for d in swap}
     assert sides == {"latency-limited", "capacity-limited"}, "both sides drawn, or the test shows nothing"

@@ -446,6 +446,7 @@ def long_reply_by_hand(solution):
         "swap_time": swap,
         "swap_hides": "fits-in-a-step" if swap <= step else "outlasts-a-step",
         "regime": "pool-limited" if batch <= allowed else "SLO-limited",
+        "batch": min(batch, allowed),
     }
 
 
@@ -460,10 +461,10 @@ def full_read_speed(solution):
 def test_long_reply_grades_the_speed_cap_apart_from_the_pool(variant):
     """The review's ambiguity: "the batch cap that keeps every user at the target" was keyed at the pool's
     99 when any max_num_seqs from 99 up to the speed cap runs the same batch. The speed cap is now its own
-    answer, past the pool's batch at a 30 tokens/s target, and the regime says which of the two binds."""
+    answer, past the pool's batch at a 30 tokens/s target, and the regime says which of the two binds. The batch
+    graded beside them is the one that runs, the pool's, not a max_num_seqs any of 99 to 113 would set."""
     solution = variant("long-reply-batching@default+speed=30")
-    assert "batch" not in solution.expected
-    assert solution.expected["slo_batch"] > solution.expected["pool_batch"]
+    assert solution.expected["batch"] == solution.expected["pool_batch"] < solution.expected["slo_batch"]
     assert "from 99 to 113" in solution.sheet.regime.summary
 
 
@@ -524,7 +525,11 @@ def test_long_reply_push_moves_the_target_across_from_either_side(variant, catal
         runs = [(i, run) for i in pushes if (run := stage_run(solution, catalog, i)) is not None]
         assert [stages[i].when for i, _ in runs] == [side]
         (index, push), = runs
-        assert push.moved == ("speed",) and push.ask == ("regime", "slo_batch") and push.regime != side
+        assert push.moved == ("speed",) and push.ask == ("regime", "batch") and push.regime != side
+        # What the move changes: the batch that runs, the pool's once the target is loose, the speed cap's once tight.
+        after = push.solution.expected
+        assert after["batch"] == (after["pool_batch"] if side == "SLO-limited" else after["slo_batch"])
+        assert after["batch"] != solution.expected["batch"]
         target, pushed_target = _value(solution, "speed"), _value(push.solution, "speed")
         # Tighter target, smaller speed cap; the pool's batch is the target's business only through the regime.
         assert (pushed_target > target) == (side == "pool-limited")
@@ -569,12 +574,17 @@ def test_long_reply_chart_shows_the_regime_flip(variant, catalog):
 
 
 def test_long_reply_draws_are_not_degenerate(variant):
-    """No pool of a handful of requests (70B on 2 x H100 left ~3 GB), no reply past the model's context."""
+    """No pool of a handful of requests (70B on 2 x H100 left ~3 GB), no speed target only a handful meet (a
+    strong interviewer's reading of a 70B draw at TP 2: 3 requests, the weights' read most of the step), no reply
+    past the model's context. The default meets 55 tokens/s with 9 requests; at 56 only 7 would."""
     for solution in _draws(variant, "long-reply-batching"):
-        assert solution.expected["pool_batch"] >= 8
+        assert solution.expected["pool_batch"] >= 16 and solution.expected["slo_batch"] >= 8  # the push can cross
         assert _value(solution, "prompt") + _value(solution, "reply") <= _value(solution, "model").max_context
     with pytest.raises(VariantError, match="too few requests"):
         variant("long-reply-batching@default+tp=2")
+    assert variant("long-reply-batching@default+speed=55").expected["slo_batch"] == 9
+    with pytest.raises(VariantError, match="only a handful"):
+        variant("long-reply-batching@default+speed=56")
 
 
 def test_long_reply_texts_name_the_real_levers(variant):

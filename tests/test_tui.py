@@ -140,7 +140,7 @@ async def _giving_up_needs_a_second_submit():
         assert isinstance(app.screen, QuestionScreen)
         await reveal(app, pilot)
         assert {g.verdict for g in app.screen.grades} == {"unparsed"}
-        await wait_for(pilot, lambda: "context" in str(app.screen.query_one("#chart").content))
+        await wait_for(pilot, lambda: "TPOT target" in str(app.screen.query_one("#chart").content))
 
 
 def test_giving_up_needs_a_second_submit_and_the_chart_appears():

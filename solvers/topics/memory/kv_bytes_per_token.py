@@ -115,7 +115,7 @@ def _served(step: _DecodeStep, M_use=None, kv_req=None, **batch) -> sympy.Expr:
 
 
 def _concurrency_regime(s: Sheet, users, step: _DecodeStep) -> None:
-    """At a tie (as many fit as a step carries) hint 3 names the TPOT the cap: tie="above"."""
+    """At a tie (as many fit as a step carries) the stage that asks calls it latency-limited: tie="above"."""
     fit, batch = format_number(s.value(users)), format_number(s.value(step.batch))
     served = min_of(users, step.batch)
     levers = (

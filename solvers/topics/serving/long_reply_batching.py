@@ -14,7 +14,8 @@ from solvers.models.steptime import (
 )
 from solvers.units import format_number, format_quantity
 
-MIN_POOL_BATCH = 8  # a pool for fewer requests calls for more GPUs, not for tuning preemption
+MIN_SLO_BATCH = 8  # a target fewer requests meet leaves the weights' read most of the step: a GPU question
+MIN_POOL_BATCH = 2 * MIN_SLO_BATCH  # a smaller pool calls for more GPUs; and a tighter target can still cross it
 
 
 def _reply_regime(s: Sheet, e: Engine, work, B_pool, B_slo, speed, full, v, usable) -> None:
@@ -103,8 +104,8 @@ def solve(p, s: Sheet) -> None:
     B_slo = s.step("slo_batch", "Largest batch that meets the speed target (the speed cap)", "B_SLO",
                    floor_of(min_of(b_mem, b_cmp)), "requests",
                    "the step must fit the target on both counts")
-    if s.value(B_slo) < 1:
-        raise Reject("even a batch of one misses the speed target")
+    if s.value(B_slo) < MIN_SLO_BATCH:
+        raise Reject("the speed target leaves room for only a handful of requests")
     s.step("batch", "Batch to run (max_num_seqs)", "B_run", min_of(B_pool, B_slo), "requests",
            "the smaller cap binds")
 
