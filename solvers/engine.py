@@ -205,9 +205,10 @@ def run_solver(question: Question, values: dict[str, Any], sheet_type: type[Shee
     with its results checked against the answers' kinds. Raises Reject for an impossible set."""
     sheet = sheet_type(parameters={spec.name: (values[spec.name], spec.unit, spec.label or spec.name)
                                    for spec in question.parameters if isinstance(values.get(spec.name), (int, float))})
+    solve = solver_function(question)  # imported first: a card its modules read at import is no read of this variant
     try:
         with sheet.solving(), recording(sheet.cards):
-            solver_function(question)(_Values(values), sheet)
+            solve(_Values(values), sheet)
     except MissingField as missing:  # an entry this question cannot use: not a solver bug
         raise Reject(f"{question.id} cannot use this entry: {missing}") from None
     keys = {a.key for a in question.answers}

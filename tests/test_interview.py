@@ -260,3 +260,18 @@ def test_a_step_timed_by_the_step_model_lists_the_roofline_rule_in_play(bank, ca
     takes the longer: the step model never named the card whose rule it is."""
     solution = make_variant(bank, catalog, VariantCode.parse("long-reply-batching@6404"))
     assert "roofline-time" in solution.cards()
+
+
+def test_the_cards_in_play_are_the_same_for_the_first_variant_a_process_solves():
+    """A card a model module reads at import (a step constant) was listed for whichever variant first
+    imported it: model-runner-v2@8101 showed the step-overhead card its solver replaces."""
+    import ast
+    import subprocess
+    import sys
+
+    code = ("from solvers.bank import load_bank; from solvers.data import load_catalog; "
+            "from solvers.engine import VariantCode, make_variant; b, c = load_bank(), load_catalog(); "
+            "print([make_variant(b, c, VariantCode.parse('model-runner-v2@8101')).cards() for _ in range(2)])")
+    first, again = ast.literal_eval(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                       check=True).stdout)
+    assert first == again and "step-overhead" not in first
