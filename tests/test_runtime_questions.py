@@ -397,7 +397,7 @@ def test_model_runner_v2_push_crosses_in_its_own_words_where_its_move_runs(varia
         for run in runs:
             assert run.stage.when == side and run.regime != side
             declared = {name: value for name, value in run.stage.set if str(solution.param(name).raw) != value}
-            ours = run.say.startswith("Now the service moves")
+            ours = run.say.startswith("Now the same service runs")
             assert ours == ({name: str(run.solution.param(name).raw) for name in run.moved} == declared)
             seen.add((side, ours))
     assert {("gpu-bound", True), ("cpu-bound", True)} <= seen and any(not ours for _, ours in seen)
