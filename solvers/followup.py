@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from solvers.answers import Grade, Number
 from solvers.bank import DeclaredFollowUp, ParamSpec
@@ -336,14 +336,3 @@ def _say(before: Solution, after: Solution, changes: dict) -> str:
     moved = " and ".join(f"{after.param(name).label} is {after.param(name).shown} instead of "
                          f"{before.param(name).shown}" for name in changes)
     return f"Now suppose {moved}. Where does that leave you?"
-
-
-FOLLOWUP_PREFIX = "followup."
-
-
-def both_rounds(first: list[Grade], first_typed: dict[str, str], second: list[Grade],
-                second_typed: dict[str, str]) -> tuple[list[Grade], dict[str, str]]:
-    """One attempt's grades and typed text for both rounds: the follow-up's under 'followup.<key>'."""
-    grades = [*first, *(replace(g, key=FOLLOWUP_PREFIX + g.key) for g in second)]
-    typed = first_typed | {FOLLOWUP_PREFIX + k: v for k, v in second_typed.items()}
-    return grades, typed
