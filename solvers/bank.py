@@ -164,6 +164,11 @@ class Question:
         return len({self.turn_of(i) for i in range(index + 1)})
 
     @property
+    def last_unpushed(self) -> int:
+        """The last stage asked on the variant as drawn (no push): its regime closes that stage."""
+        return max(i for i, stage in enumerate(self.stages) if not stage.push)
+
+    @property
     def turn_count(self) -> int:
         return self.turn_number(len(self.stages) - 1)
 

@@ -2,6 +2,7 @@
 assumes, said once, shown in the app and in exports, named by prompts."""
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -41,6 +42,11 @@ def conventions() -> tuple[Convention, ...]:
             raise ConventionError(f"conventions.yaml: {key}.value: expected a number")
         card.append(Convention(str(key), entry["title"], " ".join(entry["text"].split()), entry["source"], value))
     return tuple(card)
+
+
+def named_cards(text: str) -> list[str]:
+    """The ids of the cards `text` names as words (not inside a longer id), in the card's order."""
+    return [c.id for c in conventions() if re.search(rf"(?<![\w-]){re.escape(c.id)}(?![\w-])", text)]
 
 
 # The cards a solver reads while it runs (engine.run_solver records them into its sheet): the question

@@ -9,7 +9,7 @@ Python's fractions (solvers.rational), the rest by sympy; both give the same exa
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -148,6 +148,24 @@ class Step:
     def equation(self) -> str:
         """'I = F/W'; just the symbol for a given, which has no formula of its own."""
         return self.symbol if self.formula == self.symbol else f"{self.symbol} = {self.formula}"
+
+
+def reads(steps: list[Step], start: Iterable[Step]) -> list[Step]:
+    """The steps whose results the formulas of `start` read, transitively, in the sheet's order (one of
+    `start` only where another reads it)."""
+    by_symbol = {sympy.Symbol(step.symbol): step for step in steps}
+    found: set[str] = set()
+    todo = list(start)
+    while todo:
+        step = todo.pop()
+        if step.expr is None:
+            continue
+        for symbol in step.expr.free_symbols:
+            read = by_symbol.get(symbol)
+            if read is not None and read.symbol not in found:
+                found.add(read.symbol)
+                todo.append(read)
+    return [step for step in steps if step.symbol in found]
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import numpy as np
 
 from solvers.answers import Grade
 from solvers.bank import PLACEHOLDER, VARIANT_TAIL, Bank, ParamSpec, Question
-from solvers.conventions import conventions, recording
+from solvers.conventions import conventions, named_cards, recording
 from solvers.data import Catalog, MissingField
 from solvers.derivation import QuickSheet, Reject, Sheet
 from solvers.realism import broken
@@ -91,7 +91,7 @@ class Solution:
         rule applied in a formula is named in the step's why or an assumption), in the card's order."""
         sheet = self.sheet
         texts = " ".join([*sheet.assumptions, *(s.why for s in sheet.steps), *(g.label for g in sheet.givens)])
-        named = {c.id for c in conventions() if re.search(rf"(?<![\w-]){re.escape(c.id)}(?![\w-])", texts)}
+        named = set(named_cards(texts))
         return [c.id for c in conventions() if c.id in named or c.id in sheet.cards]
 
     def problem_data(self) -> list[Param]:

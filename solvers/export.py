@@ -216,7 +216,7 @@ def anki_back(variant: Script, stage: ScriptStage, run: StageRun, steps: list[li
                     f"<td><b>{_html(line)}</b>{extra}</td></tr>")
     listed = "".join(f"<li>{_html(s.title)}: \\({html.escape(s.latex)}\\) = {_html(s.substituted)} = "
                      f"<b>{_html(s.result)}</b></li>" for s in steps[stage.index])
-    closing = stage.stage.push or stage.index == max(s.index for s in variant.stages if not s.stage.push)
+    closing = stage.stage.push or stage.index == stage.question.last_unpushed
     regime = run.solution.sheet.regime if closing else None
     regime_html = "" if regime is None else (f"<p><b>Regime: {_html(regime.name)}</b>. {_html(regime.summary)} "
                                              f"Other side: {_html(regime.other_side)}</p>")

@@ -71,7 +71,7 @@ def declared_push(solution: Solution, catalog: Catalog, declared: DeclaredFollow
     except _UNSOLVED:
         return None
     crossed = not crossing or pushed.regime_name != solution.regime_name
-    if crossed and any(pushed.expected[k] != solution.expected[k] for k in declared.ask):
+    if crossed and _moves(solution, pushed, declared.ask):
         return FollowUp(pushed, declared.ask, declared.say or _say(solution, pushed, changes))
     return None
 

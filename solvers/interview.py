@@ -9,13 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import sympy
-
 from solvers.answers import Grade
 from solvers.answers.select import Select
 from solvers.bank import DeclaredFollowUp, Stage
 from solvers.data import Catalog
-from solvers.derivation import Step
+from solvers.derivation import Step, reads
 from solvers.engine import Solution, _reflow, fill, listings
 from solvers.followup import FollowUp, declared_push, follow_up, generated_push
 
@@ -139,16 +137,20 @@ def steps_by_stage(solution: Solution) -> list[list[Step]]:
     the pushes. Push stages get none: their variant's own sheet is another."""
     question = solution.question
     steps = solution.sheet.steps
-    by_symbol = {sympy.Symbol(s.symbol): s for s in steps}
+    position = {id(step): i for i, step in enumerate(steps)}
+
+    def feeding(step: Step) -> set[int]:  # the step and every step it reads
+        return {steps.index(step)} | {position[id(read)] for read in reads(steps, (step,))}
+
     needs: dict[str, set[int]] = {}
     for step in steps:
         if step.key:
-            needs.setdefault(step.key, set()).update(_feeding(step, by_symbol, steps))
+            needs.setdefault(step.key, set()).update(feeding(step))
     regime = solution.sheet.regime
     if regime is not None:
         for point in (regime.boundary, regime.position):
             if point in steps:
-                needs.setdefault("regime", set()).update(_feeding(point, by_symbol, steps))
+                needs.setdefault("regime", set()).update(feeding(point))
     groups: list[list[Step]] = [[] for _ in question.stages]
     claimed: set[int] = set()
     for index, stage in enumerate(question.stages):
@@ -157,26 +159,10 @@ def steps_by_stage(solution: Solution) -> list[list[Step]]:
         wanted = set().union(*(needs.get(key, set()) for key in stage.ask)) - claimed
         groups[index] = [steps[i] for i in sorted(wanted)]
         claimed |= wanted
-    last = max(i for i, stage in enumerate(question.stages) if not stage.push)
+    last = question.last_unpushed
     groups[last] += [s for i, s in enumerate(steps) if i not in claimed]
     groups[last].sort(key=steps.index)
     return groups
-
-
-def _feeding(step: Step, by_symbol: dict[sympy.Symbol, Step], steps: list[Step]) -> set[int]:
-    """The indices of `step` and of every step its formula reads, transitively."""
-    index = {id(s): i for i, s in enumerate(steps)}
-    found: set[int] = set()
-    todo = [step]
-    while todo:
-        current = todo.pop()
-        i = index.get(id(current))
-        if i is None or i in found:
-            continue
-        found.add(i)
-        if current.expr is not None:
-            todo.extend(by_symbol[s] for s in current.expr.free_symbols if s in by_symbol)
-    return found
 
 
 def asked_keys(runs: Iterable[StageRun]) -> list[str]:

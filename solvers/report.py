@@ -184,7 +184,7 @@ def script_markdown(script: Script, depth: int) -> list[str]:
             lines += [f"{heading}, none for this variant", "", "The engine found nothing to push here.", ""]
             continue
         if stage.stage.push:
-            changes = "; ".join(f"{label} {was} → {now}" for label, was, now in moved(run, script.solution))
+            changes = moved(run, script.solution)
             lines += [f"{heading} to `{run.solution.code}`", "", f"Moved: {changes}."]
             lines += [f"Regime now: {run.regime}." if run.regime else "", ""]
         else:
@@ -215,9 +215,10 @@ def prompt_markdown(prompt: str) -> list[str]:
     return [f"- {line.strip()}" if line.startswith(" ") else line for line in prompt.splitlines()]
 
 
-def moved(run: StageRun, base: Solution) -> list[tuple[str, str, str]]:
-    """What a push changed: (parameter label, as the base variant has it, as the push has it)."""
-    return [(base.param(name).label, base.param(name).shown, run.solution.param(name).shown) for name in run.moved]
+def moved(run: StageRun, base: Solution) -> str:
+    """What a push changed, as the interviewer's notes say it: 'label was → now; ...'."""
+    return "; ".join(f"{base.param(name).label} {base.param(name).shown} → {run.solution.param(name).shown}"
+                     for name in run.moved)
 
 
 def to_text(solution: Solution) -> str:

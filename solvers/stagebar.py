@@ -8,13 +8,12 @@ stage (stages[i], as the parser names them).
 """
 from __future__ import annotations
 
-import re
 import textwrap
 from collections import Counter
 from dataclasses import dataclass, field
 
 from solvers.bank import Question, Stage
-from solvers.conventions import conventions
+from solvers.conventions import named_cards
 from solvers.data import Catalog
 from solvers.derivation import Reject
 from solvers.engine import SOLVER_FAULTS, Solution, solve_changed
@@ -36,13 +35,11 @@ def text_lines(text: str) -> int:
 def static_problems(question: Question) -> list[str]:
     """What the file itself shows: too many answers in a stage, a card named in a say, no push."""
     where, problems = question.path, []
-    cards = [card.id for card in conventions()]
     for index, stage in enumerate(question.stages):
         if len(stage.ask) > MAX_ASKS:
             problems.append(f"{where}: stages[{index}]: asks {len(stage.ask)} answers (at most {MAX_ASKS}): "
                             "what a strong candidate would not be asked goes in the worked solution")
-        named = [card for card in cards if re.search(rf"(?<![\w-]){re.escape(card)}(?![\w-])", stage.say)]
-        if named:
+        if named := named_cards(stage.say):
             problems.append(f"{where}: stages[{index}].say: names the conventions card(s) {', '.join(named)}: "
                             "the screen lists the cards in play; say the situation")
     if not any(stage.push for stage in question.stages):

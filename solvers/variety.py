@@ -15,12 +15,11 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-import sympy
 
 from solvers.answers import Estimate, Number, Select
 from solvers.bank import Question
 from solvers.data import Catalog
-from solvers.derivation import Step
+from solvers.derivation import reads
 from solvers.engine import MAX_REDRAWS, Solution
 from solvers.realism import broken
 from solvers.sampling import ParameterError, draw_values, resolve
@@ -174,25 +173,8 @@ def _regime_tolerance(solution: Solution) -> float:
     direct = [numbers[step.key] for step in (regime.position, regime.boundary) if step.key in numbers]
     if direct:
         return max(direct)
-    fed = _reads(solution.sheet.steps, (regime.position, regime.boundary))
+    fed = reads(solution.sheet.steps, (regime.position, regime.boundary))
     return max((numbers[step.key] for step in fed if step.key in numbers), default=0.0)
-
-
-def _reads(steps: list[Step], start: tuple[Step, ...]) -> list[Step]:
-    """The steps that `start` read, transitively, through their formulas."""
-    by_symbol = {sympy.Symbol(step.symbol): step for step in steps}
-    found: dict[str, Step] = {}
-    todo = list(start)
-    while todo:
-        step = todo.pop()
-        if step.expr is None:
-            continue
-        for symbol in step.expr.free_symbols:
-            read = by_symbol.get(symbol)
-            if read is not None and read.symbol not in found:
-                found[read.symbol] = read
-                todo.append(read)
-    return list(found.values())
 
 
 def distinct_variants(question: Question, catalog: Catalog, wanted: int = MIN_VARIANTS) -> int:

@@ -97,7 +97,7 @@ class InterviewerScreen(AppScreen):
         lines: list[RenderableType] = [heading]
         if stage.push:
             heading.append(f" to {run.solution.code}", style="bold cyan")
-            changes = "; ".join(f"{label} {was} → {now}" for label, was, now in moved(run, self.solution))
+            changes = moved(run, self.solution)
             lines.append(Text(f"Moved: {changes}." + (f" Regime now: {run.regime}." if run.regime else "")))
         if stage.nudge:
             lines.append(Text(f"A nudge, not a crossing: {stage.nudge}", style="italic"))

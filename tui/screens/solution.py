@@ -106,7 +106,7 @@ class SolutionScreen(AppScreen):
         answered = {done.run.index: done for done in self.answered}
         given = {run.index: run for run in self.given}
         steps = steps_by_stage(self.solution)
-        last = max(i for i, stage in enumerate(q.stages) if not stage.push)
+        last = q.last_unpushed
         number = 0
         with VerticalScroll(id="solution-body"):
             for index, stage in enumerate(q.stages):

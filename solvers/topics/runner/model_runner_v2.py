@@ -7,6 +7,7 @@ import sympy
 
 from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
 from solvers.models.collective import AllReduceTerms, all_reduce_terms, tp_all_reduce
+from solvers.models.common import hbm_bytes
 from solvers.models.steptime import Engine, StepConstants, StepWork, engine, step_time, step_work
 from solvers.units import format_number
 
@@ -93,7 +94,7 @@ def crossings(s: Sheet, p, side: GpuSide) -> tuple[list[float], int, bool]:
     ar_0, ar_1 = s.evaluate(side.all_reduce.fixed), s.evaluate(side.all_reduce.per_token)
     cpu_0 = s.evaluate(s.param("t_sched", "sched") + s.param("t_prep", "prep"))
     cpu_1 = s.evaluate(s.param("c_req", "per_req"))
-    cap = min(int(p.max_num_seqs), int(s.evaluate((p.gpu.hbm_gb * 1e9 - e.W / e.TP) / (C * e.KV))))
+    cap = min(int(p.max_num_seqs), int(s.evaluate((hbm_bytes(p.gpu) - e.W / e.TP) / (C * e.KV))))
     found = []
     for fixed, per_seq, longer in ((reads_0, reads_1, True), (0.0, math_1, False)):
         if per_seq + ar_1 != cpu_1:
