@@ -6,7 +6,6 @@ listing the bank stays fast.
 """
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -15,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from solvers.answers import KIND_FIELDS, Answer, SpecError, make_answer
+from solvers.params import KIND_FIELDS as PARAM_KIND_FIELDS
+from solvers.params import ParamSpec, make_param
 from solvers.paths import question_files, questions_dir
 from solvers.realism import RULE_NAMES, Constraint, ConstraintError, constraints_for, declared
 from solvers.units import UnitError, parse_unit
@@ -23,9 +24,6 @@ from solvers.yamlload import LineDict, YamlError, decode_text, load_with_lines, 
 if TYPE_CHECKING:
     from solvers.bankcache import QuestionCache
 
-DISTRIBUTIONS = ("choice", "int", "uniform", "loguniform", "fixed", "generate")
-RANGES = ("int", "uniform", "loguniform")
-DATA_COLLECTIONS = ("gpus", "models", "nics")
 PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)(?:\.([a-z_][a-z0-9_]*))?\}")
 _ID = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*$")
 # A variant code after its '@': 'default' or a seed, then '+name=value' overrides (engine.VariantCode).
@@ -45,33 +43,6 @@ def _module_name(name: str) -> str:
 
 class QuestionError(ValueError):
     """A question file that breaks the schema: file, field and line in the message."""
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    name: str
-    kind: str  # one of DISTRIBUTIONS
-    default: Any
-    label: str = ""
-    unit: str = ""
-    choices: tuple[Any, ...] = ()
-    weights: tuple[float, ...] = ()
-    source: str = ""  # a data collection the choices name (gpus, models, nics)
-    low: float = 0.0
-    high: float = 0.0
-    sig: int | None = None  # round to this many significant figures,
-    step: float | None = None  # then to a multiple of step
-    generator: str = ""
-    args: tuple[tuple[str, Any], ...] = ()
-    shown: tuple[tuple[Any, str], ...] = ()  # how a choice reads in the prompt and table, where not as written
-
-    def shown_as(self, value: Any) -> str:
-        return next((text for choice, text in self.shown if choice == value), str(value))
-
-    @property
-    def ranged(self) -> bool:
-        """A numeric range (int, uniform, loguniform): what a sweep, a chart or a push can step."""
-        return self.kind in RANGES
 
 
 @dataclass(frozen=True)
@@ -193,7 +164,7 @@ class Question:
     def generator_settings(self) -> frozenset[str]:
         """Parameters that only tune a generator (a distribution's spread): not problem data
         unless the prompt prints them."""
-        feeding = {v[1:] for p in self.parameters for _, v in p.args if isinstance(v, str) and v.startswith("$")}
+        feeding = {name for p in self.parameters for _, name in p.reads}
         printed = {m.group(1) for text in (self.prompt, *(stage.say for stage in self.stages))
                    for m in PLACEHOLDER.finditer(text)}
         return frozenset(feeding - printed)
@@ -261,13 +232,10 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-_NUM = (int, float)
-MAX_BOUND = 1e300  # a range's bounds: finite, with room for arithmetic on them
-MAX_STEPS = 1e9  # the finest rounding step, as a share of its range
 _TOP_FIELDS = {"id", "title", "group", "topic", "difficulty", "solver", "catalogue", "prompt", "parameters",
                "answers", "hints", "references", "regime_sides", "chart", "followups", "stages",
                "requires", "constraints", "golden", "literals"}
-_PARAM_FIELDS = {*DISTRIBUTIONS, "default", "label", "unit", "weights", "from", "round", "args", "shown"}
+_PARAM_FIELDS = {"default", "label", "unit", *PARAM_KIND_FIELDS}
 _ANSWER_FIELDS = {"key", "label", "unit", "lookup", *KIND_FIELDS}
 
 
@@ -283,73 +251,12 @@ def _unit(reader: _Reader, mapping: LineDict, where: str) -> str:
 def _parse_param(reader: _Reader, name: str, spec: Any, line: int) -> ParamSpec:
     where = f"parameters.{name}"
     spec = reader.mapping(spec, where, line, _PARAM_FIELDS, "a mapping such as {choice: [...], default: ...}")
-    kinds = [k for k in DISTRIBUTIONS if k in spec]
-    if len(kinds) != 1:
-        raise reader.fail(where, spec.line, f"needs exactly one of {', '.join(DISTRIBUTIONS)}")
-    kind = kinds[0]
-    if "shown" in spec and kind != "choice":
-        raise reader.fail(f"{where}.shown", spec.line_of("shown"), "only a choice can name how its values read")
-    common = dict(name=name, kind=kind, label=reader.field(spec, "label", str, where, required=False, default=""),
-                  unit=_unit(reader, spec, where))
-    if kind == "fixed":
-        value = spec["fixed"]
-        return ParamSpec(default=spec.get("default", value), **common, choices=(value,))
-    if "default" not in spec:
-        raise reader.fail(f"{where}.default", spec.line, "missing (every parameter needs a default)")
-    default = spec["default"]
-    if kind == "choice":
-        choices = reader.field(spec, "choice", list, where)
-        if not choices:
-            raise reader.fail(f"{where}.choice", spec.line_of("choice"), "empty list")
-        weights = tuple(reader.field(spec, "weights", list, where, required=False, default=[]))
-        if weights and (len(weights) != len(choices) or any(not isinstance(w, _NUM) or w <= 0 for w in weights)):
-            raise reader.fail(f"{where}.weights", spec.line_of("weights"), "one positive weight per choice")
-        source = reader.field(spec, "from", str, where, required=False, default="")
-        if source and source not in DATA_COLLECTIONS:
-            raise reader.fail(f"{where}.from", spec.line_of("from"), f"expected one of {', '.join(DATA_COLLECTIONS)}")
-        if default not in choices:
-            raise reader.fail(f"{where}.default", spec.line_of("default"), f"{default!r} is not one of the choices")
-        # A choice a solver reads as written (a device-name list, a rule's slug) may read otherwise to a person.
-        shown = reader.field(spec, "shown", dict, where, required=False, default={})
-        if source and shown or any(c not in choices or not isinstance(t, str) or not t for c, t in shown.items()):
-            raise reader.fail(f"{where}.shown", spec.line_of("shown"),
-                              "expected a mapping from choices to the text they read as (not for data entries)")
-        return ParamSpec(default=default, choices=tuple(choices), weights=weights, source=source,
-                         shown=tuple(shown.items()), **common)
-    if kind == "generate":
-        generator = reader.field(spec, "generate", str, where)
-        args = reader.field(spec, "args", dict, where, required=False, default={})
-        return ParamSpec(default=default, generator=generator, args=tuple(args.items()), **common)
-    bounds = reader.field(spec, kind, list, where)
-    if len(bounds) != 2 or not all(isinstance(b, _NUM) and not isinstance(b, bool) for b in bounds):
-        raise reader.fail(f"{where}.{kind}", spec.line_of(kind), "expected [low, high]")
-    low, high = bounds
-    ints = all(isinstance(b, int) for b in bounds)
-    if not all(math.isfinite(b) and abs(b) <= MAX_BOUND for b in bounds):
-        raise reader.fail(f"{where}.{kind}", spec.line_of(kind), f"expected finite bounds within ±{MAX_BOUND:g}")
-    if not low < high or (kind == "loguniform" and low <= 0) or (kind == "int" and not ints):
-        raise reader.fail(f"{where}.{kind}", spec.line_of(kind),
-                          "expected low < high (integers for int, positive for loguniform)")
-    step = sig = None
-    rounding = reader.field(spec, "round", (dict, int, float), where, required=False, default=None)
-    if isinstance(rounding, dict):
-        step, sig = rounding.get("step"), rounding.get("sig")
-    elif rounding is not None:
-        step = rounding
-    # A step finer than a billionth of the range (1e-320) rounds to nothing a person says, and overflows.
-    bad_step = step is not None and (isinstance(step, bool) or not isinstance(step, _NUM) or not math.isfinite(step)
-                                     or not (high - low) / MAX_STEPS <= step <= high - low)
-    bad_sig = sig is not None and (isinstance(sig, bool) or not isinstance(sig, int) or not 1 <= sig <= 15)
-    if rounding is not None and ((step is None and sig is None) or bad_step or bad_sig):
-        raise reader.fail(f"{where}.round", spec.line_of("round"),
-                          f"expected {{step: positive, at most the range and at least 1/{MAX_STEPS:g} of it}}, "
-                          "{sig: 1 to 15} or both")
-    if kind in ("uniform", "loguniform") and step is None and sig is None:
-        raise reader.fail(f"{where}.round", spec.line,
-                          "continuous parameters must be rounded (round: {step: ..} or {sig: ..})")
-    if not isinstance(default, _NUM) or isinstance(default, bool) or not low <= default <= high:
-        raise reader.fail(f"{where}.default", spec.line_of("default"), f"{default!r} is outside [{low}, {high}]")
-    return ParamSpec(default=default, low=float(low), high=float(high), step=step, sig=sig, **common)
+    label = reader.field(spec, "label", str, where, required=False, default="")
+    try:
+        return make_param(name, label, _unit(reader, spec, where), spec, partial(reader.field, spec, where=where))
+    except SpecError as error:
+        field_name = f"{where}.{error.field}" if error.field else where
+        raise reader.fail(field_name, spec.line_of(error.field), str(error)) from None
 
 
 def _parse_answer(reader: _Reader, index: int, spec: Any, line: int) -> Answer:
@@ -653,10 +560,10 @@ def parse_question(path: Path, text: str) -> Question:
                     raise reader.fail(f"answers[{index}]", document.line_of("answers"),
                                       f"field {{{match.group(0)[1:-1]}}} names no parameter")
     for spec in parameters:
-        for arg_name, arg in spec.args:
-            if isinstance(arg, str) and arg.startswith("$") and arg[1:] not in names:
+        for arg_name, needed in spec.reads:
+            if needed not in names:
                 raise reader.fail(f"parameters.{spec.name}.args.{arg_name}", raw_params.line_of(spec.name),
-                                  f"{arg} names no parameter")
+                                  f"${needed} names no parameter")
     regime_choices = next((getattr(a, "choices", ()) for a in answers if a.key == "regime"), ())
     sides = tuple(reader.field(document, "regime_sides", list, required=False, default=list(regime_choices)))
     if any(side not in regime_choices for side in sides):

@@ -39,7 +39,8 @@ def file_digest(data: bytes) -> bytes:
 def parser_version() -> str:
     """A hash of the code a cached Question depends on: everything in solvers/ but the solvers."""
     digest = hashlib.sha256()
-    for path in sorted(_PACKAGE.glob("*.py")) + sorted(_PACKAGE.glob("answers/*.py")):
+    kinds = ("*.py", "answers/*.py", "params/*.py")
+    for path in (path for pattern in kinds for path in sorted(_PACKAGE.glob(pattern))):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]

@@ -15,23 +15,13 @@ from typing import Any
 import numpy as np
 
 from solvers.answers import Grade
-from solvers.bank import PLACEHOLDER, VARIANT_TAIL, Bank, ParamSpec, Question
+from solvers.bank import PLACEHOLDER, VARIANT_TAIL, Bank, Question
 from solvers.conventions import conventions, named_cards, recording
 from solvers.data import Catalog, MissingField
 from solvers.derivation import QuickSheet, Reject, Sheet
+from solvers.params import ParameterError, in_a_code
 from solvers.realism import broken
-from solvers.sampling import (
-    Param,
-    ParameterError,
-    default_values,
-    draw_values,
-    in_a_code,
-    override_text,
-    parse_override,
-    regenerate,
-    resolve,
-    round_value,
-)
+from solvers.sampling import Param, default_values, draw_values, regenerate, resolve
 from solvers.units import format_exact, parse_unit
 from solvers.verdicts import Verdict
 
@@ -259,13 +249,13 @@ def make_variant(bank: Bank, catalog: Catalog, code: VariantCode) -> Solution:
             names = ", ".join(p.name for p in question.parameters)
             raise VariantError(f"{question.id} has no parameter '{name}' (it has: {names})") from None
         try:
-            overrides[name] = parse_override(spec, text, catalog)
+            overrides[name] = spec.parse_override(text, catalog)
         except ParameterError as error:
             raise VariantError(str(error)) from None
     raw, params, sheet = _base_draw(question, catalog, code)
     # The code the solution shows holds each value in a form it can be read back from (--set takes spaces).
     code = replace(code, overrides=tuple(
-        (name, text if in_a_code(text) else override_text(question.parameter(name), overrides[name]))
+        (name, text if in_a_code(text) else question.parameter(name).override_text(overrides[name]))
         for name, text in code.overrides))
     if overrides:
         try:
@@ -335,7 +325,7 @@ def revise(solution: Solution, catalog: Catalog, changes: dict[str, Any]) -> Sol
     """The same variant with some parameters changed (raw values), as a solution whose code
     names it ('id@seed+batch=256'). Raises Reject."""
     params, sheet = solve_changed(solution, catalog, changes)
-    overrides = dict(solution.code.overrides) | {name: override_text(solution.question.parameter(name), value)
+    overrides = dict(solution.code.overrides) | {name: solution.question.parameter(name).override_text(value)
                                                  for name, value in changes.items()}
     code = VariantCode(solution.code.question_id, solution.code.seed, tuple(overrides.items()))
     return _solution(solution.question, code, params, sheet)
@@ -348,13 +338,6 @@ class SweepPoint:
     regime: str
 
 
-def grid(spec: ParamSpec, points: int) -> set[float | int]:
-    """`points` values across a numeric parameter's range (log-spaced for a loguniform one), on
-    its rounding grid: what the sweep chart and the follow-up scan try."""
-    spaced = np.geomspace if spec.kind == "loguniform" else np.linspace
-    return {round_value(spec, float(x)) for x in spaced(spec.low, spec.high, points)}
-
-
 def sweep(solution: Solution, catalog: Catalog, parameter: str, answer: str, points: int = 40,
           solved: dict[str, SweepPoint | None] | None = None) -> list[SweepPoint]:
     """Re-solve the variant with one parameter stepped across its range (all else fixed).
@@ -364,7 +347,7 @@ def sweep(solution: Solution, catalog: Catalog, parameter: str, answer: str, poi
     spec = solution.question.parameter(parameter)
     if not spec.ranged:
         raise ValueError(f"{parameter} is not a numeric range")
-    xs = grid(spec, points) | {solution.param(parameter).raw}
+    xs = spec.grid(points) | {solution.param(parameter).raw}
     unit = parse_unit(solution.question.answer(answer).unit)
     own = {p.name: p.raw for p in solution.params}
     own_key = repr((answer, tuple(own.items())))  # every value as it is solved: numbers, names, tables

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from solvers.answers import Grade, Number
-from solvers.bank import DeclaredFollowUp, ParamSpec
+from solvers.bank import DeclaredFollowUp
 from solvers.data import Catalog
 from solvers.derivation import Regime, Reject
-from solvers.engine import SOLVER_FAULTS, Solution, grid, listings, revise, solve_changed
-from solvers.sampling import ParameterError, parse_override, round_value
+from solvers.engine import SOLVER_FAULTS, Solution, listings, revise, solve_changed
+from solvers.params import ParameterError, ParamSpec
 
 SWEEP_POINTS = 24  # the scan's grid; a crossing found is then rounded and checked
 CLEAR_MARGIN = 1.5  # a push lands at least this far past the boundary where it can
@@ -59,7 +59,7 @@ def declared_push(solution: Solution, catalog: Catalog, declared: DeclaredFollow
     variant on the same side of the boundary."""
     question, scanned = solution.question, {} if scanned is None else scanned
     try:
-        changes = {name: parse_override(question.parameter(name), text, catalog) for name, text in declared.set}
+        changes = {name: question.parameter(name).parse_override(text, catalog) for name, text in declared.set}
         # A value the variant already has is no move (a push of batch and GPUs drawn at those GPUs).
         changes = {name: value for name, value in changes.items() if value != solution.param(name).raw}
         if not changes:
@@ -109,7 +109,7 @@ def _fallbacks(solution: Solution, catalog: Catalog, scanned: dict) -> list[tupl
     within it the move toward the boundary first); moves that leave the margin where it is keep the
     candidates' order after them. Judged on float solves, as the crossing search is."""
     regime = solution.sheet.regime
-    moves = [(spec, value) for spec in _candidates(solution) for value in _nearby(spec, solution.param(spec.name).raw)]
+    moves = [(spec, value) for spec in _candidates(solution) for value in spec.nearby(solution.param(spec.name).raw)]
     if regime is None:
         return moves
     scans = {(spec.name, value): _scan(solution, catalog, {spec.name: value}, scanned) for spec, value in moves}
@@ -162,15 +162,6 @@ def _moves(before: Solution, after: Solution, ask: tuple[str, ...]) -> bool:
     return any(after.expected[k] != before.expected[k] for k in ask)
 
 
-def _nearby(spec: ParamSpec, current) -> list:
-    """Moves an interviewer makes without a boundary to cross: the nearest other options of a choice,
-    or the value doubled and halved, rounded as a person would say it."""
-    if spec.kind == "choice":
-        return _pushes(spec, current)[:2]
-    said = [_round_values(spec, x)[0] for x in (2 * float(current), float(current) / 2) if x > 0]
-    return [value for value in dict.fromkeys(said) if value != current]
-
-
 def _candidates(solution: Solution) -> list[ParamSpec]:
     """Numeric range parameters, the chart's own first; then choices (a TP degree, a GPU, a model).
     A generator's own settings (a spread) are not something an interviewer pushes."""
@@ -178,7 +169,7 @@ def _candidates(solution: Solution) -> list[ParamSpec]:
     pushable = [p for p in solution.question.parameters if p.name not in settings]
     numeric = [p for p in pushable if p.ranged]
     chart_x = solution.question.chart[0] if solution.question.chart else None
-    choices = [p for p in pushable if p.kind == "choice" and len(p.choices) > 1]
+    choices = [p for p in pushable if p.movable and not p.ranged]
     return sorted(numeric, key=lambda p: p.name != chart_x) + choices
 
 
@@ -211,8 +202,8 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec, scanned: di
             return None
         return pushed if pushed.sheet.regime is not None and pushed.sheet.regime.name != regime else None
 
-    pushes = _pushes(spec, current)
-    if spec.kind != "choice":
+    pushes = spec.pushes(current, SWEEP_POINTS)
+    if spec.ranged:
         runs = (sorted((x for x in pushes if x < current), reverse=True), sorted(x for x in pushes if x > current))
         walked = {x for run in runs for x in _crossing_side(run, side, regime)}
         if not walked:
@@ -223,7 +214,7 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec, scanned: di
     for point in pushes:
         if not crosses(point):
             continue
-        for value in _round_values(spec, point) if spec.kind != "choice" else [point]:
+        for value in spec.said(point):
             if value == current:
                 continue
             quick = _scan(solution, catalog, {spec.name: value}, scanned)
@@ -286,36 +277,6 @@ def _float_sure(margin: float) -> bool:
     """Whether a float solve's margin is far enough from the boundary and from the clear margin that the
     exact solve decides its side and its clearness the same way."""
     return not any(math.isclose(margin, edge, rel_tol=1e-9) for edge in (1, CLEAR_MARGIN, 1 / CLEAR_MARGIN))
-
-
-def _pushes(spec: ParamSpec, current) -> list:
-    """Values to try for `spec`, nearest first: the other options of a choice, or the sweep grid."""
-    if spec.kind == "choice":
-        others = [c for c in spec.choices if c != current]
-        numeric = all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in spec.choices)
-        return sorted(others, key=lambda c: _distance(float(c), float(current))) if numeric else others
-    return sorted(grid(spec, SWEEP_POINTS) - {float(current)}, key=lambda x: _distance(x, float(current)))
-
-
-def _distance(x: float, current: float) -> float:
-    return abs(math.log(x / current)) if x > 0 and current > 0 else abs(x - current)
-
-
-def _round_values(spec: ParamSpec, x: float) -> list[float | int]:
-    """Values near x a person would say, roundest first: a power of two for a whole count,
-    one significant figure, two, then x itself; each kept on the parameter's grid and range."""
-    said = []
-    if spec.kind == "int" and x >= 1:
-        said.append(2 ** round(math.log2(x)))
-    if x > 0:
-        said += [float(f"{x:.0e}"), float(f"{x:.1e}")]
-    said.append(x)
-    values = []
-    for value in said:
-        value = round_value(spec, min(max(value, spec.low), spec.high))
-        if value not in values:
-            values.append(value)
-    return values
 
 
 def _asked(before: Solution, after: Solution) -> tuple[str, ...]:

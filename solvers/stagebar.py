@@ -18,7 +18,7 @@ from solvers.data import Catalog
 from solvers.derivation import Reject
 from solvers.engine import SOLVER_FAULTS, Solution, solve_changed
 from solvers.interview import stage_run
-from solvers.sampling import ParameterError, parse_override
+from solvers.params import ParameterError
 
 WIDTH = 78
 OPENING_LINES, LATER_LINES = 4, 3  # what the interviewer says, before the parameters and listed options
@@ -96,7 +96,7 @@ def push_refusal(solution: Solution, catalog: Catalog, stage: Stage) -> str | No
     """What refuses a declared push on this variant: the realism constraint by name (or the answer whose
     key the solver refuses, or the solver's fault), or None where the pushed values make a variant."""
     try:
-        changes = {name: parse_override(solution.question.parameter(name), text, catalog) for name, text in stage.set}
+        changes = {name: solution.question.parameter(name).parse_override(text, catalog) for name, text in stage.set}
         solve_changed(solution, catalog, changes)
     except Reject as reason:
         return str(reason).split(": ", 1)[0]

@@ -40,10 +40,11 @@ from solvers.data import Catalog
 from solvers.derivation import Reject
 from solvers.engine import Solution, VariantCode, VariantError, make_variant, render_prompt, solver_function
 from solvers.followup import follow_up
+from solvers.params import ParameterError
 from solvers.paths import question_files as bank_files
 from solvers.printed import printed_problems
 from solvers.realism import broken
-from solvers.sampling import ParameterError, draw_values, resolve
+from solvers.sampling import draw_values, resolve
 from solvers.variety import OptionTally, tally_options
 
 MIN_SIDE_SHARE = 0.1

@@ -21,8 +21,9 @@ from solvers.bank import Question
 from solvers.data import Catalog
 from solvers.derivation import reads
 from solvers.engine import MAX_REDRAWS, Solution
+from solvers.params import ParameterError
 from solvers.realism import broken
-from solvers.sampling import ParameterError, draw_values, resolve
+from solvers.sampling import draw_values, resolve
 
 DRAWS = 200  # the sweep: draws solved per question
 MIN_VARIANTS = 200  # distinct variants a question must be able to draw

@@ -317,7 +317,7 @@ def whatif_times() -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     screen, or selecting another parameter, costs."""
     from solvers.bank import load_bank
     from solvers.data import load_catalog
-    from solvers.engine import VariantCode, grid, make_variant, revise, sweep
+    from solvers.engine import VariantCode, make_variant, revise, sweep
 
     bank, catalog = load_bank(), load_catalog()
     steps: dict[str, list[float]] = {}
@@ -328,7 +328,7 @@ def whatif_times() -> tuple[dict[str, list[float]], dict[str, list[float]]]:
         steps[qid], cold[qid] = [], []
         for seed in range(5):
             solution = make_variant(bank, catalog, VariantCode(qid, seed))
-            values = sorted(grid(question.parameter(parameter), 8) - {solution.param(parameter).raw})
+            values = sorted(question.parameter(parameter).grid(8) - {solution.param(parameter).raw})
             swept: dict = {}  # the screen's memo of chart points
             start = time.perf_counter()
             sweep(solution, catalog, parameter, answer, points=32, solved=swept)

@@ -150,13 +150,15 @@ def _overrides(question):
     """One override text of each kind a person types with --set, for each parameter that takes one: every
     choice of a choice (a catalogue name, a number, a phrase with spaces and commas), and a number with its
     unit after a space, one with a signed exponent, and a bare one."""
+    from solvers.params import Choice, Ranged
+
     for spec in question.parameters:
-        if spec.kind == "choice":
+        if isinstance(spec, Choice):
             yield from ((spec.name, str(choice)) for choice in spec.choices)
-        elif spec.kind not in ("fixed", "generate") and isinstance(spec.default, (int, float)) and spec.unit:
+        elif isinstance(spec, Ranged) and spec.unit:
             yield from ((spec.name, text) for text in (f"{spec.default:g} {spec.unit}",
                                                         f"{spec.default:.3e}".replace("e", "e+", 1)
-                                                        if spec.kind != "int" else f"{spec.default}"))
+                                                        if not spec.whole else f"{spec.default}"))
 
 
 @pytest.mark.parametrize("qid", ["model-runner-v2", "kv-bytes-per-token", "fp8-scale-formats",
@@ -167,7 +169,7 @@ def test_every_code_the_app_prints_solves_to_the_same_variant(bank, catalog, qid
     solves, to the same variant. A follow-up's or what-if's code (revise) likewise."""
     from solvers.derivation import Reject
     from solvers.engine import VariantCode, VariantError, make_variant, revise
-    from solvers.sampling import ParameterError
+    from solvers.params import Choice, ParameterError
 
     question, tried = bank.get(qid), 0
     for name, text in _overrides(question):
@@ -180,7 +182,7 @@ def test_every_code_the_app_prints_solves_to_the_same_variant(bank, catalog, qid
         tried += 1
     assert tried >= 3
     base = make_variant(bank, catalog, VariantCode(qid, None))
-    for spec in (spec for spec in question.parameters if spec.kind == "choice"):
+    for spec in (spec for spec in question.parameters if isinstance(spec, Choice)):
         for choice in spec.choices:
             try:
                 pushed = revise(base, catalog, {spec.name: choice})
@@ -192,11 +194,11 @@ def test_every_code_the_app_prints_solves_to_the_same_variant(bank, catalog, qid
 def test_every_choice_reads_back_from_its_code_text(bank, catalog):
     """Bank-wide, no solve: each choice's text in a code fits a code and names that choice alone."""
     from solvers.engine import VariantCode
-    from solvers.sampling import in_a_code, override_text, parse_override
+    from solvers.params import Choice, in_a_code
 
     for question in bank.questions.values():
-        for spec in (spec for spec in question.parameters if spec.kind == "choice"):
+        for spec in (spec for spec in question.parameters if isinstance(spec, Choice)):
             for choice in spec.choices:
-                text = override_text(spec, choice)
-                assert in_a_code(text) and parse_override(spec, text, catalog) == choice, (question.id, choice)
+                text = spec.override_text(choice)
+                assert in_a_code(text) and spec.parse_override(text, catalog) == choice, (question.id, choice)
                 assert VariantCode.parse(f"{question.id}@1+{spec.name}={text}").overrides == ((spec.name, text),)

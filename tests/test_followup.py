@@ -10,6 +10,7 @@ from solvers.bank import load_bank
 from solvers.engine import VariantCode, make_variant, revise
 from solvers.followup import follow_up
 from solvers.interview import stage_run
+from solvers.params import Choice
 from solvers.report import typed_key
 
 BANK = load_bank()
@@ -35,7 +36,7 @@ def test_the_push_crosses_the_boundary_and_changes_the_key(bank, catalog, qid):
         assert "regime" in followup.ask or "regime" not in {a.key for a in first.question.answers} or not margin_moved
         moved = [name for name, _ in pushed.code.overrides]
         assert moved and all(pushed.param(n).raw != first.param(n).raw for n in moved)
-        kept = [p for p in first.params if p.name not in moved and first.question.parameter(p.name).kind != "generate"]
+        kept = [p for p in first.params if p.name not in moved and not first.question.parameter(p.name).reads]
         assert all(pushed.param(p.name).raw == p.raw for p in kept)  # generated tables follow what they depend on
         # The pushed variant is a code of its own: typed in, it gives the same numbers.
         again = make_variant(bank, catalog, VariantCode.parse(str(pushed.code)))
@@ -91,13 +92,13 @@ def test_the_pushed_value_is_round(bank, catalog):
             continue
         for name, text in followup.solution.code.overrides:
             spec = followup.solution.question.parameter(name)
-            if spec.kind == "choice":
+            if isinstance(spec, Choice):
                 assert text in map(str, spec.choices)
                 continue
             value = float(text)
             two_sig = float(f"{value:.1e}") == value
             power_of_two = value >= 1 and value.is_integer() and (int(value) & (int(value) - 1)) == 0
-            on_grid = spec.step is not None  # a grid (e.g. a step of 256 tokens) may move the round value
+            on_grid = spec.grain is not None  # a grid (e.g. a step of 256 tokens) may move the round value
             assert two_sig or power_of_two or on_grid, (qid, name, text)
 
 

@@ -213,6 +213,7 @@ def fuzz_overrides(count: int, seed: int = 0) -> tuple[Counter[str], dict[str, s
     from solvers.bank import load_bank
     from solvers.data import load_catalog
     from solvers.engine import VariantCode, VariantError, make_variant
+    from solvers.params import Choice
     from solvers.report import to_dict
 
     bank, catalog = load_bank(), load_catalog()
@@ -224,7 +225,7 @@ def fuzz_overrides(count: int, seed: int = 0) -> tuple[Counter[str], dict[str, s
         for _ in range(count):
             question = bank.questions[rng.choice(sorted(bank.questions))]
             spec = rng.choice(question.parameters)
-            value = rng.choice(OVERRIDE_VALUES + tuple(map(str, spec.choices)))
+            value = rng.choice(OVERRIDE_VALUES + tuple(map(str, spec.choices if isinstance(spec, Choice) else ())))
             code = VariantCode(question.id, rng.choice((None, 1, 2)), ((spec.name, value),))
             signal.setitimer(signal.ITIMER_REAL, SOLVE_SECONDS)
             try:

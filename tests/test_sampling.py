@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from solvers.bank import load_bank, parse_question
 from solvers.engine import VariantCode, VariantError, make_variant
-from solvers.sampling import draw_values, round_value, step_value
+from solvers.sampling import draw_values
 
 TOY = parse_question(Path("toy.yaml"), """\
 id: toy
@@ -55,8 +55,8 @@ def test_weights_shift_the_draws():
 
 def test_round_value_keeps_inside_the_range():
     spec = TOY.parameter("chunk")
-    assert round_value(spec, 8191.0) == 8192
-    assert round_value(spec, 130.0) == 256
+    assert spec.rounded(8191.0) == 8192
+    assert spec.rounded(130.0) == 256
 
 
 def test_variant_code_round_trip():
@@ -119,11 +119,11 @@ RANGED = [spec for question in load_bank().questions.values() for spec in questi
 def test_a_what_if_step_moves_to_a_value_a_draw_could_give(spec, where, direction):
     """One key press in the what-if explorer: a value rounded as draws are, in range, on the side
     pressed; it stays put only at that end of the range."""
-    value = round_value(spec, spec.low + where * (spec.high - spec.low))
-    moved = step_value(spec, value, direction)
-    assert spec.low <= moved <= spec.high and round_value(spec, moved) == moved
+    value = spec.rounded(spec.low + where * (spec.high - spec.low))
+    moved = spec.step(value, direction)
+    assert spec.low <= moved <= spec.high and spec.rounded(moved) == moved
     if moved == value:
-        assert round_value(spec, spec.high if direction > 0 else spec.low) == value
+        assert spec.rounded(spec.high if direction > 0 else spec.low) == value
     else:
         assert (moved - value) * direction > 0
 
@@ -133,4 +133,4 @@ def test_a_step_rounding_would_swallow_still_reaches_the_end_of_the_range():
     up is 20, past the top: the step goes to the top, 16, rather than staying at 10."""
     spec = load_bank().get("spec-decode-tail").parameter("batch_low")
     assert (spec.low, spec.high, spec.sig) == (1, 16, 1)
-    assert step_value(spec, 10, 1) == 16 and step_value(spec, 16, -1) == 10 and step_value(spec, 16, 1) == 16
+    assert spec.step(10, 1) == 16 and spec.step(16, -1) == 10 and spec.step(16, 1) == 16

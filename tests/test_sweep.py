@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import solvers.engine as engine
-from solvers.engine import VariantCode, grid, make_variant, revise, sweep
+from solvers.engine import VariantCode, make_variant, revise, sweep
 
 QUESTION = "ep-load-skew"  # a seeded simulation per point: the sweep the memo saves most on
 
@@ -27,15 +27,16 @@ def test_a_step_along_the_chart_re_solves_no_point_it_has_seen(bank, catalog, so
     x, y = first.question.chart
     memo: dict = {}
     opening = sweep(first, catalog, x, y, points=32, solved=memo)
-    assert solves["quick"] == len(grid(first.question.parameter(x), 32) - {first.param(x).raw})
-    moved = revise(first, catalog, {x: sorted(grid(first.question.parameter(x), 8))[3]})
+    spec = first.question.parameter(x)
+    assert solves["quick"] == len(spec.grid(32) - {first.param(x).raw})
+    moved = revise(first, catalog, {x: sorted(spec.grid(8))[3]})
     solves["quick"] = 0
     stepped = sweep(moved, catalog, x, y, points=32, solved=memo)
     assert solves["quick"] == 0  # the grid from the memo, the moved variant's own point from its exact sheet
     fresh = sweep(moved, catalog, x, y, points=32)
     assert [(p.x, p.regime) for p in stepped] == [(p.x, p.regime) for p in fresh]
     assert [p.y for p in stepped] == pytest.approx([p.y for p in fresh], rel=1e-12)
-    on_grid = {float(v) for v in grid(first.question.parameter(x), 32)}
+    on_grid = {float(v) for v in spec.grid(32)}
     assert {p.x for p in opening} - {p.x for p in stepped} == {float(first.param(x).raw)} - on_grid
 
 

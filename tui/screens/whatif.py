@@ -23,7 +23,6 @@ from tui.render import plain
 from tui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
-    from solvers.bank import ParamSpec
     from solvers.data import Catalog
     from solvers.engine import Solution, SweepPoint
 
@@ -59,17 +58,13 @@ class WhatIfScreen(Screen):
         question = solution.question
         self.specs = list(question.parameters)
         self.selected = next((i for i, p in enumerate(self.specs) if question.chart and p.name == question.chart[0]),
-                             next((i for i, p in enumerate(self.specs) if self._movable(p)), 0))
+                             next((i for i, p in enumerate(self.specs) if p.movable), 0))
         self.raw = {p.name: p.raw for p in solution.params}  # the values asked for, ahead of the solver
         self.asked = 0  # moves asked for
         self.solved = 0  # moves whose result is on screen
         self.message = ""
         self.chart: tuple[tuple[str, str] | None, list[SweepPoint]] = (None, [])  # (axes, points) on screen
         self.swept: dict[str, SweepPoint | None] = {}  # every chart point solved so far: a step re-sweeps the same grid
-
-    @staticmethod
-    def _movable(spec: ParamSpec) -> bool:
-        return spec.ranged or (spec.kind == "choice" and len(spec.choices) > 1)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -94,22 +89,14 @@ class WhatIfScreen(Screen):
     def action_step(self, direction: int) -> None:
         spec = self.specs[self.selected]
         label = spec.label or spec.name
-        if spec.kind == "fixed":
-            self.message = f"{label} is fixed by the question: the prompt states it."
-        elif spec.kind == "generate":
-            self.message = f"{label} is drawn from the variant's seed: move the parameters it is drawn from."
-        elif not self._movable(spec):
-            self.message = f"{label} has a single option."
-        else:
+        self.message = spec.what_if_note(label)
+        if not self.message:
             current = self.raw[spec.name]
-            from solvers.sampling import step_value  # numpy: loaded with the bank, not at start-up
-
-            moved = step_value(spec, current, direction)
+            moved = spec.step(current, direction)
             if moved == current:
                 self.message = f"{label} is at the end of its range."
             else:
                 self.raw[spec.name] = moved
-                self.message = ""
                 self._solve()
                 return
         self._show()
@@ -165,7 +152,7 @@ class WhatIfScreen(Screen):
         for index, spec in enumerate(self.specs):
             chosen = index == self.selected
             param = self.solution.param(spec.name)
-            how = {"fixed": "fixed", "generate": "drawn"}.get(spec.kind, "◀ ▶" if self._movable(spec) else "")
+            how = spec.what_if_tag or ("◀ ▶" if spec.movable else "")
             params.add_row(*plain("▶" if chosen else " ", param.label, param.shown, how),
                            style="bold reverse" if chosen else "")
         self.query_one("#whatif-params", Static).update(params)
