@@ -20,7 +20,7 @@ def make_param(name: str, label: str, unit: str, fields: Mapping[str, Any], read
     """The parameter a question file describes, its kind named by one field (choice, int, uniform,
     loguniform, fixed, generate); `read` reads a field of the mapping type-checked. Raises SpecError
     (with no field where the kind is not named once)."""
-    named = [kind for kind in _BY_NAME if kind in fields]
+    named = [name for name in _BY_NAME if name in fields]
     if len(named) != 1:
         raise SpecError("", f"needs exactly one of {', '.join(_BY_NAME)}")
     kind = _BY_NAME[named[0]]

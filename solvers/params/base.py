@@ -63,7 +63,7 @@ class ParamSpec:
     label: str = ""
     unit: str = ""
 
-    kind: ClassVar[str] = ""  # the field that names the kind in a question file
+    kind: ClassVar[str] = ""  # the question-file field that names this kind
     fields: ClassVar[tuple[str, ...]] = ()  # the question-file fields this kind reads, its name first
     ranged: ClassVar[bool] = False  # a numeric range: what a sweep, a chart or a push can step
     what_if_tag: ClassVar[str] = ""  # how the what-if table marks a parameter no key press moves
