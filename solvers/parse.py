@@ -55,7 +55,7 @@ def parse_quantity(text: str) -> Quantity:
     exponent = exponent.replace("−", "-")
     if abs(int(exponent)) > 300:
         raise ParseError("exponent out of range")
-    value = float(digits) * 10.0 ** int(exponent)
+    value = float(f"{digits}e{exponent}")  # as written: 2.32 * 10.0**-7 is not the float 2.32e-07
     if match["sign"] in ("-", "−"):
         value = -value
     unit_text = match["unit"]
