@@ -40,7 +40,7 @@ class Ranged(ParamSpec):
         if not all(math.isfinite(b) and abs(b) <= MAX_BOUND for b in bounds):
             raise SpecError(cls.kind, f"expected finite bounds within ±{MAX_BOUND:g}")
         if not cls.spans(low, high):
-            raise SpecError(cls.kind, "expected low < high (integers for int, positive for loguniform)")
+            raise SpecError(cls.kind, "expected 0 < low < high (for int, whole numbers with 0 <= low < high)")
         sig, grain = cls._rounding(read("round", (dict, int, float), required=False, default=None), high - low)
         if not number(default) or not low <= default <= high:
             raise SpecError("default", f"{default!r} is outside [{low}, {high}]")
@@ -48,8 +48,9 @@ class Ranged(ParamSpec):
 
     @classmethod
     def spans(cls, low: float, high: float) -> bool:
-        """Whether [low, high] is a range of this kind."""
-        return low < high
+        """Whether [low, high] is a range of this kind: positive, as an override must be (read_number),
+        so that every value drawn can be named in a variant code."""
+        return 0 < low < high
 
     @classmethod
     def _rounding(cls, rounding: Any, width: float) -> tuple[int | None, float | None]:
@@ -156,7 +157,7 @@ class IntRange(Ranged):
 
     @classmethod
     def spans(cls, low: float, high: float) -> bool:
-        return low < high and isinstance(low, int) and isinstance(high, int)
+        return 0 <= low < high and isinstance(low, int) and isinstance(high, int)  # a count may be zero
 
     def _draw(self, rng: np.random.Generator) -> float:
         return float(rng.integers(int(self.low), int(self.high) + 1))
@@ -181,10 +182,6 @@ class LogUniform(Ranged):
 
     kind = "loguniform"
     fields = ("loguniform", "round")
-
-    @classmethod
-    def spans(cls, low: float, high: float) -> bool:
-        return 0 < low < high
 
     def _draw(self, rng: np.random.Generator) -> float:
         return math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
