@@ -53,7 +53,7 @@ def test_weights_shift_the_draws():
     assert 0.7 < picks.count("c") / len(picks) < 0.9
 
 
-def test_round_value_keeps_inside_the_range():
+def test_rounding_keeps_inside_the_range():
     spec = TOY.parameter("chunk")
     assert spec.rounded(8191.0) == 8192
     assert spec.rounded(130.0) == 256
