@@ -169,3 +169,11 @@ def test_a_kind_refuses_fields_it_does_not_take(fields, field):
     with pytest.raises(SpecError) as error:
         make(fields)
     assert error.value.field == field
+
+
+@pytest.mark.parametrize("question, spec", PARAMETERS, ids=[f"{q.id}.{s.name}" for q, s in PARAMETERS])
+def test_a_parameter_no_key_moves_says_why_and_one_that_moves_says_nothing(question, spec):
+    """The what-if screen steps a parameter only where its note is empty, and marks the others."""
+    assert spec.movable == (spec.what_if_note("it") == "")
+    assert spec.movable or spec.step(spec.default, 1) == spec.default
+    assert not (spec.movable and spec.what_if_tag)
