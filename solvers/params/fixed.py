@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from solvers.params.base import FieldReader, ParamSpec
@@ -11,7 +10,6 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-@dataclass(frozen=True)
 class Fixed(ParamSpec):
     kind = "fixed"
     fields = ("fixed",)

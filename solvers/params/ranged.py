@@ -147,7 +147,6 @@ class Ranged(ParamSpec):
         return [value for value in dict.fromkeys(said) if value != current]
 
 
-@dataclass(frozen=True)
 class IntRange(Ranged):
     """A count drawn uniformly from the whole numbers of [low, high]."""
 
@@ -167,7 +166,6 @@ class IntRange(Ranged):
         return ([2 ** round(math.log2(x))] if x >= 1 else []) + super()._figures(x)
 
 
-@dataclass(frozen=True)
 class Uniform(Ranged):
     kind = "uniform"
     fields = ("uniform", "round")
@@ -176,7 +174,6 @@ class Uniform(Ranged):
         return rng.uniform(self.low, self.high)
 
 
-@dataclass(frozen=True)
 class LogUniform(Ranged):
     """Uniform in the logarithm: a figure that spans orders of magnitude (a context, a rate)."""
 
