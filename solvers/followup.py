@@ -166,11 +166,9 @@ def _candidates(solution: Solution) -> list[ParamSpec]:
     """Numeric range parameters, the chart's own first; then choices (a TP degree, a GPU, a model).
     A generator's own settings (a spread) are not something an interviewer pushes."""
     settings = solution.question.generator_settings
-    pushable = [p for p in solution.question.parameters if p.name not in settings]
-    numeric = [p for p in pushable if p.ranged]
+    movable = [p for p in solution.question.parameters if p.movable and p.name not in settings]
     chart_x = solution.question.chart[0] if solution.question.chart else None
-    choices = [p for p in pushable if p.movable and not p.ranged]
-    return sorted(numeric, key=lambda p: p.name != chart_x) + choices
+    return sorted(movable, key=lambda p: (not p.ranged, p.name != chart_x))
 
 
 def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec, scanned: dict) -> Solution | None:
