@@ -169,6 +169,8 @@ def _key_entry(number: int, variant: Script) -> list[str]:
         lines += ["", f"### Regime: {regime.name}", "", regime.summary, "",
                   f"Boundary ${regime.boundary.latex}$ = {regime.boundary.result}; this variant "
                   f"{regime.position.result} ({regime.margin_text}). Other side: {regime.other_side}"]
+    if variant.reality:
+        lines += ["", "### In practice", ""] + [f"- {c.sentence()}" for c in variant.reality]
     return lines + ["", "### Assumptions", ""] + [f"- {a}" for a in solution.sheet.assumptions] + [""]
 
 
@@ -207,7 +209,8 @@ def anki_front(variant: Script, stage: ScriptStage, run: StageRun) -> str:
 def anki_back(variant: Script, stage: ScriptStage, run: StageRun, steps: list[list[Step]]) -> str:
     """The stage's keys with their why, the reasons of the options that do not hold and the slips each
     answer invites; then its steps (`steps`: the variant's, by stage) and, closing the last stage
-    before a push and each push, the regime."""
+    before a push and each push, the regime (the last stage before a push also the question's model beside
+    real systems)."""
     rows = []
     for key, line in run.key_lines():
         notes = key_notes(run.solution, key)
@@ -220,7 +223,9 @@ def anki_back(variant: Script, stage: ScriptStage, run: StageRun, steps: list[li
     regime = run.solution.sheet.regime if closing else None
     regime_html = "" if regime is None else (f"<p><b>Regime: {_html(regime.name)}</b>. {_html(regime.summary)} "
                                              f"Other side: {_html(regime.other_side)}</p>")
-    return f"<table>{''.join(rows)}</table>{f'<ol>{listed}</ol>' if listed else ''}{regime_html}"
+    practice = variant.reality if stage.index == stage.question.last_unpushed else ()
+    practice_html = "".join(f"<p><small>{_html(c.sentence())}</small></p>" for c in practice)
+    return f"<table>{''.join(rows)}</table>{f'<ol>{listed}</ol>' if listed else ''}{regime_html}{practice_html}"
 
 
 def write_anki(scripts: Iterable[Script], path: Path) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,9 @@ from solvers.followup import follow_up
 from solvers.paths import question_files as bank_files
 from solvers.printed import printed_problems
 from solvers.realism import broken
+from solvers.reality import TOLERANCE, compare
 from solvers.sampling import ParameterError, draw_values, resolve
+from solvers.units import parse_unit
 from solvers.variety import OptionTally, tally_options
 
 MIN_SIDE_SHARE = 0.1
@@ -218,6 +221,7 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
         if stopped := seed is None and bool(problems):
             break  # the default variant is broken: the seeds (and the staged bar's draws) would only repeat it
     problems += golden_problems(question, bank, catalog, default) + typed_figures(question)
+    problems += reality_problems(question, catalog)
     if strict and not any(entry.variant == "default" for entry in question.golden):
         bar.append(f"{where}: golden: the default variant is not pinned (add an entry with variant: default, "
                    "its keys derived by hand)")
@@ -304,6 +308,40 @@ def golden_problems(question: Question, bank: Bank, catalog: Catalog, default: S
             if mismatch is not None:
                 problems.append(f"{where}.{key}: {code}: the solver gives {mismatch[0]}, the file pins {mismatch[1]}")
     return problems
+
+
+def reality_problems(question: Question, catalog: Catalog) -> list[str]:
+    """A line for every reality: entry whose variant cannot be made, whose model lands outside the tolerance
+    of the measurement without saying why, or says why it is off and lands within it."""
+    problems: list[str] = []
+    for index, entry in enumerate(question.reality):
+        where, code = f"{question.path}:{entry.line}: reality[{index}]", f"{question.id}@{entry.variant}"
+        try:
+            (found,) = compare(replace(question, reality=(entry,)), catalog)
+        except VariantError as error:
+            problems.append(f"{where}: {code}: {error}")
+            continue
+        if not found.within and not entry.why:
+            problems.append(f"{where}: {code}: the model gives {found.bank:.4g} {entry.unit} against "
+                            f"{entry.measured:.4g} measured ({found.ratio:.2f}×, outside {TOLERANCE}×): fix the "
+                            "model, or say why it is not expected to match")
+        elif found.within and entry.why:
+            problems.append(f"{where}.why: {code}: lands within {TOLERANCE}× ({found.ratio:.2f}×): "
+                            "the why says it should not")
+    return problems
+
+
+def unmeasured(bank: Bank) -> list[str]:
+    """The questions that predict a time or a rate and show no published measurement beside it."""
+    return [question.path for question in bank.questions.values()
+            if not question.reality and any(_time_or_rate(answer) for answer in question.answers)]
+
+
+def _time_or_rate(answer: Answer) -> bool:
+    if not answer.numeric:
+        return False
+    seconds = parse_unit(answer.unit).dim[2]  # the exponent of time: 1 for a time, -1 for anything per second
+    return seconds == -1 or parse_unit(answer.unit).dim == (0, 0, 1, 0, 0)
 
 
 MAX_UNDECIDED = 0.5  # strict: an option the variant cannot decide (judged None) in more draws than this
