@@ -28,6 +28,7 @@ from solvers.data import Catalog
 from solvers.derivation import Step
 from solvers.engine import MAX_SEED, VariantCode, VariantError, make_variant
 from solvers.interview import StageRun, steps_by_stage
+from solvers.reality import compare
 from solvers.report import expected_text, key_notes, prompt_markdown, script_markdown, to_dict
 from solvers.script import Script, ScriptStage, script
 
@@ -80,6 +81,10 @@ def _variants(bank: Bank, catalog: Catalog, questions: list[Question], count: in
               progress: Callable[[int, int], None] | None) -> Iterator[Script]:
     made = 0
     for question in questions:
+        try:
+            reality = compare(question, catalog)  # the same for every variant of the question: solved once
+        except VariantError as error:
+            raise SelectionError(str(error)) from None
         for seed in range(base_seed, base_seed + count):
             try:
                 solution = make_variant(bank, catalog, VariantCode(question.id, seed))
@@ -88,7 +93,7 @@ def _variants(bank: Bank, catalog: Catalog, questions: list[Question], count: in
             made += 1
             if progress is not None:
                 progress(made, count * len(questions))
-            yield script(solution, catalog)
+            yield script(solution, catalog, reality)
 
 
 @dataclass(frozen=True)

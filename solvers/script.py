@@ -48,11 +48,12 @@ class Script:
     reality: tuple[Comparison, ...] = ()  # the question's model beside published measurements
 
 
-def script(solution: Solution, catalog: Catalog) -> Script:
-    """Every stage of this variant's interview, in order, and the question's measurements of real systems.
-    Each push searches and solves: slow work."""
+def script(solution: Solution, catalog: Catalog, reality: tuple[Comparison, ...] | None = None) -> Script:
+    """Every stage of this variant's interview, in order, and the question's measurements of real systems
+    (`reality`: those already solved, as they are the same for every variant of a question). Each push searches
+    and solves: slow work."""
     question, side = solution.question, solution.regime_name
     return Script(solution, tuple(ScriptStage(index, stage, stage_run(solution, catalog, index), question)
                                   for index, stage in enumerate(question.stages) if question.asks_on(index, side)),
-                  compare(question, catalog))
+                  compare(question, catalog) if reality is None else reality)
 
