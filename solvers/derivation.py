@@ -21,6 +21,7 @@ import sympy
 
 from solvers import printing, rational
 from solvers.answers.base import Slip
+from solvers.integer_part import Ceiling, Floor
 from solvers.units import format_number, format_quantity
 
 
@@ -72,7 +73,7 @@ def floor_of(x: sympy.Expr) -> sympy.Expr:
     a float costs a millisecond)."""
     number = _quick_number(x)
     if number is None:
-        return x.p // x.q if isinstance(x, sympy.Rational) else sympy.floor(x, evaluate=_is_number(x))
+        return x.p // x.q if isinstance(x, sympy.Rational) else Floor(x, evaluate=_is_number(x))
     whole = _near_integer(number)
     return whole if whole is not None else math.floor(number)
 
@@ -81,7 +82,7 @@ def ceil_of(x: sympy.Expr) -> sympy.Expr:
     """ceil(x), as floor_of."""
     number = _quick_number(x)
     if number is None:
-        return -(-x.p // x.q) if isinstance(x, sympy.Rational) else sympy.ceiling(x, evaluate=_is_number(x))
+        return -(-x.p // x.q) if isinstance(x, sympy.Rational) else Ceiling(x, evaluate=_is_number(x))
     whole = _near_integer(number)
     return whole if whole is not None else math.ceil(number)
 
