@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cached_property
@@ -21,92 +20,8 @@ import sympy
 
 from solvers import printing, rational
 from solvers.answers.base import Slip
-from solvers.integer_part import Ceiling, Floor
+from solvers.sheetmath import _QUICK, Reject
 from solvers.units import format_number, format_quantity
-
-
-def max_of(*args: sympy.Expr) -> sympy.Expr:
-    """max(...) left unevaluated: sympy's own simplification of Max over positive symbols
-    costs milliseconds per call, and the sheet evaluates it numerically anyway. On a
-    QuickSheet's numbers it is Python's max."""
-    numbers = [n for a in args if (n := _quick_number(a)) is not None]
-    if len(numbers) == len(args):
-        return max(numbers)
-    return sympy.Max(*args, evaluate=False)
-
-
-def min_of(*args: sympy.Expr) -> sympy.Expr:
-    """min(...) left unevaluated, for the same reason as max_of."""
-    numbers = [n for a in args if (n := _quick_number(a)) is not None]
-    if len(numbers) == len(args):
-        return min(numbers)
-    return sympy.Min(*args, evaluate=False)
-
-
-# Set while a QuickSheet's solver runs: the helpers below then compute on floats, however the
-# number reached them (a float times a sympy Rational constant is a sympy Float).
-_QUICK: ContextVar[bool] = ContextVar("quick_sheet", default=False)
-
-
-def _near_integer(x: float) -> int | None:
-    """x as a whole number where it is one up to float rounding (a QuickSheet's 511.99999999...)."""
-    nearest = round(x)
-    return nearest if abs(x - nearest) <= 1e-9 * max(1.0, abs(x)) else None
-
-
-def _quick_number(x: object) -> float | None:
-    """x as a float inside a QuickSheet's solve, where it is a number at all; else None."""
-    if not _QUICK.get() or not isinstance(x, (int, float, sympy.Number)):
-        return None
-    return float(x)
-
-
-def _is_number(x: object) -> bool:
-    """Whether a floor or ceiling of x can be evaluated now. One of symbols is left as written: the
-    sheet evaluates it exactly once the values are put in, and sympy's attempt to simplify it first
-    asks the assumptions system (25 of the 42 ms of a first kv-bytes-per-token solve)."""
-    return not getattr(x, "free_symbols", None)
-
-
-def floor_of(x: sympy.Expr) -> sympy.Expr:
-    """floor(x): sympy's on a Sheet (exact), Python's on a QuickSheet's floats (sympy's floor of
-    a float costs a millisecond)."""
-    number = _quick_number(x)
-    if number is None:
-        return x.p // x.q if isinstance(x, sympy.Rational) else Floor(x, evaluate=_is_number(x))
-    whole = _near_integer(number)
-    return whole if whole is not None else math.floor(number)
-
-
-def ceil_of(x: sympy.Expr) -> sympy.Expr:
-    """ceil(x), as floor_of."""
-    number = _quick_number(x)
-    if number is None:
-        return -(-x.p // x.q) if isinstance(x, sympy.Rational) else Ceiling(x, evaluate=_is_number(x))
-    whole = _near_integer(number)
-    return whole if whole is not None else math.ceil(number)
-
-
-def log_of(x: sympy.Expr, base: int | None = None) -> sympy.Expr:
-    """log(x) (to `base`): sympy's on a Sheet, Python's on a QuickSheet's numbers (sympy's log of a
-    float, and the expression around it, cost a millisecond a step); a log of no positive number is
-    a Reject, as sympy's complex or infinite one is on a Sheet."""
-    number = _quick_number(x)
-    if number is None:
-        return sympy.log(x) if base is None else sympy.log(x, base)
-    if number <= 0:
-        raise Reject(f"log of {number}")
-    return math.log(number) if base is None else math.log(number) / math.log(base)
-
-
-def exp_of(x: sympy.Expr) -> sympy.Expr:
-    """exp(x), as log_of."""
-    number = _quick_number(x)
-    return sympy.exp(x) if number is None else math.exp(number)
-
-
-class Reject(Exception):
-    """Raised by a solver for a draw that makes no sense (the sampler redraws)."""
 
 
 @dataclass(frozen=True)

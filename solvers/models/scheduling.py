@@ -5,7 +5,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, floor_of
+from solvers.derivation import Reject, Sheet
 from solvers.models.collective import crosses_domain
 from solvers.models.common import model_params, require_context
 from solvers.models.steptime import (
@@ -14,6 +14,7 @@ from solvers.models.steptime import (
     all_reduce_steps,
     engine,
 )
+from solvers.sheetmath import floor_of
 from solvers.units import format_number
 
 

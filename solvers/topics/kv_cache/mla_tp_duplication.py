@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import ACTIVATION_BYTES, link_bandwidth, link_latency, tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
@@ -20,6 +20,7 @@ from solvers.models.kvcache import (
 )
 from solvers.models.kvlayout import fp8_latent_note
 from solvers.models.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD, usable_hbm
+from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import all_reduce_terms, tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
@@ -18,6 +18,7 @@ from solvers.models.common import (
     given_weight_bytes,
 )
 from solvers.models.kvcache import kv_bytes_per_token
+from solvers.sheetmath import floor_of, max_of, min_of
 from solvers.units import format_number
 
 

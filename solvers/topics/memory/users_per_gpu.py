@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import all_reduce_terms, stage_send, tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
@@ -20,6 +20,7 @@ from solvers.models.common import (
     given_usable_share,
 )
 from solvers.models.kvcache import kv_bytes_per_token
+from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 
 TIED_TPOT = 0.02  # layouts serving as many users with tokens this close are a coin toss, not a choice

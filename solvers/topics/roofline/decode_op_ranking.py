@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, exact, max_of
+from solvers.derivation import Reject, Sheet, Side, exact
 from solvers.models.collective import AllReduceTerms, all_reduce_terms, tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
@@ -16,6 +16,7 @@ from solvers.models.common import (
     hbm_bytes,
 )
 from solvers.models.roofline import require_full_xgmi_ring
+from solvers.sheetmath import max_of
 from solvers.units import figures_against, format_number, format_quantity
 
 

@@ -5,7 +5,8 @@ import math
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, exact, exp_of, log_of
+from solvers.derivation import Reject, Sheet, Side, exact
+from solvers.sheetmath import exp_of, log_of
 from solvers.units import format_quantity
 
 MIN_RATE_SHARE = 0.5  # the goal must hold up to half the prefill capacity: past that the queue, not prefill, decides

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from solvers.derivation import Reject, Sheet, Side, floor_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
     given_hbm_bytes,
@@ -13,6 +13,7 @@ from solvers.models.common import (
 )
 from solvers.models.speculation import GAMMAS, LoadModel, expected_tokens, speculative_round, tokens_per_round
 from solvers.models.steptime import decode_costs, engine
+from solvers.sheetmath import floor_of, min_of
 from solvers.units import format_number, format_quantity
 
 BUCKETS = (32, 128)  # the batch buckets whose draft length is graded
