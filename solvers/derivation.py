@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cached_property
-from typing import ClassVar
+from typing import ClassVar, TypeAlias
 
 import sympy
 
@@ -126,6 +126,9 @@ class Regime:
             return f"{format_number(ratio, 3)}× above the boundary"
         return f"{format_number(1 / ratio, 3)}× below the boundary"
 
+
+# A regime's boundary: a step's symbol, or a number stated by the question's model (a break-even of 1×).
+Boundary: TypeAlias = "sympy.Symbol | int | Fraction | sympy.Rational"
 
 NEAR_MARGIN = 1.25  # within this factor of its boundary a variant reads as near it
 
@@ -341,11 +344,21 @@ class Sheet:
         for key in (on,) if isinstance(on, str) else on:
             self.slips.setdefault(key, []).append(Slip(label, float(factor)))
 
-    def set_regime(self, name: str, summary: str, boundary: sympy.Symbol, position: sympy.Symbol,
-                   other_side: str, key: str = "regime") -> None:
-        """The regime analysis. `boundary` and `position` are step symbols in one unit."""
-        self.regime = Regime(name, summary, self._as_step(boundary.name), self._as_step(position.name), other_side)
+    def set_regime(self, name: str, summary: str, boundary: Boundary, position: sympy.Symbol,
+                   other_side: str, key: str = "regime", boundary_label: str = "") -> None:
+        """The regime analysis. `position` is a step symbol; `boundary` a step symbol in its unit, or a number
+        (a break-even of 1×) named by `boundary_label`, which then stands in no Given table."""
+        self.regime = Regime(name, summary, self._boundary_step(boundary, position, boundary_label),
+                             self._as_step(position.name), other_side)
         self.results[key] = name
+
+    def _boundary_step(self, boundary: Boundary, position: sympy.Symbol, label: str) -> Step:
+        if isinstance(boundary, sympy.Symbol):
+            return self._as_step(boundary.name)
+        if not label:
+            raise ValueError("a numeric boundary needs a boundary_label to show it by")
+        unit = self._units[position]
+        return Step("", label, label, float(boundary), unit, "", given_text=format_quantity(float(boundary), unit))
 
     def _as_step(self, symbol: str) -> Step:
         """The step of this symbol, or its given standing in as one."""
@@ -355,13 +368,14 @@ class Sheet:
         g = next(g for g in self.givens if g.symbol == symbol)
         return Step("", g.label, g.symbol, g.value, g.unit, "", given_text=g.shown)
 
-    def regime_by(self, position: sympy.Symbol, boundary: sympy.Symbol, *, above: Side, below: Side,
-                  tie: str = "above", key: str = "regime") -> None:
+    def regime_by(self, position: sympy.Symbol, boundary: Boundary, *, above: Side, below: Side,
+                  tie: str = "above", key: str = "regime", boundary_label: str = "") -> None:
         """A two-sided regime: the side follows the exact comparison of position and boundary
-        (a tie goes to `tie`), and the text follows the margin (near the boundary or far)."""
+        (a tie goes to `tie`), and the text follows the margin (near the boundary or far). A numeric
+        `boundary` is named by `boundary_label` ("break-even")."""
         order = self.compare(position, boundary)
         side, other = (above, below) if order > 0 or (order == 0 and tie == "above") else (below, above)
-        self.set_regime(side.name, side.summary, boundary, position, side.other_side, key)
+        self.set_regime(side.name, side.summary, boundary, position, side.other_side, key, boundary_label)
         regime = self.regime
         if regime is not None and regime.near:  # the same analysis, in words for a variant near the boundary
             self.regime = replace(regime, summary=side.near or (
@@ -454,9 +468,9 @@ class QuickSheet(Sheet):
         difference = self.evaluate(a) - self.evaluate(b)
         return (difference > 0) - (difference < 0)
 
-    def set_regime(self, name: str, summary: str, boundary: sympy.Symbol, position: sympy.Symbol,
-                   other_side: str, key: str = "regime") -> None:
-        def point(value: sympy.Symbol) -> Step:
+    def set_regime(self, name: str, summary: str, boundary: Boundary, position: sympy.Symbol,
+                   other_side: str, key: str = "regime", boundary_label: str = "") -> None:
+        def point(value: Boundary) -> Step:
             return Step("", "", "", float(value), "", "")
 
         self.regime = Regime(name, summary, point(boundary), point(position), other_side)
