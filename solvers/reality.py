@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from solvers.bank import Measured, Question
 from solvers.data import Catalog
-from solvers.engine import VariantCode, question_variant
+from solvers.engine import Solution, VariantCode, question_variant
 from solvers.units import format_number, format_quantity, parse_unit, significant_digits
 
 # Within this factor either way the model is "close enough" for a back-of-envelope answer (REALITY.md's
@@ -41,9 +41,15 @@ class Comparison:
 
 def compare(question: Question, catalog: Catalog) -> tuple[Comparison, ...]:
     """Every entry of the question solved on its own variant (a few solves: call it once per question)."""
-    out = []
-    for entry in question.reality:
-        solution = question_variant(question, catalog, VariantCode.parse(f"{question.id}@{entry.variant}"))
-        bank = parse_unit(entry.unit).from_base(float(solution.expected[entry.answer]))
-        out.append(Comparison(entry, str(solution.code), bank))
-    return tuple(out)
+    return tuple(comparison(entry, question_variant(question, catalog, VariantCode.parse(code_of(question, entry))))
+                 for entry in question.reality)
+
+
+def code_of(question: Question, entry: Measured) -> str:
+    return f"{question.id}@{entry.variant}"
+
+
+def comparison(entry: Measured, solution: Solution) -> Comparison:
+    """The entry beside the model's figure on `solution`, the entry's own variant solved."""
+    bank = parse_unit(entry.unit).from_base(float(solution.expected[entry.answer]))
+    return Comparison(entry, str(solution.code), bank)

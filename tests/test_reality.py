@@ -74,18 +74,18 @@ def test_a_measurement_means_the_same_in_any_unit_of_its_kind(unit, millis):
     assert parse_unit(unit).to_base(other.bank) == pytest.approx(parse_unit("ms").to_base(in_ms.bank), rel=1e-9)
 
 
-def test_validate_flags_a_model_far_off_without_why_and_a_why_that_is_not_needed(catalog):
+def test_validate_flags_a_model_far_off_without_why_and_a_why_that_is_not_needed(bank, catalog):
     question, _ = _PD
     (near,) = compare(replace(question, reality=(_entry(question),)), catalog)
     far = replace(_entry(question), measured=near.bank * 3)
-    assert reality_problems(replace(question, reality=(far,)), catalog)[0].endswith(
+    assert reality_problems(replace(question, reality=(far,)), bank, catalog)[0].endswith(
         "fix the model, or say why it is not expected to match")
     assert reality_problems(replace(question, reality=(replace(far, why="TRT-LLM 0.5 ran unfused FP8"),)),
-                            catalog) == []
+                            bank, catalog) == []
     assert "the why says it should not" in reality_problems(
-        replace(question, reality=(_entry(question, measured=near.bank * 1.2, why="it is off"),)), catalog)[0]
+        replace(question, reality=(_entry(question, measured=near.bank * 1.2, why="it is off"),)), bank, catalog)[0]
     (unmade,) = reality_problems(replace(question, reality=(_entry(question, variant="default+model=nonesuch"),)),
-                                 catalog)
+                                 bank, catalog)
     assert "reality[0]: pd-transfer-bandwidth@default+model=nonesuch:" in unmade
 
 

@@ -83,7 +83,8 @@ def solve(p, s: Sheet) -> None:
     rows = p.ledger
     costs, checks = [], []
     for index, row in enumerate(rows):
-        price = s.given(f"c_{index}", row["$/GPU-h"] / 3600, "$/h", f"{row['change']}: price per GPU-hour")
+        at = 0 if row["$/GPU-h"] == rows[0]["$/GPU-h"] else index  # a change on the same GPU: the baseline's price
+        price = s.given(f"c_{at}", rows[at]["$/GPU-h"] / 3600, "$/h", f"{rows[at]['change']}: price per GPU-hour")
         tps = s.given(f"X_{index}", row["tokens/s per GPU"], "tokens/s", f"{row['change']}: tokens/s per GPU")
         tpot = s.given(f"τ_{index}", row["p99 TPOT (ms)"] * 1e-3, "ms", f"{row['change']}: p99 TPOT")
         quality = s.given(f"q_{index}", row["quality (pts)"], "", f"{row['change']}: quality delta (points)")

@@ -100,7 +100,7 @@ def solve(p, s: Sheet) -> None:
     B = s.param("B", "batch")
     T = s.param("T", "context")
     n = s.param("TP", "tp")
-    d = given_config(s, model, "hidden", "d")
+    d = given_config(s, model, "hidden")  # "h", as the all-reduce model states it
     H = given_config(s, model, "heads")
     H_kv = given_config(s, model, "kv_heads")
     d_h = given_config(s, model, "head_dim")
