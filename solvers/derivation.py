@@ -127,6 +127,10 @@ class Regime:
         return f"{format_number(1 / ratio, 3)}× below the boundary"
 
 
+# What a sheet hands a solver for a given or a step: a sympy symbol on a Sheet, a number on a QuickSheet (the
+# push scan's float solve). A solver writes the same arithmetic on either.
+Value: TypeAlias = "sympy.Expr | float"
+
 # A regime's boundary: a step's symbol, or a number stated by the question's model (a break-even of 1×).
 Boundary: TypeAlias = "sympy.Symbol | int | Fraction | sympy.Rational"
 
@@ -192,7 +196,7 @@ class Sheet:
     _shown: dict[sympy.Symbol, str] = field(default_factory=dict)
     _units: dict[sympy.Symbol, str] = field(default_factory=dict)  # the unit each was declared in
 
-    def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> sympy.Symbol:
+    def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> Value:
         """A number the variant supplies (parameter, datasheet figure, assumption).
 
         Shared helpers may state the same fact again: the same value returns the same symbol."""
@@ -206,19 +210,19 @@ class Sheet:
         self.givens.append(Given(symbol, label or symbol, float(value), unit))
         return sym
 
-    def param(self, symbol: str, name: str) -> sympy.Symbol:
+    def param(self, symbol: str, name: str) -> Value:
         """A given that is a parameter of the question: its value, unit and label come from the
         question file, so the solver does not retype them."""
         value, unit, label = self.parameters[name]
         return self.given(symbol, value, unit, label)
 
-    def prerequisite(self, question_id: str, symbol: str, value: float, unit: str, label: str) -> sympy.Symbol:
+    def prerequisite(self, question_id: str, symbol: str, value: float, unit: str, label: str) -> Value:
         """A result of an earlier question (declared in `requires:`), taken as a given rather than
         derived again: the candidate has drilled it, the solution names where it comes from."""
         self.prerequisites.add(question_id)
         return self.given(symbol, value, unit, f"{label} (from {question_id})")
 
-    def step(self, key: str, title: str, symbol: str, expr: sympy.Expr, unit: str = "", why: str = "") -> sympy.Symbol:
+    def step(self, key: str, title: str, symbol: str, expr: Value, unit: str = "", why: str = "") -> Value:
         """Evaluate `expr` on the values known so far and record it as a step."""
         sym = sympy.Symbol(symbol)
         if sym in self._numbers:
@@ -261,7 +265,7 @@ class Sheet:
                     self._values[sym] = rational.to_sympy(number)
         return self._values
 
-    def evaluate(self, expr: sympy.Expr) -> float:
+    def evaluate(self, expr: Value) -> float:
         return float(self._evaluate_exact(expr))
 
     def symbol(self, name: str) -> sympy.Symbol:
@@ -281,10 +285,10 @@ class Sheet:
         """Around the solver's run: a Sheet needs nothing; a QuickSheet switches the helpers to floats."""
         yield
 
-    def value(self, sym: sympy.Symbol) -> float:
+    def value(self, sym: Value) -> float:
         return self._numbers[sym]
 
-    def text(self, sym: sympy.Symbol, digits: int | None = None) -> str:
+    def text(self, sym: Value, digits: int | None = None) -> str:
         """A given's or step's value as the solution shows it: in the unit it was declared in, to
         `digits` significant figures (the sheet's 4 by default)."""
         return format_quantity(self._numbers[sym], self._units[sym], 4 if digits is None else digits)
@@ -303,7 +307,7 @@ class Sheet:
             raise TypeError(f"result {key} is {value!r}, not a select answer's judgements")
         return value
 
-    def compare(self, a: sympy.Expr, b: sympy.Expr) -> int:
+    def compare(self, a: Value, b: Value) -> int:
         """-1, 0 or 1 as a < b, a = b or a > b, decided on exact values: a tie is a tie."""
         a, b = sympy.sympify(a), sympy.sympify(b)
         exact_a, exact_b = rational.value(a, self._rationals), rational.value(b, self._rationals)
@@ -404,21 +408,21 @@ class QuickSheet(Sheet):
     shown: ClassVar[bool] = False
     _named: dict[str, float] = field(default_factory=dict)  # values by symbol name, for solvers that name one again
 
-    def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> sympy.Symbol:
+    def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> Value:
         # A number where a Sheet gives a symbol: whole numbers stay integers, as a Sheet keeps them.
         number = float(value)
         kept = int(number) if number.is_integer() and abs(number) < 2**62 else number
         self._named[symbol] = kept
         return kept
 
-    def step(self, key: str, title: str, symbol: str, expr: sympy.Expr, unit: str = "", why: str = "") -> sympy.Symbol:
+    def step(self, key: str, title: str, symbol: str, expr: Value, unit: str = "", why: str = "") -> Value:
         value = self.evaluate(expr)
         if key:
             self.results[key] = value
         self._named[symbol] = value
         return value
 
-    def evaluate(self, expr: sympy.Expr) -> float:
+    def evaluate(self, expr: Value) -> float:
         try:
             value = float(expr)
         except TypeError:  # a symbol an earlier step declared, named again by the solver: its value
@@ -440,10 +444,10 @@ class QuickSheet(Sheet):
                 pass
         raise Reject(f"non-finite result in {expr}")
 
-    def value(self, sym: sympy.Symbol) -> float:
+    def value(self, sym: Value) -> float:
         return self.evaluate(sym)
 
-    def text(self, sym: sympy.Symbol, digits: int | None = None) -> str:
+    def text(self, sym: Value, digits: int | None = None) -> str:
         return ""  # a scan prints nothing: the text goes only into what a Sheet shows
 
     def symbol(self, name: str) -> sympy.Symbol:
@@ -464,7 +468,7 @@ class QuickSheet(Sheet):
         finally:
             _QUICK.reset(token)
 
-    def compare(self, a: sympy.Expr, b: sympy.Expr) -> int:
+    def compare(self, a: Value, b: Value) -> int:
         difference = self.evaluate(a) - self.evaluate(b)
         return (difference > 0) - (difference < 0)
 

@@ -91,6 +91,7 @@ def solve(p, s: Sheet) -> None:
            "what the user actually waits")
 
     budget = s.step("slo_step", "Step time the speed target allows", "t_SLO", 1 / v, "ms", "one token per step")
+    assert e.t_oh is not None  # this question's engine charges the card's step overhead
     room = s.step("slo_room", "Time the step's kernels and all-reduce bytes may take", "t_room",
                   budget - e.t_oh - ar.fixed, "ms", "the target less the overhead and the all-reduce latencies")
     if s.evaluate(room * e.byte_rate - e.W / e.TP) <= 0:
