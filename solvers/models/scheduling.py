@@ -81,7 +81,7 @@ def chunk_cap(s: Sheet, e: Engine, p, B, L_p, tau, dec, key: str, title: str):
                    "what the TPOT target leaves after the fixed cost, in chunk tokens")
     if s.value(c_max) < 1:
         raise Reject("no prompt token fits in a step under the TPOT target")
-    if s.evaluate(dec.bytes / e.byte_rate) > s.evaluate((dec.flops + c_max * f_c) / e.flop_rate):
+    if s.compare(dec.bytes / e.byte_rate, (dec.flops + c_max * f_c) / e.flop_rate) > 0:
         raise Reject("a step with a full chunk is still memory-bound")
     return c_max, t_x, t_c, ar
 

@@ -132,7 +132,7 @@ def solve(p, s: Sheet) -> None:
     warm = step_work(s, e, "warm", "prefill at that warm fraction", y * T, (T**2 - (h * T)**2) / 2, h * T)
     t_warm = step_time(s, e, "warm", "prefill at that warm fraction", warm, key="warm_ttft",
                        communication=ar.of(y * T), why="the cold remainder's math, all-reduces and overhead")
-    if s.evaluate(warm.bytes / e.byte_rate) > s.evaluate(warm.flops / e.flop_rate):
+    if s.compare(warm.bytes / e.byte_rate, warm.flops / e.flop_rate) > 0:
         raise Reject("the warm remainder's prefill is memory-bound: the quadratic's compute model does not hold")
 
     for busy in (lam * t_cold / u, lam * t_warm / u):

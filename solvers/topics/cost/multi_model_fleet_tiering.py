@@ -157,7 +157,7 @@ def solve(p, s: Sheet) -> None:
     w = s.step("warm", "Models kept warm (dedicated or shared)", "n_warm",
                min_of(n, floor_of((Lam / (H * peak * cold_rate)) ** (1 / alpha))), "",
                "ranks whose average rate stays at or above the cold threshold")
-    if s.value(w) < s.value(d):
+    if s.compare(w, d) < 0:
         raise Reject("a dedicated model would be cold on average: the thresholds contradict")
     s.step("shared", "Models in the shared tier", "n_sh", w - d, "", "warm but not dedicated")
     ded_share = s.step("dedicated_share", "Share of the traffic the dedicated models take", "f_ded",

@@ -192,7 +192,7 @@ def solve(p, s: Sheet) -> None:
     s.step("capacity_gain", "KV capacity gained by DP attention", "g", d * room_dp / room, "x",
            "d pools of unique tokens, each a little smaller, against one duplicated pool")
     demand = s.param("U_d", "demand")
-    if s.value(demand) > s.value(req_dp):
+    if s.compare(demand, req_dp) > 0:
         raise Reject("neither layout holds the demand on one node")
 
     # The latency side: one decode step of each layout, at the batch it runs.

@@ -118,7 +118,7 @@ def _attention_fixes(s: Sheet, p, *, ds, ds_c, flushed, promoted, e_acc, r_K) ->
     # The flushed masses are floats (Φ evaluated numerically), so their comparisons are on values: no exact
     # tie exists to decide, and sympy's comparison of them costs milliseconds.
     s.judge("fixes", "the FP8 keys misplace more of the output than an unscaled P flushes",
-            s.value(r_K) > s.value(unscaled),
+            s.compare(r_K, unscaled) > 0,
             f"{s.text(r_K, 3)} misplaced by the keys against {s.text(unscaled, 3)} flushed")
     s.judge("fixes", "subtracting the keys' channel means would cut the key score error by more than {mean_cut}",
             s.compare(ds, s.param("k_mean", "mean_cut") * ds_c) > 0,

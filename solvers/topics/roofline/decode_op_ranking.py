@@ -125,7 +125,7 @@ def solve(p, s: Sheet) -> None:
                    "batch and context cancel: 2·(H_q/H_kv)/b_kv, set by the query heads sharing each KV head")
     B_star = s.step("flip_batch", "Batch where the ranking flips", "B_star", H * b_w / (H_kv * b_kv), "sequences",
                     "solve 2B/b_w = 2·(H_q/H_kv)/b_kv for B")
-    if s.value(B) == s.value(B_star):
+    if s.compare(B, B_star) == 0:
         raise Reject("the batch sits exactly at the flip: attention and the GEMMs tie")
     P = given_peak_flops(s, p.gpu, "bf16")
     BW = given_hbm_bandwidth(s, p.gpu)

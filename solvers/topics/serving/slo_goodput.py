@@ -137,7 +137,7 @@ def solve(p, s: Sheet) -> None:
     model = _latency_model(s)
     a_ttft, a_tpot, mu, lam, T = (model[k] for k in ("a_ttft", "a_tpot", "mu", "lam", "T"))
     target = s.param("g_goal", "target")
-    if s.value(a_tpot) <= s.value(target):
+    if s.compare(a_tpot, target) <= 0:
         raise Reject("TPOT alone misses the target: no arrival rate meets it")
     both = s.step("attainment", "SLO attainment: share of requests meeting both SLOs", "A", a_ttft * a_tpot, "%",
                   "prefill and decode run on separate GPUs, so a request's TTFT and TPOT are independent: "
