@@ -6,6 +6,7 @@ listing the bank stays fast.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -94,6 +95,22 @@ class Golden:
 
 
 @dataclass(frozen=True)
+class Measured:
+    """A real system's published figure for one answer (reality:): the figure in `unit`, the system and
+    conditions, the exact source, the variant code's part after the '@' that puts those conditions into
+    this question, and why the model is not expected to land within 1.5x of it, where it is not."""
+
+    answer: str
+    measured: float
+    unit: str
+    system: str
+    source: str
+    variant: str
+    why: str = ""
+    line: int = 0
+
+
+@dataclass(frozen=True)
 class Question:
     id: str
     title: str
@@ -119,6 +136,7 @@ class Question:
     lookups: tuple[tuple[str, str], ...] = ()
     path: str = ""
     stages: tuple[Stage, ...] = ()  # the interview in order (an old-shape file: every answer, then a push)
+    reality: tuple[Measured, ...] = ()  # published measurements shown beside the model's figure at the reveal
     staged: bool = False  # whether the file declares its stages (old-shape files are given two)
 
     def stage_of(self, key: str) -> int:
@@ -234,7 +252,7 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 
 _TOP_FIELDS = {"id", "title", "group", "topic", "difficulty", "solver", "catalogue", "prompt", "parameters",
                "answers", "hints", "references", "regime_sides", "chart", "followups", "stages",
-               "requires", "constraints", "golden", "literals"}
+               "requires", "constraints", "golden", "literals", "reality"}
 _PARAM_FIELDS = {"default", "label", "unit", *PARAM_KIND_FIELDS}
 _ANSWER_FIELDS = {"key", "label", "unit", "lookup", *KIND_FIELDS}
 
@@ -405,15 +423,7 @@ def _parse_golden(reader: _Reader, document: LineDict, names: set[str],
         where = f"golden[{index}]"
         item = reader.mapping(item, where, document.line_of("golden"), ("variant", "expect", "why", "rel"),
                               "{variant: ..., expect: {...}, why: ...}")
-        variant = str(reader.field(item, "variant", (str, int), where))  # a bare seed reads as an integer
-        match = _VARIANT.match(variant)
-        if match is None:
-            raise reader.fail(f"{where}.variant", item.line_of("variant"),
-                              f"{variant!r} is not a variant code's part after the '@' (default, 7, default+tp=1)")
-        for override in match["sets"].split("+")[1:]:
-            if override.split("=", 1)[0] not in names:
-                raise reader.fail(f"{where}.variant", item.line_of("variant"),
-                                  f"'{override}' names no parameter of this question")
+        variant = _variant_field(reader, item, where, names)
         expect = reader.field(item, "expect", dict, where)
         if not expect:
             raise reader.fail(f"{where}.expect", item.line_of("expect"), "pin at least one answer")
@@ -432,6 +442,55 @@ def _parse_golden(reader: _Reader, document: LineDict, names: set[str],
         if rel is not None and not 0 < rel < 1:
             raise reader.fail(f"{where}.rel", item.line_of("rel"), "a relative tolerance in (0, 1)")
         entries.append(Golden(variant, tuple(pins), why, None if rel is None else float(rel), item.line))
+    return tuple(entries)
+
+
+def _variant_field(reader: _Reader, item: LineDict, where: str, names: set[str]) -> str:
+    """An entry's `variant`: a variant code's part after the '@' whose overrides name this question's parameters."""
+    variant = str(reader.field(item, "variant", (str, int), where))  # a bare seed reads as an integer
+    match = _VARIANT.match(variant)
+    if match is None:
+        raise reader.fail(f"{where}.variant", item.line_of("variant"),
+                          f"{variant!r} is not a variant code's part after the '@' (default, 7, default+tp=1)")
+    for override in match["sets"].split("+")[1:]:
+        if override.split("=", 1)[0] not in names:
+            raise reader.fail(f"{where}.variant", item.line_of("variant"),
+                              f"'{override}' names no parameter of this question")
+    return variant
+
+
+def _parse_reality(reader: _Reader, document: LineDict, names: set[str],
+                   answers: tuple[Answer, ...]) -> tuple[Measured, ...]:
+    raw = reader.field(document, "reality", list, required=False, default=[])
+    by_key = {a.key: a for a in answers}
+    entries = []
+    for index, item in enumerate(raw):
+        where = f"reality[{index}]"
+        item = reader.mapping(item, where, document.line_of("reality"),
+                              ("answer", "measured", "unit", "system", "source", "variant", "why"),
+                              "{answer: ..., measured: ..., unit: ..., system: ..., source: ..., variant: ...}")
+        key = reader.field(item, "answer", str, where)
+        if key not in by_key or not by_key[key].numeric:
+            raise reader.fail(f"{where}.answer", item.line_of("answer"), "names no numeric answer of this question")
+        measured = reader.field(item, "measured", (int, float), where)
+        if not (math.isfinite(measured) and measured > 0):
+            raise reader.fail(f"{where}.measured", item.line_of("measured"), "a positive number")
+        unit = reader.field(item, "unit", str, where)
+        try:
+            dimension = parse_unit(unit).dim
+        except UnitError as error:
+            raise reader.fail(f"{where}.unit", item.line_of("unit"), str(error)) from None
+        if dimension != parse_unit(by_key[key].unit).dim:
+            raise reader.fail(f"{where}.unit", item.line_of("unit"),
+                              f"'{unit}' does not measure what {key} ({by_key[key].unit}) does")
+        texts = {}
+        for name in ("system", "source"):
+            texts[name] = reader.field(item, name, str, where)
+            if not texts[name].strip():
+                raise reader.fail(f"{where}.{name}", item.line_of(name), "a comparison names its system and source")
+        entries.append(Measured(key, float(measured), unit, texts["system"].strip(), texts["source"].strip(),
+                                _variant_field(reader, item, where, names),
+                                reader.field(item, "why", str, where, required=False, default="").strip(), item.line))
     return tuple(entries)
 
 
@@ -590,6 +649,7 @@ def parse_question(path: Path, text: str) -> Question:
         requires=_parse_requires(reader, document, qid),
         constraints=_parse_constraints(reader, document, names),
         golden=_parse_golden(reader, document, names, answers),
+        reality=_parse_reality(reader, document, names, answers),
         literals=tuple(_texts(reader, document, "literals")),
         lookups=_parse_lookups(reader, raw_answers, answers),
         path=str(path),

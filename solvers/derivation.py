@@ -11,101 +11,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cached_property
-from typing import ClassVar
+from typing import ClassVar, TypeAlias
 
 import sympy
 
 from solvers import printing, rational
 from solvers.answers.base import Slip
+from solvers.sheetmath import _QUICK, Reject
 from solvers.units import format_number, format_quantity
-
-
-def max_of(*args: sympy.Expr) -> sympy.Expr:
-    """max(...) left unevaluated: sympy's own simplification of Max over positive symbols
-    costs milliseconds per call, and the sheet evaluates it numerically anyway. On a
-    QuickSheet's numbers it is Python's max."""
-    numbers = [n for a in args if (n := _quick_number(a)) is not None]
-    if len(numbers) == len(args):
-        return max(numbers)
-    return sympy.Max(*args, evaluate=False)
-
-
-def min_of(*args: sympy.Expr) -> sympy.Expr:
-    """min(...) left unevaluated, for the same reason as max_of."""
-    numbers = [n for a in args if (n := _quick_number(a)) is not None]
-    if len(numbers) == len(args):
-        return min(numbers)
-    return sympy.Min(*args, evaluate=False)
-
-
-# Set while a QuickSheet's solver runs: the helpers below then compute on floats, however the
-# number reached them (a float times a sympy Rational constant is a sympy Float).
-_QUICK: ContextVar[bool] = ContextVar("quick_sheet", default=False)
-
-
-def _near_integer(x: float) -> int | None:
-    """x as a whole number where it is one up to float rounding (a QuickSheet's 511.99999999...)."""
-    nearest = round(x)
-    return nearest if abs(x - nearest) <= 1e-9 * max(1.0, abs(x)) else None
-
-
-def _quick_number(x: object) -> float | None:
-    """x as a float inside a QuickSheet's solve, where it is a number at all; else None."""
-    if not _QUICK.get() or not isinstance(x, (int, float, sympy.Number)):
-        return None
-    return float(x)
-
-
-def _is_number(x: object) -> bool:
-    """Whether a floor or ceiling of x can be evaluated now. One of symbols is left as written: the
-    sheet evaluates it exactly once the values are put in, and sympy's attempt to simplify it first
-    asks the assumptions system (25 of the 42 ms of a first kv-bytes-per-token solve)."""
-    return not getattr(x, "free_symbols", None)
-
-
-def floor_of(x: sympy.Expr) -> sympy.Expr:
-    """floor(x): sympy's on a Sheet (exact), Python's on a QuickSheet's floats (sympy's floor of
-    a float costs a millisecond)."""
-    number = _quick_number(x)
-    if number is None:
-        return x.p // x.q if isinstance(x, sympy.Rational) else sympy.floor(x, evaluate=_is_number(x))
-    whole = _near_integer(number)
-    return whole if whole is not None else math.floor(number)
-
-
-def ceil_of(x: sympy.Expr) -> sympy.Expr:
-    """ceil(x), as floor_of."""
-    number = _quick_number(x)
-    if number is None:
-        return -(-x.p // x.q) if isinstance(x, sympy.Rational) else sympy.ceiling(x, evaluate=_is_number(x))
-    whole = _near_integer(number)
-    return whole if whole is not None else math.ceil(number)
-
-
-def log_of(x: sympy.Expr, base: int | None = None) -> sympy.Expr:
-    """log(x) (to `base`): sympy's on a Sheet, Python's on a QuickSheet's numbers (sympy's log of a
-    float, and the expression around it, cost a millisecond a step); a log of no positive number is
-    a Reject, as sympy's complex or infinite one is on a Sheet."""
-    number = _quick_number(x)
-    if number is None:
-        return sympy.log(x) if base is None else sympy.log(x, base)
-    if number <= 0:
-        raise Reject(f"log of {number}")
-    return math.log(number) if base is None else math.log(number) / math.log(base)
-
-
-def exp_of(x: sympy.Expr) -> sympy.Expr:
-    """exp(x), as log_of."""
-    number = _quick_number(x)
-    return sympy.exp(x) if number is None else math.exp(number)
-
-
-class Reject(Exception):
-    """Raised by a solver for a draw that makes no sense (the sampler redraws)."""
 
 
 @dataclass(frozen=True)
@@ -211,6 +127,13 @@ class Regime:
         return f"{format_number(1 / ratio, 3)}× below the boundary"
 
 
+# What a sheet hands a solver for a given or a step: a sympy symbol on a Sheet, a number on a QuickSheet (the
+# push scan's float solve). A solver writes the same arithmetic on either.
+Value: TypeAlias = "sympy.Expr | float"
+
+# A regime's boundary: a step's symbol, or a number stated by the question's model (a break-even of 1×).
+Boundary: TypeAlias = "sympy.Symbol | int | Fraction | sympy.Rational"
+
 NEAR_MARGIN = 1.25  # within this factor of its boundary a variant reads as near it
 
 
@@ -273,7 +196,7 @@ class Sheet:
     _shown: dict[sympy.Symbol, str] = field(default_factory=dict)
     _units: dict[sympy.Symbol, str] = field(default_factory=dict)  # the unit each was declared in
 
-    def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> sympy.Symbol:
+    def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> Value:
         """A number the variant supplies (parameter, datasheet figure, assumption).
 
         Shared helpers may state the same fact again: the same value returns the same symbol."""
@@ -287,19 +210,19 @@ class Sheet:
         self.givens.append(Given(symbol, label or symbol, float(value), unit))
         return sym
 
-    def param(self, symbol: str, name: str) -> sympy.Symbol:
+    def param(self, symbol: str, name: str) -> Value:
         """A given that is a parameter of the question: its value, unit and label come from the
         question file, so the solver does not retype them."""
         value, unit, label = self.parameters[name]
         return self.given(symbol, value, unit, label)
 
-    def prerequisite(self, question_id: str, symbol: str, value: float, unit: str, label: str) -> sympy.Symbol:
+    def prerequisite(self, question_id: str, symbol: str, value: float, unit: str, label: str) -> Value:
         """A result of an earlier question (declared in `requires:`), taken as a given rather than
         derived again: the candidate has drilled it, the solution names where it comes from."""
         self.prerequisites.add(question_id)
         return self.given(symbol, value, unit, f"{label} (from {question_id})")
 
-    def step(self, key: str, title: str, symbol: str, expr: sympy.Expr, unit: str = "", why: str = "") -> sympy.Symbol:
+    def step(self, key: str, title: str, symbol: str, expr: Value, unit: str = "", why: str = "") -> Value:
         """Evaluate `expr` on the values known so far and record it as a step."""
         sym = sympy.Symbol(symbol)
         if sym in self._numbers:
@@ -342,7 +265,7 @@ class Sheet:
                     self._values[sym] = rational.to_sympy(number)
         return self._values
 
-    def evaluate(self, expr: sympy.Expr) -> float:
+    def evaluate(self, expr: Value) -> float:
         return float(self._evaluate_exact(expr))
 
     def symbol(self, name: str) -> sympy.Symbol:
@@ -362,10 +285,10 @@ class Sheet:
         """Around the solver's run: a Sheet needs nothing; a QuickSheet switches the helpers to floats."""
         yield
 
-    def value(self, sym: sympy.Symbol) -> float:
+    def value(self, sym: Value) -> float:
         return self._numbers[sym]
 
-    def text(self, sym: sympy.Symbol, digits: int | None = None) -> str:
+    def text(self, sym: Value, digits: int | None = None) -> str:
         """A given's or step's value as the solution shows it: in the unit it was declared in, to
         `digits` significant figures (the sheet's 4 by default)."""
         return format_quantity(self._numbers[sym], self._units[sym], 4 if digits is None else digits)
@@ -384,7 +307,7 @@ class Sheet:
             raise TypeError(f"result {key} is {value!r}, not a select answer's judgements")
         return value
 
-    def compare(self, a: sympy.Expr, b: sympy.Expr) -> int:
+    def compare(self, a: Value, b: Value) -> int:
         """-1, 0 or 1 as a < b, a = b or a > b, decided on exact values: a tie is a tie."""
         a, b = sympy.sympify(a), sympy.sympify(b)
         exact_a, exact_b = rational.value(a, self._rationals), rational.value(b, self._rationals)
@@ -425,11 +348,21 @@ class Sheet:
         for key in (on,) if isinstance(on, str) else on:
             self.slips.setdefault(key, []).append(Slip(label, float(factor)))
 
-    def set_regime(self, name: str, summary: str, boundary: sympy.Symbol, position: sympy.Symbol,
-                   other_side: str, key: str = "regime") -> None:
-        """The regime analysis. `boundary` and `position` are step symbols in one unit."""
-        self.regime = Regime(name, summary, self._as_step(boundary.name), self._as_step(position.name), other_side)
+    def set_regime(self, name: str, summary: str, boundary: Boundary, position: sympy.Symbol,
+                   other_side: str, key: str = "regime", boundary_label: str = "") -> None:
+        """The regime analysis. `position` is a step symbol; `boundary` a step symbol in its unit, or a number
+        (a break-even of 1×) named by `boundary_label`, which then stands in no Given table."""
+        self.regime = Regime(name, summary, self._boundary_step(boundary, position, boundary_label),
+                             self._as_step(position.name), other_side)
         self.results[key] = name
+
+    def _boundary_step(self, boundary: Boundary, position: sympy.Symbol, label: str) -> Step:
+        if isinstance(boundary, sympy.Symbol):
+            return self._as_step(boundary.name)
+        if not label:
+            raise ValueError("a numeric boundary needs a boundary_label to show it by")
+        unit = self._units[position]
+        return Step("", label, label, float(boundary), unit, "", given_text=format_quantity(float(boundary), unit))
 
     def _as_step(self, symbol: str) -> Step:
         """The step of this symbol, or its given standing in as one."""
@@ -439,13 +372,14 @@ class Sheet:
         g = next(g for g in self.givens if g.symbol == symbol)
         return Step("", g.label, g.symbol, g.value, g.unit, "", given_text=g.shown)
 
-    def regime_by(self, position: sympy.Symbol, boundary: sympy.Symbol, *, above: Side, below: Side,
-                  tie: str = "above", key: str = "regime") -> None:
+    def regime_by(self, position: sympy.Symbol, boundary: Boundary, *, above: Side, below: Side,
+                  tie: str = "above", key: str = "regime", boundary_label: str = "") -> None:
         """A two-sided regime: the side follows the exact comparison of position and boundary
-        (a tie goes to `tie`), and the text follows the margin (near the boundary or far)."""
+        (a tie goes to `tie`), and the text follows the margin (near the boundary or far). A numeric
+        `boundary` is named by `boundary_label` ("break-even")."""
         order = self.compare(position, boundary)
         side, other = (above, below) if order > 0 or (order == 0 and tie == "above") else (below, above)
-        self.set_regime(side.name, side.summary, boundary, position, side.other_side, key)
+        self.set_regime(side.name, side.summary, boundary, position, side.other_side, key, boundary_label)
         regime = self.regime
         if regime is not None and regime.near:  # the same analysis, in words for a variant near the boundary
             self.regime = replace(regime, summary=side.near or (
@@ -474,21 +408,21 @@ class QuickSheet(Sheet):
     shown: ClassVar[bool] = False
     _named: dict[str, float] = field(default_factory=dict)  # values by symbol name, for solvers that name one again
 
-    def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> sympy.Symbol:
+    def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> Value:
         # A number where a Sheet gives a symbol: whole numbers stay integers, as a Sheet keeps them.
         number = float(value)
         kept = int(number) if number.is_integer() and abs(number) < 2**62 else number
         self._named[symbol] = kept
         return kept
 
-    def step(self, key: str, title: str, symbol: str, expr: sympy.Expr, unit: str = "", why: str = "") -> sympy.Symbol:
+    def step(self, key: str, title: str, symbol: str, expr: Value, unit: str = "", why: str = "") -> Value:
         value = self.evaluate(expr)
         if key:
             self.results[key] = value
         self._named[symbol] = value
         return value
 
-    def evaluate(self, expr: sympy.Expr) -> float:
+    def evaluate(self, expr: Value) -> float:
         try:
             value = float(expr)
         except TypeError:  # a symbol an earlier step declared, named again by the solver: its value
@@ -510,10 +444,10 @@ class QuickSheet(Sheet):
                 pass
         raise Reject(f"non-finite result in {expr}")
 
-    def value(self, sym: sympy.Symbol) -> float:
+    def value(self, sym: Value) -> float:
         return self.evaluate(sym)
 
-    def text(self, sym: sympy.Symbol, digits: int | None = None) -> str:
+    def text(self, sym: Value, digits: int | None = None) -> str:
         return ""  # a scan prints nothing: the text goes only into what a Sheet shows
 
     def symbol(self, name: str) -> sympy.Symbol:
@@ -534,13 +468,13 @@ class QuickSheet(Sheet):
         finally:
             _QUICK.reset(token)
 
-    def compare(self, a: sympy.Expr, b: sympy.Expr) -> int:
+    def compare(self, a: Value, b: Value) -> int:
         difference = self.evaluate(a) - self.evaluate(b)
         return (difference > 0) - (difference < 0)
 
-    def set_regime(self, name: str, summary: str, boundary: sympy.Symbol, position: sympy.Symbol,
-                   other_side: str, key: str = "regime") -> None:
-        def point(value: sympy.Symbol) -> Step:
+    def set_regime(self, name: str, summary: str, boundary: Boundary, position: sympy.Symbol,
+                   other_side: str, key: str = "regime", boundary_label: str = "") -> None:
+        def point(value: Boundary) -> Step:
             return Step("", "", "", float(value), "", "")
 
         self.regime = Regime(name, summary, point(boundary), point(position), other_side)

@@ -237,6 +237,11 @@ def make_variant(bank: Bank, catalog: Catalog, code: VariantCode) -> Solution:
         question = bank.get(code.question_id)
     except KeyError as error:
         raise VariantError(error.args[0]) from None
+    return question_variant(question, catalog, code)
+
+
+def question_variant(question: Question, catalog: Catalog, code: VariantCode) -> Solution:
+    """The variant `code` names of this question (make_variant, past finding the question)."""
     if code.seed is not None and not 0 <= code.seed <= MAX_SEED:
         raise VariantError(f"seed must be between 0 and {MAX_SEED}")
     overrides = {}

@@ -28,6 +28,7 @@ from solvers.data import Catalog
 from solvers.derivation import Step
 from solvers.engine import MAX_SEED, VariantCode, VariantError, make_variant
 from solvers.interview import StageRun, steps_by_stage
+from solvers.reality import compare
 from solvers.report import expected_text, key_notes, prompt_markdown, script_markdown, to_dict
 from solvers.script import Script, ScriptStage, script
 
@@ -80,6 +81,10 @@ def _variants(bank: Bank, catalog: Catalog, questions: list[Question], count: in
               progress: Callable[[int, int], None] | None) -> Iterator[Script]:
     made = 0
     for question in questions:
+        try:
+            reality = compare(question, catalog)  # the same for every variant of the question: solved once
+        except VariantError as error:
+            raise SelectionError(str(error)) from None
         for seed in range(base_seed, base_seed + count):
             try:
                 solution = make_variant(bank, catalog, VariantCode(question.id, seed))
@@ -88,7 +93,7 @@ def _variants(bank: Bank, catalog: Catalog, questions: list[Question], count: in
             made += 1
             if progress is not None:
                 progress(made, count * len(questions))
-            yield script(solution, catalog)
+            yield script(solution, catalog, reality)
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,8 @@ def _key_entry(number: int, variant: Script) -> list[str]:
         lines += ["", f"### Regime: {regime.name}", "", regime.summary, "",
                   f"Boundary ${regime.boundary.latex}$ = {regime.boundary.result}; this variant "
                   f"{regime.position.result} ({regime.margin_text}). Other side: {regime.other_side}"]
+    if variant.reality:
+        lines += ["", "### In practice", ""] + [f"- {c.sentence()}" for c in variant.reality]
     return lines + ["", "### Assumptions", ""] + [f"- {a}" for a in solution.sheet.assumptions] + [""]
 
 
@@ -207,7 +214,8 @@ def anki_front(variant: Script, stage: ScriptStage, run: StageRun) -> str:
 def anki_back(variant: Script, stage: ScriptStage, run: StageRun, steps: list[list[Step]]) -> str:
     """The stage's keys with their why, the reasons of the options that do not hold and the slips each
     answer invites; then its steps (`steps`: the variant's, by stage) and, closing the last stage
-    before a push and each push, the regime."""
+    before a push and each push, the regime (the last stage before a push also the question's model beside
+    real systems)."""
     rows = []
     for key, line in run.key_lines():
         notes = key_notes(run.solution, key)
@@ -220,7 +228,9 @@ def anki_back(variant: Script, stage: ScriptStage, run: StageRun, steps: list[li
     regime = run.solution.sheet.regime if closing else None
     regime_html = "" if regime is None else (f"<p><b>Regime: {_html(regime.name)}</b>. {_html(regime.summary)} "
                                              f"Other side: {_html(regime.other_side)}</p>")
-    return f"<table>{''.join(rows)}</table>{f'<ol>{listed}</ol>' if listed else ''}{regime_html}"
+    practice = variant.reality if stage.index == stage.question.last_unpushed else ()
+    practice_html = "".join(f"<p><small>{_html(c.sentence())}</small></p>" for c in practice)
+    return f"<table>{''.join(rows)}</table>{f'<ol>{listed}</ol>' if listed else ''}{regime_html}{practice_html}"
 
 
 def write_anki(scripts: Iterable[Script], path: Path) -> None:

@@ -17,6 +17,8 @@ from functools import lru_cache
 
 import sympy
 
+from solvers.integer_part import Ceiling, Floor
+
 Exact = int | Fraction
 _Env = Mapping[sympy.Symbol, Exact]
 
@@ -121,4 +123,4 @@ def _ceiling(parts: list[Callable[[_Env], Exact]]) -> Callable[[_Env], Exact]:
 
 _NODES: dict[type, Callable[[list[Callable[[_Env], Exact]]], Callable[[_Env], Exact]]] = {
     sympy.Add: _add, sympy.Mul: _mul, sympy.Pow: _pow, sympy.Max: _max, sympy.Min: _min,
-    sympy.floor: _floor, sympy.ceiling: _ceiling}
+    sympy.floor: _floor, sympy.ceiling: _ceiling, Floor: _floor, Ceiling: _ceiling}

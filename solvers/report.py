@@ -13,6 +13,7 @@ from solvers.verdicts import Verdict
 if TYPE_CHECKING:  # the engine imports sympy; this module is used on the TUI's start-up path
     from solvers.engine import Solution
     from solvers.interview import StageRun
+    from solvers.reality import Comparison
     from solvers.script import Script, ScriptStage
 
 
@@ -60,9 +61,10 @@ def slips(solution: Solution, key: str) -> list[tuple[str, str]]:
             for slip in solution.sheet.slips.get(key, ())]
 
 
+# 4: "reality", published measurements of real systems beside the question's model (with a script);
 # 3: "stages", the interview stage by stage, and each answer's declared "slips";
 # 2: every quantity as {value, unit} in display units plus si in base units
-JSON_SCHEMA = 3
+JSON_SCHEMA = 4
 
 
 def quantity(value_si: float, unit: str) -> dict[str, Any]:
@@ -100,11 +102,19 @@ def stage_dict(stage: ScriptStage) -> dict[str, Any]:
             "hints": list(run.hints), "keys": [line for _, line in run.key_lines()]}
 
 
+def reality_dict(comparison: Comparison) -> dict[str, Any]:
+    m = comparison.measured
+    why = {"why": m.why} if m.why else {}
+    return {"measured": m.measured, "unit": m.unit, "system": m.system, "source": m.source, "code": comparison.code,
+            "answer": m.answer, "bank": comparison.bank, "ratio": comparison.ratio} | why
+
+
 def to_dict(solution: Solution, script: Script | None = None) -> dict[str, Any]:
     """The variant as JSON data, with its interview stage by stage where its `script` is given; a value
     with no finite figure (a margin with no boundary in reach) is null, as JSON has no Infinity or NaN."""
     regime = solution.sheet.regime
-    stages = {} if script is None else {"stages": [stage_dict(stage) for stage in script.stages]}
+    stages = {} if script is None else {"stages": [stage_dict(stage) for stage in script.stages],
+                                        "reality": [reality_dict(c) for c in script.reality]}
     return _finite({
         "schema": JSON_SCHEMA,
         "id": solution.question.id,
@@ -168,6 +178,8 @@ def to_markdown(solution: Solution, script: Script | None = None) -> str:
                   f"Boundary `{regime.boundary.equation}` = {regime.boundary.result}; "
                   f"this variant: {regime.position.result} ({regime.margin_text}).", "",
                   f"Other side: {regime.other_side}"]
+    if script is not None and script.reality:
+        lines += ["", "## In practice", ""] + [f"- {c.sentence()}" for c in script.reality]
     lines += ["", "## Assumptions", ""] + [f"- {a}" for a in sheet.assumptions]
     lines += ["", "## References", ""] + [f"- {r}" for r in q.references]
     return "\n".join(line for line in lines) + "\n"

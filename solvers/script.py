@@ -8,6 +8,7 @@ from solvers.bank import PLACEHOLDER, Question, Stage
 from solvers.data import Catalog
 from solvers.engine import Solution
 from solvers.interview import StageRun, stage_run
+from solvers.reality import Comparison, compare
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,15 @@ class ScriptStage:
 class Script:
     solution: Solution  # the variant asked; a push's own variant is its stage's run.solution
     stages: tuple[ScriptStage, ...]
+    reality: tuple[Comparison, ...] = ()  # the question's model beside published measurements
 
 
-def script(solution: Solution, catalog: Catalog) -> Script:
-    """Every stage of this variant's interview, in order. Each push searches and solves: slow work."""
+def script(solution: Solution, catalog: Catalog, reality: tuple[Comparison, ...] | None = None) -> Script:
+    """Every stage of this variant's interview, in order, and the question's measurements of real systems
+    (`reality`: those already solved, as they are the same for every variant of a question). Each push searches
+    and solves: slow work."""
     question, side = solution.question, solution.regime_name
     return Script(solution, tuple(ScriptStage(index, stage, stage_run(solution, catalog, index), question)
-                                  for index, stage in enumerate(question.stages) if question.asks_on(index, side)))
+                                  for index, stage in enumerate(question.stages) if question.asks_on(index, side)),
+                  compare(question, catalog) if reality is None else reality)
 

@@ -183,10 +183,14 @@ def figures_against(value: float, line: float, sig: int = 3) -> int:
     return sig
 
 
+def significant_digits(value: float) -> int:
+    """How many figures a data figure is written with ('405.85': 5, '126': 3, '0.5': 1)."""
+    return max(len(f"{abs(value):.10g}".split("e")[0].replace(".", "").strip("0")), 1) if value else 1
+
+
 def format_exact(value: float) -> str:
     """A data figure as printed in full ('405.85', '1,978.9', '126'): what the solver uses."""
-    digits = len(f"{abs(value):.10g}".split("e")[0].replace(".", "").strip("0")) if value else 1
-    return format_number(value, max(digits, 1))
+    return format_number(value, significant_digits(value))
 
 
 def format_quantity(value_base: float, unit: str, sig: int = 4) -> str:

@@ -44,7 +44,9 @@ from solvers.params import ParameterError
 from solvers.paths import question_files as bank_files
 from solvers.printed import printed_problems
 from solvers.realism import broken
+from solvers.reality import TOLERANCE, code_of, comparison
 from solvers.sampling import draw_values, resolve
+from solvers.units import parse_unit
 from solvers.variety import OptionTally, tally_options
 
 MIN_SIDE_SHARE = 0.1
@@ -219,6 +221,7 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
         if stopped := seed is None and bool(problems):
             break  # the default variant is broken: the seeds (and the staged bar's draws) would only repeat it
     problems += golden_problems(question, bank, catalog, default) + typed_figures(question)
+    problems += [] if stopped else reality_problems(question, bank, catalog)
     if strict and not any(entry.variant == "default" for entry in question.golden):
         bar.append(f"{where}: golden: the default variant is not pinned (add an entry with variant: default, "
                    "its keys derived by hand)")
@@ -230,6 +233,8 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
         if strict and seeds and max(seen.values(), default=0) > MAX_SAME_KEY * sum(seen.values()):
             bar.append(f"{where}: answers.{key}: one key in {max(seen.values())} of {sum(seen.values())} variants: "
                        "a graded answer that barely depends on the variant")
+    if strict:
+        bar += [f"{where}: {line}" for line in repeated_facts([default, *drawn] if default else drawn)]
     if strict and question.staged and not stopped:
         sweep = _sweep(question, bank, catalog, drawn, bar)
         bar += stagebar.static_problems(question)
@@ -305,6 +310,58 @@ def golden_problems(question: Question, bank: Bank, catalog: Catalog, default: S
             if mismatch is not None:
                 problems.append(f"{where}.{key}: {code}: the solver gives {mismatch[0]}, the file pins {mismatch[1]}")
     return problems
+
+
+MIN_REPEATS = 3  # draws in which two givens both appear before their agreement counts
+
+
+def repeated_facts(solutions: list[Solution]) -> list[str]:
+    """Pairs of givens that are one fact under two symbols: equal in every draw that states both, over draws
+    where the value varies (so that it is no coincidence), like TP stated as both 'n' and 'TP'."""
+    seen: dict[tuple[str, str], list[tuple[float, bool]]] = {}
+    labels: dict[str, str] = {}
+    for solution in solutions:
+        givens = solution.sheet.givens
+        labels |= {given.symbol: given.label for given in givens}
+        for index, first in enumerate(givens):
+            for second in givens[index + 1:]:
+                seen.setdefault((first.symbol, second.symbol), []).append((first.value, first.value == second.value))
+    return [f"givens: '{a}' ({labels[a]}) and '{b}' ({labels[b]}) are one fact in all {len(found)} draws that "
+            "state both: declare it once and pass that symbol" for (a, b), found in seen.items()
+            if len(found) >= MIN_REPEATS and all(same for _, same in found) and len({v for v, _ in found}) > 1]
+
+
+def reality_problems(question: Question, bank: Bank, catalog: Catalog) -> list[str]:
+    """A line for every reality: entry whose variant cannot be made, whose model lands outside the tolerance
+    of the measurement without saying why, or says why it is off and lands within it."""
+    problems: list[str] = []
+    for index, entry in enumerate(question.reality):
+        where, code = f"{question.path}:{entry.line}: reality[{index}]", code_of(question, entry)
+        solution = _solved(bank, catalog, code, f"{where}: {code}", problems)
+        if solution is None:
+            continue
+        found = comparison(entry, solution)
+        if not found.within and not entry.why:
+            problems.append(f"{where}: {code}: the model gives {found.bank:.4g} {entry.unit} against "
+                            f"{entry.measured:.4g} measured ({found.ratio:.2f}×, outside {TOLERANCE}×): fix the "
+                            "model, or say why it is not expected to match")
+        elif found.within and entry.why:
+            problems.append(f"{where}.why: {code}: lands within {TOLERANCE}× ({found.ratio:.2f}×): "
+                            "the why says it should not")
+    return problems
+
+
+def unmeasured(bank: Bank) -> list[str]:
+    """The questions that predict a time or a rate and show no published measurement beside it."""
+    return [question.path for question in bank.questions.values()
+            if not question.reality and any(_time_or_rate(answer) for answer in question.answers)]
+
+
+def _time_or_rate(answer: Answer) -> bool:
+    if not answer.numeric:
+        return False
+    seconds = parse_unit(answer.unit).dim[2]  # the exponent of time: 1 for a time, -1 for anything per second
+    return seconds == -1 or parse_unit(answer.unit).dim == (0, 0, 1, 0, 0)
 
 
 MAX_UNDECIDED = 0.5  # strict: an option the variant cannot decide (judged None) in more draws than this

@@ -11,9 +11,10 @@ import sympy
 
 from solvers import printing, rational
 from solvers.bank import load_bank
-from solvers.derivation import Reject, Sheet, ceil_of, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet
 from solvers.engine import VariantCode, make_variant
 from solvers.report import to_dict
+from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 
 SEEDS = 6
 IDS = sorted(load_bank().questions)

@@ -9,8 +9,9 @@ import pytest
 import sympy
 
 from solvers.bank import load_bank
-from solvers.derivation import QuickSheet, Reject, Sheet, ceil_of, floor_of
+from solvers.derivation import QuickSheet, Reject, Sheet
 from solvers.engine import VariantCode, make_variant, run_solver
+from solvers.sheetmath import ceil_of, floor_of
 
 SEEDS = 8
 IDS = sorted(load_bank().questions)

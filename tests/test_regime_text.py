@@ -36,3 +36,25 @@ def test_the_weight_read_regime_reads_differently_near_the_crossover(variant):
     far = variant("weight-read-intensity@default").sheet.regime
     assert near.name == far.name == "memory-bound"
     assert near.near and not far.near and "just below" in near.summary and "just" not in far.summary
+
+
+@pytest.mark.parametrize("position", [0.5, 1, 1.5])
+def test_a_numeric_boundary_decides_as_a_given_one_and_stands_in_no_given_table(position):
+    """A break-even of 1× is the model's, not the variant's: it names the boundary and adds no 'S_even = 1×' given."""
+    numeric, given = Sheet(), Sheet()
+    numeric.regime_by(numeric.given("x", position, "x"), 1, boundary_label="break-even", above=ABOVE, below=BELOW)
+    given.regime_by(given.given("x", position, "x"), given.given("b", 1, "x"), above=ABOVE, below=BELOW)
+    assert (numeric.regime.name, numeric.regime.margin) == (given.regime.name, given.regime.margin)
+    assert [g.symbol for g in numeric.givens] == ["x"]
+    assert (numeric.regime.boundary.equation, numeric.regime.boundary.result) == ("break-even", "1×")
+    bare = Sheet()
+    with pytest.raises(ValueError, match="boundary_label"):
+        bare.regime_by(bare.given("x", position), 1, above=ABOVE, below=BELOW)
+
+
+def test_no_question_shows_a_stand_in_given_of_one(bank, catalog, variant):
+    """The four questions that once declared a boundary of 1 as a given (S_even, parity, g_1, k_fit) no longer do."""
+    for qid in ("spec-decode-by-load", "kv-quant-keys-vs-values", "cost-audit-rollout", "fp8-scale-formats"):
+        sheet = variant(f"{qid}@default").sheet
+        assert sheet.regime.boundary.expr is None and sheet.regime.boundary.value == 1
+        assert all(g.symbol != sheet.regime.boundary.symbol for g in sheet.givens), qid

@@ -147,6 +147,20 @@ def test_giving_up_needs_a_second_submit_and_the_chart_appears():
     asyncio.run(_giving_up_needs_a_second_submit())
 
 
+def test_the_reveal_shows_the_real_systems_measurement_beside_the_model():
+    """A question with a reality: entry solves its conditions in a worker and says both figures at the reveal."""
+    async def scenario():
+        async with running_app() as (app, pilot):
+            await open_default(app, pilot, "pd-transfer-bandwidth")
+            await reveal(app, pilot, ("ctrl+s", "ctrl+s"))
+            shown = app.screen.query_one("#reality")
+            await wait_for(pilot, lambda: "In practice" in str(shown.content))
+            return str(shown.content)
+
+    said = asyncio.run(scenario())
+    assert "This question's model gives" in said and "TensorRT-LLM" in said
+
+
 async def _broken_file_notice(root):
     async with running_app(bank_loader=lambda: load_bank(root)) as (app, pilot):
         problems = app.drill.problems + app.drill.notices

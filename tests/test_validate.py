@@ -437,7 +437,8 @@ def test_validate_notes_the_old_shape_and_reports_variety_on_request(tmp_path, c
     (tmp_path / "staged-stuck.yaml").write_text((STAGED / "staged-stuck.yaml").read_text())
     code, out, err = run_cli(capsys, "validate", "--seeds", "0", str(tmp_path))
     assert "1 file(s) in the old shape" in err and f"  {tmp_path / 'old.yaml'}\n" in err
-    assert "staged-stuck.yaml\n" not in err.split("old shape")[1] and "Variety" not in err
+    old_shape = err.split("old shape")[1].split("no published measurement")[0]
+    assert "staged-stuck.yaml\n" not in old_shape and "Variety" not in err
     assert "old.yaml" not in out  # a note, not a problem
     code, out, err = run_cli(capsys, "validate", "--seeds", "0", "--variety", str(tmp_path))
     header = next(line for line in err.splitlines() if line.startswith("Variety over 200 draws ("))
@@ -460,3 +461,24 @@ def test_a_select_declares_at_most_one_fact(bank, catalog, facts):
     found = [f for f in option_findings(draws) if f.kind == "declared facts"]
     wanted = [("levers", "2 declared facts (at most 1 a select)")] if facts > 1 else []
     assert [(f.key, f.text) for f in found] == wanted
+
+
+def _draws(*pairs: tuple[float, float]) -> list:
+    """Solutions as repeated_facts reads them: each draw's sheet states TP as 'n' and again as 'TP'."""
+    from types import SimpleNamespace
+
+    from solvers.derivation import Given
+
+    return [SimpleNamespace(sheet=SimpleNamespace(givens=[Given("n", "TP size", n, ""), Given("L", "layers", 80, ""),
+                                                          Given("TP", "GPUs in the TP group", tp, "GPUs")]))
+            for n, tp in pairs]
+
+
+def test_one_fact_under_two_symbols_is_flagged_only_where_it_cannot_be_a_coincidence():
+    from solvers.validate import repeated_facts
+
+    (line,) = repeated_facts(_draws((2, 2), (4, 4), (8, 8)))
+    assert "'n' (TP size) and 'TP' (GPUs in the TP group) are one fact in all 3 draws" in line
+    assert repeated_facts(_draws((8, 8), (8, 8), (8, 8))) == []  # never varies: 8 heads and TP 8 may just agree
+    assert repeated_facts(_draws((2, 2), (4, 4))) == []  # too few draws to tell
+    assert repeated_facts(_draws((2, 2), (4, 4), (8, 4))) == []  # they differ once: two facts

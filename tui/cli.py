@@ -513,6 +513,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         prompt_report,
         question_files,
         read_questions,
+        unmeasured,
         validate_bank,
         variety_report,
     )
@@ -561,6 +562,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"{len(shaped)} file(s) in the old shape (no stages: every answer asked at once, then the engine's "
               "push; a note, not a problem):", file=sys.stderr)
         for path in shaped:
+            print(f"  {path}", file=sys.stderr)
+    if missing := unmeasured(bank):
+        print(f"{len(missing)} file(s) predict a time or a rate with no published measurement beside it "
+              "(reality:; a note, not a problem):", file=sys.stderr)
+        for path in missing:
             print(f"  {path}", file=sys.stderr)
     print(f"{count} question file(s), {len(problems)} problem(s)", file=sys.stderr)
     return 1 if problems else 0

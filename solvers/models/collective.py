@@ -84,12 +84,13 @@ def all_reduce_terms(s: Sheet, model: Record, gpu: Record, tp: int, *, nic: Reco
 
 def tp_all_reduce(s: Sheet, model: Record, gpu: Record, tp: int, tokens: sympy.Expr, *, tag: str, label: str,
                   key: str = "", nic: Record | None = None, latency: sympy.Symbol | None = None,
-                  group: str = "", where: str = "") -> sympy.Expr:
+                  group: str = "", where: str = "", tp_symbol: sympy.Expr | None = None) -> sympy.Expr:
     """Time of a forward pass's TP all-reduces for `tokens` tokens, as a step (0 at TP 1, where there
-    are none). where: the link's name where the ring leaves the domain over something else than a NIC."""
+    are none). where: the link's name where the ring leaves the domain over something else than a NIC;
+    tp_symbol: the group's width as the sheet already states it (all_reduce_terms)."""
     if tp == 1:
         return sympy.Integer(0)
-    terms = all_reduce_terms(s, model, gpu, tp, nic=nic, latency=latency, group=group)
+    terms = all_reduce_terms(s, model, gpu, tp, nic=nic, latency=latency, group=group, tp_symbol=tp_symbol)
     where = "NVLink" if not crosses_domain(gpu, tp) else where or "the NIC"
     return s.step(key or f"allreduce_{tag}", f"TP all-reduces of the {label}", f"t_AR_{tag}", terms.of(tokens), "ms",
                   f"two per layer, each a latency plus 2(TP−1)/TP of the {label}'s activations over {where}")

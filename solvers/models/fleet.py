@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Sheet, ceil_of
+from solvers.derivation import Sheet
 from solvers.models.common import given_peak_flops, model_params
 from solvers.models.training import FLOPS_PER_PARAM_TOKEN
+from solvers.sheetmath import ceil_of
 
 BACKWARD_SHARE = sympy.Rational(2, 3)  # the backward pass's 4 of those 6 FLOPs
 

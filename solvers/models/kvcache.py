@@ -12,8 +12,9 @@ from typing import Protocol
 import sympy
 
 from solvers.data import Record
-from solvers.derivation import Sheet, ceil_of, floor_of, max_of
+from solvers.derivation import Sheet
 from solvers.models.common import given_config
+from solvers.sheetmath import ceil_of, floor_of, max_of
 
 
 def _mla_latent(sheet: Sheet, model: Record) -> sympy.Expr:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, floor_of
+from solvers.derivation import Reject, Sheet
 from solvers.models.collective import crosses_domain
 from solvers.models.common import model_params, require_context
 from solvers.models.steptime import (
@@ -14,6 +14,7 @@ from solvers.models.steptime import (
     all_reduce_steps,
     engine,
 )
+from solvers.sheetmath import floor_of
 from solvers.units import format_number
 
 
@@ -80,7 +81,7 @@ def chunk_cap(s: Sheet, e: Engine, p, B, L_p, tau, dec, key: str, title: str):
                    "what the TPOT target leaves after the fixed cost, in chunk tokens")
     if s.value(c_max) < 1:
         raise Reject("no prompt token fits in a step under the TPOT target")
-    if s.evaluate(dec.bytes / e.byte_rate) > s.evaluate((dec.flops + c_max * f_c) / e.flop_rate):
+    if s.compare(dec.bytes / e.byte_rate, (dec.flops + c_max * f_c) / e.flop_rate) > 0:
         raise Reject("a step with a full chunk is still memory-bound")
     return c_max, t_x, t_c, ar
 

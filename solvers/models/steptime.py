@@ -32,7 +32,7 @@ import sympy
 
 from solvers.conventions import convention, convention_value
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, ceil_of, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet
 from solvers.models.collective import AllReduceTerms, all_reduce_terms
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
@@ -48,6 +48,7 @@ from solvers.models.common import (
     hbm_bytes,
 )
 from solvers.models.kvcache import kv_bytes_per_token_per_gpu, kv_bytes_per_token_per_gpu_given
+from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 from solvers.units import format_quantity
 
 STEP_OVERHEAD = convention_value("step-overhead") * 1e-3  # the card's fixed seconds per step

@@ -8,6 +8,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -27,8 +28,6 @@ from tui.screens.question import given_text, keys_text
 from tui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
-    from rich.text import Text
-
     from practice.review import Submitted
     from solvers.engine import Solution
 
@@ -136,6 +135,9 @@ class SolutionScreen(AppScreen):
                     yield Static(regime_panel(self.solution), id="regime", classes="regime")
             if self.solution.question.chart:
                 yield Static("[dim]Sweeping the variant for the chart…[/dim]", id="chart")
+            if self.solution.question.reality:
+                yield Static("[b]In practice[/b]", classes="section")
+                yield Static("[dim]Solving the measured conditions…[/dim]", id="reality")
             yield Static(notes(self.solution), id="notes")
         yield KeysFooter()
 
@@ -177,6 +179,25 @@ class SolutionScreen(AppScreen):
         self.query_one("#solution-body").focus()
         if self.solution.question.chart:
             self._sweep(*self.solution.question.chart)
+        if self.solution.question.reality:
+            self._compare()
+
+    @work(thread=True, exclusive=True, group="reality")
+    def _compare(self) -> None:
+        """Solve each published measurement's conditions in this question's model (a few solves)."""
+        from solvers.engine import VariantError
+        from solvers.reality import compare
+
+        try:
+            comparisons = compare(self.solution.question, self.infradrill.loaded_drill.catalog)
+        except VariantError as error:  # a file edited since validate: say so, never end the app from a worker
+            said = f"The measured conditions do not solve in this question: {error}"
+        else:
+            said = "\n\n".join(c.sentence() for c in comparisons)
+        self.app.call_from_thread(self._show_reality, said)
+
+    def _show_reality(self, said: str) -> None:
+        self.query_one("#reality", Static).update(Text(said))
 
     @work(thread=True, exclusive=True)
     def _sweep(self, x: str, y: str) -> None:

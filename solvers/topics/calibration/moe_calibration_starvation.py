@@ -1,8 +1,9 @@
 """Calibration starved by the router - when GPTQ loses to rounding."""
 from __future__ import annotations
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.calibration import BITS, SIM_REPEATS, SIM_SPREAD, SIM_WIDTH, simulate
+from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 from solvers.units import format_number
 
 TOO_CLOSE = 1.5  # within this factor of the crossover the verdict would turn on the simulation's noise

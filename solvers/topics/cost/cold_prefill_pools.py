@@ -1,11 +1,9 @@
 """A cold 32K prefill, the warm share it forces, and two pools."""
 from __future__ import annotations
 
-import math
-
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import (
     require_context,
 )
@@ -20,24 +18,8 @@ from solvers.models.steptime import (
     step_time,
     step_work,
 )
+from solvers.sheetmath import ceil_of, max_of, min_of, sqrt_of
 from solvers.units import format_number, format_quantity
-
-
-class SquareRoot(sympy.Function):
-    """√x left as written: sympy's sqrt of an exact rational looks for square factors (milliseconds)."""
-
-    def _sympystr(self, printer) -> str:
-        return f"sqrt({printer._print(self.args[0])})"
-
-    def _eval_evalf(self, prec):
-        number = self.args[0].evalf(prec)
-        return sympy.Float(math.sqrt(number), prec) if number.is_Number else None
-
-
-def square_root(x: sympy.Expr) -> sympy.Expr:
-    """√x: a SquareRoot on a Sheet, Python's on a QuickSheet's numbers."""
-    return math.sqrt(x) if isinstance(x, (int, float)) else SquareRoot(x)
-
 
 MAX_WARM = 0.98  # a cache that must hit more than this of every prompt is not a plan anyone can promise
 
@@ -141,7 +123,7 @@ def solve(p, s: Sheet) -> None:
     c = s.step("fixed_cost", "Time paid whatever is cached", "c", e.t_oh + ar.fixed, "s",
                "the step overhead and the all-reduce latencies")
     y = s.step("cold_share", "Share of the prompt that may stay cold", "y",
-               min_of(1, ((a + 2 * b) - square_root(max_of(0, (a + 2 * b)**2 - 4 * b * (tau - c)))) / (2 * b)), "%",
+               min_of(1, ((a + 2 * b) - sqrt_of(max_of(0, (a + 2 * b)**2 - 4 * b * (tau - c)))) / (2 * b)), "%",
                "the smaller root of b·y² − (a + 2b)·y + (τ − c) = 0, with y = 1 − h; all of it where cold fits")
     h = s.step("warm_needed", "Warm fraction the prefix cache must reach", "h*", 1 - y, "%",
                "what the cache must serve of a typical prompt for its prefill to make the TTFT target")
@@ -150,7 +132,7 @@ def solve(p, s: Sheet) -> None:
     warm = step_work(s, e, "warm", "prefill at that warm fraction", y * T, (T**2 - (h * T)**2) / 2, h * T)
     t_warm = step_time(s, e, "warm", "prefill at that warm fraction", warm, key="warm_ttft",
                        communication=ar.of(y * T), why="the cold remainder's math, all-reduces and overhead")
-    if s.evaluate(warm.bytes / e.byte_rate) > s.evaluate(warm.flops / e.flop_rate):
+    if s.compare(warm.bytes / e.byte_rate, warm.flops / e.flop_rate) > 0:
         raise Reject("the warm remainder's prefill is memory-bound: the quadratic's compute model does not hold")
 
     for busy in (lam * t_cold / u, lam * t_warm / u):

@@ -28,7 +28,6 @@ def _audit_regime(s: Sheet, name: str, check, slo, gate) -> None:
                      "above 1 it misses the SLO")
     quality_use = s.step("headline_quality_use", "Headline's quality lost over the gate", "g_q", -quality / gate, "x",
                          "above 1 it fails the quality gate (a gain counts as negative use)")
-    one = s.given("g_1", 1, "x", "a gate used to its limit")
     real = Side(
         "real",
         f"The cheapest row, {name}, passes every gate (p99 {s.text(tpot)} against a "
@@ -52,16 +51,16 @@ def _audit_regime(s: Sheet, name: str, check, slo, gate) -> None:
         "Under a looser quality gate (or a better calibration) the same row would be the real win.",
         near=f"The cheapest row, {name}, fails the quality gate by a hair ({format_number(s.value(quality_use), 3)}× "
              "it): a re-run of the eval may flip it, but not this ledger.")
-    if s.compare(quality_use, one) > 0:  # it fails quality (and, by the solver's check, only quality)
+    if s.compare(quality_use, 1) > 0:  # it fails quality (and, by the solver's check, only quality)
         by_quality = True
-    elif s.compare(slo_use, one) > 0:
+    elif s.compare(slo_use, 1) > 0:
         by_quality = False
     else:  # a real win: read against the gate it uses most
         by_quality = s.compare(quality_use, slo_use) > 0
     if by_quality:
-        s.regime_by(quality_use, one, tie="below", above=fails, below=real)
+        s.regime_by(quality_use, 1, boundary_label="a gate used to its limit", tie="below", above=fails, below=real)
     else:
-        s.regime_by(slo_use, one, tie="below", above=misses, below=real)
+        s.regime_by(slo_use, 1, boundary_label="a gate used to its limit", tie="below", above=misses, below=real)
 
 
 def _cheapest(s: Sheet, costs, rows: list[int]) -> int:
@@ -84,7 +83,8 @@ def solve(p, s: Sheet) -> None:
     rows = p.ledger
     costs, checks = [], []
     for index, row in enumerate(rows):
-        price = s.given(f"c_{index}", row["$/GPU-h"] / 3600, "$/h", f"{row['change']}: price per GPU-hour")
+        at = 0 if row["$/GPU-h"] == rows[0]["$/GPU-h"] else index  # a change on the same GPU: the baseline's price
+        price = s.given(f"c_{at}", rows[at]["$/GPU-h"] / 3600, "$/h", f"{rows[at]['change']}: price per GPU-hour")
         tps = s.given(f"X_{index}", row["tokens/s per GPU"], "tokens/s", f"{row['change']}: tokens/s per GPU")
         tpot = s.given(f"τ_{index}", row["p99 TPOT (ms)"] * 1e-3, "ms", f"{row['change']}: p99 TPOT")
         quality = s.given(f"q_{index}", row["quality (pts)"], "", f"{row['change']}: quality delta (points)")

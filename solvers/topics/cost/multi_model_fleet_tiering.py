@@ -1,12 +1,9 @@
 """Twenty models, two replicas each - how idle, and how to tier them."""
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
     hbm_bytes,
@@ -22,65 +19,13 @@ from solvers.models.steptime import (
     step_time,
     step_work,
 )
+from solvers.sheetmath import ceil_of, floor_of, max_of, min_of, rank_ceiling, rank_sum
 from solvers.units import format_number
 
 DEDICATED_BUSY = sympy.Rational(1, 2)  # a model earns its own replicas once it keeps half of one busy at peak
 
 
 SHARED_HBM = sympy.Rational(1, 2)  # a shared replica keeps its models' weights in half its usable HBM, KV in the rest
-
-
-class FiniteSum(sympy.Sum):
-    """A sum over a few ranks, evaluated term by term in floats: sympy's Sum.evalf runs Euler-Maclaurin on
-    exact radicals, several times slower for twenty terms."""
-
-    def _eval_evalf(self, prec):
-        (index, low, high), = self.limits
-        if not (low.is_number and high.is_number and float(low).is_integer() and float(high).is_integer()):
-            return None  # bounds not yet known; a whole float (20.0) counts
-        # Each term in Python floats (math.ceil for a ceiling): sympy's ceiling of a float, built per term,
-        # costs a millisecond, and an exact radical inside one more.
-        ranks = range(int(low), int(high) + 1)
-        return sympy.Float(math.fsum(_float_term(self.function, index, float(k)) for k in ranks), prec)
-
-
-class RankCeiling(sympy.Function):
-    """ceiling(x) inside a rank sum, left as written: sympy's ceiling of an expression in the rank index
-    works through the index's assumptions each time the sheet puts values in (milliseconds a sum)."""
-
-    def _sympystr(self, printer) -> str:
-        return f"ceiling({printer._print(self.args[0])})"
-
-    def _eval_evalf(self, prec):
-        number = self.args[0].evalf(prec)
-        return sympy.Float(math.ceil(number), prec) if number.is_Number else None
-
-
-def rank_ceiling(x: sympy.Expr) -> sympy.Expr:
-    """ceil(x) for a rank sum's term: a RankCeiling on a Sheet, Python's on a QuickSheet's numbers."""
-    return ceil_of(x) if isinstance(x, (int, float)) else RankCeiling(x)
-
-
-_FLOAT_OPS = {sympy.Add: math.fsum, sympy.Mul: math.prod, sympy.Pow: lambda a: a[0] ** a[1],
-              RankCeiling: lambda a: math.ceil(a[0])}
-
-
-def _float_term(expr: sympy.Expr, index: sympy.Symbol, k: float) -> float:
-    """A sum's term at rank k in floats: the few node kinds a rank sum holds (numbers, +, ×, powers, ceilings)."""
-    if expr == index:
-        return k
-    if expr.is_Number:
-        return float(expr)
-    return _FLOAT_OPS[expr.func]([_float_term(arg, index, k) for arg in expr.args])
-
-
-def rank_sum(term: Callable[[sympy.Expr], sympy.Expr], low, high) -> sympy.Expr:
-    """Σ term(i) over the ranks low..high: a FiniteSum the sheet prints as one; on a QuickSheet's numbers
-    (the follow-up scan) a plain sum of floats, since a sympy Sum built per scan point costs milliseconds."""
-    if isinstance(low, (int, float)) and isinstance(high, (int, float)):
-        return sum((term(k) for k in range(round(low), round(high) + 1)), 0.0)
-    i = sympy.Symbol("i", integer=True, positive=True)
-    return FiniteSum(term(i), (i, low, high))
 
 
 def _tier_assumptions(s: Sheet) -> None:
@@ -212,7 +157,7 @@ def solve(p, s: Sheet) -> None:
     w = s.step("warm", "Models kept warm (dedicated or shared)", "n_warm",
                min_of(n, floor_of((Lam / (H * peak * cold_rate)) ** (1 / alpha))), "",
                "ranks whose average rate stays at or above the cold threshold")
-    if s.value(w) < s.value(d):
+    if s.compare(w, d) < 0:
         raise Reject("a dedicated model would be cold on average: the thresholds contradict")
     s.step("shared", "Models in the shared tier", "n_sh", w - d, "", "warm but not dedicated")
     ded_share = s.step("dedicated_share", "Share of the traffic the dedicated models take", "f_ded",

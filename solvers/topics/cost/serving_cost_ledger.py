@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import (
     matmul_peaks,
     require_context,
@@ -19,6 +19,7 @@ from solvers.models.steptime import (
     step_time,
     step_work,
 )
+from solvers.sheetmath import ceil_of
 from solvers.units import format_number
 
 LEVER_CUT = Fraction(1, 5)  # a lever "matters" when it cuts the cost per request by at least this share

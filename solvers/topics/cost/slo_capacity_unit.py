@@ -1,7 +1,7 @@
 """One capacity unit at the SLO across two GPU generations."""
 from __future__ import annotations
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import all_reduce_terms
 from solvers.models.common import (
     hbm_bandwidth,
@@ -15,6 +15,7 @@ from solvers.models.steptime import (
     mean_decode_context,
     on_gpu,
 )
+from solvers.sheetmath import ceil_of
 from solvers.units import format_number
 
 BUY_MARGIN = 0.03  # the unit ratio is graded at 3%: a purchase decided by less than that is a coin toss

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.conventions import convention_value
-from solvers.derivation import Reject, Sheet, Side, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import all_reduce_terms
 from solvers.models.common import (
     dtype_bytes,
@@ -28,6 +28,7 @@ from solvers.models.steptime import (
     step_work,
     usable_hbm,
 )
+from solvers.sheetmath import floor_of, max_of, min_of
 from solvers.units import format_quantity
 
 NO_LAYOUT = "none of them"

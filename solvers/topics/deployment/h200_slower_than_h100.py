@@ -7,7 +7,7 @@ import sympy
 
 from solvers.conventions import convention_value
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, exact, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, exact
 from solvers.models.collective import crosses_domain, tp_all_reduce
 from solvers.models.common import (
     dtype_bytes,
@@ -32,6 +32,7 @@ from solvers.models.deployment import (
 )
 from solvers.models.kvcache import kv_bytes_per_token_per_gpu_given
 from solvers.models.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD
+from solvers.sheetmath import floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 
 VLLM = "v0.10.1.1"  # the release the question pins: it names an H200 NVL's config files NVIDIA_H200_NVL

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Sheet, Side, min_of
+from solvers.derivation import Sheet, Side
 from solvers.models.common import peak_flops
+from solvers.sheetmath import min_of
 from solvers.units import format_number
 
 

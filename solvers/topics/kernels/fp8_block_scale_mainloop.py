@@ -1,9 +1,10 @@
 """Fine-grained FP8 scales in the GEMM main loop - promotion on the CUDA cores."""
 from __future__ import annotations
 
-from solvers.derivation import Sheet, Side, min_of
+from solvers.derivation import Sheet, Side
 from solvers.models.common import given_peak_flops
 from solvers.models.kernels import CONSUMER_WARPGROUPS, WARPGROUP_THREADS
+from solvers.sheetmath import min_of
 from solvers.units import format_number
 
 

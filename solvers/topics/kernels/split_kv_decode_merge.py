@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Sheet, Side, ceil_of, max_of, min_of
+from solvers.derivation import Sheet, Side
 from solvers.models.collective import tp_all_reduce
 from solvers.models.common import given_config
 from solvers.models.steptime import engine
+from solvers.sheetmath import ceil_of, max_of, min_of
 from solvers.units import format_number
 
 PARTIAL_BYTES = 4  # split-KV kernels keep each partial output and its LSE in FP32

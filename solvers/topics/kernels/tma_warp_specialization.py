@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Sheet, Side, exact, floor_of, min_of
+from solvers.derivation import Sheet, Side, exact
 from solvers.models.common import dtype_bytes
 from solvers.models.kernels import WARPGROUP_THREADS
+from solvers.sheetmath import floor_of, min_of
 from solvers.units import figures_against, format_number, format_quantity
 
 WARP = 32

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Sheet, Side, ceil_of, floor_of
+from solvers.derivation import Sheet, Side
 from solvers.models.common import (
     dtype_bytes,
 )
@@ -11,6 +11,7 @@ from solvers.models.kvcache import (
     blocks_for_tokens,
     kv_bytes_per_token_given,
 )
+from solvers.sheetmath import ceil_of, floor_of
 from solvers.units import format_number
 
 

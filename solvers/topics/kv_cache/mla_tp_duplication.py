@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import ACTIVATION_BYTES, link_bandwidth, link_latency, tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
@@ -20,6 +20,7 @@ from solvers.models.kvcache import (
 )
 from solvers.models.kvlayout import fp8_latent_note
 from solvers.models.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD, usable_hbm
+from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 
 
@@ -191,7 +192,7 @@ def solve(p, s: Sheet) -> None:
     s.step("capacity_gain", "KV capacity gained by DP attention", "g", d * room_dp / room, "x",
            "d pools of unique tokens, each a little smaller, against one duplicated pool")
     demand = s.param("U_d", "demand")
-    if s.value(demand) > s.value(req_dp):
+    if s.compare(demand, req_dp) > 0:
         raise Reject("neither layout holds the demand on one node")
 
     # The latency side: one decode step of each layout, at the batch it runs.

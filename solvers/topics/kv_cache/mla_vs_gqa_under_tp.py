@@ -6,7 +6,7 @@ from dataclasses import replace
 import sympy
 
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import tp_all_reduce
 from solvers.models.common import dtype_bytes
 from solvers.models.kvcache import (
@@ -14,6 +14,7 @@ from solvers.models.kvcache import (
 )
 from solvers.models.kvlayout import fp8_latent_note
 from solvers.models.steptime import engine, step_time, step_work, usable_hbm
+from solvers.sheetmath import ceil_of, floor_of, max_of
 from solvers.units import format_number, format_quantity
 
 

@@ -1,12 +1,13 @@
 """Choosing the KV block size - empty slots, kernel gathers, prefix hits."""
 from __future__ import annotations
 
-from solvers.derivation import Sheet, Side, ceil_of, floor_of
+from solvers.derivation import Sheet, Side
 from solvers.models.common import dtype_bytes, given_config
 from solvers.models.kvcache import (
     blocks_for_tokens,
     kv_bytes_per_token_given,
 )
+from solvers.sheetmath import ceil_of, floor_of
 from solvers.units import format_number, format_quantity
 
 

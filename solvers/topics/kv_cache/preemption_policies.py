@@ -5,9 +5,10 @@ from fractions import Fraction
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import tp_all_reduce
 from solvers.models.steptime import StepConstants, engine
+from solvers.sheetmath import floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 
 # A stall that hits more than this share of a stream's decode steps sets its p99 inter-token latency.

@@ -1,36 +1,22 @@
 """What a hybrid Mamba/attention request holds, and where it can restart."""
 from __future__ import annotations
 
-import math
-
-import sympy
-
 from solvers.data import Record
-from solvers.derivation import Sheet, Side, floor_of, min_of
+from solvers.derivation import Sheet, Side
 from solvers.models.common import (
     dtype_bytes,
 )
 from solvers.models.kvcache import (
     kv_bytes_per_token_given,
 )
+from solvers.sheetmath import floor_of, lcm_of, min_of
 from solvers.units import format_number, format_quantity
-
-
-class lcm(sympy.Function):  # lower case: it prints as the familiar lcm(a, b)
-    """Least common multiple, left symbolic until both arguments are integers (sympy's own lcm
-    treats symbols as polynomials and returns their product)."""
-
-    @classmethod
-    def eval(cls, a, b):
-        if a.is_Integer and b.is_Integer:
-            return sympy.Integer(math.lcm(int(a), int(b)))
-        return None
 
 
 def _restorable(s: Sheet, interval, block, C) -> float:
     """Tokens of a C-token context a next turn restores, with snapshots every `interval` and KV blocks of
     `block` tokens: the last position both land on."""
-    R = lcm(interval, block)
+    R = lcm_of(interval, block)
     return s.evaluate(R * floor_of(C / R))
 
 
@@ -106,7 +92,7 @@ def solve(p, s: Sheet) -> None:
     B = s.param("B", "block_size")
     taken = s.step("snapshots_taken", "Snapshots taken over the context", "n_snap", floor_of(C / k), "",
                    "one every k tokens")
-    R = s.step("restart_boundary", "Positions every layer can restore", "R", lcm(k, B), "tokens",
+    R = s.step("restart_boundary", "Positions every layer can restore", "R", lcm_of(k, B), "tokens",
                "attention restores at whole blocks, the Mamba layers only at snapshots: both at lcm(k, B)")
     usable = s.step("snapshots_usable", "Snapshots at a restart point", "n_use", floor_of(C / R), "",
                     "only these can ever seed a cache hit; the rest are dropped")

@@ -1,12 +1,13 @@
 """What sliding-window layers save in KV cache, and who decides."""
 from __future__ import annotations
 
-from solvers.derivation import Sheet, Side, ceil_of, min_of
+from solvers.derivation import Sheet, Side
 from solvers.models.common import dtype_bytes, given_config, require_context
 from solvers.models.kvcache import (
     blocks_for_tokens,
     kv_bytes_per_token_given,
 )
+from solvers.sheetmath import ceil_of, min_of
 from solvers.units import format_number
 
 

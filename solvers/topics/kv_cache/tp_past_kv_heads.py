@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import all_reduce_terms, crosses_domain, stage_send, tp_all_reduce
 from solvers.models.common import (
     dtype_bytes,
@@ -17,6 +17,7 @@ from solvers.models.kvcache import (
     kv_bytes_per_token_given,
     kv_bytes_per_token_per_gpu,
 )
+from solvers.sheetmath import ceil_of, min_of
 from solvers.units import format_number, format_quantity
 
 CLOSE_STEPS = 0.03  # two decode steps this close are a draw the model cannot call

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, max_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import all_reduce_terms, tp_all_reduce
 from solvers.models.common import (
     dtype_bytes,
@@ -16,6 +16,7 @@ from solvers.models.common import (
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
 from solvers.models.kvtransfer import active_params, attention_pair_flops
 from solvers.models.steptime import DEFAULT_CONSTANTS
+from solvers.sheetmath import max_of
 from solvers.units import format_number, format_quantity
 
 BREAKERS = (

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, floor_of, max_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import dtype_bytes, given_config, given_hbm_bandwidth, given_peak_flops
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
 from solvers.models.kvtransfer import active_params, attention_pair_flops
 from solvers.models.steptime import DEFAULT_CONSTANTS
+from solvers.sheetmath import floor_of, max_of
 from solvers.units import format_number, format_quantity
 
 SITUATIONS = (

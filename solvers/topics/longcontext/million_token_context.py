@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import crosses_domain, tp_all_reduce
 from solvers.models.common import (
     given_config,
@@ -14,6 +14,7 @@ from solvers.models.common import (
 )
 from solvers.models.moe import GATED_MATRICES, attention_params
 from solvers.models.steptime import engine
+from solvers.sheetmath import ceil_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 
 CP_OPTIONS = ((2, "context parallelism over twice this plan's nodes"),

@@ -5,7 +5,7 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import all_reduce_terms, tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
@@ -18,6 +18,7 @@ from solvers.models.common import (
     given_weight_bytes,
 )
 from solvers.models.kvcache import kv_bytes_per_token
+from solvers.sheetmath import floor_of, max_of, min_of
 from solvers.units import format_number
 
 
@@ -56,7 +57,7 @@ def _decode_step(p, s: Sheet, M_use, N, W, kv_req, users) -> _DecodeStep:
     n = s.param("n", "tp")
     BW = given_hbm_bandwidth(s, p.gpu)
     P = given_peak_flops(s, p.gpu, p.weight_dtype)
-    t_ar = tp_all_reduce(s, p.model, p.gpu, p.tp, users, tag="fit", label="decode step at that batch")
+    t_ar = tp_all_reduce(s, p.model, p.gpu, p.tp, users, tag="fit", label="decode step at that batch", tp_symbol=n)
     tpot = s.step("tpot_fit", "TPOT at the batch that fits", "t_fit",
            max_of((W + users * kv_req) / (n * BW), 2 * N * users / (n * P)) + t_ar, "ms",
            "each GPU reads its share of the weights and of every request's KV; the slower side of the roofline "

@@ -1,10 +1,11 @@
 """How many KV cache blocks vLLM allocates, and why that is a ceiling."""
 from __future__ import annotations
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import GPU_MEMORY_UTILIZATION, dtype_bytes, given_config
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_heads_per_gpu
 from solvers.models.memory import profile_run_inputs
+from solvers.sheetmath import ceil_of, floor_of, min_of
 from solvers.units import format_number, format_quantity
 
 

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, floor_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import (
     dtype_bytes,
 )
 from solvers.models.kvcache import kv_bytes_per_token_given
+from solvers.sheetmath import floor_of
 
 
 def _reservation(p, s: Sheet) -> dict[str, sympy.Symbol]:

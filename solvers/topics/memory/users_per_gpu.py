@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import all_reduce_terms, stage_send, tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
@@ -20,6 +20,7 @@ from solvers.models.common import (
     given_usable_share,
 )
 from solvers.models.kvcache import kv_bytes_per_token
+from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 
 TIED_TPOT = 0.02  # layouts serving as many users with tokens this close are a coin toss, not a choice
@@ -217,7 +218,7 @@ def solve(p, s: Sheet) -> None:
                    "the first power of two at or above n_fit: a TP group must split the heads evenly")
     BW = given_hbm_bandwidth(s, p.gpu)
     P = given_peak_flops(s, p.gpu, "bf16")
-    t_ar = tp_all_reduce(s, p.model, p.gpu, p.gpus, users16, tag="wide", label="full batch")
+    t_ar = tp_all_reduce(s, p.model, p.gpu, p.gpus, users16, tag="wide", label="full batch", tp_symbol=G)
     tpot16 = s.step("tpot_16", "TPOT of the full bf16 batch, one group", "t_16",
                     max_of((W / G + users16 * kv16) / BW, 2 * N * users16 / (G * P)) + t_ar, "ms",
                     "each GPU reads its weights and its share of every request's KV (card: roofline-time), "

@@ -1,8 +1,9 @@
 """Absorbed MLA on the roofline - the bill per cached token, and a regime GQA never visits."""
 from __future__ import annotations
 
-from solvers.derivation import Sheet, Side, ceil_of
+from solvers.derivation import Sheet, Side
 from solvers.models.common import given_config, given_hbm_bandwidth, given_kv_bytes, given_peak_flops
+from solvers.sheetmath import ceil_of
 from solvers.units import format_number
 
 

@@ -6,9 +6,10 @@ import zlib
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of, max_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import given_config, given_hbm_bandwidth, given_peak_flops, given_weight_bytes
 from solvers.models.moe import GATED_MATRICES, REPLAYS, simulate_skew
+from solvers.sheetmath import ceil_of, max_of
 from solvers.units import format_number, format_quantity
 
 

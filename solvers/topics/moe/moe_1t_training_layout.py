@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from solvers.conventions import scale_up_domain
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, Side, ceil_of, exact
+from solvers.derivation import Reject, Sheet, Side, exact
 from solvers.models.common import (
     given_active_params,
     given_config,
@@ -15,6 +15,7 @@ from solvers.models.common import (
 )
 from solvers.models.moe import COMBINE_BYTES, moe_layers, parameter_count
 from solvers.models.training import FLOPS_PER_PARAM_TOKEN
+from solvers.sheetmath import ceil_of
 from solvers.units import figures_against, format_number, format_quantity
 
 STATE_BYTES = 16  # mixed-precision Adam: bf16 weights and grads (2 + 2), fp32 master and two moments (12)

@@ -5,9 +5,10 @@ import sympy
 
 from solvers.conventions import scale_up_domain
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, Side, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import dtype_bytes, given_config, given_nic, given_nvlink
 from solvers.models.moe import SCALE_BLOCK, SCALE_BYTES, copy_bytes, moe_layers
+from solvers.sheetmath import floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import sympy
 
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, max_of, min_of
+from solvers.derivation import Reject, Sheet
 from solvers.models.common import (
     given_active_params,
     given_config,
@@ -16,6 +16,7 @@ from solvers.models.common import (
     given_weight_bytes,
 )
 from solvers.models.moe import GATED_MATRICES, moe_layers, parameter_count
+from solvers.sheetmath import max_of, min_of, miss_power
 from solvers.units import format_number, format_quantity
 
 
@@ -45,23 +46,6 @@ def routed_experts(s: Sheet, model: Record, b_w: sympy.Symbol) -> Experts:
     X = s.step("routed_bytes", "Bytes of all routed experts", "W_x", L * E * p_e * b_w, "GB",
                "every routed expert of every MoE layer")
     return Experts(E, k, L, h, p_e, X)
-
-
-class miss_power(sympy.Function):
-    """(1 − k/E)^B evaluated in floating point once its arguments are numbers: the exact rational power of
-    a batch of thousands has tens of thousands of digits. Prints as the power it is."""
-
-    @classmethod
-    def eval(cls, base, exponent):
-        if base.is_number and exponent.is_number:
-            return sympy.Float(float(base) ** float(exponent), 17)
-        return None
-
-    def _sympystr(self, printer) -> str:
-        return f"({printer._print(self.args[0])})**{printer._print(self.args[1])}"
-
-    def _latex(self, printer) -> str:
-        return f"\\left({printer._print(self.args[0])}\\right)^{{{printer._print(self.args[1])}}}"
 
 
 def touched_share(s: Sheet, key: str, r: Experts, tokens: sympy.Expr, title: str, symbol: str,

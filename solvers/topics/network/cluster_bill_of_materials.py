@@ -1,9 +1,10 @@
 """Bill of materials for a training cluster."""
 from __future__ import annotations
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of, exact
+from solvers.derivation import Reject, Sheet, Side, exact
 from solvers.models.common import model_params
 from solvers.models.fleet import fat_tree_switches, spare_pool, training_run
+from solvers.sheetmath import ceil_of
 from solvers.units import format_number, format_quantity
 
 MIN_CLUSTER_GPUS = 1024  # below a thousand GPUs the bill is a few racks, not a fabric design

@@ -1,7 +1,8 @@
 """Incast against the switch buffer (ECN or PFC first)."""
 from __future__ import annotations
 
-from solvers.derivation import Reject, Sheet, Side, floor_of
+from solvers.derivation import Reject, Sheet, Side
+from solvers.sheetmath import floor_of
 from solvers.units import format_number
 
 # Counters an on-call engineer reads to tell which mechanism acted: ECN marks and CNPs rise in

@@ -1,7 +1,8 @@
 """Block-hash cache vs radix tree - where the hit rates differ, and where they don't."""
 from __future__ import annotations
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side
+from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 from solvers.units import format_number
 
 # The teaser's bar: on a chat prompt the two hit rates differ by under one percent of the prompt.

@@ -10,6 +10,7 @@ import sympy
 from solvers.derivation import Sheet, exact
 from solvers.models.fp8 import E4M3, amax_scale, chop_mask, quantize
 from solvers.models.quantization import pct_text, variant_rng
+from solvers.sheetmath import normal_cdf
 from solvers.units import format_number
 
 ATTN_OUTLIERS = 4  # key channels at ±α, as in kv-quant-keys-vs-values
@@ -27,19 +28,6 @@ ACC_TOKENS = 16384  # the accumulator simulation's longest run: 512 chained adds
 
 
 P_ROWS, P_VALUES = 8, 65536  # query rows in the probability simulation, and the scores it aims for
-
-
-class NormalCDF(sympy.Function):
-    """Φ(x), evaluated at once on a number: sympy's own erf costs milliseconds per step on a sheet."""
-
-    @classmethod
-    def eval(cls, x):
-        if x.is_Number:
-            return sympy.Float(0.5 * math.erfc(-float(x) / math.sqrt(2)), 17)
-        return None
-
-    def _sympystr(self, printer) -> str:
-        return f"Φ({printer.doprint(self.args[0])})"
 
 
 def _softmax_tv(p: np.ndarray, q: np.ndarray) -> float:
@@ -130,7 +118,7 @@ def _attention_fixes(s: Sheet, p, *, ds, ds_c, flushed, promoted, e_acc, r_K) ->
     # The flushed masses are floats (Φ evaluated numerically), so their comparisons are on values: no exact
     # tie exists to decide, and sympy's comparison of them costs milliseconds.
     s.judge("fixes", "the FP8 keys misplace more of the output than an unscaled P flushes",
-            s.value(r_K) > s.value(unscaled),
+            s.compare(r_K, unscaled) > 0,
             f"{s.text(r_K, 3)} misplaced by the keys against {s.text(unscaled, 3)} flushed")
     s.judge("fixes", "subtracting the keys' channel means would cut the key score error by more than {mean_cut}",
             s.compare(ds, s.param("k_mean", "mean_cut") * ds_c) > 0,
@@ -205,12 +193,12 @@ def solve(p, s: Sheet) -> None:
                  "", "the mean of the largest of T Gaussians: √(2 ln T) less the Gumbel correction")
     gap = s.step("", "Flush point below the mass's centre, in spreads", "x_P", (beta * top - tau - beta**2) / beta, "",
                  "exp-weighting Gaussian scores tilts them to N(β², β²); the flush point sits τ below β·z_max")
-    f_P = s.step("p_flushed_mass", "Attention mass flushed to zero, unscaled P", "f_P", NormalCDF(gap), "%",
+    f_P = s.step("p_flushed_mass", "Attention mass flushed to zero, unscaled P", "f_P", normal_cdf(gap), "%",
                  "the tilted scores' share below the flush point")
     scale = s.param("c_P", "p_scale")
     shift = s.step("", "How much further the scale moves the flush point", "l_P", sympy.log(scale), "nats",
                    "multiplying P by 448 before the cast lowers its flush point by ln 448")
-    f_P448 = s.step("", "Attention mass flushed, P scaled by 448", "f_P448", NormalCDF(gap - shift / beta), "%",
+    f_P448 = s.step("", "Attention mass flushed, P scaled by 448", "f_P448", normal_cdf(gap - shift / beta), "%",
                     "the same tilted scores against the lower flush point")
     # 3. The accumulator: each FP8 WGMMA adds a k-slab into a register that keeps about 14 bits.
     f_acc = s.param("f_acc", "acc_bits")

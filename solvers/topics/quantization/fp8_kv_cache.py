@@ -7,11 +7,12 @@ from fractions import Fraction
 import numpy as np
 import sympy
 
-from solvers.derivation import Sheet, Side, max_of
+from solvers.derivation import Sheet, Side
 from solvers.models.common import dtype_bytes
 from solvers.models.fp8 import E4M3, FORMATS, clipped, quantize
 from solvers.models.kvcache import kv_bytes_per_token_given
 from solvers.models.quantization import pct_text, variant_rng
+from solvers.sheetmath import max_of
 from solvers.units import format_number
 
 PAIRS = 2000  # simulated (calibration, context) pairs

@@ -124,7 +124,6 @@ def _format_select(s: Sheet, p, share, loss) -> None:
 
 
 def _format_regime(s: Sheet, p, overshoot, losses: dict[str, tuple[float, float]]) -> None:
-    one = s.given("k_fit", 1, "x", "amax landing exactly on max")
     land = format_number(s.value(overshoot), 3)
     share = pct_text(s.number("act_saturating_share"))
     emulated = ("the emulation gives " + " and ".join(
@@ -135,7 +134,7 @@ def _format_regime(s: Sheet, p, overshoot, losses: dict[str, tuple[float, float]
                   "instead (NVIDIA's MXFP8 recipe, DeepGEMM's UE8M0).")
     clip_free = (f"Rounding the scale up maps every block's amax into (224, 448]: nothing saturates, and the values "
                  f"keep the same relative grid at any scale: {emulated}.")
-    s.regime_by(overshoot, one, tie="below", above=Side(
+    s.regime_by(overshoot, 1, boundary_label="amax landing exactly on max", tie="below", above=Side(
         "saturating", saturating,
         "Rounding the scale up never saturates: it leaves up to one binade unused at the top, and the values keep "
         "the same relative grid, so it costs next to nothing against FP32 scales.", near=saturating),

@@ -147,9 +147,8 @@ def _kv_quant_select(s: Sheet, p, sim: dict[str, float] | None, *,
 
 
 def _kv_roads_regime(s: Sheet, R_ch) -> None:
-    one = s.given("parity", 1, "x", "the two roads equal")
     ratio = format_number(s.value(R_ch), 3)
-    s.regime_by(R_ch, one, tie="above", above=Side(
+    s.regime_by(R_ch, 1, boundary_label="the two roads equal", tie="above", above=Side(
         "keys-dominate",
         f"Even with per-channel keys the key road is {ratio}× the value road: the queries are sharp enough that "
         "a small score error moves the softmax more than a value error moves the sum. Spend extra bits on keys "

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import all_reduce_terms, link_latency
 from solvers.models.common import (
     dtype_bytes,
@@ -19,6 +19,7 @@ from solvers.models.common import (
 )
 from solvers.models.kvcache import kv_bytes_per_token
 from solvers.models.roofline import require_full_xgmi_ring
+from solvers.sheetmath import floor_of, max_of, min_of
 from solvers.units import format_number
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, exact, max_of
+from solvers.derivation import Reject, Sheet, Side, exact
 from solvers.models.collective import AllReduceTerms, all_reduce_terms, tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
@@ -16,6 +16,7 @@ from solvers.models.common import (
     hbm_bytes,
 )
 from solvers.models.roofline import require_full_xgmi_ring
+from solvers.sheetmath import max_of
 from solvers.units import figures_against, format_number, format_quantity
 
 
@@ -99,7 +100,7 @@ def solve(p, s: Sheet) -> None:
     B = s.param("B", "batch")
     T = s.param("T", "context")
     n = s.param("TP", "tp")
-    d = given_config(s, model, "hidden", "d")
+    d = given_config(s, model, "hidden")  # "h", as the all-reduce model states it
     H = given_config(s, model, "heads")
     H_kv = given_config(s, model, "kv_heads")
     d_h = given_config(s, model, "head_dim")
@@ -124,7 +125,7 @@ def solve(p, s: Sheet) -> None:
                    "batch and context cancel: 2·(H_q/H_kv)/b_kv, set by the query heads sharing each KV head")
     B_star = s.step("flip_batch", "Batch where the ranking flips", "B_star", H * b_w / (H_kv * b_kv), "sequences",
                     "solve 2B/b_w = 2·(H_q/H_kv)/b_kv for B")
-    if s.value(B) == s.value(B_star):
+    if s.compare(B, B_star) == 0:
         raise Reject("the batch sits exactly at the flip: attention and the GEMMs tie")
     P = given_peak_flops(s, p.gpu, "bf16")
     BW = given_hbm_bandwidth(s, p.gpu)

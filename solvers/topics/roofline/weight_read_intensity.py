@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, exact, max_of
+from solvers.derivation import Reject, Sheet, Side, exact
 from solvers.models.collective import AllReduceTerms, all_reduce_terms, tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
@@ -17,6 +17,7 @@ from solvers.models.common import (
 )
 from solvers.models.kvcache import kv_bytes_per_token
 from solvers.models.roofline import require_full_xgmi_ring
+from solvers.sheetmath import max_of
 from solvers.units import figures_against, format_number, format_quantity
 
 # The doubled batch is a lever only where its KV cache still fits: the option says so, not just the key.

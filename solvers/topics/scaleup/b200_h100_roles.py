@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 import sympy
 
 from solvers.conventions import convention_value
-from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of, max_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import link_bandwidth
 from solvers.models.common import (
     given_active_params,
@@ -19,6 +19,7 @@ from solvers.models.common import (
 )
 from solvers.models.kvcache import kv_bytes_per_token_given
 from solvers.models.moe import copy_bytes
+from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 
 GPUS_PER_NODE = 8  # HGX baseboards

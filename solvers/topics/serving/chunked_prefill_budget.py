@@ -1,7 +1,7 @@
 """One long prompt against everyone's TPOT (chunked prefill)."""
 from __future__ import annotations
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of, floor_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import tp_all_reduce
 from solvers.models.scheduling import chunk_cap, require_tpot_room, streams_and_targets, tokens_text, tp_advice
 from solvers.models.steptime import (
@@ -10,6 +10,7 @@ from solvers.models.steptime import (
     step_time,
     step_work,
 )
+from solvers.sheetmath import ceil_of, floor_of
 from solvers.units import format_quantity
 
 
@@ -78,12 +79,12 @@ def solve(p, s: Sheet) -> None:
     stall = step_time(s, e, "full", "step that prefills the whole prompt", full, key="stall",
                       communication=t_ar_full, why="every running stream waits this long for its next token")
     require_tpot_room(s, e, dec.bytes, tau)
-    if s.value(stall) <= s.value(tau):
+    if s.compare(stall, tau) <= 0:
         raise Reject("the unchunked prompt already steps within the TPOT target")
 
     c_max, t_x, t_c, ar = chunk_cap(s, e, p, B, P_in, tau, dec, "chunk",
                                      "Largest chunk that keeps a step within the TPOT target")
-    if s.value(c_max) >= s.value(P_in):
+    if s.compare(c_max, P_in) >= 0:
         raise Reject("the TPOT-capped chunk holds the whole prompt: nothing to chunk")
     s.step("token_budget", "Per-step token budget", "τ_tok", B + c_max, "tokens",
            "decode tokens count against the budget too (vLLM's max_num_batched_tokens)")

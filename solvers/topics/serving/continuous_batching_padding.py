@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Sheet, Side, max_of, min_of
+from solvers.derivation import Sheet, Side
+from solvers.sheetmath import max_of, min_of
 from solvers.units import format_number
 
 

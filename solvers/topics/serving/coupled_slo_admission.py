@@ -1,7 +1,7 @@
 """Admitting a request under coupled TTFT and TPOT targets."""
 from __future__ import annotations
 
-from solvers.derivation import Sheet, ceil_of, floor_of
+from solvers.derivation import Sheet
 from solvers.models.collective import tp_all_reduce
 from solvers.models.scheduling import chunk_cap, require_tpot_room, streams_and_targets, tokens_text, tp_advice
 from solvers.models.steptime import (
@@ -9,6 +9,7 @@ from solvers.models.steptime import (
     step_time,
     step_work,
 )
+from solvers.sheetmath import ceil_of, floor_of
 from solvers.units import format_quantity
 
 

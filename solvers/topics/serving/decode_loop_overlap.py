@@ -1,7 +1,7 @@
 """The CPU in the decode loop, and what overlapping it costs."""
 from __future__ import annotations
 
-from solvers.derivation import Sheet, Side, max_of
+from solvers.derivation import Sheet, Side
 from solvers.models.collective import tp_all_reduce
 from solvers.models.scheduling import require_realistic_tp, step_constants, tokens_text
 from solvers.models.steptime import (
@@ -10,6 +10,7 @@ from solvers.models.steptime import (
     step_time,
     step_work,
 )
+from solvers.sheetmath import max_of
 from solvers.units import format_quantity
 
 # Where step n's token of the request in question sits while step n+1 runs, by the kind of request:

@@ -1,7 +1,7 @@
 """Batching long replies from a growing KV pool."""
 from __future__ import annotations
 
-from solvers.derivation import Reject, Sheet, Side, floor_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import tp_all_reduce
 from solvers.models.common import GPU_MEMORY_UTILIZATION, given_hbm_bytes, given_usable_share, require_context
 from solvers.models.scheduling import require_realistic_tp, step_constants, tokens_text
@@ -12,6 +12,7 @@ from solvers.models.steptime import (
     step_time,
     step_work,
 )
+from solvers.sheetmath import floor_of, min_of
 from solvers.units import format_number, format_quantity
 
 MIN_SLO_BATCH = 8  # a target fewer requests meet leaves the weights' read most of the step: a GPU question
@@ -90,6 +91,7 @@ def solve(p, s: Sheet) -> None:
            "what the user actually waits")
 
     budget = s.step("slo_step", "Step time the speed target allows", "t_SLO", 1 / v, "ms", "one token per step")
+    assert e.t_oh is not None  # this question's engine charges the card's step overhead
     room = s.step("slo_room", "Time the step's kernels and all-reduce bytes may take", "t_room",
                   budget - e.t_oh - ar.fixed, "ms", "the target less the overhead and the all-reduce latencies")
     if s.evaluate(room * e.byte_rate - e.W / e.TP) <= 0:

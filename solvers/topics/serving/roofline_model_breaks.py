@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, exact, max_of
+from solvers.derivation import Reject, Sheet, Side, exact
 from solvers.models.collective import tp_all_reduce
 from solvers.models.scheduling import require_realistic_tp, step_constants
 from solvers.models.steptime import (
@@ -13,6 +13,7 @@ from solvers.models.steptime import (
     require_fit,
     step_work,
 )
+from solvers.sheetmath import max_of
 from solvers.units import format_number, format_quantity
 
 _CORRECTIONS = ("bandwidth", "all-reduce", "overhead")

@@ -5,7 +5,8 @@ import math
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, exact, exp_of, log_of
+from solvers.derivation import Reject, Sheet, Side, exact
+from solvers.sheetmath import exp_of, log_of
 from solvers.units import format_quantity
 
 MIN_RATE_SHARE = 0.5  # the goal must hold up to half the prefill capacity: past that the queue, not prefill, decides
@@ -136,7 +137,7 @@ def solve(p, s: Sheet) -> None:
     model = _latency_model(s)
     a_ttft, a_tpot, mu, lam, T = (model[k] for k in ("a_ttft", "a_tpot", "mu", "lam", "T"))
     target = s.param("g_goal", "target")
-    if s.value(a_tpot) <= s.value(target):
+    if s.compare(a_tpot, target) <= 0:
         raise Reject("TPOT alone misses the target: no arrival rate meets it")
     both = s.step("attainment", "SLO attainment: share of requests meeting both SLOs", "A", a_ttft * a_tpot, "%",
                   "prefill and decode run on separate GPUs, so a request's TTFT and TPOT are independent: "

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, exact, floor_of, max_of
+from solvers.derivation import Reject, Sheet, Side, exact
 from solvers.models.common import (
     given_hbm_bandwidth,
     given_model_params,
@@ -11,6 +11,7 @@ from solvers.models.common import (
     given_weight_bytes,
 )
 from solvers.models.speculation import tokens_per_round
+from solvers.sheetmath import floor_of, max_of
 from solvers.units import figures_against, format_number, format_quantity
 
 

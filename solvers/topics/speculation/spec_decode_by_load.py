@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from solvers.derivation import Reject, Sheet, Side, floor_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
     given_hbm_bytes,
@@ -13,6 +13,7 @@ from solvers.models.common import (
 )
 from solvers.models.speculation import GAMMAS, LoadModel, expected_tokens, speculative_round, tokens_per_round
 from solvers.models.steptime import decode_costs, engine
+from solvers.sheetmath import floor_of, min_of
 from solvers.units import format_number, format_quantity
 
 BUCKETS = (32, 128)  # the batch buckets whose draft length is graded
@@ -84,7 +85,7 @@ def _by_load_regime(s: Sheet, p, model: LoadModel, S_pk, peak: float, last: int)
            "verify pass shares across its γ+1 tokens" if kv_reads > model.weights else
            f"the batch cap of {format_number(p.max_num_seqs)} keeps the verify pass's extra math short of the step's "
            "reads")
-    s.regime_by(S_pk, s.given("S_even", 1, "x", "break-even"), tie="below", above=Side(
+    s.regime_by(S_pk, 1, boundary_label="break-even", tie="below", above=Side(
         "keep-on",
         f"Even at the peak batch of {format_number(peak)} speculation pays ({at}x): {why}.",
         "With a larger peak batch (shorter contexts, a higher cap) the verify pass turns compute-bound: then "

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, exact, max_of, min_of
+from solvers.derivation import Reject, Sheet, exact
+from solvers.sheetmath import max_of, min_of
 from solvers.units import figures_against, format_number, format_quantity
 
 _COLUMNS = {"p": "p, bf16 target", "q": "q, draft", "p8": "p, FP8 target", "q8": "q, FP8 draft"}

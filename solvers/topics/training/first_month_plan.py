@@ -1,8 +1,9 @@
 """A first month on a training-infrastructure team."""
 from __future__ import annotations
 
-from solvers.derivation import Reject, Sheet, Side, floor_of, min_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.triage import MONTH_ALWAYS, MONTH_NEVER, READ_ALL, READ_SOME
+from solvers.sheetmath import floor_of, min_of
 
 
 def _month_choices(s: Sheet, fits: bool, planned, F, readable) -> None:

@@ -5,10 +5,11 @@ import math
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, ceil_of, log_of
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import model_params, peak_flops
 from solvers.models.fleet import SPARE_SIGMAS, spare_pool, training_run
 from solvers.models.training import FLOPS_PER_PARAM_TOKEN
+from solvers.sheetmath import ceil_of, log_of
 from solvers.units import format_number, format_quantity
 
 MIN_FLEET_GPUS = 64  # below eight nodes the question is not about a fleet

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, exp_of
+from solvers.derivation import Reject, Sheet, Side
+from solvers.sheetmath import exp_of
 from solvers.units import format_quantity
 
 MAX_STALL_SHARE = 0.05  # a save that stalls more than 5% of training is a setup no team keeps
