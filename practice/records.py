@@ -174,6 +174,13 @@ class Review:
     duration_ms: int | None = None
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
 
+    @property
+    def ahead(self) -> bool:
+        """Made before the card was due (a review ahead, as Anki's log marks an early review): FSRS
+        schedules it from the days actually elapsed, so its interval grows less than on time."""
+        return self.card_before is not None and self.card_before.last_review is not None \
+            and self.reviewed < self.card_before.due
+
 
 @dataclass(frozen=True)
 class Mock:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from textual.screen import Screen
 
     from practice.config import Setting, Value
-    from practice.review import Submitted
+    from practice.review import Reviewer, Submitted
     from practice.store import ProgressStore
     from solvers.bank import Bank
     from solvers.engine import Solution
@@ -64,6 +64,7 @@ class ActionCommands(Provider):
         ("Browse the bank", "action_browse", "every question, by group and topic"),
         ("Random question", "action_random_question", "a fresh variant of any question"),
         ("Enter a variant code", "action_enter_code", "exactly the variant a code names"),
+        ("Review ahead", "action_review_ahead", "cards due in the next days, before an interview"),
         ("Mock interview", "action_mock", "questions across topics against the clock"),
         ("Past mock interviews", "action_past_mocks", "score sheets of earlier mocks"),
         ("Statistics", "action_stats", "reviews, retention, slips, the forecast"),
@@ -97,6 +98,15 @@ class MockRun:
     index: int = 0
 
 
+@dataclass
+class DrillQueue:
+    """A drill over chosen questions, asked in order (a review ahead, the weakest topic), each
+    reviewed and scheduled as the drill's are; `name` says what it is on the question bar."""
+
+    name: str
+    questions: list[str]
+
+
 class InfradrillApp(App):
     TITLE = "infradrill"
     COMMANDS = App.COMMANDS | {ActionCommands, QuestionCommands}
@@ -116,6 +126,7 @@ class InfradrillApp(App):
         self.bank_loader = bank_loader
         self.drill: Drill | None = None
         self.mock: MockRun | None = None  # the mock interview in progress
+        self.queue: DrillQueue | None = None  # the chosen questions a drill is going through
         self._pending: Callable[[], None] | None = None  # an action asked for while the bank loads
         self.app_settings, self._setting_notices = AppSettings.load()
         self.theme = self.app_settings.theme  # before the first paint: no flash of the default theme
@@ -265,19 +276,82 @@ class InfradrillApp(App):
 
     def action_drill(self, replace: bool = False) -> None:
         """The next question the schedule wants: due reviews first, then new ones."""
+        self.queue = None  # the plain drill, whatever was chosen before
+        self._drill_next(replace)
+
+    def _drill_next(self, replace: bool = False) -> None:
+        """The next question of the queue being drilled, else the one the schedule wants."""
         if (drill := self._bank_ready(then=self.action_drill)) is None:
             return
-        if drill.reviewer is None:
+        reviewer = drill.reviewer
+        if reviewer is None:
             self.notify("Drilling needs the progress store, which could not be opened.", severity="error")
             return
-        question_id = drill.reviewer.next_question()
+        if self.queue is not None:
+            queue = self.queue
+            held = reviewer.held()
+            while queue.questions and queue.questions[0] in held:
+                queue.questions.pop(0)  # held out since the queue was made (buried on its solution)
+            if not queue.questions:
+                self.queue = None
+                self.notify(f"{queue.name}: done.")
+                if replace:
+                    self.pop_screen()
+                return
+            self.open_question(queue.questions.pop(0), replace=replace, mode=Mode.DRILL)
+            return
+        question_id = reviewer.next_question()
         if question_id is None:
-            summary = drill.reviewer.summary()
-            self.notify(f"Nothing due now ({summary.due_today} more later today). Browse or practise at random.")
+            self.notify(self._nothing_due(reviewer))
             if replace:
                 self.pop_screen()
             return
         self.open_question(question_id, replace=replace, mode=Mode.DRILL)
+
+    @staticmethod
+    def _nothing_due(reviewer: Reviewer) -> str:
+        """What the drill says once nothing is left: when the next card comes due, as Anki does."""
+        summary, upcoming = reviewer.summary(), reviewer.next_due()
+        later = f" ({summary.due_today} more later today)" if summary.due_today else ""
+        when = f"; the next comes due {upcoming.astimezone():%a %d %b %H:%M}" if upcoming else ""
+        return f"Nothing due now{later}{when}. Press a to review ahead, or browse and practise."
+
+    def drill_queue(self, name: str, questions: list[str]) -> None:
+        """Drill these questions in order, each reviewed as the drill reviews (a review ahead, a topic)."""
+        if not questions:
+            self.notify(f"{name}: no questions to drill.")
+            return
+        self.queue = DrillQueue(name, list(questions))
+        self._drill_next()
+
+    def counters(self) -> str:
+        """What is left of this drill, as Anki's counters show it while reviewing (this card included)."""
+        if self.queue is not None:
+            return f"{self.queue.name}: {len(self.queue.questions) + 1} left"
+        reviewer = self.drill.reviewer if self.drill is not None else None
+        if reviewer is None:
+            return ""
+        summary = reviewer.summary()
+        return f"{summary.due_now} due · {summary.new_today} new"
+
+    def action_review_ahead(self) -> None:
+        """Anki's "study ahead": the cards due in the next days, each reviewed now (FSRS counts the days
+        actually elapsed: an early review grows the interval less, and the log shows it was early)."""
+        from tui.screens.dialogs import AheadScreen
+
+        if (drill := self._bank_ready(then=self.action_review_ahead)) is None or drill.reviewer is None:
+            return
+        reviewer = drill.reviewer
+
+        def chosen(days: int | None) -> None:
+            if days is not None:
+                ahead = reviewer.due_ahead(days)
+                if not ahead:
+                    self.notify(f"Nothing is due in the next {days} day(s).")
+                    return
+                self.drill_queue(f"Ahead {days}d", ahead)
+
+        self.push_screen(AheadScreen(), chosen)
 
     def action_mock(self) -> None:
         """A mock interview: questions across topics, a clock per question, no hints, a score sheet."""
@@ -448,7 +522,7 @@ class InfradrillApp(App):
         self.review_attempt(message.variant, message.typed, message.seconds, message.hints_used)
 
     def on_next_in_drill(self, _message: messages.NextInDrill) -> None:
-        self.action_drill(replace=True)
+        self._drill_next(replace=True)
 
     def on_reopen(self, message: messages.Reopen) -> None:
         self.reopen(message.solution, message.mode, message.given, message.stage)

@@ -1,4 +1,4 @@
-"""Small modal screens: enter a variant code, the help page, the conventions card."""
+"""Small modal screens: enter a variant code, the days to review ahead, the help page, the conventions card."""
 from __future__ import annotations
 
 from rich.console import Group, RenderableType
@@ -120,3 +120,28 @@ class CodeScreen(ModalScreen[str | None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip() or None)
+
+
+class AheadScreen(ModalScreen[int | None]):
+    """Asks how many days ahead to review; dismisses with the days, or None."""
+
+    DEFAULT_CSS = """
+    AheadScreen { align: center middle; }
+    #ahead-box { width: 70; max-width: 100%; height: auto; border: round $accent; padding: 0 1;
+                 background: $surface; }
+    """
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="ahead.cancel", tooltip="review nothing")]
+    MAX_DAYS = 30
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="ahead-box"):
+            yield Label("Review the cards due in the next days (1 to 30), enter to start, esc to cancel. "
+                        "Each is reviewed now and logged as early: FSRS grows its interval less.")
+            yield Input("3", type="integer", id="days")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        days = int(event.value) if event.value.strip().lstrip("-").isdigit() else 0
+        if not 1 <= days <= self.MAX_DAYS:
+            self.notify(f"A number of days from 1 to {self.MAX_DAYS}.", severity="warning")
+            return
+        self.dismiss(days)

@@ -162,6 +162,8 @@ class QuestionScreen(AppScreen):
         mock = self.infradrill.mock if self.mode == Mode.MOCK else None
         if mock is not None:  # where the candidate is in the interview
             kind = f"[b]Mock {mock.index + 1} of {len(mock.questions)}[/b]  " + kind
+        elif self.mode == Mode.DRILL and (left := self.infradrill.counters()):  # Anki's counters
+            kind = f"[b $accent]{escape(left)}[/]  " + kind
         yield Header()
         with Horizontal(id="question-bar"):
             yield Static(f"{kind}[b]{escape(q.title)}[/b]  [dim]{q.group} · {q.topic}[/dim]  "

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Header, Sparkline, Static
 
+from tui.screens.base import AppScreen
 from tui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
@@ -22,35 +22,56 @@ if TYPE_CHECKING:
 SPARK_DAYS = 60
 
 
-class StatsScreen(Screen):
+class StatsScreen(AppScreen):
     DEFAULT_CSS = """
     #stats-body { padding: 1 2; }
     StatsScreen Sparkline { height: 3; margin-bottom: 1; }
     .caption { color: $text-muted; }
     """
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back", id="stats.back", tooltip="back to the previous screen")]
+    BINDINGS = [
+        Binding("t", "drill_topic", "Drill weakest topic", id="stats.drill-topic",
+                tooltip="its questions, the least often right first, reviewed as the drill reviews"),
+        Binding("a", "app.review_ahead", "Review ahead", id="stats.ahead",
+                tooltip="the cards due in the next days, reviewed now"),
+        Binding("escape", "app.pop_screen", "Back", id="stats.back", tooltip="back to the previous screen"),
+    ]
 
     def __init__(self, reviewer: Reviewer, questions: Mapping[str, Question]) -> None:
         super().__init__()
         self.reviewer = reviewer
         self.questions = questions
+        self.topic: str | None = None  # the weakest topic, for "drill these" (set in compose)
 
     def compose(self) -> ComposeResult:
         from textual.markup import escape
 
         from practice.records import now_utc
-        from practice.stats import format_summary, summarize
+        from practice.stats import format_summary, summarize_progress, weakest_topic
 
-        reviewer = self.reviewer
-        now = now_utc()
-        summary = summarize(reviewer.store.attempts(), self.questions, reviewer.retrievability(now), now,
-                            reviewer.tz, reviewer.summary(now), mocks=len(reviewer.store.mocks()),
-                            cards=reviewer.store.cards())
+        summary = summarize_progress(self.reviewer, self.questions, now_utc())
+        self.topic = weakest_topic(summary)
         days = [summary.today - timedelta(days=back) for back in range(SPARK_DAYS - 1, -1, -1)]
         yield Header()
         with VerticalScroll(id="stats-body"):
+            if self.topic is not None:
+                share = summary.by_topic[self.topic].answer_share or 0.0
+                yield Static(f"[b]Drill these:[/b] t drills {escape(self.topic)}, your weakest topic ({share:.0%} of "
+                             "answers right); a reviews ahead the cards due in the next days.", id="drill-these")
             yield Static(f"Reviews per day, last {SPARK_DAYS} days (peak {max(summary.per_day.values(), default=0)})",
                          classes="caption")
             yield Sparkline([summary.per_day.get(day, 0) for day in days], summary_function=max, id="per-day")
             yield Static(escape(format_summary(summary)), id="stats")
         yield KeysFooter()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return self.topic is not None if action == "drill_topic" else True
+
+    def action_drill_topic(self) -> None:
+        from practice.stats import weakest_questions
+
+        if self.topic is None:
+            return
+        held = self.reviewer.held()
+        ids = [qid for qid, q in self.questions.items() if q.topic == self.topic and held.get(qid) != "suspended"]
+        self.app.pop_screen()
+        self.infradrill.drill_queue(f"Topic {self.topic}", weakest_questions(self.reviewer.store.attempts(), ids))
