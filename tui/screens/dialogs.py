@@ -11,8 +11,9 @@ from textual.widgets import Input, Label, Static
 ANSWERS_HELP = (
     "[b]Answers[/b]  tab or enter moves to the next box (enter on the last one submits). Type numbers "
     "with units as you would write them: 320 GiB, 343.6GB, 3.4e11, 40%, 1.2 ms, 6,200, 2.4×10^25 (or "
-    "2.4e25), $1.2M, 120 rps; a bare number is read in the unit shown beside the box. Choices: the start of "
-    "an option (\"mem\"). Orderings: the letters in order (CADB). Selections: every letter that holds (ACD). "
+    "2.4e25), $1.2M, 120 rps; a bare number is read in the unit shown beside the box. Choices: as much of an "
+    "option as tells it apart (\"mem\", or \"rep\" for kv-replicated). Orderings: the letters in order "
+    "(CADB). Selections: every letter that holds (ACD). "
     "Checklists are ticked on the solution. A variant code (kv-bytes-per-token@4821) reproduces a variant "
     "exactly."
 )
