@@ -215,3 +215,13 @@ class MockSheet:
     @property
     def seconds(self) -> float:
         return sum(a.seconds for a in self.attempts)
+
+    def answers_by_stage_kind(self) -> dict[str, tuple[int, int]]:
+        """(answers right, asked) per kind of stage that asked them, in the interview's order."""
+        tally = {kind: [0, 0] for kind in STAGE_KINDS}
+        for attempt in self.attempts:
+            for answer in attempt.answers:
+                counts = tally.setdefault(answer.stage_kind, [0, 0])
+                counts[0] += answer.verdict == Verdict.CORRECT
+                counts[1] += 1
+        return {kind: (right, asked) for kind, (right, asked) in tally.items() if asked}

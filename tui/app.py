@@ -19,7 +19,7 @@ from textual.notifications import SeverityLevel
 
 from tui import messages
 from tui.app_settings import APP_SETTINGS, APP_TABLE, AppSettings
-from tui.modes import Mode
+from tui.modes import MockAnswers, Mode
 from tui.screens.home import HomeScreen
 
 # Everything not needed for the first paint (other screens, the bank, the engine) is
@@ -364,9 +364,35 @@ class InfradrillApp(App):
                               self.mock_questions, drill.rng)
         mock_id = drill.reviewer.store.start_mock(len(questions), self.mock_budget_seconds)
         self.mock = MockRun(mock_id, questions, self.mock_budget_seconds, drill.reviewer.store)
+        counts = ("rated and scheduled as reviews: they spend the day's new questions"
+                  if self.app_settings.mock_answers == MockAnswers.SCHEDULE
+                  else "saved as practice: your schedule and the day's new questions are untouched")
         self.notify(f"Mock interview: {len(questions)} questions, {self.mock_budget_seconds // 60} minutes each, "
-                    "no hints; the solutions wait for the score sheet.")
+                    f"no hints; the solutions wait for the score sheet. Its answers are {counts} "
+                    "(Settings, Mock answers).", timeout=10)
         self.open_question(questions[0], mode=Mode.MOCK)
+
+    def resume_mock(self, mock_id: str) -> None:
+        """Go on with a mock left half way: as many questions as it has left, across topics, none it asked."""
+        from practice.review import pick_mock
+        from tui.screens.mock import MockSheetScreen
+
+        if (drill := self._bank_ready()) is None or drill.reviewer is None:
+            return
+        store = drill.reviewer.store
+        sheet = store.mock_sheet(mock_id)
+        asked = [a.question_id for a in sheet.attempts]
+        held = drill.reviewer.held()
+        rest = [q for q in drill.bank.questions.values() if q.id not in asked and held.get(q.id) != "suspended"]
+        picked = pick_mock(rest, max(0, sheet.mock.planned - len(asked)), drill.rng)
+        if not picked:
+            store.finish_mock(mock_id)
+            self.push_screen(MockSheetScreen(store, mock_id, drill.bank.questions))
+            return
+        budget = sheet.mock.budget_seconds or self.mock_budget_seconds
+        self.mock = MockRun(mock_id, asked + picked, budget, store, index=len(asked))
+        self.notify(f"Mock interview resumed: {len(picked)} question(s) left.")
+        self.open_question(picked[0], mode=Mode.MOCK)
 
     def action_past_mocks(self) -> None:
         from tui.screens.mock import PastMocksScreen
@@ -443,8 +469,9 @@ class InfradrillApp(App):
 
     def finish_interview(self, done: messages.InterviewDone) -> None:
         """Every stage is graded: save the attempt (a push's answers under its prefix), then reveal."""
+        scheduled = done.mode != Mode.MOCK or self.app_settings.mock_answers == MockAnswers.SCHEDULE
         submitted = self._record(done.solution, done.answered, done.elapsed, done.hints_used, done.started,
-                                 done.mode, schedule=not done.revealed)
+                                 done.mode, schedule=scheduled and not done.revealed)
         if done.mode == Mode.MOCK and self.mock is not None:
             self._next_mock_question(self.mock)  # solutions wait for the score sheet
             return
@@ -517,6 +544,18 @@ class InfradrillApp(App):
 
     def on_mock_left(self, _message: messages.MockLeft) -> None:
         self.mock = None
+
+    def on_resume_mock(self, message: messages.ResumeMock) -> None:
+        self.resume_mock(message.mock_id)
+
+    def on_review_next(self, _message: messages.ReviewNext) -> None:
+        """The next answer of the mock whose score sheet the review was opened from."""
+        from tui.screens.mock import MockSheetScreen
+
+        sheet = next((s for s in reversed(self.screen_stack) if isinstance(s, MockSheetScreen)), None)
+        self.pop_screen()
+        if sheet is None or not sheet.review_next():
+            self.notify("That was the mock's last answer.")
 
     def on_review_attempt(self, message: messages.ReviewAttempt) -> None:
         self.review_attempt(message.variant, message.typed, message.seconds, message.hints_used)
