@@ -320,7 +320,7 @@ class Sheet:
         self.steps.append(step)
         if key:
             self.results[key] = value
-            if self._bit_rates and parse_unit(unit).dim == TIME and self._bit_rates & self._read_by(expr):
+            if self._bit_rates and parse_unit(unit).dim == TIME and self._bit_rates & self._read_by(step):
                 self.bit_rate_times.add(key)
         return sym
 
@@ -329,18 +329,10 @@ class Sheet:
         for key in sorted(self.bit_rate_times.intersection(answers)):
             self.slips.setdefault(key, []).extend(BIT_RATE_TIME_SLIPS)
 
-    def _read_by(self, expr: sympy.Expr) -> set[sympy.Symbol]:
-        """Every given and step `expr` reads, through the steps it reads."""
-        formulas = {sympy.Symbol(step.symbol): step.expr for step in self.steps if step.expr is not None}
-        found: set[sympy.Symbol] = set()
-        todo = list(sympy.sympify(expr).free_symbols)
-        while todo:
-            symbol = todo.pop()
-            if symbol not in found:
-                found.add(symbol)
-                if symbol in formulas:
-                    todo.extend(formulas[symbol].free_symbols)
-        return found
+    def _read_by(self, step: Step) -> set[sympy.Symbol]:
+        """Every given and step `step`'s formula reads, through the steps it reads."""
+        return {symbol for read in (step, *reads(self.steps, [step])) if read.expr is not None
+                for symbol in read.expr.free_symbols}
 
     def _evaluate_exact(self, expr: sympy.Expr) -> rational.Exact | sympy.Float:
         """`expr` on the values so far: a rational as a Python int or Fraction, else a 17-digit sympy Float."""
