@@ -138,11 +138,13 @@ def test_a_mock_left_half_way_is_resumed_where_it_stopped_then_another_is_delete
             await pilot.press("x")
             await wait_for(pilot, notice_posted(app, "Mock interview deleted."))
             rows = app.screen.query_one("#mocks").row_count
-            await pilot.press("down", "x")  # the finished one is kept
-            await wait_for(pilot, notice_posted(app, "That mock interview was finished"))
-            return mock_id, resumed, finished, rows
+            await pilot.press("x")  # on the finished one: not offered, nothing happens
+            await pilot.pause()
+            offered = [b.binding.action for b in app.screen.active_bindings.values()]
+            return mock_id, resumed, finished, rows, offered
 
-    mock_id, resumed, finished, rows = asyncio.run(scenario())
+    mock_id, resumed, finished, rows, offered = asyncio.run(scenario())
+    assert "resume" not in offered and "delete" not in offered
     assert resumed == (True, "mock", True, True)
     assert finished.mock.id == mock_id and finished.mock.finished is not None and len(finished.attempts) == 2
     store, _ = open_store(data_dir)

@@ -108,6 +108,7 @@ class CodeScreen(ModalScreen[str | None]):
     CodeScreen { align: center middle; }
     #code-box { width: 70; max-width: 100%; height: auto; border: round $accent; padding: 0 1;
                 background: $surface; }
+    #code-box Label { width: 1fr; }  /* wraps, not cut, at 80 columns */
     """
 
     """Asks for a variant code; dismisses with the text, or None."""
@@ -130,6 +131,7 @@ class AheadScreen(ModalScreen[int | None]):
     AheadScreen { align: center middle; }
     #ahead-box { width: 70; max-width: 100%; height: auto; border: round $accent; padding: 0 1;
                  background: $surface; }
+    #ahead-box Label { width: 1fr; }
     """
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="ahead.cancel", tooltip="review nothing")]
     MAX_DAYS = 30

@@ -20,7 +20,7 @@ class HomeScreen(AppScreen):
     DEFAULT_CSS = """
     #home { padding: 1 2; }
     #intro { margin-bottom: 1; }
-    #menu { height: 1fr; max-height: 12; margin-bottom: 1; }  /* shrinks and scrolls at 60x20 */
+    #menu { height: 1fr; max-height: 13; margin-bottom: 1; }  /* every entry at 80x24; shrinks and scrolls at 60x20 */
     #bank-status { color: $text-muted; }
     """
 

@@ -151,14 +151,19 @@ class PastMocksScreen(Screen):
         yield KeysFooter()
 
     def _unfinished(self) -> str | None:
-        """The mock under the cursor if it was left half way (else a notice says why not)."""
-        mock_id = selected_key(self.query_one(DataTable))
-        if mock_id is None:
-            return None
-        if self.store.mock_sheet(mock_id).mock.finished is not None:
-            self.notify("That mock interview was finished: its score sheet stays.")
+        """The mock under the cursor if it was left half way."""
+        tables = self.query(DataTable)
+        mock_id = selected_key(tables.first()) if tables else None
+        if mock_id is None or self.store.mock_sheet(mock_id).mock.finished is not None:
             return None
         return mock_id
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Resume and delete are offered on a mock left half way only (a finished one keeps its sheet)."""
+        return self._unfinished() is not None if action in ("resume", "delete") else True
+
+    def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
+        self.refresh_bindings()
 
     def action_open(self) -> None:
         if (mock_id := selected_key(self.query_one(DataTable))) is not None:
