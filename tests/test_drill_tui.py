@@ -14,7 +14,16 @@ from practice.review import Reviewer
 from practice.store import open_store
 from solvers.answers import CORRECT, WRONG, Grade
 from solvers.bank import load_bank
-from tests.pilot_helpers import notice_posted, on_screen, question_ready, reveal, running_app, through_stages, wait_for
+from tests.pilot_helpers import (
+    notice_posted,
+    on_screen,
+    open_default,
+    question_ready,
+    reveal,
+    running_app,
+    through_stages,
+    wait_for,
+)
 
 
 def _reviewed_ahead_of_time(data_dir, due_in: dict[str, timedelta]) -> None:
@@ -150,3 +159,25 @@ def test_a_mock_left_half_way_is_resumed_where_it_stopped_then_another_is_delete
     store, _ = open_store(data_dir)
     with store:
         assert [m.id for m in store.mocks()] == [mock_id] and rows == 1
+
+
+def test_a_prompt_goes_once_answered_and_a_notice_is_never_stacked(data_dir):
+    """The 'press ctrl+s again' toast sat over the next stage and the mock's score sheet (N4)."""
+    async def scenario():
+        async with running_app() as (app, pilot):
+            await open_default(app, pilot, "kv-bytes-per-token")
+            screen = app.screen
+            opening = screen.current
+            await pilot.press("ctrl+s")
+            await wait_for(pilot, notice_posted(app, "press ctrl+s again"))
+            await pilot.press("ctrl+s")
+            await wait_for(pilot, lambda: screen.current is not opening)
+            after_submit = [n.message for n in app._notifications]
+            for _ in range(4):
+                app.notify("No more hints for this stage.")
+            await pilot.pause()
+            return after_submit, [n.message for n in app._notifications]
+
+    after_submit, later = asyncio.run(scenario())
+    assert not any("press ctrl+s again" in n for n in after_submit)
+    assert later.count("No more hints for this stage.") == 1

@@ -15,7 +15,7 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
-from textual.notifications import SeverityLevel
+from textual.notifications import Notify, SeverityLevel
 
 from tui import messages
 from tui.app_settings import APP_SETTINGS, APP_TABLE, AppSettings
@@ -142,6 +142,19 @@ class InfradrillApp(App):
         """Every notice is plain text: they quote file names, problems in user files and typed
         answers, and a `[/x]` in any of them would raise a MarkupError (screens pass markup=True)."""
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
+
+    def _on_notify(self, event: Notify) -> None:
+        """One already showing is not shown again: a key pressed twice does not stack its toasts. (Textual
+        runs App's own handler after this one, unless the default is prevented.)"""
+        if any(n.message == event.notification.message and n.title == event.notification.title
+               for n in self._notifications):
+            event.prevent_default()
+
+    def withdraw(self, part: str) -> None:
+        """Take down the notices that say `part`: a prompt once it is answered (press ctrl+s again)."""
+        for notification in [n for n in self._notifications if part in n.message]:
+            self._unnotify(notification, refresh=False)
+        self._refresh_notifications()
 
     def after_first_paint(self) -> None:
         """Called by the home screen once it is on screen: only now load bank and engine."""

@@ -341,6 +341,7 @@ class QuestionScreen(AppScreen):
             self.confirm_empty = True
             self.notify(f"{len(empty)} answer(s) empty: press ctrl+s again to submit them anyway.")
             return
+        self.infradrill.withdraw("press ctrl+s again")  # answered: it would sit over the next stage or screen
         done = answer(run, self.answers())
         self.answered.append(done)
         stage = self.query_one(f"#stage-{run.index}")
