@@ -294,6 +294,11 @@ def weakest_questions(attempts: Iterable[Attempt], question_ids: Iterable[str]) 
                                                  else 2.0, qid))
 
 
+def weakest_stage(s: Summary) -> str | None:
+    """The kind of stage to drill next: the one whose answers are missed most, if any is."""
+    return next((kind for kind, loss in weakest_stages(s.by_stage) if loss.missed), None)
+
+
 def weakest_topic(s: Summary) -> str | None:
     """The topic to drill next: the weakest with an answer missed ('?' is a question no longer in the bank)."""
     return next((topic for topic, a in s.by_topic.items()

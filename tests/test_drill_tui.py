@@ -88,7 +88,7 @@ def test_nothing_due_says_when_the_next_card_comes_due(data_dir):
     assert any(f"the next comes due {due:%a %d %b %H:%M}. Press a to review ahead" in n for n in said)
 
 
-def test_the_statistics_drill_the_weakest_topic_with_the_counters_on_the_bar(data_dir):
+def _three_attempts(data_dir) -> None:
     store, _ = open_store(data_dir)
     with store:
         reviewer = Reviewer(store, load_bank().questions.values())
@@ -97,22 +97,34 @@ def test_the_statistics_drill_the_weakest_topic_with_the_counters_on_the_bar(dat
             reviewer.submit(question_id=qid, variant=f"{qid}@1", mode="drill", grades=[Grade("a", verdict, "1", "1")],
                             typed={"a": "1"}, started=now_utc() - timedelta(minutes=2), schedule=False)
 
-    async def scenario():
-        async with running_app() as (app, pilot):
-            await pilot.press("s")
-            await wait_for(pilot, on_screen(app, "StatsScreen"))
-            offer = str(app.screen.query_one("#drill-these").content)
-            await pilot.press("t")
-            await wait_for(pilot, lambda: question_ready(app))
-            return offer, app.screen.solution.question, app.screen.mode, str(
-                app.screen.query_one("#question-title").content)
 
-    offer, question, mode, title = asyncio.run(scenario())
+async def _drill_from_the_statistics(key: str):
+    async with running_app() as (app, pilot):
+        await pilot.press("s")
+        await wait_for(pilot, on_screen(app, "StatsScreen"))
+        offer = str(app.screen.query_one("#drill-these").content)
+        await pilot.press(key)
+        await wait_for(pilot, lambda: question_ready(app))
+        title = str(app.screen.query_one("#question-title").content)
+        return offer, app.screen.solution.question, app.screen.mode, title
+
+
+def test_the_statistics_drill_the_weakest_topic_with_the_counters_on_the_bar(data_dir):
+    _three_attempts(data_dir)
+    offer, question, mode, title = asyncio.run(_drill_from_the_statistics("t"))
     topic = load_bank().questions["users-per-gpu"].topic
     assert f"t drills {topic}, your weakest topic (50% of answers right)" in offer
     assert question.topic == topic and mode == "drill"
     in_topic = sum(q.topic == topic for q in load_bank().questions.values())
     assert f"Topic {topic}: {in_topic} left" in title
+
+
+def test_the_statistics_drill_the_kind_of_stage_missed_most(data_dir):
+    _three_attempts(data_dir)  # one of three opening answers missed
+    offer, question, mode, title = asyncio.run(_drill_from_the_statistics("k"))
+    assert "k the questions with a stage of kind opening (33% of its answers missed)" in offer
+    assert question.id == "users-per-gpu" and mode == "drill"  # the one answered wrong first
+    assert f"Stage opening: {len(load_bank().questions)} left" in title
 
 
 def test_a_mock_left_half_way_is_resumed_where_it_stopped_then_another_is_deleted(data_dir):

@@ -3,7 +3,7 @@ sparkline, which scales to its own range), the answers missed by interview stage
 accuracy, slips, weak spots."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -29,8 +29,10 @@ class StatsScreen(AppScreen):
     .caption { color: $text-muted; }
     """
     BINDINGS = [
-        Binding("t", "drill_topic", "Drill weakest topic", id="stats.drill-topic",
+        Binding("t", "drill_topic", "Weakest topic", id="stats.drill-topic",
                 tooltip="its questions, the least often right first, reviewed as the drill reviews"),
+        Binding("k", "drill_stage", "Weakest stage", id="stats.drill-stage",
+                tooltip="the questions that ask the kind of stage you miss most, the least often right first"),
         Binding("a", "app.review_ahead", "Review ahead", id="stats.ahead",
                 tooltip="the cards due in the next days, reviewed now"),
         Binding("escape", "app.pop_screen", "Back", id="stats.back", tooltip="back to the previous screen"),
@@ -41,22 +43,30 @@ class StatsScreen(AppScreen):
         self.reviewer = reviewer
         self.questions = questions
         self.topic: str | None = None  # the weakest topic, for "drill these" (set in compose)
+        self.stage: str | None = None  # the kind of stage missed most
 
     def compose(self) -> ComposeResult:
         from textual.markup import escape
 
         from practice.records import now_utc
-        from practice.stats import format_summary, summarize_progress, weakest_topic
+        from practice.stats import format_summary, summarize_progress, weakest_stage, weakest_topic
 
         summary = summarize_progress(self.reviewer, self.questions, now_utc())
-        self.topic = weakest_topic(summary)
+        self.topic, self.stage = weakest_topic(summary), weakest_stage(summary)
         days = [summary.today - timedelta(days=back) for back in range(SPARK_DAYS - 1, -1, -1)]
         yield Header()
         with VerticalScroll(id="stats-body"):
+            offers = []
             if self.topic is not None:
                 share = summary.by_topic[self.topic].answer_share or 0.0
-                yield Static(f"[b]Drill these:[/b] t drills {escape(self.topic)}, your weakest topic ({share:.0%} of "
-                             "answers right); a reviews ahead the cards due in the next days.", id="drill-these")
+                offers.append(f"t drills {escape(self.topic)}, your weakest topic ({share:.0%} of answers right)")
+            if self.stage is not None:
+                missed = summary.by_stage[self.stage].share or 0.0
+                offers.append(f"k the questions with a stage of kind {self.stage} ({missed:.0%} of its answers "
+                              "missed)")
+            if offers:
+                yield Static(f"[b]Drill these:[/b] {'; '.join(offers)}; a reviews ahead the cards due in the next "
+                             "days.", id="drill-these")
             yield Static(f"Reviews per day, last {SPARK_DAYS} days (peak {max(summary.per_day.values(), default=0)})",
                          classes="caption")
             yield Sparkline([summary.per_day.get(day, 0) for day in days], summary_function=max, id="per-day")
@@ -64,14 +74,27 @@ class StatsScreen(AppScreen):
         yield KeysFooter()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return self.topic is not None if action == "drill_topic" else True
+        if action == "drill_topic":
+            return self.topic is not None
+        if action == "drill_stage":
+            return self.stage is not None
+        return True
 
     def action_drill_topic(self) -> None:
+        if self.topic is not None:
+            topic = self.topic
+            self._drill(f"Topic {topic}", lambda q: q.topic == topic)
+
+    def action_drill_stage(self) -> None:
+        if self.stage is not None:
+            kind = self.stage
+            self._drill(f"Stage {kind}", lambda q: any(stage.kind == kind for stage in q.stages))
+
+    def _drill(self, name: str, chosen: Callable[[Question], bool]) -> None:
+        """Drill the questions `chosen` picks (none suspended), the least often right first."""
         from practice.stats import weakest_questions
 
-        if self.topic is None:
-            return
         held = self.reviewer.held()
-        ids = [qid for qid, q in self.questions.items() if q.topic == self.topic and held.get(qid) != "suspended"]
+        ids = [qid for qid, q in self.questions.items() if chosen(q) and held.get(qid) != "suspended"]
         self.app.pop_screen()
-        self.infradrill.drill_queue(f"Topic {self.topic}", weakest_questions(self.reviewer.store.attempts(), ids))
+        self.infradrill.drill_queue(name, weakest_questions(self.reviewer.store.attempts(), ids))
