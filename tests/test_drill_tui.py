@@ -21,6 +21,7 @@ from tests.pilot_helpers import (
     question_ready,
     reveal,
     running_app,
+    start_mock,
     through_stages,
     wait_for,
 )
@@ -131,8 +132,7 @@ def test_a_mock_left_half_way_is_resumed_where_it_stopped_then_another_is_delete
     async def scenario():
         async with running_app() as (app, pilot):
             app.mock_questions = 2
-            await pilot.press("m")
-            await wait_for(pilot, lambda: question_ready(app))
+            await start_mock(app, pilot)
             mock_id, first = app.mock.id, app.screen.solution.question.id
             await through_stages(app, pilot, ("ctrl+s", "ctrl+s"), skip_pushes=False)
             await wait_for(pilot, lambda: question_ready(app) and app.screen.solution.question.id != first)
@@ -148,8 +148,7 @@ def test_a_mock_left_half_way_is_resumed_where_it_stopped_then_another_is_delete
             await wait_for(pilot, on_screen(app, "MockSheetScreen"))
             finished = app.screen.sheet
             await pilot.press("escape")
-            await pilot.press("m")  # another, left at once
-            await wait_for(pilot, lambda: question_ready(app))
+            await start_mock(app, pilot)  # another, left at once
             await pilot.press("escape", "escape")
             await wait_for(pilot, on_screen(app, "HomeScreen"))
             await pilot.press("p")
@@ -193,3 +192,18 @@ def test_a_prompt_goes_once_answered_and_a_notice_is_never_stacked(data_dir):
     after_submit, later = asyncio.run(scenario())
     assert not any("press ctrl+s again" in n for n in after_submit)
     assert later.count("No more hints for this stage.") == 1
+
+
+def test_a_mock_cancelled_before_it_starts_leaves_nothing(data_dir):
+    async def scenario():
+        async with running_app() as (app, pilot):
+            await pilot.press("m")
+            await wait_for(pilot, on_screen(app, "MockStartScreen"))
+            await pilot.press("escape")
+            await wait_for(pilot, on_screen(app, "HomeScreen"))
+            return app.mock
+
+    assert asyncio.run(scenario()) is None
+    store, _ = open_store(data_dir)
+    with store:
+        assert store.mocks() == []

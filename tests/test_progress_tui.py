@@ -20,12 +20,12 @@ from solvers.interview import asked_keys, stage_run
 from solvers.report import typed_key
 from tests.pilot_helpers import (
     notice_posted,
-    notices,
     on_screen,
     push_showing,
     question_ready,
     reveal,
     running_app,
+    start_mock,
     through_stages,
     wait_for,
 )
@@ -96,8 +96,10 @@ async def _two_question_mock(answers: MockAnswers = MockAnswers.PRACTICE):
         app.app_settings = replace(app.app_settings, mock_answers=answers)
         app.mock_questions = 2
         await pilot.press("m")
+        await wait_for(pilot, on_screen(app, "MockStartScreen"))
+        said = [str(label.content) for label in app.screen.query("Label")]  # before it starts
+        await pilot.press("enter")
         await wait_for(pilot, lambda: question_ready(app))
-        said = notices(app)
         first = app.screen.solution.question.id
         assert app.screen.mode == "mock" and "Mock 1 of 2" in str(app.screen.query_one("#question-title").content)
         await pilot.press("ctrl+t")  # no hints in a mock
@@ -250,8 +252,7 @@ async def _leaving_a_mock():
 
     async with running_app() as (app, pilot):
         app.mock_questions = 2
-        await pilot.press("m")
-        await wait_for(pilot, lambda: question_ready(app))
+        await start_mock(app, pilot)
         await pilot.press("escape")
         await wait_for(pilot, notice_posted(app, "Press Esc again"))
         asked = isinstance(app.screen, QuestionScreen) and app.mock is not None
@@ -302,8 +303,7 @@ async def _mock_keys():
 
     async with running_app() as (app, pilot):
         app.mock_questions = 2
-        await pilot.press("m")
-        await wait_for(pilot, lambda: question_ready(app))
+        await start_mock(app, pilot)
         keys = [str(k.description) for k in app.screen.query(FooterKey)]
         screen, code = app.screen, app.screen.solution.code
         await pilot.press("ctrl+t", "ctrl+n")

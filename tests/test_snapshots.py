@@ -35,6 +35,7 @@ from tests.pilot_helpers import (
     push_showing,
     question_ready,
     reveal,
+    start_mock,
     submit_stage,
     through_stages,
     wait_for,
@@ -333,8 +334,7 @@ class TestStatistics:
 
 async def mock_started(app: InfradrillApp, pilot: Pilot) -> None:
     app.mock_questions = 2
-    await pilot.press("m")
-    await wait_for(pilot, lambda: question_ready(app))
+    await start_mock(app, pilot)
 
 
 async def mock_finished(app: InfradrillApp, pilot: Pilot, clock: Clock) -> None:
@@ -351,6 +351,13 @@ async def mock_finished(app: InfradrillApp, pilot: Pilot, clock: Clock) -> None:
 
 
 class TestMock:
+    def test_what_a_mock_does_said_before_it_starts(self, snap_compare, app):
+        async def steps(app, pilot):
+            await pilot.press("m")
+            await wait_for(pilot, on_screen(app, "MockStartScreen"))
+
+        snapshot(snap_compare, app, steps)
+
     def test_mock_running(self, snap_compare, app):
         async def steps(app, pilot):
             await mock_started(app, pilot)

@@ -367,22 +367,36 @@ class InfradrillApp(App):
         self.push_screen(AheadScreen(), chosen)
 
     def action_mock(self) -> None:
-        """A mock interview: questions across topics, a clock per question, no hints, a score sheet."""
-        from practice.review import pick_mock
+        """A mock interview: questions across topics, a clock per question, no hints, a score sheet. What it
+        does with its answers is said first (a line, enter to start)."""
+        from tui.screens.dialogs import MockStartScreen
 
         if (drill := self._bank_ready(then=self.action_mock)) is None or drill.reviewer is None:
+            return
+        counts = ("rated and scheduled as reviews: they spend the day's new questions"
+                  if self.app_settings.mock_answers == MockAnswers.SCHEDULE
+                  else "saved as practice: your schedule and the day's new questions are untouched")
+        said = (f"Mock interview: {self.mock_questions} questions across topics, {self.mock_budget_seconds // 60} "
+                f"minutes each, no hints, every follow-up asked; the solutions wait for the score sheet. Its answers "
+                f"are {counts} (Settings, Mock answers).")
+
+        def chosen(start: bool | None) -> None:
+            if start:
+                self._start_mock()
+
+        self.push_screen(MockStartScreen(said), chosen)
+
+    def _start_mock(self) -> None:
+        from practice.review import pick_mock
+
+        drill = self.loaded_drill
+        if drill.reviewer is None:
             return
         held = drill.reviewer.held()  # a suspended question stays out of mocks too
         questions = pick_mock([q for q in drill.bank.questions.values() if held.get(q.id) != "suspended"],
                               self.mock_questions, drill.rng)
         mock_id = drill.reviewer.store.start_mock(len(questions), self.mock_budget_seconds)
         self.mock = MockRun(mock_id, questions, self.mock_budget_seconds, drill.reviewer.store)
-        counts = ("rated and scheduled as reviews: they spend the day's new questions"
-                  if self.app_settings.mock_answers == MockAnswers.SCHEDULE
-                  else "saved as practice: your schedule and the day's new questions are untouched")
-        self.notify(f"Mock interview: {len(questions)} questions, {self.mock_budget_seconds // 60} minutes each, "
-                    f"no hints; the solutions wait for the score sheet. Its answers are {counts} "
-                    "(Settings, Mock answers).", timeout=10)
         self.open_question(questions[0], mode=Mode.MOCK)
 
     def resume_mock(self, mock_id: str) -> None:

@@ -1,4 +1,5 @@
-"""Small modal screens: enter a variant code, the days to review ahead, the help page, the conventions card."""
+"""Small modal screens: enter a variant code, the days to review ahead, what a mock does before it starts,
+the help page, the conventions card."""
 from __future__ import annotations
 
 from rich.console import Group, RenderableType
@@ -148,3 +149,27 @@ class AheadScreen(ModalScreen[int | None]):
             self.notify(f"A number of days from 1 to {self.MAX_DAYS}.", severity="warning")
             return
         self.dismiss(days)
+
+
+class MockStartScreen(ModalScreen[bool]):
+    """What a mock interview is and does with its answers, before it starts; dismisses with whether to start."""
+
+    DEFAULT_CSS = """
+    MockStartScreen { align: center middle; }
+    #mock-box { width: 70; max-width: 100%; height: auto; border: round $accent; padding: 0 1;
+                background: $surface; }
+    #mock-box Label { width: 1fr; }
+    """
+    BINDINGS = [
+        Binding("enter", "dismiss(True)", "Start", id="mock-start.start", tooltip="start the mock interview"),
+        Binding("escape", "dismiss(False)", "Cancel", id="mock-start.cancel", tooltip="start nothing"),
+    ]
+
+    def __init__(self, said: str) -> None:
+        super().__init__()
+        self.said = said
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="mock-box"):
+            yield Label(self.said, markup=False)
+            yield Label("enter to start, esc to cancel", classes="keys")
