@@ -2,11 +2,12 @@
 
 Pure functions of attempts and cards (and of the retrievability the reviewer computes):
 reviews per day for a calendar heatmap, retention per week (share of attempts with every
-answer correct), accuracy by group and topic, the answers missed by interview stage kind (the
-opening's numbers, the deeper asks, the recall, the push), the most frequent slips and whether
-they were put right since, the weakest questions in review, the cards by state, and a forecast
-of the reviews due per day, as Anki shows them. Days and weeks are local (a `tz` argument); no
-Textual here.
+answer correct), accuracy by group and topic (weakest first), the answers missed by interview
+stage kind (the opening's numbers, the deeper asks, the recall, the push), the most frequent
+slips counted by habit and whether they were put right since, the weakest questions in review,
+the cards by state, and a forecast of the reviews due per day that counts each card when the
+drill will ask it, as Anki shows them; and what to drill next (the weakest topic and kind of
+stage). Days and weeks are local (a `tz` argument); no Textual here.
 """
 from __future__ import annotations
 

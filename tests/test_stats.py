@@ -265,3 +265,19 @@ def test_the_stage_table_in_the_text_and_the_json():
     assert all(len(line) <= 76 for line in [lines[at], *table])  # inside the 80-column screen's padding
     assert summary_dict(summary)["by_stage"] == {"opening": {"asked": 1, "missed": 0}, "ask": {"asked": 1, "missed": 1},
                                                  "recall": {"asked": 0, "missed": 0}, "push": {"asked": 2, "missed": 1}}
+
+
+def test_the_forecast_for_today_agrees_with_the_reviewers_due_today(tmp_path):
+    """N7: `stats` said 'Due now 0, today 6' over a forecast of 8 for today (a buried and a suspended card)."""
+    store, _ = ProgressStore.open(tmp_path / FILE_NAME)
+    with store:
+        reviewer = Reviewer(store, tz=UTC)  # every card counts
+        now = T0 + timedelta(hours=3)
+        for qid in QUESTIONS:
+            reviewer.review(qid, 1, now - timedelta(hours=1))  # Again: due a minute later, overdue now
+        reviewer.suspend("kv")
+        reviewer.bury("roof", now)
+        summary = summarize([], QUESTIONS, {}, now, UTC, reviewer.summary(now), cards=store.cards(),
+                            holds=store.holds())
+    assert summary.due_today == summary.due_now == 1  # batch alone
+    assert summary.forecast[0] == (date(2025, 3, 3), 1) and summary.forecast[1] == (date(2025, 3, 4), 1)  # roof
