@@ -29,12 +29,12 @@ class StatsScreen(AppScreen):
     .caption { color: $text-muted; }
     """
     BINDINGS = [
-        Binding("t", "drill_topic", "Weakest topic", id="stats.drill-topic",
-                tooltip="its questions, the least often right first, reviewed as the drill reviews"),
-        Binding("k", "drill_stage", "Weakest stage", id="stats.drill-stage",
-                tooltip="the questions that ask the kind of stage you miss most, the least often right first"),
-        Binding("a", "app.review_ahead", "Review ahead", id="stats.ahead",
-                tooltip="the cards due in the next days, reviewed now"),
+        Binding("t", "drill_topic", "Topic", id="stats.drill-topic",
+                tooltip="drill the weakest topic: its questions, the least often right first"),
+        Binding("k", "drill_stage", "Stage", id="stats.drill-stage",
+                tooltip="drill the questions that ask the kind of stage you miss most"),
+        Binding("a", "app.review_ahead", "Ahead", id="stats.ahead",
+                tooltip="review ahead: the cards due in the next days, reviewed now"),
         Binding("escape", "app.pop_screen", "Back", id="stats.back", tooltip="back to the previous screen"),
     ]
 
