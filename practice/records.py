@@ -174,6 +174,13 @@ class Review:
     duration_ms: int | None = None
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
 
+    @property
+    def ahead(self) -> bool:
+        """Made before the card was due (a review ahead, as Anki's log marks an early review): FSRS
+        schedules it from the days actually elapsed, so its interval grows less than on time."""
+        return self.card_before is not None and self.card_before.last_review is not None \
+            and self.reviewed < self.card_before.due
+
 
 @dataclass(frozen=True)
 class Mock:
@@ -208,3 +215,13 @@ class MockSheet:
     @property
     def seconds(self) -> float:
         return sum(a.seconds for a in self.attempts)
+
+    def answers_by_stage_kind(self) -> dict[str, tuple[int, int]]:
+        """(answers right, asked) per kind of stage that asked them, in the interview's order."""
+        tally = {kind: [0, 0] for kind in STAGE_KINDS}
+        for attempt in self.attempts:
+            for answer in attempt.answers:
+                counts = tally.setdefault(answer.stage_kind, [0, 0])
+                counts[0] += answer.verdict == Verdict.CORRECT
+                counts[1] += 1
+        return {kind: (right, asked) for kind, (right, asked) in tally.items() if asked}

@@ -24,6 +24,7 @@ from practice.config import Setting, SettingsError, read_table, write_table
 from practice.records import (
     AnswerRecord,
     Attempt,
+    Hold,
     Review,
     card_id_for,
     checked_stage,
@@ -235,6 +236,25 @@ def pick_mock(questions: Iterable[QuestionLike], count: int = 5, rng: random.Ran
     return picked
 
 
+def effective_due(cards: Mapping[str, Card], holds: Iterable[Hold], now: datetime) -> dict[str, datetime]:
+    """When each card is next asked: its due time, a buried card's no earlier than its bury ends; a
+    suspended card is never asked, so it is left out (the drill skips both: the counts must agree)."""
+    due = {qid: card.due for qid, card in cards.items()}
+    for hold in holds:
+        if hold.question_id not in due:
+            continue
+        if hold.kind == "suspended":
+            del due[hold.question_id]
+        elif hold.until is not None and hold.until > now:
+            due[hold.question_id] = max(due[hold.question_id], hold.until)
+    return due
+
+
+def next_due(due: Mapping[str, datetime], now: datetime) -> datetime | None:
+    """When the next card not due yet comes due (what Anki says once nothing is left)."""
+    return min((when for when in due.values() if when > now), default=None)
+
+
 # The reviewer -------------------------------------------------------------------------------------
 class Reviewer:
     """FSRS over the store. `questions` (the bank) fixes the introduction order and which
@@ -357,6 +377,24 @@ class Reviewer:
         held = self.held(now)
         return [qid for qid, _ in self.store.due_cards(end - timedelta(microseconds=1))
                 if self._known(qid) and qid not in held]
+
+    def due_ahead(self, days: int, now: datetime | None = None) -> list[str]:
+        """What a review ahead asks (Anki's "study ahead"): the question ids due by the end of the local
+        day `days` days from today, those due already first, soonest first (none held). Each is reviewed
+        at the time it is answered, so FSRS sees the days actually elapsed and grows its interval less."""
+        now = utc(now or now_utc())
+        _, end = day_bounds(now, self.tz)
+        asked = effective_due({qid: card for qid, card in self.store.due_cards(end + timedelta(days=days))},
+                              self.store.holds(), now)
+        last = end + timedelta(days=days) - timedelta(microseconds=1)
+        return [qid for qid, when in sorted(asked.items(), key=lambda item: (item[1], item[0]))
+                if when <= last and self._known(qid)]
+
+    def next_due(self, now: datetime | None = None) -> datetime | None:
+        """When the next card not due yet comes due (held cards as the drill will ask them)."""
+        now = utc(now or now_utc())
+        cards = {qid: card for qid, card in self.store.cards().items() if self._known(qid)}
+        return next_due(effective_due(cards, self.store.holds(), now), now)
 
     def suspend(self, question_id: str) -> None:
         """Out of the drill until released (its card and history are kept)."""

@@ -326,6 +326,13 @@ class ProgressStore:
                             (to_text(finished or now_utc()), mock_id)).rowcount != 1:
                 raise KeyError(f"no mock interview {mock_id}")
 
+    def delete_mock(self, mock_id: str) -> None:
+        """Forget a mock interview; its attempts stay (as history), no longer under it."""
+        with self.transaction() as conn:
+            conn.execute("UPDATE attempts SET mock_id = NULL WHERE mock_id = ?", (mock_id,))
+            if conn.execute("DELETE FROM mocks WHERE id = ?", (mock_id,)).rowcount != 1:
+                raise KeyError(f"no mock interview {mock_id}")
+
     def mocks(self) -> list[Mock]:
         """Every mock interview, newest first."""
         rows = self._read("SELECT id, started, planned, budget_seconds, finished FROM mocks ORDER BY started DESC")

@@ -21,7 +21,7 @@ import sympy
 from solvers import printing, rational
 from solvers.answers.base import Slip
 from solvers.sheetmath import _QUICK, Reject
-from solvers.units import format_number, format_quantity
+from solvers.units import TIME, format_number, format_quantity, is_bit_rate, parse_unit
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,12 @@ def reads(steps: list[Step], start: Iterable[Step]) -> list[Step]:
                 found.add(read.symbol)
                 todo.append(read)
     return [step for step in steps if step.symbol in found]
+
+
+# A time read off a rate in bits per second: the rate read as bytes makes it 8 times too short, a byte
+# rate taken for bits 8 times too long (on top of the slips a question declares on the answer).
+BIT_RATE_TIME_SLIPS = (Slip("/8: a bit rate read as bytes (Gb/s taken as GB/s)", 1 / 8),
+                       Slip("x8: bits and bytes mixed up on the rate (GB/s taken as Gb/s)", 8.0))
 
 
 @dataclass(frozen=True)
@@ -195,6 +201,8 @@ class Sheet:
     _values: dict[sympy.Symbol, sympy.Basic] = field(default_factory=dict)
     _shown: dict[sympy.Symbol, str] = field(default_factory=dict)
     _units: dict[sympy.Symbol, str] = field(default_factory=dict)  # the unit each was declared in
+    _bit_rates: set[sympy.Symbol] = field(default_factory=set)  # those given or derived in bits per second
+    bit_rate_times: set[str] = field(default_factory=set)  # keyed steps that are times read off a bit rate
 
     def given(self, symbol: str, value: float, unit: str = "", label: str = "") -> Value:
         """A number the variant supplies (parameter, datasheet figure, assumption).
@@ -235,7 +243,19 @@ class Sheet:
         self.steps.append(step)
         if key:
             self.results[key] = value
+            if self._bit_rates and parse_unit(unit).dim == TIME and self._bit_rates & self._read_by(step):
+                self.bit_rate_times.add(key)
         return sym
+
+    def slip_bit_rate_times(self, answers: Iterable[str]) -> None:
+        """Those of `answers` that are times read off a bit rate invite its slips (BIT_RATE_TIME_SLIPS)."""
+        for key in sorted(self.bit_rate_times.intersection(answers)):
+            self.slips.setdefault(key, []).extend(BIT_RATE_TIME_SLIPS)
+
+    def _read_by(self, step: Step) -> set[sympy.Symbol]:
+        """Every given and step `step`'s formula reads, through the steps it reads."""
+        return {symbol for read in (step, *reads(self.steps, [step])) if read.expr is not None
+                for symbol in read.expr.free_symbols}
 
     def _evaluate_exact(self, expr: sympy.Expr) -> rational.Exact | sympy.Float:
         """`expr` on the values so far: a rational as a Python int or Fraction, else a 17-digit sympy Float."""
@@ -388,6 +408,8 @@ class Sheet:
     def _remember(self, sym: sympy.Symbol, exact: rational.Exact | sympy.Float, unit: str) -> None:
         number = self._numbers[sym] = float(exact)
         self._units[sym] = unit
+        if is_bit_rate(unit):
+            self._bit_rates.add(sym)
         if isinstance(exact, (int, Fraction)):
             self._rationals[sym] = exact
         else:

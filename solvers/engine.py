@@ -215,6 +215,7 @@ def run_solver(question: Question, values: dict[str, Any], sheet_type: type[Shee
     undeclared = sorted(sheet.prerequisites - set(question.requires))
     if undeclared:
         raise RuntimeError(f"{question.id}: takes results of {', '.join(undeclared)} without declaring requires:")
+    sheet.slip_bit_rate_times(keys)
     stray = sorted((set(sheet.slips) | set(sheet.reasons) | set(sheet.choice_whys)) - keys)
     if stray:
         raise RuntimeError(f"{question.id}: slips or judgements declared on {', '.join(stray)}, not an answer")

@@ -19,6 +19,8 @@ _FLOP: Dim = (0, 1, 0, 0, 0)
 _SECOND: Dim = (0, 0, 1, 0, 0)
 _WATT: Dim = (0, 0, 0, 1, 0)
 _DOLLAR: Dim = (0, 0, 0, 0, 1)
+TIME: Dim = _SECOND
+BYTE_RATE: Dim = (1, 0, -1, 0, 0)
 
 _ATOMS: dict[str, tuple[float, Dim]] = {}
 
@@ -210,3 +212,14 @@ def format_quantity(value_base: float, unit: str, sig: int = 4) -> str:
     if number == "1" and head in _SINGULAR:  # "1 drive", and per time "1 request/s"
         unit = _SINGULAR[head] + slash + rate
     return f"{number} {unit}".rstrip()
+
+
+def is_bit_rate(text: str) -> bool:
+    """A rate in bits per second (Gb/s, Gbps, Tbit/s): a line rate, the figure read as bytes in a classic slip."""
+    if "b" not in text:
+        return False
+    try:
+        unit = parse_unit(text)
+    except UnitError:
+        return False
+    return unit.dim == BYTE_RATE and text.strip().split("/")[0].strip().endswith(("b", "bit", "bits", "bps"))

@@ -120,6 +120,14 @@ async def running_app(app: InfradrillApp | None = None, **kwargs: Any) -> AsyncI
         yield app, pilot
 
 
+async def start_mock(app: InfradrillApp, pilot: Pilot) -> None:
+    """`m`, then enter on the line that says what the mock does; wait for its first question."""
+    await pilot.press("m")
+    await wait_for(pilot, on_screen(app, "MockStartScreen"))
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: question_ready(app))
+
+
 async def open_default(app: InfradrillApp, pilot: Pilot, question_id: str) -> None:
     app.open_question(question_id, default=True)
     await wait_for(pilot, lambda: question_ready(app))

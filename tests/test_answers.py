@@ -21,8 +21,10 @@ from solvers.answers import (
     SpecError,
     make_answer,
 )
+from solvers.answers.choice import choice_candidates, match_choice
 from solvers.answers.slips import generic_slips
-from solvers.units import format_quantity, parse_unit
+from solvers.derivation import Sheet
+from solvers.units import format_quantity, is_bit_rate, parse_unit
 
 KIB = Number("kv", "KV per token", "KiB", 0.01)
 
@@ -125,6 +127,37 @@ def test_choices_by_prefix():
     assert spec.grade("Compute-Bound", "memory-bound").verdict == WRONG
     assert spec.grade("bandwidth", "memory-bound").verdict == UNPARSED
     assert spec.note("comp") == (True, "→ compute-bound")
+
+
+def test_a_choice_by_a_word_or_a_part_of_it_and_an_ambiguous_one_refused_with_the_candidates():
+    """Every option of 'Split or replicated KV heads?' starts with kv-: `rep` and `replicated` were refused."""
+    spec = Choice("layout", "Split or replicated KV heads?", "", ("kv-split", "kv-replicated"))
+    for typed in ("rep", "replicated", "Replicated", "kv-rep", "licat"):
+        assert spec.grade(typed, "kv-replicated").verdict == CORRECT, typed
+    refused = spec.grade("kv", "kv-replicated")
+    assert refused.verdict == UNPARSED and refused.message == "'kv' could be kv-split or kv-replicated: type more of it"
+    assert spec.grade("s", "kv-split").verdict == CORRECT  # the start of a word (split) beats a part of one
+
+
+option = st.text(alphabet="abcdefgh-", min_size=1, max_size=10).filter(lambda t: t.strip("-"))
+
+
+@given(st.lists(option, min_size=2, max_size=5, unique_by=str.lower), st.data())
+def test_a_choice_reads_as_the_one_option_it_names_or_is_refused_naming_each(options, data):
+    typed = data.draw(st.one_of(st.sampled_from(options), st.text(alphabet="abcdefgh-", min_size=1, max_size=4)))
+    spec = Choice("c", "pick", "", tuple(options))
+    found = choice_candidates(typed, options)
+    assert all(typed.strip().lower() in c.lower() for c in found)  # never an option it is not part of
+    if typed in options:
+        assert found == (typed,)  # an option typed in full is that option, whatever else contains it
+    grade = spec.grade(typed, options[0])
+    if len(found) == 1:
+        assert grade.verdict in (CORRECT, WRONG) and grade.given == found[0]
+    else:
+        assert grade.verdict == UNPARSED and all(c in grade.message for c in found)
+        # unambiguous: more of the same option read as that option
+        for candidate in found:
+            assert match_choice(candidate, options) == candidate
 
 
 ORDER = Order("checks", "Order the checks", "", ("step counter", "learning rate", "data", "loss scale"))
@@ -281,3 +314,34 @@ def test_declared_slips_reach_only_the_answers_they_are_declared_on(bank, catalo
                     assert solution.grade_one(other.key, typed).slip != slip.label, (qid, other.key, slip.label)
     # Nearly every declared slip is recognised on its own answer (a few tie with a likelier one).
     assert declared > 100 and reached >= 0.9 * declared
+
+
+# A time read off a bit rate -------------------------------------------------------------------------
+@pytest.mark.parametrize("unit, bits", [("Gb/s", True), ("Gbps", True), ("Tbit/s", True), ("GB/s", False),
+                                        ("GBps", False), ("tokens/s", False), ("Gb", False), ("s", False)])
+def test_a_bit_rate_is_a_byte_rate_written_in_bits(unit, bits):
+    assert is_bit_rate(unit) == bits
+
+
+def test_a_time_read_off_a_bit_rate_invites_the_bits_and_bytes_slips_and_no_other_time_does():
+    sheet = Sheet()
+    rate = sheet.given("R", 400e9 / 8, "Gb/s", "line rate")
+    size = sheet.given("S", 1e6, "MB", "message")
+    window = sheet.step("window", "Time on the wire", "T", size / rate, "us")
+    sheet.step("both", "Twice over", "T2", 2 * window, "us")  # reads the bit rate through the window
+    sheet.step("compute", "Compute time", "C", size / sheet.given("F", 1e12, "GB/s", "HBM"), "us")
+    sheet.step("bytes", "Bytes", "B", rate * window, "MB")  # not a time
+    sheet.slip_bit_rate_times(["window", "both", "compute", "bytes"])
+    assert set(sheet.slips) == {"window", "both"}
+    spec = Number("window", "Time on the wire", "us", 0.02)
+    key = sheet.results["window"]
+    for typed, words in ((key / 8, "a bit rate read as bytes"), (key * 8, "bits and bytes mixed up on the rate")):
+        grade = spec.grade(f"{typed * 1e6} us", key, (), sheet.slips["window"])
+        assert grade.verdict == WRONG and words in grade.slip
+
+
+def test_the_incast_ecn_time_of_the_review_names_the_slip(variant):
+    """incast-buffer@76435: 0.148 us for an ECN time of 1.182 us (Gb/s read as GB/s) was a bare 'wrong'."""
+    solution = variant("incast-buffer@76435")
+    grade = next(g for g in solution.grade({"t_ecn": "0.148 us"}) if g.key == "t_ecn")
+    assert grade.verdict == WRONG and grade.slip == "/8: a bit rate read as bytes (Gb/s taken as GB/s)"

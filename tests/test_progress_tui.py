@@ -7,6 +7,9 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
+
+from rich.text import Text
 
 from practice.records import now_utc
 from practice.store import open_store
@@ -22,9 +25,11 @@ from tests.pilot_helpers import (
     question_ready,
     reveal,
     running_app,
+    start_mock,
     through_stages,
     wait_for,
 )
+from tui.modes import MockAnswers
 from tui.screens.question import QuestionScreen
 from tui.screens.solution import SolutionScreen
 
@@ -86,43 +91,69 @@ def test_sigkill_right_after_submitting_loses_nothing(data_dir):
     assert store.card("kv-bytes-per-token") is not None
 
 
-async def _two_question_mock():
+async def _two_question_mock(answers: MockAnswers = MockAnswers.PRACTICE):
     async with running_app() as (app, pilot):
+        app.app_settings = replace(app.app_settings, mock_answers=answers)
         app.mock_questions = 2
         await pilot.press("m")
+        await wait_for(pilot, on_screen(app, "MockStartScreen"))
+        said = [str(label.content) for label in app.screen.query("Label")]  # before it starts
+        await pilot.press("enter")
         await wait_for(pilot, lambda: question_ready(app))
         first = app.screen.solution.question.id
         assert app.screen.mode == "mock" and "Mock 1 of 2" in str(app.screen.query_one("#question-title").content)
         await pilot.press("ctrl+t")  # no hints in a mock
         assert app.screen.hints_shown == 0
+        app.screen.started -= 5 * 60 + 24  # 24 seconds past the 5-minute budget
+        app.screen._tick()
+        clock = str(app.screen.query_one("#timer").content)
         await through_stages(app, pilot, ("ctrl+s", "ctrl+s"), skip_pushes=False)  # every stage, given up
         await wait_for(pilot, lambda: question_ready(app) and app.screen.solution.question.id != first)
         second = app.screen.solution.question.id
         await through_stages(app, pilot, ("ctrl+s", "ctrl+s"), skip_pushes=False)
         await wait_for(pilot, on_screen(app, "MockSheetScreen"))
+        sheet_screen = app.screen
         rows = app.screen.query_one("#sheet").row_count
         sheet = app.screen.sheet
         table = app.screen.query_one("#sheet")
+        headline = Text.from_markup(str(app.screen.query_one("#sheet-title").content)).plain
         assert sum(column.get_render_width(table) for column in table.columns.values()) <= 80  # fits 80x24
-        app.screen.query_one("#sheet").focus()
+        table.focus()
+        await pilot.press("3")  # Good for the first question, where the mock was scheduled
+        ratings = [str(table.get_row_at(i)[3]) for i in range(table.row_count)]
         await pilot.press("enter")  # review the first answer against its solution
         await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
         reviewed = (app.screen.mode, {g.key: g.verdict for g in app.screen.grades},
                     str(app.screen.query_one("#rating").content))
-        return first, second, rows, sheet, reviewed
+        first_review = app.screen
+        await pilot.press("n")  # the mock's next answer, not a fresh practice variant
+        await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen) and app.screen is not first_review)
+        following = (app.screen.mode, str(app.screen.solution.code))
+        await pilot.press("n")  # after the last: back to the sheet
+        await wait_for(pilot, lambda: app.screen is sheet_screen)
+        await wait_for(pilot, notice_posted(app, "the mock's last answer"))
+        return first, second, rows, sheet, reviewed, (said, clock, headline, ratings, following)
 
 
 def test_a_two_question_mock_ends_on_a_saved_score_sheet(data_dir):
-    first, second, rows, sheet, reviewed = asyncio.run(_two_question_mock())
+    first, second, rows, sheet, reviewed, (said, clock, headline, ratings, following) = \
+        asyncio.run(_two_question_mock())
     assert rows == 2 and [a.question_id for a in sheet.attempts] == [first, second]
+    assert any("saved as practice: your schedule and the day's new questions are untouched" in n for n in said)
+    assert clock == "0:24 over"
     store, _ = open_store(data_dir)
     (mock,) = store.mocks()
     assert mock.finished is not None and mock.planned == 2
     assert all(a.mode == "mock" and a.mock_id == mock.id for a in store.attempts())
-    assert store.card(first) is not None and store.card(second) is not None  # mocks feed the cards too
+    assert store.cards() == {} and store.reviews() == []  # no card scheduled, no new question spent
+    assert ratings == ["—", "—"]
+    right = sum(a.answers_correct for a in sheet.attempts)
+    asked = sum(len(a.answers) for a in sheet.attempts)
+    assert f"{right}/{asked} answers right (opening " in headline and "0/2 questions all right" in headline
     mode, verdicts, rating = reviewed  # the score sheet shows the saved answers, records nothing new
     saved = {a.key: a.verdict for a in sheet.attempts[0].answers if not a.key.startswith("followup.")}
     assert mode == "review" and verdicts == saved and "records nothing" in rating
+    assert following == ("review", sheet.attempts[1].variant)
     assert len(store.attempts()) == 2
     bank, catalog = load_bank(), load_catalog()
     for attempt in store.attempts():  # a mock asks every stage and every push, and its score counts them
@@ -221,8 +252,7 @@ async def _leaving_a_mock():
 
     async with running_app() as (app, pilot):
         app.mock_questions = 2
-        await pilot.press("m")
-        await wait_for(pilot, lambda: question_ready(app))
+        await start_mock(app, pilot)
         await pilot.press("escape")
         await wait_for(pilot, notice_posted(app, "Press Esc again"))
         asked = isinstance(app.screen, QuestionScreen) and app.mock is not None
@@ -230,6 +260,16 @@ async def _leaving_a_mock():
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen))
         return asked, notices, app.mock
+
+
+def test_a_mock_set_to_schedule_rates_its_questions_and_the_sheet_changes_a_rating(data_dir):
+    first, second, _, sheet, _, (said, _, _, ratings, _) = asyncio.run(_two_question_mock(MockAnswers.SCHEDULE))
+    assert any("rated and scheduled as reviews: they spend the day's new questions" in n for n in said)
+    store, _ = open_store(data_dir)
+    assert store.card(first) is not None and store.card(second) is not None
+    assert ratings[0] == "Good" and store.attempt(sheet.attempts[0].uid).rating == 3
+    assert store.review_of(sheet.attempts[0].uid).rating == 3  # the card rescheduled with it
+    assert ratings[1] == "Again"  # given up: the suggestion stands
 
 
 def test_leaving_a_mock_asks_first(data_dir):
@@ -263,8 +303,7 @@ async def _mock_keys():
 
     async with running_app() as (app, pilot):
         app.mock_questions = 2
-        await pilot.press("m")
-        await wait_for(pilot, lambda: question_ready(app))
+        await start_mock(app, pilot)
         keys = [str(k.description) for k in app.screen.query(FooterKey)]
         screen, code = app.screen, app.screen.solution.code
         await pilot.press("ctrl+t", "ctrl+n")

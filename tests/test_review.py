@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -348,3 +348,36 @@ def test_a_suspended_question_leaves_the_drill_until_released_and_a_buried_one_u
     assert reviewer.due_now(datetime(2025, 3, 4, 1, tzinfo=UTC)) == ["f-two"]  # the bury ran out; suspend did not
     reviewer.release("f-one")
     assert reviewer.due_now(later) == ["f-one"] and store.card("f-one") is not None  # its schedule kept
+
+
+# Review ahead ---------------------------------------------------------------------------------------
+def test_review_ahead_asks_the_cards_due_in_the_next_days_soonest_first_none_held(store):
+    reviewer = Reviewer(store, [Q("f-one", "F"), Q("f-two", "F"), Q("f-three", "F"), Q("f-four", "F")], tz=UTC)
+    reviewer.review("f-one", E, T0 - timedelta(days=8))  # due T0: due already
+    for qid, days in (("f-two", 2), ("f-three", 5), ("f-four", 1)):
+        reviewer.review(qid, G, T0)
+        store.save_card(qid, replace(store.card(qid), due=T0 + timedelta(days=days)))
+    at = T0 + timedelta(minutes=5)
+    assert reviewer.due_ahead(1, at) == ["f-one", "f-four"]  # by the end of tomorrow
+    assert reviewer.due_ahead(2, at) == ["f-one", "f-four", "f-two"]
+    reviewer.suspend("f-four")
+    reviewer.bury("f-one", at)  # back at midnight: still inside two days
+    assert reviewer.due_ahead(2, at) == ["f-one", "f-two"]
+    assert reviewer.next_due(at) == datetime(2025, 3, 4, tzinfo=UTC)  # the bury's end, before f-two's due
+
+
+def test_a_review_ahead_is_logged_as_early_and_grows_the_interval_less_than_on_time(store, tmp_path):
+    """FSRS reads the days actually elapsed: reviewed two days early, the card's stability grows less than
+    reviewed on its due date, and the log entry says it was early (Anki's log marks an early review)."""
+    reviewer = Reviewer(store, [Q("f-one", "F")], tz=UTC)
+    for _ in range(3):
+        reviewer.review("f-one", G, store.card("f-one").due if store.card("f-one") else T0)
+    card = store.card("f-one")
+    assert card.state == State.Review and not any(r.ahead for r in store.reviews())
+    other, _ = ProgressStore.open(tmp_path / "other" / FILE_NAME)
+    with other:
+        other.save_card("f-one", card)
+        on_time = Reviewer(other, [Q("f-one", "F")], tz=UTC).review("f-one", G, card.due)
+    early = reviewer.review("f-one", G, card.due - timedelta(days=2))
+    assert store.reviews()[-1].ahead and early.stability < on_time.stability
+    assert early.due - (card.due - timedelta(days=2)) < on_time.due - card.due

@@ -62,7 +62,7 @@ def test_every_setting_changed_on_the_screen_is_in_force_after_a_restart(config)
     async def change():
         async with running_app() as (app, pilot):
             screen = await open_settings(app, pilot)
-            fits = all(f.region.right <= SIZE[0] for f in screen.query(SettingField))  # six: the list scrolls
+            fits = all(f.region.right <= SIZE[0] for f in screen.query(SettingField))  # seven: the list scrolls
             await pilot.press(*"3", "tab", *"0.8", "tab", *"12", "tab")  # each box's text is selected on focus
             await choose(app, pilot, "theme", "nord")
             theme_at_once = app.theme
@@ -85,10 +85,10 @@ def test_every_setting_changed_on_the_screen_is_in_force_after_a_restart(config)
     theme, review, app_settings, shown = asyncio.run(restart())  # a new app on the same directories
     assert theme == "nord" and review == wanted and app_settings.followups == FollowUps.SKIP
     assert shown == {"new_per_day": "3", "desired_retention": "0.8", "quick_seconds_per_answer": "12",
-                     "theme": "nord", "followups": "skip", "between_stages": "key"}
+                     "theme": "nord", "followups": "skip", "between_stages": "key", "mock_answers": "practice"}
     assert tomllib.loads((config / SETTINGS_FILE).read_text()) == {
         "review": {"new_per_day": 3, "desired_retention": 0.8, "quick_seconds_per_answer": 12.0},
-        "app": {"theme": "nord", "followups": "skip", "between_stages": "key"}}
+        "app": {"theme": "nord", "followups": "skip", "between_stages": "key", "mock_answers": "practice"}}
 
 
 def test_a_typed_value_that_does_not_read_is_shown_inline_and_never_saved(config):

@@ -35,6 +35,7 @@ from tests.pilot_helpers import (
     push_showing,
     question_ready,
     reveal,
+    start_mock,
     submit_stage,
     through_stages,
     wait_for,
@@ -157,6 +158,13 @@ class TestHomeAndBank:
     def test_home(self, snap_compare, app):
         async def steps(app, pilot):
             await wait_for(pilot, lambda: "Due now" in str(app.screen.query_one("#bank-status").content))
+
+        snapshot(snap_compare, app, steps)
+
+    def test_drill_with_its_counters(self, snap_compare, app):
+        async def steps(app, pilot):
+            await pilot.press("d")
+            await wait_for(pilot, lambda: question_ready(app))
 
         snapshot(snap_compare, app, steps)
 
@@ -305,11 +313,28 @@ class TestStatistics:
 
         snapshot(snap_compare, app, steps)
 
+    def test_review_ahead_dialog(self, snap_compare, app, reviewed):
+        async def steps(app, pilot):
+            await pilot.press("s")
+            await wait_for(pilot, on_screen(app, "StatsScreen"))
+            await pilot.press("a")
+            await wait_for(pilot, on_screen(app, "AheadScreen"))
+
+        snapshot(snap_compare, app, steps)
+
+    def test_reviewing_ahead(self, snap_compare, app, reviewed):
+        async def steps(app, pilot):
+            await pilot.press("a")
+            await wait_for(pilot, on_screen(app, "AheadScreen"))
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: question_ready(app))
+
+        snapshot(snap_compare, app, steps)
+
 
 async def mock_started(app: InfradrillApp, pilot: Pilot) -> None:
     app.mock_questions = 2
-    await pilot.press("m")
-    await wait_for(pilot, lambda: question_ready(app))
+    await start_mock(app, pilot)
 
 
 async def mock_finished(app: InfradrillApp, pilot: Pilot, clock: Clock) -> None:
@@ -326,9 +351,33 @@ async def mock_finished(app: InfradrillApp, pilot: Pilot, clock: Clock) -> None:
 
 
 class TestMock:
+    def test_what_a_mock_does_said_before_it_starts(self, snap_compare, app):
+        async def steps(app, pilot):
+            await pilot.press("m")
+            await wait_for(pilot, on_screen(app, "MockStartScreen"))
+
+        snapshot(snap_compare, app, steps)
+
     def test_mock_running(self, snap_compare, app):
         async def steps(app, pilot):
             await mock_started(app, pilot)
+
+        snapshot(snap_compare, app, steps)
+
+    def test_mock_over_its_budget(self, snap_compare, app, clock):
+        async def steps(app, pilot):
+            await mock_started(app, pilot)
+            clock.advance(5 * 60 + 24)
+
+        snapshot(snap_compare, app, steps)
+
+    def test_a_mock_left_half_way_in_past_mocks(self, snap_compare, app, clock):
+        async def steps(app, pilot):
+            await mock_started(app, pilot)
+            await pilot.press("escape", "escape")
+            await wait_for(pilot, on_screen(app, "HomeScreen"))
+            await pilot.press("p")
+            await wait_for(pilot, on_screen(app, "PastMocksScreen"))
 
         snapshot(snap_compare, app, steps)
 

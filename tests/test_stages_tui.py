@@ -21,6 +21,7 @@ from tests.pilot_helpers import (
     question_ready,
     reveal,
     running_app,
+    start_mock,
     submit_stage,
     text_of,
     through_stages,
@@ -177,8 +178,7 @@ def test_a_staged_mock_runs_every_stage_with_keys_but_no_hints_and_reviews_each_
     async def scenario():
         async with running_app(bank_loader=lambda: Bank({STAGED: bank.questions[STAGED]})) as (app, pilot):
             app.mock_questions = 1
-            await pilot.press("m")
-            await wait_for(pilot, lambda: question_ready(app))
+            await start_mock(app, pilot)
             screen = app.screen
             await pilot.press("ctrl+t")
             hints = screen.hints_shown

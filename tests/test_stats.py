@@ -10,8 +10,8 @@ from fsrs import Card, State
 from hypothesis import given
 from hypothesis import strategies as st
 
-from practice.records import AnswerRecord, Attempt
-from practice.review import DueSummary, Reviewer
+from practice.records import AnswerRecord, Attempt, Hold
+from practice.review import DueSummary, Reviewer, effective_due, next_due
 from practice.schema import FILE_NAME
 from practice.stats import (
     SlipTally,
@@ -29,13 +29,17 @@ from practice.stats import (
     summarize,
     summary_dict,
     top_slips,
+    weakest_questions,
+    weakest_topic,
 )
 from practice.store import ProgressStore
 from solvers.answers import CLOSE, CORRECT, MISMATCH, UNPARSED, WRONG, Grade
+from solvers.answers.slips import slip_family
 from solvers.bank import STAGE_KINDS
 
 T0 = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)  # a Monday
 X2, X8 = "x2: one factor of 2 too many", "x8: bits and bytes mixed up"
+X2_FAMILY = "x2: a factor of 2 left out or counted twice"
 
 
 @dataclass(frozen=True)
@@ -104,10 +108,10 @@ def test_accuracy_by_group_and_topic():
 
 
 def test_top_slips_and_weakest():
-    assert top_slips(ATTEMPTS) == [SlipTally(X2, 3, 3, 0), SlipTally(X8, 1, 1, 0)]
-    assert top_slips(ATTEMPTS, limit=1) == [SlipTally(X2, 3, 3, 0)]
+    assert top_slips(ATTEMPTS) == [SlipTally(X2_FAMILY, 3, 3, 0, (X2,)), SlipTally(X8, 1, 1, 0, (X8,))]
+    assert top_slips(ATTEMPTS, limit=1) == [SlipTally(X2_FAMILY, 3, 3, 0, (X2,))]
     later = [*ATTEMPTS, attempt("roof", T0 + timedelta(days=20), RIGHT, WRONG_X2)]  # k0 put right, k1 now slips
-    assert top_slips(later)[0] == SlipTally(X2, 4, 4, 1)
+    assert top_slips(later)[0] == SlipTally(X2_FAMILY, 4, 4, 1, (X2,))
     assert lowest_retrievability({"a": 0.9, "b": 0.4, "c": 0.4, "d": 0.7}, limit=3) == [
         ("b", 0.4), ("c", 0.4), ("d", 0.7)]
 
@@ -122,8 +126,46 @@ def test_cards_by_state_and_the_forecast_of_reviews_due():
     cards = {"kv": card(State.Learning, now - timedelta(minutes=5)),  # overdue: counts today
              "roof": card(State.Review, now + timedelta(days=2)), "gone": card(State.Relearning, now)}
     assert card_states(cards, ["kv", "roof", "batch"]) == {"new": 1, "learning": 1, "review": 1, "relearning": 1}
-    days = forecast(cards, now, UTC, days=4)
+    days = forecast(effective_due(cards, (), now), now, UTC, days=4)
     assert days == [(date(2025, 3, 3), 2), (date(2025, 3, 4), 0), (date(2025, 3, 5), 1), (date(2025, 3, 6), 0)]
+
+
+def test_the_forecast_leaves_out_a_suspended_card_and_moves_a_buried_one_to_when_it_comes_back():
+    """`stats` said 'Due now 0, today 6' over a forecast of 8 for today: a buried and a suspended card."""
+    now = T0 + timedelta(hours=3)
+    tomorrow = datetime(2025, 3, 4, tzinfo=UTC)
+    cards = {"kv": card(State.Review, now - timedelta(hours=1)), "roof": card(State.Review, now - timedelta(hours=1)),
+             "batch": card(State.Review, now + timedelta(days=2))}
+    holds = [Hold("kv", "suspended"), Hold("roof", "buried", tomorrow)]
+    due = effective_due(cards, holds, now)
+    assert due == {"roof": tomorrow, "batch": now + timedelta(days=2)}
+    assert forecast(due, now, UTC, days=3) == [(date(2025, 3, 3), 0), (date(2025, 3, 4), 1), (date(2025, 3, 5), 1)]
+    assert next_due(due, now) == tomorrow
+    summary = summarize(ATTEMPTS, QUESTIONS, {}, now, UTC, DueSummary(0, 0, 0, 0), cards=cards, holds=holds)
+    assert summary.forecast[0] == (date(2025, 3, 3), summary.due_today) and summary.next_due == tomorrow
+    assert "the next comes due Tue 04 Mar" in format_summary(summary)
+
+
+@given(st.lists(st.sampled_from([X2, "x2: K and V counted once", "/2: half the bytes", X8,
+                                 "x8: a quantum taken as 512 bytes, not bits", "/8: bits and bytes mixed up",
+                                 *(f"GB and GiB mixed up (1.024^{k})" for k in (1, 2, 3, 4, -1, -2, -3, -4)),
+                                 "the queue ignored"]), min_size=1, max_size=12))
+def test_slips_are_counted_by_family_whatever_the_label(labels):
+    """One habit took three of the five lines, one per exponent of 1.024, and pushed out bits and bytes."""
+    made = [attempt("kv", T0 + timedelta(minutes=i), ("wrong", label)) for i, label in enumerate(labels)]
+    tallies = top_slips(made, limit=10)
+    families = {slip_family(label) for label in labels}
+    assert {t.slip for t in tallies} == families and len(tallies) == len(families) <= 4
+    assert sum(t.count for t in tallies) == len(labels)
+    for tally in tallies:
+        assert set(tally.labels) == {label for label in labels if slip_family(label) == tally.slip}
+
+
+def test_topics_weakest_first_and_the_topic_to_drill():
+    summary = summarize(ATTEMPTS, QUESTIONS, {}, T0 + timedelta(days=16), UTC)
+    assert list(summary.by_topic) == ["?", "roofline", "memory", "serving"]  # 0%, 0%, 75%, 100% right
+    assert weakest_topic(summary) == "roofline"  # '?' is a question no longer in the bank
+    assert weakest_questions(ATTEMPTS, ["batch", "kv", "roof", "never"]) == ["roof", "kv", "batch", "never"]
 
 
 def test_a_card_in_its_learning_steps_is_not_ranked_by_retrievability():
@@ -150,12 +192,12 @@ def test_summary_text_and_json():
     assert (summary.attempts, summary.days, summary.first) == (5, 3, date(2025, 3, 3))
     text = format_summary(summary)
     for expected in ("5 attempt(s) on 3 day(s) since 2025-03-03; 1 mock interview(s)", "Due now 2, today 3",
-                     "week of 2025-03-17", "Accuracy by group", "Accuracy by topic", f"3×  {X2}",
+                     "week of 2025-03-17", "Accuracy by group", "Accuracy by topic", f"3×  {X2_FAMILY}",
                      "roof   30.0%", "put right 0 of 3", "Cards: 1 new, 0 learning, 2 review",
                      "Reviews due, next 14 days", "Reviews per day"):
         assert expected in text, expected
     data = json.loads(json.dumps(summary_dict(summary)))
-    assert data["attempts"] == 5 and data["due"] == {"now": 2, "today": 3, "new_today": 4}
+    assert data["attempts"] == 5 and data["due"] == {"now": 2, "today": 3, "new_today": 4, "next": None}
     assert data["by_group"]["F"] == {"attempts": 3, "all_correct": 1, "answers": 6, "correct": 3}
     assert data["weakest"][0] == {"question_id": "roof", "retrievability": 0.3}
 
@@ -214,12 +256,28 @@ def test_the_stage_table_in_the_text_and_the_json():
                                AnswerRecord("followup.d", "", CORRECT, stage=2, stage_kind="push")))]
     summary = summarize(staged, QUESTIONS, {}, T0, UTC)
     lines = format_summary(summary).splitlines()
-    at = lines.index("Answers missed by interview stage (neither correct nor close):")
+    at = lines.index("Answers missed by stage, most missed first (neither correct nor close):")
     table = lines[at + 1:at + 1 + len(STAGE_KINDS)]
-    assert [line.split()[:4] for line in table] == [
-        ["opening", "0%", "of", "1"], ["ask", "100%", "of", "1"], ["recall", "–", "of", "0"],
-        ["push", "50%", "of", "2"]]
-    assert table[1].endswith("█" * 20) and table[3].endswith("█" * 10)  # bars on a 0-100% scale
+    assert [line.split()[:4] for line in table] == [  # the weakest first, a kind never asked last
+        ["ask", "100%", "of", "1"], ["push", "50%", "of", "2"], ["opening", "0%", "of", "1"],
+        ["recall", "–", "of", "0"]]
+    assert table[0].endswith("█" * 20) and table[1].endswith("█" * 10)  # bars on a 0-100% scale
     assert all(len(line) <= 76 for line in [lines[at], *table])  # inside the 80-column screen's padding
     assert summary_dict(summary)["by_stage"] == {"opening": {"asked": 1, "missed": 0}, "ask": {"asked": 1, "missed": 1},
                                                  "recall": {"asked": 0, "missed": 0}, "push": {"asked": 2, "missed": 1}}
+
+
+def test_the_forecast_for_today_agrees_with_the_reviewers_due_today(tmp_path):
+    """N7: `stats` said 'Due now 0, today 6' over a forecast of 8 for today (a buried and a suspended card)."""
+    store, _ = ProgressStore.open(tmp_path / FILE_NAME)
+    with store:
+        reviewer = Reviewer(store, tz=UTC)  # every card counts
+        now = T0 + timedelta(hours=3)
+        for qid in QUESTIONS:
+            reviewer.review(qid, 1, now - timedelta(hours=1))  # Again: due a minute later, overdue now
+        reviewer.suspend("kv")
+        reviewer.bury("roof", now)
+        summary = summarize([], QUESTIONS, {}, now, UTC, reviewer.summary(now), cards=store.cards(),
+                            holds=store.holds())
+    assert summary.due_today == summary.due_now == 1  # batch alone
+    assert summary.forecast[0] == (date(2025, 3, 3), 1) and summary.forecast[1] == (date(2025, 3, 4), 1)  # roof

@@ -183,6 +183,17 @@ def test_mock_interview_sheet(store):
     assert [m.id for m in store.mocks()] == [mock_id]
     with pytest.raises(KeyError):
         store.mock_sheet("nope")
+
+
+def test_a_deleted_mock_keeps_its_answers_as_history(store):
+    mock_id = store.start_mock(3, 300.0, started=T0)
+    store.record_attempt(make_attempt("a", T0 + timedelta(minutes=4), mode="mock", mock_id=mock_id))
+    store.delete_mock(mock_id)
+    assert store.mocks() == []
+    (kept,) = store.attempts()
+    assert kept.question_id == "a" and kept.mode == "mock" and kept.mock_id is None
+    with pytest.raises(KeyError):
+        store.delete_mock(mock_id)
     with pytest.raises(sqlite3.IntegrityError):  # an attempt cannot name a mock that does not exist
         store.record_attempt(make_attempt(mode="mock", mock_id="no-such-mock"))
 

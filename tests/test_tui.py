@@ -285,8 +285,8 @@ def test_escape_from_a_follow_up_skips_it_and_still_reveals_the_first_round():
 
 
 MENU = {"drill": "QuestionScreen", "browse": "BrowseScreen", "random_question": "QuestionScreen",
-        "enter_code": "CodeScreen", "mock": "QuestionScreen", "past_mocks": "PastMocksScreen",
-        "stats": "StatsScreen", "settings": "SettingsScreen", "help": "HelpScreen"}
+        "enter_code": "CodeScreen", "mock": "MockStartScreen", "past_mocks": "PastMocksScreen",
+        "stats": "StatsScreen", "settings": "SettingsScreen", "help": "HelpScreen", "review_ahead": "AheadScreen"}
 
 
 async def _enter_on_every_menu_entry():

@@ -15,11 +15,11 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
-from textual.notifications import SeverityLevel
+from textual.notifications import Notify, SeverityLevel
 
 from tui import messages
 from tui.app_settings import APP_SETTINGS, APP_TABLE, AppSettings
-from tui.modes import Mode
+from tui.modes import MockAnswers, Mode
 from tui.screens.home import HomeScreen
 
 # Everything not needed for the first paint (other screens, the bank, the engine) is
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from textual.screen import Screen
 
     from practice.config import Setting, Value
-    from practice.review import Submitted
+    from practice.review import Reviewer, Submitted
     from practice.store import ProgressStore
     from solvers.bank import Bank
     from solvers.engine import Solution
@@ -64,6 +64,7 @@ class ActionCommands(Provider):
         ("Browse the bank", "action_browse", "every question, by group and topic"),
         ("Random question", "action_random_question", "a fresh variant of any question"),
         ("Enter a variant code", "action_enter_code", "exactly the variant a code names"),
+        ("Review ahead", "action_review_ahead", "cards due in the next days, before an interview"),
         ("Mock interview", "action_mock", "questions across topics against the clock"),
         ("Past mock interviews", "action_past_mocks", "score sheets of earlier mocks"),
         ("Statistics", "action_stats", "reviews, retention, slips, the forecast"),
@@ -97,6 +98,15 @@ class MockRun:
     index: int = 0
 
 
+@dataclass
+class DrillQueue:
+    """A drill over chosen questions, asked in order (a review ahead, the weakest topic), each
+    reviewed and scheduled as the drill's are; `name` says what it is on the question bar."""
+
+    name: str
+    questions: list[str]
+
+
 class InfradrillApp(App):
     TITLE = "infradrill"
     COMMANDS = App.COMMANDS | {ActionCommands, QuestionCommands}
@@ -116,6 +126,7 @@ class InfradrillApp(App):
         self.bank_loader = bank_loader
         self.drill: Drill | None = None
         self.mock: MockRun | None = None  # the mock interview in progress
+        self.queue: DrillQueue | None = None  # the chosen questions a drill is going through
         self._pending: Callable[[], None] | None = None  # an action asked for while the bank loads
         self.app_settings, self._setting_notices = AppSettings.load()
         self.theme = self.app_settings.theme  # before the first paint: no flash of the default theme
@@ -131,6 +142,19 @@ class InfradrillApp(App):
         """Every notice is plain text: they quote file names, problems in user files and typed
         answers, and a `[/x]` in any of them would raise a MarkupError (screens pass markup=True)."""
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
+
+    def _on_notify(self, event: Notify) -> None:
+        """One already showing is not shown again: a key pressed twice does not stack its toasts. (Textual
+        runs App's own handler after this one, unless the default is prevented.)"""
+        if any(n.message == event.notification.message and n.title == event.notification.title
+               for n in self._notifications):
+            event.prevent_default()
+
+    def withdraw(self, part: str) -> None:
+        """Take down the notices that say `part`: a prompt once it is answered (press ctrl+s again)."""
+        for notification in [n for n in self._notifications if part in n.message]:
+            self._unnotify(notification, refresh=False)
+        self._refresh_notifications()
 
     def after_first_paint(self) -> None:
         """Called by the home screen once it is on screen: only now load bank and engine."""
@@ -265,34 +289,137 @@ class InfradrillApp(App):
 
     def action_drill(self, replace: bool = False) -> None:
         """The next question the schedule wants: due reviews first, then new ones."""
+        self.queue = None  # the plain drill, whatever was chosen before
+        self._drill_next(replace)
+
+    def _drill_next(self, replace: bool = False) -> None:
+        """The next question of the queue being drilled, else the one the schedule wants."""
         if (drill := self._bank_ready(then=self.action_drill)) is None:
             return
-        if drill.reviewer is None:
+        reviewer = drill.reviewer
+        if reviewer is None:
             self.notify("Drilling needs the progress store, which could not be opened.", severity="error")
             return
-        question_id = drill.reviewer.next_question()
+        if self.queue is not None:
+            queue = self.queue
+            held = reviewer.held()
+            while queue.questions and queue.questions[0] in held:
+                queue.questions.pop(0)  # held out since the queue was made (buried on its solution)
+            if not queue.questions:
+                self.queue = None
+                self.notify(f"{queue.name}: done.")
+                if replace:
+                    self.pop_screen()
+                return
+            self.open_question(queue.questions.pop(0), replace=replace, mode=Mode.DRILL)
+            return
+        question_id = reviewer.next_question()
         if question_id is None:
-            summary = drill.reviewer.summary()
-            self.notify(f"Nothing due now ({summary.due_today} more later today). Browse or practise at random.")
+            self.notify(self._nothing_due(reviewer))
             if replace:
                 self.pop_screen()
             return
         self.open_question(question_id, replace=replace, mode=Mode.DRILL)
 
+    @staticmethod
+    def _nothing_due(reviewer: Reviewer) -> str:
+        """What the drill says once nothing is left: when the next card comes due, as Anki does."""
+        summary, upcoming = reviewer.summary(), reviewer.next_due()
+        later = f" ({summary.due_today} more later today)" if summary.due_today else ""
+        when = f"; the next comes due {upcoming.astimezone():%a %d %b %H:%M}" if upcoming else ""
+        return f"Nothing due now{later}{when}. Press a to review ahead, or browse and practise."
+
+    def drill_queue(self, name: str, questions: list[str]) -> None:
+        """Drill these questions in order, each reviewed as the drill reviews (a review ahead, a topic)."""
+        if not questions:
+            self.notify(f"{name}: no questions to drill.")
+            return
+        self.queue = DrillQueue(name, list(questions))
+        self._drill_next()
+
+    def counters(self) -> str:
+        """What is left of this drill, as Anki's counters show it while reviewing (this card included)."""
+        if self.queue is not None:
+            return f"{self.queue.name}: {len(self.queue.questions) + 1} left"
+        reviewer = self.drill.reviewer if self.drill is not None else None
+        if reviewer is None:
+            return ""
+        summary = reviewer.summary()
+        return f"{summary.due_now} due · {summary.new_today} new"
+
+    def action_review_ahead(self) -> None:
+        """Anki's "study ahead": the cards due in the next days, each reviewed now (FSRS counts the days
+        actually elapsed: an early review grows the interval less, and the log shows it was early)."""
+        from tui.screens.dialogs import AheadScreen
+
+        if (drill := self._bank_ready(then=self.action_review_ahead)) is None or drill.reviewer is None:
+            return
+        reviewer = drill.reviewer
+
+        def chosen(days: int | None) -> None:
+            if days is not None:
+                ahead = reviewer.due_ahead(days)
+                if not ahead:
+                    self.notify(f"Nothing is due in the next {days} day(s).")
+                    return
+                self.drill_queue(f"Ahead {days}d", ahead)
+
+        self.push_screen(AheadScreen(), chosen)
+
     def action_mock(self) -> None:
-        """A mock interview: questions across topics, a clock per question, no hints, a score sheet."""
-        from practice.review import pick_mock
+        """A mock interview: questions across topics, a clock per question, no hints, a score sheet. What it
+        does with its answers is said first (a line, enter to start)."""
+        from tui.screens.dialogs import MockStartScreen
 
         if (drill := self._bank_ready(then=self.action_mock)) is None or drill.reviewer is None:
+            return
+        counts = ("rated and scheduled as reviews: they spend the day's new questions"
+                  if self.app_settings.mock_answers == MockAnswers.SCHEDULE
+                  else "saved as practice: your schedule and the day's new questions are untouched")
+        said = (f"Mock interview: {self.mock_questions} questions across topics, {self.mock_budget_seconds // 60} "
+                f"minutes each, no hints, every follow-up asked; the solutions wait for the score sheet. Its answers "
+                f"are {counts} (Settings, Mock answers).")
+
+        def chosen(start: bool | None) -> None:
+            if start:
+                self._start_mock()
+
+        self.push_screen(MockStartScreen(said), chosen)
+
+    def _start_mock(self) -> None:
+        from practice.review import pick_mock
+
+        drill = self.loaded_drill
+        if drill.reviewer is None:
             return
         held = drill.reviewer.held()  # a suspended question stays out of mocks too
         questions = pick_mock([q for q in drill.bank.questions.values() if held.get(q.id) != "suspended"],
                               self.mock_questions, drill.rng)
         mock_id = drill.reviewer.store.start_mock(len(questions), self.mock_budget_seconds)
         self.mock = MockRun(mock_id, questions, self.mock_budget_seconds, drill.reviewer.store)
-        self.notify(f"Mock interview: {len(questions)} questions, {self.mock_budget_seconds // 60} minutes each, "
-                    "no hints; the solutions wait for the score sheet.")
         self.open_question(questions[0], mode=Mode.MOCK)
+
+    def resume_mock(self, mock_id: str) -> None:
+        """Go on with a mock left half way: as many questions as it has left, across topics, none it asked."""
+        from practice.review import pick_mock
+        from tui.screens.mock import MockSheetScreen
+
+        if (drill := self._bank_ready()) is None or drill.reviewer is None:
+            return
+        store = drill.reviewer.store
+        sheet = store.mock_sheet(mock_id)
+        asked = [a.question_id for a in sheet.attempts]
+        held = drill.reviewer.held()
+        rest = [q for q in drill.bank.questions.values() if q.id not in asked and held.get(q.id) != "suspended"]
+        picked = pick_mock(rest, max(0, sheet.mock.planned - len(asked)), drill.rng)
+        if not picked:
+            store.finish_mock(mock_id)
+            self.push_screen(MockSheetScreen(store, mock_id, drill.bank.questions))
+            return
+        budget = sheet.mock.budget_seconds or self.mock_budget_seconds
+        self.mock = MockRun(mock_id, asked + picked, budget, store, index=len(asked))
+        self.notify(f"Mock interview resumed: {len(picked)} question(s) left.")
+        self.open_question(picked[0], mode=Mode.MOCK)
 
     def action_past_mocks(self) -> None:
         from tui.screens.mock import PastMocksScreen
@@ -369,8 +496,9 @@ class InfradrillApp(App):
 
     def finish_interview(self, done: messages.InterviewDone) -> None:
         """Every stage is graded: save the attempt (a push's answers under its prefix), then reveal."""
+        scheduled = done.mode != Mode.MOCK or self.app_settings.mock_answers == MockAnswers.SCHEDULE
         submitted = self._record(done.solution, done.answered, done.elapsed, done.hints_used, done.started,
-                                 done.mode, schedule=not done.revealed)
+                                 done.mode, schedule=scheduled and not done.revealed)
         if done.mode == Mode.MOCK and self.mock is not None:
             self._next_mock_question(self.mock)  # solutions wait for the score sheet
             return
@@ -444,11 +572,23 @@ class InfradrillApp(App):
     def on_mock_left(self, _message: messages.MockLeft) -> None:
         self.mock = None
 
+    def on_resume_mock(self, message: messages.ResumeMock) -> None:
+        self.resume_mock(message.mock_id)
+
+    def on_review_next(self, _message: messages.ReviewNext) -> None:
+        """The next answer of the mock whose score sheet the review was opened from."""
+        from tui.screens.mock import MockSheetScreen
+
+        sheet = next((s for s in reversed(self.screen_stack) if isinstance(s, MockSheetScreen)), None)
+        self.pop_screen()
+        if sheet is None or not sheet.review_next():
+            self.notify("That was the mock's last answer.")
+
     def on_review_attempt(self, message: messages.ReviewAttempt) -> None:
         self.review_attempt(message.variant, message.typed, message.seconds, message.hints_used)
 
     def on_next_in_drill(self, _message: messages.NextInDrill) -> None:
-        self.action_drill(replace=True)
+        self._drill_next(replace=True)
 
     def on_reopen(self, message: messages.Reopen) -> None:
         self.reopen(message.solution, message.mode, message.given, message.stage)

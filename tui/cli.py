@@ -325,7 +325,7 @@ def _store(args: argparse.Namespace, read_only: bool = False):
 def cmd_stats(args: argparse.Namespace) -> int:
     from practice.records import now_utc
     from practice.review import Reviewer, ReviewSettings
-    from practice.stats import format_summary, summarize, summary_dict
+    from practice.stats import format_summary, summarize_progress, summary_dict
     from solvers.bank import load_bank
 
     bank = load_bank()
@@ -336,9 +336,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"infradrill: warning: {problem}", file=sys.stderr)
         reviewer = Reviewer(store, bank.questions.values(), settings)
-        now = now_utc()
-        summary = summarize(store.attempts(), bank.questions, reviewer.retrievability(now), now, reviewer.tz,
-                            reviewer.summary(now), mocks=len(store.mocks()), cards=store.cards())
+        summary = summarize_progress(reviewer, bank.questions, now_utc())
         if args.json:
             print(json.dumps(summary_dict(summary), indent=2))
         else:

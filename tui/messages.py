@@ -39,6 +39,18 @@ class MockLeft(Message):
     """The candidate left a mock interview half way: what was answered is kept."""
 
 
+class ResumeMock(Message):
+    """A mock interview left half way, gone on with."""
+
+    def __init__(self, mock_id: str) -> None:
+        super().__init__()
+        self.mock_id = mock_id
+
+
+class ReviewNext(Message):
+    """On a mock's review, the next answer of the mock."""
+
+
 class ReviewAttempt(Message):
     """A saved attempt shown again as it was answered: regraded, nothing recorded."""
 

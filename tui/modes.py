@@ -27,3 +27,10 @@ class BetweenStages(StrEnum):
 
     KEY = "key"  # each answer's verdict and its key with its why, as an interviewer corrects (mocks too)
     VERDICT_ONLY = "verdict-only"  # right or wrong only: the keys wait for the reveal, as in an exam
+
+
+class MockAnswers(StrEnum):
+    """What a mock interview's answers count as (a setting): the candidate is told as the mock starts."""
+
+    PRACTICE = "practice"  # saved for the score sheet; no card is scheduled and no new question spent
+    SCHEDULE = "schedule"  # each question is reviewed as the drill reviews it: rated, scheduled, new ones spent

@@ -1,6 +1,8 @@
-"""One name out of a few (`choice:`): a regime, a decision. Typed in full or by a unique prefix."""
+"""One name out of a few (`choice:`): a regime, a decision. Typed in full, or by as much of it as tells it
+apart: the start of the name, the start of one of its words, or any part of it (`rep` for kv-replicated)."""
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,15 +18,30 @@ def distinct_texts(field: str, items: Any, at_least: int = 2) -> tuple[str, ...]
     return tuple(items)
 
 
-def match_choice(text: str, choices: Sequence[str]) -> str | None:
-    wanted = text.strip().lower()
+def _words(choice: str) -> list[str]:
+    return [w for w in re.split(r"[-_/ ]+", choice.lower()) if w]
+
+
+def choice_candidates(text: str, choices: Sequence[str]) -> tuple[str, ...]:
+    """The options `text` could mean, as a person would type one: the option in full, else those it starts,
+    else those with a word it starts (`rep`: kv-replicated), else those it is part of; each test decides
+    only where it matches some option, so `kv-` names both kv-split and kv-replicated, not none."""
+    wanted = " ".join(text.strip().lower().split())
     if not wanted:
-        return None
-    exact = [c for c in choices if c.lower() == wanted]
-    if exact:
-        return exact[0]
-    prefixed = [c for c in choices if c.lower().startswith(wanted)]
-    return prefixed[0] if len(prefixed) == 1 else None
+        return ()
+    tests = (lambda c: c.lower() == wanted, lambda c: c.lower().startswith(wanted),
+             lambda c: any(w.startswith(wanted) for w in _words(c)), lambda c: wanted in c.lower())
+    for test in tests:
+        found = tuple(c for c in choices if test(c))
+        if found:
+            return found
+    return ()
+
+
+def match_choice(text: str, choices: Sequence[str]) -> str | None:
+    """The one option `text` names, else None (none, or more than one)."""
+    found = choice_candidates(text, choices)
+    return found[0] if len(found) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -61,10 +78,12 @@ class Choice(Answer):
         return None if result == pinned else (str(result), str(pinned))
 
     def read(self, text: str, shown: Shown) -> str:
-        picked = match_choice(text, self.choices)
-        if picked is None:
+        found = choice_candidates(text, self.choices)
+        if len(found) > 1:
+            raise ParseError(f"{text.strip()!r} could be {' or '.join(found)}: type more of it")
+        if not found:
             raise ParseError(f"pick one of: {', '.join(self.choices)}")
-        return picked
+        return found[0]
 
     def grade(self, text: str, key: Any, shown: Shown = (), slips: Sequence[Slip] = ()) -> Grade:
         try:

@@ -52,6 +52,28 @@ def generic_slips(unit: Unit) -> tuple[Slip, ...]:
     return tuple(g.slip for g in _GENERIC if g.applies(unit))
 
 
+# A slip's family: the habit behind it, whatever the question or the exponent ("GB and GiB mixed up
+# (1.024^3)" and "(1.024^-4)" are one habit, every "x2: ..." another), for counting slips in the stats.
+_FAMILIES = (
+    ("bits", "x8: bits and bytes mixed up"),  # before x2/x8: a factor 8 of another kind keeps its label
+    ("GB and GiB", "GB and GiB mixed up"),
+    ("x2:", "x2: a factor of 2 left out or counted twice"),
+    ("/2:", "x2: a factor of 2 left out or counted twice"),
+    ("x1000:", "a unit prefix off (k/M/G/T)"),
+    ("/1000:", "a unit prefix off (k/M/G/T)"),
+    ("x10^6:", "a unit prefix off (k/M/G/T)"),
+    ("/10^6:", "a unit prefix off (k/M/G/T)"),
+)
+
+
+def slip_family(label: str) -> str:
+    """The family a slip's label belongs to; a slip of no family is its own."""
+    for marker, family in _FAMILIES:
+        if (label.startswith(marker) if marker.endswith(":") else marker in label):
+            return family
+    return label
+
+
 def diagnose(ratio: float, slips: Sequence[Slip], tol: float = 0.005) -> str | None:
     """Name the slip whose factor is closest to `ratio`, within `tol` relative."""
     if ratio <= 0 or not math.isfinite(ratio):

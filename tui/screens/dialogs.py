@@ -1,4 +1,5 @@
-"""Small modal screens: enter a variant code, the help page, the conventions card."""
+"""Small modal screens: enter a variant code, the days to review ahead, what a mock does before it starts,
+the help page, the conventions card."""
 from __future__ import annotations
 
 from rich.console import Group, RenderableType
@@ -11,8 +12,9 @@ from textual.widgets import Input, Label, Static
 ANSWERS_HELP = (
     "[b]Answers[/b]  tab or enter moves to the next box (enter on the last one submits). Type numbers "
     "with units as you would write them: 320 GiB, 343.6GB, 3.4e11, 40%, 1.2 ms, 6,200, 2.4×10^25 (or "
-    "2.4e25), $1.2M, 120 rps; a bare number is read in the unit shown beside the box. Choices: the start of "
-    "an option (\"mem\"). Orderings: the letters in order (CADB). Selections: every letter that holds (ACD). "
+    "2.4e25), $1.2M, 120 rps; a bare number is read in the unit shown beside the box. Choices: as much of an "
+    "option as tells it apart (\"mem\", or \"rep\" for kv-replicated). Orderings: the letters in order "
+    "(CADB). Selections: every letter that holds (ACD). "
     "Checklists are ticked on the solution. A variant code (kv-bytes-per-token@4821) reproduces a variant "
     "exactly."
 )
@@ -107,6 +109,7 @@ class CodeScreen(ModalScreen[str | None]):
     CodeScreen { align: center middle; }
     #code-box { width: 70; max-width: 100%; height: auto; border: round $accent; padding: 0 1;
                 background: $surface; }
+    #code-box Label { width: 1fr; }  /* wraps, not cut, at 80 columns */
     """
 
     """Asks for a variant code; dismisses with the text, or None."""
@@ -120,3 +123,53 @@ class CodeScreen(ModalScreen[str | None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip() or None)
+
+
+class AheadScreen(ModalScreen[int | None]):
+    """Asks how many days ahead to review; dismisses with the days, or None."""
+
+    DEFAULT_CSS = """
+    AheadScreen { align: center middle; }
+    #ahead-box { width: 70; max-width: 100%; height: auto; border: round $accent; padding: 0 1;
+                 background: $surface; }
+    #ahead-box Label { width: 1fr; }
+    """
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="ahead.cancel", tooltip="review nothing")]
+    MAX_DAYS = 30
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="ahead-box"):
+            yield Label("Review the cards due in the next days (1 to 30), enter to start, esc to cancel. "
+                        "Each is reviewed now and logged as early: FSRS grows its interval less.")
+            yield Input("3", type="integer", id="days")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        days = int(event.value) if event.value.strip().lstrip("-").isdigit() else 0
+        if not 1 <= days <= self.MAX_DAYS:
+            self.notify(f"A number of days from 1 to {self.MAX_DAYS}.", severity="warning")
+            return
+        self.dismiss(days)
+
+
+class MockStartScreen(ModalScreen[bool]):
+    """What a mock interview is and does with its answers, before it starts; dismisses with whether to start."""
+
+    DEFAULT_CSS = """
+    MockStartScreen { align: center middle; }
+    #mock-box { width: 70; max-width: 100%; height: auto; border: round $accent; padding: 0 1;
+                background: $surface; }
+    #mock-box Label { width: 1fr; }
+    """
+    BINDINGS = [
+        Binding("enter", "dismiss(True)", "Start", id="mock-start.start", tooltip="start the mock interview"),
+        Binding("escape", "dismiss(False)", "Cancel", id="mock-start.cancel", tooltip="start nothing"),
+    ]
+
+    def __init__(self, said: str) -> None:
+        super().__init__()
+        self.said = said
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="mock-box"):
+            yield Label(self.said, markup=False)
+            yield Label("enter to start, esc to cancel", classes="keys")

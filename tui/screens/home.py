@@ -20,13 +20,15 @@ class HomeScreen(AppScreen):
     DEFAULT_CSS = """
     #home { padding: 1 2; }
     #intro { margin-bottom: 1; }
-    #menu { height: 1fr; max-height: 12; margin-bottom: 1; }  /* shrinks and scrolls at 60x20 */
+    #menu { height: 1fr; max-height: 13; margin-bottom: 1; }  /* every entry at 80x24; shrinks and scrolls at 60x20 */
     #bank-status { color: $text-muted; }
     """
 
     BINDINGS = [
         Binding("d", "app.drill", "Drill", id="home.drill", tooltip="the next due review, else a new question"),
         Binding("b", "app.browse", "Browse", id="home.browse", tooltip="every question, by group and topic"),
+        Binding("a", "app.review_ahead", "Review ahead", show=False, id="home.ahead",
+                tooltip="the cards due in the next days, reviewed now (before an interview)"),
         Binding("r", "app.random_question", "Random", id="home.random", tooltip="a fresh variant of any question"),
         Binding("v", "app.enter_code", "Code", id="home.code", tooltip="exactly the variant a code names"),
         Binding("m", "app.mock", "Mock", id="home.mock", tooltip="questions across topics against the clock"),
@@ -45,6 +47,7 @@ class HomeScreen(AppScreen):
             yield Static(INTRO, id="intro")
             yield OptionList(
                 Option("Drill what is due          d", id="drill"),
+                Option("Review ahead               a", id="review_ahead"),
                 Option("Browse the bank            b", id="browse"),
                 Option("Random question            r", id="random_question"),
                 Option("Enter a variant code       v", id="enter_code"),
@@ -81,4 +84,6 @@ class HomeScreen(AppScreen):
             due = drill.reviewer.summary()
             text += (f"\nDue now [b]{due.due_now}[/b], later today {due.due_today - due.due_now}; "
                      f"new questions left today {due.new_today}.")
+            if not due.due_today and (upcoming := drill.reviewer.next_due()) is not None:
+                text += f" Next due {upcoming.astimezone():%a %d %b %H:%M}."
         self.query_one("#bank-status", Static).update(text)

@@ -123,6 +123,10 @@ class QuestionScreen(AppScreen):
                 tooltip="another draw of this question"),
         Binding("ctrl+k", "skip_followup", "Skip follow-up", priority=True, id="question.skip-followup",
                 tooltip="skip this push (the stages before it are kept)"),
+        # A mock keeps its pushes: ctrl+k is not offered there, but it is still taken (and refused), or the
+        # answer box would take it as delete-to-end-of-line.
+        Binding("ctrl+k", "keep_push", show=False, priority=True, id="question.mock-keeps-push",
+                tooltip="a mock interview asks every follow-up"),
         Binding("f1", "app.help", "Help", id="question.help", tooltip="the keys of this screen"),
         Binding("f2", "conventions", "Conventions", id="question.conventions",
                 tooltip="the conventions cards this question uses"),
@@ -162,6 +166,8 @@ class QuestionScreen(AppScreen):
         mock = self.infradrill.mock if self.mode == Mode.MOCK else None
         if mock is not None:  # where the candidate is in the interview
             kind = f"[b]Mock {mock.index + 1} of {len(mock.questions)}[/b]  " + kind
+        elif self.mode == Mode.DRILL and (left := self.infradrill.counters()):  # Anki's counters
+            kind = f"[b $accent]{escape(left)}[/]  " + kind
         yield Header()
         with Horizontal(id="question-bar"):
             yield Static(f"{kind}[b]{escape(q.title)}[/b]  [dim]{q.group} · {q.topic}[/dim]  "
@@ -206,11 +212,13 @@ class QuestionScreen(AppScreen):
         return Vertical(*self._stage_parts(run), *fields, id=f"stage-{run.index}", classes="stage")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """A mock interview has no hints and keeps its questions: those keys are neither shown nor run
-        there. Its pushes cannot be skipped, but ctrl+k stays bound at a push (a refusal), or the answer
-        box would take it as delete-to-end-of-line. A new variant is drawn only before the first submit."""
-        if self.mode == Mode.MOCK and action in ("hint", "new_variant"):
+        """A mock interview has no hints, keeps its questions and asks every push: those keys are neither
+        shown nor run there (ctrl+k is refused at a push). A new variant is drawn only before the first
+        submit."""
+        if self.mode == Mode.MOCK and action in ("hint", "new_variant", "skip_followup"):
             return False
+        if action == "keep_push":
+            return self.mode == Mode.MOCK and self.at_push
         if action == "skip_followup":
             return self.at_push
         if action == "new_variant":
@@ -293,7 +301,7 @@ class QuestionScreen(AppScreen):
             return
         left = budget - self.elapsed
         minutes, seconds = divmod(int(abs(left)), 60)
-        timer.update(f"{'-' if left < 0 else ''}{minutes}:{seconds:02d} left")
+        timer.update(f"{minutes}:{seconds:02d} {'over' if left < 0 else 'left'}")
         timer.set_class(left < 0, "-over")
 
     @property
@@ -333,6 +341,7 @@ class QuestionScreen(AppScreen):
             self.confirm_empty = True
             self.notify(f"{len(empty)} answer(s) empty: press ctrl+s again to submit them anyway.")
             return
+        self.infradrill.withdraw("press ctrl+s again")  # answered: it would sit over the next stage or screen
         done = answer(run, self.answers())
         self.answered.append(done)
         stage = self.query_one(f"#stage-{run.index}")
@@ -410,12 +419,12 @@ class QuestionScreen(AppScreen):
                 self.app.post_message(messages.MockLeft())
             self.app.pop_screen()
 
+    def action_keep_push(self) -> None:
+        self.notify("A mock interview asks every follow-up.")
+
     async def action_skip_followup(self) -> None:
         """Skip the push being asked (or solved): the interview goes on after it."""
-        if not self.at_push:
-            return
-        if self.mode == Mode.MOCK:
-            self.notify("A mock interview asks every follow-up.")
+        if not self.at_push or self.mode == Mode.MOCK:
             return
         if self.waiting is not None:
             self.waiting = None

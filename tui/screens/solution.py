@@ -57,7 +57,7 @@ class SolutionScreen(AppScreen):
         Binding("at", "suspend", "Suspend", show=False, id="solution.suspend",
                 tooltip="out of the drill until released (Browse, s)"),
         Binding("n", "new_variant", "Next", id="solution.next",
-                tooltip="a new variant, or the next due question when drilling"),
+                tooltip="a new variant, the next due question when drilling, a mock's next answer on its review"),
         Binding("a", "again", "Answer again", id="solution.answer-again",
                 tooltip="the same variant again, as practice: the schedule does not move"),
         Binding("w", "what_if", "What if", id="solution.what-if", tooltip="move a parameter, watch the answers"),
@@ -249,7 +249,16 @@ class SolutionScreen(AppScreen):
 
         choices = "  ".join(key(n, name) for n, name in names.items())
         state = "your rating, u undoes it" if self.rated else f"suggested {names[int(self.submitted.suggested)]}"
-        return f"Saved. Rate it: {choices}  ({state})"
+        return f"Saved. Rate it: {choices}  ({state}){self._ahead_text()}"
+
+    def _ahead_text(self) -> str:
+        """For a review made before its card was due: said, with what FSRS makes of it."""
+        reviewer = self.infradrill.loaded_drill.reviewer
+        review = reviewer.store.review_of(self.submitted.attempt.uid) if reviewer and self.submitted else None
+        if review is None or not review.ahead or review.card_before is None:
+            return ""
+        return (f"\nReviewed ahead: it was due {review.card_before.due.astimezone():%a %d %b %H:%M}. FSRS counts "
+                "the days actually elapsed, so the interval grows less than on time.")
 
     def action_rate(self, rating: int) -> None:
         if self._rate(rating):
@@ -287,7 +296,9 @@ class SolutionScreen(AppScreen):
         return True
 
     def action_new_variant(self) -> None:
-        if self.mode == Mode.DRILL:
+        if self.mode == Mode.REVIEW:
+            self.post_message(messages.ReviewNext())
+        elif self.mode == Mode.DRILL:
             self.post_message(messages.NextInDrill())
         else:
             self.post_message(messages.OpenQuestion(self.solution.question.id, replace=True, mode=self._practice_mode))
