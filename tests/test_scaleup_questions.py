@@ -147,7 +147,7 @@ def test_nvl72_boundary_matches_plain_arithmetic(variant, seed):
     ep = p["ep"]
 
     def layer(domain, nvlink):
-        latency = 30e-6 if ep > domain else 10e-6
+        latency = 50e-6 if ep > domain else 10e-6
         return max(copies * min(ep, domain) / ep / nvlink, copies * max(ep - domain, 0) / ep / nic) + 2 * latency
 
     assert r["a2a_step_before"] == pytest.approx(58 * layer(8, p["gpu"].nvlink_gb_s / 2 * 1e9))
