@@ -5,6 +5,7 @@ Every figure must carry a source (the entry's `source`, or `sources.<field>`).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
     "gpus": {
         "name": (str, True), "vendor": (str, True),
         "bf16_dense_tflops": (_NUMBER, True), "fp8_dense_tflops": (_NUMBER, False),
-        "fp4_dense_tflops": (_NUMBER, False), "hbm_gb": (_NUMBER, True), "hbm_tb_s": (_NUMBER, True),
+        "fp4_dense_tflops": (_NUMBER, False), "hbm_gb": (_NUMBER, True), "hbm_mib": (int, False),
+        "hbm_tb_s": (_NUMBER, True),
         "nvlink_gb_s": (_NUMBER, False), "nvlink_domain": (int, False), "tdp_w": (_NUMBER, False), "sms": (int, False),
         # Per-SM figures for the kernel questions (units in the names; see hardware.yaml's header).
         "tensor_clock_ghz": (_NUMBER, False), "bf16_flop_per_clk_sm": (int, False), "fp8_flop_per_clk_sm": (int, False),
@@ -55,6 +57,12 @@ class Record(dict):
             return self[name]
         except KeyError:
             raise MissingField(f"{self.get('name', 'this entry')} has no {name}") from None
+
+
+def hbm_bytes(gpu: Mapping[str, Any]) -> float:
+    """A GPU's HBM in bytes as the device reports it (hbm_mib), which is what an engine budgets its
+    usable share of; an entry that gives only its datasheet label is taken at 10^9 B a GB."""
+    return gpu["hbm_mib"] * 2**20 if gpu.get("hbm_mib") is not None else gpu["hbm_gb"] * 1e9
 
 
 @dataclass

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from solvers.conventions import convention_value, scale_up_domain
+from solvers.data import hbm_bytes
 from solvers.dtypes import DTYPE_BYTES
 
 
@@ -38,7 +39,8 @@ _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 _COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
             ast.Eq: operator.eq, ast.NotEq: operator.ne}
 _FUNCTIONS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs, "ceil": math.ceil,
-                                             "floor": math.floor, "bytes": lambda dtype: DTYPE_BYTES[dtype]}
+                                             "floor": math.floor, "bytes": lambda dtype: DTYPE_BYTES[dtype],
+                                             "hbm": hbm_bytes}  # a GPU's HBM in bytes, as the solvers size it
 
 
 def _evaluate(node: ast.AST, values: Mapping[str, Any]) -> Any:
@@ -176,7 +178,7 @@ def _weights_fit(values: Mapping[str, Any]) -> str | None:
     model, gpu = values["model"], values["gpu"]
     share = values.get("tp", values.get("gpus", 1))
     dtype, per_gpu = _weights(values, share)
-    room = (convention_value("usable-hbm") - convention_value("minimal-kv-pool")) * gpu["hbm_gb"] * 1e9
+    room = (convention_value("usable-hbm") - convention_value("minimal-kv-pool")) * hbm_bytes(gpu)
     if per_gpu <= room:
         return None
     return (f"{model['name']} in {dtype} over {share} GPU(s) needs {per_gpu / 1e9:.0f} GB of weights per "
@@ -186,7 +188,7 @@ def _weights_fit(values: Mapping[str, Any]) -> str | None:
 def _tp_suits_model(values: Mapping[str, Any]) -> str | None:
     model, gpu, tp = values["model"], values["gpu"], values["tp"]
     _, per_gpu = _weights(values, tp)
-    least = convention_value("tp-width") * gpu["hbm_gb"] * 1e9
+    least = convention_value("tp-width") * hbm_bytes(gpu)
     if tp == 1 or per_gpu >= least:
         return None
     return (f"TP {tp} leaves {per_gpu / 1e9:.1f} GB of {model['name']} per {gpu['name']}: a model that size "

@@ -75,16 +75,16 @@ def test_variant_code_reproduces(bank, catalog, qid):
 
 def test_a_key_the_printed_figures_do_not_give_is_caught(bank, catalog, monkeypatch):
     """Printed to 4 figures, Llama-3.1-405B's 405.85B parameters read 405.9B: in this draw the
-    weights then leave room for 43 requests, not the key's 44."""
+    weights then leave room for 696 MLA requests, not the key's 697."""
     import solvers.engine
     import solvers.printed
     from solvers.units import format_number
 
-    code = VariantCode.parse("mla-vs-gqa-under-tp@1007")
+    code = VariantCode.parse("mla-vs-gqa-under-tp@739")
     assert not printed_problems(make_variant(bank, catalog, code))
     for module in (solvers.engine, solvers.printed):
         monkeypatch.setattr(module, "figure_text", format_number)
     solution = make_variant(bank, catalog, code)
     assert "405.9B" in solution.prompt
-    assert printed_problems(solution) == [("requests_gqa", "the figures as printed give 43 requests, the key is "
-                                                           "44 requests")]
+    assert printed_problems(solution) == [("requests_mla", "the figures as printed give 696 requests, the key is "
+                                                           "697 requests")]

@@ -68,8 +68,8 @@ def test_solve_markdown_reads_the_interview_stage_by_stage(capsys, bank, catalog
 
 
 def test_check_exit_codes(capsys):
-    right = ["kv_per_token=320 KiB", "kv_per_request=2.5 GiB", "users=162", "tpot_fit=24.74 ms", "batch_tpot=390",
-             "served=162", "regime=capacity", "levers=AD"]
+    right = ["kv_per_token=320 KiB", "kv_per_request=2.5 GiB", "users=176", "tpot_fit=26.29 ms", "batch_tpot=390",
+             "served=176", "regime=capacity", "levers=AD"]
     code, out, _ = run_cli(capsys, "check", "kv-bytes-per-token", "--default", *right)
     assert code == 0 and out.count("correct") == 8
     code, out, _ = run_cli(capsys, "check", "kv-bytes-per-token", "--default", "kv_per_token=640 KiB")

@@ -38,7 +38,7 @@ def test_one_gpu_has_no_all_reduce_and_the_card_latency_depends_on_the_link(cata
     s = Sheet()
     crossing = tp_all_reduce(s, model, h100, 16, 100, tag="d", label="decode step",
                              nic=catalog.get("nics", "connectx-7"))
-    assert s.value(crossing) == pytest.approx(ring(126, 100, 16384, 16, 50e9, 30e-6))
+    assert s.value(crossing) == pytest.approx(ring(126, 100, 16384, 16, 50e9, 50e-6))
     s = Sheet()
     inside = tp_all_reduce(s, model, gb200, 16, 100, tag="d", label="decode step")
     assert s.value(inside) == pytest.approx(ring(126, 100, 16384, 16, 900e9, 10e-6))

@@ -30,7 +30,7 @@ class Replica:
         self.fr = tp * ETA_C * gpu.bf16_dense_tflops * 1e12
         self.fr_att = self.fr  # attention at the cache's peak (the card's matmul-precision): bf16 here
         self.br = ETA_BW * gpu.hbm_tb_s * 1e12
-        self.pool = gpu.hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION - self.weights
+        self.pool = gpu.hbm_mib * 2**20 * GPU_MEMORY_UTILIZATION - self.weights
         link = gpu.nvlink_gb_s * 1e9 / 2
         self.ar0 = 2 * model.layers * ALPHA if tp > 1 else 0.0
         self.ar_tok = 2 * model.layers * 2 * (tp - 1) / tp * model.hidden * 2 / link
@@ -263,8 +263,8 @@ def by_hand_warm_share(solution):
 
 def test_cold_prefill_default_pools(variant):
     """At a 0.5 s target the cache must serve 67% of each prompt (the pools are pinned in the question file); the
-    decode replicas' batch is what the KV pool caps, 40 requests of 32K context on 54 GB per GPU."""
-    assert variant("cold-prefill-pools@default").sheet.results["batch"] == 40
+    decode replicas' batch is what the KV pool caps, 43 requests of 32K context (40 against the 80 GB label)."""
+    assert variant("cold-prefill-pools@default").sheet.results["batch"] == 43
 
 
 def test_cold_prefill_refuses_a_whole_pool(variant):
@@ -385,13 +385,13 @@ def test_capacity_buying_is_the_unit_ratio_against_the_price_ratio(variant, cata
 
 def test_capacity_purchase_is_never_a_coin_toss(variant):
     """The unit ratio is graded at 3%: draws where it is within 3% of the price ratio are refused, so the
-    purchase never turns on a difference the grading forgives (an H200 at $5.90 is worth 1.94 H100s and costs
-    1.97 of them)."""
+    purchase never turns on a difference the grading forgives (an H200 at $5.40 is worth 1.82 H100s and costs
+    1.80 of them)."""
     for seed in SEEDS:
         results = variant(f"slo-capacity-unit@{seed}").sheet.results
         assert abs(results["unit_ratio"] / results["price_ratio"] - 1) >= 0.03
     with pytest.raises(VariantError, match="no verdict"):
-        variant("slo-capacity-unit@default+new_gpu=h200-sxm+new_price=5.9")
+        variant("slo-capacity-unit@default+new_gpu=h200-sxm+new_price=5.4")
 
 
 # --- voice-latency-budget ------------------------------------------------------------------
@@ -408,8 +408,8 @@ def clause_by_hand(solution, tp, batch=None):
         g.fr = tp * ETA_C * gpu.fp8_dense_tflops * 1e12
     B = _value(solution, "batch") if batch is None else batch
     S, T_u, k = _value(solution, "context"), _value(solution, "turn"), _value(solution, "clause")
-    usable = gpu.hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION
-    if g.weights > usable - 0.1 * gpu.hbm_gb * 1e9 or g.weights + g.kv * B * S > usable:
+    usable = gpu.hbm_mib * 2**20 * GPU_MEMORY_UTILIZATION
+    if g.weights > usable - 0.1 * gpu.hbm_mib * 2**20 or g.weights + g.kv * B * S > usable:
         return None
     return g.step(B - 1 + T_u, (B - 1 + T_u) * S, B * S) + (k - 1) * g.step(B, B * S, B * S)
 
@@ -438,7 +438,9 @@ def test_voice_sessions_closed_form_against_the_step_model(variant):
     from solvers.models.cost import LAYOUTS
 
     checked, sides = 0, set()
-    for seed in SEEDS:
+    # Seed 70 adds a draw whose line the math alone binds: since HBM is the device's figure, the one such draw in
+    # SEEDS (Qwen2.5-72B on B200) fits one GPU and its KV pool binds first.
+    for seed in [*SEEDS, 70]:
         solution = variant(f"voice-latency-budget@{seed}")
         results = solution.sheet.results
         tp = next((tp for tp, name in LAYOUTS.items() if name == results["smallest_layout"]), 8)
@@ -499,7 +501,7 @@ def tiers_by_hand(solution):
     dedicated = [i for i in busy if busy[i] >= 0.5]
     cold = [i for i in busy if Lam * i**-a / H / peak < cold_rate]
     shared = [i for i in busy if i not in dedicated and i not in cold]
-    k = math.floor(0.5 * GPU_MEMORY_UTILIZATION * _value(solution, "tp") * _value(solution, "gpu").hbm_gb * 1e9
+    k = math.floor(0.5 * GPU_MEMORY_UTILIZATION * _value(solution, "tp") * _value(solution, "gpu").hbm_mib * 2**20
                    / (2 * g.N))
     replicas = {"dedicated_replicas": sum(math.ceil(busy[i] / u) for i in dedicated),
                 "shared_replicas": max(math.ceil(sum(busy[i] for i in shared) / u), math.ceil(len(shared) / k)),

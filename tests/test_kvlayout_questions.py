@@ -174,9 +174,10 @@ def test_preemption_prompt_names_its_conventions(variant):
 
 
 def test_preemption_pinned_seed(variant):
-    """Seed 2 draws these parameters (its keys are pinned in the question file)."""
+    """Seed 2 draws these parameters (its keys are pinned in the question file). It drew Llama-3-8B at TP 4 on
+    H100 until HBM became the device's 81,559 MiB: 4.01 GB of weights a GPU is under the tp-width card's 5%."""
     assert [p.raw for p in variant("preemption-policies@2").params] == [
-        "llama-3-8b", "h100-sxm", 4, "bf16", "bf16", 29000, 85, 40, 2.1, 98, 38, 10]
+        "qwen2.5-72b", "h200-sxm", 2, "bf16", "bf16", 20000, 37, 55, 11, 910, 37, 10]
 
 
 # --- mla-vs-gqa-under-tp ---------------------------------------------------------------------
@@ -187,7 +188,8 @@ def test_mla_vs_gqa_default(variant):
     the crossover TP is a boundary, not an answer, and both share one room."""
     results = variant("mla-vs-gqa-under-tp@default").sheet.results
     assert results["tp_crossover"] == pytest.approx(2 * 8 * 128 / 576)  # 3.56
-    assert results["room"] == pytest.approx(126.9e9 - 141.1e9 / 8)  # 109.3 GB per GPU, the same for both
+    # 0.9 x 143,771 MiB (the H200 as the device reports it) less 141.1 GB / 8: 118.0 GB per GPU, the same for both
+    assert results["room"] == pytest.approx(0.9 * 143_771 * 2**20 - 141.1e9 / 8)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -196,7 +198,8 @@ def test_mla_vs_gqa_matches_plain_arithmetic(variant, seed):
     p = _params(solution)
     model, tp, context, rank = p["model"], p["tp"], p["context"], p["kv_lora_rank"]
     kv_bytes = DTYPE_BYTES[p["kv_dtype"]]
-    room = p["gpu"].hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION - model.params_b * 1e9 * DTYPE_BYTES[p["weight_dtype"]] / tp
+    weights = model.params_b * 1e9 * DTYPE_BYTES[p["weight_dtype"]] / tp
+    room = p["gpu"].hbm_mib * 2**20 * GPU_MEMORY_UTILIZATION - weights
     gqa_per_gpu = 2 * model.layers * (model.kv_heads // tp) * model.head_dim * kv_bytes
     mla_per_gpu = model.layers * (rank + 64) * kv_bytes
     expected = solution.expected
@@ -232,16 +235,17 @@ def test_mla_vs_gqa_context_stays_within_the_model(variant):
 
 
 def test_mla_vs_gqa_levers_follow_the_layout(variant):
-    """Halving TP doubles the replicas; at TP 8 on the default that beats the heavier weight share (60 vs 36; the
+    """Halving TP doubles the replicas; at TP 8 on the default that beats the heavier weight share (66 vs 39; the
     verdicts are pinned in the question file)."""
     reasons = variant("mla-vs-gqa-under-tp@default").sheet.reasons["mla_levers"]
-    assert "60 requests" in reasons["halving its TP"]
+    assert "66 requests" in reasons["halving its TP"]
 
 
 def test_mla_vs_gqa_pinned_seed(variant):
-    """Seed 0 draws these parameters (its keys are pinned in the question file)."""
+    """Seed 0 draws these parameters (its keys are pinned in the question file). It drew Qwen2.5-72B fp8 at TP 8 on
+    B200 until HBM became the device's 183,359 MiB: 9.09 GB of weights a GPU is under the tp-width card's 5%."""
     assert [p.raw for p in variant("mla-vs-gqa-under-tp@0").params] == [
-        "qwen2.5-72b", "b200", "fp8", 8, 512, "fp8", 4096, 64, 8]
+        "llama-3-70b", "h200-sxm", "bf16", 2, 256, "bf16", 38912, 64, 8]
 
 
 # --- mla-tp-duplication ----------------------------------------------------------------------
@@ -254,7 +258,7 @@ ATTENTION = 61 * 187_105_280  # the five attention projections of all 61 layers
 def test_mla_duplication_default_h200_node(variant):
     """DeepSeek-V3 at TP 8 on 8 x H200 (the keys are pinned in the question file): DP attention's capacity gain."""
     results = variant("mla-tp-duplication@default").sheet.results
-    room = 141e9 * 0.9 - (671e9 + 2 * EMBEDDING) / 8  # 42.8 GB per GPU
+    room = 143_771 * 2**20 * 0.9 - (671e9 + 2 * EMBEDDING) / 8  # 51.6 GB per GPU of the H200's reported HBM
     extra = (ATTENTION + 2 * EMBEDDING) * 7 / 8  # 9.99 GB of projections + 1.62 GB of embedding
     assert results["capacity_gain"] == pytest.approx(8 * (room - extra) / room)
 
@@ -284,7 +288,7 @@ def test_mla_duplication_regime_follows_demand(variant, seed):
     solution = variant(f"mla-tp-duplication@{seed}")
     p = _params(solution)
     per_token = 61 * 576 * DTYPE_BYTES[p["kv_dtype"]]
-    room = p["gpu"].hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION - (671e9 + 2 * EMBEDDING) / 8
+    room = p["gpu"].hbm_mib * 2**20 * GPU_MEMORY_UTILIZATION - (671e9 + 2 * EMBEDDING) / 8
     # d groups of 8/d GPUs: projections split 8/d ways instead of 8, the embedding whole on every GPU.
     extra = ATTENTION * (p["dp"] - 1) / 8 + 2 * EMBEDDING * 7 / 8
     held = math.floor(room / (per_token * p["context"]))
@@ -308,8 +312,8 @@ def test_mla_duplication_asks_for_redundant_copies(variant):
     one copy of each latent counts as useful, and n·F (the whole pool) grades wrong."""
     solution = variant("mla-tp-duplication@default")
     assert "redundant copies (one copy of each latent is useful)" in " ".join(solution.prompt.split())
-    assert solution.grade_one("duplicate_bytes", "342 GB").verdict != CORRECT  # n·F, not (n − 1)·F
-    assert solution.grade_one("duplicate_bytes", "299.6 GB").verdict == CORRECT
+    assert solution.grade_one("duplicate_bytes", "412.6 GB").verdict != CORRECT  # n·F, not (n − 1)·F
+    assert solution.grade_one("duplicate_bytes", "361 GB").verdict == CORRECT
 
 
 def test_mla_duplication_pinned_seed(variant):
@@ -406,7 +410,7 @@ def test_mla_vs_gqa_dp_attention_is_judged_on_its_weight_copies(variant, seed):
     per_weight = {"bf16": 2, "fp8": 1}[p["weight_dtype"]]
     weights = m.params_b * 1e9 * per_weight
     attention = m.layers * 2 * m.hidden * (m.heads + m.kv_heads) * m.head_dim * per_weight
-    usable = gpu.hbm_gb * 1e9 * 0.9
+    usable = gpu.hbm_mib * 2**20 * 0.9
     latent = m.layers * (p["kv_lora_rank"] + 64) * {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
     room = usable - (weights - attention) / tp - attention
     dp = 8 * math.floor(max(room, 0) / (latent * p["context"]))

@@ -58,7 +58,7 @@ def _decode_model(p):
     N = _q(model.params_b) * 10**9
     kv_req = 2 * model.layers * model.kv_heads * model.head_dim * b_kv * p["context"]
     P = _q(gpu[f"{p['weight_dtype']}_dense_tflops"]) * 10**12
-    fit = math.floor((n * _q(gpu.hbm_gb) * 10**9 * Fraction(9, 10) - N * b_w) / kv_req)
+    fit = math.floor((n * gpu.hbm_mib * 2**20 * Fraction(9, 10) - N * b_w) / kv_req)
     t = _step_time(model, gpu, n, N * b_w, N, kv_req, P)
     return fit, t, _largest_within(t, _q(p["tpot"]))
 
@@ -115,27 +115,27 @@ def test_users_per_gpu_at_8k(variant):
     """Llama-3-70B on 8 x H100, 8K context, 4 GiB reserve: the steps beside the graded keys (pinned in the
     question file), TP4 replicas and the two layouts' TPOTs."""
     results = variant("users-per-gpu@default+context=8192+tpot=50").sheet.results
-    assert results["served_tp4"] == 96  # two TP4 replicas hold 48 each: the weights stored twice
-    # TP4 x PP2 stores them once too and holds as many; the faster token decides. TP8 at 149 is 23.31 ms. The
-    # pipeline at 149 (two micro-batches of 74.5): 2 x (17.64 GB + 74.5 x 0.3125 GiB) / 3.35 TB/s = 25.45 ms of
-    # reads, 2 stages x 80 all-reduces x 10 us = 1.6 ms, and 74.5 x (160 x 1.5 x 8,192 x 2 B / 450 GB/s + one
-    # 16 KiB send) = 74.5 x 8.77 us = 0.65 ms: 27.71 ms.
-    assert results["tpot_tp8"] == pytest.approx(23.31e-3, rel=1e-3)
-    assert results["tpot_pp"] == pytest.approx(27.71e-3, rel=1e-3)
+    assert results["served_tp4"] == 110  # two TP4 replicas hold 55 each: the weights stored twice
+    # TP2 x PP4 (TP2 now holds the bf16 weights and one 8K request on 81,559 MiB) stores them once too and holds
+    # as many, 164; the faster token decides. TP8 at 164: (17.64 GB + 164 x 0.3125 GiB) / 3.35 TB/s = 21.69 ms
+    # of reads plus 160 all-reduces, 24.96 ms. The pipeline reads a TP2 replica's weights stage after stage
+    # (70.55 GB a token's pass at 3.35 TB/s, 21.1 ms, before any KV): 39.33 ms.
+    assert results["tpot_tp8"] == pytest.approx(24.96e-3, rel=1e-3)
+    assert results["tpot_pp"] == pytest.approx(39.33e-3, rel=1e-3)
     assert results["tpot_best"] == results["tpot_tp8"]
 
 
 def test_equal_users_go_to_the_faster_token(variant):
     """Issue #12: in 38% of draws two layouts served as many users and a fixed rule (no pipeline, then the
-    wider TP) picked TP8. 70B on 8 x H100 at 768 tokens, 5.5 GiB reserve, 45 ms: TP8 and TP4 x PP2 both hold
-    1,540, TP8 at 44.75 ms, the pipeline at 35.81 ms (derived in the question file, which pins PP)."""
-    solution = variant("users-per-gpu@default+context=768+reserve=5.5+tpot=45")
+    wider TP) picked TP8. 70B on 8 x H100 at 768 tokens, 5.5 GiB reserve, 50 ms: TP8 and TP2 x PP4 both hold
+    and serve 1,698, TP8 at 49.18 ms, the pipeline at 41.12 ms (derived in the question file, which pins PP)."""
+    solution = variant("users-per-gpu@default+context=768+reserve=5.5+tpot=50")
     results = solution.sheet.results
-    assert results["served_tp8"] == results["served_pp"] == 1540
-    assert results["tpot_tp8"] == pytest.approx(44.75e-3, rel=1e-3)
-    assert results["tpot_pp"] == pytest.approx(35.81e-3, rel=1e-3)
+    assert results["served_tp8"] == results["served_pp"] == 1698
+    assert results["tpot_tp8"] == pytest.approx(49.18e-3, rel=1e-3)
+    assert results["tpot_pp"] == pytest.approx(41.12e-3, rel=1e-3)
     assert results["tpot_best"] == results["tpot_pp"]
-    assert "serves as many, 1,540, with the faster token" in solution.sheet.regime.summary
+    assert "serves as many, 1,698, with the faster token" in solution.sheet.regime.summary
 
 
 def test_the_graded_layout_choice_is_never_a_tie(variant):
@@ -152,18 +152,21 @@ def test_the_graded_layout_choice_is_never_a_tie(variant):
 
 def test_users_per_gpu_default_and_its_follow_up(variant, catalog):
     """1K chat turns at 30 ms (the keys are pinned in the question file): one TP8 group serves 1,013 users (its
-    TPOT caps it below the 1,193 that fit), two TP4 replicas 772 (memory: the weights twice), and one TP4 x PP2
-    pipeline 1,056, the most (issue #12 added it: the best layout was TP8 before). The follow-up shortens the
-    context and the replicas win."""
+    TPOT caps it below the 1,312 that fit), two TP4 replicas 890 (memory: the weights twice), four TP2 replicas
+    48, and the pipeline, now TP2 x PP4 because TP2 holds the bf16 weights on 81,559 MiB, 524: each token's pass
+    reads a TP2 replica's weights stage after stage, so the TPOT caps its micro-batches. One TP8 group serves the
+    most (against the 80 GB label TP4 x PP2 served 1,056 and won). The follow-up shortens the context and the
+    replicas win."""
     solution = variant("users-per-gpu@default")
     results = solution.sheet.results
-    assert results["served_tp8"] == 1013 and results["served_tp4"] == 772
-    assert results["tpot_best"] == results["tpot_pp"]
-    # Why the pipeline wins: it holds what one TP8 group holds (weights once), while the TPOT caps it at two
-    # micro-batches of a TP4 step, above TP8's cap (TP8's all-reduce per request is larger); the replicas run out
-    # of memory first.
-    assert results["pp_fit"] == results["users_16"] > results["pp_stages"] * results["pp_micro"]
-    assert results["fit_tp4"] * 2 == results["served_tp4"] < results["served_tp8"] < results["served_pp"]
+    assert results["tp_min_16"] == 2 and results["pp_stages"] == 4
+    assert results["served_tp8"] == 1013 and results["served_tp4"] == 890 and results["served_tp2"] == 48
+    assert results["tpot_best"] == results["tpot_tp8"]
+    # Why the pipeline loses: it holds what one TP8 group holds (weights once), but the TPOT caps it at four
+    # micro-batches of a TP2 step, which reads 70.55 GB of weights a GPU; the replicas run out of memory first.
+    assert results["pp_fit"] == results["users_16"] > results["pp_stages"] * results["pp_micro"] == results["served_pp"]
+    assert results["fit_tp4"] * 2 == results["served_tp4"] < results["served_tp8"]
+    assert results["served_pp"] < results["served_tp8"]
     pushed = follow_up(solution, catalog).solution
     assert pushed.param("context").raw < 1024 and pushed.expected["regime"] == "replicas"
 
@@ -176,7 +179,7 @@ def _layouts_by_hand(p) -> dict[int, int]:
 def _layouts_at_load(p) -> dict[int, tuple[int, Fraction]]:
     """(users, TPOT at that load) of each deployable TP-n layout, in exact plain arithmetic."""
     model, gpu, G = p["model"], p["gpu"], p["gpus"]
-    usable = _q(gpu.hbm_gb) * 10**9 * Fraction(9, 10) - p["reserve"]
+    usable = gpu.hbm_mib * 2**20 * Fraction(9, 10) - p["reserve"]
     N = _q(model.params_b) * 10**9
     kv_req = 2 * model.layers * model.kv_heads * model.head_dim * 2 * p["context"]
     P = _q(gpu.bf16_dense_tflops) * 10**12
@@ -196,7 +199,7 @@ def _pipeline_by_hand(p) -> tuple[int, Fraction]:
     holds the model alone, at most G/2, in exact plain arithmetic: S micro-batches of m, TPOT = S stage times
     + (S - 1) sends; at the load U the micro-batches are U/S on average."""
     model, gpu, G = p["model"], p["gpu"], p["gpus"]
-    usable = _q(gpu.hbm_gb) * 10**9 * Fraction(9, 10) - p["reserve"]
+    usable = gpu.hbm_mib * 2**20 * Fraction(9, 10) - p["reserve"]
     N = _q(model.params_b) * 10**9
     kv_req = 2 * model.layers * model.kv_heads * model.head_dim * 2 * p["context"]
     BW, P, link = _q(gpu.hbm_tb_s) * 10**12, _q(gpu.bf16_dense_tflops) * 10**12, _q(gpu.nvlink_gb_s) * 10**9 / 2
@@ -310,7 +313,7 @@ def test_block_count_replicates_kv_heads_past_tp(variant):
 def _vllm_block_count(model, gpu, tp: int, weight_bytes: float, kv_bytes: float, block_size: int,
                       activation_peak: float, non_torch: float, context: int) -> tuple[int, int]:
     """vLLM's integer code path (gpu_worker, kv_cache_interface, kv_cache_utils) in plain Python."""
-    requested_memory = gpu.hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION
+    requested_memory = gpu.hbm_mib * 2**20 * GPU_MEMORY_UTILIZATION
     non_kv_cache_memory = model.params_b * 1e9 * weight_bytes / tp + activation_peak + non_torch
     available_memory = int(requested_memory - non_kv_cache_memory)
     page_size = int(2 * block_size * max(1, model.kv_heads // tp) * model.head_dim * kv_bytes)
@@ -376,7 +379,7 @@ def test_hidden_memory_prints_the_figures_the_key_uses(variant):
     off for other models); and 'a release before v0.21' took in releases that still measured the
     communicators. The prompt now prints the parameter count and names the release by the change."""
     prompt = variant("hidden-memory-budget@default").prompt
-    assert "70.55B parameters" in prompt
+    assert "(70.55B, bf16)" in prompt and "81,559 MiB" in prompt
     assert "vLLM v0.12-v0.20 serves" in prompt and "before v0.21" not in prompt
 
 
@@ -389,7 +392,7 @@ def test_hidden_memory_rejects_a_starved_kv_cache(variant):
 def _vllm_start_up(p: dict) -> tuple[float, bool]:
     """vLLM v1's accounting (gpu_worker.init_device and determine_available_memory, memory_profiling)
     in plain Python: the KV cache it allocates, and whether every later allocation fits the device."""
-    total = p["gpu"].hbm_gb * 1e9
+    total = p["gpu"].hbm_mib * 2**20
     weights = p["model"].params_b * 1e9 * {"bf16": 2, "fp8": 1}[p["weight_dtype"]] / p["tp"]
     nccl_in_profile = p["release"] == "v0.10"  # before PR #25359 the communicators came after the snapshot
     graphs_estimated = p["release"] == "v0.21"

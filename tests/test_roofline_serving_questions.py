@@ -55,7 +55,7 @@ def test_weight_read_matches_plain_arithmetic(variant, seed):
     b = {"bf16": 2, "fp8": 1}[p["dtype"]]
     peak = gpu[f"{p['dtype']}_dense_tflops"] * 1e12
     weights, kv = m.params_b * 1e9 * b, B * T * 4 * m.layers * m.kv_heads * m.head_dim
-    assert weights + kv <= 0.9 * tp * gpu.hbm_gb * 1e9  # the batch's KV fits beside the weights
+    assert weights + kv <= 0.9 * tp * gpu.hbm_mib * 2**20  # the batch's KV fits beside the weights
 
     def all_reduce(tokens):
         return 0 if tp == 1 else 2 * m.layers * (10e-6 + 2 * (tp - 1) / tp * tokens * m.hidden * 2
@@ -107,7 +107,7 @@ def _roofline_by_hand(old: Record, new: Record, model: Record, gpus: int, contex
                    2 * model.params_b * 1e9 * tokens / (gpus * gpu.bf16_dense_tflops * 1e12)) + all_reduce
 
     def batch(gpu: Record) -> int:
-        return math.floor((gpus * gpu.hbm_gb * 1e9 * GPU_MEMORY_UTILIZATION - weights) / kv_request)
+        return math.floor((gpus * gpu.hbm_mib * 2**20 * GPU_MEMORY_UTILIZATION - weights) / kv_request)
 
     def throughput(gpu: Record, size: int) -> float:
         return size / step(gpu, weights + size * kv_request, size)
@@ -146,7 +146,7 @@ def test_speedup_draws_pairs_close_on_the_datasheet(variant, seed):
     old, new = p["old_gpu"], p["new_gpu"]
     peak, bandwidth = new.bf16_dense_tflops / old.bf16_dense_tflops, new.hbm_tb_s / old.hbm_tb_s
     assert 1 / 1.5 <= peak / bandwidth <= 1.5
-    assert 2 * p["model"].params_b <= 0.8 * p["gpus"] * old.hbm_gb
+    assert 2 * p["model"].params_b <= 0.8 * p["gpus"] * old.hbm_mib * 2**20 / 1e9
 
 
 def test_speedup_degenerate_layouts_are_refused(variant):

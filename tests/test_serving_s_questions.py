@@ -139,7 +139,7 @@ def test_decode_op_ranking_matches_plain_arithmetic(variant, seed):
     gemm = solution.expected["gemm_intensity"]
     assert solution.expected["regime"] == ("attention-above" if attention > gemm else "attention-below")
     weights, kv = m.params_b * 1e9 * b_w, m.layers * 2 * B * T * m.kv_heads * m.head_dim * b_kv
-    assert weights + kv <= 0.9 * tp * gpu.hbm_gb * 1e9  # the review's bug: the weights and the batch fit
+    assert weights + kv <= 0.9 * tp * gpu.hbm_mib * 2**20  # the review's bug: the weights and the batch fit
     assert solution.expected["attention_share"] == pytest.approx(kv / (weights + kv))
     flops = 2 * m.params_b * 1e9 * B + m.layers * 4 * B * T * m.heads * m.head_dim
     comm = 0 if tp == 1 else 2 * m.layers * (10e-6 + 2 * (tp - 1) / tp * B * m.hidden * 2 / (gpu.nvlink_gb_s * 1e9 / 2))

@@ -227,7 +227,7 @@ def test_golden_answers_are_checked_and_a_wrong_one_names_its_line_key_and_both_
         "the file pins 80 tokens/s",
         f"{path}:{golden + 9}: golden[2]: pinned@default+tp=1: no variant (pinned@default+tp=1: no valid variant "
         "with tp=1 (weights-fit: Llama-3.1-70B in bf16 over 1 GPU(s) needs 141 GB of weights per H100 SXM, past "
-        "the 64 GB that leaves room for a KV pool))",
+        "the 68 GB that leaves room for a KV pool))",
         f"{path}:{golden + 12}: golden[3]: pinned@99999999999: no variant (seed must be between 0 and 2147483647)",
     ], problems
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import sympy
 
 from solvers.conventions import convention_value
-from solvers.data import Record
+from solvers.data import Record, hbm_bytes
 from solvers.derivation import Reject, Sheet
 from solvers.dtypes import DTYPE_BYTES
+from solvers.units import format_exact
 
 GPU_MEMORY_UTILIZATION = convention_value("usable-hbm")  # the conventions card says it once
 
@@ -26,10 +27,6 @@ def peak_flops(gpu: Record, dtype: str) -> float:
     if figure is None:
         raise Reject(f"{gpu.name} has no {dtype} tensor cores")
     return figure * 1e12
-
-
-def hbm_bytes(gpu: Record) -> float:
-    return gpu.hbm_gb * 1e9
 
 
 def hbm_bandwidth(gpu: Record) -> float:
@@ -78,7 +75,15 @@ def given_usable_share(s: Sheet, symbol: str = "u") -> sympy.Symbol:
 
 
 def given_hbm_bytes(s: Sheet, gpu: Record, symbol: str = "M") -> sympy.Symbol:
-    return s.given(symbol, hbm_bytes(gpu), "GB", f"{gpu.name} HBM")
+    """A GPU's HBM as the device reports it, its datasheet label named beside it (decimal-units card)."""
+    return s.given(symbol, hbm_bytes(gpu), "GB", f"{gpu.name} HBM ({hbm_label(gpu)})")
+
+
+def hbm_label(gpu: Record) -> str:
+    """'80 GB, 81,559 MiB as the device reports it': the label and the figure the solvers use."""
+    if gpu.get("hbm_mib") is None:
+        return f"{format_exact(gpu.hbm_gb)} GB"
+    return f"{format_exact(gpu.hbm_gb)} GB label, {format_exact(gpu.hbm_mib)} MiB as the device reports it"
 
 
 def given_nvlink(s: Sheet, gpu: Record, symbol: str = "BW_NVL") -> sympy.Symbol:

@@ -163,7 +163,9 @@ def solve(p, s: Sheet) -> None:
                     "attention balances the causal work)")
     t_ring = s.step("ring_pass", "KV passed around the ring between nodes", "t_ring",
                     (c - 1) / c * kv_req / (e.TP * nic), "s",
-                    "each node receives every other node's KV shard over its TP NICs (0 on one node)")
+                    "each node receives every other node's KV shard over its TP NICs, each GPU's NIC carrying its "
+                    "own KV heads at line rate (one NIC per GPU, not one transfer striped over all of them; "
+                    "0 on one node)")
     t_read = s.step("prefill_read", "Prefill reads on each GPU, at least", "t_M", (w_gpu + kv_gpu / c) / e.byte_rate,
                     "s", "its weights once and its node's shard of the KV once (the step model's bytes side)")
     s.step("prefill_time", "Prefill time (time to first token)", "t_pre",

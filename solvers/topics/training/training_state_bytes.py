@@ -29,7 +29,11 @@ def _fsdp_side(p, s: Sheet, N, b_w, BW, nodes) -> tuple[sympy.Symbol, sympy.Symb
                    "a node holds 1/n of the shards; the other (n−1)/n come in (and go out) over its r NICs, "
                    "the rest moves over NVLink")
     t_comm = s.step("fsdp_comm", "FSDP communication per step over the NICs", "t_comm", V_nic / BW, "s",
-                    "each NIC at its line rate, all of them at once")
+                    "each NIC at its line rate, all of them at once, each carrying its own rail's collective")
+    s.assume("The node's NICs add up because each carries its own rail's share (NCCL runs a ring per rail, "
+             "one NIC per GPU), each at its line rate. One transfer striped over many NICs gets less: Mooncake's "
+             "transfer engine reached 87% of 4 × 200 Gb/s but about half of 8 × 400 Gb/s (kvcache-ai/Mooncake "
+             "README).")
     F = s.prerequisite("training-compute-budget", "F_step", FLOPS_PER_PARAM_TOKEN * s.value(N) * s.value(B), "FLOP",
                        "training FLOPs of one step, 6·N·D over the global batch")
     t_comp = s.step("step_compute", "Compute per step", "t_comp", F / (G * P * mfu), "s",
