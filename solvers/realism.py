@@ -38,9 +38,27 @@ _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 _COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
             ast.Eq: operator.eq, ast.NotEq: operator.ne}
+def kv_bytes(model: Mapping[str, Any], dtype: str) -> float:
+    """KV cache bytes per token of a model in a dtype, as solvers.models.kvcache states it: a key and a value
+    per KV head in every layer, or MLA's one latent plus its RoPE key per layer."""
+    if model.get("attention") == "mla":
+        return model["layers"] * (model["kv_lora_rank"] + model["qk_rope_head_dim"]) * DTYPE_BYTES[dtype]
+    return 2 * model["layers"] * model["kv_heads"] * model["head_dim"] * DTYPE_BYTES[dtype]
+
+
+def weight_bytes(model: Mapping[str, Any], dtype: str) -> float:
+    """Bytes of a model's weights, every one in the dtype."""
+    return model["params_b"] * 1e9 * DTYPE_BYTES[dtype]
+
+
+# What a constraint may call: arithmetic, and the bank's own facts, so that no file types them again.
 _FUNCTIONS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs, "ceil": math.ceil,
                                              "floor": math.floor, "bytes": lambda dtype: DTYPE_BYTES[dtype],
-                                             "hbm": hbm_bytes}  # a GPU's HBM in bytes, as the solvers size it
+                                             "hbm": hbm_bytes,  # a GPU's HBM in bytes, as the solvers size it
+                                             "kv_bytes": kv_bytes, "weight_bytes": weight_bytes}
+# The conventions a constraint may name, read from their cards when a constraint is checked (usable_hbm: the
+# share of HBM an engine budgets).
+_CONSTANTS: dict[str, Callable[[], float]] = {"usable_hbm": lambda: convention_value("usable-hbm")}
 
 
 def _evaluate(node: ast.AST, values: Mapping[str, Any]) -> Any:
@@ -49,7 +67,7 @@ def _evaluate(node: ast.AST, values: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str)):
         return node.value
     if isinstance(node, ast.Name):
-        return values[node.id]
+        return values[node.id] if node.id in values else _CONSTANTS[node.id]()
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         return values[node.value.id][node.attr]
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
@@ -108,7 +126,7 @@ def _check_syntax(node: ast.AST, names: set[str]) -> None:
             raise ConstraintError(f"'{ast.unparse(child)}': only {', '.join(_FUNCTIONS)} may be called")
         if isinstance(child, ast.Attribute) and (not isinstance(child.value, ast.Name) or child.attr.startswith("_")):
             raise ConstraintError(f"'{ast.unparse(child)}': a field of a parameter only (model.max_context)")
-        if isinstance(child, ast.Name) and child.id not in names and child.id not in _FUNCTIONS:
+        if isinstance(child, ast.Name) and child.id not in names and child.id not in _FUNCTIONS | _CONSTANTS:
             raise ConstraintError(f"'{child.id}' names no parameter")
         allowed = (ast.Expression, ast.Constant, ast.Name, ast.Attribute, ast.BinOp, ast.UnaryOp, ast.BoolOp,
                    ast.Compare, ast.Call, ast.Load, ast.And, ast.Or, ast.Not, ast.USub, *_BINARY, *_COMPARE)

@@ -17,6 +17,7 @@ Each problem is one line naming the file (and the field or seed where it applies
 """
 from __future__ import annotations
 
+import ast
 import math
 import re
 from collections import Counter
@@ -36,6 +37,7 @@ from solvers.bank import (
     read_question,
     requirement_problems,
 )
+from solvers.conventions import convention_value
 from solvers.data import Catalog
 from solvers.derivation import Reject
 from solvers.engine import Solution, VariantCode, VariantError, make_variant, render_prompt, solver_function
@@ -131,6 +133,35 @@ def typed_figures(question: Question) -> list[str]:
                                 "constant); a name with a digit that starts with one or holds a space goes "
                                 "under literals:")
     return problems
+
+
+# The usable-HBM share typed beside an HBM figure in words ("0.9·HBM", "HBM × 0.9"), where a text should name the card.
+_TYPED_SHARE = re.compile(r"0\.9\s*[·×*]\s*\(?(?:n\s*·\s*)?HBM|HBM\s*[·×*]\s*0\.9", re.IGNORECASE)
+
+
+def typed_conventions(question: Question) -> list[str]:
+    """A line for every place a file types what the bank knows (strict): the usable-HBM share as 0.9 beside an
+    HBM figure in a constraint, a stage's words or a hint (the constraint says usable_hbm, a text the card's
+    name), and a constraint that derives KV bytes per token again (kv_bytes(model, dtype) says it once)."""
+    share, found = convention_value("usable-hbm"), []
+    for constraint in question.constraints:
+        try:
+            tree = ast.parse(constraint.says, mode="eval")
+        except SyntaxError:
+            continue  # a bank rule: said in words
+        nodes = list(ast.walk(tree))
+        reads_hbm = any(isinstance(n, ast.Call) and getattr(n.func, "id", "") == "hbm" or
+                        isinstance(n, ast.Attribute) and n.attr.startswith("hbm") for n in nodes)
+        if reads_hbm and any(isinstance(n, ast.Constant) and n.value == share for n in nodes):
+            found.append(f"constraints.{constraint.name}: types the usable-HBM share: write usable_hbm")
+        if {"layers", "kv_heads", "head_dim"} <= {n.attr for n in nodes if isinstance(n, ast.Attribute)}:
+            found.append(f"constraints.{constraint.name}: derives KV bytes per token again: "
+                         "write kv_bytes(model, dtype)")
+    texts = [(f"stages[{i}]", stage.say) for i, stage in enumerate(question.stages)]
+    texts += [(f"stages[{i}].hints", hint) for i, stage in enumerate(question.stages) for hint in stage.hints]
+    found += [f"{where}: types the usable-HBM share beside HBM: name it (usable HBM, the usable-hbm card)"
+              for where, text in texts if _TYPED_SHARE.search(text)]
+    return [f"{question.path}: {line}" for line in found]
 
 
 def question_files(paths: list[Path]) -> list[Path]:
@@ -235,6 +266,7 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
                        "a graded answer that barely depends on the variant")
     if strict:
         bar += [f"{where}: {line}" for line in repeated_facts([default, *drawn] if default else drawn)]
+        bar += typed_conventions(question)
     if strict and question.staged and not stopped:
         sweep = _sweep(question, bank, catalog, drawn, bar)
         bar += stagebar.static_problems(question)

@@ -75,3 +75,30 @@ def test_a_small_model_is_not_split_wider_than_anyone_serves_it(bank, catalog):
     with pytest.raises(VariantError, match="tp-suits-model: TP 8 leaves 2.0 GB of Llama-3.1-8B per H100 SXM"):
         make_variant(bank, catalog, VariantCode.parse("preemption-policies@default+model=llama-3-8b+tp=8"
                                                       "+weight_dtype=bf16+gpu=h100-sxm"))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_a_constraints_kv_bytes_are_the_solvers_for_every_model(catalog, dtype):
+    """kv_bytes(model, dtype) in a constraint is the figure the solvers' KV model gives, GQA and MLA alike."""
+    from solvers.derivation import Sheet
+    from solvers.dtypes import DTYPE_BYTES
+    from solvers.models.kvcache import kv_bytes_per_token
+    from solvers.realism import kv_bytes
+
+    for name, model in catalog.collections["models"].items():
+        sheet = Sheet()
+        solved = sheet.value(kv_bytes_per_token(sheet, model, sheet.given("b", DTYPE_BYTES[dtype]), unit="B"))
+        assert kv_bytes(model, dtype) == solved, name
+
+
+def test_a_constraint_names_the_usable_share_and_the_models_bytes():
+    """usable_hbm is the card's share, weight_bytes the model's in a dtype: a constraint types neither."""
+    from solvers.conventions import convention_value
+
+    check = declared("fits", "weight_bytes(model, 'fp8') <= usable_hbm * hbm(gpu)", {"model", "gpu"})
+    gpu = {"hbm_gb": 80, "hbm_mib": 81559}
+    fits = 0.999 * convention_value("usable-hbm") * 81559 * 2**20 / 1e9
+    assert check.check({"model": {"params_b": fits}, "gpu": gpu}) is None
+    assert check.check({"model": {"params_b": fits * 1.002}, "gpu": gpu}) is not None
+    with pytest.raises(ConstraintError, match="names no parameter"):
+        declared("bad", "usable_share * 2 > 1", {"model"})

@@ -482,3 +482,25 @@ def test_one_fact_under_two_symbols_is_flagged_only_where_it_cannot_be_a_coincid
     assert repeated_facts(_draws((8, 8), (8, 8), (8, 8))) == []  # never varies: 8 heads and TP 8 may just agree
     assert repeated_facts(_draws((2, 2), (4, 4))) == []  # too few draws to tell
     assert repeated_facts(_draws((2, 2), (4, 4), (8, 4))) == []  # they differ once: two facts
+
+
+def test_what_the_bank_knows_is_named_not_typed():
+    """Strict: 0.9 beside an HBM figure, in a constraint or a stage's words or hints, and a second KV formula."""
+    from dataclasses import replace
+
+    from solvers.bank import Stage, parse_question
+    from solvers.realism import declared
+    from solvers.validate import typed_conventions
+
+    question = parse_question(Path("questions/F/weight-read-intensity.yaml"), SOURCE)
+    assert typed_conventions(question) == []
+    names = {p.name for p in question.parameters}
+    typed = replace(question, constraints=(
+        declared("fits", "model.params_b * 2e9 <= 0.9 * tp * hbm(gpu)", names),
+        declared("kv", "batch * 2 * model.layers * model.kv_heads * model.head_dim * 2 < 1e12", names),
+        declared("hits", "batch * 0.9 < 1000", names)),  # a 0.9 that is not the share of HBM
+        stages=(Stage("opening", "Each GPU keeps 0.9·HBM for the engine.", ("flops",), ("Use HBM × 0.9.",)),))
+    found = "\n".join(typed_conventions(typed))
+    assert "constraints.fits: types the usable-HBM share" in found and "constraints.hits" not in found
+    assert "constraints.kv: derives KV bytes per token again" in found
+    assert "stages[0]: types" in found and "stages[0].hints: types" in found
