@@ -108,7 +108,7 @@ def _decode(s: Sheet, p, tag, gpu, c: _Shared, r: _Rates, C, KV, B, N_a, A, link
            2 * N_a * B + A * B * C, "TFLOP", "2 per active parameter per sequence, plus each one's attention over its "
            "context (attention-flops)")
     ar = tp_all_reduce(s, p.model, gpu, p.tp, B, tag=f"dec_{tag}", label=f"decode step on {gpu.name}",
-                       nic=link, latency=alpha, group=f"{tag}d", where="PCIe between bridge groups")
+                       nic=link, latency=alpha, group=tag, where="PCIe between bridge groups")
     return s.step(f"tpot_{tag}", f"TPOT on {gpu.name}", f"TPOT_{tag}",
                   c.kernels(r, moved, 2 * N_a * B, A * B * C) + ar + c.t_oh + eager, "ms",
                   "the slower of the step's reads and its math (the experts' part of each stretched by π where "
