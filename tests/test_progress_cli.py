@@ -75,7 +75,7 @@ def test_stats_summary(capsys, tmp_path):
     assert code == 0
     assert "3 attempt(s) on 3 day(s) since 2025-03-03" in out
     assert "Accuracy by group" in out and "  F " in out and "memory" in out
-    assert "1×  x2: one factor of 2 too many" in out
+    assert "1×  x2: a factor of 2 left out or counted twice" in out
     assert "kv-bytes-per-token" in out  # among the lowest retrievability
     code, out, _ = run_cli(capsys, "--data-dir", str(tmp_path), "stats", "--json")
     data = json.loads(out)

@@ -229,7 +229,7 @@ class TestQuestion:
 
 async def solved(app: InfradrillApp, pilot: Pilot, question_id: str, push: bool = False) -> None:
     """The solution of a default variant, the first answer doubled (a slip), the rest right (the push
-    answered right too with `push`, else skipped), its chart drawn."""
+    answered right too with `push`, else skipped), its chart drawn and its published measurements solved."""
     await open_default(app, pilot, question_id)
     screen = app.screen
     await type_the_key(app, pilot, slip=True)
@@ -240,6 +240,8 @@ async def solved(app: InfradrillApp, pilot: Pilot, question_id: str, push: bool 
     if app.screen is screen:
         await reveal(app, pilot)  # skips the push
     await wait_for(pilot, lambda: "Sweeping" not in str(app.screen.query_one("#chart").content))
+    if app.screen.solution.question.reality:  # the measurements beside the model, solved in a worker too
+        await wait_for(pilot, lambda: "In practice" in str(app.screen.query_one("#reality").content))
 
 
 class TestSolution:
