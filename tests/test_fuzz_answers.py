@@ -3,8 +3,8 @@ and the grader of every answer kind ends in a reading or a clean refusal, never 
 no grade carries a non-finite error; every mutated progress export is imported or refused with
 ProgressFormatError, and the store reads back whole after it; every mutated settings file loads
 with notices, never an exception; every hostile `--set` override solves to strict JSON or is
-refused in one line. `make test` runs 10,000 strings and 300 of each of the others; `make fuzz`
-runs 100,000 strings and 2,000 of each of the others."""
+refused in one line. `make test` runs 10,000 strings (3,000 on the bank's own answers) and 300 of each
+of the others; `make fuzz` runs 100,000 strings of each kind and 2,000 of each of the others."""
 from __future__ import annotations
 
 import copy
@@ -51,7 +51,8 @@ ANSWERS = (  # (answer, a key it is graded against, the items shown to the candi
 PIECES = (list("0123456789.,eE+-−×x*^⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺ /()[]kKMGTPmuµn%$BsABCD~≈")
           + ["e-300", "e400", "e-400", "nan", "inf", "NaN", "10^", "×10⁻", "**", " GB", " GiB", " ms", " TB/s",
              " FLOP", "[/", "[/x]", "[b]", "9" * 50, "about ", "per GPU", "/GPU", "\x00", "\t", "٣", "１",
-             "9" * 4301, "e-320", "0.00000000000000000000001e-300"])  # R4's digits, R3's underflow
+             "9" * 4301, "e-320", "0.00000000000000000000001e-300",  # R4's digits, R3's underflow
+             "1e299", " billion", " thousand"])  # a finite reading infinite in its box's unit (us) or against the key
 
 
 def fuzz(count: int, seed: int = 0) -> tuple[Counter[str], Counter[str], dict[str, str]]:
@@ -78,6 +79,55 @@ def fuzz(count: int, seed: int = 0) -> tuple[Counter[str], Counter[str], dict[st
 
 def test_ten_thousand_typed_strings_never_raise_nor_grade_non_finite():
     raised, nonfinite, examples = fuzz(10_000)
+    assert not raised and not nonfinite, examples
+
+
+_TARGETS: list[tuple[Any, Any, tuple[str, ...], tuple]] = []
+
+
+def bank_targets() -> list[tuple[Any, Any, tuple[str, ...], tuple]]:
+    """(answer, key, shown, slips) of every answer of every question's default variant, as the app
+    grades them: the real options and letters where the synthetic ANSWERS have a few."""
+    if not _TARGETS:
+        from solvers.bank import load_bank
+        from solvers.data import load_catalog
+        from solvers.engine import VariantCode, make_variant
+
+        bank, catalog = load_bank(), load_catalog()
+        for question_id in sorted(bank.questions):
+            solution = make_variant(bank, catalog, VariantCode(question_id, None))
+            _TARGETS.extend((answer, solution.expected[answer.key], solution.shown.get(answer.key, ()),
+                             solution.sheet.slips.get(answer.key, ())) for answer in solution.question.answers)
+    return _TARGETS
+
+
+def fuzz_bank(count: int, seed: int = 0) -> tuple[Counter[str], Counter[str], dict[str, str]]:
+    """fuzz() on the bank's own answers: each string, with the letters and names of its target's
+    options among the pieces, through the live note and the grader of one target."""
+    rng = random.Random(seed)
+    targets = bank_targets()
+    raised: Counter[str] = Counter()
+    nonfinite: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for _ in range(count):
+        answer, key, shown, slips = rng.choice(targets)
+        pieces = PIECES + [*shown, *(f"{chr(65 + i)} " for i in range(len(shown)))]
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
+        try:
+            answer.note(text, shown)
+            grade = answer.grade(text, key, shown, slips)
+        except Exception as error:  # noqa: BLE001 - counting every kind is the point
+            raised[type(error).__name__] += 1
+            examples.setdefault(type(error).__name__, f"{answer.key}: {text[:200]!r}: {error}")
+            continue
+        if grade.error is not None and not math.isfinite(grade.error):
+            nonfinite[answer.key] += 1
+            examples.setdefault(f"non-finite {answer.key}", repr(text[:200]))
+    return raised, nonfinite, examples
+
+
+def test_typed_strings_on_every_answer_of_the_bank_never_raise_nor_grade_non_finite():
+    raised, nonfinite, examples = fuzz_bank(3_000)
     assert not raised and not nonfinite, examples
 
 
@@ -266,6 +316,7 @@ def test_the_cases_that_used_to_raise_are_clean_refusals():
 if __name__ == "__main__":  # make fuzz
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     clean = [_report(f"typed strings x {len(ANSWERS)} answer kinds", count, fuzz),
+             _report("typed strings on the bank's answers", count, fuzz_bank),
              _report("hostile progress imports", count // 50, fuzz_imports),  # a store write each: slower
              _report("hostile settings files", count // 50, fuzz_settings),
              _report("hostile --set overrides", count // 50, fuzz_overrides)]

@@ -153,6 +153,12 @@ def test_r3_a_number_that_underflows_against_the_key_is_graded(capsys):
     assert diagnose(5e-324, [Slip("x8: bits and bytes mixed up", 8.0)]) is None  # 5e-324 / 8 is 0.0
 
 
+def test_r3_a_reading_infinite_in_its_boxs_unit_is_too_large_not_an_infinite_error(capsys):
+    code, out, err = run_cli(capsys, "check", "ep-load-skew", "--seed", "1", "replicated_time=1e299\tbillion")
+    line = next(line for line in out.splitlines() if "1e299" in line)
+    assert code == 1 and err == "" and "inf" not in line and "too large to grade" in line
+
+
 def test_r3_grading_never_raises_even_on_a_reader_bug(variant, monkeypatch):
     solution = variant("weight-read-intensity@default")
     answer = solution.question.answers[0]
