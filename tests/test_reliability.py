@@ -95,6 +95,7 @@ def test_r1_an_unsound_card_in_the_store_is_repaired_and_every_attempt_kept(fill
            json.dumps(card_json(**BAD_CARDS[name])))
     code, out, err = run_cli(capsys, "--data-dir", str(filled.parent), "progress", "check")
     assert code == 0 and "1 damaged card row(s) (kv-bytes-per-token)" in err and "2 attempt(s)" in out
+    assert [row["question_id"] for row in kept_rows(filled, err)["cards"]] == ["kv-bytes-per-token"]  # moved aside
     store, notices = ProgressStore.open(filled)
     with store:
         assert notices == []  # repaired for good
@@ -138,11 +139,22 @@ def test_r2_an_import_with_a_time_outside_the_sane_years_is_refused(tmp_path, ca
 
 @pytest.mark.parametrize("field", list(EDGES))
 def test_r2_a_time_outside_the_sane_years_in_the_store_is_repaired_and_stats_run(filled, capsys, field):
+    with ProgressStore.open(filled)[0] as store:  # opened before the damage: what the repair must not lose
+        before = store.attempts(question_id="kv-bytes-per-token")[0]
     damage(filled, f"UPDATE attempts SET {field} = ? WHERE question_id = 'kv-bytes-per-token'", EDGES[field])
     code, out, err = run_cli(capsys, "--data-dir", str(filled.parent), "stats")
     assert code == 0 and "1 damaged attempt row(s)" in err and "internal error" not in err
     with ProgressStore.open(filled)[0] as store:
         assert [a.question_id for a in store.attempts()] == ["weight-read-intensity"]
+    kept = kept_rows(filled, err)  # the attempt and its answers, beside the store
+    assert [(row["uid"], row[field]) for row in kept["attempts"]] == [(before.uid, EDGES[field])]
+    assert sorted(row["key"] for row in kept["answers"]) == sorted(a.key for a in before.answers) != []
+
+
+def kept_rows(store_path, notice):
+    """The rows a repair removed, read back from the file its notice names."""
+    name = next(word.rstrip(",") for word in notice.split() if ".damaged-rows-" in word)
+    return json.loads((store_path.parent / name).read_text())
 
 
 # R3, R4: what a person types is graded, never raised -----------------------------------------------------
