@@ -463,3 +463,27 @@ def test_r12_a_latest_store_whose_version_says_older_opens_as_it_is(filled):
     store, notices = ProgressStore.open(filled)
     with store:
         assert notices == [] and store.attempt_count() == 2 and store.schema_version == SCHEMA_VERSION
+
+
+# Low: refusals the reading found quiet or wrong --------------------------------------------------------------------
+def test_low_an_id_with_a_newline_or_an_escape_is_refused_in_one_line(capsys):
+    for question_id in ("kv-bytes\n-per-token", "kv\x1b[31m", "kv\u202e"):
+        code, _, err = run_cli(capsys, "solve", question_id)
+        assert code == 2 and err.count("\n") == 1 and "\x1b" not in err and "\u202e" not in err, question_id
+
+
+def test_low_an_answer_given_twice_is_refused(capsys):
+    code, _, err = run_cli(capsys, "check", "kv-bytes-per-token", "--default", "users=1", "users=2")
+    assert (code, err) == (2, "infradrill: answer 'users' is given twice\n")
+
+
+def test_low_validate_of_a_folder_without_questions_is_refused(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "validate", str(tmp_path))
+    assert code == 2 and err == f"infradrill: no question files (*.yaml) in {tmp_path}\n"
+
+
+def test_low_export_force_onto_a_directory_named_like_a_sheet_writes_nothing(tmp_path, capsys):
+    (tmp_path / "s-key.md").mkdir()
+    code, _, err = run_cli(capsys, "export", "kv-bytes-per-token", "--out", str(tmp_path / "s"), "--force")
+    assert code == 2 and err.count("\n") == 1 and "is not a file" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s-key.md"]  # not the candidate sheet either

@@ -25,7 +25,8 @@ SOLVE_SECONDS = 10  # a variant solves in milliseconds: one that takes this long
 
 
 def _fail(message: str) -> NoReturn:
-    print(f"infradrill: {message}", file=sys.stderr)
+    # One line, whatever the user typed into it: a newline, ESC or a bidi override in an id is shown escaped.
+    print("infradrill: " + "".join(c if c.isprintable() else ascii(c)[1:-1] for c in message), file=sys.stderr)
     raise SystemExit(USAGE_ERROR)
 
 
@@ -291,6 +292,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             _fail(f"answers look like KEY=ANSWER, got '{item}'")
         if key not in keys:
             _fail(f"{solution.question.id} has no answer '{key}' (it has: {', '.join(keys)})")
+        if key in answers:  # which one to grade would be a guess
+            _fail(f"answer '{key}' is given twice")
         answers[key] = text
     grades = solution.grade(answers)
     if args.json:
@@ -492,6 +495,9 @@ def _export_files(form: str, out: Path, force: bool) -> tuple[list[Path], list[S
     linked = [str(p) for p in targets if _nameable(p).is_symlink()]
     if linked:  # a link (dangling or not) would send the sheet somewhere the user did not name
         _fail(f"{', '.join(linked)} is a symbolic link: give a plain file name")
+    others = [str(p) for p in targets if p.exists() and not p.is_file()]
+    if others:  # --force replaces a file, never a directory (or a FIFO) that happens to have the name
+        _fail(f"{', '.join(others)} exists and is not a file: give another name")
     existing = [str(p) for p in targets if p.exists()]
     if existing and not force:
         _fail(f"{', '.join(existing)} already exists (use --force to overwrite)")
@@ -524,6 +530,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         _fail(f"no such file or folder: {', '.join(missing)}")
+    if not question_files(paths):  # nothing checked is not a pass
+        _fail(f"no question files (*.yaml) in {', '.join(map(str, paths))}")
     catalog = load_catalog()
     bank, unread = read_questions(paths)
     problems = catalog.problems + unread + validate_bank(bank, catalog, seeds=args.seeds, strict=args.strict)
