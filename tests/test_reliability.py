@@ -487,3 +487,15 @@ def test_low_export_force_onto_a_directory_named_like_a_sheet_writes_nothing(tmp
     code, _, err = run_cli(capsys, "export", "kv-bytes-per-token", "--out", str(tmp_path / "s"), "--force")
     assert code == 2 and err.count("\n") == 1 and "is not a file" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s-key.md"]  # not the candidate sheet either
+
+
+@pytest.mark.parametrize("text", ["[review]\nnew_per_day = 7\nnew_per_day = 8\n",
+                                  "[review]\nnew_per_day = 7\n[review]\nnew_per_day = 8\n"], ids=["key", "table"])
+def test_low_a_key_set_twice_keeps_the_first_and_says_so(tmp_path, text):
+    (tmp_path / "settings.toml").write_text(text)
+    again = f"settings.toml line {text.count(chr(10))} sets new_per_day again: line 2's value is kept"
+    assert read_table(REVIEW_TABLE, REVIEW_SETTINGS, tmp_path / "settings.toml") == ({"new_per_day": 7}, [again])
+    (tmp_path / "settings.toml").write_text("[review]\n" + "new_per_day = 7\n" * 2000)
+    _, notices = read_table(REVIEW_TABLE, REVIEW_SETTINGS, tmp_path / "settings.toml")
+    assert notices == ["settings.toml: 1,999 lines set a key again and were skipped, the first: settings.toml line 3 "
+                       "sets new_per_day again: line 2's value is kept"]
