@@ -499,3 +499,19 @@ def test_low_a_key_set_twice_keeps_the_first_and_says_so(tmp_path, text):
     _, notices = read_table(REVIEW_TABLE, REVIEW_SETTINGS, tmp_path / "settings.toml")
     assert notices == ["settings.toml: 1,999 lines set a key again and were skipped, the first: settings.toml line 3 "
                        "sets new_per_day again: line 2's value is kept"]
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    (lambda t: t.replace("How much KV cache", "{a.b.c} How much KV cache"),
+     "stages[0].say: {a.b.c} is no placeholder ({name} or {name.field})"),
+    (lambda t: t.replace("How much KV cache", "{model.__class__.__init__.__globals__} How much KV cache"),
+     "stages[0].say: {model.__class__.__init__.__globals__} is no placeholder"),
+    (lambda t: t.replace("  - push: generated\n", "  - set: {context: .inf}\n"),
+     "stages[3].set.context: inf is not a finite"),
+    (lambda t: t.replace("  - push: generated\n", "  - set: {context: 1e999}\n"), "'1e999' is not a finite figure"),
+], ids=["a.b.c", "dunder", ".inf", "1e999"])
+def test_low_a_placeholder_that_is_none_or_a_push_to_infinity_is_named(tmp_path, capsys, change, says):
+    pack_file(tmp_path, "p-low", change)
+    code, out, err = run_cli(capsys, "validate", str(tmp_path), "--seeds", "1")
+    assert code == 1 and "internal error" not in err
+    assert any(line.startswith(str(tmp_path / "p-low.yaml")) and says in line for line in out.splitlines()), out
