@@ -515,3 +515,9 @@ def test_low_a_placeholder_that_is_none_or_a_push_to_infinity_is_named(tmp_path,
     code, out, err = run_cli(capsys, "validate", str(tmp_path), "--seeds", "1")
     assert code == 1 and "internal error" not in err
     assert any(line.startswith(str(tmp_path / "p-low.yaml")) and says in line for line in out.splitlines()), out
+
+
+@pytest.mark.parametrize("argv", [("--version", "junk"), ("--version", "list"), ("list", "--version")])
+def test_low_version_with_anything_else_is_refused(capsys, argv):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1

@@ -110,19 +110,6 @@ def _stop_slow_solve(signum: int, frame: object) -> NoReturn:
           "far from any real system)")
 
 
-class _Version(argparse.Action):
-    """--version, looked up only when asked for: finding the installed version reads every package's
-    metadata (~35 ms of CPU, more than all of `list`)."""
-
-    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                 option_string: str | None = None) -> NoReturn:
-        print(f"infradrill {_version()}")
-        parser.exit()
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line instead of usage + traceback-like noise
         _fail(f"{message} (see `{self.prog} --help`)" if " " in self.prog else message)
@@ -130,7 +117,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="infradrill", description="Drill LLM inference and AI infrastructure interview questions.")
-    parser.add_argument("--version", action=_Version, help="show the version and exit")
+    parser.add_argument("--version", action="store_true", help="show the version and exit")
     parser.add_argument("--data-dir", metavar="DIR",
                         help="where progress is kept (default: $INFRADRILL_DATA_DIR, else the user data directory)")
     commands = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -576,6 +563,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = _build_parser().parse_known_args(argv)
+    if args.version:  # looked up only when asked for: it reads every package's metadata (~35 ms of CPU)
+        if args.command or extra:  # `--version junk` is a typo, not a request for the version
+            _fail(f"--version takes nothing else, got: {' '.join([args.command or '', *extra]).strip()}")
+        print(f"infradrill {_version()}")
+        return 0
     # Answers may follow --seed/--default; argparse leaves them unclaimed.
     if args.command == "check" and all(not item.startswith("-") for item in extra):
         args.answers += extra
