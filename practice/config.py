@@ -156,13 +156,13 @@ def _line_by_line(path: Path, text: str) -> tuple[dict[str, Any], list[str]]:
             name, table = header.group(1), tables[header.group(1)]
             continue
         try:
-            for key, value in tomllib.loads(line).items():
-                if (name, key) in first:
-                    again.append(f"{path.name} line {number} sets {key} again: line {first[name, key]}'s "
-                                   "value is kept")
+            for item, value in tomllib.loads(line).items():
+                if (name, item) in first:
+                    again.append(f"{path.name} line {number} sets {item} again: line {first[name, item]}'s "
+                                 "value is kept")
                     continue
-                first[name, key] = number
-                table[key] = value
+                first[name, item] = number
+                table[item] = value
         except _UNREADABLE as error:
             key = _KEY.match(line)
             what = f"{key.group(1)} keeps its default" if key else "the line is skipped"
