@@ -338,6 +338,9 @@ def test_r11_a_name_too_long_is_one_line(tmp_path, capsys):
 def test_r11_an_export_to_a_read_only_directory_is_one_line(tmp_path, capsys, monkeypatch):
     import pathlib
 
+    from solvers.bankindex import parser_version
+
+    parser_version()  # read (and cached) before the patches: the export's writes fail, not the bank's reads
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system")
 

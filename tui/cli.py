@@ -230,6 +230,9 @@ def _variant(args: argparse.Namespace, require_seed: bool):
 
     code = _code(args, require_seed)
     bank, catalog = _load(code.question_id)
+    if hasattr(signal, "SIGALRM"):  # armed after the load: a cold bank on a busy machine is no slow solve
+        signal.signal(signal.SIGALRM, _stop_slow_solve)
+        signal.alarm(SOLVE_SECONDS)  # main() disarms it; it covers the pushes `solve --json` solves too
     try:
         return make_variant(bank, catalog, code), catalog
     except VariantError as error:
@@ -585,9 +588,6 @@ def main(argv: list[str] | None = None) -> int:
         return run()
     handlers = {"list": cmd_list, "solve": cmd_solve, "check": cmd_check, "stats": cmd_stats,
                 "progress": cmd_progress, "validate": cmd_validate, "export": cmd_export}
-    if args.command in ("solve", "check") and hasattr(signal, "SIGALRM"):
-        signal.signal(signal.SIGALRM, _stop_slow_solve)
-        signal.alarm(SOLVE_SECONDS)
     try:
         return handlers[args.command](args)
     except BrokenPipeError:  # `infradrill list | head`: the reader has what it wanted
