@@ -4,8 +4,9 @@ no grade carries a non-finite error; every mutated progress export is imported o
 ProgressFormatError, and the store reads back whole after it; every mutated settings file loads
 with notices, never an exception; every hostile `--set` override solves to strict JSON or is
 refused in one line. `make test` runs 10,000 strings (3,000 on the bank's own answers) and 300 of each
-of the others (200 damaged stores); `make fuzz` runs 100,000 strings of each kind and 2,000 of each of the
-others. Every damaged store row opens and reads back with no attempt lost (kept in the repair's file)."""
+of the others (200 damaged stores, 100 imports moved twice); `make fuzz` runs 100,000 strings of each kind
+and 2,000 of each of the others. Every damaged store row opens and reads back with no attempt lost (kept in
+the repair's file); a hostile import that is taken exports as strict JSON and moves on unchanged."""
 from __future__ import annotations
 
 import copy
@@ -214,6 +215,51 @@ def test_hostile_imports_are_refused_or_read_back_whole():
     assert not raised, examples
 
 
+def fuzz_round_trips(count: int, seed: int = 1) -> tuple[Counter[str], dict[str, str]]:
+    """(failures by kind, one example of each) over `count` hostile exports, each imported into a fresh
+    store: one that is taken exports as strict JSON, and that export imported into another fresh store
+    exports the same again (markup, ESC and odd-but-valid values survive a move between machines)."""
+    rng = random.Random(seed)
+    good = _good_export()
+    places = [p for p in _places(good) if p and p[0] not in ("format", "schema", "exported")]
+    failed: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as directory:
+        for index in range(count):
+            data = copy.deepcopy(good)
+            changed = [(rng.choice(places), rng.choice(HOSTILE_VALUES)) for _ in range(rng.randint(1, 2))]
+            for place, value in changed:
+                _put(data, place, value)
+            exports = []
+            try:
+                for hop in range(2):
+                    store, _ = ProgressStore.open(Path(directory) / f"{index}-{hop}" / FILE_NAME)
+                    with store:
+                        import_progress(store, json.loads(json.dumps(exports[-1] if exports else data)),
+                                        Scheduler(enable_fuzzing=False))
+                        exported = export_progress(store)
+                    json.dumps(exported, allow_nan=False)
+                    exports.append({key: value for key, value in exported.items() if key != "exported"})
+            except ProgressFormatError:
+                if exports:  # the store's own export refused by its own import
+                    failed["own export refused"] += 1
+                    examples.setdefault("own export refused", repr(changed))
+                continue
+            except Exception as error:  # noqa: BLE001 - counting every kind is the point
+                failed[type(error).__name__] += 1
+                examples.setdefault(type(error).__name__, f"{changed!r}: {error}")
+                continue
+            if exports[0] != exports[1]:
+                failed["changed on the way"] += 1
+                examples.setdefault("changed on the way", repr(changed))
+    return failed, examples
+
+
+def test_a_hostile_import_that_is_taken_round_trips():
+    failed, examples = fuzz_round_trips(100)
+    assert not failed, examples
+
+
 # Store rows (R1, R2, R12): a good store with one or two cells made hostile behind its back -----------------------
 CELLS = (("attempts", ("started", "submitted", "mode", "rating", "suggested", "seconds", "question_id")),
          ("answers", ("stage", "stage_kind", "error", "verdict")),
@@ -404,6 +450,7 @@ if __name__ == "__main__":  # make fuzz
              _report("typed strings on the bank's answers", count, fuzz_bank),
              _report("hostile progress imports", count // 50, fuzz_imports),  # a store write each: slower
              _report("damaged store rows", count // 50, fuzz_store_rows),
+             _report("hostile imports moved twice", count // 50, fuzz_round_trips),
              _report("hostile settings files", count // 50, fuzz_settings),
              _report("hostile --set overrides", count // 50, fuzz_overrides)]
     sys.exit(0 if all(clean) else 1)
