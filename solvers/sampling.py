@@ -160,11 +160,14 @@ def parse_override(spec: ParamSpec, text: str, catalog: Catalog) -> Any:
         raise ParameterError(f"{spec.name}: must be a positive number" + (" or zero" if spec.kind == "int" else ""))
     if spec.kind == "int" and not float(value).is_integer():
         raise ParameterError(f"{spec.name}: must be a whole number")
-    lowest, highest = spec.low / OVERRIDE_REACH, spec.high * OVERRIDE_REACH
-    if spec.high > 0 and not lowest <= value <= highest:
-        raise ParameterError(f"{spec.name}: {format_number(value)} is out of range: this question draws "
-                             f"{format_number(spec.low)} to {format_number(spec.high)} and takes overrides from "
-                             f"{format_number(lowest)} to {format_number(highest)}")
+    # A fixed figure has the same reach about its value: acc_bits=1e300 or rope_dim=1e-300 ran solvers for ever.
+    low, high = (spec.default, spec.default) if spec.kind == "fixed" else (spec.low, spec.high)
+    lowest, highest = low / OVERRIDE_REACH, high * OVERRIDE_REACH
+    if high > 0 and not lowest <= value <= highest:
+        drawn = "fixes it at " + format_number(low) if spec.kind == "fixed" else \
+            f"draws {format_number(low)} to {format_number(high)}"
+        raise ParameterError(f"{spec.name}: {format_number(value)} is out of range: this question {drawn} and "
+                             f"takes overrides from {format_number(lowest)} to {format_number(highest)}")
     return int(value) if spec.kind == "int" or float(value).is_integer() else value
 
 
