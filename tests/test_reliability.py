@@ -281,8 +281,9 @@ def test_r9_an_override_the_solver_cannot_take_is_refused_in_one_line(capsys, ar
     (("multi-model-fleet-tiering", "models=1e300"), "fixes it at 20 and takes overrides from 0.2 to 2,000"),
     (("mla-vs-gqa-under-tp", "rope_dim=1e-300"), "fixes it at 64 and takes overrides from 0.64 to 6,400"),
     (("ib-vs-roce", "radix=1"), "needs switches of 4 ports or more, not 1"),
-    (("ib-vs-roce", "radix=3"), "needs switches of 4 ports or more, not 3")],
-    ids=["acc_bits", "models", "rope_dim", "radix=1", "radix=3"])
+    (("ib-vs-roce", "radix=3"), "needs switches of 4 ports or more, not 3"),
+    (("preemption-policies", "batch=25600"), "25,600 streams: the exact harmonic sums take seconds past 4,096")],
+    ids=["acc_bits", "models", "rope_dim", "radix=1", "radix=3", "batch"])
 def test_r9_an_override_that_ran_past_the_limit_is_refused_at_once(capsys, argv, reason):
     code, _, err = run_cli(capsys, "solve", argv[0], "--default", "--set", argv[1])
     assert code == 2 and err.count("\n") == 1 and reason in err  # not "took over 10 s and was stopped"
