@@ -311,12 +311,27 @@ _ROW_CHECKS = (
     ("cards", "card", "question_id", (("card", _is_card), ("due", _is_time))),
     ("mocks", "mock interview", "id", (("started", _is_time), ("finished", lambda v: v is None or _is_time(v)))),
     ("holds", "suspended or buried question", "question_id",
-     (("kind", HOLD_KINDS.__contains__), ("until", lambda v: v is None or _is_time(v)))),
+     (("kind", HOLD_KINDS.__contains__),
+      # A burial needs its end (as an import does): read as the text 'no end', which is no time.
+      ("COALESCE(until, CASE kind WHEN 'buried' THEN 'no end' END)", lambda v: v is None or _is_time(v)))),
 )
 # A rating out of range is forgotten (the attempt stays, as one not rated yet).
 _RATING_RESETS = tuple(f"UPDATE attempts SET {column} = NULL WHERE {column} IS NOT NULL AND "
                        f"NOT (typeof({column}) = 'integer' AND {column} BETWEEN 1 AND 4)"
                        for column in ("rating", "suggested"))
+# A figure an import would refuse (every number kept is finite, not negative and under 2^53: a duration, an
+# error, a count) is set again from what it counts, or cleared where it is optional: the record stays.
+_NUMBER_RESETS = tuple(
+    f"UPDATE {table} SET {column} = {value} WHERE {column} IS NOT NULL AND NOT (typeof({column}) IN ({kinds}) "
+    f"AND {column} >= 0 AND {column} < 9007199254740992)"
+    for table, column, kinds, value in (
+        ("attempts", "seconds", "'integer', 'real'",
+         "COALESCE(MAX(0, ROUND((julianday(submitted) - julianday(started)) * 86400, 3)), 0)"),
+        ("attempts", "hints_used", "'integer'", "0"),
+        ("answers", "error", "'integer', 'real'", "NULL"),
+        ("mocks", "planned", "'integer'", "(SELECT COUNT(*) FROM attempts WHERE attempts.mock_id = mocks.id)"),
+        ("mocks", "budget_seconds", "'integer', 'real'", "NULL"),
+        ("reviews", "duration_ms", "'integer'", "NULL")))
 # An answer's stage out of range is set again from its key, as migration v4 (records.default_stage) sets it.
 _STAGE_RESET = ("UPDATE answers SET stage = CASE WHEN key GLOB 'followup*' THEN 1 ELSE 0 END, "
                 "stage_kind = CASE WHEN key GLOB 'followup*' THEN 'push' ELSE 'opening' END "
@@ -366,6 +381,10 @@ def repair_rows(conn: sqlite3.Connection) -> list[str]:
         if reset:
             notices.append(f"The progress store had {reset} rating(s) out of range; they were cleared and the "
                            "attempts kept.")
+        refigured = sum(conn.execute(statement).rowcount for statement in _NUMBER_RESETS)
+        if refigured:
+            notices.append(f"The progress store had {refigured} figure(s) out of range (a duration, an error or a "
+                           "count); they were set again from what they count, or cleared, and the records kept.")
         restaged = conn.execute(_STAGE_RESET).rowcount
         if restaged:
             notices.append(f"The progress store had {restaged} answer(s) with a stage out of range; their stage "

@@ -261,11 +261,11 @@ def test_a_hostile_import_that_is_taken_round_trips():
 
 
 # Store rows (R1, R2, R12): a good store with one or two cells made hostile behind its back -----------------------
-CELLS = (("attempts", ("started", "submitted", "mode", "rating", "suggested", "seconds", "question_id")),
+CELLS = (("attempts", ("started", "submitted", "mode", "rating", "suggested", "seconds", "hints_used", "question_id")),
          ("answers", ("stage", "stage_kind", "error", "verdict")),
-         ("reviews", ("rating", "reviewed", "card_after", "card_before")),
+         ("reviews", ("rating", "reviewed", "card_after", "card_before", "duration_ms")),
          ("cards", ("card", "due")),
-         ("mocks", ("started", "finished")),
+         ("mocks", ("started", "finished", "planned", "budget_seconds")),
          ("holds", ("kind", "until")))
 CARD_FIELDS = ("stability", "difficulty", "state", "step", "due", "last_review", "card_id")
 
@@ -290,8 +290,8 @@ def _uids(path: Path) -> set[str]:
 
 def fuzz_store_rows(count: int, seed: int = 0) -> tuple[Counter[str], dict[str, str]]:
     """(failures by kind, one example of each) over `count` stores with one or two cells damaged past
-    the schema's CHECKs: each opens, reads back whole, and every attempt it held is still in it or
-    in the file of rows its repair kept."""
+    the schema's CHECKs: each opens, reads back whole, exports what another store imports, and every
+    attempt it held is still in it or in the file of rows its repair kept."""
     rng = random.Random(seed)
     failed: Counter[str] = Counter()
     examples: dict[str, str] = {}
@@ -325,6 +325,9 @@ def fuzz_store_rows(count: int, seed: int = 0) -> tuple[Counter[str], dict[str, 
                 store, _ = ProgressStore.open(path)
                 with store:
                     _read_back(store)
+                    rescued = export_progress(store)
+                with ProgressStore.open(path.parent / "moved" / FILE_NAME)[0] as moved:  # the export imports whole
+                    import_progress(moved, json.loads(json.dumps(rescued)), Scheduler(enable_fuzzing=False))
                 kept = {row["uid"] for kept_file in path.parent.glob("*.damaged-rows-*.json")
                         for row in json.loads(kept_file.read_text()).get("attempts", [])}
                 if _uids(path) | kept != held:

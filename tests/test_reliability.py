@@ -21,6 +21,7 @@ from practice.records import card_from_json, card_id_for
 from practice.review import REVIEW_SETTINGS, REVIEW_TABLE, Reviewer, ReviewSettings
 from practice.schema import FILE_NAME, SCHEMA_VERSION, StoreError
 from practice.store import ProgressStore
+from practice.transfer import export_progress, import_progress
 from solvers.answers.base import Grade, Slip
 from solvers.answers.slips import diagnose
 from solvers.bankcache import QuestionCache
@@ -398,6 +399,24 @@ def test_r12_a_row_past_a_check_is_repaired_not_the_store_moved_aside(filled, sq
         assert (store.attempt_count(), len(store.reviews()), len(store.holds())) == CHECK_ROWS[sql]
         assert all(a.rating in (None, 1, 2, 3, 4) for a in store.attempts())
     assert not [p for p in filled.parent.iterdir() if ".corrupt-" in p.name]
+
+
+@pytest.mark.parametrize(("sql", "says"), [
+    ("UPDATE attempts SET seconds = -9e999 WHERE question_id = 'kv-bytes-per-token'", "1 figure(s) out of range"),
+    ("UPDATE answers SET error = 9e999", "4 figure(s) out of range"),
+    ("UPDATE attempts SET hints_used = 1.5", "2 figure(s) out of range"),
+    ("INSERT INTO holds (question_id, kind, until) VALUES ('kv-bytes-per-token', 'buried', NULL)",
+     "1 damaged suspended or buried question row(s)")], ids=["seconds -inf", "error inf", "hints 1.5", "no end"])
+def test_r12_a_figure_or_hold_an_import_would_refuse_is_repaired_and_the_export_moves(filled, tmp_path, sql, says):
+    damage(filled, sql)
+    store, notices = ProgressStore.open(filled)
+    with store:
+        assert len(notices) == 1 and says in notices[0] and store.attempt_count() == 2
+        exported = json.loads(json.dumps(export_progress(store), allow_nan=False))
+    with ProgressStore.open(tmp_path / "moved" / FILE_NAME)[0] as moved:
+        assert import_progress(moved, exported).attempts_added == 2
+    if "seconds" in sql:  # set again from its timestamps
+        assert [a["seconds"] for a in exported["attempts"] if a["question_id"] == "kv-bytes-per-token"] == [40.0]
 
 
 def test_r12_a_store_that_cannot_be_opened_to_write_is_still_exported(filled, capsys, monkeypatch):
