@@ -140,20 +140,29 @@ MAX_NOTICES = 5  # lines named one by one; more is a file of garbage, said in on
 
 def _line_by_line(path: Path, text: str) -> tuple[dict[str, Any], list[str]]:
     """The file read a line at a time, after it failed to read whole: each line that is a table
-    header or a `key = value` that reads is kept, each other line gives a notice."""
+    header or a `key = value` that reads is kept, each other line gives a notice, and so does a
+    key set again (TOML allows a key once: the first stays)."""
     tables: dict[str, Any] = {}
     table = tables
-    notices = []
+    notices, again = [], []
+    name = ""  # the table's, "" before the first header
+    first: dict[tuple[str, str], int] = {}  # (table, key) -> the line that set it
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         if header := _HEADER.fullmatch(line):
             if not isinstance(tables.get(header.group(1)), dict):  # after `[[review]]` or `review = 1`
                 tables[header.group(1)] = {}
-            table = tables[header.group(1)]
+            name, table = header.group(1), tables[header.group(1)]
             continue
         try:
-            table.update(tomllib.loads(line))
+            for item, value in tomllib.loads(line).items():
+                if (name, item) in first:
+                    again.append(f"{path.name} line {number} sets {item} again: line {first[name, item]}'s "
+                                 "value is kept")
+                    continue
+                first[name, item] = number
+                table[item] = value
         except _UNREADABLE as error:
             key = _KEY.match(line)
             what = f"{key.group(1)} keeps its default" if key else "the line is skipped"
@@ -161,7 +170,9 @@ def _line_by_line(path: Path, text: str) -> tuple[dict[str, Any], list[str]]:
             notices.append(f"{path.name} line {number} is not TOML ({reason}): {what}")
     if len(notices) > MAX_NOTICES:  # not a settings file gone wrong in a line or two: one line for it all
         notices = [f"{path.name}: {len(notices):,} lines are not TOML and were skipped, the first: {notices[0]}"]
-    return tables, notices
+    if len(again) > MAX_NOTICES:
+        again = [f"{path.name}: {len(again):,} lines set a key again and were skipped, the first: {again[0]}"]
+    return tables, notices + again
 
 
 def read_table(table: str, settings: Sequence[Setting], path: Path | None = None) -> tuple[dict[str, Any], list[str]]:

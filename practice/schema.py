@@ -7,11 +7,13 @@ schema version, upgraded in place by the migrations below (each in one transacti
 
 Nothing is deleted silently: a file that is not ours (not SQLite, SQLite without our
 marker, a newer schema than this code knows, or corrupt) is moved aside to
-`progress.sqlite3.corrupt-YYYYmmdd-HHMMSS` and a notice says so.
+`progress.sqlite3.corrupt-YYYYmmdd-HHMMSS` and a notice says so; rows the store cannot read are
+removed from it and kept, as JSON, in `progress.sqlite3.damaged-rows-YYYYmmdd-HHMMSS.json`.
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import time
@@ -175,11 +177,11 @@ def _problem(conn: sqlite3.Connection) -> str | None:
 _ROW_FAULTS = ("CHECK constraint failed in ", "NULL value in ")
 
 
-def _aside_name(path: Path, stamp: datetime) -> Path:
-    base = f"{path.name}.corrupt-{stamp.strftime('%Y%m%d-%H%M%S')}"
-    candidate, n = path.with_name(base), 1
+def _aside_name(path: Path, stamp: datetime, what: str = "corrupt", suffix: str = "") -> Path:
+    base = f"{path.name}.{what}-{stamp.strftime('%Y%m%d-%H%M%S')}"
+    candidate, n = path.with_name(base + suffix), 1
     while candidate.exists():
-        candidate, n = path.with_name(f"{base}-{n}"), n + 1
+        candidate, n = path.with_name(f"{base}-{n}{suffix}"), n + 1
     return candidate
 
 
@@ -309,12 +311,27 @@ _ROW_CHECKS = (
     ("cards", "card", "question_id", (("card", _is_card), ("due", _is_time))),
     ("mocks", "mock interview", "id", (("started", _is_time), ("finished", lambda v: v is None or _is_time(v)))),
     ("holds", "suspended or buried question", "question_id",
-     (("kind", HOLD_KINDS.__contains__), ("until", lambda v: v is None or _is_time(v)))),
+     (("kind", HOLD_KINDS.__contains__),
+      # A burial needs its end (as an import does): read as the text 'no end', which is no time.
+      ("COALESCE(until, CASE kind WHEN 'buried' THEN 'no end' END)", lambda v: v is None or _is_time(v)))),
 )
 # A rating out of range is forgotten (the attempt stays, as one not rated yet).
 _RATING_RESETS = tuple(f"UPDATE attempts SET {column} = NULL WHERE {column} IS NOT NULL AND "
                        f"NOT (typeof({column}) = 'integer' AND {column} BETWEEN 1 AND 4)"
                        for column in ("rating", "suggested"))
+# A figure an import would refuse (every number kept is finite, not negative and under 2^53: a duration, an
+# error, a count) is set again from what it counts, or cleared where it is optional: the record stays.
+_NUMBER_RESETS = tuple(
+    f"UPDATE {table} SET {column} = {value} WHERE {column} IS NOT NULL AND NOT (typeof({column}) IN ({kinds}) "
+    f"AND {column} >= 0 AND {column} < 9007199254740992)"
+    for table, column, kinds, value in (
+        ("attempts", "seconds", "'integer', 'real'",
+         "COALESCE(MAX(0, ROUND((julianday(submitted) - julianday(started)) * 86400, 3)), 0)"),
+        ("attempts", "hints_used", "'integer'", "0"),
+        ("answers", "error", "'integer', 'real'", "NULL"),
+        ("mocks", "planned", "'integer'", "(SELECT COUNT(*) FROM attempts WHERE attempts.mock_id = mocks.id)"),
+        ("mocks", "budget_seconds", "'integer', 'real'", "NULL"),
+        ("reviews", "duration_ms", "'integer'", "NULL")))
 # An answer's stage out of range is set again from its key, as migration v4 (records.default_stage) sets it.
 _STAGE_RESET = ("UPDATE answers SET stage = CASE WHEN key GLOB 'followup*' THEN 1 ELSE 0 END, "
                 "stage_kind = CASE WHEN key GLOB 'followup*' THEN 'push' ELSE 'opening' END "
@@ -322,17 +339,52 @@ _STAGE_RESET = ("UPDATE answers SET stage = CASE WHEN key GLOB 'followup*' THEN 
                 f"OR stage_kind NOT IN ({', '.join(repr(kind) for kind in STAGE_KINDS)})")
 
 
+def _rows(conn: sqlite3.Connection, table: str, column: str, keys: list) -> list[dict]:
+    """The rows of `table` whose `column` is one of `keys` (NULL too: a damaged key may be), as dicts."""
+    rows = []
+    for key in keys:
+        cursor = conn.execute(f"SELECT * FROM {table} WHERE {column} IS ?", (key,))
+        names = [d[0] for d in cursor.description]
+        rows += [dict(zip(names, row, strict=True)) for row in cursor]
+    return rows
+
+
+def _keep(conn: sqlite3.Connection, removed: dict[str, list[dict]]) -> str:
+    """Write the rows about to be removed beside the store (before the removal commits): the
+    name of the file, or why it could not be written (the rows go all the same: unreadable,
+    they would stop every command)."""
+    path = Path(conn.execute("PRAGMA database_list").fetchone()[2])
+    target = _aside_name(path, datetime.now(), "damaged-rows", ".json")
+    text = json.dumps(removed, indent=1, default=lambda v: v.hex() if isinstance(v, bytes) else repr(v))
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, target)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        return f"they could not be kept ({error.strerror or error})"
+    return f"they are kept in {target.name}"
+
+
 def repair_rows(conn: sqlite3.Connection) -> list[str]:
     """Remove rows the store could not read (bad timestamps, cards that are not sound FSRS
     cards, values past the schema's CHECKs), in one transaction, with one notice per kind of row
-    removed; the rest of the progress stays."""
+    removed; the rest of the progress stays, and the removed rows (an attempt's answers with it)
+    are kept as JSON beside the store."""
     notices = []
+    removed: dict[str, list[dict]] = {}
+    said: list[tuple[str, str]] = []  # (what, shown) of each kind of row removed, for its notice
     conn.execute("BEGIN IMMEDIATE")
     try:
         reset = sum(conn.execute(statement).rowcount for statement in _RATING_RESETS)
         if reset:
             notices.append(f"The progress store had {reset} rating(s) out of range; they were cleared and the "
                            "attempts kept.")
+        refigured = sum(conn.execute(statement).rowcount for statement in _NUMBER_RESETS)
+        if refigured:
+            notices.append(f"The progress store had {refigured} figure(s) out of range (a duration, an error or a "
+                           "count); they were set again from what they count, or cleared, and the records kept.")
         restaged = conn.execute(_STAGE_RESET).rowcount
         if restaged:
             notices.append(f"The progress store had {restaged} answer(s) with a stage out of range; their stage "
@@ -342,12 +394,18 @@ def repair_rows(conn: sqlite3.Connection) -> list[str]:
             bad = [row[0] for row in conn.execute(f"SELECT {key}, {', '.join(names)} FROM {table}")
                    if not all(check(value) for (_, check), value in zip(checks, row[1:], strict=True))]
             if bad:
+                removed[table] = _rows(conn, table, key, bad)
+                if table == "attempts":  # the delete cascades to their answers
+                    removed["answers"] = _rows(conn, "answers", "attempt_uid", bad)
                 if table == "mocks":  # its attempts stay, as practice outside a mock
                     conn.executemany("UPDATE attempts SET mock_id = NULL WHERE mock_id = ?", [(k,) for k in bad])
                 conn.executemany(f"DELETE FROM {table} WHERE {key} IS ?", [(k,) for k in bad])
-                shown = ", ".join(str(k) for k in bad[:3]) + (" ..." if len(bad) > 3 else "")
-                notices.append(f"The progress store had {len(bad)} damaged {what} row(s) ({shown}); they were "
-                               "removed and the rest of your progress kept.")
+                said.append((f"{len(bad)} damaged {what} row(s)",
+                             ", ".join(str(k) for k in bad[:3]) + (" ..." if len(bad) > 3 else "")))
+        if said:
+            kept = _keep(conn, removed)
+            notices += [f"The progress store had {count} ({shown}); they were removed from it, {kept}, and the "
+                        "rest of your progress kept." for count, shown in said]
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

@@ -26,6 +26,13 @@ if TYPE_CHECKING:
     from solvers.bankcache import QuestionCache
 
 PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)(?:\.([a-z_][a-z0-9_]*))?\}")
+_BRACED = re.compile(r"\{[^{}\n]*\}")  # what a reader takes for a placeholder, well formed or not
+
+
+def _stray_brace(text: str) -> str | None:
+    """The first `{...}` in `text` that is no placeholder ({a.b.c}, {x.__class__}): shown literally
+    in every variant, where its author meant a figure."""
+    return next((m.group(0) for m in _BRACED.finditer(text) if not PLACEHOLDER.fullmatch(m.group(0))), None)
 _ID = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*$")
 # A variant code after its '@': 'default' or a seed, then '+name=value' overrides (engine.VariantCode).
 VARIANT_TAIL = r"(?P<seed>default|\d+)(?P<sets>(?:\+[a-z0-9_]+=[^+\s]+)*)"
@@ -336,11 +343,24 @@ def _parse_followups(reader: _Reader, document: LineDict, names: set[str], keys:
         ask = reader.field(item, "ask", list, where)
         if not changes or any(name not in names for name in changes):
             raise reader.fail(f"{where}.set", item.line_of("set"), "name parameters of this question")
+        _finite_changes(reader, changes, f"{where}.set", item.line_of("set"))
         if not ask or any(key not in keys for key in ask):
             raise reader.fail(f"{where}.ask", item.line_of("ask"), "name answers of this question")
         followups.append(DeclaredFollowUp(tuple((str(k), str(v)) for k, v in changes.items()), tuple(ask),
                                           reader.field(item, "say", str, where, required=False, default="")))
     return tuple(followups)
+
+
+def _finite_changes(reader: _Reader, changes: dict, where: str, line: int) -> None:
+    """A push's `set:` values: a non-finite figure (`.inf`, or `1e999`, which YAML reads as text) would
+    be refused at every draw, so the push never asked, and nothing said why."""
+    for name, value in changes.items():
+        try:
+            figure = float(value)
+        except (TypeError, ValueError, OverflowError):
+            continue  # a choice's key, a text
+        if not math.isfinite(figure):
+            raise reader.fail(f"{where}.{name}", line, f"{value!r} is not a finite figure")
 
 
 _STAGE_FIELDS = {"say", "ask", "hints", "set", "push", "recall", "nudge", "when"}
@@ -367,6 +387,7 @@ def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers:
         changes = reader.field(item, "set", dict, where, required=False, default={})
         if any(name not in names for name in changes):
             raise reader.fail(f"{where}.set", item.line_of("set"), "name parameters of this question")
+        _finite_changes(reader, changes, f"{where}.set", item.line_of("set"))
         if "set" in item and not changes or changes and push:
             raise reader.fail(f"{where}.set", item.line_of("set"), "a push sets parameters or is generated, not both")
         recall = "recall" in item
@@ -385,6 +406,9 @@ def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers:
             raise reader.fail(f"{where}.ask", item.line_of("ask"),
                               f"{', '.join(again)} asked already (only a push re-asks)")
         say = reader.field(item, "say", str, where, required=kind != "push", default="")
+        if stray := _stray_brace(say):
+            raise reader.fail(f"{where}.say", item.line_of("say"), f"{stray} is no placeholder ({{name}} or "
+                              "{name.field})")
         for match in PLACEHOLDER.finditer(say):
             name = match.group(1)
             if name not in names and (name not in asked or match.group(2)):
@@ -608,12 +632,18 @@ def parse_question(path: Path, text: str) -> Question:
         prompt = reader.field(document, "prompt", str)
         stages = (Stage("opening", prompt, tuple(keys), tuple(_texts(reader, document, "hints"))),
                   Stage("push", "", (), generated=True))
+    if stray := _stray_brace(prompt):
+        raise reader.fail("prompt", document.line_of("prompt"),
+                          f"{stray} is no placeholder ({{name}} or {{name.field}})")
     for match in PLACEHOLDER.finditer(prompt):
         if match.group(1) not in names:
             raise reader.fail("prompt", document.line_of("prompt"),
                               f"placeholder {{{match.group(0)[1:-1]}}} names no parameter")
     for index, answer in enumerate(answers):
         for text in answer.texts:
+            if stray := _stray_brace(text):
+                raise reader.fail(f"answers[{index}]", document.line_of("answers"),
+                                  f"{stray} is no placeholder ({{name}} or {{name.field}})")
             for match in PLACEHOLDER.finditer(text):
                 if match.group(1) not in names:
                     raise reader.fail(f"answers[{index}]", document.line_of("answers"),

@@ -47,12 +47,22 @@ def test_export_refuses_to_follow_a_dangling_link_and_leaves_no_partial_file(cap
 
 
 def test_a_solve_that_runs_too_long_is_stopped_with_one_line(capsys, monkeypatch):
+    import solvers.engine
+
     monkeypatch.setattr(cli, "SOLVE_SECONDS", 1)
-    monkeypatch.setattr(cli, "cmd_solve", lambda args: time.sleep(5) or 0)
+    monkeypatch.setattr(solvers.engine, "make_variant", lambda *args: time.sleep(5))
     started = time.perf_counter()
-    code, _, err = run_cli(capsys, "solve", Q)
+    code, _, err = run_cli(capsys, "solve", Q, "--default")
     assert code == 2 and "took over 1 s and was stopped" in err and time.perf_counter() - started < 3
     assert signal.alarm(0) == 0  # nothing left pending for whatever runs next in this process
+
+
+def test_a_slow_bank_load_is_not_a_slow_solve(capsys, monkeypatch):
+    loaded = cli._load
+    monkeypatch.setattr(cli, "SOLVE_SECONDS", 1)  # a cold bank on a busy machine: the load alone outlasts it
+    monkeypatch.setattr(cli, "_load", lambda question_id=None: time.sleep(1.5) or loaded(question_id))
+    code, out, err = run_cli(capsys, "solve", Q, "--default")
+    assert code == 0 and err == "" and f"[{Q}@default]" in out
 
 
 def test_a_command_that_finishes_leaves_no_alarm_behind(capsys):

@@ -21,6 +21,7 @@ from practice.records import card_from_json, card_id_for
 from practice.review import REVIEW_SETTINGS, REVIEW_TABLE, Reviewer, ReviewSettings
 from practice.schema import FILE_NAME, SCHEMA_VERSION, StoreError
 from practice.store import ProgressStore
+from practice.transfer import export_progress, import_progress
 from solvers.answers.base import Grade, Slip
 from solvers.answers.slips import diagnose
 from solvers.bankcache import QuestionCache
@@ -95,6 +96,7 @@ def test_r1_an_unsound_card_in_the_store_is_repaired_and_every_attempt_kept(fill
            json.dumps(card_json(**BAD_CARDS[name])))
     code, out, err = run_cli(capsys, "--data-dir", str(filled.parent), "progress", "check")
     assert code == 0 and "1 damaged card row(s) (kv-bytes-per-token)" in err and "2 attempt(s)" in out
+    assert [row["question_id"] for row in kept_rows(filled, err)["cards"]] == ["kv-bytes-per-token"]  # moved aside
     store, notices = ProgressStore.open(filled)
     with store:
         assert notices == []  # repaired for good
@@ -138,11 +140,22 @@ def test_r2_an_import_with_a_time_outside_the_sane_years_is_refused(tmp_path, ca
 
 @pytest.mark.parametrize("field", list(EDGES))
 def test_r2_a_time_outside_the_sane_years_in_the_store_is_repaired_and_stats_run(filled, capsys, field):
+    with ProgressStore.open(filled)[0] as store:  # opened before the damage: what the repair must not lose
+        before = store.attempts(question_id="kv-bytes-per-token")[0]
     damage(filled, f"UPDATE attempts SET {field} = ? WHERE question_id = 'kv-bytes-per-token'", EDGES[field])
     code, out, err = run_cli(capsys, "--data-dir", str(filled.parent), "stats")
     assert code == 0 and "1 damaged attempt row(s)" in err and "internal error" not in err
     with ProgressStore.open(filled)[0] as store:
         assert [a.question_id for a in store.attempts()] == ["weight-read-intensity"]
+    kept = kept_rows(filled, err)  # the attempt and its answers, beside the store
+    assert [(row["uid"], row[field]) for row in kept["attempts"]] == [(before.uid, EDGES[field])]
+    assert sorted(row["key"] for row in kept["answers"]) == sorted(a.key for a in before.answers) != []
+
+
+def kept_rows(store_path, notice):
+    """The rows a repair removed, read back from the file its notice names."""
+    name = next(word.rstrip(",") for word in notice.split() if ".damaged-rows-" in word)
+    return json.loads((store_path.parent / name).read_text())
 
 
 # R3, R4: what a person types is graded, never raised -----------------------------------------------------
@@ -151,6 +164,12 @@ def test_r3_a_number_that_underflows_against_the_key_is_graded(capsys):
                              "kv_per_request_gpu=0.00000000000000000000001e-300")
     assert code == 1 and err == "" and "wrong" in out
     assert diagnose(5e-324, [Slip("x8: bits and bytes mixed up", 8.0)]) is None  # 5e-324 / 8 is 0.0
+
+
+def test_r3_a_reading_infinite_in_its_boxs_unit_is_too_large_not_an_infinite_error(capsys):
+    code, out, err = run_cli(capsys, "check", "ep-load-skew", "--seed", "1", "replicated_time=1e299\tbillion")
+    line = next(line for line in out.splitlines() if "1e299" in line)
+    assert code == 1 and err == "" and "inf" not in line and "too large to grade" in line
 
 
 def test_r3_grading_never_raises_even_on_a_reader_bug(variant, monkeypatch):
@@ -258,6 +277,19 @@ def test_r9_an_override_the_solver_cannot_take_is_refused_in_one_line(capsys, ar
     assert code == 2 and err.count("\n") == 1 and reason in err
 
 
+@pytest.mark.parametrize(("argv", "reason"), [
+    (("fp8-attention-quant-points", "acc_bits=1e300"), "fixes it at 13 and takes overrides from 0.13 to 1,300"),
+    (("multi-model-fleet-tiering", "models=1e300"), "fixes it at 20 and takes overrides from 0.2 to 2,000"),
+    (("mla-vs-gqa-under-tp", "rope_dim=1e-300"), "fixes it at 64 and takes overrides from 0.64 to 6,400"),
+    (("ib-vs-roce", "radix=1"), "needs switches of 4 ports or more, not 1"),
+    (("ib-vs-roce", "radix=3"), "needs switches of 4 ports or more, not 3"),
+    (("preemption-policies", "batch=25600"), "25,600 streams: the exact harmonic sums take seconds past 4,096")],
+    ids=["acc_bits", "models", "rope_dim", "radix=1", "radix=3", "batch"])
+def test_r9_an_override_that_ran_past_the_limit_is_refused_at_once(capsys, argv, reason):
+    code, _, err = run_cli(capsys, "solve", argv[0], "--default", "--set", argv[1])
+    assert code == 2 and err.count("\n") == 1 and reason in err  # not "took over 10 s and was stopped"
+
+
 def test_r9_json_has_no_infinity(capsys):
     # Two GPUs: the bf16 70B fits only one group over both, so no narrower layout exists and the margin is
     # infinite (four GPUs have had a TP2 split since HBM is the device's 81,559 MiB).
@@ -322,6 +354,9 @@ def test_r11_a_name_too_long_is_one_line(tmp_path, capsys):
 def test_r11_an_export_to_a_read_only_directory_is_one_line(tmp_path, capsys, monkeypatch):
     import pathlib
 
+    from solvers.bankindex import parser_version
+
+    parser_version()  # read (and cached) before the patches: the export's writes fail, not the bank's reads
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system")
 
@@ -366,6 +401,24 @@ def test_r12_a_row_past_a_check_is_repaired_not_the_store_moved_aside(filled, sq
         assert (store.attempt_count(), len(store.reviews()), len(store.holds())) == CHECK_ROWS[sql]
         assert all(a.rating in (None, 1, 2, 3, 4) for a in store.attempts())
     assert not [p for p in filled.parent.iterdir() if ".corrupt-" in p.name]
+
+
+@pytest.mark.parametrize(("sql", "says"), [
+    ("UPDATE attempts SET seconds = -9e999 WHERE question_id = 'kv-bytes-per-token'", "1 figure(s) out of range"),
+    ("UPDATE answers SET error = 9e999", "4 figure(s) out of range"),
+    ("UPDATE attempts SET hints_used = 1.5", "2 figure(s) out of range"),
+    ("INSERT INTO holds (question_id, kind, until) VALUES ('kv-bytes-per-token', 'buried', NULL)",
+     "1 damaged suspended or buried question row(s)")], ids=["seconds -inf", "error inf", "hints 1.5", "no end"])
+def test_r12_a_figure_or_hold_an_import_would_refuse_is_repaired_and_the_export_moves(filled, tmp_path, sql, says):
+    damage(filled, sql)
+    store, notices = ProgressStore.open(filled)
+    with store:
+        assert len(notices) == 1 and says in notices[0] and store.attempt_count() == 2
+        exported = json.loads(json.dumps(export_progress(store), allow_nan=False))
+    with ProgressStore.open(tmp_path / "moved" / FILE_NAME)[0] as moved:
+        assert import_progress(moved, exported).attempts_added == 2
+    if "seconds" in sql:  # set again from its timestamps
+        assert [a["seconds"] for a in exported["attempts"] if a["question_id"] == "kv-bytes-per-token"] == [40.0]
 
 
 def test_r12_a_store_that_cannot_be_opened_to_write_is_still_exported(filled, capsys, monkeypatch):
@@ -447,3 +500,61 @@ def test_r12_a_latest_store_whose_version_says_older_opens_as_it_is(filled):
     store, notices = ProgressStore.open(filled)
     with store:
         assert notices == [] and store.attempt_count() == 2 and store.schema_version == SCHEMA_VERSION
+
+
+# Low: refusals the reading found quiet or wrong --------------------------------------------------------------------
+def test_low_an_id_with_a_newline_or_an_escape_is_refused_in_one_line(capsys):
+    for question_id in ("kv-bytes\n-per-token", "kv\x1b[31m", "kv\u202e"):
+        code, _, err = run_cli(capsys, "solve", question_id)
+        assert code == 2 and err.count("\n") == 1 and "\x1b" not in err and "\u202e" not in err, question_id
+
+
+def test_low_an_answer_given_twice_is_refused(capsys):
+    code, _, err = run_cli(capsys, "check", "kv-bytes-per-token", "--default", "users=1", "users=2")
+    assert (code, err) == (2, "infradrill: answer 'users' is given twice\n")
+
+
+def test_low_validate_of_a_folder_without_questions_is_refused(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "validate", str(tmp_path))
+    assert code == 2 and err == f"infradrill: no question files (*.yaml) in {tmp_path}\n"
+
+
+def test_low_export_force_onto_a_directory_named_like_a_sheet_writes_nothing(tmp_path, capsys):
+    (tmp_path / "s-key.md").mkdir()
+    code, _, err = run_cli(capsys, "export", "kv-bytes-per-token", "--out", str(tmp_path / "s"), "--force")
+    assert code == 2 and err.count("\n") == 1 and "is not a file" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s-key.md"]  # not the candidate sheet either
+
+
+@pytest.mark.parametrize("text", ["[review]\nnew_per_day = 7\nnew_per_day = 8\n",
+                                  "[review]\nnew_per_day = 7\n[review]\nnew_per_day = 8\n"], ids=["key", "table"])
+def test_low_a_key_set_twice_keeps_the_first_and_says_so(tmp_path, text):
+    (tmp_path / "settings.toml").write_text(text)
+    again = f"settings.toml line {text.count(chr(10))} sets new_per_day again: line 2's value is kept"
+    assert read_table(REVIEW_TABLE, REVIEW_SETTINGS, tmp_path / "settings.toml") == ({"new_per_day": 7}, [again])
+    (tmp_path / "settings.toml").write_text("[review]\n" + "new_per_day = 7\n" * 2000)
+    _, notices = read_table(REVIEW_TABLE, REVIEW_SETTINGS, tmp_path / "settings.toml")
+    assert notices == ["settings.toml: 1,999 lines set a key again and were skipped, the first: settings.toml line 3 "
+                       "sets new_per_day again: line 2's value is kept"]
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    (lambda t: t.replace("How much KV cache", "{a.b.c} How much KV cache"),
+     "stages[0].say: {a.b.c} is no placeholder ({name} or {name.field})"),
+    (lambda t: t.replace("How much KV cache", "{model.__class__.__init__.__globals__} How much KV cache"),
+     "stages[0].say: {model.__class__.__init__.__globals__} is no placeholder"),
+    (lambda t: t.replace("  - push: generated\n", "  - set: {context: .inf}\n"),
+     "stages[3].set.context: inf is not a finite"),
+    (lambda t: t.replace("  - push: generated\n", "  - set: {context: 1e999}\n"), "'1e999' is not a finite figure"),
+], ids=["a.b.c", "dunder", ".inf", "1e999"])
+def test_low_a_placeholder_that_is_none_or_a_push_to_infinity_is_named(tmp_path, capsys, change, says):
+    pack_file(tmp_path, "p-low", change)
+    code, out, err = run_cli(capsys, "validate", str(tmp_path), "--seeds", "1")
+    assert code == 1 and "internal error" not in err
+    assert any(line.startswith(str(tmp_path / "p-low.yaml")) and says in line for line in out.splitlines()), out
+
+
+@pytest.mark.parametrize("argv", [("--version", "junk"), ("--version", "list"), ("list", "--version")])
+def test_low_version_with_anything_else_is_refused(capsys, argv):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1

@@ -159,11 +159,14 @@ def test_the_interviewer_view_shows_a_bracketed_gpu_name_as_text(config_dir):
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize("where", ["settings 5,000 digits", "settings 3,000 deep", "settings FIFO", "cache FIFO"])
+@pytest.mark.parametrize("where", ["settings 5,000 digits", "settings 4,300 digits", "settings 3,000 deep",
+                                   "settings FIFO", "cache FIFO"])
 def test_the_app_starts_past_a_hostile_settings_file_or_cache(config_dir, tmp_path, monkeypatch, where):
     settings = config_dir / "settings.toml"
     if where == "settings 5,000 digits":
         settings.write_text("[review]\nnew_per_day = 1" + "0" * 4999 + "\n")
+    elif where == "settings 4,300 digits":  # tomllib reads it; it overflowed a float in the load worker
+        settings.write_text("[review]\nnew_per_day = 1" + "0" * 4299 + "\n")
     elif where == "settings 3,000 deep":
         settings.write_text("x = " + "[" * 3000 + "]" * 3000 + "\n")
     elif where == "settings FIFO":
@@ -179,5 +182,29 @@ def test_the_app_starts_past_a_hostile_settings_file_or_cache(config_dir, tmp_pa
                 await wait_for(pilot, notice_posted(app, "settings.toml"))
             await open_default(app, pilot, "weight-read-intensity")
             assert app.is_running
+
+    asyncio.run(scenario())
+
+
+def test_a_time_at_the_end_of_the_calendar_in_the_store_costs_neither_the_start_nor_statistics(data_dir):
+    store, _ = ProgressStore.open(data_dir / FILE_NAME)
+    with store:
+        for question_id in ("kv-bytes-per-token", "weight-read-intensity"):
+            store.record_attempt(make_attempt(question_id, at=AT), first_review(question_id, AT))
+    with sqlite3.connect(data_dir / FILE_NAME) as conn:  # R2: the app died at load on this row, every start
+        conn.execute("UPDATE attempts SET started = '0001-01-01T00:00:00+05:00' "
+                     "WHERE question_id = 'kv-bytes-per-token'")
+    conn.close()
+
+    async def scenario():
+        async with running_app() as (app, pilot):
+            await wait_for(pilot, notice_posted(app, "1 damaged attempt row(s)"))
+            await pilot.press("s")
+            await wait_for(pilot, on_screen(app, "StatsScreen"))
+            assert app.is_running and "1 attempt(s)" in str(app.screen.query_one("#stats").content)
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: not on_screen(app, "StatsScreen")())
+            await submitted_with(app, pilot, "kv-bytes-per-token@default", "kv_per_token", "1")
+            assert app.screen.submitted is not None and app.drill.reviewer.store.attempt_count() == 2
 
     asyncio.run(scenario())

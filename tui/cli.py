@@ -25,7 +25,8 @@ SOLVE_SECONDS = 10  # a variant solves in milliseconds: one that takes this long
 
 
 def _fail(message: str) -> NoReturn:
-    print(f"infradrill: {message}", file=sys.stderr)
+    # One line, whatever the user typed into it: a newline, ESC or a bidi override in an id is shown escaped.
+    print("infradrill: " + "".join(c if c.isprintable() else ascii(c)[1:-1] for c in message), file=sys.stderr)
     raise SystemExit(USAGE_ERROR)
 
 
@@ -109,19 +110,6 @@ def _stop_slow_solve(signum: int, frame: object) -> NoReturn:
           "far from any real system)")
 
 
-class _Version(argparse.Action):
-    """--version, looked up only when asked for: finding the installed version reads every package's
-    metadata (~35 ms of CPU, more than all of `list`)."""
-
-    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                 option_string: str | None = None) -> NoReturn:
-        print(f"infradrill {_version()}")
-        parser.exit()
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line instead of usage + traceback-like noise
         _fail(f"{message} (see `{self.prog} --help`)" if " " in self.prog else message)
@@ -129,7 +117,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="infradrill", description="Drill LLM inference and AI infrastructure interview questions.")
-    parser.add_argument("--version", action=_Version, help="show the version and exit")
+    parser.add_argument("--version", action="store_true", help="show the version and exit")
     parser.add_argument("--data-dir", metavar="DIR",
                         help="where progress is kept (default: $INFRADRILL_DATA_DIR, else the user data directory)")
     commands = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -242,6 +230,9 @@ def _variant(args: argparse.Namespace, require_seed: bool):
 
     code = _code(args, require_seed)
     bank, catalog = _load(code.question_id)
+    if hasattr(signal, "SIGALRM"):  # armed after the load: a cold bank on a busy machine is no slow solve
+        signal.signal(signal.SIGALRM, _stop_slow_solve)
+        signal.alarm(SOLVE_SECONDS)  # main() disarms it; it covers the pushes `solve --json` solves too
     try:
         return make_variant(bank, catalog, code), catalog
     except VariantError as error:
@@ -291,6 +282,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             _fail(f"answers look like KEY=ANSWER, got '{item}'")
         if key not in keys:
             _fail(f"{solution.question.id} has no answer '{key}' (it has: {', '.join(keys)})")
+        if key in answers:  # which one to grade would be a guess
+            _fail(f"answer '{key}' is given twice")
         answers[key] = text
     grades = solution.grade(answers)
     if args.json:
@@ -490,6 +483,9 @@ def _export_files(form: str, out: Path, force: bool) -> tuple[list[Path], list[S
     linked = [str(p) for p in targets if _nameable(p).is_symlink()]
     if linked:  # a link (dangling or not) would send the sheet somewhere the user did not name
         _fail(f"{', '.join(linked)} is a symbolic link: give a plain file name")
+    others = [str(p) for p in targets if p.exists() and not p.is_file()]
+    if others:  # --force replaces a file, never a directory (or a FIFO) that happens to have the name
+        _fail(f"{', '.join(others)} exists and is not a file: give another name")
     existing = [str(p) for p in targets if p.exists()]
     if existing and not force:
         _fail(f"{', '.join(existing)} already exists (use --force to overwrite)")
@@ -523,6 +519,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         _fail(f"no such file or folder: {', '.join(missing)}")
+    if not question_files(paths):  # nothing checked is not a pass
+        _fail(f"no question files (*.yaml) in {', '.join(map(str, paths))}")
     catalog = load_catalog()
     bank, unread = read_questions(paths)
     problems = catalog.problems + unread + validate_bank(bank, catalog, seeds=args.seeds, strict=args.strict)
@@ -572,6 +570,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = _build_parser().parse_known_args(argv)
+    if args.version:  # looked up only when asked for: it reads every package's metadata (~35 ms of CPU)
+        if args.command or extra:  # `--version junk` is a typo, not a request for the version
+            _fail(f"--version takes nothing else, got: {' '.join([args.command or '', *extra]).strip()}")
+        print(f"infradrill {_version()}")
+        return 0
     # Answers may follow --seed/--default; argparse leaves them unclaimed.
     if args.command == "check" and all(not item.startswith("-") for item in extra):
         args.answers += extra
@@ -589,9 +592,6 @@ def main(argv: list[str] | None = None) -> int:
         return run()
     handlers = {"list": cmd_list, "solve": cmd_solve, "check": cmd_check, "stats": cmd_stats,
                 "progress": cmd_progress, "validate": cmd_validate, "export": cmd_export}
-    if args.command in ("solve", "check") and hasattr(signal, "SIGALRM"):
-        signal.signal(signal.SIGALRM, _stop_slow_solve)
-        signal.alarm(SOLVE_SECONDS)
     try:
         return handlers[args.command](args)
     except BrokenPipeError:  # `infradrill list | head`: the reader has what it wanted

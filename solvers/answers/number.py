@@ -107,7 +107,8 @@ class Number(Answer):
             raise UnitMismatch(f"'{quantity.unit.text}' is {given}; this answer is {wanted}")
         else:
             value = quantity.value
-        if not math.isfinite(value):
+        # "1e299 billion" in a us box: finite in seconds, infinite in the unit it is shown in.
+        if not math.isfinite(value) or not math.isfinite(unit.from_base(value)):
             raise ParseError("too large to grade")
         return value
 
@@ -135,6 +136,8 @@ class Number(Answer):
             return Grade(self.key, CORRECT if given == 0 else WRONG, given_text, key_text)
         ratio = given / expected
         relative = self.error_between(given, expected)
+        if not math.isfinite(relative):  # 1e300 against a key of 1e-10: the ratio overflows
+            return Grade(self.key, UNPARSED, text, key_text, message="too large to grade")
         verdict = (CORRECT if relative <= self.tolerance else CLOSE if relative <= self.close_factor * self.tolerance
                    else WRONG)
         near = max(0.01, min(self.tolerance, 0.05))

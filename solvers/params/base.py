@@ -111,9 +111,11 @@ class ParamSpec:
         exponent unsigned (1e20, not 1e+20)."""
         return (repr(value) if isinstance(value, float) else str(value)).replace("e+", "e")
 
-    def read_number(self, text: str, low: float = 0.0, high: float = 0.0, whole: bool = False) -> float | int:
+    def read_number(self, text: str, low: float = 0.0, high: float = 0.0, whole: bool = False,
+                    drawn: str = "") -> float | int:
         """`text` as a figure in this parameter's unit; within OVERRIDE_REACH of [low, high] where
-        that is a range. Counts (`whole`) may be zero; sizes, rates and lengths must be positive."""
+        that is a range (`drawn`: how the refusal says it, "draws 1 to 8" by default). Counts (`whole`)
+        may be zero; sizes, rates and lengths must be positive."""
         try:
             quantity = parse_quantity(text)
         except ParseError as error:
@@ -132,9 +134,9 @@ class ParamSpec:
             raise ParameterError(f"{self.name}: must be a whole number")
         lowest, highest = low / OVERRIDE_REACH, high * OVERRIDE_REACH
         if high > 0 and not lowest <= value <= highest:
-            raise ParameterError(f"{self.name}: {format_number(value)} is out of range: this question draws "
-                                 f"{format_number(low)} to {format_number(high)} and takes overrides from "
-                                 f"{format_number(lowest)} to {format_number(highest)}")
+            drawn = drawn or f"draws {format_number(low)} to {format_number(high)}"
+            raise ParameterError(f"{self.name}: {format_number(value)} is out of range: this question {drawn} and "
+                                 f"takes overrides from {format_number(lowest)} to {format_number(highest)}")
         return int(value) if whole or float(value).is_integer() else value
 
     # The what-if explorer and the follow-up ------------------------------------------------

@@ -39,11 +39,17 @@ def _preemption_regime(s: Sheet, t_rec, t_swap, W_star, W) -> None:
         "compute: nobody then redoes work, and the running streams wait only for the copies."))
 
 
+EXACT_BATCH = 4096  # sympy's exact harmonic(n): 0.1 s at 4,096, 0.7 s at 8,192, 14 s at 25,600
+
+
 def _evictions(s: Sheet, C, b, R, context: int, batch: int, remaining: int):
     """Evict one C-token victim each time the pool runs dry. After the i-th eviction b + 1 − i streams write, so
     the C tokens it frees last C / (b + 1 − i) steps, and after k evictions the pool is dry again at step
     t_k = C·(1/b + 1/(b − 1) + … + 1/(b − k + 1)). The key is the least k with t_k ≥ R, found exactly in
     fractions and shown as the bracket t_(k−1) < R ≤ t_k."""
+    if batch > EXACT_BATCH:
+        raise Reject(f"{batch:,.0f} streams: the exact harmonic sums take seconds past {EXACT_BATCH:,} (an override, "
+                     "never a draw)")
     dry, count = Fraction(0), 0
     while dry < remaining:
         if count >= batch:  # the nearest request itself would be next: never reached within the draws' ranges

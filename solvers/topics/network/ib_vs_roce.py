@@ -8,6 +8,8 @@ from solvers.units import format_number, format_quantity
 def _fat_tree_tiers(gpus: int, radix: int) -> int:
     """The fewest tiers of a non-blocking fat tree of `radix`-port switches that hold `gpus`
     endpoints: t tiers hold 2·(k/2)^t (integer arithmetic, so 2,048 on 64 ports is exactly 2)."""
+    if radix < 4:  # (k/2)^t never grows: no depth holds the fleet
+        raise ValueError(f"a fat tree that grows with its tiers needs switches of 4 ports or more, not {radix}")
     tiers = 1
     while 2 * (radix // 2) ** tiers < gpus:
         tiers += 1
