@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from solvers.bank import Measured, Question
 from solvers.data import Catalog
 from solvers.engine import Solution, VariantCode, question_variant
-from solvers.units import format_number, format_quantity, parse_unit, significant_digits
+from solvers.units import format_quantity, parse_unit, significant_digits
 
 # Within this factor either way the model is "close enough" for a back-of-envelope answer (REALITY.md's
 # fair); an entry further off says why in its `why`.
@@ -29,14 +29,19 @@ class Comparison:
     def within(self) -> bool:
         return 1 / TOLERANCE <= self.ratio <= TOLERANCE
 
-    def sentence(self) -> str:
-        """'In practice: …; this question's model gives … for those conditions (ratio).'"""
+    def parts(self) -> tuple[str, str, str]:
+        """The sentence in three: what was measured and on what, its source, and the model's figure beside it
+        (with why it is off where it says) — so a screen can set the source apart."""
         m, unit = self.measured, parse_unit(self.measured.unit)
         real = format_quantity(unit.to_base(m.measured), m.unit, sig=significant_digits(m.measured))
-        said = (f"In practice: {real} on {m.system} ({m.source}). This question's model gives "
-                f"{format_quantity(unit.to_base(self.bank), m.unit, sig=3)} for those conditions "
-                f"({format_number(self.ratio, 2)}×).")
-        return f"{said} {m.why}" if m.why else said
+        model = (f"This question's model gives {format_quantity(unit.to_base(self.bank), m.unit, sig=3)} for those "
+                 f"conditions ({self.ratio:.2f}× the measurement).")
+        return f"{real} on {m.system}", m.source, f"{model} {m.why}" if m.why else model
+
+    def sentence(self) -> str:
+        """'In practice: … on … (source). This question's model gives … for those conditions (ratio).'"""
+        claim, source, model = self.parts()
+        return f"In practice: {claim} ({source}). {model}"
 
 
 def compare(question: Question, catalog: Catalog) -> tuple[Comparison, ...]:

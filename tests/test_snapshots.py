@@ -241,7 +241,7 @@ async def solved(app: InfradrillApp, pilot: Pilot, question_id: str, push: bool 
         await reveal(app, pilot)  # skips the push
     await wait_for(pilot, lambda: "Sweeping" not in str(app.screen.query_one("#chart").content))
     if app.screen.solution.question.reality:  # the measurements beside the model, solved in a worker too
-        await wait_for(pilot, lambda: "In practice" in str(app.screen.query_one("#reality").content))
+        await wait_for(pilot, lambda: "model gives" in str(app.screen.query_one("#reality").content))
 
 
 class TestSolution:

@@ -154,7 +154,7 @@ def test_the_reveal_shows_the_real_systems_measurement_beside_the_model():
             await open_default(app, pilot, "pd-transfer-bandwidth")
             await reveal(app, pilot, ("ctrl+s", "ctrl+s"))
             shown = app.screen.query_one("#reality")
-            await wait_for(pilot, lambda: "In practice" in str(shown.content))
+            await wait_for(pilot, lambda: "model gives" in str(shown.content))
             return str(shown.content)
 
     said = asyncio.run(scenario())

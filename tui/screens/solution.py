@@ -188,16 +188,20 @@ class SolutionScreen(AppScreen):
         from solvers.engine import VariantError
         from solvers.reality import compare
 
+        said = Text()
         try:
             comparisons = compare(self.solution.question, self.infradrill.loaded_drill.catalog)
         except VariantError as error:  # a file edited since validate: say so, never end the app from a worker
-            said = f"The measured conditions do not solve in this question: {error}"
+            said.append(f"The measured conditions do not solve in this question: {error}")
         else:
-            said = "\n\n".join(c.sentence() for c in comparisons)
+            for number, comparison in enumerate(comparisons):
+                claim, source, model = comparison.parts()
+                said.append("\n\n" if number else "").append(f"{claim}. ").append(model, "bold")
+                said.append(f"\n{source}", "dim")
         self.app.call_from_thread(self._show_reality, said)
 
-    def _show_reality(self, said: str) -> None:
-        self.query_one("#reality", Static).update(Text(said))
+    def _show_reality(self, said: Text) -> None:
+        self.query_one("#reality", Static).update(said)
 
     @work(thread=True, exclusive=True)
     def _sweep(self, x: str, y: str) -> None:
