@@ -68,17 +68,24 @@ def fuzz(count: int, seed: int = 0) -> tuple[Counter[str], Counter[str], dict[st
     for _ in range(count):
         text = "".join(rng.choice(PIECES) for _ in range(rng.randint(1, 12)))
         for answer, key, shown in ANSWERS:
-            try:
-                answer.note(text, shown)
-                grade = answer.grade(text, key, shown)
-            except Exception as error:  # noqa: BLE001 - counting every kind is the point
-                raised[type(error).__name__] += 1
-                examples.setdefault(type(error).__name__, f"{answer.key}: {text!r}: {error}")
-                continue
-            if grade.error is not None and not math.isfinite(grade.error):
-                nonfinite[answer.key] += 1
-                examples.setdefault(f"non-finite {answer.key}", repr(text))
+            _try(answer, text, key, shown, (), (raised, nonfinite, examples))
     return raised, nonfinite, examples
+
+
+def _try(answer: Any, text: str, key: Any, shown: tuple[str, ...], slips: tuple,
+         tally: tuple[Counter[str], Counter[str], dict[str, str]]) -> None:
+    """Note and grade one string as the app does; count what raises or grades non-finite, one example of each."""
+    raised, nonfinite, examples = tally
+    try:
+        answer.note(text, shown)
+        grade = answer.grade(text, key, shown, slips)
+    except Exception as error:  # noqa: BLE001 - counting every kind is the point
+        raised[type(error).__name__] += 1
+        examples.setdefault(type(error).__name__, f"{answer.key}: {text[:200]!r}: {error}")
+        return
+    if grade.error is not None and not math.isfinite(grade.error):
+        nonfinite[answer.key] += 1
+        examples.setdefault(f"non-finite {answer.key}", repr(text[:200]))
 
 
 def test_ten_thousand_typed_strings_never_raise_nor_grade_non_finite():
@@ -117,16 +124,7 @@ def fuzz_bank(count: int, seed: int = 0) -> tuple[Counter[str], Counter[str], di
         answer, key, shown, slips = rng.choice(targets)
         pieces = PIECES + [*shown, *(f"{chr(65 + i)} " for i in range(len(shown)))]
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
-        try:
-            answer.note(text, shown)
-            grade = answer.grade(text, key, shown, slips)
-        except Exception as error:  # noqa: BLE001 - counting every kind is the point
-            raised[type(error).__name__] += 1
-            examples.setdefault(type(error).__name__, f"{answer.key}: {text[:200]!r}: {error}")
-            continue
-        if grade.error is not None and not math.isfinite(grade.error):
-            nonfinite[answer.key] += 1
-            examples.setdefault(f"non-finite {answer.key}", repr(text[:200]))
+        _try(answer, text, key, shown, slips, (raised, nonfinite, examples))
     return raised, nonfinite, examples
 
 

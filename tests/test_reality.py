@@ -17,6 +17,7 @@ from solvers.engine import VariantCode, make_variant
 from solvers.reality import TOLERANCE, compare
 from solvers.units import parse_unit
 from solvers.validate import reality_problems, unmeasured
+from tests.test_schema import GOOD
 
 ENTRIES = [(q.id, index) for q in load_bank().questions.values() for index in range(len(q.reality))]
 
@@ -107,18 +108,7 @@ def test_solve_json_carries_each_measurement(catalog):
     assert item["ratio"] == pytest.approx(item["bank"] / item["measured"])
 
 
-SHAPE = """\
-id: toy
-title: Toy
-group: F
-topic: memory
-solver: memory.kv_bytes_per_token
-prompt: "{n} items"
-parameters:
-  n: {int: [1, 10], default: 3}
-answers:
-  - {key: a, label: A, unit: ms, rel: 0.02}
-  - {key: r, label: R, choice: [low, high]}
+SHAPE = GOOD.replace("unit: GB, rel: 0.02}", "unit: ms, rel: 0.02}\n  - {key: r, label: R, choice: [low, high]}") + """\
 reality:
   - answer: a
     measured: 12.5
