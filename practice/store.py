@@ -305,13 +305,6 @@ class ProgressStore:
                           (question_id,))
         return rows[0][0] if rows else None
 
-    def replace_reviews(self, question_id: str, reviews: Sequence[Review], card: Card) -> None:
-        """Rewrite the cards before/after of a replayed review log, and the card, at once."""
-        with self.transaction() as conn:
-            for review in reviews:
-                replace_review(conn, review)
-            put_card(conn, question_id, card)
-
     # Mock interviews ------------------------------------------------------------------------
     def start_mock(self, planned: int, budget_seconds: float | None, started: datetime | None = None) -> str:
         mock_id = str(uuid.uuid4())

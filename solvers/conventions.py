@@ -85,8 +85,3 @@ def convention_value(key: str) -> float:
 def scale_up_domain(gpu: Mapping[str, Any] | None) -> int:
     """GPUs that share one NVLink domain: the GPU's own `nvlink_domain`, else the card's value."""
     return int((gpu.get("nvlink_domain") if gpu is not None else None) or convention_value("scale-up-domain"))
-
-
-def card_text() -> str:
-    """The card as plain text, one paragraph per convention."""
-    return "\n\n".join(f"{c.title} ({c.id}): {c.text}" for c in conventions())

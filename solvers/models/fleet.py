@@ -9,9 +9,6 @@ from solvers.models.common import given_peak_flops, model_params
 from solvers.models.training import FLOPS_PER_PARAM_TOKEN
 from solvers.sheetmath import ceil_of
 
-BACKWARD_SHARE = sympy.Rational(2, 3)  # the backward pass's 4 of those 6 FLOPs
-
-
 SPARE_SIGMAS = 2  # the pool covers the mean nodes down plus two standard deviations (Poisson: √mean)
 
 

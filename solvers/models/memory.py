@@ -1,4 +1,4 @@
-"""What the memory questions share: the profile run's inputs, and PagedAttention's waste figure."""
+"""What the memory questions share: the inputs of vLLM's profile run."""
 from __future__ import annotations
 
 import sympy
@@ -21,6 +21,4 @@ def profile_run_inputs(p, s: Sheet, utilization: float) -> tuple[sympy.Symbol, .
                "tensor parallelism shards every weight matrix evenly over the group")
     return M, u, n, A, T, w
 
-
-PAPER_PAGED_WASTE = 0.04  # PagedAttention (SOSP 2023): vLLM wastes under 4% of its KV memory
 
