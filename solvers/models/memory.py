@@ -20,5 +20,3 @@ def profile_run_inputs(p, s: Sheet, utilization: float) -> tuple[sympy.Symbol, .
     w = s.step("weights_per_gpu", "Weights per GPU", "w", N * b_w / n, "GiB",
                "tensor parallelism shards every weight matrix evenly over the group")
     return M, u, n, A, T, w
-
-
