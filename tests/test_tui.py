@@ -266,7 +266,29 @@ def test_interviewer_view_shows_every_stage_and_reveals_one_step_at_a_time(catal
         for key, line in stage.run.key_lines():
             assert line in keys and all(note in keys for note in key_notes(stage.run.solution, key))
     assert (two, one) == (2, 1)
-    assert everything == steps + 1  # every step, then the regime
+    assert everything == steps + 1 + bool(solution.question.reality)  # every step, the regime, any measurements
+
+
+def test_the_interviewer_reveals_the_published_measurements_after_the_regime():
+    """One press past the regime shows the real system beside the model; one press back takes it away again."""
+    async def scenario():
+        async with running_app() as (app, pilot):
+            app._make_variant(lambda drill: drill.variant_from_code("pd-transfer-bandwidth@default"), replace=False,
+                              mode=Mode.INTERVIEWER)
+            await wait_for(pilot, on_screen(app, "InterviewerScreen"))
+            screen = app.screen
+            await wait_for(pilot, lambda: interviewer_ready(screen))
+            for _ in range(len(screen.solution.sheet.steps) + 1):
+                await pilot.press("space")
+            before = len(screen.query(".revealed-step"))
+            await pilot.press("space")
+            shown = text_of(screen.query(".practice").last().content, 1000)
+            await pilot.press("left")
+            return before, shown, len(screen.query(".revealed-step")), screen.shown
+
+    before, shown, after, steps_shown = asyncio.run(scenario())
+    assert "In practice" in shown and "model gives" in shown and "TensorRT-LLM" in shown
+    assert after == before == steps_shown  # taken back without un-revealing a step
 
 
 async def _escape_from_a_follow_up():

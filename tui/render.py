@@ -13,8 +13,11 @@ from solvers.answers import CLOSE, CORRECT, Grade
 from solvers.report import grade_rows, judgements
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from solvers.derivation import Step
     from solvers.engine import Solution
+    from solvers.reality import Comparison
 
 VERDICT_STYLE = {CORRECT: "bold green", CLOSE: "bold yellow"}
 
@@ -98,6 +101,17 @@ def notes(solution: Solution) -> Group:
     lines += [Text(""), Text("References", style="bold")]
     lines += [Text(f" • {r}") for r in solution.question.references]
     return Group(*lines)
+
+
+def reality_text(comparisons: Sequence[Comparison]) -> Text:
+    """Each published measurement beside the model: what was measured and on what, the model's figure in bold
+    with its ratio (and why it is off, where it says), then the source dimmed."""
+    said = Text()
+    for number, comparison in enumerate(comparisons):
+        claim, source, model = comparison.parts()
+        said.append("\n\n" if number else "").append(f"{claim}. ").append(model, "bold")
+        said.append(f"\n{source}", "dim")
+    return said
 
 
 def interval_text(delta: timedelta) -> str:

@@ -19,7 +19,7 @@ from textual.widgets import Header, Static
 from solvers.report import key_notes, moved
 from tui import messages
 from tui.modes import Mode
-from tui.render import regime_panel, step_renderable
+from tui.render import reality_text, regime_panel, step_renderable
 from tui.screens.base import AppScreen
 from tui.widgets.footer import KeysFooter
 
@@ -48,6 +48,7 @@ class InterviewerScreen(AppScreen):
         super().__init__()
         self.solution = solution
         self.shown = 0  # steps revealed so far (the regime comes after the last one)
+        self.practice: Text | None = None  # the published measurements, once solved (the last reveal)
 
     def compose(self) -> ComposeResult:
         from solvers.interview import stage_run
@@ -73,13 +74,22 @@ class InterviewerScreen(AppScreen):
 
     @work(thread=True, exclusive=True)
     def _find_pushes(self) -> None:
+        """Search each push, then solve the question's published measurements (revealed after the regime)."""
+        from solvers.engine import VariantError
         from solvers.interview import stage_run
+        from solvers.reality import compare
 
-        solution = self.solution
+        solution, catalog = self.solution, self.infradrill.loaded_drill.catalog
         for index, stage in enumerate(solution.question.stages):
             if stage.push and solution.question.asks_on(index, solution.regime_name):
-                run = stage_run(self.solution, self.infradrill.loaded_drill.catalog, index)
+                run = stage_run(self.solution, catalog, index)
                 self.app.call_from_thread(self._show_push, index, stage, run)
+        if solution.question.reality:
+            try:
+                practice = reality_text(compare(solution.question, catalog))
+            except VariantError as error:  # a file edited since validate: said at the reveal, never a crash
+                practice = Text(f"The measured conditions do not solve in this question: {error}")
+            self.app.call_from_thread(setattr, self, "practice", practice)
 
     def _show_push(self, index: int, stage: Stage, run: StageRun | None) -> None:
         words, keys = self._stage(index, stage, run, searched=True)
@@ -126,6 +136,8 @@ class InterviewerScreen(AppScreen):
         elif self.shown == len(steps) and self.solution.sheet.regime is not None:
             self.shown += 1
             widget = Static(regime_panel(self.solution), classes="revealed-step")
+        elif self.practice is not None and not self.query(".practice"):
+            widget = Static(Group(Text("In practice", style="bold"), self.practice), classes="revealed-step practice")
         else:
             self.notify("Everything is revealed.")
             return
@@ -135,8 +147,9 @@ class InterviewerScreen(AppScreen):
     def action_hide(self) -> None:
         revealed = self.query(".revealed-step")
         if revealed:
-            revealed.last().remove()
-            self.shown -= 1
+            last = revealed.last()
+            last.remove()
+            self.shown -= 0 if last.has_class("practice") else 1
 
     def action_new_variant(self) -> None:
         self.post_message(messages.OpenQuestion(self.solution.question.id, replace=True, mode=Mode.INTERVIEWER))

@@ -22,7 +22,16 @@ from solvers.transcript import Answered, first_missed, stored
 from tui import messages
 from tui.chart import sweep_chart
 from tui.modes import Mode
-from tui.render import givens_table, grade_table, interval_text, judgement_table, notes, regime_panel, step_renderable
+from tui.render import (
+    givens_table,
+    grade_table,
+    interval_text,
+    judgement_table,
+    notes,
+    reality_text,
+    regime_panel,
+    step_renderable,
+)
 from tui.screens.base import AppScreen
 from tui.screens.question import given_text, keys_text
 from tui.widgets.footer import KeysFooter
@@ -188,16 +197,10 @@ class SolutionScreen(AppScreen):
         from solvers.engine import VariantError
         from solvers.reality import compare
 
-        said = Text()
         try:
-            comparisons = compare(self.solution.question, self.infradrill.loaded_drill.catalog)
+            said = reality_text(compare(self.solution.question, self.infradrill.loaded_drill.catalog))
         except VariantError as error:  # a file edited since validate: say so, never end the app from a worker
-            said.append(f"The measured conditions do not solve in this question: {error}")
-        else:
-            for number, comparison in enumerate(comparisons):
-                claim, source, model = comparison.parts()
-                said.append("\n\n" if number else "").append(f"{claim}. ").append(model, "bold")
-                said.append(f"\n{source}", "dim")
+            said = Text(f"The measured conditions do not solve in this question: {error}")
         self.app.call_from_thread(self._show_reality, said)
 
     def _show_reality(self, said: Text) -> None:
