@@ -180,11 +180,15 @@ def _read_back(store: ProgressStore) -> None:
     ProgressStore.open(store.path)[0].close()  # and the store's own row checks pass it again
 
 
+def _hostile_start(seed: int) -> tuple[random.Random, dict, list]:
+    """What an import fuzz starts from: its generator, a good export, and the places in it a value may be spoiled."""
+    good = _good_export()
+    return random.Random(seed), good, [p for p in _places(good) if p and p[0] not in ("format", "schema", "exported")]
+
+
 def fuzz_imports(count: int, seed: int = 0) -> tuple[Counter[str], dict[str, str]]:
     """(exceptions by type, one example of each) over `count` exports with one or two hostile fields."""
-    rng = random.Random(seed)
-    good = _good_export()
-    places = [p for p in _places(good) if p and p[0] not in ("format", "schema", "exported")]
+    rng, good, places = _hostile_start(seed)
     raised: Counter[str] = Counter()
     examples: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as directory:
@@ -217,9 +221,7 @@ def fuzz_round_trips(count: int, seed: int = 1) -> tuple[Counter[str], dict[str,
     """(failures by kind, one example of each) over `count` hostile exports, each imported into a fresh
     store: one that is taken exports as strict JSON, and that export imported into another fresh store
     exports the same again (markup, ESC and odd-but-valid values survive a move between machines)."""
-    rng = random.Random(seed)
-    good = _good_export()
-    places = [p for p in _places(good) if p and p[0] not in ("format", "schema", "exported")]
+    rng, good, places = _hostile_start(seed)
     failed: Counter[str] = Counter()
     examples: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as directory:
