@@ -17,13 +17,13 @@ run: $(STAMP)
 	$(BIN)/infradrill
 
 test: $(STAMP)
-	$(BIN)/ruff check solvers practice tui tests
+	$(BIN)/ruff check solvers practice tui tests scripts
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n auto  # one worker a core; runs the bank self-test of `infradrill validate --strict` once
 
 bench: $(STAMP)
-	$(BIN)/python tests/benchmark.py
+	$(BIN)/python scripts/benchmark.py
 
 fuzz: $(STAMP)
 	$(BIN)/python -m tests.test_fuzz_answers 100000

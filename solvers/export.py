@@ -97,7 +97,7 @@ def _variants(bank: Bank, catalog: Catalog, questions: list[Question], count: in
 
 
 @dataclass(frozen=True)
-class Sheet:
+class ExportFile:
     """One text file of an export, written as its variants come: `head`, then `entry(number, script)`
     for each variant in turn (numbered from 1), then `tail`."""
     head: str
@@ -105,7 +105,7 @@ class Sheet:
     tail: str = ""
 
 
-def write_sheets(scripts: Iterable[Script], outputs: Sequence[tuple[Sheet, TextIO]]) -> None:
+def write_sheets(scripts: Iterable[Script], outputs: Sequence[tuple[ExportFile, TextIO]]) -> None:
     """Each variant written into every sheet as it comes, then dropped."""
     for sheet, out in outputs:
         out.write(sheet.head)
@@ -116,9 +116,9 @@ def write_sheets(scripts: Iterable[Script], outputs: Sequence[tuple[Sheet, TextI
         out.write(sheet.tail)
 
 
-def _markdown(head: list[str], entry: Callable[[int, Script], list[str]]) -> Sheet:
+def _markdown(head: list[str], entry: Callable[[int, Script], list[str]]) -> ExportFile:
     # A sheet is its lines joined by newlines: each entry's lines follow the head's after a newline.
-    return Sheet("\n".join(head), lambda number, variant: "\n" + "\n".join(entry(number, variant)))
+    return ExportFile("\n".join(head), lambda number, variant: "\n" + "\n".join(entry(number, variant)))
 
 
 def _heading(number: int, variant: Script) -> list[str]:
@@ -132,7 +132,7 @@ def _conventions_markdown() -> list[str]:
     return lines + [f"- **{c.title}**: {c.text} *({c.source})*" for c in conventions()] + [""]
 
 
-def candidate_sheet() -> Sheet:
+def candidate_sheet() -> ExportFile:
     return _markdown(["# Candidate sheet", "", *_conventions_markdown()], _candidate_entry)
 
 
@@ -158,7 +158,7 @@ def _blank(answer: Answer) -> str:
     return f"{answer.shown_label}{f' ({answer.unit})' if answer.unit and answer.numeric else ''}"
 
 
-def key_sheet() -> Sheet:
+def key_sheet() -> ExportFile:
     return _markdown(["# Answer key", "", *_conventions_markdown()], _key_entry)
 
 
@@ -179,9 +179,9 @@ def _key_entry(number: int, variant: Script) -> list[str]:
     return lines + ["", "### Assumptions", ""] + [f"- {a}" for a in solution.sheet.assumptions] + [""]
 
 
-def json_sheet() -> Sheet:
+def json_sheet() -> ExportFile:
     """The variants as one JSON array, the text `json.dumps(array, indent=2)` gives, and a newline."""
-    return Sheet("[", _json_entry, "\n]\n")
+    return ExportFile("[", _json_entry, "\n]\n")
 
 
 def _json_entry(number: int, variant: Script) -> str:

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from solvers.engine import VariantError
-from solvers.export import Sheet, candidate_sheet, key_sheet, variants, write_sheets
+from solvers.export import ExportFile, candidate_sheet, key_sheet, variants, write_sheets
 from solvers.report import expected_text, judgements
 from solvers.script import script
 from tests.test_cli import run_cli
@@ -125,7 +125,7 @@ def test_anki_deck_has_one_note_per_stage_with_stable_ids(tmp_path, capsys, bank
     assert any("\\(" in fields for _, fields, _ in first)  # the steps' formulas in LaTeX
 
 
-def _text(sheet: Sheet, made) -> str:
+def _text(sheet: ExportFile, made) -> str:
     out = io.StringIO()
     write_sheets(made, [(sheet, out)])
     return out.getvalue()

@@ -152,8 +152,8 @@ def test_a_two_question_mock_ends_on_a_saved_score_sheet(data_dir):
     assert f"{right}/{asked} answers right (opening " in headline and "0/2 questions all right" in headline
     mode, verdicts, rating = reviewed  # the score sheet shows the saved answers, records nothing new
     saved = {a.key: a.verdict for a in sheet.attempts[0].answers if not a.key.startswith("followup.")}
-    assert mode == "review" and verdicts == saved and "records nothing" in rating
-    assert following == ("review", sheet.attempts[1].variant)
+    assert mode == "regrade" and verdicts == saved and "records nothing" in rating
+    assert following == ("regrade", sheet.attempts[1].variant)
     assert len(store.attempts()) == 2
     bank, catalog = load_bank(), load_catalog()
     for attempt in store.attempts():  # a mock asks every stage and every push, and its score counts them

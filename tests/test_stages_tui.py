@@ -203,7 +203,7 @@ def test_a_staged_mock_runs_every_stage_with_keys_but_no_hints_and_reviews_each_
     solution, hints, keys, still, attempt, stages, mode, grades = asyncio.run(scenario())
     first = solution.question.stages[0].ask[0]
     assert hints == 0 and " ".join(key_line(solution, first).split()) in " ".join(keys.split())  # keys, not hints
-    assert still and stages == [0, 1, 2, 3] and mode == "review"
+    assert still and stages == [0, 1, 2, 3] and mode == "regrade"
     saved = {a.key: a.verdict for a in attempt.answers}
     assert {g.key: g.verdict for g in grades} == {k: v for k, v in saved.items() if not k.startswith("followup.")}
     assert any(k.startswith("followup.") for k in saved)

@@ -552,7 +552,7 @@ class InfradrillApp(App):
         except VariantError as error:
             self.call_from_thread(self.notify, str(error), title="Cannot open", severity="error")
             return
-        screen = self._solution_screen(solution, answered, seconds, hints_used, None, Mode.REVIEW)
+        screen = self._solution_screen(solution, answered, seconds, hints_used, None, Mode.REGRADE)
         self.call_from_thread(self.push_screen, screen)
 
     def reopen(self, solution: Solution, mode: Mode, given: tuple[StageRun, ...], stage: StageRun) -> None:

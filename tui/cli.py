@@ -17,7 +17,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING as mypy reads it, without importin
 if TYPE_CHECKING:
     from typing import NoReturn
 
-    from solvers.export import Sheet
+    from solvers.export import ExportFile
 
 USAGE_ERROR = 2
 MAX_EXPORT_COUNT = 200  # variants per question in one export: beyond it, run it again with another --seed
@@ -467,7 +467,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _export_files(form: str, out: Path, force: bool) -> tuple[list[Path], list[Sheet]]:
+def _export_files(form: str, out: Path, force: bool) -> tuple[list[Path], list[ExportFile]]:
     """The files an export writes, each a plain file not there yet (or --force), and the sheet of
     each; no sheets for an Anki deck."""
     from solvers.export import candidate_sheet, json_sheet, key_sheet

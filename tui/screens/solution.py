@@ -239,7 +239,7 @@ class SolutionScreen(AppScreen):
             self.query_one("#rating", Static).update(self._rating_text())
 
     def _rating_text(self) -> str:
-        if self.mode == Mode.REVIEW:
+        if self.mode == Mode.REGRADE:
             return "Your saved answers, regraded: reviewing them records nothing and does not move the schedule."
         if self.submitted is None:
             return "Not saved: progress is unavailable this session."
@@ -303,7 +303,7 @@ class SolutionScreen(AppScreen):
         return True
 
     def action_new_variant(self) -> None:
-        if self.mode == Mode.REVIEW:
+        if self.mode == Mode.REGRADE:
             self.post_message(messages.ReviewNext())
         elif self.mode == Mode.DRILL:
             self.post_message(messages.NextInDrill())
@@ -313,7 +313,7 @@ class SolutionScreen(AppScreen):
     @property
     def _practice_mode(self) -> Mode:
         """What answering again or a new variant counts as: a reviewed attempt is practice now."""
-        return Mode.PRACTICE if self.mode == Mode.REVIEW else self.mode
+        return Mode.PRACTICE if self.mode == Mode.REGRADE else self.mode
 
     def action_what_if(self) -> None:
         from tui.screens.whatif import WhatIfScreen
