@@ -134,6 +134,11 @@ def _check_syntax(node: ast.AST, names: set[str]) -> None:
             raise ConstraintError(f"'{ast.unparse(child)}' is not allowed in a constraint")
 
 
+def expression(constraint: Constraint) -> ast.Expression | None:
+    """A declared constraint's parsed expression (None for a bank rule, said in words)."""
+    return constraint.check.tree if isinstance(constraint.check, _Declared) else None
+
+
 def declared(name: str, text: str, parameters: set[str]) -> Constraint:
     """A question's own constraint; raises ConstraintError for text it cannot read."""
     try:

@@ -45,7 +45,7 @@ from solvers.followup import follow_up
 from solvers.params import ParameterError
 from solvers.paths import question_files as bank_files
 from solvers.printed import printed_problems
-from solvers.realism import broken
+from solvers.realism import broken, expression
 from solvers.reality import TOLERANCE, code_of, comparison
 from solvers.sampling import draw_values, resolve
 from solvers.units import parse_unit
@@ -145,9 +145,8 @@ def typed_conventions(question: Question) -> list[str]:
     name), and a constraint that derives KV bytes per token again (kv_bytes(model, dtype) says it once)."""
     share, found = convention_value("usable-hbm"), []
     for constraint in question.constraints:
-        try:
-            tree = ast.parse(constraint.says, mode="eval")
-        except SyntaxError:
+        tree = expression(constraint)
+        if tree is None:
             continue  # a bank rule: said in words
         nodes = list(ast.walk(tree))
         reads_hbm = any(isinstance(n, ast.Call) and getattr(n.func, "id", "") == "hbm" or
@@ -392,8 +391,8 @@ def unmeasured(bank: Bank) -> list[str]:
 def _time_or_rate(answer: Answer) -> bool:
     if not answer.numeric:
         return False
-    seconds = parse_unit(answer.unit).dim[2]  # the exponent of time: 1 for a time, -1 for anything per second
-    return seconds == -1 or parse_unit(answer.unit).dim == (0, 0, 1, 0, 0)
+    dim = parse_unit(answer.unit).dim  # a time is seconds alone; a rate is anything per second
+    return dim == (0, 0, 1, 0, 0) or dim[2] == -1
 
 
 MAX_UNDECIDED = 0.5  # strict: an option the variant cannot decide (judged None) in more draws than this

@@ -15,6 +15,8 @@ from solvers.report import grade_rows, judgements
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from solvers.bank import Question
+    from solvers.data import Catalog
     from solvers.derivation import Step
     from solvers.engine import Solution
     from solvers.reality import Comparison
@@ -101,6 +103,18 @@ def notes(solution: Solution) -> Group:
     lines += [Text(""), Text("References", style="bold")]
     lines += [Text(f" • {r}") for r in solution.question.references]
     return Group(*lines)
+
+
+def practice_text(question: Question, catalog: Catalog) -> Text:
+    """The question's published measurements solved and worded (reality_text); a file edited since validate
+    says so here, as a worker's error would end the app. Solves: call it from a worker."""
+    from solvers.engine import VariantError
+    from solvers.reality import compare  # the engine (sympy) stays off the start-up path
+
+    try:
+        return reality_text(compare(question, catalog))
+    except VariantError as error:
+        return Text(f"The measured conditions do not solve in this question: {error}")
 
 
 def reality_text(comparisons: Sequence[Comparison]) -> Text:

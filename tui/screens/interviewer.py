@@ -19,7 +19,7 @@ from textual.widgets import Header, Static
 from solvers.report import key_notes, moved
 from tui import messages
 from tui.modes import Mode
-from tui.render import reality_text, regime_panel, step_renderable
+from tui.render import practice_text, regime_panel, step_renderable
 from tui.screens.base import AppScreen
 from tui.widgets.footer import KeysFooter
 
@@ -75,9 +75,7 @@ class InterviewerScreen(AppScreen):
     @work(thread=True, exclusive=True)
     def _find_pushes(self) -> None:
         """Search each push, then solve the question's published measurements (revealed after the regime)."""
-        from solvers.engine import VariantError
         from solvers.interview import stage_run
-        from solvers.reality import compare
 
         solution, catalog = self.solution, self.infradrill.loaded_drill.catalog
         for index, stage in enumerate(solution.question.stages):
@@ -85,11 +83,7 @@ class InterviewerScreen(AppScreen):
                 run = stage_run(self.solution, catalog, index)
                 self.app.call_from_thread(self._show_push, index, stage, run)
         if solution.question.reality:
-            try:
-                practice = reality_text(compare(solution.question, catalog))
-            except VariantError as error:  # a file edited since validate: said at the reveal, never a crash
-                practice = Text(f"The measured conditions do not solve in this question: {error}")
-            self.app.call_from_thread(setattr, self, "practice", practice)
+            self.app.call_from_thread(setattr, self, "practice", practice_text(solution.question, catalog))
 
     def _show_push(self, index: int, stage: Stage, run: StageRun | None) -> None:
         words, keys = self._stage(index, stage, run, searched=True)

@@ -28,7 +28,7 @@ from tui.render import (
     interval_text,
     judgement_table,
     notes,
-    reality_text,
+    practice_text,
     regime_panel,
     step_renderable,
 )
@@ -194,13 +194,7 @@ class SolutionScreen(AppScreen):
     @work(thread=True, exclusive=True, group="reality")
     def _compare(self) -> None:
         """Solve each published measurement's conditions in this question's model (a few solves)."""
-        from solvers.engine import VariantError
-        from solvers.reality import compare
-
-        try:
-            said = reality_text(compare(self.solution.question, self.infradrill.loaded_drill.catalog))
-        except VariantError as error:  # a file edited since validate: say so, never end the app from a worker
-            said = Text(f"The measured conditions do not solve in this question: {error}")
+        said = practice_text(self.solution.question, self.infradrill.loaded_drill.catalog)
         self.app.call_from_thread(self._show_reality, said)
 
     def _show_reality(self, said: Text) -> None:
