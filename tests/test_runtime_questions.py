@@ -202,7 +202,9 @@ def test_h200_times_are_priced_on_both_sides_of_the_roofline(variant):
         names = {"H200 SXM": "NVIDIA_H200", "H200 NVL": "NVIDIA_H200_NVL"}
         penalty_n = 1 if names[p["part"]["name"]] in p["tuned_for"].split(",") else p["default_penalty"]
         for tag, gpu, phi, penalty in (("o", p["old"], 1, 1), ("n", p["part"], p["power_cap"] ** (1 / 3), penalty_n)):
-            rate = {dtype: tp * 0.6 * gpu[f"{dtype}_dense_tflops"] * 1e12 * phi for dtype in ("bf16", p["dtype"])}
+            eta = {"bf16": 0.6, "fp8": 0.5}  # step-compute, step-compute-fp8
+            rate = {dtype: tp * eta[dtype] * gpu[f"{dtype}_dense_tflops"] * 1e12 * phi
+                    for dtype in ("bf16", p["dtype"])}
             bw = 0.8 * gpu["hbm_tb_s"] * 1e12
             batch = r[f"batch_{tag}"]
             eager = m["layers"] * p["eager_per_layer"] if batch > 512 else 0

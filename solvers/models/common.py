@@ -65,6 +65,36 @@ def given_matmul_peaks(s: Sheet, gpu: Record, weight_dtype: str, kv_dtype: str, 
                             f"{gpu.name} dense {att} peak (attention over the {kv_dtype} KV cache)")
 
 
+_EFFICIENCY_CARD = {"bf16": "step-compute", "fp16": "step-compute", "fp8": "step-compute-fp8",
+                   "fp4": "step-compute-fp8"}
+
+
+def compute_efficiency(dtype: str) -> float:
+    """The share of the `dtype` dense peak a step's matmuls reach end to end: the step-compute card for
+    bf16, step-compute-fp8 for the 8-bit and narrower formats (fp4 has no measurement; it takes FP8's)."""
+    return convention_value(_EFFICIENCY_CARD[dtype])
+
+
+def given_compute_efficiencies(s: Sheet, gpu: Record, weight_dtype: str, kv_dtype: str,
+                               stated: float | None = None) -> tuple[sympy.Symbol, sympy.Symbol]:
+    """(η_c for the weight GEMMs, η_att for attention's matmuls) as givens, each the card of the precision
+    that matmul runs at (matmul-precision); a question's `stated` MFU serves every precision. Where the
+    two are the same figure, one given serves both, as given_matmul_peaks does for the peaks."""
+    att = attention_dtype(gpu, kv_dtype)
+    if stated is not None:
+        weights = attention = stated
+        label = "achievable fraction of peak compute"
+    else:
+        weights, attention = compute_efficiency(weight_dtype), compute_efficiency(att)
+        label = ("achievable fraction of peak compute" if _EFFICIENCY_CARD[weight_dtype] == "step-compute"
+                 else f"achievable fraction of the {weight_dtype} dense peak ({_EFFICIENCY_CARD[weight_dtype]})")
+    eta_c = s.given("η_c", weights, "%", label)
+    if attention == weights:
+        return eta_c, eta_c
+    return eta_c, s.given("η_att", attention, "%",
+                          f"achievable fraction of the {att} dense peak in attention ({_EFFICIENCY_CARD[att]})")
+
+
 def given_hbm_bandwidth(s: Sheet, gpu: Record, symbol: str = "BW") -> sympy.Symbol:
     return s.given(symbol, hbm_bandwidth(gpu), "TB/s", f"{gpu.name} HBM bandwidth")
 

@@ -10,6 +10,7 @@ from solvers.data import Record
 from solvers.derivation import Sheet
 from solvers.models.collective import all_reduce_terms
 from solvers.models.common import (
+    compute_efficiency,
     dtype_bytes,
     hbm_bandwidth,
 )
@@ -68,7 +69,8 @@ def step_times(p, knobs: Knobs, kv: float, rings: dict[bool, tuple[float, float]
     expert_bytes = 3 * m.layers * m.experts * m.hidden * m.ffn / (m.params_b * 1e9) * W
     pair = 4 * m.layers * m.heads * m.head_dim
     stretch = knobs.penalty - 1
-    p_gemm, p_att = (n * c.compute * peak * knobs.throttle for peak in knobs.peaks)
+    p_gemm, p_att = (n * compute_efficiency(dtype) * peak * knobs.throttle
+                     for dtype, peak in zip((p.dtype, KV_DTYPE), knobs.peaks))
 
     def kernels(read: float, gemm: float, attention: float) -> float:
         return max((read + expert_bytes * stretch) / bw,

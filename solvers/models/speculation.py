@@ -28,6 +28,7 @@ from solvers.data import Record
 from solvers.derivation import Sheet
 from solvers.models.collective import all_reduce_terms
 from solvers.models.common import (
+    compute_efficiency,
     hbm_bandwidth,
     peak_flops,
 )
@@ -176,6 +177,5 @@ def beta_quadrature(A: float, B: float) -> tuple[np.ndarray, np.ndarray, np.ndar
 def ridge_tokens(p) -> float:
     """Tokens a bf16 verify pass carries before it turns compute-bound: 2 bytes per weight, 2 FLOPs,
     at the step model's achievable compute and bandwidth (step-compute, step-bandwidth)."""
-    constants = DEFAULT_CONSTANTS
-    return constants.compute * peak_flops(p.gpu, "bf16") / (constants.bandwidth * hbm_bandwidth(p.gpu))
+    return compute_efficiency("bf16") * peak_flops(p.gpu, "bf16") / (DEFAULT_CONSTANTS.bandwidth * hbm_bandwidth(p.gpu))
 

@@ -8,7 +8,7 @@ prompt or of a chunk of one. The model times it as
 
     bytes per GPU = W / TP + KV_gpu × (cached tokens the decode streams attend to)
     math time     = 2·N × (tokens through the weights) / (TP·η_c·P)
-                    + A × (query-key pairs of attention) / (TP·η_c·P_att)
+                    + A × (query-key pairs of attention) / (TP·η_att·P_att)
 
 where A = 4·L·H·d_h: QKᵀ and PV each take a multiply-add per head dimension, per query
 head, per layer. P is the dense peak of the weights' dtype and P_att that of the KV cache's
@@ -21,9 +21,10 @@ for a question that solves for a batch or a chunk). A question after the foundat
 bytes per token from kv-bytes-per-token (engine(..., kv_prerequisite=True), `requires:` in its file).
 
 Its three constants are named assumptions with defaults (StepConstants): the achievable
-fraction of peak compute, the achievable fraction of HBM bandwidth and a fixed per-step
-overhead (scheduling, sampling, kernel-launch gaps). A question may draw its own values and
-pass them in, or model the overhead itself (overhead=None); the sheet states what it used."""
+fraction of peak compute (by the precision each matmul runs at: step-compute, step-compute-fp8),
+the achievable fraction of HBM bandwidth and a fixed per-step overhead (scheduling, sampling,
+kernel-launch gaps). A question may draw its own values and pass them in, or model the overhead
+itself (overhead=None); the sheet states what it used."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -36,7 +37,9 @@ from solvers.derivation import Reject, Sheet
 from solvers.models.collective import AllReduceTerms, all_reduce_terms
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
+    compute_efficiency,
     dtype_bytes,
+    given_compute_efficiencies,
     given_config,
     given_hbm_bandwidth,
     given_hbm_bytes,
@@ -59,7 +62,8 @@ class StepConstants:
     """The model's named assumptions; the defaults are the conventions card's step-compute,
     step-bandwidth and step-overhead."""
 
-    compute: float = convention_value("step-compute")  # achievable fraction of dense peak FLOP/s
+    # achievable fraction of dense peak FLOP/s; None: the cards' figure for each matmul's precision
+    compute: float | None = None
     bandwidth: float = convention_value("step-bandwidth")  # achievable fraction of HBM bandwidth
     # seconds per step outside the kernels; None: the question models it
     overhead: float | None = STEP_OVERHEAD
@@ -80,7 +84,8 @@ class Engine:
     P: sympy.Symbol  # dense peak FLOP/s per GPU of the weight GEMMs (the weights' dtype)
     P_att: sympy.Symbol  # dense peak FLOP/s per GPU of QKᵀ and PV (the KV cache's dtype); P itself where equal
     BW: sympy.Symbol  # HBM bandwidth per GPU
-    eta_c: sympy.Symbol  # achievable fraction of peak compute
+    eta_c: sympy.Symbol  # achievable fraction of P in the weight GEMMs
+    eta_att: sympy.Symbol  # achievable fraction of P_att in attention; eta_c itself where equal
     eta_bw: sympy.Symbol  # achievable fraction of HBM bandwidth
     t_oh: sympy.Symbol | None  # fixed overhead per step (None: not part of this sheet's model)
 
@@ -92,12 +97,12 @@ class Engine:
     @property
     def attention_rate(self) -> sympy.Expr:
         """Achievable FLOP/s of the whole group in attention's matmuls."""
-        return self.TP * self.eta_c * self.P_att
+        return self.TP * self.eta_att * self.P_att
 
     def math_time(self, weight_flops: sympy.Expr, attention_flops: sympy.Expr) -> sympy.Expr:
         """Seconds of the group's math: the weight GEMMs at the weights' peak, attention at the cache's.
         With one peak for both it is the FLOPs over one rate, as the step's FLOPs are shown."""
-        if self.P_att is self.P:
+        if self.P_att is self.P and self.eta_att is self.eta_c:
             return (weight_flops + attention_flops) / self.flop_rate
         return weight_flops / self.flop_rate + attention_flops / self.attention_rate
 
@@ -138,7 +143,7 @@ def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstan
     TP = s.given("TP", tp, "GPUs", "GPUs in the tensor-parallel group")
     P, P_att = given_matmul_peaks(s, gpu, dtype, kv_dtype)
     BW = given_hbm_bandwidth(s, gpu)
-    eta_c = s.given("η_c", constants.compute, "%", "achievable fraction of peak compute")
+    eta_c, eta_att = given_compute_efficiencies(s, gpu, dtype, kv_dtype, constants.compute)
     eta_bw = s.given("η_bw", constants.bandwidth, "%", "achievable fraction of HBM bandwidth")
     t_oh = None
     if constants.overhead is not None:
@@ -153,11 +158,13 @@ def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstan
     A = s.step("attention_pair_flops", "Attention FLOPs per query-key pair", "A", 4 * L * H * d_h, "FLOP",
                "QKᵀ and PV: a multiply-add per head dimension each, for every query head in every layer")
 
+    efficiency = (format_quantity(constants.compute, '%') if constants.compute is not None
+                  else f"{format_quantity(compute_efficiency(dtype), '%')} of the {dtype} peak")
     overhead = ("the CPU's time per step is modelled separately" if constants.overhead is None
                 else f"t_oh = {format_quantity(constants.overhead, 'ms')} per step")
     s.assume(
         "Step-time model: t = max(bytes each GPU reads / (η_bw·BW), FLOPs / (TP·η_c·peak)) + overhead, with "
-        f"η_c = {format_quantity(constants.compute, '%')} and η_bw = {format_quantity(constants.bandwidth, '%')}; "
+        f"η_c = {efficiency} and η_bw = {format_quantity(constants.bandwidth, '%')}; "
         f"{overhead}. Reads and math overlap perfectly inside a step (a roofline); "
         + ("TP communication comes on top, below." if communication else "TP communication is left out."))
     s.assume("FLOPs: 2 per parameter per token through the weights, plus 4·d_h per query head per layer for "
@@ -165,7 +172,7 @@ def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstan
     if P_att is not P:
         s.assume(f"Matmul precision (the card's matmul-precision): the weight GEMMs run at the {dtype} peak P, "
                  f"attention's QKᵀ and PV at the peak P_att of the {kv_dtype} KV cache they read.")
-    return Engine(N, W, KV, A, TP, P, P_att, BW, eta_c, eta_bw, t_oh)
+    return Engine(N, W, KV, A, TP, P, P_att, BW, eta_c, eta_att, eta_bw, t_oh)
 
 
 def step_work(s: Sheet, e: Engine, tag: str, label: str, tokens: sympy.Expr, attended: sympy.Expr,

@@ -6,6 +6,7 @@ from fractions import Fraction
 
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import (
+    compute_efficiency,
     matmul_peaks,
     require_context,
 )
@@ -73,7 +74,7 @@ def _ledger_levers(s: Sheet, e, gpu, u, v, P_in, L_out, ar, pool, lam, n) -> Non
           f"the prefill is {pct_text(value(s.results['prompt_share']))} of the time and computes half the tokens",
           warm=0.5)
     # An fp8 cache runs fp8 attention (the card's matmul-precision): half the KV bytes and attention's peak.
-    fp8_attention = value(e.TP * e.eta_c) * matmul_peaks(gpu, "bf16", "fp8")[1]
+    fp8_attention = value(e.TP) * compute_efficiency("fp8") * matmul_peaks(gpu, "bf16", "fp8")[1]
     judge("an fp8 KV cache", "half the KV bytes per context, and attention at the fp8 peak: a larger decode batch "
           "at the same speed", KV=g["KV"] / 2, pool=g["pool"], fr_att=fp8_attention)
     judge("a per-user speed target half as fast", "twice the step time: a larger batch shares each step",

@@ -8,6 +8,7 @@ from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import all_reduce_terms
 from solvers.models.common import (
     dtype_bytes,
+    given_compute_efficiencies,
     given_config,
     given_hbm_bandwidth,
     given_hbm_bytes,
@@ -53,7 +54,7 @@ def _layout_clause(s: Sheet, p, n: int, llm) -> tuple[bool, str]:
     N, b_w = given_model_params(s, p.model), given_weight_bytes(s, p.dtype)
     P, P_att = given_matmul_peaks(s, p.gpu, p.dtype, "bf16")
     BW = given_hbm_bandwidth(s, p.gpu)
-    eta_c = s.given("η_c", DEFAULT_CONSTANTS.compute, "%", "achievable fraction of peak compute")
+    eta_c, eta_att = given_compute_efficiencies(s, p.gpu, p.dtype, "bf16")
     eta_bw = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%", "achievable fraction of HBM bandwidth")
     t_oh = s.given("t_oh", STEP_OVERHEAD, "ms", "fixed overhead per step")
     L, H, d_h, H_kv = (given_config(s, p.model, name) for name in ("layers", "heads", "head_dim", "kv_heads"))
@@ -72,7 +73,7 @@ def _layout_clause(s: Sheet, p, n: int, llm) -> tuple[bool, str]:
     reads = (weights + kv * B * S) / (eta_bw * BW)
 
     def step(tokens: sympy.Expr) -> sympy.Expr:
-        math = 2 * N * tokens / (TP * eta_c * P) + 4 * L * H * d_h * tokens * S / (TP * eta_c * P_att)
+        math = 2 * N * tokens / (TP * eta_c * P) + 4 * L * H * d_h * tokens * S / (TP * eta_att * P_att)
         return max_of(reads, math) + ar.of(tokens) + t_oh
 
     clause = step(B - 1 + T_u) + (k - 1) * step(B)

@@ -12,6 +12,7 @@ from solvers.models.collective import crosses_domain, tp_all_reduce
 from solvers.models.common import (
     dtype_bytes,
     given_active_params,
+    given_compute_efficiencies,
     given_hbm_bandwidth,
     given_hbm_bytes,
     given_matmul_peaks,
@@ -77,7 +78,8 @@ class _Shared:
     """The symbols both deployments' step times share."""
 
     TP: sympy.Symbol
-    eta_c: sympy.Symbol
+    eta_c: sympy.Symbol  # achievable fraction of the weight GEMMs' peak
+    eta_att: sympy.Symbol  # and of attention's (the bf16 cache's)
     eta_bw: sympy.Symbol
     t_oh: sympy.Symbol
     s_bytes: sympy.Symbol  # the expert weights' share of the weight bytes
@@ -88,8 +90,8 @@ class _Shared:
         """A step's kernels on both sides of the roofline (steptime.step_time's max), the untuned expert kernels
         stretched by π on each side: the expert weights' reads, and the experts' share of the weight GEMMs."""
         return max_of((read + self.weights * self.s_bytes * (r.penalty - 1)) / (self.eta_bw * r.BW),
-                      (gemm * (1 + self.s_flops * (r.penalty - 1)) / r.P + attention / r.P_att)
-                      / (self.TP * self.eta_c * r.phi))
+                      (gemm * (1 + self.s_flops * (r.penalty - 1)) / (self.eta_c * r.P)
+                       + attention / (self.eta_att * r.P_att)) / (self.TP * r.phi))
 
 
 def _prefill(s: Sheet, p, tag, gpu, c: _Shared, r: _Rates, T, F_w, F_att, link, alpha=None):
@@ -175,7 +177,7 @@ def solve(p, s: Sheet) -> None:
     pi = s.param("π", "default_penalty")
     e_l = s.param("t_e", "eager_per_layer")
     cap = s.param("c", "power_cap")
-    eta_c = s.given("η_c", DEFAULT_CONSTANTS.compute, "%", "achievable fraction of peak compute")
+    eta_c, eta_att = given_compute_efficiencies(s, new, p.dtype, KV_DTYPE)
     eta_bw = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%", "achievable fraction of HBM bandwidth")
     t_oh = s.given("t_oh", STEP_OVERHEAD, "ms", "fixed overhead per step")
     u = given_usable_share(s)
@@ -215,7 +217,7 @@ def solve(p, s: Sheet) -> None:
     gpu_o, peaks_o, BW_o, Bo = sides["o"]
     gpu_n, peaks_n, BW_n, Bn = sides["n"]
     one = sympy.Integer(1)
-    shared = _Shared(TP, eta_c, eta_bw, t_oh, s_bytes, s_flops, W / TP)
+    shared = _Shared(TP, eta_c, eta_att, eta_bw, t_oh, s_bytes, s_flops, W / TP)
     rates_o = _Rates(BW_o, *peaks_o, phi=one, penalty=one)
     rates_n = _Rates(BW_n, *peaks_n, phi=phi, penalty=one if tuned else pi)
     F_w = s.step("flops_pre_weights", "FLOPs of the prefill's weight GEMMs", "F_w", 2 * N_a * T, "TFLOP",

@@ -7,8 +7,10 @@ from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import ACTIVATION_BYTES, link_bandwidth, link_latency, tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
+    compute_efficiency,
     dtype_bytes,
     given_active_params,
+    given_compute_efficiencies,
     given_config,
     given_hbm_bandwidth,
     given_matmul_peaks,
@@ -39,7 +41,7 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
     model, c = p.model, DEFAULT_CONSTANTS
     P, P_att = given_matmul_peaks(s, p.gpu, "fp8", p.kv_dtype)  # matmul-precision: fp8 GEMMs, attention at the latents'
     BW = given_hbm_bandwidth(s, p.gpu)
-    eta_c = s.given("η_c", c.compute, "%", "achievable fraction of peak compute")
+    eta_c, eta_att = given_compute_efficiencies(s, p.gpu, "fp8", p.kv_dtype)
     eta_bw = s.given("η_bw", c.bandwidth, "%", "achievable fraction of HBM bandwidth")
     t_oh = s.given("t_oh", STEP_OVERHEAD, "ms", "fixed overhead per step")
     N_a = given_active_params(s, model)
@@ -61,7 +63,7 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
                   "its share of the weights the step touches, and every running request's whole latent")
     s.step("flops_tp", "FLOPs each GPU does per step (TP attention)", "Fl_TP",
            (2 * N_a * run_tp + A_m * run_tp * C) / n, "TFLOP", "heads and experts split n ways")
-    math_tp = (2 * N_a * run_tp / P + A_m * run_tp * C / P_att) / (n * eta_c)
+    math_tp = (2 * N_a * run_tp / (eta_c * P) + A_m * run_tp * C / (eta_att * P_att)) / n
     t_ar = tp_all_reduce(s, model, p.gpu, p.tp, run_tp, tag="tp", label="TP-attention decode step")
     tpot_tp = s.step("tpot_tp", "Time per output token (TP attention)", "t_TP",
                      max_of(M_tp / (eta_bw * BW), math_tp) + t_ar + t_oh, "ms",
@@ -75,7 +77,7 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
     s.step("flops_dp", "FLOPs each GPU does per step (DP attention)", "Fl_DP",
            2 * N_a * demand / n + A_m * busiest * C / a, "TFLOP",
            "the weights' math split n ways; attention for the busiest group split a ways")
-    math_dp = (2 * N_a * demand / (n * P) + A_m * busiest * C / (a * P_att)) / eta_c
+    math_dp = 2 * N_a * demand / (n * eta_c * P) + A_m * busiest * C / (a * eta_att * P_att)
     comm = 2 * L * (alpha + (n - 1) / n * demand * h * b_a / bw)
     why = "an all-gather before and a reduce-scatter after each MoE block, (n − 1)/n of the tokens each"
     if p.tp // p.dp > 1:
@@ -86,9 +88,10 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
                      max_of(M_dp / (eta_bw * BW), math_dp) + t_g + t_oh, "ms",
                      "the busiest group sets the pace, then the collectives, plus overhead")
     s.assume(f"Step model as the roofline-time card with the bank's step constants: reads at "
-             f"{format_quantity(c.bandwidth, '%')} of HBM bandwidth, math at {format_quantity(c.compute, '%')} of "
-             f"the dense peak (matmul-precision: the fp8 weights' GEMMs at the fp8 peak, attention at the "
-             f"{p.kv_dtype} latents' peak), {format_quantity(STEP_OVERHEAD, 'ms')} of overhead per step; under DP "
+             f"{format_quantity(c.bandwidth, '%')} of HBM bandwidth, the fp8 weights' GEMMs at "
+             f"{format_quantity(compute_efficiency('fp8'), '%')} of the fp8 dense peak and attention at the "
+             f"{p.kv_dtype} latents' peak, at its precision's share (step-compute-fp8, step-compute, "
+             "matmul-precision), {format_quantity(STEP_OVERHEAD, 'ms')} of overhead per step; under DP "
              "attention an all-gather before and a reduce-scatter after each MoE layer take the place of TP's two "
              "all-reduces (SGLang's DP attention), plus the group's all-reduce where a group spans GPUs; a routed "
              "expert is "

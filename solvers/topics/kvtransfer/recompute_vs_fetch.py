@@ -4,7 +4,13 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import dtype_bytes, given_config, given_hbm_bandwidth, given_peak_flops
+from solvers.models.common import (
+    compute_efficiency,
+    dtype_bytes,
+    given_config,
+    given_hbm_bandwidth,
+    given_peak_flops,
+)
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
 from solvers.models.kvtransfer import active_params, attention_pair_flops
 from solvers.models.steptime import DEFAULT_CONSTANTS
@@ -79,7 +85,7 @@ def solve(p, s: Sheet) -> None:
     kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes("bf16"), "bf16")
     KV = kv_bytes_per_token_per_gpu_given(s, model, dtype_bytes("bf16"), "bf16", TP)
     P = given_peak_flops(s, gpu, "bf16")
-    eta = s.given("η_c", DEFAULT_CONSTANTS.compute, "%", "achievable fraction of peak compute (step-compute card)")
+    eta = s.given("η_c", compute_efficiency("bf16"), "%", "achievable fraction of peak compute (step-compute card)")
     BW = s.param("BW", "bandwidth")
     t0 = s.param("t_0", "overhead")
     T = s.param("T", "hit")
@@ -134,7 +140,7 @@ def solve(p, s: Sheet) -> None:
     s.assume("FLOPs: 2 per active parameter per token, plus the attention-flops card's 4·d_h per query head per "
              "layer for each query-key pair of the prefix.")
     s.slip("every GPU fetching the whole token's KV (TP not cancelled)", on="advantage", factor=1 / p.tp)
-    s.slip("recompute at peak instead of achievable compute", on="advantage", factor=DEFAULT_CONSTANTS.compute)
+    s.slip("recompute at peak instead of achievable compute", on="advantage", factor=compute_efficiency("bf16"))
     if model.get("active_params_b") is not None:
         s.slip("2N from all the experts' parameters", on="advantage", factor=model.params_b / model.active_params_b)
     s.slip("the fixed overhead forgotten", on="speedup", factor=s.evaluate((t0 + T * f) / (T * f)))

@@ -10,6 +10,7 @@ from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import link_bandwidth
 from solvers.models.common import (
     given_active_params,
+    given_compute_efficiencies,
     given_config,
     given_hbm_bandwidth,
     given_hbm_bytes,
@@ -84,7 +85,7 @@ def _pool(s: Sheet, tag: str, gpu, W, nic, m) -> _Pool:
                  max_of(m["v"] * m["D"] / (G**2 * nvl), m["v"] * (G - m["D"]) / (G**2 * nic)), "us",
                  "each GPU's 1/G share of a token's copies: D/G of them over NVLink, the rest over the NIC, at once")
     compute = s.step("", f"Prefill compute per prompt token, {gpu.name} replica", f"τ_c_{tag}",
-                     (2 * m["N_a"] / P + m["A_p"] * m["P_in"] / 2 / P16) / (G * m["eta_c"]), "us",
+                     (2 * m["N_a"] / (m["eta_c"] * P) + m["A_p"] * m["P_in"] / 2 / (m["eta_att"] * P16)) / G, "us",
                      "its FLOPs over the replica's compute: weights in FP8, causal attention in bf16")
     a2a = s.step("", f"Prefill all-to-all per prompt token, {gpu.name} replica", f"τ_a_{tag}",
                  m["L_moe"] * t_a, "us", "one dispatch and combine in every MoE layer")
@@ -104,7 +105,7 @@ def _pool(s: Sheet, tag: str, gpu, W, nic, m) -> _Pool:
     a2a_seq = s.step("", f"Decode all-to-all each sequence adds, {gpu.name}", f"t_a2a_{tag}", m["L_moe"] * t_a, "us",
                      "its token's dispatch and combine in every MoE layer (not overlapped)")
     math = s.step("", f"Decode math each sequence adds, {gpu.name}", f"τ_d_{tag}",
-                  (2 * m["N_a"] / P + m["A_d"] * m["S"] / P16) / (G * m["eta_c"]), "us",
+                  (2 * m["N_a"] / (m["eta_c"] * P) + m["A_d"] * m["S"] / (m["eta_att"] * P16)) / G, "us",
                   "its token through the active weights in FP8 and absorbed attention over its context in bf16")
     t1 = s.step("", f"Decode step time each sequence adds, {gpu.name}", f"t1_{tag}", kv + a2a_seq, "us",
                 "its KV read and its all-to-all, while the step waits on its reads")
@@ -197,7 +198,7 @@ def solve(p, s: Sheet) -> None:
     nic_H = s.given("BW_NIC_H", p.old_nic.gbit_s * 1e9 / 8, "GB/s",
                     f"{p.old_nic.name} per {old.name} GPU, each direction (kept: a PCIe Gen5 host)")
     u = given_usable_share(s)
-    eta_c = s.given("η_c", convention_value("step-compute"), "%", "achievable compute (step-compute)")
+    eta_c, eta_att = given_compute_efficiencies(s, old, "fp8", "bf16")  # FP8 (or narrower) GEMMs, bf16 attention
     eta_bw = s.given("η_bw", convention_value("step-bandwidth"), "%", "achievable bandwidth (step-bandwidth)")
     t_oh = s.given("t_oh", convention_value("step-overhead") * 1e-3, "ms", "overhead per step (step-overhead)")
     b_B = s.given("b_B", b_new, "B", f"bytes per weight in the B200 pool ({p.b200_format})")
@@ -211,8 +212,8 @@ def solve(p, s: Sheet) -> None:
                  "FLOP", "scores over d_c + d_r and values over d_c per head, in every layer")
     v = s.step("", "All-to-all bytes of one token per MoE layer", "v", k * (d_copy + c_copy), "KB",
                "k copies out in FP8, k results back in bf16")
-    m = {"G_n": G_n, "f": f, "u": u, "eta_c": eta_c, "eta_bw": eta_bw, "t_oh": t_oh, "N_a": N_a, "A_p": A_p,
-         "A_d": A_d, "P_in": P_in, "S": S, "KV": kv, "tpot": tpot, "L_moe": L_moe, "v": v,
+    m = {"G_n": G_n, "f": f, "u": u, "eta_c": eta_c, "eta_att": eta_att, "eta_bw": eta_bw, "t_oh": t_oh,
+         "N_a": N_a, "A_p": A_p, "A_d": A_d, "P_in": P_in, "S": S, "KV": kv, "tpot": tpot, "L_moe": L_moe, "v": v,
          "D": s.given("D", GPUS_PER_NODE, "GPUs", "NVLink domain of an HGX node")}
     B2 = _pool(s, "B", new, W * b_B, nic_B, m)
     H1 = _pool(s, "H", old, W, nic_H, m)
