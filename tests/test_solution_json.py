@@ -2,8 +2,12 @@
 stage by stage."""
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
+from solvers.bank import load_bank
 from solvers.engine import VariantCode, make_variant
 from solvers.parse import parse_quantity
 from solvers.report import JSON_SCHEMA, to_dict
@@ -83,3 +87,14 @@ def test_without_its_script_a_variant_is_the_data_it_was(variant):
     """The engine's own checks read a variant without its pushes: no stages, everything else as before."""
     solution = variant(f"{STAGED}@default")
     assert "stages" not in to_dict(solution) and to_dict(solution)["answers"]
+
+
+_CODE_IN_TEXT = re.compile(r"\{[A-Za-z_][\w.]*(?:\(|\})")  # an f-string field left unfilled: "{format_quantity(" or "{x}"
+
+
+@pytest.mark.parametrize("qid", sorted(load_bank().questions))
+def test_no_text_of_a_solution_shows_code(variant, qid):
+    """Every word a solution shows is filled: a missing f on a string prints '{format_quantity(...)}' as text."""
+    solution = variant(f"{qid}@default")
+    words = json.dumps(to_dict(solution), ensure_ascii=False)
+    assert not _CODE_IN_TEXT.findall(words)

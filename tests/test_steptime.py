@@ -177,3 +177,19 @@ def test_kv_prerequisite_gives_the_same_share_per_gpu(catalog, model_id, tp):
     e2 = engine(given, model, gpu, tp, kv_prerequisite=True)
     assert given.value(e2.KV) == derived.value(e1.KV)
     assert given.prerequisites == {"kv-bytes-per-token"} and not derived.prerequisites
+
+
+@pytest.mark.parametrize("code, listed, unlisted", [
+    # bf16 weights, the engine's defaults: each constant's card is on the screen
+    ("multi-model-fleet-tiering@default", {"step-compute", "step-bandwidth", "step-overhead"}, {"step-compute-fp8"}),
+    # fp8 weights and cache: the FP8 card, and bf16's not
+    ("million-token-context@default+weight_dtype=fp8+kv_dtype=fp8",
+     {"step-compute-fp8", "step-bandwidth", "step-overhead"}, {"step-compute"}),
+    # its own MFU and its own CPU model: only the bandwidth is the card's
+    ("preemption-policies@default", {"step-bandwidth"}, {"step-compute", "step-compute-fp8", "step-overhead"}),
+])
+def test_the_cards_in_play_are_the_constants_used(variant, code, listed, unlisted):
+    """A constant taken from a card puts that card on the screen, whatever the question's words name: a
+    staged file names no card, and a re-deriver reading million-token-context saw no bandwidth figure."""
+    cards = set(variant(code).cards())
+    assert listed <= cards and not unlisted & cards

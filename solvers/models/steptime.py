@@ -130,6 +130,21 @@ class StepWork:
     math: sympy.Expr  # seconds of the group's math: Engine.math_time of the weights' and attention's FLOPs
 
 
+def given_step_bandwidth(s: Sheet, value: float = DEFAULT_CONSTANTS.bandwidth) -> sympy.Symbol:
+    """η_bw, the share of HBM bandwidth a step's reads reach: at the card's figure the step-bandwidth card is
+    in play (read as the sheet is solved, so the screen lists it); a question's own figure stands alone."""
+    if value == DEFAULT_CONSTANTS.bandwidth:
+        value = convention_value("step-bandwidth")
+    return s.given("η_bw", value, "%", "achievable fraction of HBM bandwidth")
+
+
+def given_step_overhead(s: Sheet, value: float = STEP_OVERHEAD) -> sympy.Symbol:
+    """t_oh, the fixed time a step pays outside its kernels: the step-overhead card's where it is the card's."""
+    if value == STEP_OVERHEAD:
+        value = convention_value("step-overhead") * 1e-3
+    return s.given("t_oh", value, "ms", "fixed overhead per step")
+
+
 def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstants = DEFAULT_CONSTANTS,
            dtype: str = "bf16", kv_dtype: str = "bf16", communication: bool = False,
            kv_prerequisite: bool = False) -> Engine:
@@ -144,10 +159,8 @@ def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstan
     P, P_att = given_matmul_peaks(s, gpu, dtype, kv_dtype)
     BW = given_hbm_bandwidth(s, gpu)
     eta_c, eta_att = given_compute_efficiencies(s, gpu, dtype, kv_dtype, constants.compute)
-    eta_bw = s.given("η_bw", constants.bandwidth, "%", "achievable fraction of HBM bandwidth")
-    t_oh = None
-    if constants.overhead is not None:
-        t_oh = s.given("t_oh", constants.overhead, "ms", "fixed overhead per step")
+    eta_bw = given_step_bandwidth(s, constants.bandwidth)
+    t_oh = None if constants.overhead is None else given_step_overhead(s, constants.overhead)
     L = given_config(s, model, "layers")
     H = given_config(s, model, "heads")
     d_h = given_config(s, model, "head_dim")

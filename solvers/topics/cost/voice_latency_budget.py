@@ -22,9 +22,10 @@ from solvers.models.cost import LAYOUTS
 from solvers.models.kvcache import kv_bytes_per_token_given
 from solvers.models.steptime import (
     DEFAULT_CONSTANTS,
-    STEP_OVERHEAD,
     all_reduce_steps,
     engine,
+    given_step_bandwidth,
+    given_step_overhead,
     step_time,
     step_work,
     usable_hbm,
@@ -55,8 +56,7 @@ def _layout_clause(s: Sheet, p, n: int, llm) -> tuple[bool, str]:
     P, P_att = given_matmul_peaks(s, p.gpu, p.dtype, "bf16")
     BW = given_hbm_bandwidth(s, p.gpu)
     eta_c, eta_att = given_compute_efficiencies(s, p.gpu, p.dtype, "bf16")
-    eta_bw = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%", "achievable fraction of HBM bandwidth")
-    t_oh = s.given("t_oh", STEP_OVERHEAD, "ms", "fixed overhead per step")
+    eta_bw, t_oh = given_step_bandwidth(s), given_step_overhead(s)
     L, H, d_h, H_kv = (given_config(s, p.model, name) for name in ("layers", "heads", "head_dim", "kv_heads"))
     KV_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes("bf16"), "bf16")
     M = given_hbm_bytes(s, p.gpu)

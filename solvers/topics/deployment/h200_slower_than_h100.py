@@ -32,7 +32,7 @@ from solvers.models.deployment import (
     step_times,
 )
 from solvers.models.kvcache import kv_bytes_per_token_per_gpu_given
-from solvers.models.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD
+from solvers.models.steptime import given_step_bandwidth, given_step_overhead
 from solvers.sheetmath import floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 
@@ -178,8 +178,7 @@ def solve(p, s: Sheet) -> None:
     e_l = s.param("t_e", "eager_per_layer")
     cap = s.param("c", "power_cap")
     eta_c, eta_att = given_compute_efficiencies(s, new, p.dtype, KV_DTYPE)
-    eta_bw = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%", "achievable fraction of HBM bandwidth")
-    t_oh = s.given("t_oh", STEP_OVERHEAD, "ms", "fixed overhead per step")
+    eta_bw, t_oh = given_step_bandwidth(s), given_step_overhead(s)
     u = given_usable_share(s)
     H_q, d_h = s.given("H_q", m.heads, "", "query heads"), s.given("d_h", m.head_dim, "", "head dim")
     A = s.step("attention_pair_flops", "Attention FLOPs per query-key pair", "A", 4 * L * H_q * d_h, "FLOP",

@@ -21,7 +21,13 @@ from solvers.models.kvcache import (
     kv_bytes_per_token_given,
 )
 from solvers.models.kvlayout import fp8_latent_note
-from solvers.models.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD, usable_hbm
+from solvers.models.steptime import (
+    DEFAULT_CONSTANTS,
+    STEP_OVERHEAD,
+    given_step_bandwidth,
+    given_step_overhead,
+    usable_hbm,
+)
 from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 
@@ -42,8 +48,7 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
     P, P_att = given_matmul_peaks(s, p.gpu, "fp8", p.kv_dtype)  # matmul-precision: fp8 GEMMs, attention at the latents'
     BW = given_hbm_bandwidth(s, p.gpu)
     eta_c, eta_att = given_compute_efficiencies(s, p.gpu, "fp8", p.kv_dtype)
-    eta_bw = s.given("η_bw", c.bandwidth, "%", "achievable fraction of HBM bandwidth")
-    t_oh = s.given("t_oh", STEP_OVERHEAD, "ms", "fixed overhead per step")
+    eta_bw, t_oh = given_step_bandwidth(s), given_step_overhead(s)
     N_a = given_active_params(s, model)
     E_x = given_config(s, model, "experts", "E_x")
     k_x = given_config(s, model, "experts_per_token", "k_x")
@@ -91,7 +96,7 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
              f"{format_quantity(c.bandwidth, '%')} of HBM bandwidth, the fp8 weights' GEMMs at "
              f"{format_quantity(compute_efficiency('fp8'), '%')} of the fp8 dense peak and attention at the "
              f"{p.kv_dtype} latents' peak, at its precision's share (step-compute-fp8, step-compute, "
-             "matmul-precision), {format_quantity(STEP_OVERHEAD, 'ms')} of overhead per step; under DP "
+             f"matmul-precision), {format_quantity(STEP_OVERHEAD, 'ms')} of overhead per step; under DP "
              "attention an all-gather before and a reduce-scatter after each MoE layer take the place of TP's two "
              "all-reduces (SGLang's DP attention), plus the group's all-reduce where a group spans GPUs; a routed "
              "expert is "

@@ -15,7 +15,7 @@ from solvers.models.common import (
 )
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
 from solvers.models.kvtransfer import active_params, attention_pair_flops
-from solvers.models.steptime import DEFAULT_CONSTANTS
+from solvers.models.steptime import given_step_bandwidth
 from solvers.sheetmath import max_of
 from solvers.units import format_number, format_quantity
 
@@ -139,7 +139,7 @@ def solve(p, s: Sheet) -> None:
     N_all = N if model.get("active_params_b") is None else given_model_params(s, model, "N_tot")
     b_w = given_weight_bytes(s, p.weight_dtype)
     BW = given_hbm_bandwidth(s, gpu)
-    eta_bw = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%", "achievable fraction of HBM bandwidth (step-bandwidth)")
+    eta_bw = given_step_bandwidth(s)
     read = s.step("weight_read", "One read of a prefill GPU's weights", "t_W", N_all * b_w / (TP * eta_bw * BW), "ms",
                   "its 1/TP share of " + ("every weight" if N_all is N else "every expert's weights") + ", once a pass")
     t_math = s.step("prefill_math", "Math time of the prompt", "t_F", math, "s",

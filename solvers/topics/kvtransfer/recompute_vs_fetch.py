@@ -13,7 +13,7 @@ from solvers.models.common import (
 )
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
 from solvers.models.kvtransfer import active_params, attention_pair_flops
-from solvers.models.steptime import DEFAULT_CONSTANTS
+from solvers.models.steptime import given_step_bandwidth
 from solvers.sheetmath import floor_of, max_of
 from solvers.units import format_number, format_quantity
 
@@ -94,7 +94,7 @@ def solve(p, s: Sheet) -> None:
     F = s.step("group_flops", "Achievable FLOP/s of the TP group", "F_eff", TP * eta * P, "TFLOP/s",
                "every GPU of the group computes its 1/TP of each token")
     BW_hbm = given_hbm_bandwidth(s, gpu, "BW_HBM")
-    eta_bw = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%", "achievable fraction of HBM bandwidth (step-bandwidth)")
+    eta_bw = given_step_bandwidth(s)
     r_math = s.step("", "Recompute math per token", "t_rF", 2 * N / F, "us",
                     "2N FLOPs per token through the weights, at the group's achievable rate")
     r_write = s.step("", "Recomputed KV written per token", "t_rM", KV / (eta_bw * BW_hbm), "us",
