@@ -257,11 +257,16 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-_TOP_FIELDS = {"id", "title", "group", "topic", "difficulty", "solver", "catalogue", "prompt", "parameters",
-               "answers", "hints", "references", "regime_sides", "chart", "followups", "stages",
-               "requires", "constraints", "golden", "literals", "reality"}
-_PARAM_FIELDS = {"default", "label", "unit", *PARAM_KIND_FIELDS}
-_ANSWER_FIELDS = {"key", "label", "unit", "lookup", *KIND_FIELDS}
+# The fields each part of a question file may hold (question_schema builds the file's JSON Schema from them).
+QUESTION_FIELDS = frozenset({"id", "title", "group", "topic", "difficulty", "solver", "catalogue", "prompt",
+                             "parameters", "answers", "hints", "references", "regime_sides", "chart", "followups",
+                             "stages", "requires", "constraints", "golden", "literals", "reality"})
+PARAMETER_FIELDS = frozenset({"default", "label", "unit", *PARAM_KIND_FIELDS})
+ANSWER_FIELDS = frozenset({"key", "label", "unit", "lookup", *KIND_FIELDS})
+STAGE_FIELDS = frozenset({"say", "ask", "hints", "set", "push", "recall", "nudge", "when"})
+FOLLOWUP_FIELDS = frozenset({"set", "ask", "say"})
+GOLDEN_FIELDS = frozenset({"variant", "expect", "why", "rel"})
+REALITY_FIELDS = frozenset({"answer", "measured", "unit", "system", "source", "variant", "why"})
 
 
 def _unit(reader: _Reader, mapping: LineDict, where: str) -> str:
@@ -275,7 +280,7 @@ def _unit(reader: _Reader, mapping: LineDict, where: str) -> str:
 
 def _parse_param(reader: _Reader, name: str, spec: Any, line: int) -> ParamSpec:
     where = f"parameters.{name}"
-    spec = reader.mapping(spec, where, line, _PARAM_FIELDS, "a mapping such as {choice: [...], default: ...}")
+    spec = reader.mapping(spec, where, line, PARAMETER_FIELDS, "a mapping such as {choice: [...], default: ...}")
     label = reader.field(spec, "label", str, where, required=False, default="")
     try:
         return make_param(name, label, _unit(reader, spec, where), spec, partial(reader.field, spec, where=where))
@@ -286,7 +291,7 @@ def _parse_param(reader: _Reader, name: str, spec: Any, line: int) -> ParamSpec:
 
 def _parse_answer(reader: _Reader, index: int, spec: Any, line: int) -> Answer:
     where = f"answers[{index}]"
-    spec = reader.mapping(spec, where, line, _ANSWER_FIELDS, "a mapping with key, label and a comparison")
+    spec = reader.mapping(spec, where, line, ANSWER_FIELDS, "a mapping with key, label and a comparison")
     key = reader.field(spec, "key", str, where)
     label = reader.field(spec, "label", str, where)
     unit = _unit(reader, spec, where)
@@ -337,7 +342,7 @@ def _parse_followups(reader: _Reader, document: LineDict, names: set[str], keys:
     followups = []
     for index, item in enumerate(raw):
         where = f"followups[{index}]"
-        if not isinstance(item, LineDict) or set(item) - {"set", "ask", "say"}:
+        if not isinstance(item, LineDict) or set(item) - FOLLOWUP_FIELDS:
             raise reader.fail(where, line, "expected {set: {parameter: value}, ask: [answer keys], say: text}")
         changes = reader.field(item, "set", dict, where)
         ask = reader.field(item, "ask", list, where)
@@ -363,9 +368,6 @@ def _finite_changes(reader: _Reader, changes: dict, where: str, line: int) -> No
             raise reader.fail(f"{where}.{name}", line, f"{value!r} is not a finite figure")
 
 
-_STAGE_FIELDS = {"say", "ask", "hints", "set", "push", "recall", "nudge", "when"}
-
-
 def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers: tuple[Answer, ...]) -> tuple:
     """The interview's stages as the file declares them (see Stage), checked so that the engine can run
     them: every answer asked, none twice outside a push, a field in a `say` naming a parameter or the key
@@ -380,7 +382,7 @@ def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers:
     asked: set[str] = set()  # answered in an earlier stage: a later `say` may quote their keys
     for index, item in enumerate(raw):
         where = f"stages[{index}]"
-        item = reader.mapping(item, where, line, _STAGE_FIELDS, "a mapping with say and ask")
+        item = reader.mapping(item, where, line, STAGE_FIELDS, "a mapping with say and ask")
         push = item.get("push")
         if push is not None and push != "generated":
             raise reader.fail(f"{where}.push", item.line_of("push"), "the only value is 'generated'")
@@ -445,7 +447,7 @@ def _parse_golden(reader: _Reader, document: LineDict, names: set[str],
     entries = []
     for index, item in enumerate(raw):
         where = f"golden[{index}]"
-        item = reader.mapping(item, where, document.line_of("golden"), ("variant", "expect", "why", "rel"),
+        item = reader.mapping(item, where, document.line_of("golden"), GOLDEN_FIELDS,
                               "{variant: ..., expect: {...}, why: ...}")
         variant = _variant_field(reader, item, where, names)
         expect = reader.field(item, "expect", dict, where)
@@ -491,7 +493,7 @@ def _parse_reality(reader: _Reader, document: LineDict, names: set[str],
     for index, item in enumerate(raw):
         where = f"reality[{index}]"
         item = reader.mapping(item, where, document.line_of("reality"),
-                              ("answer", "measured", "unit", "system", "source", "variant", "why"),
+                              REALITY_FIELDS,
                               "{answer: ..., measured: ..., unit: ..., system: ..., source: ..., variant: ...}")
         key = reader.field(item, "answer", str, where)
         if key not in by_key or not by_key[key].numeric:
@@ -604,7 +606,7 @@ def parse_question(path: Path, text: str) -> Question:
     if not isinstance(document, LineDict):
         raise QuestionError(f"{path}:1: expected a mapping at the top level")
     for key in document:
-        if key not in _TOP_FIELDS:
+        if key not in QUESTION_FIELDS:
             raise reader.fail(str(key), document.line_of(key), "unknown field")
     qid = reader.field(document, "id", str)
     if not _ID.match(qid):

@@ -165,6 +165,10 @@ def _build_parser() -> argparse.ArgumentParser:
                             "(default infradrill-sheet); '-' writes JSON or the answer key's Markdown to "
                             "standard output")
     sheet.add_argument("--force", action="store_true", help="overwrite existing files")
+    new = commands.add_parser("new", help="start a question: its file, solver and test, from a working template")
+    new.add_argument("spec", metavar="GROUP/ID", help="e.g. F/prefill-time")
+    new.add_argument("--topic", required=True, help="its topic (kv-cache, serving, ...): the folder of its solver")
+    new.add_argument("--title", help="its title (default: from the id)")
     check = commands.add_parser("validate", help="check question files (default: the whole bank)")
     check.add_argument("paths", nargs="*", metavar="PATH", help="question files or folders")
     check.add_argument("--seeds", type=int, default=50, help="random variants solved per question (default 50)")
@@ -568,6 +572,21 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def cmd_new(args: argparse.Namespace) -> int:
+    from solvers.scaffold import ScaffoldError, parse_request, write
+
+    try:
+        written = write(parse_request(args.spec, args.topic, args.title))
+    except ScaffoldError as error:
+        _fail(str(error))
+    for path in written:
+        print(f"wrote {path}")
+    question = written[-3]
+    print(f"next: edit them into your question, and keep `infradrill validate --strict {question}` and "
+          f"`pytest {written[-1]}` passing")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args, extra = _build_parser().parse_known_args(argv)
     if args.version:  # looked up only when asked for: it reads every package's metadata (~35 ms of CPU)
@@ -591,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["INFRADRILL_DATA_DIR"] = args.data_dir
         return run()
     handlers = {"list": cmd_list, "solve": cmd_solve, "check": cmd_check, "stats": cmd_stats,
-                "progress": cmd_progress, "validate": cmd_validate, "export": cmd_export}
+                "progress": cmd_progress, "validate": cmd_validate, "export": cmd_export, "new": cmd_new}
     try:
         return handlers[args.command](args)
     except BrokenPipeError:  # `infradrill list | head`: the reader has what it wanted

@@ -1,0 +1,30 @@
+"""One shape for a question's by-hand test: its keys worked out again in plain floats from the
+variant's parameters and the data files, independent of the solver, and held to the solver's over
+many seeds. A question's test module defines `by_hand(solution) -> {key: value}` and `SEEDS`, and
+`test_keys_by_hand = by_hand_test(ID, SEEDS, by_hand)`."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pytest
+
+REL = 1e-9  # the same arithmetic in another order: agreement to rounding
+
+
+def by_hand_test(question_id: str, seeds: Iterable[int | str], by_hand: Callable[[Any], dict[str, Any]]):
+    """A test parametrized over `seeds`: each variant's keys that `by_hand` gives equal the solver's
+    (numbers within REL, choices and sets exactly)."""
+
+    @pytest.mark.parametrize("seed", list(seeds))
+    def test(variant, seed):
+        solution = variant(f"{question_id}@{seed}")
+        for key, value in by_hand(solution).items():
+            solved = solution.expected[key]
+            if isinstance(value, float):
+                assert solved == pytest.approx(value, rel=REL), (solution.code, key)
+            else:
+                assert solved == value, (solution.code, key)
+
+    test.__doc__ = f"{question_id}: every key by_hand gives matches the solver's, over {len(list(seeds))} seeds."
+    return test
