@@ -33,9 +33,9 @@ from practice.records import (
     utc,
 )
 from practice.store import ProgressStore
+from solvers.groups import group_rank
 from solvers.verdicts import Verdict
 
-GROUP_ORDER = ("F", "S", "K1", "K2", "M", "T", "N", "D", "P")
 QUICK_SECONDS_PER_ANSWER = 30.0  # "quick": at most this many seconds per graded answer
 NEW_PER_DAY = 5
 DESIRED_RETENTION = 0.9
@@ -198,9 +198,8 @@ def day_bounds(now: datetime, tz: tzinfo) -> tuple[datetime, datetime]:
 
 
 def introduction_key(question: QuestionLike) -> tuple[int, int, str]:
-    """Group F first, then the catalogue's group order; easier first within a group."""
-    rank = GROUP_ORDER.index(question.group) if question.group in GROUP_ORDER else len(GROUP_ORDER)
-    return rank, question.difficulty, question.id
+    """Group F first, then the groups' learning order (groups.yaml); easier first within a group."""
+    return group_rank(question.group), question.difficulty, question.id
 
 
 def prerequisites_first(questions: Iterable[QuestionLike]) -> list[QuestionLike]:

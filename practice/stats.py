@@ -20,10 +20,11 @@ from typing import Any
 from fsrs import Card, State
 
 from practice.records import Hold, Review
-from practice.review import GROUP_ORDER, Reviewer, effective_due, next_due
+from practice.review import Reviewer, effective_due, next_due
 from practice.store import Attempt
 from solvers.answers.slips import slip_family
 from solvers.bank import STAGE_KINDS
+from solvers.groups import group_rank, spelled
 from solvers.verdicts import Verdict
 
 HEAT = " ░▒▓█"
@@ -126,10 +127,9 @@ def accuracy_by(attempts: Iterable[Attempt], key: Callable[[Attempt], str]) -> d
 
 
 def accuracy_by_group(attempts: Iterable[Attempt], questions: Mapping[str, Any]) -> dict[str, Accuracy]:
-    """By the question's group ('?' for a question no longer in the bank), in the catalogue's order."""
+    """By the question's group ('?' for a question no longer in the bank), in learning order (groups.yaml)."""
     table = accuracy_by(attempts, lambda a: getattr(questions.get(a.question_id), "group", "?"))
-    rank = {g: i for i, g in enumerate(GROUP_ORDER)}
-    return dict(sorted(table.items(), key=lambda item: (rank.get(item[0], len(rank)), item[0])))
+    return dict(sorted(table.items(), key=lambda item: (group_rank(item[0]), item[0])))
 
 
 def accuracy_by_topic(attempts: Iterable[Attempt], questions: Mapping[str, Any]) -> dict[str, Accuracy]:
@@ -335,11 +335,11 @@ def format_summary(s: Summary, weeks: int = 8) -> str:
         top = max(n for _, n in s.forecast)
         lines += ["", f"Reviews due, next {len(s.forecast)} days (what is overdue counts today):"]
         lines += [f"  {day:%a %d %b}  {n:>3}  {_bar(n / top if top else 0, 20)}" for day, n in s.forecast]
-    for title, table in (("group", s.by_group), ("topic, weakest first", s.by_topic)):
+    for title, table, name in (("group", s.by_group, spelled), ("topic, weakest first", s.by_topic, str)):
         lines += ["", f"Accuracy by {title} (answers correct; attempts all correct):"]
-        width = max(len(k) for k in table)
-        lines += [f"  {k:<{width}}  {_pct(a.answer_share)} of {a.answers:<4} {_pct(a.attempt_share)} of {a.attempts}"
-                  for k, a in table.items()]
+        width = max(len(name(k)) for k in table)
+        lines += [f"  {name(k):<{width}}  {_pct(a.answer_share)} of {a.answers:<4} {_pct(a.attempt_share)} of "
+                  f"{a.attempts}" for k, a in table.items()]
     if s.slips:
         lines += ["", "Most frequent slips by habit (put right: its latest answer since is correct):"]
         lines += [f"  {t.count:>3}×  {t.slip}  (put right {t.fixed} of {t.places})" for t in s.slips]

@@ -5,6 +5,7 @@ import pytest
 
 from solvers.bank import load_bank, requirement_problems
 from solvers.engine import VariantCode, make_variant, solver_function
+from solvers.groups import group_names
 from solvers.printed import printed_problems
 from solvers.validate import check_question, constraint_report
 
@@ -16,6 +17,11 @@ IDS = sorted(BANK.questions)
 def test_bank_loads_cleanly(bank):
     assert bank.problems == []
     assert len(bank.questions) >= 8
+
+
+def test_every_question_is_in_a_group_groups_yaml_names(bank):
+    """The app and the statistics spell a group out from groups.yaml: none may be left unnamed."""
+    assert {q.group for q in bank.questions.values()} <= set(group_names())
 
 
 def test_every_solver_module_is_a_questions_own():

@@ -36,6 +36,7 @@ from practice.store import ProgressStore
 from solvers.answers import CLOSE, CORRECT, MISMATCH, UNPARSED, WRONG, Grade
 from solvers.answers.slips import slip_family
 from solvers.bank import STAGE_KINDS
+from solvers.groups import group_names
 
 T0 = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)  # a Monday
 X2, X8 = "x2: one factor of 2 too many", "x8: bits and bytes mixed up"
@@ -199,6 +200,8 @@ def test_summary_text_and_json():
     data = json.loads(json.dumps(summary_dict(summary)))
     assert data["attempts"] == 5 and data["due"] == {"now": 2, "today": 3, "new_today": 4, "next": None}
     assert data["by_group"]["F"] == {"attempts": 3, "all_correct": 1, "answers": 6, "correct": 3}
+    groups = text.split("Accuracy by group")[1].split("\n\n")[0].splitlines()[1:]
+    assert [line.split("  ")[1] for line in groups] == [f"F {group_names()['F']}", f"S {group_names()['S']}", "?"]
     assert data["weakest"][0] == {"question_id": "roof", "retrievability": 0.3}
 
 
