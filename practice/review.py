@@ -412,6 +412,14 @@ class Reviewer:
         """Questions held out of the drill now: suspended, or buried till later."""
         return self.store.held(utc(now or now_utc()))
 
+    def states(self, now: datetime | None = None) -> dict[str, str]:
+        """Each question of the bank as the drill sees it now: held (suspended, buried), due, new (never
+        reviewed) or later (scheduled, not due yet). Held comes first: the drill skips a held card however due."""
+        now = utc(now or now_utc())
+        held, cards = self.held(now), self.store.cards()
+        return {qid: held.get(qid) or ("new" if qid not in cards else "due" if cards[qid].due <= now else "later")
+                for qid in self.questions}
+
     def introduced_today(self, now: datetime | None = None) -> int:
         start, end = day_bounds(utc(now or now_utc()), self.tz)
         return sum(start <= first < end for qid, first in self.store.first_reviews().items() if self._known(qid))

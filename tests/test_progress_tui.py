@@ -288,13 +288,15 @@ def test_browse_suspends_and_releases_the_question_under_the_cursor(data_dir):
             qid = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
             store = app.loaded_drill.reviewer.store
             await pilot.press("s")
-            suspended = (dict(store.held(now_utc())), str(table.get_row(qid)[-1]))
+            suspended = (dict(store.held(now_utc())), str(table.get_row(qid)[1]))
+            await wait_for(pilot, notice_posted(app, f"{qid} suspended"))  # `s` says what it did
             await pilot.press("s")
-            return qid, suspended, dict(store.held(now_utc())), str(table.get_row(qid)[-1])
+            await wait_for(pilot, notice_posted(app, f"{qid} released"))
+            return qid, suspended, dict(store.held(now_utc())), str(table.get_row(qid)[1])
 
     qid, (held, cell), released, cleared = asyncio.run(scenario())
     assert held == {qid: "suspended"} and cell == "suspended"
-    assert released == {} and cleared == ""
+    assert released == {} and cleared == "new"  # never reviewed: back as a new question
 
 
 async def _mock_keys():

@@ -350,6 +350,25 @@ def test_a_suspended_question_leaves_the_drill_until_released_and_a_buried_one_u
     assert reviewer.due_now(later) == ["f-one"] and store.card("f-one") is not None  # its schedule kept
 
 
+def test_each_questions_state_is_what_the_drill_does_with_it(store):
+    """Browse shows these: a held question says how it is held, whatever its card; "due" is exactly what the
+    drill asks now, "new" a question never reviewed, "later" a card scheduled ahead."""
+    bank = [Q(qid, "F") for qid in ("f-again", "f-easy", "f-never", "f-suspended", "f-buried", "f-held-new")]
+    reviewer = Reviewer(store, bank, tz=UTC)
+    for qid in ("f-again", "f-suspended", "f-buried"):
+        reviewer.review(qid, A, T0)  # due in a minute
+    reviewer.review("f-easy", E, T0)
+    at = T0 + timedelta(minutes=5)
+    reviewer.suspend("f-suspended")
+    reviewer.bury("f-buried", at)
+    reviewer.suspend("f-held-new")
+    states = reviewer.states(at)
+    assert states == {"f-again": "due", "f-easy": "later", "f-never": "new", "f-suspended": "suspended",
+                      "f-buried": "buried", "f-held-new": "suspended"}
+    assert [qid for qid, state in states.items() if state == "due"] == reviewer.due_now(at)
+    assert reviewer.states(datetime(2025, 3, 4, 1, tzinfo=UTC))["f-buried"] == "due"  # the bury ran out
+
+
 # Review ahead ---------------------------------------------------------------------------------------
 def test_review_ahead_asks_the_cards_due_in_the_next_days_soonest_first_none_held(store):
     reviewer = Reviewer(store, [Q("f-one", "F"), Q("f-two", "F"), Q("f-three", "F"), Q("f-four", "F")], tz=UTC)

@@ -42,7 +42,7 @@ async def _answer_default_variant(answers):
         await pilot.press("b")
         assert isinstance(app.screen, BrowseScreen)
         table = app.screen.query_one(DataTable)
-        row = [str(table.get_row_at(i)[1]) for i in range(table.row_count)].index("kv-bytes-per-token")
+        row = [str(table.get_row_at(i)[2]) for i in range(table.row_count)].index("kv-bytes-per-token")
         table.move_cursor(row=row)
         await pilot.press("d")
         await wait_for(pilot, lambda: question_ready(app))

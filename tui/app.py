@@ -41,7 +41,12 @@ if TYPE_CHECKING:
 
 
 class QuestionCommands(Provider):
-    """Command palette: find a question by id, title, group or topic."""
+    """Command palette: find a question by id, title, group or topic; open it to answer, as the
+    interviewer, or in the what-if explorer."""
+
+    WAYS = ((Mode.PRACTICE, "", "open a fresh variant"),
+            (Mode.INTERVIEWER, "as interviewer: ", "a fresh variant with its key beside it"),
+            (Mode.WHAT_IF, "what if: ", "a fresh variant in the what-if explorer; nothing is recorded"))
 
     async def search(self, query: str) -> Hits:
         app = self.app
@@ -49,11 +54,12 @@ class QuestionCommands(Provider):
             return
         matcher = self.matcher(query)
         for question in app.drill.questions():
-            text = f"{question.id} — {question.title} ({question.group}, {question.topic})"
-            score = matcher.match(text)
-            if score > 0:
-                yield Hit(score, matcher.highlight(text), partial(app.open_question, question.id),
-                          help="open a fresh variant")
+            for mode, way, help_text in self.WAYS:
+                text = f"{way}{question.id} — {question.title} ({question.group}, {question.topic})"
+                score = matcher.match(text)
+                if score > 0:
+                    yield Hit(score, matcher.highlight(text), partial(app.open_question, question.id, mode=mode),
+                              help=help_text)
 
 
 class ActionCommands(Provider):
@@ -266,8 +272,8 @@ class InfradrillApp(App):
         from tui.screens.browse import BrowseScreen
 
         if (drill := self._bank_ready(then=self.action_browse)) is not None:
-            held = drill.reviewer.held() if drill.reviewer is not None else {}
-            self.push_screen(BrowseScreen(drill.questions(), held))
+            states = drill.reviewer.states() if drill.reviewer is not None else {}
+            self.push_screen(BrowseScreen(drill.questions(), states))
 
     def action_random_question(self) -> None:
         if (drill := self._bank_ready(then=self.action_random_question)) is not None and drill.bank.questions:
@@ -486,9 +492,12 @@ class InfradrillApp(App):
     def _show_question(self, solution: Solution, replace: bool, mode: Mode) -> None:
         from tui.screens.interviewer import InterviewerScreen
         from tui.screens.question import QuestionScreen
+        from tui.screens.whatif import WhatIfScreen
 
-        # The interviewer sees the variant with its key; everyone else is asked it.
-        screen = InterviewerScreen(solution) if mode == Mode.INTERVIEWER else QuestionScreen(solution, mode)
+        # The interviewer sees the variant with its key, the what-if explores it; everyone else is asked it.
+        screen: Screen = (InterviewerScreen(solution) if mode == Mode.INTERVIEWER
+                          else WhatIfScreen(solution, self.loaded_drill.catalog) if mode == Mode.WHAT_IF
+                          else QuestionScreen(solution, mode))
         if replace:
             self.switch_screen(screen)
         else:

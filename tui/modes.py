@@ -10,6 +10,7 @@ class Mode(StrEnum):
     DRILL = "drill"  # what the schedule wants next; the next question asks it again
     MOCK = "mock"  # a mock interview: a clock, no hints, the solutions on its score sheet
     INTERVIEWER = "interviewer"  # the key beside the question, for whoever asks it: nothing is saved
+    WHAT_IF = "what-if"  # the what-if explorer over the variant, no attempt made: nothing is saved
     REGRADE = "regrade"  # a saved attempt shown again, regraded: nothing is saved
 
 

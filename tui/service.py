@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from solvers.bank import Bank, Question, load_bank
 from solvers.data import Catalog, load_catalog
+from solvers.groups import group_rank
 
 if TYPE_CHECKING:
     from practice.review import Reviewer, ReviewSettings
@@ -58,7 +59,8 @@ class Drill:
         return self.bank.problems + self.catalog.problems
 
     def questions(self) -> list[Question]:
-        return sorted(self.bank.questions.values(), key=lambda q: (q.group, q.id))
+        """The bank in learning order (groups.yaml), by id within a group."""
+        return sorted(self.bank.questions.values(), key=lambda q: (group_rank(q.group), q.id))
 
     def new_seed(self) -> int:
         return self.rng.randint(1, 99_999)

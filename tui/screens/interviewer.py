@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 
 class InterviewerScreen(AppScreen):
+    HELP_TITLE = "Interviewer view"
     DEFAULT_CSS = """
     #code-banner { height: auto; padding: 0 1; }
     #revealed { padding: 0 1; }
@@ -41,6 +42,8 @@ class InterviewerScreen(AppScreen):
                 tooltip="one more step of the solution, then the regime"),
         Binding("left", "hide", "Hide last step", id="interviewer.hide", tooltip="take the last step back"),
         Binding("n", "new_variant", "New variant", id="interviewer.new", tooltip="another draw of this question"),
+        Binding("w", "what_if", "What if", id="interviewer.what-if",
+                tooltip="this variant in the what-if explorer: move a parameter, watch the answers and the regime"),
         Binding("escape", "app.pop_screen", "Back", id="interviewer.back", tooltip="back to the previous screen"),
     ]
 
@@ -147,3 +150,8 @@ class InterviewerScreen(AppScreen):
 
     def action_new_variant(self) -> None:
         self.post_message(messages.OpenQuestion(self.solution.question.id, replace=True, mode=Mode.INTERVIEWER))
+
+    def action_what_if(self) -> None:
+        from tui.screens.whatif import WhatIfScreen
+
+        self.app.push_screen(WhatIfScreen(self.solution, self.infradrill.loaded_drill.catalog))

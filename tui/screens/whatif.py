@@ -31,7 +31,10 @@ if TYPE_CHECKING:
 class WhatIfScreen(Screen):
     """Every parameter of the variant, one selected; left/right move it (a choice steps through its
     options) and a worker re-solves the variant and sweeps its chart, so a key press never waits
-    on sympy. `solved` counts the moves whose result is on screen (tests wait on it)."""
+    on sympy. `solved` counts the moves whose result is on screen (tests wait on it). Opened from a
+    solution, the interviewer view or Browse: it records nothing."""
+
+    HELP_TITLE = "What if"
 
     DEFAULT_CSS = """
     #whatif-title { padding: 0 1; background: $boost; height: auto; }
@@ -47,7 +50,7 @@ class WhatIfScreen(Screen):
                 tooltip="the selected parameter one step down, or the option before"),
         Binding("right,plus,equals_sign", "step(1)", "Step up", priority=True, id="what-if.up",
                 tooltip="the selected parameter one step up, or the option after"),
-        Binding("escape", "app.pop_screen", "Back", id="what-if.back", tooltip="back to the solution"),
+        Binding("escape", "app.pop_screen", "Back", id="what-if.back", tooltip="back to the previous screen"),
     ]
 
     def __init__(self, solution: Solution, catalog: Catalog) -> None:
@@ -68,8 +71,7 @@ class WhatIfScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(f"[b]What if[/b]: {escape(self.solution.question.title)}  (from {escape(str(self.base.code))})",
-                     id="whatif-title")
+        yield Static(id="whatif-title")
         with VerticalScroll(id="whatif-body"):
             yield Static(id="whatif-params")
             yield Static(id="whatif-answers")
@@ -148,6 +150,11 @@ class WhatIfScreen(Screen):
         self._show()
 
     def _show(self) -> None:
+        # The variant on screen by its own code, which a candidate types to be asked exactly it (v).
+        moved = f"  (from {escape(str(self.base.code))})" if self.solution.code != self.base.code else ""
+        self.query_one("#whatif-title", Static).update(
+            f"[b]What if[/b]: {escape(self.solution.question.title)}\nvariant [b]{escape(str(self.solution.code))}[/b]"
+            f"{moved}")
         params = Table(show_header=False, box=None, pad_edge=False)
         for index, spec in enumerate(self.specs):
             chosen = index == self.selected

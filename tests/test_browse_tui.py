@@ -1,0 +1,186 @@
+"""Browse as an interviewer's tool, through Pilot at 80x24: the filter, each question's state in the drill,
+the interviewer view and the what-if explorer from a row (nothing recorded), and every screen's help
+named as its user knows it."""
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import pkgutil
+
+import pytest
+from textual.screen import Screen
+from textual.widgets import DataTable
+
+import tui.screens
+from solvers.bank import Bank
+from solvers.groups import group_names
+from solvers.lookup import matching
+from tests.pilot_helpers import (
+    interviewer_ready,
+    on_screen,
+    palette_pick,
+    running_app,
+    step_what_if,
+    text_of,
+    wait_for,
+)
+from tui.app import InfradrillApp
+
+pytestmark = pytest.mark.usefixtures("data_dir")
+
+QUESTIONS = ("kv-bytes-per-token", "weight-read-intensity", "paged-block-size", "moe-dispatch-bytes",
+             "ep-load-skew")
+
+
+@pytest.fixture
+def small_bank(bank):
+    return Bank({qid: bank.questions[qid] for qid in QUESTIONS})
+
+
+def rows(app: InfradrillApp) -> list[str]:
+    table = app.screen.query_one(DataTable)
+    return [str(table.get_row_at(i)[2]) for i in range(table.row_count)]
+
+
+async def browsing(app: InfradrillApp, pilot, at: str | None = None) -> DataTable:
+    """Browse open, the cursor on `at`."""
+    await pilot.press("b")
+    await wait_for(pilot, on_screen(app, "BrowseScreen"))
+    table = app.screen.query_one(DataTable)
+    if at is not None:
+        table.move_cursor(row=rows(app).index(at))
+        title = app.loaded_drill.bank.questions[at].title
+        await wait_for(pilot, lambda: title in text_of(app.screen.query_one("#detail").content))
+    return table
+
+
+def test_typing_a_filter_narrows_the_list_and_esc_clears_it_before_leaving(small_bank):
+    async def scenario():
+        async with running_app(bank_loader=lambda: small_bank) as (app, pilot):
+            await browsing(app, pilot)
+            everything = rows(app)
+            await pilot.press("slash", *"moe")
+            narrowed = rows(app), str(app.screen.query_one("#shown").content)
+            await pilot.press("down")  # back to the list: its letters are keys again
+            focus = app.screen.focused
+            await pilot.press("escape")  # clears the filter, stays
+            cleared = rows(app), app.screen.query_one("#filter").value, type(app.screen).__name__
+            await pilot.press("slash", *"k1", "enter")
+            group = [str(r[0]) for r in (app.screen.query_one(DataTable).get_row_at(i)
+                                         for i in range(app.screen.query_one(DataTable).row_count))]
+            await pilot.press("escape", "escape")
+            return everything, narrowed, focus, cleared, group, type(app.screen).__name__
+
+    everything, (narrowed, shown), focus, cleared, group, left_to = asyncio.run(scenario())
+    assert set(everything) == set(QUESTIONS)
+    assert narrowed == matching([small_bank.questions[q] for q in everything], "moe")
+    assert "moe-dispatch-bytes" in narrowed and "kv-bytes-per-token" not in narrowed
+    assert shown == f"{len(narrowed)} of {len(QUESTIONS)}"
+    assert isinstance(focus, DataTable)
+    assert cleared == (everything, "", "BrowseScreen")
+    assert group == ["K1"]  # a group's code as a word is that group
+    assert left_to == "HomeScreen"
+
+
+def test_each_row_shows_its_state_in_the_drill_and_the_row_its_group_spelled_out(small_bank):
+    async def scenario():
+        async with running_app(bank_loader=lambda: small_bank) as (app, pilot):
+            reviewer = app.loaded_drill.reviewer
+            reviewer.review("kv-bytes-per-token", 1)  # Again: due in a minute
+            reviewer.review("weight-read-intensity", 4)  # Easy: days away
+            reviewer.suspend("paged-block-size")
+            reviewer.bury("ep-load-skew")
+            table = await browsing(app, pilot, at="paged-block-size")
+            states = {str(table.get_row(qid)[2]): str(table.get_row(qid)[1]) for qid in QUESTIONS}
+            return states, reviewer.states(), text_of(app.screen.query_one("#detail").content)
+
+    states, expected, detail = asyncio.run(scenario())
+    assert states == expected  # what the drill does with each, as practice.review says
+    assert states["paged-block-size"] == "suspended" and states["ep-load-skew"] == "buried"
+    assert states["moe-dispatch-bytes"] == "new" and states["weight-read-intensity"] == "later"
+    assert f"K1 {group_names()['K1']}" in detail and "suspended" in detail
+
+
+def test_what_if_from_a_row_records_nothing_and_names_the_variant_it_explores(small_bank):
+    async def scenario():
+        async with running_app(bank_loader=lambda: small_bank) as (app, pilot):
+            await browsing(app, pilot, at="weight-read-intensity")
+            await pilot.press("w")
+            await wait_for(pilot, on_screen(app, "WhatIfScreen"))
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.asked > 0 and screen.solved == screen.asked)
+            first = text_of(screen.query_one("#whatif-title").content)
+            await step_what_if(pilot, screen, "right")
+            moved = str(screen.solution.code), text_of(screen.query_one("#whatif-title").content)
+            params = {p.name: p.shown for p in screen.solution.params}
+            again = app.loaded_drill.variant_from_code(moved[0])  # what the candidate opens with v
+            store = app.loaded_drill.reviewer.store
+            return (str(screen.base.code), first, moved, params, {p.name: p.shown for p in again.params},
+                    store.attempts(), store.cards())
+
+    base, first, (code, title), params, reopened, attempts, cards = asyncio.run(scenario())
+    assert base.startswith("weight-read-intensity@") and f"variant {base}" in first
+    assert code != base and code.startswith(base + "+")  # the explored variant's own code...
+    assert f"variant {code} (from {base})" in " ".join(title.split())
+    assert reopened == params  # ...which opens exactly it
+    assert attempts == [] and cards == {}  # no attempt, no card
+
+
+def test_interviewer_view_from_a_row_and_its_what_if(small_bank):
+    async def scenario():
+        async with running_app(bank_loader=lambda: small_bank) as (app, pilot):
+            await browsing(app, pilot, at="kv-bytes-per-token")
+            await pilot.press("i")
+            await wait_for(pilot, on_screen(app, "InterviewerScreen"))
+            interviewer = app.screen
+            await wait_for(pilot, lambda: interviewer_ready(interviewer))
+            await pilot.press("w")
+            await wait_for(pilot, on_screen(app, "WhatIfScreen"))
+            explored = app.screen.base
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.screen is interviewer)
+            return interviewer.solution, explored, app.loaded_drill.reviewer.store.attempts()
+
+    solution, explored, attempts = asyncio.run(scenario())
+    assert solution.question.id == "kv-bytes-per-token" and explored is solution
+    assert attempts == []
+
+
+@pytest.mark.parametrize("typed, screen", [("what if: weight-read", "WhatIfScreen"),
+                                           ("as interviewer: weight-read", "InterviewerScreen")])
+def test_the_palette_opens_a_question_as_interviewer_or_in_the_what_if(small_bank, typed, screen):
+    async def scenario():
+        async with running_app(bank_loader=lambda: small_bank) as (app, pilot):
+            await palette_pick(app, pilot, typed, typed.split(":")[0])
+            await wait_for(pilot, on_screen(app, screen))
+            return app.screen.solution.question.id, app.loaded_drill.reviewer.store.attempts()
+
+    opened, attempts = asyncio.run(scenario())
+    assert opened == "weight-read-intensity" and attempts == []
+
+
+def test_every_screen_has_a_name_for_its_help_page():
+    """F1's title showed a class name (`WhatIf`): each screen says its own name, in its own class (AppScreen and
+    CardScreen are only bases)."""
+    screens = []
+    for module in pkgutil.iter_modules(tui.screens.__path__):
+        loaded = importlib.import_module(f"tui.screens.{module.name}")
+        screens += [cls for _, cls in inspect.getmembers(loaded, inspect.isclass) if issubclass(cls, Screen)
+                    and cls.__module__ == loaded.__name__ and cls.__name__ not in ("AppScreen", "CardScreen")]
+    assert len(screens) >= 14
+    unnamed = [cls.__name__ for cls in screens if not vars(cls).get("HELP_TITLE")]
+    assert unnamed == []
+
+
+def test_help_over_the_what_if_names_it(small_bank):
+    async def scenario():
+        async with running_app(bank_loader=lambda: small_bank) as (app, pilot):
+            await browsing(app, pilot, at="weight-read-intensity")
+            await pilot.press("w")
+            await wait_for(pilot, on_screen(app, "WhatIfScreen"))
+            await pilot.press("f1")
+            await wait_for(pilot, on_screen(app, "HelpScreen"))
+            return text_of(app.screen.body()).splitlines()[0]
+
+    assert asyncio.run(scenario()).split() == ["Keys", "on", "this", "screen", "What", "if"]
