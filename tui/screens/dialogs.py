@@ -43,6 +43,7 @@ _NOT_HELP = {"screen.copy_text", "app.copy_text", "copy_text"}  # Textual's own,
 class HelpScreen(CardScreen):
     """The keys of the screen it was opened over, read from its bindings (and the app's), each with
     its tooltip, then how answers are typed: the page follows the screen instead of a hand-kept list."""
+    HELP_TITLE = "Help"
 
     BINDINGS = [Binding("escape,f1,q", "dismiss", "Close", id="help.close", tooltip="back to the screen")]
 
@@ -69,14 +70,15 @@ class HelpScreen(CardScreen):
             if binding.tooltip:  # the binding's own line on what it does
                 what.append(f"  {binding.tooltip}", style="dim")
             keys.add_row(self.app.get_key_display(binding), what)
-        name = getattr(self.over, "HELP_TITLE", "") or type(self.over).__name__.removesuffix("Screen")
-        title = Text.assemble(("Keys on this screen", "bold"), (f"  {name}\n", "dim"))
+        name = getattr(self.over, "HELP_TITLE", "")  # the screen's name as its user knows it, never its class
+        title = Text.assemble(("Keys on this screen", "bold"), (f"  {name}" if name else "", "dim"), "\n")
         return Group(title, keys, Text.from_markup("\n" + ANSWERS_HELP))
 
 
 class ConventionsScreen(CardScreen):
     """The bank's conventions card: what every question assumes unless it says otherwise; over a
     question, the cards its solver used."""
+    HELP_TITLE = "Conventions card"
 
     BINDINGS = [Binding("escape,f2,q", "dismiss", "Close", id="conventions.close", tooltip="back to the screen")]
 
@@ -105,6 +107,8 @@ class ConventionsScreen(CardScreen):
 
 
 class CodeScreen(ModalScreen[str | None]):
+    HELP_TITLE = "Enter a variant code"
+
     DEFAULT_CSS = """
     CodeScreen { align: center middle; }
     #code-box { width: 70; max-width: 100%; height: auto; border: round $accent; padding: 0 1;
@@ -127,6 +131,7 @@ class CodeScreen(ModalScreen[str | None]):
 
 class AheadScreen(ModalScreen[int | None]):
     """Asks how many days ahead to review; dismisses with the days, or None."""
+    HELP_TITLE = "Review ahead"
 
     DEFAULT_CSS = """
     AheadScreen { align: center middle; }
@@ -153,6 +158,7 @@ class AheadScreen(ModalScreen[int | None]):
 
 class MockStartScreen(ModalScreen[bool]):
     """What a mock interview is and does with its answers, before it starts; dismisses with whether to start."""
+    HELP_TITLE = "Mock interview"
 
     DEFAULT_CSS = """
     MockStartScreen { align: center middle; }

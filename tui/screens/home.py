@@ -17,6 +17,8 @@ INTRO = (
 
 
 class HomeScreen(AppScreen):
+    HELP_TITLE = "Home"
+
     DEFAULT_CSS = """
     #home { padding: 1 2; }
     #intro { margin-bottom: 1; }

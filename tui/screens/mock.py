@@ -32,6 +32,7 @@ RATINGS = {1: "Again", 2: "Hard", 3: "Good", 4: "Easy"}
 class MockSheetScreen(AppScreen):
     """Per question: answers correct stage by stage, time against the budget, slips, the rating where it
     was scheduled (1-4 change it). Enter shows the saved answers against the solution, n there the next."""
+    HELP_TITLE = "Mock interview score sheet"
 
     DEFAULT_CSS = """
     #sheet-title { padding: 0 1; background: $boost; height: auto; }
@@ -120,6 +121,8 @@ class MockSheetScreen(AppScreen):
 
 
 class PastMocksScreen(Screen):
+    HELP_TITLE = "Past mock interviews"
+
     BINDINGS = [
         Binding("enter", "open", "Open score sheet", priority=True, id="past-mocks.open",
                 tooltip="per question: answers correct, time, slips"),

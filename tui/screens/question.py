@@ -94,6 +94,8 @@ def given_text(run: StageRun) -> Text:
 
 
 class QuestionScreen(AppScreen):
+    HELP_TITLE = "Question"
+
     # Textual's auto-focus would focus the first box with scrolling, before on_mount focuses it without:
     # the candidate must see the prompt first, the box comes into view when they type.
     AUTO_FOCUS = ""

@@ -14,6 +14,8 @@ from tui.widgets.setting_field import SettingField, shown
 
 
 class SettingsScreen(AppScreen):
+    HELP_TITLE = "Settings"
+
     DEFAULT_CSS = """
     #settings-title { padding: 0 1; background: $boost; height: auto; }
     #settings-body { padding: 1 1 0 1; }

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 
 class SolutionScreen(AppScreen):
+    HELP_TITLE = "Solution"
+
     DEFAULT_CSS = """
     #solution-title { padding: 0 1; background: $boost; height: auto; }
     #rating { padding: 0 1; background: $boost; height: auto; color: $text-muted; }

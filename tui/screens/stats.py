@@ -23,6 +23,8 @@ SPARK_DAYS = 60
 
 
 class StatsScreen(AppScreen):
+    HELP_TITLE = "Statistics"
+
     DEFAULT_CSS = """
     #stats-body { padding: 1 2; }
     StatsScreen Sparkline { height: 3; margin-bottom: 1; }
