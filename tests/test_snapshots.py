@@ -36,6 +36,7 @@ from tests.pilot_helpers import (
     question_ready,
     reveal,
     start_mock,
+    step_what_if,
     submit_stage,
     through_stages,
     wait_for,
@@ -172,6 +173,32 @@ class TestHomeAndBank:
         async def steps(app, pilot):
             await pilot.press("b")
             await wait_for(pilot, on_screen(app, "BrowseScreen"))
+
+        snapshot(snap_compare, app, steps)
+
+
+    def test_browse_filtered_with_held_questions(self, snap_compare, app):
+        async def steps(app, pilot):
+            reviewer = app.loaded_drill.reviewer
+            reviewer.suspend("loss-plateau-triage")
+            reviewer.bury("weight-read-intensity")
+            await pilot.press("b")
+            await wait_for(pilot, on_screen(app, "BrowseScreen"))
+            await pilot.press("slash", *"in", "down")
+            await wait_for(pilot, lambda: app.screen.query_one("#bank").row_count == 2)
+
+        snapshot(snap_compare, app, steps)
+
+    def test_what_if_from_browse_one_step_on(self, snap_compare, app):
+        """No attempt made: the header names the explored variant by its own code."""
+        async def steps(app, pilot):
+            await pilot.press("b")
+            await wait_for(pilot, on_screen(app, "BrowseScreen"))
+            await pilot.press("down", "w")
+            await wait_for(pilot, on_screen(app, "WhatIfScreen"))
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.asked > 0 and screen.solved == screen.asked)
+            await step_what_if(pilot, screen, "right")
 
         snapshot(snap_compare, app, steps)
 

@@ -19,9 +19,8 @@ from tui.widgets.footer import KeysFooter
 from tui.widgets.tables import selected_key
 
 STATE_STYLE = {"due": "bold", "later": "dim", "suspended": "italic", "buried": "italic"}  # held: the theme's warning
-STATE_SAYS = {"due": "due now", "new": "new: never reviewed", "later": "scheduled, not due yet",
-              "suspended": "suspended: out of the drill until released (s)",
-              "buried": "buried: out of the drill until tomorrow (s releases it)"}
+STATE_SAYS = {"due": "due now", "new": "new: never reviewed", "later": "scheduled, not due yet",  # short: one line
+              "suspended": "suspended: skipped until released (s)", "buried": "buried: skipped until tomorrow (s)"}
 
 
 class BrowseScreen(AppScreen):
