@@ -1,9 +1,10 @@
 """Browse the bank: a table of questions in learning order, each with what the drill does with it now;
-`/` narrows it as you type. Enter opens a fresh variant, d the default one, i the interviewer view,
-w the what-if explorer (nothing recorded), s suspends or releases."""
+`/`, or any letter no key is bound to, narrows it as you type. Enter opens a fresh variant, d the default
+one, i the interviewer view, w the what-if explorer (nothing recorded), s suspends or releases."""
 from __future__ import annotations
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -43,7 +44,8 @@ class BrowseScreen(AppScreen):
         Binding("w", "what_if", "What if", id="browse.what-if",
                 tooltip="a fresh variant in the what-if explorer: move a parameter, nothing is recorded"),
         Binding("slash", "filter", "Filter", id="browse.filter",
-                tooltip="type to narrow the list by id, title, topic or group (a group's code, e.g. K1)"),
+                tooltip="type to narrow the list by id, title, topic or group (a group's code, e.g. K1); "
+                        "typing a letter no key is bound to starts it too"),
         Binding("s", "toggle_suspend", "Suspend/release", show=False, id="browse.suspend",
                 tooltip="keep it out of the drill and mocks, or let it back in"),
         Binding("down", "to_list", "To the list", show=False, id="browse.to-list",
@@ -57,6 +59,7 @@ class BrowseScreen(AppScreen):
         super().__init__()
         self.questions = {q.id: q for q in questions}
         self.states = dict(states or {})
+        self._to_filter = False  # `/` pressed or a letter typed: letters go to the filter until the list has the focus
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -117,7 +120,30 @@ class BrowseScreen(AppScreen):
         return True
 
     def action_filter(self) -> None:
+        self._to_filter = True
         self.query_one("#filter").focus()
+
+    def on_key(self, event: events.Key) -> None:
+        """Typing on the list types into the filter: a letter no key is bound to starts it, and once `/` is
+        pressed every letter goes there, those typed before the focus has moved included (keys typed fast,
+        or pasted, arrive ahead of it)."""
+        box = self.query_one("#filter", Input)
+        if box.has_focus or not event.is_printable or event.character in (None, " "):
+            return
+        if event.key == "slash":  # here, not by its binding: that runs after the letters typed behind it reach here
+            self.action_filter()
+            event.stop()
+            event.prevent_default()
+        elif self._to_filter or event.key not in self.active_bindings:
+            self._to_filter = True
+            box.insert_text_at_cursor(event.character)
+            box.focus()
+            event.stop()
+            event.prevent_default()
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        if event.widget is self.query_one(DataTable):
+            self._to_filter = False  # back on the list: its letters are keys again
 
     def action_to_list(self) -> None:
         self.query_one(DataTable).focus()
