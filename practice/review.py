@@ -12,7 +12,7 @@ No Textual here: the screens call this module from their workers.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, time, timedelta, tzinfo
 from pathlib import Path
@@ -273,7 +273,7 @@ class Reviewer:
 
     # Reviewing --------------------------------------------------------------------------------
     def _review_from(self, question_id: str, rating: Rating, when: datetime, duration_ms: int | None,
-                     attempt_uid: str | None = None):
+                     attempt_uid: str | None = None) -> Callable[[Card | None], Review]:
         def review(current: Card | None) -> Review:
             before = current if current is not None else Card(card_id=card_id_for(question_id), due=when)
             after, _ = self.scheduler.review_card(before, rating, when, duration_ms)

@@ -17,6 +17,10 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING as mypy reads it, without importin
 if TYPE_CHECKING:
     from typing import NoReturn
 
+    from practice.store import ProgressStore
+    from solvers.bank import Bank
+    from solvers.data import Catalog
+    from solvers.engine import Solution, VariantCode
     from solvers.export import ExportFile
 
 USAGE_ERROR = 2
@@ -188,7 +192,7 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(question_id: str | None = None):
+def _load(question_id: str | None = None) -> tuple[Bank, Catalog]:
     """The bank (or only one question and what it requires) and the data, warnings printed."""
     from solvers.bank import load_bank, load_question
     from solvers.data import load_catalog
@@ -200,7 +204,7 @@ def _load(question_id: str | None = None):
     return bank, catalog
 
 
-def _code(args: argparse.Namespace, require_seed: bool):
+def _code(args: argparse.Namespace, require_seed: bool) -> VariantCode:
     import random
 
     from solvers.engine import MAX_SEED, VariantCode, VariantError
@@ -228,7 +232,7 @@ def _code(args: argparse.Namespace, require_seed: bool):
     return VariantCode(base.question_id, base.seed, base.overrides + tuple(sets))
 
 
-def _variant(args: argparse.Namespace, require_seed: bool):
+def _variant(args: argparse.Namespace, require_seed: bool) -> tuple[Solution, Catalog]:
     """The variant the arguments name, and the catalogue it was drawn from (a push draws on it too)."""
     from solvers.engine import VariantError, make_variant
 
@@ -305,7 +309,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if all(g.correct for g in grades) else 1
 
 
-def _store(args: argparse.Namespace, read_only: bool = False):
+def _store(args: argparse.Namespace, read_only: bool = False) -> ProgressStore:
     from practice.schema import StoreError, store_path
     from practice.store import ProgressStore
 
