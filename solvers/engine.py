@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from solvers.answers import Grade
+from solvers.answers.base import Slip
 from solvers.bank import PLACEHOLDER, VARIANT_TAIL, Bank, Question
 from solvers.conventions import conventions, named_cards, recording
 from solvers.data import Catalog, MissingField
@@ -90,10 +91,16 @@ class Solution:
         settings = self.question.generator_settings
         return [p for p in self.params if "\n" not in p.shown and p.name not in settings]
 
+    def slips(self, key: str) -> tuple[Slip, ...]:
+        """The mistakes the derivation declares on `key` that its answer tells apart from the key (a slip within
+        the tolerance grades right: the grader names it for no one, and the reveal does not list it)."""
+        answer = self.question.answer(key)
+        return tuple(slip for slip in self.sheet.slips.get(key, ()) if answer.tells_apart(slip.factor))
+
     def grade_one(self, key: str, text: str) -> Grade:
         answer, shown = self.question.answer(key), self.shown.get(key, ())
         try:
-            return answer.grade(text, self.expected[key], shown, self.sheet.slips.get(key, ()))
+            return answer.grade(text, self.expected[key], shown, self.slips(key))
         except Exception as error:  # noqa: BLE001 - a reader's bug must not cost the attempt (the fuzz finds them)
             return Grade(key, Verdict.UNPARSED, text[:80], answer.key_text(self.expected[key], shown),
                          message=f"this answer could not be read ({type(error).__name__})")

@@ -58,7 +58,7 @@ def slips(solution: Solution, key: str) -> list[tuple[str, str]]:
     answers, the mistake); the generic slips of a unit (bits and bytes...) are the grader's, not listed."""
     spec = solution.question.answer(key)
     return [(spec.key_text(float(solution.expected[key]) * slip.factor, ()) if spec.numeric else "", slip.label)
-            for slip in solution.sheet.slips.get(key, ())]
+            for slip in solution.slips(key)]
 
 
 # 4: "reality", published measurements of real systems beside the question's model (with a script);

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from solvers.answers import (
@@ -345,3 +345,31 @@ def test_the_incast_ecn_time_of_the_review_names_the_slip(variant):
     solution = variant("incast-buffer@76435")
     grade = next(g for g in solution.grade({"t_ecn": "0.148 us"}) if g.key == "t_ecn")
     assert grade.verdict == WRONG and grade.slip == "/8: a bit rate read as bytes (Gb/s taken as GB/s)"
+
+
+@settings(max_examples=200, deadline=None)
+@given(tolerance=st.floats(0.001, 0.5), factor=st.floats(0.01, 100))
+def test_a_slip_is_told_apart_only_outside_the_tolerance(tolerance, factor):
+    """A declared slip within an answer's tolerance grades right: no slip to name, none to list."""
+    from solvers.answers import Number
+
+    assume(abs(abs(factor - 1) - tolerance) > 1e-9)  # on the line itself the float order of operations decides
+    number = Number("x", "x", "GB", tolerance)
+    assert number.tells_apart(factor) == (abs(factor - 1) > tolerance)
+    key = 100.0
+    typed = f"{key * factor!r} B"  # the slip's figure in base units, typed exactly
+    assert number.grade(typed, key, (), ()).correct != number.tells_apart(factor)
+
+
+def test_the_reveal_lists_only_slips_the_grader_tells_apart(variant):
+    """adaptive-draft-length@1 declares 'time saved instead of throughput' at 0.914 of the key, inside its 10%
+    tolerance: a candidate making it is right, so the reveal must not warn of it; the bank declared 85 such
+    slips over six draws of each question before the filter."""
+    from solvers.report import slips
+
+    solution = variant("adaptive-draft-length@1")
+    declared = solution.sheet.slips["gain_adaptive"]
+    assert any(not solution.question.answer("gain_adaptive").tells_apart(s.factor) for s in declared)
+    listed = [mistake for _, mistake in slips(solution, "gain_adaptive")]
+    assert "the gain quoted in time saved (1 − τ_policy/τ_fixed) instead of throughput" not in listed
+    assert set(solution.slips("gain_adaptive")) < set(declared)

@@ -89,7 +89,8 @@ def test_without_its_script_a_variant_is_the_data_it_was(variant):
     assert "stages" not in to_dict(solution) and to_dict(solution)["answers"]
 
 
-_CODE_IN_TEXT = re.compile(r"\{[A-Za-z_][\w.]*(?:\(|\})")  # an f-string field left unfilled: "{format_quantity(" or "{x}"
+# an f-string field left unfilled: "{format_quantity(" or "{x}"
+_CODE_IN_TEXT = re.compile(r"\{[A-Za-z_][\w.]*(?:\(|\})")
 
 
 @pytest.mark.parametrize("qid", sorted(load_bank().questions))

@@ -117,6 +117,11 @@ class Answer:
         """Text added under the prompt for listed items ('' when nothing is listed)."""
         return ""
 
+    def tells_apart(self, factor: float) -> bool:
+        """Whether an answer `factor` times the key grades otherwise than the key: a declared slip it does not
+        tell apart is no slip here (a candidate making it is right, and the reveal should not warn of it)."""
+        return True
+
     def key_text(self, key: Any, shown: Shown) -> str:
         return str(key)
 

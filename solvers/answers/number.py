@@ -118,6 +118,9 @@ class Number(Answer):
     def error_of(self, ratio: float) -> float:
         return abs(ratio - 1)
 
+    def tells_apart(self, factor: float) -> bool:
+        return self.error_of(factor) > self.tolerance
+
     def error_between(self, given: float, expected: float) -> float:
         """The error of `given` against a non-zero `expected` (error_of their ratio)."""
         return self.error_of(given / expected)
