@@ -27,9 +27,18 @@ def tidy(text: str) -> str:
     return text
 
 
+class _Printer(StrPrinter):
+    """sympy's text, a sum said as a person says it: its added terms first, what it takes away after
+    (R − F, not −F + R; 82.83 us − 6.554 us, not −6.554 us + 82.83 us)."""
+
+    def _as_ordered_terms(self, expr, order=None):
+        terms = super()._as_ordered_terms(expr, order=order)
+        return sorted(terms, key=lambda term: term.could_extract_minus_sign())  # stable: sympy's order within each
+
+
 @lru_cache(maxsize=8192)
 def formula(expr: sympy.Basic) -> str:
-    return tidy(sympy.sstr(expr))
+    return tidy(_Printer().doprint(expr))
 
 
 @lru_cache(maxsize=8192)
@@ -58,7 +67,7 @@ def _template(expr: sympy.Basic) -> tuple[tuple[str, ...], tuple[sympy.Symbol, .
     return tuple(pieces[0::2]), tuple(printer.symbols[int(index)] for index in pieces[1::2])
 
 
-class _ValuePrinter(StrPrinter):
+class _ValuePrinter(_Printer):
     """Prints known symbols as their values (with units) so the substituted form keeps
     exactly the structure and order of the symbolic one."""
 
@@ -70,7 +79,7 @@ class _ValuePrinter(StrPrinter):
         return self._shown.get(expr, expr.name)
 
 
-class _MarkingPrinter(StrPrinter):
+class _MarkingPrinter(_Printer):
     """Prints each symbol as a numbered marker, remembering which symbol each number stands for."""
 
     def __init__(self) -> None:
