@@ -43,9 +43,6 @@ def _design(s: Sheet, p, e, work, D, times, values, comm) -> None:
 
     t_re, t_dram, t_ssd = times
     ssd = s.value(t_ssd)
-    s.judge("design", "keep a host-DRAM tier: its hits beat recomputing", s.compare(t_dram, t_re) < 0,
-            f"a DRAM fetch takes {s.text(t_dram)} a token against {s.text(t_re)} to recompute it: the host link "
-            "brings a token's KV back faster than any GPU and model drawn here recomputes it", fact=True)
     s.judge("design", "keep an NVMe tier: its hits beat recomputing", s.compare(t_ssd, t_re) < 0,
             f"an NVMe fetch takes {s.text(t_ssd)} a token against {s.text(t_re)} to recompute it")
     v_H, v_D, v_S = values
@@ -53,6 +50,10 @@ def _design(s: Sheet, p, e, work, D, times, values, comm) -> None:
             f"{s.text(v_D)} against {s.text(v_H)}: the hit rates weigh more than the fetch")
     s.judge("design", "the NVMe tier saves more per prompt token than the DRAM tier", s.compare(v_S, v_D) > 0,
             f"{s.text(v_S)} against {s.text(v_D)}")
+    # A tier that loses is bypassed: it saves nothing rather than costing.
+    s.judge("design", "the HBM tier saves more per prompt token than the DRAM and NVMe tiers together",
+            s.compare(v_H, v_D + max_of(v_S, 0)) > 0,
+            f"{s.text(v_H)} against {format_quantity(s.evaluate(v_D + max_of(v_S, 0)), 'us')}")
     # An fp8 cache halves the fetch and, by matmul-precision, moves attention's recompute to the fp8 peak.
     _, P_fp8 = given_matmul_peaks(s, p.gpu, p.dtype, "fp8", attention_symbol="P_fp8")
     fp8_math = replace(e, P_att=P_fp8).math_time(2 * e.N * D, e.A * D**2 / 2)
@@ -98,13 +99,12 @@ def _admission(s: Sheet, pays: bool, admit) -> None:
             "a hit pattern that shifts would otherwise wear the drives out early; the cap degrades to fewer hits")
 
 
-def _tier_regime(s: Sheet, p, t_re, t_ssd, life) -> None:
+def _tier_regime(s: Sheet, p, t_re, t_ssd) -> None:
     re, ssd = s.text(t_re), s.text(t_ssd)
-    days = s.text(life)
     s.regime_by(t_re, t_ssd, tie="below", above=Side(
         "nvme-pays",
         f"Recomputing a token takes {re} and fetching it from the NVMe drives {ssd}: an SSD hit saves time, so "
-        f"the tier earns its place, but written through it wears out in {days}: admission has to be selective.",
+        "the tier earns its place, and the question becomes how fast writing it through wears the drives out.",
         "Below the line (a small model, a faster GPU, fewer drives) an SSD hit costs more than the recompute it "
         "replaces: the tier should not exist, and DRAM is the last tier worth having."),
         below=Side(
@@ -145,8 +145,11 @@ def solve(p, s: Sheet) -> None:
                  "a hit in HBM is already where attention reads it: it saves the whole recompute")
     v_D = s.step("value_dram", "DRAM tier: time saved per prompt token", "v_DRAM", h_D * (t_re - t_dram), "us",
                  "its hit rate times recompute less fetch")
+    pays = s.compare(t_re, t_ssd) > 0
     v_S = s.step("value_ssd", "NVMe tier: time saved per prompt token", "v_SSD", h_S * (t_re - t_ssd), "us",
-                 "its hit rate times recompute less fetch; negative: every hit is slower than recomputing")
+                 "its hit rate times recompute less fetch; "
+                 + ("positive: each hit beats recomputing" if pays else
+                    "negative: every hit is slower than recomputing"))
     s.step("ttft_tiers", "Prefill time of the prompt with the tiers that pay", "t_tiers",
            D * (t_re - v_H - max_of(v_D, 0) - max_of(v_S, 0)), "ms",
            "a tier that loses is bypassed (its hits recomputed), so it saves nothing rather than costing")
@@ -164,14 +167,16 @@ def solve(p, s: Sheet) -> None:
     day = s.given("t_day", 86400, "h", "one day")
     tbw = s.step("tbw", "Bytes the drives are warranted to take", "TBW", n_d * C * dwpd * Y, "PB",
                  "DWPD full-drive writes every day of the warranty, on every drive")
-    life = s.step("lifetime", "Time to write the warranted bytes", "T_life", tbw / write, "days",
-                  "the warranty's bytes at the write-through rate")
+    capped = s.compare(made, cap) > 0
+    s.step("lifetime", "Time to write the warranted bytes", "T_life", tbw / write, "days",
+           "the warranty's bytes at the write-through rate"
+           + (f"; the drives' write rate caps it (at the prefills' full {s.text(made)} it would be "
+              f"{format_quantity(s.evaluate(tbw / made), 'days')})" if capped else ""))
     budget = s.step("write_budget", "Write rate that lasts the warranty", "R_max", n_d * C * dwpd / day, "MB/s",
                     "DWPD drive capacities a day, spread over the day")
-    admit = s.step("admit_share", "Largest share of prefilled KV the SSD may take", "a_max", budget / made, "%",
-                   "the warranty's rate over the rate the prefills produce KV")
+    admit = s.step("admit_share", "Largest share of prefilled KV the SSD may take", "a_max", min_of(budget / made, 1),
+                   "%", "the warranty's rate over the rate the prefills produce KV, at most all of it")
 
-    pays = s.compare(t_re, t_ssd) > 0
     _design(s, p, e, work, D, (t_re, t_dram, t_ssd), (v_H, v_D, v_S), comm)
     _admission(s, pays, admit)
     s.assume("The step-time model's fixed overhead per step is left out: a step pays it whether its prefix is "
@@ -192,5 +197,5 @@ def solve(p, s: Sheet) -> None:
     s.slip("recompute at one GPU's compute (the TP group forgotten)", p.tp, on="recompute")
     s.slip("DWPD taken over the whole warranty, not per day", 1 / WARRANTY_DAYS, on="lifetime")
     s.slip("one drive's endurance for all of them", 1 / p.drives, on="lifetime")
-    _tier_regime(s, p, t_re, t_ssd, life)
+    _tier_regime(s, p, t_re, t_ssd)
 
