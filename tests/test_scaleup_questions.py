@@ -133,8 +133,10 @@ def test_nvl72_dispatch_bytes_match_deepep(variant):
     results = variant("nvl72-boundary@default").sheet.results
     assert results["dispatch_bytes"] / 173e-6 == pytest.approx(43e9, rel=0.02)
     assert results["combine_bytes"] / 314e-6 == pytest.approx(46e9, rel=0.02)
-    # The scales are the card's (moe-all-to-all), which the prompt names: without them dispatch is 7.34 MB.
-    assert "moe-all-to-all" in variant("nvl72-boundary@default").prompt
+    # The scales are the card's (moe-all-to-all), in play, never named in the words: without them 7.34 MB.
+    solution = variant("nvl72-boundary@default")
+    assert "moe-all-to-all" in solution.cards()
+    assert not any("moe-all-to-all" in stage.say for stage in solution.question.stages)
     assert results["dispatch_bytes"] > 1.03 * 128 * 8 * 7168
 
 
@@ -158,6 +160,7 @@ def test_nvl72_boundary_matches_plain_arithmetic(variant, seed):
     assert (r["regime"] == "inside-domain") == (ep <= 72)
     assert r["blast_after"] == math.ceil(ep / 72) * 72
     assert r["crosses"]["the KV handoff from a prefill pool twice this size"] == (ep + 2 * p["prefill_gpus"] > 72)
+    assert r["crosses"]["the KV handoff from a prefill pool half this size"] == (ep + p["prefill_gpus"] / 2 > 72)
 
 
 # --- b200-h100-roles -------------------------------------------------------------------------

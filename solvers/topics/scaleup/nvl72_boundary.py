@@ -36,10 +36,11 @@ def _crosses(s: Sheet, p, in_rack: bool) -> None:
             f"EP {format_number(2 * p.ep)} {'spans' if 2 * p.ep > domain else 'fits'} the domain")
     s.judge("crosses", "the TP all-reduces of a TP-8 attention group", False,
             "eight GPUs never leave a 72-GPU domain", fact=True)
-    pool = 2 * p.prefill_gpus + p.ep
-    s.judge("crosses", "the KV handoff from a prefill pool twice this size", pool > domain,
-            f"{format_number(2 * p.prefill_gpus)} prefill + {format_number(p.ep)} decode GPUs "
-            f"{'overflow' if pool > domain else 'fit'} one rack of {domain}")
+    for times, option in ((2, "the KV handoff from a prefill pool twice this size"),
+                          (sympy.Rational(1, 2), "the KV handoff from a prefill pool half this size")):
+        pool = times * p.prefill_gpus + p.ep
+        s.judge("crosses", option, pool > domain, f"{format_number(times * p.prefill_gpus)} prefill + "
+                f"{format_number(p.ep)} decode GPUs {'overflow' if pool > domain else 'fit'} one rack of {domain}")
     s.judge("crosses", "the all-to-all of an EP group half this size", p.ep / 2 > domain,
             f"EP {format_number(p.ep / 2)} {'spans' if p.ep / 2 > domain else 'fits'} the domain")
 
@@ -125,12 +126,13 @@ def solve(p, s: Sheet) -> None:
            "a fault in any GPU of those racks")
 
     _crosses(s, p, in_rack)
-    s.assume("Decode with DeepEP-style low-latency all-to-all: each GPU sends its tokens' k copies (FP8 with "
-             "1-in-128 FP32 scales) and gets the k results back in bf16; routing is uniform over the group's "
+    s.assume("Decode with DeepEP-style low-latency all-to-all (moe-all-to-all): each GPU sends its tokens' k copies "
+             "(FP8 with 1-in-128 FP32 scales) and gets the k results back in bf16; routing is uniform over the group's "
              "GPUs, so a share min(EP, D)/EP of the copies stays in the domain; dispatch and combine of one "
              "layer are not overlapped with compute; each call pays the bank's fixed latency of the links it crosses "
              "(all-reduce-latency-nvlink or -nic, taken for an all-to-all too).")
-    s.assume(f"Links at their datasheet rate each direction ({hgx.name} and {rack.name} NVLink at half the "
+    s.assume(f"Links at their datasheet rate each direction, the NVLink domain as scale-up-domain has it ({hgx.name} "
+             f"and {rack.name} NVLink at half the "
              f"bidirectional figure; one {p.nic.name} per GPU); DeepEP measures 80-90% of the NIC's rate.")
     s.assume("The KV handoff moves one request's whole latent cache (bf16) from one prefill GPU to one decode GPU "
              "(data-parallel attention), over the decode GPU's own link.")
@@ -139,8 +141,8 @@ def solve(p, s: Sheet) -> None:
              "GPU; on NVL72 a GPU or NVLink fault stalls its whole domain until the rack's fabric is back. That is "
              "the bank's simplification, the worst case: NVLink partitions or an in-rack spare would shrink it "
              "towards the group's own GPUs.")
-    s.slip("x8: bits and bytes mixed on the NIC", 8, on="link_ratio")
-    s.slip("NVLink's bidirectional figure taken for one direction", 2, on="link_ratio")
+    if in_rack:  # the NIC's bits-for-bytes slips come with any time read off a bit rate (BIT_RATE_TIME_SLIPS)
+        s.slip("NVLink's bidirectional figure taken for one direction", 1 / 2, on="kv_after")
     s.slip("combine counted at the dispatch's FP8 size", s.evaluate((V_d + V_d) / V), on="a2a_step_after")
     _regime(s, p, ep, D_a, ratio)
 
