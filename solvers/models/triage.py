@@ -1,4 +1,4 @@
-"""What the triage questions share: the checklists they grade, and the learning-rate schedule."""
+"""What the triage questions share: the checks they grade, and the learning-rate schedule."""
 from __future__ import annotations
 
 import sympy
@@ -27,19 +27,3 @@ def lr_at(s: Sheet, k: sympy.Symbol, eta, W, T, rho) -> sympy.Symbol:
     else:
         expr, why = rho * eta, "past the configured decay steps the schedule holds its floor"
     return s.step("lr_plateau", "LR at the plateau step", "eta_1", expr, "", why)
-
-
-# The plan that lands, whatever the numbers, and the one that fails: facts of the month. The map and the
-# fix are budgeted in the prompt itself, and the week-one flaky fix is the roadmap's mistake again, so the
-# select keeps one of each beside the reading, which the hours decide.
-MONTH_ALWAYS = ("end the month with a written list of questions nobody on the team could answer",)
-
-
-MONTH_NEVER = ("hand your manager a roadmap of larger changes at the end of week 2",)
-
-
-READ_ALL = "read every postmortem the team has written, with its dashboards and fixes"
-
-
-READ_SOME = "read the most recent and the most severe postmortems, and stop when the hours run out"
-

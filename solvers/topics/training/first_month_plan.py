@@ -1,74 +1,103 @@
-"""A first month on a training-infrastructure team."""
+"""A first month on a training-infrastructure team: what last year's postmortems say to fix first."""
 from __future__ import annotations
 
+import sympy
+
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.triage import MONTH_ALWAYS, MONTH_NEVER, READ_ALL, READ_SOME
-from solvers.sheetmath import floor_of, min_of
+from solvers.sheetmath import max_of
+
+WATCHDOG, DRAIN = "step-counter watchdog", "drain after first crash"
+NOTICING = "the hangs spent longer waiting to be noticed than every failure spent restarting"
+NODES_COST_MORE = "the faulty nodes cost the job more than the hangs did"
+REDOING = "redoing the work since the last save cost more than waiting to notice the hangs"
+BOTH = "the two fixes together would win back more than half of what the failures cost"
+NEAR_BELOW, NEAR_ABOVE = sympy.Rational(98, 100), sympy.Rational(102, 100)
 
 
-def _month_choices(s: Sheet, fits: bool, planned, F, readable) -> None:
-    need, have = s.text(planned), s.text(F)
-    budget = f"the plan needs {need} of {have} of focus time"
-    s.judge("month", READ_ALL, fits, f"{budget}: " + ("every postmortem fits beside the map and the fix" if fits
-            else f"only {s.text(readable)} fit beside the map and the fix"))
-    s.judge("month", READ_SOME, not fits, f"{budget}: " + ("nothing needs cutting" if fits else
-            "cut the reading by recency and severity, not the map or the fix"))
-    for option in MONTH_ALWAYS:
-        s.judge("month", option, True, "the answer that lands reads, maps one job's path, ships one small fix "
-                "through the real review and deploy path, and ends with the questions nobody could answer",
-                fact=True)
-    for option in MONTH_NEVER:
-        s.judge("month", option, False, "the answer that fails proposes changes (a roadmap, a week-one fix of the "
-                "first flaky thing) before it knows how this system fails: the roadmap comes after the month, "
-                "built on its list of open questions", fact=True)
+def _holds(s: Sheet, a, b) -> bool | None:
+    """Whether a exceeds b; None (the option is not listed) within 2% of b, where rounding would decide."""
+    if s.compare(a, b * NEAR_BELOW) > 0 and s.compare(a, b * NEAR_ABOVE) < 0:
+        return None
+    return s.compare(a, b) > 0
 
 
-def _month_regime(s: Sheet, planned, F, readable, n) -> None:
-    need, have = s.text(planned), s.text(F)
-    s.regime_by(planned, F, tie="below", below=Side(
-        "fits-the-month",
-        f"The plan needs {need} of the {have} of focus time: read every postmortem, draw the map and ship "
-        "the fix, with slack left for the questions list.",
-        "With more postmortems, slower reading or a heavier meeting load the plan overruns: read the most "
-        "recent and the most severe first rather than cutting the map or the fix.",
-        near=f"The plan needs {need} of the {have} of focus time: it fits, just. One slow postmortem or an "
-             "incident to shadow and the reading has to be cut by recency and severity."),
-        above=Side(
-        "overbooked",
-        f"The plan needs {need} but the month has {have} of focus time: reading all "
-        f"{s.text(n)} postmortems does not fit beside the map and the fix.",
-        f"Read about {s.text(readable)} of them, the most recent and the most severe "
-        "first, and keep the map and the fix: they are what the month is for. With fewer meetings or "
-        "postmortems the whole plan fits."))
+def _findings(s: Sheet, noticing, restarting, redoing, hang_cost, node_cost, both, half) -> None:
+    """The week-2 draft's hypotheses, each held against last year's record."""
+    more = _holds(s, noticing, restarting)
+    s.judge("findings", NOTICING, more, f"the hangs waited {s.text(noticing)} to be noticed against "
+            f"{s.text(restarting)} of restarts: " + ("noticing is where the job's time went" if more
+                                                      else "restarts took as long as the waiting or longer"))
+    nodes = _holds(s, node_cost, hang_cost)
+    s.judge("findings", NODES_COST_MORE, nodes, f"{s.text(node_cost)} against the hangs' {s.text(hang_cost)}"
+            + ("" if nodes else ": the larger cost, though not always the larger saving"))
+    redo = _holds(s, redoing, noticing)
+    s.judge("findings", REDOING, redo, f"{s.text(redoing)} of redone work against {s.text(noticing)} of waiting"
+            + (": saving more often is a roadmap item, not the month's fix" if redo else ""))
+    wins = _holds(s, both, half)
+    s.judge("findings", BOTH, wins, f"{s.text(both)} a year against half the cost, {s.text(half)}: "
+            + ("the two small fixes are most of the roadmap's first page" if wins else
+               "most of the loss is first crashes, restarts and redone work, which neither touches"))
 
 
 def solve(p, s: Sheet) -> None:
-    weeks, H, m, o = (s.param(sym, name) for sym, name in
-                      (("w", "weeks"), ("H", "hours_per_week"), ("m", "meetings"), ("o", "shadow_hours")))
-    n, r, M, X = (s.param(sym, name) for sym, name in
-                  (("n", "postmortems"), ("r", "hours_per_postmortem"), ("M", "map_hours"), ("X", "fix_hours")))
+    G, n_h, d, n_b = (s.param(sym, name) for sym, name in
+                      (("G", "gpus"), ("n_h", "hangs"), ("d", "detect"), ("n_b", "bad_nodes")))
+    r, t_r, T, w = (s.param(sym, name) for sym, name in
+                    (("r", "repeats"), ("t_r", "restart"), ("T", "interval"), ("w", "watchdog")))
 
-    F = s.step("focus_hours", "Focus hours in the month", "F", weeks * (H * (1 - m) - o), "h",
-               "what is left of each week after meetings and the on-call shadow")
-    reading = s.step("reading_hours", "Hours to read every postmortem", "R", n * r, "h",
-                     "the record of how this system actually fails")
-    planned = s.step("planned_hours", "Hours the plan needs", "P", reading + M + X, "h",
-                     "reading, the map and the fix; the list of open questions is written along the way")
-    readable = s.step("readable", "Postmortems you can read after the map and the fix", "n_max",
-                      min_of(n, floor_of((F - M - X) / r)), "",
-                      "whole postmortems in the hours the other two leave, and no more than the team has written")
-    if s.value(readable) < 3:
-        raise Reject("the month leaves almost no time to read")
-
-    s.assume("A month is four working weeks; meetings, onboarding sessions and the on-call shadow come off "
-             "the top, and the rest is focus time for the plan.")
-    s.assume("Reading times include the dashboards, logs and fix pull requests each postmortem links; the map "
-             "follows one real training job from submission to checkpoint (scheduler, nodes, network, storage).")
-    no_meetings = p.weeks * (p.hours_per_week - p.shadow_hours) / s.value(F)
-    s.slip("meetings not taken off the focus hours", no_meetings, on="focus_hours")
-    readable_no_meetings = s.evaluate(min_of(n, floor_of((weeks * (H - o) - M - X) / r)))
-    s.slip("meetings not taken off the focus hours", readable_no_meetings / s.value(readable), on="readable")
-    fits = s.compare(planned, F) <= 0
-    _month_choices(s, fits, planned, F, readable)
-    _month_regime(s, planned, F, readable, n)
-
+    crash = s.step("crash_time", "Job time one crash costs", "t_c", t_r + T / 2, "h",
+                   "noticed at once: the restart, then the work since the last save, half an interval on average")
+    hang = s.step("hang_time", "Job time one hang costs", "t_h", d + crash, "h",
+                  "a hang first waits to be noticed, then costs what a crash does")
+    hang_cost = s.step("hang_cost", "GPU-hours the hangs cost last year", "C_h", n_h * hang * G, "GPU-h",
+                       "every GPU of the job idles while it is down")
+    node_cost = s.step("node_cost", "GPU-hours the faulty nodes cost last year", "C_n", n_b * r * crash * G,
+                       "GPU-h", "each faulty node crashed the job again and again until someone drained it")
+    s.step("detect_share", "Share of a hang spent waiting to be noticed", "f_d", d / hang, "%",
+           "from the job's side, most of a long hang is nobody looking")
+    watchdog = s.step("save_watchdog", "GPU-hours a year the watchdog saves", "S_w", n_h * (d - w) * G, "GPU-h",
+                      "it shortens only the wait to notice each hang")
+    drain = s.step("save_drain", "GPU-hours a year draining after the first crash saves", "S_d",
+                   n_b * (r - 1) * crash * G, "GPU-h", "it spares every crash after a node's first")
+    if abs(s.value(watchdog) / s.value(drain) - 1) < 0.06:
+        raise Reject("the two fixes save within 6% of each other: which ships would turn on rounding")
+    saved = s.step("saved", "GPU-hours a year the fix saves", "S", max_of(watchdog, drain), "GPU-h",
+                   "the larger of the two: the month has room for one small fix")
+    failures = s.step("failures", "Failures last year", "N", n_h + n_b * r, "",
+                      "every hang and every crash restarts the job")
+    noticing = s.step("noticing", "Job time the hangs waited to be noticed", "t_n", n_h * d, "h",
+                      "the part of each hang that only noticing sooner can shorten")
+    restarting = s.step("restarting", "Job time every failure spent restarting", "t_R", failures * t_r, "h",
+                        "one restart per failure, hang or crash")
+    redoing = s.step("redoing", "Job time every failure spent redoing work since the last save", "t_W",
+                     failures * T / 2, "h", "half an interval per failure: what more frequent saves would shrink")
+    both = s.step("save_both", "GPU-hours a year the two fixes save together", "S_2", watchdog + drain, "GPU-h",
+                  "they touch different failures, so their savings add")
+    half = s.step("half_cost", "Half of what the failures cost last year", "C_half", (hang_cost + node_cost) / 2,
+                  "GPU-h", "")
+    _findings(s, noticing, restarting, redoing, hang_cost, node_cost, both, half)
+    s.regime_by(watchdog, drain, above=Side(
+        WATCHDOG,
+        f"Hangs noticed after {s.text(d)} on average waste more of the job than the faulty nodes' repeat crashes: "
+        f"a watchdog paging within {s.text(w)} saves {s.text(watchdog)} a year against draining's {s.text(drain)}.",
+        "With hangs noticed sooner (a team that already watches the step counter) or faulty nodes that crash "
+        "the job more often before anyone drains them, draining after the first crash saves more."),
+        below=Side(
+        DRAIN,
+        f"The faulty nodes' repeat crashes waste more of the job than the wait to notice hangs: draining after "
+        f"the first crash saves {s.text(drain)} a year against the watchdog's {s.text(watchdog)}.",
+        "With hangs that sit unnoticed for hours (overnight, a long collective timeout) the watchdog saves "
+        "more."))
+    s.assume("Last year's record stands for next year's: the same failures at the same rate, on a job of the "
+             "same size running all year.")
+    s.assume("A crash is noticed at once (the job exits); a hang is noticed only when someone looks. Both "
+             "redo the work since the last completed save, half an interval on average.")
+    s.assume("The two fixes are the month's 'one small fix': each is days of work shipped through the team's "
+             "review and deploy path. Larger changes (more frequent or async saves, faster restarts) belong in "
+             "the roadmap the month ends with, built on what the record supports.")
+    s.slip("the work since the last save left out", on=("hang_cost", "node_cost"),
+           factor=s.evaluate(t_r / crash))
+    ships = s.compare(watchdog, drain) > 0
+    s.slip("every crash counted, not only those after the first", on="saved",
+           factor=1 if ships else s.value(node_cost) / s.value(saved))
+    s.slip("the watchdog's own time to page left out", on="saved", factor=s.evaluate(d / (d - w)) if ships else 1)
