@@ -28,6 +28,10 @@ def _origin(sent: dict[tuple[str, str], int]) -> str:
     return origins.pop()
 
 
+EVERY_SWITCH = "a PFC watchdog on every switch, its action set to {pfcwd_action}"
+WATCHDOG_ON = "a PFC watchdog on {watchdog_on} alone (Junos defaults: a stall after {switch_watchdog})"
+
+
 QUEUE_TUNING = ("tuning the leaves' queues: more buffer headroom, a higher XOFF, ECN marking at a lower threshold, "
                 "or every sender rate-limited to half its line rate")
 
@@ -35,8 +39,9 @@ QUEUE_TUNING = ("tuning the leaves' queues: more buffer headroom, a higher XOFF,
 def _pause_storm_fixes(p, s: Sheet, origin: str, victims: list[str], leaf_of: dict[str, str],
                        Q: sympy.Symbol, b: sympy.Symbol, R: sympy.Symbol) -> None:
     """Which measure, in place before the storm, would have had every stalled node sending again
-    before the counters were read: a watchdog that fires within the storm's length, or lossy spine
-    links where no stalled node shares the origin's leaf. Buffer, ECN and rate limits never do."""
+    before the counters were read: a watchdog that fires within the storm's length, on the origin's leaf or
+    where no stalled node shares the origin's leaf, or lossy spine links there. Buffer, ECN and rate limits
+    never do."""
     home = leaf_of[origin]
     away = "leaf2" if home == "leaf1" else "leaf1"
     f_o = s.param("f_o", f"{origin}_to_{home}")
@@ -46,11 +51,24 @@ def _pause_storm_fixes(p, s: Sheet, origin: str, victims: list[str], leaf_of: di
     w_sw, w_nic = s.param("W_sw", "switch_watchdog"), s.param("W_nic", "nic_stall")
     nic = format_quantity(p.nic_stall, "s")
     key = "fixes"
-    s.judge(key, "a PFC watchdog on the switches (Junos defaults: a stall after {switch_watchdog})",
-            s.compare(storm, w_sw) > 0, f"{home} saw its queue to {origin} paused without a break for {lasted}: the "
-            f"watchdog fires {format_quantity(p.switch_watchdog, 'ms')} in, "
-            f"drops that queue and stops pausing upstream, so every stalled node sends again within a second",
-            fact=True)
+    mates = [node for node in victims if leaf_of[node] == home]
+    fires = s.compare(storm, w_sw) > 0
+    acts = fires and p.pfcwd_action != "alert"
+    s.judge(key, EVERY_SWITCH, acts,
+            f"{home}'s queue to {origin} stayed paused for {lasted}: the watchdog fires "
+            f"{format_quantity(p.switch_watchdog, 'ms')} in and {p.pfcwd_action}s what that queue holds instead of "
+            "honouring the pause, so the pauses upstream stop" if acts else
+            f"in alert mode the watchdog logs the stall on {home} and leaves the queue paused: the storm runs on")
+    watched = p.watchdog_on
+    frees = fires and (watched == home or not mates)
+    s.judge(key, WATCHDOG_ON, frees,
+            f"{home} saw its queue to {origin} paused without a break for {lasted}: a watchdog there fires "
+            f"{format_quantity(p.switch_watchdog, 'ms')} in, drops that queue and stops pausing upstream, so every "
+            "stalled node sends again within a second" if watched == home else
+            f"{watched}'s queue toward {home} stayed paused for {lasted}: its watchdog fires and frees what sits "
+            f"behind {watched}, and every stalled node ({', '.join(victims)}) does" if frees else
+            f"a watchdog on {watched} frees only what its own paused queue holds back: "
+            f"{', '.join(mates)} shares {home} with {origin}, which keeps pausing it")
     nic_fires = s.compare(storm, w_nic) > 0
     s.judge(key, "the origin NIC's PFC stall prevention at its mlx5 default ({nic_stall})", nic_fires,
             f"{origin} has been stalled {lasted}, past {nic}: its NIC stops sending pauses at {nic}, "
@@ -58,7 +76,6 @@ def _pause_storm_fixes(p, s: Sheet, origin: str, victims: list[str], leaf_of: di
             if nic_fires else
             f"{origin} has been stalled only {lasted}, under {nic}: its NIC is still sending pauses "
             "(the 100 ms auto setting would have caught it)")
-    mates = [node for node in victims if leaf_of[node] == home]
     s.judge(key, "PFC off on the leaf-spine links (lossless only inside a leaf)", not mates,
             f"every stalled node ({', '.join(victims)}) hangs off {away}: with the spine links lossy, {home} drops "
             f"what arrives for {origin} instead of pausing the spine, so the storm stays on {home} "
@@ -67,8 +84,8 @@ def _pause_storm_fixes(p, s: Sheet, origin: str, victims: list[str], leaf_of: di
             f"{format_number(sum(p[f'{home}_to_{node}'] for node in mates))} pause frames on its own link: "
             f"lossy spine links spare only {away}'s nodes")
     per_mb = format_quantity(1e6 / s.value(R), "µs")  # one MB at line rate (R is held in bytes per second)
-    # Two facts of any storm, one of each: a 200 ms watchdog always fires within storms of seconds, and no
-    # queue tuning releases a receiver that drains nothing (ECN and rate limits in one option with buffer).
+    # The one fact of any storm: no queue tuning releases a receiver that drains nothing (ECN and rate limits
+    # in one option with buffer).
     s.judge(key, QUEUE_TUNING, False,
             f"{origin} drains nothing, so any buffer fills: each extra MB fills in {per_mb} at "
             f"{s.text(R)}, and at half the rate in "
@@ -80,8 +97,9 @@ def _pause_storm_fixes(p, s: Sheet, origin: str, victims: list[str], leaf_of: di
 def solve(p, s: Sheet) -> None:
     sent = {(a, b): p[f"{a}_to_{b}"] for a, b in _LINK_ENDS}
     origin = _origin(sent)
-    s.choose("origin", origin)
     leaf_of = {node: leaf for node, leaf in _LINK_ENDS[::2][:4]}
+    s.choose("origin", origin, f"{origin} sends pauses and receives none: every other pause traces back to it"
+             if origin in leaf_of else f"{origin} sends pauses and receives none")
     victims = [node for node in NODES if sent[(leaf_of[node], node)] > 0]
     for node in NODES:
         received = format_number(sent[(leaf_of[node], node)])
