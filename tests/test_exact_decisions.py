@@ -89,7 +89,7 @@ def test_at_an_exact_tie_ib_vs_roce_does_not_call_either_cheaper(bank, catalog):
     tie = "ib-vs-roce@default+gpus=1600+ib_switch=40000+eth_switch=20000+roce_extra=1+staff_cost=300000+years=5"
     solution = make_variant(bank, catalog, VariantCode.parse(tie))
     expected, regime = solution.expected, solution.sheet.regime
-    assert expected["flip_fleet"] == 1600 and expected["ib_per_gpu"] == expected["roce_per_gpu"]
+    assert solution.sheet.results["flip_fleet"] == 1600 and expected["ib_per_gpu"] == expected["roce_per_gpu"]
     assert regime.name == "small-fleet-infiniband" and "exactly the same" in regime.summary
     one_more = make_variant(bank, catalog, VariantCode.parse(tie.replace("gpus=1600", "gpus=1700")))
     assert one_more.sheet.regime.name == "large-fleet-roce"

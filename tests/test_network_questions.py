@@ -50,20 +50,61 @@ def test_ib_vs_roce_matches_plain_arithmetic(variant, seed):
     assert solution.expected["ib_per_gpu"] == pytest.approx(ib + p["ib_staff"] * staff / p["gpus"], rel=1e-12)
     roce_total = roce + (p["ib_staff"] + p["roce_extra"]) * staff / p["gpus"]
     assert solution.expected["roce_per_gpu"] == pytest.approx(roce_total, rel=1e-12)
-    assert solution.expected["flip_fleet"] == pytest.approx(p["roce_extra"] * staff / (ib - roce), rel=1e-12)
+    assert solution.sheet.results["flip_fleet"] == pytest.approx(p["roce_extra"] * staff / (ib - roce), rel=1e-12)
+    assert solution.expected["saving"] == pytest.approx(ib - roce, rel=1e-12)
+    assert solution.expected["engineers_paid"] == pytest.approx(p["gpus"] * (ib - roce) / staff, rel=1e-12)
     cheaper_roce = roce_total <= solution.expected["ib_per_gpu"]
     assert (solution.expected["regime"] == "large-fleet-roce") == cheaper_roce
+    # What the per-GPU costs leave out, for the whole fleet over the life, against the switch saving.
+    raw = {param.name: param.raw for param in solution.params}  # in the question's units: $/GPU-h, %, h
+    hours = raw["gpus"] * 8760 * raw["years"] * raw["gpu_hour"]
+    priced = {SHARP: raw["sharp_gain"] / 100 * hours, STORM: 12 * raw["storm_hours"] * hours / 8760,
+              AI_ETHERNET: raw["ai_premium"] / 100 * raw["eth_switch"] * ports / 64 * raw["gpus"]}
+    outweighs = solution.sheet.results["outweighs"]
+    for option, value in priced.items():
+        assert outweighs[option] == (value > p["gpus"] * (ib - roce)), (seed, option)
 
 
 def test_ib_vs_roce_pinned_seed(variant):
     """Seed 1 draws these parameters (its keys are pinned in the question file)."""
     raw = {param.name: param.raw for param in variant("ib-vs-roce@1").params}
-    assert raw == {"gpus": 3700, "radix": 64, "ib_switch": 31_000, "eth_switch": 24_000, "nic": 1900, "link": 1200,
-                   "ib_staff": 3, "roce_extra": 2, "staff_cost": 260_000, "years": 5}
+    assert raw == {"gpus": 11_000, "radix": 64, "ib_switch": 42_000, "eth_switch": 27_000, "nic": 1300, "link": 1430,
+                   "ib_staff": 6, "roce_extra": 2, "staff_cost": 210_000, "years": 4, "gpu_hour": 3.2,
+                   "sharp_gain": 2, "storm_hours": 9, "ai_premium": 45}
 
 
-def _cheaper_fleets(solution):
-    return {option for option, holds in solution.sheet.results["cheaper_fleets"].items() if holds}
+SHARP = "SHARP shortening every training step by {sharp_gain}"
+STORM = "a pause storm a month idling the whole fleet for {storm_hours}"
+AI_ETHERNET = "AI Ethernet's switches (Spectrum-X class) costing {ai_premium} more than plain Ethernet's"
+
+
+def test_ib_vs_roce_every_priced_item_decides_both_ways(variant):
+    """The review found the fleet-size select repeating the arithmetic, with 256 and 65,536 GPUs the same in
+    every draw: each item the per-GPU costs leave out now outweighs the switch saving in some draws and not in
+    others, and the regime sits on each side in at least a tenth of them."""
+    truths = {option: set() for option in (SHARP, STORM, AI_ETHERNET)}
+    regimes = []
+    for seed in range(200):
+        solution = variant(f"ib-vs-roce@{seed}")
+        regimes.append(solution.expected["regime"])
+        for option in truths:
+            truths[option].add(solution.sheet.results["outweighs"][option])
+    assert all(seen == {True, False} for seen in truths.values()), truths
+    assert min(regimes.count("large-fleet-roce"), regimes.count("small-fleet-infiniband")) >= 20
+
+
+def test_ib_vs_roce_push_turns_the_choice_over(variant, catalog):
+    """A research cluster of 512 GPUs (one InfiniBand engineer) or a training fleet of 16,384 (two): the push
+    on each side changes the fabric bought in at least 90% of 100 draws."""
+    crossed = 0
+    for seed in range(100):
+        solution = variant(f"ib-vs-roce@{seed}")
+        runs = [stage_run(solution, catalog, index) for index, stage in enumerate(solution.question.stages)
+                if stage.push]
+        pushed = [run for run in runs if run is not None]
+        assert len(pushed) == 1, seed
+        crossed += pushed[0].solution.expected["regime"] != solution.expected["regime"]
+    assert crossed >= 90
 
 
 def test_ib_vs_roce_staff_grows_with_the_fleet(variant):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from solvers.derivation import Sheet, Side
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 
 def _fat_tree_tiers(gpus: int, radix: int) -> int:
@@ -16,25 +16,35 @@ def _fat_tree_tiers(gpus: int, radix: int) -> int:
     return tiers
 
 
-FLEET_SIZES = (256, 1024, 1536, 2048, 3072, 4096, 65536)  # the select's options, as fleets of GPUs
+HOURS_PER_YEAR, MONTHS_PER_YEAR = 8760, 12
+SHARP = "SHARP shortening every training step by {sharp_gain}"
+STORM = "a pause storm a month idling the whole fleet for {storm_hours}"
+AI_ETHERNET = "AI Ethernet's switches (Spectrum-X class) costing {ai_premium} more than plain Ethernet's"
+GPUS = "the GPUs the fabric connects, at their purchase price"
 
 
-# At any prices drawn, 256 GPUs save at most 3 × $38,000 / 64 a GPU, under $0.46M against at least $0.6M
-# of extra staff, and 65,536 GPUs at least 5 × $2,000 / 64, over $10M against at most $8M: the two ends.
-FLEET_FACTS = (256, 65536)
-
-
-def _fleet_sizes(s: Sheet, p, k, S_ib, S_eth, extra_staff) -> None:
-    """At which other fleet sizes RoCE is cheaper at these prices: each fleet takes its own tree
-    depth, so the flip point moves with it (a 2-tier tree saves 3 ports' worth per GPU, 3 tiers 5)."""
-    for gpus in FLEET_SIZES:
-        tiers = _fat_tree_tiers(gpus, p.radix)
-        saving = (2 * tiers - 1) * (S_ib - S_eth) / k
-        cheaper = s.compare(gpus * saving, extra_staff) > 0  # a tie keeps InfiniBand, as the regime does
-        flip = format_number(s.evaluate(extra_staff / saving), 3)
-        s.judge("cheaper_fleets", f"{format_number(gpus)} GPUs", cheaper,
-                f"{tiers} tiers: {format_quantity(s.evaluate(saving), '$')} saved per GPU, so RoCE pays for its "
-                f"extra engineers from {flip} GPUs at this depth", fact=gpus in FLEET_FACTS)
+def _outweighs(s: Sheet, G, Y, P, k, S_eth, saving, total_saving) -> None:
+    """What the per-GPU costs leave out, each priced for the whole fleet over the life and set against RoCE's
+    whole switch saving: the headline number, which none of them depends on (a tie does not outweigh)."""
+    c_h = s.param("c_h", "gpu_hour")
+    hours = s.given("H_y", HOURS_PER_YEAR * 3600, "h", "hours in a year")
+    sharp = s.step("sharp_value", "What SHARP's faster steps are worth over the life", "V_sharp",
+                   s.param("g_sharp", "sharp_gain") * G * hours * Y * c_h, "$",
+                   "the same work in fewer GPU-hours: that share of every hour the fleet runs")
+    storm = s.step("storm_cost", "What a monthly pause storm costs over the life", "V_storm",
+                   s.param("h_storm", "storm_hours") * MONTHS_PER_YEAR * G * Y * c_h, "$",
+                   "every GPU idle while it lasts, every month")
+    premium = s.step("ai_premium_cost", "What AI Ethernet's switch premium costs the fleet", "V_ai",
+                     s.param("p_ai", "ai_premium") * G * P * S_eth / k, "$", "the premium on every switch port")
+    against = f"RoCE's switch saving of {s.text(total_saving)}"
+    for option, value in ((SHARP, sharp), (STORM, storm), (AI_ETHERNET, premium)):
+        more = s.compare(value, total_saving) > 0
+        s.judge("outweighs", option, more, f"{s.text(value)} against {against}"
+                + (": it matters more than the headline saving" if more else ""))
+    # The one fact: a GPU costs tens of thousands of dollars, the most a GPU's switch ports could save is
+    # 5 × ($50,000 − $12,000) / 64 = $2,969. The fabric is a small part of the cluster's bill.
+    s.judge("outweighs", GPUS, True, "a GPU costs tens of thousands of dollars; the fabric's whole saving is "
+            f"{s.text(saving)} a GPU", fact=True)
 
 
 def _depth_caveat(s: Sheet, flip, radix: int, tiers: int) -> str:
@@ -87,6 +97,12 @@ def solve(p, s: Sheet) -> None:
                    "the NIC, the GPU's share of switch ports, and one link per tier")
     hw_eth = s.step("roce_hardware", "RoCE hardware per GPU", "h_roce", c_nic + P * S_eth / k + t * c_link, "$",
                     "same NIC, same tree and links; only the switch price differs")
+    saving = s.step("saving", "What RoCE saves per GPU in switch ports", "d_h", P * (S_ib - S_eth) / k, "$",
+                    "the NIC and the links cancel: only the switch ports' price differs")
+    total_saving = s.step("total_saving", "RoCE's switch saving over the fleet", "D_h", G * saving, "$",
+                          "every GPU's share of the cheaper switch ports")
+    s.step("engineers_paid", "Engineers that saving pays for over the life", "E_star", total_saving / (w * Y), "",
+           "the fleet's whole saving over one engineer's cost for the service life")
     F_ib = s.step("ib_staff_cost", "InfiniBand operations over the life", "F_ib", n_ib * w * Y, "$",
                   "the engineers who run the fabric, for as long as it is in service")
     F_roce = s.step("roce_staff_cost", "RoCE operations over the life", "F_roce", (n_ib + n_extra) * w * Y, "$",
@@ -96,7 +112,7 @@ def solve(p, s: Sheet) -> None:
     roce = s.step("roce_per_gpu", "RoCE cost per GPU", "c_roce", hw_eth + F_roce / G, "$",
                   "cheaper per port, with a larger fixed cost shared by every GPU")
     flip = s.step("flip_fleet", "Fleet size where the two cost the same", "G_star",
-                  (F_roce - F_ib) / (hw_ib - hw_eth), "GPUs",
+                  (F_roce - F_ib) / saving, "GPUs",
                   "the extra fixed cost over the per-GPU saving; NIC and link prices cancel")
 
     s.assume("Both fabrics are non-blocking fat trees of 64-port 400G switches with one 400G NIC per GPU; the "
@@ -107,21 +123,21 @@ def solve(p, s: Sheet) -> None:
     s.assume("Operations staff are a fixed cost over the service life, whatever the fleet size; RoCE's extra "
              "engineers own the lossless configuration (PFC priorities, ECN thresholds, DCQCN, watchdogs) on "
              "every port. Power, space and performance differences are left out.")
-    s.assume("Not priced, and what an interviewer probes next: InfiniBand's SHARP in-network reductions and "
-             "adaptive routing, the blast radius of one PFC mistake on RoCE (a pause storm stalls every job "
-             "behind it; see pause-storm-origin), single-vendor lock-in on InfiniBand, and Ethernet fabrics "
-             "built for AI (Spectrum-X, Ultra Ethernet) that narrow the operations gap.")
-    s.slip("staff cost for one year, not the service life", 1 / p.years, on="flip_fleet")
+    s.assume("The per-GPU costs leave out what the last select prices: SHARP's faster all-reduces and a monthly "
+             "pause storm (the blast radius of one PFC mistake; see pause-storm-origin), each in GPU-hours at the "
+             "stated worth of an hour, and AI Ethernet's (Spectrum-X, Ultra Ethernet) dearer switches, each set "
+             "against the switch saving alone. Adaptive routing, lock-in and hiring are left to the recall.")
+    s.slip("staff cost for one year, not the service life", p.years, on="engineers_paid")
     s.slip("staff cost for one year, not the service life", on="ib_per_gpu",
            factor=s.evaluate(hw_ib + F_ib / (G * Y)) / s.value(ib))
     s.slip("staff cost for one year, not the service life", on="roce_per_gpu",
            factor=s.evaluate(hw_eth + F_roce / (G * Y)) / s.value(roce))
-    s.slip("one switch port per GPU instead of 2t−1", s.value(P), on="flip_fleet")
+    s.slip("one switch port per GPU instead of 2t−1", 1 / s.value(P), on=("saving", "engineers_paid"))
     s.slip("one switch port per GPU instead of 2t−1", on="ib_per_gpu",
            factor=s.evaluate(c_nic + S_ib / k + t * c_link + F_ib / G) / s.value(ib))
     s.slip("one switch port per GPU instead of 2t−1", on="roce_per_gpu",
            factor=s.evaluate(c_nic + S_eth / k + t * c_link + F_roce / G) / s.value(roce))
 
-    _fleet_sizes(s, p, k, S_ib, S_eth, F_roce - F_ib)
+    _outweighs(s, G, Y, P, k, S_eth, saving, total_saving)
     _fleet_regime(s, G, flip, ib, roce, _depth_caveat(s, flip, p.radix, _fat_tree_tiers(p.gpus, p.radix)))
 
