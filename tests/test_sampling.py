@@ -103,7 +103,7 @@ def test_an_override_regenerates_what_depends_on_it(bank, catalog):
 
     base = make_variant(bank, catalog, VariantCode("pause-storm-origin", 4))
     window = base.param("window").raw
-    other = 10 if window != 10 else 20
+    other = 60 if window != 60 else 30  # a storm that long outlasts the NIC's 8 s: the fixes select has a fix
     moved = make_variant(bank, catalog, VariantCode.parse(f"pause-storm-origin@4+window={other}"))
     assert moved.param("fabric").raw != base.param("fabric").raw
     assert 0 < moved.expected["lost_share"] <= 1  # not the 357% of links lost that a stale table gave
