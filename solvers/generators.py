@@ -82,26 +82,38 @@ def _sig(value: float, digits: int = 3) -> float:
     return float(f"{value:.{digits - 1}e}")
 
 
+@generator("plateau_decay")
+def plateau_decay(rng: np.random.Generator, dataset_t: float, batch: int, seq_len: int) -> int:
+    """The step the LR schedule decays to, set when the dataset was meant to last it: one pass over the
+    dataset, overrun up to twice where the data shrank after the schedule was set (deduplication, a
+    filter, a shard list cut short), or up to 30% short of it where the run went on past its schedule on
+    the data left. Two significant figures, as configs write it."""
+    data_steps = dataset_t * 1e12 / (batch * seq_len)
+    return int(_sig(rng.uniform(0.7, 2.0) * data_steps, 2))
+
+
 @generator("plateau_incident")
 def plateau_incident(rng: np.random.Generator, warmup: int, decay_steps: int, batch: int, seq_len: int,
                      dataset_t: float, scale_power: int, ranks: int = 4) -> list[dict]:
     """Readings at 09:00 and 11:00 of a run whose loss went flat, with one cause planted.
 
     `dataset_t` is in trillions of tokens. The LR reaches its floor only if the schedule ends
-    before the data does, and the data repeat only if they run out before the schedule does:
-    where the configuration does not allow the drawn cause, the readings point to none or to
-    two, and the solver rejects the draw. The loss scale obeys the loss-scaling card from its
+    before the data does, and the data repeat only if they run out well before the schedule does:
+    a cause this configuration cannot show is not drawn. The loss scale obeys the loss-scaling card from its
     start of 2^scale_power: every halving is an overflow the skipped-steps counter counts, so
     a scale of 2^k comes with at least scale_power − k skipped steps (more where it grew back)."""
     data_steps = dataset_t * 1e12 / (batch * seq_len)
     advance = int(round(_LOG_HOURS * 3600 / rng.uniform(4, 20)))  # steps in two hours at 4-20 s per step
     healthy = (2 * warmup, min(0.7 * decay_steps, 0.9 * data_steps) - advance)
     at_floor = (1.05 * decay_steps, 0.95 * data_steps - advance)
-    repeating = (1.1 * data_steps, 0.7 * decay_steps - advance)
-    # Data repetition needs a dataset shorter than the schedule, which fewer draws allow: drawn
-    # twice as often, it comes out about as often as the others once rejected draws are redrawn.
-    cause = PLATEAU_CAUSES[int(rng.choice(len(PLATEAU_CAUSES), p=[1 / 6, 1 / 6, 1 / 3, 1 / 6, 1 / 6]))]
-    lr_floor = cause == "lr-or-grad-zero" and at_floor[0] < at_floor[1] and rng.random() < 0.5
+    repeating = (1.05 * data_steps, 0.75 * decay_steps - advance)  # 3/4 of the decay: the LR above 15% of peak
+    # Data repetition needs a schedule that outlasts the data with the LR still well above its floor: where
+    # this configuration has no such step, the cause is drawn from the other four.
+    feasible = [cause for cause in PLATEAU_CAUSES if cause != "data-repeating" or repeating[0] < repeating[1]]
+    cause = feasible[int(rng.integers(len(feasible)))]
+    # Where the run can have gone past its schedule's end, a flat LR is the lr cause it shows (a vanished
+    # gradient otherwise).
+    lr_floor = cause == "lr-or-grad-zero" and at_floor[0] < at_floor[1]
     window = repeating if cause == "data-repeating" else at_floor if lr_floor else healthy
     first = int(round(rng.uniform(window[0], max(window)), -1))
     last = first if cause == "job-not-stepping" else first + advance

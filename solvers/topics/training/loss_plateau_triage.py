@@ -8,7 +8,9 @@ import sympy
 from solvers.derivation import Reject, Sheet
 from solvers.models.triage import CAUSE_OF_CHECK, CHECKS, lr_at
 
-ACT_BEFORE_READING = "a restart from the last checkpoint to see if it clears"  # acting before diagnosing
+# Where a frozen step counter sends the triage next: where each rank is stuck (a hung collective, a dead
+# node), which no training reading can say. Read only for a job that has stopped stepping.
+STACK_DUMPS = "stack dumps of every rank (py-spy, the NCCL flight recorder)"
 
 
 VANISHED_GRAD_NORM = 1e-4  # healthy global grad norms in LLM pretraining sit around 0.1-1
@@ -26,15 +28,18 @@ def _lr_share_why(s: Sheet, lr, floor, peak) -> str:
 
 
 def _checks_run(s: Sheet, found: int) -> None:
-    """The checks run in order up to the first that fails, which names the cause."""
+    """The checks run in order up to the first that fails, which names the cause; a frozen counter then sends
+    the triage to the stacks."""
     for index, check in enumerate(CHECKS):
         why = ("clean: on to the next check" if index < found else
                "fails: it names the cause, and triage stops here" if index == found else
                "never reached: an earlier check already found the cause")
         # The first check runs in every triage, a frozen counter voiding every other reading: a fact.
         s.judge("checks", check, index <= found, why, fact=index == 0)
-    s.judge("checks", ACT_BEFORE_READING, False,
-            "acting before reading the log throws away the evidence and can repeat the stall", fact=True)
+    hung = found == 0
+    s.judge("checks", STACK_DUMPS, hung,
+            "the job has stopped stepping: where each rank is stuck is what to fix, and only the stacks say it"
+            if hung else "the job is stepping: its stacks would show a healthy loop, and the cause is in the log")
 
 
 def _lr_slips(p, s: Sheet, step: int, lr: float) -> None:
@@ -99,8 +104,9 @@ def solve(p, s: Sheet) -> None:
              "leave the loss flat.")
     s.assume("The checks run most decisive first, in the hint's order, and stop at the first that fails: the "
              "answer is the set run, that one included.")
-    s.assume("The run was planned as a single pass over its data, so more than one epoch means the loader "
-             "re-reads data it has seen. Every step consumes the full global batch.")
+    s.assume("The dataset was meant to last the schedule (one pass by the decay step), so more than one epoch "
+             "means the loader re-reads data it has seen: the schedule was set before the data shrank. Every "
+             "step consumes the full global batch.")
     s.assume("fp16 dynamic loss scaling (the loss-scaling card) halves the scale on each overflowing step and "
              "skips that step's update; at the floor of 1 it can fall no further and every step is wasted. A "
              "bf16 run would need no scaler: this cause belongs to legacy fp16 recipes (V100-era fleets). A "
