@@ -40,7 +40,6 @@ ONE_SIDED = {
     "compute cap alone (the weight read, attention and the all-reduces only lower the rate)",
     ("decode-op-ranking", "attention_gap"): "a ratio of arithmetic intensities (the ridge over attention's)",
     ("flash-attention-exp-bound", "serial_tflops"): KERNEL,
-    ("fp8-block-scale-mainloop", "serial_tflops"): KERNEL,
     ("nic-bandwidth-per-gpu", "bandwidth_step"): TRAINING,
     ("nic-bandwidth-per-gpu", "bandwidth"): TRAINING,
     **{("ep-load-skew", key): CROSSOVER for key in ("expert_crossover", "batch_star")},
