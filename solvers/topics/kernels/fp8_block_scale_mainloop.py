@@ -102,6 +102,9 @@ def solve(p, s: Sheet) -> None:
     s.assume("The GEMM runs at the dense peak times the ceiling, tiles spread evenly over the SMs: wave "
              "quantization (the last wave's idle SMs), the prologue and the epilogue are left out, so a measured "
              "kernel takes longer than these times.")
+    s.assume("The weight scales stay square at every N_C (N_C × N_C, as DeepSeek's 128 × 128), so a tile column "
+             "block shares one and the promotion stays one FFMA per output; MXFP8's own weight scales, one per "
+             "row per 32 along K, would need a scale product per output as well.")
     s.slip("FLOPs per K-block not doubled", 2.0, on="promotion_share")
     s.slip("FLOPs not doubled (a multiply-add counted as one)", 0.5, on="t_ideal")
     serial = s.value(s.symbol("t_serial")) / s.value(t_gemm)
