@@ -78,7 +78,7 @@ def solve(p, s: Sheet) -> None:
                f"F/(2·R_fma·N_C): the tile cancels; {format_number(s.value(F) / (2 * s.value(A)))}/N_C on this GPU")
     u = s.step("serial_ceiling", "FP8-peak ceiling, promotion in series", "u_serial", 1 / (1 + r), "%",
                "the tensor cores wait while the CUDA cores promote")
-    s.step("t_serial", "GEMM time, promotion in series", "t_serial", max_of(flops / (P * u), t_read), "µs",
+    t_serial = s.step("t_serial", "GEMM time, promotion in series", "t_serial", max_of(flops / (P * u), t_read), "µs",
            "the FLOPs at that share of the peak, or the bytes, whichever is slower")
     threads = s.given("n_thr", CONSUMER_WARPGROUPS * WARPGROUP_THREADS, "", "consumer threads (two warpgroups)")
     s.step("temp_registers", "Temporary accumulator registers per consumer thread", "r_tmp", M * N / threads, "",
@@ -107,7 +107,6 @@ def solve(p, s: Sheet) -> None:
              "row per 32 along K, would need a scale product per output as well.")
     s.slip("FLOPs per K-block not doubled", 2.0, on="promotion_share")
     s.slip("FLOPs not doubled (a multiply-add counted as one)", 0.5, on="t_ideal")
-    serial = s.value(s.symbol("t_serial")) / s.value(t_gemm)
-    if serial != 1:
-        s.slip("promotion added in series, not overlapped", serial, on="gemm_time")
+    if s.compare(t_serial, t_gemm) > 0:  # only where the promotion costs anything: else the slip is the key
+        s.slip("promotion added in series, not overlapped", s.value(t_serial) / s.value(t_gemm), on="gemm_time")
     _promotion_regime(s, N_C, N_star, r)
