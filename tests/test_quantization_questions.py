@@ -180,8 +180,28 @@ def test_fp8_scale_rules_against_the_emulation(variant, rule):
     assert f": {RULE_TEXT[rule]}." in solution.prompt and rule + " rule" not in solution.prompt
 
 
-RULE_TEXT = {"ocp-mx": "OCP MX v1.0's 2^(⌊log2 amax⌋ − 8)", "up": "2^⌈log2(amax/448)⌉ (rounded up)",
-             "nearest": "2^round(log2(amax/448)) (to nearest)", "floor": "2^⌊log2(amax/448)⌋ (rounded down)"}
+RULE_TEXT = {"ocp-mx": "OCP MX's 2^(⌊log2 amax⌋ − 8)", "up": "2^⌈log2(amax/448)⌉, rounded up",
+             "nearest": "2^round(log2(amax/448))", "floor": "2^⌊log2(amax/448)⌋, rounded down"}
+
+
+@pytest.mark.parametrize("code", ["default", "default+discordant=4+delta=2", "default+discordant=10+delta=0.5"])
+def test_fp8_scale_formats_gate_size_against_a_paired_eval(variant, code):
+    """The gate's closed form against the test it sizes: n prompts, each discordant with probability d, a
+    discordant one a loss with probability (1 + Δ/d)/2; one-sided McNemar (normal form) at 5% fires ~80% of the
+    time at the drop and ~5% with no drop."""
+    solution = variant(f"fp8-scale-formats@{code}")
+    params = {param.name: param.value for param in solution.params}
+    d, delta, n = params["discordant"], params["delta"], round(solution.sheet.results["eval_prompts"])
+    rng = np.random.default_rng(3)
+
+    def fires(drop: float) -> float:
+        discordant = rng.binomial(n, d, 20_000)
+        losses = rng.binomial(discordant, 0.5 * (1 + drop / d))
+        net = (2 * losses - discordant) / n
+        return float(np.mean(net > 1.6449 * np.sqrt(discordant) / n))
+
+    assert fires(delta) == pytest.approx(0.80, abs=0.02)
+    assert fires(0.0) == pytest.approx(0.05, abs=0.01)
 
 
 def test_double_rounding_costs_three_decibels():

@@ -1,10 +1,12 @@
 """Block-scaled FP8 on two generations - FP32 scales, power-of-two scales, one tested model."""
 from __future__ import annotations
 
+from statistics import NormalDist
+
 import numpy as np
 import sympy
 
-from solvers.derivation import Sheet, Side
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.fp8 import E4M3, amax_scale, clipped, quantize, quantize_blocks, sqnr_db
 from solvers.models.quantization import pct_text, variant_rng
 from solvers.units import format_number
@@ -123,6 +125,39 @@ def _format_select(s: Sheet, p, share, loss) -> None:
                                                           ": each 32-block takes its own amax, a finer grid"))
 
 
+REQUANTISE = "re-quantising from the bf16 masters beats converting this checkpoint for this pool"
+BIG_ENOUGH = "the {eval_set} prompts of the team's eval set are enough for this gate"
+
+
+def _gate(s: Sheet, p):
+    """The paired eval a build must pass: McNemar's test on the prompts the two builds answer differently,
+    sized by the normal approximation to catch the drop at the stated false-alarm rate and power."""
+    d, delta = s.param("d", "discordant"), s.param("Delta", "delta")
+    alpha, power = s.param("alpha", "alpha"), s.param("beta_1", "power")
+    z_a = s.given("z_a", round(NormalDist().inv_cdf(1 - float(p.alpha)), 4), "", "one-sided normal quantile of the "
+                  "false-alarm rate")
+    z_b = s.given("z_b", round(NormalDist().inv_cdf(float(p.power)), 4), "", "normal quantile of the power")
+    del alpha, power  # the quantiles stand for them
+    n = s.step("eval_prompts", "Prompts the gate needs", "n", (z_a + z_b) ** 2 * d / delta**2, "",
+               "only discordant prompts move the paired difference: its noise is √(d/n), and the drop must stand "
+               "z_a + z_b of it clear")
+    return n
+
+
+def _gate_judgements(s: Sheet, p, n) -> None:
+    fp32 = p.hopper_scales == "fp32"
+    s.judge("gates", REQUANTISE, fp32,
+            "FP32-scaled bytes re-rounded onto power-of-two scales pay a second rounding; from the bf16 masters "
+            "there is one" if fp32 else "the checkpoint's power-of-two scales load exactly: re-quantising gains "
+            "nothing")
+    n_set = s.param("n_set", "eval_set")
+    enough = s.compare(n, n_set) <= 0
+    s.judge("gates", BIG_ENOUGH, enough, f"the gate needs {s.text(n)} against {s.text(n_set)}")
+    if abs(s.value(n) / s.value(n_set) - 1) < 0.05:
+        raise Reject("the gate's prompts within 5% of the eval set: whether it is big enough would turn on "
+                     "the normal approximation")
+
+
 def _format_regime(s: Sheet, p, overshoot, losses: dict[str, tuple[float, float]]) -> None:
     land = format_number(s.value(overshoot), 3)
     share = pct_text(s.number("act_saturating_share"))
@@ -174,6 +209,7 @@ def solve(p, s: Sheet) -> None:
     overshoot, share = _scale_rule_steps(s, p.mx_rule, x_max)
     losses = _format_simulation(s, p)
     _format_select(s, p, share, loss)
+    _gate_judgements(s, p, _gate(s, p))
 
     s.assume("Hopper's block-scaled FP8 as in DeepSeek-V3: E4M3 everywhere, activations in 1×128 tiles quantised "
              "online, weights in 128×128 blocks, FP32 scales applied on CUDA cores between 128-deep WGMMA "
@@ -187,6 +223,9 @@ def solve(p, s: Sheet) -> None:
     s.assume("Users reach the Blackwell pool only after its build passes its own eval, whatever its bytes: the "
              "block-scaled MMA applies scales and accumulates inside the tensor core, where Hopper's WGMMA "
              "promotes partial sums to CUDA cores every 128, so no Blackwell build computes the tested numerics.")
+    s.assume("The gate is a paired eval (McNemar's test on the prompts the builds answer differently), sized by the "
+             "normal approximation n = (z_a + z_b)²·d/Δ², which leaves out the small −Δ² under the power's root "
+             "(under 2% of n for these drops); greedy decoding, so a prompt's answer is fixed per build.")
     if p.mx_rule == "ocp-mx":
         s.slip("the OCP rule taken as floor(log2(amax/448)): every block saturating", 1 / s.value(share),
                on="act_saturating_share")
