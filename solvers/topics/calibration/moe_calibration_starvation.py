@@ -21,7 +21,8 @@ def _recipe(s: Sheet, r, r_star, all_r, need, n_s) -> None:
     s.judge("recipe", "needed and enough here: send every calibration token through every expert",
             s.compare(all_r, r_star) >= 0 and not usable,
             f"each expert would see the whole set, {fmt(all_r)} tokens per d_in against {star}"
-            + ("; not needed, the rarest already has enough" if usable else ""))
+            + ("; not needed, the rarest already has enough" if usable else
+               "; those the router would not send are off the expert's input distribution, so weight or check them"))
     s.judge("recipe", "needed while calibration stays router-fed: a per-expert gate that rounds (RTN) any expert "
             "below the crossover", not usable,
             "the rarest expert's GPTQ would be worse than rounding" if not usable else
@@ -63,7 +64,7 @@ def solve(p, s: Sheet) -> None:
     E = s.given("E", m.experts, "", "routed experts per layer")
     k = s.given("k", m.experts_per_token, "", "experts per token")
     h = s.given("h", m.hidden, "", "hidden size (d_in of the up and gate projections)")
-    f = s.given("f", m.ffn, "", "expert FFN size (d_in of the down projection)")
+    f = s.given("f", m.expert_ffn, "", "expert FFN size (d_in of the down projection)")
     n_s = s.param("n_s", "samples")
     l_s = s.param("l_s", "sequence")
     rho = s.param("ρ", "rare")
@@ -110,14 +111,14 @@ def solve(p, s: Sheet) -> None:
              f"log-evenly over {format_number(SIM_SPREAD)} decade in a random basis; the crossover is taken "
              "in tokens per d_in and assumed to carry over to the model's width (the Hessian's estimation error "
              "scales with d_in / n).")
-    s.assume("GPTQ starts from bf16 weights, as Mixtral and Qwen3 ship them. gpt-oss ships its experts in MXFP4 "
-             "only: its GPTQ starts from their bf16 upcast, as a port to INT4 (W4A16) kernels for GPUs without FP4 "
-             "tensor cores would; the router starves that calibration the same way.")
+    s.assume("GPTQ starts from bf16 weights, as Mixtral and Qwen3 ship them; DeepSeek-V3 and Kimi-K2 ship "
+             "block-scaled FP8, so their 4-bit (W4A16) builds start from the bf16 upcast. The router starves the "
+             "calibration the same way in each.")
     s.assume("Heavier-tailed activations or outlier channels give GPTQ more to gain and move the crossover "
              "down toward n ≈ d_in; flatter ones move it up: the figure is this spectrum's, not a constant.")
     s.slip("all tokens counted for every expert (the router forgotten)", on="tokens_avg",
            factor=m.experts / m.experts_per_token)
     s.slip("top-k forgotten: 1/E of the tokens per expert", on="tokens_avg", factor=1 / p.model.experts_per_token)
-    s.slip("the hidden size taken as d_in", on="ratio_rare", factor=max(m.hidden, m.ffn) / m.hidden)
+    s.slip("the hidden size taken as d_in", on="ratio_rare", factor=max(m.hidden, m.expert_ffn) / m.hidden)
     _regime(s, p, r, r_star, rare, d, shortfall)
 
