@@ -294,6 +294,21 @@ def test_tma_push_moves_the_reserve_wherever_a_reserve_can_cross(variant, catalo
             assert pushed.solution.expected["regime"] != solution.expected["regime"]
 
 
+@pytest.mark.parametrize("seed", range(7001, 7031))
+def test_tma_overhead_share_leaves_the_mma_sync_out(variant, seed):
+    """Review 2: the share asked is the copies' and ldmatrix's alone (13.3% at the default), not with the mma.sync
+    (38.3%); the pipeline's depth is whole k-steps of the tile in 228 KiB of shared memory."""
+    solution = variant(f"tma-warp-specialization@{seed}")
+    p, r = _params(solution), solution.sheet.results
+    m, n = p["tile_m"], p["tile_n"]
+    slots = 4 * 2 * m * n * 64 / 4096
+    assert r["overhead_share"] == pytest.approx((r["cp_instructions"] + r["ldmatrix"]) / slots, rel=1e-12)
+    assert r["issue_share"] - r["overhead_share"] == pytest.approx(m * n * 64 / 2048 / slots, rel=1e-12)
+    stages = 228 * 1024 // ((m + n) * 64 * 2)
+    assert r["stages"] == stages
+    assert r["pipeline_facts"]["shared memory holds {deep} or more k-steps of this tile in flight"] == (stages >= 5)
+
+
 @settings(max_examples=60, deadline=None)
 @given(tokens=st.integers(1, 3000), splits=st.integers(1, 40), tile=st.sampled_from([16, 64, 128]),
        seed=st.integers(0, 2**31))

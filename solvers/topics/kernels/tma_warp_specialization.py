@@ -22,11 +22,11 @@ SETMAXNREG_MAX = 256
 
 
 def _specialization_judgements(s: Sheet, p, *, share: sympy.Expr, gain: sympy.Expr,
-                               tile: tuple[sympy.Expr, sympy.Expr]) -> None:
+                               tile: tuple[sympy.Expr, sympy.Expr], stages: sympy.Expr) -> None:
     """The pipeline's options, decided on the sheet's exact values (the why lines' figures are floats)."""
     key = "pipeline_facts"
     issue = s.evaluate(share)
-    s.judge(key, "the Ampere-style k-step issues instructions for over {issue_line} of the MMAs' issue slots",
+    s.judge(key, "the Ampere-style copies and staging take over {issue_line} of the MMAs' issue slots",
             s.compare(share, exact(p.issue_line)) > 0,
             f"{format_quantity(issue, '%', figures_against(issue, p.issue_line))} of them")
     s.judge(key, "setmaxnreg gives each consumer thread at least {more_registers} registers more than the even split",
@@ -39,9 +39,10 @@ def _specialization_judgements(s: Sheet, p, *, share: sympy.Expr, gain: sympy.Ex
             "issues the TMA copies", True, "the transaction count on 'full' completes when the bytes land; the "
             "consumers wait on 'full', run their WGMMAs and arrive on 'empty' to release the stage: no CTA-wide "
             "__syncthreads, each stage has its own pair of barriers", fact=True)
-    s.judge(key, "the producer warpgroup needs its registers for the addresses it generates", False,
-            "TMA generates them from the tensor map and one coordinate per copy (no thread computes a tile's "
-            "addresses), so the producer runs on 24 to 56 registers and gives the rest away", fact=True)
+    deep = s.param("n_deep", "deep")
+    s.judge(key, "shared memory holds {deep} or more k-steps of this tile in flight", s.compare(stages, deep) >= 0,
+            f"{s.text(stages)} stages of {s.text(s.symbol('Q'))} fit: each with its own 'full' and 'empty' barrier, "
+            "the producer runs that many k-steps ahead")
 
 
 def _register_regime(s: Sheet, need, even, budget) -> None:
@@ -97,9 +98,12 @@ def solve(p, s: Sheet) -> None:
     F = s.given("F", p.gpu.bf16_flop_per_clk_sm, "", f"{p.gpu.name} bf16 FLOP per clock per SM")
     slots = s.step("issue_slots", "Issue slots during the k-step's MMAs", "S", 4 * 2 * M * N * K / F, "",
                    "four schedulers, one warp instruction a clock each, for the clocks the tensor cores take")
-    share = s.step("issue_share", "Ampere-style instructions over those slots", "s_issue",
-                   (cp_warp + ldm + M * N * K / MMA_SYNC_MACS) / slots, "%",
-                   "copies, staging and mma.sync (2,048 multiply-adds each), all from the same warps")
+    share = s.step("overhead_share", "Copy and ldmatrix instructions over those slots", "s_over",
+                   (cp_warp + ldm) / slots, "%", "the instructions TMA and WGMMA take away, against the slots the "
+                   "MMAs leave")
+    s.step("issue_share", "Every Ampere-style instruction over those slots", "s_issue",
+           (cp_warp + ldm + M * N * K / MMA_SYNC_MACS) / slots, "%",
+           "with the mma.sync themselves (2,048 multiply-adds each), all from the same warps")
 
     # Registers: the even split every thread gets without setmaxnreg, and the split CUTLASS computes.
     R = s.given("R", p.gpu.regfile_kib_sm * 256, "", "32-bit registers per SM")
@@ -113,7 +117,11 @@ def solve(p, s: Sheet) -> None:
                  "the FP32 tile spread over the consumer warpgroups")
     need = s.step("consumer_need", "Registers a consumer thread needs", "r_need", acc + reserve, "",
                   "its accumulator plus the stated reserve")
-    _specialization_judgements(s, p, share=share, gain=budget - even, tile=(M, N))
+    smem = s.given("S_smem", p.gpu.smem_kib_sm * 1024, "KiB", f"{p.gpu.name} shared memory per SM")
+    stages = s.step("stages", "k-steps of this tile shared memory holds", "n_stage", floor_of(smem / tile_bytes), "",
+                    "a ring of stages, each a k-step's A and B slices with its pair of barriers (the epilogue's "
+                    "staging left out)")
+    _specialization_judgements(s, p, share=share, gain=budget - even, tile=(M, N), stages=stages)
     s.assume("Ampere-style path: 16-byte cp.async copies, each with the stated address and bounds instructions, "
              "eight warps (4 × 2 over a tile taller than wide, else 2 × 4: 64 × 64 warp tiles at 256 × 128, as "
              "CUTLASS's Ampere configurations) staging with ldmatrix.x4 and computing with mma.sync m16n8k16; "
@@ -123,6 +131,7 @@ def solve(p, s: Sheet) -> None:
              "mbarrier wait; consumers' WGMMAs read A and B from shared memory, so nothing is staged in "
              "registers. Register split: CUTLASS sm90's formula (even share in units of 8, producer's "
              "surplus to the consumers, at most 256).")
-    s.slip("copies counted per warp instead of per thread (16 B × 32)", on="copies", factor=1 / WARP)
+    s.slip("copies counted per warp instead of per thread (16 B × 32)", on="cp_instructions", factor=1 / WARP)
+    s.slip("the address and bounds instructions left out", on="cp_instructions", factor=1 / (1 + p.copy_overhead))
     _register_regime(s, need, even, budget)
 
