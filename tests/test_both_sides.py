@@ -44,7 +44,7 @@ ONE_SIDED = {
     ("nic-bandwidth-per-gpu", "bandwidth"): TRAINING,
     **{("ep-load-skew", key): CROSSOVER for key in ("expert_crossover", "batch_star")},
     **{("mla-absorption", key): CROSSOVER for key in ("ridge", "q_min", "gqa_q_min")},
-    **{("moe-experts-per-batch", key): CROSSOVER for key in ("expert_crossover", "batch_compute")},
+    ("moe-experts-per-batch", "batch_compute"): CROSSOVER,
     **{("spec-decode-batch-ceiling", key): CROSSOVER for key in ("ridge", "ceiling", "break_even")},
     **{("spec-decode-step-accounting", key): CROSSOVER for key in ("compute_batch", "break_even")},
     **{("weight-read-intensity", key): CROSSOVER for key in ("ridge", "crossover")},

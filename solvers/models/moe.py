@@ -13,9 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
+from solvers.conventions import convention, convention_value, scale_up_domain
 from solvers.data import Record
 from solvers.derivation import Sheet
-from solvers.models.common import dtype_bytes
+from solvers.models.common import dtype_bytes, given_config, given_nic, given_nvlink
+from solvers.sheetmath import max_of
 
 GATED_MATRICES = 3  # gate, up and down projections of a SwiGLU expert
 
@@ -95,6 +97,37 @@ def copy_bytes(s: Sheet, h: sympy.Symbol, dispatch_dtype: str = "fp8") -> tuple[
     c_copy = s.step("combine_copy", "Bytes of one combined copy", "c", h * b_c, "B",
                     "each expert's output comes back in bf16 to be weighted and summed")
     return d_copy, c_copy
+
+
+def ep_all_to_all(s: Sheet, model: Record, gpu: Record, nic: Record, n: sympy.Symbol, gpus: int,
+                  tokens: sympy.Expr, layers: sympy.Expr) -> sympy.Expr:
+    """A decode step's expert-parallel all-to-all over `gpus` GPUs (`n` on the sheet), each carrying `tokens`:
+    the moe-all-to-all card as DeepEP's low-latency kernels run it, each copy sent straight to its expert's GPU.
+    Per MoE layer the copies for GPUs in the sender's NVLink domain (its own counted in) go over NVLink, the rest
+    over its NIC, both at once, plus a fixed latency for each of dispatch and combine (the all-reduce-latency
+    card of the slowest link the call uses, as nvl72-boundary takes it). Zero on one GPU: no copy leaves it."""
+    if gpus == 1:
+        return sympy.Integer(0)
+    convention("moe-all-to-all")
+    domain = scale_up_domain(gpu)
+    crosses = gpus > domain
+    k = given_config(s, model, "experts_per_token")
+    d_copy, c_copy = copy_bytes(s, given_config(s, model, "hidden"))
+    card = "all-reduce-latency-nic" if crosses else "all-reduce-latency-nvlink"
+    alpha = s.given("α_A2A", convention_value(card) * 1e-6, "us", "fixed latency of a dispatch or combine call "
+                    + ("across nodes" if crosses else "inside one NVLink domain") + f" ({card})")
+    V = s.step("a2a_bytes", "Dispatch and combine bytes a GPU moves per MoE layer", "V_A2A",
+               tokens * k * (d_copy + c_copy), "MB", "k copies of each of its tokens out in FP8, the k results back")
+    if crosses:
+        D = s.given("D", domain, "GPUs", f"{gpu.name} NVLink domain")
+        legs = max_of(V * D / n / given_nvlink(s, gpu), V * (n - D) / n / given_nic(s, nic))
+    else:
+        legs = V / given_nvlink(s, gpu)
+    layer = s.step("a2a_layer", "All-to-all per MoE layer", "t_A2A_L", legs + 2 * alpha, "us",
+                   ("the copies for GPUs in the domain over NVLink, the rest over the NIC, at once; " if crosses
+                    else "every copy over NVLink; ") + "plus the fixed latency of dispatch and of combine")
+    return s.step("a2a_step", "All-to-all per decode step", "t_A2A", layers * layer, "ms",
+                  "every MoE layer dispatches and combines once a step")
 
 
 def remote_nodes(model: Record, nodes: int) -> float:

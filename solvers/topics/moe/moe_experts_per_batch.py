@@ -11,12 +11,16 @@ from solvers.models.common import (
     given_active_params,
     given_config,
     given_hbm_bandwidth,
+    given_hbm_bytes,
+    given_matmul_peaks,
     given_model_params,
-    given_peak_flops,
+    given_usable_share,
     given_weight_bytes,
 )
-from solvers.models.moe import GATED_MATRICES, moe_layers, parameter_count
-from solvers.sheetmath import max_of, min_of, miss_power
+from solvers.models.kvcache import kv_bytes_per_token
+from solvers.models.moe import GATED_MATRICES, ep_all_to_all, moe_layers, parameter_count
+from solvers.models.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD
+from solvers.sheetmath import floor_of, max_of, min_of, miss_power
 from solvers.units import format_number, format_quantity
 
 
@@ -55,10 +59,7 @@ def touched_share(s: Sheet, key: str, r: Experts, tokens: sympy.Expr, title: str
     return s.step(key, title, symbol, 1 - miss_power(1 - r.k / r.E, tokens), "%", why)
 
 
-
-
-
-
+EDGE = 0.03  # draws within 3% of a regime boundary are refused: the graded batches carry 2%
 DENSE_GAP = 2  # a dense model "twice as fast / slow" as this step
 
 
@@ -74,20 +75,35 @@ def _shared_step(W_s, N_emb, b, B, BW, P) -> sympy.Expr:
     return max_of(W_s / BW, 2 * (W_s / b - N_emb) * B / P)
 
 
-def _advantage(s: Sheet, p, r: Experts, v: dict[str, sympy.Expr]) -> None:
-    """Which statements about this step hold: the right set moves with the batch, from bytes (small batch)
-    to FLOPs (past the crossover). The what-ifs are the step's formulas on other inputs, decided on the sheet."""
+def _attention_pair_flops(s: Sheet, model: Record) -> sympy.Symbol:
+    """The attention-flops card per query-key pair, all layers and query heads: 4·d_h for a GQA head; for
+    MLA run absorbed, 2 per key dimension (latent and RoPE key) plus 2 per value dimension (the latent)."""
+    L, H = given_config(s, model, "layers"), given_config(s, model, "heads")
+    if model.attention == "mla":
+        c, r = given_config(s, model, "kv_lora_rank"), given_config(s, model, "qk_rope_head_dim")
+        return s.step("attention_pair_flops", "Attention FLOPs per query-key pair", "A", 2 * (c + r) * L * H
+                      + 2 * c * L * H, "FLOP", "absorbed MLA: each head scores the latent and RoPE key, then sums "
+                      "the latent, in every layer")
+    d_h = given_config(s, model, "head_dim")
+    return s.step("attention_pair_flops", "Attention FLOPs per query-key pair", "A", 4 * L * H * d_h, "FLOP",
+                  "QKᵀ and PV, a multiply-add per head dimension each, for every query head in every layer")
+
+
+def _advantage(s: Sheet, r: Experts, one_gpu: bool, v: dict[str, sympy.Expr]) -> None:
+    """Which statements about this step hold: the right set moves with the batch (bytes against FLOPs), the
+    context (the KV reads) and the spread (the all-to-all). The what-ifs are the step's formulas on other
+    inputs, decided on the sheet."""
     key = "advantage"
-    b, P, BW, n, B = v["b"], v["P"], v["BW"], v["n"], v["B"]
+    b, R_f, R_b, n, B = v["b"], v["R_f"], v["R_b"], v["n"], v["B"]
     t, M, W, W_a, N_emb = v["t"], v["M"], v["W"], v["W_a"], v["N_emb"]
 
-    def step(batch: sympy.Expr, expert_bytes: sympy.Expr = b) -> sympy.Expr:
+    def weights_time(batch: sympy.Expr, expert_bytes: sympy.Expr = b) -> sympy.Expr:
         phi = 1 - miss_power(1 - r.k / r.E, batch)
-        return (_shared_step(v["W_s"], N_emb, b, batch, BW, P)
-                + _expert_step(r, expert_bytes, phi, batch * r.k / (r.E * phi), BW, P)) / n
+        return (_shared_step(v["W_s"], N_emb, b, batch, R_b, R_f)
+                + _expert_step(r, expert_bytes, phi, batch * r.k / (r.E * phi), R_b, R_f)) / n
 
     def dense(weights: sympy.Expr) -> sympy.Expr:  # a dense model of these bytes: every weight read, all multiply
-        return _shared_step(weights, N_emb, b, B, BW, P) / n
+        return _shared_step(weights, N_emb, b, B, R_b, R_f) / n
 
     def ms(x: sympy.Expr) -> str:
         return format_quantity(s.evaluate(x), "ms")
@@ -96,28 +112,25 @@ def _advantage(s: Sheet, p, r: Experts, v: dict[str, sympy.Expr]) -> None:
     s.judge(key, "The step reads at least {fewer_bytes} fewer weight bytes than a dense model of the same total size",
             s.compare(M, (1 - fewer) * W) <= 0, f"{s.text(M)} of {s.text(W)}: "
             f"{format_number(100 * s.evaluate(M / W), 3)}% of the weights")
-    per_expert = B * r.k / r.E
-    bound = s.compare(per_expert, v["t_c"]) >= 0
-    s.judge(key, "An expert's GEMM is compute-bound at this batch", bound,
-            f"B·k/E = {format_number(s.evaluate(per_expert), 3)} tokens per expert against the crossover of "
-            f"{s.text(v['t_c'], 3)}")
+    t_w = v["t_w"]
+    s.judge(key, "Reading the cached KV takes longer than the weights and experts",
+            s.compare(v["t_kv"], t_w) > 0, f"{s.text(v['t_kv'])} of attention against {s.text(t_w)}")
+    s.judge(key, "The all-to-all takes longer than the weights and experts", s.compare(v["t_a2a"], t_w) > 0,
+            f"{ms(v['t_a2a'])} of dispatch and combine against {s.text(t_w)}"
+            + (": one GPU sends no copy anywhere" if one_gpu else ""))
     dense_total = dense(W)
-    total_math = s.compare(2 * (W / b - N_emb) * B / P, W / BW) > 0
-    s.judge(key, "A dense model of the same total size would take at least twice as long for this step",
-            s.compare(dense_total, DENSE_GAP * t) >= 0, f"{ms(dense_total)} against {s.text(t)}: "
+    total_math = s.compare(2 * (W / b - N_emb) * B / R_f, W / R_b) > 0
+    s.judge(key, "A dense model of the same total size would spend at least twice as long on its weights",
+            s.compare(dense_total, DENSE_GAP * t_w) >= 0, f"{ms(dense_total)} against {s.text(t_w)}: "
             + ("its FLOPs follow the total parameters" if total_math else "it waits on reading every weight"))
     dense_active = dense(W_a)
-    s.judge(key, "A dense model of the active size would run this step at least twice as fast",
-            s.compare(DENSE_GAP * dense_active, t) <= 0, f"{ms(dense_active)} against {s.text(t)}: "
-            + ("at this batch both are bound by the same active FLOPs" if bound else
-               "it reads only the active weights, the MoE every expert the batch picked"))
-    lighter = step(B, b / 2)
+    s.judge(key, "A dense model of the active size would get through its weights at least twice as fast",
+            s.compare(DENSE_GAP * dense_active, t_w) <= 0, f"{ms(dense_active)} against {s.text(t_w)}: "
+            + ("at this batch both are bound by the same active FLOPs" if s.compare(B * r.k / r.E, v["t_c"]) >= 0
+               else "it reads only the active weights, the MoE every expert the batch picked"))
+    lighter = t - t_w + weights_time(B, b / 2)
     s.judge(key, "Experts stored at half the bytes (same tensor peak) would cut the step time by {cut} or more",
             s.compare(lighter, (1 - s.param("x_cut", "cut")) * t) <= 0, f"{ms(lighter)} against {s.text(t)}")
-    doubled = step(2 * B)
-    s.judge(key, "Twice the batch would cost less than {more_time} more step time",
-            s.compare(doubled, (1 + s.param("x_more", "more_time")) * t) < 0,
-            f"{ms(doubled)} against {s.text(t)}: {format_number(s.evaluate(doubled / t), 3)}x for twice the tokens")
 
 
 def _experts_regime(s: Sheet, B, B95, B_c, phi, M, W, W_a, t_e) -> None:
@@ -154,15 +167,21 @@ def _experts_regime(s: Sheet, B, B95, B_c, phi, M, W, W_a, t_e) -> None:
 
 
 def solve(p, s: Sheet) -> None:
-    """How many experts a step of B tokens reads, its bytes against the active parameters', and the batch at
-    which an expert's GEMM turns compute-bound: where a MoE's saving over a dense model comes from."""
+    """How many experts a decode step of B sequences reads, its bytes against the active parameters', the batch
+    at which an expert's GEMM turns compute-bound against the batch the HBM holds at the context, and the step
+    on the bank's step model (weights, experts, KV, all-to-all, overhead): where a MoE's saving comes from."""
     model = p.model
     N = given_model_params(s, model)
     b = given_weight_bytes(s, p.weight_dtype)
     B = s.param("B", "batch")
+    S = s.param("S", "context")
     n = s.param("n", "gpus")
-    P = given_peak_flops(s, p.gpu, p.weight_dtype)
+    P, P_att = given_matmul_peaks(s, p.gpu, p.weight_dtype, "bf16")
     BW = given_hbm_bandwidth(s, p.gpu)
+    eta_c = s.given("η_c", DEFAULT_CONSTANTS.compute, "%", "achievable fraction of peak compute (step-compute)")
+    eta_bw = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%", "achievable fraction of HBM bandwidth (step-bandwidth)")
+    t_oh = s.given("t_oh", STEP_OVERHEAD, "ms", "fixed overhead per step (step-overhead)")
+    R_f, R_b = eta_c * P, eta_bw * BW
     r = routed_experts(s, model, b)
     W = s.step("weights", "Bytes of all weights", "W", N * b, "GB", "the total parameter count, each stored once")
     if s.compare(W, r.X) <= 0:
@@ -181,12 +200,12 @@ def solve(p, s: Sheet) -> None:
     phi = touched_share(s, "touched_share", r, B, "Share of a layer's experts the step reads", "φ",
                         "an expert is skipped only if all B tokens pick elsewhere: (1 − k/E)^B")
     s.step("touched", "Experts read per MoE layer", "E_read", r.E * phi, "experts",
-           f"{format_number(p.batch)} tokens pick {format_number(p.batch * model.experts_per_token)} slots, "
-           "but many land on the same expert")
+           f"{format_number(p.batch)} tokens, one a sequence, pick "
+           f"{format_number(p.batch * model.experts_per_token)} slots, but many land on the same expert")
     q = s.param("q", "read_share")
     share = format_quantity(p.read_share, "%")
     B95 = s.step("batch_95", f"Batch at which {share} of the experts are read", "B_95",
-                 sympy.log(1 - q) / sympy.log(1 - r.k / r.E), "tokens", f"solve 1 − (1 − k/E)^B = {share} for B")
+                 sympy.log(1 - q) / sympy.log(1 - r.k / r.E), "sequences", f"solve 1 − (1 − k/E)^B = {share} for B")
     M = s.step("step_bytes", "Weight bytes the step reads", "M", W_s + phi * r.X, "GB",
                "the shared weights once, plus every expert some token picked")
     s.step("bytes_ratio", "Step bytes against the active parameters' bytes", "R", M / W_a, "x",
@@ -194,34 +213,54 @@ def solve(p, s: Sheet) -> None:
     t_e = s.step("tokens_per_expert", "Mean tokens per expert read", "t_e", B * r.k / (r.E * phi), "tokens",
                  "B·k picks spread over the experts read")
     t_star = s.step("expert_crossover", "Tokens per expert at which its GEMM turns compute-bound", "t_c",
-                    b * P / (2 * BW), "tokens", "2·t FLOPs per weight against b bytes per weight: 2t/b = P/BW")
-    B_c = s.step("batch_compute", "Batch at which experts turn compute-bound", "B_c", t_star * r.E / r.k, "tokens",
+                    b * R_f / (2 * R_b), "tokens", "2·t FLOPs per weight against b bytes per weight, at the "
+                    "achievable rates: 2t/b = η_c·P/(η_bw·BW)")
+    B_c = s.step("batch_compute", "Batch at which experts turn compute-bound", "B_c", t_star * r.E / r.k, "sequences",
                  "B·k/E tokens per expert on average reach the crossover")
-    shared_t = _shared_step(W_s, N_emb, b, B, BW, P)
-    t_x = _expert_step(r, b, phi, t_e, BW, P)
-    t = s.step("step_time", "Time of the step", "t", (shared_t + t_x) / n, "ms",
-               f"shared weights and experts, each on its roofline, spread over {format_number(p.gpus)} GPUs")
+    KV = kv_bytes_per_token(s, model, s.given("b_kv", 2, "B", "bytes per KV value (bf16)"), unit="KiB")
+    room = s.step("kv_room", "HBM left for the KV cache", "M_KV",
+                  n * given_hbm_bytes(s, p.gpu, "M_HBM") * given_usable_share(s, "u_HBM") - W, "GB",
+                  "the usable HBM of every GPU less one copy of the weights")
+    B_fit = s.step("batch_fit", "Sequences the KV room holds at this context", "B_fit", floor_of(room / (S * KV)),
+                   "sequences", "the room over one sequence's cache, in whole sequences")
+    if s.compare(B, B_fit) > 0:
+        raise Reject("the batch's KV caches do not fit beside the weights")
+    for edge in (B95, B_c):  # a batch this close to a regime's edge is a coin toss under any tolerance
+        if abs(s.evaluate(B / edge) - 1) < EDGE:
+            raise Reject("the batch sits on a regime boundary")
+    t_w = s.step("weights_time", "Weights and experts per step", "t_W",
+                 (_shared_step(W_s, N_emb, b, B, R_b, R_f) + _expert_step(r, b, phi, t_e, R_b, R_f)) / n, "ms",
+                 f"shared weights and each expert read, each on its roofline, over {format_number(p.gpus)} GPUs")
+    A = _attention_pair_flops(s, model)
+    t_kv = s.step("attention_time", "Attention per step", "t_KV",
+                  max_of(B * S * KV / R_b, B * S * A / (eta_c * P_att)) / n, "ms",
+                  "every sequence reads its whole cache once, or its query-key math, whichever is longer")
+    t_a2a = ep_all_to_all(s, model, p.gpu, p.nic, n, int(p.gpus), B / n, r.L)
+    t = s.step("step_time", "Time of the step", "t", t_w + t_kv + t_a2a + t_oh, "ms",
+               "weights and experts, attention, " + ("the all-to-all, " if p.gpus > 1 else "") + "then the overhead")
     s.step("per_user", "Tokens per second per decoding sequence", "X_user", 1 / t, "tokens/s",
            "one token per sequence per step")
     s.step("throughput", "Tokens per second", "X", B / t, "tokens/s", "B tokens per step")
-    _advantage(s, p, r, {"b": b, "P": P, "BW": BW, "n": n, "B": B, "W_s": W_s, "W": W, "W_a": W_a, "N_emb": N_emb,
-                         "M": M, "t": t, "t_c": t_star})
+    _advantage(s, r, p.gpus == 1, {"b": b, "R_f": R_f, "R_b": R_b, "n": n, "B": B, "W_s": W_s, "W": W, "W_a": W_a,
+                      "N_emb": N_emb, "M": M, "t": t, "t_w": t_w, "t_kv": t_kv, "t_a2a": t_a2a, "t_c": t_star})
     _experts_regime(s, B, B95, B_c, phi, M, W, W_a, t_e)
 
     s.assume("Tokens pick their experts independently and uniformly (a balanced router): the expected count "
              "E·(1 − (1 − k/E)^B); a skewed router reads fewer distinct experts but loads the hot ones more "
              "(ep-load-skew).")
-    s.assume("Weight reads only: the KV cache and attention over the context are left out; every weight outside "
-             "the routed experts (the embedding table included) is read once per step, and every one but the input "
-             "embedding table (a lookup) does 2 FLOPs a token: the output head multiplies, the input table does not.")
-    s.assume("Roofline at datasheet peaks (dense-peaks, roofline-time), applied to the shared weights and to each "
-             "expert separately: one expert's idle tensor cores do not serve another expert's tokens. The "
-             f"{format_number(p.gpus)} GPUs share the reads and the math evenly; "
-             "communication is left out (moe-dispatch-bytes).")
+    s.assume("Every weight outside the routed experts (the embedding table included) is read once per step, and "
+             "every one but the input embedding table (a lookup) does 2 FLOPs a token. Each sequence holds the "
+             "whole context in a bf16 cache and reads it once a step; attention runs at the bf16 peak.")
+    s.assume("The bank's step model (step-compute, step-bandwidth, step-overhead): each piece on its own roofline "
+             "at the achievable rates, the shared weights, each expert and attention separately (one expert's idle "
+             f"tensor cores do not serve another's tokens), summed; the {format_number(p.gpus)} GPUs share reads, "
+             "math and KV evenly (each sequence's cache on one GPU, as with data-parallel attention); the "
+             "all-to-all and the overhead come on top, not overlapped.")
     s.slip("experts counted as B·k, as if no two tokens shared one", s.evaluate(min_of(B * r.k, r.E) / (r.E * phi)),
            on="touched")
     s.slip("every expert read, whatever the batch", 1 / s.value(phi), on="touched")
-    s.slip("only the active parameters read", s.evaluate(W_a / M), on="step_bytes")
-    s.slip("bytes of every parameter", s.evaluate(W / M), on="step_bytes")
-    s.slip("tokens per expert as B·k/E over all experts", s.value(phi), on="tokens_per_expert")
-
+    s.slip("only the active parameters read", s.evaluate(W_a / M), on="bytes_ratio")
+    s.slip("bytes of every parameter", s.evaluate(W / M), on="bytes_ratio")
+    s.slip("the crossover at datasheet peaks, without the step model's efficiencies",
+           s.evaluate(eta_bw / eta_c), on="batch_compute")
+    s.slip("the KV cache left out of the step", s.evaluate((t - t_kv) / t), on="step_time")
