@@ -197,8 +197,10 @@ def test_stranded_blocks_are_the_descendants_in_an_explicit_tree(variant, seed):
     assert expected["served_after"] == (p["victim"] - 1) * p["block_size"]
 
 
-def test_prefix_eviction_stranding_default(variant):
+def test_prefix_eviction_stranding_default(variant, catalog):
     """Llama-3-70B bf16 (320 KiB/token, 5 MiB per 16-token block; the keys are pinned in the question file)."""
+    from solvers.script import script
+
     solution = variant("prefix-eviction-stranding@default")
     results = solution.sheet.results
     assert results["block_bytes"] == 16 * 327_680
@@ -207,8 +209,9 @@ def test_prefix_eviction_stranding_default(variant):
     assert results["recompute_per_chat"] == 2000
     assert solution.sheet.regime.margin_text == "at zero, below the boundary"  # 0 tokens served, not "at" 1,000
     # Block 1 is the first block (a 0-based reading would serve 16 tokens and strand 1,790); one shard reads so.
-    assert "block 1 of the system prompt (its first block is block 1)" in solution.prompt
-    assert "1 shard)" in solution.prompt
+    opening, orders = (" ".join(stage.run.say.split()) for stage in script(solution, catalog).stages[:2])
+    assert "block 1 of the system prompt (its first block is block 1)" in opening
+    assert "1 shard," in orders
 
 
 def _first_stranding(blocks: list[_Block], rank) -> bool:
@@ -239,6 +242,26 @@ def test_orders_on_a_seeded_tree(variant, seed):
     assert strands == (age >= ttl > idle)
     judged = set(solution.expected["policies"])
     assert ("expiry at the TTL above, counted from when a block was cached" in judged) == strands
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_cpu_tier_strands_exactly_when_the_tree_overflows_it(variant, seed):
+    """The tier copies blocks as they are cached and, once full, drops its oldest write: replayed on the variant's
+    tree (seeded times), a block leaves before a descendant exactly when the tree's bytes exceed the tier's room."""
+    solution = variant(f"prefix-eviction-stranding@{seed}")
+    p = _params(solution)
+    p["chats"] = [int(x) for x in solution.param("chats").value]
+    _, blocks = _tree(p, np.random.default_rng(seed))
+    room = int(p["cpu_tier"] // solution.sheet.results["block_bytes"])  # whole blocks the tier holds
+    resident: list[_Block] = []
+    stranded = False
+    for block in sorted(blocks, key=lambda b: (b.cached_at, b.depth)):  # written as cached, parents first
+        resident.append(block)
+        if len(resident) > room:
+            oldest = resident.pop(0)  # its children were written after it: resident, or still to come
+            stranded |= bool(oldest.children)
+    option = "the CPU tier, copying each block as it is cached and evicting by its own LRU of write times"
+    assert (option in solution.expected["policies"]) == stranded
 
 
 def test_per_shard_lru_strands_where_one_shard_runs_short():

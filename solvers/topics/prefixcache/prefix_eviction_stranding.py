@@ -41,9 +41,8 @@ STRANDING_POLICIES = (
     "LRU where a hit refreshes the whole path, the deepest block first on ties",
     "expiry at the TTL above, counted from when a block was cached",
     "expiry at twice the TTL above, counted from when a block was cached",
-    "cost-aware: the block cheapest to recompute is evicted first",
     "LRU run on its own by each shard the blocks are spread over",
-    "a CPU tier below the GPU cache evicting by its own LRU of write times",
+    "the CPU tier, copying each block as it is cached and evicting by its own LRU of write times",
 )
 
 
@@ -61,29 +60,28 @@ def _expiry(s: Sheet, age, idle, ttl) -> tuple[bool, str]:
         f"the system prompt, cached {old} ago, is inside the {limit} TTL: nothing has expired yet")
 
 
-def _stranding_policies(s: Sheet, j, lost) -> None:
-    """Which orders could take a block of this tree while blocks below it stay: the TTL and the shard count
-    decide two of them."""
+def _stranding_policies(s: Sheet, tree_bytes) -> None:
+    """Which orders could take a block of this tree while blocks below it stay: the ages against the TTL, the
+    shard count and the CPU tier's room decide all but the one safe order (the question's declared fact)."""
     ttl, age, shards = s.param("τ", "ttl"), s.param("A_S", "system_age"), s.param("k", "shards")
     idle = s.param("A_c", "idle")
-    gib = s.text(lost)
-    # The three orders that never look at this variant's numbers are declared facts. FIFO is the TTL's order
-    # without the clock: it is asked through two TTLs, whose answers follow the ages.
-    safe, expiry, longer, cost, sharded, tier = STRANDING_POLICIES
+    # FIFO is the TTL's order without the clock, and a CPU tier's write-time LRU is FIFO once it is full: both
+    # are asked through what this variant's numbers decide (the ages, the tier's room).
+    safe, expiry, longer, sharded, tier = STRANDING_POLICIES
     s.judge("policies", safe, False, "a parent's last use is never older than its children's, and on a tie the "
             "deepest goes first: every descendant leaves before its ancestor", fact=True)
     for option, limit in ((expiry, ttl), (longer, 2 * ttl)):
         s.judge("policies", option, *_expiry(s, age, idle, limit))
-    s.judge("policies", cost, True, "the first block has the least context before it, so it is the cheapest to "
-            f"recompute and the first to go, with every chain below it (losing block {s.text(j)} "
-            f"strands {gib})", fact=True)
+    room = s.param("C_CPU", "cpu_tier")
+    full = s.compare(tree_bytes, room) > 0
+    s.judge("policies", tier, full, f"the tree's {s.text(tree_bytes)} overflow the tier's {s.text(room)}: it drops "
+            "the oldest writes, the system prompt's blocks, below copies of every chat it still holds" if full else
+            f"the tree's {s.text(tree_bytes)} fit the tier's {s.text(room)}: it never has to evict any of them")
     split = s.compare(shards, 1) > 0
     s.judge("policies", sharded, split,
             f"with {s.text(shards)}, a shard short of room evicts its own least recently "
             "used block while that block's descendants sit on other shards" if split else
             "one shard holds every block, so this is the global LRU above")
-    s.judge("policies", tier, True, "a hit on the GPU does not refresh the CPU copy's write time: the tier drops "
-            "the system prompt's blocks, written first, below copies of every chat it still holds", fact=True)
 
 
 def solve(p, s: Sheet) -> None:
@@ -113,18 +111,23 @@ def solve(p, s: Sheet) -> None:
                   "it can be found; it stays until evicted in turn")
     s.step("stranded_share", "Share of the tree's cache stranded", "f_str", below / tree, "%",
            "the descendants over all the tree's blocks")
+    tree_bytes = s.step("tree_bytes", "KV the tree holds", "M_tree", tree * blk, "GiB",
+                        "every block of the tree, what a tier holding its copies must fit")
     served = s.step("served_after", "Prompt tokens a returning chat serves from cache", "H", (j - 1) * B, "tokens",
                     "only the blocks before the hole still match")
     redo = s.step("recompute_per_chat", "System-prompt tokens each chat's next turn prefills again", "ΔP",
                   S - served, "tokens", "everything from the hole on, though its KV is still sitting in the pool")
     half = s.step("half_system", "Half the system prompt", "S_half", S / 2, "tokens",
                   "where the hole starts to cost a returning chat more of the shared prefix than it keeps")
-    _stranding_policies(s, j, lost)
+    _stranding_policies(s, tree_bytes)
 
     s.assume("Every chat's history sits in the cache as full blocks (a partial last block is never hashed); "
              "the chats are idle between turns, so none of their blocks is pinned by a running request.")
     s.assume("A hit walks the chain from the first block (vLLM's chained hashes, SGLang's tree path) and "
              "refreshes every block it touches, so a parent is never older than its children.")
+    s.assume("Orders that rank blocks by anything but recency with path refresh strand whenever they run: FIFO "
+             "and a full CPU tier's write-time LRU take the system prompt, cached first; a cost-aware order takes "
+             "the first block, with the least context before it and so the cheapest to recompute.")
     s.slip("only the evicted block counted", on="stranded_bytes", factor=1 / s.value(below))
     s.slip("the system prompt's own blocks below the victim forgotten", on="stranded_blocks",
            factor=s.value(own) / s.value(below))
