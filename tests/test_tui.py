@@ -388,11 +388,11 @@ def test_answer_boxes_out_of_sight_are_built_after_the_first_frame(monkeypatch, 
         app = InfradrillApp()
         async with app.run_test(size=size) as pilot:
             await wait_for(pilot, lambda: app.drill is not None)
-            await open_default(app, pilot, "moe-dispatch-bytes")
+            await open_default(app, pilot, "moe-1t-training-layout")  # one stage, 12 boxes: most below the fold
             screen = app.screen
             fields = list(screen.query("AnswerField"))
             assert not any(f.pending for f in fields) and len(screen.query(Input)) == len(fields)
-            assert screen.focused is screen.query_one("#answer-dispatch_copy")
+            assert screen.focused is screen.query_one("#answer-total_state")
             pending, body_size = first_frame[0]
             assert pending == [out_of_sight] * len(fields)
             assert body_size == screen.query_one("#question-body").virtual_size

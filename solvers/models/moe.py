@@ -99,6 +99,14 @@ def copy_bytes(s: Sheet, h: sympy.Symbol, dispatch_dtype: str = "fp8") -> tuple[
     return d_copy, c_copy
 
 
+def a2a_call_latency(s: Sheet, crosses: bool) -> sympy.Symbol:
+    """The fixed latency one dispatch or combine call pays: the bank's all-reduce latency of the slowest link it
+    uses (across nodes, or inside one NVLink domain), taken for an all-to-all as nvl72-boundary takes it."""
+    card = "all-reduce-latency-nic" if crosses else "all-reduce-latency-nvlink"
+    return s.given("α_A2A", convention_value(card) * 1e-6, "us", "fixed latency of a dispatch or combine call "
+                   + ("across nodes" if crosses else "inside one NVLink domain") + f" ({card})")
+
+
 def ep_all_to_all(s: Sheet, model: Record, gpu: Record, nic: Record, n: sympy.Symbol, gpus: int,
                   tokens: sympy.Expr, layers: sympy.Expr) -> sympy.Expr:
     """A decode step's expert-parallel all-to-all over `gpus` GPUs (`n` on the sheet), each carrying `tokens`:
@@ -113,9 +121,7 @@ def ep_all_to_all(s: Sheet, model: Record, gpu: Record, nic: Record, n: sympy.Sy
     crosses = gpus > domain
     k = given_config(s, model, "experts_per_token")
     d_copy, c_copy = copy_bytes(s, given_config(s, model, "hidden"))
-    card = "all-reduce-latency-nic" if crosses else "all-reduce-latency-nvlink"
-    alpha = s.given("α_A2A", convention_value(card) * 1e-6, "us", "fixed latency of a dispatch or combine call "
-                    + ("across nodes" if crosses else "inside one NVLink domain") + f" ({card})")
+    alpha = a2a_call_latency(s, crosses)
     V = s.step("a2a_bytes", "Dispatch and combine bytes a GPU moves per MoE layer", "V_A2A",
                tokens * k * (d_copy + c_copy), "MB", "k copies of each of its tokens out in FP8, the k results back")
     if crosses:

@@ -5,9 +5,9 @@ import sympy
 
 from solvers.conventions import scale_up_domain
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, Side
+from solvers.derivation import Reject, Sheet
 from solvers.models.common import dtype_bytes, given_config, given_nic, given_nvlink
-from solvers.models.moe import SCALE_BLOCK, SCALE_BYTES, copy_bytes, moe_layers
+from solvers.models.moe import SCALE_BLOCK, SCALE_BYTES, a2a_call_latency, copy_bytes, moe_layers
 from solvers.sheetmath import floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 
@@ -41,8 +41,9 @@ def _dispatch_levers(s: Sheet, p, *, sym: dict[str, sympy.Expr]) -> None:
     base = v["comm"]
     cut = s.param("x_cut", "cut")
 
-    def comm(remote=v["remote"], nvl=v["nvl"], per=v["per"], b_nic=v["B_nic"], b_nvl=v["B_nvl"]) -> sympy.Expr:
-        return v["L"] * max_of(v["T"] * remote * per / b_nic, v["T"] * nvl * per / b_nvl)
+    def comm(remote=v["remote"], nvl=v["nvl"], per=v["per"], b_nic=v["B_nic"], b_nvl=v["B_nvl"],
+             alpha=v["alpha"]) -> sympy.Expr:
+        return v["L"] * (max_of(v["T"] * remote * per / b_nic, v["T"] * nvl * per / b_nvl) + 2 * alpha)
 
     def say(option: str, after: sympy.Expr, why: str) -> None:
         s.judge(key, option, s.compare(after, (1 - cut) * base) <= 0,
@@ -52,10 +53,14 @@ def _dispatch_levers(s: Sheet, p, *, sym: dict[str, sympy.Expr]) -> None:
         return format_number(s.evaluate(x), 3)
 
     nic_bound = s.compare(v["t_nic"], v["t_nvl"]) >= 0
+    calls = " (the calls' latency stays)"
     say("NICs of twice the bandwidth", comm(b_nic=2 * v["B_nic"]),
-        "the NIC's share halves" + ("" if nic_bound else ", but NVLink's forwarding binds"))
+        "the NIC's share halves" + ("" if nic_bound else ", but NVLink's forwarding binds") + calls)
     say("NVLink of twice the bandwidth", comm(b_nvl=2 * v["B_nvl"]),
-        "the forwarded copies move twice as fast" + (", but the NIC binds" if nic_bound else ""))
+        "the forwarded copies move twice as fast" + (", but the NIC binds" if nic_bound else "") + calls)
+    say("Kernels with half the fixed latency per call", comm(alpha=v["alpha"] / 2),
+        f"{format_quantity(s.evaluate(v['alpha']), 'us')} of each call's {s.text(v['alpha'])} saved, the bytes "
+        "unchanged")
     h = v["h"]
     fp8_per = h + h / SCALE_BLOCK * SCALE_BYTES + v["c"]
     say("FP8 dispatch (with its scales) in place of this one's dtype", comm(per=fp8_per),
@@ -77,20 +82,40 @@ def _dispatch_levers(s: Sheet, p, *, sym: dict[str, sympy.Expr]) -> None:
         + (": the group would sit in one domain" if s.compare(half, 1) == 0 else ""))
 
 
-def _dispatch_regime(s: Sheet, t_nic, t_nvl) -> None:
-    nic, nvl = (s.text(x) for x in (t_nic, t_nvl))
-    s.regime_by(t_nic, t_nvl, tie="above", above=Side(
-        "nic-bound",
-        f"The remote copies take {nic} per layer on the NIC against {nvl} of forwarding on NVLink: the NIC sets "
-        "the pace, so fewer nodes per token or faster NICs pay, NVLink speed does not.",
-        "With fewer remote copies per token (fewer nodes, tighter node limits) or faster NICs, the NVLink "
-        "forwarding becomes the slower leg."),
-        below=Side(
-        "nvlink-bound",
-        f"Few copies cross the NIC ({nic} per layer) against {nvl} of NVLink forwarding: the forwarding inside "
-        "each node binds, so a faster NIC buys nothing.",
-        "Spread over more nodes, or with a slower NIC, the remote copies take longer than the forwarding and "
-        "the NIC binds."))
+EDGE = 0.03  # a draw within 3% of a regime's edge is refused: the graded times carry 3%
+
+
+def _dispatch_regime(s: Sheet, t_nic, t_nvl, t_link, t_calls) -> None:
+    """Three sides: the calls' fixed latency over the longer link leg, else the NIC against NVLink."""
+    nic, nvl, calls = (s.text(x) for x in (t_nic, t_nvl, t_calls))
+    for a, b in ((t_link, t_calls), (t_nic, t_nvl)):
+        if abs(s.evaluate(a / b) - 1) < EDGE:
+            raise Reject("the draw sits on a regime boundary")
+    if s.compare(t_calls, t_link) > 0:
+        s.set_regime(
+            "latency-bound",
+            f"The two calls' fixed latency, {calls} a layer, outlasts the bytes on either link (NIC {nic}, NVLink "
+            f"{nvl}): too few tokens a GPU to fill a message, so neither faster links nor fewer copies pay; "
+            "lower-latency kernels, more tokens a step or overlapping the calls with compute do.",
+            t_calls, t_link,
+            "With more tokens a GPU the bytes outgrow the calls' latency, and the slower link sets the pace.")
+    elif s.compare(t_nic, t_nvl) >= 0:
+        s.set_regime(
+            "nic-bound",
+            f"The remote copies take {nic} per layer on the NIC against {nvl} of forwarding on NVLink and "
+            f"{calls} of call latency: the NIC sets the pace, so fewer nodes per token or faster NICs pay, "
+            "NVLink speed does not.",
+            t_nvl, t_nic,
+            "With fewer remote copies per token (fewer nodes, tighter node limits) or faster NICs, the NVLink "
+            "forwarding becomes the slower leg.")
+    else:
+        s.set_regime(
+            "nvlink-bound",
+            f"Few copies cross the NIC ({nic} per layer) against {nvl} of NVLink forwarding, beyond {calls} of "
+            "call latency: the forwarding inside each node binds, so a faster NIC buys nothing.",
+            t_nic, t_nvl,
+            "Spread over more nodes, or with a slower NIC, the remote copies take longer than the forwarding and "
+            "the NIC binds.")
 
 
 def solve(p, s: Sheet) -> None:
@@ -130,19 +155,27 @@ def solve(p, s: Sheet) -> None:
                    "us", "remote copies of the GPU's tokens, out and back, over its own NIC")
     t_nvl = s.step("nvlink_time", "NVLink time per MoE layer (dispatch and combine)", "t_NVL",
                    T * nvl * per / B_nvl, "us", "the forwarded copies, out and back, over NVLink")
-    comm = s.step("comm_step", "All-to-all time per step, all MoE layers", "t_A2A", L * max_of(t_nic, t_nvl), "ms",
-                  "NIC and NVLink run at once, so the slower sets each layer's pace")
+    alpha = a2a_call_latency(s, True)
+    calls = s.step("call_latency", "Fixed latency per MoE layer (dispatch and combine)", "t_α", 2 * alpha, "us",
+                   "each of the two calls pays it however few bytes it carries")
+    link = s.step("link_time", "Bytes time per MoE layer", "t_link", max_of(t_nic, t_nvl), "us",
+                  "NIC and NVLink run at once, so the slower leg sets the pace")
+    comm = s.step("comm_step", "All-to-all time per step, all MoE layers", "t_A2A", L * (link + calls), "ms",
+                  "every MoE layer: its bytes on the slower leg, then the two calls' latency")
     s.step("saving", "NIC bytes saved by node-aware dispatch", "S", direct / remote, "x",
            "k copies per remote expert against one per remote node")
     _dispatch_levers(s, p, sym={"T": T, "k": k, "L": L, "h": h, "g": g, "D": D, "U": s.symbol("U"),
                                 "m": s.symbol("m"), "remote": remote, "nvl": nvl, "per": per, "c": c_copy,
-                                "B_nic": B_nic, "B_nvl": B_nvl, "comm": comm, "t_nic": t_nic, "t_nvl": t_nvl})
-    _dispatch_regime(s, t_nic, t_nvl)
+                                "B_nic": B_nic, "B_nvl": B_nvl, "comm": comm, "t_nic": t_nic, "t_nvl": t_nvl,
+                                "alpha": alpha})
+    _dispatch_regime(s, t_nic, t_nvl, link, calls)
 
     s.assume("A balanced router: a token's experts (or, node-limited, its groups) fall uniformly over the nodes, "
              "each picked group getting at least one of its experts (so the nodes reached are an upper bound); "
-             "the NICs and NVLink run at their datasheet rates per direction (decimal-units) with no latency per "
-             "call; dispatch and combine move the same copies, one way each.")
+             "the NICs and NVLink run at their datasheet rates per direction (decimal-units); each of dispatch and "
+             "combine pays the bank's fixed latency of a call across nodes (all-reduce-latency-nic, as "
+             "nvl72-boundary and moe-experts-per-batch take it), not overlapped with compute; dispatch and combine "
+             "move the same copies, one way each.")
     s.assume("Node-aware dispatch (DeepEP's normal kernels): a token crosses the NIC once per remote node, to the GPU "
              "of the same rank there, then NVLink forwards it to the experts' GPUs; combine reverses the path. "
              "Sending each copy straight to its expert (DeepEP's low-latency kernels) puts k·(D − 1)/D copies on "
@@ -152,4 +185,5 @@ def solve(p, s: Sheet) -> None:
     s.slip("one direction only (dispatch without combine)", s.evaluate(d_copy / per), on="token_bytes")
     s.slip("one MoE layer only", s.evaluate(1 / L), on="token_bytes")
     s.slip("every copy over the NIC", s.evaluate(k / remote), on="nic_time")
+    s.slip("the calls' fixed latency left out", s.evaluate(link / (link + calls)), on="comm_step")
 
