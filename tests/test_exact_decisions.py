@@ -146,7 +146,6 @@ ALLOWED = {
     ("topics/memory/users_per_gpu.py", "_best_layout", "n != best"): NAMES,
     ("topics/memory/users_per_gpu.py", "_pipeline_note", "users == result('served_pp')"): WHOLE,
     ("topics/moe/ep_load_skew.py", "_placement_judgements", "2 * hot_tokens <= crossover"): TEXT,
-    ("topics/moe/ep_load_skew.py", "_placement_judgements", "rep < hot"): TEXT,
     ("topics/moe/ep_load_skew.py", "solve", "sim.naive > s.value(T_bal) * (1 + 1e-12)"): SAMPLED,
     ("topics/moe/ep_load_skew.py", "solve", "sim.naive > sim.fit_today * (1 + 1e-12)"): SAMPLED,
     ("topics/prefixcache/prefix_cache_engines.py", "_after_eviction", "exact != s.value(after_radix)"): SLIP,

@@ -254,29 +254,50 @@ def test_load_skew_default(variant):
 
 def test_stale_placement_key_follows_the_seeded_simulation_on_average(variant):
     """The yesterday option is keyed by the correlation (0.95 and up keeps most of the gain) wherever a spare pays.
-    Over the bank's own draws where it pays, the seeded replays agree on average: over half kept at 0.95 and 0.99,
-    under half at 0.7 and 0.5."""
+    Over the bank's own draws where it pays and the skew costs expert work, the seeded replays agree on average:
+    over half kept at 0.95 and 0.99, under half at 0.7 and 0.5."""
     kept: dict[float, list[float]] = {}
     for seed in range(120):
         solution = variant(f"ep-load-skew@{seed}")
         results = solution.sheet.results
-        if results["placement"]["Replicating the hottest expert shortens the step"]:
+        # The replay times expert work: where the skew costs none, today's fit gains none and keeps nothing.
+        if results["placement"]["Replicating the hottest expert shortens the step"] and (
+                results["regime"] == "skew-costs-compute"):
             rho = next(param.value for param in solution.params if param.name == "correlation")
             kept.setdefault(rho, []).append(results["kept"])
     means = {rho: float(np.mean(shares)) for rho, shares in kept.items()}
     assert set(means) == {0.5, 0.7, 0.95, 0.99}
-    assert means[0.99] > means[0.95] > 0.5 > means[0.7] > means[0.5]
+    # Below half the order of 0.7 and 0.5 is noise (a stale fit can do worse than none): the key needs the split.
+    assert means[0.99] > means[0.95] > 0.5 > max(means[0.7], means[0.5])
 
 
-def test_load_skew_follow_up_hides_the_skew(variant, catalog):
-    """1,024 tokens: 128 on the hottest expert, under the crossover; every GPU reads 8 experts, and a copy of the
-    hottest one would add a ninth read."""
+def test_load_skew_push_hides_the_skew(variant, catalog):
+    """The push from the default takes the batch under B* (1,772 tokens): every GPU's expert work is 8 reads at the
+    step model's 80% of bandwidth, skew or not."""
     pushed = follow_up(variant("ep-load-skew@default"), catalog)
     results = pushed.solution.sheet.results
-    assert str(pushed.solution.code).endswith("+batch=1024") and results["regime"] == "skew-hidden"
-    assert results["hot_gpu_time"] == pytest.approx(8 * READ)
-    assert results["replicated_time"] == pytest.approx(9 * READ)
-    assert not results["placement"]["Replicating the hottest expert shortens the step"]
+    assert results["regime"] == "skew-hidden"
+    assert results["hot_gpu_time"] == pytest.approx(8 * EXPERT / (0.8 * 3.35e12))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_hot_gpu_receive_matches_plain_arithmetic(variant, seed):
+    """The hot GPU receives the hottest expert's tokens and its other experts' shares, a copy each, FP8 out and bf16
+    back; the share for GPUs off its node crosses the NIC while the rest takes NVLink, at once, plus two calls'
+    latency (50 us across nodes, 10 us inside one). It never receives less than a balanced GPU."""
+    solution = variant(f"ep-load-skew@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    model, gpu, ep, hot = p["model"], p["gpu"], int(p["ep"]), p["hot"]
+    E, k = model.experts, model.experts_per_token
+    mean = p["batch"] * k / E
+    copies = hot * mean + (E // ep - 1) * mean * (E - hot) / (E - 1)
+    volume = copies * (model.hidden * (1 + 4 / 128) + 2 * model.hidden)
+    domain, nvlink, nic = gpu.nvlink_domain, gpu.nvlink_gb_s * 1e9 / 2, p["nic"].gbit_s * 1e9 / 8
+    legs = (max(volume * domain / ep / nvlink, volume * (ep - domain) / ep / nic) if ep > domain
+            else volume / nvlink)
+    results = solution.sheet.results
+    assert results["hot_a2a"] == pytest.approx(legs + 2 * (50e-6 if ep > domain else 10e-6))
+    assert results["hot_a2a"] >= results["balanced_a2a"]
 
 
 def test_skew_simulation_matches_the_closed_form_below_the_ridge():

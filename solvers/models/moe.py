@@ -107,31 +107,35 @@ def a2a_call_latency(s: Sheet, crosses: bool) -> sympy.Symbol:
                    + ("across nodes" if crosses else "inside one NVLink domain") + f" ({card})")
 
 
+def a2a_legs(s: Sheet, gpu: Record, nic: Record, n: sympy.Symbol, gpus: int, volume: sympy.Expr) -> sympy.Expr:
+    """Seconds for `volume` bytes of one GPU's dispatch and combine under the moe-all-to-all card's routing: the
+    share bound for GPUs in its NVLink domain (its own counted in) over NVLink, the rest over its NIC, both at
+    once, the slower setting the time (all over NVLink where the `gpus` fit one domain)."""
+    convention("moe-all-to-all")
+    domain = scale_up_domain(gpu)
+    if gpus <= domain:
+        return volume / given_nvlink(s, gpu)
+    D = s.given("D", domain, "GPUs", f"{gpu.name} NVLink domain")
+    return max_of(volume * D / n / given_nvlink(s, gpu), volume * (n - D) / n / given_nic(s, nic))
+
+
 def ep_all_to_all(s: Sheet, model: Record, gpu: Record, nic: Record, n: sympy.Symbol, gpus: int,
                   tokens: sympy.Expr, layers: sympy.Expr) -> sympy.Expr:
     """A decode step's expert-parallel all-to-all over `gpus` GPUs (`n` on the sheet), each carrying `tokens`:
-    the moe-all-to-all card as DeepEP's low-latency kernels run it, each copy sent straight to its expert's GPU.
-    Per MoE layer the copies for GPUs in the sender's NVLink domain (its own counted in) go over NVLink, the rest
-    over its NIC, both at once, plus a fixed latency for each of dispatch and combine (the all-reduce-latency
-    card of the slowest link the call uses, as nvl72-boundary takes it). Zero on one GPU: no copy leaves it."""
+    the moe-all-to-all card as DeepEP's low-latency kernels run it, each copy sent straight to its expert's GPU
+    (a2a_legs), plus a fixed latency for each of dispatch and combine (the all-reduce-latency card of the
+    slowest link the call uses, as nvl72-boundary takes it). Zero on one GPU: no copy leaves it."""
     if gpus == 1:
         return sympy.Integer(0)
-    convention("moe-all-to-all")
-    domain = scale_up_domain(gpu)
-    crosses = gpus > domain
+    crosses = gpus > scale_up_domain(gpu)
     k = given_config(s, model, "experts_per_token")
     d_copy, c_copy = copy_bytes(s, given_config(s, model, "hidden"))
     alpha = a2a_call_latency(s, crosses)
     V = s.step("a2a_bytes", "Dispatch and combine bytes a GPU moves per MoE layer", "V_A2A",
                tokens * k * (d_copy + c_copy), "MB", "k copies of each of its tokens out in FP8, the k results back")
-    if crosses:
-        D = s.given("D", domain, "GPUs", f"{gpu.name} NVLink domain")
-        legs = max_of(V * D / n / given_nvlink(s, gpu), V * (n - D) / n / given_nic(s, nic))
-    else:
-        legs = V / given_nvlink(s, gpu)
-    layer = s.step("a2a_layer", "All-to-all per MoE layer", "t_A2A_L", legs + 2 * alpha, "us",
-                   ("the copies for GPUs in the domain over NVLink, the rest over the NIC, at once; " if crosses
-                    else "every copy over NVLink; ") + "plus the fixed latency of dispatch and of combine")
+    layer = s.step("a2a_layer", "All-to-all per MoE layer", "t_A2A_L", a2a_legs(s, gpu, nic, n, gpus, V) + 2 * alpha,
+                   "us", ("the copies for GPUs in the domain over NVLink, the rest over the NIC, at once; " if crosses
+                          else "every copy over NVLink; ") + "plus the fixed latency of dispatch and of combine")
     return s.step("a2a_step", "All-to-all per decode step", "t_A2A", layers * layer, "ms",
                   "every MoE layer dispatches and combines once a step")
 

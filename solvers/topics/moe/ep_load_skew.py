@@ -6,9 +6,11 @@ import zlib
 
 import sympy
 
+from solvers.conventions import scale_up_domain
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import given_config, given_hbm_bandwidth, given_peak_flops, given_weight_bytes
-from solvers.models.moe import GATED_MATRICES, REPLAYS, simulate_skew
+from solvers.models.moe import GATED_MATRICES, REPLAYS, a2a_call_latency, a2a_legs, copy_bytes, simulate_skew
+from solvers.models.steptime import DEFAULT_CONSTANTS
 from solvers.sheetmath import ceil_of, max_of
 from solvers.units import format_number, format_quantity
 
@@ -20,34 +22,32 @@ def _variant_seed(p) -> int:
     return zlib.crc32(text.encode())
 
 
-# The option states the parameter stale_fit, the correlation from which yesterday's hot set still holds most of
-# today's (test: seeded means); the log-normal spread behind it is the simulation's, which no candidate sees. It
-# also says that a spare must pay first: a fit to yesterday keeps nothing where today's fit gains nothing.
+# Keyed by the parameter stale_fit, the correlation from which yesterday's hot set still holds most of today's
+# (test: seeded means), which the option no longer states: the candidate judges the drawn correlation. It also
+# says that a spare must pay first: a fit to yesterday keeps nothing where today's fit gains nothing.
 YESTERDAY_FIT = ("Replicating the hottest expert shortens the step, and a placement fit to yesterday's loads would "
-                 "keep most of today's fit's gain (hot sets hold from a correlation of {stale_fit})")
+                 "keep most of today's fit's gain")
 
 
-def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, t_hot, t_rest, ridge, kept) -> None:
-    key, (n_hot, t_tok, t_r) = "placement", ridge
-    hot, bal, rep = (s.value(x) for x in (T_hot, T_bal, T_rep))
-    us = lambda x: format_quantity(x, "us")  # noqa: E731
+def _placement_judgements(s: Sheet, p, v: dict[str, sympy.Expr], kept) -> None:
+    """The layer options compare whole layers (experts' work and all-to-all); two ask about the experts' work."""
+    key = "placement"
+    L_hot, L_bal, L_rep, T_hot, A_hot = v["L_hot"], v["L_bal"], v["L_rep"], v["T_hot"], v["A_hot"]
+    us = lambda x: format_quantity(s.evaluate(x), "us")  # noqa: E731
     s.judge(key, "The GPU holding the hottest expert stays within {skew} of a balanced one",
-            s.compare(T_hot, (1 + s.param("s_k", "skew")) * T_bal) <= 0,
-            f"{s.text(T_hot)} against {s.text(T_bal)} balanced")
-    pays = s.compare(T_rep, T_hot) < 0
+            s.compare(L_hot, (1 + s.param("s_k", "skew")) * L_bal) <= 0,
+            f"{s.text(L_hot)} a layer against {s.text(L_bal)} balanced")
+    pays = s.compare(L_rep, L_hot) < 0
     s.judge(key, "Replicating the hottest expert shortens the step", pays,
-            f"{s.text(T_rep)} with {format_number(math.ceil(p.hot))} copies against {s.text(T_hot)}: "
-            + ("the copies split compute that was binding" if rep < hot else
-               "its GPU was waiting on weight reads, and a copy only adds one more"))
-    # The hot GPU runs over the balanced step exactly when its hottest expert passes the ridge; comparing the two
-    # times themselves would compare n·t_r with itself below it, which floats may not see as a tie.
-    excess = s.compare(n_hot * t_tok, t_r) > 0
+            f"{s.text(L_rep)} with {format_number(math.ceil(p.hot))} copies against {s.text(L_hot)}: "
+            + ("its copies split the hot tokens, their math and their copies over the links" if pays else
+               "the copy's extra weight read outweighs the share of hot copies it takes off the links"))
+    excess = s.compare(L_hot, L_bal) > 0
     s.judge(key, "Replicating the hottest expert removes at least half of its GPU's excess over a balanced one",
-            excess and s.compare(2 * (T_hot - T_rep), T_hot - T_bal) >= 0,
-            f"{us(hot - rep)} saved of {us(hot - bal)} excess" if excess else
-            "there is no excess: every expert waits on its weight read")
+            excess and s.compare(2 * (L_hot - L_rep), L_hot - L_bal) >= 0,
+            f"{us(L_hot - L_rep)} saved of {us(L_hot - L_bal)} excess")
     s.judge(key, "The hottest expert alone takes longer than the other experts on its GPU together",
-            s.compare(t_hot, t_rest) > 0, f"{us(s.evaluate(t_hot))} against {us(s.evaluate(t_rest))}")
+            s.compare(v["t_hot"], v["t_rest"]) > 0, f"{us(v['t_hot'])} against {us(v['t_rest'])}")
     fresh = p.correlation >= p.stale_fit
     s.judge(key, YESTERDAY_FIT, fresh and pays,
             f"at correlation {format_number(p.correlation)} yesterday's hot experts "
@@ -55,30 +55,30 @@ def _placement_judgements(s: Sheet, p, T_hot, T_bal, T_rep, t_hot, t_rest, ridge
             + f" (this variant's seeded replay keeps {format_number(100 * s.value(kept), 3)}%; the key follows the "
             "expected share over router draws, which crosses half between 0.7 and 0.95)" if pays else
             "replicating the hottest expert does not shorten the step at this batch, so there is no gain to keep")
-    s.judge(key, "The skew costs nothing at this batch: the busiest GPU takes the balanced time", not excess,
-            "every expert, the hottest included, waits on its weight read" if not excess else
-            f"{us(hot - bal)} over the balanced {s.text(T_bal)}")
+    s.judge(key, "The hot GPU's all-to-all takes longer than its experts' work", s.compare(A_hot, T_hot) > 0,
+            f"{s.text(A_hot)} of dispatch and combine against {s.text(T_hot)} of expert work")
     hot_tokens, crossover = s.number("hot_tokens"), s.number("expert_crossover")
-    s.judge(key, "Twice the batch would leave the busiest GPU's time unchanged",
+    s.judge(key, "Twice the batch would leave the hot GPU's expert work unchanged",
             s.compare(2 * hot_tokens, crossover) <= 0,
             "the hottest expert would still sit below the crossover" if 2 * hot_tokens <= crossover
             else "the hottest expert's math would outlast its read, and grow with the batch")
 
 
 def _skew_regime(s: Sheet, B, B_star, T_hot, T_bal, n_hot, t_c) -> None:
+    """The experts' work only: the receive's skew, asked later, grows with the batch on either side."""
     cost = format_number(s.evaluate(T_hot / T_bal), 3) + "x"
     s.regime_by(B, B_star, tie="above", above=Side(
         "skew-costs-compute",
         f"The hottest expert gets {s.text(n_hot, 3)}, past the crossover of "
-        f"{format_number(s.value(t_c), 3)}: its math outlasts its read, and its GPU runs {cost} the balanced step. "
-        "Replication and placement now pay.",
+        f"{format_number(s.value(t_c), 3)}: its math outlasts its read, and its GPU's expert work runs {cost} the "
+        "balanced one.",
         "Below B* every expert waits on its own weight read, so the busiest GPU reads what every GPU reads: "
         "skew costs nothing, and redundant experts only add reads."),
         below=Side(
         "skew-hidden",
         f"Even the hottest expert ({s.text(n_hot, 3)}) sits below the crossover of "
-        f"{format_number(s.value(t_c), 3)}: every GPU reads the same weights and takes the same time, so the skew "
-        "is free; replicas would only add reads.",
+        f"{format_number(s.value(t_c), 3)}: every GPU reads the same weights in the same time, so the skew "
+        "costs no expert work; to that work replicas would only add reads.",
         "Past B* the hottest expert's math outlasts its read: its GPU falls behind, and every MoE layer waits "
         "for it."))
 
@@ -101,12 +101,15 @@ def solve(p, s: Sheet) -> None:
     m = s.param("m", "hot")
     p_e = s.step("expert_params", "Parameters of one expert", "p_e", GATED_MATRICES * h * f, "",
                  "gate, up and down projections")
-    t_r = s.step("read_time", "Weight-read time of one expert", "t_r", p_e * b / BW, "us",
-                 "its weights from HBM, however many tokens it serves")
-    t_tok = s.step("token_time", "Math per token through one expert", "t_tok", 2 * p_e / P, "ns",
-                   "2 FLOPs per weight at the dense peak")
+    eta_c = s.given("η_c", DEFAULT_CONSTANTS.compute, "%", "achievable fraction of peak compute (step-compute)")
+    eta_bw = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%",
+                     "achievable fraction of HBM bandwidth (step-bandwidth)")
+    t_r = s.step("read_time", "Weight-read time of one expert", "t_r", p_e * b / (eta_bw * BW), "us",
+                 "its weights from HBM at the achievable bandwidth, however many tokens it serves")
+    t_tok = s.step("token_time", "Math per token through one expert", "t_tok", 2 * p_e / (eta_c * P), "ns",
+                   "2 FLOPs per weight at the achievable share of the dense peak")
     t_c = s.step("expert_crossover", "Tokens at which an expert's math outlasts its read", "t_c", t_r / t_tok,
-                 "tokens", "the ridge in tokens: b·peak/(2·bandwidth)")
+                 "tokens", "the ridge in tokens: b·η_c·peak/(2·η_bw·bandwidth)")
     n_g = s.step("experts_per_gpu", "Experts per GPU", "n_g", E / G, "experts", "E split evenly, no replicas")
     n_bar = s.step("mean_tokens", "Mean tokens per expert", "n̄", B * k / E, "tokens", "B·k picks over E experts")
     n_hot = s.step("hot_tokens", "Tokens on the hottest expert", "n_hot", m * n_bar, "tokens",
@@ -115,18 +118,40 @@ def solve(p, s: Sheet) -> None:
                  "the rest of the picks, shared evenly by the other E − 1")
     B_star = s.step("batch_star", "Batch at which skew starts to cost compute", "B*", t_c * E / (k * m), "tokens",
                     "the hottest expert reaches the crossover: m·B·k/E = t_c")
-    T_bal = s.step("balanced_time", "GPU time, perfectly balanced", "T_bal", n_g * max_of(t_r, n_bar * t_tok), "us",
-                   "every expert at the mean")
+    T_bal = s.step("balanced_time", "Expert work of a GPU, perfectly balanced", "T_bal",
+                   n_g * max_of(t_r, n_bar * t_tok), "us", "every expert at the mean")
     t_hot, t_rest = max_of(t_r, n_hot * t_tok), (n_g - 1) * max_of(t_r, n_c * t_tok)
-    T_hot = s.step("hot_gpu_time", "Time of the GPU holding the hottest expert", "T_hot", t_hot + t_rest, "us",
-                   "the sum over its experts of max(read, tokens × math per token)")
-    s.step("skew_cost", "Busiest GPU against the balanced step", "S_skew", T_hot / T_bal, "x",
+    T_hot = s.step("hot_gpu_time", "Expert work of the GPU holding the hottest expert", "T_hot", t_hot + t_rest,
+                   "us", "the sum over its experts of max(read, tokens × math per token)")
+    # The all-to-all: every GPU sends its own B/G tokens' k copies, but receives the copies bound for its experts.
+    d_copy, c_copy = copy_bytes(s, h)
+    alpha = a2a_call_latency(s, int(p.ep) > scale_up_domain(gpu))
+    x_bal = s.step("balanced_copies", "Copies a balanced GPU receives per layer", "x_bal", n_g * n_bar, "tokens",
+                   "its experts at the mean: as many as it sends")
+    x_hot = s.step("hot_copies", "Copies the hot GPU receives per layer", "x_hot", n_hot + (n_g - 1) * n_c, "tokens",
+                   "the hottest expert's tokens and its other experts' shares")
+    A_bal = s.step("balanced_a2a", "All-to-all of a balanced GPU per layer", "A_bal",
+                   a2a_legs(s, gpu, p.nic, G, int(p.ep), x_bal * (d_copy + c_copy)) + 2 * alpha, "us",
+                   "its copies in (dispatch) and their results out (combine), plus each call's latency")
+    A_hot = s.step("hot_a2a", "All-to-all of the hot GPU per layer", "A_hot",
+                   a2a_legs(s, gpu, p.nic, G, int(p.ep), x_hot * (d_copy + c_copy)) + 2 * alpha, "us",
+                   "it receives more copies than it sends, whatever the batch: the receive sets its links' time")
+    L_bal = s.step("balanced_layer", "A balanced GPU's MoE layer", "L_bal", T_bal + A_bal, "us",
+                   "expert work, then the all-to-all, not overlapped")
+    L_hot = s.step("hot_layer", "The hot GPU's MoE layer", "L_hot", T_hot + A_hot, "us",
+                   "its expert work and its all-to-all")
+    s.step("skew_cost", "Hot GPU's layer against a balanced one", "S_skew", L_hot / L_bal, "x",
            "EP waits for the busiest GPU at every MoE layer")
     r = s.step("replicas", "Copies of the hottest expert to bring each to the mean", "r", ceil_of(m), "",
                "the original among them, each on its own GPU: each copy takes 1/r of its tokens")
-    T_rep = s.step("replicated_time", "Busiest GPU with the hottest expert replicated", "T_rep",
+    T_rep = s.step("replicated_work", "Expert work of a GPU hosting a copy", "T_rep",
                    n_g * max_of(t_r, n_c * t_tok) + max_of(t_r, n_hot * t_tok / r), "us",
                    "a GPU that hosts a copy beside its own experts: one more weight read, a share of the hot tokens")
+    x_rep = s.step("replicated_copies", "Copies a GPU hosting a copy receives per layer", "x_rep",
+                   n_g * n_c + n_hot / r, "tokens", "its own experts' shares and 1/r of the hot expert's")
+    L_rep = s.step("replicated_time", "Busiest GPU's layer with the hottest expert replicated", "L_rep",
+                   T_rep + a2a_legs(s, gpu, p.nic, G, int(p.ep), x_rep * (d_copy + c_copy)) + 2 * alpha, "us",
+                   "its expert work and its all-to-all")
     sim = simulate_skew(_variant_seed(p), model.experts, int(p.ep), p.batch * model.experts_per_token, p.hot,
                         p.correlation, s.value(t_r), s.value(t_tok))
     source = (f"seeded simulation of the router, mean of {REPLAYS} replays: {model.experts} log-normal popularities "
@@ -142,18 +167,24 @@ def solve(p, s: Sheet) -> None:
     kept = s.step("kept", "Share of that gain a placement fit to yesterday keeps", "K_yday",
                   (S_n - S_y) / (S_n - S_t) if sim.naive > sim.fit_today * (1 + 1e-12) else sympy.Integer(0), "%",
                   "0 where today's fit gains nothing")
-    _placement_judgements(s, p, T_hot, T_bal, T_rep, t_hot, t_rest, (n_hot, t_tok, t_r), kept)
+    _placement_judgements(s, p, {"L_hot": L_hot, "L_bal": L_bal, "L_rep": L_rep, "T_hot": T_hot, "A_hot": A_hot,
+                                 "t_hot": t_hot, "t_rest": t_rest}, kept)
     _skew_regime(s, B, B_star, T_hot, T_bal, n_hot, t_c)
 
-    s.assume("A GPU's time for one MoE layer is the sum over the experts it holds of max(weight read, tokens × math "
-             "per token) at datasheet peaks (dense-peaks): its grouped GEMM runs one expert after another; "
-             "dispatch and the shared weights are left out (moe-dispatch-bytes).")
+    s.assume("A GPU's expert work for one MoE layer is the sum over the experts it holds of max(weight read, tokens × "
+             "math per token) at the step model's achievable rates (step-compute, step-bandwidth): its grouped GEMM "
+             "runs one expert after another. Its all-to-all follows the moe-all-to-all card, each copy straight to "
+             "its expert's GPU, and pays each call's fixed latency; it is not overlapped with the expert work. The "
+             "shared weights and attention are the same on every GPU and left out: they add to every layer alike.")
+    s.assume("The simulation times expert work only: the placements it compares differ in where copies land, "
+             "which the receive follows in proportion.")
     s.assume("The hand model takes the hottest expert at m × the mean and the others at an even share of the rest; "
              "the simulation draws all E popularities (log-normal, scaled to the same hottest expert) and uses each "
              "expert's expected tokens, picks × share.")
     s.assume("Rebalancing as DeepSeek's EPLB does: one redundant expert per GPU for the heaviest experts (their "
              "tokens split evenly over the copies), copies packed heaviest first onto the least-loaded GPU.")
-    s.slip("the mean tokens used for the hottest expert", s.evaluate(1 / m), on="hot_tokens")
+    s.slip("the mean load used for the hottest expert", s.evaluate(m), on="batch_star")
     s.slip("k left out of the tokens per expert", s.evaluate(k), on="batch_star")
     s.slip("skew read as free (the balanced time)", s.evaluate(T_bal / T_hot), on="hot_gpu_time")
+    s.slip("the hot GPU's receive taken at the balanced copies", s.evaluate(A_bal / A_hot), on="hot_a2a")
 
