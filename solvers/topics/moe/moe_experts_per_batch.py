@@ -9,6 +9,7 @@ from solvers.data import Record
 from solvers.derivation import Reject, Sheet
 from solvers.models.common import (
     given_active_params,
+    given_compute_efficiencies,
     given_config,
     given_hbm_bandwidth,
     given_hbm_bytes,
@@ -19,7 +20,7 @@ from solvers.models.common import (
 )
 from solvers.models.kvcache import kv_bytes_per_token
 from solvers.models.moe import GATED_MATRICES, ep_all_to_all, moe_layers, parameter_count
-from solvers.models.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD
+from solvers.models.steptime import given_step_bandwidth, given_step_overhead
 from solvers.sheetmath import floor_of, max_of, min_of, miss_power
 from solvers.units import format_number, format_quantity
 
@@ -178,9 +179,9 @@ def solve(p, s: Sheet) -> None:
     n = s.param("n", "gpus")
     P, P_att = given_matmul_peaks(s, p.gpu, p.weight_dtype, "bf16")
     BW = given_hbm_bandwidth(s, p.gpu)
-    eta_c = s.given("η_c", DEFAULT_CONSTANTS.compute, "%", "achievable fraction of peak compute (step-compute)")
-    eta_bw = s.given("η_bw", DEFAULT_CONSTANTS.bandwidth, "%", "achievable fraction of HBM bandwidth (step-bandwidth)")
-    t_oh = s.given("t_oh", STEP_OVERHEAD, "ms", "fixed overhead per step (step-overhead)")
+    eta_c, eta_att = given_compute_efficiencies(s, p.gpu, p.weight_dtype, "bf16")
+    eta_bw = given_step_bandwidth(s)
+    t_oh = given_step_overhead(s)
     R_f, R_b = eta_c * P, eta_bw * BW
     r = routed_experts(s, model, b)
     W = s.step("weights", "Bytes of all weights", "W", N * b, "GB", "the total parameter count, each stored once")
@@ -233,7 +234,7 @@ def solve(p, s: Sheet) -> None:
                  f"shared weights and each expert read, each on its roofline, over {format_number(p.gpus)} GPUs")
     A = _attention_pair_flops(s, model)
     t_kv = s.step("attention_time", "Attention per step", "t_KV",
-                  max_of(B * S * KV / R_b, B * S * A / (eta_c * P_att)) / n, "ms",
+                  max_of(B * S * KV / R_b, B * S * A / (eta_att * P_att)) / n, "ms",
                   "every sequence reads its whole cache once, or its query-key math, whichever is longer")
     t_a2a = ep_all_to_all(s, model, p.gpu, p.nic, n, int(p.gpus), B / n, r.L)
     t = s.step("step_time", "Time of the step", "t", t_w + t_kv + t_a2a + t_oh, "ms",
@@ -251,7 +252,8 @@ def solve(p, s: Sheet) -> None:
     s.assume("Every weight outside the routed experts (the embedding table included) is read once per step, and "
              "every one but the input embedding table (a lookup) does 2 FLOPs a token. Each sequence holds the "
              "whole context in a bf16 cache and reads it once a step; attention runs at the bf16 peak.")
-    s.assume("The bank's step model (step-compute, step-bandwidth, step-overhead): each piece on its own roofline "
+    s.assume("The bank's step model (step-compute and step-compute-fp8 by each matmul's precision, step-bandwidth, "
+             "step-overhead): each piece on its own roofline "
              "at the achievable rates, the shared weights, each expert and attention separately (one expert's idle "
              f"tensor cores do not serve another's tokens), summed; the {format_number(p.gpus)} GPUs share reads, "
              "math and KV evenly (each sequence's cache on one GPU, as with data-parallel attention); the "
