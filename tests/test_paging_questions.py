@@ -14,7 +14,7 @@ KIB = 1024
 
 # Answers that are whole-number counts: a neighbouring whole number must never grade correct.
 EXACT_COUNTS = {
-    "paged-block-size": ("worst_waste", "blocks_per_sequence", "prefix_recompute"),
+    "paged-block-size": ("blocks_per_sequence", "prefix_recompute"),
     "sliding-window-savings": ("window_blocks",),
     "cow-block-sharing": ("blocks_with", "blocks_without", "copies", "recomputed"),
 }
@@ -59,6 +59,8 @@ def test_paged_block_size_matches_plain_arithmetic(variant, seed):
     model, block = p["model"], p["block_size"]
     per_token = 2 * model.layers * model.kv_heads * model.head_dim * {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
     waste = (block - 1) / 2
+    assert expected["worst_batch_waste"] == pytest.approx(p["batch"] * (block - 1) * per_token)
+    assert expected["page_bytes"] == pytest.approx(block * per_token / model.layers)
     assert expected["batch_waste"] == pytest.approx(p["batch"] * waste * per_token)
     assert expected["blocks_per_sequence"] == math.ceil(p["mean_length"] / block)
     assert expected["prefix_recompute"] == p["prefix"] % block
@@ -68,9 +70,9 @@ def test_paged_block_size_matches_plain_arithmetic(variant, seed):
 
 
 def test_paged_block_size_pinned_seed(variant):
-    """Pinned again after the prefix-shorter constraint and the narrower prefix range changed the draws (the keys
-    are pinned in the question file)."""
-    assert [p.raw for p in variant("paged-block-size@3").params] == ["llama-3-70b", "bf16", 128, 24, 850, 481, 4]
+    """Pinned again after the lengths narrowed to 400-3,000 tokens and the prompt to 50-2,000 (the keys are pinned
+    in the question file)."""
+    assert [p.raw for p in variant("paged-block-size@3").params] == ["llama-3-8b", "bf16", 128, 120, 480, 247, 4]
 
 
 def test_paged_prefix_is_shorter_than_the_requests_it_opens(variant):
@@ -80,7 +82,7 @@ def test_paged_prefix_is_shorter_than_the_requests_it_opens(variant):
         p = _params(variant(f"paged-block-size@{seed}"))
         assert p["prefix"] + p["block_size"] <= p["mean_length"], seed
     with pytest.raises(VariantError, match="prefix_shorter"):
-        variant("paged-block-size@default+prefix=4000+mean_length=680")
+        variant("paged-block-size@default+prefix=2000+mean_length=680")
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -101,12 +103,30 @@ def test_paged_block_choice_matches_plain_arithmetic(variant, seed):
     assert judged["twice the block size would leave the whole system prompt uncached"] == (prefix < 2 * block)
 
 
-@pytest.mark.parametrize("block_size", [128, 256])
-def test_worst_waste_of_b_instead_of_b_minus_one_is_wrong(variant, block_size):
-    """The point of the question is B − 1: typing B must not pass, even for the largest blocks."""
+@pytest.mark.parametrize("block_size", [16, 32])
+def test_worst_batch_waste_of_b_instead_of_b_minus_one_is_wrong(variant, block_size):
+    """The bound is B − 1 slots a sequence (the last block holds a token): B must not pass where it is more than
+    the tolerance away."""
     solution = variant(f"paged-block-size@default+block_size={block_size}")
-    assert solution.grade_one("worst_waste", str(block_size - 1)).verdict == CORRECT
-    assert solution.grade_one("worst_waste", str(block_size)).verdict == WRONG
+    per_slot = solution.expected["worst_batch_waste"] / (block_size - 1)
+    assert solution.grade_one("worst_batch_waste", f"{per_slot * (block_size - 1)} GiB").verdict == CORRECT
+    assert solution.grade_one("worst_batch_waste", f"{per_slot * block_size} GiB").verdict != CORRECT
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_paged_block_size_push_crosses_to_the_other_side(variant, catalog, seed):
+    """Each side's declared push (256-token blocks from the negligible side, 16 from the material side) lands on
+    the other side of the 4% bar: every mean length (400 to 3,000) sits between the two boundaries, 12 × 15 = 180
+    and 12 × 255 = 3,060 tokens. A draw whose prompt leaves no room for a 256-token block hands over."""
+    from solvers.interview import stage_run
+
+    solution = variant(f"paged-block-size@{seed}")
+    pushes = [i for i, stage in enumerate(solution.question.stages) if stage.push]
+    runs = [run for i in pushes if (run := stage_run(solution, catalog, i)) is not None]
+    p = _params(solution)
+    if p["prefix"] + 256 <= p["mean_length"] or solution.regime_name == "waste-material":
+        assert len(runs) == 1 and runs[0].regime != solution.regime_name, seed
+        assert runs[0].solution.param("block_size").raw in (16, 256)
 
 
 @pytest.mark.parametrize("qid", sorted(EXACT_COUNTS))

@@ -7,13 +7,13 @@ from solvers.models.kvcache import (
     blocks_for_tokens,
     kv_bytes_per_token_given,
 )
-from solvers.sheetmath import ceil_of, floor_of
+from solvers.sheetmath import floor_of
 from solvers.units import format_number, format_quantity
 
 
 # PagedAttention (Kwon et al., SOSP 2023) reports vLLM wasting under 4% of the KV cache: the bar
 # below which fragmentation is called negligible here.
-def _block_choices(s: Sheet, B, L_avg, P, tau, blocks) -> None:
+def _block_choices(s: Sheet, B, L_avg, P, tau) -> None:
     """The trade at half and twice this block size, judged on the variant's numbers."""
     def share(size):
         return (size - 1) / 2 / (L_avg + (size - 1) / 2)
@@ -38,14 +38,6 @@ def _block_choices(s: Sheet, B, L_avg, P, tau, blocks) -> None:
             s.compare(double * floor_of(P / double), 0) == 0,
             f"{format_number(s.evaluate(double))}-token blocks: {format_number(full_double)} of the "
             f"{format_number(s.value(P))} prompt tokens fill whole blocks")
-    more = s.evaluate(ceil_of(L_avg / half))
-    s.judge("block_choice", "half the block size would give the kernel more and smaller blocks to gather per sequence",
-            s.compare(ceil_of(L_avg / half), blocks) > 0,
-            f"⌈L/(B/2)⌉ = {format_number(more)} page-table entries per layer instead of "
-            f"{format_number(s.value(blocks))}, each half the bytes: the kernel's side of the trade", fact=True)
-    s.judge("block_choice", "twice the block size would leave fewer slots empty per sequence", False,
-            f"the expected empty slots grow with the block, (B' − 1)/2: {format_number(s.evaluate((double - 1) / 2))} "
-            f"instead of {format_number(s.evaluate((B - 1) / 2))}", fact=True)
 
 
 def _block_regime(s: Sheet, share, tau, L_star, L_avg, blocks, waste) -> None:
@@ -73,6 +65,8 @@ def solve(p, s: Sheet) -> None:
 
     w_max = s.step("worst_waste", "Worst-case empty slots per sequence", "w_max", B - 1, "tokens",
                    "only the last block can be partly full, and it holds at least one token")
+    s.step("worst_batch_waste", "Most KV the batch can leave empty", "W_max", n * w_max * kv_tok, "GiB",
+           "the bound: every sequence ends one token into its last block")
     w = s.step("expected_waste", "Expected empty slots per sequence", "w", w_max / 2, "tokens",
                "a length ending anywhere in its last block leaves 0 to B−1 slots empty, each equally likely")
     waste = s.step("batch_waste", "Expected empty KV across the batch", "W", n * w * kv_tok, "GiB",
@@ -100,10 +94,13 @@ def solve(p, s: Sheet) -> None:
              "matches in a prefix cache that hashes whole blocks (vLLM's rule).")
     s.slip("/n: one sequence's waste, not the batch's", 1 / p.batch, on="batch_waste")
     s.slip("x2: the worst case B − 1 instead of the expected (B − 1)/2", 2.0, on="batch_waste")
+    s.slip("/2: the expected (B − 1)/2 instead of the worst case B − 1", 0.5, on="worst_batch_waste")
+    s.slip("B instead of B − 1: a last block counted wholly empty (it holds a token)", on="worst_batch_waste",
+           factor=p.block_size / (p.block_size - 1))
     s.slip("x2: the worst case B − 1 instead of the expected (B − 1)/2", on="waste_share",
            factor=s.evaluate(w_max / (L_avg + w_max)) / s.value(share))
     s.slip("x layers: KV of one layer counted for the whole model", 1 / p.model.layers, on="batch_waste")
 
-    _block_choices(s, B, L_avg, P, tau, blocks)
+    _block_choices(s, B, L_avg, P, tau)
     _block_regime(s, share, tau, L_star, L_avg, blocks, waste)
 
