@@ -384,18 +384,51 @@ def test_snapshots_are_bounded(variant):
         solution = variant(f"recurrent-state-inventory@{seed}")
         p = _params(solution)
         assert solution.expected["snapshot_bytes"] <= p["keep"] * solution.expected["state_per_request"] <= 400 * MiB
-    long = variant("recurrent-state-inventory@default+context=131072+interval=256+block_size=16+keep=1")
-    assert long.sheet.results["snapshots_taken"] == 512
+    long = variant("recurrent-state-inventory@default+context=131072+keep=1")
+    assert long.sheet.results["snapshots_taken"] == 256
     assert long.expected["snapshot_bytes"] == long.expected["state_per_request"]
-    grade = long.grade_one("snapshot_bytes", f"{512 * long.expected['state_per_request'] / MiB} MiB")
+    grade = long.grade_one("snapshot_bytes", f"{256 * long.expected['state_per_request'] / MiB} MiB")
     assert grade.slip == "every snapshot taken kept, unbounded"
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_snapshot_policy_by_enumeration(variant, seed):
+    """Each option of the select, judged by listing the restart points: the newest within the context is what
+    a resent context restores, at this spacing, at half the interval and at every block."""
+    solution = variant(f"recurrent-state-inventory@{seed}")
+    p, judged = _params(solution), solution.sheet.results["snapshot_policy"]
+    interval, block, context = (int(p[name]) for name in ("interval", "block_size", "context"))
+
+    def restored(every: int) -> int:
+        return max([0] + [t for t in range(every, context + 1, every) if t % block == 0])
+
+    now = restored(interval)
+    assert judged["A next turn resending this context restores more than half of it from cache"] is (2 * now > context)
+    assert judged["Snapshots every half the interval would restore more of the next turn"] is (
+        restored(interval // 2) > now)
+    assert judged["Snapshots at every block boundary would restore more of the next turn"] is (restored(block) > now)
+    kv = 2 * 4 * 8 * 128 * DTYPE_BYTES[p["kv_dtype"]] * context
+    assert judged["The snapshots it keeps cost more than its KV cache"] is (solution.expected["snapshot_bytes"] > kv)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_recurrent_push_crosses_the_crossover(variant, catalog, seed):
+    """A grown conversation (64K tokens, past every crossover: at most 12,468 with an fp32 state and fp8 KV) is
+    KV-dominated; a fresh 2K chat (under every crossover: at least 3,162 with a bf16 state and bf16 KV) is
+    state-dominated."""
+    from solvers.interview import stage_run
+
+    solution = variant(f"recurrent-state-inventory@{seed}")
+    runs = [run for i, stage in enumerate(solution.question.stages) if stage.push
+            if (run := stage_run(solution, catalog, i)) is not None]
+    assert len(runs) == 1 and runs[0].regime != solution.regime_name, seed
+
+
 def test_recurrent_state_pinned_seed(variant):
-    """Seed 2 draws these parameters (its restart points are pinned in the question file): three usable
+    """Seed 2 draws these parameters (its restart points are pinned in the question file): 23 usable
     snapshots, two kept."""
     solution = variant("recurrent-state-inventory@2")
-    assert [p.raw for p in solution.params][9:] == ["fp32", "bf16", 52992, 512, 528, 2]
+    assert [p.raw for p in solution.params][9:] == ["fp32", "bf16", 60992, 512, 1280, 2]
     assert solution.expected["snapshot_bytes"] == 2 * solution.expected["state_per_request"]
 
 

@@ -10,7 +10,7 @@ from solvers.models.kvcache import (
     kv_bytes_per_token_given,
 )
 from solvers.sheetmath import floor_of, lcm_of, min_of
-from solvers.units import format_number, format_quantity
+from solvers.units import format_number
 
 
 def _restorable(s: Sheet, interval, block, C) -> float:
@@ -20,27 +20,24 @@ def _restorable(s: Sheet, interval, block, C) -> float:
     return s.evaluate(R * floor_of(C / R))
 
 
-def _snapshot_judgements(s: Sheet, p, state, kv, taken, R, reuse, k, B, C) -> None:
+def _snapshot_judgements(s: Sheet, p, state, kv, kept_bytes, R, reuse, k, B, C) -> None:
     key, now = "snapshot_policy", s.value(reuse)
-    every = s.evaluate(taken * state)
-    costly = s.compare(taken * state, kv) > 0
-    s.judge(key, "Keeping every snapshot taken would cost more than the request's KV cache", costly,
-            f"{s.text(taken)} snapshots of {s.text(state)}: "
-            f"{format_quantity(every, 'MiB')} against {s.text(kv)} of KV")
+    s.judge(key, "The snapshots it keeps cost more than its KV cache", s.compare(kept_bytes, kv) > 0,
+            f"{s.text(kept_bytes)} of snapshots against {s.text(kv)} of KV")
+    s.judge(key, "A next turn resending this context restores more than half of it from cache",
+            s.compare(2 * reuse, C) > 0,
+            f"{format_number(now)} of {format_number(s.value(C))} tokens come back")
+    half = _restorable(s, k / 2, B, C)
+    s.judge(key, "Snapshots every half the interval would restore more of the next turn", half > now,
+            f"restart points every lcm(k/2, B) = {format_number(s.evaluate(lcm_of(k / 2, B)))} tokens restore "
+            f"{format_number(half)} tokens against {format_number(now)}")
     per_block = _restorable(s, B, B, C)
     s.judge(key, "Snapshots at every block boundary would restore more of the next turn", per_block > now,
             f"restart points every {format_number(p.block_size)} tokens restore {format_number(per_block)} tokens "
             f"against {format_number(now)}")
-    stranded = s.compare(taken, floor_of(C / R)) > 0
-    s.judge(key, "Some snapshots taken can never serve as a restart point", stranded,
-            f"{s.text(taken)} taken, {format_number(s.evaluate(floor_of(C / R)))} on a multiple of "
-            f"lcm(k, B) = {format_number(s.value(R))}")
     s.judge(key, "Keeping more snapshots per request would restore more of the next turn", False,
             "a turn that resends the whole context resumes from the newest restart point; older snapshots only "
             "serve a branch from earlier in the conversation", fact=True)
-    s.judge(key, "What the next turn restores depends only on the newest restart point within the context", True,
-            "everything up to it comes from the snapshot and the KV blocks, everything after it is prefilled again",
-            fact=True)
 
 
 def _state_regime(s: Sheet, state, kv, C_star, C) -> None:
@@ -99,7 +96,7 @@ def solve(p, s: Sheet) -> None:
     keep = s.param("n_keep", "keep")
     kept = s.step("snapshots_kept", "Snapshots the engine keeps", "n_kept", min_of(keep, usable),
                   "", "the newest usable ones, up to the per-request cap")
-    s.step("snapshot_bytes", "Memory of the kept snapshots", "S_snap", kept * state, "MiB",
+    kept_bytes = s.step("snapshot_bytes", "Memory of the kept snapshots", "S_snap", kept * state, "MiB",
            "each is a full copy of the recurrent state of every Mamba layer")
     reuse = s.step("reusable", "Tokens the next turn restores from cache", "C_hit", R * usable, "tokens",
                    "the newest restart point within the context; everything after it is recomputed")
@@ -118,7 +115,8 @@ def solve(p, s: Sheet) -> None:
     s.assume("Block sizes and snapshot intervals here are illustrative. vLLM sizes a hybrid model's attention "
              "block so that one layer's page holds a Mamba layer's state (for this layout with bf16 KV: 528 "
              "tokens with a bf16 SSM state, 1,040 with fp32); with prefix caching on, it rounds that up to a "
-             "multiple of the Mamba chunk size and snapshots the state at every block boundary.")
+             "multiple of the 256-token Mamba chunk (768, 1,280) and snapshots the state at every block boundary. "
+             "Here the block is drawn apart from the state dtype and the snapshots come every 512 or 1,024 tokens.")
     state_answers = ("state_per_request", "crossover", "snapshot_bytes")
     s.slip("x Mamba layers: one layer's state, not the model's", 1 / p.mamba_layers, on=state_answers)
     s.slip("conv buffer left out", on=state_answers,
@@ -129,6 +127,6 @@ def solve(p, s: Sheet) -> None:
            factor=p.attn_layers / (p.mamba_layers + p.attn_layers))
     if s.compare(kept, 0) > 0:
         s.slip("every snapshot taken kept, unbounded", s.value(taken) / s.value(kept), on="snapshot_bytes")
-    _snapshot_judgements(s, p, state, kv, taken, R, reuse, k, B, C)
+    _snapshot_judgements(s, p, state, kv, kept_bytes, R, reuse, k, B, C)
     _state_regime(s, state, kv, C_star, C)
 
