@@ -141,6 +141,7 @@ ALLOWED = {
     ("topics/kv_cache/mla_tp_duplication.py", "_attention_judgements", "then > s.value(req_dp)"): WHOLE,
     ("topics/kv_cache/mla_vs_gqa_under_tp.py", "_mla_levers", "then > now"): WHOLE,
     ("topics/kv_cache/recurrent_state_inventory.py", "_snapshot_judgements", "per_block > now"): WHOLE,
+    ("topics/kv_cache/recurrent_state_inventory.py", "_snapshot_judgements", "half > now"): WHOLE,
     ("topics/kv_cache/tp_past_kv_heads.py", "solve", "r > 1"): SLIP,
     ("topics/memory/users_per_gpu.py", "_best_layout", "len(tied) == 1"): NAMES,
     ("topics/memory/users_per_gpu.py", "_best_layout", "n != best"): NAMES,
