@@ -1,10 +1,14 @@
 """How many KV cache blocks vLLM allocates, and why that is a ceiling."""
 from __future__ import annotations
 
+import sympy
+
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import GPU_MEMORY_UTILIZATION, dtype_bytes, given_config
-from solvers.models.kvcache import kv_bytes_per_token_given, kv_heads_per_gpu
+from solvers.models.collective import tp_all_reduce
+from solvers.models.common import GPU_MEMORY_UTILIZATION, given_active_params, given_config, given_weight_bytes
 from solvers.models.memory import profile_run_inputs
+from solvers.models.moe import parameter_count
+from solvers.models.steptime import Engine, StepWork, engine, step_time
 from solvers.sheetmath import ceil_of, floor_of, min_of
 from solvers.units import format_number, format_quantity
 
@@ -21,15 +25,9 @@ def _block_slips(p, s: Sheet, avail, page, blocks, per_seq, seqs) -> None:
     s.slip("KV heads not split over TP", p.model.kv_heads / kept, on="block_bytes")
 
 
-def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks, per_seq, seqs, cap) -> None:
+def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks,
+                        reads: tuple[sympy.Expr, sympy.Expr, sympy.Symbol]) -> None:
     """Why fewer full-context sequences run than a naive count suggests, judged on this variant."""
-    count, limit = format_number(s.value(seqs)), s.text(cap)
-    s.judge("ceiling", "max_num_seqs admits fewer sequences than the blocks hold", s.compare(cap, seqs) < 0,
-            f"the blocks hold {count} full-context sequences; max_num_seqs is {limit}")
-    s.judge("ceiling", "sequences shorter than the full context would let more of them run", s.compare(seqs, cap) < 0,
-            f"{count} full-context sequences fill the blocks, "
-            + ("below" if s.compare(seqs, cap) < 0 else "above") + f" max_num_seqs = {limit}: "
-            + ("shorter ones need fewer blocks each" if s.compare(seqs, cap) < 0 else "the scheduler's cap binds"))
     s.judge("ceiling", "this TP exceeds the KV heads, so each GPU holds a copied head and its blocks shrink no further",
             p.tp > p.model.kv_heads,
             f"TP {p.tp} over {p.model.kv_heads} KV heads: "
@@ -37,10 +35,6 @@ def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks, per_seq, seqs, cap
                "each GPU as much as at TP = KV heads (the weights still shard further)"
                if p.tp > p.model.kv_heads else "each GPU keeps one head, none copied yet (a wider TP would copy it)"
                if p.tp == p.model.kv_heads else f"each GPU keeps {p.model.kv_heads // p.tp} heads, none copied"))
-    spare = int(p.context) % int(p.block_size)
-    s.judge("ceiling", "a full-context sequence leaves its last block partly empty", spare != 0,
-            f"{format_number(p.context)} tokens in blocks of {format_number(p.block_size)}: "
-            + (f"the last block holds {spare}" if spare else "the blocks fill exactly"))
     s.judge("ceiling", "the CUDA graphs captured after start-up take blocks back", False,
             "the blocks are allocated before the graphs are captured; the graphs come out of the memory "
             "outside gpu_memory_utilization, or OOM there", fact=True)
@@ -50,6 +44,44 @@ def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks, per_seq, seqs, cap
             s.compare(more, s.param("f_more", "more_blocks")) > 0,
             f"half the {s.text(A)} activation peak returns "
             f"{format_quantity(s.value(A) / 2, 'GiB')}: {format_quantity(gained, '%')} more blocks")
+    weights, kv, tpot = reads
+    s.judge("ceiling", "at that batch and full context, each step reads more KV than weights",
+            s.compare(kv, weights) > 0,
+            f"each GPU reads {format_quantity(s.evaluate(kv), 'GB')} of KV against "
+            f"{format_quantity(s.evaluate(weights), 'GB')} of weights a step")
+    speed = s.param("v_read", "reading_speed")
+    s.judge("ceiling", "at that batch and full context, every user still streams over {reading_speed}",
+            s.compare(1 / tpot, speed) > 0,
+            f"a {s.text(tpot)} step gives each user {format_quantity(1 / s.value(tpot), 'tokens/s')}")
+
+
+def _decode_tpot(p, s: Sheet, e: Engine, batch, C) -> tuple[sympy.Expr, sympy.Expr, sympy.Symbol]:
+    """The step of the batch that runs, every sequence at full context, in the bank's step model; the
+    weights and KV each GPU reads in it. A MoE model reads the experts the batch touches and runs its
+    active parameters."""
+    N_act = e.N
+    weights = e.W / e.TP
+    if p.model.get("active_params_b") is not None:
+        N_act = given_active_params(s, p.model)
+        E = given_config(s, p.model, "experts")
+        k = given_config(s, p.model, "experts_per_token", "k_E")
+        routed = s.given("N_routed", parameter_count(p.model).routed, "", "routed expert parameters (config)")
+        touched = s.step("", "Share of each layer's experts the batch touches", "f_E", 1 - (1 - k / E) ** batch, "%",
+                         "each sequence's token picks k of E experts; the chance an expert is missed by all of them")
+        weights = s.step("", "Weights each GPU reads per step", "W_read",
+                         (e.W - routed * given_weight_bytes(s, p.weight_dtype) * (1 - touched)) / e.TP, "GB",
+                         "all but the routed experts no token of the batch picked")
+    kv = e.KV * batch * C
+    work = StepWork(s.step("flops_dec", "FLOPs of the decode step", "F_dec", 2 * N_act * batch + e.A * batch * C,
+                           "TFLOP", "2 per active weight per token, plus attention over the full context"),
+                    s.step("bytes_dec", "Bytes each GPU reads in the decode step", "M_dec", weights + kv, "GB",
+                           "its share of the weights, read once for the batch, and of every sequence's KV"),
+                    e.math_time(2 * N_act * batch, e.A * batch * C))
+    comm = tp_all_reduce(s, p.model, p.gpu, p.tp, batch, tag="dec", label="decode step")
+    tpot = step_time(s, e, "dec", "decode step at full context", work, key="tpot", communication=comm,
+              why="one token for every running sequence: the slower of reads and math"
+                  + (", the all-reduces" if p.tp > 1 else "") + ", plus overhead")
+    return weights, kv, tpot
 
 
 def _ceiling_regime(s: Sheet, seqs, cap) -> None:
@@ -75,19 +107,18 @@ def _ceiling_regime(s: Sheet, seqs, cap) -> None:
 
 
 def solve(p, s: Sheet) -> None:
-    M, u, n, A, T, w = profile_run_inputs(p, s, GPU_MEMORY_UTILIZATION)
+    M, u, n, A, T, w = profile_run_inputs(p, s, GPU_MEMORY_UTILIZATION, peak="A_pk", tp="TP")
+    e = engine(s, p.model, p.gpu, p.tp, dtype=p.weight_dtype, kv_dtype=p.kv_dtype, communication=True,
+               kv_prerequisite=True)
     other = s.step("other_non_kv", "Activation peak plus non-torch memory", "O", A + T, "GiB",
                    "what the profile run measured besides the weights")
     avail = s.step("available", "Memory left for the KV cache per GPU", "M_KV", M * u - (w + other), "GiB",
                    "vLLM: total × gpu_memory_utilization − (weights + activation peak + non-torch)")
     if s.value(avail) <= 0:
         raise Reject("no memory for cache blocks: vLLM refuses to start")
-    kv_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes(p.kv_dtype), p.kv_dtype)
     L = given_config(s, p.model, "layers")
-    H = given_config(s, p.model, "kv_heads")
     bs = s.param("S_b", "block_size")
-    heads = kv_heads_per_gpu(s, p.model, n)
-    page = s.step("page_bytes", "Page per layer (one block)", "P", bs * kv_tok * heads / (H * L), "KiB",
+    page = s.step("page_bytes", "Page per layer (one block)", "P_pg", bs * e.KV / L, "KiB",
                   "vLLM's page_size_bytes: the block's tokens times one layer's K and V for the heads this GPU keeps")
     block = s.step("block_bytes", "Bytes per block, all layers, per GPU", "B_blk", page * L, "MiB",
                    "a block id covers the same token slots in every layer")
@@ -106,18 +137,18 @@ def solve(p, s: Sheet) -> None:
     cap = s.param("S_max", "max_num_seqs")
     if s.compare(seqs, cap) == 0:
         raise Reject("the blocks hold exactly max_num_seqs sequences: neither cap is the one that binds")
-    s.step("concurrency", "Full-context sequences that run at once", "B_run", min_of(seqs, cap),
-           "sequences", "the scheduler admits no more than max_num_seqs, and no more than the blocks hold")
+    running = s.step("concurrency", "Full-context sequences that run at once", "B_run", min_of(seqs, cap),
+                     "sequences", "the scheduler admits no more than max_num_seqs, and no more than the blocks hold")
+    reads = _decode_tpot(p, s, e, running, C)
 
-    s.assume("total_memory is the datasheet capacity in GB; the driver reports about that figure in GiB (an "
-             "80 GB H100 shows close to 80 GiB, some 85 GB), so a real vLLM log shows several percent more "
-             f"blocks. gpu_memory_utilization = {format_number(GPU_MEMORY_UTILIZATION)} (card: usable-hbm) caps "
-             "everything vLLM allocates; CUDA graphs, captured after the cache is sized, come out of the rest.")
+    s.assume("total_memory is the capacity the device reports (hbm_mib), as vLLM reads it; "
+             f"gpu_memory_utilization = {format_number(GPU_MEMORY_UTILIZATION)} caps everything vLLM allocates; "
+             "CUDA graphs, captured after the cache is sized, come out of the rest.")
     s.assume("The activation peak and non-torch memory are what the profile run measured on each GPU at "
              "max_num_batched_tokens; the peak grows with that token count, so halving it roughly halves the "
              "peak. The weights split evenly over the TP group (vocab-parallel embeddings and LM head included).")
     s.assume("KV heads per GPU follow vLLM: H_kv // TP, but at least one; past the KV heads each is replicated.")
+    s.assume("The TPOT is the worst step the admitted batch can take: every running sequence at the full context.")
     _block_slips(p, s, avail, page, blocks, per_seq, seqs)
-    _ceiling_judgements(p, s, avail, A, block, blocks, per_seq, seqs, cap)
+    _ceiling_judgements(p, s, avail, A, block, blocks, reads)
     _ceiling_regime(s, seqs, cap)
-
