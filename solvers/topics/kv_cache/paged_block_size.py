@@ -1,7 +1,7 @@
 """Choosing the KV block size - empty slots, kernel gathers, prefix hits."""
 from __future__ import annotations
 
-from solvers.derivation import Sheet, Side
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import dtype_bytes, given_config
 from solvers.models.kvcache import (
     blocks_for_tokens,
@@ -9,6 +9,8 @@ from solvers.models.kvcache import (
 )
 from solvers.sheetmath import floor_of
 from solvers.units import format_number, format_quantity
+
+TOO_CLOSE = 0.03  # the waste share's tolerance in the question file
 
 
 # PagedAttention (Kwon et al., SOSP 2023) reports vLLM wasting under 4% of the KV cache: the bar
@@ -23,6 +25,10 @@ def _block_choices(s: Sheet, B, L_avg, P, tau) -> None:
 
     half, double = B / 2, 2 * B
     bar = s.text(tau)
+    for size in (B, half, double):  # the share is graded within 3%: a draw that close to the bar is no question
+        if abs(s.evaluate(share(size)) / s.value(tau) - 1) <= TOO_CLOSE:
+            raise Reject(f"the empty share at {format_number(s.evaluate(size))}-token blocks is within 3% of the "
+                         "bar: too close to call")
     for size, option, word in (
             (half, "with half the block size the empty share would be under {waste_tolerance}", "half"),
             (double, "with twice the block size the empty share would still be under {waste_tolerance}", "twice")):
