@@ -12,6 +12,8 @@ from solvers.models.steptime import Engine, StepWork, engine, step_time
 from solvers.sheetmath import ceil_of, floor_of, min_of
 from solvers.units import format_number, format_quantity
 
+TOO_CLOSE = 0.03  # the TPOT's tolerance in the question file
+
 
 def _block_slips(p, s: Sheet, avail, page, blocks, per_seq, seqs) -> None:
     s.slip("x layers: one layer's page, not the whole block", 1 / p.model.layers, on="block_bytes")
@@ -45,11 +47,14 @@ def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks,
             f"half the {s.text(A)} activation peak returns "
             f"{format_quantity(s.value(A) / 2, 'GiB')}: {format_quantity(gained, '%')} more blocks")
     weights, kv, tpot = reads
+    speed = s.param("v_read", "reading_speed")
+    # The TPOT is graded within 3%: a speed or a read split that close to its line could be called either way.
+    if abs(s.evaluate(1 / tpot) / s.value(speed) - 1) <= TOO_CLOSE or abs(s.evaluate(kv / weights) - 1) <= TOO_CLOSE:
+        raise Reject("the per-user speed or the KV-to-weight read ratio is within 3% of its line: too close to call")
     s.judge("ceiling", "at that batch and full context, each step reads more KV than weights",
             s.compare(kv, weights) > 0,
             f"each GPU reads {format_quantity(s.evaluate(kv), 'GB')} of KV against "
             f"{format_quantity(s.evaluate(weights), 'GB')} of weights a step")
-    speed = s.param("v_read", "reading_speed")
     s.judge("ceiling", "at that batch and full context, every user still streams over {reading_speed}",
             s.compare(1 / tpot, speed) > 0,
             f"a {s.text(tpot)} step gives each user {format_quantity(1 / s.value(tpot), 'tokens/s')}")
