@@ -5,6 +5,8 @@ import math
 
 import pytest
 
+from solvers.engine import VariantError
+
 DAY = 86_400
 
 # --- training-compute-budget -----------------------------------------------------------------
@@ -94,7 +96,27 @@ def test_compute_budget_pinned_seed(variant):
     raw = {param.name: param.raw for param in solution.params}
     assert raw == {"params": 15, "tokens": 16, "gpus": 1024, "gpu": "b200", "mfu": 35, "deadline": 110,
                    "ref_interruptions": 466, "ref_days": 54, "ref_gpus": 16_384, "ckpt_interval": 60,
-                   "ckpt_write": 0.8, "restart": 6, "shorter": 5}
+                   "ckpt_write": 0.8, "restart": 6, "shorter": 5, "state_share": 75}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_compute_budget_replica_is_the_least_power_of_two_that_holds_the_state(variant, seed):
+    """16 bytes a parameter over the share of HBM (as the device reports it) kept for state: the replica is
+    the least power of two of GPUs that holds it, so half as many would not."""
+    solution = variant(f"training-compute-budget@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    room = p["state_share"] * p["gpu"].hbm_mib * 2**20
+    mp = solution.expected["mp_gpus"]
+    assert math.log2(mp).is_integer()
+    assert mp * room >= 16 * p["params"] > mp / 2 * room
+
+
+def test_compute_budget_refuses_a_schedule_on_its_deadline(variant):
+    """The default's 47.85 wall-clock days against a 48-day deadline is inside the 3% a wall-clock answer may
+    miss by: no fit to grade; 50 days is outside it and fits."""
+    with pytest.raises(VariantError, match="within the wall-clock's tolerance"):
+        variant("training-compute-budget@default+deadline=48")
+    assert variant("training-compute-budget@default+deadline=50").expected["regime"] == "fits-deadline"
 
 
 # --- training-state-bytes --------------------------------------------------------------------

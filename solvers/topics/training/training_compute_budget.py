@@ -4,11 +4,13 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import given_peak_flops
-from solvers.models.training import FLOPS_PER_PARAM_TOKEN
+from solvers.models.common import dtype_bytes, given_hbm_bytes, given_peak_flops
+from solvers.models.training import ADAM_FP32_COPIES, FLOPS_PER_PARAM_TOKEN, least_power_of_two
+from solvers.sheetmath import min_of
 from solvers.units import figures_against, format_number, format_quantity
 
 MAX_FAILURE_LOSS = 0.4  # a plan that loses 40% of its wall-clock to failures is not one anyone runs
+TOO_CLOSE = sympy.Rational(3, 100)  # the wall-clock's tolerance: a schedule this near its deadline is no call
 
 
 def _wall_clock(T_c, C, tau, a, R):
@@ -41,7 +43,38 @@ def _schedule_levers(s: Sheet, v: dict[str, sympy.Symbol], shorter: sympy.Expr) 
                    f"{format_quantity(-saved, '%')} longer"))
 
 
+def _replica_layout(p, s: Sheet, N, G) -> None:
+    """The fewest GPUs one data-parallel replica spans when it holds a whole copy of the training state:
+    TP inside the node, pipeline stages across nodes, the rest data-parallel."""
+    b_w = s.given("b_w", dtype_bytes("bf16"), "B", "bytes per bf16 weight (and per bf16 gradient)")
+    b_32 = s.given("b_32", dtype_bytes("fp32"), "B", "bytes per fp32 value")
+    M = given_hbm_bytes(s, p.gpu, "M_HBM")
+    share = s.param("u_S", "state_share")
+    b = s.step("bytes_per_param", "Training state per parameter", "b", 2 * b_w + ADAM_FP32_COPIES * b_32,
+               "B/param", "bf16 weights and gradients, and Adam's fp32 master copy and two moments")
+    S = s.step("state", "Training state of the model", "S", N * b, "TB", "every parameter carries all of it")
+    n0 = s.step("", "GPUs the state fills", "n_0", S / (share * M), "GPUs",
+                "the state over the share of each GPU's HBM kept for it; activations take the rest")
+    group = least_power_of_two(n0)
+    node = s.given("g", p.gpu.nvlink_domain, "GPUs", f"GPUs per {p.gpu.name} NVLink domain")
+    tp_n = min(s.evaluate(group), p.gpu.nvlink_domain)
+    mp = s.step("mp_gpus", "GPUs one replica spans, at the fewest", "n_MP", group, "GPUs",
+                f"the least power of two at or above n_0, so replicas tile the {format_number(p.gpus)} GPUs: "
+                f"TP {format_number(tp_n)} inside the node"
+                + (f" × {format_number(s.evaluate(group) / tp_n)} pipeline stages across nodes"
+                   if s.evaluate(group) > tp_n else ""))
+    if s.compare(mp, G) > 0:
+        raise Reject("one copy of the state needs more GPUs than the job has")
+    tp = s.step("", "Tensor-parallel degree", "TP", min_of(mp, node), "",
+                "tensor parallelism stays on NVLink: its all-reduces run every layer")
+    s.step("", "Pipeline stages", "PP", mp / tp, "", "the rest of the replica, one stage per node's share")
+    s.step("", "Data-parallel replicas", "DP", G / mp, "",
+           "the job's GPUs over one replica's: each replica trains on its share of every global batch")
+
+
 def _schedule_regime(s: Sheet, W, T_dl, T_c) -> None:
+    if s.compare(abs(W - T_dl), TOO_CLOSE * T_dl) < 0:
+        raise Reject("the schedule lands within the wall-clock's tolerance of its deadline: no call to grade")
     wall, deadline, compute = (s.text(x) for x in (W, T_dl, T_c))
     s.regime_by(W, T_dl, tie="below", below=Side(
         "fits-deadline",
@@ -77,6 +110,7 @@ def solve(p, s: Sheet) -> None:
     T_c = s.step("days", "Days of pure compute", "T_c", F / X, "days", "the work over the rate, no interruptions")
     s.step("data_rate", "Tokens per second the data pipeline feeds", "r_D", D / T_c, "tokens/s",
            "the training tokens over the compute time: the loader must sustain this while the GPUs run")
+    _replica_layout(p, s, N, G)
     s.step("interruptions_compute", "Interruptions over the compute days alone", "I_c",
            I_ref / (G_ref * T_ref) * G * T_c, "interruptions", "the first estimate, before the schedule stretches")
     lam = s.step("failure_rate", "Interruptions per GPU-day (Llama 3)", "λ", I_ref / (G_ref * T_ref),
@@ -109,6 +143,9 @@ def solve(p, s: Sheet) -> None:
              f"{format_number(p.ref_interruptions)} job interruptions (47 planned, 419 unexpected) over "
              f"{format_quantity(p.ref_days, 'days')} on {format_number(p.ref_gpus)} H100s, taken per GPU-day of "
              "wall-clock time, so a schedule stretched by failures sees more of them.")
+    s.assume("Each data-parallel replica keeps a whole copy of the training state (no sharding across replicas, "
+             "as ZeRO or FSDP would add) and activations fit beside it: the layout is the fewest GPUs that hold "
+             "the state, with TP inside the node. Llama 3 405B ran TP 8 × PP 16 × DP 128 on 16,384 H100s.")
     s.assume("Each interruption rewinds to the last checkpoint (on average half an interval of work) and costs the "
              "restart time; checkpoint writes stall training (no asynchronous save); interruptions do not "
              "overlap.")
