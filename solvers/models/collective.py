@@ -15,7 +15,7 @@ import sympy
 from solvers.conventions import convention, convention_value, scale_up_domain
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet
-from solvers.models.common import given_config, given_nvlink
+from solvers.models.common import fabric_name, given_config, given_nvlink
 
 ACTIVATION_BYTES = 2  # bf16 activations cross the link
 
@@ -36,9 +36,10 @@ def link_bandwidth(s: Sheet, gpu: Record, tp: int, nic: Record | None = None, gr
     if not crosses_domain(gpu, tp):
         return given_nvlink(s, gpu, symbol)
     if nic is None:
-        raise Reject(f"TP {tp} leaves the {gpu.name} NVLink domain and the variant names no NIC")
+        raise Reject(f"TP {tp} leaves the {gpu.name} {fabric_name(gpu)} domain and the variant names no NIC")
     return s.given(symbol, nic.gbit_s * 1e9 / 8, "GB/s",
-                   f"{nic.name} per GPU, each direction: TP {tp} leaves the {scale_up_domain(gpu)}-GPU NVLink domain")
+                   f"{nic.name} per GPU, each direction: TP {tp} leaves the {scale_up_domain(gpu)}-GPU "
+                   f"{fabric_name(gpu)} domain")
 
 
 def link_latency(s: Sheet, gpu: Record, tp: int, group: str = "") -> sympy.Symbol:
@@ -46,7 +47,7 @@ def link_latency(s: Sheet, gpu: Record, tp: int, group: str = "") -> sympy.Symbo
     symbol = _suffix("α", group)
     if not crosses_domain(gpu, tp):
         return s.given(symbol, convention_value("all-reduce-latency-nvlink") * 1e-6, "us",
-                       "latency of one all-reduce in the NVLink domain")
+                       f"latency of one all-reduce in the {fabric_name(gpu)} domain")
     return s.given(symbol, convention_value("all-reduce-latency-nic") * 1e-6, "us",
                    "latency of one all-reduce across nodes")
 
@@ -91,7 +92,7 @@ def tp_all_reduce(s: Sheet, model: Record, gpu: Record, tp: int, tokens: sympy.E
     if tp == 1:
         return sympy.Integer(0)
     terms = all_reduce_terms(s, model, gpu, tp, nic=nic, latency=latency, group=group, tp_symbol=tp_symbol)
-    where = "NVLink" if not crosses_domain(gpu, tp) else where or "the NIC"
+    where = fabric_name(gpu) if not crosses_domain(gpu, tp) else where or "the NIC"
     return s.step(key or f"allreduce_{tag}", f"TP all-reduces of the {label}", f"t_AR_{tag}", terms.of(tokens), "ms",
                   f"two per layer, each a latency plus 2(TP−1)/TP of the {label}'s activations over {where}")
 
@@ -104,7 +105,7 @@ def stage_send(s: Sheet, model: Record, gpu: Record, span: int, *, nic: Record |
     link = link_bandwidth(s, gpu, span, nic)
     h = given_config(s, model, "hidden")
     b_a = s.given("b_a", ACTIVATION_BYTES, "B", "bytes per activation (bf16)")
-    where = "the NIC" if crosses_domain(gpu, span) else "NVLink"
+    where = "the NIC" if crosses_domain(gpu, span) else fabric_name(gpu)
     return s.step("pp_send", "Stage-to-stage send per request", "x_PP", h * b_a / link, "us",
                   f"one token's hidden state over {where} at each of the S − 1 boundaries")
 

@@ -116,9 +116,14 @@ def hbm_label(gpu: Record) -> str:
     return f"{format_exact(gpu.hbm_gb)} GB label, {format_exact(gpu.hbm_mib)} MiB as the device reports it"
 
 
+def fabric_name(gpu: Record) -> str:
+    """The GPU's scale-up fabric by name (hardware.yaml's `fabric`; NVLink where an entry gives none)."""
+    return str(gpu.get("fabric") or "NVLink")
+
+
 def given_nvlink(s: Sheet, gpu: Record, symbol: str = "BW_NVL") -> sympy.Symbol:
-    """A GPU's NVLink bandwidth each way: half the datasheet's figure, which counts both directions."""
-    return s.given(symbol, gpu.nvlink_gb_s * 1e9 / 2, "GB/s", f"{gpu.name} NVLink per GPU, each direction")
+    """A GPU's scale-up bandwidth each way: half the datasheet's figure, which counts both directions."""
+    return s.given(symbol, gpu.nvlink_gb_s * 1e9 / 2, "GB/s", f"{gpu.name} {fabric_name(gpu)} per GPU, each direction")
 
 
 def given_nic(s: Sheet, nic: Record, symbol: str = "BW_NIC") -> sympy.Symbol:
