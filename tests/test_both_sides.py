@@ -52,7 +52,7 @@ ONE_SIDED = {
     **{("fleet-gpu-count", key): TRAINING for key in ("gpus_needed", "job_gpus", "job_days", "fleet_gpus")},
     **{("moe-1t-training-layout", key): TRAINING for key in ("compute_days", "compute_step")},
     **{("training-compute-budget", key): TRAINING
-       for key in ("days", "data_rate", "wall_days", "interruptions", "lost_days")},
+       for key in ("days", "data_rate", "wall_days", "interruptions")},
     **{("training-state-bytes", key): TRAINING for key in ("step_compute", "fsdp_loss")},
 }
 

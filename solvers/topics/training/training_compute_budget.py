@@ -57,12 +57,11 @@ def _replica_layout(p, s: Sheet, N, G) -> None:
                 "the state over the share of each GPU's HBM kept for it; activations take the rest")
     group = least_power_of_two(n0)
     node = s.given("g", p.gpu.nvlink_domain, "GPUs", f"GPUs per {p.gpu.name} NVLink domain")
-    tp_n = min(s.evaluate(group), p.gpu.nvlink_domain)
+    across = s.compare(group, node) > 0  # the replica spans nodes: the rest of it is pipeline stages
     mp = s.step("mp_gpus", "GPUs one replica spans, at the fewest", "n_MP", group, "GPUs",
                 f"the least power of two at or above n_0, so replicas tile the {format_number(p.gpus)} GPUs: "
-                f"TP {format_number(tp_n)} inside the node"
-                + (f" × {format_number(s.evaluate(group) / tp_n)} pipeline stages across nodes"
-                   if s.evaluate(group) > tp_n else ""))
+                f"TP {format_number(s.evaluate(min_of(group, node)))} inside the node"
+                + (f" × {format_number(s.evaluate(group / node))} pipeline stages across nodes" if across else ""))
     if s.compare(mp, G) > 0:
         raise Reject("one copy of the state needs more GPUs than the job has")
     tp = s.step("", "Tensor-parallel degree", "TP", min_of(mp, node), "",
