@@ -128,7 +128,6 @@ ALLOWED = {
     ('topics/deployment/h200_slower_than_h100.py', '_mechanisms', 'knobs.batch > CAPTURE_LIMIT >= B_o'): WHOLE,
     ('topics/deployment/h200_slower_than_h100.py', 'judge', 'max(g_ttft, g_tpot) >= 1 + p.slower'):
         _margin("a millionth (WHAT_IF_MARGIN): the float what-ifs match the sheet to 1e-9"),
-    ('topics/memory/users_per_gpu.py', '_layout_name', "name == 'PP'"): NAMES,
     ('topics/quantization/fp8_kv_cache.py', '_rounding_rms', 'magnitude < fmt.min_normal'): SAMPLED,
     ('topics/quantization/fp8_kv_cache.py', '_rounding_rms', 'magnitude >= fmt.min_normal'): SAMPLED,
     ('topics/scaleup/b200_h100_roles.py', '_roles_regime', 'nodes_b == 1'): WHOLE,
@@ -143,9 +142,6 @@ ALLOWED = {
     ("topics/kv_cache/recurrent_state_inventory.py", "_snapshot_judgements", "per_block > now"): WHOLE,
     ("topics/kv_cache/recurrent_state_inventory.py", "_snapshot_judgements", "half > now"): WHOLE,
     ("topics/kv_cache/tp_past_kv_heads.py", "solve", "r > 1"): SLIP,
-    ("topics/memory/users_per_gpu.py", "_best_layout", "len(tied) == 1"): NAMES,
-    ("topics/memory/users_per_gpu.py", "_best_layout", "n != best"): NAMES,
-    ("topics/memory/users_per_gpu.py", "_pipeline_note", "users == result('served_pp')"): WHOLE,
     ("topics/moe/ep_load_skew.py", "_placement_judgements", "2 * hot_tokens <= crossover"): TEXT,
     ("topics/moe/ep_load_skew.py", "solve", "sim.naive > s.value(T_bal) * (1 + 1e-12)"): SAMPLED,
     ("topics/moe/ep_load_skew.py", "solve", "sim.naive > sim.fit_today * (1 + 1e-12)"): SAMPLED,

@@ -13,7 +13,7 @@ from solvers.engine import VariantCode, make_variant
 from solvers.interview import asked_keys, key_line, opening, stage_run, steps_by_stage, stored_stages
 
 STAGED = "kv-bytes-per-token"
-OLD = "users-per-gpu"
+OLD = "moe-dispatch-bytes"  # a file still in the old shape (no stages:); restructured ones leave this role
 SEEDS = range(1, 13)
 
 
@@ -85,7 +85,7 @@ def test_the_key_line_says_the_key_and_how_it_came(bank, catalog, seed):
     assert key_line(solution, "regime").startswith(solution.sheet.regime.name)
 
 
-@pytest.mark.parametrize("qid", [STAGED, OLD, "moe-dispatch-bytes"])
+@pytest.mark.parametrize("qid", [STAGED, OLD, "users-per-gpu"])
 def test_every_step_sits_once_under_the_first_stage_that_needs_it(bank, catalog, qid):
     solution = make_variant(bank, catalog, VariantCode.parse(f"{qid}@11"))
     groups = steps_by_stage(solution)

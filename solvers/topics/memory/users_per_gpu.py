@@ -7,12 +7,13 @@ from dataclasses import dataclass
 
 import sympy
 
+from solvers.conventions import convention_value
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import all_reduce_terms, stage_send, tp_all_reduce
+from solvers.models.collective import all_reduce_terms, tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
-    given_config,
+    fabric_name,
     given_hbm_bandwidth,
     given_hbm_bytes,
     given_model_params,
@@ -20,10 +21,10 @@ from solvers.models.common import (
     given_usable_share,
 )
 from solvers.models.kvcache import kv_bytes_per_token
-from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
-from solvers.units import format_number, format_quantity
+from solvers.sheetmath import floor_of, max_of, min_of
+from solvers.units import format_number
 
-TIED_TPOT = 0.02  # layouts serving as many users with tokens this close are a coin toss, not a choice
+CLOSE_USERS = sympy.Rational(3, 100)  # the served users' tolerance: layouts this close are no call to grade
 
 
 @dataclass(frozen=True)
@@ -33,37 +34,6 @@ class _Served:
 
     users: sympy.Symbol
     tpot: Callable[[sympy.Expr], sympy.Expr]
-
-
-def _best_layout(p, s: Sheet, layouts: dict[str, _Served], n_pp: int) -> str:
-    """The layout that serves the most users; among layouts that serve as many (memory caps the wide
-    group and the pipeline alike, both storing the weights once), the one with the faster token at that
-    load. Each layout's TPOT at its load is a step: capacity comes with its latency."""
-    at_load = {name: s.step(f"tpot_{name.lower()}", f"TPOT of {_layout_name(p, name, n_pp)} at its load",
-                            f"t_{name}", layout.tpot(layout.users), "ms",
-                            "the step's reads, math and communication with the users it serves")
-               for name, layout in layouts.items()}
-    top = max(s.value(layout.users) for layout in layouts.values())
-    tied = [name for name, layout in layouts.items() if s.compare(layout.users, top) == 0]
-    fastest = sorted(s.value(at_load[name]) for name in tied)
-    if len(fastest) > 1 and fastest[1] < (1 + TIED_TPOT) * fastest[0]:
-        raise Reject(f"layouts serving as many users have TPOTs within {TIED_TPOT:.0%}: the choice turns on rounding")
-    best = min(tied, key=lambda name: s.value(at_load[name]))
-    s.choose("best_layout", best)
-    why = ": the most of the layouts above" if len(tied) == 1 else (
-        f": as many users as {', '.join(_layout_name(p, n, n_pp) for n in tied if n != best)}, with the faster token")
-    s.step("served_best", "Users the best layout serves within the TPOT", "U_best", layouts[best].users,
-           "requests", _layout_name(p, best, n_pp) + why)
-    s.step("tpot_best", "TPOT of the best layout at that load", "t_best", at_load[best], "ms",
-           f"what each of its users waits per token with {format_number(s.value(layouts[best].users))} served")
-    return best
-
-
-def _layout_name(p, name: str, n_pp: int) -> str:
-    if name == "PP":
-        return f"one TP{n_pp} × PP{p.gpus // n_pp} pipeline"
-    n = int(name[2:])
-    return f"{p.gpus // n} × TP{n}"
 
 
 def _layout(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> _Served:
@@ -88,99 +58,54 @@ def _layout(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> _Served:
     return _Served(users, tpot)
 
 
-def _pipeline(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> _Served:
-    """One replica over the node: TP n within each of G/n pipeline stages of whole layers. Decode keeps every
-    stage busy with G/n micro-batches in flight; each token passes every stage once, so the TPOT is the sum of
-    one micro-batch's stage times, and the slowest (most layers) stage sets the pace of all."""
-    S = s.step("pp_stages", f"Pipeline stages of TP{n}", "S", G / n, "", "the node's GPUs over the TP width")
-    L = given_config(s, p.model, "layers")
-    L_s = s.step("pp_layers", "Layers in the largest stage", "L_s", ceil_of(L / S), "",
-                 "whole layers per stage; an uneven split leaves one stage heavier")
-    w_pp = s.step("pp_weights_gpu", "bf16 weights per GPU of the pipeline", "w_pp", W * L_s / (L * n), "GB",
-                  "its stage's layers, split over the stage's TP group")
-    kv_pp = s.step("pp_kv_gpu", "bf16 KV per request per GPU of the pipeline", "KV_pp", kv_req * L_s / (L * n),
-                   "GiB", "each stage keeps its layers' KV for every request in flight")
-    fit = s.step("pp_fit", "Requests the pipeline holds", "B_fitPP", floor_of((usable - w_pp) / kv_pp),
-                 "requests", "what the stage's weights leave on each GPU over its share of one request")
-    terms = all_reduce_terms(s, p.model, p.gpu, n, tp_symbol=s.integer(n))
-    stage = L_s / L  # the largest stage's share of the layers' all-reduces
-    send = stage_send(s, p.model, p.gpu, p.gpus)
-    fixed = S * stage * terms.fixed
-    per = S * stage * terms.per_token + (S - 1) * send  # seconds of TPOT each request of a micro-batch adds
-    micro = s.step("pp_micro", "Micro-batch a token's pass carries within the TPOT", "m_T",
-                   max_of(0, floor_of(min_of((T - fixed - S * w_pp / BW) / (S * kv_pp / BW + per),
-                                                (T - fixed) / (S * 2 * N * stage / (n * P) + per)))),
-                   "requests", "S·t_stage(m) + (S − 1)·m·x ≤ T on both sides of the roofline: the token passes "
-                   "every stage once" + ("" if n == 1 else ", each stage's all-reduces included"))
-    users = s.step("served_pp", f"Users one TP{n} × PP{p.gpus // n} pipeline serves", "U_PP",
-                   min_of(fit, S * micro), "requests",
-                   "S micro-batches in flight keep every stage busy: what fits, capped by S micro-batches in time")
-
-    def tpot(load: sympy.Expr) -> sympy.Expr:
-        m = load / S  # micro-batches of the load's S-th part, on average
-        return max_of(S * (w_pp + m * kv_pp) / BW, S * 2 * N * stage * m / (n * P)) + fixed + per * m
-    return _Served(users, tpot)
-
-
-def _pipeline_note(s: Sheet, p, n: int, pp, piped: bool) -> str:
-    """Why the pipeline does or does not serve the most, from which of its caps binds."""
-    def result(key: str) -> float:
-        return s.number(key)
-
-    layout, users = f"One TP{n} × PP{p.gpus // n} pipeline", format_number(s.value(pp))
-    replicas = {key[7:]: result(key) for key in s.results if key.startswith("served_tp")}
-    tied = max(replicas.values()) == result("served_pp")
-    t_pp = format_quantity(result("tpot_pp"), "ms")
-    if piped and tied:
-        rival = min(result(f"tpot_{n}") for n, users in replicas.items() if users == result("served_pp"))
-        return (f" {layout} serves as many, {users}, with the faster token: {t_pp} against "
-                f"{format_quantity(rival, 'ms')}, its TP{n} all-reduces lighter than the wider group's.")
-    if piped:
-        return (f" {layout} serves more still, {users}: it stores the weights once, like the wide group, while a "
-                f"token meets only TP{n} all-reduces, and each stage's run while the other stages compute.")
-    if tied:
-        return (f" {layout} serves as many, {users}, but its token is slower ({t_pp} against "
-                f"{format_quantity(result('tpot_best'), 'ms')}): each token reads a TP{n} replica's share of the "
-                "weights, stage after stage.")
-    if result("pp_fit") <= result("pp_stages") * result("pp_micro"):
-        return f" {layout} holds the same {users} requests as one wide group, and no more: memory caps both."
-    return (f" {layout} serves {users}: a token's pass reads the weights stage after stage, a TP{n} replica's "
-            "share per GPU in all, so the TPOT caps its micro-batches.")
-
-
-def _layout_regime(s: Sheet, p, served, best, users16, tpot16, pp_note: str) -> None:
-    wide = served[p.gpus]
-    others = {n: v for n, v in served.items() if n < p.gpus}
-    runner = max(others, key=lambda n: (s.value(others[n]), n)) if others else None
+def _layout_regime(s: Sheet, p, layouts: dict[int, _Served], users16, tpot16) -> None:
+    """One TP group over all the GPUs, or replicas of a narrower TP: whichever serves more users within the
+    TPOT (a tie goes to the one group: fewer replicas to run). The served users come with their TPOT."""
+    n_wide = p.gpus
+    wide = layouts[n_wide]
+    others = {n: v for n, v in layouts.items() if n < n_wide}
+    at_load = {n: s.step(f"tpot_tp{n}", f"TPOT of {p.gpus // n} × TP{n} at the users it serves", f"t_{n}",
+                         v.tpot(v.users), "ms", "the step's reads, math and communication at that load")
+               for n, v in layouts.items()}
+    runner = max(others, key=lambda n: (s.value(others[n].users), n)) if others else n_wide
     split = s.step("served_split", "Users the best narrower layout serves", "U_split",
-                   others[runner] if others else sympy.Integer(0), "requests",
-                   f"TP{runner} × {p.gpus // runner}" if others else "no narrower TP holds the bf16 weights")
+                   others[runner].users if others else sympy.Integer(0), "requests",
+                   f"{p.gpus // runner} × TP{runner}: the most of the replica layouts" if others else
+                   "no narrower TP holds the bf16 weights beside a KV pool")
+    top = max_of(wide.users, split)
+    if others and s.compare(abs(wide.users - split), CLOSE_USERS * top) < 0:
+        raise Reject("one group and the best replicas serve users within the served users' tolerance: no call")
+    one = s.compare(wide.users, split) >= 0
+    best = n_wide if one else runner
+    s.step("served", "Users the better layout serves within the TPOT", "U", top, "requests",
+           f"{p.gpus // best} × TP{best}" + (": the one group, the weights stored once" if one else
+                                            ": replicas, each carrying a smaller all-reduce per request"))
+    s.step("tpot_served", "Its TPOT at that load", "t_U", at_load[best], "ms",
+           "what each user waits per token with that many served: capacity comes with its latency")
     fit16, t16 = format_number(s.value(users16)), s.text(tpot16)
-    n_wide, u_wide = p.gpus, format_number(s.value(wide))
-    u_split = format_number(s.value(split))
-    alone = (f"Only TP{n_wide} holds the bf16 weights with room for a request: the node runs one group, which "
-             f"serves {u_wide} users within the TPOT ({fit16} full-context requests fit, at {t16} per token)."
-             + pp_note)
-    s.regime_by(wide, split, tie="above", above=Side(
+    u_wide, u_split = format_number(s.value(wide.users)), format_number(s.value(split))
+    t_wide = s.text(at_load[n_wide])
+    alone = (f"Only TP{n_wide} holds the bf16 weights beside a KV pool: the node runs one group, which serves "
+             f"{u_wide} users within the TPOT at {t_wide} ({fit16} full-context requests fit, at {t16} per token).")
+    s.regime_by(wide.users, split, tie="above", above=Side(
         "one-group",
         alone if not others else
-        f"One TP{n_wide} group serves {u_wide} users within the TPOT, against {u_split} for the best split: it stores "
-        f"the weights once, so each GPU keeps more room for KV ({fit16} full-context requests at {t16} per token)."
-        + pp_note,
+        f"One TP{n_wide} group serves {u_wide} users within the TPOT at {t_wide}, against {u_split} for "
+        f"{p.gpus // runner} × TP{runner}: it stores the weights once, so each GPU keeps more room for KV "
+        f"({fit16} full-context requests at {t16} per token).",
         "With shorter contexts or a tighter TPOT the step's time, not memory, caps the batch; then the all-reduce "
         "traffic each request adds, which grows with the TP width, lets replicas of a narrower TP serve more.",
         near=f"One TP{n_wide} group serves {u_wide} users, barely more than the {u_split} of the best split: "
-             "the weights stored once still win, but the all-reduces nearly cancel the gain." + pp_note),
+             "the weights stored once still win, but the all-reduces nearly cancel the gain."),
         below=Side(
         "replicas",
-        f"{p.gpus // best} × TP{best} serve {format_number(s.value(served[best]))} users within the TPOT, against "
-        f"{u_wide} for one TP{n_wide} group: the TPOT, not memory, caps the wide group's batch, and narrower "
-        "replicas pay less all-reduce per request and per step." + pp_note,
+        f"{p.gpus // runner} × TP{runner} serve {u_split} users within the TPOT at "
+        f"{s.text(at_load[runner])}, against {u_wide} for one TP{n_wide} group: the TPOT, not "
+        "memory, caps the wide group's batch, and narrower replicas pay less all-reduce per request and per step.",
         "With longer contexts or a looser TPOT memory binds again, and one wide group serves more: it holds one "
         "copy of the weights where replicas hold several.",
-        near=f"The best split serves {format_number(s.value(served[best]))} users, barely more than one TP{n_wide} "
-             f"group's {u_wide}: the two are close, and a small change in context or TPOT flips the choice."
-             + pp_note))
+        near=f"The best split serves {u_split} users, barely more than one TP{n_wide} group's {u_wide}: the two "
+             "are close, and a small change in context or TPOT flips the choice."))
 
 
 def solve(p, s: Sheet) -> None:
@@ -210,10 +135,15 @@ def solve(p, s: Sheet) -> None:
     s.step("users_8", "Full-context requests, one fp8 group (weights and KV)", "B_8",
                     floor_of((usable - w16 * b8 / b16) / (kv16 * b8 / b16)), "requests",
                     "one byte per element halves the weights and every request's KV")
-    n_fit = s.step("", "TP at which the bf16 weights and one request just fit", "n_fit", (W + kv_req) / usable, "",
-                   "N·b/n + KV_req/n = M_use")
+    f_min = s.given("f_min", convention_value("minimal-kv-pool"), "%",
+                    "share of each GPU's HBM a deployment leaves for KV at least (minimal-kv-pool)")
+    n_fit = s.step("", "TP at which the bf16 weights leave just the minimal KV pool", "n_fit",
+                   W / (usable - f_min * M), "", "N·b/n = M_use − f_min·M: less, and a handful of requests is all "
+                   "that fits")
     # TP degrees are powers of two that divide the heads: the first at or above n_fit, decided exactly.
-    first = next(n for n in (2**k for k in range(int(math.log2(p.gpus)) + 1)) if s.compare(n, n_fit) >= 0)
+    first = next((n for n in (2**k for k in range(int(math.log2(p.gpus)) + 1)) if s.compare(n, n_fit) >= 0), None)
+    if first is None or first == p.gpus:
+        raise Reject("only one group over all the GPUs holds the bf16 weights beside a KV pool: no split to choose")
     n_min = s.step("tp_min_16", "Smallest deployable TP for bf16", "n_min", sympy.Integer(first), "",
                    "the first power of two at or above n_fit: a TP group must split the heads evenly")
     BW = given_hbm_bandwidth(s, p.gpu)
@@ -225,29 +155,22 @@ def solve(p, s: Sheet) -> None:
                     "plus the all-reduces")
     s.slip("the all-reduces left out", s.evaluate(tpot16 - t_ar) / s.value(tpot16), on="tpot_16")
     T = s.param("T", "tpot")
-    layouts: dict[str, _Served] = {}
-    for n in (2**k for k in range(int(math.log2(p.gpus)) + 1)):
-        if s.compare(n, n_min) >= 0:
-            layouts[f"TP{n}"] = _layout(p, s, n, G, usable, W, N, kv_req, BW, P, T)
-    n_pp = min(first, p.gpus // 2)  # the narrowest TP that holds the model alone, but at least two stages
-    layouts["PP"] = _pipeline(p, s, n_pp, G, usable, W, N, kv_req, BW, P, T)
-    if max(s.value(layout.users) for layout in layouts.values()) < 1:
+    layouts = {n: _layout(p, s, n, G, usable, W, N, kv_req, BW, P, T)
+               for n in (2**k for k in range(int(math.log2(p.gpus)) + 1)) if s.compare(n, n_min) >= 0}
+    if s.value(layouts[p.gpus].users) < 1:
         raise Reject("no layout meets the TPOT target with one request")
-    served = {int(name[2:]): layout.users for name, layout in layouts.items() if name != "PP"}
-    pp = layouts["PP"].users
-    best = max(served, key=lambda n: (s.value(served[n]), n))  # a tie goes to the wider group: fewer replicas
-    piped = _best_layout(p, s, layouts, n_pp) == "PP"
     s.assume(f"Usable HBM {format_number(GPU_MEMORY_UTILIZATION * 100)}% of each GPU (card: usable-hbm), less "
              f"a reserve of {format_number(p.reserve / 2**30)} GiB for activations, CUDA graphs and NCCL buffers.")
     s.assume("Weights and KV heads split evenly over a TP group; no TP here exceeds the 8 KV heads, so none "
              "is replicated. Replicas of a narrower TP each hold a full copy of the weights.")
     s.assume("Every request holds its full context. Step time: the card's roofline at datasheet peak, 2 FLOPs "
-             "per parameter per token, plus the TP all-reduces over NVLink (card: tp-all-reduce); attention "
-             "FLOPs and engine overhead are left out.")
+             f"per parameter per token, plus the TP all-reduces over {fabric_name(p.gpu)} (card: tp-all-reduce); "
+             "attention's FLOPs are left out (its KV reads are counted: decode reads far more than it computes "
+             "there), and so is the step's fixed overhead, the same for every layout, so it decides nothing.")
     s.slip("/n: requests per GPU, not per TP group", 1 / p.gpus, on=("users_16", "users_8"))
     s.slip("x n: the whole request's KV, not one GPU's share", p.gpus, on="kv_per_request_gpu")
     s.slip("x layers: one layer's KV instead of all of them", 1 / p.model.layers, on="kv_per_request_gpu")
-    s.assume("The pipeline runs S micro-batches in flight with no bubble in steady decode; sending the sampled token "
-             "back to the first stage, and the sends' latency, are left out.")
-    _layout_regime(s, p, served, best, users16, tpot16, _pipeline_note(s, p, n_pp, pp, piped))
+    s.assume("A TP × PP pipeline over the GPUs is left out: it stores the weights once, like the one group, and "
+             "adds a bubble and stage sends; which of the two serves more is a question of its own.")
+    _layout_regime(s, p, layouts, users16, tpot16)
 
