@@ -57,9 +57,11 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs,
                                              "hbm": hbm_bytes,  # a GPU's HBM in bytes, as the solvers size it
                                              "kv_bytes": kv_bytes, "weight_bytes": weight_bytes}
 # The conventions a constraint may name, read from their cards when a constraint is checked (usable_hbm: the
-# share of HBM an engine budgets; tp_width: the least share of HBM a GPU's weights take under TP).
+# share of HBM an engine budgets; tp_width: the least share of HBM a GPU's weights take under TP; minimal_kv_pool:
+# the least share the weights leave for KV).
 _CONSTANTS: dict[str, Callable[[], float]] = {"usable_hbm": lambda: convention_value("usable-hbm"),
-                                              "tp_width": lambda: convention_value("tp-width")}
+                                              "tp_width": lambda: convention_value("tp-width"),
+                                              "minimal_kv_pool": lambda: convention_value("minimal-kv-pool")}
 
 
 def _evaluate(node: ast.AST, values: Mapping[str, Any]) -> Any:

@@ -194,8 +194,9 @@ def test_tp_past_kv_heads_follows_vllm_head_rule(variant, seed):
 
 
 def test_pipeline_stages_take_whole_layers(variant):
-    """Llama-3.1-405B at TP 32: TP 8 x 4 stages, and 126 layers give the busiest stage 32, not 31.5."""
-    results = variant("tp-past-kv-heads@default+model=llama-3.1-405b+tp=32").sheet.results
+    """Llama-3.1-405B at TP 32 on H200 (TP 8 holds it there, as the push needs): TP 8 x 4 stages, and 126 layers
+    give the busiest stage 32, not 31.5."""
+    results = variant("tp-past-kv-heads@default+model=llama-3.1-405b+tp=32+gpu=h200-sxm").sheet.results
     assert results["pp_stages"] == 4
     assert results["stage_layers"] == 32
     assert results["kv_per_gpu_pp"] == pytest.approx(results["kv_total"] / 8 * 32 / 126)
@@ -205,7 +206,7 @@ def test_tp_past_kv_heads_pinned_seed(variant):
     """Pinned again: the GPU and NIC are now drawn (the fit check and the all-reduce need them; the keys are pinned
     in the question file)."""
     solution = variant("tp-past-kv-heads@1")
-    assert [p.raw for p in solution.params] == ["llama-3.1-405b", "h200-sxm", "connectx-7", 16, "bf16", 65, 18944, 20]
+    assert [p.raw for p in solution.params] == ["llama-3-70b", "h100-sxm", "connectx-7", 16, "fp8", 81, 6656, 20]
 
 
 def test_tp_past_kv_heads_checks_the_fit(variant):
