@@ -292,6 +292,9 @@ def _asked(before: Solution, after: Solution) -> tuple[str, ...]:
 
 
 def _say(before: Solution, after: Solution, changes: dict) -> str:
-    moved = " and ".join(f"{after.param(name).label} is {after.param(name).shown} instead of "
-                         f"{before.param(name).shown}" for name in changes)
-    return f"Now suppose {moved}. Where does that leave you?"
+    """The interviewer's words for a generated push: what moves, from what to what, and the question a push asks
+    (what changed, what matters now). Said without a verb on the label, which may be singular or plural."""
+    moved = ", and ".join(f"{after.param(name).label} from {before.param(name).shown} to {after.param(name).shown}"
+                          for name in changes)
+    count = "one thing" if len(changes) == 1 else "two things" if len(changes) == 2 else f"{len(changes)} things"
+    return f"Let's change {count}: {moved}. What changes, and what matters now?"
