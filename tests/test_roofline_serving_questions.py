@@ -8,6 +8,7 @@ import pytest
 
 from solvers.data import Record
 from solvers.engine import VariantError
+from solvers.interview import stage_run
 from solvers.models.common import GPU_MEMORY_UTILIZATION
 
 
@@ -95,7 +96,8 @@ def test_speedup_against_nvidia_h200_figures(variant):
     assert expected["speedup_bandwidth"] < expected["speedup_capacity"] < 1.9
 
 
-def _roofline_by_hand(old: Record, new: Record, model: Record, gpus: int, context: int, small: int) -> dict:
+def _roofline_by_hand(old: Record, new: Record, model: Record, gpus: int, context: int, small: int,
+                      max_num_seqs: int) -> dict:
     """The speedups recomputed in plain Python from the catalogue records."""
     weights = model.params_b * 1e9 * 2
     kv_request = 2 * model.layers * model.kv_heads * model.head_dim * 2 * context
@@ -107,7 +109,8 @@ def _roofline_by_hand(old: Record, new: Record, model: Record, gpus: int, contex
                    2 * model.params_b * 1e9 * tokens / (gpus * gpu.bf16_dense_tflops * 1e12)) + all_reduce
 
     def batch(gpu: Record) -> int:
-        return math.floor((gpus * gpu.hbm_mib * 2**20 * GPU_MEMORY_UTILIZATION - weights) / kv_request)
+        return min(int(max_num_seqs), math.floor((gpus * gpu.hbm_mib * 2**20 * GPU_MEMORY_UTILIZATION - weights)
+                                            / kv_request))
 
     def throughput(gpu: Record, size: int) -> float:
         return size / step(gpu, weights + size * kv_request, size)
@@ -119,7 +122,6 @@ def _roofline_by_hand(old: Record, new: Record, model: Record, gpus: int, contex
         "speedup_compute": step(old, weights, context) / step(new, weights, context),
         "speedup_bandwidth": step(old, small_bytes, small) / step(new, small_bytes, small),
         "batch_old": batch(old),
-        "batch_new": batch(new),
         "capacity_decode_old": tpot,
         "speedup_capacity": throughput(new, batch(new)) / throughput(old, batch(old)),
         "speedup_iso_tpot": throughput(new, iso) / throughput(old, batch(old)),
@@ -130,7 +132,8 @@ def _roofline_by_hand(old: Record, new: Record, model: Record, gpus: int, contex
 def test_speedup_matches_plain_arithmetic(variant, seed):
     solution = variant(f"datasheet-speedup-regimes@{seed}")
     p = {param.name: param.value for param in solution.params}
-    by_hand = _roofline_by_hand(p["old_gpu"], p["new_gpu"], p["model"], p["gpus"], p["context"], p["small_batch"])
+    by_hand = _roofline_by_hand(p["old_gpu"], p["new_gpu"], p["model"], p["gpus"], p["context"], p["small_batch"],
+                                p["max_num_seqs"])
     for key, value in by_hand.items():
         assert solution.expected[key] == pytest.approx(value, rel=1e-9), key
     names = ("compute", "bandwidth", "capacity")
@@ -156,12 +159,23 @@ def test_speedup_degenerate_layouts_are_refused(variant):
         variant("datasheet-speedup-regimes@default+old_gpu=a100-sxm-80gb+new_gpu=h100-sxm")
 
 
-def test_speedup_follow_up_flips_the_winner(variant, catalog):
-    from solvers.followup import follow_up
+def test_speedup_push_flips_the_winner(variant, catalog):
+    """The capacity side's push is the interviewer's 'and for Blackwell?': H200 to B200 adds 2.3x the peak and
+    1.3x the HBM, so prefill wins."""
+    run = stage_run(variant("datasheet-speedup-regimes@default"), catalog, 3)
+    assert str(run.solution.code).endswith("+old_gpu=h200-sxm+new_gpu=b200")
+    assert run.regime == "compute"
 
-    followup = follow_up(variant("datasheet-speedup-regimes@default"), catalog)
-    assert str(followup.solution.code).endswith("+old_gpu=h200-sxm+new_gpu=b200")
-    assert followup.solution.expected["regime"] == "compute"  # 2.3x the peak beats 1.3x the memory
+
+def test_speedup_bandwidth_wins_where_the_batch_stops_growing(variant):
+    """Review 2: 'bandwidth' never won. It wins where max_num_seqs (or the math) stops the new GPU's batch from
+    growing with its HBM: seed 46 (pinned), 1,876 requests fit on the H200s but 1,024 run. At 16K-token requests
+    the same pair's batches stay under the cap, and capacity wins again."""
+    capped = variant("datasheet-speedup-regimes@46")
+    assert capped.expected["regime"] == "bandwidth"
+    assert capped.sheet.results["batch_new"] == capped.param("max_num_seqs").value == 1024
+    uncapped = variant("datasheet-speedup-regimes@46+context=16384")
+    assert uncapped.sheet.results["batch_new"] < 1024 and uncapped.expected["regime"] == "capacity"
 
 
 # --- continuous-batching-padding -----------------------------------------------------------
