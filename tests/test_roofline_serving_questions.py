@@ -225,6 +225,21 @@ def test_gain_matches_a_scheduling_simulation(variant, code):
     assert static_steps / refill_steps == pytest.approx(solution.expected["gain"], rel=0.01)
 
 
+def test_padding_push_changes_the_traffic_and_crosses(variant, catalog):
+    """Review 2: the follow-up moved the step time, which cannot change the gain (@7: 22 -> 40 ms asked "small
+    or large?" again). The push now changes the traffic, as an interviewer would: chat replies with a long tail
+    for a small gain, near-uniform replies for a large one. The lengths it draws cross in every one of these
+    draws, and the step time never moves."""
+    for seed in range(40):
+        first = variant(f"continuous-batching-padding@{seed}")
+        side = first.expected["regime"]
+        push = next(i for i, stage in enumerate(first.question.stages) if stage.when == side)
+        run = stage_run(first, catalog, push)
+        assert run.regime != side
+        assert run.solution.param("step").raw == first.param("step").raw
+        assert run.solution.param("lengths").raw != first.param("lengths").raw
+
+
 def test_padding_pinned_seed(variant):
     """Seed 0 draws these parameters (its keys are pinned in the question file)."""
     solution = variant("continuous-batching-padding@0")
