@@ -114,6 +114,8 @@ SLIP = "decides whether a slip is offered, not an answer"
 NAMES = "compares names, indices or flags, not numbers"
 SAMPLED = "a seeded simulation's own sampled numbers: there is no exact value to decide on"
 REGION = "which region's linear root to keep: at a region's edge both regions give the same root"
+UNLISTED = ("an option within the answers' 3% of its line is judged None and never listed; a listed option's truth "
+            "is decided by s.compare")
 
 
 def _margin(what: str) -> str:
@@ -161,6 +163,11 @@ ALLOWED = {
     ("topics/speculation/spec_decode_step_accounting.py", "_break_even", "root * t_F > t_W + root * t_KV"): REGION,
     ("topics/training/fleet_gpu_count.py", "_fleet_judgements", "size & size - 1 == 0"): WHOLE,
     ("topics/training/training_compute_budget.py", "_schedule_levers", "saved > 0"): TEXT,
+    ("topics/roofline/datasheet_speedup_regimes.py", "_judge_over_bandwidth",
+     "abs(s.value(gain) / s.value(r_bw) - 1) < TIE"): UNLISTED,
+    ("topics/serving/roofline_model_breaks.py", "_judge_breaks",
+     "abs(s.evaluate(cost / step) / s.evaluate(matters) - 1) < TOO_CLOSE"): UNLISTED,
+    ("topics/serving/roofline_model_breaks.py", "solve", "name != dominant"): NAMES,
 }
 
 
