@@ -214,3 +214,16 @@ def test_training_state_bubble_matches_a_simulated_1f1b_schedule(variant, seed):
     stages = round(solution.sheet.results["nodes"])
     microbatches = round(solution.param("microbatches").value)
     assert solution.expected["bubble"] == pytest.approx(_one_f_one_b(stages, microbatches), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_state_bytes_links_key_the_copies_all_reduce_in_either_layout(variant, seed):
+    """Key check: the pipeline's own step puts each stage's gradient all-reduce across the job's copies on the NICs,
+    yet "a reduce-scatter of the whole model's gradients" was keyed false for it. The select now names that
+    all-reduce, true in both layouts, and the reduce-scatter over the group, FSDP's alone."""
+    solution = variant(f"training-state-bytes@{seed}")
+    keyed = set(solution.expected["links"])
+    fsdp = solution.expected["regime"] == "fsdp-across-nodes"
+    assert ("an all-reduce of gradients across the job's copies" in keyed) == (solution.sheet.results["dp_nic"] > 0)
+    assert ("a reduce-scatter of every layer's gradients over the group" in keyed) == fsdp
+    assert ("activations and their gradients at stage boundaries" in keyed) == (not fsdp)

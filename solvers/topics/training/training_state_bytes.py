@@ -37,7 +37,7 @@ def _fsdp_side(p, s: Sheet, N, b_w, BW, nodes, r, dp_nic) -> tuple[sympy.Symbol,
     group's copies (hybrid sharding), against the compute of one step."""
     G, B, g = s.symbol("G"), s.param("B", "batch_tokens"), s.symbol("g")
     P = given_peak_flops(s, p.gpu, "bf16")
-    mfu = s.param("MFU", "mfu")
+    mfu = s.param("η", "mfu")
     V = s.step("fsdp_traffic", "Bytes each GPU moves per step under FSDP", "V", ZERO3_VOLUME * N * b_w, "GB",
                "all-gather the bf16 weights for forward and again for backward, reduce-scatter the gradients: "
                "1.5x plain data parallel's all-reduce (ZeRO, sec. 7)")
@@ -55,7 +55,8 @@ def _fsdp_side(p, s: Sheet, N, b_w, BW, nodes, r, dp_nic) -> tuple[sympy.Symbol,
     F = s.prerequisite("training-compute-budget", "F_step", FLOPS_PER_PARAM_TOKEN * s.value(N) * s.value(B), "FLOP",
                        "training FLOPs of one step, 6·N·D over the global batch")
     t_comp = s.step("step_compute", "Compute per step", "t_comp", F / (G * P * mfu), "s",
-                    "the step's FLOPs shared by every GPU of the job, at the MFU the run sustains")
+                    "the step's FLOPs shared by every GPU of the job, at the share of peak its kernels reach: "
+                    "the exposed communication and the bubble come on top")
     loss = s.step("fsdp_loss", "Step time FSDP loses to exposed communication", "f_FSDP",
                   1 - t_comp / max_of(t_comp, t_comm), "%",
                   "prefetching hides the traffic behind compute; what exceeds the compute stalls the step")
@@ -70,22 +71,25 @@ def _pipeline_side(p, s: Sheet, nodes) -> sympy.Symbol:
                   "1F1B: the first and last p − 1 micro-batch slots of each step leave stages idle")
 
 
-def _judge_links(s: Sheet, fsdp: bool) -> None:
-    """What crosses the NIC every step follows from the layout that loses less."""
+def _judge_links(s: Sheet, fsdp: bool, replicas) -> None:
+    """What crosses the NIC every step follows from the layout that loses less; both pay the all-reduce across the
+    job's copies of the group (hybrid sharding, or data parallel over the pipeline's stages)."""
     layout = "FSDP across nodes" if fsdp else "a pipeline across nodes"
     s.judge("links", "all-gathers of the bf16 weights", fsdp,
             f"{layout}: " + ("the shards live on other nodes" if fsdp else "each stage's weights stay in its node"))
-    s.judge("links", "a reduce-scatter of the whole model's gradients", fsdp,
-            f"{layout}: " + ("every GPU reduces its shard of all gradients across nodes" if fsdp
-                             else "a stage reduces only its own slice, with its replicas"))
+    s.judge("links", "a reduce-scatter of every layer's gradients over the group", fsdp,
+            f"{layout}: " + ("every GPU reduces its shard of all gradients across the group's nodes" if fsdp
+                             else "a stage's gradients stay in its node until the all-reduce across copies"))
     s.judge("links", "activations and their gradients at stage boundaries", not fsdp,
             f"{layout}: " + ("there are no stages" if fsdp else "each node hands its micro-batches to the next"))
-    s.judge("links", "tensor-parallel all-reduces", False,
-            "tensor parallel, if any, stays inside the node's NVLink domain in either layout", fact=True)
+    s.judge("links", "an all-reduce of gradients across the job's copies", s.compare(replicas, 1) > 0,
+            f"{format_number(s.value(replicas))} copies of the group: each GPU's slice of the gradients all-reduces "
+            "across them over the NICs, in either layout", fact=True)
 
 
 def _layout_regime(s: Sheet, fsdp_side, pp_side, t_comp, t_comm, nodes) -> None:
-    """The layout with the shorter step wins; the text quotes the share of the step each loses."""
+    """The layout with the shorter step wins; the text quotes the share of the step each loses (near the
+    boundary the engine adds the steps' margin, so the words follow it)."""
     (loss_fsdp, step_fsdp), (loss_pp, step_pp) = fsdp_side, pp_side
     fsdp, pp = (s.text(x) for x in (loss_fsdp, loss_pp))
     comm, comp = (s.text(x) for x in (t_comm, t_comp))
@@ -95,18 +99,14 @@ def _layout_regime(s: Sheet, fsdp_side, pp_side, t_comp, t_comm, nodes) -> None:
         f"FSDP's {comm} of NIC traffic per step against {comp} of compute loses {fsdp} of the step, less "
         f"than the {pp} bubble of a {stages}-stage pipeline: shard across the nodes.",
         "With fewer tokens per GPU (a smaller global batch or more GPUs) or a slower NIC the traffic outgrows "
-        "the compute, the exposed part passes the bubble, and pipeline stages across nodes win.",
-        near=f"FSDP loses {fsdp} of the step, just under the {pp} bubble of a {stages}-stage pipeline: a close "
-             "call that a few more GPUs or a smaller batch would flip to pipeline stages."),
+        "the compute, the exposed part passes the bubble, and pipeline stages across nodes win."),
         above=Side(
         "pipeline-across-nodes",
         f"FSDP's {comm} of NIC traffic per step cannot hide behind {comp} of compute: it loses {fsdp} of the "
         f"step, more than the {pp} bubble of a {stages}-stage pipeline. Put pipeline stages across nodes and "
         "keep sharding inside NVLink.",
         "With more tokens per GPU (a larger global batch) or a faster NIC the compute covers FSDP's traffic, "
-        "and sharding across nodes loses less than the bubble.",
-        near=f"FSDP loses {fsdp} of the step, just over the {pp} bubble of a {stages}-stage pipeline: a close "
-             "call; more micro-batches shrink the bubble, a larger batch hides FSDP's traffic."))
+        "and sharding across nodes loses less than the bubble."))
 
 
 def _group_of(nodes):
@@ -192,5 +192,5 @@ def solve(p, s: Sheet) -> None:
     if abs(s.value(step_fsdp) / s.value(step_pp) - 1) < TOO_CLOSE:
         raise Reject("FSDP's step and the pipeline's are within the answers' 3%: too close to call")
     _layout_regime(s, (loss_fsdp, step_fsdp), (loss_pp, step_pp), t_comp, t_comm, nodes)
-    _judge_links(s, s.compare(step_fsdp, step_pp) <= 0)
+    _judge_links(s, s.compare(step_fsdp, step_pp) <= 0, s.symbol("n_rep"))
 
