@@ -687,6 +687,23 @@ def test_roofline_candidate_recalls_the_breaks_before_the_select(variant):
     assert all({True, False} <= seen for seen in truths.values())
 
 
+def test_roofline_push_moves_two_parameters_per_side_and_crosses(variant, catalog):
+    """The key check: one fixed three-parameter push for every variant, at 9303 announcing 'retuned kernels: 85%'
+    where it already was 85%. Each side's push now moves the one or two things an interviewer would (the batch and
+    the engine's overhead; the overhead and the all-reduce kernel) and crosses in nine draws in ten."""
+    crossed = pushed = declared = 0
+    for seed in range(60):
+        solution = variant(f"roofline-model-breaks@{seed}")
+        run = stage_run(solution, catalog, len(solution.question.stages) - 2 +
+                        (solution.expected["regime"] == "off-by-a-factor"))
+        names = {name for name, _ in run.stage.set}
+        assert names in ({"batch", "overhead"}, {"overhead", "allreduce_latency"})
+        declared += set(run.moved) <= names  # else the engine's own push stood in for a declared one that failed
+        pushed += 1
+        crossed += run.regime != solution.expected["regime"]
+    assert crossed >= 0.9 * pushed and declared >= 0.8 * pushed > 0
+
+
 def test_roofline_calls_are_never_on_a_knife_edge(variant):
     """The choices have no tolerance: no draw within the numbers' 3% of the 2x line, and the largest correction
     leads the next by at least 3% (the first default sat 5% from 2x, its top two corrections 3.8% apart); a
