@@ -48,22 +48,15 @@ def test_the_push_crosses_the_boundary_and_changes_the_key(bank, catalog, qid):
 
 
 @pytest.mark.parametrize("code", ["continuous-batching-padding@99560", "continuous-batching-padding@50354"])
-def test_where_nothing_crosses_the_push_moves_the_figure_that_moves_the_margin(bank, catalog, code):
-    """Only the spread of the lengths (a generator's setting, not the interviewer's) could make these gains
-    large, so no push crosses. The gain is B · max L / Σ L: the step time cannot move it (it was pushed here
-    once, and asking whether a slower step makes the gain large is no question); the batch draws other
-    lengths and does. The padding is asked with the regime, B · max L − Σ L of the new lengths."""
+def test_the_step_time_moves_the_switch_margin(bank, catalog, code):
+    """The gain B · max L / Σ L is the same at any step time, so asking whether a slower step makes it large was
+    no question. The call is now whether refilling pays at its cost per step, cost < step × (gain − 1): the step
+    time moves that line in proportion, and a push on it is a question again."""
     first = make_variant(bank, catalog, VariantCode.parse(code))
     slower = revise(first, catalog, {"step": 2 * first.param("step").raw})
-    assert slower.sheet.regime.margin == first.sheet.regime.margin  # the step cannot move the gain
-    followup = follow_up(first, catalog)
-    pushed = followup.solution
-    assert [name for name, _ in pushed.code.overrides] == ["batch"] and followup.ask == ("regime", "waste")
-    assert pushed.expected["regime"] == first.expected["regime"] == "small-gain"
-    assert pushed.sheet.regime.margin != first.sheet.regime.margin
-    lengths = pushed.param("lengths").raw
-    assert len(lengths) == pushed.param("batch").raw != first.param("batch").raw
-    assert pushed.expected["waste"] == len(lengths) * max(lengths) - sum(lengths)
+    assert slower.expected["gain"] == first.expected["gain"]
+    assert slower.sheet.results["break_even_cost"] == pytest.approx(2 * first.sheet.results["break_even_cost"])
+    assert slower.sheet.regime.margin != first.sheet.regime.margin
 
 
 @pytest.mark.parametrize("qid", WITH_REGIME)
