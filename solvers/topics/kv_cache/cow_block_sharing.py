@@ -72,14 +72,14 @@ def solve(p, s: Sheet) -> None:
         copies = s.step("copies", "Copy-on-write copies", "N_cow", (k - 1) * misaligned, "blocks",
                         "each sample's first token lands in the shared partial block: all but the last writer "
                         "copy it")
-        s.step("tail_redone", "Prompt tokens whose KV is copied", "P_re", copies * tail,
+        s.step("tail_redone", "Prompt tokens whose KV is copied, over all other samples", "P_re", copies * tail,
                         "tokens", "each copy carries the KV of the prompt's tokens past its last full block; "
                         "the prompt is prefilled once")
         s.choose("tail_cost", "a-copy-at-the-first-decode-step" if s.value(copies) else "nothing-extra",
                  "a sample's first token writes into the block the prompt ends in" if s.value(copies) else
                  "the prompt fills its last block exactly: the first token opens a private block")
     else:
-        s.step("tail_redone", "Prompt tokens prefilled again", "P_re", (k - 1) * tail, "tokens",
+        s.step("tail_redone", "Prompt tokens prefilled again, over all other samples", "P_re", (k - 1) * tail, "tokens",
                         "every sample after the first prefills them again; v1 makes no copy-on-write")
         s.choose("tail_cost", "a-recompute-at-prefill",
                  "each later sample is its own request and prefills what the prefix cache cannot match")
