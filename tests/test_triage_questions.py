@@ -207,7 +207,7 @@ def test_first_month_costs_and_fix_follow_the_record(variant, seed):
     assert solution.expected["saved"] / HOUR == pytest.approx(max(watchdog, drain), rel=1e-12)
     assert solution.expected["regime"] == ("step-counter watchdog" if watchdog > drain else "drain after first crash")
     findings = solution.sheet.results["findings"]
-    plain = {"the hangs spent longer waiting to be noticed than every failure spent restarting":
+    plain = {"in total, the hangs waited longer to be noticed than all the failures spent restarting":
              (raw["hangs"] * raw["detect"], failures * raw["restart"] / 60),
              "the faulty nodes cost the job more than the hangs did": (node_cost, hang_cost),
              "redoing the work since the last save cost more than waiting to notice the hangs":

@@ -7,7 +7,7 @@ from solvers.derivation import Reject, Sheet, Side
 from solvers.sheetmath import max_of
 
 WATCHDOG, DRAIN = "step-counter watchdog", "drain after first crash"
-NOTICING = "the hangs spent longer waiting to be noticed than every failure spent restarting"
+NOTICING = "in total, the hangs waited longer to be noticed than all the failures spent restarting"
 NODES_COST_MORE = "the faulty nodes cost the job more than the hangs did"
 REDOING = "redoing the work since the last save cost more than waiting to notice the hangs"
 BOTH = "the two fixes together would win back more than half of what the failures cost"
@@ -24,8 +24,8 @@ def _holds(s: Sheet, a, b) -> bool | None:
 def _findings(s: Sheet, noticing, restarting, redoing, hang_cost, node_cost, both, half) -> None:
     """The week-2 draft's hypotheses, each held against last year's record."""
     more = _holds(s, noticing, restarting)
-    s.judge("findings", NOTICING, more, f"the hangs waited {s.text(noticing)} to be noticed against "
-            f"{s.text(restarting)} of restarts: " + ("noticing is where the job's time went" if more
+    s.judge("findings", NOTICING, more, f"the hangs waited {s.text(noticing)} in all to be noticed against "
+            f"{s.text(restarting)} of restarts in all: " + ("noticing is where the job's time went" if more
                                                       else "restarts took as long as the waiting or longer"))
     nodes = _holds(s, node_cost, hang_cost)
     s.judge("findings", NODES_COST_MORE, nodes, f"{s.text(node_cost)} against the hangs' {s.text(hang_cost)}"
