@@ -135,5 +135,9 @@ def solve(p, s: Sheet) -> None:
              "traffic is not counted, since it is the node that stopped.")
     s.assume("The stuck NIC has paused its link without a break since it stopped draining, so the storm has "
              "lasted the origin's paused time; a watchdog that fires ends it for every node behind it.")
+    s.assume("The watchdogs restore differently. The one-switch option keeps Junos's defaults: it turns PFC back on "
+             "after its recovery timer whatever the NIC does, and while the NIC still pauses it fires again two "
+             "polls later, so the nodes it frees send in bursts between stalls (counted as sending again). The "
+             "every-switch option is SONiC's pfcwd, which holds its action until the pauses stop.")
     s.slip("x8: a quantum taken as 512 bytes, not bits", 8, on=("lost_bandwidth", "lost_share"))
 
