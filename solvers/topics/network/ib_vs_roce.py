@@ -43,8 +43,8 @@ def _outweighs(s: Sheet, G, Y, P, k, S_eth, saving, total_saving) -> None:
                 + (": it matters more than the headline saving" if more else ""))
     # The one fact: a GPU costs tens of thousands of dollars, the most a GPU's switch ports could save is
     # 5 × ($50,000 − $12,000) / 64 = $2,969. The fabric is a small part of the cluster's bill.
-    s.judge("outweighs", GPUS, True, "a GPU costs tens of thousands of dollars; the fabric's whole saving is "
-            f"{s.text(saving)} a GPU", fact=True)
+    s.judge("outweighs", GPUS, True, f"the fabric's whole saving is {s.text(saving)} a GPU, a small part of "
+            "what any training GPU costs to buy", fact=True)
 
 
 def _depth_caveat(s: Sheet, flip, radix: int, tiers: int) -> str:
