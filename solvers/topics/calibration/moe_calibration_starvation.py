@@ -9,6 +9,9 @@ from solvers.units import format_number
 TOO_CLOSE = 1.5  # within this factor of the crossover the verdict would turn on the simulation's noise
 
 
+DOUBLING = "the rarest expert is below the crossover, and doubling the calibration set would lift it past"
+
+
 def _recipe(s: Sheet, r, r_star, all_r, need, n_s) -> None:
     """Which recipe moves hold for this model and set, judged on its token counts and the crossover."""
     def fmt(x) -> str:
@@ -27,9 +30,9 @@ def _recipe(s: Sheet, r, r_star, all_r, need, n_s) -> None:
             "below the crossover", not usable,
             "the rarest expert's GPTQ would be worse than rounding" if not usable else
             "no expert is below the crossover: the gate never fires")
-    s.judge("recipe", "doubling the calibration set would lift the rarest expert past the crossover",
-            not usable and s.compare(2 * r, r_star) >= 0,
-            f"twice the set gives {fmt(2 * r)} tokens per d_in against {star}")
+    s.judge("recipe", DOUBLING, not usable and s.compare(2 * r, r_star) >= 0,
+            f"twice the set gives {fmt(2 * r)} tokens per d_in against {star}"
+            + ("; the rarest is past the crossover already" if usable else ""))
     full_rank = s.compare(r, 1) >= 0
     s.judge("recipe", "the rarest expert's Hessian is full rank", full_rank,
             f"{fmt(r)} tokens per input dimension" + (": full rank is not yet enough to beat rounding"
@@ -45,14 +48,14 @@ def _regime(s: Sheet, p, r, r_star, rare, d, shortfall) -> None:
     times = s.text(shortfall)
     s.regime_by(r, r_star, tie="above", above=Side(
         "hessian-usable",
-        f"The rarest expert sees {tokens} tokens for a {width}-wide input, {ratio} per dimension, past the "
+        f"The rarest expert expects {tokens} tokens for a {width}-wide input, {ratio} per dimension, past the "
         f"crossover of {star}: its Hessian is estimated well enough that GPTQ beats rounding.",
         "Below the crossover the Hessian is rank-deficient or noisy, GPTQ's error compensation chases "
         "directions the calibration never saw, and it does worse than plain rounding: that expert needs more "
         "routed tokens, or RTN."),
         below=Side(
         "worse-than-rounding",
-        f"The rarest expert sees {tokens} tokens for a {width}-wide input, {ratio} per dimension, below the "
+        f"The rarest expert expects {tokens} tokens for a {width}-wide input, {ratio} per dimension, below the "
         f"crossover of {star}: GPTQ's Hessian is too thin and its updates make that expert worse than "
         f"round-to-nearest. Reaching the target takes {times} today's set through the router.",
         "Past the crossover GPTQ's compensation pays: every expert's Hessian is usable, and the recipe is the "
@@ -74,8 +77,8 @@ def solve(p, s: Sheet) -> None:
     N = s.step("calib_tokens", "Calibration tokens", "N_cal", n_s * l_s, "tokens", "samples × their length")
     avg = s.step("tokens_avg", "Tokens an average expert sees", "n_avg", N * k / E, "tokens",
                  "each token visits k of the E experts: k/E of the set per expert")
-    rare = s.step("tokens_rare", "Tokens the rarest expert sees", "n_rare", avg * rho, "tokens",
-                  "its routing share relative to the average expert's")
+    rare = s.step("tokens_rare", "Tokens the rarest expert sees, in expectation", "n_rare", avg * rho, "tokens",
+                  "its routing share relative to the average expert's: an expected count, so it may be fractional")
     d = s.step("d_in", "Widest input of an expert's matrices", "d_in", max_of(h, f), "",
                "up/gate read the hidden state, down reads the FFN activations: the wider needs more tokens")
     r = s.step("ratio_rare", "Rarest expert: tokens per input dimension", "r_rare", rare / d, "",
