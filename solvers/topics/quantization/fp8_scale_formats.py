@@ -9,6 +9,7 @@ import sympy
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.fp8 import E4M3, amax_scale, clipped, quantize, quantize_blocks, sqnr_db
 from solvers.models.quantization import pct_text, variant_rng
+from solvers.sheetmath import ceil_of
 from solvers.units import format_number
 
 FORMAT_BLOCKS = 32  # blocks of 128 in the simulation: 4,096 values per distribution
@@ -138,9 +139,9 @@ def _gate(s: Sheet, p):
                   "false-alarm rate")
     z_b = s.given("z_b", round(NormalDist().inv_cdf(float(p.power)), 4), "", "normal quantile of the power")
     del alpha, power  # the quantiles stand for them
-    n = s.step("eval_prompts", "Prompts the gate needs", "n", (z_a + z_b) ** 2 * d / delta**2, "",
+    n = s.step("eval_prompts", "Prompts the gate needs", "n", ceil_of((z_a + z_b) ** 2 * d / delta**2), "",
                "only discordant prompts move the paired difference: its noise is √(d/n), and the drop must stand "
-               "z_a + z_b of it clear")
+               "z_a + z_b of it clear; rounded up to whole prompts")
     return n
 
 
