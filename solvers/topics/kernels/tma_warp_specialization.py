@@ -81,7 +81,8 @@ def solve(p, s: Sheet) -> None:
                         "an M × K slice of A and an N × K slice of B land in shared memory")
     copies = s.step("copies", "cp.async thread copies per k-step", "n_cp", tile_bytes / c, "",
                     "16 bytes per thread-instruction")
-    cp_warp = s.step("cp_instructions", "Copy-path warp instructions per k-step", "I_cp", copies * (1 + o) / w, "",
+    cp_warp = s.step("cp_instructions", "Copy-path warp instructions per k-step, address and bounds included", "I_cp",
+                     copies * (1 + o) / w, "",
                      "each copy plus its address and bounds instructions, 32 threads to a warp instruction")
     tma = s.given("I_TMA", 2, "", "TMA instructions per k-step (one per operand tile, from one thread)")
     s.step("tma_removed", "Instructions TMA removes per k-step, net of its own", "ΔI_TMA", cp_warp - tma, "",
@@ -112,7 +113,9 @@ def solve(p, s: Sheet) -> None:
                   "", "the register file over the producer and consumer warpgroups, in units of 8")
     budget = s.step("consumer_budget", "Consumer registers per thread under setmaxnreg", "r_c",
                     min_of(SETMAXNREG_MAX, 8 * floor_of((even * (n + 1) - r_p) / (8 * n))), "",
-                    "what the producer gives up, shared by the consumers, in units of 8 (CUTLASS's formula)")
+                    "setmaxnreg moves registers only within the launch's allocation, the even split for every "
+                    "thread (not the whole file): what the producer gives up, shared by the consumers, in units of "
+                    "8 (CUTLASS's formula)")
     acc = s.step("acc_registers", "Accumulator registers per consumer thread", "r_acc", M * N / (T * n), "",
                  "the FP32 tile spread over the consumer warpgroups")
     need = s.step("consumer_need", "Registers a consumer thread needs", "r_need", acc + reserve, "",
