@@ -204,7 +204,7 @@ def solve(p, s: Sheet) -> None:
     b_B = s.given("b_B", b_new, "B", f"bytes per weight in the B200 pool ({p.b200_format})")
     kv = kv_bytes_per_token_given(s, model, 2, "bf16")
     S = s.step("decode_context", "Average context while decoding", "S", P_in + n_out / 2, "tokens",
-               "the prompt plus half the reply")
+               "the prompt plus half the reply (mean-decode-context)")
     A_p = s.step("", "Prefill attention FLOPs per query-key pair", "A_p", 2 * L * H * (2 * d_h + d_r), "FLOP",
                  "attention-flops at MLA's widths: keys of d_h + d_r and values of d_h per head, a multiply-add "
                  "each, in every layer")

@@ -97,7 +97,8 @@ def solve(p, s: Sheet) -> None:
     s.choose("kind", "job-not-training" if cause == "job-not-stepping" else "training-problem")
     _checks_run(s, CHECKS.index(fired[0]))
 
-    s.assume("The schedule is Megatron-style (the lr-schedule card): linear warmup to the peak, cosine decay to "
+    s.assume("The schedule is the lr-schedule card's (Megatron-LM's cosine style; its default decay is linear): "
+             "linear warmup to the peak, cosine decay to "
              "the floor at the configured decay step (warmup included), then flat at the floor. The floor of 1% "
              "of the peak is Llama 3 405B's (8e-5 decaying to 8e-7). An LR at its floor fails the learning-rate "
              "check (lr-or-grad-zero): the schedule has run its course, and updates a hundredth of the peak's "
