@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.conventions import scale_up_domain
+from solvers.conventions import convention_value, scale_up_domain
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet
 from solvers.models.common import dtype_bytes, given_config, given_nic, given_nvlink
@@ -59,7 +59,7 @@ def _dispatch_levers(s: Sheet, p, *, sym: dict[str, sympy.Expr]) -> None:
     say("NVLink of twice the bandwidth", comm(b_nvl=2 * v["B_nvl"]),
         "the forwarded copies move twice as fast" + (", but the NIC binds" if nic_bound else "") + calls)
     say("Kernels with half the fixed latency per call", comm(alpha=v["alpha"] / 2),
-        f"{format_quantity(s.evaluate(v['alpha']), 'us')} of each call's {s.text(v['alpha'])} saved, the bytes "
+        f"{format_quantity(s.evaluate(v['alpha'] / 2), 'us')} of each call's {s.text(v['alpha'])} saved, the bytes "
         "unchanged")
     h = v["h"]
     fp8_per = h + h / SCALE_BLOCK * SCALE_BYTES + v["c"]
@@ -77,9 +77,15 @@ def _dispatch_levers(s: Sheet, p, *, sym: dict[str, sympy.Expr]) -> None:
     half, U = floor_of(D / 2), v["U"]
     fewer = (half - 1) * (1 - sympy.binomial(U - floor_of(U / half), v["m"]) / sympy.binomial(U, v["m"]))
     wider = 2 * v["g"]
-    say("NVLink domains twice as large (half as many nodes)", comm(remote=fewer, nvl=v["k"] * (wider - 1) / wider),
+    one_domain = s.compare(half, 1) == 0
+    # A group inside one domain makes no call across nodes: its calls pay NVLink's latency, not the NIC's.
+    alpha = (s.given("α_NVL", convention_value("all-reduce-latency-nvlink") * 1e-6, "us",
+                     "fixed latency of a call inside one NVLink domain (all-reduce-latency-nvlink)")
+             if one_domain else v["alpha"])
+    say("NVLink domains twice as large (half as many nodes)",
+        comm(remote=fewer, nvl=v["k"] * (wider - 1) / wider, alpha=alpha),
         f"{n(fewer)} remote nodes a token against {s.text(v['remote'], 3)}"
-        + (": the group would sit in one domain" if s.compare(half, 1) == 0 else ""))
+        + (": the group would sit in one domain, its calls at NVLink's latency" if one_domain else ""))
 
 
 EDGE = 0.03  # a draw within 3% of a regime's edge is refused: the graded times carry 3%

@@ -237,8 +237,11 @@ def solve(p, s: Sheet) -> None:
                   max_of(B * S * KV / R_b, B * S * A / (eta_att * P_att)) / n, "ms",
                   "every sequence reads its whole cache once, or its query-key math, whichever is longer")
     t_a2a = ep_all_to_all(s, model, p.gpu, p.nic, n, int(p.gpus), B / n, r.L)
+    parts = [f"weights and experts {s.text(t_w)}", f"attention {s.text(t_kv)}"]
+    parts += [f"the all-to-all {s.text(t_a2a)}"] if p.gpus > 1 else []
     t = s.step("step_time", "Time of the step", "t", t_w + t_kv + t_a2a + t_oh, "ms",
-               "weights and experts, attention, " + ("the all-to-all, " if p.gpus > 1 else "") + "then the overhead")
+               # each part named with its own figure: the sum prints its terms in sympy's order, not this one
+               ", ".join(parts) + f", then the overhead {s.text(t_oh)}")
     s.step("per_user", "Tokens per second per decoding sequence", "X_user", 1 / t, "tokens/s",
            "one token per sequence per step")
     s.step("throughput", "Tokens per second", "X", B / t, "tokens/s", "B tokens per step")
