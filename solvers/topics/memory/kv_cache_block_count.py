@@ -148,7 +148,10 @@ def solve(p, s: Sheet) -> None:
 
     s.assume("total_memory is the capacity the device reports (hbm_mib), as vLLM reads it; "
              f"gpu_memory_utilization = {format_number(GPU_MEMORY_UTILIZATION)} caps everything vLLM allocates; "
-             "CUDA graphs, captured after the cache is sized, come out of the rest.")
+             "CUDA graphs, captured after the cache is sized, come out of the rest. That is vLLM before v0.21: "
+             "since v0.21 it also takes an estimate of the graphs' memory out before it sizes the cache, by default "
+             "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, vllm PR #30515), so a current engine holds somewhat fewer "
+             "blocks than this accounting.")
     s.assume("The activation peak and non-torch memory are what the profile run measured on each GPU at "
              "max_num_batched_tokens; the peak grows with that token count, so halving it roughly halves the "
              "peak. The weights split evenly over the TP group (vocab-parallel embeddings and LM head included).")
