@@ -33,11 +33,11 @@ def _stray_brace(text: str) -> str | None:
     """The first `{...}` in `text` that is no placeholder ({a.b.c}, {x.__class__}): shown literally
     in every variant, where its author meant a figure."""
     return next((m.group(0) for m in _BRACED.finditer(text) if not PLACEHOLDER.fullmatch(m.group(0))), None)
-_ID = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*$")
+QUESTION_ID = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*$")  # a question id (the file schema takes its pattern)
 # A variant code after its '@': 'default' or a seed, then '+name=value' overrides (engine.VariantCode).
 VARIANT_TAIL = r"(?P<seed>default|\d+)(?P<sets>(?:\+[a-z0-9_]+=[^+\s]+)*)"
 _VARIANT = re.compile(f"^{VARIANT_TAIL}$")
-_SOLVER = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$")  # <topic folder>.<module> under solvers/topics
+SOLVER_NAME = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$")  # <topic folder>.<module> under solvers/topics
 
 
 def conventional_solver(topic: str, question_id: str) -> str:
@@ -541,7 +541,7 @@ def _parse_constraints(reader: _Reader, document: LineDict, names: set[str]) -> 
 
 def _parse_solver(reader: _Reader, document: LineDict) -> str:
     solver = reader.field(document, "solver", str, required=False, default="")
-    if solver and not _SOLVER.match(solver):
+    if solver and not SOLVER_NAME.match(solver):
         raise reader.fail("solver", document.line_of("solver"),
                           "a solver module under solvers/topics as <topic>.<module> (kv_cache.paged_block_size)")
     return solver
@@ -549,7 +549,7 @@ def _parse_solver(reader: _Reader, document: LineDict) -> str:
 
 def _parse_requires(reader: _Reader, document: LineDict, qid: str) -> tuple[str, ...]:
     requires = reader.field(document, "requires", list, required=False, default=[])
-    if not all(isinstance(r, str) and _ID.match(r) and r != qid for r in requires):
+    if not all(isinstance(r, str) and QUESTION_ID.match(r) and r != qid for r in requires):
         raise reader.fail("requires", document.line_of("requires"), "ids of other questions")
     return tuple(requires)
 
@@ -609,7 +609,7 @@ def parse_question(path: Path, text: str) -> Question:
         if key not in QUESTION_FIELDS:
             raise reader.fail(str(key), document.line_of(key), "unknown field")
     qid = reader.field(document, "id", str)
-    if not _ID.match(qid):
+    if not QUESTION_ID.match(qid):
         raise reader.fail("id", document.line_of("id"), "lower-case words joined by '-'")
     if path.stem != qid:
         raise reader.fail("id", document.line_of("id"), f"must match the file name ({path.stem})")

@@ -24,10 +24,10 @@ _SETS: dict[str, Any] = {"type": "object", "additionalProperties": {"type": ["st
 # Each field's type, by its name in any part of the file (a name means one thing wherever it appears).
 FIELD_TYPES: dict[str, dict[str, Any]] = {
     # the question
-    "id": {"type": "string", "pattern": "^[a-z0-9]+(?:[.-][a-z0-9]+)*$"},
+    "id": {"type": "string", "pattern": bank.QUESTION_ID.pattern},
     "title": _TEXT, "group": _TEXT, "topic": _TEXT,
     "difficulty": {"type": "integer", "minimum": 1},
-    "solver": {"type": "string", "pattern": "^[a-z][a-z0-9_]*\\.[a-z][a-z0-9_]*$"},
+    "solver": {"type": "string", "pattern": bank.SOLVER_NAME.pattern},
     "catalogue": {"type": "array", "items": {"type": ["string", "integer"]}},
     "prompt": _TEXT, "hints": _TEXTS, "references": _TEXTS, "regime_sides": _TEXTS, "requires": _TEXTS,
     "literals": _TEXTS,
