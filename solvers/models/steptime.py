@@ -37,7 +37,6 @@ from solvers.derivation import Reject, Sheet
 from solvers.models.collective import AllReduceTerms, all_reduce_terms
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
-    compute_efficiency,
     dtype_bytes,
     given_compute_efficiencies,
     given_config,
@@ -171,8 +170,7 @@ def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstan
     A = s.step("attention_pair_flops", "Attention FLOPs per query-key pair", "A", 4 * L * H * d_h, "FLOP",
                "QKᵀ and PV: a multiply-add per head dimension each, for every query head in every layer")
 
-    efficiency = (format_quantity(constants.compute, '%') if constants.compute is not None
-                  else f"{format_quantity(compute_efficiency(dtype), '%')} of the {dtype} peak")
+    efficiency = s.text(eta_c) if constants.compute is not None else f"{s.text(eta_c)} of the {dtype} peak"
     overhead = ("the CPU's time per step is modelled separately" if constants.overhead is None
                 else f"t_oh = {format_quantity(constants.overhead, 'ms')} per step")
     s.assume(

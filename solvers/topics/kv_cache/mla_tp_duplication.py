@@ -7,7 +7,6 @@ from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import ACTIVATION_BYTES, link_bandwidth, link_latency, tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
-    compute_efficiency,
     dtype_bytes,
     given_active_params,
     given_compute_efficiencies,
@@ -94,7 +93,7 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
                      "the busiest group sets the pace, then the collectives, plus overhead")
     s.assume(f"Step model as the roofline-time card with the bank's step constants: reads at "
              f"{format_quantity(c.bandwidth, '%')} of HBM bandwidth, the fp8 weights' GEMMs at "
-             f"{format_quantity(compute_efficiency('fp8'), '%')} of the fp8 dense peak and attention at the "
+             f"{s.text(eta_c)} of the fp8 dense peak and attention at the "
              f"{p.kv_dtype} latents' peak, at its precision's share (step-compute-fp8, step-compute, "
              f"matmul-precision), {format_quantity(STEP_OVERHEAD, 'ms')} of overhead per step; under DP "
              "attention an all-gather before and a reduce-scatter after each MoE layer take the place of TP's two "
