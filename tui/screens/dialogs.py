@@ -107,6 +107,7 @@ class ConventionsScreen(CardScreen):
 
 
 class CodeScreen(ModalScreen[str | None]):
+    """Asks for a variant code; dismisses with the text, or None."""
     HELP_TITLE = "Enter a variant code"
 
     DEFAULT_CSS = """
@@ -115,9 +116,6 @@ class CodeScreen(ModalScreen[str | None]):
                 background: $surface; }
     #code-box Label { width: 1fr; }  /* wraps, not cut, at 80 columns */
     """
-
-    """Asks for a variant code; dismisses with the text, or None."""
-
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="code.cancel", tooltip="open nothing")]
 
     def compose(self) -> ComposeResult:
