@@ -1,4 +1,4 @@
-"""Evicting a block with descendants - the KV that stays and can never hit."""
+"""Evicting a block with descendants - the KV that stays but no lookup reaches."""
 from __future__ import annotations
 
 import sympy
@@ -22,17 +22,17 @@ def _hole_regime(s: Sheet, served, half, redo, lost, n) -> None:
     gib, chats = s.text(lost), s.text(n)
     s.regime_by(served, half, tie="below", above=Side(
         "hole-late",
-        f"The hole is in the second half of the system prompt: a returning chat still serves {kept} of it and "
-        f"prefills {again} again; the {gib} below the hole, every chat's own KV included, sits unreachable "
-        "until it is evicted in turn.",
+        f"The hole is in the second half of the system prompt: the first chat back still serves {kept} of it "
+        f"and prefills {again} again; the {gib} below the hole, every chat's own KV included, sits unreachable "
+        "until that prefill refills the hole (the recomputed block hashes as before) or it is evicted in turn.",
         "A hole nearer the front (FIFO and cheapest-first orders pick the very first block) costs each "
         "returning chat most of the shared prompt as well as its own history."),
         below=Side(
         "hole-early",
-        f"The hole leaves no more than half of the system prompt hitting: each of the {chats} chats re-prefills "
-        f"{again} of the shared prompt, {'as much as' if s.compare(served, half) == 0 else 'more than'} the "
-        f"{kept} it still serves, besides its own history, while the {gib} that would have served them stays "
-        "resident and unreachable.",
+        f"The hole leaves no more than half of the system prompt hitting: the first of the {chats} chats back "
+        f"re-prefills {again} of the shared prompt, {'as much as' if s.compare(served, half) == 0 else 'more than'} "
+        f"the {kept} it still serves, besides its own history, while the {gib} that would have served it stays "
+        "resident and unreachable; once that prefill refills the hole, the other chats hit again.",
         "A hole in the second half still leaves most of the shared prompt hitting; what is lost is the tail of "
         "it and every chat's own history below."))
 
@@ -106,16 +106,16 @@ def solve(p, s: Sheet) -> None:
                   "the shared system prompt once, then every chat's own chain")
     below = s.step("stranded_blocks", "Resident blocks below the evicted one", "c_str", c_s - j + own, "blocks",
                    "every block after it in the system prompt, and every chat's own blocks: all its descendants")
-    lost = s.step("stranded_bytes", "KV stranded: resident, and never to be hit again", "M_str", below * blk,
-                  "GiB", "a lookup walks the chain from the first block and stops at the hole, so nothing below "
-                  "it can be found; it stays until evicted in turn")
+    lost = s.step("stranded_bytes", "KV stranded: resident, and unreachable until the hole is refilled", "M_str",
+                  below * blk, "GiB", "a lookup walks the chain from the first block and stops at the hole, so "
+                  "nothing below it can be found until a request recomputes the missing block or it is evicted in turn")
     s.step("stranded_share", "Share of the tree's cache stranded", "f_str", below / tree, "%",
            "the descendants over all the tree's blocks")
     tree_bytes = s.step("tree_bytes", "KV the tree holds", "M_tree", tree * blk, "GiB",
                         "every block of the tree, what a tier holding its copies must fit")
-    served = s.step("served_after", "Prompt tokens a returning chat serves from cache", "H", (j - 1) * B, "tokens",
+    served = s.step("served_after", "Prompt tokens the first chat back serves from cache", "H", (j - 1) * B, "tokens",
                     "only the blocks before the hole still match")
-    redo = s.step("recompute_per_chat", "System-prompt tokens each chat's next turn prefills again", "ΔP",
+    redo = s.step("recompute_per_chat", "System-prompt tokens the first chat back prefills again", "ΔP",
                   S - served, "tokens", "everything from the hole on, though its KV is still sitting in the pool")
     half = s.step("half_system", "Half the system prompt", "S_half", S / 2, "tokens",
                   "where the hole starts to cost a returning chat more of the shared prefix than it keeps")
@@ -125,6 +125,10 @@ def solve(p, s: Sheet) -> None:
              "the chats are idle between turns, so none of their blocks is pinned by a running request.")
     s.assume("A hit walks the chain from the first block (vLLM's chained hashes, SGLang's tree path) and "
              "refreshes every block it touches, so a parent is never older than its children.")
+    s.assume("Stranding lasts until the hole is refilled: a block's hash chains its parent's hash and its own "
+             "tokens, so the first chat back recomputes the missing block under the same hash, and later lookups "
+             "walk through it to the resident blocks below (vLLM v1 keeps both copies under that hash until one "
+             "is evicted). SGLang's radix tree evicts only leaves, so it cannot strand a subtree this way.")
     s.assume("Orders that rank blocks by anything but recency with path refresh strand whenever they run: FIFO "
              "and a full CPU tier's write-time LRU take the system prompt, cached first; a cost-aware order takes "
              "the first block, with the least context before it and so the cheapest to recompute.")
