@@ -100,7 +100,7 @@ from tui.screens.question import QuestionScreen
 async def main():
     app = InfradrillApp()
     async with app.run_test(size=(80, 24)) as pilot:
-        while app.drill is None:
+        while app.session is None:
             await pilot.pause(0.05)
         app.open_question("weight-read-intensity")
         while not (isinstance(app.screen, QuestionScreen) and app.screen.query("AnswerField Input")):

@@ -116,7 +116,7 @@ async def running_app(app: InfradrillApp | None = None, **kwargs: Any) -> AsyncI
     has loaded. Its progress store is wherever INFRADRILL_DATA_DIR points (the `data_dir` fixture)."""
     app = app or InfradrillApp(**kwargs)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.drill is not None)
+        await wait_for(pilot, lambda: app.session is not None)
         yield app, pilot
 
 

@@ -53,7 +53,7 @@ async def browsing(app: InfradrillApp, pilot, at: str | None = None) -> DataTabl
     table = app.screen.query_one(DataTable)
     if at is not None:
         table.move_cursor(row=rows(app).index(at))
-        title = app.loaded_drill.bank.questions[at].title
+        title = app.loaded_session.bank.questions[at].title
         await wait_for(pilot, lambda: title in text_of(app.screen.query_one("#detail").content))
     return table
 
@@ -100,7 +100,7 @@ def test_typing_on_the_list_starts_the_filter_and_keys_typed_fast_behind_slash_a
             for key, character in (("slash", "/"), ("d", "d"), ("i", "i"), ("s", "s")):
                 app.post_message(events.Key(key, character))  # all queued before any is handled
             await wait_for(pilot, lambda: app.screen.query_one("#filter").value == "dis")
-            return typed, type(app.screen).__name__, app.loaded_drill.reviewer.store.held(now_utc())
+            return typed, type(app.screen).__name__, app.loaded_session.reviewer.store.held(now_utc())
 
     typed, screen, held = asyncio.run(scenario())
     assert typed == ("kv", True)
@@ -110,7 +110,7 @@ def test_typing_on_the_list_starts_the_filter_and_keys_typed_fast_behind_slash_a
 def test_each_row_shows_its_state_in_the_drill_and_the_row_its_group_spelled_out(small_bank):
     async def scenario():
         async with running_app(bank_loader=lambda: small_bank) as (app, pilot):
-            reviewer = app.loaded_drill.reviewer
+            reviewer = app.loaded_session.reviewer
             reviewer.review("kv-bytes-per-token", 1, now_utc() - timedelta(hours=1))  # Again an hour ago: due
             reviewer.review("weight-read-intensity", 4)  # Easy: days away
             reviewer.suspend("paged-block-size")
@@ -142,8 +142,8 @@ def test_what_if_from_a_row_records_nothing_and_names_the_variant_it_explores(sm
                     break
             moved = str(screen.solution.code), text_of(screen.query_one("#whatif-title").content)
             params = {p.name: p.shown for p in screen.solution.params}
-            again = app.loaded_drill.variant_from_code(moved[0])  # what the candidate opens with v
-            store = app.loaded_drill.reviewer.store
+            again = app.loaded_session.variant_from_code(moved[0])  # what the candidate opens with v
+            store = app.loaded_session.reviewer.store
             return (str(screen.base.code), first, moved, params, {p.name: p.shown for p in again.params},
                     store.attempts(), store.cards())
 
@@ -168,7 +168,7 @@ def test_interviewer_view_from_a_row_and_its_what_if(small_bank):
             explored = app.screen.base
             await pilot.press("escape")
             await wait_for(pilot, lambda: app.screen is interviewer)
-            return interviewer.solution, explored, app.loaded_drill.reviewer.store.attempts()
+            return interviewer.solution, explored, app.loaded_session.reviewer.store.attempts()
 
     solution, explored, attempts = asyncio.run(scenario())
     assert solution.question.id == "kv-bytes-per-token" and explored is solution
@@ -182,7 +182,7 @@ def test_the_palette_opens_a_question_as_interviewer_or_in_the_what_if(small_ban
         async with running_app(bank_loader=lambda: small_bank) as (app, pilot):
             await palette_pick(app, pilot, typed, typed.split(":")[0])
             await wait_for(pilot, on_screen(app, screen))
-            return app.screen.solution.question.id, app.loaded_drill.reviewer.store.attempts()
+            return app.screen.solution.question.id, app.loaded_session.reviewer.store.attempts()
 
     opened, attempts = asyncio.run(scenario())
     assert opened == "weight-read-intensity" and attempts == []

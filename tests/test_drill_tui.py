@@ -80,7 +80,7 @@ def test_nothing_due_says_when_the_next_card_comes_due(data_dir):
 
     async def scenario():
         async with running_app() as (app, pilot):
-            app.loaded_drill.apply_settings(replace(app.loaded_drill.settings, new_per_day=0))
+            app.loaded_session.apply_settings(replace(app.loaded_session.settings, new_per_day=0))
             await pilot.press("d")
             await wait_for(pilot, notice_posted(app, "Nothing due now"))
             return [n.message for n in app._notifications]

@@ -70,13 +70,13 @@ def test_every_setting_changed_on_the_screen_is_in_force_after_a_restart(config)
             await choose(app, pilot, "followups", "skip")
             await pilot.press("escape")
             await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen))
-            return fits, theme_at_once, app.loaded_drill.settings, app.loaded_drill.reviewer.settings
+            return fits, theme_at_once, app.loaded_session.settings, app.loaded_session.reviewer.settings
 
     async def restart():
         async with running_app() as (app, pilot):
             theme = app.theme
             screen = await open_settings(app, pilot)
-            return theme, app.loaded_drill.settings, app.app_settings, shown_values(screen)
+            return theme, app.loaded_session.settings, app.app_settings, shown_values(screen)
 
     fits, theme_at_once, in_force, reviewer_settings = asyncio.run(change())
     wanted = ReviewSettings(new_per_day=3, desired_retention=0.8, quick_seconds_per_answer=12.0)
@@ -100,7 +100,7 @@ def test_a_typed_value_that_does_not_read_is_shown_inline_and_never_saved(config
             shown = (str(note.content), note.has_class("-bad"))
             await pilot.press("escape")
             await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen))
-            return shown, [n.message for n in app._notifications], app.loaded_drill.settings.new_per_day
+            return shown, [n.message for n in app._notifications], app.loaded_session.settings.new_per_day
 
     (note, bad), notices, in_force = asyncio.run(scenario())
     assert note == "'lots' is not a whole number from 0 to 1000" and bad
@@ -157,7 +157,7 @@ def test_a_broken_settings_file_gives_a_notice_and_the_rest_loads(config):
     async def scenario():
         async with running_app() as (app, pilot):
             await wait_for(pilot, lambda: len(app._notifications) >= 3)  # the review table's come with the bank
-            return [n.message for n in app._notifications], app.theme, app.app_settings, app.loaded_drill.settings
+            return [n.message for n in app._notifications], app.theme, app.app_settings, app.loaded_session.settings
 
     notices, theme, app_settings, review = asyncio.run(scenario())
     assert len(notices) == 3 and all("\n" not in n and "Traceback" not in n for n in notices)

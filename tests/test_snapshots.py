@@ -107,8 +107,8 @@ async def loaded(pilot: Pilot) -> InfradrillApp:
     """Wait for the bank, then seed the drill's random draws."""
     app = pilot.app
     assert isinstance(app, InfradrillApp)
-    await wait_for(pilot, lambda: app.drill is not None)
-    app.loaded_drill.rng.seed(SEED)
+    await wait_for(pilot, lambda: app.session is not None)
+    app.loaded_session.rng.seed(SEED)
     return app
 
 
@@ -179,7 +179,7 @@ class TestHomeAndBank:
 
     def test_browse_filtered_with_held_questions(self, snap_compare, app):
         async def steps(app, pilot):
-            reviewer = app.loaded_drill.reviewer
+            reviewer = app.loaded_session.reviewer
             reviewer.suspend("loss-plateau-triage")
             reviewer.bury("weight-read-intensity")
             await pilot.press("b")

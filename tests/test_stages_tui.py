@@ -219,7 +219,7 @@ def test_answer_again_asks_the_first_stage_that_went_wrong_with_the_ones_before_
             type_stage(screen, slip=True)
             await submit_stage(app, pilot)  # the second stage with a slip
             await reveal(app, pilot, ("ctrl+s", "ctrl+s"))
-            card = app.drill.reviewer.card(STAGED)
+            card = app.session.reviewer.card(STAGED)
             await pilot.press("a")
             await wait_for(pilot, lambda: question_ready(app))
             again = app.screen
@@ -229,7 +229,7 @@ def test_answer_again_asks_the_first_stage_that_went_wrong_with_the_ones_before_
             await submit_stage(app, pilot)
             await wait_for(pilot, lambda: isinstance(app.screen, SolutionScreen))
             shown = app.screen
-            return (asked, given, given_keys, card, app.drill.reviewer.card(STAGED), shown,
+            return (asked, given, given_keys, card, app.session.reviewer.card(STAGED), shown,
                     str(shown.query_one("#rating").content), len(shown.query(".stage-title")))
 
     asked, given, given_keys, card_before, card_after, solution, rating, titles = asyncio.run(scenario())

@@ -163,10 +163,10 @@ def test_the_reveal_shows_the_real_systems_measurement_beside_the_model():
 
 async def _broken_file_notice(root):
     async with running_app(bank_loader=lambda: load_bank(root)) as (app, pilot):
-        problems = app.drill.problems + app.drill.notices
+        problems = app.session.problems + app.session.notices
         await wait_for(pilot, lambda: len(notices(app)) >= len(problems))  # each is posted as a message
         status = str(app.screen.query_one("#bank-status").content)
-        return notices(app), status, sorted(app.drill.bank.questions)
+        return notices(app), status, sorted(app.session.bank.questions)
 
 
 def test_a_broken_question_file_gives_a_notice_and_the_rest_loads(tmp_path):
@@ -225,7 +225,7 @@ async def _interviewer_runs_the_interview(code: str):
         banner = app.screen.query_one("#code-banner").content.renderable
         shown_code = str(app.screen.solution.code)
         await pilot.press("escape")
-        app._make_variant(lambda drill: drill.variant_from_code(code), replace=False, mode=Mode.INTERVIEWER)
+        app._make_variant(lambda session: session.variant_from_code(code), replace=False, mode=Mode.INTERVIEWER)
         await wait_for(pilot, lambda: on_screen(app, "InterviewerScreen")() and str(app.screen.solution.code) == code)
         screen = app.screen
         await wait_for(pilot, lambda: interviewer_ready(screen))
@@ -273,7 +273,7 @@ def test_the_interviewer_reveals_the_published_measurements_after_the_regime():
     """One press past the regime shows the real system beside the model; one press back takes it away again."""
     async def scenario():
         async with running_app() as (app, pilot):
-            app._make_variant(lambda drill: drill.variant_from_code("pd-transfer-bandwidth@default"), replace=False,
+            app._make_variant(lambda session: session.variant_from_code("pd-transfer-bandwidth@default"), replace=False,
                               mode=Mode.INTERVIEWER)
             await wait_for(pilot, on_screen(app, "InterviewerScreen"))
             screen = app.screen
@@ -387,7 +387,7 @@ def test_answer_boxes_out_of_sight_are_built_after_the_first_frame(monkeypatch, 
     async def scenario():
         app = InfradrillApp()
         async with app.run_test(size=size) as pilot:
-            await wait_for(pilot, lambda: app.drill is not None)
+            await wait_for(pilot, lambda: app.session is not None)
             await open_default(app, pilot, "moe-1t-training-layout")  # one stage, 12 boxes: most below the fold
             screen = app.screen
             fields = list(screen.query("AnswerField"))
@@ -412,7 +412,7 @@ def test_a_key_pressed_while_the_bank_loads_opens_its_screen_once_it_is_in():
         app = InfradrillApp(bank_loader=slow_load)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("r")
-            assert app.drill is None and not isinstance(app.screen, QuestionScreen)
+            assert app.session is None and not isinstance(app.screen, QuestionScreen)
             release.set()
             await wait_for(pilot, lambda: question_ready(app))
 

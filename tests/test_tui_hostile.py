@@ -101,7 +101,7 @@ async def submitted_with(app, pilot, code: str, key: str, text: str) -> None:
 def test_each_crash_kind_typed_into_the_real_app_leaves_it_up_and_the_attempt_saved(data_dir):
     async def scenario():
         async with running_app() as (app, pilot):
-            store = app.drill.reviewer.store
+            store = app.session.reviewer.store
             for number, (code, key, text) in enumerate(CRASH_KINDS, 1):
                 await submitted_with(app, pilot, code, key, text)
                 assert app.is_running and isinstance(app.screen, SolutionScreen), code
@@ -128,7 +128,7 @@ def test_a_card_no_review_can_start_from_costs_no_attempt(data_dir):
             with sqlite3.connect(data_dir / FILE_NAME) as conn:
                 conn.execute("UPDATE cards SET card = ?", (nan_card,))
             await submitted_with(app, pilot, "weight-read-intensity@default", "flops", "1")
-            assert app.screen.submitted is not None and app.drill.reviewer.store.attempt_count() == 2
+            assert app.screen.submitted is not None and app.session.reviewer.store.attempt_count() == 2
             assert not any("not saved" in message for message in notices(app))
 
     asyncio.run(scenario())
@@ -145,7 +145,7 @@ def test_the_interviewer_view_shows_a_bracketed_gpu_name_as_text(config_dir):
         async with running_app() as (app, pilot):
             for key, name in (("my-gpu", "[/x] GPU"), ("sxm", "H100 [SXM5]")):
                 code = f"kv-bytes-per-token@default+gpu={key}"
-                app._make_variant(lambda drill, code=code: drill.variant_from_code(code), replace=False,
+                app._make_variant(lambda session, code=code: session.variant_from_code(code), replace=False,
                                   mode=Mode.INTERVIEWER)
                 await wait_for(pilot, on_screen(app, "InterviewerScreen"))
                 await pilot.pause()
@@ -205,6 +205,6 @@ def test_a_time_at_the_end_of_the_calendar_in_the_store_costs_neither_the_start_
             await pilot.press("escape")
             await wait_for(pilot, lambda: not on_screen(app, "StatsScreen")())
             await submitted_with(app, pilot, "kv-bytes-per-token@default", "kv_per_token", "1")
-            assert app.screen.submitted is not None and app.drill.reviewer.store.attempt_count() == 2
+            assert app.screen.submitted is not None and app.session.reviewer.store.attempt_count() == 2
 
     asyncio.run(scenario())

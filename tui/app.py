@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from solvers.engine import Solution
     from solvers.interview import StageRun
     from solvers.transcript import Answered
-    from tui.service import Drill
+    from tui.service import Session
 
 
 class QuestionCommands(Provider):
@@ -50,10 +50,10 @@ class QuestionCommands(Provider):
 
     async def search(self, query: str) -> Hits:
         app = self.app
-        if not isinstance(app, InfradrillApp) or app.drill is None:
+        if not isinstance(app, InfradrillApp) or app.session is None:
             return
         matcher = self.matcher(query)
-        for question in app.drill.questions():
+        for question in app.session.questions():
             for mode, way, help_text in self.WAYS:
                 text = f"{way}{question.id} — {question.title} ({question.group}, {question.topic})"
                 score = matcher.match(text)
@@ -130,7 +130,7 @@ class InfradrillApp(App):
         given (tests give a small, fixed or broken one)."""
         super().__init__()
         self.bank_loader = bank_loader
-        self.drill: Drill | None = None
+        self.session: Session | None = None
         self.mock: MockRun | None = None  # the mock interview in progress
         self.queue: DrillQueue | None = None  # the chosen questions a drill is going through
         self._pending: Callable[[], None] | None = None  # an action asked for while the bank loads
@@ -168,7 +168,7 @@ class InfradrillApp(App):
 
     @work(thread=True, exclusive=True, group="load")
     def _load(self) -> None:
-        from tui.service import Drill, warm_up
+        from tui.service import Session, warm_up
 
         # The load creates some 100,000 objects that stay (sympy, the engine, the bank), and the collector would
         # walk them and the app's own again and again as they come (~60 ms of CPU between the first paint and the
@@ -176,8 +176,8 @@ class InfradrillApp(App):
         # frozen: left out of every later collection, until the app exits.
         gc.disable()
         try:
-            drill = Drill.load(self.bank_loader)
-            self.call_from_thread(self._loaded, drill)
+            session = Session.load(self.bank_loader)
+            self.call_from_thread(self._loaded, session)
             warm_up()
         finally:
             if self.is_running:  # (else on_unmount has thawed them already)
@@ -187,38 +187,38 @@ class InfradrillApp(App):
     def on_unmount(self) -> None:
         gc.unfreeze()  # another app in this process (a test's) collects what this one left
 
-    def _loaded(self, drill: Drill) -> None:
-        self.drill = drill
+    def _loaded(self, session: Session) -> None:
+        self.session = session
         pending, self._pending = self._pending, None
         if isinstance(self.screen, HomeScreen):
             self.screen.refresh_status()
             if pending is not None:  # asked for during the load, from this screen
                 pending()
-        for problem in drill.problems:
+        for problem in session.problems:
             self.notify(problem, title="Not loaded", severity="warning", timeout=15)
-        for notice in drill.notices:
+        for notice in session.notices:
             self.notify(notice, title="Progress", severity="warning", timeout=20)
-        for notice in drill.setting_notices:
+        for notice in session.setting_notices:
             if notice not in self._setting_notices:  # a line that is not TOML was told once, at start
                 self.notify(notice, title="Settings", severity="warning", timeout=20)
 
     @property
-    def loaded_drill(self) -> Drill:
+    def loaded_session(self) -> Session:
         """The loaded bank, for the screens and workers that only run once it is (see _bank_ready)."""
-        if self.drill is None:
+        if self.session is None:
             raise RuntimeError("the bank is not loaded yet")
-        return self.drill
+        return self.session
 
-    def _bank_ready(self, then: Callable[[], None] | None = None) -> Drill | None:
+    def _bank_ready(self, then: Callable[[], None] | None = None) -> Session | None:
         """The drill once loaded; before that None, and `then` (the action asked for) runs when
         the bank is in, so a key pressed during the load is not lost."""
-        if self.drill is None:
+        if self.session is None:
             if then is not None:
                 self._pending = then
                 self.notify("Loading the bank: this opens as soon as it is in.")
             else:
                 self.notify("Still loading the bank…")
-        return self.drill
+        return self.session
 
     # Settings ----------------------------------------------------------------------------------
     @property
@@ -232,7 +232,7 @@ class InfradrillApp(App):
         settings are the loaded drill's, so the bank must be in)."""
         from practice.review import REVIEW_SETTINGS, REVIEW_TABLE
 
-        review = self.loaded_drill.settings
+        review = self.loaded_session.settings
         return ([(REVIEW_TABLE, s, getattr(review, s.name)) for s in REVIEW_SETTINGS]
                 + [(APP_TABLE, s, str(getattr(self.app_settings, s.name))) for s in APP_SETTINGS])
 
@@ -248,9 +248,9 @@ class InfradrillApp(App):
                 self.theme = self.app_settings.theme  # applied for the session even if the save fails
                 self.app_settings.save()
             else:
-                drill = self.loaded_drill
-                drill.apply_settings(replace(drill.settings, **change))
-                drill.settings.save()
+                session = self.loaded_session
+                session.apply_settings(replace(session.settings, **change))
+                session.settings.save()
         except SettingsError as error:
             return str(error)
         return None
@@ -271,13 +271,13 @@ class InfradrillApp(App):
     def action_browse(self) -> None:
         from tui.screens.browse import BrowseScreen
 
-        if (drill := self._bank_ready(then=self.action_browse)) is not None:
-            states = drill.reviewer.states() if drill.reviewer is not None else {}
-            self.push_screen(BrowseScreen(drill.questions(), states))
+        if (session := self._bank_ready(then=self.action_browse)) is not None:
+            states = session.reviewer.states() if session.reviewer is not None else {}
+            self.push_screen(BrowseScreen(session.questions(), states))
 
     def action_random_question(self) -> None:
-        if (drill := self._bank_ready(then=self.action_random_question)) is not None and drill.bank.questions:
-            self.open_question(drill.rng.choice(sorted(drill.bank.questions)))
+        if (session := self._bank_ready(then=self.action_random_question)) is not None and session.bank.questions:
+            self.open_question(session.rng.choice(sorted(session.bank.questions)))
 
     def action_enter_code(self) -> None:
         from tui.screens.dialogs import CodeScreen
@@ -291,7 +291,7 @@ class InfradrillApp(App):
     def open_code(self, code: str) -> None:
         """Open exactly the variant a code names (practice mode)."""
         if self._bank_ready() is not None:
-            self._make_variant(lambda drill: drill.variant_from_code(code), replace=False)
+            self._make_variant(lambda session: session.variant_from_code(code), replace=False)
 
     def action_drill(self, replace: bool = False) -> None:
         """The next question the schedule wants: due reviews first, then new ones."""
@@ -300,9 +300,9 @@ class InfradrillApp(App):
 
     def _drill_next(self, replace: bool = False) -> None:
         """The next question of the queue being drilled, else the one the schedule wants."""
-        if (drill := self._bank_ready(then=self.action_drill)) is None:
+        if (session := self._bank_ready(then=self.action_drill)) is None:
             return
-        reviewer = drill.reviewer
+        reviewer = session.reviewer
         if reviewer is None:
             self.notify("Drilling needs the progress store, which could not be opened.", severity="error")
             return
@@ -347,7 +347,7 @@ class InfradrillApp(App):
         """What is left of this drill, as Anki's counters show it while reviewing (this card included)."""
         if self.queue is not None:
             return f"{self.queue.name}: {len(self.queue.questions) + 1} left"
-        reviewer = self.drill.reviewer if self.drill is not None else None
+        reviewer = self.session.reviewer if self.session is not None else None
         if reviewer is None:
             return ""
         summary = reviewer.summary()
@@ -358,9 +358,9 @@ class InfradrillApp(App):
         actually elapsed: an early review grows the interval less, and the log shows it was early)."""
         from tui.screens.dialogs import AheadScreen
 
-        if (drill := self._bank_ready(then=self.action_review_ahead)) is None or drill.reviewer is None:
+        if (session := self._bank_ready(then=self.action_review_ahead)) is None or session.reviewer is None:
             return
-        reviewer = drill.reviewer
+        reviewer = session.reviewer
 
         def chosen(days: int | None) -> None:
             if days is not None:
@@ -377,7 +377,7 @@ class InfradrillApp(App):
         does with its answers is said first (a line, enter to start)."""
         from tui.screens.dialogs import MockStartScreen
 
-        if (drill := self._bank_ready(then=self.action_mock)) is None or drill.reviewer is None:
+        if (session := self._bank_ready(then=self.action_mock)) is None or session.reviewer is None:
             return
         counts = ("rated and scheduled as reviews: they spend the day's new questions"
                   if self.app_settings.mock_answers == MockAnswers.SCHEDULE
@@ -395,14 +395,14 @@ class InfradrillApp(App):
     def _start_mock(self) -> None:
         from practice.review import pick_mock
 
-        drill = self.loaded_drill
-        if drill.reviewer is None:
+        session = self.loaded_session
+        if session.reviewer is None:
             return
-        held = drill.reviewer.held()  # a suspended question stays out of mocks too
-        questions = pick_mock([q for q in drill.bank.questions.values() if held.get(q.id) != "suspended"],
-                              self.mock_questions, drill.rng)
-        mock_id = drill.reviewer.store.start_mock(len(questions), self.mock_budget_seconds)
-        self.mock = MockRun(mock_id, questions, self.mock_budget_seconds, drill.reviewer.store)
+        held = session.reviewer.held()  # a suspended question stays out of mocks too
+        questions = pick_mock([q for q in session.bank.questions.values() if held.get(q.id) != "suspended"],
+                              self.mock_questions, session.rng)
+        mock_id = session.reviewer.store.start_mock(len(questions), self.mock_budget_seconds)
+        self.mock = MockRun(mock_id, questions, self.mock_budget_seconds, session.reviewer.store)
         self.open_question(questions[0], mode=Mode.MOCK)
 
     def resume_mock(self, mock_id: str) -> None:
@@ -410,17 +410,17 @@ class InfradrillApp(App):
         from practice.review import pick_mock
         from tui.screens.mock import MockSheetScreen
 
-        if (drill := self._bank_ready()) is None or drill.reviewer is None:
+        if (session := self._bank_ready()) is None or session.reviewer is None:
             return
-        store = drill.reviewer.store
+        store = session.reviewer.store
         sheet = store.mock_sheet(mock_id)
         asked = [a.question_id for a in sheet.attempts]
-        held = drill.reviewer.held()
-        rest = [q for q in drill.bank.questions.values() if q.id not in asked and held.get(q.id) != "suspended"]
-        picked = pick_mock(rest, max(0, sheet.mock.planned - len(asked)), drill.rng)
+        held = session.reviewer.held()
+        rest = [q for q in session.bank.questions.values() if q.id not in asked and held.get(q.id) != "suspended"]
+        picked = pick_mock(rest, max(0, sheet.mock.planned - len(asked)), session.rng)
         if not picked:
             store.finish_mock(mock_id)
-            self.push_screen(MockSheetScreen(store, mock_id, drill.bank.questions))
+            self.push_screen(MockSheetScreen(store, mock_id, session.bank.questions))
             return
         budget = sheet.mock.budget_seconds or self.mock_budget_seconds
         self.mock = MockRun(mock_id, asked + picked, budget, store, index=len(asked))
@@ -430,8 +430,8 @@ class InfradrillApp(App):
     def action_past_mocks(self) -> None:
         from tui.screens.mock import PastMocksScreen
 
-        if (drill := self._bank_ready(then=self.action_past_mocks)) is not None and drill.reviewer is not None:
-            self.push_screen(PastMocksScreen(drill.reviewer.store, drill.bank.questions))
+        if (session := self._bank_ready(then=self.action_past_mocks)) is not None and session.reviewer is not None:
+            self.push_screen(PastMocksScreen(session.reviewer.store, session.bank.questions))
 
     def _next_mock_question(self, mock: MockRun) -> None:
         from tui.screens.mock import MockSheetScreen
@@ -442,13 +442,13 @@ class InfradrillApp(App):
             return
         mock.store.finish_mock(mock.id)
         self.mock = None
-        self.switch_screen(MockSheetScreen(mock.store, mock.id, self.loaded_drill.bank.questions))
+        self.switch_screen(MockSheetScreen(mock.store, mock.id, self.loaded_session.bank.questions))
 
     def action_stats(self) -> None:
         from tui.screens.stats import StatsScreen
 
-        if (drill := self._bank_ready(then=self.action_stats)) is not None and drill.reviewer is not None:
-            self.push_screen(StatsScreen(drill.reviewer, drill.bank.questions))
+        if (session := self._bank_ready(then=self.action_stats)) is not None and session.reviewer is not None:
+            self.push_screen(StatsScreen(session.reviewer, session.bank.questions))
 
     def action_settings(self) -> None:
         from tui.screens.settings import SettingsScreen
@@ -471,15 +471,15 @@ class InfradrillApp(App):
                       mode: Mode = Mode.PRACTICE) -> None:
         if self._bank_ready() is None:
             return
-        self._make_variant(lambda drill: drill.variant(question_id, None if default else drill.new_seed()),
+        self._make_variant(lambda session: session.variant(question_id, None if default else session.new_seed()),
                            replace=replace, mode=mode)
 
     @work(thread=True, exclusive=True, group="variant")
-    def _make_variant(self, make: Callable[[Drill], Solution], replace: bool, mode: Mode = Mode.PRACTICE) -> None:
+    def _make_variant(self, make: Callable[[Session], Solution], replace: bool, mode: Mode = Mode.PRACTICE) -> None:
         from solvers.engine import VariantError
 
         try:
-            solution = make(self.loaded_drill)
+            solution = make(self.loaded_session)
         except VariantError as error:
             self.call_from_thread(self.notify, str(error), title="Cannot open", severity="error")
             return
@@ -496,7 +496,7 @@ class InfradrillApp(App):
 
         # The interviewer sees the variant with its key, the what-if explores it; everyone else is asked it.
         screen: Screen = (InterviewerScreen(solution) if mode == Mode.INTERVIEWER
-                          else WhatIfScreen(solution, self.loaded_drill.catalog) if mode == Mode.WHAT_IF
+                          else WhatIfScreen(solution, self.loaded_session.catalog) if mode == Mode.WHAT_IF
                           else QuestionScreen(solution, mode))
         if replace:
             self.switch_screen(screen)
@@ -529,7 +529,7 @@ class InfradrillApp(App):
         from solvers.interview import stored_stages
         from solvers.transcript import stored
 
-        reviewer = self.drill.reviewer if self.drill else None
+        reviewer = self.session.reviewer if self.session else None
         if reviewer is None:
             return None
         grades, typed = stored(answered)
@@ -554,10 +554,10 @@ class InfradrillApp(App):
         from solvers.engine import VariantError
         from solvers.transcript import rebuild
 
-        drill = self.loaded_drill
+        session = self.loaded_session
         try:
-            solution = drill.variant_from_code(variant)
-            answered = rebuild(solution, drill.catalog, typed)  # the pushes as asked: solved again, off the UI
+            solution = session.variant_from_code(variant)
+            answered = rebuild(solution, session.catalog, typed)  # the pushes as asked: solved again, off the UI
         except VariantError as error:
             self.call_from_thread(self.notify, str(error), title="Cannot open", severity="error")
             return

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Drill:
+class Session:
     bank: Bank
     catalog: Catalog
     settings: ReviewSettings
@@ -31,7 +31,7 @@ class Drill:
     rng: random.Random = field(default_factory=random.Random)
 
     @classmethod
-    def load(cls, bank_loader: Callable[[], Bank] | None = None) -> Drill:
+    def load(cls, bank_loader: Callable[[], Bank] | None = None) -> Session:
         """The bank (from `bank_loader`, else the shipped one), the catalogue and the progress store."""
         from practice.review import Reviewer, ReviewSettings
         from practice.schema import StoreError

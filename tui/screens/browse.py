@@ -160,7 +160,7 @@ class BrowseScreen(AppScreen):
 
     def action_toggle_suspend(self) -> None:
         """Suspend the question under the cursor, or release it if it is held (suspended or buried); say which."""
-        reviewer = self.infradrill.loaded_drill.reviewer
+        reviewer = self.infradrill.loaded_session.reviewer
         if (qid := self._selected()) is None:
             return
         if reviewer is None:

@@ -76,16 +76,16 @@ class HomeScreen(AppScreen):
 
     def refresh_status(self) -> None:
         """Bank size, load problems and what the schedule has due."""
-        drill = self.infradrill.drill
-        if drill is None:
+        session = self.infradrill.session
+        if session is None:
             return
-        text = f"{len(drill.bank.questions)} questions in the bank."
-        if drill.problems:
-            text += f"  [b $warning]{len(drill.problems)} file(s) could not be loaded[/] — see the notice."
-        if drill.reviewer is not None:
-            due = drill.reviewer.summary()
+        text = f"{len(session.bank.questions)} questions in the bank."
+        if session.problems:
+            text += f"  [b $warning]{len(session.problems)} file(s) could not be loaded[/] — see the notice."
+        if session.reviewer is not None:
+            due = session.reviewer.summary()
             text += (f"\nDue now [b]{due.due_now}[/b], later today {due.due_today - due.due_now}; "
                      f"new questions left today {due.new_today}.")
-            if not due.due_today and (upcoming := drill.reviewer.next_due()) is not None:
+            if not due.due_today and (upcoming := session.reviewer.next_due()) is not None:
                 text += f" Next due {upcoming.astimezone():%a %d %b %H:%M}."
         self.query_one("#bank-status", Static).update(text)

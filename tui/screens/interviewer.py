@@ -66,7 +66,7 @@ class InterviewerScreen(AppScreen):
                 if not solution.question.asks_on(index, solution.regime_name):
                     continue  # the other side's push of this turn
                 # A push searches and solves: it is worded once the worker has found it (on_mount).
-                run = None if stage.push else stage_run(solution, self.infradrill.loaded_drill.catalog, index)
+                run = None if stage.push else stage_run(solution, self.infradrill.loaded_session.catalog, index)
                 words, keys = self._stage(index, stage, run)
                 yield Static(words, id=f"stage-{index}-words", classes="stage-words")
                 yield Static(keys, id=f"stage-{index}-keys", classes="stage-keys")
@@ -80,7 +80,7 @@ class InterviewerScreen(AppScreen):
         """Search each push, then solve the question's published measurements (revealed after the regime)."""
         from solvers.interview import stage_run
 
-        solution, catalog = self.solution, self.infradrill.loaded_drill.catalog
+        solution, catalog = self.solution, self.infradrill.loaded_session.catalog
         for index, stage in enumerate(solution.question.stages):
             if stage.push and solution.question.asks_on(index, solution.regime_name):
                 run = stage_run(self.solution, catalog, index)
@@ -154,4 +154,4 @@ class InterviewerScreen(AppScreen):
     def action_what_if(self) -> None:
         from tui.screens.whatif import WhatIfScreen
 
-        self.app.push_screen(WhatIfScreen(self.solution, self.infradrill.loaded_drill.catalog))
+        self.app.push_screen(WhatIfScreen(self.solution, self.infradrill.loaded_session.catalog))

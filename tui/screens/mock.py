@@ -92,7 +92,7 @@ class MockSheetScreen(AppScreen):
         """A rating for the question under the cursor, where the mock scheduled it (as the solution's 1-4)."""
         table = self.query_one(DataTable)
         uid = selected_key(table)
-        reviewer = self.infradrill.loaded_drill.reviewer
+        reviewer = self.infradrill.loaded_session.reviewer
         if uid is None or reviewer is None:
             return
         if self.store.review_of(uid) is None:

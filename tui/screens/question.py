@@ -247,7 +247,7 @@ class QuestionScreen(AppScreen):
         """Solve the pushes ahead of need (each a search of dozens of solves), in order of asking."""
         from solvers.interview import stage_run
 
-        catalog = self.infradrill.loaded_drill.catalog
+        catalog = self.infradrill.loaded_session.catalog
         worker = get_current_worker()
         for index in indices:
             try:
@@ -382,7 +382,7 @@ class QuestionScreen(AppScreen):
     def _run(self, index: int) -> StageRun | None:
         from solvers.interview import stage_run
 
-        return stage_run(self.solution, self.infradrill.loaded_drill.catalog, index)  # not a push: no search
+        return stage_run(self.solution, self.infradrill.loaded_session.catalog, index)  # not a push: no search
 
     def _asks_push(self) -> bool:
         """Whether the push comes: always in a mock, else as the setting says."""

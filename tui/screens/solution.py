@@ -196,7 +196,7 @@ class SolutionScreen(AppScreen):
     @work(thread=True, exclusive=True, group="reality")
     def _compare(self) -> None:
         """Solve each published measurement's conditions in this question's model (a few solves)."""
-        said = practice_text(self.solution.question, self.infradrill.loaded_drill.catalog)
+        said = practice_text(self.solution.question, self.infradrill.loaded_session.catalog)
         self.app.call_from_thread(self._show_reality, said)
 
     def _show_reality(self, said: Text) -> None:
@@ -207,7 +207,7 @@ class SolutionScreen(AppScreen):
         """Re-solve across the chart's parameter `x` for answer `y` through the engine (dozens of solves)."""
         from solvers.engine import sweep
 
-        points = sweep(self.solution, self.infradrill.loaded_drill.catalog, x, y)
+        points = sweep(self.solution, self.infradrill.loaded_session.catalog, x, y)
         if points:
             chart = sweep_chart(points, self.solution.param(x).raw, self.solution.param(x).label,
                                 self.solution.question.answer(y).shown_label)
@@ -225,7 +225,7 @@ class SolutionScreen(AppScreen):
         position = next(i for i, done in enumerate(self.answered) if done.run.index == index)
         done = self.answered[position] = self.answered[position].regraded(key, ticks)
         self.query_one(f"#grades-{index}", Static).update(grade_table(done.run.solution, list(done.grades)))
-        reviewer = self.infradrill.loaded_drill.reviewer
+        reviewer = self.infradrill.loaded_session.reviewer
         if self.submitted and reviewer is not None:
             suggested = reviewer.regrade(self.submitted.attempt.uid, *stored(self.answered),
                                          stages=stored_stages(done.run for done in self.answered))
@@ -242,7 +242,7 @@ class SolutionScreen(AppScreen):
         if self.revealed:
             return "Saved as practice: you had seen this variant's key, so the schedule does not move."
         names = {1: "Again", 2: "Hard", 3: "Good", 4: "Easy"}
-        reviewer = self.infradrill.loaded_drill.reviewer
+        reviewer = self.infradrill.loaded_session.reviewer
         if not self.intervals and reviewer is not None:
             self.intervals = reviewer.intervals(self.submitted.attempt.uid)
 
@@ -256,7 +256,7 @@ class SolutionScreen(AppScreen):
 
     def _ahead_text(self) -> str:
         """For a review made before its card was due: said, with what FSRS makes of it."""
-        reviewer = self.infradrill.loaded_drill.reviewer
+        reviewer = self.infradrill.loaded_session.reviewer
         review = reviewer.store.review_of(self.submitted.attempt.uid) if reviewer and self.submitted else None
         if review is None or not review.ahead or review.card_before is None:
             return ""
@@ -281,18 +281,18 @@ class SolutionScreen(AppScreen):
 
     def action_bury(self) -> None:
         """Out of the drill until tomorrow (Anki's bury): its card keeps its schedule."""
-        if (reviewer := self.infradrill.loaded_drill.reviewer) is not None:
+        if (reviewer := self.infradrill.loaded_session.reviewer) is not None:
             until = reviewer.bury(self.solution.question.id)
             self.notify(f"Buried until {until.astimezone():%a %d %b %H:%M}: the drill skips it till then.")
 
     def action_suspend(self) -> None:
         """Out of the drill until released from the bank's list (s there)."""
-        if (reviewer := self.infradrill.loaded_drill.reviewer) is not None:
+        if (reviewer := self.infradrill.loaded_session.reviewer) is not None:
             reviewer.suspend(self.solution.question.id)
             self.notify("Suspended: the drill skips it until you release it (Browse, s).")
 
     def _rate(self, rating: int) -> bool:
-        reviewer = self.infradrill.loaded_drill.reviewer
+        reviewer = self.infradrill.loaded_session.reviewer
         if self.submitted is None or reviewer is None or self.revealed:
             return False
         reviewer.rate(self.submitted.attempt.uid, rating)
@@ -314,7 +314,7 @@ class SolutionScreen(AppScreen):
     def action_what_if(self) -> None:
         from tui.screens.whatif import WhatIfScreen
 
-        self.app.push_screen(WhatIfScreen(self.solution, self.infradrill.loaded_drill.catalog))
+        self.app.push_screen(WhatIfScreen(self.solution, self.infradrill.loaded_session.catalog))
 
     def action_again(self) -> None:
         """Ask again the first stage that went wrong (else the first asked), the stages before it given
