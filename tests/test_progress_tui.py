@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import replace
 
 from rich.text import Text
@@ -46,7 +47,7 @@ async def _drill_and_rate():
         assert "1 Again 1m" in keys and "3 Good 10m" in keys  # each key shows the interval it gives
         await pilot.press("2", "u")  # Hard, then undone: back to the suggestion
         assert (app.screen.rating, app.screen.rated) == (suggested, False)
-        assert app.screen.infradrill.loaded_drill.reviewer.store.attempt(app.screen.submitted.attempt.uid).rating \
+        assert app.screen.infradrill.loaded_session.reviewer.store.attempt(app.screen.submitted.attempt.uid).rating \
             == suggested
         await pilot.press("3")
         return question.id, suggested, app.screen.submitted.attempt.uid
@@ -104,7 +105,9 @@ async def _two_question_mock(answers: MockAnswers = MockAnswers.PRACTICE):
         assert app.screen.mode == "mock" and "Mock 1 of 2" in str(app.screen.query_one("#question-title").content)
         await pilot.press("ctrl+t")  # no hints in a mock
         assert app.screen.hints_shown == 0
-        app.screen.started -= 5 * 60 + 24  # 24 seconds past the 5-minute budget
+        # 24.5 s past the 5-minute budget, counted from now: the time the screen took to open (seconds on a
+        # loaded machine) must not move the clock.
+        app.screen.started = time.monotonic() - (5 * 60 + 24.5)
         app.screen._tick()
         clock = str(app.screen.query_one("#timer").content)
         await through_stages(app, pilot, ("ctrl+s", "ctrl+s"), skip_pushes=False)  # every stage, given up
@@ -225,7 +228,7 @@ async def _answer_again():
         await wait_for(pilot, lambda: question_ready(app))
         await reveal(app, pilot, ("ctrl+s", "ctrl+s"))  # give up: the key is shown
         first_uid = app.screen.submitted.attempt.uid
-        card = app.drill.reviewer.card("kv-bytes-per-token")
+        card = app.session.reviewer.card("kv-bytes-per-token")
         await pilot.press("a")
         await wait_for(pilot, lambda: question_ready(app))
         screen = app.screen
@@ -234,7 +237,7 @@ async def _answer_again():
         await reveal(app, pilot)
         await pilot.press("4")  # Easy: ignored, this was not a review
         solution = app.screen
-        return (first_uid, solution.submitted.attempt.uid, card, app.drill.reviewer.card("kv-bytes-per-token"),
+        return (first_uid, solution.submitted.attempt.uid, card, app.session.reviewer.card("kv-bytes-per-token"),
                 str(solution.query_one("#rating").content), [g.verdict for g in solution.grades])
 
 
@@ -286,7 +289,7 @@ def test_browse_suspends_and_releases_the_question_under_the_cursor(data_dir):
             await wait_for(pilot, on_screen(app, "BrowseScreen"))
             table = app.screen.query_one("#bank")
             qid = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-            store = app.loaded_drill.reviewer.store
+            store = app.loaded_session.reviewer.store
             await pilot.press("s")
             suspended = (dict(store.held(now_utc())), str(table.get_row(qid)[1]))
             await wait_for(pilot, notice_posted(app, f"{qid} suspended"))  # `s` says what it did
