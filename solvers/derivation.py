@@ -18,7 +18,7 @@ from typing import ClassVar, TypeAlias
 
 import sympy
 
-from solvers import printing, rational
+from solvers import formula_text, rational
 from solvers.answers.base import Slip
 from solvers.sheetmath import _QUICK, Reject
 from solvers.units import TIME, format_number, format_quantity, is_bit_rate, parse_unit
@@ -41,20 +41,20 @@ class Step:
 
     @cached_property
     def formula(self) -> str:
-        return self.symbol if self.expr is None else printing.formula(self.expr)
+        return self.symbol if self.expr is None else formula_text.formula(self.expr)
 
     @cached_property
     def substituted(self) -> str:
         """The formula with every symbol printed as its value (same tree, same order)."""
         if self.expr is None:
             return self.given_text
-        return printing.substituted(self.expr, self.shown_values)
+        return formula_text.substituted(self.expr, self.shown_values)
 
     @property
     def latex(self) -> str:
         """'I = \\frac{F}{W}' for Markdown viewers that render math."""
-        lhs = printing.latex(sympy.Symbol(self.symbol))
-        return lhs if self.expr is None else f"{lhs} = {printing.latex(self.expr)}"
+        lhs = formula_text.latex(sympy.Symbol(self.symbol))
+        return lhs if self.expr is None else f"{lhs} = {formula_text.latex(self.expr)}"
 
     @property
     def result(self) -> str:

@@ -168,7 +168,7 @@ def fill_answers(question: Question, params: list[Param]) -> Question:
 
 def figure_text(value: float) -> str:
     """How a prompt prints a data figure: in full, so the candidate has the number the key uses
-    (solvers.printed re-solves from this text to hold it to that)."""
+    (solvers.prompt_figures re-solves from this text to hold it to that)."""
     return format_exact(value)
 
 

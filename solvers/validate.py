@@ -44,7 +44,7 @@ from solvers.engine import Solution, VariantCode, VariantError, make_variant, re
 from solvers.followup import follow_up
 from solvers.params import ParameterError
 from solvers.paths import question_files as bank_files
-from solvers.printed import printed_problems
+from solvers.prompt_figures import printed_problems
 from solvers.realism import broken, expression
 from solvers.reality import TOLERANCE, code_of, comparison
 from solvers.sampling import draw_values, resolve

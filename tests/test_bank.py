@@ -6,7 +6,7 @@ import pytest
 from solvers.bank import load_bank, requirement_problems
 from solvers.engine import VariantCode, make_variant, solver_function
 from solvers.groups import group_names
-from solvers.printed import printed_problems
+from solvers.prompt_figures import printed_problems
 from solvers.validate import check_question, constraint_report
 
 SEEDS = 50
@@ -83,12 +83,12 @@ def test_a_key_the_printed_figures_do_not_give_is_caught(bank, catalog, monkeypa
     """Printed to 4 figures, Llama-3.1-405B's 405.85B parameters read 405.9B: in this draw the
     weights then leave room for 696 MLA requests, not the key's 697."""
     import solvers.engine
-    import solvers.printed
+    import solvers.prompt_figures
     from solvers.units import format_number
 
     code = VariantCode.parse("mla-vs-gqa-under-tp@739")
     assert not printed_problems(make_variant(bank, catalog, code))
-    for module in (solvers.engine, solvers.printed):
+    for module in (solvers.engine, solvers.prompt_figures):
         monkeypatch.setattr(module, "figure_text", format_number)
     solution = make_variant(bank, catalog, code)
     assert "405.9B" in solution.prompt

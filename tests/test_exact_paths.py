@@ -1,5 +1,5 @@
 """The exact solve's fast paths against sympy's own: formulas evaluated in Python fractions
-(solvers.rational) and printed from a template (solvers.printing) must give, on every step of
+(solvers.rational) and printed from a template (solvers.formula_text) must give, on every step of
 every question over the bank's seeds, the very numbers, decisions and text sympy gives."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fractions import Fraction
 import pytest
 import sympy
 
-from solvers import printing, rational
+from solvers import formula_text, rational
 from solvers.bank import load_bank
 from solvers.derivation import Reject, Sheet
 from solvers.engine import VariantCode, make_variant
@@ -21,7 +21,7 @@ IDS = sorted(load_bank().questions)
 
 
 def _long_way(expr, shown):
-    return printing.tidy(printing._ValuePrinter(shown).doprint(expr))
+    return formula_text.tidy(formula_text._ValuePrinter(shown).doprint(expr))
 
 
 def _sheet_facts(solution):
@@ -40,7 +40,7 @@ def test_the_fast_exact_solve_is_sympy_s_on_every_step(bank, catalog, qid, monke
             assert step.substituted == _long_way(step.expr, step.shown_values), f"{qid}@{seed}: {step.symbol}"
     with monkeypatch.context() as patched:  # every formula through sympy's evaluation and printer
         patched.setattr(rational, "value", lambda expr, env: None)
-        patched.setattr(printing, "substituted", _long_way)
+        patched.setattr(formula_text, "substituted", _long_way)
         slow = {seed: _sheet_facts(make_variant(bank, catalog, VariantCode(qid, seed))) for seed in fast}
     for seed in fast:
         a, b = _sheet_facts(fast[seed]), slow[seed]
