@@ -1,10 +1,10 @@
 """The bar on a question file that declares its stages (QUESTION-BAR 1 and 4), for `validate --strict`:
-short stages (the opening's words at most 4 lines at 78 columns, a later stage's at most 3, at most 4
-answers a stage), no conventions card named in what the interviewer says (the screen lists the cards
-in play), at least one push, and pushes that work: each crosses the regime boundary in at least 90% of
-draws unless it declares itself a nudge, and a declared push is refused by realism (or the solver) in
-at most 10% of draws, the refusing constraint named. Each problem is one line naming the file and the
-stage (stages[i], as the parser names them).
+two to four turns (a push for each side, `when`, is one turn); short stages (the opening's words at most 4
+lines at 78 columns, a later stage's at most 3, at most 4 answers a stage); no conventions card named in
+what the interviewer says (the screen lists the cards in play); at least one push, and pushes that work:
+each crosses the regime boundary in at least 90% of draws unless it declares itself a nudge, and a
+declared push is refused by realism (or the solver) in at most 10% of draws, the refusing constraint
+named. Each problem is one line naming the file and the stage (stages[i], as the parser names them).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from solvers.params import ParameterError
 WIDTH = 78
 OPENING_LINES, LATER_LINES = 4, 3  # what the interviewer says, before the parameters and listed options
 MAX_ASKS = 4
+MIN_TURNS, MAX_TURNS = 2, 4  # an opening and a push at least; past four it is a worksheet again
 MIN_CROSSING = 0.9  # a push crosses the regime boundary in this share of draws, or is a declared nudge
 MAX_REFUSED = 0.1  # a declared push realism refuses in more draws than this is no push
 
@@ -44,6 +45,11 @@ def static_problems(question: Question) -> list[str]:
                             "the screen lists the cards in play; say the situation")
     if not any(stage.push for stage in question.stages):
         problems.append(f"{where}: stages: no push (a stage with set: or push: generated)")
+    turns = len({question.turn_of(index) for index in range(len(question.stages))})
+    if not MIN_TURNS <= turns <= MAX_TURNS:
+        problems.append(f"{where}: stages: {turns} turns (from {MIN_TURNS} to {MAX_TURNS}; a push for each side, "
+                        "when: ..., is one turn): fold what a strong candidate would not be asked into the "
+                        "worked solution")
     return problems
 
 

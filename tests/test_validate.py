@@ -352,6 +352,20 @@ def test_a_push_that_cannot_cross_fails_unless_it_is_a_nudge(tmp_path, catalog, 
                for p in _staged_problems(tmp_path, "pushless", pushless, catalog, seeds=0))
 
 
+def test_a_staged_file_of_more_than_four_turns_is_a_worksheet_again(tmp_path, catalog):
+    """staged-stuck's third stage split in three makes six turns: strict names the count; its four pass."""
+    text = (STAGED / "staged-stuck.yaml").read_text()
+    third = text.split("  - say: |\n      Your TPOT target")[1].split("  - push: generated")[0]
+    assert "ask: [batch_tpot, served, regime, levers]" in third
+    split = third.replace("    ask: [batch_tpot, served, regime, levers]\n",
+                          "    ask: [batch_tpot]\n  - say: And served?\n    ask: [served]\n"
+                          "  - say: What caps it, and which would serve more?\n    ask: [regime, levers]\n")
+    longer = text.replace(third, split)
+    turns = [p for p in _staged_problems(tmp_path, "long", longer, catalog, seeds=0) if ": stages: " in p]
+    assert len(turns) == 1 and "stages: 6 turns (from 2 to 4" in turns[0], turns
+    assert not [p for p in _staged_problems(tmp_path, "four", text, catalog, seeds=0) if "turns (from" in p]
+
+
 def test_variety_names_each_few_valued_number_unless_declared_a_lookup_and_too_few_variants(tmp_path, catalog):
     """staged-stuck draws one model on one GPU, three contexts and two TPOT targets: six variants in all;
     its KV per token is one value, declared a lookup; KV per request takes the three contexts' values."""
