@@ -107,12 +107,14 @@ def test_declared_slips_come_first():
     assert grade.slip == "x layers: one layer only"
 
 
-def test_estimates_are_graded_in_decades():
+def test_estimates_are_graded_in_decades_and_their_error_reads_as_a_factor():
     spec = Estimate("n", "interruptions", "", 0.15)
     assert spec.grade("300", 370).verdict == CORRECT
     assert spec.grade("200", 370).verdict == CLOSE
     assert spec.grade("37", 370).verdict == WRONG
-    assert spec.error_text(spec.grade("37", 370)) == "1 dec"
+    assert spec.error_text(spec.grade("37", 370)) == "10x off"
+    assert spec.error_text(spec.grade("120", 100)) == "1.2x off"
+    assert spec.error_text(spec.grade("100", 100)) == "<1.01x off"
 
 
 def test_zero_key_needs_exact_zero():

@@ -35,4 +35,6 @@ class Estimate(Number):
     def error_text(self, grade: Grade) -> str:
         if grade.error is None:
             return ""
-        return "<0.01 dec" if 0 < grade.error < 0.005 else f"{format_number(grade.error, 2)} dec"
+        # As a factor, not in decades: "3.2x off" reads at a glance where "0.5 dec" needs explaining.
+        factor = 10 ** grade.error
+        return "<1.01x off" if factor < 1.005 else f"{format_number(factor, 3 if factor < 10 else 2)}x off"
