@@ -253,13 +253,17 @@ def cmd_list(args: argparse.Namespace) -> int:
     listed, problems = bank_listing()  # the kept listing while no file changed: no YAML, no parser
     for problem in problems:
         print(f"infradrill: warning: {problem}", file=sys.stderr)
-    questions = sorted(listed, key=lambda q: (q["group"], q["id"]))
+    from solvers.groups import group_rank
+
+    # In the order a new user meets the groups (groups.yaml), as browse lists them.
+    questions = sorted(listed, key=lambda q: (group_rank(str(q["group"])), q["group"], q["id"]))
     if args.json:
         print(json.dumps(questions, indent=2))
         return 0
     width = max((len(str(q["id"])) for q in questions), default=2)
+    topic_width = max((len(str(q["topic"])) for q in questions), default=5)
     for q in questions:
-        print(f"{q['group']:<3} {q['id']:<{width}}  {q['topic']:<10} {q['title']}")
+        print(f"{q['group']:<3} {q['id']:<{width}}  {q['topic']:<{topic_width}}  {q['title']}")
     return 0
 
 
