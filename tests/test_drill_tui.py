@@ -194,6 +194,25 @@ def test_a_prompt_goes_once_answered_and_a_notice_is_never_stacked(data_dir):
     assert later.count("No more hints for this stage.") == 1
 
 
+def test_a_prompt_goes_when_another_screen_covers_its_own(data_dir):
+    """'press ctrl+s again' asks for a key on the question screen: the help over it takes it down, and a
+    notice that is no prompt stays for its time (N4)."""
+    async def scenario():
+        async with running_app() as (app, pilot):
+            await open_default(app, pilot, "kv-bytes-per-token")
+            app.notify("No more hints for this stage.")
+            await pilot.press("ctrl+s")
+            await wait_for(pilot, notice_posted(app, "press ctrl+s again"))
+            before = [n.message for n in app._notifications]
+            await pilot.press("f1")
+            await wait_for(pilot, on_screen(app, "HelpScreen"))
+            return before, [n.message for n in app._notifications]
+
+    before, covered = asyncio.run(scenario())
+    assert any("press ctrl+s again" in n for n in before)
+    assert not any("press ctrl+s again" in n for n in covered) and "No more hints for this stage." in covered
+
+
 def test_a_mock_cancelled_before_it_starts_leaves_nothing(data_dir):
     async def scenario():
         async with running_app() as (app, pilot):

@@ -262,7 +262,7 @@ async def _leaving_a_mock():
         notices = [n.message for n in app._notifications]
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen))
-        return asked, notices, app.mock
+        return asked, notices, app.mock, [n.message for n in app._notifications]
 
 
 def test_a_mock_set_to_schedule_rates_its_questions_and_the_sheet_changes_a_rating(data_dir):
@@ -275,10 +275,10 @@ def test_a_mock_set_to_schedule_rates_its_questions_and_the_sheet_changes_a_rati
     assert ratings[1] == "Again"  # given up: the suggestion stands
 
 
-def test_leaving_a_mock_asks_first(data_dir):
-    asked, notices, mock = asyncio.run(_leaving_a_mock())
+def test_leaving_a_mock_asks_first_and_the_question_goes_with_its_screen(data_dir):
+    asked, notices, mock, at_home = asyncio.run(_leaving_a_mock())
     assert asked and any("Press Esc again to leave the mock" in n for n in notices)
-    assert mock is None
+    assert mock is None and not any("Press Esc again" in n for n in at_home)  # it stood over home (N4)
 
 
 def test_browse_suspends_and_releases_the_question_under_the_cursor(data_dir):

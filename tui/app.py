@@ -133,6 +133,7 @@ class InfradrillApp(App):
         self.session: Session | None = None
         self.mock: MockRun | None = None  # the mock interview in progress
         self.queue: DrillQueue | None = None  # the chosen questions a drill is going through
+        self._prompts: set[str] = set()  # the notices showing that ask for a key again (prompt)
         self._pending: Callable[[], None] | None = None  # an action asked for while the bank loads
         self.app_settings, self._setting_notices = AppSettings.load()
         self.theme = self.app_settings.theme  # before the first paint: no flash of the default theme
@@ -156,10 +157,17 @@ class InfradrillApp(App):
                for n in self._notifications):
             event.prevent_default()
 
-    def withdraw(self, part: str) -> None:
-        """Take down the notices that say `part`: a prompt once it is answered (press ctrl+s again)."""
-        for notification in [n for n in self._notifications if part in n.message]:
+    def prompt(self, message: str) -> None:
+        """A notice that asks for a key again ("press Esc again to leave"): it stands only while its
+        screen does and until it is answered (withdraw_prompts), never over the next screen."""
+        self._prompts.add(message)
+        self.notify(message)
+
+    def withdraw_prompts(self) -> None:
+        """Take down the prompts showing: answered, or their screen left or covered."""
+        for notification in [n for n in self._notifications if n.message in self._prompts]:
             self._unnotify(notification, refresh=False)
+        self._prompts.clear()
         self._refresh_notifications()
 
     def after_first_paint(self) -> None:

@@ -20,3 +20,10 @@ class AppScreen(Screen[ResultType]):
     @property
     def infradrill(self) -> InfradrillApp:
         return cast("InfradrillApp", self.app)
+
+    def on_screen_suspend(self) -> None:
+        """A prompt asks for a key on this screen: covered or left, it would stand over another."""
+        self.infradrill.withdraw_prompts()
+
+    def on_unmount(self) -> None:
+        self.infradrill.withdraw_prompts()

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
 from tui import messages
@@ -120,7 +119,7 @@ class MockSheetScreen(AppScreen):
         return True
 
 
-class PastMocksScreen(Screen):
+class PastMocksScreen(AppScreen):
     HELP_TITLE = "Past mock interviews"
 
     BINDINGS = [
@@ -182,9 +181,10 @@ class PastMocksScreen(Screen):
             return
         if self.confirm_delete != mock_id:
             self.confirm_delete = mock_id
-            self.notify("Press delete again to forget this mock (its answers stay in your history).")
+            self.infradrill.prompt("Press delete again to forget this mock (its answers stay in your history).")
             return
         self.store.delete_mock(mock_id)
         self.confirm_delete = None
+        self.infradrill.withdraw_prompts()
         await self.recompose()
         self.notify("Mock interview deleted.")

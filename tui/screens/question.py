@@ -341,9 +341,9 @@ class QuestionScreen(AppScreen):
         if empty and not self.confirm_empty:
             # Revealing with blanks is allowed (to give up), but not by accident.
             self.confirm_empty = True
-            self.notify(f"{len(empty)} answer(s) empty: press ctrl+s again to submit them anyway.")
+            self.infradrill.prompt(f"{len(empty)} answer(s) empty: press ctrl+s again to submit them anyway.")
             return
-        self.infradrill.withdraw("press ctrl+s again")  # answered: it would sit over the next stage or screen
+        self.infradrill.withdraw_prompts()  # answered: it would sit over the next stage or screen
         done = answer(run, self.answers())
         self.answered.append(done)
         stage = self.query_one(f"#stage-{run.index}")
@@ -415,7 +415,7 @@ class QuestionScreen(AppScreen):
             await self.action_skip_followup()
         elif self.mode == Mode.MOCK and not self.confirm_leave:
             self.confirm_leave = True
-            self.notify("Press Esc again to leave the mock interview (the answers given so far are kept).")
+            self.infradrill.prompt("Press Esc again to leave the mock interview (the answers given so far are kept).")
         else:
             if self.mode == Mode.MOCK:  # straight to the app: this screen closes before its own queue runs
                 self.app.post_message(messages.MockLeft())
