@@ -20,6 +20,7 @@ test: $(STAMP)
 	$(BIN)/ruff check solvers practice tui tests scripts
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+	$(BIN)/vulture  # dead code: the paths and the allow-list are in pyproject.toml
 	$(BIN)/python -m pytest -n auto  # one worker a core; runs the bank self-test of `infradrill validate --strict` once
 
 bench: $(STAMP)

@@ -156,10 +156,6 @@ class Attempt:
     def answers_correct(self) -> int:
         return sum(a.verdict == Verdict.CORRECT for a in self.answers)
 
-    @property
-    def effective_rating(self) -> int | None:
-        return self.rating if self.rating is not None else self.suggested
-
 
 @dataclass(frozen=True)
 class Review:

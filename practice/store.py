@@ -119,7 +119,7 @@ class ProgressStore:
     def __enter__(self) -> ProgressStore:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self.close()
 
     @contextlib.contextmanager

@@ -253,7 +253,8 @@ def test_block_count_tpot_matches_plain_arithmetic(variant, seed):
     untouched experts left out) and every sequence's KV at 80% of HBM bandwidth, or does 2 FLOPs per active
     weight and attention's 4·L·H·d per query-key pair (bf16 matmuls at 60% of their peak, fp8 at 50%), then the
     all-reduces and 2 ms."""
-    from solvers.models.moe import experts_touched, parameter_count
+    from solvers.models.moe import parameter_count
+    from tests.oracles import experts_touched
 
     solution = variant(f"kv-cache-block-count@{seed}")
     p, results = {param.name: param.value for param in solution.params}, solution.sheet.results

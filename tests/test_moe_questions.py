@@ -9,7 +9,8 @@ import pytest
 
 from solvers.followup import follow_up
 from solvers.models.common import hbm_bytes
-from solvers.models.moe import batch_for_share, experts_touched, parameter_count
+from solvers.models.moe import parameter_count
+from tests.oracles import batch_for_share, experts_touched
 
 # --- the helper ----------------------------------------------------------------------------------
 
@@ -191,7 +192,7 @@ def test_dispatch_bytes_match_deepep_low_latency(variant, ep, d_us, d_gb_s, c_us
 def test_remote_nodes_match_a_seeded_simulation(catalog, model, nodes):
     """Tokens on node 0 pick m of U units (groups, or experts) laid out evenly over the nodes: the mean count of
     other nodes reached, over 20,000 seeded tokens, is the closed form (D - 1)(1 - C(U - U/D, m)/C(U, m))."""
-    from solvers.models.moe import remote_nodes
+    from tests.oracles import remote_nodes
 
     entry = catalog.get("models", model)
     units, picks = ((entry.expert_groups, entry.groups_per_token) if entry.get("expert_groups")

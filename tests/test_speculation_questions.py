@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solvers.models.speculation import batch1_speedup, expected_tokens
+from solvers.models.speculation import expected_tokens
 
 SEEDS = range(80)
 
@@ -27,12 +27,6 @@ def test_expected_tokens_closed_form_and_its_limit():
     assert expected_tokens(1, 4) == 5
     assert expected_tokens(0.0, 7) == 1
     assert expected_tokens(1 - 1e-9, 4) == pytest.approx(5, rel=1e-6)  # continuous at the limit
-
-
-def test_leviathan_speedup_formula():
-    """Leviathan et al. 2023, Corollary 3.9: (1 − α^(γ+1)) / ((1 − α)(γc + 1))."""
-    assert batch1_speedup(0.8, 4, 0.05) == pytest.approx((1 - 0.8**5) / (0.2 * 1.2), rel=1e-12)
-    assert batch1_speedup(0.8, 4, 0) == expected_tokens(0.8, 4)
 
 
 @pytest.mark.parametrize("alpha, gamma", [(0.5, 2), (0.8, 4), (0.9, 8), (0.6, 3)])

@@ -102,12 +102,11 @@ def test_overhead_may_be_left_to_the_question(catalog):
     s, e, _, t = _time(catalog, tokens=1, constants=StepConstants(overhead=None))
     assert e.t_oh is None and "t_oh" not in {g.symbol for g in s.givens}
     assert t == pytest.approx(70.55e9 * 2 / 8 / (0.8 * 3.35e12), rel=1e-12)
-    assert s.evaluate(e.flops_within(sympy.Float(0.01))) == pytest.approx(0.01 * 8 * 0.6 * 989.4e12)
+    assert s.evaluate(e.bytes_within(sympy.Float(0.01))) == pytest.approx(0.01 * 0.8 * 3.35e12)
 
 
 def test_budget_helpers_subtract_the_overhead(catalog):
     s, e, *_ = _time(catalog)
-    assert s.evaluate(e.flops_within(sympy.Float(0.05))) == pytest.approx(0.048 * 8 * 0.6 * 989.4e12)
     assert s.evaluate(e.bytes_within(sympy.Float(0.05))) == pytest.approx(0.048 * 0.8 * 3.35e12)
 
 

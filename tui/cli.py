@@ -109,7 +109,7 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _stop_slow_solve(signum: int, frame: object) -> NoReturn:
+def _stop_slow_solve(_signum: int, _frame: object) -> NoReturn:
     _fail(f"solving this variant took over {SOLVE_SECONDS} s and was stopped (its overrides are probably "
           "far from any real system)")
 

@@ -42,11 +42,6 @@ class Format:
         """Exponent of the largest finite value (8 for E4M3's 448, 15 for E5M2's 57,344)."""
         return int(np.floor(np.log2(self.max)))
 
-    @property
-    def relative_step(self) -> float:
-        """Worst relative rounding error in the normal range: half a unit in the last place, 2^-(m+1)."""
-        return 2.0 ** -(self.mantissa_bits + 1)
-
 
 E4M3 = Format("E4M3", 4, 3, 7, 448.0, ieee_specials=False)
 
@@ -73,14 +68,6 @@ def round_to_bits(x, mantissa_bits: int, min_exponent: int | None = None) -> np.
 def chop_mask(mantissa_bits: int) -> np.uint64:
     """The float64 bit mask that keeps the sign, the exponent and `mantissa_bits` fraction bits."""
     return np.uint64((0xFFFFFFFFFFFFFFFF << (52 - mantissa_bits)) & 0xFFFFFFFFFFFFFFFF)
-
-
-def chop(x, mantissa_bits: int) -> np.ndarray:
-    """x with its significand cut to `mantissa_bits` fraction bits, toward zero, as an adder that keeps
-    only that many bits does (a bit mask on float64: cheap enough to run once per accumulation step)."""
-    y = np.array(x, dtype=np.float64)
-    y.view(np.uint64)[...] &= chop_mask(mantissa_bits)
-    return y
 
 
 def quantize(x, fmt: Format, scale=1.0) -> np.ndarray:

@@ -1,9 +1,10 @@
 """The MoE helper the MoE, scale-up and long-context questions share.
 
-The helper counts a MoE model from its config fields (models.yaml): the routed experts' weights,
-total against active parameters, and how many distinct experts a batch of tokens touches in a
-layer when each token picks k of E experts, E·(1 − (1 − k/E)^B). A routed expert is a gated MLP of
-three hidden × expert_ffn matrices; a model without dense_layers or shared_experts has none."""
+It counts a MoE model from its config fields (models.yaml), the routed experts' weights and total
+against active parameters; prices an expert-parallel all-to-all (its copies' bytes, its two legs and
+their latency); and simulates how unevenly routed tokens load the GPUs. A routed expert is a gated MLP
+of three hidden × expert_ffn matrices; a model without dense_layers or shared_experts has none. (How
+many experts a batch touches is each question's own step: E·(1 − (1 − k/E)^B).)"""
 from __future__ import annotations
 
 import heapq
@@ -60,16 +61,6 @@ def parameter_count(model: Record) -> ParameterCount:
     rest = (model.layers * attention_params(model) + dense * GATED_MATRICES * model.hidden * model.ffn
             + L_moe * (model.get("shared_experts", 0) * p_e + E * model.hidden) + 2 * model.vocab * model.hidden)
     return ParameterCount(rest + routed, rest + L_moe * k * p_e, routed)
-
-
-def experts_touched(experts: float, k: float, batch: float) -> float:
-    """Expected distinct experts a batch of independent tokens touches in one layer."""
-    return experts * (1 - (1 - k / experts) ** batch)
-
-
-def batch_for_share(experts: float, k: float, share: float) -> float:
-    """The batch at which the expected touched share reaches `share`."""
-    return math.log(1 - share) / math.log(1 - k / experts)
 
 
 SCALE_BLOCK = 128  # FP8 dispatch carries one FP32 scale per 128 values (DeepEP, DeepSeek-V3 sec. 3.3)
@@ -138,13 +129,6 @@ def ep_all_to_all(s: Sheet, model: Record, gpu: Record, nic: Record, n: sympy.Sy
                           else "every copy over NVLink; ") + "plus the fixed latency of dispatch and of combine")
     return s.step("a2a_step", "All-to-all per decode step", "t_A2A", layers * layer, "ms",
                   "every MoE layer dispatches and combines once a step")
-
-
-def remote_nodes(model: Record, nodes: int) -> float:
-    """Expected remote nodes a token reaches (once each) over `nodes` nodes: see _remote_nodes."""
-    units, picks = ((model.expert_groups, model.groups_per_token) if model.get("expert_groups")
-                    else (model.experts, model.experts_per_token))
-    return (nodes - 1) * (1 - math.comb(units - units // nodes, picks) / math.comb(units, picks))
 
 
 @dataclass(frozen=True)

@@ -42,11 +42,6 @@ def expected_tokens(alpha: float, gamma: int) -> float:
     return (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
 
-def batch1_speedup(alpha: float, gamma: int, c: float) -> float:
-    """Leviathan et al.'s wall-time speedup at batch 1: E / (γ·c + 1)."""
-    return expected_tokens(alpha, gamma) / (gamma * c + 1)
-
-
 def tokens_per_round(s: Sheet, alpha: sympy.Symbol, gamma: sympy.Expr, key: str = "tokens_per_round",
                      symbol: str = "E") -> sympy.Symbol:
     """E = (1 − α^(γ+1)) / (1 − α) as a step (α < 1: the questions draw it so)."""

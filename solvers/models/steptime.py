@@ -113,10 +113,6 @@ class Engine:
     def _room(self, budget: sympy.Expr) -> sympy.Expr:
         return budget if self.t_oh is None else budget - self.t_oh
 
-    def flops_within(self, budget: sympy.Expr) -> sympy.Expr:
-        """FLOPs the group can do in a step that must finish within `budget`, overhead paid."""
-        return self._room(budget) * self.flop_rate
-
     def bytes_within(self, budget: sympy.Expr) -> sympy.Expr:
         """Bytes one GPU can read in a step that must finish within `budget`, overhead paid."""
         return self._room(budget) * self.byte_rate
