@@ -44,7 +44,8 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
         # Hybrids (Mamba-2 layers beside a few attention layers): the layers of each kind, and each Mamba-2 layer's
         # heads × head dim × state size, B/C groups and conv width; the KV cache lives in the attention layers alone.
         "attention_layers": (int, False), "mamba_layers": (int, False), "ssm_heads": (int, False),
-        "ssm_head_dim": (int, False), "ssm_state": (int, False), "ssm_groups": (int, False), "conv_kernel": (int, False),
+        "ssm_head_dim": (int, False), "ssm_state": (int, False), "ssm_groups": (int, False),
+        "conv_kernel": (int, False),
     },
 }
 FILES = {"hardware.yaml": ("gpus", "nics"), "models.yaml": ("models",)}
