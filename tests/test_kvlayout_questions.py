@@ -347,8 +347,9 @@ def test_mamba2_state_shapes_match_published_figures(variant):
 @pytest.mark.parametrize("ssm_dtype, kv_dtype, block", [("bf16", "bf16", 528), ("fp32", "bf16", 1040),
                                                         ("fp32", "fp8", 2080)])
 def test_vllm_block_for_nemotron_h_8b(variant, ssm_dtype, kv_dtype, block):
-    """vLLM logs 'Setting attention block size to 528 tokens' for a bf16 Mamba-2 state beside bf16 KV (issue
-    #40696 shows the same line); fp32 doubles the state, fp8 KV halves the page a token: 1,040 and 2,080."""
+    """vLLM's rule (platforms/interface.py, outside mamba_cache_mode all): the least multiple of 16 tokens whose
+    one-layer page (4 KiB a token in bf16) holds a 2,158,592 B bf16 layer state is 528; fp32 nearly doubles the
+    state (1,040), fp8 KV then halves the page a token (2,080)."""
     solution = variant(f"recurrent-state-inventory@default+ssm_dtype={ssm_dtype}+kv_dtype={kv_dtype}")
     assert solution.expected["block_size"] == block
 
