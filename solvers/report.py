@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from solvers.answers import Grade
 from solvers.answers.base import letter
+from solvers.params.generated import Generated
 from solvers.units import parse_unit
 from solvers.verdicts import Verdict
 
@@ -227,10 +228,24 @@ def prompt_markdown(prompt: str) -> list[str]:
     return [f"- {line.strip()}" if line.startswith(" ") else line for line in prompt.splitlines()]
 
 
+MOVED_WIDTH = 60  # a moved figure longer than this (a redrawn table or list) is named, not printed twice
+
+
 def moved(run: StageRun, base: Solution) -> str:
-    """What a push changed, as the interviewer's notes say it: 'label was → now; ...'."""
-    return "; ".join(f"{base.param(name).label} {base.param(name).shown} → {run.solution.param(name).shown}"
-                     for name in run.moved)
+    """What a push changed, as the interviewer's notes say it: 'label was → now; ...'. A table or long list
+    the move redrew (a generated parameter) is said to be redrawn: the parameters show it whole."""
+    def change(name: str) -> str:
+        was, now = base.param(name), run.solution.param(name)
+        if any("\n" in text or len(text) > MOVED_WIDTH for text in (was.shown, now.shown)):
+            return f"{was.label} redrawn"
+        return f"{was.label} {was.shown} → {now.shown}"
+
+    def read_from_table(name: str) -> bool:  # a figure drawn from a moved table: the table's line says it
+        spec = base.question.parameter(name)
+        return isinstance(spec, Generated) and any(
+            source in run.moved and isinstance(base.question.parameter(source), Generated) for _, source in spec.reads)
+
+    return "; ".join(change(name) for name in run.moved if not read_from_table(name))
 
 
 def to_text(solution: Solution) -> str:

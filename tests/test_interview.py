@@ -276,3 +276,23 @@ def test_the_cards_in_play_are_the_same_for_the_first_variant_a_process_solves()
     first, again = ast.literal_eval(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                        check=True).stdout)
     assert first == again and "step-overhead" not in first
+
+
+@pytest.mark.parametrize("code", ["pause-storm-origin@1", "loss-plateau-triage@1"])
+def test_what_a_push_moved_names_a_redrawn_table_without_printing_it(bank, catalog, code):
+    """A push that moves a figure a generated table depends on redraws the table: the notes say so in a
+    line, where they printed both tables (the 'Moved:' line ran to thirty lines)."""
+    from solvers.params.generated import Generated
+    from solvers.report import moved
+
+    solution = make_variant(bank, catalog, VariantCode.parse(code))
+    push = next(i for i, stage in enumerate(solution.question.stages) if stage.push)
+    run = stage_run(solution, catalog, push)
+    assert run is not None
+    drawn = [name for name in run.moved if isinstance(solution.question.parameter(name), Generated)]
+    tables = [name for name in drawn if "\n" in solution.param(name).shown]
+    said = moved(run, solution)
+    assert tables and "\n" not in said and all(f"{solution.param(t).label} redrawn" in said for t in tables)
+    assert said.count("redrawn") == len(tables) and said.count("→") == len(run.moved) - len(drawn)
+    assert all(f"{solution.param(n).shown} → {run.solution.param(n).shown}" in said
+               for n in run.moved if n not in drawn)
