@@ -41,6 +41,11 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
         "expert_groups": (int, False), "groups_per_token": (int, False),
         # Local/global models: the window in tokens, how many layers use it, the longest context served.
         "sliding_window": (int, False), "sliding_window_layers": (int, False), "max_context": (int, False),
+        # Hybrids (Mamba-2 layers beside a few attention layers): the layers of each kind, and each Mamba-2 layer's
+        # heads × head dim × state size, B/C groups and conv width; the KV cache lives in the attention layers alone.
+        "attention_layers": (int, False), "mamba_layers": (int, False), "ssm_heads": (int, False),
+        "ssm_head_dim": (int, False), "ssm_state": (int, False), "ssm_groups": (int, False),
+        "conv_kernel": (int, False),
     },
 }
 FILES = {"hardware.yaml": ("gpus", "nics"), "models.yaml": ("models",)}
@@ -154,7 +159,8 @@ def _check_entry(where: str, collection: str, key: str, entry: dict) -> list[str
 # (a count, the count it is a part of): a model with more KV heads than heads, more experts per
 # token than experts or more windowed layers than layers would solve to numbers of no model.
 _PARTS = (("kv_heads", "heads"), ("experts_per_token", "experts"), ("sliding_window_layers", "layers"),
-          ("dense_layers", "layers"), ("groups_per_token", "expert_groups"))
+          ("dense_layers", "layers"), ("groups_per_token", "expert_groups"), ("attention_layers", "layers"),
+          ("mamba_layers", "layers"))
 MAX_PROBLEMS = 20  # lines named per user file; a file with more is named once for the rest
 
 

@@ -41,9 +41,10 @@ _COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.
 def kv_bytes(model: Mapping[str, Any], dtype: str) -> float:
     """KV cache bytes per token of a model in a dtype, as solvers.models.kvcache states it: a key and a value
     per KV head in every layer, or MLA's one latent plus its RoPE key per layer."""
+    layers = model.get("attention_layers", model["layers"])  # a hybrid's Mamba layers keep no KV
     if model.get("attention") == "mla":
-        return model["layers"] * (model["kv_lora_rank"] + model["qk_rope_head_dim"]) * DTYPE_BYTES[dtype]
-    return 2 * model["layers"] * model["kv_heads"] * model["head_dim"] * DTYPE_BYTES[dtype]
+        return layers * (model["kv_lora_rank"] + model["qk_rope_head_dim"]) * DTYPE_BYTES[dtype]
+    return 2 * layers * model["kv_heads"] * model["head_dim"] * DTYPE_BYTES[dtype]
 
 
 def weight_bytes(model: Mapping[str, Any], dtype: str) -> float:

@@ -159,6 +159,13 @@ CONFIG_FIELDS = {
     "experts": ("E", "routed experts per MoE layer"),
     "experts_per_token": ("k", "routed experts each token picks"),
     "expert_ffn": ("f_x", "FFN width of one expert"),
+    "attention_layers": ("L_A", "attention layers"),
+    "mamba_layers": ("L_M", "Mamba-2 layers"),
+    "ssm_heads": ("n_h", "SSM heads"),
+    "ssm_head_dim": ("d_p", "SSM head dim"),
+    "ssm_state": ("d_s", "SSM state size"),
+    "ssm_groups": ("n_g", "B/C groups"),
+    "conv_kernel": ("K", "conv width"),
 }
 
 

@@ -24,10 +24,15 @@ def _mla_latent(sheet: Sheet, model: Record) -> sympy.Expr:
     return latent + rope
 
 
+def _kv_layers(sheet: Sheet, model: Record) -> sympy.Symbol:
+    """The layers that keep a KV cache: every layer, or a hybrid's attention layers (its Mamba layers keep none)."""
+    return given_config(sheet, model, "attention_layers" if "attention_layers" in model else "layers")
+
+
 def kv_bytes_per_token(sheet: Sheet, model: Record, kv_bytes: sympy.Symbol, key: str = "kv_per_token",
                        unit: str = "KiB") -> sympy.Symbol:
     """Per-token KV cache bytes across all layers: GQA/MHA/MQA, or MLA's shared latent."""
-    layers = given_config(sheet, model, "layers")
+    layers = _kv_layers(sheet, model)
     if model.attention == "mla":
         return sheet.step(key, "KV cache bytes per token (MLA: one latent per layer)", "KV_tok",
                           layers * _mla_latent(sheet, model) * kv_bytes, unit,
@@ -63,7 +68,7 @@ def kv_heads_per_gpu(sheet: Sheet, model: Record, tp: sympy.Symbol, key: str = "
 def kv_bytes_per_token_per_gpu(sheet: Sheet, model: Record, kv_bytes: sympy.Symbol, tp: sympy.Symbol,
                                key: str = "kv_per_token_gpu", unit: str = "KiB") -> sympy.Symbol:
     """The KV bytes of one token that one GPU holds under tensor parallelism."""
-    layers = given_config(sheet, model, "layers")
+    layers = _kv_layers(sheet, model)
     if model.attention == "mla":
         return sheet.step(key, "KV bytes per token on each GPU (MLA)", "KV_gpu",
                           layers * _mla_latent(sheet, model) * kv_bytes, unit,

@@ -46,22 +46,19 @@ def _block_choices(s: Sheet, B, L_avg, P, tau) -> None:
             f"{format_number(s.value(P))} prompt tokens fill whole blocks")
 
 
-def _block_regime(s: Sheet, share, tau, L_star, L_avg, blocks, waste) -> None:
-    pct, bar = s.text(share), s.text(tau)
-    count, empty = format_number(s.value(blocks)), s.text(waste)
+def _block_regime(s: Sheet, share, tau, L_star, L_avg, waste) -> None:
+    """Memory only: what the block trades besides (kernel gathers, prefix hits) is asked later, never said here."""
+    pct, bar, empty = s.text(share), s.text(tau), s.text(waste)
     s.regime_by(L_avg, L_star, tie="below", above=Side(
         "waste-negligible",
         f"Sequences are long next to the block: {pct} of the cache ({empty}) sits empty, under the {bar} "
-        f"bar. A bigger block would cut the {count} blocks per sequence the kernel walks and feed it larger "
-        "contiguous reads; what it costs is coarser prefix matching more than memory.",
-        "With shorter sequences (or a bigger block) the partial last block becomes a visible share of the cache "
-        "and costs concurrency: smaller blocks win back memory at the price of more, smaller gathers."), below=Side(
+        "bar, so the partial last blocks cost almost no concurrency.",
+        "With shorter sequences the partial last block becomes a visible share of the cache, and the memory "
+        "it strands is concurrency lost."), below=Side(
         "waste-material",
         f"Sequences are short next to the block: {pct} of the cache ({empty}) sits empty, above the {bar} "
-        "bar. A smaller block returns that memory as extra concurrency and matches prefixes more finely, "
-        f"at the price of more than the {count} blocks per sequence the kernel walks now.",
-        "With longer sequences (or a smaller block) the partial last block is a rounding error, and the "
-        "block size is chosen for kernel efficiency: fewer page-table entries and longer contiguous reads."))
+        "bar: memory that could hold more sequences holds nothing.",
+        "With longer sequences the partial last block is a rounding error next to the tokens stored."))
 
 
 def solve(p, s: Sheet) -> None:
@@ -71,8 +68,8 @@ def solve(p, s: Sheet) -> None:
 
     w_max = s.step("worst_waste", "Worst-case empty slots per sequence", "w_max", B - 1, "tokens",
                    "only the last block can be partly full, and it holds at least one token")
-    s.step("worst_batch_waste", "Most KV the batch can leave empty", "W_max", n * w_max * kv_tok, "GiB",
-           "the bound: every sequence ends one token into its last block")
+    s.step("worst_batch_waste", "Most KV the batch can leave empty (a bound, not asked)", "W_max",
+           n * w_max * kv_tok, "GiB", "every sequence ends one token into its last block: twice the expected")
     w = s.step("expected_waste", "Expected empty slots per sequence", "w", w_max / 2, "tokens",
                "a length ending anywhere in its last block leaves 0 to B−1 slots empty, each equally likely")
     waste = s.step("batch_waste", "Expected empty KV across the batch", "W", n * w * kv_tok, "GiB",
@@ -82,7 +79,7 @@ def solve(p, s: Sheet) -> None:
     layers = given_config(s, p.model, "layers")
     s.step("page_bytes", "One block in one layer (vLLM's page)", "P_pg", B * kv_tok / layers, "KiB",
            "the unit the attention kernel gathers: a block's keys and values for one layer")
-    blocks = blocks_for_tokens(s, L_avg, B)
+    blocks_for_tokens(s, L_avg, B)
     hit = s.step("prefix_hit", "System-prompt tokens in full blocks (cache hits)", "P_hit", B * floor_of(P / B),
                  "tokens", "only full blocks are hashed, and the block where the shared prompt ends also holds "
                  "each request's own text")
@@ -100,13 +97,12 @@ def solve(p, s: Sheet) -> None:
              "matches in a prefix cache that hashes whole blocks (vLLM's rule).")
     s.slip("/n: one sequence's waste, not the batch's", 1 / p.batch, on="batch_waste")
     s.slip("x2: the worst case B − 1 instead of the expected (B − 1)/2", 2.0, on="batch_waste")
-    s.slip("/2: the expected (B − 1)/2 instead of the worst case B − 1", 0.5, on="worst_batch_waste")
-    s.slip("B instead of B − 1: a last block counted wholly empty (it holds a token)", on="worst_batch_waste",
+    s.slip("B/2 instead of (B − 1)/2: a last block counted as if it could be wholly empty", on="batch_waste",
            factor=p.block_size / (p.block_size - 1))
     s.slip("x2: the worst case B − 1 instead of the expected (B − 1)/2", on="waste_share",
            factor=s.evaluate(w_max / (L_avg + w_max)) / s.value(share))
     s.slip("x layers: KV of one layer counted for the whole model", 1 / p.model.layers, on="batch_waste")
 
     _block_choices(s, B, L_avg, P, tau)
-    _block_regime(s, share, tau, L_star, L_avg, blocks, waste)
+    _block_regime(s, share, tau, L_star, L_avg, waste)
 

@@ -1,43 +1,32 @@
-"""What a hybrid Mamba/attention request holds, and where it can restart."""
+"""What a hybrid Mamba/attention request holds, and where vLLM's prefix cache lets it restart."""
 from __future__ import annotations
 
-from solvers.data import Record
-from solvers.derivation import Sheet, Side
-from solvers.models.common import (
-    dtype_bytes,
-)
-from solvers.models.kvcache import (
-    kv_bytes_per_token_given,
-)
-from solvers.sheetmath import floor_of, lcm_of, min_of
+from solvers.derivation import Reject, Sheet, Side
+from solvers.models.common import dtype_bytes, given_config
+from solvers.models.kvcache import kv_bytes_per_token_given
+from solvers.sheetmath import ceil_of, floor_of
 from solvers.units import format_number
 
-
-def _restorable(s: Sheet, interval, block, C) -> float:
-    """Tokens of a C-token context a next turn restores, with snapshots every `interval` and KV blocks of
-    `block` tokens: the last position both land on."""
-    R = lcm_of(interval, block)
-    return s.evaluate(R * floor_of(C / R))
+KERNEL_BLOCK = 16  # FlashAttention's block sizes are multiples of 16 tokens (get_supported_kernel_block_sizes)
 
 
-def _snapshot_judgements(s: Sheet, p, state, kv, kept_bytes, R, reuse, k, B, C) -> None:
-    key, now = "snapshot_policy", s.value(reuse)
-    s.judge(key, "The snapshots it keeps cost more than its KV cache", s.compare(kept_bytes, kv) > 0,
-            f"{s.text(kept_bytes)} of snapshots against {s.text(kv)} of KV")
-    s.judge(key, "A next turn resending this context restores more than half of it from cache",
-            s.compare(2 * reuse, C) > 0,
-            f"{format_number(now)} of {format_number(s.value(C))} tokens come back")
-    half = _restorable(s, k / 2, B, C)
-    s.judge(key, "Snapshots every half the interval would restore more of the next turn", half > now,
-            f"restart points every lcm(k/2, B) = {format_number(s.evaluate(lcm_of(k / 2, B)))} tokens restore "
-            f"{format_number(half)} tokens against {format_number(now)}")
-    per_block = _restorable(s, B, B, C)
-    s.judge(key, "Snapshots at every block boundary would restore more of the next turn", per_block > now,
-            f"restart points every {format_number(p.block_size)} tokens restore {format_number(per_block)} tokens "
-            f"against {format_number(now)}")
-    s.judge(key, "Keeping more snapshots per request would restore more of the next turn", False,
-            "a turn that resends the whole context resumes from the newest restart point; older snapshots only "
-            "serve a branch from earlier in the conversation", fact=True)
+def _policy_judgements(s: Sheet, state, kv, kept_bytes, dense_bytes, reuse, C, C_star) -> None:
+    key = "snapshot_policy"
+    s.judge(key, "The states it keeps cost more than its KV cache", s.compare(kept_bytes, kv) > 0,
+            f"{s.text(kept_bytes)} of kept states against {s.text(kv)} of KV")
+    s.judge(key, "More than a tenth of a resent context is prefilled again", s.compare(10 * (C - reuse), C) > 0,
+            f"{format_number(s.evaluate(C - reuse))} of {format_number(s.value(C))} tokens come after the newest "
+            "kept state")
+    s.judge(key, "Its live state and kept states together outweigh its KV cache",
+            s.compare(state + kept_bytes, kv) > 0,
+            f"{s.text(state)} + {s.text(kept_bytes)} against {s.text(kv)} of KV")
+    s.judge(key, "At twice this context its KV would outweigh its recurrent state", s.compare(2 * C, C_star) > 0,
+            f"twice the context is {format_number(s.evaluate(2 * C))} tokens against the crossover at "
+            f"{format_number(s.value(C_star))}")
+    s.judge(key, "A state kept at every block would cost more than its KV cache", True,
+            f"{format_number(s.value(dense_bytes) / 2**20)} MiB here: each block boundary keeps a padded page in "
+            "every Mamba layer, and Mamba layers outnumber attention layers, so dense retention outweighs the KV "
+            "whatever the context (why vLLM sparsifies it)", fact=True)
 
 
 def _state_regime(s: Sheet, state, kv, C_star, C) -> None:
@@ -46,87 +35,91 @@ def _state_regime(s: Sheet, state, kv, C_star, C) -> None:
     s.regime_by(C, C_star, tie="above", above=Side(
         "kv-dominated",
         f"The attention KV ({cache}) outweighs the recurrent state ({live}): past {crossover} tokens the few "
-        "attention layers set the memory per request, and each kept snapshot is small next to the cache.",
+        "attention layers set the memory per request, as in a transformer with fewer layers.",
         f"Below {crossover} tokens the fixed recurrent state dominates: a short request pays the full state "
-        "however few tokens it has, and every snapshot kept for prefix reuse costs as much again, which is why "
-        "engines keep only the ones on a restart point and cap them."),
+        "however few tokens it has, and every state kept for prefix reuse costs a padded page per Mamba layer."),
         below=Side(
         "state-dominated",
         f"The recurrent state ({live}) outweighs the attention KV ({cache}): below {crossover} tokens the fixed "
         "state is most of what a request holds, so short requests cost far more than their token count "
-        "suggests, and each snapshot kept costs as much as the live state.",
+        "suggests, and each kept state costs as much again.",
         f"Past {crossover} tokens the KV of the few attention layers grows beyond the state, and memory per "
-        "request scales with context as in a transformer, only more slowly; the capped snapshots stay a "
-        "fixed cost."))
+        "request scales with context as in a transformer, only more slowly."))
 
 
 def solve(p, s: Sheet) -> None:
-    M_l = s.param("L_M", "mamba_layers")
-    n_h = s.param("n_h", "ssm_heads")
-    d_p = s.param("d_p", "ssm_head_dim")
-    d_s = s.param("d_s", "state_size")
-    g = s.param("n_g", "n_groups")
-    K = s.param("K", "conv_kernel")
+    m = p.model
+    M_l = given_config(s, m, "mamba_layers")
+    n_h = given_config(s, m, "ssm_heads")
+    d_p = given_config(s, m, "ssm_head_dim")
+    d_s = given_config(s, m, "ssm_state")
+    g = given_config(s, m, "ssm_groups")
+    K = given_config(s, m, "conv_kernel")
     b_s = s.given("b_ssm", dtype_bytes(p.ssm_dtype), "B", f"bytes per SSM state element ({p.ssm_dtype})")
     b_c = s.given("b_conv", dtype_bytes("bf16"), "B", "bytes per conv buffer element (bf16)")
     ssm = s.step("ssm_layer", "SSM state per layer", "S_ssm", n_h * d_p * d_s * b_s, "MiB",
                  "one head_dim × state_size matrix per head")
     conv = s.step("conv_layer", "Conv buffer per layer", "S_conv", (K - 1) * (n_h * d_p + 2 * g * d_s) * b_c,
                   "KiB", "the last K − 1 inputs of the x, B and C channels the causal conv reads")
-    state = s.step("state_per_request", "Recurrent state per request", "S", M_l * (ssm + conv), "MiB",
+    layer_state = s.step("layer_state", "Recurrent state of one Mamba layer", "S_l", ssm + conv, "MiB",
+                         "what one layer's Mamba page must hold")
+    state = s.step("state_per_request", "Recurrent state per request", "S", M_l * layer_state, "MiB",
                    "every Mamba layer keeps its own state, whatever the context length")
 
-    attention = Record(name="attention layers", layers=p.attn_layers, kv_heads=p.kv_heads, head_dim=p.head_dim,
-                       attention="gqa")
-    kv_tok = kv_bytes_per_token_given(s, attention, dtype_bytes(p.kv_dtype), p.kv_dtype)
+    kv_tok = kv_bytes_per_token_given(s, m, dtype_bytes(p.kv_dtype), p.kv_dtype)
+    L_A = given_config(s, m, "attention_layers")
     C = s.param("C", "context")
     kv = s.step("kv_per_request", "KV cache per request", "KV_req", kv_tok * C, "MiB",
                 "the attention layers' keys and values for every token of the context")
     C_star = s.step("crossover", "Context at which KV equals the state", "C_star", state / kv_tok, "tokens",
                     "KV grows with the context, the state does not")
 
-    k = s.param("k", "interval")
-    B = s.param("B", "block_size")
-    taken = s.step("snapshots_taken", "Snapshots taken over the context", "n_snap", floor_of(C / k), "",
-                   "one every k tokens")
-    R = s.step("restart_boundary", "Positions every layer can restore", "R", lcm_of(k, B), "tokens",
-               "attention restores at whole blocks, the Mamba layers only at snapshots: both at lcm(k, B)")
-    usable = s.step("snapshots_usable", "Snapshots at a restart point", "n_use", floor_of(C / R), "",
-                    "only these can ever seed a cache hit; the rest are dropped")
-    keep = s.param("n_keep", "keep")
-    kept = s.step("snapshots_kept", "Snapshots the engine keeps", "n_kept", min_of(keep, usable),
-                  "", "the newest usable ones, up to the per-request cap")
-    kept_bytes = s.step("snapshot_bytes", "Memory of the kept snapshots", "S_snap", kept * state, "MiB",
-           "each is a full copy of the recurrent state of every Mamba layer")
-    reuse = s.step("reusable", "Tokens the next turn restores from cache", "C_hit", R * usable, "tokens",
-                   "the newest restart point within the context; everything after it is recomputed")
+    a = s.step("attn_page_token", "One attention layer's KV per token", "a", kv_tok / L_A, "KiB",
+               "an attention page holds block × this for one layer")
+    k16 = s.given("k_blk", KERNEL_BLOCK, "tokens", "attention kernel block multiple")
+    B = s.step("block_size", "Attention block size vLLM picks", "B", k16 * ceil_of(layer_state / (k16 * a)),
+               "tokens", "the fewest 16-token multiples whose one-layer page holds one Mamba layer's state")
+    if s.compare(C, 2 * B) < 0:
+        raise Reject(f"a {format_number(s.value(C))}-token context is under two {format_number(s.value(B))}-token "
+                     "blocks: nothing to restore")
+    page = s.step("page", "Page per layer per block (a Mamba state padded to it)", "P", B * a, "MiB",
+                  "every layer's page is the same size, so a Mamba state fills a whole attention page")
+    n_blk = s.step("full_blocks", "Full blocks in the context", "n_blk", floor_of(C / B), "blocks",
+                   "a state exists only at a block boundary")
+    r = s.param("r", "retain")
+    kept = s.step("states_kept", "States kept for reuse", "n_kept", ceil_of(n_blk / r), "",
+                  "one at the end of every r blocks, plus the newest boundary")
+    kept_bytes = s.step("snapshot_bytes", "Memory of the kept states", "S_kept", kept * M_l * page, "MiB",
+                        "each kept state is a padded page in every Mamba layer")
+    reuse = s.step("reusable", "Tokens a resent context restores from cache", "C_hit", B * n_blk, "tokens",
+                   "the newest full block boundary, whose state is always kept; the rest is prefilled again")
+    dense = s.step("dense_bytes", "Memory if a state were kept at every block", "S_dense", n_blk * M_l * page,
+                   "MiB", "vLLM's retention before it was sparsified")
 
-    s.assume("Layer counts and shapes from Nemotron-H-8B's config.json (the 128K reasoning release keeps them); "
-             "its MLP layers hold no state.")
+    s.assume(f"Layer counts and shapes from {m.name}'s config (see the model's source); its MLP and MoE layers "
+             "hold no state.")
     s.assume("State shapes as vLLM allocates them (MambaStateShapeCalculator.mamba2_state_shape): SSM state "
-             "heads × head_dim × state_size, conv buffer (kernel − 1) × (heads·head_dim + 2·groups·state_size); "
-             "one GPU, no TP split.")
-    s.assume("A snapshot copies the whole recurrent state (SSM and conv) of every Mamba layer; the attention "
-             "KV is cached in whole blocks, so a prefix is restorable only where both line up.")
-    s.assume("Retention is capped, as engines cap it: SGLang's MambaRadixCache keeps a state only where a cached "
-             "prefix ends, in a pool of its own with LRU eviction; Megatron-Core keeps at most 3 intermediate "
-             "states per request; vLLM sparsifies per-block snapshots with a retention interval. Here the engine "
-             f"keeps the newest {format_number(p.keep)} snapshot(s) that sit on a restart point and drops the rest.")
-    s.assume("Block sizes and snapshot intervals here are illustrative. vLLM sizes a hybrid model's attention "
-             "block so that one layer's page holds a Mamba layer's state (for this layout with bf16 KV: 528 "
-             "tokens with a bf16 SSM state, 1,040 with fp32); with prefix caching on, it rounds that up to a "
-             "multiple of the 256-token Mamba chunk (768, 1,280) and snapshots the state at every block boundary. "
-             "Here the block is drawn apart from the state dtype and the snapshots come every 512 or 1,024 tokens.")
-    state_answers = ("state_per_request", "crossover", "snapshot_bytes")
-    s.slip("x Mamba layers: one layer's state, not the model's", 1 / p.mamba_layers, on=state_answers)
-    s.slip("conv buffer left out", on=state_answers,
-           factor=s.value(ssm) / (s.value(ssm) + s.value(conv)))
-    s.slip("KV counted over every Mamba and attention layer, not the attention layers alone", on="kv_per_request",
-           factor=(p.mamba_layers + p.attn_layers) / p.attn_layers)
-    s.slip("KV counted over every Mamba and attention layer, not the attention layers alone", on="crossover",
-           factor=p.attn_layers / (p.mamba_layers + p.attn_layers))
-    if s.compare(kept, 0) > 0:
-        s.slip("every snapshot taken kept, unbounded", s.value(taken) / s.value(kept), on="snapshot_bytes")
-    _snapshot_judgements(s, p, state, kv, kept_bytes, R, reuse, k, B, C)
+             "heads × head_dim × state_size, conv buffer (kernel − 1) × (heads·head_dim + 2·groups·state_size), "
+             "the conv in the model's bf16; one GPU, no TP split, no speculative decoding.")
+    s.assume("vLLM with prefix caching in align mode (mamba_cache_mode align; platforms/interface.py): the "
+             "attention block is the least multiple of 16 tokens whose one-layer page holds one Mamba layer's "
+             "state, and the Mamba page is padded to it; the Mamba block is the attention block, so a hit resumes "
+             "only at a block boundary.")
+    s.assume(f"Retention as vLLM's prefix-cache retention interval (PRs #45845, #52216) set to "
+             f"{format_number(p.retain)} blocks: one state per interval plus the newest replayable boundary; "
+             "every other state is freed. Before #45845 a state was kept at every block.")
+    state_answers = ("state_per_request", "crossover")
+    s.slip("x Mamba layers: one layer's state, not the model's", 1 / m.mamba_layers, on=state_answers)
+    s.slip("conv buffer left out", on=state_answers, factor=s.value(ssm) / s.value(layer_state))
+    mixers = (m.mamba_layers + m.attention_layers) / m.attention_layers
+    s.slip("KV counted over every Mamba and attention layer, not the attention layers alone", mixers,
+           on="kv_per_request")
+    s.slip("KV counted over every Mamba and attention layer, not the attention layers alone", 1 / mixers,
+           on="crossover")
+    s.slip("kept states counted unpadded, at the Mamba state's own size", s.value(layer_state) / s.value(page),
+           on="snapshot_bytes")
+    if s.compare(kept, n_blk) < 0:
+        s.slip("a state kept at every block, not every r blocks", s.value(n_blk) / s.value(kept),
+               on="snapshot_bytes")
+    _policy_judgements(s, state, kv, kept_bytes, dense, reuse, C, C_star)
     _state_regime(s, state, kv, C_star, C)
-
