@@ -210,7 +210,7 @@ def test_prefix_eviction_stranding_default(variant, catalog):
     assert solution.sheet.regime.margin_text == "at zero, below the boundary"  # 0 tokens served, not "at" 1,000
     # Block 1 is the first block (a 0-based reading would serve 16 tokens and strand 1,790); one shard reads so.
     opening, orders = (" ".join(stage.run.say.split()) for stage in script(solution, catalog).stages[:2])
-    assert "block 1 of the system prompt (its first block is block 1)" in opening
+    assert "evicted its block 1 (counting from 1)" in opening
     assert "1 shard," in orders
 
 

@@ -84,6 +84,11 @@ def solve(p, s: Sheet) -> None:
                      "blocks: nothing to restore")
     page = s.step("page", "Page per layer per block (a Mamba state padded to it)", "P", B * a, "MiB",
                   "every layer's page is the same size, so a Mamba state fills a whole attention page")
+    if s.compare(C, B * floor_of(C / B)) == 0:
+        # vLLM caps a hit at the prompt's length less one (the last token is computed again for its logits),
+        # so a context ending on a boundary resumes from an older kept state: not a draw to grade.
+        raise Reject(f"a {format_number(s.value(C))}-token context ends exactly on a "
+                     f"{format_number(s.value(B))}-token block boundary")
     n_blk = s.step("full_blocks", "Full blocks in the context", "n_blk", floor_of(C / B), "blocks",
                    "a state exists only at a block boundary")
     r = s.param("r", "retain")
@@ -98,6 +103,9 @@ def solve(p, s: Sheet) -> None:
 
     s.assume(f"Layer counts and shapes from {m.name}'s config (see the model's source); its MLP and MoE layers "
              "hold no state.")
+    s.assume("A hit stops one token short of a whole resent prompt (vLLM computes the last token again for its "
+             "logits), so a context ending exactly on a block boundary would resume from an older kept state: "
+             "such contexts are not drawn.")
     s.assume("State shapes as vLLM allocates them (MambaStateShapeCalculator.mamba2_state_shape): SSM state "
              "heads × head_dim × state_size, conv buffer (kernel − 1) × (heads·head_dim + 2·groups·state_size), "
              "the conv in the model's bf16; one GPU, no TP split, no speculative decoding.")

@@ -108,7 +108,8 @@ def solve(p, s: Sheet) -> None:
                    "every block after it in the system prompt, and every chat's own blocks: all its descendants")
     lost = s.step("stranded_bytes", "KV stranded: resident, and unreachable until the hole is refilled", "M_str",
                   below * blk, "GiB", "a lookup walks the chain from the first block and stops at the hole, so "
-                  "nothing below it can be found until a request recomputes the missing block or it is evicted in turn")
+                  "nothing below it can be found until a request recomputes the missing block; free to evict, it "
+                  "costs the cache room reachable prefixes could use, not room for running requests")
     s.step("stranded_share", "Share of the tree's cache stranded", "f_str", below / tree, "%",
            "the descendants over all the tree's blocks")
     tree_bytes = s.step("tree_bytes", "KV the tree holds", "M_tree", tree * blk, "GiB",
