@@ -153,24 +153,36 @@ def test_preemption_a100_pcie_is_gen4(variant):
 
 def test_preemption_wait_stalls_the_whole_batch(variant):
     """The review's bug: with the pool full, waiting is not free for everyone but the victim. Every running
-    stream needs a block within one block's worth of tokens, so evicting no one stalls them all."""
+    stream needs a block within one block's worth of tokens, so evicting no one stalls them all: the recall
+    stage's key says so, and no regime text says otherwise."""
     for seed in range(20):
         solution = variant(f"preemption-policies@{seed}")
-        wait = "Waiting with no one evicted stalls every running stream, not just the one that asked"
-        assert solution.sheet.results["who_pays"][wait] is True
         regime = solution.sheet.regime
         assert "nobody is evicted" not in regime.summary + regime.other_side
         assert "onto the blocked request" not in regime.other_side
+    (wait,) = [item for item in solution.question.answer("who_waits").points if item.startswith("wait:")]
+    assert "every stream stalls" in wait
 
 
-def test_preemption_prompt_names_its_conventions(variant):
-    """The prompt names the cards it counts by instead of retyping them, and prints a dense model."""
+def test_preemption_words_name_no_card_and_give_nothing_away(variant):
+    """The interview's words name no convention card (the screen lists those in play), and the opening's keys
+    (the regime's summary) do not answer the recall stage that follows: who waits, who redoes work."""
     for seed in range(10):
         solution = variant(f"preemption-policies@{seed}")
         for card in ("roofline-time", "step-bandwidth", "flops-per-token", "dense-peaks", "matmul-precision",
                      "tp-all-reduce"):
-            assert card in solution.prompt
+            assert card not in solution.prompt
+        assert "step-bandwidth" in solution.cards()  # listed under the words instead
+        assert "redoes" not in solution.sheet.regime.summary and "waits" not in solution.sheet.regime.summary
         assert "active_params_b" not in solution.param("model").value  # a dense model: every parameter works
+
+
+def test_preemption_a_break_even_below_any_link_is_no_choice(variant):
+    """Llama-3.1-405B over 8 GPUs redoes so many FLOPs per KV byte it would move that swap and recompute tie near
+    0.4 GB/s: swap wins on every link the question draws, and no push on the link could cross it."""
+    with pytest.raises(VariantError, match="under 1.5 GB/s: no swap path is that slow"):
+        variant("preemption-policies@default+model=llama-3.1-405b+tp=8+gpu=h200-sxm+weight_dtype=fp8")
+    assert variant("preemption-policies@default").expected["breakeven_bw"] > 1.5e9
 
 
 def test_preemption_pinned_seed(variant):
