@@ -300,12 +300,12 @@ def test_mla_duplication_regime_follows_demand(variant, seed):
     solution = variant(f"mla-tp-duplication@{seed}")
     p = _params(solution)
     per_token = 61 * 576 * DTYPE_BYTES[p["kv_dtype"]]
-    room = p["gpu"].hbm_mib * 2**20 * GPU_MEMORY_UTILIZATION - (671e9 + 2 * EMBEDDING) / 8
+    room = p["gpu"].hbm_mib * 2**20 * p["mem_fraction"] - (671e9 + 2 * EMBEDDING) / 8  # the drawn static share
     # d groups of 8/d GPUs: projections split 8/d ways instead of 8, the embedding whole on every GPU.
     extra = ATTENTION * (p["dp"] - 1) / 8 + 2 * EMBEDDING * 7 / 8
     held = math.floor(room / (per_token * p["context"]))
     held_dp = p["dp"] * math.floor((room - extra) / (per_token * p["context"]))
-    assert solution.expected["dp_extra_weights"] == pytest.approx(extra)
+    assert solution.sheet.results["dp_extra_weights"] == pytest.approx(extra)  # a step of the worked solution
     assert solution.expected["requests_tp"] == held
     assert solution.expected["requests_dp"] == held_dp
     assert p["demand"] <= held_dp
@@ -331,7 +331,24 @@ def test_mla_duplication_asks_for_redundant_copies(variant):
 def test_mla_duplication_pinned_seed(variant):
     """Seed 1 draws these parameters (its keys are pinned in the question file)."""
     assert [p.raw for p in variant("mla-tp-duplication@1").params] == [
-        "deepseek-v3", "h200-sxm", 8, 1536, 128, 128, 58, 2048, 8, "bf16", 110080, 29]
+        "deepseek-v3", "h200-sxm", 8, 1536, 128, 128, 58, 2048, 8, "bf16", 110080, 29, 85]
+
+
+def test_mla_duplication_room_moves_with_the_memory_fraction(variant):
+    """The review: the KV room and the redundant copies took one of three values (one per GPU). The static memory
+    fraction is drawn, so both move with it: 1 point of an H200's 150.75 GB is 1.51 GB of room on every GPU."""
+    at = {f: variant(f"mla-tp-duplication@default+mem_fraction={f}").expected for f in (85, 86)}
+    step = 143_771 * 2**20 / 100
+    assert at[86]["room_tp"] - at[85]["room_tp"] == pytest.approx(step)
+    assert at[86]["duplicate_bytes"] - at[85]["duplicate_bytes"] == pytest.approx(7 * step)
+
+
+def test_mla_duplication_words_keep_the_step_times_for_their_stage(variant):
+    """Stage 2's key (the layout) must not give away stage 3's answers, the two step times."""
+    solution = variant("mla-tp-duplication@default")
+    summary = solution.sheet.regime.summary
+    for key in ("tpot_tp", "tpot_dp"):
+        assert next(st.result for st in solution.sheet.steps if st.key == key) not in summary
 
 
 # --- recurrent-state-inventory ---------------------------------------------------------------
