@@ -185,6 +185,19 @@ def test_preemption_a_break_even_below_any_link_is_no_choice(variant):
     assert variant("preemption-policies@default").expected["breakeven_bw"] > 1.5e9
 
 
+def test_preemption_push_moves_the_link_across_the_tie(variant, catalog):
+    """The push moves only the PCIe bandwidth, past the break-even the opening found, and its words are the ones
+    written for its side (a slow swap path from the swap side)."""
+    from solvers.interview import stage_run
+
+    solution = variant("preemption-policies@default")
+    assert stage_run(solution, catalog, 4) is None  # the recompute side's words: not this variant's
+    pushed = stage_run(solution, catalog, 3)
+    assert pushed is not None and pushed.moved == ("pcie",) and pushed.regime == "recompute-cheaper"
+    assert pushed.solution.param("pcie").value < solution.expected["breakeven_bw"] / 1.5
+    assert "one small block per layer" in pushed.say
+
+
 def test_preemption_pinned_seed(variant):
     """Seed 2 draws these parameters (its keys are pinned in the question file). It drew Llama-3-8B at TP 4 on
     H100 until HBM became the device's 81,559 MiB: 4.01 GB of weights a GPU is under the tp-width card's 5%."""
@@ -337,6 +350,18 @@ def test_mla_duplication_asks_for_redundant_copies(variant):
     assert "redundant copies (one copy of each latent is useful)" in " ".join(solution.prompt.split())
     assert solution.grade_one("duplicate_bytes", "412.6 GB").verdict != CORRECT  # n·F, not (n − 1)·F
     assert solution.grade_one("duplicate_bytes", "361 GB").verdict == CORRECT
+
+
+def test_mla_duplication_push_crosses_from_the_default(variant, catalog):
+    """The default needs DP attention (64 to hold, 22 fit under TP); its push moves a figure the words name until
+    TP attention holds them, and asks the DP step at the moved variant."""
+    from solvers.interview import stage_run
+
+    solution = variant("mla-tp-duplication@default")
+    pushed = stage_run(solution, catalog, 3)
+    assert pushed is not None and pushed.regime == "tp-attention"
+    assert set(pushed.moved) <= {"context", "demand", "gpu"}
+    assert pushed.solution.expected["requests_tp"] >= pushed.solution.param("demand").value
 
 
 def test_mla_duplication_pinned_seed(variant):
