@@ -153,24 +153,49 @@ def test_preemption_a100_pcie_is_gen4(variant):
 
 def test_preemption_wait_stalls_the_whole_batch(variant):
     """The review's bug: with the pool full, waiting is not free for everyone but the victim. Every running
-    stream needs a block within one block's worth of tokens, so evicting no one stalls them all."""
+    stream needs a block within one block's worth of tokens, so evicting no one stalls them all: the recall
+    stage's key says so, and no regime text says otherwise."""
     for seed in range(20):
         solution = variant(f"preemption-policies@{seed}")
-        wait = "Waiting with no one evicted stalls every running stream, not just the one that asked"
-        assert solution.sheet.results["who_pays"][wait] is True
         regime = solution.sheet.regime
         assert "nobody is evicted" not in regime.summary + regime.other_side
         assert "onto the blocked request" not in regime.other_side
+    (wait,) = [item for item in solution.question.answer("who_waits").points if item.startswith("wait:")]
+    assert "every stream stalls" in wait
 
 
-def test_preemption_prompt_names_its_conventions(variant):
-    """The prompt names the cards it counts by instead of retyping them, and prints a dense model."""
+def test_preemption_words_name_no_card_and_give_nothing_away(variant):
+    """The interview's words name no convention card (the screen lists those in play), and the opening's keys
+    (the regime's summary) do not answer the recall stage that follows: who waits, who redoes work."""
     for seed in range(10):
         solution = variant(f"preemption-policies@{seed}")
         for card in ("roofline-time", "step-bandwidth", "flops-per-token", "dense-peaks", "matmul-precision",
                      "tp-all-reduce"):
-            assert card in solution.prompt
+            assert card not in solution.prompt
+        assert "step-bandwidth" in solution.cards()  # listed under the words instead
+        assert "redoes" not in solution.sheet.regime.summary and "waits" not in solution.sheet.regime.summary
         assert "active_params_b" not in solution.param("model").value  # a dense model: every parameter works
+
+
+def test_preemption_a_break_even_below_any_link_is_no_choice(variant):
+    """Llama-3.1-405B over 8 GPUs redoes so many FLOPs per KV byte it would move that swap and recompute tie near
+    0.4 GB/s: swap wins on every link the question draws, and no push on the link could cross it."""
+    with pytest.raises(VariantError, match="under 1.5 GB/s: no swap path is that slow"):
+        variant("preemption-policies@default+model=llama-3.1-405b+tp=8+gpu=h200-sxm+weight_dtype=fp8")
+    assert variant("preemption-policies@default").expected["breakeven_bw"] > 1.5e9
+
+
+def test_preemption_push_moves_the_link_across_the_tie(variant, catalog):
+    """The push moves only the PCIe bandwidth, past the break-even the opening found, and its words are the ones
+    written for its side (a slow swap path from the swap side)."""
+    from solvers.interview import stage_run
+
+    solution = variant("preemption-policies@default")
+    assert stage_run(solution, catalog, 4) is None  # the recompute side's words: not this variant's
+    pushed = stage_run(solution, catalog, 3)
+    assert pushed is not None and pushed.moved == ("pcie",) and pushed.regime == "recompute-cheaper"
+    assert pushed.solution.param("pcie").value < solution.expected["breakeven_bw"] / 1.5
+    assert "one small block per layer" in pushed.say
 
 
 def test_preemption_pinned_seed(variant):
@@ -208,7 +233,7 @@ def test_mla_vs_gqa_matches_plain_arithmetic(variant, seed):
     # The same weights leave the same room: the verdict follows the per-GPU shares alone.
     assert expected["regime"] == ("gqa-holds-more" if gqa_per_gpu <= mla_per_gpu else "mla-holds-more")
     flips = [n for n in (1, 2, 4, 8) if 2 * model.kv_heads * model.head_dim / n < rank + 64]
-    assert expected["tp_flip"] == flips[0]
+    assert solution.sheet.results["tp_flip"] == flips[0]  # a step of the worked solution
 
 
 def test_mla_vs_gqa_compares_like_with_like(variant):
@@ -217,7 +242,7 @@ def test_mla_vs_gqa_compares_like_with_like(variant):
     for seed in range(30):
         solution = variant(f"mla-vs-gqa-under-tp@{seed}")
         assert "mla_model" not in {param.name for param in solution.params}
-        assert solution.expected["tp_flip"] in (2, 4, 8)
+        assert solution.sheet.results["tp_flip"] in (2, 4, 8)
         assert "tp_crossover" not in solution.expected
     narrow = variant("mla-vs-gqa-under-tp@default+tp=2").expected  # mla-holds-more, pinned in the question file
     assert narrow["requests_mla"] > narrow["requests_gqa"]
@@ -241,11 +266,22 @@ def test_mla_vs_gqa_levers_follow_the_layout(variant):
     assert "66 requests" in reasons["halving its TP"]
 
 
+def test_mla_vs_gqa_push_crosses_and_the_key_before_it_keeps_the_crossover(variant, catalog):
+    """The push moves the TP across 2·H_kv·d_h/(d_c + d_r); the layout's key, shown just before it, names no
+    crossover TP (it would answer the push)."""
+    from solvers.interview import stage_run
+
+    solution = variant("mla-vs-gqa-under-tp@default")
+    assert "3.56" not in solution.sheet.regime.summary and "3.56" in solution.sheet.regime.other_side
+    pushed = stage_run(solution, catalog, 2)
+    assert pushed is not None and pushed.moved == ("tp",) and pushed.regime == "mla-holds-more"
+
+
 def test_mla_vs_gqa_pinned_seed(variant):
     """Seed 0 draws these parameters (its keys are pinned in the question file). It drew Qwen2.5-72B fp8 at TP 8 on
     B200 until HBM became the device's 183,359 MiB: 9.09 GB of weights a GPU is under the tp-width card's 5%."""
     assert [p.raw for p in variant("mla-vs-gqa-under-tp@0").params] == [
-        "llama-3-70b", "h200-sxm", "bf16", 2, 256, "bf16", 38912, 64, 8]
+        "llama-3-70b", "h200-sxm", "bf16", 2, 256, "bf16", 38912, 64, 8, 2]
 
 
 # --- mla-tp-duplication ----------------------------------------------------------------------
@@ -288,12 +324,12 @@ def test_mla_duplication_regime_follows_demand(variant, seed):
     solution = variant(f"mla-tp-duplication@{seed}")
     p = _params(solution)
     per_token = 61 * 576 * DTYPE_BYTES[p["kv_dtype"]]
-    room = p["gpu"].hbm_mib * 2**20 * GPU_MEMORY_UTILIZATION - (671e9 + 2 * EMBEDDING) / 8
+    room = p["gpu"].hbm_mib * 2**20 * p["mem_fraction"] - (671e9 + 2 * EMBEDDING) / 8  # the drawn static share
     # d groups of 8/d GPUs: projections split 8/d ways instead of 8, the embedding whole on every GPU.
     extra = ATTENTION * (p["dp"] - 1) / 8 + 2 * EMBEDDING * 7 / 8
     held = math.floor(room / (per_token * p["context"]))
     held_dp = p["dp"] * math.floor((room - extra) / (per_token * p["context"]))
-    assert solution.expected["dp_extra_weights"] == pytest.approx(extra)
+    assert solution.sheet.results["dp_extra_weights"] == pytest.approx(extra)  # a step of the worked solution
     assert solution.expected["requests_tp"] == held
     assert solution.expected["requests_dp"] == held_dp
     assert p["demand"] <= held_dp
@@ -316,10 +352,39 @@ def test_mla_duplication_asks_for_redundant_copies(variant):
     assert solution.grade_one("duplicate_bytes", "361 GB").verdict == CORRECT
 
 
+def test_mla_duplication_push_crosses_from_the_default(variant, catalog):
+    """The default needs DP attention (64 to hold, 22 fit under TP); its push moves a figure the words name until
+    TP attention holds them, and asks the DP step at the moved variant."""
+    from solvers.interview import stage_run
+
+    solution = variant("mla-tp-duplication@default")
+    pushed = stage_run(solution, catalog, 3)
+    assert pushed is not None and pushed.regime == "tp-attention"
+    assert set(pushed.moved) <= {"context", "demand", "gpu"}
+    assert pushed.solution.expected["requests_tp"] >= pushed.solution.param("demand").value
+
+
 def test_mla_duplication_pinned_seed(variant):
     """Seed 1 draws these parameters (its keys are pinned in the question file)."""
     assert [p.raw for p in variant("mla-tp-duplication@1").params] == [
-        "deepseek-v3", "h200-sxm", 8, 1536, 128, 128, 58, 2048, 8, "bf16", 110080, 29]
+        "deepseek-v3", "h200-sxm", 8, 1536, 128, 128, 58, 2048, 8, "bf16", 110080, 29, 85]
+
+
+def test_mla_duplication_room_moves_with_the_memory_fraction(variant):
+    """The review: the KV room and the redundant copies took one of three values (one per GPU). The static memory
+    fraction is drawn, so both move with it: 1 point of an H200's 150.75 GB is 1.51 GB of room on every GPU."""
+    at = {f: variant(f"mla-tp-duplication@default+mem_fraction={f}").expected for f in (85, 86)}
+    step = 143_771 * 2**20 / 100
+    assert at[86]["room_tp"] - at[85]["room_tp"] == pytest.approx(step)
+    assert at[86]["duplicate_bytes"] - at[85]["duplicate_bytes"] == pytest.approx(7 * step)
+
+
+def test_mla_duplication_words_keep_the_step_times_for_their_stage(variant):
+    """Stage 2's key (the layout) must not give away stage 3's answers, the two step times."""
+    solution = variant("mla-tp-duplication@default")
+    summary = solution.sheet.regime.summary
+    for key in ("tpot_tp", "tpot_dp"):
+        assert next(st.result for st in solution.sheet.steps if st.key == key) not in summary
 
 
 # --- recurrent-state-inventory ---------------------------------------------------------------
@@ -441,5 +506,5 @@ def test_mla_vs_gqa_dp_attention_is_judged_on_its_weight_copies(variant, seed):
     dp = 8 * math.floor(max(room, 0) / (latent * p["context"]))
     held = solution.sheet.results["requests_mla"]
     option = ("data-parallel attention, each GPU keeping the whole attention weights and only its own "
-              "requests' latents")
-    assert solution.sheet.results["mla_levers"][option] is (dp > held)
+              "requests' latents, holding at least {dp_gain} as many")
+    assert solution.sheet.results["mla_levers"][option] is (dp >= 2 * held)

@@ -6,12 +6,12 @@ import sympy
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import ACTIVATION_BYTES, link_bandwidth, link_latency, tp_all_reduce
 from solvers.models.common import (
-    GPU_MEMORY_UTILIZATION,
     dtype_bytes,
     given_active_params,
     given_compute_efficiencies,
     given_config,
     given_hbm_bandwidth,
+    given_hbm_bytes,
     given_matmul_peaks,
     given_model_params,
     given_weight_bytes,
@@ -25,7 +25,6 @@ from solvers.models.steptime import (
     STEP_OVERHEAD,
     given_step_bandwidth,
     given_step_overhead,
-    usable_hbm,
 )
 from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
@@ -124,36 +123,36 @@ def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, 
     s.judge(key, "Under DP attention a decode step waits for its busiest attention group", True,
             "the groups meet at every MoE layer, so the step runs at the pace of the group with the most requests "
             "(or the longest ones)", fact=True)
-    s.judge(key, "DP attention also splits each request's latent over the GPUs of its group", False,
-            "no: within a group the latent is still copied onto each GPU; DP only stops other groups holding it",
-            fact=True)
 
 
 def _attention_regime(s: Sheet, req_tp, req_dp, demand, tpot_tp, tpot_dp) -> None:
     tp, dp, want = (format_number(s.value(x)) for x in (req_tp, req_dp, demand))
+    # The step times stay out of the summary: it is the key shown before the stage that asks for them.
     speed = (f"A decode step takes {s.text(tpot_tp)} under TP attention (the requests it "
              f"runs) and {s.text(tpot_dp)} under DP attention (all {want}).")
     s.regime_by(demand, req_tp, tie="below", above=Side(
         "dp-attention",
         f"TP attention holds {tp} requests, fewer than the {want} you must hold: the copies of the latents are the "
-        f"binding waste, and DP attention raises the node to {dp}, for the price of the replicated weights. "
-        f"{speed}",
-        "With fewer concurrent requests (or shorter contexts) TP attention already holds them all; DP attention "
-        "would still cut each GPU's latent reads, but buys memory no one needs and idles ranks at low or "
-        "uneven load."),
+        f"binding waste, and DP attention raises the node to {dp}, for the price of the replicated weights.",
+        f"{speed} With fewer concurrent requests (or shorter contexts) TP attention already holds them all; DP "
+        "attention would still cut each GPU's latent reads, but buys memory no one needs and idles ranks at low "
+        "or uneven load."),
         below=Side(
         "tp-attention",
         f"TP attention already holds {tp} requests, enough for the {want} you must hold: the duplicated latents "
-        f"waste memory, but no request waits for it. {speed}",
-        f"Once you must hold more than {tp} requests at this context the copies bind: DP attention, each group "
-        f"keeping only its own requests' latents, holds {dp}."))
+        "waste memory, but no request waits for it.",
+        f"{speed} Once you must hold more than {tp} requests at this context the copies bind: DP attention, each "
+        f"group keeping only its own requests' latents, holds {dp}."))
 
 
 def solve(p, s: Sheet) -> None:
     model = p.model
     kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes(p.kv_dtype), p.kv_dtype)
     n = s.param("n", "tp")
-    usable = usable_hbm(s, p.gpu)
+    # SGLang's --mem-fraction-static: the share of HBM its weights and KV pool may take, drawn (operators tune it).
+    usable = s.step("usable", "Memory for weights and KV per GPU", "M_u",
+                    given_hbm_bytes(s, p.gpu) * s.param("u_mem", "mem_fraction"), "GB",
+                    "the HBM the device reports, times the static memory fraction")
     N = given_model_params(s, model)
     b_w = given_weight_bytes(s, "fp8")
     V = s.given("V", model.vocab, "", "vocabulary size")
@@ -210,7 +209,8 @@ def solve(p, s: Sheet) -> None:
     tpot_tp, tpot_dp = _attention_step_times(s, p, weights, A, kv_tok, C, n, a, d, L, h, H, d_c, d_r, b_w,
                                              run_tp, demand, busiest)
 
-    s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM usable (the usable-hbm card); activations, "
+    s.assume(f"{format_number(p.mem_fraction * 100)}% of HBM for weights and KV (SGLang's --mem-fraction-static, "
+             "which operators tune); activations, "
              "CUDA graphs and communication buffers are ignored.")
     s.assume("Weights in fp8 at one byte per parameter, except the token embedding and LM head, which the "
              "released checkpoint keeps in bf16 (block scales, norms and the multi-token-prediction module "
@@ -222,8 +222,10 @@ def solve(p, s: Sheet) -> None:
              "sharded n ways (the LM head is copied too only with --enable-dp-lm-head).")
     all_shares = "all n GPUs' pools counted, not the n − 1 that repeat one"
     s.slip(all_shares, p.tp / (p.tp - 1), on="duplicate_bytes")
-    s.slip("the attention projections copied whole onto every GPU, whatever the group", on="dp_extra_weights",
-           factor=s.evaluate(A * (1 - 1 / n) + E * (1 - 1 / n)) / s.value(extra))
+    whole = s.evaluate(d * floor_of((room - (A + E) * (1 - 1 / n)) / (kv_tok * C)))
+    if p.dp < p.tp and whole != s.value(req_dp) and whole > 0:
+        s.slip("the attention projections copied whole onto every GPU, whatever the group", on="requests_dp",
+               factor=whole / s.value(req_dp))
     s.slip("/d: DP capacity of one group, not the node", 1 / p.dp, on="requests_dp")
     faster = s.compare(tpot_dp, tpot_tp) < 0
     s.judge("dp_tradeoffs", "DP attention runs the whole demand at a shorter time per token than TP attention runs "

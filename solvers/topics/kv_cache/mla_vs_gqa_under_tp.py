@@ -50,11 +50,14 @@ def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m) -> None:
     room_dp = usable - (e.W - W_att) / e.TP - W_att
     dp_total = G * floor_of(max_of(room_dp, 0) / (kv_m * C))
     dp_held = format_number(s.evaluate(dp_total))
+    gain = s.param("g_DP", "dp_gain")
+    enough = s.compare(dp_total, gain * req_m) >= 0
     s.judge(key, "data-parallel attention, each GPU keeping the whole attention weights and only its own "
-            "requests' latents",
-            s.compare(dp_total, req_m) > 0,
+            "requests' latents, holding at least {dp_gain} as many",
+            enough,
             f"each GPU copies {format_quantity(s.evaluate(W_att), 'GB')} of attention weights and keeps its own "
-            f"requests' latents: the node holds {dp_held} against {held} with TP attention")
+            f"requests' latents: the node holds {dp_held} against {held} with TP attention, "
+            + ("at least" if enough else "short of") + f" {format_quantity(p.dp_gain, 'x')} as many")
     s.judge(key, "an fp8 KV cache", p.kv_dtype != "fp8",
             "it halves every latent" if p.kv_dtype != "fp8" else "the cache is already fp8")
     # Doubling the TP pays only where the weights fill over 2/3 of each GPU: 3 draws in 100, too rare to ask.
@@ -76,15 +79,16 @@ def _layout_regime(s: Sheet, TP, n_star, req_g, req_m, tpot) -> None:
              f"{s.text(tpot['mla'])} (MLA) per token.")
     s.regime_by(TP, n_star, tie="above", above=Side(
         "gqa-holds-more",
-        f"Past TP {crossover} each GPU's slice of the GQA heads is smaller than the whole latent every GPU "
+        # The summary is the key shown before the push: the crossover TP it would give away stays on the other side.
+        f"Each GPU's slice of the GQA heads is smaller than the whole latent every GPU "
         f"keeps: the node holds {gqa} GQA requests against {mla} with MLA, though MLA's token is the smaller. "
         f"{speed}",
-        f"Below TP {crossover} (fewer GPUs per replica, or a larger latent rank) the GQA share per GPU grows "
+        f"Below TP {crossover} (fewer GPUs per replica, or a smaller latent rank) the GQA share per GPU grows "
         "past the latent and MLA's compact cache holds more. Data-parallel attention removes MLA's copies "
         "instead of narrowing TP."),
         below=Side(
         "mla-holds-more",
-        f"Below TP {crossover} a GPU still holds more GQA heads than the latent is worth: the node holds {mla} "
+        f"A GPU still holds more GQA heads than the latent is worth: the node holds {mla} "
         f"MLA requests against {gqa} GQA. {speed}",
         f"Past TP {crossover} the GQA heads split thinner while every GPU keeps the whole latent, and the "
         "reassuring MLA figure becomes the request that does not fit."))

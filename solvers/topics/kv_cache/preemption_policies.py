@@ -13,8 +13,9 @@ from solvers.units import format_number, format_quantity
 
 # A stall that hits more than this share of a stream's decode steps sets its p99 inter-token latency.
 P99_SHARE = sympy.Rational(1, 100)
-
-
+# A break-even below this leaves swap cheaper on every link the question draws (1 GB/s and up) with room to
+# spare: the choice is made before it is asked, and no push on the link can cross it clearly.
+BREAKEVEN_FLOOR = sympy.Rational(3, 2) * 10**9  # B/s
 
 
 def _preemption_regime(s: Sheet, t_rec, t_swap, W_star, W) -> None:
@@ -23,8 +24,8 @@ def _preemption_regime(s: Sheet, t_rec, t_swap, W_star, W) -> None:
     s.regime_by(W, W_star, tie="below", above=Side(
         "swap-cheaper",
         f"Copying the victim's KV out and back takes {swap}, against {rec} to recompute it: swap is "
-        f"{format_number(s.value(t_rec) / s.value(t_swap), 3)}x cheaper. Nobody redoes work; the victim waits "
-        "for its copy back and every running stream waits out the copies once, a tail inter-token event.",
+        f"{format_number(s.value(t_rec) / s.value(t_swap), 3)}x cheaper, the link being faster than the "
+        f"{breakeven} at which they tie.",
         f"Below {breakeven} of effective PCIe bandwidth recompute wins, and the break-even rises for a model "
         "that redoes fewer FLOPs per KV byte it would move (a small dense model, bf16 KV) or for faster "
         "compute (fp8, a newer GPU): the victim then redoes its prefill and every running stream waits for "
@@ -32,8 +33,8 @@ def _preemption_regime(s: Sheet, t_rec, t_swap, W_star, W) -> None:
         below=Side(
         "recompute-cheaper",
         f"Re-prefilling the victim takes {rec} of the group's compute, less than the {swap} the PCIe copy "
-        f"out and back would take: recompute is {format_number(s.value(t_swap) / s.value(t_rec), 3)}x cheaper. "
-        "The victim waits and redoes its prefill, and every running stream waits for that step.",
+        f"out and back would take: recompute is {format_number(s.value(t_swap) / s.value(t_rec), 3)}x cheaper, "
+        f"the link being no faster than the {breakeven} at which they tie.",
         f"Above {breakeven} of effective PCIe bandwidth swap wins, and the break-even falls for a model "
         "that redoes more FLOPs per KV byte (a larger model, fp8 KV, a longer context) or for slower "
         "compute: nobody then redoes work, and the running streams wait only for the copies."))
@@ -100,6 +101,10 @@ def solve(p, s: Sheet) -> None:
                     "each GPU copies its share to host memory and later back, over its own link")
     W_star = s.step("breakeven_bw", "PCIe bandwidth at which swap and recompute cost the same", "W_star",
                     2 * V / t_rec, "GB/s", "set 2V/W equal to the recompute time and solve for W")
+    if s.compare(W_star, BREAKEVEN_FLOOR) < 0:
+        raise Reject(f"swap and recompute tie at {s.text(W_star)} of PCIe, under "
+                     f"{format_quantity(float(BREAKEVEN_FLOOR), 'GB/s')}: no swap path is that slow, so swap wins on "
+                     "any link and there is no choice to make (a large model on a wide TP group)")
 
     b = s.param("b", "batch")
     R = s.param("R", "remaining")
@@ -133,7 +138,6 @@ def solve(p, s: Sheet) -> None:
     s.slip(one_gpu, n_gpus, on="t_swap")
     s.slip(one_gpu, on="t_recompute", factor=s.evaluate(max_of(e.TP * t_read, e.TP * t_math) + t_ar) / s.value(t_rec))
     s.slip("x2: the copy counted one way only", 0.5, on=("t_swap", "breakeven_bw"))
-    s.slip("attention FLOPs left out", s.value(F_w) / s.value(F), on="flops")
     s.slip("attention FLOPs left out", on="t_recompute",
            factor=s.evaluate(max_of(t_read, e.math_time(F_w, 0)) + t_ar) / s.value(t_rec))
     if e.P_att is not e.P:
@@ -144,13 +148,6 @@ def solve(p, s: Sheet) -> None:
         s.slip("TP all-reduces left out", s.value(t_rec) / s.evaluate(t_rec - t_ar), on="breakeven_bw")
 
     stall = min_of(t_rec, t_swap)
-    s.judge("who_pays", "Waiting with no one evicted stalls every running stream, not just the one that asked", True,
-            "the pool is full: every stream needs a block within one block's worth of tokens, and the nearest "
-            f"completion is {format_number(p.remaining)} tokens away, so the whole batch stops (or deadlocks)",
-            fact=True)
-    s.judge("who_pays", "Evicting the victim stalls only the victim; the running streams decode on", False,
-            "the re-prefill shares the engine step with the decode streams (a swap runs before the forward pass): "
-            "every running stream waits out the eviction once", fact=True)
     one = s.compare(S, R) >= 0
     s.judge("who_pays", "One eviction of this victim frees enough KV for the batch to reach its next completion", one,
             f"{format_number(p.context)} tokens freed last the {format_number(p.batch)} streams "

@@ -8,10 +8,10 @@ from solvers.models.kvcache import (
     kv_bytes_per_token_given,
 )
 from solvers.sheetmath import ceil_of, min_of
-from solvers.units import format_number
+from solvers.units import format_number, format_quantity
 
 
-def _window_allocator(s: Sheet, saving, n_win, full_blocks, W, C) -> None:
+def _window_allocator(s: Sheet, saving, n_win, full_blocks, W, C, L_w, L) -> None:
     """What the allocator must do follows from whether this request's context outgrows the window."""
     window, context = format_number(s.value(W)), format_number(s.value(C))
     saves = s.compare(saving, 0) > 0
@@ -29,9 +29,14 @@ def _window_allocator(s: Sheet, saving, n_win, full_blocks, W, C) -> None:
             f"the {window}-token window covers all {context} tokens: the saving is zero whatever the allocator")
     s.judge("allocator", "use a block size that divides the window", False,
             "the window still starts mid-block as it slides: ⌈W/B⌉ + 1 blocks whatever B divides", fact=True)
-    s.judge("allocator", "store the KV cache in fp8", False,
-            "fp8 halves the bytes of every layer alike: it makes the windows save nothing they did not already",
-            fact=True)
+    more = s.param("m", "more")
+    room = s.step("pool_multiplier", "Requests the pool holds with the windows freed, against without", "M",
+                  1 / (1 - saving), "x", "each request needs 1 − S of its full KV")
+    twice = s.compare(room, more) >= 0
+    s.judge("allocator", "the same pool holds at least {more} as many such requests with the windows freed", twice,
+            f"each request keeps {format_quantity(s.evaluate(1 - saving), '%')} of its full KV: {s.text(room)} as "
+            "many fit" + ("" if twice else f", short of {s.text(more)} (the windowed share of layers caps it at "
+                                           f"{format_quantity(s.evaluate(1 / (1 - L_w / L)), 'x')})"))
 
 
 def _window_regime(s: Sheet, f, saving, kept_full, kept_win, C_star, C) -> None:
@@ -98,6 +103,6 @@ def solve(p, s: Sheet) -> None:
     s.slip("saving counted as if every layer were windowed", 1 / s.value(f), on="saving")
     s.slip("saving counted as if every layer were windowed", on="kv_windowed",
            factor=s.evaluate(full * W_eff / C) / s.value(kv_win))
-    _window_allocator(s, saving, n_win, full_blocks, W, C)
+    _window_allocator(s, saving, n_win, full_blocks, W, C, L_w, L)
     _window_regime(s, f, saving, kept_full, kept_win, C_star, C)
 
