@@ -8,6 +8,7 @@ from solvers.engine import Solution
 from solvers.interview import asked_keys
 from solvers.models.calibration import CalibrationCurve
 from solvers.report import answer_value
+from solvers.sheetmath import lcm_of
 from solvers.topics.quantization.fp8_attention_quant_points import _ProbabilityPoint
 from solvers.validate import validate
 from tui.app import InfradrillApp
@@ -34,6 +35,10 @@ validate
 _ProbabilityPoint.flushed_scaled
 Question.catalogue
 CalibrationCurve.rtn_error
+
+# The sheet-math vocabulary a question's author may use (sheetmath's table lists it; test_sheetmath holds each
+# to its float twin), whether or not a question of the bank uses it today.
+lcm_of
 
 # A setting the settings screen offers by value (between_stages = verdict-only).
 BetweenStages.VERDICT_ONLY
