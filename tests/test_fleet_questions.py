@@ -323,7 +323,8 @@ def test_nic_strict_need_does_not_depend_on_the_batch_or_the_shard(variant):
     for override in ("+model=llama-3.1-405b+pp=16", "+pp=8", "+pp=2"):
         other = variant(f"nic-bandwidth-per-gpu@default{override}").sheet.results
         assert other["bandwidth"] == pytest.approx(base["bandwidth"], rel=1e-12)
-    assert variant("nic-bandwidth-per-gpu@189").expected["regime"] == "comms-hidden"  # 399.5 of 400 Gb/s
+    # key-check-2's @189, by its parameters: 399.5 of 400 Gb/s.
+    assert variant("nic-bandwidth-per-gpu@default+pp=16+dp=64+mfu=42").expected["regime"] == "comms-hidden"
 
 
 def test_nic_ring_volume_matches_nccl_bus_bandwidth(variant):
@@ -343,6 +344,74 @@ def test_nic_pipeline_has_at_least_a_sequence_per_stage(variant):
         assert 2**20 <= p["dp"] * p["microbatches"] * p["seq"] <= 2**24, seed
     with pytest.raises(VariantError, match="micro-batches"):
         variant("nic-bandwidth-per-gpu@default+pp=16+microbatches=8")
+
+
+def _one_f_one_b(stages: int, micro: int, fwd: float, bwd: float) -> list[tuple[float, float]]:
+    """Each stage's last backward (start, end) under the one-forward-one-backward schedule, simulated: a stage
+    runs its warm-up forwards, then alternates a backward and a forward, each op waiting for its input from the
+    neighbouring stage and for the stage itself to be free."""
+    f_end: dict[tuple[int, int], float] = {}
+    b_end: dict[tuple[int, int], float] = {}
+    orders = []
+    for s in range(stages):
+        warm = min(stages - s - 1, micro)
+        order = [("F", i) for i in range(warm)]
+        for i in range(micro - warm):
+            order += [("F", warm + i), ("B", i)]
+        order += [("B", i) for i in range(micro - warm, micro)]
+        orders.append(order)
+    free, pos, last = [0.0] * stages, [0] * stages, [(0.0, 0.0)] * stages
+    while any(pos[s] < len(orders[s]) for s in range(stages)):
+        progressed = False
+        for s in range(stages):
+            while pos[s] < len(orders[s]):
+                kind, i = orders[s][pos[s]]
+                if kind == "F":
+                    ready = f_end.get((s - 1, i)) if s else 0.0
+                else:
+                    ready = b_end.get((s + 1, i)) if s < stages - 1 else f_end.get((s, i))
+                if ready is None:
+                    break
+                start = max(free[s], ready)
+                free[s] = start + (fwd if kind == "F" else bwd)
+                (f_end if kind == "F" else b_end)[(s, i)] = free[s]
+                if kind == "B" and i == micro - 1:
+                    last[s] = (start, free[s])
+                pos[s] += 1
+                progressed = True
+        assert progressed
+    return last
+
+
+@pytest.mark.parametrize("code", ["default", "default+gpu=b200", "default+mfu=50", "7", "42", "101", "150"])
+def test_nic_step_matches_a_simulated_one_f_one_b_step(variant, code):
+    """The closed form, (m + PP − 1) slots of 1.5 × the last backward plus what of the reduction outruns that
+    backward, against the schedule simulated stage by stage: every stage starts its reduction with its last
+    backward, and the step ends when the last reduction and the last backward have. The first stage's window
+    binds: the later stages' last backwards end earlier."""
+    solution = variant(f"nic-bandwidth-per-gpu@{code}")
+    p = {param.name: param.value for param in solution.params}
+    r = solution.sheet.results
+    bwd = r["micro_backward"]  # s, as every result
+    last = _one_f_one_b(p["pp"], p["microbatches"], bwd / 2, bwd)
+    comm = r["comm_time"]
+    end = max(max(stop, start + comm) for start, stop in last)
+    assert end == pytest.approx(r["step_time"], rel=1e-9)
+    assert last[0][1] == pytest.approx(max(stop for _, stop in last))
+    assert r["exposed_share"] == pytest.approx(max(0.0, last[0][0] + comm - last[0][1]) / end, abs=1e-12)
+
+
+def test_nic_pushes_move_the_port_or_the_gpu_with_the_side(variant):
+    """The review: exposed was never priced and the engine's push at @7 did not cross. A hidden job moves to B200
+    on the same 400G port (DGX B200's): exposed, a few percent of the step; an exposed one gets 800G: hidden."""
+    hidden = variant("nic-bandwidth-per-gpu@default")
+    assert hidden.regime_name == "comms-hidden"
+    b200 = variant("nic-bandwidth-per-gpu@default+gpu=b200")
+    assert b200.regime_name == "comms-exposed"
+    assert 0.02 < b200.expected["exposed_share"] < 0.06
+    exposed = variant("nic-bandwidth-per-gpu@default+mfu=50")
+    assert exposed.regime_name == "comms-exposed" and exposed.expected["exposed_share"] < 0.01
+    assert variant("nic-bandwidth-per-gpu@default+mfu=50+nic=connectx-8").regime_name == "comms-hidden"
 
 
 # --- cluster-bill-of-materials ---------------------------------------------------------------
