@@ -104,7 +104,7 @@ def solve(p, s: Sheet) -> None:
     s.slip("the whole step (forward too) as the window, not the backward", 2 / 3, on="bandwidth_step")
     s.slip("the pipeline's bubble left out of the step", on="step_time",
            factor=s.evaluate(t_pipe * m / (m + pp - 1) + exposed) / s.value(step))
-    if s.value(exposed) > 0:
+    if s.compare(exposed, 0) > 0:
         s.slip("the whole reduction counted as exposed, not what overruns the window", on="exposed_share",
                factor=s.evaluate(t_comm / (t_pipe + t_comm)) / s.value(share))
 
