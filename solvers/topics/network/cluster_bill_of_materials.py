@@ -15,7 +15,7 @@ MAX_CLUSTER_GPUS = 65_536  # k³/4 for 64-port switches: the most a three-tier f
 
 def _bom_judgements(s: Sheet, p, E0, E, pod, n_job, g, pool, rate, site) -> None:
     wanted, radix = format_number(s.value(E0)), p.big_radix
-    if p.radix >= radix:  # the fabric has those switches already: the option asks about nothing here
+    if s.compare(s.symbol("k"), radix) >= 0:  # the fabric has those switches already: the option asks nothing
         s.judge("bom", "with {big_radix}-port switches this fabric would need only two tiers", None,
                 f"the fabric is built of {format_number(p.radix)}-port switches already")
     else:
