@@ -40,7 +40,7 @@ ONE_SIDED = {
     ("decode-op-ranking", "attention_gap"): "a ratio of arithmetic intensities (the ridge over attention's)",
     ("flash-attention-exp-bound", "serial_tflops"): KERNEL,
     ("nic-bandwidth-per-gpu", "bandwidth_step"): TRAINING,
-    ("nic-bandwidth-per-gpu", "bandwidth"): TRAINING,
+    **{("nic-bandwidth-per-gpu", key): TRAINING for key in ("bandwidth", "step_time", "exposed_share", "headroom")},
     ("ep-load-skew", "batch_star"): CROSSOVER,
     **{("mla-absorption", key): CROSSOVER for key in ("ridge", "q_min", "gqa_q_min")},
     ("moe-experts-per-batch", "batch_compute"): CROSSOVER,
@@ -48,8 +48,9 @@ ONE_SIDED = {
     **{("spec-decode-step-accounting", key): CROSSOVER for key in ("compute_batch", "break_even")},
     **{("weight-read-intensity", key): CROSSOVER for key in ("ridge", "crossover")},
     **{("cluster-bill-of-materials", key): TRAINING
-       for key in ("gpus_needed", "spare_pool", "gpus", "nodes", "pods", "switches", "it_power", "facility_power")},
-    **{("fleet-gpu-count", key): TRAINING for key in ("gpus_needed", "job_gpus", "job_days", "fleet_gpus")},
+       for key in ("gpus_needed", "spare_pool", "nodes", "pods", "switches", "it_power")},
+    **{("fleet-gpu-count", key): TRAINING
+       for key in ("gpus_needed", "job_gpus", "job_days", "fleet_gpus", "spare_pool")},
     **{("moe-1t-training-layout", key): TRAINING for key in ("compute_days", "compute_step")},
     **{("training-compute-budget", key): TRAINING
        for key in ("days", "data_rate", "wall_days", "interruptions")},

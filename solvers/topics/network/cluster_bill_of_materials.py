@@ -15,10 +15,14 @@ MAX_CLUSTER_GPUS = 65_536  # k³/4 for 64-port switches: the most a three-tier f
 
 def _bom_judgements(s: Sheet, p, E0, E, pod, n_job, g, pool, rate, site) -> None:
     wanted, radix = format_number(s.value(E0)), p.big_radix
-    s.judge("bom", "with {big_radix}-port switches this fabric would need only two tiers",
-            s.compare(2 * E0, radix**2) <= 0,
-            f"{wanted} GPUs against the {format_number(radix**2 / 2)} that two tiers of {format_number(radix)}-port "
-            "switches reach (k²/2)")
+    if s.compare(s.symbol("k"), radix) >= 0:  # the fabric has those switches already: the option asks nothing
+        s.judge("bom", "with {big_radix}-port switches this fabric would need only two tiers", None,
+                f"the fabric is built of {format_number(p.radix)}-port switches already")
+    else:
+        s.judge("bom", "with {big_radix}-port switches this fabric would need only two tiers",
+                s.compare(2 * E0, radix**2) <= 0,
+                f"{wanted} GPUs against the {format_number(radix**2 / 2)} that two tiers of "
+                f"{format_number(radix)}-port switches reach (k²/2)")
     if pod is None:
         whole_pod, why = False, "a two-tier fabric is a single pod: losing it is losing the cluster"
     else:
@@ -127,7 +131,6 @@ def solve(p, s: Sheet) -> None:
     s.slip("the spares' mean only, no cover for its spread", on="spare_pool",
            factor=s.evaluate(ceil_of(down)) / s.value(pool))
     s.slip("bf16 weights only in the checkpoint", 2 / p.checkpoint_bytes, on="storage_rate")
-    s.slip("PUE left out", 1 / p.pue, on="facility_power")
 
     _tier_regime(s, E0, E2, k)
 

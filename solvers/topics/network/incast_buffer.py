@@ -1,61 +1,83 @@
 """Incast against the switch buffer (ECN or PFC first)."""
 from __future__ import annotations
 
+import sympy
+
 from solvers.derivation import Reject, Sheet, Side
-from solvers.sheetmath import floor_of
 from solvers.units import format_number
 
-# Counters an on-call engineer reads to tell which mechanism acted: ECN marks and CNPs rise in
-# every incast that passes the marking threshold; pause frames only where PFC fired; drops and
-# retransmissions never on a lossless priority.
-# Beside the two pause counters, which the burst decides, one counter that rises in every burst and one
-# that never does, declared facts: two pairs of constants would outnumber what the numbers decide.
-_ALWAYS = ("ECN-marks on the receiver's egress queue, and the CNPs they send back to the senders' NICs",)
+MAX_SENDERS = 4096  # the search for the first sender count PFC fires from stops here: no port has more peers
+
+# Counters an on-call engineer reads to tell which mechanism acted: whether the CNPs beat XOFF, pause frames
+# only where PFC fired, the rate cuts each sender takes (from how many senders there are), and the one declared
+# fact, no drops on a lossless priority. ECN marks rise in every burst: said in the keys, never an option.
+EARLY_CNPS = "CNPs reaching the senders' NICs before the queue reaches XOFF"
+PAUSES = ("pause frames, sent by the switch on the senders' ingress ports and received by their NICs on the "
+          "RDMA priority")
+CUTS = "each sender's NIC handling CNPs for {cuts_shown} or more rate cuts before the queue stops growing"
+DROPS = "drops on the RDMA priority's egress queue, or the retransmissions (out-of-sequence NAKs) they cause"
 
 
-_IF_PFC = ("pause frames sent by the switch on the senders' ingress ports (per priority)",
-           "pause frames received by the senders' NICs on the RDMA priority")
+def _growth(N: sympy.Expr, k: int) -> sympy.Expr:
+    """Round trips' worth of one line rate the queue gains from the first mark until the cuts stop it: in the
+    j-th round trip after the mark the senders send N/2^j line rates into a port that drains one."""
+    return N * (2 - sympy.Rational(2) ** (1 - k)) - k
 
 
-_NEVER = ("drops on the RDMA priority's egress queue, or the retransmissions (out-of-sequence NAKs) they cause",)
+def _cuts(n: int) -> int:
+    """Halvings until n senders send no more than one line rate: ⌈log₂ n⌉."""
+    return (n - 1).bit_length()
 
 
-def _incast_counters(s: Sheet, pfc_first: bool) -> None:
-    for option in _ALWAYS:
-        s.judge("counters", option, True, "the queue passes the marking threshold in every such burst, so "
-                "DCQCN's marks and CNPs rise whichever mechanism acts first", fact=True)
-    why = ("the queue passes XOFF before DCQCN's cut arrives, so the switch pauses the senders' links" if pfc_first
-           else "DCQCN's cut arrives before the queue reaches XOFF: no pause frame is sent")
-    for option in _IF_PFC:
-        s.judge("counters", option, pfc_first, why)
-    for option in _NEVER:
-        s.judge("counters", option, False, "the RDMA priority is lossless: PFC pauses before the buffer "
-                "overflows, so nothing is dropped and nothing is retransmitted", fact=True)
+def _first_pfc(s: Sheet, room: sympy.Symbol) -> int:
+    """The fewest senders whose queue passes XOFF before the cuts stop it (growth > room), decided exactly;
+    the growth rises with the senders, so the first one that passes is the boundary."""
+    for n in range(2, MAX_SENDERS + 1):
+        if s.compare(_growth(sympy.Integer(n), _cuts(n)), room) > 0:
+            return n
+    raise Reject(f"PFC would not fire below {MAX_SENDERS} senders")
 
 
-def _incast_regime(s: Sheet, N, n_pfc, RTT) -> None:
-    senders, boundary = s.text(N), format_number(s.value(n_pfc))
-    rtt = s.text(RTT)
-    s.regime_by(N, n_pfc, tie="above", above=Side(
+def _incast_counters(s: Sheet, pfc_first: bool, early: bool, k: int, cuts_shown: int, many_cuts: bool) -> None:
+    s.judge("counters", EARLY_CNPS, early,
+            "the first round trip's growth, N − 1 line rates for one round trip, fits between the thresholds: the "
+            "first CNPs land before XOFF" if early else
+            "the queue passes XOFF within the first round trip after the mark, before any CNP lands")
+    s.judge("counters", PAUSES, pfc_first,
+            "the queue passes XOFF before the cuts stop it, so the switch pauses the senders' links" if pfc_first
+            else "the cuts stop the queue at or below XOFF: no pause frame is sent")
+    s.judge("counters", CUTS, many_cuts,
+            f"{k} halving{'s' if k != 1 else ''} bring the senders to one line rate, against {cuts_shown}")
+    s.judge("counters", DROPS, False, "the RDMA priority is lossless: PFC pauses before the buffer overflows, so "
+            "nothing is dropped and nothing is retransmitted (ECN marks and CNPs rise in every such burst)",
+            fact=True)
+
+
+def _incast_regime(s: Sheet, Q, X, N, n_pfc: int, RTT, k) -> None:
+    senders, boundary, rtt = s.text(N), format_number(n_pfc), s.text(RTT)
+    peak, xoff, cuts = s.text(Q), s.text(X), s.text(k)
+    s.regime_by(Q, X, tie="below", above=Side(
         "pfc-first",
-        f"{senders} senders reach XOFF before DCQCN's {rtt} round trip ends (PFC fires from {boundary} senders): "
-        "the switch pauses the upstream ports before the senders slow. PFC is fast because it is hop by hop, "
-        "and that is the danger: it stops every flow on the paused links, not just the incast.",
+        f"{senders} senders take the queue to {peak}, past XOFF at {xoff}, before DCQCN's {cuts} cuts, one a "
+        f"{rtt} round trip, bring them down to the line rate (PFC fires from {boundary} senders): the switch pauses "
+        "the upstream ports first. PFC is fast because it is hop by hop, and that is the danger: it stops every "
+        "flow on the paused links, not just the incast, and the pauses can spread switch by switch.",
         f"Below {boundary} senders (or with more room between the thresholds, or a shorter round trip) ECN's "
-        "marks reach the senders in time: the slow end-to-end loop does the work and PFC stays a backstop that "
-        "never fires; the pause counters stay flat while ECN marks and CNPs rise.",
-        near=f"{senders} senders reach XOFF just before DCQCN's {rtt} round trip ends (PFC fires from {boundary} "
-             "senders): one or two senders fewer and ECN would have acted in time. A fabric tuned this close "
-             "pauses on every slightly larger collective."),
+        "cuts stop the queue in time: the slow end-to-end loop slows only the senders that caused the incast "
+        "and PFC stays a backstop that never fires; the pause counters stay flat while ECN marks and CNPs rise.",
+        near=f"{senders} senders take the queue to {peak}, just past XOFF at {xoff} (PFC fires from {boundary} "
+             "senders): one sender fewer, or a slightly shorter round trip, and ECN would have held it. A fabric "
+             "tuned this close pauses on every slightly larger collective."),
         below=Side(
         "ecn-first",
-        f"{senders} senders leave the queue below XOFF when DCQCN's cut arrives after {rtt} (PFC fires only "
-        f"from {boundary} senders): ECN's end-to-end rate cut absorbs the incast and no pause is sent.",
+        f"{senders} senders take the queue only to {peak}, within XOFF at {xoff}, by the time DCQCN's {cuts} "
+        f"cuts, one a {rtt} round trip, bring them to the line rate (PFC fires only from {boundary} senders): ECN's "
+        "end-to-end cuts absorb the incast and no pause is sent.",
         f"From {boundary} senders (or with a faster line or a longer round trip) the queue reaches XOFF before "
-        "DCQCN reacts: PFC pauses the upstream ports, which stops innocent flows sharing them (head-of-line "
-        "blocking) and can spread hop by hop. The pause counters start to rise beside the ECN marks.",
-        near=f"{senders} senders leave the queue just below XOFF when DCQCN's cut arrives after {rtt}: from "
-             f"{boundary} senders PFC fires first, so a slightly larger collective starts pausing the fabric."))
+        "DCQCN has cut enough: PFC pauses the upstream ports, which stops innocent flows sharing them "
+        "(head-of-line blocking) and can spread hop by hop. The pause counters start to rise beside the ECN marks.",
+        near=f"{senders} senders take the queue to {peak}, just within XOFF at {xoff}: from {boundary} senders "
+             "PFC fires first, so a slightly larger collective starts pausing the fabric."))
 
 
 def solve(p, s: Sheet) -> None:
@@ -66,6 +88,7 @@ def solve(p, s: Sheet) -> None:
     K = s.param("K", "ecn_threshold")
     X = s.param("X", "xoff_threshold")
     RTT = s.param("RTT", "rtt")
+    cuts_shown = s.param("c", "cuts_shown")
 
     E = s.step("excess", "Rate the queue grows", "E", (N - 1) * R, "Tb/s",
                "N senders arrive at line rate and the port drains one line rate")
@@ -73,30 +96,37 @@ def solve(p, s: Sheet) -> None:
            "the queue crosses the marking threshold; the senders hear of it a round trip later")
     s.step("t_xoff", "Time to the PFC XOFF threshold", "t_xoff", X / E, "us",
            "at this depth the switch pauses its upstream ports, whatever ECN is doing")
-    s.step("window", "Time ECN has before PFC fires", "t_w", (X - K) / E, "us",
-           "from the first mark to XOFF, the queue still grows at the excess rate")
-    s.step("queue_at_reaction", "Queue ECN alone would let build", "Q_r", K + E * RTT, "MB",
-           "the queue keeps growing for one round trip after the first mark; past XOFF, PFC steps in first")
-    room = s.step("room", "Extra senders the headroom absorbs in one round trip", "m", (X - K) / (R * RTT), "",
-                  "(N−1)·R·RTT ≤ X − K keeps the queue at or below XOFF when DCQCN's cut arrives")
-    n_pfc = s.step("n_pfc", "Fewest senders that set off PFC first", "N_pfc", floor_of(room) + 2, "senders",
-                   "the first whole sender count with (N−1)·R·RTT > X − K: reaching XOFF exactly is not passing it")
+    k_value = _cuts(int(p.senders))
+    k = s.step("cuts", "Rate cuts each sender takes before the queue stops growing", "k",
+               sympy.Integer(k_value), "",
+               "⌈log₂ N⌉: each cut halves every sender's rate, and the queue grows until the N senders together "
+               "send one line rate")
+    Q = s.step("queue_peak", "Deepest the queue gets if nothing pauses", "Q", K + R * RTT * _growth(N, k_value), "MB",
+               "from the first mark, one round trip at N−1 excess line rates, then N/2 − 1, N/4 − 1, ... until the "
+               "cuts bring the senders to the line rate")
+    room = s.step("room", "Round trips of one line rate between the thresholds", "m", (X - K) / (R * RTT), "",
+                  "the buffer between marking and XOFF in units of what one line rate brings in a round trip")
+    n = _first_pfc(s, room)
+    s.step("n_pfc", "Fewest senders that set off PFC first", "N_pfc", sympy.Integer(n), "senders",
+           f"the first whole sender count whose growth, N(2 − 2^(1−k)) − k round trips, passes the room: "
+           f"{format_number(n - 1)} senders stay within it; reaching XOFF exactly is not passing it")
 
     s.assume("Both thresholds are read against the one congested egress queue, as the switch is configured "
              "here. Real switches count PFC per ingress port and priority, keep XOFF headroom for the frames "
              "in flight, and shrink dynamic thresholds as the shared buffer fills, so this is the simplest "
-             "picture of which fires first.")
-    s.assume("DCQCN reacts one round trip after the first mark (switch marks, receiver NIC sends a CNP, sender "
-             "cuts its rate), and the cut is assumed to end the growth: a best case, since one CNP cuts a rate "
-             "only partly.")
+             "picture of which fires first. Sizes and rates are decimal (decimal-units).")
+    s.assume("DCQCN as its paper starts it (α = 1): the first CNP halves a sender's rate, and while the queue stays "
+             "past the marking threshold each further round trip brings another CNP and another halving, until the "
+             "senders together send one line rate. A NIC that spaces its CNPs wider than the round trip (the "
+             "paper's 50 us) cuts more slowly, so this is a best case for ECN.")
     s.assume("All senders start at once at line rate and the egress drains at line rate; no other traffic.")
     s.slip("N senders instead of N−1 (the port drains one line rate)", on=("t_ecn", "t_xoff"),
            factor=(p.senders - 1) / p.senders)
-    s.slip("N senders instead of N−1 (the port drains one line rate)", on="n_pfc",
-           factor=s.evaluate(floor_of(room) + 1) / s.value(n_pfc))
     s.slip("one sender's rate instead of the excess of all of them", p.senders - 1, on=("t_ecn", "t_xoff"))
+    s.slip("the first cut taken to end the growth", on="queue_peak",
+           factor=s.evaluate(K + (N - 1) * R * RTT) / s.value(Q))
 
-    pfc_first = s.compare(N, n_pfc) >= 0
-    _incast_counters(s, pfc_first)
-    _incast_regime(s, N, n_pfc, RTT)
-
+    pfc_first = s.compare(Q, X) > 0
+    early = s.compare(K + (N - 1) * R * RTT, X) <= 0
+    _incast_counters(s, pfc_first, early, k_value, int(p.cuts_shown), s.compare(k, cuts_shown) >= 0)
+    _incast_regime(s, Q, X, N, n, RTT, k)

@@ -3,53 +3,36 @@ from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import dtype_bytes, given_peak_flops, hbm_bytes, model_params
+from solvers.sheetmath import max_of
 
 ADAM_STATE_BYTES = 16  # bf16 weights and grads, fp32 master weights and two moments (ZeRO)
 
 
-def _nic_judgements(s: Sheet, best, need, B_nic) -> None:
-    """Which links and levers hide the reduction, from this variant's two needs."""
-    line, strict, loose = (s.text(x) for x in (B_nic, need, best))
-    tenth = s.compare(10 * best, B_nic) <= 0
-    s.judge("nic", "a NIC of a tenth of this rate would hide it over the whole step's backward", tenth,
-            f"the best case needs {loose} against a tenth of {line}" + (": on paper the whole-step bound makes "
-            "even a tenth of the NIC look enough" if tenth else ""))
-    s.judge("nic", "a NIC of half this rate would hide it over the whole step's backward",
-            s.compare(2 * best, B_nic) <= 0, f"{loose} against half of {line}")
-    s.judge("nic", "a NIC of twice this rate hides it in the last micro-batch's backward",
-            s.compare(need, 2 * B_nic) <= 0, f"{strict} against twice {line}")
-    s.judge("nic", "more micro-batches per step lower the need in the last micro-batch's window", False,
-            f"the real need, {strict}, is one sequence's backward over the same bytes: more micro-batches lengthen "
-            "the step, not the window", fact=True)
-    s.judge("nic", "more micro-batches per step lower the whole-step bound", True,
-            f"the bound, {loose}, falls as the tokens per replica grow: it is what a bigger batch buys on paper",
-            fact=True)
-
-
-def _overlap_regime(s: Sheet, need, best, B_nic, t_comm, t_mb) -> None:
+def _overlap_regime(s: Sheet, need, best, B_nic, t_comm, t_mb, exposed, share) -> None:
     needed, line, loose = (s.text(x) for x in (need, B_nic, best))
-    comm, window = s.text(t_comm), s.text(t_mb)
+    comm, window, wait, part = s.text(t_comm), s.text(t_mb), s.text(exposed), s.text(share)
     s.regime_by(need, B_nic, tie="below", below=Side(
         "comms-hidden",
         f"The reduction needs {needed} in the last micro-batch's backward and the NIC gives {line}: it takes {comm} "
         f"inside a {window} window, so the network costs no step time. The whole-step bound, {loose}, would "
         "suggest a far slower link suffices: it is the last micro-batch, one sequence per GPU, that sets the port.",
-        "A faster GPU or a higher MFU (more FLOP/s per byte of gradient) or shorter sequences shrink the window "
-        "without shrinking the bytes: past the line rate the rest of the reduction is exposed and each step waits.",
+        "A faster GPU or a higher MFU (more FLOP/s per byte of gradient) shrinks the window without shrinking the "
+        "bytes: past the line rate the rest of the reduction waits at the end of each step, a share of the step "
+        "that the micro-batches dilute.",
         near=f"The reduction needs {needed} in the last micro-batch's backward, just under the NIC's {line}: it "
              f"takes {comm} of a {window} window. This is why ports ship near what one GPU's backward of one "
              "sequence demands: a faster GPU of the next generation would expose it on this port."),
         above=Side(
         "comms-exposed",
         f"The reduction needs {needed} in the last micro-batch's backward but the NIC gives {line}: it takes {comm} "
-        f"against a {window} window, and the step waits for the rest. The whole-step bound, {loose}, hides this: "
-        "the accumulated gradients are final only at the end.",
+        f"against a {window} window, so the step waits {wait} at its end, {part} of it. The whole-step bound, "
+        f"{loose}, hides this: the accumulated gradients are final only at the end.",
         "A faster NIC, longer sequences per micro-batch, or fewer bytes in the window (a distributed optimizer "
         "sends the reduce-scatter now and leaves the all-gather to the next forward; in-network reduction) bring "
-        "the need under the line rate.",
-        near=f"The reduction needs {needed} in the last micro-batch's backward, just over the NIC's {line}: a "
-             f"small part of the {comm} is exposed past the {window} window; a slightly lower MFU or longer "
-             "sequences would hide it."))
+        "the need under the line rate; whether that is worth buying depends on the share of the step it wins back.",
+        near=f"The reduction needs {needed} in the last micro-batch's backward, just over the NIC's {line}: only "
+             f"{wait} of the {comm} is past the {window} window, {part} of the step; a slightly lower MFU would "
+             "hide it."))
 
 
 def solve(p, s: Sheet) -> None:
@@ -77,7 +60,7 @@ def solve(p, s: Sheet) -> None:
                "micro-batches of one sequence each")
     t_bwd = s.step("backward_time", "Backward pass of the whole step", "t_bwd",
                    4 * N_s * T / (P * u), "ms",
-                   "4 of the 6 FLOPs per local parameter per token (flops-per-token) are backward, at peak × MFU")
+                   "4 of the 6 FLOPs per local parameter per token are backward, at peak × MFU")
     best = s.step("bandwidth_step", "Bandwidth if the reduction could spread over the whole backward", "B_step",
                   V / t_bwd, "Gb/s", "the best case: the shard cancels, (d−1)/d·P·MFU/T, so it falls as the batch "
                   "per replica grows")
@@ -88,7 +71,17 @@ def solve(p, s: Sheet) -> None:
                   V / t_mb, "Gb/s", "the bytes over the real window: ≈ (d−1)/d·P·MFU/S, set by the GPU's speed "
                   "and one sequence, whatever the batch")
     t_comm = s.step("comm_time", "Reduction time on the NIC", "t_comm", V / B_nic, "ms", "the bytes at line rate")
-    _nic_judgements(s, best, need, B_nic)
+    t_pipe = s.step("pipeline_time", "Forward and backward passes of the step", "t_pipe",
+                    t_mb * 3 / 2 * (m + pp - 1), "s",
+                    "one-forward-one-backward: m + PP − 1 slots of one micro-batch's forward and backward (6 FLOPs "
+                    "per parameter per token, half again the backward's 4); the first stage's last backward ends it")
+    exposed = s.step("exposed_time", "Reduction time past the last backward", "t_exp", max_of(t_comm - t_mb, 0), "ms",
+                     "what of the reduction the window cannot hold: the step waits for it before the optimizer runs")
+    step = s.step("step_time", "Step time", "t_step", t_pipe + exposed, "s", "the passes, then the wait")
+    share = s.step("exposed_share", "Share of the step the network adds", "f_exp", exposed / step, "%",
+                   "the wait over the whole step: the micro-batches before the last one dilute it")
+    s.step("headroom", "Pass speed-up this NIC still hides", "k", B_nic / need, "x",
+           "the line rate over the need: faster passes shrink the window in proportion, the bytes stay")
 
     s.assume("Data parallelism with a bucketed ring all-reduce overlapping the backward pass (PyTorch DDP, or "
              "Megatron's overlap_grad_reduce); a distributed optimizer's reduce-scatter plus all-gather moves the "
@@ -103,9 +96,16 @@ def solve(p, s: Sheet) -> None:
              "stages also have the pipeline's drain), so it is the window the key grades; having no earlier stage, it "
              "sends no activation gradient back over the NIC in it. Reducing after every micro-batch instead would "
              "send the bytes m times.")
+    s.assume("MFU here is the passes' own share of peak; the pipeline's bubble (PP − 1 idle slots of the m + PP − 1) "
+             "and the exposed reduction are counted in the step apart from it, as is the interleaving-free "
+             "one-forward-one-backward schedule. The optimizer step and the data loader are left out.")
     s.slip("all-reduce counted as one pass of the buffer, not two", 0.5, on=("bytes_per_step", "bandwidth"))
     s.slip("the whole step's backward as the window", on="bandwidth", factor=s.value(best) / s.value(need))
     s.slip("the whole step (forward too) as the window, not the backward", 2 / 3, on="bandwidth_step")
+    s.slip("the pipeline's bubble left out of the step", on="step_time",
+           factor=s.evaluate(t_pipe * m / (m + pp - 1) + exposed) / s.value(step))
+    if s.compare(exposed, 0) > 0:
+        s.slip("the whole reduction counted as exposed, not what overruns the window", on="exposed_share",
+               factor=s.evaluate(t_comm / (t_pipe + t_comm)) / s.value(share))
 
-    _overlap_regime(s, need, best, B_nic, t_comm, t_mb)
-
+    _overlap_regime(s, need, best, B_nic, t_comm, t_mb, exposed, share)

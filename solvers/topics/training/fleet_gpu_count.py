@@ -15,9 +15,6 @@ from solvers.units import format_number, format_quantity
 MIN_FLEET_GPUS = 64  # below eight nodes the question is not about a fleet
 
 
-MAX_FLEET_GPUS = 100_000  # about the largest single training clusters built so far
-
-
 SCHEDULE_MISS = sympy.Rational(11, 10)  # a tenth over the schedule is a slip one can negotiate
 
 
@@ -32,10 +29,10 @@ def _job_size(s: Sheet, need: sympy.Symbol, rule: str) -> tuple[sympy.Expr, symp
     lab's rule allows that covers the need."""
     if rule == "next-power-of-two":
         job = 2 ** ceil_of(log_of(need, 2))
-        return job, job / 2, "next-power-of-two"
+        return job, job / 2, "power-of-two"
     U = s.param("U", "pod") if rule == "whole-pods" else s.param("U", "block")
     job = U * ceil_of(need / U)
-    return job, job - U, rule
+    return job, job - U, "whole-pod" if rule == "whole-pods" else "whole-scheduler-unit"
 
 
 MAX_RESTART_LOSS = sympy.Rational(1, 2)  # a run that would lose half its time to restarts fixes recovery first
@@ -50,7 +47,7 @@ FAILURES_PER_DAY = sympy.Rational(6, 86_400)  # six a day (per second): recovery
 KNIFE_EDGE = 0.005  # a judgement within half a percent of its bar turns on rounding, not on the plan
 
 
-def _margin_judgements(s: Sheet, need, job, spare, g) -> None:
+def _margin_judgements(s: Sheet, need, job, spare, g) -> tuple[sympy.Symbol, sympy.Symbol, sympy.Symbol]:
     """What the margin and the round-up's slack must carry: the spare nodes that stand in for nodes in
     repair, and the time each failure costs the job; which of them binds follows from the job's size and
     its failure and repair figures."""
@@ -76,8 +73,6 @@ def _margin_judgements(s: Sheet, need, job, spare, g) -> None:
     spares, holds = format_number(s.value(pool)), format_number(s.value(room))
     against = (f"a pool of {spares} nodes (mean {format_number(s.value(down), 3)} out) against the {holds} the "
                "margin holds")
-    s.judge("margin", "the margin holds the spare pool for the nodes in repair", s.compare(pool, room) <= 0,
-            against)
     s.judge("margin", "the margin would still hold the spare pool at twice the failure rate",
             s.compare(doubled, room) <= 0,
             f"at twice the rate {format_number(s.evaluate(doubled))} spare nodes against the {holds} the margin holds")
@@ -93,6 +88,7 @@ def _margin_judgements(s: Sheet, need, job, spare, g) -> None:
             s.compare(rate, FAILURES_PER_DAY) > 0,
             f"{s.text(n_job)} at one failure per {s.text(M_n)} "
             f"each: {per_day}")
+    return pool, room, down
 
 
 def _smaller_why(s: Sheet, need, smaller) -> str:
@@ -115,7 +111,7 @@ def _power_above(s: Sheet, need) -> sympy.Expr:
     return s.integer(2) ** k
 
 
-def _fleet_judgements(s: Sheet, need, job, smaller, pod, rule: str) -> None:
+def _fleet_judgements(s: Sheet, need, job, smaller, pod, words: str) -> None:
     """What the chosen job buys, judged on this variant's numbers."""
     ratio = s.value(job) / s.value(need)
     over = f"the job is {format_number(ratio, 3)}× the need"
@@ -123,7 +119,7 @@ def _fleet_judgements(s: Sheet, need, job, smaller, pod, rule: str) -> None:
     size = int(s.value(job))
     is_power = size & (size - 1) == 0
     s.judge("judgement", "the job is a power of two", bool(is_power),
-            f"{s.text(job)} {'is' if is_power else 'is not'} 2^k under the {rule} rule")
+            f"{s.text(job)} {'is' if is_power else 'is not'} 2^k under the {words} rule")
     s.judge("judgement", "the job meets the schedule even at an MFU a tenth below plan",
             s.compare(job * MFU_SHORTFALL, need) >= 0,
             f"{over}; a tenth less MFU needs {format_number(s.evaluate(need / MFU_SHORTFALL))} GPUs")
@@ -140,6 +136,31 @@ def _fleet_judgements(s: Sheet, need, job, smaller, pod, rule: str) -> None:
             s.compare(power, POWER_OF_TWO_WASTE * need) > 0,
             f"the next power of two is {format_number(s.evaluate(power))} GPUs, "
             f"{format_number(s.evaluate(power / need), 3)}× the need")
+
+
+def _spares_regime(s: Sheet, pool, room, down, words: str, rounding, spare) -> None:
+    """Whether the margin holds the spare pool the failure rate demands: the reason a fleet adds its margin.
+    A tie holds (the stage that asks says so)."""
+    spares, holds = format_number(s.value(pool)), format_number(s.value(room))
+    out = format_number(s.value(down), 3)
+    extra, margin_text = format_number(s.value(rounding)), format_number(s.value(spare))
+    s.regime_by(pool, room, tie="below", below=Side(
+        "margin-holds-spares",
+        f"About {out} nodes are in repair at any moment; a pool of {spares} covers them with two standard "
+        f"deviations to spare, and the margin's {margin_text} GPUs hold {holds} nodes: the job never waits for a "
+        f"repair. The {words} rule's {extra} GPUs are the other overhead, slack in time rather than in nodes.",
+        "More frequent failures or slower repairs (an RMA instead of a swap) grow the pool past the margin: then "
+        "the job shrinks while it waits, or the margin grows, or repairs get faster.",
+        near=f"A pool of {spares} nodes against the {holds} the margin holds: covered, with almost nothing over "
+             "for evals or debugging."),
+        above=Side(
+        "margin-short",
+        f"About {out} nodes are in repair at any moment; a pool of {spares} would cover them, but the margin's "
+        f"{margin_text} GPUs hold only {holds} nodes: the job runs short or waits for repairs.",
+        "Faster repairs (spares on site, a swap instead of an RMA), fewer failures or a larger margin bring the "
+        "pool under what the margin holds.",
+        near=f"A pool of {spares} nodes against the {holds} the margin holds: one slow repair week leaves the job "
+             "waiting."))
 
 
 def solve(p, s: Sheet) -> None:
@@ -167,15 +188,13 @@ def solve(p, s: Sheet) -> None:
                    g * ceil_of(job * (1 + m) / g), "GPUs",
                    "hot spares to swap in after failures, nodes in repair and burn-in, and room for evals and "
                    "debugging beside the main job")
-    if s.value(fleet) > MAX_FLEET_GPUS:
-        raise Reject("a fleet larger than any single cluster built so far")
     rounding = s.step("round_up", "GPUs the rounding adds", "G_round", job - need, "GPUs",
                       "what the job-size rule costs over the arithmetic")
     spare = s.step("margin_gpus", "GPUs the margin adds", "G_margin", fleet - job, "GPUs",
                    "what the fleet carries beside the job")
     pod = s.param("E_pod", "pod") if p.rule != "whole-pods" else s.param("U", "pod")
-    _fleet_judgements(s, need, job, smaller_expr, pod, p.rule)
-    _margin_judgements(s, need, job, spare, g)
+    _fleet_judgements(s, need, job, smaller_expr, pod, words)
+    pool, room, down = _margin_judgements(s, need, job, spare, g)
 
     s.assume("Model FLOPs are 6·N·D (the conventions card's flops-per-token; Kaplan et al. 2020), taken from "
              "training-compute-budget; MFU as stated for the whole run, against the dense bf16 datasheet peak "
@@ -198,21 +217,4 @@ def solve(p, s: Sheet) -> None:
         s.slip("rounded to a power of two against the lab's rule", on="job_gpus",
                factor=s.evaluate(2 ** ceil_of(log_of(need, 2))) / s.value(job))
 
-    extra, margin_text = (format_number(s.value(x)) for x in (rounding, spare))
-    s.regime_by(rounding, spare, tie="below", above=Side(
-        "rounding-dominates",
-        f"The {words} rule adds {extra} GPUs to the need, more than the {margin_text} of margin: the layout "
-        "rule, not the spares, is the larger overhead.",
-        "Where the need sits just under a job size (or the rule is finer: whole scheduler units), the round-up "
-        "shrinks below the margin and the spares become the main overhead.",
-        near=f"The {words} rule adds {extra} GPUs, about as many as the {margin_text} of margin: a small change "
-             "in the need moves which overhead is larger."),
-        below=Side(
-        "margin-dominates",
-        f"The {words} rule adds only {extra} GPUs to the need, fewer than the {margin_text} of margin: the "
-        "spares are the larger overhead, and the job finishes close to the schedule.",
-        "A coarser rule (a power of two, whole large pods) or a need just past a job size would make the round-up "
-        "the larger overhead: then a longer schedule or fewer tokens can bring the need under a smaller job.",
-        near=f"The {words} rule adds {extra} GPUs, about as many as the {margin_text} of margin: a small change "
-             "in the need moves which overhead is larger."))
-
+    _spares_regime(s, pool, room, down, words, rounding, spare)
