@@ -45,7 +45,7 @@ ONE_SIDED = {
     **{("mla-absorption", key): CROSSOVER for key in ("ridge", "q_min", "gqa_q_min")},
     ("moe-experts-per-batch", "batch_compute"): CROSSOVER,
     **{("spec-decode-batch-ceiling", key): CROSSOVER for key in ("ridge", "ceiling", "break_even")},
-    **{("spec-decode-step-accounting", key): CROSSOVER for key in ("compute_batch", "break_even")},
+    ("spec-decode-step-accounting", "break_even"): CROSSOVER,
     **{("weight-read-intensity", key): CROSSOVER for key in ("ridge", "crossover")},
     **{("cluster-bill-of-materials", key): TRAINING
        for key in ("gpus_needed", "spare_pool", "gpus", "nodes", "pods", "switches", "it_power", "facility_power")},
