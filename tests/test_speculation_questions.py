@@ -444,11 +444,23 @@ def test_tail_policies_hold_to_their_definitions(variant):
         assert policy["keep speculation on for every request"] == (x["p99_on"] <= x["p99_off"])
         # Only code drafting, chat waits the mixed round for one token at peak: a declared fact of the select.
         assert x["tpot_chat_mixed"] > x["p99_off"] and not policy["speculate on code requests only (chat never drafts)"]
-        assert not {"high-acceptance requests off-peak", "low-acceptance requests off-peak"} & set(x["owners"])
+        assert "any request off-peak" not in x["owners"]  # the select's declared fact
         # Chat switched off at peak while code drafts: chat waits the mixed round for one token.
         if _value(solution, "alpha_low") < x["alpha_even_peak"] < _value(solution, "alpha_high"):
             assert x["tpot_chat_mixed"] > x["p99_off"]
             assert not policy[SELECTIVE]
+
+
+def test_tail_break_even_acceptance_by_hand(variant):
+    """The break-even acceptance at each moment makes a round yield what its time costs in plain steps, by hand."""
+    for seed in range(20):
+        solution = variant(f"spec-decode-tail@{seed}")
+        g, x = _ByHand(solution), solution.expected
+        gamma, c, context = (_value(solution, n) for n in ("gamma", "draft_cost", "context"))
+        for key, batch in (("alpha_even_low", "batch_low"), ("alpha_even_peak", "batch_peak")):
+            plain = g.kernels(_value(solution, batch), 1, context)
+            round_ = g.kernels(_value(solution, batch), gamma + 1, context) + OVERHEAD + gamma * c * plain
+            assert expected_tokens(x[key], gamma) == pytest.approx(round_ / (plain + OVERHEAD), rel=1e-9), (seed, key)
 
 
 def test_tail_regime_label_names_the_reading_it_keys(variant):
