@@ -44,8 +44,8 @@ ONE_SIDED = {
     ("ep-load-skew", "batch_star"): CROSSOVER,
     **{("mla-absorption", key): CROSSOVER for key in ("ridge", "q_min", "gqa_q_min")},
     ("moe-experts-per-batch", "batch_compute"): CROSSOVER,
-    **{("spec-decode-batch-ceiling", key): CROSSOVER for key in ("ridge", "ceiling", "break_even")},
-    **{("spec-decode-step-accounting", key): CROSSOVER for key in ("compute_batch", "break_even")},
+    **{("spec-decode-batch-ceiling", key): CROSSOVER for key in ("ceiling", "break_even")},
+    ("spec-decode-step-accounting", "break_even"): CROSSOVER,
     **{("weight-read-intensity", key): CROSSOVER for key in ("ridge", "crossover")},
     **{("cluster-bill-of-materials", key): TRAINING
        for key in ("gpus_needed", "spare_pool", "nodes", "pods", "switches", "it_power")},

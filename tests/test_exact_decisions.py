@@ -156,6 +156,12 @@ ALLOWED = {
         TEXT,
     ("topics/runner/model_runner_v2.py", "crossings", "gpu_at_1 < cpu_0 + cpu_1"): TEXT,
     ("topics/speculation/spec_decode_exactness.py", "solve", "g < s.value(bound)"): _margin("2%"),
+    ("topics/speculation/spec_decode_by_load.py", "_best_length", "x >= line"):
+        _margin("0.1% (RULE_EDGE) where it keys an answer or an option; elsewhere it fills the worked table"),
+    ("topics/speculation/spec_decode_by_load.py", "_best_length", "chosen == 0"): TEXT,
+    ("topics/speculation/spec_decode_by_load.py", "_best_length", "chosen == top_g"): TEXT,
+    ("topics/speculation/spec_decode_by_load.py", "_best_length", "g != chosen"): NAMES,
+    ("topics/speculation/spec_decode_by_load.py", "_peak_reasons", "chosen < p.gamma"): WHOLE,
     ("topics/speculation/spec_decode_step_accounting.py", "_break_even",
      "(plain_is, verify_is) == (plain_compute, verify_compute)"): REGION,
     ("topics/speculation/spec_decode_step_accounting.py", "_break_even", "root * (g + 1) * t_F > t_W + root * t_KV"):

@@ -28,6 +28,7 @@ WORTH_SPECULATING = 1.1  # a draw whose batch-1 speedup is below this has nothin
 
 
 LEVER_TIE = 0.01  # a lever within 1% of that line is redrawn: no side to grade
+EVEN_TIE = 0.03  # the break-even answer's tolerance: a batch this close to it has no verdict to grade
 
 
 def _roofline(weights, flops, BW, P):
@@ -134,6 +135,9 @@ def solve(p, s: Sheet) -> None:
                  "2B/b_w = ridge: the ceiling times γ+1")
     even = s.step("break_even", "Batch where speculation stops paying", "B_even", B_r * (E - gamma * c) / (gamma + 1),
                   "sequences", "past the ceiling the round costs B·(γ+1)/B_r + γ·c plain steps; set it equal to E")
+
+    if abs(s.value(B) / s.value(even) - 1) < EVEN_TIE:
+        raise Reject("the batch sits within the break-even answer's tolerance of it")
 
     s.assume("Roofline at datasheet dense peaks (dense-peaks, roofline-time) on one GPU, weights read once per pass "
              "(weights-once-per-pass); short contexts, so KV reads and attention are left out: verification reads "

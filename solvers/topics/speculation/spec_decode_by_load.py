@@ -9,74 +9,82 @@ from solvers.models.common import (
     given_hbm_bytes,
     given_usable_share,
     hbm_bytes,
-    require_context,
 )
-from solvers.models.speculation import GAMMAS, LoadModel, expected_tokens, speculative_round, tokens_per_round
-from solvers.models.steptime import decode_costs, engine
+from solvers.models.speculation import LoadModel, expected_tokens, speculative_round, tokens_per_round
+from solvers.models.steptime import DecodeCosts, decode_costs, engine
 from solvers.sheetmath import floor_of, min_of
 from solvers.units import format_number, format_quantity
 
-BUCKETS = (32, 128)  # the batch buckets whose draft length is graded
+SPEEDUP_TIE = 0.03  # a graded speedup's tolerance: the break-even verdict keeps clear of it
+RULE_EDGE = 0.001  # a draft length within 0.1% of the shorter-wins line: the rule cannot tell, so no draw there
 
 
-GAMMA_TIE = 0.005  # two draft lengths within 0.5% of each other: no best one to grade
+def _gammas(p) -> tuple[int, ...]:
+    """The draft lengths the engine may be set to: 1 to the question's longest."""
+    return tuple(range(1, int(p.longest_draft) + 1))
+
+
+def _best_length(model: LoadModel, p, batch: float, *, graded: bool = True) -> tuple[int, float, str]:
+    """The draft length for this batch by the question's rule: the shortest (off the shortest of all, at 1x)
+    whose speedup comes within `shorter_wins` of the best; with its speedup and a line of why. A graded
+    choice near the rule's line is refused."""
+    speedups = {0: 1.0} | {g: model.speedup(batch, g, p.alpha, p.draft_cost) for g in _gammas(p)}
+    top_g = max(speedups, key=speedups.__getitem__)
+    line = speedups[top_g] * (1 - p.shorter_wins)
+    if graded and any(abs(x - line) < RULE_EDGE * speedups[top_g] for x in speedups.values()):
+        raise Reject(f"a draft length on the shorter-wins line at batch {format_number(batch)}")
+    chosen = min(g for g, x in speedups.items() if x >= line)
+    said = "off" if chosen == 0 else f"γ = {chosen}"
+    if chosen == top_g:
+        runner = max((x for g, x in speedups.items() if g != chosen))
+        why = f"{said} gives {format_number(speedups[chosen], 3)}x, ahead of {format_number(runner, 3)}x for the next"
+    else:
+        why = (f"{said} gives {format_number(speedups[chosen], 3)}x, within {format_number(p.shorter_wins * 100)}% of "
+               f"γ = {top_g}'s {format_number(speedups[top_g], 3)}x: the shorter wins")
+    return chosen, speedups[chosen], why
 
 
 def _buckets(model: LoadModel, p, peak: float) -> dict:
-    """Best draft length per graded bucket, and the largest power-of-two batch where speculation
-    pays: {bucket: (best, the draft length shown), 'last': (batch, its speedup)}."""
+    """The draft-length table: each bucket's (draft length, its speedup, why), and the largest power-of-two
+    batch where speculation pays, 'last': (batch, draft length, speedup, what the next bucket up does)."""
     table: dict = {}
-    for bucket in BUCKETS:
+    for bucket in (int(p.small_batch), int(p.large_batch)):
         if bucket > peak:
             raise Reject(f"batch {bucket} does not fit at this context")
-        best, top, second = model.best(bucket, p.alpha, p.draft_cost)
-        if top - second < GAMMA_TIE * top:
-            raise Reject(f"two draft lengths within 0.5% at batch {bucket}")
-        tried = best or max(GAMMAS, key=lambda g: model.speedup(bucket, g, p.alpha, p.draft_cost))
-        table[bucket] = (best, tried)
-    pays = [(b, model.best(b, p.alpha, p.draft_cost)) for b in (2 ** k for k in range(11)) if b <= peak]
-    on = [(b, top) for b, (best, top, _) in pays if best > 0]
-    if not on:
-        raise Reject("speculation does not pay even at batch 1")
-    if any(abs((top if best else second) - 1) < GAMMA_TIE for _, (best, top, second) in pays):
-        raise Reject("a bucket sits at break-even")
-    table["last"] = on[-1]
+        table[bucket] = _best_length(model, p, bucket, graded=bucket == p.large_batch)
+    if table[int(p.large_batch)][0] == 0:
+        raise Reject(f"speculation does not pay at batch {int(p.large_batch)}")
+    rows = [(b, _best_length(model, p, b, graded=False)) for b in (2 ** k for k in range(11)) if b <= peak]
+    last, (gamma, top, _) = [(b, row) for b, row in rows if row[0] > 0][-1]
+    above = next((f"at {2 * last} speculation is off ({why})" for b, (_, _, why) in rows if b == 2 * last),
+                 f"batch {2 * last} does not fit")
+    table["last"] = (last, gamma, top, above)
     return table
 
 
-def _last_paying(model: LoadModel, p, peak: float, context: float) -> int:
-    """Largest power-of-two batch that fits where the best draft length beats 1 (0: none)."""
-    return max((b for b in (2 ** k for k in range(11)) if b <= peak
-                and model.best(b, p.alpha, p.draft_cost, context)[0] > 0), default=0)
+def _peak_reasons(s: Sheet, p, model: LoadModel, costs: DecodeCosts, fits, B_max, B_pk, gamma) -> None:
+    """What sets the peak step, judged at this variant's peak batch: the cap, the KV reads against the
+    weights', each pass's math against its reads, and whether the rule's draft length there is shorter than γ."""
+    key = "peak_reasons"
+    cap = s.compare(B_max, fits)
+    if cap == 0:
+        raise Reject("max_num_seqs and the KV pool allow the same batch")
+    s.judge(key, "the KV pool, not max_num_seqs, caps the batch", cap > 0,
+            f"{s.text(fits)} fit, against a cap of {s.text(B_max)}")
+    kv, weights = B_pk * costs.kv, costs.weights
+    s.judge(key, "a plain step spends longer reading KV than reading the weights", s.compare(kv, weights) > 0,
+            f"{format_quantity(s.evaluate(kv), 'ms')} of KV against {s.text(weights)} of weights")
+    plain_math, reads = B_pk * costs.math, costs.weights + B_pk * costs.kv
+    read = format_quantity(s.evaluate(reads), "ms")
+    for option, work in (("a plain step's math outlasts its reads", plain_math),
+                         ("the verify pass's math outlasts its reads", (gamma + 1) * plain_math)):
+        s.judge(key, option, s.compare(work, reads) > 0,
+                f"{format_quantity(s.evaluate(work), 'ms')} of math against {read} of reads")
+    chosen, _, why = _best_length(model, p, s.value(B_pk))
+    s.judge(key, "the best draft length there is shorter than {gamma} (or off)", chosen < p.gamma, why)
 
 
-def _context_what_if(s: Sheet, p, model: LoadModel, peak: float, last: int) -> None:
-    """Every request with four times the context, the same engine: which parts of the table move."""
-    key, longer = "context", 4 * p.context
-    room = (GPU_MEMORY_UTILIZATION * hbm_bytes(p.gpu) - model.weight_bytes) / model.kv_bytes
-    peak4 = min(p.max_num_seqs, math.floor(room / (longer + p.gamma + 1)))
-    if peak4 < 1:
-        raise Reject("four times the context does not fit one sequence")
-    s.judge(key, "the peak batch shrinks", peak4 < peak,
-            f"{format_number(peak4)} sequences fit instead of {format_number(peak)}"
-            + (" (max_num_seqs binds both times)" if peak4 == peak else ""))
-    at_peak = model.speedup(peak4, int(p.gamma), p.alpha, p.draft_cost, longer)
-    s.judge(key, "speculation left on pays at the new peak batch", at_peak > 1,
-            f"{format_number(at_peak, 3)}x at {format_number(peak4)} sequences")
-    small = BUCKETS[0]
-    step, step_long = model.plain(small), model.plain(small, longer)
-    s.judge(key, f"the plain step at batch {small} gets {{longer_by}} longer or more",
-            step_long >= (1 + p.longer_by) * step,
-            f"{format_quantity(step_long, 'ms')} instead of {format_quantity(step, 'ms')}: the KV reads' share")
-    last4 = _last_paying(model, p, peak4, longer)
-    s.judge(key, "speculation pays up to a larger power-of-two batch", last4 > last,
-            f"up to {format_number(last4)} instead of {format_number(last)}"
-            + (f", capped by the {format_number(peak4)} sequences that fit" if last4 * 2 > peak4 else ""))
-    if len(set(s.judged(key).values())) == 1:
-        raise Reject("four times the context changes all of these or none")
-
-
-def _by_load_regime(s: Sheet, p, model: LoadModel, S_pk, peak: float, last: int) -> None:
+def _by_load_regime(s: Sheet, p, model: LoadModel, S_pk, peak: float) -> None:
     at = format_number(s.value(S_pk), 3)
     limit = expected_tokens(p.alpha, int(p.gamma)) / (p.gamma + 1 + p.gamma * p.draft_cost)
     kv_reads = peak * model.kv_token * p.context  # seconds of KV reads in the peak step
@@ -96,8 +104,7 @@ def _by_load_regime(s: Sheet, p, model: LoadModel, S_pk, peak: float, last: int)
         f"pass's γ extra tokens per sequence are paid in math and all-reduce bytes. It stays above the "
         f"compute-bound limit E/(γ+1+γc) = {format_number(limit, 3)}x: the step overhead and the all-reduce "
         f"latency do not grow with the batch and a round pays them once for E tokens, and the verify pass reads "
-        f"each sequence's KV once for its γ+1 tokens. With the best "
-        f"draft length per bucket it still pays up to batch {format_number(last)}, and must be off above.",
+        f"each sequence's KV once for its γ+1 tokens.",
         "At longer contexts the KV reads dominate the step and the verify pass rides on them: speculation keeps "
         "paying at the (smaller) peak batch."))
 
@@ -105,7 +112,6 @@ def _by_load_regime(s: Sheet, p, model: LoadModel, S_pk, peak: float, last: int)
 def solve(p, s: Sheet) -> None:
     """One drafter left on from 3 a.m. to 6 p.m.: the step-time model at batch 1 and at the peak
     batch, the best draft length per batch bucket, and how the context moves all of it."""
-    require_context(p.model, 4 * p.context)  # the what-if asks for four times the context
     model = LoadModel.of(p)
     # A speculating sequence holds KV slots for its context and the round's γ+1 verify tokens: the engine
     # allocates them before the verify pass (vLLM's allocate_slots), as spec-decode-step-accounting counts them.
@@ -113,9 +119,8 @@ def solve(p, s: Sheet) -> None:
                       / (model.kv_bytes * (p.context + p.gamma + 1)))
     peak = min(p.max_num_seqs, room)
     table = _buckets(model, p, peak)  # every reason to redraw, before the sheet
-    if abs(model.speedup(peak, int(p.gamma), p.alpha, p.draft_cost) - 1) < GAMMA_TIE:
+    if abs(model.speedup(peak, int(p.gamma), p.alpha, p.draft_cost) - 1) < SPEEDUP_TIE:
         raise Reject("speculation left on breaks even at the peak batch")
-    _context_what_if(s, p, model, peak, table["last"][0])
     e = engine(s, p.model, p.gpu, p.tp, communication=True, kv_prerequisite=True)
     S = s.param("S", "context")
     costs = decode_costs(s, e, p.model, p.gpu, p.tp, S)
@@ -148,25 +153,24 @@ def solve(p, s: Sheet) -> None:
                   "now the γ extra tokens per sequence are paid in math and all-reduce bytes")
     S_pk = s.step("speedup_peak", "Speedup at the peak batch, speculation left on", "S_pk", E * t_pk / T_pk, "x",
                   "below 1 means speculation costs throughput and per-user speed alike")
-    for bucket in BUCKETS:
-        best, tried = table[bucket]
-        g = s.given(f"γ_{bucket}", tried, "", f"best of the draft lengths {', '.join(map(str, GAMMAS))} at this "
-                    "batch" + ("" if best else " (still below 1: off)"))
+    lengths = ", ".join(map(str, _gammas(p)))
+    for key, bucket in (("speedup_small", int(p.small_batch)), ("speedup_large", int(p.large_batch))):
+        chosen, _, why = table[bucket]
+        g = s.given(f"γ_{bucket}", chosen, "", f"draft length at batch {bucket} (0: off): {why}")
         # The bucket's step and round are the peak's formulas at another batch: shown as the search's
         # figures, not derived again (each round's formula costs a millisecond to print).
         t_b = s.given(f"t_{bucket}", model.plain(bucket), "ms", f"plain step at batch {bucket}: the same terms as "
                       "t_pk at this batch (the bucket search)")
-        T_b = s.given(f"T_{bucket}", model.speedup_round(bucket, tried, p.draft_cost), "ms",
-                      f"round at batch {bucket} with γ = {tried}: the same terms as T_pk (the bucket search)")
-        s.step(f"speedup_b{bucket}", f"Speedup at batch {bucket}, best draft length", f"S_{bucket}",
+        T_b = s.given(f"T_{bucket}", model.speedup_round(bucket, chosen, p.draft_cost), "ms",
+                      f"round at batch {bucket} with γ = {chosen}: the same terms as T_pk (the bucket search)")
+        s.step(key, f"Speedup at batch {bucket}, its draft length", f"S_{bucket}",
                (1 - alpha ** (g + 1)) / (1 - alpha) * t_b / T_b, "x",
-               "speculation is on in this bucket only if this beats 1")
-        s.choose(f"gamma_{bucket}", float(best))
-    last, top = table["last"]
-    s.given("B_on", last, "sequences", "largest power-of-two batch where speculation pays: its best draft length "
-            f"gives {format_number(top, 3)}x there, "
-            + ("and none beats 1 one bucket up" if last * 2 <= peak else "and no larger bucket fits"))
-    s.choose("last_bucket", float(last))
+               "that draft length's tokens per round over the round, against one token a plain step")
+    chosen, _, why = table[int(p.large_batch)]
+    s.choose("gamma_large", float(chosen), why)
+    last, best_last, top, above = table["last"]
+    s.given("B_on", last, "sequences", f"largest power-of-two batch where speculation pays: γ = {best_last} gives "
+            f"{format_number(top, 3)}x there; {above}")
 
     s.assume("A round is one engine step: the overhead once (step-overhead), the verify pass, and γ draft passes at "
              "c of a plain step's kernels each; every TP all-reduce by tp-all-reduce over NVLink, not overlapped.")
@@ -174,10 +178,11 @@ def solve(p, s: Sheet) -> None:
              "context. The drafter's own weights and KV are left out of the memory; each sequence holds KV slots "
              "for its context and the round's γ+1 verify tokens, allocated before the verify pass (vLLM's "
              "scheduler allocates slots for every scheduled token, the drafts included).")
-    s.assume("Buckets are judged by draft lengths " + ", ".join(map(str, GAMMAS)) + " (0 = off): the best is the "
-             "one with the highest speedup, off where none exceeds 1.")
+    s.assume(f"Buckets are judged by draft lengths {lengths} and off (1x): the shortest whose speedup comes within "
+             f"{format_number(p.shorter_wins * 100)}% of the best wins (it wastes less on rejected drafts).")
     s.slip("the compute-bound limit E/(γ+1) taken at the peak batch (overheads and drafts ignored)",
            on="speedup_peak", factor=s.evaluate(E / (gamma + 1)) / s.value(S_pk))
     s.slip("the batch-1 speedup kept at the peak batch", on="speedup_peak", factor=s.value(S_1) / s.value(S_pk))
-    _by_load_regime(s, p, model, S_pk, peak, last)
+    _peak_reasons(s, p, model, costs, fits, B_max, B_pk, gamma)
+    _by_load_regime(s, p, model, S_pk, peak)
 

@@ -9,7 +9,6 @@ from solvers.models.common import (
     hbm_bytes,
 )
 from solvers.models.speculation import (
-    GAMMAS,
     LoadModel,
     break_even_alpha,
     expected_tokens,
@@ -25,6 +24,7 @@ P99 = 0.01  # the tail: the slowest 1% of requests
 CODE_ONLY = "speculate on code requests only (chat never drafts)"
 
 
+OFF_PEAK = "any request off-peak"
 _CELLS = ("high-acceptance requests off-peak", "high-acceptance requests at peak",
           "low-acceptance requests off-peak", "low-acceptance requests at peak")
 
@@ -52,7 +52,10 @@ def _tail_cells(model: LoadModel, p, gamma: int) -> dict:
     if any(abs(tpot[k] / off - 1) < 0.01 for k in range(4)):
         raise Reject("a cell within 1% of the p99 with speculation off")
     owns = [(_CELLS[k], tpot[k] > off, f"{format_quantity(tpot[k], 'ms')} per token against "
-             f"{format_quantity(off, 'ms')}, {format_number(100 * share[k], 3)}% of requests") for k in range(4)]
+             f"{format_quantity(off, 'ms')}, {format_number(100 * share[k], 3)}% of requests") for k in (1, 3)]
+    slowest_off_peak = max(tpot[0], tpot[2])
+    owns.insert(0, (OFF_PEAK, slowest_off_peak > off, f"the slower class off-peak takes "
+                    f"{format_quantity(slowest_off_peak, 'ms')} per token against {format_quantity(off, 'ms')}"))
     owns.append(("none: every request beats it", all(tpot[k] < off for k in range(4)),
                  f"the slowest cell takes {format_quantity(max(tpot), 'ms')} per token against "
                  f"{format_quantity(off, 'ms')}"))
@@ -79,7 +82,6 @@ def _tail_policies(model: LoadModel, p, cells: dict) -> list:
         return sum(w * round_ / expected_tokens(a, g) for w, a in zip(shares, alphas))
 
     on, off = (gamma, gamma), (0, 0)
-    per_batch = tuple((g, g) for g in (min(range(GAMMAS[-1] + 1), key=lambda g: mean_at(j, g)) for j in range(2)))
     plans = {
         "keep speculation on for every request": (on, on),
         "keep it on at a batch only where it lowers that batch's mean TPOT":
@@ -90,7 +92,6 @@ def _tail_policies(model: LoadModel, p, cells: dict) -> list:
         "a draft length of 1 for every request": ((1, 1), (1, 1)),
         "a draft length of 5 for every request": ((5, 5), (5, 5)),
         CODE_ONLY: ((gamma, 0), (gamma, 0)),
-        "one draft length per batch, the one with the lowest mean TPOT there (0 = off)": per_batch,
     }
     plain_cells = tpots((off, off))
     off_p99, off_mean = _p99(plain_cells, cells["share"]), _mean(plain_cells, cells["share"])
@@ -170,8 +171,10 @@ def solve(p, s: Sheet) -> None:
                         "break-even acceptance off-peak: E(α) = E*_lo solved by bisection")
     a_even_pk = s.given("α*_pk", break_even_alpha(s.value(Es_pk), gamma), "",
                         "break-even acceptance at peak: E(α) = E*_pk solved by bisection")
-    s.choose("alpha_even_low", s.value(a_even_lo))
-    s.choose("alpha_even_peak", s.value(a_even_pk))
+    for key, a_even, E_star, where in (("alpha_even_low", a_even_lo, Es_lo, "off-peak"),
+                                       ("alpha_even_peak", a_even_pk, Es_pk, "at peak")):
+        s.choose(key, s.value(a_even), f"a round {where} must yield {s.text(E_star, 4)} to match the plain "
+                 f"steps in its time; (1 − α^{gamma + 1})/(1 − α) reaches that at α = {s.text(a_even, 3)}")
     s.step("p99_off", "p99 TPOT, speculation off", "τ99_off", t_pk, "ms",
            f"every request at peak waits a plain step; peak requests are over {format_number(100 * P99)}% of all")
     owner = cells["owner"]
@@ -192,7 +195,7 @@ def solve(p, s: Sheet) -> None:
     for option, holds, why in cells["owns"]:
         # Off-peak batches (16 or fewer) are weight-bound: even a poor round costs less per token there
         # than a plain step at the peak batch, so the tail is always at peak.
-        s.judge("owners", option, holds, why, fact=option.endswith("off-peak"))
+        s.judge("owners", option, holds, why, fact=option == OFF_PEAK)
     for option, holds, why in policies:
         # Chat at peak (3% of requests or more) waits a longer round than a plain step for one token.
         s.judge("policy", option, holds, why, fact=option == CODE_ONLY)
