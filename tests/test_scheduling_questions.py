@@ -111,6 +111,10 @@ def chunk_steps(solution, chunk):
     return steps
 
 
+def chunked_ttft(solution, chunk):
+    return sum(max(read, work) + OVERHEAD + comm for read, work, comm in chunk_steps(solution, chunk))
+
+
 def chunked_by_hand(solution):
     g = _group(solution)
     B, S, P = (_value(solution, n) for n in ("batch", "context", "prompt"))
@@ -118,12 +122,18 @@ def chunked_by_hand(solution):
     per_token = g.allreduce(1) - g.allreduce(0)
     fixed = OVERHEAD + g.allreduce(B) + g.flops(B, B * S) / g.rate
     chunk = math.floor((tpot - fixed) / ((2 * g.N + g.A * P) / g.rate + per_token))
-    ttft = sum(max(read, work) + OVERHEAD + comm for read, work, comm in chunk_steps(solution, chunk))
+    ttft, ttft_half = chunked_ttft(solution, chunk), chunked_ttft(solution, chunk // 2)
+    remedies = {"the TPOT-capped budget": ttft <= ttft_target,
+                "half the TPOT-capped budget, for smoother streams": ttft_half <= ttft_target,
+                "twice the TPOT-capped budget, while this prompt prefills": False,
+                "no budget beside the streams: only a prefill-only replica of the same GPUs": ttft > ttft_target}
     return {
+        "decode_step": g.time(B, B * S, B * S) + g.allreduce(B),
         "stall": g.time(B + P, B * S + P**2 / 2, B * S) + g.allreduce(B + P),
         "token_budget": B + chunk,
         "ttft": ttft,
         "regime": "set-by-TPOT" if ttft <= ttft_target else "set-by-TTFT",
+        "remedies": sorted(option for option, holds in remedies.items() if holds),
     }
 
 
@@ -137,36 +147,45 @@ def test_chunked_stall_counts_the_tp_all_reduces(variant):
     assert results["chunk"] < 1153
 
 
-def test_chunked_prices_every_chunk_token_at_the_whole_prompt(variant):
-    """The review's ambiguity: "the last chunk attends to the whole prompt" read as its exact causal count
-    gives a chunk 3%+ larger in some draws. The prompt prices every chunk token at the whole prompt, and the
-    key does exactly that."""
+def test_chunked_budget_is_within_tolerance_of_the_exact_worst_step(variant):
+    """The review's ambiguity: the worst step's chunk read as its exact causal count (c tokens attending to
+    P − c/2 on average) against every chunk token priced at the whole prompt, as the hint says. Draws where
+    the two budgets part by more than the answer's 3% are refused, so either reading is graded right."""
     solution = variant("chunked-prefill-budget@default")
-    assert "pricing every chunk token at attention to the whole prompt" in solution.prompt
-    results = solution.sheet.results
-    assert results["chunk_token_flops"] == pytest.approx(2 * 70.55e9 + 4 * 80 * 64 * 128 * 20_000)
+    assert "price every chunk token at the whole prompt" in " ".join(solution.question.stages[1].hints)
+    for solution in _draws(variant, "chunked-prefill-budget"):
+        g = _group(solution)
+        B, S, P, tpot = (_value(solution, n) for n in ("batch", "context", "prompt", "tpot"))
+        fixed = OVERHEAD + g.allreduce(B) + g.flops(B, B * S) / g.rate
+        per_token = g.allreduce(1) - g.allreduce(0)
+        exact = max(c for c in range(1, int(P)) if fixed + c * per_token
+                    + (2 * g.N * c + g.A * c * (P - c / 2)) / g.rate <= tpot)
+        assert B + exact <= solution.expected["token_budget"] * 1.03
 
 
 @pytest.mark.parametrize("seed", range(15))
 def test_chunked_matches_plain_arithmetic(variant, seed):
     solution = variant(f"chunked-prefill-budget@{seed}")
     for key, value in chunked_by_hand(solution).items():
-        assert solution.expected[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
+        expected = solution.expected[key]
+        if isinstance(value, list):
+            assert sorted(expected) == value, key
+        else:
+            assert expected == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
 
 
 def test_chunked_ttft_is_its_chunks_step_by_step(variant):
-    """key-check-2 (@103: 0.1033 s, correct 0.1143 s): every chunk's step was priced by its FLOPs alone, though
-    a short last chunk still reads every weight and the streams' KV. Over every draw the key is the step-by-step
-    simulation on both sides of the roofline, in closed form; the draws include last chunks and full chunks
-    (seed 36's first 18) that wait on their reads."""
-    read_bound = {"full": 0, "last": 0}
+    """key-check-2 (@103 then: 0.1033 s, correct 0.1143 s): every chunk's step was priced by its FLOPs alone,
+    though a short last chunk still reads every weight and the streams' KV. Over every draw the key is the
+    step-by-step simulation on both sides of the roofline, in closed form; the draws include last chunks that
+    wait on their reads, and the question file pins one (default+prompt=20300: a 14-token last chunk)."""
+    read_bound = 0
     for solution in _draws(variant, "chunked-prefill-budget"):
         assert solution.expected["ttft"] == pytest.approx(chunked_by_hand(solution)["ttft"], rel=1e-9)
         *full, (read, work, _) = chunk_steps(solution, solution.sheet.results["chunk"])
-        read_bound["last"] += read > work
-        read_bound["full"] += any(r > w for r, w, _ in full)
+        read_bound += read > work
         assert solution.sheet.results["read_bound_full_chunks"] == sum(r > w for r, w, _ in full)
-    assert read_bound["full"] >= 1 and read_bound["last"] >= 10
+    assert read_bound >= 10
 
 
 def test_chunked_draws_are_not_degenerate(variant):
@@ -180,37 +199,47 @@ def test_chunked_draws_are_not_degenerate(variant):
         assert expected["token_budget"] <= 16_384  # vLLM's largest usual max_num_batched_tokens
     with pytest.raises(VariantError, match="serves at most"):
         variant("chunked-prefill-budget@default+model=qwen2.5-72b+prompt=40000")
-    with pytest.raises(VariantError, match="already steps within the TPOT"):
-        variant("chunked-prefill-budget@default+model=llama-3-8b+tp=1+prompt=4000+tpot=150")
 
 
 def test_chunked_ttft_is_not_n_tpot_steps(variant):
     """Earlier chunks attend to less of the prompt than the last: TTFT is below n x TPOT (1.15 s at the
-    default)."""
+    default), a slip the key names."""
     solution = variant("chunked-prefill-budget@default")
     assert solution.expected["ttft"] < solution.sheet.results["chunks"] * _value(solution, "tpot") * 0.9
-    assert not any("20K" in hint for hint in solution.question.hints)
+    assert any("chunks × TPOT" in slip.label for slip in solution.sheet.slips["ttft"])
 
 
-def test_chunked_infeasible_ttft_is_graded_apart(variant):
-    """The review: "set-by-TTFT" also covered draws where no budget meets TTFT (@7: an 83K prompt whose own
-    math outlasts its 3.3 s target). The remedies select now tells them apart (@7 and the default are pinned in
-    the question file), and raising the budget past the TPOT cap is never the remedy."""
+def test_chunked_ttft_targets_are_ones_the_step_model_can_meet(variant):
+    """The review (@7 then: an 83K prompt against a 3.3 s target it takes 4.16 s to prefill alone): the bank's
+    slo-scales-with-work checks the prompt at 100% of peak, the step model runs it at 60% with its attention and
+    all-reduces. Every draw's TTFT target lies between the prompt's prefill alone on the group, by the step
+    model, and 2.5 times it (a looser one leaves the two targets nothing to trade); a tighter override is
+    refused with the reason."""
     for solution in _draws(variant, "chunked-prefill-budget"):
-        assert not solution.sheet.results["remedies"]["raise the budget for this prompt's steps until it makes "
-                                                      "its TTFT"]
+        g = _group(solution)
+        P, ttft = _value(solution, "prompt"), _value(solution, "ttft")
+        alone = g.time(P, P**2 / 2, 0) + g.allreduce(P)
+        assert alone <= ttft <= 2.5 * alone
+        assert not solution.sheet.results["remedies"]["twice the TPOT-capped budget, while this prompt prefills"]
+    with pytest.raises(VariantError, match="shorter than the prompt's prefill alone"):
+        variant("chunked-prefill-budget@default+ttft=0.9")
 
 
-def test_chunked_infeasible_ttft_names_the_nvlink_domain(variant):
-    """At TP 8 on an 8-GPU domain, "a larger TP group" would leave the node: the key says so."""
-    solution = variant("chunked-prefill-budget@default+prompt=60000+ttft=2.4")
-    assert "leave the H100 SXM NVLink domain" in solution.sheet.regime.summary
+def test_chunked_judgement_turns_on_more_than_the_regime(variant):
+    """The review: the key sets followed the regime (3 sets). Half the budget holds in some TPOT-set draws and
+    fails in others: the TTFT's slack, not the regime, decides it."""
+    sets = {(s.regime_name, tuple(sorted(s.expected["remedies"]))) for s in _draws(variant, "chunked-prefill-budget")}
+    assert len({remedies for regime, remedies in sets if regime == "set-by-TPOT"}) == 2
+    assert {regime for regime, _ in sets} == {"set-by-TPOT", "set-by-TTFT"}
 
 
-def test_chunked_pinned_seed(variant):
-    """Seed 7 draws these parameters (its keys are pinned in the question file)."""
-    assert [p.raw for p in variant("chunked-prefill-budget@7").params] == [
-        "llama-3-70b", "mi300x", 8, 9, 1400, 83000, 30, 3.3, 60, 80, 2]
+def test_chunked_more_compute_names_the_scale_up_fabric(variant):
+    """At TP 8 on an 8-GPU domain, "a larger TP group" would leave the node: the key says so, naming the
+    fabric the GPU has (MI300X's is Infinity Fabric, not NVLink)."""
+    nvidia = variant("chunked-prefill-budget@default+prompt=38000")
+    assert "leave the H100 SXM NVLink domain" in nvidia.sheet.regime.other_side
+    amd = variant("chunked-prefill-budget@default+gpu=mi300x+prompt=40000+ttft=1.8")
+    assert "leave the MI300X Infinity Fabric domain" in amd.sheet.regime.other_side + amd.sheet.regime.summary
 
 
 # --- coupled-slo-admission -----------------------------------------------------------------
