@@ -257,9 +257,10 @@ def admission_by_hand(solution):
     step = g.time(B + chunk, B * S + chunk * L / 2, B * S) + g.allreduce(B + chunk)
     limit = math.floor(ttft_target / step) * chunk
     backlog = (q + 1) * L
-    verdict = "reject" if L > limit else "route-elsewhere" if backlog > limit else "admit"
+    verdict = "route-elsewhere" if backlog > limit else "admit"
     return {"chunk": chunk, "prefill_rate": chunk / step, "backlog_limit": limit,
-            "ttft": math.ceil(backlog / chunk) * step, "added_delay": L * step / chunk, "regime": verdict}
+            "ttft": math.ceil(backlog / chunk) * step, "added_delay": L * step / chunk, "regime": verdict,
+            ONE_MORE: backlog + L > limit, PEER: L <= limit}
 
 
 def _prefill_finishes(prompts: list[int], chunk: int, start: int = 0) -> list[int]:
@@ -278,8 +279,10 @@ def _prefill_finishes(prompts: list[int], chunk: int, start: int = 0) -> list[in
     return finishes
 
 
-HOLD = "hold it outside the engine until the backlog drains"
-ADMIT = "admit it here now, behind the waiting prompts"
+HOLD = "held outside the engine until the backlog drains, it makes it"
+ADMIT = "admitted here now, behind the waiting prompts, it makes it"
+ONE_MORE = "one more prompt waiting ahead of it would make it miss here"
+PEER = "on an idle peer (same decode batch, empty queue) it makes it"
 
 
 @pytest.mark.parametrize("seed", range(300))
@@ -322,15 +325,34 @@ def test_admission_added_delay_is_the_mean_over_later_arrivals(variant, seed):
     assert sum(delays) / chunk * step == pytest.approx(solution.expected["added_delay"], rel=1e-12)
 
 
-def test_admission_ttft_targets_scale_with_the_prompt(variant):
-    """The review's nonsense pairs (@7: 39,000-token prompts with a 0.25 s TTFT) are refused: no target
-    is shorter than the prompt's own prefill at datasheet peak (the bank's slo-scales-with-work)."""
+def test_admission_ttft_targets_are_ones_the_step_model_can_meet(variant):
+    """The review (@20 then: a 21K-token prompt against a 0.36 s target, 0.34 s at datasheet peak): the bank's
+    slo-scales-with-work checks the prompt at 100% of peak; the step model runs it at 60% with its attention and
+    all-reduces. No target is shorter than the prompt's prefill alone on the group by the step model, so a
+    prefill-only replica is always a way to make it (the select's one declared fact); a target between the two
+    floors is refused with the step model's reason."""
     for solution in _draws(variant, "coupled-slo-admission"):
         g = _group(solution)
-        floor = 2 * g.N * _value(solution, "prompt") / (g.tp * g.gpu.bf16_dense_tflops * 1e12)
-        assert _value(solution, "ttft") >= floor
-    with pytest.raises(VariantError, match="slo-scales-with-work|TTFT target"):
+        L = _value(solution, "prompt")
+        assert g.time(L, L**2 / 2, 0) + g.allreduce(L) <= _value(solution, "ttft")
+    with pytest.raises(VariantError, match="slo-scales-with-work"):
         variant("coupled-slo-admission@default+prompt=39000+ttft=0.25")
+    with pytest.raises(VariantError, match="shorter than the prompt's prefill alone"):
+        variant("coupled-slo-admission@default+ttft=0.1")  # 0.071 s at peak, 0.168 s by the step model
+
+
+def test_admission_judgement_turns_on_more_than_the_verdict(variant):
+    """The review: "let it overtake" held in 167/195 listings, its cost to the prompts it passes left out. The
+    select now asks where the request makes it and how much room the replica has left (one more waiting prompt),
+    which splits both verdicts; the cost of admitting it is graded on its own (added_delay), and the key says
+    overtaking moves it onto the prompts passed."""
+    sets = {}
+    for solution in _draws(variant, "coupled-slo-admission"):
+        sets.setdefault(solution.regime_name, set()).add(tuple(sorted(solution.expected["remedies"])))
+        assert all(holds is not None for holds in solution.sheet.results["remedies"].values())
+    assert set(sets) == {"admit", "route-elsewhere"}
+    assert all(len(keys) >= 2 for keys in sets.values())
+    assert "overtake" in variant("coupled-slo-admission@default").sheet.regime.summary
 
 
 def test_admission_no_step_breaks_the_tpot_target(variant):
@@ -361,30 +383,25 @@ def test_admission_draws_fit_and_stay_in_context(variant):
         assert L <= _value(solution, "model").max_context
     # 8 x H100 (81,559 MiB each) hold 1,448,516 tokens of KV beside the weights: 100 x 14,000 and a 40,000-token
     # prompt fit; 50,000 do not.
-    variant("coupled-slo-admission@default+batch=100+context=14000+prompt=40000+queued=0")
+    variant("coupled-slo-admission@default+batch=100+context=14000+prompt=40000+queued=0+ttft=2.5")
     with pytest.raises(VariantError, match="do not fit"):
-        variant("coupled-slo-admission@default+batch=100+context=14000+prompt=50000+queued=0")
+        variant("coupled-slo-admission@default+batch=100+context=14000+prompt=50000+queued=0+ttft=2.5")
 
 
-def test_admission_prompt_reads_well_at_zero_and_one(variant):
+def test_admission_prompt_reads_well_at_zero_and_one(variant, catalog):
     for queued in (0, 1):
-        prompt = variant(f"coupled-slo-admission@default+queued={queued}").prompt
-        assert f"; {queued} wait (FCFS)" in prompt and "1 requests" not in prompt
+        say = stage_run(variant(f"coupled-slo-admission@default+queued={queued}"), catalog, 1).say
+        assert f"with {queued} waiting ahead of it" in say and "1 requests" not in say
 
 
 @pytest.mark.parametrize("seed", range(15))
 def test_admission_matches_plain_arithmetic(variant, seed):
     solution = variant(f"coupled-slo-admission@{seed}")
     for key, value in admission_by_hand(solution).items():
-        assert solution.expected[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
-
-
-def test_admission_pinned_seed(variant):
-    """Seed 7 first drew a 0.25 s TTFT target for a 39,000-token prompt, which takes 0.53 s of compute alone
-    on its 8 MI300X: no SLO anyone sets (the slo-scales-with-work rule). Its next draw is pinned (its keys in the
-    question file)."""
-    assert [p.raw for p in variant("coupled-slo-admission@7").params] == [
-        "llama-3-70b", "h200-sxm", 8, 8, 870, 80, 0.28, 600, 4, 60, 80, 2]
+        if isinstance(value, bool):
+            assert solution.sheet.results["remedies"][key] == value, key
+        else:
+            assert solution.expected[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
 
 
 # --- decode-loop-overlap -------------------------------------------------------------------
