@@ -438,12 +438,34 @@ def test_overlap_gain_bounded_by_vllm_idle_share(variant):
 def test_overlap_matches_plain_arithmetic(variant, seed):
     solution = variant(f"decode-loop-overlap@{seed}")
     for key, value in overlap_by_hand(solution).items():
-        assert solution.expected[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
+        found = solution.expected.get(key, solution.sheet.results[key])
+        assert found == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
 
 
-def test_overlap_waste_is_for_replies_that_stop_on_their_own(variant):
-    """vLLM skips the extra step for a reply cut at max_tokens: the prompt says replies end at EOS or a stop."""
-    assert "end at EOS or a stop string" in variant("decode-loop-overlap@default").prompt
+def test_overlap_waste_is_for_replies_that_stop_on_their_own(variant, catalog):
+    """vLLM skips the extra step for a reply cut at max_tokens: the interviewer says replies stop at EOS or a
+    stop string."""
+    say = stage_run(variant("decode-loop-overlap@default"), catalog, 1).say
+    assert "stop at EOS or a stop string" in say
+
+
+def test_overlap_draws_sit_clear_of_the_boundary(variant):
+    """The review's hairline push (@7 then: CPU 5.6 -> 6 ms flipped a GPU-bound loop): no draw has the two sides
+    within 10% of each other, nor one side past 3 times the other (no push in range crosses back from there)."""
+    for solution in _draws(variant, "decode-loop-overlap"):
+        ratio = solution.expected["cpu_time"] / solution.expected["gpu_time"]
+        assert not 0.9 < ratio < 1.1
+        assert 1 / 3 <= ratio <= 3
+
+
+def test_overlap_who_pays_is_no_fixed_pattern(variant):
+    """The review: the "pays" key was always one of each pair (one more step / waits out the CPU, and CPU waits /
+    GPU waits), learnable as a pattern. The extra step's cost and overlap's gain are now weighed against a line,
+    so the key set turns on the reply length and the two sides' ratio, not on the request kind alone."""
+    by_kind = {}
+    for solution in _draws(variant, "decode-loop-overlap"):
+        by_kind.setdefault(_value(solution, "request"), set()).add(tuple(sorted(solution.expected["pays"])))
+    assert all(len(sets) >= 3 for sets in by_kind.values())
 
 
 def test_overlap_grades_where_the_tokens_live_and_who_pays(variant):
@@ -451,7 +473,7 @@ def test_overlap_grades_where_the_tokens_live_and_who_pays(variant):
     (both requests' right sets are pinned in the question file); the constrained request's reason quotes the
     serial step it waits out."""
     constrained = variant("decode-loop-overlap@default+request=grammar-constrained")
-    assert "13.68 ms per token" in constrained.sheet.reasons["pays"][
+    assert "14.32 ms per token" in constrained.sheet.reasons["pays"][
         "it waits out the CPU's work on each of its tokens (the serial step)"]
 
 
@@ -459,14 +481,6 @@ def test_overlap_gpu_step_carries_the_all_reduces(variant):
     """At TP 8 a 70B decode step pays 160 all-reduce latencies (1.6 ms) besides its kernels."""
     solution = variant("decode-loop-overlap@default+model=llama-3-70b+tp=8")
     assert solution.sheet.results["allreduce_gpu"] == pytest.approx(160 * (10e-6 + 1.75 * 64 * 16384 / 450e9))
-
-
-def test_overlap_pinned_seed(variant):
-    """The per-request CPU range moved from 5-100 to 10-200 us (CPU-bound draws were 12%, the v0.6 profile
-    of 8B on one H100 is CPU-bound), and the GPU step gained its all-reduces (1.6 ms at TP 8): this draw,
-    CPU-bound before, is now just GPU-bound (pinned in the question file)."""
-    assert [p.raw for p in variant("decode-loop-overlap@7").params] == [
-        "llama-3-70b", "mi300x", 8, 17, 720, 5.6, 10, 1000, "grammar-constrained", 60, 80]
 
 
 # --- long-reply-batching -------------------------------------------------------------------
