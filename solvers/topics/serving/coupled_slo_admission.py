@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import tp_all_reduce
-from solvers.models.scheduling import chunk_cap, require_tpot_room, streams_and_targets, tokens_text, tp_advice
+from solvers.models.scheduling import chunk_cap, require_tpot_room, streams_and_targets, tokens_text
 from solvers.models.steptime import (
     require_fit,
     step_time,
@@ -36,7 +36,7 @@ def _admission_remedies(s: Sheet, Q, Q_max, Q_more, L_p, ttft, T_f, t_solo, t_he
             "so is not a serving target", fact=True)
 
 
-def _admission_regime(s: Sheet, p, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay) -> None:
+def _admission_regime(s: Sheet, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay) -> None:
     holds = "≤" if s.compare(Q, Q_max) <= 0 else ">"
     rule = (f"admit while (q + 1)·L_p ≤ c_max·floor(T_f / t_step); here {tokens_text(s, Q)} {holds} "
             f"{s.text(Q_max)} (c_max = {s.text(c_max)} per {s.text(t_mix)} step, "
@@ -46,8 +46,7 @@ def _admission_regime(s: Sheet, p, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max
     if s.compare(L_p, Q_max) > 0:
         where = (f"Its prompt alone ({s.text(L_p)}) exceeds the {s.text(Q_max)} a replica like this prefills "
                  f"within {target}, so no peer makes it either: send it to a prefill-only replica ({alone} alone "
-                 f"on the group) or {tp_advice(p)}, or fail it fast rather than let it take {cost} of chunks from "
-                 "everyone behind it.")
+                 f"on the group), or fail it fast rather than let it take {cost} of chunks from everyone behind it.")
     else:
         where = (f"On an idle peer it would make it: route it to the least-loaded peer whose backlog passes the "
                  f"rule. Admitted here it misses, and every later arrival pays {cost} more; letting it overtake "
@@ -135,5 +134,5 @@ def solve(p, s: Sheet) -> None:
            factor=s.evaluate(floor_of(tau / t_mix)) / s.value(n_max))
 
     _admission_remedies(s, Q, Q_max, Q_more, L_p, ttft, T_f, t_solo, t_held)
-    _admission_regime(s, p, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay)
+    _admission_regime(s, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay)
 
