@@ -118,8 +118,8 @@ def solve(p, s: Sheet) -> None:
         s.judge("subtracted", item, measured[item], _accounting_why(item, p.release, measured[item]),
                 fact=item == PROFILED)
 
-    s.assume("Total memory is the datasheet capacity in GB; vLLM reads the device's total from the driver, "
-             "which for most GPUs is a few percent more. One GPU of the TP group stands for all of them.")
+    s.assume("Total memory is what the device reports, as vLLM reads it from the driver: for most GPUs a few "
+             "percent more than the datasheet label. One GPU of the TP group stands for all of them.")
     s.assume("vLLM v1 start-up: a memory snapshot, weights measured while loading, a profile run at "
              "max_num_batched_tokens for the activation peak and the non-torch growth, then the KV cache, "
              "allocated whole; CUDA graphs are captured last. PR #25359 (September 2025) moved the NCCL set-up "
