@@ -344,10 +344,24 @@ def test_hidden_memory_default(variant):
 def test_hidden_memory_prints_the_figures_the_key_uses(variant):
     """Review bug: kv_memory (graded at 1%) used 70.55B parameters while the prompt said only '70B' (up to 22%
     off for other models); and 'a release before v0.21' took in releases that still measured the
-    communicators. The prompt now prints the parameter count and names the release by the change."""
+    communicators. The opening prints the parameter count and the memory the device reports, and names the
+    release by the change."""
     prompt = variant("hidden-memory-budget@default").prompt
     assert "(70.55B, bf16)" in prompt and "81,559 MiB" in prompt
     assert "vLLM v0.12-v0.20 serves" in prompt and "before v0.21" not in prompt
+
+
+def test_hidden_memory_draws_have_something_at_stake(variant):
+    """The review's hairline push (@11 then: 0.91 -> 0.8 GiB of graphs flipped it): no draw has its unbudgeted
+    memory within 5% of the headroom, nor a headroom past 3 times it (nothing at stake, and no one consumer in
+    range tips it); the push crosses from both sides."""
+    regimes = set()
+    for seed in range(60):
+        solution = variant(f"hidden-memory-budget@{seed}")
+        ratio = solution.expected["unbudgeted"] / solution.expected["headroom"]
+        assert not 0.95 < ratio < 1.05 and ratio >= 1 / 3
+        regimes.add(solution.regime_name)
+    assert regimes == {"fits", "oom"}
 
 
 def test_hidden_memory_rejects_a_starved_kv_cache(variant):

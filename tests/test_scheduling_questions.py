@@ -111,6 +111,10 @@ def chunk_steps(solution, chunk):
     return steps
 
 
+def chunked_ttft(solution, chunk):
+    return sum(max(read, work) + OVERHEAD + comm for read, work, comm in chunk_steps(solution, chunk))
+
+
 def chunked_by_hand(solution):
     g = _group(solution)
     B, S, P = (_value(solution, n) for n in ("batch", "context", "prompt"))
@@ -118,12 +122,18 @@ def chunked_by_hand(solution):
     per_token = g.allreduce(1) - g.allreduce(0)
     fixed = OVERHEAD + g.allreduce(B) + g.flops(B, B * S) / g.rate
     chunk = math.floor((tpot - fixed) / ((2 * g.N + g.A * P) / g.rate + per_token))
-    ttft = sum(max(read, work) + OVERHEAD + comm for read, work, comm in chunk_steps(solution, chunk))
+    ttft, ttft_half = chunked_ttft(solution, chunk), chunked_ttft(solution, chunk // 2)
+    remedies = {"the TPOT-capped budget": ttft <= ttft_target,
+                "half the TPOT-capped budget, for smoother streams": ttft_half <= ttft_target,
+                "twice the TPOT-capped budget, while this prompt prefills": False,
+                "no budget beside the streams: only a prefill-only replica of the same GPUs": ttft > ttft_target}
     return {
+        "decode_step": g.time(B, B * S, B * S) + g.allreduce(B),
         "stall": g.time(B + P, B * S + P**2 / 2, B * S) + g.allreduce(B + P),
         "token_budget": B + chunk,
         "ttft": ttft,
         "regime": "set-by-TPOT" if ttft <= ttft_target else "set-by-TTFT",
+        "remedies": sorted(option for option, holds in remedies.items() if holds),
     }
 
 
@@ -137,36 +147,45 @@ def test_chunked_stall_counts_the_tp_all_reduces(variant):
     assert results["chunk"] < 1153
 
 
-def test_chunked_prices_every_chunk_token_at_the_whole_prompt(variant):
-    """The review's ambiguity: "the last chunk attends to the whole prompt" read as its exact causal count
-    gives a chunk 3%+ larger in some draws. The prompt prices every chunk token at the whole prompt, and the
-    key does exactly that."""
+def test_chunked_budget_is_within_tolerance_of_the_exact_worst_step(variant):
+    """The review's ambiguity: the worst step's chunk read as its exact causal count (c tokens attending to
+    P − c/2 on average) against every chunk token priced at the whole prompt, as the hint says. Draws where
+    the two budgets part by more than the answer's 3% are refused, so either reading is graded right."""
     solution = variant("chunked-prefill-budget@default")
-    assert "pricing every chunk token at attention to the whole prompt" in solution.prompt
-    results = solution.sheet.results
-    assert results["chunk_token_flops"] == pytest.approx(2 * 70.55e9 + 4 * 80 * 64 * 128 * 20_000)
+    assert "price every chunk token at the whole prompt" in " ".join(solution.question.stages[1].hints)
+    for solution in _draws(variant, "chunked-prefill-budget"):
+        g = _group(solution)
+        B, S, P, tpot = (_value(solution, n) for n in ("batch", "context", "prompt", "tpot"))
+        fixed = OVERHEAD + g.allreduce(B) + g.flops(B, B * S) / g.rate
+        per_token = g.allreduce(1) - g.allreduce(0)
+        exact = max(c for c in range(1, int(P)) if fixed + c * per_token
+                    + (2 * g.N * c + g.A * c * (P - c / 2)) / g.rate <= tpot)
+        assert B + exact <= solution.expected["token_budget"] * 1.03
 
 
 @pytest.mark.parametrize("seed", range(15))
 def test_chunked_matches_plain_arithmetic(variant, seed):
     solution = variant(f"chunked-prefill-budget@{seed}")
     for key, value in chunked_by_hand(solution).items():
-        assert solution.expected[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
+        expected = solution.expected[key]
+        if isinstance(value, list):
+            assert sorted(expected) == value, key
+        else:
+            assert expected == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
 
 
 def test_chunked_ttft_is_its_chunks_step_by_step(variant):
-    """key-check-2 (@103: 0.1033 s, correct 0.1143 s): every chunk's step was priced by its FLOPs alone, though
-    a short last chunk still reads every weight and the streams' KV. Over every draw the key is the step-by-step
-    simulation on both sides of the roofline, in closed form; the draws include last chunks and full chunks
-    (seed 36's first 18) that wait on their reads."""
-    read_bound = {"full": 0, "last": 0}
+    """key-check-2 (@103 then: 0.1033 s, correct 0.1143 s): every chunk's step was priced by its FLOPs alone,
+    though a short last chunk still reads every weight and the streams' KV. Over every draw the key is the
+    step-by-step simulation on both sides of the roofline, in closed form; the draws include last chunks that
+    wait on their reads, and the question file pins one (default+prompt=20300: a 14-token last chunk)."""
+    read_bound = 0
     for solution in _draws(variant, "chunked-prefill-budget"):
         assert solution.expected["ttft"] == pytest.approx(chunked_by_hand(solution)["ttft"], rel=1e-9)
         *full, (read, work, _) = chunk_steps(solution, solution.sheet.results["chunk"])
-        read_bound["last"] += read > work
-        read_bound["full"] += any(r > w for r, w, _ in full)
+        read_bound += read > work
         assert solution.sheet.results["read_bound_full_chunks"] == sum(r > w for r, w, _ in full)
-    assert read_bound["full"] >= 1 and read_bound["last"] >= 10
+    assert read_bound >= 10
 
 
 def test_chunked_draws_are_not_degenerate(variant):
@@ -180,37 +199,47 @@ def test_chunked_draws_are_not_degenerate(variant):
         assert expected["token_budget"] <= 16_384  # vLLM's largest usual max_num_batched_tokens
     with pytest.raises(VariantError, match="serves at most"):
         variant("chunked-prefill-budget@default+model=qwen2.5-72b+prompt=40000")
-    with pytest.raises(VariantError, match="already steps within the TPOT"):
-        variant("chunked-prefill-budget@default+model=llama-3-8b+tp=1+prompt=4000+tpot=150")
 
 
 def test_chunked_ttft_is_not_n_tpot_steps(variant):
     """Earlier chunks attend to less of the prompt than the last: TTFT is below n x TPOT (1.15 s at the
-    default)."""
+    default), a slip the key names."""
     solution = variant("chunked-prefill-budget@default")
     assert solution.expected["ttft"] < solution.sheet.results["chunks"] * _value(solution, "tpot") * 0.9
-    assert not any("20K" in hint for hint in solution.question.hints)
+    assert any("chunks × TPOT" in slip.label for slip in solution.sheet.slips["ttft"])
 
 
-def test_chunked_infeasible_ttft_is_graded_apart(variant):
-    """The review: "set-by-TTFT" also covered draws where no budget meets TTFT (@7: an 83K prompt whose own
-    math outlasts its 3.3 s target). The remedies select now tells them apart (@7 and the default are pinned in
-    the question file), and raising the budget past the TPOT cap is never the remedy."""
+def test_chunked_ttft_targets_are_ones_the_step_model_can_meet(variant):
+    """The review (@7 then: an 83K prompt against a 3.3 s target it takes 4.16 s to prefill alone): the bank's
+    slo-scales-with-work checks the prompt at 100% of peak, the step model runs it at 60% with its attention and
+    all-reduces. Every draw's TTFT target lies between the prompt's prefill alone on the group, by the step
+    model, and 2.5 times it (a looser one leaves the two targets nothing to trade); a tighter override is
+    refused with the reason."""
     for solution in _draws(variant, "chunked-prefill-budget"):
-        assert not solution.sheet.results["remedies"]["raise the budget for this prompt's steps until it makes "
-                                                      "its TTFT"]
+        g = _group(solution)
+        P, ttft = _value(solution, "prompt"), _value(solution, "ttft")
+        alone = g.time(P, P**2 / 2, 0) + g.allreduce(P)
+        assert alone <= ttft <= 2.5 * alone
+        assert not solution.sheet.results["remedies"]["twice the TPOT-capped budget, while this prompt prefills"]
+    with pytest.raises(VariantError, match="shorter than the prompt's prefill alone"):
+        variant("chunked-prefill-budget@default+ttft=0.9")
 
 
-def test_chunked_infeasible_ttft_names_the_nvlink_domain(variant):
-    """At TP 8 on an 8-GPU domain, "a larger TP group" would leave the node: the key says so."""
-    solution = variant("chunked-prefill-budget@default+prompt=60000+ttft=2.4")
-    assert "leave the H100 SXM NVLink domain" in solution.sheet.regime.summary
+def test_chunked_judgement_turns_on_more_than_the_regime(variant):
+    """The review: the key sets followed the regime (3 sets). Half the budget holds in some TPOT-set draws and
+    fails in others: the TTFT's slack, not the regime, decides it."""
+    sets = {(s.regime_name, tuple(sorted(s.expected["remedies"]))) for s in _draws(variant, "chunked-prefill-budget")}
+    assert len({remedies for regime, remedies in sets if regime == "set-by-TPOT"}) == 2
+    assert {regime for regime, _ in sets} == {"set-by-TPOT", "set-by-TTFT"}
 
 
-def test_chunked_pinned_seed(variant):
-    """Seed 7 draws these parameters (its keys are pinned in the question file)."""
-    assert [p.raw for p in variant("chunked-prefill-budget@7").params] == [
-        "llama-3-70b", "mi300x", 8, 9, 1400, 83000, 30, 3.3, 60, 80, 2]
+def test_chunked_more_compute_names_the_scale_up_fabric(variant):
+    """At TP 8 on an 8-GPU domain, "a larger TP group" would leave the node: the key says so, naming the
+    fabric the GPU has (MI300X's is Infinity Fabric, not NVLink)."""
+    nvidia = variant("chunked-prefill-budget@default+prompt=38000")
+    assert "leave the H100 SXM NVLink domain" in nvidia.sheet.regime.other_side
+    amd = variant("chunked-prefill-budget@default+gpu=mi300x+prompt=40000+ttft=1.8")
+    assert "leave the MI300X Infinity Fabric domain" in amd.sheet.regime.other_side + amd.sheet.regime.summary
 
 
 # --- coupled-slo-admission -----------------------------------------------------------------
@@ -228,9 +257,10 @@ def admission_by_hand(solution):
     step = g.time(B + chunk, B * S + chunk * L / 2, B * S) + g.allreduce(B + chunk)
     limit = math.floor(ttft_target / step) * chunk
     backlog = (q + 1) * L
-    verdict = "reject" if L > limit else "route-elsewhere" if backlog > limit else "admit"
+    verdict = "route-elsewhere" if backlog > limit else "admit"
     return {"chunk": chunk, "prefill_rate": chunk / step, "backlog_limit": limit,
-            "ttft": math.ceil(backlog / chunk) * step, "added_delay": L * step / chunk, "regime": verdict}
+            "ttft": math.ceil(backlog / chunk) * step, "added_delay": L * step / chunk, "regime": verdict,
+            ONE_MORE: backlog + L > limit, PEER: L <= limit}
 
 
 def _prefill_finishes(prompts: list[int], chunk: int, start: int = 0) -> list[int]:
@@ -249,8 +279,10 @@ def _prefill_finishes(prompts: list[int], chunk: int, start: int = 0) -> list[in
     return finishes
 
 
-HOLD = "hold it outside the engine until the backlog drains"
-ADMIT = "admit it here now, behind the waiting prompts"
+HOLD = "held outside the engine until the backlog drains, it makes it"
+ADMIT = "admitted here now, behind the waiting prompts, it makes it"
+ONE_MORE = "one more prompt waiting ahead of it would make it miss here"
+PEER = "on an idle peer (same decode batch, empty queue) it makes it"
 
 
 @pytest.mark.parametrize("seed", range(300))
@@ -293,15 +325,34 @@ def test_admission_added_delay_is_the_mean_over_later_arrivals(variant, seed):
     assert sum(delays) / chunk * step == pytest.approx(solution.expected["added_delay"], rel=1e-12)
 
 
-def test_admission_ttft_targets_scale_with_the_prompt(variant):
-    """The review's nonsense pairs (@7: 39,000-token prompts with a 0.25 s TTFT) are refused: no target
-    is shorter than the prompt's own prefill at datasheet peak (the bank's slo-scales-with-work)."""
+def test_admission_ttft_targets_are_ones_the_step_model_can_meet(variant):
+    """The review (@20 then: a 21K-token prompt against a 0.36 s target, 0.34 s at datasheet peak): the bank's
+    slo-scales-with-work checks the prompt at 100% of peak; the step model runs it at 60% with its attention and
+    all-reduces. No target is shorter than the prompt's prefill alone on the group by the step model, so a
+    prefill-only replica is always a way to make it (the select's one declared fact); a target between the two
+    floors is refused with the step model's reason."""
     for solution in _draws(variant, "coupled-slo-admission"):
         g = _group(solution)
-        floor = 2 * g.N * _value(solution, "prompt") / (g.tp * g.gpu.bf16_dense_tflops * 1e12)
-        assert _value(solution, "ttft") >= floor
-    with pytest.raises(VariantError, match="slo-scales-with-work|TTFT target"):
+        L = _value(solution, "prompt")
+        assert g.time(L, L**2 / 2, 0) + g.allreduce(L) <= _value(solution, "ttft")
+    with pytest.raises(VariantError, match="slo-scales-with-work"):
         variant("coupled-slo-admission@default+prompt=39000+ttft=0.25")
+    with pytest.raises(VariantError, match="shorter than the prompt's prefill alone"):
+        variant("coupled-slo-admission@default+ttft=0.1")  # 0.071 s at peak, 0.168 s by the step model
+
+
+def test_admission_judgement_turns_on_more_than_the_verdict(variant):
+    """The review: "let it overtake" held in 167/195 listings, its cost to the prompts it passes left out. The
+    select now asks where the request makes it and how much room the replica has left (one more waiting prompt),
+    which splits both verdicts; the cost of admitting it is graded on its own (added_delay), and the key says
+    overtaking moves it onto the prompts passed."""
+    sets = {}
+    for solution in _draws(variant, "coupled-slo-admission"):
+        sets.setdefault(solution.regime_name, set()).add(tuple(sorted(solution.expected["remedies"])))
+        assert all(holds is not None for holds in solution.sheet.results["remedies"].values())
+    assert set(sets) == {"admit", "route-elsewhere"}
+    assert all(len(keys) >= 2 for keys in sets.values())
+    assert "overtake" in variant("coupled-slo-admission@default").sheet.regime.summary
 
 
 def test_admission_no_step_breaks_the_tpot_target(variant):
@@ -332,30 +383,25 @@ def test_admission_draws_fit_and_stay_in_context(variant):
         assert L <= _value(solution, "model").max_context
     # 8 x H100 (81,559 MiB each) hold 1,448,516 tokens of KV beside the weights: 100 x 14,000 and a 40,000-token
     # prompt fit; 50,000 do not.
-    variant("coupled-slo-admission@default+batch=100+context=14000+prompt=40000+queued=0")
+    variant("coupled-slo-admission@default+batch=100+context=14000+prompt=40000+queued=0+ttft=2.5")
     with pytest.raises(VariantError, match="do not fit"):
-        variant("coupled-slo-admission@default+batch=100+context=14000+prompt=50000+queued=0")
+        variant("coupled-slo-admission@default+batch=100+context=14000+prompt=50000+queued=0+ttft=2.5")
 
 
-def test_admission_prompt_reads_well_at_zero_and_one(variant):
+def test_admission_prompt_reads_well_at_zero_and_one(variant, catalog):
     for queued in (0, 1):
-        prompt = variant(f"coupled-slo-admission@default+queued={queued}").prompt
-        assert f"; {queued} wait (FCFS)" in prompt and "1 requests" not in prompt
+        say = stage_run(variant(f"coupled-slo-admission@default+queued={queued}"), catalog, 1).say
+        assert f"with {queued} waiting ahead of it" in say and "1 requests" not in say
 
 
 @pytest.mark.parametrize("seed", range(15))
 def test_admission_matches_plain_arithmetic(variant, seed):
     solution = variant(f"coupled-slo-admission@{seed}")
     for key, value in admission_by_hand(solution).items():
-        assert solution.expected[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
-
-
-def test_admission_pinned_seed(variant):
-    """Seed 7 first drew a 0.25 s TTFT target for a 39,000-token prompt, which takes 0.53 s of compute alone
-    on its 8 MI300X: no SLO anyone sets (the slo-scales-with-work rule). Its next draw is pinned (its keys in the
-    question file)."""
-    assert [p.raw for p in variant("coupled-slo-admission@7").params] == [
-        "llama-3-70b", "h200-sxm", 8, 8, 870, 80, 0.28, 600, 4, 60, 80, 2]
+        if isinstance(value, bool):
+            assert solution.sheet.results["remedies"][key] == value, key
+        else:
+            assert solution.expected[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
 
 
 # --- decode-loop-overlap -------------------------------------------------------------------
@@ -392,12 +438,34 @@ def test_overlap_gain_bounded_by_vllm_idle_share(variant):
 def test_overlap_matches_plain_arithmetic(variant, seed):
     solution = variant(f"decode-loop-overlap@{seed}")
     for key, value in overlap_by_hand(solution).items():
-        assert solution.expected[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
+        found = solution.expected.get(key, solution.sheet.results[key])
+        assert found == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
 
 
-def test_overlap_waste_is_for_replies_that_stop_on_their_own(variant):
-    """vLLM skips the extra step for a reply cut at max_tokens: the prompt says replies end at EOS or a stop."""
-    assert "end at EOS or a stop string" in variant("decode-loop-overlap@default").prompt
+def test_overlap_waste_is_for_replies_that_stop_on_their_own(variant, catalog):
+    """vLLM skips the extra step for a reply cut at max_tokens: the interviewer says replies stop at EOS or a
+    stop string."""
+    say = stage_run(variant("decode-loop-overlap@default"), catalog, 1).say
+    assert "stop at EOS or a stop string" in say
+
+
+def test_overlap_draws_sit_clear_of_the_boundary(variant):
+    """The review's hairline push (@7 then: CPU 5.6 -> 6 ms flipped a GPU-bound loop): no draw has the two sides
+    within 10% of each other, nor one side past 3 times the other (no push in range crosses back from there)."""
+    for solution in _draws(variant, "decode-loop-overlap"):
+        ratio = solution.expected["cpu_time"] / solution.expected["gpu_time"]
+        assert not 0.9 < ratio < 1.1
+        assert 1 / 3 <= ratio <= 3
+
+
+def test_overlap_who_pays_is_no_fixed_pattern(variant):
+    """The review: the "pays" key was always one of each pair (one more step / waits out the CPU, and CPU waits /
+    GPU waits), learnable as a pattern. The extra step's cost and overlap's gain are now weighed against a line,
+    so the key set turns on the reply length and the two sides' ratio, not on the request kind alone."""
+    by_kind = {}
+    for solution in _draws(variant, "decode-loop-overlap"):
+        by_kind.setdefault(_value(solution, "request"), set()).add(tuple(sorted(solution.expected["pays"])))
+    assert all(len(sets) >= 3 for sets in by_kind.values())
 
 
 def test_overlap_grades_where_the_tokens_live_and_who_pays(variant):
@@ -405,7 +473,7 @@ def test_overlap_grades_where_the_tokens_live_and_who_pays(variant):
     (both requests' right sets are pinned in the question file); the constrained request's reason quotes the
     serial step it waits out."""
     constrained = variant("decode-loop-overlap@default+request=grammar-constrained")
-    assert "13.68 ms per token" in constrained.sheet.reasons["pays"][
+    assert "14.32 ms per token" in constrained.sheet.reasons["pays"][
         "it waits out the CPU's work on each of its tokens (the serial step)"]
 
 
@@ -413,14 +481,6 @@ def test_overlap_gpu_step_carries_the_all_reduces(variant):
     """At TP 8 a 70B decode step pays 160 all-reduce latencies (1.6 ms) besides its kernels."""
     solution = variant("decode-loop-overlap@default+model=llama-3-70b+tp=8")
     assert solution.sheet.results["allreduce_gpu"] == pytest.approx(160 * (10e-6 + 1.75 * 64 * 16384 / 450e9))
-
-
-def test_overlap_pinned_seed(variant):
-    """The per-request CPU range moved from 5-100 to 10-200 us (CPU-bound draws were 12%, the v0.6 profile
-    of 8B on one H100 is CPU-bound), and the GPU step gained its all-reduces (1.6 ms at TP 8): this draw,
-    CPU-bound before, is now just GPU-bound (pinned in the question file)."""
-    assert [p.raw for p in variant("decode-loop-overlap@7").params] == [
-        "llama-3-70b", "mi300x", 8, 17, 720, 5.6, 10, 1000, "grammar-constrained", 60, 80]
 
 
 # --- long-reply-batching -------------------------------------------------------------------

@@ -7,7 +7,7 @@ import sympy
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet
 from solvers.models.collective import crosses_domain
-from solvers.models.common import model_params, require_context
+from solvers.models.common import fabric_name, model_params, require_context
 from solvers.models.steptime import (
     Engine,
     StepConstants,
@@ -87,9 +87,9 @@ def chunk_cap(s: Sheet, e: Engine, p, B, L_p, tau, dec, key: str, title: str):
 
 
 def tp_advice(p) -> str:
-    """More compute for a prompt: a wider TP group while it stays in the NVLink domain, else a prefill pool."""
+    """More compute for a prompt: a wider TP group while it stays in the scale-up domain, else a prefill pool."""
     if crosses_domain(p.gpu, 2 * p.tp):
-        return (f"a separate prefill pool (TP past {p.tp} would leave the {p.gpu.name} NVLink domain and put the "
-                "all-reduces on the NIC)")
+        return (f"a separate prefill pool (TP past {p.tp} would leave the {p.gpu.name} {fabric_name(p.gpu)} domain "
+                "and put the all-reduces on the NIC)")
     return "a wider TP group or a separate prefill pool"
 

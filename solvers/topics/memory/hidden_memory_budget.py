@@ -14,20 +14,25 @@ from solvers.models.memory import profile_run_inputs
 BEFORE_25359, FROM_V021 = "v0.10", "v0.21"  # and v0.12-v0.20 between them
 
 
-# Two facts of every release's ledger, and the two consumers the releases move. The weights (plainly
-# subtracted) and fragmentation (plainly not: it builds up under load) are graded through the KV and the
-# unbudgeted memory instead: four constants would outnumber what the release decides.
+# One fact of every release's ledger, and the two consumers the releases move. The weights (plainly
+# subtracted), the runtime context and fragmentation (plainly not: in the baseline, or built up under load)
+# are graded through the KV and the unbudgeted memory, and named in the recall stage, instead.
 PROFILED = "the profile run's activation peak and its other non-torch growth"
 
 
-CONSUMERS = (PROFILED, "the CUDA runtime context", "the NCCL communicators", "the CUDA graphs")
+CONSUMERS = (PROFILED, "the NCCL communicators", "the CUDA graphs")
 
 
 def _measured(release: str) -> dict[str, bool]:
     """Which consumers start-up subtracts before it sizes the KV cache, in this release."""
-    return {PROFILED: True, "the CUDA runtime context": False,
-            "the NCCL communicators": release == BEFORE_25359, "the CUDA graphs": release == FROM_V021}
+    return {PROFILED: True, "the NCCL communicators": release == BEFORE_25359, "the CUDA graphs": release == FROM_V021}
 
+
+# A draw whose unbudgeted memory sits this close to the headroom is a coin toss on the day (a few hundred MiB of
+# fragmentation either way), and its push a hairline: refused. One whose headroom is this many times the
+# unbudgeted memory has nothing at stake, and no one consumer in range tips it: refused too.
+NEAR_TIE = sympy.Rational(1, 20)
+FAR_APART = 3
 
 MIN_KV_MEMORY = 2 * 2**30  # below 2 GiB of KV cache per GPU nobody would deploy this: it holds a few contexts
 
@@ -40,10 +45,9 @@ def _accounting_why(item: str, release: str, subtracted: bool) -> str:
     if item == "the CUDA graphs":
         return ("v0.21 captures them in a trial and subtracts the estimate" if subtracted else
                 "captured after the KV cache is sized; this release makes no estimate by default")
-    return {PROFILED: "the torch peak of the profile run and its non-torch increase over the snapshot, beside "
-                      "the weights measured while loading",
-            "the CUDA runtime context": "created before the first snapshot: in the baseline, never subtracted "
-                                        "(nor is fragmentation, which builds up only under load)"}[item]
+    return ("the torch peak of the profile run and its non-torch increase over the snapshot, beside the weights "
+            "measured while loading; never the runtime context (in the baseline) nor fragmentation (built up under "
+            "load)")
 
 
 def _budget_regime(s: Sheet, release: str, headroom, unbudgeted, u) -> None:
@@ -102,16 +106,20 @@ def solve(p, s: Sheet) -> None:
                            else " (the runtime context)")
                         + ", fragmentation that builds up while serving"
                         + ("" if measured["the CUDA graphs"] else ", and the graphs captured after the cache"))
+    if s.compare(unbudgeted, (1 - NEAR_TIE) * headroom) > 0 and s.compare(unbudgeted, (1 + NEAR_TIE) * headroom) < 0:
+        raise Reject("the unbudgeted memory is within a few percent of the headroom: a coin toss on the day")
+    if s.compare(headroom, FAR_APART * unbudgeted) > 0:
+        raise Reject(f"the headroom is more than {FAR_APART} times the unbudgeted memory: nothing at stake")
     s.step("peak_share", "Peak use, share of the GPU", "S_peak", (requested + unbudgeted) / M, "%",
            "the full budget in use (KV cache allocated up front) plus everything outside it")
     s.step("max_util", "Highest gpu_memory_utilization that fits", "u_max", 1 - unbudgeted / M, "%",
            "leave exactly the unbudgeted memory outside the budget")
     for item in CONSUMERS:
         s.judge("subtracted", item, measured[item], _accounting_why(item, p.release, measured[item]),
-                fact=item in (PROFILED, "the CUDA runtime context"))
+                fact=item == PROFILED)
 
-    s.assume("Total memory is the datasheet capacity in GB; vLLM reads the device's total from the driver, "
-             "which for most GPUs is a few percent more. One GPU of the TP group stands for all of them.")
+    s.assume("Total memory is what the device reports, as vLLM reads it from the driver: for most GPUs a few "
+             "percent more than the datasheet label. One GPU of the TP group stands for all of them.")
     s.assume("vLLM v1 start-up: a memory snapshot, weights measured while loading, a profile run at "
              "max_num_batched_tokens for the activation peak and the non-torch growth, then the KV cache, "
              "allocated whole; CUDA graphs are captured last. PR #25359 (September 2025) moved the NCCL set-up "

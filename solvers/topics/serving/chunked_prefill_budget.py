@@ -1,62 +1,96 @@
 """One long prompt against everyone's TPOT (chunked prefill)."""
 from __future__ import annotations
 
+import sympy
+
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import tp_all_reduce
 from solvers.models.scheduling import chunk_cap, require_tpot_room, streams_and_targets, tokens_text, tp_advice
 from solvers.models.steptime import (
+    Engine,
     growing_steps_time,
     require_fit,
     step_time,
     step_work,
 )
 from solvers.sheetmath import ceil_of, floor_of
-from solvers.units import format_quantity
+from solvers.units import format_number, format_quantity
+
+# A TTFT target is real when the step model can meet it at all (the prompt alone on the group) and not so loose
+# that nothing is traded: past this many times the prompt's own prefill, no budget on these GPUs misses it.
+LOOSEST_TTFT = sympy.Rational(5, 2)
+# The graded TTFT's tolerance: a draw whose TTFT at half the budget (which the candidate works out, ungraded) sits
+# this close to the target is refused, as a candidate inside the tolerance could judge it either way.
+HAIRLINE = sympy.Rational(3, 100)
 
 
-def _chunk_remedies(s: Sheet, ttft, T_f, t_solo, c_max) -> None:
-    """Which ways of serving the long prompt meet both targets."""
-    took, target, alone = (format_quantity(s.value(x), "s") for x in (ttft, T_f, t_solo))
-    key = "remedies"
-    s.judge(key, "keep the TPOT-capped budget: the prompt still makes its TTFT", s.compare(ttft, T_f) <= 0,
-            f"under it the first token comes after {took}, against {target}")
-    s.judge(key, "raise the budget for this prompt's steps until it makes its TTFT", False,
-            f"any chunk past {s.text(c_max)} breaks every running stream's TPOT while the prompt runs",
-            fact=True)
-    fits_alone = s.compare(t_solo, T_f) <= 0
-    s.judge(key, "prefill it on a prefill-only replica of the same GPUs and hand its KV over", fits_alone,
-            f"alone on the group, in one step, its prefill takes {alone}, against {target}")
-    s.judge(key, "none on a group like this: it needs a looser TTFT target or more compute", not fits_alone,
-            f"even alone on the group its prefill takes {alone}, against {target}")
+def _chunked_ttft(s: Sheet, e: Engine, ar, B, S, P_in, chunk, tag: str, label: str) -> sympy.Symbol:
+    """The prompt's chunks of `chunk` tokens step after step, each at the slower of its reads and its math (the
+    chunk attends to the chunks before it), plus its fixed costs: the TTFT they give."""
+    n = s.step(f"chunks{tag}", f"Steps to prefill the prompt{label}", f"n{tag}", ceil_of(P_in / chunk), "steps",
+               "the prompt sliced into chunks of at most that many tokens")
+    m = n - 1  # full chunks before the last
+    first = step_work(s, e, f"first{tag}", f"step of the first chunk{label}", B + chunk,
+                      B * S + chunk**2 / 2, B * S)
+    t_full = growing_steps_time(s, e, f"full_chunks{tag}", f"steps of the full chunks{label}", m, first,
+                                e.A * chunk**2, communication=ar.of(B + chunk))
+    r = s.step(f"last_chunk{tag}", f"Tokens of the last chunk{label}", f"c_last{tag}", P_in - m * chunk, "tokens",
+               "what the full chunks leave of the prompt")
+    last = step_work(s, e, f"last{tag}", f"step of the last chunk{label}", B + r,
+                     B * S + m * chunk * r + r**2 / 2, B * S)
+    t_last = step_time(s, e, f"last{tag}", f"step of the last chunk{label}", last, communication=ar.of(B + r),
+                       why="the slower of the reads and the math: a short last chunk still reads every weight and "
+                       "the streams' KV")
+    return s.step(f"ttft{tag}", f"TTFT of the long prompt{label}", f"TTFT{tag}", t_full + t_last, "s",
+                  "its chunks' steps one after another")
 
 
-def _chunk_regime(s: Sheet, p, ttft, T_f, t_p, t_x, n, c_max, P_in) -> None:
+def _chunk_remedies(s: Sheet, ttft, ttft_half, T_f, t_solo, c_max) -> None:
+    """Which budgets beside the streams meet both targets, and when none does."""
+    key, target, alone = "remedies", s.text(T_f), format_quantity(s.value(t_solo), "s")
+    meets = s.compare(ttft, T_f) <= 0
+    s.judge(key, "the TPOT-capped budget", meets,
+            f"under it the first token comes after {s.text(ttft)}, against {target}")
+    s.judge(key, "half the TPOT-capped budget, for smoother streams", s.compare(ttft_half, T_f) <= 0,
+            f"twice the chunks, each paying the step's fixed cost again: the first token after {s.text(ttft_half)}, "
+            f"against {target}")
+    s.judge(key, "twice the TPOT-capped budget, while this prompt prefills", False,
+            f"any chunk past {s.text(c_max)} breaks every running stream's TPOT while the prompt runs", fact=True)
+    s.judge(key, "no budget beside the streams: only a prefill-only replica of the same GPUs", not meets,
+            f"alone on the group, in one step, its prefill takes {alone}, against {target}"
+            + ("; beside the streams the TPOT-capped budget makes it too" if meets else
+               f"; beside the streams even the largest budget TPOT allows takes {s.text(ttft)}"))
+
+
+def _chunk_regime(s: Sheet, p, ttft, T_f, t_p, t_x, n, c_max, P_in, t_solo) -> None:
     budget, steps = tokens_text(s, c_max), tokens_text(s, n)
-    took, target = s.text(ttft), s.text(T_f)
+    took, target, alone = s.text(ttft), s.text(T_f), format_quantity(s.value(t_solo), "s")
     by_tpot = Side(
         "set-by-TPOT",
         f"At the TPOT-capped chunk of {budget} tokens the prompt takes {steps} steps and its first token comes "
         f"after {took}, inside the {target} TTFT target: the TPOT target sets the budget and the TTFT target has "
         "slack.",
-        "A longer prompt, a tighter TTFT target or a busier decode batch pushes the TTFT past its target: then the "
-        "budget needed for TTFT exceeds what TPOT allows, and one of the two SLOs must give (or the prompt goes "
-        "to a separate prefill pool).")
+        "A longer prompt, a tighter TTFT target, a tighter TPOT target or a busier decode batch (more chunks, each "
+        "paying the step's fixed cost again) pushes the TTFT past its target: then the budget the TTFT needs "
+        "exceeds what TPOT allows, and one of the two SLOs must give, or the prompt goes to a prefill-only "
+        f"replica ({alone} there).")
     if s.compare(ttft, T_f) <= 0:
         by_ttft_summary = ""
     elif s.compare(T_f - t_p, t_x) < 0:
-        single = format_quantity(s.evaluate(t_p + t_x), "s")
-        by_ttft_summary = (f"Even unchunked, the prompt's first token needs {single} (its own time plus one "
-                           f"step's fixed cost), past the {target} TTFT target: no budget meets both SLOs here, "
-                           f"and the prompt needs more compute: {tp_advice(p)}.")
+        by_ttft_summary = (f"At the TPOT-capped chunk of {budget} tokens the first token comes after {took}, past "
+                           f"the {target} TTFT target, and even one chunked step's fixed cost on top of the prompt's "
+                           f"own time breaks it: no budget beside the streams meets both SLOs. Alone on a "
+                           f"prefill-only replica of the same GPUs it takes {alone}.")
     else:
         n_max = s.step("ttft_steps", "Most steps the TTFT target allows", "n_max",
-                       floor_of((T_f - t_p) / t_x), "steps", "what the target leaves after the prompt's own time")
+                       floor_of((T_f - t_p) / t_x), "steps",
+                       "what the target leaves after the prompt's own time, in fixed costs of a compute-bound step")
         c_min = s.step("ttft_chunk", "Smallest chunk that meets the TTFT target", "c_min",
                        ceil_of(P_in / n_max), "tokens", "the prompt in at most n_max chunks")
         by_ttft_summary = (f"At the TPOT-capped chunk of {budget} tokens the first token comes after {took}, past "
-                           f"the {target} TTFT target: meeting it takes chunks of {s.text(c_min)}, so "
-                           "the TTFT target would set the budget and the running streams' TPOT would break while "
-                           "this prompt is prefilled.")
+                           f"the {target} TTFT target: meeting it takes chunks of about {s.text(c_min)}, so the "
+                           "TTFT target would set the budget and the running streams' TPOT would break while this "
+                           f"prompt is prefilled. A prefill-only replica of the same GPUs gives it {alone}.")
     by_ttft = Side(
         "set-by-TTFT", by_ttft_summary,
         "A shorter prompt, a looser TTFT target or more compute per step (a lighter decode batch, "
@@ -73,7 +107,7 @@ def solve(p, s: Sheet) -> None:
     dec = step_work(s, e, "dec", "decode-only step", B, B * S, B * S)
     t_ar_dec = tp_all_reduce(s, p.model, p.gpu, p.tp, B, tag="dec", label="decode-only step")
     step_time(s, e, "dec", "decode-only step", dec, key="decode_step", communication=t_ar_dec,
-              why="the streams' usual gap between tokens, for comparison")
+              why="the streams' usual gap between tokens")
     full = step_work(s, e, "full", "step that prefills the whole prompt", B + P_in, B * S + P_in**2 / 2, B * S)
     t_ar_full = tp_all_reduce(s, p.model, p.gpu, p.tp, B + P_in, tag="full", label="step that prefills the prompt")
     stall = step_time(s, e, "full", "step that prefills the whole prompt", full, key="stall",
@@ -82,53 +116,57 @@ def solve(p, s: Sheet) -> None:
     if s.compare(stall, tau) <= 0:
         raise Reject("the unchunked prompt already steps within the TPOT target")
 
-    c_max, t_x, t_c, ar = chunk_cap(s, e, p, B, P_in, tau, dec, "chunk",
-                                     "Largest chunk that keeps a step within the TPOT target")
-    if s.compare(c_max, P_in) >= 0:
-        raise Reject("the TPOT-capped chunk holds the whole prompt: nothing to chunk")
-    s.step("token_budget", "Per-step token budget", "τ_tok", B + c_max, "tokens",
-           "decode tokens count against the budget too (vLLM's max_num_batched_tokens)")
-    n = s.step("chunks", "Steps to prefill the prompt", "n", ceil_of(P_in / c_max), "steps",
-               "the prompt sliced into chunks of at most c_max tokens")
-    F_p = s.step("prompt_flops", "FLOPs of the prompt itself", "F_p", 2 * e.N * P_in + e.A * P_in**2 / 2, "TFLOP",
-                 "chunking does not change the prompt's own work: P²/2 pairs under the causal mask")
-    t_p = s.step("prompt_compute", "The prompt's own time", "t_p", F_p / e.flop_rate + ar.per_token * P_in, "s",
-                 "its math and its activations' all-reduce bytes: a floor under its TTFT, however it is sliced")
-    m = n - 1  # full chunks before the last
-    first = step_work(s, e, "first", "step of the first chunk", B + c_max, B * S + c_max**2 / 2, B * S)
-    t_full = growing_steps_time(s, e, "full_chunks", "steps of the full chunks", m, first, e.A * c_max**2,
-                                communication=ar.of(B + c_max))
-    r = s.step("last_chunk", "Tokens of the last chunk", "c_last", P_in - m * c_max, "tokens",
-               "what the full chunks leave of the prompt")
-    last = step_work(s, e, "last", "step of the last chunk", B + r, B * S + m * c_max * r + r**2 / 2, B * S)
-    t_last = step_time(s, e, "last", "step of the last chunk", last, communication=ar.of(B + r),
-                       why="the slower of the reads and the math: a short last chunk still reads every weight and "
-                       "the streams' KV")
-    ttft = s.step("ttft", "TTFT of the long prompt under the budget", "TTFT", t_full + t_last, "s",
-                  "its chunks' steps one after another")
-
-    s.assume("Every chunk token is priced at attention to the whole prompt (the last chunk's cost, a little "
-             "above its exact causal count), so no step breaks the TPOT target; earlier chunks finish sooner, and "
-             "the TTFT counts the prompt's exact work (P²/2 pairs).")
-    s.assume("Each chunk's step is priced on both sides of the roofline: a chunk whose math is shorter than the "
-             "step's reads (the weights and the streams' KV) waits on them. The chunk's reads of its own "
-             "prompt's earlier KV are left out next to the decode streams' reads.")
-    s.assume("Only this prompt is waiting; the decode streams keep their context over the few steps it takes.")
-    s.slip("budget without the decode tokens", s.value(c_max) / (s.value(B) + s.value(c_max)), on="token_budget")
-    s.slip("stall counted as the prompt's math alone (no decode work, no overhead)", on="stall",
-           factor=s.evaluate(F_p / e.flop_rate) / s.value(stall))
-    if p.tp > 1:
-        s.slip("stall without the TP all-reduces", on="stall", factor=s.evaluate(stall - t_ar_full) / s.value(stall))
-        s.slip("budget without the TP all-reduces", on="token_budget",
-               factor=s.evaluate(B + floor_of((tau - e.t_oh - dec.flops / e.flop_rate) * e.flop_rate
-                                                 / (2 * e.N + e.A * P_in))) / s.evaluate(B + c_max))
-
     solo = step_work(s, e, "solo", "prefill alone on an idle group", P_in, P_in**2 / 2, 0)
     t_ar_solo = tp_all_reduce(s, p.model, p.gpu, p.tp, P_in, tag="solo", label="prefill alone")
     t_solo = step_time(s, e, "solo", "prefill alone on an idle group", solo, key="solo_ttft",
                        communication=t_ar_solo, why="no decode batch and no TPOT cap: the whole prompt in one step, "
                        "what a prefill-only replica of the same GPUs gives it")
-    s.assume("A prefill-only replica hands the prompt's KV to the decode replica; the transfer is not counted.")
-    _chunk_remedies(s, ttft, T_f, t_solo, c_max)
-    _chunk_regime(s, p, ttft, T_f, t_p, t_x, n, c_max, P_in)
+    if s.compare(t_solo, T_f) > 0:
+        raise Reject("the TTFT target is shorter than the prompt's prefill alone on the group")
+    if s.compare(T_f, LOOSEST_TTFT * t_solo) > 0:
+        raise Reject(f"the TTFT target is more than {LOOSEST_TTFT} times the prompt's prefill alone")
 
+    c_max, t_x, t_c, ar = chunk_cap(s, e, p, B, P_in, tau, dec, "chunk",
+                                     "Largest chunk that keeps a step within the TPOT target")
+    if s.compare(c_max, P_in) >= 0:
+        raise Reject("the TPOT-capped chunk holds the whole prompt: nothing to chunk")
+    if s.compare(e.A * c_max / 2, HAIRLINE * (2 * e.N + e.A * P_in)) > 0:
+        # The worst step's exact causal count, c·(P − c/2) pairs, would allow a chunk past the tolerance.
+        raise Reject("the chunk is so large a share of the prompt that its causal count moves the budget")
+    s.step("token_budget", "Per-step token budget", "τ_tok", B + c_max, "tokens",
+           "decode tokens count against the budget too (vLLM's max_num_batched_tokens)")
+    F_p = s.step("prompt_flops", "FLOPs of the prompt itself", "F_p", 2 * e.N * P_in + e.A * P_in**2 / 2, "TFLOP",
+                 "chunking does not change the prompt's own work: P²/2 pairs under the causal mask")
+    t_p = s.step("prompt_compute", "The prompt's own time", "t_p", F_p / e.flop_rate + ar.per_token * P_in, "s",
+                 "its math and its activations' all-reduce bytes: a floor under its TTFT, however it is sliced")
+    ttft = _chunked_ttft(s, e, ar, B, S, P_in, c_max, "", " under the budget")
+    half = s.step("half_chunk", "Half the TPOT-capped chunk", "c_half", floor_of(c_max / 2), "tokens",
+                  "a smaller budget makes every mixed step shorter than the TPOT target")
+    ttft_half = _chunked_ttft(s, e, ar, B, S, P_in, half, "_half", " at half the chunk")
+    if s.compare(ttft_half, (1 - HAIRLINE) * T_f) > 0 and s.compare(ttft_half, (1 + HAIRLINE) * T_f) < 0:
+        raise Reject("the TTFT at half the budget sits within its tolerance of the target")
+    n = s.symbol("n")
+
+    s.assume("The budget prices every chunk token at attention to the whole prompt, a little above the worst "
+             "step's exact causal count, so no step breaks the TPOT target; the TTFT counts each chunk's exact "
+             "work (it attends to the chunks before it).")
+    s.assume("Each chunk's step is priced on both sides of the roofline: a chunk whose math is shorter than the "
+             "step's reads (the weights and the streams' KV) waits on them. The chunk's reads of its own "
+             "prompt's earlier KV are left out next to the decode streams' reads.")
+    s.assume("Only this prompt is waiting; the decode streams keep their context over the few steps it takes.")
+    s.assume("A prefill-only replica hands the prompt's KV to the decode replica; the transfer is not counted.")
+    s.assume(f"The TTFT target is one the group can meet with the prompt alone, timed by this step model (not at "
+             f"datasheet peak), and at most {format_number(LOOSEST_TTFT)} times that: a looser one leaves the two "
+             "targets nothing to trade.")
+    s.slip("budget without the decode tokens", s.value(c_max) / (s.value(B) + s.value(c_max)), on="token_budget")
+    s.slip("stall counted as the prompt's math alone (no decode work, no overhead)", on="stall",
+           factor=s.evaluate(F_p / e.flop_rate) / s.value(stall))
+    s.slip("TTFT as chunks × TPOT target (every chunk priced at the whole prompt)", on="ttft",
+           factor=s.evaluate(n * tau) / s.value(ttft))
+    if p.tp > 1:
+        s.slip("stall without the TP all-reduces", on="stall", factor=s.evaluate(stall - t_ar_full) / s.value(stall))
+        s.slip("budget without the TP all-reduces", on="token_budget",
+               factor=s.evaluate(B + floor_of((tau - e.t_oh - dec.flops / e.flop_rate) * e.flop_rate
+                                                 / (2 * e.N + e.A * P_in))) / s.evaluate(B + c_max))
+    _chunk_remedies(s, ttft, ttft_half, T_f, t_solo, c_max)
+    _chunk_regime(s, p, ttft, T_f, t_p, t_x, n, c_max, P_in, t_solo)

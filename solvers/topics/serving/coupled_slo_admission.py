@@ -1,9 +1,9 @@
 """Admitting a request under coupled TTFT and TPOT targets."""
 from __future__ import annotations
 
-from solvers.derivation import Sheet
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import tp_all_reduce
-from solvers.models.scheduling import chunk_cap, require_tpot_room, streams_and_targets, tokens_text, tp_advice
+from solvers.models.scheduling import chunk_cap, require_tpot_room, streams_and_targets, tokens_text
 from solvers.models.steptime import (
     require_fit,
     step_time,
@@ -13,32 +13,30 @@ from solvers.sheetmath import ceil_of, floor_of
 from solvers.units import format_quantity
 
 
-def _admission_remedies(s: Sheet, Q, Q_max, L_p, ttft, T_f, t_solo, t_held, delay) -> None:
-    """Which ways of serving the new request get its first token within the target, and who pays."""
-    late, target, cost = (s.text(x) for x in (ttft, T_f, delay))
+def _admission_remedies(s: Sheet, Q, Q_max, Q_more, L_p, ttft, T_f, t_solo, t_held) -> None:
+    """Where the new request makes its first token in time, and how much room this replica has left."""
+    late, target = s.text(ttft), s.text(T_f)
     alone = format_quantity(s.value(t_solo), "s")
     own = s.compare(L_p, Q_max) <= 0
     key = "remedies"
-    s.judge(key, "admit it here now, behind the waiting prompts", s.compare(Q, Q_max) <= 0,
+    s.judge(key, "admitted here now, behind the waiting prompts, it makes it", s.compare(Q, Q_max) <= 0,
             f"behind the backlog its first token comes after {late}, against {target}")
+    s.judge(key, "one more prompt waiting ahead of it would make it miss here", s.compare(Q_more, Q_max) > 0,
+            f"one more waiting prompt makes the backlog {s.text(Q_more)}, against the {s.text(Q_max)} this "
+            f"replica prefills within {target}")
     held = s.compare(t_held, T_f) <= 0
-    s.judge(key, "hold it outside the engine until the backlog drains", held,
+    s.judge(key, "held outside the engine until the backlog drains, it makes it", held,
             f"its TTFT clock runs while it waits: the waiting prompts drain, then its own chunks run, "
             f"{s.text(t_held)} in all, {'within' if held else 'past'} {target}")
-    s.judge(key, "let it overtake the waiting prompts", own,
-            f"its prompt alone {'fits' if own else 'exceeds'} the {s.text(Q_max)} this replica prefills "
-            f"within {target}; the prompts it overtakes each pay its {cost}")
-    s.judge(key, "send it to an idle replica of the same kind (same decode batch, empty queue)", own,
+    s.judge(key, "on an idle peer (same decode batch, empty queue) it makes it", own,
             f"with no queue ahead its prompt of {s.text(L_p)} against the {tokens_text(s, Q_max)}-token "
             "limit decides")
-    fits_alone = s.compare(t_solo, T_f) <= 0
-    s.judge(key, "send it to a prefill-only replica of the same GPUs (no decode batch, one step)", fits_alone,
-            f"alone on the group its prefill takes {alone}, against {target}")
-    s.judge(key, "none of these: it needs more compute than a group of these GPUs gives", not fits_alone,
-            f"even alone on the group its prefill takes {alone}, against {target}")
+    s.judge(key, "on a prefill-only replica of the same GPUs (no decode batch, one step) it makes it", True,
+            f"alone on the group its prefill takes {alone}, against {target}: a target the group cannot meet even "
+            "so is not a serving target", fact=True)
 
 
-def _admission_regime(s: Sheet, p, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay) -> None:
+def _admission_regime(s: Sheet, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay) -> None:
     holds = "≤" if s.compare(Q, Q_max) <= 0 else ">"
     rule = (f"admit while (q + 1)·L_p ≤ c_max·floor(T_f / t_step); here {tokens_text(s, Q)} {holds} "
             f"{s.text(Q_max)} (c_max = {s.text(c_max)} per {s.text(t_mix)} step, "
@@ -46,37 +44,27 @@ def _admission_regime(s: Sheet, p, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max
     late, target = s.text(ttft), s.text(T_f)
     cost, alone = s.text(delay), format_quantity(s.value(t_solo), "s")
     if s.compare(L_p, Q_max) > 0:
-        alone_fits = s.compare(t_solo, T_f) <= 0
-        pool = (f"a prefill-only replica ({alone} alone on the group) could still make it" if alone_fits
-                else f"even alone on the group its prefill takes {alone}: it needs a looser target or "
-                     f"{tp_advice(p)}")
-        s.set_regime(
-            "reject",
-            f"The prompt alone ({s.text(L_p)}) exceeds the {s.text(Q_max)} a replica "
-            f"like this "
-            f"prefills within {target}: on any queue it misses its TTFT. Fail it fast rather than let it take "
-            f"{cost} of chunks from everyone behind it; {pool}. Rule: {rule}.",
-            Q_max, L_p,
-            "A prompt shorter than the backlog limit can meet its TTFT on a replica with a short enough queue; "
-            "raising the limit takes a looser TPOT target (bigger chunks) or more compute per step.")
-    elif s.compare(Q, Q_max) > 0:
-        s.set_regime(
-            "route-elsewhere",
-            f"Behind this backlog its first token would come after {late}, past the {target} target, and holding "
-            "it outside the engine saves nothing: its clock is already running. Admitted here it pays that miss "
-            f"itself and every later arrival pays {cost} more; on an idle replica of the same kind it would make "
-            f"it. Route it to the least-loaded replica whose backlog passes the rule, or fail it fast. Rule: {rule}.",
-            Q_max, Q,
-            "Once the backlog drains below the limit less this prompt, the same request is admitted here; a prompt "
-            "longer than the limit itself is rejected, since no replica like this can make its target.")
+        where = (f"Its prompt alone ({s.text(L_p)}) exceeds the {s.text(Q_max)} a replica like this prefills "
+                 f"within {target}, so no peer makes it either: send it to a prefill-only replica ({alone} alone "
+                 f"on the group), or fail it fast rather than let it take {cost} of chunks from everyone behind it.")
     else:
-        s.set_regime(
-            "admit",
-            f"The backlog with this prompt clears within {late}, inside the {target} TTFT target, while every "
-            f"step stays within the TPOT target; every later arrival waits {cost} more for it. Rule: {rule}.",
-            Q_max, Q,
-            "A longer queue or a longer prompt pushes the backlog past the limit: the request then goes to a less "
-            "loaded replica, or is rejected if its prompt alone exceeds the limit.")
+        where = (f"On an idle peer it would make it: route it to the least-loaded peer whose backlog passes the "
+                 f"rule. Admitted here it misses, and every later arrival pays {cost} more; letting it overtake "
+                 f"the waiting prompts would move that {cost} onto each of them.")
+    route = Side(
+        "route-elsewhere",
+        f"Behind this backlog its first token would come after {late}, past the {target} target, and holding it "
+        f"outside the engine saves nothing: its clock is already running. {where} Rule: {rule}.",
+        "Once the backlog drains below the limit less this prompt, the same request is admitted here; a prompt "
+        "longer than the limit itself needs a prefill-only replica, a looser TPOT target (bigger chunks) or more "
+        "compute per step.")
+    admit = Side(
+        "admit",
+        f"The backlog with this prompt clears within {late}, inside the {target} TTFT target, while every "
+        f"step stays within the TPOT target; every later arrival waits {cost} more for it. Rule: {rule}.",
+        "A longer queue or a longer prompt pushes the backlog past the limit: the request then goes to a less "
+        "loaded peer, or to a prefill-only replica if its prompt alone exceeds the limit.")
+    s.regime_by(Q, Q_max, tie="below", above=route, below=admit)
 
 
 def solve(p, s: Sheet) -> None:
@@ -116,6 +104,10 @@ def solve(p, s: Sheet) -> None:
     t_solo = step_time(s, e, "solo", "prefill alone on an idle group", solo, key="solo_ttft",
                        communication=t_ar_solo, why="no decode batch and no TPOT cap: the whole prompt in one step, "
                        "what a prefill-only replica of the same GPUs gives it")
+    if s.compare(t_solo, T_f) > 0:
+        raise Reject("the TTFT target is shorter than the prompt's prefill alone on the group")
+    Q_more = s.step("backlog_more", "Backlog behind one more waiting prompt", "Q_+", Q + L_p, "tokens",
+                    "the headroom this replica has left: one more prompt ahead of the new one")
 
     s.assume("TPOT is the step time: every running stream gets one token per step. Every chunk token is priced "
              "at attention to its whole prompt (the last chunk's cost), so no step breaks the TPOT target; "
@@ -127,8 +119,10 @@ def solve(p, s: Sheet) -> None:
              "wherever the request waits.")
     s.assume("The delay a later arrival pays is the mean: the new prompt over the prefill rate. In whole steps it "
              "is the floor or the ceiling of prompt ÷ chunk steps, as the later prompt falls in a chunk.")
-    s.assume("The server's peers are replicas like it (the same decode batch): routing elsewhere helps only a "
-             "prompt within the backlog limit; a prefill-only pool is a remedy to weigh, not a peer.")
+    s.assume("The server's peers are replicas like it (the same decode batch): a peer helps only a prompt within "
+             "the backlog limit; past it, routing elsewhere means a prefill-only pool.")
+    s.assume("The TTFT target is one the group can meet with the prompt alone, timed by this step model (not at "
+             "datasheet peak): a target no deployment of these GPUs meets is not a serving target.")
     c_mean = s.evaluate(floor_of((tau - t_x) / ((2 * e.N + e.A * L_p / 2) / e.flop_rate + ar.per_token)))
     s.slip("chunk sized for the mean prompt token (late chunks then break the TPOT target)", on="chunk",
            factor=c_mean / s.value(c_max))
@@ -139,6 +133,6 @@ def solve(p, s: Sheet) -> None:
     s.slip("backlog limit from the TPOT target instead of the TTFT target", on="backlog_limit",
            factor=s.evaluate(floor_of(tau / t_mix)) / s.value(n_max))
 
-    _admission_remedies(s, Q, Q_max, L_p, ttft, T_f, t_solo, t_held, delay)
-    _admission_regime(s, p, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay)
+    _admission_remedies(s, Q, Q_max, Q_more, L_p, ttft, T_f, t_solo, t_held)
+    _admission_regime(s, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay)
 
