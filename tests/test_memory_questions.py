@@ -111,12 +111,26 @@ def test_kv_bytes_per_token_names_the_cap_at_a_tie_as_its_prompt_says(variant):
     assert loose["users"] == 3 < loose["batch_tpot"] and loose["regime"] == "capacity-limited"
 
 
-def test_users_per_gpu_at_8k(variant):
-    """Llama-3-70B on 8 x H100, 8K context, 4 GiB reserve (the keys are pinned in the question file): two TP4
-    replicas hold 55 each, the weights stored twice, so memory caps them below the one group's 164."""
-    results = variant("users-per-gpu@default+context=8192+tpot=50").sheet.results
-    assert results["served_tp4"] == 110 < results["served_tp8"] == 164
-    assert results["tpot_tp8"] == pytest.approx(24.96e-3, rel=1e-3)
+def test_users_per_gpu_refuses_a_full_batch_within_the_tpot(variant):
+    """Reader: where the memory-full batch already meets the TPOT, stage 3's users and TPOT repeat stages 1-2
+    (164 fit at 8K, 29.1 ms under a 50 ms target): such a draw is refused; 2K at 30 ms is past it (37.4 ms)."""
+    with pytest.raises(VariantError, match="already meets the TPOT"):
+        variant("users-per-gpu@default+context=8192+tpot=45")
+    solution = variant("users-per-gpu@default")
+    assert solution.expected["tpot_16"] > solution.param("tpot").value * 1.03
+    assert solution.expected["served"] < solution.expected["users_16"]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_users_per_gpu_batches_are_ones_an_engine_runs(variant, seed):
+    """Reader: a batch of 7,026 is no engine's. The memory-full batch stage 2 prices is at most 4,096 and the
+    served layout's batch per replica at most 1,024 (TensorRT-LLM's peak-throughput tables)."""
+    solution = variant(f"users-per-gpu@{seed}")
+    results = solution.sheet.results
+    assert solution.expected["users_16"] <= 4096
+    best = max((int(k[9:]) for k in results if k.startswith("served_tp")),
+               key=lambda n: (results[f"served_tp{n}"], n))
+    assert solution.expected["served"] / (solution.param("gpus").value // best) <= 1024
 
 
 def test_a_replica_leaves_the_minimal_kv_pool(variant):
@@ -130,25 +144,32 @@ def test_a_replica_leaves_the_minimal_kv_pool(variant):
 
 
 def test_users_per_gpu_refuses_a_near_tie_between_layouts(variant):
-    """Layouts serving users within the answer's 3% are no call to grade: such draws are refused, and over the
-    seeds the two sides are always more than 3% apart."""
+    """Reader: half the decisions were 4-6% apart, inside the step model's own error. Layouts serving users within
+    a tenth of each other are no call to grade: such draws are refused, and over the seeds the two sides are
+    always a tenth or more apart."""
     for seed in range(40):
         results = variant(f"users-per-gpu@{seed}").sheet.results
         wide, split = results[f"served_tp{max(int(k[9:]) for k in results if k.startswith('served_tp'))}"], \
             results["served_split"]
-        assert abs(wide - split) >= 0.03 * max(wide, split), seed
+        assert abs(wide - split) >= 0.1 * max(wide, split), seed
 
 
 def test_users_per_gpu_default_and_its_push(variant, catalog):
-    """1K chat turns at 30 ms (the keys are pinned in the question file): one TP8 group serves 1,013 users (its
-    TPOT caps it below the 1,312 that fit), two TP4 replicas 890 (memory: the weights twice). The push shortens
-    the context and the replicas win."""
+    """2K turns at 30 ms (the keys are pinned in the question file): one TP8 group serves 477 users (its TPOT caps
+    it below the 656 that fit), two TP4 replicas 370 (their TPOT too: each reads its 35 GB of weights a step).
+    The push shortens the context and the replicas win."""
     solution = variant("users-per-gpu@default")
     results = solution.sheet.results
-    assert results["served_tp8"] == 1013 and results["served_tp4"] == 890
-    assert results["fit_tp4"] * 2 == results["served_tp4"] < results["served_tp8"] < results["users_16"]
+    assert results["served_tp8"] == 477 and results["served_tp4"] == 370
+    assert results["batch_tp4"] * 2 == results["served_tp4"] < results["served_tp8"] < results["users_16"]
     pushed = follow_up(solution, catalog).solution
-    assert pushed.param("context").raw < 1024 and pushed.expected["regime"] == "replicas"
+    assert pushed.param("context").raw < 2048 and pushed.expected["regime"] == "replicas"
+
+
+def _users_step_time(model, gpu, n: int, W, N, kv_req, P):
+    """users-per-gpu's t(B): the step model's cards, 80% of HBM bandwidth, 60% of the bf16 peak, 2 ms a step."""
+    bare = _step_time(model, gpu, n, W * Fraction(5, 4), N * Fraction(5, 3), kv_req * Fraction(5, 4), P)
+    return lambda B: bare(B) + Fraction(2, 1000)
 
 
 def _layouts_at_load(p) -> dict[int, tuple[int, Fraction]]:
@@ -165,7 +186,7 @@ def _layouts_at_load(p) -> dict[int, tuple[int, Fraction]]:
         if n > G or 2 * N / n > usable - hbm / 10:
             continue
         fit = math.floor((usable - 2 * N / n) * n / kv_req)
-        t = _step_time(model, gpu, n, 2 * N, N, kv_req, P)
+        t = _users_step_time(model, gpu, n, 2 * N, N, kv_req, P)
         batch = _largest_within(t, _q(p["tpot"]))
         served[n] = (G // n * min(fit, batch), t(min(fit, batch)))
     return served

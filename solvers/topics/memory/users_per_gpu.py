@@ -14,6 +14,7 @@ from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
     fabric_name,
+    given_compute_efficiencies,
     given_hbm_bandwidth,
     given_hbm_bytes,
     given_model_params,
@@ -21,10 +22,16 @@ from solvers.models.common import (
     given_usable_share,
 )
 from solvers.models.kvcache import kv_bytes_per_token
+from solvers.models.steptime import given_step_bandwidth, given_step_overhead
 from solvers.sheetmath import floor_of, max_of, min_of
 from solvers.units import format_number
 
-CLOSE_USERS = sympy.Rational(3, 100)  # the served users' tolerance: layouts this close are no call to grade
+# Layouts within a tenth of each other are no call to grade: the step model's own error (its 80% of bandwidth,
+# 60% of peak, 2 ms of overhead) is larger than the served users' 3% tolerance.
+CLOSE_USERS = sympy.Rational(1, 10)
+MAX_BATCH = 1024  # one engine's batch: TensorRT-LLM's peak-throughput tables (performance.md) go to 1,024
+MAX_FULL_BATCH = 4096  # the memory-full batch whose TPOT stage 2 prices: past this it is no batch anyone sizes
+CLOSE_TPOT = sympy.Rational(3, 100)  # the TPOT's tolerance: a full batch this near the target is no call either
 
 
 @dataclass(frozen=True)
@@ -36,7 +43,7 @@ class _Served:
     tpot: Callable[[sympy.Expr], sympy.Expr]
 
 
-def _layout(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> _Served:
+def _layout(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T, t_oh) -> _Served:
     """G/n replicas of TP n: what one replica holds, what its step carries within the TPOT, and the node's total."""
     terms = all_reduce_terms(s, p.model, p.gpu, n, tp_symbol=s.integer(n))  # one layout among several
     fixed, per = terms.fixed, terms.per_token
@@ -44,9 +51,9 @@ def _layout(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> _Served:
                  floor_of((usable - W / n) / (kv_req / n)), "requests",
                  "each of its GPUs holds 1/n of the weights and of every request")
     within = s.step(f"batch_tp{n}", f"Requests a TP{n} step carries within the TPOT", f"B_T{n}",
-                    max_of(0, floor_of(min_of((T - fixed - W / (n * BW)) / (kv_req / (n * BW) + per),
-                                                 (T - fixed) / (2 * N / (n * P) + per)))),
-                    "requests", "t(B) ≤ T on both sides of the roofline"
+                    max_of(0, floor_of(min_of((T - t_oh - fixed - W / (n * BW)) / (kv_req / (n * BW) + per),
+                                                 (T - t_oh - fixed) / (2 * N / (n * P) + per)))),
+                    "requests", "t(B) ≤ T on both sides of the roofline, the step's overhead paid"
                     + ("" if n == 1 else ", all-reduce latency and traffic included"))
     users = s.step(f"served_tp{n}", f"Users served by {p.gpus // n} × TP{n}", f"U_{n}",
                    (G / n) * min_of(fit, within), "requests",
@@ -54,7 +61,7 @@ def _layout(p, s: Sheet, n: int, G, usable, W, N, kv_req, BW, P, T) -> _Served:
 
     def tpot(load: sympy.Expr) -> sympy.Expr:
         b = load / (G / n)  # each replica's batch
-        return max_of((W / n + b * kv_req / n) / BW, 2 * N * b / (n * P)) + fixed + per * b
+        return max_of((W / n + b * kv_req / n) / BW, 2 * N * b / (n * P)) + fixed + per * b + t_oh
     return _Served(users, tpot)
 
 
@@ -77,6 +84,8 @@ def _layout_regime(s: Sheet, p, layouts: dict[int, _Served], users16, tpot16) ->
         raise Reject("one group and the best replicas serve users within the served users' tolerance: no call")
     one = s.compare(wide.users, split) >= 0
     best = n_wide if one else runner
+    if s.compare(top / (p.gpus // best), MAX_BATCH) > 0:
+        raise Reject(f"the better layout runs over {MAX_BATCH:,} requests a step in a replica: no engine's batch")
     s.step("served", "Users the better layout serves within the TPOT", "U", top, "requests",
            f"{p.gpus // best} × TP{best}" + (": the one group, the weights stored once" if one else
                                             ": replicas, each carrying a smaller all-reduce per request"))
@@ -91,12 +100,13 @@ def _layout_regime(s: Sheet, p, layouts: dict[int, _Served], users16, tpot16) ->
         "one-group",
         alone if not others else
         f"One TP{n_wide} group serves {u_wide} users within the TPOT at {t_wide}, against {u_split} for "
-        f"{p.gpus // runner} × TP{runner}: it stores the weights once, so each GPU keeps more room for KV "
-        f"({fit16} full-context requests at {t16} per token).",
+        f"{p.gpus // runner} × TP{runner}: the full batch of {fit16} is too slow ({t16}), but each narrower replica "
+        "reads its own copy of the weights every step, which leaves it less of the TPOT for requests.",
         "With shorter contexts or a tighter TPOT the step's time, not memory, caps the batch; then the all-reduce "
         "traffic each request adds, which grows with the TP width, lets replicas of a narrower TP serve more.",
-        near=f"One TP{n_wide} group serves {u_wide} users, barely more than the {u_split} of the best split: "
-             "the weights stored once still win, but the all-reduces nearly cancel the gain."),
+        near=f"One TP{n_wide} group serves {u_wide} users against {u_split} for the best split, a clear margin "
+             "but not a wide one: the weights read once per step still win, while the all-reduces take back part "
+             "of the gain."),
         below=Side(
         "replicas",
         f"{p.gpus // runner} × TP{runner} serve {u_split} users within the TPOT at "
@@ -104,8 +114,9 @@ def _layout_regime(s: Sheet, p, layouts: dict[int, _Served], users16, tpot16) ->
         "memory, caps the wide group's batch, and narrower replicas pay less all-reduce per request and per step.",
         "With longer contexts or a looser TPOT memory binds again, and one wide group serves more: it holds one "
         "copy of the weights where replicas hold several.",
-        near=f"The best split serves {u_split} users, barely more than one TP{n_wide} group's {u_wide}: the two "
-             "are close, and a small change in context or TPOT flips the choice."))
+        near=f"The best split, {p.gpus // runner} × TP{runner}, serves {u_split} users against one TP{n_wide} "
+             f"group's {u_wide}, a clear margin but not a wide one: at this context the all-reduce each request "
+             "adds to the wide group outweighs the weights the replicas read again."))
 
 
 def solve(p, s: Sheet) -> None:
@@ -132,6 +143,8 @@ def solve(p, s: Sheet) -> None:
                      "what the weights leave on each GPU over each GPU's share of one request")
     if s.value(users16) < 1:
         raise Reject("the bf16 weights leave no room for a request even over the whole node")
+    if s.compare(users16, MAX_FULL_BATCH) > 0:
+        raise Reject(f"over {MAX_FULL_BATCH:,} full-context requests fit: no engine runs a batch that large")
     s.step("users_8", "Full-context requests, one fp8 group (weights and KV)", "B_8",
                     floor_of((usable - w16 * b8 / b16) / (kv16 * b8 / b16)), "requests",
                     "one byte per element halves the weights and every request's KV")
@@ -146,16 +159,21 @@ def solve(p, s: Sheet) -> None:
         raise Reject("only one group over all the GPUs holds the bf16 weights beside a KV pool: no split to choose")
     n_min = s.step("tp_min_16", "Smallest deployable TP for bf16", "n_min", sympy.Integer(first), "",
                    "the first power of two at or above n_fit: a TP group must split the heads evenly")
-    BW = given_hbm_bandwidth(s, p.gpu)
-    P = given_peak_flops(s, p.gpu, "bf16")
+    BW = given_hbm_bandwidth(s, p.gpu) * given_step_bandwidth(s)  # what a decode step's reads reach
+    eta_c, _ = given_compute_efficiencies(s, p.gpu, "bf16", "bf16")
+    P = given_peak_flops(s, p.gpu, "bf16") * eta_c  # what its matmuls reach
+    t_oh = given_step_overhead(s)
     t_ar = tp_all_reduce(s, p.model, p.gpu, p.gpus, users16, tag="wide", label="full batch", tp_symbol=G)
     tpot16 = s.step("tpot_16", "TPOT of the full bf16 batch, one group", "t_16",
-                    max_of((W / G + users16 * kv16) / BW, 2 * N * users16 / (G * P)) + t_ar, "ms",
-                    "each GPU reads its weights and its share of every request's KV (card: roofline-time), "
-                    "plus the all-reduces")
+                    max_of((W / G + users16 * kv16) / BW, 2 * N * users16 / (G * P)) + t_ar + t_oh, "ms",
+                    "each GPU reads its weights and its share of every request's KV at the share of bandwidth a "
+                    "decode step reaches, or does its math at the share of peak its matmuls reach, whichever is "
+                    "longer, plus the all-reduces and the step's overhead")
     s.slip("the all-reduces left out", s.evaluate(tpot16 - t_ar) / s.value(tpot16), on="tpot_16")
     T = s.param("T", "tpot")
-    layouts = {n: _layout(p, s, n, G, usable, W, N, kv_req, BW, P, T)
+    if s.compare(tpot16, T * (1 + CLOSE_TPOT)) <= 0:
+        raise Reject("the full batch already meets the TPOT: the served users would repeat what fits")
+    layouts = {n: _layout(p, s, n, G, usable, W, N, kv_req, BW, P, T, t_oh)
                for n in (2**k for k in range(int(math.log2(p.gpus)) + 1)) if s.compare(n, n_min) >= 0}
     if s.value(layouts[p.gpus].users) < 1:
         raise Reject("no layout meets the TPOT target with one request")
@@ -163,10 +181,11 @@ def solve(p, s: Sheet) -> None:
              f"a reserve of {format_number(p.reserve / 2**30)} GiB for activations, CUDA graphs and NCCL buffers.")
     s.assume("Weights and KV heads split evenly over a TP group; no TP here exceeds the 8 KV heads, so none "
              "is replicated. Replicas of a narrower TP each hold a full copy of the weights.")
-    s.assume("Every request holds its full context. Step time: the card's roofline at datasheet peak, 2 FLOPs "
-             f"per parameter per token, plus the TP all-reduces over {fabric_name(p.gpu)} (card: tp-all-reduce); "
+    s.assume("Every request holds its full context. Step time: the bank's step model, the reads at 80% of HBM "
+             "bandwidth or 2 FLOPs per parameter per token at 60% of the bf16 peak, whichever is longer, plus the "
+             f"TP all-reduces over {fabric_name(p.gpu)} (card: tp-all-reduce) and 2 ms of overhead a step; "
              "attention's FLOPs are left out (its KV reads are counted: decode reads far more than it computes "
-             "there), and so is the step's fixed overhead, the same for every layout, so it decides nothing.")
+             "there).")
     s.slip("/n: requests per GPU, not per TP group", 1 / p.gpus, on=("users_16", "users_8"))
     s.slip("x n: the whole request's KV, not one GPU's share", p.gpus, on="kv_per_request_gpu")
     s.slip("x layers: one layer's KV instead of all of them", 1 / p.model.layers, on="kv_per_request_gpu")

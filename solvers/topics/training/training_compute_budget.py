@@ -9,7 +9,7 @@ from solvers.models.training import ADAM_FP32_COPIES, FLOPS_PER_PARAM_TOKEN, lea
 from solvers.sheetmath import min_of
 from solvers.units import figures_against, format_number, format_quantity
 
-MAX_FAILURE_LOSS = 0.4  # a plan that loses 40% of its wall-clock to failures is not one anyone runs
+MAX_FAILURE_LOSS = 0.3  # a plan that loses 30% of its wall-clock to failures is not one anyone runs
 TOO_CLOSE = sympy.Rational(3, 100)  # the wall-clock's tolerance: a schedule this near its deadline is no call
 
 
@@ -24,17 +24,18 @@ def _schedule_levers(s: Sheet, v: dict[str, sympy.Symbol], shorter: sympy.Expr) 
     """Which changes shorten the schedule: each one re-solved on the same wall-clock equation."""
     T_c, C, tau, a, R, W = (v[k] for k in ("T_c", "C", "tau", "a", "R", "W"))
     now = s.text(W)
-    options = (  # (option, compute days, checkpoint interval, interruptions per day, restart time)
-        ("checkpointing twice as often", T_c, tau / 2, a, R),
-        ("checkpointing half as often", T_c, 2 * tau, a, R),
-        ("halving the restart time", T_c, tau, a, R / 2),
-        ("four times the GPUs (same MFU)", T_c / 4, tau, 4 * a, R),  # and four times the interruptions
+    options = (  # (option, compute days, stall, checkpoint interval, interruptions per day, restart time)
+        ("checkpointing twice as often", T_c, C, tau / 2, a, R),
+        ("checkpointing half as often", T_c, C, 2 * tau, a, R),
+        ("halving the restart time", T_c, C, tau, a, R / 2),
+        ("asynchronous checkpoint saves (no stall)", T_c, 0, tau, a, R),
+        ("four times the GPUs (same MFU)", T_c / 4, C, tau, 4 * a, R),  # and four times the interruptions
     )
-    for option, days, interval, rate, restart in options:
+    for option, days, stall, interval, rate, restart in options:
         if s.compare(rate * (restart + interval / 2), 1) >= 0:
             s.judge("levers", option, False, "interruptions would come faster than the work between them: no end")
             continue
-        wall = _wall_clock(days, C, interval, rate, restart)
+        wall = _wall_clock(days, stall, interval, rate, restart)
         saved = 1 - s.evaluate(wall / W)
         sig = figures_against(saved, s.value(shorter), sig=4)  # 4.9996% shorter must not read as the 5% it misses
         s.judge("levers", option, s.compare(wall, (1 - shorter) * W) <= 0,
@@ -75,27 +76,30 @@ def _schedule_regime(s: Sheet, W, T_dl, T_c) -> None:
     if s.compare(abs(W - T_dl), TOO_CLOSE * T_dl) < 0:
         raise Reject("the schedule lands within the wall-clock's tolerance of its deadline: no call to grade")
     wall, deadline, compute = (s.text(x) for x in (W, T_dl, T_c))
+    lost, allowed = (format_quantity(s.evaluate(x), "days") for x in (W - T_c, T_dl - T_c))
     s.regime_by(W, T_dl, tie="below", below=Side(
         "fits-deadline",
         f"{compute} of compute stretch to {wall} with checkpoints and failures, within the deadline of "
-        f"{deadline}: the schedule survives its own arithmetic.",
-        "Past the deadline the fix is more GPUs (which also fail more often), a higher MFU, fewer tokens, or "
-        "less time lost per failure: faster restarts, a checkpoint interval nearer √(2·C·MTBF).",
-        near=f"{compute} of compute stretch to {wall} against a deadline of {deadline}: it fits, with almost "
-             "no slack; one bad week of failures or a few points of MFU and it slips."),
+        f"{deadline}: the {lost} they take fit the {allowed} allowed.",
+        "Past the deadline the fix is less time lost per failure (faster restarts, a checkpoint interval nearer "
+        "√(2·C·MTBF)), a shorter checkpoint stall, or more compute slack: more GPUs (which also fail more often), "
+        "a higher MFU, fewer tokens.",
+        near=f"{compute} of compute stretch to {wall} against a deadline of {deadline}: it fits with "
+             f"little to spare: {lost} of the {allowed} allowed go to checkpoints and failures, and one bad "
+             "stretch of failures would use the rest."),
         above=Side(
         "misses-deadline",
         f"{compute} of compute stretch to {wall} with checkpoints and failures, past the deadline of "
-        f"{deadline}.",
-        "Within the deadline the slack absorbs the failures; here the schedule needs more GPUs (more "
-        "failures per day too), a higher MFU, fewer tokens, or less time lost per failure.",
-        near=f"{compute} of compute stretch to {wall}, just past the deadline of {deadline}: the time lost to "
-             "failures is the difference, so faster restarts or a better checkpoint interval would save it."))
+        f"{deadline}: they take {lost}, more than the {allowed} allowed.",
+        "Within the deadline the allowance absorbs the stalls and failures; here the plan needs less time lost "
+        "per failure, a shorter stall, or more compute slack (more GPUs, which fail more often too).",
+        near=f"{compute} of compute stretch to {wall}, just past the deadline of {deadline}: checkpoints and "
+             f"failures take {lost} against the {allowed} allowed."))
 
 
 def solve(p, s: Sheet) -> None:
-    N, D, G, u, T_dl = (s.param(sym, name) for sym, name in (
-        ("N", "params"), ("D", "tokens"), ("G", "gpus"), ("MFU", "mfu"), ("T_dl", "deadline")))
+    N, D, G, u, slack = (s.param(sym, name) for sym, name in (
+        ("N", "params"), ("D", "tokens"), ("G", "gpus"), ("MFU", "mfu"), ("s_D", "slack")))
     P = given_peak_flops(s, p.gpu, "bf16")
     I_ref, T_ref, G_ref = (s.param(sym, name) for sym, name in (
         ("I_ref", "ref_interruptions"), ("T_ref", "ref_days"), ("G_ref", "ref_gpus")))
@@ -161,6 +165,8 @@ def solve(p, s: Sheet) -> None:
     s.slip("a whole interval rewound per failure, not half", on="lost_per_failure",
            factor=(p.restart + p.ckpt_interval) / (p.restart + p.ckpt_interval / 2))
 
+    T_dl = s.step("deadline", "Deadline", "T_dl", T_c * (1 + slack), "days",
+                  "the compute days plus the allowance the plan keeps for checkpoints and failures")
     _schedule_levers(s, {"T_c": T_c, "C": C, "tau": tau, "a": a, "R": R, "W": W}, s.param("s_L", "shorter"))
     _schedule_regime(s, W, T_dl, T_c)
 
