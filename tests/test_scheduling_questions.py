@@ -126,7 +126,7 @@ def chunked_by_hand(solution):
     remedies = {"the TPOT-capped budget": ttft <= ttft_target,
                 "half the TPOT-capped budget, for smoother streams": ttft_half <= ttft_target,
                 "twice the TPOT-capped budget, while this prompt prefills": False,
-                "no budget beside the streams: only a prefill-only replica of the same GPUs": ttft > ttft_target}
+                "none of the budgets beside the streams: the prompt needs a prefill-only replica": ttft > ttft_target}
     return {
         "decode_step": g.time(B, B * S, B * S) + g.allreduce(B),
         "stall": g.time(B + P, B * S + P**2 / 2, B * S) + g.allreduce(B + P),

@@ -56,7 +56,7 @@ def _chunk_remedies(s: Sheet, ttft, ttft_half, T_f, t_solo, c_max) -> None:
             f"against {target}")
     s.judge(key, "twice the TPOT-capped budget, while this prompt prefills", False,
             f"any chunk past {s.text(c_max)} breaks every running stream's TPOT while the prompt runs", fact=True)
-    s.judge(key, "no budget beside the streams: only a prefill-only replica of the same GPUs", not meets,
+    s.judge(key, "none of the budgets beside the streams: the prompt needs a prefill-only replica", not meets,
             f"alone on the group, in one step, its prefill takes {alone}, against {target}"
             + ("; beside the streams the TPOT-capped budget makes it too" if meets else
                f"; beside the streams even the largest budget TPOT allows takes {s.text(ttft)}"))
