@@ -22,6 +22,7 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
         "fp4_dense_tflops": (_NUMBER, False), "hbm_gb": (_NUMBER, True), "hbm_mib": (int, False),
         "hbm_tb_s": (_NUMBER, True),
         "nvlink_gb_s": (_NUMBER, False), "nvlink_domain": (int, False), "tdp_w": (_NUMBER, False), "sms": (int, False),
+        "mesh_links": (int, False),  # a scale-up domain of direct links with no switch: the links a GPU has
         "fabric": (str, False),  # the scale-up fabric's name, where it is not NVLink
         # Per-SM figures for the kernel questions (units in the names; see hardware.yaml's header).
         "tensor_clock_ghz": (_NUMBER, False), "bf16_flop_per_clk_sm": (int, False), "fp8_flop_per_clk_sm": (int, False),

@@ -50,3 +50,17 @@ def test_tp_within_scale_up_reads_the_gpus_own_domain(catalog):
     assert rule.check({"tp": 16, "gpu": gb200}) is None
     assert "8-GPU NVLink domain" in rule.check({"tp": 16, "gpu": h100})
     assert rule.check({"tp": 8}) is None and rule.check({"tp": 16}) is not None
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_a_mesh_fabric_gives_a_narrow_group_only_the_links_among_its_gpus(catalog, tp):
+    """MI300X's Infinity Fabric is 7 direct links of 64 GB/s each way, no switch: a TP group of n uses the n − 1
+    links among its members (64, 192, 448 GB/s). NVLink's switch gives any group its full 450 GB/s."""
+    model, mi300x, h100 = (catalog.get("models", "llama-3-70b"), catalog.get("gpus", "mi300x"),
+                           catalog.get("gpus", "h100-sxm"))
+    s = Sheet()
+    mesh = tp_all_reduce(s, model, mi300x, tp, 100, tag="d", label="decode step")
+    assert s.value(mesh) == pytest.approx(ring(80, 100, 8192, tp, 64e9 * (tp - 1), 10e-6))
+    s = Sheet()
+    switched = tp_all_reduce(s, model, h100, tp, 100, tag="d", label="decode step")
+    assert s.value(switched) == pytest.approx(ring(80, 100, 8192, tp, 450e9, 10e-6))

@@ -33,6 +33,14 @@ def link_bandwidth(s: Sheet, gpu: Record, tp: int, nic: Record | None = None, gr
     """Bandwidth each direction of the link a TP group's ring runs over. `group` names the symbol
     apart where one sheet prices several groups (two GPU types, two TP widths)."""
     symbol = _suffix("BW_link", group)
+    if not crosses_domain(gpu, tp) and gpu.get("mesh_links") and tp - 1 < gpu.mesh_links:
+        # A mesh has no switch: a group narrower than the domain reaches its members over its own links only.
+        per_link = gpu.nvlink_gb_s * 1e9 / 2 / gpu.mesh_links
+        links = "link" if tp == 2 else "links"
+        # Named by the group's width: a sheet that prices several widths has a link for each.
+        return s.given(_suffix(f"BW_link{tp}", group), per_link * (tp - 1), "GB/s",
+                       f"{gpu.name} {fabric_name(gpu)} each direction over the {tp - 1} direct {links} among the "
+                       f"group's GPUs ({gpu.mesh_links} a GPU, {per_link / 1e9:g} GB/s each way)")
     if not crosses_domain(gpu, tp):
         return given_nvlink(s, gpu, symbol)
     if nic is None:
