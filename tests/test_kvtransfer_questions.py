@@ -1,4 +1,4 @@
-"""Checks for the KV transfer questions: recompute-vs-fetch."""
+"""Checks for the KV transfer questions: recompute-vs-fetch and pd-transfer-bandwidth."""
 from __future__ import annotations
 
 import pytest
@@ -181,24 +181,51 @@ def _peaks(gpu, weight_dtype: str, kv_dtype: str) -> tuple[float, float]:
     return peak(weight_dtype), peak(kv_dtype) or peak("bf16")
 
 
+def _prefill_by_hand(p, *, speed: float = 1, nvlink: float = 1) -> float:
+    """A prompt's prefill from the datasheet and the config: the slower of one read of a GPU's weights (every
+    expert's) at 80% of HBM and the math (`speed` times the peaks), then the all-reduces (`nvlink` times the link)."""
+    model, gpu, tp = p["model"], p["gpu"], int(p["tp"])
+    n = model.get("active_params_b", model.params_b) * 1e9
+    peak, att_peak = _peaks(gpu, p["weight_dtype"], p["kv_dtype"])
+    attention = 4 * model.layers * model.heads * model.head_dim * p["prompt"] / 2
+    math = p["prompt"] * (2 * n / peak + attention / att_peak) / (tp * p["mfu"] * speed)
+    read = model.params_b * 1e9 * (1 if p["weight_dtype"] == "fp8" else 2) / (tp * 0.8 * gpu.hbm_tb_s * 1e12)
+    return max(read, math) + _all_reduces(model.layers, model.hidden, tp, nvlink * gpu.nvlink_gb_s * 1e9, p["prompt"])
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_pd_transfer_matches_plain_arithmetic(variant, seed):
     solution = variant(f"pd-transfer-bandwidth@{seed}")
     p, expected = _params(solution), solution.expected
-    model, gpu = p["model"], p["gpu"]
+    model = p["model"]
     n = model.get("active_params_b", model.params_b) * 1e9
     kv = _kv_per_token(model) * (0.5 if p["kv_dtype"] == "fp8" else 1)
-    peak, att_peak = _peaks(gpu, p["weight_dtype"], p["kv_dtype"])
-    attention = 4 * model.layers * model.heads * model.head_dim * p["prompt"] / 2
+    peak, _ = _peaks(p["gpu"], p["weight_dtype"], p["kv_dtype"])
     tp = int(p["tp"])
-    prefill = (p["prompt"] * (2 * n / peak + attention / att_peak) / (tp * p["mfu"])
-               + _all_reduces(model.layers, model.hidden, tp, gpu.nvlink_gb_s * 1e9, p["prompt"]))
+    prefill = _prefill_by_hand(p)
     rate = p["prompt"] * kv / tp / prefill
+    assert expected["prefill_time"] == pytest.approx(prefill)
     assert expected["per_gpu"] == pytest.approx(rate)
     assert expected["per_gpu_bound"] == pytest.approx(p["mfu"] * peak * kv / (2 * n))
     need = p["fan_in"] * rate
-    assert expected["decode_need"] == pytest.approx(need)
+    assert expected["link_share"] == pytest.approx(need / p["link"])
     assert expected["regime"] == ("link-breaks" if need > p["link"] else "link-suffices")
+    # One request: the fan-in's shares after the prefill; streamed, a two-stage pipeline over the layers.
+    sent = p["fan_in"] * p["prompt"] * kv / tp / p["link"]
+    assert expected["transfer_time"] == pytest.approx(sent)
+    layer, link_layer = prefill / model.layers, sent / model.layers
+    finish = (layer + model.layers * link_layer if link_layer >= layer else model.layers * layer + link_layer)
+    assert expected["streamed_time"] == pytest.approx(finish - prefill)
+
+
+def test_streaming_hides_the_transfer_only_while_the_link_keeps_up(variant):
+    """Streamed, a link that keeps up shows only the last layer's share; one that breaks shows its whole backlog
+    (the transfer less the prefill it overlapped): TTFT grows with the shortfall."""
+    fits = variant("pd-transfer-bandwidth@default").expected
+    assert fits["streamed_time"] == pytest.approx(fits["transfer_time"] / 80)
+    short = variant("pd-transfer-bandwidth@default+link=12.5").expected
+    backlog = short["transfer_time"] - short["prefill_time"] * 79 / 80
+    assert short["streamed_time"] == pytest.approx(backlog) and backlog > short["transfer_time"] / 80
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -209,25 +236,34 @@ def test_longer_prompts_judged_as_solving_them(variant, seed):
     if 4 * p["prompt"] > p["model"].max_context:
         return
     longer = variant(f"pd-transfer-bandwidth@{seed}+prompt={int(4 * p['prompt'])}").sheet
-    holds = "prompts four times as long" in solution.expected["breakers"]
+    holds = solution.sheet.judged("breakers")["prompts four times as long"]
     assert holds == (longer.regime.name != solution.sheet.regime.name)
 
 
 @pytest.mark.parametrize("seed", range(7001, 7041))
 def test_fp8_cache_judged_as_solving_it(variant, seed):
     """'an fp8 KV cache' is the verdict of the variant with one: half the bytes, and attention at the fp8 peak
-    (matmul-precision), so the prefill that makes the KV is faster too; already fp8, nothing changes."""
+    (matmul-precision), so the prefill that makes the KV is faster too; already fp8, it is not listed."""
     solution = variant(f"pd-transfer-bandwidth@{seed}")
-    option = "an fp8 KV cache (half the bytes per token, if bf16 now)"
-    holds = option in solution.expected["breakers"]
+    option = "an fp8 KV cache (half the bytes per token, attention at the fp8 peak)"
+    judged = solution.sheet.judged("breakers")[option]
     if _params(solution)["kv_dtype"] == "fp8":
-        assert not holds
+        assert judged is None and option not in solution.shown["breakers"]
         return
     try:
         fp8 = variant(f"pd-transfer-bandwidth@{seed}+kv_dtype=fp8").sheet
     except VariantError:  # the fp8 variant is refused (every breaker on one side): nothing to compare
         return
-    assert holds == (fp8.regime.name != solution.sheet.regime.name)
+    assert judged == (fp8.regime.name != solution.sheet.regime.name)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_link_options_judged_against_the_flow(variant, seed):
+    """Half or twice the link: the same flow against the new link."""
+    solution = variant(f"pd-transfer-bandwidth@{seed}")
+    share, judged = solution.expected["link_share"], solution.sheet.judged("breakers")
+    assert judged["half this link bandwidth (a NIC shared with other traffic)"] == (share <= 1 < 2 * share)
+    assert judged["twice this link bandwidth"] == (share / 2 <= 1 < share)
 
 
 FASTER = "GPUs with four times the FLOP/s and twice the NVLink bandwidth (Blackwell at fp8 against Hopper at bf16)"
@@ -242,16 +278,10 @@ def test_four_times_the_flops_leaves_the_all_reduce_latency(variant):
 
 @pytest.mark.parametrize("seed", range(30))
 def test_faster_gpus_judged_by_plain_arithmetic(variant, seed):
-    """4x the peak, 2x the NVLink, the same 10 us per all-reduce: the prefill time redone from scratch."""
+    """4x the peak, 2x the NVLink, the same 10 us per all-reduce and the same HBM: the prefill redone from scratch."""
     solution = variant(f"pd-transfer-bandwidth@{seed}")
     p = _params(solution)
-    model, gpu, tp = p["model"], p["gpu"], int(p["tp"])
-    n = model.get("active_params_b", model.params_b) * 1e9
-    kv = _kv_per_token(model) * (0.5 if p["kv_dtype"] == "fp8" else 1)
-    peak, att_peak = _peaks(gpu, p["weight_dtype"], p["kv_dtype"])
-    attention = 4 * model.layers * model.heads * model.head_dim * p["prompt"] / 2
-    prefill = (p["prompt"] * (2 * n / peak + attention / att_peak) / (4 * tp * p["mfu"])
-               + _all_reduces(model.layers, model.hidden, tp, 2 * gpu.nvlink_gb_s * 1e9, p["prompt"]))
-    need = p["fan_in"] * p["prompt"] * kv / tp / prefill
-    short = solution.expected["decode_need"] > p["link"]
-    assert (FASTER in solution.expected["breakers"]) == ((need > p["link"]) != short)
+    kv = _kv_per_token(p["model"]) * (0.5 if p["kv_dtype"] == "fp8" else 1)
+    need = p["fan_in"] * p["prompt"] * kv / int(p["tp"]) / _prefill_by_hand(p, speed=4, nvlink=2)
+    short = solution.expected["link_share"] > 1
+    assert solution.sheet.judged("breakers")[FASTER] == ((need > p["link"]) != short)
