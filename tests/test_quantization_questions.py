@@ -16,13 +16,29 @@ from solvers.models.fp8 import E4M3, amax_scale, quantize, sqnr_db
 FORMAT_LEVER = "the other FP8 format, same calibration and headroom, leaves clipping less likely than not"
 
 
-def test_fp8_kv_cache_safe_variants_are_not_all_true(variant):
-    """In the safe half the right set must not be "every option": the other format's rounding fails one way."""
-    for seed in range(40):
-        levers = variant(f"fp8-kv-cache@{seed}").sheet.results["levers"]
-        assert not all(levers.values()) and any(levers.values())
-        assert levers["the other FP8 format halves the unit roundoff"] != levers[
-            "the other FP8 format widens the normal range by more than {binades} binades"]
+ROUNDING_FACT = "a scale four times larger leaves a normal entry's rounding error where it is"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_fp8_kv_cache_levers_judged_by_the_even_point(variant, seed):
+    """Each change alone against the even context n·h^ν, in plain floats (the solver decides in fractions):
+    the clipping levers move with the variant, rounding's indifference to the scale is the one fact, and
+    no draw makes every option hold."""
+    solution = variant(f"fp8-kv-cache@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    N, n, h, nu = p["context"], p["calib_tokens"], p["headroom"], p["tail_index"]
+    levers = solution.sheet.results["levers"]
+    expect = {
+        "twice the headroom (the same calibration) leaves clipping less likely than not": N < n * (2 * h) ** nu,
+        "half the headroom (the same calibration) leaves clipping less likely than not": N < n * (h / 2) ** nu,
+        "{more_calibration} times the calibration tokens leave clipping less likely than not": N < 16 * n * h**nu,
+        "a context an eighth as long leaves clipping less likely than not": N / 8 < n * h**nu,
+        "a context {longer_context} times as long leaves clipping less likely than not": 32 * N < n * h**nu,
+        FORMAT_LEVER: N < n * h**nu,
+        ROUNDING_FACT: True,
+    }
+    assert levers == expect
+    assert not all(levers[o] for o in solution.shown["levers"])
 
 
 def test_fp8_kv_cache_vllm_headroom_is_not_drawn_for_e5m2(variant):
@@ -77,6 +93,9 @@ def test_fp8_kv_cache_regime_follows_the_probability(variant):
 
 # --- kv-quant-keys-vs-values ---------------------------------------------------------------
 
+ROPE = ("after RoPE, an outlier pair that turns fast across a group of tokens spreads its offset over the group's "
+        "range, and per-channel scales lose their edge")
+
 
 def test_kv_quant_options_follow_the_variant(variant):
     """The first version's "per-channel values cut >2×" and "a key waits for 32 tokens" never changed; their
@@ -87,20 +106,31 @@ def test_kv_quant_options_follow_the_variant(variant):
     assert "26%" in short.reasons["facts"][window]
 
 
-def test_kv_quant_prompt_asks_for_the_estimate_the_key_is(variant):
+def test_kv_quant_asks_for_the_estimate_the_key_is(variant):
     """The keys are step/√12 with a group's range the full spread, and first-order roads: at 2 bits the exact
     per-token RMS is ~2.9 (the ±1 channels all round to the inner levels) against the estimate's 2.12, so the
-    prompt must ask for the estimate, and say the spread is uniform (σ_v = 1/√3 rests on it)."""
+    answers' labels ask for the estimate and the first order, the hints say the range, and the opening says the
+    spread is uniform (σ_v = 1/√3 rests on it)."""
     solution = variant("kv-quant-keys-vs-values@default")
-    prompt = " ".join(solution.question.prompt.split())
-    assert "step/√12, a group's range its full spread" in prompt and "first order" in prompt
-    assert "uniform over ±1" in prompt
+    opening = solution.question.stages[0]
+    assert "uniform over ±1" in " ".join(opening.say.split())
+    assert any("step/√12, the group's range its full spread" in hint for hint in opening.hints)
     # The key's token range runs from −α−1 to α+1: outliers both ways, inside the scale's group of 128 channels.
-    solved = solution.prompt
-    assert "two sit offset at +10 and two at −10" in solved and "a per-token scale spanning the head" in solved
+    assert "two key channels a head sit at +10, two at −10" in " ".join(solution.prompt.split())
+    assert any("A per-token scale spans the head" in hint for hint in opening.hints)
     labels = {a.key: a.label for a in solution.question.answers}
     assert "estimate" in labels["key_error_token"] and "first order" in labels["roads_token"]
+    assert "first order" in labels["roads_channel"]
     assert "bf16 size over this cache" in labels["compression"]  # 4.7×, not the cache's 21% share of bf16
+
+
+def test_kv_quant_rope_is_the_selects_one_fact(variant):
+    """Per-channel keys rest on an outlier keeping its offset across a group of tokens: the select's one declared
+    fact says where that fails (fast-turning pairs after RoPE), and an assumption says where the key holds."""
+    sheet = variant("kv-quant-keys-vs-values@default").sheet
+    assert sheet.facts["facts"] == {ROPE}
+    assert sheet.judged("facts")[ROPE] is True and "KVQuant" in sheet.reasons["facts"][ROPE]
+    assert any("before RoPE" in text for text in sheet.assumptions)
 
 
 @pytest.mark.parametrize("code", ["default+bits=4", "default+bits=4+q_scale=2", "default+bits=4+outlier=3",

@@ -19,14 +19,16 @@ from solvers.models.steptime import given_step_bandwidth
 from solvers.sheetmath import max_of
 from solvers.units import format_number, format_quantity
 
+TOO_CLOSE = 0.03  # a flow within 3% of the link: too close to call
+
 BREAKERS = (
     "an MHA model of the same size (as many KV heads as query heads)",
     "GPUs with four times the FLOP/s and twice the NVLink bandwidth (Blackwell at fp8 against Hopper at bf16)",
-    "an MHA model of the same size, and GPUs with four times the FLOP/s and twice the NVLink bandwidth",
     "four times as many prefill GPUs feeding each decode GPU",
     "prompts four times as long",
-    "an fp8 KV cache (half the bytes per token, if bf16 now)",
-    "twice the link bandwidth",
+    "an fp8 KV cache (half the bytes per token, attention at the fp8 peak)",
+    "half this link bandwidth (a NIC shared with other traffic)",
+    "twice this link bandwidth",
 )
 
 
@@ -69,20 +71,20 @@ def _link_breakers(s: Sheet, p, *, need, link, N, A, T, TP, mfu, read) -> None:
              if p.tp > 1 else f"{x(blackwell)}x the tokens per second, each with the same KV")
     if s.compare(read, math(T, 4)) > 0:
         speed += ", and the pass then waits on its weight read (HBM as it is)"
-    mha, faster, both, fan, long_prompts, fp8_kv, nic = BREAKERS
-    cases = (
+    mha, faster, fan, long_prompts, fp8_kv, nic, wider = BREAKERS
+    cases = [
         (mha, verdict(groups), heads),
         (faster, verdict(blackwell), speed),
-        (both, verdict(groups * blackwell), f"{heads}, and {x(blackwell)}x the tokens per second"),
         (fan, verdict(4), "four times the senders into the same link"),
         (long_prompts, verdict(longer),
          "more attention FLOPs per token: the KV comes out slower" if s.compare(longer, 1) < 0 else
          "the all-reduces' fixed latency spread over more tokens outweighs the extra attention: the KV comes "
          "out faster"),
-        (fp8_kv, verdict(fp8_cache),
-         f"half the bytes per token, and attention at the fp8 peak: {x(fp8_cache)}x the KV rate"
-         if p.kv_dtype == "bf16" else "already fp8: nothing changes"),
-        (nic, verdict(1, 2 * link), "twice the link for the same flow"))
+        (nic, verdict(1, link / 2), "half the link for the same flow"),
+        (wider, verdict(1, 2 * link), "twice the link for the same flow")]
+    if p.kv_dtype == "bf16":  # an fp8 cache is no change where the cache is fp8 already: not listed there
+        cases.append((fp8_kv, verdict(fp8_cache),
+                      f"half the bytes per token, and attention at the fp8 peak: {x(fp8_cache)}x the KV rate"))
     short = s.compare(need, link) > 0
     flips = [(option, breaks != short, numbers, why) for option, (breaks, numbers), why in cases]
     if len({flipped for _, flipped, _, _ in flips}) == 1:
@@ -91,6 +93,8 @@ def _link_breakers(s: Sheet, p, *, need, link, N, A, T, TP, mfu, read) -> None:
         now = ("the link comes up short" if not short else "the flow fits") if flipped else \
             ("it stays short" if short else "it still fits")
         s.judge("breakers", option, flipped, f"{why}: {numbers}: {now}")
+    if p.kv_dtype != "bf16":
+        s.judge("breakers", fp8_kv, None, "the cache is fp8 already: nothing to change")
 
 
 def _link_regime(s: Sheet, need, link, bound, k, request) -> None:
@@ -158,8 +162,19 @@ def solve(p, s: Sheet) -> None:
                    "attention, the weight read and the all-reduces only add time, so no prompt length needs more")
     need = s.step("decode_need", "KV a decode GPU's link carries per second", "b_D", k * b, "GB/s",
                   "each decode GPU takes the KV of the prefill GPUs that feed it")
-    s.step("link_share", "Share of the decode GPU's link", "u", need / link, "%",
-           "what the transfer leaves for everything else on that link")
+    share = s.step("link_share", "Share of the decode GPU's link", "u", need / link, "%",
+                   "what the transfer leaves for everything else on that link")
+    if abs(s.evaluate(share) - 1) < TOO_CLOSE:
+        raise Reject("the flow is within 3% of the link: whether it holds would turn on the model's constants")
+    # One request's KV: its decode GPU takes the shares of the prefill GPUs that feed it, k at once over one link.
+    L = given_config(s, model, "layers")
+    t_x = s.step("transfer_time", "Transfer of one request's KV, sent after its prefill", "t_x", k * T * KV / link,
+                 "ms", "the fan-in's shares of the prompt's KV over the decode GPU's link, all after the prefill: "
+                 "the link's share times the prefill time")
+    streamed = s.step("streamed_time", "What the transfer adds to TTFT, streamed layer by layer", "t_s",
+           max_of(t_x / L, t_x - t_pre + t_pre / L), "ms",
+           "a pipeline of L layers: each layer's KV leaves as the next layer computes, so only the last layer's "
+           "transfer shows, unless the link is the slower stage and the backlog shows too")
     _link_breakers(s, p, need=need, link=link, N=N, A=A, T=T, TP=TP, mfu=mfu, read=read)
 
     s.assume("Prefill runs back to back on every prefill GPU, one prompt a pass, its matmuls at the given efficiency "
@@ -176,6 +191,10 @@ def solve(p, s: Sheet) -> None:
              "slow the prefill a little and the KV rate with it.")
     s.slip("Gb/s and GB/s mixed up", on="link_share", factor=8.0)
     s.slip("the whole token's KV per GPU (TP forgotten)", on="per_gpu", factor=p.tp)
-    s.slip("the fan-in forgotten", on="decode_need", factor=1 / p.fan_in)
+    s.slip("the fan-in forgotten", on="link_share", factor=1 / p.fan_in)
+    s.slip("the whole request's KV over one decode GPU's link", on="transfer_time",
+           factor=s.evaluate(kv_tok / (k * KV)))
+    s.slip("the whole transfer, as if nothing overlapped the prefill", on="streamed_time",
+           factor=s.evaluate(t_x / streamed))
     _link_regime(s, need, link, bound, k, request)
 

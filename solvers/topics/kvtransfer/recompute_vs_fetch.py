@@ -1,14 +1,20 @@
 """Recompute a cached prefix or fetch its KV - one ratio, and where it flips."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
+from solvers.models.collective import all_reduce_terms
 from solvers.models.common import (
+    attention_dtype,
     compute_efficiency,
     dtype_bytes,
+    given_compute_efficiencies,
     given_config,
     given_hbm_bandwidth,
+    given_matmul_peaks,
     given_peak_flops,
 )
 from solvers.models.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
@@ -17,41 +23,68 @@ from solvers.models.steptime import given_step_bandwidth
 from solvers.sheetmath import floor_of, max_of
 from solvers.units import format_number, format_quantity
 
+TOO_CLOSE = 0.03  # a hit within 3% of break-even: which side wins would turn on the step model's constants
+
 SITUATIONS = (
     "the KV coming from a tier with a hundredth of this bandwidth",
     "an MHA model of the same size (as many KV heads as query heads)",
     "a hit of a single 16-token block",
-    "a hit a hundred times this long",
+    "a hit ten times this long",
     "a GPU with four times the tensor peak at the same efficiency",
-    "an fp8 KV cache (half the bytes to fetch)",
-    "tensor parallelism twice as wide (all-reduces aside), each GPU fetching its share over its own link",
+    "an fp8 KV cache (half the bytes to fetch, attention at the fp8 peak)",
 )
 
 
-def _situations(s: Sheet, p, *, m, w, f, t0, hit, a) -> None:
-    """Which single change flips which is faster for this hit: each the sheet's two times on changed inputs
-    (m, w: recompute's math and KV write per token; f: fetch per token; a = attention FLOPs per pair over the
-    group's FLOP/s), decided on the sheet."""
-    groups = given_config(s, p.model, "heads") / given_config(s, p.model, "kv_heads")
+@dataclass(frozen=True)
+class Costs:
+    """The two sides of one hit: recompute per token (the slower of m, the weights' math, and w, the KV it writes;
+    then c, its all-reduce bytes), attention per query-key pair (a, at the cache's rate), fetch per token (f) and
+    per fetch (t0)."""
 
-    def recompute_wins(m=m, w=w, f=f, hit=hit, a=a) -> tuple[bool, str]:
-        rec, fet = hit * max_of(m, w) + a * hit**2 / 2, t0 + hit * f
+    m: sympy.Expr
+    w: sympy.Expr
+    c: sympy.Expr
+    a: sympy.Expr
+    f: sympy.Expr
+    t0: sympy.Expr
+
+    def recompute(self, hit: sympy.Expr) -> sympy.Expr:
+        return hit * (max_of(self.m, self.w) + self.c) + self.a * hit**2 / 2
+
+    def fetch(self, hit: sympy.Expr) -> sympy.Expr:
+        return self.t0 + hit * self.f
+
+
+def _situations(s: Sheet, p, costs: Costs, hit, fp8_attention) -> None:
+    """Which single change flips which is faster for this hit: the same two times on changed inputs,
+    decided on the sheet."""
+    groups = given_config(s, p.model, "heads") / given_config(s, p.model, "kv_heads")
+    c = costs
+
+    def recompute_wins(k: Costs, T=hit) -> tuple[bool, str]:
+        rec, fet = k.recompute(T), k.fetch(T)
         return s.compare(rec, fet) <= 0, (f"recompute {format_quantity(s.evaluate(rec), 'ms')} against fetch "
                                           f"{format_quantity(s.evaluate(fet), 'ms')}")
 
-    tier, mha, block, longer, fast, fp8, wide = SITUATIONS
-    cases = (
-        (tier, recompute_wins(f=100 * f), "a hundredth of the bandwidth: a hundred times the fetch per token"),
-        (mha, recompute_wins(f=groups * f, w=groups * w),
-         f"{format_number(s.evaluate(groups))}x the KV heads: {format_number(s.evaluate(groups))}x the bytes per "
-         "token, the same FLOPs" if p.model.heads > p.model.kv_heads else "already MHA: nothing changes"),
-        (block, recompute_wins(hit=16), "16 tokens carry the whole fixed cost of a fetch"),
-        (longer, recompute_wins(hit=100 * hit), "the fixed cost is spread over a hundred times the tokens"),
-        (fast, recompute_wins(m=m / 4, a=a / 4), "recomputing runs four times faster; the link does not"),
-        (fp8, recompute_wins(f=f / 2, w=w / 2), "half the bytes: fetching only gets faster"),
-        (wide, recompute_wins(m=m / 2, w=w / 2, f=f / 2, a=a / 2),
-         "both per-token costs halve and the fixed cost stays, so only short hits move"))
-    now, _ = recompute_wins()
+    tier, mha, block, longer, fast, fp8 = SITUATIONS
+    mha_why = (f"{format_number(s.evaluate(groups))}x the KV heads: {format_number(s.evaluate(groups))}x the bytes "
+               "per token, the same FLOPs" if p.model.heads > p.model.kv_heads else "already MHA: nothing changes")
+    fp8_why = ("half the bytes, and attention at the fp8 peak: fetching gets faster, and so does recomputing's "
+               "attention" if fp8_attention is not None else
+               f"half the bytes; the {p.gpu.name} has no fp8 tensor cores, so attention stays at bf16")
+    cases = [
+        (tier, recompute_wins(Costs(c.m, c.w, c.c, c.a, 100 * c.f, c.t0)),
+         "a hundredth of the bandwidth: a hundred times the fetch per token"),
+        (mha, recompute_wins(Costs(c.m, groups * c.w, c.c, c.a, groups * c.f, c.t0)), mha_why),
+        (block, recompute_wins(c, 16), "16 tokens carry the whole fixed cost of a fetch"),
+        (fast, recompute_wins(Costs(c.m / 4, c.w, c.c, c.a / 4, c.f, c.t0)),
+         "the math runs four times faster; the all-reduces and the link do not"),
+        (fp8, recompute_wins(Costs(c.m, c.w / 2, c.c, c.a if fp8_attention is None else fp8_attention, c.f / 2, c.t0)),
+         fp8_why),
+    ]
+    if 10 * p.hit <= p.model.max_context:  # a longer hit than the model's context is no situation
+        cases.append((longer, recompute_wins(c, 10 * hit), "the fixed cost is spread over ten times the tokens"))
+    now, _ = recompute_wins(c)
     flips = [(option, wins != now, times, why) for option, (wins, times), why in cases]
     if len({flipped for _, flipped, _, _ in flips}) == 1:
         raise Reject("every change leaves the winner as it is, or every change flips it: nothing to tell apart")
@@ -59,23 +92,28 @@ def _situations(s: Sheet, p, *, m, w, f, t0, hit, a) -> None:
         s.judge("situations", option, flipped, f"{why}; {times}: " + (
             ("recomputing" if not now else "fetching") + " becomes the faster" if flipped else
             ("recomputing" if now else "fetching") + " stays the faster"))
+    if 10 * p.hit > p.model.max_context:
+        s.judge("situations", longer, None, f"ten times the hit is past {p.model.name}'s context")
 
 
 def _fetch_regime(s: Sheet, speedup, star, adv, T) -> None:
     gain, per_token = format_number(s.value(speedup), 3), format_number(s.value(adv), 3)
-    hit = format_number(s.value(T))
+    hit, cross = format_number(s.value(T)), format_number(s.value(star), 3)
+    ahead = s.compare(adv, 1) > 0
+    lead = (f"per token the link beats the GPU {per_token}x" if ahead else
+            f"per token the link is the slower ({per_token}x), and only attention's T² makes a longer hit pay")
     # Recompute minus fetch grows with T past the root, so the hit's side of T_x is the winner.
     s.regime_by(T, star, tie="below", above=Side(
         "fetch-wins",
-        f"Fetching the {hit}-token hit is {gain}x faster than recomputing it: per token the link beats the GPU "
-        f"{per_token}x, and the hit is long enough to bury the fixed overhead.",
-        "Below break-even (short hits, a slow tier, or little compute per KV byte: MHA, small models on fast "
-        "GPUs) recomputing wins, and a cache tier that serves such hits costs more than it saves."),
+        f"Fetching the {hit}-token hit is {gain}x faster than recomputing it: {lead}, and the hit is past the "
+        f"{cross}-token crossing, long enough to bury the fixed cost of a fetch.",
+        "Below break-even (short hits, a slow tier, or little compute per KV byte: MHA, small or MoE models on "
+        "fast GPUs) recomputing wins, and a cache tier that serves such hits costs more than it saves."),
         below=Side(
         "recompute-wins",
-        f"Recomputing the {hit}-token hit is faster ({gain}x is fetching's 'speedup'): though per token the link "
-        f"beats the GPU {per_token}x, the fixed cost of one fetch is more than the whole recompute.",
-        "Past the break-even length the per-token lead takes over and every longer hit is worth fetching."))
+        f"Recomputing the {hit}-token hit is faster ({gain}x is fetching's 'speedup'): {lead}, but the hit is "
+        f"short of the {cross}-token crossing, so the fetch's fixed cost and bytes outweigh the whole recompute.",
+        "Past the break-even length fetching wins, and every longer hit is worth fetching."))
 
 
 def solve(p, s: Sheet) -> None:
@@ -84,8 +122,8 @@ def solve(p, s: Sheet) -> None:
     TP = s.param("TP", "tp")
     kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes("bf16"), "bf16")
     KV = kv_bytes_per_token_per_gpu_given(s, model, dtype_bytes("bf16"), "bf16", TP)
-    P = given_peak_flops(s, gpu, "bf16")
-    eta = s.given("η_c", compute_efficiency("bf16"), "%", "achievable fraction of peak compute (step-compute card)")
+    P, _ = given_matmul_peaks(s, gpu, "bf16", "bf16")
+    eta, _ = given_compute_efficiencies(s, gpu, "bf16", "bf16")
     BW = s.param("BW", "bandwidth")
     t0 = s.param("t_0", "overhead")
     T = s.param("T", "hit")
@@ -93,56 +131,75 @@ def solve(p, s: Sheet) -> None:
 
     F = s.step("group_flops", "Achievable FLOP/s of the TP group", "F_eff", TP * eta * P, "TFLOP/s",
                "every GPU of the group computes its 1/TP of each token")
-    BW_hbm = given_hbm_bandwidth(s, gpu, "BW_HBM")
-    eta_bw = given_step_bandwidth(s)
-    r_math = s.step("", "Recompute math per token", "t_rF", 2 * N / F, "us",
+    r_math = s.step("recompute_math", "Recompute math per token", "t_rF", 2 * N / F, "us",
                     "2N FLOPs per token through the weights, at the group's achievable rate")
-    r_write = s.step("", "Recomputed KV written per token", "t_rM", KV / (eta_bw * BW_hbm), "us",
+    BW_hbm = given_hbm_bandwidth(s, gpu, "BW_HBM")
+    r_write = s.step("recompute_write", "Recomputed KV written per token", "t_rM",
+                     KV / (given_step_bandwidth(s) * BW_hbm), "us",
                      "the bytes recomputing adds to the pass: each GPU writes its share of the token's KV to HBM")
-    r = s.step("recompute_per_token", "Recompute time per token", "t_r", max_of(r_math, r_write), "us",
-               "the slower of its math and its bytes (the step model): the math, by some 2N/KV FLOPs per KV byte")
+    ar = all_reduce_terms(s, model, gpu, p.tp)
+    r_comm = ar.per_token if p.tp == 1 else s.step(  # one GPU: no all-reduces
+        "recompute_allreduce", "All-reduce bytes per recomputed token", "t_rC", ar.per_token, "us",
+        "two all-reduces a layer carry each token's activations, 2(TP−1)/TP of them over each GPU's link; their "
+        "latency is the request's own pass's, paid either way")
+    r = s.step("recompute_per_token", "Recompute time per token", "t_r", max_of(r_math, r_write) + r_comm,
+               "us", "the slower of its math and its bytes (the math, by some 2N/KV FLOPs per KV byte), then the "
+               "all-reduce bytes the token adds to the pass")
     f = s.step("fetch_per_token", "Fetch time per token", "t_f", KV / BW, "us",
                "each GPU pulls its own KV heads of the token over its own link, in parallel with the others")
     adv = s.step("advantage", "How many times faster fetching a token is", "R", r / f, "x",
-                 "(2N/KV)/(F_eff/BW): TP divides both sides and cancels")
+                 "(2N/KV)/(F_eff/BW) with the all-reduce bytes on top: TP cancels from the math, not from them")
     intensity = s.step("flops_per_kv_byte", "FLOPs the model spends per byte of KV it makes", "I_kv", 2 * N / kv_tok,
                        "FLOP/B", "the model's side of the ratio: compute per byte a recompute would save moving")
-    s.step("advantage_peak", "The same at peak compute", "R_peak", max_of(intensity / (P / BW), BW / BW_hbm), "x",
-           "(2N/KV)/(P/BW), per GPU: the floor of fetching's lead, since real prefill runs below peak (its KV "
-           "written at the full HBM bandwidth, BW/BW_HBM, is far less)")
-    if s.compare(r, f) <= 0:
-        raise Reject("fetching loses per token: no hit is long enough to pay back the overhead")
-
-    T_r = s.step("recompute_time", "Recomputing the hit", "T_r", T * r + A * T**2 / 2 / F, "ms",
-                 "2N per token plus attention over the prefix, T²/2 query-key pairs under the causal mask")
-    T_f = s.step("fetch_time", "Fetching the hit", "T_f", t0 + T * f, "ms",
+    s.step("advantage_peak", "The weights' math alone at peak compute", "R_peak", intensity / (P / BW), "x",
+           "(2N/KV)/(P/BW), per GPU: the lead before efficiency and all-reduces, the catalogue's figure")
+    a = s.step("attention_per_pair", "Recompute attention per query-key pair", "t_a", A / F, "ns",
+               "the attention FLOPs of one pair at the group's achievable rate")
+    costs = Costs(r_math, r_write, r_comm, a, f, t0)
+    T_r = s.step("recompute_time", "Recomputing the hit", "T_r", costs.recompute(T), "ms",
+                 "t_r per token plus attention over the prefix, T²/2 query-key pairs under the causal mask")
+    T_f = s.step("fetch_time", "Fetching the hit", "T_f", costs.fetch(T), "ms",
                  "the fixed cost of one fetch (lookup, connection, first byte), then the bytes")
     speedup = s.step("speedup", "Fetching's speedup on this hit", "G", T_r / T_f, "x",
                      "above 1 the fetch pays; below it recomputing is faster")
-    # t_0 + T·t_f = T·t_r + a·T²/2, a = A/F_eff: the positive root, written without the cancellation.
+    if abs(s.evaluate(speedup) - 1) < TOO_CLOSE:
+        raise Reject("the hit is within 3% of break-even: too close to call")
+    # t_0 + T·t_f = T·t_r + t_a·T²/2: the positive root, written without the cancellation.
     star = s.step("crossing", "Hit length where fetching and recomputing take as long", "T_x",
-                  2 * t0 / ((r - f) + sympy.sqrt((r - f) ** 2 + 2 * (A / F) * t0)), "tokens",
-                  "solve t_0 + T·t_f = T·t_r + (A/F_eff)·T²/2 for T: the positive root of the quadratic")
+                  2 * t0 / ((r - f) + sympy.sqrt((r - f) ** 2 + 2 * a * t0)), "tokens",
+                  "solve t_0 + T·t_f = T·t_r + t_a·T²/2 for T: the positive root of the quadratic")
     s.step("break_even", "Shortest hit worth fetching", "T_star", floor_of(star) + 1, "tokens",
            "the first whole number of tokens past the crossing")
-    _situations(s, p, m=r_math, w=r_write, f=f, t0=t0, hit=T, a=A / F)
+    if s.value(star) >= p.model.max_context:
+        raise Reject("fetching pays only past the model's context: no hit it can hold is worth fetching")
+    fp8_attention = None
+    if attention_dtype(gpu, "fp8") == "fp8":
+        P8 = given_peak_flops(s, gpu, "fp8", "P_fp8")
+        eta8 = s.given("η_fp8", compute_efficiency("fp8"), "%",
+                       "achievable fraction of the fp8 dense peak in attention (step-compute-fp8)")
+        fp8_attention = A / (TP * eta8 * P8)
+    _situations(s, p, costs, T, fp8_attention)
 
-    s.assume("Recomputing rides in the request's own prefill pass at the step-time model's achievable compute "
-             "(step-compute card): the pass's step overhead and all-reduce latencies are paid either way, and the "
-             "all-reduce bytes of the extra tokens are left out, which flatters recomputing a little.")
-    s.assume("That pass is compute-bound (hundreds of tokens or more in it): the hit's tokens cost their FLOPs. "
-             "The pass reads the weights whichever way the prefix arrives, so the bytes recomputing adds are the KV "
-             "it writes, shown in the max though 2N/KV FLOPs per KV byte (tens of thousands at least) dwarf any "
-             "GPU's ridge (hundreds); a pass of a few tokens alone would wait on the weight read, and recomputing "
-             "them be nearly free.")
+    s.assume("Recomputing rides in the request's own prefill pass (its new tokens need one anyway), priced by "
+             "the step-time model kv-cache-tiers prices a whole prefill by: that pass reads the weights and pays "
+             "its step overhead and its all-reduces' per-call latency either way, so the hit adds its FLOPs and "
+             "the all-reduce bytes of its tokens, no more.")
+    s.assume("That pass is compute-bound (hundreds of tokens or more in it): 2N/KV FLOPs per KV byte, tens of "
+             "thousands, dwarf any GPU's ridge, so the KV the recompute writes (in the max) is never what it waits "
+             "on. A pass of a few tokens alone would wait on the weight read, and recomputing them be nearly free.")
     s.assume("Every GPU of the TP group fetches its own share of the KV over a link of the bandwidth given, all in "
-             "parallel; the fixed overhead is paid once per hit, and the fetched KV is in the serving dtype (bf16).")
+             "parallel; the fixed cost is paid once per hit, and the fetched KV is in the serving dtype (bf16).")
     s.assume("FLOPs: 2 per active parameter per token, plus the attention-flops card's 4·d_h per query head per "
              "layer for each query-key pair of the prefix.")
-    s.slip("every GPU fetching the whole token's KV (TP not cancelled)", on="advantage", factor=1 / p.tp)
-    s.slip("recompute at peak instead of achievable compute", on="advantage", factor=compute_efficiency("bf16"))
+    if p.tp > 1:
+        s.slip("the all-reduces forgotten", on="recompute_per_token", factor=s.evaluate(r_math / r))
+        s.slip("every GPU fetching the whole token's KV (the TP split forgotten)", on="fetch_per_token",
+               factor=s.evaluate(kv_tok / KV))
+    s.slip("recompute at peak instead of achievable compute", on="recompute_per_token",
+           factor=s.evaluate((r_math * eta + r_comm) / r))
     if model.get("active_params_b") is not None:
-        s.slip("2N from all the experts' parameters", on="advantage", factor=model.params_b / model.active_params_b)
-    s.slip("the fixed overhead forgotten", on="speedup", factor=s.evaluate((t0 + T * f) / (T * f)))
+        s.slip("2N from all the experts' parameters", on="recompute_per_token",
+               factor=s.evaluate((r_math * model.params_b / model.active_params_b + r_comm) / r))
+    s.slip("the fixed cost of a fetch forgotten", on="speedup", factor=s.evaluate(T_f / (T * f)))
+    s.slip("attention over the prefix forgotten", on="recompute_time", factor=s.evaluate(T * r / T_r))
     _fetch_regime(s, speedup, star, adv, T)
-

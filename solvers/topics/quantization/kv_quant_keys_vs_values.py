@@ -25,6 +25,10 @@ KIVI_THIRD = ("KIVI's layout leaves under a third of the output error of per-tok
 
 SIM_QUERIES = 4
 
+# The one fact of the select: per-channel keys rest on the outliers staying put across a group of tokens.
+ROPE = ("after RoPE, an outlier pair that turns fast across a group of tokens spreads its offset over the group's "
+        "range, and per-channel scales lose their edge")
+
 
 def _int_quantize(x: np.ndarray, bits: int, axis: int) -> np.ndarray:
     """Asymmetric min-max integer quantisation along `axis` (KIVI's quantiser): 2^b levels spanning
@@ -138,6 +142,11 @@ def _kv_quant_select(s: Sheet, p, sim: dict[str, float] | None, *,
             saved > exact(p.window_saving),
             f"{format_number(float(R / 2))} tokens move from 16 to {format_number(float(b_eff), 3)} bits: "
             f"{pct_text(float(saved))} of the cache")
+    s.judge("facts", ROPE, True,
+            "RoPE turns channel pair i by position × θ^(−2i/d): in the fast pairs the ±α offset points a different "
+            f"way every few tokens, so a group of {p.kivi_group} tokens spans about ±(α + 1) per channel, the "
+            "per-token step again. KIVI quantises keys after RoPE and leans on its outliers sitting in slow pairs; "
+            "KVQuant quantises them before RoPE for this reason", fact=True)
     # Independent roads add in quadrature: output error ∝ √(R² + 1) for either key layout.
     estimate = float(np.sqrt((result("roads_token") ** 2 + 1) / (result("roads_channel") ** 2 + 1)))
     simulated = f" (the simulation: {format_number(sim['both_token'] / sim['kivi'], 3)}×)" if sim else ""
@@ -209,11 +218,19 @@ def solve(p, s: Sheet) -> None:
              "in δs. Both fail for per-token keys at few bits: the ±1 channels all land on the inner levels (at 2 "
              "bits and α = 10 the exact RMS is about 2.9 against 2.1), the score noise outgrows the scores, and the "
              "simulated output error exceeds the estimate; the ordering only sharpens.")
+    s.assume("Per-channel key scales are priced as if each channel kept its offset over a group of tokens: true "
+             "before RoPE (KVQuant quantises there) and in the slowly turning channel pairs where KIVI finds the "
+             "outliers; a fast-turning pair after RoPE spreads its offset across the group and gets the per-token "
+             "step back.")
     s.assume(f"KIVI's layout: keys per channel over groups of {p.kivi_group} tokens, values per token over groups of "
              f"{p.kivi_group} channels, an fp16 scale and zero point per group; the newest R tokens stay in bf16 "
              "until a full group can be quantised.")
-    s.slip("√12 left out (the step taken as the error)", float(np.sqrt(12)),
-           on=("key_error_token", "key_error_channel", "value_error"))
-    s.slip("the scale and zero point forgotten", s.evaluate(b / (b + 2 * 16 / p.kivi_group)), on="bits_effective")
+    s.slip("√12 left out (the step taken as the error)", float(np.sqrt(12)), on="key_error_token")
+    s.slip("the outliers' offset left out of a token's range", 1 / (p.outlier + 1), on="key_error_token")
+    s.slip("the values' spread left out of the key road (σ_v taken as 1)", float(np.sqrt(3)),
+           on=("roads_token", "roads_channel"))
+    window, rest = p.residual * 16, p.context - p.residual  # bits per element, summed over the tokens
+    s.slip("the scale and zero point forgotten",
+           (window + rest * p.bits) / (window + rest * (p.bits + 32 / p.kivi_group)), on="cache_per_sequence")
     _kv_roads_regime(s, R_ch)
 
