@@ -736,3 +736,13 @@ def test_decode_costs_are_the_step_time_model(catalog, model_id, gpu_id, tp, bat
     comm = tp_all_reduce(s, model, gpu, tp, B * k, tag="x", label="step")
     reference = s.value(step_time(s, e, "x", "step", work, communication=comm))
     assert s.evaluate(costs.kernels(B, k) + e.t_oh) == pytest.approx(reference, rel=1e-12)
+
+
+@pytest.mark.parametrize("qid", ["spec-decode-by-load", "spec-decode-tail"])
+def test_the_cards_a_cached_step_model_rests_on_are_listed_on_every_solve(variant, qid):
+    """The load model's floats come from a scratch sheet run once per model, GPU and TP (cached): the cards
+    it read (attention counted in the math, the roofline rule) are listed on every later solve too. An
+    independent re-deriver left attention out where the card was missing, 11% off the key at 11K tokens."""
+    first, again = variant(f"{qid}@63041"), variant(f"{qid}@63041")
+    assert first.cards() == again.cards()
+    assert {"attention-flops", "roofline-time", "step-compute", "step-bandwidth"} <= set(again.cards())

@@ -163,6 +163,7 @@ def engine(s: Sheet, model: Record, gpu: Record, tp: int, constants: StepConstan
     W = s.step("weights", "Weight bytes", "W", N * b_w, "GB", "every parameter once; each GPU holds 1/TP of them")
     KV = (kv_bytes_per_token_per_gpu_given(s, model, dtype_bytes(kv_dtype), kv_dtype, TP) if kv_prerequisite
           else kv_bytes_per_token_per_gpu(s, model, b_kv, TP))
+    convention("attention-flops")  # the step's math counts attention by this card: the question lists it in play
     A = s.step("attention_pair_flops", "Attention FLOPs per query-key pair", "A", 4 * L * H * d_h, "FLOP",
                "QKᵀ and PV: a multiply-add per head dimension each, for every query head in every layer")
 
