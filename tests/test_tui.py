@@ -147,6 +147,22 @@ def test_giving_up_needs_a_second_submit_and_the_chart_appears():
     asyncio.run(_giving_up_needs_a_second_submit())
 
 
+def test_the_chart_fits_a_60_column_screen():
+    """At 60x20 a chart of fixed width wrapped every row: its plot narrows to what the screen leaves."""
+    async def scenario():
+        app = InfradrillApp()
+        async with app.run_test(size=(60, 20)) as pilot:
+            await wait_for(pilot, lambda: app.session is not None)
+            await open_default(app, pilot, "kv-bytes-per-token")
+            await reveal(app, pilot, ("ctrl+s", "ctrl+s"))
+            chart = app.screen.query_one("#chart")
+            await wait_for(pilot, lambda: "TPOT target" in str(chart.content))
+            return str(chart.content), chart.content_region.width
+
+    drawn, room = asyncio.run(scenario())
+    assert max(len(line) for line in drawn.splitlines() if "│" in line or "└" in line) <= room
+
+
 def test_the_reveal_shows_the_real_systems_measurement_beside_the_model():
     """A question with a reality: entry solves its conditions in a worker and says both figures at the reveal."""
     async def scenario():

@@ -209,8 +209,11 @@ class SolutionScreen(AppScreen):
 
         points = sweep(self.solution, self.infradrill.loaded_session.catalog, x, y)
         if points:
+            # As wide as the screen leaves beside the labels and padding (56 plot columns from 72 up): at
+            # 60 columns a fixed width wrapped every row.
+            width = max(24, min(56, self.app.size.width - 16))
             chart = sweep_chart(points, self.solution.param(x).raw, self.solution.param(x).label,
-                                self.solution.question.answer(y).shown_label)
+                                self.solution.question.answer(y).shown_label, width=width)
             self.app.call_from_thread(self._show_chart, chart)
 
     def _show_chart(self, chart: Text) -> None:
