@@ -24,10 +24,14 @@ def _params(solution) -> dict:
 
 
 def _all_reduce(model, gpu, tp, tokens) -> float:
-    """The card's tp-all-reduce: two per layer, 10 us each plus 2(n-1)/n of tokens x hidden x 2 B over NVLink."""
+    """The card's tp-all-reduce: two per layer, 10 us each plus 2(n-1)/n of tokens x hidden x 2 B over the link
+    (a mesh such as MI300X's Infinity Fabric: the n - 1 direct links among the group's GPUs)."""
     if tp == 1:
         return 0.0
-    return 2 * model.layers * (10e-6 + 2 * (tp - 1) / tp * tokens * model.hidden * 2 / (gpu.nvlink_gb_s * 1e9 / 2))
+    link = gpu.nvlink_gb_s * 1e9 / 2
+    if gpu.get("mesh_links") and tp - 1 < gpu.mesh_links:
+        link = link / gpu.mesh_links * (tp - 1)
+    return 2 * model.layers * (10e-6 + 2 * (tp - 1) / tp * tokens * model.hidden * 2 / link)
 
 
 def test_preemption_default_six_k_victim(variant):
@@ -52,7 +56,7 @@ def test_preemption_a_short_victim_waits_on_the_weight_read(variant):
     """The step-time model, not the FLOPs alone: 100 tokens of Llama-3-8B in fp8 on a B200 do 0.72 ms of math but
     read the 8.03 GB of weights at 80% of 8 TB/s, 1.25 ms."""
     results = variant("preemption-policies@default+model=llama-3-8b+tp=1+context=100+weight_dtype=fp8+gpu=b200"
-                      "+remaining=20+batch=8").sheet.results
+                      "+remaining=20+batch=16").sheet.results  # 16 streams of 78K fill a B200's pool
     assert results["t_recompute_math"] < results["t_recompute_read"] == pytest.approx(8.03e9 / (0.8 * 8e12))
     assert results["t_recompute"] == results["t_recompute_read"]
 
@@ -76,7 +80,18 @@ def test_preemption_matches_plain_arithmetic(variant, seed):
     expected = solution.expected
     assert expected["t_recompute"] == pytest.approx(t_rec, rel=1e-9)
     assert expected["t_swap"] == pytest.approx(t_swap, rel=1e-9)
-    assert expected["t_free"] == pytest.approx(p["remaining"] * p["tpot"], rel=1e-9)
+    # The TPOT from the step model: the full pool less the victim is the streams' KV; each step reads it and the
+    # weights' share (or does its math), then the all-reduces of the batch and 2 ms.
+    kv_token = kv_per_gpu / context
+    share = model.params_b * 1e9 * DTYPE_BYTES[p["weight_dtype"]] / tp
+    held = (p["gpu"].hbm_mib * MiB * 0.9 - share) / kv_token - context
+    assert held / p["batch"] <= model.max_context  # a pool the streams could really fill
+    step_read = (share + kv_token * held) / (0.8 * p["gpu"].hbm_tb_s * 1e12)
+    step_math = (2 * model.params_b * 1e9 * p["batch"] / peak[p["weight_dtype"]]
+                 + 4 * model.layers * model.heads * model.head_dim * held / peak[attention_dtype]) / (tp * p["mfu"])
+    tpot = max(step_read, step_math) + _all_reduce(model, p["gpu"], tp, p["batch"]) + 2e-3
+    assert expected["tpot"] == pytest.approx(tpot, rel=1e-9)
+    assert solution.sheet.results["t_free"] == pytest.approx(p["remaining"] * tpot, rel=1e-9)
     # The break-even bandwidth is where the two times meet: t_swap(W*) = t_rec.
     assert 2 * kv_per_gpu / expected["breakeven_bw"] == pytest.approx(t_rec, rel=1e-9)
     assert expected["regime"] == ("swap-cheaper" if t_swap < t_rec else "recompute-cheaper")
@@ -129,7 +144,7 @@ def test_preemption_evictions_follow_the_pool_step_by_step(variant, seed):
 
 @pytest.mark.parametrize("code, evictions, dry", [
     ("default", 6, [96, 193.5, 292.6, 393.3, 495.7]),  # the review's timeline: 500 is past the fifth
-    ("7008+pcie=1.7", 95, None),  # the old key said 77
+    ("default+context=1900+batch=180+remaining=1400", 95, None),  # the old key said 77
     ("default+remaining=96", 1, [96]),  # the first victim lasts exactly to the completion: no second
 ])
 def test_preemption_eviction_timeline(variant, code, evictions, dry):
@@ -199,10 +214,10 @@ def test_preemption_push_moves_the_link_across_the_tie(variant, catalog):
 
 
 def test_preemption_pinned_seed(variant):
-    """Seed 2 draws these parameters (its keys are pinned in the question file). It drew Llama-3-8B at TP 4 on
-    H100 until HBM became the device's 81,559 MiB: 4.01 GB of weights a GPU is under the tp-width card's 5%."""
+    """Seed 2 draws these parameters (its keys are pinned in the question file). It drew Qwen2.5-72B on 2 x H200
+    until the TPOT became the step model's instead of a drawn parameter."""
     assert [p.raw for p in variant("preemption-policies@2").params] == [
-        "qwen2.5-72b", "h200-sxm", 2, "bf16", "bf16", 20000, 37, 55, 11, 910, 37, 10]
+        "llama-3-70b", "h100-sxm", 2, "fp8", "bf16", 9200, 230, 50, 4.6, 47, 10]
 
 
 # --- mla-vs-gqa-under-tp ---------------------------------------------------------------------
