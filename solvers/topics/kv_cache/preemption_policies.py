@@ -142,6 +142,9 @@ def solve(p, s: Sheet) -> None:
     s.assume("Either eviction stalls the engine step it runs in: the re-prefill shares the step with the decode "
              "streams, and vLLM V0 ran its swaps in the worker before the forward pass. So every running stream "
              "waits out the eviction's time once.")
+    s.assume("The re-prefill is priced as one pass: vLLM V1 re-prefills in chunks of its token budget, the same "
+             "work spread over several steps, each stalled less. The swap's copy out and copy back are two stalls "
+             "(half the time each, the second when the victim returns); the stall judgements count their sum once.")
     s.assume("The pool is full and nothing is reserved: each running stream needs a new block within one block's "
              "worth of tokens, so evicting no one stalls them all, the nearest-to-done request included (it "
              "is R tokens from done). Engines avoid this by stopping admissions early (a watermark or a "
