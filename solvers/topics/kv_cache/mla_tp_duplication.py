@@ -29,6 +29,8 @@ from solvers.models.steptime import (
 from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 
+NEAR_TIE = 0.03  # the step times' tolerance (rel 0.03): a layout decided inside it is refused
+
 
 def _dp_requests(s: Sheet, room, A, E, kv_tok, C, n, dp: int) -> float:
     """Requests the node holds with `dp` attention groups of n/dp GPUs each (SGLang's layout)."""
@@ -141,7 +143,10 @@ def _attention_regime(s: Sheet, req_tp, req_dp, demand, tpot_tp, tpot_dp) -> Non
             f"runs all {want} in {t_dp} a token, TP attention its {tp} in {t_tp}."),
             below=Side("tp-attention", "", ""))
         return
-    # Both hold the demand: the shorter decode step decides.
+    # Both hold the demand: the shorter decode step decides. Steps within the answers' 3% of each other are a call
+    # the candidate's own rounding could flip: such draws are refused.
+    if abs(s.value(tpot_tp) / s.value(tpot_dp) - 1) < NEAR_TIE:
+        raise Reject("TP and DP attention step within 3% of each other: too close to call")
     s.regime_by(tpot_tp, tpot_dp, tie="below", above=Side(
         "dp-attention",
         f"Both layouts hold the {want} (TP attention {tp}, DP attention {dp}), and DP attention steps faster: "
