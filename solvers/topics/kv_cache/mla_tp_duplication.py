@@ -29,6 +29,8 @@ from solvers.models.steptime import (
 from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 
+NEAR_TIE = 0.03  # the step times' tolerance (rel 0.03): a layout decided inside it is refused
+
 
 def _dp_requests(s: Sheet, room, A, E, kv_tok, C, n, dp: int) -> float:
     """Requests the node holds with `dp` attention groups of n/dp GPUs each (SGLang's layout)."""
@@ -106,17 +108,19 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
     return tpot_tp, tpot_dp
 
 
-def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, demand) -> None:
+def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_tp) -> None:
     key = "dp_tradeoffs"
     s.judge(key, "DP attention's extra weights take over a tenth of each GPU's KV room",
             s.compare(10 * extra, room) > 0,
             f"{s.text(extra)} of copied weights out of {s.text(room)} "
             f"of room: {format_quantity(s.evaluate(extra / room), '%')}, for {format_number(p.dp)} groups")
-    wider = 2 * p.dp
-    then = _dp_requests(s, room, A, E, kv_tok, C, n, wider) if wider <= p.tp else 0.0
-    s.judge(key, "Twice the DP size would hold more requests at this context", then > s.value(req_dp),
-            f"DP {wider} exceeds the {p.tp} GPUs" if wider > p.tp else
-            f"DP {wider}: {format_number(then)} requests against {format_number(s.value(req_dp))}")
+    # Fewer groups copy less of the projections but keep more pools' worth of latents per GPU; one group is TP
+    # attention itself.
+    fewer = p.dp // 2
+    then = s.value(req_tp) if fewer == 1 else _dp_requests(s, room, A, E, kv_tok, C, n, fewer)
+    s.judge(key, "Half as many DP groups would still hold the demand", then >= p.demand,
+            f"{'TP attention' if fewer == 1 else f'DP {fewer}'} holds {format_number(then)} requests, "
+            f"against the {format_number(p.demand)} to hold")
     held_tp = s.evaluate(floor_of(room / (kv_tok * C)))
     s.judge(key, "TP attention would still hold twice the demand", held_tp >= 2 * p.demand,
             f"TP attention holds {format_number(held_tp)} requests, against {format_number(2 * p.demand)}")
@@ -126,23 +130,35 @@ def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_dp, 
 
 
 def _attention_regime(s: Sheet, req_tp, req_dp, demand, tpot_tp, tpot_dp) -> None:
+    """TP attention where it holds the demand and steps no slower; DP attention where only it holds the demand,
+    or where both hold it and DP's step is shorter (a tie: TP attention, no replicated weights)."""
     tp, dp, want = (format_number(s.value(x)) for x in (req_tp, req_dp, demand))
-    # The step times stay out of the summary: it is the key shown before the stage that asks for them.
-    speed = (f"A decode step takes {s.text(tpot_tp)} under TP attention (the requests it "
-             f"runs) and {s.text(tpot_dp)} under DP attention (all {want}).")
-    s.regime_by(demand, req_tp, tie="below", above=Side(
+    t_tp, t_dp = s.text(tpot_tp), s.text(tpot_dp)
+    if s.compare(demand, req_tp) > 0:  # capacity decides: only DP attention holds the demand
+        s.regime_by(demand, req_tp, tie="below", above=Side(
+            "dp-attention",
+            f"TP attention holds {tp} requests, fewer than the {want} you must hold: the copies of the latents "
+            f"bind, and DP attention raises the node to {dp}, for the price of the replicated weights.",
+            f"With {tp} or fewer to hold both layouts hold them, and the step times decide: here DP attention "
+            f"runs all {want} in {t_dp} a token, TP attention its {tp} in {t_tp}."),
+            below=Side("tp-attention", "", ""))
+        return
+    # Both hold the demand: the shorter decode step decides. Steps within the answers' 3% of each other are a call
+    # the candidate's own rounding could flip: such draws are refused.
+    if abs(s.value(tpot_tp) / s.value(tpot_dp) - 1) < NEAR_TIE:
+        raise Reject("TP and DP attention step within 3% of each other: too close to call")
+    s.regime_by(tpot_tp, tpot_dp, tie="below", above=Side(
         "dp-attention",
-        f"TP attention holds {tp} requests, fewer than the {want} you must hold: the copies of the latents are the "
-        f"binding waste, and DP attention raises the node to {dp}, for the price of the replicated weights.",
-        f"{speed} With fewer concurrent requests (or shorter contexts) TP attention already holds them all; DP "
-        "attention would still cut each GPU's latent reads, but buys memory no one needs and idles ranks at low "
-        "or uneven load."),
+        f"Both layouts hold the {want} (TP attention {tp}, DP attention {dp}), and DP attention steps faster: "
+        f"{t_dp} a token against {t_tp}, each GPU reading only its group's latents.",
+        f"With fewer requests or shorter contexts the latents TP attention reads on every GPU shrink below "
+        f"DP's copied projections and TP attention steps faster; with more than {tp} only DP attention holds them."),
         below=Side(
         "tp-attention",
-        f"TP attention already holds {tp} requests, enough for the {want} you must hold: the duplicated latents "
-        "waste memory, but no request waits for it.",
-        f"{speed} Once you must hold more than {tp} requests at this context the copies bind: DP attention, each "
-        f"group keeping only its own requests' latents, holds {dp}."))
+        f"Both layouts hold the {want} (TP attention {tp}, DP attention {dp}), and TP attention steps no "
+        f"slower: {t_tp} a token against {t_dp}; DP attention would only add copied weights to read.",
+        f"With more requests or longer contexts each GPU's latent reads outgrow DP's copied projections and DP "
+        f"attention steps faster; past {tp} requests only DP attention holds them."))
 
 
 def solve(p, s: Sheet) -> None:
@@ -233,6 +249,6 @@ def solve(p, s: Sheet) -> None:
             f"{s.text(tpot_tp)}: "
             + ("each GPU reads only its group's latents" if faster else
                "the larger batch touches more experts and its busiest group reads more than TP's batch"))
-    _attention_judgements(s, p, room, A, E, kv_tok, C, n, extra, req_dp, demand)
+    _attention_judgements(s, p, room, A, E, kv_tok, C, n, extra, req_tp)
     _attention_regime(s, req_tp, req_dp, demand, tpot_tp, tpot_dp)
 

@@ -38,7 +38,10 @@ def _mla_requests(s: Sheet, usable, W, kv, C, G, tp: int) -> float:
     return s.evaluate(G / tp * floor_of(room / (kv * C)))
 
 
-def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m) -> None:
+FP8_LEVER = "an fp8 latent cache (GQA's left in bf16), enough to hold more than GQA"
+
+
+def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m, req_g) -> None:
     key, now = "mla_levers", s.value(req_m)
     held = format_number(now)
     # Data-parallel attention: every GPU copies the attention weights whole and keeps only its own
@@ -58,14 +61,28 @@ def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m) -> None:
             f"each GPU copies {format_quantity(s.evaluate(W_att), 'GB')} of attention weights and keeps its own "
             f"requests' latents: the node holds {dp_held} against {held} with TP attention, "
             + ("at least" if enough else "short of") + f" {format_quantity(p.dp_gain, 'x')} as many")
-    s.judge(key, "an fp8 KV cache", p.kv_dtype != "fp8",
-            "it halves every latent" if p.kv_dtype != "fp8" else "the cache is already fp8")
+    # fp8 always halves the latent: the judgement is whether that alone carries MLA past GQA's bf16 count.
+    if p.kv_dtype == "fp8":
+        s.judge(key, FP8_LEVER, None, "the cache is fp8 already")
+    else:
+        halved = s.evaluate(G / e.TP * floor_of((usable - e.W / e.TP) / (kv_m / 2 * C)))
+        passes = halved > s.value(req_g)
+        s.judge(key, FP8_LEVER, passes,
+                f"half-size latents: {format_number(halved)} requests on the node against GQA's "
+                f"{format_number(s.value(req_g))}")
     # Doubling the TP pays only where the weights fill over 2/3 of each GPU: 3 draws in 100, too rare to ask.
     tp = p.tp // 2
     then = _mla_requests(s, usable, e.W, kv_m, C, G, tp)
-    s.judge(key, "halving its TP", then > now, f"TP {tp}: {format_number(then)} requests on the node against {held}: "
-            + ("more replicas outweigh the weights each GPU gains" if then > now else
-               "the latent is copied on every GPU either way, so only the weights' share moves, and not enough"))
+    # The count at TP/2 stays out of the words: a push to that TP asks it.
+    if s.compare(usable - e.W / tp, 0) <= 0:
+        why = (f"at TP {tp} each GPU would need {format_quantity(s.evaluate(e.W / tp), 'GB')} of weights, past its "
+               f"{format_quantity(s.evaluate(usable), 'GB')} of usable memory: it does not fit")
+    elif then > now:
+        why = f"TP {tp} doubles the replicas, and each holds more than half as many: more than {held} on the node"
+    else:
+        why = (f"TP {tp} doubles the replicas, but each GPU's larger weight share leaves room for under half as "
+               f"many latents each: no more than {held}")
+    s.judge(key, "halving its TP", then > now, why)
     s.judge(key, "splitting the latent over the TP ranks like KV heads", False,
             "every head attends over the whole latent: there is nothing per head to split", fact=True)
     if not any(s.judged(key).values()):
@@ -163,6 +180,6 @@ def solve(p, s: Sheet) -> None:
            factor=s.evaluate(G / e.TP * floor_of(room * e.TP / (kv_m * C))) / s.value(req_m))
     s.slip("one replica only: the other G/TP − 1 forgotten", 1 / (p.gpus_per_node / p.tp), on=("requests_gqa",
                                                                                             "requests_mla"))
-    _mla_levers(s, p, usable, e, kv_m, C, G, req_m)
+    _mla_levers(s, p, usable, e, kv_m, C, G, req_m, req_g)
     _layout_regime(s, e.TP, n_star, req_g, req_m, tpot)
 

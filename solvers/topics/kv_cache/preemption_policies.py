@@ -7,7 +7,7 @@ import sympy
 
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import tp_all_reduce
-from solvers.models.steptime import StepConstants, engine
+from solvers.models.steptime import StepConstants, engine, given_step_overhead, step_work, usable_hbm
 from solvers.sheetmath import floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 
@@ -108,9 +108,25 @@ def solve(p, s: Sheet) -> None:
 
     b = s.param("b", "batch")
     R = s.param("R", "remaining")
-    T = s.param("T", "tpot")
+    # The pool is full: the b streams and the victim hold every token it has room for. Its size sets how long the
+    # streams are (a pool no real batch could fill is refused) and what each decode step reads.
+    pool = s.step("pool_tokens", "Tokens the full KV pool holds", "P_kv", (usable_hbm(s, p.gpu) - e.W / e.TP) / e.KV,
+                  "tokens", "each GPU's usable HBM less its share of the weights, over its KV bytes per token")
+    held = s.step("batch_tokens", "Tokens the running streams hold", "P_b", pool - C, "tokens",
+                  "the full pool less the victim's C")
+    mean = s.evaluate(held / b)
+    if mean <= 0 or mean > model.max_context:
+        raise Reject(f"{format_number(p.batch)} streams filling the pool beside the victim would each hold "
+                     f"{format_number(mean)} tokens, outside the model's context")
+    work = step_work(s, e, "dec", "decode step", b, held, held)
+    t_ar_dec = tp_all_reduce(s, model, p.gpu, n_gpus, b, tag="dec", label="decode step")
+    t_oh = given_step_overhead(s)
+    T = s.step("tpot", "Time per output token of the running batch", "T",
+               max_of(work.bytes / e.byte_rate, work.math) + t_ar_dec + t_oh, "ms",
+               "each GPU reads its weights and all the KV the streams hold, or does its math, whichever is longer; "
+               "then the all-reduces and the overhead")
     s.step("t_free", "Time until the nearest request finishes", "t_free", R * T, "s",
-           "the first blocks to come free, if the batch could keep decoding")
+           "the first blocks to come free, with evictions keeping the batch decoding")
     S = s.step("steps_bought", "Decode steps one eviction buys", "S", floor_of(C / b), "steps",
                "the victim frees C tokens of KV; the running streams write b tokens of it per step")
     s.step("reserve", "KV the batch writes before that completion (each GPU)", "V_res", b * R * kv_gpu, "GB",
@@ -126,10 +142,16 @@ def solve(p, s: Sheet) -> None:
     s.assume("Either eviction stalls the engine step it runs in: the re-prefill shares the step with the decode "
              "streams, and vLLM V0 ran its swaps in the worker before the forward pass. So every running stream "
              "waits out the eviction's time once.")
+    s.assume("The re-prefill is priced as one pass: vLLM V1 re-prefills in chunks of its token budget, the same "
+             "work spread over several steps, each stalled less. The swap's copy out and copy back are two stalls "
+             "(half the time each, the second when the victim returns); the stall judgements count their sum once.")
     s.assume("The pool is full and nothing is reserved: each running stream needs a new block within one block's "
              "worth of tokens, so evicting no one stalls them all, the nearest-to-done request included (it "
              "is R tokens from done). Engines avoid this by stopping admissions early (a watermark or a "
              "reserve of blocks) and by preempting, never by waiting.")
+    s.assume("The time per output token is the step-time model's decode step of the running streams over the full "
+             "pool (less the victim), with the drawn MFU for its (small) math and the step overhead; it is taken as "
+             "fixed while the streams grow, since the pool stays full.")
     s.assume("Each later victim holds the same C tokens when it is evicted, and an evicted stream stops writing; "
              f"the {format_number(p.batch)} other streams write one token per step each and none finishes before "
              "the nearest one. Tokens are counted as they flow (the pool runs dry part-way through a step) and "
@@ -156,7 +178,7 @@ def solve(p, s: Sheet) -> None:
     long_stall = s.compare(stall, T) > 0
     s.judge("who_pays", "Even the cheaper eviction stalls every running stream for longer than one TPOT",
             long_stall, f"the cheaper eviction takes {format_quantity(s.evaluate(stall), 'ms')}, "
-            f"{'more' if long_stall else 'less'} than the {format_quantity(p.tpot, 'ms')} TPOT")
+            f"{'more' if long_stall else 'less'} than the {s.text(T)} TPOT")
     tail = s.compare(1 / S, P99_SHARE) > 0
     s.judge("who_pays", "The stalls land in more than 1 decode step in 100, so they set every stream's p99 "
             "inter-token latency", tail, f"one eviction every {s.text(S)}: "
@@ -164,7 +186,7 @@ def solve(p, s: Sheet) -> None:
     added, mean = s.evaluate(stall / (S * T)), s.compare(stall / (S * T), s.param("f_mean", "mean_share")) > 0
     s.judge("who_pays", "Spread over the steps one eviction buys, the stalls add over {mean_share} to every stream's "
             "mean time per token", mean, f"{format_quantity(s.evaluate(stall), 'ms')} every "
-            f"{s.text(S)} of {format_quantity(p.tpot, 'ms')}: "
+            f"{s.text(S)} of {s.text(T)}: "
             f"{format_quantity(added, '%')} on the mean" + ("" if mean else ", a tail effect more than a mean one"))
     _preemption_regime(s, t_rec, t_swap, W_star, W)
 
