@@ -46,7 +46,7 @@ ONE_SIDED = {
     ("moe-experts-per-batch", "batch_compute"): CROSSOVER,
     **{("spec-decode-batch-ceiling", key): CROSSOVER for key in ("ridge", "ceiling", "break_even")},
     **{("spec-decode-step-accounting", key): CROSSOVER for key in ("compute_batch", "break_even")},
-    **{("weight-read-intensity", key): CROSSOVER for key in ("ridge", "crossover")},
+    ("weight-read-intensity", "crossover"): CROSSOVER,
     **{("cluster-bill-of-materials", key): TRAINING
        for key in ("gpus_needed", "spare_pool", "gpus", "nodes", "pods", "switches", "it_power", "facility_power")},
     **{("fleet-gpu-count", key): TRAINING for key in ("gpus_needed", "job_gpus", "job_days", "fleet_gpus")},
