@@ -180,7 +180,8 @@ def text_of(renderable: object, width: int = SIZE[0]) -> str:
 def interviewer_ready(screen: Any) -> bool:
     """The interviewer view composed, each of its pushes worded (found, or found to be none) by its worker, and
     the question's published measurements solved where it has any."""
-    words = screen.query(".stage-words")
-    return len(words) == len(screen.solution.question.stages) and all(
+    words, question = screen.query(".stage-words"), screen.solution.question
+    asked = [i for i in range(len(question.stages)) if question.asks_on(i, screen.solution.regime_name)]
+    return len(words) == len(asked) and all(
         "finding the push" not in text_of(w.content) for w in words) and (
         screen.practice is not None or not screen.solution.question.reality)

@@ -46,7 +46,7 @@ ONE_SIDED = {
     ("moe-experts-per-batch", "batch_compute"): CROSSOVER,
     **{("spec-decode-batch-ceiling", key): CROSSOVER for key in ("ceiling", "break_even")},
     ("spec-decode-step-accounting", "break_even"): CROSSOVER,
-    **{("weight-read-intensity", key): CROSSOVER for key in ("ridge", "crossover")},
+    ("weight-read-intensity", "crossover"): CROSSOVER,
     **{("cluster-bill-of-materials", key): TRAINING
        for key in ("gpus_needed", "spare_pool", "nodes", "pods", "switches", "it_power")},
     **{("fleet-gpu-count", key): TRAINING

@@ -95,7 +95,10 @@ def test_the_pushed_value_is_round(bank, catalog):
             assert two_sig or power_of_two or on_grid, (qid, name, text)
 
 
-SOURCE = open("questions/F/weight-read-intensity.yaml").read()
+# weight-read-intensity in the old shape (its stages as one prompt): `followups:` belong to that shape.
+OLD_PROMPT = 'prompt: "{model} on TP {tp} x {gpu}: a prompt of {prompt}, decode at {batch}."\n'
+SOURCE = re.sub(r"^stages:\n(?:[ \n].*\n)*", OLD_PROMPT, open("questions/F/weight-read-intensity.yaml").read(),
+                count=1, flags=re.M)
 
 
 def _with_followups(text: str):
@@ -104,21 +107,22 @@ def _with_followups(text: str):
     from solvers.bank import Bank, parse_question
 
     question = parse_question(Path("weight-read-intensity.yaml"), SOURCE.replace("\nanswers:", f"\n{text}answers:", 1))
+    assert not question.staged
     return Bank({question.id: question})
 
 
 def test_a_declared_follow_up_is_asked_as_written(catalog):
-    bank = _with_followups('followups:\n  - {set: {batch: 512}, ask: [regime, throughput], '
+    bank = _with_followups('followups:\n  - {set: {batch: 512}, ask: [regime, per_user], '
                            'say: "Now the batch is 512 short chats."}\n')
     first = make_variant(bank, catalog, VariantCode("weight-read-intensity", None))
     followup = follow_up(first, catalog)
     assert str(followup.solution.code) == "weight-read-intensity@default+batch=512"
-    assert followup.ask == ("regime", "throughput") and followup.say == "Now the batch is 512 short chats."
+    assert followup.ask == ("regime", "per_user") and followup.say == "Now the batch is 512 short chats."
     assert followup.solution.expected["regime"] == "compute-bound"
 
 
 def test_a_declared_follow_up_that_changes_nothing_asked_gives_way_to_the_engines_push(catalog):
-    bank = _with_followups("followups:\n  - {set: {batch: 64}, ask: [ridge]}\n")
+    bank = _with_followups("followups:\n  - {set: {batch: 64}, ask: [crossover]}\n")
     first = make_variant(bank, catalog, VariantCode("weight-read-intensity", None))
     followup = follow_up(first, catalog)
     assert followup.solution.code.overrides != (("batch", "64"),)
@@ -126,7 +130,7 @@ def test_a_declared_follow_up_that_changes_nothing_asked_gives_way_to_the_engine
 
 
 def test_a_declared_follow_up_that_asks_the_regime_must_cross_it(catalog):
-    bank = _with_followups('followups:\n  - {set: {batch: 40}, ask: [regime, throughput]}\n')
+    bank = _with_followups('followups:\n  - {set: {batch: 40}, ask: [regime, per_user]}\n')
     first = make_variant(bank, catalog, VariantCode("weight-read-intensity", None))
     followup = follow_up(first, catalog)
     assert first.sheet.regime.name == "memory-bound" and followup.solution.code.overrides != (("batch", "40"),)

@@ -27,6 +27,7 @@ from tests.pilot_helpers import (
     reveal,
     running_app,
     start_mock,
+    submit_stage,
     through_stages,
     wait_for,
 )
@@ -187,10 +188,11 @@ async def _follow_up_round():
         app.open_question("weight-read-intensity", default=True)
         await wait_for(pilot, lambda: question_ready(app))
         first = app.screen
-        for spec in first.solution.question.answers:  # "×10^" cannot be pressed through Pilot: insert it
-            first.query_one(f"#answer-{spec.key}").insert_text_at_cursor(typed_key(first.solution, spec.key))
-        await pilot.press("ctrl+s")
-        await wait_for(pilot, lambda: push_showing(app))  # the push below the first round's keys
+        while not first.at_push:  # each stage before the push answered with its key
+            for key in first.current.ask:  # "×10^" cannot be pressed through Pilot: insert it
+                first.query_one(f"#answer-{key}").insert_text_at_cursor(typed_key(first.solution, key))
+            await submit_stage(app, pilot)
+        await wait_for(pilot, lambda: push_showing(app))  # the push below the earlier stages' keys
         screen = app.screen
         followup = screen.current
         stage = screen.query_one(f"#stage-{followup.index}")

@@ -12,6 +12,7 @@ from textual.widgets import Input, Select
 
 from practice.config import SETTINGS_FILE
 from practice.review import ReviewSettings
+from solvers.bank import load_bank
 from tests.pilot_helpers import (
     SIZE,
     open_default,
@@ -29,6 +30,9 @@ from tui.screens.question import QuestionScreen
 from tui.screens.settings import SettingsScreen
 from tui.screens.solution import SolutionScreen
 from tui.widgets.setting_field import SettingField
+
+# The first question still in the old shape (no stages:): every answer on one screen, then the push.
+OLD = next(qid for qid, question in sorted(load_bank().questions.items()) if not question.staged)
 
 
 @pytest.fixture
@@ -181,7 +185,7 @@ def test_the_follow_up_setting_decides_whether_the_round_is_asked(config, policy
         from solvers.report import typed_key
 
         async with running_app() as (app, pilot):
-            await open_default(app, pilot, "weight-read-intensity")  # a question with a follow-up
+            await open_default(app, pilot, OLD)  # a question in the old shape: every answer, then the push
             first = app.screen
             if answered:
                 for spec in first.solution.question.answers:

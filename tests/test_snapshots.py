@@ -222,11 +222,12 @@ class TestQuestion:
         snapshot(snap_compare, app, steps)
 
     def test_follow_up(self, snap_compare, app):
-        """An old-shape question: every answer, then the engine's push below their keys."""
+        """A declared push (this side's, `when:`): what it moved, below the keys of the stages before it."""
         async def steps(app, pilot):
             await open_default(app, pilot, "weight-read-intensity")
-            await type_the_key(app, pilot)
-            await pilot.press("ctrl+s")
+            while not app.screen.at_push:
+                await type_the_key(app, pilot)
+                await submit_stage(app, pilot)
             await wait_for(pilot, lambda: push_showing(app))
             await stage_shown(app, pilot)
 

@@ -127,7 +127,7 @@ def test_a_card_no_review_can_start_from_costs_no_attempt(data_dir):
             # Damaged after the store was opened and checked (another program, a merge): R1's case.
             with sqlite3.connect(data_dir / FILE_NAME) as conn:
                 conn.execute("UPDATE cards SET card = ?", (nan_card,))
-            await submitted_with(app, pilot, "weight-read-intensity@default", "flops", "1")
+            await submitted_with(app, pilot, "weight-read-intensity@default", "crossover", "1")
             assert app.screen.submitted is not None and app.session.reviewer.store.attempt_count() == 2
             assert not any("not saved" in message for message in notices(app))
 

@@ -1,13 +1,24 @@
 """`validate`: the bank is clean; each kind of broken question file is reported."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from solvers.validate import validate
 
-SOURCE = Path("questions/F/weight-read-intensity.yaml").read_text()
+# weight-read-intensity in the old shape (its stages as one prompt, every answer at once): the file these
+# checks were written on, and the shape a user's pack may still have.
+SOURCE = re.sub(r"^stages:\n(?:[ \n].*\n)*", "prompt: |\n  {model} on TP {tp} x {gpu}: a prompt of {prompt}.\n",
+                Path("questions/F/weight-read-intensity.yaml").read_text(), count=1, flags=re.M)
+
+
+def old_shape():
+    """SOURCE as a question: the bar over its own seeds, without the staged bar's 200 draws."""
+    from solvers.bank import parse_question
+
+    return parse_question(Path("questions/F/weight-read-intensity.yaml"), SOURCE)
 
 
 def write(root: Path, name: str, text: str, solver: str = "roofline.weight_read_intensity") -> None:
@@ -21,8 +32,8 @@ def test_each_problem_is_reported(tmp_path, catalog):
     write(tmp_path, "bad-unit", SOURCE.replace("unit: GB, rel", "unit: furlongs, rel"))
     write(tmp_path, "no-solver", SOURCE, solver="roofline.nothing_here")
     write(tmp_path, "unbound", SOURCE.replace("a prompt of {prompt}", "a prompt of {tokens}"))
-    extra_key = "  - {key: bogus, label: B, rel: 0.1}\n  - {key: flops,"
-    write(tmp_path, "no-key", SOURCE.replace("  - {key: flops,", extra_key))
+    extra_key = "  - {key: bogus, label: B, rel: 0.1}\n  - {key: crossover,"
+    write(tmp_path, "no-key", SOURCE.replace("  - {key: crossover,", extra_key))
     narrow = SOURCE.replace("loguniform: [16, 2048]", "loguniform: [16, 17]").replace("default: 32", "default: 16")
     write(tmp_path, "one-sided", narrow)
     (tmp_path / "zz-copy").mkdir()  # sorts after fine.yaml: this one is the duplicate
@@ -51,7 +62,7 @@ def test_prompt_length_is_reported_and_enforced_under_strict(tmp_path, catalog, 
     from solvers.validate import prompt_report, read_questions
     from tests.test_cli import run_cli
 
-    method = "  One more line of method that the hints should carry.\n" * 10
+    method = "  One more line of method that the hints should carry.\n" * 16  # past 8 lines once reflowed
     long_prompt = SOURCE.replace("prompt: |\n", "prompt: |\n" + method)
     write(tmp_path, "wordy", long_prompt)
     short = SOURCE.split("prompt: |\n")[0] + "prompt: |\n  {model} on a {gpu}, {batch} per step.\n" + \
@@ -95,7 +106,7 @@ def test_strict_flags_keys_that_never_move_and_a_missing_follow_up(bank, catalog
     import solvers.validate as validate_module
     from solvers.engine import VariantCode
 
-    question = bank.get("weight-read-intensity")
+    question = old_shape()
     assert not validate_module.check_question(question, bank, catalog, seeds=10, strict=True)
     real = validate_module.make_variant
     monkeypatch.setattr(validate_module, "make_variant",
@@ -131,7 +142,7 @@ def test_constant_select_options_are_reported_and_varying_ones_are_not(bank, cat
 
 
 def _options_bar(bank, catalog, monkeypatch, rejudge) -> list[str]:
-    """The strict bar's lines about single options of weight-read-intensity's levers, its solver
+    """The strict bar's lines about single options of weight-read-intensity's levers (old shape), its solver
     followed by `rejudge(p, sheet)`, which judges some options again."""
     import solvers.topics.roofline.weight_read_intensity as roofline
     import solvers.validate as validate_module
@@ -144,7 +155,7 @@ def _options_bar(bank, catalog, monkeypatch, rejudge) -> list[str]:
         rejudge(p, s)
 
     monkeypatch.setattr(roofline, "solve", solver)
-    problems = validate_module.check_question(bank.get("weight-read-intensity"), bank, catalog, seeds=20, strict=True)
+    problems = validate_module.check_question(old_shape(), bank, catalog, seeds=20, strict=True)
     return [line for line in problems if "answers.levers:" in line
             and ("fact" in line or "draws that show" in line or "cannot be decided" in line)]
 
@@ -199,8 +210,8 @@ UNPINNED = SOURCE.split("\ngolden:\n")[0].rstrip("\n") + "\n"
 GOLDEN = """\
 golden:
   - variant: default
-    expect: {ridge: 295.3, step_time: 12.81, regime: memory-bound}
-    why: 989.4 / 3.35 = 295.3 FLOP/B; (141.1 GB + 5.369 GB of KV) / 13.4 TB/s + 1.88 ms of all-reduce.
+    expect: {crossover: 295.3, step_time: 12.81, regime: memory-bound}
+    why: 2 B × 989.4 / (2 × 3.35) = 295.3 tokens; (141.1 GB + 5.369 GB of KV) / 13.4 TB/s + 1.88 ms of all-reduce.
   - variant: default+batch=64
     expect:
       regime: compute-bound
@@ -233,22 +244,22 @@ def test_golden_answers_are_checked_and_a_wrong_one_names_its_line_key_and_both_
 
 
 def test_golden_tolerance_whole_numbers_exact_decimals_to_a_thousandth_or_the_entrys_rel(tmp_path, catalog):
-    """The default's ridge is 295.343 FLOP/B: 295.3 passes at 1e-3, 295 (whole) must be exact, 290 passes only
-    with the entry's own rel: 0.02."""
+    """The default's crossover is 295.343 tokens: 295.3 passes at 1e-3, 295 (whole) must be exact, 290 passes
+    only with the entry's own rel: 0.02."""
     def problems(expect: str) -> list[str]:
         write(tmp_path, "pinned", UNPINNED + f"golden:\n  - variant: default\n    {expect}\n    why: by hand\n")
         return [p for p in validate([tmp_path / "pinned.yaml"], catalog, seeds=0) if "golden" in p]
 
-    assert problems("expect: {ridge: 295.3, prefill_intensity: 512}") == []
-    assert problems("expect: {ridge: 294.9}") != []
-    assert [p.split(": ", 2)[2] for p in problems("expect: {ridge: 295}")] == [
-        "pinned@default: the solver gives 295.3433 FLOP/B, the file pins 295 FLOP/B"]
-    assert problems("expect: {ridge: 290}\n    rel: 0.02") == []
+    assert problems("expect: {crossover: 295.3, regime: memory-bound}") == []
+    assert problems("expect: {crossover: 294.9}") != []
+    assert [p.split(": ", 2)[2] for p in problems("expect: {crossover: 295}")] == [
+        "pinned@default: the solver gives 295.3433 tokens, the file pins 295 tokens"]
+    assert problems("expect: {crossover: 290}\n    rel: 0.02") == []
 
 
 def test_strict_asks_every_question_for_its_default_pinned(tmp_path, catalog):
     write(tmp_path, "unpinned", UNPINNED)
-    other = "golden:\n  - {variant: default+batch=64, expect: {ridge: 295.3}, why: the same GPU}\n"
+    other = "golden:\n  - {variant: default+batch=64, expect: {crossover: 295.3}, why: the same GPU}\n"
     write(tmp_path, "other", UNPINNED + other)
     lenient = validate([tmp_path], catalog, seeds=0)
     strict = [p for p in validate([tmp_path], catalog, seeds=0, strict=True) if "golden" in p]
@@ -513,7 +524,7 @@ def test_what_the_bank_knows_is_named_not_typed():
         declared("fits", "model.params_b * 2e9 <= 0.9 * tp * hbm(gpu)", names),
         declared("kv", "batch * 2 * model.layers * model.kv_heads * model.head_dim * 2 < 1e12", names),
         declared("hits", "batch * 0.9 < 1000", names)),  # a 0.9 that is not the share of HBM
-        stages=(Stage("opening", "Each GPU keeps 0.9·HBM for the engine.", ("flops",), ("Use HBM × 0.9.",)),))
+        stages=(Stage("opening", "Each GPU keeps 0.9·HBM for the engine.", ("crossover",), ("Use HBM × 0.9.",)),))
     found = "\n".join(typed_conventions(typed))
     assert "constraints.fits: types the usable-HBM share" in found and "constraints.hits" not in found
     assert "constraints.kv: derives KV bytes per token again" in found
