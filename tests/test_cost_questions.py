@@ -72,8 +72,7 @@ def ledger_by_hand(solution):
 # --- the group's shared rule ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("qid", ["serving-cost-ledger", "multi-model-fleet-tiering", "cold-prefill-pools",
-                                 "slo-capacity-unit"])
+@pytest.mark.parametrize("qid", ["multi-model-fleet-tiering", "cold-prefill-pools", "slo-capacity-unit"])
 def test_decode_context_is_the_cards_rule_and_the_prompt_names_it(variant, qid):
     """Every decode batch in the group is sized at P + O/2, the card's mean-decode-context (it was a rule no
     prompt stated: at P + O a third of the ledger's batches move by more than 3%). The card says it once and
@@ -88,7 +87,6 @@ def test_decode_context_is_the_cards_rule_and_the_prompt_names_it(variant, qid):
 
 
 @pytest.mark.parametrize("qid, cards", [
-    ("serving-cost-ledger", ("tp-all-reduce", "attention-flops", "usable-hbm")),
     ("slo-capacity-unit", ("tp-all-reduce", "attention-flops", "usable-hbm")),
     ("multi-model-fleet-tiering", ("tp-all-reduce", "attention-flops", "usable HBM")),
     ("voice-latency-budget", ("tp-all-reduce", "attention-flops", "usable-hbm", "minimal-kv-pool")),
@@ -98,13 +96,27 @@ def test_prompts_name_what_their_step_model_charges(variant, qid, cards):
     125.8 ms prefill), attention FLOPs, and the KV pool in usable HBM (with the minimal pool in voice)."""
     solution = variant(f"{qid}@default")
     assert all(card in solution.prompt for card in cards), qid
-    if qid == "serving-cost-ledger":  # the math alone: 435 TFLOP at 60% of 8 x 989.4, plus the 2 ms overhead
-        r = solution.sheet.results
-        math_only = r["flops_pre"] / (0.6 * 8 * 989.4e12) + 2e-3
-        assert 1 - math_only / r["prefill_time"] == pytest.approx(0.26, abs=0.01)  # the all-reduces' share
 
 
 # --- serving-cost-ledger -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", ["default", *range(5)])
+def test_ledger_lists_the_cards_its_keys_charge_and_never_names_them(variant, seed):
+    """The interview names no card: the screen lists those in play, and they must include what the keys charge,
+    the TP all-reduces (26% of the default's 125.8 ms prefill), attention FLOPs, the KV pool in usable HBM and
+    the decode batch sized at P + O/2 (at P + O a third of the batches move by more than 3%)."""
+    solution = variant(f"serving-cost-ledger@{seed}")
+    cards = ("mean-decode-context", "attention-flops", "matmul-precision", "usable-hbm", "step-compute",
+             "step-bandwidth")
+    words = " ".join(stage.say for stage in solution.question.stages)
+    assert set(cards) <= set(solution.cards()) and not any(card in words for card in cards)
+    assert ("tp-all-reduce" in solution.cards()) == (_value(solution, "tp") > 1)
+    results = solution.sheet.results
+    assert results["mean_context"] == _value(solution, "prompt") + _value(solution, "reply") / 2
+    if seed == "default":  # the math alone: 435 TFLOP at 60% of 8 x 989.4, plus the 2 ms overhead
+        math_only = results["flops_pre"] / (0.6 * 8 * 989.4e12) + 2e-3
+        assert 1 - math_only / results["prefill_time"] == pytest.approx(0.26, abs=0.01)  # the all-reduces' share
 
 
 def test_ledger_two_thirds_rule(variant):
@@ -221,11 +233,26 @@ def test_ledger_regime_is_the_share_past_half(variant):
         assert (results["regime"] == "prompt-dominated") == (results["prompt_share"] >= 0.5)
 
 
-def test_ledger_follow_up_moves_the_bill_to_the_reply(variant, catalog):
-    solution = variant("serving-cost-ledger@default")
-    round_two = follow_up(solution, catalog)
-    assert round_two is not None and round_two.solution.expected["regime"] == "reply-dominated"
-    assert "3,000 tokens" in round_two.say and "300 tokens" in round_two.say
+def test_ledger_push_moves_the_reply_across_the_split(variant, catalog):
+    """The push is the engine's search, so it moves with the variant: a reply long enough to hand the bill to
+    decode, or short enough to hand it back to the prompt (300 -> 1,000 tokens at the default), and it asks
+    the levers again on the other side, where their verdicts differ. A 220-token prompt with 960-token replies
+    (seed 1) stays reply-dominated at any reply the range allows: the push halves it and says so."""
+    from solvers.interview import stage_run
+
+    crossed = 0
+    for seed in ["default", *range(12)]:
+        solution = variant(f"serving-cost-ledger@{seed}")
+        push = stage_run(solution, catalog, len(solution.question.stages) - 1)
+        assert push is not None and push.moved == ("reply",)
+        results = push.solution.sheet.results
+        assert (results["prompt_share"] >= 0.5) == (push.regime == "prompt-dominated")
+        crossed += push.regime != solution.regime_name
+        if seed == "default":
+            assert _value(push.solution, "reply") == 1000 and "1,000 tokens" in push.say
+            assert push.regime == "reply-dominated"
+            assert results["levers"]["an fp8 KV cache"] and not solution.sheet.results["levers"]["an fp8 KV cache"]
+    assert crossed >= 11
 
 
 def test_ledger_refuses_a_fleet_of_one(variant):
