@@ -624,7 +624,8 @@ def audit_by_hand(solution):
     gate, noise = _value(solution, "gate"), _value(solution, "noise")
     cost = [row["$/GPU-h"] / 3600 / row["tokens/s per GPU"] * 1e6 for row in rows]
     real = {row["change"] for row, c in zip(rows[1:], cost[1:])
-            if 1 - c / cost[0] > noise and row["p99 TPOT (ms)"] / 1e3 <= slo and -row["quality (pts)"] <= gate}
+            if 1 - c / cost[0] > math.sqrt(2) * noise  # the noise on a difference of two runs
+            and row["p99 TPOT (ms)"] / 1e3 <= slo and -row["quality (pts)"] <= gate}
     headline = min(range(1, len(rows)), key=lambda i: cost[i])
     best = min((i for i in range(1, len(rows)) if rows[i]["change"] in real), key=lambda i: cost[i])
     top = rows[headline]
@@ -666,27 +667,31 @@ def test_audit_ledger_generator_stays_in_its_ranges():
             assert quality[0] - 0.05 <= row["quality (pts)"] <= quality[1] + 0.05
 
 
-def test_audit_follow_up_loosens_the_slo(variant, catalog):
-    """At an 80 ms SLO the doubled batch cap (p99 54.1 ms) passes every gate: the headline becomes the real win
-    and rolls out, and the A100 move (65.2 ms, 7.3% off) joins the real wins."""
-    round_two = follow_up(variant("cost-audit-rollout@default"), catalog)
-    assert round_two is not None
-    expected = round_two.solution.expected
+def test_audit_push_moves_a_gate_and_asks_what_ships_now(variant, catalog):
+    """The push is the engine's search over the SLO and the gate (drawn over ranges, so a value between the top
+    row's figure and the others' exists): at the default the SLO goes from 50 to 85 ms, the doubled batch cap
+    (p99 54.1 ms) passes every gate and rolls out at 35.8% off. Where it finds a move it crosses; a week with
+    none (about one in ten) has fp8 on top inside the tightest gate, real at every SLO and gate, as the nudge says."""
+    from solvers.interview import stage_run
+
+    default = variant("cost-audit-rollout@default")
+    push = stage_run(default, catalog, 3)
+    assert push is not None and push.moved == ("slo",) and _value(push.solution, "slo") == pytest.approx(0.085)
+    expected = push.solution.expected
     assert (expected["regime"], expected["rollout"]) == ("real", "twice the batch cap")
     assert expected["rollout_saving"] == pytest.approx(1 - 1310 / 2040)
-    assert round_two.solution.sheet.results["real_wins"]["A100s instead of H100s"]
-
-
-def test_audit_follow_up_tightens_the_slo_below_a_real_headline(variant, catalog):
-    """@42: twice the batch cap is the real win at an 80 ms SLO (p99 33.5 ms, quality +0.0): no looser gate or
-    40 ms SLO crosses, a 30 ms SLO does: the cap misses it, fp8 fails the 0.5-point gate (-0.8), and speculative
-    decoding (23.8 ms, 2,940 tokens/s against fp8's 2,960) rolls out."""
-    round_two = follow_up(variant("cost-audit-rollout@42"), catalog)
-    assert round_two is not None and str(round_two.solution.code) == "cost-audit-rollout@42+slo=30"
-    expected = round_two.solution.expected
-    assert (expected["regime"], expected["rollout"]) == ("misses-slo", "speculative decoding with a draft model")
-    without = [seed for seed in range(20) if follow_up(variant(f"cost-audit-rollout@{seed}"), catalog) is None]
-    assert len(without) <= 3, without  # 6 of these 20 had none before the 30 ms push
+    crossed, none = 0, []
+    for seed in range(20):
+        solution = variant(f"cost-audit-rollout@{seed}")
+        push = stage_run(solution, catalog, 3)
+        if push is None:  # the nudge's case: fp8 on top, inside the tightest gate
+            results = solution.sheet.results
+            assert (results["headline"], results["regime"]) == ("fp8 weights and GEMMs", "real"), seed
+            none.append(seed)
+            continue
+        assert set(push.moved) <= {"slo", "gate", "noise"}
+        crossed += push.regime != solution.regime_name
+    assert len(none) <= 3 and crossed >= 16, (none, crossed)
 
 
 def test_audit_baseline_meets_the_slo(variant):
@@ -738,7 +743,8 @@ def test_audit_speculative_decoding_is_lossless_in_the_ledger(variant):
         noise = _value(solution, "quality_noise")
         row = next(r for r in _value(solution, "ledger") if r["change"] == "speculative decoding with a draft model")
         assert abs(row["quality (pts)"]) <= noise
-        assert f"within {noise:g} points either way are eval noise" in solution.prompt
+        words = " ".join(stage.say for stage in solution.question.stages)
+        assert "deltas within {quality_noise} points either way are eval noise" in words
 
 
 def test_audit_regime_names_the_gate_that_stops_the_headline(variant):
