@@ -171,7 +171,7 @@ def _overrides(question):
             yield from ((spec.name, str(choice)) for choice in spec.choices)
         elif isinstance(spec, Ranged) and spec.unit:
             yield from ((spec.name, text) for text in (f"{spec.default:g} {spec.unit}",
-                                                        f"{spec.default:.3e}".replace("e", "e+", 1)
+                                                        f"{spec.default:.3e}"  # signed: 5.000e+01
                                                         if not spec.whole else f"{spec.default}"))
 
 

@@ -1,6 +1,8 @@
 """Audit the cost ledger before a rollout - real and misleading wins."""
 from __future__ import annotations
 
+import sympy
+
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.cost import pct_text
 from solvers.units import format_number
@@ -30,8 +32,8 @@ def _audit_regime(s: Sheet, name: str, check, slo, gate) -> None:
                          "above 1 it fails the quality gate (a gain counts as negative use)")
     real = Side(
         "real",
-        f"The cheapest row, {name}, passes every gate (p99 {s.text(tpot)} against a "
-        f"{s.text(slo)} SLO, quality {s.value(quality):+.1f} points against a "
+        f"The cheapest row, {name}, passes every gate (p99 {s.text(tpot)} against an SLO of "
+        f"{s.text(slo)}, quality {s.value(quality):+.1f} points against a "
         f"{s.text(gate)}-point gate): the headline is a real win; roll it out behind a canary.",
         "A p99 over the SLO or a quality drop past the gate would make the same headline a misleading win.",
         near=f"The cheapest row, {name}, passes every gate, but one sits near its limit: a real win on paper that "
@@ -75,7 +77,8 @@ def _cheapest(s: Sheet, costs, rows: list[int]) -> int:
 
 def solve(p, s: Sheet) -> None:
     """Dollars per million output tokens for every ledger row; a row is a real win only if it is cheaper by more
-    than the noise, meets the p99 TPOT SLO and loses no more quality than the gate allows."""
+    than the noise on a difference of two runs, meets the p99 TPOT SLO and loses no more quality than the gate
+    allows."""
     slo = s.param("TPOT_SLO", "slo")
     gate = s.param("q_gate", "gate")
     noise = s.param("ε", "noise")
@@ -97,16 +100,20 @@ def solve(p, s: Sheet) -> None:
         raise Reject("the baseline already misses the SLO: no change is audited against a service that fails it")
     candidates = list(range(1, len(rows)))
     cheapest = _cheapest(s, costs, candidates)
-    s.choose("headline", rows[cheapest]["change"])
     if s.compare(costs[cheapest], base) >= 0:
         raise Reject("no row is cheaper than the baseline: nothing to audit")
+    s.choose("headline", rows[cheapest]["change"],
+             f"it makes a million output tokens for {s.text(costs[cheapest])} against the baseline's {s.text(base)}, "
+             f"{pct_text(s.evaluate(1 - costs[cheapest] / base))} less: the cheapest row, before any gate")
+    floor = s.step("noise_floor", "Noise on a saving: the difference of two runs", "ε_Δ", sympy.sqrt(2) * noise, "%",
+                   "each run carries the run-to-run noise; their difference carries √2 of it")
     s.step("headline_cost", "The headline: the cheapest row", "D_min", costs[cheapest], "$",
            "what a ledger sorted by cost puts on top")
     real, headline_fails = [], []
     for i in candidates:
         change, tpot, quality = checks[i]
         saving = 1 - costs[i] / base
-        passes = {"the noise floor": s.compare(saving, noise) > 0, "the p99 TPOT SLO": s.compare(tpot, slo) <= 0,
+        passes = {"the noise floor": s.compare(saving, floor) > 0, "the p99 TPOT SLO": s.compare(tpot, slo) <= 0,
                   "the quality gate": s.compare(-quality, gate) <= 0}
         if all(passes.values()):
             real.append(i)
@@ -114,7 +121,7 @@ def solve(p, s: Sheet) -> None:
         if i == cheapest:
             headline_fails = failed
         s.judge("real_wins", change, not failed,
-                f"saves {pct_text(s.evaluate(saving))}, p99 {s.text(tpot)}, quality "
+                f"saves {pct_text(s.evaluate(saving))} (noise {s.text(floor, 3)}), p99 {s.text(tpot)}, quality "
                 f"{s.text(quality, 2)} pts" + (f": fails {', '.join(failed)}" if failed else ""))
     if not real:
         raise Reject("no real win to roll out")
@@ -124,14 +131,16 @@ def solve(p, s: Sheet) -> None:
         # The cheapest row saves a quarter or more, and no row of the generator's fails both gates.
         raise Reject("the headline fails more than one gate, or the noise: the regime names one")
     best = _cheapest(s, costs, real)
-    s.choose("rollout", rows[best]["change"])
+    s.choose("rollout", rows[best]["change"],
+             f"of the rows that pass every gate it is the cheapest, {s.text(costs[best])} a million output tokens")
     s.step("rollout_saving", "Saving of the row to roll out", "f_save", 1 - costs[best] / base, "%",
            "the cheapest row that passes every gate, against the baseline")
     _rollout_margins(s, p, checks[best], slo, gate)
     _audit_regime(s, rows[cheapest]["change"], checks[cheapest], slo, gate)
     s.assume("The ledger's rows are shadow measurements at production traffic; a row's cost is its GPU-hour price "
              "over the output tokens one GPU produces in that hour (prefill and idle time are in both alike).")
-    s.assume("A win must clear three gates: cheaper than the baseline by more than the run-to-run noise, p99 TPOT "
+    s.assume("A win must clear three gates: cheaper than the baseline by more than the noise on a difference of two "
+             "runs (√2 × the run-to-run noise, the noise being independent from run to run), p99 TPOT "
              "within the SLO, and a quality delta no worse than the gate on the eval suite.")
     s.assume("Every row but fp8 keeps the model's math (a larger batch only reorders sums in batch-variant kernels; "
              "speculative decoding is lossless against its target model): their quality deltas are eval noise, "

@@ -24,9 +24,9 @@ from solvers.sheetmath import ceil_of
 from solvers.units import format_number
 
 LEVER_CUT = Fraction(1, 5)  # a lever "matters" when it cuts the cost per request by at least this share
-
-
-
+# A bill whose prompt and reply shares sit within this of each other (x = (P/O)/r within it of 1) is a coin toss:
+# the output token's cost is graded to 5%, so such draws are refused rather than called.
+SPLIT_MARGIN = Fraction(1, 20)
 
 # A replica decoding fewer requests than this spends its steps re-reading the weights for a handful of tokens
 # (70B on TP 2 at batch 8-10, hundreds of replicas): anyone would deploy a wider TP group instead.
@@ -37,6 +37,9 @@ def _ledger_assumptions(s: Sheet) -> None:
     s.assume("A replica is one TP group. A prompt holds it for one prefill step of its own; an output token for "
              "1/B of a decode step at the batch the speed target allows (the cap the KV pool sets included). "
              "Chunked prefill would mix the two in one step but spend the same replica-seconds on each.")
+    s.assume("Attention's FLOPs are counted per query-key pair (attention-flops): the prefill's grow with P²/2, a "
+             "decode token's with its context. An fp8 KV cache, one of the levers, runs attention at the fp8 peak "
+             "(matmul-precision).")
     s.assume("Requests arrive at the peak rate given; the fleet is sized for it at the utilisation ceiling, "
              "which leaves the headroom queueing needs. Off-peak hours cost the same replicas unless the fleet "
              "scales down, so dollars per request are those at the peak.")
@@ -99,8 +102,8 @@ def _ledger_regime(s: Sheet, mix, r, share, x) -> None:
     s.regime_by(mix, r, tie="above", above=Side(
         "prompt-dominated",
         f"An output token costs {ratio} prompt tokens, and each request brings {tokens} prompt tokens per output "
-        f"token: the prompt is {part} of the replica-seconds ({rule}). Prefill compute is where the money goes: "
-        "prefix caching, fp8 GEMMs and shorter system prompts move the bill; decode tuning barely does.",
+        f"token: the prompt is {part} of the replica-seconds ({rule}), so the prefill's compute is where most of "
+        "the money goes.",
         "With replies long enough that P/O falls below r, decode steps take most of the time: then the batch the "
         "speed target allows, KV bytes and HBM bandwidth set the bill.",
         near=f"An output token costs {ratio} prompt tokens and requests bring {tokens} per output token: the prompt "
@@ -108,8 +111,8 @@ def _ledger_regime(s: Sheet, mix, r, share, x) -> None:
         below=Side(
         "reply-dominated",
         f"An output token costs {ratio} prompt tokens, but requests bring only {tokens} prompt tokens per output "
-        f"token: the reply is {pct_text(1 - s.value(share))} of the replica-seconds ({rule}). Decode sets the bill: "
-        "a larger batch at the speed target (fp8 KV, more bandwidth, a looser target) is what cuts it.",
+        f"token: the reply is {pct_text(1 - s.value(share))} of the replica-seconds ({rule}), so the decode steps, "
+        "and the batch that shares each, set the bill.",
         "With prompts long enough that P/O exceeds r, prefill compute takes most of the time: then prefix caching "
         "and FLOP/s set the bill.",
         near=f"An output token costs {ratio} prompt tokens and requests bring {tokens} per output token: the reply "
@@ -173,6 +176,9 @@ def solve(p, s: Sheet) -> None:
                  "the request's token mix")
     x = s.step("share_rule", "Prompt's part over the reply's", "x", mix / r, "x",
                "(P/O) / r: the prompt's share is x / (1 + x), so x = 2 gives two thirds")
+
+    if s.compare(x, 1 + SPLIT_MARGIN) < 0 and s.compare(x * (1 + SPLIT_MARGIN), 1) > 0:
+        raise Reject("the prompt and the reply split the bill within 5% of even: too close to call")
 
     _ledger_assumptions(s)
     s.slip("the bill split by token counts, not by replica-seconds", s.evaluate(P_in / (P_in + L_out)) / s.value(share),
