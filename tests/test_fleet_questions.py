@@ -224,6 +224,20 @@ def test_fleet_margin_judgements_follow_the_variant(variant):
     assert len(sets) >= 8 and max(sets.values()) < 0.5 * 200
 
 
+def test_fleet_spares_clear_the_margin_by_more_than_a_node(variant):
+    """An interviewer reader: @73051 sat on the line (7 spares, 7 margin nodes), so a 99th-percentile pool (8)
+    flipped the verdict. Draws within a node are refused; the round-up the regime quotes is whole GPUs (it
+    printed '158.6 GPUs'); the prompt gives the pool's rule and the pod and unit sizes the keys use."""
+    for seed in range(120):
+        solution = variant(f"fleet-gpu-count@{seed}")
+        results = solution.sheet.results
+        assert abs(results["spare_pool"] - results["margin_nodes"]) > 1, seed
+        assert not re.search(r"rule's \d[\d,]*\.\d+ GPUs", solution.sheet.regime.summary), seed
+    solution = variant("fleet-gpu-count@default")
+    assert "256 GPUs" in solution.prompt and "3,072 GPUs" in solution.prompt
+    assert "two standard deviations" in solution.question.stages[2].say
+
+
 def test_fleet_matches_llama3_405b_flops(variant):
     """Llama 3 405B: 15.6T tokens, published as 3.8e25 FLOPs; 6·N·D with models.yaml's 405.85B agrees (on the
     78 days of the model card's GPU-hours: in 30 it would need 37K GPUs, past the published-scale rule)."""
