@@ -198,6 +198,18 @@ def test_incast_pinned_seed(variant):
                    "cuts_shown": 3}
 
 
+def test_incast_refuses_first_cnps_at_xoff(variant):
+    """A re-deriver: at 8 senders on 800 Gb/s, 180 KB marking, 7.9 MB XOFF and an 11 us round trip the queue holds
+    0.18 + 7 × 100 GB/s × 11 us = 7.88 MB when the first CNPs land, 0.25% under XOFF: the 'CNPs before XOFF'
+    option turned on a rounding. Draws within 2% are refused; the rest sit clear of it."""
+    with pytest.raises(VariantError, match="knife edge"):
+        variant("incast-buffer@default+nic=connectx-8+ecn_threshold=180+xoff_threshold=7.9+rtt=11+senders=8")
+    for seed in range(100):
+        p = {param.name: param.value for param in variant(f"incast-buffer@{seed}").params}
+        first_cnp = p["ecn_threshold"] + (p["senders"] - 1) * p["nic"].gbit_s * 1e9 / 8 * p["rtt"]
+        assert abs(first_cnp / p["xoff_threshold"] - 1) > 0.02, seed
+
+
 def test_incast_counters_follow_more_than_the_regime(variant):
     """The review: the counters select had two right sets, the regime's. Whether the first CNPs beat XOFF and how
     many cuts each sender takes now decide options of their own."""

@@ -7,7 +7,7 @@ import sympy
 from solvers.derivation import Sheet
 from solvers.models.common import given_peak_flops, model_params
 from solvers.models.training import FLOPS_PER_PARAM_TOKEN
-from solvers.sheetmath import ceil_of
+from solvers.sheetmath import ceil_of, log_of
 
 SPARE_SIGMAS = 2  # the pool covers the mean nodes down plus two standard deviations (Poisson: √mean)
 
@@ -43,8 +43,11 @@ def fat_tree_switches(s: Sheet, E, k, r, three_tier: bool) -> sympy.Symbol:
                       "the spines' k/2 uplinks each, thinned by the oversubscription, over k ports per core switch")
         return s.step("switches", "Switches in the compute fabric", "N_sw", L + S + core, "switches",
                       "three tiers: leaves, spines and core")
-    S = s.step("spines", "Spine switches", "S", ceil_of(L * (k / 2) / k), "switches",
-               "with no tier above, every spine port faces a leaf uplink")
+    # Each leaf spreads its k/2 uplinks evenly over the spines, so their count divides k/2 (a power of two):
+    # the least such count whose k ports take every leaf's uplinks (39 leaves on 20 spines cannot be wired).
+    S = s.step("spines", "Spine switches", "S", 2 ** ceil_of(log_of(L / 2, 2)), "switches",
+               "every leaf's k/2 uplinks spread evenly, as many to each spine: a power of two at or above "
+               "L·(k/2)/k, the spines whose k ports take them all")
     return s.step("switches", "Switches in the compute fabric", "N_sw", L + S, "switches",
                   "two tiers: leaves and spines")
 

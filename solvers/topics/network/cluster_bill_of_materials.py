@@ -23,14 +23,20 @@ def _bom_judgements(s: Sheet, p, E0, E, pod, n_job, g, pool, rate, site) -> None
                 s.compare(2 * E0, radix**2) <= 0,
                 f"{wanted} GPUs against the {format_number(radix**2 / 2)} that two tiers of "
                 f"{format_number(radix)}-port switches reach (k²/2)")
+    # Only a fabric of several pods can lose one and keep going: a two-tier fabric is one pod, nothing to ask.
     if pod is None:
-        whole_pod, why = False, "a two-tier fabric is a single pod: losing it is losing the cluster"
+        s.judge("bom", "the job keeps its full size with one whole pod out", None,
+                "a two-tier fabric is a single pod: losing it is losing the cluster")
     else:
-        whole_pod = s.compare(E - pod, g * n_job) >= 0
-        why = (f"{s.text(E)} less a pod of {format_number(s.value(pod))} against a job of "
-               f"{format_number(s.evaluate(g * n_job))}")
-    s.judge("bom", "the job keeps its full size with one whole pod out", whole_pod, why)
-    s.judge("bom", "losing one whole pod would shrink the job", not whole_pod, why)
+        s.judge("bom", "the job keeps its full size with one whole pod out", s.compare(E - pod, g * n_job) >= 0,
+                f"{s.text(E)} less a pod of {format_number(s.value(pod))} against a job of "
+                f"{format_number(s.evaluate(g * n_job))}")
+    beyond = E / g - n_job  # what filling whole pods (or leaves) installs past the job
+    s.judge("bom", "the nodes installed beyond the job are more than twice the spare pool",
+            s.compare(beyond, 2 * pool) > 0,
+            f"{format_number(s.evaluate(beyond))} nodes past the job's {format_number(s.value(n_job))} against a "
+            f"pool of {format_number(s.value(pool))}: the rest of the last "
+            + ("pod" if pod is not None else "leaf") + " is spare capacity the pool does not need")
     s.judge("bom", "the spare pool is under {small_pool} of the job's nodes",
             s.compare(pool, s.param("f_pool", "small_pool") * n_job) < 0,
             f"{format_number(s.value(pool))} spare nodes for a job of {format_number(s.value(n_job))}")

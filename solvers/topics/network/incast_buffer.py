@@ -6,6 +6,7 @@ import sympy
 from solvers.derivation import Reject, Sheet, Side
 from solvers.units import format_number
 
+EDGE = sympy.Rational(2, 100)  # the queue at the first CNPs this near XOFF is refused: too close to call
 MAX_SENDERS = 4096  # the search for the first sender count PFC fires from stops here: no port has more peers
 
 # Counters an on-call engineer reads to tell which mechanism acted: whether the CNPs beat XOFF, pause frames
@@ -29,6 +30,10 @@ def _cuts(n: int) -> int:
     return (n - 1).bit_length()
 
 
+def _halvings(k: int) -> str:
+    return f"{k} halving{'' if k == 1 else 's'}"
+
+
 def _first_pfc(s: Sheet, room: sympy.Symbol) -> int:
     """The fewest senders whose queue passes XOFF before the cuts stop it (growth > room), decided exactly;
     the growth rises with the senders, so the first one that passes is the boundary."""
@@ -47,7 +52,7 @@ def _incast_counters(s: Sheet, pfc_first: bool, early: bool, k: int, cuts_shown:
             "the queue passes XOFF before the cuts stop it, so the switch pauses the senders' links" if pfc_first
             else "the cuts stop the queue at or below XOFF: no pause frame is sent")
     s.judge("counters", CUTS, many_cuts,
-            f"{k} halving{'s' if k != 1 else ''} bring the senders to one line rate, against {cuts_shown}")
+            f"{_halvings(k)} bring{'s' if k == 1 else ''} the senders to one line rate, against {cuts_shown}")
     s.judge("counters", DROPS, False, "the RDMA priority is lossless: PFC pauses before the buffer overflows, so "
             "nothing is dropped and nothing is retransmitted (ECN marks and CNPs rise in every such burst)",
             fact=True)
@@ -55,10 +60,10 @@ def _incast_counters(s: Sheet, pfc_first: bool, early: bool, k: int, cuts_shown:
 
 def _incast_regime(s: Sheet, Q, X, N, n_pfc: int, RTT, k) -> None:
     senders, boundary, rtt = s.text(N), format_number(n_pfc), s.text(RTT)
-    peak, xoff, cuts = s.text(Q), s.text(X), s.text(k)
+    peak, xoff, cuts = s.text(Q), s.text(X), _halvings(int(s.value(k)))
     s.regime_by(Q, X, tie="below", above=Side(
         "pfc-first",
-        f"{senders} senders take the queue to {peak}, past XOFF at {xoff}, before DCQCN's {cuts} cuts, one a "
+        f"{senders} senders take the queue to {peak}, past XOFF at {xoff}, before DCQCN's {cuts}, one a "
         f"{rtt} round trip, bring them down to the line rate (PFC fires from {boundary} senders): the switch pauses "
         "the upstream ports first. PFC is fast because it is hop by hop, and that is the danger: it stops every "
         "flow on the paused links, not just the incast, and the pauses can spread switch by switch.",
@@ -70,9 +75,9 @@ def _incast_regime(s: Sheet, Q, X, N, n_pfc: int, RTT, k) -> None:
              "tuned this close pauses on every slightly larger collective."),
         below=Side(
         "ecn-first",
-        f"{senders} senders take the queue only to {peak}, within XOFF at {xoff}, by the time DCQCN's {cuts} "
-        f"cuts, one a {rtt} round trip, bring them to the line rate (PFC fires only from {boundary} senders): ECN's "
-        "end-to-end cuts absorb the incast and no pause is sent.",
+        f"{senders} senders take the queue only to {peak}, within XOFF at {xoff}, by the time DCQCN's {cuts}, "
+        f"one a {rtt} round trip, bring{'s' if s.value(k) == 1 else ''} them to the line rate (PFC fires only "
+        f"from {boundary} senders): ECN's end-to-end cuts absorb the incast and no pause is sent.",
         f"From {boundary} senders (or with a faster line or a longer round trip) the queue reaches XOFF before "
         "DCQCN has cut enough: PFC pauses the upstream ports, which stops innocent flows sharing them "
         "(head-of-line blocking) and can spread hop by hop. The pause counters start to rise beside the ECN marks.",
@@ -92,9 +97,9 @@ def solve(p, s: Sheet) -> None:
 
     E = s.step("excess", "Rate the queue grows", "E", (N - 1) * R, "Tb/s",
                "N senders arrive at line rate and the port drains one line rate")
-    s.step("t_ecn", "Time to the ECN threshold", "t_ecn", K / E, "us",
+    s.step("t_ecn", "Time to the ECN threshold", "t_ecn", K / E, "ns",
            "the queue crosses the marking threshold; the senders hear of it a round trip later")
-    s.step("t_xoff", "Time to the PFC XOFF threshold", "t_xoff", X / E, "us",
+    s.step("t_xoff", "Time to the PFC XOFF threshold", "t_xoff", X / E, "ns",
            "at this depth the switch pauses its upstream ports, whatever ECN is doing")
     k_value = _cuts(int(p.senders))
     k = s.step("cuts", "Rate cuts each sender takes before the queue stops growing", "k",
@@ -127,6 +132,9 @@ def solve(p, s: Sheet) -> None:
            factor=s.evaluate(K + (N - 1) * R * RTT) / s.value(Q))
 
     pfc_first = s.compare(Q, X) > 0
-    early = s.compare(K + (N - 1) * R * RTT, X) <= 0
+    first_cnp = K + (N - 1) * R * RTT  # the queue when the first CNPs land
+    early = s.compare(first_cnp, X) <= 0
+    if s.compare(abs(first_cnp - X), EDGE * X) <= 0:
+        raise Reject("the first CNPs land within 2% of XOFF: which comes first is a knife edge")
     _incast_counters(s, pfc_first, early, k_value, int(p.cuts_shown), s.compare(k, cuts_shown) >= 0)
     _incast_regime(s, Q, X, N, n, RTT, k)

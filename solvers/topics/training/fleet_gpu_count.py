@@ -64,6 +64,8 @@ def _margin_judgements(s: Sheet, need, job, spare, g) -> tuple[sympy.Symbol, sym
     down, pool = spare_pool(s, n_job, M_n, T_r)
     room = s.step("margin_nodes", "Nodes the margin holds", "n_margin", spare / g, "nodes",
                   "the margin's GPUs in whole nodes")
+    if s.compare(abs(pool - room), 1) <= 0:
+        raise Reject("the spare pool is within a node of what the margin holds: a hairline")
     doubled = ceil_of(2 * down + SPARE_SIGMAS * sympy.sqrt(2 * down))
     for value, bar, what in ((job * (1 - loss), need, "the slack against the restarts"),
                              (loss, RESTART_BAR, "the restart loss against a twentieth"),
@@ -120,9 +122,9 @@ def _fleet_judgements(s: Sheet, need, job, smaller, pod, words: str) -> None:
     is_power = size & (size - 1) == 0
     s.judge("judgement", "the job is a power of two", bool(is_power),
             f"{s.text(job)} {'is' if is_power else 'is not'} 2^k under the {words} rule")
-    s.judge("judgement", "the job meets the schedule even at an MFU a tenth below plan",
+    s.judge("judgement", "the job meets the schedule even at nine tenths of the planned MFU",
             s.compare(job * MFU_SHORTFALL, need) >= 0,
-            f"{over}; a tenth less MFU needs {format_number(s.evaluate(need / MFU_SHORTFALL))} GPUs")
+            f"{over}; nine tenths of the MFU needs {format_number(s.evaluate(need / MFU_SHORTFALL))} GPUs")
     s.judge("judgement", "the round-up leaves under a tenth of the schedule as slack",
             s.compare(job * MFU_SHORTFALL, need) < 0,
             f"{over}: it finishes in {format_number(s.evaluate(need / job), 3)} of the schedule")
@@ -143,7 +145,7 @@ def _spares_regime(s: Sheet, pool, room, down, words: str, rounding, spare) -> N
     A tie holds (the stage that asks says so)."""
     spares, holds = format_number(s.value(pool)), format_number(s.value(room))
     out = format_number(s.value(down), 3)
-    extra, margin_text = format_number(s.value(rounding)), format_number(s.value(spare))
+    extra, margin_text = format_number(math.floor(s.value(rounding))), format_number(s.value(spare))
     s.regime_by(pool, room, tie="below", below=Side(
         "margin-holds-spares",
         f"About {out} nodes are in repair at any moment; a pool of {spares} covers them with two standard "
