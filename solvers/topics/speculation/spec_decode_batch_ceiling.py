@@ -27,7 +27,7 @@ WORTH_SPECULATING = 1.1  # a draw whose batch-1 speedup is below this has nothin
 
 
 
-LEVER_TIE = 0.01  # a lever within 1% of that line is redrawn: no side to grade
+LEVER_TIE = 0.02  # a lever within 2% of that line is redrawn: no side to grade
 EVEN_TIE = 0.03  # the break-even answer's tolerance: a batch this close to it has no verdict to grade
 
 
@@ -46,19 +46,21 @@ def _ceiling_levers(s: Sheet, p, S_B, *, alpha, gamma, c, N, W, B, BW, P) -> Non
         plain = _roofline(W, 2 * N * B, BW, peak)
         return (1 - a ** (g + 1)) / (1 - a) * plain / (_roofline(W, 2 * N * B * (g + 1), BW, peak) + g * cost * plain)
 
-    def say(option: str, why: str, **change) -> None:
+    def say(option: str, why: str, *, fact: bool = False, **change) -> None:
         ratio = speedup(**change) / S_B
         shown = s.evaluate(ratio)
         if abs(shown / (1 + p.raise_by) - 1) < LEVER_TIE:
-            raise Reject(f"{option}: within 1% of the {format_quantity(p.raise_by, '%')} line")
+            raise Reject(f"{option}: within 2% of the {format_quantity(p.raise_by, '%')} line")
         s.judge("levers", option, s.compare(ratio, target) >= 0,
-                f"{why}: {format_number(shown, figures_against(shown, 1 + p.raise_by))}x the speedup")
+                f"{why}: {format_number(shown, figures_against(shown, 1 + p.raise_by))}x the speedup", fact=fact)
 
     drafts = int(p.gamma)
     half = max(1, drafts // 2)
     say("half the draft length (rounded down)",
         f"γ = {half}: fewer tokens scored per sequence, fewer expected per round", g=half)
-    say("twice the draft length", f"γ = {2 * drafts}: more tokens per round if they ride free", g=2 * gamma)
+    # Past the ceiling (every draw is) each extra draft token is paid math while its chance of landing falls.
+    say("twice the draft length", f"γ = {2 * drafts}: twice the verify tokens, paid in math past the ceiling, "
+        "for drafts less and less likely to land", g=2 * gamma, fact=True)
     say("a drafter half as costly", f"γ·c falls from {format_number(p.gamma * p.draft_cost, 3)} to "
         f"{format_number(p.gamma * p.draft_cost / 2, 3)} plain steps", cost=c / 2)
     higher = (1 + alpha) / 2  # halfway to a perfect drafter: never past α = 1
@@ -136,6 +138,8 @@ def solve(p, s: Sheet) -> None:
     even = s.step("break_even", "Batch where speculation stops paying", "B_even", B_r * (E - gamma * c) / (gamma + 1),
                   "sequences", "past the ceiling the round costs B·(γ+1)/B_r + γ·c plain steps; set it equal to E")
 
+    if s.compare(B, ceiling) <= 0:  # the stage-3 speedup and speed would be the batch-1 ones again
+        raise Reject("the batch is within the verify pass's ceiling")
     if abs(s.value(B) / s.value(even) - 1) < EVEN_TIE:
         raise Reject("the batch sits within the break-even answer's tolerance of it")
 

@@ -11,6 +11,7 @@ from solvers.sheetmath import ceil_of, floor_of
 from solvers.units import format_number, format_quantity
 
 EVEN_TIE = 0.03  # the break-even answer's tolerance: a batch this close to it has no verdict to grade
+ROOF_TIE = 0.03  # a pass within 3% of its roofline's ridge: a candidate's rounding would flip the verdict
 
 
 def _even_regions(E, gamma, c, t_W, t_KV, t_F, t_ar, t_AR0, t_oh):
@@ -71,9 +72,12 @@ def _accounting_holds(s: Sheet, p, costs: DecodeCosts, *, B, E, n_dec, tau, step
             f"{format_number(plain_left)}")
     s.judge(key, "the whole batch could speculate inside half the budget", s.compare(2 * n_dec, tau) <= 0,
             f"{s.text(n_dec)} scored for the verify pass against half of {s.text(tau)}")
+    weights, kv, math_ = (s.value(x) for x in (costs.weights, costs.kv, costs.math))
+    if (abs(p.batch / s.value(B_c) - 1) < ROOF_TIE
+            or abs(p.batch * math_ / (weights + p.batch * kv) - 1) < ROOF_TIE):
+        raise Reject("a pass sits within 3% of its roofline's ridge: its bound is a coin toss")
     s.judge(key, "the verify pass at this batch is compute-bound", s.compare(B, B_c) > 0,
             f"it turns compute-bound past {format_number(s.value(B_c), 3)} sequences")
-    weights, kv, math_ = (s.value(x) for x in (costs.weights, costs.kv, costs.math))
     s.judge(key, "the plain decode step at this batch is compute-bound",
             s.compare(B * costs.math, costs.weights + B * costs.kv) > 0,
             f"{format_quantity(p.batch * math_, 'ms')} of math against "
@@ -84,21 +88,19 @@ def _accounting_holds(s: Sheet, p, costs: DecodeCosts, *, B, E, n_dec, tau, step
         raise Reject("all of these hold or none")
 
 
-def _accounting_regime(s: Sheet, p, B, even, S_B, B_c) -> None:
-    at, flip = format_number(s.value(S_B), 3), format_number(s.value(B_c), 3)
+def _accounting_regime(s: Sheet, p, B, even, S_B) -> None:
+    at = format_number(s.value(S_B), 3)
     where = format_number(s.value(even), 3)
     s.regime_by(B, even, tie="above", below=Side(
         "helps",
         f"At batch {format_number(p.batch)} speculation still pays ({at}x with no prompt waiting): the round "
-        f"costs less than the E plain steps it replaces. It starts losing at about {where} sequences; the verify "
-        f"pass turns compute-bound from {flip}.",
+        f"costs less than the E plain steps it replaces. It starts losing at about {where} sequences.",
         "Past break-even each round costs more than the tokens it yields: with the verify pass compute-bound, "
         "every rejected position is paid-for math, and speculation must shrink its draft or switch off."),
         above=Side(
         "hurts",
         f"At batch {format_number(p.batch)} speculation loses ({at}x): past {where} sequences the verify pass's "
-        f"extra tokens cost more, in math and all-reduce bytes, than the accepted ones save (it is compute-bound "
-        f"from {flip}).",
+        "extra tokens cost more, in math and all-reduce bytes, than the accepted ones save.",
         "Below break-even the verify pass's extra tokens ride on reads the step makes anyway: speculation pays, "
         "and the rejected positions cost next to nothing."))
 
@@ -130,6 +132,8 @@ def solve(p, s: Sheet) -> None:
                      ceil_of(P_in / (tau - B)), "steps", "one decode token per sequence leaves τ − B")
     steps_s = s.step("prefill_steps_spec", "Steps to prefill the waiting prompt, speculating", "n_s",
                      ceil_of(P_in / left), "steps", "the verify tokens leave less room for its chunks")
+    if s.compare(steps_s, steps_p) == 0:
+        raise Reject("speculating costs the waiting prompt no step: the cost the question is about does not show")
     # Rollback.
     s.step("discarded", "KV entries written and discarded per step", "n_rb", B * (gamma + 1 - E), "tokens",
                    "the verify pass writes KV for all γ+1 positions; the rejected tail is rolled back by moving the "
@@ -178,5 +182,5 @@ def solve(p, s: Sheet) -> None:
     s.slip("budget counted as one token per sequence (drafts forgotten)", on="prefill_left",
            factor=s.evaluate(tau - B) / s.value(left))
     _accounting_holds(s, p, costs, B=B, E=E, n_dec=n_dec, tau=tau, steps=(steps_p, steps_s), B_c=B_c)
-    _accounting_regime(s, p, B, even, S_B, B_c)
+    _accounting_regime(s, p, B, even, S_B)
 
