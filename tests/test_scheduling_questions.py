@@ -485,6 +485,23 @@ def test_overlap_grades_where_the_tokens_live_and_who_pays(variant):
         "it waits out the CPU's work on each of its tokens (the serial step)"]
 
 
+def test_overlap_placement_turns_on_the_two_sides(variant):
+    """The interviewer reading: where the token is was fixed by one word (the request kind), two key sets. A
+    free-text token's placeholder is filled before step n+1 ends exactly when the CPU's step fits in the GPU's,
+    so the key now turns on the variant's times too."""
+    keys = set()
+    for solution in _draws(variant, "decode-loop-overlap"):
+        placed = solution.sheet.results["placeholders"]
+        cpu, gpu = solution.expected["cpu_time"], solution.expected["gpu_time"]
+        free = _value(solution, "request") == "free-text"
+        assert placed["on the GPU, feeding step n+1; the CPU fills its placeholder before step n+1 ends"] == (
+            free and cpu <= gpu)
+        assert placed["on the GPU, feeding step n+1; its placeholder on the CPU is still open when step n+1 ends"] == (
+            free and cpu > gpu)
+        keys.add(tuple(sorted(solution.expected["placeholders"])))
+    assert len(keys) == 3
+
+
 def test_overlap_gpu_step_carries_the_all_reduces(variant):
     """At TP 8 a 70B decode step pays 160 all-reduce latencies (1.6 ms) besides its kernels."""
     solution = variant("decode-loop-overlap@default+model=llama-3-70b+tp=8")
