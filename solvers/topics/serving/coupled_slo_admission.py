@@ -13,27 +13,32 @@ from solvers.sheetmath import ceil_of, floor_of
 from solvers.units import format_quantity
 
 
-def _admission_remedies(s: Sheet, Q, Q_max, Q_more, L_p, ttft, T_f, t_solo, t_held) -> None:
-    """Where the new request makes its first token in time, and how much room this replica has left."""
-    late, target = s.text(ttft), s.text(T_f)
-    alone = format_quantity(s.value(t_solo), "s")
-    own = s.compare(L_p, Q_max) <= 0
+def _admission_remedies(s: Sheet, Q, Q_max, Q_more, Q_half, L_p, T_f, t_held, t_queue_solo) -> None:
+    """Where the new request makes its first token in time, and how much room this replica has left. Whether it
+    makes it here now is the verdict itself, graded as the regime, so it is no option."""
+    target = s.text(T_f)
     key = "remedies"
-    s.judge(key, "admitted here now, behind the waiting prompts, it makes it", s.compare(Q, Q_max) <= 0,
-            f"behind the backlog its first token comes after {late}, against {target}")
-    s.judge(key, "one more prompt waiting ahead of it would make it miss here", s.compare(Q_more, Q_max) > 0,
+    # The replica's room: asked only where it can go either way (admitted: it may or may not have room to lose).
+    admitted = s.compare(Q, Q_max) <= 0
+    s.judge(key, "one more prompt waiting ahead of it would make it miss here",
+            s.compare(Q_more, Q_max) > 0 if admitted else None,
             f"one more waiting prompt makes the backlog {s.text(Q_more)}, against the {s.text(Q_max)} this "
-            f"replica prefills within {target}")
+            f"replica prefills within {target}" if admitted else "it misses here already: no room to lose")
+    s.judge(key, "under half the TTFT target it would still make it here",
+            s.compare(Q, Q_half) <= 0 if admitted else None,
+            f"half the target holds {s.text(Q_half)} of backlog, against its {s.text(Q)}" if admitted else
+            "it misses the whole target here already")
     held = s.compare(t_held, T_f) <= 0
     s.judge(key, "held outside the engine until the backlog drains, it makes it", held,
             f"its TTFT clock runs while it waits: the waiting prompts drain, then its own chunks run, "
             f"{s.text(t_held)} in all, {'within' if held else 'past'} {target}")
-    s.judge(key, "on an idle peer (same decode batch, empty queue) it makes it", own,
+    s.judge(key, "on an idle peer (same decode batch, empty queue) it makes it", s.compare(L_p, Q_max) <= 0,
             f"with no queue ahead its prompt of {s.text(L_p)} against the {tokens_text(s, Q_max)}-token "
             "limit decides")
-    s.judge(key, "on a prefill-only replica of the same GPUs (no decode batch, one step) it makes it", True,
-            f"alone on the group its prefill takes {alone}, against {target}: a target the group cannot meet even "
-            "so is not a serving target", fact=True)
+    solo = s.compare(t_queue_solo, T_f) <= 0
+    s.judge(key, "on a prefill-only replica of the same GPUs, behind as many waiting prompts, it makes it", solo,
+            f"each prompt there is one step with no decode batch beside it: the waiting ones and its own take "
+            f"{s.text(t_queue_solo)}, {'within' if solo else 'past'} {target}")
 
 
 def _admission_regime(s: Sheet, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay) -> None:
@@ -106,8 +111,11 @@ def solve(p, s: Sheet) -> None:
                        "what a prefill-only replica of the same GPUs gives it")
     if s.compare(t_solo, T_f) > 0:
         raise Reject("the TTFT target is shorter than the prompt's prefill alone on the group")
+    t_queue_solo = s.step("ttft_prefill_only", "TTFT on a prefill-only replica behind as many waiting prompts",
+                          "TTFT_p", (q + 1) * t_solo, "s",
+                          "one whole-prompt step for each waiting prompt, then its own")
     Q_more = s.step("backlog_more", "Backlog behind one more waiting prompt", "Q_+", Q + L_p, "tokens",
-                    "the headroom this replica has left: one more prompt ahead of the new one")
+                    "the room this replica has left: one more prompt ahead of the new one")
 
     s.assume("TPOT is the step time: every running stream gets one token per step. Every chunk token is priced "
              "at attention to its whole prompt (the last chunk's cost), so no step breaks the TPOT target; "
@@ -120,7 +128,9 @@ def solve(p, s: Sheet) -> None:
     s.assume("The delay a later arrival pays is the mean: the new prompt over the prefill rate. In whole steps it "
              "is the floor or the ceiling of prompt ÷ chunk steps, as the later prompt falls in a chunk.")
     s.assume("The server's peers are replicas like it (the same decode batch): a peer helps only a prompt within "
-             "the backlog limit; past it, routing elsewhere means a prefill-only pool.")
+             "the backlog limit; past it, routing elsewhere means a prefill-only pool. A prefill-only replica "
+             "prefills each waiting prompt whole, one per step, in arrival order (batching prompts saves little: "
+             "prefill is compute-bound).")
     s.assume("The TTFT target is one the group can meet with the prompt alone, timed by this step model (not at "
              "datasheet peak): a target no deployment of these GPUs meets is not a serving target.")
     c_mean = s.evaluate(floor_of((tau - t_x) / ((2 * e.N + e.A * L_p / 2) / e.flop_rate + ar.per_token)))
@@ -133,6 +143,8 @@ def solve(p, s: Sheet) -> None:
     s.slip("backlog limit from the TPOT target instead of the TTFT target", on="backlog_limit",
            factor=s.evaluate(floor_of(tau / t_mix)) / s.value(n_max))
 
-    _admission_remedies(s, Q, Q_max, Q_more, L_p, ttft, T_f, t_solo, t_held)
+    Q_half = s.step("backlog_limit_half", "Largest backlog within half the TTFT target", "Q_½",
+                    floor_of(T_f / 2 / t_mix) * c_max, "tokens", "the same rule at half the target: the room it has")
+    _admission_remedies(s, Q, Q_max, Q_more, Q_half, L_p, T_f, t_held, t_queue_solo)
     _admission_regime(s, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay)
 

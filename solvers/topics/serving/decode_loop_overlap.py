@@ -15,24 +15,29 @@ from solvers.models.steptime import (
 from solvers.sheetmath import max_of
 from solvers.units import format_number
 
-# Where step n's token of the request in question sits while step n+1 runs, by the kind of request:
-# a free-text request rides the overlap; a grammar-constrained one needs its token on the CPU first.
-_PLACEHOLDERS = {
-    "on the GPU, feeding its step n+1 input without a round trip": {"free-text"},
-    "on the CPU as a placeholder, filled in when step n's output is processed": {"free-text"},
-    "on the CPU, before its step n+1 is scheduled: its next mask is built from it": {"grammar-constrained"},
-    "in the KV cache, as a dummy token's KV rewritten once the real token is known": set(),
-}
+# Where step n's token of the request in question sits while step n+1 runs, and when the CPU learns it: a
+# free-text request rides the overlap (its token stays on the GPU; whether the CPU fills its placeholder before
+# step n+1 ends is the loop's pace), a grammar-constrained one needs its token on the CPU first.
+ON_GPU_CAUGHT_UP = "on the GPU, feeding step n+1; the CPU fills its placeholder before step n+1 ends"
+ON_GPU_BEHIND = "on the GPU, feeding step n+1; its placeholder on the CPU is still open when step n+1 ends"
+ON_CPU = "on the CPU, before its step n+1 is scheduled: its next mask is built from it"
 
 
-_PLACEHOLDER_WHY = {
-    "free-text": "a free-text request needs nothing from its token on the CPU: the overlap scheduler keeps the "
-                 "sampled ids on the device and counts a placeholder for each (vLLM's num_output_placeholders)",
-    "grammar-constrained": "a grammar-constrained request's next token mask is computed on the CPU from its last "
-                           "token: it cannot be scheduled until that token has arrived",
-    "in the KV cache, as a dummy token's KV rewritten once the real token is known":
-        "step n+1 writes the KV of the real token from its real id on the GPU: nothing is rewritten",
-}
+def _judge_placement(s: Sheet, p, cpu_bound: bool, gpu: str, cpu: str) -> None:
+    free = p.request == "free-text"
+    rides = ("a free-text request needs nothing from its token on the CPU: the sampled ids stay on the device "
+             "and the CPU counts a placeholder (vLLM's num_output_placeholders)")
+    s.judge("placeholders", ON_GPU_CAUGHT_UP, free and not cpu_bound,
+            f"{rides}; the CPU's {cpu} of processing fit in the GPU's {gpu} step" if free else _ON_CPU_WHY)
+    s.judge("placeholders", ON_GPU_BEHIND, free and cpu_bound,
+            f"{rides}; the CPU's {cpu} of processing outlast the GPU's {gpu} step" if free else _ON_CPU_WHY)
+    s.judge("placeholders", ON_CPU, not free,
+            _ON_CPU_WHY if not free else "a free-text request's next step needs nothing from its token on the CPU")
+
+
+_ON_CPU_WHY = ("a grammar-constrained request's next token mask is computed on the CPU from its last token: it "
+               "cannot be scheduled until that token has arrived")
+
 
 # Two sides within this share of each other are a tie in practice (the step model's efficiencies are not that
 # exact): such draws are refused, so a push never moves a hairline.
@@ -114,10 +119,7 @@ def solve(p, s: Sheet) -> None:
     lines = s.param("w_line", "waste_line"), s.param("g_line", "gain_line")
     gpu, cpu = s.text(t_gpu), s.text(t_cpu)
     cpu_bound = s.compare(t_cpu, t_gpu) > 0
-    kind = p.request
-    for option, kinds in _PLACEHOLDERS.items():  # where no request's token is: a fact of the loop
-        s.judge("placeholders", option, kind in kinds, _PLACEHOLDER_WHY.get(option, _PLACEHOLDER_WHY[kind]),
-                fact=not kinds)
+    _judge_placement(s, p, cpu_bound, gpu, cpu)
     _judge_payers(s, p, cpu_bound, gpu, cpu, waste, gain, lines, t_seq, t_ovl)
     s.regime_by(t_cpu, t_gpu, tie="below", above=Side(
         "CPU-bound",
