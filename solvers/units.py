@@ -53,7 +53,8 @@ _atom(_COUNT_NOUNS, 1.0, DIMENSIONLESS)
 # Numerics: factors of two of dynamic range, signal-to-noise ratios and score gaps (log scales, read as typed).
 _atom("binade binades nat nats", 1.0, DIMENSIONLESS)
 _atom("dB", 1.0, DIMENSIONLESS)
-_SINGULAR = {noun: noun[:-1] for noun in _COUNT_NOUNS.split() if noun.endswith("s") and noun[:-1] in _ATOMS}
+_SINGULAR = {noun: noun[:-1] for noun in (*_COUNT_NOUNS.split(), "days", "hours")
+             if noun.endswith("s") and noun[:-1] in _ATOMS}  # "1 day", "1 hour": a push's one-day repair
 # Rates people write as one word: "TFLOPS", "Gbps", "GBps".
 _atom("FLOPS", 1.0, (0, 1, -1, 0, 0))
 _atom("bps", 1 / 8, (1, 0, -1, 0, 0))

@@ -117,6 +117,8 @@ def test_format_number_is_readable():
     assert format_quantity(1, "slots") == "1 slot"
     assert format_quantity(2, "slots") == "2 slots"
     assert format_quantity(1, "drives") == "1 drive"
+    assert format_quantity(86400, "days") == "1 day" and format_quantity(3600, "hours") == "1 hour"
+    assert format_quantity(2 * 86400, "days") == "2 days"
     assert format_quantity(1, "requests/s") == "1 request/s"  # a rate's count noun too
     assert format_quantity(2, "requests/s") == "2 requests/s"
     assert format_quantity(1e9, "GB/s") == "1 GB/s"
