@@ -78,19 +78,19 @@ def ledger_by_hand(solution):
 def test_decode_context_is_the_cards_rule_and_the_prompt_names_it(variant, qid):
     """Every decode batch in the group is sized at P + O/2, the card's mean-decode-context (it was a rule no
     prompt stated: at P + O a third of the ledger's batches move by more than 3%). The card says it once and
-    the prompts name it."""
+    the prompts name it, or, in a staged interview (whose words name no card), the screen lists it in play."""
     from solvers.conventions import convention
 
     assert convention("mean-decode-context").value == 0.5
     for seed in ["default", *range(5)]:
         solution = variant(f"{qid}@{seed}")
         assert solution.sheet.results["mean_context"] == _value(solution, "prompt") + _value(solution, "reply") / 2
-        assert "mean-decode-context" in solution.prompt
+        named = solution.cards() if solution.question.staged else solution.prompt
+        assert "mean-decode-context" in named
 
 
 @pytest.mark.parametrize("qid, cards", [
     ("serving-cost-ledger", ("tp-all-reduce", "attention-flops", "usable-hbm")),
-    ("slo-capacity-unit", ("tp-all-reduce", "attention-flops", "usable-hbm")),
     ("multi-model-fleet-tiering", ("tp-all-reduce", "attention-flops", "usable HBM")),
     ("cold-prefill-pools", ("tp-all-reduce", "attention-flops"))])
 def test_prompts_name_what_their_step_model_charges(variant, qid, cards):
@@ -375,13 +375,14 @@ def test_capacity_routing_by_count_never_beats_units(variant):
 
 
 def test_capacity_buying_is_the_unit_ratio_against_the_price_ratio(variant, catalog):
-    """Buy-new exactly when the new GPU's price per unit is lower; the follow-up makes the older pool H200s at
-    the same $3, and the B200 at twice the price is no longer worth it."""
+    """Buy-new exactly when the new GPU's price per unit is lower; the push makes the older pool H200s at the
+    same $3, and the B200 at twice the price is no longer worth it."""
     for seed in SEEDS:
         results = variant(f"slo-capacity-unit@{seed}").sheet.results
         assert (results["regime"] == "buy-new") == (results["unit_cost_new"] < results["unit_cost_old"])
-    round_two = follow_up(variant("slo-capacity-unit@default"), catalog)
-    assert round_two is not None and round_two.solution.expected["regime"] == "buy-old"
+    solution = variant("slo-capacity-unit@default")
+    push = stage_run(solution, catalog, len(solution.question.stages) - 1)
+    assert push is not None and push.moved == ("old_gpu",) and push.solution.expected["regime"] == "buy-old"
     with pytest.raises(VariantError, match="newer_costs_more"):
         variant("slo-capacity-unit@default+new_gpu=h200-sxm+new_price=2.8+old_price=3")
 
