@@ -45,7 +45,8 @@ def _binding_why(s: Sheet, tag: str) -> str:
 def _capacity_assumptions(s: Sheet) -> None:
     s.assume("The pools decode only (prefill runs elsewhere): a replica's unit is the requests per second its "
              "decode batch finishes at the TPOT target, every request at the mean context. Both pools use the same "
-             "TP and the card's step model; each GPU's all-reduces run over its own NVLink.")
+             "TP and the card's step model (attention by attention-flops); each GPU's all-reduces run over its own "
+             "NVLink.")
     s.assume("GPU-hour prices are on-demand rental assumptions (mid-2026: A100 $0.8-3, H100 $2-5, H200 $2.5-7, "
              "B200 $4.5-6), as the references list; the buying verdict turns on their ratio.")
 

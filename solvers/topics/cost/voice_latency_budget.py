@@ -134,7 +134,8 @@ def _voice_llm(s: Sheet, p, tp: int, llm) -> sympy.Symbol:
         raise Reject(NO_SESSION)
     s.slip("clause priced as k prefill steps", s.evaluate(k * t_1 / clause), on="first_clause")
     s.assume("The conversation so far is in the prefix cache: a turn prefills only its own tokens, which attend "
-             "to the whole context, in one step alongside the other sessions' decode tokens.")
+             "to the whole context (its FLOPs by attention-flops), in one step alongside the other sessions' "
+             "decode tokens.")
     s.assume("Every session sits at the listed context; the first clause is the first k tokens the TTS can speak. "
              "Endpointing is the silence (or turn-detector) wait after the user stops; network is the round trip "
              "of the audio up and the first audio down; ASR and TTS are their final-transcript and first-chunk "
