@@ -78,12 +78,13 @@ def _layout_clause(s: Sheet, p, n: int, llm) -> tuple[bool, str]:
 
     clause = step(B - 1 + T_u) + (k - 1) * step(B)
     return s.compare(clause, llm) <= 0, f"first clause in {format_quantity(s.evaluate(clause), 'ms')} against " \
-        f"{s.text(llm)}"
+        f"the {s.text(llm)} line"
 
 
-def _voice_llm(s: Sheet, p, tp: int, llm) -> None:
+def _voice_llm(s: Sheet, p, tp: int, llm) -> sympy.Symbol:
     """The LLM line's derivation on the smallest layout that makes it (the widest where none does): first
-    clause, speed after it, and the sessions one replica carries within the line."""
+    clause, speed after it, and the sessions one replica carries within the line. Returns the first clause's
+    time: what the LLM takes, which is set against the other lines."""
     e = engine(s, p.model, p.gpu, tp, DEFAULT_CONSTANTS, dtype=p.dtype, communication=tp > 1, kv_prerequisite=True)
     B, S = s.param("B", "batch"), s.param("S", "context")
     T_u, k = s.param("T_u", "turn"), s.param("k", "clause")
@@ -133,7 +134,8 @@ def _voice_llm(s: Sheet, p, tp: int, llm) -> None:
         raise Reject(NO_SESSION)
     s.slip("clause priced as k prefill steps", s.evaluate(k * t_1 / clause), on="first_clause")
     s.assume("The conversation so far is in the prefix cache: a turn prefills only its own tokens, which attend "
-             "to the whole context, in one step alongside the other sessions' decode tokens.")
+             "to the whole context (its FLOPs by attention-flops), in one step alongside the other sessions' "
+             "decode tokens.")
     s.assume("Every session sits at the listed context; the first clause is the first k tokens the TTS can speak. "
              "Endpointing is the silence (or turn-detector) wait after the user stops; network is the round trip "
              "of the audio up and the first audio down; ASR and TTS are their final-transcript and first-chunk "
@@ -142,35 +144,38 @@ def _voice_llm(s: Sheet, p, tp: int, llm) -> None:
              "whose weights leave less than the card's minimal KV pool, or whose sessions' KV does not fit its "
              "usable HBM, cannot serve. Where no layout makes the line, TP 8 is derived: the sessions it holds "
              "within the line are what a replica can take.")
+    return clause
 
 
-def _voice_regime(s: Sheet, lines, largest) -> None:
-    waits = max_of(*(lines[name] for name in _WAITS))
-    models = max_of(*(lines[name] for name in ("asr", "llm", "tts")))
+def _voice_regime(s: Sheet, taken, largest: str) -> None:
+    """Waits against models, each line at what it takes: the LLM at its first clause on the derived layout,
+    not at the line the others leave it (its slack is no one's time)."""
+    waits = max_of(*(taken[name] for name in _WAITS))
+    models = max_of(*(taken[name] for name in ("asr", "llm", "tts")))
     wait = s.step("largest_wait", "Largest line that is not a model", "t_wait", waits, "ms",
                   "endpointing or the network: time nobody's GPU can buy back")
-    model = s.step("largest_model", "Largest model line", "t_model", models, "ms", "ASR, the LLM's line or TTS")
+    model = s.step("largest_model", "Largest model line, the LLM at its first clause", "t_model", models, "ms",
+                   "ASR, the LLM's first clause on its layout, or TTS")
     name = _LINES[largest]
     s.regime_by(wait, model, tie="above", above=Side(
         "not-a-model",
-        f"The largest line is {name}, {s.text(wait)}, against at most "
-        f"{s.text(model)} for any model: a faster GPU cannot buy it back. Tune the "
-        "endpointer (a turn detector instead of a long silence timeout), move the edge closer, and stream every "
-        "stage so each starts on its predecessor's first output.",
-        "If the waits shrink below the model lines (a semantic turn detector, an edge region), the LLM's line "
-        "becomes the one to buy down: a smaller model, a wider TP group, speculative decoding.",
-        near=f"The largest line is {name}, {s.text(wait)}, barely above the largest "
-             f"model line ({s.text(model)}): waits and models share the budget almost "
-             "evenly, so both the endpointer and the LLM tier are worth tuning."),
+        f"The largest line is {name}, {s.text(wait)}, against at most {s.text(model)} for any model, the LLM "
+        "counted at what its first clause takes: a faster GPU cannot buy it back. Tune the endpointer (a turn "
+        "detector instead of a long silence timeout), move the edge closer, and stream every stage so each "
+        "starts on its predecessor's first output.",
+        "If the waits shrink below the model lines (a semantic turn detector, an edge region), the models "
+        "become the lines to buy down: a smaller model, a wider TP group, speculative decoding, a faster TTS.",
+        near=f"The largest line is {name}, {s.text(wait)}, barely above the largest model line "
+             f"({s.text(model)}): waits and models share the budget almost evenly, so both the endpointer and "
+             "the model tiers are worth tuning."),
         below=Side(
         "a-model",
-        f"A model line is the largest ({name}, {s.text(model)}), above the longest "
-        f"wait ({s.text(wait)}). The LLM's line is whatever the budget leaves after the "
-        "other four, so short waits hand it the slack: the budget is then bought with GPUs and model choices, "
-        "and a tighter LLM line is a choice, not a given.",
+        f"A model takes the largest line ({name}, {s.text(model)}), above the longest wait ({s.text(wait)}): "
+        "here the budget is bought with GPUs and model choices (a wider layout, a smaller model, speculative "
+        "decoding, a faster TTS), not with the endpointer.",
         "With a longer endpointing wait or a farther network path the largest line stops being a model, and no "
         "GPU spend recovers it.",
-        near=f"A model line is the largest ({name}), only just above the longest wait "
+        near=f"A model takes the largest line ({name}, {s.text(model)}), only just above the longest wait "
              f"({s.text(wait)}): both kinds of line need work."))
 
 
@@ -180,14 +185,8 @@ def solve(p, s: Sheet) -> None:
     budget = s.param("T_audio", "budget")
     llm = s.step("llm_line", "LLM line: what the budget leaves for the first clause", "t_LLM",
                  budget - sum(lines.values()), "ms", "the budget less endpointing, network, ASR and TTS first audio")
-    lines["llm"] = llm
     if s.value(llm) <= 0:
         raise Reject("the other lines already spend the budget")
-    largest = "endpointing"
-    for name in _LINES:  # exact comparisons: only a strictly larger line displaces an earlier one
-        if s.compare(lines[name], lines[largest]) > 0:
-            largest = name
-    s.choose("largest_line", _LINES[largest])
 
     verdicts = {tp: _layout_clause(s, p, tp, llm) for tp in LAYOUTS}
     fits = [tp for tp, (makes, _) in verdicts.items() if makes]
@@ -197,7 +196,18 @@ def solve(p, s: Sheet) -> None:
             else "at least one layout makes the line")
     # Where none makes it, the widest is derived: how far it misses, and how many sessions it could hold.
     tp = min(fits) if fits else max(LAYOUTS)
-    s.choose("smallest_layout", LAYOUTS[tp] if fits else NO_LAYOUT)
-    _voice_llm(s, p, tp, llm)
-    _voice_regime(s, lines, largest)
+    below = tp // 2 if tp // 2 in LAYOUTS else None  # the layout one step narrower: why it misses
+    s.choose("smallest_layout", LAYOUTS[tp] if fits else NO_LAYOUT,
+             (verdicts[tp][1] if fits else f"even TP 8 misses: {verdicts[tp][1]}")
+             + (f"; {LAYOUTS[below]}: {verdicts[below][1]}" if fits and below is not None else ""))
+    taken = {**lines, "llm": _voice_llm(s, p, tp, llm)}
 
+    largest = "endpointing"
+    for name in _LINES:  # exact comparisons: only a strictly larger line displaces an earlier one
+        if s.compare(taken[name], taken[largest]) > 0:
+            largest = name
+    clause = f"{s.text(taken['llm'])} of its {s.text(llm)} line"
+    s.choose("largest_line", _LINES[largest],
+             f"the LLM's first clause, {clause}, outlasts every other line" if largest == "llm" else
+             f"{s.text(taken[largest])}, against the LLM's first clause at {clause}")
+    _voice_regime(s, taken, largest)
