@@ -106,22 +106,33 @@ def test_kv_quant_options_follow_the_variant(variant):
     assert "26%" in short.reasons["facts"][window]
 
 
-def test_kv_quant_asks_for_the_estimate_the_key_is(variant):
-    """The keys are step/√12 with a group's range the full spread, and first-order roads: at 2 bits the exact
-    per-token RMS is ~2.9 (the ±1 channels all round to the inner levels) against the estimate's 2.12, so the
-    answers' labels ask for the estimate and the first order, the hints say the range, and the opening says the
-    spread is uniform (σ_v = 1/√3 rests on it)."""
+@pytest.mark.parametrize("seed", range(20))
+def test_kv_quant_key_error_is_the_exact_rounding_error(variant, seed):
+    """A ±1 key entry's per-token error is its RMS distance to the nearest level of a grid over ±(α + 1), not
+    step/√12: at 2 bits every such entry lands on the inner levels (α = 10: 3.18 against the estimate's 2.12,
+    which stays only as a slip). Checked by rounding a fine uniform sample of ±1 on that grid."""
+    solution = variant(f"kv-quant-keys-vs-values@{seed}")
+    bits, alpha = int(solution.param("bits").value), solution.param("outlier").value
+    levels, top = 2**bits - 1, alpha + 1
+    step = 2 * top / levels
+    x = np.linspace(-1, 1, 400_001)
+    rounded = np.rint((x + top) / step) * step - top
+    assert solution.expected["key_error_token"] == pytest.approx(np.sqrt(np.mean((x - rounded) ** 2)), rel=1e-3)
+
+
+def test_kv_quant_says_what_the_key_is(variant):
+    """The opening says the spread is uniform (σ_v = 1/√3 rests on it) and where a token's keys reach; the labels
+    ask for a ±1 entry's error and the first-order ratios; the estimate is a slip where it misses."""
     solution = variant("kv-quant-keys-vs-values@default")
-    opening = solution.question.stages[0]
-    assert "uniform over ±1" in " ".join(opening.say.split())
-    assert any("step/√12, the group's range its full spread" in hint for hint in opening.hints)
-    # The key's token range runs from −α−1 to α+1: outliers both ways, inside the scale's group of 128 channels.
-    assert "two key channels a head sit at +10, two at −10" in " ".join(solution.prompt.split())
-    assert any("A per-token scale spans the head" in hint for hint in opening.hints)
+    opening = " ".join(solution.prompt.split())
+    assert "uniform over ±1" in opening
+    assert "two key channels a head sit at +10, two at −10, edges at ±1 more" in opening
     labels = {a.key: a.label for a in solution.question.answers}
-    assert "estimate" in labels["key_error_token"] and "first order" in labels["roads_token"]
+    assert "±1 key entry" in labels["key_error_token"] and "first order" in labels["roads_token"]
     assert "first order" in labels["roads_channel"]
     assert "bf16 size over this cache" in labels["compression"]  # 4.7×, not the cache's 21% share of bf16
+    assert solution.expected["key_error_token"] == pytest.approx((91 / 9) ** 0.5)
+    assert any(slip.label.startswith("step/√12") for slip in solution.sheet.slips["key_error_token"])
 
 
 def test_kv_quant_rope_is_the_selects_one_fact(variant):
