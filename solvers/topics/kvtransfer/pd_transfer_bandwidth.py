@@ -23,7 +23,7 @@ TOO_CLOSE = 0.03  # a flow within 3% of the link: too close to call
 
 BREAKERS = (
     "an MHA model of the same size (as many KV heads as query heads)",
-    "GPUs with four times the FLOP/s and twice the NVLink bandwidth (Blackwell at fp8 against Hopper at bf16)",
+    "prefill GPUs with four times the FLOP/s and twice the NVLink bandwidth",
     "four times as many prefill GPUs feeding each decode GPU",
     "prompts four times as long",
     "an fp8 KV cache (half the bytes per token, attention at the fp8 peak)",
@@ -106,7 +106,7 @@ def _link_regime(s: Sheet, need, link, bound, k, request) -> None:
         "link-breaks",
         f"Each decode GPU must take {got} from its {fan} prefill GPU(s), past its {nic} link: prefill makes KV "
         f"faster than the link moves it (up to {per_gpu} per prefill GPU, whatever the prompt length), so decode "
-        "waits on transfers or prefill stalls.",
+        "waits on transfers or prefill stalls: the queue on the link grows without bound.",
         "With more compute per KV byte (GQA with few KV heads, bigger models, MLA), fewer prefill GPUs per "
         "decode GPU, an fp8 KV cache or a faster link the flow fits, and prompt length never enters."),
         below=Side(
@@ -150,8 +150,8 @@ def solve(p, s: Sheet) -> None:
                     "the prompt's FLOPs over the group's FLOP/s at this matmul efficiency"
                     + ("" if P_att is P else ", attention at its cache's peak (matmul-precision)"))
     t_pre = s.step("prefill_time", "Prefill time of the prompt", "t_pre", max_of(read, t_math) + t_ar, "s",
-                   "the slower of its reads and its math (the step model)"
-                   + ("" if p.tp == 1 else ", then the TP all-reduces (tp-all-reduce card)"))
+                   "the slower of its weight read and its math"
+                   + ("" if p.tp == 1 else ", then the TP all-reduces, not overlapped"))
     b = s.step("per_gpu", "KV each prefill GPU sends per second", "b", T * KV / t_pre, "GB/s",
                "its share of the prompt's KV over the prefill time: the prompt length cancels but for attention, "
                "the weight read" + ("" if p.tp == 1 else " and the all-reduces' latency"))
@@ -163,14 +163,19 @@ def solve(p, s: Sheet) -> None:
     need = s.step("decode_need", "KV a decode GPU's link carries per second", "b_D", k * b, "GB/s",
                   "each decode GPU takes the KV of the prefill GPUs that feed it")
     share = s.step("link_share", "Share of the decode GPU's link", "u", need / link, "%",
-                   "what the transfer leaves for everything else on that link")
+                   "what the KV transfers take of that link")
     if abs(s.evaluate(share) - 1) < TOO_CLOSE:
         raise Reject("the flow is within 3% of the link: whether it holds would turn on the model's constants")
-    # One request's KV: its decode GPU takes the shares of the prefill GPUs that feed it, k at once over one link.
+    # This request's own KV into one decode GPU: k of its TP shares where the decode group is TP/k wide, the
+    # whole prompt's where one decode GPU takes whole requests (fan-in past TP). Priced alone on the link: in
+    # the link-breaks regime a steady queue has no finite TTFT, so the key is the transfer itself.
     L = given_config(s, model, "layers")
-    t_x = s.step("transfer_time", "Transfer of one request's KV, sent after its prefill", "t_x", k * T * KV / link,
-                 "ms", "the fan-in's shares of the prompt's KV over the decode GPU's link, all after the prefill: "
-                 "the link's share times the prefill time")
+    shares = k if p.fan_in <= p.tp else TP
+    own = s.step("own_kv", "This request's KV into one decode GPU", "M_own", shares * T * KV, "GB",
+                 (f"the {p.fan_in} share(s) its decode GPU holds of the prompt's {p.tp}" if p.fan_in <= p.tp else
+                  "a decode GPU takes whole requests: the prompt's KV, all TP shares"))
+    t_x = s.step("transfer_time", "Transfer of this request's KV, sent after its prefill", "t_x", own / link,
+                 "ms", "its KV into the decode GPU over that GPU's link, with the link to itself")
     streamed = s.step("streamed_time", "What the transfer adds to TTFT, streamed layer by layer", "t_s",
            max_of(t_x / L, t_x - t_pre + t_pre / L), "ms",
            "a pipeline of L layers: each layer's KV leaves as the next layer computes, so only the last layer's "
@@ -179,21 +184,29 @@ def solve(p, s: Sheet) -> None:
 
     s.assume("Prefill runs back to back on every prefill GPU, one prompt a pass, its matmuls at the given efficiency "
              "(a share of peak for the FLOPs alone: the all-reduces come on top, so end-to-end MFU is lower), no "
-             "faster than one read of the GPU's share of the weights at step-bandwidth (the step model; the KV it "
+             "faster than one read of the GPU's share of the weights at the step bandwidth share (the KV it "
              "writes is left out), and its KV "
              "leaves as it is made (layer by layer, as NIXL/Mooncake transfers do), so the link sees the average "
              "rate, not a burst.")
     s.assume("Each GPU of the prefill group sends its own KV heads; a decode GPU receives the KV of the prefill "
-             "GPUs that feed it (the fan-in) over its link, with no other traffic on it.")
-    s.assume("FLOPs: 2 per active parameter per token plus the attention-flops card's causal pairs, the weights' "
+             "GPUs that feed it (the fan-in): at fan-in k ≤ TP the decode group is TP/k GPUs, each holding k prefill "
+             "GPUs' KV heads; past TP, a decode GPU takes whole requests from k/TP prefill groups. The transfer "
+             "times price this request's KV with the link to itself.")
+    s.assume("FLOPs: 2 per active parameter per token plus attention's causal query-key pairs, the weights' "
              "at the weight dtype's peak and attention's at the KV dtype's (matmul-precision); the prefill "
-             "group's all-reduces follow the tp-all-reduce card over NVLink, not overlapped with compute: they "
-             "slow the prefill a little and the KV rate with it.")
+             "group's all-reduces run over the scale-up fabric, not overlapped with compute: they slow the "
+             "prefill a little and the KV rate with it.")
     s.slip("Gb/s and GB/s mixed up", on="link_share", factor=8.0)
     s.slip("the whole token's KV per GPU (TP forgotten)", on="per_gpu", factor=p.tp)
     s.slip("the fan-in forgotten", on="link_share", factor=1 / p.fan_in)
-    s.slip("the whole request's KV over one decode GPU's link", on="transfer_time",
-           factor=s.evaluate(kv_tok / (k * KV)))
+    if p.fan_in < p.tp:
+        s.slip("the whole request's KV over one decode GPU's link", on="transfer_time",
+               factor=s.evaluate(kv_tok / (k * KV)))
+    if p.fan_in > p.tp:
+        s.slip("the fan-in's KV all at once (other requests' transfers too)", on="transfer_time",
+               factor=s.evaluate(k / TP))
+    if p.tp > 1:
+        s.slip("the all-reduces left out", on="prefill_time", factor=s.evaluate(max_of(read, t_math) / t_pre))
     s.slip("the whole transfer, as if nothing overlapped the prefill", on="streamed_time",
            factor=s.evaluate(t_x / streamed))
     _link_regime(s, need, link, bound, k, request)

@@ -63,6 +63,10 @@ def _fp8_kv_emulation(s: Sheet, p, fmt) -> None:
             f"sampling noise ({pct_text(low_up)} below the normal range)")
 
 
+# A longer context, priced at the one the model serves at most (32x the context was past every model's).
+LONGEST = "a request at the model's longest context would leave clipping less likely than not"
+
+
 def _fp8_kv_levers(s: Sheet, p, fmt) -> None:
     """Which single changes leave this context more likely than not to fit under the clip point:
     N < n·h^ν after the change, decided in exact fractions (the parameters are short decimals and ν an
@@ -81,13 +85,12 @@ def _fp8_kv_levers(s: Sheet, p, fmt) -> None:
         "the clip point halves, worth 2^-ν times the calibration tokens")
     say("{more_calibration} times the calibration tokens leave clipping less likely than not", N,
         p.more_calibration * n, h, f"{format_number(p.more_calibration)} times the calibration draws")
+    say("a calibration a quarter as long leaves clipping less likely than not", N, n / 4, h,
+        "a quarter of the calibration draws")
     say("a context an eighth as long leaves clipping less likely than not", N / 8, n, h,
         "an eighth of the draws that could pass the clip point")
-    say("a context {longer_context} times as long leaves clipping less likely than not", p.longer_context * N, n, h,
-        f"{format_number(p.longer_context)} times the draws that could pass the clip point")
-    say("the other FP8 format, same calibration and headroom, leaves clipping less likely than not", N, n, h,
-        "the scale maps headroom × amax onto the format's max in either format, so the clip point and the chance "
-        "of passing it stay where they are; only the rounding changes")
+    say(LONGEST, Fraction(p.model.max_context), n, h,
+        f"the longest context {p.model.name} serves, {format_number(p.model.max_context)} tokens")
     s.judge("levers", "a scale four times larger leaves a normal entry's rounding error where it is", True,
             f"the scale slides values along a grid of {fmt.mantissa_bits} fraction bits whose relative spacing is the "
             f"same in every binade: the seeded emulation's {s.text(s.symbol('e_sim'))} RMS error at the calibrated "

@@ -19,15 +19,42 @@ SIM_TOKENS = 256
 
 
 # The roads' errors are independent: they add in quadrature, which the option says (added linearly, @7077 flips).
-KIVI_THIRD = ("KIVI's layout leaves under a third of the output error of per-token scales for both (the roads add in "
-              "quadrature)")
+KIVI_THIRD = ("KIVI's layout leaves under a third of the output error of per-token scales for both (the two errors "
+              "add in quadrature)")
 
 
 SIM_QUERIES = 4
 
+MORE_BITS = "per-token key scales with {more_bits} more bits would be at least as accurate as per-channel keys"
+
 # The one fact of the select: per-channel keys rest on the outliers staying put across a group of tokens.
 ROPE = ("after RoPE, an outlier pair that turns fast across a group of tokens spreads its offset over the group's "
         "range, and per-channel scales lose their edge")
+
+
+def _grid_error(half_range, levels, *, a: Fraction, n: int):
+    """Mean squared rounding error of x uniform over ±1 on a min-max grid spanning ±half_range with `levels`
+    steps: the cells that meet ±1, each ∫(x − g)² over its part. Built on the sheet's symbols (half_range,
+    levels) with the cells chosen on their values `a` and `n`, so it is exact where step/√12 is not (a step
+    wider than the ±1 spread puts every entry on the inner levels)."""
+    step, step_value = 2 * half_range / levels, 2 * a / n
+    total = sympy.Integer(0)
+    for i in range(n + 1):
+        centre, centre_value = -half_range + i * step, -a + i * step_value
+        low_value = max(Fraction(-1), centre_value - step_value / 2)
+        high_value = min(Fraction(1), centre_value + step_value / 2)
+        if low_value >= high_value:
+            continue
+        low = -1 if low_value == -1 else centre - step / 2
+        high = 1 if high_value == 1 else centre + step / 2
+        total += ((high - centre) ** 3 - (low - centre) ** 3) / 3
+    return total / 2
+
+
+def _grid_ms_value(a: Fraction, n: int) -> Fraction:
+    """The same mean square as a fraction (for the select's what-ifs): the grid's own values put in."""
+    value = sympy.Rational(_grid_error(sympy.Rational(a.numerator, a.denominator), n, a=a, n=n))
+    return Fraction(int(value.p), int(value.q))
 
 
 def _int_quantize(x: np.ndarray, bits: int, axis: int) -> np.ndarray:
@@ -108,7 +135,7 @@ def _kv_bookkeeping(s: Sheet, p, b: sympy.Symbol) -> tuple[sympy.Symbol, sympy.S
 
 
 def _kv_quant_select(s: Sheet, p, sim: dict[str, float] | None, *,
-                     alpha, share, compression, roads, roads_token) -> None:
+                     e_tok, e_ch, share, compression, roads, roads_token) -> None:
     """Which statements hold for this variant, each decided on the sheet's exact values; the
     simulation's figures (where it ran) stand in the reasons as a check."""
     def result(key: str) -> float:
@@ -116,24 +143,25 @@ def _kv_quant_select(s: Sheet, p, sim: dict[str, float] | None, *,
 
     ratio = result("key_error_token") / result("key_error_channel")
     s.judge("facts", "per-channel keys cut the key error by more than {channel_gain}",
-            s.compare(alpha + 1, s.param("g_c", "channel_gain")) > 0,
-            f"(α + 1) = {format_number(ratio, 3)}× smaller error per element")
+            s.compare(s.step("", "Per-token over per-channel key error", "r_K", e_tok / e_ch, "x",
+                             "a ±1 entry's error on each grid"), s.param("g_c", "channel_gain")) > 0,
+            f"{format_number(ratio, 3)}× smaller error for a ±1 entry")
     s.judge("facts", "the bf16 residual window holds more than a third of this sequence's cache",
             s.compare(share, sympy.Rational(1, 3)) > 0,
             f"{pct_text(result('residual_share'))} of it")
     s.judge("facts", "the cache is under a quarter of its bf16 size", s.compare(compression, 4) > 0,
             f"{format_number(result('compression'), 3)}× smaller than bf16")
-    s.judge("facts", "twice the query scale would make the key road outweigh the value road, even with per-channel "
-            "keys", s.compare(2 * roads, 1) > 0,
+    s.judge("facts", "with per-channel keys, twice the query scale would leave the keys' output error above the "
+            "values'", s.compare(2 * roads, 1) > 0,
             f"the ratio doubles to {format_number(2 * result('roads_channel'), 3)}")
-    # Per-token keys at b + more_bits bits against per-channel ones at b: the step shrinks with 2^b − 1, the range
-    # by α + 1.
-    bits, alpha_value = int(p.bits), int(p.outlier)
-    needed = (alpha_value + 1) * (2**bits - 1)
+    # Per-token keys at b + more_bits bits against per-channel ones at b, each a ±1 entry's exact error on its grid.
+    bits = int(p.bits)
     more = bits + int(p.more_bits)
-    s.judge("facts", "per-token key scales would match per-channel keys with {more_bits} more bits",
-            2**more - 1 >= needed,
-            f"per-token keys need 2^b' − 1 ≥ (α + 1)(2^b − 1) = {needed} levels; {more} bits give {2**more - 1}")
+    token_more = _grid_ms_value(Fraction(int(p.outlier) + 1), 2**more - 1)
+    channel = Fraction(1, 3 * (2**bits - 1) ** 2)  # (2/(2^b − 1))²/12: ±1 spans its own grid exactly
+    s.judge("facts", MORE_BITS, token_more <= channel,
+            f"at {more} bits per token a ±1 entry's error is {format_number(float(token_more) ** 0.5, 3)}, against "
+            f"{format_number(float(channel) ** 0.5, 3)} per channel at {bits}")
     # Exact in fractions, in bf16 tokens' worth: the window at 16 bits, the rest at b_eff = b + 2·16/G.
     T, R, b_eff = Fraction(p.context), Fraction(p.residual), bits + Fraction(2 * 16, p.kivi_group)
     whole = R + (T - R) * b_eff / 16
@@ -152,27 +180,27 @@ def _kv_quant_select(s: Sheet, p, sim: dict[str, float] | None, *,
     simulated = f" (the simulation: {format_number(sim['both_token'] / sim['kivi'], 3)}×)" if sim else ""
     s.judge("facts", KIVI_THIRD,
             s.compare(roads_token**2 + 1, 9 * (roads**2 + 1)) > 0,
-            f"the roads add in quadrature: √(R_tok² + 1)/√(R_ch² + 1) = {format_number(estimate, 3)}×{simulated}")
+            f"the errors add in quadrature: √(R_tok² + 1)/√(R_ch² + 1) = {format_number(estimate, 3)}×{simulated}")
 
 
 def _kv_roads_regime(s: Sheet, R_ch) -> None:
     ratio = format_number(s.value(R_ch), 3)
-    s.regime_by(R_ch, 1, boundary_label="the two roads equal", tie="above", above=Side(
+    s.regime_by(R_ch, 1, boundary_label="the two errors equal", tie="above", above=Side(
         "keys-dominate",
-        f"Even with per-channel keys the key road is {ratio}× the value road: the queries are sharp enough that "
+        f"Even with per-channel keys the keys' output error is {ratio}× the values': the queries are sharp enough that "
         "a small score error moves the softmax more than a value error moves the sum. Spend extra bits on keys "
         "(K4V2 rather than 2/2).",
-        "With softer attention the value road takes over once per-channel scales remove the outliers' step: the "
+        "With softer attention the values' error takes over once per-channel scales remove the outliers' step: the "
         "same bits on both are then the better split.",
-        near=f"With per-channel keys the two roads are about even (the key road {ratio}× the value road): equal "
+        near=f"With per-channel keys the two errors are about even (the keys' {ratio}× the values'): equal "
              "bits are close to balanced, and any sharper query makes keys the one to give more bits."),
         below=Side(
         "values-dominate",
-        f"With per-channel keys the key road falls to {ratio}× the value road: the outlier channels' coarse step "
-        "was the whole key problem. Equal bits on keys and values are balanced; more bits now help values.",
-        "Sharper attention (a larger |q|) scales the key road and not the value road: past |q|·σ_v = 1 keys "
+        f"With per-channel keys the keys' output error falls to {ratio}× the values': the outlier channels' "
+        "coarse step was the whole key problem. An extra bit now buys more on values than on keys.",
+        "Sharper attention (a larger |q|) scales the keys' error and not the values': past |q|·σ_v = 1 keys "
         "dominate again even per channel, and deserve the extra bits.",
-        near=f"With per-channel keys the two roads are about even (the key road {ratio}× the value road): equal "
+        near=f"With per-channel keys the two errors are about even (the keys' {ratio}× the values'): equal "
              "bits are close to balanced, though a slightly sharper query would make keys the one to favour."))
 
 
@@ -183,10 +211,12 @@ def solve(p, s: Sheet) -> None:
     alpha = s.param("alpha", "outlier")
     beta = s.param("beta", "q_scale")
     levels = s.step("", "Quantisation levels minus one", "L", 2**b - 1, "", "min-max integer quantisation: 2^b levels")
-    e_tok = s.step("key_error_token", "Key error per element, per-token scales", "e_K_tok",
-                   2 * (alpha + 1) / (levels * sympy.sqrt(12)), "",
-                   "a token's range runs from −α−1 to α+1 because its outlier channels sit at ±α: every channel "
-                   "of it gets that coarse step; a uniform error of step/√12")
+    a, n = Fraction(int(p.outlier) + 1), 2 ** int(p.bits) - 1
+    e_tok = s.step("key_error_token", "Error of a ±1 key entry, per-token scales", "e_K_tok",
+                   sympy.sqrt(_grid_error(alpha + 1, levels, a=a, n=n)), "",
+                   "a token's range runs from −α−1 to α+1 because its outlier channels sit at ±α: its levels sit "
+                   "a step 2(α+1)/(2^b − 1) apart, and a ±1 entry rounds to the nearest; the RMS over ±1 of that "
+                   "distance (step/√12 only where ±1 spans many steps)")
     e_ch = s.step("key_error_channel", "Key error per element, per-channel scales", "e_K_ch",
                   2 / (levels * sympy.sqrt(12)), "",
                   "each channel spans only its own ±1 around its mean, outlier channels included: the zero point "
@@ -195,29 +225,32 @@ def solve(p, s: Sheet) -> None:
                  2 / (levels * sympy.sqrt(12)), "", "values have no outlier channels: ±1 either way")
     sigma_v = s.step("", "RMS of a value entry", "sigma_v", 1 / sympy.sqrt(3), "", "uniform over ±1")
     # Roads: δo = Σ p_j δv_j (linear), and δo = Σ p_j δs_j (v_j − o) with δs_j = q·δk_j/√d (through softmax).
-    R_tok = s.step("roads_token", "Key road over value road, per-token keys", "R_tok", beta * sigma_v * e_tok / e_v,
-                   "x", "both roads average over the attended tokens (√Σp²); the key road carries |q| per √d and "
-                   "the spread of the values the softmax moves between")
-    R_ch = s.step("roads_channel", "Key road over value road, per-channel keys", "R_ch", beta * sigma_v * e_ch / e_v,
-                  "x", "the same with the per-channel key error: what is left is |q| against the values' spread")
+    R_tok = s.step("roads_token", "Keys' output error over values', per-token keys", "R_tok",
+                   beta * sigma_v * e_tok / e_v, "x",
+                   "both errors average over the attended tokens (√Σp²); the keys' carries |q| per √d and the "
+                   "spread of the values the softmax moves between")
+    R_ch = s.step("roads_channel", "Keys' output error over values', per-channel keys", "R_ch",
+                  beta * sigma_v * e_ch / e_v, "x",
+                  "the same with the per-channel key error: what is left is |q| against the values' spread")
     # The simulation decides nothing (it checks the estimate in givens and a reason): a scan's sheet skips it,
     # 2 ms a solve of a follow-up search that moves β, which reseeds it.
     sim = _kv_roads_simulation(p) if s.shown else None
     if sim is not None:
         _kv_roads_givens(s, sim)
     share, compression = _kv_bookkeeping(s, p, b)
-    _kv_quant_select(s, p, sim, alpha=alpha, share=share, compression=compression, roads=R_ch, roads_token=R_tok)
+    _kv_quant_select(s, p, sim, e_tok=e_tok, e_ch=e_ch, share=share, compression=compression, roads=R_ch,
+                     roads_token=R_tok)
 
     s.assume(f"Keys: {OUTLIER_CHANNELS} of the {p.model.head_dim} channels sit at ±α (half each way), every entry "
              "spread uniformly over ±1 about its channel's mean; values the same with no outlier channels; query "
              "entries Gaussian with RMS β. Real key outliers (KIVI, KVQuant) are channel-fixed the same way. A "
              "per-token key scale spans the head's channels, outliers included, as any group holding one would.")
-    s.assume("The errors are the step/√12 estimate with each group's range the spread's full width (±1, or "
-             "±(α + 1) for a token's keys), as the prompt asks; a group of 32 uniform entries spans about ±0.94, "
-             "some 6% less. The estimate assumes the entries spread across the step, and the key road is first order "
-             "in δs. Both fail for per-token keys at few bits: the ±1 channels all land on the inner levels (at 2 "
-             "bits and α = 10 the exact RMS is about 2.9 against 2.1), the score noise outgrows the scores, and the "
-             "simulated output error exceeds the estimate; the ordering only sharpens.")
+    s.assume("Each group's range is taken as the spread's full width (±1, or ±(α + 1) for a token's keys); a "
+             "group of 32 uniform entries spans about ±0.94, some 6% less. A ±1 entry's error is its exact RMS "
+             "distance to the nearest level: step/√12 where ±1 spans many steps, but at few bits and large α the "
+             "per-token step outgrows ±1 and every such entry lands on the inner levels (2 bits, α = 10: 3.2, "
+             "against the estimate's 2.1). The keys' output error is first order in δs: past an error near the "
+             "scores' own size the simulated output error exceeds it; the ordering only sharpens.")
     s.assume("Per-channel key scales are priced as if each channel kept its offset over a group of tokens: true "
              "before RoPE (KVQuant quantises there) and in the slowly turning channel pairs where KIVI finds the "
              "outliers; a fast-turning pair after RoPE spreads its offset across the group and gets the per-token "
@@ -226,8 +259,11 @@ def solve(p, s: Sheet) -> None:
              f"{p.kivi_group} channels, an fp16 scale and zero point per group; the newest R tokens stay in bf16 "
              "until a full group can be quantised.")
     s.slip("√12 left out (the step taken as the error)", float(np.sqrt(12)), on="key_error_token")
+    estimate = float(2 * a / (n * np.sqrt(12))) / s.number("key_error_token")
+    if abs(estimate - 1) > 0.05:  # the estimate is a slip only where it misses: a step wider than the ±1 spread
+        s.slip("step/√12 where the ±1 entries span under a step or two", estimate, on="key_error_token")
     s.slip("the outliers' offset left out of a token's range", 1 / (p.outlier + 1), on="key_error_token")
-    s.slip("the values' spread left out of the key road (σ_v taken as 1)", float(np.sqrt(3)),
+    s.slip("the values' spread left out of the keys' error (σ_v taken as 1)", float(np.sqrt(3)),
            on=("roads_token", "roads_channel"))
     window, rest = p.residual * 16, p.context - p.residual  # bits per element, summed over the tokens
     s.slip("the scale and zero point forgotten",
