@@ -42,37 +42,39 @@ def test_compute_budget_more_gpus_fail_more_often(variant):
     assert full["wall_days"] / 2 < double["wall_days"] < full["wall_days"]
 
 
-# The question's defaults before they followed Llama 3's effective time (30-min checkpoints, a 1-min stall,
-# 15-min restarts: a fifth of the run lost where Meta lost under a tenth); the levers' tests keep their numbers.
-OLD_FAILURE_COST = "ckpt_interval=30+ckpt_write=1+restart=15"
+def _wall(compute: float, stall: float, interval: float, rate: float, restart: float) -> float:
+    return compute * (1 + stall / interval) / (1 - rate * (restart + interval / 2))
 
 
-def test_compute_budget_checkpoint_interval_levers(variant):
-    """Young's optimum is sqrt(2 x 1 min x 2.78 h) = 18 min: at 10 min checkpointing less often helps, but by
-    1.2%, under the 5% a lever must save (the verdicts are pinned in the question file)."""
-    solution = variant("training-compute-budget@default+ckpt_interval=10+ckpt_write=1+restart=15")
-    assert "1.181% shorter" in solution.sheet.reasons["levers"]["checkpointing half as often"]
+@pytest.mark.parametrize("seed", ["default", *range(20)])
+def test_compute_budget_levers_win_back_a_share_of_the_lost_days(variant, seed):
+    """Reader: 'four times the GPUs' held in every listing and options sat at 4.93% against a 5% line. Each lever
+    is judged in plain Python on the share of the lost days (wall minus compute) it wins back, 20% or more; one
+    within two points of the line is not listed."""
+    solution = variant(f"training-compute-budget@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    compute, wall = _wall_clock_by_hand(p)
+    rate = p["gpus"] * LLAMA3_RATE_PER_GPU_DAY / DAY
+    C, tau, R = p["ckpt_write"], p["ckpt_interval"], p["restart"]
+    after = {
+        "checkpointing twice as often": _wall(compute, C, tau / 2, rate, R),
+        "checkpointing half as often": _wall(compute, C, 2 * tau, rate, R),
+        "halving the restart time": _wall(compute, C, tau, rate, R / 2),
+        "asynchronous checkpoint saves (no stall)": _wall(compute, 0, tau, rate, R),
+        "checkpointing at the interval that loses the least time": _wall(compute, C, math.sqrt(2 * C / rate), rate, R),
+    }
+    judged = solution.sheet.results["levers"]
+    assert set(judged) == set(after)  # no lever anyone lacks (four times the GPUs) is in the pool
+    for option, new_wall in after.items():
+        won = (wall - new_wall) / (wall - compute)
+        assert judged[option] == (None if abs(won - 0.2) < 0.02 else won >= 0.2), option
 
 
-def test_compute_budget_levers_are_judged_by_the_share_they_save(variant):
-    """A lever counts when it saves 5% of the schedule (the verdicts are pinned in the question file). At 16,384
-    GPUs, 8.6 interruptions a day and the old 30-min failure cost, halving the 15-min restart saves 5.2%; four
-    times the GPUs cuts the compute days to a quarter but quadruples the interruptions: 39.4 days against 54,
-    27% shorter, not 75%."""
-    why = variant(f"training-compute-budget@default+{OLD_FAILURE_COST}").sheet.reasons["levers"]
-    assert "5.195% shorter" in why["halving the restart time"]
-    assert "26.99% shorter" in why["four times the GPUs (same MFU)"]
-
-
-@pytest.mark.parametrize(("share", "holds"), [(5, False), (2, True)])
-def test_compute_budget_levers_label_reads_the_solvers_share(variant, share, holds):
-    """The label's share is the parameter the solver compares against (the label once said 5% while the solver
-    kept 2%): checkpointing twice as often saves 2.1% at the old failure cost, so it holds at 2% and fails at
-    5%, and the question says the share it is judged by."""
-    solution = variant(f"training-compute-budget@default+{OLD_FAILURE_COST}+shorter={share}")
-    assert solution.sheet.results["levers"]["checkpointing twice as often"] is holds
+def test_compute_budget_levers_label_reads_the_solvers_share(variant):
+    """The label's share is the parameter the solver compares against, and says what it is a share of."""
+    solution = variant("training-compute-budget@default")
     assert solution.question.answer("levers").shown_label == \
-        f"Which of these would shorten this schedule by {share}% or more?"
+        "Which of these would win back 20% or more of the days lost to checkpoints and failures?"
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -84,7 +86,7 @@ def test_compute_budget_matches_plain_arithmetic(variant, seed):
     assert solution.expected["days"] == pytest.approx(compute, rel=1e-12)
     assert solution.expected["wall_days"] == pytest.approx(wall, rel=1e-12)
     interruptions = p["gpus"] * wall / DAY * LLAMA3_RATE_PER_GPU_DAY
-    assert solution.expected["interruptions"] == pytest.approx(interruptions, rel=1e-12)
+    assert solution.expected["interruptions"] == math.floor(interruptions + 0.5)  # a count: whole interruptions
     deadline = compute * (1 + p["slack"])
     assert (solution.expected["regime"] == "fits-deadline") == (wall <= deadline)
     assert 5 * DAY <= compute <= 200 * DAY  # days to months: a plan, not hours or years
@@ -100,7 +102,7 @@ def test_compute_budget_pinned_seed(variant):
     raw = {param.name: param.raw for param in solution.params}
     assert raw == {"params": 460, "tokens": 26, "gpus": 16384, "gpu": "b200", "mfu": 44, "slack": 25,
                    "ref_interruptions": 466, "ref_days": 54, "ref_gpus": 16_384, "ckpt_interval": 15,
-                   "ckpt_write": 0.8, "restart": 40, "shorter": 5, "state_share": 75}
+                   "ckpt_write": 0.8, "restart": 40, "shorter": 20, "state_share": 75}
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import all_reduce_terms, crosses_domain, stage_send
+from solvers.models.collective import all_reduce_terms, stage_send
 from solvers.models.common import (
     dtype_bytes,
     fabric_name,
@@ -37,15 +37,18 @@ def _capped_step(s: Sheet, p, N, b, L, R, T, S, L_s, pp, rate, t_mm, t_oh, t_ar,
     if s.compare(S, 1) == 0:  # TP within the KV heads: capping changes nothing
         s.step("comm_capped", "Communication of a decode step, TP capped at the KV heads", "t_comm_cap", t_ar,
                "ms", "TP is already within the KV heads: the capped layout is this one")
-        s.choose("faster_layout", "same-layout",
+        s.choose("faster_layout", "the same layout",
                  f"TP {format_number(p.tp)} is within the KV heads: capping it changes nothing, no GPU is spare")
         return
+    if int(s.value(R)) % int(s.value(S)):  # the batch's step of 4 keeps requests whole: never met in a draw
+        raise Reject("the requests do not split into whole micro-batches, one per stage")
     m = s.step("pp_micro", "Requests per micro-batch", "m", R / S, "requests",
                "S micro-batches in flight keep every stage busy")
     w_pp = s.step("pp_weights_gpu", "Weights per GPU of the busiest stage", "w_pp", N * b * L_s / (L * T), "GB",
                   "its layers' weights, split over the stage's TP group (all heads split: no copies)")
-    terms = all_reduce_terms(s, p.model, p.gpu, int(s.value(T)), group="cap", tp_symbol=T)
-    send = stage_send(s, p.model, p.gpu, int(p.tp), nic=p.nic)
+    # Inside one domain the stages' narrower groups share the link and latency of TP n (a mesh names its own).
+    terms = all_reduce_terms(s, p.model, p.gpu, int(s.value(T)), tp_symbol=T)
+    send = stage_send(s, p.model, p.gpu, int(p.tp))
     comm = s.step("comm_capped", "Communication of a decode step, TP capped at the KV heads", "t_comm_cap",
                   S * (L_s / L) * terms.of(m) + (S - 1) * m * send, "ms",
                   "a micro-batch's TP all-reduces in every stage (two per layer, inside the domain) plus its hidden "
@@ -61,39 +64,29 @@ def _capped_step(s: Sheet, p, N, b, L, R, T, S, L_s, pp, rate, t_mm, t_oh, t_ar,
         raise Reject(f"the two layouts' decode steps are within {CLOSE_STEPS:.0%}")
     faster = s.compare(capped, wide) < 0
     stages = f"TP {format_number(s.value(T))} × {format_number(s.value(S))} stages"
-    s.choose("faster_layout", "capped" if faster else "as-drawn",
+    s.choose("faster_layout", "TP at the heads plus stages" if faster else "TP as drawn",
              f"{stages} takes {s.text(capped)} a step ({s.text(reads)} of reads, {s.text(comm)} of all-reduces and "
              f"sends, {s.text(t_oh)} of overhead) against {s.text(wide)} at TP {format_number(p.tp)}: "
-             + ("the capped layout is faster as well as free of copies" if faster else
-                f"TP {format_number(p.tp)} is faster: it halves the weights each GPU reads, and the copies are the "
-                "price of that speed"))
+             + ("the KV copies cost TP " + format_number(p.tp) + " more reads than the stages' weights read once per "
+                "micro-batch: the capped layout is faster as well as free of copies" if faster else
+                f"TP {format_number(p.tp)} is faster: each stage reads its weights once per micro-batch, "
+                f"{format_number(s.value(S))} times a step, which costs more than the KV copies"))
 
 
-def _step_levers(s: Sheet, p, R, w, per_gpu, rate, t_mm, t_oh, terms, t_ar, wide) -> None:
+def _step_levers(s: Sheet, R, w, per_gpu, rate, t_mm, t_oh, terms, t_ar, wide) -> None:
     """Which changes shorten TP n's decode step by the share asked: each re-priced on the same step, its
     weight and KV reads (floored at the math) plus its all-reduces and the overhead. An option about what the
     variant has already is not listed, nor one within CLOSE_SHARE of the line (inside the model's error)."""
     t_w, t_kv = w / rate, per_gpu / rate
-    fp8, nic = p.dtype == "fp8", crosses_domain(p.gpu, int(p.tp))
-    options = (  # (option, the step after it, or None where the variant has it already: why not listed)
-        ("an fp8 KV cache", None if fp8 else max_of(t_w + t_kv / 2, t_mm) + t_ar + t_oh,
-         "the cache is already in fp8"),
-        ("fp8 weights", None if fp8 else max_of(t_w / 2 + t_kv, t_mm) + t_ar + t_oh,
-         "the weights are already in fp8"),
-        ("half the requests in flight", max_of(t_w + t_kv / 2, t_mm / 2) + terms.of(R / 2) + t_oh, ""),
-        ("all-reduce kernels with half the latency per call", wide - terms.fixed / 2, ""),
-        ("twice the HBM bandwidth", max_of((t_w + t_kv) / 2, t_mm) + t_ar + t_oh, ""),
-        # Twice the NIC's bandwidth halves the bytes' time of each all-reduce, not its latency.
-        ("twice the NIC bandwidth",
-         max_of(t_w + t_kv, t_mm) + terms.fixed + terms.per_token * R / 2 + t_oh if nic else None,
-         f"TP {format_number(p.tp)} stays inside the {fabric_name(p.gpu)} domain: no all-reduce crosses a NIC"),
+    options = (  # (option, the step after it): quantising halves bytes from either drawn dtype (fp8 to 4-bit)
+        ("the KV cache quantised to half its bytes", max_of(t_w + t_kv / 2, t_mm) + t_ar + t_oh),
+        ("the weights quantised to half their bytes", max_of(t_w / 2 + t_kv, t_mm) + t_ar + t_oh),
+        ("half the requests in flight", max_of(t_w + t_kv / 2, t_mm / 2) + terms.of(R / 2) + t_oh),
+        ("the all-reduces fully overlapped with the reads", wide - t_ar),
     )
     shorter = s.param("s_L", "shorter")
     now = s.text(wide)
-    for option, step, moot in options:
-        if step is None:
-            s.judge("levers", option, None, moot)
-            continue
+    for option, step in options:
         saved = 1 - s.evaluate(step / wide)
         if s.compare(abs(1 - step / wide - shorter), CLOSE_SHARE) < 0:  # inside the model's error: not graded
             s.judge("levers", option, None, f"saves {format_quantity(saved, '%')}, within 2 points of the share "
@@ -109,10 +102,8 @@ def _tp_regime(s: Sheet, p, n, H, per_gpu, t_ar, t_read) -> None:
     the copies, the all-reduces and the capped layout are later stages' keys."""
     kv, heads, tp = s.text(per_gpu), s.text(H), format_number(s.value(n))
     fabric = fabric_name(p.gpu)
-    link = (f"Past the {format_number(p.gpu.nvlink_domain)}-GPU {fabric} domain the all-reduces run over the "
-            f"{p.nic.name} ({s.text(t_ar)} a step against {s.text(t_read)} of HBM reads)"
-            if crosses_domain(p.gpu, int(p.tp)) else
-            f"The all-reduces stay on {fabric} ({s.text(t_ar)} a step against {s.text(t_read)} of HBM reads)")
+    # The realism rule keeps TP inside one scale-up domain: the copies, not a NIC, are what is weighed.
+    link = f"The all-reduces stay on {fabric} ({s.text(t_ar)} a step against {s.text(t_read)} of HBM reads)"
     s.regime_by(n, H, tie="below", above=Side(
         "kv-replicated",
         f"TP {tp} is past the {heads} KV heads: a GPU cannot hold less than one whole head, so each holds one "
@@ -125,7 +116,7 @@ def _tp_regime(s: Sheet, p, n, H, per_gpu, t_ar, t_read) -> None:
         f"TP {tp} is within the {heads} KV heads: each GPU holds a distinct subset, no byte is copied, and KV per "
         f"GPU ({kv}) falls with every doubling, like the weights.",
         f"Past TP {heads} a GPU cannot hold less than one head: KV per GPU (and the K and V projections) stop "
-        "shrinking, the extra GPUs hold copies, and past the scale-up domain the all-reduces move to the NIC. "
+        "shrinking and the extra GPUs hold copies. "
         f"Pipeline stages or data-parallel attention scale past that without copies. {link}.",
         near=f"TP {tp} equals the {heads} KV heads: one whole head a GPU ({kv} of KV), nothing copied yet; one more "
              "doubling and every head is copied."))
@@ -178,8 +169,8 @@ def solve(p, s: Sheet) -> None:
                 total / T * L_s / L, "GiB",
                 "TP splits the heads, the stages split the layers: every byte is stored once")
 
-    terms = all_reduce_terms(s, model, gpu, int(p.tp), nic=p.nic, tp_symbol=n)
-    where = "the NIC" if crosses_domain(gpu, int(p.tp)) else fabric_name(gpu)
+    terms = all_reduce_terms(s, model, gpu, int(p.tp), tp_symbol=n)
+    where = fabric_name(gpu)
     t_ar = s.step("allreduce", "TP all-reduces of the decode step", "t_AR_dec", terms.of(R), "ms",
                   f"two per layer, each a latency plus 2(TP−1)/TP of the step's activations over {where}")
     BW = given_hbm_bandwidth(s, gpu)
@@ -208,15 +199,18 @@ def solve(p, s: Sheet) -> None:
     s.assume("The alternative keeps TP at H_kv and spends the other GPUs on pipeline stages of whole layers, "
              "or on data-parallel attention (each rank holds whole heads for its own requests): both store "
              "each byte once. The pipeline decodes S micro-batches of R/S requests so no stage idles in steady "
-             "state (its fill and drain are left out); its stage-to-stage sends use the NIC once the GPUs span "
-             "nodes, the scale-up fabric inside one domain. DP attention's load balance is not priced. Two "
+             "state (its fill and drain are left out); its stage-to-stage sends stay on the scale-up fabric, "
+             "as every drawn group fits one domain. DP attention's load balance is not priced. Two "
              "replicas at TP H_kv would hold the same figures per GPU; they halve the batch each serves.")
     s.assume("A decode step is the bank's step model: the reads at the achievable share of HBM bandwidth or the "
              "math at the achievable share of peak, whichever is longer (at most 128 requests the reads), plus the "
              "all-reduces and the fixed overhead per step, paid once per token's step in either layout (a lever "
              "that halves the reads is floored at the math).")
     s.assume("TP all-reduces follow the tp-all-reduce card (bf16 activations, ring, not overlapped with compute); "
-             "a group wider than the GPU's scale-up domain runs them over the NIC, at its per-GPU rate.")
+             "every drawn TP group fits one scale-up domain (NVL72 for TP 16 and 32), so no all-reduce crosses a NIC "
+             "and the layouts differ by their reads. A MoE's expert weights are read whole each step, as the bank's "
+             "step model reads them; a micro-batch of a few requests touches fewer of Qwen3's 128 experts, which "
+             "would favour the stages.")
     r = s.value(copies)
     s.slip("KV divided by TP as if heads kept splitting", 1 / r, on="kv_per_gpu")
     if r > 1:  # with nothing copied the duplicate is zero, and so would be every slip of it
@@ -224,6 +218,6 @@ def solve(p, s: Sheet) -> None:
     s.slip("x layers: one layer's KV counted for the model", 1 / model.layers,
            on=("kv_per_gpu", "duplicate") if r > 1 else "kv_per_gpu")
     s.slip("one all-reduce per layer instead of two", 0.5, on="allreduce")
-    _step_levers(s, p, R, w, per_gpu, rate, t_mm, t_oh, terms, t_ar, wide)
+    _step_levers(s, R, w, per_gpu, rate, t_mm, t_oh, terms, t_ar, wide)
     _tp_regime(s, p, n, H, per_gpu, t_ar, t_read)
 
