@@ -29,7 +29,6 @@ KERNEL = "a kernel's issue rate inside its mainloop, not a step through HBM"
 ONE_SIDED = {
     ("chunked-prefill-budget", "token_budget"): CAP,
     ("coupled-slo-admission", "chunk"): CAP,
-    ("cold-prefill-pools", "peak_time"): "asked by name: the prompt's FLOPs at the dense peak",
     ("cold-prefill-pools", "mfu_time"): "asked by name: the same FLOPs at the MFU a long prefill reaches",
     ("cold-prefill-pools", "warm_needed"): "the share of those two compute times",
     ("b200-h100-roles", "prefill_B"): "stated: prompts back to back, a batched rate with no weight-read floor",

@@ -1,6 +1,8 @@
 """Checks for the KV transfer questions: recompute-vs-fetch and pd-transfer-bandwidth."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from solvers.engine import VariantError
@@ -137,15 +139,17 @@ def test_situations_judged_as_solving_them(variant, seed):
 
 
 def test_break_even_is_exact_either_side(variant):
-    """Attention pulls the crossing under t_0/(t_r − t_f) (at a 20 ms fixed cost): the shortest hit worth
-    fetching wins by a hair, one token fewer loses (draws that close are refused, so the overrides sit near it)."""
-    base = variant("recompute-vs-fetch@default+overhead=20").sheet.results
+    """Attention pulls the crossing under t_0/(t_r − t_f) (at a 20 ms fixed cost, on a tier slow enough to have
+    one): a hit a little past it fetches, a little short of it recomputes, and the crossing itself is refused."""
+    base = variant("recompute-vs-fetch@default+bandwidth=8+overhead=20").sheet.results
     star = base["break_even"]
     assert star < 20e-3 / (base["recompute_per_token"] - base["fetch_per_token"])
-    for hit, side in ((star + 12, "fetch-wins"), (star - 12, "recompute-wins")):
-        assert variant(f"recompute-vs-fetch@default+overhead=20+hit={hit}").sheet.regime.name == side
+    # Whole 16-token blocks past the 3% band each side of the crossing (draws inside it are refused).
+    above, below = 16 * math.ceil(star * 1.04 / 16), 16 * math.floor(star * 0.96 / 16)
+    for hit, side in ((above, "fetch-wins"), (below, "recompute-wins")):
+        assert variant(f"recompute-vs-fetch@default+bandwidth=8+overhead=20+hit={hit}").sheet.regime.name == side
     with pytest.raises(VariantError):
-        variant(f"recompute-vs-fetch@default+overhead=20+hit={star}")
+        variant(f"recompute-vs-fetch@default+bandwidth=8+overhead=20+hit={star}")
 
 
 def test_fetching_past_the_context_is_refused(variant):

@@ -30,8 +30,11 @@ def _q(x) -> Fraction:
 
 
 def _step_time(model, gpu, n: int, W, N, kv_req, P):
-    """t(B) of a TP-n decode step in exact arithmetic: the roofline plus two ring all-reduces per layer."""
+    """t(B) of a TP-n decode step in exact arithmetic: the roofline plus two ring all-reduces per layer (on a
+    mesh, MI300X's, over the n − 1 links among the group's GPUs)."""
     BW, link = _q(gpu.hbm_tb_s) * 10**12, _q(gpu.nvlink_gb_s) * 10**9 / 2
+    if gpu.get("mesh_links") and 0 < n - 1 < gpu.mesh_links:
+        link = link * (n - 1) / gpu.mesh_links
 
     def t(B):
         ring = Fraction(2 * (n - 1), n) * B * model.hidden * 2 / link

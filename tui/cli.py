@@ -253,10 +253,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     listed, problems = bank_listing()  # the kept listing while no file changed: no YAML, no parser
     for problem in problems:
         print(f"infradrill: warning: {problem}", file=sys.stderr)
-    from solvers.groups import group_rank
-
-    # In the order a new user meets the groups (groups.yaml), as browse lists them.
-    questions = sorted(listed, key=lambda q: (group_rank(str(q["group"])), q["group"], q["id"]))
+    questions = sorted(listed, key=lambda q: (q["group"], q["id"]))
     if args.json:
         print(json.dumps(questions, indent=2))
         return 0

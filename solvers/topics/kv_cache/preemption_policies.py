@@ -63,8 +63,9 @@ def _evictions(s: Sheet, C, b, R, context: int, batch: int, remaining: int):
     t_k = s.step("t_dry", "Step at which the pool runs dry after k evictions", "t_k",
                  C * (sympy.harmonic(b) - sympy.harmonic(b - k)), "steps",
                  "the i-th victim's C tokens feed the b + 1 − i streams still writing; harmonic(n) = 1 + 1/2 + … + 1/n")
+    # With one victim there is none fewer: 0 outright, where floats would leave H(b) − H(b) a rounding off zero.
     t_before = s.step("t_dry_before", "Step at which it runs dry after k − 1", "t_k1",
-                      C * (sympy.harmonic(b) - sympy.harmonic(b - k + 1)), "steps",
+                      C * (sympy.harmonic(b) - sympy.harmonic(b - k + 1)) if count > 1 else sympy.Integer(0), "steps",
                       "one victim fewer: the pool runs dry before the nearest request has written its R tokens")
     return k, t_k, t_before
 
