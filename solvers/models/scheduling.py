@@ -6,13 +6,15 @@ import sympy
 
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet
-from solvers.models.collective import crosses_domain
+from solvers.models.collective import crosses_domain, tp_all_reduce
 from solvers.models.common import fabric_name, model_params, require_context
 from solvers.models.steptime import (
     Engine,
     StepConstants,
     all_reduce_steps,
     engine,
+    step_time,
+    step_work,
 )
 from solvers.sheetmath import floor_of
 from solvers.units import format_number
@@ -84,6 +86,19 @@ def chunk_cap(s: Sheet, e: Engine, p, B, L_p, tau, dec, key: str, title: str):
     if s.compare(dec.bytes / e.byte_rate, (dec.flops + c_max * f_c) / e.flop_rate) > 0:
         raise Reject("a step with a full chunk is still memory-bound")
     return c_max, t_x, t_c, ar
+
+
+def solo_prefill(s: Sheet, e: Engine, p, prompt: sympy.Expr, ttft: sympy.Symbol) -> sympy.Symbol:
+    """The prompt prefilled alone on an idle group, in one step: what a prefill-only replica of the same GPUs
+    gives it. A TTFT target shorter than that is refused: no budget can meet it."""
+    solo = step_work(s, e, "solo", "prefill alone on an idle group", prompt, prompt**2 / 2, 0)
+    t_ar_solo = tp_all_reduce(s, p.model, p.gpu, p.tp, prompt, tag="solo", label="prefill alone")
+    t_solo = step_time(s, e, "solo", "prefill alone on an idle group", solo, key="solo_ttft",
+                       communication=t_ar_solo, why="no decode batch and no TPOT cap: the whole prompt in one step, "
+                       "what a prefill-only replica of the same GPUs gives it")
+    if s.compare(t_solo, ttft) > 0:
+        raise Reject("the TTFT target is shorter than the prompt's prefill alone on the group")
+    return t_solo
 
 
 def tp_advice(p) -> str:

@@ -5,7 +5,14 @@ import sympy
 
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import tp_all_reduce
-from solvers.models.scheduling import chunk_cap, require_tpot_room, streams_and_targets, tokens_text, tp_advice
+from solvers.models.scheduling import (
+    chunk_cap,
+    require_tpot_room,
+    solo_prefill,
+    streams_and_targets,
+    tokens_text,
+    tp_advice,
+)
 from solvers.models.steptime import (
     Engine,
     growing_steps_time,
@@ -116,13 +123,7 @@ def solve(p, s: Sheet) -> None:
     if s.compare(stall, tau) <= 0:
         raise Reject("the unchunked prompt already steps within the TPOT target")
 
-    solo = step_work(s, e, "solo", "prefill alone on an idle group", P_in, P_in**2 / 2, 0)
-    t_ar_solo = tp_all_reduce(s, p.model, p.gpu, p.tp, P_in, tag="solo", label="prefill alone")
-    t_solo = step_time(s, e, "solo", "prefill alone on an idle group", solo, key="solo_ttft",
-                       communication=t_ar_solo, why="no decode batch and no TPOT cap: the whole prompt in one step, "
-                       "what a prefill-only replica of the same GPUs gives it")
-    if s.compare(t_solo, T_f) > 0:
-        raise Reject("the TTFT target is shorter than the prompt's prefill alone on the group")
+    t_solo = solo_prefill(s, e, p, P_in, T_f)
     if s.compare(T_f, LOOSEST_TTFT * t_solo) > 0:
         raise Reject(f"the TTFT target is more than {LOOSEST_TTFT} times the prompt's prefill alone")
 

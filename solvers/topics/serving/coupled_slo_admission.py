@@ -1,9 +1,9 @@
 """Admitting a request under coupled TTFT and TPOT targets."""
 from __future__ import annotations
 
-from solvers.derivation import Reject, Sheet, Side
+from solvers.derivation import Sheet, Side
 from solvers.models.collective import tp_all_reduce
-from solvers.models.scheduling import chunk_cap, require_tpot_room, streams_and_targets, tokens_text
+from solvers.models.scheduling import chunk_cap, require_tpot_room, solo_prefill, streams_and_targets, tokens_text
 from solvers.models.steptime import (
     require_fit,
     step_time,
@@ -104,13 +104,7 @@ def solve(p, s: Sheet) -> None:
                     "the drain, then its own chunks: no step shares the end of the backlog with its start")
     delay = s.step("added_delay", "What admitting it costs every later arrival", "Δ", L_p / X_p, "s",
                    "its prompt occupies the chunks of the steps it takes, ahead of anyone who arrives after it")
-    solo = step_work(s, e, "solo", "prefill alone on an idle group", L_p, L_p**2 / 2, 0)
-    t_ar_solo = tp_all_reduce(s, p.model, p.gpu, p.tp, L_p, tag="solo", label="prefill alone")
-    t_solo = step_time(s, e, "solo", "prefill alone on an idle group", solo, key="solo_ttft",
-                       communication=t_ar_solo, why="no decode batch and no TPOT cap: the whole prompt in one step, "
-                       "what a prefill-only replica of the same GPUs gives it")
-    if s.compare(t_solo, T_f) > 0:
-        raise Reject("the TTFT target is shorter than the prompt's prefill alone on the group")
+    t_solo = solo_prefill(s, e, p, L_p, T_f)
     t_queue_solo = s.step("ttft_prefill_only", "TTFT on a prefill-only replica behind as many waiting prompts",
                           "TTFT_p", (q + 1) * t_solo, "s",
                           "one whole-prompt step for each waiting prompt, then its own")
