@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 from solvers.data import Record
 
@@ -24,3 +25,13 @@ def remote_nodes(model: Record, nodes: int) -> float:
                     else (model.experts, model.experts_per_token))
     return (nodes - 1) * (1 - math.comb(units - units // nodes, picks) / math.comb(units, picks))
 
+
+
+def link_each_way(gpu: Record, tp: int) -> Fraction:
+    """Bytes a second each way that a TP group of `tp` inside its scale-up domain runs its ring over (the
+    tp-all-reduce card), exact: half the datasheet's both-ways figure through a switch; on a mesh with no switch
+    (MI300X's Infinity Fabric) only the tp − 1 direct links among the group's GPUs."""
+    each_way = Fraction(str(gpu.nvlink_gb_s)) * 10**9 / 2
+    if gpu.get("mesh_links") and 0 < tp - 1 < gpu.mesh_links:
+        return each_way * (tp - 1) / gpu.mesh_links
+    return each_way

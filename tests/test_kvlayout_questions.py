@@ -11,6 +11,7 @@ import pytest
 from solvers.answers import CORRECT
 from solvers.engine import VariantError
 from solvers.models.common import GPU_MEMORY_UTILIZATION
+from tests.oracles import link_each_way
 
 GiB, MiB, KiB = 2**30, 2**20, 2**10
 DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
@@ -28,10 +29,7 @@ def _all_reduce(model, gpu, tp, tokens) -> float:
     (a mesh such as MI300X's Infinity Fabric: the n - 1 direct links among the group's GPUs)."""
     if tp == 1:
         return 0.0
-    link = gpu.nvlink_gb_s * 1e9 / 2
-    if gpu.get("mesh_links") and tp - 1 < gpu.mesh_links:
-        link = link / gpu.mesh_links * (tp - 1)
-    return 2 * model.layers * (10e-6 + 2 * (tp - 1) / tp * tokens * model.hidden * 2 / link)
+    return 2 * model.layers * (10e-6 + 2 * (tp - 1) / tp * tokens * model.hidden * 2 / float(link_each_way(gpu, tp)))
 
 
 def test_preemption_default_six_k_victim(variant):

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from solvers.engine import VariantError
+from tests.oracles import link_each_way
 
 KIB = 1024
 
@@ -49,10 +50,7 @@ def _all_reduce_bytes(model, gpu, tp: int) -> float:
     """Seconds a token's activations add to a pass's all-reduces (the tp-all-reduce card, latency aside: the
     pass pays it either way): two a layer, 2(n−1)/n of hidden × 2 B over half the datasheet's NVLink; on a
     mesh (MI300X) over the n − 1 of its links among the group's GPUs."""
-    link = gpu.nvlink_gb_s * 1e9 / 2
-    if gpu.get("mesh_links") and tp - 1 < gpu.mesh_links:
-        link *= (tp - 1) / gpu.mesh_links
-    return 0.0 if tp == 1 else 2 * model.layers * 2 * (tp - 1) / tp * model.hidden * 2 / link
+    return 0.0 if tp == 1 else 2 * model.layers * 2 * (tp - 1) / tp * model.hidden * 2 / float(link_each_way(gpu, tp))
 
 
 @pytest.mark.parametrize("tp", [2, 4, 8])

@@ -12,6 +12,7 @@ from solvers.engine import VariantError
 from solvers.followup import follow_up
 from solvers.models.common import GPU_MEMORY_UTILIZATION
 from solvers.models.kvcache import kv_bytes_per_token
+from tests.oracles import link_each_way
 
 GiB = 2**30
 
@@ -32,9 +33,7 @@ def _q(x) -> Fraction:
 def _step_time(model, gpu, n: int, W, N, kv_req, P):
     """t(B) of a TP-n decode step in exact arithmetic: the roofline plus two ring all-reduces per layer (on a
     mesh, MI300X's, over the n − 1 links among the group's GPUs)."""
-    BW, link = _q(gpu.hbm_tb_s) * 10**12, _q(gpu.nvlink_gb_s) * 10**9 / 2
-    if gpu.get("mesh_links") and 0 < n - 1 < gpu.mesh_links:
-        link = link * (n - 1) / gpu.mesh_links
+    BW, link = _q(gpu.hbm_tb_s) * 10**12, link_each_way(gpu, n)
 
     def t(B):
         ring = Fraction(2 * (n - 1), n) * B * model.hidden * 2 / link

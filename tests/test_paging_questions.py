@@ -8,6 +8,7 @@ import pytest
 
 from solvers.answers import CORRECT, WRONG
 from solvers.engine import VariantError
+from tests.oracles import link_each_way
 
 GiB = 2**30
 KIB = 1024
@@ -300,12 +301,6 @@ def _step_math(p) -> float:
     return 2 * active * p["batch"] / (p["tp"] * peak)
 
 
-def _link(gpu, tp: int) -> float:
-    """Each-way bandwidth of a group of `tp` inside the domain: the switch's whole port, or a mesh's tp − 1 links."""
-    each_way = gpu.nvlink_gb_s * 1e9 / 2
-    return each_way / gpu.mesh_links * (tp - 1) if gpu.get("mesh_links") else each_way
-
-
 @pytest.mark.parametrize("seed", ["default", *range(30)])
 def test_step_levers_match_plain_arithmetic(variant, seed):
     """Each lever re-prices TP's decode step (reads of weights and KV at 80% of HBM bandwidth, or the math where
@@ -317,7 +312,7 @@ def test_step_levers_match_plain_arithmetic(variant, seed):
     bandwidth = gpu.hbm_tb_s * 1e12 * STEP_BW
     t_w, t_kv = results["weights_per_gpu"] / bandwidth, results["kv_per_gpu"] / bandwidth
     latency = 2 * model.layers * 10e-6
-    per_token = 2 * model.layers * 2 * (tp - 1) / tp * model.hidden * 2 / _link(gpu, tp)
+    per_token = 2 * model.layers * 2 * (tp - 1) / tp * model.hidden * 2 / float(link_each_way(gpu, tp))
     math_time = _step_math(p)
     wide = max(t_w + t_kv, math_time) + latency + per_token * R + STEP_OVERHEAD
     assert results["step_tp"] == pytest.approx(wide, rel=1e-9)
@@ -370,8 +365,8 @@ def test_capped_layout_step_matches_plain_arithmetic(variant, seed):
     L_s = math.ceil(model.layers / S)
     kv_total = 2 * model.layers * model.kv_heads * model.head_dim * element * p["context"] * R
     m = R // S
-    ring = 2 * model.layers * (10e-6 + 2 * (T - 1) / T * m * model.hidden * 2 / _link(gpu, T))
-    comm = S * L_s / model.layers * ring + (S - 1) * m * model.hidden * 2 / _link(gpu, tp)
+    ring = 2 * model.layers * (10e-6 + 2 * (T - 1) / T * m * model.hidden * 2 / float(link_each_way(gpu, T)))
+    comm = S * L_s / model.layers * ring + (S - 1) * m * model.hidden * 2 / float(link_each_way(gpu, tp))
     weights = model.params_b * 1e9 * element * L_s / (model.layers * T)
     reads = S * (weights + kv_total / T * L_s / model.layers * m / R) / (gpu.hbm_tb_s * 1e12 * STEP_BW)
     step = max(reads, _step_math(p)) + comm + STEP_OVERHEAD
