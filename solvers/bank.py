@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from solvers.answers import KIND_FIELDS, Answer, SpecError, make_answer
 from solvers.params import KIND_FIELDS as PARAM_KIND_FIELDS
-from solvers.params import ParamSpec, make_param
+from solvers.params import ParamSpec, make_param, relative_factor
 from solvers.paths import question_files, questions_dir
 from solvers.realism import RULE_NAMES, Constraint, ConstraintError, constraints_for, declared
 from solvers.units import UnitError, parse_unit
@@ -336,7 +336,8 @@ def _parse_chart(reader: _Reader, document: LineDict, parameters: tuple[ParamSpe
     return x, y
 
 
-def _parse_followups(reader: _Reader, document: LineDict, names: set[str], keys: set[str]) -> tuple:
+def _parse_followups(reader: _Reader, document: LineDict, names: set[str], keys: set[str],
+                     ranged: set[str]) -> tuple:
     raw = reader.field(document, "followups", list, required=False, default=[])
     line = document.line_of("followups")
     followups = []
@@ -348,7 +349,7 @@ def _parse_followups(reader: _Reader, document: LineDict, names: set[str], keys:
         ask = reader.field(item, "ask", list, where)
         if not changes or any(name not in names for name in changes):
             raise reader.fail(f"{where}.set", item.line_of("set"), "name parameters of this question")
-        _finite_changes(reader, changes, f"{where}.set", item.line_of("set"))
+        _finite_changes(reader, changes, f"{where}.set", item.line_of("set"), ranged)
         if not ask or any(key not in keys for key in ask):
             raise reader.fail(f"{where}.ask", item.line_of("ask"), "name answers of this question")
         followups.append(DeclaredFollowUp(tuple((str(k), str(v)) for k, v in changes.items()), tuple(ask),
@@ -356,10 +357,19 @@ def _parse_followups(reader: _Reader, document: LineDict, names: set[str], keys:
     return tuple(followups)
 
 
-def _finite_changes(reader: _Reader, changes: dict, where: str, line: int) -> None:
+def _finite_changes(reader: _Reader, changes: dict, where: str, line: int, ranged: set[str]) -> None:
     """A push's `set:` values: a non-finite figure (`.inf`, or `1e999`, which YAML reads as text) would
-    be refused at every draw, so the push never asked, and nothing said why."""
+    be refused at every draw, so the push never asked, and nothing said why; so would a factor ("÷4")
+    of a parameter with no drawn range, or one that moves nothing."""
     for name, value in changes.items():
+        factor = relative_factor(value)
+        if factor is not None:
+            if name not in ranged:
+                raise reader.fail(f"{where}.{name}", line, f"{value!r}: only a drawn range (int, uniform, "
+                                                           "loguniform) moves by a factor")
+            if not 0 < factor < math.inf or factor == 1:
+                raise reader.fail(f"{where}.{name}", line, f"{value!r} is no factor that moves it")
+            continue
         try:
             figure = float(value)
         except (TypeError, ValueError, OverflowError):
@@ -368,7 +378,8 @@ def _finite_changes(reader: _Reader, changes: dict, where: str, line: int) -> No
             raise reader.fail(f"{where}.{name}", line, f"{value!r} is not a finite figure")
 
 
-def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers: tuple[Answer, ...]) -> tuple:
+def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers: tuple[Answer, ...],
+                  ranged: set[str]) -> tuple:
     """The interview's stages as the file declares them (see Stage), checked so that the engine can run
     them: every answer asked, none twice outside a push, a field in a `say` naming a parameter or the key
     of an earlier stage (never an answer still to come)."""
@@ -389,7 +400,7 @@ def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers:
         changes = reader.field(item, "set", dict, where, required=False, default={})
         if any(name not in names for name in changes):
             raise reader.fail(f"{where}.set", item.line_of("set"), "name parameters of this question")
-        _finite_changes(reader, changes, f"{where}.set", item.line_of("set"))
+        _finite_changes(reader, changes, f"{where}.set", item.line_of("set"), ranged)
         if "set" in item and not changes or changes and push:
             raise reader.fail(f"{where}.set", item.line_of("set"), "a push sets parameters or is generated, not both")
         recall = "recall" in item
@@ -616,6 +627,7 @@ def parse_question(path: Path, text: str) -> Question:
     raw_params = reader.field(document, "parameters", dict)
     parameters = tuple(_parse_param(reader, str(n), s, raw_params.line_of(n)) for n, s in raw_params.items())
     names = {p.name for p in parameters}
+    ranged = {p.name for p in parameters if p.ranged}
     raw_answers = reader.field(document, "answers", list)
     if not raw_answers:
         raise reader.fail("answers", document.line_of("answers"), "at least one answer")
@@ -628,7 +640,7 @@ def parse_question(path: Path, text: str) -> Question:
         for name in ("prompt", "hints", "followups"):
             if name in document:
                 raise reader.fail(name, document.line_of(name), "a staged file says this in its stages")
-        stages = _parse_stages(reader, document, names, answers)
+        stages = _parse_stages(reader, document, names, answers, ranged)
         prompt = stages[0].say
     else:
         prompt = reader.field(document, "prompt", str)
@@ -677,7 +689,7 @@ def parse_question(path: Path, text: str) -> Question:
         regime_sides=sides,
         catalogue=tuple(str(s) for s in reader.field(document, "catalogue", list, required=False, default=[])),
         chart=chart,
-        followups=_parse_followups(reader, document, names, set(keys)),
+        followups=_parse_followups(reader, document, names, set(keys), ranged),
         requires=_parse_requires(reader, document, qid),
         constraints=_parse_constraints(reader, document, names),
         golden=_parse_golden(reader, document, names, answers),

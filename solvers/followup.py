@@ -57,11 +57,9 @@ def declared_push(solution: Solution, catalog: Catalog, declared: DeclaredFollow
     """An author's push on this variant, or None where it does not apply: a value the variant has already,
     a variant realism refuses, no asked answer that moves, or (with `cross`, where it asks the regime) a
     variant on the same side of the boundary."""
-    question, scanned = solution.question, {} if scanned is None else scanned
+    scanned = {} if scanned is None else scanned
     try:
-        changes = {name: question.parameter(name).parse_override(text, catalog) for name, text in declared.set}
-        # A value the variant already has is no move (a push of batch and GPUs drawn at those GPUs).
-        changes = {name: value for name, value in changes.items() if value != solution.param(name).raw}
+        changes = declared_changes(solution, catalog, declared.set)
         if not changes:
             return None
         crossing = cross and "regime" in declared.ask
@@ -74,6 +72,14 @@ def declared_push(solution: Solution, catalog: Catalog, declared: DeclaredFollow
     if crossed and _moves(solution, pushed, declared.ask):
         return FollowUp(pushed, declared.ask, declared.say or _say(solution, pushed, changes))
     return None
+
+
+def declared_changes(solution: Solution, catalog: Catalog, declared: tuple[tuple[str, str], ...]) -> dict:
+    """The values a declared push's `set:` gives this variant (a factor moves the variant's own value), less
+    those it has already: no move (a push of batch and GPUs drawn at those GPUs). Raises ParameterError."""
+    changes = {name: solution.question.parameter(name).pushed_value(text, solution.param(name).raw, catalog)
+               for name, text in declared}
+    return {name: value for name, value in changes.items() if value != solution.param(name).raw}
 
 
 def generated_push(solution: Solution, catalog: Catalog, ask: tuple[str, ...] = (), *,

@@ -28,6 +28,8 @@ class StageRun:
     ask: tuple[str, ...]
     say: str
     moved: tuple[str, ...] = ()  # the parameters a push changed
+    before: str | None = None  # a push's: the regime of the variant it moved from
+    declared: bool = False  # a push's: the stage's own move, not the engine's search standing in for it
 
     @property
     def kind(self) -> str:
@@ -50,6 +52,17 @@ class StageRun:
     @property
     def regime(self) -> str | None:
         return self.solution.regime_name
+
+    @property
+    def nudge_note(self) -> str:
+        """What the script says of a declared nudge: why it need not cross, and that it does where this
+        variant's move crosses after all ('' for any other stage, or where the engine's push stood in)."""
+        if not (self.stage.nudge and self.declared):
+            return ""
+        if self.before is not None and self.regime is not None and self.regime != self.before:
+            crossed = f"{self.before} → {self.regime}"
+            return f"A nudge that crosses on this variant ({crossed}); it need not: {self.stage.nudge}"
+        return f"A nudge, not a crossing: {self.stage.nudge}"
 
     def grade(self, answers: dict[str, str]) -> list[Grade]:
         """The answers of this stage against its own variant's key (a checklist waits for its ticks)."""
@@ -86,7 +99,7 @@ def stage_run(solution: Solution, catalog: Catalog, index: int) -> StageRun | No
     moved = tuple(p.name for p in pushed.solution.params if p.raw != solution.param(p.name).raw)
     # A declared push's words describe its own move: where it is refused, the engine's push says its own.
     say = _words(stage.say, pushed.solution, solution) if stage.say and (declared or stage.generated) else pushed.say
-    return StageRun(index, stage, pushed.solution, pushed.ask, say, moved)
+    return StageRun(index, stage, pushed.solution, pushed.ask, say, moved, solution.regime_name, declared)
 
 
 def _push(solution: Solution, catalog: Catalog, stage: Stage) -> tuple[FollowUp | None, bool]:

@@ -202,8 +202,8 @@ def script_markdown(script: Script, depth: int) -> list[str]:
             lines += [f"Regime now: {run.regime}." if run.regime else "", ""]
         else:
             lines += [heading, ""]
-        if stage.stage.nudge:
-            lines += [f"A nudge, not a crossing: {stage.stage.nudge}", ""]
+        if run.nudge_note:
+            lines += [run.nudge_note, ""]
         lines += [*prompt_markdown(run.prompt), ""]
         if run.hints:
             lines += ["Hints:", ""] + [f"{n}. {hint}" for n, hint in enumerate(run.hints, 1)] + [""]

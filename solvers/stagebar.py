@@ -17,6 +17,7 @@ from solvers.conventions import named_cards
 from solvers.data import Catalog
 from solvers.derivation import Reject
 from solvers.engine import SOLVER_FAULTS, Solution, solve_changed
+from solvers.followup import declared_changes
 from solvers.interview import stage_run
 from solvers.params import ParameterError
 
@@ -102,8 +103,7 @@ def push_refusal(solution: Solution, catalog: Catalog, stage: Stage) -> str | No
     """What refuses a declared push on this variant: the realism constraint by name (or the answer whose
     key the solver refuses, or the solver's fault), or None where the pushed values make a variant."""
     try:
-        changes = {name: solution.question.parameter(name).parse_override(text, catalog) for name, text in stage.set}
-        solve_changed(solution, catalog, changes)
+        solve_changed(solution, catalog, declared_changes(solution, catalog, stage.set))
     except Reject as reason:
         return str(reason).split(": ", 1)[0]
     except ParameterError as error:

@@ -107,6 +107,7 @@ def test_the_opening_is_the_variants_prompt(bank, catalog):
     assert opening(solution).prompt == solution.prompt
 
 
+_PUSH_BY = "  - say: a\n    ask: [kv_per_token]\n  - set: {}\n    ask: [regime]\n"  # an opening, then a push
 BAD_STAGES = {  # the stages block -> what the error says
     "push first": ("  - push: generated\n    ask: [regime]\n", "first stage opens"),
     "key asked twice": ("  - say: a\n    ask: [kv_per_token]\n  - say: b\n    ask: [kv_per_token]\n", "asked already"),
@@ -114,6 +115,9 @@ BAD_STAGES = {  # the stages block -> what the error says
     "a key never asked": ("  - say: a\n    ask: [kv_per_token]\n", "asked in no stage"),
     "a key quoted before it is asked": ("  - say: '{users} fit'\n    ask: [users]\n", "names no parameter"),
     "a nudge that is no push": ("  - say: a\n    ask: [kv_per_token]\n    nudge: why\n", "only a push"),
+    "a factor of a choice": (_PUSH_BY.format("{tp: '÷2'}"), "only a drawn range"),
+    "a factor that moves nothing": (_PUSH_BY.format("{context: '×1'}"), "no factor that moves it"),
+    "a factor of zero": (_PUSH_BY.format("{context: '÷0'}"), "no factor that moves it"),
     "set and generated": ("  - say: a\n    ask: [kv_per_token]\n"
                           "  - set: {tp: 8}\n    push: generated\n    ask: [regime]\n", "not both"),
 }
@@ -191,6 +195,36 @@ def test_a_declared_push_per_side_is_one_turn_asked_of_its_side_only(tmp_path, b
             assert run.say.startswith(("It's a batch job now", "Product wants snappier"))
         else:  # the declared move does not cross here: the engine's push stands in, in its own words
             assert run.regime != side and not run.say.startswith(("It's a batch job", "Product wants"))
+
+
+HALVED = """  - say: |
+      Halve the context: {context}. How many requests fit now?
+    set: {context: "÷2"}
+    nudge: a shorter context frees KV a request holds, which need not change what binds
+    ask: [regime, served]
+"""
+
+
+def test_a_push_by_a_factor_moves_each_variants_own_value_and_a_nudge_says_where_it_crosses(tmp_path, bank,
+                                                                                           catalog):
+    text = (questions_dir() / "F" / f"{STAGED}.yaml").read_text().replace(GENERATED, HALVED)
+    question = parse_question(tmp_path / f"{STAGED}.yaml", text)
+    notes = set()
+    for seed in range(1, 25):
+        base = make_variant(bank, catalog, VariantCode.parse(f"{STAGED}@{seed}"))
+        run = stage_run(base.__class__(**{**base.__dict__, "question": question}), catalog, 3)
+        assert run is not None and run.moved == ("context",)
+        if not run.declared:  # the halved context refused here: the engine's push stands in, and no nudge is said
+            assert run.nudge_note == ""
+            continue
+        context = base.param("context").raw
+        assert run.solution.param("context").raw == question.parameter("context").rounded(context / 2)
+        crossed = run.regime != base.regime_name
+        assert run.nudge_note.startswith("A nudge that crosses on this variant" if crossed else
+                                         "A nudge, not a crossing")
+        assert not crossed or f"({base.regime_name} → {run.regime})" in run.nudge_note
+        notes.add(crossed)
+    assert notes == {True, False}  # both kinds of line over these seeds
 
 
 def test_a_when_names_a_regime_on_a_push_once_a_turn(tmp_path):

@@ -118,6 +118,30 @@ def test_a_figure_as_said_is_in_range_and_roundest_first(spec, x):
     assert said and all(_drawable(spec, v) for v in said) and len(set(said)) == len(said)
 
 
+@settings(max_examples=300, deadline=None)
+@given(ranges(), st.integers(0, 2**32 - 1), st.sampled_from(["×", "x", "*", "/", "÷"]), st.integers(2, 16))
+def test_a_push_by_a_factor_lands_on_a_drawable_value_near_the_factor_or_is_refused(spec, seed, sign, factor):
+    """A declared push's "÷4" moves the variant's own value: the product, rounded as draws are, where it
+    stays in the drawn range; a clear refusal (the push is not asked) where it would leave it."""
+    value = _a_draw(spec, seed)
+    target = value * factor if sign in "×x*" else value / factor
+    if spec.low <= target <= spec.high:
+        moved = spec.pushed_value(f"{sign}{factor}", value, CATALOG)
+        assert _drawable(spec, moved) and moved == spec.rounded(target)
+    else:
+        with pytest.raises(ParameterError, match="leaves the drawn range"):
+            spec.pushed_value(f"{sign}{factor}", value, CATALOG)
+
+
+def test_a_factor_moves_only_a_drawn_range_and_a_plain_value_reads_as_an_override():
+    choice = make({"choice": [1, 2, 4, 8], "default": 8})
+    with pytest.raises(ParameterError, match="only a drawn range"):
+        choice.pushed_value("÷2", 8, CATALOG)
+    assert choice.pushed_value("4", 8, CATALOG) == 4
+    ranged = make({"int": [1, 100], "default": 10})
+    assert ranged.pushed_value("40", 10, CATALOG) == 40 and ranged.pushed_value("x3", 10, CATALOG) == 30
+
+
 PARAMETERS = [(question, spec) for question in BANK.questions.values() for spec in question.parameters]
 
 

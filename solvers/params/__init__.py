@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from solvers.answers.base import SpecError
-from solvers.params.base import OVERRIDE_REACH, FieldReader, ParameterError, ParamSpec, in_a_code
+from solvers.params.base import OVERRIDE_REACH, FieldReader, ParameterError, ParamSpec, in_a_code, relative_factor
 from solvers.params.choice import DATA_COLLECTIONS, Choice
 from solvers.params.fixed import Fixed
 from solvers.params.generated import Generated
@@ -31,4 +31,5 @@ def make_param(name: str, label: str, unit: str, fields: Mapping[str, Any], read
 
 
 __all__ = ["DATA_COLLECTIONS", "KINDS", "KIND_FIELDS", "LOG_STEP", "OVERRIDE_REACH", "Choice", "Fixed", "Generated",
-           "IntRange", "LogUniform", "ParamSpec", "ParameterError", "Ranged", "Uniform", "in_a_code", "make_param"]
+           "IntRange", "LogUniform", "ParamSpec", "ParameterError", "Ranged", "Uniform", "in_a_code", "make_param",
+           "relative_factor"]

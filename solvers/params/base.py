@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 OVERRIDE_REACH = 100
 NUMBER = (int, float)
 _IN_A_CODE = re.compile(r"[^+\s]+")  # what a variant code's '+name=value' holds (bank.VARIANT_TAIL)
+# A declared push may move a figure by a factor of its own value ("÷4": a quarter of the context drawn),
+# so that the push moves with the variant instead of landing on one value in every draw.
+_RELATIVE = re.compile(r"\s*([×x*/÷])\s*([0-9]+(?:\.[0-9]+)?)\s*")
 
 # A field of the parameter's mapping, type-checked: read(name, type, required=True, default=None)
 # (bank._Reader.field, which names the file, the field and the line of a wrong one).
@@ -44,6 +47,17 @@ class ParameterError(ValueError):
 def in_a_code(text: str) -> bool:
     """Whether a variant code can hold this override text as it is."""
     return _IN_A_CODE.fullmatch(text) is not None
+
+
+def relative_factor(text: Any) -> float | None:
+    """The factor a push's relative value moves by ("×2" → 2, "÷4" → 0.25; "÷0" infinite), or None for a
+    value as --set takes it. The loader refuses a factor that is not positive, finite and other than 1."""
+    match = _RELATIVE.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        return None
+    operator, figure = match.groups()
+    factor = float(figure)
+    return factor if operator in "×x*" else (1 / factor if factor else math.inf)
 
 
 def number(value: Any) -> bool:
@@ -105,6 +119,13 @@ class ParamSpec:
         if not isinstance(self.default, NUMBER):
             raise ParameterError(f"{self.name}: this parameter cannot be set")
         return self.read_number(text)
+
+    def pushed_value(self, text: str, current: Any, catalog: Catalog) -> Any:
+        """The value a declared push's `text` sets from `current`: a value as --set takes it, or a factor of
+        `current` where a drawn range allows it (Ranged)."""
+        if relative_factor(text) is not None:
+            raise ParameterError(f"{self.name}: only a drawn range moves by a factor ({text})")
+        return self.parse_override(text, catalog)
 
     def override_text(self, value: Any) -> str:
         """`value` as a variant code writes it, read back by parse_override: a number plainly, its

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from solvers.answers.base import SpecError
-from solvers.params.base import NUMBER, FieldReader, ParamSpec, distance, number
+from solvers.params.base import NUMBER, FieldReader, ParameterError, ParamSpec, distance, number, relative_factor
 
 if TYPE_CHECKING:
     import numpy as np
@@ -96,6 +96,18 @@ class Ranged(ParamSpec):
 
     def parse_override(self, text: str, catalog: Catalog) -> Any:
         return self.read_number(text, self.low, self.high, self.whole)
+
+    def pushed_value(self, text: str, current: Any, catalog: Catalog) -> Any:
+        """A factor of `current` ("÷4") rounded as draws are, where it stays inside the drawn range (a push
+        past it would show a system the question never draws); else a value as --set takes it."""
+        factor = relative_factor(text)
+        if factor is None:
+            return self.parse_override(text, catalog)
+        value = float(current) * factor
+        if not self.low <= value <= self.high:
+            raise ParameterError(f"{self.name}: {text.strip()} of {current} leaves the drawn range "
+                                 f"{self.low:g} to {self.high:g}")
+        return self.rounded(value)
 
     # The what-if explorer, the chart and the follow-up --------------------------------------
     @property

@@ -106,8 +106,8 @@ class InterviewerScreen(AppScreen):
             heading.append(f" to {run.solution.code}", style="bold cyan")
             changes = moved(run, self.solution)
             lines.append(Text(f"Moved: {changes}." + (f" Regime now: {run.regime}." if run.regime else "")))
-        if stage.nudge:
-            lines.append(Text(f"A nudge, not a crossing: {stage.nudge}", style="italic"))
+        if run.nudge_note:
+            lines.append(Text(run.nudge_note, style="italic"))
         lines.append(Text(run.prompt))  # the words name user GPUs and models (`H100 [SXM5]`): text, never markup
         lines += [Text(f"Hint {n}: {hint}", style="dim") for n, hint in enumerate(run.hints, 1)]
         return Group(*lines), self._keys(run)
