@@ -20,7 +20,7 @@ from contextlib import suppress
 from functools import lru_cache
 from pathlib import Path
 
-from solvers.paths import open_regular, question_files, questions_dir, user_cache_dir
+from solvers.paths import data_file, open_regular, question_files, questions_dir, user_cache_dir
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -63,22 +63,22 @@ def _root_key(root: Path) -> str:
 
 
 def read_listing(root: Path, directory: Path) -> list[Listed] | None:
-    """The kept listing of the bank under `root`, in file order; None unless it describes every file
-    there as it is now (then the bank must be loaded the full way)."""
+    """The kept listing of the bank under `root`, in learning order; None unless it describes every file
+    there as it is now, and groups.yaml too (then the bank must be loaded the full way)."""
     try:
         with open_regular(cache_file(directory, root, "listing", ".json")) as listing:  # a FIFO would hang `list`
             kept = json.loads(listing.read())
         files = question_files(root)
-        if not isinstance(kept, dict) or len(kept) != len(files):
+        size, digest, order = kept["groups"]
+        if not _unchanged(data_file("groups.yaml"), size, digest) or not all(isinstance(c, str) for c in order):
+            return None
+        questions = kept["files"]
+        if not isinstance(questions, dict) or len(questions) != len(files):
             return None
         listed = []
         for path in files:
-            size, digest, question = kept[path.relative_to(root).as_posix()]
-            if path.stat().st_size != size:
-                return None
-            with open_regular(path) as file:
-                data = file.read(size + 1)  # one byte more: a file that grew since is caught
-            if len(data) != size or file_digest(data).hex() != digest:
+            size, digest, question = questions[path.relative_to(root).as_posix()]
+            if not _unchanged(path, size, digest):
                 return None
             if question.keys() != LISTED_FIELDS.keys() or not all(
                     isinstance(question[name], kind) for name, kind in LISTED_FIELDS.items()):
@@ -86,14 +86,37 @@ def read_listing(root: Path, directory: Path) -> list[Listed] | None:
             listed.append(question)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):  # absent, unreadable, damaged
         return None
-    return listed
+    return in_learning_order(listed, order)
 
 
-def write_listing(root: Path, directory: Path, files: Iterable[tuple[Path, int, bytes, Listed]]) -> None:
+def _unchanged(path: Path, size: int, digest: str) -> bool:
+    """Whether the file has the size and bytes it was kept with."""
+    if path.stat().st_size != size:
+        return False
+    with open_regular(path) as file:
+        data = file.read(size + 1)  # one byte more: a file that grew since is caught
+    return len(data) == size and file_digest(data).hex() == digest
+
+
+def in_learning_order(listed: list[Listed], order: list[str]) -> list[Listed]:
+    """Questions by group in the order a new user meets them (groups.yaml; a user's pack's own groups
+    last), then by id: the order browse lists them in."""
+    def rank(question: Listed) -> tuple[int, str, str]:
+        group = str(question["group"])
+        return order.index(group) if group in order else len(order), group, str(question["id"])
+
+    return sorted(listed, key=rank)
+
+
+def write_listing(root: Path, directory: Path, files: Iterable[tuple[Path, int, bytes, Listed]],
+                  order: list[str]) -> None:
     """Keep the listing of a bank that loaded without a problem: (file, size, hash of the bytes it
-    was parsed from, its question) for every file under `root`. Listings under other versions of
-    the parser go."""
-    kept = {path.relative_to(root).as_posix(): [size, digest.hex(), listed] for path, size, digest, listed in files}
+    was parsed from, its question) for every file under `root`, and the groups' learning order with
+    the size and hash of groups.yaml it came from. Listings under other versions of the parser go."""
+    groups = data_file("groups.yaml").read_bytes()
+    kept = {"files": {path.relative_to(root).as_posix(): [size, digest.hex(), listed]
+                      for path, size, digest, listed in files},
+            "groups": [len(groups), file_digest(groups).hex(), order]}
     target = cache_file(directory, root, "listing", ".json")
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
@@ -108,8 +131,8 @@ def write_listing(root: Path, directory: Path, files: Iterable[tuple[Path, int, 
 
 
 def bank_listing(root: Path | None = None, directory: Path | None = None) -> tuple[list[Listed], list[str]]:
-    """Every question's listing under `root` (default: the shipped bank) and the bank's problems:
-    from the kept listing while it describes the files as they are, else from a full load (which
+    """Every question's listing under `root` (default: the shipped bank), in learning order, and the bank's
+    problems: from the kept listing while it describes the files as they are, else from a full load (which
     keeps a fresh listing when it finds no problem)."""
     root = questions_dir() if root is None else root
     directory = user_cache_dir() if directory is None else directory
@@ -119,12 +142,14 @@ def bank_listing(root: Path | None = None, directory: Path | None = None) -> tup
     # The full way: imported here, as it costs the parser, YAML and every answer kind.
     from solvers.bank import load_bank
     from solvers.bankcache import QuestionCache
+    from solvers.groups import group_names
 
     cache = QuestionCache(root, directory)
     bank = load_bank(root, cache)
+    order = list(group_names())
     listed: list[Listed] = [{name: getattr(q, name) for name in LISTED_FIELDS} for q in bank.questions.values()]
     if not bank.problems:  # then each file read gave the question named after it
         by_id = dict(zip(bank.questions, listed))
         write_listing(root, directory, [(path, size, digest, by_id[path.stem])
-                                        for path, (size, digest) in cache.read.items()])
-    return listed, bank.problems
+                                        for path, (size, digest) in cache.read.items()], order)
+    return in_learning_order(listed, order), bank.problems

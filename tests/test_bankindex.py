@@ -117,13 +117,15 @@ def test_a_damaged_listing_is_ignored_and_written_again(root, tmp_path, full_loa
     cache = tmp_path / "cache"
     first, _ = bank_listing(root, cache)
     kept = cache_file(cache, root, "listing", ".json")
-    for damage in (b"not json", b"[]", json.dumps({"F/kv-bytes-per-token.yaml": [1, "00", {}]}).encode()):
+    damages = (b"not json", b"[]", json.dumps({"files": {"F/kv-bytes-per-token.yaml": [1, "00", {}]}}).encode(),
+               json.dumps(json.loads(kept.read_bytes()) | {"groups": [1, "00", [7]]}).encode())
+    for damage in damages:
         kept.write_bytes(damage)
         listed, problems = bank_listing(root, cache)
         assert listed == first and not problems
         assert read_listing(root, cache) == first
     document = json.loads(kept.read_bytes())
-    document["F/kv-bytes-per-token.yaml"][2]["difficulty"] = "1"  # a field of the wrong kind
+    document["files"]["F/kv-bytes-per-token.yaml"][2]["difficulty"] = "1"  # a field of the wrong kind
     kept.write_text(json.dumps(document))
     assert read_listing(root, cache) is None
 
@@ -136,6 +138,52 @@ def test_a_listing_under_another_parser_is_not_read_and_is_replaced(root, tmp_pa
     assert read_listing(root, cache) is None
     bank_listing(root, cache)
     assert not old.exists() and read_listing(root, cache) is not None
+
+
+@pytest.fixture
+def groups_file(tmp_path, monkeypatch):
+    """groups.yaml copied where a test may edit it, read from there by the listing and by solvers.groups."""
+    import solvers.groups
+
+    copy, real = tmp_path / "groups.yaml", solvers.groups.data_file
+    shutil.copy(real("groups.yaml"), copy)
+
+    def data_file(name):
+        return copy if name == "groups.yaml" else real(name)
+
+    monkeypatch.setattr(bankindex, "data_file", data_file)
+    monkeypatch.setattr(solvers.groups, "data_file", data_file)
+    solvers.groups.group_names.cache_clear()
+    yield copy
+    solvers.groups.group_names.cache_clear()
+
+
+def _group_runs(listed):
+    """The groups in the order the listing meets them, each once."""
+    return list(dict.fromkeys(q["group"] for q in listed))
+
+
+def test_the_listing_runs_in_learning_order_and_follows_an_edit_of_the_order(root, tmp_path, full_loads,
+                                                                             groups_file):
+    import solvers.groups
+
+    cache = tmp_path / "cache"
+    order = list(solvers.groups.group_names())
+    first, _ = bank_listing(root, cache)
+    kept, _ = bank_listing(root, cache)
+    assert len(full_loads) == 1 and kept == first
+    assert _group_runs(first) == [g for g in order if g in _group_runs(first)] and len(_group_runs(first)) > 5
+    for group in _group_runs(first):
+        ids = [q["id"] for q in first if q["group"] == group]
+        assert ids == sorted(ids)
+    lines = groups_file.read_text().splitlines()
+    entries = [line for line in lines if line.startswith("  ")]
+    groups_file.write_text("\n".join([line for line in lines if not line.startswith("  ")] + entries[::-1]) + "\n")
+    solvers.groups.group_names.cache_clear()
+    edited, _ = bank_listing(root, cache)
+    assert len(full_loads) == 2  # the order changed: the kept listing no longer describes it
+    assert _group_runs(edited) == _group_runs(first)[::-1]
+    assert bank_listing(root, cache)[0] == edited and len(full_loads) == 2
 
 
 def test_an_unwritable_cache_directory_still_lists(root, tmp_path):

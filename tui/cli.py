@@ -253,7 +253,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     listed, problems = bank_listing()  # the kept listing while no file changed: no YAML, no parser
     for problem in problems:
         print(f"infradrill: warning: {problem}", file=sys.stderr)
-    questions = sorted(listed, key=lambda q: (q["group"], q["id"]))
+    questions = listed  # in learning order (groups.yaml), as browse lists them
     if args.json:
         print(json.dumps(questions, indent=2))
         return 0
