@@ -30,6 +30,7 @@ class StageRun:
     moved: tuple[str, ...] = ()  # the parameters a push changed
     before: str | None = None  # a push's: the regime of the variant it moved from
     declared: bool = False  # a push's: the stage's own move, not the engine's search standing in for it
+    cards_added: tuple[str, ...] = ()  # a push's: conventions its variant brings that the opening's did not use
 
     @property
     def kind(self) -> str:
@@ -63,6 +64,11 @@ class StageRun:
             crossed = f"{self.before} → {self.regime}"
             return f"A nudge that crosses on this variant ({crossed}); it need not: {self.stage.nudge}"
         return f"A nudge, not a crossing: {self.stage.nudge}"
+
+    @property
+    def cards_line(self) -> str:
+        """What a push says of the conventions its variant adds ('' where it adds none)."""
+        return f"Conventions now also in play: {', '.join(self.cards_added)}" if self.cards_added else ""
 
     def grade(self, answers: dict[str, str]) -> list[Grade]:
         """The answers of this stage against its own variant's key (a checklist waits for its ticks)."""
@@ -99,7 +105,9 @@ def stage_run(solution: Solution, catalog: Catalog, index: int) -> StageRun | No
     moved = tuple(p.name for p in pushed.solution.params if p.raw != solution.param(p.name).raw)
     # A declared push's words describe its own move: where it is refused, the engine's push says its own.
     say = _words(stage.say, pushed.solution, solution) if stage.say and (declared or stage.generated) else pushed.say
-    return StageRun(index, stage, pushed.solution, pushed.ask, say, moved, solution.regime_name, declared)
+    # A push to fp8 applies a convention the opening never used: the candidate is told it is now in play.
+    added = tuple(card for card in pushed.solution.cards() if card not in solution.cards())
+    return StageRun(index, stage, pushed.solution, pushed.ask, say, moved, solution.regime_name, declared, added)
 
 
 def _push(solution: Solution, catalog: Catalog, stage: Stage) -> tuple[FollowUp | None, bool]:

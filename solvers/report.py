@@ -65,7 +65,7 @@ def slips(solution: Solution, key: str) -> list[tuple[str, str]]:
 # 4: "reality", published measurements of real systems beside the question's model (with a script);
 # 3: "stages", the interview stage by stage, and each answer's declared "slips";
 # 2: every quantity as {value, unit} in display units plus si in base units
-JSON_SCHEMA = 4
+JSON_SCHEMA = 5
 
 
 def quantity(value_si: float, unit: str) -> dict[str, Any]:
@@ -94,13 +94,14 @@ def stage_dict(stage: ScriptStage) -> dict[str, Any]:
     run, base = stage.run, stage.stage
     if run is None:
         return {"kind": stage.kind, "skipped": True, "say": "", "ask": [], "answers": [], "set": None, "code": None,
-                "regime": None, "nudge": base.nudge or None, "hints": list(base.hints), "keys": []}
+                "regime": None, "nudge": base.nudge or None, "cards_added": [], "hints": list(base.hints), "keys": []}
     pushed = run.solution
     return {"kind": stage.kind, "skipped": False, "say": run.say, "ask": list(run.ask),
             "answers": [_answer_dict(pushed, pushed.question.answer(key)) for key in run.ask],
             "set": {name: pushed.param(name).raw for name in run.moved} if base.push else None,
             "code": str(pushed.code), "regime": run.regime if base.push else None, "nudge": base.nudge or None,
-            "hints": list(run.hints), "keys": [line for _, line in run.key_lines()]}
+            "cards_added": list(run.cards_added), "hints": list(run.hints),
+            "keys": [line for _, line in run.key_lines()]}
 
 
 def reality_dict(comparison: Comparison) -> dict[str, Any]:
@@ -204,6 +205,8 @@ def script_markdown(script: Script, depth: int) -> list[str]:
             lines += [heading, ""]
         if run.nudge_note:
             lines += [run.nudge_note, ""]
+        if run.cards_line:
+            lines += [f"{run.cards_line}.", ""]
         lines += [*prompt_markdown(run.prompt), ""]
         if run.hints:
             lines += ["Hints:", ""] + [f"{n}. {hint}" for n, hint in enumerate(run.hints, 1)] + [""]

@@ -44,7 +44,7 @@ def test_solve_json_shape(capsys):
                 "unit": "KiB", "si": 327_680.0,
                 "slips": [{"gives": "4 KiB", "mistake": "x layers: one layer's KV instead of all of them"},
                           {"gives": "160 KiB", "mistake": "x2: K and V counted once"}]}
-    assert answers["kv_per_token"] == expected and data["schema"] == 4
+    assert answers["kv_per_token"] == expected and data["schema"] == 5
     assert data["steps"] and data["regime"]["name"] == "capacity-limited"
     assert [s["kind"] for s in data["stages"]] == ["opening", "ask", "ask", "push"]
     push = data["stages"][3]  # the default's 50 ms target tightened until the step, not memory, caps it

@@ -334,3 +334,22 @@ def test_what_a_push_moved_names_a_redrawn_table_without_printing_it(bank, catal
     assert said.count("redrawn") == len(tables) and said.count("→") == len(run.moved) - len(drawn)
     assert all(f"{solution.param(n).shown} → {run.solution.param(n).shown}" in said
                for n in run.moved if n not in drawn)
+
+
+def test_a_push_names_the_conventions_its_variant_brings_that_the_opening_did_not_use(bank, catalog):
+    """model-runner-v2@1's push moves to a TP group whose all-reduces pay NVLink's per-call latency, a card
+    the opening's single GPU never read: the candidate is told it is now in play, in the script and the JSON."""
+    from solvers.report import script_markdown, stage_dict
+    from solvers.script import script
+
+    solution, runs = _runs(bank, catalog, "model-runner-v2@1")
+    push = runs[-1]
+    assert push is not None and push.stage.push
+    opening_cards = solution.cards()
+    assert push.cards_added == tuple(c for c in push.solution.cards() if c not in opening_cards)
+    assert "all-reduce-latency-nvlink" in push.cards_added and "all-reduce-latency-nvlink" not in opening_cards
+    assert all(run.cards_added == () for run in runs[:-1] if run is not None)  # only a push moves the variant
+    read = script(solution, catalog)
+    assert "Conventions now also in play: all-reduce-latency-nvlink." in script_markdown(read, 3)
+    assert stage_dict(read.stages[-1])["cards_added"] == list(push.cards_added)
+    assert stage_dict(read.stages[0])["cards_added"] == []

@@ -21,6 +21,7 @@ from tests.pilot_helpers import (
     question_ready,
     reveal,
     running_app,
+    stage_ready,
     start_mock,
     submit_stage,
     text_of,
@@ -237,3 +238,33 @@ def test_answer_again_asks_the_first_stage_that_went_wrong_with_the_ones_before_
     assert card_after == card_before and "schedule does not move" in rating
     assert [d.run.index for d in solution.answered] == [1] and all(g.correct for g in solution.grades)
     assert titles == 3  # the opening given, the stage asked, the third's steps (the push not asked)
+
+
+def test_a_push_that_brings_a_convention_lists_it_under_its_words_and_f2_opens_it(data_dir):
+    """model-runner-v2@1's push moves onto a TP group: its all-reduce latency card joins the conventions,
+    named under the push (not before it: the pushes are solved ahead) and opened by F2 with the opening's."""
+    async def scenario():
+        async with running_app() as (app, pilot):
+            app.open_code("model-runner-v2@1")
+            await wait_for(pilot, lambda: question_ready(app))
+            screen = app.screen
+            before = None
+            while not push_showing(app):
+                if before is None:
+                    await pilot.press("f2")
+                    await wait_for(pilot, on_screen(app, "ConventionsScreen"))
+                    before = app.screen.cards
+                    await pilot.press("escape")
+                    await wait_for(pilot, lambda: stage_ready(app, screen))
+                type_stage(screen)
+                await submit_stage(app, pilot)
+            stage = screen.query_one(f"#stage-{screen.current.index}")
+            said = [str(s.content) for s in stage.query(".conventions")]
+            await pilot.press("f2")
+            await wait_for(pilot, on_screen(app, "ConventionsScreen"))
+            return before, said, app.screen.cards, screen.current.cards_added
+
+    before, said, after, added = asyncio.run(scenario())
+    assert "all-reduce-latency-nvlink" in added and "all-reduce-latency-nvlink" not in before
+    assert said == [f"Conventions now also in play: {', '.join(added)} (F2)"]
+    assert list(after) == [*before, *added]

@@ -108,6 +108,8 @@ class InterviewerScreen(AppScreen):
             lines.append(Text(f"Moved: {changes}." + (f" Regime now: {run.regime}." if run.regime else "")))
         if run.nudge_note:
             lines.append(Text(run.nudge_note, style="italic"))
+        if run.cards_line:
+            lines.append(Text(f"{run.cards_line}.", style="italic"))
         lines.append(Text(run.prompt))  # the words name user GPUs and models (`H100 [SXM5]`): text, never markup
         lines += [Text(f"Hint {n}: {hint}", style="dim") for n, hint in enumerate(run.hints, 1)]
         return Group(*lines), self._keys(run)

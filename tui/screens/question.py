@@ -106,7 +106,7 @@ class QuestionScreen(AppScreen):
     #timer.-over { color: $error; text-style: bold; }
     #question-body { padding: 0 1; }
     #prompt { margin: 1 0 0 0; }
-    #conventions { color: $text-muted; }
+    #conventions, .conventions { color: $text-muted; }
     #params, .stage .params { margin-top: 1; padding: 0 1; border-left: thick $accent; }
     .stage { height: auto; margin-top: 1; }
     .stage .say { margin-top: 1; }
@@ -205,6 +205,8 @@ class QuestionScreen(AppScreen):
         parts.append(Static(run.prompt, classes="say", markup=False))
         if run.stage.push:
             parts.append(Static(_params_table(run.solution, self.solution, run.moved), classes="params"))
+        if run.cards_line:
+            parts.append(Static(f"{run.cards_line} (F2)", classes="conventions", markup=False))
         return parts
 
     def _stage(self, run: StageRun, pending: bool = False) -> Vertical:
@@ -452,7 +454,9 @@ class QuestionScreen(AppScreen):
     def action_conventions(self) -> None:
         from tui.screens.dialogs import ConventionsScreen
 
-        self.app.push_screen(ConventionsScreen(tuple(self.solution.cards())))
+        asked = [done.run for done in self.answered] + ([self.current] if self.current is not None else [])
+        added = [card for run in asked for card in run.cards_added]  # pushes solved ahead stay unsaid
+        self.app.push_screen(ConventionsScreen(tuple(dict.fromkeys([*self.solution.cards(), *added]))))
 
     def action_new_variant(self) -> None:
         self.post_message(messages.OpenQuestion(self.solution.question.id, replace=True, mode=self.mode))
