@@ -43,6 +43,14 @@ def bank():
 
 
 @pytest.fixture(scope="session")
+def old_bank(bank):
+    """The bank with one question in the old shape (tests.old_shape): the shape user packs may still have."""
+    from tests.old_shape import with_old_shape
+
+    return with_old_shape(bank)
+
+
+@pytest.fixture(scope="session")
 def catalog(tmp_path_factory):
     # An empty user config dir: the tests see the shipped data only.
     return load_catalog(user_dir=tmp_path_factory.mktemp("config"))

@@ -6,12 +6,13 @@ import re
 import pytest
 
 from solvers.answers import CORRECT
-from solvers.bank import load_bank
+from solvers.bank import Bank, load_bank
 from solvers.engine import VariantCode, make_variant, revise
 from solvers.followup import follow_up
 from solvers.interview import stage_run
 from solvers.params import Choice
 from solvers.report import typed_key
+from tests.old_shape import old_question
 
 BANK = load_bank()
 WITH_REGIME = sorted(q.id for q in BANK.questions.values() if q.regime_sides)
@@ -95,19 +96,9 @@ def test_the_pushed_value_is_round(bank, catalog):
             assert two_sig or power_of_two or on_grid, (qid, name, text)
 
 
-# weight-read-intensity in the old shape (its stages as one prompt): `followups:` belong to that shape.
-OLD_PROMPT = 'prompt: "{model} on TP {tp} x {gpu}: a prompt of {prompt}, decode at {batch}."\n'
-SOURCE = re.sub(r"^stages:\n(?:[ \n].*\n)*", OLD_PROMPT, open("questions/F/weight-read-intensity.yaml").read(),
-                count=1, flags=re.M)
-
-
 def _with_followups(text: str):
-    from pathlib import Path
-
-    from solvers.bank import Bank, parse_question
-
-    question = parse_question(Path("weight-read-intensity.yaml"), SOURCE.replace("\nanswers:", f"\n{text}answers:", 1))
-    assert not question.staged
+    """weight-read-intensity in the old shape with these `followups:` (they belong to that shape)."""
+    question = old_question(text)
     return Bank({question.id: question})
 
 

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from solvers.bank import QuestionError, load_bank, parse_question, questions_dir
+from solvers.bank import QuestionError, parse_question, questions_dir
 from solvers.engine import VariantCode, make_variant
 from solvers.interview import asked_keys, key_line, opening, stage_run, steps_by_stage, stored_stages
+from tests.old_shape import OLD
 
 STAGED = "kv-bytes-per-token"
-# a file still in the old shape (no stages:): whichever the restructuring has not reached yet
-OLD = next(qid for qid, question in sorted(load_bank().questions.items()) if not question.staged)
 SEEDS = range(1, 13)
 
 
@@ -23,13 +22,13 @@ def _runs(bank, catalog, code: str):
     return solution, [stage_run(solution, catalog, i) for i in range(len(solution.question.stages))]
 
 
-def test_an_old_file_runs_as_every_answer_then_the_engines_push(bank, catalog):
-    question = bank.get(OLD)
+def test_an_old_file_runs_as_every_answer_then_the_engines_push(old_bank, catalog):
+    question = old_bank.get(OLD)
     assert not question.staged
     assert [s.kind for s in question.stages] == ["opening", "push"]
     assert question.stages[0].ask == tuple(a.key for a in question.answers)
     assert question.stages[1].generated
-    solution, (first, push) = _runs(bank, catalog, f"{OLD}@7")
+    solution, (first, push) = _runs(old_bank, catalog, f"{OLD}@7")
     assert first.prompt == solution.prompt
     if push is not None:
         assert push.prefix == "followup." and push.moved
@@ -87,8 +86,8 @@ def test_the_key_line_says_the_key_and_how_it_came(bank, catalog, seed):
 
 
 @pytest.mark.parametrize("qid", [STAGED, OLD, "users-per-gpu"])
-def test_every_step_sits_once_under_the_first_stage_that_needs_it(bank, catalog, qid):
-    solution = make_variant(bank, catalog, VariantCode.parse(f"{qid}@11"))
+def test_every_step_sits_once_under_the_first_stage_that_needs_it(old_bank, catalog, qid):
+    solution = make_variant(old_bank, catalog, VariantCode.parse(f"{qid}@11"))
     groups = steps_by_stage(solution)
     flat = [s for group in groups for s in group]
     assert sorted(map(id, flat)) == sorted(map(id, solution.sheet.steps))

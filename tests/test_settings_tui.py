@@ -12,7 +12,7 @@ from textual.widgets import Input, Select
 
 from practice.config import SETTINGS_FILE
 from practice.review import ReviewSettings
-from solvers.bank import load_bank
+from tests.old_shape import OLD, with_old_shape
 from tests.pilot_helpers import (
     SIZE,
     open_default,
@@ -30,9 +30,6 @@ from tui.screens.question import QuestionScreen
 from tui.screens.settings import SettingsScreen
 from tui.screens.solution import SolutionScreen
 from tui.widgets.setting_field import SettingField
-
-# The first question still in the old shape (no stages:): every answer on one screen, then the push.
-OLD = next(qid for qid, question in sorted(load_bank().questions.items()) if not question.staged)
 
 
 @pytest.fixture
@@ -184,7 +181,7 @@ def test_the_follow_up_setting_decides_whether_the_round_is_asked(config, policy
     async def scenario():
         from solvers.report import typed_key
 
-        async with running_app() as (app, pilot):
+        async with running_app(bank_loader=with_old_shape) as (app, pilot):
             await open_default(app, pilot, OLD)  # a question in the old shape: every answer, then the push
             first = app.screen
             if answered:

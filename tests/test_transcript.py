@@ -10,7 +10,7 @@ from solvers.report import typed_key
 from solvers.transcript import answer, by_stage, first_missed, rebuild, stored
 
 CODES = ["kv-bytes-per-token@default", "kv-bytes-per-token@7", "kv-bytes-per-token@31",
-         "weight-read-intensity@default", "weight-read-intensity@12"]  # staged, and an old-shape file
+         "weight-read-intensity@default", "weight-read-intensity@12"]
 
 
 def interview(solution, catalog, rng):

@@ -10,6 +10,7 @@ from textual.widgets import DataTable, Input
 
 from solvers.bank import load_bank
 from solvers.report import answer_value, typed_key
+from tests.old_shape import OLD, old_question, with_old_shape
 from tests.pilot_helpers import (
     SIZE,
     interviewer_ready,
@@ -33,9 +34,6 @@ from tui.modes import Mode
 from tui.screens.browse import BrowseScreen
 from tui.screens.question import QuestionScreen
 from tui.screens.solution import SolutionScreen
-
-# The first question still in the old shape (no stages:): every answer on one screen, then the push.
-OLD = next(qid for qid, question in sorted(load_bank().questions.items()) if not question.staged)
 
 pytestmark = pytest.mark.usefixtures("data_dir")  # each test's app has a progress store of its own
 
@@ -311,7 +309,7 @@ def test_the_interviewer_reveals_the_published_measurements_after_the_regime():
 
 
 async def _escape_from_a_follow_up():
-    async with running_app() as (app, pilot):
+    async with running_app(bank_loader=with_old_shape) as (app, pilot):
         await open_default(app, pilot, OLD)
         await pilot.press("ctrl+s", "ctrl+s")
         await wait_for(pilot, lambda: push_showing(app))
@@ -322,7 +320,7 @@ async def _escape_from_a_follow_up():
 
 def test_escape_from_a_follow_up_skips_it_and_still_reveals_the_first_round():
     asked, graded = asyncio.run(_escape_from_a_follow_up())
-    assert asked == ["opening"] and graded == len(load_bank().get(OLD).answers)
+    assert asked == ["opening"] and graded == len(old_question().answers)
 
 
 MENU = {"drill": "QuestionScreen", "browse": "BrowseScreen", "random_question": "QuestionScreen",

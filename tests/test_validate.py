@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from solvers.validate import validate
+from tests.old_shape import old_source
 
 # weight-read-intensity in the old shape (its stages as one prompt, every answer at once): the file these
 # checks were written on, and the shape a user's pack may still have.
-SOURCE = re.sub(r"^stages:\n(?:[ \n].*\n)*", "prompt: |\n  {model} on TP {tp} x {gpu}: a prompt of {prompt}.\n",
-                Path("questions/F/weight-read-intensity.yaml").read_text(), count=1, flags=re.M)
+SOURCE = old_source()
 
 
 def old_shape():
@@ -413,7 +413,6 @@ def test_a_regime_within_its_answers_tolerance_of_the_boundary_is_a_knife_edge_u
     """kv-bytes-per-token's pinned knife edge: 3 requests fit and 3 fit the TPOT (margin 1). Its stage says
     what equal caps are called; without those words the draw is a knife edge, named by its code; a draw far from
     the boundary is none."""
-    import re
     from dataclasses import replace
 
     from solvers.engine import VariantCode, make_variant
