@@ -146,7 +146,8 @@ def _candidate_entry(number: int, variant: Script) -> list[str]:
         if stage.run is None:
             continue
         words = ["(The interviewer asks this one aloud.)"] if stage.quotes_key() else prompt_markdown(stage.run.prompt)
-        lines += [f"### Stage {stage.turn}: {stage.kind}", "", *words, ""]
+        cards = [f"{stage.run.cards_line}.", ""] if stage.run.cards_line else []
+        lines += [f"### Stage {stage.turn}: {stage.kind}", "", *words, "", *cards]
         lines += [f"- {_blank(stage.run.solution.question.answer(key))}:" for key in stage.run.ask] + [""]
     return lines
 
