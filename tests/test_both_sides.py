@@ -23,7 +23,6 @@ TRAINING = "a training run's time at its stated MFU, which folds the memory side
 CROSSOVER = "a ridge or a crossover: where the math's time equals the reads', both sides by construction"
 CAP = ("a chunk solved on the compute side of a TPOT-long step; the solver refuses a draw whose capped step "
        "is read-bound (scheduling.chunk_cap)")
-KERNEL = "a kernel's issue rate inside its mainloop, not a step through HBM"
 
 # (question, answer) -> why it stands on one side
 ONE_SIDED = {
@@ -37,7 +36,6 @@ ONE_SIDED = {
     ("pd-transfer-bandwidth", "per_gpu_bound"): "asked by name: the KV rate's bound over prompt lengths, the "
     "compute cap alone (the weight read, attention and the all-reduces only lower the rate)",
     ("decode-op-ranking", "attention_gap"): "a ratio of arithmetic intensities (the ridge over attention's)",
-    ("flash-attention-exp-bound", "serial_tflops"): KERNEL,
     ("nic-bandwidth-per-gpu", "bandwidth_step"): TRAINING,
     **{("nic-bandwidth-per-gpu", key): TRAINING for key in ("bandwidth", "step_time", "exposed_share", "headroom")},
     ("ep-load-skew", "batch_star"): CROSSOVER,

@@ -70,6 +70,72 @@ def test_exp_bound_ratios_follow_the_per_sm_rates(variant, seed):
     assert r["regime"] == ("matmul-bound" if softmax <= 1 else "softmax-bound")
 
 
+def _serial_kernel_share(f_gemm: float, r_sm: float, scores: int = 4096, block: int = 128) -> float:
+    """A kernel that keeps the softmax in series, stepped block by block: each K/V block's GEMMs at f of the
+    peak, then its softmax; the share of the peak it measures is the GEMMs' time at peak over the total."""
+    t_mm = 1.0  # one score's GEMM time at the peak
+    clock = 0.0
+    for _ in range(scores // block):
+        clock += block * t_mm / f_gemm  # QKᵀ and PV of the block
+        clock += block * r_sm * t_mm  # its softmax, the tensor cores idle
+    return scores * t_mm / clock
+
+
+@pytest.mark.parametrize("seed", [None, *range(40)])
+def test_exp_bound_old_kernel_split_reproduces_its_measurement(variant, seed):
+    """The GEMM share the key charges the old kernel, run with the softmax in series, measures the stated
+    share; the softmax's and the slow GEMMs' idle shares add to the whole; the measurement sits clear of the
+    serial ceiling (the solver refuses draws within 10% of it)."""
+    solution = variant(f"flash-attention-exp-bound@{'default' if seed is None else seed}")
+    p, r = _params(solution), solution.expected
+    measured = p["measured"]
+    assert _serial_kernel_share(r["gemm_share"], r["softmax_ratio"]) == pytest.approx(measured, rel=1e-9)
+    gemm_idle = 1 / r["gemm_share"] - 1
+    assert r["idle_softmax_share"] + gemm_idle / (1 / measured - 1) == pytest.approx(1)
+    assert measured <= 0.9 * r["serial_ceiling"] + 1e-12
+    assert r["gemm_share"] < 1
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_exp_bound_old_kernel_options_follow_its_figures(variant, seed):
+    """Each listed option about the old kernel holds exactly when its figures say so, and none is listed
+    within 3% of its line."""
+    solution = variant(f"flash-attention-exp-bound@{seed}")
+    p, r = _params(solution), solution.expected
+    judged = solution.sheet.results["fa2_causes"]
+    u, f, s = p["measured"], r["gemm_share"], r["idle_softmax_share"]
+    serial, sm = r["serial_ceiling"], r["softmax_ratio"]
+    tests = {
+        "its GEMMs run at under {half} of the tensor peak": (f, 0.5, f < 0.5),
+        "the softmax accounts for most of the time its tensor cores sit idle": (s, 0.5, s > 0.5),
+        "full-rate asynchronous MMAs and TMA, the softmax still in series, would at least double its TFLOP/s":
+            (serial, 2 * u, serial >= 2 * u),
+        "overlapping its softmax with its own slow GEMMs would beat full-rate GEMMs with the softmax in series":
+            (min(f, 1 / sm), serial, min(f, 1 / sm) > serial),
+    }
+    for option, (a, b, holds) in tests.items():
+        if abs(a / b - 1) < 0.03:
+            assert judged[option] is None, option
+            assert option not in solution.shown["fa2_causes"]
+        else:
+            assert judged[option] is holds, option
+
+
+@pytest.mark.parametrize("seed", [None, *range(40)])
+def test_exp_bound_push_crosses_from_either_side(variant, catalog, seed):
+    """Matmul-bound draws are pushed to d = 64 (the old kernel measured at 20% there), softmax-bound ones to bf16
+    at d = 256: each crosses, and the pushed variant is one the solver accepts, in every draw."""
+    from solvers.interview import stage_run
+
+    solution = variant(f"flash-attention-exp-bound@{'default' if seed is None else seed}")
+    index = next(i for i, stage in enumerate(solution.question.stages)
+                 if stage.push and stage.when == solution.regime_name)
+    run = stage_run(solution, catalog, index)
+    assert run is not None and run.declared
+    assert run.regime != solution.regime_name
+    assert _params(run.solution)["head_dim"] == (64 if solution.regime_name == "matmul-bound" else 256)
+
+
 # --- split-kv-decode-merge -------------------------------------------------------------------
 
 
