@@ -39,7 +39,7 @@ ONE_SIDED = {
     ("nic-bandwidth-per-gpu", "bandwidth_step"): TRAINING,
     **{("nic-bandwidth-per-gpu", key): TRAINING for key in ("bandwidth", "step_time", "exposed_share", "headroom")},
     ("ep-load-skew", "batch_star"): CROSSOVER,
-    **{("mla-absorption", key): CROSSOVER for key in ("ridge", "q_min", "gqa_q_min")},
+    ("mla-absorption", "gqa_q_min"): CROSSOVER,
     ("moe-experts-per-batch", "batch_compute"): CROSSOVER,
     **{("spec-decode-batch-ceiling", key): CROSSOVER for key in ("ceiling", "break_even")},
     ("spec-decode-step-accounting", "break_even"): CROSSOVER,

@@ -105,22 +105,47 @@ def test_mla_absorption_default(variant):
     assert variant("mla-absorption@default").sheet.results["bill"] == pytest.approx(1088 / 320)
 
 
-@pytest.mark.parametrize("seed", range(25))
+@pytest.mark.parametrize("seed", range(40))
 def test_mla_absorption_matches_plain_arithmetic(variant, seed):
     solution = variant(f"mla-absorption@{seed}")
     p, r = _params(solution), solution.sheet.results
     b = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
-    heads, q = 128 / p["tp_attn"], p["query_tokens"]
-    intensity = 2 * heads * q * 1088 / (576 * b)
-    ridge = p["gpu"].bf16_dense_tflops / p["gpu"].hbm_tb_s
+    heads, q = p["model"].heads / p["tp_attn"], p["query_tokens"]
+    flops = 2 * heads * q * (2 * 512 + 64)
+    intensity = flops / (576 * b)
+    peak, bandwidth = p["gpu"].bf16_dense_tflops * 1e12, p["gpu"].hbm_tb_s * 1e12
+    ridge = peak / bandwidth
     assert r["intensity"] == pytest.approx(intensity)
     assert (r["regime"] == "compute-bound") == (intensity >= ridge)
-    # q_min is the first whole token count at or past the ridge
+    # one layer's attention: every cached token at the slower of its math and its read
+    assert r["t_layer"] == pytest.approx(p["context"] * max(flops / peak, 576 * b / bandwidth))
+    # q_min (a worked step) is the first whole token count at or past the ridge
     q_min = int(r["q_min"])
     assert intensity / q * q_min >= ridge * (1 - 1e-12) and intensity / q * (q_min - 1) < ridge
+    # Unabsorbed: W_UK and W_UV (512 -> 128 for each head on the GPU) once per cached token, whatever q; attention
+    # over per-head K (128 + 64) and V (128); a per-head cache of those values
+    assert r["upproj"] == pytest.approx(2 * 2 * 512 * 128 * heads)
+    assert r["flops_decompressed"] == pytest.approx(2 * heads * q * 320)
+    assert r["cache_decompressed"] == pytest.approx(heads * 320 * b)
+    # the bill: absorbed attention costs more FLOPs than per-head attention, far fewer than decompressing, and
+    # reads far fewer bytes than a per-head cache wherever a GPU holds more than two heads
+    assert r["flops_decompressed"] < flops < r["upproj"] / 30
+    assert r["cache_decompressed"] > 4 * 576 * b
     group = p["gqa_model"].heads // p["gqa_model"].kv_heads
-    assert r["gqa_intensity"] == pytest.approx(2 * group * q / b)
+    assert r["gqa_intensity"] == pytest.approx(2 * group * q / b)  # at this step's q query tokens, not one
     assert r["gqa_q_min"] > 4  # no realistic speculation depth takes GQA attention to the ridge
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_mla_absorption_push_crosses_from_each_side(variant, seed):
+    """The push: a memory-bound kernel goes data-parallel with four query tokens, a compute-bound one shards
+    its heads over 8 GPUs with one query token; each lands on the other side of the ridge, every draw."""
+    solution = variant(f"mla-absorption@{seed}")
+    r = solution.sheet.results
+    code = f"mla-absorption@{seed}+" + ("tp_attn=1+query_tokens=4" if r["regime"] == "memory-bound"
+                                        else "tp_attn=8+query_tokens=1")
+    pushed = variant(code).sheet.results
+    assert pushed["regime"] != r["regime"]
 
 
 # --- nvl72-boundary --------------------------------------------------------------------------

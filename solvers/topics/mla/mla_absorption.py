@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from solvers.derivation import Sheet, Side
 from solvers.models.common import given_config, given_hbm_bandwidth, given_kv_bytes, given_peak_flops
-from solvers.sheetmath import ceil_of
+from solvers.sheetmath import ceil_of, max_of
 from solvers.units import format_number
 
 
@@ -77,22 +77,35 @@ def solve(p, s: Sheet) -> None:
                "FLOPs grow with heads × query tokens; the bytes do not")
     ridge = s.step("ridge", "Ridge point (bf16)", "I_ridge", P / BW, "FLOP/B",
                    "the math runs in bf16 whatever the cache dtype")
+    T = s.param("T", "context")
+    s.step("t_layer", "One layer's attention over the sequence's cache, on a GPU", "t_layer",
+           T * max_of(F / P, M / BW), "us",
+           "each cached token takes the longer of its FLOPs at the bf16 peak and its bytes at the HBM bandwidth")
     s.step("q_min", "Fewest query tokens per step that make it compute-bound", "q_min",
            ceil_of(ridge * M / (2 * h_g * (2 * d_c + d_r))), "tokens",
            "each query token adds the same FLOPs over the same bytes")
-    F_d = s.step("flops_decompressed", "FLOPs per cached token per layer over decompressed per-head K/V", "F_dec",
+    U = s.step("upproj", "Up-projection of one cached latent to per-head K and V, each step", "F_up",
+               2 * d_c * h_g * d_h * 2, "MFLOP",
+               "W_UK and W_UV each map the d_c latent to d_h for every head on the GPU, a multiply-add per weight, "
+               "once per cached token whatever the query count")
+    F_d = s.step("flops_decompressed", "Attention FLOPs per cached token per layer over per-head K/V", "F_dec",
                  2 * h_g * q * (d_h + d_r + d_h), "FLOP",
-                 "scores over d_h + d_r, values over d_h: what attention would cost with K and V expanded per head")
-    s.step("bill", "Absorbed ÷ decompressed FLOPs per cached token", "β", F / F_d, "",
+                 "scores over d_h + d_r, values over d_h, for every head and query token")
+    M_d = s.step("cache_decompressed", "A per-head K/V cache, bytes per token per layer on the GPU", "M_dec",
+                 h_g * (d_h + d_r + d_h) * b, "KiB",
+                 "K (d_h + d_r, the RoPE key copied to every head as the unabsorbed kernel reads it) and V (d_h) "
+                 "for every head on the GPU")
+    s.step("bill", "Absorbed ÷ per-head attention FLOPs per cached token", "β", F / F_d, "",
            "the price of attending in the latent space: d_c is four times d_h")
-    M_d = s.step("", "Bytes per cached token per layer, K/V decompressed per head", "M_dec",
-                 h_g * (d_h + d_r + d_h) * b, "KiB", "what a per-head K/V cache would hold for the same heads")
+    s.step("upproj_ratio", "Up-projection ÷ absorbed attention FLOPs", "ρ_up", U / F, "",
+           "decompressing every cached latent each step costs this many absorbed kernels")
     s.step("", "Bytes saved by caching the latent", "σ", M_d / M, "", "every head on the GPU shares one latent")
 
     g = s.given("g", gqa.heads // gqa.kv_heads, "", f"{gqa.name} query heads per KV head")
-    I_g = s.step("gqa_intensity", f"{gqa.name} GQA attention intensity", "I_GQA",
+    I_g = s.step("gqa_intensity", f"{gqa.name} GQA attention intensity at q query tokens a step", "I_GQA",
                  2 * g * q / b, "FLOP/B",
-                 "4·d_h FLOPs per query head per token over 2·d_h·b bytes of K and V per KV head: 2·g·q/b")
+                 "each of the g query heads pays 4·d_h FLOPs per query token against 2·d_h·b bytes of K and V "
+                 "per KV head: 2·g·q/b, at the step's q query tokens as the MLA kernel is")
     s.step("gqa_q_min", f"{gqa.name}: fewest query tokens per step that make it compute-bound", "q_GQA",
            ceil_of(ridge * b / (2 * g)), "tokens", "the group size sets the intensity per query token")
 
