@@ -243,16 +243,85 @@ def test_lse_merge_of_only_empty_splits_gives_zero_not_nan():
 # --- blackwell-tmem-tiles --------------------------------------------------------------------
 
 
+def _mma_stream(m: int, n: int, kind: str, k_slice: int, elem: int) -> tuple[int, int]:
+    """(operand bytes one SM reads from shared memory, FLOPs it does) over one k-slice, instruction by
+    instruction: Hopper's wgmma is 64 rows, Blackwell's 1-SM tcgen05.mma 128 rows, and the 2-CTA form a
+    256-row MMA over an SM pair of which this SM holds 128 rows of A and half of B."""
+    rows, b_share = {"hopper": (64, 1), "one": (128, 1), "two": (128, 2)}[kind]
+    read = flops = 0
+    for _ in range(m // rows):  # one MMA per slab of rows, each reading its A rows and (its share of) B
+        for _ in range(k_slice // (16 * 2 // elem)):  # instruction k: 32 B of each row
+            k = 16 * 2 // elem
+            read += (rows * k + n * k // b_share) * elem
+            flops += 2 * rows * n * k
+    return read, flops
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_tmem_tile_figures_follow_the_instruction_stream(variant, seed):
+    """Per k-slice bytes and bytes per clock, summed MMA instruction by MMA instruction (the process the closed
+    forms summarise), at each GPU's FLOP per clock for the drawn dtype."""
+    solution = variant(f"blackwell-tmem-tiles@{seed}")
+    p, r = _params(solution), solution.sheet.results
+    m, n, dtype = p["tile_m"], p["tile_n"], p["dtype"]
+    elem = 1 if dtype == "fp8" else 2
+    rate = f"{dtype}_flop_per_clk_sm"
+    for kind, gpu, key in (("hopper", p["hopper"], "hopper"), ("one", p["blackwell"], "one_sm"),
+                           ("two", p["blackwell"], "two_cta")):
+        read, flops = _mma_stream(m, n, kind, 128 // elem, elem)
+        assert r[f"{key}_bytes"] == pytest.approx(read)
+        assert r[f"{key}_demand"] == pytest.approx(read * getattr(gpu, rate) / flops)
+    assert r["regime"] == ("smem-bound" if r["one_sm_demand"] >= 128 else "tensor-bound")
+    assert r["regime"] == ("smem-bound" if n <= 128 else "tensor-bound")  # 64 (128 + N) / N >= 128
+    assert r["rf_share"] == pytest.approx(m * n * 4 / (256 * 1024))
+    assert r["acc_registers"] == m * n / 256
+    used = m // 128 * n
+    alloc = max(32, 1 << (used - 1).bit_length())
+    assert r["tmem_buffers"] == 512 // alloc
+    assert r["loop_saving"] == pytest.approx(m // 128 * n // 2 * p["k"] * elem)
+
+
 @pytest.mark.parametrize("n", [64, 128, 192, 256])
-def test_operand_bytes_per_clock_do_not_depend_on_m(variant, n):
-    """Bytes per clock are set per MMA instruction: doubling M doubles the bytes and the FLOPs alike."""
-    small = variant(f"blackwell-tmem-tiles@default+tile_m=128+tile_n={n}").sheet.results
-    large = variant(f"blackwell-tmem-tiles@default+tile_m=256+tile_n={n}").sheet.results
+def test_operand_bytes_per_clock_depend_on_neither_m_nor_dtype(variant, n):
+    """Bytes per clock are set per MMA instruction: doubling M doubles the bytes and the FLOPs alike, and fp8
+    doubles the elements of a 128-byte row and the FLOP rate alike."""
+    runs = [variant(f"blackwell-tmem-tiles@default+tile_m={m}+tile_n={n}+dtype={d}").sheet.results
+            for m in (128, 256) for d in ("bf16", "fp8")]
     for key in ("hopper_demand", "one_sm_demand", "two_cta_demand"):
-        assert small[key] == pytest.approx(large[key])
-    assert small["two_cta_demand"] == pytest.approx(64 * (128 + n / 2) / n)  # 8,192 FLOP/clock, B split in two
-    fits = "on Hopper the accumulator fits the consumers' {consumer_registers}-register budget"
-    assert large["tile_facts"][fits] == (256 * n / 256 <= 232)
+        assert all(r[key] == pytest.approx(runs[0][key]) for r in runs)
+    assert runs[0]["two_cta_demand"] == pytest.approx(64 * (128 + n / 2) / n)  # 8,192 FLOP/clock, B split in two
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_tmem_tile_facts_follow_the_variant(variant, seed):
+    """Each option of the Blackwell select, recomputed from the tile: stages from 228 KiB of shared memory."""
+    solution = variant(f"blackwell-tmem-tiles@{seed}")
+    p, r = _params(solution), solution.sheet.results
+    m, n = p["tile_m"], p["tile_n"]
+    truth = r["tile_facts"]
+    stages_one, stages_two = 228 * 1024 // ((m + n) * 128), 228 * 1024 // ((m + n // 2) * 128)
+    used = m // 128 * n
+    assert truth["the 2-CTA MMA at least halves the operand bytes per SM against Hopper's"] == (n >= 128)
+    assert truth["the 2-CTA MMA reads operands slower than shared memory's {hopper.smem_bytes_per_clk_sm} B per "
+                 "clock"] == (64 * (128 + n / 2) / n < 128)
+    assert truth["tcgen05.alloc can give this accumulator exactly the TMEM columns it uses"] == (
+        used & (used - 1) == 0)
+    assert truth["the 2-CTA form fits at least {more_stages} more pipeline stages in shared memory than the 1-SM "
+                 "form"] == (stages_two - stages_one >= 3)
+    assert truth["the 1-SM form's shared memory already holds {deep} or more k-slice stages"] == (stages_one >= 5)
+    assert not truth["since it reads fewer operand bytes per k-slice, the 1-SM MMA also asks shared memory for "
+                     "fewer bytes per clock than Hopper's 64-row MMAs"]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_tmem_push_crosses_the_shared_memory_line(variant, seed):
+    """The declared push doubles a tile that shared memory holds back and halves one the tensor cores do: it
+    crosses wherever the moved N stays in range and leaves its side (all but N = 64, whose double ties at 128)."""
+    solution = variant(f"blackwell-tmem-tiles@{seed}")
+    n = _params(solution)["tile_n"]
+    moved = n * 2 if n <= 128 else max(64, round(n / 2 / 16) * 16)
+    pushed = variant(f"blackwell-tmem-tiles@{seed}+tile_n={moved}").sheet.results["regime"]
+    assert (pushed != solution.sheet.results["regime"]) == (n != 64)
 
 
 # --- fp8-block-scale-mainloop ----------------------------------------------------------------

@@ -3,48 +3,77 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Sheet
+from solvers.derivation import Sheet, Side
 from solvers.models.common import dtype_bytes
 from solvers.models.kernels import CONSUMER_WARPGROUPS, WARPGROUP_THREADS
+from solvers.sheetmath import floor_of
 from solvers.units import format_number
 
 ACC_BYTES = 4  # FP32 accumulator
 
 
-K_SLICE = 64  # bf16 elements per k-slice: one 128-byte swizzled row of each operand
-
-
 TMEM_MIN_ALLOC = 32  # tcgen05.alloc: a power of two of columns, at least 32
 
 
-def _tile_judgements(s: Sheet, *, share: sympy.Expr, regs: sympy.Expr, budget: sympy.Expr, tmem: sympy.Expr,
-                     cols: sympy.Expr, demand: dict[str, sympy.Expr], limit: sympy.Expr, two: sympy.Expr,
-                     hop: sympy.Expr) -> None:
-    """The tile's options, decided on the sheet's exact values (the why lines' figures are floats)."""
-    key = "tile_facts"
-    shown = lambda x: format_number(s.evaluate(x))  # noqa: E731
-    s.judge(key, "on Hopper the accumulator leaves at least half the register file for everything else",
-            s.compare(share, sympy.Rational(1, 2)) <= 0, f"it takes {format_number(100 * s.evaluate(share), 3)}%")
-    s.judge(key, "on Hopper the accumulator fits the consumers' {consumer_registers}-register budget",
-            s.compare(regs, budget) <= 0, f"{shown(regs)} registers per thread for the accumulator alone")
-    s.judge(key, "TMEM holds two of these accumulators, so one tile's epilogue can overlap the next one's MMAs",
-            s.compare(2 * tmem, cols) <= 0, f"{shown(tmem)} of {shown(cols)} columns each")
-    # At the rate itself shared memory is already the limit: the TMA writes into it come on top of the reads.
-    smem = "shared memory's {hopper.smem_bytes_per_clk_sm} B per clock"
-    for name, who in (("hopper", "at Hopper's rate, its 64-row warpgroup MMAs"), ("one", "at B200's rate, 1-SM MMAs"),
-                      ("two", "at B200's rate, 2-CTA MMAs")):
-        option = f"{who} read operands at least as fast as {smem}"
-        s.judge(key, option, s.compare(demand[name], limit) >= 0,
-                f"{format_number(s.evaluate(demand[name]), 3)} B/clock against {shown(limit)}")
+_PER_CLOCK = {"bf16": "bf16_flop_per_clk_sm", "fp8": "fp8_flop_per_clk_sm"}
+
+
+def _allocated(s: Sheet, used: sympy.Expr) -> int:
+    """tcgen05.alloc's columns for `used`: the least power of two, at least 32, that holds it (exact)."""
     allocated = TMEM_MIN_ALLOC
-    while s.compare(tmem, allocated) > 0:
+    while s.compare(used, allocated) > 0:
         allocated *= 2
-    s.judge(key, "tcgen05.alloc can give this accumulator exactly the TMEM columns it uses",
-            s.compare(tmem, allocated) == 0, f"{shown(tmem)} columns used; the allocation is a power of two of "
-            f"at least 32: {format_number(allocated)}")
+    return allocated
+
+
+def _tile_judgements(s: Sheet, *, tmem: sympy.Expr, allocated: int, demand: dict[str, sympy.Expr],
+                     limit: sympy.Expr, qbytes: dict[str, sympy.Expr], stages: dict[str, sympy.Expr],
+                     more: sympy.Expr, deep: sympy.Expr) -> None:
+    """The Blackwell stage's options, decided on the sheet's exact values (the why lines' figures are floats)."""
+    key = "tile_facts"
+    shown = lambda x: format_number(s.evaluate(x), 3)  # noqa: E731
     s.judge(key, "the 2-CTA MMA at least halves the operand bytes per SM against Hopper's",
-            s.compare(two, hop / 2) <= 0, f"{shown(two / 1024)} KiB against {shown(hop / 1024)} KiB: B is split "
-            "between the pair instead of read again for every 64 rows")
+            s.compare(qbytes["two"], qbytes["hopper"] / 2) <= 0,
+            f"{shown(qbytes['two'] / 1024)} KiB against {shown(qbytes['hopper'] / 1024)} KiB per k-slice: the pair "
+            "splits B instead of every 64 rows reading all of it")
+    s.judge(key, "the 2-CTA MMA reads operands slower than shared memory's {hopper.smem_bytes_per_clk_sm} B per clock",
+            s.compare(demand["two"], limit) < 0,
+            f"{shown(demand['two'])} B per clock against {shown(limit)}")
+    s.judge(key, "tcgen05.alloc can give this accumulator exactly the TMEM columns it uses",
+            s.compare(tmem, allocated) == 0,
+            f"{shown(tmem)} columns used; the allocation is a power of two of at least 32: {allocated}")
+    s.judge(key, "the 2-CTA form fits at least {more_stages} more pipeline stages in shared memory than the 1-SM form",
+            s.compare(stages["two"] - stages["one"], more) >= 0,
+            f"{shown(stages['two'])} stages of A and half of B against {shown(stages['one'])} of A and all of B")
+    s.judge(key, "the 1-SM form's shared memory already holds {deep} or more k-slice stages",
+            s.compare(stages["one"], deep) >= 0,
+            f"{shown(stages['one'])} stages of A and B fit in shared memory")
+    s.judge(key, "since it reads fewer operand bytes per k-slice, the 1-SM MMA also asks shared memory for fewer bytes "
+            "per clock than Hopper's 64-row MMAs", False,
+            f"it asks more: {shown(demand['one'])} against {shown(demand['hopper'])} B per clock. It reads fewer bytes "
+            "per k-slice, but B200 does twice Hopper's FLOP per clock per SM and shared memory's bandwidth did not "
+            "grow", fact=True)
+
+
+def _regime(s: Sheet, demand: sympy.Expr, limit: sympy.Expr) -> None:
+    shown = format_number(s.evaluate(demand), 3)
+    cap = format_number(s.evaluate(limit))
+    s.regime_by(demand, limit, tie="above", above=Side(
+        "smem-bound",
+        f"B200's 1-SM MMAs would read {shown} B per clock, at or past shared memory's {cap}: with the TMA writes "
+        "on top, shared memory, not the tensor cores, sets the pace of this tile.",
+        "A wider tile (N past 128) reuses each A row over more columns: the reads per FLOP fall under shared "
+        "memory's rate and the tensor cores bind.",
+        f"B200's 1-SM MMAs read {shown} B per clock against shared memory's {cap}: at its rate or just past it, "
+        "and with the TMA writes on top shared memory sets the pace; a slightly wider tile hands it to the tensor "
+        "cores."),
+        below=Side(
+        "tensor-bound",
+        f"B200's 1-SM MMAs read {shown} B per clock, under shared memory's {cap}: the tensor cores set the pace.",
+        "A narrower tile (N of 128 or less) reads A against too few columns: the 1-SM MMA then asks shared memory "
+        "for 128 B a clock or more, and the 2-CTA form is what brings it back under.",
+        f"B200's 1-SM MMAs read {shown} B per clock, just under shared memory's {cap}: the tensor cores set the pace, "
+        "with little to spare for the TMA writes; a slightly narrower tile hands it to shared memory."))
 
 
 def solve(p, s: Sheet) -> None:
@@ -54,24 +83,23 @@ def solve(p, s: Sheet) -> None:
     hopper, blackwell = p.hopper, p.blackwell
     M = s.param("M", "tile_m")
     N = s.param("N", "tile_n")
+    K_total = s.param("K", "k")
     b_acc = s.given("b_acc", ACC_BYTES, "B", "bytes per FP32 accumulator element")
     RF = s.given("RF", hopper.regfile_kib_sm * 1024, "KiB", f"{hopper.name} register file per SM")
     threads = s.given("n_thr", CONSUMER_WARPGROUPS * WARPGROUP_THREADS, "", "consumer threads (two warpgroups)")
-    budget = s.param("R_max", "consumer_registers")
     lanes = s.given("n_lane", 128, "", "TMEM lanes (rows)")
     cols = s.given("n_col", blackwell.tmem_kib_sm * 1024 // (128 * 4), "", "TMEM columns of 32 bits")
 
     acc = s.step("accumulator", "Accumulator bytes", "C", M * N * b_acc, "KiB", "one FP32 value per output element")
-    share = s.step("rf_share", "Share of Hopper's register file", "s_RF", acc / RF, "%",
-                   "on Hopper the accumulator lives in the consumer warpgroups' registers")
-    regs = s.step("acc_registers", "Accumulator registers per consumer thread", "r_acc", M * N / threads, "",
-                  "the tile's elements spread over the consumer threads, one 32-bit register each")
-    tmem = s.step("tmem_columns", "TMEM columns the accumulator uses", "n_tmem", M / lanes * N, "",
-                  "128 lanes hold 128 rows; each row of N FP32 values takes N columns (the allocation rounds up)")
+    s.step("rf_share", "Share of Hopper's register file", "s_RF", acc / RF, "%",
+           "on Hopper the accumulator lives in the consumer warpgroups' registers")
+    s.step("acc_registers", "Accumulator registers per consumer thread", "r_acc", M * N / threads, "",
+           "the tile's elements spread over the consumer threads, one 32-bit register each")
 
     # Operand bytes shared memory delivers per k-slice, one SM, 128 B of every operand row read.
-    K = s.given("K", K_SLICE, "", "elements of each operand row per k-slice (128 B of bf16)")
-    b = s.given("b_op", dtype_bytes("bf16"), "B", "bytes per operand element (bf16)")
+    b = s.given("b_op", dtype_bytes(p.dtype), "B", f"bytes per operand element ({p.dtype})")
+    K = s.step("", "Elements of each operand row per k-slice", "K_s", s.param("w_s", "slice_bytes") / b, "",
+               "a 128-byte swizzled row of each operand")
     hop = s.step("hopper_bytes", "Hopper: operand bytes per k-slice", "Q_H", (M + M / 64 * N) * K * b, "KiB",
                  "each 64-row warpgroup MMA reads its own A rows and all N rows of B again")
     one = s.step("one_sm_bytes", "Blackwell 1-SM MMA: operand bytes per k-slice", "Q_1", (M + M / 128 * N) * K * b,
@@ -79,25 +107,51 @@ def solve(p, s: Sheet) -> None:
     two = s.step("two_cta_bytes", "Blackwell 2-CTA MMA: operand bytes per k-slice, per SM", "Q_2",
                  (M + M / 128 * N / 2) * K * b, "KiB", "the SM pair shares B: each SM holds and feeds half of it")
     flops = s.step("", "FLOPs per k-slice, one SM", "F_k", 2 * M * N * K, "", "a multiply-add per output and k")
-    F_h = s.given("F_H", hopper.bf16_flop_per_clk_sm, "", f"{hopper.name} bf16 FLOP per clock per SM")
-    F_b = s.given("F_B", blackwell.bf16_flop_per_clk_sm, "", f"{blackwell.name} bf16 FLOP per clock per SM")
+    rate = _PER_CLOCK[p.dtype]
+    F_h = s.given("F_H", getattr(hopper, rate), "", f"{hopper.name} {p.dtype} FLOP per clock per SM")
+    F_b = s.given("F_B", getattr(blackwell, rate), "", f"{blackwell.name} {p.dtype} FLOP per clock per SM")
     S = s.given("S_smem", hopper.smem_bytes_per_clk_sm, "", "shared-memory bytes per clock per SM (32 banks × 4 B)")
     demand = {name: s.step(key, title, sym, expr * F / flops, "", "operand bytes over the clocks the MMAs take")
               for name, key, title, sym, expr, F in (
                   ("hopper", "hopper_demand", "Hopper: operand bytes per clock", "q_H", hop, F_h),
                   ("one", "one_sm_demand", "Blackwell 1-SM: operand bytes per clock", "q_1", one, F_b),
-                  ("two", "two_cta_demand", "Blackwell 2-CTA: operand bytes per clock", "q_2", two, F_b),
-                  ("hopper_style", "", "64-row MMAs at Blackwell's rate: bytes per clock", "q_HB", hop, F_b))}
-    _tile_judgements(s, share=share, regs=regs, budget=budget, tmem=tmem, cols=cols, demand=demand, limit=S,
-                     two=two, hop=hop)
+                  ("two", "two_cta_demand", "Blackwell 2-CTA: operand bytes per clock", "q_2", two, F_b))}
+
+    # TMEM: 128 lanes are the rows; a 256-row tile stacks its second 128 rows in further columns.
+    tmem = s.step("tmem_columns", "TMEM columns the accumulator uses", "n_tmem", M / lanes * N, "",
+                  "128 lanes hold 128 rows; each row of N FP32 values takes N columns")
+    allocated = _allocated(s, tmem)
+    alloc = s.step("tmem_alloc", "TMEM columns tcgen05.alloc gives it", "n_alloc", sympy.Integer(allocated), "",
+                   "the allocation is a power of two of at least 32 columns")
+    s.step("tmem_buffers", "Accumulators TMEM holds at once", "n_buf", floor_of(cols / alloc), "",
+           "two or more let one tile's epilogue drain while the next tile's MMAs run")
+
+    # Shared memory as a ring of k-slice stages: A's rows and the B this SM holds.
+    smem = s.given("S_cap", blackwell.smem_kib_sm * 1024, "KiB", f"{blackwell.name} shared memory per SM")
+    stage_one = s.step("", "1-SM stage: A and all of B per k-slice", "P_1", (M + N) * K * b, "KiB",
+                       "shared memory holds each operand tile once, whoever reads it")
+    stage_two = s.step("", "2-CTA stage per SM: A and half of B", "P_2", (M + N / 2) * K * b, "KiB",
+                       "each SM of the pair holds half of B")
+    stages = {"one": s.step("stages_one", "1-SM: k-slice stages shared memory holds", "n_1",
+                            floor_of(smem / stage_one), "", "the ring the producer runs ahead in"),
+              "two": s.step("stages_two", "2-CTA: k-slice stages shared memory holds", "n_2",
+                            floor_of(smem / stage_two), "", "half of B a stage leaves room for more")}
+    s.step("loop_saving", "Operand bytes per SM the 2-CTA form saves over the K loop", "ΔQ",
+           (one - two) * K_total / K, "MiB", "half of B per k-slice, over the K / K_s k-slices of the tile")
+    _tile_judgements(s, tmem=tmem, allocated=allocated, demand=demand, limit=S,
+                     qbytes={"hopper": hop, "two": two}, stages=stages, more=s.param("n_more", "more_stages"),
+                     deep=s.param("n_deep", "deep"))
     s.assume("Hopper: a cooperative CTA with two consumer warpgroups splits the tile along M; each issues "
              "64-row WGMMAs with A and B from shared memory. Blackwell: tcgen05.mma, 128 rows per SM, the "
              "accumulator in TMEM; the 2-CTA form (cta_group::2) computes a 256-row pair tile from each SM's "
              "own A rows and half of B.")
-    s.assume("Operands in bf16, 128 B of each row per k-slice (64 elements; fp8 doubles the elements and the "
-             "FLOP rate alike, so bytes per clock do not change). Only the tensor cores' operand reads are "
-             "counted; the TMA writes into shared memory and the epilogue come on top.")
-    s.slip("accumulator in bf16 instead of FP32", 0.5, on=("accumulator", "rf_share", "acc_registers"))
+    s.assume("128 B of each operand row per k-slice (64 bf16 or 128 fp8 elements: fp8 doubles the elements and "
+             "the FLOP rate alike, so bytes per clock do not change). Only the tensor cores' operand reads are "
+             "counted; the TMA writes into shared memory and the epilogue come on top, so a tie with shared "
+             "memory's rate already binds. Pipeline stages fill all of shared memory (the epilogue's staging and "
+             "the barriers left out).")
+    s.slip("accumulator in bf16 instead of FP32", 0.5, on=("rf_share", "acc_registers"))
     s.slip("B counted once on Hopper (the second warpgroup's read forgotten)", on="hopper_bytes",
            factor=s.value(one) / s.value(hop))
-
+    s.slip("2-CTA: B counted whole on each SM", on="two_cta_demand", factor=s.value(one) / s.value(two))
+    _regime(s, demand["one"], S)
