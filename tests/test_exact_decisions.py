@@ -178,6 +178,8 @@ ALLOWED = {
     ("topics/serving/roofline_model_breaks.py", "_judge_breaks",
      "abs(s.evaluate(cost / step) / s.evaluate(matters) - 1) < TOO_CLOSE"): UNLISTED,
     ("topics/serving/roofline_model_breaks.py", "solve", "name != dominant"): NAMES,
+    ("topics/training/restart_goodput.py", "_too_close",
+     "abs((today - float(loss)) / (float(LEVER_SHARE) * today) - 1) < TOO_CLOSE"): UNLISTED,
 }
 
 

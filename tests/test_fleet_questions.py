@@ -9,6 +9,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import sympy
 
 from solvers.engine import VariantError
 
@@ -42,11 +43,16 @@ def test_restart_young_interval_minimises_the_loss(variant, seed):
         assert solution.expected[key] == pytest.approx(best, rel=1e-4)
 
 
-def test_restart_prompt_names_youngs_interval(variant):
+def test_restart_stage_names_youngs_first_order_rule(variant, catalog):
     """key-check-2: "the best interval" read as Daly's higher-order estimate, √(2CM)·(1 + ⅓·√(C/2M) + C/18M) − C,
-    sits past the 3% tolerance from Young's in some draws (a long save against a short MTBF). The prompt names
-    Young's, the minimum of the question's own first-order loss (tested above)."""
-    assert "Young's interval for each save" in variant("restart-goodput@default").prompt
+    sits past the 3% tolerance from Young's in some draws (a long save against a short MTBF). The stage that
+    asks it names Young's first-order rule, the minimum of the question's own first-order loss (tested above),
+    and the asynchronous interval is asked by the same rule."""
+    from solvers.interview import stage_run
+    solution = variant("restart-goodput@default")
+    asks = {key: run.say for index in range(len(solution.question.stages))
+            if (run := stage_run(solution, catalog, index)) is not None for key in run.ask}
+    assert "Young's first-order rule" in asks["young_storage"] and "the same rule" in asks["young_memory"]
     gaps = []
     for seed in range(100):
         solution = variant(f"restart-goodput@{seed}")
@@ -130,20 +136,70 @@ def _holding(solution, key):
     return {option for option, holds in solution.sheet.results[key].items() if holds}
 
 
-def test_restart_async_save_is_named_as_such(variant):
+def test_restart_async_save_is_named_as_such(variant, catalog):
     """The review: async checkpointing to storage also cuts the stall, so the cheap save is an asynchronous
     one (to host memory, written out in the background), not "in-memory instead of storage"."""
+    from solvers.interview import stage_run
     solution = variant("restart-goodput@default")
-    assert "asynchronous save" in solution.prompt and "in host memory instead" not in solution.prompt
+    run = stage_run(solution, catalog, 2)
+    assert run is not None and "young_memory" in run.ask
+    assert "host memory, written out in the background" in run.say and "instead" not in run.say
     assert solution.question.answer("young_memory").label == "Best interval, asynchronous saves"
 
 
 def test_restart_pinned_seed(variant):
-    """Seed 7 draws these parameters (its keys are pinned in the question file). Its first draw (5 a day, 6.5 min
-    of detection) is refused since the exact model: detection's saving sits within 3% of a fifth of the loss."""
-    raw = {param.name: param.raw for param in variant("restart-goodput@7").params}
-    assert raw == {"restarts": 4, "detect": 4.5, "reschedule": 10, "reload": 3, "interval": 5,
-                   "ckpt_storage": 9.2, "ckpt_memory": 0.7}
+    """Seed 7 draws these parameters (its keys are pinned in the question file). Detection's saving sits within
+    3% of a fifth of the loss: the draw was refused until such a lever was judged too close to call and left
+    unlisted instead; its old redraw is pinned by its parameters."""
+    solution = variant("restart-goodput@7")
+    raw = {param.name: param.raw for param in solution.params}
+    assert raw == {"restarts": 5, "detect": 6.5, "reschedule": 10, "reload": 3.5, "interval": 10,
+                   "ckpt_storage": 11, "ckpt_memory": 0.2}
+    detection = "detection in seconds (a watchdog instead of the collective timeout)"
+    assert solution.sheet.judged("levers")[detection] is None and detection not in solution.shown["levers"]
+
+
+def _restart_stage_runs(solution, catalog):
+    from solvers.interview import stage_run
+    return [run for index in range(len(solution.question.stages))
+            if (run := stage_run(solution, catalog, index)) is not None]
+
+
+def test_restart_push_crosses_from_either_side(variant, catalog):
+    """Each side has its push: an hour's rescheduling (no spare node left) tips an interval-bound job, a watchdog
+    and booted spares (detection and rescheduling in 15 s) a failure-bound one. Over 60 seeds each side is
+    reached, nine draws in ten get their side's declared push (the rest, refused by a realism rule, the engine's
+    push), and nine in ten cross (validate counts 200)."""
+    sides, declared, crossed = Counter(), 0, 0
+    for seed in range(60):
+        solution = variant(f"restart-goodput@{seed}")
+        runs = _restart_stage_runs(solution, catalog)
+        assert [run.ask for run in runs[:3]] == [("lost_per_restart", "restart_loss", "today_loss"),
+                                                  ("regime", "young_storage"),
+                                                  ("young_memory", "residual", "levers")]
+        push, side = runs[3], solution.regime_name
+        assert push.kind == "push" and push.before == side and "regime" in push.ask
+        if push.declared:
+            declared += 1
+            moved = {name: push.solution.param(name).raw for name in push.moved}
+            assert push.ask == ("regime", "today_loss")
+            assert moved == ({"reschedule": 60} if side == "interval-bound" else {"detect": 0.25, "reschedule": 0.25})
+        sides[side] += 1
+        crossed += push.solution.regime_name != side
+    assert min(sides.values()) >= 6 and declared >= 54 and crossed >= 54, (sides, declared, crossed)
+
+
+def test_restart_regime_key_gives_no_later_answer_away(variant, catalog):
+    """Stage 2's regime line is shown before stage 3 asks the asynchronous interval and what is left lost: it
+    quotes neither (it once said "a cheaper asynchronous save lets the interval shrink to 1.095 min")."""
+    for seed in range(0, 120, 4):
+        solution = variant(f"restart-goodput@{seed}")
+        summary = solution.sheet.regime.summary
+        for key in ("young_memory", "residual"):
+            symbol = sympy.Symbol(next(step.symbol for step in solution.sheet.steps if step.key == key))
+            for digits in (3, 4):
+                shown = solution.sheet.text(symbol, digits)
+                assert shown not in summary, (seed, key, shown)
 
 
 # --- fleet-gpu-count -------------------------------------------------------------------------
@@ -581,13 +637,21 @@ def test_bom_power_says_which_is_it_and_which_is_site(variant):
 
 
 def test_restart_goodput_never_keys_a_lever_on_a_knife_edge(variant):
-    """An independent check found a lever keyed ✗ at 2.5000% against a bar of 2.5003% (seed 44): such
-    draws are refused, so every reason quotes a saving at least 3% from the bar."""
+    """An independent check found a lever keyed ✗ at 2.5000% against a bar of 2.5003% (seed 44): a lever within
+    3% of a fifth of the loss is judged too close to call and never listed, so every listed reason quotes a
+    saving at least 3% from the bar, and each unlisted one a saving within it; some draws have one."""
+    unlisted = 0
     for seed in range(0, 150, 3):
-        reasons = variant(f"restart-goodput@{seed}").sheet.reasons["levers"]
-        for why in reasons.values():
+        solution = variant(f"restart-goodput@{seed}")
+        judged, reasons = solution.sheet.judged("levers"), solution.sheet.reasons["levers"]
+        for option, why in reasons.items():
             win, bar = (float(x) for x in re.findall(r"([\d.]+)%", why)[:2])
-            assert abs(win / bar - 1) >= 0.02, (seed, why)  # 3% before rounding to three figures
+            if judged[option] is None:
+                unlisted += 1
+                assert option not in solution.shown["levers"] and abs(win / bar - 1) <= 0.04, (seed, why)
+            else:
+                assert abs(win / bar - 1) >= 0.02, (seed, why)  # 3% before rounding to three figures
+    assert unlisted >= 1
 
 
 def _restart_timeline(mtbf: float, recovery: float, interval: float, stall: float, failures: int,

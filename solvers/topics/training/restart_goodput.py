@@ -52,46 +52,50 @@ def _lever_losses(F, M, N, t_det, t_sch, tau, C_m, young=None) -> dict[str, symp
     return {option: loss for option, loss in losses.items() if loss is not None}
 
 
-def _refuse_close(losses: dict[str, sympy.Expr], today: float) -> None:
-    """A lever a hair either side of a fifth of today's loss turns on how the stall is read, not on judgement.
-    Decided on floats, before the exact sheet's costly square roots and e^x: a refusal, within 3%."""
-    for option, loss in losses.items():
-        if abs((today - float(loss)) / (float(LEVER_SHARE) * today) - 1) < TOO_CLOSE:
-            raise Reject(f"'{option}' sits within {TOO_CLOSE:.0%} of a fifth of the loss")
+def _too_close(losses: dict[str, sympy.Expr], today: float) -> set[str]:
+    """The levers a hair either side of a fifth of today's loss: their verdict turns on how the stall is read,
+    not on judgement, so they are judged but not listed. Decided on floats (the verdict itself is exact)."""
+    return {option for option, loss in losses.items()
+            if abs((today - float(loss)) / (float(LEVER_SHARE) * today) - 1) < TOO_CLOSE}
 
 
-def _restart_levers(s: Sheet, losses: dict[str, sympy.Expr], f_today, f_res) -> None:
+def _restart_levers(s: Sheet, losses: dict[str, sympy.Expr], f_today, f_res, close: set[str]) -> None:
     """Each lever's saving on today's loss, against a fifth of it: which ones matter follows from how
-    this job's loss splits."""
+    this job's loss splits. A lever within 3% of the line (`close`) is not listed."""
     bar = format_quantity(s.evaluate(LEVER_SHARE * f_today), "%", 3)
     # Asynchronous saves pay mostly through the shorter interval they allow, which the residual answer grades.
     best = (f"; at their own best interval they would win {format_quantity(s.evaluate(f_today - f_res), '%', 3)}, "
             "the redone work shrinking with the interval")
     for option, loss in losses.items():
         win = f_today - loss
+        why = (f"wins back {format_quantity(s.evaluate(win), '%', 3)} of training time against a fifth of "
+               f"today's loss, {bar}")
+        if option in close:
+            s.judge("levers", option, None, why + f": within {TOO_CLOSE:.0%} of the line, too close to call (not "
+                    "listed)")
+            continue
         s.judge("levers", option, s.compare(win, LEVER_SHARE * f_today) >= 0,
-                f"wins back {format_quantity(s.evaluate(win), '%', 3)} of training time against a fifth of "
-                f"today's loss, {bar}" + (best if option == ASYNC_TODAY else ""))
-    if len(set(s.judged("levers").values())) == 1:
+                why + (best if option == ASYNC_TODAY else ""))
+    if len({holds for holds in s.judged("levers").values() if holds is not None}) == 1:
         raise Reject("every lever clears a fifth of the loss, or none does: nothing to choose between")
 
 
-def _restart_regime(s: Sheet, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, tau_m) -> None:
+def _restart_regime(s: Sheet, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s) -> None:
     """Interval-bound when the interval's two losses (stalls and redone work) outweigh the fixed
     recovery paid per failure; which way to move the interval follows from the larger of the two."""
     interval, fixed, stalls, redone, best = (s.text(x, 3)
                                              for x in (f_int, f_fix, f_ckpt, f_redo, f_best))
-    storage, short = (s.text(x) for x in (tau_s, tau_m))
+    storage = s.text(tau_s)
     parts = f"{interval} of training time ({stalls} in save stalls, {redone} in redone work)"
     if s.compare(f_int, NEAR_OPTIMUM * f_best) <= 0:
         move = (f"Today's interval is already near Young's {storage}, where this part bottoms out at {best}: "
-                f"retuning it gains little, and only a cheaper save (asynchronous, best every {short}) cuts it.")
+                "retuning it gains little, and only a cheaper save cuts it.")
     elif s.compare(tau, tau_s) < 0:
         move = (f"The stalls are the larger part: checkpoint less often, toward Young's {storage}, or make each "
                 "save cheaper.")
     else:
         move = (f"The redone work is the larger part: checkpoint more often, toward Young's {storage}; a "
-                f"cheaper asynchronous save lets the interval shrink to {short}.")
+                "cheaper save lets the interval shrink further.")
     s.regime_by(f_int, f_fix, tie="below", above=Side(
         "interval-bound",
         f"Today the checkpoint interval costs {parts}, more than the {fixed} that fixed recovery costs, "
@@ -149,14 +153,14 @@ def solve(p, s: Sheet) -> None:
     if abs(s.value(f_int) / s.value(f_fix) - 1) < TOO_CLOSE:  # refused before the costly square roots and e^x
         raise Reject("the interval's part and fixed recovery are within 3% of each other")
     levers = (F, M, N, t_det, t_sch, tau, C_m)
-    _refuse_close(_lever_losses(*(s.value(x) for x in levers)), s.value(f_today))
+    close = _too_close(_lever_losses(*(s.value(x) for x in levers)), s.value(f_today))
     tau_s = s.step("young_storage", "Optimal interval, synchronous saves (Young)", "tau_s", sympy.sqrt(2 * C_s * M),
                    "min", "minimises C/τ + τ/(2M): stalls fall as 1/τ, rewound work grows with τ, and they "
                    "balance at √(2·C·M)")
     f_best = s.step("interval_loss_best", "Interval's share at the synchronous optimum", "f_best",
                     _lost_share(F, M, tau_s, _saves_per_run(M, tau_s, C_s)) - f_fix, "%",
                     "the least the interval can cost with today's saves, about √(2·C/M): stalls and redone work equal")
-    _refuse_close({YOUNG: s.value(f_best) + s.value(f_fix)}, s.value(f_today))
+    close |= _too_close({YOUNG: s.value(f_best) + s.value(f_fix)}, s.value(f_today))
     tau_m = s.step("young_memory", "Optimal interval, asynchronous saves (Young)", "tau_m",
                    sympy.sqrt(2 * C_m * M), "min",
                    "the same balance with the smaller stall: the interval shrinks as √C")
@@ -164,7 +168,7 @@ def solve(p, s: Sheet) -> None:
                    _lost_share(F, M, tau_m, _saves_per_run(M, tau_m, C_m)), "%",
                    "stalls plus restarts at the new interval: the interval's part nearly vanishes, the fixed "
                    "recovery stays")
-    _restart_levers(s, _lever_losses(*levers, young=f_best + f_fix), f_today, f_res)
+    _restart_levers(s, _lever_losses(*levers, young=f_best + f_fix), f_today, f_res, close)
 
     s.assume("Failures are independent and memoryless (a Poisson process at the stated rate of running time: "
              "none strike during a recovery), and each restart resumes from the last completed save, so the "
@@ -185,5 +189,5 @@ def solve(p, s: Sheet) -> None:
            factor=s.evaluate(R * (F + tau / 2)) / s.value(f_restart))
     s.slip("Young's interval without the factor 2", 1 / 2**0.5, on=("young_storage", "young_memory"))
 
-    _restart_regime(s, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s, tau_m)
+    _restart_regime(s, f_int, f_fix, f_ckpt, f_redo, f_best, tau, tau_s)
 
