@@ -487,24 +487,86 @@ def test_paged_waste_draws_leave_room_under_the_maximum(variant, seed):
     assert p["output_mean"] <= 20 * p["prompt_mean"]
 
 
-def test_paged_waste_asks_for_empty_slots_and_growth(variant):
-    """Review: the block table (non-contiguous, on demand) and the growth headroom were never examined. The
-    prompt names the block table, the key judges contiguity, and the count at the final length is graded."""
+def test_paged_waste_stages_say_the_denominators(variant):
+    """A re-derivation read "waste on average" against two denominators and the last block's mean as B/2 or
+    (B - 1)/2. The opening asks for the share *of a reservation*; the paging stage names the block table and
+    says how a last block fills (1 to B tokens, each as likely), so (B - 1)/2 empty slots is the key."""
     solution = variant("paged-reservation-waste@default")
-    prompt = solution.prompt.lower()
-    assert "what share of a request's block slots sits empty" in prompt and "block table" in prompt
+    stages = solution.question.stages
+    assert "share of a reservation" in stages[0].say and "waste_share" in stages[0].ask
+    assert "block table" in stages[1].say and "1 to {block_size}" in stages[1].say
+    assert set(stages[1].ask) == {"paged_waste", "requests_after", "requests_final", "holds"}
+    assert stages[2].push and stages[2].generated and "regime" in stages[2].ask
     assert solution.expected["requests_final"] < solution.expected["requests_after"]
     assert solution.sheet.prerequisites == {"kv-bytes-per-token"}
+
+
+@pytest.mark.parametrize("seed", range(0, 120, 3))
+def test_paged_waste_keys_in_plain_arithmetic(variant, seed):
+    """Every graded number and every judged option, recomputed from the printed parameters in fractions."""
+    solution = variant(f"paged-reservation-waste@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    prompt, output, most, block = (Fraction(p[k]) for k in ("prompt_mean", "output_mean", "max_context", "block_size"))
+    model, expected = p["model"], solution.expected
+    slots = int(p["kv_pool"]) // (2 * model.layers * model.kv_heads * model.head_dim * 2)  # bytes over bf16 K and V
+    assert solution.sheet.results["pool_tokens"] == slots
+    assert expected["waste_share"] == pytest.approx(float((most - prompt - output / 2) / most))
+    assert expected["fragmentation"] == pytest.approx(float(most - prompt - output))
+    assert expected["requests_before"] == slots // int(most)
+    tail = (block - 1) / 2
+    held, final = prompt + output / 2 + tail, prompt + output + tail
+    assert expected["paged_waste"] == pytest.approx(float(tail / held))
+    after, at_end, before = math.floor(slots / held), math.floor(slots / final), slots // int(most)
+    assert (expected["requests_after"], expected["requests_final"]) == (after, at_end)
+    assert expected["regime"] == ("reservation-dominated" if output / 2 > most - prompt - output
+                                  else "fragmentation-dominated")
+    holds = solution.sheet.judged("holds")
+    assert holds["paging fits more than {gain_bar} the requests reservation does"] == (after > 3 * before)
+    assert holds["paging leaves under {low_waste} of a request's slots empty"] == (tail / held < Fraction(1, 100))
+    assert holds["even with every request at its final length, paging fits more than {final_bar} the requests "
+                 "reservation does"] == (at_end > 2 * before)
+    assert holds["admitted on the average, a pool whose requests all grow to full length preempts over "
+                 "{preempt_bar} of them"] == (Fraction(after - at_end, after) > Fraction(3, 10))
+
+
+def test_paged_waste_select_varies_and_has_one_fact(variant):
+    """The review: 2 of 5 options were constant. Now one declared fact (the block table needs no contiguity);
+    every other option takes both truths over the draws."""
+    seen: dict[str, set[bool]] = {}
+    for seed in range(150):
+        solution = variant(f"paged-reservation-waste@{seed}")
+        for option, holds in solution.sheet.judged("holds").items():
+            seen.setdefault(option, set()).add(bool(holds))
+        assert solution.sheet.facts["holds"] == {"a paged request's blocks must sit next to each other in the pool"}
+    constant = {option for option, truths in seen.items() if len(truths) == 1}
+    assert constant == {"a paged request's blocks must sit next to each other in the pool"}
+
+
+def test_paged_waste_push_crosses_where_it_can(variant, catalog):
+    """The generated push moves the workload; it is a declared nudge because chat-sized requests against a
+    2K-8K maximum cannot reach the reservation-dominated side. Still, it crosses in most draws, and every draw
+    on the reservation-dominated side crosses back."""
+    from solvers.interview import stage_run
+    crossed = total = 0
+    for seed in range(60):
+        solution = variant(f"paged-reservation-waste@{seed}")
+        run = stage_run(solution, catalog, 2)
+        assert run is not None, seed
+        total += 1
+        crossed += run.regime != solution.regime_name
+        if solution.regime_name == "reservation-dominated":
+            assert run.regime == "fragmentation-dominated", seed
+    assert crossed >= 0.8 * total
 
 
 def test_paged_waste_pinned_seed(variant):
     """Seed 0 draws these parameters (its keys are pinned in the question file)."""
     solution = variant("paged-reservation-waste@0")
-    assert [p.raw for p in solution.params] == ["llama-3-70b", 63, 8192, 1900, 4900, 16, 4, 1]
+    assert [p.raw for p in solution.params] == ["llama-3-70b", 63, 8192, 1900, 4900, 16, 4, 1, 3, 2, 30]
 
 
 def test_paged_waste_past_the_papers_four_percent_is_refused(variant):
     """Prompts of 50 and replies of 300 in 32-token blocks: 15.5 empty slots of the 215.5 a request holds,
-    7.2%. The select's 'under 4%, as the paper reports' is a fact of the draws kept, so this one is refused."""
+    7.2%, past the paper's under-4%: blocks as long as the requests are no paged server's setting, so refused."""
     with pytest.raises(VariantError, match="blocks too large"):
         variant("paged-reservation-waste@default+block_size=32+prompt_mean=50+output_mean=300")

@@ -38,22 +38,21 @@ MEAN_REQUEST_SHARE = 0.85
 MAX_OUTPUT_PER_PROMPT = 20  # a workload averaging a tiny prompt and a reply 20+ times longer is not a real mix
 
 
-def _paging_judgements(s: Sheet, res: dict[str, sympy.Symbol], waste, gain) -> None:
+def _paging_judgements(s: Sheet, waste, gain, final_gain, preempted) -> None:
     """What this workload says about reservation and paging, judged on its numbers."""
-    g, w = s.text(gain), s.text(waste)
-    s.judge("holds", "paging returns more than three times the requests", s.compare(gain, 3) > 0,
-            f"the gain is {g}")
-    s.judge("holds", "paging leaves under {paper_waste} of the slots empty, as the PagedAttention paper reports",
-            s.compare(waste, s.param("f_paper", "paper_waste")) < 0, f"{w} of a paged request's slots sit empty: only "
-            "the last block is partly filled, whatever the lengths drawn here", fact=True)
-    s.judge("holds", "paging leaves under {low_waste} of the slots empty, a quarter of the PagedAttention paper's "
-            "{paper_waste}", s.compare(waste, s.param("f_low", "low_waste")) < 0,
-            f"{w} of a paged request's slots sit empty: (block − 1)/2 against what the request holds, so long requests "
-            "in small blocks waste least")
-    untouched = s.compare(res["frag"], res["M"] / 2) > 0
-    s.judge("holds", "most of each reservation is never touched at all", untouched,
-            f"{s.text(res['frag'])} of {s.text(res['M'])} "
-            "are never used")
+    s.judge("holds", "paging fits more than {gain_bar} the requests reservation does",
+            s.compare(gain, s.param("g_bar", "gain_bar")) > 0, f"the gain is {s.text(gain)}")
+    s.judge("holds", "paging leaves under {low_waste} of a request's slots empty",
+            s.compare(waste, s.param("f_low", "low_waste")) < 0,
+            f"{s.text(waste)} of a paged request's slots sit empty: (block − 1)/2 against all the request holds, so "
+            "long requests in small blocks waste least")
+    s.judge("holds", "even with every request at its final length, paging fits more than {final_bar} the requests "
+            "reservation does", s.compare(final_gain, s.param("g_end", "final_bar")) > 0,
+            f"at the final length paging fits {s.text(final_gain)} the requests reservation does")
+    s.judge("holds", "admitted on the average, a pool whose requests all grow to full length preempts over "
+            "{preempt_bar} of them", s.compare(preempted, s.param("f_bar", "preempt_bar")) > 0,
+            f"{s.text(preempted)} of the requests admitted on the average no longer fit at full length: about "
+            "half the output over prompt plus output")
     s.judge("holds", "a paged request's blocks must sit next to each other in the pool", False,
             "the block table maps each logical block to any free physical block: no contiguity is needed, "
             "which is what removes external fragmentation", fact=True)
@@ -107,9 +106,14 @@ def solve(p, s: Sheet) -> None:
                   "requests in flight with paging over requests with reservation")
     final = s.step("", "Slots a paged request holds at its last token", "A_end", res["prompt"] + res["output"] + tail,
                    "tokens", "prompt and the whole output, in whole blocks")
-    s.step("requests_final", "Requests that fit if all reach their final length at once", "N_end",
-           floor_of(slots / final), "requests",
-           "admit more than this and a pool that fills up must preempt someone to let the others grow")
+    at_end = s.step("requests_final", "Requests that fit if all reach their final length at once", "N_end",
+                    floor_of(slots / final), "requests",
+                    "admit more than this and a pool that fills up must preempt someone to let the others grow")
+    final_gain = s.step("final_gain", "Capacity paging returns at the final length", "G_end", at_end / before, "x",
+                        "requests at full length with paging over requests with reservation")
+    preempted = s.step("preempted_share", "Share preempted if all grow to full length", "P_pre",
+                       (after - at_end) / after, "%", "admitted on the average, the requests that no longer fit "
+                       "once everyone holds prompt, whole output and tail")
 
     s.assume("Every request is the mean one: its prompt and output lengths are the means, and averages over "
              "its decode stand for a pool of requests at all stages (long requests staying longer is ignored).")
@@ -126,6 +130,9 @@ def solve(p, s: Sheet) -> None:
                factor=s.value(paged) / s.value(final))
     s.slip("the final lengths counted as used, not the average over the decode", on="requests_after",
            factor=s.evaluate(floor_of(slots / final)) / s.value(after))
-    _paging_judgements(s, res, waste, gain)
+    if p.block_size > 1:
+        s.slip("half a block empty (B/2), not (B − 1)/2", on="paged_waste",
+               factor=s.evaluate((bs / 2) / (res["used"] + bs / 2)) / s.value(waste))
+    _paging_judgements(s, waste, gain, final_gain, preempted)
     _waste_regime(s, res)
 
