@@ -60,10 +60,12 @@ class _PushTally:
     refused: Counter[str] = field(default_factory=Counter)  # by the constraint (or solver answer) refusing
 
 
-def draw_problems(question: Question, draws: list[Solution], catalog: Catalog) -> list[str]:
+def draw_problems(question: Question, draws: list[Solution], catalog: Catalog,
+                  pushed: list[Solution] | None = None) -> list[str]:
     """What the draws show: each stage's words over the limit (the longest draw named), a push that does
     not cross often enough, a declared push refused too often. Every stage of every draw is run as the
-    interview runs it (a push searches and solves: the slow part)."""
+    interview runs it (a push searches and solves: the slow part); the pushed variants are added to
+    `pushed` where it is given, for the variety of what only a push asks."""
     where = question.path
     longest: dict[int, tuple[int, str]] = {}  # stage -> (lines, variant) of the first longest
     pushes: dict[int, _PushTally] = {}
@@ -73,6 +75,8 @@ def draw_problems(question: Question, draws: list[Solution], catalog: Catalog) -
                 continue  # the other side's push of this turn
             run = stage_run(solution, catalog, index)
             if stage.push:
+                if pushed is not None and run is not None:
+                    pushed.append(run.solution)
                 tally = pushes.setdefault(question.turn_of(index), _PushTally())
                 crossed = run is not None and run.regime is not None and run.regime != solution.regime_name
                 tally.crossed += crossed or bool(stage.nudge)

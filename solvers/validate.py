@@ -269,12 +269,16 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
     if strict and question.staged and not stopped:
         sweep = _sweep(question, bank, catalog, drawn, bar)
         bar += stagebar.static_problems(question)
-        bar += stagebar.draw_problems(question, [default, *drawn] if default else drawn, catalog)
+        pushed: list[Solution] = []
+        bar += stagebar.draw_problems(question, [default, *drawn] if default else drawn, catalog, pushed)
         sweep_options: dict[tuple[str, str], OptionTally] = {}  # the options' bar, over the sweep's draws
+        only = variety.push_only(question)  # ... and what only a push asks over the pushed variants
         for solution in sweep:
-            tally_options(sweep_options, solution)
+            tally_options(sweep_options, solution, skip=only)
+        for solution in pushed:
+            tally_options(sweep_options, solution, keys=only)
         bar += option_problems(question, sweep_options)
-        found = variety.findings(question, sweep, variety.distinct_variants(question, catalog))
+        found = variety.findings(question, sweep, variety.distinct_variants(question, catalog), pushed)
         bar += [f.line(question) for f in found if f.kind != "constant option"]  # option_problems names them
     elif strict and seeds:
         bar += option_problems(question, options)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,9 +71,20 @@ class OptionTally:
         return self.shown >= MIN_SHOWINGS and self.held in (0, self.judged)
 
 
-def tally_options(tally: dict[tuple[str, str], OptionTally], solution: Solution) -> None:
-    """Add one solved variant's select judgements to `tally`, by (answer key, option)."""
+def push_only(question: Question) -> frozenset[str]:
+    """The answers only a push asks: a candidate meets them on pushed variants alone, so their variety is
+    judged over those (over the draws a push starts from, an option the push always flips looks free)."""
+    before = {key for stage in question.stages if not stage.push for key in stage.ask}
+    return frozenset(key for stage in question.stages if stage.push for key in stage.ask) - before
+
+
+def tally_options(tally: dict[tuple[str, str], OptionTally], solution: Solution,
+                  keys: Collection[str] | None = None, skip: Collection[str] = ()) -> None:
+    """Add one solved variant's select judgements to `tally`, by (answer key, option): those of `keys` (every
+    select where None), less those of `skip`."""
     for spec in solution.question.answers:
+        if keys is not None and spec.key not in keys or spec.key in skip:
+            continue
         judged = solution.sheet.results.get(spec.key)
         if not isinstance(spec, Select) or not isinstance(judged, dict):
             continue
@@ -89,21 +101,28 @@ def tally_options(tally: dict[tuple[str, str], OptionTally], solution: Solution)
             counts.shown += option in shown
 
 
-def findings(question: Question, draws: list[Solution], variants: int) -> list[Finding]:
+def findings(question: Question, draws: list[Solution], variants: int,
+             pushed: Collection[Solution] = ()) -> list[Finding]:
     """Everything the sweep finds in a question's solved `draws`; `variants`: the distinct variants it can
-    draw (distinct_variants)."""
-    found = option_findings(draws) + number_findings(question, draws) + knife_edges(question, draws)
+    draw (distinct_variants). Where the `pushed` variants of draws are given, the answers only a push asks
+    are judged over them."""
+    only = push_only(question) if pushed else frozenset()
+    found = option_findings(draws, skip=only) + option_findings(pushed, keys=only)
+    found += number_findings(question, draws, skip=only) + number_findings(question, pushed, keys=only)
+    found += knife_edges(question, draws)
     if variants < MIN_VARIANTS:
         found.append(Finding("few variants", "", f"variants: only {variants} distinct in "
                              f"{MIN_VARIANTS * VARIANT_TRIES} draws (at least {MIN_VARIANTS})"))
     return found
 
 
-def option_findings(draws: list[Solution]) -> list[Finding]:
-    """Options with one truth in every draw, undeclared; selects declaring more than MAX_FACTS facts."""
+def option_findings(draws: Collection[Solution], keys: Collection[str] | None = None,
+                    skip: Collection[str] = ()) -> list[Finding]:
+    """Options with one truth in every draw, undeclared; selects declaring more than MAX_FACTS facts (of the
+    answers `keys`, less `skip`, as tally_options takes them)."""
     tally: dict[tuple[str, str], OptionTally] = {}
     for solution in draws:
-        tally_options(tally, solution)
+        tally_options(tally, solution, keys, skip)
     found = [Finding("constant option", key, f"'{option}' {'holds' if counts.held else 'fails'} in all "
                      f"{counts.judged} draws (shown in {counts.shown})")
              for (key, option), counts in tally.items() if counts.constant and not counts.declared]
@@ -113,12 +132,13 @@ def option_findings(draws: list[Solution]) -> list[Finding]:
     return found
 
 
-def number_findings(question: Question, draws: list[Solution]) -> list[Finding]:
+def number_findings(question: Question, draws: Collection[Solution], keys: Collection[str] | None = None,
+                    skip: Collection[str] = ()) -> list[Finding]:
     """Graded numbers with few values (a lookup unless declared one), or zero or a parameter's value in most
-    draws (the answer is on the screen already)."""
+    draws (the answer is on the screen already); of the answers `keys` (all where None), less `skip`."""
     found, lookups = [], dict(question.lookups)
     for spec in question.answers:
-        if not isinstance(spec, Number) or not draws:
+        if not isinstance(spec, Number) or not draws or keys is not None and spec.key not in keys or spec.key in skip:
             continue
         values = [float(solution.expected[spec.key]) for solution in draws]
         distinct = {float(f"{v:.12g}") for v in values}

@@ -528,3 +528,28 @@ def test_what_the_bank_knows_is_named_not_typed():
     assert "constraints.fits: types the usable-HBM share" in found and "constraints.hits" not in found
     assert "constraints.kv: derives KV bytes per token again" in found
     assert "stages[0]: types" in found and "stages[0].hints: types" in found
+
+
+def test_an_answer_only_a_push_asks_is_judged_on_the_pushed_variants(tmp_path, bank, catalog):
+    """kv-bytes-per-token with `served` asked by its push alone: the sweep judges `served` over the pushed
+    variants (the only ones a candidate meets it on) and every other answer over the draws, so a pushed
+    set with one value is a lookup and a draw set with one value is no longer `served`'s concern."""
+    from solvers import variety
+    from solvers.bank import parse_question, questions_dir
+    from solvers.engine import VariantCode, make_variant
+
+    text = (questions_dir() / "F" / "kv-bytes-per-token.yaml").read_text()
+    text = text.replace("ask: [batch_tpot, served, regime, levers]", "ask: [batch_tpot, regime, levers]", 1)
+    question = parse_question(tmp_path / "kv-bytes-per-token.yaml", text)
+    assert variety.push_only(question) == {"served"}
+    varied = [make_variant(bank, catalog, VariantCode("kv-bytes-per-token", seed)) for seed in range(1, 25)]
+    varied = [s.__class__(**{**s.__dict__, "question": question}) for s in varied]
+    one = [varied[0]] * len(varied)
+
+    def few(draws, pushed):
+        found = variety.findings(question, draws, variety.MIN_VARIANTS, pushed)
+        return {f.key for f in found if f.kind == "few values"}
+
+    assert "served" in few(varied, one) and "kv_per_token" not in few(varied, one)
+    assert "served" not in few(one, varied) and "kv_per_token" in few(one, varied)
+    assert "served" in few(one, ())  # no pushed variants given: judged over the draws, as before
