@@ -13,33 +13,35 @@ from solvers.units import format_number
 PARTIAL_BYTES = 4  # split-KV kernels keep each partial output and its LSE in FP32
 
 
-ONE_EIGHTH, ONE_TENTH = sympy.Rational(1, 8), sympy.Rational(1, 10)  # the merge options' lines, off the 0.1 grid of Δ
+# The merge options' lines, off the 0.1 grid of Δ (ln 7 = 1.946, ln 19 = 2.944, −ln(e^0.1 − 1) = 2.252).
+ONE_EIGHTH, ONE_TWENTIETH, ONE_TENTH = sympy.Rational(1, 8), sympy.Rational(1, 20), sympy.Rational(1, 10)
 
 
-def _merge_judgements(s: Sheet, *, splits, empty, overhead, gain, weight, above) -> None:
-    """The merge statements are about the prompt's two splits, decided in every variant; the ones about
+def _merge_judgements(s: Sheet, *, splits, empty, overhead, weight, above) -> None:
+    """The merge statements are about the stage's two splits, decided in every variant; the ones about
     this variant's own splits cannot be decided where the batch fills the SMs by itself (one split, no
-    partials, nothing split): they are not listed there."""
+    partials, nothing split): they are not listed there (the opening is drawn where it splits)."""
     key = "merge_facts"
     split = s.compare(splits, 1) > 0
     none = "the batch fills the SMs by itself: one split, no partials, no merge"
-    s.judge(key, "every split of this variant gets at least one key tile", s.compare(empty, 0) == 0 if split else None,
-            f"{s.text(empty)} of {s.text(splits)} splits get none" if split else none)
     s.judge(key, "the lower-LSE split carries under an eighth of the merged output", s.compare(weight, ONE_EIGHTH) < 0,
             f"its weight is 1/(1 + e^Δ) = {s.text(weight, 3)}")
-    s.judge(key, "the partial outputs add under {merge_share} to this step's attention traffic",
-            s.compare(overhead, s.param("f_merge", "merge_share")) < 0 if split else None,
-            f"they add {s.text(overhead, 3)}" if split else none)
-    s.judge(key, "splitting at least halves this step's attention time", s.compare(gain, 2) >= 0 if split else None,
-            f"{format_number(s.evaluate(gain), 3)}x faster split" if split else none)
-    s.judge(key, "an empty split must still write LSE = −inf and a zero output before the merge", True,
-            "the merge reads every split's slot; left unwritten it holds garbage (FlashAttention-2 writes both)",
-            fact=True)
-    s.judge(key, "an empty split's −inf LSE minus the finite merged LSE gives NaN", False,
-            "−inf minus a finite number is −inf, and exp(−inf) = 0: weights exp(LSE_i − max LSE) give an empty "
-            "split weight 0 while one split has keys; the NaN comes only from −inf − (−inf)", fact=True)
+    s.judge(key, "the lower-LSE split carries at least a twentieth of the merged output",
+            s.compare(weight, ONE_TWENTIETH) >= 0, f"its weight is 1/(1 + e^Δ) = {s.text(weight, 3)}")
     s.judge(key, "the merged LSE is under a tenth above the larger split's", s.compare(above, ONE_TENTH) < 0,
             f"log(1 + e^−Δ) = {s.text(above, 3)} above it")
+    s.judge(key, "the partial outputs add under {merge_share} to this step's attention traffic",
+            s.compare(overhead, s.param("f_merge", "merge_share")) < 0 if split else None,
+            f"they add {s.text(overhead, 3)}: FP32 output and LSE per split and query head, against the whole "
+            "context's bf16 keys and values" if split else none)
+    s.judge(key, "the shorter request leaves at least half of its splits without keys",
+            s.compare(2 * empty, splits) >= 0 if split else None,
+            f"{s.text(empty)} of {s.text(splits)} splits get none: the layout's tiles per split are the longest's, "
+            "so the short request's keys run out early" if split else none)
+    s.judge(key, "an empty split's −inf LSE minus the finite merged LSE gives NaN", False,
+            "−inf minus a finite number is −inf, and exp(−inf) = 0: weights exp(LSE_i − max LSE) give an empty "
+            "split weight 0 while one split has keys; the NaN comes only from −inf − (−inf), a sequence with no "
+            "keys at all", fact=True)
 
 
 def _split_regime(s: Sheet, B, B_star, blocks, n_split, n_sm) -> None:
@@ -54,7 +56,8 @@ def _split_regime(s: Sheet, B, B_star, blocks, n_split, n_sm) -> None:
         below=Side(
         "split-needed",
         f"{count} blocks leave {idle} of {s.text(n_sm)} SMs idle while the attention streams the "
-        f"KV cache: {splits} splits per sequence fill them, at the price of FP32 partials and a merge.",
+        f"KV cache: {splits} splits per sequence put them to work (as many as fill them, or as the keys allow), at "
+        "the price of FP32 partials and a merge.",
         "From the boundary batch up the batch fills the SMs by itself and splitting only adds traffic."))
 
 
@@ -79,15 +82,22 @@ def solve(p, s: Sheet) -> None:
            "each block runs on one SM; the rest idle through the attention")
     B_star = s.step("boundary_batch", "Batch that fills the SMs without a split", "B_star", n_sm / H_g, "sequences",
                     "solve B·H_gpu = n_SM for B")
-    n_split = s.step("splits", "Splits per sequence that fill the SMs", "n_split", ceil_of(n_sm / blocks), "",
-                     "the fewest splits with blocks × splits ≥ SMs (1 once the batch alone fills them)")
+    n_fill = s.step("fill_splits", "Fewest splits that fill the SMs", "n_fill", ceil_of(n_sm / blocks), "",
+                    "blocks × splits ≥ SMs (1 once the batch alone fills them)")
     tile = s.param("t_kv", "kv_tile")
-    tiles = ceil_of(T / tile)  # key tiles per sequence, the last one maybe partial
-    per_split = s.step("tiles_per_split", "Key tiles per split", "n_per", ceil_of(tiles / n_split), "",
-                       "⌈T/tile⌉ tiles divided by the splits, rounded up (FlashAttention-2's n_blocks_per_split)")
-    n_empty = s.step("empty_splits", "Splits left with no keys", "n_empty",
-                     n_split - ceil_of(tiles / per_split), "",
-                     "the rounding up hands all tiles to the first splits; the ones after them get none")
+    tiles = s.step("tiles", "Key tiles per sequence", "n_tile", ceil_of(T / tile), "",
+                   "the context in tiles of keys, the last one maybe partial")
+    per_split = s.step("tiles_per_split", "Key tiles per split", "n_per", ceil_of(tiles / n_fill), "",
+                       "the tiles dealt over those splits, rounded up (FlashAttention-2's n_blocks_per_split)")
+    n_split = s.step("splits", "Splits per sequence launched", "n_split", ceil_of(tiles / per_split), "",
+                     "the splits that get keys: rounding up hands every tile to the first ones, and a split left "
+                     "with none is not launched (FlashAttention-2 skips such counts)")
+    # A shorter request in the same launch: the layout (splits, tiles per split) is the longest's.
+    share = s.param("f_short", "short_share")
+    n_empty = s.step("empty_splits", "The shorter request's splits with no keys", "n_empty",
+                     n_split - ceil_of(ceil_of(T * share / tile) / per_split), "",
+                     "its ⌈f·T/tile⌉ tiles fill the first splits at the longest's tiles per split; the rest get none "
+                     "and must still write LSE = −inf and a zero output")
 
     # The exact merge, on two of the splits.
     gap = s.param("Δ", "lse_gap")
@@ -118,9 +128,8 @@ def solve(p, s: Sheet) -> None:
                     kv_read / (e.byte_rate * min_of(1, blocks / n_sm)), "ms",
                     "only the busy SMs pull from HBM: the KV read gets their share of the bandwidth")
     t_att1 = s.step("attention_split", "Attention read with the splits", "t_att1",
-                    (kv_read + partial) / (e.byte_rate * min_of(1, blocks * (n_split - n_empty) / n_sm)), "ms",
-                    "the KV read and the partials, on the SMs the splits with keys keep busy (an empty one exits "
-                    "at once)")
+                    (kv_read + partial) / (e.byte_rate * min_of(1, blocks * n_split / n_sm)), "ms",
+                    "the KV read and the partials, on the SMs the split blocks keep busy")
     t_math = s.step("", "Math time of the step", "t_F", e.math_time(2 * e.N * B, e.A * B * T), "ms",
                     "2 FLOPs per weight per token plus attention over the context, at achievable FLOP/s")
     ar = tp_all_reduce(s, p.model, p.gpu, p.tp, B, tag="dec", label="decode step")
@@ -130,8 +139,9 @@ def solve(p, s: Sheet) -> None:
                "one token per step: reads (weights, then attention) or math, whichever is longer"
                + (", plus the all-reduces" if p.tp > 1 else "") + ", plus the step's overhead")
 
-    _merge_judgements(s, splits=n_split, empty=n_empty, overhead=overhead, gain=t_att0 / t_att1, weight=weight,
-                      above=above)
+    s.step("split_gain", "Attention speed-up from splitting", "g_att", t_att0 / t_att1, "",
+           "the busy SMs' share of bandwidth, unsplit over split")
+    _merge_judgements(s, splits=n_split, empty=n_empty, overhead=overhead, weight=weight, above=above)
     s.assume("One thread block per (sequence, KV head) with its query heads packed together (FlashAttention-2's "
              "decode path swaps the query-head group into the rows; FlashInfer and FlashDecoding do the same); "
              "the blocks of all splits run at once (several fit on one SM).")
@@ -139,12 +149,16 @@ def solve(p, s: Sheet) -> None:
              "busy SM. A lone SM can pull several times its share, so the unsplit time is an upper bound and the "
              "speed-up from splitting is larger here than measured (Flash-Decoding reports up to 8x on attention).")
     s.assume("Splits: the bank's rule, the fewest that fill the SMs, with ⌈tiles/splits⌉ tiles a split "
-             "(FlashAttention-2's n_blocks_per_split). FlashAttention-2 picks its count differently: at most "
-             "min(SMs, tiles, 128), the fewest within 85% of the best wave efficiency, skipping counts that give "
-             "the same tiles per split as one fewer (those leave a split empty), and no split once the batch fills "
-             "80% of the SMs. In practice empty splits come from mixed-length batches, where the split is sized by "
-             "the longest sequence.")
+             "(FlashAttention-2's n_blocks_per_split), launching only the splits that get keys. FlashAttention-2 "
+             "picks its count differently: at most min(SMs, tiles, 128), the fewest within 85% of the best wave "
+             "efficiency, skipping counts that give the same tiles per split as one fewer (those leave a split "
+             "empty), and no split once the batch fills 80% of the SMs. Empty splits come from mixed-length "
+             "batches: one launch's split layout is sized by the longest sequence, so a shorter one's last splits "
+             "get no keys. The per-user speeds take every sequence at the longest context.")
     s.slip("query heads counted instead of KV heads", on="blocks", factor=p.model.heads / p.model.kv_heads)
     s.slip("query heads counted instead of KV heads", on="fill", factor=p.model.heads / p.model.kv_heads)
+    if s.compare(n_fill, n_split) > 0:
+        s.slip("the fewest splits that fill the SMs launched, empty ones included", on="splits",
+               factor=s.value(n_fill) / s.value(n_split))
     _split_regime(s, B, B_star, blocks, n_split, n_sm)
 
