@@ -11,6 +11,12 @@ class KeysFooter(Footer):
     (the push, the stack, the focus on the first answer) with the same keys each time: each
     rebuild mounts its keys again (~50 ms of CPU between the question and an idle app)."""
 
+    # Compact mode's margin after every key also held the palette key, docked right, one column off the
+    # edge: where the keys overran the width (browse at 60 columns) a letter of a hidden key showed there.
+    DEFAULT_CSS = """
+    KeysFooter.-compact FooterKey.-command-palette { margin-right: 0; }
+    """
+
     def __init__(self) -> None:
         super().__init__(compact=True)
         self._shown: tuple[tuple[str, str, str, bool, str], ...] | None = None
