@@ -734,7 +734,7 @@ def test_modified_rejection_sampling_emits_the_target_exactly(seed, vocab):
     assert np.minimum(p, q).sum() == pytest.approx(1 - 0.5 * np.abs(p - q).sum(), abs=1e-12)
 
 
-def test_exactness_default_by_hand(variant):
+def test_exactness_default_by_hand(variant, catalog):
     """The default's five tokens (its keys pinned in the question file): rejection sampling is lossless for the
     bf16 pair and for the FP8 pair with respect to the FP8 target; the prompt says δ moves each logit."""
     solution = variant("spec-decode-exactness@default")
@@ -744,7 +744,11 @@ def test_exactness_default_by_hand(variant):
     assert np.max(np.abs(_rejection_output(p8, q8) - p8)) < 1e-12  # the FP8 pair is lossless w.r.t. p8
     # Gap 0.007 is under 2δ_b = 0.01 and 2δ_k = 0.04: no single change fixes position 5. That rests on δ moving
     # each logit (a gap moves 2δ), which the prompt says; δ as the gap's own move would let a fix pass at 0.007.
-    assert "each logit can move by up to 0.02" in solution.prompt
+    from solvers.interview import stage_run
+
+    greedy = next(i for i, stage in enumerate(solution.question.stages) if "flip_bound" in stage.ask)
+    run = stage_run(solution, catalog, greedy)
+    assert run is not None and "a logit moves up to 0.02" in run.say
 
 
 def test_exactness_names_the_bf16_targets_top_token_where_fp8_has_another(variant):
@@ -759,7 +763,10 @@ def test_exactness_names_the_bf16_targets_top_token_where_fp8_has_another(varian
             continue
         other += 1
         labels = {spec.key: spec.label for spec in solution.question.answers}
-        assert all("bf16 target" in labels[key] for key in ("residual_top", "keep_top", "output_top_fp8"))
+        titles = {step.key: step.title for step in solution.sheet.steps if step.key}
+        assert "bf16 target" in labels["output_top_fp8"]
+        word = _value(solution, "position")[top]["token"]
+        assert all(f"'{word}'" in titles[key] for key in ("residual_top", "keep_top"))
         assert solution.expected["output_top_fp8"] == pytest.approx(rows[top, 2], abs=1e-12)
         assert all("top token" not in option or "bf16 target's top token" in option
                    for option in solution.sheet.results["holds"])
@@ -776,7 +783,7 @@ def test_exactness_draws_follow_their_own_tables(variant):
         p, q = rows[:, 0], rows[:, 1]
         assert rows.sum(axis=0) == pytest.approx([1, 1, 1, 1], abs=1e-9)
         assert solution.expected["output_top_fp8"] == pytest.approx(rows[:, 2][p.argmax()], abs=1e-12)
-        assert solution.expected["keep_top"] == pytest.approx(min(1, p.max() / q[p.argmax()]), abs=1e-12)
+        assert solution.sheet.results["keep_top"] == pytest.approx(min(1, p.max() / q[p.argmax()]), abs=1e-12)
         assert np.max(np.abs(_rejection_output(p, q) - p)) < 1e-12
         bound = 2 * (_value(solution, "delta_kernel") + _value(solution, "delta_batch"))
         gaps = _value(solution, "gaps")
@@ -785,10 +792,12 @@ def test_exactness_draws_follow_their_own_tables(variant):
         fixes = solution.sheet.results["fixes"]
         d_k, d_b = _value(solution, "delta_kernel"), _value(solution, "delta_batch")
         assert fixes["verify with the decode pass's attention kernel"] == all(g >= 2 * d_b for g in gaps)
-        assert fixes["batch-invariant kernels"] == all(g >= 2 * d_k for g in gaps)
+        assert fixes["batch-invariant kernels, the verify pass keeping its own attention kernel"] == all(
+            g >= 2 * d_k for g in gaps)
+        assert solution.expected["regime"] == ("verify-kernel" if d_k > d_b else "batch-size") and d_k != d_b
         assert fixes["none of these alone"] == (min(gaps) < 2 * min(d_b, d_k, (d_k + d_b) / 2))
         # The holds select is judged on floats before the sheet: it agrees with the sheet's own figures.
-        x, holds = solution.expected, solution.sheet.results["holds"]
+        x, holds = solution.sheet.results, solution.sheet.results["holds"]
         assert holds["the FP8 drafter lowers the acceptance rate here"] == (x["acceptance_fp8_draft"] < x["acceptance"])
         assert holds["the FP8 target moves the output distribution by over {moved} (total variation)"] == (
             x["shift_fp8_target"] > 0.02)
@@ -798,6 +807,38 @@ def test_exactness_draws_follow_their_own_tables(variant):
     # Every option of both selects takes both truths over these draws: none can be memorised.
     for option in solution.sheet.results["holds"] | solution.sheet.results["fixes"]:
         assert {f"{option}=True", f"{option}=False"} <= seen, option
+
+
+def test_exactness_push_hands_the_bound_to_the_other_term(variant, catalog):
+    """The push moves one logit difference until the other term sets most of the bound: the regime flips, and
+    the fix that removes only the new smaller term leaves the larger one whole (a gap it leaves at risk stays at
+    risk). Where the range has no such move clear of the draw's refusals there is no push: at most one in ten."""
+    from solvers.interview import stage_run
+
+    missing = 0
+    for seed in [None, *range(60)]:
+        solution = variant(f"spec-decode-exactness@{'default' if seed is None else seed}")
+        push = next(i for i, stage in enumerate(solution.question.stages) if stage.push)
+        run = stage_run(solution, catalog, push)
+        if run is None:
+            missing += 1
+            continue
+        assert run.regime != solution.regime_name, seed
+        d_k, d_b = _value(run.solution, "delta_kernel"), _value(run.solution, "delta_batch")
+        assert run.regime == ("verify-kernel" if d_k > d_b else "batch-size")
+        fixes = run.solution.sheet.results["fixes"]
+        weaker_fix = ("batch-invariant kernels, the verify pass keeping its own attention kernel"
+                      if run.regime == "verify-kernel" else "verify with the decode pass's attention kernel")
+        assert fixes[weaker_fix] == all(g >= 2 * max(d_k, d_b) for g in _value(run.solution, "gaps"))
+    assert missing <= 6
+
+
+def test_exactness_refuses_tied_logit_differences(variant):
+    """Equal differences leave no term that dominates: the override is refused, not keyed one way."""
+    from solvers.engine import VariantError
+
+    with pytest.raises(VariantError, match="tie"):
+        variant("spec-decode-exactness@default+delta_batch=0.02")
 
 
 # --- the step-time model's decode costs (steptime.decode_costs) ------------------------------------
