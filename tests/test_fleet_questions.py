@@ -166,10 +166,10 @@ def _restart_stage_runs(solution, catalog):
 
 
 def test_restart_push_crosses_from_either_side(variant, catalog):
-    """Each side has its push: an hour's rescheduling (no spare node left) tips an interval-bound job, a watchdog
-    and booted spares (detection and rescheduling in 15 s) a failure-bound one. Over 60 seeds each side is
-    reached, nine draws in ten get their side's declared push (the rest, refused by a realism rule, the engine's
-    push), and nine in ten cross (validate counts 200)."""
+    """Each side has its push: an hour's rescheduling (no spare node left) tips an interval-bound job; a watchdog,
+    booted spares and reloads from peers' memory (a minute's recovery in all) a failure-bound one. Over 60 seeds
+    each side is reached, nine draws in ten get their side's declared push (the rest, refused or not crossing,
+    the engine's push), and nine in ten cross (validate counts 200)."""
     sides, declared, crossed = Counter(), 0, 0
     for seed in range(60):
         solution = variant(f"restart-goodput@{seed}")
@@ -183,7 +183,8 @@ def test_restart_push_crosses_from_either_side(variant, catalog):
             declared += 1
             moved = {name: push.solution.param(name).raw for name in push.moved}
             assert push.ask == ("regime", "today_loss")
-            assert moved == ({"reschedule": 60} if side == "interval-bound" else {"detect": 0.25, "reschedule": 0.25})
+            assert moved == ({"reschedule": 60} if side == "interval-bound" else
+                             {"detect": 0.25, "reschedule": 0.25, "reload": 0.5})
         sides[side] += 1
         crossed += push.solution.regime_name != side
     assert min(sides.values()) >= 6 and declared >= 54 and crossed >= 54, (sides, declared, crossed)

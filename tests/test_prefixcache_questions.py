@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -106,17 +107,78 @@ def test_prefix_cache_engines_default(variant):
 
 @pytest.mark.parametrize("seed", range(25))
 def test_prefix_cache_engines_match_toy_engines(variant, seed):
-    """Chained sha256 block hashes and a token trie, on random token ids: the solver's four hit counts."""
+    """Chained sha256 block hashes and a token trie (its chunk nodes cut at the variant's drawn prefill chunk), on
+    random token ids: the solver's hits before and after the eviction, and the gap between the two engines."""
     solution = variant(f"prefix-cache-engines@{seed}")
     p, expected = _params(solution), solution.expected
     history, prompt = _chat(np.random.default_rng(seed), p)
     block = p["block_size"]
     seed_bytes = b"process"
-    assert expected["block_hit"] == _vllm_hit(set(_chained_hashes(history, block, seed_bytes)), prompt, block,
-                                              seed_bytes)
-    assert expected["radix_hit"] == min(p["history"], p["prompt"] - 1)
+    block_hit = _vllm_hit(set(_chained_hashes(history, block, seed_bytes)), prompt, block, seed_bytes)
+    radix_hit = _radix_after_eviction(history, p["system"], p["reply"], prompt, 0, p["sglang_chunk"])  # no eviction
+    assert expected["block_hit"] == block_hit
+    assert expected["gap"] == radix_hit - block_hit
     assert expected["block_after"] == _vllm_after_eviction(history, p["system"], prompt, block, p["evicted"])
-    assert expected["radix_after"] == _radix_after_eviction(history, p["system"], p["reply"], prompt, p["evicted"])
+    assert expected["radix_after"] == _radix_after_eviction(history, p["system"], p["reply"], prompt, p["evicted"],
+                                                            p["sglang_chunk"])
+
+
+def _engines_stage_runs(solution, catalog):
+    from solvers.interview import stage_run
+    return [run for index in range(len(solution.question.stages))
+            if (run := stage_run(solution, catalog, index)) is not None]
+
+
+def test_prefix_cache_engines_push_crosses_from_either_side(variant, catalog):
+    """The reviews: the generated follow-up at @42 (29,000 -> 32,768 tokens) did not cross, and the declared
+    short chat was never valid on the default. Each side now has its push: a short chat (1,200 tokens on a
+    500-token system prompt, material at any block size) for a negligible gap, vLLM's default 16-token blocks
+    for a material one. Over 60 seeds both sides are reached, nine in ten get their side's declared push, and
+    nine in ten cross (validate counts 200)."""
+    sides, declared, crossed = Counter(), 0, 0
+    for seed in range(60):
+        solution = variant(f"prefix-cache-engines@{seed}")
+        runs = _engines_stage_runs(solution, catalog)
+        assert [run.ask for run in runs[:3]] == [("block_hit", "gap", "gap_bound", "regime"),
+                                                  ("block_after", "radix_after"), ("key_scope",)]
+        push, side = runs[3], solution.regime_name
+        assert push.kind == "push" and push.before == side and "regime" in push.ask
+        if push.declared:
+            declared += 1
+            moved = {name: push.solution.param(name).raw for name in push.moved}
+            assert moved == ({"block_size": 16} if side == "gap-material" else
+                             {"prompt": 1200, "history": 1100, "system": 500, "reply": 200}), (seed, moved)
+        sides[side] += 1
+        crossed += push.solution.regime_name != side
+    assert min(sides.values()) >= 6 and declared >= 54 and crossed >= 54, (sides, declared, crossed)
+
+
+def test_prefix_cache_engines_gap_tie_is_said_where_it_is_asked(variant):
+    """Key check 2's knife edge (a worst case of exactly 1% keyed negligible, its @7059): the regime's label says
+    the tie rule, and the exact boundary keys negligible while one token shorter keys material."""
+    solution = variant("prefix-cache-engines@default+block_size=32+prompt=3100+history=3000")
+    assert "exactly {material} is not" in solution.question.answer("regime").label
+    assert solution.sheet.results["gap_bound"] == pytest.approx(0.01) and solution.regime_name == "gap-negligible"
+    assert variant("prefix-cache-engines@default+block_size=32+prompt=3099+history=3000").regime_name == \
+        "gap-material"
+
+
+def test_prefix_cache_engines_key_scope_has_one_fact(variant):
+    """The review: two options never changed (the same tenant in the same process, always; a LoRA request,
+    never). One fact is left; the 32-token replica replaces the LoRA request (LoRA names stay in the hints and
+    assumptions as extra keys), so a fixed seed, no salt and 16-token blocks is still a draw with a false
+    option. Over 200 seeds every other option takes both truths."""
+    truths: dict[str, set[bool]] = {}
+    for seed in range(200):
+        solution = variant(f"prefix-cache-engines@{seed}")
+        for option, holds in solution.sheet.judged("key_scope").items():
+            truths.setdefault(option, set()).add(bool(holds))
+        facts = solution.sheet.facts.get("key_scope", set())
+        assert len(facts) == 1
+    assert [option for option, seen in truths.items() if len(seen) == 1] == list(facts)
+    judged = variant("prefix-cache-engines@default+hash_seed=fixed+salt=none").sheet.judged("key_scope")
+    assert [option for option, holds in judged.items() if not holds] == \
+        ["another replica of the same model with 32-token blocks, reading the same shared tier"]
 
 
 def test_hashes_from_another_process_never_match():

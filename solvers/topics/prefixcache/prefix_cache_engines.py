@@ -48,8 +48,9 @@ def _after_eviction(s: Sheet, B, P, D, S, R, M) -> None:
                        "on up, whole nodes, until the room is made or only the locked system prompt is left")
     after_radix = s.step("radix_after", "Radix tree: tokens served after the eviction", "H_rad2", min_of(D - freed, M),
                          "tokens", "the branch down to the last node still in the tree")
-    order = s.compare(after_block, after_radix)
-    s.choose("after_eviction", "block-hash" if order > 0 else "radix" if order < 0 else "tie")
+    s.step("", "vLLM's lead over SGLang after the eviction", "Δ", after_block - after_radix, "tokens",
+           "positive where the block cache keeps more: SGLang frees whole nodes, often more than the room asked "
+           "for, while vLLM frees whole blocks, at most a block past it")
     exact = max(s.evaluate(min_of(D - R, M)), s.value(S))
     if exact != s.value(after_radix):
         s.slip("SGLang taken to evict only the tokens asked for", on="radix_after", factor=exact / s.value(after_radix))
@@ -67,7 +68,7 @@ SCOPE_OPTIONS = (
     "a KV-aware router that hashes each prompt's blocks itself to pick the replica",
     "this server after a restart, reading a shared CPU/SSD tier keyed by block hash",
     "another replica of the same model with 16-token blocks, reading the same shared tier",
-    "a request for a LoRA adapter of the same base model",
+    "another replica of the same model with 32-token blocks, reading the same shared tier",
 )
 
 
@@ -78,8 +79,7 @@ def _key_scope(s: Sheet, p) -> None:
     seed = ("PYTHONHASHSEED is fixed fleet-wide, so NONE_HASH and every chained hash are the same in any process"
             if fixed else "PYTHONHASHSEED is unset: NONE_HASH is os.urandom(32), so every chained hash is private "
             "to this process")
-    first, tenant, router, restart, sixteen, lora = SCOPE_OPTIONS
-    same_blocks = p.block_size == 16
+    first, tenant, router, restart, sixteen, thirty_two = SCOPE_OPTIONS
     s.judge("key_scope", first, True, "same process, same NONE_HASH, same tokens: the same chained hashes",
             fact=True)
     s.judge("key_scope", tenant, not salted,
@@ -89,11 +89,12 @@ def _key_scope(s: Sheet, p) -> None:
     s.judge("key_scope", restart, fixed,
             seed + ("; a restarted process recomputes the same keys" if fixed else
                     "; a restarted process draws a new NONE_HASH and none of the stored keys match"))
-    s.judge("key_scope", sixteen, fixed and same_blocks,
-            (seed + "; its blocks end where this replica's do" if same_blocks else
-             f"this replica's blocks are {format_number(p.block_size)} tokens, and a block hash covers its own "
-             "tokens: 16-token boundaries give other chains from the first block on"))
-    s.judge("key_scope", lora, False, "the LoRA adapter's name enters every block's extra keys", fact=True)
+    for option, size in ((sixteen, 16), (thirty_two, 32)):
+        same_blocks = p.block_size == size
+        s.judge("key_scope", option, fixed and same_blocks,
+                (seed + "; its blocks end where this replica's do" if same_blocks else
+                 f"this replica's blocks are {format_number(p.block_size)} tokens, and a block hash covers its own "
+                 f"tokens: {size}-token boundaries give other chains from the first block on"))
 
 
 def _gap_regime(s: Sheet, bound, tau, P, P_star, gap) -> None:
@@ -101,18 +102,16 @@ def _gap_regime(s: Sheet, bound, tau, P, P_star, gap) -> None:
     now = format_number(s.value(gap))
     s.regime_by(P, P_star, tie="above", above=Side(
         "gap-negligible",
-        f"Even the worst case, B − 1 unhashed tokens, is {worst} of this prompt, under the {bar} bar (this "
+        f"Even the worst case, B − 1 unhashed tokens, is {worst} of this prompt, not over the {bar} bar (this "
         f"history leaves {now}): the engines' hit rates are the same for practical purposes. What separates "
-        "them is what their eviction takes (blocks against whole nodes) and how far their keys travel (vLLM's "
-        "hashes leave the process only when seeded; SGLang's GPU tree is process-local, its HiCache tiers key "
-        "pages by chained SHA-256).",
+        "them is what their eviction takes and how far their keys travel.",
         "Below the boundary length (short prompts, or large blocks such as 64-128-token kernel pages) the "
         "partial last block is a visible share of the prompt, and token-granular matching starts to pay."),
         below=Side(
         "gap-material",
         f"The worst case, B − 1 unhashed tokens, is {worst} of this prompt, above the {bar} bar (this history "
         f"leaves {now}): a prompt this short against blocks this large gives token-granular matching a real "
-        "edge, besides the differences in eviction and key scope.",
+        "edge, besides what their eviction takes and how far their keys travel.",
         "Past the boundary length the B − 1 tokens are a rounding error of the prompt, and the two caches hit "
         "alike; only eviction and key scope still tell them apart."))
 
@@ -156,11 +155,14 @@ def solve(p, s: Sheet) -> None:
     s.assume("Other live conversations hold the system prompt (their requests are running), so neither engine can "
              "evict it; this chat's blocks and nodes are free and the least recently used. The eviction is a "
              "demand for room for R tokens: vLLM pops ⌈R/B⌉ free blocks, SGLang frees whole leaves until R.")
+    s.assume("Where the keys travel: vLLM's block hashes can be recomputed outside this process (a router, a restarted "
+             "server, another replica on a shared tier) only when PYTHONHASHSEED fixes the first parent hash; a "
+             "LoRA adapter's name and cache_salt enter the extra keys. SGLang's GPU radix tree is process-local; "
+             "its HiCache host and L3 tiers key pages by chained SHA-256 of their tokens.")
     s.assume("Engine versions: vLLM v1 (chained sha256 block hashes, LRU free-block queue); SGLang RadixCache with "
              "the default LRU policy and page size 1.")
     s.slip("the whole history taken as matchable (the last prompt token forgotten)", on="block_hit",
            factor=s.evaluate(B * floor_of(min_of(D, P) / B)) / s.value(hit_block))
     s.slip("B/P instead of (B − 1)/P", on="gap_bound", factor=s.value(B) / (s.value(B) - 1))
-    s.slip("B/2 instead of (B − 1)/2", on="mean_gap", factor=s.value(B) / (s.value(B) - 1))
     _gap_regime(s, bound, tau, P, P_star, gap)
 
