@@ -26,7 +26,7 @@ DEDICATED_BUSY = sympy.Rational(1, 2)  # a model earns its own replicas once it 
 SHARED_HBM = sympy.Rational(1, 2)  # a shared replica keeps its models' weights in half its usable HBM, KV in the rest
 
 
-def _tier_assumptions(s: Sheet) -> None:
+def _tier_assumptions(s: Sheet, models: str, gap: str) -> None:
     s.assume("Traffic over the models follows Zipf's law with the listed exponent; every model is the same "
              "architecture with its own weights (full fine-tunes), and every request has the listed lengths.")
     s.assume("Tiers: a model that keeps half a replica busy at peak gets its own replicas, sized at the ceiling, so "
@@ -42,8 +42,8 @@ def _tier_assumptions(s: Sheet) -> None:
              "time and pays the step's fixed part (its weights' read, the all-reduce latencies, the overhead) that "
              "often, and each request's KV read and all-reduce bytes every step. The steps are read-bound at these "
              "batches (draws where the busiest shared model's step would be compute-bound are refused).")
-    s.assume("Loading a model on demand is not a tier here: the least-called model of twenty is still called every "
-             "few seconds to minutes, and each call that found it evicted would wait a whole weight load. LoRA "
+    s.assume(f"Loading a model on demand is not a tier here: the least-called model of {models} is still called "
+             f"every {gap} on average, and each call that found it evicted would wait a whole weight load. LoRA "
              "adapters over one base remove both costs: one base's weights, and one decode step for every adapter's "
              "requests (the adapters' own reads and math left out).")
 
@@ -192,5 +192,5 @@ def solve(p, s: Sheet) -> None:
     b_r = s.step("rank_busy", "Replicas the ranked model keeps busy at peak", "b_r", Lam * rank**-alpha / (H * U), "",
                  "its Zipf share of the peak over one replica's unit")
     _tier_judgements(s, top, u, per_model, k, n_sh, busy_sh, ded_share, saved, today, gap, t_load, r_lora, sh)
-    _tier_assumptions(s)
+    _tier_assumptions(s, s.text(n), s.text(gap, 3))
     _tier_regime(s, b_r, rank)
