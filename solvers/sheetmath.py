@@ -213,11 +213,12 @@ def rank_ceiling(x: sympy.Expr) -> sympy.Expr:
 
 
 _FLOAT_OPS = {sympy.Add: math.fsum, sympy.Mul: math.prod, sympy.Pow: lambda a: a[0] ** a[1],
-              RankCeiling: lambda a: math.ceil(a[0])}
+              RankCeiling: lambda a: math.ceil(a[0]), sympy.exp: lambda a: math.exp(a[0])}
 
 
 def _float_term(expr: sympy.Expr, index: sympy.Symbol, k: float) -> float:
-    """A sum's term at rank k in floats: the few node kinds a rank sum holds (numbers, +, ×, powers, ceilings)."""
+    """A sum's term at rank k in floats: the few node kinds a rank sum holds (numbers, +, ×, powers, ceilings,
+    exponentials)."""
     if expr == index:
         return k
     if expr.is_Number:
