@@ -169,7 +169,7 @@ def solve(p, s: Sheet) -> None:
     latent = s.step("kv_mla_gpu", "An MLA latent's cache on each GPU of one node", "KV_MLA",
                     given_config(s, p.model, "layers") * s.param("d_lat", "mla_latent") * sympy.Symbol("b_kv") * T,
                     "GiB", "one latent per layer per token, no heads for TP to split: every GPU keeps all of it")
-    s.step("nodes_mla", "Nodes that hold the request with an MLA latent in place of K and V", "c_MLA",
+    c_mla = s.step("nodes_mla", "Nodes that hold the request with an MLA latent in place of K and V", "c_MLA",
            ceil_of(latent / room), "nodes",
            "the latent on every GPU of a node, in the model's own room (the latent's down- and up-projections are "
            "about the size of the GQA K and V projections they replace)")
@@ -191,5 +191,7 @@ def solve(p, s: Sheet) -> None:
     s.slip("causal mask left out (T² pairs instead of T²/2)",
            s.evaluate(2 * F_a / (F_w + 2 * F_a)) / s.value(share), on="attention_share")
     s.slip("KV in GB counted as GiB", 1e9 / 2**30, on="kv_request")
+    s.slip("the latent split over TP 8 as if it had heads", s.evaluate(ceil_of(latent / e.TP / room)) / s.value(c_mla),
+           on="nodes_mla")
     _regime(s, T, T_max, T_half, share, n_c)
 
