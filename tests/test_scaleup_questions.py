@@ -60,9 +60,10 @@ def test_million_token_context_model_changes_count_their_weights(variant):
 
 
 def test_million_token_context_pushes_cross_from_each_side(variant, catalog):
-    """The push: a plan that fits goes to 2M tokens with a bf16 cache (its words say attention's matmuls move with
-    the cache); where that still fits (an H200 or B200 with room), the engine's push stands in. A plan that
-    spills takes the engine's push. Over 30 seeds every push but at most three crosses to the other side."""
+    """The push: a plan that fits goes to 2M tokens on H100 nodes; where that still fits (an fp8 cache with room)
+    or is refused (405B's bf16 weights fill an H100), the engine's push stands in. A plan that spills takes the
+    engine's push, whose words name the cache's dtype and that attention's matmuls run in it. Over 30 seeds every
+    push but at most three crosses to the other side."""
     crossed = 0
     for seed in range(7001, 7031):
         solution = variant(f"million-token-context@{seed}")
@@ -70,8 +71,11 @@ def test_million_token_context_pushes_cross_from_each_side(variant, catalog):
                     if (run := stage_run(solution, catalog, i)) is not None)
         crossed += push.solution.regime_name != solution.regime_name
         if push.declared:
-            assert solution.regime_name == "fits"
-            assert "matmuls run in bf16" in push.say and push.solution.param("context").raw == 2097152
+            assert solution.regime_name == "fits" and "2,097,152 tokens" in push.say
+            assert push.solution.param("context").raw == 2097152 and push.solution.param("gpu").raw == "h100-sxm"
+        elif solution.regime_name == "does-not-fit":
+            dtype = push.solution.param("kv_dtype").raw
+            assert f"its cache in {dtype} (attention's matmuls in {dtype} too)" in push.say
     assert crossed >= 27
 
 
