@@ -180,7 +180,7 @@ def test_r3_grading_never_raises_even_on_a_reader_bug(variant, monkeypatch):
     assert grade.verdict == "unparsed" and "could not be read (ZeroDivisionError)" in grade.message
 
 
-@pytest.mark.parametrize("argv", [("million-token-context", "--default", "rescue=" + "9" * 4301),
+@pytest.mark.parametrize("argv", [("million-token-context", "--default", "breaks=" + "9" * 4301),
                                   ("model-runner-v2", "--seed", "1", "why_triton=1" + "0" * 4300)],
                          ids=["select", "checklist"])
 def test_r4_thousands_of_digits_in_a_lettered_box_are_unparsed(capsys, argv):

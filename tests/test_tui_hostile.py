@@ -76,7 +76,7 @@ def test_the_app_starts_past_a_hostile_user_file_and_names_it(config_dir, name):
 
 # Issue 33: what took the app down or lost an attempt in the second probe ------------------------------------
 CRASH_KINDS = [  # (variant, answer box, text): each once raised in the live note or in grading
-    ("million-token-context@default", "rescue", "9" * 4301),  # a select box: int() of 4,301 digits (R4)
+    ("million-token-context@default", "breaks", "9" * 4301),  # a select box: int() of 4,301 digits (R4)
     ("model-runner-v2@1", "why_triton", "1" + "0" * 4300),  # a checklist's notes, the same digits (R4)
     ("users-per-gpu@1", "kv_per_request_gpu", "0.00000000000000000000001e-300"),  # underflow in slips (R3)
 ]

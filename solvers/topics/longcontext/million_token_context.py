@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sympy
 
+from solvers.conventions import convention_value
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, Side
 from solvers.models.collective import crosses_domain, tp_all_reduce
@@ -14,19 +15,13 @@ from solvers.models.common import (
 )
 from solvers.models.moe import GATED_MATRICES, attention_params
 from solvers.models.steptime import engine
-from solvers.sheetmath import ceil_of, max_of, min_of
+from solvers.sheetmath import ceil_of, max_of
 from solvers.units import format_number, format_quantity
 
-CP_OPTIONS = ((2, "context parallelism over twice this plan's nodes"),
-              (8, "context parallelism over 8 times this plan's nodes"),
-              (16, "context parallelism over 16 times this plan's nodes"),
-              (64, "context parallelism over 64 times this plan's nodes"))
+VOCAB = "a vocabulary twice as large"
 
 
-MHA, VOCAB = "MHA: a KV head for every query head", "a vocabulary twice as large"
-
-
-WIDEST_CP = 64  # a rescue past 64 times the plan's nodes is no rescue: such draws are refused
+WIDEST_CP = 64  # an MHA request past 64 times the plan's nodes is no plan at all: such draws are refused
 
 
 def added_params(model: Record, **change: int) -> int:
@@ -38,64 +33,27 @@ def _breaks(s: Sheet, p, *, room, kv, w, nodes, per_param, added: dict[str, int]
     """Which single change to the model would need more nodes than the plan has: its KV multiplier and the
     weights it adds per GPU (`added` parameters at `per_param` bytes a GPU), against the same usable HBM;
     decided on the sheet: ⌈f·KV_gpu / room left⌉ > c exactly when f·KV_gpu > c · room left."""
-    H, H_kv = sympy.Symbol("H_q"), sympy.Symbol("H_kv")
-
     def grown(extra: int) -> str:
         return f"+{format_quantity(s.evaluate(extra * per_param), 'GB')} of weights a GPU"
 
     changes = (
-        (MHA, H / H_kv, added["mha"] * per_param,
-         f"{format_number(s.evaluate(H / H_kv))}x the KV per GPU, {grown(added['mha'])}"),
         ("twice the KV heads", 2, added["kv"] * per_param, f"2x the KV per GPU, {grown(added['kv'])}"),
-        ("twice the query heads, the same KV heads", 1, added["q"] * per_param,
-         f"the KV unchanged, but q and o projections twice as wide: {grown(added['q'])}"),
+        ("four times the KV heads", 4, added["kv4"] * per_param, f"4x the KV per GPU, {grown(added['kv4'])}"),
         ("twice the layers at the same width", 2, w, "2x the KV and 2x the weights per GPU"),
-        (VOCAB, 1, added["vocab"] * per_param,
-         f"the KV unchanged, the embedding and output tables twice as long: {grown(added['vocab'])}"),
         ("an MLP twice as wide", 1, added["mlp"] * per_param,
          f"the KV unchanged, the gate, up and down projections twice as wide: {grown(added['mlp'])}"),
+        (VOCAB, 1, added["vocab"] * per_param,
+         f"the KV unchanged, the embedding and output tables twice as long: {grown(added['vocab'])}"),
     )
     for option, kv_factor, extra, what in changes:
         left = room - extra
         fills = s.compare(left, 0) <= 0
         more = fills or s.compare(kv_factor * kv, nodes * left) > 0
-        # MHA multiplies the KV by H_q/H_kv = 8 for every model drawn; a longer vocabulary adds no KV and
-        # under a GB of weights a GPU: facts of these models, whatever the context.
+        # A longer vocabulary adds no KV and under a GB of weights a GPU (these models' tables, split by TP 8):
+        # the anchor of a change that grows only the weights, whatever the context.
         s.judge("breaks", option, more, f"{what}: the weights alone fill the GPUs" if fills else
                 f"{what}: {format_number(s.evaluate(ceil_of(kv_factor * kv / left)))} node(s) against the plan's "
-                f"{format_number(s.value(nodes))}", fact=option in (MHA, VOCAB))
-
-
-def _rescue(s: Sheet, p, *, room, kv_mha, T, c_mha, nodes) -> None:
-    """With MHA's cache, which of these holds the request again: each decided on the sheet against the MHA
-    model's KV room per GPU on one node (or, for context parallelism, its node count against the plan's)."""
-    fits = f"{s.text(room)} of KV room per GPU on one node beside the MHA weights"
-
-    def gib(x: sympy.Expr) -> str:
-        return format_quantity(s.evaluate(x), "GiB")
-
-    if p.kv_dtype == "fp8":
-        s.judge("rescue", "an fp8 KV cache, on one node", False, "the cache is already fp8")
-    else:
-        half = kv_mha / 2
-        s.judge("rescue", "an fp8 KV cache, on one node", s.compare(half, room) <= 0,
-                f"half the MHA cache is {gib(half)} per GPU against {fits}")
-    window = s.param("T_win", "window")
-    windowed = kv_mha * (sympy.Rational(1, 2) + min_of(window, T) / (2 * T))
-    s.judge("rescue", "a {window}-token sliding window on every other layer, on one node",
-            s.compare(windowed, room) <= 0, f"the full layers keep every token: {gib(windowed)} per GPU "
-            f"against {fits}")
-    latent = sympy.Symbol("L") * s.param("d_lat", "mla_latent") * sympy.Symbol("b_kv") * T
-    s.judge("rescue", "an MLA latent of {mla_latent} values per layer, on one node (TP 8)",
-            s.compare(latent, room) <= 0,
-            f"the latent has no heads to split, so every GPU keeps all of it: {gib(latent)} against {fits}")
-    s.judge("rescue", "smaller KV blocks in the paged cache, on one node", False,
-            f"paging trims the empty tail of the last block, not the bytes: {gib(kv_mha)} per GPU against {fits}",
-            fact=True)
-    for times, option in CP_OPTIONS:  # the widest always holds: draws it would not hold are refused
-        s.judge("rescue", option, s.compare(c_mha, times * nodes) <= 0,
-                f"the MHA cache needs {format_number(s.value(c_mha))} node(s) of TP 8; {times} x this plan's "
-                f"{format_number(s.value(nodes))} is {format_number(times * s.value(nodes))}", fact=times == WIDEST_CP)
+                f"{format_number(s.value(nodes))}", fact=option == VOCAB)
 
 
 def _regime(s: Sheet, T, T_max, T_half, share, nodes: float) -> None:
@@ -172,10 +130,21 @@ def solve(p, s: Sheet) -> None:
                    max_of(t_math, t_ring, t_read) + ar + e.t_oh, "s",
                    "the slowest of the math, the ring's KV passing (overlapped with it) and the GPU's reads; the "
                    "node's all-reduces come on top")
+    merge: sympy.Expr = sympy.Integer(0)
+    if s.compare(c, 1) > 0:  # across nodes
+        L, d_h = given_config(s, p.model, "layers"), given_config(s, p.model, "head_dim")
+        alpha = s.given("α_x", convention_value("all-reduce-latency-nic") * 1e-6, "us",
+                        "latency of one call across nodes")
+        b_acc = s.given("b_acc", 4, "B", "bytes per partial-attention value (fp32 output and LSE)")
+        merge = s.step("decode_merge", "Merging the nodes' partial attention, every layer", "t_merge",
+                       L * (alpha + 2 * (c - 1) / c * H / e.TP * (d_h + 1) * b_acc / nic), "ms",
+                       "each node attends over its own tokens; every layer an all-reduce across the c nodes "
+                       "combines each GPU's heads' partial outputs and LSEs: its latency, and a few KB over the NIC")
     t_dec = s.step("decode_step", "Decode step at this context", "t_dec",
                    max_of((w_gpu + kv_gpu / c) / e.byte_rate, e.math_time(2 * e.N, e.A * T) / c)
-                   + tp_all_reduce(s, p.model, p.gpu, p.tp, 1, tag="dec", label="decode step") + e.t_oh, "ms",
-                   "every GPU reads its weights and its 1/c of the KV for one token")
+                   + tp_all_reduce(s, p.model, p.gpu, p.tp, 1, tag="dec", label="decode step") + merge + e.t_oh,
+                   "ms", "every GPU reads its weights and its 1/c of the KV for one token; across nodes the "
+                   "partial attention is merged every layer")
     s.step("per_user", "Decode speed of the request", "X_user", 1 / t_dec, "tokens/s", "one token per step")
 
     # The model changes: MHA multiplies the KV by H_q/H_kv, and what would hold that instead.
@@ -191,14 +160,19 @@ def solve(p, s: Sheet) -> None:
     c_mha = s.step("nodes_mha", "Nodes that hold the MHA request", "c_MHA", ceil_of(kv_gpu * H / H_kv / room_mha),
                    "nodes", "H_q/H_kv times the KV per GPU, in the MHA model's room")
     if s.value(c_mha) > WIDEST_CP * n_c:
-        raise Reject("were it MHA, not even the widest context-parallel rescue would hold it")
+        raise Reject("were it MHA, more than 64 times this plan's nodes")
     _breaks(s, p, room=room, kv=kv_gpu, w=w_gpu, nodes=c, per_param=e.W / (e.N * e.TP), added={
-        "mha": added_params(model, kv_heads=model.heads),
         "kv": added_params(model, kv_heads=2 * model.kv_heads),
-        "q": added_params(model, heads=2 * model.heads),
+        "kv4": added_params(model, kv_heads=4 * model.kv_heads),
         "vocab": 2 * model.vocab * model.hidden,  # untied input and output tables
         "mlp": GATED_MATRICES * model.hidden * model.ffn * model.layers})
-    _rescue(s, p, room=room_mha, kv_mha=kv_gpu * H / H_kv, T=T, c_mha=c_mha, nodes=c)
+    latent = s.step("kv_mla_gpu", "An MLA latent's cache on each GPU of one node", "KV_MLA",
+                    given_config(s, p.model, "layers") * s.param("d_lat", "mla_latent") * sympy.Symbol("b_kv") * T,
+                    "GiB", "one latent per layer per token, no heads for TP to split: every GPU keeps all of it")
+    c_mla = s.step("nodes_mla", "Nodes that hold the request with an MLA latent in place of K and V", "c_MLA",
+           ceil_of(latent / room), "nodes",
+           "the latent on every GPU of a node, in the model's own room (the latent's down- and up-projections are "
+           "about the size of the GQA K and V projections they replace)")
 
     s.assume(f"{p.model.name}'s architecture stretched to {format_number(p.context)} tokens by RoPE scaling and "
              "long-context fine-tuning (Gradient's Llama-3-70B-Instruct-Gradient-1048k did this): the weights "
@@ -207,7 +181,8 @@ def solve(p, s: Sheet) -> None:
              "parameter.")
     s.assume("One request at a time; each node is one TP group of its GPUs; across nodes the sequence is split "
              "(context parallelism): prefill passes KV shards around a ring (pass-KV ring attention) and decode "
-             "merges each node's partial attention, a few KB per layer, left out.")
+             "merges each node's partial attention every layer, one all-reduce across the nodes at the NIC's "
+             "latency.")
     s.assume("Activations and the attention kernel's workspace are left out of the memory; prefill is chunked "
              "so that its activations stay small beside the cache.")
     s.assume("The prefill's reads are counted at their least, the weights and the KV shard once each (the step "
@@ -216,6 +191,7 @@ def solve(p, s: Sheet) -> None:
     s.slip("causal mask left out (T² pairs instead of T²/2)",
            s.evaluate(2 * F_a / (F_w + 2 * F_a)) / s.value(share), on="attention_share")
     s.slip("KV in GB counted as GiB", 1e9 / 2**30, on="kv_request")
-    s.slip("x8: the request's whole KV on every GPU", p.tp, on="kv_per_gpu")
+    s.slip("the latent split over TP 8 as if it had heads", s.evaluate(ceil_of(latent / e.TP / room)) / s.value(c_mla),
+           on="nodes_mla")
     _regime(s, T, T_max, T_half, share, n_c)
 

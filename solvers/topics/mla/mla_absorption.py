@@ -122,7 +122,12 @@ def solve(p, s: Sheet) -> None:
              "TFLOP/s; at the 660 TFLOP/s and 3.0 TB/s it achieves the ridge is ~220 FLOP/B, under one token's "
              "242. Near the ridge the regime depends on which ceilings one takes.")
     s.assume("The GQA model's K/V cache is taken in the same dtype as the latent cache.")
-    s.slip("x2: FLOPs not doubled (a multiply-add counted once)", 0.5, on=("flops", "intensity", "gqa_intensity"))
+    s.slip("x2: FLOPs not doubled (a multiply-add counted once)", 0.5,
+           on=("flops", "intensity", "gqa_intensity", "flops_decompressed"))
+    s.slip("half: only K up-projected (W_UV left out), or a multiply-add counted once", 0.5, on="upproj")
+    s.slip("every head of the model, not this GPU's share", p.tp_attn, on=("upproj", "cache_decompressed"))
+    s.slip("RoPE key cached once, not copied to every head", s.evaluate((2 * d_h + d_r / h_g) / (2 * d_h + d_r)),
+           on="cache_decompressed")
     s.slip("latent counted without the RoPE key", s.evaluate((d_c + d_r) / d_c), on="intensity")
     _regime(s, I_a, ridge, I_g, p.gqa_model.name)
 
