@@ -228,12 +228,13 @@ def test_by_load_draws_match_plain_arithmetic(variant):
         assert x["regime"] == ("keep-on" if x["speedup_peak"] > 1 else "turn-off")
         chosen, speedup = _rule(g, 64, context, 8, alpha, c)
         assert (x["gamma_large"], x["speedup_large"]) == (chosen, pytest.approx(speedup, rel=1e-9)), seed
-        # What sets the peak step, by hand: the cap, KV against weights, each pass's math against its reads.
+        # What sets the peak step, by hand: the cap, speculation at half the peak batch, each pass's math against
+        # its reads.
         reads = (g.n * 2 / g.tp + g.kv * peak * context) / g.bw
         math = (2 * g.n + g.pair * context) * peak / g.rate
         held = {"the KV pool, not max_num_seqs, caps the batch": room < _value(solution, "max_num_seqs"),
-                "a plain step spends longer reading KV than reading the weights":
-                    g.kv * peak * context > g.n * 2 / g.tp,
+                "speculation left on would pay at half the peak batch":
+                    g.speedup(peak // 2, context, gamma, alpha, c) > 1,
                 "a plain step's math outlasts its reads": math > reads,
                 "the verify pass's math outlasts its reads": (gamma + 1) * math > reads,
                 "the best draft length there is shorter than {gamma} (or off)":
