@@ -63,17 +63,23 @@ def _buckets(model: LoadModel, p, peak: float) -> dict:
 
 
 def _peak_reasons(s: Sheet, p, model: LoadModel, costs: DecodeCosts, fits, B_max, B_pk, gamma) -> None:
-    """What sets the peak step, judged at this variant's peak batch: the cap, the KV reads against the
-    weights', each pass's math against its reads, and whether the rule's draft length there is shorter than γ."""
+    """What sets the peak step, judged at this variant's peak batch: the cap, whether speculation would pay at
+    half that batch, each pass's math against its reads, and whether the rule's draft length there is shorter
+    than γ."""
     key = "peak_reasons"
     cap = s.compare(B_max, fits)
     if cap == 0:
         raise Reject("max_num_seqs and the KV pool allow the same batch")
     s.judge(key, "the KV pool, not max_num_seqs, caps the batch", cap > 0,
             f"{s.text(fits)} fit, against a cap of {s.text(B_max)}")
-    kv, weights = B_pk * costs.kv, costs.weights
-    s.judge(key, "a plain step spends longer reading KV than reading the weights", s.compare(kv, weights) > 0,
-            f"{format_quantity(s.evaluate(kv), 'ms')} of KV against {s.text(weights)} of weights")
+    # At every batch a push lands on, the KV reads outlast the weights' (the pool dwarfs a GPU's share of the
+    # weights): asked instead is whether capping the batch at half the peak would bring speculation back.
+    half = s.value(B_pk) // 2
+    at_half = model.speedup(half, int(p.gamma), p.alpha, p.draft_cost)
+    if abs(at_half - 1) < SPEEDUP_TIE:
+        raise Reject("speculation left on breaks even at half the peak batch")
+    s.judge(key, "speculation left on would pay at half the peak batch", at_half > 1,
+            f"at {format_number(half)} sequences a round of γ = {int(p.gamma)} gives {format_number(at_half, 3)}x")
     plain_math, reads = B_pk * costs.math, costs.weights + B_pk * costs.kv
     read = format_quantity(s.evaluate(reads), "ms")
     for option, work in (("a plain step's math outlasts its reads", plain_math),

@@ -73,15 +73,20 @@ def _accounting_holds(s: Sheet, p, costs: DecodeCosts, *, B, E, n_dec, tau, step
     s.judge(key, "the whole batch could speculate inside half the budget", s.compare(2 * n_dec, tau) <= 0,
             f"{s.text(n_dec)} scored for the verify pass against half of {s.text(tau)}")
     weights, kv, math_ = (s.value(x) for x in (costs.weights, costs.kv, costs.math))
-    if (abs(p.batch / s.value(B_c) - 1) < ROOF_TIE
+    reads = format_quantity(weights + p.batch * kv, "ms")
+    if (abs(2 * p.batch * math_ / (weights + p.batch * kv) - 1) < ROOF_TIE
             or abs(p.batch * math_ / (weights + p.batch * kv) - 1) < ROOF_TIE):
         raise Reject("a pass sits within 3% of its roofline's ridge: its bound is a coin toss")
-    s.judge(key, "the verify pass at this batch is compute-bound", s.compare(B, B_c) > 0,
-            f"it turns compute-bound past {format_number(s.value(B_c), 3)} sequences")
+    # Where a push lands, the verify pass at γ is compute-bound in every draw (break-even lies well past B_c):
+    # asked is whether the shortest draft would bring it back under its reads.
+    s.judge(key, "the verify pass would be compute-bound even with a single draft token",
+            s.compare(2 * B * costs.math, costs.weights + B * costs.kv) > 0,
+            f"one draft token: {format_number(2 * p.batch)} verify tokens take "
+            f"{format_quantity(2 * p.batch * math_, 'ms')} of math against {reads} of reads (at γ = {gamma} the "
+            f"pass turns compute-bound past {format_number(s.value(B_c), 3)} sequences)")
     s.judge(key, "the plain decode step at this batch is compute-bound",
             s.compare(B * costs.math, costs.weights + B * costs.kv) > 0,
-            f"{format_quantity(p.batch * math_, 'ms')} of math against "
-            f"{format_quantity(weights + p.batch * kv, 'ms')} of reads")
+            f"{format_quantity(p.batch * math_, 'ms')} of math against {reads} of reads")
     s.judge(key, "over a third of the verify tokens are thrown away", s.compare(3 * (gamma + 1 - E), gamma + 1) > 0,
             f"{format_number(s.evaluate(gamma + 1 - E), 3)} of {gamma + 1} positions per sequence")
     if len(set(s.judged(key).values())) == 1:
