@@ -287,3 +287,26 @@ def test_b200_h100_roles_one_node_b200_prefills_against_h100(variant, seed):
         assert r["regime"] == "b200-prefill"
     if r["nodes_B"] == 2 and p["old_gpu"].name == "H200 SXM":
         assert r["regime"] == "b200-decode"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_b200_h100_roles_each_sides_push_crosses(variant, catalog, seed):
+    """The declared pushes move what the roles turn on: MXFP4 brings a B200 replica back inside one node (its
+    all-to-all on NVLink: the B200s prefill); a 1.2 TB FP8 model beside H200 nodes sends it over the NIC, where
+    Hopper's larger-HBM sibling keeps the prefill edge small (the B200s decode). Where the pushed variant is a
+    refused tie, the engine's push stands in and says so."""
+    from solvers.interview import stage_run
+
+    solution = variant(f"b200-h100-roles@{seed}")
+    runs = [run for i in range(len(solution.question.stages))
+            if (run := stage_run(solution, catalog, i)) is not None and run.kind == "push"]
+    assert len(runs) == 1
+    run = runs[0]
+    if run.declared:
+        assert run.solution.regime_name != solution.regime_name
+        moved = set(run.moved)
+        if solution.regime_name == "b200-decode":
+            assert moved == {"b200_format"} and run.solution.sheet.results["nodes_B"] == 1
+        else:
+            assert moved <= {"weights_tb", "b200_format", "old_gpu"}
+            assert run.solution.sheet.results["nodes_B"] == 2
