@@ -445,3 +445,15 @@ def test_training_layout_is_the_shallowest_that_fits(variant, seed):
     n = results["experts_per_gpu"]
     E = p["model"].experts
     assert results["hot_stretch"] == pytest.approx((p["hot"] + (n - 1) * (E - p["hot"]) / (E - 1)) / n)
+
+
+def test_training_layout_rest_is_the_total_less_the_routed_experts(variant):
+    """Key check 2 (inside tolerance): hint 2's rest is N − N_experts. Qwen3-235B-A22B's routed experts are
+    94 x 128 x 3 x 4,096 x 1,536 = 227.10B, the rest 235B − 227.10B = 7.90B (the config's own count, 8.00B,
+    gave 46.35 GB). EP 64 in the 72-GPU domain, one stage: 4 B x (7.90B + 227.10B / 64) + 12 B x 235B / 16,384.
+    The state per GPU is a worked step now, so the check lives here rather than in a pin."""
+    results = variant("moe-1t-training-layout@7018").sheet.results
+    routed = 94 * 128 * 3 * 4096 * 1536
+    expected = 4 * (235e9 - routed + routed / 64) + 12 * 235e9 / 16384
+    assert results["pipeline_stages"] == 1 and results["state_per_gpu"] == pytest.approx(expected)
+    assert results["state_per_gpu"] == pytest.approx(45.98e9, rel=1e-3)
