@@ -92,10 +92,12 @@ def _failure_modes(s: Sheet, p, model: Record, gpus: int, stretch, a_in, a_out, 
     s.judge(key, "Router imbalance stretches each MoE layer by {imbalance} or more", skewed,
             f"the hottest expert's GPU runs {format_number(hot, figures_against(hot, float(imbalance)))}x the mean"
             + ("" if skewed else ": its load is diluted over many experts per GPU"))
-    s.judge(key, "Spread over two NVLink domains, the all-to-all would take a third of the compute time or more",
-            s.compare(3 * a_out, t_c) >= 0, f"{s.text(a_out)} over the NIC against {s.text(t_c)} of compute per step: "
+    s.judge(key, "Spread over two NVLink domains, the all-to-all would take {nic_fold} of the compute time or more",
+            s.compare(a_out, exact(p.nic_fold) * t_c) >= 0,
+            f"{s.text(a_out)} over the NIC against {s.text(t_c)} of compute per step: "
             + ("more than overlap can hide" if s.compare(a_out, t_c) > 0 else
-               "an overlapped schedule must hide it" if s.compare(3 * a_out, t_c) >= 0 else "a small share"))
+               "an overlapped schedule must hide nearly all of it" if s.compare(a_out, exact(p.nic_fold) * t_c) >= 0
+               else "an overlapped schedule has room to hide it"))
     share = s.symbol("f_NVL")
     s.judge(key, "Even with EP inside NVLink, the all-to-all takes more than {a2a_share} of the step",
             s.compare(share, exact(p.a2a_share)) > 0, f"{s.text(a_in)} against {s.text(t_c)} of compute: "
