@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from solvers.engine import VariantError
 from solvers.followup import follow_up
 from solvers.models.common import hbm_bytes
 from solvers.models.moe import parameter_count
@@ -358,23 +359,25 @@ def test_training_layout_default(variant, catalog):
     assert results["pp_need"] == pytest.approx(need)
 
 
-def test_training_layout_prompt_gives_what_the_depth_needs(variant):
+def test_training_layout_stages_give_what_the_depth_needs(variant):
     """PP_min = 3.93 rounds to 4 only because EP·PP·DP must fill the GPUs in powers of two, and the 3.93 needs the
-    expert width (N_experts = 60 x 384 x 3 x 7168 x 2048): the prompt states both."""
-    prompt = variant("moe-1t-training-layout@default").prompt
-    assert "EP·PP·DP = GPUs, powers of two" in prompt and "width 2,048" in prompt
+    expert width (N_experts = 60 x 384 x 3 x 7168 x 2048): the stage's words state the first, the answer's
+    label the shapes."""
+    solution = variant("moe-1t-training-layout@default")
+    labels = {a.key: a.label for a in solution.question.answers}
+    assert "EP·PP·DP = GPUs, powers of two" in solution.question.stages[1].say
+    assert "{model.expert_ffn}" in labels["pipeline_stages"] and "{model.experts_per_token}" in labels["a2a_nvlink"]
 
 
-def test_training_layout_prompt_gives_the_all_to_all_the_key_counts(variant):
+def test_training_layout_all_to_all_the_key_counts(variant):
     """bf16 both ways, dispatch and combine forward and back (four passes), not overlapped: FP8 dispatch, as the
     inference questions of group M have it, would give 0.76x the bytes. Crossing two domains is judged by the
-    NIC all-to-all against the compute, which the prompt now says."""
+    NIC all-to-all against the compute: what an overlapped schedule could hide, which the stage asks."""
     solution = variant("moe-1t-training-layout@default")
-    assert "All-to-all in bf16 both ways, forward and back, unoverlapped" in solution.prompt
-    assert "its all-to-all under the compute" in solution.prompt
+    say = solution.question.stages[1].say
+    assert "bf16 all-to-all" in say and "Could overlap hide EP" in say
     fp8 = 60 * 8 * 7168 * (2 * (1 + 4 / 128 + 2))  # FP8 dispatch and bf16 combine, forward and back
     assert fp8 / solution.sheet.results["a2a_bytes"] == pytest.approx(0.76, abs=0.01)
-    assert "16,384 GPUs ×" not in variant("moe-1t-training-layout@60").prompt  # "16,384 GPUs of GB200 NVL72"
 
 
 def test_deepseek_v3_gpu_hours_follow_the_active_parameters(variant):
@@ -390,11 +393,38 @@ def test_deepseek_v3_gpu_hours_follow_the_active_parameters(variant):
 
 def test_training_layout_follow_up_crosses_with_a_faster_nic(variant, catalog):
     """A ConnectX-8 halves the NIC all-to-all to 2.2 s, under the compute: an overlapped schedule could hide an
-    EP group over two nodes."""
-    pushed = follow_up(variant("moe-1t-training-layout@default"), catalog)
+    EP group over two nodes (the push the stages declare for the side where EP stays in NVLink)."""
+    from solvers.interview import stage_run
+
+    solution = variant("moe-1t-training-layout@default")
+    pushed = next(run for i in range(len(solution.question.stages))
+                  if (run := stage_run(solution, catalog, i)) is not None and run.kind == "push")
     results = pushed.solution.sheet.results
-    assert str(pushed.solution.code).endswith("+nic=connectx-8") and results["regime"] == "ep-could-cross-nodes"
+    assert pushed.declared and pushed.moved == ("nic",) and results["regime"] == "ep-could-cross-nodes"
     assert results["a2a_nic"] == pytest.approx(64e6 / 4096 * 60 * 4 * 8 * 7168 * 2 / 2 / 100e9)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_training_layout_pushes_cross_from_both_sides(variant, seed):
+    """The NIC all-to-all and the compute both scale with the tokens a GPU takes a step, so their ratio is set by
+    the model, the peak, the MFU and the NIC: a ConnectX-8 halves it (every draw where EP stays in NVLink lies
+    below 2x), and B200 with ConnectX-7 at 50% MFU lifts every draw where EP could cross above 1x. Draws within
+    5% of the boundary are refused."""
+    solution = variant(f"moe-1t-training-layout@{seed}")
+    r = solution.sheet.results
+    ratio = r["a2a_nic"] / r["compute_step"]
+    assert not 1 / 1.05 < ratio < 1.05
+    if r["regime"] == "ep-stays-in-nvlink":
+        assert ratio / 2 < 1.05  # every such draw lies under twice the compute: the faster NIC crosses or ties
+        if ratio / 2 > 1 / 1.05:  # the pushed variant would sit within 5% of the boundary: refused
+            with pytest.raises(VariantError):
+                variant(f"moe-1t-training-layout@{seed}+nic=connectx-8")
+            return
+        pushed = variant(f"moe-1t-training-layout@{seed}+nic=connectx-8").sheet.results
+        assert pushed["a2a_nic"] == pytest.approx(r["a2a_nic"] / 2) and pushed["regime"] == "ep-could-cross-nodes"
+    else:
+        pushed = variant(f"moe-1t-training-layout@{seed}+gpu=b200+nic=connectx-7+mfu=50").sheet.results
+        assert pushed["regime"] == "ep-stays-in-nvlink"
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -415,3 +445,15 @@ def test_training_layout_is_the_shallowest_that_fits(variant, seed):
     n = results["experts_per_gpu"]
     E = p["model"].experts
     assert results["hot_stretch"] == pytest.approx((p["hot"] + (n - 1) * (E - p["hot"]) / (E - 1)) / n)
+
+
+def test_training_layout_rest_is_the_total_less_the_routed_experts(variant):
+    """Key check 2 (inside tolerance): hint 2's rest is N − N_experts. Qwen3-235B-A22B's routed experts are
+    94 x 128 x 3 x 4,096 x 1,536 = 227.10B, the rest 235B − 227.10B = 7.90B (the config's own count, 8.00B,
+    gave 46.35 GB). EP 64 in the 72-GPU domain, one stage: 4 B x (7.90B + 227.10B / 64) + 12 B x 235B / 16,384.
+    The state per GPU is a worked step now, so the check lives here rather than in a pin."""
+    results = variant("moe-1t-training-layout@7018").sheet.results
+    routed = 94 * 128 * 3 * 4096 * 1536
+    expected = 4 * (235e9 - routed + routed / 64) + 12 * 235e9 / 16384
+    assert results["pipeline_stages"] == 1 and results["state_per_gpu"] == pytest.approx(expected)
+    assert results["state_per_gpu"] == pytest.approx(45.98e9, rel=1e-3)

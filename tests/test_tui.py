@@ -405,7 +405,7 @@ def test_answer_boxes_out_of_sight_are_built_after_the_first_frame(monkeypatch, 
         app = InfradrillApp()
         async with app.run_test(size=size) as pilot:
             await wait_for(pilot, lambda: app.session is not None)
-            await open_default(app, pilot, "moe-1t-training-layout")  # one stage, 12 boxes: most below the fold
+            await open_default(app, pilot, "moe-1t-training-layout")  # a long table, then 3 boxes
             screen = app.screen
             fields = list(screen.query("AnswerField"))
             assert not any(f.pending for f in fields) and len(screen.query(Input)) == len(fields)
