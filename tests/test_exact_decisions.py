@@ -163,6 +163,8 @@ ALLOWED = {
     ("topics/speculation/spec_decode_by_load.py", "_best_length", "chosen == top_g"): TEXT,
     ("topics/speculation/spec_decode_by_load.py", "_best_length", "g != chosen"): NAMES,
     ("topics/speculation/spec_decode_by_load.py", "_peak_reasons", "chosen < p.gamma"): WHOLE,
+    ("topics/speculation/spec_decode_by_load.py", "_peak_reasons", "at_half > 1"):
+        _margin("3% (SPEEDUP_TIE): draws nearer a speedup of 1 at half the peak batch are refused"),
     ("topics/speculation/spec_decode_step_accounting.py", "_break_even",
      "(plain_is, verify_is) == (plain_compute, verify_compute)"): REGION,
     ("topics/speculation/spec_decode_step_accounting.py", "_break_even", "root * (g + 1) * t_F > t_W + root * t_KV"):
