@@ -165,6 +165,12 @@ class Question:
         return max(i for i, stage in enumerate(self.stages) if not stage.push)
 
     @property
+    def push_only(self) -> frozenset[str]:
+        """The answers only a push asks: a candidate meets them on pushed variants alone."""
+        before = {key for stage in self.stages if not stage.push for key in stage.ask}
+        return frozenset(key for stage in self.stages if stage.push for key in stage.ask) - before
+
+    @property
     def turn_count(self) -> int:
         return self.turn_number(len(self.stages) - 1)
 

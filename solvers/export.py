@@ -29,7 +29,7 @@ from solvers.derivation import Step
 from solvers.engine import MAX_SEED, VariantCode, VariantError, make_variant
 from solvers.interview import StageRun, steps_by_stage
 from solvers.reality import compare
-from solvers.report import expected_text, key_notes, prompt_markdown, script_markdown, to_dict
+from solvers.report import answer_rows, key_notes, prompt_markdown, script_markdown, to_dict
 from solvers.script import Script, ScriptStage, script
 
 
@@ -166,7 +166,7 @@ def key_sheet() -> ExportFile:
 def _key_entry(number: int, variant: Script) -> list[str]:
     solution = variant.solution
     lines = _heading(number, variant) + ["| answer | key |", "|---|---|"]
-    lines += [f"| {a.shown_label} | {expected_text(solution, a.key)} |" for a in solution.question.answers]
+    lines += answer_rows(solution, staged=True)
     lines += ["", *script_markdown(variant, 3), "### Steps", ""]
     for step_number, step in enumerate(solution.sheet.steps, 1):
         lines.append(f"{step_number}. {step.title}: ${step.latex}$ = {step.substituted} = **{step.result}**")

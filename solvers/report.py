@@ -66,6 +66,7 @@ def slips(solution: Solution, key: str) -> list[tuple[str, str]]:
 # 3: "stages", the interview stage by stage, and each answer's declared "slips";
 # 2: every quantity as {value, unit} in display units plus si in base units
 JSON_SCHEMA = 5
+PUSHED_KEY = "in the push, on its variant"  # an answer only a push asks has no key on the variant as drawn
 
 
 def quantity(value_si: float, unit: str) -> dict[str, Any]:
@@ -162,7 +163,7 @@ def to_markdown(solution: Solution, script: Script | None = None) -> str:
              "## Parameters", "", "| parameter | value |", "|---|---|"]
     lines += [f"| {p.label} | {p.shown} |" for p in solution.problem_data()]
     lines += ["", "## Answers", "", "| answer | expected |", "|---|---|"]
-    lines += [f"| {a.shown_label} | {expected_text(solution, a.key)} |" for a in q.answers]
+    lines += answer_rows(solution, script is not None)
     if script is not None:
         lines += ["", "## Interview", "", *script_markdown(script, 3)]
     elif judged := judgement_lines(solution):
@@ -185,6 +186,14 @@ def to_markdown(solution: Solution, script: Script | None = None) -> str:
     lines += ["", "## Assumptions", ""] + [f"- {a}" for a in sheet.assumptions]
     lines += ["", "## References", ""] + [f"- {r}" for r in q.references]
     return "\n".join(line for line in lines) + "\n"
+
+
+def answer_rows(solution: Solution, staged: bool) -> list[str]:
+    """The table rows of each answer and its key; with the interview beside it (`staged`), an answer only a
+    push asks is keyed on the pushed variant, in that stage: this variant's figure is not what is graded."""
+    pushed = solution.question.push_only if staged else frozenset()
+    return [f"| {a.shown_label} | {PUSHED_KEY if a.key in pushed else expected_text(solution, a.key)} |"
+            for a in solution.question.answers]
 
 
 def script_markdown(script: Script, depth: int) -> list[str]:

@@ -272,7 +272,7 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
         pushed: list[Solution] = []
         bar += stagebar.draw_problems(question, [default, *drawn] if default else drawn, catalog, pushed)
         sweep_options: dict[tuple[str, str], OptionTally] = {}  # the options' bar, over the sweep's draws
-        only = variety.push_only(question)  # ... and what only a push asks over the pushed variants
+        only = question.push_only  # ... and what only a push asks over the pushed variants
         for solution in sweep:
             tally_options(sweep_options, solution, skip=only)
         for solution in pushed:

@@ -71,13 +71,6 @@ class OptionTally:
         return self.shown >= MIN_SHOWINGS and self.held in (0, self.judged)
 
 
-def push_only(question: Question) -> frozenset[str]:
-    """The answers only a push asks: a candidate meets them on pushed variants alone, so their variety is
-    judged over those (over the draws a push starts from, an option the push always flips looks free)."""
-    before = {key for stage in question.stages if not stage.push for key in stage.ask}
-    return frozenset(key for stage in question.stages if stage.push for key in stage.ask) - before
-
-
 def tally_options(tally: dict[tuple[str, str], OptionTally], solution: Solution,
                   keys: Collection[str] | None = None, skip: Collection[str] = ()) -> None:
     """Add one solved variant's select judgements to `tally`, by (answer key, option): those of `keys` (every
@@ -106,7 +99,9 @@ def findings(question: Question, draws: list[Solution], variants: int,
     """Everything the sweep finds in a question's solved `draws`; `variants`: the distinct variants it can
     draw (distinct_variants). Where the `pushed` variants of draws are given, the answers only a push asks
     are judged over them."""
-    only = push_only(question) if pushed else frozenset()
+    # What only a push asks is met on pushed variants alone: over the draws a push starts from, an option
+    # the push always flips would look free.
+    only = question.push_only if pushed else frozenset()
     found = option_findings(draws, skip=only) + option_findings(pushed, keys=only)
     found += number_findings(question, draws, skip=only) + number_findings(question, pushed, keys=only)
     found += knife_edges(question, draws)

@@ -289,3 +289,22 @@ def test_a_sheet_streamed_to_standard_output_goes_there_while_the_bar_runs(capsy
     code, out, _ = run_cli(capsys, "export", "kv-bytes-per-token", "--count", "3", "--format", "json", "--out", "-")
     assert code == 0 and len(json.loads(out)) == 3
     assert "Solving variants" in terminal.getvalue() and "kv-bytes-per-token@" not in terminal.getvalue()
+
+
+def test_an_answer_only_a_push_asks_is_not_keyed_on_the_variant_before_the_push(bank, catalog):
+    """hidden-memory-budget asks max_util only in its push: the key's table points to the push, whose stage
+    keys it on the pushed variant (a reader found the table's figure was not the one graded)."""
+    from solvers.engine import VariantCode, make_variant
+    from solvers.report import PUSHED_KEY
+
+    solution = make_variant(bank, catalog, VariantCode("hidden-memory-budget", 9401))
+    question = solution.question
+    assert question.push_only == {"max_util"}
+    read = script(solution, catalog)
+    sheet = key_sheet().entry(1, read)
+    label = question.answer("max_util").shown_label
+    assert f"| {label} | {PUSHED_KEY} |" in sheet
+    push = next(stage.run for stage in read.stages if stage.stage.push and stage.run is not None)
+    assert f"**{label}** — {expected_text(push.solution, 'max_util')}" in sheet
+    assert all(f"| {a.shown_label} | {expected_text(solution, a.key)} |" in sheet
+               for a in question.answers if a.key not in question.push_only)

@@ -541,7 +541,7 @@ def test_an_answer_only_a_push_asks_is_judged_on_the_pushed_variants(tmp_path, b
     text = (questions_dir() / "F" / "kv-bytes-per-token.yaml").read_text()
     text = text.replace("ask: [batch_tpot, served, regime, levers]", "ask: [batch_tpot, regime, levers]", 1)
     question = parse_question(tmp_path / "kv-bytes-per-token.yaml", text)
-    assert variety.push_only(question) == {"served"}
+    assert question.push_only == {"served"}
     varied = [make_variant(bank, catalog, VariantCode("kv-bytes-per-token", seed)) for seed in range(1, 25)]
     varied = [s.__class__(**{**s.__dict__, "question": question}) for s in varied]
     one = [varied[0]] * len(varied)
