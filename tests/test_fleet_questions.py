@@ -138,13 +138,35 @@ def _holding(solution, key):
 
 def test_restart_async_save_is_named_as_such(variant, catalog):
     """The review: async checkpointing to storage also cuts the stall, so the cheap save is an asynchronous
-    one (to host memory, written out in the background), not "in-memory instead of storage"."""
+    one, not "in-memory instead of storage". Re-derivation r2: a save every 40-55 s is doubtful if the
+    background copy goes to storage (minutes for a pretraining checkpoint), so it goes to a peer's host memory
+    (a gigabyte or two per GPU over the NIC), and an assumption says the copy fits inside the interval. The
+    stage quotes no earlier key (a sheet printed whole would give stage 1's answer away)."""
     from solvers.interview import stage_run
     solution = variant("restart-goodput@default")
     run = stage_run(solution, catalog, 2)
     assert run is not None and "young_memory" in run.ask
-    assert "host memory, written out in the background" in run.say and "instead" not in run.say
+    assert "host memory, copied to a peer's in the background" in run.say and "instead" not in run.say
+    assert "{today_loss}" not in solution.question.stages[2].say
     assert solution.question.answer("young_memory").label == "Best interval, asynchronous saves"
+    assert any("inside the asynchronous interval" in a for a in solution.sheet.assumptions)
+
+
+def test_restart_words_say_the_exact_model(variant, catalog):
+    """Re-derivation r2 read the first-order model (R·(F + τ/2), over running time: 25.5% against 22.5% at
+    @7301): the opening says the wall clock counts the recoveries, and the boxes say the shares are of wall
+    clock and the redone run is its exact mean for memoryless failures, not first order."""
+    from solvers.interview import stage_run
+    solution = variant("restart-goodput@7301")
+    run = stage_run(solution, catalog, 0)
+    assert run is not None and "share of wall clock, recoveries in it" in run.say
+    question = solution.question
+    assert "exact mean for memoryless failures, not first order" in question.answer("lost_per_restart").label
+    assert "runs plus recoveries" in question.answer("restart_loss").label
+    for key in ("today_loss", "residual"):
+        assert "Share of wall clock" in question.answer(key).label
+    x = solution.expected
+    assert x["restart_loss"] == pytest.approx(0.2251, rel=2e-3)  # 71.26 min / (28.5 min + 4.8 h)
 
 
 def test_restart_pinned_seed(variant):

@@ -141,7 +141,7 @@ def _batching_holds(s: Sheet, p, sim: dict) -> None:
             batch["g_best"] != sim["g_fixed"],
             f"γ = {batch['g_best']} in batches of {format_number(p.batch)}, γ = {sim['g_fixed']} alone")
     tokens, ridge = p.batch * (batch["g_best"] + 1), ridge_tokens(p)
-    s.judge(key, "the verify pass at that draft length is compute-bound", tokens > ridge,
+    s.judge(key, "the verify pass at the best fixed draft length for these batches is compute-bound", tokens > ridge,
             f"{format_number(tokens)} tokens against the ridge of {format_number(ridge, 3)}")
     if abs(batch["fixed"] / batch["sorted"] - 1) < PLAIN_TIE:
         raise Reject("batches sorted by draft length sit at the fixed γ's time per token")
@@ -211,9 +211,6 @@ def solve(p, s: Sheet) -> None:
                      ("chat", "chat's best draft length")):
         s.given(f"γ_{key}", sim[f"g_{key}"], "", f"{who} over the per-request spread, lowest mean time per token "
                 f"({source})")
-    s.choose("gamma_fixed", float(sim["g_fixed"]),
-             f"over the spread, {format_number(sim['fixed'], 4)} target steps a token "
-             f"(code would pick {sim['g_code']}, chat {sim['g_chat']})")
     t_f = s.given("τ_fixed", sim["fixed"], "", f"mean time per token, best fixed γ = {sim['g_fixed']} ({source})")
     t_c = s.given("τ_class", sim["class"], "", f"mean time per token, code γ = {sim['g_code']}, chat γ = "
                   f"{sim['g_chat']} ({source})")
@@ -242,7 +239,8 @@ def solve(p, s: Sheet) -> None:
              "token within a request); the adaptive policy estimates it after its warm-up from accepted over judged "
              "drafts with the class mean as prior, then keeps the best γ for that estimate (warm-up cost left out).")
     s.assume(f"In a batch of {p.batch:g} every request rides the same round: the verify pass carries Σ(γ_r + 1) "
-             f"tokens, free up to {format_number(ridge_tokens(p), 3)} on {p.gpu.name} (its bf16 ridge in tokens at "
+             f"tokens (each request its own draft plus one, none padded to the longest), free up to "
+             f"{format_number(ridge_tokens(p), 3)} on {p.gpu.name} (its bf16 ridge in tokens at "
              "the step-compute and step-bandwidth efficiencies), "
              "and the drafter runs as many passes as "
              "the longest draft.")

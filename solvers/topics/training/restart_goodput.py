@@ -175,10 +175,14 @@ def solve(p, s: Sheet) -> None:
              "work lost is the run past it, close to half a cycle of τ + C.")
     s.assume("Young's first-order optimum τ = √(2·C·M) (Young 1974), valid while the stall C is far shorter than "
              "the MTBF M; Daly's higher-order correction changes little at these ratios.")
-    s.assume("An asynchronous save (a snapshot to host memory, then written to storage or copied to peers in the "
-             "background: PyTorch DCP async_save, Gemini, NVIDIA's resiliency extension) cuts only the stall; "
+    s.assume("An asynchronous save (a snapshot to host memory, copied on to a peer's host memory in the "
+             "background: Gemini, PyTorch DCP async_save, NVIDIA's resiliency extension) cuts only the stall; "
              "detection, rescheduling and reload are kept as stated, although restoring from a peer's memory "
              "also shortens the reload in practice.")
+    s.assume("The background copy finishes well inside the asynchronous interval: a GPU's shard, a gigabyte or "
+             "two, crosses a ~50 GB/s NIC to the peer in well under a second, against intervals of half a minute "
+             "or more. Written to shared storage instead, a checkpoint takes minutes and would set a floor under "
+             "the interval; storage still gets a copy now and then, for failures that take the peer too.")
     s.slip("the whole interval rewound, not half of it", on=("lost_per_restart", "restart_loss"),
            factor=s.evaluate(F + tau) / s.value(L))
     s.slip("the whole interval rewound, not half of it", on="today_loss",
