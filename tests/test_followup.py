@@ -159,14 +159,28 @@ def test_the_search_solves_exactly_only_the_push_it_makes(bank, catalog, monkeyp
     assert solves[False] == 1 and solves[True] > 10
 
 
-def test_a_variant_with_no_regime_and_no_declared_push_that_fits_still_gets_one(bank, catalog):
-    """h200-slower-than-h100 has no regime; at seed 42 neither of its declared pushes makes a valid variant that
-    changes what it asks. The first figure moved is the context (9,984 tokens to 15,872), and the answer asked
-    is the first one that moves with it. (Seed 54 showed this until HBM became the device's figure; its tuning
-    files' push now changes what it asks.)"""
-    first = make_variant(bank, catalog, VariantCode("h200-slower-than-h100", 42))
-    assert first.sheet.regime is None
+def test_a_variant_with_no_regime_and_no_declared_push_that_fits_still_gets_one(catalog, tmp_path):
+    """A question in the old shape (a prompt, then the engine's push) with no regime, whose one declared push
+    makes no change on the variant (a value it has already): the engine still pushes, moving the first figure
+    that moves an answer and asking that answer. (h200-slower-than-h100 showed this until it was staged with a
+    regime of its own; no old-shape question without a regime remains, so the test builds one from
+    pause-storm-origin's solver: a 400 Gb/s fabric halved to 200, the lost bandwidth asked.)"""
+    import yaml
+
+    from solvers.validate import read_questions
+    with open("questions/T/pause-storm-origin.yaml", encoding="utf-8") as source:
+        document = yaml.safe_load(source)
+    stages = document.pop("stages")
+    document.update(id="old-shape-no-regime", solver="network.pause_storm_origin", prompt=stages[0]["say"],
+                    hints=[hint for stage in stages for hint in stage.get("hints", [])],
+                    followups=[{"set": {"quanta": 65535}, "ask": ["lost_bandwidth"]}])
+    text = yaml.safe_dump(document, allow_unicode=True, sort_keys=False)
+    (tmp_path / "old-shape-no-regime.yaml").write_text(text, "utf-8")
+    bank, problems = read_questions([tmp_path / "old-shape-no-regime.yaml"])
+    assert not problems and not bank.get("old-shape-no-regime").staged
+    first = make_variant(bank, catalog, VariantCode("old-shape-no-regime", 42))
+    assert first.sheet.regime is None and first.param("line_rate").raw == 400
     followup = follow_up(first, catalog)
-    assert followup is not None and followup.ask == ("batch_o",)
-    assert followup.solution.param("context").raw == 15872 and first.param("context").raw == 9984
-    assert followup.solution.expected["batch_o"] != first.expected["batch_o"]
+    assert followup is not None and followup.ask == ("lost_bandwidth",)
+    assert dict(followup.solution.code.overrides) == {"line_rate": "200"}
+    assert followup.solution.expected["lost_bandwidth"] != first.expected["lost_bandwidth"]

@@ -268,16 +268,19 @@ def test_fp8_scale_formats_simulation(variant):
 # --- fp8-attention-quant-points ------------------------------------------------------------
 
 
-def test_fp8_attention_states_the_max_and_the_typical_error_it_keys_on(variant):
+def test_fp8_attention_hints_give_the_model_the_words_do_not(variant):
     """The flushed mass takes the row max at the Gumbel-corrected mean of the largest of T (3.65β at 4,096
-    tokens); the bare β·√(2 ln T) of a first version's hint (4.08β) gives 8.3%, not 3.5%, and flips the regime.
-    The typical accumulator error (the bound over 8 ln 2) rests on log-uniform significands, half a unit lost a
-    chop and a half-grown sum: the prompt and the label say so, and the hint no longer contradicts the key."""
+    tokens); the bare β·√(2 ln T) (4.08β) gives 8.3%, not 3.5%. The typical accumulator error (the bound over
+    8 ln 2) rests on log-uniform significands, half a unit lost a chop and a half-grown sum. bank-review-2: the
+    old prompt dictated that bespoke model; staged, the interviewer's words say the situation and the hints
+    carry the method."""
     solution = variant("fp8-attention-quant-points@default")
-    assert "row max at its Gumbel-corrected mean" in solution.prompt
-    assert "Taking significands as log-uniform" in solution.prompt  # the accumulator's E[1/f] too, not only keys
-    assert "half a unit lost a chop, the sum half-grown" in solution.question.answer("acc_error_typical").label
-    assert not any("max near β·√(2 ln T)" in hint for hint in solution.question.hints)
+    stages = solution.question.stages
+    said = " ".join(stage.say for stage in stages)
+    assert not any(word in said for word in ("Gumbel", "log-uniform", "8 ln 2"))
+    assert any("ln 4π − 2γ" in hint for hint in stages[0].hints)
+    assert any("8 ln 2" in hint for hint in stages[2].hints)
+    assert "typical error, not its bound" in said.replace("\n", " ")
     bare = 0.5 * math.erfc(-((2 * math.sqrt(2 * math.log(4096)) - 10 * math.log(2) - 4) / 2) / math.sqrt(2))
     assert bare == pytest.approx(0.083, abs=0.001)  # the other reading: 8.3% against the key's 3.5%
     assert bare > 2 * solution.sheet.results["p_flushed_mass"]
@@ -301,27 +304,65 @@ def test_fp8_attention_flush_rule_is_the_cast():
     assert np.array_equal(quantize(p, E4M3) == 0, p <= E4M3.min_subnormal / 2)
 
 
-@pytest.mark.parametrize("code", ["default", "default+score_spread=3", "default+context=16384+score_spread=1.5",
-                                  "default+outlier=20", "default+outlier=1+context=16384"])
+@pytest.mark.parametrize("code", ["default", "default+score_spread=2.4+outlier=20",
+                                  "default+context=16384+outlier=4", "default+outlier=20",
+                                  "default+context=65536+score_spread=1.2+outlier=4",
+                                  "default+context=131072+outlier=6"])
 def test_fp8_attention_simulation_matches_the_closed_forms(variant, code):
     sheet = variant(f"fp8-attention-quant-points@{code}").sheet
     given, results = {g.symbol: g.value for g in sheet.givens}, sheet.results
-    # Keys: misplaced mass ≈ δs/√(2π); per-channel no better than per-tensor; centring leaves β·ε.
-    assert given["tv_K_tensor"] == pytest.approx(results["key_score_error"] / math.sqrt(2 * math.pi), rel=0.4)
+    # Keys (up to 4,096 tokens, 16 query rows): misplaced mass ≈ δs/√(2π); per-channel no better than per-tensor;
+    # centring leaves β·ε.
+    assert given["tv_K_tensor"] == pytest.approx(results["key_misplaced"], rel=0.3)
     assert given["tv_K_centred"] == pytest.approx(results["key_score_error_centred"] / math.sqrt(2 * math.pi),
-                                                  rel=0.4)
+                                                  rel=0.3)
     assert 0.6 < given["tv_K_channel"] / given["tv_K_tensor"] < 1.6
-    # P: the flushed mass over a few rows against the tilted-Gaussian estimate at the mean max, within the
-    # half-decade the answer allows (each row's own max moves its flushed mass a lot).
+    # P: the mean flushed mass over 16 rows or more against the tilted-Gaussian estimate at the mean max, within
+    # 10^0.35: each row's own max moves its flushed mass a lot, and where the mass is small the rows with a high
+    # max lift the mean past the typical row's (0.78% against 0.38% at β = 1.2 over 64K).
     if results["p_flushed_mass"] > 1e-3:
-        assert abs(math.log10(given["f_P_sim"] / results["p_flushed_mass"])) < 0.5
+        assert abs(math.log10(given["f_P_sim"] / results["p_flushed_mass"])) < 0.35
     assert given["f_P448_sim"] < given["f_P_sim"] / 10 or given["f_P_sim"] < 1e-4
-    # Accumulator (simulated over at most 16,384 tokens): under the bound, near the typical T/32·2^-13/(8 ln 2).
-    tokens = min(given["T"], 16384)
-    bound = tokens / 32 * 2**-13
-    assert given["e_acc_sim"] <= bound
-    assert given["e_acc_sim"] == pytest.approx(bound / (8 * math.log(2)), rel=0.5)
-    assert given["e_acc_p_sim"] <= results["acc_error_promoted"]
+    # Accumulator, chained over the whole context: its worst channel under the bound, the channels' mean near the
+    # typical T/32·2^-13/(8 ln 2); promoted, under the promoted bound.
+    bound = given["T"] / 32 * 2**-13
+    assert results["acc_error"] == pytest.approx(bound)
+    assert given["e_acc_max_sim"] <= bound
+    assert given["e_acc_sim"] == pytest.approx(results["acc_error_typical"], rel=0.3)
+    assert given["e_acc_p_sim"] <= given["N_c"] / 32 * 2**-13
+
+
+def test_fp8_attention_simulation_ranks_the_points_as_the_key_does(variant):
+    """bank-review-2: the worked solution's simulation (64 tokens of keys, the accumulator cut at 16K) ranked the
+    points differently from the key in 53 of 200 variants, the default included. Now it runs at the context
+    (keys up to 4,096 tokens, where the softmax weights a dozen tokens or more at the largest spread drawn), the
+    key refuses a leader within 1.45x of the runner-up, and the shown simulation puts the same point first in
+    every draw, by a clear margin over the runner-up in most."""
+    clear = 0
+    for seed in range(60):
+        sheet = variant(f"fp8-attention-quant-points@{seed}").sheet
+        given, results = {g.symbol: g.value for g in sheet.givens}, sheet.results
+        simulated = {"keys": given["tv_K_tensor"], "probabilities": given["f_P_sim"], "accumulator": given["e_acc_sim"]}
+        closed = {"keys": results["key_misplaced"], "probabilities": results["p_flushed_mass"],
+                  "accumulator": results["acc_error_typical"]}
+        assert max(simulated, key=simulated.__getitem__) == results["regime"] == max(closed, key=closed.__getitem__)
+        top, second = sorted(closed.values(), reverse=True)[:2]
+        assert top >= 1.45 * second, seed
+        ranked = sorted(simulated.values(), reverse=True)
+        clear += ranked[0] >= 1.2 * ranked[1]
+    assert clear >= 45
+
+
+def test_fp8_fast_cast_is_the_shared_cast():
+    """The key simulation's fast E4M3 cast (float64 bits rounded with an add and a mask) gives fp8.quantize's
+    value for every input: normals, the midpoints between grid values (ties to even), subnormals, saturation."""
+    from solvers.topics.quantization.fp8_attention_quant_points import _e4m3
+    rng = np.random.default_rng(3)
+    grid = np.unique(np.abs(quantize(np.linspace(-448, 448, 200_001), E4M3)))
+    x = np.concatenate([rng.standard_normal(200_000) * np.exp(rng.uniform(-14, 7, 200_000)),
+                        (grid[1:] + grid[:-1]) / 2, -(grid[1:] + grid[:-1]) / 2, grid, [0.0, -0.0, 1e300, -1e300]])
+    for scale in (1.0, 2.0**-5, 3.7, amax_scale(20.0, E4M3)):
+        assert np.array_equal(_e4m3(x, scale), quantize(x, E4M3, scale))
 
 
 def test_fp8_attention_regime_is_the_largest_share(variant):

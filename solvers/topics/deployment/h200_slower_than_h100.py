@@ -7,7 +7,7 @@ import sympy
 
 from solvers.conventions import convention_value
 from solvers.data import Record
-from solvers.derivation import Reject, Sheet, exact
+from solvers.derivation import Reject, Sheet, Side, exact
 from solvers.models.collective import crosses_domain, tp_all_reduce
 from solvers.models.common import (
     dtype_bytes,
@@ -42,6 +42,7 @@ VLLM = "v0.10.1.1"  # the release the question pins: it names an H200 NVL's conf
 
 
 TOO_CLOSE = 0.02  # a ratio within 2% of that bar: "slower or not" would turn on rounding
+BOUND_MARGIN = 0.05  # the prefill's math and read within 5% of each other: its bound is too close to call
 
 
 # The what-ifs come from the float step-time model, which matches the sheet to 1e-9 (its test): a gain within a
@@ -86,18 +87,34 @@ class _Shared:
     s_flops: sympy.Symbol  # the experts' share of the weight GEMMs' FLOPs
     weights: sympy.Expr  # weight bytes each GPU reads per step
 
+    def read(self, r: _Rates, read: sympy.Expr) -> sympy.Expr:
+        """A step's reads, the expert weights' share stretched by π where untuned."""
+        return (read + self.weights * self.s_bytes * (r.penalty - 1)) / (self.eta_bw * r.BW)
+
+    def math(self, r: _Rates, gemm: sympy.Expr, attention: sympy.Expr) -> sympy.Expr:
+        """A step's math, the experts' share of the weight GEMMs stretched by π where untuned."""
+        return (gemm * (1 + self.s_flops * (r.penalty - 1)) / (self.eta_c * r.P)
+                + attention / (self.eta_att * r.P_att)) / (self.TP * r.phi)
+
     def kernels(self, r: _Rates, read: sympy.Expr, gemm: sympy.Expr, attention: sympy.Expr) -> sympy.Expr:
         """A step's kernels on both sides of the roofline (steptime.step_time's max), the untuned expert kernels
         stretched by π on each side: the expert weights' reads, and the experts' share of the weight GEMMs."""
-        return max_of((read + self.weights * self.s_bytes * (r.penalty - 1)) / (self.eta_bw * r.BW),
-                      (gemm * (1 + self.s_flops * (r.penalty - 1)) / (self.eta_c * r.P)
-                       + attention / (self.eta_att * r.P_att)) / (self.TP * r.phi))
+        return max_of(self.read(r, read), self.math(r, gemm, attention))
 
 
-def _prefill(s: Sheet, p, tag, gpu, c: _Shared, r: _Rates, T, F_w, F_att, link, alpha=None):
+def _prefill(s: Sheet, p, tag, gpu, c: _Shared, r: _Rates, T, F_w, F_att, link, alpha=None, split=False):
     ar = tp_all_reduce(s, p.model, gpu, p.tp, T, tag=f"pre_{tag}", label=f"prefill on {gpu.name}",
                        nic=link, latency=alpha, group=tag, where="PCIe between bridge groups")
-    kernels = c.kernels(r, c.weights, F_w, F_att)
+    if split:  # its two sides as steps of their own: the regime compares them
+        read = s.step(f"pre_read_{tag}", f"Prefill's weight read on {gpu.name}", f"t_read_{tag}",
+                      c.read(r, c.weights), "ms", "this GPU's share of the weights over η_bw·HBM, the expert "
+                      "weights' share stretched by π where untuned")
+        math = s.step(f"pre_math_{tag}", f"Prefill's math on {gpu.name}", f"t_math_{tag}",
+                      c.math(r, F_w, F_att), "ms", "weight GEMMs at the weights' dtype peak (the experts' share "
+                      "stretched by π where untuned) and attention at the bf16 cache's, over TP·η·peak·φ")
+        kernels = max_of(read, math)
+    else:
+        kernels = c.kernels(r, c.weights, F_w, F_att)
     return s.step(f"ttft_{tag}", f"TTFT on {gpu.name}", f"TTFT_{tag}", kernels + ar + c.t_oh, "ms",
                   "the slower of the weights' read and the math (the experts' part of each stretched by π where "
                   "untuned), then all-reduces and overhead")
@@ -158,6 +175,35 @@ def _mechanisms(s: Sheet, p, knobs: Knobs, kv: float, B_o: int, tuned: bool, bri
     if not any(s.judged("mechanisms").values()):
         raise Reject(f"no mechanism slows this deployment by {format_quantity(p.slower, '%')} "
                      f"(TTFT {ratios[0]:.3f}x, TPOT {ratios[1]:.3f}x)")
+
+
+def _prefill_regime(s: Sheet, p) -> None:
+    """What bounds the H200 part's prefill: its math (the NVL's lower peak and the power cap bite) or its weight
+    read (HBM3e's bandwidth helps). A draw within BOUND_MARGIN of the boundary is refused: TTFT's tolerance would
+    let a candidate land on either side."""
+    read, math = s.symbol("t_read_n"), s.symbol("t_math_n")
+    margin = s.value(math) / s.value(read)
+    if abs(margin - 1) < BOUND_MARGIN:
+        raise Reject(f"the prefill's math and weight read on the {p.part.name} within {BOUND_MARGIN:.0%} of each "
+                     "other: too close to call its bound")
+    t_read, t_math, prompt = s.text(read), s.text(math), format_quantity(p.prompt, "tokens")
+    bw_n, bw_o = s.text(s.symbol("BW_n")), s.text(s.symbol("BW_o"))
+    s.regime_by(math, read, above=Side(
+        "compute-bound",
+        f"Over a prompt of {prompt} the prefill's math takes {t_math} on the {p.part.name}, longer than its "
+        f"{t_read} weight read: "
+        "the prefill runs at the tensor cores' pace, so a lower rated peak or a capped clock slows TTFT, and the "
+        "faster HBM3e buys nothing here.",
+        "A prompt short enough that its math takes less than the weight read makes the prefill wait on HBM: "
+        f"there the H200's {bw_n} helps and the peak and clock stop mattering."),
+        below=Side(
+        "read-bound",
+        f"Over a prompt of {prompt} the prefill's math takes {t_math} on the {p.part.name}, less than its "
+        f"{t_read} weight read: "
+        f"the prefill waits on HBM, where the H200's {bw_n} beats the H100's {bw_o}, so a lower peak or a "
+        "capped clock costs TTFT nothing.",
+        "A longer prompt's math outgrows the weight read: the prefill turns compute-bound, and the NVL card's "
+        "lower peak and any power cap show up in TTFT."))
 
 
 def solve(p, s: Sheet) -> None:
@@ -231,7 +277,8 @@ def solve(p, s: Sheet) -> None:
     alpha_n = None if not bridged else s.given(
         "α_PCIe", convention_value("all-reduce-latency-nic") * 1e-6, "us",
         "latency of one all-reduce across PCIe between bridge groups (nvl-bridge-groups)")
-    ttft_n = _prefill(s, p, "n", gpu_n, shared, rates_n, T, F_w, F_att, link_n, alpha_n)
+    ttft_n = _prefill(s, p, "n", gpu_n, shared, rates_n, T, F_w, F_att, link_n, alpha_n, split=True)
+    _prefill_regime(s, p)
     tpot_n = _decode(s, p, "n", gpu_n, shared, rates_n, C, KV, Bn, N_a, A, link_n, eager_n, alpha_n)
     r_ttft = s.step("ttft_ratio", "TTFT on the H200 part / on H100", "R_TTFT", ttft_n / ttft_o, "x",
                     f"{format_quantity(p.slower, '%')} or more above 1: users see the first token later")

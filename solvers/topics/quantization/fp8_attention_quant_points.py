@@ -7,7 +7,7 @@ from typing import TypedDict
 import numpy as np
 import sympy
 
-from solvers.derivation import Sheet, exact
+from solvers.derivation import QuickSheet, Reject, Sheet, exact
 from solvers.models.fp8 import E4M3, amax_scale, chop_mask, quantize
 from solvers.models.quantization import pct_text, variant_rng
 from solvers.sheetmath import normal_cdf
@@ -16,18 +16,33 @@ from solvers.units import format_number
 ATTN_OUTLIERS = 4  # key channels at ±α, as in kv-quant-keys-vs-values
 
 
-ATTN_TOKENS = 64  # tokens in the key simulation
+KEY_TOKENS = 4096  # the key simulation's longest row: past it the misplaced share has settled (see _key_point)
+
+
+KEY_ROWS = 16  # query rows in the key simulation
 
 
 ACC_CHANNELS = 4  # value channels in the accumulator simulation
 
 
-ACC_TOKENS = 16384  # the accumulator simulation's longest run: 512 chained adds
+CLEAR = 1.45  # the leading point's share at least this many times the runner-up's (the answers' 10^0.15, and a margin)
 
 
+P_ROWS, P_VALUES = 16, 262144  # at least this many query rows in the probability simulation, and the scores it aims for
 
 
-P_ROWS, P_VALUES = 8, 65536  # query rows in the probability simulation, and the scores it aims for
+def _e4m3(x: np.ndarray, scale) -> np.ndarray:
+    """fp8.quantize(x, E4M3, scale) for large arrays: normals rounded to 3 fraction bits, nearest even, on the
+    float64 bits (an add and a mask), the few subnormals by the shared rounding (the key test checks both
+    agree value for value)."""
+    y = np.clip(np.asarray(x, dtype=np.float64) / scale, -E4M3.max, E4M3.max)
+    drop = 52 - E4M3.mantissa_bits
+    bits = y.view(np.uint64)
+    lsb = (bits >> np.uint64(drop)) & np.uint64(1)
+    rounded = ((bits + np.uint64((1 << (drop - 1)) - 1) + lsb) & chop_mask(E4M3.mantissa_bits)).view(np.float64)
+    small = np.abs(y) < 2.0**E4M3.min_exponent
+    rounded[small] = quantize(y[small], E4M3)
+    return rounded * scale
 
 
 def _softmax_tv(p: np.ndarray, q: np.ndarray) -> float:
@@ -35,25 +50,29 @@ def _softmax_tv(p: np.ndarray, q: np.ndarray) -> float:
     return float(np.mean(np.sum(np.abs(p - q), axis=1)) / 2)
 
 
-def _key_point(rng: np.random.Generator, alpha: float, beta: float, head_dim: int) -> dict[str, float]:
-    """Keys with outlier channels through E4M3: per-tensor, per-channel and mean-subtracted scales."""
+def _key_point(rng: np.random.Generator, alpha: float, beta: float, head_dim: int, tokens: int) -> dict[str, float]:
+    """Keys with outlier channels through E4M3 (per-tensor, per-channel and mean-subtracted scales), over the
+    context's tokens up to KEY_TOKENS: the misplaced share is set by the tokens the softmax weights, about
+    T·e^(−β²) of them, and past a few dozen it no longer moves (4,096 tokens give a dozen or more at the largest β
+    drawn). Queries are scaled so the scores have spread β, as the closed form takes them."""
+    rows = min(tokens, KEY_TOKENS)
     offsets = np.zeros(head_dim)
     offsets[:ATTN_OUTLIERS] = alpha * np.resize([1.0, -1.0], ATTN_OUTLIERS)
-    k = rng.standard_normal((ATTN_TOKENS, head_dim)) + offsets
-    q = beta * rng.standard_normal((4, head_dim))
+    k = rng.standard_normal((rows, head_dim)) + offsets
+    q = beta * rng.standard_normal((KEY_ROWS, head_dim))
 
     def probs(keys):
-        s = q @ keys.T / np.sqrt(head_dim)
+        s = q @ (keys - offsets).T / np.sqrt(head_dim)  # q·offsets is the same for every token: it cancels
         e = np.exp(s - s.max(axis=1, keepdims=True))
         return e / e.sum(axis=1, keepdims=True)
 
     exact = probs(k)
-    tensor = quantize(k, E4M3, amax_scale(np.max(np.abs(k)), E4M3))
-    channel = quantize(k, E4M3, amax_scale(np.max(np.abs(k), axis=0), E4M3))
+    tensor = _e4m3(k, amax_scale(np.max(np.abs(k)), E4M3))
+    channel = _e4m3(k, amax_scale(np.max(np.abs(k), axis=0), E4M3))
     mean = k.mean(axis=0)
-    centred = quantize(k - mean, E4M3, amax_scale(np.max(np.abs(k - mean)), E4M3)) + mean  # q·mean kept exact
+    centred = _e4m3(k - mean, amax_scale(np.max(np.abs(k - mean)), E4M3)) + mean  # q·mean kept exact
     return {"tensor": _softmax_tv(exact, probs(tensor)), "channel": _softmax_tv(exact, probs(channel)),
-            "centred": _softmax_tv(exact, probs(centred))}
+            "centred": _softmax_tv(exact, probs(centred)), "tokens": rows}
 
 
 class _ProbabilityPoint(TypedDict):
@@ -67,7 +86,7 @@ def _probability_point(rng: np.random.Generator, beta: float, tokens: int, scale
     """exp(s − m) cast to E4M3 as it is, and scaled by 448, over a few query rows (each row has its own
     max, which the flushed mass is sensitive to): what flushes to zero is what the cast sends to 0, at or
     below half the smallest subnormal (the tie goes to the even code, zero)."""
-    rows = min(P_ROWS, max(2, P_VALUES // tokens))
+    rows = max(P_ROWS, P_VALUES // tokens)
     s = beta * rng.standard_normal((rows, tokens))
     p = np.exp(s - s.max(axis=1, keepdims=True))
     flush = E4M3.min_subnormal / 2
@@ -78,9 +97,11 @@ def _probability_point(rng: np.random.Generator, beta: float, tokens: int, scale
 
 
 def _accumulator_point(rng: np.random.Generator, p: np.ndarray, promote: int, k: int, bits: int) -> dict[str, float]:
-    """P·V over the context in WGMMA k-slabs of `k` tokens, each slab added into an accumulator that keeps
-    `bits` fraction bits; and the same with the accumulator moved to FP32 every `promote` tokens.
-    Values of one sign (the worst case: nothing cancels the chopped bits)."""
+    """P·V over the whole context in WGMMA k-slabs of `k` tokens, each slab added into an accumulator that keeps
+    `bits` fraction bits; and the same with the accumulator moved to FP32 every `promote` tokens. Values of one
+    sign (nothing cancels the chopped bits); the error is the mean over the channels (typical) and their largest
+    (against the bound)."""
+    p = np.concatenate([p, np.zeros(-p.size % promote)])  # zeros to whole promotion blocks: they add nothing
     v = rng.uniform(0, 1, (p.size, ACC_CHANNELS))
     slabs = (p[:, None] * v).reshape(-1, k, ACC_CHANNELS).sum(axis=1)  # the products as the MMA forms them
     exact = slabs.sum(axis=0)
@@ -95,31 +116,32 @@ def _accumulator_point(rng: np.random.Generator, p: np.ndarray, promote: int, k:
         partial += per_block[:, step]
         partial.view(np.uint64)[...] &= mask
     promoted = partial.sum(axis=0)  # the FP32 adds on CUDA cores: exact beside the chopped ones
-    return {"chained": float(np.max(np.abs(acc - exact) / exact)),
+    chained = np.abs(acc - exact) / exact
+    return {"chained": float(np.mean(chained)), "chained_max": float(np.max(chained)),
             "promoted": float(np.max(np.abs(promoted - exact) / exact))}
 
 
-def _attention_points_givens(s: Sheet, keys: dict, probs: _ProbabilityPoint, acc: dict, head_dim: int) -> None:
+def _attention_points_givens(s: Sheet, keys: dict, probs: _ProbabilityPoint, acc: dict, head_dim: int,
+                             tokens: int) -> None:
     source = "seeded simulation (seed from the variant)"
-    s.given("tv_K_tensor", keys["tensor"], "%", f"{source}, {ATTN_TOKENS} tokens × {head_dim}: mass misplaced, "
-            "keys per tensor")
+    s.given("tv_K_tensor", keys["tensor"], "%", f"{source}, {KEY_ROWS} query rows over {keys['tokens']:,} keys × "
+            f"{head_dim}: mass misplaced, keys per tensor")
     s.given("tv_K_channel", keys["channel"], "%", "the same, keys per channel")
     s.given("tv_K_centred", keys["centred"], "%", "the same, keys with their channel means subtracted")
-    s.given("f_P_sim", probs["flushed"], "%", f"{source}, {probs['rows']} rows of T scores: mass flushed, P unscaled")
+    s.given("f_P_sim", probs["flushed"], "%", f"{source}, {probs['rows']} rows of {tokens:,} scores: mass flushed, "
+            "P unscaled")
     s.given("f_P448_sim", probs["flushed_scaled"], "%", "the same, P scaled by 448")
-    s.given("e_acc_sim", acc["chained"], "%", f"{source}, P·V over the first {ACC_TOKENS:,} tokens at most × "
-            f"{ACC_CHANNELS} channels: worst relative error, chained in the accumulator")
-    s.given("e_acc_p_sim", acc["promoted"], "%", "the same, promoted to FP32 every N_c tokens")
+    s.given("e_acc_sim", acc["chained"], "%", f"{source}, P·V over all {tokens:,} tokens × {ACC_CHANNELS} "
+            "channels: mean relative error, chained in the accumulator")
+    s.given("e_acc_max_sim", acc["chained_max"], "%", "the same, its largest channel (against the bound)")
+    s.given("e_acc_p_sim", acc["promoted"], "%", "the same, promoted to FP32 every N_c tokens: largest channel")
 
 
-def _attention_fixes(s: Sheet, p, *, ds, ds_c, flushed, promoted, e_acc, r_K) -> None:
+def _attention_fixes(s: Sheet, p, *, ds, ds_c, flushed, promoted, e_acc) -> None:
     """Which fix addresses which point, judged on this variant's numbers."""
     unscaled, scaled = flushed
     # The flushed masses are floats (Φ evaluated numerically), so their comparisons are on values: no exact
     # tie exists to decide, and sympy's comparison of them costs milliseconds.
-    s.judge("fixes", "the FP8 keys misplace more of the output than an unscaled P flushes",
-            s.compare(r_K, unscaled) > 0,
-            f"{s.text(r_K, 3)} misplaced by the keys against {s.text(unscaled, 3)} flushed")
     s.judge("fixes", "subtracting the keys' channel means would cut the key score error by more than {mean_cut}",
             s.compare(ds, s.param("k_mean", "mean_cut") * ds_c) > 0,
             f"√(1 + n_o·α²/d) = {format_number(s.value(ds) / s.value(ds_c), 3)}× (per-channel scales would not help: "
@@ -131,7 +153,9 @@ def _attention_fixes(s: Sheet, p, *, ds, ds_c, flushed, promoted, e_acc, r_K) ->
             s.compare(unscaled, exact(p.flushed_line)) > 0, f"{s.text(unscaled, 3)} of it below 2^-10")
     s.judge("fixes", "scaling P by {p_scale} before the cast would leave under {small_error} of the attention mass "
             "flushed", s.compare(scaled, exact(p.small_error)) < 0,
-            f"{s.text(unscaled, 3)} flushed unscaled, {s.text(scaled, 3)} scaled")
+            f"{s.text(unscaled, 3)} flushed unscaled, {s.text(scaled, 3)} scaled: ln 448 = 6.1 nats lower, the flush "
+            "point passes the tail of any score spread attention has (a fact of the fix, not of this variant)",
+            fact=True)
     s.judge("fixes", "promoting the accumulator to FP32 every N_c tokens keeps its error bound under {small_error}",
             s.compare(promoted, s.param("e_small", "small_error")) < 0,
             f"{format_number(p.promote / p.mma_k)} chopped adds: {pct_text(s.number('acc_error_promoted'))}")
@@ -140,10 +164,19 @@ def _attention_fixes(s: Sheet, p, *, ds, ds_c, flushed, promoted, e_acc, r_K) ->
             f"{s.text(e_acc, 3)} over {format_number(p.context)} tokens (1.56% at 4,096)")
 
 
-def _attention_regime(s: Sheet, errors: dict[str, sympy.Symbol]) -> None:
-    """Three sides: the point whose misplaced share is largest; the boundary is the runner-up's."""
+def _attention_regime(s: Sheet, errors: dict[str, sympy.Symbol], simulated: dict[str, float] | None) -> None:
+    """Three sides: the point whose misplaced share is largest; the boundary is the runner-up's. A leader less
+    than CLEAR times the runner-up is refused (the shares are graded within a factor of 10^0.15, so a candidate
+    inside it could rank either way), and so is a variant whose own seeded simulation, shown beside the key,
+    puts another point first."""
     ranked = sorted(errors, key=lambda name: s.value(errors[name]), reverse=True)
     first, second = ranked[0], ranked[1]
+    if s.value(errors[first]) < CLEAR * s.value(errors[second]):
+        raise Reject(f"the {first} and {second} points misplace shares within {format_number(CLEAR)}x of each "
+                     "other: too close to rank")
+    if simulated is not None and (lead := max(simulated, key=simulated.__getitem__)) != first:
+        raise Reject(f"the seeded simulation puts the {lead} point first, the closed forms the {first}: too close "
+                     "to rank")
     shown = {name: s.text(sym, 3) for name, sym in errors.items()}
     fix = {"keys": "subtract the keys' channel means (per-channel scales do not help in FP8)",
            "probabilities": "scale P by 448 before the cast (or keep P in bf16)",
@@ -212,13 +245,16 @@ def solve(p, s: Sheet) -> None:
            N_c / k_mma * 2**-f_acc, "%",
            "only N_c/32 chopped adds before the partial sum moves to an FP32 register on the CUDA cores")
 
-    rng = variant_rng(p, "outlier", "score_spread", "context", "promote")
-    keys = _key_point(rng, p.outlier, p.score_spread, p.head_dim)
-    probs = _probability_point(rng, p.score_spread, int(p.context), p.p_scale)
-    acc = _accumulator_point(rng, probs["p"][:ACC_TOKENS], int(p.promote), int(p.mma_k), p.acc_bits)
-    _attention_points_givens(s, keys, probs, acc, p.head_dim)
+    simulated = None
+    if not isinstance(s, QuickSheet):  # a scan keeps the keys and the regime, and prints no givens
+        rng = variant_rng(p, "outlier", "score_spread", "context", "promote")
+        keys = _key_point(rng, p.outlier, p.score_spread, p.head_dim, int(p.context))
+        probs = _probability_point(rng, p.score_spread, int(p.context), p.p_scale)
+        acc = _accumulator_point(rng, probs["p"], int(p.promote), int(p.mma_k), p.acc_bits)
+        _attention_points_givens(s, keys, probs, acc, p.head_dim, int(p.context))
+        simulated = {"keys": keys["tensor"], "probabilities": probs["flushed"], "accumulator": acc["chained"]}
     _attention_fixes(s, p, ds=ds, ds_c=ds_c, flushed=(f_P, f_P448), promoted=N_c / k_mma * 2**-f_acc,
-                     e_acc=e_acc, r_K=r_K)  # the fixes judge the bound, as DeepSeek-V3 reports its maximum
+                     e_acc=e_acc)  # the fixes judge the bound, as DeepSeek-V3 reports its maximum
 
     s.assume(f"One head of dim {p.head_dim}; keys with unit spread and {ATTN_OUTLIERS} channels offset by ±α; scores "
              "Gaussian with spread β across tokens (queries and centred keys alike); the row max is the mean of the "
@@ -234,7 +270,6 @@ def solve(p, s: Sheet) -> None:
              "the keys' δs_rms/√(2π), the flushed mass, the accumulator's typical error (its bound over 8 ln 2). "
              "Significands of the rounded keys are taken log-uniform (E[1/f²] = 3/(8 ln 2)); the outlier entries "
              "near ±α sit in one binade and move this by a few percent.")
-    s.slip("promotion forgotten", s.evaluate(T / N_c), on="acc_error_promoted")
     s.slip("the √(1 + n_o·α²/d) of the outlier offsets left out", s.evaluate(1 / k_rms), on="key_score_error")
-    _attention_regime(s, {"keys": r_K, "probabilities": f_P, "accumulator": e_typ})
+    _attention_regime(s, {"keys": r_K, "probabilities": f_P, "accumulator": e_typ}, simulated)
 
