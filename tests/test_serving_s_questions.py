@@ -43,12 +43,21 @@ def test_slo_goodput_matches_closed_forms(variant, seed):
     p = {param.name: param.value for param in solution.params}
     by_hand = _model_by_hand(p)
     for key, value in by_hand.items():
-        assert solution.expected[key] == pytest.approx(value, rel=1e-9), key
-    healthy = p["load"] / p["prefill_mean"] <= by_hand["max_rate"]
-    assert solution.expected["regime"] == ("healthy" if healthy else "throughput-high-goodput-low")
+        assert solution.sheet.results[key] == pytest.approx(value, rel=1e-9), key
+    within = p["load"] / p["prefill_mean"] <= by_hand["max_rate"]
+    assert solution.expected["regime"] == ("goal-met" if within else "throughput-high-goodput-low")
     levers = solution.sheet.results["ttft_levers"]
     assert levers["p99 TTFT already meets its SLO at today's load"] == (p["load"] <= by_hand["knee_load"])
+    # p99 past its SLO is more than 1 request in 100 past it: the two options never agree
+    assert levers["more than one request in a hundred waits past the TTFT SLO today"] == (
+        not levers["p99 TTFT already meets its SLO at today's load"])
     assert not levers["halving the decode pool's TPOT excess would shorten p99 TTFT"]
+    mu, lam, need = 1 / p["prefill_mean"], p["load"] / p["prefill_mean"], math.log(100) / p["ttft_slo"]
+    for option, rate in (("prefill time per prompt cut by {big_cut}", mu / 0.8 - lam),
+                         ("prefill time per prompt cut by {small_cut}", mu / 0.9 - lam),
+                         ("shedding {shed} of arrivals at admission", mu - 0.9 * lam),
+                         ("shedding {big_shed} of arrivals at admission", mu - 0.75 * lam)):
+        assert levers[option + " would put p99 TTFT within its SLO"] == (rate >= need), option
 
 
 def test_slo_goodput_p99_matches_a_simulated_fifo_queue(variant):
@@ -80,29 +89,48 @@ def test_slo_goodput_has_no_simulation_noise(variant, bank):
 
 @pytest.mark.parametrize("seed", range(60))
 def test_slo_goodput_verdicts_are_clear(variant, seed):
-    """The regime sits clear of a tie, the goal holds to half the capacity (a miss means a busy queue), and
-    p99 TTFT can meet its SLO at some load (the SLO is at least five prefills)."""
+    """The regime sits clear of a tie (3%, the goodput's own tolerance), the goal holds to half the capacity (a
+    miss means a busy queue), and p99 TTFT can meet its SLO at some load (the SLO is at least five prefills)."""
     solution = variant(f"slo-goodput@{seed}")
     results = solution.sheet.results
     p = {param.name: param.value for param in solution.params}
-    assert (results["attainment"] >= p["target"]) == (results["regime"] == "healthy")
+    assert (results["attainment"] >= p["target"]) == (results["regime"] == "goal-met")
     assert results["max_rate"] >= 0.5 * results["capacity"]
     assert results["attainment"] <= 0.999  # at least 1 request in 1,000 misses: something to diagnose
     assert results["knee_load"] > 0
-    assert abs(results["arrival_rate"] / results["max_rate"] - 1) >= 0.005
+    assert abs(results["arrival_rate"] / results["max_rate"] - 1) >= 0.03
 
 
-def test_slo_goodput_names_attainment_and_goodput(variant, bank):
-    """DistServe's goodput is a rate; the share of requests meeting both SLOs is the attainment."""
-    question = bank.get("slo-goodput")
-    assert "Goodput" in question.answer("max_rate").label and question.answer("max_rate").unit == "requests/s"
-    assert "attainment" in question.answer("attainment").label
-    assert "the goodput (highest arrival rate" in " ".join(variant("slo-goodput@default").prompt.split())
+def test_slo_goodput_goal_met_says_when_p99_is_past_its_slo(variant):
+    """A re-derivation: some "healthy" variants already had p99 TTFT over the SLO. The side is now named for
+    what it is (the attainment goal met), and its words say where p99 is past the SLO all the same."""
+    seen = 0
+    for seed in range(80):
+        solution = variant(f"slo-goodput@{seed}")
+        if solution.regime_name != "goal-met":
+            continue
+        p = {param.name: param.value for param in solution.params}
+        past = solution.sheet.results["ttft_p99"] > p["ttft_slo"]
+        assert ("past its" in solution.sheet.regime.summary) == past, seed
+        seen += past
+    assert seen >= 5  # the case is common: a 90% goal leaves room for a tail past the SLO
+    at_72 = variant("slo-goodput@default+load=72")  # pinned goal-met in the file, p99 3.29 s against 2 s
+    assert at_72.regime_name == "goal-met" and "3.289 s, is past its 2 s" in at_72.sheet.regime.summary
 
 
-def test_slo_goodput_pinned_seed(variant):
-    """Seed 0 draws these parameters (its keys are pinned in the question file)."""
-    assert [p.raw for p in variant("slo-goodput@0").params] == [230, 65, 4.3, 31, 2, 100, 90, 20, 10, 10]
+def test_slo_goodput_refuses_a_load_past_capacity(variant):
+    with pytest.raises(VariantError, match="grows without bound"):
+        variant("slo-goodput@default+load=100")
+
+
+def test_slo_goodput_stages(variant):
+    """The interview: TTFT and its knee with the levers, then TPOT, attainment, goodput and the verdict, then a push
+    of the load that asks the verdict again; the median TPOT is a worked step, not a box."""
+    question = variant("slo-goodput@default").question
+    assert [list(stage.ask) for stage in question.stages] == [
+        ["ttft_p50", "ttft_p99", "knee_load", "ttft_levers"], ["tpot_p99", "attainment", "max_rate", "regime"],
+        ["regime", "attainment", "ttft_p99"]]
+    assert question.stages[2].generated and "goodput" in question.stages[1].say
 
 
 # --- decode-op-ranking ---------------------------------------------------------------------
