@@ -65,6 +65,9 @@ def _check_draw(s: Sheet, model: dict[str, sympy.Symbol], both, lam_star) -> Non
         raise Reject("the arrival rate is within 3% of the goodput: the verdict would read as a tie")
 
 
+LEVER_TIE = sympy.Rational(3, 100)  # p99 TTFT within this of its SLO (p99's own tolerance) is too near to call
+
+
 ALREADY = "p99 TTFT already meets its SLO at today's load"
 
 
@@ -91,9 +94,14 @@ def _judge_levers(s: Sheet, p, model: dict[str, sympy.Symbol]) -> None:
     p99_means = _p99_means()
     needed = p99_means / T  # the rate μ − λ at which p99 TTFT equals the SLO
     slo = s.text(T)
+    if s.compare(abs(ttft99 / T - 1), LEVER_TIE) < 0:
+        raise Reject("p99 TTFT is within 3% of its SLO: whether it meets it would read as a tie")
     for option, rate in _ttft_levers(p, model["mu"], model["lam"]):
         p99 = format_quantity(s.evaluate(p99_means / rate), "s")
         lead = "today" if option == ALREADY else f"μ − λ becomes {format_quantity(s.evaluate(rate), 'requests/s')}"
+        if s.compare(abs(p99_means / rate / T - 1), LEVER_TIE) < 0:  # a lever landing on the SLO: not listed
+            s.judge("ttft_levers", option, None, f"{lead}: p99 TTFT {p99}, within 3% of {slo}, too near to call")
+            continue
         s.judge("ttft_levers", option, s.compare(rate, needed) >= 0, f"{lead}: p99 TTFT {p99} against {slo}")
     # The p99 read as a share of requests: past the SLO exactly when more than 1 in 100 miss it (e^(−(μ−λ)T) > 1%).
     missed = exp_of(-(model["mu"] - model["lam"]) * T)
