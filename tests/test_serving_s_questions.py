@@ -43,12 +43,25 @@ def test_slo_goodput_matches_closed_forms(variant, seed):
     p = {param.name: param.value for param in solution.params}
     by_hand = _model_by_hand(p)
     for key, value in by_hand.items():
-        assert solution.expected[key] == pytest.approx(value, rel=1e-9), key
-    healthy = p["load"] / p["prefill_mean"] <= by_hand["max_rate"]
-    assert solution.expected["regime"] == ("healthy" if healthy else "throughput-high-goodput-low")
+        assert solution.sheet.results[key] == pytest.approx(value, rel=1e-9), key
+    within = p["load"] / p["prefill_mean"] <= by_hand["max_rate"]
+    assert solution.expected["regime"] == ("goal-met" if within else "throughput-high-goodput-low")
     levers = solution.sheet.results["ttft_levers"]
     assert levers["p99 TTFT already meets its SLO at today's load"] == (p["load"] <= by_hand["knee_load"])
+    # p99 past its SLO is more than 1 request in 100 past it: the two options never agree
+    assert levers["more than one request in a hundred waits past the TTFT SLO today"] == (
+        not levers["p99 TTFT already meets its SLO at today's load"])
     assert not levers["halving the decode pool's TPOT excess would shorten p99 TTFT"]
+    mu, lam, need = 1 / p["prefill_mean"], p["load"] / p["prefill_mean"], math.log(100) / p["ttft_slo"]
+    for option, rate in (("prefill time per prompt cut by {big_cut}", mu / 0.8 - lam),
+                         ("prefill time per prompt cut by {small_cut}", mu / 0.9 - lam),
+                         ("shedding {shed} of arrivals at admission", mu - 0.9 * lam),
+                         ("shedding {big_shed} of arrivals at admission", mu - 0.75 * lam)):
+        judged = levers[option + " would put p99 TTFT within its SLO"]
+        if judged is None:  # too near the SLO to call: not listed
+            assert abs(math.log(100) / rate / p["ttft_slo"] - 1) < 0.03, option
+        else:
+            assert judged == (rate >= need) and abs(math.log(100) / rate / p["ttft_slo"] - 1) >= 0.03, option
 
 
 def test_slo_goodput_p99_matches_a_simulated_fifo_queue(variant):
@@ -80,29 +93,49 @@ def test_slo_goodput_has_no_simulation_noise(variant, bank):
 
 @pytest.mark.parametrize("seed", range(60))
 def test_slo_goodput_verdicts_are_clear(variant, seed):
-    """The regime sits clear of a tie, the goal holds to half the capacity (a miss means a busy queue), and
-    p99 TTFT can meet its SLO at some load (the SLO is at least five prefills)."""
+    """The regime sits clear of a tie (3%, the goodput's own tolerance), the goal holds to half the capacity (a
+    miss means a busy queue), and p99 TTFT can meet its SLO at some load (the SLO is at least five prefills)."""
     solution = variant(f"slo-goodput@{seed}")
     results = solution.sheet.results
     p = {param.name: param.value for param in solution.params}
-    assert (results["attainment"] >= p["target"]) == (results["regime"] == "healthy")
+    assert (results["attainment"] >= p["target"]) == (results["regime"] == "goal-met")
     assert results["max_rate"] >= 0.5 * results["capacity"]
     assert results["attainment"] <= 0.999  # at least 1 request in 1,000 misses: something to diagnose
     assert results["knee_load"] > 0
-    assert abs(results["arrival_rate"] / results["max_rate"] - 1) >= 0.005
+    assert abs(results["arrival_rate"] / results["max_rate"] - 1) >= 0.03
+    assert abs(results["ttft_p99"] / p["ttft_slo"] - 1) >= 0.03  # "already meets its SLO" is no tie either
 
 
-def test_slo_goodput_names_attainment_and_goodput(variant, bank):
-    """DistServe's goodput is a rate; the share of requests meeting both SLOs is the attainment."""
-    question = bank.get("slo-goodput")
-    assert "Goodput" in question.answer("max_rate").label and question.answer("max_rate").unit == "requests/s"
-    assert "attainment" in question.answer("attainment").label
-    assert "the goodput (highest arrival rate" in " ".join(variant("slo-goodput@default").prompt.split())
+def test_slo_goodput_goal_met_says_when_p99_is_past_its_slo(variant):
+    """A re-derivation: some "healthy" variants already had p99 TTFT over the SLO. The side is now named for
+    what it is (the attainment goal met), and its words say where p99 is past the SLO all the same."""
+    seen = 0
+    for seed in range(80):
+        solution = variant(f"slo-goodput@{seed}")
+        if solution.regime_name != "goal-met":
+            continue
+        p = {param.name: param.value for param in solution.params}
+        past = solution.sheet.results["ttft_p99"] > p["ttft_slo"]
+        assert ("past its" in solution.sheet.regime.summary) == past, seed
+        seen += past
+    assert seen >= 5  # the case is common: a 90% goal leaves room for a tail past the SLO
+    at_72 = variant("slo-goodput@default+load=72")  # pinned goal-met in the file, p99 3.29 s against 2 s
+    assert at_72.regime_name == "goal-met" and "3.289 s, is past its 2 s" in at_72.sheet.regime.summary
 
 
-def test_slo_goodput_pinned_seed(variant):
-    """Seed 0 draws these parameters (its keys are pinned in the question file)."""
-    assert [p.raw for p in variant("slo-goodput@0").params] == [230, 65, 4.3, 31, 2, 100, 90, 20, 10, 10]
+def test_slo_goodput_refuses_a_load_past_capacity(variant):
+    with pytest.raises(VariantError, match="grows without bound"):
+        variant("slo-goodput@default+load=100")
+
+
+def test_slo_goodput_stages(variant):
+    """The interview: TTFT and its knee with the levers, then TPOT, attainment, goodput and the verdict, then a push
+    of the load that asks the verdict again; the median TPOT is a worked step, not a box."""
+    question = variant("slo-goodput@default").question
+    assert [list(stage.ask) for stage in question.stages] == [
+        ["ttft_p50", "ttft_p99", "knee_load", "ttft_levers"], ["tpot_p99", "attainment", "max_rate", "regime"],
+        ["regime", "attainment", "ttft_p99"]]
+    assert question.stages[2].generated and "goodput" in question.stages[1].say
 
 
 # --- decode-op-ranking ---------------------------------------------------------------------
@@ -136,8 +169,10 @@ def test_decode_op_ranking_matches_plain_arithmetic(variant, seed):
         assert solution.sheet.results[f"{op}_intensity"] == pytest.approx(2 * B * d_in * d_out / (d_in * d_out * b_w))
     attention = (4 * B * T * m.heads * m.head_dim) / (2 * B * T * m.kv_heads * m.head_dim * b_kv)
     assert solution.expected["attention_intensity"] == pytest.approx(attention)
-    gemm = solution.expected["gemm_intensity"]
+    gemm = solution.sheet.results["gemm_intensity"]
     assert solution.expected["regime"] == ("attention-above" if attention > gemm else "attention-below")
+    # "The first batch at which the GEMMs reach attention": the least whole batch with 2B/b_w >= attention's.
+    assert solution.expected["flip_batch"] == next(b for b in range(1, 1000) if 2 * b / b_w >= attention)
     weights, kv = m.params_b * 1e9 * b_w, m.layers * 2 * B * T * m.kv_heads * m.head_dim * b_kv
     assert weights + kv <= 0.9 * tp * gpu.hbm_mib * 2**20  # the review's bug: the weights and the batch fit
     assert solution.expected["attention_share"] == pytest.approx(kv / (weights + kv))
@@ -147,12 +182,15 @@ def test_decode_op_ranking_matches_plain_arithmetic(variant, seed):
     assert solution.expected["per_user"] == pytest.approx(1 / step, rel=1e-9)
 
 
-def test_decode_op_ranking_prompt_states_the_ridge_inputs(variant):
-    """The ridge comes from figures in the prompt: A100's 2.039 TB/s, not a rounded 2.0, and B200's 2.25 PF (the
-    question file pins the gaps they give)."""
+def test_decode_op_ranking_prompt_states_the_ridge_inputs(variant, catalog):
+    """The ridge comes from figures the stage that asks it states: A100's 2.039 TB/s, not a rounded 2.0, and
+    B200's 2.25 PF (the question file pins the gaps they give)."""
+    from solvers.interview import stage_run
     for gpu, shown in (("a100-sxm-80gb", ("312 TFLOP/s", "2.039 TB/s")), ("b200", ("2,250 TFLOP/s", "8 TB/s"))):
         solution = variant(f"decode-op-ranking@default+gpu={gpu}")
-        assert all(figure in solution.prompt for figure in shown)
+        run = stage_run(solution, catalog, 1)
+        assert run is not None and "attention_gap" in run.ask
+        assert all(figure in run.say for figure in shown)
 
 
 def test_decode_op_ranking_refuses_weights_that_do_not_fit(variant):
@@ -172,13 +210,63 @@ def test_decode_op_ranking_fusion_never_moves_a_read_bound_step(variant):
 def test_decode_op_ranking_pinned_seed(variant):
     """Seed 0 draws these parameters (its keys are pinned in the question file)."""
     solution = variant("decode-op-ranking@0")
-    assert [p.raw for p in solution.params] == ["llama-3-8b", "a100-sxm-80gb", 1, "fp8", "fp8", 30, 3300, 20]
+    assert [p.raw for p in solution.params] == ["llama-3-70b", "h100-sxm", 4, "fp8", "bf16", 24, 2400, 60]
 
 
-@pytest.mark.parametrize("seed", range(0, 60, 3))
-def test_decode_op_ranking_never_asks_which_reads_dominate_on_a_knife_edge(variant, seed):
-    """An independent check found seed 11 at 16.04 GB of KV against 16.06 GB of weights: rounding the
-    parameter count flipped the answer. Draws within 5% of each other are refused."""
-    results = variant(f"decode-op-ranking@{seed}").sheet.results
-    assert abs(results["kv_bytes"] / (results["kv_bytes"] / results["attention_share"] - results["kv_bytes"]) - 1) \
-        >= 0.05
+def _lever_gains(solution, latency: float) -> dict[str, float | None]:
+    """Each lever's gain in total tokens/s (all sequences: batch over the step), in plain floats, with the
+    all-reduce latency per call at `latency` seconds; None where twice the batch does not fit."""
+    p = {param.name: param.value for param in solution.params}
+    m, gpu, tp, B, T = p["model"], p["gpu"], p["tp"], p["batch"], p["context"]
+    b_w = {"bf16": 2, "fp8": 1}[p["weight_dtype"]]
+    b_kv = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    weights, kv = m.params_b * 1e9 * b_w, m.layers * 2 * B * T * m.kv_heads * m.head_dim * b_kv
+
+    def rate(w, c, b):
+        flops = 2 * m.params_b * 1e9 * b + m.layers * 4 * b * T * m.heads * m.head_dim
+        comm = 0 if tp == 1 else 2 * m.layers * (latency + 2 * (tp - 1) / tp * b * m.hidden * 2
+                                                 / (gpu.nvlink_gb_s * 1e9 / 2))
+        return b / (max((w + c) / (tp * gpu.hbm_tb_s * 1e12), flops / (tp * gpu.bf16_dense_tflops * 1e12)) + comm)
+
+    today = rate(weights, kv, B)
+    fits = weights + 2 * kv <= 0.9 * tp * gpu.hbm_mib * 2**20
+    return {"twice the batch": rate(weights, 2 * kv, 2 * B) / today if fits else None,
+            "the KV cache at half its bytes per token": rate(weights, kv / 2, B) / today,
+            "the weights at half their bytes": rate(weights / 2, kv, B) / today}
+
+
+@pytest.mark.parametrize("seed", range(0, 90, 3))
+def test_decode_op_ranking_levers_are_total_tokens_and_clear_of_their_lines(variant, seed):
+    """A re-derivation: "tokens/s" read per user flips the levers, and one lever's truth flipped between a 10 us
+    and a 20 us all-reduce latency. The label says total tokens/s; every listed lever's gain, recomputed in plain
+    floats, is at least 3% from the bar and on the same side at 5, 10 and 20 us; a lever that is not is not
+    listed (judged None)."""
+    solution = variant(f"decode-op-ranking@{seed}")
+    bar = 1 + {param.name: param.value for param in solution.params}["raise_by"]
+    judged = solution.sheet.judged("levers")
+    at = {latency: _lever_gains(solution, latency) for latency in (5e-6, 10e-6, 20e-6)}
+    for option, gain in at[10e-6].items():
+        if gain is None:
+            assert judged[option] is False, (seed, option)  # twice the KV does not fit: it cannot help
+        elif judged[option] is None:
+            assert abs(gain / bar - 1) < 0.03 or len({at[k][option] >= bar for k in at}) > 1, (seed, option)
+        else:
+            assert judged[option] == (gain >= bar), (seed, option)
+            assert abs(gain / bar - 1) >= 0.03 and {at[k][option] >= bar for k in at} == {judged[option]}, seed
+
+
+def test_decode_op_ranking_says_total_and_per_user(bank):
+    """Which tokens/s each answer means is in its label: the levers are judged on the total, the speed is one
+    stream's; the flip batch is the first batch at which the GEMMs reach attention."""
+    labels = {answer.key: answer.label for answer in bank.get("decode-op-ranking").answers}
+    assert "total tokens/s (all sequences together)" in labels["levers"]
+    assert "per user" in labels["per_user"] and labels["flip_batch"].startswith("First batch at which")
+
+
+def test_decode_op_ranking_lever_sets_vary(variant):
+    """The review: one lever set in 147/200 draws. The bar drawn (20-60%) moves which levers clear it: no set
+    holds in more than two thirds of the draws, and at least five sets occur."""
+    from collections import Counter
+    sets = Counter(tuple(sorted(o for o, h in variant(f"decode-op-ranking@{seed}").sheet.judged("levers").items()
+                                if h)) for seed in range(120))
+    assert max(sets.values()) <= 80 and len(sets) >= 5
