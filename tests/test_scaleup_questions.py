@@ -127,30 +127,41 @@ def test_mla_absorption_default(variant):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_mla_absorption_matches_plain_arithmetic(variant, seed):
+    """Both sides at the step model's ceilings (bar 8): attention's matmuls at the share of the cache dtype's peak
+    (fp8 math over an fp8 cache, matmul-precision), the reads at 80% of HBM bandwidth."""
     solution = variant(f"mla-absorption@{seed}")
     p, r = _params(solution), solution.sheet.results
     b = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
     heads, q = p["model"].heads / p["tp_attn"], p["query_tokens"]
     flops = 2 * heads * q * (2 * 512 + 64)
     intensity = flops / (576 * b)
-    peak, bandwidth = p["gpu"].bf16_dense_tflops * 1e12, p["gpu"].hbm_tb_s * 1e12
-    ridge = peak / bandwidth
+    bf16 = 0.6 * p["gpu"].bf16_dense_tflops * 1e12
+    rate = bf16 if b == 2 else 0.5 * p["gpu"].fp8_dense_tflops * 1e12
+    bandwidth = 0.8 * p["gpu"].hbm_tb_s * 1e12
+    ridge = rate / bandwidth
     assert r["intensity"] == pytest.approx(intensity)
+    assert r["ridge"] == pytest.approx(ridge)
     assert (r["regime"] == "compute-bound") == (intensity >= ridge)
     # one layer's attention: every cached token at the slower of its math and its read
-    assert r["t_layer"] == pytest.approx(p["context"] * max(flops / peak, 576 * b / bandwidth))
+    assert r["t_layer"] == pytest.approx(p["context"] * max(flops / rate, 576 * b / bandwidth))
     # q_min (a worked step) is the first whole token count at or past the ridge
     q_min = int(r["q_min"])
     assert intensity / q * q_min >= ridge * (1 - 1e-12) and intensity / q * (q_min - 1) < ridge
-    # Unabsorbed: W_UK and W_UV (512 -> 128 for each head on the GPU) once per cached token, whatever q; attention
-    # over per-head K (128 + 64) and V (128); a per-head cache of those values
+    # Unabsorbed: W_UK and W_UV (512 -> 128 for each head on the GPU, bf16 weights) once per cached token,
+    # whatever q; attention over per-head K (128 + 64) and V (128); a per-head cache of those values
     assert r["upproj"] == pytest.approx(2 * 2 * 512 * 128 * heads)
+    assert r["t_upproj"] == pytest.approx(p["context"] * r["upproj"] / bf16)
     assert r["flops_decompressed"] == pytest.approx(2 * heads * q * 320)
     assert r["cache_decompressed"] == pytest.approx(heads * 320 * b)
+    assert r["t_decompressed"] == pytest.approx(
+        p["context"] * max(r["flops_decompressed"] / rate, r["cache_decompressed"] / bandwidth))
     # the bill: absorbed attention costs more FLOPs than per-head attention, far fewer than decompressing, and
     # reads far fewer bytes than a per-head cache wherever a GPU holds more than two heads
     assert r["flops_decompressed"] < flops < r["upproj"] / 30
+    assert r["t_layer"] < r["t_decompressed"] < r["t_upproj"]
     assert r["cache_decompressed"] > 4 * 576 * b
+    # where absorption stops paying: d_c·d_h/(d_c − d_h) query tokens, whatever the heads
+    assert r["q_cross"] == pytest.approx(512 * 128 / 384)
     group = p["gqa_model"].heads // p["gqa_model"].kv_heads
     assert r["gqa_intensity"] == pytest.approx(2 * group * q / b)  # at this step's q query tokens, not one
     assert r["gqa_q_min"] > 4  # no realistic speculation depth takes GQA attention to the ridge
