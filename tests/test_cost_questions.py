@@ -560,35 +560,46 @@ def test_voice_push_turns_the_llm_into_the_largest_line(variant, catalog):
 
 def tiers_by_hand(solution):
     """Every model's tier by enumeration (not the closed-form rank cut-offs the sheet uses), and the shared tier
-    time-sliced model by model: each shared model steps once per TPOT while it has requests in flight."""
+    time-sliced model by model: each shared model steps once per TPOT while it has requests in flight. A dedicated
+    replica chunks its prompts into its decode steps: each step carries B decode tokens and B·P/R prompt tokens,
+    and that whole step fits the TPOT target."""
     g = Replica(_value(solution, "model"), _value(solution, "gpu"), _value(solution, "tp"))
     P, R, tpot = (_value(solution, n) for n in ("prompt", "reply", "tpot"))
     S = P + R / 2
-    B, t, _ = decode_by_hand(g, S, tpot)
-    t_pre = g.step(P, P**2 / 2, 0)
-    U = 1 / (t_pre + R * t / B)  # a replica prefills and decodes its own model's requests
+    r = P / R
+    room = tpot - OVERHEAD - g.ar0
+    B = math.floor(min((room - g.weights / g.br) / (g.kv * S / g.br + g.ar_tok * (1 + r)),
+                       room / (g.math(2 * g.N * (1 + r), g.A * (S + r * P / 2)) + g.ar_tok * (1 + r)),
+                       g.pool / (g.kv * S)))
+    t = g.step(B * (1 + r), B * (S + r * P / 2), B * S)
+    assert t <= tpot * (1 + 1e-12)  # the step with its prompt chunk meets the target: the SLO holds
+    U = B / (R * t)  # Little: B requests decoding, each for R steps
+    ttft = math.ceil(R / B) * t
     n, Lam, a = _value(solution, "models"), _value(solution, "rate"), _value(solution, "zipf")
-    peak, u, tp = _value(solution, "peak_ratio"), _value(solution, "ceiling"), _value(solution, "tp")
+    u, tp = _value(solution, "ceiling"), _value(solution, "tp")
     H = sum(i**-a for i in range(1, n + 1))
     rate = {i: Lam * i**-a / H for i in range(1, n + 1)}
     busy = {i: rate[i] / U for i in rate}
     dedicated = [i for i in busy if busy[i] >= 0.5]
     shared = [i for i in busy if i not in dedicated]
-    # A step of b requests of one model, read-bound: its weights and fixed costs once, each request's KV and bytes.
+    # A step of b requests of one model, read-bound: its weights and fixed costs once, each request's KV and bytes,
+    # each prompt token's math added on top.
     t_fix = g.step(0, 0, 0)
     t_req = g.kv * S / g.br + g.ar_tok
-    shared_busy = sum(rate[i] * (t_pre + R * t_req) + (1 - math.exp(-rate[i] * R * tpot)) * t_fix / tpot
+    t_c = g.math(2 * g.N, g.A * P / 2) + g.ar_tok
+    shared_busy = sum(rate[i] * (P * t_c + R * t_req) + (1 - math.exp(-rate[i] * R * tpot)) * t_fix / tpot
                       for i in shared)
     k = math.floor(0.5 * GPU_MEMORY_UTILIZATION * tp * _value(solution, "gpu").hbm_mib * 2**20 / (2 * g.N))
     replicas = {"dedicated_replicas": sum(math.ceil(busy[i] / u) for i in dedicated),
                 "shared_replicas": max(math.ceil(shared_busy / u), math.ceil(len(shared) / k))}
-    return {"unit": U, "util_peak": Lam / (n * 2 * U), "util_avg": Lam / (peak * n * 2 * U),
+    cold = 2 * g.N / tp / _value(solution, "load_bandwidth")
+    return {"batch": B, "unit": U, "ttft": ttft, "util_peak": Lam / (n * 2 * U),
             "dedicated": len(dedicated), "shared": len(shared), "shared_busy": shared_busy, **replicas,
             "dedicated_gpus": tp * replicas["dedicated_replicas"],
             "dedicated_share": sum(rate[i] for i in dedicated) / Lam,
             "gpus_saved": tp * (n * 2 - sum(replicas.values())),
             "lora_replicas": math.ceil(sum(rate[i] for i in shared) / (U * u)),
-            "tail_gap": peak / rate[n], "cold_start": 2 * g.N / tp / _value(solution, "load_bandwidth"),
+            "cold_start": cold,
             "regime": "dedicated" if busy[_value(solution, "rank")] >= 0.5 else "shared"}
 
 
@@ -600,19 +611,19 @@ def test_tiering_stages_say_the_rules_the_keys_rest_on(variant, catalog):
     opening, dedicated, shared = (stage_run(solution, catalog, i).say for i in range(3))
     assert "100 requests/s at peak" in opening and "half a replica" not in opening and "share" not in opening
     assert "half a replica busy at peak" in dedicated and "70% busy" in dedicated and "rank 4" in dedicated
-    assert "half the usable HBM" in shared and "a step reads one model's weights" in shared
+    assert "half its usable HBM" in shared and "a step reads one model's weights" in shared
     assert "5 GB/s a GPU" in shared
 
 
 def test_tiering_refuses_a_fleet_already_busy(variant):
-    """At 1,000 requests/s the default's 40 replicas would run 1,000 / (40 x 17.5) = 143% busy at peak: not the
+    """At 1,000 requests/s the default's 40 replicas would run 1,000 / (40 x 17.38) = 144% busy at peak: not the
     idle fleet the question is about (before prefill counted, such draws read as 1,322% busy). Refused."""
     with pytest.raises(VariantError, match="already runs above its ceiling"):
         variant("multi-model-fleet-tiering@default+rate=1000")
 
 
 def test_tiering_refuses_a_fleet_with_nothing_dedicated(variant):
-    """At 20 requests/s the default's top model keeps 20 / (2.359 x 17.5) = 0.48 replicas busy at peak, under
+    """At 20 requests/s the default's top model keeps 20 / (2.359 x 17.38) = 0.49 replicas busy at peak, under
     half a replica: nothing earns its own replicas, and the tiering stage would have nothing to ask."""
     with pytest.raises(VariantError, match="nothing earns replicas of its own"):
         variant("multi-model-fleet-tiering@default+rate=20")
@@ -644,7 +655,7 @@ def test_tiering_matches_enumeration(variant, seed):
 def test_tiering_time_slicing_costs_what_the_single_model_unit_hides(variant):
     """The shared tier is no longer sized at the single-model unit (the optimistic bound the review named): a step
     reads one model's weights, so the shared models' busy time exceeds their rate over the unit in every draw, and
-    in most by more than half again (at the default 6.02 replicas busy against 1.85)."""
+    in most by more than half again (at the default 5.90 replicas busy against 1.86)."""
     more = 0
     for seed in ["default", *SEEDS]:
         solution = variant(f"multi-model-fleet-tiering@{seed}")
@@ -679,19 +690,35 @@ def test_tiering_zipf_normaliser_is_the_harmonic_number(variant):
 
 
 def test_tiering_push_moves_traffic_across_the_half_replica_line(variant, catalog):
-    """The push is the engine's crossing search, the peak rate first (the chart's axis): in at least 90% of 40 draws
-    the team's model changes tier, and the default's rank-4 model (0.348 replicas busy) is dedicated at 220
-    requests/s (0.765)."""
+    """The push moves the peak rate: by half again where the team's model is shared, by half where it is dedicated,
+    in the interviewer's words with the new rate; where that does not cross, the engine's search stands in, in its
+    own words with the figure it moves. In at least 90% of 40 draws the team's model changes tier, and the default's
+    rank-4 model (0.350 replicas busy) is dedicated at 150 requests/s (0.525)."""
     crossed = []
     for seed in range(40):
         solution = variant(f"multi-model-fleet-tiering@{seed}")
-        pushed = stage_run(solution, catalog, 3)
+        pushed = stage_run(solution, catalog, 3) or stage_run(solution, catalog, 4)
         if pushed is not None and pushed.solution.regime_name != solution.regime_name:
             crossed.append(seed)
+            assert "marked in the table" not in pushed.say
+            assert pushed.solution.param("rate").shown in pushed.say or not pushed.declared
     assert len(crossed) >= 36, crossed
     pushed = stage_run(variant("multi-model-fleet-tiering@default"), catalog, 3)
-    assert dict(pushed.solution.code.overrides) == {"rate": "220"} and pushed.solution.regime_name == "dedicated"
-    assert pushed.solution.sheet.results["rank_busy"] == pytest.approx(0.34788 * 2.2, rel=1e-4)
+    assert pushed.declared and "Traffic grows by half: 150 requests/s at peak now." in pushed.say
+    assert dict(pushed.solution.code.overrides) == {"rate": "150"} and pushed.solution.regime_name == "dedicated"
+    assert pushed.solution.sheet.results["rank_busy"] == pytest.approx(0.35024681 * 1.5, rel=1e-6)
+
+
+def test_tiering_step_with_its_prompts_meets_the_tpot(variant):
+    """The unit is at the SLO: the step that carries the decode batch and its share of the prompts fits the TPOT
+    target in every draw (the old unit added whole-prompt steps on top of a full decode batch, and @9401's decoders
+    got a token every 82 ms against 46 ms). TP over one GPU only for the 70B base."""
+    for seed in ["default", *SEEDS]:
+        solution = variant(f"multi-model-fleet-tiering@{seed}")
+        results = solution.sheet.results
+        assert results["decode_step"] <= _value(solution, "tpot") * (1 + 1e-12), seed
+        assert results["per_user"] * _value(solution, "tpot") >= 1 - 1e-12, seed
+        assert _value(solution, "tp") == 1 or _value(solution, "model").params_b > 20, seed
 
 
 # --- cost-audit-rollout --------------------------------------------------------------------

@@ -10,12 +10,13 @@ from solvers.models.common import (
 from solvers.models.cost import pct_text
 from solvers.models.steptime import (
     DEFAULT_CONSTANTS,
+    MIN_DECODE_BATCH,
     all_reduce_steps,
-    decode_at_speed,
     engine,
     mean_decode_context,
     step_time,
     step_work,
+    usable_hbm,
 )
 from solvers.sheetmath import ceil_of, exp_of, floor_of, max_of, min_of, rank_ceiling, rank_sum
 from solvers.units import format_number
@@ -26,29 +27,30 @@ DEDICATED_BUSY = sympy.Rational(1, 2)  # a model earns its own replicas once it 
 SHARED_HBM = sympy.Rational(1, 2)  # a shared replica keeps its models' weights in half its usable HBM, KV in the rest
 
 
-def _tier_assumptions(s: Sheet, models: str, gap: str) -> None:
+def _tier_assumptions(s: Sheet) -> None:
     s.assume("Traffic over the models follows Zipf's law with the listed exponent; every model is the same "
              "architecture with its own weights (full fine-tunes), and every request has the listed lengths.")
     s.assume("Tiers: a model that keeps half a replica busy at peak gets its own replicas, sized at the ceiling, so "
              "the models that carry the traffic never queue behind the tail; the rest share replicas that keep "
              "their weights resident in half of usable HBM. Queueing inside the ceiling is left out, and the shared "
              "tier is sized as a fluid (its busy time over the ceiling), a lower bound on packing whole models.")
-    s.assume("A replica prefills its own model's prompts, one a step, between its decode steps: a full fine-tune's "
-             "prompts can only run where its weights are. Chunked prefill would mix the two in one step but spend "
-             "the same replica-seconds; the stalls a prefill puts between decode steps are left out of the TPOT.")
+    s.assume("A replica prefills its own model's prompts (a full fine-tune's prompts can only run where its weights "
+             "are) by chunked prefill: every step carries the decode batch and, in steady state, P_in/L_out prompt "
+             "tokens per decoding request, and the batch is sized so that whole step fits the TPOT target. A prompt "
+             "prefilled whole between decode steps would stall every decoding request past the target.")
     s.assume("A shared replica cannot batch two full fine-tunes in one decode step (a step reads one model's "
              "weights): it steps each model with requests in flight once per TPOT. A model's requests in flight "
              "at peak are Poisson with mean b = λ·L_out·TPOT (Little's law), so it is in flight 1 − e^(−b) of the "
              "time and pays the step's fixed part (its weights' read, the all-reduce latencies, the overhead) that "
              "often, and each request's KV read and all-reduce bytes every step. The steps are read-bound at these "
              "batches (draws where the busiest shared model's step would be compute-bound are refused).")
-    s.assume(f"Loading a model on demand is not a tier here: the least-called model of {models} is still called "
-             f"every {gap} on average, and each call that found it evicted would wait a whole weight load. LoRA "
-             "adapters over one base remove both costs: one base's weights, and one decode step for every adapter's "
+    s.assume("Loading a model on demand is not a tier here: a request that finds its model evicted waits a whole "
+             "weight load (each GPU its share at the load bandwidth) on top of its TTFT. LoRA adapters over one base "
+             "remove that cost and the time-slicing: one base's weights, and one decode step for every adapter's "
              "requests (the adapters' own reads and math left out).")
 
 
-def _tier_judgements(s: Sheet, top, u, per_model, k, n_sh, busy_sh, ded_share, saved, today, gap, t_load,
+def _tier_judgements(s: Sheet, top, u, per_model, k, n_sh, busy_sh, ded_share, saved, today, ttft, budget, t_load,
                      r_lora, r_sh) -> None:
     v = s.evaluate
 
@@ -66,8 +68,9 @@ def _tier_judgements(s: Sheet, top, u, per_model, k, n_sh, busy_sh, ded_share, s
           f"it carries {pct_text(v(ded_share))}")
     judge("tiering frees more than three quarters of today's GPUs", s.compare(4 * saved, 3 * today) > 0,
           f"{format_number(v(saved))} of {format_number(v(today))} GPUs")
-    judge("the least-called model's average gap between requests outlasts a weight load", s.compare(gap, t_load) > 0,
-          f"{s.text(gap, 3)} between its requests on average, against {s.text(t_load, 3)} to load it")
+    judge("loading a tail model on demand would keep its first token within {cold_budget}",
+          s.compare(t_load + ttft, budget) <= 0,
+          f"a {s.text(t_load, 3)} load plus the {s.text(ttft, 3)} TTFT, against {s.text(budget)}")
     judge("LoRA adapters over one base would at least halve the shared tier's replicas",
           s.compare(2 * r_lora, r_sh) <= 0,
           f"{format_number(v(r_lora))} replicas batching every adapter's requests at the unit, against "
@@ -103,29 +106,56 @@ def solve(p, s: Sheet) -> None:
     per_model = s.param("r_0", "replicas")
     Lam = s.param("Λ", "rate")
     alpha = s.param("s_Z", "zipf")
-    peak = s.param("k_peak", "peak_ratio")
+    budget = s.param("T_cold", "cold_budget")
     u = s.param("u", "ceiling")
     rank = s.param("r", "rank")
     load_bw = s.param("BW_load", "load_bandwidth")
     P_in, L_out, tpot = s.param("P_in", "prompt"), s.param("L_out", "reply"), s.param("TPOT", "tpot")
     ar = all_reduce_steps(s, p.model, p.gpu, p.tp)
     S = mean_decode_context(s, P_in, L_out)
-    decode = decode_at_speed(s, e, p.gpu, ar, S, tpot, "the TPOT target")
+    usable = usable_hbm(s, p.gpu)
     k = s.step("models_per_shared", "Models' weights one shared replica holds", "k",
-               floor_of(SHARED_HBM * s.symbol("M") * s.symbol("u_HBM") * e.TP / e.W), "",
+               floor_of(SHARED_HBM * usable * e.TP / e.W), "",
                "half the group's usable HBM in weight copies, the rest left for KV")
     if s.value(k) < 2:
         raise Reject("a shared replica cannot hold two models' weights")
-    # A full fine-tune's prompts can only be prefilled where its weights are: its replicas do both phases.
-    pre = step_work(s, e, "pre", "prefill of one prompt", P_in, P_in**2 / 2, 0)
-    t_pre = step_time(s, e, "pre", "prefill of one prompt", pre, key="prefill_time", communication=ar.of(P_in),
-                      why="the prompt's math at the group's achievable compute, its all-reduces, the overhead")
-    T_req = s.step("replica_seconds", "Replica-seconds per request", "T_req",
-                   t_pre + L_out * decode.step / decode.batch, "s",
-                   "its prefill step plus its reply's share of decode steps at the batch the TPOT target and the KV "
-                   "pool allow")
-    U = s.step("unit", "Requests/s one replica serves at the SLO", "U", 1 / T_req, "requests/s",
-               "one replica-second over the replica-seconds each request holds")
+    # A full fine-tune's prompts can only be prefilled where its weights are: its replicas do both phases, the
+    # prompts chunked into the decode steps (chunked prefill), so every step stays within the TPOT target.
+    r = s.step("prompt_per_decode", "Prompt tokens a step carries per decoding request", "ρ_P", P_in / L_out, "tokens",
+               "in steady state a replica admits a prompt for every reply it finishes: P_in prompt tokens for every "
+               "L_out decode tokens")
+    assert e.t_oh is not None  # the default constants model the overhead
+    room = s.step("step_room", "Step time the target leaves for the kernels", "t_room", tpot - e.t_oh - ar.fixed,
+                  "ms", "the TPOT target, less the overhead and the all-reduce latencies")
+    per_tok = ar.per_token * (1 + r)
+    b_mem = s.step("batch_by_bandwidth", "Batch at the target, by bandwidth", "B_mem",
+                   (room - e.W / (e.TP * e.byte_rate)) / (e.KV * S / e.byte_rate + per_tok), "requests",
+                   "the time left after the weights' read, in one mean context's KV read (and the all-reduce bytes "
+                   "of its token and its prompt share)")
+    b_cmp = s.step("batch_by_compute", "Batch at the target, by compute", "B_cmp",
+                   room / (e.math_time(2 * e.N * (1 + r), e.A * (S + r * P_in / 2)) + per_tok), "requests",
+                   "the time left, in one decode token's math at the mean context plus its share of prompt tokens, "
+                   "each attending to half its prompt on average (and their all-reduce bytes)")
+    pool = s.step("pool_tokens", "Tokens the KV pool holds", "K", (usable - e.W / e.TP) / e.KV,
+                  "tokens", "usable HBM less the weights' share, in KV per token")
+    b_pool = s.step("batch_by_pool", "Batch the KV pool holds", "B_pool", pool / S, "requests",
+                    "the pool over the mean context")
+    B = s.step("batch", "Decode batch per replica", "B", floor_of(min_of(b_mem, b_cmp, b_pool)), "requests",
+               "the tightest of the three caps, in whole requests")
+    if s.value(B) < MIN_DECODE_BATCH:
+        raise Reject("the TPOT target leaves too few decode slots beside the prompts")
+    mix = step_work(s, e, "mix", "step at that batch with its prompt chunk", B * (1 + r), B * (S + r * P_in / 2),
+                    B * S)
+    t_mix = step_time(s, e, "mix", "step at that batch with its prompt chunk", mix, key="decode_step",
+                      communication=ar.of(B * (1 + r)),
+                      why="the slower of the reads and the math, then the all-reduces and the overhead: within the "
+                          "TPOT target by construction")
+    s.step("per_user", "Per-user speed at that batch", "v_user", 1 / t_mix, "tokens/s", "one token per step each")
+    U = s.step("unit", "Requests/s one replica serves at the SLO", "U", B / (L_out * t_mix), "requests/s",
+               "Little's law: B requests in decode, each for L_out steps")
+    ttft = s.step("ttft", "Time to first token on a busy replica", "TTFT", ceil_of(L_out / B) * t_mix, "ms",
+           "a step carries B·ρ_P prompt tokens, so a prompt needs L_out/B steps' chunks, in whole steps (its wait "
+           "for admission left out)")
 
     H = s.step("zipf_norm", "Zipf normaliser over the models", "H", rank_sum(lambda i: i**-alpha, 1, n), "",
                "model i gets Λ·i^(−α)/H of the traffic")
@@ -133,8 +163,6 @@ def solve(p, s: Sheet) -> None:
                       "%", "the peak rate over the fleet's capacity at the SLO")
     if s.compare(busy_now, u) > 0:
         raise Reject("today's fleet already runs above its ceiling at peak: not the idle fleet tiering is for")
-    s.step("util_avg", "Fleet utilisation on average", "ρ_avg", Lam / (peak * n * per_model * U), "%",
-           "the average rate is the peak over the peak-to-average ratio")
     top = s.step("top_busy", "Replicas the top model keeps busy at peak", "b_1", Lam / (H * U), "",
                  "its share of the peak over one replica's unit")
     d = s.step("dedicated", "Models that earn dedicated replicas", "n_ded",
@@ -165,8 +193,12 @@ def solve(p, s: Sheet) -> None:
     if busiest * (2 * s.evaluate(e.N) + s.evaluate(e.A * S)) / s.evaluate(e.flop_rate) > \
             (s.evaluate(e.W / e.TP) + busiest * kv_per_request) / s.evaluate(e.byte_rate):
         raise Reject("the busiest shared model's decode step would be compute-bound")
+    t_c = s.step("prompt_token_time", "A prompt token's time in a shared model's step", "t_c",
+                 e.math_time(2 * e.N, e.A * P_in / 2) + ar.per_token, "us",
+                 "its math, attending to half its prompt on average, and its all-reduce bytes, added to the step's "
+                 "reads (a bound: in a step that waits on its reads the math would hide under them)")
     busy_sh = s.step("shared_busy", "Replicas the shared models keep busy at peak", "b_sh",
-                     rank_sum(lambda i: Lam * i**-alpha / H * (t_pre + L_out * t_tok)
+                     rank_sum(lambda i: Lam * i**-alpha / H * (P_in * t_c + L_out * t_tok)
                               + (1 - exp_of(-Lam * i**-alpha / H * L_out * tpot)) * t_fix / tpot, d + 1, n), "",
                      "each model's prompts and its requests' share of the steps, plus its own step's fixed part once "
                      "per TPOT for the share of the time it has requests in flight (Poisson, mean λ·L_out·TPOT)")
@@ -182,15 +214,12 @@ def solve(p, s: Sheet) -> None:
         raise Reject("tiering saves no GPUs: the fleet is already as small as its load")
     t_load = s.step("cold_start", "Cold start: loading one model's weights", "t_load", e.W / (e.TP * load_bw), "s",
                     "each GPU reads its share of the weights at the load bandwidth")
-    gap = s.step("tail_gap", "Average gap between the least-called model's requests", "T_gap",
-                 H * peak * n**alpha / Lam, "s", "one over its average rate: its Zipf share of the peak over the "
-                 "peak-to-average ratio")
     r_lora = s.step("lora_replicas", "Shared replicas with LoRA adapters over one base", "R_LoRA",
                     ceil_of(rank_sum(lambda i: Lam * i**-alpha / H, d + 1, n) / (U * u)), "",
                     "one base's weights, every adapter's requests batched in one step: their rate over the unit at "
                     "the ceiling")
     b_r = s.step("rank_busy", "Replicas the ranked model keeps busy at peak", "b_r", Lam * rank**-alpha / (H * U), "",
                  "its Zipf share of the peak over one replica's unit")
-    _tier_judgements(s, top, u, per_model, k, n_sh, busy_sh, ded_share, saved, today, gap, t_load, r_lora, sh)
-    _tier_assumptions(s, s.text(n), s.text(gap, 3))
+    _tier_judgements(s, top, u, per_model, k, n_sh, busy_sh, ded_share, saved, today, ttft, budget, t_load, r_lora, sh)
+    _tier_assumptions(s)
     _tier_regime(s, b_r, rank)

@@ -49,10 +49,11 @@ def _paging_judgements(s: Sheet, waste, gain, final_gain, preempted) -> None:
     s.judge("holds", "even with every request at its final length, paging fits more than {final_bar} the requests "
             "reservation does", s.compare(final_gain, s.param("g_end", "final_bar")) > 0,
             f"at the final length paging fits {s.text(final_gain)} the requests reservation does")
-    s.judge("holds", "admitted on the average, a pool whose requests all grow to full length preempts over "
-            "{preempt_bar} of them", s.compare(preempted, s.param("f_bar", "preempt_bar")) > 0,
+    s.judge("holds", "admitted on the average with no headroom, a pool whose requests all reached full length together "
+            "would preempt over {preempt_bar} of them", s.compare(preempted, s.param("f_bar", "preempt_bar")) > 0,
             f"{s.text(preempted)} of the requests admitted on the average no longer fit at full length: about "
-            "half the output over prompt plus output")
+            "half the output over prompt plus output. The worst case: staggered requests rarely peak together, so "
+            "in steady state preemption comes from bursts of long outputs, which a watermark's headroom absorbs")
     s.judge("holds", "a paged request's blocks must sit next to each other in the pool", False,
             "the block table maps each logical block to any free physical block: no contiguity is needed, "
             "which is what removes external fragmentation", fact=True)
