@@ -328,7 +328,8 @@ def test_tmem_tile_facts_follow_the_variant(variant, seed):
     truth = r["tile_facts"]
     stages_one, stages_two = 228 * 1024 // ((m + n) * 128), 228 * 1024 // ((m + n // 2) * 128)
     used = m // 128 * n
-    assert truth["the 2-CTA MMA at least halves the operand bytes per SM against Hopper's"] == (n >= 128)
+    assert truth["the 2-CTA MMA at least halves the operand bytes per SM per k-slice against Hopper's"] == (
+        n >= 128)
     assert truth["the 2-CTA MMA reads operands slower than shared memory's {hopper.smem_bytes_per_clk_sm} B per "
                  "clock"] == (64 * (128 + n / 2) / n < 128)
     assert truth["tcgen05.alloc can give this accumulator exactly the TMEM columns it uses"] == (
@@ -349,6 +350,17 @@ def test_tmem_push_crosses_the_shared_memory_line(variant, seed):
     moved = n * 2 if n <= 128 else max(64, round(n / 2 / 16) * 16)
     pushed = variant(f"blackwell-tmem-tiles@{seed}+tile_n={moved}").sheet.results["regime"]
     assert (pushed != solution.sheet.results["regime"]) == (n != 64)
+
+
+def test_tmem_every_stage_asking_the_pace_says_how_a_tie_goes(variant):
+    """r1 (@7301): the push halves N = 240 to 128, where the 1-SM MMAs read exactly shared memory's 128 B a
+    clock; the tie rule sat only in a hint. Every stage that asks the regime now says it in its words, and the
+    tie itself keys smem-bound."""
+    solution = variant("blackwell-tmem-tiles@7301")
+    asking = [stage for stage in solution.question.stages if "regime" in stage.ask]
+    assert len(asking) == 3 and all("a tie" in stage.say and "shared memory" in stage.say for stage in asking)
+    tied = variant("blackwell-tmem-tiles@7301+tile_n=128").sheet.results
+    assert tied["one_sm_demand"] == 128 and tied["regime"] == "smem-bound"
 
 
 # --- fp8-block-scale-mainloop ----------------------------------------------------------------
