@@ -197,7 +197,7 @@ def test_split_kv_counts_match_fa2_split_ranges(variant, seed):
         assert blocks * fill >= p["gpu"].sms > blocks * (fill - 1)
 
 
-OWN_SPLIT = {"the partial outputs add under {merge_share} to this step's attention traffic",
+OWN_SPLIT = {"the FP32 partials, written and read back, add under {merge_share} to this step's attention traffic",
              "the shorter request leaves at least half of its splits without keys"}
 
 
@@ -229,6 +229,32 @@ def test_split_kv_push_crosses_to_the_other_side(variant, seed):
     regime = solution.sheet.results["regime"]
     moved = "batch=160+context=1024" if regime == "split-needed" else "batch=1"
     assert variant(f"split-kv-decode-merge@{seed}+{moved}").sheet.results["regime"] != regime
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_split_kv_speed_per_user_counts_the_whole_step(variant, seed):
+    """r1 read "tokens/s per user" as the attention alone (715 against 85.4 tokens/s at @7301's push): the pushes
+    say the whole step is counted, and the key is one token per step of weights, attention, all-reduces and
+    overhead, slower than the attention's read alone, which is the declared slip."""
+    solution = variant(f"split-kv-decode-merge@{seed}")
+    pushes = [stage for stage in solution.question.stages if stage.push]
+    assert pushes and all("the whole step counted" in stage.say for stage in pushes)
+    r = solution.sheet.results
+    assert 1 / r["per_user_split"] > r["t_weights"] + r["attention_split"]  # the overhead is on top
+    slips = {slip.label: slip.factor for slip in solution.sheet.slips["per_user_split"]}
+    assert slips["the attention's read alone (weights, all-reduces and overhead left out)"] == pytest.approx(
+        1 / (r["attention_split"] * r["per_user_split"]))
+
+
+def test_split_kv_shorter_request_is_whole_tokens(variant):
+    """r1 (@7301): 45% of 1,792 is 806.4 tokens; the key counts 806, and its tiles (7) are those of 806.4 too:
+    a context a multiple of 256 and a share a multiple of 5% never put a fraction just past a tile boundary."""
+    r = variant("split-kv-decode-merge@7301").sheet.results
+    assert r["short_tokens"] == 806 and r["empty_splits"] == 7
+    for context in range(1024, 131073, 256):
+        for share in range(5, 51, 5):
+            exact = context * share / 100
+            assert math.ceil(math.floor(exact) / 128) == math.ceil(exact / 128)
 
 
 @pytest.mark.parametrize(("batch", "context"), [(17, 8192), (32, 2048), (128, 1024)])
@@ -328,7 +354,8 @@ def test_tmem_tile_facts_follow_the_variant(variant, seed):
     truth = r["tile_facts"]
     stages_one, stages_two = 228 * 1024 // ((m + n) * 128), 228 * 1024 // ((m + n // 2) * 128)
     used = m // 128 * n
-    assert truth["the 2-CTA MMA at least halves the operand bytes per SM against Hopper's"] == (n >= 128)
+    assert truth["the 2-CTA MMA at least halves the operand bytes per SM per k-slice against Hopper's"] == (
+        n >= 128)
     assert truth["the 2-CTA MMA reads operands slower than shared memory's {hopper.smem_bytes_per_clk_sm} B per "
                  "clock"] == (64 * (128 + n / 2) / n < 128)
     assert truth["tcgen05.alloc can give this accumulator exactly the TMEM columns it uses"] == (
@@ -349,6 +376,17 @@ def test_tmem_push_crosses_the_shared_memory_line(variant, seed):
     moved = n * 2 if n <= 128 else max(64, round(n / 2 / 16) * 16)
     pushed = variant(f"blackwell-tmem-tiles@{seed}+tile_n={moved}").sheet.results["regime"]
     assert (pushed != solution.sheet.results["regime"]) == (n != 64)
+
+
+def test_tmem_every_stage_asking_the_pace_says_how_a_tie_goes(variant):
+    """r1 (@7301): the push halves N = 240 to 128, where the 1-SM MMAs read exactly shared memory's 128 B a
+    clock; the tie rule sat only in a hint. Every stage that asks the regime now says it in its words, and the
+    tie itself keys smem-bound."""
+    solution = variant("blackwell-tmem-tiles@7301")
+    asking = [stage for stage in solution.question.stages if "regime" in stage.ask]
+    assert len(asking) == 3 and all("a tie" in stage.say and "shared memory" in stage.say for stage in asking)
+    tied = variant("blackwell-tmem-tiles@7301+tile_n=128").sheet.results
+    assert tied["one_sm_demand"] == 128 and tied["regime"] == "smem-bound"
 
 
 # --- fp8-block-scale-mainloop ----------------------------------------------------------------

@@ -147,7 +147,7 @@ def test_prefix_cache_engines_push_crosses_from_either_side(variant, catalog):
             declared += 1
             moved = {name: push.solution.param(name).raw for name in push.moved}
             assert moved == ({"block_size": 16} if side == "gap-material" else
-                             {"prompt": 1200, "history": 1100, "system": 500, "reply": 200}), (seed, moved)
+                             {"prompt": 1200, "history": 1150, "system": 500, "reply": 200}), (seed, moved)
         sides[side] += 1
         crossed += push.solution.regime_name != side
     assert min(sides.values()) >= 6 and declared >= 54 and crossed >= 54, (sides, declared, crossed)
@@ -351,3 +351,28 @@ def test_prefix_cache_invariants(variant, block, prompt, share, evicted):
     assert r["gap_share"] <= r["gap_bound"]
     assert r["block_after"] <= r["block_hit"] and r["radix_after"] <= r["radix_hit"]
     assert r["block_hit"] % block == 0
+
+
+@pytest.mark.parametrize(("block", "hit"), [(16, 1136), (32, 1120), (64, 1088), (128, 1024)])
+def test_prefix_cache_engines_short_chat_push_hit_moves_with_the_block(variant, block, hit):
+    """r2: the old push's 1,100-token history gave 1,088 on 16-, 32- and 64-token blocks alike; 1,150 ends at a
+    different point of each block size. Its words no longer quote the system prompt and reply it moves only to
+    keep every draw valid: no answer of the stage reads them."""
+    solution = variant(f"prefix-cache-engines@default+block_size={block}+prompt=1200+history=1150+system=500"
+                       "+reply=200")
+    assert solution.expected["block_hit"] == hit and solution.expected["regime"] == "gap-material"
+    push = next(stage for stage in solution.question.stages if stage.when == "gap-negligible")
+    assert "{system}" not in push.say and "{reply}" not in push.say
+
+
+def test_prefix_cache_engines_eviction_words_say_which_blocks_and_nodes_go(variant):
+    """r2 (@7301, @7302): vLLM's eviction was read as whole cached tail blocks (3,664; 3,264) where the key frees
+    the unhashed partial last block first (3,680; 3,328); SGLang's answer rests on the reply being its own node.
+    The stage says both, and the whole-block reading is the declared slip."""
+    solution = variant("prefix-cache-engines@7301")
+    stage = next(stage for stage in solution.question.stages if "block_after" in stage.ask)
+    assert "the partial one first" in stage.say and "the reply its own" in stage.say
+    for code, key, slipped in (("7301", 3680, 3664), ("7302", 3328, 3264)):
+        sheet = variant(f"prefix-cache-engines@{code}").sheet
+        assert sheet.results["block_after"] == key
+        assert any(slip.factor * key == pytest.approx(slipped) for slip in sheet.slips["block_after"])

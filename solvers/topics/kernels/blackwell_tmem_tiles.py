@@ -32,10 +32,12 @@ def _tile_judgements(s: Sheet, *, tmem: sympy.Expr, allocated: int, demand: dict
     """The Blackwell stage's options, decided on the sheet's exact values (the why lines' figures are floats)."""
     key = "tile_facts"
     shown = lambda x: format_number(s.evaluate(x), 3)  # noqa: E731
-    s.judge(key, "the 2-CTA MMA at least halves the operand bytes per SM against Hopper's",
+    s.judge(key,
+            "the 2-CTA MMA at least halves the operand bytes per SM per k-slice against Hopper's",
             s.compare(qbytes["two"], qbytes["hopper"] / 2) <= 0,
             f"{shown(qbytes['two'] / 1024)} KiB against {shown(qbytes['hopper'] / 1024)} KiB per k-slice: the pair "
-            "splits B instead of every 64 rows reading all of it")
+            "splits B instead of every 64 rows reading all of it (per clock the cut is smaller: B200 does twice "
+            "Hopper's FLOPs in one)")
     s.judge(key, "the 2-CTA MMA reads operands slower than shared memory's {hopper.smem_bytes_per_clk_sm} B per clock",
             s.compare(demand["two"], limit) < 0,
             f"{shown(demand['two'])} B per clock against {shown(limit)}")
@@ -145,6 +147,10 @@ def solve(p, s: Sheet) -> None:
              "64-row WGMMAs with A and B from shared memory. Blackwell: tcgen05.mma, 128 rows per SM, the "
              "accumulator in TMEM; the 2-CTA form (cta_group::2) computes a 256-row pair tile from each SM's "
              "own A rows and half of B.")
+    s.assume("Hopper's register figures are what holding the tile would take, not a kernel one would build: "
+             "CUTLASS's cooperative kernel gives each consumer thread 232 registers, so an accumulator near that "
+             "(or past it) leaves nothing for addresses and the epilogue and would spill. That limit is the one "
+             "TMEM lifts.")
     s.assume("128 B of each operand row per k-slice (64 bf16 or 128 fp8 elements: fp8 doubles the elements and "
              "the FLOP rate alike, so bytes per clock do not change). Only the tensor cores' operand reads are "
              "counted; the TMA writes into shared memory and the epilogue come on top, so a tie with shared "

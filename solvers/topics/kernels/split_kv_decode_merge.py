@@ -7,7 +7,7 @@ from solvers.derivation import Sheet, Side
 from solvers.models.collective import tp_all_reduce
 from solvers.models.common import given_config
 from solvers.models.steptime import engine
-from solvers.sheetmath import ceil_of, max_of, min_of
+from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 from solvers.units import format_number
 
 PARTIAL_BYTES = 4  # split-KV kernels keep each partial output and its LSE in FP32
@@ -30,10 +30,10 @@ def _merge_judgements(s: Sheet, *, splits, empty, overhead, weight, above) -> No
             s.compare(weight, ONE_TWENTIETH) >= 0, f"its weight is 1/(1 + e^Δ) = {s.text(weight, 3)}")
     s.judge(key, "the merged LSE is under a tenth above the larger split's", s.compare(above, ONE_TENTH) < 0,
             f"log(1 + e^−Δ) = {s.text(above, 3)} above it")
-    s.judge(key, "the partial outputs add under {merge_share} to this step's attention traffic",
+    s.judge(key, "the FP32 partials, written and read back, add under {merge_share} to this step's attention traffic",
             s.compare(overhead, s.param("f_merge", "merge_share")) < 0 if split else None,
-            f"they add {s.text(overhead, 3)}: FP32 output and LSE per split and query head, against the whole "
-            "context's bf16 keys and values" if split else none)
+            f"they add {s.text(overhead, 3)}: FP32 output and LSE per split and query head, written and read back "
+            "by the merge, against the whole context's bf16 keys and values" if split else none)
     s.judge(key, "the shorter request leaves at least half of its splits without keys",
             s.compare(2 * empty, splits) >= 0 if split else None,
             f"{s.text(empty)} of {s.text(splits)} splits get none: the layout's tiles per split are the longest's, "
@@ -94,10 +94,14 @@ def solve(p, s: Sheet) -> None:
                      "with none is not launched (FlashAttention-2 skips such counts)")
     # A shorter request in the same launch: the layout (splits, tiles per split) is the longest's.
     share = s.param("f_short", "short_share")
+    # A share of T may leave a fraction of a token (45% of 1,792 is 806.4): the request is whole tokens. T is a
+    # multiple of 256 and the share of 5%, so rounding never moves a tile boundary: its tiles are the same.
+    short = s.step("short_tokens", "The shorter request's keys", "T_short", floor_of(T * share), "tokens",
+                   "a share of the longest's context, in whole tokens")
     n_empty = s.step("empty_splits", "The shorter request's splits with no keys", "n_empty",
-                     n_split - ceil_of(ceil_of(T * share / tile) / per_split), "",
-                     "its ⌈f·T/tile⌉ tiles fill the first splits at the longest's tiles per split; the rest get none "
-                     "and must still write LSE = −inf and a zero output")
+                     n_split - ceil_of(ceil_of(short / tile) / per_split), "",
+                     "its ⌈T_short/tile⌉ tiles fill the first splits at the longest's tiles per split; the rest get "
+                     "none and must still write LSE = −inf and a zero output")
 
     # The exact merge, on two of the splits.
     gap = s.param("Δ", "lse_gap")
@@ -133,11 +137,12 @@ def solve(p, s: Sheet) -> None:
     t_math = s.step("", "Math time of the step", "t_F", e.math_time(2 * e.N * B, e.A * B * T), "ms",
                     "2 FLOPs per weight per token plus attention over the context, at achievable FLOP/s")
     ar = tp_all_reduce(s, p.model, p.gpu, p.tp, B, tag="dec", label="decode step")
+    speeds = {}
     for tag, t_att, label in (("unsplit", t_att0, "without a split"), ("split", t_att1, "split")):
-        s.step(f"per_user_{tag}", f"Tokens per second per user, {label}", f"X_{tag}",
-               1 / (max_of(weights + t_att, t_math) + ar + e.t_oh), "tokens/s",
-               "one token per step: reads (weights, then attention) or math, whichever is longer"
-               + (", plus the all-reduces" if p.tp > 1 else "") + ", plus the step's overhead")
+        speeds[tag] = s.step(f"per_user_{tag}", f"Tokens per second per user, {label}", f"X_{tag}",
+                             1 / (max_of(weights + t_att, t_math) + ar + e.t_oh), "tokens/s",
+                             "one token per step: reads (weights, then attention) or math, whichever is longer"
+                             + (", plus the all-reduces" if p.tp > 1 else "") + ", plus the step's overhead")
 
     s.step("split_gain", "Attention speed-up from splitting", "g_att", t_att0 / t_att1, "",
            "the busy SMs' share of bandwidth, unsplit over split")
@@ -155,8 +160,18 @@ def solve(p, s: Sheet) -> None:
              "empty), and no split once the batch fills 80% of the SMs. Empty splits come from mixed-length "
              "batches: one launch's split layout is sized by the longest sequence, so a shorter one's last splits "
              "get no keys. The per-user speeds take every sequence at the longest context.")
+    s.slip("the attention's read alone (weights, all-reduces and overhead left out)", on="per_user_split",
+           factor=1 / (s.value(t_att1) * s.value(speeds["split"])))
     s.slip("query heads counted instead of KV heads", on="blocks", factor=p.model.heads / p.model.kv_heads)
     s.slip("query heads counted instead of KV heads", on="fill", factor=p.model.heads / p.model.kv_heads)
+    # FlashAttention-2's wave heuristic stops at one wave: ⌊SMs / blocks⌋ splits, SMs left idle.
+    wave = max_of(1, floor_of(n_sm / blocks))
+    if s.compare(wave, n_fill) != 0:
+        per_wave = ceil_of(tiles / wave)
+        s.slip("one wave of splits, ⌊SMs / blocks⌋, instead of the fewest that give every SM a block",
+               on="splits", factor=s.evaluate(ceil_of(tiles / per_wave)) / s.value(n_split))
+        s.slip("one wave of splits, ⌊SMs / blocks⌋, instead of the fewest that give every SM a block",
+               on="tiles_per_split", factor=s.evaluate(per_wave) / s.value(per_split))
     if s.compare(n_fill, n_split) > 0:
         s.slip("the fewest splits that fill the SMs launched, empty ones included", on="splits",
                factor=s.value(n_fill) / s.value(n_split))

@@ -57,6 +57,10 @@ def _after_eviction(s: Sheet, B, P, D, S, R, M) -> None:
     if s.compare(S, after_radix) != 0:
         s.slip("SGLang taken to free the whole branch below the system prompt", on="radix_after",
                factor=s.value(S) / s.value(after_radix))
+    if s.compare(after_block, 0) > 0 and s.compare(partial, 0) > 0:
+        whole = s.evaluate(B * min_of(max_of(c_s, c - ceil_of(R / B)), floor_of((P - 1) / B)))
+        s.slip("vLLM's partial last block not counted as the first freed (every block of room a cached one)",
+               on="block_after", factor=whole / s.value(after_block))
     if s.compare(after_block, 0) > 0:
         s.slip("vLLM taken to evict the whole conversation", on="block_after",
                factor=s.evaluate(B * min_of(c_s, floor_of((P - 1) / B))) / s.value(after_block))
@@ -64,7 +68,7 @@ def _after_eviction(s: Sheet, B, P, D, S, R, M) -> None:
 
 SCOPE_OPTIONS = (
     "a later request of the same tenant to this same server process with the same prefix",
-    "a request from another tenant with the same system prompt",
+    "a request from another tenant to this same server process with the same system prompt",
     "a KV-aware router that hashes each prompt's blocks itself to pick the replica",
     "this server after a restart, reading a shared CPU/SSD tier keyed by block hash",
     "another replica of the same model with 16-token blocks, reading the same shared tier",
