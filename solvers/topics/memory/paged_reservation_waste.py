@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import sympy
 
+from solvers.conventions import convention_value
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import (
-    dtype_bytes,
-)
-from solvers.models.kvcache import kv_bytes_per_token_given
-from solvers.sheetmath import floor_of
+from solvers.models.collective import tp_all_reduce
+from solvers.models.common import GPU_MEMORY_UTILIZATION, given_hbm_bytes, given_usable_share
+from solvers.models.scheduling import require_realistic_tp
+from solvers.models.steptime import engine, step_time, step_work
+from solvers.sheetmath import floor_of, min_of
+from solvers.units import format_number
 
 
 def _reservation(p, s: Sheet) -> dict[str, sympy.Symbol]:
@@ -35,6 +37,7 @@ def _reservation(p, s: Sheet) -> dict[str, sympy.Symbol]:
 MEAN_REQUEST_SHARE = 0.85
 
 
+MIN_BATCH = 8  # a pool of fewer requests is a layout question (more GPUs), not a paging one
 MAX_OUTPUT_PER_PROMPT = 20  # a workload averaging a tiny prompt and a reply 20+ times longer is not a real mix
 
 
@@ -54,14 +57,15 @@ def _paging_judgements(s: Sheet, waste, gain, final_gain, preempted) -> None:
             f"{s.text(preempted)} of the requests admitted on the average no longer fit at full length: about "
             "half the output over prompt plus output. The worst case: staggered requests rarely peak together, so "
             "in steady state preemption comes from bursts of long outputs, which a watermark's headroom absorbs")
-    s.judge("holds", "a paged request's blocks must sit next to each other in the pool", False,
-            "the block table maps each logical block to any free physical block: no contiguity is needed, "
-            "which is what removes external fragmentation", fact=True)
+    s.judge("holds", "paging is free at decode: the block table adds no work to the attention kernel", False,
+            "every key and value is found through the block table, one lookup a block: the vLLM paper measured "
+            "its attention kernel 20-26% slower than FasterTransformer's contiguous one (sec. 7.1). Attention is "
+            "part of a step, and the batch paging admits repays it many times over", fact=True)
 
 
 def _waste_regime(s: Sheet, res: dict[str, sympy.Symbol]) -> None:
     reserved, frag = (s.text(res[k]) for k in ("reserved", "frag"))
-    s.regime_by(res["output"], res["boundary"], tie="below", above=Side(
+    s.regime_by(res["reserved"], res["frag"], tie="below", above=Side(
         "reservation-dominated",
         f"Outputs run long enough to fill most of the maximum: the slots held for tokens still to come "
         f"({reserved} on average) outweigh the slots never used ({frag}).",
@@ -79,11 +83,18 @@ def solve(p, s: Sheet) -> None:
         raise Reject("the mean request leaves no room under the maximum context for longer requests")
     if p.output_mean > MAX_OUTPUT_PER_PROMPT * p.prompt_mean:
         raise Reject(f"a mean reply over {MAX_OUTPUT_PER_PROMPT} times the mean prompt is not a realistic mix")
+    require_realistic_tp(p.model, p.tp, p.gpu)
     res = _reservation(p, s)
-    kv_tok = kv_bytes_per_token_given(s, p.model, dtype_bytes("bf16"), "bf16")
-    pool = s.param("K", "kv_pool")
-    slots = s.step("pool_tokens", "Token slots in the pool", "K_tok", floor_of(pool / kv_tok), "tokens",
-                   "the pool over the bytes of one token's keys and values")
+    e = engine(s, p.model, p.gpu, p.tp, communication=p.tp > 1, kv_prerequisite=True)
+    M = given_hbm_bytes(s, p.gpu, "M_HBM")
+    u = given_usable_share(s)
+    pool = s.step("pool_bytes", "KV pool per GPU", "K", M * u - e.W / e.TP, "GB",
+                  "usable HBM less this GPU's share of the weights")
+    f_min = convention_value("minimal-kv-pool")
+    if s.evaluate(pool) < f_min * s.value(M):
+        raise Reject("the weights leave less than the minimal KV pool on each GPU")
+    slots = s.step("pool_tokens", "Token slots in the pool", "K_tok", floor_of(pool / e.KV), "tokens",
+                   "each GPU's pool over its share of one token's keys and values: every GPU holds every token")
     before = s.step("requests_before", "Requests that fit with max-context reservation", "N_res",
                     floor_of(slots / res["M"]), "requests", "every request holds the maximum from admission on")
     if s.value(before) < 1:
@@ -115,6 +126,16 @@ def solve(p, s: Sheet) -> None:
     preempted = s.step("preempted_share", "Share preempted if all grow to full length", "P_pre",
                        (after - at_end) / after, "%", "admitted on the average, the requests that no longer fit "
                        "once everyone holds prompt, whole output and tail")
+    cap = s.param("B_max", "seq_cap")
+    run = s.step("batch_run", "Batch a step runs", "B_run", min_of(after, cap), "requests",
+                 "the pool's count, or the engine's cap on sequences a step where that is smaller")
+    if s.compare(run, MIN_BATCH) < 0:
+        raise Reject("the pool holds too few requests to batch")
+    work = step_work(s, e, "paged", "decode step at that batch", run, run * res["used"], run * res["used"])
+    t_ar = tp_all_reduce(s, p.model, p.gpu, p.tp, run, tag="paged", label="decode step at that batch")
+    step_time(s, e, "paged", "decode step at that batch", work, key="tpot_paged", communication=t_ar,
+              why="one token for every request in the batch: each GPU reads its weights and every request's KV, "
+                  "or does the math, whichever is longer, then the all-reduces and the step's overhead")
 
     s.assume("Every request is the mean one: its prompt and output lengths are the means, and averages over "
              "its decode stand for a pool of requests at all stages (long requests staying longer is ignored).")
@@ -124,6 +145,10 @@ def solve(p, s: Sheet) -> None:
              "the last block's fill is uniform, so it is (block − 1)/2 slots short on average. KV cache in bf16; "
              "no prefix sharing. Admitting on the average leaves no growth headroom: vLLM then preempts "
              "(recomputes or swaps) the newest request when a block cannot be allocated.")
+    s.assume(f"The pool is {format_number(GPU_MEMORY_UTILIZATION * 100)}% of each GPU's HBM less its share of the "
+             "bf16 weights; activations, CUDA graphs and NCCL buffers are left out. The batch's TPOT is the bank's "
+             "step model at the mean request's context; the block-table lookups' cost to the attention kernel "
+             "(the vLLM paper's 20-26%, on a part of the step) is left out.")
     s.slip("reserved-for-later slots counted as used", on="waste_share",
            factor=s.value(res["frag"]) / s.evaluate(res["reserved"] + res["frag"]))
     if p.block_size > 1:  # with one-token blocks nothing is empty, whatever the lengths
