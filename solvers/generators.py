@@ -188,15 +188,18 @@ def _rounded_distribution(logits: np.ndarray) -> list[float]:
 
 
 @generator("spec_position")
-def spec_position(rng: np.random.Generator, draft_noise: float, fp8_noise: float) -> list[dict]:
+def spec_position(rng: np.random.Generator, draft_noise: float, target_fp8_noise: float,
+                  draft_fp8_noise: float) -> list[dict]:
     """Next-token distributions at one position over five candidate tokens: the bf16 target, its
     drafter (the target's logits plus noise of `draft_noise`), and both again with FP8 weights
-    (logits perturbed by `fp8_noise`). Every column sums to exactly 1 at three decimals."""
+    (logits perturbed by `target_fp8_noise` and `draft_fp8_noise`: weight quantization moves a large
+    target's distribution less than a small drafter's). Every column sums to exactly 1 at three decimals."""
     while True:
         target = np.sort(rng.normal(0, 1.5, len(_SPEC_TOKENS)))[::-1]
         draft = target + rng.normal(0, draft_noise, len(target))
-        columns = [_rounded_distribution(x) for x in (target, draft, target + rng.normal(0, fp8_noise, len(target)),
-                                                       draft + rng.normal(0, fp8_noise, len(target)))]
+        columns = [_rounded_distribution(x) for x in (
+            target, draft, target + rng.normal(0, target_fp8_noise, len(target)),
+            draft + rng.normal(0, draft_fp8_noise, len(target)))]
         if all(abs(sum(col) - 1) < 1e-9 and min(col) > 0 for col in columns):
             break
     names = ("p, bf16 target", "q, draft", "p, FP8 target", "q, FP8 draft")

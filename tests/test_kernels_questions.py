@@ -64,7 +64,8 @@ def test_exp_bound_ratios_follow_the_per_sm_rates(variant, seed):
     gpu, d = p["gpu"], p["head_dim"]
     tensor = gpu.bf16_flop_per_clk_sm if p["dtype"] == "bf16" else gpu.fp8_flop_per_clk_sm
     exp_ratio = tensor / (4 * d * gpu.mufu_per_clk_sm)
-    softmax = exp_ratio + tensor * 4 / (4 * d * gpu.fp32_fma_per_clk_sm)
+    softmax = exp_ratio + tensor * p["fp32_ops"] / (4 * d * gpu.fp32_fma_per_clk_sm)
+    assert gpu.name.startswith("H")  # Hopper only: FA3's techniques are sm_90a's
     assert r["exp_ratio"] == pytest.approx(exp_ratio)
     assert r["overlap_ceiling"] == pytest.approx(min(1, 1 / softmax))
     assert r["regime"] == ("matmul-bound" if softmax <= 1 else "softmax-bound")
@@ -106,7 +107,7 @@ def test_exp_bound_old_kernel_options_follow_its_figures(variant, seed):
     u, f, s = p["measured"], r["gemm_share"], r["idle_softmax_share"]
     serial, sm = r["serial_ceiling"], r["softmax_ratio"]
     tests = {
-        "its GEMMs run at under {half} of the tensor peak": (f, 0.5, f < 0.5),
+        "its GEMMs run at under half the tensor peak": (f, 0.5, f < 0.5),
         "the softmax accounts for most of the time its tensor cores sit idle": (s, 0.5, s > 0.5),
         "full-rate asynchronous MMAs and TMA, the softmax still in series, would at least double its TFLOP/s":
             (serial, 2 * u, serial >= 2 * u),
@@ -121,10 +122,36 @@ def test_exp_bound_old_kernel_options_follow_its_figures(variant, seed):
             assert judged[option] is holds, option
 
 
+@pytest.mark.parametrize("seed", range(60))
+def test_exp_bound_technique_options_follow_the_ratios_not_the_regime(variant, seed):
+    """Each FA3 option holds exactly when its own line, recomputed in floats, says so: the exponentials alone
+    against the QKᵀ half and against 1, the whole softmax against 2/3 (twice the rate, overlapped), 1/2 (in series)
+    and 3/2 (idle over a third overlapped)."""
+    solution = variant(f"flash-attention-exp-bound@{seed}")
+    r = solution.expected
+    judged = solution.sheet.results["fa3_techniques"]
+    e, sm = r["exp_ratio"], r["softmax_ratio"]
+    overlapped = 2 * min(1, 1 / (2 * sm)) / min(1, 1 / sm)
+    expected = {
+        "intra-warpgroup pipelining alone could hide the exponentials (not the FP32 ops) behind the next block's "
+        "QKᵀ GEMM, half the matmuls: they take no longer than that half": e <= 0.5 + 1e-12,
+        "ping-pong could hide the exponentials alone, but not the whole softmax (exps and FP32 ops together)":
+            e <= 1 + 1e-12 and sm > 1 + 1e-12,
+        "twice this variant's tensor rate would raise its perfectly overlapped TFLOP/s by over half":
+            overlapped > 1.5 + 1e-12,
+        "twice this variant's tensor rate, the softmax still in series, would raise its TFLOP/s by over half":
+            2 * (1 + sm) / (1 + 2 * sm) > 1.5 + 1e-12,
+        "even perfectly overlapped, the tensor cores would sit idle over a third of the time":
+            1 - min(1, 1 / sm) > 1 / 3 + 1e-12,
+    }
+    for option, holds in expected.items():
+        assert judged[option] is holds, option
+
+
 @pytest.mark.parametrize("seed", [None, *range(40)])
 def test_exp_bound_push_crosses_from_either_side(variant, catalog, seed):
-    """Matmul-bound draws are pushed to d = 64 (the old kernel measured at 20% there), softmax-bound ones to bf16
-    at d = 256: each crosses, and the pushed variant is one the solver accepts, in every draw."""
+    """Matmul-bound draws are pushed to d = 64 (the old kernel measured at 20% there), softmax-bound ones to d = 256
+    in their own dtype: each crosses, and the pushed variant is one the solver accepts, in every draw."""
     from solvers.interview import stage_run
 
     solution = variant(f"flash-attention-exp-bound@{'default' if seed is None else seed}")

@@ -811,28 +811,31 @@ def test_exactness_default_by_hand(variant, catalog):
     assert run is not None and "a logit moves up to 0.02" in run.say
 
 
-def test_exactness_names_the_bf16_targets_top_token_where_fp8_has_another(variant):
-    """Where the FP8 target's own top token is another one (seeds 37 and 40 once: 'a' at 38.4% against 'the'
-    keyed at 28.9%), "the top token" was ambiguous: labels, the holds option and the step name the bf16 target's."""
-    other = 0
-    for seed in range(60):
+def test_exactness_names_the_bf16_targets_top_token(variant):
+    """"The top token" is the bf16 target's (seeds once drew an FP8 target whose own top was another): the steps
+    and the holds option name the bf16 target's; the graded output figure is the FP8 target's distance (TV)."""
+    for seed in range(30):
         solution = variant(f"spec-decode-exactness@{seed}")
         rows = np.array([_value(solution, f"token_{i}") for i in range(1, 6)])
         top = int(rows[:, 0].argmax())
-        if rows[:, 2].argmax() == top:
-            continue
-        other += 1
-        labels = {spec.key: spec.label for spec in solution.question.answers}
         titles = {step.key: step.title for step in solution.sheet.steps if step.key}
-        assert "bf16 target" in labels["output_top_fp8"]
         word = _value(solution, "position")[top]["token"]
         assert all(f"'{word}'" in titles[key] for key in ("residual_top", "keep_top"))
-        assert solution.expected["output_top_fp8"] == pytest.approx(rows[top, 2], abs=1e-12)
+        assert "bf16 target's top" in titles["output_top_fp8"]
+        assert solution.sheet.results["output_top_fp8"] == pytest.approx(rows[top, 2], abs=1e-12)
         assert all("top token" not in option or "bf16 target's top token" in option
                    for option in solution.sheet.results["holds"])
-        step = next(step for step in solution.sheet.steps if step.key == "output_top_fp8")
-        assert "bf16 target's top" in step.title
-    assert other >= 2
+
+
+def test_exactness_fp8_moves_the_drafter_more_than_the_target(variant):
+    """The draws perturb the FP8 target's logits less than the drafter's (0.04 against 0.12): the target's
+    distribution moves a few percent at most (TV), and on average less than the drafter's."""
+    target, drafter = [], []
+    for seed in range(60):
+        rows = np.array([_value(variant(f"spec-decode-exactness@{seed}"), f"token_{i}") for i in range(1, 6)])
+        target.append(0.5 * np.abs(rows[:, 0] - rows[:, 2]).sum())
+        drafter.append(0.5 * np.abs(rows[:, 1] - rows[:, 3]).sum())
+    assert max(target) < 0.05 and np.mean(target) < 0.5 * np.mean(drafter)
 
 
 def test_exactness_draws_follow_their_own_tables(variant):
@@ -842,7 +845,7 @@ def test_exactness_draws_follow_their_own_tables(variant):
         rows = np.array([_value(solution, f"token_{i}") for i in range(1, 6)])
         p, q = rows[:, 0], rows[:, 1]
         assert rows.sum(axis=0) == pytest.approx([1, 1, 1, 1], abs=1e-9)
-        assert solution.expected["output_top_fp8"] == pytest.approx(rows[:, 2][p.argmax()], abs=1e-12)
+        assert solution.expected["shift_fp8_target"] == pytest.approx(0.5 * np.abs(p - rows[:, 2]).sum(), abs=1e-12)
         assert solution.sheet.results["keep_top"] == pytest.approx(min(1, p.max() / q[p.argmax()]), abs=1e-12)
         assert np.max(np.abs(_rejection_output(p, q) - p)) < 1e-12
         bound = 2 * (_value(solution, "delta_kernel") + _value(solution, "delta_batch"))
@@ -855,30 +858,33 @@ def test_exactness_draws_follow_their_own_tables(variant):
         assert fixes["batch-invariant kernels, the verify pass keeping its own attention kernel"] == all(
             g >= 2 * d_k for g in gaps)
         assert solution.expected["regime"] == ("verify-kernel" if d_k > d_b else "batch-size") and d_k != d_b
-        assert fixes["none of these alone"] == (min(gaps) < 2 * min(d_b, d_k, (d_k + d_b) / 2))
+        assert fixes["only both together: batch-invariant kernels and one attention kernel for any query count"] == (
+            min(gaps) < 2 * min(d_b, d_k))
+        assert fixes["FP32 logits (the lm_head in FP32), nothing else"] is False
         # The holds select is judged on floats before the sheet: it agrees with the sheet's own figures.
         x, holds = solution.sheet.results, solution.sheet.results["holds"]
         assert holds["the FP8 drafter lowers the acceptance rate here"] == (x["acceptance_fp8_draft"] < x["acceptance"])
-        assert holds["the FP8 target moves the output distribution by over {moved} (total variation)"] == (
-            x["shift_fp8_target"] > 0.02)
         assert holds["over a fifth of the drafts are rejected here"] == (1 - x["acceptance"] > 0.2)
         seen.update(f"{option}={holds}" for option, holds in
                     (solution.sheet.results["holds"] | solution.sheet.results["fixes"]).items())
-    # Every option of both selects takes both truths over these draws: none can be memorised.
+    # Every option of both selects but the declared fact takes both truths over these draws: none can be memorised.
     for option in solution.sheet.results["holds"] | solution.sheet.results["fixes"]:
+        if option.startswith("FP32 logits"):
+            continue
         assert {f"{option}=True", f"{option}=False"} <= seen, option
 
 
 def test_exactness_push_hands_the_bound_to_the_other_term(variant, catalog):
-    """The push moves one logit difference until the other term sets most of the bound: the regime flips, and
-    the fix that removes only the new smaller term leaves the larger one whole (a gap it leaves at risk stays at
-    risk). Where the range has no such move clear of the draw's refusals there is no push: at most one in ten."""
+    """The push raises the smaller logit difference to 0.05, past any draw's (0.04 at most): the other term sets
+    most of the bound, the regime flips, and the fix that removes only the new smaller term leaves the larger one
+    whole. Where the pushed variant is refused (a gap at a line) the engine's push stands in: at most one in ten."""
     from solvers.interview import stage_run
 
     missing = 0
     for seed in [None, *range(60)]:
         solution = variant(f"spec-decode-exactness@{'default' if seed is None else seed}")
-        push = next(i for i, stage in enumerate(solution.question.stages) if stage.push)
+        push = next(i for i, stage in enumerate(solution.question.stages)
+                    if stage.push and stage.when == solution.regime_name)
         run = stage_run(solution, catalog, push)
         if run is None:
             missing += 1

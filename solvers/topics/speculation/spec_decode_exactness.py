@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side, exact
+from solvers.derivation import Reject, Sheet, Side
 from solvers.sheetmath import max_of, min_of
-from solvers.units import figures_against, format_number, format_quantity
+from solvers.units import format_number
 
 _COLUMNS = {"p": "p, bf16 target", "q": "q, draft", "p8": "p, FP8 target", "q8": "q, FP8 draft"}
 
@@ -17,15 +17,16 @@ SPEC_TOKENS = ("the", "a", "this", "its", "our")  # the candidates generators.sp
 BATCH_INVARIANT = "batch-invariant kernels, the verify pass keeping its own attention kernel"
 
 
+BOTH = "only both together: batch-invariant kernels and one attention kernel for any query count"
+FP32_LOGITS = "FP32 logits (the lm_head in FP32), nothing else"
+
+
 def _fix_changes(d_k: float, d_b: float) -> tuple:
     """Each single change of the fixes select, with the per-logit difference it leaves."""
     return (
         ("verify with the decode pass's attention kernel", d_b, "only the batch-size term remains"),
         (BATCH_INVARIANT, d_k, "each kernel's order is fixed at every batch size, but the verify pass still runs "
          "its own attention kernel: only the verify-kernel term remains"),
-        ("both logit differences halved", (d_k + d_b) / 2, "half of each term remains"),
-        ("the verify-kernel difference cut to a tenth", d_k / 10 + d_b, "a tenth of δ_k and all of δ_b remain"),
-        ("the batch-size difference cut to a tenth", d_k + d_b / 10, "all of δ_k and a tenth of δ_b remain"),
     )
 
 
@@ -36,22 +37,21 @@ def _exactness_draw(p, rows) -> None:
     margin around its line, so the float comparisons here never decide an answer."""
     gaps, d_k, d_b = list(p.gaps), p.delta_kernel, p.delta_batch
     bound = 2 * (d_k + d_b)
-    if any(abs(g / bound - 1) < 0.02 for g in gaps):
-        raise Reject("a gap within 2% of the bound")
+    if any(abs(g / bound - 1) < 0.01 for g in gaps):
+        raise Reject("a gap within 1% of the bound (graded to 1%)")
     if len({g < bound for g in gaps}) == 1:
         raise Reject("every greedy position at risk, or none")
     changes = _fix_changes(d_k, d_b)
     for option, left, _ in changes:
-        if any(abs(g / (2 * left) - 1) < 0.02 for g in gaps):
-            raise Reject(f"{option}: a gap within 2% of what it leaves")
-    P, P8 = ([row[_COLUMNS[c]] for row in rows] for c in ("p", "p8"))
+        if any(abs(g / (2 * left) - 1) < 0.01 for g in gaps):
+            raise Reject(f"{option}: a gap within 1% of what it leaves")
+    P = [row[_COLUMNS["p"]] for row in rows]
     alpha = sum(map(min, P, (row[_COLUMNS["q"]] for row in rows)))
-    shift = sum(abs(a - b) for a, b in zip(P, P8)) / 2
-    if abs(shift - p.moved) < 0.0015 or abs(1 - alpha - 0.2) < 0.005:
+    if abs(1 - alpha - 0.2) < 0.005:
         raise Reject("a statement sits at its line")
 
 
-def _exactness_holds(s: Sheet, p, rows, top: int, alpha, alpha8, shift) -> None:
+def _exactness_holds(s: Sheet, rows, top: int, alpha, alpha8) -> None:
     """The holds select, each statement decided on the sheet's exact values: the two acceptance rates
     can tie (seed 254: 78.9% both, which floats put a hair apart), and a tie does not lower it."""
     p_top, q_top, p8_top = (rows[top][_COLUMNS[c]] for c in ("p", "q", "p8"))
@@ -62,9 +62,6 @@ def _exactness_holds(s: Sheet, p, rows, top: int, alpha, alpha8, shift) -> None:
     holds = {
         "the FP8 drafter lowers the acceptance rate here": (
             s.compare(alpha8, alpha) < 0, f"{percent(alpha8)} against {percent(alpha)}"),
-        "the FP8 target moves the output distribution by over {moved} (total variation)": (
-            s.compare(shift, exact(p.moved)) > 0,
-            format_quantity(s.evaluate(shift), "%", figures_against(s.evaluate(shift), p.moved))),
         "the FP8 target verifying emits the bf16 target's top token more often than the bf16 target does": (
             p8_top > p_top, f"the output follows the verifier: {format_number(p8_top)} against "
             f"{format_number(p_top)}, whatever drafts"),
@@ -89,8 +86,12 @@ def _exactness_fixes(s: Sheet, p, gaps: list[float]) -> None:
         s.judge(key, option, not under, f"{why}: 2·{format_number(left, 3)} = {format_number(2 * left, 3)}"
                 + (f", {len(under)} gap(s) still below it" if under else ", no gap below it"))
     fixed = [option for option, holds in s.judged(key).items() if holds]
-    s.judge(key, "none of these alone", not fixed, "the smallest gap, " + format_number(min(gaps)) + ", is under "
-            + ("what each of them leaves" if not fixed else "what some leave, not under what " + fixed[0] + " leaves"))
+    s.judge(key, BOTH, not fixed, "the smallest gap, " + format_number(min(gaps)) + ", is under "
+            + ("what each of them leaves: it takes both, which leaves nothing" if not fixed
+               else "what one leaves, not under what " + fixed[0] + " leaves: one alone does"))
+    s.judge(key, FP32_LOGITS, False, "the differences come from the summation order upstream (attention, split-K "
+            "GEMMs), which two runs still do differently: FP32 logits only spare the last rounding, so two runs' "
+            "logits still differ", fact=True)
 
 
 def _exactness_regime(s: Sheet, d_k, d_b, bound) -> None:
@@ -136,7 +137,7 @@ def solve(p, s: Sheet) -> None:
     alpha8 = s.step("acceptance_fp8_draft", "Acceptance with the FP8 drafter", "α_8",
                     sympy.Add(*map(min_of, P, Q8)), "%", "the same rule against the same bf16 target: only the "
                     "acceptance moves, the output still follows p")
-    shift = s.step("shift_fp8_target", "Distance of the FP8 target from the bf16 target", "TV",
+    s.step("shift_fp8_target", "Distance of the FP8 target from the bf16 target", "TV",
                    sympy.Add(*(max_of(a - b, b - a) for a, b in zip(P, P8))) / 2, "%",
                    "total variation ½Σ|p − p₈|: with the FP8 target verifying, the output follows p₈, exactly, "
                    "and differs from the bf16 model's by this much without any error")
@@ -153,7 +154,7 @@ def solve(p, s: Sheet) -> None:
         s.judge("positions", f"position {i + 1}", g < s.value(bound),
                 f"gap {format_number(g)} {'<' if g < s.value(bound) else '>'} {s.text(bound, 3)}")
     _exactness_fixes(s, p, gaps)
-    _exactness_holds(s, p, rows, top, alpha, alpha8, shift)
+    _exactness_holds(s, rows, top, alpha, alpha8)
     _exactness_regime(s, d_k, d_b, bound)
 
     s.assume("Sampling at temperature 1 over the five listed tokens (the rest of the vocabulary has no mass here); "
@@ -169,7 +170,14 @@ def solve(p, s: Sheet) -> None:
              "greedy token can differ from plain decoding where its top-2 gap is under 2(δ_k + δ_b).")
     s.slip("acceptance taken as Σ p·q (the chance both pick the same token)", on="acceptance",
            factor=s.evaluate(sympy.Add(*(a * b for a, b in zip(P, Q)))) / s.value(alpha))
-    if rows[top][_COLUMNS["p"]] != rows[top][_COLUMNS["p8"]]:
-        s.slip("the bf16 target's probability kept with the FP8 target verifying", on="output_top_fp8",
-               factor=rows[top][_COLUMNS["p"]] / rows[top][_COLUMNS["p8"]])
+    s.slip("total variation without the ½ (Σ|p − p₈|)", 2.0, on="shift_fp8_target")
+    s.assume("Each greedy position is scored on the same prefix in both runs, as though the earlier positions had "
+             "agreed. Once one token differs the two runs continue from different prefixes and part for good, so "
+             "the first position at risk is where they can first differ; the later ones are what would be at risk "
+             "had they not. The verify pass also writes the KV cache with its own kernel, so small differences "
+             "carry into later steps even without a flip; and plain decoding is no fixed reference either: under "
+             "continuous batching its own batch changes step to step, so δ_b touches it too.")
+    s.assume("FP8 moves a large target's next-token distribution little (its logits perturbed by noise of 0.04 in "
+             "the draws: about 1-2% total variation) and a small drafter's more (0.12), as weight quantization "
+             "does to models of those sizes.")
 
