@@ -365,7 +365,7 @@ def test_training_layout_stages_give_what_the_depth_needs(variant):
     label the shapes."""
     solution = variant("moe-1t-training-layout@default")
     labels = {a.key: a.label for a in solution.question.answers}
-    assert "EP·PP·DP = GPUs, powers of two" in solution.question.stages[1].say
+    assert "EP·PP·DP = GPUs, powers of two" in solution.question.stages[2].say
     assert "{model.expert_ffn}" in labels["pipeline_stages"] and "{model.experts_per_token}" in labels["a2a_nvlink"]
 
 
@@ -374,8 +374,8 @@ def test_training_layout_all_to_all_the_key_counts(variant):
     inference questions of group M have it, would give 0.76x the bytes. Crossing two domains is judged by the
     NIC all-to-all against the compute: what an overlapped schedule could hide, which the stage asks."""
     solution = variant("moe-1t-training-layout@default")
-    say = solution.question.stages[1].say
-    assert "bf16 all-to-all" in say and "Could overlap hide EP" in say
+    say = solution.question.stages[2].say
+    assert "bf16 all-to-all, a copy per expert" in say and "Could overlap hide" in say
     fp8 = 60 * 8 * 7168 * (2 * (1 + 4 / 128 + 2))  # FP8 dispatch and bf16 combine, forward and back
     assert fp8 / solution.sheet.results["a2a_bytes"] == pytest.approx(0.76, abs=0.01)
 

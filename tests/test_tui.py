@@ -405,11 +405,11 @@ def test_answer_boxes_out_of_sight_are_built_after_the_first_frame(monkeypatch, 
         app = InfradrillApp()
         async with app.run_test(size=size) as pilot:
             await wait_for(pilot, lambda: app.session is not None)
-            await open_default(app, pilot, "moe-1t-training-layout")  # a long table, then 3 boxes
+            await open_default(app, pilot, "b200-h100-roles")  # a long table, then 2 boxes
             screen = app.screen
             fields = list(screen.query("AnswerField"))
             assert not any(f.pending for f in fields) and len(screen.query(Input)) == len(fields)
-            assert screen.focused is screen.query_one("#answer-total_state")
+            assert screen.focused is screen.query_one("#answer-prefill_B")
             pending, body_size = first_frame[0]
             assert pending == [out_of_sight] * len(fields)
             assert body_size == screen.query_one("#question-body").virtual_size

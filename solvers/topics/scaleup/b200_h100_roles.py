@@ -36,8 +36,12 @@ FORMATS = {"fp8": (1.0, 3), "mxfp4": (0.5 + 1 / 32, 1)}
 
 # Served by both pools, one checkpoint closes the gap in any variant; read that way the option would hold for an
 # MXFP4 pool too, at the cost of its FP4 weights. The option asks for both, so an MXFP4 pool fails it.
-ONE_CHECKPOINT = ("one FP8 checkpoint quantized with power-of-two scales, served by both pools, closes the gap and "
-                  "keeps each pool's weight format")
+ONE_CHECKPOINT = ("one FP8 checkpoint quantized with power-of-two scales, served by both pools, makes the weights "
+                  "the two pools compute with the same and keeps each pool's weight format")
+
+# The title's point, true in every variant on purpose: the B200s re-round the weights the older pool serves as is.
+DRIFT = ("as served, a reply's KV is written under one rounding of the weights and decoded under another: "
+         "its tokens can differ from either pool's alone")
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,15 @@ def _prefill(s: Sheet, tag: str, gpu, W, nic, m, hw) -> _Prefill:
                      "rate shared by its nodes")
     read = s.step("", f"One read of a {gpu.name} GPU's weights", f"t_W_{tag}", W / (G * m["eta_bw"] * hw["BW"]),
                   "ms", "its share of the weights at the achievable bandwidth")
+    # Not the question's model, worked for the reveal: DeepEP's prefill (normal) kernels send a token once to each
+    # node holding one of its experts and forward it over NVLink there, so every copy crosses NVLink once and the
+    # NIC carries one copy a remote node the token routes to: (n − 1)(1 − (1 − 1/n)^k) of them under uniform routing.
+    remote = (nodes - 1) * (1 - (1 - 1 / nodes) ** m["k"])
+    t_dd = max_of(m["v"] / (G * hw["nvl"]), m["v"] / m["k"] * remote / (G * nic))
+    s.step(f"prefill_dedup_{tag}", f"Prefill tokens/s per {gpu.name} node, were copies merged per node",
+           f"x_pd_{tag}", 1 / (nodes * (compute + m["L_moe"] * t_dd)), "tokens/s",
+           "not the question's model: one NIC copy for each remote node a token routes to, "
+           "(n − 1)(1 − (1 − 1/n)^k), forwarded over NVLink there (DeepEP's normal kernels)")
     return _Prefill(gpu.name, nodes, prefill, compute, a2a, read, fixed)
 
 
@@ -171,8 +184,8 @@ def _best_decode(s: Sheet, tag: str, gpu, W, nic, m, hw, pre: _Prefill) -> _Deco
     best = two if s.compare(two.decode, one.decode) > 0 else one
     s.step(f"dnodes_{tag}", f"{gpu.name} nodes per decode replica", f"n_d_{tag}", best.nodes, "nodes",
            "whichever of n and 2n decodes more tokens a second per node")
-    s.step(f"decode_{tag}", f"Decode tokens/s per {gpu.name} node", f"x_d_{tag}",
-           max_of(one.decode, two.decode), "tokens/s", "the better of the two replica sizes, per node")
+    s.step(f"decode_{tag}", f"Decode tokens/s per {gpu.name} node", f"x_d_{tag}", best.batch / (best.step * best.nodes),
+           "tokens/s", "the better of the two replica sizes (n or 2n nodes): its batch a step, per node")
     return best
 
 
@@ -182,25 +195,21 @@ def _nic_latency(s: Sheet) -> sympy.Symbol:
                    "fixed latency of a dispatch or combine call across nodes (all-reduce-latency-nic)")
 
 
-def _roles_judged(s: Sheet, p, preB: _Prefill, preH: _Prefill, decB: _Decode, decH: _Decode) -> None:
-    s.judge("why", "the B200 decode batch is capped by KV room, not by the TPOT", decB.capped_by_room,
+def _roles_judged(s: Sheet, p, decB: _Decode, decH: _Decode) -> None:
+    s.judge("why", "a B200 decode replica's batch is capped by KV room, not by the TPOT", decB.capped_by_room,
             f"{s.text(decB.room)} of KV room per B200 GPU after the weights, on its "
             f"{format_number(s.value(decB.nodes))}-node decode replica")
-    s.judge("why", "the older GPU's decode batch is capped by KV room, not by the TPOT", decH.capped_by_room,
+    s.judge("why", "an older decode replica's batch is capped by KV room, not by the TPOT", decH.capped_by_room,
             f"{s.text(decH.room)} of KV room per {decH.name} GPU after the weights, on its "
             f"{format_number(s.value(decH.nodes))}-node decode replica")
-    s.judge("why", "the B200s decode on twice the nodes their weights need", s.compare(decB.nodes, preB.nodes) > 0,
-            f"{format_number(s.value(decB.nodes))} node(s) a B200 decode replica against "
-            f"{format_number(s.value(preB.nodes))} for the weights")
-    s.judge("why", "the older GPUs decode on twice the nodes their weights need",
-            s.compare(decH.nodes, preH.nodes) > 0,
-            f"{format_number(s.value(decH.nodes))} node(s) an older decode replica against "
-            f"{format_number(s.value(preH.nodes))} for the weights")
     fp8 = p.b200_format == "fp8"
     s.judge("why", ONE_CHECKPOINT, fp8,
             "Hopper runs FP8 with any scales, so UE8M0-scaled FP8 (as DeepSeek-V3.1 ships) serves both alike" if fp8
             else "it would close the gap, but the B200 pool runs MXFP4: sharing an FP8 checkpoint means giving up its "
             "FP4 weights, and Hopper has no FP4 tensor cores to share the MXFP4 one")
+    s.judge("why", DRIFT, True, "the B200 pool re-rounds each block onto power-of-two scales, one more rounding than "
+            "the older pool's weights: the KV the prefill pool writes and the decode pool's next tokens come from "
+            "slightly different models (logprobs drift; RL rollouts and evals stop reproducing)", fact=True)
 
 
 def _roles_regime(s: Sheet, r_pre, r_dec, nodes_b: float, nodes_h: float, a2a_share_b: float) -> None:
@@ -269,6 +278,7 @@ def solve(p, s: Sheet) -> None:
                "k copies out in FP8, k results back in bf16")
     m = {"G_n": G_n, "f": f, "u": u, "eta_c": eta_c, "eta_att": eta_att, "eta_bw": eta_bw, "t_oh": t_oh,
          "N_a": N_a, "A_p": A_p, "A_d": A_d, "P_in": P_in, "S": S, "KV": kv, "tpot": tpot, "L_moe": L_moe, "v": v,
+         "k": k,
          "D": s.given("D", GPUS_PER_NODE, "GPUs", "NVLink domain of an HGX node"),
          "α_nvl": a2a_call_latency(s, False), "α_nic": _nic_latency(s)}
     hw_B, hw_H = _hardware(s, "B", new), _hardware(s, "H", old)
@@ -282,6 +292,9 @@ def solve(p, s: Sheet) -> None:
     r_dec = s.step("edge_decode", "B200's per-node edge at decode", "e_d",
                    s.symbol("x_d_B") / s.symbol("x_d_H"), "", "B200 node over older node, each at the TPOT target "
                    "on its better replica size")
+    r_pd = s.step("edge_prefill_dedup", "B200's per-node edge at prefill, were copies merged per node", "e_pd",
+           s.symbol("x_pd_B") / s.symbol("x_pd_H"), "", "not the question's model: what DeepEP's per-node merging "
+           "would make of the prefill edge")
     # Edges within a tenth of each other leave the roles a coin toss no interviewer would grade: refused.
     if s.compare(r_pre, TIE * r_dec) < 0 and s.compare(r_dec, TIE * r_pre) < 0:
         raise Reject("the B200's prefill and decode edges lie within 10% of each other: no role to argue for")
@@ -316,7 +329,7 @@ def solve(p, s: Sheet) -> None:
            "re-rounding onto a grid with other scales: one more rounding, 2^-m·sqrt(E[4^-f]/12) of the RMS weight, "
            "E[4^-f] = 3/(8 ln 2) for a mantissa spread evenly in log")
 
-    _roles_judged(s, p, preB, preH, decB, decH)
+    _roles_judged(s, p, decB, decH)
     waits = s.compare(pre.read, P_in * pre.compute) > 0
     s.judge("why", "one prompt's prefill waits on the weight read, not on its FLOPs", waits,
             f"one read of a {pre.name} GPU's weights takes {s.text(pre.read)}, the prompt's "
@@ -339,6 +352,12 @@ def solve(p, s: Sheet) -> None:
              "link cannot feed an 800 Gb/s ConnectX-8), not overlapped with compute (DeepSeek's two-micro-batch "
              "overlap would hide part of it). Decode reads every weight each step (large batches touch every "
              "expert).")
+    s.assume("The interviewer fixes a plain all-to-all: every routed copy crosses on its own (moe-all-to-all; "
+             "DeepEP's low-latency decode kernels send that way too). DeepEP's prefill (normal) kernels instead send "
+             "a token once to each remote node holding one of its experts and forward it over NVLink there: priced "
+             f"that way the prefill edge would be {s.text(r_pd, 3)}x against a decode edge of {s.text(r_dec, 3)}x, "
+             "a different and often much closer call (merging helps a multi-node replica most, so a one-node B200 "
+             "replica's prefill edge shrinks and a two-node one's grows).")
     s.assume("Step model (step-compute, step-bandwidth, step-overhead): a decode step takes the slower of its reads "
              "and its math, then its all-to-all; "
              "KV in bf16 latents, no prefix cache; pools sized in whole replicas for the average load, the prefill "
@@ -346,7 +365,6 @@ def solve(p, s: Sheet) -> None:
     s.assume("The older nodes are a fleet already owned: the question is how to split the roles, not whether to "
              "replace them (per node a B200 leads in both phases). Comparative advantage, as Splitwise (ISCA 2024) "
              "splits prompt and token phases across GPU generations.")
-    s.slip("x2: power-of-two rounding ignored (nodes from the bare ratio)", 0.5, on="nodes_H")
     _roles_regime(s, r_pre, r_dec, s.value(preB.nodes), s.value(preH.nodes),
                   s.evaluate(preB.a2a / (preB.compute + preB.a2a)))
 
