@@ -40,6 +40,11 @@ ONE_SIDED = {
     **{("nic-bandwidth-per-gpu", key): TRAINING for key in ("bandwidth", "step_time", "exposed_share", "headroom")},
     ("ep-load-skew", "batch_star"): CROSSOVER,
     ("mla-absorption", "gqa_q_min"): CROSSOVER,
+    ("mla-absorption", "t_upproj"): "the up-projection of every cached latent: each latent byte read feeds "
+    "thousands of FLOPs (heads × head widths), far past any ridge",
+    ("million-token-context", "nodes_plan"): "nodes for a million-token prefill's math; the solver refuses a draw "
+    "whose ring or reads would set the TTFT instead",
+    ("million-token-context", "prefill_plan"): "the TTFT on those nodes, refused where the ring or reads would set it",
     ("moe-experts-per-batch", "batch_compute"): CROSSOVER,
     **{("spec-decode-batch-ceiling", key): CROSSOVER for key in ("ceiling", "break_even")},
     ("spec-decode-step-accounting", "break_even"): CROSSOVER,
