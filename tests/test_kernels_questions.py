@@ -345,9 +345,8 @@ def test_tmem_tile_figures_follow_the_instruction_stream(variant, seed):
     assert r["regime"] == ("smem-bound" if n <= 128 else "tensor-bound")  # 64 (128 + N) / N >= 128
     assert r["rf_share"] == pytest.approx(m * n * 4 / (256 * 1024))
     assert r["acc_registers"] == m * n / 256
-    used = m // 128 * n
-    alloc = max(32, 1 << (used - 1).bit_length())
-    assert r["tmem_buffers"] == 512 // alloc
+    assert m == 128  # 128 rows a SM on both parts (a 1-SM tcgen05.mma is at most 128 rows)
+    assert r["tmem_buffers"] == 512 // n  # allocated once, each accumulator at its own column offset
     assert r["loop_saving"] == pytest.approx(m // 128 * n // 2 * p["k"] * elem)
 
 
@@ -356,7 +355,7 @@ def test_operand_bytes_per_clock_depend_on_neither_m_nor_dtype(variant, n):
     """Bytes per clock are set per MMA instruction: doubling M doubles the bytes and the FLOPs alike, and fp8
     doubles the elements of a 128-byte row and the FLOP rate alike."""
     runs = [variant(f"blackwell-tmem-tiles@default+tile_m={m}+tile_n={n}+dtype={d}").sheet.results
-            for m in (128, 256) for d in ("bf16", "fp8")]
+            for m in (128,) for d in ("bf16", "fp8")]
     for key in ("hopper_demand", "one_sm_demand", "two_cta_demand"):
         assert all(r[key] == pytest.approx(runs[0][key]) for r in runs)
     assert runs[0]["two_cta_demand"] == pytest.approx(64 * (128 + n / 2) / n)  # 8,192 FLOP/clock, B split in two
@@ -370,16 +369,11 @@ def test_tmem_tile_facts_follow_the_variant(variant, seed):
     m, n = p["tile_m"], p["tile_n"]
     truth = r["tile_facts"]
     stages_one, stages_two = 228 * 1024 // ((m + n) * 128), 228 * 1024 // ((m + n // 2) * 128)
-    used = m // 128 * n
-    assert truth["the 2-CTA MMA at least halves the operand bytes per SM per k-slice against Hopper's"] == (
-        n >= 128)
     assert truth["the 2-CTA MMA reads operands slower than shared memory's {hopper.smem_bytes_per_clk_sm} B per "
                  "clock"] == (64 * (128 + n / 2) / n < 128)
-    assert truth["tcgen05.alloc can give this accumulator exactly the TMEM columns it uses"] == (
-        used & (used - 1) == 0)
     assert truth["the 2-CTA form fits at least {more_stages} more pipeline stages in shared memory than the 1-SM "
                  "form"] == (stages_two - stages_one >= 3)
-    assert truth["the 1-SM form's shared memory already holds {deep} or more k-slice stages"] == (stages_one >= 5)
+    assert truth["the 1-SM form's shared memory already holds {deep} or more k-slice stages"] == (stages_one >= 6)
     assert not truth["since it reads fewer operand bytes per k-slice, the 1-SM MMA also asks shared memory for "
                      "fewer bytes per clock than Hopper's 64-row MMAs"]
 
