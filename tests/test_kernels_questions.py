@@ -204,24 +204,40 @@ def fa2_split_bounds(tokens: int, tile: int, splits: int, longest: int | None = 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_split_kv_counts_match_fa2_split_ranges(variant, seed):
-    """The launched splits are the fewest that fill the SMs less the ones FA2's range arithmetic would leave
-    empty for the longest sequence (review 2: @122 launched 62 empty splits); the shorter request's empty splits
-    are the ones FA2's own ranges give it in the same launch."""
+    """The launched splits are the fewest equal chunks of whole tiles that give every SM a block, searched chunk
+    size by chunk size (read-RB @9401: dealing ⌈tiles / n_fill⌉ a split launched 57 splits on 114 of 148 SMs,
+    where chunks of 3 make 76 and fill them); none is left empty in FA2's range arithmetic for the longest
+    sequence, and the shorter request's empty splits are the ones FA2's own ranges give it in the same launch."""
     solution = variant(f"split-kv-decode-merge@{seed}")
     p, r = _params(solution), solution.expected
     heads = max(1, p["model"].kv_heads // p["tp"])
     blocks = p["batch"] * heads
     fill = math.ceil(p["gpu"].sms / blocks)
-    filling = fa2_split_bounds(p["context"], 128, fill)
-    splits = sum(start < end for start, end in filling)
+    tiles = math.ceil(p["context"] / 128)
+    counts = {-(-tiles // chunk) for chunk in range(1, tiles + 1)}
+    splits = min((n for n in counts if n >= fill), default=tiles)
     assert r["blocks"] == blocks and r["splits"] == splits
+    assert r["tiles_per_split"] == -(-tiles // splits)
     assert all(start < end for start, end in fa2_split_bounds(p["context"], 128, splits))  # none launched empty
-    assert r["tiles_per_split"] == -(-math.ceil(p["context"] / 128) // fill)
-    short = fa2_split_bounds(math.ceil(p["context"] * p["short_share"]), 128, splits, longest=p["context"])
+    short = fa2_split_bounds(math.floor(p["context"] * p["short_share"]), 128, splits, longest=p["context"])
     assert r["empty_splits"] == sum(start >= end for start, end in short)
     assert r["regime"] == ("grid-filled" if blocks >= p["gpu"].sms else "split-needed")
-    if splits > 1:
-        assert blocks * fill >= p["gpu"].sms > blocks * (fill - 1)
+    if tiles >= fill:
+        assert blocks * splits >= p["gpu"].sms  # every SM busy
+        results = solution.sheet.results
+        assert results["per_user_split"] >= results["per_user_unsplit"]
+
+
+def test_split_kv_fills_where_the_rounded_up_deal_leaves_sms_idle(variant):
+    """read-RB: 228 tiles of a 2-block grid on 148 SMs. ⌈228 / 74⌉ = 4 a split makes 57 splits, 114 SMs busy;
+    chunks of 3 make 76 splits, 152 blocks, and by the question's own bandwidth model a faster step. The rounded-up
+    deal is the declared slip."""
+    r = variant("split-kv-decode-merge@default+model=llama-3.1-405b+gpu=b200+tp=4+context=29184").sheet.results
+    assert (r["blocks"], r["splits"], r["tiles_per_split"]) == (2, 76, 3)
+    solution = variant("split-kv-decode-merge@default+model=llama-3.1-405b+gpu=b200+tp=4+context=29184")
+    slips = {slip.label: slip.factor for slip in solution.sheet.slips["splits"]}
+    assert slips["⌈tiles / n_fill⌉ tiles a split, launching only the splits that get keys (SMs left idle)"] == (
+        pytest.approx(57 / 76))
 
 
 OWN_SPLIT = {"the FP32 partials, written and read back, add under {merge_share} to this step's attention traffic",
@@ -241,7 +257,8 @@ def test_split_kv_lists_its_own_split_statements_only_where_it_splits(variant, s
     assert truth["the lower-LSE split carries under an eighth of the merged output"] == (r["merge_weight"] < 1 / 8)
     assert truth["the lower-LSE split carries at least a twentieth of the merged output"] == (
         r["merge_weight"] >= 1 / 20)
-    assert truth["the merged LSE is under a tenth above the larger split's"] == (r["merged_lse"] < 0.1)
+    assert truth["each GPU reads more bytes of KV cache than of weights in this step"] == (
+        solution.sheet.results["kv_read"] > solution.sheet.results["weight_read"])
     if split:
         assert truth["the shorter request leaves at least half of its splits without keys"] == (
             2 * r["empty_splits"] >= r["splits"])
@@ -276,10 +293,10 @@ def test_split_kv_speed_per_user_counts_the_whole_step(variant, seed):
 def test_split_kv_shorter_request_is_whole_tokens(variant):
     """r1 (@7301): 45% of 1,792 is 806.4 tokens; the key counts 806, and its tiles (7) are those of 806.4 too:
     a context a multiple of 256 and a share a multiple of 5% never put a fraction just past a tile boundary."""
-    r = variant("split-kv-decode-merge@7301").sheet.results
-    assert r["short_tokens"] == 806 and r["empty_splits"] == 7
+    r = variant("split-kv-decode-merge@default+context=1792+short_share=45").sheet.results
+    assert r["short_tokens"] == 806 and r["splits"] == 14 and r["empty_splits"] == 7
     for context in range(1024, 131073, 256):
-        for share in range(5, 51, 5):
+        for share in range(10, 61, 5):
             exact = context * share / 100
             assert math.ceil(math.floor(exact) / 128) == math.ceil(exact / 128)
 
@@ -355,9 +372,8 @@ def test_tmem_tile_figures_follow_the_instruction_stream(variant, seed):
     assert r["regime"] == ("smem-bound" if n <= 128 else "tensor-bound")  # 64 (128 + N) / N >= 128
     assert r["rf_share"] == pytest.approx(m * n * 4 / (256 * 1024))
     assert r["acc_registers"] == m * n / 256
-    used = m // 128 * n
-    alloc = max(32, 1 << (used - 1).bit_length())
-    assert r["tmem_buffers"] == 512 // alloc
+    assert m == 128  # 128 rows a SM on both parts (a 1-SM tcgen05.mma is at most 128 rows)
+    assert r["tmem_buffers"] == 512 // n  # allocated once, each accumulator at its own column offset
     assert r["loop_saving"] == pytest.approx(m // 128 * n // 2 * p["k"] * elem)
 
 
@@ -366,7 +382,7 @@ def test_operand_bytes_per_clock_depend_on_neither_m_nor_dtype(variant, n):
     """Bytes per clock are set per MMA instruction: doubling M doubles the bytes and the FLOPs alike, and fp8
     doubles the elements of a 128-byte row and the FLOP rate alike."""
     runs = [variant(f"blackwell-tmem-tiles@default+tile_m={m}+tile_n={n}+dtype={d}").sheet.results
-            for m in (128, 256) for d in ("bf16", "fp8")]
+            for m in (128,) for d in ("bf16", "fp8")]
     for key in ("hopper_demand", "one_sm_demand", "two_cta_demand"):
         assert all(r[key] == pytest.approx(runs[0][key]) for r in runs)
     assert runs[0]["two_cta_demand"] == pytest.approx(64 * (128 + n / 2) / n)  # 8,192 FLOP/clock, B split in two
@@ -380,16 +396,11 @@ def test_tmem_tile_facts_follow_the_variant(variant, seed):
     m, n = p["tile_m"], p["tile_n"]
     truth = r["tile_facts"]
     stages_one, stages_two = 228 * 1024 // ((m + n) * 128), 228 * 1024 // ((m + n // 2) * 128)
-    used = m // 128 * n
-    assert truth["the 2-CTA MMA at least halves the operand bytes per SM per k-slice against Hopper's"] == (
-        n >= 128)
     assert truth["the 2-CTA MMA reads operands slower than shared memory's {hopper.smem_bytes_per_clk_sm} B per "
                  "clock"] == (64 * (128 + n / 2) / n < 128)
-    assert truth["tcgen05.alloc can give this accumulator exactly the TMEM columns it uses"] == (
-        used & (used - 1) == 0)
     assert truth["the 2-CTA form fits at least {more_stages} more pipeline stages in shared memory than the 1-SM "
                  "form"] == (stages_two - stages_one >= 3)
-    assert truth["the 1-SM form's shared memory already holds {deep} or more k-slice stages"] == (stages_one >= 5)
+    assert truth["the 1-SM form's shared memory already holds {deep} or more k-slice stages"] == (stages_one >= 6)
     assert not truth["since it reads fewer operand bytes per k-slice, the 1-SM MMA also asks shared memory for "
                      "fewer bytes per clock than Hopper's 64-row MMAs"]
 

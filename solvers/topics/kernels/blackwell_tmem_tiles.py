@@ -12,38 +12,17 @@ from solvers.units import format_number
 ACC_BYTES = 4  # FP32 accumulator
 
 
-TMEM_MIN_ALLOC = 32  # tcgen05.alloc: a power of two of columns, at least 32
-
-
 _PER_CLOCK = {"bf16": "bf16_flop_per_clk_sm", "fp8": "fp8_flop_per_clk_sm"}
 
 
-def _allocated(s: Sheet, used: sympy.Expr) -> int:
-    """tcgen05.alloc's columns for `used`: the least power of two, at least 32, that holds it (exact)."""
-    allocated = TMEM_MIN_ALLOC
-    while s.compare(used, allocated) > 0:
-        allocated *= 2
-    return allocated
-
-
-def _tile_judgements(s: Sheet, *, tmem: sympy.Expr, allocated: int, demand: dict[str, sympy.Expr],
-                     limit: sympy.Expr, qbytes: dict[str, sympy.Expr], stages: dict[str, sympy.Expr],
+def _tile_judgements(s: Sheet, *, demand: dict[str, sympy.Expr], limit: sympy.Expr, stages: dict[str, sympy.Expr],
                      more: sympy.Expr, deep: sympy.Expr) -> None:
     """The Blackwell stage's options, decided on the sheet's exact values (the why lines' figures are floats)."""
     key = "tile_facts"
     shown = lambda x: format_number(s.evaluate(x), 3)  # noqa: E731
-    s.judge(key,
-            "the 2-CTA MMA at least halves the operand bytes per SM per k-slice against Hopper's",
-            s.compare(qbytes["two"], qbytes["hopper"] / 2) <= 0,
-            f"{shown(qbytes['two'] / 1024)} KiB against {shown(qbytes['hopper'] / 1024)} KiB per k-slice: the pair "
-            "splits B instead of every 64 rows reading all of it (per clock the cut is smaller: B200 does twice "
-            "Hopper's FLOPs in one)")
     s.judge(key, "the 2-CTA MMA reads operands slower than shared memory's {hopper.smem_bytes_per_clk_sm} B per clock",
             s.compare(demand["two"], limit) < 0,
             f"{shown(demand['two'])} B per clock against {shown(limit)}")
-    s.judge(key, "tcgen05.alloc can give this accumulator exactly the TMEM columns it uses",
-            s.compare(tmem, allocated) == 0,
-            f"{shown(tmem)} columns used; the allocation is a power of two of at least 32: {allocated}")
     s.judge(key, "the 2-CTA form fits at least {more_stages} more pipeline stages in shared memory than the 1-SM form",
             s.compare(stages["two"] - stages["one"], more) >= 0,
             f"{shown(stages['two'])} stages of A and half of B against {shown(stages['one'])} of A and all of B")
@@ -122,11 +101,9 @@ def solve(p, s: Sheet) -> None:
     # TMEM: 128 lanes are the rows; a 256-row tile stacks its second 128 rows in further columns.
     tmem = s.step("tmem_columns", "TMEM columns the accumulator uses", "n_tmem", M / lanes * N, "",
                   "128 lanes hold 128 rows; each row of N FP32 values takes N columns")
-    allocated = _allocated(s, tmem)
-    alloc = s.step("tmem_alloc", "TMEM columns tcgen05.alloc gives it", "n_alloc", sympy.Integer(allocated), "",
-                   "the allocation is a power of two of at least 32 columns")
-    s.step("tmem_buffers", "Accumulators TMEM holds at once", "n_buf", floor_of(cols / alloc), "",
-           "two or more let one tile's epilogue drain while the next tile's MMAs run")
+    s.step("tmem_buffers", "Accumulators TMEM holds at once", "n_buf", floor_of(cols / tmem), "",
+           "the kernel allocates TMEM once and places each accumulator at its own column offset; two or more let "
+           "one tile's epilogue drain while the next tile's MMAs run")
 
     # Shared memory as a ring of k-slice stages: A's rows and the B this SM holds.
     smem = s.given("S_cap", blackwell.smem_kib_sm * 1024, "KiB", f"{blackwell.name} shared memory per SM")
@@ -138,10 +115,9 @@ def solve(p, s: Sheet) -> None:
                             floor_of(smem / stage_one), "", "the ring the producer runs ahead in"),
               "two": s.step("stages_two", "2-CTA: k-slice stages shared memory holds", "n_2",
                             floor_of(smem / stage_two), "", "half of B a stage leaves room for more")}
-    s.step("loop_saving", "Operand bytes per SM the 2-CTA form saves over the K loop", "ΔQ",
-           (one - two) * K_total / K, "MiB", "half of B per k-slice, over the K / K_s k-slices of the tile")
-    _tile_judgements(s, tmem=tmem, allocated=allocated, demand=demand, limit=S,
-                     qbytes={"hopper": hop, "two": two}, stages=stages, more=s.param("n_more", "more_stages"),
+    s.step("loop_saving", "Shared-memory operand reads per SM the 2-CTA form saves over the K loop", "ΔQ",
+           (one - two) * K_total / K, "MiB", "half of B a k-slice (its TMA loads too), over K / K_s k-slices")
+    _tile_judgements(s, demand=demand, limit=S, stages=stages, more=s.param("n_more", "more_stages"),
                      deep=s.param("n_deep", "deep"))
     s.assume("Hopper: a cooperative CTA with two consumer warpgroups splits the tile along M; each issues "
              "64-row WGMMAs with A and B from shared memory. Blackwell: tcgen05.mma, 128 rows per SM, the "

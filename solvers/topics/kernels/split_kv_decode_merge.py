@@ -13,11 +13,11 @@ from solvers.units import format_number
 PARTIAL_BYTES = 4  # split-KV kernels keep each partial output and its LSE in FP32
 
 
-# The merge options' lines, off the 0.1 grid of Δ (ln 7 = 1.946, ln 19 = 2.944, −ln(e^0.1 − 1) = 2.252).
-ONE_EIGHTH, ONE_TWENTIETH, ONE_TENTH = sympy.Rational(1, 8), sympy.Rational(1, 20), sympy.Rational(1, 10)
+# The merge options' lines, off the 0.1 grid of Δ (ln 7 = 1.946, ln 19 = 2.944): one of the two always holds.
+ONE_EIGHTH, ONE_TWENTIETH = sympy.Rational(1, 8), sympy.Rational(1, 20)
 
 
-def _merge_judgements(s: Sheet, *, splits, empty, overhead, weight, above) -> None:
+def _merge_judgements(s: Sheet, *, splits, empty, overhead, weight, kv_read, weight_read) -> None:
     """The merge statements are about the stage's two splits, decided in every variant; the ones about
     this variant's own splits cannot be decided where the batch fills the SMs by itself (one split, no
     partials, nothing split): they are not listed there (the opening is drawn where it splits)."""
@@ -28,8 +28,6 @@ def _merge_judgements(s: Sheet, *, splits, empty, overhead, weight, above) -> No
             f"its weight is 1/(1 + e^Δ) = {s.text(weight, 3)}")
     s.judge(key, "the lower-LSE split carries at least a twentieth of the merged output",
             s.compare(weight, ONE_TWENTIETH) >= 0, f"its weight is 1/(1 + e^Δ) = {s.text(weight, 3)}")
-    s.judge(key, "the merged LSE is under a tenth above the larger split's", s.compare(above, ONE_TENTH) < 0,
-            f"log(1 + e^−Δ) = {s.text(above, 3)} above it")
     s.judge(key, "the FP32 partials, written and read back, add under {merge_share} to this step's attention traffic",
             s.compare(overhead, s.param("f_merge", "merge_share")) < 0 if split else None,
             f"they add {s.text(overhead, 3)}: FP32 output and LSE per split and query head, written and read back "
@@ -38,6 +36,12 @@ def _merge_judgements(s: Sheet, *, splits, empty, overhead, weight, above) -> No
             s.compare(2 * empty, splits) >= 0 if split else None,
             f"{s.text(empty)} of {s.text(splits)} splits get none: the layout's tiles per split are the longest's, "
             "so the short request's keys run out early" if split else none)
+    s.judge(key, "each GPU reads more bytes of KV cache than of weights in this step",
+            s.compare(kv_read, weight_read) > 0,
+            f"{s.text(kv_read, 3)} of KV against {s.text(weight_read, 3)} of weights a GPU: "
+            + ("the attention is most of the step's reads, so how many SMs it keeps busy sets the speed"
+               if s.compare(kv_read, weight_read) > 0 else
+               "the weights are most of the step's reads, so the split's gain is diluted over the whole step"))
     s.judge(key, "an empty split's −inf LSE minus the finite merged LSE gives NaN", False,
             "−inf minus a finite number is −inf, and exp(−inf) = 0: weights exp(LSE_i − max LSE) give an empty "
             "split weight 0 while one split has keys; the NaN comes only from −inf − (−inf), a sequence with no "
@@ -87,11 +91,21 @@ def solve(p, s: Sheet) -> None:
     tile = s.param("t_kv", "kv_tile")
     tiles = s.step("tiles", "Key tiles per sequence", "n_tile", ceil_of(T / tile), "",
                    "the context in tiles of keys, the last one maybe partial")
-    per_split = s.step("tiles_per_split", "Key tiles per split", "n_per", ceil_of(tiles / n_fill), "",
-                       "the tiles dealt over those splits, rounded up (FlashAttention-2's n_blocks_per_split)")
-    n_split = s.step("splits", "Splits per sequence launched", "n_split", ceil_of(tiles / per_split), "",
-                     "the splits that get keys: rounding up hands every tile to the first ones, and a split left "
-                     "with none is not launched (FlashAttention-2 skips such counts)")
+    # Equal chunks of whole tiles (the last may be shorter): ⌈tiles / c⌉ splits of c tiles. The fewest splits that
+    # still give every SM a block come from the largest c with ⌈tiles / c⌉ ≥ n_fill, one tile a split where the keys
+    # are too few to fill them; the chunk is then dealt as evenly as that count allows, ⌈tiles / splits⌉.
+    if s.compare(n_fill, 1) > 0:
+        chunk = s.step("", "Largest chunk that still fills the SMs", "c_max",
+                       max_of(1, ceil_of(tiles / (n_fill - 1)) - 1), "",
+                       "⌈tiles / c⌉ ≥ n_fill holds while c < tiles / (n_fill − 1); one tile a split at least")
+    else:
+        chunk = s.step("", "Largest chunk that still fills the SMs", "c_max", tiles, "",
+                       "the batch fills the SMs by itself: one split takes every tile")
+    n_split = s.step("splits", "Splits per sequence launched", "n_split", ceil_of(tiles / chunk), "",
+                     "the fewest equal chunks that give every SM a block (as many as the keys allow where they "
+                     "cannot): none is left without keys, and none more adds partials to write and merge")
+    per_split = s.step("tiles_per_split", "Key tiles per split", "n_per", ceil_of(tiles / n_split), "",
+                       "those splits dealt the tiles as evenly as equal chunks allow, the last one maybe shorter")
     # A shorter request in the same launch: the layout (splits, tiles per split) is the longest's.
     share = s.param("f_short", "short_share")
     # A share of T may leave a fraction of a token (45% of 1,792 is 806.4): the request is whole tokens. T is a
@@ -107,7 +121,7 @@ def solve(p, s: Sheet) -> None:
     gap = s.param("Δ", "lse_gap")
     weight = s.step("merge_weight", "Weight of the lower-LSE split in the merge", "w_1", 1 / (1 + sympy.exp(gap)), "%",
            "w_i = exp(LSE_i − LSE) with LSE = log Σ exp(LSE_i): here 1/(1 + e^Δ)")
-    above = s.step("merged_lse", "Merged LSE above the larger one", "ΔLSE", sympy.log(1 + sympy.exp(-gap)), "",
+    s.step("merged_lse", "Merged LSE above the larger one", "ΔLSE", sympy.log(1 + sympy.exp(-gap)), "",
            "LSE = LSE_2 + log(1 + e^−Δ): the merged softmax denominator, in log space")
 
     # Traffic: with splits every split writes its partial output and LSE in FP32 and the merge reads them back;
@@ -126,7 +140,9 @@ def solve(p, s: Sheet) -> None:
                       "what the split adds to the attention's traffic")
 
     # Per-user speed, unsplit and split: the weights stream at full bandwidth, the attention at the SMs' share.
-    weights = s.step("t_weights", "Weight read per step", "t_W", e.W / e.TP / e.byte_rate, "ms",
+    w_read = s.step("weight_read", "Weight bytes each GPU reads per step", "M_W", e.W / e.TP, "GB",
+                    "its share of the weights, once a step whatever the batch")
+    weights = s.step("t_weights", "Weight read per step", "t_W", w_read / e.byte_rate, "ms",
                      "each GPU's share of the weights at achievable bandwidth")
     t_att0 = s.step("attention_unsplit", "Attention read without a split", "t_att0",
                     kv_read / (e.byte_rate * min_of(1, blocks / n_sm)), "ms",
@@ -146,34 +162,38 @@ def solve(p, s: Sheet) -> None:
 
     s.step("split_gain", "Attention speed-up from splitting", "g_att", t_att0 / t_att1, "",
            "the busy SMs' share of bandwidth, unsplit over split")
-    _merge_judgements(s, splits=n_split, empty=n_empty, overhead=overhead, weight=weight, above=above)
+    _merge_judgements(s, splits=n_split, empty=n_empty, overhead=overhead, weight=weight, kv_read=kv_read,
+                      weight_read=w_read)
     s.assume("One thread block per (sequence, KV head) with its query heads packed together (FlashAttention-2's "
              "decode path swaps the query-head group into the rows; FlashInfer and FlashDecoding do the same); "
              "the blocks of all splits run at once (several fit on one SM).")
     s.assume("Attention's reads get the busy SMs' share of HBM bandwidth, as the prompt states: 1/SMs of it per "
              "busy SM. A lone SM can pull several times its share, so the unsplit time is an upper bound and the "
              "speed-up from splitting is larger here than measured (Flash-Decoding reports up to 8x on attention).")
-    s.assume("Splits: the bank's rule, the fewest that fill the SMs, with ⌈tiles/splits⌉ tiles a split "
-             "(FlashAttention-2's n_blocks_per_split), launching only the splits that get keys. FlashAttention-2 "
-             "picks its count differently: at most min(SMs, tiles, 128), the fewest within 85% of the best wave "
-             "efficiency, skipping counts that give the same tiles per split as one fewer (those leave a split "
-             "empty), and no split once the batch fills 80% of the SMs. Empty splits come from mixed-length "
-             "batches: one launch's split layout is sized by the longest sequence, so a shorter one's last splits "
-             "get no keys. The per-user speeds take every sequence at the longest context.")
+    s.assume("Splits: equal chunks of whole tiles, the last maybe shorter, as FlashAttention-2 lays them out "
+             "(n_blocks_per_split); the count is the fewest that give every SM a block, the best by this model: "
+             "every SM busy, and no split more than that to write and merge partials for. FlashAttention-2's own "
+             "heuristic picks differently: at most min(SMs, tiles, 128) splits, the fewest within 85% of the best "
+             "wave efficiency, counting only splits that get keys, and no split once the batch fills 80% of the "
+             "SMs; dealing ⌈tiles / n_fill⌉ tiles over the fewest filling splits, as it does, can leave SMs idle. "
+             "FlashInfer and Flash-Decoding deal the keys evenly instead, reaching n_fill exactly. Empty splits "
+             "come from mixed-length batches: one launch's split layout is sized by the longest sequence, so a "
+             "shorter one's last splits get no keys. The per-user speeds take every sequence at the longest "
+             "context.")
     s.slip("the attention's read alone (weights, all-reduces and overhead left out)", on="per_user_split",
            factor=1 / (s.value(t_att1) * s.value(speeds["split"])))
     s.slip("query heads counted instead of KV heads", on="blocks", factor=p.model.heads / p.model.kv_heads)
     s.slip("query heads counted instead of KV heads", on="fill", factor=p.model.heads / p.model.kv_heads)
-    # FlashAttention-2's wave heuristic stops at one wave: ⌊SMs / blocks⌋ splits, SMs left idle.
-    wave = max_of(1, floor_of(n_sm / blocks))
-    if s.compare(wave, n_fill) != 0:
-        per_wave = ceil_of(tiles / wave)
-        s.slip("one wave of splits, ⌊SMs / blocks⌋, instead of the fewest that give every SM a block",
-               on="splits", factor=s.evaluate(ceil_of(tiles / per_wave)) / s.value(n_split))
-        s.slip("one wave of splits, ⌊SMs / blocks⌋, instead of the fewest that give every SM a block",
-               on="tiles_per_split", factor=s.evaluate(per_wave) / s.value(per_split))
-    if s.compare(n_fill, n_split) > 0:
-        s.slip("the fewest splits that fill the SMs launched, empty ones included", on="splits",
+    # Dealing ⌈tiles / n_fill⌉ tiles a split over the fewest filling splits (FlashAttention-2's rounding), launching
+    # only those with keys: fewer, longer splits that can leave SMs idle.
+    if s.compare(n_fill, 1) > 0:
+        per_dealt = ceil_of(tiles / n_fill)
+        if s.compare(per_dealt, per_split) != 0:
+            label = "⌈tiles / n_fill⌉ tiles a split, launching only the splits that get keys (SMs left idle)"
+            s.slip(label, on="splits", factor=s.evaluate(ceil_of(tiles / per_dealt)) / s.value(n_split))
+            s.slip(label, on="tiles_per_split", factor=s.evaluate(per_dealt) / s.value(per_split))
+    if s.compare(n_fill, n_split) != 0 and s.compare(tiles, n_fill) >= 0:
+        s.slip("n_fill splits, the fewest that fill the SMs, taken as the count launched", on="splits",
                factor=s.value(n_fill) / s.value(n_split))
     _split_regime(s, B, B_star, blocks, n_split, n_sm)
 
