@@ -42,3 +42,32 @@ async def _the_footer_is_rebuilt_once_per_question_and_shows_its_keys(monkeypatc
 
 def test_the_footer_is_rebuilt_once_per_question_and_shows_its_keys(monkeypatch):
     asyncio.run(_the_footer_is_rebuilt_once_per_question_and_shows_its_keys(monkeypatch))
+
+
+def test_at_60_columns_the_footer_leaves_out_the_keys_that_do_not_fit_and_brings_them_back_wider():
+    """Textual's footer scrolled its keys under the palette key at 60 columns, one cut in half (`f▏^p palette`):
+    the keys shown fit whole beside the palette key, in their order, and a wider screen shows them all."""
+    from tui.widgets.footer import key_width
+
+    def keys(app):
+        footer = app.screen.query_one(KeysFooter)
+        shown = list(footer.query(FooterKey))
+        palette = [k for k in shown if k.has_class("-command-palette")]
+        return [k for k in shown if k not in palette], palette
+
+    async def scenario():
+        async with running_app() as (app, pilot):
+            await pilot.press("b")
+            await wait_for(pilot, lambda: "Open" in _keys(app.screen))
+            wide, _ = keys(app)
+            await pilot.resize_terminal(60, 20)
+            await wait_for(pilot, lambda: len(keys(app)[0]) < len(wide))
+            narrow, palette = keys(app)
+            used = sum(key_width(k) for k in narrow)
+            await pilot.resize_terminal(80, 24)
+            await wait_for(pilot, lambda: len(keys(app)[0]) == len(wide))
+            return [k.description for k in wide], [k.description for k in narrow], used, palette
+
+    wide, narrow, used, palette = asyncio.run(scenario())
+    assert narrow == wide[:len(narrow)] and 0 < len(narrow) < len(wide)
+    assert len(palette) == 1 and used <= 60 - key_width(palette[0])
