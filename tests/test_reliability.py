@@ -273,7 +273,7 @@ def test_r8_the_probes_follow_ups_do_not_raise(variant, catalog, code):
     # A select left with nothing to pick is a refusal of the draw (Answer.refusal), named as such.
     # (slo-goodput at load=950.0 was the example until its select always kept an option that holds; its solver now
     # refuses a load past capacity itself: test_serving_s_questions.py)
-    (("decode-op-ranking", "--default", "--set", "raise_by=60"), "no listable option holds")],
+    (("decode-op-ranking", "--default", "--set", "raise_by=60", "--set", "context=8000"), "no listable option holds")],
     ids=["KeyError", "select"])
 def test_r9_an_override_the_solver_cannot_take_is_refused_in_one_line(capsys, argv, reason):
     code, _, err = run_cli(capsys, "solve", *argv)

@@ -140,6 +140,8 @@ def test_slo_goodput_stages(variant):
 
 # --- decode-op-ranking ---------------------------------------------------------------------
 
+OVERLAP = "an overlapped, CUDA-graphed engine that hides the step's CPU overhead"
+
 
 def test_decode_op_ranking_default(variant):
     """Llama-3-70B in bf16 at batch 32, TP 4 on H100: every GEMM at 2B/2 = 32 FLOP/B (the graded keys are
@@ -170,7 +172,7 @@ def test_decode_op_ranking_matches_plain_arithmetic(variant, seed):
     attention = (4 * B * T * m.heads * m.head_dim) / (2 * B * T * m.kv_heads * m.head_dim * b_kv)
     assert solution.expected["attention_intensity"] == pytest.approx(attention)
     gemm = solution.sheet.results["gemm_intensity"]
-    assert solution.expected["regime"] == ("attention-above" if attention > gemm else "attention-below")
+    assert solution.expected["ranking"] == ("attention-above" if attention > gemm else "attention-below")
     # "The first batch at which the GEMMs reach attention": the least whole batch with 2B/b_w >= attention's.
     assert solution.expected["flip_batch"] == next(b for b in range(1, 1000) if 2 * b / b_w >= attention)
     weights, kv = m.params_b * 1e9 * b_w, m.layers * 2 * B * T * m.kv_heads * m.head_dim * b_kv
@@ -178,8 +180,12 @@ def test_decode_op_ranking_matches_plain_arithmetic(variant, seed):
     assert solution.expected["attention_share"] == pytest.approx(kv / (weights + kv))
     flops = 2 * m.params_b * 1e9 * B + m.layers * 4 * B * T * m.heads * m.head_dim
     comm = 0 if tp == 1 else 2 * m.layers * (10e-6 + 2 * (tp - 1) / tp * B * m.hidden * 2 / (gpu.nvlink_gb_s * 1e9 / 2))
-    step = max((weights + kv) / (tp * gpu.hbm_tb_s * 1e12), flops / (tp * gpu.bf16_dense_tflops * 1e12)) + comm
+    # The bank's step model: reads at 80% of HBM bandwidth, math at 60% of the bf16 peak, the all-reduces, 2 ms.
+    step = max((weights + kv) / (0.8 * tp * gpu.hbm_tb_s * 1e12), flops / (0.6 * tp * gpu.bf16_dense_tflops * 1e12)) \
+        + comm + 2e-3
     assert solution.expected["per_user"] == pytest.approx(1 / step, rel=1e-9)
+    # Which reads set the step: the KV cache's once its bytes pass the weights'.
+    assert solution.sheet.regime.name == ("kv-reads" if kv > weights else "weight-reads")
 
 
 def test_decode_op_ranking_prompt_states_the_ridge_inputs(variant, catalog):
@@ -201,16 +207,25 @@ def test_decode_op_ranking_refuses_weights_that_do_not_fit(variant):
         variant("decode-op-ranking@default+batch=256+context=65000")  # 1.4 TB of KV
 
 
-def test_decode_op_ranking_fusion_never_moves_a_read_bound_step(variant):
-    for seed in range(30):
-        levers = variant(f"decode-op-ranking@{seed}").sheet.results["levers"]
-        assert not levers["fusing the norms, RoPE and activations into the GEMMs (CUDA graphs too)"]
+def test_decode_op_ranking_overlap_is_judged_on_the_overhead(variant):
+    """The review: fusion and CUDA graphs were false by construction (no overhead in the model). Now the step
+    carries its 2 ms of overhead, and hiding it is judged on its share: true in some draws, false in others."""
+    seen = set()
+    for seed in range(60):
+        solution = variant(f"decode-op-ranking@{seed}")
+        held = solution.sheet.judged("levers")[OVERLAP]
+        step = 1 / solution.expected["per_user"]
+        bar = 1 + {param.name: param.value for param in solution.params}["raise_by"]
+        if held is not None:
+            assert held == (step / (step - 2e-3) >= bar), seed
+            seen.add(held)
+    assert seen == {True, False}
 
 
 def test_decode_op_ranking_pinned_seed(variant):
     """Seed 0 draws these parameters (its keys are pinned in the question file)."""
     solution = variant("decode-op-ranking@0")
-    assert [p.raw for p in solution.params] == ["llama-3-70b", "h100-sxm", 4, "fp8", "bf16", 24, 2400, 60]
+    assert [p.raw for p in solution.params] == ["llama-3-70b", "h100-sxm", 8, "fp8", "bf16", 32, 2900, 40]
 
 
 def _lever_gains(solution, latency: float) -> dict[str, float | None]:
@@ -222,17 +237,19 @@ def _lever_gains(solution, latency: float) -> dict[str, float | None]:
     b_kv = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
     weights, kv = m.params_b * 1e9 * b_w, m.layers * 2 * B * T * m.kv_heads * m.head_dim * b_kv
 
-    def rate(w, c, b):
+    def rate(w, c, b, overhead=2e-3):
         flops = 2 * m.params_b * 1e9 * b + m.layers * 4 * b * T * m.heads * m.head_dim
         comm = 0 if tp == 1 else 2 * m.layers * (latency + 2 * (tp - 1) / tp * b * m.hidden * 2
                                                  / (gpu.nvlink_gb_s * 1e9 / 2))
-        return b / (max((w + c) / (tp * gpu.hbm_tb_s * 1e12), flops / (tp * gpu.bf16_dense_tflops * 1e12)) + comm)
+        return b / (max((w + c) / (0.8 * tp * gpu.hbm_tb_s * 1e12), flops / (0.6 * tp * gpu.bf16_dense_tflops * 1e12))
+                    + comm + overhead)
 
     today = rate(weights, kv, B)
     fits = weights + 2 * kv <= 0.9 * tp * gpu.hbm_mib * 2**20
     return {"twice the batch": rate(weights, 2 * kv, 2 * B) / today if fits else None,
             "the KV cache at half its bytes per token": rate(weights, kv / 2, B) / today,
-            "the weights at half their bytes": rate(weights / 2, kv, B) / today}
+            "the weights at half their bytes": rate(weights / 2, kv, B) / today,
+            OVERLAP: rate(weights, kv, B, overhead=0) / today}
 
 
 @pytest.mark.parametrize("seed", range(0, 90, 3))

@@ -7,6 +7,7 @@ from solvers.derivation import Reject, Sheet, Side, exact
 from solvers.models.collective import AllReduceTerms, all_reduce_terms, tp_all_reduce
 from solvers.models.common import (
     GPU_MEMORY_UTILIZATION,
+    given_compute_efficiencies,
     given_config,
     given_hbm_bandwidth,
     given_kv_bytes,
@@ -16,6 +17,7 @@ from solvers.models.common import (
     hbm_bytes,
 )
 from solvers.models.roofline import require_full_xgmi_ring
+from solvers.models.steptime import given_step_bandwidth, given_step_overhead
 from solvers.sheetmath import max_of
 from solvers.units import figures_against, format_number
 
@@ -29,7 +31,7 @@ def _gemm_intensity(s: Sheet, tag: str, name: str, d_in, d_out, B, b_w) -> sympy
                   "FLOP/B", "one multiply-add per weight for each of the B tokens, over the weight bytes")
 
 
-TOO_CLOSE_TO_CALL = 0.05
+TOO_CLOSE_TO_CALL = 0.05  # KV reads this close (relative) to the weights': which sets the step is a tie
 # A lever's gain this close to the bar (relative) is refused: the truth would turn on the model's small terms.
 LEVER_MARGIN = 0.03
 # The all-reduce latency per call is the one figure of the step model that published measurements spread widely
@@ -39,12 +41,12 @@ LATENCY_SPREAD = (sympy.Rational(1, 2), 2)
 BATCH = "twice the batch"
 KV_HALF = "the KV cache at half its bytes per token"
 WEIGHTS_HALF = "the weights at half their bytes"
-FUSION = "fusing the norms, RoPE and activations into the GEMMs (CUDA graphs too)"
+OVERLAP = "an overlapped, CUDA-graphed engine that hides the step's CPU overhead"
 
 
-def _decode_step_levers(s: Sheet, p, *, weights: sympy.Expr, cache: sympy.Expr, flops: sympy.Expr,
-                        comm: AllReduceTerms, step: sympy.Expr, n: sympy.Expr, bandwidth: sympy.Expr,
-                        peak: sympy.Expr, batch: sympy.Expr) -> None:
+def _decode_step_levers(s: Sheet, p, *, step: sympy.Expr, weights: sympy.Expr, cache: sympy.Expr, flops: sympy.Expr,
+                        comm: AllReduceTerms, n: sympy.Expr, bandwidth: sympy.Expr, peak: sympy.Expr,
+                        batch: sympy.Expr, overhead: sympy.Expr) -> None:
     """Which single change raises this decode step's total tokens/s (every sequence's together) by the parameter
     `raise_by`: the answer follows from the KV cache's share of the bytes and the all-reduces' share of the
     step, not from the ranking by intensity. Each lever's gain is an expression of the sheet's symbols, judged
@@ -53,15 +55,16 @@ def _decode_step_levers(s: Sheet, p, *, weights: sympy.Expr, cache: sympy.Expr, 
     share = format_number(100 * s.evaluate(cache / (weights + cache)), 2) + "%"
     target = 1 + exact(p.raise_by)
 
-    def gain(w=weights, kv=cache, f=flops, b=batch, latency=1) -> sympy.Expr:
-        def time(w, kv, f, b):
-            return max_of((w + kv) / (n * bandwidth), f / (n * peak)) + latency * comm.fixed + comm.per_token * b
-        return (b / time(w, kv, f, b)) / (batch / time(weights, cache, flops, batch))
+    def gain(w=weights, kv=cache, f=flops, b=batch, oh=overhead, latency=1) -> sympy.Expr:
+        def time(w, kv, f, b, oh):
+            return (max_of((w + kv) / (n * bandwidth), f / (n * peak)) + latency * comm.fixed + comm.per_token * b
+                    + oh)
+        return (b / time(w, kv, f, b, oh)) / (batch / time(weights, cache, flops, batch, overhead))
 
     usable = n * exact(hbm_bytes(p.gpu)) * exact(GPU_MEMORY_UTILIZATION)
     fits = s.compare(weights + 2 * cache, usable) <= 0
     moves = {BATCH: dict(kv=2 * cache, f=2 * flops, b=2 * batch), KV_HALF: dict(kv=cache / 2),
-             WEIGHTS_HALF: dict(w=weights / 2)}
+             WEIGHTS_HALF: dict(w=weights / 2), OVERLAP: dict(oh=0)}
     def too_close(option: str) -> str:
         """Why this lever cannot be called in this variant, or ''."""
         ratio = gain(**moves[option])
@@ -87,33 +90,42 @@ def _decode_step_levers(s: Sheet, p, *, weights: sympy.Expr, cache: sympy.Expr, 
     say(KV_HALF, f"the KV cache is {share} of the step's bytes")
     say(WEIGHTS_HALF,
         f"the weights are {format_number(100 - 100 * s.evaluate(cache / (weights + cache)), 2)}% of the step's bytes")
-    s.judge("levers", FUSION, False,
-            "fusion removes launch gaps and activation round trips, not one byte of weights or KV: no op's "
-            "intensity moves, so a read-bound step stays as long", fact=True)
+    say(OVERLAP, f"the step's {s.text(overhead)} of CPU overhead is "
+        f"{format_number(100 * s.evaluate(overhead / step), 2)}% of it, and no byte moves")
 
 
-def _ranking_regime(s: Sheet, B, B_star, I_gemm, I_att, share) -> None:
+def _ranking(s: Sheet, B, B_star, I_gemm, I_att) -> None:
+    """Stage 1's choice: which op is least intense, by the batch against the flip."""
     gemm, att = format_number(s.value(I_gemm), 3), format_number(s.value(I_att), 3)
     flip = format_number(s.value(B_star))
+    if s.compare(B, B_star) < 0:
+        s.choose("ranking", "attention-above",
+                 f"Below the flip batch of {flip}, the weight GEMMs ({gemm} FLOP/B) are the least intense ops: "
+                 f"attention ({att} FLOP/B) sits above them.")
+    else:
+        s.choose("ranking", "attention-below",
+                 f"Past the flip batch of {flip}, the weight GEMMs ({gemm} FLOP/B) have climbed above attention, "
+                 f"which stays at {att} FLOP/B whatever the batch: attention is the least intense op.")
+
+
+def _reads_regime(s: Sheet, T, T_star, share) -> None:
+    """Which reads set the step's length: the KV cache's (past the context at which they equal the weights')
+    or the weights'."""
     part = format_number(100 * s.value(share), 2) + "%"
-    time = (f" By time, though, the KV reads are {part} of the step's bytes, about as much as the weights'."
-            if s.compare(abs(2 * share - 1), TOO_CLOSE_TO_CALL / 2) < 0 else
-            f" By time, though, the KV reads are {part} of the step's bytes: they, not the weights, set its length."
-            if s.compare(2 * share, 1) > 0 else
-            f" By time, though, attention's KV reads are only {part} of the step's bytes: the weight reads set its "
-            "length.")
-    s.regime_by(B, B_star, tie="above", below=Side(
-        "attention-above",
-        f"Below the flip batch of {flip}, the weight GEMMs ({gemm} FLOP/B) are the least intense ops: "
-        f"attention ({att} FLOP/B) sits above them, and batching more sequences is the lever." + time,
-        "Past the flip batch the GEMMs keep climbing with B while attention stays where it is: attention "
-        "becomes the least intense op, and only the architecture or the KV dtype can move it."),
+    edge = format_number(s.value(T_star), 2)
+    s.regime_by(T, T_star, tie="above", below=Side(
+        "weight-reads",
+        f"Under {edge} tokens of context the weight reads outweigh the KV cache's: attention is {part} of the "
+        "bytes, so whatever its intensity the weights set the step, and sharing them over more sequences (or "
+        "shrinking them) is the lever.",
+        f"Past {edge} tokens the KV reads outweigh the weights: each sequence brings its own bytes, twice the "
+        "batch buys little, and only fewer KV bytes per token (fp8, fewer KV heads, MLA) shortens the step."),
         above=Side(
-        "attention-below",
-        f"Past the flip batch of {flip}, the weight GEMMs ({gemm} FLOP/B) have climbed above attention, "
-        f"which stays at {att} FLOP/B whatever the batch: attention is now the least intense op." + time,
-        "Below the flip batch the weight GEMMs are the least intense ops, and adding sequences raises "
-        "their intensity for free; above it, more batch no longer helps the op that limits the step."))
+        "kv-reads",
+        f"Past {edge} tokens of context the KV reads outweigh the weights': attention, the least intense op by "
+        f"bytes, is {part} of the step's reads, and every sequence added brings its own; fewer KV bytes per "
+        "token (fp8, fewer KV heads, MLA) are the lever, not the batch.",
+        f"Under {edge} tokens the weight reads dominate again, and the batch that shares them is the lever."))
 
 
 def solve(p, s: Sheet) -> None:
@@ -162,14 +174,23 @@ def solve(p, s: Sheet) -> None:
     KV = s.step("kv_bytes", "KV bytes of the step", "M_KV", L * W_att, "GB", "every layer's attention reads")
     share = s.step("attention_share", "Attention's share of the step's reads", "s_att", KV / (W + KV), "%",
                    "the least intense op need not be the biggest: its share of the bytes sets its share of the time")
+    T_star = s.step("kv_equal_context", "Context at which the KV reads equal the weights'", "T_eq",
+                    W / (L * 2 * B * H_kv * d_h * b_kv), "tokens",
+                    "past it each step reads more KV than weights")
+    if s.compare(abs(KV / W - 1), TOO_CLOSE_TO_CALL) < 0:
+        raise Reject("the KV reads are within 5% of the weights': which set the step would read as a tie")
     F = s.step("", "FLOPs of the step", "F", 2 * N * B + L * F_att, "TFLOP", "the GEMMs' 2·N per token plus attention")
+    eta_bw = given_step_bandwidth(s)
+    eta_c, _ = given_compute_efficiencies(s, p.gpu, "bf16", "bf16")
+    t_oh = given_step_overhead(s)
     ar = tp_all_reduce(s, model, p.gpu, p.tp, B, tag="dec", label="decode step")
-    t = s.step("step_time", "Time of the decode step", "t", max_of((W + KV) / (n * BW), F / (n * P)) + ar, "ms",
-               "each GPU reads 1/TP of the weights and KV heads; the slower of reading and math"
-               + ("" if p.tp == 1 else ", then the all-reduces"))
+    t = s.step("step_time", "Time of the decode step", "t",
+               max_of((W + KV) / (n * eta_bw * BW), F / (n * eta_c * P)) + ar + t_oh, "ms",
+               "each GPU reads 1/TP of the weights and KV heads at the achievable bandwidth; the slower of reading "
+               "and math" + ("" if p.tp == 1 else ", then the all-reduces") + ", plus the step's fixed overhead")
     s.step("per_user", "Tokens per second per user", "X_user", 1 / t, "tokens/s", "one token per sequence per step")
-    _decode_step_levers(s, p, weights=W, cache=KV, flops=F, comm=all_reduce_terms(s, model, p.gpu, p.tp), step=t,
-                        n=n, bandwidth=BW, peak=P, batch=B)
+    _decode_step_levers(s, p, step=t, weights=W, cache=KV, flops=F, comm=all_reduce_terms(s, model, p.gpu, p.tp),
+                        n=n, bandwidth=eta_bw * BW, peak=eta_c * P, batch=B, overhead=t_oh)
 
     s.assume("Weight bytes only for the GEMMs: the activations they read and write (B·(d_in + d_out) values) "
              "are small next to d_in·d_out weights at decode batch sizes.")
@@ -178,9 +199,11 @@ def solve(p, s: Sheet) -> None:
              "load, as weight-only kernels do), so the bf16 ridge applies.")
     s.assume("Dense decoder with grouped-query attention; tensor parallelism splits weights, heads and FLOPs "
              "alike, so no intensity changes with it; its all-reduces follow the tp-all-reduce card.")
-    s.assume("The step time is a roofline (roofline-time) with no launch gaps or activation traffic: what kernel "
-             "fusion and CUDA graphs remove is outside it, which is why fusion cannot move any op's intensity. "
-             "Speculative decoding, which raises the GEMMs' and attention's intensity alike, is left out.")
+    s.assume("The step time is the bank's step model: the roofline of the reads at the achievable share of HBM "
+             "bandwidth and of the math at the achievable share of the bf16 peak, then the TP all-reduces with "
+             "their latency per call, then the fixed per-step overhead (scheduling, sampling, launch gaps), which "
+             "an overlapped, CUDA-graphed engine hides. Activation traffic is left out. Speculative decoding, "
+             "which raises the GEMMs' and attention's intensity alike, is left out.")
     s.assume("The levers are judged on the step's total tokens/s, every sequence's together (batch over step time): "
              "per user, twice the batch is always slower. A lever whose gain sits within 3% of the bar, or whose "
              "side of it moves when the all-reduce latency per call is halved or doubled, is not listed.")
@@ -192,5 +215,6 @@ def solve(p, s: Sheet) -> None:
     s.slip("K and V bytes counted, but only the QKᵀ FLOPs", 2.0, on="attention_gap")
     s.slip("one layer's KV taken for the whole step", on="attention_share",
            factor=s.evaluate(W_att / (W + W_att)) / s.value(share))
-    _ranking_regime(s, B, B_star, I_gemm, I_att, share)
+    _ranking(s, B, B_star, I_gemm, I_att)
+    _reads_regime(s, T, T_star, share)
 
