@@ -41,7 +41,7 @@ VLLM = "v0.10.1.1"  # the release the question pins: it names an H200 NVL's conf
 
 
 
-TOO_CLOSE = 0.02  # a ratio within 2% of that bar: "slower or not" would turn on rounding
+TOO_CLOSE = 0.03  # a ratio within 3% (its tolerance) of that bar: "slower or not" would turn on rounding
 BOUND_MARGIN = 0.05  # the prefill's math and read within 5% of each other: its bound is too close to call
 
 
@@ -288,7 +288,8 @@ def solve(p, s: Sheet) -> None:
            "x", "the batch ratio over the TPOT ratio: the fleet can gain while each user loses")
     ratios = s.value(r_ttft), s.value(r_tpot)
     if any(abs(r / (1 + p.slower) - 1) < TOO_CLOSE for r in ratios):
-        raise Reject(f"TTFT or TPOT within 2% of {format_quantity(p.slower, '%')} slower: too close to call")
+        raise Reject(f"TTFT or TPOT within {TOO_CLOSE:.0%} of {format_quantity(p.slower, '%')} slower: too close to "
+                     "call")
     line = 1 + exact(p.slower)
     worse = (s.compare(r_ttft, line) >= 0, s.compare(r_tpot, line) >= 0)
     s.choose("regressed", {(True, True): "ttft-and-tpot", (True, False): "ttft-only", (False, True): "tpot-only",
