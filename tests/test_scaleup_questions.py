@@ -179,13 +179,34 @@ def test_mla_absorption_matches_plain_arithmetic(variant, seed):
 @pytest.mark.parametrize("seed", range(40))
 def test_mla_absorption_push_crosses_from_each_side(variant, seed):
     """The push: a memory-bound kernel goes data-parallel with four query tokens, a compute-bound one shards
-    its heads over 8 GPUs with one query token; each lands on the other side of the ridge, every draw."""
+    its heads over 8 GPUs at its own query tokens (nothing else moves, so the words never switch off an MTP
+    that was never on); each lands on the other side of the ridge, every draw."""
     solution = variant(f"mla-absorption@{seed}")
     r = solution.sheet.results
     code = f"mla-absorption@{seed}+" + ("tp_attn=1+query_tokens=4" if r["regime"] == "memory-bound"
-                                        else "tp_attn=8+query_tokens=1")
-    pushed = variant(code).sheet.results
-    assert pushed["regime"] != r["regime"]
+                                        else "tp_attn=8")
+    pushed = variant(code)
+    assert pushed.sheet.results["regime"] != r["regime"]
+    if r["regime"] == "compute-bound":  # sharding the heads copies the whole latent to every GPU
+        p = _params(pushed)
+        b = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+        copy = p["model"].layers * p["context"] * 576 * b
+        assert pushed.sheet.results["group_cache"] == pytest.approx(8 * copy)
+
+
+@pytest.mark.parametrize("seed", [None, *range(40)])
+def test_mla_absorption_opening_gives_no_later_answer_away(variant, seed):
+    """The opening's regime line names neither the levers the third stage's select judges (fp8, the head split,
+    a cheaper cache) nor the GQA comparison it asks; an fp8 draw does not list 'with an fp8 latent cache (fp8
+    math)', which would be the variant itself."""
+    solution = variant(f"mla-absorption@{'default' if seed is None else seed}")
+    summary = solution.sheet.regime.summary
+    for word in ("fp8", "FP8", "GQA", "fewer heads", "cache alone", "intensity of"):
+        assert word not in summary, (word, summary)
+    fp8_math = "with an fp8 latent cache (fp8 math) it would sit at or past the ridge"
+    if _params(solution)["kv_dtype"] == "fp8":
+        assert solution.sheet.results["statements"][fp8_math] is None
+        assert fp8_math not in solution.shown.get("statements", ())
 
 
 # --- nvl72-boundary --------------------------------------------------------------------------
