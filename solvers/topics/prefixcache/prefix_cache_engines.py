@@ -5,11 +5,12 @@ from solvers.derivation import Reject, Sheet, Side
 from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 from solvers.units import format_number
 
-# The teaser's bar: on a chat prompt the two hit rates differ by under one percent of the prompt.
+# The teaser's bar, priced: the tokens vLLM leaves unhashed are prefilled again, so the gap is weighed against the
+# prefill SGLang runs anyway (the turn's new tokens), not against the whole prompt.
 
 
 # SGLang's chunked_prefill_size as the question states it: every prefill chunk becomes a node of the tree.
-def _after_eviction(s: Sheet, B, P, D, S, R, M) -> None:
+def _after_eviction(s: Sheet, B, P, D, S, R, M):
     """What each engine still serves once the allocator needed room for R tokens, this chat least recently used."""
     Y = s.param("Y", "reply")
     C = s.param("C", "sglang_chunk")
@@ -64,6 +65,7 @@ def _after_eviction(s: Sheet, B, P, D, S, R, M) -> None:
     if s.compare(after_block, 0) > 0:
         s.slip("vLLM taken to evict the whole conversation", on="block_after",
                factor=s.evaluate(B * min_of(c_s, floor_of((P - 1) / B))) / s.value(after_block))
+    return c_s
 
 
 SCOPE_OPTIONS = (
@@ -76,8 +78,9 @@ SCOPE_OPTIONS = (
 )
 
 
-def _key_scope(s: Sheet, p) -> None:
-    """Which lookups can reuse this vLLM replica's block hashes: set by the hash seed and the salt."""
+def _key_scope(s: Sheet, p, c_s) -> None:
+    """Which lookups can reuse this vLLM replica's block hashes: set by the hash seed, the salt and, for another
+    tenant, the full blocks the shared system prompt fills (the first block holding a tenant's own text is its own)."""
     fixed = p.hash_seed == "fixed"
     salted = p.salt == "per-tenant"
     seed = ("PYTHONHASHSEED is fixed fleet-wide, so NONE_HASH and every chained hash are the same in any process"
@@ -86,9 +89,17 @@ def _key_scope(s: Sheet, p) -> None:
     first, tenant, router, restart, sixteen, thirty_two = SCOPE_OPTIONS
     s.judge("key_scope", first, True, "same process, same NONE_HASH, same tokens: the same chained hashes",
             fact=True)
-    s.judge("key_scope", tenant, not salted,
-            "each tenant's cache_salt enters the first block's extra keys, so its chain never meets another's"
-            if salted else "no cache_salt is set, so equal tokens give equal hashes whoever sends them")
+    shares = s.compare(c_s, 0) > 0
+    if salted:
+        why = "each tenant's cache_salt enters the first block's extra keys, so its chain never meets another's"
+    elif not shares:
+        why = (f"no cache_salt is set, but the {format_number(p.system)}-token system prompt fills no full "
+               f"{format_number(p.block_size)}-token block: the first hashed block already holds this tenant's "
+               "own text, so no hash is shared")
+    else:
+        why = (f"no cache_salt is set, so equal tokens give equal hashes whoever sends them, and the system prompt "
+               f"fills {s.text(c_s)} in full")
+    s.judge("key_scope", tenant, not salted and shares, why)
     s.judge("key_scope", router, fixed, seed)
     s.judge("key_scope", restart, fixed,
             seed + ("; a restarted process recomputes the same keys" if fixed else
@@ -101,72 +112,82 @@ def _key_scope(s: Sheet, p) -> None:
                  f"tokens: {size}-token boundaries give other chains from the first block on"))
 
 
-def _gap_regime(s: Sheet, bound, tau, P, P_star, gap) -> None:
+def _gap_regime(s: Sheet, bound, tau, N, N_star, gap) -> None:
     worst, bar = s.text(bound), s.text(tau)
     now = format_number(s.value(gap))
-    s.regime_by(P, P_star, tie="above", above=Side(
+    s.regime_by(N, N_star, tie="above", above=Side(
         "gap-negligible",
-        f"Even the worst case, B − 1 unhashed tokens, is {worst} of this prompt, not over the {bar} bar (this "
-        f"history leaves {now}): the engines' hit rates are the same for practical purposes. What separates "
-        "them is what their eviction takes and how far their keys travel.",
-        "Below the boundary length (short prompts, or large blocks such as 64-128-token kernel pages) the "
-        "partial last block is a visible share of the prompt, and token-granular matching starts to pay."),
+        f"Even the worst case, B − 1 unhashed tokens, adds {worst} to the tokens this turn prefills anyway, not "
+        f"over the {bar} bar (this history leaves {now}): the engines' prefill work is the same for practical "
+        "purposes. What separates them is what their eviction takes and how far their keys travel.",
+        "Below the boundary (a short follow-up on a long history, or large blocks such as 64-128-token kernel "
+        "pages) the unhashed tail is a visible share of the tokens prefilled, and token-granular matching pays."),
         below=Side(
         "gap-material",
-        f"The worst case, B − 1 unhashed tokens, is {worst} of this prompt, above the {bar} bar (this history "
-        f"leaves {now}): a prompt this short against blocks this large gives token-granular matching a real "
-        "edge, besides what their eviction takes and how far their keys travel.",
-        "Past the boundary length the B − 1 tokens are a rounding error of the prompt, and the two caches hit "
-        "alike; only eviction and key scope still tell them apart."))
+        f"The worst case, B − 1 unhashed tokens, adds {worst} to the tokens this turn prefills anyway, above the "
+        f"{bar} bar (this history leaves {now}): a turn this short against blocks this large gives token-granular "
+        "matching a real edge in prefill work (in time once the prefill is compute-bound; a turn of tens of "
+        "tokens reads the weights either way), besides what eviction takes and how far the keys travel.",
+        "Past the boundary the B − 1 tokens are a rounding error of the turn's own prefill, and the two caches "
+        "cost alike; only eviction and key scope still tell them apart."))
 
 
 def solve(p, s: Sheet) -> None:
     B = s.param("B", "block_size")
-    P = s.param("P", "prompt")
     D = s.param("D", "history")
+    N = s.param("N", "new")
     S = s.param("S", "system")
     R = s.param("R", "evicted")
 
-    # Both engines compute the prompt's last token themselves, so at most P − 1 tokens can hit.
+    P = s.step("prompt", "The second turn's prompt", "P", D + N, "tokens", "the repeated history and the new tokens")
+    # Both engines compute the prompt's last token themselves, so at most P − 1 tokens can hit: with N ≥ 1 new
+    # tokens the whole history can.
     M = s.step("matchable", "Prompt tokens a cache may serve", "D_m", min_of(D, P - 1), "tokens",
-               "the repeated history, but never the prompt's last token: its logits must be computed")
+               "the repeated history; the prompt's last token is never served (its logits must be computed), but "
+               "it is one of the new ones")
     hit_radix = s.step("radix_hit", "Radix tree: tokens served from cache", "H_rad", M, "tokens",
                        "the tree matches token by token, so every matchable token hits")
     hit_block = s.step("block_hit", "Block-hash cache: tokens served from cache", "H_blk", B * floor_of(M / B),
                        "tokens", "only full blocks carry a hash, so the hit stops at the last full block")
     gap = s.step("gap", "Tokens the radix tree serves and the block cache does not", "g", hit_radix - hit_block,
-                 "tokens", "the matchable tokens past the last full block: (min(D, P−1) mod B)")
-    s.step("gap_share", "The gap as a share of the prompt", "g_P", gap / P, "%",
-           "the difference between the two hit rates, in points of the prompt")
-    bound = s.step("gap_bound", "Worst case of the gap as a share of the prompt", "g_max", (B - 1) / P, "%",
-                   "at most B − 1 tokens of a block can be left unhashed")
+                 "tokens", "the matchable tokens past the last full block: (D mod B)")
+    prefill = s.step("radix_prefill", "Tokens SGLang prefills this turn", "N_rad", P - hit_radix, "tokens",
+                     "everything past the cached history: the new tokens")
+    s.step("gap_share", "The gap as extra prefill over SGLang's", "g_N", gap / prefill, "%",
+           "vLLM prefills the unhashed tail again, on top of the new tokens")
+    bound = s.step("gap_bound", "Worst case of the extra prefill", "g_max", (B - 1) / prefill, "%",
+                   "at most B − 1 tokens of a block can be left unhashed; each prefilled token costs about the same "
+                   "(it runs the same layers and attends over the same context)")
     s.step("mean_gap", "Mean gap over where the history ends", "g_mean", (B - 1) / 2, "tokens",
            "an ending equally likely at each of the B slots of a block leaves 0 to B − 1 tokens, (B − 1)/2 on average")
 
-    _after_eviction(s, B, P, D, S, R, M)
-    _key_scope(s, p)
+    c_s = _after_eviction(s, B, P, D, S, R, M)
+    _key_scope(s, p, c_s)
 
     tau = s.param("τ", "material")
-    P_star = s.step("boundary_prompt", "Prompt length below which the worst-case gap passes the bar", "P_star",
-                    (B - 1) / tau, "tokens", "solve (B − 1)/P = τ for P")
+    N_star = s.step("boundary_new", "New tokens below which the worst-case gap passes the bar", "N_star",
+                    (B - 1) / tau, "tokens", "solve (B − 1)/N = τ for N")
     s.assume("The previous turn was this chat's first: the history D is that turn's prompt (the shared system "
              "prompt, then the chat's own first prompt U) and its reply Y, counting the tokens whose KV was "
              "computed (the last sampled token has none yet); vLLM caches every full block of it, SGLang all of "
-             "it (page size 1).")
+             "it (page size 1). The second turn repeats it token for token (the same chat template, the reply "
+             "not re-tokenised) and adds N new tokens.")
     s.assume("SGLang prefilled that first prompt alone, in chunks of C from the end of the system prompt, each "
              "inserted as a node (cache_unfinished_req); on finishing, the reply became the leaf below them "
              "(cache_finished_req).")
     s.assume("Other live conversations hold the system prompt (their requests are running), so neither engine can "
              "evict it; this chat's blocks and nodes are free and the least recently used. The eviction is a "
              "demand for room for R tokens: vLLM pops ⌈R/B⌉ free blocks, SGLang frees whole leaves until R.")
+    s.assume("The gap is priced as prefill work: every token prefilled costs about the same (the same layers, "
+             "attention over the same cached context), so the extra share is the extra compute-bound prefill time. "
+             "A turn of only tens of tokens is weight-read-bound, and there the gap costs less time still.")
     s.assume("Where the keys travel: vLLM's block hashes can be recomputed outside this process (a router, a restarted "
              "server, another replica on a shared tier) only when PYTHONHASHSEED fixes the first parent hash; a "
              "LoRA adapter's name and cache_salt enter the extra keys. SGLang's GPU radix tree is process-local; "
              "its HiCache host and L3 tiers key pages by chained SHA-256 of their tokens.")
     s.assume("Engine versions: vLLM v1 (chained sha256 block hashes, LRU free-block queue); SGLang RadixCache with "
              "the default LRU policy and page size 1.")
-    s.slip("the whole history taken as matchable (the last prompt token forgotten)", on="block_hit",
-           factor=s.evaluate(B * floor_of(min_of(D, P) / B)) / s.value(hit_block))
-    s.slip("B/P instead of (B − 1)/P", on="gap_bound", factor=s.value(B) / (s.value(B) - 1))
-    _gap_regime(s, bound, tau, P, P_star, gap)
-
+    s.slip("B/N instead of (B − 1)/N", on="gap_bound", factor=s.value(B) / (s.value(B) - 1))
+    s.slip("the gap over the whole prompt, not over the tokens prefilled", on="gap_bound",
+           factor=s.value(prefill) / s.value(P))
+    _gap_regime(s, bound, tau, N, N_star, gap)
