@@ -137,7 +137,7 @@ def solve(p, s: Sheet) -> None:
     work = s.step("", "Prefill math and all-reduce bytes on one node", "t_1",
                   e.math_time(F_w, F_a) + terms.per_token * T, "s",
                   "what context parallelism divides: each node does 1/c of both")
-    if s.value(target) <= s.evaluate(terms.fixed + e.t_oh):
+    if s.compare(target, terms.fixed + e.t_oh) <= 0:
         raise Reject("the target is inside the prefill's fixed costs")
     t_pre_c = s.value(t_pre)
     if abs(t_pre_c / s.value(target) - 1) < TTFT_MARGIN:
