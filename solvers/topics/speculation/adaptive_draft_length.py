@@ -26,6 +26,8 @@ REQUESTS = 4000  # the seeded sample of requests run in batches
 # so both readings, and any figure within tolerance of the key, decide the same regime.
 GAIN_EDGE = 0.1
 
+RIDGE_EDGE = 0.1  # a verify pass within 10% of the modelled ridge: compute- or memory-bound is not a decision
+
 
 def _time_per_token(alpha, gamma, c):
     """Batch 1: a round costs γ·c + 1 target steps and yields E(α, γ) tokens."""
@@ -141,8 +143,12 @@ def _batching_holds(s: Sheet, p, sim: dict) -> None:
             batch["g_best"] != sim["g_fixed"],
             f"γ = {batch['g_best']} in batches of {format_number(p.batch)}, γ = {sim['g_fixed']} alone")
     tokens, ridge = p.batch * (batch["g_best"] + 1), ridge_tokens(p)
-    s.judge(key, "the verify pass at the best fixed draft length for these batches is compute-bound", tokens > ridge,
-            f"{format_number(tokens)} tokens against the ridge of {format_number(ridge, 3)}")
+    # Within 10% of a modelled ridge the bound is no decision: the option is judged but not listed there.
+    near = abs(tokens / ridge - 1) < RIDGE_EDGE
+    s.judge(key, "the verify pass at the best fixed draft length for these batches is compute-bound",
+            None if near else tokens > ridge,
+            f"{format_number(tokens)} tokens against the ridge of {format_number(ridge, 3)}"
+            + (": within 10% of a modelled ridge, not asked" if near else ""))
     if abs(batch["fixed"] / batch["sorted"] - 1) < PLAIN_TIE:
         raise Reject("batches sorted by draft length sit at the fixed γ's time per token")
     s.judge(key, "sorting the requests into batches by their batch-1 draft length beats the best fixed γ in batches",
@@ -159,7 +165,7 @@ def _batching_holds(s: Sheet, p, sim: dict) -> None:
             f"{format_number(batch['adaptive'], 3)} target steps per token against {format_number(plain, 3)} without "
             "a drafter" + (": each round waits for its batch's longest draft and many requests keep few of its tokens"
                            if batch["adaptive"] > plain else ": the tokens each round yields still pay for the wait"))
-    if len(set(s.judged(key).values())) == 1:
+    if len(set(s.judged(key).values()) - {None}) == 1:
         raise Reject("all of these hold or none")
 
 
@@ -244,6 +250,10 @@ def solve(p, s: Sheet) -> None:
              "the step-compute and step-bandwidth efficiencies), "
              "and the drafter runs as many passes as "
              "the longest draft.")
+    s.assume("The verify pass is priced on the weights alone; the KV cache's read is left out. At long context "
+             "and large batch that read rivals the weights', and the γ + 1 queries of a sequence share it, which "
+             "raises the ridge in tokens and makes speculating in batches cheaper (MagicDec's case): the batch "
+             "figures here are a short-context model and lean against speculation.")
     s.assume("In batches the per-request rule runs as it was built for batch 1, each request at its own γ: that is the "
              "question. Sorting the requests into batches by that γ is judged in the select; a rule that picks one γ a "
              "batch from the goodput of the requests in it (SmartSpec's) is not: on random batches of this mix every "
