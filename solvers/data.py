@@ -27,7 +27,8 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
         # Per-SM figures for the kernel questions (units in the names; see hardware.yaml's header).
         "tensor_clock_ghz": (_NUMBER, False), "bf16_flop_per_clk_sm": (int, False), "fp8_flop_per_clk_sm": (int, False),
         "fp32_fma_per_clk_sm": (int, False), "mufu_per_clk_sm": (int, False), "regfile_kib_sm": (int, False),
-        "smem_kib_sm": (int, False), "smem_bytes_per_clk_sm": (int, False), "tmem_kib_sm": (int, False),
+        "smem_kib_sm": (int, False), "smem_block_kib": (int, False), "smem_bytes_per_clk_sm": (int, False),
+        "tmem_kib_sm": (int, False),
     },
     "nics": {"name": (str, True), "gbit_s": (_NUMBER, True)},
     "models": {

@@ -23,7 +23,7 @@ def _merge_judgements(s: Sheet, *, splits, empty, overhead, weight, kv_read, wei
     partials, nothing split): they are not listed there (the opening is drawn where it splits)."""
     key = "merge_facts"
     split = s.compare(splits, 1) > 0
-    none = "the batch fills the SMs by itself: one split, no partials, no merge"
+    none = "the batch has more than half as many blocks as SMs: one split, no partials, no merge"
     s.judge(key, "the lower-LSE split carries under an eighth of the merged output", s.compare(weight, ONE_EIGHTH) < 0,
             f"its weight is 1/(1 + e^Δ) = {s.text(weight, 3)}")
     s.judge(key, "the lower-LSE split carries at least a twentieth of the merged output",
@@ -42,27 +42,29 @@ def _merge_judgements(s: Sheet, *, splits, empty, overhead, weight, kv_read, wei
             + ("the attention is most of the step's reads, so how many SMs it keeps busy sets the speed"
                if s.compare(kv_read, weight_read) > 0 else
                "the weights are most of the step's reads, so the split's gain is diluted over the whole step"))
-    s.judge(key, "an empty split's −inf LSE minus the finite merged LSE gives NaN", False,
-            "−inf minus a finite number is −inf, and exp(−inf) = 0: weights exp(LSE_i − max LSE) give an empty "
-            "split weight 0 while one split has keys; the NaN comes only from −inf − (−inf), a sequence with no "
-            "keys at all", fact=True)
+    s.judge(key, "a CUDA graph captured at this batch replays the split count it was captured with", True,
+            "the split count is part of the launch's grid, which a captured graph replays as it was: engines pick "
+            "and pin the splits per captured batch size", fact=True)
 
 
 def _split_regime(s: Sheet, B, B_star, blocks, n_split, n_sm) -> None:
     count, splits = s.text(blocks), s.text(n_split)
     idle = format_number(max(0, s.value(n_sm) - s.value(blocks)))
-    s.regime_by(B, B_star, tie="above", above=Side(
-        "grid-filled",
-        f"The batch alone gives {count} blocks, enough for every SM: no split is needed, and one would only add "
-        "partial-output traffic and a merge pass.",
-        "Below the boundary batch the blocks leave SMs idle through the attention: split each sequence's keys "
+    busy = s.value(blocks) < s.value(n_sm)
+    s.regime_by(B, B_star, tie="below", above=Side(
+        "no-split",
+        f"The batch alone gives {count} blocks, more than half the {s.text(n_sm)} SMs: "
+        + (f"{idle} SMs idle, but two splits would need a second wave, and the most loaded SM sets the time: no "
+           "split, which would only add partial-output traffic and a merge pass." if busy else
+           "every SM is busy, and a split would only add partial-output traffic and a merge pass."),
+        "At or below the boundary batch two splits or more fit one wave of blocks: split each sequence's keys "
         "and merge the partials by their LSEs."),
         below=Side(
         "split-needed",
         f"{count} blocks leave {idle} of {s.text(n_sm)} SMs idle while the attention streams the "
-        f"KV cache: {splits} splits per sequence put them to work (as many as fill them, or as the keys allow), at "
-        "the price of FP32 partials and a merge.",
-        "From the boundary batch up the batch fills the SMs by itself and splitting only adds traffic."))
+        f"KV cache: {splits} splits per sequence put them to work (as many as fit one wave, or as the keys "
+        "allow), at the price of FP32 partials and a merge.",
+        "Past the boundary batch two splits would need a second wave: one split per sequence."))
 
 
 def solve(p, s: Sheet) -> None:
@@ -82,30 +84,21 @@ def solve(p, s: Sheet) -> None:
 
     blocks = s.step("blocks", "Thread blocks without a split", "n_blk", B * H_g, "",
                     "one per sequence and KV head this GPU holds; the query heads sharing a KV head ride in it")
-    s.step("fill", "Share of the SMs those blocks occupy", "u_fill", min_of(1, blocks / n_sm), "%",
+    fill = s.step("fill", "Share of the SMs those blocks occupy", "u_fill", min_of(1, blocks / n_sm), "%",
            "each block runs on one SM; the rest idle through the attention")
-    B_star = s.step("boundary_batch", "Batch that fills the SMs without a split", "B_star", n_sm / H_g, "sequences",
-                    "solve B·H_gpu = n_SM for B")
-    n_fill = s.step("fill_splits", "Fewest splits that fill the SMs", "n_fill", ceil_of(n_sm / blocks), "",
-                    "blocks × splits ≥ SMs (1 once the batch alone fills them)")
+    B_star = s.step("boundary_batch", "Largest batch a split still helps", "B_star", n_sm / (2 * H_g), "sequences",
+                    "two splits fit one wave while 2·B·H_gpu ≤ n_SM")
+    n_wave = s.step("wave_splits", "Splits that fit one wave of blocks", "n_wave", max_of(1, floor_of(n_sm / blocks)),
+                    "", "as many splits as fit one wave of blocks on the SMs: blocks × splits ≤ SMs (1 once the "
+                    "batch has more than half as many blocks as SMs)")
     tile = s.param("t_kv", "kv_tile")
     tiles = s.step("tiles", "Key tiles per sequence", "n_tile", ceil_of(T / tile), "",
                    "the context in tiles of keys, the last one maybe partial")
-    # Equal chunks of whole tiles (the last may be shorter): ⌈tiles / c⌉ splits of c tiles. The fewest splits that
-    # still give every SM a block come from the largest c with ⌈tiles / c⌉ ≥ n_fill, one tile a split where the keys
-    # are too few to fill them; the chunk is then dealt as evenly as that count allows, ⌈tiles / splits⌉.
-    if s.compare(n_fill, 1) > 0:
-        chunk = s.step("", "Largest chunk that still fills the SMs", "c_max",
-                       max_of(1, ceil_of(tiles / (n_fill - 1)) - 1), "",
-                       "⌈tiles / c⌉ ≥ n_fill holds while c < tiles / (n_fill − 1); one tile a split at least")
-    else:
-        chunk = s.step("", "Largest chunk that still fills the SMs", "c_max", tiles, "",
-                       "the batch fills the SMs by itself: one split takes every tile")
-    n_split = s.step("splits", "Splits per sequence launched", "n_split", ceil_of(tiles / chunk), "",
-                     "the fewest equal chunks that give every SM a block (as many as the keys allow where they "
-                     "cannot): none is left without keys, and none more adds partials to write and merge")
-    per_split = s.step("tiles_per_split", "Key tiles per split", "n_per", ceil_of(tiles / n_split), "",
-                       "those splits dealt the tiles as evenly as equal chunks allow, the last one maybe shorter")
+    per_split = s.step("tiles_per_split", "Key tiles per split", "n_per", ceil_of(tiles / min_of(n_wave, tiles)), "",
+                       "equal chunks of whole tiles over those splits (one tile a split at least), the last one "
+                       "maybe shorter")
+    n_split = s.step("splits", "Splits per sequence launched", "n_split", ceil_of(tiles / per_split), "",
+                     "the splits those chunks fill: one wave, every launched split with keys")
     # A shorter request in the same launch: the layout (splits, tiles per split) is the longest's.
     share = s.param("f_short", "short_share")
     # A share of T may leave a fraction of a token (45% of 1,792 is 806.4): the request is whole tokens. T is a
@@ -144,12 +137,19 @@ def solve(p, s: Sheet) -> None:
                     "its share of the weights, once a step whatever the batch")
     weights = s.step("t_weights", "Weight read per step", "t_W", w_read / e.byte_rate, "ms",
                      "each GPU's share of the weights at achievable bandwidth")
+    # The most loaded SM sets the time: each busy SM pulls 1/SMs of the bandwidth, and one holding a second
+    # block (a second wave) takes twice as long; its block is a full chunk of tiles.
+    waves0 = s.step("waves_unsplit", "Waves of blocks without a split", "k_0", ceil_of(blocks / n_sm), "",
+                    "blocks over SMs, rounded up: the most loaded SM runs this many")
     t_att0 = s.step("attention_unsplit", "Attention read without a split", "t_att0",
-                    kv_read / (e.byte_rate * min_of(1, blocks / n_sm)), "ms",
-                    "only the busy SMs pull from HBM: the KV read gets their share of the bandwidth")
+                    kv_read * n_sm * waves0 / (blocks * e.byte_rate), "ms",
+                    "each block's whole sequence of keys at 1/SMs of the bandwidth, once a wave")
+    waves1 = s.step("waves_split", "Waves of blocks with the splits", "k_1", ceil_of(blocks * n_split / n_sm), "",
+                    "one wave by the choice of splits")
     t_att1 = s.step("attention_split", "Attention read with the splits", "t_att1",
-                    (kv_read + partial) / (e.byte_rate * min_of(1, blocks * n_split / n_sm)), "ms",
-                    "the KV read and the partials, on the SMs the split blocks keep busy")
+                    n_sm * waves1 * (kv_read * per_split / tiles + partial / n_split) / (blocks * e.byte_rate), "ms",
+                    "the most loaded SM's full chunk of tiles (and its partials) at 1/SMs of the bandwidth, "
+                    "once a wave")
     t_math = s.step("", "Math time of the step", "t_F", e.math_time(2 * e.N * B, e.A * B * T), "ms",
                     "2 FLOPs per weight per token plus attention over the context, at achievable FLOP/s")
     ar = tp_all_reduce(s, p.model, p.gpu, p.tp, B, tag="dec", label="decode step")
@@ -161,7 +161,7 @@ def solve(p, s: Sheet) -> None:
                              + (", plus the all-reduces" if p.tp > 1 else "") + ", plus the step's overhead")
 
     s.step("split_gain", "Attention speed-up from splitting", "g_att", t_att0 / t_att1, "",
-           "the busy SMs' share of bandwidth, unsplit over split")
+           "the most loaded SM's attention time, unsplit over split")
     _merge_judgements(s, splits=n_split, empty=n_empty, overhead=overhead, weight=weight, kv_read=kv_read,
                       weight_read=w_read)
     s.assume("One thread block per (sequence, KV head) with its query heads packed together (FlashAttention-2's "
@@ -170,30 +170,31 @@ def solve(p, s: Sheet) -> None:
     s.assume("Attention's reads get the busy SMs' share of HBM bandwidth, as the prompt states: 1/SMs of it per "
              "busy SM. A lone SM can pull several times its share, so the unsplit time is an upper bound and the "
              "speed-up from splitting is larger here than measured (Flash-Decoding reports up to 8x on attention).")
-    s.assume("Splits: equal chunks of whole tiles, the last maybe shorter, as FlashAttention-2 lays them out "
-             "(n_blocks_per_split); the count is the fewest that give every SM a block, the best by this model: "
-             "every SM busy, and no split more than that to write and merge partials for. FlashAttention-2's own "
-             "heuristic picks differently: at most min(SMs, tiles, 128) splits, the fewest within 85% of the best "
-             "wave efficiency, counting only splits that get keys, and no split once the batch fills 80% of the "
-             "SMs; dealing ⌈tiles / n_fill⌉ tiles over the fewest filling splits, as it does, can leave SMs idle. "
-             "FlashInfer and Flash-Decoding deal the keys evenly instead, reaching n_fill exactly. Empty splits "
-             "come from mixed-length batches: one launch's split layout is sized by the longest sequence, so a "
-             "shorter one's last splits get no keys. The per-user speeds take every sequence at the longest "
-             "context.")
+    s.assume("Splits: as many as fit one wave of blocks on the SMs, floor(SMs / blocks), at most one a tile, the "
+             "keys dealt in equal chunks of whole tiles, ⌈tiles / splits⌉ a split, the last maybe shorter, as "
+             "FlashAttention-2 lays them out (n_blocks_per_split). The most loaded SM sets the attention's time, so "
+             "a part-filled second wave costs a whole wave: filling every SM with ⌈SMs / blocks⌉ splits is slower. "
+             "More waves (k·SMs / blocks splits) could use the last idle SMs of the wave but write k times the "
+             "partials; one wave is the choice here. FlashAttention-2's own heuristic (the fewest splits within "
+             "85% of the best wave efficiency, at most min(SMs, tiles, 128), none once the batch fills 80% of the "
+             "SMs) lands at or just below this count. Empty splits come from mixed-length batches: one launch's "
+             "split layout is sized by the longest sequence, so a shorter one's last splits get no keys. The "
+             "per-user speeds take every sequence at the longest context.")
     s.slip("the attention's read alone (weights, all-reduces and overhead left out)", on="per_user_split",
            factor=1 / (s.value(t_att1) * s.value(speeds["split"])))
-    s.slip("query heads counted instead of KV heads", on="blocks", factor=p.model.heads / p.model.kv_heads)
-    s.slip("query heads counted instead of KV heads", on="fill", factor=p.model.heads / p.model.kv_heads)
-    # Dealing ⌈tiles / n_fill⌉ tiles a split over the fewest filling splits (FlashAttention-2's rounding), launching
-    # only those with keys: fewer, longer splits that can leave SMs idle.
-    if s.compare(n_fill, 1) > 0:
-        per_dealt = ceil_of(tiles / n_fill)
-        if s.compare(per_dealt, per_split) != 0:
-            label = "⌈tiles / n_fill⌉ tiles a split, launching only the splits that get keys (SMs left idle)"
-            s.slip(label, on="splits", factor=s.evaluate(ceil_of(tiles / per_dealt)) / s.value(n_split))
-            s.slip(label, on="tiles_per_split", factor=s.evaluate(per_dealt) / s.value(per_split))
-    if s.compare(n_fill, n_split) != 0 and s.compare(tiles, n_fill) >= 0:
-        s.slip("n_fill splits, the fewest that fill the SMs, taken as the count launched", on="splits",
-               factor=s.value(n_fill) / s.value(n_split))
+    group = p.model.heads / p.model.kv_heads
+    s.slip("query heads counted instead of KV heads", on="blocks", factor=group)
+    s.slip("query heads counted instead of KV heads", on="fill",
+           factor=min(1.0, s.value(blocks) * group / s.value(n_sm)) / s.value(fill))
+    # The old key (a declared slip): the fewest splits that give every SM a block, ⌈SMs / blocks⌉, which leaves a
+    # part-filled second wave; dealt in equal chunks of whole tiles.
+    n_fill = int(s.evaluate(ceil_of(n_sm / blocks)))
+    if n_fill > 1:
+        n_tiles = int(s.value(tiles))
+        chunk = max(1, -(-n_tiles // (n_fill - 1)) - 1)  # the largest equal chunk that still makes n_fill splits
+        fill_splits = -(-n_tiles // chunk)
+        label = "the fewest splits that give every SM a block, ⌈SMs / blocks⌉ (a part-filled second wave)"
+        s.slip(label, on="splits", factor=fill_splits / s.value(n_split))
+        s.slip(label, on="tiles_per_split", factor=-(-n_tiles // fill_splits) / s.value(per_split))
     _split_regime(s, B, B_star, blocks, n_split, n_sm)
 
