@@ -120,7 +120,9 @@ def solve(p, s: Sheet) -> None:
                  "the FP32 tile spread over the consumer warpgroups")
     need = s.step("consumer_need", "Registers a consumer thread needs", "r_need", acc + reserve, "",
                   "its accumulator plus the stated reserve")
-    smem = s.given("S_smem", p.gpu.smem_kib_sm * 1024, "KiB", f"{p.gpu.name} shared memory per SM")
+    # One block a SM takes at most the per-block limit (227 of Hopper's 228 KiB): a ring sized on the SM's
+    # whole shared memory could count a stage no kernel can allocate.
+    smem = s.given("S_smem", p.gpu.smem_block_kib * 1024, "KiB", f"{p.gpu.name} shared memory one block may take")
     stages = s.step("stages", "k-steps of this tile shared memory holds", "n_stage", floor_of(smem / tile_bytes), "",
                     "a ring of stages, each a k-step's A and B slices with its pair of barriers (the epilogue's "
                     "staging left out)")
