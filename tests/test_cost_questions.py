@@ -610,16 +610,30 @@ def test_tiering_stages_say_the_rules_the_keys_rest_on(variant, catalog):
     solution = variant("multi-model-fleet-tiering@default")
     opening, dedicated, shared = (stage_run(solution, catalog, i).say for i in range(3))
     assert "100 requests/s at peak" in opening and "half a replica" not in opening and "share" not in opening
+    # the scheduling model the keys rest on (r5 read whole-prompt prefill steps between decode steps)
+    assert "chunks prompts into its decode steps, every whole step in a 40 ms TPOT" in opening
     assert "half a replica busy at peak" in dedicated and "70% busy" in dedicated and "rank 4" in dedicated
     assert "half its usable HBM" in shared and "a step reads one model's weights" in shared
     assert "5 GB/s a GPU" in shared
 
 
+# r5's @8802: 20 Llama-3.1-8B fine-tunes on H100, 640 requests/s, Zipf 0.8 (the rate range has moved since)
+R5_8802 = ("default+model=llama-3-8b+gpu=h100-sxm+tp=1+rate=640+zipf=0.8+prompt=480+reply=540+tpot=45+ceiling=75"
+           "+rank=6+load_bandwidth=20")
+
+
 def test_tiering_refuses_a_fleet_already_busy(variant):
     """At 1,000 requests/s the default's 40 replicas would run 1,000 / (40 x 17.38) = 144% busy at peak: not the
-    idle fleet the question is about (before prefill counted, such draws read as 1,322% busy). Refused."""
+    idle fleet the question is about. Refused. r5's @8802 runs 640 / (40 x 33.56) = 47.7% busy: it stands, with 13
+    models dedicated (28 GPUs), 7 shared replicas and 5 GPUs saved. The re-deriver's 23.94 requests/s (whole-prompt
+    prefill steps between decode steps) put all 20 models over the half-replica line and the fleet at 67%; chunked
+    into the decode steps, the prompts' math rides under the step's reads."""
     with pytest.raises(VariantError, match="already runs above its ceiling"):
         variant("multi-model-fleet-tiering@default+rate=1000")
+    results = variant(f"multi-model-fleet-tiering@{R5_8802}").sheet.results
+    assert results["util_peak"] == pytest.approx(0.4768, abs=1e-4) and results["unit"] == pytest.approx(33.56, rel=1e-3)
+    assert (results["dedicated"], results["dedicated_gpus"], results["shared_replicas"], results["gpus_saved"]) == \
+        (13, 28, 7, 5)
 
 
 def test_tiering_refuses_a_fleet_with_nothing_dedicated(variant):
@@ -666,6 +680,31 @@ def test_tiering_time_slicing_costs_what_the_single_model_unit_hides(variant):
         assert results["shared_busy"] > at_the_unit, seed
         more += results["shared_busy"] > 1.5 * at_the_unit
     assert more > len(SEEDS) // 2
+
+
+def test_tiering_ttft_is_a_fresh_steps_chunks_in_a_chunked_prefill_schedule(variant):
+    """The TTFT key against the process: a chunked-prefill scheduler (vLLM's, SGLang's) fills each step with the
+    decodes, then the prompts' chunks first come, first served. In steady state B/L_out requests finish a step, so
+    B·P_in/L_out prompt tokens ride in each; a stream of prompts at that rate, each chunked behind the one before,
+    spans ceil(L_out/B) steps when it starts on a fresh step (the key, as the label says) and one more when it
+    starts behind the last one's tail; its first token comes out with the step that carries its last chunk."""
+    for seed in ["default", *range(10)]:
+        solution = variant(f"multi-model-fleet-tiering@{seed}")
+        results = solution.sheet.results
+        P, R, B = _value(solution, "prompt"), _value(solution, "reply"), int(results["batch"])
+        budget = B * P / R  # prompt tokens a step carries: B/R prompts admitted a step, P tokens each
+        spans, used = [], 0.0  # `used`: the share of the current step's prompt tokens taken so far
+        for _ in range(200):
+            left, steps = float(P), 0
+            while left > 1e-9:  # one step a pass: this prompt's chunk is what the step has left, or what it needs
+                take = min(left, budget * (1 - used))
+                left, used, steps = left - take, used + take / budget, steps + 1
+                if used >= 1 - 1e-12:
+                    used = 0.0  # the step is full: the next chunk rides in a fresh one
+            spans.append(steps)
+        fresh = spans[0]  # the stream's first prompt starts on a fresh step
+        assert fresh * results["decode_step"] == pytest.approx(results["ttft"], rel=1e-12), seed
+        assert fresh == math.ceil(R / B) and set(spans) <= {fresh, fresh + 1}, seed
 
 
 def test_tiering_in_flight_share_is_the_poisson_closed_form():

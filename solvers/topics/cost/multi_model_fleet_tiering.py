@@ -36,8 +36,12 @@ def _tier_assumptions(s: Sheet) -> None:
              "tier is sized as a fluid (its busy time over the ceiling), a lower bound on packing whole models.")
     s.assume("A replica prefills its own model's prompts (a full fine-tune's prompts can only run where its weights "
              "are) by chunked prefill: every step carries the decode batch and, in steady state, P_in/L_out prompt "
-             "tokens per decoding request, and the batch is sized so that whole step fits the TPOT target. A prompt "
-             "prefilled whole between decode steps would stall every decoding request past the target.")
+             "tokens per decoding request, and the batch is the largest the KV pool holds whose whole step fits the "
+             "TPOT target. A prompt prefilled whole between decode steps would stall every decoding request past the "
+             "target. Prompts take a step's prompt tokens first come, first served (as vLLM's and SGLang's chunked "
+             "prefill schedule them), a prompt starting on a fresh step; its first token comes with its last chunk.")
+    s.assume("Draws where two replicas a model would run past the ceiling at peak, or where tiering would save no "
+             "GPUs, are refused: the question tiers a fleet sized past its load.")
     s.assume("A shared replica cannot batch two full fine-tunes in one decode step (a step reads one model's "
              "weights): it steps each model with requests in flight once per TPOT. A model's requests in flight "
              "at peak are Poisson with mean b = λ·L_out·TPOT (Little's law), so it is in flight 1 − e^(−b) of the "
@@ -154,8 +158,9 @@ def solve(p, s: Sheet) -> None:
     U = s.step("unit", "Requests/s one replica serves at the SLO", "U", B / (L_out * t_mix), "requests/s",
                "Little's law: B requests in decode, each for L_out steps")
     ttft = s.step("ttft", "Time to first token on a busy replica", "TTFT", ceil_of(L_out / B) * t_mix, "ms",
-           "a step carries B·ρ_P prompt tokens, so a prompt needs L_out/B steps' chunks, in whole steps (its wait "
-           "for admission left out)")
+           "a step carries B·ρ_P prompt tokens; a prompt takes them from a step's start (chunked prefill serves "
+           "its prompts first come, first served), so it needs L_out/B steps' chunks, in whole steps, its first "
+           "token coming with its last chunk (its wait for admission left out)")
 
     H = s.step("zipf_norm", "Zipf normaliser over the models", "H", rank_sum(lambda i: i**-alpha, 1, n), "",
                "model i gets Λ·i^(−α)/H of the traffic")
