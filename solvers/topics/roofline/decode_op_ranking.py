@@ -37,6 +37,9 @@ LEVER_MARGIN = 0.03
 # The all-reduce latency per call is the one figure of the step model that published measurements spread widely
 # (10-20 us and more on one node): a lever whose truth turns on it is refused, checked at half and twice the card's.
 LATENCY_SPREAD = (sympy.Rational(1, 2), 2)
+# Twice the batch's KV this close under the KV pool (relative) is not called: the pool leaves out the activation
+# workspace and the engine's buffers, which take a GB or two a GPU.
+FIT_MARGIN = sympy.Rational(5, 100)
 
 BATCH = "twice the batch"
 KV_HALF = "the KV cache at half its bytes per token"
@@ -61,8 +64,12 @@ def _decode_step_levers(s: Sheet, p, *, step: sympy.Expr, weights: sympy.Expr, c
                     + oh)
         return (b / time(w, kv, f, b, oh)) / (batch / time(weights, cache, flops, batch, overhead))
 
-    usable = n * exact(hbm_bytes(p.gpu)) * exact(GPU_MEMORY_UTILIZATION)
-    fits = s.compare(weights + 2 * cache, usable) <= 0
+    # The KV pool: each GPU's usable HBM (the device's reported total at the usable-hbm share) less its share of
+    # the weights; twice the batch needs twice the KV cache in it.
+    pool = exact(hbm_bytes(p.gpu)) * exact(GPU_MEMORY_UTILIZATION) - weights / n
+    doubled = 2 * cache / n
+    need = f"its {format_number(s.evaluate(doubled) / 1e9, 3)} GB of KV a GPU"
+    room = f"the {format_number(s.evaluate(pool) / 1e9, 3)} GB KV pool left after the weights"
     moves = {BATCH: dict(kv=2 * cache, f=2 * flops, b=2 * batch), KV_HALF: dict(kv=cache / 2),
              WEIGHTS_HALF: dict(w=weights / 2), OVERLAP: dict(oh=0)}
     def too_close(option: str) -> str:
@@ -74,19 +81,22 @@ def _decode_step_levers(s: Sheet, p, *, step: sympy.Expr, weights: sympy.Expr, c
             return "it clears the bar or not as the all-reduce latency per call is halved or doubled"
         return ""
 
-    def say(option: str, why: str) -> None:
+    def say(option: str, why: str, lead: str = "") -> None:
         if reason := too_close(option):
-            s.judge("levers", option, None, reason)
+            s.judge("levers", option, None, f"{lead}, but {reason}" if lead else reason)
             return
         ratio = gain(**moves[option])
         shown = s.evaluate(ratio)
         s.judge("levers", option, s.compare(ratio, target) >= 0,
                 f"{why}: {format_number(shown, figures_against(shown, 1 + p.raise_by))}x the total tokens/s")
 
-    if fits:
-        say(BATCH, f"the KV reads ({share} of the bytes) double with it; only the weight reads are shared")
+    if s.compare(doubled, pool) > 0:
+        s.judge("levers", BATCH, False, f"{need} overflow {room}: it does not fit, so it cannot help")
+    elif s.compare(doubled, pool * (1 - FIT_MARGIN)) > 0:
+        s.judge("levers", BATCH, None, f"{need} come within 5% of {room}: activations and buffers decide it")
     else:
-        s.judge("levers", BATCH, False, f"twice the KV cache does not fit beside the weights on {p.tp} × {p.gpu.name}")
+        say(BATCH, f"{need} fit {room}; the KV reads ({share} of the bytes) double with it, only the weight reads "
+            "are shared", lead=f"{need} fit {room}")
     say(KV_HALF, f"the KV cache is {share} of the step's bytes")
     say(WEIGHTS_HALF,
         f"the weights are {format_number(100 - 100 * s.evaluate(cache / (weights + cache)), 2)}% of the step's bytes")
