@@ -15,18 +15,16 @@ ACC_BYTES = 4  # FP32 accumulator
 _PER_CLOCK = {"bf16": "bf16_flop_per_clk_sm", "fp8": "fp8_flop_per_clk_sm"}
 
 
-def _tile_judgements(s: Sheet, *, demand: dict[str, sympy.Expr], limit: sympy.Expr, stages: dict[str, sympy.Expr],
-                     more: sympy.Expr, deep: sympy.Expr) -> None:
+def _tile_judgements(s: Sheet, *, demand: dict[str, sympy.Expr], stages: dict[str, sympy.Expr],
+                     deeper: sympy.Expr, deep: sympy.Expr) -> None:
     """The Blackwell stage's options, decided on the sheet's exact values (the why lines' figures are floats)."""
     key = "tile_facts"
     shown = lambda x: format_number(s.evaluate(x), 3)  # noqa: E731
-    s.judge(key, "the 2-CTA MMA reads operands slower than shared memory's {hopper.smem_bytes_per_clk_sm} B per clock",
-            s.compare(demand["two"], limit) < 0,
-            f"{shown(demand['two'])} B per clock against {shown(limit)}")
-    s.judge(key, "the 2-CTA form fits at least {more_stages} more pipeline stages in shared memory than the 1-SM form",
-            s.compare(stages["two"] - stages["one"], more) >= 0,
+    s.judge(key, "the 2-CTA form's ring holds at least {deeper} as many k-slice stages as the 1-SM form's",
+            s.compare(stages["two"], deeper * stages["one"]) >= 0,
             f"{shown(stages['two'])} stages of A and half of B against {shown(stages['one'])} of A and all of B")
-    s.judge(key, "the 1-SM form's shared memory already holds {deep} or more k-slice stages",
+    s.judge(key, "the 1-SM form's ring already holds {deep} or more k-slice stages in the shared memory one block "
+            "may take",
             s.compare(stages["one"], deep) >= 0,
             f"{shown(stages['one'])} stages of A and B fit in shared memory")
     s.judge(key, "since it reads fewer operand bytes per k-slice, the 1-SM MMA also asks shared memory for fewer bytes "
@@ -106,7 +104,9 @@ def solve(p, s: Sheet) -> None:
            "one tile's epilogue drain while the next tile's MMAs run")
 
     # Shared memory as a ring of k-slice stages: A's rows and the B this SM holds.
-    smem = s.given("S_cap", blackwell.smem_kib_sm * 1024, "KiB", f"{blackwell.name} shared memory per SM")
+    # A block may take 227 KiB of the SM's 228 (1 KiB is reserved for the system): the ring fits in that.
+    smem = s.given("S_cap", blackwell.smem_block_kib * 1024, "KiB",
+                   f"{blackwell.name} shared memory one block may take")
     stage_one = s.step("", "1-SM stage: A and all of B per k-slice", "P_1", (M + N) * K * b, "KiB",
                        "shared memory holds each operand tile once, whoever reads it")
     stage_two = s.step("", "2-CTA stage per SM: A and half of B", "P_2", (M + N / 2) * K * b, "KiB",
@@ -117,7 +117,7 @@ def solve(p, s: Sheet) -> None:
                             floor_of(smem / stage_two), "", "half of B a stage leaves room for more")}
     s.step("loop_saving", "Shared-memory operand reads per SM the 2-CTA form saves over the K loop", "ΔQ",
            (one - two) * K_total / K, "MiB", "half of B a k-slice (its TMA loads too), over K / K_s k-slices")
-    _tile_judgements(s, demand=demand, limit=S, stages=stages, more=s.param("n_more", "more_stages"),
+    _tile_judgements(s, demand=demand, stages=stages, deeper=s.param("r_deep", "deeper"),
                      deep=s.param("n_deep", "deep"))
     s.assume("Hopper: a cooperative CTA with two consumer warpgroups splits the tile along M; each issues "
              "64-row WGMMAs with A and B from shared memory. Blackwell: tcgen05.mma, 128 rows per SM, the "
@@ -130,8 +130,8 @@ def solve(p, s: Sheet) -> None:
     s.assume("128 B of each operand row per k-slice (64 bf16 or 128 fp8 elements: fp8 doubles the elements and "
              "the FLOP rate alike, so bytes per clock do not change). Only the tensor cores' operand reads are "
              "counted; the TMA writes into shared memory and the epilogue come on top, so a tie with shared "
-             "memory's rate already binds. Pipeline stages fill all of shared memory (the epilogue's staging and "
-             "the barriers left out).")
+             "memory's rate already binds. Pipeline stages fill all the shared memory one block may take, 227 KiB "
+             "of the SM's 228 (the epilogue's staging and the barriers left out).")
     s.slip("accumulator in bf16 instead of FP32", 0.5, on=("rf_share", "acc_registers"))
     s.slip("B counted once on Hopper (the second warpgroup's read forgotten)", on="hopper_bytes",
            factor=s.value(one) / s.value(hop))
