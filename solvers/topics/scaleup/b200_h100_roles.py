@@ -39,7 +39,7 @@ FORMATS = {"fp8": (1.0, 3), "mxfp4": (0.5 + 1 / 32, 1)}
 ONE_CHECKPOINT = ("one FP8 checkpoint quantized with power-of-two scales, served by both pools, makes the weights "
                   "the two pools compute with the same and keeps each pool's weight format")
 
-# The title's point, true in every variant on purpose: the B200s re-round the weights the older pool serves as is.
+# The title's point, true in every variant on purpose: the B200s requantize the weights the older pool serves as is.
 DRIFT = ("as served, a reply's KV is written under one rounding of the weights and decoded under another: "
          "its tokens can differ from either pool's alone")
 
@@ -207,32 +207,43 @@ def _roles_judged(s: Sheet, p, decB: _Decode, decH: _Decode) -> None:
             "Hopper runs FP8 with any scales, so UE8M0-scaled FP8 (as DeepSeek-V3.1 ships) serves both alike" if fp8
             else "it would close the gap, but the B200 pool runs MXFP4: sharing an FP8 checkpoint means giving up its "
             "FP4 weights, and Hopper has no FP4 tensor cores to share the MXFP4 one")
-    s.judge("why", DRIFT, True, "the B200 pool re-rounds each block onto power-of-two scales, one more rounding than "
-            "the older pool's weights: the KV the prefill pool writes and the decode pool's next tokens come from "
+    s.judge("why", DRIFT, True, "the B200 pool requantizes each block onto power-of-two scales"
+            + ("" if fp8 else " and 4-bit elements") + ", a change the older pool's weights never see: "
+            "the KV the prefill pool writes and the decode pool's next tokens come from "
             "slightly different models (logprobs drift; RL rollouts and evals stop reproducing)", fact=True)
 
 
-def _roles_regime(s: Sheet, r_pre, r_dec, nodes_b: float, nodes_h: float, a2a_share_b: float) -> None:
+def _nodes(n: float) -> str:
+    return f"{format_number(n)} node" + ("" if n == 1 else "s")
+
+
+def _roles_regime(s: Sheet, r_pre, r_dec, r_pd, nodes_b: float, older: _Decode, a2a_share_b: float) -> None:
     """Comparative advantage: the B200s take the role where their per-node edge is the larger. What decides it is
     whether the B200 replica's all-to-all stays inside one node's NVLink: a B200 computes over twice as fast as
     Hopper, so once its copies cross a NIC the all-to-all eats its prefill edge."""
-    pre, dec = s.text(r_pre, 3), s.text(r_dec, 3)
+    pre, dec, merged = s.text(r_pre, 3), s.text(r_dec, 3), s.text(r_pd, 3)
     share = format_number(100 * a2a_share_b, 2)
+    n_old = f"{format_number(s.value(older.nodes))}-node"
+    older_cap = (f"while the older GPUs' {n_old} decode replicas pool HBM for the batch's KV" if older.capped_by_room
+                 else f"while an older {n_old} decode replica reaches the TPOT before it fills its KV room, so at "
+                 "decode the B200 leads by its bandwidth alone")
+    same = s.compare(r_pd, r_dec) >= 0
+    reading = (f" Merged per node (DeepEP's prefill kernels, not this model) the prefill edge would be {merged}x: "
+               + ("the same call." if same == (s.compare(r_pre, r_dec) >= 0) else "the roles would swap."))
     s.regime_by(r_pre, r_dec, tie="above", above=Side(
         "b200-prefill",
         f"A B200 node does {pre}x an older node's prefill but only {dec}x its decode: the B200s take prefill. "
-        f"The weights fit {format_number(nodes_b)} B200 node(s), so its prefill all-to-all "
+        f"The weights fit one B200 node, so its prefill all-to-all "
         + ("stays on NVLink" if nodes_b == 1 else "crosses the NIC")
-        + f" ({share}% of its prefill), while the older GPUs' {format_number(nodes_h)}-node replicas "
-        "pool HBM for the batch's KV.",
+        + f" ({share}% of its prefill), {older_cap}." + reading,
         "Were the B200 replica to cross nodes (a model too large for one B200 node), its all-to-all would go over "
         "the NIC at B200 compute speed and its prefill edge would fall below its decode edge."),
         below=Side(
         "b200-decode",
         f"A B200 node does {dec}x an older node's decode against {pre}x its prefill: the B200s decode. "
-        f"The weights need {format_number(nodes_b)} B200 nodes, and a B200 prefill then spends {share}% of its "
-        "time in the all-to-all over the NIC: the FLOP edge is lost to the network, while at decode the extra "
-        "HBM and bandwidth still count.",
+        f"The weights need {format_number(nodes_b)} B200 nodes, and with each routed copy crossing on its own a B200 "
+        f"prefill spends {share}% of its time in the all-to-all over the NIC: the FLOP edge is lost to the "
+        "network, while at decode the extra HBM and bandwidth still count." + reading,
         "Were the weights to fit one B200 node, its prefill all-to-all would stay on NVLink and its prefill edge "
         "would pass its decode edge: the B200s would prefill."))
 
@@ -326,7 +337,8 @@ def solve(p, s: Sheet) -> None:
     s.step("mismatch", "RMS gap between the two pools' weights", "δ",
            2 ** -s.given("m", mantissa, "", f"mantissa bits of the B200 pool's elements ({p.b200_format})")
            * sympy.sqrt(sympy.Rational(3, 8) / sympy.log(2) / 12), "%",
-           "re-rounding onto a grid with other scales: one more rounding, 2^-m·sqrt(E[4^-f]/12) of the RMS weight, "
+           "requantizing onto a grid with other scales and m mantissa bits (fp8's 3, a 4-bit requantization's 1): "
+           "2^-m·sqrt(E[4^-f]/12) of the RMS weight, "
            "E[4^-f] = 3/(8 ln 2) for a mantissa spread evenly in log")
 
     _roles_judged(s, p, decB, decH)
@@ -339,12 +351,14 @@ def solve(p, s: Sheet) -> None:
             f"{format_quantity(s.evaluate(step_load), 'ms')} a decode step")
     more_prefill = s.compare(N_pre, N_dec) > 0
     s.judge("why", "the prefill pool takes more nodes than the decode pool", more_prefill,
-            f"{format_number(s.value(N_pre))} prefill node(s) against {format_number(s.value(N_dec))} for decode")
-    s.assume("The B200 pool runs Blackwell's block-scaled MMA, which takes power-of-two (UE8M0) scales: it "
+            f"{_nodes(s.value(N_pre))} for prefill against {_nodes(s.value(N_dec))} for decode")
+    s.assume("The B200 pool's kernels take only power-of-two (UE8M0) scales (DeepGEMM's SM100 path, as SGLang "
+             "runs it; kernels that apply FP32 block scales outside the MMA exist and would not need this): it "
              f"re-quantizes the FP8 checkpoint the older pool serves as is ({p.b200_format}), each block's scale "
              "rounded up to a power of two (DeepGEMM's ceil_to_ue8m0); activations and GEMMs in FP8 on both (MXFP4 "
              "weights run W4A8 at the FP8 peak), attention in bf16. The "
-             "pools then compute with weights that differ by one more rounding, and decode attends to KV that the "
+             "pools then compute with weights that differ by a requantization (for MXFP4 a 4-bit one), "
+             "and decode attends to KV that the "
              "other pool's weights wrote.")
     s.assume("Each replica is EP over its nodes with data-parallel attention; the MoE all-to-all (moe-all-to-all, "
              "DeepEP-style: FP8 dispatch with its scales, bf16 combine, uniform routing) goes over NVLink inside a "
@@ -365,6 +379,6 @@ def solve(p, s: Sheet) -> None:
     s.assume("The older nodes are a fleet already owned: the question is how to split the roles, not whether to "
              "replace them (per node a B200 leads in both phases). Comparative advantage, as Splitwise (ISCA 2024) "
              "splits prompt and token phases across GPU generations.")
-    _roles_regime(s, r_pre, r_dec, s.value(preB.nodes), s.value(preH.nodes),
+    _roles_regime(s, r_pre, r_dec, r_pd, s.value(preB.nodes), decH,
                   s.evaluate(preB.a2a / (preB.compute + preB.a2a)))
 
