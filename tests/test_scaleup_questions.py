@@ -25,11 +25,10 @@ def test_million_token_context_default(variant):
     assert results["longest_context"] == pytest.approx((0.9 * 81_559 * 2**20 - 17.6375e9) / 40960)
 
 
-def test_million_token_context_spills_at_2m(variant):
-    """2M tokens is 80 GiB a GPU beside 17.6 GB of weights: two nodes (pinned in the question file), the KV shards
-    passed over the NICs."""
-    results = variant("million-token-context@default+context=2097152").sheet.results
-    assert results["ring_pass"] == pytest.approx(0.5 * 640 * GiB / (8 * 50e9))
+def test_million_token_context_names_the_stretch(variant):
+    """Each model runs as a named long-context stretch and no further: Llama-3.1-70B as Gradient's 1,048K
+    fine-tune (the context grid stops at 2^20)."""
+    assert "Gradient-1048k" in " ".join(variant("million-token-context@default").sheet.assumptions)
 
 
 def test_million_token_context_matches_cp_paper(variant):
@@ -60,8 +59,8 @@ def test_million_token_context_model_changes_count_their_weights(variant):
 
 
 def test_million_token_context_pushes_cross_from_each_side(variant, catalog):
-    """The push moves the TTFT target: a plan memory sets gets a third of its target, one the target sets three
-    times its target; where that does not cross (or leaves the drawn range) the engine's push stands in. Over 30
+    """The push moves the TTFT target: a plan memory sets gets a third of its target, one the target sets twice
+    its target; where that does not cross (or leaves the drawn range) the engine's push stands in. Over 30
     seeds every push but at most three crosses to the other side."""
     crossed = 0
     for seed in range(7001, 7031):
@@ -70,7 +69,7 @@ def test_million_token_context_pushes_cross_from_each_side(variant, catalog):
                     if (run := stage_run(solution, catalog, i)) is not None)
         crossed += push.solution.regime_name != solution.regime_name
         if push.declared:
-            factor = 1 / 3 if solution.regime_name == "memory" else 3
+            factor = 1 / 3 if solution.regime_name == "memory" else 2
             assert push.solution.param("ttft_target").raw == pytest.approx(
                 solution.param("ttft_target").raw * factor, rel=0.06)
     assert crossed >= 27
@@ -88,13 +87,14 @@ def test_million_token_context_ttft_target_by_hand(variant):
 
 
 def test_million_token_context_decode_merges_across_nodes(variant):
-    """Across nodes a decode step merges the nodes' partial attention every layer (the review: the step left it
-    out): at 2M tokens on two nodes, 80 calls at the cross-node latency and each GPU's 8 heads' outputs and LSEs in
-    fp32; on one node there is none."""
-    two = variant("million-token-context@default+context=2097152").sheet.results
-    assert two["decode_merge"] == pytest.approx(80 * (50e-6 + 2 * (2 - 1) / 2 * 8 * 129 * 4 / 50e9))
-    one = variant("million-token-context@default").sheet.results
-    assert "decode_merge" not in one
+    """Decode runs on the plan's nodes and merges their partial attention every layer: the default's 120 s target
+    deploys 3 nodes, 80 calls at the cross-node latency and each GPU's 8 heads' outputs and LSEs in fp32; a target
+    the one node meets leaves no merge."""
+    three = variant("million-token-context@default").sheet.results
+    assert three["nodes_plan"] == 3
+    assert three["decode_merge"] == pytest.approx(80 * (50e-6 + 2 * (3 - 1) / 3 * 8 * 129 * 4 / 50e9))
+    one = variant("million-token-context@default+ttft_target=400").sheet.results
+    assert one["nodes_plan"] == 1 and "decode_merge" not in one
     assert 1 / one["per_user"] == pytest.approx(one["decode_step"])
 
 

@@ -19,8 +19,24 @@ from solvers.sheetmath import ceil_of, max_of
 from solvers.units import format_number, format_quantity
 
 VOCAB = "a vocabulary twice as large"
+
+
+def _nodes(n: float) -> str:
+    return f"{format_number(n)} node{'' if n == 1 else 's'}"
 TTFT_MARGIN = 0.05  # a TTFT on the nodes that hold it within 5% (its tolerance) of the target: refused
 
+
+# The released checkpoints serve 128K; the question runs each model as a named long-context stretch, and no
+# further: (longest context, the stretch).
+LONG_VARIANT = {
+    "Llama-3.1-70B": (1_048_576, "Gradient's Llama-3-70B-Instruct-Gradient-1048k, a RoPE-theta and fine-tuning "
+                    "stretch of Llama-3-70B to 1,048K tokens"),
+    "Llama-3.1-405B": (1_048_576, "Llama-3.1-405B run at 1M tokens as Yang et al. (arXiv:2411.01783) timed it, a "
+                       "performance setting past the 128K the checkpoint was trained for"),
+    "Qwen2.5-72B": (1_048_576, "Qwen2.5-72B given the Qwen2.5-1M recipe (arXiv:2501.15383: length-extended "
+                    "training and dual-chunk attention, released for the 7B and 14B only): a hypothetical "
+                    "72B-1M"),
+}
 
 WIDEST_CP = 64  # an MHA request past 64 times the plan's nodes is no plan at all: such draws are refused
 
@@ -46,29 +62,30 @@ def _breaks(s: Sheet, p, *, room, kv, w, nodes, per_param, added: dict[str, int]
         (VOCAB, 1, added["vocab"] * per_param,
          f"the KV unchanged, the embedding and output tables twice as long: {grown(added['vocab'])}"),
     )
+    now = f"{format_number(s.value(nodes))} that {'holds' if s.value(nodes) == 1 else 'hold'} it now"
     for option, kv_factor, extra, what in changes:
         left = room - extra
         fills = s.compare(left, 0) <= 0
         more = fills or s.compare(kv_factor * kv, nodes * left) > 0
         s.judge("breaks", option, more, f"{what}: the weights alone fill the GPUs, the plan breaks" if fills else
-                f"{what}: {format_number(s.evaluate(ceil_of(kv_factor * kv / left)))} node(s) against the plan's "
-                f"{format_number(s.value(nodes))}", fact=option == VOCAB)
+                f"{what}: {_nodes(s.evaluate(ceil_of(kv_factor * kv / left)))} against the {now}",
+                fact=option == VOCAB)
         # A longer vocabulary adds no KV and under a GB of weights a GPU (these models' tables, split by TP 8):
         # the anchor of a change that grows only the weights. Every other growth breaks 405B's tight plan, so a
         # fifth option that varies would leave no false option to list in those draws.
 
 
 def _regime(s: Sheet, t_pre, target, *, nodes: float, plan: float) -> None:
-    held = format_number(nodes)
+    held = _nodes(nodes) + (" that holds" if nodes == 1 else " that hold")
     s.regime_by(t_pre, target, tie="below", boundary_label="the TTFT target", below=Side(
         "memory",
-        f"The {held} node(s) that hold the request's KV already prefill it within the target: memory sets the "
+        f"The {held} the request's KV already prefill{'s' if nodes == 1 else ''} it within the target: memory sets the "
         "nodes, and the cache is what to shrink (fp8 KV, a latent) before anything else.",
         "Past the target the prefill's math, not the cache, sets the nodes: context parallelism then buys "
         "latency, each node added cutting the math, while the ring's KV passing stays overlapped with it."),
         above=Side(
         "ttft-target",
-        f"The {held} node(s) that hold the KV prefill it too slowly for the target: the math sets the nodes, "
+        f"The {held} the KV prefill{'s' if nodes == 1 else ''} it too slowly for the target: the math sets the nodes, "
         f"{format_number(plan)} of them, context parallelism spreading it (ring attention), each node a TP 8 "
         "group with the whole weights.",
         "Within the target the nodes that hold the KV are enough: memory sets the plan, and the cache is the "
@@ -78,6 +95,10 @@ def _regime(s: Sheet, t_pre, target, *, nodes: float, plan: float) -> None:
 def solve(p, s: Sheet) -> None:
     if crosses_domain(p.gpu, p.tp):
         raise Reject("TP must stay inside the node")
+    longest, stretch = LONG_VARIANT.get(p.model.name, (p.context, f"{p.model.name} stretched by RoPE scaling and "
+                                                       "long-context fine-tuning, a hypothetical"))
+    if p.context > longest:
+        raise Reject("a context past the model's long-context stretch")
     e = engine(s, p.model, p.gpu, p.tp, dtype=p.weight_dtype, kv_dtype=p.kv_dtype, communication=True,
                kv_prerequisite=True)
     T = s.param("T", "context")
@@ -160,20 +181,20 @@ def solve(p, s: Sheet) -> None:
            "passing overlapped with the math)")
 
     merge: sympy.Expr = sympy.Integer(0)
-    if s.compare(c, 1) > 0:  # across nodes
+    if s.compare(plan, 1) > 0:  # across nodes
         L, d_h = given_config(s, p.model, "layers"), given_config(s, p.model, "head_dim")
         alpha = s.given("α_x", convention_value("all-reduce-latency-nic") * 1e-6, "us",
                         "latency of one call across nodes")
         b_acc = s.given("b_acc", 4, "B", "bytes per partial-attention value (fp32 output and LSE)")
         merge = s.step("decode_merge", "Merging the nodes' partial attention, every layer", "t_merge",
-                       L * (alpha + 2 * (c - 1) / c * H / e.TP * (d_h + 1) * b_acc / nic), "ms",
-                       "each node attends over its own tokens; every layer an all-reduce across the c nodes "
+                       L * (alpha + 2 * (plan - 1) / plan * H / e.TP * (d_h + 1) * b_acc / nic), "ms",
+                       "each node attends over its own tokens; every layer an all-reduce across the plan's nodes "
                        "combines each GPU's heads' partial outputs and LSEs: its latency, and a few KB over the NIC")
     t_dec = s.step("decode_step", "Decode step at this context", "t_dec",
-                   max_of((w_gpu + kv_gpu / c) / e.byte_rate, e.math_time(2 * e.N, e.A * T) / c)
+                   max_of((w_gpu + kv_gpu / plan) / e.byte_rate, e.math_time(2 * e.N, e.A * T) / plan)
                    + tp_all_reduce(s, p.model, p.gpu, p.tp, 1, tag="dec", label="decode step") + merge + e.t_oh,
-                   "ms", "every GPU reads its weights and its 1/c of the KV for one token; across nodes the "
-                   "partial attention is merged every layer")
+                   "ms", "on the plan's nodes, every GPU reads its weights and its 1/c of the KV for one token; "
+                   "across nodes the partial attention is merged every layer")
     s.step("per_user", "Decode speed of the request", "X_user", 1 / t_dec, "tokens/s", "one token per step")
 
     # The model changes: MHA multiplies the KV by H_q/H_kv, and what would hold that instead.
@@ -198,16 +219,17 @@ def solve(p, s: Sheet) -> None:
     latent = s.step("kv_mla_gpu", "An MLA latent's cache on each GPU of one node", "KV_MLA",
                     given_config(s, p.model, "layers") * s.param("d_lat", "mla_latent") * sympy.Symbol("b_kv") * T,
                     "GiB", "one latent per layer per token, no heads for TP to split: every GPU keeps all of it")
+    sharded = _nodes(s.evaluate(ceil_of(latent / e.TP / room)))
     c_mla = s.step("nodes_mla", "Nodes that hold the request with an MLA latent in place of K and V", "c_MLA",
            ceil_of(latent / room), "nodes",
-           "the latent on every GPU of a node, in the model's own room (the latent's down- and up-projections are "
-           "about the size of the GQA K and V projections they replace)")
+           "attention TP over heads, so the latent on every GPU of a node, in the model's own room (its down- and "
+           "up-projections about the size of the GQA K and V projections they replace); an engine that shards the "
+           f"latent by tokens over the node's GPUs instead (in-node context parallelism) needs {sharded}")
 
-    s.assume(f"{p.model.name}'s architecture stretched to {format_number(p.context)} tokens by RoPE scaling and "
-             "long-context fine-tuning (Gradient's Llama-3-70B-Instruct-Gradient-1048k did this): the weights "
-             "and KV layout are unchanged. A model change counts its own weights: more heads mean larger "
-             "attention projections (q and o for query heads, k and v for KV heads), at the same bytes per "
-             "parameter.")
+    s.assume(f"The checkpoint serves {format_number(p.model.get('max_context', 0))} tokens; this is {stretch}, "
+             f"here at {format_number(p.context)} tokens: the weights and KV layout are unchanged. A model change "
+             "counts its own weights: more heads mean larger attention projections (q and o for query heads, k and "
+             "v for KV heads), at the same bytes per parameter.")
     s.assume("One request at a time; each node is one TP group of its GPUs; across nodes the sequence is split "
              "(context parallelism): prefill passes KV shards around a ring (pass-KV ring attention) and decode "
              "merges each node's partial attention every layer, one all-reduce across the nodes at the NIC's "
