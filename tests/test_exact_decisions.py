@@ -122,10 +122,16 @@ def _margin(what: str) -> str:
     return f"the draw is refused within {what} of this line, so floats and exact values decide alike"
 
 
+_UNLISTS = ("another reading (the simulation's cut, the bare row max's flushed mass) on the other side of the line "
+            "only unlists the option; a listed option's truth is decided by s.compare")
+
+
 ALLOWED = {
     ("topics/quantization/fp8_attention_quant_points.py", "_near", "max(a, b) <= (1 + tolerance) * min(a, b)"):
         "an option within its figure's tolerance of its line is judged None and never listed; a listed option's "
         "truth is decided by s.compare",
+    **{("topics/quantization/fp8_attention_quant_points.py", "_torn", torn): _UNLISTS for torn in (
+        "(closed > line) != (other > line)", "closed > line", "other > line")},
     ('topics/kv_cache/mla_tp_duplication.py', '_attention_judgements', 'then >= p.demand'): WHOLE,
     ('topics/kv_cache/mla_vs_gqa_under_tp.py', '_mla_levers', 'halved > s.value(req_g)'): WHOLE,
     ('topics/quantization/kv_quant_keys_vs_values.py', 'solve', 'abs(estimate - 1) > 0.05'): SLIP,
