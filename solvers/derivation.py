@@ -491,8 +491,12 @@ class QuickSheet(Sheet):
             _QUICK.reset(token)
 
     def compare(self, a: Value, b: Value) -> int:
-        difference = self.evaluate(a) - self.evaluate(b)
-        return (difference > 0) - (difference < 0)
+        """As Sheet.compare, on floats: two values equal up to float rounding are a tie, as the exact solve
+        finds them (a refusal at an exact boundary must not fire in a scan and not in the solve)."""
+        x, y = self.evaluate(a), self.evaluate(b)
+        if abs(x - y) <= 1e-12 * max(abs(x), abs(y)):
+            return 0
+        return (x > y) - (x < y)
 
     def set_regime(self, name: str, summary: str, boundary: Boundary, position: sympy.Symbol,
                    other_side: str, key: str = "regime", boundary_label: str = "") -> None:

@@ -172,6 +172,12 @@ ALLOWED = {
     ("topics/speculation/spec_decode_by_load.py", "_best_length", "chosen == top_g"): TEXT,
     ("topics/speculation/spec_decode_by_load.py", "_best_length", "g != chosen"): NAMES,
     ("topics/speculation/spec_decode_by_load.py", "_peak_reasons", "chosen < p.gamma"): WHOLE,
+    ("topics/kernels/split_kv_decode_merge.py", "solve", "n_fill > 1"): SLIP,
+    ("topics/longcontext/million_token_context.py", "_breaks", "s.value(nodes) == 1"): TEXT,
+    ("topics/longcontext/million_token_context.py", "_nodes", "n == 1"): TEXT,
+    ("topics/longcontext/million_token_context.py", "_regime", "nodes == 1"): TEXT,
+    ("topics/moe/moe_1t_training_layout.py", "_layout_regime", "stages > 1"): TEXT,
+    ("topics/scaleup/b200_h100_roles.py", "_nodes", "n == 1"): TEXT,
     ("topics/speculation/spec_decode_by_load.py", "_peak_reasons", "at_half > 1"):
         _margin("3% (SPEEDUP_TIE): draws nearer a speedup of 1 at half the peak batch are refused"),
     ("topics/speculation/spec_decode_step_accounting.py", "_break_even",

@@ -50,7 +50,7 @@ def _merge_judgements(s: Sheet, *, splits, empty, overhead, weight, kv_read, wei
 def _split_regime(s: Sheet, B, B_star, blocks, n_split, n_sm) -> None:
     count, splits = s.text(blocks), s.text(n_split)
     idle = format_number(max(0, s.value(n_sm) - s.value(blocks)))
-    busy = s.value(blocks) < s.value(n_sm)
+    busy = s.compare(blocks, n_sm) < 0
     s.regime_by(B, B_star, tie="below", above=Side(
         "no-split",
         f"The batch alone gives {count} blocks, more than half the {s.text(n_sm)} SMs: "
