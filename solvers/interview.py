@@ -106,7 +106,8 @@ def stage_run(solution: Solution, catalog: Catalog, index: int) -> StageRun | No
     # A declared push's words describe its own move: where it is refused, the engine's push says its own.
     say = _words(stage.say, pushed.solution, solution) if stage.say and (declared or stage.generated) else pushed.say
     # A push to fp8 applies a convention the opening never used: the candidate is told it is now in play.
-    added = tuple(card for card in pushed.solution.cards() if card not in solution.cards())
+    opening_cards = set(solution.cards())
+    added = tuple(card for card in pushed.solution.cards() if card not in opening_cards)
     return StageRun(index, stage, pushed.solution, pushed.ask, say, moved, solution.regime_name, declared, added)
 
 

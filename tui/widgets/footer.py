@@ -32,16 +32,16 @@ class KeysFooter(Footer):
 
     def compose(self) -> ComposeResult:
         widgets = list(super().compose())
-        keys = [w for w in widgets if isinstance(w, FooterKey) and not w.has_class("-command-palette")]
-        room = self.app.size.width - sum(key_width(w) for w in widgets
-                                         if isinstance(w, FooterKey) and w.has_class("-command-palette"))
-        fitting = len(keys) == len(widgets) - sum(isinstance(w, FooterKey) and w.has_class("-command-palette")
-                                                  for w in widgets)  # no grouped keys: those are left as they are
+        palette = [w for w in widgets if isinstance(w, FooterKey) and w.has_class("-command-palette")]
+        keys = [w for w in widgets if w not in palette]
+        # Grouped keys (a KeyGroup and its label) are left as Textual lays them out; plain keys are cut to fit.
+        fitting = all(isinstance(w, FooterKey) for w in keys)
+        room = self.app.size.width - sum(key_width(w) for w in palette)
         used = 0
         for widget in widgets:
             if isinstance(widget, FooterKey):  # else its `compact` watcher adds the class once mounted: a restyle a key
                 widget.set_class(self.compact, "-compact", update=False)
-                if fitting and widget in keys:
+                if fitting and widget not in palette:
                     used += key_width(widget)
                     if used > room:
                         continue
