@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -190,20 +190,23 @@ def _reflow(text: str) -> str:
 
 
 def solve_values(question: Question, raw: dict[str, Any], catalog: Catalog, *,
-                 quick: bool = False) -> tuple[list[Param], Sheet]:
+                 quick: bool = False, asked: Collection[str] | None = None) -> tuple[list[Param], Sheet]:
     """Solve for exactly these parameter values (raises Reject for an impossible set); `quick`
-    solves on floats for a scan (QuickSheet: answers and regime, no derivation)."""
+    solves on floats for a scan (QuickSheet: answers and regime, no derivation); `asked` as run_solver."""
     params = resolve(question, raw, catalog)
     values = {p.name: p.value for p in params}
     reason = broken(question.constraints, values)
     if reason is not None:
         raise Reject(reason)
-    return params, run_solver(question, values, QuickSheet if quick else Sheet)
+    return params, run_solver(question, values, QuickSheet if quick else Sheet, asked=asked)
 
 
-def run_solver(question: Question, values: dict[str, Any], sheet_type: type[Sheet] = Sheet) -> Sheet:
+def run_solver(question: Question, values: dict[str, Any], sheet_type: type[Sheet] = Sheet, *,
+               asked: Collection[str] | None = None) -> Sheet:
     """The question's solver on these values (as the solver sees them: records, base units),
-    with its results checked against the answers' kinds. Raises Reject for an impossible set."""
+    with its results checked against the answers' kinds. Raises Reject for an impossible set, or for
+    an answer that makes no question here (a select with nothing to pick) among those `asked` (all
+    where None: a push asks a few answers again, and one it does not ask need not be listable)."""
     sheet = sheet_type(parameters={spec.name: (values[spec.name], spec.unit, spec.label or spec.name)
                                    for spec in question.parameters if isinstance(values.get(spec.name), (int, float))})
     solve = solver_function(question)  # imported first: a card its modules read at import is no read of this variant
@@ -221,7 +224,7 @@ def run_solver(question: Question, values: dict[str, Any], sheet_type: type[Shee
         problem = spec.check_result(sheet.results[spec.key])
         if problem:
             raise RuntimeError(f"{question.id}: answers.{spec.key}: {problem}")
-        if refused := spec.refusal(sheet.results[spec.key]):
+        if (asked is None or spec.key in asked) and (refused := spec.refusal(sheet.results[spec.key])):
             raise Reject(f"answers.{spec.key}: {refused}")
     undeclared = sorted(sheet.prerequisites - set(question.requires))
     if undeclared:
@@ -330,18 +333,20 @@ def _solution(question: Question, code: VariantCode, params: list[Param], sheet:
 
 
 def solve_changed(solution: Solution, catalog: Catalog, changes: dict[str, Any], *,
-                  quick: bool = False) -> tuple[list[Param], Sheet]:
+                  quick: bool = False, asked: Collection[str] | None = None) -> tuple[list[Param], Sheet]:
     """This variant's values with `changes` (raw values), every generated parameter that depends
-    on them drawn again, solved: sweeps, the what-if explorer, the follow-up. Raises Reject."""
+    on them drawn again, solved: sweeps, the what-if explorer, the follow-up (`asked`: the answers
+    it asks, as run_solver). Raises Reject."""
     raw = {p.name: p.raw for p in solution.params} | changes
     return solve_values(solution.question, regenerate(solution.question, raw, set(changes), solution.code.seed),
-                        catalog, quick=quick)
+                        catalog, quick=quick, asked=asked)
 
 
-def revise(solution: Solution, catalog: Catalog, changes: dict[str, Any]) -> Solution:
+def revise(solution: Solution, catalog: Catalog, changes: dict[str, Any], *,
+           asked: Collection[str] | None = None) -> Solution:
     """The same variant with some parameters changed (raw values), as a solution whose code
-    names it ('id@seed+batch=256'). Raises Reject."""
-    params, sheet = solve_changed(solution, catalog, changes)
+    names it ('id@seed+batch=256'); a push passes the answers it `asked` (run_solver). Raises Reject."""
+    params, sheet = solve_changed(solution, catalog, changes, asked=asked)
     overrides = dict(solution.code.overrides) | {name: solution.question.parameter(name).override_text(value)
                                                  for name, value in changes.items()}
     code = VariantCode(solution.code.question_id, solution.code.seed, tuple(overrides.items()))

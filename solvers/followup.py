@@ -63,9 +63,9 @@ def declared_push(solution: Solution, catalog: Catalog, declared: DeclaredFollow
         if not changes:
             return None
         crossing = cross and "regime" in declared.ask
-        if crossing and _stays(solution, _scan(solution, catalog, changes, scanned)):
+        if crossing and _stays(solution, _scan(solution, catalog, changes, scanned, declared.ask)):
             return None  # floats say it stays on this side: no exact solve to learn that
-        pushed = revise(solution, catalog, changes)
+        pushed = revise(solution, catalog, changes, asked=declared.ask)
     except _UNSOLVED:
         return None
     crossed = not crossing or pushed.regime_name != solution.regime_name
@@ -87,30 +87,32 @@ def generated_push(solution: Solution, catalog: Catalog, ask: tuple[str, ...] = 
     """The engine's push: one parameter moved across the regime boundary where the question has one,
     else the figure that shifts its margin most doubled or halved (or a choice moved). It asks `ask`, or
     where that is empty the regime and the first number that moved (and then only if one did; the regime
-    only if the move shifted its margin)."""
+    only if the move shifted its margin). Where `ask` is given, an answer it does not ask need not be
+    listable on the pushed variant."""
     scanned = {} if scanned is None else scanned
+    asked = ask or None
     for spec in _candidates(solution) if solution.sheet.regime is not None else ():
-        crossing = _crossing(solution, catalog, spec, scanned)
+        crossing = _crossing(solution, catalog, spec, scanned, asked)
         if crossing is not None:
-            asked = ask or _asked(solution, crossing)
-            if asked:
-                return FollowUp(crossing, asked, _say(solution, crossing, {spec.name: crossing.param(spec.name).raw}))
+            if crossing_asked := ask or _asked(solution, crossing):
+                moved = {spec.name: crossing.param(spec.name).raw}
+                return FollowUp(crossing, crossing_asked, _say(solution, crossing, moved))
     # Nothing in range crosses a boundary (or the variant has none): an interviewer still moves one figure
     # and asks what follows, the figure that moves the regime's margin most. A regime holds there, and saying
     # so is part of the answer, but only where the move can shift it: the step time of a decode cannot make a
     # batching gain large, and asking whether it did is no question.
-    for spec, value in _fallbacks(solution, catalog, scanned):
+    for spec, value in _fallbacks(solution, catalog, scanned, asked):
         try:
-            pushed = revise(solution, catalog, {spec.name: value})
+            pushed = revise(solution, catalog, {spec.name: value}, asked=asked)
         except _UNSOLVED:
             continue
-        asked = _fallback_ask(solution, pushed, ask)
-        if asked:
-            return FollowUp(pushed, asked, _say(solution, pushed, {spec.name: pushed.param(spec.name).raw}))
+        if fallback_asked := _fallback_ask(solution, pushed, ask):
+            return FollowUp(pushed, fallback_asked, _say(solution, pushed, {spec.name: pushed.param(spec.name).raw}))
     return None
 
 
-def _fallbacks(solution: Solution, catalog: Catalog, scanned: dict) -> list[tuple[ParamSpec, object]]:
+def _fallbacks(solution: Solution, catalog: Catalog, scanned: dict,
+               asked: tuple[str, ...] | None) -> list[tuple[ParamSpec, object]]:
     """Each candidate's nearby moves, the parameter whose move shifts the regime's margin most first (and
     within it the move toward the boundary first); moves that leave the margin where it is keep the
     candidates' order after them. Judged on float solves, as the crossing search is."""
@@ -118,7 +120,8 @@ def _fallbacks(solution: Solution, catalog: Catalog, scanned: dict) -> list[tupl
     moves = [(spec, value) for spec in _candidates(solution) for value in spec.nearby(solution.param(spec.name).raw)]
     if regime is None:
         return moves
-    scans = {(spec.name, value): _scan(solution, catalog, {spec.name: value}, scanned) for spec, value in moves}
+    scans = {(spec.name, value): _scan(solution, catalog, {spec.name: value}, scanned, asked)
+             for spec, value in moves}
     shifts = {move: 0.0 if found is None else _shift(regime, found) for move, found in scans.items()}
     strongest: dict[str, float] = {}
     for (name, _), shift in shifts.items():
@@ -177,7 +180,8 @@ def _candidates(solution: Solution) -> list[ParamSpec]:
     return sorted(movable, key=lambda p: (not p.ranged, p.name != chart_x))
 
 
-def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec, scanned: dict) -> Solution | None:
+def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec, scanned: dict,
+              asked: tuple[str, ...] | None) -> Solution | None:
     """The variant with `spec` moved to the nearest value a person would say that lands clearly on
     the other side of the boundary (a round number for a range, another option for a choice);
     failing that, the nearest value across at all. A range whose farthest valid points on either
@@ -193,7 +197,7 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec, scanned: di
         return None
 
     def side(value) -> str | None:
-        found = _scan(solution, catalog, {spec.name: value}, scanned)
+        found = _scan(solution, catalog, {spec.name: value}, scanned, asked)
         return None if found is None else found.name
 
     def crosses(value) -> bool:
@@ -201,7 +205,7 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec, scanned: di
 
     def across(value) -> Solution | None:  # solved exactly
         try:
-            pushed = revise(solution, catalog, {spec.name: value})
+            pushed = revise(solution, catalog, {spec.name: value}, asked=asked)
         except _UNSOLVED:
             return None
         return pushed if pushed.sheet.regime is not None and pushed.sheet.regime.name != regime else None
@@ -221,7 +225,7 @@ def _crossing(solution: Solution, catalog: Catalog, spec: ParamSpec, scanned: di
         for value in spec.said(point):
             if value == current:
                 continue
-            quick = _scan(solution, catalog, {spec.name: value}, scanned)
+            quick = _scan(solution, catalog, {spec.name: value}, scanned, asked)
             if quick is None or _stays(solution, quick):
                 continue
             if _float_sure(quick.margin) and not _clear(quick.margin):
@@ -252,13 +256,15 @@ def _crossing_side(run: list, side: Callable[[object], str | None], regime: str)
     return run if farthest != regime else []
 
 
-def _scan(solution: Solution, catalog: Catalog, changes: dict, scanned: dict) -> Regime | None:
+def _scan(solution: Solution, catalog: Catalog, changes: dict, scanned: dict,
+          asked: tuple[str, ...] | None) -> Regime | None:
     """The regime of the variant with `changes`, solved on floats only (no prompt, no listing); None where
-    that is no valid variant or has no regime. `scanned` keeps what this search has solved."""
-    key = tuple(sorted(changes.items()))
+    that is no valid variant or has no regime. `scanned` keeps what this search has solved; `asked`: the
+    answers the push asks (run_solver)."""
+    key = (tuple(sorted(changes.items())), asked)
     if key not in scanned:
         try:
-            _, sheet = solve_changed(solution, catalog, changes, quick=True)
+            _, sheet = solve_changed(solution, catalog, changes, quick=True, asked=asked)
         except _UNSOLVED:
             scanned[key] = None
         else:

@@ -149,9 +149,9 @@ def test_the_search_solves_exactly_only_the_push_it_makes(bank, catalog, monkeyp
     solves = {True: 0, False: 0}
     solve_values = engine.solve_values
 
-    def counted(question, raw, catalog, *, quick=False):
+    def counted(question, raw, catalog, *, quick=False, asked=None):
         solves[quick] += 1
-        return solve_values(question, raw, catalog, quick=quick)
+        return solve_values(question, raw, catalog, quick=quick, asked=asked)
 
     monkeypatch.setattr(engine, "solve_values", counted)
     followup = follow_up(first, catalog)
@@ -184,3 +184,17 @@ def test_a_variant_with_no_regime_and_no_declared_push_that_fits_still_gets_one(
     assert followup is not None and followup.ask == ("lost_bandwidth",)
     assert dict(followup.solution.code.overrides) == {"line_rate": "200"}
     assert followup.solution.expected["lost_bandwidth"] != first.expected["lost_bandwidth"]
+
+
+def test_a_push_refuses_a_variant_only_for_what_it_asks(bank, catalog, monkeypatch):
+    """A pushed variant where a select the push does not ask has nothing to pick is still a push (the
+    candidate is not asked it there); one where an asked select has nothing to pick is refused."""
+    from solvers.answers.select import Select
+    from solvers.derivation import Reject
+
+    first = make_variant(bank, catalog, VariantCode("weight-read-intensity", None))
+    monkeypatch.setattr(Select, "refusal", lambda self, result: "no listable option holds")
+    assert revise(first, catalog, {"batch": 512}, asked=("regime",)).sheet.regime.name == "compute-bound"
+    for asked in (None, ("regime", "levers")):
+        with pytest.raises(Reject, match="answers.levers: no listable option holds"):
+            revise(first, catalog, {"batch": 512}, asked=asked)
