@@ -6,7 +6,7 @@ from solvers.answers.choice import match_choice
 from solvers.bank import Question
 from solvers.engine import Solution
 from solvers.interview import asked_keys
-from solvers.models.calibration import CalibrationCurve
+from solvers.models.calibration import Curve
 from solvers.report import answer_value
 from solvers.sheetmath import lcm_of
 from solvers.topics.quantization.fp8_attention_quant_points import _ProbabilityPoint
@@ -34,7 +34,7 @@ validate
 # provenance (CATALOGUE.md); RTN's error beside the calibrated one, which a test holds to its closed form.
 _ProbabilityPoint.flushed_scaled
 Question.catalogue
-CalibrationCurve.rtn_error
+Curve.rtn_error
 
 # The sheet-math vocabulary a question's author may use (sheetmath's table lists it; test_sheetmath holds each
 # to its float twin), whether or not a question of the bank uses it today.

@@ -12,7 +12,15 @@ from solvers.units import format_number
 def variant_rng(p, *names: str) -> np.random.Generator:
     """A generator seeded from these parameters' values: the same variant draws the same sample,
     a follow-up that moves one parameter draws a new one."""
-    key = "|".join(f"{name}={getattr(getattr(p, name), 'name', getattr(p, name))}" for name in names)
+    return seeded_rng(variant_key(p, *names))
+
+
+def variant_key(p, *names: str) -> str:
+    """The text variant_rng seeds from: these parameters' values (a record by its name)."""
+    return "|".join(f"{name}={getattr(getattr(p, name), 'name', getattr(p, name))}" for name in names)
+
+
+def seeded_rng(key: str) -> np.random.Generator:
     return np.random.default_rng(zlib.crc32(key.encode()))
 
 
