@@ -2,7 +2,7 @@
 
 Putting a variant's values into a formula with sympy (xreplace, then sympy's own evaluation)
 builds and simplifies a new tree per step: most of an exact solve's time. Most formulas are
-rational (sums, products, integer powers, max, min, floor, ceiling of rationals), and on
+rational (sums, products, integer powers, max, min, absolute values, floor, ceiling of rationals), and on
 rationals `fractions.Fraction` gives the very number sympy gives, so every floor, ceiling,
 comparison and tie is decided as exactly as before. A formula with anything else in it (a
 logarithm, a square root, a function of a topic's own, a float) or a value that is not
@@ -111,6 +111,11 @@ def _min(parts: list[Callable[[_Env], Exact]]) -> Callable[[_Env], Exact]:
     return lambda env: min(part(env) for part in parts)
 
 
+def _abs(parts: list[Callable[[_Env], Exact]]) -> Callable[[_Env], Exact]:
+    (arg,) = parts
+    return lambda env: abs(arg(env))
+
+
 def _floor(parts: list[Callable[[_Env], Exact]]) -> Callable[[_Env], Exact]:
     (arg,) = parts
     return lambda env: math.floor(arg(env))
@@ -122,5 +127,5 @@ def _ceiling(parts: list[Callable[[_Env], Exact]]) -> Callable[[_Env], Exact]:
 
 
 _NODES: dict[type, Callable[[list[Callable[[_Env], Exact]]], Callable[[_Env], Exact]]] = {
-    sympy.Add: _add, sympy.Mul: _mul, sympy.Pow: _pow, sympy.Max: _max, sympy.Min: _min,
+    sympy.Add: _add, sympy.Mul: _mul, sympy.Pow: _pow, sympy.Max: _max, sympy.Min: _min, sympy.Abs: _abs,
     sympy.floor: _floor, sympy.ceiling: _ceiling, Floor: _floor, Ceiling: _ceiling}

@@ -73,6 +73,7 @@ X, Y, Z = sympy.symbols("X Y Z")
     (max_of(X, Y), {X: Fraction(1, 3), Y: Fraction(2, 6)}, Fraction(1, 3)),  # a tie is a tie
     (min_of(X - Y, 0), {X: 1, Y: 2}, -1),
     (X - sympy.Rational(7, 20), {X: Fraction(7, 20)}, 0),
+    (abs(X - Y) - Z, {X: Fraction(1, 3), Y: 1, Z: Fraction(2, 3)}, 0),  # a lever's gap to its share, a tie
 ])
 def test_a_rational_formula_evaluates_exactly(expr, env, exact):
     assert rational.value(expr, env) == exact
