@@ -18,7 +18,7 @@ from typing import ClassVar, TypeAlias
 
 import sympy
 
-from solvers import formula_text, rational
+from solvers import formula_text, nearsign, rational
 from solvers.answers.base import Slip
 from solvers.sheetmath import _QUICK, Reject
 from solvers.units import TIME, format_number, format_quantity, is_bit_rate, parse_unit
@@ -333,6 +333,9 @@ class Sheet:
         exact_a, exact_b = rational.value(a, self._rationals), rational.value(b, self._rationals)
         if exact_a is not None and exact_b is not None:
             return (exact_a > exact_b) - (exact_a < exact_b)
+        sure = nearsign.sign(a, b, nearsign.Values(self._rationals, self._values))
+        if sure is not None:
+            return sure
         values = self._sympy_values()
         difference = a.xreplace(values) - b.xreplace(values)
         if difference.is_Rational:

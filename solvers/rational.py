@@ -113,7 +113,12 @@ def _min(parts: list[Callable[[_Env], Exact]]) -> Callable[[_Env], Exact]:
 
 def _abs(parts: list[Callable[[_Env], Exact]]) -> Callable[[_Env], Exact]:
     (arg,) = parts
-    return lambda env: abs(arg(env))
+
+    def absolute(env: _Env) -> Exact:
+        number = arg(env)
+        return -number if number < 0 else number
+
+    return absolute
 
 
 def _floor(parts: list[Callable[[_Env], Exact]]) -> Callable[[_Env], Exact]:

@@ -8,8 +8,10 @@ from fractions import Fraction
 
 import pytest
 import sympy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from solvers import formula_text, rational
+from solvers import formula_text, nearsign, rational
 from solvers.bank import load_bank
 from solvers.derivation import Reject, Sheet
 from solvers.engine import VariantCode, make_variant
@@ -106,3 +108,52 @@ def test_a_sheet_decides_ties_and_floors_exactly_on_either_path():
     with pytest.raises(Reject):
         sheet.step("inf", "over nothing", "q", a / (c - sheet.symbol("d")))
     assert math.isclose(sheet.value(c), 0.3)
+
+
+_LEAVES = st.one_of(st.fractions(min_value=-50, max_value=50, max_denominator=40).map(sympy.Rational),
+                    st.sampled_from([X, Y, Z]))
+
+
+def _formulas(children):
+    return st.one_of(
+        st.tuples(children, children).map(lambda p: p[0] + p[1]),
+        st.tuples(children, children).map(lambda p: p[0] * p[1]),
+        children.map(lambda e: sympy.sqrt(abs(e))),
+        children.map(lambda e: sympy.log(abs(e) + 1)),
+        children.map(sympy.Abs),
+        children.map(lambda e: floor_of(e / 3)),
+        st.tuples(children, children).map(lambda p: max_of(*p)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(_LEAVES, _formulas, max_leaves=6), st.recursive(_LEAVES, _formulas, max_leaves=6),
+       st.tuples(*[st.fractions(min_value=-9, max_value=9, max_denominator=12)] * 3))
+def test_a_comparison_settled_at_50_digits_is_the_exact_one(a, b, xyz):
+    """nearsign decides a sign only where 50 digits settle it, and then as sympy does exactly; a tie (√2·√2
+    against 2), a floor at a whole number, are left to sympy."""
+    a, b = sympy.sympify(a), sympy.sympify(b)
+    env = dict(zip((X, Y, Z), xyz, strict=True))
+    sure = nearsign.sign(a, b, nearsign.Values(env, {}))
+    if sure is not None:
+        exact = {s: rational.to_sympy(v) for s, v in env.items()}
+        assert sure == sympy.sign((a.xreplace(exact) - b.xreplace(exact)).evalf(80))
+
+
+@pytest.mark.parametrize("a, b", [
+    (sympy.sqrt(X) * sympy.sqrt(X), X),  # a tie sympy proves
+    (sympy.log(X**2), 2 * sympy.log(X)),
+    (floor_of(X * 3), 1),  # a floor at a whole number: a rounding error would move it
+])
+def test_a_tie_or_a_floor_at_a_whole_number_is_left_to_sympy(a, b):
+    assert nearsign.sign(a, b, nearsign.Values({X: Fraction(1, 3)}, {})) is None
+
+
+def test_a_square_root_is_compared_without_sympy_and_as_sympy_would():
+    """training-compute-budget's lever at Young's interval, √(2·C/a), against the share asked."""
+    sheet = Sheet()
+    with sheet.solving():
+        c = sheet.given("C", 0.1)
+        a = sheet.given("a", 0.02)
+        young = sheet.step("t", "interval", "tau", sympy.sqrt(2 * c / a))
+        assert sheet.compare(young, sheet.given("s", 3.1622776601683795)) < 0  # √10 = 3.16227766016837933…
+        assert sheet.compare(young * young, 10) == 0
