@@ -610,11 +610,13 @@ def test_tiering_stages_say_the_rules_the_keys_rest_on(variant, catalog):
     solution = variant("multi-model-fleet-tiering@default")
     opening, dedicated, shared = (stage_run(solution, catalog, i).say for i in range(3))
     assert "100 requests/s at peak" in opening and "half a replica" not in opening and "share" not in opening
-    # the scheduling model the keys rest on (r5 read whole-prompt prefill steps between decode steps)
-    assert "chunks prompts into its decode steps, every whole step in a 40 ms TPOT" in opening
+    # the scheduling model the keys rest on (r5 read whole-prompt prefill steps between decode steps), and what
+    # the whole step charges (r2 weighed leaving out the all-reduces or the prompt chunks' attention)
+    assert "Prompts chunked into the decode steps, each whole step (attention, all-reduces) in a 40 ms TPOT" in opening
     assert "half a replica busy at peak" in dedicated and "70% busy" in dedicated and "rank 4" in dedicated
-    assert "half its usable HBM" in shared and "a step reads one model's weights" in shared
-    assert "5 GB/s a GPU" in shared
+    # the time-slicing the shared keys rest on (r2 sized the shared tier at the single-model unit)
+    assert "weights in half the usable HBM" in shared and "requests in flight gets its own step each TPOT" in shared
+    assert "its prompts' math on top of the reads" in shared and "5 GB/s a GPU" in shared
 
 
 # r5's @8802: 20 Llama-3.1-8B fine-tunes on H100, 640 requests/s, Zipf 0.8 (the rate range has moved since)
@@ -680,6 +682,45 @@ def test_tiering_time_slicing_costs_what_the_single_model_unit_hides(variant):
         assert results["shared_busy"] > at_the_unit, seed
         more += results["shared_busy"] > 1.5 * at_the_unit
     assert more > len(SEEDS) // 2
+
+
+# r2's @9612 and @9613 (before the TTFT refusal): 20 Llama-3.1-70B fine-tunes on TP 8
+R2_9612 = ("default+model=llama-3-70b+gpu=h200-sxm+tp=8+rate=130+zipf=1.5+prompt=2100+reply=430+tpot=67+ceiling=65"
+           "+rank=9+load_bandwidth=8.6")
+R2_9613 = ("default+model=llama-3-70b+gpu=h100-sxm+tp=8+rate=120+zipf=1.3+prompt=380+reply=330+tpot=32+ceiling=60"
+           "+rank=2+load_bandwidth=2")
+
+
+def test_tiering_shared_tier_is_time_sliced_not_the_single_model_unit(variant):
+    """r2 sized @9612's shared tier at the single-model unit (every shared model's requests batched in one step,
+    half the HBM left for KV): its 15 models' 24.57 requests/s over 9.211 a replica is 2.67 busy, 4.1 at the 65%
+    ceiling, 5 replicas, as many as their weights need (three a replica), and 120 GPUs saved. A full fine-tune's step
+    reads its own weights, so each model with requests in flight takes its own step every TPOT, as the words now
+    say: 15 x 8.19 ms of weights, latencies and overhead a 67 ms TPOT is 1.83 replicas busy before any request's
+    reads, 4.29 in all, 6.6 at the ceiling: 7 replicas, 104 GPUs saved."""
+    results = variant(f"multi-model-fleet-tiering@{R2_9612}").sheet.results
+    n_sh, U, u = int(results["shared"]), results["unit"], 0.65
+    shared_rate = sum(130 * i**-1.5 / results["zipf_norm"] for i in range(6, 21))
+    assert (n_sh, int(results["models_per_shared"])) == (15, 3)
+    assert shared_rate == pytest.approx(24.57, rel=1e-3) and math.ceil(shared_rate / U / u) == 5  # r2's reading
+    assert results["step_fixed"] == pytest.approx(8.193e-3, rel=1e-3)
+    assert results["shared_busy"] == pytest.approx(4.292, rel=1e-3)
+    assert (results["shared_replicas"], results["gpus_saved"]) == (7, 104)
+
+
+def test_tiering_refuses_a_ttft_on_a_whole_step_edge(variant):
+    """r2's @9613: the step with its prompt chunk (the chunk's attention in) holds 329 requests, whose chunks carry
+    329 x 380 / 330 = 378.8 prompt tokens, so a 380-token prompt needs 2 steps (64 ms); with the chunk's attention
+    left out it holds 330 and needs 1 (32 ms). A batch within the unit's 3% of another whole count of steps is a
+    coin toss: refused. Every draw that stands keeps its whole steps across that 3%."""
+    with pytest.raises(VariantError, match="TTFT would turn on rounding"):
+        variant(f"multi-model-fleet-tiering@{R2_9613}")
+    for seed in ["default", *SEEDS]:
+        solution = variant(f"multi-model-fleet-tiering@{seed}")
+        results, R = solution.sheet.results, _value(solution, "reply")
+        exact = min(results["batch_by_bandwidth"], results["batch_by_compute"], results["batch_by_pool"])
+        steps = {math.ceil(R / math.floor(exact * f)) for f in (0.97, 1.0, 1.03)}
+        assert steps == {round(results["ttft"] / results["decode_step"])}, seed
 
 
 def test_tiering_ttft_is_a_fresh_steps_chunks_in_a_chunked_prefill_schedule(variant):

@@ -1,6 +1,8 @@
 """Twenty models, two replicas each - how idle, and how to tier them."""
 from __future__ import annotations
 
+import math
+
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
@@ -25,6 +27,7 @@ DEDICATED_BUSY = sympy.Rational(1, 2)  # a model earns its own replicas once it 
 
 
 SHARED_HBM = sympy.Rational(1, 2)  # a shared replica keeps its models' weights in half its usable HBM, KV in the rest
+UNIT_TOLERANCE = 0.03  # the unit's grading tolerance: a batch this far either way is as right as the key's
 
 
 def _tier_assumptions(s: Sheet) -> None:
@@ -41,13 +44,24 @@ def _tier_assumptions(s: Sheet) -> None:
              "target. Prompts take a step's prompt tokens first come, first served (as vLLM's and SGLang's chunked "
              "prefill schedule them), a prompt starting on a fresh step; its first token comes with its last chunk.")
     s.assume("Draws where two replicas a model would run past the ceiling at peak, or where tiering would save no "
-             "GPUs, are refused: the question tiers a fleet sized past its load.")
+             "GPUs, are refused: the question tiers a fleet sized past its load. So are draws whose batch, moved by "
+             "the unit's 3% either way, would take a prompt's chunks over another whole count of steps: the TTFT "
+             "would turn on rounding.")
     s.assume("A shared replica cannot batch two full fine-tunes in one decode step (a step reads one model's "
-             "weights): it steps each model with requests in flight once per TPOT. A model's requests in flight "
-             "at peak are Poisson with mean b = λ·L_out·TPOT (Little's law), so it is in flight 1 − e^(−b) of the "
-             "time and pays the step's fixed part (its weights' read, the all-reduce latencies, the overhead) that "
-             "often, and each request's KV read and all-reduce bytes every step. The steps are read-bound at these "
-             "batches (draws where the busiest shared model's step would be compute-bound are refused).")
+             "weights): it takes its resident models in turn, each model with requests in flight getting a step of "
+             "its own once per TPOT. A model's requests in flight at peak are Poisson with mean b = λ·L_out·TPOT "
+             "(Little's law), so it is in flight 1 − e^(−b) of the time and pays the step's fixed part (its "
+             "weights' read, the all-reduce latencies, the overhead) that often, and each request's KV read and "
+             "all-reduce bytes every step; its prompts' math is added on top of the reads. The steps are read-bound "
+             "at these batches (draws where the busiest shared model's step would be compute-bound are refused).")
+    s.assume("Time-slicing is sized by its mean: a replica's round of turns fits the TPOT while its busy time stays "
+             "under the ceiling, and the tier is sized by that mean busy time. When more of a replica's models "
+             "have requests in flight at once than on average, or their batches bunch, the round outruns the TPOT "
+             "and every model on that replica decodes slower for a while; a request also waits up to a round for "
+             "its model's turn before its first chunk (left out of the TTFT). Both are left to the ceiling's "
+             "headroom, so this errs low on the shared replicas, as the fluid packing does; adding the prompts' "
+             "math on top of the reads, where a read-bound step would hide it, errs high. The single-model unit "
+             "(every shared model's requests batched as one model's, the LoRA case) would err lower still.")
     s.assume("Loading a model on demand is not a tier here: a request that finds its model evicted waits a whole "
              "weight load (each GPU its share at the load bandwidth) on top of its TTFT. LoRA adapters over one base "
              "remove that cost and the time-slicing: one base's weights, and one decode step for every adapter's "
@@ -148,6 +162,11 @@ def solve(p, s: Sheet) -> None:
                "the tightest of the three caps, in whole requests")
     if s.value(B) < MIN_DECODE_BATCH:
         raise Reject("the TPOT target leaves too few decode slots beside the prompts")
+    b_exact = min(s.value(b_mem), s.value(b_cmp), s.value(b_pool))
+    if len({math.ceil(p.reply / math.floor(b_exact * f)) for f in (1 - UNIT_TOLERANCE, 1 + UNIT_TOLERANCE)}) > 1:
+        # @9613 (old draw): B = 329 puts a 380-token prompt in 2 steps; 330 (prefill attention left out) in 1
+        raise Reject("a batch within the unit's 3% of another whole count of steps to a prompt's last chunk: the "
+                     "TTFT would turn on rounding")
     mix = step_work(s, e, "mix", "step at that batch with its prompt chunk", B * (1 + r), B * (S + r * P_in / 2),
                     B * S)
     t_mix = step_time(s, e, "mix", "step at that batch with its prompt chunk", mix, key="decode_step",
