@@ -449,19 +449,35 @@ def test_tmem_tile_facts_follow_the_variant(variant, seed):
 
 @pytest.mark.parametrize("seed", range(30))
 def test_tmem_push_crosses_the_shared_memory_line(variant, seed):
-    """The declared push doubles a tile that shared memory holds back and halves one the tensor cores do: it
-    crosses wherever the moved N stays in range and leaves its side (all but N = 64, whose double ties at 128)."""
+    """The declared push doubles a tile that shared memory holds back and divides one the tensor cores run by 2.25
+    (read3-R1: halving took 240 and 256 to 128, the exact tie): it crosses wherever the moved N stays in range and
+    leaves its side (all but N = 64, whose double ties at 128), and no narrowed tile lands on the tie."""
     solution = variant(f"blackwell-tmem-tiles@{seed}")
     n = _params(solution)["tile_n"]
-    moved = n * 2 if n <= 128 else max(64, round(n / 2 / 16) * 16)
-    pushed = variant(f"blackwell-tmem-tiles@{seed}+tile_n={moved}").sheet.results["regime"]
-    assert (pushed != solution.sheet.results["regime"]) == (n != 64)
+    moved = n * 2 if n <= 128 else round(n / 2.25 / 16) * 16
+    pushed = variant(f"blackwell-tmem-tiles@{seed}+tile_n={moved}").sheet.results
+    assert (pushed["regime"] != solution.sheet.results["regime"]) == (n != 64)
+    assert n <= 128 or (64 <= moved < 128 and pushed["one_sm_demand"] > 128)
+
+
+@pytest.mark.parametrize("n", range(64, 257, 16))
+def test_two_cta_pace_has_its_own_line(variant, n):
+    """read3-R1 (@9602: whether the 2-CTA form rescues N = 64 was never asked): its pace is graded, on its own line,
+    32 + 8,192/N against 128 (N = 85.3, never a tie on a multiple of 16): smem-bound at 64 and 80 where the 1-SM
+    form is too, tensor-bound from 96, so it rescues 96-128 and nothing narrower."""
+    try:
+        r = variant(f"blackwell-tmem-tiles@default+tile_n={n}").sheet.results
+    except Exception:  # noqa: BLE001 - 208 and 224 list no option that holds: no variant
+        assert n in (208, 224)
+        return
+    assert r["two_cta_demand"] == pytest.approx(32 + 8192 / n) and r["two_cta_demand"] != 128
+    assert r["two_cta_regime"] == ("smem-bound" if n <= 80 else "tensor-bound")
 
 
 def test_tmem_every_stage_asking_the_pace_says_how_a_tie_goes(variant):
-    """r1 (@7301): the push halves N = 240 to 128, where the 1-SM MMAs read exactly shared memory's 128 B a
-    clock; the tie rule sat only in a hint. Every stage that asks the regime now says it in its words, and the
-    tie itself keys smem-bound."""
+    """r1 (@7301): the push halved N = 240 to 128, where the 1-SM MMAs read exactly shared memory's 128 B a
+    clock; the tie rule sat only in a hint. Every stage that asks the regime now says it in its words (no push lands
+    there now, but a drawn N = 128 does), and the tie itself keys smem-bound."""
     solution = variant("blackwell-tmem-tiles@7301")
     asking = [stage for stage in solution.question.stages if "regime" in stage.ask]
     assert len(asking) == 3 and all("a tie" in stage.say and "shared memory" in stage.say for stage in asking)

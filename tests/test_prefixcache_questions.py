@@ -131,39 +131,52 @@ def _engines_stage_runs(solution, catalog):
 
 
 def test_prefix_cache_engines_push_crosses_from_either_side(variant, catalog):
-    """read2-RE: the material side's push (16-token blocks) did not cross at @9501, and the negligible side's
-    moved four figures. Each side's push now moves the one figure the verdict weighs the gap against, the turn's
-    new tokens: a pasted 8,000-token log (negligible at any block size) for a material gap, a 20-token "go on"
-    (material at any block size) for a negligible one. Over 60 seeds both sides are reached and every draw gets
-    its side's declared push and crosses; the history stays, so the hits stay and only the verdict and its worst
-    case are asked."""
+    """read3-R1: the push on the turn's new tokens crossed a token-ratio line that costs no time. The regime is now
+    the eviction's depth, the room against the reply (SGLang's least recently used leaf), and each side's push
+    moves the room across it: 2,048 tokens pass every reply (at most 1,024), 16 tokens none (at least 32). Over 60
+    seeds both sides are reached and every draw gets its side's declared push and crosses; the hits stay, and
+    SGLang's kept tokens move (the reply's node, or the prompt's chunk nodes too)."""
     sides, declared, crossed = Counter(), 0, 0
     for seed in range(60):
         solution = variant(f"prefix-cache-engines@{seed}")
         runs = _engines_stage_runs(solution, catalog)
-        assert [run.ask for run in runs[:3]] == [("block_hit", "gap", "gap_bound", "regime"),
-                                                  ("block_after", "radix_after"), ("key_scope",)]
+        assert [run.ask for run in runs[:3]] == [("block_hit", "gap", "gap_share", "gap_verdict"),
+                                                  ("block_after", "radix_after", "regime"), ("key_scope",)]
         push, side = runs[3], solution.regime_name
-        assert push.kind == "push" and push.before == side and "regime" in push.ask
+        assert push.kind == "push" and push.before == side
         if push.declared:
             declared += 1
             moved = {name: push.solution.param(name).raw for name in push.moved}
-            assert moved == ({"new": 8000} if side == "gap-material" else {"new": 20}), (seed, moved)
-        assert push.ask == ("regime", "gap_bound")
+            assert moved == ({"evicted": 16} if side == "reply-and-prompt" else {"evicted": 2048}), (seed, moved)
+        assert push.ask == ("regime", "block_after", "radix_after")
         assert push.solution.sheet.results["block_hit"] == solution.sheet.results["block_hit"]
-        assert push.solution.sheet.results["gap_bound"] != solution.sheet.results["gap_bound"]
+        assert push.solution.sheet.results["radix_after"] != solution.sheet.results["radix_after"]
         sides[side] += 1
         crossed += push.solution.regime_name != side
     assert min(sides.values()) >= 6 and declared == 60 and crossed == 60, (sides, declared, crossed)
 
 
 def test_prefix_cache_engines_gap_tie_is_said_where_it_is_asked(variant):
-    """Key check 2's knife edge (a worst case of exactly the bar keyed negligible): the regime's label says the
-    tie rule, and the exact boundary (31 / 310 = 10%) keys negligible while one token fewer keys material."""
-    solution = variant("prefix-cache-engines@default+block_size=32+new=310")
-    assert "exactly {material} is not" in solution.question.answer("regime").label
-    assert solution.sheet.results["gap_bound"] == pytest.approx(0.1) and solution.regime_name == "gap-negligible"
-    assert variant("prefix-cache-engines@default+block_size=32+new=309").regime_name == "gap-material"
+    """read3-R1: the verdict was graded on the worst case, (B − 1)/N, while the stage asks about this chat. It is now
+    this chat's own gap over the turn's prefill: the label says the tie rule, the exact tie (12 / 120 = 10%) keys
+    negligible while one token fewer keys material, and the regime's old worst case stays a step (a slip)."""
+    solution = variant("prefix-cache-engines@default+new=120")
+    assert "exactly {material} is not" in solution.question.answer("gap_verdict").label
+    results = solution.sheet.results
+    assert results["gap_share"] == pytest.approx(0.1) and results["gap_verdict"] == "gap-negligible"
+    assert variant("prefix-cache-engines@default+new=119").sheet.results["gap_verdict"] == "gap-material"
+    # 9603's case: the worst case (63 / 36 = 175%) and this chat's gap (26 / 36 = 72%) differ; only the latter is keyed
+    assert any(slip.label.startswith("the worst case") for slip in solution.sheet.slips["gap_share"])
+
+
+def test_prefix_cache_engines_eviction_regime_is_the_room_against_the_reply(variant):
+    """The regime's boundary is the reply: a room equal to it is the reply's (reply-only), one token more takes the
+    first prompt's chunk node whole (600 tokens on the default), where vLLM loses one more block at most."""
+    at = variant("prefix-cache-engines@default+evicted=300")
+    past = variant("prefix-cache-engines@default+evicted=301")
+    assert at.regime_name == "reply-only" and past.regime_name == "reply-and-prompt"
+    assert at.sheet.results["radix_after"] - past.sheet.results["radix_after"] == 600
+    assert at.sheet.results["block_after"] - past.sheet.results["block_after"] <= 16
 
 
 def test_prefix_cache_engines_key_scope_has_one_fact(variant):
@@ -181,7 +194,7 @@ def test_prefix_cache_engines_key_scope_has_one_fact(variant):
     assert [option for option, seen in truths.items() if len(seen) == 1] == list(facts)
     judged = variant("prefix-cache-engines@default+hash_seed=fixed+salt=none").sheet.judged("key_scope")
     assert [option for option, holds in judged.items() if not holds] == \
-        ["another replica of the same model with 32-token blocks, reading the same shared tier"]
+        ["another replica of the same model with 32-token blocks, reading a shared tier keyed by vLLM's block hashes"]
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -187,11 +187,16 @@ def test_mla_absorption_push_crosses_from_each_side(variant, seed):
                                         else "tp_attn=8")
     pushed = variant(code)
     assert pushed.sheet.results["regime"] != r["regime"]
-    if r["regime"] == "compute-bound":  # sharding the heads copies the whole latent to every GPU
-        p = _params(pushed)
-        b = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
-        copy = p["model"].layers * p["context"] * 576 * b
-        assert pushed.sheet.results["group_cache"] == pytest.approx(8 * copy)
+    # Both pushes ask the cache (read3-R1: the data-parallel push listed it unasked): sharding the heads copies the
+    # whole latent to every GPU; data-parallel attention keeps one copy.
+    p = _params(pushed)
+    b = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    copy = p["model"].layers * p["context"] * 576 * b
+    copies = 1 if r["regime"] == "memory-bound" else 8
+    assert pushed.sheet.results["group_cache"] == pytest.approx(copies * copy)
+    push = next(stage for stage in solution.question.stages
+                if stage.when == r["regime"])
+    assert "group_cache" in push.ask
 
 
 @pytest.mark.parametrize("seed", [None, *range(40)])
@@ -204,6 +209,8 @@ def test_mla_absorption_opening_gives_no_later_answer_away(variant, seed):
     for word in ("fp8", "FP8", "GQA", "fewer heads", "cache alone", "intensity of"):
         assert word not in summary, (word, summary)
     fp8_math = "with an fp8 latent cache (fp8 math) it would sit at or past the ridge"
+    # read3-R1 (@9603): the head-split option answered the TP push's regime a stage early; no option moves TP now
+    assert not any("split" in option for option in solution.sheet.results["statements"])
     if _params(solution)["kv_dtype"] == "fp8":
         assert solution.sheet.results["statements"][fp8_math] is None
         assert fp8_math not in solution.shown.get("statements", ())

@@ -44,15 +44,32 @@ def _regime(s: Sheet, demand: sympy.Expr, limit: sympy.Expr) -> None:
         "A wider tile (N past 128) reuses each A row over more columns: the reads per FLOP fall under shared "
         "memory's rate and the tensor cores bind.",
         f"B200's 1-SM MMAs read {shown} B per clock against shared memory's {cap}: at its rate or just past it, "
-        "and with the TMA writes on top shared memory sets the pace; a slightly wider tile hands it to the tensor "
-        "cores."),
+        "and with the TMA writes on top shared memory sets the pace, with nothing to spare."),
         below=Side(
         "tensor-bound",
         f"B200's 1-SM MMAs read {shown} B per clock, under shared memory's {cap}: the tensor cores set the pace.",
         "A narrower tile (N of 128 or less) reads A against too few columns: the 1-SM MMA then asks shared memory "
         "for 128 B a clock or more, and the 2-CTA form is what brings it back under.",
         f"B200's 1-SM MMAs read {shown} B per clock, just under shared memory's {cap}: the tensor cores set the pace, "
-        "with little to spare for the TMA writes; a slightly narrower tile hands it to shared memory."))
+        "with little to spare for the TMA writes."))
+
+
+def _two_cta_pace(s: Sheet, demand: sympy.Expr, one: sympy.Expr, limit: sympy.Expr) -> None:
+    """The 2-CTA form's own pace (a tie to shared memory, as for 1-SM): whether splitting B over the pair rescues a
+    tile the 1-SM form leaves to shared memory. Its line sits at 8,192/N + 32 = 128, N = 85.3 in bf16 or fp8."""
+    shown, cap = format_number(s.evaluate(demand), 3), format_number(s.evaluate(limit))
+    bound = s.compare(demand, limit) >= 0
+    one_bound = s.compare(one, limit) >= 0
+    if bound:
+        why = (f"{shown} B a clock per SM, at or past shared memory's {cap}: halving B's share is not enough, since "
+               "A's rows, read against so few columns, are most of the bytes; shared memory still sets the pace")
+    elif one_bound:
+        why = (f"{shown} B a clock per SM, under shared memory's {cap}: splitting B over the pair rescues a tile the "
+               "1-SM form leaves to shared memory; the tensor cores set the pace")
+    else:
+        why = (f"{shown} B a clock per SM, under shared memory's {cap}, with more to spare than the 1-SM form: "
+               "tensor-bound")
+    s.choose("two_cta_regime", "smem-bound" if bound else "tensor-bound", why)
 
 
 def solve(p, s: Sheet) -> None:
@@ -137,3 +154,4 @@ def solve(p, s: Sheet) -> None:
            factor=s.value(one) / s.value(hop))
     s.slip("2-CTA: B counted whole on each SM", on="two_cta_demand", factor=s.value(one) / s.value(two))
     _regime(s, demand["one"], S)
+    _two_cta_pace(s, demand["two"], demand["one"], S)

@@ -17,7 +17,7 @@ from solvers.units import format_number
 
 FP8_MATH = "with an fp8 latent cache (fp8 math) it would sit at or past the ridge"
 FP8_DEQUANT = "with an fp8 latent cache dequantized to bf16 math it would sit at or past the ridge"
-SPLIT = "with its heads split over twice as many GPUs it would sit below the ridge"
+CONTEXT = "over a context four times as long it would sit on the other side of the ridge"
 PEAK = "on a GPU with twice the peak (the same bandwidth) it would still sit at or past the ridge"
 CHUNK = ("in a prefill chunk of {prefill_chunk}, up-projecting the latents would cost fewer FLOPs than "
          "absorbing")
@@ -42,8 +42,11 @@ def _statements(s: Sheet, p, I_a, ridge, ratio_bf16, ratio_fp8, raw, q_x) -> Non
             "half the bytes, the fp8 peak at its own efficiency: " + shown(I_fp8, ratio_fp8))
     s.judge("statements", FP8_DEQUANT, past(I_fp8, ratio_bf16),
             "half the bytes, the bf16 ridge: " + shown(I_fp8, ratio_bf16))
-    s.judge("statements", SPLIT, not past(I_a / 2, ridge),
-            "each GPU keeps the whole latent for half the heads: " + shown(I_a / 2, ridge))
+    # read3-R1: the head split answered the TP push's regime a stage early; the context is the conceptual anchor in its
+    # place: the intensity is per cached token, so no context length moves it.
+    s.judge("statements", CONTEXT, False,
+            "the FLOPs and the bytes are both per cached token: a longer context multiplies both, the time grows, "
+            "the intensity does not", fact=True)
     s.judge("statements", PEAK, past(I_a, 2 * ridge), "the ridge doubles: " + shown(I_a, 2 * ridge))
     pays = s.compare(s.param("q_chunk", "prefill_chunk"), q_x) > 0
     s.judge("statements", CHUNK, pays, f"{format_number(p.prefill_chunk)} query tokens against the crossover "
@@ -66,8 +69,8 @@ def _regime(s: Sheet, I_a, ridge) -> None:
         "step puts it there, and then a smaller cache speeds it up."),
         below=Side(
         "memory-bound",
-        f"Absorbed attention runs at {at}: reading the latents sets its time. More query tokens per step (MTP, "
-        "speculative drafts) ride almost free until the ridge.",
+        f"Absorbed attention runs at {at}: reading the latents sets its time. More query tokens per step (speculative "
+        "drafts, MTP where the model ships it) ride almost free until the ridge.",
         "Past the ridge the math binds: more heads per GPU (data-parallel attention) or more query tokens per "
         "step push it there, and then only FLOP/s speeds it up."))
 
@@ -166,13 +169,18 @@ def solve(p, s: Sheet) -> None:
              "so they are left out; so are softmax and the RoPE of the query.")
     s.assume("The bank's one step model prices both sides: attention's matmuls at the share of the peak of the "
              "cache's dtype (an fp8 cache runs fp8 math, the queries quantised to fp8, as million-token-context "
-             "takes it), the reads at its share of the HBM bandwidth. A split of the heads over TP_a GPUs gives "
+             "takes it), the reads at its share of the HBM bandwidth. The select also asks about the other fp8 "
+             "kernel, FlashMLA's FP8 path, which reads fp8 latents and dequantizes them to bf16 math: fp8 bytes at "
+             "the bf16 ridge. A split of the heads over TP_a GPUs gives "
              "each GPU 1/TP_a of them and the whole latent.")
     s.assume("Grounding: FlashMLA (docs/20250422-new-kernel-deep-dive.md, README) measures 660 TFLOP/s (67% of "
              "H800's 989) compute-bound with 128 query heads a token, and 3,000 GB/s (90% of 3.35 TB/s) "
              "memory-bound: a ridge of 220 FLOP/B, by the step model's 221 on the same silicon (H100), and under "
              "one token's 242, compute-bound as measured. At the datasheet's 295 it would read memory-bound.")
     s.assume("The GQA model's K/V cache is taken in the same dtype as the latent cache.")
+    s.assume("The deployment: the attention layout drawn is one part of a larger expert-parallel serving group. "
+             "DeepSeek-V3's and Kimi-K2's FP8 weights (about 0.7 and 1 TB) need two nodes of H100, or at least a "
+             "node of H200, B200 or MI300X; what follows is per GPU of that group.")
     s.assume("W_UK and W_UV (kv_b_proj) are priced as bf16 weights at the bf16 peak's share. DeepSeek-V3 ships "
              "them in FP8 (block-scaled); at the fp8 peak's share the up-projection would take 0.6x as "
              "long on Hopper (60% of 989 against 50% of 1,979): still hundreds of absorbed kernels.")

@@ -65,16 +65,16 @@ def _after_eviction(s: Sheet, B, P, D, S, R, M):
     if s.compare(after_block, 0) > 0:
         s.slip("vLLM taken to evict the whole conversation", on="block_after",
                factor=s.evaluate(B * min_of(c_s, floor_of((P - 1) / B))) / s.value(after_block))
-    return c_s
+    return c_s, Y, after_block, after_radix
 
 
 SCOPE_OPTIONS = (
     "a later request of the same tenant to this same server process with the same prefix",
     "a request from another tenant to this same server process with the same system prompt",
-    "a KV-aware router that hashes each prompt's blocks itself to pick the replica",
-    "this server after a restart, reading a shared CPU/SSD tier keyed by block hash",
-    "another replica of the same model with 16-token blocks, reading the same shared tier",
-    "another replica of the same model with 32-token blocks, reading the same shared tier",
+    "a KV-aware router that hashes each request's blocks as vLLM does, extra keys included, to pick the replica",
+    "this server after a restart, reading a shared CPU/SSD tier keyed by vLLM's block hashes",
+    "another replica of the same model with 16-token blocks, reading a shared tier keyed by vLLM's block hashes",
+    "another replica of the same model with 32-token blocks, reading a shared tier keyed by vLLM's block hashes",
 )
 
 
@@ -112,24 +112,48 @@ def _key_scope(s: Sheet, p, c_s) -> None:
                  f"tokens: {size}-token boundaries give other chains from the first block on"))
 
 
-def _gap_regime(s: Sheet, bound, tau, N, N_star, gap) -> None:
-    worst, bar = s.text(bound), s.text(tau)
-    now = format_number(s.value(gap))
-    s.regime_by(N, N_star, tie="above", above=Side(
-        "gap-negligible",
-        f"Even the worst case, B − 1 unhashed tokens, adds {worst} to the tokens this turn prefills anyway, not "
-        f"over the {bar} bar (this history leaves {now}): the engines' prefill work is the same for practical "
-        "purposes. What separates them is what their eviction takes and how far their keys travel.",
-        "Below the boundary (a short follow-up on a long history, or large blocks such as 64-128-token kernel "
-        "pages) the unhashed tail is a visible share of the tokens prefilled, and token-granular matching pays."),
-        below=Side(
-        "gap-material",
-        f"The worst case, B − 1 unhashed tokens, adds {worst} to the tokens this turn prefills anyway, above the "
-        f"{bar} bar (this history leaves {now}): a turn this short against blocks this large gives token-granular "
-        "matching a real edge in prefill work (in time once the prefill is compute-bound; a turn of tens of "
-        "tokens reads the weights either way), besides what eviction takes and how far the keys travel.",
-        "Past the boundary the B − 1 tokens are a rounding error of the turn's own prefill, and the two caches "
-        "cost alike; only eviction and key scope still tell them apart."))
+def _gap_verdict(s: Sheet, share, bound, tau, gap, prefill) -> None:
+    """Stage 1's verdict, on this chat's own gap: the tokens vLLM prefills again over the ones SGLang prefills."""
+    material = s.compare(share, tau) > 0
+    g, n, bar = s.text(gap), s.text(prefill), s.text(tau)
+    worst = s.text(bound)
+    s.choose("gap_verdict", "gap-material" if material else "gap-negligible",
+             f"{g} again on top of {n}: {s.text(share)} more prefill, {'over' if material else 'not over'} the "
+             f"{bar} bar (B − 1 at worst, {worst})" + (
+                 "; in time it matters only once the turn's prefill is compute-bound (a turn of tens of tokens "
+                 "reads the weights either way)" if material else ""))
+
+
+def _eviction_regime(s: Sheet, R, Y, S, after_block, after_radix) -> None:
+    """Whether the room reaches past SGLang's reply leaf: the regime the push moves, since past it SGLang frees the
+    first prompt's chunk nodes whole while vLLM still frees about the room asked for."""
+    kept_b, kept_r, room, reply = s.text(after_block), s.text(after_radix), s.text(R), s.text(Y)
+    ahead = s.compare(after_block, after_radix)
+    if ahead > 0:
+        lead = format_number(s.value(after_block) - s.value(after_radix))
+        moral = f"Node granularity, not block granularity, costs SGLang {lead} tokens of hits here."
+    elif s.compare(after_radix, S) <= 0 and s.compare(after_block, S) <= 0:
+        moral = "Here the room takes the whole branch from both: each keeps only the system prompt."
+    else:
+        moral = "Here SGLang's nodes happen to end near the room, and vLLM's block rounding costs it as much."
+    only = Side(
+        "reply-only",
+        f"The room ({room}) fits inside the reply ({reply}), SGLang's least recently used leaf: it frees that node "
+        f"whole and keeps {kept_r}; vLLM pops about the room in blocks and keeps {kept_b}. Neither loses more "
+        "than about a reply's worth.",
+        "Once the room passes the reply, SGLang's next leaf is the first prompt's last chunk node, freed whole: "
+        "up to a chunk of tokens for a little more room, while vLLM still frees about what was asked.",
+        near=f"The room ({room}) fits inside the reply ({reply}), SGLang's least recently used leaf: it frees that "
+             f"node whole and keeps {kept_r}; vLLM pops about the room in blocks and keeps {kept_b}.")
+    past = Side(
+        "reply-and-prompt",
+        f"The room ({room}) passes the reply ({reply}), so SGLang frees the reply and then the first prompt's "
+        f"chunk nodes, whole, from the last up, until the room is made: it keeps {kept_r} where vLLM, popping "
+        f"about the room in blocks, keeps {kept_b}. {moral}",
+        "A room within the reply costs SGLang only the reply leaf, about what vLLM loses in blocks.",
+        near=f"The room ({room}) passes the reply ({reply}), so SGLang frees the reply and then the first prompt's "
+             f"chunk nodes whole, from the last up: it keeps {kept_r}, vLLM keeps {kept_b}.")
+    s.regime_by(R, Y, tie="below", above=past, below=only)
 
 
 def solve(p, s: Sheet) -> None:
@@ -153,20 +177,21 @@ def solve(p, s: Sheet) -> None:
                  "tokens", "the matchable tokens past the last full block: (D mod B)")
     prefill = s.step("radix_prefill", "Tokens SGLang prefills this turn", "N_rad", P - hit_radix, "tokens",
                      "everything past the cached history: the new tokens")
-    s.step("gap_share", "The gap as extra prefill over SGLang's", "g_N", gap / prefill, "%",
-           "vLLM prefills the unhashed tail again, on top of the new tokens")
+    share = s.step("gap_share", "The gap as extra prefill over SGLang's", "g_N", gap / prefill, "%",
+                   "vLLM prefills the unhashed tail again, on top of the new tokens")
     bound = s.step("gap_bound", "Worst case of the extra prefill", "g_max", (B - 1) / prefill, "%",
                    "at most B − 1 tokens of a block can be left unhashed; each prefilled token costs about the same "
                    "(it runs the same layers and attends over the same context)")
     s.step("mean_gap", "Mean gap over where the history ends", "g_mean", (B - 1) / 2, "tokens",
            "an ending equally likely at each of the B slots of a block leaves 0 to B − 1 tokens, (B − 1)/2 on average")
 
-    c_s = _after_eviction(s, B, P, D, S, R, M)
-    _key_scope(s, p, c_s)
-
     tau = s.param("τ", "material")
-    N_star = s.step("boundary_new", "New tokens below which the worst-case gap passes the bar", "N_star",
-                    (B - 1) / tau, "tokens", "solve (B − 1)/N = τ for N")
+    s.step("boundary_new", "New tokens below which the worst-case gap passes the bar", "N_star",
+           (B - 1) / tau, "tokens", "solve (B − 1)/N = τ for N")
+    _gap_verdict(s, share, bound, tau, gap, prefill)
+
+    c_s, Y, after_block, after_radix = _after_eviction(s, B, P, D, S, R, M)
+    _key_scope(s, p, c_s)
     s.assume("The previous turn was this chat's first: the history D is that turn's prompt (the shared system "
              "prompt, then the chat's own first prompt U) and its reply Y, counting the tokens whose KV was "
              "computed (the last sampled token has none yet); vLLM caches every full block of it, SGLang all of "
@@ -186,8 +211,11 @@ def solve(p, s: Sheet) -> None:
              "LoRA adapter's name and cache_salt enter the extra keys. SGLang's GPU radix tree is process-local; "
              "its HiCache host and L3 tiers key pages by chained SHA-256 of their tokens.")
     s.assume("Engine versions: vLLM v1 (chained sha256 block hashes, LRU free-block queue); SGLang RadixCache with "
-             "the default LRU policy and page size 1.")
-    s.slip("B/N instead of (B − 1)/N", on="gap_bound", factor=s.value(B) / (s.value(B) - 1))
-    s.slip("the gap over the whole prompt, not over the tokens prefilled", on="gap_bound",
+             "the default LRU policy and page size 1: token-granular matching is page size 1; with the 16- or 64-token "
+             "pages of its FlashInfer or FlashMLA backends SGLang too loses the partial last page.")
+    s.slip("the gap over the whole prompt, not over the tokens prefilled", on="gap_share",
            factor=s.value(prefill) / s.value(P))
-    _gap_regime(s, bound, tau, N, N_star, gap)
+    if s.compare(gap, 0) > 0:
+        s.slip("the worst case, B − 1 tokens, instead of this chat's gap", on="gap_share",
+               factor=(s.value(B) - 1) / s.value(gap))
+    _eviction_regime(s, R, Y, S, after_block, after_radix)
