@@ -144,7 +144,6 @@ ALLOWED = {
         _margin("a millionth (WHAT_IF_MARGIN): the float what-ifs match the sheet to 1e-9"),
     ('topics/quantization/fp8_kv_cache.py', '_rounding_rms', 'magnitude < fmt.min_normal'): SAMPLED,
     ('topics/quantization/fp8_kv_cache.py', '_rounding_rms', 'magnitude >= fmt.min_normal'): SAMPLED,
-    ('topics/scaleup/b200_h100_roles.py', '_roles_regime', 'nodes_b == 1'): WHOLE,
     ("models/fp8.py", "sqnr_db", "noise == 0"): SAMPLED,
     ("topics/cost/serving_cost_ledger.py", "_ledger_levers", "cut >= LEVER_CUT"): _margin("a point (LEVER_MARGIN)"),
     ("topics/deployment/h200_slower_than_h100.py", "solve", "B_n > CAPTURE_LIMIT"): WHOLE,
