@@ -146,10 +146,18 @@ def _candidate_entry(number: int, variant: Script) -> list[str]:
         if stage.run is None:
             continue
         words = ["(The interviewer asks this one aloud.)"] if stage.quotes_key() else prompt_markdown(stage.run.prompt)
-        cards = [f"{stage.run.cards_line}.", ""] if stage.run.cards_line else []
+        in_play = solution.cards() if stage.turn == 1 else stage.run.cards_added
+        cards = [f"{'Conventions in play' if stage.turn == 1 else 'Conventions now also in play'}: "
+                 f"{_card_titles(in_play)}.", ""] if in_play else []
         lines += [f"### Stage {stage.turn}: {stage.kind}", "", *words, "", *cards]
         lines += [f"- {_blank(stage.run.solution.question.answer(key))}:" for key in stage.run.ask] + [""]
     return lines
+
+
+def _card_titles(ids: Iterable[str]) -> str:
+    """Cards by the titles the sheet's Conventions section lists them under (the app shows their ids, F2)."""
+    titles = {card.id: card.title for card in conventions()}
+    return "; ".join(titles[card] for card in ids)
 
 
 def _blank(answer: Answer) -> str:

@@ -338,6 +338,7 @@ def test_what_a_push_moved_names_a_redrawn_table_without_printing_it(bank, catal
 def test_a_push_names_the_conventions_its_variant_brings_that_the_opening_did_not_use(bank, catalog):
     """model-runner-v2@1's push moves to a TP group whose all-reduces pay NVLink's per-call latency, a card
     the opening's single GPU never read: the candidate is told it is now in play, in the script and the JSON."""
+    from solvers.conventions import conventions
     from solvers.export import candidate_sheet
     from solvers.report import script_markdown, stage_dict
     from solvers.script import script
@@ -353,5 +354,8 @@ def test_a_push_names_the_conventions_its_variant_brings_that_the_opening_did_no
     assert "Conventions now also in play: all-reduce-latency-nvlink." in script_markdown(read, 3)
     assert stage_dict(read.stages[-1])["cards_added"] == list(push.cards_added)
     assert stage_dict(read.stages[0])["cards_added"] == []
-    sheet = candidate_sheet().entry(1, read)
-    assert sheet.count("Conventions now also in play: all-reduce-latency-nvlink.") == 1
+    sheet = candidate_sheet().entry(1, read)  # the sheet names cards by the titles its Conventions section uses
+    titles = {card.id: card.title for card in conventions()}
+    assert sheet.count(f"Conventions now also in play: {titles['all-reduce-latency-nvlink']}.") == 1
+    opening = sheet.split("### Stage 2")[0]
+    assert f"Conventions in play: {'; '.join(titles[c] for c in opening_cards)}." in opening
