@@ -26,7 +26,7 @@ from solvers.bank import Bank, Question
 from solvers.conventions import conventions
 from solvers.data import Catalog
 from solvers.derivation import Step
-from solvers.engine import MAX_SEED, VariantCode, VariantError, make_variant
+from solvers.engine import MAX_SEED, Solution, VariantCode, VariantError, make_variant
 from solvers.interview import StageRun, steps_by_stage
 from solvers.reality import compare
 from solvers.report import answer_rows, key_notes, prompt_markdown, script_markdown, to_dict
@@ -149,9 +149,23 @@ def _candidate_entry(number: int, variant: Script) -> list[str]:
         in_play = solution.cards() if stage.turn == 1 else stage.run.cards_added
         cards = [f"{'Conventions in play' if stage.turn == 1 else 'Conventions now also in play'}: "
                  f"{_card_titles(in_play)}.", ""] if in_play else []
-        lines += [f"### Stage {stage.turn}: {stage.kind}", "", *words, "", *cards]
+        lines += [f"### Stage {stage.turn}: {stage.kind}", "", *words, "", *cards, *_moved_figures(stage.run, solution)]
         lines += [f"- {_blank(stage.run.solution.question.answer(key))}:" for key in stage.run.ask] + [""]
     return lines
+
+
+def _moved_figures(run: StageRun, base: Solution) -> list[str]:
+    """What a push moved, as the app's table shows it (the new figure, what it was): a table it redrew in
+    full, since the candidate works from it. A generator's own settings (a spread) are not data."""
+    settings = base.question.generator_settings
+    lines = []
+    for param in run.solution.params:
+        if param.name not in run.moved or param.name in settings:
+            continue
+        was = base.param(param.name).shown
+        lines.append(f"- {param.label}:\n\n{param.shown}\n" if "\n" in param.shown
+                     else f"- {param.label}: {param.shown} (was {was})")
+    return ["Now given:", "", *lines, ""] if lines else []
 
 
 def _card_titles(ids: Iterable[str]) -> str:

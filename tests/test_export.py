@@ -308,3 +308,16 @@ def test_an_answer_only_a_push_asks_is_not_keyed_on_the_variant_before_the_push(
     assert f"**{label}** — {expected_text(push.solution, 'max_util')}" in sheet
     assert all(f"| {a.shown_label} | {expected_text(solution, a.key)} |" in sheet
                for a in question.answers if a.key not in question.push_only)
+
+
+def test_the_candidate_sheet_gives_a_push_the_figures_it_moved(variant, catalog):
+    """continuous-batching-padding@9622's push redraws the lengths ("new lengths in the table") and the step:
+    the app's table shows both with what they were, and so must the sheet, or the gain cannot be worked."""
+    read = script(variant("continuous-batching-padding@9622"), catalog)
+    push = read.stages[-1].run
+    sheet = candidate_sheet().entry(1, read).split("### Stage 4")[1]
+    assert set(push.moved) >= {"lengths", "step"}
+    for name in ("lengths", "step"):
+        now, was = push.solution.param(name).shown, read.solution.param(name).shown
+        assert f"{push.solution.param(name).label}: {now} (was {was})" in sheet
+    assert "spread" not in sheet  # a generator's setting is not a figure the candidate is given
