@@ -164,7 +164,7 @@ def test_the_check_flags_a_step_priced_on_one_side(variant, catalog):
     assert one_sided(s, ["ttft_flops", "tpot_bytes", "ttft", "rate", "sum"]) == {
         "ttft_flops": "FLOPs", "tpot_bytes": "bytes", "sum": "both, never weighed against each other"}
     for code, keys in (("chunked-prefill-budget@default+prompt=20300", ["ttft"]),
-                       ("h200-slower-than-h100@default+model=qwen3-235b-a22b+dtype=fp8+tp=4+part=h200-sxm+context=4096"
-                        "+prompt=768+max_num_seqs=512+tuned_for=NVIDIA_H100_80GB_HBM3+default_penalty=1.4"
+                       ("h200-slower-than-h100@default+model=qwen3-235b-a22b+dtype=fp8+tp=4+part=h200-sxm+reply=6400"
+                        "+prompt=768+max_num_seqs=1024+tuned_for=NVIDIA_H100_80GB_HBM3+default_penalty=1.4"
                         "+eager_per_layer=60", ["ttft_n"])):
         assert not one_sided(variant(code).sheet, keys)

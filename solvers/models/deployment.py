@@ -59,9 +59,10 @@ def bridge_ring(p, bridged: bool) -> tuple[float, float]:
     return scratch.evaluate(terms.fixed), scratch.evaluate(terms.per_token)
 
 
-def step_times(p, knobs: Knobs, kv: float, rings: dict[bool, tuple[float, float]]) -> tuple[float, float]:
+def step_times(p, knobs: Knobs, kv: float, context: float,
+               rings: dict[bool, tuple[float, float]]) -> tuple[float, float]:
     """TTFT and TPOT of the H200 deployment for a set of knobs, in floats: the judgements' what-ifs,
-    by the same formulas as the sheet's steps."""
+    by the same formulas as the sheet's steps; `context` is every decoding sequence's (its mean)."""
     m, n, c = p.model, p.tp, DEFAULT_CONSTANTS
     W = m.params_b * 1e9 * dtype_bytes(p.dtype) / n  # each GPU's weight read
     bw = c.bandwidth * hbm_bandwidth(p.part)
@@ -81,6 +82,6 @@ def step_times(p, knobs: Knobs, kv: float, rings: dict[bool, tuple[float, float]
     ttft = kernels(W, gemm * p.prompt, pair * p.prompt**2 / 2) + fixed + per_token * p.prompt + STEP_OVERHEAD
     B = knobs.batch
     eager = m.layers * p.eager_per_layer if B > CAPTURE_LIMIT and not knobs.graphs else 0.0
-    tpot = (kernels(W + B * p.context * kv, gemm * B, pair * p.context * B) + fixed + per_token * B + STEP_OVERHEAD
+    tpot = (kernels(W + B * context * kv, gemm * B, pair * context * B) + fixed + per_token * B + STEP_OVERHEAD
             + eager)
     return ttft, tpot
