@@ -158,8 +158,9 @@ def _batching(s: Sheet, p, x: dict) -> None:
     said = "off: a plain step's " if g_batch == 0 else f"γ = {g_batch}: "
     s.judge(key, "the best single length's verify pass rides free, under the ridge",
             None if holds is None else not holds, said + why)
-    s.judge(key, "the best single length for these batches is shorter than the batch-1 one for all",
-            g_batch < x["g_fixed"], f"γ = {g_batch} in batches of {format_number(p.batch)}, γ = {x['g_fixed']} alone")
+    s.judge(key, "the best single length for these batches is shorter than the batch-1 one for all (or off)",
+            g_batch < x["g_fixed"], ("off" if g_batch == 0 else f"γ = {g_batch}")
+            + f" in batches of {format_number(p.batch)}, γ = {x['g_fixed']} alone")
     everyone = b.per_token(g_code, g_code)
     close = abs(everyone / x["rule"] - 1) < OPTION_TIE
     s.judge(key, "code's length for every request beats the class lengths here",
