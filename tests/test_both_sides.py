@@ -38,6 +38,7 @@ ONE_SIDED = {
     ("decode-op-ranking", "attention_gap"): "a ratio of arithmetic intensities (the ridge over attention's)",
     ("nic-bandwidth-per-gpu", "bandwidth_step"): TRAINING,
     **{("nic-bandwidth-per-gpu", key): TRAINING for key in ("bandwidth", "step_time", "exposed_share", "headroom")},
+    ("adaptive-draft-length", "ridge"): CROSSOVER,
     ("ep-load-skew", "batch_star"): CROSSOVER,
     ("mla-absorption", "gqa_q_min"): CROSSOVER,
     ("mla-absorption", "t_upproj"): "the up-projection of every cached latent: each latent byte read feeds "

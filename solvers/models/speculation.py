@@ -18,22 +18,15 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from dataclasses import dataclass
 
-import numpy as np
 import sympy
 
 from solvers.conventions import convention, recording
 from solvers.data import Record
 from solvers.derivation import Sheet
 from solvers.models.collective import all_reduce_terms
-from solvers.models.common import (
-    compute_efficiency,
-    hbm_bandwidth,
-    peak_flops,
-)
-from solvers.models.steptime import DEFAULT_CONSTANTS, DecodeCosts, Engine, engine
+from solvers.models.steptime import DecodeCosts, Engine, engine
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:
@@ -150,36 +143,3 @@ def break_even_alpha(tokens: float, gamma: int) -> float:
         mid = (low + high) / 2
         low, high = (mid, high) if expected_tokens(mid, gamma) < tokens else (low, mid)
     return (low + high) / 2
-
-
-PLAIN_TIE = 0.03  # the rule's simulated time in batches within 3% of plain decoding's: inside the sample's noise
-
-
-QUADRATURE_NODES = 48  # Gauss-Legendre nodes on each half of [0, 1]: within 1e-12 of 96 nodes on every class
-
-
-@functools.lru_cache(maxsize=128)
-def beta_quadrature(A: float, B: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Nodes α, their 1 − α and weights for E[f(α)] with α ~ Beta(A, B). Each half of [0, 1] is mapped by
-    a power (α = t^p/2 below, 1 − α = t^q/2 above) that turns the density's endpoint power into a smooth
-    t^(≥4): code's (1 − α)^(B−1) is singular at 1 (B down to 0.16), where plain nodes miss mass. 1 − α is
-    carried apart because 1 − t^q/2 rounds to 1."""
-    t, w = np.polynomial.legendre.leggauss(QUADRATURE_NODES)
-    t, w = (t + 1) / 2, w / 2
-    p, q = math.ceil(5 / A), math.ceil(5 / B)
-    low, high = t ** p / 2, t ** q / 2  # α below 1/2, 1 − α above it
-    w_low = w * p / 2 * 2 ** (1 - A) * t ** (p * A - 1) * (1 - low) ** (B - 1)
-    w_high = w * q / 2 * 2 ** (1 - B) * t ** (q * B - 1) * (1 - high) ** (A - 1)
-    log_beta = math.lgamma(A) + math.lgamma(B) - math.lgamma(A + B)
-    arrays = (np.concatenate([low, 1 - high]), np.concatenate([1 - low, high]),
-              np.concatenate([w_low, w_high]) / math.exp(log_beta))
-    for array in arrays:
-        array.setflags(write=False)  # cached: shared by every solve of the same class
-    return arrays
-
-
-def ridge_tokens(p) -> float:
-    """Tokens a bf16 verify pass carries before it turns compute-bound: 2 bytes per weight, 2 FLOPs,
-    at the step model's achievable compute and bandwidth (step-compute, step-bandwidth)."""
-    return compute_efficiency("bf16") * peak_flops(p.gpu, "bf16") / (DEFAULT_CONSTANTS.bandwidth * hbm_bandwidth(p.gpu))
-

@@ -1,278 +1,323 @@
-"""One draft length or one per request - code and chat on one drafter."""
+"""One draft length or one per class - code and chat on one drafter, alone and in batches.
+
+Batch 1 (Leviathan et al.): a round of γ drafts costs γ·c + 1 target steps and yields
+E(α, γ) = (1 − α^(γ+1))/(1 − α) tokens. Code and chat draft at their own acceptance; a length per
+class beats one length for all.
+
+In a batch every sequence rides the same round. The unit of time is one read of the batch: the
+weights once and each sequence's KV once, at the step model's bandwidth. The verify pass reads that
+much however many tokens each sequence verifies, so its tokens ride free up to the ridge
+
+    R = η_c·P·(2N + B·S·b_KV) / (η_bw·BW·(2N + A·S))      (A = 4·L·H_q·d_h, attention's FLOPs per key)
+
+and past it cost 1/R a token. The KV read is shared by a sequence's γ + 1 queries, so a longer
+context raises R (MagicDec's case for speculating at large batch). The drafter runs as many passes as
+the longest draft in the batch, each c of the batch's plain step. Each batch holds the classes in
+their shares: a closed form a candidate computes by hand (tests check it against random batches)."""
 from __future__ import annotations
 
-import math
-import zlib
+from dataclasses import dataclass, replace
 
-import numpy as np
-
+from solvers.conventions import convention
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.speculation import PLAIN_TIE, QUADRATURE_NODES, beta_quadrature, ridge_tokens
-from solvers.units import format_number, format_quantity
+from solvers.models.common import (
+    compute_efficiency,
+    given_compute_efficiencies,
+    given_config,
+    given_hbm_bandwidth,
+    given_model_params,
+    given_peak_flops,
+    given_weight_bytes,
+    hbm_bandwidth,
+    model_params,
+    peak_flops,
+)
+from solvers.models.speculation import expected_tokens
+from solvers.models.steptime import DEFAULT_CONSTANTS, given_step_bandwidth
+from solvers.sheetmath import max_of
+from solvers.units import format_number
 
-# What the policies may choose from: powers of two, as a menu of draft lengths (and of the graphs
-# an engine captures for them). Near the best γ the time per token is flat, so consecutive integers
-# are within 0.5% of each other in nearly every draw; doubling steps are not.
-DRAFT_LENGTHS = np.array([1, 2, 4, 8, 16])
-
-
+# What the policies choose from: powers of two, as a menu of draft lengths (and of the graphs an engine
+# captures for them). Near the best γ the time per token is flat, so consecutive integers are within 0.5% of
+# each other in nearly every draw; doubling steps are not.
+DRAFT_LENGTHS = (1, 2, 4, 8, 16)
 GAMMA_FLAT = 0.005  # a runner-up draft length within 0.5% of the best time: no best one to grade
-
-REQUESTS = 4000  # the seeded sample of requests run in batches
-
-# The worth-building line is a speed gain τ_fixed/τ − 1 of `worth`; a candidate reading "gain" as time saved
-# (1 − τ/τ_fixed = g/(1 + g)) would call a gain between `worth` and worth/(1 − worth) the other side. Draws from
-# GAIN_EDGE under the line to GAIN_EDGE over worth/(1 − worth) are refused (relative: the gain's own tolerance),
-# so both readings, and any figure within tolerance of the key, decide the same regime.
-GAIN_EDGE = 0.1
-
-RIDGE_EDGE = 0.1  # a verify pass within 10% of the modelled ridge: compute- or memory-bound is not a decision
+SPEEDUP_EDGE = 0.05  # the graded speedup's tolerance: faster or slower than no drafter is refused within it
+RIDGE_EDGE = 0.1  # verify tokens within 10% of the modelled ridge: past it or not is no decision
+# A random batch's share of code moves its verify tokens (a binomial count); where the class lengths' verify sits
+# within this of the ridge, some batches fall on each side and the shares' closed form drifts from the random
+# batches' mean (up to 3% at 16 sequences, half the speedup's tolerance): refused.
+STRADDLE_EDGE = 0.05
+OPTION_TIE = 0.01  # two policies' times within 1%: which is faster is not asked
 
 
-def _time_per_token(alpha, gamma, c):
-    """Batch 1: a round costs γ·c + 1 target steps and yields E(α, γ) tokens."""
-    return (gamma * c + 1) * (1 - alpha) / (1 - alpha ** (gamma + 1))
+def batch1_time(alpha: float, gamma: int, c: float) -> float:
+    """Target steps per token at batch 1: a round of γ·c + 1 steps over its E(α, γ) tokens."""
+    return (gamma * c + 1) / expected_tokens(alpha, gamma)
 
 
-def _sample_seed(p) -> int:
-    """The simulation's seed, from the variant's own figures: the same variant, the same sample."""
-    text = "|".join(f"{name}={float(p[name]):.6g}" for name in ("code_share", "alpha_code", "alpha_chat", "spread",
-                                                                "draft_cost", "warmup", "batch"))
-    return zlib.crc32(text.encode())
+def ridge_tokens(p) -> float:
+    """Verify tokens a pass of the batch carries before its math outlasts its reads (bf16 weights and KV): the
+    reads are the weights once and each sequence's KV once; each token's math is 2N plus attention over S keys."""
+    m = p.model
+    weights = 2 * model_params(m)  # bytes, bf16
+    kv = 4 * m.layers * m.kv_heads * m.head_dim  # K and V, 2 bytes each, every layer
+    attention = 4 * m.layers * m.heads * m.head_dim  # FLOPs per query per key
+    intensity = compute_efficiency("bf16") * peak_flops(p.gpu, "bf16") / (
+        DEFAULT_CONSTANTS.bandwidth * hbm_bandwidth(p.gpu))
+    return intensity * (weights + p.batch * p.context * kv) / (2 * model_params(m) + attention * p.context)
 
 
-def _class_times(p, mean: float) -> tuple[np.ndarray, float]:
-    """One class's mean time per token over its Beta spread: at each fixed draft length of the menu, and
-    for the per-request rule (each request's γ from its Beta-posterior estimate after the warm-up's
-    judged drafts, k ~ Binomial(warm-up, α)), by quadrature."""
-    A, B = p.spread * mean, p.spread * (1 - mean)
-    alpha, rest, weight = beta_quadrature(A, B)
-    c, G, n = p.draft_cost, DRAFT_LENGTHS, int(p.warmup)
-    tokens = np.cumsum(alpha[:, None] ** np.arange(G.max() + 1), axis=1)[:, G]  # 1 + α + … + α^γ, no 1 − α
-    cost = (G * c + 1) / tokens  # nodes × draft lengths
-    k = np.arange(n + 1)
-    chosen = _time_per_token(((k + A) / (n + p.spread))[:, None], G[None, :], c).argmin(axis=1)
-    log_choose = np.array([math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) for j in k])
-    judged = np.exp(log_choose + k * np.log(alpha)[:, None] + (n - k) * np.log(rest)[:, None])  # nodes × k
-    return weight @ cost, float(weight @ (judged * cost[:, chosen]).sum(axis=1))
+def weights_ridge(p) -> float:
+    """The ridge on the weights alone (no KV read, no attention): the GPU's FLOP per byte at the step model's
+    efficiencies, one token being 2 FLOPs per 2-byte weight."""
+    return compute_efficiency("bf16") * peak_flops(p.gpu, "bf16") / (
+        DEFAULT_CONSTANTS.bandwidth * hbm_bandwidth(p.gpu))
 
 
-def adaptive_exact(p) -> dict:
-    """The three policies at batch 1 on the code/chat mix, over each class's Beta spread by quadrature:
-    mean time per token of each (in target steps) and the graded draft lengths."""
-    code, code_adaptive = _class_times(p, p.alpha_code)
-    chat, chat_adaptive = _class_times(p, p.alpha_chat)
-    f = p.code_share
-    means = (f * code + (1 - f) * chat, code, chat)
-    if np.sort(means[0])[1] < (1 + GAMMA_FLAT) * means[0].min():
-        raise Reject("two fixed draft lengths within 0.5% of the best time over the spread")
-    i_fixed, i_code, i_chat = (int(m.argmin()) for m in means)
-    G = DRAFT_LENGTHS
-    return {"fixed": float(means[0][i_fixed]), "class": float(f * code[i_code] + (1 - f) * chat[i_chat]),
-            "adaptive": f * code_adaptive + (1 - f) * chat_adaptive,
-            "g_fixed": int(G[i_fixed]), "g_code": int(G[i_code]), "g_chat": int(G[i_chat])}
+@dataclass(frozen=True)
+class Batches:
+    """The question's batch of B at ridge R on floats: time per token, in reads of the batch, of every plan."""
+
+    share: float  # code's share of the requests (and of every batch)
+    a_code: float
+    a_chat: float
+    c: float
+    B: float
+    R: float
+
+    @property
+    def plain(self) -> float:
+        """A plain decode step of the batch: one token a sequence, under the ridge one read."""
+        return max(1.0, self.B / self.R)
+
+    def verify_tokens(self, g_code: int, g_chat: int) -> float:
+        return self.B * (self.share * (g_code + 1) + (1 - self.share) * (g_chat + 1))
+
+    def round(self, g_code: int, g_chat: int) -> float:
+        return self.c * max(g_code, g_chat) * self.plain + max(1.0, self.verify_tokens(g_code, g_chat) / self.R)
+
+    def own_drafts(self, g_code: int, g_chat: int) -> float:
+        """A slip's figure: each class's round at its own draft, the batch's verify shared."""
+        verify = max(1.0, self.verify_tokens(g_code, g_chat) / self.R)
+        return (self.share * (self.c * g_code * self.plain + verify) / expected_tokens(self.a_code, g_code)
+                + (1 - self.share) * (self.c * g_chat * self.plain + verify) / expected_tokens(self.a_chat, g_chat))
+
+    def per_token(self, g_code: int, g_chat: int) -> float:
+        """Each request waits the round for its own E tokens; averaged over requests."""
+        return self.round(g_code, g_chat) * (self.share / expected_tokens(self.a_code, g_code)
+                                             + (1 - self.share) / expected_tokens(self.a_chat, g_chat))
 
 
-def batch_sample(p) -> dict:
-    """Seeded sample of requests (class, α, the per-request rule's γ from its warm-up) run in batches."""
-    rng = np.random.default_rng(_sample_seed(p))
-    code = rng.random(REQUESTS) < p.code_share
-    mean = np.where(code, p.alpha_code, p.alpha_chat)
-    alpha = np.clip(rng.beta(p.spread * mean, p.spread * (1 - mean)), 1e-9, 1 - 1e-9)
-    judged = int(p.warmup)
-    estimate = (rng.binomial(judged, alpha) + p.spread * mean) / (judged + p.spread)  # Beta posterior mean
-    chosen = _time_per_token(estimate[:, None], DRAFT_LENGTHS[None, :], p.draft_cost).argmin(axis=1)
-    return _in_batches(p, alpha, DRAFT_LENGTHS[chosen])
+def _best(times: dict[int, float], what: str) -> int:
+    best = min(times, key=times.__getitem__)
+    if sorted(times.values())[1] < (1 + GAMMA_FLAT) * times[best]:
+        raise Reject(f"two draft lengths within 0.5% of the best time {what}")
+    return best
 
 
-def _in_batches(p, alpha, chosen) -> dict:
-    """The batch-1 per-request rule against the best fixed γ when the sample runs in batches of B
-    sharing each round: the verify pass carries Σ(γ_r+1) tokens (free up to the ridge in tokens), and
-    the drafter runs as many passes as the longest draft in the batch. Mean time per token of each,
-    in target steps: every request waits its batch's round for its own E tokens."""
-    B, ridge, c = int(p.batch), ridge_tokens(p), p.draft_cost
-    groups = len(alpha) // B
-
-    def time_per_token(acceptance, gammas) -> float:
-        verify = np.maximum(1, (gammas + 1).sum(axis=1) / ridge)
-        rounds = verify + gammas.max(axis=1) * c * max(1.0, B / ridge)
-        return float((rounds[:, None] / expected_tokens_array(acceptance, gammas)).mean())
-
-    def batches(order) -> tuple[np.ndarray, np.ndarray]:
-        return alpha[order][:groups * B].reshape(groups, B), chosen[order][:groups * B].reshape(groups, B)
-
-    a, g = batches(np.arange(len(alpha)))
-    fixed = {int(k): time_per_token(a, np.full_like(g, k)) for k in DRAFT_LENGTHS}
-    best = min(fixed, key=fixed.__getitem__)
-    if sorted(fixed.values())[1] < (1 + GAMMA_FLAT) * fixed[best]:
-        raise Reject("two fixed draft lengths within 0.5% in batches")
-    # The first batch-aware rule a candidate proposes: the same γs, the requests sorted into batches by them.
-    sorted_by_length = time_per_token(*batches(np.argsort(chosen, kind="stable")))
-    return {"g_best": best, "fixed": fixed[best], "adaptive": time_per_token(a, g), "sorted": sorted_by_length}
+def _table(times: dict[int, float]) -> str:
+    return ", ".join(("off" if g == 0 else f"γ {g}") + f": {format_number(t, 4)}" for g, t in times.items())
 
 
-def expected_tokens_array(alpha, gamma):
-    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
+def plan(p) -> dict:
+    """Every decision the sheet shows, on floats first (each refusal before the sheet is built)."""
+    f, a_code, a_chat, c = p.code_share, p.alpha_code, p.alpha_chat, p.draft_cost
+    code = {g: batch1_time(a_code, g, c) for g in DRAFT_LENGTHS}
+    chat = {g: batch1_time(a_chat, g, c) for g in DRAFT_LENGTHS}
+    mix = {g: f * code[g] + (1 - f) * chat[g] for g in DRAFT_LENGTHS}
+    g_code, g_chat, g_fixed = _best(code, "for code"), _best(chat, "for chat"), _best(mix, "for the mix")
+    if g_chat > g_code:  # the round's longest draft is code's below (a higher acceptance never drafts shorter)
+        raise Reject("chat drafts longer than code")
+    R = ridge_tokens(p)
+    batches = Batches(f, a_code, a_chat, c, float(p.batch), R)
+    in_batch = {0: batches.plain} | {g: batches.per_token(g, g) for g in DRAFT_LENGTHS}
+    g_batch = _best(in_batch, "in batches")
+    rule = batches.per_token(g_code, g_chat)
+    if abs(batches.verify_tokens(g_code, g_chat) / R - 1) < STRADDLE_EDGE:
+        raise Reject("the class lengths' verify sits at the ridge: random batches fall on both sides of it")
+    if abs(batches.plain / rule - 1) < SPEEDUP_EDGE:
+        raise Reject("the class lengths break even with no drafter in these batches")
+    return {"code": code, "chat": chat, "mix": mix, "g_code": g_code, "g_chat": g_chat, "g_fixed": g_fixed,
+            "R": R, "batches": batches, "in_batch": in_batch, "g_batch": g_batch, "rule": rule}
 
 
-def best_constant(p) -> tuple[int, int, int]:
-    """With every request at its class's mean acceptance (the interview's arithmetic): the best fixed γ and each
-    class's own, each with its runner-up at least 0.5% slower (else no best one to grade)."""
-    def mix(g: int) -> float:
-        return (p.code_share * _time_per_token(p.alpha_code, g, p.draft_cost)
-                + (1 - p.code_share) * _time_per_token(p.alpha_chat, g, p.draft_cost))
-    best = []
-    for cost in (mix, lambda g: _time_per_token(p.alpha_code, g, p.draft_cost),
-                 lambda g: _time_per_token(p.alpha_chat, g, p.draft_cost)):
-        times = sorted((cost(int(g)), int(g)) for g in DRAFT_LENGTHS)
-        if times[1][0] < (1 + GAMMA_FLAT) * times[0][0]:
-            raise Reject("two draft lengths within 0.5% of the best time at the class means")
-        best.append(times[0][1])
-    return best[0], best[1], best[2]
+def _batching(s: Sheet, p, x: dict) -> None:
+    """What the class lengths' loss in batches comes from, judged on this variant's figures."""
+    key, b, R = "batching", x["batches"], x["R"]
+    g_code, g_chat, g_batch = x["g_code"], x["g_chat"], x["g_batch"]
 
-
-def _batching_holds(s: Sheet, p, sim: dict) -> None:
-    key, batch = "batching", sim["batch"]
-    slower = batch["adaptive"] / batch["fixed"]
-    if abs(slower / p.slower - 1) < 0.01:
-        raise Reject("the per-request rule's slowdown in batches sits at the line of the batching select")
-    s.judge(key, "the batch-1 per-request rule stays under {slower} times the fixed γ's time per token in these "
-            "batches", slower < p.slower,
-            f"{format_number(slower, 3)}x the time per token of the best fixed γ = {batch['g_best']} for the batch")
-    s.judge(key, "the best fixed draft length in a batch differs from the batch-1 one",
-            batch["g_best"] != sim["g_fixed"],
-            f"γ = {batch['g_best']} in batches of {format_number(p.batch)}, γ = {sim['g_fixed']} alone")
-    tokens, ridge = p.batch * (batch["g_best"] + 1), ridge_tokens(p)
-    # Within 10% of a modelled ridge the bound is no decision: the option is judged but not listed there.
-    near = abs(tokens / ridge - 1) < RIDGE_EDGE
-    s.judge(key, "the verify pass at the best fixed draft length for these batches is compute-bound",
-            None if near else tokens > ridge,
-            f"{format_number(tokens)} tokens against the ridge of {format_number(ridge, 3)}"
-            + (": within 10% of a modelled ridge, not asked" if near else ""))
-    if abs(batch["fixed"] / batch["sorted"] - 1) < PLAIN_TIE:
-        raise Reject("batches sorted by draft length sit at the fixed γ's time per token")
-    s.judge(key, "sorting the requests into batches by their batch-1 draft length beats the best fixed γ in batches",
-            batch["sorted"] < batch["fixed"],
-            f"{format_number(batch['sorted'], 3)} target steps per token against {format_number(batch['fixed'], 3)} "
-            f"at γ = {batch['g_best']} for all" + (": homogeneous batches waste no draft passes on short drafters"
-                                                   if batch["sorted"] < batch["fixed"] else
-                                                   ": the batch-1 lengths are too long once a batch shares the round"))
-    plain = max(1.0, p.batch / ridge)  # a plain decode step of the batch, one token per request
-    if abs(batch["adaptive"] / plain - 1) < PLAIN_TIE:
-        raise Reject("the per-request rule in batches sits at plain decoding's time per token")
-    s.judge(key, "the batch-1 per-request rule is slower than plain decoding (no drafter) in these batches",
-            batch["adaptive"] > plain,
-            f"{format_number(batch['adaptive'], 3)} target steps per token against {format_number(plain, 3)} without "
-            "a drafter" + (": each round waits for its batch's longest draft and many requests keep few of its tokens"
-                           if batch["adaptive"] > plain else ": the tokens each round yields still pay for the wait"))
-    if len(set(s.judged(key).values()) - {None}) == 1:
-        raise Reject("all of these hold or none")
+    def bound(tokens: float) -> tuple[bool | None, str]:
+        near = abs(tokens / R - 1) < RIDGE_EDGE
+        return (None if near else tokens > R), (f"{format_number(tokens)} verify tokens against a ridge of "
+                                                f"{format_number(R, 4)}" + (": within 10% of a modelled ridge, "
+                                                                           "not asked" if near else ""))
+    holds, why = bound(b.verify_tokens(g_code, g_chat))
+    s.judge(key, "the class lengths' verify pass runs past the ridge", holds, why)
+    holds, why = bound(b.verify_tokens(g_batch, g_batch) if g_batch else b.B)
+    said = "off: a plain step's " if g_batch == 0 else f"γ = {g_batch}: "
+    s.judge(key, "the best single length's verify pass rides free, under the ridge",
+            None if holds is None else not holds, said + why)
+    s.judge(key, "the best single length for these batches is shorter than the batch-1 one for all (or off)",
+            g_batch < x["g_fixed"], ("off" if g_batch == 0 else f"γ = {g_batch}")
+            + f" in batches of {format_number(p.batch)}, γ = {x['g_fixed']} alone")
+    everyone = b.per_token(g_code, g_code)
+    close = abs(everyone / x["rule"] - 1) < OPTION_TIE
+    s.judge(key, "code's length for every request beats the class lengths here",
+            None if close else everyone < x["rule"],
+            f"{format_number(everyone, 4)} reads a token at γ = {g_code} for all, against "
+            f"{format_number(x['rule'], 4)}" + (": within 1%, not asked" if close else
+                                                ": chat waits for code's draft either way, and drafting as long "
+                                                "costs it nothing while the verify rides free"
+                                                if everyone < x["rule"] else
+                                                ": past the ridge chat's longer drafts cost verify tokens"))
+    doubled = R / weights_ridge(p)
+    near = abs(doubled / 2 - 1) < RIDGE_EDGE
+    s.judge(key, "the KV read more than doubles the verify tokens that ride free, against the weights alone",
+            None if near else doubled > 2,
+            f"{format_number(R, 4)} tokens against {format_number(weights_ridge(p), 4)} on the weights alone, "
+            f"{format_number(doubled, 3)}x" + (": within 10% of double, not asked" if near else ""))
 
 
 def solve(p, s: Sheet) -> None:
-    """Fixed, per-class and per-request draft lengths on a code/chat mix at batch 1, exactly over
-    the per-request Beta spread (quadrature); then the same rule inside batches (a seeded sample)."""
-    sim = adaptive_exact(p)
-    gain = sim["fixed"] / sim["adaptive"] - 1
-    if p.worth * (1 - GAIN_EDGE) < gain < p.worth / (1 - p.worth) * (1 + GAIN_EDGE):
-        raise Reject(f"the adaptive gain sits at the {format_quantity(p.worth, '%')} line, as a speed gain or as "
-                     "time saved")
-    c = s.param("c", "draft_cost")
-    w_code = s.param("f_code", "code_share")
+    """A length per class against one for all at batch 1 (closed form at each class's acceptance), then the
+    same lengths in batches of B at context S: the ridge with the KV read, the best single length, and whether
+    the class lengths still beat no drafter."""
+    x = plan(p)
+    f = s.param("f", "code_share")
     a_code = s.param("α_code", "alpha_code")
     a_chat = s.param("α_chat", "alpha_chat")
-    g_fix, g_code, g_chat = best_constant(p)
-    # Closed form with constant acceptance per class: the opening's arithmetic.
+    c = s.param("c", "draft_cost")
     menu = ", ".join(map(str, DRAFT_LENGTHS))
+    s.choose("gamma_code", float(x["g_code"]), f"at α {format_number(p.alpha_code, 3)} a token takes "
+             f"(γc + 1)(1 − α)/(1 − α^(γ+1)) target steps: {_table(x['code'])}")
+    s.choose("gamma_chat", float(x["g_chat"]), f"at α {format_number(p.alpha_chat, 3)}: {_table(x['chat'])}")
+    s.choose("gamma_fixed", float(x["g_fixed"]), f"the two weighted by share: {_table(x['mix'])}")
+    Gc = s.given("γ_code", x["g_code"], "", f"code's draft length (of {menu})")
+    Gh = s.given("γ_chat", x["g_chat"], "", f"chat's draft length (of {menu})")
+    Gf = s.given("γ_f", x["g_fixed"], "", f"one draft length for all (of {menu})")
 
-    def times(alpha: float, share: float = 1.0, rest: float | None = None) -> str:
-        """The menu's batch-1 times per token (target steps), at one acceptance or the mix."""
-        def tau(g: int) -> float:
-            own = share * _time_per_token(alpha, g, p.draft_cost)
-            return own + (0.0 if rest is None else (1 - share) * _time_per_token(rest, g, p.draft_cost))
-        return ", ".join(f"γ {g}: {format_number(tau(int(g)), 4)}" for g in DRAFT_LENGTHS)
+    def tokens(alpha, gamma):
+        return (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
-    s.choose("gamma_code_mean", float(g_code), f"at α {format_number(p.alpha_code, 3)} a token takes "
-             f"(γc + 1)(1 − α)/(1 − α^(γ+1)) target steps, {times(p.alpha_code)}")
-    s.choose("gamma_chat_mean", float(g_chat), f"at α {format_number(p.alpha_chat, 3)}, "
-             f"{times(p.alpha_chat)}")
-    s.choose("gamma_fixed_mean", float(g_fix),
-             f"the mix weighted by share, {times(p.alpha_code, p.code_share, p.alpha_chat)}")
-    Gf = s.given("γ̄_f", g_fix, "", f"best fixed draft length if every request sat at its class mean (of {menu})")
-    Gc = s.given("γ̄_code", g_code, "", "code's best draft length at its mean α")
-    Gh = s.given("γ̄_chat", g_chat, "", "chat's best draft length at its mean α")
-    fixed_c = s.step("", "Time per token, best fixed draft length, constant acceptance", "τ_f",
-                     w_code * (Gf * c + 1) * (1 - a_code) / (1 - a_code ** (Gf + 1))
-                     + (1 - w_code) * (Gf * c + 1) * (1 - a_chat) / (1 - a_chat ** (Gf + 1)), "",
-                     "in target steps per token: a round costs γc + 1 steps and yields E(α, γ) tokens")
-    class_c = s.step("", "Time per token, per-class draft lengths, constant acceptance", "τ_c",
-                     w_code * (Gc * c + 1) * (1 - a_code) / (1 - a_code ** (Gc + 1))
-                     + (1 - w_code) * (Gh * c + 1) * (1 - a_chat) / (1 - a_chat ** (Gh + 1)), "",
-                     "each class at its own best length")
-    s.step("gain_class_constant", "Per-class gain, constant acceptance per class", "G_c0", fixed_c / class_c - 1, "%",
-           "a speed gain τ_f/τ_c − 1; per-request would add nothing here: every request of a class is the same")
-    # Acceptance varies per request: batch 1 over each class's Beta spread exactly, batches by sample.
-    source = f"quadrature over each class's Beta spread, {2 * QUADRATURE_NODES} Gauss-Legendre nodes"
-    for key, who in (("fixed", "best fixed draft length for all requests"), ("code", "code's best draft length"),
-                     ("chat", "chat's best draft length")):
-        s.given(f"γ_{key}", sim[f"g_{key}"], "", f"{who} over the per-request spread, lowest mean time per token "
-                f"({source})")
-    t_f = s.given("τ_fixed", sim["fixed"], "", f"mean time per token, best fixed γ = {sim['g_fixed']} ({source})")
-    t_c = s.given("τ_class", sim["class"], "", f"mean time per token, code γ = {sim['g_code']}, chat γ = "
-                  f"{sim['g_chat']} ({source})")
-    t_a = s.given("τ_adapt", sim["adaptive"], "", f"mean time per token, each request's γ from its estimate after "
-                  f"{p.warmup:g} judged drafts ({source})")
-    s.step("gain_class", "Per-class gain over the best fixed γ", "G_c", t_f / t_c - 1, "%",
-           "the class means differ, but each class's spread is left on the table")
-    G_a = s.step("gain_adaptive", "Per-request gain over the best fixed γ", "G_a", t_f / t_a - 1, "%",
-                 "each request's own acceptance sets its length: the high-α requests draft long, the low-α short")
-    batch = sim["batch"] = batch_sample(p)
-    source = f"seeded simulation, n = {REQUESTS} requests, seed from the variant"
-    s.step("gain_batch", f"Per-request gain in batches of {p.batch:g}", "G_B",
-           s.given("τ_fix_B", batch["fixed"], "", f"mean time per token in batches of {p.batch:g}, best fixed "
-                   f"γ = {batch['g_best']} ({source})")
-           / s.given("τ_ad_B", batch["adaptive"], "", f"the same batches, each request at its batch-1 γ ({source})")
-           - 1, "%",
-           "the round is set by the batch: its longest draft and its total verify tokens")
-    s.given("τ_sort_B", batch["sorted"], "",
-            f"the same requests at their batch-1 γ, sorted into batches by it ({source})")
-    threshold = s.param("G_build", "worth")
+    E_code = s.step("", "Tokens a round, code at its length", "E_code", tokens(a_code, Gc), "tokens",
+                    "a geometric series: the i-th draft survives with probability α^i, and the target adds one")
+    E_chat = s.step("", "Tokens a round, chat at its length", "E_chat", tokens(a_chat, Gh), "tokens", "the same")
+    tau_f = s.step("", "Time per token, one length for all", "τ_f",
+                   (Gf * c + 1) * (f / tokens(a_code, Gf) + (1 - f) / tokens(a_chat, Gf)), "",
+                   "target steps per token, averaged over requests: a round of γc + 1 steps over its E tokens")
+    tau_c = s.step("", "Time per token, a length per class", "τ_c",
+                   f * (Gc * c + 1) / E_code + (1 - f) * (Gh * c + 1) / E_chat, "", "each class at its own length")
+    s.step("gain_class", "Speed gain of a length per class", "G_1", tau_f / tau_c - 1, "%",
+           "a speed gain τ_f/τ_c − 1: code drafts longer, chat shorter, each where its own time per token is least")
+    s.slip("the gain quoted as time saved (1 − τ_c/τ_f) instead of speed", on="gain_class",
+           factor=1 / (s.value(tau_f) / s.value(tau_c)))
 
-    s.assume("Batch 1 (Leviathan et al.): a round costs γ·c + 1 target steps and yields E(α, γ) tokens; every "
-             "request yields the same number of tokens, so the workload's time per token is the mean of its "
+    # In batches: the ridge in tokens, with the KV read the γ + 1 queries of a sequence share.
+    convention("weights-once-per-pass")
+    convention("attention-flops")
+    convention("roofline-time")
+    N = given_model_params(s, p.model)
+    L = given_config(s, p.model, "layers")
+    Hq = given_config(s, p.model, "heads")
+    Hkv = given_config(s, p.model, "kv_heads")
+    dh = given_config(s, p.model, "head_dim")
+    b = given_weight_bytes(s, "bf16")
+    P = given_peak_flops(s, p.gpu, "bf16")
+    BW = given_hbm_bandwidth(s, p.gpu)
+    eta_c, _ = given_compute_efficiencies(s, p.gpu, "bf16", "bf16")
+    eta_bw = given_step_bandwidth(s)
+    B = s.param("B", "batch")
+    S = s.param("S", "context")
+    kv = s.step("", "KV bytes per token", "b_KV", 2 * L * Hkv * dh * b, "KiB", "K and V, every layer and KV head, bf16")
+    A = s.step("", "Attention FLOPs per query per key", "A", 4 * L * Hq * dh, "MFLOP",
+               "a multiply-add for QKᵀ and one for PV, per head dimension, query head and layer")
+    reads = s.step("", "Bytes a pass of the batch reads", "Q", b * N + B * S * kv, "GB",
+                   "the weights once, and each sequence's KV once however many tokens it verifies (the whole TP "
+                   "group: each GPU reads and computes its 1/TP)")
+    work = s.step("", "FLOPs per verified token", "F_t", 2 * N + A * S, "GFLOP",
+                  "2 per weight, and attention over the context's keys")
+    R = s.step("ridge", "Verify tokens that ride free", "R", eta_c * P * reads / (eta_bw * BW * work), "tokens",
+               "tokens whose math takes as long as the reads: under it the verify pass costs one read of the batch, "
+               "past it 1/R of one a token")
+    s.slip("the ridge on the weights alone (no KV read, no attention)", on="ridge", factor=weights_ridge(p) / x["R"])
+    s.slip("attention's math left out of the ridge", on="ridge",
+           factor=(2 * model_params(p.model) + s.value(A) * p.context) / (2 * model_params(p.model)))
+    t0 = s.step("", "Plain step of the batch", "t_0", max_of(1, B / R), "",
+                "in reads of the batch: one token a sequence, under the ridge")
+    n_rule = s.step("", "Verify tokens a sequence, class lengths", "n_pc", f * (Gc + 1) + (1 - f) * (Gh + 1),
+                    "tokens", "each batch holds the classes in their shares, each sequence its own draft plus one")
+    T_rule = s.step("", "Round, class lengths", "T_pc", c * Gc * t0 + max_of(1, B * n_rule / R), "",
+                    "code's draft sets the drafter's passes for every sequence; the verify is free to the ridge, "
+                    "then linear")
+    tau_rule = s.step("", "Time per token, class lengths", "τ_pc", T_rule * (f / E_code + (1 - f) / E_chat), "",
+                      "each request waits the round for its own E tokens, averaged over requests")
+    S_rule = s.step("speedup_rule", "Speedup of the class lengths over no drafter", "S_pc", t0 / tau_rule, "x",
+                    "a plain step's one token a sequence against the class lengths' time per token")
+    g_batch = x["g_batch"]
+    s.choose("gamma_batch", float(g_batch), "reads of the batch per token (off: a plain step): "
+             f"{_table(x['in_batch'])}")
+    Gb = s.given("γ_B", g_batch, "", "best single draft length for these batches (0: off)")
+    T_b = c * Gb * t0 + max_of(1, B * (Gb + 1) / R)
+    tau_b = s.step("", "Time per token, best single length", "τ_B",
+                   T_b * (f / tokens(a_code, Gb) + (1 - f) / tokens(a_chat, Gb)), "",
+                   "every sequence at one length: its draft, then its verify")
+    s.step("", "Speedup of the best single length over no drafter", "S_B", t0 / tau_b, "x", "")
+    s.step("gain_batch", "The class lengths' speed against the best single length's", "G_B", tau_b / tau_rule, "x",
+           "under 1: the round waits for code's draft, so chat's short draft saves nothing, while its tokens "
+           "are fewer")
+    T_code = s.step("", "Round, code's own replica", "T_code", c * Gc * t0 + max_of(1, B * (Gc + 1) / R), "",
+                    "every sequence at code's length")
+    T_chat = s.step("", "Round, chat's own replica", "T_chat", c * Gh * t0 + max_of(1, B * (Gh + 1) / R), "",
+                    "every sequence at chat's length: no wait for code's draft")
+    tau_split = s.step("", "Time per token, a replica a class", "τ_sp",
+                       f * T_code / E_code + (1 - f) * T_chat / E_chat, "", "each request on its own class's replica")
+    s.step("gain_split", "A replica a class against the best single length", "G_sp", tau_b / tau_split, "x",
+           "over 1: no batch waits for the other class's draft; under 1: code's long drafts, verified by a whole "
+           "batch, cost past the ridge")
+    b_, g_code, g_chat = x["batches"], x["g_code"], x["g_chat"]
+    on_weights = replace(b_, R=weights_ridge(p))
+    s.slip("the verify priced on the weights alone (the KV read left out of the ridge)", on="speedup_rule",
+           factor=on_weights.plain / on_weights.per_token(g_code, g_chat) / (b_.plain / x["rule"]))
+    s.slip("each class's round taken at its own draft, not the batch's longest", on="speedup_rule",
+           factor=x["rule"] / b_.own_drafts(g_code, g_chat))
+
+    s.assume("Batch 1 (Leviathan et al.): a round of γ drafts costs γ·c + 1 target steps and yields E(α, γ) = "
+             "(1 − α^(γ+1))/(1 − α) tokens, each draft token accepted with probability α, independently. Every "
+             f"request yields the same number of tokens, so the workload's time per token is the mean of its "
              f"requests'. Draft lengths {menu}.")
-    s.assume(f"Per-request acceptance ~ Beta with the class mean and concentration {p.spread:g} (i.i.d. per draft "
-             "token within a request); the adaptive policy estimates it after its warm-up from accepted over judged "
-             "drafts with the class mean as prior, then keeps the best γ for that estimate (warm-up cost left out).")
-    s.assume(f"In a batch of {p.batch:g} every request rides the same round: the verify pass carries Σ(γ_r + 1) "
-             f"tokens (each request its own draft plus one, none padded to the longest), free up to "
-             f"{format_number(ridge_tokens(p), 3)} on {p.gpu.name} (its bf16 ridge in tokens at "
-             "the step-compute and step-bandwidth efficiencies), "
-             "and the drafter runs as many passes as "
-             "the longest draft.")
-    s.assume("The verify pass is priced on the weights alone; the KV cache's read is left out. At long context "
-             "and large batch that read rivals the weights', and the γ + 1 queries of a sequence share it, which "
-             "raises the ridge in tokens and makes speculating in batches cheaper (MagicDec's case): the batch "
-             "figures here are a short-context model and lean against speculation.")
-    s.assume("In batches the per-request rule runs as it was built for batch 1, each request at its own γ: that is the "
-             "question. Sorting the requests into batches by that γ is judged in the select; a rule that picks one γ a "
-             "batch from the goodput of the requests in it (SmartSpec's) is not: on random batches of this mix every "
-             "batch holds about the same share of code and chat, so its choice comes close to the best fixed γ for "
-             "the batch, the baseline here.")
-    s.slip("the gain quoted in time saved (1 − τ_policy/τ_fixed) instead of throughput", on="gain_adaptive",
-           factor=(1 - sim["adaptive"] / sim["fixed"]) / gain)
-    _batching_holds(s, p, sim)
-    s.regime_by(G_a, threshold, tie="above", above=Side(
-        "worth-building",
-        f"At c = {format_number(p.draft_cost, 3)} every wasted draft pass costs real time, so matching each "
-        f"request's γ to its own acceptance gains {format_number(100 * gain, 3)}% over one γ for all: worth "
-        "building, at batch 1.",
-        "With a cheap drafter long drafts cost little even when rejected, so one long γ serves nearly every request "
-        "and per-request adaptivity gains only a few percent."),
+    s.assume("In batches every sequence rides the same round. Time is counted in reads of the batch: the bf16 "
+             "weights once and each sequence's KV once, at the step model's bandwidth. The verify pass costs one read "
+             "up to the ridge R in tokens and 1/R of one a token past it (roofline-time); its KV read is shared by a "
+             "sequence's γ + 1 queries, which is why the context raises R (MagicDec's case for speculating at large "
+             "batch and long context).")
+    s.assume("The drafter runs as many passes as the longest draft in the batch, each at c of the batch's plain step "
+             "(its weights and KV taken to scale with the target's). A drafter whose KV does not grow with the "
+             "context (an EAGLE head's one layer, or a windowed draft cache) costs less than c at long context, "
+             "which favours speculation there beyond these figures.")
+    s.assume("Each batch holds code and chat in their shares: a random batch strays a few sequences from them, which "
+             "moves its verify tokens; within 5% of the ridge that would move the figures (up to 3% at 16 "
+             "sequences), and such batches are not drawn. The class lengths are the batch-1 ones, as built; the best "
+             "single length is chosen for these batches.")
+    s.assume("Left out: the step's fixed overhead, paid once by a plain step and once by the verify (counted, it "
+             "would make a verify past the ridge relatively cheaper: leaving it out leans against speculation); the "
+             "TP all-reduces, whose per-token time grows with the verify's tokens (leaving them out leans towards "
+             "it); the drafter's own KV in the pool; and the draft tokens' attention to each other (γ keys "
+             "against S).")
+    _batching(s, p, x)
+    verify = format_number(b_.verify_tokens(g_code, g_chat))
+    at, ridge, speed = format_number(p.context), format_number(x["R"], 4), format_number(s.value(S_rule), 3)
+    s.regime_by(S_rule, 1, boundary_label="no drafter", above=Side(
+        "faster",
+        f"In batches of {format_number(p.batch)} at {at} tokens the class lengths still beat no drafter ({speed}x): "
+        f"a verify of {verify} tokens against a ridge of {ridge}, and code's drafts for every sequence, cost less "
+        "than the tokens they bring.",
+        "With more sequences of shorter context the verify's tokens pass the ridge, which the KV read no longer "
+        "lifts: each round then pays for them, and for code's long draft, in every sequence."),
         below=Side(
-        "not-worth-it",
-        f"At c = {format_number(p.draft_cost, 3)} a rejected draft costs little, so one long γ serves nearly every "
-        f"request: per-request adaptivity gains {format_number(100 * gain, 3)}%, not worth its complexity.",
-        "With an expensive drafter each wasted pass costs real time: matching γ to each request's acceptance then "
-        "gains well over 10% at batch 1."))
-
+        "slower",
+        f"In batches of {format_number(p.batch)} at {at} tokens the class lengths lose to no drafter ({speed}x): "
+        f"{verify} verify tokens against a ridge of {ridge} are paid token by token, and every sequence waits for "
+        "code's draft.",
+        "With fewer sequences, or longer contexts whose KV read lifts the ridge, the verify rides free again and "
+        "the class lengths beat no drafter."))
