@@ -105,9 +105,10 @@ def draw_problems(question: Question, draws: list[Solution], catalog: Catalog,
 
 def push_refusal(solution: Solution, catalog: Catalog, stage: Stage) -> str | None:
     """What refuses a declared push on this variant: the realism constraint by name (or the answer whose
-    key the solver refuses, or the solver's fault), or None where the pushed values make a variant."""
+    key the solver refuses, or the solver's fault), or None where the pushed values make a variant. Solved as
+    the interview solves it: only the answers the push asks may refuse it."""
     try:
-        solve_changed(solution, catalog, declared_changes(solution, catalog, stage.set))
+        solve_changed(solution, catalog, declared_changes(solution, catalog, stage.set), asked=stage.ask)
     except Reject as reason:
         return str(reason).split(": ", 1)[0]
     except ParameterError as error:
