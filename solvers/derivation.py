@@ -191,6 +191,8 @@ class Sheet:
     reasons: dict[str, dict[str, str]] = field(default_factory=dict)  # select answers: option -> why
     choice_whys: dict[str, str] = field(default_factory=dict)  # a decided choice's one line of why
     facts: dict[str, set[str]] = field(default_factory=dict)  # select answers: options declared fixed facts
+    # Refusals that bind only where one of their answers is asked (a push re-solves a variant and asks a few).
+    refusals_if_asked: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
     prerequisites: set[str] = field(default_factory=set)  # questions whose results stand here as givens
     cards: list[str] = field(default_factory=list)  # conventions cards the solver read, in order (engine.run_solver)
     # The question's parameters as the solver sees them: name -> (value, display unit, label).
@@ -359,6 +361,11 @@ class Sheet:
         self.reasons.setdefault(key, {})[option] = why
         if fact:
             self.facts.setdefault(key, set()).add(option)
+
+    def refuse_if_asked(self, keys: Sequence[str], reason: str) -> None:
+        """Refuse this variant wherever one of `keys` is asked (every answer, where the caller names none): a
+        margin that grading those answers needs, and a push that asks none of them does not."""
+        self.refusals_if_asked.append((tuple(keys), reason))
 
     def assume(self, text: str) -> None:
         self.assumptions.append(text)

@@ -215,6 +215,9 @@ def run_solver(question: Question, values: dict[str, Any], sheet_type: type[Shee
             solve(_Values(values), sheet)
     except MissingField as missing:  # an entry this question cannot use: not a solver bug
         raise Reject(f"{question.id} cannot use this entry: {missing}") from None
+    for needs, reason in sheet.refusals_if_asked:
+        if asked is None or set(needs) & set(asked):
+            raise Reject(reason)
     keys = {a.key for a in question.answers}
     for spec in question.answers:
         if spec.self_graded:

@@ -89,8 +89,8 @@ def test_exp_bound_old_kernel_split_reproduces_its_measurement(variant, seed):
     share; the softmax's and the slow GEMMs' idle shares add to the whole; the measurement sits clear of the
     serial ceiling (the solver refuses draws within 10% of it)."""
     solution = variant(f"flash-attention-exp-bound@{'default' if seed is None else seed}")
-    p, r = _params(solution), solution.expected
-    measured = p["measured"]
+    r = solution.expected
+    measured = solution.sheet.results["measured_share"]
     assert _serial_kernel_share(r["gemm_share"], r["softmax_ratio"]) == pytest.approx(measured, rel=1e-9)
     gemm_idle = 1 / r["gemm_share"] - 1
     assert r["idle_softmax_share"] + gemm_idle / (1 / measured - 1) == pytest.approx(1)
@@ -103,9 +103,9 @@ def test_exp_bound_old_kernel_options_follow_its_figures(variant, seed):
     """Each listed option about the old kernel holds exactly when its figures say so, and none is listed
     within 3% of its line."""
     solution = variant(f"flash-attention-exp-bound@{seed}")
-    p, r = _params(solution), solution.expected
+    r = solution.expected
     judged = solution.sheet.results["fa2_causes"]
-    u, f, s = p["measured"], r["gemm_share"], r["idle_softmax_share"]
+    u, f, s = solution.sheet.results["measured_share"], r["gemm_share"], r["idle_softmax_share"]
     serial, sm = r["serial_ceiling"], r["softmax_ratio"]
     tests = {
         "its GEMMs run at under half the tensor peak": (f, 0.5, f < 0.5),
@@ -125,28 +125,33 @@ def test_exp_bound_old_kernel_options_follow_its_figures(variant, seed):
 
 @pytest.mark.parametrize("seed", range(60))
 def test_exp_bound_technique_options_follow_the_ratios_not_the_regime(variant, seed):
-    """Each FA3 option holds exactly when its own line, recomputed in floats, says so: the exponentials alone
-    against the QKᵀ half and against 1, the whole softmax against 2/3 (twice the rate, overlapped), 1/2 (in series)
-    and 3/2 (idle over a third overlapped)."""
-    solution = variant(f"flash-attention-exp-bound@{seed}")
-    r = solution.expected
-    judged = solution.sheet.results["fa3_techniques"]
-    e, sm = r["exp_ratio"], r["softmax_ratio"]
-    overlapped = 2 * min(1, 1 / (2 * sm)) / min(1, 1 / sm)
-    expected = {
-        "intra-warpgroup pipelining alone could hide the exponentials (not the FP32 ops) behind the next block's "
-        "QKᵀ GEMM, half the matmuls (a tie counts as hidden)": e <= 0.5 + 1e-12,
-        "ping-pong could hide the exponentials alone (a tie counts as hidden), but not the whole softmax (exps and "
-        "FP32 ops together)": e <= 1 + 1e-12 and sm > 1 + 1e-12,
-        "twice this variant's tensor rate would raise its perfectly overlapped TFLOP/s by over half":
-            overlapped > 1.5 + 1e-12,
-        "twice this variant's tensor rate, the softmax still in series, would raise its TFLOP/s by over half":
-            2 * (1 + sm) / (1 + 2 * sm) > 1.5 + 1e-12,
-        "even perfectly overlapped, the tensor cores would sit idle over a third of the time":
-            1 - min(1, 1 / sm) > 1 / 3 + 1e-12,
-    }
-    for option, holds in expected.items():
-        assert judged[option] is holds, option
+    """Each FA3 option holds exactly when its own line, recomputed in floats, says so, and is not listed within 3%
+    of it (read3-R1: at a power-of-two head dim the exponentials sit exactly on half or all of the matmul time):
+    the exponentials alone against the QKᵀ half, overlap against the softmax in series (over half), twice the
+    rate overlapped (over half), the idle share overlapped against 30%."""
+    for code in (f"flash-attention-exp-bound@{seed}", f"flash-attention-exp-bound@{seed}+head_dim=64"):
+        try:
+            solution = variant(code)
+        except VariantError:
+            continue
+        r = solution.expected
+        judged = solution.sheet.results["fa3_techniques"]
+        e, sm = r["exp_ratio"], r["softmax_ratio"]
+        lines = {
+            "intra-warpgroup pipelining alone could hide the exponentials (not the FP32 ops) behind the next block's "
+            "QKᵀ GEMM, half the matmuls": (e, 0.5, e <= 0.5),
+            "perfect overlap would lift its TFLOP/s over the softmax-in-series ceiling by over half":
+                ((1 + sm) * min(1, 1 / sm), 1.5, (1 + sm) * min(1, 1 / sm) > 1.5),
+            "twice this variant's tensor rate would raise its perfectly overlapped TFLOP/s by over half":
+                (2 * min(1, 1 / (2 * sm)) / min(1, 1 / sm), 1.5, 2 * min(1, 1 / (2 * sm)) / min(1, 1 / sm) > 1.5),
+            "even perfectly overlapped, the tensor cores would sit idle over {idle_line} of the time":
+                (1 - min(1, 1 / sm), 0.3, 1 - min(1, 1 / sm) > 0.3),
+        }
+        for option, (a, b, holds) in lines.items():
+            if abs(a / b - 1) < 0.03:
+                assert judged[option] is None, option
+            else:
+                assert judged[option] is holds, option
 
 
 @pytest.mark.parametrize("seed", [None, *range(40)])
@@ -224,38 +229,49 @@ def fa2_split_bounds(tokens: int, tile: int, splits: int, longest: int | None = 
     return [(min(i * per, n_blocks) * tile, min(min((i + 1) * per, n_blocks) * tile, tokens)) for i in range(splits)]
 
 
-def _attention_load(blocks: int, sms: int, tiles: int, splits: int) -> float:
-    """The most loaded SM's key tiles: waves of blocks times a full chunk (each SM at 1/SMs of the bandwidth)."""
-    per = -(-tiles // splits)
-    return -(-blocks * (-(-tiles // per)) // sms) * per
+def _attention_cost(blocks: int, sms: int, tiles: int, splits: int, partial: float) -> tuple[float, int]:
+    """The most loaded SM's time in tile reads for `splits` asked, and the splits launched: waves of blocks times
+    a full chunk of tiles, plus each split's FP32 partials when split (each SM at 1/SMs of the bandwidth)."""
+    per = -(-tiles // min(tiles, max(1, splits)))
+    launched = -(-tiles // per)
+    waves = -(-blocks * launched // sms)
+    return waves * (per + (partial if launched > 1 else 0)), launched
+
+
+def _partial_in_tiles(model) -> float:
+    """A split's FP32 output and LSE per query head of its KV head, written and read back, in tiles of bf16 K and V."""
+    group, d = model.heads // model.kv_heads, model.head_dim
+    return 2 * group * (d + 1) * 4 / (2 * 128 * d * 2)
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_split_kv_counts_match_fa2_split_ranges(variant, seed):
-    """The launched splits are as many as fit one wave of blocks on the SMs, ⌊SMs / blocks⌋ (read-RH: the fewest
-    that give every SM a block leave a part-filled second wave), the keys dealt ⌈tiles / splits⌉ a split; none
-    is left empty in FA2's range arithmetic for the longest sequence, and the shorter request's empty splits are
-    the ones FA2's own ranges give it in the same launch."""
+    """The launched splits (read3-R1: chosen by the question's own timing, not one wave by rule): of the wave
+    counts filled with splits, ⌊k·SMs / blocks⌋ each, the fewest within 10% of the fastest; the fastest is the
+    fastest of every split count tried one by one. The keys are dealt ⌈tiles / splits⌉ a split; none is left empty
+    in FA2's range arithmetic for the longest sequence, and the shorter request's empty splits are the ones FA2's
+    own ranges give it in the same launch."""
     solution = variant(f"split-kv-decode-merge@{seed}")
     p, r = _params(solution), solution.expected
     sms = p["gpu"].sms
     heads = max(1, p["model"].kv_heads // p["tp"])
     blocks = int(p["batch"]) * heads
     tiles = math.ceil(p["context"] / 128)
-    wave = min(tiles, max(1, sms // blocks))
-    per = -(-tiles // wave)
-    splits = -(-tiles // per)
+    partial = _partial_in_tiles(p["model"])
+    fastest = min(_attention_cost(blocks, sms, tiles, n, partial)[0] for n in range(1, tiles + 1))
+    by_waves = [_attention_cost(blocks, sms, tiles, k * sms // blocks, partial)
+                for k in range(1, -(-blocks * tiles // sms) + 1)]
+    assert min(cost for cost, _ in by_waves) == pytest.approx(fastest)
+    splits = min(launched for cost, launched in by_waves if cost <= 1.1 * fastest)
+    per = -(-tiles // splits)
     assert r["blocks"] == blocks and r["splits"] == splits and r["tiles_per_split"] == per
-    assert blocks * splits <= sms or splits == 1  # one wave
     assert all(start < end for start, end in fa2_split_bounds(p["context"], 128, splits))  # none launched empty
     short = fa2_split_bounds(math.floor(p["context"] * p["short_share"]), 128, splits, longest=p["context"])
     assert r["empty_splits"] == sum(start >= end for start, end in short)
-    assert r["regime"] == ("no-split" if 2 * blocks > sms else "split-needed")
-    # By the question's own model no count up to the old fill-every-SM one beats one wave.
-    fill = min(tiles, -(-sms // blocks))
-    assert all(_attention_load(blocks, sms, tiles, splits) <= _attention_load(blocks, sms, tiles, n)
-               for n in range(1, fill + 1))
     results = solution.sheet.results
+    gain = results["per_user_split"] / results["per_user_unsplit"]
+    assert r["regime"] == ("split-pays" if gain > 1.2 else "hardly-matters")
+    assert abs(gain / 1.2 - 1) >= 0.03  # refused within the speed-up's 3% of the line
     assert results["per_user_split"] >= results["per_user_unsplit"]
 
 
@@ -275,6 +291,19 @@ def test_split_kv_takes_one_wave_not_a_part_filled_second(variant, code, expect)
     label = "the fewest splits that give every SM a block, ⌈SMs / blocks⌉ (a part-filled second wave)"
     assert slips[label] == pytest.approx(old / splits)
     assert r["attention_split"] < r["attention_unsplit"]
+
+
+def test_split_kv_takes_more_waves_where_one_leaves_sms_idle(variant):
+    """read3-R1: 96 blocks on 132 SMs (the old push) leave 36 SMs idle; one wave holds no second split, but four
+    splits in three waves (384 blocks of 16 tiles) read 3 × 16 tiles against 64 unsplit: four, not the old
+    "no split". The one-wave count is the declared slip. The whole step still moves under 20%."""
+    solution = variant("split-kv-decode-merge@default+batch=12+context=8192")
+    r = solution.sheet.results
+    assert (r["blocks"], r["splits"], r["tiles_per_split"], r["waves_split"]) == (96, 4, 16, 3)
+    assert r["attention_unsplit"] / r["attention_split"] > 1.25
+    assert r["regime"] == "hardly-matters" and r["step_gain"] < 1.2
+    slips = {slip.label: slip.factor for slip in solution.sheet.slips["splits"]}
+    assert slips["one wave by rule, ⌊SMs / blocks⌋ splits, where more waves finish over 10% sooner"] == 0.25
 
 
 OWN_SPLIT = {"the FP32 partials, written and read back, add under {merge_share} to this step's attention traffic",
@@ -299,17 +328,22 @@ def test_split_kv_lists_its_own_split_statements_only_where_it_splits(variant, s
     if split:
         assert truth["the shorter request leaves at least half of its splits without keys"] == (
             2 * r["empty_splits"] >= r["splits"])
-    assert truth["a CUDA graph captured at this batch replays the split count it was captured with"] is True
+    assert truth["a CUDA graph captured at this batch replays the split count it was captured with, for a kernel "
+                 "whose grid encodes it"] is True
 
 
 @pytest.mark.parametrize("seed", range(30))
 def test_split_kv_push_crosses_to_the_other_side(variant, seed):
-    """The declared pushes: 96 requests of 1,536 make at least 96 blocks, past half of every drawn GPU's SMs (74 at
-    most), so no split; one request alone always splits (at most 8 KV heads a GPU against 132 or more SMs)."""
+    """The declared pushes: 96 requests of 2,048 keys, where the split moves each user's speed by under 20%; one
+    request of 32K alone, where it moves it by several times. Each crosses, in the draws that solve there."""
     solution = variant(f"split-kv-decode-merge@{seed}")
     regime = solution.sheet.results["regime"]
-    moved = "batch=96+context=1536" if regime == "split-needed" else "batch=1"
-    assert variant(f"split-kv-decode-merge@{seed}+{moved}").sheet.results["regime"] != regime
+    moved = "batch=96+context=2048" if regime == "split-pays" else "batch=1+context=32768"
+    try:
+        pushed = variant(f"split-kv-decode-merge@{seed}+{moved}")
+    except VariantError:
+        return  # refused (a near tie, a context past the model's): validate holds the share under 10%
+    assert pushed.sheet.results["regime"] != regime
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -338,7 +372,7 @@ def test_split_kv_shorter_request_is_whole_tokens(variant):
             assert math.ceil(math.floor(exact) / 128) == math.ceil(exact / 128)
 
 
-@pytest.mark.parametrize(("batch", "context"), [(17, 8192), (32, 2048), (128, 1024)])
+@pytest.mark.parametrize(("batch", "context"), [(33, 4096), (32, 2048), (128, 1024)])
 def test_split_kv_one_split_writes_no_partials(variant, batch, context):
     """A grid the batch fills runs one split (pinned in the question file): the output is written directly
     (FA2's non-split path), so there are no FP32 partials, no merge, and the split speed is the unsplit one."""

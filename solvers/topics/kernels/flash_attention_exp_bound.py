@@ -16,18 +16,18 @@ def tensor_rate(gpu, dtype: str) -> int:
 
 
 FA2_CAUSES = "fa2_causes"
+OLD_KERNEL_ANSWERS = ("gemm_share", "idle_softmax_share", FA2_CAUSES)
 FA3_TECHNIQUES = "fa3_techniques"
 
 # A judgement of the old kernel within this share of its line is too close to call from figures graded to 2%.
 CLEAR = sympy.Rational(3, 100)
 
 # The exponentials and the QKᵀ half tie exactly in many variants (H100 bf16 at d = 128, the default; fp8 at 256),
-# and the exponentials and the whole GEMMs in others (fp8 at 128, bf16 at 64): each option states its tie rule,
-# a tie hides them, as perfect overlap of equal times does.
+# and the exponentials and the whole GEMMs in others (fp8 at 128, bf16 at 64): an option on its tie is not listed.
 PIPELINE_HIDES = ("intra-warpgroup pipelining alone could hide the exponentials (not the FP32 ops) behind the next "
-                  "block's QKᵀ GEMM, half the matmuls (a tie counts as hidden)")
-PINGPONG_SPLIT = ("ping-pong could hide the exponentials alone (a tie counts as hidden), but not the whole softmax "
-                  "(exps and FP32 ops together)")
+                  "block's QKᵀ GEMM, half the matmuls")
+OVERLAP_WINS = ("perfect overlap would lift its TFLOP/s over the softmax-in-series ceiling by over half")
+IDLE_OVER = "even perfectly overlapped, the tensor cores would sit idle over {idle_line} of the time"
 # The head dims the push takes a draw to (64 from the matmul-bound side, 256 from the softmax-bound one): the old
 # kernel's measurement stays as drawn there, so a draw is refused unless its stage would solve at both.
 PUSH_HEAD_DIMS = (64, 256)
@@ -86,33 +86,29 @@ def _fa2_causes(s: Sheet, r_sm, u_meas, f_gemm, idle_share, u_serial, half) -> N
 def _fa3_techniques(s: Sheet, r_exp, r_sm) -> None:
     """What each FA3 technique could hide of this variant's softmax, and what a faster tensor core would buy,
     judged on its exact ratios (the exponentials alone, or the whole softmax, as each option says), and the one
-    fact about which stall warp specialization addresses. None restates the regime: the lines are the QKᵀ half,
-    1 for the exponentials alone, 1/2 and 2/3 and 3/2 for the whole softmax."""
+    fact about which stall warp specialization addresses. None restates the regime; an option within 3% of its
+    line (the exponentials at exactly half or all of the matmul time, at a power-of-two head dim) is not listed:
+    read3-R1, a push that landed every draw on the tie rule."""
     e, sm = s.value(r_exp), s.value(r_sm)
     half = sympy.Rational(1, 2)
     place = ("within", "exactly", "past")[s.compare(r_exp, half) + 1]
-    s.judge(FA3_TECHNIQUES, PIPELINE_HIDES, s.compare(r_exp, half) <= 0,
+    s.judge(FA3_TECHNIQUES, PIPELINE_HIDES, _holds(_clear(s, r_exp, half), lambda o: o <= 0),
             f"the exponentials take {format_number(e, 3)}x the matmul time, {place} the QKᵀ half of it")
-    split = s.compare(r_exp, 1) <= 0 < s.compare(r_sm, 1)
-    s.judge(FA3_TECHNIQUES, PINGPONG_SPLIT, split,
-            f"the exponentials take {format_number(e, 3)}x the matmul time and the whole softmax "
-            f"{format_number(sm, 3)}x: " + ("the FP32 work beside the exp2 tips it past the GEMMs"
-                                            if split else "both sit on the same side of 1"))
+    # Perfect overlap against the softmax in series: min(1, 1/r) over 1/(1 + r).
+    wins = (1 + r_sm) * min_of(1, 1 / r_sm)
+    s.judge(FA3_TECHNIQUES, OVERLAP_WINS, _holds(_clear(s, wins, sympy.Rational(3, 2)), lambda o: o > 0),
+            f"overlapped min(1, 1/r) against 1/(1 + r) in series, r = {format_number(sm, 3)}: × "
+            f"{format_number(s.evaluate(wins), 3)}" + (" (the GEMMs set the pace: the serial softmax was the whole "
+                                                      "loss)" if s.compare(r_sm, 1) <= 0 else " (the softmax sets "
+                                                      "the pace either way)"))
     # Overlapped the rate is min(1, 1/r) of the peak: twice the tensor rate gives 2·min(1, 1/(2r)) / min(1, 1/r).
     overlapped = 2 * min_of(1, 1 / (2 * r_sm)) / min_of(1, 1 / r_sm)
     s.judge(FA3_TECHNIQUES, "twice this variant's tensor rate would raise its perfectly overlapped TFLOP/s by over "
-            "half", s.compare(overlapped, sympy.Rational(3, 2)) > 0,
+            "half", _holds(_clear(s, overlapped, sympy.Rational(3, 2)), lambda o: o > 0),
             f"the softmax takes {format_number(sm, 3)}x the matmul time now, {format_number(2 * sm, 3)}x at twice "
             f"the rate: overlapped TFLOP/s × {format_number(s.evaluate(overlapped), 3)}")
-    # In series the rate is 1/(1 + r) of the peak: twice the tensor rate gives 2(1 + r)/(1 + 2r).
-    serial = 2 * (1 + r_sm) / (1 + 2 * r_sm)
-    s.judge(FA3_TECHNIQUES, "twice this variant's tensor rate, the softmax still in series, would raise its "
-            "TFLOP/s by over half", s.compare(serial, sympy.Rational(3, 2)) > 0,
-            f"2(1 + r)/(1 + 2r) with r = {format_number(sm, 3)}: × {format_number(s.evaluate(serial), 3)}; the "
-            "serial softmax does not shrink with the GEMMs")
     idle = 1 - min_of(1, 1 / r_sm)
-    s.judge(FA3_TECHNIQUES, "even perfectly overlapped, the tensor cores would sit idle over a third of the time",
-            s.compare(idle, sympy.Rational(1, 3)) > 0,
+    s.judge(FA3_TECHNIQUES, IDLE_OVER, _holds(_clear(s, idle, s.param("f_idle", "idle_line")), lambda o: o > 0),
             f"1 − min(1, 1/{format_number(sm, 3)}) = {format_number(100 * s.evaluate(idle), 3)}% idle")
     s.judge(FA3_TECHNIQUES, "producer warps issuing TMA loads (warp specialization) hide the K/V tile loads from HBM",
             True, "a producer warp issues the copies and the consumers only wait on a barrier; TMA moves bytes, "
@@ -171,14 +167,21 @@ def solve(p, s: Sheet) -> None:
            "TFLOP/s", "the chip's dense peak times the share the serial softmax leaves the tensor cores")
 
     # Stage 2: the old kernel's measured share, split into its slow GEMMs and its serial softmax.
-    u_meas = s.param("u_meas", "measured")
+    X_meas = s.param("X_meas", "measured")
+    u_meas = s.step("measured_share", "The old kernel's share of the tensor peak", "u_meas", X_meas / P, "%",
+                    "its measured TFLOP/s over the dense peak of this dtype: a kernel fed by per-warp mma.sync gains "
+                    "little TFLOP/s from fp8, so its share of the doubled fp8 peak is about half the bf16 one")
     # The push moves only the head dim, never the measurement: the old kernel's stage must solve at the head dims
     # it goes to as well (the serial ceiling falls with the head dim), so a draw is held to all three.
-    for head_dim in (None, *PUSH_HEAD_DIMS):
-        r = r_sm if head_dim is None else F * (1 / E + n / A) / (4 * head_dim)
-        refusal = _old_kernel_refusal(s, u_meas, r)
-        if refusal:
-            raise Reject(refusal + ("" if head_dim is None else f" at head dim {head_dim}, where a push takes it"))
+    # At the head dims a push goes to, the push asks none of the old kernel's figures: the measurement need only
+    # sit under that head dim's serial ceiling (its GEMMs under the peak), not clear of it by the stage's margins.
+    refusal = _old_kernel_refusal(s, u_meas, r_sm)
+    if refusal:
+        s.refuse_if_asked(OLD_KERNEL_ANSWERS, refusal)
+    for head_dim in PUSH_HEAD_DIMS:
+        if s.compare(u_meas, 1 / (1 + F * (1 / E + n / A) / (4 * head_dim))) >= 0:
+            raise Reject(f"the old kernel's measurement at or past the serial ceiling at head dim {head_dim}, where "
+                         "a push takes it")
     f_gemm = s.step("gemm_share", "Share of the tensor peak the old kernel's GEMMs reach", "f_gemm",
                     1 / (1 / u_meas - r_sm), "%",
                     "per score the kernel takes t_mm/u_meas; the softmax takes r_sm·t_mm of it in series, the GEMMs "
@@ -202,7 +205,9 @@ def solve(p, s: Sheet) -> None:
     s.assume("The FP32 instructions per score beside the exp2: the row max (FMNMX), the scale-and-subtract in "
              "log2 units (FFMA), the row sum (FADD) and the cast of P (F2F); the output rescale, once per row "
              "per K/V block, is left out. The cast is counted at the FP32 rate as the prompt states; the CUDA "
-             "guide lists most conversions at 16 per clock per SM, so even packed (two-value) casts rival the exp.")
+             "guide lists most conversions at 16 per clock per SM, so even packed (two-value) casts rival the exp. The "
+             "model is calibrated against FA3's measured 570 TFLOP/s with the softmax in series, which absorbs the "
+             "difference.")
     s.assume("A score's exp2 and FP32 instructions form one dependent chain, so their times add, as the prompt says: "
              "the row max must finish before the block's exps start, and one warpgroup's softmax runs its phases "
              "in turn. This is the model the measurement supports: FA3's 570 TFLOP/s with the softmax in series is "
