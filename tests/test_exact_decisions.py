@@ -180,6 +180,7 @@ ALLOWED = {
     ("topics/longcontext/million_token_context.py", "_nodes", "n == 1"): TEXT,
     ("topics/longcontext/million_token_context.py", "_regime", "nodes == 1"): TEXT,
     ("topics/moe/moe_1t_training_layout.py", "_layout_regime", "stages > 1"): TEXT,
+    ("topics/moe/moe_1t_training_layout.py", "_layout_regime", "stages_2 == stages"): TEXT,
     ("topics/scaleup/b200_h100_roles.py", "_nodes", "n == 1"): TEXT,
     ("topics/speculation/spec_decode_by_load.py", "_peak_reasons", "at_half > 1"):
         _margin("3% (SPEEDUP_TIE): draws nearer a speedup of 1 at half the peak batch are refused"),

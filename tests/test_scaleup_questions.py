@@ -411,3 +411,43 @@ def test_b200_h100_roles_each_sides_push_crosses(variant, catalog, seed):
         else:
             assert moved and moved <= {"b200_format", "prompt"}
             assert run.solution.sheet.results["nodes_B"] == 1 and _params(run.solution)["b200_format"] == "mxfp4"
+
+
+def test_million_token_context_keys_do_not_announce_the_push(variant):
+    """Near the boundary the regime's key says what binds, never that 'a modest change tips it' (read3-R2: the
+    stage-2 key of @9601 announced the push); one node that holds and meets the target is the deployment's floor,
+    not a cache to shrink."""
+    for seed in range(7001, 7061):
+        solution = variant(f"million-token-context@{seed}")
+        summary = solution.sheet.regime.summary
+        assert "modest change" not in summary
+        if solution.regime_name == "memory" and solution.sheet.results["nodes"] == 1:
+            assert "floor" in summary and "shrink" not in summary
+
+
+def test_million_token_context_mha_names_its_projections_slip(variant):
+    """Default: MHA's KV (343.6 GB a GPU) over 56.98 GB of room is 6.03, 7 nodes; left without its wider K and V
+    projections (59.33 GB of room) it is 5.79, 6 nodes: the slip is named, the words state the convention."""
+    solution = variant("million-token-context@default")
+    assert solution.sheet.results["nodes_mha"] == 7
+    assert [s.factor for s in solution.sheet.slips["nodes_mha"] if "K and V" in s.label] == [pytest.approx(6 / 7)]
+    assert "K and V projections for every head" in solution.question.stages[2].say
+
+
+def test_million_token_context_relaxed_push_asks_decode_on_fewer_nodes(variant, catalog):
+    """A plan the target sets, relaxed into memory, deploys fewer nodes: the push asks the decode speed there,
+    which the stage-2 key never showed. It moves either way: fewer nodes read more KV a GPU but merge partial
+    attention across fewer (or no) nodes, every layer at the NIC's latency."""
+    seen = moved = 0
+    for seed in range(7001, 7041):
+        solution = variant(f"million-token-context@{seed}")
+        if solution.regime_name != "ttft-target":
+            continue
+        push = next(run for i in range(3, len(solution.question.stages))
+                    if (run := stage_run(solution, catalog, i)) is not None)
+        assert push.solution.regime_name == "memory"
+        seen += 1
+        assert "per_user" in push.ask
+        assert push.solution.sheet.results["nodes_plan"] < solution.sheet.results["nodes_plan"]
+        moved += push.solution.sheet.results["per_user"] != pytest.approx(solution.sheet.results["per_user"], rel=0.05)
+    assert seen >= 20 and moved >= 0.8 * seen

@@ -1,6 +1,8 @@
 """A million tokens of context - the cache, the prefill, and the change that breaks the plan."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import sympy
 
 from solvers.conventions import convention_value
@@ -59,6 +61,8 @@ def _breaks(s: Sheet, p, *, room, kv, w, nodes, per_param, added: dict[str, int]
         ("twice the layers at the same width", 2, w, "2x the KV and 2x the weights per GPU"),
         ("an MLP twice as wide", 1, added["mlp"] * per_param,
          f"the KV unchanged, the gate, up and down projections twice as wide: {grown(added['mlp'])}"),
+        ("twice the query heads", 1, added["q"] * per_param,
+         f"the KV unchanged (the same KV heads), the q and o projections twice as wide: {grown(added['q'])}"),
         (VOCAB, 1, added["vocab"] * per_param,
          f"the KV unchanged, the embedding and output tables twice as long: {grown(added['vocab'])}"),
     )
@@ -71,25 +75,31 @@ def _breaks(s: Sheet, p, *, room, kv, w, nodes, per_param, added: dict[str, int]
                 f"{what}: {_nodes(s.evaluate(ceil_of(kv_factor * kv / left)))} against the {now}",
                 fact=option == VOCAB)
         # A longer vocabulary adds no KV and under a GB of weights a GPU (these models' tables, split by TP 8):
-        # the anchor of a change that grows only the weights. Every other growth breaks 405B's tight plan, so a
-        # fifth option that varies would leave no false option to list in those draws.
+        # the anchor of a change that grows only the weights. Every other growth breaks 405B's tight plan, so
+        # without it those draws would list no false option (and be refused).
 
 
 def _regime(s: Sheet, t_pre, target, *, nodes: float, plan: float) -> None:
     held = _nodes(nodes) + (" that holds" if nodes == 1 else " that hold")
-    s.regime_by(t_pre, target, tie="below", boundary_label="the TTFT target", below=Side(
-        "memory",
-        f"The {held} the request's KV already prefill{'s' if nodes == 1 else ''} it within the target: memory sets the "
-        "nodes, and the cache is what to shrink (fp8 KV, a latent) before anything else.",
-        "Past the target the prefill's math, not the cache, sets the nodes: context parallelism then buys "
-        "latency, each node added cutting the math, while the ring's KV passing stays overlapped with it."),
-        above=Side(
+    if nodes == 1:  # one node is the deployment's floor: no cache to shrink, nothing split
+        memory = ("One node holds the request's KV and prefills it within the target: a single TP 8 node is the "
+                  "whole plan, the floor of any deployment, with no context parallelism; nothing binds but the "
+                  "unit you deploy in.")
+    else:
+        memory = (f"The {held} the request's KV already prefill it within the target: memory sets the nodes, "
+                  "and a smaller cache (fp8 KV, a latent) is what would take nodes away.")
+    below = Side("memory", memory,
+                 "Past the target the prefill's math, not the cache, sets the nodes: context parallelism then buys "
+                 "latency, each node added cutting the math, while the ring's KV passing stays overlapped with it.")
+    above = Side(
         "ttft-target",
         f"The {held} the KV prefill{'s' if nodes == 1 else ''} it too slowly for the target: the math sets the nodes, "
         f"{format_number(plan)} of them, context parallelism spreading it (ring attention), each node a TP 8 "
         "group with the whole weights.",
-        "Within the target the nodes that hold the KV are enough: memory sets the plan, and the cache is the "
-        "lever."))
+        "Within the target the nodes that hold the KV are enough: memory sets the plan.")
+    # Near the boundary the key says the same: a margin named here would announce the push that follows.
+    s.regime_by(t_pre, target, tie="below", boundary_label="the TTFT target",
+                below=replace(below, near=below.summary), above=replace(above, near=above.summary))
 
 
 def solve(p, s: Sheet) -> None:
@@ -214,6 +224,7 @@ def solve(p, s: Sheet) -> None:
     _breaks(s, p, room=room, kv=kv_gpu, w=w_gpu, nodes=c, per_param=e.W / (e.N * e.TP), added={
         "kv": added_params(model, kv_heads=2 * model.kv_heads),
         "kv4": added_params(model, kv_heads=4 * model.kv_heads),
+        "q": added_params(model, heads=2 * model.heads),
         "vocab": 2 * model.vocab * model.hidden,  # untied input and output tables
         "mlp": GATED_MATRICES * model.hidden * model.ffn * model.layers})
     latent = s.step("kv_mla_gpu", "An MLA latent's cache on each GPU of one node", "KV_MLA",
@@ -242,6 +253,8 @@ def solve(p, s: Sheet) -> None:
     s.slip("causal mask left out (T² pairs instead of T²/2)",
            s.evaluate(2 * F_a / (F_w + 2 * F_a)) / s.value(share), on="attention_share")
     s.slip("KV in GB counted as GiB", 1e9 / 2**30, on="kv_request")
+    s.slip("MHA's wider K and V projections left out of the room", s.evaluate(ceil_of(kv_gpu * H / H_kv / room))
+           / s.value(c_mha), on="nodes_mha")
     s.slip("the latent split over TP 8 as if it had heads", s.evaluate(ceil_of(latent / e.TP / room)) / s.value(c_mla),
            on="nodes_mla")
     _regime(s, t_pre, target, nodes=n_c, plan=n_plan)
