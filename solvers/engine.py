@@ -23,6 +23,7 @@ from solvers.derivation import QuickSheet, Reject, Sheet
 from solvers.params import ParameterError, in_a_code
 from solvers.realism import broken
 from solvers.sampling import Param, default_values, draw_values, regenerate, resolve
+from solvers.sheetmath import NotAskable
 from solvers.units import format_exact, parse_unit
 from solvers.verdicts import Verdict
 
@@ -217,7 +218,7 @@ def run_solver(question: Question, values: dict[str, Any], sheet_type: type[Shee
         raise Reject(f"{question.id} cannot use this entry: {missing}") from None
     for needs, reason in sheet.refusals_if_asked:
         if asked is None or set(needs) & set(asked):
-            raise Reject(reason)
+            raise NotAskable(reason)
     keys = {a.key for a in question.answers}
     for spec in question.answers:
         if spec.self_graded:
@@ -228,7 +229,7 @@ def run_solver(question: Question, values: dict[str, Any], sheet_type: type[Shee
         if problem:
             raise RuntimeError(f"{question.id}: answers.{spec.key}: {problem}")
         if (asked is None or spec.key in asked) and (refused := spec.refusal(sheet.results[spec.key])):
-            raise Reject(f"answers.{spec.key}: {refused}")
+            raise NotAskable(f"answers.{spec.key}: {refused}")
     undeclared = sorted(sheet.prerequisites - set(question.requires))
     if undeclared:
         raise RuntimeError(f"{question.id}: takes results of {', '.join(undeclared)} without declaring requires:")
@@ -283,7 +284,7 @@ def question_variant(question: Question, catalog: Catalog, code: VariantCode) ->
     if overrides:
         try:
             raw = regenerate(question, raw | overrides, set(overrides), code.seed)
-            params, sheet = solve_values(question, raw, catalog)
+            params, sheet = _override_solve(question, raw, catalog)
         except Reject as reason:
             raise VariantError(f"{code}: no valid variant with {_changed(code)} ({reason})") from None
         except ParameterError as error:
@@ -292,6 +293,16 @@ def question_variant(question: Question, catalog: Catalog, code: VariantCode) ->
             raise VariantError(f"{code}: the solver cannot take {_changed(code)} "
                                f"({type(error).__name__}: {error})") from None
     return _solution(question, code, params, sheet)
+
+
+def _override_solve(question: Question, raw: dict[str, Any], catalog: Catalog) -> tuple[list[Param], Sheet]:
+    """A variant the user named by its figures: refused where they make no sense. One whose figures stand but
+    that could not ask an answer is still the variant named: a push's own code (the script prints it) names
+    one that asks only a few answers again, and opens as the push made it."""
+    try:
+        return solve_values(question, raw, catalog)
+    except NotAskable:
+        return solve_values(question, raw, catalog, asked=())
 
 
 # What a solver raises on values it was not written for (a catalogue entry it has no figure of, a

@@ -27,6 +27,11 @@ class Reject(Exception):
     """Raised by a solver for a draw that makes no sense (the sampler redraws)."""
 
 
+class NotAskable(Reject):
+    """A draw whose figures make sense but where an answer it would ask cannot be graded fairly (a select
+    with nothing to pick, a margin too fine): refused where that answer is asked, not where a push asks others."""
+
+
 def max_of(*args: sympy.Expr) -> sympy.Expr:
     """max(...) left unevaluated: sympy's own simplification of Max over positive symbols
     costs milliseconds per call, and the sheet evaluates it numerically anyway. On a

@@ -198,3 +198,18 @@ def test_a_push_refuses_a_variant_only_for_what_it_asks(bank, catalog, monkeypat
     for asked in (None, ("regime", "levers")):
         with pytest.raises(Reject, match="answers.levers: no listable option holds"):
             revise(first, catalog, {"batch": 512}, asked=asked)
+
+
+def test_a_push_opens_again_by_the_code_the_script_prints(bank, catalog, monkeypatch):
+    """A push's variant may leave a select it does not ask with nothing to pick; opened by its own code (the
+    script prints it), it is still that variant, not 'no valid variant'."""
+    from solvers.answers.select import Select
+
+    first = make_variant(bank, catalog, VariantCode("weight-read-intensity", None))
+    pushed = revise(first, catalog, {"batch": 512}, asked=("regime",))
+    unlistable = pushed.sheet.results["levers"]
+    assert unlistable != first.sheet.results["levers"]
+    monkeypatch.setattr(Select, "refusal", lambda self, result: "no listable option holds" if result == unlistable
+                        else None)
+    again = make_variant(bank, catalog, VariantCode.parse(str(pushed.code)))
+    assert again.code == pushed.code and again.expected["regime"] == pushed.expected["regime"] == "compute-bound"
