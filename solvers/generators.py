@@ -266,3 +266,14 @@ def ledger_row(rng: np.random.Generator, ledger: list[dict], change: str) -> str
     quality = "" if change == "baseline" else f", quality {row['quality (pts)']:+.1f} pts"
     return (f"${row['$/GPU-h']:.2f}/GPU-h, {row['tokens/s per GPU']:,.0f} tokens/s per GPU, "
             f"p99 TPOT {row['p99 TPOT (ms)']:.1f} ms{quality}")
+
+
+# --- fp8-attention-quant-points: the row max the interviewer states --------------------------
+
+@generator("gaussian_row_max")
+def gaussian_row_max(rng: np.random.Generator, tokens: int, spread: float) -> float:
+    """The expected largest of `tokens` Gaussian scores of spread `spread`, in nats above their mean: the mean of
+    the Gumbel limit, √(2 ln T) less (ln ln T + ln 4π − 2γ)/(2√(2 ln T)), times the spread; three significant
+    figures, as the interviewer says it. Nothing is drawn: the figure follows from the two it is given."""
+    z0 = np.sqrt(2 * np.log(tokens))
+    return _sig(float(spread * (z0 - (np.log(np.log(tokens)) + np.log(4 * np.pi) - 2 * np.euler_gamma) / (2 * z0))))

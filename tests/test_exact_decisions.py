@@ -122,7 +122,7 @@ def _margin(what: str) -> str:
     return f"the draw is refused within {what} of this line, so floats and exact values decide alike"
 
 
-_UNLISTS = ("another reading (the simulation's cut, the bare row max's flushed mass) on the other side of the line "
+_UNLISTS = ("another reading (the simulation's cut) on the other side of the line "
             "only unlists the option; a listed option's truth is decided by s.compare")
 
 

@@ -273,7 +273,10 @@ def test_fp8_attention_words_pin_the_model_hints_give_the_method(variant):
     and the misplaced share as δs itself: the words now pin the reading the key takes (P as the kernel holds it,
     its row max at one; the expected largest of T; ε as a given; total variation; a truncating accumulator),
     and the hints keep the method (the Gumbel correction, 8 ln 2). The recall comes before the keys and the
-    flush are explained; the opening asks only the accumulator (read-RD: stage 1 leaked all three mechanisms)."""
+    flush are explained; the opening asks only the accumulator (read-RD: stage 1 leaked all three mechanisms), and
+    names neither the keys nor P (read3-R2: "quantizes K and P" gave away two of the three points the recall asks).
+    The row max is said (read3-R2: the expected largest of T and the bare β√(2 ln T) part by 2-3x in the flushed
+    mass): the interviewer gives it in nats, the Gumbel mean of the largest of T to three figures."""
     solution = variant("fp8-attention-quant-points@default")
     stages = solution.question.stages
     said = " ".join(stage.say for stage in stages)
@@ -284,7 +287,18 @@ def test_fp8_attention_words_pin_the_model_hints_give_the_method(variant):
                 "truncating", "round to nearest"):
         assert pin in labels, pin
     assert stages[1].kind == "recall" and set(stages[0].ask) == {"acc_error", "acc_error_typical"}
-    assert any("ln 4π − 2γ" in hint for hint in stages[2].hints)
+    opening = stages[0].say.replace("\n", " ")
+    assert not any(word in opening for word in ("key", " K ", "K and P", " P", "P·V", "exp", "softmax", "score"))
+    assert "{row_max}" in stages[2].say and "{row_max}" in stages[3].say
+    assert "ln 4π − 2γ" in " ".join(solution.sheet.assumptions)
+    from solvers.generators import gaussian_row_max
+    for context, spread in ((4096, 1.2), (16384, 2.0), (65536, 1.2), (131072, 2.4)):
+        z0 = math.sqrt(2 * math.log(context))
+        gumbel = spread * (z0 - (math.log(math.log(context)) + math.log(4 * math.pi) - 0.5772156649 * 2) / (2 * z0))
+        assert gaussian_row_max(None, context, spread) == pytest.approx(gumbel, rel=2e-3)
+    assert solution.param("row_max").raw == gaussian_row_max(None, 4096, 1.2) == 4.38  # the file's default
+    moved = variant("fp8-attention-quant-points@default+context=65536+score_spread=1.2+outlier=4")
+    assert moved.param("row_max").raw == gaussian_row_max(None, 65536, 1.2) == 5.17  # drawn again with T
     assert any("8 ln 2" in hint for hint in stages[0].hints)
     assert "typical size" in said.replace("\n", " ")
 
@@ -298,6 +312,23 @@ def test_fp8_attention_regime_ranks_graded_answers(variant, seed):
               "accumulator": results["acc_error_typical"]}
     assert results["regime"] == max(shares, key=shares.get)
     assert results["acc_error_typical"] == pytest.approx(results["acc_error"] / (8 * math.log(2)))
+
+
+def test_fp8_attention_push_asks_what_moved(variant, catalog):
+    """read3-R2: the push graded the typical accumulator error again where only β moved (@9601, @9602: the
+    stage-1 key, unchanged). It asks the regime and the leading point's share now, the new leader's where it
+    crosses: a share the candidate has not been shown for the pushed variant."""
+    from solvers.interview import stage_run
+    moved = 0
+    for seed in (9601, 9602, 9603, 3, 5):
+        solution = variant(f"fp8-attention-quant-points@{seed}")
+        run = stage_run(solution, catalog, 3)
+        assert run is not None and run.ask == ("regime", "lead_share")
+        shares = {"keys": "key_misplaced", "probabilities": "p_flushed_mass", "accumulator": "acc_error_typical"}
+        pushed = run.solution.expected
+        assert pushed["lead_share"] == pushed[shares[pushed["regime"]]]
+        moved += all(pushed["lead_share"] != solution.expected[key] for key in shares.values())
+    assert moved >= 4
 
 
 def test_fp8_attention_flush_rule_is_the_cast():

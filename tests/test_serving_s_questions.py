@@ -310,8 +310,12 @@ def test_decode_op_ranking_levers_are_total_tokens_and_clear_of_their_lines(vari
     bar = 1 + {param.name: param.value for param in solution.params}["raise_by"]
     judged = solution.sheet.judged("levers")
     at = {latency: _lever_gains(solution, latency) for latency in (5e-6, 10e-6, 20e-6)}
+    p = {param.name: param.value for param in solution.params}
     for option, gain in at[10e-6].items():
-        if gain is None:
+        if option == "the KV cache at half its bytes per token" and p["kv_dtype"] == "fp8" \
+                and "fp4_dense_tflops" not in p["gpu"]:
+            assert judged[option] is None, seed  # fp4 KV: no such lever before Blackwell
+        elif gain is None:
             assert judged[option] is False, (seed, option)  # twice the KV does not fit: it cannot help
         elif option == "twice the batch" and _doubled_kv_fill(solution) > 0.95:
             assert judged[option] is None, seed  # within 5% of the pool: the workspace decides
@@ -346,6 +350,30 @@ def test_decode_op_ranking_twice_the_batch_is_judged_on_the_kv_pool(variant):
     pushed = variant("decode-op-ranking@9501+batch=30")
     assert _doubled_kv_fill(pushed) == pytest.approx(39.32e9 / 42.03e9, rel=2e-3)
     assert pushed.sheet.judged("levers")["twice the batch"] is True
+
+
+def test_decode_op_ranking_lists_no_fp4_kv_before_blackwell(variant):
+    """read3-R2: an fp8 KV cache at half its bytes is fp4, no shipping lever on Hopper: not listed there, and
+    judged on its gain on B200 (which runs fp4)."""
+    hopper = variant("decode-op-ranking@default+kv_dtype=fp8")
+    assert hopper.sheet.judged("levers")["the KV cache at half its bytes per token"] is None
+    assert "fp4" in hopper.sheet.reasons["levers"]["the KV cache at half its bytes per token"]
+    assert "the KV cache at half its bytes per token" not in hopper.shown["levers"]
+    blackwell = variant("decode-op-ranking@default+kv_dtype=fp8+gpu=b200")
+    assert blackwell.sheet.judged("levers")["the KV cache at half its bytes per token"] is not None
+
+
+def test_decode_op_ranking_push_crosses_at_9603(variant, catalog):
+    """read3-R2: @9603 (28 sequences of 5,700 tokens, Llama-3.1-70B on 4 H100s) was pushed to batch 10, crossing
+    nothing: the push asked which levers clear the 40% bar, and at the crossing none does, so the search fell back.
+    The push no longer asks the levers: it moves the context past 15,379 tokens (KV 165 GB beside 141 GB of
+    weights, within the 167 GB pool) into kv-reads, and asks the reads' share that moved."""
+    from solvers.interview import stage_run
+    solution = variant("decode-op-ranking@9603")
+    run = stage_run(solution, catalog, 2)
+    assert run is not None and solution.regime_name == "weight-reads" and run.regime == "kv-reads"
+    assert "attention_share" in run.ask and "levers" not in run.ask
+    assert run.solution.expected["attention_share"] > 0.5 > solution.expected["attention_share"]
 
 
 def test_decode_op_ranking_says_total_and_per_user(bank):

@@ -97,7 +97,12 @@ def _decode_step_levers(s: Sheet, p, *, step: sympy.Expr, weights: sympy.Expr, c
     else:
         say(BATCH, f"{need} fit {room}; the KV reads ({share} of the bytes) double with it, only the weight reads "
             "are shared", lead=f"{need} fit {room}")
-    say(KV_HALF, f"the KV cache is {share} of the step's bytes")
+    if p.kv_dtype == "fp8" and "fp4_dense_tflops" not in p.gpu:
+        # Half of an fp8 KV cache is fp4, which only a GPU with an fp4 datapath (Blackwell) serves; elsewhere the
+        # lever does not exist, and is not listed.
+        s.judge("levers", KV_HALF, None, f"an fp8 KV cache at half its bytes is fp4, which {p.gpu.name} does not run")
+    else:
+        say(KV_HALF, f"the KV cache is {share} of the step's bytes")
     say(WEIGHTS_HALF,
         f"the weights are {format_number(100 - 100 * s.evaluate(cache / (weights + cache)), 2)}% of the step's bytes")
     say(OVERLAP, f"the step's {s.text(overhead)} of CPU overhead is "
@@ -216,7 +221,9 @@ def solve(p, s: Sheet) -> None:
              "which raises the GEMMs' and attention's intensity alike, is left out.")
     s.assume("The levers are judged on the step's total tokens/s, every sequence's together (batch over step time): "
              "per user, twice the batch is always slower. A lever whose gain sits within 3% of the bar, or whose "
-             "side of it moves when the all-reduce latency per call is halved or doubled, is not listed.")
+             "side of it moves when the all-reduce latency per call is halved or doubled, is not listed; nor is one "
+             "the drawn dtype and GPU do not have (an fp8 KV cache at half its bytes is fp4, which only Blackwell "
+             "runs).")
     s.slip("per query head instead of per KV head: the sharing forgotten", on=("attention_intensity", "flip_batch"),
            factor=model.kv_heads / model.heads)
     s.slip("per query head instead of per KV head: the sharing forgotten", on="attention_gap",
