@@ -190,6 +190,17 @@ def test_preemption_words_name_no_card_and_give_nothing_away(variant):
         assert "active_params_b" not in solution.param("model").value  # a dense model: every parameter works
 
 
+def test_preemption_refuses_a_stall_within_its_tolerance_of_a_line(variant):
+    """The default's swap over 3.2 GB/s stalls 2 × 503.3 MB / 3.2 GB/s = 314.6 ms every 96 steps of 32.69 ms:
+    10.02% on the mean against the 10% line, and the stall and TPOT are graded within 3%: refused. At 3 GB/s it
+    is 335.5 ms, 10.7%, and stands."""
+    with pytest.raises(VariantError, match="too close to call"):
+        variant("preemption-policies@default+pcie=3.2")
+    mean = ("Spread over the steps one eviction buys, the stalls add over {mean_share} to every stream's mean time "
+            "per token")
+    assert mean in variant("preemption-policies@default+pcie=3").expected["who_pays"]
+
+
 def test_preemption_a_break_even_below_any_link_is_no_choice(variant):
     """Llama-3.1-405B over 8 GPUs redoes so many FLOPs per KV byte it would move that swap and recompute tie near
     0.4 GB/s: swap wins on every link the question draws, and no push on the link could cross it."""

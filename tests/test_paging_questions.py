@@ -432,6 +432,18 @@ def test_sliding_window_saving_matches_a_per_layer_sum(variant, seed):
     assert (expected["regime"] == "layer-ratio") == (full_keep > windowed_keep)
 
 
+def test_sliding_window_refuses_a_context_at_the_crossover(variant):
+    """Gemma-3-27B's layers keep equal KV at 52 × 1,024 / 10 = 5,324.8 tokens; at 5,400 the full layers keep more
+    tokens, but in 16-token blocks the two tie (338 × 10 = 65 × 52): within 2% is refused. Gemma-2 at its window
+    (4,096) is no toss, since every layer keeps the whole request; 4,000 tokens, 2.3% under Gemma-3's line, stands."""
+    for context in (5300, 5400):
+        with pytest.raises(VariantError, match="too close to call"):
+            variant(f"sliding-window-savings@default+model=gemma-3-27b+context={context}")
+    assert variant("sliding-window-savings@default+model=gemma-3-27b+context=5500").expected["regime"] == "layer-ratio"
+    assert variant("sliding-window-savings@default+model=gemma-3-27b+context=5200").expected["regime"] == "window"
+    assert variant("sliding-window-savings@default+model=gemma-2-9b+context=4096").expected["regime"] == "window"
+
+
 def test_sliding_window_pinned_seed(variant):
     """Seed 1 draws these parameters (its keys are pinned in the question file); W/B blocks without the mid-block
     extra grades wrong."""

@@ -41,6 +41,7 @@ def _preemption_regime(s: Sheet, t_rec, t_swap, W_star, W) -> None:
 
 
 EXACT_BATCH = 4096  # sympy's exact harmonic(n): 0.1 s at 4,096, 0.7 s at 8,192, 14 s at 25,600
+TOO_CLOSE = 0.03  # the stall's and the TPOT's tolerance in the question file
 
 
 def _evictions(s: Sheet, C, b, R, context: int, batch: int, remaining: int):
@@ -184,7 +185,13 @@ def solve(p, s: Sheet) -> None:
     s.judge("who_pays", "The stalls land in more than 1 decode step in 100, so they set every stream's p99 "
             "inter-token latency", tail, f"one eviction every {s.text(S)}: "
             + ("above 1%, inside the p99" if tail else "under 1%, beyond the p99 (p99.9 and the maximum)"))
-    added, mean = s.evaluate(stall / (S * T)), s.compare(stall / (S * T), s.param("f_mean", "mean_share")) > 0
+    f_mean = s.param("f_mean", "mean_share")
+    added, mean = s.evaluate(stall / (S * T)), s.compare(stall / (S * T), f_mean) > 0
+    # The stall and the TPOT are graded within 3%: a candidate's own figures that close to a line can land on
+    # either side of it (the review's stall was 10.13% of the mean against a 10% line).
+    for ratio, line in ((added / s.value(f_mean), "the mean-time line"), (s.evaluate(stall) / s.value(T), "one TPOT")):
+        if abs(ratio - 1) <= TOO_CLOSE:
+            raise Reject(f"the cheaper eviction's stall is within 3% of {line}: too close to call")
     s.judge("who_pays", "Spread over the steps one eviction buys, the stalls add over {mean_share} to every stream's "
             "mean time per token", mean, f"{format_quantity(s.evaluate(stall), 'ms')} every "
             f"{s.text(S)} of {s.text(T)}: "

@@ -112,7 +112,8 @@ def solve(p, s: Sheet) -> None:
     s.assume("vLLM with prefix caching in align mode (mamba_cache_mode align; platforms/interface.py): the "
              "attention block is the least multiple of 16 tokens whose one-layer page holds one Mamba layer's "
              "state, and the Mamba page is padded to it; the Mamba block is the attention block, so a hit resumes "
-             "only at a block boundary.")
+             "only at a block boundary. (All mode, which keeps a state at every block, rounds the block up to a "
+             "multiple of the Mamba chunk size instead.)")
     s.assume(f"Retention as vLLM's prefix-cache retention interval (PRs #45845, #52216) set to "
              f"{format_number(p.retain)} blocks: one state per interval plus the newest replayable boundary; "
              "every other state is freed. Before #45845 a state was kept at every block.")

@@ -1,7 +1,7 @@
 """What sliding-window layers save in KV cache, and who decides."""
 from __future__ import annotations
 
-from solvers.derivation import Sheet, Side
+from solvers.derivation import Reject, Sheet, Side
 from solvers.models.common import dtype_bytes, given_config, require_context
 from solvers.models.kvcache import (
     blocks_for_tokens,
@@ -9,6 +9,8 @@ from solvers.models.kvcache import (
 )
 from solvers.sheetmath import ceil_of, min_of
 from solvers.units import format_number, format_quantity
+
+TOO_CLOSE = 0.02  # the saving's tolerance in the question file
 
 
 def _window_allocator(s: Sheet, saving, n_win, full_blocks, W, C, L_w, L) -> None:
@@ -92,6 +94,11 @@ def solve(p, s: Sheet) -> None:
     C_star = s.step("boundary_context", "Context at which both kinds of layer keep equal KV", "C_star",
                     f * W / (1 - f), "tokens", "solve (1 − f) = f·W/C for C")
 
+    # Counted in blocks rather than tokens the two kinds of layer can tie on either side of C_star (Gemma-3 at
+    # 5,400 tokens: 338 x 10 = 65 x 52 blocks of 16), and a context this near it is a coin toss to the candidate.
+    # A context inside the window is no such toss: every layer keeps all of it (Gemma-2 at 4,096 is a window).
+    if s.value(C) > s.value(W) and abs(s.value(C) / s.value(C_star) - 1) <= TOO_CLOSE:
+        raise Reject("the context is within 2% of the one where both kinds of layer keep equal KV: too close to call")
     s.assume("All layers cache the same KV heads and head dim, windowed or not (true of gpt-oss and Gemma 2/3), "
              "so the saving depends on layer counts alone; KV dtype and block size do not change it.")
     s.assume("The saving needs an allocator that gives the windowed layers their own block tables and frees "
