@@ -354,8 +354,8 @@ def test_training_layout_default(variant, catalog):
     results = variant("moe-1t-training-layout@default").sheet.results
     count = parameter_count(catalog.get("models", "kimi-k2"))
     total = 1026.41e9
-    room = 0.70 * 183_359 * 2**20 - 12 * total / 4096  # the B200 as the device reports it
-    need = 4 * (count.routed / 8 + total - count.routed) / room  # 4.21 stages (4.5 against the 180 GB label)
+    room = 0.65 * 183_359 * 2**20 - 12 * total / 4096  # the B200 as the device reports it
+    need = 4 * (count.routed / 8 + total - count.routed) / room  # 4.54 stages
     assert results["pp_need"] == pytest.approx(need)
     assert results["pp_need_2"] == pytest.approx(4 * (count.routed / 16 + total - count.routed) / room)
     assert (results["pipeline_stages"], results["pipeline_stages_2"]) == (8, 4)
@@ -452,7 +452,11 @@ def test_training_layout_is_the_shallowest_that_fits(variant, seed):
         assert results[stretch] == pytest.approx((p["hot"] + (n - 1) * (E - p["hot"]) / (E - 1)) / n)
     assert results["experts_per_gpu_2"] * 2 == results["experts_per_gpu"]
     assert results["pipeline_stages_2"] <= results["pipeline_stages"]
-    assert results["pipeline_plan"] == results["pipeline_stages_2" if crosses else "pipeline_stages"]
+    # EP crosses only where it lowers the depth and the NIC carries its all-to-all and the DP sync under the
+    # compute (read5-R4: @9711 once keyed EP over racks at the same depth, the hot expert 1.21x -> 1.43x)
+    wide = (crosses and results["pipeline_stages_2"] < results["pipeline_stages"]
+            and results["nic_total_2"] < results["compute_step"])
+    assert results["pipeline_plan"] == results["pipeline_stages_2" if wide else "pipeline_stages"]
 
 
 def test_training_layout_rest_is_the_total_less_the_routed_experts(variant):

@@ -35,6 +35,11 @@ SHARE_CLEAR = sympy.Rational(21, 20)  # the all-to-all's share of the serial ste
 # A NIC all-to-all and a compute time closer than this are refused as a tie: the figures are floors at datasheet
 # rates beside an MFU drawn to the percent, so a margin under 10% is within the model's own uncertainty (read3-R2).
 TIE = sympy.Rational(11, 10)
+BACKWARD = sympy.Rational(2, 3)  # the backward pass's share of 6·N FLOPs a token (4 of 6): the grads' reduce-scatter
+# runs under it bucket by bucket, the params' all-gather under the next forward (1/3): the tighter half binds.
+DP_PASSES = 2  # ZeRO-1 over DP: reduce-scatter the bf16 grads, all-gather the updated bf16 params
+CEIL_CLEAR = sympy.Rational(1, 2000)  # a ceiling whose quotient lies within 0.05% of a whole number (the shown
+# figures round to 4 places) is refused: @9713 once keyed 123 where the shown figures gave 121.98
 OPTION_CLEAR = sympy.Rational(21, 20)  # an option whose figure lies within 5% of its cut is not listed
 FP8_DISPATCH = sympy.Rational(3, 4)  # dispatch in one byte both ways (DeepSeek-V3), the combine kept in bf16
 
@@ -92,12 +97,53 @@ def _training_a2a(s: Sheet, p, model: Record, G, N_a, P, mfu, E_p, ep: int) -> N
         raise Reject("the all-to-all's share of the serial step lies within 5% of its line")
     crosses = s.compare(a_out, t_c) < 0
     fewer = s.compare(s.symbol("PP_2"), s.symbol("PP")) < 0
+    B_nic_sym = s.symbol("BW_NIC")
+    b_g = s.given("b_g", 2, "B", "bf16 gradient and parameter bytes for the DP sync")
+    n_dp = s.given("n_dp", DP_PASSES, "", "DP passes a step (ZeRO-1: reduce-scatter grads, all-gather params)")
+    G_n, E_n = int(s.value(G)), int(s.value(E_p))
+
+    D_p = s.given("DP", G_n // (E_n * int(s.value(s.symbol("PP")))), "",
+                  "data-parallel replicas, GPUs / (EP · PP): the same where EP doubles and the depth halves")
+
+    def dp_sync(pp_sym, ep_n: int, suffix: str, title: str):
+        n_gpu = (s.symbol("N_x") / ep_n + s.symbol("N_s")) / pp_sym
+        return s.step(f"dp_sync{suffix}", title, f"t_DP{suffix}", n_dp * b_g * n_gpu * (D_p - 1) / D_p / B_nic_sym,
+                      "s", "each GPU's slice of bf16 grads reduce-scattered and its params all-gathered across the DP "
+                      "replicas, which sit in other domains: over its NIC, (DP − 1)/DP of the bytes each pass")
+
+    t_dp = dp_sync(s.symbol("PP"), E_n, "", "DP gradient sync per step over the NIC, EP inside NVLink")
+    # The sync overlaps the passes (Megatron's overlap_grad_reduce and overlap_param_gather): grads reduce-scatter
+    # under the backward pass, params all-gather under the next forward, so it is left out of the serial step; the
+    # assumptions say where it outgrows those passes and which way that pushes the depth.
+    s.assume("The DP gradient sync (ZeRO-1: bf16 grads reduce-scattered, bf16 params all-gathered across the DP "
+             f"replicas in other domains, over the NIC: {s.text(t_dp)} a step here) overlaps the passes, the "
+             "reduce-scatter bucket by bucket under the backward pass (4 of the 6·N FLOPs), the all-gather under the "
+             "next forward, so it is not in the serial step"
+             + (". " if s.compare(t_dp / 2, t_c * (1 - BACKWARD)) <= 0 else
+                f", though here half of it outruns the forward's {format_quantity(s.value(t_c) / 3, 's')}: ")
+             + "a deeper pipeline shrinks it (a GPU syncs 1/PP of its EP slice), so the depth asked is the floor "
+               "the state sets, and a sync that outran its pass would argue for more stages, never fewer.")
+    nic_2 = None
+    if crosses and fewer:
+        t_dp2 = dp_sync(s.symbol("PP_2"), 2 * E_n, "_2", "DP gradient sync per step over the NIC, EP over two domains")
+        nic_2 = s.step("nic_total_2", "NIC time per step, EP over two domains: all-to-all and DP sync", "t_NIC2",
+                       a_out + t_dp2, "s", "the NIC carries both once EP crosses it")
+        if s.compare(TIE * nic_2, t_c) > 0 and s.compare(nic_2, TIE * t_c) < 0:
+            raise Reject("the NIC's all-to-all and DP sync together lie within 10% of the compute")
+    run_wide = nic_2 is not None and s.compare(nic_2, t_c) < 0
+    if crosses and not fewer:
+        why = (f"EP {format_number(2 * ep)} over two domains could hide its all-to-all, but the experts split twice "
+               "as many ways round up to the same depth: crossing buys nothing, so EP stays inside NVLink")
+    elif crosses and not run_wide:
+        why = (f"EP {format_number(2 * ep)} over two domains would need fewer stages, but its all-to-all and the "
+               "DP sync together outrun the compute on the NIC: EP stays inside NVLink")
+    elif crosses:
+        why = (f"EP {format_number(2 * ep)} over two domains, its all-to-all and the DP sync hidden under the "
+               "compute: the experts split twice as many ways need fewer stages")
+    else:
+        why = f"EP {format_number(ep)} kept inside NVLink: the depth its state needs on this GPU"
     s.step("pipeline_plan", "Pipeline stages of the layout to run", "PP_plan",
-           s.symbol("PP_2") if crosses else s.symbol("PP"), "",
-           (f"EP {format_number(2 * ep)} over two domains, its all-to-all hidden under the compute: "
-            + ("the experts split twice as many ways need fewer stages" if fewer else
-               "the experts split twice as many ways, but the depth rounds up to the same power of two"))
-           if crosses else f"EP {format_number(ep)} kept inside NVLink: the depth its state needs on this GPU")
+           s.symbol("PP_2") if run_wide else s.symbol("PP"), "", why)
     _failure_modes(s, p, a_in, a_out, t_c, k, ep)
     _layout_regime(s, a_out, t_c, a_in, ep, int(s.value(s.symbol("PP"))), int(s.value(s.symbol("PP_2"))))
 
@@ -164,8 +210,10 @@ def _layout_regime(s: Sheet, a_out, t_c, a_in, ep: int, stages: int, stages_2: i
     nic, comp, nvl = (s.text(x) for x in (a_out, t_c, a_in))
     crossing = ("the pipeline and data parallelism cross the nodes" if stages > 1
                 else "with one pipeline stage, data parallelism alone crosses the nodes")
-    deeper = (f"still {format_number(stages)} stages once rounded up to a power of two" if stages_2 == stages else
-              f"{format_number(stages_2)} stages instead of {format_number(stages)}, half the pipeline's bubble")
+    deeper = (f"still {format_number(stages)} stages once rounded up to a power of two, so crossing buys nothing and "
+              "EP stays in the domain" if stages_2 == stages else
+              f"{format_number(stages_2)} stages instead of {format_number(stages)}, half the pipeline's bubble, "
+              "if the NIC can carry the DP sync beside it under the compute")
     stays = Side(
         "ep-stays-in-nvlink",
         f"Spread over two domains a copy per expert, the all-to-all would take {nic} a step over the NIC, more than "
@@ -177,7 +225,7 @@ def _layout_regime(s: Sheet, a_out, t_c, a_in, ep: int, stages: int, stages_2: i
         "ep-could-cross-nodes",
         f"Over two domains the all-to-all would take {nic}, under the {comp} of compute: a schedule that overlaps "
         f"them (DualPipe, interleaved 1F1B) could hide it, and EP {format_number(2 * ep)} halves the experts a GPU "
-        f"keeps: {deeper} (Kimi K2 ran EP 16 over two nodes for this). Run back to back it would cost more than the "
+        f"keeps: {deeper} (Kimi K2 ran EP 16 over two nodes). Run back to back it would cost more than the "
         f"{nvl} inside NVLink.",
         "With faster GPUs or a higher MFU the compute shrinks below the NIC all-to-all, and EP has to stay "
         "inside NVLink.")
@@ -206,6 +254,10 @@ def solve(p, s: Sheet) -> None:
     b_z = s.given("b_z", SHARDED_BYTES, "B", "of it, fp32 master and moments (sharded over all GPUs)")
     S = s.step("total_state", "Training state of the whole model", "S", N * b, "TB",
                "every parameter, active for a token or not, keeps weights, gradients and Adam state")
+    q = s.evaluate(S / (u * M))
+    if abs(q - round(q)) < float(CEIL_CLEAR) * q:
+        s.refuse_if_asked(("state_gpus",), "the state's GPUs lie within 0.05% of a whole number: the ceiling turns on "
+                          "the shown figures")
     s.step("state_gpus", "GPUs just to hold the state", "G_min", ceil_of(S / (u * M)), "GPUs",
            "the state over each GPU's share of HBM for it, rounded up: storage follows the total")
     F = s.prerequisite("training-compute-budget", "F", FLOPS_PER_PARAM_TOKEN * s.value(N_a) * s.value(D), "FLOP",
