@@ -36,6 +36,9 @@ ONE_SIDED = {
     ("pd-transfer-bandwidth", "per_gpu_bound"): "asked by name: the KV rate's bound over prompt lengths, the "
     "compute cap alone (the weight read, attention and the all-reduces only lower the rate)",
     ("decode-op-ranking", "attention_gap"): "a ratio of arithmetic intensities (the ridge over attention's)",
+    **{("flash-attention-exp-bound", key): "one SM's pipes against each other (tensor cores, the exp units, the "
+       "FP32 cores): a long attention's tiles sit in shared memory, its FLOP/B far past the ridge"
+       for key in ("gemm_share", "idle_softmax_share")},
     ("nic-bandwidth-per-gpu", "bandwidth_step"): TRAINING,
     **{("nic-bandwidth-per-gpu", key): TRAINING for key in ("bandwidth", "step_time", "exposed_share", "headroom")},
     ("adaptive-draft-length", "ridge"): CROSSOVER,
