@@ -30,6 +30,17 @@ def test_weight_read_a_modest_upgrade_is_eaten_by_the_all_reduces(variant):
     assert "1.3x the tokens/s" in alone.reasons["levers"][upgrade]
 
 
+def test_weight_read_a_doubled_batch_that_barely_fits_or_not_is_not_asked(variant):
+    """r3: at @9622 (Qwen2.5-72B fp8 on one H200, 100 × 980 tokens) the doubled batch needs 136.94 GB against
+    135.68 GB usable, 0.9% over: an fp8 checkpoint's bf16 tensors or a slip in the bytes flips it, so within 3% of
+    usable HBM whether it fits is not asked and the option is not listed. The default fits by a wide margin."""
+    twice = "twice the batch (its doubled KV cache must fit in usable HBM)"
+    near = variant("weight-read-intensity@9622")
+    assert near.sheet.results["levers"][twice] is None and twice not in near.shown["levers"]
+    assert "too close to call whether it fits" in near.sheet.reasons["levers"][twice]
+    assert variant("weight-read-intensity@default").sheet.results["levers"][twice] is True
+
+
 def test_weight_read_decode_counts_kv_reads(variant):
     """The old key read the weights alone: at 4K tokens of context 100 sequences read as much KV as weights,
     and no batch makes decode compute-bound (intensity tends to 2N/(T·KV) = 105 FLOP/B)."""
