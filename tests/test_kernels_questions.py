@@ -462,23 +462,35 @@ def test_operand_bytes_per_clock_depend_on_neither_m_nor_dtype(variant, n):
 @pytest.mark.parametrize("seed", range(40))
 def test_tmem_tile_facts_follow_the_variant(variant, seed):
     """Each option of the Blackwell select, recomputed from the tile: stages from the 227 KiB one block may take
-    (of the SM's 228), the 2-CTA ring asked as a ratio of stages (a count of 3 more would be the graded
-    accumulator count on N = 144-160), and every tile has an option that holds."""
+    (of the SM's 228), and the 2-CTA form's pace on the drawn tile (read4-R3: the 2-CTA rescue of N = 96-128 was
+    asked only after widening, where it cannot change anything; the ratio-of-stages option it replaces flipped on
+    floor rounding). Every tile has an option that holds."""
     solution = variant(f"blackwell-tmem-tiles@{seed}")
     p, r = _params(solution), solution.sheet.results
     m, n = p["tile_m"], p["tile_n"]
     truth = r["tile_facts"]
     stages_one, stages_two = 227 * 1024 // ((m + n) * 128), 227 * 1024 // ((m + n // 2) * 128)
     assert (r["stages_one"], r["stages_two"]) == (stages_one, stages_two)
-    assert (p["deep"], p["deeper"]) == (6, 1.5)
-    assert truth["the 2-CTA form's ring holds at least {deeper} as many k-slice stages as the 1-SM form's"] == \
-        (2 * stages_two >= 3 * stages_one)
+    assert p["deep"] == 6
+    assert truth["on the 2-CTA form this tile's reads per SM come under shared memory's rate (a tie goes to shared "
+                 "memory)"] == (32 + 8192 / n < 128) == (n >= 96)
     assert truth["the 1-SM form's ring already holds {deep} or more k-slice stages in the shared memory one block "
-                 "may take"] == (stages_one >= 6)
+                 "may take"] == (stages_one >= 6) == (n <= 160)
     assert not truth["since it reads fewer operand bytes per k-slice, the 1-SM MMA also asks shared memory for "
                      "fewer bytes per clock than Hopper's 64-row MMAs"]
     assert any(truth.values())
-    assert r["tmem_buffers"] not in (p["deep"], p["deeper"]) or n == 80  # 512 // 80 = 6: the one tile that meets
+
+
+def test_tmem_two_cta_is_asked_where_it_can_rescue(variant):
+    """read4-R3: the 2-CTA form changes the pace only on a tile the 1-SM form leaves to shared memory and it brings
+    under (N = 96-128). It is asked at the drawn tile (the select) and in the narrowing push, which lands on both
+    sides of its line; the widening push, where 1-SM is tensor-bound already, no longer asks it."""
+    solution = variant("blackwell-tmem-tiles@9701")
+    widen, narrow = [stage for stage in solution.question.stages if stage.when]
+    assert "two_cta_regime" not in widen.ask and "two_cta_regime" in narrow.ask
+    rescued = {n: variant(f"blackwell-tmem-tiles@default+tile_n={round(n / 2.25 / 16) * 16}").sheet.results
+               ["two_cta_regime"] for n in range(144, 257, 16)}
+    assert set(rescued.values()) == {"smem-bound", "tensor-bound"}
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -499,11 +511,7 @@ def test_two_cta_pace_has_its_own_line(variant, n):
     """read3-R1 (@9602: whether the 2-CTA form rescues N = 64 was never asked): its pace is graded, on its own line,
     32 + 8,192/N against 128 (N = 85.3, never a tie on a multiple of 16): smem-bound at 64 and 80 where the 1-SM
     form is too, tensor-bound from 96, so it rescues 96-128 and nothing narrower."""
-    try:
-        r = variant(f"blackwell-tmem-tiles@default+tile_n={n}").sheet.results
-    except Exception:  # noqa: BLE001 - 208 and 224 list no option that holds: no variant
-        assert n in (208, 224)
-        return
+    r = variant(f"blackwell-tmem-tiles@default+tile_n={n}").sheet.results
     assert r["two_cta_demand"] == pytest.approx(32 + 8192 / n) and r["two_cta_demand"] != 128
     assert r["two_cta_regime"] == ("smem-bound" if n <= 80 else "tensor-bound")
 

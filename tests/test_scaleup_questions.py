@@ -178,12 +178,13 @@ def test_mla_absorption_matches_plain_arithmetic(variant, seed):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_mla_absorption_push_crosses_from_each_side(variant, seed):
-    """The push: a memory-bound kernel goes data-parallel with four query tokens, a compute-bound one shards
-    its heads over 8 GPUs at its own query tokens (nothing else moves, so the words never switch off an MTP
-    that was never on); each lands on the other side of the ridge, every draw."""
+    """The push: a memory-bound kernel goes data-parallel with two query tokens (one draft; read4-R3: four put
+    every push at one intensity), a compute-bound one shards its heads over 8 GPUs at its own query tokens
+    (nothing else moves, so the words never switch off an MTP that was never on); each lands on the other side of
+    the ridge, every draw, at an intensity that moves with the model and the cache's dtype."""
     solution = variant(f"mla-absorption@{seed}")
     r = solution.sheet.results
-    code = f"mla-absorption@{seed}+" + ("tp_attn=1+query_tokens=4" if r["regime"] == "memory-bound"
+    code = f"mla-absorption@{seed}+" + ("tp_attn=1+query_tokens=2" if r["regime"] == "memory-bound"
                                         else "tp_attn=8")
     pushed = variant(code)
     assert pushed.sheet.results["regime"] != r["regime"]
@@ -197,6 +198,18 @@ def test_mla_absorption_push_crosses_from_each_side(variant, seed):
     push = next(stage for stage in solution.question.stages
                 if stage.when == r["regime"])
     assert "group_cache" in push.ask
+    if r["regime"] == "memory-bound":
+        heads = p["model"].heads
+        assert pushed.sheet.results["intensity"] == pytest.approx(2 * heads * 2 * 1088 / (576 * b))
+
+
+def test_mla_absorption_asks_the_cache_at_the_drawn_split(variant):
+    """read4-R3: the TP_a copies of the latent were only in a derivation; the second stage asks the cache summed
+    over the drawn split, so a push to data-parallel attention (one copy) is graded against it."""
+    solution = variant("mla-absorption@default+tp_attn=4")
+    assert any("group_cache" in stage.ask for stage in solution.question.stages if not stage.when)
+    one = variant("mla-absorption@default").sheet.results["group_cache"]
+    assert solution.sheet.results["group_cache"] == pytest.approx(4 * one)
 
 
 @pytest.mark.parametrize("seed", [None, *range(40)])

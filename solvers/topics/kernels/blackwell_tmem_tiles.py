@@ -16,13 +16,21 @@ _PER_CLOCK = {"bf16": "bf16_flop_per_clk_sm", "fp8": "fp8_flop_per_clk_sm"}
 
 
 def _tile_judgements(s: Sheet, *, demand: dict[str, sympy.Expr], stages: dict[str, sympy.Expr],
-                     deeper: sympy.Expr, deep: sympy.Expr) -> None:
+                     limit: sympy.Expr, deep: sympy.Expr) -> None:
     """The Blackwell stage's options, decided on the sheet's exact values (the why lines' figures are floats)."""
     key = "tile_facts"
     shown = lambda x: format_number(s.evaluate(x), 3)  # noqa: E731
-    s.judge(key, "the 2-CTA form's ring holds at least {deeper} as many k-slice stages as the 1-SM form's",
-            s.compare(stages["two"], deeper * stages["one"]) >= 0,
-            f"{shown(stages['two'])} stages of A and half of B against {shown(stages['one'])} of A and all of B")
+    two_under = s.compare(demand["two"], limit) < 0
+    one_under = s.compare(demand["one"], limit) < 0
+    if not two_under:
+        two_why = "not even halving B's share is enough: A's rows, read against so few columns, are most of the bytes"
+    elif one_under:
+        two_why = "with more to spare than the 1-SM form, which is under already"
+    else:
+        two_why = "the 1-SM form is past it, so splitting B over the pair is what rescues this tile"
+    s.judge(key, "on the 2-CTA form this tile's reads per SM come under shared memory's rate (a tie goes to shared "
+            "memory)", two_under,
+            f"{shown(demand['two'])} B a clock per SM against {shown(limit)}: {two_why}")
     s.judge(key, "the 1-SM form's ring already holds {deep} or more k-slice stages in the shared memory one block "
             "may take",
             s.compare(stages["one"], deep) >= 0,
@@ -49,7 +57,8 @@ def _regime(s: Sheet, demand: sympy.Expr, limit: sympy.Expr) -> None:
         "tensor-bound",
         f"B200's 1-SM MMAs read {shown} B per clock, under shared memory's {cap}: the tensor cores set the pace.",
         "A narrower tile (N of 128 or less) reads A against too few columns: the 1-SM MMA then asks shared memory "
-        "for 128 B a clock or more, and the 2-CTA form is what brings it back under.",
+        "for 128 B a clock or more. The 2-CTA form, halving B's share, brings N of 96 to 128 back under; below "
+        "that A's rows are most of the bytes and even the pair stays on shared memory's pace.",
         f"B200's 1-SM MMAs read {shown} B per clock, just under shared memory's {cap}: the tensor cores set the pace, "
         "with little to spare for the TMA writes."))
 
@@ -134,8 +143,7 @@ def solve(p, s: Sheet) -> None:
                             floor_of(smem / stage_two), "", "half of B a stage leaves room for more")}
     s.step("loop_saving", "Shared-memory operand reads per SM the 2-CTA form saves over the K loop", "ΔQ",
            (one - two) * K_total / K, "MiB", "half of B a k-slice (its TMA loads too), over K / K_s k-slices")
-    _tile_judgements(s, demand=demand, stages=stages, deeper=s.param("r_deep", "deeper"),
-                     deep=s.param("n_deep", "deep"))
+    _tile_judgements(s, demand=demand, stages=stages, limit=S, deep=s.param("n_deep", "deep"))
     s.assume("Hopper: a cooperative CTA with two consumer warpgroups splits the tile along M; each issues "
              "64-row WGMMAs with A and B from shared memory. Blackwell: tcgen05.mma, 128 rows per SM, the "
              "accumulator in TMEM; the 2-CTA form (cta_group::2) computes a 256-row pair tile from each SM's "

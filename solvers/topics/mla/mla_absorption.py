@@ -19,8 +19,8 @@ FP8_MATH = "with an fp8 latent cache (fp8 math) it would sit at or past the ridg
 FP8_DEQUANT = "with an fp8 latent cache dequantized to bf16 math it would sit at or past the ridge"
 CONTEXT = "over a context four times as long it would sit on the other side of the ridge"
 PEAK = "on a GPU with twice the peak (the same bandwidth) it would still sit at or past the ridge"
-CHUNK = ("in a prefill chunk of {prefill_chunk}, up-projecting the latents would cost fewer FLOPs than "
-         "absorbing")
+CHUNK = ("prefilling a follow-up turn of {prefill_chunk} over this cache, up-projecting the cached latents would "
+         "cost fewer FLOPs than absorbing")
 DATASHEET = "at the datasheet's peak and bandwidth (no efficiencies) it would sit on the same side of the ridge"
 
 
@@ -49,7 +49,7 @@ def _statements(s: Sheet, p, I_a, ridge, ratio_bf16, ratio_fp8, raw, q_x) -> Non
             "the intensity does not", fact=True)
     s.judge("statements", PEAK, past(I_a, 2 * ridge), "the ridge doubles: " + shown(I_a, 2 * ridge))
     pays = s.compare(s.param("q_chunk", "prefill_chunk"), q_x) > 0
-    s.judge("statements", CHUNK, pays, f"{format_number(p.prefill_chunk)} query tokens against the crossover "
+    s.judge("statements", CHUNK, pays, f"{format_number(p.prefill_chunk)} new query tokens against the crossover "
             f"d_c·d_h/(d_c − d_h) = {format_number(s.value(q_x), 4)}: " + ("decompress for prefill" if pays else
                                                                           "absorbing still costs fewer FLOPs"))
     same = past(I_a, ridge) == past(I_a, raw)
