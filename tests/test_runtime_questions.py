@@ -99,8 +99,9 @@ H200 = "h200-slower-than-h100"
 
 
 def test_h200_stages_give_the_capture_size_and_readable_device_names(variant, catalog):
-    """The key runs a batch past 512 eager (vLLM's min(2·max_num_seqs, 512), every draw's max_num_seqs at least
-    512): the opening's hints say where graphs stop; the stage that asks the mechanisms names the tuned device
+    """The default's batch passes 512 and runs eager (vLLM's min(2·max_num_seqs, 512)), its launches hidden under
+    the GPU's step (read5-R4: they run ahead, asynchronous): the opening's hints say where graphs stop; the
+    stage that asks the mechanisms names the tuned device
     names as a list, not the comma-joined value the solver splits, and no stage names a conventions card
     (bank-review-2: the old prompt's card list named two of the mechanisms)."""
     from solvers.conventions import named_cards
@@ -112,8 +113,8 @@ def test_h200_stages_give_the_capture_size_and_readable_device_names(variant, ca
     assert "ship for NVIDIA_H100_80GB_HBM3 and NVIDIA_H200." in mechanisms.say
     assert solution.param("tuned_for").raw == "NVIDIA_H100_80GB_HBM3,NVIDIA_H200"
     assert not any(named_cards(stage.say) for stage in solution.question.stages)
-    assert solution.sheet.results["batch_n"] > 512 and solution.sheet.results["mechanisms"][
-        "batches past the CUDA-graph capture size running eager"]
+    assert solution.sheet.results["batch_n"] > 512
+    assert "batches past the CUDA-graph capture size running eager" not in solution.sheet.results["mechanisms"]
 
 
 def test_h200_nvl_datasheet():
@@ -308,12 +309,15 @@ def test_h200_times_are_priced_on_both_sides_of_the_roofline(variant):
             batch = r[f"batch_{tag}"]
             eager = m["layers"] * p["eager_per_layer"] if batch > 512 else 0
             for key, read, tokens, pairs, comm in (
-                    ("ttft", weights, T, T**2 / 2, r.get(f"allreduce_pre_{tag}", 0) + 2e-3),
+                    ("ttft", weights, T, T**2 / 2, r.get(f"allreduce_pre_{tag}", 0)),
                     ("tpot", weights + batch * C * r["kv_per_token_gpu"], batch, batch * C,
-                     r.get(f"allreduce_dec_{tag}", 0) + 2e-3 + eager)):
+                     r.get(f"allreduce_dec_{tag}", 0))):
                 math_time = 2 * m["active_params_b"] * 1e9 * tokens / rate[p["dtype"]] + pair * pairs / rate["bf16"]
                 sides = read / bw, math_time
-                kernels = r[f"{key}_{tag}"] - comm
+                # The step is the longer of the GPU's work and (eager) the CPU's launches, then the overhead.
+                step = r[f"{key}_{tag}"] - 2e-3
+                assert key == "ttft" or step >= eager * (1 - 1e-9), (seed, tag)
+                kernels = step - comm
                 assert kernels >= max(sides) * (1 - 1e-9), (seed, tag, key)
                 assert kernels <= penalty * max(sides) * (1 + 1e-9), (seed, tag, key)
 

@@ -564,10 +564,13 @@ def _adaptive_by_hand(p):
     rule = per_token(f, g_code, g_chat)
     single = {0: plain} | {g: per_token(f, g, g) for g in MENU}
     g_batch = min(single, key=single.get)
-    split = f * per_token(1, g_code, g_code) + (1 - f) * per_token(0, g_chat, g_chat)
+    # Each replica picks the best length (0 = off) for its own one-class batch.
+    split = (f * min([plain] + [per_token(1, g, g) for g in MENU])
+             + (1 - f) * min([plain] + [per_token(0, g, g) for g in MENU]))
     return {"gamma_code": g_code, "gamma_chat": g_chat, "gamma_fixed": g_fixed, "gain_class": gain_class,
             "ridge": R, "gamma_batch": g_batch, "speedup_rule": plain / rule, "gain_batch": single[g_batch] / rule,
-            "gain_split": single[g_batch] / split, "regime": "faster" if plain / rule > 1 else "slower"}
+            "gain_split": single[g_batch] / split, "speedup_batch": plain / single[g_batch],
+            "regime": "faster" if plain / rule > 1 else "slower"}
 
 
 def _params(solution):

@@ -82,6 +82,7 @@ def step_times(p, knobs: Knobs, kv: float, context: float,
     ttft = kernels(W, gemm * p.prompt, pair * p.prompt**2 / 2) + fixed + per_token * p.prompt + STEP_OVERHEAD
     B = knobs.batch
     eager = m.layers * p.eager_per_layer if B > CAPTURE_LIMIT and not knobs.graphs else 0.0
-    tpot = (kernels(W + B * context * kv, gemm * B, pair * context * B) + fixed + per_token * B + STEP_OVERHEAD
-            + eager)
+    # Eager launches run ahead of the GPU (asynchronous): the step waits on the longer of the two.
+    tpot = max(kernels(W + B * context * kv, gemm * B, pair * context * B) + fixed + per_token * B, eager) \
+        + STEP_OVERHEAD
     return ttft, tpot

@@ -55,14 +55,13 @@ MECHANISMS = {
     "cap": "the power cap throttling the clocks of compute-bound work",
     "tuning": "fused-MoE kernel configs missing for this device name (default Triton configs)",
     "batch": "the bigger KV pool admitting a bigger batch, so every step reads more KV",
-    "eager": "batches past the CUDA-graph capture size running eager",
 }
 
 
 @dataclass(frozen=True)
 class _Rates:
     """One deployment's side of the comparison: what its reads and its math run at, and how much longer
-    its untuned expert kernels take (π, 1 where tuned)."""
+    its untuned expert kernels take (s_MoE, 1 where tuned)."""
 
     BW: sympy.Expr  # HBM bandwidth per GPU
     P: sympy.Expr  # dense peak of the weight GEMMs
@@ -85,17 +84,17 @@ class _Shared:
     weights: sympy.Expr  # weight bytes each GPU reads per step
 
     def read(self, r: _Rates, read: sympy.Expr) -> sympy.Expr:
-        """A step's reads, the expert weights' share stretched by π where untuned."""
+        """A step's reads, the expert weights' share stretched by s_MoE where untuned."""
         return (read + self.weights * self.s_bytes * (r.penalty - 1)) / (self.eta_bw * r.BW)
 
     def math(self, r: _Rates, gemm: sympy.Expr, attention: sympy.Expr) -> sympy.Expr:
-        """A step's math, the experts' share of the weight GEMMs stretched by π where untuned."""
+        """A step's math, the experts' share of the weight GEMMs stretched by s_MoE where untuned."""
         return (gemm * (1 + self.s_flops * (r.penalty - 1)) / (self.eta_c * r.P)
                 + attention / (self.eta_att * r.P_att)) / (self.TP * r.phi)
 
     def kernels(self, r: _Rates, read: sympy.Expr, gemm: sympy.Expr, attention: sympy.Expr) -> sympy.Expr:
         """A step's kernels on both sides of the roofline (steptime.step_time's max), the untuned expert kernels
-        stretched by π on each side: the expert weights' reads, and the experts' share of the weight GEMMs."""
+        stretched by s_MoE on each side: the expert weights' reads, and the experts' share of the weight GEMMs."""
         return max_of(self.read(r, read), self.math(r, gemm, attention))
 
 
@@ -105,15 +104,15 @@ def _prefill(s: Sheet, p, tag, gpu, c: _Shared, r: _Rates, T, F_w, F_att, link, 
     if split:  # its two sides as steps of their own: the regime compares them
         read = s.step(f"pre_read_{tag}", f"Prefill's weight read on {gpu.name}", f"t_read_{tag}",
                       c.read(r, c.weights), "ms", "this GPU's share of the weights over η_bw·HBM, the expert "
-                      "weights' share stretched by π where untuned")
+                      "weights' share stretched by s_MoE where untuned")
         math = s.step(f"pre_math_{tag}", f"Prefill's math on {gpu.name}", f"t_math_{tag}",
                       c.math(r, F_w, F_att), "ms", "weight GEMMs at the weights' dtype peak (the experts' share "
-                      "stretched by π where untuned) and attention at the bf16 cache's, over TP·η·peak·φ")
+                      "stretched by s_MoE where untuned) and attention at the bf16 cache's, over TP·η·peak·φ")
         kernels = max_of(read, math)
     else:
         kernels = c.kernels(r, c.weights, F_w, F_att)
     return s.step(f"ttft_{tag}", f"TTFT on {gpu.name}", f"TTFT_{tag}", kernels + ar + c.t_oh, "ms",
-                  "the slower of the weights' read and the math (the experts' part of each stretched by π where "
+                  "the slower of the weights' read and the math (the experts' part of each stretched by s_MoE where "
                   "untuned), then all-reduces and overhead")
 
 
@@ -125,10 +124,15 @@ def _decode(s: Sheet, p, tag, gpu, c: _Shared, r: _Rates, C, KV, B, N_a, A, link
            "context (attention-flops)")
     ar = tp_all_reduce(s, p.model, gpu, p.tp, B, tag=f"dec_{tag}", label=f"decode step on {gpu.name}",
                        nic=link, latency=alpha, group=tag, where="PCIe between bridge groups")
-    return s.step(f"tpot_{tag}", f"TPOT on {gpu.name}", f"TPOT_{tag}",
-                  c.kernels(r, moved, 2 * N_a * B, A * B * C) + ar + c.t_oh + eager, "ms",
-                  "the slower of the step's reads and its math (the experts' part of each stretched by π where "
-                  "untuned), all-reduces, overhead" + (" and eager launches" if eager else ""))
+    gpu_time = c.kernels(r, moved, 2 * N_a * B, A * B * C) + ar
+    if eager:  # launches are asynchronous: the CPU runs ahead, and a step waits on whichever finishes last
+        return s.step(f"tpot_{tag}", f"TPOT on {gpu.name}", f"TPOT_{tag}", max_of(gpu_time, eager) + c.t_oh, "ms",
+                      "eager: the CPU launches every layer's kernels while the GPU runs them, so the step takes the "
+                      "longer of the GPU's work (the slower of reads and math, the experts' part stretched by s_MoE "
+                      "where untuned, then the all-reduces) and the CPU's launches, then the overhead")
+    return s.step(f"tpot_{tag}", f"TPOT on {gpu.name}", f"TPOT_{tag}", gpu_time + c.t_oh, "ms",
+                  "the slower of the step's reads and its math (the experts' part of each stretched by s_MoE where "
+                  "untuned), all-reduces, overhead")
 
 
 def _mechanisms(s: Sheet, p, knobs: Knobs, kv: float, context: float, B_o: int, tuned: bool, bridged: bool) -> None:
@@ -177,15 +181,23 @@ def _mechanisms(s: Sheet, p, knobs: Knobs, kv: float, context: float, B_o: int, 
     judge("tuning", not tuned, {"penalty": 1.0}, f"a config file for {device_name(p.part)} ships for this shape")
     judge("batch", knobs.batch > B_o, {"batch": B_o},
           f"the pool admits no more sequences than on H100 (max_num_seqs caps both at {format_number(B_o)})")
-    if knobs.batch > CAPTURE_LIMIT >= B_o or knobs.batch <= CAPTURE_LIMIT:
-        judge("eager", knobs.batch > CAPTURE_LIMIT, {"graphs": True},
-              f"the batch of {format_number(knobs.batch)} is within the capture size of {CAPTURE_LIMIT}")
-    else:
-        s.judge("mechanisms", MECHANISMS["eager"], False,
-                f"the H100's batch of {format_number(B_o)} ran eager too: not what changed")
+    # Eager steps are no option: their launches run ahead of the GPU and hide under every drawn step's kernels
+    # (validate: false in all 200 draws), which the checklist and the assumptions say instead.
 
 
-def _prefill_regime(s: Sheet, p, tuned: bool) -> None:
+def _pcie_line(s: Sheet, bridged: bool, read_bound: bool) -> str:
+    """Where TP crosses bridge groups, the PCIe all-reduces' share of TTFT, named: a read-bound prefill's faster
+    HBM can leave TTFT above the H100's because of them."""
+    if not bridged:
+        return ""
+    ar_n, ar_o = s.symbol("t_AR_pre_n"), s.symbol("t_AR_pre_o")
+    worse = read_bound and s.value(s.symbol("TTFT_n")) > s.value(s.symbol("TTFT_o"))
+    return (f" Its all-reduces cross PCIe between bridge groups: {s.text(ar_n)} of TTFT against the H100's "
+            f"{s.text(ar_o)} on NVLink" + (", which keeps TTFT above the H100's: TP inside one bridge group, "
+                                           "where the weights fit, is the lever." if worse else "."))
+
+
+def _prefill_regime(s: Sheet, p, tuned: bool, bridged: bool) -> None:
     """What bounds the H200 part's prefill: its math (the NVL's lower peak and the power cap bite) or its weight
     read (HBM3e's bandwidth helps). A draw within BOUND_MARGIN of the boundary is refused: TTFT's tolerance would
     let a candidate land on either side."""
@@ -201,7 +213,7 @@ def _prefill_regime(s: Sheet, p, tuned: bool) -> None:
         f"Over a prompt of {prompt} the prefill's math takes {t_math} on the {p.part.name}, longer than its "
         f"{t_read} weight read: "
         "the prefill runs at the tensor cores' pace, so a lower rated peak or a capped clock slows TTFT, and the "
-        "faster HBM3e buys nothing here.",
+        "faster HBM3e buys nothing here." + _pcie_line(s, bridged, False),
         "A prompt short enough that its math takes less than the weight read makes the prefill wait on HBM: "
         f"there the H200's {bw_n} helps and the peak and clock stop mattering."),
         below=Side(
@@ -210,7 +222,8 @@ def _prefill_regime(s: Sheet, p, tuned: bool) -> None:
         f"{t_read} weight read: "
         "the prefill waits on HBM: a lower peak or a capped clock costs TTFT nothing, and its reads set it, the "
         f"H200's {bw_n} against the H100's {bw_o}" + ("." if tuned else
-                                                      ", less what the untuned expert kernels lose on their reads."),
+                                                      ", less what the untuned expert kernels lose on their reads.")
+        + _pcie_line(s, bridged, True),
         "A longer prompt's math outgrows the weight read: the prefill turns compute-bound, and the NVL card's "
         "lower peak and any power cap show up in TTFT."))
 
@@ -229,7 +242,7 @@ def solve(p, s: Sheet) -> None:
     TP = s.param("TP", "tp")
     T, reply = s.param("T", "prompt"), s.param("O", "reply")
     B_max = s.param("B_max", "max_num_seqs")
-    pi = s.param("π", "default_penalty")
+    pi = s.param("s_MoE", "default_penalty")
     e_l = s.param("t_e", "eager_per_layer")
     cap = s.param("c", "power_cap")
     eta_c, eta_att = given_compute_efficiencies(s, new, p.dtype, KV_DTYPE)
@@ -288,7 +301,7 @@ def solve(p, s: Sheet) -> None:
         "α_PCIe", convention_value("all-reduce-latency-nic") * 1e-6, "us",
         "latency of one all-reduce across PCIe between bridge groups (nvl-bridge-groups)")
     ttft_n = _prefill(s, p, "n", gpu_n, shared, rates_n, T, F_w, F_att, link_n, alpha_n, split=True)
-    _prefill_regime(s, p, tuned)
+    _prefill_regime(s, p, tuned, bridged)
     tpot_n = _decode(s, p, "n", gpu_n, shared, rates_n, C, KV, Bn, N_a, A, link_n, eager_n, alpha_n)
     s.step("ttft_ratio", "TTFT on the H200 part / on H100", "R_TTFT", ttft_n / ttft_o, "x",
                     f"{format_quantity(p.slower, '%')} or more above 1: users see the first token later")
@@ -313,12 +326,15 @@ def solve(p, s: Sheet) -> None:
              "sequence at the mean decode context, its prompt and half its reply (mean-decode-context), KV in "
              "bf16. The H100 runs with tuned MoE configs, no power cap, "
              "NVLink; either GPU runs eager where its batch passes the capture size.")
-    s.assume("Default fused-MoE configs stretch the expert kernels' time by the drawn factor π (vLLM logs 'Using "
+    s.assume("Default fused-MoE configs stretch the expert kernels' time by the drawn factor s_MoE (vLLM logs 'Using "
              "default MoE config. Performance might be sub-optimal!') on both sides of the roofline: the expert "
              "weights' reads (their share of the weight bytes) and the experts' GEMMs (their share of the weight "
              "FLOPs); attention, the KV reads and the dense layers keep their time.")
-    s.assume(f"An eager step (batch above vLLM's capture size of {CAPTURE_LIMIT}) pays t_e of CPU launch time per "
-             "layer on top of its kernels; a captured step does not.")
+    s.assume(f"An eager step (batch above vLLM's capture size of {CAPTURE_LIMIT}) launches its kernels from the CPU, "
+             "t_e a layer; launches are asynchronous, so the CPU runs ahead of the GPU and the step takes the longer "
+             "of the two (plus the overhead): at these batches the GPU's work outlasts the launches, which cost "
+             "something only where a step's kernels are short (a small batch, many layers). A captured step "
+             "replays its graph and pays no launches.")
     s.assume("Power cap: a compute-bound phase's clock falls as the cube root of the power allowed (dynamic power "
              "∝ f·V², V ∝ f; static power ignored): it slows the math, so a memory-bound decode step keeps its "
              "speed (power-cap-clocks). Bridged H200 NVL cards reach each other at the datasheet's 900 GB/s (an "
