@@ -277,19 +277,18 @@ def _roles_regime(s: Sheet, r_pre, r_dec, mxfp4: bool, preB: _Prefill, decB: _De
     else:
         to_decode = ("MXFP4 weights would halve the one-node B200 replica's weight read and free HBM for KV: with "
                      "prompts short enough that decode is not the KV read, its decode edge would lead.")
-    s.regime_by(r_pre, r_dec, tie="above", above=Side(
-        "b200-prefill",
-        f"A B200 node does {pre}x an older node's prefill but {dec}x its decode: each older node put on decode "
-        "spares more B200s than on prefill, so the B200s prefill.", to_decode),
-        below=Side(
-        "b200-decode",
-        f"A B200 node does {dec}x an older node's decode but {pre}x its prefill: each older node put on prefill "
-        "spares more B200s than on decode, so the B200s decode. The all-to-all, a copy at a time with its "
-        f"latency, takes {_share(s, decB.batch * decB.a2a_seq + decB.fixed, decB.step)} of "
-        f"the {format_number(s.value(decB.nodes))}-node B200 replica's decode step and "
-        f"{_share(s, decH.batch * decH.a2a_seq + decH.fixed, decH.step)} of {_a(decH.name)} one's.",
-        "With longer prompts decode turns on the KV read, where a B200 leads by its bandwidth only, and prefill's "
-        "FLOPs would give it the larger edge."))
+    prefills = (f"A B200 node does {pre}x an older node's prefill but {dec}x its decode: each older node put on "
+                "decode spares more B200s than on prefill, so the B200s prefill.")
+    decodes = (f"A B200 node does {dec}x an older node's decode but {pre}x its prefill: each older node put on "
+               "prefill spares more B200s than on decode, so the B200s decode. The all-to-all, a copy at a time with "
+               f"its latency, takes {_share(s, decB.batch * decB.a2a_seq + decB.fixed, decB.step)} of the "
+               f"{format_number(s.value(decB.nodes))}-node B200 replica's decode step and "
+               f"{_share(s, decH.batch * decH.a2a_seq + decH.fixed, decH.step)} of {_a(decH.name)} one's.")
+    # Near the boundary the key says what binds and no more: 'a modest change tips it' would announce the push.
+    s.regime_by(r_pre, r_dec, tie="above", above=Side("b200-prefill", prefills, to_decode, near=prefills),
+                below=Side("b200-decode", decodes,
+                           "With longer prompts decode turns on the KV read, where a B200 leads by its bandwidth "
+                           "only, and prefill's FLOPs would give it the larger edge.", near=decodes))
 
 
 def solve(p, s: Sheet) -> None:
