@@ -208,3 +208,25 @@ def test_a_time_at_the_end_of_the_calendar_in_the_store_costs_neither_the_start_
             assert app.screen.submitted is not None and app.session.reviewer.store.attempt_count() == 2
 
     asyncio.run(scenario())
+
+
+def test_the_app_leaves_once_its_terminal_is_gone(config_dir, monkeypatch):
+    """A terminal deleted under the app (an SSH drop with no SIGHUP) reads as no terminal: the app leaves rather
+    than spin in Textual's input thread; while the terminal stands it stays."""
+    import os
+    import pty
+
+    from tui.app import InfradrillApp
+
+    app = InfradrillApp()
+    left: list[bool] = []
+    monkeypatch.setattr(app, "exit", lambda *args, **kwargs: left.append(True))
+    terminal, ours = pty.openpty()
+    try:
+        app.leave_if_terminal_gone(ours)
+        assert not left
+        os.close(terminal)
+        app.leave_if_terminal_gone(ours)
+        assert left == [True]
+    finally:
+        os.close(ours)

@@ -6,6 +6,8 @@ Nothing here computes an answer: variants are made by solvers.engine in thread w
 from __future__ import annotations
 
 import gc
+import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -113,6 +115,9 @@ class DrillQueue:
     questions: list[str]
 
 
+TERMINAL_CHECK_SECONDS = 2.0  # how often the app checks that its terminal is still there
+
+
 class InfradrillApp(App):
     TITLE = "infradrill"
     COMMANDS = App.COMMANDS | {ActionCommands, QuestionCommands}
@@ -143,6 +148,16 @@ class InfradrillApp(App):
         self.push_screen(HomeScreen())
         for notice in self._setting_notices:
             self.notify(notice, title="Settings", severity="warning", timeout=20)
+        if not self.is_headless and sys.__stdin__ is not None and sys.__stdin__.isatty():
+            self.set_interval(TERMINAL_CHECK_SECONDS, partial(self.leave_if_terminal_gone, sys.__stdin__.fileno()))
+
+    def leave_if_terminal_gone(self, fd: int) -> None:
+        """Leave once the terminal is gone. A session dropped without a SIGHUP (an SSH link that dies, a
+        multiplexer killed under a child) deletes the terminal under the app: Textual's input thread then
+        reads nothing at once, forever, at most of a core (Textualize/textual#6690). Progress is saved as
+        it is made, so leaving loses nothing."""
+        if not os.isatty(fd):
+            self.exit()
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = False) -> None:
