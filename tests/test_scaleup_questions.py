@@ -69,7 +69,7 @@ def test_million_token_context_pushes_cross_from_each_side(variant, catalog):
                     if (run := stage_run(solution, catalog, i)) is not None)
         crossed += push.solution.regime_name != solution.regime_name
         if push.declared:
-            factor = 1 / 3 if solution.regime_name == "memory" else 2
+            factor = 1 / 3 if solution.regime_name in ("memory", "one-node") else 2
             assert push.solution.param("ttft_target").raw == pytest.approx(
                 solution.param("ttft_target").raw * factor, rel=0.06)
     assert crossed >= 27
@@ -109,7 +109,9 @@ def test_million_token_context_matches_plain_arithmetic(variant, seed):
     room = 0.9 * gpu.hbm_mib * 2**20 - model.params_b * 1e9 * {"bf16": 2, "fp8": 1}[p["weight_dtype"]] / 8
     assert r["kv_request"] == pytest.approx(kv_token * p["context"])
     assert r["nodes"] == math.ceil(kv_gpu / room - 1e-12)
-    assert (r["regime"] == "memory") == (r["prefill_time"] <= p["ttft_target"])
+    assert (r["regime"] != "ttft-target") == (r["prefill_time"] <= p["ttft_target"])
+    # one node that holds the KV and meets the target is the floor, not memory binding (read5-R4)
+    assert (r["regime"] == "one-node") == (r["regime"] != "ttft-target" and r["nodes"] == 1)
     assert r["nodes_plan"] == max(r["nodes"], r["nodes_ttft"]) and r["prefill_plan"] <= p["ttft_target"]
     heads = model.heads / model.kv_heads
     b_w = {"bf16": 2, "fp8": 1}[p["weight_dtype"]]
@@ -455,8 +457,10 @@ def test_million_token_context_keys_do_not_announce_the_push(variant):
         solution = variant(f"million-token-context@{seed}")
         summary = solution.sheet.regime.summary
         assert "modest change" not in summary
-        if solution.regime_name == "memory" and solution.sheet.results["nodes"] == 1:
-            assert "floor" in summary and "shrink" not in summary
+        if solution.sheet.results["nodes"] == 1:
+            assert solution.regime_name != "memory"
+        if solution.regime_name == "one-node":
+            assert "floor" in summary and "shrink" not in summary and "memory sets" not in summary
 
 
 def test_million_token_context_mha_names_its_projections_slip(variant):
@@ -469,19 +473,39 @@ def test_million_token_context_mha_names_its_projections_slip(variant):
 
 
 def test_million_token_context_relaxed_push_asks_decode_on_fewer_nodes(variant, catalog):
-    """A plan the target sets, relaxed into memory, deploys fewer nodes: the push asks the decode speed there,
-    which the stage-2 key never showed. It moves either way: fewer nodes read more KV a GPU but merge partial
-    attention across fewer (or no) nodes, every layer at the NIC's latency."""
+    """A plan the target sets, relaxed into memory (or the one-node floor), deploys fewer nodes: the push asks the
+    decode speed there, which the stage-2 key never showed. It moves either way: fewer nodes read more KV a GPU
+    but merge partial attention across fewer (or no) nodes, every layer at the NIC's latency, and the two nearly
+    cancel in some draws (about one in six over 120 seeds). The few engine pushes that do not cross are left to
+    test_million_token_context_pushes_cross_from_each_side."""
     seen = moved = 0
-    for seed in range(7001, 7041):
+    for seed in range(7001, 7121):
         solution = variant(f"million-token-context@{seed}")
         if solution.regime_name != "ttft-target":
             continue
         push = next(run for i in range(3, len(solution.question.stages))
                     if (run := stage_run(solution, catalog, i)) is not None)
-        assert push.solution.regime_name == "memory"
+        if push.solution.regime_name == "ttft-target":
+            continue
         seen += 1
         assert "per_user" in push.ask
         assert push.solution.sheet.results["nodes_plan"] < solution.sheet.results["nodes_plan"]
         moved += push.solution.sheet.results["per_user"] != pytest.approx(solution.sheet.results["per_user"], rel=0.05)
-    assert seen >= 20 and moved >= 0.8 * seen
+    assert seen >= 60 and moved >= 0.8 * seen
+
+
+@pytest.mark.parametrize("code", ["million-token-context@9711", "million-token-context@9712",
+                                  "million-token-context@default"])
+def test_million_token_context_node_counts_in_one_unit(variant, code):
+    """Each node count prints both sides of its ceiling in GB (read5-R4: "ceil(67.5 GiB/67.88 GB) = 2" read as
+    if it fit; it is 72.48 GB against 67.88 GB)."""
+    steps = {step.key: step for step in variant(code).sheet.steps}
+    for key in ("nodes", "nodes_mha", "nodes_mla"):
+        assert "GiB" not in steps[key].substituted and "GB" in steps[key].substituted
+
+
+def test_million_token_context_draws_only_real_1m_runs(variant):
+    """Only models with a real 1M-token run are drawn (read5-R4, bar 7): the Llama-3-70B shape (Gradient's 1048k)
+    and Llama 3.1 405B (Yang et al.'s timing); Qwen2.5-72B has no 1M checkpoint."""
+    for seed in range(7001, 7041):
+        assert _params(variant(f"million-token-context@{seed}"))["model"].name in ("Llama-3.1-70B", "Llama-3.1-405B")

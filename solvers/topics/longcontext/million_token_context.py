@@ -28,16 +28,14 @@ def _nodes(n: float) -> str:
 TTFT_MARGIN = 0.05  # a TTFT on the nodes that hold it within 5% (its tolerance) of the target: refused
 
 
-# The released checkpoints serve 128K; the question runs each model as a named long-context stretch, and no
-# further: (longest context, the stretch).
+# The released checkpoints serve 128K; the question runs each model as a named 1M-token stretch, and no
+# further: (longest context, the stretch). Only models with a real 1M-token run are drawn (Qwen2.5-72B has none:
+# the Qwen2.5-1M recipe was released for the 7B and 14B only).
 LONG_VARIANT = {
-    "Llama-3.1-70B": (1_048_576, "Gradient's Llama-3-70B-Instruct-Gradient-1048k, a RoPE-theta and fine-tuning "
-                    "stretch of Llama-3-70B to 1,048K tokens"),
+    "Llama-3.1-70B": (1_048_576, "the Llama-3-70B shape as Gradient's Llama-3-70B-Instruct-Gradient-1048k, a "
+                      "RoPE-theta and fine-tuning stretch of Llama-3-70B to 1,048K tokens"),
     "Llama-3.1-405B": (1_048_576, "Llama-3.1-405B run at 1M tokens as Yang et al. (arXiv:2411.01783) timed it, a "
                        "performance setting past the 128K the checkpoint was trained for"),
-    "Qwen2.5-72B": (1_048_576, "Qwen2.5-72B given the Qwen2.5-1M recipe (arXiv:2501.15383: length-extended "
-                    "training and dual-chunk attention, released for the 7B and 14B only): a hypothetical "
-                    "72B-1M"),
 }
 
 WIDEST_CP = 64  # an MHA request past 64 times the plan's nodes is no plan at all: such draws are refused
@@ -79,24 +77,32 @@ def _breaks(s: Sheet, p, *, room, kv, w, nodes, per_param, added: dict[str, int]
         # without it those draws would list no false option (and be refused).
 
 
+FLOOR = "one-node"  # one node holds the KV and meets the target: the deployment's floor, nothing binds
+
+
 def _regime(s: Sheet, t_pre, target, *, nodes: float, plan: float) -> None:
+    """Three sides: the target sets the nodes (the nodes that hold the KV prefill too slowly), memory does (two
+    or more nodes hold the KV and meet the target), or neither (one node does both: the floor of any plan)."""
     held = _nodes(nodes) + (" that holds" if nodes == 1 else " that hold")
-    if nodes == 1:  # one node is the deployment's floor: no cache to shrink, nothing split
-        memory = ("One node holds the request's KV and prefills it within the target: a single TP 8 node is the "
-                  "whole plan, the floor of any deployment, with no context parallelism; nothing binds but the "
-                  "unit you deploy in.")
+    if nodes == 1:  # no cache to shrink, nothing split: memory does not bind, the unit you deploy in does
+        below = Side(FLOOR, "One node holds the request's KV (in part of its room) and prefills it within the "
+                     "target: neither memory nor the target binds; a single TP 8 node is the whole plan, the floor "
+                     "of any deployment, with no context parallelism.",
+                     "Past the target the prefill's math sets the nodes: context parallelism then buys latency, "
+                     "each node added cutting the math, while the ring's KV passing stays overlapped with it.")
+        enough = "Within the target the one node that holds the KV is enough: the floor of one node is the plan."
     else:
-        memory = (f"The {held} the request's KV already prefill it within the target: memory sets the nodes, "
-                  "and a smaller cache (fp8 KV, a latent) is what would take nodes away.")
-    below = Side("memory", memory,
-                 "Past the target the prefill's math, not the cache, sets the nodes: context parallelism then buys "
-                 "latency, each node added cutting the math, while the ring's KV passing stays overlapped with it.")
+        below = Side("memory", f"The {held} the request's KV already prefill it within the target: memory sets "
+                     "the nodes, and a smaller cache (fp8 KV, a latent) is what would take nodes away.",
+                     "Past the target the prefill's math, not the cache, sets the nodes: context parallelism then "
+                     "buys latency, each node added cutting the math, while the ring's KV passing stays overlapped "
+                     "with it.")
+        enough = "Within the target the nodes that hold the KV are enough: memory sets the plan."
     above = Side(
         "ttft-target",
         f"The {held} the KV prefill{'s' if nodes == 1 else ''} it too slowly for the target: the math sets the nodes, "
         f"{format_number(plan)} of them, context parallelism spreading it (ring attention), each node a TP 8 "
-        "group with the whole weights.",
-        "Within the target the nodes that hold the KV are enough: memory sets the plan.")
+        "group with the whole weights.", enough)
     # Near the boundary the key says the same: a margin named here would announce the push that follows.
     s.regime_by(t_pre, target, tie="below", boundary_label="the TTFT target",
                 below=replace(below, near=below.summary), above=replace(above, near=above.summary))
@@ -105,8 +111,9 @@ def _regime(s: Sheet, t_pre, target, *, nodes: float, plan: float) -> None:
 def solve(p, s: Sheet) -> None:
     if crosses_domain(p.gpu, p.tp):
         raise Reject("TP must stay inside the node")
-    longest, stretch = LONG_VARIANT.get(p.model.name, (p.context, f"{p.model.name} stretched by RoPE scaling and "
-                                                       "long-context fine-tuning, a hypothetical"))
+    if p.model.name not in LONG_VARIANT:
+        raise Reject("no 1M-token run of this model")
+    longest, stretch = LONG_VARIANT[p.model.name]
     if p.context > longest:
         raise Reject("a context past the model's long-context stretch")
     e = engine(s, p.model, p.gpu, p.tp, dtype=p.weight_dtype, kv_dtype=p.kv_dtype, communication=True,
@@ -121,7 +128,7 @@ def solve(p, s: Sheet) -> None:
     kv_req = s.step("kv_request", "KV cache of one request", "KV_req", KV_tok * T, "GiB",
                     "every token keeps its key and value in every layer")
     w_gpu = s.step("weights_per_gpu", "Weights on each GPU", "W_gpu", e.W / e.TP, "GB", "TP splits every matrix")
-    kv_gpu = s.step("kv_per_gpu", "KV of the request on each GPU of one node", "KV_gpu_req", e.KV * T, "GiB",
+    kv_gpu = s.step("kv_per_gpu", "KV of the request on each GPU of one node", "KV_gpu_req", e.KV * T, "GB",
                     "each GPU keeps its own KV heads' share of every token")
     room = s.step("kv_room", "KV room on each GPU", "R", u * M - w_gpu, "GB",
                   "usable HBM less this GPU's weights")
@@ -229,7 +236,7 @@ def solve(p, s: Sheet) -> None:
         "mlp": GATED_MATRICES * model.hidden * model.ffn * model.layers})
     latent = s.step("kv_mla_gpu", "An MLA latent's cache on each GPU of one node", "KV_MLA",
                     given_config(s, p.model, "layers") * s.param("d_lat", "mla_latent") * sympy.Symbol("b_kv") * T,
-                    "GiB", "one latent per layer per token, no heads for TP to split: every GPU keeps all of it")
+                    "GB", "one latent per layer per token, no heads for TP to split: every GPU keeps all of it")
     sharded = _nodes(s.evaluate(ceil_of(latent / e.TP / room)))
     c_mla = s.step("nodes_mla", "Nodes that hold the request with an MLA latent in place of K and V", "c_MLA",
            ceil_of(latent / room), "nodes",
