@@ -274,7 +274,8 @@ def solve(p, s: Sheet) -> None:
              "1/SMs a busy SM, which made the unsplit time an upper bound).")
     s.assume("Splits: the count whose most loaded SM has the lightest load, FlashAttention-2's wave efficiency "
              "(its waves × its chunk of tiles plus, when split, its FP32 partials), the fewest within the slack; "
-             "k waves hold ⌊k·SMs / blocks⌋ splits, the keys dealt in equal chunks of whole tiles, ⌈tiles / splits⌉ a split, "
+             "k waves hold ⌊k·SMs / blocks⌋ splits, the keys dealt in equal chunks of whole tiles, "
+             "⌈tiles / splits⌉ a split, "
              "the last maybe shorter, as FlashAttention-2 lays them out (n_blocks_per_split). A part-filled wave "
              "costs a whole one, so filling every SM with ⌈SMs / blocks⌉ splits is slower than one wave, and "
              "several waves can beat one where the one leaves SMs idle. FlashAttention-2's own heuristic (the fewest "
