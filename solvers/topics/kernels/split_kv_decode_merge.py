@@ -41,11 +41,13 @@ def _layout(blocks: int, sms: int, tiles: int, asked: int) -> tuple[int, int, in
 
 
 def best_split(*, blocks: int, sms: int, tiles: int, group: int, head_dim: int, slack: Fraction,
-               tile: int) -> SplitChoice:
+               tile: int, cut: Fraction) -> SplitChoice:
     """On whole numbers: for each wave count k, ⌊k·SMs / blocks⌋ splits (the most k waves hold; more splits within
     the same waves only shorten the chunk); its most loaded SM's time is k × (its chunk of tiles, plus its FP32
     partials when split, 2·group·(d + 1)·4 B against a tile's 2·tile·d·2 B of bf16 K and V). The fewest splits
     within the slack of the fastest; a candidate within NEAR of that line refuses the draw."""
+    if blocks >= cut * sms:  # FlashAttention-2's cut-off: no split once the blocks fill 80% of the SMs
+        return SplitChoice(splits=1, per=tiles, waves=-(-blocks // sms), one_wave=1)
     partial = Fraction(2 * group * (head_dim + 1) * 4, 2 * tile * head_dim * 2)
     costs: dict[int, tuple[Fraction, int, int]] = {}
     most = -(-blocks * tiles // sms)  # past this many waves every tile is its own split already
@@ -107,7 +109,9 @@ def _split_regime(s: Sheet, *, blocks, n_split, waves, n_sm, att_gain, step_gain
     split = s.compare(n_split, 1) > 0
     layout = (f"{splits} splits in {s.text(waves)} wave{'s' if s.compare(waves, 1) > 0 else ''}, the attention "
               f"{s.text(att_gain, 3)} faster" if split else
-              f"one split (no split count is over {s.text(slack)} faster: the blocks fill their waves)")
+              "one split (the blocks fill 80% of the SMs or more, where FlashAttention-2 stops splitting)"
+              if s.compare(blocks, s.param("f_cut", "no_split_fill") * n_sm) >= 0 else
+              f"one split (no split count balances the SMs over {s.text(slack)} better)")
     reads = f"{s.text(kv_read, 3)} of KV against {s.text(w_read, 3)} of weights a GPU"
     line = s.step("matter_line", "Speed-up the split must beat to matter", "g_line", 1 + s.param("f_matter", "matters"),
                   "x", "the interviewer's line: under it the split is a detail of the step")
@@ -165,7 +169,8 @@ def solve(p, s: Sheet) -> None:
     slack = s.param("f_slack", "near_best")
     choice = best_split(blocks=int(p.batch) * max(1, p.model.kv_heads // p.tp), sms=p.gpu.sms,
                         tiles=-(-int(p.context) // int(p.kv_tile)), group=p.model.heads // p.model.kv_heads,
-                        head_dim=p.model.head_dim, slack=Fraction(exact(p.near_best)), tile=int(p.kv_tile))
+                        head_dim=p.model.head_dim, slack=Fraction(exact(p.near_best)), tile=int(p.kv_tile),
+                        cut=Fraction(exact(p.no_split_fill)))
     k_best = s.given("k_best", choice.waves, "", f"the fewest waves of split blocks within {s.text(slack)} of the "
                      "fastest")
     n_req = s.step("split_request", "Splits those waves hold", "n_req",
