@@ -176,6 +176,7 @@ ALLOWED = {
     ("topics/speculation/spec_decode_by_load.py", "_best_length", "g != chosen"): NAMES,
     ("topics/speculation/spec_decode_by_load.py", "_peak_reasons", "chosen < p.gamma"): WHOLE,
     ("topics/kernels/split_kv_decode_merge.py", "solve", "n_fill > 1"): SLIP,
+    ("topics/kernels/split_kv_decode_merge.py", "solve", "fill_splits == n_fill"): SLIP,
     ("topics/longcontext/million_token_context.py", "_breaks", "s.value(nodes) == 1"): TEXT,
     ("topics/longcontext/million_token_context.py", "_nodes", "n == 1"): TEXT,
     ("topics/longcontext/million_token_context.py", "_regime", "nodes == 1"): TEXT,

@@ -263,6 +263,8 @@ def test_split_kv_counts_match_fa2_split_ranges(variant, seed):
                 for k in range(1, -(-blocks * tiles // sms) + 1)]
     assert min(cost for cost, _ in by_waves) == pytest.approx(fastest)
     splits = min(launched for cost, launched in by_waves if cost <= 1.1 * fastest)
+    if blocks >= 0.8 * sms:  # no_split_fill: FlashAttention-2 does not split once the blocks fill 80% of the SMs
+        splits = 1
     per = -(-tiles // splits)
     assert r["blocks"] == blocks and r["splits"] == splits and r["tiles_per_split"] == per
     assert all(start < end for start, end in fa2_split_bounds(p["context"], 128, splits))  # none launched empty
@@ -272,13 +274,15 @@ def test_split_kv_counts_match_fa2_split_ranges(variant, seed):
     gain = results["per_user_split"] / results["per_user_unsplit"]
     assert r["regime"] == ("split-pays" if gain > 1.2 else "hardly-matters")
     assert abs(gain / 1.2 - 1) >= 0.03  # refused within the speed-up's 3% of the line
-    assert results["per_user_split"] >= results["per_user_unsplit"]
+    # read5-R4: one SM streams 4 times its share, so where the unsplit blocks already draw the whole bandwidth
+    # the split the wave rule takes costs its partials; never more than they add.
+    assert results["per_user_split"] >= results["per_user_unsplit"] / (1 + results["partial_overhead"])
 
 
 @pytest.mark.parametrize(("code", "expect"), [
     ("default+model=llama-3-8b+gpu=h100-sxm+dtype=bf16+batch=8+context=8704", (64, 2, 34, 3)),
-    ("default", (8, 16, 16, 18)),
-    ("default+model=llama-3.1-405b+gpu=b200+tp=4+context=29184", (2, 57, 4, 76))])
+    ("default", (8, 16, 16, None)),  # equal chunks cannot make ⌈132/8⌉ = 17 splits: no slip under that label
+    ("default+model=llama-3.1-405b+gpu=b200+tp=4+context=29184", (2, 57, 4, None))])
 def test_split_kv_takes_one_wave_not_a_part_filled_second(variant, code, expect):
     """read-RH: @9501's 64 blocks on 132 SMs take 2 splits (one wave of 128 blocks), not the 3 that give every
     SM a block (192 blocks: 60 SMs run a second one, 1.40 against 1.03 times the KV read at full bandwidth).
@@ -287,20 +291,25 @@ def test_split_kv_takes_one_wave_not_a_part_filled_second(variant, code, expect)
     solution = variant(f"split-kv-decode-merge@{code}")
     r = solution.sheet.results
     assert (r["blocks"], r["splits"], r["tiles_per_split"]) == (blocks, splits, per)
-    slips = {slip.label: slip.factor for slip in solution.sheet.slips["splits"]}
+    slips = {slip.label: slip.factor for slip in solution.sheet.slips.get("splits", [])}
     label = "the fewest splits that give every SM a block, ⌈SMs / blocks⌉ (a part-filled second wave)"
-    assert slips[label] == pytest.approx(old / splits)
-    assert r["attention_split"] < r["attention_unsplit"]
+    if old is None:  # read5-R4: a slip whose figure is not ⌈SMs / blocks⌉ is not listed under that label
+        assert label not in slips
+    else:
+        assert slips[label] == pytest.approx(old / splits)
+    assert r["attention_split"] <= r["attention_unsplit"] * (1 + r["partial_overhead"])
 
 
 def test_split_kv_takes_more_waves_where_one_leaves_sms_idle(variant):
     """read3-R1: 96 blocks on 132 SMs (the old push) leave 36 SMs idle; one wave holds no second split, but four
-    splits in three waves (384 blocks of 16 tiles) read 3 × 16 tiles against 64 unsplit: four, not the old
-    "no split". The one-wave count is the declared slip. The whole step still moves under 20%."""
+    splits in three waves (384 blocks of 16 tiles) balance 3 × 16 tiles against 64 unsplit: four, not the old
+    "no split". The one-wave count is the declared slip. read5-R4: at 4 times its share an SM's 96 blocks draw
+    the whole bandwidth already, so the attention gains nothing (its partials cost 0.8%): under 20%."""
     solution = variant("split-kv-decode-merge@default+batch=12+context=8192")
     r = solution.sheet.results
     assert (r["blocks"], r["splits"], r["tiles_per_split"], r["waves_split"]) == (96, 4, 16, 3)
-    assert r["attention_unsplit"] / r["attention_split"] > 1.25
+    assert r["attention_unsplit"] == pytest.approx(r["kv_read"] / 3.84e12)
+    assert r["attention_split"] == pytest.approx((r["kv_read"] + r["partial_bytes"]) / 3.84e12)
     assert r["regime"] == "hardly-matters" and r["step_gain"] < 1.2
     slips = {slip.label: slip.factor for slip in solution.sheet.slips["splits"]}
     assert slips["one wave by rule, ⌊SMs / blocks⌋ splits, where more waves finish over 10% sooner"] == 0.25
@@ -320,9 +329,11 @@ def test_split_kv_lists_its_own_split_statements_only_where_it_splits(variant, s
     split = r["splits"] > 1
     assert all((truth[o] is None) != split for o in OWN_SPLIT)
     assert not set(solution.shown["merge_facts"]) & {o for o in OWN_SPLIT if truth[o] is None}
-    assert truth["the lower-LSE split carries under an eighth of the merged output"] == (r["merge_weight"] < 1 / 8)
-    assert truth["the lower-LSE split carries at least a twentieth of the merged output"] == (
-        r["merge_weight"] >= 1 / 20)
+    results = solution.sheet.results  # read5-R4: no option restates the graded merge weight
+    assert truth["splitting makes this batch's attention more than twice as fast"] == (results["split_gain"] > 2)
+    if split:
+        assert truth["the longest sequence's last split gets fewer keys than its others"] == (
+            _params(solution)["context"] < r["splits"] * r["tiles_per_split"] * 128)
     assert truth["each GPU reads more bytes of KV cache than of weights in this step"] == (
         solution.sheet.results["kv_read"] > solution.sheet.results["weight_read"])
     if split:
@@ -344,6 +355,12 @@ def test_split_kv_push_crosses_to_the_other_side(variant, seed):
     except VariantError:
         return  # refused (a near tie, a context past the model's): validate holds the share under 10%
     assert pushed.sheet.results["regime"] != regime
+    # read5-R4: the push changes what the engine does, not only the 20% line: the split count moves, and from
+    # split-pays the daytime batch fills 80% of the SMs and stops splitting wherever it has 106 blocks or more.
+    base, now = solution.sheet.results, pushed.sheet.results
+    assert now["splits"] != base["splits"]
+    if regime == "split-pays" and now["blocks"] >= 0.8 * 132:
+        assert now["splits"] == 1 and now["partial_bytes"] == 0
 
 
 @pytest.mark.parametrize("seed", range(20))
