@@ -131,15 +131,12 @@ ALLOWED = {
         "an option within its figure's tolerance of its line is judged None and never listed; a listed option's "
         "truth is decided by s.compare",
     **{("topics/quantization/fp8_attention_quant_points.py", "_torn", torn): _UNLISTS for torn in (
-        "(closed > line) != (other > line)", "closed > line", "other > line")},
+        "(closed > line) != (other > line)", "closed > line")},
     ('topics/kv_cache/mla_tp_duplication.py', '_attention_judgements', 'then >= p.demand'): WHOLE,
     ('topics/kv_cache/mla_vs_gqa_under_tp.py', '_mla_levers', 'halved > s.value(req_g)'): WHOLE,
     ('topics/quantization/kv_quant_keys_vs_values.py', 'solve', 'abs(estimate - 1) > 0.05'): SLIP,
     ('topics/cost/voice_latency_budget.py', '_voice_llm', 'tp > 1'): WHOLE,
-    ('topics/deployment/h200_slower_than_h100.py', '_mechanisms', 'knobs.batch <= CAPTURE_LIMIT'): WHOLE,
     ('topics/deployment/h200_slower_than_h100.py', '_mechanisms', 'knobs.batch > B_o'): WHOLE,
-    ('topics/deployment/h200_slower_than_h100.py', '_mechanisms', 'knobs.batch > CAPTURE_LIMIT'): WHOLE,
-    ('topics/deployment/h200_slower_than_h100.py', '_mechanisms', 'knobs.batch > CAPTURE_LIMIT >= B_o'): WHOLE,
     ('topics/deployment/h200_slower_than_h100.py', 'judge', 'max(g_ttft, g_tpot) >= line'):
         "an option whose what-if lands within 1% (NEAR_BAR) of its line is judged None and never listed; the float "
         "what-ifs match the sheet to 1e-9, so a listed option's side is the exact one",
@@ -183,6 +180,9 @@ ALLOWED = {
     ("topics/moe/moe_1t_training_layout.py", "_layout_regime", "stages > 1"): TEXT,
     ("topics/moe/moe_1t_training_layout.py", "_layout_regime", "stages_2 == stages"): TEXT,
     ("topics/scaleup/b200_h100_roles.py", "_nodes", "n == 1"): TEXT,
+    ("topics/moe/moe_1t_training_layout.py", "solve", "abs(q - round(q)) < float(CEIL_CLEAR) * q"):
+        "the refusal itself: a draw whose state needs a whole number of GPUs to within 0.05% is not asked the "
+        "ceiling; floats place only that margin's edge, and the ceiling asked is exact",
     ("topics/speculation/spec_decode_by_load.py", "_peak_reasons", "at_half > 1"):
         _margin("3% (SPEEDUP_TIE): draws nearer a speedup of 1 at half the peak batch are refused"),
     ("topics/speculation/spec_decode_step_accounting.py", "_break_even",

@@ -191,7 +191,7 @@ def _pcie_line(s: Sheet, bridged: bool, read_bound: bool) -> str:
     if not bridged:
         return ""
     ar_n, ar_o = s.symbol("t_AR_pre_n"), s.symbol("t_AR_pre_o")
-    worse = read_bound and s.value(s.symbol("TTFT_n")) > s.value(s.symbol("TTFT_o"))
+    worse = read_bound and s.compare(s.symbol("TTFT_n"), s.symbol("TTFT_o")) > 0
     return (f" Its all-reduces cross PCIe between bridge groups: {s.text(ar_n)} of TTFT against the H100's "
             f"{s.text(ar_o)} on NVLink" + (", which keeps TTFT above the H100's: TP inside one bridge group, "
                                            "where the weights fit, is the lever." if worse else "."))

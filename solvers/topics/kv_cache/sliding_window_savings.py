@@ -97,7 +97,7 @@ def solve(p, s: Sheet) -> None:
     # Counted in blocks rather than tokens the two kinds of layer can tie on either side of C_star (Gemma-3 at
     # 5,400 tokens: 338 x 10 = 65 x 52 blocks of 16), and a context this near it is a coin toss to the candidate.
     # A context inside the window is no such toss: every layer keeps all of it (Gemma-2 at 4,096 is a window).
-    if s.value(C) > s.value(W) and abs(s.value(C) / s.value(C_star) - 1) <= TOO_CLOSE:
+    if s.compare(C, W) > 0 and abs(s.value(C) / s.value(C_star) - 1) <= TOO_CLOSE:
         raise Reject("the context is within 2% of the one where both kinds of layer keep equal KV: too close to call")
     s.assume("All layers cache the same KV heads and head dim, windowed or not (true of gpt-oss and Gemma 2/3), "
              "so the saving depends on layer counts alone; KV dtype and block size do not change it.")
