@@ -14,9 +14,9 @@ def solves(monkeypatch):
     counted = {"quick": 0}
     solve_values = engine.solve_values
 
-    def counting(question, raw, catalog, *, quick=False):
-        counted["quick"] += quick
-        return solve_values(question, raw, catalog, quick=quick)
+    def counting(question, raw, catalog, **options):
+        counted["quick"] += options.get("quick", False)
+        return solve_values(question, raw, catalog, **options)
 
     monkeypatch.setattr(engine, "solve_values", counting)
     return counted
