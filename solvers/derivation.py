@@ -234,6 +234,7 @@ class Sheet:
 
     def step(self, key: str, title: str, symbol: str, expr: Value, unit: str = "", why: str = "") -> Value:
         """Evaluate `expr` on the values known so far and record it as a step."""
+        expr = sympy.sympify(expr)  # a Python number where a formula was meant would break the steps' reads
         sym = sympy.Symbol(symbol)
         if sym in self._numbers:
             raise ValueError(f"symbol {symbol} declared twice")

@@ -85,6 +85,14 @@ def test_the_key_line_says_the_key_and_how_it_came(bank, catalog, seed):
     assert key_line(solution, "regime").startswith(solution.sheet.regime.name)
 
 
+def test_every_question_groups_its_steps_by_stage(bank, catalog):
+    """What the solution screen and the key sheet do with every variant: moe-1t-training-layout's default put a
+    Python float where a formula was meant (E over twice the EP group) and its solution screen raised."""
+    for qid in sorted(bank.questions):
+        solution = make_variant(bank, catalog, VariantCode(qid, None))
+        assert sum(map(len, steps_by_stage(solution))) == len(solution.sheet.steps), qid
+
+
 @pytest.mark.parametrize("qid", [STAGED, OLD, "users-per-gpu"])
 def test_every_step_sits_once_under_the_first_stage_that_needs_it(old_bank, catalog, qid):
     solution = make_variant(old_bank, catalog, VariantCode.parse(f"{qid}@11"))

@@ -134,6 +134,19 @@ def test_the_reveal_is_grouped_by_stage_with_each_steps_under_it():
     assert under == [len(by_stage[i]) for i in asked] and sum(under) == len(solution.sheet.steps)
 
 
+def test_a_reveal_whose_first_stages_need_no_step_shows_the_givens_once():
+    """pause-storm-origin's opening and recall need no step of the derivation: the givens table went under
+    each of them and the solution screen raised on a second widget id 'givens' (a fresh clone's mock hit it)."""
+    async def scenario():
+        async with running_app() as (app, pilot):
+            await open_default(app, pilot, "pause-storm-origin")
+            await reveal(app, pilot, ("ctrl+s", "ctrl+s"))
+            return app.screen.solution, len(app.screen.query("#givens"))
+
+    solution, givens = asyncio.run(scenario())
+    assert solvers.interview.steps_by_stage(solution)[0] == [] and givens == 1
+
+
 def test_verdict_only_hides_the_keys_between_stages_until_the_reveal():
     async def scenario():
         async with running_app() as (app, pilot):

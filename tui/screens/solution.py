@@ -118,6 +118,7 @@ class SolutionScreen(AppScreen):
         steps = steps_by_stage(self.solution)
         last = q.last_unpushed
         number = 0
+        givens_shown = False  # under the first stage past the pushes, however many steps the stages before it had
         with VerticalScroll(id="solution-body"):
             for index, stage in enumerate(q.stages):
                 done = answered.get(index)
@@ -136,7 +137,8 @@ class SolutionScreen(AppScreen):
                     if run is not None and run.solution.sheet.regime is not None:
                         yield Static(regime_panel(run.solution), id=f"regime-{index}", classes="regime")
                     continue
-                if number == 0:
+                if not givens_shown:
+                    givens_shown = True
                     yield Static("[b]Given[/b]", classes="section")
                     yield Static(givens_table(self.solution), id="givens")
                 for step in steps[index]:

@@ -162,7 +162,7 @@ def _failure_modes(s: Sheet, p, a_in, a_out, t_c, k, ep: int) -> None:
     key = "failure_modes"
     m, E = s.symbol("m"), s.symbol("E")
     n_2 = s.step("experts_per_gpu_2", "Routed experts per GPU, EP over two domains", "n_g2",
-                 p.model.experts / (2 * ep), "experts", "E over twice the EP group")
+                 E / (2 * ep), "experts", "E over twice the EP group")
     stretch = s.step("hot_stretch_2", "MoE layer stretched by the hottest expert, EP over two domains", "S_hot2",
                      (m + (n_2 - 1) * (E - m) / (E - 1)) / n_2, "x",
                      "the same hot expert diluted over half as many experts a GPU")
