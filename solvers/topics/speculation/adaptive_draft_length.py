@@ -313,10 +313,15 @@ def solve(p, s: Sheet) -> None:
              "(its weights and KV taken to scale with the target's). A drafter whose KV does not grow with the "
              "context (an EAGLE head's one layer, or a windowed draft cache) costs less than c at long context, "
              "which favours speculation there beyond these figures.")
-    s.assume("Each batch holds code and chat in their shares: a random batch strays a few sequences from them, which "
-             "moves its verify tokens; within 5% of the ridge that would move the figures (up to 3% at 16 "
-             "sequences), and such batches are not drawn. The class lengths are the batch-1 ones, as built; the best "
-             "single length is chosen for these batches, and so is each replica's length for its own batch.")
+    s.assume("Each batch holds code and chat in the ratio of requests: a simplification. A chat request, with "
+             "fewer tokens a round, stays in the batch for more rounds, so by time a batch holds more chat than its "
+             "share of requests; where the class lengths' verify runs past the ridge the figures count too many of "
+             "code's verify tokens and lean against the class lengths (under the ridge the verify is free and "
+             "nothing moves; one length for all verifies the same tokens whatever the mix). A random batch strays "
+             "a few sequences from that ratio, which moves its verify tokens; within 5% of the ridge that would "
+             "move the figures (up to 3% at 16 sequences), and such batches are not drawn. The class lengths are "
+             "the batch-1 ones, as built; the best single length is chosen for these batches, and so is each "
+             "replica's length for its own batch.")
     s.assume("Left out: the step's fixed overhead, paid once by a plain step and once by the verify (counted, it "
              "would make a verify past the ridge relatively cheaper: leaving it out leans against speculation); the "
              "TP all-reduces, whose per-token time grows with the verify's tokens (leaving them out leans towards "
@@ -325,17 +330,19 @@ def solve(p, s: Sheet) -> None:
     _batching(s, p, x)
     verify = format_number(b_.verify_tokens(g_code, g_chat))
     at, ridge, speed = format_number(p.context), format_number(x["R"], 4), format_number(s.value(S_rule), 3)
+    faster = (f"In batches of {format_number(p.batch)} at {at} tokens the class lengths still beat no drafter "
+              f"({speed}x): a verify of {verify} tokens against a ridge of {ridge}, and code's drafts for every "
+              "sequence, cost less than the tokens they bring.")
+    slower = (f"In batches of {format_number(p.batch)} at {at} tokens the class lengths lose to no drafter ({speed}x): "
+              f"{verify} verify tokens against a ridge of {ridge} are paid token by token, and every sequence waits "
+              "for code's draft.")
+    # Near the boundary the key says what binds and no more: 'a modest change tips it' would announce the push.
     s.regime_by(S_rule, 1, boundary_label="no drafter", above=Side(
-        "faster",
-        f"In batches of {format_number(p.batch)} at {at} tokens the class lengths still beat no drafter ({speed}x): "
-        f"a verify of {verify} tokens against a ridge of {ridge}, and code's drafts for every sequence, cost less "
-        "than the tokens they bring.",
-        "With more sequences of shorter context the verify's tokens pass the ridge, which the KV read no longer "
-        "lifts: each round then pays for them, and for code's long draft, in every sequence."),
+        "faster", faster,
+        "With more sequences of shorter context the verify's tokens grow with the batch faster than the ridge, "
+        "which follows the batch's KV tokens (B·S), can rise: past it each round pays for them, and for code's "
+        "long draft, in every sequence.", near=faster),
         below=Side(
-        "slower",
-        f"In batches of {format_number(p.batch)} at {at} tokens the class lengths lose to no drafter ({speed}x): "
-        f"{verify} verify tokens against a ridge of {ridge} are paid token by token, and every sequence waits for "
-        "code's draft.",
+        "slower", slower,
         "With fewer sequences, or longer contexts whose KV read lifts the ridge, the verify rides free again and "
-        "the class lengths beat no drafter."))
+        "the class lengths beat no drafter.", near=slower))
