@@ -188,7 +188,7 @@ def key_sheet() -> ExportFile:
 def _key_entry(number: int, variant: Script) -> list[str]:
     solution = variant.solution
     lines = _heading(number, variant) + ["| answer | key |", "|---|---|"]
-    lines += answer_rows(solution, staged=True)
+    lines += answer_rows(solution, variant)
     lines += ["", *script_markdown(variant, 3), "### Steps", ""]
     for step_number, step in enumerate(solution.sheet.steps, 1):
         lines.append(f"{step_number}. {step.title}: ${step.latex}$ = {step.substituted} = **{step.result}**")

@@ -163,7 +163,7 @@ def to_markdown(solution: Solution, script: Script | None = None) -> str:
              "## Parameters", "", "| parameter | value |", "|---|---|"]
     lines += [f"| {p.label} | {p.shown} |" for p in solution.problem_data()]
     lines += ["", "## Answers", "", "| answer | expected |", "|---|---|"]
-    lines += answer_rows(solution, script is not None)
+    lines += answer_rows(solution, script)
     if script is not None:
         lines += ["", "## Interview", "", *script_markdown(script, 3)]
     elif judged := judgement_lines(solution):
@@ -188,12 +188,16 @@ def to_markdown(solution: Solution, script: Script | None = None) -> str:
     return "\n".join(line for line in lines) + "\n"
 
 
-def answer_rows(solution: Solution, staged: bool) -> list[str]:
-    """The table rows of each answer and its key; with the interview beside it (`staged`), an answer only a
-    push asks is keyed on the pushed variant, in that stage: this variant's figure is not what is graded."""
-    pushed = solution.question.push_only if staged else frozenset()
-    return [f"| {a.shown_label} | {PUSHED_KEY if a.key in pushed else expected_text(solution, a.key)} |"
-            for a in solution.question.answers]
+def answer_rows(solution: Solution, script: Script | None) -> list[str]:
+    """The table rows of each answer and its key; with the interview beside it (`script`), an answer only a
+    push asks is keyed on the pushed variant, in that stage (this variant's figure is not what is graded), and
+    one only the other side's push asks is not listed: this variant is never asked it."""
+    if script is None:
+        return [f"| {a.shown_label} | {expected_text(solution, a.key)} |" for a in solution.question.answers]
+    only_pushed = solution.question.push_only
+    pushed = {key for stage in script.stages if stage.stage.push and stage.run is not None for key in stage.run.ask}
+    return [f"| {a.shown_label} | {PUSHED_KEY if a.key in only_pushed else expected_text(solution, a.key)} |"
+            for a in solution.question.answers if a.key not in only_pushed or a.key in pushed]
 
 
 def script_markdown(script: Script, depth: int) -> list[str]:

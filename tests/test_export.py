@@ -321,3 +321,17 @@ def test_the_candidate_sheet_gives_a_push_the_figures_it_moved(variant, catalog)
         now, was = push.solution.param(name).shown, read.solution.param(name).shown
         assert f"{push.solution.param(name).label}: {now} (was {was})" in sheet
     assert "spread" not in sheet  # a generator's setting is not a figure the candidate is given
+
+
+def test_an_answer_only_the_other_sides_push_asks_is_not_in_the_key_table(bank, catalog):
+    """flash-attention-exp-bound@4's push does not ask overlap_ceiling (the other side's push does): the key's
+    table left it pointing to a push that never asks it. A reader took the row for a push answer."""
+    from solvers.engine import VariantCode, make_variant
+
+    solution = make_variant(bank, catalog, VariantCode("flash-attention-exp-bound", 4))
+    read = script(solution, catalog)
+    asked = {key for stage in read.stages if stage.stage.push and stage.run is not None for key in stage.run.ask}
+    assert "overlap_ceiling" in solution.question.push_only and "overlap_ceiling" not in asked
+    table = key_sheet().entry(1, read).split("## Interview")[0].split("### ")[0]
+    assert f"| {solution.question.answer('overlap_ceiling').shown_label} |" not in table
+    assert all(f"| {solution.question.answer(key).shown_label} |" in table for key in asked)
