@@ -13,8 +13,8 @@ from solvers.models.steptime import engine
 from solvers.sheetmath import Reject, ceil_of, floor_of, max_of, min_of
 
 PARTIAL_BYTES = 4  # split-KV kernels keep each partial output and its LSE in FP32
-# The per-SM streaming figure's range (the question file's sm_stream, 4x an SM's share: 64 KB in flight over
-# 0.8 µs): 3x to 6x, a loaded HBM latency of 1.07 to 0.53 µs. The verdict must hold over all of it.
+# The per-SM streaming figure's range (the question file's sm_stream, 80 GB/s: 64 KB in flight over 0.8 µs):
+# 60 to 120 GB/s, a loaded HBM latency of 1.07 to 0.53 µs. The verdict must hold over all of it.
 SM_LOW, SM_HIGH = Fraction(3, 4), Fraction(3, 2)
 
 
@@ -101,7 +101,7 @@ def _merge_judgements(s: Sheet, *, splits, empty, overhead, att_gain, tokens, ti
             "and pin the splits per captured batch size", fact=True)
 
 
-def _split_regime(s: Sheet, *, blocks, n_split, waves, n_sm, att_gain, step_gain, kv_read, w_read, t_oh, slack,
+def _split_regime(s: Sheet, *, blocks, n_split, wave, waves, n_sm, att_gain, step_gain, kv_read, w_read, t_oh, slack,
                   tp: int) -> None:
     overhead = s.text(t_oh)
     dilute = ", the all-reduces" if tp > 1 else ""
@@ -111,6 +111,8 @@ def _split_regime(s: Sheet, *, blocks, n_split, waves, n_sm, att_gain, step_gain
               f"{s.text(att_gain, 3)} faster" if split else
               "one split (the blocks fill 80% of the SMs or more, where FlashAttention-2 stops splitting)"
               if s.compare(blocks, s.param("f_cut", "no_split_fill") * n_sm) >= 0 else
+              f"one split (the wave arithmetic's {s.text(wave)} splits read no faster: the unsplit blocks already "
+              "draw the whole bandwidth)" if s.compare(wave, 1) > 0 else
               f"one split (no split count balances the SMs over {s.text(slack)} better)")
     reads = f"{s.text(kv_read, 3)} of KV against {s.text(w_read, 3)} of weights a GPU"
     line = s.step("matter_line", "Speed-up the split must beat to matter", "g_line", 1 + s.param("f_matter", "matters"),
@@ -121,12 +123,12 @@ def _split_regime(s: Sheet, *, blocks, n_split, waves, n_sm, att_gain, step_gain
         raise Reject("each user's speed-up from the split within 3% of the line that matters")
     pays = (f"{count} blocks on {s.text(n_sm)} SMs: {layout}, and each user {s.text(step_gain, 3)} faster over the "
             f"whole step ({reads}): the unsplit blocks' SMs, at what one SM streams, draw a small part of the "
-            "bandwidth, and the split puts the rest to work. It holds from 3 to 6 times an SM's share.")
+            "bandwidth, and the split puts the rest to work. It holds from 60 to 120 GB/s an SM.")
     if split:
         marginal = (f"{count} blocks on {s.text(n_sm)} SMs: {layout}, but each user only {s.text(step_gain, 3)} "
                     f"faster over the whole step ({reads}; the weights{dilute} and the {overhead} overhead dilute "
                     "it, or the unsplit blocks already draw most of the bandwidth). Take the split count the wave "
-                    "arithmetic gives and spend the effort elsewhere; that holds from 3 to 6 times an SM's share.")
+                    "arithmetic gives and spend the effort elsewhere; that holds from 60 to 120 GB/s an SM.")
     else:
         marginal = (f"{count} blocks on {s.text(n_sm)} SMs: {layout}. Nothing for a split to win: no partials, no "
                     f"merge, each user's speed the unsplit one ({reads}).")
@@ -177,10 +179,68 @@ def solve(p, s: Sheet) -> None:
                    max_of(1, min_of(tiles, floor_of(k_best * n_sm / blocks))), "",
                    "k waves hold ⌊k·SMs / blocks⌋ splits (one at least, one a tile at most); k the fewest waves whose "
                    f"most loaded SM finishes within {s.text(slack)} of the fastest")
-    per_split = s.step("tiles_per_split", "Key tiles per split", "n_per", ceil_of(tiles / n_req), "",
-                       "equal chunks of whole tiles over those splits, the last one maybe shorter")
-    n_split = s.step("splits", "Splits per sequence launched", "n_split", ceil_of(tiles / per_split), "",
-                     "the splits those chunks fill: every launched split with keys")
+    per_wave = s.step("wave_tiles_per_split", "Key tiles per split, by the wave arithmetic", "n_per,w",
+                      ceil_of(tiles / n_req), "", "equal chunks of whole tiles over those splits, the last one maybe "
+                      "shorter")
+    n_wave = s.step("wave_splits", "Splits the wave arithmetic fills", "n_w", ceil_of(tiles / per_wave), "",
+                    "the splits those chunks fill: every launched split with keys")
+
+    # Traffic: with splits every split writes its partial output and LSE in FP32 and the merge reads them back;
+    # a single split writes the output directly and launches no merge (FlashAttention-2's non-split path).
+    b_p = s.given("b_p", PARTIAL_BYTES, "B", "bytes per partial value (FP32)")
+    kv_read = s.step("kv_read", "KV bytes each GPU reads per step", "M_KV", e.KV * B * T, "GB",
+                     "every sequence's own keys and values, all layers")
+
+    def partials(n, key: str, label: str):
+        if s.compare(n, 1) > 0:
+            return s.step(key, label, "M_part" if key == "partial_bytes" else "M_part,w",
+                          2 * L * B * H_g * n * (H / H_kv) * (d + 1) * b_p, "MB",
+                          "per layer, split and query head: d output values and one LSE, written then read by the "
+                          "merge")
+        return s.step(key, label, "M_part" if key == "partial_bytes" else "M_part,w", sympy.S.Zero, "MB",
+                      "one split writes the output itself: no FP32 partials, no merge pass")
+
+    # The attention takes the longer of its bytes at the whole HBM bandwidth and its most loaded SM's bytes at what
+    # one SM streams alone (read6-R5: a rate in GB/s from Little's law, the same on every GPU, not a multiple of an
+    # SM's share of the GPU's bandwidth, which gave a B200 SM 173 GB/s).
+    r_sm = s.param("r_SM", "sm_stream")
+    waves0 = s.step("waves_unsplit", "Waves of blocks without a split", "k_0", ceil_of(blocks / n_sm), "",
+                    "blocks over SMs, rounded up: the most loaded SM runs this many")
+    t_att0 = s.step("attention_unsplit", "Attention read without a split", "t_att0",
+                    max_of(kv_read / e.byte_rate, kv_read * waves0 / (blocks * r_sm)), "ms",
+                    "the KV at the whole bandwidth, or the most loaded SM's whole sequences of keys at "
+                    f"{s.text(r_sm)}, whichever is longer")
+
+    def attention(n, per, part, key: str, label: str, waves_key: str):
+        waves = s.step(waves_key, f"Waves of blocks, {label}", "k_1" if key == "attention_split" else "k_w",
+                       ceil_of(blocks * n / n_sm), "", "the split count's blocks over SMs, rounded up")
+        return s.step(key, f"Attention read, {label}", "t_att1" if key == "attention_split" else "t_att,w",
+                      max_of((kv_read + part) / e.byte_rate,
+                             waves * (kv_read * per / tiles + part / n) / (blocks * r_sm)), "ms",
+                      "the KV and partials at the whole bandwidth, or the most loaded SM's chunks of tiles (and "
+                      f"partials) at {s.text(r_sm)}, whichever is longer"), waves
+
+    # read6-R5: the wave arithmetic knows nothing of bandwidth. Where its split is not faster than no split by the
+    # same time model (the unsplit blocks already draw the whole bandwidth), one split is launched.
+    if s.compare(n_wave, 1) > 0:
+        part_w = partials(n_wave, "wave_partial_bytes", "Partial-output traffic of the wave arithmetic's splits")
+        t_att_w, _ = attention(n_wave, per_wave, part_w, "attention_wave", "the wave arithmetic's splits",
+                               "waves_wave")
+        keep = s.compare(t_att_w, t_att0) < 0
+    else:
+        keep = False
+    if keep:
+        per_split = s.step("tiles_per_split", "Key tiles per split", "n_per", per_wave, "",
+                           "the wave arithmetic's chunks: its split reads faster than no split")
+        n_split = s.step("splits", "Splits per sequence launched", "n_split", n_wave, "",
+                         "the wave arithmetic's splits: the attention reads faster than unsplit")
+    else:
+        per_split = s.step("tiles_per_split", "Key tiles per split", "n_per", tiles, "",
+                           "one split holds every tile")
+        n_split = s.step("splits", "Splits per sequence launched", "n_split", sympy.S.One, "",
+                         "one split: no split count reads faster than the unsplit blocks"
+                         + (", which already draw the whole bandwidth" if s.compare(
+                             kv_read * waves0 / (blocks * r_sm), kv_read / e.byte_rate) <= 0 else ""))
     # A shorter request in the same launch: the layout (splits, tiles per split) is the longest's.
     share = s.param("f_short", "short_share")
     # A share of T may leave a fraction of a token (45% of 1,792 is 806.4): the request is whole tokens. T is a
@@ -199,44 +259,17 @@ def solve(p, s: Sheet) -> None:
     s.step("merged_lse", "Merged LSE above the larger one", "ΔLSE", sympy.log(1 + sympy.exp(-gap)), "",
            "LSE = LSE_2 + log(1 + e^−Δ): the merged softmax denominator, in log space")
 
-    # Traffic: with splits every split writes its partial output and LSE in FP32 and the merge reads them back;
-    # a single split writes the output directly and launches no merge (FlashAttention-2's non-split path).
-    b_p = s.given("b_p", PARTIAL_BYTES, "B", "bytes per partial value (FP32)")
-    kv_read = s.step("kv_read", "KV bytes each GPU reads per step", "M_KV", e.KV * B * T, "GB",
-                     "every sequence's own keys and values, all layers")
-    if s.compare(n_split, 1) > 0:
-        partial = s.step("partial_bytes", "Partial-output traffic per step", "M_part",
-                         2 * L * B * H_g * n_split * (H / H_kv) * (d + 1) * b_p, "MB",
-                         "per layer, split and query head: d output values and one LSE, written then read by the merge")
-    else:
-        partial = s.step("partial_bytes", "Partial-output traffic per step", "M_part", sympy.S.Zero, "MB",
-                         "one split writes the output itself: no FP32 partials, no merge pass")
+    partial = partials(n_split, "partial_bytes", "Partial-output traffic per step")
     overhead = s.step("partial_overhead", "Partial traffic over the KV read", "r_part", partial / kv_read, "%",
                       "what the split adds to the attention's traffic")
 
-    # Per-user speed, unsplit and split: the weights stream at full bandwidth; the attention takes the longer of
-    # its bytes at the whole HBM bandwidth and its most loaded SM's bytes at what one SM streams alone.
+    # Per-user speed, unsplit and split: the weights stream at full bandwidth.
     w_read = s.step("weight_read", "Weight bytes each GPU reads per step", "M_W", e.W / e.TP, "GB",
                     "its share of the weights, once a step whatever the batch")
     weights = s.step("t_weights", "Weight read per step", "t_W", w_read / e.byte_rate, "ms",
                      "each GPU's share of the weights at achievable bandwidth")
-    # One SM alone streams about sm_stream times its 1/SMs share (Little's law on the bytes it keeps in flight):
-    # the verdict is refused where it would change anywhere from SM_LOW to SM_HIGH times that figure.
-    c_sm = s.param("c_SM", "sm_stream")
-    waves0 = s.step("waves_unsplit", "Waves of blocks without a split", "k_0", ceil_of(blocks / n_sm), "",
-                    "blocks over SMs, rounded up: the most loaded SM runs this many")
-    sm0 = n_sm * waves0 / blocks  # the most loaded SM's share of the KV, times SMs
-    t_att0 = s.step("attention_unsplit", "Attention read without a split", "t_att0",
-                    max_of(kv_read, kv_read * sm0 / c_sm) / e.byte_rate, "ms",
-                    "the KV at the whole bandwidth, or the most loaded SM's whole sequences of keys at "
-                    f"{s.text(c_sm)} its 1/SMs share, whichever is longer")
-    waves1 = s.step("waves_split", "Waves of blocks with the splits", "k_1", ceil_of(blocks * n_split / n_sm), "",
-                    "the chosen split count's blocks over SMs, rounded up")
-    sm1 = n_sm * waves1 * (kv_read * per_split / tiles + partial / n_split) / blocks
-    t_att1 = s.step("attention_split", "Attention read with the splits", "t_att1",
-                    max_of(kv_read + partial, sm1 / c_sm) / e.byte_rate, "ms",
-                    "the KV and partials at the whole bandwidth, or the most loaded SM's chunks of tiles (and "
-                    f"partials) at {s.text(c_sm)} its 1/SMs share, whichever is longer")
+    t_att1, waves1 = attention(n_split, per_split, partial, "attention_split", "with the splits launched",
+                               "waves_split")
     t_math = s.step("", "Math time of the step", "t_F", e.math_time(2 * e.N * B, e.A * B * T), "ms",
                     "2 FLOPs per weight per token plus attention over the context, at achievable FLOP/s")
     ar = tp_all_reduce(s, p.model, p.gpu, p.tp, B, tag="dec", label="decode step")
@@ -252,31 +285,40 @@ def solve(p, s: Sheet) -> None:
     step_gain = s.step("step_gain", "Each user's speed-up from splitting, the whole step", "g_step",
                        speeds["split"] / speeds["unsplit"], "x",
                        "the same step with the split's attention time in place of the unsplit one's")
-    # read5-R4: the verdict must not hang on the per-SM streaming figure. Recomputed with one SM at 3x and at 6x
-    # its share (Little's law's 64 KB in flight over 1.07 and 0.53 µs), a draw whose side of the line moves is
-    # refused.
+    # read5-R4: the verdict must not hang on the per-SM streaming figure. Recomputed with one SM at 60 and at
+    # 120 GB/s (Little's law's 64 KB in flight over 1.07 and 0.53 µs), a draw whose side of the line moves, or whose
+    # choice between the wave arithmetic's split and none moves, is refused.
     line = 1 + s.evaluate(s.param("f_matter", "matters"))
     rate, fixed = s.evaluate(e.byte_rate), s.evaluate(ar + e.t_oh)
     w_t, m_t = s.evaluate(weights), s.evaluate(t_math)
-    kv, part, a0, a1 = (s.evaluate(x) for x in (kv_read, partial, kv_read * sm0, sm1))
+    nb, ns, nt = (s.evaluate(x) for x in (blocks, n_sm, tiles))
+    kv, k0 = s.evaluate(kv_read), s.evaluate(waves0)
+    nw, pw = s.evaluate(n_wave), s.evaluate(per_wave)
+    kw = -(-int(nb) * int(nw) // int(ns))
+    part_w = s.evaluate(2 * L * B * H_g * (H / H_kv) * (d + 1) * b_p) * nw if nw > 1 else 0
 
-    def gain(c: float) -> float:
-        t0, t1 = max(kv, a0 / c) / rate, max(kv + part, a1 / c) / rate
-        return (max(w_t + t0, m_t) + fixed) / (max(w_t + t1, m_t) + fixed)
+    def verdict(r: float) -> tuple[bool, bool]:
+        t0 = max(kv / rate, kv * k0 / (nb * r))
+        t1 = max((kv + part_w) / rate, kw * (kv * pw / nt + part_w / nw) / (nb * r)) if nw > 1 else t0
+        split = t1 < t0
+        t = t1 if split else t0
+        return split, (max(w_t + t0, m_t) + fixed) / (max(w_t + t, m_t) + fixed) > line
 
-    c0 = s.evaluate(c_sm)
-    if len({gain(c) > line for c in (c0 * SM_LOW, c0, c0 * SM_HIGH)}) > 1:
-        raise Reject("the split's verdict turns on how fast one SM streams (3x to 6x its share)")
+    r0 = s.evaluate(r_sm)
+    if len({verdict(r0 * c)[0] for c in (SM_LOW, 1, SM_HIGH)}) > 1:
+        raise Reject("whether the split reads faster than none turns on how fast one SM streams (60 to 120 GB/s)")
+    if len({verdict(r0 * c)[1] for c in (SM_LOW, 1, SM_HIGH)}) > 1:
+        raise Reject("the split's verdict turns on how fast one SM streams (60 to 120 GB/s)")
     _merge_judgements(s, splits=n_split, empty=n_empty, overhead=overhead, att_gain=att_gain, tokens=T,
                       tile=tile, per=per_split, kv_read=kv_read, weight_read=w_read)
     s.assume("One thread block per (sequence, KV head) with its query heads packed together (FlashAttention-2's "
              "decode path swaps the query-head group into the rows; FlashInfer and FlashDecoding do the same); "
              "the blocks of all splits run at once (several fit on one SM).")
     s.assume("Attention's read takes the longer of its bytes at the whole achievable bandwidth and its most loaded "
-             "SM's at what one SM streams: 4 times its 1/SMs share (Little's law: about 64 KB of K and V tiles in "
-             "flight over about 0.8 µs of loaded HBM latency, some 80 GB/s on an H100). The regime is refused "
-             "where it would change anywhere from 3 to 6 times the share (read5-R4: the verdict no longer rests on "
-             "1/SMs a busy SM, which made the unsplit time an upper bound).")
+             "SM's at what one SM streams alone: 80 GB/s on every GPU (Little's law: about 64 KB of K and V tiles in "
+             "flight over about 0.8 µs of loaded HBM latency), so blocks on few SMs draw under the whole bandwidth "
+             "(read6-R5: a multiple of an SM's share of the GPU's bandwidth gave a B200 SM 173 GB/s). The split "
+             "count and the regime are refused where they would change anywhere from 60 to 120 GB/s.")
     s.assume("Splits: the count whose most loaded SM has the lightest load, FlashAttention-2's wave efficiency "
              "(its waves × its chunk of tiles plus, when split, its FP32 partials), the fewest within the slack; "
              "k waves hold ⌊k·SMs / blocks⌋ splits, the keys dealt in equal chunks of whole tiles, "
@@ -286,8 +328,11 @@ def solve(p, s: Sheet) -> None:
              "several waves can beat one where the one leaves SMs idle. FlashAttention-2's own heuristic (the fewest "
              "splits within 85% of the best wave efficiency, at most min(SMs, tiles, 128), none once the batch "
              "fills 80% of the SMs) reads the same wave efficiency but takes the fewest splits near the best; "
-             "FlashInfer plans one wave of persistent blocks. Empty splits come from mixed-length batches: one "
-             "launch's split layout is sized by the longest sequence, so a shorter one's last splits get no keys. "
+             "FlashInfer plans one wave of persistent blocks. The split is launched only where it reads faster than no "
+             "split by the same time model: where the unsplit blocks already draw the whole bandwidth, the wave "
+             "arithmetic's split would only add its partials, and one split is launched (read6-R5). Empty splits "
+             "come from mixed-length batches: one launch's split layout is sized by the longest sequence, "
+             "so a shorter one's last splits get no keys. "
              "The per-user speeds take every sequence at the longest context.")
     s.slip("the attention's read alone (weights, all-reduces and overhead left out)", on="per_user_split",
            factor=1 / (s.value(t_att1) * s.value(speeds["split"])))
@@ -308,12 +353,15 @@ def solve(p, s: Sheet) -> None:
         s.slip(label, on="splits", factor=fill_splits / s.value(n_split))
         s.slip(label, on="tiles_per_split", factor=-(-n_tiles // fill_splits) / s.value(per_split))
     # One wave by rule (the old key): ⌊SMs / blocks⌋ splits, where more waves balance the tiles better.
-    if choice.one_wave != choice.splits:
+    if not keep and s.compare(n_wave, 1) > 0:
+        s.slip("FlashAttention-2's wave arithmetic alone, where its split reads no faster than none",
+               on="splits", factor=s.value(n_wave))
+    if choice.one_wave != choice.splits and keep:
         label = (f"one wave by rule, ⌊SMs / blocks⌋ splits, where more waves finish over {s.text(slack)} sooner"
                  if choice.one_wave < choice.splits else
                  "one wave by rule, ⌊SMs / blocks⌋ splits, where fewer already reach the whole bandwidth")
         s.slip(label, on="splits", factor=choice.one_wave / s.value(n_split))
-    _split_regime(s, blocks=blocks, n_split=n_split, waves=waves1, n_sm=n_sm, att_gain=att_gain,
+    _split_regime(s, blocks=blocks, n_split=n_split, wave=n_wave, waves=waves1, n_sm=n_sm, att_gain=att_gain,
                   step_gain=step_gain, kv_read=kv_read, w_read=w_read, t_oh=e.t_oh,
                   slack=slack, tp=p.tp)
 
