@@ -295,7 +295,8 @@ def _overlap(s: Sheet, m, r_pre, r_dec, preB: _Prefill, preH: _Prefill, decB: _D
                  "each replica's prompt token takes the longer of its compute and its all-to-all, not their sum")
     e_d = s.step("edge_decode_overlap", "B200's decode edge, the all-to-all overlapped", "e_d_ov",
                  best(decB) / best(decH), "", "each decode step the slowest of its reads, its math and its "
-                 "all-to-all with its calls' latency, at the batch the KV room and the TPOT then allow, on the better replica size")
+                 "all-to-all with its calls' latency, at the batch the KV room and the TPOT then allow, on the "
+                 "better replica size")
     was, now = s.compare(r_pre, r_dec) >= 0, s.compare(e_p, e_d) >= 0
     role = "prefill" if now else "decode"
     s.assume("The all-to-all is stacked on compute, not overlapped (the bank's convention). Two-batch overlap hides "
