@@ -76,11 +76,23 @@ class _Decode:
     capped_by_room: bool  # the decode batch is set by KV room, not by the TPOT
     step: sympy.Expr = sympy.Integer(0)  # decode step at that batch
     decode: sympy.Expr = sympy.Integer(0)  # decode tokens/s per node at the TPOT target
+    alt: _Decode | None = None  # the other replica size (n or 2n nodes), kept for the overlapped comparison
 
     def step_at(self, batch: sympy.Expr, t_oh: sympy.Expr) -> sympy.Expr:
         """A decode step of `batch` sequences by the step model: the slower of the reads and the math, then
         the all-to-all (not overlapped, with its fixed latency) and the overhead."""
         return max_of(self.read + batch * self.kv, batch * self.math) + batch * self.a2a_seq + self.fixed + t_oh
+
+    def overlapped(self, m) -> sympy.Expr:
+        """Decode tokens/s per node with the all-to-all (and its calls' latency) hidden under the other
+        micro-batch's reads or math, as two-batch overlap runs it: the step is the slowest of the three, and
+        the batch the smallest of the KV room and what the TPOT leaves each of them."""
+        G, t_oh = self.nodes * m["G_n"], m["t_oh"]
+        B = min_of(floor_of(G * self.room / (m["S"] * m["KV"])), floor_of((m["tpot"] - t_oh - self.read) / self.kv),
+                   floor_of((m["tpot"] - t_oh) / self.math), floor_of((m["tpot"] - t_oh - self.fixed) / self.a2a_seq))
+        B = max_of(0, B)
+        step = max_of(self.read + B * self.kv, B * self.math, B * self.a2a_seq + self.fixed) + t_oh
+        return B / (step * self.nodes)
 
 
 def _hardware(s: Sheet, tag: str, gpu) -> dict:
@@ -197,7 +209,7 @@ def _best_decode(s: Sheet, tag: str, gpu, W, nic, m, hw, pre: _Prefill) -> _Deco
            "whichever of n and 2n decodes more tokens a second per node")
     s.step(f"decode_{tag}", f"Decode tokens/s per {gpu.name} node", f"x_d_{tag}", best.batch / (best.step * best.nodes),
            "tokens/s", "the better of the two replica sizes (n or 2n nodes): its batch a step, per node")
-    return best
+    return replace(best, alt=one if best is two else two)
 
 
 def _nic_latency(s: Sheet) -> sympy.Symbol:
@@ -246,6 +258,16 @@ def _cap(s: Sheet, d: _Decode) -> str:
     return f"the TPOT caps {where} at {s.text(d.batch)}, before its {s.text(d.room)} a GPU of KV room fills"
 
 
+def _bound(s: Sheet, d: _Decode) -> str:
+    """Which side of the roofline a decode step at its batch waits on, with both figures."""
+    math, reads = d.batch * d.math, d.read + d.batch * d.kv
+    on_math = s.compare(math, reads) > 0
+    first, second = (math, reads) if on_math else (reads, math)
+    return (f"its step waiting on its {'math' if on_math else 'reads'} "
+            f"({format_quantity(s.evaluate(first), 'ms')} against {format_quantity(s.evaluate(second), 'ms')} of "
+            f"{'reads' if on_math else 'math'})")
+
+
 def _share(s: Sheet, part, whole) -> str:
     return f"{format_number(100 * s.evaluate(part / whole), 2)}%"
 
@@ -262,28 +284,52 @@ def _roles_detail(s: Sheet, preB: _Prefill, preH: _Prefill, decB: _Decode, decH:
     return shares, decode
 
 
+def _overlap(s: Sheet, m, r_pre, r_dec, preB: _Prefill, preH: _Prefill, decB: _Decode, decH: _Decode) -> None:
+    """The same edges with the all-to-all hidden under compute (two-batch overlap, as SGLang and DeepSeek serve):
+    the question stacks it on top; the assumption says which way hiding it moves the role, variant by variant."""
+    def best(d: _Decode) -> sympy.Expr:
+        return max_of(d.overlapped(m), d.alt.overlapped(m)) if d.alt is not None else d.overlapped(m)
+
+    e_p = s.step("edge_prefill_overlap", "B200's prefill edge, the all-to-all overlapped", "e_p_ov",
+                 preH.nodes * max_of(preH.compute, preH.a2a) / (preB.nodes * max_of(preB.compute, preB.a2a)), "",
+                 "each replica's prompt token takes the longer of its compute and its all-to-all, not their sum")
+    e_d = s.step("edge_decode_overlap", "B200's decode edge, the all-to-all overlapped", "e_d_ov",
+                 best(decB) / best(decH), "", "each decode step the slowest of its reads, its math and its "
+                 "all-to-all with its calls' latency, at the batch the KV room and the TPOT then allow, on the "
+                 "better replica size")
+    was, now = s.compare(r_pre, r_dec) >= 0, s.compare(e_p, e_d) >= 0
+    role = "prefill" if now else "decode"
+    s.assume("The all-to-all is stacked on compute, not overlapped (the bank's convention). Two-batch overlap hides "
+             "it under the other micro-batch's compute, which helps most the replica whose all-to-all is the larger "
+             "share of its time (a multi-node one): "
+             f"here the edges would be {s.text(e_p, 3)}x at prefill against {s.text(e_d, 3)}x at decode, and the "
+             + (f"B200s would still {role}." if was == now else
+                f"role would flip: the B200s would {role}. The answer here is the serial model's."))
+
+
 def _roles_regime(s: Sheet, r_pre, r_dec, mxfp4: bool, preB: _Prefill, decB: _Decode, decH: _Decode) -> None:
     """Comparative advantage: with the older fleet all serving, the B200s take the role where their per-node edge
     is the larger. Short contexts make decode the all-to-all and the weight read, where a one-node B200 replica
     escapes the NIC; long ones make it the KV read, where the B200 leads only by its bandwidth."""
     pre, dec = s.text(r_pre, 3), s.text(r_dec, 3)
     if mxfp4:
-        to_decode = ("Shorter prompts would leave decode to the weight read and the all-to-all, not the KV read, "
-                     "where a one-node MXFP4 B200 replica leads most: its decode edge would lead.")
+        to_decode = ("Shorter prompts would let the one-node MXFP4 B200 replica's KV room hold many more sequences, "
+                     "its all-to-all on NVLink while an older replica's crosses the NIC: its decode edge would lead.")
     elif s.compare(preB.nodes, 1) > 0:
         to_decode = ("MXFP4 weights would fit a B200 replica in one node: its decode all-to-all and that "
-                     "all-to-all's call latency off the NIC, its weight read halved. With prompts short enough "
-                     "that decode is not the KV read, its decode edge would lead.")
+                     "all-to-all's call latency off the NIC, its weight read halved and its KV room grown. With "
+                     "prompts short enough that that room holds many sequences, its decode edge would lead.")
     else:
         to_decode = ("MXFP4 weights would halve the one-node B200 replica's weight read and free HBM for KV: with "
-                     "prompts short enough that decode is not the KV read, its decode edge would lead.")
+                     "prompts short enough that the room holds many sequences, its decode edge would lead.")
     prefills = (f"A B200 node does {pre}x an older node's prefill but {dec}x its decode: each older node put on "
                 "decode spares more B200s than on prefill, so the B200s prefill.")
     decodes = (f"A B200 node does {dec}x an older node's decode but {pre}x its prefill: each older node put on "
                "prefill spares more B200s than on decode, so the B200s decode. The all-to-all, a copy at a time with "
                f"its latency, takes {_share(s, decB.batch * decB.a2a_seq + decB.fixed, decB.step)} of the "
                f"{format_number(s.value(decB.nodes))}-node B200 replica's decode step and "
-               f"{_share(s, decH.batch * decH.a2a_seq + decH.fixed, decH.step)} of {_a(decH.name)} one's.")
+               f"{_share(s, decH.batch * decH.a2a_seq + decH.fixed, decH.step)} of {_a(decH.name)} one's; "
+               f"{_cap(s, decB)}, {_bound(s, decB)}.")
     # Near the boundary the key says what binds and no more: 'a modest change tips it' would announce the push.
     s.regime_by(r_pre, r_dec, tie="above", above=Side("b200-prefill", prefills, to_decode, near=prefills),
                 below=Side("b200-decode", decodes,
@@ -441,4 +487,5 @@ def solve(p, s: Sheet) -> None:
     s.assume("The older nodes are a fleet already owned and all kept serving; each B200 is bought, and the question "
              "is which role lets you buy the fewest (per node a B200 leads in both phases). Comparative advantage, "
              "as Splitwise (ISCA 2024) splits prompt and token phases across GPU generations.")
+    _overlap(s, m, r_pre, r_dec, preB, preH, decB, decH)
     _roles_regime(s, r_pre, r_dec, p.b200_format == "mxfp4", preB, decB, decH)
