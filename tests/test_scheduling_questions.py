@@ -705,7 +705,7 @@ def test_long_reply_matches_plain_arithmetic(variant, seed):
 def test_long_reply_pinned_seed(variant):
     """Seed 7 draws these parameters (its keys are pinned in the question file)."""
     assert [p.raw for p in variant("long-reply-batching@7").params] == [
-        "llama-3-70b", "mi300x", 8, 200, 4600, 62, 50, 60, 80, 2]
+        "llama-3-70b", "mi300x", 8, 200, 4600, 62, 12, 60, 80, 2]
 
 
 # --- roofline-model-breaks -----------------------------------------------------------------
