@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from solvers.answers.base import SpecError
@@ -49,14 +50,15 @@ def in_a_code(text: str) -> bool:
     return _IN_A_CODE.fullmatch(text) is not None
 
 
-def relative_factor(text: Any) -> float | None:
-    """The factor a push's relative value moves by ("×2" → 2, "÷4" → 0.25; "÷0" infinite), or None for a
-    value as --set takes it. The loader refuses a factor that is not positive, finite and other than 1."""
+def relative_factor(text: Any) -> Fraction | float | None:
+    """The factor a push's relative value moves by ("×2" → 2, "÷4" → 1/4, exactly, so that a value divided by
+    it is the quotient a person works out, rounded once; "÷0" infinite), or None for a value as --set takes it.
+    The loader refuses a factor that is not positive, finite and other than 1."""
     match = _RELATIVE.fullmatch(text) if isinstance(text, str) else None
     if match is None:
         return None
     operator, figure = match.groups()
-    factor = float(figure)
+    factor = Fraction(figure)
     return factor if operator in "×x*" else (1 / factor if factor else math.inf)
 
 

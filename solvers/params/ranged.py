@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from solvers.answers.base import SpecError
@@ -103,7 +104,7 @@ class Ranged(ParamSpec):
         factor = relative_factor(text)
         if factor is None:
             return self.parse_override(text, catalog)
-        value = float(current) * factor
+        value = float(current) * factor if isinstance(factor, float) else float(Fraction(current) * factor)
         if not self.low <= value <= self.high:
             raise ParameterError(f"{self.name}: {text.strip()} of {current} leaves the drawn range "
                                  f"{self.low:g} to {self.high:g}")
