@@ -175,6 +175,11 @@ def format_number(value: float, sig: int = 4) -> str:
     return f"{mantissa}×10^{int(power)}"
 
 
+def count_text(n: float, noun: str) -> str:
+    """A count with its noun, singular for one: '1 node', '3 nodes', '2 halvings'."""
+    return f"{format_number(n)} {noun}{'' if n == 1 else 's'}"
+
+
 def figures_against(value: float, line: float, sig: int = 3) -> int:
     """The significant figures that print `value` on its own side of `line`, the threshold it is judged
     against: 1.245 against 1.25 prints as 1.245, not as 1.25 (which would read as meeting it)."""

@@ -178,11 +178,9 @@ ALLOWED = {
     ("topics/kernels/split_kv_decode_merge.py", "solve", "n_fill > 1"): SLIP,
     ("topics/kernels/split_kv_decode_merge.py", "solve", "fill_splits == n_fill"): SLIP,
     ("topics/longcontext/million_token_context.py", "_breaks", "s.value(nodes) == 1"): TEXT,
-    ("topics/longcontext/million_token_context.py", "_nodes", "n == 1"): TEXT,
     ("topics/longcontext/million_token_context.py", "_regime", "nodes == 1"): TEXT,
     ("topics/moe/moe_1t_training_layout.py", "_layout_regime", "stages > 1"): TEXT,
     ("topics/moe/moe_1t_training_layout.py", "_layout_regime", "stages_2 == stages"): TEXT,
-    ("topics/scaleup/b200_h100_roles.py", "_nodes", "n == 1"): TEXT,
     ("topics/moe/moe_1t_training_layout.py", "solve", "abs(q - round(q)) < float(CEIL_CLEAR) * q"):
         "the refusal itself: a draw whose state needs a whole number of GPUs to within 0.05% is not asked the "
         "ceiling; floats place only that margin's edge, and the ceiling asked is exact",
@@ -199,7 +197,6 @@ ALLOWED = {
         REGION,
     ("topics/speculation/spec_decode_step_accounting.py", "_break_even", "root * t_F > t_W + root * t_KV"): REGION,
     ("topics/training/fleet_gpu_count.py", "_fleet_judgements", "size & size - 1 == 0"): WHOLE,
-    ("topics/network/incast_buffer.py", "_halvings", "k == 1"): TEXT,
     ("topics/network/incast_buffer.py", "_incast_regime", "s.value(k) == 1"): TEXT,
     ("topics/training/training_compute_budget.py", "_schedule_levers", "saved > 0"): TEXT,
     ("topics/roofline/datasheet_speedup_regimes.py", "_judge_over_bandwidth",

@@ -18,13 +18,9 @@ from solvers.models.common import (
 from solvers.models.moe import GATED_MATRICES, attention_params
 from solvers.models.steptime import engine
 from solvers.sheetmath import ceil_of, max_of
-from solvers.units import format_number, format_quantity
+from solvers.units import count_text, format_number, format_quantity
 
 VOCAB = "a vocabulary twice as large"
-
-
-def _nodes(n: float) -> str:
-    return f"{format_number(n)} node{'' if n == 1 else 's'}"
 TTFT_MARGIN = 0.05  # a TTFT on the nodes that hold it within 5% (its tolerance) of the target: refused
 
 
@@ -70,7 +66,7 @@ def _breaks(s: Sheet, p, *, room, kv, w, nodes, per_param, added: dict[str, int]
         fills = s.compare(left, 0) <= 0
         more = fills or s.compare(kv_factor * kv, nodes * left) > 0
         s.judge("breaks", option, more, f"{what}: the weights alone fill the GPUs, the plan breaks" if fills else
-                f"{what}: {_nodes(s.evaluate(ceil_of(kv_factor * kv / left)))} against the {now}",
+                f"{what}: {count_text(s.evaluate(ceil_of(kv_factor * kv / left)), 'node')} against the {now}",
                 fact=option == VOCAB)
         # A longer vocabulary adds no KV and under a GB of weights a GPU (these models' tables, split by TP 8):
         # the anchor of a change that grows only the weights. Every other growth breaks 405B's tight plan, so
@@ -83,7 +79,7 @@ FLOOR = "one-node"  # one node holds the KV and meets the target: the deployment
 def _regime(s: Sheet, t_pre, target, *, nodes: float, plan: float) -> None:
     """Three sides: the target sets the nodes (the nodes that hold the KV prefill too slowly), memory does (two
     or more nodes hold the KV and meet the target), or neither (one node does both: the floor of any plan)."""
-    held = _nodes(nodes) + (" that holds" if nodes == 1 else " that hold")
+    held = count_text(nodes, 'node') + (" that holds" if nodes == 1 else " that hold")
     if nodes == 1:  # no cache to shrink, nothing split: memory does not bind, the unit you deploy in does
         below = Side(FLOOR, "One node holds the request's KV (in part of its room) and prefills it within the "
                      "target: neither memory nor the target binds; a single TP 8 node is the whole plan, the floor "
@@ -237,7 +233,7 @@ def solve(p, s: Sheet) -> None:
     latent = s.step("kv_mla_gpu", "An MLA latent's cache on each GPU of one node", "KV_MLA",
                     given_config(s, p.model, "layers") * s.param("d_lat", "mla_latent") * sympy.Symbol("b_kv") * T,
                     "GB", "one latent per layer per token, no heads for TP to split: every GPU keeps all of it")
-    sharded = _nodes(s.evaluate(ceil_of(latent / e.TP / room)))
+    sharded = count_text(s.evaluate(ceil_of(latent / e.TP / room)), 'node')
     c_mla = s.step("nodes_mla", "Nodes that hold the request with an MLA latent in place of K and V", "c_MLA",
            ceil_of(latent / room), "nodes",
            "attention TP over heads, so the latent on every GPU of a node, in the model's own room (its down- and "

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.units import format_number
+from solvers.units import count_text, format_number
 
 EDGE = sympy.Rational(2, 100)  # the queue at the first CNPs this near XOFF is refused: too close to call
 MAX_SENDERS = 4096  # the search for the first sender count PFC fires from stops here: no port has more peers
@@ -30,10 +30,6 @@ def _cuts(n: int) -> int:
     return (n - 1).bit_length()
 
 
-def _halvings(k: int) -> str:
-    return f"{k} halving{'' if k == 1 else 's'}"
-
-
 def _first_pfc(s: Sheet, room: sympy.Symbol) -> int:
     """The fewest senders whose queue passes XOFF before the cuts stop it (growth > room), decided exactly;
     the growth rises with the senders, so the first one that passes is the boundary."""
@@ -52,7 +48,8 @@ def _incast_counters(s: Sheet, pfc_first: bool, early: bool, k: int, cuts_shown:
             "the queue passes XOFF before the cuts stop it, so the switch pauses the senders' links" if pfc_first
             else "the cuts stop the queue at or below XOFF: no pause frame is sent")
     s.judge("counters", CUTS, many_cuts,
-            f"{_halvings(k)} bring{'s' if k == 1 else ''} the senders to one line rate, against {cuts_shown}")
+            f"{count_text(k, 'halving')} bring{'s' if k == 1 else ''} the senders to one line rate, "
+            f"against {cuts_shown}")
     s.judge("counters", DROPS, False, "the RDMA priority is lossless: PFC pauses before the buffer overflows, so "
             "nothing is dropped and nothing is retransmitted (ECN marks and CNPs rise in every such burst)",
             fact=True)
@@ -60,7 +57,7 @@ def _incast_counters(s: Sheet, pfc_first: bool, early: bool, k: int, cuts_shown:
 
 def _incast_regime(s: Sheet, Q, X, N, n_pfc: int, RTT, k) -> None:
     senders, boundary, rtt = s.text(N), format_number(n_pfc), s.text(RTT)
-    peak, xoff, cuts = s.text(Q), s.text(X), _halvings(int(s.value(k)))
+    peak, xoff, cuts = s.text(Q), s.text(X), count_text(int(s.value(k)), 'halving')
     s.regime_by(Q, X, tie="below", above=Side(
         "pfc-first",
         f"{senders} senders take the queue to {peak}, past XOFF at {xoff}, before DCQCN's {cuts}, one a "

@@ -21,7 +21,7 @@ from solvers.models.common import (
 from solvers.models.kvcache import kv_bytes_per_token_given
 from solvers.models.moe import a2a_call_latency, copy_bytes
 from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
-from solvers.units import format_number, format_quantity
+from solvers.units import count_text, format_number, format_quantity
 
 GPUS_PER_NODE = 8  # HGX baseboards
 
@@ -241,10 +241,6 @@ def _roles_judged(s: Sheet, p, m, W, hw_B, decB: _Decode, decH: _Decode) -> None
                "FP8 weights need two B200 nodes, and their all-to-all crosses the NIC"))
 
 
-def _nodes(n: float) -> str:
-    return f"{format_number(n)} node" + ("" if n == 1 else "s")
-
-
 def _a(name: str) -> str:
     """The article a GPU's name takes ("an H100", "a B200")."""
     return ("an " if name[0] in "AEFHILMNORSX" else "a ") + name
@@ -440,7 +436,7 @@ def solve(p, s: Sheet) -> None:
             f"{s.text(handoff)} to its first token")
     more_prefill = s.compare(N_pre, N_dec) > 0
     s.judge("why", "the prefill pool takes more nodes than the decode pool", more_prefill,
-            f"{_nodes(s.value(N_pre))} for prefill against {_nodes(s.value(N_dec))} for decode")
+            f"{count_text(s.value(N_pre), 'node')} for prefill against {count_text(s.value(N_dec), 'node')} for decode")
 
     # Grounding for the stage-2 reveal: a 4-node H100 replica (what this question sizes for these weights) at
     # SGLang's measured prompt length, against its measurement. An H200's FP8 and bf16 peaks, NVLink and NIC are
