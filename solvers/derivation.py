@@ -364,8 +364,8 @@ class Sheet:
             self.facts.setdefault(key, set()).add(option)
 
     def refuse_if_asked(self, keys: Sequence[str], reason: str) -> None:
-        """Refuse this variant wherever one of `keys` is asked (every answer, where the caller names none): a
-        margin that grading those answers needs, and a push that asks none of them does not."""
+        """Refuse this variant wherever one of `keys` is asked (a draw asks them all): a margin that grading those
+        answers needs, and a push that asks none of them does not."""
         self.refusals_if_asked.append((tuple(keys), reason))
 
     def assume(self, text: str) -> None:
