@@ -39,7 +39,7 @@ _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 _COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
             ast.Eq: operator.eq, ast.NotEq: operator.ne}
 def kv_bytes(model: Mapping[str, Any], dtype: str) -> float:
-    """KV cache bytes per token of a model in a dtype, as solvers.models.kvcache states it: a key and a value
+    """KV cache bytes per token of a model in a dtype, as solvers.formulas.kvcache states it: a key and a value
     per KV head in every layer, or MLA's one latent plus its RoPE key per layer."""
     layers = model.get("attention_layers", model["layers"])  # a hybrid's Mamba layers keep no KV
     if model.get("attention") == "mla":

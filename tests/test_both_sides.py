@@ -150,7 +150,7 @@ def test_the_check_flags_a_step_priced_on_one_side(variant, catalog):
     adds the two are caught; the max of both, and what is derived from it, pass; so do the two keys
     key-check-2 found one-sided, as they are priced now."""
     from solvers.derivation import Sheet
-    from solvers.models.common import given_hbm_bandwidth, given_peak_flops
+    from solvers.formulas.common import given_hbm_bandwidth, given_peak_flops
     from solvers.sheetmath import max_of
 
     gpu = catalog.collections["gpus"]["h100-sxm"]

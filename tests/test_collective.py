@@ -1,11 +1,11 @@
-"""TP all-reduces (solvers/models/collective.py): the ring over the link the group shares."""
+"""TP all-reduces (solvers/formulas/collective.py): the ring over the link the group shares."""
 from __future__ import annotations
 
 import pytest
 
 from solvers.derivation import Reject, Sheet
-from solvers.models.collective import crosses_domain, tp_all_reduce
-from solvers.models.steptime import StepConstants, engine, step_time, step_work
+from solvers.formulas.collective import crosses_domain, tp_all_reduce
+from solvers.formulas.steptime import StepConstants, engine, step_time, step_work
 from solvers.realism import constraints_for
 
 

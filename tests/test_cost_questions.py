@@ -8,8 +8,8 @@ import math
 import pytest
 
 from solvers.engine import VariantError
+from solvers.formulas.common import GPU_MEMORY_UTILIZATION
 from solvers.interview import stage_run
-from solvers.models.common import GPU_MEMORY_UTILIZATION
 
 ETA_C, ETA_C8, ETA_BW, OVERHEAD, ALPHA = 0.6, 0.5, 0.8, 2e-3, 10e-6  # step-compute(-fp8), step-bandwidth, ...
 SEEDS = range(40)
@@ -158,7 +158,7 @@ def test_ledger_matches_plain_arithmetic(variant, seed):
 def test_ledger_levers_rerun_the_sheet(variant):
     """The levers re-run the sheet's formulas in floats (ledger_time): with nothing changed they give the
     sheet's own cost per request, so a lever's verdict follows the formulas the candidate sees."""
-    from solvers.models import cost
+    from solvers.formulas import cost
 
     for seed in SEEDS:
         solution = variant(f"serving-cost-ledger@{seed}")
@@ -473,7 +473,7 @@ def clause_by_hand(solution, tp, batch=None):
 @pytest.mark.parametrize("seed", range(15))
 def test_voice_layouts_match_plain_arithmetic(variant, seed):
     """Every layout's verdict and the derived layout's clause time, by hand."""
-    from solvers.models.cost import LAYOUTS
+    from solvers.formulas.cost import LAYOUTS
 
     solution = variant(f"voice-latency-budget@{seed}")
     results = solution.sheet.results
@@ -491,7 +491,7 @@ def test_voice_sessions_closed_form_against_the_step_model(variant):
     """The linear solves for sessions within the line (every pairing of the steps' two sides) agree with timing
     the clause directly: the count makes the line, one more session breaks it (where the line, not the pool,
     binds), over seeds whose turn's step waits on its math too."""
-    from solvers.models.cost import LAYOUTS
+    from solvers.formulas.cost import LAYOUTS
 
     checked, sides = 0, set()
     # Seed 70 adds a draw whose line the math alone binds: since HBM is the device's figure, the one such draw in

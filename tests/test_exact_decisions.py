@@ -148,7 +148,7 @@ ALLOWED = {
     ('topics/deployment/h200_slower_than_h100.py', 'solve', 'B_n != B_o'): SLIP,
     ('topics/quantization/fp8_kv_cache.py', '_rounding_rms', 'magnitude < fmt.min_normal'): SAMPLED,
     ('topics/quantization/fp8_kv_cache.py', '_rounding_rms', 'magnitude >= fmt.min_normal'): SAMPLED,
-    ("models/fp8.py", "sqnr_db", "noise == 0"): SAMPLED,
+    ("formulas/fp8.py", "sqnr_db", "noise == 0"): SAMPLED,
     ("topics/cost/serving_cost_ledger.py", "_ledger_levers", "cut >= LEVER_CUT"): _margin("a point (LEVER_MARGIN)"),
     ("topics/deployment/h200_slower_than_h100.py", "solve", "B_n > CAPTURE_LIMIT"): WHOLE,
     ("topics/deployment/h200_slower_than_h100.py", "solve", "B_o > CAPTURE_LIMIT"): WHOLE,
@@ -285,7 +285,7 @@ def float_comparisons(source: str) -> set[tuple[str, str]]:
 
 
 def _bank_float_comparisons() -> set[tuple[str, str, str]]:
-    files = sorted([*(SOLVERS / "topics").rglob("*.py"), *(SOLVERS / "models").rglob("*.py")])
+    files = sorted([*(SOLVERS / "topics").rglob("*.py"), *(SOLVERS / "formulas").rglob("*.py")])
     return {(path.relative_to(SOLVERS).as_posix(), function, comparison)
             for path in files for function, comparison in float_comparisons(path.read_text())}
 

@@ -557,7 +557,7 @@ def test_bom_matches_full_k_ary_fat_tree(radix):
     """Al-Fares et al. (SIGCOMM 2008): a full fat tree of k-port switches has k³/4 hosts and 5k²/4 switches;
     two tiers reach k²/2 hosts with 3k/2 switches."""
     from solvers.derivation import Sheet
-    from solvers.models.fleet import fat_tree_switches
+    from solvers.formulas.fleet import fat_tree_switches
 
     for hosts, tiers, switches in ((radix**3 // 4, True, 5 * radix**2 // 4), (radix**2 // 2, False, 3 * radix // 2)):
         sheet = Sheet()

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from solvers.models.fp8 import (
+from solvers.formulas.fp8 import (
     E4M3,
     E5M2,
     amax_scale,

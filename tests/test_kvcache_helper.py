@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from solvers.data import Record
 from solvers.derivation import Sheet
-from solvers.models.kvcache import blocks_for_tokens, kv_bytes_per_token, kv_bytes_per_token_per_gpu
+from solvers.formulas.kvcache import blocks_for_tokens, kv_bytes_per_token, kv_bytes_per_token_per_gpu
 
 
 def per_token(model, kv_bytes=2):

@@ -10,7 +10,7 @@ import pytest
 
 from solvers.answers import CORRECT
 from solvers.engine import VariantError
-from solvers.models.common import GPU_MEMORY_UTILIZATION
+from solvers.formulas.common import GPU_MEMORY_UTILIZATION
 from tests.oracles import link_each_way
 
 GiB, MiB, KiB = 2**30, 2**20, 2**10

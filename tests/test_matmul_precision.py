@@ -10,8 +10,8 @@ import sympy
 
 from solvers.conventions import convention
 from solvers.derivation import Sheet
-from solvers.models.common import given_matmul_peaks, matmul_peaks
-from solvers.models.steptime import StepConstants, engine, step_time, step_work
+from solvers.formulas.common import given_matmul_peaks, matmul_peaks
+from solvers.formulas.steptime import StepConstants, engine, step_time, step_work
 
 FIELD = {"bf16": "bf16_dense_tflops", "fp8": "fp8_dense_tflops"}
 

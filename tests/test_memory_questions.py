@@ -10,8 +10,8 @@ import pytest
 from solvers.derivation import Sheet
 from solvers.engine import VariantError
 from solvers.followup import follow_up
-from solvers.models.common import GPU_MEMORY_UTILIZATION, hbm_bytes, model_params
-from solvers.models.kvcache import kv_bytes_per_token
+from solvers.formulas.common import GPU_MEMORY_UTILIZATION, hbm_bytes, model_params
+from solvers.formulas.kvcache import kv_bytes_per_token
 from tests.oracles import link_each_way
 
 GiB = 2**30
@@ -276,7 +276,7 @@ def test_block_count_tpot_matches_plain_arithmetic(variant, seed):
     untouched experts left out) and every sequence's KV at 80% of HBM bandwidth, or does 2 FLOPs per active
     weight and attention's 4·L·H·d per query-key pair (bf16 matmuls at 60% of their peak, fp8 at 50%), then the
     all-reduces and 2 ms."""
-    from solvers.models.moe import parameter_count
+    from solvers.formulas.moe import parameter_count
     from tests.oracles import experts_touched
 
     solution = variant(f"kv-cache-block-count@{seed}")

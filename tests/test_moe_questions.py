@@ -1,4 +1,4 @@
-"""Checks for the MoE helper (solvers/models/moe.py) and the MoE questions of group M:
+"""Checks for the MoE helper (solvers/formulas/moe.py) and the MoE questions of group M:
 moe-experts-per-batch, moe-dispatch-bytes, ep-load-skew, moe-1t-training-layout."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from solvers.engine import VariantError
 from solvers.followup import follow_up
-from solvers.models.common import hbm_bytes
-from solvers.models.moe import parameter_count
+from solvers.formulas.common import hbm_bytes
+from solvers.formulas.moe import parameter_count
 from tests.oracles import batch_for_share, experts_touched
 
 # --- the helper ----------------------------------------------------------------------------------
@@ -307,7 +307,7 @@ def test_hot_gpu_receive_matches_plain_arithmetic(variant, seed):
 def test_skew_simulation_matches_the_closed_form_below_the_ridge():
     """Every expert under the crossover: the naive placement takes E/G reads on every GPU, whatever the skew, and
     one spare per GPU adds exactly one read (redundant experts cost time here)."""
-    from solvers.models.moe import simulate_skew
+    from solvers.formulas.moe import simulate_skew
 
     for seed in range(10):
         sim = simulate_skew(seed, 256, 32, 512 * 8, 4, 0.7, READ, TOKEN)  # hottest: 64 tokens, under 295
@@ -318,7 +318,7 @@ def test_skew_simulation_matches_the_closed_form_below_the_ridge():
 def test_skew_simulation_bounds_and_perfect_correlation(seed):
     """The popularity's hottest expert is exactly m x the mean; the naive busiest GPU is at least the hottest
     expert's math plus the other reads on its GPU; at correlation 1 yesterday's fit is today's."""
-    from solvers.models.moe import popularity, simulate_skew
+    from solvers.formulas.moe import popularity, simulate_skew
 
     today, _, _ = popularity(np.random.default_rng(seed), 256, 4.0, 0.7)
     assert today.max() * 256 == pytest.approx(4.0, rel=1e-6)
@@ -333,7 +333,7 @@ def test_skew_simulation_bounds_and_perfect_correlation(seed):
 def test_a_stale_placement_decays_with_the_correlation():
     """Averaged over 12 seeds, the gain a placement fit to yesterday keeps falls with the correlation: most of it
     at 0.99, under half at 0.7 and 0.5."""
-    from solvers.models.moe import simulate_skew
+    from solvers.formulas.moe import simulate_skew
 
     def kept(rho: float) -> float:
         runs = [simulate_skew(seed, 256, 32, 16384 * 8, 4, rho, READ, TOKEN) for seed in range(12)]

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from solvers.models.fp8 import E4M3, amax_scale, quantize, sqnr_db
+from solvers.formulas.fp8 import E4M3, amax_scale, quantize, sqnr_db
 
 # --- fp8-kv-cache --------------------------------------------------------------------------
 

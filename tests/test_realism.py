@@ -82,7 +82,7 @@ def test_a_constraints_kv_bytes_are_the_solvers_for_every_model(catalog, dtype):
     """kv_bytes(model, dtype) in a constraint is the figure the solvers' KV model gives, GQA and MLA alike."""
     from solvers.derivation import Sheet
     from solvers.dtypes import DTYPE_BYTES
-    from solvers.models.kvcache import kv_bytes_per_token
+    from solvers.formulas.kvcache import kv_bytes_per_token
     from solvers.realism import kv_bytes
 
     for name, model in catalog.collections["models"].items():

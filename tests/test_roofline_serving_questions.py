@@ -8,8 +8,8 @@ import pytest
 
 from solvers.data import Record
 from solvers.engine import VariantError
+from solvers.formulas.common import GPU_MEMORY_UTILIZATION
 from solvers.interview import stage_run
-from solvers.models.common import GPU_MEMORY_UTILIZATION
 
 
 def test_weight_read_a_modest_upgrade_is_eaten_by_the_all_reduces(variant):

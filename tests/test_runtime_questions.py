@@ -155,7 +155,7 @@ def test_vllm_config_names_and_capture_size():
     """vLLM v0.10.1 names a tuning file by torch's device name with spaces as underscores, so 'NVIDIA H200 NVL'
     never finds an 'NVIDIA_H200' file; the largest capture size is min(2 x max_num_seqs, 512)."""
     from solvers.data import load_catalog
-    from solvers.models.deployment import CAPTURE_LIMIT, device_name
+    from solvers.formulas.deployment import CAPTURE_LIMIT, device_name
     gpus = load_catalog().collections["gpus"]
     for key, torch_name in (("h100-sxm", "NVIDIA H100 80GB HBM3"), ("h200-sxm", "NVIDIA H200"),
                             ("h200-nvl", "NVIDIA H200 NVL")):
@@ -237,7 +237,7 @@ def test_h200_push_crosses_the_prefill_bound_from_both_sides(variant, catalog):
 @pytest.mark.parametrize("seed", range(30))
 def test_h200_what_ifs_match_the_sheet(variant, seed):
     """The judgements' float what-ifs start from the same times the sheet derives."""
-    from solvers.models.deployment import Knobs, bridge_ring, step_times
+    from solvers.formulas.deployment import Knobs, bridge_ring, step_times
     solution = variant(f"{H200}@{seed}")
     r, p = solution.sheet.results, {param.name: param.value for param in solution.params}
 
@@ -249,8 +249,8 @@ def test_h200_what_ifs_match_the_sheet(variant, seed):
         p["part"]["name"]]) > 0
     bridged = p["tp"] > p["part"]["nvlink_domain"]
     phi = p["power_cap"] ** (1 / 3)
-    from solvers.models.common import matmul_peaks
-    from solvers.models.deployment import KV_DTYPE
+    from solvers.formulas.common import matmul_peaks
+    from solvers.formulas.deployment import KV_DTYPE
     knobs = Knobs(peaks=matmul_peaks(p.part, p.dtype, KV_DTYPE), bridged=bridged, throttle=phi,
                   penalty=1.0 if tuned else p.default_penalty, batch=int(r["batch_n"]), graphs=False)
     ttft, tpot = step_times(p, knobs, r["kv_per_token_gpu"], r["mean_context"], {bridged: bridge_ring(p, bridged)})
@@ -331,8 +331,8 @@ def test_moe_calibration_prompt_gives_the_crossover_the_key_uses(bank, variant, 
     """Regime and recipe turn on the crossover, so the stage that asks them prints it: the simulation's figure at
     the fixed damping (1%, GPTQ's default) to 3 figures. The widest input is down_proj for Mixtral (d_in 14,336,
     pinned in the question file), up/gate for the others (their expert FFN is narrower than hidden)."""
+    from solvers.formulas.calibration import simulate
     from solvers.interview import stage_run
-    from solvers.models.calibration import simulate
     question = bank.get(MOE)
     assert question.parameter("damping").default == 0.01
     crossover = question.parameter("crossover").default
@@ -392,7 +392,7 @@ def test_moe_calibration_recipe_at_exact_ties(variant):
 def test_gptq_crossover_is_a_few_times_d_in():
     """The published rule: at GPTQ's default 1% damping, GPTQ loses to rounding below a few times d_in
     tokens; more damping trusts the thin Hessian less and moves the crossover down."""
-    from solvers.models.calibration import simulate
+    from solvers.formulas.calibration import simulate
     default, heavy = simulate(0.01), simulate(0.1)
     assert 2 < default.crossover < 4
     assert heavy.crossover < default.crossover
@@ -403,7 +403,7 @@ def test_gptq_crossover_is_a_few_times_d_in():
 def test_rtn_error_matches_the_uniform_noise_closed_form():
     """RTN's error is uniform rounding noise, Δ²/12 per weight: E||x(W − Q)ᵀ||² / E||xWᵀ||² ≈
     Σ_j Δ_j²/12 · tr Σ / tr(W Σ Wᵀ); the simulation's exact figure agrees within 10%."""
-    from solvers.models.calibration import SIM_WIDTH, population, simulate
+    from solvers.formulas.calibration import SIM_WIDTH, population, simulate
     curve = simulate(0.01)
     _, W, root, scale = population(curve.seed, SIM_WIDTH)
     sigma = root @ root.T
@@ -414,7 +414,7 @@ def test_rtn_error_matches_the_uniform_noise_closed_form():
 def test_gptq_with_ample_tokens_reaches_the_exact_hessian():
     """At 64 tokens per dimension the simulated GPTQ is within 5% of GPTQ run on the true Hessian 2Σ,
     and that limit beats rounding; held-out errors drawn from the distribution agree with the exact one."""
-    from solvers.models.calibration import SIM_WIDTH, gptq, population, relative_error, round_to_nearest, simulate
+    from solvers.formulas.calibration import SIM_WIDTH, gptq, population, relative_error, round_to_nearest, simulate
     curve = simulate(0.01)
     rng, W, root, scale = population(curve.seed, SIM_WIDTH)
     sigma = root @ root.T
@@ -627,7 +627,7 @@ def test_model_runner_v2_properties(variant, seed):
 def test_bartlett_hessian_has_the_wishart_mean():
     """The simulation's Hessians from Bartlett's decomposition average to E[2XᵀX/n] = 2Σ, as drawing the
     tokens themselves does."""
-    from solvers.models.calibration import SIM_WIDTH, calibration_hessian, population
+    from solvers.formulas.calibration import SIM_WIDTH, calibration_hessian, population
     rng, _, root, _ = population(1, SIM_WIDTH)
     mean = np.mean([calibration_hessian(rng, root, 256) for _ in range(400)], axis=0)
     target = 2 * root @ root.T

@@ -10,8 +10,8 @@ import math
 import pytest
 
 from solvers.engine import VariantError, sweep
+from solvers.formulas.common import GPU_MEMORY_UTILIZATION
 from solvers.interview import stage_run
-from solvers.models.common import GPU_MEMORY_UTILIZATION
 
 ETA_C, ETA_BW, OVERHEAD = 0.6, 0.8, 2e-3
 ALPHA = 10e-6  # the conventions card: one all-reduce's latency inside an NVLink domain

@@ -1,5 +1,5 @@
 """Checks for the speculative-decoding questions (group D) and their shared helper
-solvers/models/speculation.py: the closed forms against a seeded simulation of acceptance, the
+solvers/formulas/speculation.py: the closed forms against a seeded simulation of acceptance, the
 draws against the step model recomputed here in plain Python, and the decisions near their
 boundaries (the default variants' figures are pinned in the question files)."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solvers.models.speculation import expected_tokens
+from solvers.formulas.speculation import expected_tokens
 
 SEEDS = range(80)
 
@@ -121,7 +121,7 @@ def test_break_even_is_where_the_speedup_crosses_one(variant):
     base = variant("spec-decode-batch-ceiling@default")
     even = base.expected["break_even"]
     from solvers.data import Record
-    from solvers.models.common import hbm_bandwidth, peak_flops
+    from solvers.formulas.common import hbm_bandwidth, peak_flops
     p = Record({q.name: q.value for q in base.params})
     at = _speedup_by_hand(p, p.alpha, p.gamma, p.draft_cost, even, peak_flops(p.gpu, p.dtype), hbm_bandwidth(p.gpu))
     assert at == pytest.approx(1, rel=1e-9)
@@ -135,7 +135,7 @@ def test_break_even_is_where_the_speedup_crosses_one(variant):
 
 def _speedup_by_hand(p, alpha: float, gamma: int, c: float, batch: float, peak: float, bandwidth: float) -> float:
     """The batch-ceiling speedup in plain arithmetic: E tokens a round over a verify pass and γ draft passes."""
-    from solvers.models.common import dtype_bytes, model_params
+    from solvers.formulas.common import dtype_bytes, model_params
     weights = model_params(p.model) * dtype_bytes(p.dtype)
     plain = max(weights / bandwidth, 2 * model_params(p.model) * batch / peak)
     verify = max(weights / bandwidth, 2 * model_params(p.model) * batch * (gamma + 1) / peak)
@@ -146,7 +146,7 @@ def test_levers_stay_real_and_off_the_20_percent_line(variant):
     """The acceptance lever goes halfway to 1 (α 0.9 plus 0.1 was a perfect drafter), and no lever's gain
     sits within 1% of the 1.2x line (seed 7 once judged 1.203x)."""
     from solvers.data import Record
-    from solvers.models.common import hbm_bandwidth, peak_flops
+    from solvers.formulas.common import hbm_bandwidth, peak_flops
     for seed in range(40):
         solution = variant(f"spec-decode-batch-ceiling@{seed}")
         p = Record({q.name: q.value for q in solution.params})
@@ -397,7 +397,7 @@ CHAT_ONE = "a draft length of 1 for chat, {gamma} for code"
 @settings(max_examples=60, deadline=None)
 @given(st.floats(1.0001, 8.99), st.integers(1, 8))
 def test_break_even_alpha_inverts_the_expected_tokens(tokens, gamma):
-    from solvers.models.speculation import break_even_alpha
+    from solvers.formulas.speculation import break_even_alpha
     if tokens >= gamma + 1:
         return
     assert expected_tokens(break_even_alpha(tokens, gamma), gamma) == pytest.approx(tokens, rel=1e-9)
@@ -428,7 +428,7 @@ def test_mixed_round_is_the_uniform_round_when_every_class_drafts_alike(variant)
     """The mixed round with one γ for both classes is the sheet's round; with nobody drafting it is the
     plain step; and a class that drafts less never makes the round longer than all drafting the most."""
     from solvers.data import Record
-    from solvers.models.speculation import LoadModel
+    from solvers.formulas.speculation import LoadModel
     for seed in range(0, 40, 4):
         solution = variant(f"spec-decode-tail@{seed}")
         model = LoadModel.of(Record({p.name: p.value for p in solution.params}))
@@ -444,7 +444,7 @@ def test_mixed_round_is_the_uniform_round_when_every_class_drafts_alike(variant)
 
 def test_tail_policies_hold_to_their_definitions(variant):
     from solvers.data import Record
-    from solvers.models.speculation import LoadModel
+    from solvers.formulas.speculation import LoadModel
     for seed in range(40):
         solution = variant(f"spec-decode-tail@{seed}")
         policy = solution.sheet.results["policy"]
@@ -878,8 +878,8 @@ def test_decode_costs_are_the_step_time_model(catalog, model_id, gpu_id, tp, bat
     import sympy
 
     from solvers.derivation import Sheet
-    from solvers.models.collective import tp_all_reduce
-    from solvers.models.steptime import decode_costs, engine, step_time, step_work
+    from solvers.formulas.collective import tp_all_reduce
+    from solvers.formulas.steptime import decode_costs, engine, step_time, step_work
 
     model, gpu = catalog.get("models", model_id), catalog.get("gpus", gpu_id)
     s = Sheet()

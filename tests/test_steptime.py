@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solvers.derivation import Reject, Sheet
-from solvers.models.collective import tp_all_reduce
-from solvers.models.steptime import (
+from solvers.formulas.collective import tp_all_reduce
+from solvers.formulas.steptime import (
     DEFAULT_CONSTANTS,
     StepConstants,
     all_reduce_steps,

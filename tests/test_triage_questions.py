@@ -8,8 +8,8 @@ import pytest
 
 from solvers.derivation import Sheet
 from solvers.engine import VariantCode, make_variant
+from solvers.formulas.triage import CAUSE_OF_CHECK, CHECKS, lr_at
 from solvers.interview import stage_run
-from solvers.models.triage import CAUSE_OF_CHECK, CHECKS, lr_at
 
 HOUR = 3600
 

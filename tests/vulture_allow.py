@@ -5,8 +5,8 @@ from solvers import generators
 from solvers.answers.choice import match_choice
 from solvers.bank import Question
 from solvers.engine import Solution
+from solvers.formulas.calibration import Curve
 from solvers.interview import asked_keys
-from solvers.models.calibration import Curve
 from solvers.report import answer_value
 from solvers.sheetmath import lcm_of
 from solvers.topics.quantization.fp8_attention_quant_points import _ProbabilityPoint

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.calibration import BITS, SIM_REPEATS, SIM_SPREAD, SIM_WIDTH, simulate
+from solvers.formulas.calibration import BITS, SIM_REPEATS, SIM_SPREAD, SIM_WIDTH, simulate
 from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 from solvers.units import format_number
 

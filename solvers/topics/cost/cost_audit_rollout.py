@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.cost import pct_text
+from solvers.formulas.cost import pct_text
 from solvers.units import format_number
 
 

@@ -6,11 +6,11 @@ import math
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import (
+from solvers.formulas.common import (
     require_context,
 )
-from solvers.models.cost import pct_text
-from solvers.models.steptime import (
+from solvers.formulas.cost import pct_text
+from solvers.formulas.steptime import (
     DEFAULT_CONSTANTS,
     MIN_DECODE_BATCH,
     all_reduce_steps,

@@ -5,13 +5,13 @@ import math
 from fractions import Fraction
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import (
+from solvers.formulas.common import (
     compute_efficiency,
     matmul_peaks,
     require_context,
 )
-from solvers.models.cost import ledger_time, pct_text
-from solvers.models.steptime import (
+from solvers.formulas.cost import ledger_time, pct_text
+from solvers.formulas.steptime import (
     DEFAULT_CONSTANTS,
     all_reduce_steps,
     decode_at_speed,

@@ -4,13 +4,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import all_reduce_terms
-from solvers.models.common import (
+from solvers.formulas.collective import all_reduce_terms
+from solvers.formulas.common import (
     hbm_bandwidth,
     require_context,
 )
-from solvers.models.cost import pct_text
-from solvers.models.steptime import (
+from solvers.formulas.cost import pct_text
+from solvers.formulas.steptime import (
     DEFAULT_CONSTANTS,
     decode_at_speed,
     engine,

@@ -5,8 +5,8 @@ import sympy
 
 from solvers.conventions import convention_value
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import all_reduce_terms
-from solvers.models.common import (
+from solvers.formulas.collective import all_reduce_terms
+from solvers.formulas.common import (
     dtype_bytes,
     given_compute_efficiencies,
     given_config,
@@ -18,9 +18,9 @@ from solvers.models.common import (
     given_weight_bytes,
     require_context,
 )
-from solvers.models.cost import LAYOUTS
-from solvers.models.kvcache import kv_bytes_per_token_given
-from solvers.models.steptime import (
+from solvers.formulas.cost import LAYOUTS
+from solvers.formulas.kvcache import kv_bytes_per_token_given
+from solvers.formulas.steptime import (
     DEFAULT_CONSTANTS,
     all_reduce_steps,
     engine,

@@ -8,8 +8,8 @@ import sympy
 from solvers.conventions import convention_value
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import crosses_domain, tp_all_reduce
-from solvers.models.common import (
+from solvers.formulas.collective import crosses_domain, tp_all_reduce
+from solvers.formulas.common import (
     dtype_bytes,
     given_active_params,
     given_compute_efficiencies,
@@ -21,7 +21,7 @@ from solvers.models.common import (
     given_weight_bytes,
     matmul_peaks,
 )
-from solvers.models.deployment import (
+from solvers.formulas.deployment import (
     CAPTURE_LIMIT,
     KV_DTYPE,
     PCIE_GEN5,
@@ -30,8 +30,8 @@ from solvers.models.deployment import (
     device_name,
     step_times,
 )
-from solvers.models.kvcache import kv_bytes_per_token_per_gpu_given
-from solvers.models.steptime import given_step_bandwidth, given_step_overhead, mean_decode_context
+from solvers.formulas.kvcache import kv_bytes_per_token_per_gpu_given
+from solvers.formulas.steptime import given_step_bandwidth, given_step_overhead, mean_decode_context
 from solvers.sheetmath import floor_of, max_of, min_of
 from solvers.units import figures_against, format_number, format_quantity
 

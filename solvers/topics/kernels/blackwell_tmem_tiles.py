@@ -4,8 +4,8 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Sheet, Side
-from solvers.models.common import dtype_bytes
-from solvers.models.kernels import CONSUMER_WARPGROUPS, WARPGROUP_THREADS
+from solvers.formulas.common import dtype_bytes
+from solvers.formulas.kernels import CONSUMER_WARPGROUPS, WARPGROUP_THREADS
 from solvers.sheetmath import floor_of
 from solvers.units import format_number
 

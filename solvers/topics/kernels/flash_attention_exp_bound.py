@@ -5,7 +5,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Sheet, Side
-from solvers.models.common import peak_flops
+from solvers.formulas.common import peak_flops
 from solvers.sheetmath import Reject, min_of
 from solvers.units import format_number
 

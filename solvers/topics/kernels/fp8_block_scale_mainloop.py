@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from solvers.derivation import Sheet, Side
-from solvers.models.common import given_hbm_bandwidth, given_peak_flops
-from solvers.models.kernels import CONSUMER_WARPGROUPS, WARPGROUP_THREADS
+from solvers.formulas.common import given_hbm_bandwidth, given_peak_flops
+from solvers.formulas.kernels import CONSUMER_WARPGROUPS, WARPGROUP_THREADS
 from solvers.sheetmath import max_of, min_of
 from solvers.units import format_number
 

@@ -7,9 +7,9 @@ from fractions import Fraction
 import sympy
 
 from solvers.derivation import Sheet, Side, exact
-from solvers.models.collective import tp_all_reduce
-from solvers.models.common import given_config
-from solvers.models.steptime import engine
+from solvers.formulas.collective import tp_all_reduce
+from solvers.formulas.common import given_config
+from solvers.formulas.steptime import engine
 from solvers.sheetmath import Reject, ceil_of, floor_of, max_of, min_of
 
 PARTIAL_BYTES = 4  # split-KV kernels keep each partial output and its LSE in FP32

@@ -4,8 +4,8 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Sheet, Side, exact
-from solvers.models.common import dtype_bytes
-from solvers.models.kernels import WARPGROUP_THREADS
+from solvers.formulas.common import dtype_bytes
+from solvers.formulas.kernels import WARPGROUP_THREADS
 from solvers.sheetmath import floor_of, min_of
 from solvers.units import figures_against, format_number, format_quantity
 

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import (
+from solvers.formulas.common import (
     dtype_bytes,
 )
-from solvers.models.kvcache import (
+from solvers.formulas.kvcache import (
     blocks_for_tokens,
     kv_bytes_per_token_given,
 )

@@ -4,8 +4,8 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import ACTIVATION_BYTES, link_bandwidth, link_latency, tp_all_reduce
-from solvers.models.common import (
+from solvers.formulas.collective import ACTIVATION_BYTES, link_bandwidth, link_latency, tp_all_reduce
+from solvers.formulas.common import (
     dtype_bytes,
     given_active_params,
     given_compute_efficiencies,
@@ -16,11 +16,11 @@ from solvers.models.common import (
     given_model_params,
     given_weight_bytes,
 )
-from solvers.models.kvcache import (
+from solvers.formulas.kvcache import (
     kv_bytes_per_token_given,
 )
-from solvers.models.kvlayout import fp8_latent_note
-from solvers.models.steptime import (
+from solvers.formulas.kvlayout import fp8_latent_note
+from solvers.formulas.steptime import (
     DEFAULT_CONSTANTS,
     STEP_OVERHEAD,
     given_step_bandwidth,

@@ -7,13 +7,13 @@ import sympy
 
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import tp_all_reduce
-from solvers.models.common import dtype_bytes
-from solvers.models.kvcache import (
+from solvers.formulas.collective import tp_all_reduce
+from solvers.formulas.common import dtype_bytes
+from solvers.formulas.kvcache import (
     kv_bytes_per_token_given,
 )
-from solvers.models.kvlayout import fp8_latent_note
-from solvers.models.steptime import engine, step_time, step_work, usable_hbm
+from solvers.formulas.kvlayout import fp8_latent_note
+from solvers.formulas.steptime import engine, step_time, step_work, usable_hbm
 from solvers.sheetmath import ceil_of, floor_of, max_of
 from solvers.units import format_number, format_quantity
 

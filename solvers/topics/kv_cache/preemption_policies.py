@@ -6,8 +6,8 @@ from fractions import Fraction
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import tp_all_reduce
-from solvers.models.steptime import StepConstants, engine, given_step_overhead, step_work, usable_hbm
+from solvers.formulas.collective import tp_all_reduce
+from solvers.formulas.steptime import StepConstants, engine, given_step_overhead, step_work, usable_hbm
 from solvers.sheetmath import floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import dtype_bytes, given_config
-from solvers.models.kvcache import kv_bytes_per_token_given
+from solvers.formulas.common import dtype_bytes, given_config
+from solvers.formulas.kvcache import kv_bytes_per_token_given
 from solvers.sheetmath import ceil_of, floor_of
 from solvers.units import format_number
 

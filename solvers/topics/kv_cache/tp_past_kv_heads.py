@@ -4,8 +4,8 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import all_reduce_terms, stage_send
-from solvers.models.common import (
+from solvers.formulas.collective import all_reduce_terms, stage_send
+from solvers.formulas.common import (
     dtype_bytes,
     fabric_name,
     given_active_params,
@@ -17,11 +17,11 @@ from solvers.models.common import (
     given_peak_flops,
     given_usable_share,
 )
-from solvers.models.kvcache import (
+from solvers.formulas.kvcache import (
     kv_bytes_per_token_given,
     kv_bytes_per_token_per_gpu,
 )
-from solvers.models.steptime import given_step_bandwidth, given_step_overhead
+from solvers.formulas.steptime import given_step_bandwidth, given_step_overhead
 from solvers.sheetmath import ceil_of, max_of, min_of
 from solvers.units import figures_against, format_number, format_quantity
 

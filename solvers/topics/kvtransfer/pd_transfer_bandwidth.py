@@ -4,8 +4,8 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import all_reduce_terms, tp_all_reduce
-from solvers.models.common import (
+from solvers.formulas.collective import all_reduce_terms, tp_all_reduce
+from solvers.formulas.common import (
     dtype_bytes,
     given_config,
     given_hbm_bandwidth,
@@ -13,9 +13,9 @@ from solvers.models.common import (
     given_model_params,
     given_weight_bytes,
 )
-from solvers.models.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
-from solvers.models.kvtransfer import active_params, attention_pair_flops
-from solvers.models.steptime import given_step_bandwidth
+from solvers.formulas.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
+from solvers.formulas.kvtransfer import active_params, attention_pair_flops
+from solvers.formulas.steptime import given_step_bandwidth
 from solvers.sheetmath import max_of
 from solvers.units import format_number, format_quantity
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import all_reduce_terms
-from solvers.models.common import (
+from solvers.formulas.collective import all_reduce_terms
+from solvers.formulas.common import (
     attention_dtype,
     compute_efficiency,
     dtype_bytes,
@@ -17,9 +17,9 @@ from solvers.models.common import (
     given_matmul_peaks,
     given_peak_flops,
 )
-from solvers.models.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
-from solvers.models.kvtransfer import active_params, attention_pair_flops
-from solvers.models.steptime import given_step_bandwidth
+from solvers.formulas.kvcache import kv_bytes_per_token_given, kv_bytes_per_token_per_gpu_given
+from solvers.formulas.kvtransfer import active_params, attention_pair_flops
+from solvers.formulas.steptime import given_step_bandwidth
 from solvers.sheetmath import floor_of, max_of
 from solvers.units import format_number, format_quantity
 

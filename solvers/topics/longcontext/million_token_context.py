@@ -8,15 +8,15 @@ import sympy
 from solvers.conventions import convention_value
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import all_reduce_terms, crosses_domain, tp_all_reduce
-from solvers.models.common import (
+from solvers.formulas.collective import all_reduce_terms, crosses_domain, tp_all_reduce
+from solvers.formulas.common import (
     given_config,
     given_hbm_bytes,
     given_nic,
     given_usable_share,
 )
-from solvers.models.moe import GATED_MATRICES, attention_params
-from solvers.models.steptime import engine
+from solvers.formulas.moe import GATED_MATRICES, attention_params
+from solvers.formulas.steptime import engine
 from solvers.sheetmath import ceil_of, max_of
 from solvers.units import count_text, format_number, format_quantity
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.memory import profile_run_inputs
+from solvers.formulas.memory import profile_run_inputs
 from solvers.units import format_quantity
 
 # The three vLLM v1 start-ups the question draws from: before PR #25359 (September 2025) the first memory

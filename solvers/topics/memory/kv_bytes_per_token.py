@@ -6,8 +6,8 @@ from dataclasses import dataclass, replace
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import all_reduce_terms, tp_all_reduce
-from solvers.models.common import (
+from solvers.formulas.collective import all_reduce_terms, tp_all_reduce
+from solvers.formulas.common import (
     GPU_MEMORY_UTILIZATION,
     given_hbm_bandwidth,
     given_hbm_bytes,
@@ -17,7 +17,7 @@ from solvers.models.common import (
     given_usable_share,
     given_weight_bytes,
 )
-from solvers.models.kvcache import kv_bytes_per_token
+from solvers.formulas.kvcache import kv_bytes_per_token
 from solvers.sheetmath import floor_of, max_of, min_of
 from solvers.units import format_number
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import tp_all_reduce
-from solvers.models.common import GPU_MEMORY_UTILIZATION, given_active_params, given_config, given_weight_bytes
-from solvers.models.memory import profile_run_inputs
-from solvers.models.moe import parameter_count
-from solvers.models.steptime import Engine, StepWork, engine, step_time
+from solvers.formulas.collective import tp_all_reduce
+from solvers.formulas.common import GPU_MEMORY_UTILIZATION, given_active_params, given_config, given_weight_bytes
+from solvers.formulas.memory import profile_run_inputs
+from solvers.formulas.moe import parameter_count
+from solvers.formulas.steptime import Engine, StepWork, engine, step_time
 from solvers.sheetmath import ceil_of, floor_of, min_of
 from solvers.units import format_number, format_quantity
 

@@ -5,10 +5,10 @@ import sympy
 
 from solvers.conventions import convention_value
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import tp_all_reduce
-from solvers.models.common import GPU_MEMORY_UTILIZATION, given_hbm_bytes, given_usable_share
-from solvers.models.scheduling import require_realistic_tp
-from solvers.models.steptime import engine, step_time, step_work
+from solvers.formulas.collective import tp_all_reduce
+from solvers.formulas.common import GPU_MEMORY_UTILIZATION, given_hbm_bytes, given_usable_share
+from solvers.formulas.scheduling import require_realistic_tp
+from solvers.formulas.steptime import engine, step_time, step_work
 from solvers.sheetmath import floor_of, min_of
 from solvers.units import format_number
 

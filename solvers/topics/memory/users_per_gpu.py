@@ -9,8 +9,8 @@ import sympy
 
 from solvers.conventions import convention_value
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import all_reduce_terms, tp_all_reduce
-from solvers.models.common import (
+from solvers.formulas.collective import all_reduce_terms, tp_all_reduce
+from solvers.formulas.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
     fabric_name,
@@ -21,8 +21,8 @@ from solvers.models.common import (
     given_peak_flops,
     given_usable_share,
 )
-from solvers.models.kvcache import kv_bytes_per_token
-from solvers.models.steptime import given_step_bandwidth, given_step_overhead
+from solvers.formulas.kvcache import kv_bytes_per_token
+from solvers.formulas.steptime import given_step_bandwidth, given_step_overhead
 from solvers.sheetmath import floor_of, max_of, min_of
 from solvers.units import format_number
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from solvers.derivation import Sheet, Side
-from solvers.models.common import (
+from solvers.formulas.common import (
     compute_efficiency,
     given_compute_efficiencies,
     given_config,
@@ -11,7 +11,7 @@ from solvers.models.common import (
     given_matmul_peaks,
     given_peak_flops,
 )
-from solvers.models.steptime import given_step_bandwidth
+from solvers.formulas.steptime import given_step_bandwidth
 from solvers.sheetmath import ceil_of, max_of
 from solvers.units import format_number
 

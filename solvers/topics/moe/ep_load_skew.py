@@ -8,15 +8,15 @@ import sympy
 
 from solvers.conventions import scale_up_domain
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import (
+from solvers.formulas.common import (
     given_compute_efficiencies,
     given_config,
     given_hbm_bandwidth,
     given_peak_flops,
     given_weight_bytes,
 )
-from solvers.models.moe import GATED_MATRICES, REPLAYS, a2a_call_latency, a2a_legs, copy_bytes, simulate_skew
-from solvers.models.steptime import given_step_bandwidth
+from solvers.formulas.moe import GATED_MATRICES, REPLAYS, a2a_call_latency, a2a_legs, copy_bytes, simulate_skew
+from solvers.formulas.steptime import given_step_bandwidth
 from solvers.sheetmath import ceil_of, max_of
 from solvers.units import format_number, format_quantity
 

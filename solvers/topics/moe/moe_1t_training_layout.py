@@ -8,7 +8,7 @@ import sympy
 from solvers.conventions import scale_up_domain
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet, Side, exact
-from solvers.models.common import (
+from solvers.formulas.common import (
     given_active_params,
     given_config,
     given_hbm_bytes,
@@ -17,8 +17,8 @@ from solvers.models.common import (
     given_nvlink,
     given_peak_flops,
 )
-from solvers.models.moe import COMBINE_BYTES, moe_layers, parameter_count
-from solvers.models.training import FLOPS_PER_PARAM_TOKEN
+from solvers.formulas.moe import COMBINE_BYTES, moe_layers, parameter_count
+from solvers.formulas.training import FLOPS_PER_PARAM_TOKEN
 from solvers.sheetmath import ceil_of
 from solvers.units import figures_against, format_number, format_quantity
 

@@ -6,8 +6,8 @@ import sympy
 from solvers.conventions import convention_value, scale_up_domain
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet
-from solvers.models.common import dtype_bytes, given_config, given_nic, given_nvlink
-from solvers.models.moe import SCALE_BLOCK, SCALE_BYTES, a2a_call_latency, copy_bytes, moe_layers
+from solvers.formulas.common import dtype_bytes, given_config, given_nic, given_nvlink
+from solvers.formulas.moe import SCALE_BLOCK, SCALE_BYTES, a2a_call_latency, copy_bytes, moe_layers
 from solvers.sheetmath import floor_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 

@@ -7,7 +7,7 @@ import sympy
 
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet
-from solvers.models.common import (
+from solvers.formulas.common import (
     given_active_params,
     given_compute_efficiencies,
     given_config,
@@ -18,9 +18,9 @@ from solvers.models.common import (
     given_usable_share,
     given_weight_bytes,
 )
-from solvers.models.kvcache import kv_bytes_per_token
-from solvers.models.moe import GATED_MATRICES, ep_all_to_all, moe_layers, parameter_count
-from solvers.models.steptime import given_step_bandwidth, given_step_overhead
+from solvers.formulas.kvcache import kv_bytes_per_token
+from solvers.formulas.moe import GATED_MATRICES, ep_all_to_all, moe_layers, parameter_count
+from solvers.formulas.steptime import given_step_bandwidth, given_step_overhead
 from solvers.sheetmath import floor_of, max_of, min_of, miss_power
 from solvers.units import format_number, format_quantity
 

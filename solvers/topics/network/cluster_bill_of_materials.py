@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side, exact
-from solvers.models.common import model_params
-from solvers.models.fleet import fat_tree_switches, spare_pool, training_run
+from solvers.formulas.common import model_params
+from solvers.formulas.fleet import fat_tree_switches, spare_pool, training_run
 from solvers.sheetmath import ceil_of
 from solvers.units import format_number, format_quantity
 

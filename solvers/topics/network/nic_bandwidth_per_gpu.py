@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from solvers.derivation import BIT_RATE_TIME_SLIPS, Reject, Sheet, Side
-from solvers.models.common import dtype_bytes, given_peak_flops, hbm_bytes, model_params
+from solvers.formulas.common import dtype_bytes, given_peak_flops, hbm_bytes, model_params
 from solvers.sheetmath import max_of
 
 ADAM_STATE_BYTES = 16  # bf16 weights and grads, fp32 master weights and two moments (ZeRO)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import dtype_bytes
-from solvers.models.kvcache import kv_bytes_per_token_given
+from solvers.formulas.common import dtype_bytes
+from solvers.formulas.kvcache import kv_bytes_per_token_given
 from solvers.sheetmath import floor_of
 from solvers.units import format_quantity
 

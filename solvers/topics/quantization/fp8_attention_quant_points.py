@@ -9,8 +9,8 @@ import numpy as np
 import sympy
 
 from solvers.derivation import QuickSheet, Reject, Sheet, exact
-from solvers.models.fp8 import E4M3, amax_scale, chop_mask, quantize
-from solvers.models.quantization import pct_text, seeded_rng, variant_key
+from solvers.formulas.fp8 import E4M3, amax_scale, chop_mask, quantize
+from solvers.formulas.quantization import pct_text, seeded_rng, variant_key
 from solvers.sheetmath import normal_cdf
 from solvers.units import format_number
 

@@ -7,10 +7,10 @@ import numpy as np
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import dtype_bytes
-from solvers.models.fp8 import FORMATS, clipped, quantize
-from solvers.models.kvcache import kv_bytes_per_token_given
-from solvers.models.quantization import pct_text, variant_rng
+from solvers.formulas.common import dtype_bytes
+from solvers.formulas.fp8 import FORMATS, clipped, quantize
+from solvers.formulas.kvcache import kv_bytes_per_token_given
+from solvers.formulas.quantization import pct_text, variant_rng
 from solvers.sheetmath import max_of
 from solvers.units import format_number
 

@@ -7,8 +7,8 @@ import numpy as np
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.fp8 import E4M3, amax_scale, clipped, quantize, quantize_blocks, sqnr_db
-from solvers.models.quantization import pct_text, variant_rng
+from solvers.formulas.fp8 import E4M3, amax_scale, clipped, quantize, quantize_blocks, sqnr_db
+from solvers.formulas.quantization import pct_text, variant_rng
 from solvers.sheetmath import ceil_of
 from solvers.units import format_number
 

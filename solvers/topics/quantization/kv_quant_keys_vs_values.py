@@ -7,9 +7,9 @@ import numpy as np
 import sympy
 
 from solvers.derivation import Sheet, Side, exact
-from solvers.models.common import dtype_bytes
-from solvers.models.kvcache import kv_bytes_per_token_given
-from solvers.models.quantization import pct_text, variant_rng
+from solvers.formulas.common import dtype_bytes
+from solvers.formulas.kvcache import kv_bytes_per_token_given
+from solvers.formulas.quantization import pct_text, variant_rng
 from solvers.units import format_number
 
 OUTLIER_CHANNELS = 4  # key channels that sit at ±α (half each way), as KIVI's plots show

@@ -4,8 +4,8 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet
-from solvers.models.collective import all_reduce_terms, link_latency
-from solvers.models.common import (
+from solvers.formulas.collective import all_reduce_terms, link_latency
+from solvers.formulas.common import (
     dtype_bytes,
     given_hbm_bandwidth,
     given_hbm_bytes,
@@ -17,8 +17,8 @@ from solvers.models.common import (
     peak_flops,
     require_context,
 )
-from solvers.models.kvcache import kv_bytes_per_token
-from solvers.models.roofline import require_full_xgmi_ring
+from solvers.formulas.kvcache import kv_bytes_per_token
+from solvers.formulas.roofline import require_full_xgmi_ring
 from solvers.sheetmath import floor_of, max_of, min_of
 from solvers.units import format_number
 

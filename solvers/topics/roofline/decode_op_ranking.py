@@ -4,8 +4,8 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side, exact
-from solvers.models.collective import AllReduceTerms, all_reduce_terms, tp_all_reduce
-from solvers.models.common import (
+from solvers.formulas.collective import AllReduceTerms, all_reduce_terms, tp_all_reduce
+from solvers.formulas.common import (
     GPU_MEMORY_UTILIZATION,
     given_compute_efficiencies,
     given_config,
@@ -16,8 +16,8 @@ from solvers.models.common import (
     given_weight_bytes,
     hbm_bytes,
 )
-from solvers.models.roofline import require_full_xgmi_ring
-from solvers.models.steptime import given_step_bandwidth, given_step_overhead
+from solvers.formulas.roofline import require_full_xgmi_ring
+from solvers.formulas.steptime import given_step_bandwidth, given_step_overhead
 from solvers.sheetmath import max_of
 from solvers.units import figures_against, format_number
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import AllReduceTerms, all_reduce_terms, tp_all_reduce
-from solvers.models.common import hbm_bytes
-from solvers.models.steptime import Engine, StepConstants, StepWork, engine, step_time, step_work
+from solvers.formulas.collective import AllReduceTerms, all_reduce_terms, tp_all_reduce
+from solvers.formulas.common import hbm_bytes
+from solvers.formulas.steptime import Engine, StepConstants, StepWork, engine, step_time, step_work
 from solvers.sheetmath import ceil_of, max_of
 from solvers.units import format_number
 

@@ -7,8 +7,8 @@ import sympy
 
 from solvers.conventions import convention_value
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import link_bandwidth
-from solvers.models.common import (
+from solvers.formulas.collective import link_bandwidth
+from solvers.formulas.common import (
     given_active_params,
     given_compute_efficiencies,
     given_config,
@@ -18,8 +18,8 @@ from solvers.models.common import (
     given_usable_share,
     peak_flops,
 )
-from solvers.models.kvcache import kv_bytes_per_token_given
-from solvers.models.moe import a2a_call_latency, copy_bytes
+from solvers.formulas.kvcache import kv_bytes_per_token_given
+from solvers.formulas.moe import a2a_call_latency, copy_bytes
 from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 from solvers.units import count_text, format_number, format_quantity
 

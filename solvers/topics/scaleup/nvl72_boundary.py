@@ -5,10 +5,10 @@ import sympy
 
 from solvers.conventions import convention_value, scale_up_domain
 from solvers.derivation import Sheet, Side
-from solvers.models.collective import link_bandwidth
-from solvers.models.common import given_config, given_nic
-from solvers.models.kvcache import kv_bytes_per_token_given
-from solvers.models.moe import copy_bytes
+from solvers.formulas.collective import link_bandwidth
+from solvers.formulas.common import given_config, given_nic
+from solvers.formulas.kvcache import kv_bytes_per_token_given
+from solvers.formulas.moe import copy_bytes
 from solvers.sheetmath import ceil_of, max_of, min_of
 from solvers.units import format_number, format_quantity
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import tp_all_reduce
-from solvers.models.scheduling import (
+from solvers.formulas.collective import tp_all_reduce
+from solvers.formulas.scheduling import (
     chunk_cap,
     require_tpot_room,
     solo_prefill,
@@ -13,7 +13,7 @@ from solvers.models.scheduling import (
     tokens_text,
     tp_advice,
 )
-from solvers.models.steptime import (
+from solvers.formulas.steptime import (
     Engine,
     growing_steps_time,
     require_fit,

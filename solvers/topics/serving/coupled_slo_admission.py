@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from solvers.derivation import Sheet, Side
-from solvers.models.collective import tp_all_reduce
-from solvers.models.scheduling import chunk_cap, require_tpot_room, solo_prefill, streams_and_targets, tokens_text
-from solvers.models.steptime import (
+from solvers.formulas.collective import tp_all_reduce
+from solvers.formulas.scheduling import chunk_cap, require_tpot_room, solo_prefill, streams_and_targets, tokens_text
+from solvers.formulas.steptime import (
     require_fit,
     step_time,
     step_work,

@@ -4,9 +4,9 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import tp_all_reduce
-from solvers.models.scheduling import require_realistic_tp, step_constants
-from solvers.models.steptime import (
+from solvers.formulas.collective import tp_all_reduce
+from solvers.formulas.scheduling import require_realistic_tp, step_constants
+from solvers.formulas.steptime import (
     engine,
     require_fit,
     step_time,

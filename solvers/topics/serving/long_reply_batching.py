@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import tp_all_reduce
-from solvers.models.common import GPU_MEMORY_UTILIZATION, given_hbm_bytes, given_usable_share, require_context
-from solvers.models.scheduling import require_realistic_tp, step_constants, tokens_text
-from solvers.models.steptime import (
+from solvers.formulas.collective import tp_all_reduce
+from solvers.formulas.common import GPU_MEMORY_UTILIZATION, given_hbm_bytes, given_usable_share, require_context
+from solvers.formulas.scheduling import require_realistic_tp, step_constants, tokens_text
+from solvers.formulas.steptime import (
     Engine,
     all_reduce_steps,
     engine,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from solvers.conventions import convention
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import (
+from solvers.formulas.common import (
     compute_efficiency,
     given_compute_efficiencies,
     given_config,
@@ -32,8 +32,8 @@ from solvers.models.common import (
     model_params,
     peak_flops,
 )
-from solvers.models.speculation import expected_tokens
-from solvers.models.steptime import DEFAULT_CONSTANTS, given_step_bandwidth
+from solvers.formulas.speculation import expected_tokens
+from solvers.formulas.steptime import DEFAULT_CONSTANTS, given_step_bandwidth
 from solvers.sheetmath import max_of
 from solvers.units import format_number
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side, exact
-from solvers.models.common import (
+from solvers.formulas.common import (
     given_hbm_bandwidth,
     given_model_params,
     given_peak_flops,
     given_weight_bytes,
 )
-from solvers.models.speculation import tokens_per_round
+from solvers.formulas.speculation import tokens_per_round
 from solvers.sheetmath import floor_of, max_of
 from solvers.units import figures_against, format_number, format_quantity
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 import math
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import (
+from solvers.formulas.common import (
     GPU_MEMORY_UTILIZATION,
     given_hbm_bytes,
     given_usable_share,
     hbm_bytes,
 )
-from solvers.models.speculation import LoadModel, expected_tokens, speculative_round, tokens_per_round
-from solvers.models.steptime import DecodeCosts, decode_costs, engine
+from solvers.formulas.speculation import LoadModel, expected_tokens, speculative_round, tokens_per_round
+from solvers.formulas.steptime import DecodeCosts, decode_costs, engine
 from solvers.sheetmath import floor_of, min_of
 from solvers.units import format_number, format_quantity
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import given_hbm_bytes, given_usable_share
-from solvers.models.speculation import speculative_round, tokens_per_round
-from solvers.models.steptime import DecodeCosts, Engine, decode_costs, engine
+from solvers.formulas.common import given_hbm_bytes, given_usable_share
+from solvers.formulas.speculation import speculative_round, tokens_per_round
+from solvers.formulas.steptime import DecodeCosts, Engine, decode_costs, engine
 from solvers.sheetmath import ceil_of, floor_of
 from solvers.units import format_number, format_quantity
 

@@ -4,18 +4,18 @@ from __future__ import annotations
 import functools
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import (
+from solvers.formulas.common import (
     GPU_MEMORY_UTILIZATION,
     hbm_bytes,
 )
-from solvers.models.speculation import (
+from solvers.formulas.speculation import (
     LoadModel,
     break_even_alpha,
     expected_tokens,
     speculative_round,
     tokens_per_round,
 )
-from solvers.models.steptime import decode_costs, engine
+from solvers.formulas.steptime import decode_costs, engine
 from solvers.units import format_number, format_quantity
 
 P99 = 0.01  # the tail: the slowest 1% of requests

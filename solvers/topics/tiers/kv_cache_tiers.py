@@ -5,9 +5,9 @@ from dataclasses import replace
 
 from solvers.conventions import scale_up_domain
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.collective import all_reduce_terms, tp_all_reduce
-from solvers.models.common import given_matmul_peaks
-from solvers.models.steptime import StepConstants, engine, step_time, step_work
+from solvers.formulas.collective import all_reduce_terms, tp_all_reduce
+from solvers.formulas.common import given_matmul_peaks
+from solvers.formulas.steptime import StepConstants, engine, step_time, step_work
 from solvers.sheetmath import max_of, min_of
 from solvers.units import format_number, format_quantity
 

@@ -6,9 +6,9 @@ import math
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import model_params, peak_flops
-from solvers.models.fleet import SPARE_SIGMAS, spare_pool, training_run
-from solvers.models.training import FLOPS_PER_PARAM_TOKEN
+from solvers.formulas.common import model_params, peak_flops
+from solvers.formulas.fleet import SPARE_SIGMAS, spare_pool, training_run
+from solvers.formulas.training import FLOPS_PER_PARAM_TOKEN
 from solvers.sheetmath import ceil_of, log_of
 from solvers.units import format_number, format_quantity
 

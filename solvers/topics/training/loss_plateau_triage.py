@@ -6,7 +6,7 @@ import math
 import sympy
 
 from solvers.derivation import Reject, Sheet
-from solvers.models.triage import CAUSE_OF_CHECK, CHECKS, lr_at
+from solvers.formulas.triage import CAUSE_OF_CHECK, CHECKS, lr_at
 
 # Where a frozen step counter sends the triage next: where each rank is stuck (a hung collective, a dead
 # node), which no training reading can say. Read only for a job that has stopped stepping.

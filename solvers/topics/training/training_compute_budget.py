@@ -4,8 +4,8 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import dtype_bytes, given_hbm_bytes, given_peak_flops
-from solvers.models.training import ADAM_FP32_COPIES, FLOPS_PER_PARAM_TOKEN, least_power_of_two
+from solvers.formulas.common import dtype_bytes, given_hbm_bytes, given_peak_flops
+from solvers.formulas.training import ADAM_FP32_COPIES, FLOPS_PER_PARAM_TOKEN, least_power_of_two
 from solvers.sheetmath import floor_of, min_of
 from solvers.units import figures_against, format_number, format_quantity
 

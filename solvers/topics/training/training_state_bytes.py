@@ -4,8 +4,8 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.models.common import dtype_bytes, given_hbm_bytes, given_peak_flops
-from solvers.models.training import FLOPS_PER_PARAM_TOKEN
+from solvers.formulas.common import dtype_bytes, given_hbm_bytes, given_peak_flops
+from solvers.formulas.training import FLOPS_PER_PARAM_TOKEN
 from solvers.sheetmath import ceil_of, log_of, max_of
 from solvers.units import format_number
 

@@ -15,7 +15,7 @@ import sympy
 from solvers.conventions import convention, convention_value, scale_up_domain
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet
-from solvers.models.common import fabric_name, given_config, given_nvlink
+from solvers.formulas.common import fabric_name, given_config, given_nvlink
 
 ACTIVATION_BYTES = 2  # bf16 activations cross the link
 

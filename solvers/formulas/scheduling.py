@@ -6,9 +6,9 @@ import sympy
 
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet
-from solvers.models.collective import crosses_domain, tp_all_reduce
-from solvers.models.common import fabric_name, model_params, require_context
-from solvers.models.steptime import (
+from solvers.formulas.collective import crosses_domain, tp_all_reduce
+from solvers.formulas.common import fabric_name, model_params, require_context
+from solvers.formulas.steptime import (
     Engine,
     StepConstants,
     all_reduce_steps,

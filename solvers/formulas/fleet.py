@@ -5,8 +5,8 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Sheet
-from solvers.models.common import given_peak_flops, model_params
-from solvers.models.training import FLOPS_PER_PARAM_TOKEN
+from solvers.formulas.common import given_peak_flops, model_params
+from solvers.formulas.training import FLOPS_PER_PARAM_TOKEN
 from solvers.sheetmath import ceil_of, log_of
 
 SPARE_SIGMAS = 2  # the pool covers the mean nodes down plus two standard deviations (Poisson: √mean)

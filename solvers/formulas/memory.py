@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Sheet
-from solvers.models.common import given_hbm_bytes, given_model_params, given_weight_bytes
+from solvers.formulas.common import given_hbm_bytes, given_model_params, given_weight_bytes
 
 
 def profile_run_inputs(p, s: Sheet, utilization: float, peak: str = "A", tp: str = "n") -> tuple[sympy.Symbol, ...]:

@@ -17,7 +17,7 @@ import sympy
 from solvers.conventions import convention, convention_value, scale_up_domain
 from solvers.data import Record
 from solvers.derivation import Sheet
-from solvers.models.common import dtype_bytes, given_config, given_nic, given_nvlink
+from solvers.formulas.common import dtype_bytes, given_config, given_nic, given_nvlink
 from solvers.sheetmath import max_of
 
 GATED_MATRICES = 3  # gate, up and down projections of a SwiGLU expert

@@ -25,8 +25,8 @@ import sympy
 from solvers.conventions import convention, recording
 from solvers.data import Record
 from solvers.derivation import Sheet
-from solvers.models.collective import all_reduce_terms
-from solvers.models.steptime import DecodeCosts, Engine, engine
+from solvers.formulas.collective import all_reduce_terms
+from solvers.formulas.steptime import DecodeCosts, Engine, engine
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from solvers.conventions import convention_value
 from solvers.data import Record
 from solvers.derivation import Sheet
-from solvers.models.collective import all_reduce_terms
-from solvers.models.common import (
+from solvers.formulas.collective import all_reduce_terms
+from solvers.formulas.common import (
     compute_efficiency,
     dtype_bytes,
     hbm_bandwidth,
 )
-from solvers.models.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD
+from solvers.formulas.steptime import DEFAULT_CONSTANTS, STEP_OVERHEAD
 
 # vLLM v0.10.1's largest CUDA-graph capture size by default: SchedulerConfig.cuda_graph_sizes = [min(2 x
 # max_num_seqs, 512)] (PR #20628), and every draw's max_num_seqs is at least 256.

@@ -34,8 +34,8 @@ import sympy
 from solvers.conventions import convention, convention_value
 from solvers.data import Record
 from solvers.derivation import Reject, Sheet
-from solvers.models.collective import AllReduceTerms, all_reduce_terms
-from solvers.models.common import (
+from solvers.formulas.collective import AllReduceTerms, all_reduce_terms
+from solvers.formulas.common import (
     GPU_MEMORY_UTILIZATION,
     dtype_bytes,
     given_compute_efficiencies,
@@ -49,7 +49,7 @@ from solvers.models.common import (
     given_weight_bytes,
     hbm_bytes,
 )
-from solvers.models.kvcache import kv_bytes_per_token_per_gpu, kv_bytes_per_token_per_gpu_given
+from solvers.formulas.kvcache import kv_bytes_per_token_per_gpu, kv_bytes_per_token_per_gpu_given
 from solvers.sheetmath import ceil_of, floor_of, max_of, min_of
 from solvers.units import format_quantity
 

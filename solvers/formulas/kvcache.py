@@ -13,7 +13,7 @@ import sympy
 
 from solvers.data import Record
 from solvers.derivation import Sheet
-from solvers.models.common import given_config
+from solvers.formulas.common import given_config
 from solvers.sheetmath import ceil_of, floor_of, max_of
 
 

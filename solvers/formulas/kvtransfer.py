@@ -12,7 +12,7 @@ from __future__ import annotations
 import sympy
 
 from solvers.derivation import Sheet
-from solvers.models.common import given_active_params, given_config, given_model_params
+from solvers.formulas.common import given_active_params, given_config, given_model_params
 
 
 def active_params(s: Sheet, model) -> sympy.Symbol:
