@@ -28,3 +28,20 @@ def by_hand_test(question_id: str, seeds: Iterable[int | str], by_hand: Callable
 
     test.__doc__ = f"{question_id}: every key by_hand gives matches the solver's, over {len(list(seeds))} seeds."
     return test
+
+
+KiB, MiB, GiB = 2**10, 2**20, 2**30
+MIN, HOUR, DAY = 60, 3600, 86_400
+DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
+
+
+def param_values(solution, *, whole: bool = False) -> dict:
+    """A variant's parameters by name; `whole`: a float draw as the int it was rounded to (the toy engines
+    count tokens and blocks)."""
+    return {param.name: int(param.value) if whole and isinstance(param.value, float) else param.value
+            for param in solution.params}
+
+
+def value_of(solution, name: str):
+    """One parameter's value."""
+    return solution.param(name).value

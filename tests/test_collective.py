@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from solvers.derivation import Reject, Sheet
+from solvers.engine import VariantError
 from solvers.formulas.collective import crosses_domain, tp_all_reduce
 from solvers.formulas.steptime import StepConstants, engine, step_time, step_work
 from solvers.realism import constraints_for
@@ -64,3 +65,13 @@ def test_a_mesh_fabric_gives_a_narrow_group_only_the_links_among_its_gpus(catalo
     s = Sheet()
     switched = tp_all_reduce(s, model, h100, tp, 100, tag="d", label="decode step")
     assert s.value(switched) == pytest.approx(ring(80, 100, 8192, tp, 450e9, 10e-6))
+
+
+@pytest.mark.parametrize("code", ["weight-read-intensity@default+gpu=mi300x+tp=4",
+                                  "datasheet-speedup-regimes@default+new_gpu=mi300x+gpus=4"])
+def test_an_xgmi_ring_spans_all_eight_gpus(variant, code):
+    """The all-reduces take half the xGMI aggregate as the link, which only a ring over all eight MI300X
+    reaches: TP 2 and 4 on MI300X are refused, TP 8 is served."""
+    with pytest.raises(VariantError, match="xGMI"):
+        variant(code)
+    assert variant(code.replace("tp=4", "tp=8").replace("gpus=4", "gpus=8")).expected["regime"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +102,16 @@ def test_the_command_writes_and_says_what_next(checkout, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main(["new", "K2/cli-made", "--topic", "kv-cache"])
     assert "exists already" in capsys.readouterr().err
+
+
+def test_every_shipped_question_has_its_own_test_beside_its_topic(bank):
+    """One trail a question: its solver at solvers/topics/<topic>/<id>.py and its test at
+    tests/topics/<topic>/test_<id>.py, where `infradrill new` writes them."""
+    topics = Path(__file__).parent / "topics"
+    missing = []
+    for question in bank.questions.values():
+        folder, module = question.solver_module.split(".")[-2:]
+        if not (topics / folder / f"test_{module}.py").is_file():
+            missing.append(question.id)
+    assert not missing
+    assert not list(Path(__file__).parent.glob("test_*_questions.py"))  # no batch of questions in one file

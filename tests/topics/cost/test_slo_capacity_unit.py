@@ -1,0 +1,89 @@
+"""slo-capacity-unit: its keys and behaviour, checked outside the solver."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from solvers.engine import VariantError
+from solvers.interview import stage_run
+from tests.by_hand import value_of
+from tests.topics.cost.replica_by_hand import OVERHEAD, SEEDS, Replica
+
+
+def decode_by_hand(g, S, budget):
+    """Batch, step time and output tokens/s of a replica whose decode steps must fit `budget`."""
+    room = budget - OVERHEAD - g.ar0
+    B = math.floor(min((room - g.weights / g.br) / (g.kv * S / g.br + g.ar_tok),
+                       room / ((2 * g.N + g.A * S) / g.fr + g.ar_tok), g.pool / (g.kv * S)))
+    t = g.step(B, B * S, B * S)
+    return B, t, B / t
+
+
+def capacity_by_hand(solution):
+    model, tp = value_of(solution, "model"), value_of(solution, "tp")
+    P, R, tpot = (value_of(solution, n) for n in ("prompt", "reply", "tpot"))
+    n_old, n_new = value_of(solution, "old_replicas"), value_of(solution, "new_replicas")
+    units, batches, speeds = {}, {}, {}
+    for tag in ("old", "new"):
+        batches[tag], step, rate = decode_by_hand(Replica(model, value_of(solution, f"{tag}_gpu"), tp), P + R / 2, tpot)
+        units[tag] = rate / R
+        speeds[tag] = 1 / step
+    fleet = n_old * units["old"] + n_new * units["new"]
+    ratio = units["new"] / units["old"]
+    prices = value_of(solution, "new_price") / value_of(solution, "old_price")
+    return {"batch_old": batches["old"], "batch_new": batches["new"], "per_user_old": speeds["old"],
+            "per_user_new": speeds["new"], "unit_old": units["old"],
+            "unit_new": units["new"], "unit_ratio": ratio, "fleet_capacity": fleet,
+            "count_routing_limit": (n_old + n_new) * units["old"], "new_share": n_new * units["new"] / fleet,
+            "replacement": math.ceil(n_old * units["old"] / units["new"]),
+            "regime": "buy-new" if ratio > prices else "buy-old"}
+
+
+def test_capacity_datasheet_ratios(variant):
+    """B200 over H100 on the datasheets: 2,250 / 989.4 = 2.27x dense bf16, 8 / 3.35 = 2.39x HBM bandwidth."""
+    results = variant("slo-capacity-unit@default").sheet.results
+    assert results["compute_ratio"] == pytest.approx(2250 / 989.4)
+    assert results["bandwidth_ratio"] == pytest.approx(8 / 3.35)
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_capacity_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"slo-capacity-unit@{seed}")
+    for key, value in capacity_by_hand(solution).items():
+        got = solution.sheet.results[key]
+        assert got == (value if isinstance(value, (str, int)) else pytest.approx(value, rel=1e-9)), key
+
+
+def test_capacity_routing_by_count_never_beats_units(variant):
+    """An even split saturates the slower pool first: it can only match routing by units when the two units
+    are equal, and the share routed to the new pool is its share of the capacity."""
+    for seed in SEEDS:
+        results = variant(f"slo-capacity-unit@{seed}").sheet.results
+        assert results["count_routing_limit"] <= results["fleet_capacity"] * (1 + 1e-12)
+        assert results["facts"]["routing by replica count leaves over half the new pool idle at the old pool's "
+                                "limit"] == (results["unit_ratio"] > 2)
+
+
+def test_capacity_buying_is_the_unit_ratio_against_the_price_ratio(variant, catalog):
+    """Buy-new exactly when the new GPU's price per unit is lower; the push makes the older pool H200s at the
+    same $3, and the B200 at twice the price is no longer worth it."""
+    for seed in SEEDS:
+        results = variant(f"slo-capacity-unit@{seed}").sheet.results
+        assert (results["regime"] == "buy-new") == (results["unit_cost_new"] < results["unit_cost_old"])
+    solution = variant("slo-capacity-unit@default")
+    push = stage_run(solution, catalog, len(solution.question.stages) - 1)
+    assert push is not None and push.moved == ("old_gpu",) and push.solution.expected["regime"] == "buy-old"
+    with pytest.raises(VariantError, match="newer_costs_more"):
+        variant("slo-capacity-unit@default+new_gpu=h200-sxm+new_price=2.8+old_price=3")
+
+
+def test_capacity_purchase_is_never_a_coin_toss(variant):
+    """The unit ratio is graded at 3%: draws where it is within 3% of the price ratio are refused, so the
+    purchase never turns on a difference the grading forgives (an H200 at $5.40 is worth 1.82 H100s and costs
+    1.80 of them)."""
+    for seed in SEEDS:
+        results = variant(f"slo-capacity-unit@{seed}").sheet.results
+        assert abs(results["unit_ratio"] / results["price_ratio"] - 1) >= 0.03
+    with pytest.raises(VariantError, match="no verdict"):
+        variant("slo-capacity-unit@default+new_gpu=h200-sxm+new_price=5.4")

@@ -1,0 +1,122 @@
+"""blackwell-tmem-tiles: its keys and behaviour, checked outside the solver."""
+from __future__ import annotations
+
+import pytest
+
+from tests.by_hand import param_values
+
+
+def _mma_stream(m: int, n: int, kind: str, k_slice: int, elem: int) -> tuple[int, int]:
+    """(operand bytes one SM reads from shared memory, FLOPs it does) over one k-slice, instruction by
+    instruction: Hopper's wgmma is 64 rows, Blackwell's 1-SM tcgen05.mma 128 rows, and the 2-CTA form a
+    256-row MMA over an SM pair of which this SM holds 128 rows of A and half of B."""
+    rows, b_share = {"hopper": (64, 1), "one": (128, 1), "two": (128, 2)}[kind]
+    read = flops = 0
+    for _ in range(m // rows):  # one MMA per slab of rows, each reading its A rows and (its share of) B
+        for _ in range(k_slice // (16 * 2 // elem)):  # instruction k: 32 B of each row
+            k = 16 * 2 // elem
+            read += (rows * k + n * k // b_share) * elem
+            flops += 2 * rows * n * k
+    return read, flops
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_tmem_tile_figures_follow_the_instruction_stream(variant, seed):
+    """Per k-slice bytes and bytes per clock, summed MMA instruction by MMA instruction (the process the closed
+    forms summarise), at each GPU's FLOP per clock for the drawn dtype."""
+    solution = variant(f"blackwell-tmem-tiles@{seed}")
+    p, r = param_values(solution), solution.sheet.results
+    m, n, dtype = p["tile_m"], p["tile_n"], p["dtype"]
+    elem = 1 if dtype == "fp8" else 2
+    rate = f"{dtype}_flop_per_clk_sm"
+    for kind, gpu, key in (("hopper", p["hopper"], "hopper"), ("one", p["blackwell"], "one_sm"),
+                           ("two", p["blackwell"], "two_cta")):
+        read, flops = _mma_stream(m, n, kind, 128 // elem, elem)
+        assert r[f"{key}_bytes"] == pytest.approx(read)
+        assert r[f"{key}_demand"] == pytest.approx(read * getattr(gpu, rate) / flops)
+    assert r["regime"] == ("smem-bound" if r["one_sm_demand"] >= 128 else "tensor-bound")
+    assert r["regime"] == ("smem-bound" if n <= 128 else "tensor-bound")  # 64 (128 + N) / N >= 128
+    assert r["rf_share"] == pytest.approx(m * n * 4 / (256 * 1024))
+    assert r["acc_registers"] == m * n / 256
+    assert m == 128  # 128 rows a SM on both parts (a 1-SM tcgen05.mma is at most 128 rows)
+    assert r["tmem_buffers"] == 512 // n  # allocated once, each accumulator at its own column offset
+    assert r["loop_saving"] == pytest.approx(m // 128 * n // 2 * p["k"] * elem)
+
+
+@pytest.mark.parametrize("n", [64, 128, 192, 256])
+def test_operand_bytes_per_clock_depend_on_neither_m_nor_dtype(variant, n):
+    """Bytes per clock are set per MMA instruction: doubling M doubles the bytes and the FLOPs alike, and fp8
+    doubles the elements of a 128-byte row and the FLOP rate alike."""
+    runs = [variant(f"blackwell-tmem-tiles@default+tile_m={m}+tile_n={n}+dtype={d}").sheet.results
+            for m in (128,) for d in ("bf16", "fp8")]
+    for key in ("hopper_demand", "one_sm_demand", "two_cta_demand"):
+        assert all(r[key] == pytest.approx(runs[0][key]) for r in runs)
+    assert runs[0]["two_cta_demand"] == pytest.approx(64 * (128 + n / 2) / n)  # 8,192 FLOP/clock, B split in two
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_tmem_tile_facts_follow_the_variant(variant, seed):
+    """Each option of the Blackwell select, recomputed from the tile: stages from the 227 KiB one block may take
+    (of the SM's 228), and the 2-CTA form's pace on the drawn tile (read4-R3: the 2-CTA rescue of N = 96-128 was
+    asked only after widening, where it cannot change anything; the ratio-of-stages option it replaces flipped on
+    floor rounding). Every tile has an option that holds."""
+    solution = variant(f"blackwell-tmem-tiles@{seed}")
+    p, r = param_values(solution), solution.sheet.results
+    m, n = p["tile_m"], p["tile_n"]
+    truth = r["tile_facts"]
+    stages_one, stages_two = 227 * 1024 // ((m + n) * 128), 227 * 1024 // ((m + n // 2) * 128)
+    assert (r["stages_one"], r["stages_two"]) == (stages_one, stages_two)
+    assert p["deep"] == 6
+    assert truth["on the 2-CTA form this tile's reads per SM come under shared memory's rate (a tie goes to shared "
+                 "memory)"] == (32 + 8192 / n < 128) == (n >= 96)
+    assert truth["the 1-SM form's ring already holds {deep} or more k-slice stages in the shared memory one block "
+                 "may take"] == (stages_one >= 6) == (n <= 160)
+    assert not truth["since it reads fewer operand bytes per k-slice, the 1-SM MMA also asks shared memory for "
+                     "fewer bytes per clock than Hopper's 64-row MMAs"]
+    assert any(truth.values())
+
+
+def test_tmem_two_cta_is_asked_where_it_can_rescue(variant):
+    """read4-R3: the 2-CTA form changes the pace only on a tile the 1-SM form leaves to shared memory and it brings
+    under (N = 96-128). It is asked at the drawn tile (the select) and in the narrowing push, which lands on both
+    sides of its line; the widening push, where 1-SM is tensor-bound already, no longer asks it."""
+    solution = variant("blackwell-tmem-tiles@9701")
+    widen, narrow = [stage for stage in solution.question.stages if stage.when]
+    assert "two_cta_regime" not in widen.ask and "two_cta_regime" in narrow.ask
+    rescued = {n: variant(f"blackwell-tmem-tiles@default+tile_n={round(n / 2.25 / 16) * 16}").sheet.results
+               ["two_cta_regime"] for n in range(144, 257, 16)}
+    assert set(rescued.values()) == {"smem-bound", "tensor-bound"}
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_tmem_push_crosses_the_shared_memory_line(variant, seed):
+    """The declared push doubles a tile that shared memory holds back and divides one the tensor cores run by 2.25
+    (read3-R1: halving took 240 and 256 to 128, the exact tie): it crosses wherever the moved N stays in range and
+    leaves its side (all but N = 64, whose double ties at 128), and no narrowed tile lands on the tie."""
+    solution = variant(f"blackwell-tmem-tiles@{seed}")
+    n = param_values(solution)["tile_n"]
+    moved = n * 2 if n <= 128 else round(n / 2.25 / 16) * 16
+    pushed = variant(f"blackwell-tmem-tiles@{seed}+tile_n={moved}").sheet.results
+    assert (pushed["regime"] != solution.sheet.results["regime"]) == (n != 64)
+    assert n <= 128 or (64 <= moved < 128 and pushed["one_sm_demand"] > 128)
+
+
+@pytest.mark.parametrize("n", range(64, 257, 16))
+def test_two_cta_pace_has_its_own_line(variant, n):
+    """read3-R1 (@9602: whether the 2-CTA form rescues N = 64 was never asked): its pace is graded, on its own line,
+    32 + 8,192/N against 128 (N = 85.3, never a tie on a multiple of 16): smem-bound at 64 and 80 where the 1-SM
+    form is too, tensor-bound from 96, so it rescues 96-128 and nothing narrower."""
+    r = variant(f"blackwell-tmem-tiles@default+tile_n={n}").sheet.results
+    assert r["two_cta_demand"] == pytest.approx(32 + 8192 / n) and r["two_cta_demand"] != 128
+    assert r["two_cta_regime"] == ("smem-bound" if n <= 80 else "tensor-bound")
+
+
+def test_tmem_every_stage_asking_the_pace_says_how_a_tie_goes(variant):
+    """r1 (@7301): the push halved N = 240 to 128, where the 1-SM MMAs read exactly shared memory's 128 B a
+    clock; the tie rule sat only in a hint. Every stage that asks the regime now says it in its words (no push lands
+    there now, but a drawn N = 128 does), and the tie itself keys smem-bound."""
+    solution = variant("blackwell-tmem-tiles@7301")
+    asking = [stage for stage in solution.question.stages if "regime" in stage.ask]
+    assert len(asking) == 3 and all("a tie" in stage.say and "shared memory" in stage.say for stage in asking)
+    tied = variant("blackwell-tmem-tiles@7301+tile_n=128").sheet.results
+    assert tied["one_sm_demand"] == 128 and tied["regime"] == "smem-bound"

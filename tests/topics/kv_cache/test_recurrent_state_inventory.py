@@ -1,0 +1,106 @@
+"""recurrent-state-inventory: its keys and behaviour, checked outside the solver."""
+from __future__ import annotations
+
+import pytest
+
+from solvers.engine import VariantError
+from tests.by_hand import DTYPE_BYTES, MiB, param_values
+
+_STATE_MODELS = ["nemotron-h-8b", "nemotron-h-47b", "nemotron-nano-9b-v2", "nemotron-nano-12b-v2",
+                 "nemotron-3-nano-30b"]
+
+
+def _mamba_layer_bytes(model, ssm_dtype: str) -> int:
+    """One Mamba-2 layer's state as vLLM allocates it: heads x head_dim x state of SSM state, and (width - 1)
+    inputs of heads x head_dim + 2 x groups x state conv channels in bf16."""
+    ssm = model.ssm_heads * model.ssm_head_dim * model.ssm_state * DTYPE_BYTES[ssm_dtype]
+    conv = (model.conv_kernel - 1) * (model.ssm_heads * model.ssm_head_dim + 2 * model.ssm_groups * model.ssm_state)
+    return ssm + 2 * conv
+
+
+def test_mamba2_state_shapes_match_published_figures(variant):
+    """Nemotron-H-8B: 128 heads x 64 x 128 in fp32 is 4 MiB per layer; the conv reads 128·64 + 2·8·128 = 10,240
+    channels."""
+    results = variant("recurrent-state-inventory@default").sheet.results
+    assert results["ssm_layer"] == 4 * MiB
+    assert results["conv_layer"] == 3 * 10_240 * 2
+
+
+@pytest.mark.parametrize("ssm_dtype, kv_dtype, block", [("bf16", "bf16", 528), ("fp32", "bf16", 1040),
+                                                        ("fp32", "fp8", 2080)])
+def test_vllm_block_for_nemotron_h_8b(variant, ssm_dtype, kv_dtype, block):
+    """vLLM's rule (platforms/interface.py, outside mamba_cache_mode all): the least multiple of 16 tokens whose
+    one-layer page (4 KiB a token in bf16) holds a 2,158,592 B bf16 layer state is 528; fp32 nearly doubles the
+    state (1,040), fp8 KV then halves the page a token (2,080)."""
+    solution = variant(f"recurrent-state-inventory@default+ssm_dtype={ssm_dtype}+kv_dtype={kv_dtype}")
+    assert solution.expected["block_size"] == block
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_block_and_retention_by_enumeration(variant, catalog, seed):
+    """The engine's choices rebuilt from the config: the least 16-token block whose one-layer page holds a
+    Mamba layer's state, the block boundaries within the context, and every r-th one plus the newest kept,
+    each a padded page in every Mamba layer."""
+    solution = variant(f"recurrent-state-inventory@{seed}")
+    p = param_values(solution)
+    model = p["model"]
+    per_token = 2 * model.kv_heads * model.head_dim * DTYPE_BYTES[p["kv_dtype"]]  # one attention layer
+    state = _mamba_layer_bytes(model, p["ssm_dtype"])
+    block = next(b for b in range(16, 100_000, 16) if b * per_token >= state)
+    boundaries = list(range(block, int(p["context"]) + 1, block))
+    kept = {t for t in boundaries if (t // block) % p["retain"] == 0} | {boundaries[-1]}
+    assert solution.expected["block_size"] == block
+    assert solution.expected["reusable"] == boundaries[-1] > 0
+    assert solution.expected["snapshot_bytes"] == len(kept) * model.mamba_layers * block * per_token
+    assert solution.expected["state_per_request"] == model.mamba_layers * state
+    kv = model.attention_layers * per_token * p["context"]
+    assert solution.expected["kv_per_request"] == kv
+    assert solution.expected["regime"] == ("state-dominated" if model.mamba_layers * state > kv else "kv-dominated")
+
+
+def test_the_architecture_is_drawn(variant):
+    """The review's point: the layout was fixed. Over 200 draws every hybrid appears, and the recurrent state
+    takes more than the two values one layout's two SSM dtypes give."""
+    draws = [variant(f"recurrent-state-inventory@{seed}") for seed in range(200)]
+    assert {d.param("model").raw for d in draws} == set(_STATE_MODELS)
+    assert len({d.expected["state_per_request"] for d in draws}) >= 10
+    assert len({d.expected["block_size"] for d in draws}) >= 10
+
+
+def test_kv_over_every_mixer_layer_is_diagnosed(variant):
+    """Counting KV over all 28 Mamba and attention layers instead of the 4 attention ones is x7."""
+    solution = variant("recurrent-state-inventory@default")
+    kv = solution.expected["kv_per_request"]
+    grade = solution.grade_one("kv_per_request", f"{7 * kv / MiB} MiB")
+    assert grade.slip == "KV counted over every Mamba and attention layer, not the attention layers alone"
+
+
+def test_dense_retention_is_diagnosed(variant):
+    """A state at every one of the 15 blocks instead of every 8th and the newest (2) is x7.5."""
+    solution = variant("recurrent-state-inventory@default")
+    grade = solution.grade_one("snapshot_bytes", f"{7.5 * solution.expected['snapshot_bytes'] / MiB} MiB")
+    assert grade.slip == "a state kept at every block, not every r blocks"
+
+
+def test_a_context_under_two_blocks_is_refused(variant):
+    """Nemotron-H-47B's fp32 state beside fp8 KV needs 8,256-token blocks: a 12K request holds one block, and
+    the draw is refused rather than grade a cache hit of one block or none."""
+    with pytest.raises(VariantError, match="under two"):
+        variant("recurrent-state-inventory@default+model=nemotron-h-47b+kv_dtype=fp8+context=12288")
+
+
+def test_recurrent_push_moves_with_the_variant(variant, catalog):
+    """The review's point: the push was always to 2,048 tokens and graded a zero. Now it moves the context across
+    each variant's own crossover (or, where the range cannot, another figure), to many different values, and
+    grades no zero."""
+    from solvers.interview import stage_run
+
+    crossed, moved_to = 0, set()
+    for seed in range(40):
+        solution = variant(f"recurrent-state-inventory@{seed}")
+        run = stage_run(solution, catalog, len(solution.question.stages) - 1)
+        assert run is not None, seed
+        crossed += run.regime != solution.regime_name
+        moved_to.add(run.solution.param("context").raw)
+        assert all(float(run.solution.expected[key]) > 0 for key in ("kv_per_request", "reusable")), seed
+    assert crossed >= 36 and len(moved_to) >= 10

@@ -1,0 +1,145 @@
+"""recompute-vs-fetch: its keys and behaviour, checked outside the solver."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from solvers.engine import VariantError
+from tests.by_hand import KiB, param_values
+from tests.oracles import link_each_way
+
+
+def test_recompute_vs_fetch_default(variant):
+    """Llama-3-70B on TP 4 H100 over 50 GB/s (the keys are pinned in the question file): the FLOPs a KV byte carries,
+    the catalogue's 21.8x at peak, and the crossing the break-even rounds up, found by bisection."""
+    results = variant("recompute-vs-fetch@default").sheet.results
+    assert results["flops_per_kv_byte"] == pytest.approx(2 * 70.55e9 / (320 * KiB))  # 430,603 FLOP/B
+    assert results["advantage_peak"] == pytest.approx(2 * 70.55e9 / 989.4e12 / (320 * KiB / 50e9))
+    assert results["advantage_peak"] == pytest.approx(21.8, abs=0.05)
+    # 0.5 ms = T·(t_r − t_f) + attention: 7.52 tokens, so an 8-token hit is the shortest worth fetching.
+    crossing = _crossing(results, 0.5e-3, 4 * 80 * 64 * 128 / (4 * 0.6 * 989.4e12))
+    assert results["crossing"] == pytest.approx(crossing)
+    assert results["break_even"] == 8
+
+
+def _crossing(results, t0: float, a: float) -> float:
+    """The positive root of a/2·T² + (t_r − t_f)·T − t_0 = 0, by bisection (not the closed form the solver uses);
+    it lies below 2·t_0/(t_r − t_f + √(2·a·t_0)), which bounds it whatever the sign of t_r − t_f."""
+    gain = results["recompute_per_token"] - results["fetch_per_token"]
+    low, high = 0.0, 2 * t0 / (gain + (2 * a * t0) ** 0.5) if gain > 0 else (2 * t0 / a) ** 0.5 - 2 * gain / a
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if a * mid**2 / 2 + gain * mid < t0 else (low, mid)
+    return low
+
+
+def _all_reduce_bytes(model, gpu, tp: int) -> float:
+    """Seconds a token's activations add to a pass's all-reduces (the tp-all-reduce card, latency aside: the
+    pass pays it either way): two a layer, 2(n−1)/n of hidden × 2 B over half the datasheet's NVLink; on a
+    mesh (MI300X) over the n − 1 of its links among the group's GPUs."""
+    return 0.0 if tp == 1 else 2 * model.layers * 2 * (tp - 1) / tp * model.hidden * 2 / float(link_each_way(gpu, tp))
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_tensor_parallelism_cancels_from_the_math_only(variant, tp):
+    """Per token the math's lead is (2N/KV)/(F_eff/BW) whatever the TP degree, while the group keeps whole KV
+    heads; the all-reduce bytes a token adds do not shrink with TP, so the whole lead grows with it."""
+    results = variant(f"recompute-vs-fetch@default+gpu=h200-sxm+tp={tp}").sheet.results
+    math_lead = 2 * 70.55e9 / (320 * KiB) / (0.6 * 989.4e12 / 50e9)
+    fetch = 320 * KiB / tp / 50e9
+    assert results["recompute_math"] / fetch == pytest.approx(math_lead)
+    assert results["advantage"] == pytest.approx(math_lead + 2 * 80 * 2 * (tp - 1) / tp * 8192 * 2 / 450e9 / fetch)
+    if tp < 8:
+        wider = variant(f"recompute-vs-fetch@default+gpu=h200-sxm+tp={2 * tp}").sheet.results
+        assert wider["advantage"] > results["advantage"]
+
+
+def test_mha_and_moe_spend_little_compute_per_kv_byte(variant):
+    """Llama-2-7B (MHA, 512 KiB/token) and Mixtral (2N from its 12.9B active parameters) sit far below 70B GQA."""
+    mha = variant("recompute-vs-fetch@default+model=llama-2-7b+tp=1+hit=2000").sheet.results
+    assert mha["flops_per_kv_byte"] == pytest.approx(2 * 6.74e9 / (512 * KiB))  # 25,712 FLOP/B
+    moe = variant("recompute-vs-fetch@default+model=mixtral-8x7b+tp=2").sheet.results
+    assert moe["flops_per_kv_byte"] == pytest.approx(2 * 12.88e9 / (128 * KiB))
+    assert mha["advantage_peak"] < 2  # over 50 GB/s an H100 recomputes an MHA 7B nearly as fast as it fetches
+
+
+def _recompute_by_hand(p, hit: float, *, peak: float = 1.0, fetch_scale: float = 1.0,
+                       attention_rate: float | None = None) -> tuple[float, float]:
+    """(recompute, fetch) of a hit in plain floats: 2N a token at 60% of the bf16 peak (times `peak`), the
+    all-reduce bytes, attention's T²/2 pairs (at `attention_rate`, else the weights' rate); the fixed cost and
+    each GPU's KV heads over the link (times `fetch_scale`)."""
+    model, gpu, tp = p["model"], p["gpu"], int(p["tp"])
+    n = model.get("active_params_b", model.params_b) * 1e9
+    rate = tp * 0.6 * gpu.bf16_dense_tflops * 1e12 * peak
+    kv_heads = max(1, model.kv_heads // tp)
+    f = 2 * model.layers * kv_heads * model.head_dim * 2 / p["bandwidth"] * fetch_scale
+    att = 4 * model.layers * model.heads * model.head_dim / (attention_rate or rate)
+    recompute = hit * (2 * n / rate + _all_reduce_bytes(model, gpu, tp)) + att * hit**2 / 2
+    return recompute, p["overhead"] + hit * f
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_recompute_vs_fetch_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"recompute-vs-fetch@{seed}")
+    p, expected = param_values(solution), solution.expected
+    model, gpu, tp, hit = p["model"], p["gpu"], int(p["tp"]), p["hit"]
+    rate = tp * 0.6 * gpu.bf16_dense_tflops * 1e12
+    recompute, fetch = _recompute_by_hand(p, hit)
+    per_token, _ = _recompute_by_hand(p, 1)
+    assert expected["recompute_per_token"] == pytest.approx(per_token - 4 * model.layers * model.heads
+                                                            * model.head_dim / rate / 2)
+    assert expected["recompute_time"] == pytest.approx(recompute)
+    assert expected["speedup"] == pytest.approx(recompute / fetch)
+    crossing = _crossing(solution.sheet.results, p["overhead"], 4 * model.layers * model.heads * model.head_dim / rate)
+    assert solution.sheet.results["crossing"] == pytest.approx(crossing)
+    assert expected["break_even"] == int(crossing) + 1 and crossing < model.max_context
+    assert expected["regime"] == ("fetch-wins" if recompute > fetch else "recompute-wins")
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_situations_judged_as_solving_them(variant, seed):
+    """Each change re-solved in plain floats: the option holds where the winner for this hit flips."""
+    solution = variant(f"recompute-vs-fetch@{seed}")
+    p = param_values(solution)
+    model, gpu, hit = p["model"], p["gpu"], p["hit"]
+    fp8 = gpu.get("fp8_dense_tflops")
+    fp8_rate = None if fp8 is None else int(p["tp"]) * 0.5 * fp8 * 1e12
+    cases = {
+        "the KV coming from a tier with a hundredth of this bandwidth": _recompute_by_hand(p, hit, fetch_scale=100),
+        "an MHA model of the same size (as many KV heads as query heads)":
+            _recompute_by_hand(p, hit, fetch_scale=model.heads / model.kv_heads),
+        "a hit of a single 16-token block": _recompute_by_hand(p, 16),
+        "a GPU with four times the tensor peak at the same efficiency": _recompute_by_hand(p, hit, peak=4),
+        "an fp8 KV cache (half the bytes to fetch, attention at the fp8 peak)":
+            _recompute_by_hand(p, hit, fetch_scale=0.5, attention_rate=fp8_rate),
+        "a hit ten times this long": _recompute_by_hand(p, 10 * hit),
+    }
+    now = solution.expected["regime"] == "fetch-wins"
+    judged = solution.sheet.judged("situations")
+    for option, (recompute, fetch) in cases.items():
+        if option == "a hit ten times this long" and 10 * hit > model.max_context:
+            assert judged[option] is None
+            continue
+        assert judged[option] == ((recompute > fetch) != now), option
+
+
+def test_break_even_is_exact_either_side(variant):
+    """Attention pulls the crossing under t_0/(t_r − t_f) (at a 20 ms fixed cost, on a tier slow enough to have
+    one): a hit a little past it fetches, a little short of it recomputes, and the crossing itself is refused."""
+    base = variant("recompute-vs-fetch@default+bandwidth=8+overhead=20").sheet.results
+    star = base["break_even"]
+    assert star < 20e-3 / (base["recompute_per_token"] - base["fetch_per_token"])
+    # Whole 16-token blocks past the 3% band each side of the crossing (draws inside it are refused).
+    above, below = 16 * math.ceil(star * 1.04 / 16), 16 * math.floor(star * 0.96 / 16)
+    for hit, side in ((above, "fetch-wins"), (below, "recompute-wins")):
+        assert variant(f"recompute-vs-fetch@default+bandwidth=8+overhead=20+hit={hit}").sheet.regime.name == side
+    with pytest.raises(VariantError):
+        variant(f"recompute-vs-fetch@default+bandwidth=8+overhead=20+hit={star}")
+
+
+def test_fetching_past_the_context_is_refused(variant):
+    """A slow tier for a small MHA model: per token the link is slower than the GPU, and only attention's T² would
+    make a hit pay, past Llama-2-7B's 4,096 tokens: no such variant."""
+    with pytest.raises(VariantError):
+        variant("recompute-vs-fetch@default+model=llama-2-7b+tp=1+bandwidth=0.5+hit=1000")

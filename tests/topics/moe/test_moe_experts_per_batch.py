@@ -1,0 +1,109 @@
+"""moe-experts-per-batch: its keys and behaviour, checked outside the solver."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from solvers.followup import follow_up
+from solvers.formulas.common import hbm_bytes
+from tests.oracles import batch_for_share
+
+ROUTED = 58 * 256 * 3 * 7168 * 2048  # DeepSeek-V3's routed experts, parameters (fp8: bytes)
+
+
+def test_experts_per_batch_default(variant):
+    """DeepSeek-V3 fp8 on 16 H100, 32 tokens (the keys are pinned in the question file): the active bytes the
+    ratio divides are the catalogue's config count, input embedding in, one byte each."""
+    assert variant("moe-experts-per-batch@default").sheet.results["active_bytes"] == 37.5e9
+
+
+def test_experts_per_batch_push_reaches_compute_with_the_caches_held(variant, catalog):
+    """The generated push from the default moves the batch; wherever a draw lands on the compute-bound side, its
+    sequences' caches fit beside the weights (the review's complaint: that side needed batches no HBM could hold)."""
+    pushed = follow_up(variant("moe-experts-per-batch@default"), catalog)
+    assert pushed is not None and pushed.solution.sheet.results["regime"] != "some-experts-read"
+    compute_bound = 0
+    for seed in range(7001, 7061):
+        solution = variant(f"moe-experts-per-batch@{seed}")
+        batch = next(param.value for param in solution.params if param.name == "batch")
+        assert solution.sheet.results["batch_fit"] >= batch
+        compute_bound += solution.sheet.results["regime"] == "experts-compute-bound"
+    assert compute_bound >= 3
+
+
+STEP_COMPUTE = {"bf16": 0.6, "fp8": 0.5}  # the step model's cards: step-compute, step-compute-fp8
+
+
+STEP_BANDWIDTH, STEP_OVERHEAD = 0.8, 2e-3  # step-bandwidth, step-overhead
+
+
+def _all_to_all(model, gpu, nic, gpus: int, batch: float) -> float:
+    """Dispatch (FP8, a 4-byte scale per 128 values) and combine (bf16) of one GPU's tokens, the in-domain share
+    over NVLink and the rest over the NIC at once, plus 50 us (across nodes) or 10 us a call, per MoE layer."""
+    if gpus == 1:
+        return 0.0
+    moved = batch / gpus * model.experts_per_token * (model.hidden * (1 + 4 / 128) + 2 * model.hidden)
+    domain = gpu.nvlink_domain
+    nvlink, wire = gpu.nvlink_gb_s * 1e9 / 2, nic.gbit_s * 1e9 / 8
+    legs = (max(moved * domain / gpus / nvlink, moved * (gpus - domain) / gpus / wire) if gpus > domain
+            else moved / nvlink)
+    return (model.layers - model.dense_layers) * (legs + 2 * (50e-6 if gpus > domain else 10e-6))
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_experts_per_batch_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"moe-experts-per-batch@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    model, gpu, batch, context = p["model"], p["gpu"], p["batch"], p["context"]
+    E, k = model.experts, model.experts_per_token
+    b = {"fp8": 1, "bf16": 2}[p["weight_dtype"]]
+    peak = (gpu[{"fp8": "fp8_dense_tflops", "bf16": "bf16_dense_tflops"}[p["weight_dtype"]]] * 1e12
+            * STEP_COMPUTE[p["weight_dtype"]])
+    attention_peak = gpu.bf16_dense_tflops * 1e12 * STEP_COMPUTE["bf16"]
+    bandwidth = gpu.hbm_tb_s * 1e12 * STEP_BANDWIDTH
+    routed = (model.layers - model.dense_layers) * E * 3 * model.hidden * model.expert_ffn * b
+    phi = 1 - (1 - k / E) ** batch
+    expected = solution.expected
+    assert expected["touched"] == pytest.approx(E * phi)
+    shared_bytes = model.params_b * 1e9 * b - routed
+    assert expected["bytes_ratio"] == pytest.approx((shared_bytes + phi * routed) / (model.active_params_b * 1e9 * b))
+    crossover = b * peak / (2 * bandwidth)
+    regime = ("some-experts-read" if batch < batch_for_share(E, k, 0.95) else
+              "all-experts-read" if batch * k / E < crossover else "experts-compute-bound")
+    assert expected["regime"] == regime
+    # The KV: MLA's latent and RoPE key per layer, or a key and a value per KV head, bf16.
+    kv = 2 * model.layers * ((model.kv_lora_rank + model.qk_rope_head_dim) if model.attention == "mla"
+                             else 2 * model.kv_heads * model.head_dim)
+    room = p["gpus"] * hbm_bytes(gpu) * 0.9 - model.params_b * 1e9 * b  # the usable-hbm card's 90%
+    assert expected["batch_fit"] == math.floor(room / (context * kv)) >= batch
+    # Each piece on its own roofline; the shared weights multiply every token but the input embedding's rows.
+    shared_math = 2 * (shared_bytes / b - model.vocab * model.hidden) * batch / peak
+    tokens = batch * k / (E * phi)
+    experts = (model.layers - model.dense_layers) * E * phi * max(
+        3 * model.hidden * model.expert_ffn * b / bandwidth, 2 * 3 * model.hidden * model.expert_ffn * tokens / peak)
+    pair = (model.layers * model.heads * (2 * (model.kv_lora_rank + model.qk_rope_head_dim) + 2 * model.kv_lora_rank)
+            if model.attention == "mla" else 4 * model.layers * model.heads * model.head_dim)
+    attention = max(batch * context * kv / bandwidth, batch * context * pair / attention_peak)
+    step = ((max(shared_bytes / bandwidth, shared_math) + experts + attention) / p["gpus"]
+            + _all_to_all(model, gpu, p["nic"], int(p["gpus"]), batch) + STEP_OVERHEAD)
+    assert expected["step_time"] == pytest.approx(step, rel=1e-9)
+
+
+def test_a_user_moe_model_needs_the_expert_fields(tmp_path):
+    """A user's MoE entry without its expert width is refused at load (a solver would fail on it); no dense
+    layers is a real config value (0), a negative count is not."""
+    from solvers.data import load_catalog
+
+    entry = ("    name: Tiny-MoE\n    params_b: 1\n    active_params_b: 0.3\n    layers: 4\n    hidden: 512\n"
+             "    heads: 8\n    kv_heads: 2\n    head_dim: 64\n    ffn: 1024\n    vocab: 1000\n    experts: 8\n"
+             "    experts_per_token: 2\n    attention: gqa\n    source: test\n")
+    (tmp_path / "models.yaml").write_text(
+        "models:\n  no-width:\n" + entry + "    dense_layers: 0\n    shared_experts: 0\n"
+        "  negative:\n" + entry + "    expert_ffn: 256\n    dense_layers: -1\n    shared_experts: 0\n"
+        "  fine:\n" + entry + "    expert_ffn: 256\n    dense_layers: 0\n    shared_experts: 0\n")
+    catalog = load_catalog(user_dir=tmp_path)
+    problems = "\n".join(catalog.problems)
+    assert "models.no-width.expert_ffn: missing (a MoE model needs it)" in problems
+    assert "models.negative.dense_layers: must not be negative" in problems
+    assert "fine" in catalog.collections["models"] and "no-width" not in catalog.collections["models"]

@@ -1,0 +1,139 @@
+"""cluster-bill-of-materials: its keys and behaviour, checked outside the solver."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from solvers.engine import VariantError
+from tests.by_hand import DAY
+
+
+def test_bom_default_matches_catalogue(variant):
+    """Llama 3.1 405B on 15T tokens in 110 days on H100 at 40% MFU (the keys are pinned in the question file):
+    the steps beside them, 1,214 job nodes, the fat tree's tiers and a ≈5 TB checkpoint."""
+    results = variant("cluster-bill-of-materials@default").sheet.results
+    need = 6 * 405.85e9 * 15e12 / (110 * DAY * 989.4e12 * 0.40)
+    assert results["job_nodes"] == math.ceil(need / 8) == 1_214
+    assert results["nodes_down"] == pytest.approx(1_214 * 3 / 240)  # Little's law: 15.2 nodes out at any moment
+    # 320 leaves (32 GPUs down, 32 up) + 320 spines + 10,240 uplinks / 2 (2:1) / 64 ports = 80 core.
+    assert (results["leaves"], results["spines"], results["core"]) == (320, 320, 80)
+    assert results["checkpoint"] == pytest.approx(405.85e9 * 12)  # 4.87 TB
+
+
+def test_bom_derives_the_gpus_and_the_spares(variant):
+    """The review: the GPU count was given, not derived from the FLOPs, and there was no spare pool. The FLOPs
+    come from training-compute-budget; a longer repair time grows the pool (7 days: 35.4 nodes down, the 48
+    spares pinned in the question file)."""
+    solution = variant("cluster-bill-of-materials@default")
+    assert "training-compute-budget" in solution.sheet.prerequisites
+    assert "gpus" not in {param.name for param in solution.params}
+    assert variant("cluster-bill-of-materials@default+repair=7+window=30").sheet.results["nodes_down"] == (
+        pytest.approx(1_214 * 7 / 240))
+
+
+@pytest.mark.parametrize("radix", [64, 128])
+def test_bom_matches_full_k_ary_fat_tree(radix):
+    """Al-Fares et al. (SIGCOMM 2008): a full fat tree of k-port switches has k³/4 hosts and 5k²/4 switches;
+    two tiers reach k²/2 hosts with 3k/2 switches."""
+    from solvers.derivation import Sheet
+    from solvers.formulas.fleet import fat_tree_switches
+
+    for hosts, tiers, switches in ((radix**3 // 4, True, 5 * radix**2 // 4), (radix**2 // 2, False, 3 * radix // 2)):
+        sheet = Sheet()
+        E, k, r = sheet.given("E", hosts), sheet.given("k", radix), sheet.given("r", 1)
+        assert sheet.value(fat_tree_switches(sheet, E, k, r, tiers)) == switches
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_bom_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"cluster-bill-of-materials@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    k = p["radix"]
+    need = 6 * p["model"].params_b * 1e9 * p["tokens"] / (p["days"] * 989.4e12 * p["mfu"])
+    job = math.ceil(need / 8)
+    down = job * p["repair"] / p["node_mtbf"]
+    wanted = 8 * (job + math.ceil(down + 2 * math.sqrt(down)))
+    if wanted > k * k // 2:
+        gpus = (k // 2) ** 2 * math.ceil(wanted / (k // 2) ** 2)
+        pods = gpus // (k // 2) ** 2
+        switches = 2 * gpus // (k // 2) + math.ceil(gpus / (p["oversub"] * k))
+    else:
+        gpus = k // 2 * math.ceil(wanted / (k // 2))
+        leaves = gpus // (k // 2)
+        switches, pods = leaves + _spines_two_tier(leaves), 1
+    assert solution.sheet.results["gpus"] == gpus
+    assert solution.expected["switches"] == switches
+    assert solution.expected["pods"] == pods
+    it_power = gpus / 8 * p["node_kw"] + switches * k * p["port_w"]
+    assert solution.expected["it_power"] == pytest.approx(it_power, rel=1e-12)
+
+
+def _spines_two_tier(leaves: int) -> int:
+    """Each leaf spreads its uplinks evenly, so the spines divide k/2 (a power of two): the least one ≥ leaves/2."""
+    return 1 << (math.ceil(leaves / 2) - 1).bit_length()
+
+
+# @9101's draw before the token range reached 1T, by its parameters.
+NINE_ONE_O_ONE = "default+model=llama-3-70b+tokens=6.5+days=40+mfu=47+radix=64+repair=3+node_mtbf=340+oversub=2"
+
+
+@pytest.mark.parametrize("seed", [*range(30), NINE_ONE_O_ONE])
+def test_bom_hint_counts_the_switches_the_key_counts(variant, seed):
+    """Hint 3, followed: leaves = GPUs ÷ (k/2); two tiers, spines the least power of two ≥ leaves/2 (each leaf's
+    k/2 uplinks spread evenly: an interviewer reader found 39 leaves of 32 uplinks on 20 spines, which cannot be
+    wired evenly); three, spines = leaves and a core of the spine uplinks ÷ oversubscription ÷ k. It said
+    "spines = leaves" for both and gave 110 switches at @9101 (1,760 GPUs on 64-port switches: 55 leaves, now 32
+    spines, 87 in the key; that draw by its parameters)."""
+    solution = variant(f"cluster-bill-of-materials@{seed}")
+    p, results = {param.name: param.value for param in solution.params}, solution.sheet.results
+    k, gpus = p["radix"], solution.sheet.results["gpus"]
+    leaves = gpus // (k // 2)
+    if results["regime"] == "two-tier":
+        switches = leaves + _spines_two_tier(leaves)
+    else:
+        switches = 2 * leaves + math.ceil(leaves * (k // 2) / p["oversub"] / k)
+    assert "least power of two ≥ leaves/2" in solution.question.stages[1].hints[1]
+    assert solution.expected["switches"] == switches
+    if seed == NINE_ONE_O_ONE:
+        assert (leaves, switches) == (55, 87)
+
+
+def test_bom_fabric_stage_defines_the_pod(variant, catalog):
+    """The key counts pods of (k/2)² GPUs under a core tier and one pod for a two-tier fabric bought leaf by
+    leaf: the stage that asks for the fabric says how it is bought, and its hint what a pod is."""
+    from solvers.interview import stage_run
+    solution = variant("cluster-bill-of-materials@default+radix=128+days=120+tokens=10")
+    run = stage_run(solution, catalog, 1)
+    assert run is not None and "whole pods (leaves, if two tiers do)" in run.say
+    assert "(k/2)² GPUs" in solution.question.stages[1].hints[0]
+
+
+def test_bom_larger_switch_option_is_not_listed_on_a_fabric_that_has_it(variant):
+    """The review (@42): "with 128-port switches this fabric would need only two tiers" was listed on fabrics
+    already built of 128-port switches. There it asks about nothing: judged undecidable, never listed."""
+    option = "with {big_radix}-port switches this fabric would need only two tiers"
+    big = variant("cluster-bill-of-materials@default+radix=128")
+    assert big.sheet.judged("bom")[option] is None and option not in big.shown["bom"]
+    assert variant("cluster-bill-of-materials@default").sheet.judged("bom")[option] is False
+
+
+def test_bom_pod_loss_is_asked_only_of_a_fabric_of_pods(variant):
+    """An interviewer reader: the select paired "losing one pod would shrink the job" with its exact complement,
+    and in two-tier draws both were settled by "a two-tier fabric is one pod". One option is left, asked only
+    under a core tier; a run short of compute-optimal tokens (405B on 1T, the old push) is no plan and refused."""
+    option = "the job keeps its full size with one whole pod out"
+    assert "losing one whole pod would shrink the job" not in variant("cluster-bill-of-materials@default").question \
+        .answer("bom").pool
+    two = variant("cluster-bill-of-materials@default+model=llama-3-70b+tokens=3+days=30")
+    assert two.regime_name == "two-tier" and two.sheet.judged("bom")[option] is None
+    assert option not in two.shown["bom"]
+    assert variant("cluster-bill-of-materials@default").sheet.judged("bom")[option] is False
+    with pytest.raises(VariantError, match="compute_optimal"):
+        variant("cluster-bill-of-materials@default+tokens=1")
+
+
+def test_bom_power_says_which_is_it_and_which_is_site(variant):
+    """The teaser's "14 MW" is the IT load (13.98 MW); the site feed at PUE 1.2 is 16.8 MW."""
+    steps = {step.key: step for step in variant("cluster-bill-of-materials@default").sheet.steps}
+    assert "before cooling" in steps["it_power"].why and "feed" in steps["facility_power"].title

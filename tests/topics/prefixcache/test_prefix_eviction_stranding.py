@@ -1,0 +1,141 @@
+"""prefix-eviction-stranding: an explicit block tree, evicted by each order."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.by_hand import param_values
+
+
+class _Block:
+    def __init__(self, parent, cached_at):
+        self.parent, self.children, self.cached_at, self.used_at = parent, [], cached_at, cached_at
+        self.depth = 0 if parent is None else parent.depth + 1
+        if parent is not None:
+            parent.children.append(self)
+
+
+def _tree(p, rng) -> tuple[list[_Block], list[_Block]]:
+    """The system prompt's full blocks, cached A_S ago, then each chat's own full blocks, cached over its turns
+    from a seeded start to its last turn (the latest chat's A_c ago, the others' at seeded times before);
+    each last turn is a hit on the chat's whole path. Times in seconds, negative: in the past."""
+    block, system, idle = p["block_size"], p["system"], p["idle"]
+    age = p["system_age"]
+    chain, parent = [], None
+    for _ in range(system // block):
+        parent = _Block(parent, -age)
+        chain.append(parent)
+    blocks = list(chain)
+    for i, own in enumerate(p["chats"]):
+        start = rng.uniform(-age, -idle)
+        last_turn = -idle if i == 0 else rng.uniform(start, -idle)
+        count = (system + own) // block - system // block
+        node, path = chain[-1], list(chain)
+        for cached_at in np.linspace(start, last_turn, count):
+            node = _Block(node, cached_at)
+            path.append(node)
+            blocks.append(node)
+        for b in path:  # a hit refreshes every block on its path
+            b.used_at = max(b.used_at, last_turn)
+    return chain, blocks
+
+
+def _unreachable_after(victim: _Block) -> int:
+    count, stack = 0, list(victim.children)
+    while stack:
+        block = stack.pop()
+        count += 1
+        stack.extend(block.children)
+    return count
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_stranded_blocks_are_the_descendants_in_an_explicit_tree(variant, seed):
+    solution = variant(f"prefix-eviction-stranding@{seed}")
+    p = param_values(solution, whole=True)
+    p["chats"] = [int(x) for x in solution.param("chats").value]
+    chain, blocks = _tree(p, np.random.default_rng(seed))
+    expected = solution.expected
+    assert len(blocks) == solution.sheet.results["tree_blocks"]
+    assert expected["stranded_blocks"] == _unreachable_after(chain[p["victim"] - 1])
+    kv = 2 * p["model"].layers * p["model"].kv_heads * p["model"].head_dim * {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    assert expected["stranded_bytes"] == pytest.approx(expected["stranded_blocks"] * p["block_size"] * kv)
+    assert expected["served_after"] == (p["victim"] - 1) * p["block_size"]
+
+
+def test_prefix_eviction_stranding_default(variant, catalog):
+    """Llama-3-70B bf16 (320 KiB/token, 5 MiB per 16-token block; the keys are pinned in the question file)."""
+    from solvers.script import script
+
+    solution = variant("prefix-eviction-stranding@default")
+    results = solution.sheet.results
+    assert results["block_bytes"] == 16 * 327_680
+    assert results["chat_blocks"] == 2667 - 8 * 125
+    # The hole at the very front: every returning chat re-prefills the whole 2,000-token system prompt.
+    assert results["recompute_per_chat"] == 2000
+    assert solution.sheet.regime.margin_text == "at zero, below the boundary"  # 0 tokens served, not "at" 1,000
+    # Block 1 is the first block (a 0-based reading would serve 16 tokens and strand 1,790); one shard reads so.
+    opening, orders = (" ".join(stage.run.say.split()) for stage in script(solution, catalog).stages[:2])
+    assert "evicted its block 1 (counting from 1)" in opening
+    assert "1 shard," in orders
+
+
+def _first_stranding(blocks: list[_Block], rank) -> bool:
+    """Evict the whole tree one block at a time in `rank` order: does any block leave before a descendant?"""
+    resident = set(blocks)
+    for b in sorted(blocks, key=rank):
+        if any(c in resident for c in b.children):
+            return True
+        resident.discard(b)
+    return False
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_orders_on_a_seeded_tree(variant, seed):
+    """Seeded simulation (the variant's tree, timestamps from its seed): LRU with path refresh and deepest-first
+    ties never strands; FIFO and cheapest-first do; the TTL strands exactly when the system prompt has expired
+    and the latest chat blocks have not."""
+    solution = variant(f"prefix-eviction-stranding@{seed}")
+    p = param_values(solution, whole=True)
+    p["chats"] = [int(x) for x in solution.param("chats").value]
+    chain, blocks = _tree(p, np.random.default_rng(seed))
+    assert not _first_stranding(blocks, lambda b: (b.used_at, -b.depth))
+    assert _first_stranding(blocks, lambda b: (b.cached_at, b.depth))
+    assert _first_stranding(blocks, lambda b: b.depth)  # recompute cost grows with the context before a block
+    ttl, age, idle = p["ttl"], p["system_age"], p["idle"]
+    expired = {b for b in blocks if -b.cached_at >= ttl}
+    strands = any(c not in expired for b in expired for c in b.children)
+    assert strands == (age >= ttl > idle)
+    judged = set(solution.expected["policies"])
+    assert ("expiry at the TTL above, counted from when a block was cached" in judged) == strands
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_cpu_tier_strands_exactly_when_the_tree_overflows_it(variant, seed):
+    """The tier copies blocks as they are cached and, once full, drops its oldest write: replayed on the variant's
+    tree (seeded times), a block leaves before a descendant exactly when the tree's bytes exceed the tier's room."""
+    solution = variant(f"prefix-eviction-stranding@{seed}")
+    p = param_values(solution, whole=True)
+    p["chats"] = [int(x) for x in solution.param("chats").value]
+    _, blocks = _tree(p, np.random.default_rng(seed))
+    room = int(p["cpu_tier"] // solution.sheet.results["block_bytes"])  # whole blocks the tier holds
+    resident: list[_Block] = []
+    stranded = False
+    for block in sorted(blocks, key=lambda b: (b.cached_at, b.depth)):  # written as cached, parents first
+        resident.append(block)
+        if len(resident) > room:
+            oldest = resident.pop(0)  # its children were written after it: resident, or still to come
+            stranded |= bool(oldest.children)
+    option = "the CPU tier, copying each block as it is cached and evicting by its own LRU of write times"
+    assert (option in solution.expected["policies"]) == stranded
+
+
+def test_per_shard_lru_strands_where_one_shard_runs_short():
+    """Blocks hashed over four shards, each evicting its own LRU block: some shard's victim has a child elsewhere."""
+    rng = np.random.default_rng(0)
+    p = {"block_size": 16, "system": 2000, "system_age": 180 * 60, "idle": 5 * 60,
+         "chats": [3000, 1200, 8000, 500, 2500, 4000, 1500, 6000]}
+    _, blocks = _tree(p, rng)
+    shard = {id(b): int(rng.integers(4)) for b in blocks}
+    victims = [min((b for b in blocks if shard[id(b)] == k), key=lambda b: (b.used_at, -b.depth)) for k in range(4)]
+    assert any(v.children for v in victims)

@@ -1,0 +1,144 @@
+"""roofline-model-breaks: its keys and behaviour, checked outside the solver."""
+from __future__ import annotations
+
+import pytest
+
+from solvers.engine import VariantError
+from solvers.interview import stage_run
+from tests.by_hand import value_of
+from tests.topics.serving.group_by_hand import draws_of, group_of
+
+BREAKS = {"bandwidth": "kernels reaching only part of the datasheet bandwidth and peak",
+          "latency": "the all-reduces' fixed latency, two calls per layer",
+          "bytes": "the all-reduces' bytes over the link",
+          "overhead": "the per-step overhead (scheduling, sampling, launch gaps)"}
+
+
+def roofline_by_hand(solution):
+    eta_bw = value_of(solution, "bandwidth_eff")
+    g = group_of(solution, eta_bw)
+    B, S = value_of(solution, "batch"), value_of(solution, "context")
+    model, gpu, tp = g.model, g.gpu, g.tp
+    moved, flops = g.weights + g.kv * B * S, g.flops(B, B * S)
+    bare = max(moved / (gpu.hbm_tb_s * 1e12), flops / (tp * gpu.bf16_dense_tflops * 1e12))
+    efficient = g.time(B, B * S, B * S, overhead=0)
+    link = gpu.nvlink_gb_s * 1e9 / 2
+    message = B * model.hidden * 2  # the batch's bf16 activations
+    latencies = 2 * model.layers * value_of(solution, "allreduce_latency")
+    ring_bytes = 2 * model.layers * 2 * (tp - 1) / tp * message / link
+    overhead = value_of(solution, "overhead")
+    corrected = efficient + latencies + ring_bytes + overhead
+    costs = {"bandwidth": efficient - bare, "all-reduce": latencies + ring_bytes, "overhead": overhead}
+    parts = {"bandwidth": efficient - bare, "latency": latencies, "bytes": ring_bytes, "overhead": overhead}
+    listed = {name: cost for name, cost in parts.items() if abs(cost / corrected / 0.1 - 1) >= 0.03}
+    return {
+        "bare_throughput": B / bare,
+        "allreduce_time": latencies + ring_bytes,
+        "corrected_throughput": B / corrected,
+        "dominant": max(costs, key=costs.get),
+        "breaks": {BREAKS[name] for name, cost in listed.items() if cost > 0.1 * corrected},
+        "listed": {BREAKS[name] for name in listed},
+        "regime": "within-reach" if corrected / bare <= 2 else "off-by-a-factor",
+    }
+
+
+def test_roofline_default(variant):
+    """70B on 8 x H100 at batch 32, 2K context: 9.99 ms in all, 1.65x the bare step (the keys are pinned in the
+    question file). The default overhead was 1 ms, 9.5% of the step: on the 10% line the breaks select now
+    grades, so it moved to 0.5 ms."""
+    assert variant("roofline-model-breaks@default").sheet.results["ratio"] == pytest.approx(1.651, rel=1e-3)
+
+
+def test_roofline_candidate_recalls_the_breaks_before_the_select(variant):
+    """The review: the list of breaks the teaser scores was handed over as options, and 'catch' mirrored
+    'breaks' one to one. The candidate now lists the breaks and how to catch each (a recall stage) before any
+    list is shown; the select that follows grades which matter here, its right set moving with the variant,
+    and no option is the same in every draw."""
+    solution = variant("roofline-model-breaks@default")
+    kinds = [stage.kind for stage in solution.question.stages]
+    assert kinds.index("recall") < next(i for i, stage in enumerate(solution.question.stages) if "breaks" in stage.ask)
+    assert "catch" not in {spec.key for spec in solution.question.answers}
+    assert "all-reduce" not in solution.prompt and "overhead" not in solution.prompt
+    right_sets, truths = set(), {}
+    for draw in draws_of(variant, "roofline-model-breaks"):
+        judged = draw.sheet.results["breaks"]
+        right_sets.add(frozenset(o for o, holds in judged.items() if holds))
+        for option, holds in judged.items():
+            truths.setdefault(option, set()).add(holds)
+    assert len(right_sets) >= 5
+    assert all({True, False} <= seen for seen in truths.values())
+
+
+def test_roofline_push_moves_two_parameters_per_side_and_crosses(variant, catalog):
+    """The key check: one fixed three-parameter push for every variant, at 9303 announcing 'retuned kernels: 85%'
+    where it already was 85%. Each side's push now moves the one or two things an interviewer would (the batch and
+    the engine's overhead; the overhead and the all-reduce kernel) and crosses in nine draws in ten."""
+    crossed = pushed = declared = 0
+    for seed in range(60):
+        solution = variant(f"roofline-model-breaks@{seed}")
+        run = stage_run(solution, catalog, len(solution.question.stages) - 2 +
+                        (solution.expected["regime"] == "off-by-a-factor"))
+        names = {name for name, _ in run.stage.set}
+        assert names in ({"batch", "overhead"}, {"overhead", "allreduce_latency"})
+        declared += set(run.moved) <= names  # else the engine's own push stood in for a declared one that failed
+        pushed += 1
+        crossed += run.regime != solution.expected["regime"]
+    assert crossed >= 0.9 * pushed and declared >= 0.8 * pushed > 0
+
+
+def test_roofline_calls_are_never_on_a_knife_edge(variant):
+    """The choices have no tolerance: no draw within the numbers' 3% of the 2x line, and the largest correction
+    leads the next by at least 3% (the first default sat 5% from 2x, its top two corrections 3.8% apart); a
+    correction within 3% of the 10% line is not listed in the breaks select (test_roofline_matches_plain_arithmetic)."""
+    for solution in draws_of(variant, "roofline-model-breaks"):
+        results = solution.sheet.results
+        assert abs(results["ratio"] / 2 - 1) >= 0.03
+        costs = sorted([results["bandwidth_cost"], results["allreduce_time"], value_of(solution, "overhead")])
+        assert costs[1] <= costs[2] * 0.97
+        if value_of(solution, "gpu").vendor == "AMD":
+            assert value_of(solution, "tp") == 8
+    with pytest.raises(VariantError, match="xGMI"):
+        variant("roofline-model-breaks@default+gpu=mi300x+tp=2")
+
+
+def test_roofline_wording(variant):
+    """The question that adds TP communication must not say it is left out; a batch of one reads well."""
+    solution = variant("roofline-model-breaks@default+batch=1")
+    assert not any("communication is left out" in text for text in solution.sheet.assumptions)
+    assert "decodes a batch of 1 at about" in solution.prompt
+    assert "small batch" not in variant("roofline-model-breaks@default").sheet.regime.other_side
+
+
+def test_roofline_bare_step_is_the_weight_read_at_batch_one(variant):
+    """Batch 1, short context: the bare step is the weights over TP × bandwidth (weight-read-intensity's
+    42.1 ms for 70B on one H100, spread over 8 GPUs)."""
+    solution = variant("roofline-model-breaks@default+batch=1+context=500")
+    # 500 tokens of KV add 0.1% to the 17.6 GB of weights each GPU reads.
+    assert solution.sheet.results["bare_time"] == pytest.approx(141.1e9 / 8 / 3.35e12, rel=2e-3)
+
+
+def test_roofline_fixed_costs_swamp_a_short_step(variant):
+    """Llama-3-8B over 2 x H100 at batch 1: a 2.4 ms roofline step against 64 all-reduce latencies
+    and 2 ms of overhead, past twice the bare estimate (pinned in the question file). (Over 8 GPUs, as this test
+    first had it, the model is not served: the realism rule refuses it.)"""
+    solution = variant("roofline-model-breaks@default+model=llama-3-8b+tp=2+batch=1+context=500+overhead=2")
+    assert solution.sheet.results["ratio"] > 2.2
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_roofline_matches_plain_arithmetic(variant, seed):
+    solution = variant(f"roofline-model-breaks@{seed}")
+    for key, value in roofline_by_hand(solution).items():
+        if key == "breaks":  # a select: the options that hold, of those the pool judged
+            assert {o for o, holds in solution.sheet.results[key].items() if holds} == value
+            continue
+        if key == "listed":  # an option on the 10% line is judged None: never listed
+            assert {o for o, holds in solution.sheet.results["breaks"].items() if holds is not None} == value
+            continue
+        assert solution.expected[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
+
+
+def test_roofline_pinned_seed(variant):
+    """Seed 7 draws these parameters (its keys are pinned in the question file)."""
+    assert [p.raw for p in variant("roofline-model-breaks@7").params] == [
+        "llama-3-70b", "mi300x", 8, 4, 1700, 85, 5, 3.3, 60, 10, 2]
