@@ -13,14 +13,16 @@ REL = 1e-9  # the same arithmetic in another order: agreement to rounding
 
 
 def by_hand_test(question_id: str, seeds: Iterable[int | str], by_hand: Callable[[Any], dict[str, Any]]):
-    """A test parametrized over `seeds`: each variant's keys that `by_hand` gives equal the solver's
-    (numbers within REL, choices and sets exactly)."""
+    """A test parametrized over `seeds`: each variant's keys that `by_hand` gives equal the solver's.
+    A number is held within REL; a set is the options that hold in a select's judgements; a dict is
+    judgements option by option (None: too close to call), for the options it names; anything else
+    exactly. A key is the graded answer where there is one, else the sheet's result of that name."""
 
     @pytest.mark.parametrize("seed", list(seeds))
     def test(variant, seed):
         solution = variant(f"{question_id}@{seed}")
         for key, value in by_hand(solution).items():
-            solved = solution.expected[key]
+            solved = _solved(solution, key, value)
             if isinstance(value, float):
                 assert solved == pytest.approx(value, rel=REL), (solution.code, key)
             else:
@@ -28,6 +30,15 @@ def by_hand_test(question_id: str, seeds: Iterable[int | str], by_hand: Callable
 
     test.__doc__ = f"{question_id}: every key by_hand gives matches the solver's, over {len(list(seeds))} seeds."
     return test
+
+
+def _solved(solution, key: str, value: Any) -> Any:
+    results = solution.sheet.results
+    if isinstance(value, dict):
+        return {option: results[key][option] for option in value}
+    if isinstance(value, (set, frozenset)):
+        return {option for option, holds in results[key].items() if holds}
+    return solution.expected[key] if key in solution.expected else results[key]
 
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30

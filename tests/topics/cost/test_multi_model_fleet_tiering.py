@@ -8,7 +8,7 @@ import pytest
 from solvers.engine import VariantError
 from solvers.formulas.common import GPU_MEMORY_UTILIZATION
 from solvers.interview import stage_run
-from tests.by_hand import value_of
+from tests.by_hand import by_hand_test, value_of
 from tests.topics.cost.replica_by_hand import OVERHEAD, SEEDS, Replica
 
 
@@ -114,13 +114,7 @@ def test_tiering_shared_tier_tie_is_not_weights_over_load(variant):
     assert ties > 0
 
 
-@pytest.mark.parametrize("seed", range(15))
-def test_tiering_matches_enumeration(variant, seed):
-    solution = variant(f"multi-model-fleet-tiering@{seed}")
-    for key, value in tiers_by_hand(solution).items():
-        got = solution.sheet.results[key]
-        assert got == (value if isinstance(value, (str, int)) else pytest.approx(value, rel=1e-9)), key
-
+test_tiering_matches_enumeration = by_hand_test("multi-model-fleet-tiering", range(15), tiers_by_hand)
 
 def test_tiering_time_slicing_costs_what_the_single_model_unit_hides(variant):
     """The shared tier is no longer sized at the single-model unit (the optimistic bound the review named): a step

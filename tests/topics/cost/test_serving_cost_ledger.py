@@ -7,7 +7,7 @@ import pytest
 
 from solvers.engine import VariantError
 from solvers.interview import stage_run
-from tests.by_hand import value_of
+from tests.by_hand import by_hand_test, value_of
 from tests.topics.cost.replica_by_hand import ETA_C8, OVERHEAD, SEEDS, Replica
 
 # a prompt-heavy ledger where the fp8 cache's faster attention carries its lever past a fifth
@@ -73,13 +73,7 @@ def test_ledger_public_figures(variant):
     assert 0.4 <= results["cost_per_mtok"] <= 0.9
 
 
-@pytest.mark.parametrize("seed", range(15))
-def test_ledger_matches_plain_arithmetic(variant, seed):
-    solution = variant(f"serving-cost-ledger@{seed}")
-    for key, value in ledger_by_hand(solution).items():
-        got = solution.sheet.results[key]
-        assert got == (value if isinstance(value, (str, int)) else pytest.approx(value, rel=1e-9)), key
-
+test_ledger_matches_plain_arithmetic = by_hand_test("serving-cost-ledger", range(15), ledger_by_hand)
 
 def test_ledger_levers_rerun_the_sheet(variant):
     """The levers re-run the sheet's formulas in floats (ledger_time): with nothing changed they give the

@@ -9,7 +9,7 @@ import pytest
 from solvers.engine import VariantError
 from solvers.formulas.common import GPU_MEMORY_UTILIZATION
 from solvers.interview import stage_run
-from tests.by_hand import value_of
+from tests.by_hand import by_hand_test, value_of
 from tests.topics.serving.group_by_hand import OVERHEAD, draws_of, group_of
 
 
@@ -34,9 +34,9 @@ def admission_by_hand(solution):
     solo = g.time(L, L**2 / 2, 0) + g.allreduce(L)
     return {"chunk": chunk, "prefill_rate": chunk / step, "backlog_limit": limit,
             "ttft": math.ceil(backlog / chunk) * step, "added_delay": L * step / chunk, "regime": verdict,
-            ONE_MORE: backlog + L > limit if admitted else None,
-            HALF: backlog <= math.floor(ttft_target / 2 / step) * chunk if admitted else None,
-            PEER: L <= limit, REPLICA: (q + 1) * solo <= ttft_target}
+            "remedies": {ONE_MORE: backlog + L > limit if admitted else None,
+                         HALF: backlog <= math.floor(ttft_target / 2 / step) * chunk if admitted else None,
+                         PEER: L <= limit, REPLICA: (q + 1) * solo <= ttft_target}}
 
 
 def _prefill_finishes(prompts: list[int], chunk: int, start: int = 0) -> list[int]:
@@ -183,11 +183,4 @@ def test_admission_prompt_reads_well_at_zero_and_one(variant, catalog):
         assert f"with {queued} waiting ahead of it" in say and "1 requests" not in say
 
 
-@pytest.mark.parametrize("seed", range(15))
-def test_admission_matches_plain_arithmetic(variant, seed):
-    solution = variant(f"coupled-slo-admission@{seed}")
-    for key, value in admission_by_hand(solution).items():
-        if isinstance(value, bool) or value is None:
-            assert solution.sheet.results["remedies"][key] == value, key
-        else:
-            assert solution.expected[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
+test_admission_matches_plain_arithmetic = by_hand_test("coupled-slo-admission", range(15), admission_by_hand)

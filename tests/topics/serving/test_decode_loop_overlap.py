@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from solvers.interview import stage_run
-from tests.by_hand import value_of
+from tests.by_hand import by_hand_test, value_of
 from tests.topics.serving.group_by_hand import draws_of, group_of
 
 
@@ -61,13 +61,7 @@ def test_overlap_gain_bounded_by_vllm_idle_share(variant):
     assert 1 / max(0.62, 0.38) == pytest.approx(1.61, abs=0.01)
 
 
-@pytest.mark.parametrize("seed", range(15))
-def test_overlap_matches_plain_arithmetic(variant, seed):
-    solution = variant(f"decode-loop-overlap@{seed}")
-    for key, value in overlap_by_hand(solution).items():
-        found = solution.expected.get(key, solution.sheet.results[key])
-        assert found == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
-
+test_overlap_matches_plain_arithmetic = by_hand_test("decode-loop-overlap", range(15), overlap_by_hand)
 
 def test_overlap_waste_is_for_replies_that_stop_on_their_own(variant, catalog):
     """vLLM skips the extra step for a reply cut at max_tokens: the interviewer says replies stop at EOS or a

@@ -8,7 +8,7 @@ import pytest
 from solvers.engine import VariantError, sweep
 from solvers.formulas.common import GPU_MEMORY_UTILIZATION
 from solvers.interview import stage_run
-from tests.by_hand import value_of
+from tests.by_hand import by_hand_test, value_of
 from tests.topics.serving.group_by_hand import ETA_BW, ETA_C, OVERHEAD, draws_of, group_of
 
 
@@ -196,12 +196,7 @@ def test_swap_beats_recompute_by_the_fetch_ratio(variant):
     assert fetch_wins / 0.6 / 2 < ratio < fetch_wins / 0.6 / 2 * 1.25
 
 
-@pytest.mark.parametrize("seed", range(15))
-def test_long_reply_matches_plain_arithmetic(variant, seed):
-    solution = variant(f"long-reply-batching@{seed}")
-    for key, value in long_reply_by_hand(solution).items():
-        assert solution.expected[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
-
+test_long_reply_matches_plain_arithmetic = by_hand_test("long-reply-batching", range(15), long_reply_by_hand)
 
 def test_long_reply_pinned_seed(variant):
     """Seed 7 draws these parameters (its keys are pinned in the question file)."""

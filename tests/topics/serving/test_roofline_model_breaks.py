@@ -5,7 +5,7 @@ import pytest
 
 from solvers.engine import VariantError
 from solvers.interview import stage_run
-from tests.by_hand import value_of
+from tests.by_hand import by_hand_test, value_of
 from tests.topics.serving.group_by_hand import draws_of, group_of
 
 BREAKS = {"bandwidth": "kernels reaching only part of the datasheet bandwidth and peak",
@@ -36,8 +36,8 @@ def roofline_by_hand(solution):
         "allreduce_time": latencies + ring_bytes,
         "corrected_throughput": B / corrected,
         "dominant": max(costs, key=costs.get),
-        "breaks": {BREAKS[name] for name, cost in listed.items() if cost > 0.1 * corrected},
-        "listed": {BREAKS[name] for name in listed},
+        # a select's judgements: a part within 3% of the 10% line is too close to call (None), never listed
+        "breaks": {BREAKS[name]: cost > 0.1 * corrected if name in listed else None for name, cost in parts.items()},
         "regime": "within-reach" if corrected / bare <= 2 else "off-by-a-factor",
     }
 
@@ -125,18 +125,7 @@ def test_roofline_fixed_costs_swamp_a_short_step(variant):
     assert solution.sheet.results["ratio"] > 2.2
 
 
-@pytest.mark.parametrize("seed", range(15))
-def test_roofline_matches_plain_arithmetic(variant, seed):
-    solution = variant(f"roofline-model-breaks@{seed}")
-    for key, value in roofline_by_hand(solution).items():
-        if key == "breaks":  # a select: the options that hold, of those the pool judged
-            assert {o for o, holds in solution.sheet.results[key].items() if holds} == value
-            continue
-        if key == "listed":  # an option on the 10% line is judged None: never listed
-            assert {o for o, holds in solution.sheet.results["breaks"].items() if holds is not None} == value
-            continue
-        assert solution.expected[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
-
+test_roofline_matches_plain_arithmetic = by_hand_test("roofline-model-breaks", range(15), roofline_by_hand)
 
 def test_roofline_pinned_seed(variant):
     """Seed 7 draws these parameters (its keys are pinned in the question file)."""

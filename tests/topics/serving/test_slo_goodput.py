@@ -8,6 +8,7 @@ import pytest
 
 from solvers.engine import VariantError
 from solvers.followup import generated_push
+from tests.by_hand import by_hand_test, param_values
 
 
 def test_slo_goodput_default(variant):
@@ -34,13 +35,15 @@ def _model_by_hand(p: dict) -> dict:
     }
 
 
+test_slo_goodput_matches_closed_forms = by_hand_test("slo-goodput", range(30),
+                                                     lambda solution: _model_by_hand(param_values(solution)))
+
+
 @pytest.mark.parametrize("seed", range(30))
-def test_slo_goodput_matches_closed_forms(variant, seed):
+def test_slo_goodput_regime_and_levers_follow_the_closed_forms(variant, seed):
     solution = variant(f"slo-goodput@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     by_hand = _model_by_hand(p)
-    for key, value in by_hand.items():
-        assert solution.sheet.results[key] == pytest.approx(value, rel=1e-9), key
     within = p["load"] / p["prefill_mean"] <= by_hand["max_rate"]
     assert solution.expected["regime"] == ("goal-met" if within else "throughput-high-goodput-low")
     levers = solution.sheet.results["ttft_levers"]

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from solvers.formulas.speculation import expected_tokens
-from tests.by_hand import value_of
+from tests.by_hand import by_hand_test, value_of
 
 SEEDS = range(80)
 
@@ -44,11 +44,12 @@ def test_batch_ceiling_default_is_59_on_an_h100_in_bf16(variant):
     assert "costing 0.05 of a plain step at the same batch" in variant("spec-decode-batch-ceiling@default").prompt
 
 
-def test_batch_ceiling_draws_match_plain_arithmetic(variant):
+test_batch_ceiling_draws_match_plain_arithmetic = by_hand_test("spec-decode-batch-ceiling", SEEDS, _ceiling_by_hand)
+
+
+def test_batch_ceiling_verdict_follows_the_break_even(variant):
     for seed in SEEDS:
         solution = variant(f"spec-decode-batch-ceiling@{seed}")
-        for key, value in _ceiling_by_hand(solution).items():
-            assert solution.expected[key] == pytest.approx(value, rel=1e-9), (seed, key)
         helps = value_of(solution, "batch") < solution.expected["break_even"]
         assert solution.expected["regime"] == ("helps" if helps else "hurts")
         assert (solution.expected["speedup"] > 1) == helps
