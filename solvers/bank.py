@@ -99,6 +99,7 @@ class Golden:
     why: str
     rel: float | None = None  # the entry's own tolerance for its numbers
     line: int = 0
+    draws: tuple[tuple[str, Any], ...] = ()  # parameters as the variant draws them: a seed's draw pinned
 
 
 @dataclass(frozen=True)
@@ -271,7 +272,7 @@ PARAMETER_FIELDS = frozenset({"default", "label", "unit", *PARAM_KIND_FIELDS})
 ANSWER_FIELDS = frozenset({"key", "label", "unit", "lookup", *KIND_FIELDS})
 STAGE_FIELDS = frozenset({"say", "ask", "hints", "set", "push", "recall", "nudge", "when"})
 FOLLOWUP_FIELDS = frozenset({"set", "ask", "say"})
-GOLDEN_FIELDS = frozenset({"variant", "expect", "why", "rel"})
+GOLDEN_FIELDS = frozenset({"variant", "expect", "why", "rel", "draws"})
 REALITY_FIELDS = frozenset({"answer", "measured", "unit", "system", "source", "variant", "why"})
 
 
@@ -465,10 +466,10 @@ def _parse_golden(reader: _Reader, document: LineDict, names: set[str],
     for index, item in enumerate(raw):
         where = f"golden[{index}]"
         item = reader.mapping(item, where, document.line_of("golden"), GOLDEN_FIELDS,
-                              "{variant: ..., expect: {...}, why: ...}")
+                              "{variant: ..., expect: {...}, draws: {...}, why: ...}")
         variant = _variant_field(reader, item, where, names)
-        expect = reader.field(item, "expect", dict, where)
-        if not expect:
+        expect = reader.field(item, "expect", dict, where, required="draws" not in item, default={})
+        if "expect" in item and not expect:
             raise reader.fail(f"{where}.expect", item.line_of("expect"), "pin at least one answer")
         pins = []
         for key, value in expect.items():
@@ -484,7 +485,15 @@ def _parse_golden(reader: _Reader, document: LineDict, names: set[str],
         rel = reader.field(item, "rel", (int, float), where, required=False)
         if rel is not None and not 0 < rel < 1:
             raise reader.fail(f"{where}.rel", item.line_of("rel"), "a relative tolerance in (0, 1)")
-        entries.append(Golden(variant, tuple(pins), why, None if rel is None else float(rel), item.line))
+        draws = reader.field(item, "draws", dict, where, required=False, default={})
+        for name, value in draws.items():
+            if name not in names:
+                raise reader.fail(f"{where}.draws.{name}", draws.line_of(name), "names no parameter of this question")
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise reader.fail(f"{where}.draws.{name}", draws.line_of(name),
+                                  "a parameter as the file writes it: a number or a choice's name")
+        entries.append(Golden(variant, tuple(pins), why, None if rel is None else float(rel), item.line,
+                              tuple((str(name), value) for name, value in draws.items())))
     return tuple(entries)
 
 

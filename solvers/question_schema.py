@@ -58,6 +58,7 @@ FIELD_TYPES: dict[str, dict[str, Any]] = {
     "push": {"const": "generated"}, "recall": _TEXTS, "nudge": _TEXT, "when": _TEXT,
     # a golden entry and a measurement
     "expect": {"type": "object", "minProperties": 1},
+    "draws": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},
     "answer": _TEXT, "measured": {"type": "number", "exclusiveMinimum": 0}, "system": _TEXT, "source": _TEXT,
 }
 
@@ -96,7 +97,8 @@ def question_schema() -> dict[str, Any]:
             "answer": answer,
             "stage": _part(bank.STAGE_FIELDS),
             "followup": _part(bank.FOLLOWUP_FIELDS, ("set", "ask")),
-            "golden": _part(bank.GOLDEN_FIELDS, ("variant", "expect", "why")),
+            "golden": {**_part(bank.GOLDEN_FIELDS, ("variant", "why")),
+                       "anyOf": [{"required": ["expect"]}, {"required": ["draws"]}]},
             "reality": _part(bank.REALITY_FIELDS, ("answer", "measured", "unit", "system", "source", "variant")),
         },
     }

@@ -22,6 +22,7 @@ import math
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -340,11 +341,23 @@ def golden_problems(question: Question, bank: Bank, catalog: Catalog, default: S
             bank, catalog, code, f"{where}: {code}", problems)
         if solution is None:
             continue
+        drawn = {param.name: param.raw for param in solution.params}
+        for name, pinned in entry.draws:
+            if not _same_draw(drawn[name], pinned):
+                problems.append(f"{where}.draws.{name}: {code} draws {drawn[name]!r}, the file pins {pinned!r} "
+                                "(a range, a choice list or the sampler changed what this seed draws)")
         for key, pinned in entry.expect:
             mismatch = question.answer(key).pin_mismatch(pinned, solution.sheet.results[key], entry.rel)
             if mismatch is not None:
                 problems.append(f"{where}.{key}: {code}: the solver gives {mismatch[0]}, the file pins {mismatch[1]}")
     return problems
+
+
+def _same_draw(drawn: Any, pinned: Any) -> bool:
+    """A drawn parameter against its pin: names exactly, numbers to float rounding (a file's 4.6 is a float)."""
+    if isinstance(drawn, str) or isinstance(pinned, str):
+        return drawn == pinned
+    return math.isclose(float(drawn), float(pinned), rel_tol=1e-12, abs_tol=0.0)
 
 
 MIN_REPEATS = 3  # draws in which two givens both appear before their agreement counts

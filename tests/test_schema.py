@@ -148,6 +148,8 @@ def test_golden_entries_parse_each_in_its_kinds_form():
     assert default.why == "By hand.\n"
     assert (seven.variant, dict(seven.expect), seven.rel) == ("7", {"a": 1.5, "s": (("p", False),)}, 0.01)
     assert four.variant == "default+n=4"
+    drawn = parse(PINNED.replace("expect: {a: 3}", "draws: {n: 4}")).golden[2]
+    assert (drawn.expect, drawn.draws) == ((), (("n", 4),))  # a seed's draw pinned, no answer
 
 
 @pytest.mark.parametrize("change, field, line, message", [
@@ -166,6 +168,9 @@ def test_golden_entries_parse_each_in_its_kinds_form():
     (("rel: 0.01", "rel: 5"), "golden[1].rel", 26, "a relative tolerance"),
     (("rel: 0.01", "seed: 7"), "golden[1].seed", 26, "unknown field"),
     (("expect: {a: 3}", "expect: {}"), "golden[2].expect", 29, "pin at least one answer"),
+    (("expect: {a: 3}", "draws: {m: 4}"), "golden[2].draws.m", 29, "names no parameter"),
+    (("expect: {a: 3}", "draws: {n: [4]}"), "golden[2].draws.n", 29, "a number or a choice's name"),
+    (("    expect: {a: 3}\n", ""), "golden[2].expect", 28, "missing"),
 ])
 def test_broken_golden_entries_name_field_and_line(change, field, line, message):
     old, new = change

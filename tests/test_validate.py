@@ -243,6 +243,26 @@ def test_golden_answers_are_checked_and_a_wrong_one_names_its_line_key_and_both_
     ], problems
 
 
+def test_a_seeds_draws_are_pinned_in_the_file_and_a_changed_draw_names_both(tmp_path, catalog):
+    """A golden entry's draws: pin what a seed draws (the pinned-seed tests, as data): a range, a choice list or
+    the sampler changing what the seed draws is reported with the parameter and both values."""
+    from solvers.bank import load_bank
+    from solvers.engine import VariantCode, make_variant
+
+    write(tmp_path, "pinned", UNPINNED)
+    drawn = {p.name: p.raw for p in make_variant(load_bank(tmp_path), catalog, VariantCode.parse("pinned@3")).params}
+    entry = "  - variant: 3\n    draws: {{batch: {batch}, gpu: {gpu}}}\n    why: Seed 3 as drawn.\n"
+    right = entry.format(batch=drawn["batch"], gpu=drawn["gpu"])
+    wrong = entry.format(batch=drawn["batch"] + 1, gpu=drawn["gpu"])
+    write(tmp_path, "pinned", UNPINNED + "golden:\n" + right + wrong)
+    path = tmp_path / "pinned.yaml"
+    golden = path.read_text().splitlines().index("golden:") + 1
+    problems = [p for p in validate([tmp_path], catalog, seeds=0) if "golden" in p]
+    assert problems == [f"{path}:{golden + 4}: golden[1].draws.batch: pinned@3 draws {drawn['batch']!r}, the file "
+                        f"pins {drawn['batch'] + 1!r} (a range, a choice list or the sampler changed what this seed "
+                        "draws)"], problems
+
+
 def test_golden_tolerance_whole_numbers_exact_decimals_to_a_thousandth_or_the_entrys_rel(tmp_path, catalog):
     """The default's crossover is 295.343 tokens: 295.3 passes at 1e-3, 295 (whole) must be exact, 290 passes
     only with the entry's own rel: 0.02."""

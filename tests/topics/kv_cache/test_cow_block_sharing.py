@@ -109,8 +109,3 @@ def test_cow_push_crosses_to_the_other_side(variant, catalog, seed):
             if (run := stage_run(solution, catalog, i)) is not None]
     assert len(runs) == 1 and runs[0].regime != solution.regime_name, seed
     assert runs[0].solution.expected["saved_bytes"] == pytest.approx(solution.expected["saved_bytes"])
-
-
-def test_cow_pinned_seed(variant):
-    """Seed 1 draws these parameters (its keys are pinned in the question file)."""
-    assert [p.raw for p in variant("cow-block-sharing@1").params][:6] == ["llama-3-70b", "fp8", 16, 16, 392, 339]

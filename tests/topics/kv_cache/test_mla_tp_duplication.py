@@ -100,12 +100,6 @@ def test_mla_duplication_layout_follows_the_step_model(variant):
     assert both["regime"] == "dp-attention"
 
 
-def test_mla_duplication_pinned_seed(variant):
-    """Seed 1 draws these parameters (its keys are pinned in the question file)."""
-    assert [p.raw for p in variant("mla-tp-duplication@1").params] == [
-        "deepseek-v3", "h200-sxm", 8, 1536, 128, 128, 58, 2048, 8, "bf16", 110080, 29, 85]
-
-
 def test_mla_duplication_room_moves_with_the_memory_fraction(variant):
     """The review: the KV room and the redundant copies took one of three values (one per GPU). The static memory
     fraction is drawn, so both move with it: 1 point of an H200's 150.75 GB is 1.51 GB of room on every GPU."""

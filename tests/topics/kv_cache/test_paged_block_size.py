@@ -59,12 +59,6 @@ def test_paged_block_size_matches_plain_arithmetic(variant, seed):
     assert (expected["regime"] == "waste-negligible") == (share < 0.04)
 
 
-def test_paged_block_size_pinned_seed(variant):
-    """Pinned again after the lengths narrowed to 400-3,000 tokens and the prompt to 50-2,000 (the keys are pinned
-    in the question file)."""
-    assert [p.raw for p in variant("paged-block-size@3").params] == ["llama-3-8b", "bf16", 128, 120, 480, 247, 4]
-
-
 def test_paged_prefix_is_shorter_than_the_requests_it_opens(variant):
     """Review bug (@7: a 4,597-token system prompt in 680-token requests): every draw holds the prompt and a
     block of its own text, and an override that breaks it is refused."""

@@ -123,10 +123,3 @@ def test_block_count_activation_peak_follows_the_profile(variant):
         p = {param.name: param.value for param in variant(f"kv-cache-block-count@{seed}").params}
         per_unit = p["activation_peak"] / (p["max_num_batched_tokens"] * p["model"].hidden)
         assert 8 <= per_unit <= 48
-
-
-def test_block_count_pinned_seed(variant):
-    """Seed 0 draws these parameters (its keys are pinned in the question file)."""
-    solution = variant("kv-cache-block-count@0")
-    assert [p.raw for p in solution.params] == ["llama-3-8b", "b200", 1, "fp8", "bf16", 32, 8192, 0.8, 1, 1200, 128, 5,
-                                                20]

@@ -141,12 +141,6 @@ def test_paged_waste_push_crosses_where_it_can(variant, catalog):
     assert clear >= 0.8 * crossed
 
 
-def test_paged_waste_pinned_seed(variant):
-    """Seed 0 draws these parameters (its keys are pinned in the question file)."""
-    solution = variant("paged-reservation-waste@0")
-    assert [p.raw for p in solution.params] == ["llama-3-70b", "b200", 2, 8192, 320, 3100, 16, 4, 1, 3, 2, 30, 1024]
-
-
 def test_paged_waste_past_the_papers_four_percent_is_refused(variant):
     """Prompts of 50 and replies of 300 in 32-token blocks: 15.5 empty slots of the 215.5 a request holds,
     7.2%, past the paper's under-4%: blocks as long as the requests are no paged server's setting, so refused."""

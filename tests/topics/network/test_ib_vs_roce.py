@@ -62,14 +62,6 @@ def test_ib_vs_roce_matches_plain_arithmetic(variant, seed):
         assert outweighs[option] == (value > p["gpus"] * (ib - roce)), (seed, option)
 
 
-def test_ib_vs_roce_pinned_seed(variant):
-    """Seed 1 draws these parameters (its keys are pinned in the question file)."""
-    raw = {param.name: param.raw for param in variant("ib-vs-roce@1").params}
-    assert raw == {"gpus": 11_000, "radix": 64, "ib_switch": 42_000, "eth_switch": 27_000, "nic": 1300, "link": 1430,
-                   "ib_staff": 6, "roce_extra": 2, "staff_cost": 210_000, "years": 4, "gpu_hour": 3.2,
-                   "sharp_gain": 2, "storm_hours": 9, "ai_premium": 45}
-
-
 SHARP = "SHARP shortening every training step by {sharp_gain}"
 
 

@@ -79,13 +79,6 @@ def test_incast_matches_closed_form(variant, seed):
     assert (solution.expected["regime"] == "ecn-first") == (growth(p["senders"]) <= room * (1 + 1e-12))
 
 
-def test_incast_pinned_seed(variant):
-    """Seed 1 draws these parameters."""
-    raw = {param.name: param.raw for param in variant("incast-buffer@1").params}
-    assert raw == {"senders": 12, "nic": "connectx-8", "ecn_threshold": 140, "xoff_threshold": 14, "rtt": 7.5,
-                   "cuts_shown": 3}
-
-
 def test_incast_refuses_first_cnps_at_xoff(variant):
     """A re-deriver: at 8 senders on 800 Gb/s, 180 KB marking, 7.9 MB XOFF and an 11 us round trip the queue holds
     0.18 + 7 × 100 GB/s × 11 us = 7.88 MB when the first CNPs land, 0.25% under XOFF: the 'CNPs before XOFF'

@@ -116,13 +116,6 @@ def test_pause_storm_push_is_a_new_storm(bank, catalog):
     assert NIC_STALL in _fixes(push.solution)  # a storm over 60 s outlasts the NIC's 8 s default
 
 
-def test_pause_storm_pinned_seed(variant):
-    """Seed 1 draws these figures (its keys are pinned in the question file)."""
-    solution = variant("pause-storm-origin@1")
-    raw = {param.name: param.raw for param in solution.params if param.name in ("line_rate", "window", "quanta")}
-    assert raw == {"line_rate": 400, "window": 60, "quanta": 65_535}
-
-
 WATCHDOG = "a PFC watchdog on {watchdog_on} alone (Junos defaults: a stall after {switch_watchdog})"
 
 

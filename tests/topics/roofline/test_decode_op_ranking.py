@@ -87,12 +87,6 @@ def test_decode_op_ranking_overlap_is_judged_on_the_overhead(variant):
     assert seen == {True, False}
 
 
-def test_decode_op_ranking_pinned_seed(variant):
-    """Seed 0 draws these parameters (its keys are pinned in the question file)."""
-    solution = variant("decode-op-ranking@0")
-    assert [p.raw for p in solution.params] == ["llama-3-70b", "h100-sxm", 8, "fp8", "bf16", 32, 2900, 40]
-
-
 def _doubled_kv_fill(solution) -> float:
     """Twice the batch's KV cache a GPU over the KV pool (each GPU's 0.9 of the HBM it reports, less its share
     of the weights), in plain floats: over 1 it does not fit."""

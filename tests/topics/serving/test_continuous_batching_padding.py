@@ -81,9 +81,3 @@ def test_padding_switch_pays_exactly_when_refilled_throughput_beats_static(varia
     refilled = len(lengths) / (step + cost)
     assert solution.expected["regime"] == ("pays" if refilled > static else "does-not-pay")
     assert abs(refilled / static - 1) >= 0.03  # never a call on the answers' rounding
-
-
-def test_padding_pinned_seed(variant):
-    """Seed 0 draws these parameters (its keys are pinned in the question file)."""
-    solution = variant("continuous-batching-padding@0")
-    assert [p.raw for p in solution.params] == [8, 110, 0.1, [111, 104, 114, 125, 121, 103, 97, 103], 15, 20]

@@ -197,8 +197,3 @@ def test_swap_beats_recompute_by_the_fetch_ratio(variant):
 
 
 test_long_reply_matches_plain_arithmetic = by_hand_test("long-reply-batching", range(15), long_reply_by_hand)
-
-def test_long_reply_pinned_seed(variant):
-    """Seed 7 draws these parameters (its keys are pinned in the question file)."""
-    assert [p.raw for p in variant("long-reply-batching@7").params] == [
-        "llama-3-70b", "mi300x", 8, 200, 4600, 62, 12, 60, 80, 2]

@@ -126,8 +126,3 @@ def test_roofline_fixed_costs_swamp_a_short_step(variant):
 
 
 test_roofline_matches_plain_arithmetic = by_hand_test("roofline-model-breaks", range(15), roofline_by_hand)
-
-def test_roofline_pinned_seed(variant):
-    """Seed 7 draws these parameters (its keys are pinned in the question file)."""
-    assert [p.raw for p in variant("roofline-model-breaks@7").params] == [
-        "llama-3-70b", "mi300x", 8, 4, 1700, 85, 5, 3.3, 60, 10, 2]

@@ -165,13 +165,9 @@ def test_plateau_every_cause_is_drawn(variant):
     assert min(causes.values()) >= 10
 
 
-def test_plateau_pinned_seed(variant):
+def test_plateau_seed_4_readings(variant):
     """Seed 4 draws these parameters and readings (its cause and halvings are pinned in the question file)."""
     solution = variant("loss-plateau-triage@4")
-    raw = {param.name: param.raw for param in solution.params if param.name in (
-        "peak_lr", "warmup", "decay_steps", "lr_floor", "batch", "seq_len", "dataset", "scale_power")}
-    assert raw == {"peak_lr": 0.000091, "warmup": 4000, "decay_steps": 670_000, "lr_floor": 1, "batch": 2048,
-                   "seq_len": 8192, "dataset": 12, "scale_power": 16}
     nine, eleven = _readings(solution)
     assert (nine["step"], eleven["step"]) == (442_190, 442_661)
     assert (nine["loss scale"], eleven["loss scale"]) == (1, 1)

@@ -56,15 +56,6 @@ def test_state_bytes_fsdp_pays_the_all_reduce_across_copies(variant):
     assert "fsdp_loss" not in variant("training-state-bytes@default").expected
 
 
-def test_state_bytes_pinned_seed(variant):
-    """Seed 4 draws these parameters (its keys are pinned in the question file)."""
-    solution = variant("training-state-bytes@4")
-    raw = {param.name: param.raw for param in solution.params}
-    assert raw == {"params": 830, "gpu": "h200-sxm", "grad_accum": "fp32", "usable": 60, "gpus_per_node": 8,
-                   "nics_per_node": 8, "nic": "connectx-7", "gpus": 4096, "batch_tokens": 16_000_000, "mfu": 38,
-                   "microbatches": 64}
-
-
 def _one_f_one_b(stages: int, microbatches: int, forward: int = 1, backward: int = 2) -> float:
     """A 1F1B pipeline step simulated op by op: each stage runs its warm-up forwards, then one forward and one
     backward in turn, then its last backwards; an op starts once its stage is free and its input has arrived
