@@ -83,6 +83,12 @@ class Stage:
     nudge: str = ""  # a push that need not cross the regime boundary, and why
     line: int = 0
     when: str = ""  # a push asked only of variants in this regime: consecutive `when` pushes are one turn
+    # A generated push's reason for moving each parameter it may move ({from} and {to}: its values), said before
+    # the stage's `say` (its ask) where the engine moves that parameter.
+    reasons: tuple[tuple[str, str], ...] = ()
+
+    def reason(self, name: str) -> str:
+        return dict(self.reasons).get(name, "")
 
     @property
     def push(self) -> bool:
@@ -270,7 +276,7 @@ QUESTION_FIELDS = frozenset({"id", "title", "group", "topic", "difficulty", "sol
                              "stages", "requires", "constraints", "golden", "literals", "reality"})
 PARAMETER_FIELDS = frozenset({"default", "label", "unit", *PARAM_KIND_FIELDS})
 ANSWER_FIELDS = frozenset({"key", "label", "unit", "lookup", *KIND_FIELDS})
-STAGE_FIELDS = frozenset({"say", "ask", "hints", "set", "push", "recall", "nudge", "when"})
+STAGE_FIELDS = frozenset({"say", "ask", "hints", "set", "push", "recall", "nudge", "when", "reasons"})
 FOLLOWUP_FIELDS = frozenset({"set", "ask", "say"})
 GOLDEN_FIELDS = frozenset({"variant", "expect", "why", "rel", "draws"})
 REALITY_FIELDS = frozenset({"answer", "measured", "unit", "system", "source", "variant", "why"})
@@ -443,8 +449,9 @@ def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers:
                               "a push's `when` names a choice of the regime answer: "
                               + (", ".join(regimes) or "this question has none"))
         hints = _texts(reader, item, "hints")
+        reasons = _reasons(reader, item, where, names, push == "generated")
         stages.append(Stage(kind, say, ask, tuple(hints), tuple((str(k), str(v)) for k, v in changes.items()),
-                            push == "generated", nudge, item.line, when))
+                            push == "generated", nudge, item.line, when, reasons))
         if kind != "push":
             asked |= set(ask)
     for index, stage in enumerate(stages):  # alternatives of one turn: one for each regime at most
@@ -456,6 +463,28 @@ def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers:
     if never:
         raise reader.fail("stages", line, f"{', '.join(never)} asked in no stage")
     return tuple(stages)
+
+
+def _reasons(reader: _Reader, item: LineDict, where: str, names: set[str],
+             generated: bool) -> tuple[tuple[str, str], ...]:
+    """A generated push's `reasons:`, parameter -> the interviewer's reason for moving it, with {to} (and {from},
+    or any parameter) filled."""
+    reasons = reader.field(item, "reasons", dict, where, required=False, default={})
+    if reasons and not generated:
+        raise reader.fail(f"{where}.reasons", item.line_of("reasons"),
+                          "only a generated push has reasons (a declared push says its move in `say`)")
+    for name, text in reasons.items():
+        at, line = f"{where}.reasons.{name}", reasons.line_of(name)
+        if name not in names:
+            raise reader.fail(at, line, "names no parameter of this question")
+        if not isinstance(text, str) or "{to}" not in text:
+            raise reader.fail(at, line, "the reason for the move, with {to} where the new value goes")
+        if stray := _stray_brace(text):
+            raise reader.fail(at, line, f"{stray} is no placeholder ({{to}}, {{from}} or a parameter)")
+        for match in PLACEHOLDER.finditer(text):
+            if match.group(1) not in (*names, "from", "to") or match.group(1) in ("from", "to") and match.group(2):
+                raise reader.fail(at, line, f"field {match.group(0)} names no parameter, nor {{from}} or {{to}}")
+    return tuple((str(name), text.strip()) for name, text in reasons.items())
 
 
 def _parse_golden(reader: _Reader, document: LineDict, names: set[str],

@@ -24,6 +24,8 @@ LOOK_PAST = 6  # crossing points tried beyond the first in search of a clear one
 # candidate, as a rejected one is: the follow-up is never a RuntimeError shown to the user.
 _UNSOLVED = (Reject, ParameterError, *SOLVER_FAULTS)
 
+ASK_AFTER_A_MOVE = "What changes, and what matters now?"  # the push the bar asks for, in its words
+
 
 @dataclass(frozen=True)
 class FollowUp:
@@ -309,4 +311,4 @@ def _say(before: Solution, after: Solution, changes: dict) -> str:
     moved = ", and ".join(f"{after.param(name).label} from {before.param(name).shown} to {after.param(name).shown}"
                           for name in changes)
     count = "one thing" if len(changes) == 1 else "two things" if len(changes) == 2 else f"{len(changes)} things"
-    return f"Let's change {count}: {moved}. What changes, and what matters now?"
+    return f"Let's change {count}: {moved}. {ASK_AFTER_A_MOVE}"

@@ -15,7 +15,7 @@ from solvers.bank import DeclaredFollowUp, Stage
 from solvers.data import Catalog
 from solvers.derivation import Step, reads
 from solvers.engine import Solution, _reflow, fill, listings
-from solvers.followup import FollowUp, declared_push, follow_up, generated_push
+from solvers.followup import ASK_AFTER_A_MOVE, FollowUp, declared_push, follow_up, generated_push
 
 
 @dataclass(frozen=True)
@@ -103,8 +103,7 @@ def stage_run(solution: Solution, catalog: Catalog, index: int) -> StageRun | No
     if pushed is None:
         return None
     moved = tuple(p.name for p in pushed.solution.params if p.raw != solution.param(p.name).raw)
-    # A declared push's words describe its own move: where it is refused, the engine's push says its own.
-    say = _words(stage.say, pushed.solution, solution) if stage.say and (declared or stage.generated) else pushed.say
+    say = _push_words(stage, pushed, solution, moved, declared)
     # A push to fp8 applies a convention the opening never used: the candidate is told it is now in play.
     opening_cards = set(solution.cards())
     added = tuple(card for card in pushed.solution.cards() if card not in opening_cards)
@@ -122,6 +121,20 @@ def _push(solution: Solution, catalog: Catalog, stage: Stage) -> tuple[FollowUp 
         if pushed is not None:
             return pushed, True
     return generated_push(solution, catalog, stage.ask, scanned=scanned), False
+
+
+def _push_words(stage: Stage, pushed: FollowUp, base: Solution, moved: tuple[str, ...], declared: bool) -> str:
+    """What the interviewer says at a push. A declared push's words describe its own move (where it is refused,
+    the engine's push says its own). A generated push gives the stage's reason for the figure it moved, then the
+    stage's ask; without a reason for it, the stage's words alone, else the engine's."""
+    reason = stage.reason(moved[0]) if stage.generated and len(moved) == 1 else ""
+    if reason:
+        before, after = base.param(moved[0]).shown, pushed.solution.param(moved[0]).shown
+        ask = _words(stage.say, pushed.solution, base) if stage.say else ASK_AFTER_A_MOVE
+        return _reflow(fill(reason, pushed.solution.params, {"from": before, "to": after}) + " " + ask)
+    if stage.say and (declared or stage.generated):
+        return _words(stage.say, pushed.solution, base)
+    return pushed.say
 
 
 def _words(template: str, solution: Solution, base: Solution) -> str:

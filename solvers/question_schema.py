@@ -55,7 +55,8 @@ FIELD_TYPES: dict[str, dict[str, Any]] = {
     "key": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}, "lookup": _TEXT, "log": _NUMBER,
     "order": _TEXTS, "select": _TEXTS, "show": {"type": "integer", "minimum": 1}, "checklist": _TEXTS,
     # a stage
-    "push": {"const": "generated"}, "recall": _TEXTS, "nudge": _TEXT, "when": _TEXT,
+    "push": {"const": "generated"},
+    "reasons": {"type": "object", "additionalProperties": _TEXT}, "recall": _TEXTS, "nudge": _TEXT, "when": _TEXT,
     # a golden entry and a measurement
     "expect": {"type": "object", "minProperties": 1},
     "draws": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},

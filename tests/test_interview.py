@@ -127,6 +127,18 @@ BAD_STAGES = {  # the stages block -> what the error says
     "a factor of zero": (_PUSH_BY.format("{context: '÷0'}"), "no factor that moves it"),
     "set and generated": ("  - say: a\n    ask: [kv_per_token]\n"
                           "  - set: {tp: 8}\n    push: generated\n    ask: [regime]\n", "not both"),
+    "reasons on a declared push": ("  - say: a\n    ask: [kv_per_token]\n"
+                                   "  - set: {tp: 8}\n    reasons: {tp: 'TP {to}'}\n    ask: [regime]\n",
+                                   "only a generated push has reasons"),
+    "a reason without the new value": ("  - say: a\n    ask: [kv_per_token]\n"
+                                       "  - push: generated\n    reasons: {tp: more GPUs}\n    ask: [regime]\n",
+                                       "with {to} where the new value goes"),
+    "a reason for no parameter": ("  - say: a\n    ask: [kv_per_token]\n"
+                                  "  - push: generated\n    reasons: {nope: '{to}'}\n    ask: [regime]\n",
+                                  "names no parameter of this question"),
+    "a reason's unknown field": ("  - say: a\n    ask: [kv_per_token]\n"
+                                 "  - push: generated\n    reasons: {tp: '{to} from {before}'}\n    ask: [regime]\n",
+                                 "names no parameter, nor {from} or {to}"),
 }
 
 
@@ -367,3 +379,24 @@ def test_a_push_names_the_conventions_its_variant_brings_that_the_opening_did_no
     assert sheet.count(f"Conventions now also in play: {titles['all-reduce-latency-nvlink']}.") == 1
     opening = sheet.split("### Stage 2")[0]
     assert f"Conventions in play: {'; '.join(titles[c] for c in opening_cards)}." in opening
+
+
+def test_a_generated_push_gives_its_reason_for_the_figure_it_moved_then_its_ask(bank, catalog):
+    """Readers heard the engine's "Let's change one thing ... What changes, and what matters now?" as a worksheet:
+    a push stage's `reasons:` give an interviewer's reason for each figure the search may move, said before the
+    stage's own ask. A figure without a reason keeps the stage's words alone, or the engine's."""
+    from dataclasses import replace
+
+    solution = make_variant(bank, catalog, VariantCode.parse("decode-loop-overlap@0"))
+    index = next(i for i, stage in enumerate(solution.question.stages) if stage.generated)
+    push = stage_run(solution, catalog, index)
+    assert push.moved == ("cpu_step",)
+    before, after = solution.param("cpu_step").shown, push.solution.param("cpu_step").shown
+    assert push.say.startswith(f"A profiler shows the scheduler's fixed cost a step at {after}, not {before}. ")
+    assert push.say.endswith("what throughput does it give, and which of these hold?")
+    stage = solution.question.stages[index]
+    for changed, says in ((replace(stage, reasons=()), "Which side bounds the overlapped loop now"),
+                          (replace(stage, reasons=(), say=""), "Let's change one thing: ")):
+        stages = tuple(changed if i == index else s for i, s in enumerate(solution.question.stages))
+        bare = replace(solution, question=replace(solution.question, stages=stages))
+        assert stage_run(bare, catalog, index).say.startswith(says)
