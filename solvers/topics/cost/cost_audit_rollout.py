@@ -21,6 +21,11 @@ def _rollout_margins(s: Sheet, p, check, slo, gate) -> None:
             f"both gates pass by {pct_text(p.thin)} or more" if wide else "at least one gate is thin")
 
 
+def _by(use: float) -> str:
+    """How far past a gate, in words chosen by the margin: a hair under 5%, clearly past 15%."""
+    return "by a hair" if use < 1.05 else "by a small margin" if use < 1.15 else "clearly"
+
+
 def _audit_regime(s: Sheet, name: str, check, slo, gate) -> None:
     """Three regimes, one per verdict on the headline: a real win, or misleading because it misses the SLO, or
     because it fails the quality gate. Each gate's use is p99/SLO or quality lost/gate (above 1 it fails); the
@@ -44,15 +49,19 @@ def _audit_regime(s: Sheet, name: str, check, slo, gate) -> None:
         "sorted by dollars would roll out a change the latency gate exists to stop (a cheaper GPU or a bigger "
         "batch buys its tokens with latency).",
         "Under a looser SLO the same row would be the real win to roll out.",
-        near=f"The cheapest row, {name}, misses the SLO by a hair ({format_number(s.value(slo_use), 3)}× it): "
-             "re-measure before arguing about it, but do not roll it out on this ledger.")
+        near=f"The cheapest row, {name}, misses the SLO {_by(s.value(slo_use))} "
+             f"({format_number(s.value(slo_use), 3)}× it): "
+             + ("re-measure before arguing about it, but do not roll it out on this ledger." if s.value(slo_use) < 1.05
+                else "a clear miss; a batch cap between the baseline's and this one may meet it."))
     fails = Side(
         "fails-quality",
         f"The cheapest row, {name}, loses {format_number(s.value(quality_use), 3)}× the quality the gate allows: "
         "it is cheaper because it changed the model's math, and the eval suite says by too much.",
         "Under a looser quality gate (or a better calibration) the same row would be the real win.",
-        near=f"The cheapest row, {name}, fails the quality gate by a hair ({format_number(s.value(quality_use), 3)}× "
-             "it): a re-run of the eval may flip it, but not this ledger.")
+        near=f"The cheapest row, {name}, fails the quality gate {_by(s.value(quality_use))} "
+             f"({format_number(s.value(quality_use), 3)}× it): "
+             + ("a re-run of the eval may flip it, but not this ledger." if s.value(quality_use) < 1.05
+                else "a clear fail on this ledger."))
     if s.compare(quality_use, 1) > 0:  # it fails quality (and, by the solver's check, only quality)
         by_quality = True
     elif s.compare(slo_use, 1) > 0:
