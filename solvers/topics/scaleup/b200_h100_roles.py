@@ -426,7 +426,7 @@ def solve(p, s: Sheet) -> None:
 
     _roles_judged(s, p, m, W, hw_B, decB, decH)
     waits = s.compare(pre.read, P_in * pre.compute) > 0
-    s.judge("why", "one prompt's prefill waits on the weight read, not on its FLOPs", waits,
+    s.judge("why", "a lone prompt of this length waits on the weight read, not on its FLOPs", waits,
             f"one read of {_a(pre.name)} GPU's weights takes {s.text(pre.read)}, the prompt's "
             f"FLOPs {format_quantity(s.evaluate(P_in * pre.compute), 'ms')}")
     # A prompt's prefill against the TPOT: mixed into a decode batch, a prefill this long would stall every
