@@ -231,3 +231,14 @@ def test_h200_times_are_priced_on_both_sides_of_the_roofline(variant):
                 kernels = step - comm
                 assert kernels >= max(sides) * (1 - 1e-9), (seed, tag, key)
                 assert kernels <= penalty * max(sides) * (1 + 1e-9), (seed, tag, key)
+
+
+def test_a_batch_worked_from_the_printed_pool_grades_right(variant):
+    """r5 worked @9721's H200 batch from the printed 106.3 GB pool and got 1,971 against the key's 1,972 (a floor of
+    1,972.97): a count floored from a pool in GB is graded to 0.1%, not exactly. Twice the mean context stays wrong."""
+    from solvers.answers import CORRECT, WRONG
+
+    solution = variant("h200-slower-than-h100@9721")
+    assert solution.expected["batch_n"] == 1972
+    assert solution.grade_one("batch_n", "1971").verdict == CORRECT
+    assert solution.grade_one("batch_n", "1500").verdict == WRONG
