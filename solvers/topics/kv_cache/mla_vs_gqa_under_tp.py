@@ -5,28 +5,12 @@ from dataclasses import replace
 
 import sympy
 
-from solvers.data import Record
 from solvers.derivation import Reject, Sheet, Side
 from solvers.formulas.collective import tp_all_reduce
-from solvers.formulas.common import dtype_bytes
-from solvers.formulas.kvcache import (
-    kv_bytes_per_token_given,
-)
 from solvers.formulas.kvlayout import fp8_latent_note
 from solvers.formulas.steptime import engine, step_time, step_work, usable_hbm
 from solvers.sheetmath import ceil_of, floor_of, max_of
 from solvers.units import format_number, format_quantity
-
-
-class _Tagged:
-    """One model's view of a sheet for the shared KV helper: its prerequisite's symbol gets a suffix and its
-    label the model's name, so two models' bytes per token can stand side by side."""
-
-    def __init__(self, sheet: Sheet, tag: str, name: str):
-        self._sheet, self._tag, self._name = sheet, tag, name
-
-    def prerequisite(self, question_id: str, symbol: str, value: float, unit: str, label: str) -> sympy.Symbol:
-        return self._sheet.prerequisite(question_id, f"{symbol}_{self._tag}", value, unit, f"{label}, {self._name}")
 
 
 def _mla_requests(s: Sheet, usable, W, kv, C, G, tp: int) -> float:
@@ -38,12 +22,16 @@ def _mla_requests(s: Sheet, usable, W, kv, C, G, tp: int) -> float:
     return s.evaluate(G / tp * floor_of(room / (kv * C)))
 
 
-FP8_LEVER = "an fp8 latent cache (GQA's left in bf16), enough to hold more than GQA"
+DP_LEVER = ("data-parallel attention, each GPU keeping the whole attention weights and only its own requests' "
+            "latents")
+FP8_LEVER = "an fp8 latent cache (GQA's left as it is)"
 
 
 def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m, req_g) -> None:
-    key, now = "mla_levers", s.value(req_m)
-    held = format_number(now)
+    """One criterion for every option: does the MLA model, with this change alone, hold more requests on the node
+    than GQA holds now?"""
+    key, gqa = "mla_levers", format_number(s.value(req_g))
+    held = format_number(s.value(req_m))
     # Data-parallel attention: every GPU copies the attention weights whole and keeps only its own
     # requests' latents; the MLP stays tensor-parallel.
     m = p.model
@@ -51,25 +39,20 @@ def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m, req_g) -> None:
                     "attention parameters (q, o, and k, v at the GQA size the retrofit keeps)")
     W_att = N_att * e.W / e.N
     room_dp = usable - (e.W - W_att) / e.TP - W_att
-    dp_total = G * floor_of(max_of(room_dp, 0) / (kv_m * C))
-    dp_held = format_number(s.evaluate(dp_total))
-    gain = s.param("g_DP", "dp_gain")
-    enough = s.compare(dp_total, gain * req_m) >= 0
-    s.judge(key, "data-parallel attention, each GPU keeping the whole attention weights and only its own "
-            "requests' latents, holding at least {dp_gain} as many",
-            enough,
+    dp_total = s.evaluate(G * floor_of(max_of(room_dp, 0) / (kv_m * C)))
+    passes = dp_total > s.value(req_g)
+    s.judge(key, DP_LEVER, passes,
             f"each GPU copies {format_quantity(s.evaluate(W_att), 'GB')} of attention weights and keeps its own "
-            f"requests' latents: the node holds {dp_held} against {held} with TP attention, "
-            + ("at least" if enough else "short of") + f" {format_quantity(p.dp_gain, 'x')} as many")
-    # fp8 always halves the latent: the judgement is whether that alone carries MLA past GQA's bf16 count.
+            f"requests' latents: the node holds {format_number(dp_total)} (against {held} with TP attention), "
+            + ("more than" if passes else "no more than") + f" GQA's {gqa}")
     if p.kv_dtype == "fp8":
         s.judge(key, FP8_LEVER, None, "the cache is fp8 already")
     else:
         halved = s.evaluate(G / e.TP * floor_of((usable - e.W / e.TP) / (kv_m / 2 * C)))
         passes = halved > s.value(req_g)
         s.judge(key, FP8_LEVER, passes,
-                f"half-size latents: {format_number(halved)} requests on the node against GQA's "
-                f"{format_number(s.value(req_g))}")
+                f"half-size latents: {format_number(halved)} requests on the node, "
+                + ("more than" if passes else "no more than") + f" GQA's {gqa}")
     # Doubling the TP pays only where the weights fill over 2/3 of each GPU: 3 draws in 100, too rare to ask.
     tp = p.tp // 2
     then = _mla_requests(s, usable, e.W, kv_m, C, G, tp)
@@ -77,58 +60,56 @@ def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m, req_g) -> None:
     if s.compare(usable - e.W / tp, 0) <= 0:
         why = (f"at TP {tp} each GPU would need {format_quantity(s.evaluate(e.W / tp), 'GB')} of weights, past its "
                f"{format_quantity(s.evaluate(usable), 'GB')} of usable memory: it does not fit")
-    elif then > now:
-        why = f"TP {tp} doubles the replicas, and each holds more than half as many: more than {held} on the node"
+    elif then > s.value(req_g):
+        why = f"TP {tp} doubles the replicas, and each still holds enough latents to pass GQA's {gqa}"
     else:
-        why = (f"TP {tp} doubles the replicas, but each GPU's larger weight share leaves room for under half as "
-               f"many latents each: no more than {held}")
-    s.judge(key, "halving its TP", then > now, why)
+        why = (f"TP {tp} doubles the replicas, but each GPU's larger weight share leaves too little room: no more "
+               f"than GQA's {gqa}")
+    s.judge(key, "halving its TP", then > s.value(req_g), why)
     s.judge(key, "splitting the latent over the TP ranks like KV heads", False,
             "every head attends over the whole latent: there is nothing per head to split", fact=True)
     if not any(s.judged(key).values()):
-        raise Reject("no lever holds more requests on this node: nothing to choose between")
+        raise Reject("no lever lets MLA out-hold GQA on this node: nothing to choose between")
 
 
-def _layout_regime(s: Sheet, TP, n_star, req_g, req_m, tpot) -> None:
+def _layout_regime(s: Sheet, TP, n_star, n_flip, req_g, req_m) -> None:
     gqa, mla = format_number(s.value(req_g)), format_number(s.value(req_m))
-    crossover = format_number(s.value(n_star), 3)
-    speed = (f"At those batches a decode step takes {s.text(tpot['gqa'])} (GQA) and "
-             f"{s.text(tpot['mla'])} (MLA) per token.")
-    s.regime_by(TP, n_star, tie="above", above=Side(
+    crossover, flip = format_number(s.value(n_star), 3), format_number(s.value(n_flip))
+    # TP comes in powers of two: the boundary a layout can reach is the first power of two past n*, so the margin
+    # printed is against a deployable TP, not the fractional n*.
+    s.regime_by(TP, n_flip, tie="above", above=Side(
         "gqa-holds-more",
         # The summary is the key shown before the push: the crossover TP it would give away stays on the other side.
         f"Each GPU's slice of the GQA heads is smaller than the whole latent every GPU "
-        f"keeps: the node holds {gqa} GQA requests against {mla} with MLA, though MLA's token is the smaller. "
-        f"{speed}",
-        f"Below TP {crossover} (fewer GPUs per replica, or a smaller latent rank) the GQA share per GPU grows "
-        "past the latent and MLA's compact cache holds more. Data-parallel attention removes MLA's copies "
-        "instead of narrowing TP."),
+        f"keeps: the node holds {gqa} GQA requests against {mla} with MLA, though MLA's token is the smaller.",
+        f"Below TP {flip} (the shares are equal at {crossover}; fewer GPUs per replica, or a smaller latent "
+        "rank) the GQA share per GPU grows past the latent and MLA's compact cache holds more. Data-parallel "
+        "attention removes MLA's copies instead of narrowing TP."),
         below=Side(
         "mla-holds-more",
         f"A GPU still holds more GQA heads than the latent is worth: the node holds {mla} "
-        f"MLA requests against {gqa} GQA. {speed}",
-        f"Past TP {crossover} the GQA heads split thinner while every GPU keeps the whole latent, and the "
-        "reassuring MLA figure becomes the request that does not fit."))
+        f"MLA requests against {gqa} GQA.",
+        f"From TP {flip} (the shares are equal at {crossover}) each GPU's slice of the GQA heads is smaller "
+        "than the whole latent every GPU keeps, and GQA holds more requests despite its larger token."))
 
 
 def solve(p, s: Sheet) -> None:
     gqa = p.model
-    mla = Record(name=f"{gqa.name} with MLA", layers=gqa.layers, kv_lora_rank=p.kv_lora_rank,
-                 qk_rope_head_dim=p.rope_dim, attention="mla")
     e = engine(s, gqa, p.gpu, p.tp, dtype=p.weight_dtype, kv_dtype=p.kv_dtype, communication=True,
                kv_prerequisite=True)
     kv_g = e.KV  # kv_per_token_gpu: TP splits the GQA cache by KV head
-    kv_tok_m = kv_bytes_per_token_given(_Tagged(s, "MLA", "MLA variant"), mla, dtype_bytes(p.kv_dtype), p.kv_dtype)
-    kv_m = s.step("kv_gpu_mla", "MLA: KV bytes per token on each GPU", "KV_gpu_MLA", kv_tok_m, "KiB",
-                  "the latent belongs to every head at once: each TP rank keeps all of it")
     H_kv = s.given("H_kv", gqa.kv_heads, "", "KV heads")
     d_h = s.given("d_h", gqa.head_dim, "", "head dim")
     d_c = s.param("d_c", "kv_lora_rank")
     d_r = s.param("d_r", "rope_dim")
+    kv_m = s.step("kv_gpu_mla", "MLA: KV bytes per token on each GPU", "KV_gpu_MLA",
+                  s.symbol("L") * (d_c + d_r) * s.symbol("b_kv"), "KiB",
+                  "one latent and RoPE key a layer, no K/V pair: it belongs to every head at once, so each TP rank "
+                  "keeps all of it")
     n_star = s.step("tp_crossover", "TP at which the two per-GPU shares are equal", "n_star",
                     2 * H_kv * d_h / (d_c + d_r), "GPUs",
                     "2·H_kv·d_h/n = d_c + d_r per layer: a boundary, not a layout")
-    s.step("tp_flip", "Smallest deployable TP at which GQA's share is the smaller", "n_flip",
+    n_flip = s.step("tp_flip", "Smallest deployable TP at which GQA's share is the smaller", "n_flip",
            2 ** ceil_of(sympy.log(n_star, 2)), "GPUs", "TP degrees come in powers of two; this n* is not one")
 
     usable = usable_hbm(s, p.gpu)
@@ -151,16 +132,15 @@ def solve(p, s: Sheet) -> None:
 
     # Each decode step reads every request's cache once; absorbed MLA attends over the latent itself.
     H = s.given("H_q", gqa.heads, "", "query heads")
-    L = s.given("L", gqa.layers, "", "layers")
+    L = s.symbol("L")
     A_m = s.step("attention_pair_flops_mla", "MLA: attention FLOPs per query-key pair", "A_MLA",
                  2 * L * H * (2 * d_c + d_r), "FLOP",
                  "absorbed MLA: scores over d_c + d_r, values over d_c, a multiply-add each, every head and layer")
     e_m = replace(e, KV=kv_m, A=A_m)
-    tpot = {}
     for tag, eng, users, name in (("gqa", e, per_g, "GQA"), ("mla", e_m, per_m, "MLA")):
         work = step_work(s, eng, tag, f"{name} decode step", users, users * C, users * C)
         t_ar = tp_all_reduce(s, gqa, p.gpu, p.tp, users, tag=tag, label=f"{name} decode step")
-        tpot[tag] = step_time(s, eng, tag, f"{name} decode step at that batch", work, key=f"tpot_{tag}",
+        step_time(s, eng, tag, f"{name} decode step at that batch", work, key=f"tpot_{tag}",
                               communication=t_ar)
 
     s.assume(f"The MLA variant is {gqa.name} retrofitted with multi-head latent attention (as TransMLA and "
@@ -181,5 +161,5 @@ def solve(p, s: Sheet) -> None:
     s.slip("one replica only: the other G/TP − 1 forgotten", 1 / (p.gpus_per_node / p.tp), on=("requests_gqa",
                                                                                             "requests_mla"))
     _mla_levers(s, p, usable, e, kv_m, C, G, req_m, req_g)
-    _layout_regime(s, e.TP, n_star, req_g, req_m, tpot)
+    _layout_regime(s, e.TP, n_star, n_flip, req_g, req_m)
 

@@ -41,7 +41,7 @@ def test_preemption_a_short_victim_waits_on_the_weight_read(variant):
     """The step-time model, not the FLOPs alone: 100 tokens of Llama-3-8B in fp8 on a B200 do 0.72 ms of math but
     read the 8.03 GB of weights at 80% of 8 TB/s, 1.25 ms."""
     results = variant("preemption-policies@default+model=llama-3-8b+tp=1+context=100+weight_dtype=fp8+gpu=b200"
-                      "+remaining=20+batch=16").sheet.results  # 16 streams of 78K fill a B200's pool
+                      "+remaining=20+batch=32").sheet.results  # 32 streams of 39K fill a B200's pool
     assert results["t_recompute_math"] < results["t_recompute_read"] == pytest.approx(8.03e9 / (0.8 * 8e12))
     assert results["t_recompute"] == results["t_recompute_read"]
 
@@ -70,7 +70,7 @@ def test_preemption_matches_plain_arithmetic(variant, seed):
     kv_token = kv_per_gpu / context
     share = model.params_b * 1e9 * DTYPE_BYTES[p["weight_dtype"]] / tp
     held = (p["gpu"].hbm_mib * MiB * 0.9 - share) / kv_token - context
-    assert held / p["batch"] <= model.max_context  # a pool the streams could really fill
+    assert held / p["batch"] <= 0.6 * model.max_context  # a pool the streams could really fill
     step_read = (share + kv_token * held) / (0.8 * p["gpu"].hbm_tb_s * 1e12)
     step_math = (2 * model.params_b * 1e9 * p["batch"] / peak[p["weight_dtype"]]
                  + 4 * model.layers * model.heads * model.head_dim * held / peak[attention_dtype]) / (tp * p["mfu"])
@@ -123,8 +123,6 @@ def test_preemption_evictions_follow_the_pool_step_by_step(variant, seed):
     assert results["t_dry_before"] == pytest.approx(float(last), rel=1e-12)  # the last eviction's step
     assert results["t_dry_before"] < p["remaining"] <= results["t_dry"]
     assert solution.expected["steps_bought"] == p["context"] // p["batch"]
-    one = "One eviction of this victim frees enough KV for the batch to reach its next completion"
-    assert results["who_pays"][one] == (evicted == 1)
 
 
 @pytest.mark.parametrize("code, evictions, dry", [
@@ -179,13 +177,71 @@ def test_preemption_words_name_no_card_and_give_nothing_away(variant):
 
 def test_preemption_refuses_a_stall_within_its_tolerance_of_a_line(variant):
     """The default's swap over 3.2 GB/s stalls 2 × 503.3 MB / 3.2 GB/s = 314.6 ms every 96 steps of 32.69 ms:
-    10.02% on the mean against the 10% line, and the stall and TPOT are graded within 3%: refused. At 3 GB/s it
-    is 335.5 ms, 10.7%, and stands."""
-    with pytest.raises(VariantError, match="too close to call"):
-        variant("preemption-policies@default+pcie=3.2")
+    10.02% on the mean against the 10% line, and the stall and TPOT are graded within 3%: refused wherever the
+    select is asked (a draw asks it). At 3 GB/s it is 335.5 ms, 10.7%, and stands."""
+    near = variant("preemption-policies@default+pcie=3.2").sheet.refusals_if_asked
+    assert any("who_pays" in keys and "too close to call" in reason for keys, reason in near)
     mean = ("Spread over the steps one eviction buys, the stalls add over {mean_share} to every stream's mean time "
             "per token")
     assert mean in variant("preemption-policies@default+pcie=3").expected["who_pays"]
+    assert not variant("preemption-policies@default+pcie=3").sheet.refusals_if_asked
+
+
+LONG = "Even the cheaper eviction stalls every running stream for longer than one TPOT at a time"
+TAIL = "The stalls land in more than 1 decode step in 100, so they set every stream's p99 inter-token latency"
+
+
+def test_preemption_a_swap_is_two_stalls(variant):
+    """Reader (read7): option A was keyed on the swap's out-and-back sum (40.27 ms against a 32.69 ms TPOT), though
+    each copy is a stall of its own, 20.13 ms, under one TPOT. Now the longest single stall is judged, and the p99
+    counts two stalls an eviction for a swap: 2 in 192 steps at 32 streams is inside it."""
+    solution = variant("preemption-policies@default")
+    assert solution.expected["regime"] == "swap-cheaper"
+    assert solution.sheet.results["who_pays"][LONG] is False
+    assert "20.13 ms each" in solution.sheet.reasons["who_pays"][LONG]
+    assert variant("preemption-policies@default+batch=32").sheet.results["who_pays"][TAIL] is True
+    recompute = variant("preemption-policies@default+pcie=1.2")  # one stall of the whole 518 ms
+    assert recompute.sheet.results["link_pays"][LONG] is True
+
+
+def test_preemption_push_asks_what_the_link_moves(variant, catalog):
+    """Reader (read7): the push re-asked options the link cannot change (p99 share, one eviction reaching the
+    completion). It asks its own select: the longest stall, the mean, and whether the choice is clear (2x)."""
+    from solvers.interview import stage_run
+
+    pushed = stage_run(variant("preemption-policies@default"), catalog, 3)
+    assert pushed is not None and "link_pays" in pushed.ask and "who_pays" not in pushed.ask
+    assert TAIL not in pushed.solution.sheet.results["link_pays"]
+
+
+def test_preemption_no_option_restates_the_eviction_count(variant):
+    """Reader (read7): 'one eviction reaches the next completion' was true exactly when the graded k was 1. It is
+    gone; the fourth option asks the operational fix instead, a reserve for the nearest completion."""
+    options = variant("preemption-policies@default").sheet.results["who_pays"]
+    assert not any(option.startswith("One eviction") for option in options)
+    reserve = next(option for option in options if option.startswith("Holding back"))
+    assert options[reserve] is True  # 64 x 500 = 32,000 tokens of a 508,957-token pool: 6.3%
+
+
+def test_preemption_refuses_a_pool_of_streams_at_the_model_limit(variant):
+    """Reader (read7): 14 streams on 4 x MI300X filled the pool at ~131K tokens each, Llama-3.1's whole context,
+    beside a 1,800-token victim. A full pool whose streams average past 60% of the context is refused, and the
+    mean resident context is a step of the worked solution."""
+    with pytest.raises(VariantError, match="no real batch"):
+        variant("preemption-policies@default+gpu=mi300x+tp=4+context=1800+batch=14+mfu=60+pcie=25+remaining=36")
+    assert variant("preemption-policies@default").sheet.results["resident_context"] == pytest.approx(7856.5, abs=1)
+
+
+def test_preemption_words_say_what_is_assumed_not_how(variant):
+    """Reader (read7): the opening dictated the method ('attention and all-reduces in') and left the re-prefill's
+    timing unstated; the eviction count did not say whether the first victim counts."""
+    from solvers.interview import opening
+
+    solution = variant("preemption-policies@default")
+    say = opening(solution).say
+    assert "all-reduces in" not in say and "prefix" in say
+    assert "this one included" in solution.question.stages[2].say
+    assert any("one chunk" in text for text in solution.sheet.assumptions)
 
 
 def test_preemption_a_break_even_below_any_link_is_no_choice(variant):
@@ -209,8 +265,9 @@ def test_preemption_push_moves_the_link_across_the_tie(variant, catalog):
     assert "one small block per layer" in pushed.say
 
 
-def test_preemption_pinned_seed(variant):
-    """Seed 2 draws these parameters (its keys are pinned in the question file). It drew Qwen2.5-72B on 2 x H200
-    until the TPOT became the step model's instead of a drawn parameter."""
-    assert [p.raw for p in variant("preemption-policies@2").params] == [
-        "llama-3-70b", "h100-sxm", 2, "fp8", "bf16", 9200, 230, 50, 4.6, 47, 10]
+def test_preemption_pinned_variant(variant):
+    """Seed 2's old draw, now pinned by its code (the draws moved when over-long full pools were refused): its keys
+    are pinned in the question file."""
+    code = ("preemption-policies@default+model=llama-3-70b+gpu=h100-sxm+tp=2+weight_dtype=fp8+kv_dtype=bf16"
+            "+context=9200+batch=230+mfu=50+pcie=4.6+remaining=47")
+    assert variant(code).expected["evictions"] == 2
