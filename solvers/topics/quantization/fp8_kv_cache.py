@@ -7,7 +7,7 @@ import numpy as np
 import sympy
 
 from solvers.derivation import Reject, Sheet, Side
-from solvers.formulas.common import dtype_bytes
+from solvers.formulas.common import dtype_bytes, given_config
 from solvers.formulas.fp8 import FORMATS, clipped, quantize
 from solvers.formulas.kvcache import kv_bytes_per_token_given
 from solvers.formulas.quantization import pct_text, variant_rng
@@ -63,58 +63,64 @@ def _fp8_kv_emulation(s: Sheet, p, fmt) -> None:
             f"sampling noise ({pct_text(low_up)} below the normal range)")
 
 
-# A longer context, priced at the one the model serves at most (32x the context was past every model's).
-LONGEST = "a request at the model's longest context would leave clipping less likely than not"
+# A longer context, priced at the one the model's config allows (32x the context was past every model's).
+LONGEST = "a request at the model's configured longest context would leave the cache safe"
 
 
 def _fp8_kv_levers(s: Sheet, p, fmt) -> None:
-    """Which single changes leave this context more likely than not to fit under the clip point:
-    N < n·h^ν after the change, decided in exact fractions (the parameters are short decimals and ν an
-    integer). Changes both ways, so the set that holds moves with the variant on either side; rounding's
-    indifference to the scale is the one fact, true in every draw on purpose."""
+    """Which single changes leave the cache safe: the context's typical largest value losing no more than ε to
+    the clip point, N < n·h^ν·(1/(1 − ε))^ν after the change, decided in exact fractions (the parameters are
+    short decimals and ν an integer). Changes both ways, so the set that holds moves with the variant on either
+    side; rounding's indifference to the scale is the one fact, true in every draw on purpose."""
     N, n, h, nu = Fraction(p.context), Fraction(p.calib_tokens), Fraction(str(p.headroom)), int(p.tail_index)
+    reach = 1 / (1 - Fraction(1, 2 ** (fmt.mantissa_bits + 1)))  # the overshoot whose loss is ε
 
     def say(option: str, context: Fraction, calib: Fraction, headroom: Fraction, why: str) -> None:
-        even = calib * headroom**nu
-        s.judge("levers", option, context < even, f"{why}: clipping turns even at {format_number(float(even), 3)} "
-                f"tokens against a context of {format_number(float(context), 3)}")
+        line = calib * (headroom * reach) ** nu
+        if 0 < abs(context / line - 1) < TOO_CLOSE:
+            s.refuse_if_asked(("levers",), "a lever leaves the context within 3% of the line: a coin toss")
+        s.judge("levers", option, context < line, f"{why}: the typical largest value loses ε at "
+                f"{format_number(float(line), 3)} tokens, against a context of {format_number(float(context), 3)}")
 
-    say("twice the headroom (the same calibration) leaves clipping less likely than not", N, n, 2 * h,
+    say("twice the headroom (the same calibration) leaves the cache safe", N, n, 2 * h,
         "the clip point doubles, worth 2^ν times the calibration tokens")
-    say("half the headroom (the same calibration) leaves clipping less likely than not", N, n, h / 2,
+    say("half the headroom (the same calibration) leaves the cache safe", N, n, h / 2,
         "the clip point halves, worth 2^-ν times the calibration tokens")
-    say("{more_calibration} times the calibration tokens leave clipping less likely than not", N,
+    say("{more_calibration} times the calibration tokens leave the cache safe", N,
         p.more_calibration * n, h, f"{format_number(p.more_calibration)} times the calibration draws")
-    say("a calibration a quarter as long leaves clipping less likely than not", N, n / 4, h,
+    say("a calibration a quarter as long leaves the cache safe", N, n / 4, h,
         "a quarter of the calibration draws")
-    say("a context an eighth as long leaves clipping less likely than not", N / 8, n, h,
+    say("a context an eighth as long leaves the cache safe", N / 8, n, h,
         "an eighth of the draws that could pass the clip point")
     say(LONGEST, Fraction(p.model.max_context), n, h,
-        f"the longest context {p.model.name} serves, {format_number(p.model.max_context)} tokens")
+        f"{p.model.name}'s config.json allows {format_number(p.model.max_context)} tokens (rope scaling such as "
+        "YaRN can serve more)")
     s.judge("levers", "a scale four times larger leaves a normal entry's rounding error where it is", True,
             f"the scale slides values along a grid of {fmt.mantissa_bits} fraction bits whose relative spacing is the "
             f"same in every binade: the seeded emulation's {s.text(s.symbol('e_sim'))} RMS error at the calibrated "
             f"scale against {s.text(s.symbol('e_sim_4x'))} at four times it", fact=True)
 
 
-def _fp8_kv_regime(s: Sheet, p, N, N_even, r) -> None:
-    ratio, even = format_number(s.value(r), 3), format_number(s.value(N_even), 3)
-    probability = pct_text(s.number("clip_probability"))
-    s.regime_by(N, N_even, tie="above", above=Side(
+def _fp8_kv_regime(s: Sheet, p, N, N_safe, r) -> None:
+    ratio, line = format_number(s.value(r), 3), format_number(s.value(N_safe), 3)
+    loss, eps = pct_text(s.number("saturation_loss")), pct_text(s.number("rounding_bound"))
+    request = pct_text(s.number("request_clip_probability"))
+    s.regime_by(N, N_safe, tie="above", above=Side(
         "clipping-dominated",
-        f"A {format_number(p.context)}-token context passes the clip point with probability {probability} "
-        f"(even at {even} tokens), and its largest value typically lands {ratio}× past it: saturation cuts the "
-        f"outliers attention leans on, an error far above the rounding bound. Only prompts shorter than {even} "
-        "tokens usually stay under it, which is why FP8 KV looks free on short prompts.",
-        "Below the even context the clip point usually holds: the cache's error is rounding, bounded by ε "
-        "whatever the scale, and more headroom costs nothing until the bulk slides out of the normal range."),
+        f"A {format_number(p.context)}-token context's largest value typically lands {ratio}× past the clip point "
+        f"and loses {loss} of itself to saturation, more than the {eps} a rounding can cost: on the outliers "
+        f"attention leans on, clipping is the larger error. Only prompts under {line} tokens keep it within ε, "
+        "which is why FP8 KV looks free on short prompts.",
+        f"Under {line} tokens the typical largest value clips by less than ε: a clip may happen, but it costs "
+        "no more than rounding does, and rounding is bounded by ε whatever the scale."),
         below=Side(
         "safe",
-        f"Clipping turns even only at {even} tokens: this context passes the clip point with probability "
-        f"{probability}, and its largest value typically sits at {ratio}× the clip point. The error is rounding, "
-        "bounded by ε and the same at any scale within the normal range.",
-        "Past the even context the clip point is usually crossed, and each doubling of the context raises the "
-        "typical outlier by 2^(1/ν) over it: longer contexts, not the format, are what break a static scale."))
+        f"The context's largest value typically sits at {ratio}× the clip point: where it passes at all it "
+        f"loses less than the {eps} a rounding can cost, so the error is rounding, the same at any scale within "
+        f"the normal range. Safe per scale is not clip-free per request: over the {2 * p.model.layers} key and "
+        f"value scales some value clips with probability {request}, each by about that little.",
+        f"Past {line} tokens the typical largest value loses more than ε, and each doubling of the context "
+        "raises it by 2^(1/ν): longer contexts, not the format, are what break a static scale."))
 
 
 def solve(p, s: Sheet) -> None:
@@ -154,16 +160,24 @@ def solve(p, s: Sheet) -> None:
                     "that many times the calibration tokens")
     P = s.step("clip_probability", "Chance one layer's keys in the context pass their clip point", "P_clip",
                N / (N + n * h**nu), "%", headroom_why)
-    N_even = s.step("even_context", "Context at which clipping turns more likely than not", "N_half", n * h**nu,
-                    "tokens", "P_clip = 1/2 where N = n·h^ν")
-    if 0 < abs(s.evaluate(N / N_even) - 1) < TOO_CLOSE:  # an exact tie is the stated rule's: clipping-dominated
-        raise Reject("the context is within 3% of the even point: which side it falls would turn on the tail")
+    layers = given_config(s, p.model, "layers")
+    s.step("request_clip_probability", "Chance some key or value scale of the request clips", "P_req",
+           1 - (1 - P) ** (2 * layers), "%",
+           "a key and a value scale in each of L layers, each calibrated on its own entries: independent chances")
+    s.step("clipped_count", "Expected values past one scale's clip point", "n_clip", N / (n * h**nu), "",
+           "each of the context's values passes with the chance one value of n·h^ν beats the rest: N/(n·h^ν) "
+           "of them (the channels cancel)")
     r = s.step("clip_ratio", "Typical largest value of the context over the clip point", "r_clip",
                (N / n) ** (1 / nu) / h, "x",
                "the largest of N draws sits where the tail is 1/N, so maxima grow as N^(1/ν): (N/n)^(1/ν) over "
                "the calibration max, divided by the headroom")
-    s.step("", "What the context's largest value loses to saturation", "loss", max_of(0, 1 - 1 / r), "%",
-           "it is stored as the clip point: 1 − 1/r of it is gone, against a rounding error of at most ε")
+    s.step("saturation_loss", "What the context's largest value loses to saturation", "loss", max_of(0, 1 - 1 / r),
+           "%", "it is stored as the clip point: 1 − 1/r of it is gone, against a rounding error of at most ε")
+    eps = s.symbol("eps")
+    N_safe = s.step("", "Context at which the typical largest value loses ε", "N_eps", n * (h / (1 - eps)) ** nu,
+                    "tokens", "1 − 1/r = ε where r = 1/(1 − ε): N = n·(h/(1 − ε))^ν")
+    if 0 < abs(s.evaluate(N / N_safe) - 1) < TOO_CLOSE:  # an exact tie is the stated rule's: clipping-dominated
+        raise Reject("the context is within 3% of the line: which side it falls would turn on the tail")
 
     _fp8_kv_emulation(s, p, fmt)
     _fp8_kv_levers(s, p, fmt)
@@ -171,8 +185,9 @@ def solve(p, s: Sheet) -> None:
     s.assume("One static scale per layer for keys and one for values (vLLM's k_scale and v_scale): the clip point "
              "is headroom × the calibration amax. vLLM's calculate_kv_scales takes amax/200 for keys and "
              "amax/100 for values from the first batch it sees (headroom 2.24 and 4.48 in E4M3); a calibrated "
-             "checkpoint maps the amax to the format's max (headroom 1). The chance is one scale's: with a key and a "
-             "value scale in each of L layers the chance that some scale clips is higher still. Dynamic per-token "
+             "checkpoint, calibrated on many sequences, maps the amax to the format's max (headroom 1 to 1.5): the "
+             "draws pair each headroom with its calibration length. The clip chance is one scale's; a request's "
+             "2L scales clip somewhere far more often, taken as independent. Dynamic per-token "
              "scales remove clipping altogether, at a scale per token and head stored beside the cache.")
     s.assume("Cache entries i.i.d. across tokens, with a power-law tail P(|x| > t) ∝ t^-ν; the channels cancel "
              "(n·d calibration values against N·d). At headroom 1 the clip probability is exact for any "
@@ -185,5 +200,5 @@ def solve(p, s: Sheet) -> None:
     s.slip("x2: the bf16 bytes kept", 2.0, on="kv_context_fp8")
     s.slip("the headroom forgotten: N/(N + n)", s.evaluate(N / (N + n)) / s.value(P), on="clip_probability")
     s.slip("the ν-th root forgotten: maxima taken to grow as N", s.evaluate((N / n) / h) / s.value(r), on="clip_ratio")
-    _fp8_kv_regime(s, p, N, N_even, r)
+    _fp8_kv_regime(s, p, N, N_safe, r)
 

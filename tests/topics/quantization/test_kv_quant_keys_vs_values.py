@@ -34,18 +34,77 @@ def test_kv_quant_key_error_is_the_exact_rounding_error(variant, seed):
 
 
 def test_kv_quant_says_what_the_key_is(variant):
-    """The opening says the spread is uniform (σ_v = 1/√3 rests on it) and where a token's keys reach; the labels
-    ask for a ±1 entry's error and the first-order ratios; the estimate is a slip where it misses."""
+    """The opening says the spread is uniform (σ_v = 1/√3 rests on it), where a token's keys reach and that the
+    per-token scale spans the head (reader 7, finding 4); the labels ask for a ±1 entry's error, the logit it moves
+    and the first-order per-channel ratio; the estimate is a slip where it misses."""
     solution = variant("kv-quant-keys-vs-values@default")
     opening = " ".join(solution.prompt.split())
-    assert "uniform over ±1" in opening
-    assert "two key channels a head sit at +10, two at −10, edges at ±1 more" in opening
+    assert "uniformly ±1" in opening and "one scale per token across the head" in opening
+    assert "Two key channels a head sit at +10, two at −10" in opening
     labels = {a.key: a.label for a in solution.question.answers}
-    assert "±1 key entry" in labels["key_error_token"] and "first order" in labels["roads_token"]
+    assert "±1 key entry" in labels["key_error_token"] and "logit" in labels["logit_error_token"]
     assert "first order" in labels["roads_channel"]
     assert "bf16 size over this cache" in labels["compression"]  # 4.7×, not the cache's 21% share of bf16
     assert solution.expected["key_error_token"] == pytest.approx((91 / 9) ** 0.5)
+    assert solution.expected["logit_error_token"] == pytest.approx(1.2 * (91 / 9) ** 0.5)
     assert any(slip.label.startswith("step/√12") for slip in solution.sheet.slips["key_error_token"])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_kv_quant_grades_no_per_token_first_order_ratio(variant, seed):
+    """Reader 7, finding 2: the graded per-token ratio (first order, 9.54× at the old default) missed the bank's own
+    simulation (26×) because a per-token key error moves a logit by several units. No answer grades it now; the
+    logit shift β·e_K is graded, and where it exceeds half a logit the first-order ratio would miss the simulation."""
+    solution = variant(f"kv-quant-keys-vs-values@{seed}")
+    assert "roads_token" not in {a.key for a in solution.question.answers}
+    given = {g.symbol: g.value for g in solution.sheet.givens}
+    beta, results = given["beta"], solution.sheet.results
+    assert results["logit_error_token"] == pytest.approx(beta * results["key_error_token"])
+    why = next(step.why for step in solution.sheet.steps if step.key == "logit_error_token")
+    assert "the simulation puts the keys' output error at" in why
+
+
+def test_kv_quant_regime_turns_on_the_bits_too(variant):
+    """Reader 7, finding 1: the regime depended on β alone (R_ch = β/√3). Keys and values now take their own bits:
+    at the same β = 1.5, K2V2 has the values dominate (0.866) and K2V3 the keys (2.02), K3V2 the values again."""
+    ratios = {code: variant(f"kv-quant-keys-vs-values@default+q_scale=1.5{code}") for code in
+              ("", "+value_bits=3", "+bits=3")}
+    assert ratios[""].expected["regime"] == "values-dominate"
+    assert ratios["+value_bits=3"].expected["regime"] == "keys-dominate"
+    assert ratios["+value_bits=3"].expected["roads_channel"] == pytest.approx(1.5 / math.sqrt(3) * 7 / 3)
+    assert ratios["+bits=3"].expected["roads_channel"] == pytest.approx(1.5 / math.sqrt(3) * 3 / 7)
+
+
+def test_kv_quant_advice_names_the_variant_bits(variant):
+    """Reader 7, finding 5: the keys-dominate text said "K4V2 rather than 2/2" in variants already at 4 bits; the
+    advice now follows the variant's own bits."""
+    keys = variant("kv-quant-keys-vs-values@default+value_bits=3+q_scale=2").sheet.regime
+    assert "K3V3 before K2V4" in keys.summary and "K4V2" not in keys.summary
+    values = variant("kv-quant-keys-vs-values@default+bits=3+value_bits=3").sheet.regime
+    assert "K3V4" in values.summary
+
+
+def test_kv_quant_refuses_a_select_on_a_knife_edge(variant):
+    """Reader 7, finding 6: the window's share 33.86% against a third was listed. A share within 3% of a third (here
+    exactly a third) refuses the select; so does a doubled ratio within 3% of 1."""
+    third = variant("kv-quant-keys-vs-values@default+bits=3+value_bits=3+context=1152").sheet
+    assert any("third" in reason for keys, reason in third.refusals_if_asked if "facts" in keys)
+    edge = variant("kv-quant-keys-vs-values@default+q_scale=0.87").sheet  # 2 × 0.87/√3 = 1.005
+    assert any("twice the ratio" in reason for keys, reason in edge.refusals_if_asked if "facts" in keys)
+    clear = variant("kv-quant-keys-vs-values@default").sheet
+    assert not clear.refusals_if_asked
+
+
+def test_kv_quant_pushes_tilt_the_bits(variant, catalog):
+    """Reader 7, finding 1: the push always moved β. Each side's push now tilts the bits toward the larger error
+    (K4V3, K3V4), in the interviewer's words, and crosses."""
+    from solvers.interview import stage_run
+
+    for code, index, bits in (("default", 4, "K3V4"), ("default+value_bits=3+q_scale=2", 3, "K4V3")):
+        solution = variant(f"kv-quant-keys-vs-values@{code}")
+        pushed = stage_run(solution, catalog, index)
+        assert pushed is not None and bits in pushed.say and "tilt the bits" in pushed.say
+        assert pushed.solution.regime_name != solution.regime_name
 
 
 def test_kv_quant_rope_is_the_selects_one_fact(variant):
@@ -57,8 +116,8 @@ def test_kv_quant_rope_is_the_selects_one_fact(variant):
     assert any("before RoPE" in text for text in sheet.assumptions)
 
 
-@pytest.mark.parametrize("code", ["default+bits=4", "default+bits=4+q_scale=2", "default+bits=4+outlier=3",
-                                  "default+bits=3+q_scale=0.5"])
+@pytest.mark.parametrize("code", ["default+bits=4+value_bits=4", "default+bits=4+value_bits=4+q_scale=2",
+                                  "default+bits=4+value_bits=3+outlier=3", "default+bits=3+q_scale=0.5"])
 def test_kv_quant_simulation_matches_the_first_order_roads(variant, code):
     """Where the errors are small (per-channel keys, any values), the simulated output errors follow the
     closed forms: value road e_V·√Σp², key road β·σ_v·e_K·√Σp²."""
@@ -80,3 +139,12 @@ def test_kv_quant_simulation_orders_the_layouts(variant):
         assert given["o_KIVI"] < given["o_tok"]
         assert given["o_K_ch"] < given["o_K_tok"] / 2
         assert given["o_V_ch"] == pytest.approx(given["o_V_tok"], rel=0.3)
+
+
+def test_kv_quant_refuses_a_regime_on_a_hairline(variant):
+    """Reader 7 (pushes that cross on a hairline): first order misses the simulation by 10-20% near the line, so a
+    ratio within 8% of 1 grades no regime. K2V2 at β = 1.8 is 1.039 (refused); at 2.2, 1.27 (graded)."""
+    near = variant("kv-quant-keys-vs-values@default+q_scale=1.8").sheet
+    assert any("regime" in keys for keys, _ in near.refusals_if_asked)
+    far = variant("kv-quant-keys-vs-values@default+q_scale=2.2").sheet
+    assert not any("regime" in keys for keys, _ in far.refusals_if_asked)
