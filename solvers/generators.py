@@ -6,6 +6,7 @@ gives, and returns rounded values, so the prompt shows exactly what the solver u
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 
 import numpy as np
 
@@ -277,3 +278,24 @@ def gaussian_row_max(rng: np.random.Generator, tokens: int, spread: float) -> fl
     figures, as the interviewer says it. Nothing is drawn: the figure follows from the two it is given."""
     z0 = np.sqrt(2 * np.log(tokens))
     return _sig(float(spread * (z0 - (np.log(np.log(tokens)) + np.log(4 * np.pi) - 2 * np.euler_gamma) / (2 * z0))))
+
+
+# --- moe-dispatch-bytes: how a model's router spreads a token's experts over nodes -----------
+
+@lru_cache(maxsize=1)
+def _shipped_catalog():  # noqa: ANN202 - a Catalog, imported late: numpy-only callers never load the data
+    from solvers.data import load_catalog
+
+    return load_catalog()
+
+
+@generator("moe_routing")
+def moe_routing(rng: np.random.Generator, model: str) -> str:
+    """The routing a model's config gives, as the interviewer says it (no randomness): DeepSeek-V3's expert
+    groups (a token's experts within groups_per_token of expert_groups), or none (any expert, on any node). The
+    figures are the catalogue's, so the words and the solver cannot disagree."""
+    entry = _shipped_catalog().get("models", model)
+    if entry.get("expert_groups"):
+        return (f"a token's {entry.experts_per_token} in at most {entry.groups_per_token} of {entry.expert_groups} "
+                "groups, whole groups a node")
+    return "no expert groups: any node"

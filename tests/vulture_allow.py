@@ -18,6 +18,7 @@ from tui.modes import BetweenStages
 generators.lognormal_ints, generators.pause_fabric, generators.pause_frames, generators.plateau_decay
 generators.plateau_incident, generators.plateau_reading, generators.spec_position, generators.spec_row
 generators.greedy_gaps, generators.cost_ledger, generators.ledger_row, generators.gaussian_row_max
+generators.moe_routing
 
 # The store's and engine's API that the tests drive to set up and read state (a card due tomorrow, the
 # schema a store opened at, a typed sheet graded at once, the keys a run of stages asked).

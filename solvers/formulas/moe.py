@@ -72,10 +72,13 @@ SCALE_BYTES = 4
 COMBINE_BYTES = 2  # combine returns bf16 outputs
 
 
-def copy_bytes(s: Sheet, h: sympy.Symbol, dispatch_dtype: str = "fp8") -> tuple[sympy.Symbol, sympy.Symbol]:
+def copy_bytes(s: Sheet, h: sympy.Symbol, dispatch_dtype: str = "fp8",
+               value_bytes: sympy.Symbol | None = None) -> tuple[sympy.Symbol, sympy.Symbol]:
     """Bytes of one token's copy each way of an expert-parallel all-to-all, as DeepEP moves them: the hidden
-    vector out in the dispatch dtype (FP8 with one FP32 scale per 128 values), the expert's output back in bf16."""
-    b_d = s.given("b_d", dtype_bytes(dispatch_dtype), "B", f"bytes per dispatched value ({dispatch_dtype})")
+    vector out in the dispatch dtype (FP8 with one FP32 scale per 128 values), the expert's output back in bf16.
+    `value_bytes`: the sheet's own symbol for a dispatched value's bytes, where it has one (the experts' dtype)."""
+    b_d = (s.given("b_d", dtype_bytes(dispatch_dtype), "B", f"bytes per dispatched value ({dispatch_dtype})")
+           if value_bytes is None else value_bytes)
     if dispatch_dtype == "fp8":
         blk = s.given("n_blk", SCALE_BLOCK, "", "values per FP8 scale")
         b_s = s.given("b_s", SCALE_BYTES, "B", "bytes per scale (FP32)")

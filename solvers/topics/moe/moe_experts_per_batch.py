@@ -62,6 +62,7 @@ def touched_share(s: Sheet, key: str, r: Experts, tokens: sympy.Expr, title: str
 
 EDGE = 0.03  # draws within 3% of a regime boundary are refused: the graded batches carry 2%
 DENSE_GAP = 2  # a dense model "twice as fast / slow" as this step
+FP4 = "FP4 experts (W4A8: half the fp8 bytes, the same fp8 tensor peak) would cut the step time by {cut} or more"
 
 
 def _expert_step(r: Experts, b, phi, tokens, BW, P) -> sympy.Expr:
@@ -100,8 +101,8 @@ def _advantage(s: Sheet, r: Experts, one_gpu: bool, v: dict[str, sympy.Expr]) ->
 
     def weights_time(batch: sympy.Expr, expert_bytes: sympy.Expr = b) -> sympy.Expr:
         phi = 1 - miss_power(1 - r.k / r.E, batch)
-        return (_shared_step(v["W_s"], N_emb, b, batch, R_b, R_f)
-                + _expert_step(r, expert_bytes, phi, batch * r.k / (r.E * phi), R_b, R_f)) / n
+        return (_shared_step(v["W_s"], N_emb, b, batch / n, R_b, R_f)
+                + _expert_step(r, expert_bytes, phi, batch * r.k / (r.E * phi), R_b, R_f) / n)
 
     def dense(weights: sympy.Expr) -> sympy.Expr:  # a dense model of these bytes: every weight read, all multiply
         return _shared_step(weights, N_emb, b, B, R_b, R_f) / n
@@ -130,8 +131,10 @@ def _advantage(s: Sheet, r: Experts, one_gpu: bool, v: dict[str, sympy.Expr]) ->
             + ("at this batch both are bound by the same active FLOPs" if s.compare(B * r.k / r.E, v["t_c"]) >= 0
                else "it reads only the active weights, the MoE every expert the batch picked"))
     lighter = t - t_w + weights_time(B, b / 2)
-    s.judge(key, "Experts stored at half the bytes (same tensor peak) would cut the step time by {cut} or more",
-            s.compare(lighter, (1 - s.param("x_cut", "cut")) * t) <= 0, f"{ms(lighter)} against {s.text(t)}")
+    if not v["fp8"]:  # half of bf16 is fp8, whose peak is not bf16's: the option names FP4 under fp8 weights
+        s.judge(key, FP4, None, "the weights are bf16: FP4 (W4A8) is a step from fp8 weights")
+        return
+    s.judge(key, FP4, s.compare(lighter, (1 - s.param("x_cut", "cut")) * t) <= 0, f"{ms(lighter)} against {s.text(t)}")
 
 
 def _experts_regime(s: Sheet, B, B95, B_c, phi, M, W, W_a, t_e) -> None:
@@ -220,8 +223,9 @@ def solve(p, s: Sheet) -> None:
                  "B·k/E tokens per expert on average reach the crossover")
     KV = kv_bytes_per_token(s, model, s.given("b_kv", 2, "B", "bytes per KV value (bf16)"), unit="KiB")
     room = s.step("kv_room", "HBM left for the KV cache", "M_KV",
-                  n * given_hbm_bytes(s, p.gpu, "M_HBM") * given_usable_share(s, "u_HBM") - W, "GB",
-                  "the usable HBM of every GPU less one copy of the weights")
+                  n * given_hbm_bytes(s, p.gpu, "M_HBM") * given_usable_share(s, "u_HBM") - n * W_s - r.X, "GB",
+                  "the usable HBM of every GPU less a copy of the shared weights on each (data-parallel attention) "
+                  "and one copy of the routed experts, split by EP")
     B_fit = s.step("batch_fit", "Sequences the KV room holds at this context", "B_fit", floor_of(room / (S * KV)),
                    "sequences", "the room over one sequence's cache, in whole sequences")
     if s.compare(B, B_fit) > 0:
@@ -230,8 +234,9 @@ def solve(p, s: Sheet) -> None:
         if abs(s.evaluate(B / edge) - 1) < EDGE:
             raise Reject("the batch sits on a regime boundary")
     t_w = s.step("weights_time", "Weights and experts per step", "t_W",
-                 (_shared_step(W_s, N_emb, b, B, R_b, R_f) + _expert_step(r, b, phi, t_e, R_b, R_f)) / n, "ms",
-                 f"shared weights and each expert read, each on its roofline, over {format_number(p.gpus)} GPUs")
+                 _shared_step(W_s, N_emb, b, B / n, R_b, R_f) + _expert_step(r, b, phi, t_e, R_b, R_f) / n, "ms",
+                 "every GPU reads its own copy of the shared weights for its B/n sequences; the experts read, each "
+                 f"on its roofline, split over {format_number(p.gpus)} GPUs")
     A = _attention_pair_flops(s, model)
     t_kv = s.step("attention_time", "Attention per step", "t_KV",
                   max_of(B * S * KV / R_b, B * S * A / (eta_att * P_att)) / n, "ms",
@@ -246,7 +251,8 @@ def solve(p, s: Sheet) -> None:
            "one token per sequence per step")
     s.step("throughput", "Tokens per second", "X", B / t, "tokens/s", "B tokens per step")
     _advantage(s, r, p.gpus == 1, {"b": b, "R_f": R_f, "R_b": R_b, "n": n, "B": B, "W_s": W_s, "W": W, "W_a": W_a,
-                      "N_emb": N_emb, "M": M, "t": t, "t_w": t_w, "t_kv": t_kv, "t_a2a": t_a2a, "t_c": t_star})
+                      "N_emb": N_emb, "M": M, "t": t, "t_w": t_w, "t_kv": t_kv, "t_a2a": t_a2a, "t_c": t_star,
+                                       "fp8": p.weight_dtype == "fp8"})
     _experts_regime(s, B, B95, B_c, phi, M, W, W_a, t_e)
 
     s.assume("Tokens pick their experts independently and uniformly (a balanced router): the expected count "
@@ -258,9 +264,14 @@ def solve(p, s: Sheet) -> None:
     s.assume("The bank's step model (step-compute and step-compute-fp8 by each matmul's precision, step-bandwidth, "
              "step-overhead): each piece on its own roofline "
              "at the achievable rates, the shared weights, each expert and attention separately (one expert's idle "
-             f"tensor cores do not serve another's tokens), summed; the {format_number(p.gpus)} GPUs share reads, "
-             "math and KV evenly (each sequence's cache on one GPU, as with data-parallel attention); the "
-             "all-to-all and the overhead come on top, not overlapped.")
+             f"tensor cores do not serve another's tokens), summed. The layout is DeepSeek's and SGLang's for a "
+             f"MoE: data-parallel attention with expert parallelism. Each of the {format_number(p.gpus)} GPUs holds "
+             "and reads every step its own copy of the weights outside the routed experts (attention, dense layers, "
+             "shared experts, embeddings) and runs B/n of the sequences, each sequence's cache on one GPU; the "
+             "routed experts are split over the GPUs, each read once. (Tensor-parallel attention would split those "
+             "weights but, for MLA, hold every sequence's latent cache on every rank.) The all-to-all and the "
+             "overhead come on top, not overlapped; the all-to-all runs DeepEP's low-latency (decode) kernels, "
+             "every copy sent on its own (moe-dispatch-bytes's direct count).")
     s.slip("experts counted as B·k, as if no two tokens shared one", s.evaluate(min_of(B * r.k, r.E) / (r.E * phi)),
            on="touched")
     s.slip("every expert read, whatever the batch", 1 / s.value(phi), on="touched")

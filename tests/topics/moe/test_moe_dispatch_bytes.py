@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from solvers.engine import VariantError
-from solvers.followup import follow_up
 
 COPY = 7168 + 7168 // 128 * 4 + 7168 * 2  # DeepSeek-V3: FP8 dispatch with scales + bf16 combine, 21,728 B
 
@@ -46,34 +45,110 @@ def test_remote_nodes_match_a_seeded_simulation(catalog, model, nodes):
     assert abs(reached.mean() - remote_nodes(entry, nodes)) < 4 * reached.std() / math.sqrt(len(reached)) + 1e-9
 
 
+def _push(solution, catalog):
+    """The push this variant's interview asks (the stage for its side)."""
+    from solvers.script import script
+
+    return script(solution, catalog).stages[-1].run
+
+
 def test_dispatch_push_from_the_default_lands_on_the_calls_latency(variant, catalog):
-    """From the default (NIC-bound at 128 tokens a GPU) the push takes fewer tokens: the NIC's bytes fall under the
-    two calls' 50 us each, and the step is 58 layers of bytes plus 100 us (the review's point: without the latency
-    16 tokens a GPU looked nearly free)."""
-    pushed = follow_up(variant("moe-dispatch-bytes@default"), catalog)
+    """From the default (NIC-bound at 128 tokens a GPU) the push drops to 16 tokens a GPU: the NIC's direct copies
+    fall under the two calls' 50 us each, and the step is 58 layers of bytes plus 100 us (the review's point: without
+    the latency 16 tokens a GPU looked nearly free). The push asks the levers again, and there half the call latency
+    pays where twice the NIC does not."""
+    pushed = _push(variant("moe-dispatch-bytes@default"), catalog)
+    assert pushed.declared and "levers" in pushed.ask
     results = pushed.solution.sheet.results
     tokens = next(param.value for param in pushed.solution.params if param.name == "tokens")
-    assert results["regime"] == "latency-bound" and tokens < 128
-    assert results["comm_step"] == pytest.approx(58 * (tokens * 3.5 * COPY / 50e9 + 2 * 50e-6))
+    assert results["regime"] == "latency-bound" and tokens == 16
+    assert results["comm_step"] == pytest.approx(58 * (tokens * 7 * COPY / 50e9 + 2 * 50e-6))
+    levers = pushed.solution.sheet.judged("levers")
+    assert levers["Kernels with half the fixed latency per call"] is True
+    assert levers["NICs of twice the bandwidth (ConnectX-8)"] is False
+
+
+def test_dispatch_push_from_latency_lands_on_a_prefill_chunk(variant, catalog):
+    """From a latency-bound decode step the push brings a 4,096-token prefill chunk: the normal kernel (once per
+    node) and NIC-bound, whatever the draw."""
+    solution = variant("moe-dispatch-bytes@default+ep=16+tokens=16")
+    assert solution.regime_name == "latency-bound"
+    run = _push(solution, catalog)
+    assert run.declared and "kernel" in run.ask
+    pushed = run.solution.sheet.results
+    assert pushed["kernel"] == "normal-node-aware" and pushed["regime"] == "nic-bound"
+    assert pushed["nic_copies"] == pytest.approx(69 / 70)
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_dispatch_step_matches_plain_arithmetic(variant, seed):
-    """Each layer: the slower of the NIC's remote copies and NVLink's forwarded ones, plus two calls' latency;
-    the regime is whichever of the three is largest."""
+    """The kernel follows the batch: direct sends (k(D − 1)/D NIC copies) up to 256 tokens a GPU, once per node
+    above. Each layer: the slower of the NIC's copies and NVLink's, plus two calls' latency; the regime is the
+    larger of the NIC's bytes and the calls' latency (NVLink never binds with a ConnectX-7)."""
+    from tests.oracles import remote_nodes
+
     solution = variant(f"moe-dispatch-bytes@{seed}")
     p = {param.name: param.value for param in solution.params}
     model, gpu, tokens = p["model"], p["gpu"], p["tokens"]
-    g, k = gpu.nvlink_domain, model.experts_per_token
+    g, k, nodes = gpu.nvlink_domain, model.experts_per_token, int(p["ep"]) // gpu.nvlink_domain
+    direct = tokens <= 256
+    assert tokens <= 256 or tokens >= 1024
+    copies = k * (nodes - 1) / nodes if direct else remote_nodes(model, nodes)
+    assert solution.expected["kernel"] == ("low-latency-direct" if direct else "normal-node-aware")
+    assert solution.expected["nic_copies"] == pytest.approx(copies)
+    assert solution.expected["saving"] == pytest.approx(k * (nodes - 1) / nodes / remote_nodes(model, nodes))
     per = model.hidden * ((1 + 4 / 128) if p["dispatch_dtype"] == "fp8" else 2) + 2 * model.hidden
-    nic = tokens * solution.expected["nic_copies"] * per / (p["nic"].gbit_s * 1e9 / 8)
-    nvlink = tokens * k * (g - 1) / g * per / (gpu.nvlink_gb_s * 1e9 / 2)
+    nic = tokens * copies * per / (p["nic"].gbit_s * 1e9 / 8)
+    nvl_copies = k * (g - 1) / int(p["ep"]) if direct else k * (g - 1) / g
+    nvlink = tokens * nvl_copies * per / (gpu.nvlink_gb_s * 1e9 / 2)
     calls = 2 * 50e-6
+    assert nvlink < nic
     assert solution.expected["nic_time"] == pytest.approx(nic)
     assert solution.expected["comm_step"] == pytest.approx(
-        (model.layers - model.dense_layers) * (max(nic, nvlink) + calls))
-    assert solution.expected["regime"] == ("latency-bound" if calls > max(nic, nvlink) else
-                                           "nic-bound" if nic >= nvlink else "nvlink-bound")
+        (model.layers - model.dense_layers) * (nic + calls))
+    assert solution.expected["regime"] == ("latency-bound" if calls > nic else "nic-bound")
+
+
+def test_dispatch_default_runs_the_low_latency_kernel(variant):
+    """Reader finding: the default is DeepEP's own low-latency benchmark (128 tokens a GPU, EP 64), whose kernel
+    sends every copy to its expert: 7 NIC copies, not the normal kernel's 3.5, and with the two calls' 100 us the
+    layer is 489 us against DeepEP's measured 173 + 314 = 487 us (the old key, 195 us of bytes, was 0.40x)."""
+    results = variant("moe-dispatch-bytes@default").sheet.results
+    assert results["kernel"] == "low-latency-direct"
+    assert results["nic_copies"] == 7
+    assert results["nic_time"] + 100e-6 == pytest.approx(487e-6, rel=0.01)
+
+
+def test_dispatch_levers_no_longer_hold_constant_options(variant):
+    """Reader findings: "NVLink of twice the bandwidth" could never pay (NIC over NVLink is 4.5x or more with a
+    ConnectX-7) and "FP8 dispatch" was decided by the dtype alone: both are gone; node-limited routing is worded as
+    a trained model's and saves no copy under the direct kernel; the regime has no NVLink side."""
+    solution = variant("moe-dispatch-bytes@default")
+    pool = next(spec for spec in solution.question.answers if spec.key == "levers").pool
+    assert not any("NVLink of twice" in option or "FP8 dispatch" in option for option in pool)
+    regime = next(spec for spec in solution.question.answers if spec.key == "regime")
+    assert "nvlink-bound" not in regime.choices
+    judged = solution.sheet.judged("levers")
+    assert judged["Had the model been trained with node-limited routing (at most {node_limit} nodes a token)"] is False
+
+
+def test_dispatch_stage_texts_give_nothing_away(variant):
+    """Reader findings: the opening no longer states the FP8 scale (the slip it grades), and a model without expert
+    groups reads "no expert groups", not "groups n/a, top n/a"."""
+    from solvers.engine import fill
+
+    solution = variant("moe-dispatch-bytes@default+model=kimi-k2")
+    opening, second = (fill(stage.say, solution.params) for stage in solution.question.stages[:2])
+    assert "scale" not in opening and "128" not in opening
+    assert "n/a" not in second and "no expert groups" in second
+    deepseek = variant("moe-dispatch-bytes@default")
+    assert "at most 4 of 8 groups" in fill(deepseek.question.stages[1].say, deepseek.params)
+
+
+def test_dispatch_draws_only_connectx7(variant):
+    """Reader finding: HGX H100, H200 and B200 ship with ConnectX-7; ConnectX-8 (B300, GB300) is a lever here."""
+    nic = next(spec for spec in variant("moe-dispatch-bytes@default").question.parameters if spec.name == "nic")
+    assert tuple(nic.choices) == ("connectx-7",)
 
 
 def test_dispatch_group_inside_one_domain_is_refused(variant):

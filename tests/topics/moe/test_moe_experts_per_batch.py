@@ -69,25 +69,57 @@ def test_experts_per_batch_matches_plain_arithmetic(variant, seed):
     shared_bytes = model.params_b * 1e9 * b - routed
     assert expected["bytes_ratio"] == pytest.approx((shared_bytes + phi * routed) / (model.active_params_b * 1e9 * b))
     crossover = b * peak / (2 * bandwidth)
-    regime = ("some-experts-read" if batch < batch_for_share(E, k, 0.95) else
+    regime = ("some-experts-read" if batch < batch_for_share(E, k, p["read_share"]) else
               "all-experts-read" if batch * k / E < crossover else "experts-compute-bound")
     assert expected["regime"] == regime
     # The KV: MLA's latent and RoPE key per layer, or a key and a value per KV head, bf16.
     kv = 2 * model.layers * ((model.kv_lora_rank + model.qk_rope_head_dim) if model.attention == "mla"
                              else 2 * model.kv_heads * model.head_dim)
-    room = p["gpus"] * hbm_bytes(gpu) * 0.9 - model.params_b * 1e9 * b  # the usable-hbm card's 90%
+    # The usable-hbm card's 90%, less every GPU's copy of the shared weights (data-parallel attention) and the
+    # routed experts once (reader finding: the old room counted the shared weights once).
+    room = p["gpus"] * hbm_bytes(gpu) * 0.9 - p["gpus"] * shared_bytes - routed
     assert expected["batch_fit"] == math.floor(room / (context * kv)) >= batch
     # Each piece on its own roofline; the shared weights multiply every token but the input embedding's rows.
-    shared_math = 2 * (shared_bytes / b - model.vocab * model.hidden) * batch / peak
     tokens = batch * k / (E * phi)
     experts = (model.layers - model.dense_layers) * E * phi * max(
         3 * model.hidden * model.expert_ffn * b / bandwidth, 2 * 3 * model.hidden * model.expert_ffn * tokens / peak)
     pair = (model.layers * model.heads * (2 * (model.kv_lora_rank + model.qk_rope_head_dim) + 2 * model.kv_lora_rank)
             if model.attention == "mla" else 4 * model.layers * model.heads * model.head_dim)
     attention = max(batch * context * kv / bandwidth, batch * context * pair / attention_peak)
-    step = ((max(shared_bytes / bandwidth, shared_math) + experts + attention) / p["gpus"]
+    # Each GPU reads its whole copy of the shared weights for its batch/gpus sequences; experts and attention split.
+    shared_math = 2 * (shared_bytes / b - model.vocab * model.hidden) * batch / p["gpus"] / peak
+    step = (max(shared_bytes / bandwidth, shared_math) + (experts + attention) / p["gpus"]
             + _all_to_all(model, gpu, p["nic"], int(p["gpus"]), batch) + STEP_OVERHEAD)
     assert expected["step_time"] == pytest.approx(step, rel=1e-9)
+
+
+def test_default_reads_a_full_copy_of_the_shared_weights_on_every_gpu(variant):
+    """Reader finding: under data-parallel attention MLA's weights are on every GPU and read by each every step;
+    the old key charged 17.1 GB / 16 (0.4 ms). Now each GPU reads its 17.09 GB (6.38 ms) and the KV room loses 15
+    more copies: 2,113 sequences fit, not 3,894."""
+    results = variant("moe-experts-per-batch@default").sheet.results
+    shared = results["shared_bytes"]
+    assert results["weights_time"] == pytest.approx(shared / 2.68e12 + 0.63794 * ROUTED / (16 * 2.68e12), rel=1e-4)
+    assert results["batch_fit"] == 2113
+
+
+def test_read_share_is_drawn(variant):
+    """Reader finding: the boundary batch was 94.36 in every DeepSeek variant (k/E and 95% fixed); the share is
+    now drawn (90, 95, 99%), so B_share moves with it."""
+    shares = {round(next(param.value for param in variant(f"moe-experts-per-batch@{seed}").params
+                         if param.name == "read_share"), 6) for seed in range(40)}
+    assert shares == {0.9, 0.95, 0.99}
+    assert variant("moe-experts-per-batch@default+read_share=99").sheet.results["batch_95"] == pytest.approx(
+        batch_for_share(256, 8, 0.99))
+
+
+def test_half_byte_experts_are_named_fp4_under_fp8_only(variant):
+    """Reader finding: the hypothetical "half the bytes" is FP4 (W4A8) under fp8 weights; under bf16 it would be
+    fp8 at another peak, so the option is not listed there."""
+    fp4 = next(o for o in variant("moe-experts-per-batch@default").sheet.judged("advantage") if "FP4" in o)
+    assert "W4A8" in fp4
+    bf16 = variant("moe-experts-per-batch@default+weight_dtype=bf16+gpus=32").sheet.judged("advantage")
+    assert bf16[fp4] is None
 
 
 def test_a_user_moe_model_needs_the_expert_fields(tmp_path):
