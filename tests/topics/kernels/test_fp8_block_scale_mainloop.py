@@ -40,3 +40,93 @@ def test_turns_stretch_the_gemm_by_the_promotion_share_only_when_exposed(variant
 def test_tie_is_refused(variant):
     with pytest.raises(VariantError, match="no_tie"):
         variant("fp8-block-scale-mainloop@default+scale_block=32")
+
+
+# Review 7 (read7/fp8-block-scale-mainloop.md), one test per finding.
+
+INSIDE = "it applies the scales inside the MMA: no temporary accumulator, no FMA per output"
+AS_IS = "it could take this checkpoint's scales as they are"
+SHORTER = "moving the scales into it would shorten this GEMM"
+ROUNDED = "this checkpoint's scales would have to be rounded to powers of two, and the model evaluated again"
+
+
+def test_no_software_promotion_of_ue8m0_scales_on_blackwell(variant):
+    """Finding 1: a B200 opening with UE8M0 scales asked why the tensor cores cannot apply scales its block-scaled
+    MMA takes as they are. B200 draws carry FP32 scales (CUTLASS's sm100 blockwise path); only the push's what-if
+    puts a UE8M0 checkpoint on B200, and there the select says the hardware could take them."""
+    solution = variant("fp8-block-scale-mainloop@default+gpu=b200+scale_dtype=ue8m0")
+    assert any("only the push's what-if" in reason for _, reason in solution.sheet.refusals_if_asked)
+    for seed in range(60):
+        solution = variant(f"fp8-block-scale-mainloop@{seed}")
+        if solution.param("gpu").raw == "b200":
+            assert solution.param("scale_dtype").raw == "fp32"
+    pushed = variant("fp8-block-scale-mainloop@default+scale_dtype=ue8m0+gpu=b200+scale_block=32")
+    assert pushed.sheet.results["block_scaled"][AS_IS] is True
+    plan = pushed.question.answer("main_loop").points
+    assert any("FP32 scales like these still take the software promotion" in point for point in plan)
+
+
+def test_the_push_select_has_no_option_fixed_by_the_push(variant):
+    """Finding 2: 'finer than this variant's' was false in every push to N_C = 32 (and its 32 a constant in the
+    parameter table). The options left vary over the pushes: the scales taken as they are with the checkpoint's
+    format, the shortening with the side the push lands on."""
+    options = {option for seed in range(5) for option in variant(f"fp8-block-scale-mainloop@{seed}").sheet.results[
+        "block_scaled"]}
+    assert options == {INSIDE, AS_IS, SHORTER, ROUNDED}
+    back = variant("fp8-block-scale-mainloop@default+gpu=b200+scale_block=128").sheet.results["block_scaled"]
+    forth = variant("fp8-block-scale-mainloop@default+gpu=b200+scale_block=32").sheet.results["block_scaled"]
+    assert (back[SHORTER], forth[SHORTER]) == (False, True)
+
+
+def test_stage_three_asks_the_serial_time_not_a_copy_of_the_opening(variant):
+    """Finding 3: in a hidden draw the overlapped GEMM time equals the opening's key; stage 3 asks the time with
+    the promotion in series instead, and the overlapped time only in the push."""
+    solution = variant("fp8-block-scale-mainloop@default")
+    stages = solution.question.stages
+    assert "t_serial" in stages[2].ask and "gemm_time" not in stages[2].ask
+    assert all("gemm_time" in stage.ask for stage in stages[3:])
+    results = solution.sheet.results
+    assert results["t_serial"] == pytest.approx(results["t_ideal"] * 1.25)
+
+
+def test_a_kernel_ceiling_says_why_it_runs_at_the_peak(variant):
+    """Finding 4: the bank's FP8 step efficiency (50%) is an engine's end to end; a kernel question prices the
+    ceiling, and says where DeepGEMM's other 31% goes."""
+    text = " ".join(variant("fp8-block-scale-mainloop@default").sheet.assumptions)
+    assert "not an engine step" in text and "69%" in text and "WGMMA" in text
+
+
+def test_blackwell_overlap_is_not_two_warpgroups(variant):
+    """Finding 5: on Blackwell the MMA issues into TMEM and promotion warps read it out with tcgen05.ld; the TMEM
+    read bandwidth is named as a limit left out."""
+    sheet = variant("fp8-block-scale-mainloop@default+gpu=b200").sheet
+    why = next(step.why for step in sheet.steps if step.key == "overlap_ceiling")
+    assert "TMEM" in why and "warpgroup" not in why
+    assert any("TMEM read bandwidth" in text for text in sheet.assumptions)
+
+
+def test_weight_scales_keep_128_rows(variant):
+    """Finding 6: square N_C × N_C weight blocks at N_C = 32 would not let a 128-column tile share one scale; the
+    weight scales keep 128 rows of N_w and change only along K."""
+    text = " ".join(variant("fp8-block-scale-mainloop@default").sheet.assumptions)
+    assert "per 128 rows of N_w" in text and "square" not in text
+
+
+def test_weight_dimensions_are_not_the_tiles_n(variant):
+    """Finding 7: the parameter table called the weight's rows N, the tile's columns N too."""
+    labels = {param.name: param.label for param in variant("fp8-block-scale-mainloop@default").params}
+    assert labels["n"] == "weight rows (N_w)" and labels["k"] == "reduction length (K_w)"
+
+
+def test_no_constant_in_the_table_and_the_b200_rate_says_its_source(variant):
+    """Finding 8: MXFP8's 32 was a parameter; B200's FLOP per clock rests on an unpublished clock."""
+    solution = variant("fp8-block-scale-mainloop@default+gpu=b200")
+    assert "mx_block" not in {param.name for param in solution.params}
+    given = next(g for g in solution.sheet.givens if g.symbol == "F_fp8")
+    assert "publishes no B200 clock" in given.label
+
+
+def test_the_stem_keeps_128_weight_rows_per_scale(variant):
+    """Finding 6, in the words: the stem said N_C × N_C weight blocks."""
+    prompt = " ".join(variant("fp8-block-scale-mainloop@default+gpu=b200+scale_block=32").prompt.split())
+    assert "per 128 × 32 weight block" in prompt and "32 × 32" not in prompt
