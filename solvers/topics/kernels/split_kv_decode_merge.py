@@ -89,7 +89,8 @@ def _merge_judgements(s: Sheet, *, splits, empty, overhead, att_gain, tokens, ti
     s.judge(key, "a CUDA graph replays the split count fixed at capture, so an engine that graphs decode pins it (or "
             "its cap) per captured batch size", True,
             "the split count is part of the launch's grid and its partial buffers, which a captured graph replays as "
-            "they were: vLLM sizes a full graph's splits to a fixed cap for each captured batch size", fact=True)
+            "they were: vLLM's FlashAttention backend caps a full graph's splits at 16 "
+            "(_DEFAULT_MAX_NUM_SPLITS_FOR_CUDA_GRAPH) for every captured batch size", fact=True)
 
 
 def _split_regime(s: Sheet, *, blocks, n_split, slots, waves, n_sm, att_gain, step_gain, kv_read, w_read, t_oh,
