@@ -123,9 +123,14 @@ def solve(p, s: Sheet) -> None:
     # One block a SM takes at most the per-block limit (227 of Hopper's 228 KiB): a ring sized on the SM's
     # whole shared memory could count a stage no kernel can allocate.
     smem = s.given("S_smem", p.gpu.smem_block_kib * 1024, "KiB", f"{p.gpu.name} shared memory one block may take")
-    stages = s.step("stages", "k-steps of this tile shared memory holds", "n_stage", floor_of(smem / tile_bytes), "",
-                    "a ring of stages, each a k-step's A and B slices with its pair of barriers (the epilogue's "
-                    "staging left out)")
+    # read7 #4: the epilogue stages the bf16 C tile in shared memory for its TMA store (CUTLASS's
+    # StageCountAutoCarveout carves it out before counting stages): 192 × 128 leaves 4 stages of 40 KiB, not 5.
+    epi = s.step("epilogue_bytes", "The epilogue's C tile staged for the TMA store", "S_epi", M * N * 2, "KiB",
+                 "the bf16 output tile, carved out of shared memory before the ring")
+    stages = s.step("stages", "k-steps of this tile shared memory holds", "n_stage",
+                    floor_of((smem - epi) / tile_bytes), "",
+                    "a ring of stages, each a k-step's A and B slices with its pair of barriers, in what the "
+                    "epilogue's staging leaves")
     _specialization_judgements(s, p, share=share, gain=budget - even, tile=(M, N), stages=stages)
     s.assume("Ampere-style path: 16-byte cp.async copies, each with the stated address and bounds instructions, "
              "eight warps (4 × 2 over a tile taller than wide, else 2 × 4: 64 × 64 warp tiles at 256 × 128, as "

@@ -25,7 +25,7 @@ FEATURES = {
     "prefix caching and EAGLE-3 speculative decoding": (),
     "prefix caching and ngram speculative decoding": ("ngram",),
     "structured outputs and a custom logits processor": ("logits",),
-    "chunked prefill and dual batch overlap": ("dbo",),
+    "structured outputs and ngram speculative decoding": ("ngram",),
     "prefix caching and structured outputs": (),
     "prefix caching and a logits-processor plugin installed in the image": ("logits",),
     "prefix caching and an image built without Triton": ("triton",),
@@ -33,8 +33,7 @@ FEATURES = {
 }
 
 
-CAUSE_NAMES = {"ngram": "ngram drafting", "logits": "the custom logits processor", "dbo": "dual batch overlap",
-               "triton": "the missing Triton"}
+CAUSE_NAMES = {"ngram": "ngram drafting", "logits": "the custom logits processor", "triton": "the missing Triton"}
 
 
 # Listed only where the V1 runner is built (elsewhere nothing keeps MRV2 off): it shortens the step only
@@ -43,6 +42,8 @@ REMOVE = "turning off what keeps it on the V1 runner"
 FORCE = "setting VLLM_USE_V2_MODEL_RUNNER to force Model Runner V2"
 FASTER_CPU = "a host CPU twice as fast"
 MORE_BANDWIDTH = "GPUs with twice the HBM bandwidth"
+# read7 #1: a lever whose truth is not the regime's bit: listed where the V1 runner runs and its CPU sets the step.
+CPU_AS_V2 = "a host CPU twice as fast, by as much as Model Runner V2 would"
 
 
 def _runner(s: Sheet, p, e, work, comm, gpu, cpu_old, cpu_new, old, new, speedup) -> None:
@@ -59,6 +60,10 @@ def _runner(s: Sheet, p, e, work, comm, gpu, cpu_old, cpu_new, old, new, speedup
     s.step("realized", "Gain this deployment actually gets", "S_real", old / run, "x",
            f"Model Runner V2's {gain} only where it is the runner that runs: the fallback is silent"
            if causes else "Model Runner V2 is the runner that runs")
+    # read7 #2: what the deployment decodes as configured, graded beside what V2 would.
+    s.step("throughput_run", "Decode tokens per second, as deployed", "X_run", s.param("B", "batch") / run,
+           "tokens/s", "the batch over the step of the runner vLLM builds"
+           + (f": the V1 runner, silently ({named})" if causes else ": Model Runner V2"))
     faster = s.compare(new, old) < 0
     s.judge("fallback", REMOVE, faster if causes else None,
             "nothing keeps MRV2 off here" if not causes else
@@ -71,6 +76,17 @@ def _runner(s: Sheet, p, e, work, comm, gpu, cpu_old, cpu_new, old, new, speedup
     s.judge("fallback", FASTER_CPU, cpu_binds,
             "the CPU's work sets the step: halving it shortens the step" if cpu_binds else
             "the GPU's step already covers the CPU's work, which async scheduling hides")
+    # read7 #1: twice the CPU on the V1 runner against V2: does halving the old runner's CPU reach V2's step?
+    listed = bool(causes) and cpu_binds
+    half = s.step("cpu_old_fast", "CPU time per step, old runner, on a CPU twice as fast", "t_CPU1'", cpu_old / 2,
+                  "ms", "the same Python work at twice the speed") if listed else cpu_old
+    as_v2 = s.compare(max_of(gpu, half), new) <= 0
+    s.judge("fallback", CPU_AS_V2, (cpu_binds and as_v2) if causes else None,
+            (f"halved, the old runner's {s.text(cpu_old)} of CPU is {s.text(half)}: "
+             + (f"under the GPU's {s.text(gpu)}, so the step falls as far as MRV2's" if as_v2 else
+                f"still over MRV2's {s.text(new)} step, so the step falls, but less than MRV2's"))
+            if listed else "the GPU sets the step: neither a faster CPU nor MRV2 shortens it" if causes else
+            "MRV2 already runs")
     gpu_fast = max_of(reads / 2, work.math) + comm
     shorter = s.compare(max_of(gpu_fast, cpu_run), run) < 0
     s.judge("fallback", MORE_BANDWIDTH, shorter,
@@ -198,8 +214,13 @@ def solve(p, s: Sheet) -> None:
     s.assume("Async scheduling: the CPU prepares step N+1 while the GPU runs step N, so a step lasts as long "
              "as the slower of the two. The runner prepares a step's inputs from the scheduler's output, so the "
              "two CPU costs add; at TP > 1 each worker prepares its own inputs in its own process at the same "
-             "time, so one worker's time counts, at every TP alike.")
-    s.assume("The old runner's CPU costs are the variant's profile (a fixed part and a part per request); "
+             "time, so one worker's time counts, at every TP alike. read7 #7: at TP > 1 the multiprocess executor "
+             "runs the scheduler in the engine-core process and the runners in the workers, which can pipeline "
+             "the scheduling of step N+2 under the preparation of step N+1: there the sum is an upper bound, "
+             "and the CPU side nearer the longer of the two.")
+    s.assume("The old runner's CPU costs are the variant's profile (a fixed part and a part per request), drawn "
+             "wide and not measured (read7 #4): published V1 profiles put its input preparation at a few hundred "
+             "µs at these batches, so a real V1 deployment is CPU-bound over a narrower range than the draws; "
              "MRV2's is the scheduler plus the variant's staging and launch time, its Triton input kernels "
              "taking microseconds of GPU time (left out).")
     s.assume("Runner choice as vLLM v0.28.0 makes it with VLLM_USE_V2_MODEL_RUNNER unset (vllm/config/vllm.py "
@@ -211,8 +232,7 @@ def solve(p, s: Sheet) -> None:
     s.assume("Tokens per second count one token per sequence per step (steps per second × batch). Where "
              "speculative decoding is on, its drafting and verification are left out of the step's work and its "
              "accepted drafts out of the count: the question is about the CPU's side of the step, and accepted "
-             "drafts would multiply both runners' tokens per step alike. Dual batch overlap has no expert "
-             "all-to-all to hide in a dense model, so turning it off costs nothing here.")
+             "drafts would multiply both runners' tokens per step alike.")
     # Slips on the tokens/s V2 delivers: V2's step over the step each mistake times (the old runner's step
     # is V2's in a GPU-bound draw, a factor of 1 the sheet drops).
     t_new = s.value(new)

@@ -41,3 +41,21 @@ def fa2_split_bounds(tokens: int, tile: int, splits: int, longest: int | None = 
     per = math.ceil(math.ceil((longest or tokens) / tile) / splits)
     n_blocks = -(-tokens // tile)
     return [(min(i * per, n_blocks) * tile, min(min((i + 1) * per, n_blocks) * tile, tokens)) for i in range(splits)]
+
+
+def fa2_num_splits(batch_nheads_mblocks: int, num_sms: int, num_n_blocks: int, max_splits: int = 128) -> int:
+    """FlashAttention-2's num_splits_heuristic (csrc/flash_attn/flash_api.cpp) line by line, in its float arithmetic;
+    set_params_splitkv calls it with num_sms = 2 × the SM count."""
+    if batch_nheads_mblocks >= np.float32(0.8) * num_sms:
+        return 1
+    max_splits = min(max_splits, num_sms, num_n_blocks)
+
+    def eligible(n: int) -> bool:
+        return n == 1 or -(-num_n_blocks // n) != -(-num_n_blocks // (n - 1))
+
+    efficiency = []
+    for n in range(1, max_splits + 1):
+        waves = np.float32(batch_nheads_mblocks * n) / np.float32(num_sms)
+        efficiency.append(np.float32(waves / np.ceil(waves)) if eligible(n) else np.float32(0))
+    best = max(efficiency)
+    return next((n for n in range(1, max_splits + 1) if eligible(n) and efficiency[n - 1] >= 0.85 * float(best)), 1)

@@ -83,7 +83,7 @@ def test_tma_overhead_share_leaves_the_mma_sync_out(variant, seed):
     slots = 4 * 2 * m * n * 64 / 4096
     assert r["overhead_share"] == pytest.approx((r["cp_instructions"] + r["ldmatrix"]) / slots, rel=1e-12)
     assert r["issue_share"] - r["overhead_share"] == pytest.approx(m * n * 64 / 2048 / slots, rel=1e-12)
-    stages = 228 * 1024 // ((m + n) * 64 * 2)
+    stages = (227 * 1024 - m * n * 2) // ((m + n) * 64 * 2)  # read7 #4: the epilogue's bf16 C tile carved out
     assert r["stages"] == stages
     assert r["pipeline_facts"]["shared memory holds {deep} or more k-steps of this tile in flight"] == (stages >= 5)
 
@@ -100,3 +100,13 @@ def test_lse_merge_is_exact_for_any_split_layout(tokens, splits, tile, seed):
     p = np.exp(scores - scores.max())
     assert np.max(np.abs(merged - p @ values / p.sum())) < 1e-12
     assert lse == pytest.approx(scores.max() + np.log(p.sum()), abs=1e-12)
+
+
+def test_tma_stage_count_carves_out_the_epilogue(variant):
+    """read7 #4: @12012 keyed 'shared memory holds 5 or more k-steps' true (227 KiB / 40 KiB), with the epilogue's
+    staging left out; its 192 × 128 bf16 C tile staged for the TMA store is 48 KiB, and CUTLASS's
+    StageCountAutoCarveout would give 4 stages. The default's 64 KiB C tile leaves 163 KiB: 3 stages of 48."""
+    deep = "shared memory holds {deep} or more k-steps of this tile in flight"
+    r = variant("tma-warp-specialization@12012").sheet.results
+    assert r["epilogue_bytes"] == 48 * 1024 and r["stages"] == 4 and r["pipeline_facts"][deep] is False
+    assert variant("tma-warp-specialization@default").sheet.results["stages"] == 3
