@@ -105,9 +105,12 @@ def solve(p, s: Sheet) -> None:
              "leave the loss flat.")
     s.assume("The checks run most decisive first, in the hint's order, and stop at the first that fails: the "
              "answer is the set run, that one included.")
-    s.assume("The dataset was meant to last the schedule (one pass by the decay step), so more than one epoch "
-             "means the loader re-reads data it has seen: the schedule was set before the data shrank. Every "
-             "step consumes the full global batch.")
+    s.assume("The schedule was set when the dataset was meant to last it; the data may since have shrunk "
+             "(deduplication, a filter, a shard list cut short), so whether it still does is the epochs check, "
+             "not a premise: more than one epoch means the loader re-reads data it has seen. Every step consumes "
+             "the full global batch. Llama 3 405B reached its 1.2M steps with a batch ramp (4M, 8M, then 16M "
+             "tokens a step); at a constant 16.8M the same schedule would read 20.1T tokens, 1.29 passes of its "
+             "15.6T.")
     s.assume("fp16 dynamic loss scaling (the loss-scaling card) halves the scale on each overflowing step and "
              "skips that step's update; at the floor of 1 it can fall no further and every step is wasted. A "
              "bf16 run would need no scaler: this cause belongs to legacy fp16 recipes (V100-era fleets). A "
@@ -116,6 +119,7 @@ def solve(p, s: Sheet) -> None:
              "at exactly zero is a slice whose weights get no gradient (left frozen after a reload, or its "
              "gradient buffers zeroed before the step) while it still passes gradients back to the stages "
              "before it, which stay healthy.")
-    s.slip("epochs from sequences, not tokens", 1 / p.seq_len, on="epochs")
+    s.slip("the epochs of the whole schedule (the decay step), not of the steps run by 11:00",
+           p.decay_steps / p.step_1100, on="epochs")
     _lr_slips(p, s, p.step_0900, s.value(lr))
 

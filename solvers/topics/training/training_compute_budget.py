@@ -22,6 +22,13 @@ def _wall_clock(T_c, C, tau, a, R):
     return T_c * (1 + C / tau) / (1 - a * (R + tau / 2))
 
 
+def least_loss_interval(C, a, R):
+    """The checkpoint interval that minimises W(τ) = T_c(1 + C/τ)/(1 − a(R + τ/2)): setting dW/dτ = 0 gives
+    τ² + 2Cτ − 2C(1 − aR)/a = 0, so τ* = √(C² + 2C(1 − aR)/a) − C. Young's √(2C/a) is its first order, for a
+    stall and a restart small against the MTBF; a long restart (or stall) pulls the optimum below Young's."""
+    return sympy.sqrt(C**2 + 2 * C * (1 - a * R) / a) - C
+
+
 def _schedule_levers(s: Sheet, v: dict[str, sympy.Symbol], shorter: sympy.Expr) -> None:
     """Which changes win back the share asked of the days lost to checkpoints and failures: each one re-solved
     on the same wall-clock equation. Judged on the lost days, not the whole schedule, so a lever's truth follows
@@ -34,8 +41,8 @@ def _schedule_levers(s: Sheet, v: dict[str, sympy.Symbol], shorter: sympy.Expr) 
         ("checkpointing half as often", T_c, C, 2 * tau, a, R),
         ("halving the restart time", T_c, C, tau, a, R / 2),
         ("asynchronous checkpoint saves (no stall)", T_c, 0, tau, a, R),
-        # Young's first-order optimum, √(2·C·MTBF): the stall against the rewound work.
-        ("checkpointing at the interval that loses the least time", T_c, C, sympy.sqrt(2 * C / a), a, R),
+        # The exact optimum of W(τ), not Young's first-order √(2·C·MTBF): the label promises the least time lost.
+        ("checkpointing at the interval that loses the least time", T_c, C, v["tau_opt"], a, R),
     )
     for option, days, stall, interval, rate, restart in options:
         if s.compare(rate * (restart + interval / 2), 1) >= 0:
@@ -56,7 +63,7 @@ def _schedule_levers(s: Sheet, v: dict[str, sympy.Symbol], shorter: sympy.Expr) 
                    f"{format_quantity(s.evaluate(wall - W), 'days')} more lost"))
 
 
-def _replica_layout(p, s: Sheet, N, G) -> None:
+def _replica_layout(p, s: Sheet, N, G) -> sympy.Symbol:
     """The fewest GPUs one data-parallel replica spans when it holds a whole copy of the training state:
     TP inside the node, pipeline stages across nodes, the rest data-parallel."""
     b_w = s.given("b_w", dtype_bytes("bf16"), "B", "bytes per bf16 weight (and per bf16 gradient)")
@@ -77,7 +84,10 @@ def _replica_layout(p, s: Sheet, N, G) -> None:
     mp = s.step("mp_gpus", "GPUs one replica spans, at the fewest", "n_MP", group, "GPUs",
                 f"the least power of two at or above n_0, so replicas tile the {format_number(p.gpus)} GPUs: "
                 f"TP {format_number(s.evaluate(min_of(group, node)))} inside the node"
-                + (f" × {format_number(s.evaluate(group / node))} pipeline stages across nodes" if across else ""))
+                + (f" × {format_number(s.evaluate(group / node))} pipeline stages across nodes" if across else "")
+                + ". Sharding the optimizer over the replicas (ZeRO-1, as Llama 3 and Megatron's distributed "
+                  "optimizer do) cuts each GPU's 12 B of fp32 state a parameter by the replica count: the replica "
+                  "could then be smaller")
     if s.compare(mp, G) > 0:
         raise Reject("one copy of the state needs more GPUs than the job has")
     tp = s.step("", "Tensor-parallel degree", "TP", min_of(mp, node), "",
@@ -85,6 +95,7 @@ def _replica_layout(p, s: Sheet, N, G) -> None:
     s.step("", "Pipeline stages", "PP", mp / tp, "", "the rest of the replica, one stage per node's share")
     s.step("", "Data-parallel replicas", "DP", G / mp, "",
            "the job's GPUs over one replica's: each replica trains on its share of every global batch")
+    return S
 
 
 def _schedule_regime(s: Sheet, W, T_dl, T_c) -> None:
@@ -97,7 +108,8 @@ def _schedule_regime(s: Sheet, W, T_dl, T_c) -> None:
         f"{compute} of compute stretch to {wall} with checkpoints and failures, within the deadline of "
         f"{deadline}: the {lost} they take fit the {allowed} allowed.",
         "Past the deadline the fix is less time lost per failure (faster restarts, a checkpoint interval nearer "
-        "√(2·C·MTBF)), a shorter checkpoint stall, or more compute slack: more GPUs (which also fail more often), "
+        "the optimum, about √(2·C·MTBF)), a shorter checkpoint stall (faster storage, asynchronous saves), "
+        "or more compute slack: more GPUs (which also fail more often), "
         "a higher MFU, fewer tokens.",
         near=f"{compute} of compute stretch to {wall} against a deadline of {deadline}: it fits with "
              f"little to spare: {lost} of the {allowed} allowed go to checkpoints and failures, and one bad "
@@ -118,8 +130,8 @@ def solve(p, s: Sheet) -> None:
     P = given_peak_flops(s, p.gpu, "bf16")
     I_ref, T_ref, G_ref = (s.param(sym, name) for sym, name in (
         ("I_ref", "ref_interruptions"), ("T_ref", "ref_days"), ("G_ref", "ref_gpus")))
-    tau, C, R = (s.param(sym, name) for sym, name in (
-        ("τ", "ckpt_interval"), ("C", "ckpt_write"), ("R", "restart")))
+    tau, B_ck, R = (s.param(sym, name) for sym, name in (
+        ("τ", "ckpt_interval"), ("B_ck", "ckpt_bw"), ("R", "restart")))
 
     F = s.step("flops", "Training FLOPs", "F", FLOPS_PER_PARAM_TOKEN * N * D, "FLOP",
                "each parameter does a multiply-add per token forward and two backward")
@@ -128,7 +140,9 @@ def solve(p, s: Sheet) -> None:
     T_c = s.step("days", "Days of pure compute", "T_c", F / X, "days", "the work over the rate, no interruptions")
     s.step("data_rate", "Tokens per second the data pipeline feeds", "r_D", D / T_c, "tokens/s",
            "the training tokens over the compute time: the loader must sustain this while the GPUs run")
-    _replica_layout(p, s, N, G)
+    S = _replica_layout(p, s, N, G)
+    C = s.step("ckpt_write", "Checkpoint stall", "C", S / B_ck, "min",
+               "the whole training state written at the storage's sustained rate, training paused meanwhile")
     s.step("interruptions_compute", "Interruptions over the compute days alone", "I_c",
            I_ref / (G_ref * T_ref) * G * T_c, "interruptions", "the first estimate, before the schedule stretches")
     lam = s.step("failure_rate", "Interruptions per GPU-day (Llama 3)", "λ", I_ref / (G_ref * T_ref),
@@ -149,8 +163,11 @@ def solve(p, s: Sheet) -> None:
            "wall-clock minus compute")
     s.step("effective_share", "Effective training time", "E", T_c / W, "%",
            "the share of wall-clock spent on useful steps (Llama 3 405B reported over 90%)")
-    s.step("", "Checkpoint interval with the least lost time (Young)", "τ_Y", sympy.sqrt(2 * C / a), "min",
-           "first-order optimum √(2·C·M): the write cost against the rewound work")
+    s.step("", "Young's checkpoint interval", "τ_Y", sympy.sqrt(2 * C / a), "min",
+           "first-order optimum √(2·C·M): the write cost against the rewound work, the restart left out")
+    tau_opt = s.step("", "Checkpoint interval with the least lost time", "τ*", least_loss_interval(C, a, R), "min",
+                     "dW/dτ = 0: τ² + 2Cτ − 2C(1 − aR)/a = 0; the restart's share of the time (aR) pulls it under "
+                     "Young's")
 
     s.assume(f"Model FLOPs are {FLOPS_PER_PARAM_TOKEN}·N·D (the flops-per-token card; Kaplan et al. 2020): "
              "attention over the context and the embeddings are left out; activation recomputation is not "
@@ -160,13 +177,17 @@ def solve(p, s: Sheet) -> None:
     s.assume(f"Failure rate from Llama 3 405B (The Llama 3 Herd of Models, sec. 3.3.4): "
              f"{format_number(p.ref_interruptions)} job interruptions (47 planned, 419 unexpected) over "
              f"{format_quantity(p.ref_days, 'days')} on {format_number(p.ref_gpus)} H100s, taken per GPU-day of "
-             "wall-clock time, so a schedule stretched by failures sees more of them.")
+             "wall-clock time, so a schedule stretched by failures sees more of them. The planned 47 are counted as "
+             "if they too scaled with GPUs; and an A100 or B200 fleet is taken to fail as Llama 3's H100s did, "
+             "which no published record of a fleet that size confirms. Meta's over 90% effective time bounds "
+             "its average loss at 0.10 × 54 days / 466 = 16.7 min an interruption: an upper bound, not a measurement.")
     s.assume("Each data-parallel replica keeps a whole copy of the training state (no sharding across replicas, "
              "as ZeRO or FSDP would add) and activations fit beside it: the layout is the fewest GPUs that hold "
              "the state, with TP inside the node. Llama 3 405B ran TP 8 × PP 16 × DP 128 on 16,384 H100s.")
     s.assume("Each interruption rewinds to the last checkpoint (on average half an interval of work) and costs the "
-             "restart time; checkpoint writes stall training (no asynchronous save); interruptions do not "
-             "overlap.")
+             "restart time; checkpoint writes stall training for the whole state at the storage's sustained write "
+             "rate (no asynchronous save; Llama 3's Tectonic file system sustains 2 TB/s, sec. 3.3.1, of which one "
+             "job gets a share); interruptions do not overlap.")
     s.slip("x1/3: 2·N·D counts the forward pass only", 1 / 3, on=("flops", "days"))
     s.slip("x4/3: 8·N·D counts activation recomputation, which MFU excludes", on=("flops", "days"), factor=4 / 3)
     s.slip("MFU left out: the run at datasheet peak", p.mfu, on="days")
@@ -182,6 +203,7 @@ def solve(p, s: Sheet) -> None:
 
     T_dl = s.step("deadline", "Deadline", "T_dl", T_c * (1 + slack), "days",
                   "the compute days plus the allowance the plan keeps for checkpoints and failures")
-    _schedule_levers(s, {"T_c": T_c, "C": C, "tau": tau, "a": a, "R": R, "W": W}, s.param("s_L", "shorter"))
+    _schedule_levers(s, {"T_c": T_c, "C": C, "tau": tau, "a": a, "R": R, "W": W, "tau_opt": tau_opt},
+                     s.param("s_L", "shorter"))
     _schedule_regime(s, W, T_dl, T_c)
 

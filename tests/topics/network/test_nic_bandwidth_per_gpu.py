@@ -23,7 +23,7 @@ def test_nic_strict_need_does_not_depend_on_the_batch_or_the_shard(variant):
     fewer = variant("nic-bandwidth-per-gpu@default+microbatches=4").sheet.results
     assert fewer["bandwidth"] == pytest.approx(base["bandwidth"])
     assert fewer["bandwidth_step"] == pytest.approx(4 * base["bandwidth_step"], rel=0.01)
-    for override in ("+model=llama-3.1-405b+pp=16", "+pp=8", "+pp=2"):
+    for override in ("+model=llama-3.1-405b+pp=16", "+pp=8", "+pp=2+gpu=h200-sxm"):
         other = variant(f"nic-bandwidth-per-gpu@default{override}").sheet.results
         assert other["bandwidth"] == pytest.approx(base["bandwidth"], rel=1e-12)
     # key-check-2's @189, by its parameters: 399.5 of 400 Gb/s, hidden only by the ring's 63/64 (read as 1, past
@@ -130,9 +130,11 @@ def test_nic_step_matches_a_simulated_one_f_one_b_step(variant, code):
     assert r["exposed_share"] == pytest.approx(max(0.0, last[0][0] + comm - last[0][1]) / end, abs=1e-12)
 
 
-def test_nic_pushes_move_the_port_or_the_gpu_with_the_side(variant):
+def test_nic_pushes_move_the_gpu_or_the_sequence_with_the_side(variant):
     """The review: exposed was never priced and the engine's push at @7 did not cross. A hidden job moves to B200
-    on the same 400G port (DGX B200's): exposed, a few percent of the step; an exposed one gets 800G: hidden."""
+    on the same 400G port (DGX B200's): exposed, a few percent of the step. read7 (3): the exposed side's 800G
+    ConnectX-8 was bandwidth an H100's or H200's PCIe Gen5 link cannot feed; it now enters the long-context
+    stage, 16K sequences, which doubles the window: hidden."""
     hidden = variant("nic-bandwidth-per-gpu@default")
     assert hidden.regime_name == "comms-hidden"
     b200 = variant("nic-bandwidth-per-gpu@default+gpu=b200")
@@ -140,4 +142,35 @@ def test_nic_pushes_move_the_port_or_the_gpu_with_the_side(variant):
     assert 0.02 < b200.expected["exposed_share"] < 0.06
     exposed = variant("nic-bandwidth-per-gpu@default+mfu=50")
     assert exposed.regime_name == "comms-exposed" and exposed.expected["exposed_share"] < 0.01
-    assert variant("nic-bandwidth-per-gpu@default+mfu=50+nic=connectx-8").regime_name == "comms-hidden"
+    longer = variant("nic-bandwidth-per-gpu@default+mfu=50+seq=16384")
+    assert longer.regime_name == "comms-hidden"
+    assert longer.expected["bandwidth"] == pytest.approx(exposed.expected["bandwidth"] / 2, rel=1e-12)
+    pushes = [stage for stage in hidden.question.stages if stage.set]
+    assert {name for stage in pushes for name, _ in stage.set} == {"gpu", "seq"}  # no ConnectX-8 on a Gen5 host
+
+
+def test_nic_layout_fits_plain_ddp_or_is_refused(variant):
+    """read7 (1): @12011 ran 70B at TP 8 x PP 1 on H200, 141 GB of replicated Adam state on a 141 GB card: a layout
+    only a sharded optimizer fits. The stem says plain DDP; its state must fit in three quarters of HBM."""
+    with pytest.raises(VariantError, match="plain data parallelism"):
+        variant("nic-bandwidth-per-gpu@default+pp=1+gpu=h200-sxm")
+    with pytest.raises(VariantError, match="plain data parallelism"):
+        variant("nic-bandwidth-per-gpu@default+pp=2")  # 70.6 GB of state on an 85.5 GB H100
+    assert variant("nic-bandwidth-per-gpu@default+pp=2+gpu=h200-sxm").regime_name == "comms-hidden"
+    for seed in range(30):
+        solution = variant(f"nic-bandwidth-per-gpu@{seed}")
+        p = {param.name: param.value for param in solution.params}
+        assert 16 * p["model"].params_b * 1e9 / (p["tp"] * p["pp"]) <= 0.75 * p["gpu"].hbm_mib * 2**20
+
+
+def test_nic_key_says_ddp_and_why_a_distributed_optimizer_needs_the_same(variant):
+    """read7 (1, 2, 5, 6): the stem names plain DDP; the assumptions say why ZeRO-1 (its all-gather due in the next
+    first forward, half the window) and Llama 3's fp32 reduce-scatter need the same rate; the near-the-line text
+    calls the match a coincidence of 8K sequences and the MFU, not a design reason; the pipeline sends and the
+    bucket tail are named."""
+    solution = variant("nic-bandwidth-per-gpu@default")
+    assert "plain DDP" in solution.question.stages[0].say
+    assumptions = " ".join(solution.sheet.assumptions)
+    assert "all-gather" in assumptions and "fp32" in assumptions and "latency steps" in assumptions
+    assert "This is why ports ship" not in solution.sheet.regime.summary
+    assert "happens to sit" in solution.sheet.regime.summary

@@ -192,3 +192,24 @@ def test_loss_plateau_says_which_cause_is_not_a_training_problem(variant):
         kinds.setdefault(expected["cause"], set()).add(expected["kind"])
     assert kinds.pop("job-not-stepping") == {"job-not-training"}
     assert kinds and all(kind == {"training-problem"} for kind in kinds.values())
+
+
+def test_plateau_stem_claims_no_pass_the_default_schedule_overruns(variant):
+    """read7 (1): the stem said the dataset was 'meant to last the schedule', yet the default's 1.2M steps of 2,048
+    x 8,192 tokens read 20.1T of a 15.6T dataset (Llama 3 ramped its batch). The stem no longer claims it; the
+    assumptions say the epochs are the check and name the ramp."""
+    solution = variant("loss-plateau-triage@default")
+    p = {param.name: param.value for param in solution.params}
+    assert p["decay_steps"] * p["batch"] * p["seq_len"] / p["dataset"] == pytest.approx(1.29, rel=0.01)
+    assert "meant to last" not in solution.question.stages[0].say
+    assumptions = " ".join(solution.sheet.assumptions)
+    assert "batch ramp" in assumptions and "20.1T" in assumptions
+
+
+def test_plateau_epochs_slip_is_one_a_candidate_makes(variant):
+    """read7 (7): 'epochs from sequences, not tokens' (8.975e-5 at the default) is no slip anyone makes; the slip
+    offered is the epochs of the whole schedule, the decay step's, not the steps run."""
+    solution = variant("loss-plateau-triage@default")
+    slips = [slip.label for slip in solution.sheet.slips.get("epochs", [])]
+    assert not any("sequences, not tokens" in label for label in slips)
+    assert any("whole schedule" in label for label in slips)
