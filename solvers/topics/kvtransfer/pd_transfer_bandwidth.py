@@ -191,7 +191,9 @@ def solve(p, s: Sheet) -> None:
     s.assume("Each GPU of the prefill group sends its own KV heads; a decode GPU receives the KV of the prefill "
              "GPUs that feed it (the fan-in): at fan-in k ≤ TP the decode group is TP/k GPUs, each holding k prefill "
              "GPUs' KV heads; past TP, a decode GPU takes whole requests from k/TP prefill groups. The transfer "
-             "times price this request's KV with the link to itself.")
+             "times price this request's KV with the link to itself: on a link busy a share u of the time, a "
+             "transfer also waits behind others' (an M/D/1 queue adds u/(2(1 − u)) transfers on average: 2x at "
+             "u = 0.8), so near the boundary the streamed figure is no longer about t_x/L.")
     s.assume("FLOPs: 2 per active parameter per token plus attention's causal query-key pairs, the weights' "
              "at the weight dtype's peak and attention's at the KV dtype's (matmul-precision); the prefill "
              "group's all-reduces run over the scale-up fabric, not overlapped with compute: they slow the "

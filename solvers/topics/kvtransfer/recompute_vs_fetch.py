@@ -98,6 +98,7 @@ def _situations(s: Sheet, p, costs: Costs, hit, fp8_attention) -> None:
 
 def _fetch_regime(s: Sheet, speedup, star, adv, T) -> None:
     gain, per_token = format_number(s.value(speedup), 3), format_number(s.value(adv), 3)
+    slower = format_number(1 / s.value(speedup), 3)
     hit, cross = format_number(s.value(T)), format_number(s.value(star), 3)
     ahead = s.compare(adv, 1) > 0
     lead = (f"per token the link beats the GPU {per_token}x" if ahead else
@@ -111,7 +112,7 @@ def _fetch_regime(s: Sheet, speedup, star, adv, T) -> None:
         "fast GPUs) recomputing wins, and a cache tier that serves such hits costs more than it saves."),
         below=Side(
         "recompute-wins",
-        f"Recomputing the {hit}-token hit is faster ({gain}x is fetching's 'speedup'): {lead}, but the hit is "
+        f"Recomputing the {hit}-token hit is faster (fetching takes {slower}x as long): {lead}, but the hit is "
         f"short of the {cross}-token crossing, so the fetch's fixed cost and bytes outweigh the whole recompute.",
         "Past the break-even length fetching wins, and every longer hit is worth fetching."))
 

@@ -143,3 +143,14 @@ def test_fetching_past_the_context_is_refused(variant):
     make a hit pay, past Llama-2-7B's 4,096 tokens: no such variant."""
     with pytest.raises(VariantError):
         variant("recompute-vs-fetch@default+model=llama-2-7b+tp=1+bandwidth=0.5+hit=1000")
+
+
+def test_a_recompute_win_says_how_much_longer_fetching_takes(variant):
+    """Read7 finding 9: the key read "(0.843x is fetching's 'speedup')"; it now says fetching takes 1/G as long."""
+    for seed in range(40):
+        solution = variant(f"recompute-vs-fetch@{seed}")
+        if solution.regime_name == "recompute-wins":
+            summary = solution.sheet.regime.summary
+            assert "'speedup'" not in summary and "fetching takes" in summary
+            return
+    raise AssertionError("no recompute-wins draw in 40 seeds")

@@ -84,3 +84,12 @@ def test_longer_prompts_raise_the_recompute(variant):
     assert long["recompute"] > short["recompute"]
     option = "the NVMe tier would pay for prompts four times this long"
     assert short["design"][option] == (long["recompute"] > long["fetch_ssd"])
+
+
+def test_the_opening_does_not_call_one_tp8_group_replicas(variant, catalog):
+    """Read7 finding 8: "runs as TP 8 replicas on one node" named one replica in the plural."""
+    from solvers.script import script
+
+    solution = variant("kv-cache-tiers@default+tp=8")
+    opening = " ".join(script(solution, catalog).stages[0].run.say.split())
+    assert "replicas" not in opening and "node at TP 8." in opening
