@@ -261,9 +261,9 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
             problems.append(f"{where}: answers.{key}: the same options hold in every variant: judgement that "
                             "does not follow from the numbers")
     for key, seen in keys.items():
-        if strict and seeds and max(seen.values(), default=0) > MAX_SAME_KEY * sum(seen.values()):
-            bar.append(f"{where}: answers.{key}: one key in {max(seen.values())} of {sum(seen.values())} variants: "
-                       "a graded answer that barely depends on the variant")
+        if question.staged and key in question.push_only:
+            continue  # judged below, over the pushed variants: the only ones a candidate meets it on
+        bar += _same_key(where, key, seen, strict and bool(seeds))
     if strict:
         bar += [f"{where}: {line}" for line in repeated_facts([default, *drawn] if default else drawn)]
         bar += typed_conventions(question)
@@ -278,6 +278,9 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
             tally_options(sweep_options, solution, skip=only)
         for solution in pushed:
             tally_options(sweep_options, solution, keys=only)
+        for key in sorted(only & keys.keys()):
+            bar += _same_key(where, key, Counter(_key_form(solution.expected[key], question.answer(key))
+                                                 for solution in pushed), True)
         bar += option_problems(question, sweep_options)
         found = variety.findings(question, sweep, variety.distinct_variants(question, catalog), pushed)
         bar += [f.line(question) for f in found if f.kind != "constant option"]  # option_problems names them
@@ -292,6 +295,14 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
             problems.append(f"{where}: regime_sides: '{side}' reached by {regimes[side]} of {seeds} draws "
                             f"(needs {MIN_SIDE_SHARE:.0%})")
     return problems + bar
+
+
+def _same_key(where: str, key: str, seen: Counter[object], check: bool) -> list[str]:
+    """The bar's line where one key holds in more than MAX_SAME_KEY of the variants `seen` counts."""
+    if check and max(seen.values(), default=0) > MAX_SAME_KEY * sum(seen.values()):
+        return [f"{where}: answers.{key}: one key in {max(seen.values())} of {sum(seen.values())} variants: "
+                "a graded answer that barely depends on the variant"]
+    return []
 
 
 def _sweep(question: Question, bank: Bank, catalog: Catalog, drawn: list[Solution],
