@@ -5,6 +5,7 @@ import sympy
 
 from solvers.derivation import Reject, Sheet, Side
 from solvers.formulas.collective import tp_all_reduce
+from solvers.formulas.common import GPU_MEMORY_UTILIZATION, hbm_bytes
 from solvers.formulas.scheduling import require_realistic_tp, step_constants
 from solvers.formulas.steptime import (
     engine,
@@ -53,6 +54,43 @@ def _judge_payers(s: Sheet, p, cpu_bound: bool, gpu: str, cpu: str, waste, gain,
                    else "the mask is ready before the forward pass ends, and sampling never waits"))
     else:
         s.judge(key, GRAMMAR_WAITS, False, "a free-text request's sampling needs no mask: nothing to wait for")
+
+
+# A lever whose throughput gain lands within this share of the line the options weigh is refused where asked.
+LEVER_TIE = 0.02
+LEVER_REQUEST = "detokenize and stop-check in a front-end process: half the CPU's work per request"
+LEVER_FIXED = "a leaner scheduler and CUDA graphs: half the CPU's fixed work a step"
+LEVER_BATCH = "twice the batch on the same engine"
+LEVER_GPU = "a GPU that runs the step in half the time"
+
+
+def _judge_levers(s: Sheet, p, e, B, S, c_0, c_r, t_gpu, t_ovl) -> None:
+    """Which change raises the overlapped loop's throughput past the line: a step is the slower side, so each
+    lever's tokens a step over its new step, against B over today's (the extra steps' share is the same)."""
+    key, line = "levers", s.param("lever_line", "lever_line")
+    target = 1 + s.value(line)
+
+    def judge(option: str, batch, cpu, gpu, why: str) -> None:
+        new = s.evaluate(batch / max_of(cpu, gpu))
+        gain = new / s.evaluate(B / t_ovl)
+        if abs(gain / target - 1) < LEVER_TIE:
+            s.refuse_if_asked([key], f"{option}: its gain within {LEVER_TIE:.0%} of the line")
+        s.judge(key, option, gain > target,
+                f"{why}: a step of {format_number(s.evaluate(max_of(cpu, gpu)) * 1e3, 3)} ms for "
+                f"{format_number(s.evaluate(batch))} tokens, {format_number(gain, 3)}x today's throughput")
+
+    judge(LEVER_REQUEST, B, c_0 + B * c_r / 2, t_gpu, "the per-request half moves off the loop")
+    judge(LEVER_FIXED, B, c_0 / 2 + B * c_r, t_gpu, "the fixed part halves")
+    judge(LEVER_GPU, B, c_0 + B * c_r, t_gpu / 2, "the GPU's side halves, the CPU's stays")
+    if s.evaluate(e.W / e.TP + e.KV * 2 * B * S) > hbm_bytes(p.gpu) * GPU_MEMORY_UTILIZATION:
+        s.judge(key, LEVER_BATCH, None, "twice the batch's KV does not fit beside the weights")
+        return
+    work = step_work(s, e, "double", "decode step at twice the batch", 2 * B, 2 * B * S, 2 * B * S)
+    t_ar = tp_all_reduce(s, p.model, p.gpu, p.tp, 2 * B, tag="double", label="decode step at twice the batch")
+    t_double = step_time(s, e, "double", "decode step at twice the batch", work, communication=t_ar,
+                         why="the weights read once for twice the requests, and twice the KV")
+    judge(LEVER_BATCH, 2 * B, c_0 + 2 * B * c_r, t_double, "twice the tokens a step; the CPU's per-request work "
+          "doubles, the GPU's step grows less")
 
 
 def solve(p, s: Sheet) -> None:
@@ -115,6 +153,7 @@ def solve(p, s: Sheet) -> None:
     gpu, cpu = s.text(t_gpu), s.text(t_cpu)
     cpu_bound = s.compare(t_cpu, t_gpu) > 0
     _judge_payers(s, p, cpu_bound, gpu, cpu, waste, gain, lines, t_seq, t_ovl)
+    _judge_levers(s, p, e, B, S, c_0, c_r, t_gpu, t_ovl)
     s.regime_by(t_cpu, t_gpu, tie="below", above=Side(
         "CPU-bound",
         f"The CPU needs {cpu} per step against the GPU's {gpu}: even with overlap the GPU waits for the CPU every "

@@ -156,3 +156,25 @@ def test_overlap_step_and_throughput_by_simulation(variant, seed):
         assert pace == pytest.approx(results[step], rel=1e-9)
         assert useful == batch * steps * (reply / (reply + 1) if overlap else 1)  # whole replies: a placeholder each
         assert useful / (steps * pace) == pytest.approx(results[key], rel=1e-9)
+
+
+def test_overlap_push_asks_what_to_do(variant, catalog):
+    """Reader (read7 #4): once the loop turns CPU-bound an interviewer asks what to do. The push now asks which
+    change raises the loop's throughput past a line, each judged as tokens a step over the slower side's new time;
+    the right set differs across pushes (a faster GPU only helps a GPU-bound loop, halving the CPU's work only a
+    CPU-bound one)."""
+    sets = set()
+    for seed in range(30):
+        solution = variant(f"decode-loop-overlap@{seed}")
+        index = len(solution.question.stages) - 1
+        push = stage_run(solution, catalog, index)
+        if push is None:
+            continue
+        assert "levers" in push.ask
+        judged = push.solution.sheet.results["levers"]
+        if push.regime == "GPU-bound":
+            assert not judged["detokenize and stop-check in a front-end process: half the CPU's work per request"]
+        else:
+            assert not judged["a GPU that runs the step in half the time"]
+        sets.add(tuple(sorted(push.solution.expected["levers"])))
+    assert len(sets) >= 3
