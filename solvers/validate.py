@@ -260,10 +260,13 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
         if seeds and isinstance(question.answer(key), Select) and len(seen) < 2:
             problems.append(f"{where}: answers.{key}: the same options hold in every variant: judgement that "
                             "does not follow from the numbers")
+    held_over: dict[str, list[str]] = {}  # what only a push asks: held until the pushed variants are seen
     for key, seen in keys.items():
-        if question.staged and key in question.push_only:
-            continue  # judged below, over the pushed variants: the only ones a candidate meets it on
-        bar += _same_key(where, key, seen, strict and bool(seeds))
+        same = _same_key(where, key, seen, strict and bool(seeds))
+        if same and question.staged and key in question.push_only:
+            held_over[key] = same
+        else:
+            bar += same
     if strict:
         bar += [f"{where}: {line}" for line in repeated_facts([default, *drawn] if default else drawn)]
         bar += typed_conventions(question)
@@ -278,14 +281,17 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
             tally_options(sweep_options, solution, skip=only)
         for solution in pushed:
             tally_options(sweep_options, solution, keys=only)
-        for key in sorted(only & keys.keys()):
-            bar += _same_key(where, key, Counter(_key_form(solution.expected[key], question.answer(key))
-                                                 for solution in pushed), True)
+        for key, held in held_over.items():  # a candidate meets it on the pushed variants: varied there, it passes
+            if _same_key(where, key, Counter(_key_form(solution.expected[key], question.answer(key))
+                                             for solution in pushed), True):
+                bar += held
+        held_over = {}
         bar += option_problems(question, sweep_options)
         found = variety.findings(question, sweep, variety.distinct_variants(question, catalog), pushed)
         bar += [f.line(question) for f in found if f.kind != "constant option"]  # option_problems names them
     elif strict and seeds:
         bar += option_problems(question, options)
+    bar += [line for held in held_over.values() for line in held]
     if over := [(lines, label) for lines, label in prompts if lines > PROMPT_LINES]:
         lines, label = max(over, key=lambda entry: entry[0])  # the first of the longest: default, then seed order
         bar.append(f"{where}: prompt: {lines} lines at {PROMPT_WIDTH} columns ({label}), over {PROMPT_LINES} in "
