@@ -260,10 +260,13 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
         if seeds and isinstance(question.answer(key), Select) and len(seen) < 2:
             problems.append(f"{where}: answers.{key}: the same options hold in every variant: judgement that "
                             "does not follow from the numbers")
+    held_over: dict[str, list[str]] = {}  # what only a push asks: held until the pushed variants are seen
     for key, seen in keys.items():
-        if strict and seeds and max(seen.values(), default=0) > MAX_SAME_KEY * sum(seen.values()):
-            bar.append(f"{where}: answers.{key}: one key in {max(seen.values())} of {sum(seen.values())} variants: "
-                       "a graded answer that barely depends on the variant")
+        same = _same_key(where, key, seen, strict and bool(seeds))
+        if same and question.staged and key in question.push_only:
+            held_over[key] = same
+        else:
+            bar += same
     if strict:
         bar += [f"{where}: {line}" for line in repeated_facts([default, *drawn] if default else drawn)]
         bar += typed_conventions(question)
@@ -278,11 +281,17 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
             tally_options(sweep_options, solution, skip=only)
         for solution in pushed:
             tally_options(sweep_options, solution, keys=only)
+        for key, held in held_over.items():  # a candidate meets it on the pushed variants: varied there, it passes
+            if _same_key(where, key, Counter(_key_form(solution.expected[key], question.answer(key))
+                                             for solution in pushed), True):
+                bar += held
+        held_over = {}
         bar += option_problems(question, sweep_options)
         found = variety.findings(question, sweep, variety.distinct_variants(question, catalog), pushed)
         bar += [f.line(question) for f in found if f.kind != "constant option"]  # option_problems names them
     elif strict and seeds:
         bar += option_problems(question, options)
+    bar += [line for held in held_over.values() for line in held]
     if over := [(lines, label) for lines, label in prompts if lines > PROMPT_LINES]:
         lines, label = max(over, key=lambda entry: entry[0])  # the first of the longest: default, then seed order
         bar.append(f"{where}: prompt: {lines} lines at {PROMPT_WIDTH} columns ({label}), over {PROMPT_LINES} in "
@@ -292,6 +301,14 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
             problems.append(f"{where}: regime_sides: '{side}' reached by {regimes[side]} of {seeds} draws "
                             f"(needs {MIN_SIDE_SHARE:.0%})")
     return problems + bar
+
+
+def _same_key(where: str, key: str, seen: Counter[object], check: bool) -> list[str]:
+    """The bar's line where one key holds in more than MAX_SAME_KEY of the variants `seen` counts."""
+    if check and max(seen.values(), default=0) > MAX_SAME_KEY * sum(seen.values()):
+        return [f"{where}: answers.{key}: one key in {max(seen.values())} of {sum(seen.values())} variants: "
+                "a graded answer that barely depends on the variant"]
+    return []
 
 
 def _sweep(question: Question, bank: Bank, catalog: Catalog, drawn: list[Solution],

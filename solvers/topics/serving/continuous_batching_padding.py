@@ -5,7 +5,7 @@ import sympy
 
 from solvers.derivation import Reject, Sheet, Side
 from solvers.sheetmath import max_of, min_of
-from solvers.units import format_number
+from solvers.units import figures_against, format_number
 
 
 def _length_symbols(s: Sheet, lengths: list[int]) -> list[sympy.Symbol]:
@@ -17,6 +17,10 @@ def _length_symbols(s: Sheet, lengths: list[int]) -> list[sympy.Symbol]:
 
 # Throughputs within the answers' 2% of each other would make the call turn on rounding: such draws are refused.
 TOO_CLOSE = 0.03
+# Overlapped refill work that outlasts the step: refilled throughput within this of the static batch's is refused
+# where the lever is asked (the candidate has the exact lengths). Work no longer than the step needs no margin: it
+# is hidden, and refilling then gains G > 1 at the same step, whatever G is.
+LEVER_TIE = 0.01
 
 
 def _switch_regime(s: Sheet, c: sympy.Symbol, c_star: sympy.Symbol, gain: sympy.Symbol, refilled: sympy.Symbol,
@@ -32,10 +36,34 @@ def _switch_regime(s: Sheet, c: sympy.Symbol, c_star: sympy.Symbol, gain: sympy.
         "shorter step (a smaller model) makes the same cost a larger share."),
         above=Side(
         "does-not-pay",
-        f"Refilling would gain {g}x at the same step, but its {cost} a step is more than the {limit} the gain "
-        "buys (the step time × (gain − 1)): the static batch delivers more.",
+        f"Refilling would gain {g}x at the same step, but the {cost} a step the GPU waits for it is more than "
+        f"the {limit} the gain buys (the step time × (gain − 1)): on this engine the static batch delivers more. "
+        "The lever is that overhead, not static batching.",
         "A heavy tail of long replies (or a larger batch) raises the gain, and an engine that schedules ahead "
-        "of the GPU cuts the cost per step: either puts the switch in profit."))
+        "of the GPU hides the cost per step: either puts the switch in profit."))
+
+
+def _choose_lever(s: Sheet, c: sympy.Symbol, t: sympy.Symbol, gain: sympy.Symbol) -> None:
+    """What puts refilling in profit: overlapped with the step (async scheduling), the GPU waits max(t, c) a step
+    and refilled slots deliver B / max(t, c) against the static batch's B / (t·G). Work no longer than the step is
+    hidden whatever G is; work that outlasts it pays only while c < t·G, else it must shrink too."""
+    key = "lever"
+    cost, step, g = s.text(c), s.text(t), s.text(gain)
+    if s.compare(c, t) <= 0:
+        s.choose(key, "overlap-it", f"its {cost} of refill work hides behind the {step} step: refilled slots then "
+                 f"deliver the full {g} at the same step")
+        return
+    ratio = s.value(gain) * s.value(t) / s.value(c)
+    if abs(ratio - 1) < LEVER_TIE:
+        s.refuse_if_asked([key], f"overlapped, refilled and static throughput within {LEVER_TIE:.0%}")
+    shown = format_number(ratio, figures_against(ratio, 1))
+    if ratio > 1:
+        s.choose(key, "overlap-it", f"its {cost} of refill work outlasts the {step} step, so the GPU waits {cost} "
+                 f"a step even overlapped, but that is still under the step × gain: {shown}x the static batch")
+    else:
+        s.choose(key, "overlap-and-cut-it", f"its {cost} of refill work outlasts the {step} step: overlapped, the "
+                 f"GPU still waits {cost} a step and refilled slots deliver only {shown}x the static batch; the work "
+                 "must shrink below the step too")
 
 
 def solve(p, s: Sheet) -> None:
@@ -72,7 +100,11 @@ def solve(p, s: Sheet) -> None:
 
     s.assume("The request queue never runs dry: a freed slot takes a new request at the next step.")
     s.assume("Refilling costs a fixed time every step (scheduling the new requests, building the step's inputs, "
-             "paged-KV bookkeeping), whatever the step's length; a static batch schedules once per batch.")
+             "paged-KV bookkeeping), whatever the step's length, and the GPU waits for it: an engine that schedules "
+             "between steps, as vLLM did before async scheduling. Engines that schedule step n+1 while the GPU "
+             "runs step n (vLLM's async scheduling, SGLang's overlap scheduler) and replay the step from a "
+             "captured CUDA graph hide it while it is shorter than the step. A static batch schedules once per "
+             "batch.")
     s.assume("A decode step takes the same time however many slots are busy (memory-bound decode, "
              "dominated by the weight read), so throughput is proportional to useful slot-steps and every "
              "user streams at one token per step under either scheme: the gain is capacity, not speed.")
@@ -80,6 +112,9 @@ def solve(p, s: Sheet) -> None:
              "slots refilled every step, new prompts arrive mid-batch: their prefill has to be interleaved "
              "with decode (Orca's selective batching, chunked prefill), and the KV cache of requests of "
              "unknown length has to grow on demand (paging): those become the next limits.")
+    s.assume("Anyscale's 23x (2023) set vLLM, with paged KV and far larger batches than static batching fits, "
+             "against static batches in Hugging Face's server: most of it is batch size, not the padding gain "
+             "this question isolates.")
     s.slip("/B: the padding of one average slot, not of the batch", 1 / len(lengths), on="waste")
     if s.compare(waste, 0) > 0:
         s.slip("every occupied slot-step counted as padding", s.value(held) / s.value(waste), on="waste")
@@ -87,4 +122,5 @@ def solve(p, s: Sheet) -> None:
     s.slip("the mean length, not the shortest", sum(lengths) / len(lengths) / min(lengths), on="wait_continuous")
 
     _switch_regime(s, c, c_star, gain, X_net, X_s)
+    _choose_lever(s, c, t, gain)
 

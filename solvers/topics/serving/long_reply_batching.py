@@ -116,26 +116,38 @@ def solve(p, s: Sheet) -> None:
     t_ar_redo = tp_all_reduce(s, p.model, p.gpu, p.tp, S_avg, tag="redo", label="recompute prefill")
     t_redo = step_time(s, e, "redo", "recompute prefill of the victim", redo, key="recompute_time",
                        communication=t_ar_redo, why="rebuild its KV from its tokens: a prefill of its whole context")
-    t_swap = s.step("swap_time", "Swap the victim out and back in", "t_swap", 2 * S_avg * e.KV / BW_h, "ms",
-                    "its KV crosses each GPU's host link twice, every GPU moving its own share")
-    s.step("swap_over_step", "Swap over one decode step at the pool's batch", "r_hide", t_swap / t_pool, "x",
-           "a swap that fits in one step could run behind it, on the copy engines, while the batch decodes")
+    t_swap = s.step("swap_time", "Swap the victim's KV out to host memory", "t_swap", S_avg * e.KV / BW_h, "ms",
+                    "its KV crosses each GPU's host link once, every GPU moving its own share")
+    s.step("swap_over_step", "Swap-out over one decode step at the pool's batch", "r_hide", t_swap / t_pool, "x",
+           "a swap-out that fits in one step can run on a side stream (the copy engines) while the batch decodes")
     hides = s.compare(t_swap, t_pool) <= 0
     s.choose("swap_hides", "fits-in-a-step" if hides else "outlasts-a-step",
-             "the copy out and back is no longer than one step of the full pool, so it can run behind the batch"
-             if hides else "the copy out and back outlasts one step of the full pool: the batch would wait on it")
-    R = s.step("recompute_over_swap", "Recompute over swap", "R_pre", t_redo / t_swap, "x",
+             "the copy out is no longer than one step of the full pool, so it can run behind the batch"
+             if hides else "the copy out outlasts one step of the full pool: the batch would wait on it")
+    idle = s.step("idle_compute", "Compute a decode step at the pool's batch leaves idle", "t_idle",
+                  work.bytes / e.byte_rate - work.math, "ms",
+                  "the step lasts as long as its reads; its math takes less, and the rest of the time the tensor "
+                  "cores wait")
+    if s.compare(idle, 0) <= 0:
+        s.refuse_if_asked(["absorb_steps"], "a decode step at the pool's batch is compute-bound: no idle compute to "
+                          "absorb a re-prefill")
+    s.step("absorb_steps", "Decode steps whose idle compute absorbs the re-prefill", "N_absorb", redo.math / idle,
+           "steps", "chunked prefill spreads the victim's re-prefill over decode steps that wait on memory: its "
+           "math fits in their idle compute without lengthening them, which is why vLLM V1 recomputes")
+    R = s.step("recompute_over_swap", "Recompute over swap-out", "R_pre", t_redo / t_swap, "x",
                "compute per token (2N plus attention) against KV bytes per token over PCIe")
 
     s.assume("Requests are admitted continuously and their ages are spread evenly, so the pool holds the "
              "mean footprint per request; the victim of a preemption is a request halfway through its reply.")
     s.assume(f"{format_number(GPU_MEMORY_UTILIZATION * 100)}% of HBM is usable; activations, CUDA graphs and "
-             "NCCL buffers are ignored. Recompute runs as one prefill step; swap moves the victim's KV over "
-             "PCIe out and back, without overlap with other work.")
-    s.assume(f"Timed as single operations, recompute costs {s.text(R, 3)} the swap; vLLM V1 "
+             "NCCL buffers are ignored. Recompute is timed as one prefill step; the swap-out moves the victim's KV "
+             "over PCIe once, on a side stream (the copy engines) that can overlap the decode; swapping back in "
+             "later costs as much again. vLLM V0 issued its swaps before the step and waited on them.")
+    s.assume(f"Timed as single operations, recompute costs {s.text(R, 3)} the swap-out; vLLM V1 "
              "recomputes anyway (its docs: lower overhead in V1), having no swap preemption: the recompute "
-             "re-enters as chunked prefill on decode steps that are mostly memory-bound, using compute that would "
-             "otherwise idle, where a swap would stall on PCIe.")
+             "re-enters as chunked prefill on decode steps that are memory-bound, in compute that would "
+             "otherwise idle, where a swap holds host memory and a PCIe copy each way. The idle compute ignores the "
+             "re-prefill's own attention reads and the chunk's extra all-reduce bytes.")
     s.slip("batch sized by the prompt alone (the footprint at admission)", on="pool_batch",
            factor=s.evaluate(floor_of(K / P_in)) / s.value(B_pool))
     s.slip("batch sized at the final footprint", on="pool_batch",

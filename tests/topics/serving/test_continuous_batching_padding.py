@@ -5,7 +5,7 @@ import heapq
 
 import pytest
 
-from solvers.interview import stage_run
+from solvers.interview import key_line, stage_run
 
 
 def test_padding_default_matches_catalogue(variant):
@@ -81,3 +81,58 @@ def test_padding_switch_pays_exactly_when_refilled_throughput_beats_static(varia
     refilled = len(lengths) / (step + cost)
     assert solution.expected["regime"] == ("pays" if refilled > static else "does-not-pay")
     assert abs(refilled / static - 1) >= 0.03  # never a call on the answers' rounding
+
+
+def test_padding_push_asks_the_lever_that_hides_the_cost(variant, catalog):
+    """Reader (read7 #1): stage 3's key says engines hide the per-step cost with async scheduling, yet the push
+    keyed only 'static wins'. The cost is now the work the GPU waits for on this engine, and the push asks what puts
+    refilling in profit: overlapped, the GPU waits max(step, cost), so overlap alone pays while cost < step · gain,
+    else the work must shrink below the step too. Both keys turn up over the pushes."""
+    seen = set()
+    for seed in range(60):
+        first = variant(f"continuous-batching-padding@{seed}")
+        if first.expected["regime"] != "pays":
+            continue
+        push = next(i for i, stage in enumerate(first.question.stages) if stage.when == "pays")
+        run = stage_run(first, catalog, push)
+        assert "lever" in run.ask
+        pushed = run.solution
+        step, cost = pushed.param("step").value, pushed.param("refill_cost").value
+        overlapped_ratio = pushed.expected["gain"] * step / max(step, cost)
+        assert pushed.expected["lever"] == ("overlap-it" if overlapped_ratio > 1 else "overlap-and-cut-it")
+        if pushed.expected["regime"] == "does-not-pay":
+            assert "The lever is that overhead" in key_line(pushed, "regime")
+        seen.add(pushed.expected["lever"])
+    assert seen == {"overlap-it", "overlap-and-cut-it"}
+
+
+def test_padding_asks_are_spoken_and_unambiguous(bank, variant):
+    """Reader (read7 #3, #4, #6): the push asks the gain 'at the same step time' (not the net ratio), the wait is
+    asked of a request arriving as the last slot fills (meaningful in both schemes), and stage 2 is one spoken
+    ask, not fragments."""
+    question = bank.get("continuous-batching-padding")
+    pushes = [stage for stage in question.stages if stage.push]
+    assert all("at the same step time" in stage.say for stage in pushes)
+    assert "queued as the batch starts" not in question.answer("wait_continuous").label
+    assert "as the last slot fills" in question.answer("wait_static").label
+    assert "Its gain at the same step?" not in question.stages[1].say
+
+
+def test_padding_recall_names_ragged_attention_apart(bank):
+    """Reader (read7 #5): selective batching is about ragged attention, not prefill/decode mixing: its own line."""
+    items = bank.get("continuous-batching-padding").answer("next_limits").points
+    assert any("selective batching" in item and "attention" in item for item in items)
+    assert not any("selective batching" in item and "prefill" in item for item in items)
+
+
+def test_padding_reveal_sets_the_23x_against_the_padding_gain(variant):
+    """Reader (read7 #7): Anyscale's 23x is shown as batch size plus paging, not the padding gain alone."""
+    assumptions = variant("continuous-batching-padding@default").sheet.assumptions
+    assert any("23x" in line and "batch size" in line for line in assumptions)
+
+
+def test_padding_switch_decision_reaches_both_sides(variant):
+    """Reader (read7 #2, declined): over draws, not three variants, stage 2's 'does-not-pay' is reached in over 10% of
+    draws (the bar's share), so its 'pays' is a decision, not a foregone conclusion."""
+    regimes = [variant(f"continuous-batching-padding@{seed}").expected["regime"] for seed in range(100)]
+    assert 10 <= regimes.count("does-not-pay") <= 90

@@ -24,12 +24,14 @@ def long_reply_by_hand(solution):
     by_compute = room / ((2 * g.N + g.A * mean) / g.rate + per_token)
     allowed = math.floor(min(by_memory, by_compute))
     step = g.time(batch, batch * mean, batch * mean) + g.allreduce(batch)
-    swap = 2 * mean * g.kv / value_of(solution, "host_link")
+    swap = mean * g.kv / value_of(solution, "host_link")  # one way: the swap-out
+    idle = (g.weights + g.kv * batch * mean) / g.bw - g.flops(batch, batch * mean) / g.rate
     return {
         "pool_batch": batch,
         "per_user_speed": 1 / step,
         "slo_batch": allowed,
         "recompute_time": g.time(mean, mean**2 / 2, 0) + g.allreduce(mean),
+        "absorb_steps": g.flops(mean, mean**2 / 2) / g.rate / idle,
         "swap_time": swap,
         "swap_hides": "fits-in-a-step" if swap <= step else "outlasts-a-step",
         "regime": "pool-limited" if batch <= allowed else "SLO-limited",
@@ -99,48 +101,56 @@ def test_long_reply_regime_agrees_with_the_full_pool_criterion(variant):
     assert sides == {"pool-limited", "SLO-limited"}
 
 
-def test_long_reply_push_moves_the_target_across_from_either_side(variant, catalog):
-    """The interview's push is one turn with a declared move per side: an SLO-limited draw gets an overnight
-    target, a pool-limited one a snappier target; only the stage for the draw's side runs, and it crosses.
-    Where realism refuses the snappier target (a batch of one already misses it: 70B at TP 1 on B200), the
-    engine's push stands in with its own words; that stays rare. Nothing but the target moves."""
-    declared = 0
-    seeds = range(1, 61)
+def test_long_reply_push_moves_the_target_with_the_variant(variant, catalog):
+    """Reader (read7 #4): the declared push was the same drop to 5 tokens/s in every SLO-limited draw. The push is
+    now the engine's, moving the target across the variant's own boundary to a value that varies with the draw,
+    said with the stage's reason; it crosses, and nothing but the target (rarely the reply) moves."""
+    targets, crossed, seeds = set(), 0, range(1, 61)
     for seed in seeds:
         solution = variant(f"long-reply-batching@{seed}")
-        side, stages = solution.expected["regime"], solution.question.stages
-        pushes = [i for i, stage in enumerate(stages) if stage.push]
-        assert {stages[i].when for i in pushes} == {"pool-limited", "SLO-limited"}
-        runs = [(i, run) for i in pushes if (run := stage_run(solution, catalog, i)) is not None]
-        assert [stages[i].when for i, _ in runs] == [side]
-        (index, push), = runs
-        assert push.moved == ("speed",) and push.ask == ("regime", "batch") and push.regime != side
-        # What the move changes: the batch that runs, the pool's once the target is loose, the speed cap's once tight.
-        after = push.solution.expected
-        assert after["batch"] == (after["pool_batch"] if side == "SLO-limited" else after["slo_batch"])
-        assert after["batch"] != solution.expected["batch"]
-        target, pushed_target = value_of(solution, "speed"), value_of(push.solution, "speed")
-        # Tighter target, smaller speed cap; the pool's batch is the target's business only through the regime.
-        assert (pushed_target > target) == (side == "pool-limited")
-        assert (push.solution.expected["slo_batch"] <= solution.expected["slo_batch"]) == (side == "pool-limited")
-        assert push.solution.expected["pool_batch"] == solution.expected["pool_batch"]
-        opening_words = stages[index].say.split("{")[0]
-        if str(push.solution.param("speed").raw) == dict(stages[index].set)["speed"]:
-            declared += 1
-            assert push.say.startswith(opening_words) and push.solution.param("speed").shown in push.say
-        else:
-            assert not push.say.startswith(opening_words)
-    assert declared >= 0.9 * len(seeds)
+        index = len(solution.question.stages) - 1
+        push = stage_run(solution, catalog, index)
+        assert push is not None and push.ask == ("regime", "batch")
+        crossed += push.regime != solution.expected["regime"]
+        if push.moved == ("speed",):
+            targets.add(value_of(push.solution, "speed"))
+            assert push.say.startswith("Product resets the speed target to ")
+            after = push.solution.expected
+            assert after["batch"] == (after["pool_batch"] if push.regime == "pool-limited" else after["slo_batch"])
+    assert crossed >= 0.9 * len(seeds)
+    assert len(targets) >= 8
+
+
+def test_long_reply_preemption_is_asked_of_a_full_pool(variant):
+    """Reader (read7 #1): stage 3 assumed a full pool right after stage 2 capped the batch below it. Its premise is
+    now a batch job that runs the pool full, the regime where preemption is real, whatever stage 2 keyed."""
+    question = variant("long-reply-batching@default").question
+    stage = question.stages[question.stage_of("swap_hides")]
+    assert "runs the pool full" in stage.say and "Suppose you admit all" not in stage.say
+
+
+def test_long_reply_grades_why_recompute_is_cheap_in_v1(variant):
+    """Reader (read7 #2): the keys taught 'swap is 22x cheaper' and left vLLM V1's recompute default unexplained.
+    Now graded: how many full-pool decode steps' idle compute (the step's read time less its math) the victim's
+    re-prefill math fills, chunked. It varies with the draw; a compute-bound full-pool step has none to give and is
+    never drawn."""
+    counts = set()
+    for solution in draws_of(variant, "long-reply-batching"):
+        steps = solution.expected["absorb_steps"]
+        assert steps > 0
+        counts.add(round(steps))
+    assert len(counts) >= 10
+    assert "absorb_steps" in variant("long-reply-batching@default").question.stages[2].ask
 
 
 def test_long_reply_swap_hides_in_a_step_or_not_as_the_draw_has_it(variant):
     """Review point 3: "which preemption is cheaper" has one key in every draw (the swap, ~20x, timed alone),
-    so it decides nothing. Whether the swap out and back fits within one decode step of the full pool does
-    vary: a long reply's swap (past ~9K tokens of mean footprint for 70B at TP 4) outlasts the step. It is
-    asked with the preemption prices, and agrees with the two times the candidate has found."""
+    so it decides nothing. Whether the swap-out fits within one decode step of the full pool does vary (reader
+    read7 #6: one copy on a side stream, not 'out and back' summed). It is asked with the preemption prices, and
+    agrees with the two times the candidate has found."""
     solution = variant("long-reply-batching@default")
     stage = solution.question.stages[solution.question.stage_of("swap_hides")]
-    assert stage.ask == ("recompute_time", "swap_time", "swap_hides")
+    assert stage.ask == ("recompute_time", "absorb_steps", "swap_time", "swap_hides")
     outcomes = set()
     for solution in draws_of(variant, "long-reply-batching"):
         step, swap = 1 / solution.expected["per_user_speed"], solution.expected["swap_time"]
@@ -187,13 +197,13 @@ def test_long_reply_texts_name_the_real_levers(variant):
 def test_swap_beats_recompute_by_the_fetch_ratio(variant):
     """The catalogue's recompute-vs-fetch figure: for Llama-3-70B over 50 GB/s, fetching a token's
     KV one way beats recomputing it at peak by 2N/989.4 TFLOP/s ÷ (327,680 B / 50 GB/s) = 21.8x.
-    At 60% of peak and with the KV crossing twice, that is 21.8 / 0.6 / 2 = 18.2x before attention,
+    At 60% of peak and with the KV crossing once (the swap-out), that is 21.8 / 0.6 = 36.3x before attention,
     the all-reduces (41 ms of a 4,500-token prefill at TP 4) and overhead, which only add to the
     recompute side."""
     fetch_wins = (2 * 70.55e9 / 989.4e12) / (327_680 / 50e9)
     assert fetch_wins == pytest.approx(21.8, abs=0.05)
     ratio = variant("long-reply-batching@default").sheet.results["recompute_over_swap"]
-    assert fetch_wins / 0.6 / 2 < ratio < fetch_wins / 0.6 / 2 * 1.25
+    assert fetch_wins / 0.6 < ratio < fetch_wins / 0.6 * 1.25
 
 
 test_long_reply_matches_plain_arithmetic = by_hand_test("long-reply-batching", range(15), long_reply_by_hand)
