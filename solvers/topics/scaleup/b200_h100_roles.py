@@ -34,16 +34,31 @@ TIE = sympy.Rational(11, 10)  # edges closer than this ratio are refused as a ti
 FORMATS = {"fp8": (1.0, 3), "mxfp4": (0.5 + 1 / 32, 1)}
 
 
+# The weights' select: what the B200 pool's format changes and what would close the gap.
 # One claim: a shared UE8M0-scaled FP8 checkpoint closes the gap in any variant; it costs the B200s HBM only where
 # they serve MXFP4 (their weights would double).
 ONE_CHECKPOINT = "serving UE8M0-scaled FP8 on both pools removes the weight mismatch at no cost in B200 HBM"
-
+# FP8 on the B200s rounds the scales only; MXFP4 requantizes the elements too.
+SCALES_ONLY = "the two pools' weights differ only in their block scales"
+# MXFP4 takes 0.5 + 1/32 B a weight: about half the older pool's bytes.
+HALF_BYTES = "the B200 pool's copy of the weights takes about half the older pool's bytes"
 # The title's point, true in every variant on purpose: the B200s requantize the weights the older pool serves as is.
 DRIFT = ("as served, a reply's KV is written under one rounding of the weights and decoded under another: "
          "its tokens can differ from either pool's alone")
 
-# MXFP4 weights run W4A8 at the FP8 peak: the format moves prefill only through the replica's nodes.
-SAME_PREFILL = "a B200 node prefills as fast with FP8 weights as with MXFP4 weights"
+# The decode select: what binds each replica's decode, and a lone prompt on the B200s.
+ROOM_B = "a B200 decode replica's batch is capped by KV room, not by the TPOT"
+ROOM_H = "an older decode replica's batch is capped by KV room, not by the TPOT"
+A2A_B = "a B200 decode step waits on its all-to-all, not on its reads or math"
+A2A_H = "an older decode step waits on its all-to-all, not on its reads or math"
+LONE_PROMPT = "a lone prompt of this length on a B200 replica waits on the weight read, not on its FLOPs"
+
+# An all-to-all line this close to the step's longest other line leaves 'waits on its all-to-all' a coin toss.
+LINE_TIE = 0.03
+
+# A pool count whose replicas' load lies within this share of a whole replica of the next is refused (read7 #7).
+NEAR_WHOLE = 0.05
+
 
 @dataclass(frozen=True)
 class _Prefill:
@@ -53,7 +68,7 @@ class _Prefill:
     nodes: sympy.Expr
     prefill: sympy.Expr  # prefill tokens/s per node, batched (no step overhead, no weight-read floor)
     compute: sympy.Expr  # prefill compute time per prompt token
-    a2a: sympy.Expr  # prefill all-to-all time per prompt token, not overlapped with compute
+    a2a: sympy.Expr  # prefill all-to-all time per prompt token, overlapped with compute
     read: sympy.Expr  # one read of this GPU's weights, the floor of one prompt's step
     fixed: sympy.Expr  # the all-to-all's fixed latency a step: dispatch and combine in every MoE layer
 
@@ -65,7 +80,7 @@ class _Decode:
     name: str
     nodes: sympy.Expr
     batch: sympy.Expr  # decode batch of one replica
-    t0: sympy.Expr  # decode step before any sequence: weight read, all-to-all latency, overhead
+    t0: sympy.Expr  # decode step before any sequence while it waits on its reads: weight read, overhead
     t1: sympy.Expr  # decode step time each sequence adds while the step waits on its reads
     read: sympy.Expr  # one read of this GPU's weights, the floor of any step
     fixed: sympy.Expr  # the all-to-all's fixed latency a step
@@ -76,23 +91,17 @@ class _Decode:
     capped_by_room: bool  # the decode batch is set by KV room, not by the TPOT
     step: sympy.Expr = sympy.Integer(0)  # decode step at that batch
     decode: sympy.Expr = sympy.Integer(0)  # decode tokens/s per node at the TPOT target
-    alt: _Decode | None = None  # the other replica size (n or 2n nodes), kept for the overlapped comparison
+
+    def waits_on_a2a(self, s: Sheet) -> bool:
+        """Whether the overlapped all-to-all (with its calls' latency) is the longest of the step's three lines."""
+        a2a = self.batch * self.a2a_seq + self.fixed
+        return s.compare(a2a, self.read + self.batch * self.kv) > 0 and s.compare(a2a, self.batch * self.math) > 0
 
     def step_at(self, batch: sympy.Expr, t_oh: sympy.Expr) -> sympy.Expr:
-        """A decode step of `batch` sequences by the step model: the slower of the reads and the math, then
-        the all-to-all (not overlapped, with its fixed latency) and the overhead."""
-        return max_of(self.read + batch * self.kv, batch * self.math) + batch * self.a2a_seq + self.fixed + t_oh
-
-    def overlapped(self, m) -> sympy.Expr:
-        """Decode tokens/s per node with the all-to-all (and its calls' latency) hidden under the other
-        micro-batch's reads or math, as two-batch overlap runs it: the step is the slowest of the three, and
-        the batch the smallest of the KV room and what the TPOT leaves each of them."""
-        G, t_oh = self.nodes * m["G_n"], m["t_oh"]
-        B = min_of(floor_of(G * self.room / (m["S"] * m["KV"])), floor_of((m["tpot"] - t_oh - self.read) / self.kv),
-                   floor_of((m["tpot"] - t_oh) / self.math), floor_of((m["tpot"] - t_oh - self.fixed) / self.a2a_seq))
-        B = max_of(0, B)
-        step = max_of(self.read + B * self.kv, B * self.math, B * self.a2a_seq + self.fixed) + t_oh
-        return B / (step * self.nodes)
+        """A decode step of `batch` sequences with two-batch overlap, as SGLang and DeepSeek serve: the all-to-all
+        (with its calls' latency) of one micro-batch hides under the other's reads or math, so the step is the
+        slowest of the three, plus the overhead."""
+        return max_of(self.read + batch * self.kv, batch * self.math, batch * self.a2a_seq + self.fixed) + t_oh
 
 
 def _hardware(s: Sheet, tag: str, gpu) -> dict:
@@ -146,15 +155,17 @@ def _prefill(s: Sheet, tag: str, gpu, W, nic, m, hw) -> _Prefill:
     a2a = s.step("", f"Prefill all-to-all per prompt token, {gpu.name} replica", f"τ_a_{tag}",
                  m["L_moe"] * t_a, "us", "one dispatch and combine in every MoE layer")
     prefill = s.step(f"prefill_{tag}", f"Prefill tokens/s per {gpu.name} node, batched", f"x_p_{tag}",
-                     1 / (nodes * (compute + a2a)), "tokens/s",
-                     "compute, then the all-to-all, not overlapped; prompts back to back, the replica's rate shared "
-                     "by its nodes")
+                     1 / (nodes * max_of(compute, a2a)), "tokens/s",
+                     "two-batch overlap: the longer of the compute and the all-to-all; prompts back to back, the "
+                     "replica's rate shared by its nodes")
     read = s.step("", f"One read of a {gpu.name} GPU's weights", f"t_W_{tag}", W / (G * m["eta_bw"] * hw["BW"]),
                   "ms", "its share of the weights at the achievable bandwidth")
     # The slip the merged model invites: every routed copy sent over the NIC on its own, as decode's kernels send.
     plain = m["L_moe"] * max_of(m["v"] * m["D"] / (G**2 * hw["nvl"]), m["v"] * (G - m["D"]) / (G**2 * nic))
     s.slip("every routed copy sent over the NIC on its own (none merged per node)",
-           float(s.evaluate((compute + a2a) / (compute + plain))), on=f"prefill_{tag}")
+           float(s.evaluate(max_of(compute, a2a) / max_of(compute, plain))), on=f"prefill_{tag}")
+    s.slip("the all-to-all added to the compute, not overlapped",
+           float(s.evaluate(max_of(compute, a2a) / (compute + a2a))), on=f"prefill_{tag}")
     return _Prefill(gpu.name, nodes, prefill, compute, a2a, read, fixed)
 
 
@@ -168,28 +179,28 @@ def _decode(s: Sheet, tag: str, gpu, W, nic, m, hw, nodes, label: str) -> _Decod
     rate = m["eta_bw"] * hw["BW"]
     read = s.step("", f"One read of a GPU's weights, {label}", f"t_Wd_{tag}", W / (G * rate), "ms",
                   "its share of the weights at the achievable bandwidth")
-    t0 = s.step("", f"Decode step before any sequence, {label}", f"t0_{tag}", read + fixed + m["t_oh"], "ms",
-                "every weight read once a step (at this batch every expert is hit), the all-to-all's latency, the "
-                "overhead")
+    t0 = s.step("", f"Decode step before any sequence, {label}", f"t0_{tag}", read + m["t_oh"], "ms",
+                "every weight read once a step (at this batch every expert is hit) and the overhead")
     kv = s.step("", f"Decode KV read each sequence adds, {label}", f"t_kv_{tag}", m["S"] * m["KV"] / (G * rate),
                 "us", "its latent cache on one GPU's share of the bandwidth")
     a2a_seq = s.step("", f"Decode all-to-all each sequence adds, {label}", f"t_a2a_{tag}", m["L_moe"] * t_a, "us",
-                     "its token's dispatch and combine in every MoE layer (not overlapped)")
+                     "its token's dispatch and combine in every MoE layer (hidden under the other micro-batch)")
     math = s.step("", f"Decode math each sequence adds, {label}", f"τ_d_{tag}",
                   (2 * m["N_a"] / (m["eta_c"] * hw["P"]) + m["A_d"] * m["S"] / (m["eta_att"] * hw["P16"])) / G, "us",
                   "its token through the active weights in FP8 and absorbed attention over its context in bf16")
-    t1 = s.step("", f"Decode step time each sequence adds, {label}", f"t1_{tag}", kv + a2a_seq, "us",
-                "its KV read and its all-to-all, while the step waits on its reads")
-    # The step is within the TPOT when both of its sides are: the reads' and the math's, each with the all-to-all.
-    B_slo = min_of(floor_of((m["tpot"] - t0) / t1), floor_of((m["tpot"] - fixed - m["t_oh"]) / (math + a2a_seq)))
+    t1 = s.step("", f"Decode step time each sequence adds, {label}", f"t1_{tag}", kv, "us",
+                "its KV read, while the step waits on its reads")
+    # With two-batch overlap the step is within the TPOT when each of its three lines is: reads, math, all-to-all.
+    B_slo = min_of(floor_of((m["tpot"] - t0) / t1), floor_of((m["tpot"] - m["t_oh"]) / math),
+                   floor_of((m["tpot"] - m["t_oh"] - fixed) / a2a_seq))
     B_mem = floor_of(G * room / (m["S"] * m["KV"]))
     B = s.step(f"batch_{tag}", f"Decode batch, {label}", f"B_{tag}", max_of(0, min_of(B_slo, B_mem)),
-               "sequences", "the smallest of what the TPOT target leaves for the per-sequence time on either side "
-               "of the roofline (reads, math; the all-to-all on top) and what the KV room holds")
+               "sequences", "the smallest of what the TPOT target leaves for each sequence's reads, math and "
+               "all-to-all (each its own line under two-batch overlap) and what the KV room holds")
     pool = _Decode(gpu.name, nodes, B, t0, t1, read, fixed, kv, a2a_seq, math, room,
                    capped_by_room=s.compare(B_mem, B_slo) < 0)
     step = s.step(f"step_{tag}", f"Decode step at that batch, {label}", f"t_{tag}", pool.step_at(B, m["t_oh"]),
-                  "ms", "the slower of the reads and the math, then the all-to-all and the overhead")
+                  "ms", "the slowest of the reads, the math and the overlapped all-to-all, then the overhead")
     decode = s.step(f"decode_{tag}", f"Decode tokens/s per node, {label}", f"x_d_{tag}", B / (step * nodes),
                     "tokens/s", "one token per sequence per step, shared by the replica's nodes")
     return replace(pool, step=step, decode=decode)
@@ -209,7 +220,7 @@ def _best_decode(s: Sheet, tag: str, gpu, W, nic, m, hw, pre: _Prefill) -> _Deco
            "whichever of n and 2n decodes more tokens a second per node")
     s.step(f"decode_{tag}", f"Decode tokens/s per {gpu.name} node", f"x_d_{tag}", best.batch / (best.step * best.nodes),
            "tokens/s", "the better of the two replica sizes (n or 2n nodes): its batch a step, per node")
-    return replace(best, alt=one if best is two else two)
+    return best
 
 
 def _nic_latency(s: Sheet) -> sympy.Symbol:
@@ -218,27 +229,78 @@ def _nic_latency(s: Sheet) -> sympy.Symbol:
                    "fixed latency of a dispatch or combine call across nodes (all-reduce-latency-nic)")
 
 
-def _roles_judged(s: Sheet, p, m, W, hw_B, decB: _Decode, decH: _Decode) -> None:
-    s.judge("why", "a B200 decode replica's batch is capped by KV room, not by the TPOT", decB.capped_by_room,
-            _cap(s, decB))
-    s.judge("why", "an older decode replica's batch is capped by KV room, not by the TPOT", decH.capped_by_room,
-            _cap(s, decH))
+def _roles_judged(s: Sheet, decB: _Decode, decH: _Decode) -> None:
+    s.judge("why", ROOM_B, decB.capped_by_room, _cap(s, decB))
+    s.judge("why", ROOM_H, decH.capped_by_room, _cap(s, decH))
+    for option, d in ((A2A_B, decB), (A2A_H, decH)):
+        s.judge("why", option, d.waits_on_a2a(s), _lines(s, d))
+        a2a = s.evaluate(d.batch * d.a2a_seq + d.fixed)
+        other = max(s.evaluate(d.read + d.batch * d.kv), s.evaluate(d.batch * d.math))
+        if abs(a2a / other - 1) < LINE_TIE:
+            s.refuse_if_asked(("why",), f"{_a(d.name)} decode step's all-to-all lies within {LINE_TIE:.0%} of its "
+                              "longest other line: which it waits on is a coin toss")
+
+
+def _weights_judged(s: Sheet, p, W, b_B) -> None:
+    """The title's point: the B200 pool requantizes the checkpoint the older pool serves as is."""
     fp8 = p.b200_format == "fp8"
-    s.judge("why", ONE_CHECKPOINT, fp8,
+    s.judge("weights", ONE_CHECKPOINT, fp8,
             "the B200s already serve UE8M0-scaled FP8, and Hopper runs FP8 with any scales (DeepSeek-V3.1 ships "
             "such a checkpoint)" if fp8 else "it closes the gap, but the B200s serve MXFP4: sharing FP8 doubles "
-            "their weights' bytes, and an MXFP4 checkpoint on Hopper would be 4-bit weights the older pool does "
-            "not serve today")
-    s.judge("why", DRIFT, True, "the B200 pool requantizes each block onto power-of-two scales"
+            "their weights' bytes (and may cost their replica a node)")
+    s.judge("weights", SCALES_ONLY, fp8,
+            "FP8 on the B200s keeps the E4M3 elements and rounds each block's scale up to a power of two"
+            if fp8 else "MXFP4 requantizes the elements to 4 bits as well as the scales")
+    s.judge("weights", HALF_BYTES, not fp8,
+            f"{format_quantity(s.evaluate(W * b_B), 'TB')} against {s.text(W)}: "
+            + ("FP8 keeps a byte a weight" if fp8 else "MXFP4 is half a byte a weight plus a scale per 32"))
+    s.judge("weights", DRIFT, True, "the B200 pool requantizes each block onto power-of-two scales"
             + ("" if fp8 else " and 4-bit elements") + ", a change the older pool's weights never see: "
             "the KV the prefill pool writes and the decode pool's next tokens come from "
             "slightly different models (logprobs drift; RL rollouts and evals stop reproducing)", fact=True)
-    # MXFP4 always fits one B200 node in this draw; FP8 does where the weights fit 8 GPUs' share of HBM.
-    one_node = s.compare(W, m["f"] * m["G_n"] * hw_B["M"]) <= 0
-    s.judge("why", SAME_PREFILL, one_node,
-            "MXFP4 runs W4A8 at the FP8 peak, so the format moves prefill only through the replica's nodes: "
-            + ("in FP8 too the weights fit one B200 node, its all-to-all on NVLink" if one_node else
-               "FP8 weights need two B200 nodes, and their all-to-all crosses the NIC"))
+
+
+def _buy(s: Sheet, R, P_in, n_out, busy, preB: _Prefill, preH: _Prefill, decB: _Decode, decH: _Decode,
+         b200_prefills: bool) -> None:
+    """B200 nodes each assignment needs: the older fleet takes one phase in whole replicas of its own, the B200s
+    take the other phase and what the older fleet leaves of its own, each pool in whole replicas."""
+    N_H = s.param("N_H", "fleet")
+    D_p = s.step("", "Prompt tokens arriving a second", "D_p", R * P_in, "tokens/s", "requests a second × prompt")
+    D_d = s.step("", "Reply tokens due a second", "D_d", R * n_out, "tokens/s", "requests a second × reply")
+    X_pB = s.step("", "Prompt tokens a second per B200 prefill replica at the cap", "X_pB",
+                  busy * preB.prefill * preB.nodes, "tokens/s", "its nodes' prefill, no busier than the cap")
+    X_pH = s.step("", "Prompt tokens a second per older prefill replica at the cap", "X_pH",
+                  busy * preH.prefill * preH.nodes, "tokens/s", "its nodes' prefill, no busier than the cap")
+    X_dB = s.step("", "Reply tokens a second per B200 decode replica", "X_dB", decB.batch / decB.step, "tokens/s",
+                  "its full batch a step")
+    X_dH = s.step("", "Reply tokens a second per older decode replica", "X_dH", decH.batch / decH.step, "tokens/s",
+                  "its full batch a step")
+    C_d = s.step("", "Reply tokens a second the older fleet decodes", "C_d", floor_of(N_H / decH.nodes) * X_dH,
+                 "tokens/s", "the fleet in whole decode replicas")
+    C_p = s.step("", "Prompt tokens a second the older fleet prefills", "C_p", floor_of(N_H / preH.nodes) * X_pH,
+                 "tokens/s", "the fleet in whole prefill replicas")
+    loads = {"B200 prefill replicas, the older nodes decoding": D_p / X_pB,
+             "B200 decode replicas for what the older nodes leave": (D_d - C_d) / X_dB,
+             "B200 decode replicas, the older nodes prefilling": D_d / X_dB,
+             "B200 prefill replicas for what the older nodes leave": (D_p - C_p) / X_pB}
+    asked = ("buy_prefill", "buy_decode")
+    if s.compare(C_d, D_d) >= 0 or s.compare(C_p, D_p) >= 0:
+        s.refuse_if_asked(asked, "the older fleet could carry a phase alone: the spare nodes would change roles")
+    for name, load in loads.items():
+        x = s.evaluate(load)
+        if abs(x - round(x)) < NEAR_WHOLE:
+            s.refuse_if_asked(asked, f"{name}: {x:.3f}, within {NEAR_WHOLE} of a whole replica")
+    if_prefill = s.step("buy_prefill", "B200 nodes to buy, the older nodes decoding", "N_Bp",
+                        preB.nodes * ceil_of(D_p / X_pB) + decB.nodes * ceil_of(max_of(0, D_d - C_d) / X_dB), "nodes",
+                        "whole B200 prefill replicas for every prompt, and whole B200 decode replicas for the replies "
+                        "the older fleet cannot decode")
+    if_decode = s.step("buy_decode", "B200 nodes to buy, the older nodes prefilling", "N_Bd",
+                       decB.nodes * ceil_of(D_d / X_dB) + preB.nodes * ceil_of(max_of(0, D_p - C_p) / X_pB), "nodes",
+                       "whole B200 decode replicas for every reply, and whole B200 prefill replicas for the prompts "
+                       "the older fleet cannot prefill")
+    order = s.compare(if_prefill, if_decode)
+    if order == 0 or (order < 0) != b200_prefills:
+        s.refuse_if_asked(asked, "whole replicas leave the two assignments' B200 counts level, or against the edges")
 
 
 def _a(name: str) -> str:
@@ -254,14 +316,13 @@ def _cap(s: Sheet, d: _Decode) -> str:
     return f"the TPOT caps {where} at {s.text(d.batch)}, before its {s.text(d.room)} a GPU of KV room fills"
 
 
-def _bound(s: Sheet, d: _Decode) -> str:
-    """Which side of the roofline a decode step at its batch waits on, with both figures."""
-    math, reads = d.batch * d.math, d.read + d.batch * d.kv
-    on_math = s.compare(math, reads) > 0
-    first, second = (math, reads) if on_math else (reads, math)
-    return (f"its step waiting on its {'math' if on_math else 'reads'} "
-            f"({format_quantity(s.evaluate(first), 'ms')} against {format_quantity(s.evaluate(second), 'ms')} of "
-            f"{'reads' if on_math else 'math'})")
+def _lines(s: Sheet, d: _Decode) -> str:
+    """The three lines of an overlapped decode step at its batch, the longest first."""
+    lines = {"all-to-all": d.batch * d.a2a_seq + d.fixed, "reads": d.read + d.batch * d.kv, "math": d.batch * d.math}
+    ranked = sorted(lines, key=lambda name: -s.evaluate(lines[name]))
+    return (f"{_a(d.name)} {format_number(s.value(d.nodes))}-node replica's step at {s.text(d.batch)} waits on its "
+            f"{ranked[0]} ({format_quantity(s.evaluate(lines[ranked[0]]), 'ms')}; "
+            + ", ".join(f"{name} {format_quantity(s.evaluate(lines[name]), 'ms')}" for name in ranked[1:]) + ")")
 
 
 def _share(s: Sheet, part, whole) -> str:
@@ -269,68 +330,39 @@ def _share(s: Sheet, part, whole) -> str:
 
 
 def _roles_detail(s: Sheet, preB: _Prefill, preH: _Prefill, decB: _Decode, decH: _Decode) -> tuple[str, str]:
-    """What sets each edge, for the derivation (the role key keeps one line): prefill is FLOPs and an all-to-all
-    merged per node; decode is reads, KV room and an all-to-all sent a copy at a time with its latency."""
-    shares = (f"a B200 has over twice Hopper's FP8 peak, and copies merged per node keep the all-to-all to "
-              f"{_share(s, preB.a2a, preB.compute + preB.a2a)} of a B200 replica's prefill and "
-              f"{_share(s, preH.a2a, preH.compute + preH.a2a)} of {_a(preH.name)} one's")
-    decode = (f"{_cap(s, decB)}; {_cap(s, decH)}; the all-to-all, a copy at a time with its latency, takes "
-              f"{_share(s, decB.batch * decB.a2a_seq + decB.fixed, decB.step)} of the B200 step and "
-              f"{_share(s, decH.batch * decH.a2a_seq + decH.fixed, decH.step)} of the {decH.name} one")
+    """What sets each edge, for the derivation (the role key keeps one line): with the all-to-all overlapped,
+    prefill is FLOPs; decode is reads, KV room, math or an all-to-all sent a copy at a time."""
+    shares = (f"with two-batch overlap prefill is its FLOPs (the all-to-all, merged per node, needs "
+              f"{_share(s, preB.a2a, preB.compute)} of a B200 replica's compute time and "
+              f"{_share(s, preH.a2a, preH.compute)} of {_a(preH.name)} one's, and hides under it), so the edge is "
+              "the B200's FP8 and bf16 peaks over Hopper's")
+    decode = f"{_cap(s, decB)}; {_cap(s, decH)}; {_lines(s, decB)}; {_lines(s, decH)}"
     return shares, decode
 
 
-def _overlap(s: Sheet, m, r_pre, r_dec, preB: _Prefill, preH: _Prefill, decB: _Decode, decH: _Decode) -> None:
-    """The same edges with the all-to-all hidden under compute (two-batch overlap, as SGLang and DeepSeek serve):
-    the question stacks it on top; the assumption says which way hiding it moves the role, variant by variant."""
-    def best(d: _Decode) -> sympy.Expr:
-        return max_of(d.overlapped(m), d.alt.overlapped(m)) if d.alt is not None else d.overlapped(m)
-
-    e_p = s.step("edge_prefill_overlap", "B200's prefill edge, the all-to-all overlapped", "e_p_ov",
-                 preH.nodes * max_of(preH.compute, preH.a2a) / (preB.nodes * max_of(preB.compute, preB.a2a)), "",
-                 "each replica's prompt token takes the longer of its compute and its all-to-all, not their sum")
-    e_d = s.step("edge_decode_overlap", "B200's decode edge, the all-to-all overlapped", "e_d_ov",
-                 best(decB) / best(decH), "", "each decode step the slowest of its reads, its math and its "
-                 "all-to-all with its calls' latency, at the batch the KV room and the TPOT then allow, on the "
-                 "better replica size")
-    was, now = s.compare(r_pre, r_dec) >= 0, s.compare(e_p, e_d) >= 0
-    role = "prefill" if now else "decode"
-    s.assume("The all-to-all is stacked on compute, not overlapped (the bank's convention). Two-batch overlap hides "
-             "it under the other micro-batch's compute, which helps most the replica whose all-to-all is the larger "
-             "share of its time (a multi-node one): "
-             f"here the edges would be {s.text(e_p, 3)}x at prefill against {s.text(e_d, 3)}x at decode, and the "
-             + (f"B200s would still {role}." if was == now else
-                f"role would flip: the B200s would {role}. The answer here is the serial model's."))
-
-
-def _roles_regime(s: Sheet, r_pre, r_dec, mxfp4: bool, preB: _Prefill, decB: _Decode, decH: _Decode) -> None:
-    """Comparative advantage: with the older fleet all serving, the B200s take the role where their per-node edge
-    is the larger. Short contexts make decode the all-to-all and the weight read, where a one-node B200 replica
-    escapes the NIC; long ones make it the KV read, where the B200 leads only by its bandwidth."""
+def _roles_regime(s: Sheet, r_pre, r_dec, mxfp4: bool, decB: _Decode, decH: _Decode) -> None:
+    """Comparative advantage: with the older fleet in one phase, the B200s take the phase where their per-node edge
+    is the larger. Prefill's edge is the peak ratio; decode's turns on whether the B200 replica's all-to-all stays
+    on NVLink (one node) and on what the context makes of the KV read."""
     pre, dec = s.text(r_pre, 3), s.text(r_dec, 3)
     if mxfp4:
-        to_decode = ("Shorter prompts would let the one-node MXFP4 B200 replica's KV room hold many more sequences, "
-                     "its all-to-all on NVLink while an older replica's crosses the NIC: its decode edge would lead.")
-    elif s.compare(preB.nodes, 1) > 0:
-        to_decode = ("MXFP4 weights would fit a B200 replica in one node: its decode all-to-all and that "
-                     "all-to-all's call latency off the NIC, its weight read halved and its KV room grown. With "
-                     "prompts short enough that that room holds many sequences, its decode edge would lead.")
+        to_decode = ("Shorter prompts would turn decode from the KV read, where a B200 leads by about its bandwidth, "
+                     "to the batch the one-node MXFP4 replica's KV room holds, its all-to-all on NVLink while an "
+                     "older replica's crosses the NIC: its decode edge would lead.")
     else:
-        to_decode = ("MXFP4 weights would halve the one-node B200 replica's weight read and free HBM for KV: with "
-                     "prompts short enough that the room holds many sequences, its decode edge would lead.")
+        to_decode = ("MXFP4 weights would fit the B200 replica in one node, its decode all-to-all off the NIC, its "
+                     "weight read halved and its KV room grown: with short prompts its decode edge would lead.")
     prefills = (f"A B200 node does {pre}x an older node's prefill but {dec}x its decode: each older node put on "
-                "decode spares more B200s than on prefill, so the B200s prefill.")
+                f"decode spares more B200s than on prefill, so the B200s prefill. Decode: {_lines(s, decB)}.")
     decodes = (f"A B200 node does {dec}x an older node's decode but {pre}x its prefill: each older node put on "
-               "prefill spares more B200s than on decode, so the B200s decode. The all-to-all, a copy at a time with "
-               f"its latency, takes {_share(s, decB.batch * decB.a2a_seq + decB.fixed, decB.step)} of the "
-               f"{format_number(s.value(decB.nodes))}-node B200 replica's decode step and "
-               f"{_share(s, decH.batch * decH.a2a_seq + decH.fixed, decH.step)} of {_a(decH.name)} one's; "
-               f"{_cap(s, decB)}, {_bound(s, decB)}.")
+               f"prefill spares more B200s than on decode, so the B200s decode. Decode: {_lines(s, decH)}; "
+               f"{_cap(s, decB)}.")
     # Near the boundary the key says what binds and no more: 'a modest change tips it' would announce the push.
     s.regime_by(r_pre, r_dec, tie="above", above=Side("b200-prefill", prefills, to_decode, near=prefills),
                 below=Side("b200-decode", decodes,
-                           "With longer prompts decode turns on the KV read, where a B200 leads by its bandwidth "
-                           "only, and prefill's FLOPs would give it the larger edge.", near=decodes))
+                           "Serving FP8 would put the B200 replica on two nodes, its decode all-to-all on the NIC "
+                           "a copy at a time, and longer prompts would make decode the KV read: either takes away "
+                           "the decode edge, and prefill's FLOPs would give the B200 the larger one.", near=decodes))
 
 
 def solve(p, s: Sheet) -> None:
@@ -385,7 +417,7 @@ def solve(p, s: Sheet) -> None:
 
     shares, decoding = _roles_detail(s, preB, preH, decB, decH)
     r_pre = s.step("edge_prefill", "B200's per-node edge at prefill", "e_p", preB.prefill / preH.prefill, "",
-                   f"B200 node over older node: prefill is FLOPs, where {shares}")
+                   f"B200 node over older node: {shares}")
     r_dec = s.step("edge_decode", "B200's per-node edge at decode", "e_d",
                    s.symbol("x_d_B") / s.symbol("x_d_H"), "", "B200 node over older node, each at the TPOT target "
                    f"on its better replica size: {decoding}")
@@ -393,30 +425,7 @@ def solve(p, s: Sheet) -> None:
     if s.compare(r_pre, TIE * r_dec) < 0 and s.compare(r_dec, TIE * r_pre) < 0:
         raise Reject("the B200's prefill and decode edges lie within 10% of each other: no role to argue for")
     b200_prefills = s.compare(r_pre, r_dec) >= 0
-    pre, dec = (preB, decH) if b200_prefills else (preH, decB)
-    N_pre = s.step("prefill_pool", f"Prefill pool ({pre.name})", "N_pre",
-                   pre.nodes * ceil_of(R * P_in / (pre.prefill * pre.nodes * busy)), "nodes",
-                   "whole replicas for the prompt tokens arriving each second, none busier than the cap")
-    N_dec = s.step("decode_pool", f"Decode pool ({dec.name})", "N_dec",
-                   dec.nodes * ceil_of(R * n_out * dec.step / dec.batch), "nodes",
-                   "whole replicas for the reply tokens due each second, each at most its full batch")
-    t_pre = s.step("ttft", "Prefill time of one prompt, before any queue", "t_pre",
-           t_oh + max_of(pre.read, P_in * pre.compute) + P_in * pre.a2a + pre.fixed, "s",
-           "one step on one replica: its overhead, the longer of one read of its weights and the prompt's FLOPs, "
-           "then the prompt's all-to-all on top (not overlapped, as in the decode step) with its calls' latency")
-    a = s.step("", "Reply tokens due each second on each decode replica", "a", R * n_out / (N_dec / dec.nodes),
-               "tokens/s", "the load spread over the decode pool's replicas")
-    # B = a·t(B) with t(B) the larger of two lines of slope a·(·) < 1: its fixed point is the larger of theirs.
-    B_load = s.step("load_batch", "Decode batch of a replica at this load", "B_λ",
-                    max_of(a * dec.t0 / (1 - a * dec.t1), a * (t_oh + dec.fixed) / (1 - a * (dec.math + dec.a2a_seq))),
-                    "sequences", "Little's law: B = a·t(B), the batch at which the step time keeps pace; t(B) the "
-                    "larger of t0 + B·t1 (reads) and t_oh + t_α + B·(math + all-to-all), B the larger root")
-    step_load = dec.step_at(B_load, t_oh)
-    s.step("per_user", "Decode tokens/s per user at this load", "X_u", 1 / step_load, "tokens/s",
-           "one token per decode step, the step at this load's batch")
-    handoff = s.step("kv_handoff", "KV handoff of one request between the pools", "t_KV",
-                     P_in * kv / min_of(nic_B, nic_H), "ms",
-                     "the pools are different nodes: the prompt's latent cache over one NIC, the slower end's")
+    _buy(s, R, P_in, n_out, busy, preB, preH, decB, decH, b200_prefills)
     s.step("mismatch", "RMS gap between the two pools' weights", "δ",
            2 ** -s.given("m", mantissa, "", f"mantissa bits of the B200 pool's elements ({p.b200_format})")
            * sympy.sqrt(sympy.Rational(3, 8) / sympy.log(2) / 12), "%",
@@ -424,19 +433,13 @@ def solve(p, s: Sheet) -> None:
            "2^-m·sqrt(E[4^-f]/12) of the RMS weight, "
            "E[4^-f] = 3/(8 ln 2) for a mantissa spread evenly in log")
 
-    _roles_judged(s, p, m, W, hw_B, decB, decH)
-    waits = s.compare(pre.read, P_in * pre.compute) > 0
-    s.judge("why", "a lone prompt of this length waits on the weight read, not on its FLOPs", waits,
-            f"one read of {_a(pre.name)} GPU's weights takes {s.text(pre.read)}, the prompt's "
-            f"FLOPs {format_quantity(s.evaluate(P_in * pre.compute), 'ms')}")
-    # A prompt's prefill against the TPOT: mixed into a decode batch, a prefill this long would stall every
-    # sequence in it past its TPOT, the case for separate pools; the KV handoff adds to the prompt's first token.
-    s.judge("why", "one prompt's prefill takes longer than the TPOT target", s.compare(t_pre, tpot) > 0,
-            f"{s.text(t_pre)} on {_a(pre.name)} replica against {s.text(tpot)}; handing its KV over adds "
-            f"{s.text(handoff)} to its first token")
-    more_prefill = s.compare(N_pre, N_dec) > 0
-    s.judge("why", "the prefill pool takes more nodes than the decode pool", more_prefill,
-            f"{count_text(s.value(N_pre), 'node')} for prefill against {count_text(s.value(N_dec), 'node')} for decode")
+    _weights_judged(s, p, W, b_B)
+    _roles_judged(s, decB, decH)
+    waits = s.compare(preB.read, P_in * preB.compute) > 0
+    s.judge("why", LONE_PROMPT, waits,
+            f"one read of a B200 GPU's share of the weights takes {s.text(preB.read)}, the prompt's FLOPs "
+            f"{format_quantity(s.evaluate(P_in * preB.compute), 'ms')} on "
+            f"{count_text(s.value(preB.nodes), 'node')}")
 
     # Grounding for the stage-2 reveal: a 4-node H100 replica (what this question sizes for these weights) at
     # SGLang's measured prompt length, against its measurement. An H200's FP8 and bf16 peaks, NVLink and NIC are
@@ -449,13 +452,12 @@ def solve(p, s: Sheet) -> None:
     r_sgl = (n_sgl - 1) * (1 - (1 - 1 / n_sgl) ** k)
     t_sgl = max_of(v / (G_sgl * hw_H["nvl"]), v / k * r_sgl / (G_sgl * nic_H))
     x_at = s.step("prefill_H100_sglang", "Prefill tokens/s per H100 node at SGLang's prompt length", "x_p_SGL",
-                  1 / (n_sgl * ((2 * N_a / (eta_c * hw_H["P"]) + A_p * P_sgl / 2 / (eta_att * hw_H["P16"])) / G_sgl
-                                + L_moe * t_sgl)), "tokens/s",
-                  "a 4-node H100 replica with 2,000-token prompts, copies merged per node")
+                  1 / (n_sgl * max_of((2 * N_a / (eta_c * hw_H["P"]) + A_p * P_sgl / 2 / (eta_att * hw_H["P16"]))
+                                      / G_sgl, L_moe * t_sgl)), "tokens/s",
+                  "a 4-node H100 replica with 2,000-token prompts, copies merged per node, the all-to-all overlapped")
     s.step("sglang_gap", "SGLang's measured H100 prefill over this model's", "g_SGL", x_sgl / x_at, "",
-           "measured over modelled, per node: SGLang's faster GEMMs and two-batch overlap are spent on what this "
-           "serial model leaves out (load imbalance, the dense layers, kernel gaps), so the absolute rate holds; "
-           "overlap would still help the replica with the larger all-to-all share most")
+           "measured over modelled, per node: both overlap the all-to-all; SGLang's faster GEMMs are spent on what "
+           "this model leaves out (load imbalance, the dense layers, kernel gaps)")
 
     s.assume("The B200 pool's kernels take only power-of-two (UE8M0) scales (DeepGEMM's SM100 path, as SGLang "
              "runs it; kernels that apply FP32 block scales outside the MMA exist and would not need this): it "
@@ -471,17 +473,20 @@ def solve(p, s: Sheet) -> None:
     s.assume("Each replica is EP over its nodes with data-parallel attention; the MoE all-to-all (FP8 dispatch with "
              "its scales, bf16 combine, uniform routing) goes over NVLink inside a node and the NIC between nodes "
              "(the owned Hopper nodes keep their ConnectX-7: a PCIe Gen5 x16 host link cannot feed an 800 Gb/s "
-             "ConnectX-8), not overlapped with compute (SGLang's and DeepSeek's two-batch overlap hides part of "
-             "it). Prefill sends as DeepEP's normal kernels do: a token once to each remote node holding one of "
-             "its experts, forwarded over NVLink there and its outputs reduced there; decode as its low-latency "
-             "kernels do: every routed copy on its own, with a fixed latency a call. Decode reads every weight each "
-             "step (large batches touch every expert).")
-    s.assume("Step model (step-compute, step-bandwidth, step-overhead): a decode step takes the slower of its reads "
-             "and its math, then its all-to-all; "
-             "KV in bf16 latents, no prefix cache; pools sized in whole replicas for the average load, the prefill "
-             "pool no busier than the cap, and a prompt's prefill time taken before any queue.")
-    s.assume("The older nodes are a fleet already owned and all kept serving; each B200 is bought, and the question "
-             "is which role lets you buy the fewest (per node a B200 leads in both phases). Comparative advantage, "
-             "as Splitwise (ISCA 2024) splits prompt and token phases across GPU generations.")
-    _overlap(s, m, r_pre, r_dec, preB, preH, decB, decH)
-    _roles_regime(s, r_pre, r_dec, p.b200_format == "mxfp4", preB, decB, decH)
+             "ConnectX-8). Both pools run two-batch overlap, as SGLang and DeepSeek serve: one micro-batch's "
+             "all-to-all, with its calls' latency, hides under the other's reads or math (the bank's serial stacking "
+             "would penalise the multi-node replica and flip the role in about one draw in six). Prefill sends as "
+             "DeepEP's normal kernels do: a token once to each remote node holding one of its experts, forwarded over "
+             "NVLink there; decode as its low-latency kernels do: every routed copy on its own, with a fixed latency a "
+             "call. Decode reads every weight each step (large batches touch every expert).")
+    s.assume("Step model (step-compute, step-bandwidth, step-overhead): a step takes the longest of its reads, its "
+             "math and its overlapped all-to-all, then the overhead; KV in bf16 latents, no prefix cache; pools in "
+             "whole replicas for the average load, the prefill pool no busier than the cap.")
+    s.assume("The older fleet is owned and all of it serves, in whole replicas of the phase it takes; traffic has "
+             "outgrown it in either phase (draws where it could carry a phase alone are refused, as are pools within "
+             "a twentieth of a replica of a whole one). The B200s take the other phase and what the older fleet "
+             "leaves of its own; the phase that needs fewer B200s is the one where their per-node edge is larger. "
+             "Comparative advantage, as Splitwise (ISCA 2024) splits prompt and token phases across GPU generations. "
+             "Against H200s (1.67x less bandwidth, 1.36x less HBM than a B200) the decode edge never reaches the "
+             "B200's 2.27x compute edge here, so the B200s would always prefill.")
+    _roles_regime(s, r_pre, r_dec, p.b200_format == "mxfp4", decB, decH)
