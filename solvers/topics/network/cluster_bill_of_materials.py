@@ -23,20 +23,17 @@ def _bom_judgements(s: Sheet, p, E0, E, pod, n_job, g, pool, rate, site) -> None
                 s.compare(2 * E0, radix**2) <= 0,
                 f"{wanted} GPUs against the {format_number(radix**2 / 2)} that two tiers of "
                 f"{format_number(radix)}-port switches reach (k²/2)")
-    # Only a fabric of several pods can lose one and keep going: a two-tier fabric is one pod, nothing to ask.
-    if pod is None:
-        s.judge("bom", "the job keeps its full size with one whole pod out", None,
-                "a two-tier fabric is a single pod: losing it is losing the cluster")
-    else:
-        s.judge("bom", "the job keeps its full size with one whole pod out", s.compare(E - pod, g * n_job) >= 0,
-                f"{s.text(E)} less a pod of {format_number(s.value(pod))} against a job of "
-                f"{format_number(s.evaluate(g * n_job))}")
+    # A rail leaf takes one NIC of each of the unit's k/2 nodes: with it out, every one of them loses a rail.
+    su_nodes = s.symbol("k") / 2
+    s.judge("bom", "the job keeps its full size with one rail leaf out", s.compare(E / g - su_nodes, n_job) >= 0,
+            f"{format_number(s.evaluate(E / g))} nodes less the {format_number(s.evaluate(su_nodes))} a rail leaf "
+            f"serves against a job of {format_number(s.value(n_job))}")
     beyond = E / g - n_job  # what filling whole pods (or leaves) installs past the job
     s.judge("bom", "the nodes installed beyond the job are more than twice the spare pool",
             s.compare(beyond, 2 * pool) > 0,
             f"{format_number(s.evaluate(beyond))} nodes past the job's {format_number(s.value(n_job))} against a "
             f"pool of {format_number(s.value(pool))}: the rest of the last "
-            + ("pod" if pod is not None else "leaf") + " is spare capacity the pool does not need")
+            "scalable unit is spare capacity the pool does not need")
     s.judge("bom", "the spare pool is under {small_pool} of the job's nodes",
             s.compare(pool, s.param("f_pool", "small_pool") * n_job) < 0,
             f"{format_number(s.value(pool))} spare nodes for a job of {format_number(s.value(n_job))}")
@@ -93,17 +90,21 @@ def solve(p, s: Sheet) -> None:
     E2 = s.step("two_tier_max", "Most GPUs a two-tier fat tree reaches", "E_2", k**2 / 2, "GPUs",
                 "k leaves' worth of spine ports, each leaf with k/2 GPUs below: k·k/2")
     three_tier = s.compare(E0, E2) > 0
+    su = s.step("su_gpus", "GPUs per scalable unit", "E_SU", g * (k / 2), "GPUs",
+                "k/2 nodes, one rail leaf per GPU index: g leaves whose k/2 down-ports each take one NIC of "
+                "every node in the unit (DGX SuperPOD's 32-node unit)")
+    E = s.step("gpus", "GPUs installed: whole scalable units", "E", su * ceil_of(E0 / su), "GPUs",
+               "the fabric is built pod-capable but filled unit by unit; the last unit's free nodes hold more "
+               "spares")
     pod = None  # pods of (k/2)² GPUs exist only under a core tier
     if three_tier:
         pod = s.step("pod_gpus", "GPUs per pod", "E_pod", (k / 2) ** 2, "GPUs",
                      "k/2 leaves of k/2 GPUs under k/2 spines, whose other half of ports faces the core")
-        E = s.step("gpus", "GPUs installed: whole pods", "E", pod * ceil_of(E0 / pod), "GPUs",
-                   "the fabric is bought pod by pod; the last pod's free slots hold more spares")
-        s.step("pods", "Pods", "pods", E / pod, "pods", "whole pods of (k/2)² GPUs")
+        s.step("pods", "Pods in use", "pods", ceil_of(E / pod), "pods",
+               "the units fill pods of (k/2)² GPUs; the last may be part-filled, its spines and core "
+               "provisioned for the leaves in it")
     else:
-        E = s.step("gpus", "GPUs installed: whole leaves", "E", (k / 2) * ceil_of(E0 / (k / 2)), "GPUs",
-                   "one two-tier pod, bought leaf by leaf; the last leaf's free ports hold more spares")
-        s.step("pods", "Pods", "pods", ceil_of(E / E2), "pods", "the whole fabric is one two-tier pod")
+        s.step("pods", "Pods in use", "pods", ceil_of(E / E2), "pods", "the whole fabric is one two-tier pod")
     if s.value(E) > MAX_CLUSTER_GPUS:
         raise Reject("past what a three-tier fat tree of 64-port switches reaches")
     nodes = s.step("nodes", "Nodes", "n", E / g, "nodes", "eight GPUs to a node, job and spares alike")
@@ -113,8 +114,8 @@ def solve(p, s: Sheet) -> None:
     rate = s.step("storage_rate", "Storage write bandwidth for the checkpoint", "B_st", ckpt / T_w, "GB/s",
                   "the whole checkpoint inside the window the training stall allows")
     IT = s.step("it_power", "IT power: nodes and fabric", "P_IT", nodes * P_n + total * k * P_port, "MW",
-                "nodes at their maximum system power, plus every switch port with its optics: the IT load, "
-                "before cooling")
+                "nodes at their maximum system power, plus every switch port with its optics (empty ports too, an "
+                "upper bound): the IT load, before cooling")
     site = s.step("facility_power", "Site power: the feed the site must supply", "P_site", IT * pue, "MW",
                   "the IT load times PUE: cooling and power conversion on top")
     _bom_judgements(s, p, E0, E, pod, n_job, g, pool, rate, site)
@@ -124,8 +125,15 @@ def solve(p, s: Sheet) -> None:
     s.assume("Node failures arrive at random, one per node MTBF per node (Llama 3 405B: 466 interruptions in 54 "
              "days on 2,048 nodes, one per ~240 node-days); a failed node is out for the repair time (diagnosis, RMA "
              "or reseat, burn-in). The pool covers the mean plus two standard deviations of a Poisson count.")
-    s.assume("Rail-optimised compute fabric (NIC i of every node on rail i, as in DGX SuperPOD): the rails decide "
-             "which leaf each NIC reaches, not how many switches there are, so the count is that of a fat tree.")
+    s.assume("Rail-optimised compute fabric (NIC i of every node on rail i, as in DGX SuperPOD), bought in whole "
+             "scalable units of k/2 nodes (one rail leaf per GPU index; 32 nodes on 64-port switches): the leaf "
+             "count is a multiple of 8, and near the two/three-tier line the bill grows by a unit, not a pod.")
+    s.assume("The job's GPUs are the FLOPs' count, before the parallel layout: a real run rounds them to a "
+             "multiple of its model-parallel group (405B in TP 8 × PP 16 runs in 128-GPU replicas; Meta's run "
+             "used 16,384 = 2^14), which can add a unit.")
+    s.assume("The checkpoint rate is for a synchronous save inside the window. Production runs copy the state to "
+             "host memory and drain it asynchronously, so the training stall is the device-to-host copy and the "
+             "filesystem gets the whole interval; Llama 3's storage sustained 2 TB/s.")
     s.assume("Fat tree of one switch model: leaves and spines split their ports half down, half up (non-blocking "
              "inside a pod); above the pods the core may be oversubscribed, as large clusters do (Llama 3's "
              "24K-GPU cluster: 1:7 between pods). Storage, front-end and management networks are not counted.")

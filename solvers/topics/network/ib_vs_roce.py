@@ -20,12 +20,13 @@ HOURS_PER_YEAR, MONTHS_PER_YEAR = 8760, 12
 SHARP = "SHARP shortening every training step by {sharp_gain}"
 STORM = "a pause storm a month idling the whole fleet for {storm_hours}"
 AI_ETHERNET = "AI Ethernet's switches (Spectrum-X class) costing {ai_premium} more than plain Ethernet's"
-GPUS = "the GPUs the fabric connects, at their purchase price"
 
 
-def _outweighs(s: Sheet, G, Y, P, k, S_eth, saving, total_saving) -> None:
+def _outweighs(s: Sheet, G, Y, P, k, S_eth, total_saving) -> None:
     """What the per-GPU costs leave out, each priced for the whole fleet over the life and set against RoCE's
-    whole switch saving: the headline number, which none of them depends on (a tie does not outweigh)."""
+    whole switch saving: the headline number, which none of them depends on (a tie does not outweigh). Not the
+    net saving after the extra engineers: that is negative wherever InfiniBand wins, and every item would then
+    'outweigh' it. (The GPUs' own price, an always-true option, is gone: read7.)"""
     c_h = s.param("c_h", "gpu_hour")
     hours = s.given("H_y", HOURS_PER_YEAR * 3600, "h", "hours in a year")
     sharp = s.step("sharp_value", "What SHARP's faster steps are worth over the life", "V_sharp",
@@ -41,10 +42,6 @@ def _outweighs(s: Sheet, G, Y, P, k, S_eth, saving, total_saving) -> None:
         more = s.compare(value, total_saving) > 0
         s.judge("outweighs", option, more, f"{s.text(value)} against {against}"
                 + (": it matters more than the headline saving" if more else ""))
-    # The one fact: a GPU costs tens of thousands of dollars, the most a GPU's switch ports could save is
-    # 5 × ($50,000 − $12,000) / 64 = $2,969. The fabric is a small part of the cluster's bill.
-    s.judge("outweighs", GPUS, True, f"the fabric's whole saving is {s.text(saving)} a GPU, a small part of "
-            "what any training GPU costs to buy", fact=True)
 
 
 def _depth_caveat(s: Sheet, flip, radix: int, tiers: int) -> str:
@@ -61,7 +58,8 @@ def _fleet_regime(s: Sheet, G, flip, ib, roce, caveat: str) -> None:
     fleet, boundary = format_number(s.value(G)), format_number(s.value(flip), 3)
     per_gpu = f"{s.text(ib)} on InfiniBand against {s.text(roce)}"
     small = (f"At {fleet} GPUs the switch saving per GPU does not pay for RoCE's extra engineers: {per_gpu} "
-             "on RoCE. InfiniBand arrives lossless by design, so the small team buys it.")
+             "on RoCE. InfiniBand is lossless by design (credit flow control, no PFC to tune), so the small team "
+             "buys it; its credits can still back up behind a stuck HCA, which switch timeouts bound.")
     if s.compare(G, flip) == 0:  # an exact tie: neither is cheaper, and nothing pays for the lossless-Ethernet work
         small = (f"At {fleet} GPUs the two cost exactly the same, {per_gpu} on RoCE: with no saving to "
                  "pay for the extra engineers, keep the fabric that is lossless by design.")
@@ -111,15 +109,20 @@ def solve(p, s: Sheet) -> None:
                 "hardware per GPU plus the operations cost shared by every GPU")
     roce = s.step("roce_per_gpu", "RoCE cost per GPU", "c_roce", hw_eth + F_roce / G, "$",
                   "cheaper per port, with a larger fixed cost shared by every GPU")
-    flip = s.step("flip_fleet", "Fleet size where the two cost the same", "G_star",
+    flip = s.step("flip_fleet", "Fleet size where the two cost the same, at this tree depth", "G_star",
                   (F_roce - F_ib) / saving, "GPUs",
-                  "the extra fixed cost over the per-GPU saving; NIC and link prices cancel")
+                  "the extra engineers' cost over the per-GPU switch saving: InfiniBand's own team, the NIC and "
+                  "the links are on both sides and cancel")
 
     s.assume("Both fabrics are non-blocking fat trees of 64-port 400G switches with one 400G NIC per GPU; the "
              "tree has the fewest tiers that hold the fleet. Switches are counted by the ports each GPU uses, "
-             "so a partly filled top tier is prorated.")
+             "so a partly filled top tier is prorated. This is generous to InfiniBand: a 51.2 Tb/s Ethernet "
+             "switch (Tomahawk 5, Spectrum-4) has 128 × 400G ports against Quantum-2's 64, so two tiers hold "
+             "8,192 GPUs and a 4,096-GPU RoCE fleet needs 3 ports and 2 links a GPU, not 5 and 3.")
     s.assume("Prices are the ones stated (street prices vary by deal). The same ConnectX-7 card runs either "
-             "protocol, and 400G optics cost the same on both, so only the switch price differs per port.")
+             "protocol, and a link is priced the same on both, so only the switch price differs per port; "
+             "NVIDIA's LinkX InfiniBand optics usually cost more than third-party Ethernet optics, which "
+             "would widen RoCE's saving.")
     s.assume("Operations staff are a fixed cost over the service life, whatever the fleet size; RoCE's extra "
              "engineers own the lossless configuration (PFC priorities, ECN thresholds, DCQCN, watchdogs) on "
              "every port. Power, space and performance differences are left out.")
@@ -138,6 +141,6 @@ def solve(p, s: Sheet) -> None:
     s.slip("one switch port per GPU instead of 2t−1", on="roce_per_gpu",
            factor=s.evaluate(c_nic + S_eth / k + t * c_link + F_roce / G) / s.value(roce))
 
-    _outweighs(s, G, Y, P, k, S_eth, saving, total_saving)
+    _outweighs(s, G, Y, P, k, S_eth, total_saving)
     _fleet_regime(s, G, flip, ib, roce, _depth_caveat(s, flip, p.radix, _fat_tree_tiers(p.gpus, p.radix)))
 

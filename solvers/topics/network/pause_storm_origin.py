@@ -68,7 +68,7 @@ def _pause_storm_fixes(p, s: Sheet, origin: str, victims: list[str], leaf_of: di
             f"{watched}'s queue toward {home} stayed paused for {lasted}: its watchdog fires and frees what sits "
             f"behind {watched}, and every stalled node ({', '.join(victims)}) does" if frees else
             f"a watchdog on {watched} frees only what its own paused queue holds back: "
-            f"{', '.join(mates)} shares {home} with {origin}, which keeps pausing it")
+            f"{', '.join(mates)} shares {home} with {origin}, and {home} keeps pausing it")
     nic_fires = s.compare(storm, w_nic) > 0
     s.judge(key, "the origin NIC's PFC stall prevention at its mlx5 default ({nic_stall})", nic_fires,
             f"{origin} has been stalled {lasted}, past {nic}: its NIC stops sending pauses at {nic}, "
@@ -127,7 +127,12 @@ def solve(p, s: Sheet) -> None:
 
     s.assume(f"The counters are the fabric's full pause counts over the window; every port runs at "
              f"{s.text(R)} and every pause frame asks for {format_number(p.quanta)} "
-             "quanta and runs its full length (no early resume, no overlap).")
+             "quanta and runs its full length (no early resume, no overlap). That makes frames × quanta an "
+             "upper bound: real switches and NICs refresh XOFF before the last pause expires (often at half "
+             "its length), so frames overlap, and an operator reads the paused time from the pause-duration "
+             "counters (mlx5 rx_prio*_pause_duration, the switch's pause-time counters) where they exist.")
+    s.assume("The NICs' own PFC stall prevention was off on this fabric (the stage says so): a storm longer "
+             "than the mlx5 default of 8 s could not have run with it on; the fixes ask what it would have done.")
     s.assume("The origin is read from the counters: a switch sends pauses upstream because one of its ports "
              "is paused, so following the pauses back leads to the one device that sends pauses and "
              "receives none, a receiver that stopped draining (Guo et al., SIGCOMM 2016).")

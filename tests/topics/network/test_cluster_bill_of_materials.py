@@ -16,8 +16,8 @@ def test_bom_default_matches_catalogue(variant):
     need = 6 * 405.85e9 * 15e12 / (110 * DAY * 989.4e12 * 0.40)
     assert results["job_nodes"] == math.ceil(need / 8) == 1_214
     assert results["nodes_down"] == pytest.approx(1_214 * 3 / 240)  # Little's law: 15.2 nodes out at any moment
-    # 320 leaves (32 GPUs down, 32 up) + 320 spines + 10,240 uplinks / 2 (2:1) / 64 ports = 80 core.
-    assert (results["leaves"], results["spines"], results["core"]) == (320, 320, 80)
+    # 39 units of 32 nodes: 312 leaves (32 GPUs down, 32 up) + 312 spines + 9,984 uplinks / 2 (2:1) / 64 = 78 core.
+    assert (results["leaves"], results["spines"], results["core"]) == (312, 312, 78)
     assert results["checkpoint"] == pytest.approx(405.85e9 * 12)  # 4.87 TB
 
 
@@ -54,17 +54,19 @@ def test_bom_matches_plain_arithmetic(variant, seed):
     job = math.ceil(need / 8)
     down = job * p["repair"] / p["node_mtbf"]
     wanted = 8 * (job + math.ceil(down + 2 * math.sqrt(down)))
+    unit = 8 * k // 2  # a scalable unit: k/2 nodes, one rail leaf per GPU index
+    gpus = unit * math.ceil(wanted / unit)
+    leaves = gpus // (k // 2)
     if wanted > k * k // 2:
-        gpus = (k // 2) ** 2 * math.ceil(wanted / (k // 2) ** 2)
-        pods = gpus // (k // 2) ** 2
-        switches = 2 * gpus // (k // 2) + math.ceil(gpus / (p["oversub"] * k))
+        pods = math.ceil(gpus / (k // 2) ** 2)
+        switches = 2 * leaves + math.ceil(gpus / (p["oversub"] * k))
     else:
-        gpus = k // 2 * math.ceil(wanted / (k // 2))
-        leaves = gpus // (k // 2)
         switches, pods = leaves + _spines_two_tier(leaves), 1
+    assert leaves % 8 == 0  # whole rails
     assert solution.sheet.results["gpus"] == gpus
     assert solution.expected["switches"] == switches
-    assert solution.expected["pods"] == pods
+    assert solution.expected["leaves"] == leaves
+    assert solution.sheet.results["pods"] == pods
     it_power = gpus / 8 * p["node_kw"] + switches * k * p["port_w"]
     assert solution.expected["it_power"] == pytest.approx(it_power, rel=1e-12)
 
@@ -95,18 +97,29 @@ def test_bom_hint_counts_the_switches_the_key_counts(variant, seed):
         switches = 2 * leaves + math.ceil(leaves * (k // 2) / p["oversub"] / k)
     assert "least power of two ≥ leaves/2" in solution.question.stages[1].hints[1]
     assert solution.expected["switches"] == switches
-    if seed == NINE_ONE_O_ONE:
-        assert (leaves, switches) == (55, 87)
+    if seed == NINE_ONE_O_ONE:  # 1,760 GPUs wanted: 7 units of 256, 56 leaves on 32 spines
+        assert (leaves, switches) == (56, 88)
 
 
-def test_bom_fabric_stage_defines_the_pod(variant, catalog):
-    """The key counts pods of (k/2)² GPUs under a core tier and one pod for a two-tier fabric bought leaf by
-    leaf: the stage that asks for the fabric says how it is bought, and its hint what a pod is."""
+def test_bom_fabric_stage_says_how_it_is_bought_and_wired(variant, catalog):
+    """read7 #1-#4: the key bought whole pods (@12011+days=50: 2,200 GPUs became 3,072), counted leaves that were no
+    multiple of the 8 rails, hid the spine convention in a hint and graded "pods", 1 in every two-tier draw. The
+    stage now says the fabric is rail-optimised, bought a rail leaf per GPU at a time, each leaf wired alike to
+    every spine, and grades leaves."""
     from solvers.interview import stage_run
     solution = variant("cluster-bill-of-materials@default+radix=128+days=120+tokens=10")
     run = stage_run(solution, catalog, 1)
-    assert run is not None and "whole pods (leaves, if two tiers do)" in run.say
-    assert "(k/2)² GPUs" in solution.question.stages[1].hints[0]
+    assert run is not None and "a rail leaf" in run.say and "wired alike to every spine" in run.say
+    assert "leaves" in solution.question.stages[1].ask and "pods" not in solution.question.stages[1].ask
+
+
+def test_bom_near_the_tier_line_buys_a_unit_not_a_pod(variant):
+    """read7 #1: at 2,200 GPUs wanted on 64-port switches whole pods bought 3,072 GPUs (872 idle); whole units of
+    32 nodes buy 2,304 (9 units), 72 leaves."""
+    for seed in range(200):
+        results = variant(f"cluster-bill-of-materials@{seed}").sheet.results
+        assert results["gpus"] - results["gpus_wanted"] < results["su_gpus"], seed
+        assert results["leaves"] % 8 == 0, seed
 
 
 def test_bom_larger_switch_option_is_not_listed_on_a_fabric_that_has_it(variant):
@@ -118,22 +131,18 @@ def test_bom_larger_switch_option_is_not_listed_on_a_fabric_that_has_it(variant)
     assert variant("cluster-bill-of-materials@default").sheet.judged("bom")[option] is False
 
 
-def test_bom_pod_loss_is_asked_only_of_a_fabric_of_pods(variant):
-    """An interviewer reader: the select paired "losing one pod would shrink the job" with its exact complement,
-    and in two-tier draws both were settled by "a two-tier fabric is one pod". One option is left, asked only
-    under a core tier; a run short of compute-optimal tokens (405B on 1T, the old push) is no plan and refused."""
-    option = "the job keeps its full size with one whole pod out"
-    assert "losing one whole pod would shrink the job" not in variant("cluster-bill-of-materials@default").question \
-        .answer("bom").pool
-    two = variant("cluster-bill-of-materials@default+model=llama-3-70b+tokens=3+days=30")
-    assert two.regime_name == "two-tier" and two.sheet.judged("bom")[option] is None
-    assert option not in two.shown["bom"]
-    assert variant("cluster-bill-of-materials@default").sheet.judged("bom")[option] is False
+def test_bom_rail_leaf_loss_decides_both_ways(variant):
+    """With units instead of pods, "one whole pod out" would be false in nearly every draw (a pod is 128 nodes); a
+    rail leaf out takes a rail from each of the unit's k/2 nodes, and whether the spares and the unit's rounding
+    cover them varies. A run short of compute-optimal tokens (405B on 1T) is no plan and refused."""
+    option = "the job keeps its full size with one rail leaf out"
+    seen = {variant(f"cluster-bill-of-materials@{seed}").sheet.judged("bom")[option] for seed in range(100)}
+    assert seen == {True, False}
     with pytest.raises(VariantError, match="compute_optimal"):
         variant("cluster-bill-of-materials@default+tokens=1")
 
 
 def test_bom_power_says_which_is_it_and_which_is_site(variant):
-    """The teaser's "14 MW" is the IT load (13.98 MW); the site feed at PUE 1.2 is 16.8 MW."""
+    """The teaser's "14 MW" is the IT load (13.63 MW); the site feed at PUE 1.2 is 16.35 MW."""
     steps = {step.key: step for step in variant("cluster-bill-of-materials@default").sheet.steps}
     assert "before cooling" in steps["it_power"].why and "feed" in steps["facility_power"].title

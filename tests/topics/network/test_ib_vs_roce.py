@@ -106,3 +106,31 @@ def test_ib_vs_roce_staff_grows_with_the_fleet(variant):
     for seed in range(100):
         raw = {param.name: param.raw for param in variant(f"ib-vs-roce@{seed}").params}
         assert raw["ib_staff"] * 8192 >= raw["gpus"] >= (raw["ib_staff"] - 1) * 1024, seed
+
+
+def test_ib_vs_roce_push_grades_the_tie_fleet_which_the_ib_team_does_not_move(variant):
+    """read7 #1, #5: the push moved InfiniBand's staff, which cancels out of the decision, and asked again what
+    stage 1 had answered. It now grades the fleet size where the two tie at the pushed depth, and that figure
+    does not move with InfiniBand's own team."""
+    question = variant("ib-vs-roce@default").question
+    pushes = [stage for stage in question.stages if stage.push]
+    assert pushes and all("flip_fleet" in stage.ask and "engineers_paid" not in stage.ask for stage in pushes)
+    flips = {variant(f"ib-vs-roce@default+gpus=4096+ib_staff={staff}").sheet.results["flip_fleet"]
+             for staff in (1, 2, 3, 4)}
+    assert flips == {1920}
+
+
+def test_ib_vs_roce_has_no_always_true_gpu_price_option(variant):
+    """read7 #3: "the GPUs the fabric connects, at their purchase price" was true in every draw and never priced."""
+    spec = next(a for a in variant("ib-vs-roce@default").question.answers if a.key == "outweighs")
+    assert not any("purchase price" in option for option in spec.pool)
+
+
+def test_ib_vs_roce_names_ethernets_radix_and_the_rare_skill(variant):
+    """read7 #2, #6: both fabrics get 64-port switches, hiding Ethernet's 128-port radix that drops a tier; and
+    "Ethernet skills are common" sat badly with a premise that RoCE needs rare staff."""
+    solution = variant("ib-vs-roce@default")
+    assert any("128 × 400G" in text for text in solution.sheet.assumptions)
+    checklist = next(a for a in solution.question.answers if a.key == "operations").points
+    assert any(item.startswith("radix:") for item in checklist)
+    assert any("lossless tuning are rare" in item for item in checklist)

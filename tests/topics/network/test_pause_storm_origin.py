@@ -211,3 +211,38 @@ def test_nic_405b_stages_split_as_llama_3_did_stay_near_n_over_pp(catalog, pp):
     assert (per - 1) * 2 + per * (pp - 2) == m.layers
     assert sum(stages) == pytest.approx(m.params_b * 1e9, rel=0.001)
     assert all(abs(stage / (m.params_b * 1e9 / pp) - 1) < 0.04 for stage in stages)
+
+
+def test_pause_storm_says_stall_prevention_was_off_and_frames_overlap(variant):
+    """read7 #5, #1: storms of 19.5 s and 43 s ran past the NICs' 8 s stall prevention, which only an off setting
+    explains, so the fixes stage says so; and frames × quanta is named an upper bound (XOFF refreshes before
+    expiry), with the pause-duration counters an operator would read."""
+    solution = variant("pause-storm-origin@default")
+    assert "stall prevention was off" in solution.question.stages[2].say
+    assumptions = " ".join(solution.sheet.assumptions)
+    assert "upper bound" in assumptions and "pause_duration" in assumptions
+
+
+def test_pause_storm_push_does_not_promise_a_new_origin(variant):
+    """read7 #3: the push was called "a new origin, new stalled nodes" and at @12011 repeated both."""
+    push = next(stage for stage in variant("pause-storm-origin@default").question.stages if stage.push)
+    assert "a new origin" not in (push.nudge or "")
+
+
+def test_pause_storm_recall_names_the_response_and_the_key_is_not_ambiguous(variant):
+    """read7 #6, #7: the recall held no response to the origin, and "node3 shares leaf2 with node4, which keeps
+    pausing it" read as node4 being paused."""
+    solution = variant("pause-storm-origin@1")
+    points = next(a for a in solution.question.answers if a.key == "conditions").points
+    assert any(point.startswith("the response now") for point in points)
+    whys = " ".join(solution.sheet.reasons["fixes"].values())
+    assert "shares leaf2 with node4, and leaf2 keeps pausing it" in whys
+    assert "which keeps pausing it" not in whys
+
+
+def test_pause_storm_every_switch_watchdog_varies(variant):
+    """read7 #2 (declined): the every-switch watchdog's action is drawn from drop, forward and alert, so its option
+    is right in some draws and wrong in others (the reader's three variants all drew alert)."""
+    seen = {variant(f"pause-storm-origin@{seed}").sheet.judged("fixes")[
+        "a PFC watchdog on every switch, its action set to {pfcwd_action}"] for seed in range(40)}
+    assert {True, False} <= seen
