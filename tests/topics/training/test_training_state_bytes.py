@@ -102,3 +102,18 @@ def test_state_bytes_links_key_the_copies_all_reduce_in_either_layout(variant, s
     assert ("an all-reduce of gradients across the job's copies" in keyed) == (solution.sheet.results["dp_nic"] > 0)
     assert ("a reduce-scatter of every layer's gradients over the group" in keyed) == fsdp
     assert ("activations and their gradients at stage boundaries" in keyed) == (not fsdp)
+
+
+def test_state_bytes_push_words_say_the_pushed_gpu_figures(bank):
+    """Reader 7: the push said B200 has "more than twice the FLOP/s", false from MI300X (1.72x) and from B200
+    itself (1x). The words now give the pushed GPU's own peak, filled from the figure the solver uses."""
+    push = next(stage for stage in bank.get("training-state-bytes").stages if stage.push
+                and stage.when == "fsdp-across-nodes")
+    assert "twice" not in push.say and "{gpu.bf16_dense_tflops}" in push.say
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_state_bytes_leaves_a_fifth_of_hbm_for_activations(variant, seed):
+    """Reader 7: 90% of HBM for state left an MI300X about 20 GB for a 340B model's activations; the share is
+    capped at 80%."""
+    assert variant(f"training-state-bytes@{seed}").param("usable").value <= 0.80 + 1e-12
