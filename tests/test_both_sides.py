@@ -61,6 +61,7 @@ ONE_SIDED = {
     **{("training-compute-budget", key): TRAINING
        for key in ("days", "data_rate", "wall_days", "interruptions")},
     ("training-state-bytes", "step_compute"): TRAINING,
+    ("training-state-bytes", "pp_step"): TRAINING,
 }
 
 # One-sided and not yet fixed (issue 26): (question, answer) -> whose question, and what is missing.

@@ -110,10 +110,11 @@ def _attention_step_times(s: Sheet, p, weights, A, kv_tok, C, n, a, d, L, h, H, 
 
 def _attention_judgements(s: Sheet, p, room, A, E, kv_tok, C, n, extra, req_tp) -> None:
     key = "dp_tradeoffs"
-    s.judge(key, "DP attention's extra weights take over a tenth of each GPU's KV room",
-            s.compare(10 * extra, room) > 0,
-            f"{s.text(extra)} of copied weights out of {s.text(room)} "
-            f"of room: {format_quantity(s.evaluate(extra / room), '%')}, for {format_number(p.dp)} groups")
+    one = kv_tok * C
+    s.judge(key, "DP attention's copied weights cost each GPU more room than one request's latents",
+            s.compare(extra, one) > 0,
+            f"{s.text(extra)} of copied weights for {format_number(p.dp)} groups against "
+            f"{format_quantity(s.evaluate(one), 'GB')} a request at this context")
     # Fewer groups copy less of the projections but keep more pools' worth of latents per GPU; one group is TP
     # attention itself.
     fewer = p.dp // 2
@@ -226,8 +227,13 @@ def solve(p, s: Sheet) -> None:
                                              run_tp, demand, busiest)
 
     s.assume(f"{format_number(p.mem_fraction * 100)}% of HBM for weights and KV (SGLang's --mem-fraction-static, "
-             "which operators tune); activations, "
-             "CUDA graphs and communication buffers are ignored.")
+             "which operators tune); activations, CUDA graphs and communication buffers live in the rest. "
+             "vLLM's free memory nets them out of its own figure, so it reads lower: the counts here are what "
+             "SGLang's pool holds, an upper bound for an engine that sizes its pool after profiling.")
+    s.assume("Real DP-attention deployments pair it with expert parallelism (DeepEP): each GPU then holds whole "
+             "experts, the all-gather and reduce-scatter become all-to-all dispatch and combine, and a GPU reads "
+             "only its own experts that the step's tokens pick. The MoE stays tensor-parallel here, to weigh "
+             "attention's layout alone.")
     s.assume("Weights in fp8 at one byte per parameter, except the token embedding and LM head, which the "
              "released checkpoint keeps in bf16 (block scales, norms and the multi-token-prediction module "
              "ignored).")
@@ -243,12 +249,17 @@ def solve(p, s: Sheet) -> None:
         s.slip("the attention projections copied whole onto every GPU, whatever the group", on="requests_dp",
                factor=whole / s.value(req_dp))
     s.slip("/d: DP capacity of one group, not the node", 1 / p.dp, on="requests_dp")
-    faster = s.compare(tpot_dp, tpot_tp) < 0
-    s.judge("dp_tradeoffs", "DP attention runs the whole demand at a shorter time per token than TP attention runs "
-            "what it holds", faster, f"{s.text(tpot_dp)} against "
-            f"{s.text(tpot_tp)}: "
-            + ("each GPU reads only its group's latents" if faster else
-               "the larger batch touches more experts and its busiest group reads more than TP's batch"))
+    rate_tp = s.step("throughput_tp", "Tokens a second, TP attention", "X_TP", run_tp / tpot_tp, "tok/s",
+                     "each request it holds gets a token a step")
+    rate_dp = s.step("throughput_dp", "Tokens a second, DP attention", "X_DP", demand / tpot_dp, "tok/s",
+                     "the whole demand, a token each a step")
+    if abs(s.value(rate_dp) / s.value(rate_tp) - 1) < NEAR_TIE:
+        s.refuse_if_asked(["dp_tradeoffs"], "TP and DP attention deliver tokens within 3% of each other")
+    more = s.compare(rate_dp, rate_tp) > 0
+    s.judge("dp_tradeoffs", "DP attention delivers more tokens a second than TP attention, each running what it "
+            "holds of the demand", more, f"{s.text(rate_dp)} against {s.text(rate_tp)}: "
+            + ("more requests, or the same ones each reading only its group's latents" if more else
+               "the copied projections and the experts a larger batch touches cost more than it gains"))
     _attention_judgements(s, p, room, A, E, kv_tok, C, n, extra, req_tp)
     _attention_regime(s, req_tp, req_dp, demand, tpot_tp, tpot_dp)
 

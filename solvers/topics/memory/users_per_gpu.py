@@ -12,6 +12,7 @@ from solvers.derivation import Reject, Sheet, Side
 from solvers.formulas.collective import all_reduce_terms, tp_all_reduce
 from solvers.formulas.common import (
     GPU_MEMORY_UTILIZATION,
+    compute_efficiency,
     dtype_bytes,
     fabric_name,
     given_compute_efficiencies,
@@ -89,8 +90,11 @@ def _layout_regime(s: Sheet, p, layouts: dict[int, _Served], users16, tpot16) ->
     s.step("served", "Users the better layout serves within the TPOT", "U", top, "requests",
            f"{p.gpus // best} × TP{best}" + (": the one group, the weights stored once" if one else
                                             ": replicas, each carrying a smaller all-reduce per request"))
-    s.step("tpot_served", "Its TPOT at that load", "t_U", at_load[best], "ms",
-           "what each user waits per token with that many served: capacity comes with its latency")
+    t_best = s.step("tpot_served", "Its TPOT at that load", "t_U", at_load[best], "ms",
+                    "what each user waits per token with that many served: just under the target, which caps it")
+    s.step("tokens_per_gpu", "Output tokens per second per GPU at that load", "X",
+           top / (t_best * s.symbol("G")), "tok/s",
+           "every served user gets a token each step: the users over the TPOT, shared by the node's GPUs")
     fit16, t16 = format_number(s.value(users16)), s.text(tpot16)
     u_wide, u_split = format_number(s.value(wide.users)), format_number(s.value(split))
     t_wide = s.text(at_load[n_wide])
@@ -111,7 +115,9 @@ def _layout_regime(s: Sheet, p, layouts: dict[int, _Served], users16, tpot16) ->
         "replicas",
         f"{p.gpus // runner} × TP{runner} serve {u_split} users within the TPOT at "
         f"{s.text(at_load[runner])}, against {u_wide} for one TP{n_wide} group: the TPOT, not "
-        "memory, caps the wide group's batch, and narrower replicas pay less all-reduce per request and per step.",
+        "memory, caps the wide group's batch, and narrower replicas pay less all-reduce per request and per step. "
+        "The whole margin is that all-reduce traffic: overlapping it with the GEMMs, or a faster all-reduce, "
+        "narrows it.",
         "With longer contexts or a looser TPOT memory binds again, and one wide group serves more: it holds one "
         "copy of the weights where replicas hold several.",
         near=f"The best split, {p.gpus // runner} × TP{runner}, serves {u_split} users against one TP{n_wide} "
@@ -145,7 +151,7 @@ def solve(p, s: Sheet) -> None:
         raise Reject("the bf16 weights leave no room for a request even over the whole node")
     if s.compare(users16, MAX_FULL_BATCH) > 0:
         raise Reject(f"over {MAX_FULL_BATCH:,} full-context requests fit: no engine runs a batch that large")
-    s.step("users_8", "Full-context requests, one fp8 group (weights and KV)", "B_8",
+    users8 = s.step("users_8", "Full-context requests, one fp8 group (weights and KV)", "B_8",
                     floor_of((usable - w16 * b8 / b16) / (kv16 * b8 / b16)), "requests",
                     "one byte per element halves the weights and every request's KV")
     f_min = s.given("f_min", convention_value("minimal-kv-pool"), "%",
@@ -170,6 +176,13 @@ def solve(p, s: Sheet) -> None:
                     "decode step reaches, or does its math at the share of peak its matmuls reach, whichever is "
                     "longer, plus the all-reduces and the step's overhead")
     s.slip("the all-reduces left out", s.evaluate(tpot16 - t_ar) / s.value(tpot16), on="tpot_16")
+    eta_8 = s.given("η_8", compute_efficiency("fp8"), "%", "achievable fraction of the fp8 dense peak")
+    P8 = given_peak_flops(s, p.gpu, "fp8", symbol="P_8") * eta_8
+    t_ar8 = tp_all_reduce(s, p.model, p.gpu, p.gpus, users8, tag="fp8", label="full fp8 batch", tp_symbol=G)
+    s.step("tpot_8", "TPOT of the full fp8 batch, one group", "t_fp8",
+           max_of((W / G + users8 * kv16) * b8 / b16 / BW, 2 * N * users8 / (G * P8)) + t_ar8 + t_oh, "ms",
+           "half the bytes a request, but twice the requests: the reads barely move, the math runs at the fp8 "
+           "peak, and the all-reduces (bf16 activations) grow with the batch")
     T = s.param("T", "tpot")
     if s.compare(tpot16, T * (1 + CLOSE_TPOT)) <= 0:
         raise Reject("the full batch already meets the TPOT: the served users would repeat what fits")
@@ -186,6 +199,11 @@ def solve(p, s: Sheet) -> None:
              f"TP all-reduces over {fabric_name(p.gpu)} (card: tp-all-reduce) and 2 ms of overhead a step; "
              "attention's FLOPs are left out (its KV reads are counted: decode reads far more than it computes "
              "there).")
+    s.assume("What fits is counted in memory alone; an engine also caps its batch (vLLM's max_num_seqs, 256 to "
+             "1,024 by default), and the TPOT caps it far lower here: the served users never pass "
+             f"{MAX_BATCH:,} a replica.")
+    s.assume("fp8 weights and KV: the weight matmuls run at the fp8 peak (scaled fp8 GEMMs), the activations "
+             "and so the all-reduces stay bf16.")
     s.slip("/n: requests per GPU, not per TP group", 1 / p.gpus, on=("users_16", "users_8"))
     s.slip("x n: the whole request's KV, not one GPU's share", p.gpus, on="kv_per_request_gpu")
     s.slip("x layers: one layer's KV instead of all of them", 1 / p.model.layers, on="kv_per_request_gpu")

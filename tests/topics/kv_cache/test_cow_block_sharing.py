@@ -71,12 +71,12 @@ def _simulate_prefix_cache(prompt: int, output: int, samples: int, block: int) -
     "", "+prompt=992", "+prompt=1001+output=5000", "+samples=2+output=20", "+block_size=32+prompt=4097+output=3",
     "+samples=16+prompt=100+output=16000",
 ])
-@pytest.mark.parametrize("engine", ["vllm-v0", "vllm-v1"])
+@pytest.mark.parametrize("engine", ["v0", "v1"])
 def test_cow_matches_a_simulated_block_manager(variant, overrides, engine):
     solution = variant(f"cow-block-sharing@default{overrides}+engine={engine}")
     p, expected, results = param_values(solution), solution.expected, solution.sheet.results
     sizes = [int(p[k]) for k in ("prompt", "output", "samples", "block_size")]
-    if engine == "vllm-v0":
+    if engine == "v0":
         held, copies, first_copy = _simulate_block_manager(*sizes)
         assert results["copies"] == copies
         assert expected["tail_redone"] == copies * (p["prompt"] % p["block_size"])  # each copy carries the tail
@@ -93,8 +93,8 @@ def test_cow_refuses_a_saving_within_its_tolerance_of_the_line(variant):
     """2 samples, prompt 32, block 16, output 32 save exactly 25%, half the 50% ceiling, and a saving graded within
     2% could be called either way: refused (the review's @37 sat at a margin of 0.98). One block more is kept."""
     with pytest.raises(VariantError, match="too close to call"):
-        variant("cow-block-sharing@default+samples=2+prompt=32+output=32+block_size=16")
-    kept = variant("cow-block-sharing@default+samples=2+prompt=48+output=32+block_size=16").sheet.results
+        variant("cow-block-sharing@default+samples=2+prompt=32+output=32+block_size=16+engine=v0")
+    kept = variant("cow-block-sharing@default+samples=2+prompt=48+output=32+block_size=16+engine=v0").sheet.results
     assert kept["saving"] == pytest.approx(1 - 7 / 10)  # 3 shared + 2 × 2 own of 2 × 5
 
 
@@ -109,3 +109,39 @@ def test_cow_push_crosses_to_the_other_side(variant, catalog, seed):
             if (run := stage_run(solution, catalog, i)) is not None]
     assert len(runs) == 1 and runs[0].regime != solution.regime_name, seed
     assert runs[0].solution.expected["saved_bytes"] == pytest.approx(solution.expected["saved_bytes"])
+
+
+def test_cow_default_is_the_engine_vllm_ships(variant):
+    """Reader 7: the three variants read were all vLLM v0, whose engine is removed from vLLM. Both engines are
+    drawn (about half each over the seeds); the default is v1, which recomputes the partial block."""
+    default = variant("cow-block-sharing@default")
+    assert default.param("engine").value == "v1"
+    assert default.expected["tail_cost"] == "a-recompute-at-prefill"
+    engines = [variant(f"cow-block-sharing@{seed}").param("engine").value for seed in range(40)]
+    assert 0.3 * len(engines) <= engines.count("v1") <= 0.7 * len(engines)
+
+
+def test_cow_asks_the_tail_before_its_key_shows(variant):
+    """Reader 7: stage 1 asked the blocks with sharing, whose key (8 x 13 own blocks + 62) showed the partial
+    block private to each sample before stage 2 asked what that block costs. The cost is asked first now, and the
+    blocks with sharing beside the tokens it redoes."""
+    stages = variant("cow-block-sharing@default").question.stages
+    first = {key: next(i for i, st in enumerate(stages) if key in st.ask)
+             for key in ("tail_cost", "blocks_with", "tail_redone")}
+    assert first["tail_cost"] < first["blocks_with"] == first["tail_redone"]
+
+
+@pytest.mark.parametrize("engine", ["v0", "v1"])
+def test_cow_prefill_twice_slip_only_where_a_prefill_repeats(variant, engine):
+    """Reader 7: the slip "the first sample's own prefill counted too" fits only v1; in v0 nothing is prefilled
+    twice."""
+    slips = variant(f"cow-block-sharing@default+engine={engine}").sheet.slips
+    labels = {slip.label for slip in slips.get("tail_redone", [])}
+    assert ("x k/(k − 1): the first sample's own prefill counted too" in labels) == (engine == "v1")
+
+
+def test_cow_regime_names_say_which_part_dominates(variant):
+    """Reader 7: a 29% saving was called "vanishing". The sides are prompt-dominated (over half the (k-1)/k
+    ceiling) and output-dominated."""
+    assert variant("cow-block-sharing@default").expected["regime"] == "prompt-dominated"
+    assert variant("cow-block-sharing@default+output=16000").expected["regime"] == "output-dominated"

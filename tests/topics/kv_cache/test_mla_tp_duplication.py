@@ -110,7 +110,34 @@ def test_mla_duplication_room_moves_with_the_memory_fraction(variant):
 
 
 def test_mla_duplication_layout_is_asked_after_the_step_times(variant):
-    """The layout turns on the step times where both layouts hold the demand, so no stage asks it before them."""
+    """The layout turns on the step times where both layouts hold the demand, so no stage asks it before them
+    (DP attention's step is asked beside it: reader 7 found stage 2 too heavy with both steps)."""
     stages = variant("mla-tp-duplication@default").question.stages
     first = {key: next(i for i, st in enumerate(stages) if key in st.ask) for key in ("regime", "tpot_tp", "tpot_dp")}
-    assert first["regime"] > max(first["tpot_tp"], first["tpot_dp"])
+    assert first["regime"] >= max(first["tpot_tp"], first["tpot_dp"]) > first["tpot_tp"]
+
+
+@pytest.mark.parametrize("seed", ["default", *range(20)])
+def test_mla_dp_tradeoffs_compare_like_with_like(variant, seed):
+    """Reader 7: option D set DP's time per token at the whole demand against TP's at the fewer it holds (64
+    against 22). It now compares tokens a second, each layout running what it holds of the demand; and the room
+    option's line moves with the context (one request's latent), not with d alone (true unless d = 2)."""
+    solution = variant(f"mla-tp-duplication@{seed}")
+    e, r = solution.expected, solution.sheet.results
+    judged = solution.sheet.judged("dp_tradeoffs")
+    demand = solution.param("demand").value
+    rate_tp = min(demand, e["requests_tp"]) / e["tpot_tp"]
+    rate_dp = demand / e["tpot_dp"]
+    more = "DP attention delivers more tokens a second than TP attention, each running what it holds of the demand"
+    assert judged[more] == (rate_dp > rate_tp)
+    room = "DP attention's copied weights cost each GPU more room than one request's latents"
+    latent = 61 * 576 * (2 if solution.param("kv_dtype").value == "bf16" else 1) * solution.param("context").value
+    assert judged[room] == (r["dp_extra_weights"] > latent)
+
+
+def test_mla_room_option_turns_on_the_context(variant):
+    """DP 2 copies 3.05 GB a GPU: more than a 4K latent (0.29 GB), less than a 128K one (9.21 GB)."""
+    room = "DP attention's copied weights cost each GPU more room than one request's latents"
+    long = variant("mla-tp-duplication@default+dp=2+demand=8+context=131072").sheet.judged("dp_tradeoffs")
+    short = variant("mla-tp-duplication@default+dp=2+demand=8+context=4096").sheet.judged("dp_tradeoffs")
+    assert long[room] is False and short[room] is True

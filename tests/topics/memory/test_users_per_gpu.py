@@ -122,6 +122,49 @@ def test_users_per_gpu_matches_plain_arithmetic(variant, seed):
     best = max(layouts, key=lambda n: (layouts[n][0], n))
     assert expected["regime"] == ("one-group" if best == p["gpus"] else "replicas")
     assert expected["served"] == layouts[best][0] >= wide
-    assert expected["tpot_served"] == pytest.approx(float(layouts[best][1]), rel=1e-12)
+    assert results["tpot_served"] == pytest.approx(float(layouts[best][1]), rel=1e-12)
+    assert expected["tokens_per_gpu"] == pytest.approx(float(layouts[best][0] / layouts[best][1] / p["gpus"]),
+                                                       rel=1e-12)
     if all(results[f"fit_tp{n}"] <= results[f"batch_tp{n}"] for n in layouts):
         assert expected["regime"] == "one-group"
+
+
+@pytest.mark.parametrize("seed", ["default", *range(15)])
+def test_users_per_gpu_fp8_capacity_comes_with_its_tpot(variant, seed):
+    """Reader 7: the fp8 capacity was graded with no latency (1,522 "fit" at the default, most past the TPOT).
+    Stage 2 now asks the full fp8 batch's TPOT too: reads of half the bytes, the math at the fp8 peak (50% of
+    it), the bf16 all-reduces of the larger batch, 2 ms; it is slower than the bf16 full batch's."""
+    solution = variant(f"users-per-gpu@{seed}")
+    p = {param.name: param.value for param in solution.params}
+    model, gpu, G, e = p["model"], p["gpu"], p["gpus"], solution.expected
+    N = model.params_b * 1e9
+    kv_gpu = 2 * model.layers * model.kv_heads * model.head_dim * p["context"] / G  # fp8: one byte an element
+    users = e["users_8"]
+    reads = (N / G + users * kv_gpu) / (gpu.hbm_tb_s * 1e12 * 0.8)
+    math_ = 2 * N * users / (G * gpu.fp8_dense_tflops * 1e12 * 0.5)
+    all_reduce = solution.sheet.results["allreduce_fp8"]
+    assert e["tpot_8"] == pytest.approx(max(reads, math_) + all_reduce + 0.002, rel=1e-9)
+    assert e["tpot_8"] > e["tpot_16"] > p["tpot"]
+
+
+@pytest.mark.parametrize("seed", ["default", *range(15)])
+def test_users_per_gpu_grades_throughput_not_the_target(variant, seed):
+    """Reader 7: "that layout's TPOT at that load" was the target less a request's worth (29.97 against 30 ms).
+    Stage 3 grades the output tokens a second per GPU instead; the TPOT stays in the key line."""
+    solution = variant(f"users-per-gpu@{seed}")
+    assert "tpot_served" not in solution.expected
+    assert solution.expected["tokens_per_gpu"] == pytest.approx(
+        solution.expected["served"] / solution.sheet.results["tpot_served"] / 8, rel=1e-12)
+
+
+def test_users_per_gpu_push_crosses(variant, catalog):
+    """Reader 7: @12011 (4 x MI300X) pushed the TPOT looser and stayed one group, neither crossing nor saying it
+    was a nudge. MI300X's mesh and half nodes never tipped to replicas: the question draws whole NVLink nodes,
+    and its push crosses in at least nine draws in ten."""
+    crossed = 0
+    seeds = [12011, *range(29)]
+    for seed in seeds:
+        solution = variant(f"users-per-gpu@{seed}")
+        assert solution.param("gpu").value.name != "MI300X" and solution.param("gpus").value == 8
+        crossed += follow_up(solution, catalog).solution.expected["regime"] != solution.expected["regime"]
+    assert crossed >= 0.9 * len(seeds)
