@@ -12,24 +12,20 @@ TOO_CLOSE = 1.5  # within this factor of the crossover the verdict would turn on
 DOUBLING = "the rarest expert is below the crossover, and doubling the calibration set would lift it past"
 
 
-def _recipe(s: Sheet, r, r_star, all_r, need, n_s) -> None:
-    """Which recipe moves hold for this model and set, judged on its token counts and the crossover."""
+FORCED = ("forcing every token through every expert multiplies the calibration's expert compute by more "
+              "than {force_line}")
+DAMPED = ("raising the rarest expert's damping to {damp_high} keeps its GPTQ error within {damp_within} "
+              "of rounding's")
+
+
+def _recipe(s: Sheet, p, r, r_star, need, n_s, spread, damped: float) -> None:
+    """Which recipe moves hold for this model and set, judged on its token counts and the crossover (read7 #2:
+    none of them restates the regime asked beside it)."""
     def fmt(x) -> str:
         return format_number(s.evaluate(x), 3)
 
     star = fmt(r_star)
     usable = s.compare(r, r_star) >= 0  # a tie is usable, as the regime's
-    s.judge("recipe", "the current set already gives the rarest expert a usable Hessian", usable,
-            f"{fmt(r)} tokens per d_in against a crossover of {star}")
-    s.judge("recipe", "needed and enough here: send every calibration token through every expert",
-            s.compare(all_r, r_star) >= 0 and not usable,
-            f"each expert would see the whole set, {fmt(all_r)} tokens per d_in against {star}"
-            + ("; not needed, the rarest already has enough" if usable else
-               "; those the router would not send are off the expert's input distribution, so weight or check them"))
-    s.judge("recipe", "needed while calibration stays router-fed: a per-expert gate that rounds (RTN) any expert "
-            "below the crossover", not usable,
-            "the rarest expert's GPTQ would be worse than rounding" if not usable else
-            "no expert is below the crossover: the gate never fires")
     s.judge("recipe", DOUBLING, not usable and s.compare(2 * r, r_star) >= 0,
             f"twice the set gives {fmt(2 * r)} tokens per d_in against {star}"
             + ("; the rarest is past the crossover already" if usable else ""))
@@ -40,6 +36,16 @@ def _recipe(s: Sheet, r, r_star, all_r, need, n_s) -> None:
     s.judge("recipe", "a stratified set sized from the rarest expert needs no more samples than today's",
             s.compare(need, n_s) <= 0,
             f"{format_number(s.evaluate(need))} samples against today's {format_number(s.evaluate(n_s))}")
+    line = s.param("x_line", "force_line")
+    s.judge("recipe", FORCED, s.compare(spread, line) > 0,
+            f"E/k = {fmt(spread)}: every expert runs every token instead of k of E, and each keeps a d_in × d_in "
+            "Hessian")
+    # read7 #1: damping is the cheapest lever. As it grows GPTQ's update shrinks toward plain rounding, so a
+    # starved expert with heavy damping loses little; the bank's simulation holds it within 10% at every ratio.
+    s.judge("recipe", DAMPED, damped <= 1 + p.damp_within,
+            f"the simulation at that damping puts GPTQ at {format_number(damped, 3)}× rounding's error here: "
+            "heavy damping trusts the thin Hessian less and tends to RTN (GPTQModel raises damp when a "
+            "Hessian fails), a one-line per-expert fallback", fact=True)
 
 
 def _regime(s: Sheet, p, r, r_star, rare, d, shortfall) -> None:
@@ -104,7 +110,16 @@ def solve(p, s: Sheet) -> None:
                   "solve n_s·l_s·(k/E)·ρ = m·d_in for n_s, whole samples")
     shortfall = s.step("experts_short", "Calibration set multiple the target needs", "x_need", need / n_s, "x",
                        "how many times today's set a router-fed calibration needs")
-    _recipe(s, r, r_star, N / d, need, n_s)
+    # read7 #4: forcing every token through every expert is priced against the routed set sized for the target.
+    spread = s.step("force_spread", "Expert compute of forced routing over router-fed", "x_E", E / k, "x",
+                    "every expert runs every token, instead of k of the E experts per token")
+    s.step("forced_cost", "Forcing today's set through every expert, against the routed set sized for the target",
+           "x_force", N * E / (need * l_s * k), "x",
+           "expert-token passes: N_cal·E forced, against n_need·l_s·k for the target set through the router")
+    s.step("hessian_bytes", "FP32 Hessians for every expert's widest input, one layer", "B_H", E * d * d * 4, "GB",
+           "forcing coverage keeps a d_in × d_in Hessian for every expert at once, whatever the router does")
+    high = simulate(p.damp_high)
+    _recipe(s, p, r, r_star, need, n_s, spread, high.at(ratio))
 
     s.assume(f"Routing is the model's own gate on calibration text: the average expert gets k/E of the tokens and "
              f"the rarest ρ times that; GPTQ's calibration is {format_number(p.sequence)}-token samples (its C4 "
@@ -118,7 +133,11 @@ def solve(p, s: Sheet) -> None:
              "block-scaled FP8, so their 4-bit (W4A16) builds start from the bf16 upcast. The router starves the "
              "calibration the same way in each.")
     s.assume("Heavier-tailed activations or outlier channels give GPTQ more to gain and move the crossover "
-             "down toward n ≈ d_in; flatter ones move it up: the figure is this spectrum's, not a constant.")
+             "down toward n ≈ d_in; flatter ones move it up: the figure is this spectrum's, not a constant. Read it "
+             "as a band around n ≈ d_in to a few d_in: draws within 1.5× of it are refused, so no verdict asked "
+             "turns on its exact figure. The published evidence is qualitative: MoEQuant (arXiv:2505.03804) finds "
+             "router-fed calibration under-samples experts and hurts GPTQ on MoE, and expert-balanced sampling "
+             "recovers it.")
     s.slip("all tokens counted for every expert (the router forgotten)", on="tokens_avg",
            factor=m.experts / m.experts_per_token)
     s.slip("top-k forgotten: 1/E of the tokens per expert", on="tokens_avg", factor=1 / p.model.experts_per_token)

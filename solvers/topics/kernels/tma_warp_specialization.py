@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Sheet, Side, exact
+from solvers.derivation import Sheet, Side
 from solvers.formulas.common import dtype_bytes
 from solvers.formulas.kernels import WARPGROUP_THREADS
 from solvers.sheetmath import floor_of, min_of
-from solvers.units import figures_against, format_number, format_quantity
+from solvers.units import format_number
 
 WARP = 32
 
@@ -21,31 +21,39 @@ MMA_SYNC_MACS = 16 * 8 * 16  # mma.sync m16n8k16
 SETMAXNREG_MAX = 256
 
 
-def _specialization_judgements(s: Sheet, p, *, share: sympy.Expr, gain: sympy.Expr,
-                               tile: tuple[sympy.Expr, sympy.Expr], stages: sympy.Expr) -> None:
-    """The pipeline's options, decided on the sheet's exact values (the why lines' figures are floats)."""
+def _specialization_judgements(s: Sheet, p, *, acc: sympy.Expr, budget: sympy.Expr, tile: tuple[sympy.Expr,
+                               sympy.Expr], reserve: sympy.Expr) -> None:
+    """The pipeline's options, decided on the sheet's exact values. read7 #1: none is answered by an earlier key or
+    hint (the barrier protocol is the recall's, the issue share stage 1's, the warp layout stage 1's hint)."""
     key = "pipeline_facts"
-    issue = s.evaluate(share)
-    s.judge(key, "the Ampere-style copies and staging take over {issue_line} of the MMAs' issue slots",
-            s.compare(share, exact(p.issue_line)) > 0,
-            f"{format_quantity(issue, '%', figures_against(issue, p.issue_line))} of them")
-    s.judge(key, "setmaxnreg gives each consumer thread at least {more_registers} registers more than the even split",
-            s.compare(gain, exact(p.more_registers)) >= 0, f"{format_number(s.evaluate(gain))} more")
     m, n = tile
-    s.judge(key, "a 4 × 2 warp layout stages fewer operand bytes than a 2 × 4 one for this tile", s.compare(m, n) > 0,
-            f"rows staged per warp: M/4 + N/2 = {format_number(s.evaluate(m / 4 + n / 2))} against M/2 + N/4 = "
-            f"{format_number(s.evaluate(m / 2 + n / 4))}")
-    s.judge(key, "the producer waits on a stage's 'empty' barrier, arms 'full' with the bytes to expect, then "
-            "issues the TMA copies", True, "the transaction count on 'full' completes when the bytes land; the "
-            "consumers wait on 'full', run their WGMMAs and arrive on 'empty' to release the stage: no CTA-wide "
-            "__syncthreads, each stage has its own pair of barriers", fact=True)
-    deep = s.param("n_deep", "deep")
-    s.judge(key, "shared memory holds {deep} or more k-steps of this tile in flight", s.compare(stages, deep) >= 0,
-            f"{s.text(stages)} stages of {s.text(s.symbol('Q'))} fit: each with its own 'full' and 'empty' barrier, "
-            "the producer runs that many k-steps ahead")
+    more = p.consumers + 1
+    even_more = 8 * (65536 // (WARPGROUP_THREADS * (more + 1)) // 8)
+    need_more = m * n / (WARPGROUP_THREADS * more) + reserve
+    s.judge(key, "one more consumer warpgroup on this tile would bring each consumer within its even split",
+            s.compare(need_more, even_more) <= 0,
+            f"{more} consumers: {format_number(s.evaluate(need_more))} registers needed against an even split of "
+            f"{even_more} (the file over {more + 1} warpgroups)")
+    s.judge(key, "the accumulator alone takes more than half of a consumer's setmaxnreg budget",
+            s.compare(2 * acc, budget) > 0,
+            f"{format_number(s.evaluate(acc))} accumulator registers against {format_number(s.evaluate(budget))}")
+    floor = s.param("r_floor", "producer_floor")
+    n_c = s.symbol("n_c")
+    even = s.symbol("r_even")
+    lower = min_of(SETMAXNREG_MAX, 8 * floor_of((even * (n_c + 1) - floor) / (8 * n_c)))
+    s.judge(key, "cutting the producer to {producer_floor} registers would give each consumer more",
+            s.compare(lower, budget) > 0,
+            f"at {format_number(p.producer_floor)} a consumer gets {format_number(s.evaluate(lower))} against "
+            f"{format_number(s.evaluate(budget))}: the surplus moves in units of 8 per consumer thread")
+    s.judge(key, "the producer is a whole warpgroup because setmaxnreg acts on a warpgroup at a time", True,
+            "setmaxnreg is warpgroup-wide (all four warps execute it): the producer's registers can go to the "
+            "consumers only if it is its own warpgroup, though one warp of it issues the TMA copies", fact=True)
 
 
 def _register_regime(s: Sheet, need, even, budget) -> None:
+    if s.compare(need, even) == 0:
+        # read7 #5: @12011's push landed on 168 = 168, the tie rule only in stage 3's hints.
+        s.refuse_if_asked(["regime"], "a consumer needs exactly the even split: the fit turns on the tie rule")
     shown = {k: s.text(v) for k, v in (("need", need), ("even", even), ("budget", budget))}
     s.regime_by(need, even, tie="below", below=Side(
         "even-split-fits",
@@ -99,7 +107,7 @@ def solve(p, s: Sheet) -> None:
     F = s.given("F", p.gpu.bf16_flop_per_clk_sm, "", f"{p.gpu.name} bf16 FLOP per clock per SM")
     slots = s.step("issue_slots", "Issue slots during the k-step's MMAs", "S", 4 * 2 * M * N * K / F, "",
                    "four schedulers, one warp instruction a clock each, for the clocks the tensor cores take")
-    share = s.step("overhead_share", "Copy and ldmatrix instructions over those slots", "s_over",
+    s.step("overhead_share", "Copy and ldmatrix instructions over those slots", "s_over",
                    (cp_warp + ldm) / slots, "%", "the instructions TMA and WGMMA take away, against the slots the "
                    "MMAs leave")
     s.step("issue_share", "Every Ampere-style instruction over those slots", "s_issue",
@@ -127,11 +135,11 @@ def solve(p, s: Sheet) -> None:
     # StageCountAutoCarveout carves it out before counting stages): 192 × 128 leaves 4 stages of 40 KiB, not 5.
     epi = s.step("epilogue_bytes", "The epilogue's C tile staged for the TMA store", "S_epi", M * N * 2, "KiB",
                  "the bf16 output tile, carved out of shared memory before the ring")
-    stages = s.step("stages", "k-steps of this tile shared memory holds", "n_stage",
+    s.step("stages", "k-steps of this tile shared memory holds", "n_stage",
                     floor_of((smem - epi) / tile_bytes), "",
                     "a ring of stages, each a k-step's A and B slices with its pair of barriers, in what the "
                     "epilogue's staging leaves")
-    _specialization_judgements(s, p, share=share, gain=budget - even, tile=(M, N), stages=stages)
+    _specialization_judgements(s, p, acc=acc, budget=budget, tile=(M, N), reserve=reserve)
     s.assume("Ampere-style path: 16-byte cp.async copies, each with the stated address and bounds instructions, "
              "eight warps (4 × 2 over a tile taller than wide, else 2 × 4: 64 × 64 warp tiles at 256 × 128, as "
              "CUTLASS's Ampere configurations) staging with ldmatrix.x4 and computing with mma.sync m16n8k16; "
