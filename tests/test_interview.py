@@ -164,7 +164,8 @@ def test_the_cards_in_play_include_the_all_reduce_model_a_tp_group_runs(bank, ca
 
 
 # The file's own pushes, one a side, swapped for the test's own (from the comment above them to the last ask).
-GENERATED = re.search(r"  # One turn, a push for each side.*?when: latency-limited\n.*?ask: \[regime, served, levers\]\n",
+GENERATED = re.search(r"  # One turn, a push for each side.*?when: latency-limited\n.*?"
+                      r"ask: \[regime, served, levers\]\n",
                       (questions_dir() / "F" / f"{STAGED}.yaml").read_text(), re.S).group(0)
 TWO_SIDED = """  - say: |
       It's a batch job now: {tpot} a token is fine. What caps concurrency?

@@ -385,7 +385,8 @@ def test_variety_names_each_few_valued_number_unless_declared_a_lookup_and_too_f
     few = {p.split("answers.")[1].split(":")[0] for p in problems if "distinct values in 200 draws" in p}
     assert "kv_per_request" in few and "kv_per_token" not in few
     assert any(p.endswith("variants: only 6 distinct in 4000 draws (at least 200)") for p in problems)
-    assert any("answers.levers: 'an fp8 KV cache (half the bytes per token)' holds in all 200 draws" in p for p in problems)
+    fp8_kv = "answers.levers: 'an fp8 KV cache (half the bytes per token)' holds in all 200 draws"
+    assert any(fp8_kv in p for p in problems)
     undeclared = text.replace(', lookup: "the one model\'s config fixes it"', "")
     assert undeclared != text
     problems = _staged_problems(tmp_path, "undeclared", undeclared, catalog, seeds=0)

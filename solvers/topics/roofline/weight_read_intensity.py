@@ -132,8 +132,8 @@ def _decode_regime(s: Sheet, p, I_dec, ridge, T, kv_tok, N, BW, P) -> None:
         f"{boundary}. " + beside_memory,
         "Above the ridge the tensor cores set the pace: tokens/s stops rising with the batch, and only more "
         "FLOP/s (or fewer FLOPs per token) helps; the per-user speed falls with every sequence added.",
-        near=f"Decode runs at {intensity} FLOP/B, just below the ridge of {at_ridge}: the reads still set the "
-             f"pace, but the math takes nearly as long; {boundary}. " + beside_memory),
+        near=f"Decode runs at {intensity} FLOP/B, just below the kernels' ridge of {at_ridge}: the reads still "
+             f"set the pace, but the math takes nearly as long; {boundary}. " + beside_memory),
         above=Side(
         "compute-bound",
         f"Decode runs at {intensity} FLOP/B, past the kernels' ridge of {at_ridge}: short contexts and a wide batch "
@@ -141,8 +141,8 @@ def _decode_regime(s: Sheet, p, I_dec, ridge, T, kv_tok, N, BW, P) -> None:
         + beside_compute,
         "Below the ridge the step waits on HBM: a longer context or a smaller batch moves it there, and then "
         "bandwidth, smaller weights or a smaller KV cache raise tokens/s.",
-        near=f"Decode runs at {intensity} FLOP/B, just past the ridge of {at_ridge}: the math now sets the pace, "
-             "with the reads nearly as long, so neither side alone buys much. " + beside_compute))
+        near=f"Decode runs at {intensity} FLOP/B, just past the kernels' ridge of {at_ridge}: the math now sets "
+             "the pace, with the reads nearly as long, so neither side alone buys much. " + beside_compute))
 
 
 def solve(p, s: Sheet) -> None:

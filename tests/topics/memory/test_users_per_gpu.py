@@ -14,9 +14,10 @@ TIE = "kv-bytes-per-token@default+context=130048+gpu=a100-sxm-80gb+tp=4+tpot=46"
 
 
 def test_kv_bytes_per_token_names_the_cap_at_a_tie_as_its_prompt_says(variant):
-    """Key check 2's knife edge: here 3 requests fit and a step carries 3 within 46 ms (the step model), so both caps bind and
-    the key chose one by a rule the text never gave. The stage that asks now says which name equal caps take, and
-    the key takes it; a looser target lets the step carry more than fit, and memory caps it."""
+    """Key check 2's knife edge: here 3 requests fit and a step carries 3 within 46 ms (the step model),
+    so both caps bind and the key chose one by a rule the text never gave. The stage that asks now says which
+    name equal caps take, and the key takes it; a looser target lets the step carry more than fit, and memory
+    caps it."""
     tie = variant(TIE)
     assert tie.expected["users"] == tie.expected["batch_tpot"] == 3
     said = " ".join(tie.question.stages[2].say.split())
