@@ -75,7 +75,7 @@ def test_solve_markdown_reads_the_interview_stage_by_stage(capsys, bank, catalog
 
 
 def test_check_exit_codes(capsys):
-    right = ["kv_per_token=320 KiB", "kv_per_request=2.5 GiB", "users=176", "tpot_fit=26.29 ms", "batch_tpot=390",
+    right = ["kv_per_token=320 KiB", "kv_per_request=2.5 GiB", "users=176", "tpot_fit=34.01 ms", "batch_tpot=294",
              "served=176", "regime=capacity", "levers=AD"]
     code, out, _ = run_cli(capsys, "check", "kv-bytes-per-token", "--default", *right)
     assert code == 0 and out.count("correct") == 8

@@ -103,12 +103,12 @@ def _with_followups(text: str):
 
 
 def test_a_declared_follow_up_is_asked_as_written(catalog):
-    bank = _with_followups('followups:\n  - {set: {batch: 512}, ask: [regime, per_user], '
+    bank = _with_followups('followups:\n  - {set: {batch: 512}, ask: [regime, throughput], '
                            'say: "Now the batch is 512 short chats."}\n')
     first = make_variant(bank, catalog, VariantCode("weight-read-intensity", None))
     followup = follow_up(first, catalog)
     assert str(followup.solution.code) == "weight-read-intensity@default+batch=512"
-    assert followup.ask == ("regime", "per_user") and followup.say == "Now the batch is 512 short chats."
+    assert followup.ask == ("regime", "throughput") and followup.say == "Now the batch is 512 short chats."
     assert followup.solution.expected["regime"] == "compute-bound"
 
 
@@ -121,7 +121,7 @@ def test_a_declared_follow_up_that_changes_nothing_asked_gives_way_to_the_engine
 
 
 def test_a_declared_follow_up_that_asks_the_regime_must_cross_it(catalog):
-    bank = _with_followups('followups:\n  - {set: {batch: 40}, ask: [regime, per_user]}\n')
+    bank = _with_followups('followups:\n  - {set: {batch: 40}, ask: [regime, throughput]}\n')
     first = make_variant(bank, catalog, VariantCode("weight-read-intensity", None))
     followup = follow_up(first, catalog)
     assert first.sheet.regime.name == "memory-bound" and followup.solution.code.overrides != (("batch", "40"),)

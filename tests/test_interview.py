@@ -163,8 +163,8 @@ def test_progress_keeps_each_stored_key_with_the_stage_that_asked_it(bank, catal
     stages = stored_stages(runs)
     assert list(stages) == asked_keys(runs)
     assert stages["kv_per_token"] == (0, "opening") and stages["users"] == (1, "ask")
-    if runs[-1].kind == "push":
-        assert all(stages["followup." + k] == (3, "push") for k in runs[-1].ask)
+    if runs[-1].kind == "push":  # a turn of one push a side: the side's own stage index
+        assert all(stages["followup." + k] == (runs[-1].index, "push") for k in runs[-1].ask)
 
 
 def test_the_cards_in_play_include_the_all_reduce_model_a_tp_group_runs(bank, catalog):
@@ -175,11 +175,15 @@ def test_the_cards_in_play_include_the_all_reduce_model_a_tp_group_runs(bank, ca
     assert "tp-all-reduce" in grouped.cards() and "tp-all-reduce" not in alone.cards()
 
 
-GENERATED = "  - push: generated\n    ask: [regime, served, levers]\n"  # the file's own push
+# The file's own pushes, one a side, swapped for the test's own (from the comment above them to the last ask).
+GENERATED = re.search(r"  # One turn, a push for each side.*?when: latency-limited\n.*?"
+                      r"ask: \[regime, served, levers\]\n",
+                      (questions_dir() / "F" / f"{STAGED}.yaml").read_text(), re.S).group(0)
 TWO_SIDED = """  - say: |
       It's a batch job now: {tpot} a token is fine. What caps concurrency?
     when: latency-limited
-    set: {tpot: 400}
+    set: {tpot: 60}
+    nudge: where one step over the whole KV pool takes longer than 60 ms no drawn target frees it
     ask: [regime, served]
   - say: |
       Product wants snappier replies: {tpot} a token. What caps concurrency?
@@ -210,10 +214,11 @@ def test_a_declared_push_per_side_is_one_turn_asked_of_its_side_only(tmp_path, b
     assert len(ran) <= 1
     for run in ran:
         assert run.prefix == "followup."
-        if run.moved == ("tpot",) and str(run.solution.param("tpot").raw) in ("400", "15"):
+        if run.declared:
+            assert run.moved == ("tpot",) and str(run.solution.param("tpot").raw) in ("60", "15")
             assert run.say.startswith(("It's a batch job now", "Product wants snappier"))
-        else:  # the declared move does not cross here: the engine's push stands in, in its own words
-            assert run.regime != side and not run.say.startswith(("It's a batch job", "Product wants"))
+        else:  # the declared move is refused or does not cross here: the engine's push stands in, in its own words
+            assert not run.say.startswith(("It's a batch job", "Product wants"))
 
 
 HALVED = """  - say: |
@@ -229,10 +234,10 @@ def test_a_push_by_a_factor_moves_each_variants_own_value_and_a_nudge_says_where
     text = (questions_dir() / "F" / f"{STAGED}.yaml").read_text().replace(GENERATED, HALVED)
     question = parse_question(tmp_path / f"{STAGED}.yaml", text)
     notes = set()
-    for seed in range(1, 25):
+    for seed in (*range(1, 13), 34, 36):  # 34 and 36 cross on the halved context (in the step model's draws)
         base = make_variant(bank, catalog, VariantCode.parse(f"{STAGED}@{seed}"))
         run = stage_run(base.__class__(**{**base.__dict__, "question": question}), catalog, 3)
-        assert run is not None and run.moved == ("context",)
+        assert run is not None
         if not run.declared:  # the halved context refused here: the engine's push stands in, and no nudge is said
             assert run.nudge_note == ""
             continue

@@ -550,9 +550,9 @@ def test_low_a_key_set_twice_keeps_the_first_and_says_so(tmp_path, text):
      "stages[0].say: {a.b.c} is no placeholder ({name} or {name.field})"),
     (lambda t: t.replace("How much KV cache", "{model.__class__.__init__.__globals__} How much KV cache"),
      "stages[0].say: {model.__class__.__init__.__globals__} is no placeholder"),
-    (lambda t: t.replace("  - push: generated\n", "  - set: {context: .inf}\n"),
-     "stages[3].set.context: inf is not a finite"),
-    (lambda t: t.replace("  - push: generated\n", "  - set: {context: 1e999}\n"), "'1e999' is not a finite figure"),
+    (lambda t: t.replace("    set: {tpot: 60}\n", "    set: {context: .inf}\n"),
+     "stages[4].set.context: inf is not a finite"),
+    (lambda t: t.replace("    set: {tpot: 60}\n", "    set: {context: 1e999}\n"), "'1e999' is not a finite figure"),
 ], ids=["a.b.c", "dunder", ".inf", "1e999"])
 def test_low_a_placeholder_that_is_none_or_a_push_to_infinity_is_named(tmp_path, capsys, change, says):
     pack_file(tmp_path, "p-low", change)

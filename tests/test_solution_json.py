@@ -59,7 +59,8 @@ def test_the_stages_carry_the_whole_interview(old_bank, catalog, qid, seed):
     solution = make_variant(old_bank, catalog, VariantCode(qid, seed))
     data = to_dict(solution, script(solution, catalog))
     stages = data["stages"]
-    assert [s["kind"] for s in stages] == [s.kind for s in solution.question.stages]
+    question = solution.question  # a turn of one push a side is one stage of the interview
+    assert [s["kind"] for s in stages] == [s.kind for i, s in enumerate(question.stages) if question.turn_of(i) == i]
     asked = [key for s in stages if s["kind"] != "push" for key in s["ask"]]
     assert sorted(asked) == sorted(a["key"] for a in data["answers"])
     assert stages[0]["say"] in data["prompt"] and solution.question.staged == (qid == STAGED)

@@ -181,11 +181,12 @@ def test_pushes_are_solved_off_the_ui_thread_before_they_are_needed(monkeypatch)
     async def scenario():
         async with running_app() as (app, pilot):
             await open_default(app, pilot, STAGED)
-            await wait_for(pilot, lambda: len(app.screen.pushes) == 1)  # solved before the first submit
+            # solved before the first submit: a turn of one push a side, the other side's solved to None
+            await wait_for(pilot, lambda: len(app.screen.pushes) == 2)
             await through_stages(app, pilot, ("ctrl+s", "ctrl+s"), skip_pushes=False)
 
     asyncio.run(scenario())
-    assert threads == [False]
+    assert threads == [False, False]
 
 
 def test_a_staged_mock_runs_every_stage_with_keys_but_no_hints_and_reviews_each_stage(bank):
@@ -217,7 +218,8 @@ def test_a_staged_mock_runs_every_stage_with_keys_but_no_hints_and_reviews_each_
     solution, hints, keys, still, attempt, stages, mode, grades = asyncio.run(scenario())
     first = solution.question.stages[0].ask[0]
     assert hints == 0 and " ".join(key_line(solution, first).split()) in " ".join(keys.split())  # keys, not hints
-    assert still and stages == [0, 1, 2, 3] and mode == "regrade"
+    turns = [solution.question.turn_of(index) for index in stages]  # the push of this side's turn: 3 or 4
+    assert still and turns == [0, 1, 2, 3] and mode == "regrade"
     saved = {a.key: a.verdict for a in attempt.answers}
     assert {g.key: g.verdict for g in grades} == {k: v for k, v in saved.items() if not k.startswith("followup.")}
     assert any(k.startswith("followup.") for k in saved)

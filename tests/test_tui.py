@@ -246,7 +246,7 @@ async def _interviewer_runs_the_interview(code: str):
         await wait_for(pilot, lambda: on_screen(app, "InterviewerScreen")() and str(app.screen.solution.code) == code)
         screen = app.screen
         await wait_for(pilot, lambda: interviewer_ready(screen))
-        wide = 1000  # a cell's text on one line, to find each line whole
+        wide = 2000  # a cell's text on one line, to find each line whole (a select's reasons run past 1,000)
         said = [(text_of(w.content, wide), text_of(k.content, wide))
                 for w, k in zip(screen.query(".stage-words"), screen.query(".stage-keys"))]
         steps = len(screen.solution.sheet.steps)

@@ -210,13 +210,13 @@ UNPINNED = SOURCE.split("\ngolden:\n")[0].rstrip("\n") + "\n"
 GOLDEN = """\
 golden:
   - variant: default
-    expect: {crossover: 295.3, step_time: 12.81, regime: memory-bound}
-    why: 2 B × 989.4 / (2 × 3.35) = 295.3 tokens; (141.1 GB + 5.369 GB of KV) / 13.4 TB/s + 1.88 ms of all-reduce.
+    expect: {crossover: 221.5, step_time: 17.54, regime: memory-bound}
+    why: 2 B × 0.6 × 989.4 / (2 × 0.8 × 3.35) = 221.5 tokens; (141.1 + 5.369 GB) / 10.72 TB/s + 1.88 ms + 2 ms.
   - variant: default+batch=64
     expect:
       regime: compute-bound
-      per_user: 80
-    why: Wrong on purpose (151.8 GB / 13.4 TB/s + 2.16 ms of all-reduce = 13.49 ms, 74.13 tokens/s).
+      throughput: 4000
+    why: Wrong on purpose (151.8 GB / 10.72 TB/s + 2.16 ms of all-reduce + 2 ms = 18.32 ms, 3,493 tokens/s).
   - variant: default+tp=1
     expect: {regime: memory-bound}
     why: 141.1 GB of weights do not fit one H100.
@@ -234,8 +234,8 @@ def test_golden_answers_are_checked_and_a_wrong_one_names_its_line_key_and_both_
     assert problems == [
         f"{path}:{golden + 4}: golden[1].regime: pinned@default+batch=64: the solver gives memory-bound, "
         "the file pins compute-bound",
-        f"{path}:{golden + 4}: golden[1].per_user: pinned@default+batch=64: the solver gives 74.12684 tokens/s, "
-        "the file pins 80 tokens/s",
+        f"{path}:{golden + 4}: golden[1].throughput: pinned@default+batch=64: the solver gives 3,492.844 tokens/s, "
+        "the file pins 4,000 tokens/s",
         f"{path}:{golden + 9}: golden[2]: pinned@default+tp=1: no variant (pinned@default+tp=1: no valid variant "
         "with tp=1 (weights-fit: Llama-3.1-70B in bf16 over 1 GPU(s) needs 141 GB of weights per H100 SXM, past "
         "the 68 GB that leaves room for a KV pool))",
@@ -264,22 +264,22 @@ def test_a_seeds_draws_are_pinned_in_the_file_and_a_changed_draw_names_both(tmp_
 
 
 def test_golden_tolerance_whole_numbers_exact_decimals_to_a_thousandth_or_the_entrys_rel(tmp_path, catalog):
-    """The default's crossover is 295.343 tokens: 295.3 passes at 1e-3, 295 (whole) must be exact, 290 passes
+    """The default's crossover is 221.508 tokens: 221.5 passes at 1e-3, 221 (whole) must be exact, 218 passes
     only with the entry's own rel: 0.02."""
     def problems(expect: str) -> list[str]:
         write(tmp_path, "pinned", UNPINNED + f"golden:\n  - variant: default\n    {expect}\n    why: by hand\n")
         return [p for p in validate([tmp_path / "pinned.yaml"], catalog, seeds=0) if "golden" in p]
 
-    assert problems("expect: {crossover: 295.3, regime: memory-bound}") == []
-    assert problems("expect: {crossover: 294.9}") != []
-    assert [p.split(": ", 2)[2] for p in problems("expect: {crossover: 295}")] == [
-        "pinned@default: the solver gives 295.3433 tokens, the file pins 295 tokens"]
-    assert problems("expect: {crossover: 290}\n    rel: 0.02") == []
+    assert problems("expect: {crossover: 221.5, regime: memory-bound}") == []
+    assert problems("expect: {crossover: 221.2}") != []
+    assert [p.split(": ", 2)[2] for p in problems("expect: {crossover: 221}")] == [
+        "pinned@default: the solver gives 221.5075 tokens, the file pins 221 tokens"]
+    assert problems("expect: {crossover: 218}\n    rel: 0.02") == []
 
 
 def test_strict_asks_every_question_for_its_default_pinned(tmp_path, catalog):
     write(tmp_path, "unpinned", UNPINNED)
-    other = "golden:\n  - {variant: default+batch=64, expect: {crossover: 295.3}, why: the same GPU}\n"
+    other = "golden:\n  - {variant: default+batch=64, expect: {crossover: 221.5}, why: the same GPU}\n"
     write(tmp_path, "other", UNPINNED + other)
     lenient = validate([tmp_path], catalog, seeds=0)
     strict = [p for p in validate([tmp_path], catalog, seeds=0, strict=True) if "golden" in p]
@@ -405,7 +405,8 @@ def test_variety_names_each_few_valued_number_unless_declared_a_lookup_and_too_f
     few = {p.split("answers.")[1].split(":")[0] for p in problems if "distinct values in 200 draws" in p}
     assert "kv_per_request" in few and "kv_per_token" not in few
     assert any(p.endswith("variants: only 6 distinct in 4000 draws (at least 200)") for p in problems)
-    assert any("answers.levers: 'a KV cache half the bytes per token' holds in all 200 draws" in p for p in problems)
+    fp8_kv = "answers.levers: 'an fp8 KV cache (half the bytes per token)' holds in all 200 draws"
+    assert any(fp8_kv in p for p in problems)
     undeclared = text.replace(', lookup: "the one model\'s config fixes it"', "")
     assert undeclared != text
     problems = _staged_problems(tmp_path, "undeclared", undeclared, catalog, seeds=0)
@@ -440,7 +441,7 @@ def test_a_regime_within_its_answers_tolerance_of_the_boundary_is_a_knife_edge_u
 
     question = bank.get("kv-bytes-per-token")
     edge = make_variant(bank, catalog, VariantCode.parse(
-        "kv-bytes-per-token@default+context=130048+gpu=a100-sxm-80gb+tp=4+tpot=35"))
+        "kv-bytes-per-token@default+context=130048+gpu=a100-sxm-80gb+tp=4+tpot=46"))
     far = make_variant(bank, catalog, VariantCode(question.id, None))
     assert edge.sheet.regime.margin == 1 and abs(far.sheet.regime.margin - 1) > 0.03
     assert knife_edges(question, [edge, far]) == []
