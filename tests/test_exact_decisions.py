@@ -130,6 +130,10 @@ _UNLISTS = ("another reading (the simulation's cut) on the other side of the lin
 
 
 ALLOWED = {
+    ("topics/calibration/moe_calibration_starvation.py", "_recipe", "damped <= 1 + p.damp_within"): SAMPLED,
+    ("topics/kv_cache/cow_block_sharing.py", "solve", "s.value(tail) > 0"): SLIP,
+    ("topics/kv_cache/mla_tp_duplication.py", "solve", "abs(s.value(rate_dp) / s.value(rate_tp) - 1) < NEAR_TIE"):
+        _margin("3% (NEAR_TIE) where the trade-offs are asked; which delivers more is decided by s.compare"),
     ("topics/quantization/fp8_attention_quant_points.py", "_near", "max(a, b) <= (1 + tolerance) * min(a, b)"):
         "an option within its figure's tolerance of its line is judged None and never listed; a listed option's "
         "truth is decided by s.compare",
