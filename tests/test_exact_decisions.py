@@ -162,6 +162,7 @@ ALLOWED = {
     ("topics/kv_cache/mla_vs_gqa_under_tp.py", "_mla_levers", "then > now"): WHOLE,
     ("topics/kv_cache/tp_past_kv_heads.py", "solve", "r > 1"): SLIP,
     ("topics/moe/ep_load_skew.py", "_placement_judgements", "2 * hot_tokens <= crossover"): TEXT,
+    ("topics/cost/cost_audit_rollout.py", "_by", "use < 1.15"): TEXT,
     ("topics/moe/ep_load_skew.py", "solve", "sim.naive > s.value(T_bal) * (1 + 1e-12)"): SAMPLED,
     ("topics/moe/ep_load_skew.py", "solve", "sim.naive > sim.fit_today * (1 + 1e-12)"): SAMPLED,
     ("topics/prefixcache/prefix_cache_engines.py", "_after_eviction", "exact != s.value(after_radix)"): SLIP,

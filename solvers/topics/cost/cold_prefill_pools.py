@@ -1,4 +1,4 @@
-"""A cold 32K prefill, the warm share it forces, and two pools."""
+"""A cold long-prompt prefill, the warm share it forces, and two pools."""
 from __future__ import annotations
 
 import sympy
@@ -41,8 +41,12 @@ def _cold_assumptions(s: Sheet) -> None:
              "percentile the TTFT target is held at.")
     s.assume("Every request brings the same prompt and reply lengths; prefill and decode run on separate pools "
              "of the same replicas (disaggregated, as DistServe or Mooncake); the KV handover is counted as the "
-             "rate it needs between the pools, not in the TTFT (it streams layer by layer behind the prefill), and "
-             "queueing within the utilisation ceiling is left out of the TTFT.")
+             "rate it needs between the pools, not in the TTFT (it streams layer by layer behind the prefill).")
+    s.assume("A share of the TTFT target is kept for queueing: at the pool's ceiling a prompt waits behind others, "
+             "and a prefill sized to the whole target would miss it whenever it waited at all.")
+    s.assume("With prefill and decode split, a session's last turn sits in the decode replica's KV; the prefill "
+             "replica keeps its own copy of the prompt's prefix (Mooncake keeps it in a shared tier), and the "
+             "router sends a session back to the replica that holds it.")
 
 
 def _cold_judgements(s: Sheet, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar) -> None:
@@ -75,20 +79,21 @@ def _cold_regime(s: Sheet, t_cold, tau) -> None:
     cold, target = format_quantity(s.value(t_cold), "s"), s.text(tau)
     s.regime_by(t_cold, tau, tie="below", above=Side(
         "warm-required",
-        f"A cold prompt takes {cold} of prefill against a {target} TTFT target, before any queue: no amount of "
-        "replicas fixes one request's latency, so the prefix cache must serve part of every prompt.",
+        f"A cold prompt takes {cold} of prefill against the {target} the TTFT target leaves it after queueing: "
+        "more replicas of this size add throughput, not one request's speed, so the prefix cache must serve part "
+        "of every prompt (or the prompt is split over more GPUs: context parallelism across replicas).",
         "Below the boundary a cold prompt makes the target on its own: the cache then saves GPUs, not latency, "
         "and a miss costs money rather than an SLO.",
         near=f"A cold prompt takes {cold} against a {target} target: just over it, so a modest warm share or a "
              "faster GEMM gets there."),
         below=Side(
         "cold-fits",
-        f"A cold prompt takes {cold} against a {target} TTFT target: it fits with no cache, so prefix hits are a "
-        "cost lever only.",
+        f"A cold prompt takes {cold} against the {target} the TTFT target leaves it after queueing: it fits with "
+        "no cache, so prefix hits are a cost lever only.",
         "Past the boundary (a longer prompt, a tighter target, a slower group) the cold prefill alone misses the "
         "target: then the warm fraction becomes a requirement and misses become SLO violations.",
-        near=f"A cold prompt takes {cold} against a {target} target, only just inside it: any queueing pushes a "
-             "cold request over, so the cache is nearly a requirement already."))
+        near=f"A cold prompt takes {cold} against the {target} left after queueing, only just inside it: a queue "
+             "longer than the allowance pushes a cold request over, so the cache is nearly a requirement already."))
 
 
 def solve(p, s: Sheet) -> None:
@@ -97,6 +102,9 @@ def solve(p, s: Sheet) -> None:
     e = engine(s, p.model, p.gpu, p.tp, constants, communication=True, kv_prerequisite=True)
     T = s.param("T", "prompt")
     tau = s.param("τ", "ttft")
+    q = s.param("q", "queue_share")
+    appended = s.param("T_new", "appended")
+    gap = s.param("t_gap", "gap")
     L_out = s.param("L_out", "reply")
     tpot = s.param("TPOT", "tpot")
     lam = s.param("λ", "rate")
@@ -113,7 +121,9 @@ def solve(p, s: Sheet) -> None:
     t_cold = step_time(s, e, "cold", "cold prefill", cold, key="cold_ttft", communication=ar.of(T),
                        why="its math at the MFU, then its all-reduces and the overhead: a TTFT floor before any queue")
 
-    if abs(s.value(t_cold) / s.value(tau) - 1) < TTFT_TOLERANCE:
+    tau_p = s.step("prefill_budget", "Prefill's share of the TTFT target", "τ_p", (1 - q) * tau, "s",
+                   "the target less the share kept for queueing behind other prompts at the pool's ceiling")
+    if abs(s.value(t_cold) / s.value(tau_p) - 1) < TTFT_TOLERANCE:
         raise Reject("the cold prefill lands within its graded tolerance of the TTFT target: no clear verdict")
     # A warm fraction h is read from the cache; the rest, (1−h)·T tokens, attends to the whole prompt:
     # t(h) = a·(1−h) + b·(1 − h²) + c, solved for t(h) = τ.
@@ -124,27 +134,36 @@ def solve(p, s: Sheet) -> None:
     c = s.step("fixed_cost", "Time paid whatever is cached", "c", e.t_oh + ar.fixed, "s",
                "the step overhead and the all-reduce latencies")
     y = s.step("cold_share", "Share of the prompt that may stay cold", "y",
-               min_of(1, ((a + 2 * b) - sqrt_of(max_of(0, (a + 2 * b)**2 - 4 * b * (tau - c)))) / (2 * b)), "%",
+               min_of(1, ((a + 2 * b) - sqrt_of(max_of(0, (a + 2 * b)**2 - 4 * b * (tau_p - c)))) / (2 * b)), "%",
                "the smaller root of b·y² − (a + 2b)·y + (τ − c) = 0, with y = 1 − h; all of it where cold fits")
     h = s.step("warm_needed", "Warm fraction the prefix cache must reach", "h*", 1 - y, "%",
-               "what the cache must serve of a typical prompt for its prefill to make the TTFT target")
+               "what the cache must serve of a typical prompt for its prefill to fit its share of the target")
     if s.value(h) > MAX_WARM:
         raise Reject("the prompt would have to be almost entirely cached")
-    warm = step_work(s, e, "warm", "prefill at that warm fraction", y * T, (T**2 - (h * T)**2) / 2, h * T)
-    t_warm = step_time(s, e, "warm", "prefill at that warm fraction", warm, key="warm_ttft",
-                       communication=ar.of(y * T), why="the cold remainder's math, all-reduces and overhead")
+    # What sessions reach: a returning session's prompt is its last prompt plus the turn's new tokens, so all but
+    # those are warm where its prefix is still cached. The pool is sized at that share, not at the least one.
+    h_real = s.step("warm_real", "Warm share a returning session brings", "h_s", 1 - appended / T, "%",
+                    "all of the prompt but the turn's new tokens is its last prompt, cached")
+    if s.compare(h_real, h) < 0:
+        raise Reject("the turn's new tokens alone miss the prefill's share of the target: no cache can make it")
+    if s.compare(h_real - h, sympy.Rational(3, 100)) < 0:
+        raise Reject("the sessions' warm share is within 3 points of the least the target needs: too close to call")
+    y_r = 1 - h_real
+    warm = step_work(s, e, "warm", "prefill of a returning session", y_r * T, (T**2 - (h_real * T)**2) / 2,
+                     h_real * T)
+    t_warm = step_time(s, e, "warm", "prefill of a returning session", warm, key="warm_ttft",
+                       communication=ar.of(y_r * T), why="the new tokens' math, all-reduces and overhead")
     if s.compare(warm.bytes / e.byte_rate, warm.flops / e.flop_rate) > 0:
         raise Reject("the warm remainder's prefill is memory-bound: the quadratic's compute model does not hold")
 
     for busy in (lam * t_cold / u, lam * t_warm / u):
-        # Sized to the target, the warm prefill takes τ exactly: λ·τ/u whole would leave the ceiling to float noise.
+        # A busy figure on a whole number of replicas would leave the ceiling to float noise.
         if abs(s.evaluate(busy) - round(s.evaluate(busy))) < 1e-6 * s.evaluate(busy):
             raise Reject("a prefill pool lands on a whole number of replicas: a tie for the ceiling")
     n_cold = s.step("cold_prefill_replicas", "Prefill replicas if every prompt ran cold", "n_cold",
                     ceil_of(lam * t_cold / u), "", "λ × cold prefill time, over the utilisation ceiling")
-    n_pre = s.step("prefill_replicas", "Prefill replicas at the warm fraction", "n_pre",
-                   ceil_of(lam * t_warm / u), "", "λ × prefill time of the cold remainder, over the ceiling "
-                   "(sized to the target, that time is τ itself)")
+    n_pre = s.step("prefill_replicas", "Prefill replicas at the sessions' warm share", "n_pre",
+                   ceil_of(lam * t_warm / u), "", "λ × a returning session's prefill time, over the ceiling")
     s.step("gpus_saved", "Prefill GPUs the cache saves", "G_saved", (n_cold - n_pre) * e.TP, "GPUs",
                    "replicas no longer needed, times the GPUs in each")
 
@@ -152,9 +171,13 @@ def solve(p, s: Sheet) -> None:
     decode = decode_at_speed(s, e, p.gpu, ar, S, tpot, "the TPOT target")
     # What the cache and the handover cost: a replica's HBM beside its weights holds whole prompts' KV (each GPU
     # its heads' share), and every prefill ships its prompt's KV to the decode pool.
-    s.step("cached_prompts", "Prompts whose KV one replica keeps beside its weights", "N_cache",
-           floor_of(decode.pool / T), "", "the KV pool's tokens over one prompt: the prefixes a replica can "
-           "keep warm for returning sessions")
+    n_cache = s.step("cached_prompts", "Prompts whose KV one replica keeps beside its weights", "N_cache",
+                     floor_of(decode.pool / T), "", "the KV pool's tokens over one prompt: the prefixes a replica "
+                     "can keep warm for returning sessions")
+    live = s.step("live_sessions", "Sessions whose prefix must stay cached", "N_live", lam * gap, "",
+                  "Little's law: λ turns a second, each session's prefix held until it returns a gap later")
+    pool_cache = s.step("pool_cache", "Prefixes the prefill pool's HBM holds", "N_pool", n_pre * n_cache, "",
+                        "every prefill replica's cache, with each session routed back to its replica")
     s.step("warm_prefix_bytes", "KV of one prompt's warm prefix", "KV_warm", h * T * s.symbol("KV_tok"), "GB",
            "the warm share of the prompt, in KV bytes: what the cache keeps for each returning session")
     s.step("kv_transfer", "KV the prefill pool ships to the decode pool", "BW_PD", lam * T * s.symbol("KV_tok"),
@@ -167,8 +190,11 @@ def solve(p, s: Sheet) -> None:
     s.slip("attention counted without the causal half", s.evaluate((cold.flops + e.A * T**2 / 2) / cold.flops),
            on="mfu_time")
     s.slip("prefill pool sized cold", s.value(n_cold) / s.value(n_pre), on="prefill_replicas")
-    _cold_judgements(s, e, T, t_cold, tau, n_pre, n_dec, n_cold, cold, ar)
+    s.judge("facts", "the prefill pool's HBM holds every live session's prefix", s.compare(pool_cache, live) >= 0,
+            f"{s.text(pool_cache)} prefixes against {format_number(s.evaluate(live), 3)} live sessions"
+            + ("" if s.compare(pool_cache, live) >= 0 else ": the rest go to a host-memory tier or re-prefill cold"))
+    _cold_judgements(s, e, T, t_cold, tau_p, n_pre, n_dec, n_cold, cold, ar)
     s.assume(f"The all-reduces are {pct_text(s.evaluate(ar.of(T) / t_cold))} of the cold time as tp-all-reduce counts "
              "them, unoverlapped: the card's pessimism, since engines overlap part of them with the GEMMs.")
-    _cold_regime(s, t_cold, tau)
+    _cold_regime(s, t_cold, tau_p)
 

@@ -16,7 +16,7 @@ def audit_by_hand(solution):
     gate, noise = value_of(solution, "gate"), value_of(solution, "noise")
     cost = [row["$/GPU-h"] / 3600 / row["tokens/s per GPU"] * 1e6 for row in rows]
     real = {row["change"] for row, c in zip(rows[1:], cost[1:])
-            if 1 - c / cost[0] > math.sqrt(2) * noise  # the noise on a difference of two runs
+            if 1 - c / cost[0] > 2 * math.sqrt(2) * noise  # two standard deviations of a difference of two runs
             and row["p99 TPOT (ms)"] / 1e3 <= slo and -row["quality (pts)"] <= gate}
     headline = min(range(1, len(rows)), key=lambda i: cost[i])
     best = min((i for i in range(1, len(rows)) if rows[i]["change"] in real), key=lambda i: cost[i])
@@ -63,7 +63,7 @@ def test_audit_push_moves_a_gate_and_asks_what_ships_now(variant, catalog):
     """The push is the engine's search over the SLO and the gate (drawn over ranges, so a value between the top
     row's figure and the others' exists): at the default the SLO goes from 50 to 85 ms, the doubled batch cap
     (p99 54.1 ms) passes every gate and rolls out at 35.8% off. Where it finds a move it crosses; a week with
-    none (about one in ten) has fp8 on top inside the tightest gate, real at every SLO and gate, as the nudge says."""
+    none (about one in six) mostly has fp8 on top inside the tightest gate or past the loosest, as the nudge says."""
 
     default = variant("cost-audit-rollout@default")
     push = stage_run(default, catalog, 3)
@@ -75,14 +75,15 @@ def test_audit_push_moves_a_gate_and_asks_what_ships_now(variant, catalog):
     for seed in range(20):
         solution = variant(f"cost-audit-rollout@{seed}")
         push = stage_run(solution, catalog, 3)
-        if push is None:  # the nudge's case: fp8 on top, inside the tightest gate
+        if push is None:  # the nudge's case: fp8 on top, inside the tightest gate or past the loosest
             results = solution.sheet.results
-            assert (results["headline"], results["regime"]) == ("fp8 weights and GEMMs", "real"), seed
+            assert results["headline"] == "fp8 weights and GEMMs", seed
+            assert results["regime"] in ("real", "fails-quality"), seed
             none.append(seed)
             continue
         assert set(push.moved) <= {"slo", "gate", "noise"}
         crossed += push.regime != solution.regime_name
-    assert len(none) <= 3 and crossed >= 16, (none, crossed)
+    assert len(none) <= 4 and crossed >= 16, (none, crossed)
 
 
 def test_audit_baseline_meets_the_slo(variant):
@@ -95,19 +96,23 @@ def test_audit_baseline_meets_the_slo(variant):
         variant("cost-audit-rollout@default+slo=30")  # the default baseline runs at 33.8 ms
 
 
-def test_audit_cheaper_gpu_missing_the_slo_is_a_headline(variant):
+def test_audit_cheaper_gpu_missing_the_slo_is_a_headline(variant, catalog):
     """The issue's featured trap: the A100 tops the ledger on price and misses the p99 SLO in a good share of
     weeks. The headline always clears the noise by far (its saving is at least 25%), so the noise floor is no
-    option for the gates it fails; the rolled-out row's thin gates vary with the week."""
-    trap = thin_none = 0
+    option for the gates it fails; the rolled-out row's thin gates (asked in the push) vary with the week."""
+    trap = thin_none = pushed = 0
     seeds = range(60)
     for seed in seeds:
-        results = variant(f"cost-audit-rollout@{seed}").sheet.results
+        solution = variant(f"cost-audit-rollout@{seed}")
+        results = solution.sheet.results
         trap += results["headline"] == "A100s instead of H100s" and results["regime"] == "misses-slo"
-        thin_none += results["thin_gates"]["none: both margins are wide"]
         assert 1 - results["headline_cost"] / results["baseline_cost"] > 0.2
+        push = stage_run(solution, catalog, 3)
+        if push is not None:
+            pushed += 1
+            thin_none += push.solution.sheet.results["thin_gates"]["none: both margins are wide"]
     assert trap >= 0.08 * len(seeds)
-    assert thin_none <= 0.8 * len(seeds)
+    assert 0.2 * pushed <= thin_none <= 0.7 * pushed
 
 
 def test_audit_speculative_decoding_is_lossless_in_the_ledger(variant):
@@ -126,7 +131,7 @@ def test_audit_speculative_decoding_is_lossless_in_the_ledger(variant):
         row = next(r for r in value_of(solution, "ledger") if r["change"] == "speculative decoding with a draft model")
         assert abs(row["quality (pts)"]) <= noise
         words = " ".join(stage.say for stage in solution.question.stages)
-        assert "deltas within {quality_noise} points either way are eval noise" in words
+        assert "the\neval moves {quality_noise} points run to run" in words
 
 
 def test_audit_regime_names_the_gate_that_stops_the_headline(variant):
@@ -163,3 +168,82 @@ def test_audit_miss_wording_follows_the_margin(variant):
         use = regime.margin() if callable(regime.margin) else regime.margin
         if "by a hair" in regime.summary:
             assert use < 1.05
+
+
+def test_audit_no_row_is_graded_on_a_knife_edge(variant, catalog):
+    """read7 #4: a saving of 4.38% against a 4.24% floor was keyed a real win, a 50.7 ms p99 against a 50 ms SLO a
+    miss, fp8 at -2.2 against a 2-point gate a fail (a gap the size of the eval noise). A week where any row sits
+    within a tenth of the noise floor, 5% of the SLO or the eval noise of the gate is redrawn, in the draws and
+    in the pushes (the push moves a gate; one that lands a row in a band is not made)."""
+    def clear(solution):
+        rows, slo = value_of(solution, "ledger"), value_of(solution, "slo")
+        gate, noise, qn = value_of(solution, "gate"), value_of(solution, "noise"), value_of(solution, "quality_noise")
+        floor = 2 * math.sqrt(2) * noise
+        base = rows[0]["$/GPU-h"] / rows[0]["tokens/s per GPU"]
+        for row in rows[1:]:
+            saving = 1 - row["$/GPU-h"] / row["tokens/s per GPU"] / base
+            assert abs(saving - floor) >= 0.1 * floor, row["change"]
+            assert abs(row["p99 TPOT (ms)"] / 1e3 / slo - 1) >= 0.05, row["change"]
+            assert abs(row["quality (pts)"] + gate) > qn + 1e-9, row["change"]
+
+    for seed in range(40):
+        solution = variant(f"cost-audit-rollout@{seed}")
+        clear(solution)
+        push = stage_run(solution, catalog, 3)
+        if push is not None:
+            clear(push.solution)
+    with pytest.raises(VariantError, match="p99 is within 5% of the SLO"):
+        variant("cost-audit-rollout@default+slo=55")  # the doubled batch cap's 54.1 ms
+    variant("cost-audit-rollout@default+slo=60")  # 54.1 ms is 10% under it: graded
+
+
+def test_audit_eval_noise_decides_the_quality_gate(variant):
+    """read7 #5: the stated eval noise was never used. A quality delta within it of the gate is re-measured, not
+    graded: fp8's -1.0 against a 1.0 or 1.2-point gate is refused (it once passed 1.0 on a tie), against 1.3 it
+    passes; lossless rows (within the noise of zero) never meet a gate, which starts at half a point."""
+    for gate in ("1.0", "1.2"):
+        with pytest.raises(VariantError, match="within the eval noise of the gate"):
+            variant(f"cost-audit-rollout@default+gate={gate}")
+    assert variant("cost-audit-rollout@default+gate=1.3").sheet.results["real_wins"]["fp8 weights and GEMMs"]
+    for seed in range(40):
+        assert value_of(variant(f"cost-audit-rollout@{seed}"), "gate") >= 0.5
+
+
+def test_audit_noise_floor_is_two_standard_deviations(variant):
+    """read7 #6: saving > √2·ε is a one-sigma test. The floor is 2√2·ε: at the default (ε = 3%) 8.49%, so
+    speculative decoding's 4.38% is inside the noise and only the kernel's 12.7% is real."""
+    results = variant("cost-audit-rollout@default").sheet.results
+    assert results["noise_floor"] == pytest.approx(2 * math.sqrt(2) * 0.03)
+    assert not results["real_wins"]["speculative decoding with a draft model"]
+    assert results["real_wins"]["a new decode attention kernel"]
+
+
+def test_audit_push_gives_the_interviewer_reason_and_names_the_row_rolled_out(variant, catalog):
+    """read7 #8, #9: the push said "Let's change one thing ... What changes, and what matters now?" and asked
+    "which of its gates" where the headline and the row shipped differ. It now says product's reason for the new
+    SLO, and the thin-gates label names the row you roll out."""
+    push = stage_run(variant("cost-audit-rollout@default"), catalog, 3)
+    assert "Product has looked at the traces" in push.say and "Let's change one thing" not in push.say
+    label = push.solution.question.answer("thin_gates").label
+    assert "the row you roll out" in label
+
+
+def test_audit_checklist_names_what_a_strong_candidate_raises(variant):
+    """read7 #10: TTFT and queueing, capacity actually released, and eval coverage against production."""
+    items = " ".join(variant("cost-audit-rollout@default").question.answer("misleading_checks").points)
+    for needed in ("TTFT and queueing", "GPUs are released", "eval coverage"):
+        assert needed in items
+
+
+def test_audit_a_missed_slo_names_what_to_try_before_dropping_the_row(variant):
+    """read7 #7: latency headroom can be spent on batch, and a cap between 1x and 2x may meet the SLO. A doubled
+    batch cap that misses says both; an A100 that misses is told of a smaller batch, not a batch cap."""
+    batch = variant("cost-audit-rollout@default").sheet.regime.summary
+    assert "between the baseline's and twice it" in batch and "spend it on batch" in batch
+    for seed in range(80):
+        solution = variant(f"cost-audit-rollout@{seed}")
+        if solution.expected["regime"] == "misses-slo" and solution.expected["headline"].startswith("A100"):
+            assert "smaller batch" in solution.sheet.regime.summary and "twice it" not in solution.sheet.regime.summary
+            break
+    else:
+        pytest.fail("no A100 headline missing the SLO in 80 weeks")
