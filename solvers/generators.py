@@ -93,6 +93,9 @@ def plateau_decay(rng: np.random.Generator, dataset_t: float, batch: int, seq_le
     return int(_sig(rng.uniform(0.7, 2.0) * data_steps, 2))
 
 
+GROWTH_INTERVAL = 2000  # clean steps before a dynamic loss scaler doubles (torch.amp.GradScaler's default)
+
+
 @generator("plateau_incident")
 def plateau_incident(rng: np.random.Generator, warmup: int, decay_steps: int, batch: int, seq_len: int,
                      dataset_t: float, scale_power: int, ranks: int = 4) -> list[dict]:
@@ -142,7 +145,10 @@ def plateau_incident(rng: np.random.Generator, warmup: int, decay_steps: int, ba
                 **rank_norms(total)}
 
     loss = round(rng.uniform(1.9, 2.8), 3)
-    regrown = int(rng.integers(0, 40))  # doublings after clean stretches, each undone by one more overflow
+    # A dynamic scaler at its ceiling doubles after every clean growth interval (PyTorch's GradScaler: 2,000
+    # steps; Megatron's: 1,000) and the next overflow halves it back: a run hundreds of thousands of steps in has
+    # skipped about one step per interval, hundreds in all, not a handful.
+    regrown = first // GROWTH_INTERVAL + int(rng.integers(0, 40))
     if cause == "loss-scale-collapsed":
         # The scale fell all the way to 1 before 09:00 and sits there: every step since has overflowed.
         exponent, skipped = 0, scale_power + regrown + int(rng.integers(5, 200))

@@ -118,10 +118,11 @@ def _fleet_judgements(s: Sheet, need, job, smaller, pod, words: str) -> None:
     ratio = s.value(job) / s.value(need)
     over = f"the job is {format_number(ratio, 3)}× the need"
     power = _power_above(s, need)
-    size = int(s.value(job))
-    is_power = size & (size - 1) == 0
-    s.judge("judgement", "the job is a power of two", bool(is_power),
-            f"{s.text(job)} {'is' if is_power else 'is not'} 2^k under the {words} rule")
+    whole_pods = pod * ceil_of(need / pod)
+    larger = s.compare(whole_pods, job) > 0
+    s.judge("judgement", "a job in whole fabric pods would be larger than this one", larger,
+            f"whole pods of {format_number(s.value(pod))} make {format_number(s.evaluate(whole_pods))} GPUs "
+            f"against the {words} rule's {s.text(job)}")
     s.judge("judgement", "the job meets the schedule even at nine tenths of the planned MFU",
             s.compare(job * MFU_SHORTFALL, need) >= 0,
             f"{over}; nine tenths of the MFU needs {format_number(s.evaluate(need / MFU_SHORTFALL))} GPUs")
@@ -151,7 +152,10 @@ def _spares_regime(s: Sheet, pool, room, down, words: str, rounding, spare) -> N
         f"About {out} nodes are in repair at any moment; a pool of {spares} covers them with two standard "
         f"deviations to spare, and the margin's {margin_text} GPUs hold {holds} nodes: the job never waits for a "
         f"repair. The {words} rule's {extra} GPUs are the other overhead, slack in time rather than in nodes.",
-        "More frequent failures or slower repairs (an RMA instead of a swap) grow the pool past the margin: then "
+        "Without a spare, a lost node does not leave the job one node smaller: the layout must divide, so the job "
+        "drops a whole data-parallel replica or waits, which is why the pool is sized to the mean out plus two "
+        "standard deviations. More frequent failures or slower repairs (an RMA instead of a swap) grow the pool "
+        "past the margin: then "
         "the job shrinks while it waits, or the margin grows, or repairs get faster.",
         near=f"A pool of {spares} nodes against the {holds} the margin holds: covered, with almost nothing over "
              "for evals or debugging."),
@@ -201,6 +205,9 @@ def solve(p, s: Sheet) -> None:
     s.assume("Model FLOPs are 6·N·D (the conventions card's flops-per-token; Kaplan et al. 2020), taken from "
              "training-compute-budget; MFU as stated for the whole run, against the dense bf16 datasheet peak "
              "(dense-peaks; Llama 3 405B: 38-43%).")
+    s.assume("MFU is the whole run's, and the draws put it at 30-40% for models below 405B (45% on B200). "
+             "Published all-in figures run lower: Meta's 7.0M GPU-hours for Llama 3.1 70B imply about 25% "
+             "with downtime and later stages included, so a plan at 40% is the optimistic end.")
     s.assume("The job-size rule is the lab's and is given: a power of two is a convenience (parallel degrees and "
              "collectives that split evenly), not a law. DP need only divide the global batch and PP stages need "
              "not be 2^k (Llama 3 405B: 126 layers; its 16K-GPU job is 2^14, its 24K clusters are not).")

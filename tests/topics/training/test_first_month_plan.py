@@ -60,3 +60,34 @@ def test_first_month_both_fixes_ship_somewhere(variant):
     """Neither fix is the answer by rote: over 200 draws each ships in at least a fifth of them."""
     fixes = Counter(variant(f"first-month-plan@{seed}").expected["regime"] for seed in range(200))
     assert min(fixes.values()) >= 40, fixes
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_first_month_bad_nodes_grow_with_the_job(variant, seed):
+    """read7 #1: the record's bad nodes scale with the job (one a year per 128 nodes at least, one per 16 at
+    most); a 16,384-GPU job no longer meets three."""
+    raw = {param.name: param.raw for param in variant(f"first-month-plan@{seed}").params}
+    assert raw["gpus"] / 1024 <= raw["bad_nodes"] <= raw["gpus"] / 128, raw
+
+
+def test_first_month_record_is_the_part_the_fixes_touch(variant):
+    """read7 #1, #2, #3: the stem says the hangs sat outside any collective (no NCCL timeout fires there) and
+    that other crashes restarted on their own; the assumptions set the record against Llama 3's rate, name the
+    NCCL timeout and say how a crash is pinned on a node."""
+    solution = variant("first-month-plan@default")
+    opening = solution.question.stages[0].say
+    assert "outside any collective" in opening and "auto-restarted" in opening
+    assumptions = " ".join(solution.sheet.assumptions)
+    assert "419 unexpected interruptions" in assumptions and "NCCL timeout" in assumptions
+    assert "names it" in assumptions
+    assert "crash log names" in solution.question.stages[2].say
+
+
+def test_first_month_stage_three_asks_what_the_select_grades(variant):
+    """read7 #6, #7, #8: stage 3 asks what the record supports (the select's label), not what goes in a
+    draft; the watchdog begins the restart (the restart itself still counts); week one is not closed to change."""
+    solution = variant("first-month-plan@default")
+    third = solution.question.stages[2].say
+    assert "record support" in third and "draft" not in third and "begin the restart" in third
+    plan = next(answer for answer in solution.question.answers if answer.key == "plan")
+    assert not any("week one" in item for item in plan.points)

@@ -138,12 +138,13 @@ def test_fleet_job_follows_the_stated_rule_not_a_power_of_two(variant):
 
 
 @pytest.mark.parametrize(("code", "pushed", "side"), [
-    ("default", "default+node_mtbf=60+repair=14", "margin-short"),
-    ("default+node_mtbf=60+repair=14+margin=10", "default+node_mtbf=60+repair=1+margin=10", "margin-holds-spares")])
+    ("default", "default+margin=3+repair=14", "margin-short"),
+    ("default+margin=3+repair=14", "default+margin=3+repair=1", "margin-holds-spares")])
 def test_fleet_push_moves_the_failures_across_the_margin(variant, catalog, code, pushed, side):
     """The review: "which adds more, the rounding or the margin" was not a decision anyone makes. The regime is
-    whether the margin holds the spare pool; a bad quarter (four times the failures, RMAs of two weeks) pushes a
-    covered plan short, an on-site depot (repairs in a day) a short one back."""
+    whether the margin holds the spare pool; a trimmed margin (3%) and RMAs of two weeks push a covered plan
+    short (read7 #2: the old push, node MTBF 60 days and 14-day repairs, put 23% of the job in repair), an
+    on-site depot (repairs in a day) a short one back."""
     from solvers.interview import stage_run
     solution = variant(f"fleet-gpu-count@{code}")
     index = next(i for i, stage in enumerate(solution.question.stages)
@@ -177,3 +178,51 @@ def test_fleet_a_draw_where_every_margin_statement_holds_is_drawn_again(variant,
     solution = variant(f"fleet-gpu-count@{seed}")
     truth = solution.sheet.results["margin"]
     assert {truth[o] for o in solution.shown["margin"]} == {True, False}
+
+
+def test_fleet_opening_lands_on_both_sides_and_push_is_a_real_fleet(variant, catalog):
+    """read7 #1, #2: over 200 draws the opener keys "margin-short" in at least a tenth (3% and 5% margins are
+    drawn); the holds side's push leaves at most 12% of the job's nodes in repair (MTBF >= 120 days) and crosses
+    in at least 90% of the draws it is asked of."""
+    from solvers.interview import stage_run
+    sides, crossed, asked = Counter(), 0, 0
+    for seed in range(200):
+        solution = variant(f"fleet-gpu-count@{seed}")
+        sides[solution.regime_name] += 1
+        if solution.regime_name != "margin-holds-spares":
+            continue
+        index = next(i for i, stage in enumerate(solution.question.stages)
+                     if stage.push and stage.when == "margin-holds-spares")
+        run = stage_run(solution, catalog, index)
+        raw = {param.name: param.raw for param in run.solution.params}
+        assert raw["repair"] / raw["node_mtbf"] <= 0.12, seed
+        asked += 1
+        crossed += run.regime == "margin-short"
+    assert min(sides.values()) >= 20, sides
+    assert crossed >= 0.9 * asked, (crossed, asked)
+
+
+def test_fleet_select_no_longer_restates_the_rule(variant):
+    """read7 #4: "the job is a power of two" was true by the rule in force; its place is taken by whether whole
+    pods would make a larger job, which under the whole-pods rule is the job itself (false)."""
+    solution = variant("fleet-gpu-count@default")
+    assert "the job is a power of two" not in solution.sheet.results["judgement"]
+    assert solution.sheet.results["judgement"]["a job in whole fabric pods would be larger than this one"] is True
+    pods = variant("fleet-gpu-count@default+model=qwen2.5-72b+tokens=29+days=74+mfu=38+margin=20+rule=whole-pods")
+    assert pods.sheet.results["judgement"]["a job in whole fabric pods would be larger than this one"] is False
+
+
+def test_fleet_mfu_stays_within_published_figures(variant):
+    """read7 #6, #8: models below 405B draw at most 40% MFU, B200 at most 45%; stage 2 asks for the total;
+    the assumptions set 40% against Meta's all-in 25% for 70B; the reality note names its own job size."""
+    for seed in range(200):
+        solution = variant(f"fleet-gpu-count@{seed}")
+        raw = {param.name: param.raw for param in solution.params}
+        if raw["model"] != "llama-3.1-405b":
+            assert raw["mfu"] <= 40, seed
+        if raw["gpu"] == "b200":
+            assert raw["mfu"] <= 45, seed
+    solution = variant("fleet-gpu-count@default")
+    assert "ask for in all" in solution.question.stages[1].say
+    assert "about 25%" in " ".join(solution.sheet.assumptions)
+    assert "the variant's 8,192-GPU job" not in " ".join(r.system for r in solution.question.reality)

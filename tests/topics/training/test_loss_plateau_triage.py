@@ -75,7 +75,7 @@ def test_plateau_readings_point_to_one_cause(variant, seed):
     assert solution.expected["lr_plateau"] == pytest.approx(lr, rel=1e-12)
     epochs = eleven["step"] * p["batch"] * p["seq_len"] / p["dataset"]
     assert solution.expected["epochs"] == pytest.approx(epochs, rel=1e-12)
-    assert solution.expected["halvings"] == p["scale_power"] - math.log2(eleven["loss scale"])
+    assert "halvings" not in solution.expected and "kind" not in solution.expected  # read7 #2, #6: dropped
 
 
 def test_plateau_states_its_two_readings(variant):
@@ -126,7 +126,9 @@ def test_plateau_loss_scale_obeys_its_own_rules(variant):
         assert new_skips >= math.log2(nine["loss scale"] / eleven["loss scale"]), seed
         if eleven["loss scale"] == 1 and nine["step"] != eleven["step"]:  # collapsed: every step skips
             assert new_skips == eleven["step"] - nine["step"], seed
-        assert solution.expected["halvings"] <= eleven["skipped steps"], seed
+        # read7 #2: a scaler at its ceiling overflows about once a 2,000-step growth interval, so the counter
+        # holds at least one skip per interval run (the old log showed 21 skips by step 683,640).
+        assert nine["skipped steps"] >= nine["step"] // 2000, seed
 
 
 def test_plateau_log_is_in_the_parameter_table(variant):
@@ -166,12 +168,13 @@ def test_plateau_every_cause_is_drawn(variant):
 
 
 def test_plateau_seed_4_readings(variant):
-    """Seed 4 draws these parameters and readings (its cause and halvings are pinned in the question file)."""
+    """Seed 4 draws these parameters and readings (its cause is pinned in the question file)."""
     solution = variant("loss-plateau-triage@4")
     nine, eleven = _readings(solution)
     assert (nine["step"], eleven["step"]) == (442_190, 442_661)
     assert (nine["loss scale"], eleven["loss scale"]) == (1, 1)
-    assert (nine["skipped steps"], eleven["skipped steps"]) == (50, 521)  # 50 ≥ 16 halvings; all 471 steps skip
+    # 442,190 // 2,000 = 221 growth intervals' skips plus 50; all 471 steps between the readings skip
+    assert (nine["skipped steps"], eleven["skipped steps"]) == (271, 742)
 
 
 def test_loss_plateau_lr_is_at_its_floor_or_well_above_it(variant):
@@ -183,15 +186,22 @@ def test_loss_plateau_lr_is_at_its_floor_or_well_above_it(variant):
         assert share <= floor * (1 + 1e-9) or share >= 0.1, seed
 
 
-def test_loss_plateau_says_which_cause_is_not_a_training_problem(variant):
-    """The teaser's five causes include one that is not a training problem: a step counter that does
-    not move means the job stopped stepping, whatever the loss curve suggests."""
-    kinds = {}
-    for seed in range(0, 120, 3):
-        expected = variant(f"loss-plateau-triage@{seed}").expected
-        kinds.setdefault(expected["cause"], set()).add(expected["kind"])
-    assert kinds.pop("job-not-stepping") == {"job-not-training"}
-    assert kinds and all(kind == {"training-problem"} for kind in kinds.values())
+def test_loss_plateau_grades_the_job_or_training_call_once(variant):
+    """read7 #6: "the cause" (job-not-stepping) and "a training problem or a job not training?" were one decision
+    graded twice; the second is gone, and stage 3 no longer asks it. read7 #2: the fewest-overflows count
+    (log2 of the scale's fall, a lower bound with a handful of values) is no longer graded."""
+    solution = variant("loss-plateau-triage@default")
+    keys = {answer.key for answer in solution.question.answers}
+    assert "kind" not in keys and "halvings" not in keys
+    third = solution.question.stages[2]
+    assert list(third.ask) == ["checks", "cause"] and "training problem" not in third.say
+    assert solution.param("skipped_1100").value == 362  # 683,640 steps: 341 growth intervals' skips, plus 21
+
+
+def test_loss_plateau_says_fp16_is_the_banks_recipe(variant):
+    """read7 #3: a 405B-class run in the H100 era is bf16 with no scaler; the assumptions say so."""
+    assumptions = " ".join(variant("loss-plateau-triage@default").sheet.assumptions)
+    assert "trains in bf16 and keeps no loss scaler" in assumptions
 
 
 def test_plateau_stem_claims_no_pass_the_default_schedule_overruns(variant):
