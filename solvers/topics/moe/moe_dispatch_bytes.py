@@ -35,6 +35,8 @@ def _remote_nodes(s: Sheet, model: Record, D, nodes: int) -> sympy.Symbol:
 
 LOW_LATENCY, NORMAL = "low-latency-direct", "normal-node-aware"
 
+HALF_THE_NODES = "Had the model been trained to keep a token's experts on half the group's nodes"
+
 
 def _dispatch_levers(s: Sheet, p, *, sym: dict[str, sympy.Expr], direct_kernel: bool) -> None:
     """Which levers cut the step's all-to-all by the stated share: each lever's time is the comm_step formula
@@ -64,20 +66,26 @@ def _dispatch_levers(s: Sheet, p, *, sym: dict[str, sympy.Expr], direct_kernel: 
     say("Combine in FP8 (with its scales)", comm(per=both),
         f"{format_quantity(s.evaluate(both), 'B')} a copy out and back against "
         f"{format_quantity(s.evaluate(v['per']), 'B')}")
-    # Node-limited routing as DeepSeek-V3's: a token's experts on at most node_limit nodes. Only a kernel that sends
-    # once per node gains from it: the direct kernel sends every copy, however few nodes they sit on.
-    D, limit = v["D"], s.param("n_lim", "node_limit")
-    if direct_kernel:
-        say("Had the model been trained with node-limited routing (at most {node_limit} nodes a token)", base,
-            "the low-latency kernel sends each copy to its expert, so fewer nodes save no copy"
-            + (f" ({p.model.name} is trained so already)" if p.model.get("expert_groups") else ""))
+    # Node-limited routing as DeepSeek-V3's, at its ratio (4 of 8 nodes): a token's experts on at most half the
+    # group's nodes, a limit that binds at every group size drawn (a fixed 4 bound nothing on 2 or 4 nodes). Only a
+    # kernel that sends once per node gains from it: the direct kernel sends every copy, however few nodes they span.
+    D = v["D"]
+    trained_so = bool(p.model.get("expert_groups")) and s.compare(p.model.groups_per_token, D / 2) <= 0
+    already = f"; {p.model.name}'s routing above keeps a token on so few already" if trained_so else ""
+    if s.compare(D, 2) <= 0:
+        s.judge(key, HALF_THE_NODES, None, "on two nodes half is one: every token's experts on one node is a split of "
+                "the experts, not a routing limit (and its cut sits on the 20% line wherever NVLink then binds)")
+    elif s.compare(D / 2, v["k"]) >= 0:
+        s.judge(key, HALF_THE_NODES, None, f"a token's {n(v['k'])} experts span at most {n(v['k'])} nodes: a limit "
+                f"of {n(D / 2)} binds nothing")
+    elif direct_kernel:
+        say(HALF_THE_NODES, base, "the low-latency kernel sends each copy to its expert, so fewer nodes save no copy"
+            + already)
     else:
-        limited = min_of(v["remote"], (D - 1) * min_of(limit, D) / D)
-        say("Had the model been trained with node-limited routing (at most {node_limit} nodes a token)",
-            comm(remote=limited), f"{n(limited)} remote nodes a token against {s.text(v['remote'], 3)}"
-            + ("" if s.compare(limited, v["remote"]) < 0 else
-               f": {p.model.name} is trained so already" if p.model.get("expert_groups") else
-               ": the limit binds nothing here"))
+        # D/2 nodes of the D, the token's own among them half the time: (D/2)·(D − 1)/D = (D − 1)/2 remote ones.
+        limited = min_of(v["remote"], (D - 1) / 2)
+        say(HALF_THE_NODES, comm(remote=limited), f"{n(limited)} remote nodes a token against "
+            f"{s.text(v['remote'], 3)}" + ("" if s.compare(limited, v["remote"]) < 0 else already))
     # Domains twice as large: half the nodes (whole ones), each reached as this kernel counts them.
     half, U, g2 = floor_of(D / 2), v["U"], 2 * v["g"]
     if direct_kernel:

@@ -157,16 +157,21 @@ def solve(p, s: Sheet) -> None:
                     if p.headroom == 1 else
                     f"a power-law tail makes a value {format_number(p.headroom)}× past the calibration max "
                     f"{format_number(p.headroom)}^{format_number(p.tail_index)} times rarer: the headroom counts as "
-                    "that many times the calibration tokens")
+                    "that many times the calibration tokens, and averaged over calibrations the largest of "
+                    "N + n·h^ν exchangeable draws is the context's with chance N/(N + n·h^ν)")
     P = s.step("clip_probability", "Chance one layer's keys in the context pass their clip point", "P_clip",
                N / (N + n * h**nu), "%", headroom_why)
     layers = given_config(s, p.model, "layers")
     s.step("request_clip_probability", "Chance some key or value scale of the request clips", "P_req",
            1 - (1 - P) ** (2 * layers), "%",
            "a key and a value scale in each of L layers, each calibrated on its own entries: independent chances")
-    s.step("clipped_count", "Expected values past one scale's clip point", "n_clip", N / (n * h**nu), "",
-           "each of the context's values passes with the chance one value of n·h^ν beats the rest: N/(n·h^ν) "
-           "of them (the channels cancel)")
+    count = s.step("clipped_count", "Expected values past one scale's clip point", "n_clip", N / (n * h**nu), "",
+                   "each of the context's values passes with the chance one value of n·h^ν beats the rest: "
+                   "N/(n·h^ν) of them (the channels cancel)")
+    s.step("request_clipped_count", "Expected values past their clip point over the request's key and value scales",
+           "n_req", 2 * layers * count, "",
+           "a key and a value scale in each of L layers, each with its own N/(n·h^ν): a request safe per scale "
+           "still clips a few values somewhere")
     r = s.step("clip_ratio", "Typical largest value of the context over the clip point", "r_clip",
                (N / n) ** (1 / nu) / h, "x",
                "the largest of N draws sits where the tail is 1/N, so maxima grow as N^(1/ν): (N/n)^(1/ν) over "
@@ -199,6 +204,8 @@ def solve(p, s: Sheet) -> None:
              "the clip point is stored as ±max·scale, not as NaN.")
     s.slip("x2: the bf16 bytes kept", 2.0, on="kv_context_fp8")
     s.slip("the headroom forgotten: N/(N + n)", s.evaluate(N / (N + n)) / s.value(P), on="clip_probability")
+    s.slip("the calibration max held at its typical value, not averaged over calibrations: 1 − e^(−N/(n·h^ν))",
+           s.evaluate(1 - sympy.exp(-N / (n * h**nu))) / s.value(P), on="clip_probability")
     s.slip("the ν-th root forgotten: maxima taken to grow as N", s.evaluate((N / n) / h) / s.value(r), on="clip_ratio")
     _fp8_kv_regime(s, p, N, N_safe, r)
 

@@ -233,11 +233,23 @@ def solve(p, s: Sheet) -> None:
                     "min-max integer quantisation: 2^b levels")
     levels_v = s.step("", "Value quantisation levels minus one", "L_V", 2**b_v - 1, "", "the values' own bits")
     a, n = Fraction(int(p.outlier) + 1), 2 ** int(p.bits) - 1
-    e_tok = s.step("key_error_token", "Error of a ±1 key entry, per-token scales", "e_K_tok",
-                   sympy.sqrt(_grid_error(alpha + 1, levels, a=a, n=n)), "",
-                   "one scale per token across the head: its range runs from −α−1 to α+1 because its outlier "
-                   "channels sit at ±α, its levels a step 2(α+1)/(2^b − 1) apart, and a ±1 entry rounds to the "
-                   "nearest; the RMS over ±1 of that distance (step/√12 only where ±1 spans many steps)")
+    step_tok = s.step("key_step_token", "Step of the per-token key grid", "Δ_tok", 2 * (alpha + 1) / levels, "",
+                      "one scale per token across the head: its range runs from −α−1 to α+1 because its outlier "
+                      "channels sit at ±α, and 2^b levels split it into 2^b − 1 steps")
+    if 2 * a / n >= 1:
+        # 2^b levels (an even count) sit symmetric about 0, the inner two at ±Δ/2: with Δ >= 1 every ±1 entry is
+        # nearest an inner one, and the exact error is the one-cell integral (the grid sum gives the same).
+        e_tok = s.step("key_error_token", "Error of a ±1 key entry, per-token scales", "e_K_tok",
+                       sympy.sqrt((step_tok / 2) ** 2 - step_tok / 2 + sympy.Rational(1, 3)), "",
+                       "the 2^b levels sit symmetric about 0, the inner two at ±Δ/2 and the next at ±3Δ/2: a step "
+                       "of 1 or more puts every ±1 entry nearest an inner level, so it rounds to ±Δ/2 and its RMS "
+                       "error is √∫₀¹(Δ/2 − x)²dx (step/√12 holds only where ±1 spans many steps)")
+    else:
+        e_tok = s.step("key_error_token", "Error of a ±1 key entry, per-token scales", "e_K_tok",
+                       sympy.sqrt(_grid_error(alpha + 1, levels, a=a, n=n)), "",
+                       "its levels a step 2(α+1)/(2^b − 1) apart, under 1: a ±1 entry rounds to the nearest of the "
+                       "few levels inside ±1 and just past it; the RMS over ±1 of that distance, cell by cell "
+                       "(step/√12 only where ±1 spans many steps)")
     # The simulation decides nothing (it checks the estimates in givens and reasons): a scan's sheet skips it,
     # 2 ms a solve of a follow-up search that moves β, which reseeds it.
     sim = _kv_roads_simulation(p) if s.shown else None

@@ -129,7 +129,28 @@ def test_dispatch_levers_no_longer_hold_constant_options(variant):
     regime = next(spec for spec in solution.question.answers if spec.key == "regime")
     assert "nvlink-bound" not in regime.choices
     judged = solution.sheet.judged("levers")
-    assert judged["Had the model been trained with node-limited routing (at most {node_limit} nodes a token)"] is False
+    assert judged[HALF] is False
+
+
+HALF = "Had the model been trained to keep a token's experts on half the group's nodes"
+
+
+@pytest.mark.parametrize("code, holds", [
+    ("13100+tokens=16", False),  # 4 nodes, direct kernel: every copy sent, however few nodes
+    ("default+ep=32+tokens=4096", True),  # 4 nodes, node-aware: 2.36 remote nodes a token down to 1.5
+    ("default+model=kimi-k2+tokens=2048", True),  # 8 nodes: 4.62 down to 3.5
+    ("default+tokens=4096", False),  # DeepSeek-V3 on 8 nodes: 4 of 8 already
+    ("default+ep=16+tokens=4096", None),  # 2 nodes: half is one, not listed
+    ("default+model=kimi-k2+ep=128+tokens=2048", None),  # 16 nodes: 8 experts never span more than 8
+])
+def test_node_limit_is_listed_only_where_it_can_bind(variant, code, holds):
+    """r10 finding 4: "at most 4 nodes a token" was listed at EP 32, four nodes, where it can bind nothing, and at
+    two. The lever now keeps a token on half the group's nodes (DeepSeek-V3's 4 of 8), which binds wherever it is
+    listed; on two nodes (half is one) and where half the nodes exceed a token's experts it is not listed."""
+    solution = variant(f"moe-dispatch-bytes@{code}")
+    assert solution.sheet.judged("levers")[HALF] is holds
+    if holds is None:
+        assert HALF not in solution.shown["levers"]
 
 
 def test_dispatch_stage_texts_give_nothing_away(variant):

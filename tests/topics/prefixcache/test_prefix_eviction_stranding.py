@@ -184,3 +184,19 @@ def test_per_shard_lru_strands_where_one_shard_runs_short():
     shard = {id(b): int(rng.integers(4)) for b in blocks}
     victims = [min((b for b in blocks if shard[id(b)] == k), key=lambda b: (b.used_at, -b.depth)) for k in range(4)]
     assert any(v.children for v in victims)
+
+
+def test_the_latest_chat_is_named_and_the_push_asks_only_what_moves(variant, catalog):
+    """r10 finding 1: "the latest chat" read as the last one listed (8/16 answers off); the opening and the
+    chats' label now name it the first listed, whose history the key re-prefills. The push asked the token
+    count again, unchanged whenever it moves the rate or the target: it now asks the time and the side."""
+    from solvers.script import script
+
+    solution = variant("prefix-eviction-stranding@13100")
+    stages = script(solution, catalog).stages
+    opening = " ".join(stages[0].run.say.split())
+    assert "The latest chat, listed first, returns" in opening
+    assert solution.param("chats").label.endswith("the latest first")
+    first = int(solution.param("chats").value[0])
+    assert solution.expected["reprefill"] == solution.sheet.results["recompute_per_chat"] + first
+    assert list(stages[-1].run.ask) == ["reprefill_time", "regime"]

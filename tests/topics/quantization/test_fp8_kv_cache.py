@@ -112,13 +112,48 @@ def test_fp8_kv_cache_pairs_headroom_with_its_calibration(variant):
 
 def test_fp8_kv_cache_push_asks_the_whole_request(variant, catalog):
     """Reader 7, findings 3 and 7: "safe" was judged per scale with 80 layers' scales unmentioned, and the push only
-    re-ran the formula. The push now moves the calibration in the interviewer's words and asks the chance that some
-    of the request's 2L scales clips: 99.994% for 160 scales at 1/17 each."""
+    re-ran the formula. The push moves the calibration in the interviewer's words and asks over the request's 2L
+    scales. r10: the chance that some scale clips was ~100% in nearly every pushed draw (1 − (16/17)^160 = 99.994%
+    here), so it told nothing; the push now asks where the largest value lands and how many values clip over the
+    request's 160 scales: 160 × 65,536/1,048,576 = 10."""
     from solvers.interview import stage_run
 
     solution = variant("fp8-kv-cache@default")
     pushed = stage_run(solution, catalog, 3)
     assert pushed is not None and "calibrate offline" in pushed.say
-    assert pushed.solution.regime_name == "safe" and "request_clip_probability" in pushed.ask
-    assert pushed.solution.sheet.results["request_clip_probability"] == pytest.approx(1 - (16 / 17) ** 160)
+    assert pushed.solution.regime_name == "safe"
+    assert list(pushed.ask) == ["regime", "clip_ratio", "request_clipped_count"]
+    results = pushed.solution.sheet.results
+    assert results["request_clipped_count"] == pytest.approx(10)
+    assert results["clip_ratio"] == pytest.approx(0.5)
     assert "160 key and value scales" in pushed.solution.sheet.regime.summary
+    assert all("request_clip_probability" not in stage.ask for stage in solution.question.stages)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_fp8_kv_cache_push_numbers_vary(variant, catalog, seed):
+    """Every pushed draw's request count is 2L times its own per-scale count N/(n·h^ν) (over draws it ranges over
+    decades, where the old chance of some clip sat at ~100%)."""
+    from solvers.script import script
+
+    push = script(variant(f"fp8-kv-cache@{seed}"), catalog).stages[-1].run
+    if push is None or "request_clipped_count" not in push.ask:
+        return
+    results = push.solution.sheet.results
+    layers = {p.name: p.value for p in push.solution.params}["model"].layers
+    assert results["request_clipped_count"] == pytest.approx(2 * layers * results["clipped_count"])
+
+
+def test_fp8_kv_cache_opening_says_the_calibration_is_averaged_over(variant, catalog):
+    """r10 finding 2: "how likely" read with the calibration max held at its typical value gives the Poisson
+    1 − e^(−N/(n·h^ν)) = 58.3% at @13100, the key's N/(N + n·h^ν) = 46.6% averages over calibrations. The opening
+    now says so, and the other reading is a named slip."""
+    from solvers.script import script
+
+    solution = variant("fp8-kv-cache@13100")
+    opening = " ".join(script(solution, catalog).stages[0].run.say.split())
+    assert "Over calibrations and contexts alike" in opening
+    N, n, h = 11264, 512, 2.24
+    assert solution.expected["clip_probability"] == pytest.approx(N / (N + n * h**4))
+    slip = next(s for s in solution.sheet.slips["clip_probability"] if "typical value" in s.label)
+    assert slip.factor * solution.expected["clip_probability"] == pytest.approx(1 - math.exp(-N / (n * h**4)))

@@ -39,8 +39,8 @@ def test_kv_quant_says_what_the_key_is(variant):
     and the first-order per-channel ratio; the estimate is a slip where it misses."""
     solution = variant("kv-quant-keys-vs-values@default")
     opening = " ".join(solution.prompt.split())
-    assert "uniformly ±1" in opening and "one scale per token across the head" in opening
-    assert "Two key channels a head sit at +10, two at −10" in opening
+    assert "uniform ±1" in opening and "One scale per token across the head" in opening
+    assert "Per head two key channels sit at +10, two at −10" in opening
     labels = {a.key: a.label for a in solution.question.answers}
     assert "±1 key entry" in labels["key_error_token"] and "logit" in labels["logit_error_token"]
     assert "first order" in labels["roads_channel"]
@@ -93,6 +93,48 @@ def test_kv_quant_refuses_a_select_on_a_knife_edge(variant):
     assert any("twice the ratio" in reason for keys, reason in edge.refusals_if_asked if "facts" in keys)
     clear = variant("kv-quant-keys-vs-values@default").sheet
     assert not clear.refusals_if_asked
+
+
+def test_kv_quant_opening_asks_the_exact_error_on_the_levels(variant, catalog):
+    """r10 finding 3: step/√12 (0.825 at @13100, K3 over ±10) was taken for the error the key computes on the
+    actual levels (0.9724: a step of 20/7 puts every ±1 entry on the inner levels ±10/7). A strong candidate who
+    sees that the step is wider than the ±1 spread finds the exact form in a line, √((Δ/2)² − Δ/2 + 1/3); the
+    opening and the label now ask for that exact error to the nearest level, and step/√12 stays a named slip."""
+    solution = variant("kv-quant-keys-vs-values@13100")
+    opening = " ".join(solution.prompt.split())
+    assert "exact RMS error to its nearest level" in opening
+    assert "Exact RMS error" in solution.question.answer("key_error_token").label
+    step = 20 / 7
+    assert solution.sheet.results["key_step_token"] == pytest.approx(step)
+    assert solution.expected["key_error_token"] == pytest.approx(((step / 2) ** 2 - step / 2 + 1 / 3) ** 0.5)
+    assert solution.expected["key_error_token"] == pytest.approx(0.9724, abs=5e-5)
+    assert any(slip.label.startswith("step/√12") and slip.factor * 0.9724 == pytest.approx(0.8248, abs=1e-3)
+               for slip in solution.sheet.slips["key_error_token"])
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4])
+@pytest.mark.parametrize("alpha", [3, 6, 7, 13, 20])
+def test_kv_quant_inner_level_form_is_the_grid_sum(bits, alpha):
+    """Where the per-token step is 1 or more, the one-cell form the key shows is the grid sum exactly."""
+    from fractions import Fraction
+
+    from solvers.topics.quantization.kv_quant_keys_vs_values import _grid_ms_value
+
+    a, n = Fraction(alpha + 1), 2**bits - 1
+    step = 2 * a / n
+    if step >= 1:
+        assert _grid_ms_value(a, n) == (step / 2) ** 2 - step / 2 + Fraction(1, 3)
+
+
+def test_kv_quant_push_quotes_the_key_not_the_side(variant, catalog):
+    """r10: the push said "Values carry the bigger error", stage 2's regime, in words the candidate sheet printed.
+    It now quotes stage 2's ratio, so the sheet leaves it to the interviewer, after that key is shown."""
+    from solvers.script import script
+
+    stages = script(variant("kv-quant-keys-vs-values@13101"), catalog).stages
+    push = stages[-1]
+    assert push.kind == "push" and push.quotes_key()
+    assert "Values carry" not in push.run.say and push.run.say.startswith("At 0.7544× keys over values")
 
 
 def test_kv_quant_pushes_tilt_the_bits(variant, catalog):
