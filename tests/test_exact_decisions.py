@@ -132,6 +132,12 @@ _UNLISTS = ("another reading (the simulation's cut) on the other side of the lin
 ALLOWED = {
     ("topics/calibration/moe_calibration_starvation.py", "_recipe", "damped <= 1 + p.damp_within"): SAMPLED,
     ("topics/kv_cache/cow_block_sharing.py", "solve", "s.value(tail) > 0"): SLIP,
+    ("topics/quantization/kv_quant_keys_vs_values.py", "_kv_roads_regime",
+     "abs(np.log(s.number('roads_channel'))) < np.log(REGIME_MARGIN)"):
+        _margin("8% (REGIME_MARGIN) where the regime is asked; its side is decided by regime_by"),
+    ("topics/roofline/datasheet_speedup_regimes.py", "_judge_over_bandwidth",
+     "abs(s.value(speedups[name]) / s.value(r_bw) - 1) < TIE"):
+        _margin("3% (TIE) where the select is asked; an option's truth is decided by s.compare"),
     ("topics/kv_cache/mla_tp_duplication.py", "solve", "abs(s.value(rate_dp) / s.value(rate_tp) - 1) < NEAR_TIE"):
         _margin("3% (NEAR_TIE) where the trade-offs are asked; which delivers more is decided by s.compare"),
     ("topics/quantization/fp8_attention_quant_points.py", "_near", "max(a, b) <= (1 + tolerance) * min(a, b)"):
