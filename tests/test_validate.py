@@ -574,3 +574,22 @@ def test_an_answer_only_a_push_asks_is_judged_on_the_pushed_variants(tmp_path, b
     assert "served" in few(varied, one) and "kv_per_token" not in few(varied, one)
     assert "served" not in few(one, varied) and "kv_per_token" in few(one, varied)
     assert "served" in few(one, ())  # no pushed variants given: judged over the draws, as before
+
+
+def test_a_push_only_key_that_never_moves_fails_strict_only_if_the_pushed_variants_agree(bank, catalog, monkeypatch):
+    """continuous-batching-padding's lever is asked only by its push and keys one way in nearly every draw as drawn,
+    but varies over the pushed variants a candidate meets: it passes. Keyed one way on the pushed variants too, it is
+    a graded answer that barely depends on the variant, and strict says so."""
+    import solvers.topics.serving.continuous_batching_padding as padding
+    import solvers.validate as validate_module
+
+    question = bank.get("continuous-batching-padding")
+    assert "lever" in question.push_only
+
+    def flagged() -> bool:
+        problems = validate_module.check_question(question, bank, catalog, seeds=50, strict=True)
+        return any("answers.lever: one key in" in line for line in problems)
+
+    assert not flagged()
+    monkeypatch.setattr(padding, "_choose_lever", lambda s, c, t, gain: s.choose("lever", "overlap-it", "always"))
+    assert flagged()
