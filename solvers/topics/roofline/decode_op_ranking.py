@@ -1,4 +1,4 @@
-"""Which op of a decode step is least intense, and what can fix it."""
+"""Which matmul of a decode step is least intense, and what can fix it."""
 from __future__ import annotations
 
 import sympy
@@ -44,7 +44,7 @@ FIT_MARGIN = sympy.Rational(5, 100)
 BATCH = "twice the batch"
 KV_HALF = "the KV cache at half its bytes per token"
 WEIGHTS_HALF = "the weights at half their bytes"
-OVERLAP = "an overlapped, CUDA-graphed engine that hides the step's CPU overhead"
+OVERLAP = "an overlapped, CUDA-graphed engine that hides the step's {overhead} of CPU overhead"
 
 
 def _decode_step_levers(s: Sheet, p, *, step: sympy.Expr, weights: sympy.Expr, cache: sympy.Expr, flops: sympy.Expr,
@@ -115,12 +115,13 @@ def _ranking(s: Sheet, B, B_star, I_gemm, I_att) -> None:
     flip = format_number(s.value(B_star))
     if s.compare(B, B_star) < 0:
         s.choose("ranking", "attention-above",
-                 f"Below the flip batch of {flip}, the weight GEMMs ({gemm} FLOP/B) are the least intense ops: "
+                 f"Below the flip batch of {flip}, the weight GEMMs ({gemm} FLOP/B) are the least intense matmuls: "
                  f"attention ({att} FLOP/B) sits above them.")
     else:
         s.choose("ranking", "attention-below",
                  f"Past the flip batch of {flip}, the weight GEMMs ({gemm} FLOP/B) have climbed above attention, "
-                 f"which stays at {att} FLOP/B whatever the batch: attention is the least intense op.")
+                 f"which stays at {att} FLOP/B whatever the batch: attention is the least intense matmul (the norms "
+                 "and elementwise ops sit lower still, under 1 FLOP/B, but move only the batch's activations).")
 
 
 def _reads_regime(s: Sheet, T, T_star, share) -> None:
@@ -137,8 +138,8 @@ def _reads_regime(s: Sheet, T, T_star, share) -> None:
         "batch buys little, and only fewer KV bytes per token (fp8, fewer KV heads, MLA) shortens the step."),
         above=Side(
         "kv-reads",
-        f"Past {edge} tokens of context the KV reads outweigh the weights': attention, the least intense op by "
-        f"bytes, is {part} of the step's reads, and every sequence added brings its own; fewer KV bytes per "
+        f"Past {edge} tokens of context the KV reads outweigh the weights': attention is {part} of the step's "
+        f"reads, and every sequence added brings its own; fewer KV bytes per "
         "token (fp8, fewer KV heads, MLA) are the lever, not the batch.",
         f"Under {edge} tokens the weight reads dominate again, and the batch that shares them is the lever."))
 
@@ -174,6 +175,8 @@ def solve(p, s: Sheet) -> None:
                    "batch and context cancel: 2·(H_q/H_kv)/b_kv, set by the query heads sharing each KV head")
     B_star = s.step("flip_batch", "Batch where the ranking flips", "B_star", H * b_w / (H_kv * b_kv), "sequences",
                     "solve 2B/b_w = 2·(H_q/H_kv)/b_kv for B")
+    s.step("gemm_ratio", "Weight GEMMs' intensity over attention's at this batch", "R_GA", I_gemm / I_att, "x",
+           "the batch over the flip batch: above one, attention is the lower")
     if s.compare(B, B_star) == 0:
         raise Reject("the batch sits exactly at the flip: attention and the GEMMs tie")
     P = given_peak_flops(s, p.gpu, "bf16")
@@ -197,7 +200,7 @@ def solve(p, s: Sheet) -> None:
     F = s.step("", "FLOPs of the step", "F", 2 * N * B + L * F_att, "TFLOP", "the GEMMs' 2·N per token plus attention")
     eta_bw = given_step_bandwidth(s)
     eta_c, _ = given_compute_efficiencies(s, p.gpu, "bf16", "bf16")
-    t_oh = given_step_overhead(s)
+    t_oh = given_step_overhead(s, p.overhead)
     ar = tp_all_reduce(s, model, p.gpu, p.tp, B, tag="dec", label="decode step")
     t = s.step("step_time", "Time of the decode step", "t",
                max_of((W + KV) / (n * eta_bw * BW), F / (n * eta_c * P)) + ar + t_oh, "ms",
@@ -209,6 +212,9 @@ def solve(p, s: Sheet) -> None:
 
     s.assume("Weight bytes only for the GEMMs: the activations they read and write (B·(d_in + d_out) values) "
              "are small next to d_in·d_out weights at decode batch sizes.")
+    s.assume("The ops ranked are the matmuls. RMSNorm, SiLU·mul, RoPE and the residual adds run under 1 FLOP/B, "
+             "lower than any of them, but read and write only the batch's activations (B·h values, kilobytes "
+             "against the weights' and KV's gigabytes): they set no part of the step worth ranking.")
     s.assume("Attention FLOPs count the two matmuls (QKᵀ and PV); softmax, masking and RoPE are left out. "
              "Attention is fused (scores stay on chip), and all math runs in bf16 (fp8 weights and KV are widened on "
              "load, as weight-only kernels do), so the bf16 ridge applies.")
@@ -224,12 +230,12 @@ def solve(p, s: Sheet) -> None:
              "side of it moves when the all-reduce latency per call is halved or doubled, is not listed; nor is one "
              "the drawn dtype and GPU do not have (an fp8 KV cache at half its bytes is fp4, which only Blackwell "
              "runs).")
-    s.slip("per query head instead of per KV head: the sharing forgotten", on=("attention_intensity", "flip_batch"),
+    s.slip("per query head instead of per KV head: the sharing forgotten", on="attention_intensity",
            factor=model.kv_heads / model.heads)
-    s.slip("per query head instead of per KV head: the sharing forgotten", on="attention_gap",
+    s.slip("per query head instead of per KV head: the sharing forgotten", on=("attention_gap", "gemm_ratio"),
            factor=model.heads / model.kv_heads)
-    s.slip("K and V bytes counted, but only the QKᵀ FLOPs", 0.5, on=("attention_intensity", "flip_batch"))
-    s.slip("K and V bytes counted, but only the QKᵀ FLOPs", 2.0, on="attention_gap")
+    s.slip("K and V bytes counted, but only the QKᵀ FLOPs", 0.5, on="attention_intensity")
+    s.slip("K and V bytes counted, but only the QKᵀ FLOPs", 2.0, on=("attention_gap", "gemm_ratio"))
     s.slip("one layer's KV taken for the whole step", on="attention_share",
            factor=s.evaluate(W_att / (W + W_att)) / s.value(share))
     _ranking(s, B, B_star, I_gemm, I_att)

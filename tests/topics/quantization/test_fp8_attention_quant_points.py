@@ -42,6 +42,39 @@ def test_fp8_attention_words_pin_the_model_hints_give_the_method(variant):
     assert moved.param("row_max").raw == gaussian_row_max(None, 65536, 1.2) == 5.17  # drawn again with T
     assert any("8 ln 2" in hint for hint in stages[0].hints)
     assert "typical size" in said.replace("\n", " ")
+    assert "half a unit" in stages[0].say.replace("\n", " ")  # read7: the words state the typical error's model
+
+
+def test_fp8_attention_typical_error_grades_what_a_candidate_derives(variant):
+    """read7: "half a unit per chop, the sum half-grown" gives the bound over 4 (no E[1/f] = 1/(2 ln 2) factor),
+    1.39x the key, inside 10^0.15 (the reader took it for wrong); the words now state that model, and the test
+    keeps the bound over 4 and over 6 passing while the bound itself (5.5x) and over 2 stay wrong."""
+    solution = variant("fp8-attention-quant-points@default")
+    spec = next(a for a in solution.question.answers if a.key == "acc_error_typical")
+    key, bound = solution.expected["acc_error_typical"], solution.expected["acc_error"]
+    for guess, ok in ((bound / 4, True), (bound / 6, True), (bound, False),
+                      (bound / 2, False)):
+        assert (spec.error_between(guess, key) <= spec.tolerance) == ok, guess
+
+
+@pytest.mark.parametrize("seed", [12011, 12012])
+def test_fp8_attention_fix_names_the_variants_promotion_interval(variant, seed):
+    """read7 @12011/@12012: the accumulator's fix said "every 128 tokens" (DeepSeek-V3's figure, typed) where the
+    variant's N_c is 256 or 512: the interval is the variant's."""
+    solution = variant(f"fp8-attention-quant-points@{seed}")
+    text = str(solution.sheet.regime)
+    n_c = int(solution.param("promote").raw)
+    assert n_c != 128
+    assert "every 128 tokens" not in text and (solution.sheet.results["regime"] != "accumulator"
+                                                or f"every {n_c} tokens" in text)
+
+
+def test_fp8_attention_simulation_stays_small():
+    """read7: this question's self-test was the bank's slowest (the simulation ran 16 rows over 4,096 keys and
+    262,144 scores per variant, in every pushed and searched variant too): half the key tokens and scores."""
+    from solvers.topics.quantization import fp8_attention_quant_points as solver
+    assert solver.KEY_ROWS * solver.KEY_TOKENS <= 16 * 2048
+    assert solver.P_VALUES <= 131072
 
 
 @pytest.mark.parametrize("seed", [4, 21, *range(40)])
@@ -86,7 +119,7 @@ def test_fp8_attention_flush_rule_is_the_cast():
 def test_fp8_attention_simulation_matches_the_closed_forms(variant, code):
     sheet = variant(f"fp8-attention-quant-points@{code}").sheet
     given, results = {g.symbol: g.value for g in sheet.givens}, sheet.results
-    # Keys (up to 4,096 tokens, 16 query rows): misplaced mass ≈ δs/√(2π); per-channel no better than per-tensor;
+    # Keys (up to 2,048 tokens, 16 query rows): misplaced mass ≈ δs/√(2π); per-channel no better than per-tensor;
     # centring leaves β·ε.
     assert given["tv_K_tensor"] == pytest.approx(results["key_misplaced"], rel=0.3)
     assert given["tv_K_centred"] == pytest.approx(results["key_score_error_centred"] / math.sqrt(2 * math.pi),
@@ -110,7 +143,7 @@ def test_fp8_attention_simulation_matches_the_closed_forms(variant, code):
 def test_fp8_attention_simulation_ranks_the_points_as_the_key_does(variant):
     """bank-review-2: the worked solution's simulation (64 tokens of keys, the accumulator cut at 16K) ranked the
     points differently from the key in 53 of 200 variants, the default included. Now it runs at the context
-    (keys up to 4,096 tokens, where the softmax weights a dozen tokens or more at the largest spread drawn), the
+    (keys up to 2,048 tokens since read7, 16 query rows), the
     key refuses a leader within 1.45x of the runner-up, and the shown simulation puts the same point first in
     every draw, by a clear margin over the runner-up in most."""
     clear = 0
