@@ -206,6 +206,9 @@ ALLOWED = {
     ("topics/serving/roofline_model_breaks.py", "solve", "name != dominant"): NAMES,
     ("topics/training/restart_goodput.py", "_too_close",
      "abs((today - float(loss)) / (float(LEVER_SHARE) * today) - 1) < TOO_CLOSE"): UNLISTED,
+    ("topics/kv_cache/preemption_policies.py", "_near", "abs(ratio - 1) <= TOO_CLOSE"):
+        _margin("3% (TOO_CLOSE) where the options it weighs are asked (refuse_if_asked); the options themselves are "
+                "decided by s.compare"),
 }
 
 
