@@ -209,6 +209,8 @@ ALLOWED = {
     ("topics/kv_cache/preemption_policies.py", "_near", "abs(ratio - 1) <= TOO_CLOSE"):
         _margin("3% (TOO_CLOSE) where the options it weighs are asked (refuse_if_asked); the options themselves are "
                 "decided by s.compare"),
+    ("topics/serving/continuous_batching_padding.py", "_choose_lever", "abs(ratio - 1) < LEVER_TIE"):
+        _margin("1% (LEVER_TIE) where the lever is asked (refuse_if_asked); the lever chosen is decided by s.compare"),
 }
 
 
