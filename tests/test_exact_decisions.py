@@ -211,6 +211,11 @@ ALLOWED = {
                 "decided by s.compare"),
     ("topics/serving/continuous_batching_padding.py", "_choose_lever", "abs(ratio - 1) < LEVER_TIE"):
         _margin("1% (LEVER_TIE) where the lever is asked (refuse_if_asked); the lever chosen is decided by s.compare"),
+    ("topics/serving/decode_loop_overlap.py", "_judge_payers", "abs(s.evaluate(cut / tpot_line) - 1) < TPOT_TIE"):
+        _margin("5% (TPOT_TIE) where the payers are asked (refuse_if_asked); the TPOT option is decided by s.compare"),
+    **{("topics/serving/decode_loop_overlap.py", where, "abs(gain / target - 1) < LEVER_TIE"):
+       _margin("2% (LEVER_TIE) where the levers are asked (refuse_if_asked); each lever's truth is decided by "
+               "s.compare") for where in ("judge", "_judge_levers")},
 }
 
 
