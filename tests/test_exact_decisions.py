@@ -122,8 +122,9 @@ def _margin(what: str) -> str:
     return f"the draw is refused within {what} of this line, so floats and exact values decide alike"
 
 
-_SM_PROBE = ("a refusal probe: the split's choice and verdict recomputed with one SM streaming 60, 80 and "
-             "120 GB/s, a draw refused where they differ; the keyed split and verdict are decided by s.compare")
+_SM_PROBE = ("a refusal probe: whether the split's whole-step speed-up beats the line, recomputed with one SM "
+             "streaming 60, 80 and 120 GB/s, a draw refused where they differ; the keyed verdict is regime_by on "
+             "the sheet's speed-up")
 
 _UNLISTS = ("another reading (the simulation's cut) on the other side of the line "
             "only unlists the option; a listed option's truth is decided by s.compare")
@@ -175,8 +176,6 @@ ALLOWED = {
     ("topics/speculation/spec_decode_by_load.py", "_best_length", "chosen == top_g"): TEXT,
     ("topics/speculation/spec_decode_by_load.py", "_best_length", "g != chosen"): NAMES,
     ("topics/speculation/spec_decode_by_load.py", "_peak_reasons", "chosen < p.gamma"): WHOLE,
-    ("topics/kernels/split_kv_decode_merge.py", "solve", "n_fill > 1"): SLIP,
-    ("topics/kernels/split_kv_decode_merge.py", "solve", "fill_splits == n_fill"): SLIP,
     ("topics/longcontext/million_token_context.py", "_breaks", "s.value(nodes) == 1"): TEXT,
     ("topics/longcontext/million_token_context.py", "_regime", "nodes == 1"): TEXT,
     ("topics/moe/moe_1t_training_layout.py", "_layout_regime", "stages > 1"): TEXT,
@@ -184,11 +183,8 @@ ALLOWED = {
     ("topics/moe/moe_1t_training_layout.py", "solve", "abs(q - round(q)) < float(CEIL_CLEAR) * q"):
         "the refusal itself: a draw whose state needs a whole number of GPUs to within 0.05% is not asked the "
         "ceiling; floats place only that margin's edge, and the ceiling asked is exact",
-    **{("topics/kernels/split_kv_decode_merge.py", where, expr): _SM_PROBE for where, expr in (
-        ("solve", "(max(w_t + t0, m_t) + fixed) / (max(w_t + t, m_t) + fixed) > line"), ("solve", "t1 < t0"),
-        ("verdict", "t1 < t0"),
-        ("verdict", "(max(w_t + t0, m_t) + fixed) / (max(w_t + t, m_t) + fixed) > line"))},
-    ("topics/kernels/split_kv_decode_merge.py", "solve", "nw > 1"): WHOLE,
+    **{("topics/kernels/split_kv_decode_merge.py", where, "(max(w_t + t0, m_t) + fixed) / (max(w_t + t1, m_t) + "
+        "fixed) > line"): _SM_PROBE for where in ("solve", "pays")},
     ("topics/speculation/spec_decode_by_load.py", "_peak_reasons", "at_half > 1"):
         _margin("3% (SPEEDUP_TIE): draws nearer a speedup of 1 at half the peak batch are refused"),
     ("topics/speculation/spec_decode_step_accounting.py", "_break_even",
