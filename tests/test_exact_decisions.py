@@ -156,7 +156,8 @@ ALLOWED = {
     ("topics/kv_cache/mla_tp_duplication.py", "_attention_judgements", "held_tp >= 2 * p.demand"): WHOLE,
     ("topics/kv_cache/mla_tp_duplication.py", "solve", "whole != s.value(req_dp)"): WHOLE,  # whether a slip differs
     ("topics/kv_cache/mla_tp_duplication.py", "solve", "whole > 0"): WHOLE,
-    ("topics/kv_cache/mla_vs_gqa_under_tp.py", "_mla_levers", "then > now"): WHOLE,
+    **{("topics/kv_cache/mla_vs_gqa_under_tp.py", "_mla_levers", f"{count} > s.value(req_g)"): WHOLE
+       for count in ("dp_total", "then")},  # requests on the node, G × ⌊…⌋ or G/TP × ⌊…⌋ (TP divides G): whole
     ("topics/kv_cache/tp_past_kv_heads.py", "solve", "r > 1"): SLIP,
     ("topics/moe/ep_load_skew.py", "_placement_judgements", "2 * hot_tokens <= crossover"): TEXT,
     ("topics/moe/ep_load_skew.py", "solve", "sim.naive > s.value(T_bal) * (1 + 1e-12)"): SAMPLED,
