@@ -161,7 +161,6 @@ ALLOWED = {
     ("topics/kv_cache/tp_past_kv_heads.py", "solve", "r > 1"): SLIP,
     ("topics/moe/ep_load_skew.py", "_placement_judgements", "2 * hot_tokens <= crossover"): TEXT,
     ("topics/moe/ep_load_skew.py", "solve", "sim.naive > s.value(T_bal) * (1 + 1e-12)"): SAMPLED,
-    ("topics/moe/ep_load_skew.py", "solve", "sim.naive > sim.fit_today * (1 + 1e-12)"): SAMPLED,
     ("topics/prefixcache/prefix_cache_engines.py", "_after_eviction", "exact != s.value(after_radix)"): SLIP,
     ("topics/quantization/fp8_scale_formats.py", "_format_simulation", "tag == 'g'"): NAMES,
     ("topics/runner/model_runner_v2.py", "crossings", "per_seq + ar_1 != cpu_1"): TEXT,
@@ -215,6 +214,9 @@ ALLOWED = {
                "s.compare") for where in ("judge", "_judge_levers")},
     ("topics/kv_cache/sliding_window_savings.py", "_hairline", "abs(value / line - 1) <= HAIR"):
         _margin("3% (HAIR) where the levers are asked (refuse_if_asked); each lever's truth is decided by s.compare"),
+    ("topics/moe/ep_load_skew.py", "solve", "abs(s.evaluate(L_rep / L_hot) - 1) < TIE"):
+        _margin("3% (TIE) where the placement and the replicated layer are asked (refuse_if_asked); the placement "
+                "options are decided by s.compare"),
 }
 
 
