@@ -217,6 +217,12 @@ ALLOWED = {
     ("topics/moe/ep_load_skew.py", "solve", "abs(s.evaluate(L_rep / L_hot) - 1) < TIE"):
         _margin("3% (TIE) where the placement and the replicated layer are asked (refuse_if_asked); the placement "
                 "options are decided by s.compare"),
+    ("topics/scaleup/b200_h100_roles.py", "_buy", "abs(x - round(x)) < NEAR_WHOLE"):
+        "a refusal probe: a pool whose load lies within 0.05 (NEAR_WHOLE) of a whole replica is refused where the "
+        "node counts are asked (refuse_if_asked); the counts themselves are exact ceilings on the sheet",
+    ("topics/scaleup/b200_h100_roles.py", "_roles_judged", "abs(a2a / other - 1) < LINE_TIE"):
+        _margin("3% (LINE_TIE) where 'why' is asked (refuse_if_asked); 'waits on its all-to-all' is decided by "
+                "s.compare"),
 }
 
 
