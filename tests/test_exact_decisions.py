@@ -223,6 +223,9 @@ ALLOWED = {
     ("topics/scaleup/b200_h100_roles.py", "_roles_judged", "abs(a2a / other - 1) < LINE_TIE"):
         _margin("3% (LINE_TIE) where 'why' is asked (refuse_if_asked); 'waits on its all-to-all' is decided by "
                 "s.compare"),
+    # GPU counts against the rack's: 2 or 3/2 × an EP of 32, 48, 64 or 144; 2 or 1/2 × 8 to 32 prefill GPUs plus the EP
+    **{("topics/scaleup/nvl72_boundary.py", where, expr): WHOLE for where, expr in (
+        ("_crosses", "size > domain"), ("_crosses", "pool > domain"), ("_fits", "gpus <= domain"))},
 }
 
 
