@@ -122,8 +122,9 @@ def _margin(what: str) -> str:
     return f"the draw is refused within {what} of this line, so floats and exact values decide alike"
 
 
-_SM_PROBE = ("a refusal probe: the split's choice and verdict recomputed with one SM streaming 60, 80 and "
-             "120 GB/s, a draw refused where they differ; the keyed split and verdict are decided by s.compare")
+_SM_PROBE = ("a refusal probe: whether the split's whole-step speed-up beats the line, recomputed with one SM "
+             "streaming 60, 80 and 120 GB/s, a draw refused where they differ; the keyed verdict is regime_by on "
+             "the sheet's speed-up")
 
 _UNLISTS = ("another reading (the simulation's cut) on the other side of the line "
             "only unlists the option; a listed option's truth is decided by s.compare")
@@ -165,12 +166,12 @@ ALLOWED = {
     ("topics/kv_cache/mla_tp_duplication.py", "_attention_judgements", "held_tp >= 2 * p.demand"): WHOLE,
     ("topics/kv_cache/mla_tp_duplication.py", "solve", "whole != s.value(req_dp)"): WHOLE,  # whether a slip differs
     ("topics/kv_cache/mla_tp_duplication.py", "solve", "whole > 0"): WHOLE,
-    ("topics/kv_cache/mla_vs_gqa_under_tp.py", "_mla_levers", "then > now"): WHOLE,
+    **{("topics/kv_cache/mla_vs_gqa_under_tp.py", "_mla_levers", f"{count} > s.value(req_g)"): WHOLE
+       for count in ("dp_total", "then")},  # requests on the node, G × ⌊…⌋ or G/TP × ⌊…⌋ (TP divides G): whole
     ("topics/kv_cache/tp_past_kv_heads.py", "solve", "r > 1"): SLIP,
     ("topics/moe/ep_load_skew.py", "_placement_judgements", "2 * hot_tokens <= crossover"): TEXT,
     ("topics/cost/cost_audit_rollout.py", "_by", "use < 1.15"): TEXT,
     ("topics/moe/ep_load_skew.py", "solve", "sim.naive > s.value(T_bal) * (1 + 1e-12)"): SAMPLED,
-    ("topics/moe/ep_load_skew.py", "solve", "sim.naive > sim.fit_today * (1 + 1e-12)"): SAMPLED,
     ("topics/prefixcache/prefix_cache_engines.py", "_after_eviction", "exact != s.value(after_radix)"): SLIP,
     ("topics/quantization/fp8_scale_formats.py", "_format_simulation", "tag == 'g'"): NAMES,
     ("topics/runner/model_runner_v2.py", "crossings", "per_seq + ar_1 != cpu_1"): TEXT,
@@ -186,8 +187,6 @@ ALLOWED = {
     ("topics/speculation/spec_decode_by_load.py", "_best_length", "chosen == top_g"): TEXT,
     ("topics/speculation/spec_decode_by_load.py", "_best_length", "g != chosen"): NAMES,
     ("topics/speculation/spec_decode_by_load.py", "_peak_reasons", "chosen < p.gamma"): WHOLE,
-    ("topics/kernels/split_kv_decode_merge.py", "solve", "n_fill > 1"): SLIP,
-    ("topics/kernels/split_kv_decode_merge.py", "solve", "fill_splits == n_fill"): SLIP,
     ("topics/longcontext/million_token_context.py", "_breaks", "s.value(nodes) == 1"): TEXT,
     ("topics/longcontext/million_token_context.py", "_regime", "nodes == 1"): TEXT,
     ("topics/moe/moe_1t_training_layout.py", "_layout_regime", "stages > 1"): TEXT,
@@ -195,11 +194,8 @@ ALLOWED = {
     ("topics/moe/moe_1t_training_layout.py", "solve", "abs(q - round(q)) < float(CEIL_CLEAR) * q"):
         "the refusal itself: a draw whose state needs a whole number of GPUs to within 0.05% is not asked the "
         "ceiling; floats place only that margin's edge, and the ceiling asked is exact",
-    **{("topics/kernels/split_kv_decode_merge.py", where, expr): _SM_PROBE for where, expr in (
-        ("solve", "(max(w_t + t0, m_t) + fixed) / (max(w_t + t, m_t) + fixed) > line"), ("solve", "t1 < t0"),
-        ("verdict", "t1 < t0"),
-        ("verdict", "(max(w_t + t0, m_t) + fixed) / (max(w_t + t, m_t) + fixed) > line"))},
-    ("topics/kernels/split_kv_decode_merge.py", "solve", "nw > 1"): WHOLE,
+    **{("topics/kernels/split_kv_decode_merge.py", where, "(max(w_t + t0, m_t) + fixed) / (max(w_t + t1, m_t) + "
+        "fixed) > line"): _SM_PROBE for where in ("solve", "pays")},
     ("topics/speculation/spec_decode_by_load.py", "_peak_reasons", "at_half > 1"):
         _margin("3% (SPEEDUP_TIE): draws nearer a speedup of 1 at half the peak batch are refused"),
     ("topics/speculation/spec_decode_step_accounting.py", "_break_even",
@@ -217,6 +213,30 @@ ALLOWED = {
     ("topics/serving/roofline_model_breaks.py", "solve", "name != dominant"): NAMES,
     ("topics/training/restart_goodput.py", "_too_close",
      "abs((today - float(loss)) / (float(LEVER_SHARE) * today) - 1) < TOO_CLOSE"): UNLISTED,
+    ("topics/kv_cache/preemption_policies.py", "_near", "abs(ratio - 1) <= TOO_CLOSE"):
+        _margin("3% (TOO_CLOSE) where the options it weighs are asked (refuse_if_asked); the options themselves are "
+                "decided by s.compare"),
+    ("topics/serving/continuous_batching_padding.py", "_choose_lever", "abs(ratio - 1) < LEVER_TIE"):
+        _margin("1% (LEVER_TIE) where the lever is asked (refuse_if_asked); the lever chosen is decided by s.compare"),
+    ("topics/serving/decode_loop_overlap.py", "_judge_payers", "abs(s.evaluate(cut / tpot_line) - 1) < TPOT_TIE"):
+        _margin("5% (TPOT_TIE) where the payers are asked (refuse_if_asked); the TPOT option is decided by s.compare"),
+    **{("topics/serving/decode_loop_overlap.py", where, "abs(gain / target - 1) < LEVER_TIE"):
+       _margin("2% (LEVER_TIE) where the levers are asked (refuse_if_asked); each lever's truth is decided by "
+               "s.compare") for where in ("judge", "_judge_levers")},
+    ("topics/kv_cache/sliding_window_savings.py", "_hairline", "abs(value / line - 1) <= HAIR"):
+        _margin("3% (HAIR) where the levers are asked (refuse_if_asked); each lever's truth is decided by s.compare"),
+    ("topics/moe/ep_load_skew.py", "solve", "abs(s.evaluate(L_rep / L_hot) - 1) < TIE"):
+        _margin("3% (TIE) where the placement and the replicated layer are asked (refuse_if_asked); the placement "
+                "options are decided by s.compare"),
+    ("topics/scaleup/b200_h100_roles.py", "_buy", "abs(x - round(x)) < NEAR_WHOLE"):
+        "a refusal probe: a pool whose load lies within 0.05 (NEAR_WHOLE) of a whole replica is refused where the "
+        "node counts are asked (refuse_if_asked); the counts themselves are exact ceilings on the sheet",
+    ("topics/scaleup/b200_h100_roles.py", "_roles_judged", "abs(a2a / other - 1) < LINE_TIE"):
+        _margin("3% (LINE_TIE) where 'why' is asked (refuse_if_asked); 'waits on its all-to-all' is decided by "
+                "s.compare"),
+    # GPU counts against the rack's: 2 or 3/2 × an EP of 32, 48, 64 or 144; 2 or 1/2 × 8 to 32 prefill GPUs plus the EP
+    **{("topics/scaleup/nvl72_boundary.py", where, expr): WHOLE for where, expr in (
+        ("_crosses", "size > domain"), ("_crosses", "pool > domain"), ("_fits", "gpus <= domain"))},
 }
 
 

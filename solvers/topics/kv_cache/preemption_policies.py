@@ -43,8 +43,8 @@ def _stall_judgements(s: Sheet, p, t_rec, t_swap, T, S, pool, b, R) -> None:
     each = (f"{way}'s copy out and its copy back, {format_quantity(event, 'ms')} each" if swap else
             f"{way}'s {format_quantity(event, 'ms')}, in one step")
     _near(s, event / s.value(T), "the longest stall against one TPOT", ["who_pays", "link_pays"])
+    long_stall = s.compare(stall / 2 if swap else stall, T) > 0
     for key in ("who_pays", "link_pays"):
-        long_stall = event > s.value(T)
         s.judge(key, LONG, long_stall, f"{each}: {'more' if long_stall else 'less'} than the {s.text(T)} TPOT")
     tail = s.compare(events / S, P99_SHARE) > 0
     s.judge("who_pays", TAIL, tail, f"{events} stall{'s' if events > 1 else ''} every {s.text(S)}: "
@@ -52,8 +52,8 @@ def _stall_judgements(s: Sheet, p, t_rec, t_swap, T, S, pool, b, R) -> None:
     f_mean = s.param("f_mean", "mean_share")
     added = s.evaluate(stall / (S * T))
     _near(s, added / s.value(f_mean), "the stalls' share of the mean", ["who_pays", "link_pays"])
+    mean = s.compare(stall / (S * T), f_mean) > 0
     for key in ("who_pays", "link_pays"):
-        mean = added > s.value(f_mean)
         s.judge(key, MEAN, mean, f"{format_quantity(s.evaluate(stall), 'ms')} every {s.text(S)} of {s.text(T)}: "
                 f"{format_quantity(added, '%')} on the mean" + ("" if mean else ", a tail effect more than a mean one"))
     f_res = s.param("f_res", "reserve_share")
@@ -68,10 +68,11 @@ def _stall_judgements(s: Sheet, p, t_rec, t_swap, T, S, pool, b, R) -> None:
                ": a reserve that large idles the memory the batch needs"))
     ratio = s.evaluate(max_of(t_rec, t_swap) / min_of(t_rec, t_swap))
     _near(s, ratio / 2, "the two ways' ratio", ["link_pays"])
-    s.judge("link_pays", CLEAR, ratio >= 2,
+    clear = s.compare(max_of(t_rec, t_swap) / min_of(t_rec, t_swap), 2) >= 0
+    s.judge("link_pays", CLEAR, clear,
             f"{format_quantity(s.evaluate(t_rec), 'ms')} to recompute against "
             f"{format_quantity(s.evaluate(t_swap), 'ms')} to swap: {format_number(ratio, 3)}x"
-            + ("" if ratio >= 2 else ", under twice"))
+            + ("" if clear else ", under twice"))
 
 
 def _preemption_regime(s: Sheet, t_rec, t_swap, W_star, W) -> None:

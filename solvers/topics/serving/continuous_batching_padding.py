@@ -57,7 +57,7 @@ def _choose_lever(s: Sheet, c: sympy.Symbol, t: sympy.Symbol, gain: sympy.Symbol
     if abs(ratio - 1) < LEVER_TIE:
         s.refuse_if_asked([key], f"overlapped, refilled and static throughput within {LEVER_TIE:.0%}")
     shown = format_number(ratio, figures_against(ratio, 1))
-    if ratio > 1:
+    if s.compare(gain * t, c) > 0:  # refilled slots deliver more than the static batch: B / c against B / (t·G)
         s.choose(key, "overlap-it", f"its {cost} of refill work outlasts the {step} step, so the GPU waits {cost} "
                  f"a step even overlapped, but that is still under the step × gain: {shown}x the static batch")
     else:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sympy
 
-from solvers.derivation import Reject, Sheet, Side
+from solvers.derivation import Reject, Sheet, Side, exact
 from solvers.formulas.collective import tp_all_reduce
 from solvers.formulas.common import GPU_MEMORY_UTILIZATION, hbm_bytes
 from solvers.formulas.scheduling import require_realistic_tp, step_constants
@@ -75,14 +75,14 @@ def _judge_levers(s: Sheet, p, e, B, S, c_0, c_r, t_gpu, t_ovl) -> None:
         gain = new / s.evaluate(B / t_ovl)
         if abs(gain / target - 1) < LEVER_TIE:
             s.refuse_if_asked([key], f"{option}: its gain within {LEVER_TIE:.0%} of the line")
-        s.judge(key, option, gain > target,
+        s.judge(key, option, s.compare(batch / max_of(cpu, gpu) / (B / t_ovl), 1 + line) > 0,
                 f"{why}: a step of {format_number(s.evaluate(max_of(cpu, gpu)) * 1e3, 3)} ms for "
                 f"{format_number(s.evaluate(batch))} tokens, {format_number(gain, 3)}x today's throughput")
 
     judge(LEVER_REQUEST, B, c_0 + B * c_r / 2, t_gpu, "the per-request half moves off the loop")
     judge(LEVER_FIXED, B, c_0 / 2 + B * c_r, t_gpu, "the fixed part halves")
     judge(LEVER_GPU, B, c_0 + B * c_r, t_gpu / 2, "the GPU's side halves, the CPU's stays")
-    if s.evaluate(e.W / e.TP + e.KV * 2 * B * S) > hbm_bytes(p.gpu) * GPU_MEMORY_UTILIZATION:
+    if s.compare(e.W / e.TP + e.KV * 2 * B * S, exact(hbm_bytes(p.gpu)) * exact(GPU_MEMORY_UTILIZATION)) > 0:
         s.judge(key, LEVER_BATCH, None, "twice the batch's KV does not fit beside the weights")
         return
     work = step_work(s, e, "double", "decode step at twice the batch", 2 * B, 2 * B * S, 2 * B * S)
