@@ -203,11 +203,8 @@ ALLOWED = {
     ("topics/speculation/spec_decode_step_accounting.py", "_break_even", "root * (g + 1) * t_F > t_W + root * t_KV"):
         REGION,
     ("topics/speculation/spec_decode_step_accounting.py", "_break_even", "root * t_F > t_W + root * t_KV"): REGION,
-    ("topics/training/fleet_gpu_count.py", "_fleet_judgements", "size & size - 1 == 0"): WHOLE,
     ("topics/network/incast_buffer.py", "_incast_regime", "s.value(k) == 1"): TEXT,
     ("topics/training/training_compute_budget.py", "_schedule_levers", "saved > 0"): TEXT,
-    ("topics/roofline/datasheet_speedup_regimes.py", "_judge_over_bandwidth",
-     "abs(s.value(gain) / s.value(r_bw) - 1) < TIE"): UNLISTED,
     ("topics/serving/roofline_model_breaks.py", "_judge_breaks",
      "abs(s.evaluate(cost / step) / s.evaluate(matters) - 1) < TOO_CLOSE"): UNLISTED,
     ("topics/serving/roofline_model_breaks.py", "solve", "name != dominant"): NAMES,
