@@ -114,3 +114,10 @@ def test_nvl72_group_past_a_rack_is_only_the_push(variant):
     refusals = variant("nvl72-boundary@default+ep=144+prefill_gpus=8").sheet.refusals_if_asked
     assert refusals and "crosses" in refusals[0][0] and "regime" not in refusals[0][0]
     assert not variant("nvl72-boundary@default").sheet.refusals_if_asked
+
+
+def test_the_opening_says_the_all_to_all_pays_a_latency_per_call(variant):
+    """r11 priced the all-to-all on bytes alone (16.13 against 21.93 ms): the MoE all-to-all card pays no fixed
+    latency unless the question adds one, and only a hint added it. The opening now says so."""
+    say = variant("nvl72-boundary@default").question.stages[0].say
+    assert "fixed latency" in say and "dispatch and\n      combine" not in say
