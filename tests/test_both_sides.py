@@ -32,7 +32,6 @@ ONE_SIDED = {
     ("cold-prefill-pools", "warm_needed"): "the share of those two compute times",
     ("b200-h100-roles", "prefill_B"): "stated: prompts back to back, a batched rate with no weight-read floor",
     ("b200-h100-roles", "prefill_H"): "stated: prompts back to back, a batched rate with no weight-read floor",
-    ("b200-h100-roles", "prefill_pool"): "nodes sized by that batched prefill rate",
     ("pd-transfer-bandwidth", "per_gpu_bound"): "asked by name: the KV rate's bound over prompt lengths, the "
     "compute cap alone (the weight read, attention and the all-reduces only lower the rate)",
     ("decode-op-ranking", "attention_gap"): "a ratio of arithmetic intensities (the ridge over attention's)",
@@ -53,8 +52,10 @@ ONE_SIDED = {
     **{("spec-decode-batch-ceiling", key): CROSSOVER for key in ("ceiling", "break_even")},
     ("spec-decode-step-accounting", "break_even"): CROSSOVER,
     ("weight-read-intensity", "crossover"): CROSSOVER,
+    ("long-reply-batching", "absorb_steps"): "a read-bound full-pool step's idle compute, its reads less its math: "
+    "both sides by construction (the solver refuses a compute-bound full-pool step where this is asked)",
     **{("cluster-bill-of-materials", key): TRAINING
-       for key in ("gpus_needed", "spare_pool", "nodes", "pods", "switches", "it_power")},
+       for key in ("gpus_needed", "spare_pool", "nodes", "leaves", "switches", "it_power")},
     **{("fleet-gpu-count", key): TRAINING
        for key in ("gpus_needed", "job_gpus", "job_days", "fleet_gpus", "spare_pool")},
     **{("moe-1t-training-layout", key): TRAINING for key in ("compute_days", "compute_step")},
