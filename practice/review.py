@@ -408,6 +408,17 @@ class Reviewer:
     def release(self, question_id: str) -> None:
         self.store.release(question_id)
 
+    def start_mock(self, planned: int, budget_seconds: float | None) -> str:
+        """A mock interview of `planned` questions begun now; returns its id."""
+        return self.store.start_mock(planned, budget_seconds)
+
+    def finish_mock(self, mock_id: str) -> None:
+        self.store.finish_mock(mock_id)
+
+    def forget_mock(self, mock_id: str) -> None:
+        """A mock left half way forgotten; its answers stay in the history."""
+        self.store.delete_mock(mock_id)
+
     def held(self, now: datetime | None = None) -> dict[str, str]:
         """Questions held out of the drill now: suspended, or buried till later."""
         return self.store.held(utc(now or now_utc()))

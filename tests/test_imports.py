@@ -66,3 +66,23 @@ def _imported(module: str, name: str):
 
     owner = importlib.import_module(module)
     return getattr(owner, name) if hasattr(owner, name) else importlib.import_module(f"{module}.{name}")
+
+
+STORE_WRITES = {"transaction", "drop_legacy_settings", "record_attempt", "set_rating", "update_answers", "hold",
+                "release", "save_card", "log_review", "start_mock", "finish_mock", "delete_mock"}
+
+
+def test_the_app_writes_progress_only_through_the_reviewer():
+    """codebase-2: store writes from the event loop go behind the session's reviewer (rating, bury, suspend,
+    recording, and a mock's start, finish and deletion), so one place says what a write does to the schedule.
+    The app may read the store; it calls none of its writing methods."""
+    import ast
+
+    writes = []
+    for path in sorted(Path("tui").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in STORE_WRITES
+                    and isinstance(node.func.value, (ast.Attribute, ast.Name))
+                    and (getattr(node.func.value, "attr", None) or getattr(node.func.value, "id", None)) == "store"):
+                writes.append(f"{path}:{node.lineno}: store.{node.func.attr}")
+    assert not writes, writes

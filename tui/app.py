@@ -424,7 +424,7 @@ class InfradrillApp(App):
         held = session.reviewer.held()  # a suspended question stays out of mocks too
         questions = pick_mock([q for q in session.bank.questions.values() if held.get(q.id) != "suspended"],
                               self.mock_questions, session.rng)
-        mock_id = session.reviewer.store.start_mock(len(questions), self.mock_budget_seconds)
+        mock_id = session.reviewer.start_mock(len(questions), self.mock_budget_seconds)
         self.mock = MockRun(mock_id, questions, self.mock_budget_seconds, session.reviewer.store)
         self.open_question(questions[0], mode=Mode.MOCK)
 
@@ -442,7 +442,7 @@ class InfradrillApp(App):
         rest = [q for q in session.bank.questions.values() if q.id not in asked and held.get(q.id) != "suspended"]
         picked = pick_mock(rest, max(0, sheet.mock.planned - len(asked)), session.rng)
         if not picked:
-            store.finish_mock(mock_id)
+            session.reviewer.finish_mock(mock_id)
             self.push_screen(MockSheetScreen(store, mock_id, session.bank.questions))
             return
         budget = sheet.mock.budget_seconds or self.mock_budget_seconds
@@ -454,7 +454,7 @@ class InfradrillApp(App):
         from tui.screens.mock import PastMocksScreen
 
         if (session := self._bank_ready(then=self.action_past_mocks)) is not None and session.reviewer is not None:
-            self.push_screen(PastMocksScreen(session.reviewer.store, session.bank.questions))
+            self.push_screen(PastMocksScreen(session.reviewer, session.bank.questions))
 
     def _next_mock_question(self, mock: MockRun) -> None:
         from tui.screens.mock import MockSheetScreen
@@ -463,7 +463,8 @@ class InfradrillApp(App):
         if mock.index < len(mock.questions):
             self.open_question(mock.questions[mock.index], replace=True, mode=Mode.MOCK)
             return
-        mock.store.finish_mock(mock.id)
+        if (reviewer := self.loaded_session.reviewer) is not None:  # a mock runs only where progress is saved
+            reviewer.finish_mock(mock.id)
         self.mock = None
         self.switch_screen(MockSheetScreen(mock.store, mock.id, self.loaded_session.bank.questions))
 

@@ -16,6 +16,7 @@ from tui.widgets.footer import KeysFooter
 from tui.widgets.tables import selected_key
 
 if TYPE_CHECKING:
+    from practice.review import Reviewer
     from practice.store import ProgressStore
     from solvers.bank import Question
 
@@ -132,9 +133,10 @@ class PastMocksScreen(AppScreen):
         Binding("escape", "app.pop_screen", "Back", id="past-mocks.back", tooltip="back to the previous screen"),
     ]
 
-    def __init__(self, store: ProgressStore, questions: Mapping[str, Question]) -> None:
+    def __init__(self, reviewer: Reviewer, questions: Mapping[str, Question]) -> None:
         super().__init__()
-        self.store = store
+        self.reviewer = reviewer
+        self.store = reviewer.store  # read here; written through the reviewer
         self.questions = questions
         self.confirm_delete: str | None = None  # the mock a second press deletes
 
@@ -183,7 +185,7 @@ class PastMocksScreen(AppScreen):
             self.confirm_delete = mock_id
             self.infradrill.prompt("Press delete again to forget this mock (its answers stay in your history).")
             return
-        self.store.delete_mock(mock_id)
+        self.reviewer.forget_mock(mock_id)
         self.confirm_delete = None
         self.infradrill.withdraw_prompts()
         await self.recompose()
