@@ -12,6 +12,7 @@ from solvers.conventions import convention
 from solvers.derivation import Sheet
 from solvers.formulas.common import given_matmul_peaks, matmul_peaks
 from solvers.formulas.steptime import StepConstants, engine, step_time, step_work
+from tests.by_hand import param_values
 
 FIELD = {"bf16": "bf16_dense_tflops", "fp8": "fp8_dense_tflops"}
 
@@ -104,7 +105,7 @@ def test_every_mixed_precision_solver_states_both_peaks(variant, qid, seed):
     """Each sheet gives the weights' peak and the cache's among its datasheet figures: a solver that prices a
     bf16 cache's attention at the fp8 weights' peak (or an fp8 cache's at bf16) states only one and fails."""
     solution = variant(f"{qid}@{seed}")
-    values = {p.name: p.value for p in solution.params}
+    values = param_values(solution)
     weights, cache = (_dtype(values, name) for name in MIXED[qid])
     wanted = datasheet_peaks(values["gpu"], weights, cache)
     stated = {g.value for g in solution.sheet.givens if g.unit == "TFLOP/s" and "dense" in g.label}

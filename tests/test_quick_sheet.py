@@ -12,13 +12,14 @@ from solvers.bank import load_bank
 from solvers.derivation import QuickSheet, Reject, Sheet
 from solvers.engine import VariantCode, make_variant, run_solver
 from solvers.sheetmath import ceil_of, floor_of
+from tests.by_hand import param_values
 
 SEEDS = 8
 IDS = sorted(load_bank().questions)
 
 
 def _values(solution):
-    return {p.name: p.value for p in solution.params}
+    return param_values(solution)
 
 
 @pytest.mark.parametrize("qid", IDS)

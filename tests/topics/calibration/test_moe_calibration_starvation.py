@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.by_hand import param_values
+
 MOE = "moe-calibration-starvation"
 
 
@@ -117,7 +119,7 @@ def test_hessian_rank_is_the_token_count_below_d_in():
 @pytest.mark.parametrize("seed", range(30))
 def test_samples_needed_is_the_smallest_that_reaches_the_target(variant, seed):
     solution = variant(f"{MOE}@{seed}")
-    r, p = solution.sheet.results, {param.name: param.value for param in solution.params}
+    r, p = solution.sheet.results, param_values(solution)
     m = p["model"]
     per_sample = 2048 * m["experts_per_token"] / m["experts"] * p["rare"]
     goal = p["target"] * r["d_in"]

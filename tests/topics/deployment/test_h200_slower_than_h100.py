@@ -6,6 +6,8 @@ import re
 import pytest
 import sympy
 
+from tests.by_hand import param_values
+
 H200 = "h200-slower-than-h100"
 
 
@@ -86,7 +88,7 @@ def test_h200_tuning_file_follow_up(variant):
 def _h200_prefill_sides(solution) -> tuple[float, float]:
     """The H200 part's prefill by hand: (math, read) in seconds, the untuned expert kernels stretched by π on
     both sides (the experts' share of the weight bytes on the read, of the active FLOPs on the math)."""
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     m, tp, T = p["model"], p["tp"], p["prompt"]
     names = {"H200 SXM": "NVIDIA_H200", "H200 NVL": "NVIDIA_H200_NVL"}
     stretch = 1 if names[p["part"]["name"]] in p["tuned_for"].split(",") else p["default_penalty"]
@@ -150,7 +152,7 @@ def test_h200_what_ifs_match_the_sheet(variant, seed):
     """The judgements' float what-ifs start from the same times the sheet derives."""
     from solvers.formulas.deployment import Knobs, bridge_ring, step_times
     solution = variant(f"{H200}@{seed}")
-    r, p = solution.sheet.results, {param.name: param.value for param in solution.params}
+    r, p = solution.sheet.results, param_values(solution)
 
     class P(dict):
         __getattr__ = dict.__getitem__
@@ -206,7 +208,7 @@ def test_h200_times_are_priced_on_both_sides_of_the_roofline(variant):
     are no faster than either side, and untuned, at most π times the slower one."""
     for seed in range(60):
         solution = variant(f"{H200}@{seed}")
-        r, p = solution.sheet.results, {param.name: param.value for param in solution.params}
+        r, p = solution.sheet.results, param_values(solution)
         m, tp, T, C = p["model"], p["tp"], p["prompt"], p["prompt"] + p["reply"] / 2  # mean-decode-context
         weights = m["params_b"] * 1e9 * {"bf16": 2, "fp8": 1}[p["dtype"]] / tp
         pair = 4 * m["layers"] * m["heads"] * m["head_dim"]

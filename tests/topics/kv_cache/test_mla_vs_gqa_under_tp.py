@@ -93,7 +93,7 @@ def test_mla_vs_gqa_dp_attention_is_judged_on_its_weight_copies(variant, seed):
     model's 143.7 GB of bf16 attention weights copied onto each GPU leave no room: it holds when the node
     then keeps more requests than GQA does, weights copied, latents once per GPU."""
     solution = variant(f"mla-vs-gqa-under-tp@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     m, gpu, tp = p["model"], p["gpu"], p["tp"]
     per_weight = {"bf16": 2, "fp8": 1}[p["weight_dtype"]]
     weights = m.params_b * 1e9 * per_weight

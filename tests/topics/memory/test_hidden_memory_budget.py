@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from solvers.engine import VariantError
-from tests.by_hand import GiB
+from tests.by_hand import GiB, param_values
 
 
 def test_hidden_memory_default(variant):
@@ -38,7 +38,7 @@ def test_hidden_memory_levers_follow_the_accounting(variant, seed):
     """Review point: the old select (what start-up subtracts) followed the release string alone. Each lever is
     now judged by solving vLLM's accounting again with that one change, so its truth turns on the sizes."""
     solution = variant(f"hidden-memory-budget@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     judged = solution.sheet.results["levers"]
     g, f, u = p["cuda_graphs"], p["fragmentation"], p["util"]
     assert judged["run eager, capturing no CUDA graphs"] == _fits(p, graphs=0, fragmentation=f, util=u)
@@ -91,7 +91,7 @@ def _vllm_start_up(p: dict) -> tuple[float, bool]:
 @pytest.mark.parametrize("seed", range(30))
 def test_hidden_memory_matches_vllm_accounting(variant, seed):
     solution = variant(f"hidden-memory-budget@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     kv, fits = _vllm_start_up(p)
     assert solution.expected["kv_memory"] == pytest.approx(kv, rel=1e-9)
     assert kv >= 2 * GiB

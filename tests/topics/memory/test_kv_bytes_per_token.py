@@ -9,6 +9,7 @@ import pytest
 from solvers.derivation import Sheet
 from solvers.formulas.kvcache import kv_bytes_per_token
 from solvers.interview import stage_run
+from tests.by_hand import param_values
 from tests.topics.memory.step_by_hand import exact_q, largest_within, step_time_by_hand
 
 
@@ -37,7 +38,7 @@ def _decode_model(p):
 def test_kv_bytes_per_token_step_matches_plain_arithmetic(variant, seed):
     """Fit, TPOT at the fit and the batch at the target, recomputed exactly; t(B_T) <= T < t(B_T + 1)."""
     solution = variant(f"kv-bytes-per-token@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     fit, t, batch = _decode_model(p)
     assert solution.expected["users"] == fit
     assert solution.expected["tpot_fit"] == pytest.approx(float(t(fit)), rel=1e-12)

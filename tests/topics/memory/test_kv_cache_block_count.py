@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from solvers.formulas.common import GPU_MEMORY_UTILIZATION
+from tests.by_hand import param_values
 
 
 def test_block_count_default(variant):
@@ -45,7 +46,7 @@ def _vllm_block_count(model, gpu, tp: int, weight_bytes: float, kv_bytes: float,
 @pytest.mark.parametrize("seed", range(20))
 def test_block_count_matches_vllm_code_path(variant, seed):
     solution = variant(f"kv-cache-block-count@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     dtype_bytes = {"bf16": 2, "fp8": 1}
     blocks, sequences = _vllm_block_count(
         p["model"], p["gpu"], p["tp"], dtype_bytes[p["weight_dtype"]], dtype_bytes[p["kv_dtype"]],
@@ -68,7 +69,7 @@ def test_block_count_tpot_matches_plain_arithmetic(variant, seed):
     from tests.oracles import experts_touched
 
     solution = variant(f"kv-cache-block-count@{seed}")
-    p, results = {param.name: param.value for param in solution.params}, solution.sheet.results
+    p, results = param_values(solution), solution.sheet.results
     model, gpu, tp = p["model"], p["gpu"], p["tp"]
     batch, context = results["concurrency"], p["context"]
     b_w, b_kv = ({"bf16": 2, "fp8": 1}[p[k]] for k in ("weight_dtype", "kv_dtype"))

@@ -8,6 +8,7 @@ import pytest
 
 from solvers.engine import VariantError
 from solvers.formulas.common import hbm_bytes, model_params
+from tests.by_hand import param_values
 
 
 def test_paged_waste_default(variant):
@@ -70,7 +71,7 @@ def test_paged_waste_stages_say_the_denominators(variant):
 def test_paged_waste_keys_in_plain_arithmetic(variant, seed):
     """Every graded number and every judged option, recomputed from the printed parameters in fractions."""
     solution = variant(f"paged-reservation-waste@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     prompt, output, most, block = (Fraction(p[k]) for k in ("prompt_mean", "output_mean", "max_context", "block_size"))
     model, expected, tp = p["model"], solution.expected, p["tp"]
     pool = Fraction(hbm_bytes(p["gpu"])) * Fraction(9, 10) - Fraction(model_params(model)) * 2 / tp  # bf16 weights

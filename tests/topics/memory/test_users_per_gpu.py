@@ -8,6 +8,7 @@ import pytest
 
 from solvers.engine import VariantError
 from solvers.followup import follow_up
+from tests.by_hand import param_values
 from tests.topics.memory.step_by_hand import exact_q, largest_within, step_time_by_hand
 
 TIE = "kv-bytes-per-token@default+context=130048+gpu=a100-sxm-80gb+tp=4+tpot=46"
@@ -112,7 +113,7 @@ def test_users_per_gpu_matches_plain_arithmetic(variant, seed):
     """Every layout's users and TPOT at that load, recomputed exactly; the served users are the larger side's
     (a tie: one group), and the wide group wins whenever memory, not the TPOT, caps every layout."""
     solution = variant(f"users-per-gpu@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     results, expected = solution.sheet.results, solution.expected
     layouts = _layouts_at_load(p)
     assert results["tp_min_16"] == min(layouts) < p["gpus"]
@@ -136,7 +137,7 @@ def test_users_per_gpu_fp8_capacity_comes_with_its_tpot(variant, seed):
     Stage 2 now asks the full fp8 batch's TPOT too: reads of half the bytes, the math at the fp8 peak (50% of
     it), the bf16 all-reduces of the larger batch, 2 ms; it is slower than the bf16 full batch's."""
     solution = variant(f"users-per-gpu@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     model, gpu, G, e = p["model"], p["gpu"], p["gpus"], solution.expected
     N = model.params_b * 1e9
     kv_gpu = 2 * model.layers * model.kv_heads * model.head_dim * p["context"] / G  # fp8: one byte an element

@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.by_hand import param_values
+
 EXPERT = 3 * 7168 * 2048  # one DeepSeek-V3 expert, parameters (fp8: bytes)
 
 
@@ -62,7 +64,7 @@ def test_draws_are_decode_batches_without_yesterday(variant, seed):
     """Reader findings: the receive model is DeepEP's low-latency (decode) kernel, so a draw carries at most 256
     tokens a GPU; the correlation parameter no option graded is gone."""
     solution = variant(f"ep-load-skew@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     assert p["batch"] <= 256 * p["ep"]
     assert "correlation" not in p and "stale_fit" not in p
 
@@ -74,7 +76,7 @@ def test_hot_gpu_receive_matches_plain_arithmetic(variant, seed):
     its node crosses the NIC while the rest takes NVLink, at once, plus two calls' latency (50 us across nodes,
     10 us inside one). It never receives less than a balanced GPU."""
     solution = variant(f"ep-load-skew@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     model, gpu, ep, hot = p["model"], p["gpu"], int(p["ep"]), p["hot"]
     E, k = model.experts, model.experts_per_token
     mean = p["batch"] * k / E

@@ -5,6 +5,7 @@ import pytest
 
 from solvers.engine import VariantError
 from solvers.formulas.moe import parameter_count
+from tests.by_hand import param_values
 
 
 def test_training_layout_default(variant, catalog):
@@ -98,7 +99,7 @@ def test_training_layout_is_the_shallowest_that_fits(variant, seed):
     regime is the NIC all-to-all against the compute; imbalance is (m + (n - 1)(E - m)/(E - 1))/n, as
     ep-load-skew counts it."""
     solution = variant(f"moe-1t-training-layout@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     results = solution.sheet.results
     room = p["usable"] * p["gpu"].hbm_mib * 2**20
     assert results["state_per_gpu"] <= room * (1 + 1e-12)

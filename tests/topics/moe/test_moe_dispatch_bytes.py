@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from solvers.engine import VariantError
+from tests.by_hand import param_values
 
 COPY = 7168 + 7168 // 128 * 4 + 7168 * 2  # DeepSeek-V3: FP8 dispatch with scales + bf16 combine, 21,728 B
 
@@ -88,7 +89,7 @@ def test_dispatch_step_matches_plain_arithmetic(variant, seed):
     from tests.oracles import remote_nodes
 
     solution = variant(f"moe-dispatch-bytes@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     model, gpu, tokens = p["model"], p["gpu"], p["tokens"]
     g, k, nodes = gpu.nvlink_domain, model.experts_per_token, int(p["ep"]) // gpu.nvlink_domain
     direct = tokens <= 256

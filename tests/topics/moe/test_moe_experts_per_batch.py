@@ -7,6 +7,7 @@ import pytest
 
 from solvers.followup import follow_up
 from solvers.formulas.common import hbm_bytes
+from tests.by_hand import param_values
 from tests.oracles import batch_for_share
 
 ROUTED = 58 * 256 * 3 * 7168 * 2048  # DeepSeek-V3's routed experts, parameters (fp8: bytes)
@@ -54,7 +55,7 @@ def _all_to_all(model, gpu, nic, gpus: int, batch: float) -> float:
 @pytest.mark.parametrize("seed", range(25))
 def test_experts_per_batch_matches_plain_arithmetic(variant, seed):
     solution = variant(f"moe-experts-per-batch@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     model, gpu, batch, context = p["model"], p["gpu"], p["batch"], p["context"]
     E, k = model.experts, model.experts_per_token
     b = {"fp8": 1, "bf16": 2}[p["weight_dtype"]]

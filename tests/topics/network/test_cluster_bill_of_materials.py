@@ -6,7 +6,7 @@ import math
 import pytest
 
 from solvers.engine import VariantError
-from tests.by_hand import DAY
+from tests.by_hand import DAY, param_values
 
 
 def test_bom_default_matches_catalogue(variant):
@@ -48,7 +48,7 @@ def test_bom_matches_full_k_ary_fat_tree(radix):
 @pytest.mark.parametrize("seed", range(20))
 def test_bom_matches_plain_arithmetic(variant, seed):
     solution = variant(f"cluster-bill-of-materials@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     k = p["radix"]
     need = 6 * p["model"].params_b * 1e9 * p["tokens"] / (p["days"] * 989.4e12 * p["mfu"])
     job = math.ceil(need / 8)
@@ -88,7 +88,7 @@ def test_bom_hint_counts_the_switches_the_key_counts(variant, seed):
     "spines = leaves" for both and gave 110 switches at @9101 (1,760 GPUs on 64-port switches: 55 leaves, now 32
     spines, 87 in the key; that draw by its parameters)."""
     solution = variant(f"cluster-bill-of-materials@{seed}")
-    p, results = {param.name: param.value for param in solution.params}, solution.sheet.results
+    p, results = param_values(solution), solution.sheet.results
     k, gpus = p["radix"], solution.sheet.results["gpus"]
     leaves = gpus // (k // 2)
     if results["regime"] == "two-tier":

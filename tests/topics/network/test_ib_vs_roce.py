@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from solvers.interview import stage_run
+from tests.by_hand import param_values
 
 
 def test_ib_vs_roce_default(variant):
@@ -38,7 +39,7 @@ def test_ib_vs_roce_three_tier_capacity_is_k_cubed_over_four(variant):
 @pytest.mark.parametrize("seed", range(20))
 def test_ib_vs_roce_matches_plain_arithmetic(variant, seed):
     solution = variant(f"ib-vs-roce@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     tiers = next(t for t in range(1, 5) if 2 * 32**t >= p["gpus"])
     ports = 2 * tiers - 1
     ib = p["nic"] + ports * p["ib_switch"] / 64 + tiers * p["link"]

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from solvers.engine import VariantError
+from tests.by_hand import param_values
 
 
 def test_incast_default_fills_in_microseconds(variant):
@@ -57,7 +58,7 @@ def test_incast_peak_matches_a_stepped_queue(variant, seed):
     review: the first cut alone does not end the growth, @default+senders=8; read7: the marked packet's own wait
     behind K belongs to the first round)."""
     solution = variant(f"incast-buffer@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     rate = p["nic"].gbit_s * 1e9 / 8
     peak = _simulated_peak(p["senders"], rate, p["ecn_threshold"], p["rtt"])
     assert solution.expected["queue_peak"] == pytest.approx(peak, rel=0.01)
@@ -66,7 +67,7 @@ def test_incast_peak_matches_a_stepped_queue(variant, seed):
 @pytest.mark.parametrize("seed", range(20))
 def test_incast_matches_closed_form(variant, seed):
     solution = variant(f"incast-buffer@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     rate = p["nic"].gbit_s * 1e9 / 8
     excess = (p["senders"] - 1) * rate
     assert solution.expected["t_ecn"] == pytest.approx(p["ecn_threshold"] / excess, rel=1e-12)

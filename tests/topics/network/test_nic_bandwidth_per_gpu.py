@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from solvers.engine import VariantError
+from tests.by_hand import param_values
 
 
 def test_nic_default_shows_both_windows(variant):
@@ -119,7 +120,7 @@ def test_nic_step_matches_a_simulated_one_f_one_b_step(variant, code):
     backward, and the step ends when the last reduction and the last backward have. The first stage's window
     binds: the later stages' last backwards end earlier."""
     solution = variant(f"nic-bandwidth-per-gpu@{code}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     r = solution.sheet.results
     bwd = r["micro_backward"]  # s, as every result
     last = _one_f_one_b(p["pp"], p["microbatches"], bwd / 2, bwd)
@@ -159,7 +160,7 @@ def test_nic_layout_fits_plain_ddp_or_is_refused(variant):
     assert variant("nic-bandwidth-per-gpu@default+pp=2+gpu=h200-sxm").regime_name == "comms-hidden"
     for seed in range(30):
         solution = variant(f"nic-bandwidth-per-gpu@{seed}")
-        p = {param.name: param.value for param in solution.params}
+        p = param_values(solution)
         assert 16 * p["model"].params_b * 1e9 / (p["tp"] * p["pp"]) <= 0.75 * p["gpu"].hbm_mib * 2**20
 
 

@@ -5,6 +5,7 @@ import pytest
 
 from solvers.engine import VariantCode, VariantError, make_variant
 from solvers.interview import stage_run
+from tests.by_hand import param_values
 
 LINK_ENDS = [("node1", "leaf1"), ("leaf1", "node1"), ("node2", "leaf1"), ("leaf1", "node2"),
              ("node3", "leaf2"), ("leaf2", "node3"), ("node4", "leaf2"), ("leaf2", "node4"),
@@ -64,7 +65,7 @@ def _check_storm(solution):
     assert _pauses_shrink_upstream(sent, origin)
     paused = {node for node in LEAF_OF if sent[(LEAF_OF[node], node)] > 0}
     assert _paused(solution) == paused and origin not in paused
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     lost_bits = sum(sent[(LEAF_OF[node], node)] for node in paused) * 65_535 * 512 / p["window"]
     assert solution.expected["lost_bandwidth"] == pytest.approx(lost_bits / 8, rel=1e-12)
     share = lost_bits / (len(paused) * p["line_rate"] * 8)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from solvers.formulas.fp8 import E4M3
+from tests.by_hand import param_values
 
 ROUNDING_FACT = "a scale four times larger leaves a normal entry's rounding error where it is"
 
@@ -20,7 +21,7 @@ def test_fp8_kv_cache_levers_judged_by_the_loss_line(variant, seed):
     floats (the solver decides in fractions): the clipping levers move with the variant, rounding's indifference
     to the scale is the one fact, and no draw makes every option hold."""
     solution = variant(f"fp8-kv-cache@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     N, n, h, nu = p["context"], p["calib_tokens"], p["headroom"], p["tail_index"]
     levers = solution.sheet.results["levers"]
     expect = {

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from solvers.formulas.fp8 import E4M3, amax_scale, quantize, sqnr_db
+from tests.by_hand import param_values
 
 SAME_CODES = "the pool's fast path feeds the MMA the tested build's activation codes"
 OWN_GATE = "this pool's build has to pass the gate itself, whatever bytes it loads"
@@ -71,7 +72,7 @@ def test_fp8_scale_formats_gate_size_against_a_paired_eval(variant, code):
     discordant one a loss with probability (1 + Δ/d)/2; one-sided McNemar (normal form) at 5% fires ~80% of the
     time at the drop and ~5% with no drop."""
     solution = variant(f"fp8-scale-formats@{code}")
-    params = {param.name: param.value for param in solution.params}
+    params = param_values(solution)
     d, delta, n = params["discordant"], params["delta"], round(solution.sheet.results["eval_prompts"])
     rng = np.random.default_rng(3)
 

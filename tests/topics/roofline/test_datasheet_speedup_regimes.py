@@ -9,6 +9,7 @@ from solvers.data import Record
 from solvers.engine import VariantError
 from solvers.formulas.common import GPU_MEMORY_UTILIZATION
 from solvers.interview import stage_run
+from tests.by_hand import param_values
 
 ETA_C, ETA_BW, OVERHEAD = 0.6, 0.8, 2e-3  # the bank's step model: step-compute, step-bandwidth, step-overhead
 
@@ -61,7 +62,7 @@ def _roofline_by_hand(old: Record, new: Record, model: Record, gpus: int, contex
 @pytest.mark.parametrize("seed", range(20))
 def test_speedup_matches_plain_arithmetic(variant, seed):
     solution = variant(f"datasheet-speedup-regimes@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     by_hand = _roofline_by_hand(p["old_gpu"], p["new_gpu"], p["model"], p["gpus"], p["context"], p["small_batch"],
                                 p["max_num_seqs"])
     for key, value in by_hand.items():
@@ -78,7 +79,7 @@ def test_speedup_over_bandwidth_follows_every_workloads_figure(variant, seed):
     and the largest-batch option went missing near the line; now every option is listed in every draw, a draw
     with a workload within 3% of the ratio is refused, and each option follows its own figure."""
     solution = variant(f"datasheet-speedup-regimes@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     ratio = p["new_gpu"].hbm_tb_s / p["old_gpu"].hbm_tb_s
     gains = {option: solution.expected[f"speedup_{name}"] for name, option in
              (("compute", "a long prompt's prefill"), ("bandwidth", "decode at the small batch"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from solvers.engine import VariantError
+from tests.by_hand import param_values
 
 OVERLAP = "an overlapped, CUDA-graphed engine that hides the step's {overhead} of CPU overhead"
 
@@ -26,7 +27,7 @@ def test_decode_op_ranking_ties_at_batch_8(variant):
 def test_decode_op_ranking_matches_plain_arithmetic(variant, seed):
     """FLOPs and bytes of each op recomputed from the model config, shapes included; the step from its bytes."""
     solution = variant(f"decode-op-ranking@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     m, gpu, tp, B, T = p["model"], p["gpu"], p["tp"], p["batch"], p["context"]
     b_w = {"bf16": 2, "fp8": 1}[p["weight_dtype"]]
     b_kv = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
@@ -81,7 +82,7 @@ def test_decode_op_ranking_overlap_is_judged_on_the_overhead(variant):
         solution = variant(f"decode-op-ranking@{seed}")
         held = solution.sheet.judged("levers")[OVERLAP]
         step = 1 / solution.expected["per_user"]
-        bar = 1 + {param.name: param.value for param in solution.params}["raise_by"]
+        bar = 1 + param_values(solution)["raise_by"]
         if held is not None:
             assert held == (step / (step - 2e-3) >= bar), seed
             seen.add(held)
@@ -91,7 +92,7 @@ def test_decode_op_ranking_overlap_is_judged_on_the_overhead(variant):
 def _doubled_kv_fill(solution) -> float:
     """Twice the batch's KV cache a GPU over the KV pool (each GPU's 0.9 of the HBM it reports, less its share
     of the weights), in plain floats: over 1 it does not fit."""
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     m, gpu, tp = p["model"], p["gpu"], p["tp"]
     b_w = {"bf16": 2, "fp8": 1}[p["weight_dtype"]]
     b_kv = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
@@ -103,7 +104,7 @@ def _doubled_kv_fill(solution) -> float:
 def _lever_gains(solution, latency: float) -> dict[str, float | None]:
     """Each lever's gain in total tokens/s (all sequences: batch over the step), in plain floats, with the
     all-reduce latency per call at `latency` seconds; None where twice the batch does not fit."""
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     m, gpu, tp, B, T = p["model"], p["gpu"], p["tp"], p["batch"], p["context"]
     b_w = {"bf16": 2, "fp8": 1}[p["weight_dtype"]]
     b_kv = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
@@ -130,10 +131,10 @@ def test_decode_op_ranking_levers_are_total_tokens_and_clear_of_their_lines(vari
     floats, is at least 3% from the bar and on the same side at 5, 10 and 20 us; a lever that is not is not
     listed (judged None)."""
     solution = variant(f"decode-op-ranking@{seed}")
-    bar = 1 + {param.name: param.value for param in solution.params}["raise_by"]
+    bar = 1 + param_values(solution)["raise_by"]
     judged = solution.sheet.judged("levers")
     at = {latency: _lever_gains(solution, latency) for latency in (5e-6, 10e-6, 20e-6)}
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     for option, gain in at[10e-6].items():
         if option == "the KV cache at half its bytes per token" and p["kv_dtype"] == "fp8" \
                 and "fp4_dense_tflops" not in p["gpu"]:

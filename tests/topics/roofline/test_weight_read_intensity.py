@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from solvers.interview import stage_run
+from tests.by_hand import param_values
 
 ETA_C, ETA_BW, OVERHEAD = 0.6, 0.8, 2e-3  # the bank's step model: step-compute, step-bandwidth, step-overhead
 
@@ -103,7 +104,7 @@ def test_weight_read_pushes_cross_from_either_side(variant, catalog):
 @pytest.mark.parametrize("seed", range(20))
 def test_weight_read_matches_plain_arithmetic(variant, seed):
     solution = variant(f"weight-read-intensity@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     m, gpu, tp, T, B = p["model"], p["gpu"], p["tp"], p["prompt"], p["batch"]
     b = {"bf16": 2, "fp8": 1}[p["dtype"]]
     peak = gpu[f"{p['dtype']}_dense_tflops"] * 1e12

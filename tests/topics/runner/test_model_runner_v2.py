@@ -6,6 +6,8 @@ import re
 import numpy as np
 import pytest
 
+from tests.by_hand import param_values
+
 MRV2 = "model-runner-v2"
 
 
@@ -77,7 +79,7 @@ def _gap_at(solution, batch: float) -> float:
 
     from solvers.derivation import Sheet
     from solvers.topics.runner.model_runner_v2 import gpu_side
-    values = {param.name: param.value for param in solution.params} | {"batch": batch}
+    values = param_values(solution) | {"batch": batch}
     sheet = Sheet(parameters={spec.name: (values[spec.name], spec.unit, spec.label or spec.name)
                               for spec in solution.question.parameters if isinstance(values[spec.name], (int, float))})
     gpu = sheet.value(gpu_side(sheet, SimpleNamespace(**values)).time)

@@ -73,7 +73,7 @@ def test_slo_goodput_p99_matches_a_simulated_fifo_queue(variant):
     """A seeded M/M/1 FIFO queue run in arrival order (Lindley's recursion): its p99 TTFT matches
     ln 100 / (mu - lambda) within 3%, the closed form the question grades."""
     solution = variant("slo-goodput@default")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     rng = np.random.default_rng(7)
     n, mu = 400_000, 1 / p["prefill_mean"]
     gaps = rng.exponential(1 / (p["load"] * mu), n)
@@ -103,7 +103,7 @@ def test_slo_goodput_verdicts_are_clear(variant, seed):
     TPOT SLO binds: it alone misses 0.5-8% of requests, so the attainment is never the TTFT share alone."""
     solution = variant(f"slo-goodput@{seed}")
     results = solution.sheet.results
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     assert (results["attainment"] >= p["target"]) == (results["regime"] == "goal-met")
     assert results["max_rate"] >= 0.3 * results["capacity"]
     tpot_miss = math.exp(-(p["tpot_slo"] - p["tpot_floor"]) / p["tpot_tail"])
@@ -122,7 +122,7 @@ def test_slo_goodput_goal_met_says_when_p99_is_past_its_slo(variant):
         solution = variant(f"slo-goodput@{seed}")
         if solution.regime_name != "goal-met":
             continue
-        p = {param.name: param.value for param in solution.params}
+        p = param_values(solution)
         past = solution.sheet.results["ttft_p99"] > p["ttft_slo"]
         assert ("past its" in solution.sheet.regime.summary) == past, seed
         seen += past

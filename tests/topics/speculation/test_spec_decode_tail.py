@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solvers.formulas.speculation import expected_tokens
-from tests.by_hand import value_of
+from tests.by_hand import param_values, value_of
 from tests.topics.speculation.step_by_hand import OVERHEAD, StepByHand
 
 SELECTIVE = "speculate only where the request's acceptance beats the break-even for the current batch"
@@ -53,7 +53,7 @@ def test_mixed_round_is_the_uniform_round_when_every_class_drafts_alike(variant)
     from solvers.formulas.speculation import LoadModel
     for seed in range(0, 40, 4):
         solution = variant(f"spec-decode-tail@{seed}")
-        model = LoadModel.of(Record({p.name: p.value for p in solution.params}))
+        model = LoadModel.of(Record(param_values(solution)))
         rounds = {step.key: step.value for step in solution.sheet.steps}
         gamma, c, share = (int(value_of(solution, "gamma")), value_of(solution, "draft_cost"),
                            value_of(solution, "low_share"))
@@ -83,7 +83,7 @@ def test_tail_policies_hold_to_their_definitions(variant):
             assert policy[SELECTIVE] in (False, None)  # None: the same plan as code only, not listed
         # Chat at one draft token beside code's γ, by hand: the peak round verifies code's γ+1 and chat's 2 tokens
         # a sequence, its first draft pass runs over every sequence and the other γ-1 over code's; off-peak the same.
-        model = LoadModel.of(Record({p.name: p.value for p in solution.params}))
+        model = LoadModel.of(Record(param_values(solution)))
         gamma = int(value_of(solution, "gamma"))
         c, f = value_of(solution, "draft_cost"), value_of(solution, "low_share")
         a_hi, a_lo, m = (value_of(solution, n) for n in ("alpha_high", "alpha_low", "peak_share"))

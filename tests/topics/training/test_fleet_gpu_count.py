@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from solvers.engine import VariantError
-from tests.by_hand import DAY
+from tests.by_hand import DAY, param_values
 
 
 def _given(solution, symbol):
@@ -58,7 +58,7 @@ def test_fleet_rejects_a_run_that_restarts_away_half_of_its_time(variant):
 @pytest.mark.parametrize("seed", range(20))
 def test_fleet_margin_matches_plain_arithmetic(variant, seed):
     solution = variant(f"fleet-gpu-count@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     expected = solution.expected
     need, job, fleet = expected["gpus_needed"], expected["job_gpus"], expected["fleet_gpus"]
     nodes, mtbf, repair = job // 8, p["node_mtbf"] / DAY, p["repair"] / DAY
@@ -118,7 +118,7 @@ def _job(need, p):
 @pytest.mark.parametrize("seed", range(20))
 def test_fleet_matches_plain_arithmetic(variant, seed):
     solution = variant(f"fleet-gpu-count@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     rate = p["gpu"].bf16_dense_tflops * 1e12 * p["mfu"]
     need = 6 * p["model"].params_b * 1e9 * p["tokens"] / (p["days"] * rate)
     job = _job(need, p)

@@ -10,6 +10,7 @@ from solvers.derivation import Sheet
 from solvers.engine import VariantCode, make_variant
 from solvers.formulas.triage import CAUSE_OF_CHECK, CHECKS, lr_at
 from solvers.interview import stage_run
+from tests.by_hand import param_values
 
 
 def _cosine_lr(step, peak, warmup, decay, floor_share):
@@ -23,7 +24,7 @@ def _cosine_lr(step, peak, warmup, decay, floor_share):
 
 def _readings(solution):
     """The log as the parameter table lists it: (09:00, 11:00) per signal, ranks at 11:00."""
-    value = {param.name: param.value for param in solution.params}
+    value = param_values(solution)
     nine = {"step": value["step_0900"], "loss scale": value["scale_0900"], "skipped steps": value["skipped_0900"]}
     eleven = {"step": value["step_1100"], "loss scale": value["scale_1100"], "skipped steps": value["skipped_1100"],
               "grad norm": value["grad_norm"], "ranks": value["rank_norms"]}
@@ -66,7 +67,7 @@ def _diagnose(nine, eleven, p):
 @pytest.mark.parametrize("seed", range(40))
 def test_plateau_readings_point_to_one_cause(variant, seed):
     solution = variant(f"loss-plateau-triage@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     nine, eleven = _readings(solution)
     assert _diagnose(nine, eleven, p) == [solution.expected["cause"]]
     found = list(CAUSE_OF_CHECK.values()).index(solution.expected["cause"])
@@ -209,7 +210,7 @@ def test_plateau_stem_claims_no_pass_the_default_schedule_overruns(variant):
     x 8,192 tokens read 20.1T of a 15.6T dataset (Llama 3 ramped its batch). The stem no longer claims it; the
     assumptions say the epochs are the check and name the ramp."""
     solution = variant("loss-plateau-triage@default")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     assert p["decay_steps"] * p["batch"] * p["seq_len"] / p["dataset"] == pytest.approx(1.29, rel=0.01)
     assert "meant to last" not in solution.question.stages[0].say
     assumptions = " ".join(solution.sheet.assumptions)

@@ -11,7 +11,7 @@ import pytest
 import sympy
 
 from solvers.engine import VariantError
-from tests.by_hand import HOUR, MIN
+from tests.by_hand import HOUR, MIN, param_values
 
 
 def _restart_timeline(mtbf: float, recovery: float, interval: float, stall: float, failures: int,
@@ -46,7 +46,7 @@ def test_restart_default_matches_catalogue(variant):
 def test_restart_young_interval_minimises_the_loss(variant, seed):
     """Young's closed form against a brute-force minimum of stalls + rewound work, C/τ + τ/(2M)."""
     solution = variant(f"restart-goodput@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     mtbf = 1 / p["restarts"]
     taus = np.geomspace(1, 100 * HOUR, 400_001)
     for stall, key in ((p["ckpt_storage"], "young_storage"), (p["ckpt_memory"], "young_memory")):
@@ -67,7 +67,7 @@ def test_restart_stage_names_youngs_first_order_rule(variant, catalog):
     gaps = []
     for seed in range(100):
         solution = variant(f"restart-goodput@{seed}")
-        p = {param.name: param.value for param in solution.params}
+        p = param_values(solution)
         C, M = p["ckpt_storage"], 1 / p["restarts"]
         daly = (2 * C * M) ** 0.5 * (1 + (C / (2 * M)) ** 0.5 / 3 + C / (18 * M)) - C
         gaps.append(abs(daly / solution.expected["young_storage"] - 1))
@@ -91,7 +91,7 @@ def _restart_parts(p):
 @pytest.mark.parametrize("seed", range(20))
 def test_restart_matches_plain_arithmetic(variant, seed):
     solution = variant(f"restart-goodput@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     mtbf, fixed, cycle, saves, wall = _restart_exact(p)
     lost = fixed + mtbf - saves * cycle
     assert solution.expected["lost_per_restart"] == pytest.approx(lost, rel=1e-12)
@@ -107,7 +107,7 @@ def test_restart_regime_compares_the_interval_part_with_the_failure_part(variant
     regimes = Counter()
     for seed in range(301):
         solution = variant(f"restart-goodput@{seed}")
-        p = {param.name: param.value for param in solution.params}
+        p = param_values(solution)
         assert p["ckpt_storage"] / p["interval"] <= 0.05
         interval_part, failure_part = _restart_parts(p)
         expected = "interval-bound" if interval_part > failure_part else "failure-bound"
@@ -121,7 +121,7 @@ def test_restart_stall_bound_interval_says_checkpoint_less_often(variant):
     rewound work alone (2.6 min) is below the 5-minute fixed recovery, yet the interval sets the loss (the
     question file pins interval-bound)."""
     solution = variant("restart-goodput@default+interval=5+ckpt_storage=14")
-    interval_part, failure_part = _restart_parts({param.name: param.value for param in solution.params})
+    interval_part, failure_part = _restart_parts(param_values(solution))
     assert interval_part == pytest.approx(0.0477, abs=1e-4)  # 4.41% stalls + 0.36% redone work
     assert interval_part > failure_part  # 0.69%
     assert "checkpoint less often" in solution.sheet.regime.summary

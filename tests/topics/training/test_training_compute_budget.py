@@ -7,7 +7,7 @@ import pytest
 
 from solvers.engine import VariantError
 from solvers.topics.training.training_compute_budget import least_loss_interval
-from tests.by_hand import DAY
+from tests.by_hand import DAY, param_values
 
 # Llama 3 405B (The Llama 3 Herd of Models, sec. 3.3.4): 466 interruptions in 54 days on 16,384 H100.
 LLAMA3_RATE_PER_GPU_DAY = 466 / (54 * 16_384)
@@ -63,7 +63,7 @@ def test_compute_budget_levers_win_back_a_share_of_the_lost_days(variant, seed):
     is judged in plain Python on the share of the lost days (wall minus compute) it wins back, 20% or more; one
     within two points of the line is not listed."""
     solution = variant(f"training-compute-budget@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     compute, wall = _wall_clock_by_hand(p)
     rate = p["gpus"] * LLAMA3_RATE_PER_GPU_DAY / DAY
     C, tau, R = 16 * p["params"] / p["ckpt_bw"], p["ckpt_interval"], p["restart"]
@@ -92,7 +92,7 @@ def test_compute_budget_levers_label_reads_the_solvers_share(variant):
 @pytest.mark.parametrize("seed", range(20))
 def test_compute_budget_matches_plain_arithmetic(variant, seed):
     solution = variant(f"training-compute-budget@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     compute, wall = _wall_clock_by_hand(p)
     assert solution.expected["flops"] == pytest.approx(6 * p["params"] * p["tokens"], rel=1e-12)
     assert solution.expected["days"] == pytest.approx(compute, rel=1e-12)
@@ -112,7 +112,7 @@ def test_compute_budget_replica_is_the_least_power_of_two_that_holds_the_state(v
     """16 bytes a parameter over the share of HBM (as the device reports it) kept for state: the replica is
     the least power of two of GPUs that holds it, so half as many would not."""
     solution = variant(f"training-compute-budget@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     room = p["state_share"] * p["gpu"].hbm_mib * 2**20
     mp = solution.expected["mp_gpus"]
     assert math.log2(mp).is_integer()
@@ -149,7 +149,7 @@ def test_compute_budget_least_loss_interval_never_loses_time(variant, seed):
     √(2·C·MTBF) and lost 0.018 days in the default push (R = 30 min). It is now the exact minimum of W(τ): it
     matches a numeric search and never loses time against today's interval."""
     solution = variant(f"training-compute-budget@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     compute, wall = _wall_clock_by_hand(p)
     rate = p["gpus"] * LLAMA3_RATE_PER_GPU_DAY / DAY
     C = 16 * p["params"] / p["ckpt_bw"]
@@ -164,7 +164,7 @@ def test_compute_budget_least_loss_interval_never_loses_time(variant, seed):
 def test_compute_budget_default_push_least_loss_interval_is_below_young(variant):
     """At R = 30 min the optimum is 11.56 min, under Young's 13.34: the restart's share pulls it down."""
     solution = variant("training-compute-budget@default+restart=30")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     rate = p["gpus"] * LLAMA3_RATE_PER_GPU_DAY / DAY
     C = 16 * p["params"] / p["ckpt_bw"]
     assert float(least_loss_interval(C, rate, p["restart"])) / 60 == pytest.approx(11.56, rel=1e-3)
@@ -176,7 +176,7 @@ def test_compute_budget_stall_is_the_state_over_the_write_bandwidth(variant, see
     """Reader (read7, 2): the stall was drawn with no link to the state (0.5 min for 6.4 TB, 5 min for 240 GB).
     It is now the 16 B a parameter written at the drawn bandwidth, and the interval a team would set from it."""
     solution = variant(f"training-compute-budget@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     stall = 16 * p["params"] / p["ckpt_bw"]
     assert float(solution.sheet.results["ckpt_write"]) == pytest.approx(stall, rel=1e-12)
     assert 20e9 <= p["ckpt_bw"] <= 2000e9

@@ -5,6 +5,8 @@ import math
 
 import pytest
 
+from tests.by_hand import param_values
+
 
 def test_state_bytes_default_matches_catalogue(variant):
     """100B params x 16 B = 1.6 TB against an H100 node of 8 x 81,559 MiB as the devices report it, 684.2 GB (the
@@ -15,7 +17,7 @@ def test_state_bytes_default_matches_catalogue(variant):
 @pytest.mark.parametrize("seed", range(40))
 def test_state_bytes_matches_plain_arithmetic(variant, seed):
     solution = variant(f"training-state-bytes@{seed}")
-    p = {param.name: param.value for param in solution.params}
+    p = param_values(solution)
     per_param = 16 + (4 if p["grad_accum"] == "fp32" else 0)
     state = p["params"] * per_param
     room = p["gpus_per_node"] * p["gpu"].hbm_mib * 2**20 * p["usable"]
