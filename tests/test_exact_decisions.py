@@ -133,6 +133,10 @@ _UNLISTS = ("another reading (the simulation's cut) on the other side of the lin
 ALLOWED = {
     ("topics/calibration/moe_calibration_starvation.py", "_recipe", "damped <= 1 + p.damp_within"): SAMPLED,
     ("topics/kv_cache/cow_block_sharing.py", "solve", "s.value(tail) > 0"): SLIP,
+    ("topics/kv_cache/paged_block_size.py", "_block_choices",
+     "abs(s.evaluate(share(size)) / s.value(tau) - 1) <= TOO_CLOSE"):
+        _margin("3% (TOO_CLOSE): at the drawn block always, at half and twice it where the select is asked; the "
+                "options' truth and the regime are decided by s.compare and regime_by"),
     ("topics/quantization/kv_quant_keys_vs_values.py", "_kv_roads_regime",
      "abs(np.log(s.number('roads_channel'))) < np.log(REGIME_MARGIN)"):
         _margin("8% (REGIME_MARGIN) where the regime is asked; its side is decided by regime_by"),

@@ -10,10 +10,12 @@ from solvers.units import format_number
 KERNEL_BLOCK = 16  # FlashAttention's block sizes are multiples of 16 tokens (get_supported_kernel_block_sizes)
 
 
-def _policy_judgements(s: Sheet, state, kv, kept_bytes, dense_bytes, reuse, C, C_star) -> None:
+def _policy_judgements(s: Sheet, state, kv, kept_bytes, dense_bytes, reuse, C, C_star, B) -> None:
     key = "snapshot_policy"
     s.judge(key, "The states it keeps cost more than its KV cache", s.compare(kept_bytes, kv) > 0,
-            f"{s.text(kept_bytes)} of kept states against {s.text(kv)} of KV")
+            f"{s.text(kept_bytes)} of kept states against {s.text(kv)} of KV; a state at every block would cost "
+            f"{format_number(s.value(dense_bytes) / 2**20)} MiB, over the KV whatever the context, since Mamba "
+            "layers outnumber attention layers (why vLLM sparsified it)")
     s.judge(key, "More than a tenth of a resent context is prefilled again", s.compare(10 * (C - reuse), C) > 0,
             f"{format_number(s.evaluate(C - reuse))} of {format_number(s.value(C))} tokens come after the newest "
             "kept state")
@@ -23,10 +25,9 @@ def _policy_judgements(s: Sheet, state, kv, kept_bytes, dense_bytes, reuse, C, C
     s.judge(key, "At twice this context its KV would outweigh its recurrent state", s.compare(2 * C, C_star) > 0,
             f"twice the context is {format_number(s.evaluate(2 * C))} tokens against the crossover at "
             f"{format_number(s.value(C_star))}")
-    s.judge(key, "A state kept at every block would cost more than its KV cache", True,
-            f"{format_number(s.value(dense_bytes) / 2**20)} MiB here: each block boundary keeps a padded page in "
-            "every Mamba layer, and Mamba layers outnumber attention layers, so dense retention outweighs the KV "
-            "whatever the context (why vLLM sparsifies it)", fact=True)
+    s.judge(key, "A prompt a quarter this long would get no hit from the cache", s.compare(C, 4 * B) <= 0,
+            f"a quarter is {format_number(s.evaluate(C / 4))} tokens against a {format_number(s.value(B))}-token "
+            "block: a hit needs a full block before the prompt's last token")
 
 
 def _state_regime(s: Sheet, state, kv, C_star, C) -> None:
@@ -108,7 +109,9 @@ def solve(p, s: Sheet) -> None:
              "such contexts are not drawn.")
     s.assume("State shapes as vLLM allocates them (MambaStateShapeCalculator.mamba2_state_shape): SSM state "
              "heads × head_dim × state_size, conv buffer (kernel − 1) × (heads·head_dim + 2·groups·state_size), "
-             "the conv in the model's bf16; one GPU, no TP split, no speculative decoding.")
+             "the conv in the model's bf16; one GPU, no TP split (under TP the Mamba heads and conv channels "
+             "shard), no speculative decoding (which would snapshot the state per draft window to roll back a "
+             "rejection).")
     s.assume("vLLM with prefix caching in align mode (mamba_cache_mode align; platforms/interface.py): the "
              "attention block is the least multiple of 16 tokens whose one-layer page holds one Mamba layer's "
              "state, and the Mamba page is padded to it; the Mamba block is the attention block, so a hit resumes "
@@ -116,7 +119,9 @@ def solve(p, s: Sheet) -> None:
              "multiple of the Mamba chunk size instead.)")
     s.assume(f"Retention as vLLM's prefix-cache retention interval (PRs #45845, #52216) set to "
              f"{format_number(p.retain)} blocks: one state per interval plus the newest replayable boundary; "
-             "every other state is freed. Before #45845 a state was kept at every block.")
+             "every other state is freed. Before #45845 a state was kept at every block. The prefill is taken as "
+             "chunked at block boundaries, so every grid state exists: on vLLM main align mode materialises a "
+             "state only where a prefill chunk ends (PRs #43628, #53803), so this is the policy as designed.")
     state_answers = ("state_per_request", "crossover")
     s.slip("x Mamba layers: one layer's state, not the model's", 1 / m.mamba_layers, on=state_answers)
     s.slip("conv buffer left out", on=state_answers, factor=s.value(ssm) / s.value(layer_state))
@@ -130,5 +135,5 @@ def solve(p, s: Sheet) -> None:
     if s.compare(kept, n_blk) < 0:
         s.slip("a state kept at every block, not every r blocks", s.value(n_blk) / s.value(kept),
                on="snapshot_bytes")
-    _policy_judgements(s, state, kv, kept_bytes, dense, reuse, C, C_star)
+    _policy_judgements(s, state, kv, kept_bytes, dense, reuse, C, C_star, B)
     _state_regime(s, state, kv, C_star, C)

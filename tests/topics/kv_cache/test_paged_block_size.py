@@ -1,17 +1,15 @@
 """paged-block-size: its keys and behaviour, checked outside the solver."""
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from solvers.answers import CORRECT
 from solvers.engine import VariantError
-from tests.by_hand import GiB, KiB, param_values
+from tests.by_hand import GiB, param_values
 
 # Answers that are whole-number counts: a neighbouring whole number must never grade correct.
 EXACT_COUNTS = {
-    "paged-block-size": ("blocks_per_sequence", "prefix_recompute"),
+    "paged-block-size": ("prefix_recompute",),
     "sliding-window-savings": ("window_blocks",),
     "cow-block-sharing": ("blocks_with", "blocks_without", "tail_redone"),
 }
@@ -19,18 +17,25 @@ EXACT_COUNTS = {
 
 def test_paged_block_size_default(variant):
     """Llama-3-70B bf16 (320 KiB/token), blocks of 16, 256 sequences of 2,048 tokens (the keys are pinned in the
-    question file): the mean empty slots, vLLM's page and the length where the waste reaches 4%."""
+    question file): the mean empty slots, the sequences they would hold and the length where the waste reaches 4%."""
     results = variant("paged-block-size@default").sheet.results
     assert results["expected_waste"] == 7.5
-    assert results["page_bytes"] == 64 * KiB  # vLLM's page: 2 x 16 x 8 x 128 x 2 B
+    assert results["sequences_lost"] == pytest.approx(256 * 7.5 / 2048)
     assert results["boundary_length"] == pytest.approx(180)  # 7.5 x 0.96 / 0.04
 
 
-def test_paged_page_size_matches_vllm_formula(variant):
-    """vLLM's page_size_bytes for Llama-3-8B in bf16: 2 x block_size x 8 KV heads x 128 x 2 B."""
-    for block_size in (8, 16, 32, 64, 128, 256):
-        results = variant(f"paged-block-size@default+model=llama-3-8b+block_size={block_size}").sheet.results
-        assert results["page_bytes"] == 2 * block_size * 8 * 128 * 2
+def test_no_per_replica_page_or_single_division_is_graded(variant, catalog):
+    """Reader (read7): 'one block in one layer' (a replica's page no GPU gathers under TP) and 'blocks per layer'
+    (a single division) were graded in stage 3 and the push. Neither is asked now; the pushes ask the
+    concurrency the empty KV costs, which moves with the block."""
+    from solvers.interview import stage_run
+
+    solution = variant("paged-block-size@default")
+    asked = {key for stage in solution.question.stages for key in stage.ask}
+    assert not asked & {"page_bytes", "blocks_per_sequence"}
+    run = stage_run(solution, catalog, 3)
+    assert run is not None and "sequences_lost" in run.ask
+    assert run.solution.expected["sequences_lost"] > 10 * solution.expected["sequences_lost"]
 
 
 @pytest.mark.parametrize("block_size", [8, 16, 128])
@@ -50,9 +55,8 @@ def test_paged_block_size_matches_plain_arithmetic(variant, seed):
     per_token = 2 * model.layers * model.kv_heads * model.head_dim * {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
     waste = (block - 1) / 2
     assert solution.sheet.results["worst_batch_waste"] == pytest.approx(p["batch"] * (block - 1) * per_token)
-    assert expected["page_bytes"] == pytest.approx(block * per_token / model.layers)
+    assert expected["sequences_lost"] == pytest.approx(p["batch"] * waste / p["mean_length"])
     assert expected["batch_waste"] == pytest.approx(p["batch"] * waste * per_token)
-    assert expected["blocks_per_sequence"] == math.ceil(p["mean_length"] / block)
     assert expected["prefix_recompute"] == p["prefix"] % block
     share = waste / (p["mean_length"] + waste)
     assert expected["waste_share"] == pytest.approx(share)
@@ -84,7 +88,23 @@ def test_paged_block_choice_matches_plain_arithmetic(variant, seed):
     assert judged[twice] == (share(2 * block) < 0.04)
     assert judged["half the block size would cache more of the system prompt"] == (
         prefix % (block // 2) < prefix % block)
-    assert judged["twice the block size would leave the whole system prompt uncached"] == (prefix < 2 * block)
+    assert judged["twice the block size would prefill more of the system prompt again"] == (
+        prefix % (2 * block) > prefix % block)
+
+
+def test_option_c_varies_and_prompts_span_two_blocks(variant):
+    """Reader (read7): 'twice the block size would leave the whole system prompt uncached' held only for prompts
+    under 2B, almost never; and a prompt under one block made the recomputed tail equal the prompt. Draws now hold
+    a prompt of two blocks or more, and the option asks whether 2B recomputes more of it (half the time)."""
+    truths = set()
+    for seed in range(80):
+        solution = variant(f"paged-block-size@{seed}")
+        p = param_values(solution)
+        assert p["prefix"] >= 2 * p["block_size"], seed
+        assert solution.expected["prefix_recompute"] != p["prefix"]
+        truths.add(solution.sheet.results["block_choice"]["twice the block size would prefill more of the system "
+                                                           "prompt again"])
+    assert truths == {True, False}
 
 
 def test_the_worst_case_is_worked_not_asked(variant):
@@ -105,7 +125,7 @@ def test_the_regime_line_leaves_later_stages_unsaid(variant, catalog, seed):
 
     solution = variant(f"paged-block-size@{seed}")
     line = dict(opening(solution).key_lines())["regime"].lower()
-    blocks = f"{int(solution.expected['blocks_per_sequence']):,}"
+    blocks = f"{int(solution.sheet.results['blocks_per_sequence']):,}"
     assert not any(word in line for word in ("kernel", "prefix", "gather", "page-table", "contiguous")), line
     assert f" {blocks} block" not in line, line
 

@@ -104,3 +104,41 @@ def test_recurrent_push_moves_with_the_variant(variant, catalog):
         moved_to.add(run.solution.param("context").raw)
         assert all(float(run.solution.expected[key]) > 0 for key in ("kv_per_request", "reusable")), seed
     assert crossed >= 36 and len(moved_to) >= 10
+
+
+def test_the_8b_is_the_128k_model(variant):
+    """Reader (read7): 16K and 33K contexts were drawn on 'Nemotron-H-8B', whose config cited is the Base-8K, an
+    8K model. The name is now the Reasoning-128K model (same layer shapes, 128K context), and no draw runs past
+    the named model's window."""
+    assert param_values(variant("recurrent-state-inventory@default"))["model"].name == "Nemotron-H-8B-Reasoning-128K"
+    for seed in range(60):
+        p = param_values(variant(f"recurrent-state-inventory@{seed}"))
+        assert "Reasoning-128K" in p["model"].name or "Nano" in p["model"].name
+        assert p["context"] <= p["model"].max_context
+
+
+def test_push_gives_a_reason_and_names_its_asks(variant, catalog):
+    """Reader (read7): the push was the engine's template ("Let's change one thing ... What changes"). It now
+    gives the interviewer's reason for the move and asks its three answers by name."""
+    from solvers.interview import stage_run
+
+    for seed in range(10):
+        run = stage_run(variant(f"recurrent-state-inventory@{seed}"), catalog, 3)
+        assert run is not None
+        assert "Let's change one thing" not in run.say and "What changes" not in run.say, run.say
+        assert "come back from cache" in run.say
+
+
+def test_no_select_option_is_constant(variant):
+    """Reader (read7): 'a state kept at every block would cost more than its KV cache' held in every draw (its
+    ratio is the Mamba-to-attention layer ratio). Its place goes to 'a prompt a quarter this long would get no
+    hit', which holds where the context is at most four blocks, and the dense cost moves to a why."""
+    option = "A prompt a quarter this long would get no hit from the cache"
+    truths = set()
+    for seed in range(200):
+        solution = variant(f"recurrent-state-inventory@{seed}")
+        judged = solution.sheet.results["snapshot_policy"]
+        assert "A state kept at every block would cost more than its KV cache" not in judged
+        truths.add(judged[option])
+        assert judged[option] == (solution.param("context").raw <= 4 * solution.expected["block_size"])
+    assert truths == {True, False}
