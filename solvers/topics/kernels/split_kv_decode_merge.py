@@ -47,7 +47,7 @@ def fa2_num_splits(*, blocks: int, slots: int, tiles: int, near: Fraction, cut: 
     return min(n for n, e in eff.items() if e >= line)
 
 
-def _merge_judgements(s: Sheet, *, splits, empty, overhead, att_gain, tokens, tile, per, kv_read,
+def _merge_judgements(s: Sheet, *, splits, shared, empty, overhead, att_gain, tokens, tile, per, kv_read,
                       weight_read) -> None:
     """The statements about this variant's own splits cannot be decided where the batch fills the SMs by itself
     (one split, no partials, nothing split): they are not listed there (the opening is drawn where it splits).
@@ -70,9 +70,9 @@ def _merge_judgements(s: Sheet, *, splits, empty, overhead, att_gain, tokens, ti
             f"they add {s.text(overhead, 3)}: FP32 output and LSE per split and query head, written and read back "
             "by the merge, against the whole context's bf16 keys and values" if split else none)
     s.judge(key, "the shorter request leaves at least half of its splits without keys",
-            s.compare(2 * empty, splits) >= 0 if split else None,
-            f"{s.text(empty)} of {s.text(splits)} splits get none: the layout's tiles per split are the longest's, "
-            "so the short request's keys run out early" if split else none)
+            s.compare(2 * empty, shared) >= 0 if split else None,
+            f"{s.text(empty)} of the launch's {s.text(shared)} splits get none: the layout's tiles per split are the "
+            "longest's, so the short request's keys run out early" if split else none)
     s.judge(key, "each GPU reads more bytes of KV cache than of weights in this step",
             s.compare(kv_read, weight_read) > 0,
             f"{s.text(kv_read, 3)} of KV against {s.text(weight_read, 3)} of weights a GPU: "
@@ -222,16 +222,35 @@ def solve(p, s: Sheet) -> None:
                       "the KV and partials at the whole bandwidth, or the most loaded SM's chunks of tiles (and "
                       f"partials) at {s.text(r_sm)}, whichever is longer"), waves
 
-    # A shorter request in the same launch: the layout (splits, tiles per split) is the longest's.
+    # A shorter request joins the launch (read8 #1): FA2 plans one layout per launch, so its num_splits_heuristic
+    # runs again on the launch's blocks, the shorter request's KV heads included, and the longest sequence still
+    # sets the tiles (seqlen_k is the launch's longest). The batch's own count, kept, is the declared slip.
     share = s.param("f_short", "short_share")
     # A share of T may leave a fraction of a token (45% of 1,792 is 806.4): the request is whole tokens. T is a
     # multiple of 256 and the share of 5%, so rounding never moves a tile boundary: its tiles are the same.
     short = s.step("short_tokens", "The shorter request's keys", "T_short", floor_of(T * share), "tokens",
                    "a share of the longest's context, in whole tokens")
+    blocks_sh = s.step("blocks_shared", "Thread blocks in the launch with the shorter request", "n_blk,s",
+                       (B + 1) * H_g, "", "one more sequence's KV heads on this GPU")
+    n_blocks_sh = n_blocks + max(1, p.model.kv_heads // p.tp)
+    n_sh = fa2_num_splits(blocks=n_blocks_sh, slots=n_slots, tiles=n_tiles, near=Fraction(exact(p.fa2_near)),
+                          cut=Fraction(exact(p.no_split_fill)))
+    n_split_sh = s.step("splits_shared", "Splits per sequence in that launch", "n_split,s", sympy.Integer(n_sh), "",
+                        f"FlashAttention-2's rule run again on its {s.text(blocks_sh)} blocks"
+                        + ("" if n_sh == n_fa2 else f" (not the batch's {n_fa2})")
+                        + "; the longest sequence still sets the tiles")
+    per_sh = s.step("tiles_per_split_shared", "Key tiles per split in that launch", "n_per,s",
+                    ceil_of(tiles / n_split_sh), "", "the longest's tiles over that launch's splits")
     n_empty = s.step("empty_splits", "The shorter request's splits with no keys", "n_empty",
-                     n_split - ceil_of(ceil_of(short / tile) / per_split), "",
-                     "its ⌈T_short/tile⌉ tiles fill the first splits at the longest's tiles per split; the rest get "
+                     n_split_sh - ceil_of(ceil_of(short / tile) / per_sh), "",
+                     "its ⌈T_short/tile⌉ tiles fill the first splits at the launch's tiles per split; the rest get "
                      "none and must still write LSE = −inf and a zero output")
+    short_tiles = -(-int(sympy.floor(exact(p.context) * exact(p.short_share))) // int(p.kv_tile))
+    kept = n_fa2 - -(-short_tiles // -(-n_tiles // n_fa2))
+    empty_now = n_sh - -(-short_tiles // -(-n_tiles // n_sh))
+    if empty_now and kept != empty_now:
+        s.slip("the batch's split count kept: FA2 not run again with the shorter request in the launch",
+               on="empty_splits", factor=kept / empty_now)
 
     # The exact merge, on two of the splits.
     gap = s.param("Δ", "lse_gap")
@@ -283,8 +302,8 @@ def solve(p, s: Sheet) -> None:
     r0 = s.evaluate(r_sm)
     if len({pays(r0 * c) for c in (SM_LOW, 1, SM_HIGH)}) > 1:
         raise Reject("the split's verdict turns on how fast one SM streams (60 to 120 GB/s)")
-    _merge_judgements(s, splits=n_split, empty=n_empty, overhead=overhead, att_gain=att_gain, tokens=T,
-                      tile=tile, per=per_split, kv_read=kv_read, weight_read=w_read)
+    _merge_judgements(s, splits=n_split, shared=n_split_sh, empty=n_empty, overhead=overhead, att_gain=att_gain,
+                      tokens=T, tile=tile, per=per_split, kv_read=kv_read, weight_read=w_read)
     s.assume("One thread block per (sequence, KV head) with its query heads packed together (FlashAttention-2's "
              "decode path swaps the query-head group into the rows; FlashInfer and FlashDecoding do the same); "
              "the blocks of all splits run at once (several fit on one SM).")
@@ -300,7 +319,8 @@ def solve(p, s: Sheet) -> None:
              "keys are dealt ⌈tiles / splits⌉ a split (n_blocks_per_split). It knows nothing of bandwidth: it may "
              "split blocks that already draw the whole bandwidth, where the split only adds its partials. FA3 "
              "(vLLM on Hopper) and FlashInfer plan splits per request instead, so a shorter request gets no empty "
-             "splits there; the empty splits here are FA2's one layout per launch, sized by the longest sequence. "
+             "splits there; the empty splits here are FA2's one layout per launch, planned on all its blocks (a "
+             "request that joins re-plans it) and sized by the longest sequence. "
              "The per-user speeds take every sequence at the longest context.")
     s.slip("the attention's read alone (weights, all-reduces and overhead left out)", on="per_user_split",
            factor=1 / (s.value(t_att1) * s.value(speeds["split"])))

@@ -38,8 +38,10 @@ FORMATS = {"fp8": (1.0, 3), "mxfp4": (0.5 + 1 / 32, 1)}
 # One claim: a shared UE8M0-scaled FP8 checkpoint closes the gap in any variant; it costs the B200s HBM only where
 # they serve MXFP4 (their weights would double).
 ONE_CHECKPOINT = "serving UE8M0-scaled FP8 on both pools removes the weight mismatch at no cost in B200 HBM"
-# FP8 on the B200s rounds the scales only; MXFP4 requantizes the elements too.
-SCALES_ONLY = "the two pools' weights differ only in their block scales"
+# read8 #1: rounding a block's scale up to a power of two without re-rounding its codes would multiply every weight
+# in the block by s'/s in [1, 2), so the B200 pool re-rounds the codes in both formats: FP8 keeps the E4M3 format but
+# not the codes, MXFP4 re-rounds them to E2M1. (It used to say the weights 'differ only in their block scales'.)
+SCALES_ONLY = "the two pools' weights share one element format (E4M3), though not the same codes"
 # MXFP4 takes 0.5 + 1/32 B a weight: about half the older pool's bytes.
 HALF_BYTES = "the B200 pool's copy of the weights takes about half the older pool's bytes"
 # The title's point, true in every variant on purpose: the B200s requantize the weights the older pool serves as is.
@@ -249,8 +251,9 @@ def _weights_judged(s: Sheet, p, W, b_B) -> None:
             "such a checkpoint)" if fp8 else "it closes the gap, but the B200s serve MXFP4: sharing FP8 doubles "
             "their weights' bytes (and may cost their replica a node)")
     s.judge("weights", SCALES_ONLY, fp8,
-            "FP8 on the B200s keeps the E4M3 elements and rounds each block's scale up to a power of two"
-            if fp8 else "MXFP4 requantizes the elements to 4 bits as well as the scales")
+            ("FP8 on the B200s keeps the E4M3 format but re-rounds the codes onto the power-of-two scales: a block's "
+             "scale rounded up with its codes kept would multiply every weight in it by s'/s, anywhere in [1, 2)")
+            if fp8 else "MXFP4 re-rounds the elements to 4-bit E2M1 as well as the scales")
     s.judge("weights", HALF_BYTES, not fp8,
             f"{format_quantity(s.evaluate(W * b_B), 'TB')} against {s.text(W)}: "
             + ("FP8 keeps a byte a weight" if fp8 else "MXFP4 is half a byte a weight plus a scale per 32"))

@@ -132,9 +132,10 @@ def solve(p, s: Sheet) -> None:
                  "interruptions/GPU-day", "Llama 3's record, taken per GPU-day")
     faults = s.step("group_faults", "Faults among the group's GPUs in the window", "n_f", W * ep * lam, "",
                     "any of its GPUs failing stalls the all-to-all; the rack's other GPUs do not")
-    s.step("down_no_spare", "Group stalled in the window, no spare tray in the rack", "D_0", faults * t_fix, "h",
-           "each fault waits for its tray to be swapped: the group cannot run on one GPU fewer")
-    s.step("down_spare", "Group stalled in the window, with a spare tray", "D_1", faults * t_re, "min",
+    s.step("down_no_spare", "Group stalled in the window, no tray held free", "D_0", faults * t_fix, "h",
+           "each fault waits for its tray to be swapped: the group cannot run on one GPU fewer, and the rack's "
+           "left-over trays are busy with other work")
+    s.step("down_spare", "Group stalled in the window, one tray held free", "D_1", faults * t_re, "min",
            "each fault costs a restart onto the spare tray; the failed tray is swapped while the group runs")
 
     _crosses(s, p, domain)
@@ -161,7 +162,10 @@ def solve(p, s: Sheet) -> None:
              f"{format_quantity(p.ref_days, 'days')} on {format_number(p.ref_gpus)} GPUs, independent per GPU. A "
              "GPU fault drains its compute tray (4 GPUs); the rack's NVLink fabric and its other trays run on. The "
              "group is sized to its EP and cannot run one GPU short, so it stalls until it is whole: on a spare tray "
-             "after a restart, or on the repaired tray. A second fault during one repair is left out (well under "
+             "after a restart, or on the repaired tray. The GPUs the pools leave over in the rack (8 beside EP 64, "
+             "more beside a smaller group) run other work, another model's replicas, so a spare is a tray held "
+             "free on purpose; a reported NVL72 practice runs 64 of the 72 GPUs and holds the other two trays as "
+             "hot spares. A second fault during one repair is left out (well under "
              "one in fifty at these rates).")
     if in_rack:  # the NIC's bits-for-bytes slips come with any time read off a bit rate (BIT_RATE_TIME_SLIPS)
         s.slip("NVLink's bidirectional figure taken for one direction", 1 / 2, on="kv_after")

@@ -179,8 +179,26 @@ def test_b200_h100_roles_weights_select_follows_the_format(variant, fmt):
     assert "weights" in solution.question.stages[0].ask
     judged = solution.sheet.results["weights"]
     fp8 = fmt == "fp8"
-    assert judged[ONE_CHECKPOINT] is fp8 and judged[SCALES_ONLY] is fp8 and judged[HALF_BYTES] is (not fp8)
+    assert judged[ONE_CHECKPOINT] is fp8 and judged[HALF_BYTES] is (not fp8) and judged[SCALES_ONLY] is fp8
     assert judged[DRIFT] is True
+
+
+@pytest.mark.parametrize("seed", [*range(30), "default", 14021])
+def test_b200_h100_roles_no_key_says_the_codes_are_kept(variant, seed):
+    """read8 #1: @default and @14021 keyed 'the two pools' weights differ only in their block scales' true, and hint 3
+    said FP8 keeps the elements, against the script's own assumptions ('requantizes the FP8 checkpoint'): rounding a
+    scale up with the codes kept rescales the whole block. Over draws, no option keyed true says the weights differ
+    only in their scales, and no hint or reason says the elements are kept; the option now says the codes differ."""
+    from solvers.topics.scaleup.b200_h100_roles import SCALES_ONLY
+
+    solution = variant(f"b200-h100-roles@{seed}")
+    judged = solution.sheet.results["weights"]
+    assert "not the same codes" in SCALES_ONLY
+    assert not any(holds and "only in their block scales" in option for option, holds in judged.items())
+    assert "requantizes the FP8 checkpoint" in " ".join(solution.sheet.assumptions)
+    hints = " ".join(h for stage in solution.question.stages for h in stage.hints)
+    reasons = " ".join(solution.sheet.reasons["weights"].values())
+    assert "keeps the elements" not in hints and "E4M3 elements" not in reasons
 
 
 @pytest.mark.parametrize("seed", range(40))

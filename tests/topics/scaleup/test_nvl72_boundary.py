@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from solvers.engine import VariantError
 from tests.by_hand import param_values
 
 
@@ -121,3 +122,22 @@ def test_the_opening_says_the_all_to_all_pays_a_latency_per_call(variant):
     latency unless the question adds one, and only a hint added it. The opening now says so."""
     say = variant("nvl72-boundary@default").question.stages[0].say
     assert "fixed latency" in say and "dispatch and\n      combine" not in say
+
+
+@pytest.mark.parametrize("seed", [*range(20), "default"])
+def test_nvl72_stall_words_fit_the_placement(variant, seed):
+    """read8 #3: stage 2 leaves the decode rack with GPUs the pools do not take (EP 64 beside a prefill pool in
+    another rack leaves 8, two trays), yet stage 3 asked the stall 'with no spare tray'. The words now say the
+    left-over trays run other work and ask for a tray held free, and the assumptions say so, in every draw that
+    leaves GPUs over."""
+    try:
+        solution = variant(f"nvl72-boundary@{seed}")
+    except VariantError:
+        return
+    p = param_values(solution)
+    stall = next(stage for stage in solution.question.stages if "down_no_spare" in stage.ask)
+    assert "no spare tray" not in stall.say and "held free" in stall.say and "run other work" in stall.say
+    in_rack = p["ep"] + p["prefill_gpus"] <= 72
+    left_over = 72 - (p["ep"] + p["prefill_gpus"] if in_rack else p["ep"])
+    if left_over > 0:
+        assert "run other work" in " ".join(solution.sheet.assumptions)
