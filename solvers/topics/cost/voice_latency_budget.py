@@ -1,4 +1,4 @@
-"""300 ms to the first audible clause, line by line."""
+"""A voice agent's budget to first audio, line by line."""
 from __future__ import annotations
 
 import sympy
@@ -83,7 +83,7 @@ def _layout_clause(s: Sheet, p, n: int, llm) -> tuple[bool, str]:
         return max_of(reads, math) + ar.of(tokens) + t_oh
 
     clause = step(B - 1 + T_u) + (k - 1) * step(B)
-    return s.compare(clause, llm) <= 0, f"first clause in {format_quantity(s.evaluate(clause), 'ms')} against " \
+    return s.compare(clause, llm) <= 0, f"first sentence in {format_quantity(s.evaluate(clause), 'ms')} against " \
         f"the {s.text(llm)} line"
 
 
@@ -101,15 +101,15 @@ def _voice_llm(s: Sheet, p, tp: int, llm) -> sympy.Symbol:
                     why="the turn's tokens ride with the other sessions' decode tokens in one step")
     dec = step_work(s, e, "dec", "decode step", B, B * S, B * S)
     t_d = step_time(s, e, "dec", "decode step", dec, key="decode_step", communication=ar.of(B))
-    clause = s.step("first_clause", "LLM time to the first clause", "t_clause", t_1 + (k - 1) * t_d, "ms",
+    clause = s.step("first_clause", "LLM time to the first sentence", "t_clause", t_1 + (k - 1) * t_d, "ms",
                     "the first token from the turn's step, then k − 1 decode steps")
     s.step("llm_slack", "Slack on the LLM line", "t_slack", llm - clause, "ms", "what the layout leaves unspent")
-    s.step("per_user", "Per-user speed after the first clause", "v_user", 1 / t_d, "tokens/s",
+    s.step("per_user", "Per-user speed after the first sentence", "v_user", 1 / t_d, "tokens/s",
            "the rest of the reply streams at one token per decode step")
-    fixed = s.step("clause_fixed", "First-clause time that does not grow with the sessions", "t_0",
+    fixed = s.step("clause_fixed", "First-sentence time that does not grow with the sessions", "t_0",
                    k * (e.W / (e.TP * e.byte_rate) + ar.fixed + e.t_oh) + ar.per_token * (T_u - 1), "ms",
                    "k weight reads, all-reduce latencies and overheads, and the turn's own all-reduce bytes")
-    per_session = s.step("clause_per_session", "First-clause time each session adds", "t_1s",
+    per_session = s.step("clause_per_session", "First-sentence time each session adds", "t_1s",
                          k * (e.KV * S / e.byte_rate + ar.per_token), "ms",
                          "its context's KV read and its token's all-reduce bytes, in each of the k steps")
     # The clause is max(reads, turn's math) + (k − 1)·max(reads, decode math) + the rest: within the line exactly
@@ -138,21 +138,23 @@ def _voice_llm(s: Sheet, p, tp: int, llm) -> sympy.Symbol:
                   "the tightest of the line's sides and the pool")
     if s.value(most) < 1:
         raise Reject(NO_SESSION)
-    s.slip("clause priced as k prefill steps", s.evaluate(k * t_1 / clause), on="first_clause")
+    s.slip("sentence priced as k prefill steps", s.evaluate(k * t_1 / clause), on="first_clause")
     s.assume("The conversation so far is in the prefix cache: a turn prefills only its own tokens, which attend "
              "to the whole context (its FLOPs by attention-flops), in one step alongside the other sessions' "
              "decode tokens.")
-    s.assume("Every session sits at the listed context; the first clause is the first k tokens the TTS can speak. "
+    s.assume("Every session sits at the listed context; TTS speaks whole sentences (as sentence-aggregating "
+             "pipelines such as Pipecat do), so the LLM's line ends at the first sentence's k tokens. "
              "Endpointing is the silence (or turn-detector) wait after the user stops; network is the round trip "
              "of the audio up and the first audio down; ASR and TTS are their final-transcript and first-chunk "
              "latencies.")
     s.assume("Sessions are those speaking at once: every session counted decodes on every step. A voice agent "
              "talks perhaps a third to a half of a call, so a replica enrols two to three times as many calls.")
     s.assume("The overhead is charged on each of the k steps, as an engine without CUDA graphs or overlapped "
-             "scheduling pays it; a graphed engine's lower overhead shortens the clause by k times the difference.")
-    s.assume("A budget of 300 ms to first audio is an aggressive target: shipping cascaded agents end turns after "
-             "500-800 ms of silence (LiveKit, OpenAI Realtime server VAD 500 ms, Pipecat 0.8 s) and land at "
-             "500-1,000 ms voice to voice; the endpointing drawn here is a tuned detector's.")
+             "scheduling pays it; a graphed engine's lower overhead shortens the sentence by k times the difference.")
+    s.assume("The budget and the silence endpointer are shipping cascaded agents': they end a turn after 300-800 ms "
+             "of silence (LiveKit and OpenAI Realtime server VAD 500 ms by default, Pipecat's VAD 0.8 s) and land "
+             "at 500-1,000 ms voice to voice, later with a 405B. A semantic turn detector ends a turn it judges "
+             "finished sooner, about 100-250 ms after the user stops.")
     s.assume("Layouts other than the one derived are timed by the same model, wider ones with their "
              "all-reduces (one GPU has none), on this sheet's givens; a layout "
              "whose weights leave less than the card's minimal KV pool, or whose sessions' KV does not fit its "
@@ -168,8 +170,8 @@ def _voice_regime(s: Sheet, taken, largest: str) -> None:
     models = max_of(*(taken[name] for name in ("asr", "llm", "tts")))
     wait = s.step("largest_wait", "Largest line that is not a model", "t_wait", waits, "ms",
                   "endpointing or the network: time nobody's GPU can buy back")
-    model = s.step("largest_model", "Largest model line, the LLM at its first clause", "t_model", models, "ms",
-                   "ASR, the LLM's first clause on its layout, or TTS")
+    model = s.step("largest_model", "Largest model line, the LLM at its first sentence", "t_model", models, "ms",
+                   "ASR, the LLM's first sentence on its layout, or TTS")
     name = _LINES[largest]
     if abs(s.value(model) / s.value(wait) - 1) < REGIME_MARGIN:
         raise Reject("the largest wait and the largest model line agree within the step model's own error: "
@@ -177,7 +179,7 @@ def _voice_regime(s: Sheet, taken, largest: str) -> None:
     s.regime_by(wait, model, tie="above", above=Side(
         "not-a-model",
         f"The largest line is {name}, {s.text(wait)}, against at most {s.text(model)} for any model, the LLM "
-        "counted at what its first clause takes: a faster GPU cannot buy it back. Tune the endpointer (a turn "
+        "counted at what its first sentence takes: a faster GPU cannot buy it back. Tune the endpointer (a turn "
         "detector instead of a long silence timeout), move the edge closer, and stream every stage so each "
         "starts on its predecessor's first output.",
         "If the waits shrink below the model lines (a semantic turn detector, an edge region), the models "
@@ -190,7 +192,7 @@ def _voice_regime(s: Sheet, taken, largest: str) -> None:
         f"A model takes the largest line ({name}, {s.text(model)}), above the longest wait ({s.text(wait)}): "
         "here the budget is bought with GPUs and model choices (a wider layout, a smaller model, speculative "
         "decoding, a faster TTS), with prefill started on the ASR's partial transcript (preemptive generation), "
-        "or with a first clause shorter than k (an acknowledgement), not with the endpointer.",
+        "or with a first sentence shorter than k (a short acknowledgement), not with the endpointer.",
         "With a longer endpointing wait or a farther network path the largest line stops being a model, and no "
         "GPU spend recovers it.",
         near=f"A model takes the largest line ({name}, {s.text(model)}), only just above the longest wait "
@@ -201,7 +203,7 @@ def solve(p, s: Sheet) -> None:
     require_context(p.model, p.context)
     lines = {name: s.param(f"t_{name}", name) for name in ("endpointing", "network", "asr", "tts")}
     budget = s.param("T_audio", "budget")
-    llm = s.step("llm_line", "LLM line: what the budget leaves for the first clause", "t_LLM",
+    llm = s.step("llm_line", "LLM line: what the budget leaves for the first sentence", "t_LLM",
                  budget - sum(lines.values()), "ms", "the budget less endpointing, network, ASR and TTS first audio")
     if s.value(llm) <= 0:
         raise Reject("the other lines already spend the budget")
@@ -226,6 +228,6 @@ def solve(p, s: Sheet) -> None:
             largest = name
     clause = f"{s.text(taken['llm'])} of its {s.text(llm)} line"
     s.choose("largest_line", _LINES[largest],
-             f"the LLM's first clause, {clause}, outlasts every other line" if largest == "llm" else
-             f"{s.text(taken[largest])}, against the LLM's first clause at {clause}")
+             f"the LLM's first sentence, {clause}, outlasts every other line" if largest == "llm" else
+             f"{s.text(taken[largest])}, against the LLM's first sentence at {clause}")
     _voice_regime(s, taken, largest)

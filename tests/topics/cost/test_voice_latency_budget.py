@@ -51,9 +51,9 @@ def test_voice_sessions_closed_form_against_the_step_model(variant):
     from solvers.formulas.cost import LAYOUTS
 
     checked, sides = 0, set()
-    # Seed 70 adds a draw whose line the math alone binds: since HBM is the device's figure, the one such draw in
-    # SEEDS (Qwen2.5-72B on B200) fits one GPU and its KV pool binds first.
-    for seed in [*SEEDS, 70]:
+    # Seed 75 adds a draw whose turn's step waits on its math (the mixed side binds). The all-math side cannot bind
+    # at the drawn contexts (2,000 tokens and up): a session's KV read per step outlasts a token's math there.
+    for seed in [*SEEDS, 75]:
         solution = variant(f"voice-latency-budget@{seed}")
         results = solution.sheet.results
         tp = next((tp for tp, name in LAYOUTS.items() if name == results["smallest_layout"]), 8)
@@ -65,16 +65,15 @@ def test_voice_sessions_closed_form_against_the_step_model(variant):
         sides |= {key for key in ("sessions_by_line", "sessions_by_compute", "sessions_by_mixed")
                   if results[key] == results["sessions"]}
     assert checked >= 10
-    assert sides == {"sessions_by_line", "sessions_by_compute", "sessions_by_mixed"}  # each side binds somewhere
+    assert sides == {"sessions_by_line", "sessions_by_mixed"}  # each side that can bind binds somewhere
 
 
-# The expert reading's @25 with a 90 ms endpointer: a 139 ms LLM line whose clause takes 71.4 ms on one B200.
-SLACK = ("voice-latency-budget@default+endpointing=90+network=20+asr=15+tts=36+dtype=fp8+gpu=b200+batch=35"
-         "+context=700+turn=16+clause=5")
+# A 600 ms LLM line (a 1,000 ms budget, a 300 ms endpointer) whose sentence takes 195.6 ms on one B200 in fp8.
+SLACK = "voice-latency-budget@default+budget=1000+endpointing=300+gpu=b200+dtype=fp8"
 
 
 @pytest.mark.parametrize("code", [f"voice-latency-budget@{seed}" for seed in range(40)]
-                         + [SLACK, "voice-latency-budget@default+endpointing=100"])
+                         + [SLACK, "voice-latency-budget@default+endpointing=300"])
 def test_voice_largest_line_is_the_first_of_the_largest_in_the_budget_order(variant, code):
     """The label's rule by hand: every line at what it takes (the LLM at its first clause on the derived layout,
     not the line the others leave it), a tie to the first in the answer's list (a wait before any model, so the
@@ -90,27 +89,57 @@ def test_voice_largest_line_is_the_first_of_the_largest_in_the_budget_order(vari
 
 
 def test_voice_largest_line_counts_the_llm_at_its_clause_not_its_slack(variant):
-    """The LLM's 139 ms line is the largest budgeted, but its clause takes 71.4 ms on one B200: the 90 ms
+    """The LLM's 600 ms line is the largest budgeted, but its sentence takes 195.6 ms on one B200: the 300 ms
     endpointer is the largest line."""
     solution = variant(SLACK)
     results = solution.sheet.results
-    assert results["llm_line"] == pytest.approx(0.139)
-    assert results["first_clause"] == pytest.approx(0.0713892, rel=1e-5)
+    assert results["llm_line"] == pytest.approx(0.600)
+    assert results["first_clause"] == pytest.approx(12 * (91.52e9 / 6.4e12 + 0.002), rel=1e-3)
     assert (solution.expected["largest_line"], solution.expected["regime"]) == ("endpointing", "not-a-model")
 
 
 def test_voice_push_turns_the_llm_into_the_largest_line(variant, catalog):
-    """The push from a wait-bound budget, a semantic turn detector at 60 ms and an edge region at a 20 ms round
-    trip: the LLM's line grows to 170 ms, TP 4 (108 ms) now makes it, and its clause outlasts every other line.
-    The push from the other side is the engine's own crossing."""
+    """The push from a wait-bound budget is a semantic turn detector at 150 ms (the reader: the old push moved a
+    60-250 ms endpointer to 60 ms and an edge region): at @default the LLM's line grows from 200 to 550 ms, TP 4
+    (226.6 ms) now makes it, and its sentence outlasts the 150 ms detector."""
     solution = variant("voice-latency-budget@default")
     pushes = [stage_run(solution, catalog, i) for i, stage in enumerate(solution.question.stages) if stage.push]
     asked = [run for run in pushes if run is not None]
-    assert len(asked) == 1 and asked[0].moved == ("endpointing", "network")
+    assert len(asked) == 1 and asked[0].moved == ("endpointing",)
     assert "turn detector" in asked[0].say and "Let's change" not in asked[0].say
     expected = asked[0].solution.expected
     assert (expected["regime"], expected["largest_line"], expected["smallest_layout"]) == ("a-model", "LLM", "TP 4")
-    assert expected["llm_line"] == pytest.approx(0.170)
+    assert expected["llm_line"] == pytest.approx(0.550)
+
+
+def test_voice_draws_are_shipping_budgets_and_both_regimes_occur(variant):
+    """The reader: a fixed 300 ms budget and a 60-250 ms silence endpointer are no shipping agent's. Budgets draw
+    600-1,200 ms and silence endpointing 300-600 ms (LiveKit and OpenAI Realtime 500 ms, Pipecat 0.8 s); with
+    first sentences of 10-30 tokens, long contexts and a 405B a model is still the largest line in >= 10% of
+    draws."""
+    regimes = []
+    for seed in range(200):
+        solution = variant(f"voice-latency-budget@{seed}")
+        assert 0.6 <= value_of(solution, "budget") <= 1.2
+        assert 0.3 <= value_of(solution, "endpointing") <= 0.6
+        assert 10 <= value_of(solution, "clause") <= 30
+        regimes.append(solution.expected["regime"])
+    assert min(regimes.count("a-model"), regimes.count("not-a-model")) >= 20
+
+
+def test_voice_turn_detector_push_crosses(variant, catalog):
+    """The turn detector's 150 ms crosses a wait-bound draw to a model-bound one in >= 90% of them (the rest hand
+    over to the engine's push)."""
+    crossed = asked = 0
+    for seed in range(120):
+        solution = variant(f"voice-latency-budget@{seed}")
+        if solution.expected["regime"] != "not-a-model":
+            continue
+        run = next(r for i, st in enumerate(solution.question.stages) if st.push and st.when == "not-a-model"
+                   if (r := stage_run(solution, catalog, i)) is not None)
+        asked += 1
+        crossed += run.moved == ("endpointing",) and run.solution.expected["regime"] == "a-model"
+    assert crossed >= 0.9 * asked
 
 
 def test_voice_regime_is_never_a_hairline(variant, catalog):
@@ -123,7 +152,7 @@ def test_voice_regime_is_never_a_hairline(variant, catalog):
             results = run.sheet.results
             assert abs(results["largest_model"] / results["largest_wait"] - 1) >= 0.15
     with pytest.raises(VariantError, match="step model's own error"):
-        variant("voice-latency-budget@default+endpointing=70+tts=70")  # a 70 ms tie: refused, not tie-ruled
+        variant("voice-latency-budget@default+endpointing=300+tts=290")  # TTS 3% under the wait: refused
 
 
 def test_voice_layout_rejections_name_the_rule_that_binds(variant):
