@@ -71,6 +71,8 @@ def declared_push(solution: Solution, catalog: Catalog, declared: DeclaredFollow
     except _UNSOLVED:
         return None
     crossed = not crossing or pushed.regime_name != solution.regime_name
+    if "regime" in declared.ask and _margin_unmoved(solution, pushed):
+        return None  # it would ask whether the regime moved where nothing that sets it did: the engine's push instead
     if crossed and _moves(solution, pushed, declared.ask):
         return FollowUp(pushed, declared.ask, declared.say or _say(solution, pushed, changes))
     return None
@@ -167,6 +169,12 @@ def _fallback_ask(before: Solution, after: Solution, ask: tuple[str, ...]) -> tu
         return ask if _moves(before, after, ask) and (shifted or "regime" not in ask) else ()
     asked = _asked(before, after)
     return asked if shifted or "regime" not in asked else tuple(k for k in asked if k != "regime")
+
+
+def _margin_unmoved(before: Solution, after: Solution) -> bool:
+    """Whether a push left the regime where it was: the same side, at the same margin."""
+    old, new = before.sheet.regime, after.sheet.regime
+    return old is not None and new is not None and old.name == new.name and old.margin == new.margin
 
 
 def _moves(before: Solution, after: Solution, ask: tuple[str, ...]) -> bool:

@@ -45,7 +45,11 @@ def test_the_push_crosses_the_boundary_and_changes_the_key(bank, catalog, qid):
         grades = [pushed.grade_one(k, typed_key(pushed, k)) for k in followup.ask]
         assert all(g.verdict == CORRECT for g in grades)
         assert first.param(moved[0]).shown in followup.say and pushed.param(moved[0]).shown in followup.say
-    assert crossed >= len(SEEDS) // 2, f"{qid}: a follow-up across the boundary in only {crossed} of {len(SEEDS)}"
+    # Where the interview pushes by the engine's search, that search must cross; a file whose pushes are declared
+    # per side (b200-h100-roles, fp8-block-scale-mainloop) meets the engine's only where one is refused.
+    question = bank.get(qid)
+    if not question.staged or any(stage.generated for stage in question.stages):
+        assert crossed >= len(SEEDS) // 2, f"{qid}: a follow-up across the boundary in only {crossed} of {len(SEEDS)}"
 
 
 @pytest.mark.parametrize("code", ["continuous-batching-padding@99560", "continuous-batching-padding@50354"])
