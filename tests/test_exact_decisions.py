@@ -172,7 +172,6 @@ ALLOWED = {
     ("topics/kv_cache/mla_tp_duplication.py", "solve", "whole > 0"): WHOLE,
     **{("topics/kv_cache/mla_vs_gqa_under_tp.py", "_mla_levers", f"{count} > s.value(req_g)"): WHOLE
        for count in ("dp_total", "then")},  # requests on the node, G × ⌊…⌋ or G/TP × ⌊…⌋ (TP divides G): whole
-    ("topics/kv_cache/tp_past_kv_heads.py", "solve", "r > 1"): SLIP,
     ("topics/moe/ep_load_skew.py", "_placement_judgements", "2 * hot_tokens <= crossover"): TEXT,
     ("topics/cost/cost_audit_rollout.py", "_by", "use < 1.15"): TEXT,
     ("topics/moe/ep_load_skew.py", "solve", "sim.naive > s.value(T_bal) * (1 + 1e-12)"): SAMPLED,

@@ -26,6 +26,7 @@ from solvers.sheetmath import ceil_of, max_of, min_of
 from solvers.units import figures_against, format_number, format_quantity
 
 CLOSE_STEPS = 0.03  # two decode steps this close are a draw the model cannot call
+CLOSE_FIT = sympy.Rational(3, 100)  # weights and KV this close to the usable HBM: activations would decide the fit
 CLOSE_SHARE = sympy.Rational(2, 100)  # a lever within two points of the share asked: the model cannot call it
 
 
@@ -155,10 +156,24 @@ def solve(p, s: Sheet) -> None:
     u = given_usable_share(s)
     held = s.step("held_per_gpu", "Weights and KV per GPU", "M_n", w + per_gpu, "GB",
                   "what each GPU must hold before activations")
-    if s.compare(held, u * M) > 0:
-        raise Reject(f"weights and KV cache do not fit on {gpu.name} at TP {int(p.tp)}")
-    s.step("headroom", "Usable HBM left per GPU", "M_free", u * M - held, "GB",
-           "the fit check: it must not go negative")
+    room = s.step("headroom", "Usable HBM left per GPU", "M_free", u * M - held, "GB",
+                  "the fit check: it must not go negative")
+    fits = s.compare(held, u * M) <= 0
+    if s.compare(abs(room), CLOSE_FIT * u * M) < 0:  # a knife edge: activations alone would decide it
+        s.refuse_if_asked(("fits",), f"weights and KV within {float(CLOSE_FIT):.0%} of the usable HBM")
+    s.choose("fits", "fits" if fits else "does not fit",
+             f"{s.text(held)} of weights and KV per GPU against {format_quantity(s.evaluate(u * M), 'GB')} usable on "
+             f"{gpu.name}: "
+             + (f"{s.text(room)} to spare" if fits
+                else f"{format_quantity(-s.evaluate(room), 'GB')} short, before activations"))
+    # The drawn layout sits at or past the heads and fits (the stages after the opening price its step);
+    # a push may land below the heads or short of HBM: whether it still fits is what it asks.
+    if not fits:
+        s.refuse_if_asked(("allreduce", "levers", "kv_per_gpu_pp", "faster_layout"),
+                          f"weights and KV cache do not fit on {gpu.name} at TP {int(p.tp)}")
+    if s.compare(n, given_config(s, model, "kv_heads")) < 0:
+        s.refuse_if_asked(("allreduce", "levers", "kv_per_gpu_pp", "faster_layout"),
+                          "TP below the KV heads is only a push's")
 
     T = s.step("tp_capped", "TP degree capped at the KV heads", "n_tp", min_of(n, H), "GPUs",
                "the widest TP that still splits heads")
@@ -189,6 +204,12 @@ def solve(p, s: Sheet) -> None:
                   max_of(t_read, t_mm) + t_ar + t_oh, "ms",
                   "the reads (or the math, were it longer), the all-reduces (not overlapped: tp-all-reduce card) "
                   "and the step's fixed overhead")
+    if fits:
+        s.step("tokens_per_gpu", f"Decode tokens per second per GPU at TP {int(p.tp)}", "X_gpu", R / (wide * n),
+               "tok/s", "every request in flight gains a token each step, shared over the group's GPUs")
+    else:
+        s.step("tokens_per_gpu", f"Decode tokens per second per GPU at TP {int(p.tp)}", "X_gpu", 0 * R / n,
+               "tok/s", "the weights and KV do not fit: nothing decodes at this TP")
     _capped_step(s, p, N, b, L, R, T, S, L_s, pp, rate, t_mm, t_oh, t_ar, wide)
 
     s.assume(f"Weights and KV cache both in {p.dtype}. Every weight matrix (embeddings included) shards evenly "
@@ -213,10 +234,8 @@ def solve(p, s: Sheet) -> None:
              "would favour the stages.")
     r = s.value(copies)
     s.slip("KV divided by TP as if heads kept splitting", 1 / r, on="kv_per_gpu")
-    if r > 1:  # with nothing copied the duplicate is zero, and so would be every slip of it
-        s.slip("all stored KV counted as beyond one copy", r / (r - 1), on="duplicate")
     s.slip("x layers: one layer's KV counted for the model", 1 / model.layers,
-           on=("kv_per_gpu", "duplicate") if r > 1 else "kv_per_gpu")
+           on="kv_per_gpu")
     s.slip("one all-reduce per layer instead of two", 0.5, on="allreduce")
     _step_levers(s, R, w, per_gpu, rate, t_mm, t_oh, terms, t_ar, wide)
     _tp_regime(s, p, n, H, per_gpu, t_ar, t_read)
