@@ -35,3 +35,34 @@ def link_each_way(gpu: Record, tp: int) -> Fraction:
     if gpu.get("mesh_links") and 0 < tp - 1 < gpu.mesh_links:
         return each_way * (tp - 1) / gpu.mesh_links
     return each_way
+
+
+def one_f_one_b(stages: int, microbatches: int, forward: float, backward: float) -> dict[tuple[str, int, int], tuple]:
+    """A 1F1B pipeline step simulated op by op: each stage runs its warm-up forwards, then one forward and one
+    backward in turn, then its last backwards; an op starts once its stage is free and its input has arrived (a
+    forward from the stage before, a backward from the stage after, the last stage's from its own forward).
+    Returns each op's (start, end), keyed (kind, stage, micro-batch)."""
+    times: dict[tuple[str, int, int], tuple] = {}
+    orders = []
+    for stage in range(stages):
+        warm = min(stages - stage - 1, microbatches)
+        order = [("F", j) for j in range(warm)]
+        for j in range(microbatches - warm):
+            order += [("F", warm + j), ("B", j)]
+        orders.append(order + [("B", j) for j in range(microbatches - warm, microbatches)])
+    free, cursor = [0.0] * stages, [0] * stages
+    while any(cursor[s] < len(orders[s]) for s in range(stages)):
+        progressed = False
+        for s in range(stages):
+            while cursor[s] < len(orders[s]):
+                kind, j = orders[s][cursor[s]]
+                need = ("F", s - 1, j) if kind == "F" else ("B", s + 1, j) if s < stages - 1 else ("F", s, j)
+                if not (kind == "F" and s == 0) and need not in times:  # the first stage's forwards need nothing
+                    break
+                start = max(free[s], times[need][1] if need in times else 0.0)
+                free[s] = start + (forward if kind == "F" else backward)
+                times[(kind, s, j)] = (start, free[s])
+                cursor[s] += 1
+                progressed = True
+        assert progressed
+    return times

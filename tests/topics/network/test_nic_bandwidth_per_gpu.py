@@ -5,6 +5,7 @@ import pytest
 
 from solvers.engine import VariantError
 from tests.by_hand import param_values
+from tests.oracles import one_f_one_b
 
 
 def test_nic_default_shows_both_windows(variant):
@@ -77,40 +78,9 @@ def test_nic_pipeline_has_at_least_a_sequence_per_stage(variant):
 
 
 def _one_f_one_b(stages: int, micro: int, fwd: float, bwd: float) -> list[tuple[float, float]]:
-    """Each stage's last backward (start, end) under the one-forward-one-backward schedule, simulated: a stage
-    runs its warm-up forwards, then alternates a backward and a forward, each op waiting for its input from the
-    neighbouring stage and for the stage itself to be free."""
-    f_end: dict[tuple[int, int], float] = {}
-    b_end: dict[tuple[int, int], float] = {}
-    orders = []
-    for s in range(stages):
-        warm = min(stages - s - 1, micro)
-        order = [("F", i) for i in range(warm)]
-        for i in range(micro - warm):
-            order += [("F", warm + i), ("B", i)]
-        order += [("B", i) for i in range(micro - warm, micro)]
-        orders.append(order)
-    free, pos, last = [0.0] * stages, [0] * stages, [(0.0, 0.0)] * stages
-    while any(pos[s] < len(orders[s]) for s in range(stages)):
-        progressed = False
-        for s in range(stages):
-            while pos[s] < len(orders[s]):
-                kind, i = orders[s][pos[s]]
-                if kind == "F":
-                    ready = f_end.get((s - 1, i)) if s else 0.0
-                else:
-                    ready = b_end.get((s + 1, i)) if s < stages - 1 else f_end.get((s, i))
-                if ready is None:
-                    break
-                start = max(free[s], ready)
-                free[s] = start + (fwd if kind == "F" else bwd)
-                (f_end if kind == "F" else b_end)[(s, i)] = free[s]
-                if kind == "B" and i == micro - 1:
-                    last[s] = (start, free[s])
-                pos[s] += 1
-                progressed = True
-        assert progressed
-    return last
+    """Each stage's last backward (start, end) under the one-forward-one-backward schedule, simulated."""
+    times = one_f_one_b(stages, micro, fwd, bwd)
+    return [times[("B", s, micro - 1)] for s in range(stages)]
 
 
 @pytest.mark.parametrize("code", ["default", "default+gpu=b200", "default+mfu=50", "7", "42", "101", "150"])

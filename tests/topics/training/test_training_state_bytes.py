@@ -6,6 +6,7 @@ import math
 import pytest
 
 from tests.by_hand import param_values
+from tests.oracles import one_f_one_b
 
 
 def test_state_bytes_default_matches_catalogue(variant):
@@ -59,29 +60,9 @@ def test_state_bytes_fsdp_pays_the_all_reduce_across_copies(variant):
 
 
 def _one_f_one_b(stages: int, microbatches: int, forward: int = 1, backward: int = 2) -> float:
-    """A 1F1B pipeline step simulated op by op: each stage runs its warm-up forwards, then one forward and one
-    backward in turn, then its last backwards; an op starts once its stage is free and its input has arrived
-    (a forward from the stage before, a backward from the stage after). Returns the idle share of the step."""
-    done: dict[tuple[str, int, int], int] = {}
-    orders = []
-    for stage in range(stages):
-        warm = min(stages - stage - 1, microbatches)
-        order = [("F", j) for j in range(warm)]
-        for j in range(microbatches - warm):
-            order += [("F", warm + j), ("B", j)]
-        orders.append(order + [("B", j) for j in range(microbatches - warm, microbatches)])
-    free, cursor = [0] * stages, [0] * stages
-    while any(cursor[s] < len(orders[s]) for s in range(stages)):
-        for s in range(stages):
-            while cursor[s] < len(orders[s]):
-                kind, j = orders[s][cursor[s]]
-                need = ("F", s - 1, j) if kind == "F" else ("B", s + 1, j) if s < stages - 1 else ("F", s, j)
-                if not (kind == "F" and s == 0) and need not in done:  # the first stage's forwards need nothing
-                    break
-                start = max(free[s], done.get(need, 0))
-                free[s] = done[(kind, s, j)] = start + (forward if kind == "F" else backward)
-                cursor[s] += 1
-    return 1 - microbatches * (forward + backward) / max(free)
+    """The idle share of a 1F1B pipeline step simulated op by op."""
+    end = max(finish for _, finish in one_f_one_b(stages, microbatches, forward, backward).values())
+    return 1 - microbatches * (forward + backward) / end
 
 
 @pytest.mark.parametrize("seed", range(100))
