@@ -12,7 +12,7 @@ from solvers.conventions import convention
 from solvers.derivation import Sheet
 from solvers.formulas.common import given_matmul_peaks, matmul_peaks
 from solvers.formulas.steptime import StepConstants, engine, step_time, step_work
-from tests.by_hand import param_values
+from tests.by_hand import DTYPE_BYTES, param_values
 
 FIELD = {"bf16": "bf16_dense_tflops", "fp8": "fp8_dense_tflops"}
 
@@ -123,7 +123,7 @@ def test_kv_cache_tiers_recompute_by_hand(variant, seed):
     P, P_att = achievable_peaks(gpu, p["dtype"], "bf16")
     N = model.params_b * 1e9
     math_time = (2 * N * D / P + 4 * model.layers * model.heads * model.head_dim * D**2 / 2 / P_att) / tp
-    reads = N * {"bf16": 2, "fp8": 1}[p["dtype"]] / tp / (0.8 * gpu.hbm_tb_s * 1e12)
+    reads = N * DTYPE_BYTES[p["dtype"]] / tp / (0.8 * gpu.hbm_tb_s * 1e12)
     prefill = max(reads, math_time) + (r["allreduce_pre"] if tp > 1 else 0)
     assert r["recompute"] == pytest.approx(prefill / D, rel=1e-9)
 

@@ -6,7 +6,7 @@ import re
 import pytest
 import sympy
 
-from tests.by_hand import param_values
+from tests.by_hand import DTYPE_BYTES, param_values
 
 H200 = "h200-slower-than-h100"
 
@@ -95,7 +95,7 @@ def _h200_prefill_sides(solution) -> tuple[float, float]:
     expert = 3 * m["layers"] * m["hidden"] * m["expert_ffn"]
     s_bytes = m["experts"] * expert / (m["params_b"] * 1e9)
     s_flops = m["experts_per_token"] * expert / (m["active_params_b"] * 1e9)
-    weights = m["params_b"] * 1e9 * {"bf16": 2, "fp8": 1}[p["dtype"]] / tp
+    weights = m["params_b"] * 1e9 * DTYPE_BYTES[p["dtype"]] / tp
     read = weights * (1 + s_bytes * (stretch - 1)) / (0.8 * p["part"]["hbm_tb_s"] * 1e12)
     eta = {"bf16": 0.6, "fp8": 0.5}
     rate = {dtype: tp * eta[dtype] * p["part"][f"{dtype}_dense_tflops"] * 1e12 * p["power_cap"] ** (1 / 3)
@@ -210,7 +210,7 @@ def test_h200_times_are_priced_on_both_sides_of_the_roofline(variant):
         solution = variant(f"{H200}@{seed}")
         r, p = solution.sheet.results, param_values(solution)
         m, tp, T, C = p["model"], p["tp"], p["prompt"], p["prompt"] + p["reply"] / 2  # mean-decode-context
-        weights = m["params_b"] * 1e9 * {"bf16": 2, "fp8": 1}[p["dtype"]] / tp
+        weights = m["params_b"] * 1e9 * DTYPE_BYTES[p["dtype"]] / tp
         pair = 4 * m["layers"] * m["heads"] * m["head_dim"]
         names = {"H200 SXM": "NVIDIA_H200", "H200 NVL": "NVIDIA_H200_NVL"}
         penalty_n = 1 if names[p["part"]["name"]] in p["tuned_for"].split(",") else p["default_penalty"]

@@ -95,11 +95,11 @@ def test_mla_vs_gqa_dp_attention_is_judged_on_its_weight_copies(variant, seed):
     solution = variant(f"mla-vs-gqa-under-tp@{seed}")
     p = param_values(solution)
     m, gpu, tp = p["model"], p["gpu"], p["tp"]
-    per_weight = {"bf16": 2, "fp8": 1}[p["weight_dtype"]]
+    per_weight = DTYPE_BYTES[p["weight_dtype"]]
     weights = m.params_b * 1e9 * per_weight
     attention = m.layers * 2 * m.hidden * (m.heads + m.kv_heads) * m.head_dim * per_weight
     usable = gpu.hbm_mib * 2**20 * 0.9
-    latent = m.layers * (p["kv_lora_rank"] + 64) * {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    latent = m.layers * (p["kv_lora_rank"] + 64) * DTYPE_BYTES[p["kv_dtype"]]
     room = usable - (weights - attention) / tp - attention
     dp = 8 * math.floor(max(room, 0) / (latent * p["context"]))
     assert solution.sheet.results["mla_levers"][DP] is (dp > solution.sheet.results["requests_gqa"])

@@ -5,7 +5,7 @@ import pytest
 
 from solvers.answers import CORRECT
 from solvers.engine import VariantError
-from tests.by_hand import GiB, param_values
+from tests.by_hand import DTYPE_BYTES, GiB, param_values
 
 # Answers that are whole-number counts: a neighbouring whole number must never grade correct.
 EXACT_COUNTS = {
@@ -52,7 +52,7 @@ def test_paged_block_size_matches_plain_arithmetic(variant, seed):
     solution = variant(f"paged-block-size@{seed}")
     p, expected = param_values(solution), solution.expected
     model, block = p["model"], p["block_size"]
-    per_token = 2 * model.layers * model.kv_heads * model.head_dim * {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    per_token = 2 * model.layers * model.kv_heads * model.head_dim * DTYPE_BYTES[p["kv_dtype"]]
     waste = (block - 1) / 2
     assert solution.sheet.results["worst_batch_waste"] == pytest.approx(p["batch"] * (block - 1) * per_token)
     assert expected["sequences_lost"] == pytest.approx(p["batch"] * waste / p["mean_length"])

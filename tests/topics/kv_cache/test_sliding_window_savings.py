@@ -5,7 +5,7 @@ import pytest
 
 from solvers.answers import WRONG
 from solvers.engine import VariantError
-from tests.by_hand import param_values
+from tests.by_hand import DTYPE_BYTES, param_values
 
 
 def test_sliding_window_default_is_about_half(variant):
@@ -38,7 +38,7 @@ def test_sliding_window_saving_matches_a_per_layer_sum(variant, seed):
     solution = variant(f"sliding-window-savings@{seed}")
     p, expected = param_values(solution), solution.expected
     model, context, block = p["model"], p["context"], p["block_size"]
-    per_layer_token = 2 * model.kv_heads * model.head_dim * {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    per_layer_token = 2 * model.kv_heads * model.head_dim * DTYPE_BYTES[p["kv_dtype"]]
     kinds = _layer_kinds(p["model"].id, model.layers)
     kept = sum(min(model.sliding_window, context) if sliding else context for sliding in kinds) * per_layer_token
     full = model.layers * context * per_layer_token

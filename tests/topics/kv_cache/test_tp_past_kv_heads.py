@@ -6,7 +6,7 @@ import math
 import pytest
 
 from solvers.engine import VariantError
-from tests.by_hand import GiB, KiB, param_values
+from tests.by_hand import DTYPE_BYTES, GiB, KiB, param_values
 from tests.oracles import link_each_way
 
 
@@ -41,7 +41,7 @@ def test_tp_past_kv_heads_follows_vllm_head_rule(variant, seed):
     solution = variant(f"tp-past-kv-heads@{seed}")
     p, expected = param_values(solution), solution.expected
     model, tp = p["model"], p["tp"]
-    element = {"bf16": 2, "fp8": 1}[p["dtype"]]
+    element = DTYPE_BYTES[p["dtype"]]
     tokens = p["context"] * p["batch"]
     heads = max(1, model.kv_heads // tp)
     per_gpu = 2 * model.layers * heads * model.head_dim * element * tokens
@@ -68,7 +68,7 @@ def test_every_draw_isolates_the_copies_from_the_network(variant, seed):
     assert p["tp"] <= p["gpu"].nvlink_domain
     if p["tp"] > p["model"].kv_heads:
         assert p["batch"] % (p["tp"] // p["model"].kv_heads) == 0
-        weights = p["model"].params_b * 1e9 * {"bf16": 2, "fp8": 1}[p["dtype"]]
+        weights = p["model"].params_b * 1e9 * DTYPE_BYTES[p["dtype"]]
         capped = results["faster_layout"] == "TP at the heads plus stages"
         assert capped == (results["kv_total"] > weights), seed
 
@@ -213,7 +213,7 @@ def test_capped_layout_step_matches_plain_arithmetic(variant, seed):
         assert results["faster_layout"] == "the same layout"
         return
     T, S = model.kv_heads, tp // model.kv_heads
-    element = {"bf16": 2, "fp8": 1}[p["dtype"]]
+    element = DTYPE_BYTES[p["dtype"]]
     L_s = math.ceil(model.layers / S)
     kv_total = 2 * model.layers * model.kv_heads * model.head_dim * element * p["context"] * R
     m = R // S

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from solvers.interview import stage_run
-from tests.by_hand import param_values
+from tests.by_hand import DTYPE_BYTES, param_values
 
 
 def test_million_token_context_default(variant):
@@ -94,10 +94,10 @@ def test_million_token_context_matches_plain_arithmetic(variant, seed):
     solution = variant(f"million-token-context@{seed}")
     p, r = param_values(solution), solution.sheet.results
     model, gpu = p["model"], p["gpu"]
-    b_kv = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    b_kv = DTYPE_BYTES[p["kv_dtype"]]
     kv_token = 2 * model.layers * model.kv_heads * model.head_dim * b_kv
     kv_gpu = kv_token * p["context"] / 8  # eight KV heads, one per GPU
-    room = 0.9 * gpu.hbm_mib * 2**20 - model.params_b * 1e9 * {"bf16": 2, "fp8": 1}[p["weight_dtype"]] / 8
+    room = 0.9 * gpu.hbm_mib * 2**20 - model.params_b * 1e9 * DTYPE_BYTES[p["weight_dtype"]] / 8
     assert r["kv_request"] == pytest.approx(kv_token * p["context"])
     assert r["nodes"] == math.ceil(kv_gpu / room - 1e-12)
     assert (r["regime"] != "ttft-target") == (r["prefill_time"] <= p["ttft_target"])
@@ -105,7 +105,7 @@ def test_million_token_context_matches_plain_arithmetic(variant, seed):
     assert (r["regime"] == "one-node") == (r["regime"] != "ttft-target" and r["nodes"] == 1)
     assert r["nodes_plan"] == max(r["nodes"], r["nodes_ttft"]) and r["prefill_plan"] <= p["ttft_target"]
     heads = model.heads / model.kv_heads
-    b_w = {"bf16": 2, "fp8": 1}[p["weight_dtype"]]
+    b_w = DTYPE_BYTES[p["weight_dtype"]]
     # MHA's K and V projections widen from kv_heads to heads, every layer
     room_mha = room - model.layers * 2 * model.hidden * (model.heads - model.kv_heads) * model.head_dim * b_w / 8
     assert r["nodes_mha"] == math.ceil(kv_gpu * heads / room_mha - 1e-12) > 1  # mha_spills: MHA never fits a node

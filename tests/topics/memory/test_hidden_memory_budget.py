@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from solvers.engine import VariantError
-from tests.by_hand import GiB, param_values
+from tests.by_hand import DTYPE_BYTES, GiB, param_values
 
 
 def test_hidden_memory_default(variant):
@@ -74,7 +74,7 @@ def _vllm_start_up(p: dict) -> tuple[float, bool]:
     """vLLM v1's accounting (gpu_worker.init_device and determine_available_memory, memory_profiling)
     in plain Python: the KV cache it allocates, and whether every later allocation fits the device."""
     total = p["gpu"].hbm_mib * 2**20
-    weights = p["model"].params_b * 1e9 * {"bf16": 2, "fp8": 1}[p["weight_dtype"]] / p["tp"]
+    weights = p["model"].params_b * 1e9 * DTYPE_BYTES[p["weight_dtype"]] / p["tp"]
     nccl_in_profile = p["release"] == "v0.10"  # before PR #25359 the communicators came after the snapshot
     graphs_estimated = p["release"] == "v0.21"
     requested_memory = total * p["util"]

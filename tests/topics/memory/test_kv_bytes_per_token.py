@@ -9,7 +9,7 @@ import pytest
 from solvers.derivation import Sheet
 from solvers.formulas.kvcache import kv_bytes_per_token
 from solvers.interview import stage_run
-from tests.by_hand import param_values
+from tests.by_hand import DTYPE_BYTES, param_values
 from tests.topics.memory.step_by_hand import exact_q, largest_within, step_time_by_hand
 
 
@@ -23,7 +23,7 @@ def test_mla_latent_per_token_matches_deepseek_config(catalog):
 def _decode_model(p):
     """kv-bytes-per-token's fit, t(B) and batch at the TPOT target, in plain arithmetic."""
     model, gpu, n = p["model"], p["gpu"], p["tp"]
-    b_w, b_kv = {"bf16": 2, "fp8": 1}[p["weight_dtype"]], {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    b_w, b_kv = DTYPE_BYTES[p["weight_dtype"]], DTYPE_BYTES[p["kv_dtype"]]
     N = exact_q(model.params_b) * 10**9
     kv_req = 2 * model.layers * model.kv_heads * model.head_dim * b_kv * p["context"]
     P = exact_q(gpu[f"{p['weight_dtype']}_dense_tflops"]) * 10**12

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from solvers.formulas.common import GPU_MEMORY_UTILIZATION
-from tests.by_hand import param_values
+from tests.by_hand import DTYPE_BYTES, param_values
 
 
 def test_block_count_default(variant):
@@ -72,7 +72,7 @@ def test_block_count_tpot_matches_plain_arithmetic(variant, seed):
     p, results = param_values(solution), solution.sheet.results
     model, gpu, tp = p["model"], p["gpu"], p["tp"]
     batch, context = results["concurrency"], p["context"]
-    b_w, b_kv = ({"bf16": 2, "fp8": 1}[p[k]] for k in ("weight_dtype", "kv_dtype"))
+    b_w, b_kv = (DTYPE_BYTES[p[k]] for k in ("weight_dtype", "kv_dtype"))
     weights, active = model.params_b * 1e9 * b_w, model.params_b * 1e9
     if model.get("active_params_b"):
         missed = 1 - experts_touched(model.experts, model.experts_per_token, batch) / model.experts

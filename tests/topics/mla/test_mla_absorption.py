@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.by_hand import param_values
+from tests.by_hand import DTYPE_BYTES, param_values
 
 
 def test_mla_absorption_default(variant):
@@ -18,7 +18,7 @@ def test_mla_absorption_matches_plain_arithmetic(variant, seed):
     (fp8 math over an fp8 cache, matmul-precision), the reads at 80% of HBM bandwidth."""
     solution = variant(f"mla-absorption@{seed}")
     p, r = param_values(solution), solution.sheet.results
-    b = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    b = DTYPE_BYTES[p["kv_dtype"]]
     heads, q = p["model"].heads / p["tp_attn"], p["query_tokens"]
     flops = 2 * heads * q * (2 * 512 + 64)
     intensity = flops / (576 * b)
@@ -69,7 +69,7 @@ def test_mla_absorption_push_crosses_from_each_side(variant, seed):
     # Both pushes ask the cache (read3-R1: the data-parallel push listed it unasked): sharding the heads copies the
     # whole latent to every GPU; data-parallel attention keeps one copy.
     p = param_values(pushed)
-    b = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    b = DTYPE_BYTES[p["kv_dtype"]]
     copy = p["model"].layers * p["context"] * 576 * b
     copies = 1 if r["regime"] == "memory-bound" else 8
     assert pushed.sheet.results["group_cache"] == pytest.approx(copies * copy)

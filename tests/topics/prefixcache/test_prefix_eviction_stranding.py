@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.by_hand import param_values
+from tests.by_hand import DTYPE_BYTES, param_values
 
 
 class _Block:
@@ -59,7 +59,7 @@ def test_stranded_blocks_are_the_descendants_in_an_explicit_tree(variant, seed):
     assert len(blocks) == solution.sheet.results["tree_blocks"]
     results = solution.sheet.results
     assert results["stranded_blocks"] == _unreachable_after(chain[p["victim"] - 1])
-    kv = 2 * p["model"].layers * p["model"].kv_heads * p["model"].head_dim * {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    kv = 2 * p["model"].layers * p["model"].kv_heads * p["model"].head_dim * DTYPE_BYTES[p["kv_dtype"]]
     assert expected["stranded_bytes"] == pytest.approx(results["stranded_blocks"] * p["block_size"] * kv)
     assert results["served_after"] == (p["victim"] - 1) * p["block_size"]
     # The latest chat walks its own path: the blocks before the hole hit, everything after is prefilled again.

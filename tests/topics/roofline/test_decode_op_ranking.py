@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from solvers.engine import VariantError
-from tests.by_hand import param_values
+from tests.by_hand import DTYPE_BYTES, param_values
 
 OVERLAP = "an overlapped, CUDA-graphed engine that hides the step's {overhead} of CPU overhead"
 
@@ -29,8 +29,8 @@ def test_decode_op_ranking_matches_plain_arithmetic(variant, seed):
     solution = variant(f"decode-op-ranking@{seed}")
     p = param_values(solution)
     m, gpu, tp, B, T = p["model"], p["gpu"], p["tp"], p["batch"], p["context"]
-    b_w = {"bf16": 2, "fp8": 1}[p["weight_dtype"]]
-    b_kv = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    b_w = DTYPE_BYTES[p["weight_dtype"]]
+    b_kv = DTYPE_BYTES[p["kv_dtype"]]
     shapes = {"qkv": (m.hidden, (m.heads + 2 * m.kv_heads) * m.head_dim), "out": (m.heads * m.head_dim, m.hidden),
               "up_gate": (m.hidden, 2 * m.ffn), "down": (m.ffn, m.hidden)}
     for op, (d_in, d_out) in shapes.items():
@@ -94,8 +94,8 @@ def _doubled_kv_fill(solution) -> float:
     of the weights), in plain floats: over 1 it does not fit."""
     p = param_values(solution)
     m, gpu, tp = p["model"], p["gpu"], p["tp"]
-    b_w = {"bf16": 2, "fp8": 1}[p["weight_dtype"]]
-    b_kv = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    b_w = DTYPE_BYTES[p["weight_dtype"]]
+    b_kv = DTYPE_BYTES[p["kv_dtype"]]
     weights = m.params_b * 1e9 * b_w
     kv = m.layers * 2 * p["batch"] * p["context"] * m.kv_heads * m.head_dim * b_kv
     return 2 * kv / tp / (0.9 * gpu.hbm_mib * 2**20 - weights / tp)
@@ -106,8 +106,8 @@ def _lever_gains(solution, latency: float) -> dict[str, float | None]:
     all-reduce latency per call at `latency` seconds; None where twice the batch does not fit."""
     p = param_values(solution)
     m, gpu, tp, B, T = p["model"], p["gpu"], p["tp"], p["batch"], p["context"]
-    b_w = {"bf16": 2, "fp8": 1}[p["weight_dtype"]]
-    b_kv = {"bf16": 2, "fp8": 1}[p["kv_dtype"]]
+    b_w = DTYPE_BYTES[p["weight_dtype"]]
+    b_kv = DTYPE_BYTES[p["kv_dtype"]]
     weights, kv = m.params_b * 1e9 * b_w, m.layers * 2 * B * T * m.kv_heads * m.head_dim * b_kv
 
     def rate(w, c, b, overhead=2e-3):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from solvers.interview import stage_run
-from tests.by_hand import param_values
+from tests.by_hand import DTYPE_BYTES, param_values
 
 ETA_C, ETA_BW, OVERHEAD = 0.6, 0.8, 2e-3  # the bank's step model: step-compute, step-bandwidth, step-overhead
 
@@ -106,7 +106,7 @@ def test_weight_read_matches_plain_arithmetic(variant, seed):
     solution = variant(f"weight-read-intensity@{seed}")
     p = param_values(solution)
     m, gpu, tp, T, B = p["model"], p["gpu"], p["tp"], p["prompt"], p["batch"]
-    b = {"bf16": 2, "fp8": 1}[p["dtype"]]
+    b = DTYPE_BYTES[p["dtype"]]
     peak = gpu[f"{p['dtype']}_dense_tflops"] * 1e12
     weights, kv = m.params_b * 1e9 * b, B * T * 4 * m.layers * m.kv_heads * m.head_dim
     assert weights + kv <= 0.9 * tp * gpu.hbm_mib * 2**20  # the batch's KV fits beside the weights
