@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import sympy
 
+from solvers import engine
 from solvers.bank import load_bank
 from solvers.derivation import QuickSheet, Reject, Sheet
-from solvers.engine import VariantCode, make_variant, run_solver
+from solvers.engine import VariantCode, draw_values, make_variant, run_solver, solve_values
 from solvers.sheetmath import ceil_of, floor_of
 from tests.by_hand import param_values
 
@@ -38,6 +40,43 @@ def test_quick_and_exact_solves_agree_on_every_answer_and_the_regime(bank, catal
         if exact.regime is not None:
             assert math.isclose(quick.regime.margin, exact.regime.margin, rel_tol=1e-9), f"{qid}@{seed}"
         assert not quick.steps and not quick.givens, "a scan builds no derivation"
+
+
+def _first_exact_draw(question, catalog, seed):
+    """The seed's first draw the exact solve accepts, found without the float trial make_variant runs first."""
+    rng = np.random.default_rng(seed)
+    for _ in range(engine.MAX_REDRAWS):
+        raw = draw_values(question, rng)
+        try:
+            solve_values(question, raw, catalog)
+        except Reject:
+            continue
+        return raw
+    raise AssertionError("no draw")
+
+
+@pytest.mark.parametrize("qid", IDS)
+def test_the_float_trial_of_a_draw_passes_over_only_draws_the_exact_solve_refuses(bank, catalog, qid):
+    """make_variant tries each draw on floats before solving it exactly: the variant a seed names must be
+    the one exact solves alone would name, or every code drawn before the trial would open another variant."""
+    question = bank.get(qid)
+    for seed in range(SEEDS):
+        drawn = {p.name: p.raw for p in make_variant(bank, catalog, VariantCode(qid, seed)).params}
+        assert drawn == _first_exact_draw(question, catalog, seed), f"{qid}@{seed}"
+
+
+def test_a_float_fault_in_the_trial_leaves_the_draw_to_the_exact_solve(bank, catalog, monkeypatch):
+    """Float arithmetic can fault where sympy's cannot (a division by an exact zero): not a refusal."""
+    exact_solve = engine.solve_values
+
+    def faulting(question, raw, catalog, **kwargs):
+        if kwargs.get("quick"):
+            raise ZeroDivisionError("float division by zero")
+        return exact_solve(question, raw, catalog, **kwargs)
+
+    expected = make_variant(bank, catalog, VariantCode("kv-bytes-per-token", 3))
+    monkeypatch.setattr(engine, "solve_values", faulting)
+    assert make_variant(bank, catalog, VariantCode("kv-bytes-per-token", 3)).params == expected.params
 
 
 @pytest.mark.parametrize("x, floor, ceil", [

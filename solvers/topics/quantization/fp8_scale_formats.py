@@ -1,6 +1,7 @@
 """Block-scaled FP8 on two generations - FP32 scales, power-of-two scales, one tested model."""
 from __future__ import annotations
 
+import functools
 from statistics import NormalDist
 
 import numpy as np
@@ -8,7 +9,7 @@ import sympy
 
 from solvers.derivation import Reject, Sheet, Side
 from solvers.formulas.fp8 import E4M3, amax_scale, clipped, quantize, quantize_blocks, sqnr_db
-from solvers.formulas.quantization import pct_text, variant_rng
+from solvers.formulas.quantization import pct_text, seeded_rng, variant_key
 from solvers.sheetmath import ceil_of, floor_of
 from solvers.units import format_number
 
@@ -70,26 +71,42 @@ def _format_blocks(rng: np.random.Generator, tail: str, rows: int = FORMAT_BLOCK
     return x * np.exp2(rng.uniform(0, 8, (rows, 1)))
 
 
+@functools.lru_cache(maxsize=64)
+def _emulation(seed_key: str, act_block: int, mx_rule: str) -> dict[str, tuple[float, float, float]]:
+    """The seeded E4M3 emulation's figures per distribution tag, g (Gaussian) and t (Student-t, 3 dof):
+    (reference SQNR, pool SQNR, saturating share), and under "conv" the Gaussian values' SQNR after
+    re-rounding FP32-scaled weights onto round-up power-of-two scales. Kept by its inputs: the float
+    trial of a draw, its exact solve and a push's scans that leave the pool's rule alone run it once."""
+    rng = seeded_rng(seed_key)
+    found: dict[str, tuple[float, float, float]] = {}
+    for tail, tag in (("gaussian", "g"), ("t3", "t")):
+        x = _format_blocks(rng, tail)
+        ref = quantize_blocks(x, E4M3, HOPPER_BLOCK, "fp32")
+        pool = quantize_blocks(x, E4M3, act_block, mx_rule)
+        # The saturating share on its own larger sample (a few dozen blocks would leave it several points off
+        # the closed form): SAT_SHAPES blocks' amaxes, each at SAT_BLOCKS/SAT_SHAPES magnitudes over 8 binades.
+        shapes = np.max(np.abs(_format_blocks(rng, tail, SAT_SHAPES, act_block)), axis=1)
+        amax = np.repeat(shapes, SAT_BLOCKS // SAT_SHAPES) * np.exp2(rng.uniform(0, 8, SAT_BLOCKS))
+        found[tag] = sqnr_db(x, ref), sqnr_db(x, pool), float(np.mean(clipped(amax, E4M3, amax_scale(
+            amax, E4M3, mx_rule))))
+        if tag == "g":
+            scale = amax_scale(np.max(np.abs(x), axis=1, keepdims=True), E4M3, "fp32")
+            once = quantize(x, E4M3, scale)
+            twice = quantize(once, E4M3, amax_scale(np.max(np.abs(once), axis=1, keepdims=True), E4M3, "up"))
+            found["conv"] = (sqnr_db(x, twice), 0.0, 0.0)
+    return found
+
+
 def _format_simulation(s: Sheet, p) -> dict[str, tuple[float, float]]:
     """Seeded E4M3 emulation on Gaussian and Student-t (3 dof) blocks: the Hopper reference (FP32
     scales per 128), this pool's activation path, and FP32-scaled weights re-rounded onto power-of-two
     scales; SQNR in dB and the share of blocks whose amax saturates. Returns (reference, pool) SQNR
     per distribution."""
     # Seeded without the rule: a push that moves only the rule compares on the same values.
-    rng = variant_rng(p, "hopper_scales", "act_block")
-    found = {}
-    for tail, tag, name in (("gaussian", "g", "Gaussian"), ("t3", "t", "Student-t (3 dof)")):
-        x = _format_blocks(rng, tail)
-        ref = quantize_blocks(x, E4M3, HOPPER_BLOCK, "fp32")
-        pool = quantize_blocks(x, E4M3, p.act_block, p.mx_rule)
-        # The saturating share on its own larger sample (a few dozen blocks would leave it several points off
-        # the closed form): SAT_SHAPES blocks' amaxes, each at SAT_BLOCKS/SAT_SHAPES magnitudes over 8 binades.
-        shapes = np.max(np.abs(_format_blocks(rng, tail, SAT_SHAPES, p.act_block)), axis=1)
-        amax = np.repeat(shapes, SAT_BLOCKS // SAT_SHAPES) * np.exp2(rng.uniform(0, 8, SAT_BLOCKS))
-        found[tag] = sqnr_db(x, ref), sqnr_db(x, pool), float(np.mean(clipped(amax, E4M3, amax_scale(
-            amax, E4M3, p.mx_rule))))
-        source = (f"seeded E4M3 emulation, {x.size:,} {name} values in rows of 128 over 8 binades (seed from the "
-                  "variant)")
+    found = _emulation(variant_key(p, "hopper_scales", "act_block"), p.act_block, p.mx_rule)
+    for tag, name in (("g", "Gaussian"), ("t", "Student-t (3 dof)")):
+        source = (f"seeded E4M3 emulation, {FORMAT_BLOCKS * HOPPER_BLOCK:,} {name} values in rows of 128 over 8 "
+                  "binades (seed from the variant)")
         s.given(f"S_ref_{tag}", found[tag][0], "dB", f"{source}: SQNR, FP32 scales per 128")
         s.given(f"S_pool_{tag}", found[tag][1], "dB",
                 f"the same values through this pool: {p.mx_rule} E8M0 scales per {p.act_block}")
@@ -97,10 +114,7 @@ def _format_simulation(s: Sheet, p) -> dict[str, tuple[float, float]]:
                 f"{p.act_block} ({SAT_SHAPES} drawn, each at 16 magnitudes over 8 binades): share whose amax "
                 f"saturates under the {p.mx_rule} rule")
         if tag == "g":
-            scale = amax_scale(np.max(np.abs(x), axis=1, keepdims=True), E4M3, "fp32")
-            once = quantize(x, E4M3, scale)
-            twice = quantize(once, E4M3, amax_scale(np.max(np.abs(once), axis=1, keepdims=True), E4M3, "up"))
-            s.given("S_conv_g", sqnr_db(x, twice), "dB",
+            s.given("S_conv_g", found["conv"][0], "dB",
                     "the Gaussian values FP32-scaled, then re-rounded onto round-up power-of-two scales")
     return {"gaussian": found["g"][:2], "t3": found["t"][:2]}
 
