@@ -6,7 +6,10 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import BinaryIO
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING as mypy reads it: `list` reaches this module, and typing costs it ms
+if TYPE_CHECKING:
+    from typing import BinaryIO
 
 _PACKAGE = Path(__file__).resolve().parent
 # A wheel carries hardware.yaml, models.yaml and questions/ under solvers/data/;

@@ -176,7 +176,6 @@ ALLOWED = {
     ("topics/cost/cost_audit_rollout.py", "_by", "use < 1.15"): TEXT,
     ("topics/moe/ep_load_skew.py", "solve", "sim.naive > s.value(T_bal) * (1 + 1e-12)"): SAMPLED,
     ("topics/prefixcache/prefix_cache_engines.py", "_after_eviction", "exact != s.value(after_radix)"): SLIP,
-    ("topics/quantization/fp8_scale_formats.py", "_format_simulation", "tag == 'g'"): NAMES,
     ("topics/runner/model_runner_v2.py", "crossings", "per_seq + ar_1 != cpu_1"): TEXT,
     ("topics/runner/model_runner_v2.py", "crossings", "1 <= batch <= cap"): TEXT,
     ("topics/runner/model_runner_v2.py", "crossings", "reads_0 + reads_1 * batch >= math_1 * batch"): TEXT,
