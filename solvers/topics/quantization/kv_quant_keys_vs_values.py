@@ -25,6 +25,11 @@ KEY_BIT = "with per-channel keys, one more bit on keys alone would leave the val
 # Within this share of its line an option's verdict is a coin toss for a candidate's rounding: the draw is refused.
 OPTION_MARGIN = 0.03
 REGIME_MARGIN = 1.08
+# The push (the file's last turn): the bits tilted a bit apart toward the larger error, K4V3 where keys dominate and
+# K3V4 where values do. Its ratio is β/√3 · (2^b_V − 1)/(2^b_K − 1) whatever the draw's own bits, so a query RMS near
+# √3·15/7 = 3.71 (or √3·7/15 = 0.81) lands it on the line, where its regime is refused.
+TILT = {"keys-dominate": (4, 3), "values-dominate": (3, 4)}
+OPENING = ("key_error_token", "logit_error_token")
 
 
 SIM_QUERIES = 4
@@ -196,12 +201,30 @@ def _kv_quant_select(s: Sheet, p, *, e_tok, e_ch, share, compression, roads) -> 
             "KVQuant quantises them before RoPE for this reason", fact=True)
 
 
+def _refuse_a_tilt_onto_the_line(s: Sheet, p, R_ch) -> None:
+    """A draw whose push (the bits tilted toward the larger error) would land within 8% of the line has no push to
+    ask: the pushed regime is refused there. Refused where the opening is asked (a drawn interview), so the push's
+    own variant, which asks only the regime and the ratio, and a variant named by its code still open."""
+    side = "keys-dominate" if s.compare(R_ch, 1) >= 0 else "values-dominate"
+    key_bits, value_bits = TILT[side]
+    if (int(p.bits), int(p.value_bits)) == (key_bits, value_bits):
+        return  # the push would move nothing: the engine's push stands in
+    # Each side's error goes as 1/(2^b − 1): the tilt scales the ratio by the levels it moves, decided exactly.
+    tilted = R_ch * sympy.Rational((2 ** int(p.bits) - 1) * (2**value_bits - 1),
+                                   (2**key_bits - 1) * (2 ** int(p.value_bits) - 1))
+    margin = sympy.Rational(str(REGIME_MARGIN))
+    if s.compare(tilted, margin) < 0 and s.compare(tilted * margin, 1) > 0:
+        s.refuse_if_asked(OPENING, f"tilted to K{key_bits}V{value_bits} the keys' and values' errors would lie within "
+                                   "8% of each other: the push would have no regime to ask")
+
+
 def _kv_roads_regime(s: Sheet, p, R_ch) -> None:
     ratio = format_number(s.value(R_ch), 3)
     if abs(np.log(s.number("roads_channel"))) < np.log(REGIME_MARGIN):
         # First order misses the simulation by 10-20% near the line: a side within 8% of it is no verdict to grade.
         s.refuse_if_asked(("regime",), "keys' and values' errors lie within 8% of each other")
     bits, value_bits = int(p.bits), int(p.value_bits)
+    _refuse_a_tilt_onto_the_line(s, p, R_ch)
     s.regime_by(R_ch, 1, boundary_label="the two errors equal", tie="above", above=Side(
         "keys-dominate",
         f"Even with per-channel keys the keys' output error is {ratio}× the values': the attention is sharp enough "

@@ -158,3 +158,32 @@ def test_fp8_kv_cache_opening_says_the_calibration_is_averaged_over(variant, cat
     assert solution.expected["clip_probability"] == pytest.approx(N / (N + n * h**4))
     slip = next(s for s in solution.sheet.slips["clip_probability"] if "typical value" in s.label)
     assert slip.factor * solution.expected["clip_probability"] == pytest.approx(1 - math.exp(-N / (n * h**4)))
+
+
+def test_fp8_kv_cache_safe_push_crosses_on_a_light_tail(variant, catalog):
+    """At 500 seeds the safe side's push (vLLM's first-batch scale alone) crossed in 450 of 501 draws: with tail
+    index 6 a 256-token scale at headroom 2.24 clips only past 256 × (2.24 × 16/15)^6 = 47,600 tokens, past
+    Qwen2.5's and Mixtral's 32K. The push now brings a model with outlier channels too (tail index 3: 3,490
+    tokens), and crosses here: @69 is Llama-3-70B at 14,336 tokens, calibrated on 2,048 at headroom 2.24, tail 6."""
+    from solvers.interview import stage_run
+
+    solution = variant("fp8-kv-cache@69")
+    p = {param.name: param.raw for param in solution.params}
+    assert (p["context"], p["calib_tokens"], p["headroom"], p["tail_index"]) == (14336, 2048, 2.24, 6)
+    assert solution.regime_name == "safe"
+    pushed = stage_run(solution, catalog, 4)
+    assert pushed is not None and pushed.declared and "outlier channels" in pushed.say
+    assert pushed.solution.regime_name == "clipping-dominated"
+    assert pushed.solution.sheet.results["clip_ratio"] == pytest.approx((14336 / 256) ** (1 / 3) / 2.24)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_fp8_kv_cache_safe_push_crosses_past_its_line(variant, catalog, seed):
+    """Every safe draw at 3,584 tokens or more crosses on the declared push itself (its line is 3,490 tokens)."""
+    from solvers.interview import stage_run
+
+    solution = variant(f"fp8-kv-cache@{seed}")
+    if solution.regime_name != "safe" or solution.param("context").raw < 3584:
+        return
+    pushed = stage_run(solution, catalog, 4)
+    assert pushed is not None and pushed.declared and pushed.solution.regime_name == "clipping-dominated"
