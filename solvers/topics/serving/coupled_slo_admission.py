@@ -53,9 +53,9 @@ def _admission_regime(s: Sheet, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t
                  f"within {target}, so no peer makes it either: send it to a prefill-only replica ({alone} alone "
                  f"on the group), or fail it fast rather than let it take {cost} of chunks from everyone behind it.")
     else:
-        where = (f"On an idle peer it would make it: route it to the least-loaded peer whose backlog passes the "
-                 f"rule. Admitted here it misses, and every later arrival pays {cost} more; letting it overtake "
-                 f"the waiting prompts would move that {cost} onto each of them.")
+        where = (f"On the idle peer it would make it: route it to the least-loaded peer whose backlog passes the "
+                 f"rule. Admitted here it misses, and every request queued behind it pays {cost} more; letting it "
+                 f"overtake the waiting prompts would move that {cost} onto each of them.")
     route = Side(
         "route-elsewhere",
         f"Behind this backlog its first token would come after {late}, past the {target} target, and holding it "
@@ -66,7 +66,7 @@ def _admission_regime(s: Sheet, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t
     admit = Side(
         "admit",
         f"The backlog with this prompt clears within {late}, inside the {target} TTFT target, while every "
-        f"step stays within the TPOT target; every later arrival waits {cost} more for it. Rule: {rule}.",
+        f"step stays within the TPOT target; every request queued behind it waits {cost} more for it. Rule: {rule}.",
         "A longer queue or a longer prompt pushes the backlog past the limit: the request then goes to a less "
         "loaded peer, or to a prefill-only replica if its prompt alone exceeds the limit.")
     s.regime_by(Q, Q_max, tie="below", above=route, below=admit)
@@ -102,8 +102,9 @@ def solve(p, s: Sheet) -> None:
     t_held = s.step("ttft_held", "TTFT if held outside until the backlog drains", "TTFT_h",
                     (n_q + ceil_of(L_p / c_max)) * t_mix, "s",
                     "the drain, then its own chunks: no step shares the end of the backlog with its start")
-    delay = s.step("added_delay", "What admitting it costs every later arrival", "Δ", L_p / X_p, "s",
-                   "its prompt occupies the chunks of the steps it takes, ahead of anyone who arrives after it")
+    delay = s.step("added_delay", "What admitting it costs each request queued behind it", "Δ", L_p / X_p, "s",
+                   "its prompt occupies the chunks of the steps it takes, ahead of every request queued behind it "
+                   "(one that arrives after the backlog drains pays nothing)")
     t_solo = solo_prefill(s, e, p, L_p, T_f)
     t_queue_solo = s.step("ttft_prefill_only", "TTFT on a prefill-only replica behind as many waiting prompts",
                           "TTFT_p", (q + 1) * t_solo, "s",
@@ -121,7 +122,8 @@ def solve(p, s: Sheet) -> None:
              "wherever the request waits.")
     s.assume("The delay a later arrival pays is the mean: the new prompt over the prefill rate. In whole steps it "
              "is the floor or the ceiling of prompt ÷ chunk steps, as the later prompt falls in a chunk.")
-    s.assume("The server's peers are replicas like it (the same decode batch): a peer helps only a prompt within "
+    s.assume("The server's peers are replicas like it (the same decode batch), one of them with an empty queue and "
+             "the others as loaded as this one: a peer helps only a prompt within "
              "the backlog limit; past it, routing elsewhere means a prefill-only pool. A prefill-only replica "
              "prefills each waiting prompt whole, one per step, in arrival order (batching prompts saves little: "
              "prefill is compute-bound).")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from solvers.conventions import convention
+from solvers.conventions import convention, convention_value
 from solvers.derivation import Reject, Sheet, Side
 from solvers.formulas.common import (
     compute_efficiency,
@@ -49,6 +49,8 @@ RIDGE_EDGE = 0.1  # verify tokens within 10% of the modelled ridge: past it or n
 # batches' mean (up to 3% at 16 sequences, half the speedup's tolerance): refused.
 STRADDLE_EDGE = 0.05
 OPTION_TIE = 0.01  # two policies' times within 1%: which is faster is not asked
+SPLIT_WORTH = 0.05  # a split of the pools that gains less is inside the model's error: not worth two pools
+TP = 8  # the target's layout, as the batch stage says it
 
 
 def batch1_time(alpha: float, gamma: int, c: float) -> float:
@@ -129,6 +131,8 @@ def plan(p) -> dict:
     g_code, g_chat, g_fixed = _best(code, "for code"), _best(chat, "for chat"), _best(mix, "for the mix")
     if g_chat > g_code:  # the round's longest draft is code's below (a higher acceptance never drafts shorter)
         raise Reject("chat drafts longer than code")
+    if g_chat == g_code:  # one length already serves both classes: no class lengths to weigh against one for all
+        raise Reject("code and chat want the same draft length")
     R = ridge_tokens(p)
     batches = Batches(f, a_code, a_chat, c, float(p.batch), R)
     in_batch = {0: batches.plain} | {g: batches.per_token(g, g) for g in DRAFT_LENGTHS}
@@ -285,9 +289,13 @@ def solve(p, s: Sheet) -> None:
     tau_split = s.step("", "Time per token, a replica a class", "τ_sp",
                        f * T_code / tokens(a_code, Gsc) + (1 - f) * T_chat / tokens(a_chat, Gsh), "",
                        "each request on its own class's replica")
+    split_gain = x["in_batch"][g_batch] / (p.code_share * min(x["split"]["code"].values())
+                                           + (1 - p.code_share) * min(x["split"]["chat"].values()))
     G_sp = s.step("gain_split", "A replica a class against the best single length", "G_sp", tau_b / tau_split, "x",
                   "each replica runs the best length for its own batch: what it gains over one shared length is each "
-                  "class at its own length and no wait for the other class's draft")
+                  "class at its own length and no wait for the other class's draft; "
+                  + ("at least 5%: worth a pool a class, if the traffic fills both" if split_gain >= 1 + SPLIT_WORTH
+                     else "under 5%, inside this model's error: not worth running two pools for"))
     held = x["batches"]
     held_tau = (p.code_share * replace(held, share=1.0).per_token(x["g_code"], x["g_code"])
                 + (1 - p.code_share) * replace(held, share=0.0).per_token(x["g_chat"], x["g_chat"]))
@@ -302,8 +310,10 @@ def solve(p, s: Sheet) -> None:
 
     s.assume("Batch 1 (Leviathan et al.): a round of γ drafts costs γ·c + 1 target steps and yields E(α, γ) = "
              "(1 − α^(γ+1))/(1 − α) tokens, each draft token accepted with probability α, independently. Every "
-             f"request yields the same number of tokens, so the workload's time per token is the mean of its "
-             f"requests'. Draft lengths {menu}.")
+             "request yields the same number of tokens, so the workload's time per token is the mean of its "
+             "requests': what each user waits for a token, the figure a TPOT target holds (a replica's throughput, "
+             "rounds over mean tokens, weighs the fast code requests more and differs by a few percent). "
+             f"Draft lengths {menu}.")
     s.assume("In batches every sequence rides the same round. Time is counted in reads of the batch: the bf16 "
              "weights once and each sequence's KV once, at the step model's bandwidth. The verify pass costs one read "
              "up to the ridge R in tokens and 1/R of one a token past it (roofline-time); its KV read is shared by a "
@@ -322,11 +332,22 @@ def solve(p, s: Sheet) -> None:
              "move the figures (up to 3% at 16 sequences), and such batches are not drawn. The class lengths are "
              "the batch-1 ones, as built; the best single length is chosen for these batches, and so is each "
              "replica's length for its own batch.")
-    s.assume("Left out: the step's fixed overhead, paid once by a plain step and once by the verify (counted, it "
-             "would make a verify past the ridge relatively cheaper: leaving it out leans against speculation); the "
-             "TP all-reduces, whose per-token time grows with the verify's tokens (leaving them out leans towards "
-             "it); the drafter's own KV in the pool; and the draft tokens' attention to each other (γ keys "
-             "against S).")
+    m = p.model
+    t_read = (2 * model_params(m) + p.batch * p.context * 4 * m.layers * m.kv_heads * m.head_dim) / (
+        TP * DEFAULT_CONSTANTS.bandwidth * hbm_bandwidth(p.gpu))
+    t_token = 2 * m.layers * 2 * (TP - 1) / TP * m.hidden * 2 / (p.gpu.nvlink_gb_s * 1e9 / 2)
+    n_verify = x["batches"].verify_tokens(x["g_code"], x["g_chat"])
+    s.assume("Left out: the TP all-reduces, whose per-token time grows with the verify's tokens, and the step's "
+             "fixed overhead. Here the all-reduces carry each token in "
+             f"{format_number(t_token * 1e6, 3)} us: the class lengths' verify of {format_number(n_verify)} tokens "
+             f"would add {format_number(n_verify * t_token * 1e3, 3)} ms to a {format_number(t_read * 1e3, 3)} ms "
+             f"read of the batch, a plain step's {format_number(p.batch)} tokens "
+             f"{format_number(p.batch * t_token * 1e3, 3)} ms, and every pass pays "
+             f"{format_number(2 * m.layers * convention_value('all-reduce-latency-nvlink') / 1e3, 3)} ms of call "
+             "latency. Counted, verify tokens are never quite free (the "
+             "ridge becomes a knee) and speculation's figures fall, most where the verify is long against the read; "
+             "the overhead (2 ms a pass, the drafter's included) leans the other way. The drafter's own KV in the "
+             "pool and the draft tokens' attention to each other (γ keys against S) are left out too.")
     _batching(s, p, x)
     verify = format_number(b_.verify_tokens(g_code, g_chat))
     at, ridge, speed = format_number(p.context), format_number(x["R"], 4), format_number(s.value(S_rule), 3)
@@ -338,11 +359,13 @@ def solve(p, s: Sheet) -> None:
               "for code's draft.")
     # Near the boundary the key says what binds and no more: 'a modest change tips it' would announce the push.
     s.regime_by(S_rule, 1, boundary_label="no drafter", above=Side(
-        "faster", faster,
+        "faster", faster + " In production the length is set per batch (SmartSpec), or drafting is switched off "
+        "above a batch size: the push shows why.",
         "With more sequences of shorter context the verify's tokens grow with the batch faster than the ridge, "
         "which follows the batch's KV tokens (B·S), can rise: past it each round pays for them, and for code's "
         "long draft, in every sequence.", near=faster),
         below=Side(
-        "slower", slower,
+        "slower", slower + " An engine that sets the length per batch (SmartSpec), or switches drafting off above "
+        "a batch size, runs off or short here and drafts again when the batch shrinks.",
         "With fewer sequences, or longer contexts whose KV read lifts the ridge, the verify rides free again and "
         "the class lengths beat no drafter.", near=slower))

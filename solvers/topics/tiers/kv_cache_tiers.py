@@ -15,6 +15,7 @@ WARRANTY_DAYS = 1826  # a 5-year drive warranty: 5 × 365 days plus one leap day
 
 
 TOO_CLOSE = 0.1  # fetch within 10% of recompute: which side wins would turn on the step model's constants
+NEAR_TIE = 0.05  # two listed figures within the graded values' 5% tolerance: which is larger is not asked
 
 
 SECOND_HIT_SHARES = ((10, "admit a block to the SSD on its second hit, if 1 in 10 prefilled blocks gets one"),
@@ -46,32 +47,49 @@ def _design(s: Sheet, p, e, work, D, times, values, comm) -> None:
     s.judge("design", "keep an NVMe tier: its hits beat recomputing", s.compare(t_ssd, t_re) < 0,
             f"an NVMe fetch takes {s.text(t_ssd)} a token against {s.text(t_re)} to recompute it")
     v_H, v_D, v_S = values
-    s.judge("design", "the DRAM tier saves more per prompt token than the HBM tier", s.compare(v_D, v_H) > 0,
-            f"{s.text(v_D)} against {s.text(v_H)}: the hit rates weigh more than the fetch")
-    s.judge("design", "the NVMe tier saves more per prompt token than the DRAM tier", s.compare(v_S, v_D) > 0,
-            f"{s.text(v_S)} against {s.text(v_D)}")
+
+    def larger(a, b) -> bool | None:
+        """a > b, or None (not asked) where the two sit within the graded values' tolerance of each other."""
+        x, y = float(s.evaluate(a)), float(s.evaluate(b))
+        return None if abs(x - y) < NEAR_TIE * max(abs(x), abs(y)) else s.compare(a, b) > 0
+
+    near = ": within 5%, not asked"
+
+    def quicker(a, b) -> bool | None:
+        """a < b, or None (not asked) where the two times sit within the fetch's 3% tolerance of each other."""
+        x, y = float(s.evaluate(a)), float(s.evaluate(b))
+        return None if abs(x - y) < 0.03 * max(x, y) else s.compare(a, b) < 0
+
+    holds = larger(v_D, v_H)
+    s.judge("design", "the DRAM tier saves more per prompt token than the HBM tier", holds,
+            f"{s.text(v_D)} against {s.text(v_H)}" + (near if holds is None else
+                                                      ": the hit rates weigh more than the fetch"))
+    holds = larger(v_S, v_D)
+    s.judge("design", "the NVMe tier saves more per prompt token than the DRAM tier", holds,
+            f"{s.text(v_S)} against {s.text(v_D)}" + (near if holds is None else ""))
     # A tier that loses is bypassed: it saves nothing rather than costing.
-    s.judge("design", "the HBM tier saves more per prompt token than the DRAM and NVMe tiers together",
-            s.compare(v_H, v_D + max_of(v_S, 0)) > 0,
-            f"{s.text(v_H)} against {format_quantity(s.evaluate(v_D + max_of(v_S, 0)), 'us')}")
+    holds = larger(v_H, v_D + max_of(v_S, 0))
+    s.judge("design", "the HBM tier saves more per prompt token than the DRAM and NVMe tiers together", holds,
+            f"{s.text(v_H)} against {format_quantity(s.evaluate(v_D + max_of(v_S, 0)), 'us')}"
+            + (near if holds is None else ""))
     # An fp8 cache halves the fetch and, by matmul-precision, moves attention's recompute to the fp8 peak.
     _, P_fp8 = given_matmul_peaks(s, p.gpu, p.dtype, "fp8", attention_symbol="P_fp8")
     fp8_math = replace(e, P_att=P_fp8).math_time(2 * e.N * D, e.A * D**2 / 2)
     re_fp8 = (max_of(work.bytes / e.byte_rate, fp8_math) + comm) / D
     s.judge("design", "the NVMe tier would pay with an fp8 KV cache (half the bytes to fetch)",
-            s.compare(t_ssd / 2, re_fp8) < 0, f"half the bytes: {us(ssd / 2)} a token against "
+            quicker(t_ssd / 2, re_fp8), f"half the bytes: {us(ssd / 2)} a token against "
             f"{us(s.evaluate(re_fp8))} to recompute it, attention at the fp8 peak")
     s.judge("design", "the NVMe tier would still pay with drives at half the read rate",
-            s.compare(2 * t_ssd, t_re) < 0, f"the fetch doubles to {us(2 * ssd)} a token against {s.text(t_re)}")
+            quicker(2 * t_ssd, t_re), f"the fetch doubles to {us(2 * ssd)} a token against {s.text(t_re)}")
     faster = (max_of(work.bytes / e.byte_rate, work.math / 2) + comm) / D
     s.judge("design", "the NVMe tier would pay on a GPU with twice the tensor peak (same HBM, same drives)",
-            s.compare(t_ssd, faster) < 0,
+            quicker(t_ssd, faster),
             f"the recompute drops to {us(s.evaluate(faster))} a token; the fetch stays {s.text(t_ssd)}")
     # The same prefill at four times the prompt: the weights' share per token falls, attention's grows.
     D4 = 4 * D
     comm4 = all_reduce_terms(s, p.model, p.gpu, p.tp).of(D4)
     long = (max_of(work.bytes / e.byte_rate, e.math_time(2 * e.N * D4, e.A * D4**2 / 2)) + comm4) / D4
-    s.judge("design", "the NVMe tier would pay for prompts four times this long", s.compare(t_ssd, long) < 0,
+    s.judge("design", "the NVMe tier would pay for prompts four times this long", quicker(t_ssd, long),
             f"attention's share of the recompute grows with the prompt: {us(s.evaluate(long))} a token at "
             f"{format_number(4 * s.value(D))} tokens against {s.text(t_ssd)} to fetch")
     if all(s.judged("design").values()):

@@ -180,7 +180,31 @@ def test_admission_draws_fit_and_stay_in_context(variant):
 def test_admission_prompt_reads_well_at_zero_and_one(variant, catalog):
     for queued in (0, 1):
         say = stage_run(variant(f"coupled-slo-admission@default+queued={queued}"), catalog, 1).say
-        assert f"with {queued} waiting ahead of it" in say and "1 requests" not in say
+        assert f"with {queued} waiting ahead (FCFS)" in say and "1 requests" not in say
 
 
 test_admission_matches_plain_arithmetic = by_hand_test("coupled-slo-admission", range(15), admission_by_hand)
+
+def test_admission_reader7_words_say_what_the_keys_count(variant, catalog):
+    """Reader 7: "the most backlog a newcomer can sit behind" read as the tokens ahead (27,110 at the default), while
+    the key counts its own prompt (31,110); "its peers are replicas like this one" read as all as loaded, while the
+    key routes to an idle one; "every later arrival" overclaimed (one after the backlog drains pays nothing); the
+    prompt push did not say the waiting prompts change too. The words now say each."""
+    from solvers.interview import stage_run
+    solution = variant("coupled-slo-admission@default")
+    backlog, peers = stage_run(solution, catalog, 1).say, stage_run(solution, catalog, 2).say
+    assert "own included" in backlog and solution.expected["backlog_limit"] == pytest.approx(31_110)
+    assert "One peer has an empty queue" in peers and "queued behind it" in peers
+    assert "queued behind it" in solution.question.answer("added_delay").label
+    assert "later arrival" not in solution.sheet.regime.summary
+    pushes = [stage_run(variant(f"coupled-slo-admission@{seed}"), catalog, 3) for seed in range(40)]
+    moved = [p for p in pushes if p is not None and "prompt" in p.say and "alike" in p.say]
+    assert moved, "no prompt push said the waiting prompts move too"
+
+
+def test_admission_reader7_asks_what_the_streams_pay(variant):
+    """Reader 7: nobody asked what the decode streams pay while prompts prefill. Stage 1 grades their mean TPOT, the
+    mean step with a full chunk: 48.82 ms at the default against the 50 ms target (a decode-only step is 13.4 ms)."""
+    solution = variant("coupled-slo-admission@default")
+    assert "step_time" in solution.question.stages[0].ask
+    assert solution.expected["step_time"] == pytest.approx(0.048823, rel=1e-4)

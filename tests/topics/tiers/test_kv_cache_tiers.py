@@ -93,3 +93,32 @@ def test_the_opening_does_not_call_one_tp8_group_replicas(variant, catalog):
     solution = variant("kv-cache-tiers@default+tp=8")
     opening = " ".join(script(solution, catalog).stages[0].run.say.split())
     assert "replicas" not in opening and "node at TP 8." in opening
+
+
+def test_tiers_reader7_refuses_listed_comparisons_on_near_ties(variant):
+    """Reader 7 (@12012 A: 13.59 against 13.98 us, 2.8% apart; E: 14.09 against 13.59; @12011 D: 16.18 against 15.04):
+    a candidate who models the recompute slightly differently lands inside tolerance and flips the letter. Every
+    design option whose two figures (as its reason prints them) sit within the graded tolerance (5% for the tiers'
+    savings, 3% for a fetch against a recompute) is not asked; the rest are at least that far apart."""
+    import re
+
+    from solvers.engine import VariantError
+    unasked = 0
+    for seed in range(150):
+        try:
+            solution = variant(f"kv-cache-tiers@{seed}")
+        except VariantError:
+            continue
+        for option, holds in solution.sheet.results["design"].items():
+            why = solution.sheet.reasons["design"][option]
+            figures = [float(x.replace(",", "")) for x in re.findall(r"(-?[\d,]+(?:\.\d+)?) us", why)][:2]
+            if len(figures) < 2:
+                continue
+            a, b = figures
+            gap = abs(a - b) / max(abs(a), abs(b))
+            if holds is None:
+                unasked += "not asked" in why
+            else:
+                # the tolerance less the printed figures' rounding (4 significant figures)
+                assert gap >= (0.049 if "saves more" in option else 0.029), (seed, option, why)
+    assert unasked >= 3
