@@ -84,25 +84,28 @@ def _levers(s: Sheet, release: str, unbudgeted, headroom, G, X, F) -> None:
     get the process running?), a fitting process the risks (would it tip it over?); a tie fits."""
     half = sympy.Rational(1, 2)
     graphs, nccl, growth = "the CUDA graphs", "the NCCL communicators", "the reserved-but-unused growth"
-    cases = {
-        ("fixes", EAGER): _outside(s, release, graphs, G, -G, unbudgeted),
-        ("fixes", HALF_GRAPHS): _outside(s, release, graphs, G, -half * G, unbudgeted),
-        ("fixes", EXPANDABLE): _outside(s, release, growth, F, -F, unbudgeted),
-        ("fixes", HALF_NCCL): _outside(s, release, nccl, X, -half * X, unbudgeted),
-        ("risks", MORE_GRAPHS): _outside(s, release, graphs, G, G, unbudgeted),
-        ("risks", MORE_GROWTH): _outside(s, release, growth, F, F, unbudgeted),
-        ("risks", MORE_NCCL): _outside(s, release, nccl, X, X, unbudgeted),
+    fixes = {
+        EAGER: _outside(s, release, graphs, G, -G, unbudgeted),
+        HALF_GRAPHS: _outside(s, release, graphs, G, -half * G, unbudgeted),
+        EXPANDABLE: _outside(s, release, growth, F, -F, unbudgeted),
+        HALF_NCCL: _outside(s, release, nccl, X, -half * X, unbudgeted),
+    }
+    risks = {
+        MORE_GRAPHS: _outside(s, release, graphs, G, G, unbudgeted),
+        MORE_GROWTH: _outside(s, release, growth, F, F, unbudgeted),
+        MORE_NCCL: _outside(s, release, nccl, X, X, unbudgeted),
     }
     fits_now = s.compare(unbudgeted, headroom) <= 0
-    for (side, option), (need_after, because) in cases.items():
-        if (side == "fixes") == fits_now:  # listed as a distractor at most: it pushes the way the process already is
-            s.judge("levers", option, False, "it already fits: taking memory away flips nothing"
-                    if fits_now else "it already OOMs: adding memory flips nothing")
-            continue
+    # The levers that push the way the process already is flip nothing: listed as distractors at most.
+    flat, live = (fixes, risks) if fits_now else (risks, fixes)
+    for option in flat:
+        s.judge("levers", option, False, "it already fits: taking memory away flips nothing"
+                if fits_now else "it already OOMs: adding memory flips nothing")
+    for option, (need_after, because) in live.items():
         fits = s.compare(need_after, headroom) <= 0
         cost = (" (at a price: every decode step launches its kernels one by one, a slower TPOT, worst at small "
                 "batches)" if option == EAGER and fits else "")
-        s.judge("levers", option, fits != fits_now,
+        s.judge("levers", option, (not fits) if fits_now else fits,
                 f"{because}: {_gib(s, need_after)} to fit in {_gib(s, headroom)}, "
                 + ("fits" if fits else "over") + cost)
 
