@@ -36,13 +36,16 @@ MIN_BATCH = 16
 def _ledger_assumptions(s: Sheet) -> None:
     s.assume("A replica is one TP group. A prompt holds it for one prefill step of its own; an output token for "
              "1/B of a decode step at the batch the speed target allows (the cap the KV pool sets included). "
-             "Chunked prefill would mix the two in one step but spend the same replica-seconds on each.")
+             "Pricing the phases apart leans against mixed batching: chunked prefill mixed into memory-bound "
+             "decode steps can hide part of the prefill's math under the decode's reads (a step costs the longer "
+             "of the two, not their sum), less what the unoverlapped all-reduces and a step already at the speed "
+             "target claw back.")
     s.assume("Attention's FLOPs are counted per query-key pair (attention-flops): the prefill's grow with P²/2, a "
              "decode token's with its context. An fp8 KV cache, one of the levers, runs attention at the fp8 peak "
              "(matmul-precision).")
     s.assume("Requests arrive at the peak rate given; the fleet is sized for it at the utilisation ceiling, "
-             "which leaves the headroom queueing needs. Off-peak hours cost the same replicas unless the fleet "
-             "scales down, so dollars per request are those at the peak.")
+             "which leaves the headroom queueing needs. The dollars per request are the peak hour's, a lower bound "
+             "for the day: a fleet that does not scale down pays the same replicas for fewer requests off-peak.")
     s.assume("The GPU-hour price is an on-demand rental assumption (mid-2026: H100 SXM about $2-5, H200 about "
              "$2.5-7 a GPU-hour, as the references list); it scales every dollar figure and none of the "
              "replica-seconds.")
@@ -80,7 +83,7 @@ def _ledger_levers(s: Sheet, e, gpu, u, v, P_in, L_out, ar, pool, lam, n) -> Non
     fp8_attention = value(e.TP) * compute_efficiency("fp8") * matmul_peaks(gpu, "bf16", "fp8")[1]
     judge("an fp8 KV cache", "half the KV bytes per context, and attention at the fp8 peak: a larger decode batch "
           "at the same speed", KV=g["KV"] / 2, pool=g["pool"], fr_att=fp8_attention)
-    judge("a per-user speed target half as fast", "twice the step time: a larger batch shares each step",
+    judge("a batch tier at half the per-user speed", "twice the step time: a larger batch shares each step",
           v=g["v"] / 2)
     judge("a GPU with {faster_reads} the HBM bandwidth at the same peak and price",
           "faster reads: decode steps shorten, a compute-bound prefill does not",
@@ -88,8 +91,6 @@ def _ledger_levers(s: Sheet, e, gpu, u, v, P_in, L_out, ar, pool, lam, n) -> Non
     judge("a GPU with twice the tensor peak at the same bandwidth and price",
           "faster math: the prefill shortens, memory-bound decode steps do not", fr=2 * g["fr"],
           fr_att=2 * g["fr_att"])
-    judge("running replicas up to {crowded} busy", "less idle headroom paid per busy replica-second, bought with "
-          "queueing delay", u=s.value(s.param("ρ_max", "crowded")))
     judged = s.judged("levers")
     if len(set(judged.values())) == 1:
         raise Reject("every lever cuts the bill by a fifth, or none does: nothing to tell apart")
@@ -163,7 +164,9 @@ def solve(p, s: Sheet) -> None:
     cost_h = s.step("fleet_cost", "Fleet cost per hour", "C_h", n * e.TP * c_gpu, "$/h",
                     "replicas × GPUs each × price per GPU-hour")
     per_req = s.step("cost_per_request", "Dollars per request at the peak rate", "C_req", cost_h / lam, "$",
-                     "the fleet's cost per second over requests per second")
+                     "the fleet's cost per second over requests per second: the peak hour's, the day's cheapest")
+    s.step("cost_per_kreq", "Cost of a thousand requests at the peak", "C_1k", 1000 * per_req, "$",
+           "a thousand requests' share of the fleet's bill")
     mtok = s.given("M_tok", 1e6, "tokens", "tokens in a million")
     s.step("cost_per_mtok", "Dollars per million tokens (prompt and reply)", "C_Mtok",
            per_req * mtok / (P_in + L_out), "$", "the request's cost spread over all its tokens")
@@ -184,8 +187,9 @@ def solve(p, s: Sheet) -> None:
     s.slip("the bill split by token counts, not by replica-seconds", s.evaluate(P_in / (P_in + L_out)) / s.value(share),
            on="prompt_share")
     s.slip("busy replicas not divided by the utilisation ceiling",
-           s.evaluate(ceil_of(busy)) / s.value(n), on=("replicas", "cost_per_request"))
+           s.evaluate(ceil_of(busy)) / s.value(n), on=("replicas", "cost_per_kreq"))
     s.slip("an output token priced at a whole decode step", s.value(B), on="cost_ratio")
+    s.slip("the price without the ceiling's idle share", s.value(u), on="output_price")
     _ledger_levers(s, e, p.gpu, u, v, P_in, L_out, ar, pool, lam, n)
     _ledger_regime(s, mix, r, share, x)
 

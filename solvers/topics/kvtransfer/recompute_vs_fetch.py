@@ -25,12 +25,14 @@ from solvers.units import format_number, format_quantity
 
 TOO_CLOSE = 0.03  # a hit within 3% of break-even: which side wins would turn on the step model's constants
 
+# r7: "a hundredth of this bandwidth" mirrored the regime (true in every fetch-wins draw, false in every other) and
+# pre-answered the push that moves the bandwidth; "a single 16-token block" restated the break-even asked beside
+# it; "four times the tensor peak" is no real part. A remote store's fixed cost and fp8 matmuls replace them.
 SITUATIONS = (
-    "the KV coming from a tier with a hundredth of this bandwidth",
+    "the KV coming from a remote store that costs {remote_fixed} before a fetch's first byte",
     "an MHA model of the same size (as many KV heads as query heads)",
-    "a hit of a single 16-token block",
     "a hit ten times this long",
-    "a GPU with four times the tensor peak at the same efficiency",
+    "the recompute run with fp8 matmuls (twice the tensor peak, the same efficiency)",
     "an fp8 KV cache (half the bytes to fetch, attention at the fp8 peak)",
 )
 
@@ -66,22 +68,24 @@ def _situations(s: Sheet, p, costs: Costs, hit, fp8_attention) -> None:
         return s.compare(rec, fet) <= 0, (f"recompute {format_quantity(s.evaluate(rec), 'ms')} against fetch "
                                           f"{format_quantity(s.evaluate(fet), 'ms')}")
 
-    tier, mha, block, longer, fast, fp8 = SITUATIONS
+    remote, mha, longer, fast, fp8 = SITUATIONS
+    t_remote = s.param("t_remote", "remote_fixed")
     mha_why = (f"{format_number(s.evaluate(groups))}x the KV heads: {format_number(s.evaluate(groups))}x the bytes "
                "per token, the same FLOPs" if p.model.heads > p.model.kv_heads else "already MHA: nothing changes")
     fp8_why = ("half the bytes, and attention at the fp8 peak: fetching gets faster, and so does recomputing's "
                "attention" if fp8_attention is not None else
                f"half the bytes; the {p.gpu.name} has no fp8 tensor cores, so attention stays at bf16")
     cases = [
-        (tier, recompute_wins(Costs(c.m, c.w, c.c, c.a, 100 * c.f, c.t0)),
-         "a hundredth of the bandwidth: a hundred times the fetch per token"),
         (mha, recompute_wins(Costs(c.m, groups * c.w, c.c, c.a, groups * c.f, c.t0)), mha_why),
-        (block, recompute_wins(c, 16), "16 tokens carry the whole fixed cost of a fetch"),
-        (fast, recompute_wins(Costs(c.m / 4, c.w, c.c, c.a / 4, c.f, c.t0)),
-         "the math runs four times faster; the all-reduces and the link do not"),
+        (fast, recompute_wins(Costs(c.m / 2, c.w, c.c, c.a / 2, c.f, c.t0)),
+         "the math runs twice as fast; the all-reduces and the link do not"),
         (fp8, recompute_wins(Costs(c.m, c.w / 2, c.c, c.a if fp8_attention is None else fp8_attention, c.f / 2, c.t0)),
          fp8_why),
     ]
+    slower_store = s.compare(t_remote, c.t0) > 0  # a store that answers faster than this tier is no remote one
+    if slower_store:
+        cases.append((remote, recompute_wins(Costs(c.m, c.w, c.c, c.a, c.f, t_remote)),
+                      "only the fixed cost of the fetch moves"))
     if 10 * p.hit <= p.model.max_context:  # a longer hit than the model's context is no situation
         cases.append((longer, recompute_wins(c, 10 * hit), "the fixed cost is spread over ten times the tokens"))
     now, _ = recompute_wins(c)
@@ -92,6 +96,8 @@ def _situations(s: Sheet, p, costs: Costs, hit, fp8_attention) -> None:
         s.judge("situations", option, flipped, f"{why}; {times}: " + (
             ("recomputing" if not now else "fetching") + " becomes the faster" if flipped else
             ("recomputing" if now else "fetching") + " stays the faster"))
+    if not slower_store:
+        s.judge("situations", remote, None, f"this tier already takes {s.text(c.t0)} before its first byte")
     if 10 * p.hit > p.model.max_context:
         s.judge("situations", longer, None, f"ten times the hit is past {p.model.name}'s context")
 

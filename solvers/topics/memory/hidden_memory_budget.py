@@ -20,13 +20,17 @@ def _measured(release: str) -> dict[str, bool]:
     return {"the NCCL communicators": release == BEFORE_25359, "the CUDA graphs": release == FROM_V021}
 
 
-# The levers the last ask weighs, each alone: whether the process fits under load with it follows from the
+# The levers each side's push weighs, each alone: whether the process fits under load with it follows from the
 # variant's sizes (a lever that moves a consumer the budget already subtracts moves the KV cache, not the fit).
+# Where the push lands in an OOM, the fixes; where it lands fitting, what would tip it back (r7: one select for
+# both sides had every helpful lever true in a fitting draw and every harmful one false in an OOM).
 EAGER = "run eager, capturing no CUDA graphs"
-EXPANDABLE = "expandable segments in the allocator, so no fragmentation builds up"
-LOWER = "gpu_memory_utilization lowered by {util_step}"
-RAISE = "gpu_memory_utilization raised by {util_nudge}"
+HALF_GRAPHS = "capture half the CUDA graph sizes, halving the graphs' memory"
+EXPANDABLE = "expandable segments in the allocator, if they give back all the reserved-but-unused growth"
+HALF_NCCL = "half the NCCL buffer memory (a smaller NCCL_BUFFSIZE)"
 MORE_GRAPHS = "twice the CUDA graph memory (more capture sizes)"
+MORE_GROWTH = "twice the allocator's reserved-but-unused growth (burstier, longer contexts)"
+MORE_NCCL = "twice the NCCL buffer memory (a larger NCCL_BUFFSIZE)"
 
 
 # A draw whose unbudgeted memory sits this close to the headroom is a coin toss on the day (a few hundred MiB of
@@ -48,45 +52,62 @@ def _budget_regime(s: Sheet, release: str, headroom, unbudgeted, u) -> None:
         "fits",
         f"The {need} vLLM did not budget for fit in the {room} that gpu_memory_utilization = {util} leaves "
         "outside its budget: the deployment runs.",
-        "Raising gpu_memory_utilization for more KV blocks, capturing more CUDA graph sizes or a fragmenting "
+        "Raising gpu_memory_utilization for more KV blocks, capturing more CUDA graph sizes or a burstier "
         "workload eats that headroom; past it the process OOMs although weights plus KV cache still fit on paper.",
         near=f"The {need} vLLM did not budget for just fit in the {room} of headroom: a few hundred MiB more "
-             "graphs or fragmentation and the process OOMs under load."),
+             "graphs or allocator growth and the process OOMs under load."),
         above=Side(
         "oom",
         f"The {need} vLLM did not budget for overflow the {room} that gpu_memory_utilization = {util} leaves "
         "outside its budget: the process OOMs (at graph capture or under load) although weights plus KV cache fit.",
         f"To fit, {fixes}.",
         near=f"The {need} vLLM did not budget for overflow the {room} of headroom by a little: the OOM comes "
-             f"late, under load as fragmentation grows. To fit, {fixes}."))
+             f"late, under load as the allocator's reserved memory grows. To fit, {fixes}."))
 
 
 def _gib(s: Sheet, expr) -> str:
     return format_quantity(s.evaluate(expr), "GiB") if s.shown else ""
 
 
-def _levers(s: Sheet, release: str, M, u, step, nudge, unbudgeted, headroom, G, F) -> None:
-    """Which single lever leaves the process fitting under load (a tie fits), from this variant's sizes."""
-    graphs_outside = not _measured(release)["the CUDA graphs"]
-    cases = {
-        EAGER: (unbudgeted - G if graphs_outside else unbudgeted, headroom,
-                f"the {s.text(G)} of graphs " + ("leave the unbudgeted memory" if graphs_outside else
-                "were subtracted up front: dropping them grows the KV cache, the unbudgeted memory stays")),
-        EXPANDABLE: (unbudgeted - F, headroom, f"the {s.text(F)} of fragmentation leave the unbudgeted memory"),
-        LOWER: (unbudgeted, M * (1 - u + step), "the budget gives up that share of the GPU to the headroom"),
-        RAISE: (unbudgeted, M * (1 - u - nudge), "the budget takes that share of the GPU from the headroom"),
-        MORE_GRAPHS: (unbudgeted + G if graphs_outside else unbudgeted, headroom,
-                      f"another {s.text(G)} of graphs " + ("outside the budget" if graphs_outside else
-                      "in the estimate start-up subtracts: the KV cache shrinks, the fit is unchanged")),
+def _outside(s: Sheet, release: str, name: str, value, delta, unbudgeted) -> tuple[object, str]:
+    """The unbudgeted memory after one consumer changes by `delta`, and why: a consumer start-up subtracted moves
+    the KV cache instead."""
+    counted = _measured(release).get(name, False)
+    if counted:
+        return unbudgeted, (f"{name}, {s.text(value)}, counted up front in this release: the change moves the KV "
+                            "cache, the unbudgeted memory stays")
+    return unbudgeted + delta, f"{name}, {s.text(value)}, outside the budget"
+
+
+def _levers(s: Sheet, release: str, unbudgeted, headroom, G, X, F) -> None:
+    """Each lever alone, from this variant's sizes: whether it flips the outcome. An OOM lists the fixes (does it
+    get the process running?), a fitting process the risks (would it tip it over?); a tie fits."""
+    half = sympy.Rational(1, 2)
+    graphs, nccl, growth = "the CUDA graphs", "the NCCL communicators", "the reserved-but-unused growth"
+    fixes = {
+        EAGER: _outside(s, release, graphs, G, -G, unbudgeted),
+        HALF_GRAPHS: _outside(s, release, graphs, G, -half * G, unbudgeted),
+        EXPANDABLE: _outside(s, release, growth, F, -F, unbudgeted),
+        HALF_NCCL: _outside(s, release, nccl, X, -half * X, unbudgeted),
     }
-    for option, (need_after, room_after, because) in cases.items():
-        if option == RAISE and s.compare(u + nudge, 1) >= 0:
-            s.judge("levers", option, None, "the whole GPU or more: no utilisation to raise to")
-            continue
-        fits = s.compare(need_after, room_after) <= 0
-        s.judge("levers", option, fits,
-                f"{because}: {_gib(s, need_after)} to fit in {_gib(s, room_after)}, "
-                + ("fits" if fits else "still over"))
+    risks = {
+        MORE_GRAPHS: _outside(s, release, graphs, G, G, unbudgeted),
+        MORE_GROWTH: _outside(s, release, growth, F, F, unbudgeted),
+        MORE_NCCL: _outside(s, release, nccl, X, X, unbudgeted),
+    }
+    fits_now = s.compare(unbudgeted, headroom) <= 0
+    # The levers that push the way the process already is flip nothing: listed as distractors at most.
+    flat, live = (fixes, risks) if fits_now else (risks, fixes)
+    for option in flat:
+        s.judge("levers", option, False, "it already fits: taking memory away flips nothing"
+                if fits_now else "it already OOMs: adding memory flips nothing")
+    for option, (need_after, because) in live.items():
+        fits = s.compare(need_after, headroom) <= 0
+        cost = (" (at a price: every decode step launches its kernels one by one, a slower TPOT, worst at small "
+                "batches)" if option == EAGER and fits else "")
+        s.judge("levers", option, (not fits) if fits_now else fits,
+                f"{because}: {_gib(s, need_after)} to fit in {_gib(s, headroom)}, "
+                + ("fits" if fits else "over") + cost)
 
 
 def solve(p, s: Sheet) -> None:
@@ -122,7 +143,7 @@ def solve(p, s: Sheet) -> None:
                         "the snapshot's baseline"
                         + (" (runtime context and communicators, set up before the snapshot since PR #25359)"
                            if not measured["the NCCL communicators"] else " (the runtime context)")
-                        + ", fragmentation that builds up while serving"
+                        + ", the allocator's reserved-but-unused growth under load"
                         + ("" if measured["the CUDA graphs"] else
                            ", and the graphs, captured after the cache: only v0.21 estimates them"))
     if s.compare(unbudgeted, (1 - NEAR_TIE) * headroom) > 0 and s.compare(unbudgeted, (1 + NEAR_TIE) * headroom) < 0:
@@ -133,8 +154,7 @@ def solve(p, s: Sheet) -> None:
            "the full budget in use (KV cache allocated up front) plus everything outside it")
     s.step("max_util", "Highest gpu_memory_utilization that fits", "u_max", 1 - unbudgeted / M, "%",
            "leave exactly the unbudgeted memory outside the budget")
-    _levers(s, p.release, M, u, s.param("d_u", "util_step"), s.param("d_up", "util_nudge"), unbudgeted, headroom,
-            G, F)
+    _levers(s, p.release, unbudgeted, headroom, G, X, F)
 
     s.assume("Total memory is what the device reports, as vLLM reads it from the driver: for most GPUs a few "
              "percent more than the datasheet label. One GPU of the TP group stands for all of them.")
@@ -144,9 +164,15 @@ def solve(p, s: Sheet) -> None:
              "before the snapshot; v0.21 added the graphs' trial estimate (on by default, "
              "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 turns it off) and raised the default utilisation to 0.92. "
              "The estimate is taken as equal to the graphs' real pool.")
-    s.assume("Fragmentation builds up only while serving, so no start-up profile sees it; expandable segments "
-             "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) are taken to remove it, an upper bound on what "
-             "they save. Each lever is weighed alone, the rest of the variant as drawn.")
+    s.assume("The allocator's reserved-but-unused growth is what a load test sees past the pool the profile run "
+             "left: steady serving reuses most of that pool and the CUDA graphs keep a private one, so only the "
+             "growth beyond it is drawn. Expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) "
+             "give back most of it, not always all: the fix is weighed as if they gave back all, an upper bound, "
+             "and says so. Each lever is weighed alone, the rest of the variant as drawn.")
+    if p.weight_dtype == "fp8":
+        s.assume("fp8 weights are taken at 1 byte per parameter, an FP8-dynamic checkpoint of every layer; Meta's own "
+                 "FP8 Llama-3.1-405B keeps the embeddings, the LM head and attention in bf16, a few GB more over "
+                 "the group (about 0.5 GiB a GPU at TP 8 for the embeddings alone).")
     s.slip("only the CUDA graphs counted as unbudgeted", s.value(G) / s.value(unbudgeted), on="unbudgeted")
     s.slip("only the CUDA graphs counted as unbudgeted", on="max_util",
            factor=s.evaluate(1 - G / M) / s.evaluate(1 - unbudgeted / M))

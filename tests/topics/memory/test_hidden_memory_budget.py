@@ -21,34 +21,95 @@ def test_hidden_memory_default(variant):
 def test_hidden_memory_prints_the_figures_the_key_uses(variant):
     """Review bug: kv_memory (graded at 1%) used 70.55B parameters while the prompt said only '70B' (up to 22%
     off for other models); and 'a release before v0.21' took in releases that still measured the
-    communicators. The opening prints the parameter count and the memory the device reports, and names a
-    release by its version."""
+    communicators. The opening prints the parameter count and the memory the device reports; the release is
+    named, with what its start-up does, where it matters (test_hidden_memory_says_what_the_release_measures)."""
     prompt = variant("hidden-memory-budget@default").prompt
     assert "(70.55B, bf16)" in prompt and "81,559 MiB" in prompt
-    assert "vLLM v0.14 on" in prompt and "before v0.21" not in prompt
+    assert "before v0.21" not in prompt
 
 
-def _fits(p: dict, *, graphs: float, fragmentation: float, util: float) -> bool:
-    """The process under load, by vLLM's accounting, with one consumer or the budget changed."""
-    return _vllm_start_up({**p, "cuda_graphs": graphs, "fragmentation": fragmentation, "util": util})[1]
+def _fits(p: dict) -> bool:
+    """The process under load, by vLLM's accounting."""
+    return _vllm_start_up(p)[1]
+
+
+EAGER = "run eager, capturing no CUDA graphs"
+HALF_GRAPHS = "capture half the CUDA graph sizes, halving the graphs' memory"
+EXPANDABLE = "expandable segments in the allocator, if they give back all the reserved-but-unused growth"
+HALF_NCCL = "half the NCCL buffer memory (a smaller NCCL_BUFFSIZE)"
+MORE_GRAPHS = "twice the CUDA graph memory (more capture sizes)"
+MORE_GROWTH = "twice the allocator's reserved-but-unused growth (burstier, longer contexts)"
+MORE_NCCL = "twice the NCCL buffer memory (a larger NCCL_BUFFSIZE)"
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_hidden_memory_levers_follow_the_accounting(variant, seed):
-    """Review point: the old select (what start-up subtracts) followed the release string alone. Each lever is
-    now judged by solving vLLM's accounting again with that one change, so its truth turns on the sizes."""
+    """Each lever is judged by solving vLLM's accounting again with that one change: it holds where it flips the
+    outcome (an OOM to running, running to an OOM), so its truth turns on the sizes."""
     solution = variant(f"hidden-memory-budget@{seed}")
     p = param_values(solution)
     judged = solution.sheet.results["levers"]
-    g, f, u = p["cuda_graphs"], p["fragmentation"], p["util"]
-    assert judged["run eager, capturing no CUDA graphs"] == _fits(p, graphs=0, fragmentation=f, util=u)
-    assert judged["expandable segments in the allocator, so no fragmentation builds up"] == _fits(
-        p, graphs=g, fragmentation=0, util=u)
-    assert judged["gpu_memory_utilization lowered by {util_step}"] == _fits(p, graphs=g, fragmentation=f, util=u - 0.05)
-    assert judged["twice the CUDA graph memory (more capture sizes)"] == _fits(p, graphs=2 * g, fragmentation=f, util=u)
-    if u + 0.02 < 1:
-        assert judged["gpu_memory_utilization raised by {util_nudge}"] == _fits(p, graphs=g, fragmentation=f,
-                                                                                  util=u + 0.02)
+    fits = _fits(p)
+    changes = {EAGER: {"cuda_graphs": 0}, HALF_GRAPHS: {"cuda_graphs": p["cuda_graphs"] / 2},
+               EXPANDABLE: {"fragmentation": 0}, HALF_NCCL: {"nccl": p["nccl"] / 2},
+               MORE_GRAPHS: {"cuda_graphs": 2 * p["cuda_graphs"]},
+               MORE_GROWTH: {"fragmentation": 2 * p["fragmentation"]},
+               MORE_NCCL: {"nccl": 2 * p["nccl"]}}
+    for option, change in changes.items():
+        assert judged[option] == (_fits({**p, **change}) != fits), option
+
+
+def test_hidden_memory_levers_vary_on_each_side(variant, catalog):
+    """Reader 7: the old select had every helpful lever true in each fitting draw and every harmful one false in
+    each OOM draw. The levers are asked in the push, each side of it on its own side's levers: over the pushed
+    variants the fixes vary among OOMs and the risks among fitting ones."""
+    from solvers.interview import stage_run
+
+    seen: dict[tuple[str, str], set[bool]] = {}
+    for seed in range(40):
+        solution = variant(f"hidden-memory-budget@{seed}")
+        for index in (3, 4):
+            run = stage_run(solution, catalog, index)
+            if run is None:
+                continue
+            assert "levers" in run.ask
+            judged = run.solution.sheet.results["levers"]
+            side = (EAGER, HALF_GRAPHS, EXPANDABLE, HALF_NCCL) if run.regime == "oom" else (
+                MORE_GRAPHS, MORE_GROWTH, MORE_NCCL)
+            for option in side:
+                seen.setdefault((run.regime, option), set()).add(judged[option])
+    assert all(truths == {True, False} for truths in seen.values()), seen
+    assert len(seen) == 7
+    # The stage that decides the regime no longer lists levers whose truth that regime fixes.
+    assert "levers" not in variant("hidden-memory-budget@default").question.stages[2].ask
+
+
+def test_hidden_memory_says_what_the_release_measures(variant, catalog):
+    """Reader 7: the keys hinged on release trivia (which PR moved NCCL, which release estimates graphs). The
+    stage that asks them says what this release's start-up does."""
+    from solvers.interview import stage_run
+
+    for release, words in {"v0.10": "NCCL set up after the first memory snapshot; graphs not estimated",
+                           "v0.14": "NCCL set up before the first memory snapshot; graphs not estimated",
+                           "v0.21": "NCCL set up before the first memory snapshot; graphs estimated"}.items():
+        solution = variant(f"hidden-memory-budget@default+release={release}")
+        run = stage_run(solution, catalog, 2)
+        assert run is not None and words in run.say and "kv_memory" in run.ask
+    assert all("PR #" not in hint and "Which release" not in hint for stage in solution.question.stages
+               for hint in stage.hints)
+
+
+def test_hidden_memory_eager_says_its_price(variant):
+    """Reader 7: dropping the CUDA graphs was keyed as a free fix; where it fixes, its key says the launch price."""
+    solution = variant("hidden-memory-budget@default")  # an OOM that eager fixes
+    assert solution.sheet.results["levers"][EAGER] is True
+    assert "slower TPOT" in solution.sheet.reasons["levers"][EAGER]
+
+
+def test_hidden_memory_recall_names_the_other_consumers(variant):
+    """Reader 7: the recall list missed the custom all-reduce's buffers, backend workspaces and another process."""
+    checklist = " ".join(variant("hidden-memory-budget@default").question.answer("consumers").points)
+    assert all(word in checklist for word in ("custom all-reduce", "FlashInfer", "another process"))
 
 
 def test_hidden_memory_draws_have_something_at_stake(variant):
