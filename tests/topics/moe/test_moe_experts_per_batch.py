@@ -160,3 +160,15 @@ def test_experts_read_is_asked_at_the_openings_own_batch(variant):
     assert equal == 0
     default = variant("moe-experts-per-batch@default")
     assert default.expected["touched"] == pytest.approx(163.31, rel=1e-4)  # 32 sequences, as before
+
+
+def test_all_to_all_card_says_which_question_overlaps_it(variant):
+    """The card said the all-to-all is 'not overlapped', while b200-h100-roles overlaps it (two-batch overlap, as
+    SGLang and DeepSeek serve). It now names that question and why; this one stacks it, as the card says."""
+    from solvers.conventions import convention
+
+    card = " ".join(convention("moe-all-to-all").text.split())
+    assert "in every question but b200-h100-roles" in card and "two-batch overlap" in card
+    assert any("two-batch overlap" in a for a in variant("b200-h100-roles@default").sheet.assumptions)
+    ours = " ".join(variant("moe-experts-per-batch@default").sheet.assumptions)
+    assert "The all-to-all and the overhead come on top, not overlapped" in ours
