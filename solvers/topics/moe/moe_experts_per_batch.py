@@ -21,7 +21,7 @@ from solvers.formulas.common import (
 from solvers.formulas.kvcache import kv_bytes_per_token
 from solvers.formulas.moe import GATED_MATRICES, ep_all_to_all, moe_layers, parameter_count
 from solvers.formulas.steptime import given_step_bandwidth, given_step_overhead
-from solvers.sheetmath import floor_of, max_of, min_of, miss_power
+from solvers.sheetmath import floor_of, max_of, miss_power
 from solvers.units import format_number, format_quantity
 
 
@@ -201,11 +201,16 @@ def solve(p, s: Sheet) -> None:
     W_a = s.step("active_bytes", "Bytes of one token's active parameters", "W_act", N_a * b, "GB",
                  f"what 'active parameters' predicts a token reads (the config's shapes give "
                  f"{format_number(count.active / 1e9, 3)}B: the shared weights plus k of E experts per layer)")
-    phi = touched_share(s, "touched_share", r, B, "Share of a layer's experts the step reads", "φ",
+    # The opening's count is asked at its own small batch: at a serving batch of hundreds or thousands it is the
+    # expert count, a parameter, not a question.
+    B_0 = s.param("B_0", "first_batch")
+    phi_0 = touched_share(s, "touched_share_first", r, B_0, "Share of a layer's experts the opening's step reads",
+                          "φ_0", "an expert is skipped only if all B_0 tokens pick elsewhere: (1 − k/E)^B_0")
+    s.step("touched", "Experts read per MoE layer", "E_read", r.E * phi_0, "experts",
+           f"{format_number(p.first_batch)} tokens, one a sequence, pick "
+           f"{format_number(p.first_batch * model.experts_per_token)} slots, but many land on the same expert")
+    phi = touched_share(s, "touched_share", r, B, "Share of a layer's experts the serving step reads", "φ",
                         "an expert is skipped only if all B tokens pick elsewhere: (1 − k/E)^B")
-    s.step("touched", "Experts read per MoE layer", "E_read", r.E * phi, "experts",
-           f"{format_number(p.batch)} tokens, one a sequence, pick "
-           f"{format_number(p.batch * model.experts_per_token)} slots, but many land on the same expert")
     q = s.param("q", "read_share")
     share = format_quantity(p.read_share, "%")
     B95 = s.step("batch_95", f"Batch at which {share} of the experts are read", "B_95",
@@ -272,9 +277,10 @@ def solve(p, s: Sheet) -> None:
              "weights but, for MLA, hold every sequence's latent cache on every rank.) The all-to-all and the "
              "overhead come on top, not overlapped; the all-to-all runs DeepEP's low-latency (decode) kernels, "
              "every copy sent on its own (moe-dispatch-bytes's direct count).")
-    s.slip("experts counted as B·k, as if no two tokens shared one", s.evaluate(min_of(B * r.k, r.E) / (r.E * phi)),
-           on="touched")
-    s.slip("every expert read, whatever the batch", 1 / s.value(phi), on="touched")
+    if s.compare(B_0 * r.k, r.E) < 0:  # past E picks this slip is 'every expert read', the next one: said once
+        s.slip("experts counted as B·k, as if no two tokens shared one", s.evaluate(B_0 * r.k / (r.E * phi_0)),
+               on="touched")
+    s.slip("every expert read, whatever the batch", 1 / s.value(phi_0), on="touched")
     s.slip("only the active parameters read", s.evaluate(W_a / M), on="bytes_ratio")
     s.slip("bytes of every parameter", s.evaluate(W / M), on="bytes_ratio")
     s.slip("the crossover at datasheet peaks, without the step model's efficiencies",

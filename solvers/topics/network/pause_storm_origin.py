@@ -127,10 +127,13 @@ def solve(p, s: Sheet) -> None:
 
     s.assume(f"The counters are the fabric's full pause counts over the window; every port runs at "
              f"{s.text(R)} and every pause frame asks for {format_number(p.quanta)} "
-             "quanta and runs its full length (no early resume, no overlap). That makes frames × quanta an "
-             "upper bound: real switches and NICs refresh XOFF before the last pause expires (often at half "
-             "its length), so frames overlap, and an operator reads the paused time from the pause-duration "
-             "counters (mlx5 rx_prio*_pause_duration, the switch's pause-time counters) where they exist.")
+             "quanta and runs its full length: on this fabric XOFF is re-sent only as the last pause runs out "
+             "(the stage says so), with no early resume, so frames × quanta is the paused time and the origin's "
+             "frames are the storm's length. Many switches and NICs refresh XOFF sooner (often at half the "
+             "quanta), so frames overlap: the same counts then mean as little as half the time, the figures here "
+             "become upper bounds, and the NIC-timeout verdict can move for a storm counted between one and two "
+             "timeouts. An operator reads the paused time from the pause-duration counters (mlx5 "
+             "rx_prio*_pause_duration, the switch's pause-time counters) where they exist.")
     s.assume("The NICs' own PFC stall prevention was off on this fabric (the stage says so): a storm longer "
              "than the mlx5 default of 8 s could not have run with it on; the fixes ask what it would have done.")
     s.assume("The origin is read from the counters: a switch sends pauses upstream because one of its ports "

@@ -65,36 +65,79 @@ def test_cold_prefill_warm_share_by_bisection(variant, seed):
 
 
 # 8, 30 and the 65K prompt on H200s (seed 9103's draw when targets ran to 3 s): the ones the whole-math halving flipped
-FP8_CASE = "default+gpu=h200-sxm+prompt=65536+mfu=50+ttft=1.2"
+FP8_CASE = "default+gpu=h200-sxm+prompt=65536+mfu=50+ttft=1.2+rate=9"
+FP8_OPTION = "with fp8 weight GEMMs at {fp8_gain} the bf16 GEMMs' rate (attention still bf16), a cold prompt makes it"
+FP8_GAIN = 1.6  # twice the peak at a lower share of it (step-compute-fp8's 50% against 60%: 1.67x)
 
 
-@pytest.mark.parametrize("seed", [*range(20), 8, 30, FP8_CASE])
-def test_cold_prefill_fp8_halves_only_the_weight_gemms(variant, seed):
-    """fp8 GEMMs at twice the peak (and half the weight bytes): attention over the bf16 cache keeps the bf16 peak
-    (matmul-precision). The first key halved all the math and said a cold prompt makes it on the 65K H200 draw
-    (2.55 s against its 2.7 s target then; by hand 3.26 s)."""
-    solution = variant(f"cold-prefill-pools@{seed}")
+def fp8_cold_time(solution, gain):
     g = Replica(value_of(solution, "model"), value_of(solution, "gpu"), value_of(solution, "tp"))
     g.fr = value_of(solution, "tp") * value_of(solution, "mfu") * value_of(solution, "gpu").bf16_dense_tflops * 1e12
     T = value_of(solution, "prompt")
-    math_time = 2 * g.N * T / (2 * g.fr) + g.A * T**2 / 2 / g.fr
-    fp8 = max(g.weights / 2 / g.br, math_time) + g.ar0 + g.ar_tok * T + OVERHEAD
-    option = "with fp8 weight GEMMs at twice the peak (attention still bf16), a cold prompt makes it"
-    assert solution.sheet.results["facts"][option] == (
-        fp8 <= value_of(solution, "ttft") * (1 - value_of(solution, "queue_share")))
+    math_time = 2 * g.N * T / (gain * g.fr) + g.A * T**2 / 2 / g.fr
+    return max(g.weights / 2 / g.br, math_time) + g.ar0 + g.ar_tok * T + OVERHEAD
+
+
+@pytest.mark.parametrize("seed", [*range(20), 8, 30, FP8_CASE])
+def test_cold_prefill_fp8_speeds_only_the_weight_gemms(variant, seed):
+    """fp8 weight GEMMs at 1.6x the bf16 rate (and half the weight bytes): attention over the bf16 cache keeps the
+    bf16 peak (matmul-precision). The first key halved all the math and said a cold prompt makes it on the 65K H200
+    draw (2.55 s against its 2.7 s target then); by hand 3.555 s at 1.6x."""
+    solution = variant(f"cold-prefill-pools@{seed}")
+    assert value_of(solution, "fp8_gain") == FP8_GAIN
+    budget = value_of(solution, "ttft") * (1 - value_of(solution, "queue_share"))
+    assert solution.sheet.results["facts"][FP8_OPTION] == (fp8_cold_time(solution, FP8_GAIN) <= budget)
     if seed == FP8_CASE:
-        assert fp8 == pytest.approx(3.262, abs=5e-4) and "leaves 3.262 s" in solution.sheet.reasons["facts"][option]
+        assert fp8_cold_time(solution, FP8_GAIN) == pytest.approx(3.555, abs=5e-4)
+        assert "leave 3.555 s" in solution.sheet.reasons["facts"][FP8_OPTION]
+
+
+def test_cold_prefill_fp8_is_not_twice_bf16(variant):
+    """read7 #7: the option took fp8 GEMMs at twice the bf16 rate, which measured FP8 never reaches (TensorRT-LLM's
+    70B FP8 TTFT is 42% of the FP8 peak). At 1.6x some draws that twice made 'cold makes it' no longer do, and
+    the option's truth still varies over the draws."""
+    flipped, seen = 0, set()
+    for seed in SEEDS:
+        solution = variant(f"cold-prefill-pools@{seed}")
+        budget = value_of(solution, "ttft") * (1 - value_of(solution, "queue_share"))
+        holds = solution.sheet.results["facts"][FP8_OPTION]
+        seen.add(holds)
+        flipped += (fp8_cold_time(solution, 2) <= budget) and not holds
+    assert flipped > 0 and seen == {True, False}
+
+
+def pushed(solution, catalog):
+    runs = [stage_run(solution, catalog, i) for i, stage in enumerate(solution.question.stages) if stage.push]
+    return [run for run in runs if run is not None]
 
 
 def test_cold_prefill_push_shortens_the_prompt(variant, catalog):
     """From the warm side the agents trim their prompts to 8K and their turns to 1K: on the default's 8 x H100 a
-    cold prompt then fits, and the cache need serve none of it; the push for the other side is not asked."""
-    solution = variant("cold-prefill-pools@default")
-    runs = [stage_run(solution, catalog, i) for i, stage in enumerate(solution.question.stages) if stage.push]
-    asked = [run for run in runs if run is not None]
+    cold prompt then fits; the push for the other side is not asked."""
+    asked = pushed(variant("cold-prefill-pools@default"), catalog)
     assert len(asked) == 1 and set(asked[0].moved) == {"prompt", "appended"}
     assert asked[0].solution.expected["regime"] == "cold-fits"
-    assert asked[0].solution.expected["warm_needed"] == 0
+    assert asked[0].solution.expected["gpus_saved"] == 32
+
+
+def test_cold_prefill_trimmed_push_asks_the_gpus_saved_not_a_zero_warm_share(variant, catalog):
+    """read7 #4: the trimmed-prompt push graded the warm fraction, 0% wherever it crossed to cold-fits (and free
+    once 'cold-fits' was answered). It asks the prefill GPUs the cache still saves, TP x (cold - warm replicas),
+    zero in under a tenth of the pushed draws."""
+    stage = next(stage for stage in variant("cold-prefill-pools@default").question.stages
+                 if stage.push and stage.when == "warm-required")
+    assert "warm_needed" not in stage.ask and "gpus_saved" in stage.ask
+    zeros = pushes = 0
+    for seed in range(60):
+        solution = variant(f"cold-prefill-pools@{seed}")
+        if solution.sheet.results["regime"] != "warm-required":
+            continue
+        (run,) = pushed(solution, catalog)
+        results, tp = run.solution.sheet.results, value_of(run.solution, "tp")
+        assert results["gpus_saved"] == tp * (results["cold_prefill_replicas"] - results["prefill_replicas"])
+        pushes += 1
+        zeros += results["gpus_saved"] == 0
+    assert pushes >= 30 and zeros <= pushes / 10
 
 
 def test_cold_prefill_cache_and_handover_by_hand(variant):
@@ -109,6 +152,45 @@ def test_cold_prefill_cache_and_handover_by_hand(variant):
         model = value_of(solution, "model")
         kv_token = 2 * model.layers * model.kv_heads * model.head_dim * 2  # every KV head, bf16
         assert results["kv_transfer"] == pytest.approx(rate * T * kv_token, rel=1e-9)
+
+
+def test_cold_prefill_handover_is_judged_against_the_replicas_nics(variant):
+    """read7 #6: the pool's KV rate was a multiplication judged against nothing. Graded now: one prompt's KV over
+    its prefill replica's NICs (a 400 Gb/s ConnectX-7 a GPU), 26.84 ms at the default; judged: the share of the
+    replica's NIC time the pool's handovers take, over a tenth or not (13.4% at the default), varying by draw."""
+    option = "the KV handover keeps a prefill replica's NICs over a tenth busy"
+    seen = set()
+    for seed in ["default", *SEEDS]:
+        solution = variant(f"cold-prefill-pools@{seed}")
+        model, tp = value_of(solution, "model"), value_of(solution, "tp")
+        T, rate = value_of(solution, "prompt"), value_of(solution, "rate")
+        ship = T * 2 * model.layers * model.kv_heads * model.head_dim * 2 / (tp * 400e9 / 8)
+        results = solution.sheet.results
+        assert results["ship_time"] == pytest.approx(ship, rel=1e-9)
+        busy = rate * ship / results["prefill_replicas"]
+        assert results["facts"][option] == (busy > 0.1)
+        seen.add(busy > 0.1)
+        if seed == "default":
+            assert ship == pytest.approx(26.84e-3, rel=1e-3) and busy == pytest.approx(0.134, rel=1e-2)
+    assert seen == {True, False}
+
+
+def test_cold_prefill_rate_falls_with_the_prompt(variant):
+    """read7 #10: 43 requests/s of 64K prompts (2.8M prompt tokens/s) drew a fleet of hundreds of B200s. Draws keep
+    the prompt tokens a second at 600K or under, so the fleets stay in the tens of replicas."""
+    for seed in SEEDS:
+        solution = variant(f"cold-prefill-pools@{seed}")
+        assert value_of(solution, "rate") * value_of(solution, "prompt") <= 600_000
+        results = solution.sheet.results
+        assert results["prefill_replicas"] + results["decode_replicas"] < 100
+
+
+def test_cold_prefill_says_why_the_target_is_fixed_and_the_title_names_no_length(variant):
+    """read7 #8 and #5: the TTFT target does not scale with the prompt on purpose (an interactive agent loop), and
+    the assumptions say so; the title names no prompt length (it read '32K' on 16K and 64K draws)."""
+    solution = variant("cold-prefill-pools@default")
+    assert any("the same whatever the prompt's length" in line for line in solution.sheet.assumptions)
+    assert not any(ch.isdigit() for ch in solution.question.title)
 
 
 def test_cold_prefill_keeps_a_queueing_allowance_and_sizes_the_pool_at_the_sessions_hit_rate(variant):

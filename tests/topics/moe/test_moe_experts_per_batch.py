@@ -66,7 +66,7 @@ def test_experts_per_batch_matches_plain_arithmetic(variant, seed):
     routed = (model.layers - model.dense_layers) * E * 3 * model.hidden * model.expert_ffn * b
     phi = 1 - (1 - k / E) ** batch
     expected = solution.expected
-    assert expected["touched"] == pytest.approx(E * phi)
+    assert expected["touched"] == pytest.approx(E * (1 - (1 - k / E) ** p["first_batch"]))
     shared_bytes = model.params_b * 1e9 * b - routed
     assert expected["bytes_ratio"] == pytest.approx((shared_bytes + phi * routed) / (model.active_params_b * 1e9 * b))
     crossover = b * peak / (2 * bandwidth)
@@ -140,3 +140,35 @@ def test_a_user_moe_model_needs_the_expert_fields(tmp_path):
     assert "models.no-width.expert_ffn: missing (a MoE model needs it)" in problems
     assert "models.negative.dense_layers: must not be negative" in problems
     assert "fine" in catalog.collections["models"] and "no-width" not in catalog.collections["models"]
+
+
+def test_experts_read_is_asked_at_the_openings_own_batch(variant):
+    """read7 #3: the count was asked at the serving batch, 16 to 65,536 sequences, so in 141 of 200 draws it was
+    the expert count to within its 1% (256 = E at 11,000 sequences), and the '256 experts' slip showed twice.
+    The opening asks it at its own small step (at most 3.5·E/k sequences: about 97% read); the serving batch keeps
+    the regimes that need thousands. The two slips no longer coincide."""
+    equal = 0
+    for seed in range(60):
+        solution = variant(f"moe-experts-per-batch@{seed}")
+        p = param_values(solution)
+        E, k = p["model"].experts, p["model"].experts_per_token
+        assert 4 * p["first_batch"] * k >= E and 2 * p["first_batch"] * k <= 7 * E
+        touched = solution.expected["touched"]
+        equal += abs(touched / E - 1) < 0.01
+        figures = [round(slip.factor * touched, 6) for slip in solution.sheet.slips.get("touched", [])]
+        assert len(figures) == len(set(figures))
+    assert equal == 0
+    default = variant("moe-experts-per-batch@default")
+    assert default.expected["touched"] == pytest.approx(163.31, rel=1e-4)  # 32 sequences, as before
+
+
+def test_all_to_all_card_says_which_question_overlaps_it(variant):
+    """The card said the all-to-all is 'not overlapped', while b200-h100-roles overlaps it (two-batch overlap, as
+    SGLang and DeepSeek serve). It now names that question and why; this one stacks it, as the card says."""
+    from solvers.conventions import convention
+
+    card = " ".join(convention("moe-all-to-all").text.split())
+    assert "in every question but b200-h100-roles" in card and "two-batch overlap" in card
+    assert any("two-batch overlap" in a for a in variant("b200-h100-roles@default").sheet.assumptions)
+    ours = " ".join(variant("moe-experts-per-batch@default").sheet.assumptions)
+    assert "The all-to-all and the overhead come on top, not overlapped" in ours
