@@ -362,7 +362,9 @@ def cpu_seconds(argv: list[str], runs: int = CPU_RUNS, warm: bool = True) -> flo
 def command_line() -> dict[str, tuple[float, float]]:
     """(command, anchor) CPU seconds: `solve` against importing what it needs, `list` against yaml."""
     py = sys.executable
-    cli = [py, "-m", "tui.cli"]
+    # The command as a user runs it: the console script pip installed (`python -m` would add runpy's import).
+    script = Path(py).with_name("infradrill")
+    cli = [str(script)] if script.exists() else [py, "-m", "tui.cli"]
     return {
         "solve": (cpu_seconds(cli + ["solve", "kv-bytes-per-token", "--default", "--json"]),
                   cpu_seconds([py, "-c", "import sympy, numpy, yaml"])),
