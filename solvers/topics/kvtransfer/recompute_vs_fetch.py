@@ -195,7 +195,11 @@ def solve(p, s: Sheet) -> None:
              "thousands, dwarf any GPU's ridge, so the KV the recompute writes (in the max) is never what it waits "
              "on. A pass of a few tokens alone would wait on the weight read, and recomputing them be nearly free.")
     s.assume("Every GPU of the TP group fetches its own share of the KV over a link of the bandwidth given, all in "
-             "parallel; the fixed cost is paid once per hit, and the fetched KV is in the serving dtype (bf16).")
+             "parallel, and the fetched KV is in the serving dtype (bf16). The fixed cost is paid once per hit, "
+             "before the first byte (the stage says one fetch per hit): real stores (LMCache's chunks, Mooncake's "
+             "and NIXL's per-layer or per-chunk transfers) issue many requests, and only where they are pipelined "
+             "does the latency stay one; a store that waits on each in turn pays it once a chunk, which lengthens "
+             "a long hit's fetch and moves the break-even out.")
     s.assume("FLOPs: 2 per active parameter per token, plus the attention-flops card's 4·d_h per query head per "
              "layer for each query-key pair of the prefix.")
     if p.tp > 1:

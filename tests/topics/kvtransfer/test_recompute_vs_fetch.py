@@ -178,3 +178,30 @@ def test_no_change_restates_the_regime_or_the_break_even(variant, catalog):
                    "an MHA model of the same size (as many KV heads as query heads)",
                    "the recompute run with fp8 matmuls (twice the tensor peak, the same efficiency)"):
         assert seen[("fetch-wins", option)] == {True, False}, option
+
+
+def test_the_recall_names_what_real_engines_recompute(variant):
+    """Read7 finding 6: the recall's 'yet real caches still recompute' had no real case to tick. It now names
+    vLLM's recompute preemption and CacheBlend's partial recompute of reused non-prefix chunks."""
+    points = " ".join(variant("recompute-vs-fetch@default").question.answer("loses_list").points)
+    assert "vLLM" in points and "preempts" in points and "CacheBlend" in points
+
+
+def test_the_short_suffix_case_is_said(variant):
+    """Read7 finding 5: the recompute is priced at compute-bound rates, which a prefill of a few new tokens is
+    not. The hit's stage now says the prompt behind it keeps the prefill compute-bound, and the recall names the
+    short-suffix case, where recomputing a short hit rides nearly free on the weight read."""
+    solution = variant("recompute-vs-fetch@default")
+    hit_stage = next(stage for stage in solution.question.stages if "recompute_time" in stage.ask)
+    assert "compute-bound" in hit_stage.say
+    assert any("short new suffix" in point for point in solution.question.answer("loses_list").points)
+
+
+def test_the_fixed_cost_is_one_per_hit_and_said_so(variant):
+    """Read7 finding 8: the fixed cost was modelled once a hit without saying so, while real stores (LMCache,
+    Mooncake, NIXL) issue a transfer a chunk or a layer. The opening now says one fetch a hit, and the
+    assumption says what a store that pays it a chunk does to the answer."""
+    solution = variant("recompute-vs-fetch@default")
+    assert "one fetch a hit" in solution.question.stages[0].say
+    assumption = next(text for text in solution.sheet.assumptions if "fixed cost is paid once per hit" in text)
+    assert all(word in assumption for word in ("LMCache", "Mooncake", "NIXL", "once a chunk"))
