@@ -71,10 +71,14 @@ def _two_cta_pace(s: Sheet, demand: sympy.Expr, one: sympy.Expr, limit: sympy.Ex
     one_bound = s.compare(one, limit) >= 0
     if bound:
         why = (f"{shown} B a clock per SM, at or past shared memory's {cap}: halving B's share is not enough, since "
-               "A's rows, read against so few columns, are most of the bytes; shared memory still sets the pace")
+               "A's rows, read against so few columns, are most of the bytes; shared memory still sets the pace. "
+               "To fill the SMs, keep the wide tile and split K instead (split-K or stream-K, at the cost of "
+               "reducing partial tiles), or accept a partly empty last wave")
     elif one_bound:
         why = (f"{shown} B a clock per SM, under shared memory's {cap}: splitting B over the pair rescues a tile the "
-               "1-SM form leaves to shared memory; the tensor cores set the pace")
+               "1-SM form leaves to shared memory; the tensor cores set the pace. The pair's tile is 256 rows, "
+               "though: where M is small that wastes rows, and keeping the wide 1-SM tile with split-K or "
+               "stream-K is the other way to fill the SMs")
     else:
         why = (f"{shown} B a clock per SM, under shared memory's {cap}, with more to spare than the 1-SM form: "
                "tensor-bound")
@@ -114,7 +118,8 @@ def solve(p, s: Sheet) -> None:
     flops = s.step("", "FLOPs per k-slice, one SM", "F_k", 2 * M * N * K, "", "a multiply-add per output and k")
     rate = _PER_CLOCK[p.dtype]
     F_h = s.given("F_H", getattr(hopper, rate), "", f"{hopper.name} {p.dtype} FLOP per clock per SM")
-    F_b = s.given("F_B", getattr(blackwell, rate), "", f"{blackwell.name} {p.dtype} FLOP per clock per SM")
+    F_b = s.given("F_B", getattr(blackwell, rate), "",
+                  f"{blackwell.name} {p.dtype} FLOP per clock per SM (unpublished: twice Hopper's, at a derived clock)")
     S = s.given("S_smem", hopper.smem_bytes_per_clk_sm, "", "shared-memory bytes per clock per SM (32 banks × 4 B)")
     demand = {name: s.step(key, title, sym, expr * F / flops, "", "operand bytes over the clocks the MMAs take")
               for name, key, title, sym, expr, F in (
@@ -141,17 +146,24 @@ def solve(p, s: Sheet) -> None:
                             floor_of(smem / stage_one), "", "the ring the producer runs ahead in"),
               "two": s.step("stages_two", "2-CTA: k-slice stages shared memory holds", "n_2",
                             floor_of(smem / stage_two), "", "half of B a stage leaves room for more")}
-    s.step("loop_saving", "Shared-memory operand reads per SM the 2-CTA form saves over the K loop", "ΔQ",
-           (one - two) * K_total / K, "MiB", "half of B a k-slice (its TMA loads too), over K / K_s k-slices")
+    s.step("loop_saving", "2-CTA: B bytes each SM is spared over the K loop", "ΔQ",
+           (one - two) * K_total / K, "MiB",
+           "half of B a k-slice, over K / K_s k-slices: each SM loads (TMA) and feeds that much less")
     _tile_judgements(s, demand=demand, stages=stages, limit=S, deep=s.param("n_deep", "deep"))
     s.assume("Hopper: a cooperative CTA with two consumer warpgroups splits the tile along M; each issues "
              "64-row WGMMAs with A and B from shared memory. Blackwell: tcgen05.mma, 128 rows per SM, the "
              "accumulator in TMEM; the 2-CTA form (cta_group::2) computes a 256-row pair tile from each SM's "
              "own A rows and half of B.")
-    s.assume("Hopper's register figures are what holding the tile would take, not a kernel one would build: "
-             "CUTLASS's cooperative kernel gives each consumer thread 232 registers, so an accumulator near that "
-             "(or past it) leaves nothing for addresses and the epilogue and would spill. That limit is the one "
-             "TMEM lifts.")
+    s.assume("Hopper's register figures are what holding the tile takes. CUTLASS's cooperative kernel gives each "
+             "consumer thread 232 registers: its standard 128 × 256 tile (128 accumulator registers a thread) "
+             "builds, but an accumulator much past that leaves too little for addresses and the epilogue and "
+             "spills. That limit is the one TMEM lifts.")
+    peak = blackwell.bf16_dense_tflops if p.dtype == "bf16" else blackwell.fp8_dense_tflops
+    s.assume(f"NVIDIA publishes no FLOP per clock per SM for {blackwell.name}, nor the clock its peaks assume: "
+             f"{format_number(getattr(blackwell, rate))} is twice Hopper's {format_number(getattr(hopper, rate))}, "
+             f"what {blackwell.sms} SMs need to give the datasheet's {format_number(peak)} TFLOP/s dense {p.dtype} "
+             f"at {format_number(blackwell.tensor_clock_ghz, 4)} GHz (derived). The paces turn on that 2× ratio "
+             "to Hopper per SM and clock: a slower rate per clock would ask shared memory for less.")
     s.assume("128 B of each operand row per k-slice (64 bf16 or 128 fp8 elements: fp8 doubles the elements and "
              "the FLOP rate alike, so bytes per clock do not change). Only the tensor cores' operand reads are "
              "counted; the TMA writes into shared memory and the epilogue come on top, so a tie with shared "
@@ -161,5 +173,7 @@ def solve(p, s: Sheet) -> None:
     s.slip("B counted once on Hopper (the second warpgroup's read forgotten)", on="hopper_bytes",
            factor=s.value(one) / s.value(hop))
     s.slip("2-CTA: B counted whole on each SM", on="two_cta_demand", factor=s.value(one) / s.value(two))
+    s.slip("the whole of B counted as spared, or the pair's saving (each SM still feeds half)", on="loop_saving",
+           factor=2)
     _regime(s, demand["one"], S)
     _two_cta_pace(s, demand["two"], demand["one"], S)

@@ -13,32 +13,43 @@ from solvers.sheetmath import ceil_of, floor_of
 from solvers.units import format_quantity
 
 
-def _admission_remedies(s: Sheet, Q, Q_max, Q_more, Q_half, L_p, T_f, t_held, t_queue_solo) -> None:
-    """Where the new request makes its first token in time, and how much room this replica has left. Whether it
-    makes it here now is the verdict itself, graded as the regime, so it is no option."""
-    target = s.text(T_f)
+def _admission_remedies(s: Sheet, Q, Q_max, Q_more, Q_less, Q_half, Q_twice, q, ttft, T_f, t_held) -> None:
+    """How near the line the verdict is, and what holding the request would do. Whether it makes it here (and on
+    the idle peer) is the verdict itself, graded as the regime, so no option restates it: each option reads the
+    side the verdict fell on (one prompt more when admitted, fewer when routed; the target halved when admitted,
+    doubled when routed) and is listed in every draw. The two never hold together (a verdict within one prompt
+    of the line is not robust to halving or doubling the target), and the one declared fact always holds, so a
+    listing always has an option that holds and one that fails."""
     key = "remedies"
-    # The replica's room: asked only where it can go either way (admitted: it may or may not have room to lose).
     admitted = s.compare(Q, Q_max) <= 0
-    s.judge(key, "one more prompt waiting ahead of it would make it miss here",
-            s.compare(Q_more, Q_max) > 0 if admitted else None,
-            f"one more waiting prompt makes the backlog {s.text(Q_more)}, against the {s.text(Q_max)} this "
-            f"replica prefills within {target}" if admitted else "it misses here already: no room to lose")
-    s.judge(key, "under half the TTFT target it would still make it here",
-            s.compare(Q, Q_half) <= 0 if admitted else None,
-            f"half the target holds {s.text(Q_half)} of backlog, against its {s.text(Q)}" if admitted else
-            "it misses the whole target here already")
-    held = s.compare(t_held, T_f) <= 0
-    s.judge(key, "held outside the engine until the backlog drains, it makes it", held,
-            f"its TTFT clock runs while it waits: the waiting prompts drain, then its own chunks run, "
-            f"{s.text(t_held)} in all, {'within' if held else 'past'} {target}")
-    s.judge(key, "on an idle peer (same decode batch, empty queue) it makes it", s.compare(L_p, Q_max) <= 0,
-            f"with no queue ahead its prompt of {s.text(L_p)} against the {tokens_text(s, Q_max)}-token "
-            "limit decides")
-    solo = s.compare(t_queue_solo, T_f) <= 0
-    s.judge(key, "on a prefill-only replica of the same GPUs, behind as many waiting prompts, it makes it", solo,
-            f"each prompt there is one step with no decode batch beside it: the waiting ones and its own take "
-            f"{s.text(t_queue_solo)}, {'within' if solo else 'past'} {target}")
+    limit = f"the {s.text(Q_max)} this replica prefills within {s.text(T_f)}"
+    later = s.compare(t_held, ttft) > 0
+    s.judge(key, "held outside the engine until the backlog drains, its first token comes no sooner",
+            s.compare(t_held, ttft) >= 0,
+            f"its TTFT clock runs from arrival wherever it waits: the drain, then its own chunks, take "
+            f"{s.text(t_held)}, " + ("a step later than admitted now: held, it cannot share a step with the "
+                                     "backlog's last prompt" if later else "the same whole steps as admitted now"),
+            fact=True)
+    if admitted:
+        flips = s.compare(Q_more, Q_max) > 0
+        near = (f"admitted with {s.text(Q)} of backlog: one more waiting prompt makes {s.text(Q_more)}, "
+                f"{'past' if flips else 'within'} {limit}")
+        stands = s.compare(Q, Q_half) <= 0
+        robust = (f"a longer target cannot turn a make into a miss; half the target holds {s.text(Q_half)} of "
+                  f"backlog, against its {s.text(Q)}")
+    elif s.compare(q, 1) >= 0:
+        flips = s.compare(Q_less, Q_max) <= 0
+        near = (f"routed with {s.text(Q)} of backlog: one fewer waiting prompt leaves {s.text(Q_less)}, "
+                f"{'within' if flips else 'past'} {limit}")
+    else:
+        flips = False
+        near = f"nothing waits ahead of it, and its own prompt of {s.text(Q)} is past {limit}"
+    if not admitted:
+        stands = s.compare(Q, Q_twice) > 0
+        robust = (f"a shorter target cannot turn a miss into a make; twice the target holds {s.text(Q_twice)} of "
+                  f"backlog, against its {s.text(Q)}")
+    s.judge(key, "the verdict is one waiting prompt from flipping (one more ahead, or one fewer)", flips, near)
+    s.judge(key, "the verdict would stand with the TTFT target halved, and with it doubled", stands, robust)
 
 
 def _admission_regime(s: Sheet, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay) -> None:
@@ -106,9 +117,6 @@ def solve(p, s: Sheet) -> None:
                    "its prompt occupies the chunks of the steps it takes, ahead of every request queued behind it "
                    "(one that arrives after the backlog drains pays nothing)")
     t_solo = solo_prefill(s, e, p, L_p, T_f)
-    t_queue_solo = s.step("ttft_prefill_only", "TTFT on a prefill-only replica behind as many waiting prompts",
-                          "TTFT_p", (q + 1) * t_solo, "s",
-                          "one whole-prompt step for each waiting prompt, then its own")
     Q_more = s.step("backlog_more", "Backlog behind one more waiting prompt", "Q_+", Q + L_p, "tokens",
                     "the room this replica has left: one more prompt ahead of the new one")
 
@@ -140,7 +148,11 @@ def solve(p, s: Sheet) -> None:
            factor=s.evaluate(floor_of(tau / t_mix)) / s.value(n_max))
 
     Q_half = s.step("backlog_limit_half", "Largest backlog within half the TTFT target", "Q_½",
-                    floor_of(T_f / 2 / t_mix) * c_max, "tokens", "the same rule at half the target: the room it has")
-    _admission_remedies(s, Q, Q_max, Q_more, Q_half, L_p, T_f, t_held, t_queue_solo)
+                    floor_of(T_f / 2 / t_mix) * c_max, "tokens", "the same rule at half the target")
+    Q_twice = s.step("backlog_limit_twice", "Largest backlog within twice the TTFT target", "Q_2",
+                     floor_of(2 * T_f / t_mix) * c_max, "tokens", "the same rule at twice the target")
+    Q_less = s.step("backlog_less", "Backlog behind one fewer waiting prompt", "Q_-", Q - L_p, "tokens",
+                    "one prompt fewer ahead of the new one")
+    _admission_remedies(s, Q, Q_max, Q_more, Q_less, Q_half, Q_twice, q, ttft, T_f, t_held)
     _admission_regime(s, Q, Q_max, L_p, ttft, T_f, c_max, t_mix, n_max, t_solo, delay)
 

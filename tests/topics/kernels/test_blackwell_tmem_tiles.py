@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from solvers.interview import stage_run
 from tests.by_hand import param_values
 
 
@@ -111,12 +112,61 @@ def test_two_cta_pace_has_its_own_line(variant, n):
     assert r["two_cta_regime"] == ("smem-bound" if n <= 80 else "tensor-bound")
 
 
-def test_tmem_every_stage_asking_the_pace_says_how_a_tie_goes(variant):
+def test_tmem_the_tie_rule_is_said_where_a_tie_can_be_drawn(variant, catalog):
     """r1 (@7301): the push halved N = 240 to 128, where the 1-SM MMAs read exactly shared memory's 128 B a
-    clock; the tie rule sat only in a hint. Every stage that asks the regime now says it in its words (no push lands
-    there now, but a drawn N = 128 does), and the tie itself keys smem-bound."""
+    clock; the tie rule sat only in a hint. Reader 7 (finding 4): said again in every push it read as a worksheet.
+    The stage that can draw N = 128 says it; no push lands within the answer's tolerance of the line (widening
+    gives 160-256, narrowing 64-112), so the pushes ask in plain words, and the tie itself keys smem-bound."""
     solution = variant("blackwell-tmem-tiles@7301")
     asking = [stage for stage in solution.question.stages if "regime" in stage.ask]
-    assert len(asking) == 3 and all("a tie" in stage.say and "shared memory" in stage.say for stage in asking)
+    assert len(asking) == 3
+    assert "a tie goes to shared memory" in asking[0].say
+    assert all("tie" not in stage.say for stage in asking[1:])
+    for n in range(64, 257, 16):
+        pushed = stage_run(variant(f"blackwell-tmem-tiles@default+tile_n={n}"), catalog, 3)
+        if pushed is None:
+            pushed = stage_run(variant(f"blackwell-tmem-tiles@default+tile_n={n}"), catalog, 4)
+        demand = pushed.solution.expected["one_sm_demand"]
+        assert abs(demand / 128 - 1) > 0.05 and "tie" not in pushed.say, (n, demand)
     tied = variant("blackwell-tmem-tiles@7301+tile_n=128").sheet.results
     assert tied["one_sm_demand"] == 128 and tied["regime"] == "smem-bound"
+
+
+@pytest.mark.parametrize("n,k,dtype",
+                         [(256, 7168, "bf16"), (96, 4096, "bf16"), (256, 18432, "fp8"), (176, 2048, "fp8")])
+def test_tmem_reader7_k_feeds_a_graded_answer(variant, n, k, dtype):
+    """Reader 7 (finding 6): K was drawn and printed but fed only an unasked step. Stage 3 now grades what the 2-CTA
+    form spares each SM over the K loop: half of B, N/2 columns × K × the element's bytes (1.75 MiB at the
+    default), so K moves a graded answer."""
+    solution = variant(f"blackwell-tmem-tiles@default+tile_n={n}+k={k}+dtype={dtype}")
+    elem = 2 if dtype == "bf16" else 1
+    assert solution.expected["loop_saving"] == pytest.approx(n // 2 * k * elem)
+    assert "loop_saving" in solution.question.stages[2].ask and "{k}" in solution.question.stages[2].say
+
+
+def test_tmem_reader7_b200_rate_is_said_to_be_unpublished(variant):
+    """Reader 7 (finding 5): B200's 8,192 / 16,384 FLOP a clock a SM come from a clock NVIDIA does not publish. The
+    Given row says so, and an assumption derives it from published figures (148 SMs, the datasheet's dense peak)
+    and says the paces turn on the 2x ratio to Hopper."""
+    for dtype, peak in (("bf16", "2,250"), ("fp8", "4,500")):
+        sheet = variant(f"blackwell-tmem-tiles@default+dtype={dtype}").sheet
+        assert "unpublished" in next(g for g in sheet.givens if g.symbol == "F_B").label
+        (said,) = [a for a in sheet.assumptions if "publishes no FLOP per clock" in a]
+        assert peak in said and "148 SMs" in said and "2× ratio" in said
+
+
+def test_tmem_reader7_words(variant, catalog):
+    """Reader 7 (findings 4, 7, 3): stage 1 asked four things in worksheet shorthand ("what must shared memory feed
+    ..., and how much a clock?"); the assumption called CUTLASS's standard 128 x 256 cooperative tile "not a kernel
+    one would build"; the recall list did not credit tcgen05.ld; a strong candidate names split-K or stream-K as
+    the other way to fill the SMs than a narrow tile, and the 2-CTA pair tile's 256 rows cost small-M GEMMs."""
+    solution = variant("blackwell-tmem-tiles@default")
+    opening = stage_run(solution, catalog, 0).say
+    assert "how much a clock" not in opening and "how many registers a thread" in opening
+    assert not any("not a kernel one would build" in a for a in solution.sheet.assumptions)
+    assert any("standard 128 × 256 tile" in a for a in solution.sheet.assumptions)
+    assert any("tcgen05.ld" in item for item in solution.question.answer("blackwell_list").points)
+    for n, verdict in ((96, "tensor-bound"), (80, "smem-bound")):
+        narrowed = variant(f"blackwell-tmem-tiles@default+tile_n={n}")
+        assert narrowed.expected["two_cta_regime"] == verdict
+        assert "split-K" in narrowed.sheet.choice_whys["two_cta_regime"]
