@@ -30,7 +30,7 @@ def _specialization_judgements(s: Sheet, p, *, acc: sympy.Expr, budget: sympy.Ex
     more = p.consumers + 1
     even_more = 8 * (65536 // (WARPGROUP_THREADS * (more + 1)) // 8)
     need_more = m * n / (WARPGROUP_THREADS * more) + reserve
-    s.judge(key, "one more consumer warpgroup on this tile would bring each consumer within its even split",
+    s.judge(key, "with one more consumer warpgroup on this tile, each consumer would fit its even split",
             s.compare(need_more, even_more) <= 0,
             f"{more} consumers: {format_number(s.evaluate(need_more))} registers needed against an even split of "
             f"{even_more} (the file over {more + 1} warpgroups)")

@@ -120,7 +120,7 @@ def test_tma_select_is_not_answered_earlier(bank, variant):
     assert sum(seen == {True, False} for seen in truths.values()) == len(pool) - 1
     r = variant("tma-warp-specialization@default").sheet.results["pipeline_facts"]
     # 256 × 128 over three consumers: 85.3 + 48 = 133.3 against an even split of 128.
-    assert r["one more consumer warpgroup on this tile would bring each consumer within its even split"] is False
+    assert r["with one more consumer warpgroup on this tile, each consumer would fit its even split"] is False
     # A producer at 24: 8 × floor((504 - 24) / 16) = 240 against 232.
     assert r["cutting the producer to {producer_floor} registers would give each consumer more"] is True
 
@@ -170,3 +170,19 @@ def test_tma_small_tile_small_reserve_is_refused(variant):
         variant("tma-warp-specialization@default+tile_m=128+tile_n=128+consumers=2+reserve=40")
     assert variant("tma-warp-specialization@default+tile_m=128+tile_n=128+consumers=2+reserve=48").regime_name \
         == "even-split-fits"
+
+
+def test_tma_budget_words_say_the_launch_allocation(variant, catalog):
+    """r12 @52014: 'what can setmaxnreg give a consumer' was read as the whole register file shared by the consumers,
+    (512 - 32) / 2 = 240, where the key moves only what the launch allotted, the even split for every thread:
+    8 · ⌊(168 · 3 - 32) / 16⌋ = 232. The stage and the label now say the launch's even split."""
+    from solvers.interview import stage_run
+
+    solution = variant("tma-warp-specialization@default+tile_m=128+tile_n=192+consumers=2+producer_regs=32+reserve=56")
+    assert solution.expected["consumer_budget"] == 232
+    said = stage_run(solution, catalog, 2).say
+    assert "Within the launch's even split, what can setmaxnreg give 2 consumer warpgroups" in said
+    assert "launch's even split" in solution.question.answer("consumer_budget").label
+    # A fact whose 'bring within' read as false where a consumer already fits: 'would fit' says the state after.
+    facts = solution.sheet.results["pipeline_facts"]
+    assert facts["with one more consumer warpgroup on this tile, each consumer would fit its even split"] is True
