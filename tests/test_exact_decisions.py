@@ -239,7 +239,9 @@ ALLOWED = {
                                                                            "or 3% (a fetch against a recompute)")
        for where, expr in (("_design", "abs(x - y) < 0.03 * max(x, y)"), ("quicker", "abs(x - y) < 0.03 * max(x, y)"),
                            ("_design", "abs(x - y) < NEAR_TIE * max(abs(x), abs(y))"),
-                           ("larger", "abs(x - y) < NEAR_TIE * max(abs(x), abs(y))"))},
+                           ("larger", "abs(x - y) < NEAR_TIE * max(abs(x), abs(y))"),
+                           # the second-hit rule's drawn share (1 in 25 to 1 in 200) within admit_share's 3%
+                           ("_admission", "abs(s.evaluate(admit) - share) < 0.03 * max(s.evaluate(admit), share)"))},
     **{("topics/scaleup/nvl72_boundary.py", where, expr): WHOLE for where, expr in (
         ("_crosses", "size > domain"), ("_crosses", "pool > domain"), ("_fits", "gpus <= domain"))},
 }

@@ -18,9 +18,12 @@ TOO_CLOSE = 0.1  # fetch within 10% of recompute: which side wins would turn on 
 NEAR_TIE = 0.05  # two listed figures within the graded values' 5% tolerance: which is larger is not asked
 
 
-SECOND_HIT_SHARES = ((10, "admit a block to the SSD on its second hit, if 1 in 10 prefilled blocks gets one"),
-                     (100, "admit a block to the SSD on its second hit, if 1 in 100 prefilled blocks gets one"),
-                     (1000, "admit a block to the SSD on its second hit, if 1 in 1,000 prefilled blocks gets one"))
+SECOND_HIT_OPTION = "admit a block to the SSD on its second hit, if one in {second_hit} prefilled blocks gets one"
+FP8_OPTION = "with an fp8 KV cache, an NVMe hit would cost at most a quarter of its recompute"
+OVERLAP_OPTION = "read layer by layer while the misses recompute, the NVMe reads would hide entirely"
+LONG_OPTION = "for prompts four times this long, an NVMe hit would cost at most half its recompute"
+RETAIN_OPTION = "written through, a block stays on the drives at least half an hour before it is overwritten"
+CAP_OPTION = "cap SSD writes at the drives' warranted rate, whatever the hit pattern"
 
 
 def _engine(s: Sheet, p):
@@ -37,16 +40,18 @@ def _prefill(s: Sheet, p, e, D, tag: str, label: str, key: str = "", why: str = 
     return step_time(s, e, tag, label, work, key=key, why=why, communication=comm), work, comm
 
 
-def _design(s: Sheet, p, e, work, D, times, values, comm) -> None:
-    """Which tiers pay here, and which changes would move the NVMe tier across the line."""
+def _design(s: Sheet, p, e, work, D, times, values, comm, hits) -> None:
+    """Which tiers save most here, and how far the NVMe tier sits from the line: where it pays, what would
+    still keep it paying; where it loses, what would make it pay. A what-if whose truth the side already
+    settles (a paying tier paying with fp8; a losing one still losing at half the read rate) is not asked."""
     def us(value: float) -> str:
         return format_quantity(value, "us")
 
     t_re, t_dram, t_ssd = times
     ssd = s.value(t_ssd)
-    s.judge("design", "keep an NVMe tier: its hits beat recomputing", s.compare(t_ssd, t_re) < 0,
-            f"an NVMe fetch takes {s.text(t_ssd)} a token against {s.text(t_re)} to recompute it")
+    pays = s.compare(t_re, t_ssd) > 0
     v_H, v_D, v_S = values
+    settled = "not asked: the tier already loses, and this only makes it lose more"
 
     def larger(a, b) -> bool | None:
         """a > b, or None (not asked) where the two sit within the graded values' tolerance of each other."""
@@ -64,9 +69,10 @@ def _design(s: Sheet, p, e, work, D, times, values, comm) -> None:
     s.judge("design", "the DRAM tier saves more per prompt token than the HBM tier", holds,
             f"{s.text(v_D)} against {s.text(v_H)}" + (near if holds is None else
                                                       ": the hit rates weigh more than the fetch"))
-    holds = larger(v_S, v_D)
+    holds = larger(v_S, v_D) if pays else None  # a losing tier saves less than any paying one
     s.judge("design", "the NVMe tier saves more per prompt token than the DRAM tier", holds,
-            f"{s.text(v_S)} against {s.text(v_D)}" + (near if holds is None else ""))
+            f"{s.text(v_S)} against {s.text(v_D)}" + (near if holds is None and pays else
+                                                      "" if pays else ": not asked, a losing tier saves nothing"))
     # A tier that loses is bypassed: it saves nothing rather than costing.
     holds = larger(v_H, v_D + max_of(v_S, 0))
     s.judge("design", "the HBM tier saves more per prompt token than the DRAM and NVMe tiers together", holds,
@@ -76,45 +82,56 @@ def _design(s: Sheet, p, e, work, D, times, values, comm) -> None:
     _, P_fp8 = given_matmul_peaks(s, p.gpu, p.dtype, "fp8", attention_symbol="P_fp8")
     fp8_math = replace(e, P_att=P_fp8).math_time(2 * e.N * D, e.A * D**2 / 2)
     re_fp8 = (max_of(work.bytes / e.byte_rate, fp8_math) + comm) / D
-    s.judge("design", "the NVMe tier would pay with an fp8 KV cache (half the bytes to fetch)",
-            quicker(t_ssd / 2, re_fp8), f"half the bytes: {us(ssd / 2)} a token against "
-            f"{us(s.evaluate(re_fp8))} to recompute it, attention at the fp8 peak")
+    s.judge("design", FP8_OPTION, quicker(t_ssd / 2, re_fp8 / 4) if pays else None, settled if not pays else
+            f"half the bytes: {us(ssd / 2)} a token against a quarter of the fp8 recompute, "
+            f"{us(s.evaluate(re_fp8 / 4))} (attention at the fp8 peak)")
+    # Overlapped (LMCache, Mooncake: layer by layer), the prompt waits for the longer of the NVMe reads and the
+    # misses' recompute: the reads hide entirely where h_SSD·t_SSD <= h_miss·t_re.
+    h_H, h_D, h_S = hits
+    h_miss = 1 - h_H - h_D - h_S
+    read, hide = h_S * t_ssd, h_miss * t_re
+    s.judge("design", OVERLAP_OPTION, quicker(read, hide),
+            f"{us(s.evaluate(read))} of NVMe reads a prompt token against {us(s.evaluate(hide))} of the misses' "
+            "recompute to hide behind")
     s.judge("design", "the NVMe tier would still pay with drives at half the read rate",
-            quicker(2 * t_ssd, t_re), f"the fetch doubles to {us(2 * ssd)} a token against {s.text(t_re)}")
+            quicker(2 * t_ssd, t_re) if pays else None, settled if not pays else
+            f"the fetch doubles to {us(2 * ssd)} a token against {s.text(t_re)}")
+    s.judge("design", "the NVMe tier would still pay with a quarter of the drives",
+            quicker(4 * t_ssd, t_re) if pays else None, settled if not pays else
+            f"the fetch grows fourfold to {us(4 * ssd)} a token against {s.text(t_re)}")
     faster = (max_of(work.bytes / e.byte_rate, work.math / 2) + comm) / D
-    s.judge("design", "the NVMe tier would pay on a GPU with twice the tensor peak (same HBM, same drives)",
-            quicker(t_ssd, faster),
+    s.judge("design", "the NVMe tier would still pay on a GPU with twice the tensor peak (same HBM, same drives)",
+            quicker(t_ssd, faster) if pays else None, settled if not pays else
+           
             f"the recompute drops to {us(s.evaluate(faster))} a token; the fetch stays {s.text(t_ssd)}")
     # The same prefill at four times the prompt: the weights' share per token falls, attention's grows.
     D4 = 4 * D
     comm4 = all_reduce_terms(s, p.model, p.gpu, p.tp).of(D4)
     long = (max_of(work.bytes / e.byte_rate, e.math_time(2 * e.N * D4, e.A * D4**2 / 2)) + comm4) / D4
-    s.judge("design", "the NVMe tier would pay for prompts four times this long", quicker(t_ssd, long),
-            f"attention's share of the recompute grows with the prompt: {us(s.evaluate(long))} a token at "
-            f"{format_number(4 * s.value(D))} tokens against {s.text(t_ssd)} to fetch")
+    s.judge("design", LONG_OPTION, quicker(t_ssd, long / 2),
+            f"the fetch stays {s.text(t_ssd)} against {us(s.evaluate(long / 2))}, half the recompute at "
+            f"{format_number(4 * s.value(D))} tokens ({us(s.evaluate(long))}: attention's share grows)")
     if all(s.judged("design").values()):
         raise Reject("every design option holds: nothing to tell apart")
 
 
-def _admission(s: Sheet, pays: bool, admit) -> None:
-    """Admission rules that keep the drives within their warranty's write budget."""
+def _admission(s: Sheet, p, admit, held, write) -> None:
+    """What holds for the drives' writes: a second-hit rule within the warranty's budget (the traffic's reuse
+    drawn), how long write-through keeps a block, and the cap (whether the tier pays is stage 2's)."""
     cap = s.text(admit)
-    if not pays:
-        for _, option in SECOND_HIT_SHARES:
-            s.judge("admission", option, False, "no admission rule helps: every SSD hit is slower than recomputing")
-        s.judge("admission", "admit nothing: recompute what the faster tiers miss", True,
-                "an SSD hit costs more than recomputing its tokens: the tier should not exist here")
-        s.judge("admission", "cap SSD writes at the drives' warranted rate, whatever the hit pattern", False,
-                "there should be no SSD tier to write to")
-        return
-    for one_in, option in SECOND_HIT_SHARES:
-        s.judge("admission", option, s.compare(admit * one_in, 1) >= 0,
-                f"1 in {format_number(one_in)} is {format_quantity(1 / one_in, '%')} of the prefilled KV, "
-                f"against the {cap} the warranty allows")
-    s.judge("admission", "admit nothing: recompute what the faster tiers miss", False,
-            "an SSD hit is faster than recomputing its tokens: the tier pays for what it holds")
-    s.judge("admission", "cap SSD writes at the drives' warranted rate, whatever the hit pattern", True,
-            "a hit pattern that shifts would otherwise wear the drives out early; the cap degrades to fewer hits")
+    share = 1 / p.second_hit
+    near = abs(s.evaluate(admit) - share) < 0.03 * max(s.evaluate(admit), share)  # within the share's tolerance
+    s.judge("admission", SECOND_HIT_OPTION, None if near else s.compare(admit * p.second_hit, 1) >= 0,
+            f"1 in {p.second_hit} is {format_quantity(share, '%')} of the prefilled KV, against the {cap} the "
+            "warranty allows" + (": within 3%, not asked" if near else ""))
+    # A write-through tier is a FIFO over the drives: it keeps a block for its capacity over the write rate.
+    kept = held / write
+    s.judge("admission", RETAIN_OPTION, s.compare(kept, 1800) >= 0,
+            f"the drives turn over every {format_quantity(s.evaluate(kept) / 60, 'min')}: their "
+            f"{format_quantity(s.evaluate(held), 'TB')} at {s.text(write)}")
+    s.judge("admission", CAP_OPTION, True,
+            "a hit pattern that shifts would otherwise wear the drives out early; the cap degrades to fewer hits",
+            fact=True)
 
 
 def _tier_regime(s: Sheet, p, t_re, t_ssd) -> None:
@@ -190,17 +207,27 @@ def solve(p, s: Sheet) -> None:
            "the warranty's bytes at the write-through rate"
            + (f"; the drives' write rate caps it (at the prefills' full {s.text(made)} it would be "
               f"{format_quantity(s.evaluate(tbw / made), 'days')})" if capped else ""))
+    s.step("prompts_held", "Returning prompts whose KV the node's drives hold", "n_held",
+           n_d * C / (e.KV * e.TP * D), "requests",
+           "the drives' capacity over a prompt's KV: its tokens times every TP shard of a token's KV")
     budget = s.step("write_budget", "Write rate that lasts the warranty", "R_max", n_d * C * dwpd / day, "MB/s",
                     "DWPD drive capacities a day, spread over the day")
     admit = s.step("admit_share", "Largest share of prefilled KV the SSD may take", "a_max", min_of(budget / made, 1),
                    "%", "the warranty's rate over the rate the prefills produce KV, at most all of it")
 
-    _design(s, p, e, work, D, (t_re, t_dram, t_ssd), (v_H, v_D, v_S), comm)
-    _admission(s, pays, admit)
+    _design(s, p, e, work, D, (t_re, t_dram, t_ssd), (v_H, v_D, v_S), comm, (h_H, h_D, h_S))
+    _admission(s, p, admit, n_d * C, write)
     s.assume("The step-time model's fixed overhead per step is left out: a step pays it whether its prefix is "
              "fetched or recomputed, so it cancels from every tier's worth.")
     s.assume("Hit rates are marginal: the share of the prompt's tokens found in that tier and in no faster one. "
-             "A fetch is on the request's critical path and is not overlapped with its own recompute.")
+             "A fetch is on the request's critical path and is not overlapped with the misses' recompute: the "
+             "bound for a tier read before the prefill starts. LMCache and Mooncake load layer by layer while the "
+             "misses compute, so a hit then costs the longer of the two, not the sum (one design option asks it).")
+    s.assume("A hit is valued at the prompt's average recompute per token, attention's D/2 pairs included: this "
+             "slightly overstates what a prefix hit saves, since the suffix still attends over the cached prefix.")
+    s.assume("The drives hold KV at the datasheet's capacity (no filesystem or over-provisioning overhead); the "
+             "drives' share of the node's read rate reaches each GPU under its host path (a Gen5 switch's uplink "
+             "shared by two GPUs), so the drives, not PCIe, set the fetch.")
     s.assume(f"Write-through is the upper bound: all {p.gpu.nvlink_domain} GPUs of the node prefill misses "
              "back to back (a prefill node, or a prefill-heavy load), and every prefilled block goes to the SSD "
              "as fast as the drives' sequential write rate allows (the rest is dropped, not queued). Decode's new "
