@@ -4,6 +4,17 @@ from __future__ import annotations
 import pytest
 
 from solvers.engine import VariantError
+
+# The options' words (what the levers are called), not how they are judged: that is worked out here by hand.
+from solvers.topics.memory.hidden_memory_budget import (
+    EAGER,
+    EXPANDABLE,
+    HALF_GRAPHS,
+    HALF_NCCL,
+    MORE_GRAPHS,
+    MORE_GROWTH,
+    MORE_NCCL,
+)
 from tests.by_hand import DTYPE_BYTES, GiB, param_values
 
 
@@ -31,15 +42,6 @@ def test_hidden_memory_prints_the_figures_the_key_uses(variant):
 def _fits(p: dict) -> bool:
     """The process under load, by vLLM's accounting."""
     return _vllm_start_up(p)[1]
-
-
-EAGER = "run eager, capturing no CUDA graphs"
-HALF_GRAPHS = "capture half the CUDA graph sizes, halving the graphs' memory"
-EXPANDABLE = "expandable segments in the allocator, if they give back all the reserved-but-unused growth"
-HALF_NCCL = "half the NCCL buffer memory (a smaller NCCL_BUFFSIZE)"
-MORE_GRAPHS = "twice the CUDA graph memory (more capture sizes)"
-MORE_GROWTH = "twice the allocator's reserved-but-unused growth (burstier, longer contexts)"
-MORE_NCCL = "twice the NCCL buffer memory (a larger NCCL_BUFFSIZE)"
 
 
 @pytest.mark.parametrize("seed", range(20))
