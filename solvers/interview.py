@@ -48,7 +48,10 @@ class StageRun:
 
     @property
     def hints(self) -> tuple[str, ...]:
-        return self.stage.hints
+        """The stage's hints; none where the engine's push stands in for a declared one the variant refused:
+        those hints are written for a move that was not made ("more sequences of shorter context" over a
+        push that moved the draft's cost)."""
+        return () if self.stage.set and not self.declared else self.stage.hints
 
     @property
     def regime(self) -> str | None:

@@ -185,11 +185,13 @@ TWO_SIDED = """  - say: |
     set: {tpot: 60}
     nudge: where one step over the whole KV pool takes longer than 60 ms no drawn target frees it
     ask: [regime, served]
+    hints: ["A looser target lets each step read more KV."]
   - say: |
       Product wants snappier replies: {tpot} a token. What caps concurrency?
     when: capacity-limited
     set: {tpot: 15}
     ask: [regime, served]
+    hints: ["A tighter target caps the batch a step may read."]
 """
 
 
@@ -217,8 +219,11 @@ def test_a_declared_push_per_side_is_one_turn_asked_of_its_side_only(tmp_path, b
         if run.declared:
             assert run.moved == ("tpot",) and str(run.solution.param("tpot").raw) in ("60", "15")
             assert run.say.startswith(("It's a batch job now", "Product wants snappier"))
-        else:  # the declared move is refused or does not cross here: the engine's push stands in, in its own words
+            assert run.hints == question.stages[run.index].hints
+        else:  # the declared move is refused or does not cross here: the engine's push stands in, in its own words,
+            # and without the hints written for the move it did not make
             assert not run.say.startswith(("It's a batch job", "Product wants"))
+            assert run.hints == ()
 
 
 HALVED = """  - say: |
