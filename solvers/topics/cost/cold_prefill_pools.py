@@ -27,6 +27,7 @@ MAX_WARM = 0.98  # a cache that must hit more than this of every prompt is not a
 
 FP8_OPTION = "with fp8 weight GEMMs at {fp8_gain} the bf16 GEMMs' rate (attention still bf16), a cold prompt makes it"
 SHIP_OPTION = "the KV handover keeps a prefill replica's NICs over a tenth busy"
+CACHE_OPTION = "the prefill pool's size is set by the live prefixes its HBM must hold, not by its compute"
 NIC_SHARE = sympy.Rational(1, 10)
 TTFT_TOLERANCE = 0.03  # the cold time is graded at 3%: a verdict on the target decided by less is a coin toss
 AR_SHARE = sympy.Rational(1, 5)  # the all-reduces "matter" to a cold prefill past this share of its time
@@ -38,11 +39,16 @@ def _cold_assumptions(s: Sheet) -> None:
              "same efficiency (it rarely binds). The TP all-reduces come on top, not overlapped (tp-all-reduce).")
     s.assume("A warm prefix is read from the prefix cache (vLLM automatic prefix caching, SGLang RadixAttention): "
              "its tokens skip the weights but the cold remainder still attends to them. Its capacity is counted in "
-             "HBM beside the weights; host-memory tiers, and routing a session back to the replica that holds its "
-             "prefix, are left out.")
+             "the prefill replicas' HBM beside the weights, and the pool is sized so that its caches hold every "
+             "live session's prefix (a prefix evicted before its session returns would go cold and miss the "
+             "target). A host-memory tier (Mooncake's DRAM pool) would hold them for less and is left out.")
     s.assume("The warm fraction is a share of each prompt's tokens. A request that misses the cache entirely "
              "pays the whole cold time, so the share of requests allowed to go fully cold is bounded by the "
              "percentile the TTFT target is held at.")
+    s.assume("A session's prompt keeps its length T: each turn resends the same context (instructions, tools, "
+             "documents, the history kept) with the turn's T_new tokens new at its end, in place of the last "
+             "turn's, so all but those are the prefix already cached. A history that grew every turn would warm "
+             "all but the new tokens just the same, but its prompts would not stay T.")
     s.assume("Every request brings the same prompt and reply lengths; prefill and decode run on separate pools "
              "of the same replicas (disaggregated, as DistServe or Mooncake); the KV handover is counted as the "
              "rate it needs between the pools, not in the TTFT (it streams layer by layer behind the prefill).")
@@ -178,20 +184,40 @@ def solve(p, s: Sheet) -> None:
             raise Reject("a prefill pool lands on a whole number of replicas: a tie for the ceiling")
     n_cold = s.step("cold_prefill_replicas", "Prefill replicas if every prompt ran cold", "n_cold",
                     ceil_of(lam * t_cold / u), "", "λ × cold prefill time, over the utilisation ceiling")
-    n_pre = s.step("prefill_replicas", "Prefill replicas at the sessions' warm share", "n_pre",
-                   ceil_of(lam * t_warm / u), "", "λ × a returning session's prefill time, over the ceiling")
-    s.step("gpus_saved", "Prefill GPUs the cache saves", "G_saved", (n_cold - n_pre) * e.TP, "GPUs",
-                   "replicas no longer needed, times the GPUs in each")
 
     S = mean_decode_context(s, T, L_out)
     decode = decode_at_speed(s, e, p.gpu, ar, S, tpot, "the TPOT target")
-    # What the cache and the handover cost: a replica's HBM beside its weights holds whole prompts' KV (each GPU
-    # its heads' share), and every prefill ships its prompt's KV to the decode pool.
+    # What the cache costs: a replica's HBM beside its weights holds whole prompts' KV (each GPU its heads' share),
+    # and a session returns warm only where its prefix is still held a gap later (r12: the pool was sized on
+    # compute alone, every session warm, while its caches held 62 of 117.5 live prefixes at @61027).
     n_cache = s.step("cached_prompts", "Prompts whose KV one replica keeps beside its weights", "N_cache",
                      floor_of(decode.pool / T), "", "the KV pool's tokens over one prompt: the prefixes a replica "
                      "can keep warm for returning sessions")
     live = s.step("live_sessions", "Sessions whose prefix must stay cached", "N_live", lam * gap, "",
                   "Little's law: λ turns a second, each session's prefix held until it returns a gap later")
+    n_compute = s.step("prefill_compute_replicas", "Prefill replicas the warm prefills keep busy", "n_comp",
+                       ceil_of(lam * t_warm / u), "", "λ × a returning session's prefill time, over the ceiling")
+    n_hold = s.step("prefill_cache_replicas", "Prefill replicas whose caches hold every live prefix", "n_hold",
+                    ceil_of(live / n_cache), "", "the live sessions over the prompts one replica's HBM keeps, "
+                    "each session routed back to the replica that holds its prefix")
+    n_warm = s.step("warm_prefill_replicas", "Prefill replicas, every returning session warm", "n_warm",
+                    max_of(n_compute, n_hold), "", "enough compute for the warm prefills and enough HBM for every "
+                    "live prefix: the larger")
+    # Where a cold prompt makes the target the cache is a cost lever: a pool that must hold more prefixes than
+    # recomputing them costs runs cold. Where it misses, every session must come back warm, whatever that costs.
+    if s.compare(t_cold, tau_p) <= 0:
+        n_pre = s.step("prefill_replicas", "Prefill replicas, the cheaper plan", "n_pre", min_of(n_warm, n_cold), "",
+                       "a cold prompt makes the target: the warm pool where it is smaller, else run every prompt "
+                       "cold")
+    else:
+        n_pre = s.step("prefill_replicas", "Prefill replicas, every returning session warm", "n_pre",
+                       max_of(n_compute, n_hold), "",
+                       "a cold prompt misses the target: every session must return warm, whatever the cache costs")
+    saved = s.step("gpus_saved", "Prefill GPUs the cache saves", "G_saved", (n_cold - n_pre) * e.TP, "GPUs",
+                   "replicas no longer needed, times the GPUs in each")
+    if s.compare(saved, 0) < 0:
+        s.refuse_if_asked(["gpus_saved"], "the pool that holds every live prefix outnumbers a cold one: the cache "
+                          "costs GPUs here, and saves none")
     pool_cache = s.step("pool_cache", "Prefixes the prefill pool's HBM holds", "N_pool", n_pre * n_cache, "",
                         "every prefill replica's cache, with each session routed back to its replica")
     s.step("warm_prefix_bytes", "KV of one prompt's warm prefix", "KV_warm", h * T * s.symbol("KV_tok"), "GB",
@@ -213,9 +239,15 @@ def solve(p, s: Sheet) -> None:
     s.slip("attention counted without the causal half", s.evaluate((cold.flops + e.A * T**2 / 2) / cold.flops),
            on="mfu_time")
     s.slip("prefill pool sized cold", s.value(n_cold) / s.value(n_pre), on="prefill_replicas")
-    s.judge("facts", "the prefill pool's HBM holds every live session's prefix", s.compare(pool_cache, live) >= 0,
-            f"{s.text(pool_cache)} prefixes against {format_number(s.evaluate(live), 3)} live sessions"
-            + ("" if s.compare(pool_cache, live) >= 0 else ": the rest go to a host-memory tier or re-prefill cold"))
+    s.slip("prefill pool sized on compute alone, its caches short of the live prefixes",
+           s.value(n_compute) / s.value(n_pre), on="prefill_replicas")
+    warm_plan = s.compare(n_pre, n_warm) == 0
+    by_cache = warm_plan and s.compare(n_hold, n_compute) > 0
+    s.judge("facts", CACHE_OPTION, by_cache,
+            f"{format_number(s.evaluate(live), 3)} live sessions over {s.text(n_cache)} prompts a replica need "
+            f"{s.text(n_hold)} replicas; the warm prefills keep {s.text(n_compute)} busy"
+            + (f"; the pool runs {s.text(n_pre)}, its caches holding {s.text(pool_cache)} prefixes" if warm_plan
+               else f"; running every prompt cold takes {s.text(n_cold)}, fewer"))
     _cold_judgements(s, e, T, t_cold, tau_p, n_pre, n_cold, ar, gain, busy)
     s.assume(f"The all-reduces are {pct_text(s.evaluate(ar.of(T) / t_cold))} of the cold time as tp-all-reduce counts "
              "them, unoverlapped: the card's pessimism, since engines overlap part of them with the GEMMs.")

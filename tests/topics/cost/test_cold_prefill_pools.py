@@ -113,17 +113,19 @@ def pushed(solution, catalog):
 
 def test_cold_prefill_push_shortens_the_prompt(variant, catalog):
     """From the warm side the agents trim their prompts to 8K and their turns to 1K: on the default's 8 x H100 a
-    cold prompt then fits; the push for the other side is not asked."""
+    cold prompt then fits; the push for the other side is not asked. 200 live prefixes over 176 a replica keeps
+    need 2 warm replicas against 5 cold: 24 GPUs saved."""
     asked = pushed(variant("cold-prefill-pools@default"), catalog)
     assert len(asked) == 1 and set(asked[0].moved) == {"prompt", "appended"}
     assert asked[0].solution.expected["regime"] == "cold-fits"
-    assert asked[0].solution.expected["gpus_saved"] == 32
+    assert asked[0].solution.expected["gpus_saved"] == 24
 
 
 def test_cold_prefill_trimmed_push_asks_the_gpus_saved_not_a_zero_warm_share(variant, catalog):
     """read7 #4: the trimmed-prompt push graded the warm fraction, 0% wherever it crossed to cold-fits (and free
     once 'cold-fits' was answered). It asks the prefill GPUs the cache still saves, TP x (cold - warm replicas),
-    zero in under a tenth of the pushed draws."""
+    never negative, and zero (holding every live prefix takes as many replicas as recomputing them: run cold) in
+    under a fifth of the pushed draws."""
     stage = next(stage for stage in variant("cold-prefill-pools@default").question.stages
                  if stage.push and stage.when == "warm-required")
     assert "warm_needed" not in stage.ask and "gpus_saved" in stage.ask
@@ -134,10 +136,10 @@ def test_cold_prefill_trimmed_push_asks_the_gpus_saved_not_a_zero_warm_share(var
             continue
         (run,) = pushed(solution, catalog)
         results, tp = run.solution.sheet.results, value_of(run.solution, "tp")
-        assert results["gpus_saved"] == tp * (results["cold_prefill_replicas"] - results["prefill_replicas"])
+        assert results["gpus_saved"] == tp * (results["cold_prefill_replicas"] - results["prefill_replicas"]) >= 0
         pushes += 1
         zeros += results["gpus_saved"] == 0
-    assert pushes >= 30 and zeros <= pushes / 10
+    assert pushes >= 30 and zeros <= pushes / 5
 
 
 def test_cold_prefill_cache_and_handover_by_hand(variant):
@@ -157,7 +159,8 @@ def test_cold_prefill_cache_and_handover_by_hand(variant):
 def test_cold_prefill_handover_is_judged_against_the_replicas_nics(variant):
     """read7 #6: the pool's KV rate was a multiplication judged against nothing. Graded now: one prompt's KV over
     its prefill replica's NICs (a 400 Gb/s ConnectX-7 a GPU), 26.84 ms at the default; judged: the share of the
-    replica's NIC time the pool's handovers take, over a tenth or not (13.4% at the default), varying by draw."""
+    replica's NIC time the pool's handovers take, over a tenth or not (5.4% at the default over its 5 prefill
+    replicas), varying by draw."""
     option = "the KV handover keeps a prefill replica's NICs over a tenth busy"
     seen = set()
     for seed in ["default", *SEEDS]:
@@ -171,7 +174,7 @@ def test_cold_prefill_handover_is_judged_against_the_replicas_nics(variant):
         assert results["facts"][option] == (busy > 0.1)
         seen.add(busy > 0.1)
         if seed == "default":
-            assert ship == pytest.approx(26.84e-3, rel=1e-3) and busy == pytest.approx(0.134, rel=1e-2)
+            assert ship == pytest.approx(26.84e-3, rel=1e-3) and busy == pytest.approx(0.0537, rel=1e-2)
     assert seen == {True, False}
 
 
@@ -197,11 +200,12 @@ def test_cold_prefill_keeps_a_queueing_allowance_and_sizes_the_pool_at_the_sessi
     """read7 #1: h* was solved so the warm prefill took exactly τ, leaving nothing for queueing, and the pool was
     then ceil(λτ/u), three parameters with no cache in it (8 at the default). The warm share is now solved
     against the prefill's share of the target, (1 − 20%)·τ (74.0% at the default, was 67.1%), and the pool is
-    sized at what returning sessions bring, all but a turn's new tokens warm (93.9%: 2 replicas)."""
+    sized at what returning sessions bring, all but a turn's new tokens warm (93.9%: 2 replicas of compute; the
+    cache then sizes the default's pool, see below)."""
     solution = variant("cold-prefill-pools@default")
     results = solution.sheet.results
     assert results["prefill_budget"] == pytest.approx(0.4)
-    assert results["prefill_replicas"] == 2 != math.ceil(10 * 0.5 / 0.7)
+    assert results["prefill_compute_replicas"] == 2 != math.ceil(10 * 0.5 / 0.7)
     for seed in ["default", *range(15)]:
         solution = variant(f"cold-prefill-pools@{seed}")
         g = Replica(value_of(solution, "model"), value_of(solution, "gpu"), value_of(solution, "tp"))
@@ -214,23 +218,47 @@ def test_cold_prefill_keeps_a_queueing_allowance_and_sizes_the_pool_at_the_sessi
         assert results["warm_ttft"] == pytest.approx(warm, rel=1e-9)
         assert results["warm_ttft"] <= value_of(solution, "ttft") * (1 - value_of(solution, "queue_share"))
         rate, ceiling = value_of(solution, "rate"), value_of(solution, "ceiling")
-        assert results["prefill_replicas"] == math.ceil(rate * warm / ceiling)
-    more = variant("cold-prefill-pools@default+appended=6000").sheet.results["prefill_replicas"]
+        assert results["prefill_compute_replicas"] == math.ceil(rate * warm / ceiling)
+    more = variant("cold-prefill-pools@default+appended=6000").sheet.results["prefill_compute_replicas"]
     assert more > 2  # the pool follows the cache's hit rate
 
 
-def test_cold_prefill_cache_is_checked_against_the_live_sessions(variant):
-    """read7 #2: the prompts a replica keeps were graded and never used. Sessions alive are λ × the gap between a
-    session's turns (Little's law); the prefill pool's caches hold n_pre × N_cache. At the default 200 live
-    prefixes against 2 × 44 = 88: not held. The option's truth varies with the draw."""
-    option = "the prefill pool's HBM holds every live session's prefix"
-    assert variant("cold-prefill-pools@default").sheet.results["facts"][option] is False
+def test_cold_prefill_pool_holds_every_live_prefix(variant):
+    """read7 #2 graded the prompts a replica keeps; review r12 (@61027): the pool was still sized on compute alone,
+    every session returning warm, while its one replica's cache held 62 prompts against 117.5 live sessions. The
+    pool now holds every live prefix, λ × gap (Little's law) over the prompts a replica keeps, where a cold prompt
+    misses the target; where it fits, it runs cold instead if that takes fewer replicas. At the default 200 live
+    prefixes over 44 a replica need 5 replicas, where the compute needs 2. The option that says the cache sizes
+    the pool varies with the draw."""
+    option = "the prefill pool's size is set by the live prefixes its HBM must hold, not by its compute"
+    default = variant("cold-prefill-pools@default").sheet.results
+    assert (default["prefill_compute_replicas"], default["prefill_cache_replicas"], default["prefill_replicas"]) \
+        == (2, 5, 5)
+    assert default["facts"][option] is True
+    at_61027 = variant("cold-prefill-pools@61027").sheet.results
+    assert at_61027["live_sessions"] == pytest.approx(117.5) and at_61027["cached_prompts"] == 62
+    assert at_61027["prefill_replicas"] == 2 and at_61027["pool_cache"] >= at_61027["live_sessions"]
     seen = set()
     for seed in SEEDS:
         solution = variant(f"cold-prefill-pools@{seed}")
         results = solution.sheet.results
-        held = results["prefill_replicas"] * results["cached_prompts"] >= value_of(solution, "rate") * value_of(
-            solution, "gap")
-        assert results["facts"][option] == held
-        seen.add(held)
+        live = value_of(solution, "rate") * value_of(solution, "gap")
+        compute, hold = results["prefill_compute_replicas"], math.ceil(live / results["cached_prompts"])
+        warm, cold = max(compute, hold), results["cold_prefill_replicas"]
+        fits = results["regime"] == "cold-fits"
+        assert results["prefill_replicas"] == (min(warm, cold) if fits else warm)
+        if results["prefill_replicas"] == warm:
+            assert results["prefill_replicas"] * results["cached_prompts"] >= live
+        by_cache = results["prefill_replicas"] == warm and hold > compute
+        assert results["facts"][option] == by_cache
+        seen.add(by_cache)
     assert seen == {True, False}
+
+
+def test_cold_prefill_says_the_session_model(variant):
+    """Review r12: prompts stayed at T while each turn 'added' its new tokens, a context silently truncated. A
+    session resends the same prompt with its last T_new tokens new, and the words and assumptions say so."""
+    solution = variant("cold-prefill-pools@default")
+    words = " ".join(solution.question.stages[2].say.split())
+    assert "same prompt, its last {appended}" in words
+    assert any("keeps its length T" in line for line in solution.sheet.assumptions)

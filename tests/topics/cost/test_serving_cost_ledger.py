@@ -188,8 +188,41 @@ def test_ledger_push_asks_the_bill_with_a_reason(variant, catalog):
     gives the product's reason for the longer replies and asks what a thousand requests cost now."""
     push = _push(variant("serving-cost-ledger@default"), catalog)
     assert "cost_per_kreq" in push.ask and "regime" in push.ask and "levers" in push.ask
-    assert push.say.startswith("Product launches a reasoning mode") and "Let's change" not in push.say
+    assert push.say.startswith("Product retunes answer length") and "Let's change" not in push.say
     assert push.solution.expected["cost_per_kreq"] == pytest.approx(10 * 8 * 3 / 3600 / 20 * 1000)
+
+
+def test_ledger_push_reasons_hold_either_way(variant, catalog):
+    """Review r12: where nothing crosses, the engine's fallback halves or doubles the figure that shifts the split
+    most, so a reply-dominated draw may meet longer replies (@61027: 830 -> 2,000 tokens) or a faster speed target;
+    "a terse-answer mode ships" and "a batch tier is sold" then said the opposite of the move. Each reason names
+    no direction, and both sides give the same one."""
+    solution = variant("serving-cost-ledger@61027")
+    push = _push(solution, catalog)
+    assert push.moved == ("reply",) and value_of(push.solution, "reply") > value_of(solution, "reply")
+    assert push.say.startswith("Product retunes answer length: replies now run 2,000 tokens")
+    stages = [stage for stage in solution.question.stages if stage.generated]
+    assert len(stages) == 2 and stages[0].reasons == stages[1].reasons
+    directional = ("terse", "faster", "slower", "batch tier", "reasoning", "longer", "shorter", "stuff", "RAG")
+    for _, reason in stages[0].reasons:
+        assert not any(word in reason for word in directional), reason
+
+
+def test_ledger_output_price_bills_prompts_apart(variant):
+    """Review r12: "what would you charge per million output tokens" was read as the whole bill over the output
+    tokens ($0.116 at @61027, against the key's $0.0796). The key prices an output token at its own
+    replica-seconds at the ceiling (c_d x GPUs x price / ceiling), prompts billed apart, as an API lists input and
+    output apart: the words and the label say so."""
+    solution = variant("serving-cost-ledger@61027")
+    words = " ".join(solution.question.stages[2].say.split())
+    assert "per million output tokens (prompts billed apart)" in words
+    assert "prompts billed apart" in solution.question.answer("output_price").label
+    results = solution.sheet.results
+    whole_bill = results["cost_per_request"] * 1e6 / value_of(solution, "reply")
+    assert whole_bill == pytest.approx(0.1162, rel=1e-3)
+    assert results["output_price"] == pytest.approx(
+        results["output_token_cost"] * value_of(solution, "price") / value_of(solution, "ceiling") * 1e6, rel=1e-9)
+    assert results["output_price"] == pytest.approx(0.07957, rel=1e-3)
 
 
 def test_ledger_asks_the_at_cost_prices(variant):

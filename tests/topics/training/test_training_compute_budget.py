@@ -119,6 +119,22 @@ def test_compute_budget_replica_is_the_least_power_of_two_that_holds_the_state(v
     assert mp * room >= 16 * p["params"] > mp / 2 * room
 
 
+def test_compute_budget_says_which_hbm_sizes_the_replica(variant):
+    """Review r12: at @52014 (140B on B200s) the state fills 15.5 GPUs of the reported 183,359 MiB (192.3e9 B),
+    so 16, but 16.6 of the 180 GB label, so 32; the words said "each GPU's HBM". They say the device's figure, not
+    the label, and the label's 32 is the slip the key names."""
+    solution = variant("training-compute-budget@52014")
+    words = " ".join(solution.question.stages[1].say.split())
+    assert "HBM as the device reports it, not its label" in words
+    p = param_values(solution)
+    state = 16 * p["params"]
+    assert state / (p["state_share"] * p["gpu"].hbm_mib * 2**20) == pytest.approx(15.53, abs=0.01)
+    assert state / (p["state_share"] * p["gpu"].hbm_gb * 1e9) == pytest.approx(16.59, abs=0.01)
+    assert solution.expected["mp_gpus"] == 16
+    slips = {slip.label: slip.factor for slip in solution.sheet.slips["mp_gpus"]}
+    assert slips["HBM read at its datasheet label, not as the device reports it"] == 2
+
+
 def test_compute_budget_refuses_a_schedule_on_its_deadline(variant):
     """The default's 47.85 wall-clock days against 12% (47.98 days) or 15% (49.27 days) over its 42.84 compute
     days is inside the 3% a wall-clock answer may miss by: no fit to grade; 20% (51.41 days) is outside it and
