@@ -84,11 +84,12 @@ class Stage:
     line: int = 0
     when: str = ""  # a push asked only of variants in this regime: consecutive `when` pushes are one turn
     # A generated push's reason for moving each parameter it may move ({from} and {to}: its values), said before
-    # the stage's `say` (its ask) where the engine moves that parameter.
-    reasons: tuple[tuple[str, str], ...] = ()
+    # the stage's `say` (its ask) where the engine moves that parameter: (name, said where it rises, where it falls).
+    reasons: tuple[tuple[str, str, str], ...] = ()
 
-    def reason(self, name: str) -> str:
-        return dict(self.reasons).get(name, "")
+    def reason(self, name: str, rises: bool) -> str:
+        """The reason for moving `name`, in the words for the way it moved (one text where the file gives one)."""
+        return next(((up if rises else down) for named, up, down in self.reasons if named == name), "")
 
     @property
     def push(self) -> bool:
@@ -466,25 +467,33 @@ def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers:
 
 
 def _reasons(reader: _Reader, item: LineDict, where: str, names: set[str],
-             generated: bool) -> tuple[tuple[str, str], ...]:
+             generated: bool) -> tuple[tuple[str, str, str], ...]:
     """A generated push's `reasons:`, parameter -> the interviewer's reason for moving it, with {to} (and {from},
     or any parameter) filled."""
     reasons = reader.field(item, "reasons", dict, where, required=False, default={})
     if reasons and not generated:
         raise reader.fail(f"{where}.reasons", item.line_of("reasons"),
                           "only a generated push has reasons (a declared push says its move in `say`)")
-    for name, text in reasons.items():
+    parsed = []
+    for name, given in reasons.items():
         at, line = f"{where}.reasons.{name}", reasons.line_of(name)
         if name not in names:
             raise reader.fail(at, line, "names no parameter of this question")
-        if not isinstance(text, str) or "{to}" not in text:
-            raise reader.fail(at, line, "the reason for the move, with {to} where the new value goes")
-        if stray := _stray_brace(text):
-            raise reader.fail(at, line, f"{stray} is no placeholder ({{to}}, {{from}} or a parameter)")
-        for match in PLACEHOLDER.finditer(text):
-            if match.group(1) not in (*names, "from", "to") or match.group(1) in ("from", "to") and match.group(2):
-                raise reader.fail(at, line, f"field {match.group(0)} names no parameter, nor {{from}} or {{to}}")
-    return tuple((str(name), text.strip()) for name, text in reasons.items())
+        # One text for either way, or {up: ..., down: ...}: "a terse mode ships" is no reason for longer replies.
+        ways = given if isinstance(given, dict) else {"up": given, "down": given}
+        if isinstance(given, dict) and set(given) != {"up", "down"}:
+            raise reader.fail(at, line, "one reason, or {up: ..., down: ...}: the words for each way the figure moves")
+        for way, text in ways.items():
+            here = f"{at}.{way}" if isinstance(given, dict) else at
+            if not isinstance(text, str) or "{to}" not in text:
+                raise reader.fail(here, line, "the reason for the move, with {to} where the new value goes")
+            if stray := _stray_brace(text):
+                raise reader.fail(here, line, f"{stray} is no placeholder ({{to}}, {{from}} or a parameter)")
+            for match in PLACEHOLDER.finditer(text):
+                if match.group(1) not in (*names, "from", "to") or match.group(1) in ("from", "to") and match.group(2):
+                    raise reader.fail(here, line, f"field {match.group(0)} names no parameter, nor {{from}} or {{to}}")
+        parsed.append((str(name), ways["up"].strip(), ways["down"].strip()))
+    return tuple(parsed)
 
 
 def _parse_golden(reader: _Reader, document: LineDict, names: set[str],

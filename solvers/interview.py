@@ -130,7 +130,8 @@ def _push_words(stage: Stage, pushed: FollowUp, base: Solution, moved: tuple[str
     """What the interviewer says at a push. A declared push's words describe its own move (where it is refused,
     the engine's push says its own). A generated push gives the stage's reason for the figure it moved, then the
     stage's ask; without a reason for it, the stage's words alone, else the engine's."""
-    reason = stage.reason(moved[0]) if stage.generated and len(moved) == 1 else ""
+    reason = stage.reason(moved[0], _rises(base.param(moved[0]).raw, pushed.solution.param(moved[0]).raw)) \
+        if stage.generated and len(moved) == 1 else ""
     if reason:
         before, after = base.param(moved[0]).shown, pushed.solution.param(moved[0]).shown
         ask = _words(stage.say, pushed.solution, base) if stage.say else ASK_AFTER_A_MOVE
@@ -138,6 +139,12 @@ def _push_words(stage: Stage, pushed: FollowUp, base: Solution, moved: tuple[str
     if stage.say and (declared or stage.generated):
         return _words(stage.say, pushed.solution, base)
     return pushed.say
+
+
+def _rises(before: object, after: object) -> bool:
+    """Whether a push raised a figure (a choice, which has no direction, reads as risen: its reasons are one text)."""
+    numbers = (int, float)
+    return not (isinstance(before, numbers) and isinstance(after, numbers) and after < before)
 
 
 def _words(template: str, solution: Solution, base: Solution) -> str:

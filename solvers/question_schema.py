@@ -56,7 +56,9 @@ FIELD_TYPES: dict[str, dict[str, Any]] = {
     "order": _TEXTS, "select": _TEXTS, "show": {"type": "integer", "minimum": 1}, "checklist": _TEXTS,
     # a stage
     "push": {"const": "generated"},
-    "reasons": {"type": "object", "additionalProperties": _TEXT}, "recall": _TEXTS, "nudge": _TEXT, "when": _TEXT,
+    "reasons": {"type": "object", "additionalProperties": {"oneOf": [_TEXT, {
+        "type": "object", "properties": {"up": _TEXT, "down": _TEXT}, "required": ["up", "down"],
+        "additionalProperties": False}]}}, "recall": _TEXTS, "nudge": _TEXT, "when": _TEXT,
     # a golden entry and a measurement
     "expect": {"type": "object", "minProperties": 1},
     "draws": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},

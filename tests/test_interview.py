@@ -136,6 +136,12 @@ BAD_STAGES = {  # the stages block -> what the error says
     "a reason for no parameter": ("  - say: a\n    ask: [kv_per_token]\n"
                                   "  - push: generated\n    reasons: {nope: '{to}'}\n    ask: [regime]\n",
                                   "names no parameter of this question"),
+    "a reason of either way, not both": ("  - say: a\n    ask: [kv_per_token]\n"
+                                         "  - push: generated\n    reasons: {tp: {up: 'TP {to}'}}\n    ask: [regime]\n",
+                                         "one reason, or {up: ..., down: ...}"),
+    "a way's reason without the new value": ("  - say: a\n    ask: [kv_per_token]\n"
+                                             "  - push: generated\n    reasons: {tp: {up: 'TP {to}', down: fewer}}\n"
+                                             "    ask: [regime]\n", "stages[1].reasons.tp.down"),
     "a reason's unknown field": ("  - say: a\n    ask: [kv_per_token]\n"
                                  "  - push: generated\n    reasons: {tp: '{to} from {before}'}\n    ask: [regime]\n",
                                  "names no parameter, nor {from} or {to}"),
@@ -412,3 +418,20 @@ def test_a_generated_push_gives_its_reason_for_the_figure_it_moved_then_its_ask(
         stages = tuple(changed if i == index else s for i, s in enumerate(solution.question.stages))
         bare = replace(solution, question=replace(solution.question, stages=stages))
         assert " ".join(stage_run(bare, catalog, index).say.split()).startswith(says)
+
+
+def test_a_push_reason_may_say_each_way_the_figure_moves(bank, catalog):
+    """One reason for both ways read "a terse-answer mode ships" over a push that lengthened the replies
+    (serving-cost-ledger@61027): `{up: ..., down: ...}` words each way, said for the way the search moved."""
+    from dataclasses import replace
+
+    solution = make_variant(bank, catalog, VariantCode.parse("decode-loop-overlap@0"))
+    index = next(i for i, stage in enumerate(solution.question.stages) if stage.generated)
+    stage = solution.question.stages[index]
+    ways = replace(stage, reasons=(("cpu_step", "It grew to {to}.", "It shrank to {to}."),))
+    stages = tuple(ways if i == index else s for i, s in enumerate(solution.question.stages))
+    push = stage_run(replace(solution, question=replace(solution.question, stages=stages)), catalog, index)
+    rose = push.solution.param("cpu_step").raw > solution.param("cpu_step").raw
+    assert push.say.startswith(("It grew to " if rose else "It shrank to ") + push.solution.param("cpu_step").shown)
+    assert (ways.reason("cpu_step", True), ways.reason("cpu_step", False)) == ("It grew to {to}.", "It shrank to {to}.")
+    assert ways.reason("tp", True) == ""
