@@ -186,3 +186,14 @@ def test_tma_budget_words_say_the_launch_allocation(variant, catalog):
     # A fact whose 'bring within' read as false where a consumer already fits: 'would fit' says the state after.
     facts = solution.sheet.results["pipeline_facts"]
     assert facts["with one more consumer warpgroup on this tile, each consumer would fit its even split"] is True
+
+
+def test_tma_r13_words_give_the_warp_layout(variant, catalog):
+    """r13: the ldmatrix count depends on the warp layout, which only a hint gave: a re-deriver staged each byte
+    once (48 ldmatrix at @84023, 14.1%) where the key has each warp stage its own sub-tile's A rows and B columns
+    (4 × 2 warps of 32 × 32 on 128 × 64: 128 ldmatrix, 21.88%). The opening now says the layout."""
+    from solvers.interview import stage_run
+    solution = variant("tma-warp-specialization@84023")
+    said = stage_run(solution, catalog, 0).say
+    assert "4 along the longer side" in said and "sub-tile's A rows and B columns" in said
+    assert solution.expected["overhead_share"] == pytest.approx(0.21875, rel=1e-3)

@@ -213,7 +213,7 @@ def test_admission_draws_fit_and_stay_in_context(variant):
 def test_admission_prompt_reads_well_at_zero_and_one(variant, catalog):
     for queued in (0, 1):
         say = stage_run(variant(f"coupled-slo-admission@default+queued={queued}"), catalog, 1).say
-        assert f"with {queued} waiting ahead (FCFS)" in say and "1 requests" not in say
+        assert f" {queued} ahead (FCFS)" in say and "1 requests" not in say
 
 
 test_admission_matches_plain_arithmetic = by_hand_test("coupled-slo-admission", range(15), admission_by_hand)
@@ -226,13 +226,28 @@ def test_admission_reader7_words_say_what_the_keys_count(variant, catalog):
     from solvers.interview import stage_run
     solution = variant("coupled-slo-admission@default")
     backlog, peers = stage_run(solution, catalog, 1).say, stage_run(solution, catalog, 2).say
-    assert "own included" in backlog and solution.expected["backlog_limit"] == pytest.approx(31_110)
+    assert "own in it" in backlog and solution.expected["backlog_limit"] == pytest.approx(31_110)
     assert "One peer has an empty queue" in peers and "queued behind it" in peers
     assert "queued behind it" in solution.question.answer("added_delay").label
     assert "later arrival" not in solution.sheet.regime.summary
     pushes = [stage_run(variant(f"coupled-slo-admission@{seed}"), catalog, 3) for seed in range(40)]
     moved = [p for p in pushes if p is not None and "prompt" in p.say and "alike" in p.say]
     assert moved, "no prompt push said the waiting prompts move too"
+
+
+def test_admission_r13_words_say_the_chunk_rule_and_whole_steps(variant, catalog):
+    """r13: the chunk was read as sized so the mean step meets the TPOT target (1,515 tokens at @73019, 75.0 ms)
+    where the key prices every chunk token at its whole prompt (1,321, 65.88 ms); the backlog and TTFT were read in
+    continuous time (23,080 tokens, 0.122 s at @73020) where the key counts whole steps (21,892, 0.1468 s); a chunk
+    larger than the prompt (1,684 against 1,400 at @73020) read oddly. The words now say each."""
+    from solvers.interview import stage_run
+    solution = variant("coupled-slo-admission@73019")
+    assert "even if each chunk token saw its whole prompt" in stage_run(solution, catalog, 0).say
+    assert solution.expected["chunk"] == pytest.approx(1_321, abs=1)
+    spans = variant("coupled-slo-admission@73020")
+    assert spans.expected["chunk"] > 1_400 and spans.expected["ttft"] == pytest.approx(0.1468, rel=1e-3)
+    say = stage_run(spans, catalog, 1).say
+    assert "A chunk may span prompts" in say and "step with its prompt's last token ends" in say
 
 
 def test_admission_reader7_asks_what_the_streams_pay(variant):

@@ -30,7 +30,7 @@ def test_kv_cache_tiers_pins_what_the_key_assumes(bank, variant):
     and four drives keep up."""
     solution = variant("kv-cache-tiers@default")
     words = " ".join(" ".join(stage.say for stage in solution.question.stages).split())
-    assert "all eight GPUs reading" in words and "back to back" in words
+    assert "all eight GPUs reading" in words and "prefill nonstop" in words
     assert "(bf16 weights, bf16 KV)" in solution.prompt
     cards = ("tp-all-reduce", "matmul-precision")
     assert "tp-all-reduce" in solution.cards() and not any(card in words for card in cards)
@@ -200,3 +200,16 @@ def test_tiers_reader7_asks_what_the_drives_hold(variant):
     solution = variant("kv-cache-tiers@default")
     assert "prompts_held" in solution.question.stages[2].ask
     assert solution.sheet.results["prompts_held"] == pytest.approx(8 * 3.84e12 / (4096 * 327_680))
+
+
+def test_kv_tiers_r13_words_match_the_model(variant, catalog):
+    """r13: the cheap-tier push said "far more KV per FLOP of recompute" where, from the 8B at TP 2 (@73020), it only
+    drops the all-reduce on the same model; "every block written through" where the prefills make KV faster than
+    the drives write (30.91 GB/s against 28 GB/s at @73020) and the key caps the write-through at the drives' rate."""
+    from solvers.interview import stage_run
+    solution = variant("kv-cache-tiers@73020")
+    assert "KV per FLOP" not in stage_run(solution, catalog, 3).say
+    said = stage_run(solution, catalog, 2).say
+    assert "as fast as drives write" in said and "every block" not in said
+    r = solution.sheet.results
+    assert r["write_rate"] < r["kv_produced"]
