@@ -32,6 +32,12 @@ LOOSEST_TTFT = sympy.Rational(5, 2)
 # The graded TTFT's tolerance: a draw whose TTFT at half the budget (which the candidate works out, ungraded) sits
 # this close to the target is refused, as a candidate inside the tolerance could judge it either way.
 HAIRLINE = sympy.Rational(3, 100)
+# A select option's TTFT this close to the target is not listed (reader 10: options at 3-4% of the target, drawn at
+# 1-2.5x the solo time, clustered there): the candidate's estimate of an ungraded option carries the graded TTFT's
+# tolerance and more.
+OPTION_MARGIN = sympy.Rational(5, 100)
+HALF = "chunks half the size of the TPOT-capped chunk, for smoother streams"
+THREE = "chunks three quarters the size of the TPOT-capped chunk"
 # Below this a chunk is mostly the step's fixed cost: no engine configures a budget that small (vLLM's smallest
 # usual max_num_batched_tokens is 256 past the decodes; Sarathi-Serve ran 512 to 2,048).
 SMALLEST_CHUNK = 256
@@ -67,11 +73,12 @@ def _chunk_remedies(s: Sheet, T_f, options) -> None:
             "the TTFT target is one the group meets with the prompt alone: a target it could not meet is no "
             "serving target (the hand-off is priced in the assumptions)", fact=True)
     for option, ttft, how in options:
-        near = s.compare(ttft, (1 - HAIRLINE) * T_f) > 0 and s.compare(ttft, (1 + HAIRLINE) * T_f) < 0
+        near = (s.compare(ttft, (1 - OPTION_MARGIN) * T_f) > 0
+                and s.compare(ttft, (1 + OPTION_MARGIN) * T_f) < 0)
         holds = s.compare(ttft, T_f) <= 0
         s.judge("remedies", option, None if near else holds,
                 f"{how}: the first token after {s.text(ttft)}, against {target}"
-                + (": within 3%, not asked" if near else ""))
+                + (": within 5%, not asked" if near else ""))
 
 
 def _chunk_regime(s: Sheet, p, ttft, T_f, t_p, t_x, n, c_max, P_in, t_solo) -> None:
@@ -109,6 +116,9 @@ def _chunk_regime(s: Sheet, p, ttft, T_f, t_p, t_x, n, c_max, P_in, t_solo) -> N
         f"{tp_advice(p)}) brings the TTFT under its target at the TPOT-capped chunk; then TPOT alone sets the "
         "budget.")
     s.regime_by(ttft, T_f, tie="below", above=by_ttft, below=by_tpot)
+    if s.compare(ttft, (1 - HAIRLINE) * T_f) > 0 and s.compare(ttft, (1 + HAIRLINE) * T_f) < 0:
+        # Reader 10 (@7's push: 2.537 s against 2.5 s): a TTFT inside its graded tolerance lands on either side.
+        s.refuse_if_asked(["regime"], "the TTFT under the budget is within 3% of the target: too close to call")
 
 
 def solve(p, s: Sheet) -> None:
@@ -192,9 +202,9 @@ def solve(p, s: Sheet) -> None:
                factor=s.evaluate(B + floor_of((tau - e.t_oh - dec.flops / e.flop_rate) * e.flop_rate
                                                  / (2 * e.N + e.A * P_in))) / s.evaluate(B + c_max))
     _chunk_remedies(s, T_f, (
-        ("half the TPOT-capped budget, for smoother streams", ttft_half,
+        (HALF, ttft_half,
          f"chunks of {s.text(half)}, each paying the step's fixed cost again"),
-        ("three quarters of the TPOT-capped budget", ttft_three, f"chunks of {s.text(three)}"),
+        (THREE, ttft_three, f"chunks of {s.text(three)}"),
         ("a prefill-only replica of half as many GPUs, its KV handed over", t_half,
          "the prompt alone in one step at half the compute")))
     _chunk_regime(s, p, ttft, T_f, t_p, t_x, n, c_max, P_in, t_solo)
