@@ -293,7 +293,7 @@ def test_cold_prefill_says_the_gap_is_think_time(variant):
     ends, and the assumptions say a prefix is held for the whole turn."""
     solution = variant("cold-prefill-pools@default")
     words = " ".join(solution.question.stages[2].say.split())
-    assert "comes back {gap} after its {reply} reply" in words
+    assert "comes back {gap} after a reply of {reply}" in words
     assert any("cannot come back before its reply has streamed" in line for line in solution.sheet.assumptions)
 
 
