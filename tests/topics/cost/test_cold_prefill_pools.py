@@ -113,22 +113,25 @@ def pushed(solution, catalog):
 
 def test_cold_prefill_push_shortens_the_prompt(variant, catalog):
     """From the warm side the agents trim their prompts to 8K and their turns to 1K: on the default's 8 x H100 a
-    cold prompt then fits; the push for the other side is not asked. 200 live prefixes over 176 a replica keeps
-    need 2 warm replicas against 5 cold: 24 GPUs saved."""
+    cold prompt then fits; the push for the other side is not asked. 370.3 live prefixes (a 37.03 s turn cycle)
+    over 176 a replica keeps need 3 warm replicas against 5 cold."""
     asked = pushed(variant("cold-prefill-pools@default"), catalog)
     assert len(asked) == 1 and set(asked[0].moved) == {"prompt", "appended"}
     assert asked[0].solution.expected["regime"] == "cold-fits"
-    assert asked[0].solution.expected["gpus_saved"] == 24
+    assert asked[0].solution.expected["cold_prefill_replicas"] == 5
+    assert asked[0].solution.expected["prefill_replicas"] == 3
 
 
-def test_cold_prefill_trimmed_push_asks_the_gpus_saved_not_a_zero_warm_share(variant, catalog):
-    """read7 #4: the trimmed-prompt push graded the warm fraction, 0% wherever it crossed to cold-fits (and free
-    once 'cold-fits' was answered). It asks the prefill GPUs the cache still saves, TP x (cold - warm replicas),
-    never negative, and zero (holding every live prefix takes as many replicas as recomputing them: run cold) in
-    under a fifth of the pushed draws."""
+def test_cold_prefill_trimmed_push_asks_the_cold_pool_not_a_zero_warm_share(variant, catalog):
+    """read7 #4: the trimmed-prompt push graded the warm fraction, 0% wherever it crossed to cold-fits. read10:
+    its next ask, the GPUs the cache saves, was zero or one replica's TP (a parameter) in about half the pushed
+    draws once the pool held every turn's cycle. It asks the cold pool and the pool run (the smaller, where cold
+    fits); the saving stays a derivation step, never negative where cold fits, and zero in under a fifth of the
+    pushed draws."""
     stage = next(stage for stage in variant("cold-prefill-pools@default").question.stages
                  if stage.push and stage.when == "warm-required")
-    assert "warm_needed" not in stage.ask and "gpus_saved" in stage.ask
+    assert "warm_needed" not in stage.ask and "gpus_saved" not in stage.ask
+    assert {"cold_prefill_replicas", "prefill_replicas"} <= set(stage.ask)
     zeros = pushes = 0
     for seed in range(60):
         solution = variant(f"cold-prefill-pools@{seed}")
@@ -136,7 +139,8 @@ def test_cold_prefill_trimmed_push_asks_the_gpus_saved_not_a_zero_warm_share(var
             continue
         (run,) = pushed(solution, catalog)
         results, tp = run.solution.sheet.results, value_of(run.solution, "tp")
-        assert results["gpus_saved"] == tp * (results["cold_prefill_replicas"] - results["prefill_replicas"]) >= 0
+        assert results["gpus_saved"] == tp * (results["cold_prefill_replicas"] - results["prefill_replicas"])
+        assert results["gpus_saved"] >= 0 or results["regime"] == "warm-required"  # required, whatever it costs
         pushes += 1
         zeros += results["gpus_saved"] == 0
     assert pushes >= 30 and zeros <= pushes / 5
@@ -161,7 +165,7 @@ def test_cold_prefill_handover_is_judged_against_the_replicas_nics(variant):
     its prefill replica's NICs (a 400 Gb/s ConnectX-7 a GPU), 26.84 ms at the default; judged: the share of the
     replica's NIC time the pool's handovers take, over a tenth or not (5.4% at the default over its 5 prefill
     replicas), varying by draw."""
-    option = "the KV handover keeps a prefill replica's NICs over a tenth busy"
+    option = "the KV handover keeps a prefill replica's NICs over a twentieth busy"
     seen = set()
     for seed in ["default", *SEEDS]:
         solution = variant(f"cold-prefill-pools@{seed}")
@@ -171,10 +175,10 @@ def test_cold_prefill_handover_is_judged_against_the_replicas_nics(variant):
         results = solution.sheet.results
         assert results["ship_time"] == pytest.approx(ship, rel=1e-9)
         busy = rate * ship / results["prefill_replicas"]
-        assert results["facts"][option] == (busy > 0.1)
-        seen.add(busy > 0.1)
+        assert results["facts"][option] == (busy > 0.05)
+        seen.add(busy > 0.05)
         if seed == "default":
-            assert ship == pytest.approx(26.84e-3, rel=1e-3) and busy == pytest.approx(0.0537, rel=1e-2)
+            assert ship == pytest.approx(26.84e-3, rel=1e-3) and busy == pytest.approx(0.0298, rel=1e-2)
     assert seen == {True, False}
 
 
@@ -228,21 +232,23 @@ def test_cold_prefill_pool_holds_every_live_prefix(variant):
     every session returning warm, while its one replica's cache held 62 prompts against 117.5 live sessions. The
     pool now holds every live prefix, λ × gap (Little's law) over the prompts a replica keeps, where a cold prompt
     misses the target; where it fits, it runs cold instead if that takes fewer replicas. At the default 200 live
-    prefixes over 44 a replica need 5 replicas, where the compute needs 2. The option that says the cache sizes
-    the pool varies with the draw."""
+    prefixes over 44 a replica need 5 replicas, where the compute needs 2. read10: a prefix lives a whole turn's
+    cycle (prefill, reply streaming, think time), 362.6 live at the default: 9 replicas. The option that says the
+    cache sizes the pool varies with the draw."""
     option = "the prefill pool's size is set by the live prefixes its HBM must hold, not by its compute"
     default = variant("cold-prefill-pools@default").sheet.results
     assert (default["prefill_compute_replicas"], default["prefill_cache_replicas"], default["prefill_replicas"]) \
-        == (2, 5, 5)
+        == (2, 9, 9)
     assert default["facts"][option] is True
     at_61027 = variant("cold-prefill-pools@61027").sheet.results
-    assert at_61027["live_sessions"] == pytest.approx(117.5) and at_61027["cached_prompts"] == 62
-    assert at_61027["prefill_replicas"] == 2 and at_61027["pool_cache"] >= at_61027["live_sessions"]
+    assert at_61027["live_sessions"] > 117.5  # r12's draw (62 cached) is redrawn since read10's cycle
+    assert at_61027["pool_cache"] >= at_61027["live_sessions"]
     seen = set()
     for seed in SEEDS:
         solution = variant(f"cold-prefill-pools@{seed}")
         results = solution.sheet.results
-        live = value_of(solution, "rate") * value_of(solution, "gap")
+        live = value_of(solution, "rate") * (results["warm_ttft"] + value_of(solution, "reply") * results["decode_step"]
+                                             + value_of(solution, "gap"))
         compute, hold = results["prefill_compute_replicas"], math.ceil(live / results["cached_prompts"])
         warm, cold = max(compute, hold), results["cold_prefill_replicas"]
         fits = results["regime"] == "cold-fits"
@@ -260,5 +266,58 @@ def test_cold_prefill_says_the_session_model(variant):
     session resends the same prompt with its last T_new tokens new, and the words and assumptions say so."""
     solution = variant("cold-prefill-pools@default")
     words = " ".join(solution.question.stages[2].say.split())
-    assert "same prompt, its last {appended}" in words
+    assert "same prompt, last {appended}" in words
     assert any("keeps its length T" in line for line in solution.sheet.assumptions)
+
+
+@pytest.mark.parametrize(("seed", "replicas", "live"), [(7, 7, 143.6)])
+def test_cold_prefill_a_prefix_lives_a_whole_turn_cycle(variant, seed, replicas, live):
+    """read10: live sessions were λ x the gap alone, as if a session came back every 8.1 s (@7) while its 630-token
+    reply took 24.4 s to stream (38.77 ms a token); the gap is now the think time after the reply ends, and a
+    prefix lives its prefill, the reply and the think time. By hand @7: 4.4 x (0.1067 + 630 x 0.03877 + 8.1) =
+    143.6 live over 22 a replica: 7 replicas, not 2. (The reader's @31, 4 replicas with the cycle in, now has
+    every fact holding and is redrawn.)"""
+    solution = variant(f"cold-prefill-pools@{seed}")
+    results = solution.sheet.results
+    cycle = results["warm_ttft"] + value_of(solution, "reply") * results["decode_step"] + value_of(solution, "gap")
+    assert results["session_cycle"] == pytest.approx(cycle, rel=1e-9)
+    assert results["live_sessions"] == pytest.approx(live, rel=1e-3)
+    assert results["live_sessions"] > value_of(solution, "rate") * value_of(solution, "gap") * 1.5
+    assert results["prefill_replicas"] == replicas
+    if seed == 7:
+        assert results["prefill_replicas"] == math.ceil(4.4 * (0.1067 + 630 * 0.03877 + 8.1) / 22)
+
+
+def test_cold_prefill_says_the_gap_is_think_time(variant):
+    """read10: the words said 'a session returns every {gap}'; they now say it comes back {gap} after its reply
+    ends, and the assumptions say a prefix is held for the whole turn."""
+    solution = variant("cold-prefill-pools@default")
+    words = " ".join(solution.question.stages[2].say.split())
+    assert "comes back {gap} after a reply of {reply}" in words
+    assert any("cannot come back before its reply has streamed" in line for line in solution.sheet.assumptions)
+
+
+def test_cold_prefill_checks_a_returning_sessions_warm_share(variant):
+    """read10: nothing showed that a returning session's own warm share, 1 − T_new/T, clears the one the target
+    needs. The derivation states the margin, and it is at least 3 points in every draw (the rest are refused)."""
+    for seed in ["default", *SEEDS]:
+        results = variant(f"cold-prefill-pools@{seed}").sheet.results
+        assert results["warm_margin"] == pytest.approx(results["warm_real"] - results["warm_needed"])
+        assert results["warm_margin"] >= 0.03
+
+
+def test_cold_prefill_ttft_push_asks_the_first_turn_not_the_unchanged_pool(variant):
+    """read10: the 0.3 s TTFT push asked the prefill replicas, which stayed where stage 3's key put them in about
+    four pushed draws in five. It asks whether a new session's first turn (cold) makes it, and the warm share."""
+    stage = next(stage for stage in variant("cold-prefill-pools@default").question.stages
+                 if stage.push and stage.when == "cold-fits")
+    assert "prefill_replicas" not in stage.ask and {"regime", "warm_needed"} <= set(stage.ask)
+    assert "first turn" in stage.say
+
+
+def test_cold_prefill_cold_pool_option_says_throughput(variant):
+    """read10: 'without the cache the pool would be twice as large' compared against a cold pool that misses the
+    SLO at any size; the option says the cold pool is sized for throughput alone."""
+    facts = variant("cold-prefill-pools@default").sheet.results["facts"]
+    assert "sized for throughput alone, the cold prefill pool would be at least twice the one you run" in facts
+    assert not any(option.startswith("without the cache") for option in facts)
