@@ -60,7 +60,7 @@ ONE_SIDED = {
        for key in ("gpus_needed", "job_gpus", "job_days", "fleet_gpus", "spare_pool")},
     **{("moe-1t-training-layout", key): TRAINING for key in ("compute_days", "compute_step")},
     **{("training-compute-budget", key): TRAINING
-       for key in ("days", "data_rate", "wall_days", "interruptions")},
+       for key in ("days", "wall_days", "interruptions")},
     ("training-state-bytes", "step_compute"): TRAINING,
     ("training-state-bytes", "pp_step"): TRAINING,
 }

@@ -64,43 +64,60 @@ def _schedule_levers(s: Sheet, v: dict[str, sympy.Symbol], shorter: sympy.Expr) 
 
 
 def _replica_layout(p, s: Sheet, N, G) -> sympy.Symbol:
-    """The fewest GPUs one data-parallel replica spans when it holds a whole copy of the training state:
-    TP inside the node, pipeline stages across nodes, the rest data-parallel."""
+    """The fewest GPUs one data-parallel replica spans with the optimizer sharded over the replicas (ZeRO-1, as
+    Llama 3 and Megatron's distributed optimizer run): each replica holds the bf16 weights and gradients whole,
+    split over its own GPUs, and the fp32 master and moments are split over every GPU of the job. Returns the
+    checkpoint's bytes: the fp32 master and moments (the bf16 weights are the master rounded; gradients are
+    rebuilt by the next step)."""
     b_w = s.given("b_w", dtype_bytes("bf16"), "B", "bytes per bf16 weight (and per bf16 gradient)")
     b_32 = s.given("b_32", dtype_bytes("fp32"), "B", "bytes per fp32 value")
     M = given_hbm_bytes(s, p.gpu, "M_HBM")
     share = s.param("u_S", "state_share")
-    b = s.step("bytes_per_param", "Training state per parameter", "b", 2 * b_w + ADAM_FP32_COPIES * b_32,
-               "B/param", "bf16 weights and gradients, and Adam's fp32 master copy and two moments")
-    S = s.step("state", "Training state of the model", "S", N * b, "TB", "every parameter carries all of it")
-    n0 = s.step("", "GPUs the state fills", "n_0", S / (share * M), "GPUs",
-                "the state over the share of each GPU's HBM kept for it; activations take the rest")
+    b_rep = s.step("", "Replica's own state per parameter", "b_R", 2 * b_w, "B/param",
+                   "bf16 weights and gradients: every replica holds them whole, split over its GPUs")
+    b_opt = s.step("", "Optimizer state per parameter", "b_O", ADAM_FP32_COPIES * b_32, "B/param",
+                   "Adam's fp32 master copy and two moments: ZeRO-1 splits them over every GPU of the job")
+    room = s.step("", "Room for the replica's share on a GPU", "H",
+                  share * M - N * b_opt / G, "GB",
+                  "the share of HBM kept for state, less this GPU's slice of the optimizer state (N·b_O/G)")
+    if s.compare(room, 0) <= 0:
+        raise Reject("the optimizer's slice alone fills the HBM kept for state")
+    n0 = s.step("", "GPUs the replica's state fills", "n_0", N * b_rep / room, "GPUs",
+                "the bf16 weights and gradients over each GPU's room; activations take the rest of the HBM")
     group = least_power_of_two(n0)
     if s.compare(abs(n0 / group - 1), STATE_CLOSE) < 0 or s.compare(abs(2 * n0 / group - 1), STATE_CLOSE) < 0:
         raise Reject("the state fills within 1% of a power of two of GPUs: too close to call")
-    # The words say which HBM (r12: at @52014 the reported 192.3e9 B gives 15.5 GPUs, so 16, the 180 GB label 16.6,
+    # The words say which HBM (r12: at @52014 the reported 192.3e9 B gave 15.5 GPUs, so 16, the 180 GB label 16.6,
     # so 32): the label's reading is the slip it invites.
-    by_label = least_power_of_two(S / (share * s.given("M_label", p.gpu.hbm_gb * 1e9, "GB",
-                                                            f"{p.gpu.name} HBM by its datasheet label")))
+    label = s.given("M_label", p.gpu.hbm_gb * 1e9, "GB", f"{p.gpu.name} HBM by its datasheet label")
+    by_label = least_power_of_two(N * b_rep / (share * label - N * b_opt / G))
+    whole = least_power_of_two(N * (b_rep + b_opt) / (share * M))  # no sharding: the layout r13 asked for
     node = s.given("g", p.gpu.nvlink_domain, "GPUs", f"GPUs per {p.gpu.name} NVLink domain")
     across = s.compare(group, node) > 0  # the replica spans nodes: the rest of it is pipeline stages
     mp = s.step("mp_gpus", "GPUs one replica spans, at the fewest", "n_MP", group, "GPUs",
                 f"the least power of two at or above n_0, so replicas tile the {format_number(p.gpus)} GPUs: "
                 f"TP {format_number(s.evaluate(min_of(group, node)))} inside the node"
                 + (f" × {format_number(s.evaluate(group / node))} pipeline stages across nodes" if across else "")
-                + ". Sharding the optimizer over the replicas (ZeRO-1, as Llama 3 and Megatron's distributed "
-                  "optimizer do) cuts each GPU's 12 B of fp32 state a parameter by the replica count: the replica "
-                  "could then be smaller")
+                + ". Without ZeRO-1 each replica would hold all 16 B a parameter and span "
+                + format_number(s.evaluate(whole)) + "; activations and the pipeline's bubble often set a larger "
+                  "replica in practice (Llama 3 405B ran TP 8 × PP 16)")
     if s.compare(mp, G) > 0:
         raise Reject("one copy of the state needs more GPUs than the job has")
     s.slip("HBM read at its datasheet label, not as the device reports it", s.evaluate(by_label / group),
            on="mp_gpus")
+    s.slip("no ZeRO-1: every replica holds the whole 16 B a parameter", s.evaluate(whole / group), on="mp_gpus")
+    s.step("gpu_state", "Training state each GPU holds", "S_GPU", N * b_rep / mp + N * b_opt / G, "GB",
+           "its slice of the replica's bf16 weights and gradients, plus its slice of the job's fp32 optimizer state")
+    s.slip("no ZeRO-1: the fp32 state split over the replica only", on="gpu_state",
+           factor=s.evaluate((N * (b_rep + b_opt) / mp) / (N * b_rep / mp + N * b_opt / G)))
     tp = s.step("", "Tensor-parallel degree", "TP", min_of(mp, node), "",
                 "tensor parallelism stays on NVLink: its all-reduces run every layer")
     s.step("", "Pipeline stages", "PP", mp / tp, "", "the rest of the replica, one stage per node's share")
     s.step("", "Data-parallel replicas", "DP", G / mp, "",
            "the job's GPUs over one replica's: each replica trains on its share of every global batch")
-    return S
+    return s.step("ckpt_bytes", "Checkpoint size", "S_ck", N * b_opt, "TB",
+                  "what a restart needs: the fp32 master weights and Adam's two moments; the bf16 weights are the "
+                  "master rounded, and the gradients are rebuilt by the next step")
 
 
 def _schedule_regime(s: Sheet, W, T_dl, T_c) -> None:
@@ -125,7 +142,7 @@ def _schedule_regime(s: Sheet, W, T_dl, T_c) -> None:
         f"{deadline}: they take {lost}, more than the {allowed} allowed.",
         "Within the deadline the allowance absorbs the stalls and failures; here the plan needs less time lost "
         "per failure, a shorter stall, or more compute slack (more GPUs, which fail more often too).",
-        near=f"{compute} of compute stretch to {wall}, just past the deadline of {deadline}: checkpoints and "
+        near=f"{compute} of compute stretch to {wall}, past the deadline of {deadline}: checkpoints and "
              f"failures take {lost} against the {allowed} allowed."))
 
 
@@ -147,7 +164,7 @@ def solve(p, s: Sheet) -> None:
            "the training tokens over the compute time: the loader must sustain this while the GPUs run")
     S = _replica_layout(p, s, N, G)
     C = s.step("ckpt_write", "Checkpoint stall", "C", S / B_ck, "min",
-               "the whole training state written at the storage's sustained rate, training paused meanwhile")
+               "the checkpoint written at the storage's sustained rate, training paused meanwhile")
     s.step("interruptions_compute", "Interruptions over the compute days alone", "I_c",
            I_ref / (G_ref * T_ref) * G * T_c, "interruptions", "the first estimate, before the schedule stretches")
     lam = s.step("failure_rate", "Interruptions per GPU-day (Llama 3)", "λ", I_ref / (G_ref * T_ref),
@@ -155,8 +172,12 @@ def solve(p, s: Sheet) -> None:
     a = s.step("cluster_rate", "Interruptions per day of this job", "a", lam * G, "interruptions/day",
                "every GPU of the job can stop it")
     s.step("mtbf", "Mean time between interruptions", "M", 1 / a, "h", "the job's MTBF: 1 / a")
+    # Meta's over 90% effective time bounds its loss an interruption at a tenth of its window over its count.
+    past_meta = s.compare(R + tau / 2, T_ref / (10 * I_ref)) > 0
     loss = s.step("lost_per_failure", "Time lost per interruption", "t_f", R + tau / 2, "h",
-                  "detect, reschedule and reload, plus the work since the last checkpoint: half an interval on average")
+                  "detect, reschedule and reload, plus the work since the last checkpoint: half an interval on average"
+                  + ("; past the 16.7 min that Meta's over 90% effective time bounds its loss at: these restarts and "
+                     "this interval are the gap" if past_meta else ""))
     if s.value(a) * s.value(loss) >= MAX_FAILURE_LOSS:
         raise Reject("failures eat most of the schedule: no one would plan this checkpoint interval")
     W = s.step("wall_days", "Wall-clock days of the schedule", "W", _wall_clock(T_c, C, tau, a, R), "days",
@@ -186,13 +207,16 @@ def solve(p, s: Sheet) -> None:
              "if they too scaled with GPUs; and an A100 or B200 fleet is taken to fail as Llama 3's H100s did, "
              "which no published record of a fleet that size confirms. Meta's over 90% effective time bounds "
              "its average loss at 0.10 × 54 days / 466 = 16.7 min an interruption: an upper bound, not a measurement.")
-    s.assume("Each data-parallel replica keeps a whole copy of the training state (no sharding across replicas, "
-             "as ZeRO or FSDP would add) and activations fit beside it: the layout is the fewest GPUs that hold "
-             "the state, with TP inside the node. Llama 3 405B ran TP 8 × PP 16 × DP 128 on 16,384 H100s.")
+    s.assume("The optimizer's fp32 state is sharded over the data-parallel replicas (ZeRO-1, Megatron's distributed "
+             "optimizer, as Llama 3 ran); each replica holds its bf16 weights and gradients whole, and activations "
+             "fit in the HBM left over: the layout is the fewest GPUs that hold the state, with TP inside the node. "
+             "Llama 3 405B ran TP 8 × PP 16 × DP 128 on 16,384 H100s: activations at its sequence length and the "
+             "pipeline's bubble, not the state, set that size.")
     s.assume("Each interruption rewinds to the last checkpoint (on average half an interval of work) and costs the "
-             "restart time; checkpoint writes stall training for the whole state at the storage's sustained write "
-             "rate (no asynchronous save; Llama 3's Tectonic file system sustains 2 TB/s, sec. 3.3.1, of which one "
-             "job gets a share); interruptions do not overlap.")
+             "restart time; checkpoint writes stall training for the checkpoint at the storage's sustained write "
+             "rate (12 B a parameter: the fp32 master and two moments, no gradients; no asynchronous save; Llama 3's "
+             "Tectonic file system sustains 2 TB/s, sec. 3.3.1, of which one job gets a share); interruptions do "
+             "not overlap.")
     s.slip("x1/3: 2·N·D counts the forward pass only", 1 / 3, on=("flops", "days"))
     s.slip("x4/3: 8·N·D counts activation recomputation, which MFU excludes", on=("flops", "days"), factor=4 / 3)
     s.slip("MFU left out: the run at datasheet peak", p.mfu, on="days")

@@ -17,7 +17,7 @@ def _wall_clock_by_hand(p: dict) -> tuple[float, float]:
     """Compute seconds and wall-clock seconds: W = T_c (1 + C/tau) + a W (R + tau/2), a per second of the job."""
     compute = 6 * p["params"] * p["tokens"] / (p["gpus"] * p["gpu"].bf16_dense_tflops * 1e12 * p["mfu"])
     rate = p["gpus"] * LLAMA3_RATE_PER_GPU_DAY / DAY
-    stall = 16 * p["params"] / p["ckpt_bw"]  # the whole training state written at the storage's rate
+    stall = 12 * p["params"] / p["ckpt_bw"]  # the fp32 master and two moments written at the storage's rate
     wall = compute * (1 + stall / p["ckpt_interval"]) / (1 - rate * (p["restart"] + p["ckpt_interval"] / 2))
     return compute, wall
 
@@ -32,13 +32,13 @@ def test_compute_budget_default_matches_catalogue(variant):
     assert results["interruptions_compute"] == pytest.approx(380, rel=0.05)
 
 
-def test_compute_budget_more_gpus_fail_more_often(variant):
-    """Doubling the GPUs halves the compute days but doubles the interruptions per day: the schedule
-    shrinks by less than half."""
-    full = variant("training-compute-budget@default").expected
-    double = variant("training-compute-budget@default+gpus=32768+slack=25").expected
-    assert double["days"] == pytest.approx(full["days"] / 2)
-    assert full["wall_days"] / 2 < double["wall_days"] < full["wall_days"]
+def test_compute_budget_more_gpus_fail_more_often():
+    """Doubling the GPUs halves the compute days but doubles the interruptions per day: the schedule shrinks by
+    less than half (by hand on the default's figures: the fixed 10% allowance refuses most doubled variants)."""
+    rate = 16_384 * LLAMA3_RATE_PER_GPU_DAY / DAY
+    full = _wall(42.84, 24, 600, rate, 600)
+    double = _wall(42.84 / 2, 24, 600, 2 * rate, 600)
+    assert full / 2 < double < full
 
 
 def _wall(compute: float, stall: float, interval: float, rate: float, restart: float) -> float:
@@ -66,7 +66,7 @@ def test_compute_budget_levers_win_back_a_share_of_the_lost_days(variant, seed):
     p = param_values(solution)
     compute, wall = _wall_clock_by_hand(p)
     rate = p["gpus"] * LLAMA3_RATE_PER_GPU_DAY / DAY
-    C, tau, R = 16 * p["params"] / p["ckpt_bw"], p["ckpt_interval"], p["restart"]
+    C, tau, R = 12 * p["params"] / p["ckpt_bw"], p["ckpt_interval"], p["restart"]
     best = _least_loss_by_search(compute, C, rate, R)
     after = {
         "checkpointing twice as often": _wall(compute, C, tau / 2, rate, R),
@@ -101,7 +101,7 @@ def test_compute_budget_matches_plain_arithmetic(variant, seed):
     assert solution.expected["interruptions"] == math.floor(interruptions + 0.5)  # a count: whole interruptions
     deadline = compute * (1 + p["slack"])
     assert (solution.expected["regime"] == "fits-deadline") == (wall <= deadline)
-    assert 5 * DAY <= compute <= 200 * DAY  # days to months: a plan, not hours or years
+    assert 5 * DAY <= compute <= 120 * DAY  # days to a few months (r13 @31: a 194-day A100 plan)
     # The deadline is never settled by compute alone: the stalls and failures decide it.
     assert compute < deadline
     assert 20 <= p["tokens"] / p["params"] <= 2000  # Chinchilla's 20 to Llama 3 8B's ~1,900 tokens a parameter
@@ -109,41 +109,60 @@ def test_compute_budget_matches_plain_arithmetic(variant, seed):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_compute_budget_replica_is_the_least_power_of_two_that_holds_the_state(variant, seed):
-    """16 bytes a parameter over the share of HBM (as the device reports it) kept for state: the replica is
-    the least power of two of GPUs that holds it, so half as many would not."""
+    """r13: the replica was sized holding all 16 B a parameter (no ZeRO), a layout its own key disowned. With the
+    fp32 master and moments (12 B) split over every GPU of the job (ZeRO-1), a replica's GPUs hold its 4 B of bf16
+    weights and gradients in the room left: the least power of two that fits, so half as many would not; each GPU
+    holds its slice of both."""
     solution = variant(f"training-compute-budget@{seed}")
     p = param_values(solution)
-    room = p["state_share"] * p["gpu"].hbm_mib * 2**20
+    room = p["state_share"] * p["gpu"].hbm_mib * 2**20 - 12 * p["params"] / p["gpus"]
     mp = solution.expected["mp_gpus"]
     assert math.log2(mp).is_integer()
-    assert mp * room >= 16 * p["params"] > mp / 2 * room
+    assert mp * room >= 4 * p["params"] > mp / 2 * room
+    assert solution.expected["gpu_state"] == pytest.approx(4 * p["params"] / mp + 12 * p["params"] / p["gpus"],
+                                                           rel=1e-12)
+    whole = 2 ** math.ceil(math.log2(16 * p["params"] / (p["state_share"] * p["gpu"].hbm_mib * 2**20)))
+    assert mp < whole  # the unsharded layout (the old key) is larger, and is the slip it invites
+    slips = {slip.label: slip.factor for slip in solution.sheet.slips["mp_gpus"]}
+    assert slips["no ZeRO-1: every replica holds the whole 16 B a parameter"] == pytest.approx(whole / mp)
 
 
 def test_compute_budget_says_which_hbm_sizes_the_replica(variant):
-    """Review r12: at @52014 (140B on B200s) the state fills 15.5 GPUs of the reported 183,359 MiB (192.3e9 B),
-    so 16, but 16.6 of the 180 GB label, so 32; the words said "each GPU's HBM". They say the device's figure, not
-    the label, and the label's 32 is the slip the key names."""
-    solution = variant("training-compute-budget@52014")
+    """Review r12: the words say the device's figure, not the label; the label's reading is the slip the key
+    names wherever it gives another power of two."""
+    solution = variant("training-compute-budget@default")
     words = " ".join(solution.question.stages[1].say.split())
-    assert "HBM as the device reports it, not its label" in words
-    p = param_values(solution)
-    state = 16 * p["params"]
-    assert state / (p["state_share"] * p["gpu"].hbm_mib * 2**20) == pytest.approx(15.53, abs=0.01)
-    assert state / (p["state_share"] * p["gpu"].hbm_gb * 1e9) == pytest.approx(16.59, abs=0.01)
-    assert solution.expected["mp_gpus"] == 16
-    slips = {slip.label: slip.factor for slip in solution.sheet.slips["mp_gpus"]}
-    assert slips["HBM read at its datasheet label, not as the device reports it"] == 2
+    assert "reported HBM" in words and "ZeRO-1" in words
+
+
+def test_compute_budget_checkpoint_holds_no_gradients(variant):
+    """r13: the checkpoint stall wrote the full 16 B a parameter, gradients included; a restart needs the fp32
+    master and two moments, 12 B. Default: 12 × 400B = 4.8 TB at 200 GB/s is a 24-s stall, not 32."""
+    solution = variant("training-compute-budget@default")
+    assert float(solution.sheet.results["ckpt_bytes"]) == pytest.approx(4.8e12)
+    assert float(solution.sheet.results["ckpt_write"]) == pytest.approx(24.0)
 
 
 def test_compute_budget_refuses_a_schedule_on_its_deadline(variant):
-    """The default's 47.85 wall-clock days against 12% (47.98 days) or 15% (49.27 days) over its 42.84 compute
-    days is inside the 3% a wall-clock answer may miss by: no fit to grade; 20% (51.41 days) is outside it and
-    fits, 8% (46.27 days) misses."""
-    for slack in (12, 15):
-        with pytest.raises(VariantError, match="within the wall-clock's tolerance"):
-            variant(f"training-compute-budget@default+slack={slack}")
-    assert variant("training-compute-budget@default").expected["regime"] == "fits-deadline"
-    assert variant("training-compute-budget@default+slack=8").expected["regime"] == "misses-deadline"
+    """The 10% allowance is fixed. 5-min restarts give 42.84 × 1.04 / (1 − 8.63 × 10/1440) = 47.40 days against
+    47.12: inside the 3% a wall-clock answer may miss by, no call to grade; 10-min restarts miss it by 3.9%."""
+    with pytest.raises(VariantError, match="within the wall-clock's tolerance"):
+        variant("training-compute-budget@default+restart=5")
+    assert variant("training-compute-budget@default").expected["regime"] == "misses-deadline"
+    assert variant("training-compute-budget@default+gpus=8192+restart=3").expected["regime"] == "fits-deadline"
+
+
+def test_compute_budget_push_never_moves_the_allowance_alone(bank, catalog, variant):
+    """r13 @7: the push raised the allowance 8% → 20% and asked the same 13.53 days again: nothing physical moved.
+    The allowance is fixed (Meta's over 90% effective time), so no push can move it."""
+    from solvers.followup import follow_up
+
+    assert not bank.get("training-compute-budget").parameter("slack").movable
+    for seed in (7, 31, 58, 1, 2, 3):
+        solution = variant(f"training-compute-budget@{seed}")
+        pushed = follow_up(solution, catalog)
+        assert pushed is not None
+        assert pushed.solution.expected["wall_days"] != solution.expected["wall_days"]
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -159,7 +178,7 @@ def test_compute_budget_regime_why_names_what_decides(variant, seed):
     assert missed == (solution.expected["regime"] == "misses-deadline")
 
 
-@pytest.mark.parametrize("seed", ["default", "default+restart=30", *range(30)])
+@pytest.mark.parametrize("seed", ["default", "default+restart=15", *range(30)])
 def test_compute_budget_least_loss_interval_never_loses_time(variant, seed):
     """Reader (read7, 1): the option 'checkpointing at the interval that loses the least time' was priced at Young's
     √(2·C·MTBF) and lost 0.018 days in the default push (R = 30 min). It is now the exact minimum of W(τ): it
@@ -168,7 +187,7 @@ def test_compute_budget_least_loss_interval_never_loses_time(variant, seed):
     p = param_values(solution)
     compute, wall = _wall_clock_by_hand(p)
     rate = p["gpus"] * LLAMA3_RATE_PER_GPU_DAY / DAY
-    C = 16 * p["params"] / p["ckpt_bw"]
+    C = 12 * p["params"] / p["ckpt_bw"]
     best = _least_loss_by_search(compute, C, rate, p["restart"])
     closed = least_loss_interval(C, rate, p["restart"])
     assert float(closed) == pytest.approx(best, rel=1e-4)
@@ -178,22 +197,24 @@ def test_compute_budget_least_loss_interval_never_loses_time(variant, seed):
 
 
 def test_compute_budget_default_push_least_loss_interval_is_below_young(variant):
-    """At R = 30 min the optimum is 11.56 min, under Young's 13.34: the restart's share pulls it down."""
-    solution = variant("training-compute-budget@default+restart=30")
+    """At R = 15 min the optimum is under Young's √(2·C·M): the restart's share pulls it down. C = 24 s, a = 8.63
+    a day: Young's √(2 × 0.4 × 166.9) = 11.55 min; τ* = √(0.16 + 0.8 × 0.9101 × 166.9) − 0.4 = 10.63 min."""
+    solution = variant("training-compute-budget@default+restart=15")
     p = param_values(solution)
     rate = p["gpus"] * LLAMA3_RATE_PER_GPU_DAY / DAY
-    C = 16 * p["params"] / p["ckpt_bw"]
-    assert float(least_loss_interval(C, rate, p["restart"])) / 60 == pytest.approx(11.56, rel=1e-3)
-    assert math.sqrt(2 * C / rate) / 60 == pytest.approx(13.34, rel=1e-3)
+    C = 12 * p["params"] / p["ckpt_bw"]
+    assert float(least_loss_interval(C, rate, p["restart"])) / 60 == pytest.approx(10.63, rel=2e-3)
+    assert math.sqrt(2 * C / rate) / 60 == pytest.approx(11.55, rel=2e-3)
 
 
 @pytest.mark.parametrize("seed", ["default", *range(20)])
 def test_compute_budget_stall_is_the_state_over_the_write_bandwidth(variant, seed):
     """Reader (read7, 2): the stall was drawn with no link to the state (0.5 min for 6.4 TB, 5 min for 240 GB).
-    It is now the 16 B a parameter written at the drawn bandwidth, and the interval a team would set from it."""
+    It is now the 12 B a parameter (r13: no gradients) written at the drawn bandwidth, and the interval a team
+    would set from it."""
     solution = variant(f"training-compute-budget@{seed}")
     p = param_values(solution)
-    stall = 16 * p["params"] / p["ckpt_bw"]
+    stall = 12 * p["params"] / p["ckpt_bw"]
     assert float(solution.sheet.results["ckpt_write"]) == pytest.approx(stall, rel=1e-12)
     assert 20e9 <= p["ckpt_bw"] <= 2000e9
     young = math.sqrt(2 * stall * DAY / (p["gpus"] * LLAMA3_RATE_PER_GPU_DAY))
@@ -201,17 +222,30 @@ def test_compute_budget_stall_is_the_state_over_the_write_bandwidth(variant, see
 
 
 def test_compute_budget_push_gives_a_reason_and_no_ratio_against_a_bound(variant):
-    """Reader (read7, 3, 5, 6, 7): the push speaks as an interviewer, not the engine's template; the replica's key
-    names ZeRO-1; Meta's 16.7 min is an upper bound, said in the assumptions, not graded as a ratio; the A100 and
-    B200 fleets are taken to fail at the H100 rate, said."""
+    """Reader (read7, 3, 5, 6, 7; r13): the push speaks as an interviewer: a reason for each figure it may move, in
+    words for the way it moves, not 'one figure changed; it's marked in the table'; the replica's key names
+    ZeRO-1; Meta's 16.7 min is an upper bound, said in the assumptions, not graded as a ratio; the A100 and B200
+    fleets are taken to fail at the H100 rate, said."""
     solution = variant("training-compute-budget@default")
     push = solution.question.stages[-1]
-    assert "Let's change" not in push.say and "ops review" in push.say
+    assert "Let's change" not in push.say and "ops review" not in push.say and "marked in the" not in push.say
+    reasons = {name: (up, down) for name, up, down in push.reasons}
+    assert {"restart", "ckpt_bw", "gpus", "params", "ckpt_interval"} <= set(reasons)
+    assert reasons["restart"][0] != reasons["restart"][1]
     assert [r.answer for r in solution.question.reality] == ["wall_days"]
     steps = {step.key: step for step in solution.sheet.steps if step.key}
     assert "ZeRO-1" in steps["mp_gpus"].why
     assumptions = " ".join(solution.sheet.assumptions)
     assert "16.7 min" in assumptions and "upper bound" in assumptions and "A100" in assumptions
+
+
+def test_compute_budget_says_when_a_failure_costs_past_metas_bound(variant):
+    """r13 @58: 40-min restarts lost 47.5 min a failure against the 16.7 min Meta's over 90% bounds, said only in
+    the derivation; the key for the time lost says so. Seed 1: 20 + 30/2 = 35 min."""
+    steps = {step.key: step for step in variant("training-compute-budget@1").sheet.steps if step.key}
+    assert "Meta" in steps["lost_per_failure"].why
+    steps = {step.key: step for step in variant("training-compute-budget@default").sheet.steps if step.key}
+    assert "Meta" not in steps["lost_per_failure"].why
 
 
 @pytest.mark.parametrize("seed", [473, 1315])
@@ -222,7 +256,7 @@ def test_compute_budget_seeds_the_sampler_gave_up_on_yield_a_variant(variant, se
 
 
 def test_compute_budget_raw_draws_solve_four_times_as_often(bank, catalog):
-    """A tenth of raw draws now solve (the ranges real pretraining plans use), four times the old share: the
+    """About 6% of raw draws solve (the ranges real pretraining plans use, a fixed 10% allowance): the
     sampler's 256 redraws cannot run out. The rest are refused by the allowance (within 2x of the stretch),
     Young's interval, the tokens per parameter and the 3% tolerance at the deadline."""
     import numpy as np
@@ -238,4 +272,4 @@ def test_compute_budget_raw_draws_solve_four_times_as_often(bank, catalog):
             solved += 1
         except Reject:
             pass
-    assert solved >= 0.07 * 400
+    assert solved >= 0.05 * 400
