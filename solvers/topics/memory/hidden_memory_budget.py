@@ -31,6 +31,10 @@ HALF_NCCL = "half the NCCL buffer memory (a smaller NCCL_BUFFSIZE)"
 MORE_GRAPHS = "twice the CUDA graph memory (more capture sizes)"
 MORE_GROWTH = "twice the allocator's reserved-but-unused growth (burstier, longer contexts)"
 MORE_NCCL = "twice the NCCL buffer memory (a larger NCCL_BUFFSIZE)"
+# The trap each side's push hint names (read10): a consumer the budget already counts moves the KV cache, never the
+# fit, in every release: declared facts, one a select.
+SMALLER_BATCH = "half the max_num_batched_tokens, halving the profile run's activation peak"
+LARGER_BATCH = "twice the max_num_batched_tokens, doubling the profile run's activation peak"
 
 
 # A draw whose unbudgeted memory sits this close to the headroom is a coin toss on the day (a few hundred MiB of
@@ -42,12 +46,21 @@ FAR_APART = 3
 MIN_KV_MEMORY = 2 * 2**30  # below 2 GiB of KV cache per GPU nobody would deploy this: it holds a few contexts
 
 
-def _budget_regime(s: Sheet, release: str, headroom, unbudgeted, u) -> None:
+def _budget_regime(s: Sheet, release: str, headroom, unbudgeted, at_start, u) -> None:
+    """Fits or OOM; an OOM says when it comes (read10 @58: 'late, under load' where the graphs alone overflowed):
+    at start-up, capturing the CUDA graphs, where what start-up allocates outside the budget already overflows the
+    headroom; else under live traffic, as the allocator's reserved memory grows."""
     room, need = s.text(headroom), s.text(unbudgeted)
     util = s.text(u)
     fixes = ("lower gpu_memory_utilization to the highest value that fits, capture fewer CUDA graph sizes, "
              + ("" if release == FROM_V021 else "move to v0.21's graph estimate, ")
              + "or set the KV cache size explicitly (kv_cache_memory_bytes) from a measured run")
+    if s.compare(at_start, headroom) > 0:
+        when = (f"It dies at start-up, capturing the CUDA graphs: the {_gib(s, at_start)} allocated outside the "
+                "budget before serving (context, communicators and graphs) already overflow the headroom.")
+    else:
+        when = (f"It starts: the {_gib(s, at_start)} allocated outside the budget before serving fit. The OOM "
+                "comes later, under load, as the allocator's reserved-but-unused memory grows.")
     s.regime_by(unbudgeted, headroom, tie="below", below=Side(
         "fits",
         f"The {need} vLLM did not budget for fit in the {room} that gpu_memory_utilization = {util} leaves "
@@ -59,10 +72,10 @@ def _budget_regime(s: Sheet, release: str, headroom, unbudgeted, u) -> None:
         above=Side(
         "oom",
         f"The {need} vLLM did not budget for overflow the {room} that gpu_memory_utilization = {util} leaves "
-        "outside its budget: the process OOMs (at graph capture or under load) although weights plus KV cache fit.",
+        f"outside its budget, although weights plus KV cache fit. {when}",
         f"To fit, {fixes}.",
-        near=f"The {need} vLLM did not budget for overflow the {room} of headroom by a little: the OOM comes "
-             f"late, under load as the allocator's reserved memory grows. To fit, {fixes}."))
+        near=f"The {need} vLLM did not budget for overflow the {room} of headroom by a little. {when} "
+             f"To fit, {fixes}."))
 
 
 def _gib(s: Sheet, expr) -> str:
@@ -80,8 +93,9 @@ def _outside(s: Sheet, release: str, name: str, value, delta, unbudgeted) -> tup
 
 
 def _levers(s: Sheet, release: str, unbudgeted, headroom, G, X, F) -> None:
-    """Each lever alone, from this variant's sizes: whether it flips the outcome. An OOM lists the fixes (does it
-    get the process running?), a fitting process the risks (would it tip it over?); a tie fits."""
+    """Each lever alone, from this variant's sizes. An OOM is asked which fixes get it running (`fixes`), a fitting
+    process which risks tip it over (`risks`): one direction a stage (read10: the other direction's options were
+    false by the regime alone). The other select is judged too, for the script and the what-if."""
     half = sympy.Rational(1, 2)
     graphs, nccl, growth = "the CUDA graphs", "the NCCL communicators", "the reserved-but-unused growth"
     fixes = {
@@ -95,19 +109,20 @@ def _levers(s: Sheet, release: str, unbudgeted, headroom, G, X, F) -> None:
         MORE_GROWTH: _outside(s, release, growth, F, F, unbudgeted),
         MORE_NCCL: _outside(s, release, nccl, X, X, unbudgeted),
     }
-    fits_now = s.compare(unbudgeted, headroom) <= 0
-    # The levers that push the way the process already is flip nothing: listed as distractors at most.
-    flat, live = (fixes, risks) if fits_now else (risks, fixes)
-    for option in flat:
-        s.judge("levers", option, False, "it already fits: taking memory away flips nothing"
-                if fits_now else "it already OOMs: adding memory flips nothing")
-    for option, (need_after, because) in live.items():
+    for option, (need_after, because) in fixes.items():
         fits = s.compare(need_after, headroom) <= 0
         cost = (" (at a price: every decode step launches its kernels one by one, a slower TPOT, worst at small "
                 "batches)" if option == EAGER and fits else "")
-        s.judge("levers", option, (not fits) if fits_now else fits,
-                f"{because}: {_gib(s, need_after)} to fit in {_gib(s, headroom)}, "
+        s.judge("fixes", option, fits, f"{because}: {_gib(s, need_after)} to fit in {_gib(s, headroom)}, "
                 + ("fits" if fits else "over") + cost)
+    s.judge("fixes", SMALLER_BATCH, False, "the activation peak is measured in the profile run and subtracted: a "
+            "smaller one gives the KV cache more, the memory outside the budget stays what it was", fact=True)
+    for option, (need_after, because) in risks.items():
+        fits = s.compare(need_after, headroom) <= 0
+        s.judge("risks", option, not fits, f"{because}: {_gib(s, need_after)} to fit in {_gib(s, headroom)}, "
+                + ("fits" if fits else "over"))
+    s.judge("risks", LARGER_BATCH, False, "the activation peak is measured in the profile run and subtracted: a "
+            "larger one takes it from the KV cache, never from the memory outside the budget", fact=True)
 
 
 def solve(p, s: Sheet) -> None:
@@ -137,8 +152,12 @@ def solve(p, s: Sheet) -> None:
            "the two numbers everyone checks: on paper they fit with room to spare")
     headroom = s.step("headroom", "Memory outside vLLM's budget", "H", M - requested, "GiB",
                       "the (1 − u) share vLLM never plans for; whatever it did not subtract must fit here")
-    if s.compare(C, headroom) >= 0:
-        raise Reject("the runtime context alone exceeds the headroom: vLLM refuses to start")
+    baseline = C + (0 if measured["the NCCL communicators"] else X)
+    if s.compare(baseline, headroom) >= 0:
+        # vLLM's start-up check ("Free memory on device ... is less than desired GPU memory utilization") raises
+        # before any KV cache: a refusal to start, not the OOM this question asks about (read10).
+        raise Reject("the snapshot's baseline (context and communicators) exceeds the headroom: vLLM's start-up "
+                     "check refuses to start, a different failure")
     unbudgeted = s.step("unbudgeted", "Memory vLLM did not budget for", "U", outside, "GiB",
                         "the snapshot's baseline"
                         + (" (runtime context and communicators, set up before the snapshot since PR #25359)"
@@ -154,6 +173,7 @@ def solve(p, s: Sheet) -> None:
            "the full budget in use (KV cache allocated up front) plus everything outside it")
     s.step("max_util", "Highest gpu_memory_utilization that fits", "u_max", 1 - unbudgeted / M, "%",
            "leave exactly the unbudgeted memory outside the budget")
+    at_start = baseline + (0 if measured["the CUDA graphs"] else G)
     _levers(s, p.release, unbudgeted, headroom, G, X, F)
 
     s.assume("Total memory is what the device reports, as vLLM reads it from the driver: for most GPUs a few "
@@ -163,7 +183,18 @@ def solve(p, s: Sheet) -> None:
              "allocated whole; CUDA graphs are captured last. PR #25359 (September 2025) moved the NCCL set-up "
              "before the snapshot; v0.21 added the graphs' trial estimate (on by default, "
              "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 turns it off) and raised the default utilisation to 0.92. "
-             "The estimate is taken as equal to the graphs' real pool.")
+             "The estimate is taken as equal to the graphs' real pool; in practice it errs high (vLLM issue "
+             "#45178, PR #45197: 3.1 times less KV cache on a B200 with the default-on estimate), which "
+             "costs KV cache, never the fit.")
+    s.assume("CUDA graph memory: public vLLM logs print 0.2-0.6 GiB for the default piecewise capture (0.62 GB "
+             "for a 70B AWQ model at TP 8, PR #5515). The draws reach 3 GiB: FULL graphs (FULL_AND_PIECEWISE, the "
+             "v1 default since v0.11) over many capture sizes, a large max_num_seqs or an MoE model, each graph "
+             "keeping its own attention metadata and buffers. NCCL buffers grow with the group: about 1.8 GiB "
+             "more non-torch memory from TP 1 to TP 2 on an 8B model (PR #10511), about 4.5 GiB at TP 8 on H100 "
+             "(PR #25359); the draw scales with TP.")
+    s.assume("The total is what nvidia-smi reports (81,559 MiB on an H100); vLLM's log prints cudaMemGetInfo's "
+             "total, 79.1-79.3 GiB on the same card. The 0.4 GiB between them moves the headroom by (1 − u) of "
+             "it, under 0.05 GiB at these utilisations.")
     s.assume("The allocator's reserved-but-unused growth is what a load test sees past the pool the profile run "
              "left: steady serving reuses most of that pool and the CUDA graphs keep a private one, so only the "
              "growth beyond it is drawn. Expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) "
@@ -179,5 +210,5 @@ def solve(p, s: Sheet) -> None:
     kv_room = s.value(kv)
     s.slip("the activation peak and non-torch memory not subtracted", on="kv_memory",
            factor=(kv_room + p.activation_peak + p.non_torch) / kv_room)
-    _budget_regime(s, p.release, headroom, unbudgeted, u)
+    _budget_regime(s, p.release, headroom, unbudgeted, at_start, u)
 
