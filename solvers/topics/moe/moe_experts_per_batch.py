@@ -60,6 +60,7 @@ def touched_share(s: Sheet, key: str, r: Experts, tokens: sympy.Expr, title: str
     return s.step(key, title, symbol, 1 - miss_power(1 - r.k / r.E, tokens), "%", why)
 
 
+MIN_POOL = 256  # a deployment sized for serving holds at least this many sequences' caches at its context
 EDGE = 0.03  # draws within 3% of a regime boundary are refused: the graded batches carry 2%
 DENSE_GAP = 2  # a dense model "twice as fast / slow" as this step
 FP4 = "FP4 experts (W4A8: half the fp8 bytes, the same fp8 tensor peak) would cut the step time by {cut} or more"
@@ -235,6 +236,8 @@ def solve(p, s: Sheet) -> None:
                    "sequences", "the room over one sequence's cache, in whole sequences")
     if s.compare(B, B_fit) > 0:
         raise Reject("the batch's KV caches do not fit beside the weights")
+    if s.compare(B_fit, MIN_POOL) < 0:  # weights all but filling the HBM: no room to take more traffic
+        raise Reject(f"the KV room holds fewer than {MIN_POOL} sequences at this context")
     for edge in (B95, B_c):  # a batch this close to a regime's edge is a coin toss under any tolerance
         if abs(s.evaluate(B / edge) - 1) < EDGE:
             raise Reject("the batch sits on a regime boundary")
@@ -252,9 +255,13 @@ def solve(p, s: Sheet) -> None:
     t = s.step("step_time", "Time of the step", "t", t_w + t_kv + t_a2a + t_oh, "ms",
                # each part named with its own figure: the sum prints its terms in sympy's order, not this one
                ", ".join(parts) + f", then the overhead {s.text(t_oh)}")
-    s.step("per_user", "Tokens per second per decoding sequence", "X_user", 1 / t, "tokens/s",
-           "one token per sequence per step")
+    X_user = s.step("per_user", "Tokens per second per decoding sequence", "X_user", 1 / t, "tokens/s",
+                    "one token per sequence per step")
+    if s.compare(X_user, s.param("X_min", "min_speed")) < 0:  # an operating point no chat service runs
+        raise Reject("each user would decode below the service's slowest speed")
     s.step("throughput", "Tokens per second", "X", B / t, "tokens/s", "B tokens per step")
+    s.step("gpu_throughput", "Tokens per second per GPU", "X_GPU", B / (n * t), "tokens/s",
+           "B tokens a step over the GPUs: what the fleet earns for each GPU it pays for")
     _advantage(s, r, p.gpus == 1, {"b": b, "R_f": R_f, "R_b": R_b, "n": n, "B": B, "W_s": W_s, "W": W, "W_a": W_a,
                       "N_emb": N_emb, "M": M, "t": t, "t_w": t_w, "t_kv": t_kv, "t_a2a": t_a2a, "t_c": t_star,
                                        "fp8": p.weight_dtype == "fp8"})
@@ -277,6 +284,10 @@ def solve(p, s: Sheet) -> None:
              "weights but, for MLA, hold every sequence's latent cache on every rank.) The all-to-all and the "
              "overhead come on top, not overlapped; the all-to-all runs DeepEP's low-latency (decode) kernels, "
              "every copy sent on its own (moe-dispatch-bytes's direct count).")
+    s.assume(f"An operating point a chat service runs: contexts of 1K tokens or more, each user decoding at "
+             f"{format_quantity(p.min_speed, 'tokens/s')} or faster (draws slower than that are refused), and a "
+             "deployment spread past two nodes busy enough to need them. Compute-bound experts above that speed "
+             "need wide expert parallelism (DeepSeek's EP 144): many tokens per expert, few sequences per GPU.")
     if s.compare(B_0 * r.k, r.E) < 0:  # past E picks this slip is 'every expert read', the next one: said once
         s.slip("experts counted as B·k, as if no two tokens shared one", s.evaluate(B_0 * r.k / (r.E * phi_0)),
                on="touched")
