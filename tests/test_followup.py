@@ -46,9 +46,11 @@ def test_the_push_crosses_the_boundary_and_changes_the_key(bank, catalog, qid):
         assert all(g.verdict == CORRECT for g in grades)
         assert first.param(moved[0]).shown in followup.say and pushed.param(moved[0]).shown in followup.say
     # Where the interview pushes by the engine's search, that search must cross; a file whose pushes are declared
-    # per side (b200-h100-roles, fp8-block-scale-mainloop) meets the engine's only where one is refused.
+    # per side (b200-h100-roles, fp8-block-scale-mainloop) meets the engine's only where one is refused, and a
+    # generated push declared a nudge (training-compute-budget: no figure in range moves the schedule across its
+    # deadline in about half the draws) says why it need not.
     question = bank.get(qid)
-    if not question.staged or any(stage.generated for stage in question.stages):
+    if not question.staged or any(stage.generated and not stage.nudge for stage in question.stages):
         assert crossed >= len(SEEDS) // 2, f"{qid}: a follow-up across the boundary in only {crossed} of {len(SEEDS)}"
 
 
