@@ -67,14 +67,51 @@ def test_tmem_tile_facts_follow_the_variant(variant, seed):
     truth = r["tile_facts"]
     stages_one, stages_two = 227 * 1024 // ((m + n) * 128), 227 * 1024 // ((m + n // 2) * 128)
     assert (r["stages_one"], r["stages_two"]) == (stages_one, stages_two)
-    assert p["deep"] == 6
+    assert p["deep"] == 5
     assert truth["on the 2-CTA form this tile's reads per SM come under shared memory's rate (a tie goes to shared "
                  "memory)"] == (32 + 8192 / n < 128) == (n >= 96)
-    assert truth["the 1-SM form's ring already holds {deep} or more k-slice stages in the shared memory one block "
-                 "may take"] == (stages_one >= 6) == (n <= 160)
-    assert not truth["since it reads fewer operand bytes per k-slice, the 1-SM MMA also asks shared memory for "
-                     "fewer bytes per clock than Hopper's 64-row MMAs"]
+    assert truth["the 1-SM form's ring has no room for {deep} k-slice stages in the shared memory one block may "
+                 "take"] == (stages_one < 5) == (n >= 240)
+    assert truth["TMEM holds three or more of this tile's FP32 accumulators at once (one allocation, each at its own "
+                 "column offset)"] == (512 // n >= 3) == (n <= 160)
     assert any(truth.values())
+
+
+def test_tmem_read10_every_select_option_turns_on_the_draw(variant):
+    """read10 (report-2): "the 1-SM MMA asks fewer B/clk than Hopper" was false in every draw (q_1 / q_H =
+    2(N + M)/(2N + M) > 1), a declared fact no draw could flip. It is replaced by TMEM's accumulator count (three
+    or more for N of 160 or less), and the ring is asked as having no room for 5 stages (N of 240 up), not holding 6,
+    whose line (N of 160 or less) TMEM's three would always agree with. The 2-CTA option stays: false at N = 64 and
+    80 (about one draw in eight), the rescue question on the drawn tile. Over 200 draws each option takes both
+    truths, no two always agree, none is a declared fact, and no tile is refused for want of a true and a false
+    option (every N from 64 to 256 is still drawn)."""
+    truths, drawn = [], set()
+    for seed in range(200):
+        solution = variant(f"blackwell-tmem-tiles@{seed}")
+        truths.append(solution.sheet.results["tile_facts"])
+        drawn.add(param_values(solution)["tile_n"])
+        assert not solution.sheet.facts.get("tile_facts")
+    options = list(truths[0])
+    assert not any("fewer bytes per clock than Hopper" in option for option in options)
+    for option in options:
+        assert {t[option] for t in truths} == {True, False}, option
+    for i, a in enumerate(options):
+        for b in options[i + 1:]:
+            assert any(t[a] != t[b] for t in truths), (a, b)
+    assert drawn == set(range(64, 257, 16))
+
+
+def test_tmem_read10_blackwell_smem_rate_is_a_working_assumption(variant, catalog):
+    """read10 (report-2): 128 B a clock per SM for B200's tcgen05 operand reads is unpublished (an inference public
+    analyses share), yet was stated as fact ("shared memory's bandwidth did not grow"). The Given row and an
+    assumption mark it a working assumption for Blackwell, as F_B is; the stage's hint says so too."""
+    solution = variant("blackwell-tmem-tiles@7")
+    sheet = solution.sheet
+    label = next(g for g in sheet.givens if g.symbol == "S_smem").label
+    assert "working assumption" in label and "B200" in label
+    assert any("working assumption" in a and "publishes no rate" in a for a in sheet.assumptions)
+    assert not any("did not grow" in why for why in sheet.reasons["tile_facts"].values())
+    assert any("working assumption" in hint for hint in solution.question.stages[2].hints)
 
 
 def test_tmem_two_cta_is_asked_where_it_can_rescue(variant):
