@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from solvers.answers import Grade
+from solvers.answers.base import letter
 from solvers.answers.select import Select
 from solvers.bank import DeclaredFollowUp, Stage
 from solvers.data import Catalog
@@ -169,8 +170,10 @@ def key_line(solution: Solution, key: str) -> str:
     if regime is not None and solution.sheet.results.get(key) == regime.name and key == "regime":
         return f"{text}: {regime.summary}"
     if isinstance(spec, Select):
+        # The key names each option that holds; its reason follows by letter ("B. label; C. label. B: why"): the
+        # reasons naming every label again read each label twice.
         reasons = solution.sheet.reasons.get(key, {})
-        held = [f"{spec.text(o)}: {reasons[o]}" for o in solution.expected[key] if reasons.get(o)]
+        held = [f"{letter(list(shown).index(o))}: {reasons[o]}" for o in solution.expected[key] if reasons.get(o)]
         return f"{text}. " + "; ".join(held) if held else text
     decided = solution.sheet.choice_whys.get(key)
     return f"{text}: {decided}" if decided else text

@@ -435,3 +435,15 @@ def test_a_push_reason_may_say_each_way_the_figure_moves(bank, catalog):
     assert push.say.startswith(("It grew to " if rose else "It shrank to ") + push.solution.param("cpu_step").shown)
     assert (ways.reason("cpu_step", True), ways.reason("cpu_step", False)) == ("It grew to {to}.", "It shrank to {to}.")
     assert ways.reason("tp", True) == ""
+
+
+def test_a_select_key_names_each_option_that_holds_once_with_its_reason(bank, catalog):
+    """Read11: every select key printed the options' letters and labels, then each label again before its reason."""
+    solution = make_variant(bank, catalog, VariantCode.parse("serving-cost-ledger@61027"))
+    spec, held = solution.question.answer("levers"), solution.expected["levers"]
+    reasons = solution.sheet.reasons["levers"]
+    line = key_line(solution, "levers")
+    shown = solution.shown["levers"]
+    assert held and all(line.count(spec.text(o)) == 1 for o in held)
+    assert line.startswith(spec.key_text(held, shown))
+    assert all(f"{'ABCDEFGH'[list(shown).index(o)]}: {reasons[o]}" in line for o in held if reasons.get(o))
