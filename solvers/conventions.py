@@ -57,7 +57,6 @@ def named_cards(text: str) -> list[str]:
     return [c.id for c in conventions() if c.id in words]
 
 
-
 # The cards a solver reads while it runs (engine.run_solver records them into its sheet): the question
 # screen lists the conventions in play instead of a prompt naming them.
 _IN_PLAY: ContextVar[list[str] | None] = ContextVar("cards_in_play", default=None)

@@ -131,12 +131,13 @@ def _push_words(stage: Stage, pushed: FollowUp, base: Solution, moved: tuple[str
     """What the interviewer says at a push. A declared push's words describe its own move (where it is refused,
     the engine's push says its own). A generated push gives the stage's reason for the figure it moved, then the
     stage's ask; without a reason for it, the stage's words alone, else the engine's."""
-    reason = stage.reason(moved[0], _rises(base.param(moved[0]).raw, pushed.solution.param(moved[0]).raw)) \
-        if stage.generated and len(moved) == 1 else ""
+    reason = ""
+    if stage.generated and len(moved) == 1:
+        before, after = base.param(moved[0]), pushed.solution.param(moved[0])
+        reason = stage.reason(moved[0], _rises(before.raw, after.raw))
     if reason:
-        before, after = base.param(moved[0]).shown, pushed.solution.param(moved[0]).shown
         ask = _words(stage.say, pushed.solution, base) if stage.say else ASK_AFTER_A_MOVE
-        return _reflow(fill(reason, pushed.solution.params, {"from": before, "to": after}) + " " + ask)
+        return _reflow(fill(reason, pushed.solution.params, {"from": before.shown, "to": after.shown}) + " " + ask)
     if stage.say and (declared or stage.generated):
         return _words(stage.say, pushed.solution, base)
     return pushed.say
