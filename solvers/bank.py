@@ -86,6 +86,9 @@ class Stage:
     # A generated push's reason for moving each parameter it may move ({from} and {to}: its values), said before
     # the stage's `say` (its ask) where the engine moves that parameter: (name, said where it rises, where it falls).
     reasons: tuple[tuple[str, str, str], ...] = ()
+    # Parameters the interviewer gives only now: left out of the tables before, since they would answer an
+    # earlier ask (the memory consumers a recall stage asks for, listed in the opening's table).
+    gives: tuple[str, ...] = ()
 
     def reason(self, name: str, rises: bool) -> str:
         """The reason for moving `name`, in the words for the way it moved (one text where the file gives one)."""
@@ -153,6 +156,10 @@ class Question:
     stages: tuple[Stage, ...] = ()  # the interview in order (an old-shape file: every answer, then a push)
     reality: tuple[Measured, ...] = ()  # published measurements shown beside the model's figure at the reveal
     staged: bool = False  # whether the file declares its stages (old-shape files are given two)
+
+    def given_at(self, name: str) -> int:
+        """The index of the stage whose table first shows parameter `name` (0: the opening's)."""
+        return next((i for i, stage in enumerate(self.stages) if name in stage.gives), 0)
 
     def stage_of(self, key: str) -> int:
         """The index of the stage that first asks this answer."""
@@ -277,7 +284,7 @@ QUESTION_FIELDS = frozenset({"id", "title", "group", "topic", "difficulty", "sol
                              "stages", "requires", "constraints", "golden", "literals", "reality"})
 PARAMETER_FIELDS = frozenset({"default", "label", "unit", *PARAM_KIND_FIELDS})
 ANSWER_FIELDS = frozenset({"key", "label", "unit", "lookup", *KIND_FIELDS})
-STAGE_FIELDS = frozenset({"say", "ask", "hints", "set", "push", "recall", "nudge", "when", "reasons"})
+STAGE_FIELDS = frozenset({"say", "ask", "hints", "set", "push", "recall", "nudge", "when", "reasons", "gives"})
 FOLLOWUP_FIELDS = frozenset({"set", "ask", "say"})
 GOLDEN_FIELDS = frozenset({"variant", "expect", "why", "rel", "draws"})
 REALITY_FIELDS = frozenset({"answer", "measured", "unit", "system", "source", "variant", "why"})
@@ -405,6 +412,7 @@ def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers:
     regimes = tuple(getattr(keys["regime"], "choices", ())) if "regime" in keys else ()
     stages: list[Stage] = []
     asked: set[str] = set()  # answered in an earlier stage: a later `say` may quote their keys
+    withheld = _withheld(reader, raw, names)  # given by a later stage: no `say` before it may name them
     for index, item in enumerate(raw):
         where = f"stages[{index}]"
         item = reader.mapping(item, where, line, STAGE_FIELDS, "a mapping with say and ask")
@@ -436,11 +444,19 @@ def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers:
         if stray := _stray_brace(say):
             raise reader.fail(f"{where}.say", item.line_of("say"), f"{stray} is no placeholder ({{name}} or "
                               "{name.field})")
+        gives = tuple(reader.field(item, "gives", list, where, required=False, default=[]))
+        if gives and kind not in ("ask", "recall"):
+            raise reader.fail(f"{where}.gives", item.line_of("gives"),
+                              "the opening's table shows every figure it gives, and a push's its moves")
+        withheld -= set(gives)
         for match in PLACEHOLDER.finditer(say):
             name = match.group(1)
             if name not in names and (name not in asked or match.group(2)):
                 raise reader.fail(f"{where}.say", item.line_of("say"),
                                   f"field {match.group(0)} names no parameter nor the key of an earlier stage")
+            if name in withheld:
+                raise reader.fail(f"{where}.say", item.line_of("say"),
+                                  f"{{{name}}} is given by a later stage (its `gives`)")
         nudge = reader.field(item, "nudge", str, where, required=False, default="")
         if nudge and kind != "push":
             raise reader.fail(f"{where}.nudge", item.line_of("nudge"), "only a push can be a nudge")
@@ -452,7 +468,7 @@ def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers:
         hints = _texts(reader, item, "hints")
         reasons = _reasons(reader, item, where, names, push == "generated")
         stages.append(Stage(kind, say, ask, tuple(hints), tuple((str(k), str(v)) for k, v in changes.items()),
-                            push == "generated", nudge, item.line, when, reasons))
+                            push == "generated", nudge, item.line, when, reasons, gives))
         if kind != "push":
             asked |= set(ask)
     for index, stage in enumerate(stages):  # alternatives of one turn: one for each regime at most
@@ -464,6 +480,20 @@ def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers:
     if never:
         raise reader.fail("stages", line, f"{', '.join(never)} asked in no stage")
     return tuple(stages)
+
+
+def _withheld(reader: _Reader, raw: list, names: set[str]) -> set[str]:
+    """The parameters some stage `gives`, each named once: the tables before that stage leave them out."""
+    withheld: set[str] = set()
+    for index, item in enumerate(raw):
+        gives = item.get("gives", []) if isinstance(item, dict) else []
+        where, line = f"stages[{index}].gives", item.line_of("gives") if gives else 0
+        if not isinstance(gives, list) or not all(isinstance(n, str) and n in names for n in gives):
+            raise reader.fail(where, line, "a list of this question's parameters")
+        if len(set(gives)) != len(gives) or withheld & set(gives):
+            raise reader.fail(where, line, "each parameter given by one stage, once")
+        withheld |= set(gives)
+    return withheld
 
 
 def _reasons(reader: _Reader, item: LineDict, where: str, names: set[str],

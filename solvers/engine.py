@@ -90,11 +90,16 @@ class Solution:
         named = set(named_cards(texts))
         return [c.id for c in conventions() if c.id in named or c.id in sheet.cards]
 
-    def problem_data(self) -> list[Param]:
-        """The parameters a candidate is given in the table: generated tables print in the
-        prompt, and a generator's own settings (a spread) are not data."""
-        settings = self.question.generator_settings
-        return [p for p in self.params if "\n" not in p.shown and p.name not in settings]
+    def problem_data(self, upto: int | None = None) -> list[Param]:
+        """The parameters a candidate is given in the table by stage `upto` (None: by the end): generated
+        tables print in the prompt, and a generator's own settings (a spread) are not data."""
+        settings, question = self.question.generator_settings, self.question
+        return [p for p in self.params if "\n" not in p.shown and p.name not in settings
+                and (upto is None or question.given_at(p.name) <= upto)]
+
+    def newly_given(self, index: int) -> list[Param]:
+        """The parameters stage `index` (after the opening) gives the candidate for the first time."""
+        return [p for p in self.problem_data() if index and self.question.given_at(p.name) == index]
 
     def slips(self, key: str) -> tuple[Slip, ...]:
         """The mistakes the derivation declares on `key` that its answer tells apart from the key (a slip within

@@ -58,7 +58,7 @@ FIELD_TYPES: dict[str, dict[str, Any]] = {
     "push": {"const": "generated"},
     "reasons": {"type": "object", "additionalProperties": {"oneOf": [_TEXT, {
         "type": "object", "properties": {"up": _TEXT, "down": _TEXT}, "required": ["up", "down"],
-        "additionalProperties": False}]}}, "recall": _TEXTS, "nudge": _TEXT, "when": _TEXT,
+        "additionalProperties": False}]}}, "recall": _TEXTS, "nudge": _TEXT, "when": _TEXT, "gives": _TEXTS,
     # a golden entry and a measurement
     "expect": {"type": "object", "minProperties": 1},
     "draws": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},

@@ -161,7 +161,7 @@ def to_markdown(solution: Solution, script: Script | None = None) -> str:
     opening = [solution.prompt, ""] if script is None else []  # a script's first stage reads it
     lines = [f"# {q.title}", "", f"Variant `{solution.code}` · group {q.group} · {q.topic}", "", *opening,
              "## Parameters", "", "| parameter | value |", "|---|---|"]
-    lines += [f"| {p.label} | {p.shown} |" for p in solution.problem_data()]
+    lines += [f"| {p.label}{_given_later(solution, p.name)} | {p.shown} |" for p in solution.problem_data()]
     lines += ["", "## Answers", "", "| answer | expected |", "|---|---|"]
     lines += answer_rows(solution, script)
     if script is not None:
@@ -186,6 +186,12 @@ def to_markdown(solution: Solution, script: Script | None = None) -> str:
     lines += ["", "## Assumptions", ""] + [f"- {a}" for a in sheet.assumptions]
     lines += ["", "## References", ""] + [f"- {r}" for r in q.references]
     return "\n".join(line for line in lines) + "\n"
+
+
+def _given_later(solution: Solution, name: str) -> str:
+    """Where a figure is held back from the opening's table: the stage that gives it."""
+    index = solution.question.given_at(name)
+    return f" (given at stage {solution.question.turn_number(index)})" if index else ""
 
 
 def answer_rows(solution: Solution, script: Script | None) -> list[str]:
@@ -221,6 +227,8 @@ def script_markdown(script: Script, depth: int) -> list[str]:
         if run.cards_line:
             lines += [f"{run.cards_line}.", ""]
         lines += [*prompt_markdown(run.prompt), ""]
+        if given := ([] if stage.stage.push else script.solution.newly_given(run.index)):
+            lines += ["Give now: " + "; ".join(f"{p.label} {p.shown}" for p in given) + ".", ""]
         if run.hints:
             lines += ["Hints:", ""] + [f"{n}. {hint}" for n, hint in enumerate(run.hints, 1)] + [""]
         lines += ["Keys:", ""]

@@ -103,6 +103,33 @@ def draw_problems(question: Question, draws: list[Solution], catalog: Catalog,
     return problems
 
 
+WITHHELD_DRAWS = 12  # draws whose held-back figures are each moved once to see what they feed
+
+
+def withheld_problems(question: Question, draws: list[Solution], catalog: Catalog) -> list[str]:
+    """A figure a stage `gives` that an earlier stage's answer depends on: that answer could not be worked
+    from the tables the candidate had. Each held-back figure of a few draws is moved to its nearest other
+    value and the earlier keys compared."""
+    problems: list[str] = []
+    for name in sorted({name for stage in question.stages for name in stage.gives}):
+        at = question.given_at(name)
+        earlier = [key for stage in question.stages[:at] if not stage.push for key in stage.ask]
+        for solution in draws[:WITHHELD_DRAWS]:
+            moves = question.parameter(name).nearby(solution.param(name).raw)
+            if not moves:
+                continue
+            try:
+                _, sheet = solve_changed(solution, catalog, {name: moves[0]})
+            except (Reject, ParameterError, *SOLVER_FAULTS):
+                continue
+            results, before = sheet.results, solution.sheet.results
+            if moved := [key for key in earlier if key in results and results[key] != before.get(key)]:
+                problems.append(f"{question.path}: stages[{at}].gives: {name} feeds {', '.join(moved)}, asked before "
+                                f"it is given ({solution.code})")
+                break
+    return problems
+
+
 def push_refusal(solution: Solution, catalog: Catalog, stage: Stage) -> str | None:
     """What refuses a declared push on this variant: the realism constraint by name (or the answer whose
     key the solver refuses among those the push asks, as the interview's push does, or the solver's fault), or

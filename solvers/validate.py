@@ -272,7 +272,7 @@ def check_question(question: Question, bank: Bank, catalog: Catalog, seeds: int,
         bar += typed_conventions(question)
     if strict and question.staged and not stopped:
         sweep = _sweep(question, bank, catalog, drawn, bar)
-        bar += stagebar.static_problems(question)
+        bar += stagebar.static_problems(question) + stagebar.withheld_problems(question, drawn, catalog)
         pushed: list[Solution] = []
         bar += stagebar.draw_problems(question, [default, *drawn] if default else drawn, catalog, pushed)
         sweep_options: dict[tuple[str, str], OptionTally] = {}  # the options' bar, over the sweep's draws

@@ -142,6 +142,15 @@ BAD_STAGES = {  # the stages block -> what the error says
     "a way's reason without the new value": ("  - say: a\n    ask: [kv_per_token]\n"
                                              "  - push: generated\n    reasons: {tp: {up: 'TP {to}', down: fewer}}\n"
                                              "    ask: [regime]\n", "stages[1].reasons.tp.down"),
+    "figures the opening gives later": ("  - say: a\n    ask: [kv_per_token]\n    gives: [tpot]\n",
+                                        "the opening's table shows every figure"),
+    "a figure named before its stage gives it": ("  - say: 'within {tpot}'\n    ask: [kv_per_token]\n"
+                                                 "  - say: b\n    gives: [tpot]\n    ask: [users]\n",
+                                                 "{tpot} is given by a later stage"),
+    "a figure given twice": ("  - say: a\n    ask: [kv_per_token]\n  - say: b\n    gives: [tpot]\n    ask: [users]\n"
+                             "  - say: c\n    gives: [tpot]\n    ask: [served]\n", "each parameter given by one stage"),
+    "a given that is no parameter": ("  - say: a\n    ask: [kv_per_token]\n  - say: b\n    gives: [nope]\n"
+                                     "    ask: [users]\n", "a list of this question's parameters"),
     "a reason's unknown field": ("  - say: a\n    ask: [kv_per_token]\n"
                                  "  - push: generated\n    reasons: {tp: '{to} from {before}'}\n    ask: [regime]\n",
                                  "names no parameter, nor {from} or {to}"),
@@ -447,3 +456,48 @@ def test_a_select_key_names_each_option_that_holds_once_with_its_reason(bank, ca
     assert held and all(line.count(spec.text(o)) == 1 for o in held)
     assert line.startswith(spec.key_text(held, shown))
     assert all(f"{'ABCDEFGH'[list(shown).index(o)]}: {reasons[o]}" in line for o in held if reasons.get(o))
+
+
+def _held_back(tmp_path, text: str, gives: str, said: str = ""):
+    """kv-bytes-per-token with `gives` on its second stage (`said`, a sentence of the opening's, taken out)."""
+    second = "  - say: |\n      Each {gpu}"
+    text = text.replace(said, "").replace(second, f"  - gives: [{gives}]\n" + second.replace("  - ", "    ", 1))
+    return parse_question(tmp_path / f"{STAGED}.yaml", text)
+
+
+def test_validate_finds_a_held_back_figure_an_earlier_answer_needs(tmp_path, catalog):
+    """A figure a later stage gives cannot feed an answer asked before it: the request's context is held back to
+    stage 2 while the opening asks the KV of one full request. The TPOT target held back is fine: only stage 3
+    asks what it feeds."""
+    from solvers.engine import question_variant
+    from solvers.stagebar import withheld_problems
+
+    text = (questions_dir() / "F" / f"{STAGED}.yaml").read_text()
+    for gives, said, found in (("context", " Every request holds {context}.", "context feeds kv_per_request"),
+                               ("tpot", "", "")):
+        question = _held_back(tmp_path, text, gives, said)
+        draws = [question_variant(question, catalog, VariantCode(STAGED, seed)) for seed in range(4)]
+        problems = withheld_problems(question, draws, catalog)
+        assert [p for p in problems if found in p] if found else not problems, problems
+
+
+def test_a_figure_a_later_stage_gives_is_left_out_of_the_tables_before_it(bank, catalog):
+    """hidden-memory-budget holds its memory consumers back to stage 3 (its recall stage asks for them): the
+    opening's table and the candidate's sheet leave them out, stage 3 shows them, and the script marks them."""
+    from solvers.export import candidate_sheet
+    from solvers.report import to_markdown
+    from solvers.script import script as interview_script
+
+    solution = make_variant(bank, catalog, VariantCode.parse("hidden-memory-budget@3"))
+    held = set(solution.question.stages[2].gives)
+    assert held and not held & {p.name for p in solution.problem_data(0)}
+    assert {p.name for p in solution.newly_given(2)} == held == {p.name for p in solution.problem_data(2)} - {
+        p.name for p in solution.problem_data(0)}
+    assert {p.name for p in solution.problem_data()} >= held
+    script = interview_script(solution, catalog)
+    markdown = to_markdown(solution, script)
+    label = solution.param("cuda_graphs").label
+    assert f"| {label} (given at stage 3) |" in markdown and "Give now: " in markdown
+    sheet = candidate_sheet().entry(1, script)
+    given, stage3 = sheet.split("### Stage 1")[0], sheet.split("### Stage 3")[1].split("### Stage 4")[0]
+    assert f"- {label}:" not in given and f"- {label}:" in stage3

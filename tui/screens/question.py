@@ -34,14 +34,15 @@ from tui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
     from solvers.engine import Solution
+    from solvers.sampling import Param
 
 
-def _params_table(solution: Solution, before: Solution | None = None, moved: Sequence[str] = ()) -> Table:
+def _params_table(params: Sequence[Param], before: Solution | None = None, moved: Sequence[str] = ()) -> Table:
     """The given figures; for a push, those it moved stand out with what they were `before`."""
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
-    for param in solution.problem_data():
+    for param in params:
         if before is not None and param.name in moved:
             table.add_row(*plain(param.label, f"{param.shown}  (was {before.param(param.name).shown})"),
                           style="bold yellow")
@@ -176,7 +177,7 @@ class QuestionScreen(AppScreen):
                          f"variant [b]{escape(str(self.solution.code))}[/b]", id="question-title")
             yield Static("0:00", id="timer")
         first = opening(self.solution)
-        params = _params_table(self.solution)
+        params = _params_table(self.solution.problem_data(0))
         cards = self.solution.cards()
         conventions = f"Conventions in play: {', '.join(cards)} (F2)" if cards else ""
         asked_first = self.current is not None and self.current.index == 0
@@ -204,7 +205,10 @@ class QuestionScreen(AppScreen):
             parts.append(Static(f"Push: variant {run.solution.code}", classes="push-code", markup=False))
         parts.append(Static(run.prompt, classes="say", markup=False))
         if run.stage.push:
-            parts.append(Static(_params_table(run.solution, self.solution, run.moved), classes="params"))
+            parts.append(Static(_params_table(run.solution.problem_data(run.index), self.solution, run.moved),
+                                classes="params"))
+        elif given := self.solution.newly_given(run.index):
+            parts.append(Static(_params_table(given), classes="params"))
         if run.cards_line:
             parts.append(Static(f"{run.cards_line} (F2)", classes="conventions", markup=False))
         return parts

@@ -43,6 +43,10 @@ LARGER_BATCH = "twice the max_num_batched_tokens, doubling the profile run's act
 NEAR_TIE = sympy.Rational(1, 20)
 FAR_APART = 3
 
+# How the process ends (read11: dying while capturing the graphs and an OOM under load are different incidents; a
+# start-up check that refuses to start is a third, refused as a draw).
+RUNS, AT_CAPTURE, UNDER_LOAD = "runs", "dies at start-up, capturing the CUDA graphs", "OOMs later, under load"
+
 MIN_KV_MEMORY = 2 * 2**30  # below 2 GiB of KV cache per GPU nobody would deploy this: it holds a few contexts
 
 
@@ -55,12 +59,21 @@ def _budget_regime(s: Sheet, release: str, headroom, unbudgeted, at_start, u) ->
     fixes = ("lower gpu_memory_utilization to the highest value that fits, capture fewer CUDA graph sizes, "
              + ("" if release == FROM_V021 else "move to v0.21's graph estimate, ")
              + "or set the KV cache size explicitly (kv_cache_memory_bytes) from a measured run")
+    early = ", ".join(["the runtime context", *(name for name, up_front in _measured(release).items() if not up_front)])
     if s.compare(at_start, headroom) > 0:
         when = (f"It dies at start-up, capturing the CUDA graphs: the {_gib(s, at_start)} allocated outside the "
-                "budget before serving (context, communicators and graphs) already overflow the headroom.")
+                f"budget before serving ({early}) already overflow the headroom.")
     else:
-        when = (f"It starts: the {_gib(s, at_start)} allocated outside the budget before serving fit. The OOM "
-                "comes later, under load, as the allocator's reserved-but-unused memory grows.")
+        when = (f"It starts: the {_gib(s, at_start)} allocated outside the budget before serving ({early}) fit. "
+                "The OOM comes later, under load, as the allocator's reserved-but-unused memory grows.")
+    if s.compare(unbudgeted, headroom) <= 0:
+        s.choose("failure", RUNS, f"all {need} it did not budget for fit in the {room} outside the budget")
+    elif s.compare(at_start, headroom) > 0:
+        s.choose("failure", AT_CAPTURE, f"the {_gib(s, at_start)} allocated before serving ({early}) overflow the "
+                 f"{room} outside the budget")
+    else:
+        s.choose("failure", UNDER_LOAD, f"the {_gib(s, at_start)} allocated before serving ({early}) fit in the "
+                 f"{room}; the growth under load takes it to {need}")
     s.regime_by(unbudgeted, headroom, tie="below", below=Side(
         "fits",
         f"The {need} vLLM did not budget for fit in the {room} that gpu_memory_utilization = {util} leaves "
@@ -192,9 +205,10 @@ def solve(p, s: Sheet) -> None:
              "keeping its own attention metadata and buffers. NCCL buffers grow with the group: about 1.8 GiB "
              "more non-torch memory from TP 1 to TP 2 on an 8B model (PR #10511), about 4.5 GiB at TP 8 on H100 "
              "(PR #25359); the draw scales with TP.")
-    s.assume("The total is what nvidia-smi reports (81,559 MiB on an H100); vLLM's log prints cudaMemGetInfo's "
-             "total, 79.1-79.3 GiB on the same card. The 0.4 GiB between them moves the headroom by (1 − u) of "
-             "it, under 0.05 GiB at these utilisations.")
+    s.assume("The total is what nvidia-smi reports (81,559 MiB = 79.65 GiB on an H100); vLLM's log prints "
+             "cudaMemGetInfo's total, 79.1-79.3 GiB on the same card (REALITY row 17). On the real card the "
+             "budget, and with it the KV cache, comes out about u × 0.45 GiB smaller than the key; the headroom "
+             "moves by (1 − u) of it, under 0.05 GiB at these utilisations, so the fit stands.")
     s.assume("The allocator's reserved-but-unused growth is what a load test sees past the pool the profile run "
              "left: steady serving reuses most of that pool and the CUDA graphs keep a private one, so only the "
              "growth beyond it is drawn. Expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) "
