@@ -163,8 +163,7 @@ def _fallback_ask(before: Solution, after: Solution, ask: tuple[str, ...]) -> tu
     """What a push that crosses nothing asks: `ask` where one of it moves (and, if it holds the regime, the
     margin shifts); else the regime and the first number that moved, or that number alone where the regime's
     margin stayed put."""
-    shifted = before.sheet.regime is None or after.sheet.regime is None \
-        or _shift(before.sheet.regime, after.sheet.regime) > 0
+    shifted = not _margin_unmoved(before, after)
     if ask:
         return ask if _moves(before, after, ask) and (shifted or "regime" not in ask) else ()
     asked = _asked(before, after)
@@ -172,7 +171,8 @@ def _fallback_ask(before: Solution, after: Solution, ask: tuple[str, ...]) -> tu
 
 
 def _margin_unmoved(before: Solution, after: Solution) -> bool:
-    """Whether a push left the regime where it was: the same side, at the same margin."""
+    """Whether a push left the regime where it was: the same side, at the same margin (a variant without a
+    regime has none to leave)."""
     old, new = before.sheet.regime, after.sheet.regime
     return old is not None and new is not None and old.name == new.name and old.margin == new.margin
 
