@@ -10,7 +10,7 @@ from solvers.formulas.common import (
     given_usable_share,
     hbm_bytes,
 )
-from solvers.formulas.speculation import LoadModel, expected_tokens, speculative_round, tokens_per_round
+from solvers.formulas.speculation import DRAFT_LAUNCHES, LoadModel, expected_tokens, speculative_round, tokens_per_round
 from solvers.formulas.steptime import DecodeCosts, decode_costs, engine
 from solvers.sheetmath import floor_of, min_of
 from solvers.units import format_number, format_quantity
@@ -177,6 +177,7 @@ def solve(p, s: Sheet) -> None:
 
     s.assume("A round is one engine step: the overhead once (step-overhead), the verify pass, and γ draft passes at "
              "c of a plain step's kernels each; every TP all-reduce by tp-all-reduce over NVLink, not overlapped.")
+    s.assume(DRAFT_LAUNCHES)
     s.assume("Each draft token is accepted with probability α, independently; every sequence holds about the same "
              "context. The drafter's own weights and KV are left out of the memory; each sequence holds KV slots "
              "for its context and the round's γ+1 verify tokens, allocated before the verify pass (vLLM's "
