@@ -129,6 +129,12 @@ class LoadModel:
         return gamma, top, max(second, 1.0)
 
 
+# Where the bank's round and a real engine's part (read12): the draft passes are charged their kernels only.
+DRAFT_LAUNCHES = ("Each draft pass is charged c of the plain step's kernels and no overhead of its own; a real engine "
+                  "launches each draft step (a kernel chain or a CUDA-graph replay) and samples between them, so "
+                  "these speedups run high, most at small batches where a step is short.")
+
+
 def speculative_round(e: Engine, costs: DecodeCosts, B, gamma, c, plain) -> sympy.Expr:
     """A round: the verify pass of B·(γ+1) tokens, the overhead once, γ drafts at c of the plain
     step's kernels each."""

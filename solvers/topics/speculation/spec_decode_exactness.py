@@ -14,7 +14,7 @@ SPEC_TOKENS = ("the", "a", "this", "its", "our")  # the candidates generators.sp
 
 # The review (bank-review-2): batch-invariant attention that also fixes its split across query counts, run for
 # both verify and decode, would remove δ_k too. The option says the verify pass keeps its own kernel.
-BATCH_INVARIANT = "batch-invariant kernels, the verify pass keeping its own attention kernel"
+BATCH_INVARIANT = "batch-invariant kernels alone, the verify pass keeping its own attention kernel"
 
 
 BOTH = "only both together: batch-invariant kernels and one attention kernel for any query count"
@@ -24,7 +24,7 @@ FP32_LOGITS = "FP32 logits (the lm_head in FP32), nothing else"
 def _fix_changes(d_k: float, d_b: float) -> tuple:
     """Each single change of the fixes select, with the per-logit difference it leaves."""
     return (
-        ("verify with the decode pass's attention kernel", d_b, "only the batch-size term remains"),
+        ("verify with the decode pass's attention kernel alone", d_b, "only the batch-size term remains"),
         (BATCH_INVARIANT, d_k, "each kernel's order is fixed at every batch size, but the verify pass still runs "
          "its own attention kernel: only the verify-kernel term remains"),
     )

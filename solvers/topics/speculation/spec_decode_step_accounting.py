@@ -5,7 +5,7 @@ import sympy
 
 from solvers.derivation import Reject, Sheet, Side
 from solvers.formulas.common import given_hbm_bytes, given_usable_share
-from solvers.formulas.speculation import speculative_round, tokens_per_round
+from solvers.formulas.speculation import DRAFT_LAUNCHES, speculative_round, tokens_per_round
 from solvers.formulas.steptime import DecodeCosts, Engine, decode_costs, engine
 from solvers.sheetmath import ceil_of, floor_of
 from solvers.units import format_number, format_quantity
@@ -181,6 +181,7 @@ def solve(p, s: Sheet) -> None:
              "decode-only step" + (", TP all-reduces by tp-all-reduce at the all-reduce-latency-nvlink latency"
                                    if p.tp > 1 else "") + "; a round is one engine step: the "
              "overhead once, the verify pass, γ draft passes at c of the plain step's kernels each.")
+    s.assume(DRAFT_LAUNCHES)
     s.assume("Rejection costs no copy: the paged KV of the rejected positions is left in place and overwritten "
              "(vLLM rolls back the sequence's computed-token count; blocks allocated for the lookahead stay with "
              "the sequence). Each draft token is accepted with probability α, independently.")

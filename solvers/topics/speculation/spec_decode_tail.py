@@ -9,6 +9,7 @@ from solvers.formulas.common import (
     hbm_bytes,
 )
 from solvers.formulas.speculation import (
+    DRAFT_LAUNCHES,
     LoadModel,
     break_even_alpha,
     expected_tokens,
@@ -216,6 +217,7 @@ def solve(p, s: Sheet) -> None:
 
     s.assume("Step-time model (steptime.py, the card's step constants, tp-all-reduce over NVLink); a round is one "
              "engine step: the overhead once, the verify pass, γ drafts at c of a plain step's kernels each.")
+    s.assume(DRAFT_LAUNCHES)
     s.assume("Two request classes with one acceptance rate each, i.i.d. per draft token; two moments of the day, "
              "off-peak and peak, each with its own batch. A request's TPOT is its round over its expected tokens "
              "(its mean over the reply; the tail across requests is taken over these cells).")

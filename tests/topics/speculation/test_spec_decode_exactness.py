@@ -89,8 +89,8 @@ def test_exactness_draws_follow_their_own_tables(variant):
             f"position {i + 1}" for i, g in enumerate(gaps) if g < bound)
         fixes = solution.sheet.results["fixes"]
         d_k, d_b = value_of(solution, "delta_kernel"), value_of(solution, "delta_batch")
-        assert fixes["verify with the decode pass's attention kernel"] == all(g >= 2 * d_b for g in gaps)
-        assert fixes["batch-invariant kernels, the verify pass keeping its own attention kernel"] == all(
+        assert fixes["verify with the decode pass's attention kernel alone"] == all(g >= 2 * d_b for g in gaps)
+        assert fixes["batch-invariant kernels alone, the verify pass keeping its own attention kernel"] == all(
             g >= 2 * d_k for g in gaps)
         assert solution.expected["regime"] == ("verify-kernel" if d_k > d_b else "batch-size") and d_k != d_b
         assert fixes["only both together: batch-invariant kernels and one attention kernel for any query count"] == (
@@ -128,8 +128,8 @@ def test_exactness_push_hands_the_bound_to_the_other_term(variant, catalog):
         d_k, d_b = value_of(run.solution, "delta_kernel"), value_of(run.solution, "delta_batch")
         assert run.regime == ("verify-kernel" if d_k > d_b else "batch-size")
         fixes = run.solution.sheet.results["fixes"]
-        weaker_fix = ("batch-invariant kernels, the verify pass keeping its own attention kernel"
-                      if run.regime == "verify-kernel" else "verify with the decode pass's attention kernel")
+        weaker_fix = ("batch-invariant kernels alone, the verify pass keeping its own attention kernel"
+                      if run.regime == "verify-kernel" else "verify with the decode pass's attention kernel alone")
         assert fixes[weaker_fix] == all(g >= 2 * max(d_k, d_b) for g in value_of(run.solution, "gaps"))
     assert missing <= 6
 
@@ -140,3 +140,17 @@ def test_exactness_refuses_tied_logit_differences(variant):
 
     with pytest.raises(VariantError, match="tie"):
         variant("spec-decode-exactness@default+delta_batch=0.02")
+
+
+def test_exactness_fixes_read_one_way(variant):
+    """The review's finding (read12): "Which of these single changes would ..." listed "only both together" among
+    single changes, two readings of one option. The label now asks what would do it, and every option says how much
+    it changes (alone, only both together, nothing else), so "both together" is judged as "neither alone does"."""
+    solution = variant("spec-decode-exactness@77")
+    answer = solution.question.answer("fixes")
+    assert "single" not in answer.label
+    fixes = solution.sheet.results["fixes"]
+    assert all(any(word in option for word in ("alone", "only both", "nothing else")) for option in fixes), fixes
+    # @77: either change alone leaves no gap under its bound, so "only both together" fails.
+    assert fixes["verify with the decode pass's attention kernel alone"]
+    assert not fixes["only both together: batch-invariant kernels and one attention kernel for any query count"]
