@@ -181,3 +181,12 @@ def test_exp_bound_old_kernel_is_the_teams_own_in_fp8(variant):
     say = solution.question.stages[2].say
     assert "in-house" in say and "{dtype}" in say
     assert "built like FA2" not in say
+
+
+def test_exp_bound_no_parameter_label_names_an_answer_key(variant):
+    """read12: the idle line was labelled 'idle share the fa3_techniques select asks about', a select's key in the
+    parameter table the candidate reads."""
+    solution = variant("flash-attention-exp-bound@default")
+    keys = {answer.key for answer in solution.question.answers}
+    for param in solution.params:
+        assert not any(key in str(param.label) for key in keys if "_" in key), param.label
