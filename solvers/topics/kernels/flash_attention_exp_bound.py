@@ -31,8 +31,6 @@ IDLE_OVER = "even perfectly overlapped, the tensor cores would sit idle over {id
 # The head dims the push takes a draw to (64 from the matmul-bound side, 256 from the softmax-bound one): the old
 # kernel's measurement stays as drawn there, so a draw is refused unless its stage would solve at both.
 PUSH_HEAD_DIMS = (64, 256)
-FA2_FACT = ("per-warp, synchronous mma.sync cannot feed Hopper's tensor cores at their full rate; the asynchronous "
-            "warpgroup MMA (WGMMA) can")
 
 
 def _clear(s: Sheet, a, b) -> int | None:
@@ -63,7 +61,8 @@ def _holds(order: int | None, test) -> bool | None:
 
 def _fa2_causes(s: Sheet, r_sm, u_meas, f_gemm, idle_share, u_serial, half) -> None:
     """What holds the old kernel (softmax in series, as FA2) at its measured share, judged on this variant's
-    exact figures, and the one fact about why its GEMMs are slow."""
+    exact figures. No option states why its GEMMs are slow (mma.sync against WGMMA): the recall's key has just said
+    it, and an option that restates it would be always true (read12)."""
     pct = lambda u: format_number(100 * s.evaluate(u), 3) + "%"  # noqa: E731
     s.judge(FA2_CAUSES, "its GEMMs run at under half the tensor peak",
             _holds(_clear(s, f_gemm, half), lambda o: o < 0),
@@ -78,17 +77,14 @@ def _fa2_causes(s: Sheet, r_sm, u_meas, f_gemm, idle_share, u_serial, half) -> N
     s.judge(FA2_CAUSES, "overlapping its softmax with its own slow GEMMs would beat full-rate GEMMs with the "
             "softmax in series", _holds(_clear(s, overlapped, u_serial), lambda o: o > 0),
             f"overlapped on its own GEMMs it would reach {pct(overlapped)}, against {pct(u_serial)}")
-    s.judge(FA2_CAUSES, FA2_FACT, True,
-            "the full rate needs the warpgroup-wide asynchronous MMA reading its operands from shared memory; FA2 "
-            "still issues Ampere's mma.sync from registers", fact=True)
 
 
 def _fa3_techniques(s: Sheet, r_exp, r_sm) -> None:
     """What each FA3 technique could hide of this variant's softmax, and what a faster tensor core would buy,
-    judged on its exact ratios (the exponentials alone, or the whole softmax, as each option says), and the one
-    fact about which stall warp specialization addresses. None restates the regime; an option within 3% of its
-    line (the exponentials at exactly half or all of the matmul time, at a power-of-two head dim) is not listed:
-    read3-R1, a push that landed every draw on the tie rule."""
+    judged on its exact ratios (the exponentials alone, or the whole softmax, as each option says). No option
+    restates the recall (which stall warp specialization hides: its key says so) or the regime; an option within
+    3% of its line (the exponentials at exactly half or all of the matmul time, at a power-of-two head dim) is not
+    listed: read3-R1, a push that landed every draw on the tie rule."""
     e, sm = s.value(r_exp), s.value(r_sm)
     half = sympy.Rational(1, 2)
     place = ("within", "exactly", "past")[s.compare(r_exp, half) + 1]
@@ -110,9 +106,6 @@ def _fa3_techniques(s: Sheet, r_exp, r_sm) -> None:
     idle = 1 - min_of(1, 1 / r_sm)
     s.judge(FA3_TECHNIQUES, IDLE_OVER, _holds(_clear(s, idle, s.param("f_idle", "idle_line")), lambda o: o > 0),
             f"1 − min(1, 1/{format_number(sm, 3)}) = {format_number(100 * s.evaluate(idle), 3)}% idle")
-    s.judge(FA3_TECHNIQUES, "producer warps issuing TMA loads (warp specialization) hide the K/V tile loads from HBM",
-            True, "a producer warp issues the copies and the consumers only wait on a barrier; TMA moves bytes, "
-            "so it hides none of the softmax", fact=True)
 
 
 def _exp_regime(s: Sheet, d, d_star, r_sm) -> None:
@@ -217,11 +210,12 @@ def solve(p, s: Sheet) -> None:
              "measurement, and 100% against FP8's measured 61% overlapped. The prompt states the series model, "
              "so a draw whose regime sits within 3% of the boundary (a softmax ratio of 1: bf16 at head dim 96 "
              "or fp8 at 192 with 4 FP32 ops) is refused rather than settled by a tie rule.")
-    s.assume("The old kernel (built like FA2: softmax in series, per-warp MMAs) loses the rest of its time to GEMMs "
-             "running below the peak: its whole loss is charged to one GEMM rate f, time per score t_mm/f + "
-             "r_sm·t_mm. FA2 itself "
-             "has no FP8 path: in an fp8 variant the old kernel is FA2's structure ported to fp8 mma.sync, its "
-             "measured share hypothetical. On Hopper "
+    s.assume("The old kernel (the team's FA2-style kernel: softmax in series, per-warp MMAs) loses the rest of "
+             "its time to GEMMs running below the peak: its whole loss is charged to one GEMM rate f, time per "
+             "score t_mm/f + r_sm·t_mm. FA2 itself "
+             "has no FP8 path: in an fp8 variant the old kernel is an in-house port of FA2's structure to fp8 "
+             "mma.sync (sm_89 and later take e4m3 operands), its measured share a hypothetical one, as the stage "
+             "says. On Hopper "
              "FA2 issues Ampere's per-warp mma.sync from registers, with synchronous copies, not the asynchronous "
              "warpgroup MMA (WGMMA) and TMA that the tensor cores' full rate needs; FA3's paper measures it at 35% "
              "of the H100 bf16 peak at head dim 128 (abstract), and FA3 with WGMMA and TMA but the softmax still "

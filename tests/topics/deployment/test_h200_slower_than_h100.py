@@ -244,3 +244,14 @@ def test_a_batch_worked_from_the_printed_pool_grades_right(variant):
     assert solution.expected["batch_n"] == 1972
     assert solution.grade_one("batch_n", "1971").verdict == CORRECT
     assert solution.grade_one("batch_n", "1500").verdict == WRONG
+
+
+def test_h200_pushes_give_the_interviewer_a_reason(bank):
+    """read12: both pushes opened 'Now the prompts are {prompt}, the replies as before', a moved figure with no
+    reason. Each now says why the prompts change (a chat bot's short ones, a retrieval product's long ones)."""
+    question = bank.get(H200)
+    pushes = {stage.when: stage.say for stage in question.stages if stage.push}
+    assert set(pushes) == {"compute-bound", "read-bound"}
+    for say in pushes.values():
+        assert not say.startswith("Now the prompts")
+    assert "chat" in pushes["compute-bound"] and "retrieval" in pushes["read-bound"]

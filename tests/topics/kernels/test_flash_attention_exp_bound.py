@@ -155,3 +155,38 @@ def test_exp_bound_recall_comes_before_any_technique_is_named(variant, seed):
     for text in words:
         for name in ("ping-pong", "pipelin", "WGMMA", r"\bTMA\b", "mma.sync", "warp special"):
             assert not re.search(name, text, re.IGNORECASE), (name, text)
+
+
+@pytest.mark.parametrize("seed", [None, *range(30)])
+def test_exp_bound_selects_do_not_restate_the_recall(variant, catalog, seed):
+    """read12: the old kernel's select listed 'mma.sync cannot feed Hopper's tensor cores; WGMMA can' and the push's
+    'producer warps issuing TMA loads hide the K/V tile loads', both true in every draw and both the recall's key
+    the candidate had just been shown. Neither select now declares a fact or names a recalled technique."""
+    from solvers.interview import stage_run
+
+    solution = variant(f"flash-attention-exp-bound@{'default' if seed is None else seed}")
+    index = next(i for i, stage in enumerate(solution.question.stages)
+                 if stage.push and stage.when == solution.regime_name)
+    pushed = stage_run(solution, catalog, index).solution
+    for sol, key in ((solution, "fa2_causes"), (pushed, "fa3_techniques")):
+        assert not sol.sheet.facts.get(key)
+        for option in sol.shown[key]:
+            assert not re.search(r"WGMMA|\bTMA loads|producer warps", option), option
+
+
+def test_exp_bound_old_kernel_is_the_teams_own_in_fp8(variant):
+    """read12: in fp8 the old kernel was said to be 'built like FA2' at a measured TFLOP/s, but FA2 has no fp8
+    path. The stage presents it as the team's own FA2-style kernel in the variant's dtype."""
+    solution = variant("flash-attention-exp-bound@default+dtype=fp8+measured=356.2")
+    say = solution.question.stages[2].say
+    assert "in-house" in say and "{dtype}" in say
+    assert "built like FA2" not in say
+
+
+def test_exp_bound_no_parameter_label_names_an_answer_key(variant):
+    """read12: the idle line was labelled 'idle share the fa3_techniques select asks about', a select's key in the
+    parameter table the candidate reads."""
+    solution = variant("flash-attention-exp-bound@default")
+    keys = {answer.key for answer in solution.question.answers}
+    for param in solution.params:
+        assert not any(key in str(param.label) for key in keys if "_" in key), param.label

@@ -244,3 +244,25 @@ def test_split_kv_shorter_request_re_plans_the_launch(variant, code, shared, emp
         slips = {slip.label: slip.factor * empty for slip in solution.sheet.slips["empty_splits"]}
         assert slips["the batch's split count kept: FA2 not run again with the shorter request in the launch"] == (
             pytest.approx(21))
+
+
+def test_split_count_grades_the_slot_estimate_close_not_wrong(variant):
+    """read12: @11 (16 blocks on one H200) launches FA2's 15 splits; a candidate who fills the 264 slots, 16 splits,
+    was graded wrong at a 1e-5 tolerance. FA2's pick is correct, the fill-the-slots estimate close, and the slips
+    (one block an SM: 8) still wrong."""
+    from solvers.answers import CLOSE, CORRECT, WRONG
+
+    solution = variant("split-kv-decode-merge@11")
+    assert solution.expected["splits"] == 15 and solution.expected["blocks"] == 16
+    assert solution.grade_one("splits", "15").verdict == CORRECT
+    assert solution.grade_one("splits", str(264 // 16)).verdict == CLOSE
+    assert solution.grade_one("splits", "8").verdict == WRONG
+
+
+def test_no_parameter_label_names_an_answer_key(variant):
+    """read12: 'attention traffic the merge_facts select lets the partial outputs add' named a select by its key in
+    the parameter table the candidate reads."""
+    solution = variant("split-kv-decode-merge@default")
+    keys = {answer.key for answer in solution.question.answers}
+    for param in solution.params:
+        assert not any(key in str(param.label) for key in keys if "_" in key), param.label

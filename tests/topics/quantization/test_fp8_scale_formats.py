@@ -212,3 +212,19 @@ def test_select_thresholds_are_not_parameters(variant):
     """Finding 9: the select's thresholds sat in the parameter table; those options are gone with them."""
     names = {param.name for param in variant("fp8-scale-formats@default").params}
     assert not names & {"saturating", "sqnr_loss"}
+
+
+# Review 12 (read12/fp8-scale-formats.md).
+
+
+def test_the_clip_question_is_about_the_rule_not_the_named_block(variant):
+    """read12 finding 2: 'Where does a block of amax 0.66 land? Does the rule clip?' read as the named block's own
+    fit (it lands at 338), while the key, saturating, is the rule's over all blocks. The default shows the same
+    split (2.3 lands at 294.4 under a saturating rule); the stem and the label now ask whether any block clips."""
+    solution = variant("fp8-scale-formats@default")
+    assert solution.expected["block_landing"] < 448 and solution.expected["regime"] == "saturating"
+    prompt = " ".join(solution.prompt.split())
+    assert "Does any block clip?" in prompt and "Does the rule clip?" not in prompt
+    assert "any block" in solution.question.answer("regime").label
+    for stage in solution.question.stages[3:]:
+        assert "any block" in stage.say
