@@ -21,6 +21,13 @@ def test_a_declared_constraint_reads_parameters_and_fields():
     assert "fits" in rule.check({"context": 8192, "model": {"max_context": 8192}, "tp": 4})
 
 
+def test_a_constraint_takes_a_power_of_two_apart():
+    """fp8-scale-formats' draws turn on where two scale rules disagree: the binade of an amax, log2."""
+    rule = declared("binade", "floor(log2(amax)) == 8", {"amax"})
+    assert rule.check({"amax": 256.0}) is None and rule.check({"amax": 511.0}) is None
+    assert "binade" in rule.check({"amax": 255.9})
+
+
 @pytest.mark.parametrize("text", ["__import__('os').system('true')", "context.__class__", "open('x')",
                                   "[c for c in context]", "lambda: 1", "nowhere > 1", "context >"])
 def test_a_constraint_is_data_never_code(text):
