@@ -133,9 +133,11 @@ def solve(p, s: Sheet) -> None:
         raise Reject("the pool holds too few requests to batch")
     work = step_work(s, e, "paged", "decode step at that batch", run, run * res["used"], run * res["used"])
     t_ar = tp_all_reduce(s, p.model, p.gpu, p.tp, run, tag="paged", label="decode step at that batch")
+    # read12: on one GPU there is nothing to all-reduce, and the line said so all the same
+    then = "then the all-reduces and the step's overhead" if p.tp > 1 else "then the step's overhead"
     step_time(s, e, "paged", "decode step at that batch", work, key="tpot_paged", communication=t_ar,
               why="one token for every request in the batch: each GPU reads its weights and every request's KV, "
-                  "or does the math, whichever is longer, then the all-reduces and the step's overhead")
+                  f"or does the math, whichever is longer, {then}")
 
     s.assume("Every request is the mean one: its prompt and output lengths are the means, and averages over "
              "its decode stand for a pool of requests at all stages (long requests staying longer is ignored).")

@@ -66,7 +66,9 @@ def test_tiering_stages_say_the_rules_the_keys_rest_on(variant, catalog):
     assert "100 requests/s at peak" in opening and "half a replica" not in opening and "share" not in opening
     # the scheduling model the keys rest on (r5 read whole-prompt prefill steps between decode steps), and what
     # the whole step charges (r2 weighed leaving out the all-reduces or the prompt chunks' attention)
-    assert "Prompts chunked into the decode steps, each whole step (attention, all-reduces) in a 40 ms TPOT" in opening
+    # read12: the all-reduces left the opening's words, which read the same on a TP-1 replica (nothing to reduce)
+    assert "Prompts chunked into the decode steps, each whole step in a 40 ms TPOT" in opening
+    assert "all-reduce" not in opening
     assert "half a replica busy at peak" in dedicated and "70% busy" in dedicated and "rank 4" in dedicated
     # the time-slicing the shared keys rest on (r2 sized the shared tier at the single-model unit)
     assert "weights in half the usable HBM" in shared and "requests in flight gets its own step each TPOT" in shared
@@ -220,23 +222,49 @@ def test_tiering_zipf_normaliser_is_the_harmonic_number(variant):
 
 
 def test_tiering_push_moves_traffic_across_the_half_replica_line(variant, catalog):
-    """The push moves the peak rate: by half again where the team's model is shared, by half where it is dedicated,
-    in the interviewer's words with the new rate; where that does not cross, the engine's search stands in, in its
-    own words with the figure it moves. In at least 90% of 40 draws the team's model changes tier, and the default's
-    rank-4 model (0.350 replicas busy) is dedicated at 150 requests/s (0.525)."""
+    """read12: the declared pushes (x1.5 traffic on the shared side, /2 on the dedicated) crossed in 54 of 200
+    draws; the engine's search stood in for the rest in its own words ("Let's change one thing: ... What changes,
+    and what matters now?"). The push is the search now, with an interviewer's reason for each figure it moves:
+    every draw of 40 crosses, none in the engine's words, and the default moves the peak rate 100 -> 250."""
     crossed = []
     for seed in range(40):
         solution = variant(f"multi-model-fleet-tiering@{seed}")
-        pushed = stage_run(solution, catalog, 3) or stage_run(solution, catalog, 4)
-        if pushed is not None and pushed.solution.regime_name != solution.regime_name:
-            crossed.append(seed)
-            assert "marked in the table" not in pushed.say
-            assert pushed.solution.param("rate").shown in pushed.say or not pushed.declared
+        pushed = stage_run(solution, catalog, 3)
+        assert pushed is not None, seed
+        assert "Let's change one thing" not in pushed.say and "What changes" not in pushed.say, seed
+        assert len(pushed.moved) == 1 and pushed.say.endswith("what does tiering save?"), seed
+        crossed += [seed] if pushed.solution.regime_name != solution.regime_name else []
     assert len(crossed) >= 36, crossed
     pushed = stage_run(variant("multi-model-fleet-tiering@default"), catalog, 3)
-    assert pushed.declared and "Traffic grows by half: 150 requests/s at peak now." in pushed.say
-    assert dict(pushed.solution.code.overrides) == {"rate": "150"} and pushed.solution.regime_name == "dedicated"
-    assert pushed.solution.sheet.results["rank_busy"] == pytest.approx(0.35024681 * 1.5, rel=1e-6)
+    assert pushed.say.startswith("A launch lands: peak traffic over the 20 models is 250 requests/s now, from "
+                                 "100 requests/s.")
+    assert dict(pushed.solution.code.overrides) == {"rate": "250"} and pushed.solution.regime_name == "dedicated"
+    assert pushed.solution.sheet.results["rank_busy"] == pytest.approx(0.35024681 * 2.5, rel=1e-6)
+
+
+def test_tiering_cold_start_near_its_budget_is_not_listed(variant):
+    """read12: @77 keyed "loading a tail model on demand would keep its first token within 2.5 s" true on a
+    2.433 s load plus a 43 ms TTFT, 2.476 s: 1% inside the budget, on a rough load bandwidth. Within the cold
+    start's own 3% tolerance the option is not listed (judged None); clear of it, it follows the numbers."""
+    option = "loading a tail model on demand would keep its first token within {cold_budget}"
+    near = variant("multi-model-fleet-tiering@77")
+    results = near.sheet.results
+    assert abs((results["cold_start"] + results["ttft"]) / 2.5 - 1) < 0.03
+    assert results["facts"][option] is None and option not in near.shown["facts"]
+    for seed in range(60):
+        r = variant(f"multi-model-fleet-tiering@{seed}").sheet.results
+        margin = (r["cold_start"] + r["ttft"]) / 2.5 - 1
+        assert (r["facts"][option] is None) == (abs(margin) < 0.03), seed
+        if r["facts"][option] is not None:
+            assert r["facts"][option] == (margin <= 0), seed
+
+
+def test_tiering_says_the_sizing_has_no_failover(variant):
+    """read12: tiering put the top model of @11 on one replica and every shared model's weights on one replica:
+    today's two replicas a model are also its redundancy. The assumptions say the sizing is N+0 and the saving an
+    upper bound."""
+    text = " ".join(variant("multi-model-fleet-tiering@11").sheet.assumptions)
+    assert "N+0" in text and "upper bound" in text
 
 
 def test_tiering_step_with_its_prompts_meets_the_tpot(variant):

@@ -147,3 +147,32 @@ def test_paged_waste_past_the_papers_four_percent_is_refused(variant):
     7.2%, past the paper's under-4%: blocks as long as the requests are no paged server's setting, so refused."""
     with pytest.raises(VariantError, match="blocks too large"):
         variant("paged-reservation-waste@default+block_size=32+prompt_mean=50+output_mean=300")
+
+
+def test_paged_waste_push_gives_a_reason_for_its_move(variant, catalog):
+    """read12: the push read "Let's change one thing: maximum context from 8,192 tokens to 2,048 tokens. What
+    changes, and what matters now?" (@11, @42, @77). It now says why the one figure moved (a product cap, a
+    reasoning or terse mode, longer prompts), then asks the three things it grades."""
+    from solvers.interview import stage_run
+    run = stage_run(variant("paged-reservation-waste@11"), catalog, 2)
+    assert run.moved == ("max_context",)
+    assert run.say.startswith("The product caps requests at 2,048 tokens now, so that is what each reserves.")
+    assert "Let's change one thing" not in run.say and "What changes" not in run.say
+    run = stage_run(variant("paged-reservation-waste@77"), catalog, 2)
+    assert run.say.startswith("A terse mode ships: replies average 1,500 tokens now, from 2,000 tokens.")
+    for seed in range(30):
+        run = stage_run(variant(f"paged-reservation-waste@{seed}"), catalog, 2)
+        assert run is not None and "Let's change one thing" not in run.say, seed
+
+
+def test_paged_waste_tp1_says_no_all_reduces(variant):
+    """read12: a TP-1 variant (@11, Llama-3.1-8B on one H200) asked for a TPOT "(all-reduces in)" and keyed it
+    "then the all-reduces and the step's overhead": one GPU has nothing to all-reduce. The stage no longer says
+    it, and the key's line names the all-reduces only where TP > 1."""
+    solo = variant("paged-reservation-waste@11")
+    assert solo.param("tp").raw == 1
+    assert "all-reduce" not in solo.question.stages[1].say
+    why = next(step.why for step in solo.sheet.steps if step.key == "tpot_paged")
+    assert "all-reduce" not in why
+    wide = variant("paged-reservation-waste@default")  # TP 4
+    assert "all-reduces" in next(step.why for step in wide.sheet.steps if step.key == "tpot_paged")

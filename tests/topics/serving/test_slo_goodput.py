@@ -59,7 +59,8 @@ def test_slo_goodput_regime_and_levers_follow_the_closed_forms(variant, seed):
     for option, rate in (("prefill time per prompt cut by {big_cut}", mu / 0.8 - lam),
                          ("prefill time per prompt cut by {small_cut}", mu / 0.9 - lam),
                          ("shedding {shed} of arrivals at admission", mu - 0.9 * lam),
-                         ("shedding {big_shed} of arrivals at admission", mu - 0.75 * lam)):
+                         ("shedding {big_shed} of arrivals at admission", mu - 0.75 * lam),
+                         ("splitting today's traffic over two such instances", mu - lam / 2)):
         judged = levers[option + " would put p99 TTFT within its SLO"]
         if met:  # p99 already within its SLO: a lever would hold by default, so none is listed
             assert judged is None, option
@@ -138,12 +139,12 @@ def test_slo_goodput_refuses_a_load_past_capacity(variant):
 
 def test_slo_goodput_stages(variant):
     """The interview: TTFT and its knee with the levers, then TPOT, attainment, goodput and the verdict, then a
-    generated push that asks the goodput, the attainment and the verdict again; the median TPOT is a worked step,
-    not a box."""
+    generated push that asks p99 TTFT, the goodput, the attainment and the verdict again; the median TPOT is a
+    worked step, not a box."""
     question = variant("slo-goodput@default").question
     assert [list(stage.ask) for stage in question.stages] == [
         ["ttft_p50", "ttft_p99", "knee_load", "ttft_levers"], ["tpot_p99", "attainment", "max_rate", "regime"],
-        ["max_rate", "attainment", "regime"]]
+        ["ttft_p99", "max_rate", "attainment", "regime"]]
     assert question.stages[2].generated and "goodput" in question.stages[1].say
     assert question.chart[0] == "ttft_slo"
 
@@ -172,3 +173,54 @@ def test_slo_goodput_push_recomputes_the_goodput(variant, catalog):
             assert pushed.expected["max_rate"] != pytest.approx(first.expected["max_rate"], rel=0.03), seed
         crossed += pushed.regime_name != first.regime_name
     assert pushes >= 36 and crossed >= 0.9 * pushes and moved_slo >= pushes // 2
+
+
+def test_slo_goodput_push_asks_a_figure_the_move_changes(variant, catalog):
+    """read12: a push on the load re-graded the goodput, which the load does not move (@11: 2.675/s before and
+    after), and asked nothing the move changed but the attainment. The push now asks p99 TTFT beside the goodput:
+    a load push moves p99 TTFT, an SLO push the goodput, a prefill-time push both, so every push grades a figure
+    the candidate has not been given."""
+    seen = set()
+    for seed in range(40):
+        first = variant(f"slo-goodput@{seed}")
+        followup = generated_push(first, catalog, tuple(first.question.stages[2].ask))
+        if followup is None:
+            continue
+        pushed = followup.solution
+        moved = [name for name, _ in pushed.code.overrides]
+        seen.update(moved)
+        asked = [key for key in first.question.stages[2].ask if key in ("ttft_p99", "max_rate")]
+        changed = [key for key in asked if pushed.expected[key] != pytest.approx(first.expected[key], rel=0.03)]
+        assert changed, (seed, moved)
+    assert {"load", "ttft_slo"} <= seen
+
+
+def test_slo_goodput_push_words_give_the_reason_not_the_givens(variant, catalog):
+    """read12: the push read "Now the TTFT SLO is 1.7 s, prefills average 190 ms and the instance is busy 40% of
+    the time", restating two figures that had not moved. It now says why the one figure moved, then asks."""
+    from solvers.interview import stage_run
+    run = stage_run(variant("slo-goodput@11"), catalog, 2)
+    assert run.moved == ("load",)
+    assert run.say.startswith("Admission control now holds the prefill instance to 40% busy.")
+    assert "1.7 s" not in run.say and "190 ms" not in run.say
+    stage = variant("slo-goodput@default").question.stages[2]
+    assert {name for name, _, _ in stage.reasons} >= {"load", "ttft_slo", "prefill_mean"}
+
+
+def test_slo_goodput_second_instance_is_a_lever(variant):
+    """read12: the first lever a strong interviewer names after "p99 TTFT is 8.75 s" is a second prefill
+    instance. Two instances each take half the arrivals: mu - lambda/2. At @11 (190 ms, 90%) that is
+    5.263 - 2.368 = 2.895/s, p99 1.59 s inside 1.7 s, while a 20% faster prefill leaves 2.5 s."""
+    levers = variant("slo-goodput@11").sheet.results["ttft_levers"]
+    split = "splitting today's traffic over two such instances would put p99 TTFT within its SLO"
+    assert levers[split] is True
+    assert levers["prefill time per prompt cut by {big_cut} would put p99 TTFT within its SLO"] is False
+    outcomes = {variant(f"slo-goodput@{seed}").sheet.results["ttft_levers"][split] for seed in range(60)}
+    assert {True, False} <= outcomes  # it follows the numbers
+
+
+def test_slo_goodput_assumptions_name_the_batching_prefill(variant):
+    """read12: M/M/1 serving one prompt at a time is a textbook stand-in; real prefill batches, and DistServe
+    uses M/D/1. The assumption says so, and which way the stand-in errs."""
+    text = " ".join(variant("slo-goodput@default").sheet.assumptions)
+    assert "M/D/1" in text and "batches prompts" in text
