@@ -54,7 +54,8 @@ def weight_bytes(model: Mapping[str, Any], dtype: str) -> float:
 
 # What a constraint may call: arithmetic, and the bank's own facts, so that no file types them again.
 _FUNCTIONS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs, "ceil": math.ceil,
-                                             "floor": math.floor, "log2": math.log2, "bytes": lambda dtype: DTYPE_BYTES[dtype],
+                                             "floor": math.floor, "log2": math.log2,
+                                             "bytes": lambda dtype: DTYPE_BYTES[dtype],
                                              "hbm": hbm_bytes,  # a GPU's HBM in bytes, as the solvers size it
                                              "kv_bytes": kv_bytes, "weight_bytes": weight_bytes}
 # The conventions a constraint may name, read from their cards when a constraint is checked (usable_hbm: the
