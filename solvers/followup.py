@@ -87,15 +87,17 @@ def declared_changes(solution: Solution, catalog: Catalog, declared: tuple[tuple
 
 
 def generated_push(solution: Solution, catalog: Catalog, ask: tuple[str, ...] = (), *,
-                   scanned: dict | None = None) -> FollowUp | None:
+                   scanned: dict | None = None, only: frozenset[str] = frozenset()) -> FollowUp | None:
     """The engine's push: one parameter moved across the regime boundary where the question has one,
     else the figure that shifts its margin most doubled or halved (or a choice moved). It asks `ask`, or
     where that is empty the regime and the first number that moved (and then only if one did; the regime
     only if the move shifted its margin). Where `ask` is given, an answer it does not ask need not be
-    listable on the pushed variant."""
+    listable on the pushed variant. `only`: the parameters it may move, where the stage names them (its
+    reasons: an interviewer moves a figure they have a reason for)."""
     scanned = {} if scanned is None else scanned
     asked = ask or None
-    for spec in _candidates(solution) if solution.sheet.regime is not None else ():
+    candidates = [spec for spec in _candidates(solution) if not only or spec.name in only]
+    for spec in candidates if solution.sheet.regime is not None else ():
         crossing = _crossing(solution, catalog, spec, scanned, asked)
         if crossing is not None:
             if crossing_asked := ask or _asked(solution, crossing):
@@ -105,7 +107,7 @@ def generated_push(solution: Solution, catalog: Catalog, ask: tuple[str, ...] = 
     # and asks what follows, the figure that moves the regime's margin most. A regime holds there, and saying
     # so is part of the answer, but only where the move can shift it: the step time of a decode cannot make a
     # batching gain large, and asking whether it did is no question.
-    for spec, value in _fallbacks(solution, catalog, scanned, asked):
+    for spec, value in _fallbacks(solution, catalog, candidates, scanned, asked):
         try:
             pushed = revise(solution, catalog, {spec.name: value}, asked=asked)
         except _UNSOLVED:
@@ -115,13 +117,13 @@ def generated_push(solution: Solution, catalog: Catalog, ask: tuple[str, ...] = 
     return None
 
 
-def _fallbacks(solution: Solution, catalog: Catalog, scanned: dict,
+def _fallbacks(solution: Solution, catalog: Catalog, candidates: list[ParamSpec], scanned: dict,
                asked: tuple[str, ...] | None) -> list[tuple[ParamSpec, object]]:
-    """Each candidate's nearby moves, the parameter whose move shifts the regime's margin most first (and
+    """Each of `candidates`' nearby moves, the parameter whose move shifts the regime's margin most first (and
     within it the move toward the boundary first); moves that leave the margin where it is keep the
     candidates' order after them. Judged on float solves, as the crossing search is."""
     regime = solution.sheet.regime
-    moves = [(spec, value) for spec in _candidates(solution) for value in spec.nearby(solution.param(spec.name).raw)]
+    moves = [(spec, value) for spec in candidates for value in spec.nearby(solution.param(spec.name).raw)]
     if regime is None:
         return moves
     scans = {(spec.name, value): _scan(solution, catalog, {spec.name: value}, scanned, asked)

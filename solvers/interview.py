@@ -124,7 +124,8 @@ def _push(solution: Solution, catalog: Catalog, stage: Stage) -> tuple[FollowUp 
                                scanned=scanned)
         if pushed is not None:
             return pushed, True
-    return generated_push(solution, catalog, stage.ask, scanned=scanned), False
+    return generated_push(solution, catalog, stage.ask, scanned=scanned,
+                          only=frozenset(name for name, _, _ in stage.reasons)), False
 
 
 def _push_words(stage: Stage, pushed: FollowUp, base: Solution, moved: tuple[str, ...], declared: bool) -> str:

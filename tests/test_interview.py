@@ -501,3 +501,18 @@ def test_a_figure_a_later_stage_gives_is_left_out_of_the_tables_before_it(bank, 
     sheet = candidate_sheet().entry(1, script)
     given, stage3 = sheet.split("### Stage 1")[0], sheet.split("### Stage 3")[1].split("### Stage 4")[0]
     assert f"- {label}:" not in given and f"- {label}:" in stage3
+
+
+@pytest.mark.parametrize("seed", [0, 1, 5, 10])  # 5 and 10: users-per-gpu's push moved the model, the GPU
+def test_a_generated_push_with_reasons_moves_only_what_it_has_a_reason_for(bank, catalog, seed):
+    """An interviewer moves a figure they have a story for: where a push gives reasons, its search moves no
+    other figure (users-per-gpu's push moved the GPU, which it had no words for, and was said in the engine's)."""
+    for question in bank.questions.values():
+        for index, stage in enumerate(question.stages):
+            if not (stage.generated and stage.reasons):
+                continue
+            solution = make_variant(bank, catalog, VariantCode(question.id, seed))
+            run = stage_run(solution, catalog, index) if question.asks_on(index, solution.regime_name) else None
+            if run is None:
+                continue
+            assert set(run.moved) <= {name for name, _, _ in stage.reasons}, (question.id, seed, run.moved)
