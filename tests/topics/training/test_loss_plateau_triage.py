@@ -244,9 +244,3 @@ def test_plateau_a_second_pass_is_no_cause(variant):
     assert healthy >= 10
     assert "data-repeating" in variant("loss-plateau-triage@0").question.answer("cause").choices  # the tempting slip
 
-
-def test_plateau_grad_norms_say_they_are_the_last_logged(variant):
-    """rf-t #2: a collapsed scale skips every step and logs no grad norm, so the finite norms the table showed
-    "at 11:00" beside it read as a contradiction; they are the last logged ones, and the labels say so."""
-    shown = {param.name: param.label for param in variant("loss-plateau-triage@4").params}
-    assert "last logged" in shown["grad_norm"] and "last logged" in shown["rank_norms"]
