@@ -128,6 +128,9 @@ def solve(p, s: Sheet) -> None:
     s.assume("Rail-optimised compute fabric (NIC i of every node on rail i, as in DGX SuperPOD), bought in whole "
              "scalable units of k/2 nodes (one rail leaf per GPU index; 32 nodes on 64-port switches): the leaf "
              "count is a multiple of 8, and near the two/three-tier line the bill grows by a unit, not a pod.")
+    s.assume("A rail leaf out takes one NIC from each node of its unit, and those nodes are counted out of the "
+             "job. NCCL's PXN can carry that rail's traffic through a peer GPU's NIC over NVLink, so a job could "
+             "limp on at reduced bandwidth instead; spares are not sized on that.")
     s.assume("The job's GPUs are the FLOPs' count, before the parallel layout: a real run rounds them to a "
              "multiple of its model-parallel group (405B in TP 8 × PP 16 runs in 128-GPU replicas; Meta's run "
              "used 16,384 = 2^14), which can add a unit.")

@@ -17,6 +17,14 @@ VANISHED_GRAD_NORM = 1e-4  # healthy global grad norms in LLM pretraining sit ar
 NEAR_FLOOR = 0.1  # an LR above its floor but under a tenth of the peak reads as the floor
 
 
+# Passes over the data before re-reading costs anything a flat loss could show: Muennighoff et al. (2023) find up
+# to about four epochs of repeated data nearly as good as fresh data, and a second pass lowers the training loss
+# rather than stalling it. Under this many passes the repetition check is clean.
+HARMFUL_PASSES = 4
+
+HEALTHY = "healthy-run"
+
+
 def _lr_share_why(s: Sheet, lr, floor, peak) -> str:
     if s.compare(lr, floor) <= 0:
         return "at the floor: every update is a hundredth of the peak's, too small to move the loss"
@@ -27,9 +35,10 @@ def _lr_share_why(s: Sheet, lr, floor, peak) -> str:
 
 def _checks_run(s: Sheet, found: int) -> None:
     """The checks run in order up to the first that fails, which names the cause; a frozen counter then sends
-    the triage to the stacks."""
+    the triage to the stacks. `found` past the last check: every check ran clean."""
     for index, check in enumerate(CHECKS):
-        why = ("clean: on to the next check" if index < found else
+        why = ("clean: nothing in the log is wrong" if index == found - 1 == len(CHECKS) - 1 else
+               "clean: on to the next check" if index < found else
                "fails: it names the cause, and triage stops here" if index == found else
                "never reached: an earlier check already found the cause")
         # The first check runs in every triage, a frozen counter voiding every other reading: a fact.
@@ -78,15 +87,16 @@ def solve(p, s: Sheet) -> None:
     fired = [check for check, firing in zip(CHECKS, (
         p.step_1100 == p.step_0900,
         s.compare(lr, rho * eta) <= 0 or p.grad_norm < VANISHED_GRAD_NORM,
-        s.compare(epochs, 1) > 0,
+        s.compare(epochs, HARMFUL_PASSES) > 0,
         p.scale_1100 <= 1,
         min(ranks) == 0,
     )) if firing]
-    if len(fired) != 1:
+    if len(fired) > 1:
         raise Reject(f"the incident points to {len(fired)} causes, expected one")
-    cause = CAUSE_OF_CHECK[fired[0]]
-    s.choose("cause", cause)
-    _checks_run(s, CHECKS.index(fired[0]))
+    # Every check clean: a run stepping at full size, re-reading nothing that matters, whose loss moves as little
+    # over two hours as a healthy run's does this far in. The call is not to restart it.
+    s.choose("cause", CAUSE_OF_CHECK[fired[0]] if fired else HEALTHY)
+    _checks_run(s, CHECKS.index(fired[0]) if fired else len(CHECKS))
 
     s.assume("The schedule is the lr-schedule card's (Megatron-LM's cosine style; its default decay is linear): "
              "linear warmup to the peak, cosine decay to "
@@ -97,8 +107,13 @@ def solve(p, s: Sheet) -> None:
     s.assume("The checks run most decisive first, in the hint's order, and stop at the first that fails: the "
              "answer is the set run, that one included.")
     s.assume("The schedule was set when the dataset was meant to last it; the data may since have shrunk "
-             "(deduplication, a filter, a shard list cut short), so whether it still does is the epochs check, "
-             "not a premise: more than one epoch means the loader re-reads data it has seen. Every step consumes "
+             "(deduplication, a filter, a shard list cut short), so more than one epoch means the loader re-reads "
+             "data it has seen. That alone does not stall a loss: up to about four passes, repeated tokens train "
+             "nearly as well as fresh ones (Muennighoff et al., Scaling Data-Constrained Language Models, 2023), "
+             "and a second pass lowers the training loss rather than flattening it; the repetition check fails "
+             f"only past {HARMFUL_PASSES} passes, and no draw here reaches two. With every check clean the run is "
+             "healthy: late in a schedule a loss moves by thousandths over two hours, and a restart would only "
+             "lose work. Every step consumes "
              "the full global batch. Llama 3 405B reached its 1.2M steps with a batch ramp (4M, 8M, then 16M "
              "tokens a step); at a constant 16.8M the same schedule would read 20.1T tokens, 1.29 passes of its "
              "15.6T.")

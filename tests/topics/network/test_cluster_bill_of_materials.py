@@ -109,7 +109,7 @@ def test_bom_fabric_stage_says_how_it_is_bought_and_wired(variant, catalog):
     from solvers.interview import stage_run
     solution = variant("cluster-bill-of-materials@default+radix=128+days=120+tokens=10")
     run = stage_run(solution, catalog, 1)
-    assert run is not None and "a rail leaf" in run.say and "wired alike to every spine" in run.say
+    assert run is not None and "a leaf per rail" in run.say and "wired alike to every spine" in run.say
     assert "leaves" in solution.question.stages[1].ask and "pods" not in solution.question.stages[1].ask
 
 
@@ -146,3 +146,32 @@ def test_bom_power_says_which_is_it_and_which_is_site(variant):
     """The teaser's "14 MW" is the IT load (13.63 MW); the site feed at PUE 1.2 is 16.35 MW."""
     steps = {step.key: step for step in variant("cluster-bill-of-materials@default").sheet.steps}
     assert "before cooling" in steps["it_power"].why and "feed" in steps["facility_power"].title
+
+
+def test_bom_stage_two_reads_as_said_and_counts_nodes_installed(variant):
+    """rf-t #1, #2, #3: stage 2 said "bought a rail leaf per GPU at a time" (it means a scalable unit, one leaf per
+    rail), and "Nodes" read two ways (job plus spares, 449 at @11, or installed after whole units, 480): the
+    key is the installed count, and the label says so."""
+    solution = variant("cluster-bill-of-materials@11")
+    say = solution.question.stages[1].say
+    assert "rail leaf per GPU" not in say and "a leaf per" in say
+    assert solution.question.answer("nodes").label == "Nodes installed"
+    assert solution.expected["nodes"] == 480
+
+
+def test_bom_push_gives_a_reason(variant, catalog):
+    """rf-t #4: the generated push said "Let's change one thing: schedule (compute) from 32 days to 60 days. What
+    changes, and what matters now?"; each figure it moves now comes with the interviewer's reason."""
+    from solvers.interview import stage_run
+    for seed in range(12):
+        solution = variant(f"cluster-bill-of-materials@{seed}")
+        run = stage_run(solution, catalog, len(solution.question.stages) - 1)
+        assert run is not None and "Let's change one thing" not in run.say, seed
+        assert "Re-size it" in run.say, seed
+
+
+def test_bom_says_a_dead_rail_can_limp_on(variant):
+    """rf-t #7: the rail-leaf option counts a dead rail's nodes out, while NCCL's PXN can route that rail through
+    a peer GPU's NIC: the assumptions say which is modelled."""
+    assumptions = " ".join(variant("cluster-bill-of-materials@11").sheet.assumptions)
+    assert "PXN" in assumptions

@@ -57,7 +57,7 @@ def _diagnose(nine, eleven, p):
     failing = {
         "job-not-stepping": eleven["step"] == nine["step"],
         "lr-or-grad-zero": lr <= 1.0001 * p["lr_floor"] * p["peak_lr"] or eleven["grad norm"] < 1e-4,
-        "data-repeating": epochs > 1,
+        "data-repeating": epochs > 4,  # past about four passes (Muennighoff et al. 2023), not past one
         "loss-scale-collapsed": eleven["loss scale"] == 1,
         "rank-sending-zeros": min(eleven["ranks"]) == 0,
     }
@@ -69,8 +69,9 @@ def test_plateau_readings_point_to_one_cause(variant, seed):
     solution = variant(f"loss-plateau-triage@{seed}")
     p = param_values(solution)
     nine, eleven = _readings(solution)
-    assert _diagnose(nine, eleven, p) == [solution.expected["cause"]]
-    found = list(CAUSE_OF_CHECK.values()).index(solution.expected["cause"])
+    cause = solution.expected["cause"]
+    assert _diagnose(nine, eleven, p) == ([] if cause == "healthy-run" else [cause])
+    found = list(CAUSE_OF_CHECK.values()).index(cause) if cause != "healthy-run" else len(CHECKS) - 1
     assert _checks(solution) == list(CHECKS[:found + 1])  # in order, up to the one that finds the cause
     lr = _cosine_lr(nine["step"], p["peak_lr"], p["warmup"], p["decay_steps"], p["lr_floor"])
     assert solution.expected["lr_plateau"] == pytest.approx(lr, rel=1e-12)
@@ -163,7 +164,7 @@ def test_plateau_stack_dumps_only_for_a_job_that_stopped(variant):
 
 def test_plateau_every_cause_is_drawn(variant):
     causes = Counter(variant(f"loss-plateau-triage@{seed}").expected["cause"] for seed in range(100))
-    assert set(causes) == {"job-not-stepping", "lr-or-grad-zero", "data-repeating", "loss-scale-collapsed",
+    assert set(causes) == {"job-not-stepping", "lr-or-grad-zero", "healthy-run", "loss-scale-collapsed",
                            "rank-sending-zeros"}
     assert min(causes.values()) >= 10
 
@@ -224,3 +225,22 @@ def test_plateau_epochs_slip_is_one_a_candidate_makes(variant):
     slips = [slip.label for slip in solution.sheet.slips.get("epochs", [])]
     assert not any("sequences, not tokens" in label for label in slips)
     assert any("whole schedule" in label for label in slips)
+
+
+def test_plateau_a_second_pass_is_no_cause(variant):
+    """rf-t #1: @11 keyed "data-repeating" at 1.107 epochs under a schedule that planned 1.77 passes, and a second
+    pass lowers a training loss rather than flattening it (up to about four passes train nearly as well as fresh
+    data: Muennighoff et al. 2023). No draw keys repetition under four passes; a run re-reading its data with
+    every other check clean is keyed a healthy run, every check run and none failing."""
+    healthy = 0
+    for seed in range(120):
+        solution = variant(f"loss-plateau-triage@{seed}")
+        assert solution.expected["cause"] != "data-repeating", seed
+        if solution.expected["epochs"] > 1:
+            assert solution.expected["cause"] == "healthy-run", seed
+        if solution.expected["cause"] == "healthy-run":
+            healthy += 1
+            assert _checks(solution) == list(CHECKS), seed
+    assert healthy >= 10
+    assert "data-repeating" in variant("loss-plateau-triage@0").question.answer("cause").choices  # the tempting slip
+

@@ -156,13 +156,13 @@ def test_restart_async_save_is_named_as_such(variant, catalog):
 def test_restart_words_say_the_exact_model(variant, catalog):
     """Re-derivation r2 read the first-order model (R·(F + τ/2), over running time: 25.5% against 22.5% at
     @7301): the opening says the wall clock counts the recoveries, and the boxes say the shares are of wall
-    clock and the redone run is its exact mean for memoryless failures, not first order."""
+    clock. (rf-t: the label no longer dictates the exact mean over the first order; the keys accept both.)"""
     from solvers.interview import stage_run
     solution = variant("restart-goodput@7301")
     run = stage_run(solution, catalog, 0)
-    assert run is not None and "share of wall clock, recoveries in it" in run.say
+    assert run is not None and "of wall clock (recoveries included)" in run.say
     question = solution.question
-    assert "exact mean for memoryless failures, not first order" in question.answer("lost_per_restart").label
+    assert "first order" not in question.answer("lost_per_restart").label
     assert "runs plus recoveries" in question.answer("restart_loss").label
     for key in ("today_loss", "residual"):
         assert "Share of wall clock" in question.answer(key).label
@@ -225,8 +225,9 @@ def test_restart_regime_key_gives_no_later_answer_away(variant, catalog):
 
 def test_restart_goodput_never_keys_a_lever_on_a_knife_edge(variant):
     """An independent check found a lever keyed ✗ at 2.5000% against a bar of 2.5003% (seed 44): a lever within
-    3% of a fifth of the loss is judged too close to call and never listed, so every listed reason quotes a
-    saving at least 3% from the bar, and each unlisted one a saving within it; some draws have one."""
+    8% of a fifth of the loss (rf-t: 3% until the keys accepted the half-cycle estimate, which moves a win by
+    up to about 5%; @77 keyed one 6% short) is judged too close to call and never listed, so every listed
+    reason quotes a saving at least 8% from the bar, and each unlisted one a saving within it."""
     unlisted = 0
     for seed in range(0, 150, 3):
         solution = variant(f"restart-goodput@{seed}")
@@ -235,9 +236,9 @@ def test_restart_goodput_never_keys_a_lever_on_a_knife_edge(variant):
             win, bar = (float(x) for x in re.findall(r"([\d.]+)%", why)[:2])
             if judged[option] is None:
                 unlisted += 1
-                assert option not in solution.shown["levers"] and abs(win / bar - 1) <= 0.04, (seed, why)
+                assert option not in solution.shown["levers"] and abs(win / bar - 1) <= 0.09, (seed, why)
             else:
-                assert abs(win / bar - 1) >= 0.02, (seed, why)  # 3% before rounding to three figures
+                assert abs(win / bar - 1) >= 0.07, (seed, why)  # 8% before rounding to three figures
     assert unlisted >= 1
 
 
@@ -256,3 +257,29 @@ def test_restart_loss_matches_a_simulated_failure_timeline(variant):
             if abs(simulated / results[key] - 1) > 0.015:
                 off[seed, key] = simulated / results[key] - 1
     assert not off, off
+
+
+def test_restart_keys_accept_the_half_cycle_answer(variant):
+    """rf-t #1: the opening's label demanded "the redone run's exact mean for memoryless failures, not first
+    order", graded to 2%, so F + (τ + C)/2 (what a strong candidate says, and the order Young's rule itself
+    works to) failed in 16% of draws (@42: 63.3 against 60.7 min). The keys now take 4% (5% for the total, whose
+    stall share also moves) and a draw where half a cycle is further off is refused."""
+    for seed in range(0, 200, 2):
+        solution = variant(f"restart-goodput@{seed}")
+        r, p = solution.sheet.results, {param.name: param.value for param in solution.params}
+        F, M, tau, C = r["fixed_recovery"], r["mtbf"], p["interval"], p["ckpt_storage"]
+        half = F + (tau + C) / 2
+        assert abs(half / r["lost_per_restart"] - 1) <= 0.04, seed
+        assert abs(half / (M + F) / r["restart_loss"] - 1) <= 0.04, seed
+        first_order_total = (C / (tau + C) * M + half) / (M + F)
+        assert abs(first_order_total / r["today_loss"] - 1) <= 0.05, seed
+    question = variant("restart-goodput@default").question
+    tolerances = {key: question.answer(key).tolerance for key in ("lost_per_restart", "restart_loss", "today_loss")}
+    assert tolerances == {"lost_per_restart": 0.04, "restart_loss": 0.04, "today_loss": 0.05}
+
+
+def test_restart_push_labels_do_not_say_today(variant):
+    """rf-t #5: the push re-asks the regime and the total loss after the change, under labels that said "today"."""
+    question = variant("restart-goodput@default").question
+    for key in ("regime", "today_loss"):
+        assert "today" not in question.answer(key).label
