@@ -202,8 +202,11 @@ def solve(p, s: Sheet) -> None:
              "weights and the causal attention over the context counted, nothing of the victim left in a prefix "
              "cache. No per-step overhead: the re-prefill rides in a step the batch takes anyway.")
     s.assume(f"Swap at an effective {format_quantity(p.pcie, 'GB/s')} per GPU, each GPU over its own PCIe link: "
-             "PCIe Gen5 x16 carries about 64 GB/s each way, but block-by-block copies of small pages and "
-             "links shared behind a PCIe switch deliver a fraction of it (an assumption; measure it).")
+             "PCIe Gen5 x16 carries about 64 GB/s each way and pinned bulk copies reach most of it; copies of one "
+             "small page per layer per call (vLLM V0's swap_blocks) and links shared behind a PCIe switch deliver a "
+             "fraction of it, down to a few GB/s (an assumption; measure it). Where the link is fast, the swap wins "
+             "by far: that is why CPU offloading (LMCache, vLLM's offload connectors) moves whole layers in "
+             "large copies.")
     s.assume("Either eviction stalls the engine step it runs in: the re-prefill shares the step with the decode "
              "streams, and vLLM V0 ran its swaps in the worker before the forward pass. So every running stream "
              "waits out the eviction's time once.")

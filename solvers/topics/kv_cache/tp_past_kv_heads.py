@@ -21,6 +21,7 @@ from solvers.formulas.kvcache import (
     kv_bytes_per_token_given,
     kv_bytes_per_token_per_gpu,
 )
+from solvers.formulas.moe import GATED_MATRICES, moe_layers
 from solvers.formulas.steptime import given_step_bandwidth, given_step_overhead
 from solvers.sheetmath import ceil_of, max_of, min_of
 from solvers.units import figures_against, format_number, format_quantity
@@ -30,7 +31,7 @@ CLOSE_FIT = sympy.Rational(3, 100)  # weights and KV this close to the usable HB
 CLOSE_SHARE = sympy.Rational(2, 100)  # a lever within two points of the share asked: the model cannot call it
 
 
-def _capped_step(s: Sheet, p, N, b, L, R, T, S, L_s, pp, rate, t_mm, t_oh, t_ar, wide) -> None:
+def _capped_step(s: Sheet, p, N, b, L, R, T, S, L_s, pp, rate, t_mm, t_oh, t_ar, wide, routed) -> None:
     """The capped layout's decode step with its communication: TP T within each of S stages of whole
     layers, decoding S micro-batches of R/S so every stage stays busy; a token passes every stage once,
     so its step is S stage times plus S − 1 sends. Past the KV heads it reads more weights per GPU and
@@ -47,6 +48,13 @@ def _capped_step(s: Sheet, p, N, b, L, R, T, S, L_s, pp, rate, t_mm, t_oh, t_ar,
                "S micro-batches in flight keep every stage busy")
     w_pp = s.step("pp_weights_gpu", "Weights per GPU of the busiest stage", "w_pp", N * b * L_s / (L * T), "GB",
                   "its layers' weights, split over the stage's TP group (all heads split: no copies)")
+    if routed is not None:  # a micro-batch of m requests reads only the routed experts its tokens pick
+        X, E_x, k_x = routed
+        phi_m = s.step("touched_pp", "Share of routed experts a micro-batch reads", "φ_m", 1 - (1 - k_x / E_x) ** m,
+                       "%", "each of its m tokens picks k of E experts in every MoE layer")
+        w_pp = s.step("pp_weights_read", "Weights a stage's GPU reads per micro-batch", "w_pp_rd",
+                      w_pp - X * L_s / (L * T) * (1 - phi_m), "GB",
+                      "its share of the weights less the routed experts no token of the micro-batch picks")
     # Inside one domain the stages' narrower groups share the link and latency of TP n (a mesh names its own).
     terms = all_reduce_terms(s, p.model, p.gpu, int(s.value(T)), tp_symbol=T)
     send = stage_send(s, p.model, p.gpu, int(p.tp))
@@ -74,15 +82,15 @@ def _capped_step(s: Sheet, p, N, b, L, R, T, S, L_s, pp, rate, t_mm, t_oh, t_ar,
                 f"{format_number(s.value(S))} times a step, which costs more than the KV copies"))
 
 
-def _step_levers(s: Sheet, R, w, per_gpu, rate, t_mm, t_oh, terms, t_ar, wide) -> None:
+def _step_levers(s: Sheet, R, w, w_half, per_gpu, rate, t_mm, t_oh, terms, t_ar, wide) -> None:
     """Which changes shorten TP n's decode step by the share asked: each re-priced on the same step, its
     weight and KV reads (floored at the math) plus its all-reduces and the overhead. An option about what the
     variant has already is not listed, nor one within CLOSE_SHARE of the line (inside the model's error)."""
-    t_w, t_kv = w / rate, per_gpu / rate
+    t_w, t_kv = w / rate, per_gpu / rate  # w: the weights a step reads (a MoE's touched experts only)
     options = (  # (option, the step after it): quantising halves bytes from either drawn dtype (fp8 to 4-bit)
         ("the KV cache quantised to half its bytes", max_of(t_w + t_kv / 2, t_mm) + t_ar + t_oh),
         ("the weights quantised to half their bytes", max_of(t_w / 2 + t_kv, t_mm) + t_ar + t_oh),
-        ("half the requests in flight", max_of(t_w + t_kv / 2, t_mm / 2) + terms.of(R / 2) + t_oh),
+        ("half the requests in flight", max_of(w_half / rate + t_kv / 2, t_mm / 2) + terms.of(R / 2) + t_oh),
         ("the all-reduces fully overlapped with the reads", wide - t_ar),
     )
     shorter = s.param("s_L", "shorter")
@@ -133,15 +141,15 @@ def solve(p, s: Sheet) -> None:
     R = s.param("R", "batch")
 
     kv_tok = kv_bytes_per_token_given(s, model, dtype_bytes(p.dtype), p.dtype)
-    total = s.step("kv_total", "KV of the batch, one copy", "KV", kv_tok * C * R, "GiB",
+    total = s.step("kv_total", "KV of the batch, one copy", "KV", kv_tok * C * R, "GB",
                    "every request keeps its full context")
     kv_tok_gpu = kv_bytes_per_token_per_gpu(s, model, b, n)
-    per_gpu = s.step("kv_per_gpu", "KV per GPU under TP", "KV_n", kv_tok_gpu * C * R, "GiB",
+    per_gpu = s.step("kv_per_gpu", "KV per GPU under TP", "KV_n", kv_tok_gpu * C * R, "GB",
                      "each GPU stores its KV heads for every token of every request")
     H = given_config(s, model, "kv_heads")
     copies = s.step("copies", "Copies of each KV head", "r", n * per_gpu / total, "x",
                     "KV stored across the group over one copy")
-    s.step("duplicate", "KV stored beyond one copy", "D", total * (copies - 1), "GiB", "every copy beyond the first")
+    s.step("duplicate", "KV stored beyond one copy", "D", total * (copies - 1), "GB", "every copy beyond the first")
 
     N = given_model_params(s, model)
     L = given_config(s, model, "layers")
@@ -181,7 +189,7 @@ def solve(p, s: Sheet) -> None:
     L_s = s.step("stage_layers", "Layers on the busiest stage", "L_s", ceil_of(L / S), "",
                  "stages take whole layers, so one may hold a layer more than L/S")
     pp = s.step("kv_per_gpu_pp", "KV per GPU on the busiest stage, TP capped at the KV heads", "KV_pp",
-                total / T * L_s / L, "GiB",
+                total / T * L_s / L, "GB",
                 "TP splits the heads, the stages split the layers: every byte is stored once")
 
     terms = all_reduce_terms(s, model, gpu, int(p.tp), tp_symbol=n)
@@ -191,9 +199,25 @@ def solve(p, s: Sheet) -> None:
     BW = given_hbm_bandwidth(s, gpu)
     rate = BW * given_step_bandwidth(s)
     t_oh = given_step_overhead(s)
-    t_read = s.step("read_time", "HBM read time of one decode step", "t_rd", held / rate, "ms",
-                    "each GPU streams its weights and its KV once per step, at the share of HBM bandwidth a "
-                    "decode step reaches")
+    routed = None
+    w_read, w_half = w, w
+    if model.get("experts"):  # a MoE step reads only the routed experts its tokens pick
+        E_x = given_config(s, model, "experts", "E_x")
+        k_x = given_config(s, model, "experts_per_token", "k_x")
+        f_x = given_config(s, model, "expert_ffn")
+        L_m = s.given("L_moe", moe_layers(model), "", "MoE layers")
+        X = s.step("expert_weights", "Routed-expert weights, all layers", "X", L_m * E_x * GATED_MATRICES * h * f_x * b,
+                   "GB", "gate, up and down projections of every routed expert: most of a MoE's weights")
+        phi = s.step("touched", "Share of routed experts a decode step reads", "φ", 1 - (1 - k_x / E_x) ** R, "%",
+                     "each of the R tokens picks k of E experts in every MoE layer, independently")
+        w_read = s.step("weights_read", "Weights each GPU reads per decode step", "w_rd", w - X / n * (1 - phi), "GB",
+                        "its share of the weights less the routed experts no token of the step picks (vLLM shards "
+                        "every expert over TP)")
+        w_half = w - X / n * (1 - (1 - (1 - k_x / E_x) ** (R / 2)))
+        routed = (X, E_x, k_x)
+    t_read = s.step("read_time", "HBM read time of one decode step", "t_rd", (w_read + per_gpu) / rate, "ms",
+                    "each GPU streams the weights the step touches and its KV once per step, at the share of HBM "
+                    "bandwidth a decode step reaches")
     P = given_peak_flops(s, gpu, p.dtype)
     eta_c, _ = given_compute_efficiencies(s, gpu, p.dtype, p.dtype)
     N_act = given_active_params(s, model) if model.get("active_params_b") else N
@@ -210,7 +234,7 @@ def solve(p, s: Sheet) -> None:
     else:
         s.step("tokens_per_gpu", f"Decode tokens per second per GPU at TP {int(p.tp)}", "X_gpu", 0 * R / n,
                "tok/s", "the weights and KV do not fit: nothing decodes at this TP")
-    _capped_step(s, p, N, b, L, R, T, S, L_s, pp, rate, t_mm, t_oh, t_ar, wide)
+    _capped_step(s, p, N, b, L, R, T, S, L_s, pp, rate, t_mm, t_oh, t_ar, wide, routed)
 
     s.assume(f"Weights and KV cache both in {p.dtype}. Every weight matrix (embeddings included) shards evenly "
              "over TP except k_proj and v_proj, which go with the KV heads they produce.")
@@ -229,14 +253,14 @@ def solve(p, s: Sheet) -> None:
              "that halves the reads is floored at the math).")
     s.assume("TP all-reduces follow the tp-all-reduce card (bf16 activations, ring, not overlapped with compute); "
              "every drawn TP group fits one scale-up domain (NVL72 for TP 16 and 32), so no all-reduce crosses a NIC "
-             "and the layouts differ by their reads. A MoE's expert weights are read whole each step, as the bank's "
-             "step model reads them; a micro-batch of a few requests touches fewer of Qwen3's 128 experts, which "
-             "would favour the stages.")
+             "and the layouts differ by their reads. A MoE step reads only the routed experts its tokens pick, each "
+             "token k of E independently and uniformly (real routing is skewed, which touches fewer); a pipeline "
+             "micro-batch of R/S requests touches fewer than the whole batch, which favours the stages.")
     r = s.value(copies)
     s.slip("KV divided by TP as if heads kept splitting", 1 / r, on="kv_per_gpu")
     s.slip("x layers: one layer's KV counted for the model", 1 / model.layers,
            on="kv_per_gpu")
     s.slip("one all-reduce per layer instead of two", 0.5, on="allreduce")
-    _step_levers(s, R, w, per_gpu, rate, t_mm, t_oh, terms, t_ar, wide)
+    _step_levers(s, R, w_read, w_half, per_gpu, rate, t_mm, t_oh, terms, t_ar, wide)
     _tp_regime(s, p, n, H, per_gpu, t_ar, t_read)
 

@@ -271,3 +271,17 @@ def test_preemption_pinned_variant(variant):
     code = ("preemption-policies@default+model=llama-3-70b+gpu=h100-sxm+tp=2+weight_dtype=fp8+kv_dtype=bf16"
             "+context=9200+batch=230+mfu=50+pcie=4.6+remaining=47")
     assert variant(code).expected["evictions"] == 2
+
+
+def test_push_reason_fits_the_link_it_brings(variant, catalog):
+    """Reader (read12): the push to a faster link said "the copy path is fixed (pinned buffers, bigger copies)"
+    and then gave 3.3 GB/s, where pinned bulk copies over PCIe Gen5 x16 run at 25-50 GB/s. The reason now claims
+    only that a layer's blocks move in one copy, measured behind a switch shared with the NICs; the opening says the
+    swap path's figure is measured, not the link's."""
+    from solvers.interview import stage_run
+
+    solution = variant("preemption-policies@11")  # 1.4 GB/s, recompute cheaper; the push lands near 3.3 GB/s
+    assert "measures" in solution.prompt
+    run = stage_run(solution, catalog, 4)
+    assert run is not None and run.regime == "swap-cheaper"
+    assert "pinned buffers" not in run.say and "measures" in run.say
