@@ -179,3 +179,18 @@ def test_million_token_context_draws_only_real_1m_runs(variant):
     for seed in range(7001, 7041):
         model = param_values(variant(f"million-token-context@{seed}"))["model"]
         assert model.name in ("Llama-3.1-70B", "Llama-3.1-405B")
+
+
+def test_million_token_context_push_is_an_interviewers_reason(variant, catalog):
+    """read12 (rf-m): the declared ÷3 and ×2 on the TTFT target crossed in only half the draws; the rest (@11, @42)
+    fell back to the engine's "Let's change one thing". The push is the engine's crossing search now, said through
+    the file's reasons: every draw's push gives a reason, and nearly all cross (where nothing in range crosses,
+    the engine moves the next model)."""
+    crossed = 0
+    for seed in range(60):
+        solution = variant(f"million-token-context@{seed}")
+        run = next(run for i in range(3, len(solution.question.stages))
+                   if (run := stage_run(solution, catalog, i)) is not None and run.kind == "push")
+        assert run.say.startswith(("The product", "The next customer's", "The same request")), run.say
+        crossed += run.solution.regime_name != solution.regime_name
+    assert crossed >= 0.9 * 60
