@@ -43,6 +43,7 @@ DP_PASSES = 2  # ZeRO-1 over DP: reduce-scatter the bf16 grads, all-gather the u
 CEIL_CLEAR = sympy.Rational(1, 2000)  # a ceiling whose quotient lies within 0.05% of a whole number (the shown
 # figures round to 4 places) is refused: @9713 once keyed 123 where the shown figures gave 121.98
 OPTION_CLEAR = sympy.Rational(21, 20)  # an option whose figure lies within 5% of its cut is not listed
+SHORT_RUN = 14 * 86400  # seconds: under two weeks of compute, the run is shorter than real pretraining runs
 FP8_DISPATCH = sympy.Rational(3, 4)  # dispatch in one byte both ways (DeepSeek-V3), the combine kept in bf16
 
 
@@ -306,7 +307,12 @@ def solve(p, s: Sheet) -> None:
            "the state over each GPU's share of HBM for it, rounded up: storage follows the total")
     F = s.prerequisite("training-compute-budget", "F", FLOPS_PER_PARAM_TOKEN * s.value(N_a) * s.value(D), "FLOP",
                        "training FLOPs, 6·N·D with N the active parameters")
-    s.step("compute_days", "Compute days", "T_c", F / (G * P * mfu), "days", "the FLOPs at the run's MFU")
+    T_c = s.step("compute_days", "Compute days", "T_c", F / (G * P * mfu), "days", "the FLOPs at the run's MFU")
+    if s.compare(T_c, SHORT_RUN) < 0:  # read12 (rf-m): @42 drew 16,384 GB200 for 1.06 days of compute
+        s.assume(f"{s.text(T_c)} of compute is short for a pretraining run of this size: real ones take weeks "
+                 "(DeepSeek-V3, 14.8T tokens on 2,048 H800, 54 days), so a cluster this large would train a "
+                 "larger model or more tokens, or run beside other jobs. What the layout turns on, the tokens a GPU "
+                 "takes a step against the model and the links, is the same either way.")
     E_p = s.given("EP", ep, "GPUs", f"EP group inside one {format_number(domain)}-GPU NVLink domain")
     W_x = s.given("N_x", count.routed, "", "routed-expert parameters (from the config)")
     # The rest as hint 2 and the prompt's total define it, N − N_experts: a total stated rounded (Qwen3's 235B)

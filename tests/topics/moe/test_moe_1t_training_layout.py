@@ -192,3 +192,14 @@ def test_training_layout_push_options_vary_over_its_variants(variant, catalog):
         for option in push.solution.shown.get("failure_modes", ()):
             seen.setdefault(option, set()).add(option in push.solution.expected["failure_modes"])
     assert len(seen) == 5 and all(truths == {True, False} for truths in seen.values())
+
+
+def test_training_layout_says_when_the_run_is_shorter_than_real_ones(variant):
+    """read12 (rf-m): @42 drew 16,384 GB200 for 9.7T tokens of Kimi-K2, 1.06 days of compute, and said nothing of
+    it; real pretraining runs take weeks. Under two weeks the assumptions say so; the default's 9.6 days does too,
+    DeepSeek-V3's own conditions (47.6 days) do not."""
+    short = variant("moe-1t-training-layout@default+gpus=16384+gpu=gb200+tokens=9.7+mfu=51+batch=59000000")
+    assert short.sheet.results["compute_days"] / 86400 < 2
+    assert any("short for a pretraining run" in a for a in short.sheet.assumptions)
+    real = variant("moe-1t-training-layout@default+model=deepseek-v3+tokens=14.8+gpus=2048+gpu=h100-sxm")
+    assert not any("short for a pretraining run" in a for a in real.sheet.assumptions)
