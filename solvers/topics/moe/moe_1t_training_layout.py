@@ -253,17 +253,18 @@ def _failure_modes(s: Sheet, p, a_in, a_out, t_c, k, ep: int) -> None:
 
 def _layout_regime(s: Sheet, a_out, t_c, a_in, ep: int, stages: int, stages_2: int) -> None:
     nic, comp, nvl = (s.text(x) for x in (a_out, t_c, a_in))
-    crossing = ("the pipeline and data parallelism cross the nodes" if stages > 1
-                else "with one pipeline stage, data parallelism alone crosses the nodes")
-    deeper = (f"still {format_number(stages)} stages once rounded up to a power of two, so crossing buys nothing and "
-              "EP stays in the domain" if stages_2 == stages else
-              f"{format_number(stages_2)} stages instead of {format_number(stages)}, half the pipeline's bubble, "
-              "if the NIC can carry the DP sync beside it under the compute")
+    # read12 (rf-m): the words keep to what the state and the all-to-all say; the depth to run, which the DP sync
+    # can deepen (and the push asks), is not announced here.
+    crossing = "only data parallelism and any pipeline stages cross the nodes"
+    deeper = (f"the state still needs {format_number(stages)} stages once rounded up to a power of two"
+              if stages_2 == stages else
+              f"the state needs {format_number(stages_2)} stages instead of {format_number(stages)}, half the "
+              "pipeline's bubble, if the NIC can carry the DP sync beside it under the compute")
     stays = Side(
         "ep-stays-in-nvlink",
         f"Spread over two domains a copy per expert, the all-to-all would take {nic} a step over the NIC, more than "
         f"the {comp} of compute: not even a perfect overlap would hide it. Inside NVLink it takes {nvl}: EP "
-        f"{format_number(ep)} stays in the domain, and {crossing}.",
+        f"{format_number(ep)} stays in the domain: {crossing}.",
         "With a faster NIC, or slower compute per token, the NIC all-to-all would fit under the compute and a "
         "DualPipe-style overlap could hide an EP group spread over nodes.")
     could = Side(

@@ -203,3 +203,12 @@ def test_training_layout_says_when_the_run_is_shorter_than_real_ones(variant):
     assert any("short for a pretraining run" in a for a in short.sheet.assumptions)
     real = variant("moe-1t-training-layout@default+model=deepseek-v3+tokens=14.8+gpus=2048+gpu=h100-sxm")
     assert not any("short for a pretraining run" in a for a in real.sheet.assumptions)
+
+
+def test_training_layout_regime_key_does_not_settle_the_depth(variant):
+    """read12 (rf-m): the stage-3 key said "with one pipeline stage, data parallelism alone crosses the nodes" and
+    "crossing buys nothing" from the state's depth alone, where the DP sync can make the layout deeper (or EP over
+    two domains shallower): the push asks that depth, so the key no longer settles it."""
+    for seed in range(60):
+        summary = variant(f"moe-1t-training-layout@{seed}").sheet.regime.summary
+        assert "one pipeline stage" not in summary and "buys nothing" not in summary
