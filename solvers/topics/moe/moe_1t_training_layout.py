@@ -167,19 +167,20 @@ def _training_a2a(s: Sheet, p, model: Record, G, N_a, P, mfu, E_p, ep: int) -> N
              "it does not, the layout goes deeper (a GPU syncs 1/PP of its EP slice): the depth the state sets is a "
              "floor, and the layout to run is the fewest stages at which the state fits and the NIC's traffic "
              "hides.")
+    inside = (f"EP {format_number(ep)} kept inside NVLink: the depth its state needs on this GPU"
+              if pp_in == PP_n else
+              f"EP {format_number(ep)} kept inside NVLink, {format_number(pp_in)} stages where the state needs "
+              f"{format_number(PP_n)}: any shallower, the DP sync on the NIC would outrun the compute"
+              + (", and even here it does: the deepest the layers allow, a larger batch a step the next lever"
+                 if exposed else ""))
     if not crosses:
-        why = (f"EP {format_number(ep)} kept inside NVLink: the depth its state needs on this GPU"
-               if pp_in == PP_n else
-               f"EP {format_number(ep)} kept inside NVLink, {format_number(pp_in)} stages where the state needs "
-               f"{format_number(PP_n)}: any shallower, the DP sync on the NIC would outrun the compute"
-               + (", and even here it does: the deepest the layers allow, a larger batch a step the next lever"
-                  if exposed else ""))
+        why = inside
     elif PP2_n >= pp_in:
-        why = (f"EP {format_number(2 * ep)} over two domains could hide its all-to-all, but the experts split twice "
-               "as many ways need no fewer stages: crossing buys nothing, so EP stays inside NVLink")
+        why = (f"{inside}; EP {format_number(2 * ep)} over two domains could hide its all-to-all, but the experts "
+               "split twice as many ways need no fewer stages: crossing buys nothing")
     elif not run_wide:
-        why = (f"EP {format_number(2 * ep)} over two domains would need fewer stages, but its all-to-all and the "
-               "DP sync together outrun the compute on the NIC: EP stays inside NVLink")
+        why = (f"{inside}; EP {format_number(2 * ep)} over two domains would need fewer stages, but its all-to-all "
+               "and the DP sync together outrun the compute on the NIC")
     else:
         why = (f"EP {format_number(2 * ep)} over two domains, its all-to-all and the DP sync hidden under the "
                f"compute: {format_number(pp_wide or 0)} stages where EP {format_number(ep)} inside NVLink needs "
@@ -256,7 +257,8 @@ def _layout_regime(s: Sheet, a_out, t_c, a_in, ep: int, stages: int, stages_2: i
     # read12 (rf-m): the words keep to what the state and the all-to-all say; the depth to run, which the DP sync
     # can deepen (and the push asks), is not announced here.
     crossing = "only data parallelism and any pipeline stages cross the nodes"
-    deeper = (f"the state still needs {format_number(stages)} stages once rounded up to a power of two"
+    deeper = (f"the state still needs {format_number(stages)} stage{'s' if stages > 1 else ''} once rounded up to a "
+              "power of two"
               if stages_2 == stages else
               f"the state needs {format_number(stages_2)} stages instead of {format_number(stages)}, half the "
               "pipeline's bubble, if the NIC can carry the DP sync beside it under the compute")
