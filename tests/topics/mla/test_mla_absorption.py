@@ -123,3 +123,10 @@ def test_mla_absorption_push_words_hold_on_every_draw(variant, catalog):
         assert "speculative draft" not in run.say and not run.say.startswith("Say each GPU")
         seen.add(param_values(solution)["tp_attn"])
     assert 1 in seen  # a draw already at DP attention is among them
+
+
+def test_mla_absorption_title_matches_what_the_gqa_stage_computes(variant):
+    """read12 (rf-m): the title said GQA "never" visits the compute-bound side, while stage 3 computes the query
+    tokens a step (9 to 20 on these models) that take GQA decode there: rarely, not never."""
+    solution = variant("mla-absorption@default")
+    assert "never" not in solution.question.title and solution.sheet.results["gqa_q_min"] > 1
