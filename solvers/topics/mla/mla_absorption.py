@@ -1,4 +1,4 @@
-"""Absorbed MLA on the roofline - the bill per cached token, and a regime GQA never visits."""
+"""Absorbed MLA on the roofline - the bill per cached token, and a regime GQA decode rarely visits."""
 from __future__ import annotations
 
 from solvers.derivation import Sheet, Side

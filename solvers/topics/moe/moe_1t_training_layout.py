@@ -35,12 +35,15 @@ SHARE_CLEAR = sympy.Rational(21, 20)  # the all-to-all's share of the serial ste
 # A NIC all-to-all and a compute time closer than this are refused as a tie: the figures are floors at datasheet
 # rates beside an MFU drawn to the percent, so a margin under 10% is within the model's own uncertainty (read3-R2).
 TIE = sympy.Rational(11, 10)
-BACKWARD = sympy.Rational(2, 3)  # the backward pass's share of 6·N FLOPs a token (4 of 6): the grads' reduce-scatter
-# runs under it bucket by bucket, the params' all-gather under the next forward (1/3): the tighter half binds.
+# The depth the DP sync sets is a count of doublings: refused within 2% of a doubling's line, where the shown
+# figures could tip it (the push's hint gives the (DP − 1)/DP factor, so a candidate need not round it). Wider,
+# as TIE is, it would refuse the declared push past the bar's 10% on its own.
+SYNC_TIE = sympy.Rational(51, 50)
 DP_PASSES = 2  # ZeRO-1 over DP: reduce-scatter the bf16 grads, all-gather the updated bf16 params
 CEIL_CLEAR = sympy.Rational(1, 2000)  # a ceiling whose quotient lies within 0.05% of a whole number (the shown
 # figures round to 4 places) is refused: @9713 once keyed 123 where the shown figures gave 121.98
 OPTION_CLEAR = sympy.Rational(21, 20)  # an option whose figure lies within 5% of its cut is not listed
+SHORT_RUN = 14 * 86400  # seconds: under two weeks of compute, the run is shorter than real pretraining runs
 FP8_DISPATCH = sympy.Rational(3, 4)  # dispatch in one byte both ways (DeepSeek-V3), the combine kept in bf16
 
 
@@ -96,54 +99,97 @@ def _training_a2a(s: Sheet, p, model: Record, G, N_a, P, mfu, E_p, ep: int) -> N
     if s.compare(f_nvl, line * SHARE_CLEAR) < 0 and s.compare(f_nvl, line / SHARE_CLEAR) > 0:
         raise Reject("the all-to-all's share of the serial step lies within 5% of its line")
     crosses = s.compare(a_out, t_c) < 0
-    fewer = s.compare(s.symbol("PP_2"), s.symbol("PP")) < 0
     B_nic_sym = s.symbol("BW_NIC")
     b_g = s.given("b_g", 2, "B", "bf16 gradient and parameter bytes for the DP sync")
     n_dp = s.given("n_dp", DP_PASSES, "", "DP passes a step (ZeRO-1: reduce-scatter grads, all-gather params)")
     G_n, E_n = int(s.value(G)), int(s.value(E_p))
+    layers = model.layers
 
-    D_p = s.given("DP", G_n // (E_n * int(s.value(s.symbol("PP")))), "",
-                  "data-parallel replicas, GPUs / (EP · PP): the same where EP doubles and the depth halves")
+    def sync(pp, ep_n: int):
+        """Each GPU's slice of bf16 grads reduce-scattered and its params all-gathered across the DP replicas
+        (G/(EP·PP) of them, in other domains): (DP − 1)/DP of its bytes a pass, over its NIC."""
+        return n_dp * b_g * (s.symbol("N_x") / ep_n + s.symbol("N_s")) / pp * (1 - ep_n * pp / G) / B_nic_sym
 
-    def dp_sync(pp_sym, ep_n: int, suffix: str, title: str):
-        n_gpu = (s.symbol("N_x") / ep_n + s.symbol("N_s")) / pp_sym
-        return s.step(f"dp_sync{suffix}", title, f"t_DP{suffix}", n_dp * b_g * n_gpu * (D_p - 1) / D_p / B_nic_sym,
-                      "s", "each GPU's slice of bf16 grads reduce-scattered and its params all-gathered across the DP "
-                      "replicas, which sit in other domains: over its NIC, (DP − 1)/DP of the bytes each pass")
+    def deepest_fit(floor: int, ep_n: int, extra) -> int | None:
+        """The fewest stages, a power of two at least `floor`, at which the NIC's traffic a step (the DP sync,
+        and `extra` beside it) fits under the compute; None where no depth the layers and GPUs allow does."""
+        pp = floor
+        while pp <= layers // 2 and ep_n * pp <= G_n:
+            if s.compare(extra + sync(pp, ep_n), t_c) <= 0:
+                return pp
+            pp *= 2
+        return None
 
-    t_dp = dp_sync(s.symbol("PP"), E_n, "", "DP gradient sync per step over the NIC, EP inside NVLink")
-    # The sync overlaps the passes (Megatron's overlap_grad_reduce and overlap_param_gather): grads reduce-scatter
-    # under the backward pass, params all-gather under the next forward, so it is left out of the serial step; the
-    # assumptions say where it outgrows those passes and which way that pushes the depth.
+    def tied(depths, ep_n: int, extra) -> bool:
+        """The NIC's traffic within 2% of the compute at a depth whose verdict moves the plan: the depth would
+        turn on the figures' tolerance."""
+        return any(s.compare(SYNC_TIE * (extra + sync(d, ep_n)), t_c) > 0
+                   and s.compare(extra + sync(d, ep_n), SYNC_TIE * t_c) < 0 for d in depths)
+
+    def powers(low: int, high: int) -> list[int]:
+        return [low * 2**i for i in range(64) if low * 2**i <= high]
+
+    PP_n, PP2_n = int(s.value(s.symbol("PP"))), int(s.value(s.symbol("PP_2")))
+    t_dp = s.step("dp_sync", "DP gradient sync per step over the NIC, EP inside NVLink, at the state's depth", "t_DP",
+                  sync(s.symbol("PP"), E_n), "s",
+                  "each GPU's slice of bf16 grads reduce-scattered and its params all-gathered across the "
+                  "G/(EP·PP) DP replicas, which sit in other domains: over its NIC, (DP − 1)/DP of the bytes each pass")
+    pp_in = deepest_fit(PP_n, E_n, 0)
+    exposed = pp_in is None
+    if pp_in is None:  # no depth hides it: the deepest the layers and GPUs allow, the sync left partly exposed
+        pp_in = max(powers(PP_n, min(layers // 2, G_n // E_n)) or [PP_n])
+    if pp_in != PP_n:
+        s.given("j_s", (pp_in // PP_n).bit_length() - 1, "", "doublings past PP until the DP sync fits under the "
+                "compute, or the layers allow no more")
+        s.step("pipeline_stages_sync", "Pipeline stages the DP sync needs, EP inside NVLink", "PP_s",
+               s.symbol("PP") * 2**s.symbol("j_s"), "",
+               "the sync outruns the compute at the state's depth; each doubling halves a GPU's slice of it")
+        s.step("dp_sync_s", "DP gradient sync per step at that depth", "t_DP_s",
+               sync(s.symbol("PP_s"), E_n), "s", "past the compute still: no depth the layers allow hides it"
+               if exposed else "now under the compute, so an overlapped sync hides")
+    pp_wide = deepest_fit(PP2_n, 2 * E_n, a_out) if crosses else None
+    run_wide = pp_wide is not None and pp_wide < pp_in
+    # The plan moves if the in-domain depth does, or if EP over two domains fits at a depth below it: ties there.
+    if tied(powers(PP_n, pp_in), E_n, 0) or (crosses and tied(powers(PP2_n, pp_in // 2), 2 * E_n, a_out)):
+        s.refuse_if_asked(("pipeline_plan",), "the NIC's traffic lies within 2% of the compute at a depth the plan "
+                          "weighs")
+    if crosses and PP2_n < pp_in:
+        s.step("dp_sync_2", "DP gradient sync per step over the NIC, EP over two domains", "t_DP_2",
+               sync(pp_wide or PP2_n, 2 * E_n), "s",
+               f"at {format_number(pp_wide or PP2_n)} stages, EP {format_number(2 * E_n)}: the same sync, "
+               "the experts split twice as many ways")
+        s.step("nic_total_2", "NIC time per step, EP over two domains: all-to-all and DP sync", "t_NIC2",
+               a_out + s.symbol("t_DP_2"), "s", "the NIC carries both once EP crosses it")
     s.assume("The DP gradient sync (ZeRO-1: bf16 grads reduce-scattered, bf16 params all-gathered across the DP "
-             f"replicas in other domains, over the NIC: {s.text(t_dp)} a step here) overlaps the passes, the "
-             "reduce-scatter bucket by bucket under the backward pass (4 of the 6·N FLOPs), the all-gather under the "
-             "next forward, so it is not in the serial step"
-             + (". " if s.compare(t_dp / 2, t_c * (1 - BACKWARD)) <= 0 else
-                f", though here half of it outruns the forward's {format_quantity(s.value(t_c) / 3, 's')}: ")
-             + "a deeper pipeline shrinks it (a GPU syncs 1/PP of its EP slice), so the depth asked is the floor "
-               "the state sets, and a sync that outran its pass would argue for more stages, never fewer.")
-    nic_2 = None
-    if crosses and fewer:
-        t_dp2 = dp_sync(s.symbol("PP_2"), 2 * E_n, "_2", "DP gradient sync per step over the NIC, EP over two domains")
-        nic_2 = s.step("nic_total_2", "NIC time per step, EP over two domains: all-to-all and DP sync", "t_NIC2",
-                       a_out + t_dp2, "s", "the NIC carries both once EP crosses it")
-        if s.compare(TIE * nic_2, t_c) > 0 and s.compare(nic_2, TIE * t_c) < 0:
-            raise Reject("the NIC's all-to-all and DP sync together lie within 10% of the compute")
-    run_wide = nic_2 is not None and s.compare(nic_2, t_c) < 0
-    if crosses and not fewer:
-        why = (f"EP {format_number(2 * ep)} over two domains could hide its all-to-all, but the experts split twice "
-               "as many ways round up to the same depth: crossing buys nothing, so EP stays inside NVLink")
-    elif crosses and not run_wide:
-        why = (f"EP {format_number(2 * ep)} over two domains would need fewer stages, but its all-to-all and the "
-               "DP sync together outrun the compute on the NIC: EP stays inside NVLink")
-    elif crosses:
-        why = (f"EP {format_number(2 * ep)} over two domains, its all-to-all and the DP sync hidden under the "
-               "compute: the experts split twice as many ways need fewer stages")
+             f"replicas in other domains, over the NIC: {s.text(t_dp)} a step at the state's depth here) overlaps "
+             "the compute, the reduce-scatter bucket by bucket under the backward pass, the all-gather under the "
+             "next forward, so it is not in the serial step while the NIC's traffic fits under the compute. Where "
+             "it does not, the layout goes deeper (a GPU syncs 1/PP of its EP slice): the depth the state sets is a "
+             "floor, and the layout to run is the fewest stages at which the state fits and the NIC's traffic "
+             "hides.")
+    inside = (f"EP {format_number(ep)} kept inside NVLink: the depth its state needs on this GPU"
+              if pp_in == PP_n else
+              f"EP {format_number(ep)} kept inside NVLink, {format_number(pp_in)} stages where the state needs "
+              f"{format_number(PP_n)}: any shallower, the DP sync on the NIC would outrun the compute"
+              + (", and even here it does: the deepest the layers allow, a larger batch a step the next lever"
+                 if exposed else ""))
+    if not crosses:
+        why = inside
+    elif PP2_n >= pp_in:
+        why = (f"{inside}; EP {format_number(2 * ep)} over two domains could hide its all-to-all, but the experts "
+               "split twice as many ways need no fewer stages: crossing buys nothing")
+    elif not run_wide:
+        why = (f"{inside}; EP {format_number(2 * ep)} over two domains would need fewer stages, but its all-to-all "
+               "and the DP sync together outrun the compute on the NIC")
     else:
-        why = f"EP {format_number(ep)} kept inside NVLink: the depth its state needs on this GPU"
-    s.step("pipeline_plan", "Pipeline stages of the layout to run", "PP_plan",
-           s.symbol("PP_2") if run_wide else s.symbol("PP"), "", why)
+        why = (f"EP {format_number(2 * ep)} over two domains, its all-to-all and the DP sync hidden under the "
+               f"compute: {format_number(pp_wide or 0)} stages where EP {format_number(ep)} inside NVLink needs "
+               f"{format_number(pp_in)}")
+    if run_wide:
+        plan = s.symbol("PP_2") if pp_wide == PP2_n else sympy.Integer(pp_wide or 0)
+    else:
+        plan = s.symbol("PP") if pp_in == PP_n else s.symbol("PP_s")
+    s.step("pipeline_plan", "Pipeline stages of the layout to run", "PP_plan", plan, "", why)
     _failure_modes(s, p, a_in, a_out, t_c, k, ep)
     _layout_regime(s, a_out, t_c, a_in, ep, int(s.value(s.symbol("PP"))), int(s.value(s.symbol("PP_2"))))
 
@@ -208,17 +254,19 @@ def _failure_modes(s: Sheet, p, a_in, a_out, t_c, k, ep: int) -> None:
 
 def _layout_regime(s: Sheet, a_out, t_c, a_in, ep: int, stages: int, stages_2: int) -> None:
     nic, comp, nvl = (s.text(x) for x in (a_out, t_c, a_in))
-    crossing = ("the pipeline and data parallelism cross the nodes" if stages > 1
-                else "with one pipeline stage, data parallelism alone crosses the nodes")
-    deeper = (f"still {format_number(stages)} stages once rounded up to a power of two, so crossing buys nothing and "
-              "EP stays in the domain" if stages_2 == stages else
-              f"{format_number(stages_2)} stages instead of {format_number(stages)}, half the pipeline's bubble, "
-              "if the NIC can carry the DP sync beside it under the compute")
+    # read12 (rf-m): the words keep to what the state and the all-to-all say; the depth to run, which the DP sync
+    # can deepen (and the push asks), is not announced here.
+    crossing = "only data parallelism and any pipeline stages cross the nodes"
+    deeper = (f"the state still needs {format_number(stages)} stage{'s' if stages > 1 else ''} once rounded up to a "
+              "power of two"
+              if stages_2 == stages else
+              f"the state needs {format_number(stages_2)} stages instead of {format_number(stages)}, half the "
+              "pipeline's bubble, if the NIC can carry the DP sync beside it under the compute")
     stays = Side(
         "ep-stays-in-nvlink",
         f"Spread over two domains a copy per expert, the all-to-all would take {nic} a step over the NIC, more than "
         f"the {comp} of compute: not even a perfect overlap would hide it. Inside NVLink it takes {nvl}: EP "
-        f"{format_number(ep)} stays in the domain, and {crossing}.",
+        f"{format_number(ep)} stays in the domain: {crossing}.",
         "With a faster NIC, or slower compute per token, the NIC all-to-all would fit under the compute and a "
         "DualPipe-style overlap could hide an EP group spread over nodes.")
     could = Side(
@@ -262,7 +310,12 @@ def solve(p, s: Sheet) -> None:
            "the state over each GPU's share of HBM for it, rounded up: storage follows the total")
     F = s.prerequisite("training-compute-budget", "F", FLOPS_PER_PARAM_TOKEN * s.value(N_a) * s.value(D), "FLOP",
                        "training FLOPs, 6·N·D with N the active parameters")
-    s.step("compute_days", "Compute days", "T_c", F / (G * P * mfu), "days", "the FLOPs at the run's MFU")
+    T_c = s.step("compute_days", "Compute days", "T_c", F / (G * P * mfu), "days", "the FLOPs at the run's MFU")
+    if s.compare(T_c, SHORT_RUN) < 0:  # read12 (rf-m): @42 drew 16,384 GB200 for 1.06 days of compute
+        s.assume(f"{s.text(T_c)} of compute is short for a pretraining run of this size: real ones take weeks "
+                 "(DeepSeek-V3, 14.8T tokens on 2,048 H800, 54 days), so a cluster this large would train a "
+                 "larger model or more tokens, or run beside other jobs. What the layout turns on, the tokens a GPU "
+                 "takes a step against the model and the links, is the same either way.")
     E_p = s.given("EP", ep, "GPUs", f"EP group inside one {format_number(domain)}-GPU NVLink domain")
     W_x = s.given("N_x", count.routed, "", "routed-expert parameters (from the config)")
     # The rest as hint 2 and the prompt's total define it, N − N_experts: a total stated rounded (Qwen3's 235B)

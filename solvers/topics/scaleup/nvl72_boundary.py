@@ -159,7 +159,9 @@ def solve(p, s: Sheet) -> None:
              "(data-parallel attention), over the decode GPU's own link. Engines stream it layer by layer under the "
              "prefill, so a long prompt's handoff mostly hides in TTFT; what the link sets is whether it can.")
     s.assume(f"Faults: Llama 3 405B's {format_number(p.ref_interruptions)} unexpected interruptions in "
-             f"{format_quantity(p.ref_days, 'days')} on {format_number(p.ref_gpus)} GPUs, independent per GPU. A "
+             f"{format_quantity(p.ref_days, 'days')} on {format_number(p.ref_gpus)} GPUs, independent per GPU: an "
+             "H100 fleet's record standing in for GB200 trays, for which no published per-GPU fault rate is used "
+             "here (both stalls scale with the rate). A "
              "GPU fault drains its compute tray (4 GPUs); the rack's NVLink fabric and its other trays run on. The "
              "group is sized to its EP and cannot run one GPU short, so it stalls until it is whole: on a spare tray "
              "after a restart, or on the repaired tray. The GPUs the pools leave over in the rack (8 beside EP 64, "

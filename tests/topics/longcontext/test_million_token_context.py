@@ -179,3 +179,31 @@ def test_million_token_context_draws_only_real_1m_runs(variant):
     for seed in range(7001, 7041):
         model = param_values(variant(f"million-token-context@{seed}"))["model"]
         assert model.name in ("Llama-3.1-70B", "Llama-3.1-405B")
+
+
+def test_million_token_context_push_is_an_interviewers_reason(variant, catalog):
+    """read12 (rf-m): the declared ÷3 and ×2 on the TTFT target crossed in only half the draws; the rest (@11, @42)
+    fell back to the engine's "Let's change one thing". The push is the engine's crossing search now, said through
+    the file's reasons: every draw's push gives a reason, and nearly all cross (where nothing in range crosses,
+    the engine moves the next model)."""
+    crossed = 0
+    for seed in range(60):
+        solution = variant(f"million-token-context@{seed}")
+        run = next(run for i in range(3, len(solution.question.stages))
+                   if (run := stage_run(solution, catalog, i)) is not None and run.kind == "push")
+        assert run.say.startswith(("The product", "The next customer's", "The same request")), run.say
+        crossed += run.solution.regime_name != solution.regime_name
+    assert crossed >= 0.9 * 60
+
+
+def test_million_token_context_worked_solution_weighs_the_extra_nodes_in_decode(variant):
+    """read12 (rf-m): @11 deploys 6 nodes for the TTFT where 2 hold the KV; decode then runs at 25.1 tokens/s on 6
+    and would at 22.2 on 2 (each GPU's weight read sets the step): the worked solution says so, and the figure on
+    the memory nodes is the one the relaxed-target push keys."""
+    solution = variant("million-token-context@11")
+    r = solution.sheet.results
+    assert (r["nodes_plan"], r["nodes"]) == (6, 2)
+    assert r["per_user"] == pytest.approx(25.08, rel=1e-3) and r["per_user_held"] == pytest.approx(22.22, rel=1e-3)
+    relaxed = variant("million-token-context@11+ttft_target=700").sheet.results
+    assert relaxed["nodes_plan"] == 2 and relaxed["per_user"] == pytest.approx(r["per_user_held"])
+    assert any("the extra nodes buy the TTFT, not decode speed" in a for a in solution.sheet.assumptions)

@@ -105,3 +105,28 @@ def test_mla_absorption_opening_gives_no_later_answer_away(variant, seed):
     if param_values(solution)["kv_dtype"] == "fp8":
         assert solution.sheet.results["statements"][fp8_math] is None
         assert fp8_math not in solution.shown.get("statements", ())
+
+
+def test_mla_absorption_push_words_hold_on_every_draw(variant, catalog):
+    """read12 (rf-m): the memory-bound side's push said "Say each GPU runs all heads (DP attention), at 2 tokens of
+    query a step (one speculative draft)": on a draw already at DP attention (@77, Kimi-K2) nothing but the query
+    moved, and on a 3-token draw the query fell to 2. The words now state the layout the push lands on."""
+    from solvers.interview import stage_run
+
+    seen = set()
+    for seed in range(200):
+        solution = variant(f"mla-absorption@{seed}")
+        if solution.regime_name != "memory-bound":
+            continue
+        run = next(run for i in range(3, len(solution.question.stages))
+                   if (run := stage_run(solution, catalog, i)) is not None and run.kind == "push")
+        assert "speculative draft" not in run.say and not run.say.startswith("Say each GPU")
+        seen.add(param_values(solution)["tp_attn"])
+    assert 1 in seen  # a draw already at DP attention is among them
+
+
+def test_mla_absorption_title_matches_what_the_gqa_stage_computes(variant):
+    """read12 (rf-m): the title said GQA "never" visits the compute-bound side, while stage 3 computes the query
+    tokens a step (9 to 20 on these models) that take GQA decode there: rarely, not never."""
+    solution = variant("mla-absorption@default")
+    assert "never" not in solution.question.title and solution.sheet.results["gqa_q_min"] > 1

@@ -115,9 +115,47 @@ def test_training_layout_is_the_shallowest_that_fits(variant, seed):
     assert results["pipeline_stages_2"] <= results["pipeline_stages"]
     # EP crosses only where it lowers the depth and the NIC carries its all-to-all and the DP sync under the
     # compute (read5-R4: @9711 once keyed EP over racks at the same depth, the hot expert 1.21x -> 1.43x)
-    wide = (crosses and results["pipeline_stages_2"] < results["pipeline_stages"]
-            and results["nic_total_2"] < results["compute_step"])
-    assert results["pipeline_plan"] == results["pipeline_stages_2" if wide else "pipeline_stages"]
+    assert results["pipeline_plan"] == _plan_by_hand(solution)
+
+
+def _plan_by_hand(solution) -> int:
+    """The layout to run, worked again: the fewest stages (a power of two, at least the state's floor) at which the
+    NIC's traffic a step, the ZeRO-1 DP sync (2 passes x 2 B x a GPU's slice x (DP - 1)/DP) and, with EP over two
+    domains, the all-to-all beside it, fits under the compute; EP crosses only where that is shallower."""
+    p, r = param_values(solution), solution.sheet.results
+    model = p["model"]
+    routed = parameter_count(model).routed
+    rest = model.params_b * 1e9 - routed
+    ep, nic = int(solution.sheet.value(solution.sheet.symbol("EP"))), p["nic"].gbit_s * 1e9 / 8
+
+    def fits(floor: float, ep_n: int, extra: float) -> float:
+        pp = int(floor)
+        while pp <= model.layers // 2 and ep_n * pp <= p["gpus"]:
+            dp = p["gpus"] / (ep_n * pp)
+            if extra + 4 * (routed / ep_n + rest) / pp * (dp - 1) / dp / nic <= r["compute_step"]:
+                return pp
+            pp *= 2
+        return float("inf")
+
+    inside = fits(r["pipeline_stages"], ep, 0)
+    if inside == float("inf"):  # no depth hides the sync: the deepest the layers and the GPUs allow
+        inside = max(d for d in (r["pipeline_stages"] * 2**i for i in range(12))
+                     if d <= min(model.layers // 2, p["gpus"] // ep))
+    wide = fits(r["pipeline_stages_2"], 2 * ep, r["a2a_nic"]) if r["a2a_nic"] < r["compute_step"] else float("inf")
+    return int(min(inside, wide))
+
+
+def test_training_layout_dp_sync_sets_the_depth_where_it_outruns_the_compute(variant):
+    """read12 (rf-m): Kimi-K2 on 8,192 GB200, EP 64 in the rack, keyed one stage while each GPU's 27.6B parameters
+    took 2.19 s a step to sync over one ConnectX-7 against 1.03 s of compute: the layout to run goes deeper until
+    the sync hides (2 stages: 1.09 s still outruns; 4: 0.55 s). The state alone needs one."""
+    code = ("moe-1t-training-layout@default+model=kimi-k2+tokens=21+gpus=8192+gpu=gb200+mfu=44+batch=47000000"
+            "+usable=60+hot=6.7")
+    solution = variant(code)
+    r = solution.sheet.results
+    assert r["pipeline_stages"] == 1 and r["dp_sync"] == pytest.approx(2.189, rel=1e-3)
+    assert r["compute_step"] == pytest.approx(1.028, rel=1e-3)
+    assert r["pipeline_stages_sync"] == r["pipeline_plan"] == 4 == _plan_by_hand(solution)
 
 
 def test_training_layout_rest_is_the_total_less_the_routed_experts(variant):
@@ -154,3 +192,23 @@ def test_training_layout_push_options_vary_over_its_variants(variant, catalog):
         for option in push.solution.shown.get("failure_modes", ()):
             seen.setdefault(option, set()).add(option in push.solution.expected["failure_modes"])
     assert len(seen) == 5 and all(truths == {True, False} for truths in seen.values())
+
+
+def test_training_layout_says_when_the_run_is_shorter_than_real_ones(variant):
+    """read12 (rf-m): @42 drew 16,384 GB200 for 9.7T tokens of Kimi-K2, 1.06 days of compute, and said nothing of
+    it; real pretraining runs take weeks. Under two weeks the assumptions say so; the default's 9.6 days does too,
+    DeepSeek-V3's own conditions (47.6 days) do not."""
+    short = variant("moe-1t-training-layout@default+gpus=16384+gpu=gb200+tokens=9.7+mfu=51+batch=59000000")
+    assert short.sheet.results["compute_days"] / 86400 < 2
+    assert any("short for a pretraining run" in a for a in short.sheet.assumptions)
+    real = variant("moe-1t-training-layout@default+model=deepseek-v3+tokens=14.8+gpus=2048+gpu=h100-sxm")
+    assert not any("short for a pretraining run" in a for a in real.sheet.assumptions)
+
+
+def test_training_layout_regime_key_does_not_settle_the_depth(variant):
+    """read12 (rf-m): the stage-3 key said "with one pipeline stage, data parallelism alone crosses the nodes" and
+    "crossing buys nothing" from the state's depth alone, where the DP sync can make the layout deeper (or EP over
+    two domains shallower): the push asks that depth, so the key no longer settles it."""
+    for seed in range(60):
+        summary = variant(f"moe-1t-training-layout@{seed}").sheet.regime.summary
+        assert "one pipeline stage" not in summary and "buys nothing" not in summary

@@ -141,3 +141,9 @@ def test_nvl72_stall_words_fit_the_placement(variant, seed):
     left_over = 72 - (p["ep"] + p["prefill_gpus"] if in_rack else p["ep"])
     if left_over > 0:
         assert "run other work" in " ".join(solution.sheet.assumptions)
+
+
+def test_nvl72_fault_rate_says_whose_record_it_is(variant):
+    """read12 (rf-m): the stall uses Llama 3's H100 record for GB200 trays without saying it is a stand-in."""
+    assumptions = variant("nvl72-boundary@default").sheet.assumptions
+    assert any("H100 fleet's record standing in for GB200 trays" in a for a in assumptions)
