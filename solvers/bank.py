@@ -85,6 +85,7 @@ class Stage:
     when: str = ""  # a push asked only of variants in this regime: consecutive `when` pushes are one turn
     # A generated push's reason for moving each parameter it may move ({from} and {to}: its values), said before
     # the stage's `say` (its ask) where the engine moves that parameter: (name, said where it rises, where it falls).
+    # A declared push's are said where the engine's push stands in for it (its own `say` describes its own move).
     reasons: tuple[tuple[str, str, str], ...] = ()
     # Parameters the interviewer gives only now: left out of the tables before, since they would answer an
     # earlier ask (the memory consumers a recall stage asks for, listed in the opening's table).
@@ -466,7 +467,7 @@ def _parse_stages(reader: _Reader, document: LineDict, names: set[str], answers:
                               "a push's `when` names a choice of the regime answer: "
                               + (", ".join(regimes) or "this question has none"))
         hints = _texts(reader, item, "hints")
-        reasons = _reasons(reader, item, where, names, push == "generated")
+        reasons = _reasons(reader, item, where, names, kind == "push")
         stages.append(Stage(kind, say, ask, tuple(hints), tuple((str(k), str(v)) for k, v in changes.items()),
                             push == "generated", nudge, item.line, when, reasons, gives))
         if kind != "push":
@@ -497,13 +498,12 @@ def _withheld(reader: _Reader, raw: list, names: set[str]) -> set[str]:
 
 
 def _reasons(reader: _Reader, item: LineDict, where: str, names: set[str],
-             generated: bool) -> tuple[tuple[str, str, str], ...]:
-    """A generated push's `reasons:`, parameter -> the interviewer's reason for moving it, with {to} (and {from},
-    or any parameter) filled."""
+             push: bool) -> tuple[tuple[str, str, str], ...]:
+    """A push's `reasons:`, parameter -> the interviewer's reason for moving it, with {to} (and {from}, or any
+    parameter) filled: a generated push's, or what a declared push says where the engine's push stands in for it."""
     reasons = reader.field(item, "reasons", dict, where, required=False, default={})
-    if reasons and not generated:
-        raise reader.fail(f"{where}.reasons", item.line_of("reasons"),
-                          "only a generated push has reasons (a declared push says its move in `say`)")
+    if reasons and not push:
+        raise reader.fail(f"{where}.reasons", item.line_of("reasons"), "only a push has reasons")
     parsed = []
     for name, given in reasons.items():
         at, line = f"{where}.reasons.{name}", reasons.line_of(name)

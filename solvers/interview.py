@@ -129,15 +129,16 @@ def _push(solution: Solution, catalog: Catalog, stage: Stage) -> tuple[FollowUp 
 
 
 def _push_words(stage: Stage, pushed: FollowUp, base: Solution, moved: tuple[str, ...], declared: bool) -> str:
-    """What the interviewer says at a push. A declared push's words describe its own move (where it is refused,
-    the engine's push says its own). A generated push gives the stage's reason for the figure it moved, then the
-    stage's ask; without a reason for it, the stage's words alone, else the engine's."""
+    """What the interviewer says at a push. A declared push's words describe its own move; where the engine's
+    push stands in, the stage's reason for the figure it moved and the engine's ask (else the engine's words). A
+    generated push gives the stage's reason for the figure it moved, then the stage's ask; without a reason for
+    it, the stage's words alone, else the engine's."""
     reason = ""
-    if stage.generated and len(moved) == 1:
+    if not declared and len(moved) == 1:
         before, after = base.param(moved[0]), pushed.solution.param(moved[0])
         reason = stage.reason(moved[0], _rises(before.raw, after.raw))
     if reason:
-        ask = _words(stage.say, pushed.solution, base) if stage.say else ASK_AFTER_A_MOVE
+        ask = _words(stage.say, pushed.solution, base) if stage.say and stage.generated else ASK_AFTER_A_MOVE
         return _reflow(fill(reason, pushed.solution.params, {"from": before.shown, "to": after.shown}) + " " + ask)
     if stage.say and (declared or stage.generated):
         return _words(stage.say, pushed.solution, base)

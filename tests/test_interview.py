@@ -127,9 +127,9 @@ BAD_STAGES = {  # the stages block -> what the error says
     "a factor of zero": (_PUSH_BY.format("{context: '÷0'}"), "no factor that moves it"),
     "set and generated": ("  - say: a\n    ask: [kv_per_token]\n"
                           "  - set: {tp: 8}\n    push: generated\n    ask: [regime]\n", "not both"),
-    "reasons on a declared push": ("  - say: a\n    ask: [kv_per_token]\n"
-                                   "  - set: {tp: 8}\n    reasons: {tp: 'TP {to}'}\n    ask: [regime]\n",
-                                   "only a generated push has reasons"),
+    "reasons on a stage that is no push": ("  - say: a\n    ask: [kv_per_token]\n"
+                                           "  - say: b\n    reasons: {tp: 'TP {to}'}\n    ask: [regime]\n",
+                                           "only a push has reasons"),
     "a reason without the new value": ("  - say: a\n    ask: [kv_per_token]\n"
                                        "  - push: generated\n    reasons: {tp: more GPUs}\n    ask: [regime]\n",
                                        "with {to} where the new value goes"),
@@ -516,3 +516,13 @@ def test_a_generated_push_with_reasons_moves_only_what_it_has_a_reason_for(bank,
             if run is None:
                 continue
             assert set(run.moved) <= {name for name, _, _ in stage.reasons}, (question.id, seed, run.moved)
+
+
+def test_where_the_engines_push_stands_in_for_a_declared_one_it_says_the_stages_reason(bank, catalog):
+    """kv-bytes-per-token@4 is latency-limited, and its declared push (a 60 ms target) cannot move it: the engine's
+    push tightens the target instead, said in the stage's reason for that way, not 'Let's change one thing'."""
+    solution = make_variant(bank, catalog, VariantCode.parse(f"{STAGED}@4"))
+    run = stage_run(solution, catalog, 4)
+    assert run is not None and not run.declared and run.moved == ("tpot",)
+    assert run.say.startswith("Product wants this endpoint to feel snappy: the TPOT target is now 15 ms.")
+    assert "Let's change" not in run.say and run.say.endswith("What changes, and what matters now?")
