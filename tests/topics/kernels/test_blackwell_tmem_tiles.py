@@ -68,7 +68,8 @@ def test_tmem_tile_facts_follow_the_variant(variant, seed):
     stages_one, stages_two = 227 * 1024 // ((m + n) * 128), 227 * 1024 // ((m + n // 2) * 128)
     assert (r["stages_one"], r["stages_two"]) == (stages_one, stages_two)
     assert p["deep"] == 5
-    assert truth["on the 2-CTA form this tile's reads per SM come under shared memory's rate"] == (32 + 8192 / n < 128) == (n >= 96)
+    two_under = truth["on the 2-CTA form this tile's reads per SM come under shared memory's rate"]
+    assert two_under == (32 + 8192 / n < 128) == (n >= 96)
     assert truth["the 1-SM form's ring has no room for {deep} K-block stages in the shared memory one block may "
                  "take"] == (stages_one < 5) == (n >= 240)
     assert truth["TMEM holds three or more of this tile's FP32 accumulators at once (one allocation, each at its own "
