@@ -28,10 +28,9 @@ def _tile_judgements(s: Sheet, *, demand: dict[str, sympy.Expr], stages: dict[st
         two_why = "with more to spare than the 1-SM form, which is under already"
     else:
         two_why = "the 1-SM form is past it, so splitting B over the pair is what rescues this tile"
-    s.judge(key, "on the 2-CTA form this tile's reads per SM come under shared memory's rate (a tie goes to shared "
-            "memory)", two_under,
+    s.judge(key, "on the 2-CTA form this tile's reads per SM come under shared memory's rate", two_under,
             f"{shown(demand['two'])} B a clock per SM against {shown(limit)}: {two_why}")
-    s.judge(key, "the 1-SM form's ring has no room for {deep} k-slice stages in the shared memory one block may "
+    s.judge(key, "the 1-SM form's ring has no room for {deep} K-block stages in the shared memory one block may "
             "take", s.compare(stages["one"], deep) < 0,
             f"{shown(stages['one'])} stages of A and B fit in shared memory")
     s.judge(key, "TMEM holds three or more of this tile's FP32 accumulators at once (one allocation, each at its "
@@ -85,7 +84,7 @@ def _two_cta_pace(s: Sheet, demand: sympy.Expr, one: sympy.Expr, limit: sympy.Ex
 def solve(p, s: Sheet) -> None:
     """One SM's output tile of a GEMM, M × N in FP32: where its accumulator lives (Hopper: the consumer
     warpgroups' registers; Blackwell: TMEM) and how many operand bytes shared memory feeds the tensor
-    cores per k-slice for Hopper's 64-row warpgroup MMAs, Blackwell's 128-row 1-SM MMA and its 2-CTA MMA."""
+    cores per K block for Hopper's 64-row warpgroup MMAs, Blackwell's 128-row 1-SM MMA and its 2-CTA MMA."""
     hopper, blackwell = p.hopper, p.blackwell
     M = s.param("M", "tile_m")
     N = s.param("N", "tile_n")
@@ -102,17 +101,17 @@ def solve(p, s: Sheet) -> None:
     s.step("acc_registers", "Accumulator registers per consumer thread", "r_acc", M * N / threads, "",
            "the tile's elements spread over the consumer threads, one 32-bit register each")
 
-    # Operand bytes shared memory delivers per k-slice, one SM, 128 B of every operand row read.
+    # Operand bytes shared memory delivers per K block, one SM, 128 B of every operand row read.
     b = s.given("b_op", dtype_bytes(p.dtype), "B", f"bytes per operand element ({p.dtype})")
-    K = s.step("", "Elements of each operand row per k-slice", "K_s", s.param("w_s", "slice_bytes") / b, "",
+    K = s.step("", "Elements of each operand row per K block", "K_s", s.param("w_s", "slice_bytes") / b, "",
                "a 128-byte swizzled row of each operand")
-    hop = s.step("hopper_bytes", "Hopper: operand bytes per k-slice", "Q_H", (M + M / 64 * N) * K * b, "KiB",
+    hop = s.step("hopper_bytes", "Hopper: operand bytes per K block", "Q_H", (M + M / 64 * N) * K * b, "KiB",
                  "each 64-row warpgroup MMA reads its own A rows and all N rows of B again")
-    one = s.step("one_sm_bytes", "Blackwell 1-SM MMA: operand bytes per k-slice", "Q_1", (M + M / 128 * N) * K * b,
+    one = s.step("one_sm_bytes", "Blackwell 1-SM MMA: operand bytes per K block", "Q_1", (M + M / 128 * N) * K * b,
                  "KiB", "one 128-row MMA reads B once for all its 128 rows")
-    two = s.step("two_cta_bytes", "Blackwell 2-CTA MMA: operand bytes per k-slice, per SM", "Q_2",
+    two = s.step("two_cta_bytes", "Blackwell 2-CTA MMA: operand bytes per K block, per SM", "Q_2",
                  (M + M / 128 * N / 2) * K * b, "KiB", "the SM pair shares B: each SM holds and feeds half of it")
-    flops = s.step("", "FLOPs per k-slice, one SM", "F_k", 2 * M * N * K, "", "a multiply-add per output and k")
+    flops = s.step("", "FLOPs per K block, one SM", "F_k", 2 * M * N * K, "", "a multiply-add per output and k")
     rate = _PER_CLOCK[p.dtype]
     F_h = s.given("F_H", getattr(hopper, rate), "", f"{hopper.name} {p.dtype} FLOP per clock per SM")
     F_b = s.given("F_B", getattr(blackwell, rate), "",
@@ -132,21 +131,21 @@ def solve(p, s: Sheet) -> None:
                      "the kernel allocates TMEM once and places each accumulator at its own column offset; two or "
                      "more let one tile's epilogue drain while the next tile's MMAs run")
 
-    # Shared memory as a ring of k-slice stages: A's rows and the B this SM holds.
+    # Shared memory as a ring of K block stages: A's rows and the B this SM holds.
     # A block may take 227 KiB of the SM's 228 (1 KiB is reserved for the system): the ring fits in that.
     smem = s.given("S_cap", blackwell.smem_block_kib * 1024, "KiB",
                    f"{blackwell.name} shared memory one block may take")
-    stage_one = s.step("", "1-SM stage: A and all of B per k-slice", "P_1", (M + N) * K * b, "KiB",
+    stage_one = s.step("", "1-SM stage: A and all of B per K block", "P_1", (M + N) * K * b, "KiB",
                        "shared memory holds each operand tile once, whoever reads it")
     stage_two = s.step("", "2-CTA stage per SM: A and half of B", "P_2", (M + N / 2) * K * b, "KiB",
                        "each SM of the pair holds half of B")
-    stages = {"one": s.step("stages_one", "1-SM: k-slice stages shared memory holds", "n_1",
+    stages = {"one": s.step("stages_one", "1-SM: K block stages shared memory holds", "n_1",
                             floor_of(smem / stage_one), "", "the ring the producer runs ahead in"),
-              "two": s.step("stages_two", "2-CTA: k-slice stages shared memory holds", "n_2",
+              "two": s.step("stages_two", "2-CTA: K block stages shared memory holds", "n_2",
                             floor_of(smem / stage_two), "", "half of B a stage leaves room for more")}
     s.step("loop_saving", "2-CTA: B bytes each SM is spared over the K loop", "ΔQ",
            (one - two) * K_total / K, "MiB",
-           "half of B a k-slice, over K / K_s k-slices: each SM loads (TMA) and feeds that much less")
+           "half of B a K block, over K / K_s K blocks: each SM loads (TMA) and feeds that much less")
     _tile_judgements(s, demand=demand, stages=stages, limit=S, deep=s.param("n_deep", "deep"),
                      columns=tmem, buffers=buffers)
     s.assume("Hopper: a cooperative CTA with two consumer warpgroups splits the tile along M; each issues "
@@ -163,7 +162,7 @@ def solve(p, s: Sheet) -> None:
              f"what {blackwell.sms} SMs need to give the datasheet's {format_number(peak)} TFLOP/s dense {p.dtype} "
              f"at {format_number(blackwell.tensor_clock_ghz, 4)} GHz (derived). The paces turn on that 2× ratio "
              "to Hopper per SM and clock: a slower rate per clock would ask shared memory for less.")
-    s.assume("128 B of each operand row per k-slice (64 bf16 or 128 fp8 elements: fp8 doubles the elements and "
+    s.assume("128 B of each operand row per K block (64 bf16 or 128 fp8 elements: fp8 doubles the elements and "
              "the FLOP rate alike, so bytes per clock do not change). Only the tensor cores' operand reads are "
              "counted; the TMA writes into shared memory and the epilogue come on top, so a tie with shared "
              "memory's rate already binds. Pipeline stages fill all the shared memory one block may take, 227 KiB "

@@ -10,7 +10,7 @@ from solvers.sheetmath import floor_of, min_of
 from solvers.units import figures_against, format_number, format_quantity
 
 MAX_FAILURE_LOSS = 0.3  # a plan that loses 30% of its wall-clock to failures is not one anyone runs
-TOO_CLOSE = sympy.Rational(3, 100)  # the wall-clock's tolerance: a schedule this near its deadline is no call
+TOO_CLOSE = sympy.Rational(3, 200)  # the wall-clock's tolerance (1.5%): a schedule this near its deadline is no call
 LEVER_CLOSE = sympy.Rational(2, 100)  # a lever within two points of the share asked is not graded (a hairline)
 STATE_CLOSE = sympy.Rational(1, 100)  # state this near a power of two of GPUs: label and reported HBM disagree
 
@@ -171,13 +171,14 @@ def solve(p, s: Sheet) -> None:
                  "interruptions/GPU-day", "failures come from parts, so the rate scales with GPUs × wall-clock time")
     a = s.step("cluster_rate", "Interruptions per day of this job", "a", lam * G, "interruptions/day",
                "every GPU of the job can stop it")
-    s.step("mtbf", "Mean time between interruptions", "M", 1 / a, "h", "the job's MTBF: 1 / a")
+    s.step("mtbf", "Mean time between interruptions", "M", 1 / a, "h",
+           "the job's MTBF, 1 / a: every GPU of the job can stop it, so it falls as the job grows")
     # Meta's over 90% effective time bounds its loss an interruption at a tenth of its window over its count.
     past_meta = s.compare(R + tau / 2, T_ref / (10 * I_ref)) > 0
     loss = s.step("lost_per_failure", "Time lost per interruption", "t_f", R + tau / 2, "h",
                   "detect, reschedule and reload, plus the work since the last checkpoint: half an interval on average"
-                  + ("; past the 16.7 min that Meta's over 90% effective time bounds its loss at: these restarts and "
-                     "this interval are the gap" if past_meta else ""))
+                  + ("; Meta's over 90% effective time implies at most 16.7 min an interruption, so this restart "
+                     "and interval are the gap to close" if past_meta else ""))
     if s.value(a) * s.value(loss) >= MAX_FAILURE_LOSS:
         raise Reject("failures eat most of the schedule: no one would plan this checkpoint interval")
     W = s.step("wall_days", "Wall-clock days of the schedule", "W", _wall_clock(T_c, C, tau, a, R), "days",
@@ -227,8 +228,8 @@ def solve(p, s: Sheet) -> None:
            factor=s.value(T_c) / s.value(W))
     s.slip("interruptions counted over the compute days: the schedule's stretch ignored", on="wall_days",
            factor=s.evaluate(T_c * (1 + C / tau) + lam * G * T_c * loss) / s.value(W))
-    s.slip("a whole interval rewound per failure, not half", on="lost_per_failure",
-           factor=(p.restart + p.ckpt_interval) / (p.restart + p.ckpt_interval / 2))
+    s.slip("Llama 3's time between interruptions copied without scaling by GPU count", on="mtbf",
+           factor=p.gpus / p.ref_gpus)
 
     T_dl = s.step("deadline", "Deadline", "T_dl", T_c * (1 + slack), "days",
                   "the compute days plus the allowance the plan keeps for checkpoints and failures")

@@ -66,7 +66,8 @@ def test_cold_prefill_warm_share_by_bisection(variant, seed):
 
 # 8, 30 and the 65K prompt on H200s (seed 9103's draw when targets ran to 3 s): the ones the whole-math halving flipped
 FP8_CASE = "default+gpu=h200-sxm+prompt=65536+mfu=50+ttft=1.2+rate=9"
-FP8_OPTION = "with fp8 weight GEMMs at {fp8_gain} the bf16 GEMMs' rate (attention still bf16), a cold prompt makes it"
+FP8_OPTION = ("with fp8 weight GEMMs at {fp8_gain} the bf16 GEMMs' rate (attention still bf16), a new session's first, "
+              "all-cold turn makes it")
 FP8_GAIN = 1.6  # twice the peak at a lower share of it (step-compute-fp8's 50% against 60%: 1.67x)
 
 
@@ -127,7 +128,9 @@ def test_cold_prefill_trimmed_push_asks_the_cold_pool_not_a_zero_warm_share(vari
     its next ask, the GPUs the cache saves, was zero or one replica's TP (a parameter) in about half the pushed
     draws once the pool held every turn's cycle. It asks the cold pool and the pool run (the smaller, where cold
     fits); the saving stays a derivation step, never negative where cold fits, and zero in under a fifth of the
-    pushed draws."""
+    pushed draws. read11: refusing first turns past 8x the target drops long prompts, whose trims saved most; the
+    pool run and the cold pool now tie in up to a quarter of the pushed draws (two distinct asked figures that agree,
+    not a zero answer: the saving is not asked)."""
     stage = next(stage for stage in variant("cold-prefill-pools@default").question.stages
                  if stage.push and stage.when == "warm-required")
     assert "warm_needed" not in stage.ask and "gpus_saved" not in stage.ask
@@ -143,7 +146,7 @@ def test_cold_prefill_trimmed_push_asks_the_cold_pool_not_a_zero_warm_share(vari
         assert results["gpus_saved"] >= 0 or results["regime"] == "warm-required"  # required, whatever it costs
         pushes += 1
         zeros += results["gpus_saved"] == 0
-    assert pushes >= 30 and zeros <= pushes / 5
+    assert pushes >= 30 and zeros <= pushes / 4
 
 
 def test_cold_prefill_cache_and_handover_by_hand(variant):
@@ -270,13 +273,14 @@ def test_cold_prefill_says_the_session_model(variant):
     assert any("keeps its length T" in line for line in solution.sheet.assumptions)
 
 
-@pytest.mark.parametrize(("seed", "replicas", "live"), [(7, 7, 143.6)])
+@pytest.mark.parametrize(("seed", "replicas", "live"), [(8, 9, 216.17)])
 def test_cold_prefill_a_prefix_lives_a_whole_turn_cycle(variant, seed, replicas, live):
     """read10: live sessions were λ x the gap alone, as if a session came back every 8.1 s (@7) while its 630-token
     reply took 24.4 s to stream (38.77 ms a token); the gap is now the think time after the reply ends, and a
     prefix lives its prefill, the reply and the think time. By hand @7: 4.4 x (0.1067 + 630 x 0.03877 + 8.1) =
     143.6 live over 22 a replica: 7 replicas, not 2. (The reader's @31, 4 replicas with the cycle in, now has
-    every fact holding and is redrawn.)"""
+    every fact holding and is redrawn; read11 refuses @7's old draw, a 126K first turn 16x its target, and @8 stands
+    in: 6.6 x (0.09918 + 550 x 0.03028 + 16) = 216.2 live over 25 a replica, 9 replicas against 2 of compute.)"""
     solution = variant(f"cold-prefill-pools@{seed}")
     results = solution.sheet.results
     cycle = results["warm_ttft"] + value_of(solution, "reply") * results["decode_step"] + value_of(solution, "gap")
@@ -284,8 +288,9 @@ def test_cold_prefill_a_prefix_lives_a_whole_turn_cycle(variant, seed, replicas,
     assert results["live_sessions"] == pytest.approx(live, rel=1e-3)
     assert results["live_sessions"] > value_of(solution, "rate") * value_of(solution, "gap") * 1.5
     assert results["prefill_replicas"] == replicas
-    if seed == 7:
-        assert results["prefill_replicas"] == math.ceil(4.4 * (0.1067 + 630 * 0.03877 + 8.1) / 22)
+    if seed == 8:
+        assert results["prefill_replicas"] == math.ceil(6.6 * (0.09918 + 550 * 0.03028 + 16) / 25)
+        assert results["prefill_compute_replicas"] == 2
 
 
 def test_cold_prefill_says_the_gap_is_think_time(variant):
@@ -293,7 +298,7 @@ def test_cold_prefill_says_the_gap_is_think_time(variant):
     ends, and the assumptions say a prefix is held for the whole turn."""
     solution = variant("cold-prefill-pools@default")
     words = " ".join(solution.question.stages[2].say.split())
-    assert "comes back {gap} after a reply of {reply}" in words
+    assert "{gap} after a reply ends" in words
     assert any("cannot come back before its reply has streamed" in line for line in solution.sheet.assumptions)
 
 
@@ -321,3 +326,31 @@ def test_cold_prefill_cold_pool_option_says_throughput(variant):
     facts = variant("cold-prefill-pools@default").sheet.results["facts"]
     assert "sized for throughput alone, the cold prefill pool would be at least twice the one you run" in facts
     assert not any(option.startswith("without the cache") for option in facts)
+
+
+def test_cold_prefill_read11_stage_three_says_the_cache_rules(variant):
+    """read11 report 1: stage 3 graded a cache model the candidate was never told: prefixes held only in the prefill
+    replicas' HBM, each session routed back to its replica (a host-DRAM tier, Mooncake's, would size the pool on
+    compute). The words say both; the MFU is said to leave the all-reduces apart (they are added on top, not
+    counted twice); the first, all-cold turn of a new session is what the fp8 option and the trimmed-prompt push ask."""
+    question = variant("cold-prefill-pools@12").question
+    words = " ".join(question.stages[2].say.split())
+    assert "Prefixes live only in prefill HBM" in words and "come back to their replica" in words
+    assert "all-reduces apart" in " ".join(question.stages[0].say.split())
+    assert "all-reduces apart" in question.parameter("mfu").label
+    assert any("first, all-cold turn" in option for option in question.answer("facts").pool)
+    assert "first turn, all cold" in " ".join(question.stages[4].say.split())
+
+
+def test_cold_prefill_read11_first_turn_misses_at_most_eight_times(variant):
+    """read11 report 1 (@77: a 65K prompt against 0.58 s, 92.7% warm needed; seed 7 drew 126K against 0.72 s, a
+    cold first turn of 9.1 s, 16x the 0.576 s left): a new session's first turn is cold, and a target it misses by
+    an order of magnitude is no product's. Draws past 8x the prefill's share are refused."""
+    from solvers.engine import VariantError
+
+    with pytest.raises(VariantError):
+        variant("cold-prefill-pools@default+gpu=h200-sxm+prompt=129024+ttft=0.72+tp=8+mfu=65+rate=4.4+appended=1000")
+    for seed in SEEDS:
+        solution = variant(f"cold-prefill-pools@{seed}")
+        results = solution.sheet.results
+        assert float(results["cold_ttft"]) <= 8 * float(results["prefill_budget"])

@@ -68,9 +68,9 @@ def test_tmem_tile_facts_follow_the_variant(variant, seed):
     stages_one, stages_two = 227 * 1024 // ((m + n) * 128), 227 * 1024 // ((m + n // 2) * 128)
     assert (r["stages_one"], r["stages_two"]) == (stages_one, stages_two)
     assert p["deep"] == 5
-    assert truth["on the 2-CTA form this tile's reads per SM come under shared memory's rate (a tie goes to shared "
-                 "memory)"] == (32 + 8192 / n < 128) == (n >= 96)
-    assert truth["the 1-SM form's ring has no room for {deep} k-slice stages in the shared memory one block may "
+    two_under = truth["on the 2-CTA form this tile's reads per SM come under shared memory's rate"]
+    assert two_under == (32 + 8192 / n < 128) == (n >= 96)
+    assert truth["the 1-SM form's ring has no room for {deep} K-block stages in the shared memory one block may "
                  "take"] == (stages_one < 5) == (n >= 240)
     assert truth["TMEM holds three or more of this tile's FP32 accumulators at once (one allocation, each at its own "
                  "column offset)"] == (512 // n >= 3) == (n <= 160)
@@ -207,3 +207,32 @@ def test_tmem_reader7_words(variant, catalog):
         narrowed = variant(f"blackwell-tmem-tiles@default+tile_n={n}")
         assert narrowed.expected["two_cta_regime"] == verdict
         assert "split-K" in narrowed.sheet.choice_whys["two_cta_regime"]
+
+
+def test_tmem_narrow_push_lands_on_four_tiles_and_rescue_varies(variant, catalog):
+    """read11 report 2 said the narrowing push always lands on N = 80 (its two tensor-bound variants drew 176 and
+    192). Over the drawn tensor-bound tiles (144-256) the push's ÷2.25 lands on 64, 80, 96 and 112, and the 2-CTA
+    form rescues the last two only: the rescue is a judgement, not a constant. Kept, said here."""
+    landed, rescued = set(), set()
+    for n in range(144, 257, 16):
+        pushed = stage_run(variant(f"blackwell-tmem-tiles@default+tile_n={n}"), catalog, 4)
+        assert pushed is not None and pushed.regime == "smem-bound"
+        landed.add(pushed.solution.param("tile_n").raw)
+        rescued.add(pushed.solution.expected["two_cta_regime"])
+    assert landed == {64, 80, 96, 112}
+    assert rescued == {"smem-bound", "tensor-bound"}
+
+
+def test_tmem_words_are_an_interviewers_not_a_worksheets(variant):
+    """read11 report 2: 'Which of these hold?' sat in stage 3's words and again as the select's label; 'a tie goes to
+    shared memory' four times (the 2-CTA option's line, 32 + 8,192/N = 128 at N = 85.3, is never on the grid of 16,
+    so the option needs no tie rule); 'per k-slice of 128 B a row' read as a form; the narrowing push's 'for more
+    tiles' defeated itself (a 2-CTA tile is twice as tall: fewer tiles). A from TMEM joins the recall list."""
+    question = variant("blackwell-tmem-tiles@12").question
+    texts = [stage.say for stage in question.stages] + [hint for stage in question.stages for hint in stage.hints]
+    assert "Which of these hold" not in question.stages[2].say
+    assert sum(text.count("a tie goes to shared memory") for text in [stage.say for stage in question.stages]) == 1
+    assert not any("tie" in option for option in question.answer("tile_facts").pool)
+    assert not any("k-slice" in text for text in texts)
+    assert "more tiles" not in question.stages[4].say
+    assert any("A may come from TMEM" in item for item in question.answer("blackwell_list").points)
