@@ -60,9 +60,10 @@ class StageRun:
 
     @property
     def nudge_note(self) -> str:
-        """What the script says of a declared nudge: why it need not cross, and that it does where this
-        variant's move crosses after all ('' for any other stage, or where the engine's push stood in)."""
-        if not (self.stage.nudge and self.declared):
+        """What the script says of a push declared a nudge: why it need not cross, and that it does where this
+        variant's move crosses after all ('' for any other stage, or where the engine's push stood in for a
+        declared move: the nudge's reason is about that move)."""
+        if not self.stage.nudge or self.stage.set and not self.declared:
             return ""
         if self.before is not None and self.regime is not None and self.regime != self.before:
             crossed = f"{self.before} → {self.regime}"

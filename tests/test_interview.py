@@ -526,3 +526,14 @@ def test_where_the_engines_push_stands_in_for_a_declared_one_it_says_the_stages_
     assert run is not None and not run.declared and run.moved == ("tpot",)
     assert run.say.startswith("Product wants this endpoint to feel snappy: the TPOT target is now 15 ms.")
     assert "Let's change" not in run.say and run.say.endswith("What changes, and what matters now?")
+
+
+def test_a_generated_push_declared_a_nudge_says_so_in_the_script(bank, catalog):
+    """training-compute-budget's pushes are the engine's search, each declared a nudge: the script said nothing of
+    why they need not cross (the note was printed for declared moves only)."""
+    solution = make_variant(bank, catalog, VariantCode.parse("training-compute-budget@3"))
+    index = next(i for i, stage in enumerate(solution.question.stages)
+                 if stage.generated and stage.nudge and solution.question.asks_on(i, solution.regime_name))
+    run = stage_run(solution, catalog, index)
+    assert run is not None and run.nudge_note.startswith(("A nudge that crosses on this variant", "A nudge, not"))
+    assert solution.question.stages[index].nudge in run.nudge_note
