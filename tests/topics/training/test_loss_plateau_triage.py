@@ -231,16 +231,19 @@ def test_plateau_a_second_pass_is_no_cause(variant):
     """rf-t #1: @11 keyed "data-repeating" at 1.107 epochs under a schedule that planned 1.77 passes, and a second
     pass lowers a training loss rather than flattening it (up to about four passes train nearly as well as fresh
     data: Muennighoff et al. 2023). No draw keys repetition under four passes; a run re-reading its data with
-    every other check clean is keyed a healthy run, every check run and none failing."""
-    healthy = 0
+    every other check clean is keyed a healthy run, every check run and none failing. The incidents past one pass
+    were then exactly the healthy runs (the generator planted repetition as a cause): a second pass now falls to
+    healthy runs and faults alike, so it tells a candidate nothing."""
+    healthy, past_one_pass = 0, set()
     for seed in range(120):
         solution = variant(f"loss-plateau-triage@{seed}")
         assert solution.expected["cause"] != "data-repeating", seed
         if solution.expected["epochs"] > 1:
-            assert solution.expected["cause"] == "healthy-run", seed
+            past_one_pass.add(solution.expected["cause"])
         if solution.expected["cause"] == "healthy-run":
             healthy += 1
             assert _checks(solution) == list(CHECKS), seed
     assert healthy >= 10
+    assert "healthy-run" in past_one_pass and len(past_one_pass) >= 3
     assert "data-repeating" in variant("loss-plateau-triage@0").question.answer("cause").choices  # the tempting slip
 
