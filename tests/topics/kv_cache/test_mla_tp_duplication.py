@@ -168,3 +168,10 @@ def test_mla_layout_is_never_called_on_a_hairline(variant, catalog):
             e = run.solution.expected
             if e["requests_tp"] >= run.solution.param("demand").value:  # both hold: the steps decide
                 assert abs(e["tpot_tp"] / e["tpot_dp"] - 1) >= 0.05, seed
+
+
+def test_the_dp_stage_says_what_each_group_copies(variant):
+    """r14 (a re-derivation): with the embedding's copy only in a hint, @9400's groups were sized keeping it sharded
+    (632 requests against the key's 616). The stage says each group has its own attention weights and embedding."""
+    stage = next(s for s in variant("mla-tp-duplication@9400").question.stages if "requests_dp" in s.ask)
+    assert "each with its own attention weights and whole embedding" in " ".join(stage.say.split())

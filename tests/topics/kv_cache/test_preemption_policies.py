@@ -285,3 +285,10 @@ def test_push_reason_fits_the_link_it_brings(variant, catalog):
     run = stage_run(solution, catalog, 4)
     assert run is not None and run.regime == "swap-cheaper"
     assert "pinned buffers" not in run.say and "measures" in run.say
+
+
+def test_stage_three_says_a_swap_stalls_twice(variant):
+    """r14 (a re-derivation): with the two stalls of a swap only in a hint, @9401's 2 stalls in 173 steps (1.16%,
+    over the p99's 1%) read as one (0.58%), and @9400's half-time stalls as one long one. The stage says it."""
+    stage = next(s for s in variant("preemption-policies@9401").question.stages if "who_pays" in s.ask)
+    assert "a swap stalls everyone twice, out and back" in " ".join(stage.say.split())

@@ -266,3 +266,10 @@ def test_kv_and_weights_are_asked_in_one_unit(variant):
              ("weights_per_gpu", "kv_per_gpu", "kv_per_gpu_pp")}
     assert set(units.values()) == {"GB"}
     assert "GiB" not in solution.prompt
+
+
+def test_the_lever_stage_says_an_moe_step_reads_the_experts_it_picks(variant):
+    """r14 (a re-derivation): @9400 (Qwen3 MoE) read every expert each step and missed 'half the requests' (25.9%
+    shorter when a step reads only the experts its tokens pick, as the key prices it). The stage says so."""
+    stage = next(s for s in variant("tp-past-kv-heads@9400").question.stages if "levers" in s.ask)
+    assert "An MoE step reads only the experts its tokens pick" in " ".join(stage.say.split())
