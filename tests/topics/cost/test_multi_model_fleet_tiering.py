@@ -8,7 +8,7 @@ import pytest
 from solvers.engine import VariantError
 from solvers.formulas.common import GPU_MEMORY_UTILIZATION
 from solvers.interview import stage_run
-from tests.by_hand import by_hand_test, value_of
+from tests.by_hand import by_hand_test, param_values, value_of
 from tests.topics.cost.replica_by_hand import OVERHEAD, SEEDS, Replica
 
 
@@ -277,3 +277,18 @@ def test_tiering_step_with_its_prompts_meets_the_tpot(variant):
         assert results["decode_step"] <= value_of(solution, "tpot") * (1 + 1e-12), seed
         assert results["per_user"] * value_of(solution, "tpot") >= 1 - 1e-12, seed
         assert value_of(solution, "tp") == 1 or value_of(solution, "model").params_b > 20, seed
+
+
+def test_three_quarters_is_never_judged_on_its_line(variant):
+    """r14 (a re-derivation): @9300 saved exactly 240 of 320 GPUs, 'more than three quarters' false on the line.
+    Within 3% of three quarters the option is not listed (a replica either way moves it across)."""
+    option = "tiering frees more than three quarters of today's GPUs"
+    for seed in range(60):
+        solution = variant(f"multi-model-fleet-tiering@{seed}")
+        p = param_values(solution)
+        today = p["models"] * p["replicas"] * p["tp"]
+        share = solution.sheet.results["gpus_saved"] / today
+        if abs(share / 0.75 - 1) < 0.03:
+            assert solution.sheet.judged("facts")[option] is None, seed
+        if option in solution.shown.get("facts", ()):
+            assert abs(share / 0.75 - 1) >= 0.03, seed
