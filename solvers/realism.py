@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from solvers.conventions import convention_value, scale_up_domain
-from solvers.data import hbm_bytes
+from solvers.data import MissingField, hbm_bytes
 from solvers.dtypes import DTYPE_BYTES
 
 
@@ -74,7 +74,10 @@ def _evaluate(node: ast.AST, values: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Name):
         return values[node.id] if node.id in values else _CONSTANTS[node.id]()
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        return values[node.value.id][node.attr]
+        record = values[node.value.id]
+        if node.attr not in record:  # a user's entry without the field: say whose, as a solver's read would
+            raise MissingField(f"{record.get('name', node.value.id)} has no {node.attr}")
+        return record[node.attr]
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         return _arithmetic(type(node.op), _evaluate(node.left, values), _evaluate(node.right, values))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not)):
@@ -287,6 +290,8 @@ def broken(constraints: tuple[Constraint, ...], values: Mapping[str, Any]) -> st
     for constraint in constraints:
         try:
             reason = constraint.check(values)
+        except MissingField as missing:  # an entry the question cannot use: what the solver's refusal says
+            return f"cannot use this entry: {missing}"
         except (KeyError, TypeError, ArithmeticError, ValueError) as error:
             reason = f"cannot be decided ({type(error).__name__}: {error})"  # rules the draw out
         if reason is not None:
