@@ -200,7 +200,9 @@ def solve(p, s: Sheet) -> None:
              "attention's FLOPs are left out (its KV reads are counted: decode reads far more than it computes "
              "there).")
     s.assume("What fits is counted in memory alone; an engine also caps its batch (vLLM's max_num_seqs, 256 to "
-             "1,024 by default), and the TPOT caps it far lower here: the served users never pass "
+             "1,024 by default). At short contexts the memory-full batch runs to thousands of sequences, past any "
+             "default cap: stage 2 prices it to show that memory is not what caps the node, not as a batch anyone "
+             "runs. The TPOT caps it far lower: the served users never pass "
              f"{MAX_BATCH:,} a replica.")
     s.assume("fp8 weights and KV: the weight matmuls run at the fp8 peak (scaled fp8 GEMMs), the activations "
              "and so the all-reduces stay bf16.")

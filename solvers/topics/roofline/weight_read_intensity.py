@@ -99,8 +99,9 @@ def _decode_levers(s: Sheet, p, *, weights: sympy.Expr, cache: sympy.Expr, flops
     say("a GPU {upgrade} faster in both HBM bandwidth and tensor peak (same NVLink)",
         gain(bw=upgrade * bandwidth, pk=upgrade * peak),
         f"{shrink}; " + (f"{share}, and do not" if ar_ms else f"{share}, and does not"))
+    fixed_words = "the all-reduces and the overhead" if ar_ms else "the overhead (no all-reduces at TP 1)"
     s.judge("levers", "a GPU with twice the bandwidth and twice the peak", True,
-            f"both sides halve whichever binds; {share}, and draws where that passes 60% are refused: "
+            f"both sides halve whichever binds, but not {fixed_words}, {pct}: "
             f"{format_number(s.evaluate(gain(bw=2 * bandwidth, pk=2 * peak)), 3)}x the tokens/s", fact=True)
 
 

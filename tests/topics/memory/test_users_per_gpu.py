@@ -170,3 +170,26 @@ def test_users_per_gpu_push_crosses(variant, catalog):
         assert solution.param("gpu").value.name != "MI300X" and solution.param("gpus").value == 8
         crossed += follow_up(solution, catalog).solution.expected["regime"] != solution.expected["regime"]
     assert crossed >= 0.9 * len(seeds)
+
+
+def test_users_per_gpu_full_batch_is_priced_as_a_bound_not_a_batch_anyone_runs(bank, variant):
+    """Reader (read12 #1): at short contexts stage 2's "full batch" is thousands of sequences (@42: 2,675 in bf16,
+    6,192 in fp8), past any engine's max_num_seqs. The ask now says it is what the scheduler would admit if it let
+    them all in, and the assumptions say it is a bound priced to show memory is not the cap."""
+    assert "if the scheduler let it" in bank.get("users-per-gpu").stages[1].say
+    solution = variant("users-per-gpu@42")
+    assert solution.expected["users_8"] > 1024
+    assert any("max_num_seqs" in line and "not as a batch anyone runs" in line
+               for line in solution.sheet.assumptions)
+
+
+@pytest.mark.parametrize("seed, words", [(11, "short-reply endpoint"), (42, "longer threads")])
+def test_users_per_gpu_push_gives_a_reason_for_its_direction(variant, catalog, seed, words):
+    """Reader (read12 #5): the push said "Traffic shifts: requests now run up to 512 tokens, where they ran 3,584"
+    whichever way the context moved. Each direction now has its own reason, as an interviewer gives one."""
+    from solvers.interview import stage_run
+
+    solution = variant(f"users-per-gpu@{seed}")
+    run = stage_run(solution, catalog, len(solution.question.stages) - 1)
+    assert run is not None and run.moved == ("context",)
+    assert words in run.say and "Traffic shifts" not in run.say

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from solvers.interview import stage_run
+from solvers.interview import key_line, stage_run
 from tests.by_hand import DTYPE_BYTES, param_values
 
 ETA_C, ETA_BW, OVERHEAD = 0.6, 0.8, 2e-3  # the bank's step model: step-compute, step-bandwidth, step-overhead
@@ -124,3 +124,24 @@ def test_weight_read_matches_plain_arithmetic(variant, seed):
         max(weights / (tp * stream), 2 * m.params_b * 1e9 * T / (tp * reach)) + all_reduce(T) + OVERHEAD, rel=1e-9)
     intensity = 2 * m.params_b * 1e9 * B / (weights + kv)
     assert results["regime"] == ("compute-bound" if intensity > reach / stream else "memory-bound")
+
+
+def test_weight_read_crossover_ask_names_the_kernels_rates(bank, variant):
+    """Reader (read12 #1): "how many tokens must share one read of the weights before the math binds?" has two
+    readings: the datasheet ridge (295 tokens for H100 bf16, the textbook figure) and the key, at the rates the
+    kernels reach (221.5). The datasheet reading was graded as a slip; the ask and the label now say which."""
+    question = bank.get("weight-read-intensity")
+    assert "rates your kernels reach" in question.stages[0].say
+    assert "kernels reach" in question.answer("crossover").label
+    solution = variant("weight-read-intensity@default")
+    assert solution.expected["crossover"] == pytest.approx(221.51, rel=1e-3)
+
+
+@pytest.mark.parametrize("seed", [11, 42, 77])
+def test_weight_read_twice_as_fast_key_speaks_to_the_candidate(variant, seed):
+    """Reader (read12 #2, voice): the always-true option's key told the candidate "draws where that passes 60% are
+    refused", the engine's bookkeeping, not an interviewer's why. It now names what does not shrink."""
+    solution = variant(f"weight-read-intensity@{seed}")
+    line = key_line(solution, "levers")
+    assert "refused" not in line
+    assert "halve whichever binds, but not the" in line
