@@ -47,7 +47,9 @@ def _placement_judgements(s: Sheet, p, v: dict[str, sympy.Expr]) -> None:
     excess = s.compare(L_hot, L_bal) > 0
     s.judge(key, "Replicating the hottest expert removes at least half of its GPU's excess over a balanced one",
             excess and s.compare(2 * (L_hot - L_rep), L_hot - L_bal) >= 0,
-            f"{us(L_hot - L_rep)} saved of {us(L_hot - L_bal)} excess")
+            f"{us(L_hot - L_rep)} saved of {us(L_hot - L_bal)} excess" if pays else
+            f"it removes none: the copy's host ends {us(L_rep - L_hot)} over the hot GPU's layer, against "
+            f"{us(L_hot - L_bal)} of excess")
     s.judge(key, "The hottest expert alone takes longer than the other experts on its GPU together",
             s.compare(v["t_hot"], v["t_rest"]) > 0, f"{us(v['t_hot'])} against {us(v['t_rest'])}")
     s.judge(key, "The hot GPU's all-to-all takes longer than its experts' work", s.compare(A_hot, T_hot) > 0,
