@@ -156,3 +156,13 @@ def test_replica_that_does_not_pay_says_so_not_a_negative_saving(variant):
     why = solution.sheet.reasons["placement"][option]
     assert why.startswith("it removes none") and "-" not in why
     assert "beside that GPU's own experts" in fill(solution.question.stages[2].say, solution.params)
+
+
+def test_hottest_alone_is_not_listed_on_an_exact_tie(variant):
+    """Reader check (rf-m2, @7): Qwen3-235B at EP 64 holds two experts a GPU; below the ridge the hottest and the
+    other are one weight read each, and "the hottest alone takes longer than the others together" was listed as
+    false on 9.83 us against 9.83 us. An exact tie is no longer listed."""
+    solution = variant("ep-load-skew@7")
+    option = "The hottest expert alone takes longer than the other experts on its GPU together"
+    assert solution.sheet.judged("placement")[option] is None
+    assert option not in solution.shown["placement"]
