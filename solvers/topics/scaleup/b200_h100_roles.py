@@ -61,6 +61,9 @@ LINE_TIE = 0.03
 # A pool count whose replicas' load lies within this share of a whole replica of the next is refused (read7 #7).
 NEAR_WHOLE = 0.05
 
+# The most B200 nodes a draw buys per owned older node (the smaller of the two purchases).
+BUY_PER_OWNED = 3
+
 
 @dataclass(frozen=True)
 class _Prefill:
@@ -301,6 +304,12 @@ def _buy(s: Sheet, R, P_in, n_out, busy, preB: _Prefill, preH: _Prefill, decB: _
                        decB.nodes * ceil_of(D_d / X_dB) + preB.nodes * ceil_of(max_of(0, D_p - C_p) / X_pB), "nodes",
                        "whole B200 decode replicas for every reply, and whole B200 prefill replicas for the prompts "
                        "the older fleet cannot prefill")
+    # The purchase against the fleet: where the smaller buy is more than BUY_PER_OWNED times the owned nodes, the
+    # fleet is a rounding error in it and its role moves the buy by a replica or so (rf-m2 reading, @77: 170 B200
+    # nodes beside 16 owned, 170 against 172).
+    if s.compare(min_of(if_prefill, if_decode), BUY_PER_OWNED * N_H) > 0:
+        s.refuse_if_asked(asked, f"the B200 purchase is over {BUY_PER_OWNED} times the owned fleet: its role would "
+                          "barely move the buy")
     order = s.compare(if_prefill, if_decode)
     if order == 0 or (order < 0) != b200_prefills:
         s.refuse_if_asked(asked, "whole replicas leave the two assignments' B200 counts level, or against the edges")
@@ -486,10 +495,11 @@ def solve(p, s: Sheet) -> None:
              "math and its overlapped all-to-all, then the overhead; KV in bf16 latents, no prefix cache; pools in "
              "whole replicas for the average load, the prefill pool no busier than the cap.")
     s.assume("The older fleet is owned and all of it serves, in whole replicas of the phase it takes; traffic has "
-             "outgrown it in either phase (draws where it could carry a phase alone are refused, as are pools within "
-             "a twentieth of a replica of a whole one). The B200s take the other phase and what the older fleet "
-             "leaves of its own; the phase that needs fewer B200s is the one where their per-node edge is larger. "
-             "Comparative advantage, as Splitwise (ISCA 2024) splits prompt and token phases across GPU generations. "
-             "Against H200s (1.67x less bandwidth, 1.36x less HBM than a B200) the decode edge never reaches the "
-             "B200's 2.27x compute edge here, so the B200s would always prefill.")
+             "outgrown it in either phase (draws where it could carry a phase alone are refused, as are pools "
+             f"within a twentieth of a replica of a whole one, and purchases over {BUY_PER_OWNED} times the owned "
+             "nodes, where the fleet's role would barely move the buy). The B200s take the other phase and what "
+             "the older fleet leaves of its own; the phase that needs fewer B200s is the one where their per-node "
+             "edge is larger. Comparative advantage, as Splitwise (ISCA 2024) splits prompt and token phases "
+             "across GPU generations. Against H200s (1.67x less bandwidth, 1.36x less HBM than a B200) the decode "
+             "edge never reaches the B200's 2.27x compute edge here, so the B200s would always prefill.")
     _roles_regime(s, r_pre, r_dec, p.b200_format == "mxfp4", decB, decH)

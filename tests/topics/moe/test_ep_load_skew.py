@@ -25,11 +25,12 @@ def _push(solution, catalog):
 
 
 def test_load_skew_push_hides_the_skew(variant, catalog):
-    """The push from the default takes the batch to 256 tokens, under B* (1,477): every GPU's expert work is 8 reads
+    """The push from the default takes the batch under B* (1,477), overnight: every GPU's expert work is 8 reads
     at the step model's 80% of bandwidth, skew or not; the hot GPU's layer is still slower, through its receive."""
     pushed = _push(variant("ep-load-skew@default"), catalog)
     results = pushed.solution.sheet.results
-    assert pushed.declared and results["regime"] == "skew-hidden"
+    assert results["regime"] == "skew-hidden" and pushed.moved == ("batch",)
+    assert pushed.say.startswith("Overnight a layer sees only")
     assert results["hot_gpu_time"] == pytest.approx(8 * EXPERT / (0.8 * 3.35e12))
     assert results["skew_cost"] > 1
 
@@ -129,3 +130,39 @@ def test_a_stale_placement_decays_with_the_correlation():
     shares = [kept(rho) for rho in (0.99, 0.95, 0.7, 0.5)]
     assert shares == sorted(shares, reverse=True)
     assert shares[0] > 0.8 and shares[1] > 0.5 and shares[2] < 0.5 and shares[3] < 0.3
+
+
+@pytest.mark.parametrize("seed", [11, 0, 2, 7, 15])
+def test_push_up_gives_the_interviewers_reason(variant, catalog, seed):
+    """Reader finding (rf-m2, @11): the declared "×5" push fell short of B* where the batch sat far under it, and the
+    engine stood in with "Let's change one thing: ...". The push is now the engine's search, moving only the batch,
+    with the interviewer's reason for each way it moves."""
+    run = _push(variant(f"ep-load-skew@{seed}"), catalog)
+    assert run.moved == ("batch",) and run.solution.regime_name != variant(f"ep-load-skew@{seed}").regime_name
+    assert "change one thing" not in run.say
+    assert run.say.startswith(("The evening peak brings", "Overnight a layer sees only"))
+
+
+def test_replica_that_does_not_pay_says_so_not_a_negative_saving(variant):
+    """Reader finding (rf-m2, @11 and @42): where the copy's host ends busier than the hot GPU, option "removes at
+    least half of its excess" read "-11.54 us saved of 1.293 us excess"; it now says the copy removes none, and the
+    stage says where the copies go (beside each host's own experts), which is what makes m < 2 not pay."""
+    from solvers.engine import fill
+
+    solution = variant("ep-load-skew@11")
+    judged = solution.sheet.judged("placement")
+    option = "Replicating the hottest expert removes at least half of its GPU's excess over a balanced one"
+    assert judged[option] is False and judged["Replicating the hottest expert shortens the step"] is False
+    why = solution.sheet.reasons["placement"][option]
+    assert why.startswith("it removes none") and "-" not in why
+    assert "beside that GPU's own experts" in fill(solution.question.stages[2].say, solution.params)
+
+
+def test_hottest_alone_is_not_listed_on_an_exact_tie(variant):
+    """Reader check (rf-m2, @7): Qwen3-235B at EP 64 holds two experts a GPU; below the ridge the hottest and the
+    other are one weight read each, and "the hottest alone takes longer than the others together" was listed as
+    false on 9.83 us against 9.83 us. An exact tie is no longer listed."""
+    solution = variant("ep-load-skew@7")
+    option = "The hottest expert alone takes longer than the other experts on its GPU together"
+    assert solution.sheet.judged("placement")[option] is None
+    assert option not in solution.shown["placement"]

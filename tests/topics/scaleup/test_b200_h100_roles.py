@@ -295,3 +295,33 @@ def test_b200_h100_roles_refuses_a_decode_line_tie(variant):
     'waits on its all-to-all' was a coin toss; such a draw is refused where the select is asked."""
     refusals = variant("b200-h100-roles@default+prompt=4096+output=1216+tpot=80").sheet.refusals_if_asked
     assert any("coin toss" in reason for keys, reason in refusals if "why" in keys)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_b200_h100_roles_fleet_is_a_real_share_of_the_buy(variant, seed):
+    """Reader finding (rf-m2, @77): 16 owned nodes beside a 170-node B200 buy, the role moving it 170 to 172. The
+    fleet is now 32 to 64 nodes and a draw whose smaller buy exceeds three times the fleet is refused: the role
+    the fleet takes moves the buy by a share an interviewer would argue over."""
+    solution = variant(f"b200-h100-roles@{seed}")
+    p, r = param_values(solution), solution.sheet.results
+    assert p["fleet"] >= 32
+    assert min(r["buy_prefill"], r["buy_decode"]) <= 3 * p["fleet"]
+
+
+def test_b200_h100_roles_refuses_a_buy_that_dwarfs_the_fleet(variant):
+    """The old @77 (16 nodes, 1,300 requests/s of 6,656-token prompts and 3,776-token replies): refused now."""
+    refusals = variant("b200-h100-roles@default+fleet=32+rate=5000+prompt=6656+output=3776+tpot=80").sheet
+    assert any("times the owned fleet" in reason for keys, reason in refusals.refusals_if_asked
+               if "buy_prefill" in keys)
+
+
+@pytest.mark.parametrize("seed", [12, 34, 11, 77])
+def test_b200_h100_roles_prefill_push_gives_a_reason_true_either_way(variant, catalog, seed):
+    """Reader finding (rf-m2): the prefill side's push moved the format with no reason; where the draw already
+    serves MXFP4 it moves only the prompt, so the words say what the pool serves and why, true in both cases."""
+    solution = variant(f"b200-h100-roles@{seed}")
+    if solution.regime_name != "b200-prefill":
+        pytest.skip("a decode-side draw")
+    run = stage_run(solution, catalog, len(solution.question.stages) - 1)
+    assert run is not None and "to fit a replica in one node" in run.say.replace("\n", " ")
+    assert "moves to" not in run.say
