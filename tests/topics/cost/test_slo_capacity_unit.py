@@ -152,3 +152,13 @@ def test_capacity_push_gives_an_interviewers_reason(variant, catalog, seed):
     assert "Let's change one thing" not in push.say and "What changes, and what matters now" not in push.say
     assert set(push.moved) <= {"old_price", "new_price", "tpot", "reply", "prompt"}
     assert "at what hourly price" in push.say
+
+
+def test_capacity_newer_gpu_rents_for_more(variant):
+    """read12 @11: an H100 at $4.6/h beside a B200 at $4.7/h (1.02x), each inside its market range but a pair no
+    one provider quotes. The newer GPU now costs at least a tenth more an hour, in every draw."""
+    with pytest.raises(VariantError):
+        variant("slo-capacity-unit@default+old_price=4.6+new_price=4.7")
+    for seed in SEEDS:
+        solution = variant(f"slo-capacity-unit@{seed}")
+        assert value_of(solution, "new_price") >= 1.1 * value_of(solution, "old_price") * (1 - 1e-12), seed
