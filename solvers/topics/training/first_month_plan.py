@@ -8,7 +8,7 @@ from solvers.sheetmath import max_of
 
 WATCHDOG, DRAIN = "step-counter watchdog", "drain after first crash"
 NOTICING = "in total, the hangs waited longer to be noticed than all the failures spent restarting"
-NODES_COST_MORE = "the faulty nodes cost the job more than the hangs did"
+RESTARTS_LEAD = "restarts cost the job more than redoing the work since the last save"
 REDOING = "redoing the work since the last save cost more than waiting to notice the hangs"
 BOTH = "the two fixes together would win back more than half of what the failures cost"
 NEAR_BELOW, NEAR_ABOVE = sympy.Rational(98, 100), sympy.Rational(102, 100)
@@ -21,15 +21,18 @@ def _holds(s: Sheet, a, b) -> bool | None:
     return s.compare(a, b) > 0
 
 
-def _findings(s: Sheet, noticing, restarting, redoing, hang_cost, node_cost, both, half) -> None:
+def _findings(s: Sheet, noticing, restarting, redoing, both, half) -> None:
     """The week-2 draft's hypotheses, each held against last year's record."""
     more = _holds(s, noticing, restarting)
     s.judge("findings", NOTICING, more, f"the hangs waited {s.text(noticing)} in all to be noticed against "
             f"{s.text(restarting)} of restarts in all: " + ("noticing is where the job's time went" if more
                                                       else "restarts took as long as the waiting or longer"))
-    nodes = _holds(s, node_cost, hang_cost)
-    s.judge("findings", NODES_COST_MORE, nodes, f"{s.text(node_cost)} against the hangs' {s.text(hang_cost)}"
-            + ("" if nodes else ": the larger cost, though not always the larger saving"))
+    # read12: this replaces 'the faulty nodes cost the job more than the hangs did', which set the opening's two
+    # keys side by side. Which roadmap item leads, faster restarts or more frequent saves, is new.
+    lead = _holds(s, restarting, redoing)
+    s.judge("findings", RESTARTS_LEAD, lead, f"{s.text(restarting)} of restarts against {s.text(redoing)} of "
+            "redone work" + (": faster restarts lead the roadmap, ahead of more frequent saves" if lead else
+                             ": more frequent (or async) saves lead the roadmap, ahead of faster restarts"))
     redo = _holds(s, redoing, noticing)
     s.judge("findings", REDOING, redo, f"{s.text(redoing)} of redone work against {s.text(noticing)} of waiting"
             + (": saving more often is a roadmap item, not the month's fix" if redo else ""))
@@ -75,7 +78,7 @@ def solve(p, s: Sheet) -> None:
                   "they touch different failures, so their savings add")
     half = s.step("half_cost", "Half of what the failures cost last year", "C_half", (hang_cost + node_cost) / 2,
                   "GPU-h", "")
-    _findings(s, noticing, restarting, redoing, hang_cost, node_cost, both, half)
+    _findings(s, noticing, restarting, redoing, both, half)
     s.regime_by(watchdog, drain, above=Side(
         WATCHDOG,
         f"Hangs noticed after {s.text(d)} on average waste more of the job than the faulty nodes' repeat crashes: "
@@ -94,9 +97,11 @@ def solve(p, s: Sheet) -> None:
              "often (Llama 3: 419 unexpected interruptions in 54 days on 16,384 H100s, about 1,400 a year at "
              "8,192 GPUs), but most are crashes that the scheduler restarts on their own and whose node the "
              "health check drains at once; neither fix changes those.")
-    s.assume("A hang inside a collective turns into a crash at the NCCL timeout (10 min by default in PyTorch, "
-             "Megatron's --distributed-timeout-minutes); the hangs here sat outside any collective (data loader, "
-             "storage, checkpoint I/O), where nothing times out until someone or something looks.")
+    s.assume("A hang on one rank (its data loader, a bad GPU) leaves every other rank waiting in the next "
+             "collective, which hits the NCCL timeout (10 min by default in PyTorch, Megatron's "
+             "--distributed-timeout-minutes) and crashes the job: that is a crash, not a hang. The hangs here stalled "
+             "every rank at once outside any collective (a shared filesystem or object store that stops answering, "
+             "a checkpoint write), where nothing times out until someone or something looks.")
     s.assume("Draining at the first crash needs the crash pinned on a node: the crash log's NCCL rank or XID "
              "error names it. A crash that names no node cannot be drained at once, and draining on a guess "
              "evicts healthy nodes.")

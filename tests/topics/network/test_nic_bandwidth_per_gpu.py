@@ -9,10 +9,10 @@ from tests.oracles import one_f_one_b
 
 
 def test_nic_default_shows_both_windows(variant):
-    """Llama-3-70B, TP 8 x PP 4, 128 replicas of 16 x 8,192-token micro-batches on H100 at 40% MFU (the two
+    """Llama-3-70B, TP 8 x PP 4, 128 replicas of 16 x 8,192-token micro-batches on H100 at 50% MFU (the two
     windows' bandwidths are pinned in the question file): the backward both windows divide."""
     results = variant("nic-bandwidth-per-gpu@default").sheet.results
-    assert results["backward_time"] == pytest.approx(4 * 70.55e9 / 32 * 16 * 8192 / (989.4e12 * 0.4))  # 2.92 s
+    assert results["backward_time"] == pytest.approx(4 * 70.55e9 / 32 * 16 * 8192 / (989.4e12 * 0.5))  # 2.34 s
 
 
 def test_nic_strict_need_does_not_depend_on_the_batch_or_the_shard(variant):
@@ -21,7 +21,7 @@ def test_nic_strict_need_does_not_depend_on_the_batch_or_the_shard(variant):
     stage-boundary send the prompt never mentions (the verdict flipped at @189, @370, @766, @986); the window
     graded is the first stage's, which has no earlier stage to send an activation gradient back to."""
     base = variant("nic-bandwidth-per-gpu@default").sheet.results
-    assert base["bandwidth"] == pytest.approx(127 * 989.4e12 * 0.4 / (128 * 8192), rel=1e-12)
+    assert base["bandwidth"] == pytest.approx(127 * 989.4e12 * 0.5 / (128 * 8192), rel=1e-12)
     fewer = variant("nic-bandwidth-per-gpu@default+microbatches=4").sheet.results
     assert fewer["bandwidth"] == pytest.approx(base["bandwidth"])
     assert fewer["bandwidth_step"] == pytest.approx(4 * base["bandwidth_step"], rel=0.01)
@@ -29,10 +29,38 @@ def test_nic_strict_need_does_not_depend_on_the_batch_or_the_shard(variant):
         other = variant(f"nic-bandwidth-per-gpu@default{override}").sheet.results
         assert other["bandwidth"] == pytest.approx(base["bandwidth"], rel=1e-12)
     # key-check-2's @189, by its parameters: 399.5 of 400 Gb/s, hidden only by the ring's 63/64 (read as 1, past
-    # the line): refused as too close; a point lower it is hidden whichever way the ring is read.
-    with pytest.raises(VariantError, match="too close to the line"):
+    # the line): refused as too close; a point lower (390 Gb/s) is now refused too, within a tenth of the line.
+    with pytest.raises(VariantError, match="too close to the line|tenth of the line rate"):
         variant("nic-bandwidth-per-gpu@default+pp=16+dp=64+mfu=42")
-    assert variant("nic-bandwidth-per-gpu@default+pp=16+dp=64+mfu=41").expected["regime"] == "comms-hidden"
+
+
+def test_nic_refuses_a_verdict_within_a_tenth_of_the_line(variant):
+    """read12 (@77: 390 of 400 Gb/s called hidden, @42 371, @11 449): at 8K on an H100 the need is ~P·MFU/S, the
+    400G port itself, and the terms the model leaves out (NCCL's bus bandwidth ~90-95% of line, attention's ~8%
+    longer window, the bucket tail) are each bigger than that margin. Such draws are refused; over 200 draws
+    every verdict stands a tenth or more from the line."""
+    for code in ("default+pp=16+dp=64+mfu=41", "default+mfu=40", "default+mfu=45+gpu=h200-sxm"):
+        with pytest.raises(VariantError, match="tenth of the line rate"):
+            variant(f"nic-bandwidth-per-gpu@{code}")
+    for seed in range(120):
+        headroom = variant(f"nic-bandwidth-per-gpu@{seed}").sheet.results["headroom"]
+        assert abs(headroom - 1) >= 1 - 1 / 1.1 - 1e-9, seed
+
+
+def test_nic_both_sides_come_from_the_sequence_not_the_mfu(variant):
+    """read12: with the sequence fixed at 8K, the verdict turned on one MFU point. The sequence is drawn over
+    Llama 3's stages (4K, 8K, 16K): hidden and exposed each hold in at least a tenth of the draws, far from
+    the line, and the hidden share (whose exposed share is a graded 0%) stays under 30%."""
+    regimes = [variant(f"nic-bandwidth-per-gpu@{seed}").regime_name for seed in range(120)]
+    hidden = regimes.count("comms-hidden") / len(regimes)
+    assert 0.1 <= hidden <= 0.3
+
+
+def test_nic_opening_is_said_not_telegraphed(variant):
+    """read12 (all): 'GB each GPU sends a step, and the rate that needs over the step's backward?' read as a
+    worksheet; the opening now asks in sentences."""
+    say = variant("nic-bandwidth-per-gpu@default").question.stages[0].say
+    assert "GB each GPU sends" not in say and "How much does each GPU" in say
 
 
 def test_nic_share_survives_the_ring_read_as_two(variant):
@@ -72,7 +100,7 @@ def test_nic_pipeline_has_at_least_a_sequence_per_stage(variant):
     for seed in range(200):
         p = {param.name: param.value for param in variant(f"nic-bandwidth-per-gpu@{seed}").params}
         assert p["microbatches"] >= p["pp"], seed
-        assert 2**20 <= p["dp"] * p["microbatches"] * p["seq"] <= 2**24, seed
+        assert 2**20 <= p["dp"] * p["microbatches"] * p["seq"] <= 2**25, seed  # 32M: a 16K draw at 2,048 sequences
     with pytest.raises(VariantError, match="micro-batches"):
         variant("nic-bandwidth-per-gpu@default+pp=16+microbatches=8")
 
@@ -83,7 +111,7 @@ def _one_f_one_b(stages: int, micro: int, fwd: float, bwd: float) -> list[tuple[
     return [times[("B", s, micro - 1)] for s in range(stages)]
 
 
-@pytest.mark.parametrize("code", ["default", "default+gpu=b200", "default+mfu=50", "7", "42", "101", "150"])
+@pytest.mark.parametrize("code", ["default", "default+gpu=b200", "default+seq=16384", "7", "42", "101", "150"])
 def test_nic_step_matches_a_simulated_one_f_one_b_step(variant, code):
     """The closed form, (m + PP − 1) slots of 1.5 × the last backward plus what of the reduction outruns that
     backward, against the schedule simulated stage by stage: every stage starts its reduction with its last
@@ -106,14 +134,14 @@ def test_nic_pushes_move_the_gpu_or_the_sequence_with_the_side(variant):
     on the same 400G port (DGX B200's): exposed, a few percent of the step. read7 (3): the exposed side's 800G
     ConnectX-8 was bandwidth an H100's or H200's PCIe Gen5 link cannot feed; it now enters the long-context
     stage, 16K sequences, which doubles the window: hidden."""
-    hidden = variant("nic-bandwidth-per-gpu@default")
+    hidden = variant("nic-bandwidth-per-gpu@default+seq=16384")
     assert hidden.regime_name == "comms-hidden"
-    b200 = variant("nic-bandwidth-per-gpu@default+gpu=b200")
+    b200 = variant("nic-bandwidth-per-gpu@default+seq=16384+gpu=b200")
     assert b200.regime_name == "comms-exposed"
-    assert 0.02 < b200.expected["exposed_share"] < 0.06
-    exposed = variant("nic-bandwidth-per-gpu@default+mfu=50")
+    assert 0.005 < b200.expected["exposed_share"] < 0.06
+    exposed = variant("nic-bandwidth-per-gpu@default")
     assert exposed.regime_name == "comms-exposed" and exposed.expected["exposed_share"] < 0.01
-    longer = variant("nic-bandwidth-per-gpu@default+mfu=50+seq=16384")
+    longer = variant("nic-bandwidth-per-gpu@default+seq=16384")
     assert longer.regime_name == "comms-hidden"
     assert longer.expected["bandwidth"] == pytest.approx(exposed.expected["bandwidth"] / 2, rel=1e-12)
     pushes = [stage for stage in hidden.question.stages if stage.set]
@@ -127,7 +155,7 @@ def test_nic_layout_fits_plain_ddp_or_is_refused(variant):
         variant("nic-bandwidth-per-gpu@default+pp=1+gpu=h200-sxm")
     with pytest.raises(VariantError, match="plain data parallelism"):
         variant("nic-bandwidth-per-gpu@default+pp=2")  # 70.6 GB of state on an 85.5 GB H100
-    assert variant("nic-bandwidth-per-gpu@default+pp=2+gpu=h200-sxm").regime_name == "comms-hidden"
+    assert variant("nic-bandwidth-per-gpu@default+pp=2+gpu=h200-sxm").regime_name == "comms-exposed"
     for seed in range(30):
         solution = variant(f"nic-bandwidth-per-gpu@{seed}")
         p = param_values(solution)
@@ -144,4 +172,4 @@ def test_nic_key_says_ddp_and_why_a_distributed_optimizer_needs_the_same(variant
     assumptions = " ".join(solution.sheet.assumptions)
     assert "all-gather" in assumptions and "fp32" in assumptions and "latency steps" in assumptions
     assert "This is why ports ship" not in solution.sheet.regime.summary
-    assert "happens to sit" in solution.sheet.regime.summary
+    assert "not a reason to buy a faster NIC" in solution.sheet.regime.summary

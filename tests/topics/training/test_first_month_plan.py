@@ -33,7 +33,8 @@ def test_first_month_costs_and_fix_follow_the_record(variant, seed):
     findings = solution.sheet.results["findings"]
     plain = {"in total, the hangs waited longer to be noticed than all the failures spent restarting":
              (raw["hangs"] * raw["detect"], failures * raw["restart"] / 60),
-             "the faulty nodes cost the job more than the hangs did": (node_cost, hang_cost),
+             "restarts cost the job more than redoing the work since the last save":
+             (failures * raw["restart"] / 60, failures * raw["interval"] / 2),
              "redoing the work since the last save cost more than waiting to notice the hangs":
              (failures * raw["interval"] / 2, raw["hangs"] * raw["detect"]),
              "the two fixes together would win back more than half of what the failures cost":
@@ -71,12 +72,12 @@ def test_first_month_bad_nodes_grow_with_the_job(variant, seed):
 
 
 def test_first_month_record_is_the_part_the_fixes_touch(variant):
-    """read7 #1, #2, #3: the stem says the hangs sat outside any collective (no NCCL timeout fires there) and
-    that other crashes restarted on their own; the assumptions set the record against Llama 3's rate, name the
-    NCCL timeout and say how a crash is pinned on a node."""
+    """read7 #1, #2, #3: the stem says where the hangs sat (no NCCL timeout fires there) and that other crashes
+    restarted on their own; the assumptions set the record against Llama 3's rate, name the NCCL timeout and say
+    how a crash is pinned on a node."""
     solution = variant("first-month-plan@default")
     opening = solution.question.stages[0].say
-    assert "outside any collective" in opening and "auto-restarted" in opening
+    assert "stalled every rank" in opening and "auto-restarted" in opening
     assumptions = " ".join(solution.sheet.assumptions)
     assert "419 unexpected interruptions" in assumptions and "NCCL timeout" in assumptions
     assert "names it" in assumptions
@@ -91,3 +92,35 @@ def test_first_month_stage_three_asks_what_the_select_grades(variant):
     assert "record support" in third and "draft" not in third and "begin the restart" in third
     plan = next(answer for answer in solution.question.answers if answer.key == "plan")
     assert not any("week one" in item for item in plan.points)
+
+
+def test_first_month_hangs_are_where_no_timeout_fires(variant):
+    """read12 (all): 'hangs outside any collective ... in the data loader, where no timeout fires' was wrong for
+    one rank's data loader: the other ranks wait in the next collective, hit the NCCL timeout and crash the job.
+    The stem, the hint and the assumption now say the hangs stalled every rank at once, on storage."""
+    solution = variant("first-month-plan@default")
+    opening = solution.question.stages[0].say
+    assert "outside any collective" not in opening and "every rank" in opening
+    assert not any("data loader or storage" in hint for hint in solution.question.stages[0].hints)
+    assumptions = " ".join(solution.sheet.assumptions)
+    assert "leaves every other rank waiting" in assumptions and "stalled every rank at once" in assumptions
+
+
+def test_first_month_no_option_restates_the_opening(variant):
+    """read12 (@11, @77): 'the faulty nodes cost the job more than the hangs did' set the opening's two keys side
+    by side. It is replaced by which roadmap item leads (faster restarts or more frequent saves: the restarts
+    against the redone work), which follows the numbers both ways."""
+    options = next(a for a in variant("first-month-plan@default").question.answers if a.key == "findings").pool
+    assert "the faulty nodes cost the job more than the hangs did" not in options
+    seen = {variant(f"first-month-plan@{seed}").sheet.results["findings"].get(
+        "restarts cost the job more than redoing the work since the last save") for seed in range(80)}
+    assert {True, False} <= seen
+
+
+def test_first_month_pushes_say_why_in_the_teams_words(variant):
+    """read12 (@42): 'the on-call already watches the step counter' made the watchdog pointless by premise;
+    the push now says the on-call checks the dashboard every hour (a hang sits half an hour on average), and
+    the opening says the bad nodes' crashes are an average, not '1.5 times each'."""
+    stages = variant("first-month-plan@default").question.stages
+    assert "already watches the step counter" not in stages[3].say and "every hour" in stages[3].say
+    assert "on average" in stages[0].say
