@@ -537,3 +537,31 @@ def test_a_generated_push_declared_a_nudge_says_so_in_the_script(bank, catalog):
     run = stage_run(solution, catalog, index)
     assert run is not None and run.nudge_note.startswith(("A nudge that crosses on this variant", "A nudge, not"))
     assert solution.question.stages[index].nudge in run.nudge_note
+
+
+# Seeds where a declared push cannot be made and the engine's push stands in, with the stage's reason for the
+# figure that stand-in moves (and the way it moves it): fp8-kv-cache's context, kv-quant-keys-vs-values's query
+# RMS, key bits and value bits, paged-block-size's block size each way and its mean length.
+STAND_INS = [
+    ("fp8-kv-cache", 4, 9, "context", "A customer starts sending whole books: a request now holds"),
+    ("fp8-kv-cache", 4, 31, "context", "A customer starts sending whole books: a request now holds"),
+    ("kv-quant-keys-vs-values", 4, 2, "q_scale", "A long-context fine-tune sharpens the attention: the query RMS is now"),
+    ("kv-quant-keys-vs-values", 4, 50, "bits", "Memory runs short: keys drop to 2 bits an element."),
+    ("kv-quant-keys-vs-values", 4, 54, "value_bits", "Values now get 4 bits an element, keys as they were."),
+    ("paged-block-size", 3, 9, "block_size", "Your kernel team wants blocks of"),
+    ("paged-block-size", 3, 60, "block_size", "Blocks of 8 tokens would win the memory back"),
+    ("paged-block-size", 3, 104, "mean_length", "Agents arrive with longer conversations: sequences now average"),
+]
+
+
+@pytest.mark.parametrize("question_id, index, seed, moved, words", STAND_INS)
+def test_a_declared_pushs_stand_in_says_the_files_reason_not_the_engines_words(bank, catalog, question_id, index,
+                                                                               seed, moved, words):
+    """Where a declared push cannot be made on a draw, the engine's push stands in, moving only figures the stage
+    has a reason for, and says that reason (its way, up or down) before the engine's ask: no 'Let's change one
+    thing: block size from 64 tokens to 128 tokens'."""
+    solution = make_variant(bank, catalog, VariantCode(question_id, seed))
+    run = stage_run(solution, catalog, index)
+    assert run is not None and not run.declared and run.moved == (moved,), (question_id, seed, run and run.moved)
+    assert run.say.startswith(words), run.say
+    assert "Let's change" not in run.say and run.say.endswith("What changes, and what matters now?")
