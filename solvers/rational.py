@@ -60,9 +60,54 @@ def from_sympy(number: sympy.Basic) -> Exact | None:
 @lru_cache(maxsize=8192)
 def _compiled(expr: sympy.Basic) -> Callable[[_Env], Exact] | None:
     try:
-        return _compile(expr)
+        return _flat(expr)
     except _NotRational:
         return None
+    except (RecursionError, SyntaxError, MemoryError):  # a formula too deep for Python's compiler: the closures
+        return _compile(expr)
+
+
+def _flat(expr: sympy.Basic) -> Callable[[_Env], Exact]:
+    """The formula as one Python expression, compiled: the closures' arithmetic in the same order, without a
+    call per node (sum() and prod() start from 0 and 1, which change no value and no type here)."""
+    bound: dict[str, object] = {"_power": _raise_to, "_abs": _absolute, "_floor": math.floor, "_ceil": math.ceil}
+    source = _source(expr, bound)
+    return eval(f"lambda env: {source}", bound)  # noqa: S307 - our own text, from sympy nodes this module takes
+
+
+def _source(expr: sympy.Basic, bound: dict[str, object]) -> str:
+    if expr.is_Integer or expr.is_Rational or type(expr) is sympy.Symbol:
+        name = f"_{len(bound)}"
+        bound[name] = int(expr) if expr.is_Integer else Fraction(expr.p, expr.q) if expr.is_Rational else expr
+        return f"env[{name}]" if type(expr) is sympy.Symbol else name
+    parts = [_source(arg, bound) for arg in expr.args]
+    kind = type(expr)
+    if kind is sympy.Add:
+        return f"({' + '.join(parts)})"
+    if kind is sympy.Mul:
+        return f"({' * '.join(parts)})"
+    if kind is sympy.Pow:
+        return f"_power({parts[0]}, {parts[1]})"
+    if kind in (sympy.Max, sympy.Min):
+        return f"{'max' if kind is sympy.Max else 'min'}({', '.join(parts)})"
+    if kind is sympy.Abs:
+        return f"_abs({parts[0]})"
+    if kind in (sympy.floor, Floor, sympy.ceiling, Ceiling):
+        return f"{'_floor' if kind in (sympy.floor, Floor) else '_ceil'}({parts[0]})"
+    raise _NotRational
+
+
+def _raise_to(b: Exact, n: Exact) -> Exact:
+    """b^n as _pow's closure takes it: an integer power only (a root is sympy's), exactly."""
+    if isinstance(n, Fraction):
+        if n.denominator != 1:
+            raise _NotRational
+        n = n.numerator
+    return Fraction(b) ** n if n < 0 else b ** n
+
+
+def _absolute(number: Exact) -> Exact:
+    return -number if number < 0 else number
 
 
 def _compile(expr: sympy.Basic) -> Callable[[_Env], Exact]:

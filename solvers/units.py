@@ -152,6 +152,7 @@ def dim_name(dim: Dim) -> str:
     return text + ("/" + "·".join(den) if den else "")
 
 
+@lru_cache(maxsize=8192, typed=True)  # a variant prints each given two or three times, and most recur across variants
 def format_number(value: float, sig: int = 4) -> str:
     """A number as a person reads it: '327,680', '42.12', '0.0421', '2.4×10^25'.
 

@@ -7,6 +7,7 @@ TP exceeds them); an MLA latent has no heads to split and sits whole on every ra
 sequence occupies ceil(tokens / block_size) blocks."""
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Protocol
 
 import sympy
@@ -53,9 +54,27 @@ class TakesPrerequisites(Protocol):
 def kv_bytes_per_token_given(sheet: TakesPrerequisites, model: Record, kv_bytes: float, dtype: str) -> sympy.Symbol:
     """KV bytes per token as a result of kv-bytes-per-token (the question must require it): the
     same formula, evaluated on a scratch sheet, stands here as one given instead of a derivation."""
-    scratch = Sheet()
-    value = scratch.value(kv_bytes_per_token(scratch, model, scratch.given("b_kv", kv_bytes, "B")))
+    value = _kv_bytes_value(*_kv_fields(model), kv_bytes)
     return sheet.prerequisite("kv-bytes-per-token", "KV_tok", value, "KiB", f"KV cache bytes per token ({dtype})")
+
+
+def _kv_fields(model: Record) -> tuple[str, tuple[tuple[str, object], ...]]:
+    """What kv_bytes_per_token reads of a model, read in its order (a missing field raises as it would there)."""
+    layers = "attention_layers" if "attention_layers" in model else "layers"
+    read = [(layers, getattr(model, layers))]
+    read += [(name, getattr(model, name)) for name in (("kv_lora_rank", "qk_rope_head_dim")
+                                                       if model.attention == "mla" else ("kv_heads", "head_dim"))]
+    return model.attention, tuple(read)
+
+
+@lru_cache(maxsize=256)
+def _kv_bytes_value(attention: str, fields: tuple[tuple[str, object], ...], kv_bytes: float) -> float:
+    """kv_bytes_per_token on a scratch sheet, kept by what it reads: a solver takes it for several layouts, and a
+    push's search solves the variant again a few dozen times (it was a quarter of voice-latency-budget's float
+    solve)."""
+    scratch = Sheet()
+    model = Record({"attention": attention, **dict(fields)})
+    return scratch.value(kv_bytes_per_token(scratch, model, scratch.given("b_kv", kv_bytes, "B")))
 
 
 def kv_heads_per_gpu(sheet: Sheet, model: Record, tp: sympy.Symbol, key: str = "kv_heads_per_gpu") -> sympy.Symbol:

@@ -42,15 +42,22 @@ P_ROWS, P_VALUES = 16, 131072  # at least this many query rows in the probabilit
 def _e4m3(x: np.ndarray, scale) -> np.ndarray:
     """fp8.quantize(x, E4M3, scale) for large arrays: normals rounded to 3 fraction bits, nearest even, on the
     float64 bits (an add and a mask), the few subnormals by the shared rounding (the key test checks both
-    agree value for value)."""
-    y = np.clip(np.asarray(x, dtype=np.float64) / scale, -E4M3.max, E4M3.max)
+    agree value for value). Worked in place on two arrays: each temporary of a 2,048 x 128 key block costs a
+    pass and fresh pages."""
+    y = np.asarray(x, dtype=np.float64) / scale
+    np.clip(y, -E4M3.max, E4M3.max, out=y)
     drop = 52 - E4M3.mantissa_bits
     bits = y.view(np.uint64)
-    lsb = (bits >> np.uint64(drop)) & np.uint64(1)
-    rounded = ((bits + np.uint64((1 << (drop - 1)) - 1) + lsb) & chop_mask(E4M3.mantissa_bits)).view(np.float64)
+    word = bits >> np.uint64(drop)  # becomes the rounded bits: lsb, + the half quantum less one + bits, masked
+    word &= np.uint64(1)
+    word += np.uint64((1 << (drop - 1)) - 1)
+    word += bits
+    word &= chop_mask(E4M3.mantissa_bits)
+    rounded = word.view(np.float64)
     small = np.abs(y) < 2.0**E4M3.min_exponent
     rounded[small] = quantize(y[small], E4M3)
-    return rounded * scale
+    rounded *= scale
+    return rounded
 
 
 def _softmax_tv(p: np.ndarray, q: np.ndarray) -> float:
@@ -71,15 +78,19 @@ def _key_point(rng: np.random.Generator, alpha: float, beta: float, head_dim: in
     q = beta * rng.standard_normal((KEY_ROWS, head_dim))
 
     def probs(keys):
-        s = q @ (keys - offsets).T / np.sqrt(head_dim)  # q·offsets is the same for every token: it cancels
+        keys = keys - offsets
+        s = q @ keys.T / np.sqrt(head_dim)  # q·offsets is the same for every token: it cancels
         e = np.exp(s - s.max(axis=1, keepdims=True))
         return e / e.sum(axis=1, keepdims=True)
 
     exact = probs(k)
-    tensor = _e4m3(k, amax_scale(np.max(np.abs(k)), E4M3))
-    channel = _e4m3(k, amax_scale(np.max(np.abs(k), axis=0), E4M3))
+    magnitude = np.abs(k)
+    tensor = _e4m3(k, amax_scale(np.max(magnitude), E4M3))
+    channel = _e4m3(k, amax_scale(np.max(magnitude, axis=0), E4M3))
     mean = k.mean(axis=0)
-    centred = _e4m3(k - mean, amax_scale(np.max(np.abs(k - mean)), E4M3)) + mean  # q·mean kept exact
+    centred = k - mean
+    centred = _e4m3(centred, amax_scale(np.max(np.abs(centred)), E4M3))
+    centred += mean  # q·mean kept exact
     return {"tensor": _softmax_tv(exact, probs(tensor)), "channel": _softmax_tv(exact, probs(channel)),
             "centred": _softmax_tv(exact, probs(centred)), "tokens": rows}
 
@@ -97,13 +108,17 @@ def _probability_point(rng: np.random.Generator, beta: float, tokens: int,
     below half the smallest subnormal (the tie goes to the even code, zero). With the first row's exp(s − m),
     the accumulator's input."""
     rows = max(P_ROWS, P_VALUES // tokens)
-    s = beta * rng.standard_normal((rows, tokens))
-    p = np.exp(s - s.max(axis=1, keepdims=True))
+    p = rng.standard_normal((rows, tokens))  # worked in place: up to 16 x 131,072 scores
+    p *= beta
+    p -= p.max(axis=1, keepdims=True)
+    np.exp(p, out=p)
     flush = E4M3.min_subnormal / 2
     mass = p.sum(axis=1)
-    return {"flushed": float(np.mean(np.sum(np.where(p <= flush, p, 0), axis=1) / mass)),
-            "flushed_scaled": float(np.mean(np.sum(np.where(p * scale <= flush, p, 0), axis=1) / mass)),
-            "rows": rows}, p[0]
+    kept = np.where(p <= flush, p, 0)
+    flushed = float(np.mean(np.sum(kept, axis=1) / mass))
+    np.multiply(p, scale, out=kept)
+    np.multiply(p, kept <= flush, out=kept)  # p where p·scale flushes, else 0 (p is finite)
+    return {"flushed": flushed, "flushed_scaled": float(np.mean(np.sum(kept, axis=1) / mass)), "rows": rows}, p[0]
 
 
 def _accumulator_point(rng: np.random.Generator, p: np.ndarray, promote: int, k: int, bits: int) -> dict[str, float]:
@@ -117,14 +132,16 @@ def _accumulator_point(rng: np.random.Generator, p: np.ndarray, promote: int, k:
     exact = slabs.sum(axis=0)
     mask = chop_mask(bits)
     acc = np.zeros(ACC_CHANNELS)
+    acc_bits = acc.view(np.uint64)
     for slab in slabs:  # one chopped add per slab, in order: the accumulator's error only grows
-        acc += slab
-        acc.view(np.uint64)[...] &= mask
+        np.add(acc, slab, out=acc)
+        np.bitwise_and(acc_bits, mask, out=acc_bits)
     per_block = slabs.reshape(-1, promote // k, ACC_CHANNELS)
     partial = np.zeros(per_block.shape[::2])
+    partial_bits = partial.view(np.uint64)
     for step in range(per_block.shape[1]):  # every block's own short chain, all blocks at once
         partial += per_block[:, step]
-        partial.view(np.uint64)[...] &= mask
+        np.bitwise_and(partial_bits, mask, out=partial_bits)
     promoted = partial.sum(axis=0)  # the FP32 adds on CUDA cores: exact beside the chopped ones
     chained = np.abs(acc - exact) / exact
     return {"chained": float(np.mean(chained)), "chained_max": float(np.max(chained)),
