@@ -12,7 +12,7 @@ MRV2 = "model-runner-v2"
 
 
 REMOVE = "turning off what keeps it on the V1 runner"
-CPU_AS_V2 = "a host CPU twice as fast, by as much as Model Runner V2 would"
+CPU_AS_V2 = "a host CPU twice as fast, shortening the step as far as Model Runner V2 would"
 
 
 def test_model_runner_v2_default(variant):
@@ -246,3 +246,12 @@ def test_bartlett_hessian_has_the_wishart_mean():
     mean = np.mean([calibration_hessian(rng, root, 256) for _ in range(400)], axis=0)
     target = 2 * root @ root.T
     assert np.linalg.norm(mean - target) / np.linalg.norm(target) < 0.03
+
+
+def test_the_cpu_lever_against_v2_reads_one_way(bank):
+    """read12 #2: 'a host CPU twice as fast, by as much as Model Runner V2 would' read either as a CPU sped up by
+    as much as MRV2 would speed it, or as one that shortens the step as far as MRV2 would; the key means the second,
+    and the label now says so."""
+    pool = bank.get("model-runner-v2").answer("fallback").pool
+    assert CPU_AS_V2 in pool and not any("by as much as" in option for option in pool)
+    assert CPU_AS_V2 == "a host CPU twice as fast, shortening the step as far as Model Runner V2 would"
