@@ -32,7 +32,7 @@ def test_model_runner_v2_opening_says_kv_dtype_and_a_recall_asks_for_triton(bank
     stages = bank.get(MRV2).stages
     recall = next(i for i, stage in enumerate(stages) if stage.kind == "recall")
     select = next(i for i, stage in enumerate(stages) if "fallback" in stage.ask)
-    assert set(stages[recall].ask) == {"why_triton", "fallback_list"} and recall < select
+    assert set(stages[recall].ask) == {"why_triton", "fallback_list", "cpu_bound_signs"} and recall < select
 
 
 def test_model_runner_v2_is_four_turns_asking_every_teaser_point(bank):
@@ -255,3 +255,14 @@ def test_the_cpu_lever_against_v2_reads_one_way(bank):
     pool = bank.get("model-runner-v2").answer("fallback").pool
     assert CPU_AS_V2 in pool and not any("by as much as" in option for option in pool)
     assert CPU_AS_V2 == "a host CPU twice as fast, shortening the step as far as Model Runner V2 would"
+
+
+def test_the_recall_asks_how_a_trace_shows_the_cpu_bound(bank, variant, catalog):
+    """read12 #6: a strong interviewer asks how you would know a deployment is CPU-bound before crediting any fix for
+    it; the recall now asks it (GPU gaps between steps, a saturated Python thread, a step that grows with the batch
+    by the CPU's share and not with the KV reads), before the stage that prices the levers."""
+    from solvers.interview import stage_run
+    points = " ".join(bank.get("model-runner-v2").answer("cpu_bound_signs").points)
+    assert "Nsight Systems" in points and "py-spy" in points and "not by the KV reads" in points
+    run = stage_run(variant("model-runner-v2@default"), catalog, 1)
+    assert run is not None and "cpu_bound_signs" in run.ask and "trace" in run.say
