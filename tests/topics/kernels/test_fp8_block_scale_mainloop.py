@@ -140,7 +140,8 @@ def test_the_push_to_mx_scales_says_why_the_gpu_is_b200(variant, catalog):
     for code in ("fp8-block-scale-mainloop@default", "fp8-block-scale-mainloop@default+gpu=b200"):
         run = stage_run(variant(code), catalog, 3)
         assert run is not None and run.declared and "scale_block" in run.moved
-        assert run.say.startswith("For the B200 HGX build the quant team wants MXFP8's scales, every 32 along K")
+        assert run.say.startswith("For the B200 HGX build the quant team wants scales every 32 along K, MXFP8's "
+                                  "block, still fp32")
 
 
 def test_the_push_select_keeps_the_pair_that_keeps_it_answerable(variant):
