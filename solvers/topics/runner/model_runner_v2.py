@@ -43,7 +43,7 @@ FORCE = "setting VLLM_USE_V2_MODEL_RUNNER to force Model Runner V2"
 FASTER_CPU = "a host CPU twice as fast"
 MORE_BANDWIDTH = "GPUs with twice the HBM bandwidth"
 # read7 #1: a lever whose truth is not the regime's bit: listed where the V1 runner runs and its CPU sets the step.
-CPU_AS_V2 = "a host CPU twice as fast, by as much as Model Runner V2 would"
+CPU_AS_V2 = "a host CPU twice as fast, shortening the step as far as Model Runner V2 would"
 
 
 def _runner(s: Sheet, p, e, work, comm, gpu, cpu_old, cpu_new, old, new, speedup) -> None:

@@ -172,10 +172,24 @@ def test_moe_forced_routing_is_priced(variant):
     assert kimi["hessian_bytes"] == pytest.approx(384 * 7168**2 * 4, rel=1e-9)
 
 
-def test_moe_push_reasks_the_recipe(variant, catalog):
-    """read7 #6: the push is not only a recompute of the ratio; the recipe select is asked again on the moved set."""
+def test_moe_push_asks_the_samples_at_the_new_balance_not_a_restating_select(variant, catalog):
+    """read12 #2/#3: re-asked in the push, the recipe select restated the push's own regime (full rank and 'no more
+    samples than today's' held exactly when usable; 'doubling would lift it past' never held). The push asks instead
+    how many samples the target takes at the moved balance, a figure that moves with the model and target."""
     from solvers.interview import stage_run
-    for seed in (7001, 7002, 7003):
+    needs = set()
+    for seed in range(7001, 7041):
         solution = variant(f"{MOE}@{seed}")
         runs = [run for index in (3, 4) if (run := stage_run(solution, catalog, index)) is not None]
-        assert "recipe" in runs[0].ask
+        assert "recipe" not in runs[0].ask and "samples_needed" in runs[0].ask
+        needs.add(runs[0].solution.expected["samples_needed"])
+    assert len(needs) > 3
+    pushed = variant(f"{MOE}@default+samples=2048+rare=80").sheet.results
+    assert pushed["samples_needed"] == 160  # 4 × 4,096 × 128 / (8 × 80% × 2,048)
+
+
+def test_moe_forced_cost_label_reads_one_way(bank):
+    """read12 #4: 'Today's set through every expert: expert compute over the routed set sized for the target' parsed
+    two ways; the label now says what is forced and what it is a multiple of."""
+    label = bank.get(MOE).answer("forced_cost").label
+    assert label.startswith("Forcing today's set through every expert") and "multiples of routing" in label

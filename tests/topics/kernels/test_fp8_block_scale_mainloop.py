@@ -130,3 +130,23 @@ def test_the_stem_keeps_128_weight_rows_per_scale(variant):
     """Finding 6, in the words: the stem said N_C × N_C weight blocks."""
     prompt = " ".join(variant("fp8-block-scale-mainloop@default+gpu=b200+scale_block=32").prompt.split())
     assert "per 128 × 32 weight block" in prompt and "32 × 32" not in prompt
+
+
+def test_the_push_to_mx_scales_says_why_the_gpu_is_b200(variant, catalog):
+    """read12 #4: from an H100 opening the push moves the GPU and the scale block together, but its line only named
+    B200 in passing ('... on B200 HGX'), as if the GPU had been there all along; it now says the MX scales are for the
+    B200 build, and reads the same from a B200 opening."""
+    from solvers.interview import stage_run
+    for code in ("fp8-block-scale-mainloop@default", "fp8-block-scale-mainloop@default+gpu=b200"):
+        run = stage_run(variant(code), catalog, 3)
+        assert run is not None and run.declared and "scale_block" in run.moved
+        assert run.say.startswith("For the B200 HGX build the quant team wants scales every 32 along K, MXFP8's "
+                                  "block, still fp32")
+
+
+def test_the_push_select_keeps_the_pair_that_keeps_it_answerable(variant):
+    """read12 #2, declined: 'as they are' and 'rounded to powers of two' are each other's negation, but the pair is
+    what keeps a false option in the list. An exposed push on FP32 scales has the fact, the shortening and the
+    rounding all true; without 'as they are' every listed option would hold and the draw would be refused."""
+    results = variant("fp8-block-scale-mainloop@default+gpu=b200+scale_block=32").sheet.results["block_scaled"]
+    assert results[INSIDE] and results[SHORTER] and results[ROUNDED] and results[AS_IS] is False

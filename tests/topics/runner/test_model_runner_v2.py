@@ -12,7 +12,7 @@ MRV2 = "model-runner-v2"
 
 
 REMOVE = "turning off what keeps it on the V1 runner"
-CPU_AS_V2 = "a host CPU twice as fast, by as much as Model Runner V2 would"
+CPU_AS_V2 = "a host CPU twice as fast, shortening the step as far as Model Runner V2 would"
 
 
 def test_model_runner_v2_default(variant):
@@ -32,7 +32,7 @@ def test_model_runner_v2_opening_says_kv_dtype_and_a_recall_asks_for_triton(bank
     stages = bank.get(MRV2).stages
     recall = next(i for i, stage in enumerate(stages) if stage.kind == "recall")
     select = next(i for i, stage in enumerate(stages) if "fallback" in stage.ask)
-    assert set(stages[recall].ask) == {"why_triton", "fallback_list"} and recall < select
+    assert set(stages[recall].ask) == {"why_triton", "fallback_list", "cpu_bound_signs"} and recall < select
 
 
 def test_model_runner_v2_is_four_turns_asking_every_teaser_point(bank):
@@ -246,3 +246,23 @@ def test_bartlett_hessian_has_the_wishart_mean():
     mean = np.mean([calibration_hessian(rng, root, 256) for _ in range(400)], axis=0)
     target = 2 * root @ root.T
     assert np.linalg.norm(mean - target) / np.linalg.norm(target) < 0.03
+
+
+def test_the_cpu_lever_against_v2_reads_one_way(bank):
+    """read12 #2: 'a host CPU twice as fast, by as much as Model Runner V2 would' read either as a CPU sped up by
+    as much as MRV2 would speed it, or as one that shortens the step as far as MRV2 would; the key means the second,
+    and the label now says so."""
+    pool = bank.get("model-runner-v2").answer("fallback").pool
+    assert CPU_AS_V2 in pool and not any("by as much as" in option for option in pool)
+    assert CPU_AS_V2 == "a host CPU twice as fast, shortening the step as far as Model Runner V2 would"
+
+
+def test_the_recall_asks_how_a_trace_shows_the_cpu_bound(bank, variant, catalog):
+    """read12 #6: a strong interviewer asks how you would know a deployment is CPU-bound before crediting any fix for
+    it; the recall now asks it (GPU gaps between steps, a saturated Python thread, a step that grows with the batch
+    by the CPU's share and not with the KV reads), before the stage that prices the levers."""
+    from solvers.interview import stage_run
+    points = " ".join(bank.get("model-runner-v2").answer("cpu_bound_signs").points)
+    assert "Nsight Systems" in points and "py-spy" in points and "not by the KV reads" in points
+    run = stage_run(variant("model-runner-v2@default"), catalog, 1)
+    assert run is not None and "cpu_bound_signs" in run.ask and "trace" in run.say
