@@ -166,3 +166,13 @@ def test_hottest_alone_is_not_listed_on_an_exact_tie(variant):
     option = "The hottest expert alone takes longer than the other experts on its GPU together"
     assert solution.sheet.judged("placement")[option] is None
     assert option not in solution.shown["placement"]
+
+
+def test_the_opening_says_the_crossover_and_where_the_rest_of_the_load_goes(variant):
+    """r15 (a re-derivation): 'from what batch does skew cost expert work?' was read as the hot GPU's whole
+    expert work leaving its reads (1,447 tokens against the key's 264, the hottest expert's own crossover), and
+    the other experts were given the mean load (103.3 us against 109.1). The opening asks when the hottest
+    expert's math outlasts its read, and says the rest share what is left evenly."""
+    say = " ".join(variant("ep-load-skew@9500").question.stages[0].say.split())
+    assert "From what batch does its math outlast its weight read?" in say
+    assert "the rest share what is left evenly" in say

@@ -173,3 +173,11 @@ def test_nic_key_says_ddp_and_why_a_distributed_optimizer_needs_the_same(variant
     assert "all-gather" in assumptions and "fp32" in assumptions and "latency steps" in assumptions
     assert "This is why ports ship" not in solution.sheet.regime.summary
     assert "not a reason to buy a faster NIC" in solution.sheet.regime.summary
+
+
+def test_stage_three_says_the_step_is_a_1f1b_pipelines_bubble_included(variant):
+    """r15 (a re-derivation): '40% MFU while the passes run' was read as a step of the passes alone (0.585 s
+    against the key's 1.114 s, 16 slots against 16 + 16 − 1). Stage 3 says the step is a 1F1B pipeline's, bubble
+    included."""
+    stage = next(s for s in variant("nic-bandwidth-per-gpu@9600").question.stages if "step_time" in s.ask)
+    assert "on a 1F1B pipeline, bubble included" in " ".join(stage.say.split())
