@@ -545,7 +545,8 @@ def test_a_generated_push_declared_a_nudge_says_so_in_the_script(bank, catalog):
 STAND_INS = [
     ("fp8-kv-cache", 4, 9, "context", "A customer starts sending whole books: a request now holds"),
     ("fp8-kv-cache", 4, 31, "context", "A customer starts sending whole books: a request now holds"),
-    ("kv-quant-keys-vs-values", 4, 2, "q_scale", "A long-context fine-tune sharpens the attention: the query RMS is now"),
+    ("kv-quant-keys-vs-values", 4, 2, "q_scale",
+     "A long-context fine-tune sharpens the attention: the query RMS is now"),
     ("kv-quant-keys-vs-values", 4, 50, "bits", "Memory runs short: keys drop to 2 bits an element."),
     ("kv-quant-keys-vs-values", 4, 54, "value_bits", "Values now get 4 bits an element, keys as they were."),
     ("paged-block-size", 3, 9, "block_size", "Your kernel team wants blocks of"),
