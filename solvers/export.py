@@ -26,7 +26,7 @@ from solvers.bank import Bank, Question
 from solvers.conventions import conventions
 from solvers.data import Catalog
 from solvers.derivation import Step
-from solvers.engine import MAX_SEED, Solution, VariantCode, VariantError, make_variant
+from solvers.engine import MAX_SEED, Solution, VariantCode, VariantError, listings, make_variant
 from solvers.interview import StageRun, steps_by_stage
 from solvers.reality import compare
 from solvers.report import answer_rows, key_notes, prompt_markdown, script_markdown, to_dict
@@ -145,7 +145,11 @@ def _candidate_entry(number: int, variant: Script) -> list[str]:
     for stage in variant.stages:
         if stage.run is None:
             continue
-        words = ["(The interviewer asks this one aloud.)"] if stage.quotes_key() else prompt_markdown(stage.run.prompt)
+        run = stage.run
+        # Words that quote an earlier key are the interviewer's to say; the options they ask about are listed still.
+        words = (["(The interviewer asks this one aloud.)",
+                  "", *prompt_markdown(listings(run.solution.question, run.solution.shown, run.ask).strip())]
+                 if stage.quotes_key() else prompt_markdown(run.prompt))
         in_play = solution.cards() if stage.turn == 1 else stage.run.cards_added
         cards = [f"{'Conventions in play' if stage.turn == 1 else 'Conventions now also in play'}: "
                  f"{_card_titles(in_play)}.", ""] if in_play else []

@@ -335,3 +335,15 @@ def test_an_answer_only_the_other_sides_push_asks_is_not_in_the_key_table(bank, 
     table = key_sheet().entry(1, read).split("## Interview")[0].split("### ")[0]
     assert f"| {solution.question.answer('overlap_ceiling').shown_label} |" not in table
     assert all(f"| {solution.question.answer(key).shown_label} |" in table for key in asked)
+
+
+def test_a_stage_the_interviewer_says_aloud_still_lists_its_options(variant, catalog):
+    """r15 (a re-derivation): chunked-prefill-budget's third stage quotes an earlier key, so the candidate's sheet
+    leaves its words to the interviewer, and it left out the options asked about too: the select could not be
+    answered from the sheet."""
+    run = script(variant("chunked-prefill-budget@9600"), catalog)
+    stage = next(stage for stage in run.stages if stage.run is not None and stage.quotes_key())
+    sheet = _text(candidate_sheet(), [run])
+    section = sheet.split("(The interviewer asks this one aloud.)")[1].split("### Stage")[0]
+    for option in stage.run.solution.shown["remedies"]:
+        assert f". {option}" in section
