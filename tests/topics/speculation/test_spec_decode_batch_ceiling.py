@@ -170,3 +170,17 @@ def test_the_published_figure_names_its_own_batch(bank):
     470: the 128 is the comparison variant's batch."""
     system = bank.get("spec-decode-batch-ceiling").reality[0].system
     assert "the comparison variant's batch (128)" in system and "the variant's own batch" not in system
+
+
+def test_contexts_reach_a_chat_turns_length(variant):
+    """Read12 finding 3: contexts were drawn from 128-1,024 tokens (288-704 in the three read), where the KV read
+    that moves the ceiling barely shows. Past 1K the verify pass still turns compute-bound (at γ = 4 up to about
+    3K tokens in bf16 on an H100), so draws now reach 2K; some of them land on each side of break-even."""
+    contexts, regimes = [], set()
+    for seed in range(200):
+        solution = variant(f"spec-decode-batch-ceiling@{seed}")
+        context = solution.param("context").raw
+        contexts.append(context)
+        if context > 1024:
+            regimes.add(solution.regime_name)
+    assert max(contexts) > 1024 and regimes == {"helps", "hurts"}
