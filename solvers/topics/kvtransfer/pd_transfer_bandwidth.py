@@ -38,10 +38,14 @@ def _link_breakers(s: Sheet, p, *, need, link, N, A, T, TP, mfu, read) -> None:
     model = p.model
     groups = given_config(s, model, "heads") / given_config(s, model, "kv_heads")
 
-    def verdict(factor: sympy.Expr, nic: sympy.Expr = link) -> tuple[bool, str]:
+    def verdict(factor: sympy.Expr, nic: sympy.Expr = link) -> tuple[bool | None, str]:
+        # None: the changed flow lands within TOO_CLOSE of the link, a verdict the NIC's efficiency would decide.
         after = need * factor
-        return s.compare(after, nic) > 0, (f"{format_quantity(s.evaluate(after), 'GB/s')} against "
-                                           f"{format_quantity(s.evaluate(nic), 'GB/s')} of link")
+        numbers = (f"{format_quantity(s.evaluate(after), 'GB/s')} against "
+                   f"{format_quantity(s.evaluate(nic), 'GB/s')} of link")
+        if abs(s.evaluate(after / nic) - 1) < TOO_CLOSE:
+            return None, numbers
+        return s.compare(after, nic) > 0, numbers
 
     ar = all_reduce_terms(s, model, p.gpu, p.tp)  # the givens tp_all_reduce stated: no new ones on the sheet
     peaks = {p.kv_dtype: given_matmul_peaks(s, p.gpu, p.weight_dtype, p.kv_dtype)}
@@ -88,7 +92,12 @@ def _link_breakers(s: Sheet, p, *, need, link, N, A, T, TP, mfu, read) -> None:
         cases.append((fp8_kv, verdict(fp8_cache),
                       f"half the bytes per token, and attention at the fp8 peak: {x(fp8_cache)}x the KV rate"))
     short = s.compare(need, link) > 0
-    flips = [(option, breaks != short, numbers, why) for option, (breaks, numbers), why in cases]
+    for option, (breaks, numbers), why in cases:
+        if breaks is None:  # not listed: too close to call either way
+            s.judge("breakers", option, None, f"{why}: {numbers}: within {TOO_CLOSE:.0%} of the link, too close "
+                    "to call")
+    flips = [(option, breaks != short, numbers, why) for option, (breaks, numbers), why in cases
+             if breaks is not None]
     if len({flipped for _, flipped, _, _ in flips}) == 1:
         raise Reject("every change leaves the link on the same side, or every change moves it: nothing to tell apart")
     for option, flipped, numbers, why in flips:

@@ -96,8 +96,8 @@ def test_longer_prompts_judged_as_solving_them(variant, seed):
         return
     try:
         longer = variant(f"pd-transfer-bandwidth@{seed}+prompt={int(4 * p['prompt'])}").sheet
-    except VariantError as error:  # the decode group would hold too few of the longer prompts: no draw
-        assert "decode_fits" in str(error)
+    except VariantError as error:  # the decode group would hold too few of the longer prompts, or the longer
+        assert "decode_fits" in str(error) or "within 10%" in str(error)  # flow sits on the link: no draw
         return
     holds = solution.sheet.judged("breakers")["prompts four times as long"]
     assert holds == (longer.regime.name != solution.sheet.regime.name)
@@ -125,8 +125,10 @@ def test_link_options_judged_against_the_flow(variant, seed):
     """Half or twice the link: the same flow against the new link."""
     solution = variant(f"pd-transfer-bandwidth@{seed}")
     share, judged = solution.expected["link_share"], solution.sheet.judged("breakers")
-    assert judged["half this link bandwidth (a NIC shared with other traffic)"] == (share <= 1 < 2 * share)
-    assert judged["twice this link bandwidth"] == (share / 2 <= 1 < share)
+    half = judged["half this link bandwidth (a NIC shared with other traffic)"]
+    twice = judged["twice this link bandwidth"]
+    assert half == (None if abs(2 * share - 1) < 0.10 else share <= 1 < 2 * share)
+    assert twice == (None if abs(share / 2 - 1) < 0.10 else share / 2 <= 1 < share)
 
 
 FASTER = "prefill GPUs with four times the FLOP/s and twice the NVLink bandwidth"
@@ -140,7 +142,8 @@ def test_faster_gpus_judged_by_plain_arithmetic(variant, seed):
     kv = _kv_per_token(p["model"]) * (0.5 if p["kv_dtype"] == "fp8" else 1)
     need = p["fan_in"] * p["prompt"] * kv / int(p["tp"]) / _prefill_by_hand(p, speed=4, nvlink=2)
     short = solution.expected["link_share"] > 1
-    assert solution.sheet.judged("breakers")[FASTER] == ((need > p["link"]) != short)
+    close = abs(need / p["link"] - 1) < 0.10  # too close to call: not listed
+    assert solution.sheet.judged("breakers")[FASTER] == (None if close else (need > p["link"]) != short)
 
 
 def test_the_decode_group_holds_a_batch_not_one_request(variant):
@@ -220,3 +223,21 @@ def test_the_opening_key_does_not_give_away_the_bound(variant, catalog):
 
     lines = dict(script(variant("pd-transfer-bandwidth@default"), catalog).stages[0].run.key_lines())
     assert "cancels" not in lines["per_gpu"]
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_no_listed_change_lands_within_ten_percent_of_the_link(variant, seed):
+    """Read12 (second look over 200 draws): 56 listed changes landed within 10% of the link, seed 56's 'half this
+    link' at 1.00x and seed 24's at 0.995x: a key that turns on the NIC's efficiency. Such a change is judged but
+    not listed, with why."""
+    import re
+
+    solution = variant(f"pd-transfer-bandwidth@{seed}")
+    judged, reasons = solution.sheet.judged("breakers"), solution.sheet.reasons["breakers"]
+    for option in solution.shown["breakers"]:
+        flow, link = (float(x.replace(",", "")) for x in
+                      re.search(r"([\d,.]+) GB/s against ([\d,.]+) GB/s", reasons[option]).groups())
+        assert judged[option] is not None and abs(flow / link - 1) >= 0.095
+    for option, holds in judged.items():
+        if holds is None and "too close to call" in reasons[option]:
+            assert option not in solution.shown["breakers"]
