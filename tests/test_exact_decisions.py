@@ -129,10 +129,16 @@ _SM_PROBE = ("a refusal probe: whether the split's whole-step speed-up beats the
 _UNLISTS = ("another reading (the simulation's cut) on the other side of the line "
             "only unlists the option; a listed option's truth is decided by s.compare")
 
+_PD_UNLISTS = ("a changed flow within 10% (TOO_CLOSE) of its link is judged None and never listed (one NIC runs "
+               "at 87-100% of line rate); a listed option's truth is decided by s.compare")
 
 ALLOWED = {
     ("topics/calibration/moe_calibration_starvation.py", "_recipe", "damped <= 1 + p.damp_within"): SAMPLED,
     ("topics/kv_cache/cow_block_sharing.py", "solve", "s.value(tail) > 0"): SLIP,
+    ("topics/kvtransfer/pd_transfer_bandwidth.py", "_link_breakers",
+     "abs(s.evaluate(after / nic) - 1) < TOO_CLOSE"): _PD_UNLISTS,
+    ("topics/kvtransfer/pd_transfer_bandwidth.py", "verdict",
+     "abs(s.evaluate(after / nic) - 1) < TOO_CLOSE"): _PD_UNLISTS,  # the same line, seen from its closure
     ("topics/kv_cache/paged_block_size.py", "_block_choices",
      "abs(s.evaluate(share(size)) / s.value(tau) - 1) <= TOO_CLOSE"):
         _margin("3% (TOO_CLOSE): at the drawn block always, at half and twice it where the select is asked; the "

@@ -19,7 +19,7 @@ from solvers.formulas.steptime import given_step_bandwidth
 from solvers.sheetmath import max_of
 from solvers.units import format_number, format_quantity
 
-TOO_CLOSE = 0.03  # a flow within 3% of the link: too close to call
+TOO_CLOSE = 0.10  # a flow within 10% of the link: too close to call (one NIC runs at 87-100% of line rate, REALITY #11)
 
 BREAKERS = (
     "an MHA model of the same size (as many KV heads as query heads)",
@@ -38,10 +38,14 @@ def _link_breakers(s: Sheet, p, *, need, link, N, A, T, TP, mfu, read) -> None:
     model = p.model
     groups = given_config(s, model, "heads") / given_config(s, model, "kv_heads")
 
-    def verdict(factor: sympy.Expr, nic: sympy.Expr = link) -> tuple[bool, str]:
+    def verdict(factor: sympy.Expr, nic: sympy.Expr = link) -> tuple[bool | None, str]:
+        # None: the changed flow lands within TOO_CLOSE of the link, a verdict the NIC's efficiency would decide.
         after = need * factor
-        return s.compare(after, nic) > 0, (f"{format_quantity(s.evaluate(after), 'GB/s')} against "
-                                           f"{format_quantity(s.evaluate(nic), 'GB/s')} of link")
+        numbers = (f"{format_quantity(s.evaluate(after), 'GB/s')} against "
+                   f"{format_quantity(s.evaluate(nic), 'GB/s')} of link")
+        if abs(s.evaluate(after / nic) - 1) < TOO_CLOSE:
+            return None, numbers
+        return s.compare(after, nic) > 0, numbers
 
     ar = all_reduce_terms(s, model, p.gpu, p.tp)  # the givens tp_all_reduce stated: no new ones on the sheet
     peaks = {p.kv_dtype: given_matmul_peaks(s, p.gpu, p.weight_dtype, p.kv_dtype)}
@@ -76,17 +80,24 @@ def _link_breakers(s: Sheet, p, *, need, link, N, A, T, TP, mfu, read) -> None:
         (mha, verdict(groups), heads),
         (faster, verdict(blackwell), speed),
         (fan, verdict(4), "four times the senders into the same link"),
-        (long_prompts, verdict(longer),
-         "more attention FLOPs per token: the KV comes out slower" if s.compare(longer, 1) < 0 else
-         "the all-reduces' fixed latency spread over more tokens outweighs the extra attention: the KV comes "
-         "out faster"),
         (nic, verdict(1, link / 2), "half the link for the same flow"),
         (wider, verdict(1, 2 * link), "twice the link for the same flow")]
+    fits_longer = 4 * p.prompt <= model.max_context  # a prompt the model cannot take is no change to weigh
+    if fits_longer:
+        cases.append((long_prompts, verdict(longer),
+                      "more attention FLOPs per token: the KV comes out slower" if s.compare(longer, 1) < 0 else
+                      "the all-reduces' fixed latency spread over more tokens outweighs the extra attention: the KV "
+                      "comes out faster"))
     if p.kv_dtype == "bf16":  # an fp8 cache is no change where the cache is fp8 already: not listed there
         cases.append((fp8_kv, verdict(fp8_cache),
                       f"half the bytes per token, and attention at the fp8 peak: {x(fp8_cache)}x the KV rate"))
     short = s.compare(need, link) > 0
-    flips = [(option, breaks != short, numbers, why) for option, (breaks, numbers), why in cases]
+    for option, (breaks, numbers), why in cases:
+        if breaks is None:  # not listed: too close to call either way
+            s.judge("breakers", option, None, f"{why}: {numbers}: within {TOO_CLOSE:.0%} of the link, too close "
+                    "to call")
+    flips = [(option, breaks != short, numbers, why) for option, (breaks, numbers), why in cases
+             if breaks is not None]
     if len({flipped for _, flipped, _, _ in flips}) == 1:
         raise Reject("every change leaves the link on the same side, or every change moves it: nothing to tell apart")
     for option, flipped, numbers, why in flips:
@@ -95,6 +106,9 @@ def _link_breakers(s: Sheet, p, *, need, link, N, A, T, TP, mfu, read) -> None:
         s.judge("breakers", option, flipped, f"{why}: {numbers}: {now}")
     if p.kv_dtype != "bf16":
         s.judge("breakers", fp8_kv, None, "the cache is fp8 already: nothing to change")
+    if not fits_longer:
+        s.judge("breakers", long_prompts, None,
+                f"{model.name} serves at most {model.max_context:,} tokens: four times this prompt is past it")
 
 
 def _link_regime(s: Sheet, need, link, bound, k, request) -> None:
@@ -153,8 +167,7 @@ def solve(p, s: Sheet) -> None:
                    "the slower of its weight read and its math"
                    + ("" if p.tp == 1 else ", then the TP all-reduces, not overlapped"))
     b = s.step("per_gpu", "KV each prefill GPU sends per second", "b", T * KV / t_pre, "GB/s",
-               "its share of the prompt's KV over the prefill time: the prompt length cancels but for attention, "
-               "the weight read" + ("" if p.tp == 1 else " and the all-reduces' latency"))
+               "its share of the prompt's KV over the time the prefill takes to make it")
     if s.compare(KV * TP, kv_tok) > 0:
         raise Reject("TP past the KV heads replicates them: each GPU sends more than its share")
     bound = s.step("per_gpu_bound", "The same with neither attention nor all-reduces: prompt length gone", "b_max",
@@ -165,7 +178,8 @@ def solve(p, s: Sheet) -> None:
     share = s.step("link_share", "Share of the decode GPU's link", "u", need / link, "%",
                    "what the KV transfers take of that link")
     if abs(s.evaluate(share) - 1) < TOO_CLOSE:
-        raise Reject("the flow is within 3% of the link: whether it holds would turn on the model's constants")
+        raise Reject("the flow is within 10% of the link: whether it holds would turn on the NIC's efficiency and the "
+                     "model's constants")
     # This request's own KV into one decode GPU: k of its TP shares where the decode group is TP/k wide, the
     # whole prompt's where one decode GPU takes whole requests (fan-in past TP). Priced alone on the link: in
     # the link-breaks regime a steady queue has no finite TTFT, so the key is the transfer itself.

@@ -134,6 +134,9 @@ def solve(p, s: Sheet) -> None:
     ttft = s.param("T", "ttft")
     _stranding_policies(s, tree_bytes)
 
+    s.assume("The eviction is an approximate, sampled LRU (it ranks a few sampled candidates, as Redis-style "
+             "caches do), so it can take an interior block of the prompt: an exact LRU with path refresh never "
+             "does (vLLM frees a request's tail blocks first, SGLang evicts only leaves).")
     s.assume("Every chat's history sits in the cache as full blocks (a partial last block is never hashed); "
              "the chats are idle between turns, so none of their blocks is pinned by a running request.")
     s.assume("A hit walks the chain from the first block (vLLM's chained hashes, SGLang's tree path) and "

@@ -53,7 +53,8 @@ def _ceiling_levers(s: Sheet, p, S_B, costs: DecodeCosts, e: Engine, *, alpha, g
         "for drafts less and less likely to land", g=2 * gamma, fact=True)
     higher = (1 + alpha) / 2  # halfway to a perfect drafter: never past α = 1
     say("acceptance halfway to 1", f"α = {format_number(s.evaluate(higher), 3)}", a=higher)
-    say("a GPU with twice the tensor peak", "the ceiling moves out; the verify pass's math halves", peak_scale=2)
+    say("a GPU with twice the tensor peak at the same HBM bandwidth",
+        "the ceiling moves out; the verify pass's math halves", peak_scale=2)
     say("switching speculation off", "off, every user gets the plain step's one token: 1x against "
         f"{format_number(s.value(S_B), 3)}x", ratio=1 / S_B)
     if not any(s.judged("levers").values()):

@@ -96,8 +96,8 @@ def test_longer_prompts_judged_as_solving_them(variant, seed):
         return
     try:
         longer = variant(f"pd-transfer-bandwidth@{seed}+prompt={int(4 * p['prompt'])}").sheet
-    except VariantError as error:  # the decode group would hold too few of the longer prompts: no draw
-        assert "decode_fits" in str(error)
+    except VariantError as error:  # the decode group would hold too few of the longer prompts, or the longer
+        assert "decode_fits" in str(error) or "within 10%" in str(error)  # flow sits on the link: no draw
         return
     holds = solution.sheet.judged("breakers")["prompts four times as long"]
     assert holds == (longer.regime.name != solution.sheet.regime.name)
@@ -125,8 +125,10 @@ def test_link_options_judged_against_the_flow(variant, seed):
     """Half or twice the link: the same flow against the new link."""
     solution = variant(f"pd-transfer-bandwidth@{seed}")
     share, judged = solution.expected["link_share"], solution.sheet.judged("breakers")
-    assert judged["half this link bandwidth (a NIC shared with other traffic)"] == (share <= 1 < 2 * share)
-    assert judged["twice this link bandwidth"] == (share / 2 <= 1 < share)
+    half = judged["half this link bandwidth (a NIC shared with other traffic)"]
+    twice = judged["twice this link bandwidth"]
+    assert half == (None if abs(2 * share - 1) < 0.10 else share <= 1 < 2 * share)
+    assert twice == (None if abs(share / 2 - 1) < 0.10 else share / 2 <= 1 < share)
 
 
 FASTER = "prefill GPUs with four times the FLOP/s and twice the NVLink bandwidth"
@@ -140,7 +142,8 @@ def test_faster_gpus_judged_by_plain_arithmetic(variant, seed):
     kv = _kv_per_token(p["model"]) * (0.5 if p["kv_dtype"] == "fp8" else 1)
     need = p["fan_in"] * p["prompt"] * kv / int(p["tp"]) / _prefill_by_hand(p, speed=4, nvlink=2)
     short = solution.expected["link_share"] > 1
-    assert solution.sheet.judged("breakers")[FASTER] == ((need > p["link"]) != short)
+    close = abs(need / p["link"] - 1) < 0.10  # too close to call: not listed
+    assert solution.sheet.judged("breakers")[FASTER] == (None if close else (need > p["link"]) != short)
 
 
 def test_the_decode_group_holds_a_batch_not_one_request(variant):
@@ -154,11 +157,12 @@ def test_the_decode_group_holds_a_batch_not_one_request(variant):
 
 def test_the_transfer_stage_states_the_decode_layout(variant, catalog):
     """Read7 finding 3: the decode group's width was only in a hint; a candidate reading the fan-in as a GPU ratio
-    priced half the KV. The stage now says the decode group is prefill's TP over the fan-in."""
+    priced half the KV. The stage now says decode runs at prefill's TP over the fan-in (read12: said as an
+    interviewer would, not as a definition)."""
     from solvers.script import script
 
     say = " ".join(script(variant("pd-transfer-bandwidth@default"), catalog).stages[2].run.say.split())
-    assert "A decode group is prefill's TP over the fan-in" in say
+    assert "Decode runs at prefill's TP over the fan-in, one GPU at least" in say
 
 
 def test_fp8_prefill_efficiency_stays_at_or_under_half(variant):
@@ -177,3 +181,63 @@ def test_the_push_gives_an_interviewers_reason(variant, catalog):
     push = " ".join(script(variant("pd-transfer-bandwidth@default"), catalog).stages[3].run.say.split())
     assert "Let's change one thing" not in push
     assert "What share of the decode GPU's link does the KV take now" in push
+
+
+@pytest.mark.parametrize(("seed", "said"), [
+    (30, "A driver upgrade regresses prefill's matmuls to 30% of peak, from 45%."),
+    (2, "We add decode GPUs: each now takes the KV of 4 GPUs instead of 8 GPUs."),
+])
+def test_a_push_reason_follows_the_way_its_figure_moves(variant, catalog, seed, said):
+    """Read12 finding 1: a push that lowered the matmul efficiency said "A better kernel build puts prefill's
+    matmuls at 30% of peak, from 35%", and one that lowered the fan-in said "To save decode GPUs". Each reason
+    now has words for each way its figure moves."""
+    from solvers.script import script
+
+    push = " ".join(script(variant(f"pd-transfer-bandwidth@{seed}"), catalog).stages[3].run.say.split())
+    assert said in push
+    assert "better kernel build" not in push and "To save decode GPUs" not in push
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_no_draw_sits_within_ten_percent_of_the_link(variant, seed):
+    """Read12 finding 2: @11 drew a flow 1.08x the link and its push landed 1.08x below it; one NIC runs at
+    87-100% of its line rate (REALITY #11), so such a verdict turns on the NIC. Draws within 10% are refused
+    (the old margin was 3%)."""
+    share = variant(f"pd-transfer-bandwidth@{seed}").expected["link_share"]
+    assert abs(share - 1) >= 0.10
+
+
+def test_longer_prompts_are_not_offered_past_the_models_context(variant):
+    """Read12 finding 3: 'prompts four times as long' was listed for Llama-2-7B at 4,000 tokens (16,000 on a
+    4,096-token model); it is not listed where four times the prompt is past the model's context."""
+    solution = variant(
+        "pd-transfer-bandwidth@default+model=llama-2-7b+gpu=b200+weight_dtype=fp8+tp=1+prompt=4000+fan_in=1+link=400")
+    assert solution.sheet.judged("breakers")["prompts four times as long"] is None
+    assert "prompts four times as long" not in solution.shown["breakers"]
+
+
+def test_the_opening_key_does_not_give_away_the_bound(variant, catalog):
+    """Read12 finding 4: the opening's key for the KV rate said "the prompt length cancels", the answer to the
+    next stage's "whatever the prompt"."""
+    from solvers.script import script
+
+    lines = dict(script(variant("pd-transfer-bandwidth@default"), catalog).stages[0].run.key_lines())
+    assert "cancels" not in lines["per_gpu"]
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_no_listed_change_lands_within_ten_percent_of_the_link(variant, seed):
+    """Read12 (second look over 200 draws): 56 listed changes landed within 10% of the link, seed 56's 'half this
+    link' at 1.00x and seed 24's at 0.995x: a key that turns on the NIC's efficiency. Such a change is judged but
+    not listed, with why."""
+    import re
+
+    solution = variant(f"pd-transfer-bandwidth@{seed}")
+    judged, reasons = solution.sheet.judged("breakers"), solution.sheet.reasons["breakers"]
+    for option in solution.shown["breakers"]:
+        flow, link = (float(x.replace(",", "")) for x in
+                      re.search(r"([\d,.]+) GB/s against ([\d,.]+) GB/s", reasons[option]).groups())
+        assert judged[option] is not None and abs(flow / link - 1) >= 0.095
+    for option, holds in judged.items():
+        if holds is None and "too close to call" in reasons[option]:
+            assert option not in solution.shown["breakers"]

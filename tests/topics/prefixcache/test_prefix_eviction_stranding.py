@@ -200,3 +200,33 @@ def test_the_latest_chat_is_named_and_the_push_asks_only_what_moves(variant, cat
     first = int(solution.param("chats").value[0])
     assert solution.expected["reprefill"] == solution.sheet.results["recompute_per_chat"] + first
     assert list(stages[-1].run.ask) == ["reprefill_time", "regime"]
+
+
+@pytest.mark.parametrize(("seed", "said"), [
+    (42, "The burst of new prompts on the replica passes: prefill runs at 9,000 tokens/s, not 3,900 tokens/s."),
+    (7, "Prefill now shares the replica with a burst of new prompts: it runs at 2,000 tokens/s, not 13,000"),
+])
+def test_the_rate_push_says_why_the_way_it_moves(variant, catalog, seed, said):
+    """Read12 finding 1: @42's push raised the prefill rate 3,900 -> 9,000 tokens/s "because it now shares the
+    replica with a burst of new prompts"; a burst slows prefill. The reason now has words for each way."""
+    from solvers.script import script
+
+    push = " ".join(script(variant(f"prefix-eviction-stranding@{seed}"), catalog).stages[-1].run.say.split())
+    assert said in push
+
+
+def test_the_policy_stage_is_said_not_listed(variant, catalog):
+    """Read12 finding 4: stage 2 read "Prompt cached 740 min ago, last turn 2 min ago, TTL 240 min (expired at
+    it), 2 shards, CPU tier share 5.2 GiB": a worksheet line with a garbled aside. It is now a sentence."""
+    from solvers.script import script
+
+    say = " ".join(script(variant("prefix-eviction-stranding@11"), catalog).stages[1].run.say.split())
+    assert "(expired at it)" not in say
+    assert say.startswith("The prompt was cached 740 min ago, the last turn 2 min ago; the cache spans 2 shards")
+
+
+def test_the_sampled_lru_premise_is_owned(variant):
+    """Read12 finding 7: an exact LRU with path refresh never takes an interior block of a prompt the latest chat
+    touched; the opening's "sampled LRU" is now said to be an approximate one, and what real engines do."""
+    assumptions = " ".join(variant("prefix-eviction-stranding@11").sheet.assumptions)
+    assert "approximate, sampled LRU" in assumptions and "SGLang evicts only leaves" in assumptions

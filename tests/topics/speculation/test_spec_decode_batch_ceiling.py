@@ -84,7 +84,8 @@ def test_a_longer_context_moves_the_ceiling_and_break_even_out(variant):
 def test_stage3_and_levers_take_both_sides_over_draws(variant):
     """read7 #3, #4: the stage-3 batch lands on both sides of break-even, and the peak and switch-off levers
     (which replaced the drafter that was always false) are right in some draws and wrong in others."""
-    regimes, levers = set(), {"a GPU with twice the tensor peak": set(), "switching speculation off": set()}
+    regimes, levers = set(), {"a GPU with twice the tensor peak at the same HBM bandwidth": set(),
+                              "switching speculation off": set()}
     for seed in SEEDS:
         solution = variant(f"spec-decode-batch-ceiling@{seed}")
         regimes.add(solution.expected["regime"])
@@ -148,8 +149,38 @@ def test_levers_stay_real_and_off_the_20_percent_line(variant):
         now = _speedup_by_hand(p, **base)
         levers = solution.sheet.results["levers"]
         for option, change in (("acceptance halfway to 1", {"alpha": (1 + p.alpha) / 2}),
-                               ("a GPU with twice the tensor peak", {"peak_scale": 2})):
+                               ("a GPU with twice the tensor peak at the same HBM bandwidth", {"peak_scale": 2})):
             ratio = _speedup_by_hand(p, **(base | change)) / now
             assert abs(ratio / 1.2 - 1) >= 0.01 and levers[option] == (ratio >= 1.2), (seed, option)
         assert levers["switching speculation off"] == (1 / now >= 1.2)
         assert (1 + p.alpha) / 2 < 1
+
+
+def test_the_compute_lever_says_the_bandwidth_stays(bank):
+    """Read12 finding 4: "a GPU with twice the tensor peak" read two ways: a next-generation part doubles its HBM
+    bandwidth too (B200 over H100: 2.3x the FLOP/s, 2.4x the bandwidth), and then the ceiling barely moves. The
+    option now says the bandwidth stays, the what-if the solver prices (peak_scale only)."""
+    spec = bank.get("spec-decode-batch-ceiling").answer("levers")
+    assert "a GPU with twice the tensor peak at the same HBM bandwidth" in spec.pool
+    assert "a GPU with twice the tensor peak" not in spec.pool
+
+
+def test_the_published_figure_names_its_own_batch(bank):
+    """Read12 finding 2: every variant's reveal said "the variant's own batch (128)" beside batches of 86, 35 and
+    470: the 128 is the comparison variant's batch."""
+    system = bank.get("spec-decode-batch-ceiling").reality[0].system
+    assert "the comparison variant's batch (128)" in system and "the variant's own batch" not in system
+
+
+def test_contexts_reach_a_chat_turns_length(variant):
+    """Read12 finding 3: contexts were drawn from 128-1,024 tokens (288-704 in the three read), where the KV read
+    that moves the ceiling barely shows. Past 1K the verify pass still turns compute-bound (at γ = 4 up to about
+    3K tokens in bf16 on an H100), so draws now reach 2K; some of them land on each side of break-even."""
+    contexts, regimes = [], set()
+    for seed in range(200):
+        solution = variant(f"spec-decode-batch-ceiling@{seed}")
+        context = solution.param("context").raw
+        contexts.append(context)
+        if context > 1024:
+            regimes.add(solution.regime_name)
+    assert max(contexts) > 1024 and regimes == {"helps", "hurts"}
