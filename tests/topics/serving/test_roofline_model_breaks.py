@@ -179,3 +179,12 @@ def test_roofline_corrections_stage_says_the_figures_it_corrects_with(variant, c
     assert run is not None and "breaks" in run.ask
     assert "in the table" not in run.say
     assert "85% of HBM bandwidth" in run.say and "8 us" in run.say and "3.3 ms a step" in run.say
+
+
+def test_roofline_latency_tier_claims_no_faster_hbm_on_the_same_gpu(variant, catalog):
+    """rf-s2 @138: a within-reach draw already on B200 was pushed to batch 1 on the same B200s, and the push said
+    "faster HBM". The latency tier's words no longer claim a GPU change the push may not make."""
+    solution = variant("roofline-model-breaks@default+gpu=b200+batch=180+context=4000")
+    assert solution.regime_name == "within-reach"
+    run = stage_run(solution, catalog, 3)
+    assert run is not None and run.declared and "gpu" not in run.moved and "faster HBM" not in run.say
