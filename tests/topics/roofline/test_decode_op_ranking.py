@@ -241,3 +241,33 @@ def test_decode_op_ranking_says_matmul_and_shows_the_overhead(variant, catalog):
     assert solution.param("overhead").raw == 2
     from solvers.script import script
     assert "hides the step's 2 ms of CPU overhead" in str(script(solution, catalog))
+
+def test_decode_op_ranking_push_lands_clear_of_the_line(variant):
+    """rf-s2 @42: Qwen2.5-72B in bf16 with an fp8 KV cache on 4 H100s was pushed to batch 200, 1.08x past the
+    line where the KV reads equal the weights': its KV pool (1.12x the weights) cannot hold a clear crossing, so
+    the deployment is refused. Llama-3-70B at batch 32 crosses at 13,457 tokens: 14,500 (1.08x) is refused where
+    the regime is asked, 15,500 (1.15x) is not."""
+    with pytest.raises(VariantError):
+        variant("decode-op-ranking@default+model=qwen2.5-72b+kv_dtype=fp8+batch=13+context=4800")
+    near, clear = variant("decode-op-ranking@default+context=14500"), variant("decode-op-ranking@default+context=15500")
+    assert [keys for keys, _ in near.sheet.refusals_if_asked] == [("regime",)]
+    assert clear.sheet.refusals_if_asked == [] and clear.regime_name == "kv-reads"
+
+
+@pytest.mark.parametrize("seed", (11, 42, 77))
+def test_decode_op_ranking_push_gives_a_reason_and_moves_only_the_traffic(variant, catalog, seed):
+    """rf-s2 @11: "Say the traffic moves to 1 sequence of 100,000 tokens each" read as a worksheet, and the
+    search could move the weight dtype under words about traffic. The push now moves the batch or the context
+    only, said as the interviewer's reason for it."""
+    from solvers.interview import stage_run
+    run = stage_run(variant(f"decode-op-ranking@{seed}"), catalog, 2)
+    assert run is not None and set(run.moved) <= {"batch", "context"}
+    assert "Say the traffic moves to" not in run.say and " each." not in run.say
+    assert "tokens a second does each user get" in run.say
+
+
+def test_decode_op_ranking_says_hopper_runs_fp8_weights_w8a8(variant):
+    """rf-s2: the assumptions said fp8 weights are widened on load "as weight-only kernels do"; on Hopper an fp8
+    checkpoint runs W8A8 on the fp8 tensor cores. No key turns on it (attention's ridge is the bf16 one)."""
+    text = " ".join(variant("decode-op-ranking@default+weight_dtype=fp8").sheet.assumptions)
+    assert "W8A8" in text and "weight-only kernels" not in text

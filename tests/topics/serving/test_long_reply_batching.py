@@ -126,7 +126,7 @@ def test_long_reply_preemption_is_asked_of_a_full_pool(variant):
     now a batch job that runs the pool full, the regime where preemption is real, whatever stage 2 keyed."""
     question = variant("long-reply-batching@default").question
     stage = question.stages[question.stage_of("swap_hides")]
-    assert "runs the pool full" in stage.say and "Suppose you admit all" not in stage.say
+    assert "runs the pool out of blocks" in stage.say and "Suppose you admit all" not in stage.say
 
 
 def test_long_reply_grades_why_recompute_is_cheap_in_v1(variant):
@@ -207,3 +207,21 @@ def test_swap_beats_recompute_by_the_fetch_ratio(variant):
 
 
 test_long_reply_matches_plain_arithmetic = by_hand_test("long-reply-batching", range(15), long_reply_by_hand)
+
+
+def test_long_reply_preemption_stage_asks_what_it_grades(variant, catalog):
+    """rf-s2 @11: "Recompute it in one prefill, or chunked into spare compute?" read as a choice the stage never
+    grades, and "the pool runs full and it runs short" read two ways. The stage now asks for the recompute's
+    cost, the steps that absorb it and the swap-out, as it grades them."""
+    run = stage_run(variant("long-reply-batching@11"), catalog, 2)
+    assert run is not None and run.ask == ("recompute_time", "absorb_steps", "swap_time", "swap_hides")
+    assert "runs short" not in run.say and "Recompute it in one prefill, or" not in run.say
+    assert "runs the pool out of blocks" in run.say and "12 GB/s" in run.say
+
+
+def test_long_reply_reality_names_whose_victim(bank):
+    """rf-s2: the measurement's conditions said "the variant's victim holds 1,024 + 1,024 tokens", which reads as
+    the variant on screen; it is the reference variant's."""
+    systems = [entry.system for entry in bank.get("long-reply-batching").reality]
+    assert any("the reference variant's victim, not this one's" in text for text in systems)
+    assert not any("(the variant's victim" in text for text in systems)

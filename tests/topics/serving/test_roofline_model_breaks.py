@@ -169,3 +169,22 @@ def test_roofline_all_reduce_latency_is_an_engines(variant):
     10 us at TP 4, NCCL about 20): drawn from 8 to 25 us, and the fast-kernel push sets 8."""
     latencies = [value_of(draw, "allreduce_latency") for draw in draws_of(variant, "roofline-model-breaks")]
     assert min(latencies) >= 8e-6 and max(latencies) <= 25e-6
+
+
+def test_roofline_corrections_stage_says_the_figures_it_corrects_with(variant, catalog):
+    """rf-s2 @11: the corrections stage read as a worksheet ("Take the efficiencies ... in the table"); the
+    interviewer now says the measured bandwidth share, all-reduce latency and host overhead in words."""
+    solution = variant("roofline-model-breaks@7")
+    run = stage_run(solution, catalog, 2)
+    assert run is not None and "breaks" in run.ask
+    assert "in the table" not in run.say
+    assert "85% of HBM bandwidth" in run.say and "8 us" in run.say and "3.3 ms a step" in run.say
+
+
+def test_roofline_latency_tier_claims_no_faster_hbm_on_the_same_gpu(variant, catalog):
+    """rf-s2 @138: a within-reach draw already on B200 was pushed to batch 1 on the same B200s, and the push said
+    "faster HBM". The latency tier's words no longer claim a GPU change the push may not make."""
+    solution = variant("roofline-model-breaks@default+gpu=b200+batch=180+context=4000")
+    assert solution.regime_name == "within-reach"
+    run = stage_run(solution, catalog, 3)
+    assert run is not None and run.declared and "gpu" not in run.moved and "faster HBM" not in run.say
