@@ -194,7 +194,23 @@ ALLOWED = {
     ("topics/speculation/spec_decode_by_load.py", "_best_length", "chosen == 0"): TEXT,
     ("topics/speculation/spec_decode_by_load.py", "_best_length", "chosen == top_g"): TEXT,
     ("topics/speculation/spec_decode_by_load.py", "_best_length", "g != chosen"): NAMES,
-    ("topics/speculation/spec_decode_by_load.py", "_peak_reasons", "chosen < p.gamma"): WHOLE,
+    ("topics/speculation/spec_decode_by_load.py", "_peak_reasons", "chosen == 0"):
+        _margin("0.1% (RULE_EDGE): the draft length is _best_length's, graded, so refused near the rule's line"),
+    ("topics/cost/slo_capacity_unit.py", "_capacity_judgements", "abs(s.evaluate(alone / by_count) - 1) < CAP_MARGIN"):
+        UNLISTED,
+    ("topics/cost/slo_capacity_unit.py", "_capacity_judgements",
+     "abs(v(ratio) / s.evaluate(threshold) - 1) < CAP_MARGIN"): UNLISTED,
+    ("topics/cost/slo_capacity_unit.py", "against", "abs(v(ratio) / s.evaluate(threshold) - 1) < CAP_MARGIN"):
+        UNLISTED,  # the same line, seen from its closure
+    ("topics/kv_cache/mla_tp_duplication.py", "_attention_judgements", "abs(s.value(extra) / some - 1) < NEAR_TIE"):
+        _margin("3% (NEAR_TIE) where the trade-offs are asked; the option's truth is decided by s.compare"),
+    **{("topics/moe/moe_1t_training_layout.py", fn, comparison): WHOLE for fn, comparison in (
+        ("_training_a2a", "PP2_n < pp_in"), ("_training_a2a", "PP2_n >= pp_in"), ("_training_a2a", "ep_n * pp <= G_n"),
+        ("_training_a2a", "pp_in != PP_n"), ("_training_a2a", "pp_in == PP_n"), ("_training_a2a", "pp_wide < pp_in"),
+        ("_training_a2a", "pp_wide == PP2_n"), ("deepest_fit", "ep_n * pp <= G_n"),
+        ("deepest_fit", "pp <= layers // 2"), ("powers", "low * 2 ** i <= high"))},  # pipeline depths, GPU counts
+    ("topics/training/restart_goodput.py", "_too_close",
+     "abs((today - float(loss)) / (float(LEVER_SHARE) * today) - 1) < LEVER_TOO_CLOSE"): UNLISTED,
     ("topics/longcontext/million_token_context.py", "_breaks", "s.value(nodes) == 1"): TEXT,
     ("topics/longcontext/million_token_context.py", "_regime", "nodes == 1"): TEXT,
     ("topics/moe/moe_1t_training_layout.py", "_layout_regime", "stages > 1"): TEXT,
@@ -216,8 +232,6 @@ ALLOWED = {
     ("topics/serving/roofline_model_breaks.py", "_judge_breaks",
      "abs(s.evaluate(cost / step) / s.evaluate(matters) - 1) < TOO_CLOSE"): UNLISTED,
     ("topics/serving/roofline_model_breaks.py", "solve", "name != dominant"): NAMES,
-    ("topics/training/restart_goodput.py", "_too_close",
-     "abs((today - float(loss)) / (float(LEVER_SHARE) * today) - 1) < TOO_CLOSE"): UNLISTED,
     ("topics/kv_cache/preemption_policies.py", "_near", "abs(ratio - 1) <= TOO_CLOSE"):
         _margin("3% (TOO_CLOSE) where the options it weighs are asked (refuse_if_asked); the options themselves are "
                 "decided by s.compare"),
