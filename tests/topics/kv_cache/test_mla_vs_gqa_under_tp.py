@@ -88,7 +88,7 @@ def test_mla_vs_gqa_push_crosses_and_the_key_before_it_keeps_the_crossover(varia
 
     solution = variant("mla-vs-gqa-under-tp@default")
     assert "3.56" not in solution.sheet.regime.summary and "3.56" in solution.sheet.regime.other_side
-    pushed = stage_run(solution, catalog, 2)
+    pushed = stage_run(solution, catalog, 3)
     assert pushed is not None and pushed.moved == ("tp",) and pushed.regime == "mla-holds-more"
 
 
@@ -171,6 +171,16 @@ def test_mla_vs_gqa_push_gives_a_reason_not_a_restatement(variant, catalog):
     requests 24,064 tokens"). It now says why the figure moved and asks."""
     from solvers.interview import stage_run
 
-    pushed = stage_run(variant("mla-vs-gqa-under-tp@11"), catalog, 2)
+    pushed = stage_run(variant("mla-vs-gqa-under-tp@11"), catalog, 3)
     assert pushed is not None and pushed.moved == ("kv_lora_rank",)
     assert pushed.say.startswith("The retrofit loses too much quality") and "Say the replicas" not in pushed.say
+
+
+def test_mla_vs_gqa_capacity_comes_with_its_step_time(bank, variant):
+    """Reader (read12): both decode step times were in the worked solution but never asked, so the capacity came
+    without its latency. A stage asks them: at a full pool both steps read a whole HBM, so MLA's bigger batch costs
+    it no longer a step (default: 39.49 ms GQA against 39.26 MLA, pinned in the question file)."""
+    question = bank.get("mla-vs-gqa-under-tp")
+    assert tuple(question.stages[2].ask) == ("tpot_gqa", "tpot_mla")
+    expected = variant("mla-vs-gqa-under-tp@default").expected
+    assert expected["tpot_mla"] == pytest.approx(expected["tpot_gqa"], rel=0.05)
