@@ -150,6 +150,10 @@ def solve(p, s: Sheet) -> None:
     s.assume("MLA decodes in the absorbed form (DeepSeek-V2, section 2.1.3; vLLM and SGLang MLA kernels): each "
              "query head scores against the latent and RoPE key and sums values in the latent, 2·(2·d_c + d_r) "
              "FLOPs per query-key pair per head per layer instead of GQA's 4·d_h.")
+    if p.kv_lora_rank < 512:  # read12: a 128 latent for a 70B-class model is a what-if, not a shipped config
+        s.assume(f"A latent of {format_number(p.kv_lora_rank)} compresses harder than the released conversions, "
+                 "which keep DeepSeek's 512 (TransMLA, to reuse its kernels); MHA2MLA reports quality falling as the "
+                 "rank shrinks. The rank here is a what-if for the memory arithmetic, not a claim about quality.")
     fp8_latent_note(s, p.kv_dtype)
     s.assume(f"Both run TP {p.tp} replicas over the node's {format_number(p.gpus_per_node)} GPUs, attention "
              "tensor-parallel too; data-parallel attention for the MLA variant is mla-tp-duplication's subject.")

@@ -184,3 +184,10 @@ def test_mla_vs_gqa_capacity_comes_with_its_step_time(bank, variant):
     assert tuple(question.stages[2].ask) == ("tpot_gqa", "tpot_mla")
     expected = variant("mla-vs-gqa-under-tp@default").expected
     assert expected["tpot_mla"] == pytest.approx(expected["tpot_gqa"], rel=0.05)
+
+
+def test_mla_vs_gqa_small_latent_is_said_to_be_a_what_if(variant):
+    """Reader (read12, @11): a 128 latent for Qwen2.5-72B is no shipped config (the conversions keep 512); a rank
+    under 512 says so in the assumptions, DeepSeek's own rank does not."""
+    assert any("what-if" in line for line in variant("mla-vs-gqa-under-tp@11").sheet.assumptions)
+    assert not any("what-if" in line for line in variant("mla-vs-gqa-under-tp@default").sheet.assumptions)
