@@ -157,7 +157,6 @@ ALLOWED = {
     **{("topics/quantization/fp8_attention_quant_points.py", "_torn", torn): _UNLISTS for torn in (
         "(closed > line) != (other > line)", "closed > line")},
     ('topics/kv_cache/mla_tp_duplication.py', '_attention_judgements', 'then >= p.demand'): WHOLE,
-    ('topics/kv_cache/mla_vs_gqa_under_tp.py', '_mla_levers', 'halved > s.value(req_g)'): WHOLE,
     ('topics/quantization/kv_quant_keys_vs_values.py', 'solve', 'abs(estimate - 1) > 0.05'): SLIP,
     ('topics/cost/voice_latency_budget.py', '_voice_llm', 'tp > 1'): WHOLE,
     ('topics/deployment/h200_slower_than_h100.py', '_mechanisms', 'knobs.batch > B_o'): WHOLE,
@@ -176,8 +175,10 @@ ALLOWED = {
     ("topics/kv_cache/mla_tp_duplication.py", "_attention_judgements", "held_tp >= 2 * p.demand"): WHOLE,
     ("topics/kv_cache/mla_tp_duplication.py", "solve", "whole != s.value(req_dp)"): WHOLE,  # whether a slip differs
     ("topics/kv_cache/mla_tp_duplication.py", "solve", "whole > 0"): WHOLE,
-    **{("topics/kv_cache/mla_vs_gqa_under_tp.py", "_mla_levers", f"{count} > s.value(req_g)"): WHOLE
-       for count in ("dp_total", "then")},  # requests on the node, G × ⌊…⌋ or G/TP × ⌊…⌋ (TP divides G): whole
+    # requests on the node, G × ⌊…⌋ or G/TP × ⌊…⌋ (TP divides G), and their differences: whole numbers
+    **{("topics/kv_cache/mla_vs_gqa_under_tp.py", fn, expr): WHOLE
+       for fn, expr in (("_reversals", "g_now > m_now"), ("_reversals", "lead > lead_now"), ("verdict", "g == m"),
+                        ("verdict", "g > m"), ("verdict", "m > g"), ("verdict", "lead > lead_now"))},
     ("topics/moe/ep_load_skew.py", "_placement_judgements", "2 * hot_tokens <= crossover"): TEXT,
     ("topics/cost/cost_audit_rollout.py", "_by", "use < 1.15"): TEXT,
     ("topics/moe/ep_load_skew.py", "solve", "sim.naive > s.value(T_bal) * (1 + 1e-12)"): SAMPLED,

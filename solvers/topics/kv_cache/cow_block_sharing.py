@@ -86,7 +86,8 @@ def solve(p, s: Sheet) -> None:
     if v0:
         s.assume("vLLM v0 parallel sampling: the prompt is prefilled once and every sample points at its blocks; "
                  "a block is copied when a sample writes into it while another still holds it (copy-on-write, "
-                 "PagedAttention §4.4).")
+                 "PagedAttention §4.4). The V0 engine has since been removed from vLLM (V1 became the only engine "
+                 "in 2025): this is the paper's design, still the reference for copy-on-write block sharing.")
     else:
         s.assume("vLLM v1 parallel sampling: the request fans out as k requests of one sample; the first prefills "
                  "the prompt and the others hit its full blocks in the prefix cache within the same batch, up to "

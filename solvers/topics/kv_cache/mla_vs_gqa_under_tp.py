@@ -13,25 +13,38 @@ from solvers.sheetmath import ceil_of, floor_of, max_of
 from solvers.units import format_number, format_quantity
 
 
-def _mla_requests(s: Sheet, usable, W, kv, C, G, tp: int) -> float:
-    """Requests the node holds with the latent whole on every GPU of TP-`tp` replicas (0 where the weights
-    do not fit)."""
+def _node_requests(s: Sheet, usable, W, kv, C, G, tp) -> float:
+    """Requests the node holds with `kv` bytes a token on each GPU of TP-`tp` replicas (0 where the weights
+    leave no room)."""
     room = usable - W / tp
     if s.compare(room, 0) <= 0:
         return 0.0
     return s.evaluate(G / tp * floor_of(room / (kv * C)))
 
 
-DP_LEVER = ("data-parallel attention, each GPU keeping the whole attention weights and only its own requests' "
-            "latents")
-FP8_LEVER = "an fp8 latent cache (GQA's left as it is)"
+DP_LEVER = ("data-parallel attention for the MLA model, each GPU keeping the whole attention weights and only its "
+            "own requests' latents")
+FP8_MLA = "an fp8 latent for the MLA model alone (GQA's cache left as it is)"
+FP8_GQA = "an fp8 cache for the GQA model alone (the latent left as it is)"
+LONGER = "requests twice as long, for both"
 
 
-def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m, req_g) -> None:
-    """One criterion for every option: does the MLA model, with this change alone, hold more requests on the node
-    than GQA holds now?"""
-    key, gqa = "mla_levers", format_number(s.value(req_g))
-    held = format_number(s.value(req_m))
+def _reversals(s: Sheet, p, usable, e, kv_g, kv_m, C, G, req_g, req_m) -> None:
+    """One criterion for every option: with this change alone, does the other layout now hold more requests on the
+    node? A change that favours the side already ahead can only widen its lead. No option moves the TP: the push
+    does, and a lever's verdict at TP/2 or 2·TP would answer it."""
+    key = "mla_levers"
+    g_now, m_now = s.value(req_g), s.value(req_m)
+    gqa_ahead = g_now > m_now
+    ahead, behind = ("GQA", "MLA") if gqa_ahead else ("MLA", "GQA")
+
+    def verdict(g: float, m: float) -> tuple[bool, str]:
+        flips = m > g if gqa_ahead else g > m
+        lead_now, lead = (g_now - m_now, g - m) if gqa_ahead else (m_now - g_now, m - g)
+        said = (f"{behind} now holds more" if flips else f"it only widens {ahead}'s lead" if lead > lead_now
+                else "the two now hold as many" if g == m else f"{ahead} still holds more")
+        return flips, f"GQA {format_number(g)}, MLA {format_number(m)} on the node: {said}"
+
     # Data-parallel attention: every GPU copies the attention weights whole and keeps only its own
     # requests' latents; the MLP stays tensor-parallel.
     m = p.model
@@ -40,44 +53,31 @@ def _mla_levers(s: Sheet, p, usable, e, kv_m, C, G, req_m, req_g) -> None:
     W_att = N_att * e.W / e.N
     room_dp = usable - (e.W - W_att) / e.TP - W_att
     dp_total = s.evaluate(G * floor_of(max_of(room_dp, 0) / (kv_m * C)))
-    passes = dp_total > s.value(req_g)
-    s.judge(key, DP_LEVER, passes,
-            f"each GPU copies {format_quantity(s.evaluate(W_att), 'GB')} of attention weights and keeps its own "
-            f"requests' latents: the node holds {format_number(dp_total)} (against {held} with TP attention), "
-            + ("more than" if passes else "no more than") + f" GQA's {gqa}")
+    flips, why = verdict(g_now, dp_total)
+    s.judge(key, DP_LEVER, flips,
+            f"each GPU copies {format_quantity(s.evaluate(W_att), 'GB')} of attention weights and keeps only its "
+            f"own requests' latents: {why}")
     if p.kv_dtype == "fp8":
-        s.judge(key, FP8_LEVER, None, "the cache is fp8 already")
+        s.judge(key, FP8_MLA, None, "the cache is fp8 already")
+        s.judge(key, FP8_GQA, None, "the cache is fp8 already")
     else:
-        halved = s.evaluate(G / e.TP * floor_of((usable - e.W / e.TP) / (kv_m / 2 * C)))
-        passes = halved > s.value(req_g)
-        s.judge(key, FP8_LEVER, passes,
-                f"half-size latents: {format_number(halved)} requests on the node, "
-                + ("more than" if passes else "no more than") + f" GQA's {gqa}")
-    # Doubling the TP pays only where the weights fill over 2/3 of each GPU: 3 draws in 100, too rare to ask.
-    tp = p.tp // 2
-    then = _mla_requests(s, usable, e.W, kv_m, C, G, tp)
-    # The count at TP/2 stays out of the words: a push to that TP asks it.
-    if s.compare(usable - e.W / tp, 0) <= 0:
-        why = (f"at TP {tp} each GPU would need {format_quantity(s.evaluate(e.W / tp), 'GB')} of weights, past its "
-               f"{format_quantity(s.evaluate(usable), 'GB')} of usable memory: it does not fit")
-    elif then > s.value(req_g):
-        why = f"TP {tp} doubles the replicas, and each still holds enough latents to pass GQA's {gqa}"
-    else:
-        why = (f"TP {tp} doubles the replicas, but each GPU's larger weight share leaves too little room: no more "
-               f"than GQA's {gqa}")
-    s.judge(key, "halving its TP", then > s.value(req_g), why)
-    s.judge(key, "splitting the latent over the TP ranks like KV heads", False,
-            "every head attends over the whole latent: there is nothing per head to split", fact=True)
-    if not any(s.judged(key).values()):
-        raise Reject("no lever lets MLA out-hold GQA on this node: nothing to choose between")
+        flips, why = verdict(g_now, _node_requests(s, usable, e.W, kv_m / 2, C, G, e.TP))
+        s.judge(key, FP8_MLA, flips, "half-size latents: " + why)
+        flips, why = verdict(_node_requests(s, usable, e.W, kv_g / 2, C, G, e.TP), m_now)
+        s.judge(key, FP8_GQA, flips, "half-size GQA heads: " + why)
+    s.judge(key, LONGER, False,
+            "both caches grow with the context and share one room: each count about halves, and the layout whose "
+            "token takes less of a GPU stays ahead", fact=True)
+    if not any(s.judged(key).values()):  # a push onto this variant asks no levers: only the opening's draw is refused
+        s.refuse_if_asked([key], "no lever turns the layouts around on this node: nothing to choose between")
 
 
-def _layout_regime(s: Sheet, TP, n_star, n_flip, req_g, req_m) -> None:
+def _layout_regime(s: Sheet, kv_g, kv_m, n_star, n_flip, req_g, req_m) -> None:
     gqa, mla = format_number(s.value(req_g)), format_number(s.value(req_m))
     crossover, flip = format_number(s.value(n_star), 3), format_number(s.value(n_flip))
-    # TP comes in powers of two: the boundary a layout can reach is the first power of two past n*, so the margin
-    # printed is against a deployable TP, not the fractional n*.
-    s.regime_by(TP, n_flip, tie="above", above=Side(
+    # One room for both, so the per-GPU shares decide: the margin printed is the latent against GQA's slice per GPU
+    # (a 12% larger latent reads "1.125x above"), not the TP against a power of two, which read "1x" at the flip.
+    s.regime_by(kv_m, kv_g, tie="above", above=Side(
         "gqa-holds-more",
         # The summary is the key shown before the push: the crossover TP it would give away stays on the other side.
         f"Each GPU's slice of the GQA heads is smaller than the whole latent every GPU "
@@ -150,6 +150,10 @@ def solve(p, s: Sheet) -> None:
     s.assume("MLA decodes in the absorbed form (DeepSeek-V2, section 2.1.3; vLLM and SGLang MLA kernels): each "
              "query head scores against the latent and RoPE key and sums values in the latent, 2·(2·d_c + d_r) "
              "FLOPs per query-key pair per head per layer instead of GQA's 4·d_h.")
+    if p.kv_lora_rank < 512:  # read12: a 128 latent for a 70B-class model is a what-if, not a shipped config
+        s.assume(f"A latent of {format_number(p.kv_lora_rank)} compresses harder than the released conversions, "
+                 "which keep DeepSeek's 512 (TransMLA, to reuse its kernels); MHA2MLA reports quality falling as the "
+                 "rank shrinks. The rank here is a what-if for the memory arithmetic, not a claim about quality.")
     fp8_latent_note(s, p.kv_dtype)
     s.assume(f"Both run TP {p.tp} replicas over the node's {format_number(p.gpus_per_node)} GPUs, attention "
              "tensor-parallel too; data-parallel attention for the MLA variant is mla-tp-duplication's subject.")
@@ -160,6 +164,6 @@ def solve(p, s: Sheet) -> None:
            factor=s.evaluate(G / e.TP * floor_of(room * e.TP / (kv_m * C))) / s.value(req_m))
     s.slip("one replica only: the other G/TP − 1 forgotten", 1 / (p.gpus_per_node / p.tp), on=("requests_gqa",
                                                                                             "requests_mla"))
-    _mla_levers(s, p, usable, e, kv_m, C, G, req_m, req_g)
-    _layout_regime(s, e.TP, n_star, n_flip, req_g, req_m)
+    _reversals(s, p, usable, e, kv_g, kv_m, C, G, req_g, req_m)
+    _layout_regime(s, kv_g, kv_m, n_star, n_flip, req_g, req_m)
 

@@ -10,7 +10,8 @@ from solvers.units import format_number
 KERNEL_BLOCK = 16  # FlashAttention's block sizes are multiples of 16 tokens (get_supported_kernel_block_sizes)
 
 
-def _policy_judgements(s: Sheet, state, kv, kept_bytes, dense_bytes, reuse, C, C_star, B) -> None:
+def _policy_judgements(s: Sheet, state, kv, kept_bytes, dense_bytes, reuse, C, B, n_blk, r, M_l,
+                       page) -> None:
     key = "snapshot_policy"
     s.judge(key, "The states it keeps cost more than its KV cache", s.compare(kept_bytes, kv) > 0,
             f"{s.text(kept_bytes)} of kept states against {s.text(kv)} of KV; a state at every block would cost "
@@ -22,9 +23,13 @@ def _policy_judgements(s: Sheet, state, kv, kept_bytes, dense_bytes, reuse, C, C
     s.judge(key, "Its live state and kept states together outweigh its KV cache",
             s.compare(state + kept_bytes, kv) > 0,
             f"{s.text(state)} + {s.text(kept_bytes)} against {s.text(kv)} of KV")
-    s.judge(key, "At twice this context its KV would outweigh its recurrent state", s.compare(2 * C, C_star) > 0,
-            f"twice the context is {format_number(s.evaluate(2 * C))} tokens against the crossover at "
-            f"{format_number(s.value(C_star))}")
+    # The knob, not the crossover again (read12: "at twice this context" restated the regime): would a state kept
+    # half as often bring the kept states under the KV?
+    fewer = s.evaluate(ceil_of(n_blk / (2 * r)) * M_l * page)
+    s.judge(key, "Doubling the retention interval would leave its kept states under its KV cache",
+            s.compare(fewer, kv) < 0,
+            f"a state every {format_number(2 * s.value(r))} blocks: {format_number(fewer / 2**20)} MiB of kept "
+            f"states against {s.text(kv)} of KV")
     s.judge(key, "A prompt a quarter this long would get no hit from the cache", s.compare(C, 4 * B) <= 0,
             f"a quarter is {format_number(s.evaluate(C / 4))} tokens against a {format_number(s.value(B))}-token "
             "block: a hit needs a full block before the prompt's last token")
@@ -135,5 +140,8 @@ def solve(p, s: Sheet) -> None:
     if s.compare(kept, n_blk) < 0:
         s.slip("a state kept at every block, not every r blocks", s.value(n_blk) / s.value(kept),
                on="snapshot_bytes")
-    _policy_judgements(s, state, kv, kept_bytes, dense, reuse, C, C_star, B)
+    _policy_judgements(s, state, kv, kept_bytes, dense, reuse, C, B, n_blk, r, M_l, page)
+    if s.compare(50 * C, 51 * C_star) < 0 and s.compare(50 * C, 49 * C_star) > 0:
+        # The crossover is graded to 2%: a context that close to it cannot be called either side fairly.
+        s.refuse_if_asked(["regime"], "the context is within 2% of the crossover, the crossover's tolerance")
     _state_regime(s, state, kv, C_star, C)

@@ -145,3 +145,19 @@ def test_cow_regime_names_say_which_part_dominates(variant):
     ceiling) and output-dominated."""
     assert variant("cow-block-sharing@default").expected["regime"] == "prompt-dominated"
     assert variant("cow-block-sharing@default+output=16000").expected["regime"] == "output-dominated"
+
+
+def test_cow_opening_hints_do_not_state_the_tail_key(bank):
+    """Reader (read12): the opening's hints spelt out both engines' mechanisms ("copies a block before a sample
+    writes into one that others still hold"; v1 "recomputed"), so a hint read gave the tail-cost choice away. They
+    now point at the question to ask of each engine without naming the answer."""
+    hints = " ".join(bank.get("cow-block-sharing").stages[0].hints)
+    assert "copies a block" not in hints and "v0" not in hints and "v1" not in hints
+
+
+def test_cow_says_v0_is_the_removed_engine(variant):
+    """Reader (read12, @77): "on vLLM v0" read as a live engine; V0 was removed from vLLM in 2025. A v0 variant says
+    it is the paper's design, still the reference for copy-on-write."""
+    v0 = variant("cow-block-sharing@default+engine=v0").sheet.assumptions
+    assert any("removed from vLLM" in line for line in v0)
+    assert not any("removed from vLLM" in line for line in variant("cow-block-sharing@default").sheet.assumptions)

@@ -60,20 +60,25 @@ def test_mla_vs_gqa_context_stays_within_the_model(variant):
         assert p["context"] <= p["model"].max_context
 
 
-def test_mla_vs_gqa_levers_follow_the_layout(variant):
-    """Halving TP doubles the replicas; at TP 8 on the default that beats the heavier weight share (66 vs 39) but
-    not GQA's 87, the select's one criterion (the verdicts are pinned in the question file). The reason names no
-    count at TP 4: a push to TP 4 asks it."""
+def test_mla_vs_gqa_levers_ask_a_reversal_on_either_side(variant):
+    """Reader (read12, @11 and @42): the select asked which lever "would leave MLA holding more than GQA" where MLA
+    already held more (98 draws in 200), so every lever that helped MLA was keyed true (@11: A, C, D). It now asks
+    which change alone would leave the other layout ahead: where MLA leads, only a lever for GQA can."""
+    for code in ("mla-vs-gqa-under-tp@11", "mla-vs-gqa-under-tp@42"):
+        solution = variant(code)
+        assert solution.expected["regime"] == "mla-holds-more"
+        assert [o for o, holds in solution.sheet.judged("mla_levers").items() if holds] == [FP8_GQA]
+        assert "widens MLA's lead" in solution.sheet.reasons["mla_levers"][DP]
+
+
+def test_mla_vs_gqa_no_lever_moves_the_tp(variant):
+    """No option moves the TP: the push does, and a lever's verdict at TP/2 (the old "halving its TP") answered the
+    push before it was asked. The option that could never be done ("splitting the latent like KV heads", keyed
+    false because impossible though it would help) is gone; the one declared fact is the context, which scales both."""
     solution = variant("mla-vs-gqa-under-tp@default")
-    assert solution.sheet.judged("mla_levers")["halving its TP"] is False
-    assert "66" not in solution.sheet.reasons["mla_levers"]["halving its TP"]
-
-
-def test_mla_vs_gqa_halving_tp_says_when_the_weights_do_not_fit(variant):
-    """An interviewer reader's point: at TP 2 of a 70B in bf16 the lever fails because TP 1 cannot hold 141 GB of
-    weights on one H200 (135.7 GB usable), not because of the latent; the reason says so."""
-    reasons = variant("mla-vs-gqa-under-tp@default+tp=2").sheet.reasons["mla_levers"]
-    assert "does not fit" in reasons["halving its TP"]
+    options = set(solution.sheet.judged("mla_levers"))
+    assert not any("TP" in option or "splitting" in option for option in options)
+    assert solution.sheet.facts["mla_levers"] == {LONGER}
 
 
 def test_mla_vs_gqa_push_crosses_and_the_key_before_it_keeps_the_crossover(variant, catalog):
@@ -83,7 +88,7 @@ def test_mla_vs_gqa_push_crosses_and_the_key_before_it_keeps_the_crossover(varia
 
     solution = variant("mla-vs-gqa-under-tp@default")
     assert "3.56" not in solution.sheet.regime.summary and "3.56" in solution.sheet.regime.other_side
-    pushed = stage_run(solution, catalog, 2)
+    pushed = stage_run(solution, catalog, 3)
     assert pushed is not None and pushed.moved == ("tp",) and pushed.regime == "mla-holds-more"
 
 
@@ -102,18 +107,22 @@ def test_mla_vs_gqa_dp_attention_is_judged_on_its_weight_copies(variant, seed):
     latent = m.layers * (p["kv_lora_rank"] + 64) * DTYPE_BYTES[p["kv_dtype"]]
     room = usable - (weights - attention) / tp - attention
     dp = 8 * math.floor(max(room, 0) / (latent * p["context"]))
-    assert solution.sheet.results["mla_levers"][DP] is (dp > solution.sheet.results["requests_gqa"])
+    gqa, mla = solution.sheet.results["requests_gqa"], solution.sheet.results["requests_mla"]
+    assert solution.sheet.results["mla_levers"][DP] is (dp > gqa if gqa > mla else dp < gqa)
 
 
-DP = "data-parallel attention, each GPU keeping the whole attention weights and only its own requests' latents"
-FP8 = "an fp8 latent cache (GQA's left as it is)"
+DP = ("data-parallel attention for the MLA model, each GPU keeping the whole attention weights and only its own "
+      "requests' latents")
+FP8 = "an fp8 latent for the MLA model alone (GQA's cache left as it is)"
+FP8_GQA = "an fp8 cache for the GQA model alone (the latent left as it is)"
+LONGER = "requests twice as long, for both"
 
 
 def test_mla_vs_gqa_levers_share_one_criterion(variant):
     """Reader (read7): two options carried thresholds against the stem (DP attention at 2x, fp8 against GQA), so
-    DP raising MLA from 191 to 736 on a 405B B200 node could grade false. Every option now asks one thing: MLA,
-    with that change alone, holds more than GQA does now. The default's fp8 latent (78 against GQA's 87) fails it,
-    and the 2x knob is gone."""
+    DP raising MLA from 191 to 736 on a 405B B200 node could grade false. Every option now asks one thing: with
+    that change alone, the other layout holds more than the one ahead now. The default's fp8 latent (78 against
+    GQA's 87) fails it, and the 2x knob is gone."""
     solution = variant("mla-vs-gqa-under-tp@12011")
     assert (solution.expected["requests_gqa"], solution.expected["requests_mla"]) == (238, 191)
     assert solution.sheet.results["mla_levers"][DP] is True
@@ -144,11 +153,41 @@ def test_mla_vs_gqa_says_the_retrofit_is_hypothetical(variant, catalog):
     assert "hypothetical" in opening(variant("mla-vs-gqa-under-tp@default")).say
 
 
-def test_mla_vs_gqa_regime_margin_is_against_a_deployable_tp(variant):
-    """Reader (read7): the margin read "1.23x below the boundary" against n* = 2.46, a TP no one deploys. The
-    boundary is now the first power of two past n*, and the key line before the push prints no step times it
-    never asks (they stay in the worked solution)."""
+def test_mla_vs_gqa_regime_margin_is_the_per_gpu_shares(variant):
+    """Reader (read7): the margin read "1.23x below the boundary" against n* = 2.46, a TP no one deploys; then (read12,
+    @42's push) "only 1x above the boundary" against the first power of two past n*. One room serves both, so the
+    per-GPU shares decide: the margin is the latent against GQA's slice (90 KiB against 80: 1.125x). The key line
+    before the push prints no step times it never asks (they stay in the worked solution)."""
     solution = variant("mla-vs-gqa-under-tp@default")
-    assert solution.sheet.regime.boundary.value == 4  # n* = 3.56
+    assert solution.sheet.regime.boundary.value == 40 * 1024  # bytes: GQA's 40 KiB a GPU, against the latent's 90
     assert " ms" not in solution.sheet.regime.summary
     assert "reassuring" not in variant("mla-vs-gqa-under-tp@default+tp=2").sheet.regime.other_side
+    near = variant("mla-vs-gqa-under-tp@42+kv_lora_rank=512").sheet.regime.summary
+    assert "only 1× " not in near and "1.12× above" in near
+
+
+def test_mla_vs_gqa_push_gives_a_reason_not_a_restatement(variant, catalog):
+    """Reader (read12): the push restated every figure ("Say the replicas are TP 8 on H200 SXMs, the latent 512,
+    requests 24,064 tokens"). It now says why the figure moved and asks."""
+    from solvers.interview import stage_run
+
+    pushed = stage_run(variant("mla-vs-gqa-under-tp@11"), catalog, 3)
+    assert pushed is not None and pushed.moved == ("kv_lora_rank",)
+    assert pushed.say.startswith("The retrofit loses too much quality") and "Say the replicas" not in pushed.say
+
+
+def test_mla_vs_gqa_capacity_comes_with_its_step_time(bank, variant):
+    """Reader (read12): both decode step times were in the worked solution but never asked, so the capacity came
+    without its latency. A stage asks them: at a full pool both steps read a whole HBM, so MLA's bigger batch costs
+    it no longer a step (default: 39.49 ms GQA against 39.26 MLA, pinned in the question file)."""
+    question = bank.get("mla-vs-gqa-under-tp")
+    assert tuple(question.stages[2].ask) == ("tpot_gqa", "tpot_mla")
+    expected = variant("mla-vs-gqa-under-tp@default").expected
+    assert expected["tpot_mla"] == pytest.approx(expected["tpot_gqa"], rel=0.05)
+
+
+def test_mla_vs_gqa_small_latent_is_said_to_be_a_what_if(variant):
+    """Reader (read12, @11): a 128 latent for Qwen2.5-72B is no shipped config (the conversions keep 512); a rank
+    under 512 says so in the assumptions, DeepSeek's own rank does not."""
+    assert any("what-if" in line for line in variant("mla-vs-gqa-under-tp@11").sheet.assumptions)
+    assert not any("what-if" in line for line in variant("mla-vs-gqa-under-tp@default").sheet.assumptions)

@@ -142,3 +142,43 @@ def test_no_select_option_is_constant(variant):
         truths.add(judged[option])
         assert judged[option] == (solution.param("context").raw <= 4 * solution.expected["block_size"])
     assert truths == {True, False}
+
+
+def test_recurrent_state_stage_three_restates_no_earlier_key(bank):
+    """Reader (read12, @11 and @42): stage 3 asked state- or KV-dominated right after the opening's crossover
+    (7,989) and the context (100,000) were shown, and its option "at twice this context its KV would outweigh its
+    state" read the same comparison again. Stage 3 now asks the prefix-reuse judgement alone; the regime is the
+    push's, and the new option asks about the retention knob."""
+    question = bank.get("recurrent-state-inventory")
+    assert "regime" not in question.stages[2].ask and "regime" in question.stages[3].ask
+    pool = next(a for a in question.answers if a.key == "snapshot_policy").pool
+    assert not any("twice this context" in option for option in pool)
+    assert any("retention interval" in option for option in pool)
+
+
+def test_recurrent_state_doubling_retention_is_judged_on_the_fewer_states(variant):
+    """Default: 15 full blocks of 1,040 tokens, a state every 8 keeps 2 (195 MiB); every 16 keeps 1 (97.5 MiB),
+    under the 256 MiB of KV. The 47B at retain 2 keeps 2 pages a layer (731 MiB); at 4, 1 (366 MiB), over its 163."""
+    option = "Doubling the retention interval would leave its kept states under its KV cache"
+    assert variant("recurrent-state-inventory@default").sheet.judged("snapshot_policy")[option] is True
+    big = variant("recurrent-state-inventory@default+model=nemotron-h-47b+ssm_dtype=bf16+kv_dtype=fp8+context=16700"
+                  "+retain=2")
+    assert big.sheet.judged("snapshot_policy")[option] is False
+
+
+def test_recurrent_state_push_moves_to_a_round_context(variant, catalog):
+    """Reader (read12, @11): the push said "4,496 tokens" (4,500 rounded to a step of 16 the model never needs).
+    Contexts round to two figures now: the push says 4,500."""
+    from solvers.interview import stage_run
+
+    pushed = stage_run(variant("recurrent-state-inventory@11"), catalog, 3)
+    assert pushed is not None and pushed.solution.param("context").raw == 4500
+    assert "4,500 tokens" in pushed.say
+
+
+def test_recurrent_state_regime_is_not_asked_within_the_crossovers_tolerance(variant):
+    """The crossover is graded to 2%: a push onto 6,200 tokens (0.55% under the default's 6,234) would ask a side a
+    right-within-tolerance crossover cannot call, so the regime is refused there (validate found @136's push)."""
+    refusals = variant("recurrent-state-inventory@default+context=6200").sheet.refusals_if_asked
+    assert [keys for keys, _ in refusals] == [("regime",)]
+    assert not variant("recurrent-state-inventory@default").sheet.refusals_if_asked
