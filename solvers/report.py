@@ -188,6 +188,12 @@ def to_markdown(solution: Solution, script: Script | None = None) -> str:
     return "\n".join(line for line in lines) + "\n"
 
 
+def given_line(solution: Solution, index: int) -> str:
+    """The figures stage `index` gives the candidate for the first time, as the interviewer says them ('' if none)."""
+    given = solution.newly_given(index)
+    return "Give now: " + "; ".join(f"{p.label} {p.shown}" for p in given) + "." if given else ""
+
+
 def _given_later(solution: Solution, name: str) -> str:
     """Where a figure is held back from the opening's table: the stage that gives it."""
     index = solution.question.given_at(name)
@@ -227,8 +233,8 @@ def script_markdown(script: Script, depth: int) -> list[str]:
         if run.cards_line:
             lines += [f"{run.cards_line}.", ""]
         lines += [*prompt_markdown(run.prompt), ""]
-        if given := ([] if stage.stage.push else script.solution.newly_given(run.index)):
-            lines += ["Give now: " + "; ".join(f"{p.label} {p.shown}" for p in given) + ".", ""]
+        if given := ("" if stage.stage.push else given_line(script.solution, run.index)):
+            lines += [given, ""]
         if run.hints:
             lines += ["Hints:", ""] + [f"{n}. {hint}" for n, hint in enumerate(run.hints, 1)] + [""]
         lines += ["Keys:", ""]

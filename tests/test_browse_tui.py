@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 from textual import events
 from textual.screen import Screen
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 
 import tui.screens
 from practice.records import now_utc
@@ -212,3 +212,23 @@ def test_help_over_the_what_if_names_it(small_bank):
             return text_of(app.screen.body()).splitlines()[0]
 
     assert asyncio.run(scenario()).split() == ["Keys", "on", "this", "screen", "What", "if"]
+
+
+def test_the_interviewers_view_says_the_figures_a_stage_gives(bank):
+    """hidden-memory-budget holds its memory consumers back to stage 3: the candidate's screen shows them in that
+    stage's table, and the interviewer's view said nothing of them (nothing to read out)."""
+    async def scenario():
+        one = Bank({"hidden-memory-budget": bank.questions["hidden-memory-budget"]})
+        async with running_app(bank_loader=lambda: one) as (app, pilot):
+            await browsing(app, pilot, at="hidden-memory-budget")
+            await pilot.press("i")
+            await wait_for(pilot, on_screen(app, "InterviewerScreen"))
+            interviewer = app.screen
+            await wait_for(pilot, lambda: interviewer_ready(interviewer))
+            words = {index: text_of(interviewer.query_one(f"#stage-{index}-words", Static).content) for index in (0, 2)}
+            return interviewer.solution, words
+
+    solution, words = asyncio.run(scenario())
+    graphs = solution.param("cuda_graphs")
+    assert "Give now: " in words[2] and f"{graphs.label} {graphs.shown}" in words[2]
+    assert "Give now" not in words[0]

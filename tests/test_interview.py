@@ -566,3 +566,4 @@ def test_a_declared_pushs_stand_in_says_the_files_reason_not_the_engines_words(b
     assert run is not None and not run.declared and run.moved == (moved,), (question_id, seed, run and run.moved)
     assert run.say.startswith(words), run.say
     assert "Let's change" not in run.say and run.say.endswith("What changes, and what matters now?")
+

@@ -16,7 +16,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Header, Static
 
-from solvers.report import key_notes, moved
+from solvers.report import given_line, key_notes, moved
 from tui import messages
 from tui.modes import Mode
 from tui.render import practice_text, regime_panel, step_renderable
@@ -106,6 +106,8 @@ class InterviewerScreen(AppScreen):
             heading.append(f" to {run.solution.code}", style="bold cyan")
             changes = moved(run, self.solution)
             lines.append(Text(f"Moved: {changes}." + (f" Regime now: {run.regime}." if run.regime else "")))
+        if given := ("" if stage.push else given_line(self.solution, index)):
+            lines.append(Text(given))
         if run.nudge_note:
             lines.append(Text(run.nudge_note, style="italic"))
         if run.cards_line:
