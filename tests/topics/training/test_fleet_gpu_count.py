@@ -209,7 +209,18 @@ def test_fleet_select_no_longer_restates_the_rule(variant):
     assert "the job is a power of two" not in solution.sheet.results["judgement"]
     assert solution.sheet.results["judgement"]["a job in whole fabric pods would be larger than this one"] is True
     pods = variant("fleet-gpu-count@default+model=qwen2.5-72b+tokens=29+days=74+mfu=38+margin=20+rule=whole-pods")
-    assert pods.sheet.results["judgement"]["a job in whole fabric pods would be larger than this one"] is False
+    # read12 (rf-ft) #2: under the whole-pod rule the option is false by definition: judged, never listed.
+    assert pods.sheet.results["judgement"]["a job in whole fabric pods would be larger than this one"] is None
+
+
+def test_fleet_power_of_two_option_not_listed_under_power_of_two_rule(variant):
+    """read12 (rf-ft) #2, @11: under the power-of-two rule "a power-of-two job would exceed the need by more than
+    a quarter" only restates the job-size key (4,096 against 2,406); it is listed only under the other rules."""
+    pow2 = variant("fleet-gpu-count@11").sheet.results["judgement"]
+    assert pow2["a power-of-two job would exceed the need by more than a quarter"] is None
+    units = variant("fleet-gpu-count@default+model=qwen2.5-72b+tokens=29+days=74+mfu=38+margin=20"
+                    "+rule=whole-scheduler-units").sheet.results["judgement"]
+    assert units["a power-of-two job would exceed the need by more than a quarter"] is True  # 8,192 / 5,263
 
 
 def test_fleet_mfu_stays_within_published_figures(variant):
