@@ -192,3 +192,14 @@ def test_speedup_prefill_one_is_no_lookup_in_most_draws(variant):
     ones = sum(variant(f"datasheet-speedup-regimes@{seed}").expected["speedup_compute"] == pytest.approx(1.0)
                for seed in range(100))
     assert ones <= 30, ones
+
+
+def test_speedup_pushes_say_why_the_pair_changes(variant, catalog):
+    """read12 (rf-ft) #7: both pushes said only "The next proposal is X to Y"; from an H200 fleet (@7) that read as
+    a step back to H100. The compute side's push is now a sister team's H100s, the capacity side's a year on."""
+    from solvers.interview import stage_run
+
+    back = variant("datasheet-speedup-regimes@7")  # H200 to B200: the compute side, pushed to H100 to H200
+    pushed = [run for i, stage in enumerate(back.question.stages) if stage.push
+              if (run := stage_run(back, catalog, i)) is not None]
+    assert len(pushed) == 1 and "sister team" in pushed[0].say and "next proposal" not in pushed[0].say
