@@ -151,4 +151,20 @@ def test_block_count_moe_hint_is_conditional_and_push_gives_a_reason(variant, ca
     assert not dense.question.stages[2].hints[2].startswith("A MoE step")
     assert dense.question.stages[2].hints[2].startswith("If the model is a MoE")
     push = stage_run(dense, catalog, 3)
-    assert push is not None and "to hold TPOT the team has cut max_num_seqs to 128" in " ".join(push.say.split())
+    assert push is not None and "to hold TPOT the team cut max_num_seqs to 128" in " ".join(push.say.split())
+
+
+def test_block_count_push_asks_what_filling_the_blocks_costs(variant, catalog):
+    """read12 (rf-ft) #3: the push re-asked stage 2 and 3's numbers at a new context. It now also asks the TPOT if
+    the scheduler filled every block, the trade the cut to max_num_seqs makes: at the default's push 458 chats of
+    1,024 tokens would take 35.33 ms a step against the 21.89 ms of the 128 admitted (pinned in the file)."""
+    from solvers.interview import stage_run
+
+    solution = variant("kv-cache-block-count@11")
+    push = [run for i, stage in enumerate(solution.question.stages) if stage.push
+            if (run := stage_run(solution, catalog, i)) is not None]
+    assert len(push) == 1 and "tpot_filled" in push[0].ask
+    pushed = push[0].solution
+    assert pushed.expected["tpot_filled"] > 3 * pushed.expected["tpot"]  # 2,125 chats against 128: 51.5 vs 13.9 ms
+    base = variant("kv-cache-block-count@default")  # block side: every block already runs
+    assert base.expected["tpot_filled"] == pytest.approx(base.expected["tpot"], rel=1e-12)
