@@ -230,3 +230,7 @@ def solve(p, s: Sheet) -> None:
                factor=s.evaluate(2 ** ceil_of(log_of(need, 2))) / s.value(job))
 
     _spares_regime(s, pool, room, down, words, rounding, spare)
+    # read12 (rf-ft) #3: the push asked only to redo the spares; what an interviewer then asks is what margin to
+    # go back to finance with. The job is whole nodes under every rule, so the margin in whole nodes is exact.
+    s.step("margin_needed", "Smallest margin that holds the spare pool", "m_min", pool * g / job, "%",
+           "the pool's nodes as a share of the job: what to ask finance for")

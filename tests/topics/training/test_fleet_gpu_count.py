@@ -246,3 +246,16 @@ def test_fleet_power_of_two_waste_option_varies(variant):
     held = [judged[option] for seed in range(120)
             if (judged := variant(f"fleet-gpu-count@{seed}").sheet.results["judgement"]).get(option) is not None]
     assert len(held) >= 20 and 0.25 <= sum(held) / len(held) <= 0.75, (len(held), sum(held))
+
+
+def test_fleet_push_asks_the_margin_to_go_back_for(variant, catalog):
+    """read12 (rf-ft) #3: the push asked only to redo the spares. It now asks what margin to go back to finance
+    for: the pool's nodes over the job. @11 pushed: 512 nodes x 14 / 240 = 29.87 out, a pool of 41 nodes, 328
+    GPUs over 4,096: 8.008%."""
+    from solvers.interview import stage_run
+
+    solution = variant("fleet-gpu-count@11")
+    push = [run for i, stage in enumerate(solution.question.stages) if stage.push
+            if (run := stage_run(solution, catalog, i)) is not None]
+    assert len(push) == 1 and "margin_needed" in push[0].ask
+    assert push[0].solution.expected["margin_needed"] == pytest.approx(41 * 8 / 4096, rel=1e-12)
