@@ -60,7 +60,8 @@ def _ceiling_judgements(p, s: Sheet, avail, A, block, blocks,
             f"a {s.text(tpot)} step gives each user {format_quantity(1 / s.value(tpot), 'tokens/s')}")
 
 
-def _decode_tpot(p, s: Sheet, e: Engine, batch, C) -> tuple[sympy.Expr, sympy.Expr, sympy.Symbol]:
+def _decode_tpot(p, s: Sheet, e: Engine, batch, C, tag: str = "dec", key: str = "tpot",
+                 label: str = "decode step at full context") -> tuple[sympy.Expr, sympy.Expr, sympy.Symbol]:
     """The step of the batch that runs, every sequence at full context, in the bank's step model; the
     weights and KV each GPU reads in it. A MoE model reads the experts the batch touches and runs its
     active parameters."""
@@ -71,19 +72,22 @@ def _decode_tpot(p, s: Sheet, e: Engine, batch, C) -> tuple[sympy.Expr, sympy.Ex
         E = given_config(s, p.model, "experts")
         k = given_config(s, p.model, "experts_per_token", "k_E")
         routed = s.given("N_routed", parameter_count(p.model).routed, "", "routed expert parameters (config)")
-        touched = s.step("", "Share of each layer's experts the batch touches", "f_E", 1 - (1 - k / E) ** batch, "%",
+        sub = "" if tag == "dec" else f"_{tag}"
+        touched = s.step("", "Share of each layer's experts the batch touches", f"f_E{sub}", 1 - (1 - k / E) ** batch,
+                         "%",
                          "each sequence's token picks k of E experts; the chance an expert is missed by all of them")
-        weights = s.step("", "Weights each GPU reads per step", "W_read",
+        weights = s.step("", "Weights each GPU reads per step", f"W_read{sub}",
                          (e.W - routed * given_weight_bytes(s, p.weight_dtype) * (1 - touched)) / e.TP, "GB",
                          "all but the routed experts no token of the batch picked")
     kv = e.KV * batch * C
-    work = StepWork(s.step("flops_dec", "FLOPs of the decode step", "F_dec", 2 * N_act * batch + e.A * batch * C,
+    work = StepWork(s.step(f"flops_{tag}", f"FLOPs of the {label}", f"F_{tag}",
+                           2 * N_act * batch + e.A * batch * C,
                            "TFLOP", "2 per active weight per token, plus attention over the full context"),
-                    s.step("bytes_dec", "Bytes each GPU reads in the decode step", "M_dec", weights + kv, "GB",
+                    s.step(f"bytes_{tag}", f"Bytes each GPU reads in the {label}", f"M_{tag}", weights + kv, "GB",
                            "its share of the weights, read once for the batch, and of every sequence's KV"),
                     e.math_time(2 * N_act * batch, e.A * batch * C))
-    comm = tp_all_reduce(s, p.model, p.gpu, p.tp, batch, tag="dec", label="decode step")
-    tpot = step_time(s, e, "dec", "decode step at full context", work, key="tpot", communication=comm,
+    comm = tp_all_reduce(s, p.model, p.gpu, p.tp, batch, tag=tag, label=label)
+    tpot = step_time(s, e, tag, label, work, key=key, communication=comm,
               why="one token for every running sequence: the slower of reads and math"
                   + (", the all-reduces" if p.tp > 1 else "") + ", plus overhead")
     return weights, kv, tpot
@@ -145,6 +149,9 @@ def solve(p, s: Sheet) -> None:
     running = s.step("concurrency", "Full-context sequences that run at once", "B_run", min_of(seqs, cap),
                      "sequences", "the scheduler admits no more than max_num_seqs, and no more than the blocks hold")
     reads = _decode_tpot(p, s, e, running, C)
+    # read12 (rf-ft) #3: on the max_num_seqs side the push asks what the idle blocks would cost in TPOT if the
+    # scheduler were let fill them, the trade a cut to max_num_seqs makes (on the block side it is the TPOT).
+    _decode_tpot(p, s, e, seqs, C, tag="fill", key="tpot_filled", label="full-cache decode step")
 
     s.assume("total_memory is the capacity the device reports (hbm_mib), as vLLM reads it; "
              f"gpu_memory_utilization = {format_number(GPU_MEMORY_UTILIZATION)} caps everything vLLM allocates; "

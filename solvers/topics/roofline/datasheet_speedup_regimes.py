@@ -92,6 +92,23 @@ def _judge_over_bandwidth(s: Sheet, speedups: dict[str, sympy.Symbol], r_bw: sym
             + ("; together past the bandwidth ratio" if beats["capacity"] else "; together short of it"))
 
 
+def _tpot_direction(s: Sheet, cap_o, cap_n, S_k, S_iso) -> None:
+    """read12 (rf-ft) #1: "the speedup at today's TPOT" equalled the largest-batch speedup in over half the draws
+    (the new GPU's largest-batch step already shorter), a number that restated a key. What it turns on is asked
+    instead: at its largest batch, does each user wait longer or shorter per token than today? Exact; a step
+    within the TPOT's 3% tolerance of today's is refused where it is asked."""
+    if abs(s.value(cap_n) / s.value(cap_o) - 1) < TIE:
+        s.refuse_if_asked(["tpot_at_largest"], "the new GPU's largest-batch step is within 3% of today's TPOT")
+    longer = s.compare(cap_n, cap_o) > 0
+    gain, iso = format_number(s.value(S_k), 4), format_number(s.value(S_iso), 4)
+    s.choose("tpot_at_largest", "longer" if longer else "shorter",
+             f"{s.text(cap_n)} against today's {s.text(cap_o)}: "
+             + (f"the extra HBM buys batch faster than bandwidth reads it; held at today's TPOT the gain is "
+                f"{iso}x, not {gain}x" if longer else
+                f"the faster reads more than pay for any growth in the batch: the {gain}x costs no user any "
+                "speed"))
+
+
 def _speedup_regime(s: Sheet, speedups: dict[str, sympy.Symbol], batch_o, batch_n, ratio, cap_o, cap_n,
                     capped: bool) -> None:
     """The workload that gains most is the regime; the runner-up's speedup is its boundary."""
@@ -205,8 +222,9 @@ def solve(p, s: Sheet) -> None:
                    "solve the new step time = the old TPOT for the batch (reads and math alike), capped by memory")
     t_iso = _step(s, "", f"Decode step at that batch on {new.name}", "t_iso", w, n, W + B_iso * kv_req,
                   2 * N * B_iso, fixed + a_n * B_iso, "no longer than the old TPOT")
-    s.step("speedup_iso", "Speedup at the same per-user speed", "S_iso", (B_iso / t_iso) / X_o, "x",
-           "what the upgrade buys without slowing any user down")
+    S_iso = s.step("speedup_iso", "Speedup at the same per-user speed", "S_iso", (B_iso / t_iso) / X_o, "x",
+                   "what the upgrade buys without slowing any user down")
+    _tpot_direction(s, cap_o, cap_n, S_k, S_iso)
 
     s.assume("Usable HBM (usable-hbm) holds weights plus KV cache; activations and CUDA graphs are ignored.")
     s.assume("The bank's step model (step-compute, step-bandwidth, step-overhead) on both GPUs: the matmuls at 60% of "

@@ -209,7 +209,18 @@ def test_fleet_select_no_longer_restates_the_rule(variant):
     assert "the job is a power of two" not in solution.sheet.results["judgement"]
     assert solution.sheet.results["judgement"]["a job in whole fabric pods would be larger than this one"] is True
     pods = variant("fleet-gpu-count@default+model=qwen2.5-72b+tokens=29+days=74+mfu=38+margin=20+rule=whole-pods")
-    assert pods.sheet.results["judgement"]["a job in whole fabric pods would be larger than this one"] is False
+    # read12 (rf-ft) #2: under the whole-pod rule the option is false by definition: judged, never listed.
+    assert pods.sheet.results["judgement"]["a job in whole fabric pods would be larger than this one"] is None
+
+
+def test_fleet_power_of_two_option_not_listed_under_power_of_two_rule(variant):
+    """read12 (rf-ft) #2, @11: under the power-of-two rule "a power-of-two job would exceed the need by more than
+    a quarter" only restates the job-size key (4,096 against 2,406); it is listed only under the other rules."""
+    pow2 = variant("fleet-gpu-count@11").sheet.results["judgement"]
+    assert pow2["a power-of-two job would exceed the need by more than half"] is None
+    units = variant("fleet-gpu-count@default+model=qwen2.5-72b+tokens=29+days=74+mfu=38+margin=20"
+                    "+rule=whole-scheduler-units").sheet.results["judgement"]
+    assert units["a power-of-two job would exceed the need by more than half"] is True  # 8,192 / 5,263
 
 
 def test_fleet_mfu_stays_within_published_figures(variant):
@@ -226,3 +237,25 @@ def test_fleet_mfu_stays_within_published_figures(variant):
     assert "ask for in all" in solution.question.stages[1].say
     assert "about 25%" in " ".join(solution.sheet.assumptions)
     assert "the variant's 8,192-GPU job" not in " ".join(r.system for r in solution.question.reality)
+
+
+def test_fleet_power_of_two_waste_option_varies(variant):
+    """read12 (rf-ft): listed only under the pod and scheduler-unit rules, "more than a quarter" held in 39 of 43
+    listings (the next power of two is 1-2x the need, past 1.25x in most draws); "more than half" splits them."""
+    option = "a power-of-two job would exceed the need by more than half"
+    held = [judged[option] for seed in range(120)
+            if (judged := variant(f"fleet-gpu-count@{seed}").sheet.results["judgement"]).get(option) is not None]
+    assert len(held) >= 20 and 0.25 <= sum(held) / len(held) <= 0.75, (len(held), sum(held))
+
+
+def test_fleet_push_asks_the_margin_to_go_back_for(variant, catalog):
+    """read12 (rf-ft) #3: the push asked only to redo the spares. It now asks what margin to go back to finance
+    for: the pool's nodes over the job. @11 pushed: 512 nodes x 14 / 240 = 29.87 out, a pool of 41 nodes, 328
+    GPUs over 4,096: 8.008%."""
+    from solvers.interview import stage_run
+
+    solution = variant("fleet-gpu-count@11")
+    push = [run for i, stage in enumerate(solution.question.stages) if stage.push
+            if (run := stage_run(solution, catalog, i)) is not None]
+    assert len(push) == 1 and "margin_needed" in push[0].ask
+    assert push[0].solution.expected["margin_needed"] == pytest.approx(41 * 8 / 4096, rel=1e-12)
