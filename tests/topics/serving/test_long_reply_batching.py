@@ -126,7 +126,7 @@ def test_long_reply_preemption_is_asked_of_a_full_pool(variant):
     now a batch job that runs the pool full, the regime where preemption is real, whatever stage 2 keyed."""
     question = variant("long-reply-batching@default").question
     stage = question.stages[question.stage_of("swap_hides")]
-    assert "runs the pool out of blocks" in stage.say and "Suppose you admit all" not in stage.say
+    assert "The pool runs dry" in stage.say and "Suppose you admit all" not in stage.say
 
 
 def test_long_reply_grades_why_recompute_is_cheap_in_v1(variant):
@@ -216,7 +216,8 @@ def test_long_reply_preemption_stage_asks_what_it_grades(variant, catalog):
     run = stage_run(variant("long-reply-batching@11"), catalog, 2)
     assert run is not None and run.ask == ("recompute_time", "absorb_steps", "swap_time", "swap_hides")
     assert "runs short" not in run.say and "Recompute it in one prefill, or" not in run.say
-    assert "runs the pool out of blocks" in run.say and "12 GB/s" in run.say
+    assert "The pool runs dry" in run.say and "12 GB/s" in run.say
+    assert "as one step, all-reduces in" in " ".join(run.say.split()) and "steps' worth" in run.say
 
 
 def test_long_reply_reality_names_whose_victim(bank):
