@@ -175,3 +175,15 @@ def test_bom_says_a_dead_rail_can_limp_on(variant):
     a peer GPU's NIC: the assumptions say which is modelled."""
     assumptions = " ".join(variant("cluster-bill-of-materials@11").sheet.assumptions)
     assert "PXN" in assumptions
+
+
+def test_bom_three_tier_words_keep_a_spine_per_leaf(variant, catalog):
+    """r14c (@9301+model=llama-3.1-405b): "core at 2:1" read as spines split 2:1 down:up, 138 spines and 368
+    switches, where the key's pods are non-blocking (spines = leaves) and the core takes half the spines'
+    uplinks: 184 leaves + 184 spines + 46 core = 414. The stage now says three tiers keep a spine per leaf."""
+    from solvers.interview import stage_run
+    solution = variant("cluster-bill-of-materials@9301")
+    run = stage_run(solution, catalog, 1)
+    assert run is not None and "three tiers: a spine per leaf" in run.say
+    results = variant("cluster-bill-of-materials@9301+model=llama-3.1-405b").sheet.results
+    assert (results["leaves"], results["spines"], results["core"], results["switches"]) == (184, 184, 46, 414)
