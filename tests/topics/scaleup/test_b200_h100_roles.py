@@ -325,3 +325,19 @@ def test_b200_h100_roles_prefill_push_gives_a_reason_true_either_way(variant, ca
     run = stage_run(solution, catalog, len(solution.question.stages) - 1)
     assert run is not None and "to fit a replica in one node" in run.say.replace("\n", " ")
     assert "moves to" not in run.say
+
+
+def test_b200_h100_roles_words_state_the_replica_and_send_model(variant):
+    """r15a @9500/@9501: a re-deriver without hints sent each prefill copy over the NIC on its own (B200 prefill
+    77k, not 210k), sized the H100 replica at 3 nodes (24 GPUs) and decoded the H100s on 3 nodes, never 8. The words
+    now say what the keys count: prefill sends a token once a node (copies merged, DeepEP's normal kernels),
+    replicas take the fewest power-of-two nodes, and decode may take twice that where it does more a node."""
+    solution = variant("b200-h100-roles@9501")
+    opening, decode = (stage.say.replace("\n", " ") for stage in solution.question.stages[:2])
+    assert "Prefill sends a token once to each node with one of its experts" in opening
+    assert "Replicas span the fewest power-of-two nodes that hold the weights" in decode
+    assert "decode may take twice that if it decodes more a node" in decode
+    results = solution.sheet.results
+    # what those words decide at @9501: a 4-node H100 replica, decoding on 8 (23.5k a node, not 11.7k on 3)
+    assert results["nodes_H"] == 4 and results["dnodes_H"] == 8
+    assert results["decode_H"] == pytest.approx(23_532, rel=1e-3)
