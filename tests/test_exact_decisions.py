@@ -146,6 +146,9 @@ ALLOWED = {
     ("topics/quantization/kv_quant_keys_vs_values.py", "_kv_roads_regime",
      "abs(np.log(s.number('roads_channel'))) < np.log(REGIME_MARGIN)"):
         _margin("8% (REGIME_MARGIN) where the regime is asked; its side is decided by regime_by"),
+    ("topics/roofline/datasheet_speedup_regimes.py", "_tpot_direction",
+     "abs(s.value(cap_n) / s.value(cap_o) - 1) < TIE"):
+        _margin("3% (TIE) where the TPOT's direction is asked; longer or shorter is decided by s.compare"),
     ("topics/roofline/datasheet_speedup_regimes.py", "_judge_over_bandwidth",
      "abs(s.value(speedups[name]) / s.value(r_bw) - 1) < TIE"):
         _margin("3% (TIE) where the select is asked; an option's truth is decided by s.compare"),
