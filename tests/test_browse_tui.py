@@ -155,14 +155,20 @@ def test_what_if_from_a_row_records_nothing_and_names_the_variant_it_explores(sm
     assert attempts == [] and cards == {}  # no attempt, no card
 
 
+async def as_interviewer(app: InfradrillApp, pilot, at: str) -> Screen:
+    """The interviewer's view of the question `at`, opened from Browse, its pushes found."""
+    await browsing(app, pilot, at=at)
+    await pilot.press("i")
+    await wait_for(pilot, on_screen(app, "InterviewerScreen"))
+    interviewer = app.screen
+    await wait_for(pilot, lambda: interviewer_ready(interviewer))
+    return interviewer
+
+
 def test_interviewer_view_from_a_row_and_its_what_if(small_bank):
     async def scenario():
         async with running_app(bank_loader=lambda: small_bank) as (app, pilot):
-            await browsing(app, pilot, at="kv-bytes-per-token")
-            await pilot.press("i")
-            await wait_for(pilot, on_screen(app, "InterviewerScreen"))
-            interviewer = app.screen
-            await wait_for(pilot, lambda: interviewer_ready(interviewer))
+            interviewer = await as_interviewer(app, pilot, "kv-bytes-per-token")
             await pilot.press("w")
             await wait_for(pilot, on_screen(app, "WhatIfScreen"))
             explored = app.screen.base
@@ -220,11 +226,7 @@ def test_the_interviewers_view_says_the_figures_a_stage_gives(bank):
     async def scenario():
         one = Bank({"hidden-memory-budget": bank.questions["hidden-memory-budget"]})
         async with running_app(bank_loader=lambda: one) as (app, pilot):
-            await browsing(app, pilot, at="hidden-memory-budget")
-            await pilot.press("i")
-            await wait_for(pilot, on_screen(app, "InterviewerScreen"))
-            interviewer = app.screen
-            await wait_for(pilot, lambda: interviewer_ready(interviewer))
+            interviewer = await as_interviewer(app, pilot, "hidden-memory-budget")
             words = {index: text_of(interviewer.query_one(f"#stage-{index}-words", Static).content) for index in (0, 2)}
             return interviewer.solution, words
 

@@ -567,3 +567,16 @@ def test_a_declared_pushs_stand_in_says_the_files_reason_not_the_engines_words(b
     assert run.say.startswith(words), run.say
     assert "Let's change" not in run.say and run.say.endswith("What changes, and what matters now?")
 
+
+
+@pytest.mark.parametrize("qid", ["spec-decode-step-accounting", "spec-decode-tail"])
+def test_a_push_the_engine_searches_says_what_moved_and_why(bank, catalog, qid):
+    """read12: both pushes opened on "The traffic shifts (what moved is marked)", an interviewer who never says
+    what moved. Each figure the search moves has the interviewer's reason, which names its new value."""
+    for seed in range(12):
+        solution = make_variant(bank, catalog, VariantCode(qid, seed))
+        pushed = stage_run(solution, catalog, 3)
+        if pushed is None:
+            continue
+        assert "what moved is marked" not in pushed.say and len(pushed.moved) == 1, seed
+        assert pushed.solution.param(pushed.moved[0]).shown in pushed.say, (seed, pushed.say)

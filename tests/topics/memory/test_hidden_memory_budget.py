@@ -65,26 +65,28 @@ def test_hidden_memory_levers_follow_the_accounting(variant, seed):
     assert fixes[SMALLER_BATCH] is False and risks[LARGER_BATCH] is False
 
 
+def _pushes(variant, catalog, seeds: int):
+    """The push asked of each of the first `seeds` draws (stage 3 for one side, 4 for the other)."""
+    from solvers.interview import stage_run
+
+    for seed in range(seeds):
+        solution = variant(f"hidden-memory-budget@{seed}")
+        yield from (run for run in (stage_run(solution, catalog, index) for index in (3, 4)) if run is not None)
+
+
 def test_hidden_memory_levers_vary_on_each_side(variant, catalog):
     """Read10: each push listed an option false by the regime alone ('capture half the graph sizes' where it
     already fit, 'twice the NCCL buffer' where it already OOMed). A push into an OOM asks only the fixes, one into
     a fit only the risks, and over the pushed variants each lever's truth varies (the batch-size trap is the one
     declared fact a select)."""
-    from solvers.interview import stage_run
-
     seen: dict[tuple[str, str], set[bool]] = {}
-    for seed in range(40):
-        solution = variant(f"hidden-memory-budget@{seed}")
-        for index in (3, 4):
-            run = stage_run(solution, catalog, index)
-            if run is None:
-                continue
-            key = "fixes" if run.before == "fits" else "risks"  # pushed into an OOM, or into a fit
-            assert key in run.ask and ({"fixes", "risks"} - {key}).isdisjoint(run.ask)
-            if run.solution.regime_name == run.before:
-                continue  # one of the few pushes that do not cross
-            for option, holds in run.solution.sheet.results[key].items():
-                seen.setdefault((key, option), set()).add(holds)
+    for run in _pushes(variant, catalog, 40):
+        key = "fixes" if run.before == "fits" else "risks"  # pushed into an OOM, or into a fit
+        assert key in run.ask and ({"fixes", "risks"} - {key}).isdisjoint(run.ask)
+        if run.solution.regime_name == run.before:
+            continue  # one of the few pushes that do not cross
+        for option, holds in run.solution.sheet.results[key].items():
+            seen.setdefault((key, option), set()).add(holds)
     assert seen.pop(("fixes", SMALLER_BATCH)) == {False} and seen.pop(("risks", LARGER_BATCH)) == {False}
     assert all(truths == {True, False} for truths in seen.values()), seen
     assert len(seen) == 7
@@ -142,18 +144,11 @@ def test_hidden_memory_before_serving_names_what_it_holds(variant):
 def test_hidden_memory_max_util_is_not_the_drawn_one(variant, catalog):
     """Read11: the highest utilisation that fits (95.39%) sat 0.39 points from the drawn 0.95 and graded at 0.5%,
     so echoing the parameter passed. Graded to a tenth of a point, the drawn utilisation is wrong on every push."""
-    from solvers.interview import stage_run
-
-    for seed in range(30):
-        solution = variant(f"hidden-memory-budget@{seed}")
-        for index in (3, 4):
-            run = stage_run(solution, catalog, index)
-            if run is None:
-                continue
-            pushed = run.solution
-            echo = f"{pushed.param('util').raw * 100:g}%"
-            assert not pushed.grade_one("max_util", echo).correct, (seed, echo)
-            assert pushed.grade_one("max_util", f"{pushed.expected['max_util'] * 100:.2f}%").correct
+    for run in _pushes(variant, catalog, 30):
+        pushed = run.solution
+        echo = f"{pushed.param('util').raw * 100:g}%"
+        assert not pushed.grade_one("max_util", echo).correct, (pushed.code, echo)
+        assert pushed.grade_one("max_util", f"{pushed.expected['max_util'] * 100:.2f}%").correct
 
 
 def test_hidden_memory_eager_says_its_price(variant):
