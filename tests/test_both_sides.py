@@ -57,7 +57,7 @@ ONE_SIDED = {
     **{("cluster-bill-of-materials", key): TRAINING
        for key in ("gpus_needed", "spare_pool", "nodes", "leaves", "switches", "it_power")},
     **{("fleet-gpu-count", key): TRAINING
-       for key in ("gpus_needed", "job_gpus", "job_days", "fleet_gpus", "spare_pool")},
+       for key in ("gpus_needed", "job_gpus", "job_days", "fleet_gpus", "spare_pool", "margin_needed")},
     **{("moe-1t-training-layout", key): TRAINING for key in ("compute_days", "compute_step")},
     **{("training-compute-budget", key): TRAINING
        for key in ("days", "wall_days", "interruptions")},
