@@ -224,8 +224,10 @@ def _loaded_as_the_app_loads():
     (one full collection over this process's heap is ~100 ms of CPU, the follow-up line's worst sample once)."""
     import gc
 
+    from solvers.bank import load_bank
+    from solvers.data import load_catalog
 
-    bank, catalog = _loaded_as_the_app_loads()
+    bank, catalog = load_bank(), load_catalog()
     gc.collect()
     gc.freeze()
     return bank, catalog
