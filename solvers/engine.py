@@ -98,7 +98,8 @@ class Solution:
                 and (upto is None or question.given_at(p.name) <= upto)]
 
     def newly_given(self, index: int) -> list[Param]:
-        """The parameters stage `index` (after the opening) gives the candidate for the first time."""
+        """The parameters stage `index` (after the opening) gives the candidate for the first time (none for a
+        push: the loader allows `gives` on an ask or recall stage only)."""
         return [p for p in self.problem_data() if index and self.question.given_at(p.name) == index]
 
     def slips(self, key: str) -> tuple[Slip, ...]:

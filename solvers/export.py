@@ -153,7 +153,7 @@ def _candidate_entry(number: int, variant: Script) -> list[str]:
         in_play = solution.cards() if stage.turn == 1 else stage.run.cards_added
         cards = [f"{'Conventions in play' if stage.turn == 1 else 'Conventions now also in play'}: "
                  f"{_card_titles(in_play)}.", ""] if in_play else []
-        given = [] if stage.stage.push else [f"- {p.label}: {p.shown}" for p in solution.newly_given(stage.run.index)]
+        given = [f"- {p.label}: {p.shown}" for p in solution.newly_given(stage.run.index)]
         lines += [f"### Stage {stage.turn}: {stage.kind}", "", *words, "", *cards,
                   *(["Now given:", "", *given, ""] if given else []), *_moved_figures(stage.run, solution)]
         lines += [f"- {_blank(stage.run.solution.question.answer(key))}:" for key in stage.run.ask] + [""]

@@ -98,12 +98,12 @@ def _source(expr: sympy.Basic, bound: dict[str, object]) -> str:
 
 
 def _raise_to(b: Exact, n: Exact) -> Exact:
-    """b^n as _pow's closure takes it: an integer power only (a root is sympy's), exactly."""
+    """b^n exactly, for an integer power only (a root: sympy's radicals)."""
     if isinstance(n, Fraction):
         if n.denominator != 1:
             raise _NotRational
         n = n.numerator
-    return Fraction(b) ** n if n < 0 else b ** n
+    return Fraction(b) ** n if n < 0 else b ** n  # an int to a negative power would be a float
 
 
 def _absolute(number: Exact) -> Exact:
@@ -135,17 +135,7 @@ def _mul(parts: list[Callable[[_Env], Exact]]) -> Callable[[_Env], Exact]:
 
 def _pow(parts: list[Callable[[_Env], Exact]]) -> Callable[[_Env], Exact]:
     base, exponent = parts
-
-    def power(env: _Env) -> Exact:
-        n = exponent(env)
-        if isinstance(n, Fraction):
-            if n.denominator != 1:
-                raise _NotRational  # a root: sympy's radicals
-            n = n.numerator
-        b = base(env)
-        return Fraction(b) ** n if n < 0 else b ** n  # an int to a negative power would be a float
-
-    return power
+    return lambda env: _raise_to(base(env), exponent(env))
 
 
 def _max(parts: list[Callable[[_Env], Exact]]) -> Callable[[_Env], Exact]:
@@ -158,12 +148,7 @@ def _min(parts: list[Callable[[_Env], Exact]]) -> Callable[[_Env], Exact]:
 
 def _abs(parts: list[Callable[[_Env], Exact]]) -> Callable[[_Env], Exact]:
     (arg,) = parts
-
-    def absolute(env: _Env) -> Exact:
-        number = arg(env)
-        return -number if number < 0 else number
-
-    return absolute
+    return lambda env: _absolute(arg(env))
 
 
 def _floor(parts: list[Callable[[_Env], Exact]]) -> Callable[[_Env], Exact]:

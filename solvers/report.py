@@ -233,7 +233,7 @@ def script_markdown(script: Script, depth: int) -> list[str]:
         if run.cards_line:
             lines += [f"{run.cards_line}.", ""]
         lines += [*prompt_markdown(run.prompt), ""]
-        if given := ("" if stage.stage.push else given_line(script.solution, run.index)):
+        if given := given_line(script.solution, run.index):
             lines += [given, ""]
         if run.hints:
             lines += ["Hints:", ""] + [f"{n}. {hint}" for n, hint in enumerate(run.hints, 1)] + [""]

@@ -106,7 +106,7 @@ class InterviewerScreen(AppScreen):
             heading.append(f" to {run.solution.code}", style="bold cyan")
             changes = moved(run, self.solution)
             lines.append(Text(f"Moved: {changes}." + (f" Regime now: {run.regime}." if run.regime else "")))
-        if given := ("" if stage.push else given_line(self.solution, index)):
+        if given := given_line(self.solution, index):
             lines.append(Text(given))
         if run.nudge_note:
             lines.append(Text(run.nudge_note, style="italic"))
